@@ -1,0 +1,156 @@
+# xdc — top-level build (GNU make).
+#
+#   make            build every library, build/xdc and the test binary
+#   make test       install missing Debian packages, build, run the suite (last line: N passed, N failed, N skipped)
+#   make test SAN=address,undefined     the same under sanitizers (objects in build/san)
+#   make demo       the default one-machine demo
+#   make deps       install the Debian packages the project needs (root), or print the apt-get line (exit 69)
+#   make CUDA=0     CPU-only build even where nvcc exists
+#   make fuzz-NAME [FUZZ_SECONDS=300]   libFuzzer run of tests/fuzz/fuzz_NAME.c (clang)
+#   make bench-NAME                     build bench/NAME/*.c and run bench/NAME/run.sh
+#
+# One static library per folder. LAYERS lists them from the top of the dependency graph to the bottom;
+# the link line follows it, so a lower layer that calls up into a higher one fails to link
+# (docs/design.md writes the rule down, tests/check_layers.sh checks the includes).
+
+LAYERS := orchestrator intra wan compression topology kernels common
+
+BUILD ?= build
+OPT ?= -O2
+SAN ?=
+ifneq ($(SAN),)
+BUILD := build/san
+SANFLAGS := -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+endif
+
+CC ?= cc
+CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-error=deprecated-declarations -Wno-format-truncation \
+               -g $(OPT) -march=native -pthread -I. -MMD -MP
+CFLAGS_ALL = $(CFLAGS_BASE) $(SANFLAGS) $(EXTRA_CFLAGS) $(CUDA_CFLAGS) -DXDC_BIN_PATH='"$(BUILD)/xdc"'
+LDLIBS := -lssl -lcrypto -lzstd -lyaml -ljansson -lxxhash -lopenblas -lmicrohttpd -lcurl -lm -pthread
+
+# ---- CUDA / NCCL: compiled and linked wherever nvcc is found; skipped with one line otherwise -------
+NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+ifeq ($(NVCC),)
+CUDA ?= 0
+CUDA_WHY := nvcc not found
+else
+CUDA ?= 1
+CUDA_WHY := CUDA=0
+endif
+ifeq ($(CUDA),1)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_CFLAGS := -DXDC_HAVE_CUDA=1 -DXDC_HAVE_NCCL=1 -I$(CUDA_HOME)/include
+NVFLAGS := -O3 -std=c++17 -I. -arch=sm_90 -Xcompiler -Wall,-Wextra,-fPIC -DXDC_HAVE_CUDA=1 -DXDC_HAVE_NCCL=1 -MMD -MP
+LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lnccl -lcudart -lstdc++
+CU_SRCS := $(foreach l,$(LAYERS),$(wildcard $(l)/*.cu))
+else
+ifeq ($(filter deps clean,$(MAKECMDGOALS)),)
+$(info xdc: $(CUDA_WHY): GPU targets (CUDA kernels, NCCL backend) skipped; building CPU-only)
+endif
+CU_SRCS :=
+endif
+
+# ---- sources ---------------------------------------------------------------------------------------
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+cuobj = $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(1))
+lib_srcs = $(filter-out orchestrator/xdc_main.c,$(wildcard $(1)/*.c))
+lib_objs = $(call obj,$(call lib_srcs,$(1))) $(if $(filter 1,$(CUDA)),$(call cuobj,$(wildcard $(1)/*.cu)))
+LIB_FILES := $(foreach l,$(LAYERS),$(BUILD)/libxdc_$(l).a)
+
+TEST_SRCS := $(wildcard tests/*.c) $(wildcard tests/fuzz/*.c)
+TEST_OBJS := $(call obj,$(TEST_SRCS))
+
+# Numeric folders get -O3 so the vectoriser does its work on the kernels.
+$(BUILD)/obj/kernels/%.o $(BUILD)/obj/compression/%.o: OPT := -O3
+
+.PHONY: all libs test test-run demo deps deps-bench clean check-layers
+all: $(BUILD)/xdc $(BUILD)/xdc_tests
+libs: $(LIB_FILES)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+define lib_rule
+$(BUILD)/libxdc_$(1).a: $(call lib_objs,$(1))
+	@mkdir -p $$(dir $$@)
+	@rm -f $$@
+	ar rcs $$@ $$^
+endef
+$(foreach l,$(LAYERS),$(eval $(call lib_rule,$(l))))
+
+# Archives on the link line in layer order, top first: a symbol may only be resolved downwards.
+$(BUILD)/xdc: $(call obj,orchestrator/xdc_main.c) $(LIB_FILES)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(LIB_FILES) $(LDLIBS)
+
+$(BUILD)/xdc_tests: $(TEST_OBJS) $(LIB_FILES)
+	$(CC) $(CFLAGS_ALL) -o $@ $(TEST_OBJS) $(LIB_FILES) $(LDLIBS)
+
+# ---- tests -----------------------------------------------------------------------------------------
+TEST_JOBS ?= 1
+test: deps
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory test-run
+
+test-run:
+	@XDC_BIN=$(BUILD)/xdc $(BUILD)/xdc_tests -j $(TEST_JOBS) $(T)
+
+# ---- demo ------------------------------------------------------------------------------------------
+demo: deps
+	@$(MAKE) --no-print-directory $(BUILD)/xdc
+	@bash examples/demo.sh $(BUILD)/xdc
+
+# ---- fuzzing (clang, libFuzzer) --------------------------------------------------------------------
+FUZZ_SECONDS ?= 300
+FUZZ_BUILD := build/fuzz
+fuzz-%:
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang CUDA=0 OPT=-O1 \
+		EXTRA_CFLAGS="-fsanitize=fuzzer-no-link,address -Wno-unused-command-line-argument" libs
+	clang -std=c11 -D_GNU_SOURCE -I. -g -O1 -fsanitize=fuzzer,address -DXDC_LIBFUZZER \
+		-o $(FUZZ_BUILD)/fuzz_$* tests/fuzz/fuzz_$*.c $(foreach l,$(LAYERS),$(FUZZ_BUILD)/libxdc_$(l).a) \
+		$(filter-out -L% -Wl% -lcublas -lnccl -lcudart -lstdc++,$(LDLIBS))
+	@mkdir -p $(FUZZ_BUILD)/corpus-$*
+	$(FUZZ_BUILD)/fuzz_$* -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+		$(FUZZ_BUILD)/corpus-$* tests/fuzz/corpus/$*
+
+# ---- benchmarks ------------------------------------------------------------------------------------
+$(BUILD)/bench_%: $(LIB_FILES) $(BUILD)/xdc
+	@mkdir -p $(BUILD)
+	$(CC) $(CFLAGS_ALL) -o $@ $(wildcard bench/$*/*.c) $(LIB_FILES) $(LDLIBS)
+
+bench-%: deps deps-bench
+	@$(MAKE) --no-print-directory $(BUILD)/xdc $(if $(wildcard bench/$*/*.c),$(BUILD)/bench_$*)
+	@XDC_BIN=$(BUILD)/xdc XDC_BENCH_BIN=$(BUILD)/bench_$* bash bench/$*/run.sh
+
+# ---- Debian packages -------------------------------------------------------------------------------
+# Build and test needs; deps-bench adds the baselines benchmarks measure against.
+DEB_PACKAGES := gcc make pkg-config openssl libssl-dev libzstd-dev zstd libyaml-dev libjansson-dev \
+                libxxhash-dev libopenblas-dev libmicrohttpd-dev libcurl4-openssl-dev fortunes \
+                iproute2 procps
+DEB_BENCH_PACKAGES := iperf3 openmpi-bin libopenmpi-dev clang
+define install_debs
+	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || printf '%s ' $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+		echo "xdc: missing Debian packages; as root run: apt-get install -y --no-install-recommends $$missing" >&2; exit 69; fi; \
+	echo "xdc: installing $$missing"; \
+	apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
+		|| { echo "xdc: apt-get install $$missing failed" >&2; exit 69; }
+endef
+deps:
+	$(call install_debs,$(DEB_PACKAGES))
+deps-bench:
+	$(call install_debs,$(DEB_BENCH_PACKAGES))
+
+check-layers:
+	@bash tests/check_layers.sh
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,37 @@
+/* xdc_main.c — the `xdc` command: a table of subcommands, one row each, dispatched by name.
+ * Each command lives in its own orchestrator/cmd_*.c file and returns a sysexits code. */
+#include "orchestrator/xdc_cli.h"
+
+#include "common/xdc_log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const xdc_command commands[] = {
+    {"topo", "check and print topology files", xdc_cmd_topo},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: xdc <command> [options]   (xdc <command> --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
+}
+
+int main(int argc, char **argv)
+{
+    xdc_log_init_from_env();
+    if (argc < 2) {
+        usage(stderr);
+        return XDC_EX_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "xdc: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return XDC_EX_USAGE;
+}

@@ -1,0 +1,161 @@
+/* test_common.c — common/: error table, diag buffers, logger, allocation fault injection, time, hash,
+ * RNG, and the layering rule over the whole tree. */
+#include "tests/xdc_test.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_err.h"
+#include "common/xdc_hash.h"
+#include "common/xdc_log.h"
+#include "common/xdc_rng.h"
+#include "common/xdc_time.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+XDC_TEST(err_table_messages_names_and_exit_codes)
+{
+    XDC_ASSERT(strcmp(xdc_strerror(XDC_OK), "success") == 0);
+    XDC_ASSERT(strcmp(xdc_strerror(XDC_ERR_TIMEOUT), "deadline exceeded") == 0);
+    XDC_ASSERT(strcmp(xdc_errname(XDC_ERR_CONFIG), "XDC_ERR_CONFIG") == 0);
+    XDC_ASSERT_EQ(xdc_err_exit_code(XDC_ERR_CONFIG), 78);
+    XDC_ASSERT_EQ(xdc_err_exit_code(XDC_ERR_UNAVAILABLE), 69);
+    XDC_ASSERT_EQ(xdc_err_exit_code(XDC_ERR_TIMEOUT), 75);
+    XDC_ASSERT_EQ(xdc_err_exit_code(XDC_OK), 0);
+    XDC_ASSERT(strcmp(xdc_strerror((xdc_err_t)-5), "unknown error") == 0);
+    XDC_ASSERT(strcmp(xdc_strerror((xdc_err_t)12345), "unknown error") == 0);
+}
+
+static xdc_err_t fails_with_timeout(void) { return XDC_ERR_TIMEOUT; }
+static xdc_err_t propagates(void)
+{
+    XDC_CHECK(fails_with_timeout());
+    return XDC_OK;
+}
+
+XDC_TEST(check_macro_propagates_and_leaves_a_debug_trail)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    xdc_log_set_stream(mem);
+    xdc_log_set_level(XDC_LOG_DEBUG);
+    XDC_ASSERT_ERR(propagates(), XDC_ERR_TIMEOUT);
+    xdc_log_set_stream(NULL);
+    fclose(mem);
+    XDC_ASSERT_STR_CONTAINS(buf, "-> XDC_ERR_TIMEOUT");
+    XDC_ASSERT_STR_CONTAINS(buf, "test_common.c");
+    free(buf);
+}
+
+XDC_TEST(diag_set_and_prefix_accept_null)
+{
+    xdc_diag d = {{0}};
+    xdc_diag_set(NULL, "ignored %d", 1);
+    xdc_diag_set(&d, "peer %s unreachable", "eu-west/1");
+    xdc_diag_prefix(&d, "rank %d", 3);
+    XDC_ASSERT(strcmp(d.msg, "rank 3: peer eu-west/1 unreachable") == 0);
+}
+
+XDC_TEST(logger_prefix_levels_subsystems_and_json)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    xdc_log_set_stream(mem);
+    xdc_log_set_identity("us-east", "node1", 2);
+    xdc_log_set_level(XDC_LOG_INFO);
+    xdc_log_set_subsys(XDC_SUB_WAN);
+    XDC_INFO(XDC_SUB_WAN, "hello %d", 7);
+    XDC_INFO(XDC_SUB_INTRA, "masked out");
+    XDC_DEBUG(XDC_SUB_WAN, "below level");
+    XDC_ERROR(XDC_SUB_INTRA, "errors pass any mask");
+    xdc_log_set_format(XDC_LOG_JSON);
+    XDC_WARN(XDC_SUB_WAN, "quote \" and\nnewline");
+    fflush(mem);
+    XDC_ASSERT_STR_CONTAINS(buf, "[us-east/node1:2] info  hello 7\n");
+    XDC_ASSERT(strstr(buf, "masked out") == NULL);
+    XDC_ASSERT(strstr(buf, "below level") == NULL);
+    XDC_ASSERT_STR_CONTAINS(buf, "errors pass any mask");
+    XDC_ASSERT_STR_CONTAINS(buf, "\"region\":\"us-east\",\"host\":\"node1\",\"rank\":2");
+    XDC_ASSERT_STR_CONTAINS(buf, "\"msg\":\"quote \\\" and\\u000anewline\"}");
+    xdc_log_set_stream(NULL);
+    fclose(mem);
+    free(buf);
+    unsigned m;
+    XDC_ASSERT(xdc_log_parse_subsys("wan,intra", &m) && m == (XDC_SUB_WAN | XDC_SUB_INTRA));
+    XDC_ASSERT(!xdc_log_parse_subsys("wan,bogus", &m));
+    xdc_log_level l;
+    XDC_ASSERT(xdc_log_parse_level("debug", &l) && l == XDC_LOG_DEBUG);
+    XDC_ASSERT(!xdc_log_parse_level("loud", &l));
+}
+
+XDC_TEST(alloc_fails_the_nth_call)
+{
+    xdc_alloc_fail_at(3);
+    void *a = xdc_malloc(16), *b = xdc_calloc(2, 8), *c = xdc_malloc(4), *d = xdc_malloc(4);
+    XDC_ASSERT(a && b);
+    XDC_ASSERT(c == NULL && d == NULL);
+    XDC_ASSERT_EQ(xdc_alloc_count(), 4);
+    xdc_alloc_fail_at(0);
+    void *e = xdc_aligned_alloc(4096, 100);
+    XDC_ASSERT(e && ((uintptr_t)e & 4095) == 0);
+    xdc_free(a);
+    xdc_free(b);
+    xdc_free(e);
+    xdc_free(NULL);
+}
+
+XDC_TEST(time_durations_and_deadlines)
+{
+    int64_t ms;
+    XDC_ASSERT(xdc_parse_duration_ms("30s", &ms) == 0 && ms == 30000);
+    XDC_ASSERT(xdc_parse_duration_ms("250ms", &ms) == 0 && ms == 250);
+    XDC_ASSERT(xdc_parse_duration_ms("1.5", &ms) == 0 && ms == 1500);
+    XDC_ASSERT(xdc_parse_duration_ms("2m", &ms) == 0 && ms == 120000);
+    XDC_ASSERT(xdc_parse_duration_ms("10parsecs", &ms) != 0);
+    XDC_ASSERT(xdc_parse_duration_ms("-1s", &ms) != 0);
+    uint64_t a = xdc_now_ns(), b = xdc_now_ns();
+    XDC_ASSERT(b >= a);
+    XDC_ASSERT(xdc_deadline_passed(xdc_deadline_ms(0)));
+    XDC_ASSERT(!xdc_deadline_passed(xdc_deadline_ms(-1)));
+    XDC_ASSERT(xdc_deadline_poll_ms(xdc_deadline_ms(60000)) > 59000);
+}
+
+XDC_TEST(hash_matches_known_vectors_and_streams)
+{
+    /* XXH64("", 0) and XXH64("abc", 0) reference values from the xxHash test suite. */
+    XDC_ASSERT(xdc_xxh64("", 0, 0) == 0xEF46DB3751D8E999ull);
+    XDC_ASSERT(xdc_xxh64("abc", 3, 0) == 0x44BC2CF5AD770999ull);
+    xdc_hash_state *s = xdc_hash64_create(0);
+    xdc_hash64_update(s, "a", 1);
+    xdc_hash64_update(s, "bc", 2);
+    XDC_ASSERT(xdc_hash64_digest(s) == 0x44BC2CF5AD770999ull);
+    xdc_hash64_destroy(s);
+    xdc_hash64_destroy(NULL);
+    XDC_ASSERT(xdc_xxh3("abc", 3) != xdc_xxh3("abd", 3));
+}
+
+XDC_TEST(rng_is_deterministic_and_roughly_uniform)
+{
+    xdc_rng a, b;
+    xdc_rng_seed(&a, 42);
+    xdc_rng_seed(&b, 42);
+    for (int i = 0; i < 100; i++) XDC_ASSERT(xdc_rng_u64(&a) == xdc_rng_u64(&b));
+    double sum = 0, sq = 0;
+    int n = 20000;
+    for (int i = 0; i < n; i++) {
+        float x = xdc_rng_normal(&a);
+        sum += x;
+        sq += (double)x * x;
+    }
+    XDC_ASSERT_NEAR(sum / n, 0.0, 0.05);
+    XDC_ASSERT_NEAR(sq / n, 1.0, 0.05);
+    for (int i = 0; i < 1000; i++) XDC_ASSERT(xdc_rng_below(&a, 7) < 7);
+}
+
+XDC_TEST(layering_includes_follow_dependency_rule)
+{
+    char out[8192];
+    int rc = xdc_test_run("bash tests/check_layers.sh", out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "layering violations:\n%s", out);
+}

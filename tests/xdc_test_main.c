@@ -1,0 +1,410 @@
+/* xdc_test_main.c — the test runner. Forks each registered test into its own process group, captures
+ * its output to a file, enforces its timeout (killing the whole group, so a test's own workers go too),
+ * and reads the verdict from a pipe: pass (with its assertion count), fail (with a message) or skip
+ * (with a reason). Ends with exactly one line "N passed, N failed, N skipped".
+ *
+ * usage: xdc_tests [-v] [-l] [-j N] [substring...]   (XDC_TEST_FILTER also selects by substring) */
+#include "tests/xdc_test.h"
+
+#include "common/xdc_time.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef XDC_BIN_PATH
+#define XDC_BIN_PATH "build/xdc"
+#endif
+
+typedef struct {
+    const char *name;
+    xdc_test_fn fn;
+    int timeout_s;
+    const char *file;
+} test_case;
+
+static test_case *g_tests;
+static int g_n_tests, g_cap_tests;
+
+/* Child-side state. */
+static int g_verdict_fd = -1;
+static long g_assertions;
+static char g_tmpdir[256];
+
+void xdc_test_register(const char *name, xdc_test_fn fn, int timeout_s, const char *file)
+{
+    if (g_n_tests == g_cap_tests) {
+        g_cap_tests = g_cap_tests ? 2 * g_cap_tests : 64;
+        g_tests = realloc(g_tests, (size_t)g_cap_tests * sizeof *g_tests);
+        if (!g_tests) abort(); /* registration runs before main; nothing to recover */
+    }
+    g_tests[g_n_tests++] = (test_case){name, fn, timeout_s, file};
+}
+
+static void verdict(char kind, const char *msg)
+{
+    char buf[2048];
+    int n = snprintf(buf, sizeof buf, "%c%s", kind, msg);
+    if (n > (int)sizeof buf - 1) n = (int)sizeof buf - 1;
+    if (g_verdict_fd >= 0 && write(g_verdict_fd, buf, (size_t)n) < 0) _exit(3);
+}
+
+void xdc_test_count_assertion(void) { g_assertions++; }
+
+void xdc_test_fail_at(const char *file, int line, const char *fmt, ...)
+{
+    char msg[1800], full[2000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(full, sizeof full, "%s:%d: %s", file, line, msg);
+    fprintf(stderr, "FAIL %s\n", full);
+    verdict('F', full);
+    _exit(1);
+}
+
+void xdc_test_skip(const char *fmt, ...)
+{
+    char msg[1800];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    verdict('S', msg);
+    _exit(77);
+}
+
+const char *xdc_test_tmpdir(void) { return g_tmpdir; }
+
+const char *xdc_test_src(const char *rel, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", rel);
+    return buf;
+}
+
+const char *xdc_test_bin(void)
+{
+    const char *v = getenv("XDC_BIN");
+    return v && *v ? v : XDC_BIN_PATH;
+}
+
+int xdc_test_run(const char *cmd, char *out, size_t cap)
+{
+    char *full;
+    if (asprintf(&full, "( %s ) 2>&1", cmd) < 0) return -1;
+    FILE *p = popen(full, "r");
+    free(full);
+    if (!p) return -1;
+    size_t n = 0;
+    if (out && cap) {
+        size_t r;
+        while (n + 1 < cap && (r = fread(out + n, 1, cap - 1 - n, p)) > 0) n += r;
+        out[n] = '\0';
+    }
+    char sink[4096];
+    while (fread(sink, 1, sizeof sink, p) > 0) {
+    }
+    int st = pclose(p);
+    if (st < 0) return -1;
+    if (WIFEXITED(st)) return WEXITSTATUS(st);
+    if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+    return -1;
+}
+
+char *xdc_test_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    size_t r;
+    while (buf && (r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += r;
+        if (cap - n - 1 == 0) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+            }
+            buf = nb;
+        }
+    }
+    fclose(f);
+    if (buf) buf[n] = '\0';
+    if (len) *len = n;
+    return buf;
+}
+
+void xdc_test_write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) XDC_FAIL("cannot write %s: %s", path, strerror(errno));
+    fputs(text, f);
+    fclose(f);
+}
+
+/* ---- parent side ------------------------------------------------------------------------------ */
+
+typedef struct {
+    int idx;
+    pid_t pid;
+    int fd;             /* verdict pipe, read end */
+    char out_path[300]; /* captured stdout+stderr */
+    char tmp[256];
+    uint64_t start_ns, deadline_ns;
+    char verdict[2048];
+    size_t vlen;
+    int timed_out;
+} running;
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void print_tail(const char *path, int lines)
+{
+    size_t len;
+    char *text = xdc_test_read_file(path, &len);
+    if (!text) return;
+    int seen = 0;
+    size_t i = len;
+    while (i > 0 && seen <= lines) {
+        i--;
+        if (text[i] == '\n') seen++;
+    }
+    if (seen > lines) i++;
+    fprintf(stdout, "    | %s", "");
+    for (size_t k = i; k < len; k++) {
+        fputc(text[k], stdout);
+        if (text[k] == '\n' && k + 1 < len) fputs("    | ", stdout);
+    }
+    if (len && text[len - 1] != '\n') fputc('\n', stdout);
+    free(text);
+}
+
+static void start_test(running *r, int idx, const char *outdir)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) {
+        perror("pipe");
+        exit(70);
+    }
+    r->idx = idx;
+    r->vlen = 0;
+    r->timed_out = 0;
+    snprintf(r->out_path, sizeof r->out_path, "%s/%s.log", outdir, g_tests[idx].name);
+    snprintf(r->tmp, sizeof r->tmp, "%s/tmp-%s-XXXXXX", outdir, g_tests[idx].name);
+    if (!mkdtemp(r->tmp)) {
+        perror("mkdtemp");
+        exit(70);
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("fork");
+        exit(70);
+    }
+    if (pid == 0) {
+        setpgid(0, 0);
+        close(p[0]);
+        g_verdict_fd = p[1];
+        int fd = open(r->out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        snprintf(g_tmpdir, sizeof g_tmpdir, "%s", r->tmp);
+        g_assertions = 0;
+        g_tests[idx].fn();
+        char msg[64];
+        snprintf(msg, sizeof msg, "%ld", g_assertions);
+        verdict('P', msg);
+        fflush(NULL);
+        _exit(0);
+    }
+    setpgid(pid, pid);
+    close(p[1]);
+    r->pid = pid;
+    r->fd = p[0];
+    r->start_ns = xdc_now_ns();
+    r->deadline_ns = r->start_ns + (uint64_t)g_tests[idx].timeout_s * 1000000000ull;
+}
+
+static int g_pass, g_fail, g_skip, g_verbose;
+
+static void finish_test(running *r, int status)
+{
+    const test_case *t = &g_tests[r->idx];
+    double secs = (double)(xdc_now_ns() - r->start_ns) / 1e9;
+    r->verdict[r->vlen] = '\0';
+    char kind = r->vlen ? r->verdict[0] : '?';
+    const char *msg = r->vlen ? r->verdict + 1 : "";
+    int failed = 0;
+    if (r->timed_out) {
+        printf("FAIL %-44s timed out after %d s\n", t->name, t->timeout_s);
+        failed = 1;
+    } else if (WIFSIGNALED(status)) {
+        printf("FAIL %-44s killed by signal %d (%s)\n", t->name, WTERMSIG(status), strsignal(WTERMSIG(status)));
+        failed = 1;
+    } else if (kind == 'S') {
+        printf("SKIP %-44s %s\n", t->name, msg);
+        g_skip++;
+    } else if (kind == 'F') {
+        printf("FAIL %-44s %s\n", t->name, msg);
+        failed = 1;
+    } else if (kind == 'P' && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        if (atol(msg) == 0) {
+            printf("FAIL %-44s made no assertion\n", t->name);
+            failed = 1;
+        } else {
+            printf("PASS %-44s %6.2fs  (%s assertions)\n", t->name, secs, msg);
+            g_pass++;
+        }
+    } else {
+        printf("FAIL %-44s exited with status %d without a verdict\n", t->name,
+               WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        failed = 1;
+    }
+    if (failed) {
+        g_fail++;
+        printf("     (%s; output in %s)\n", t->file, r->out_path);
+        print_tail(r->out_path, 30);
+    } else if (g_verbose) {
+        print_tail(r->out_path, 1000);
+    }
+    nftw(r->tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    fflush(stdout);
+}
+
+static int selected(const char *name, int argc, char **argv, int first)
+{
+    const char *env = getenv("XDC_TEST_FILTER");
+    if (env && *env && !strstr(name, env)) return 0;
+    if (first >= argc) return 1;
+    for (int i = first; i < argc; i++)
+        if (strstr(name, argv[i])) return 1;
+    return 0;
+}
+
+static int by_file_then_order(const void *a, const void *b)
+{
+    const test_case *x = a, *y = b;
+    int c = strcmp(x->file, y->file);
+    if (c) return c;
+    return (x < y) ? -1 : (x > y);
+}
+
+int main(int argc, char **argv)
+{
+    int jobs = 1, list = 0, first = 1;
+    while (first < argc && argv[first][0] == '-') {
+        if (strcmp(argv[first], "-v") == 0)
+            g_verbose = 1;
+        else if (strcmp(argv[first], "-l") == 0)
+            list = 1;
+        else if (strcmp(argv[first], "-j") == 0 && first + 1 < argc)
+            jobs = atoi(argv[++first]);
+        else {
+            fprintf(stderr, "usage: %s [-v] [-l] [-j N] [substring...]\n", argv[0]);
+            return 64;
+        }
+        first++;
+    }
+    if (jobs < 1) jobs = 1;
+    /* Constructors ran in link order; sort by file, stable within a file (registration order). */
+    qsort(g_tests, (size_t)g_n_tests, sizeof *g_tests, by_file_then_order);
+    if (list) {
+        for (int i = 0; i < g_n_tests; i++)
+            if (selected(g_tests[i].name, argc, argv, first)) printf("%s\t%s\n", g_tests[i].name, g_tests[i].file);
+        return 0;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    char outdir[] = "/tmp/xdc-tests-XXXXXX";
+    if (!mkdtemp(outdir)) {
+        perror("mkdtemp");
+        return 70;
+    }
+    running *slots = calloc((size_t)jobs, sizeof *slots);
+    int next = 0, active = 0;
+    for (;;) {
+        while (active < jobs && next < g_n_tests) {
+            if (!selected(g_tests[next].name, argc, argv, first)) {
+                next++;
+                continue;
+            }
+            for (int s = 0; s < jobs; s++)
+                if (slots[s].pid == 0) {
+                    start_test(&slots[s], next, outdir);
+                    active++;
+                    break;
+                }
+            next++;
+        }
+        if (active == 0) break;
+        struct pollfd pfd[64];
+        int np = 0, map[64];
+        for (int s = 0; s < jobs && np < 64; s++)
+            if (slots[s].pid && slots[s].fd >= 0) {
+                pfd[np] = (struct pollfd){.fd = slots[s].fd, .events = POLLIN};
+                map[np++] = s;
+            }
+        poll(pfd, (nfds_t)np, 10);
+        for (int i = 0; i < np; i++) {
+            running *r = &slots[map[i]];
+            if (pfd[i].revents & (POLLIN | POLLHUP)) {
+                ssize_t n = read(r->fd, r->verdict + r->vlen, sizeof r->verdict - 1 - r->vlen);
+                if (n > 0)
+                    r->vlen += (size_t)n;
+                else {
+                    close(r->fd);
+                    r->fd = -1;
+                }
+            }
+        }
+        for (int s = 0; s < jobs; s++) {
+            running *r = &slots[s];
+            if (!r->pid) continue;
+            int status;
+            pid_t w = waitpid(r->pid, &status, WNOHANG);
+            if (w == 0 && xdc_now_ns() > r->deadline_ns) {
+                r->timed_out = 1;
+                kill(-r->pid, SIGKILL);
+                w = waitpid(r->pid, &status, 0);
+            }
+            if (w == r->pid) {
+                /* Take the stragglers of its group down, then drain the rest of the verdict (the pipe
+                 * is non-blocking: a worker that escaped the group cannot stall the runner). */
+                kill(-r->pid, SIGKILL);
+                if (r->fd >= 0) {
+                    ssize_t n;
+                    while ((n = read(r->fd, r->verdict + r->vlen, sizeof r->verdict - 1 - r->vlen)) > 0)
+                        r->vlen += (size_t)n;
+                    close(r->fd);
+                    r->fd = -1;
+                }
+                finish_test(r, status);
+                r->pid = 0;
+                active--;
+            }
+        }
+    }
+    free(slots);
+    if (g_fail == 0) nftw(outdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    printf("%d passed, %d failed, %d skipped\n", g_pass, g_fail, g_skip);
+    return g_fail ? 1 : 0;
+}
