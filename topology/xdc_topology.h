@@ -5,13 +5,13 @@
 #define XDC_TOPOLOGY_H
 
 #include "common/xdc_err.h"
+#include "topology/xdc_yaml.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 
 #define XDC_NAME_MAX 64
 #define XDC_TOPO_MAX_REGIONS 256
-#define XDC_TOPO_MAX_ERRORS 32
 
 typedef struct xdc_region {
     char name[XDC_NAME_MAX];
@@ -52,28 +52,16 @@ typedef struct xdc_topology {
     int n_links;
 } xdc_topology;
 
-/* One validation or syntax error: "file:line:col: message". */
-typedef struct xdc_topo_error {
-    int line, col;
-    char msg[256];
-} xdc_topo_error;
-
-typedef struct xdc_topo_errors {
-    xdc_topo_error items[XDC_TOPO_MAX_ERRORS];
-    int count;   /* stored, at most XDC_TOPO_MAX_ERRORS */
-    int dropped; /* found beyond the stored ones */
-} xdc_topo_errors;
-
 /* Load and validate a topology file. On a syntax or rule error returns XDC_ERR_CONFIG with every error
  * found in `errs` (may be NULL); `*out` is set only on success. */
-xdc_err_t xdc_topology_load(const char *path, xdc_topology **out, xdc_topo_errors *errs);
+xdc_err_t xdc_topology_load(const char *path, xdc_topology **out, xdc_cfg_errors *errs);
 /* The same from a buffer; `name` is used as the file name in messages. */
 xdc_err_t xdc_topology_parse(const char *text, size_t len, const char *name, xdc_topology **out,
-                             xdc_topo_errors *errs);
+                             xdc_cfg_errors *errs);
 void xdc_topology_destroy(xdc_topology *t);
 
 /* Print errors as "file:line:col: error: message" lines. */
-void xdc_topo_errors_print(const xdc_topo_errors *errs, const char *path, void *file /* FILE* */);
+void xdc_topo_errors_print(const xdc_cfg_errors *errs, const char *path, void *file /* FILE* */);
 
 int xdc_topology_region_index(const xdc_topology *t, const char *name);
 /* The directional link from -> to, or NULL when the regions are not directly linked. */
