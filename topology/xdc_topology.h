@@ -60,8 +60,6 @@ xdc_err_t xdc_topology_parse(const char *text, size_t len, const char *name, xdc
                              xdc_cfg_errors *errs);
 void xdc_topology_destroy(xdc_topology *t);
 
-/* Print errors as "file:line:col: error: message" lines. */
-void xdc_topo_errors_print(const xdc_cfg_errors *errs, const char *path, void *file /* FILE* */);
 
 int xdc_topology_region_index(const xdc_topology *t, const char *name);
 /* The directional link from -> to, or NULL when the regions are not directly linked. */
