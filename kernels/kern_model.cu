@@ -1,0 +1,409 @@
+/* kern_model.cu — the CUDA model ops (xdc_model_cuda_ops): cuBLAS for the linear layers, simple kernels
+ * for the rest. Every kernel gives each output element to one thread and sums in a fixed order (no
+ * atomics), so results are deterministic run to run; they are checked against kern_model_cpu.c with
+ * tolerances by tests/test_kern_model.c. Work goes to the default stream; `sync` reports errors. The
+ * cuBLAS handle is created on first use and kept for the life of the process. */
+#include "kernels/xdc_model_ops.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#define LN_EPS 1e-5f
+#define GELU_K 0.7978845608028654f
+#define GELU_A 0.044715f
+#define THREADS 256
+
+static cublasHandle_t cublas_handle(void)
+{
+    static cublasHandle_t h = NULL;
+    if (!h && cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) h = NULL;
+    return h;
+}
+
+static unsigned blocks_for(size_t n) { return (unsigned)((n + THREADS - 1) / THREADS); }
+
+/* ---- memory ---- */
+static xdc_err_t cu_alloc(void **out, size_t bytes)
+{
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return XDC_ERR_NOMEM;
+    }
+    if (cudaMemset(p, 0, bytes) != cudaSuccess) {
+        cudaFree(p);
+        return XDC_ERR_CUDA;
+    }
+    *out = p;
+    return XDC_OK;
+}
+static void cu_free(void *p)
+{
+    if (p) cudaFree(p);
+}
+static xdc_err_t cu_upload(void *dst, const void *src, size_t bytes)
+{
+    return cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess ? XDC_OK : XDC_ERR_CUDA;
+}
+static xdc_err_t cu_download(void *dst, const void *src, size_t bytes)
+{
+    return cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess ? XDC_OK : XDC_ERR_CUDA;
+}
+static void cu_copy(void *dst, const void *src, size_t bytes) { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0); }
+static void cu_zero(void *p, size_t bytes) { cudaMemsetAsync(p, 0, bytes, 0); }
+static xdc_err_t cu_sync(void)
+{
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) e = cudaGetLastError();
+    return e == cudaSuccess ? XDC_OK : XDC_ERR_CUDA;
+}
+static void cu_set_threads(int n) { (void)n; }
+
+/* ---- encoder ---- */
+__global__ void k_encoder_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int N, int T, int C)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) return;
+    int n = (int)(i / C), c = (int)(i % C), t = n % T;
+    out[i] = wte[(size_t)tok[n] * C + c] + wpe[(size_t)t * C + c];
+}
+/* One thread per channel walks every position in order: deterministic sums for repeated tokens. */
+__global__ void k_encoder_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int N, int T, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    for (int n = 0; n < N; n++) {
+        float d = dout[(size_t)n * C + c];
+        dwte[(size_t)tok[n] * C + c] += d;
+        dwpe[(size_t)(n % T) * C + c] += d;
+    }
+}
+static void cu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B, int T, int C)
+{
+    size_t n = (size_t)B * T * C;
+    k_encoder_fwd<<<blocks_for(n), THREADS>>>(out, tokens, wte, wpe, B * T, T, C);
+}
+static void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B, int T, int C)
+{
+    k_encoder_bwd<<<blocks_for((size_t)C), THREADS>>>(dwte, dwpe, dout, tokens, B * T, T, C);
+}
+
+/* ---- layernorm ---- */
+__global__ void k_ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    const float *x = inp + (size_t)i * C;
+    float m = 0.0f, v = 0.0f;
+    for (int c = 0; c < C; c++) m += x[c];
+    m /= (float)C;
+    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+    float s = rsqrtf(v / (float)C + LN_EPS);
+    float *o = out + (size_t)i * C;
+    for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
+    mean[i] = m;
+    rstd[i] = s;
+}
+__global__ void k_ln_bwd_inp(float *dinp, const float *dout, const float *inp, const float *w, const float *mean,
+                             const float *rstd, int N, int C)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    const float *d = dout + (size_t)i * C, *x = inp + (size_t)i * C;
+    float m = mean[i], s = rstd[i], dm = 0.0f, dnm = 0.0f;
+    for (int c = 0; c < C; c++) {
+        float norm = (x[c] - m) * s, dn = w[c] * d[c];
+        dm += dn;
+        dnm += dn * norm;
+    }
+    dm /= (float)C;
+    dnm /= (float)C;
+    for (int c = 0; c < C; c++) {
+        float norm = (x[c] - m) * s, dn = w[c] * d[c];
+        dinp[(size_t)i * C + c] += (dn - dm - norm * dnm) * s;
+    }
+}
+__global__ void k_ln_bwd_params(float *dw, float *db, const float *dout, const float *inp, const float *mean,
+                                const float *rstd, int N, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float sw = 0.0f, sb = 0.0f;
+    for (int i = 0; i < N; i++) {
+        float d = dout[(size_t)i * C + c];
+        sb += d;
+        sw += (inp[(size_t)i * C + c] - mean[i]) * rstd[i] * d;
+    }
+    dw[c] += sw;
+    db[c] += sb;
+}
+static void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C)
+{
+    k_ln_fwd<<<blocks_for((size_t)N), THREADS>>>(out, mean, rstd, inp, w, b, N, C);
+}
+static void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                                  const float *mean, const float *rstd, int N, int C)
+{
+    k_ln_bwd_inp<<<blocks_for((size_t)N), THREADS>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    k_ln_bwd_params<<<blocks_for((size_t)C), THREADS>>>(dw, db, dout, inp, mean, rstd, N, C);
+}
+
+/* ---- matmul (cuBLAS is column-major: a row-major (R,K) matrix is its column-major transpose) ---- */
+__global__ void k_add_bias(float *out, const float *bias, int N, int OC)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)N * OC) out[i] += bias[i % OC];
+}
+__global__ void k_bias_bwd(float *dbias, const float *dout, int N, int OC)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= OC) return;
+    float s = 0.0f;
+    for (int i = 0; i < N; i++) s += dout[(size_t)i * OC + j];
+    dbias[j] += s;
+}
+static void cu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC)
+{
+    const float one = 1.0f, zero = 0.0f;
+    cublasSgemm(cublas_handle(), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, w, C, inp, C, &zero, out, OC);
+    if (bias) k_add_bias<<<blocks_for((size_t)N * OC), THREADS>>>(out, bias, N, OC);
+}
+static void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                               int N, int C, int OC)
+{
+    const float one = 1.0f;
+    cublasSgemm(cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, w, C, dout, OC, &one, dinp, C);
+    cublasSgemm(cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC, &one, dw, C);
+    if (dbias) k_bias_bwd<<<blocks_for((size_t)OC), THREADS>>>(dbias, dout, N, OC);
+}
+
+/* ---- attention: scores, causal softmax, weighted sum; backward in the same pieces ---- */
+__global__ void k_att_scores(float *att, const float *qkv, int B, int T, int C, int NH, float scale)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)B * NH * T * T) return;
+    int u = (int)(i % T), t = (int)((i / T) % T), h = (int)((i / ((size_t)T * T)) % NH), b = (int)(i / ((size_t)NH * T * T));
+    if (u > t) {
+        att[i] = 0.0f;
+        return;
+    }
+    int hs = C / NH;
+    const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs, *k = qkv + ((size_t)b * T + u) * 3 * C + C + h * hs;
+    float s = 0.0f;
+    for (int d = 0; d < hs; d++) s += q[d] * k[d];
+    att[i] = s * scale;
+}
+__global__ void k_att_softmax(float *att, int rows, int T)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    int t = r % T;
+    float *row = att + (size_t)r * T;
+    float mx = row[0];
+    for (int u = 1; u <= t; u++) mx = fmaxf(mx, row[u]);
+    float sum = 0.0f;
+    for (int u = 0; u <= t; u++) {
+        row[u] = expf(row[u] - mx);
+        sum += row[u];
+    }
+    for (int u = 0; u <= t; u++) row[u] /= sum;
+}
+__global__ void k_att_out(float *out, const float *att, const float *qkv, int B, int T, int C, int NH)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)B * T * C) return;
+    int c = (int)(i % C), t = (int)((i / C) % T), b = (int)(i / ((size_t)T * C)), hs = C / NH, h = c / hs;
+    const float *p = att + (((size_t)b * NH + h) * T + t) * T;
+    float s = 0.0f;
+    for (int u = 0; u <= t; u++) s += p[u] * qkv[((size_t)b * T + u) * 3 * C + 2 * C + c];
+    out[i] = s;
+}
+/* dS = P ⊙ (dP − Σ P⊙dP) · scale with dP = dY·V^T, one thread per (b, h, t) row. */
+__global__ void k_att_dscores(float *ds, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH,
+                              float scale)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= B * NH * T) return;
+    int t = r % T, h = (r / T) % NH, b = r / (T * NH), hs = C / NH;
+    const float *p = att + (size_t)r * T, *dy = dout + ((size_t)b * T + t) * C + h * hs;
+    float *d = ds + (size_t)r * T;
+    float dot = 0.0f;
+    for (int u = 0; u <= t; u++) {
+        const float *v = qkv + ((size_t)b * T + u) * 3 * C + 2 * C + h * hs;
+        float dp = 0.0f;
+        for (int k = 0; k < hs; k++) dp += dy[k] * v[k];
+        d[u] = dp;
+        dot += p[u] * dp;
+    }
+    for (int u = 0; u < T; u++) d[u] = u <= t ? p[u] * (d[u] - dot) * scale : 0.0f;
+}
+/* dq[t] += Σ_u dS[t,u]·k[u];  dk[u] += Σ_t dS[t,u]·q[t];  dv[u] += Σ_t P[t,u]·dY[t] — one thread per
+ * (b, position, channel) of each. */
+__global__ void k_att_dqkv(float *dqkv, const float *ds, const float *dout, const float *qkv, const float *att, int B, int T,
+                           int C, int NH)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)B * T * 3 * C) return;
+    int c3 = (int)(i % (3 * C)), t = (int)((i / (3 * C)) % T), b = (int)(i / ((size_t)T * 3 * C));
+    int part = c3 / C, c = c3 % C, hs = C / NH, h = c / hs;
+    const float *S = ds + ((size_t)b * NH + h) * T * T, *P = att + ((size_t)b * NH + h) * T * T;
+    float s = 0.0f;
+    if (part == 0) {
+        for (int u = 0; u <= t; u++) s += S[(size_t)t * T + u] * qkv[((size_t)b * T + u) * 3 * C + C + c];
+    } else if (part == 1) {
+        for (int r = t; r < T; r++) s += S[(size_t)r * T + t] * qkv[((size_t)b * T + r) * 3 * C + c];
+    } else {
+        for (int r = t; r < T; r++) s += P[(size_t)r * T + t] * dout[((size_t)b * T + r) * C + c];
+    }
+    dqkv[i] += s;
+}
+static void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+{
+    float scale = 1.0f / sqrtf((float)(C / NH));
+    k_att_scores<<<blocks_for((size_t)B * NH * T * T), THREADS>>>(att, qkv, B, T, C, NH, scale);
+    k_att_softmax<<<blocks_for((size_t)B * NH * T), THREADS>>>(att, B * NH * T, T);
+    k_att_out<<<blocks_for((size_t)B * T * C), THREADS>>>(out, att, qkv, B, T, C, NH);
+}
+static void cu_attention_backward(float *dqkv, float *datt_scratch, const float *dout, const float *qkv, const float *att,
+                                  int B, int T, int C, int NH)
+{
+    float scale = 1.0f / sqrtf((float)(C / NH));
+    k_att_dscores<<<blocks_for((size_t)B * NH * T), THREADS>>>(datt_scratch, dout, qkv, att, B, T, C, NH, scale);
+    k_att_dqkv<<<blocks_for((size_t)B * T * 3 * C), THREADS>>>(dqkv, datt_scratch, dout, qkv, att, B, T, C, NH);
+}
+
+/* ---- pointwise ---- */
+__global__ void k_gelu_fwd(float *out, const float *inp, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_A * x * x * x)));
+}
+__global__ void k_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = inp[i], th = tanhf(GELU_K * (x + GELU_A * x * x * x));
+    float g = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
+    dinp[i] += g * dout[i];
+}
+__global__ void k_add(float *out, const float *a, const float *b, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+static void cu_gelu_forward(float *out, const float *inp, size_t n) { k_gelu_fwd<<<blocks_for(n), THREADS>>>(out, inp, n); }
+static void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    k_gelu_bwd<<<blocks_for(n), THREADS>>>(dinp, inp, dout, n);
+}
+static void cu_residual_forward(float *out, const float *a, const float *b, size_t n) { k_add<<<blocks_for(n), THREADS>>>(out, a, b, n); }
+static void cu_accumulate(float *acc, const float *x, size_t n) { k_add<<<blocks_for(n), THREADS>>>(acc, acc, x, n); }
+
+/* ---- loss ---- */
+__global__ void k_ce_fwd(float *losses, float *probs, const float *logits, const int32_t *targets, int N, int V)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    const float *l = logits + (size_t)i * V;
+    float *p = probs + (size_t)i * V;
+    float mx = l[0];
+    for (int j = 1; j < V; j++) mx = fmaxf(mx, l[j]);
+    float sum = 0.0f;
+    for (int j = 0; j < V; j++) {
+        p[j] = expf(l[j] - mx);
+        sum += p[j];
+    }
+    for (int j = 0; j < V; j++) p[j] /= sum;
+    losses[i] = -logf(p[targets[i]]);
+}
+__global__ void k_ce_bwd(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N, int V)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * V) return;
+    int j = (int)(i % V), n = (int)(i / V);
+    dlogits[i] += (probs[i] - (j == targets[n] ? 1.0f : 0.0f)) * dloss;
+}
+static void cu_crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *targets, int N, int V)
+{
+    k_ce_fwd<<<blocks_for((size_t)N), THREADS>>>(losses, probs, logits, targets, N, V);
+}
+static void cu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N, int V)
+{
+    k_ce_bwd<<<blocks_for((size_t)N * V), THREADS>>>(dlogits, probs, targets, dloss, N, V);
+}
+
+/* ---- optimizer ---- */
+__device__ double d_sumsq_out;
+__global__ void k_sumsq(const float *x, size_t n)
+{
+    __shared__ double part[THREADS];
+    double s = 0.0;
+    for (size_t i = threadIdx.x; i < n; i += THREADS) s += (double)x[i] * (double)x[i];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = THREADS / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) d_sumsq_out = part[0];
+}
+static xdc_err_t cu_sumsq(const float *x, size_t n, double *acc)
+{
+    double s = 0.0;
+    k_sumsq<<<1, THREADS>>>(x, n);
+    if (cudaMemcpyFromSymbol(&s, d_sumsq_out, sizeof s) != cudaSuccess) return XDC_ERR_CUDA;
+    *acc += s;
+    return XDC_OK;
+}
+__global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
+                        float wd, float scale, float bc1, float bc2)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float gi = g[i] * scale;
+    m[i] = b1 * m[i] + (1.0f - b1) * gi;
+    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+    p[i] -= lr * ((m[i] / bc1) / (sqrtf(v[i] / bc2) + eps) + wd * p[i]);
+}
+static void cu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                     float weight_decay, float grad_scale, int t)
+{
+    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+    k_adamw<<<blocks_for(n), THREADS>>>(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2);
+}
+
+static xdc_model_ops make_cuda_ops(void)
+{
+    xdc_model_ops o = {};
+    o.name = "cuda";
+    o.alloc = cu_alloc;
+    o.free = cu_free;
+    o.upload = cu_upload;
+    o.download = cu_download;
+    o.copy = cu_copy;
+    o.zero = cu_zero;
+    o.sync = cu_sync;
+    o.set_threads = cu_set_threads;
+    o.encoder_forward = cu_encoder_forward;
+    o.encoder_backward = cu_encoder_backward;
+    o.layernorm_forward = cu_layernorm_forward;
+    o.layernorm_backward = cu_layernorm_backward;
+    o.matmul_forward = cu_matmul_forward;
+    o.matmul_backward = cu_matmul_backward;
+    o.attention_forward = cu_attention_forward;
+    o.attention_backward = cu_attention_backward;
+    o.gelu_forward = cu_gelu_forward;
+    o.gelu_backward = cu_gelu_backward;
+    o.residual_forward = cu_residual_forward;
+    o.accumulate = cu_accumulate;
+    o.crossentropy_forward = cu_crossentropy_forward;
+    o.crossentropy_backward = cu_crossentropy_backward;
+    o.sumsq = cu_sumsq;
+    o.adamw = cu_adamw;
+    return o;
+}
+
+extern "C" const xdc_model_ops xdc_model_cuda_ops = make_cuda_ops();

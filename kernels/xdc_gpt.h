@@ -1,0 +1,120 @@
+/* xdc_gpt.h — a GPT-2-style decoder split into pipeline stages, trained with AdamW.
+ *
+ * Model: token + position embeddings, L blocks (layernorm, causal multi-head self-attention, residual,
+ * layernorm, MLP 4C with tanh-GELU, residual), final layernorm, an UNTIED LM head (V,C) and softmax
+ * cross-entropy. The head is untied because the embeddings live on the first stage and the head on the
+ * last: tying them would need a cross-stage all-reduce of the shared matrix every step.
+ *
+ * A stage owns a contiguous block range [layer_begin, layer_end); the first stage (layer_begin == 0)
+ * also owns the embeddings, the last (layer_end == n_layer) the final layernorm, the head and the loss.
+ * The unsplit model is simply the stage [0, n_layer).
+ *
+ * Parameter arena order (fp32, one allocation per stage; gradients and AdamW moments use the same order):
+ *   wte (V,C), wpe (maxT,C)                                                  -- first stage
+ *   for each layer l: ln1w (C), ln1b (C), qkvw (3C,C), qkvb (3C), attprojw (C,C), attprojb (C),
+ *                     ln2w (C), ln2b (C), fcw (4C,C), fcb (4C), fcprojw (C,4C), fcprojb (C)
+ *   lnfw (C), lnfb (C), lm_head (V,C)                                        -- last stage
+ * Concatenating the arenas of stages 0, 1, ... gives exactly the unsplit arena, so params_xxh64 — XXH64
+ * (seed 0) streamed over the arenas in stage order — is the same for a split and an unsplit run.
+ * Initialisation draws each tensor from its own RNG stream (seed, global tensor index), so a stage's
+ * initial parameters do not depend on how the model is split.
+ *
+ * Microbatches: a stage is created with `max_inflight` activation slots. forward(slot) stores in the slot
+ * everything backward(slot) needs; a 1F1B schedule keeps up to (number of stages) slots in flight.
+ * Backward accumulates parameter gradients (+=) until zero_grad, so gradient accumulation over
+ * microbatches is free. Pointers returned by forward/backward are backend memory (host on CPU, device on
+ * CUDA). */
+#ifndef XDC_GPT_H
+#define XDC_GPT_H
+
+#include "common/xdc_hash.h"
+#include "kernels/xdc_kernels.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct xdc_gpt_config {
+    int n_layer;     /* L */
+    int n_head;      /* NH; n_embd % n_head == 0 */
+    int n_embd;      /* C */
+    int max_seq_len; /* maxT: rows of the position table */
+    int vocab_size;  /* V: 256 for bytes */
+} xdc_gpt_config;
+
+typedef struct xdc_adamw_config {
+    float beta1, beta2, eps;
+    float weight_decay; /* applied to matrices and embeddings, not to biases or layernorm gains */
+} xdc_adamw_config;
+
+typedef struct xdc_gpt_stage_config {
+    xdc_gpt_config model;
+    int layer_begin, layer_end; /* [begin, end) */
+    int batch, seq_len;         /* microbatch shape B, T (T <= maxT) */
+    int max_inflight;           /* activation slots (>= 1) */
+    uint64_t seed;              /* parameter init */
+    xdc_adamw_config adamw;
+} xdc_gpt_stage_config;
+
+typedef struct xdc_gpt_stage xdc_gpt_stage;
+
+/* Checks the shape (diag says what is wrong: XDC_ERR_INVALID), allocates parameters, gradients, moments
+ * and activations once, and initialises the parameters. */
+xdc_err_t xdc_gpt_stage_create(const xdc_model_ops *ops, const xdc_gpt_stage_config *cfg, xdc_gpt_stage **out,
+                               xdc_diag *diag);
+void xdc_gpt_stage_destroy(xdc_gpt_stage *s);
+
+bool xdc_gpt_stage_is_first(const xdc_gpt_stage *s);
+bool xdc_gpt_stage_is_last(const xdc_gpt_stage *s);
+/* Parameters (and gradients) in this stage, in floats. */
+size_t xdc_gpt_stage_num_params(const xdc_gpt_stage *s);
+/* Flat fp32 arenas (num_params), backend memory: the gradient arena is what data-parallel replicas
+ * all-reduce; the parameter arena is what DiLoCo-style outer steps read and write. */
+float *xdc_gpt_stage_params(xdc_gpt_stage *s);
+float *xdc_gpt_stage_grads(xdc_gpt_stage *s);
+/* Number of parameters of the whole model described by `cfg`. */
+size_t xdc_gpt_config_num_params(const xdc_gpt_config *cfg);
+
+/* Forward one microbatch into `slot` (0..max_inflight-1).
+ *   first stage: tokens (B,T) host int32 in [0,V); x_in ignored
+ *   other stages: x_in (B,T,C) backend memory, copied into the slot
+ *   last stage: targets (B,T) host int32; *loss = mean cross-entropy of the microbatch (nats)
+ *   other stages: *y_out = output activation (B,T,C) in the slot, valid until the slot's next forward */
+xdc_err_t xdc_gpt_stage_forward(xdc_gpt_stage *s, int slot, const int32_t *tokens, const float *x_in,
+                                const int32_t *targets, const float **y_out, float *loss);
+/* Backward of the microbatch in `slot`; gradients accumulate into the gradient arena.
+ *   last stage: dy ignored; loss_scale = d(objective)/d(this microbatch's mean loss), e.g. 1/M
+ *   other stages: dy (B,T,C) backend memory = gradient of the output activation; loss_scale ignored
+ *   other than first: *dx_out = gradient of the input activation (B,T,C), valid until the next backward */
+xdc_err_t xdc_gpt_stage_backward(xdc_gpt_stage *s, int slot, const float *dy, float loss_scale,
+                                 const float **dx_out);
+void xdc_gpt_stage_zero_grad(xdc_gpt_stage *s);
+
+/* *acc += sum of squared gradients of this stage (double; calling stages in order equals the unsplit sum
+ * on CPU). */
+xdc_err_t xdc_gpt_stage_grad_sumsq(xdc_gpt_stage *s, double *acc);
+/* One AdamW step on the stage's own arena and moments; gradients are multiplied by grad_scale first
+ * (clipping, 1/replicas). Advances the stage's step counter. */
+xdc_err_t xdc_gpt_stage_optimizer_step(xdc_gpt_stage *s, float lr, float grad_scale);
+/* The scale that clips a gradient of global squared norm `sumsq` to `max_norm` (1 when within, or when
+ * max_norm <= 0). */
+float xdc_gpt_clip_scale(double sumsq, float max_norm);
+
+/* Learning rate at 0-based `step`: linear warmup from lr/warmup to lr over `warmup` steps, then cosine
+ * decay to lr*min_frac at `total` steps (and flat after). */
+typedef struct xdc_lr_schedule {
+    float lr, min_frac;
+    int warmup, total;
+} xdc_lr_schedule;
+float xdc_lr_at(const xdc_lr_schedule *sch, int step);
+
+/* Optimizer state for checkpoints, host buffers of num_params floats each; *adam_t = steps taken. */
+xdc_err_t xdc_gpt_stage_state_get(xdc_gpt_stage *s, float *params, float *m, float *v, int64_t *adam_t);
+xdc_err_t xdc_gpt_stage_state_set(xdc_gpt_stage *s, const float *params, const float *m, const float *v,
+                                  int64_t adam_t);
+/* Stream this stage's parameter arena into `h` (see the arena order above). */
+xdc_err_t xdc_gpt_stage_hash_update(xdc_gpt_stage *s, xdc_hash_state *h);
+/* params_xxh64 over stages[0..n) in order. */
+xdc_err_t xdc_gpt_params_xxh64(xdc_gpt_stage *const *stages, int n, uint64_t *out);
+
+#endif /* XDC_GPT_H */
