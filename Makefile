@@ -110,7 +110,7 @@ FUZZ_SECONDS ?= 300
 FUZZ_BUILD := build/fuzz
 fuzz-%:
 	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang CUDA=0 OPT=-O1 \
-		EXTRA_CFLAGS="-fsanitize=fuzzer-no-link,address -Wno-unused-command-line-argument" libs
+		EXTRA_CFLAGS="-fsanitize=fuzzer-no-link,address -Wno-unused-command-line-argument -Wno-unknown-warning-option" libs
 	clang -std=c11 -D_GNU_SOURCE -I. -g -O1 -fsanitize=fuzzer,address -DXDC_LIBFUZZER \
 		-o $(FUZZ_BUILD)/fuzz_$* tests/fuzz/fuzz_$*.c $(foreach l,$(LAYERS),$(FUZZ_BUILD)/libxdc_$(l).a) \
 		$(filter-out -L% -Wl% -lcublas -lnccl -lcudart -lstdc++,$(LDLIBS))

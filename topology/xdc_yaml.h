@@ -59,6 +59,8 @@ typedef struct xdc_yaml xdc_yaml;
 
 /* Parse one YAML document. Syntax errors go to `errs` with their position; XDC_ERR_CONFIG. */
 xdc_err_t xdc_yaml_parse(const char *text, size_t len, xdc_yaml **out, xdc_cfg_errors *errs);
+/* Read a whole config file (at most 16 MiB) into a NUL-terminated buffer freed with xdc_free. */
+xdc_err_t xdc_yaml_read_file(const char *path, char **text, size_t *len, xdc_cfg_errors *errs);
 /* Read a file (at most 16 MiB) and parse it; a missing file is XDC_ERR_CONFIG with the OS reason. */
 xdc_err_t xdc_yaml_load_file(const char *path, xdc_yaml **out, xdc_cfg_errors *errs);
 void xdc_yaml_destroy(xdc_yaml *y);
