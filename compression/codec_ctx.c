@@ -1,0 +1,238 @@
+/* codec_ctx.c — codec configuration (parse/format, zstd level per link), context lifetime, residual
+ * access and stats. The chunk encoder/decoder lives in codec_chunk.c. */
+#include "compression/codec_private.h"
+
+#include "common/xdc_alloc.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const kind_names[] = {"none", "bf16", "int8", "int4", "topk"};
+
+size_t codec_raw_len(xdc_codec_kind kind, size_t count, size_t param)
+{
+    size_t nb = param ? (count + param - 1) / param : 0;
+    switch (kind) {
+    case XDC_CODEC_NONE: return 4 * count;
+    case XDC_CODEC_BF16: return 2 * count;
+    case XDC_CODEC_INT8: return 4 * nb + count;
+    case XDC_CODEC_INT4: return 8 * nb + (count + 1) / 2;
+    case XDC_CODEC_TOPK: return 8 * param; /* param is k: delta-coded u32 indices, then fp32 values */
+    }
+    return 0;
+}
+
+size_t codec_plane_elem(xdc_codec_kind kind)
+{
+    switch (kind) {
+    case XDC_CODEC_NONE: return 4;
+    case XDC_CODEC_BF16: return 2;
+    case XDC_CODEC_TOPK: return 4;
+    default: return 0;
+    }
+}
+
+size_t codec_topk_k(float fraction, size_t count)
+{
+    size_t k = (size_t)((double)fraction * (double)count + 0.5);
+    if (k < 1) k = 1;
+    return k > count / 2 ? (count / 2 ? count / 2 : 1) : k;
+}
+
+static bool block_valid(unsigned long b) { return b >= XDC_QUANT_BLOCK_MIN && b <= XDC_QUANT_BLOCK_MAX && !(b & 1); }
+
+xdc_err_t xdc_codec_parse(const char *text, xdc_codec_cfg *cfg, xdc_diag *diag)
+{
+    XDC_REQUIRE(text && cfg, XDC_ERR_INVALID);
+    const char *colon = strchr(text, ':');
+    size_t name_len = colon ? (size_t)(colon - text) : strlen(text);
+    int kind = -1;
+    for (int i = 0; i < (int)(sizeof kind_names / sizeof kind_names[0]); i++)
+        if (strlen(kind_names[i]) == name_len && !strncmp(text, kind_names[i], name_len)) kind = i;
+    if (kind < 0) {
+        xdc_diag_set(diag, "codec \"%s\": unknown name (expected none, bf16, int8[:block], int4[:block], "
+                           "topk[:fraction])", text);
+        return XDC_ERR_CONFIG;
+    }
+    if (colon) {
+        const char *arg = colon + 1;
+        char *end = NULL;
+        errno = 0;
+        if (kind == XDC_CODEC_INT8 || kind == XDC_CODEC_INT4) {
+            unsigned long b = strtoul(arg, &end, 10);
+            if (!*arg || *end || errno || !block_valid(b)) {
+                xdc_diag_set(diag, "codec \"%s\": block must be an even number in [%d, %d]", text,
+                             XDC_QUANT_BLOCK_MIN, XDC_QUANT_BLOCK_MAX);
+                return XDC_ERR_CONFIG;
+            }
+            cfg->block = (uint32_t)b;
+        } else if (kind == XDC_CODEC_TOPK) {
+            float f = strtof(arg, &end);
+            if (!*arg || *end || errno || !(f > 0.0f && f <= 0.5f)) {
+                xdc_diag_set(diag, "codec \"%s\": top-k fraction must be in (0, 0.5]", text);
+                return XDC_ERR_CONFIG;
+            }
+            cfg->topk_fraction = f;
+        } else {
+            xdc_diag_set(diag, "codec \"%s\": %s takes no parameter", text, kind_names[kind]);
+            return XDC_ERR_CONFIG;
+        }
+    }
+    cfg->kind = (xdc_codec_kind)kind;
+    return XDC_OK;
+}
+
+void xdc_codec_format(const xdc_codec_cfg *cfg, char *buf, size_t cap)
+{
+    unsigned k = (unsigned)cfg->kind;
+    const char *name = k < sizeof kind_names / sizeof kind_names[0] ? kind_names[k] : "?";
+    if (cfg->kind == XDC_CODEC_INT8 || cfg->kind == XDC_CODEC_INT4)
+        snprintf(buf, cap, "%s:%u", name, (unsigned)cfg->block);
+    else if (cfg->kind == XDC_CODEC_TOPK)
+        snprintf(buf, cap, "%s:%g", name, (double)cfg->topk_fraction);
+    else
+        snprintf(buf, cap, "%s", name);
+}
+
+int xdc_codec_zstd_level_for_link(double link_gbps)
+{
+    /* Single-core shuffled-zstd speeds measured by bench/codec on the development VM (docs/benchmarks.md):
+     * level 3 ~1.3 Gbit/s, level 1 ~2.5 Gbit/s, level -3 ~5 Gbit/s of input. Half of each is the limit
+     * so the codec is never the bottleneck even when it shares the core. */
+    if (link_gbps <= 0.6) return 3;
+    if (link_gbps <= 1.2) return 1;
+    if (link_gbps <= 2.5) return -3;
+    return 0;
+}
+
+static xdc_err_t check_cfg(const xdc_codec_cfg *cfg, xdc_diag *diag)
+{
+    if ((unsigned)cfg->kind > XDC_CODEC_TOPK) {
+        xdc_diag_set(diag, "codec kind %d unknown", (int)cfg->kind);
+        return XDC_ERR_CONFIG;
+    }
+    if (cfg->chunk_elems < 1 || cfg->chunk_elems > CODEC_MAX_CHUNK_ELEMS) {
+        xdc_diag_set(diag, "chunk_elems %zu outside [1, %u]", cfg->chunk_elems, CODEC_MAX_CHUNK_ELEMS);
+        return XDC_ERR_CONFIG;
+    }
+    if (cfg->n_elems < 1 || cfg->n_elems > UINT32_MAX * (size_t)64) {
+        xdc_diag_set(diag, "n_elems %zu must be at least 1", cfg->n_elems);
+        return XDC_ERR_CONFIG;
+    }
+    if ((cfg->kind == XDC_CODEC_INT8 || cfg->kind == XDC_CODEC_INT4) && !block_valid(cfg->block)) {
+        xdc_diag_set(diag, "block %u must be an even number in [%d, %d]", (unsigned)cfg->block,
+                     XDC_QUANT_BLOCK_MIN, XDC_QUANT_BLOCK_MAX);
+        return XDC_ERR_CONFIG;
+    }
+    if (cfg->kind == XDC_CODEC_TOPK && !(cfg->topk_fraction > 0.0f && cfg->topk_fraction <= 0.5f)) {
+        xdc_diag_set(diag, "top-k fraction %g must be in (0, 0.5]", (double)cfg->topk_fraction);
+        return XDC_ERR_CONFIG;
+    }
+    if (cfg->zstd_level != 0 && (cfg->zstd_level < ZSTD_minCLevel() || cfg->zstd_level > ZSTD_maxCLevel())) {
+        xdc_diag_set(diag, "zstd level %d outside [%d, %d] (0 turns zstd off)", cfg->zstd_level, ZSTD_minCLevel(),
+                     ZSTD_maxCLevel());
+        return XDC_ERR_CONFIG;
+    }
+    if (!(cfg->zstd_min_ratio >= 1.0f)) {
+        xdc_diag_set(diag, "zstd_min_ratio %g must be >= 1", (double)cfg->zstd_min_ratio);
+        return XDC_ERR_CONFIG;
+    }
+    return XDC_OK;
+}
+
+xdc_err_t xdc_codec_create(const xdc_codec_cfg *cfg, xdc_codec **out, xdc_diag *diag)
+{
+    XDC_REQUIRE(cfg && out, XDC_ERR_INVALID);
+    *out = NULL;
+    XDC_CHECK(check_cfg(cfg, diag));
+    xdc_codec *c = xdc_calloc(1, sizeof *c);
+    if (!c) goto nomem;
+    c->cfg = *cfg;
+    c->ops = &xdc_quant_cpu_ops;
+    size_t ce = cfg->chunk_elems;
+    /* Largest raw payload any codec can send for one chunk (the decoder accepts every codec):
+     * fp32 (4 B/elem) dominates int8 (1 + 4/16), int4 (1/2 + 8/16 + 1) and top-k (8 k <= 4 count). */
+    c->raw_cap = 4 * ce + 16;
+    c->raw = xdc_aligned_alloc(64, c->raw_cap);
+    c->planes = xdc_aligned_alloc(64, c->raw_cap);
+    c->decoded = xdc_aligned_alloc(64, ce * sizeof(float));
+    if (!c->raw || !c->planes || !c->decoded) goto nomem;
+    if (cfg->kind == XDC_CODEC_TOPK) {
+        size_t k = codec_topk_k(cfg->topk_fraction, ce);
+        c->topk_scratch = xdc_aligned_alloc(64, c->ops->topk_scratch_bytes(ce, k));
+        if (!c->topk_scratch) goto nomem;
+    }
+    if (cfg->error_feedback && cfg->kind != XDC_CODEC_NONE) {
+        c->residual = xdc_aligned_alloc(64, cfg->n_elems * sizeof(float));
+        if (!c->residual) goto nomem;
+        memset(c->residual, 0, cfg->n_elems * sizeof(float));
+    }
+    c->cctx = ZSTD_createCCtx();
+    c->dctx = ZSTD_createDCtx();
+    if (!c->cctx || !c->dctx) goto nomem;
+    *out = c;
+    return XDC_OK;
+nomem:
+    xdc_diag_set(diag, "codec context for %zu elements: out of memory", cfg->n_elems);
+    xdc_codec_destroy(c);
+    return XDC_ERR_NOMEM;
+}
+
+void xdc_codec_destroy(xdc_codec *c)
+{
+    if (!c) return;
+    ZSTD_freeCCtx(c->cctx);
+    ZSTD_freeDCtx(c->dctx);
+    xdc_free(c->residual);
+    xdc_free(c->topk_scratch);
+    xdc_free(c->decoded);
+    xdc_free(c->planes);
+    xdc_free(c->raw);
+    xdc_free(c);
+}
+
+size_t xdc_codec_chunk_count(const xdc_codec *c, size_t n)
+{
+    return (n + c->cfg.chunk_elems - 1) / c->cfg.chunk_elems;
+}
+
+size_t xdc_codec_bound(const xdc_codec *c, size_t n)
+{
+    /* zstd output is kept only when smaller than the raw payload, so raw + header bounds every chunk. */
+    size_t ce = c->cfg.chunk_elems, full = n / ce, tail = n % ce;
+    size_t param = c->cfg.kind == XDC_CODEC_TOPK ? 0 : c->cfg.block;
+    size_t per_full = CODEC_HDR_BYTES, per_tail = CODEC_HDR_BYTES;
+    if (c->cfg.kind == XDC_CODEC_TOPK) {
+        per_full += codec_raw_len(XDC_CODEC_TOPK, ce, codec_topk_k(c->cfg.topk_fraction, ce));
+        per_tail += tail ? codec_raw_len(XDC_CODEC_TOPK, tail, codec_topk_k(c->cfg.topk_fraction, tail)) : 0;
+    } else {
+        per_full += codec_raw_len(c->cfg.kind, ce, param);
+        per_tail += tail ? codec_raw_len(c->cfg.kind, tail, param) : 0;
+    }
+    return full * per_full + (tail ? per_tail : 0);
+}
+
+const float *xdc_codec_residual(const xdc_codec *c) { return c->residual; }
+
+xdc_err_t xdc_codec_set_residual(xdc_codec *c, const float *r, size_t n)
+{
+    XDC_REQUIRE(c && n == c->cfg.n_elems, XDC_ERR_INVALID);
+    if (!c->residual) return r ? XDC_ERR_INVALID : XDC_OK; /* no EF: only "zero it" makes sense */
+    if (r)
+        memcpy(c->residual, r, n * sizeof(float));
+    else
+        memset(c->residual, 0, n * sizeof(float));
+    return XDC_OK;
+}
+
+xdc_err_t xdc_codec_set_zstd_level(xdc_codec *c, int level)
+{
+    XDC_REQUIRE(c, XDC_ERR_INVALID);
+    XDC_REQUIRE(level == 0 || (level >= ZSTD_minCLevel() && level <= ZSTD_maxCLevel()), XDC_ERR_RANGE);
+    c->cfg.zstd_level = level;
+    return XDC_OK;
+}
+
+void xdc_codec_get_stats(const xdc_codec *c, xdc_codec_stats *out) { *out = c->stats; }

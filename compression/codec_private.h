@@ -1,0 +1,53 @@
+/* codec_private.h — the layout of an xdc_codec context and of a chunk header, shared by codec_ctx.c
+ * (configuration, lifetime, residual) and codec_chunk.c (encode/decode of one chunk). */
+#ifndef XDC_CODEC_PRIVATE_H
+#define XDC_CODEC_PRIVATE_H
+
+#include "compression/xdc_codec.h"
+#include "kernels/xdc_quant.h"
+
+#include <zstd.h>
+
+/* Chunk header, 40 bytes, little-endian (docs/compression.md, "Chunk format"):
+ *   0 u32 magic "XDC1"   4 u8 version   5 u8 codec   6 u8 flags   7 u8 zero
+ *   8 u32 count (elements)   12 u32 param (block or k)   16 u32 raw_len   20 u32 wire_len
+ *  24 u64 first (element index in the buffer)   32 u64 check = xxh64(payload, seed = xxh3(bytes 0..32)) */
+#define CODEC_HDR_BYTES 40u
+#define CODEC_MAGIC 0x31434458u /* "XDC1" */
+#define CODEC_VERSION 1u
+#define CODEC_FLAG_ZSTD 1u
+#define CODEC_FLAG_SHUFFLED 2u
+#define CODEC_MAX_CHUNK_ELEMS (1u << 28)
+/* After a chunk whose zstd output did not pay, this many following chunks of the same encode call skip
+ * the zstd attempt (int8/int4 payloads hardly compress; probing each chunk would halve throughput). */
+#define CODEC_ZSTD_BACKOFF 8u
+
+typedef struct codec_hdr {
+    uint8_t codec, flags;
+    uint32_t count, param, raw_len, wire_len;
+    uint64_t first, check;
+} codec_hdr;
+
+struct xdc_codec {
+    xdc_codec_cfg cfg;
+    const xdc_quant_ops *ops; /* CPU table: all buffers below are host memory */
+    float *residual;          /* (n_elems) fp32, error feedback; NULL when EF is off or kind is none */
+    uint8_t *raw;             /* (raw_cap) bytes: lossy payload of one chunk before the lossless stage */
+    uint8_t *planes;          /* (raw_cap) bytes: byte planes of `raw`, zstd input / output */
+    float *decoded;           /* (chunk_elems) fp32: accumulating decode target */
+    void *topk_scratch;       /* (topk_scratch_bytes) for topk_select */
+    size_t raw_cap;           /* bytes of raw and planes: the largest raw payload of any codec */
+    ZSTD_CCtx *cctx;
+    ZSTD_DCtx *dctx;
+    unsigned zstd_skip; /* chunks left to skip zstd in the current encode call */
+    xdc_codec_stats stats;
+};
+
+/* Raw payload bytes of a chunk of `count` elements with `param` (block or k). */
+size_t codec_raw_len(xdc_codec_kind kind, size_t count, size_t param);
+/* Bytes per element for byte planes of a codec's payload; 0 when planes do not help (int8, int4). */
+size_t codec_plane_elem(xdc_codec_kind kind);
+/* k for a top-k chunk of `count` elements. */
+size_t codec_topk_k(float fraction, size_t count);
+
+#endif /* XDC_CODEC_PRIVATE_H */

@@ -1,0 +1,105 @@
+/* xdc_codec.h — the gradient codec pipeline: a lossy stage (none, bf16, int8, int4, top-k) with error
+ * feedback, then a lossless stage (byte planes + zstd, skipped per chunk when it does not pay), cut
+ * into self-describing chunks so encode, send and decode can pipeline. docs/compression.md describes
+ * the chunk format, the error bound of each codec, error feedback and the NaN/Inf policy.
+ *
+ * Usage: one context per gradient buffer (bucket, DiLoCo fragment), created once with the buffer
+ * length; every encode of that buffer goes through it so the residual of error feedback carries over.
+ * Callers bring output buffers sized with xdc_codec_bound(). A context is used by one thread at a time
+ * and allocates nothing after xdc_codec_create(). */
+#ifndef XDC_CODEC_H
+#define XDC_CODEC_H
+
+#include "common/xdc_err.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    XDC_CODEC_NONE = 0, /* fp32 as is (lossless; zstd on byte planes may still help) */
+    XDC_CODEC_BF16 = 1, /* round to bfloat16 */
+    XDC_CODEC_INT8 = 2, /* blockwise absmax int8 */
+    XDC_CODEC_INT4 = 3, /* blockwise min/max int4 */
+    XDC_CODEC_TOPK = 4, /* largest-magnitude fraction, delta-coded indices + fp32 values */
+} xdc_codec_kind;
+
+typedef struct xdc_codec_cfg {
+    xdc_codec_kind kind;
+    size_t n_elems;       /* length of the buffer this context encodes (fp32 elements); the residual size */
+    uint32_t block;       /* int8/int4 values per scale: even, 16..4096 (64..256 is the useful range) */
+    float topk_fraction;  /* top-k: fraction of each chunk sent, in (0, 0.5] */
+    int zstd_level;       /* 0: no zstd stage; 1..19: ZSTD level (the link picks it) */
+    float zstd_min_ratio; /* keep a chunk's zstd output only if raw/compressed >= this (e.g. 1.05) */
+    size_t chunk_elems;   /* fp32 elements per chunk (1..2^28); the pipelining unit */
+    bool error_feedback;  /* keep residual = input - decoded and add it to the next input */
+} xdc_codec_cfg;
+
+/* int8 with 128-value blocks, zstd level 1 where it pays, 256 Ki elements (1 MiB fp32) per chunk, EF on. */
+#define XDC_CODEC_CFG_INIT {XDC_CODEC_INT8, 0, 128, 0.01f, 1, 1.05f, 262144, true}
+
+/* Parse "none", "bf16", "int8[:block]", "int4[:block]" or "topk[:fraction]" (e.g. "topk:0.01") into the
+ * codec fields of cfg (kind, block, topk_fraction); other fields are left alone. XDC_ERR_CONFIG with
+ * the reason in diag on anything else. */
+xdc_err_t xdc_codec_parse(const char *text, xdc_codec_cfg *cfg, xdc_diag *diag);
+/* The canonical text of cfg's codec ("int8:128", "topk:0.01"), which xdc_codec_parse reads back. */
+void xdc_codec_format(const xdc_codec_cfg *cfg, char *buf, size_t cap);
+/* zstd level for a link: the highest level whose single-core speed on shuffled codec output (measured
+ * by bench/codec, see docs/compression.md) stays above the link rate; 0 (off) on links so fast that
+ * even level 1 would be the bottleneck. */
+int xdc_codec_zstd_level_for_link(double link_gbps);
+
+typedef struct xdc_codec xdc_codec;
+
+typedef struct xdc_codec_stats {
+    uint64_t encode_calls, chunks_encoded, chunks_zstd, chunks_decoded;
+    uint64_t bytes_in;      /* fp32 bytes given to encode */
+    uint64_t bytes_out;     /* wire bytes encode produced */
+    uint64_t rejected;      /* encodes refused for out-of-range input */
+} xdc_codec_stats;
+
+/* Validates cfg (XDC_ERR_CONFIG, reason in diag) and allocates the residual and all scratch. */
+xdc_err_t xdc_codec_create(const xdc_codec_cfg *cfg, xdc_codec **out, xdc_diag *diag);
+void xdc_codec_destroy(xdc_codec *c);
+
+/* Most wire bytes encoding n (<= n_elems) elements can take. */
+size_t xdc_codec_bound(const xdc_codec *c, size_t n);
+/* Number of chunks a buffer of n elements is cut into. */
+size_t xdc_codec_chunk_count(const xdc_codec *c, size_t n);
+
+/* Encode x (n fp32, n == cfg.n_elems) into out (cap bytes, >= xdc_codec_bound) as consecutive chunks.
+ * Error feedback is applied inside. Input with NaN or |x| > 2^100 is refused with XDC_ERR_RANGE (first
+ * bad index in diag) and leaves the residual as it was for the chunks not yet encoded. The same input
+ * and residual always give the same bytes. */
+xdc_err_t xdc_codec_encode(xdc_codec *c, const float *x, size_t n, uint8_t *out, size_t cap, size_t *out_len,
+                           xdc_diag *diag);
+/* Encode only chunk `chunk` of x (elements [chunk*chunk_elems, ...)): the pipelining form. */
+xdc_err_t xdc_codec_encode_chunk(xdc_codec *c, const float *x, size_t n, size_t chunk, uint8_t *out, size_t cap,
+                                 size_t *out_len, xdc_diag *diag);
+
+typedef enum {
+    XDC_CODEC_WRITE = 0,      /* out[slice] = decoded */
+    XDC_CODEC_ACCUMULATE = 1, /* out[slice] += decoded (receiving side of a reduction) */
+} xdc_codec_mode;
+
+/* Decode one chunk from the front of in (len bytes) into its slice of out (n fp32) and report the bytes
+ * it used in *consumed and its slice in *first and *count (either may be NULL). Every header field is
+ * checked (XDC_ERR_CORRUPT, reason in diag) before it is used; chunks whose element count exceeds this
+ * context's chunk_elems are refused. In ACCUMULATE mode out is untouched on error; in WRITE mode the
+ * slice is unspecified on error. Decoding uses scratch only, never the residual. */
+xdc_err_t xdc_codec_decode_chunk(xdc_codec *c, const uint8_t *in, size_t len, float *out, size_t n,
+                                 xdc_codec_mode mode, size_t *consumed, size_t *first, size_t *count,
+                                 xdc_diag *diag);
+/* Decode a whole encoded buffer: chunks must cover out (n fp32) exactly once, in order. */
+xdc_err_t xdc_codec_decode(xdc_codec *c, const uint8_t *in, size_t len, float *out, size_t n, xdc_codec_mode mode,
+                           xdc_diag *diag);
+
+/* The residual (n_elems fp32) for checkpoints; stays owned by the context. */
+const float *xdc_codec_residual(const xdc_codec *c);
+/* Replace the residual (n == n_elems) from a checkpoint, or zero it (r == NULL). */
+xdc_err_t xdc_codec_set_residual(xdc_codec *c, const float *r, size_t n);
+/* Change the zstd level mid-run (the link was re-measured); 0 turns the stage off. */
+xdc_err_t xdc_codec_set_zstd_level(xdc_codec *c, int level);
+void xdc_codec_get_stats(const xdc_codec *c, xdc_codec_stats *out);
+
+#endif /* XDC_CODEC_H */
