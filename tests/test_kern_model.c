@@ -1,0 +1,294 @@
+/* test_kern_model.c — the CPU model ops against central finite differences (every layer's backward), and
+ * the CUDA ops against the CPU ones where a GPU is visible. Objectives are sum(out ⊙ R) for a random R,
+ * evaluated in double, so dout = R; the tolerances catch a wrong sign or a missing term. */
+#include "tests/xdc_test.h"
+
+#include "common/xdc_rng.h"
+#include "kernels/xdc_gpt.h"
+#include "kernels/xdc_model_ops.h"
+
+#include <stdlib.h>
+
+extern const xdc_model_ops xdc_model_cpu_ops;
+static const xdc_model_ops *cpu = &xdc_model_cpu_ops;
+
+static void fill(float *x, size_t n, xdc_rng *r, float scale)
+{
+    for (size_t i = 0; i < n; i++) x[i] = xdc_rng_normal(r) * scale;
+}
+
+static double dot(const float *a, const float *b, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+typedef double (*objective_fn)(void *ctx);
+
+/* Compares analytic[i] with (f(x+e) - f(x-e)) / 2e on up to 32 indices spread over x. */
+static void gradcheck(const char *what, objective_fn f, void *ctx, float *x, const float *analytic, size_t n)
+{
+    const float eps = 1e-2f;
+    size_t stride = n > 32 ? n / 32 : 1;
+    double max_abs = 0.0;
+    for (size_t i = 0; i < n; i += stride) {
+        float save = x[i];
+        x[i] = save + eps;
+        double lp = f(ctx);
+        x[i] = save - eps;
+        double lm = f(ctx);
+        x[i] = save;
+        double fd = (lp - lm) / (2.0 * eps), an = analytic[i];
+        XDC_ASSERT_MSG(fabs(fd - an) <= 2e-3 + 2e-2 * fabs(fd), "%s[%zu]: analytic %.6g vs finite difference %.6g",
+                       what, i, an, fd);
+        if (fabs(an) > max_abs) max_abs = fabs(an);
+    }
+    XDC_ASSERT_MSG(max_abs > 1e-3, "%s: gradient is all zero, the check would be vacuous", what);
+}
+
+typedef struct {
+    float *inp, *w, *b, *out, *R;
+    int N, C, OC;
+} mm_ctx;
+static double mm_obj(void *p)
+{
+    mm_ctx *c = p;
+    cpu->matmul_forward(c->out, c->inp, c->w, c->b, c->N, c->C, c->OC);
+    return dot(c->out, c->R, (size_t)c->N * c->OC);
+}
+
+XDC_TEST(kern_matmul_backward_matches_finite_differences)
+{
+    xdc_rng r;
+    xdc_rng_seed(&r, 1);
+    enum { N = 6, C = 5, OC = 7 };
+    float inp[N * C], w[OC * C], b[OC], out[N * OC], R[N * OC], dinp[N * C] = {0}, dw[OC * C] = {0}, db[OC] = {0};
+    fill(inp, N * C, &r, 1), fill(w, OC * C, &r, 1), fill(b, OC, &r, 1), fill(R, N * OC, &r, 1);
+    mm_ctx c = {inp, w, b, out, R, N, C, OC};
+    cpu->matmul_backward(dinp, dw, db, R, inp, w, N, C, OC);
+    gradcheck("matmul dinp", mm_obj, &c, inp, dinp, N * C);
+    gradcheck("matmul dw", mm_obj, &c, w, dw, OC * C);
+    gradcheck("matmul dbias", mm_obj, &c, b, db, OC);
+}
+
+typedef struct {
+    float *inp, *w, *b, *out, *mean, *rstd, *R;
+    int N, C;
+} ln_ctx;
+static double ln_obj(void *p)
+{
+    ln_ctx *c = p;
+    cpu->layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C);
+    return dot(c->out, c->R, (size_t)c->N * c->C);
+}
+
+XDC_TEST(kern_layernorm_backward_matches_finite_differences)
+{
+    xdc_rng r;
+    xdc_rng_seed(&r, 2);
+    enum { N = 4, C = 8 };
+    float inp[N * C], w[C], b[C], out[N * C], mean[N], rstd[N], R[N * C], dinp[N * C] = {0}, dw[C] = {0}, db[C] = {0};
+    fill(inp, N * C, &r, 1), fill(w, C, &r, 1), fill(b, C, &r, 1), fill(R, N * C, &r, 1);
+    ln_ctx c = {inp, w, b, out, mean, rstd, R, N, C};
+    ln_obj(&c);
+    cpu->layernorm_backward(dinp, dw, db, R, inp, w, mean, rstd, N, C);
+    gradcheck("layernorm dinp", ln_obj, &c, inp, dinp, N * C);
+    gradcheck("layernorm dw", ln_obj, &c, w, dw, C);
+    gradcheck("layernorm db", ln_obj, &c, b, db, C);
+}
+
+typedef struct {
+    float *qkv, *out, *att, *R;
+    int B, T, C, NH;
+} att_ctx;
+static double att_obj(void *p)
+{
+    att_ctx *c = p;
+    cpu->attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
+    return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
+}
+
+XDC_TEST(kern_attention_backward_matches_finite_differences_and_is_causal)
+{
+    xdc_rng r;
+    xdc_rng_seed(&r, 3);
+    enum { B = 2, T = 5, C = 8, NH = 2 };
+    float qkv[B * T * 3 * C], out[B * T * C], att[B * NH * T * T], R[B * T * C], dqkv[B * T * 3 * C] = {0};
+    float scratch[B * NH * T * T];
+    fill(qkv, B * T * 3 * C, &r, 1), fill(R, B * T * C, &r, 1);
+    att_ctx c = {qkv, out, att, R, B, T, C, NH};
+    att_obj(&c);
+    /* rows are distributions over the past only */
+    for (int row = 0; row < B * NH * T; row++) {
+        int t = row % T;
+        double s = 0;
+        for (int u = 0; u < T; u++) {
+            if (u > t) XDC_ASSERT(att[row * T + u] == 0.0f);
+            s += att[row * T + u];
+        }
+        XDC_ASSERT_NEAR(s, 1.0, 1e-5);
+    }
+    /* causality: changing the last token's q/k/v must not change earlier outputs */
+    float before = out[0], save = qkv[(T - 1) * 3 * C];
+    qkv[(T - 1) * 3 * C] += 5.0f;
+    att_obj(&c);
+    XDC_ASSERT(out[0] == before);
+    qkv[(T - 1) * 3 * C] = save;
+    att_obj(&c);
+    cpu->attention_backward(dqkv, scratch, R, qkv, att, B, T, C, NH);
+    gradcheck("attention dq", att_obj, &c, qkv, dqkv, B * T * 3 * C);
+    /* spot-check k and v thirds specifically (the spread above may favour one) */
+    gradcheck("attention dk", att_obj, &c, qkv + C, dqkv + C, C);
+    gradcheck("attention dv", att_obj, &c, qkv + 2 * C, dqkv + 2 * C, C);
+}
+
+typedef struct {
+    float *inp, *out, *R;
+    size_t n;
+} gelu_ctx;
+static double gelu_obj(void *p)
+{
+    gelu_ctx *c = p;
+    cpu->gelu_forward(c->out, c->inp, c->n);
+    return dot(c->out, c->R, c->n);
+}
+
+XDC_TEST(kern_gelu_backward_matches_finite_differences)
+{
+    xdc_rng r;
+    xdc_rng_seed(&r, 4);
+    enum { n = 64 };
+    float inp[n], out[n], R[n], dinp[n] = {0};
+    fill(inp, n, &r, 2), fill(R, n, &r, 1);
+    gelu_ctx c = {inp, out, R, n};
+    cpu->gelu_backward(dinp, inp, R, n);
+    gradcheck("gelu", gelu_obj, &c, inp, dinp, n);
+    float z = 0.0f, big = 10.0f, o[2], in2[2] = {z, big};
+    cpu->gelu_forward(o, in2, 2);
+    XDC_ASSERT_NEAR(o[0], 0.0, 1e-7);
+    XDC_ASSERT_NEAR(o[1], 10.0, 1e-4);
+}
+
+typedef struct {
+    float *logits, *probs, *losses;
+    int32_t *targets;
+    int N, V;
+    float dloss;
+} ce_ctx;
+static double ce_obj(void *p)
+{
+    ce_ctx *c = p;
+    cpu->crossentropy_forward(c->losses, c->probs, c->logits, c->targets, c->N, c->V);
+    double s = 0;
+    for (int i = 0; i < c->N; i++) s += c->losses[i];
+    return s * c->dloss;
+}
+
+XDC_TEST(kern_crossentropy_backward_matches_finite_differences)
+{
+    xdc_rng r;
+    xdc_rng_seed(&r, 5);
+    enum { N = 4, V = 10 };
+    float logits[N * V], probs[N * V], losses[N], dlogits[N * V] = {0};
+    int32_t targets[N] = {0, 3, 9, 3};
+    fill(logits, N * V, &r, 2);
+    ce_ctx c = {logits, probs, losses, targets, N, V, 0.7f};
+    ce_obj(&c);
+    cpu->crossentropy_backward(dlogits, probs, targets, c.dloss, N, V);
+    gradcheck("crossentropy", ce_obj, &c, logits, dlogits, N * V);
+    double uniform_loss;
+    float flat[V] = {0}, p1[V], l1;
+    int32_t t0 = 2;
+    cpu->crossentropy_forward(&l1, p1, flat, &t0, 1, V);
+    uniform_loss = log((double)V);
+    XDC_ASSERT_NEAR(l1, uniform_loss, 1e-5);
+}
+
+typedef struct {
+    float *wte, *wpe, *out, *R;
+    int32_t *tokens;
+    int B, T, C;
+} enc_ctx;
+static double enc_obj(void *p)
+{
+    enc_ctx *c = p;
+    cpu->encoder_forward(c->out, c->tokens, c->wte, c->wpe, c->B, c->T, c->C);
+    return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
+}
+
+XDC_TEST(kern_encoder_backward_matches_finite_differences)
+{
+    xdc_rng r;
+    xdc_rng_seed(&r, 6);
+    enum { B = 2, T = 3, C = 4, V = 5 };
+    float wte[V * C], wpe[T * C], out[B * T * C], R[B * T * C], dwte[V * C] = {0}, dwpe[T * C] = {0};
+    int32_t tokens[B * T] = {1, 4, 1, 0, 1, 2}; /* token 1 repeats: its gradient must sum */
+    fill(wte, V * C, &r, 1), fill(wpe, T * C, &r, 1), fill(R, B * T * C, &r, 1);
+    enc_ctx c = {wte, wpe, out, R, tokens, B, T, C};
+    cpu->encoder_backward(dwte, dwpe, R, tokens, B, T, C);
+    gradcheck("encoder dwte", enc_obj, &c, wte, dwte, V * C);
+    gradcheck("encoder dwpe", enc_obj, &c, wpe, dwpe, T * C);
+}
+
+XDC_TEST(kern_adamw_and_sumsq_follow_the_formulas)
+{
+    float p[3] = {1.0f, -2.0f, 0.5f}, g[3] = {0.5f, 0.0f, -1.0f}, m[3] = {0}, v[3] = {0};
+    double acc = 1.0;
+    XDC_ASSERT_OK(cpu->sumsq(g, 3, &acc));
+    XDC_ASSERT_NEAR(acc, 1.0 + 0.25 + 1.0, 1e-12);
+    /* first step with bias correction: update = lr * (sign(g) + wd * p) for |g| >> eps */
+    cpu->adamw(p, g, m, v, 3, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 2.0f, 1);
+    XDC_ASSERT_NEAR(p[0], 1.0 - 0.1 * (1.0 + 0.01 * 1.0), 1e-6);
+    XDC_ASSERT_NEAR(p[1], -2.0 - 0.1 * (0.01 * -2.0), 1e-6);
+    XDC_ASSERT_NEAR(p[2], 0.5 - 0.1 * (-1.0 + 0.01 * 0.5), 1e-6);
+    XDC_ASSERT_NEAR(m[0], 0.1 * 1.0, 1e-7); /* the gradient was scaled by 2 first */
+}
+
+XDC_TEST(kern_lr_schedule_warms_up_then_decays_by_cosine)
+{
+    xdc_lr_schedule s = {.lr = 1.0f, .min_frac = 0.1f, .warmup = 10, .total = 110};
+    XDC_ASSERT_NEAR(xdc_lr_at(&s, 0), 0.1, 1e-6);
+    XDC_ASSERT_NEAR(xdc_lr_at(&s, 9), 1.0, 1e-6);
+    XDC_ASSERT_NEAR(xdc_lr_at(&s, 10), 1.0, 1e-6);
+    XDC_ASSERT_NEAR(xdc_lr_at(&s, 60), 0.55, 1e-5);
+    XDC_ASSERT_NEAR(xdc_lr_at(&s, 110), 0.1, 1e-6);
+    XDC_ASSERT_NEAR(xdc_lr_at(&s, 500), 0.1, 1e-6);
+    XDC_ASSERT(xdc_lr_at(&s, 30) > xdc_lr_at(&s, 31));
+    XDC_ASSERT_NEAR(xdc_gpt_clip_scale(16.0, 2.0f), 0.5, 1e-7);
+    XDC_ASSERT_NEAR(xdc_gpt_clip_scale(1.0, 2.0f), 1.0, 0);
+}
+
+/* ---- CUDA vs CPU: a whole stage (every layer op) plus one AdamW step ---- */
+XDC_TEST(kern_cuda_stage_matches_cpu)
+{
+    if (xdc_kern_cuda_device_count() <= 0) xdc_test_skip("no GPU: no CUDA device visible");
+    const xdc_kern_backend *gpu = NULL;
+    XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CUDA, &gpu, NULL));
+    xdc_gpt_stage_config cfg = {.model = {2, 2, 16, 8, 32}, .layer_begin = 0, .layer_end = 2, .batch = 2,
+                                .seq_len = 8, .max_inflight = 1, .seed = 7,
+                                .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}};
+    xdc_gpt_stage *sc = NULL, *sg = NULL;
+    XDC_ASSERT_OK(xdc_gpt_stage_create(cpu, &cfg, &sc, NULL));
+    XDC_ASSERT_OK(xdc_gpt_stage_create(gpu->model, &cfg, &sg, NULL));
+    int32_t tok[16], tgt[16];
+    for (int i = 0; i < 16; i++) tok[i] = (i * 7) % 32, tgt[i] = (i * 5 + 1) % 32;
+    float lc, lg;
+    XDC_ASSERT_OK(xdc_gpt_stage_forward(sc, 0, tok, NULL, tgt, NULL, &lc));
+    XDC_ASSERT_OK(xdc_gpt_stage_forward(sg, 0, tok, NULL, tgt, NULL, &lg));
+    XDC_ASSERT_NEAR(lc, lg, 1e-4);
+    XDC_ASSERT_OK(xdc_gpt_stage_backward(sc, 0, NULL, 1.0f, NULL));
+    XDC_ASSERT_OK(xdc_gpt_stage_backward(sg, 0, NULL, 1.0f, NULL));
+    size_t n = xdc_gpt_stage_num_params(sc);
+    float *gc = malloc(n * 4), *gg = malloc(n * 4);
+    XDC_ASSERT_OK(gpu->model->download(gg, xdc_gpt_stage_grads(sg), n * 4));
+    memcpy(gc, xdc_gpt_stage_grads(sc), n * 4);
+    for (size_t i = 0; i < n; i++) XDC_ASSERT_MSG(fabsf(gc[i] - gg[i]) <= 1e-4f + 1e-3f * fabsf(gc[i]), "grad[%zu] cpu %g cuda %g", i, gc[i], gg[i]);
+    XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(sc, 1e-3f, 1.0f));
+    XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(sg, 1e-3f, 1.0f));
+    XDC_ASSERT_OK(gpu->model->download(gg, xdc_gpt_stage_params(sg), n * 4));
+    memcpy(gc, xdc_gpt_stage_params(sc), n * 4);
+    for (size_t i = 0; i < n; i++) XDC_ASSERT_NEAR(gc[i], gg[i], 2e-5 + 1e-4 * fabsf(gc[i]));
+    free(gc), free(gg);
+    xdc_gpt_stage_destroy(sc), xdc_gpt_stage_destroy(sg);
+}
