@@ -83,6 +83,15 @@ static xdc_err_t encode_lossy(xdc_codec *c, const float *xs, float *r, size_t m,
     return XDC_ERR_INTERNAL;
 }
 
+/* Codecs without byte planes (int8, int4) probe a sample first; see CODEC_ZSTD_PROBE_BYTES. */
+static bool zstd_worth_trying(xdc_codec *c, const uint8_t *payload, size_t raw_len)
+{
+    if (codec_plane_elem(c->cfg.kind) || raw_len < 4 * CODEC_ZSTD_PROBE_BYTES) return true;
+    size_t limit = (size_t)((double)CODEC_ZSTD_PROBE_BYTES / c->cfg.zstd_min_ratio);
+    size_t z = ZSTD_compressCCtx(c->cctx, c->planes, limit, payload, CODEC_ZSTD_PROBE_BYTES, c->cfg.zstd_level);
+    return !ZSTD_isError(z) && z <= limit;
+}
+
 xdc_err_t xdc_codec_encode_chunk(xdc_codec *c, const float *x, size_t n, size_t chunk, uint8_t *out, size_t cap,
                                  size_t *out_len, xdc_diag *diag)
 {
@@ -105,17 +114,13 @@ xdc_err_t xdc_codec_encode_chunk(xdc_codec *c, const float *x, size_t n, size_t 
         return XDC_ERR_INVALID;
     }
     XDC_CHECK(reject_range(c, xs, m, first, diag));
-    if (chunk == 0) c->zstd_skip = 0; /* a new pass over the buffer: backoff state is per call, so bytes are
-                                        a function of the input alone */
     const uint8_t *payload = NULL;
     XDC_CHECK(encode_lossy(c, xs, c->residual ? c->residual + first : NULL, m, param, &payload));
 
     codec_hdr h = {.codec = (uint8_t)c->cfg.kind, .count = (uint32_t)m, .param = (uint32_t)param,
                    .raw_len = (uint32_t)raw_len, .wire_len = (uint32_t)raw_len, .first = first};
     uint8_t *body = out + CODEC_HDR_BYTES;
-    if (c->cfg.zstd_level != 0 && c->zstd_skip > 0) {
-        c->zstd_skip--;
-    } else if (c->cfg.zstd_level != 0) {
+    if (c->cfg.zstd_level != 0 && zstd_worth_trying(c, payload, raw_len)) {
         size_t pe = codec_plane_elem(c->cfg.kind);
         const uint8_t *src = payload;
         if (pe) {
@@ -128,8 +133,6 @@ xdc_err_t xdc_codec_encode_chunk(xdc_codec *c, const float *x, size_t n, size_t 
             h.flags = CODEC_FLAG_ZSTD | (pe ? CODEC_FLAG_SHUFFLED : 0);
             h.wire_len = (uint32_t)z;
             c->stats.chunks_zstd++;
-        } else {
-            c->zstd_skip = CODEC_ZSTD_BACKOFF;
         }
     }
     if (!h.flags) memcpy(body, payload, raw_len);

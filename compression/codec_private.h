@@ -18,9 +18,10 @@
 #define CODEC_FLAG_ZSTD 1u
 #define CODEC_FLAG_SHUFFLED 2u
 #define CODEC_MAX_CHUNK_ELEMS (1u << 28)
-/* After a chunk whose zstd output did not pay, this many following chunks of the same encode call skip
- * the zstd attempt (int8/int4 payloads hardly compress; probing each chunk would halve throughput). */
-#define CODEC_ZSTD_BACKOFF 8u
+/* int8/int4 payloads hardly compress, and a failed zstd attempt costs more than the quantizer: those
+ * chunks first compress a sample of this many bytes from their start and skip zstd when it does not pay.
+ * The decision depends on the chunk's own bytes only, so chunks encode identically in any order. */
+#define CODEC_ZSTD_PROBE_BYTES 16384u
 
 typedef struct codec_hdr {
     uint8_t codec, flags;
@@ -39,7 +40,6 @@ struct xdc_codec {
     size_t raw_cap;           /* bytes of raw and planes: the largest raw payload of any codec */
     ZSTD_CCtx *cctx;
     ZSTD_DCtx *dctx;
-    unsigned zstd_skip; /* chunks left to skip zstd in the current encode call */
     xdc_codec_stats stats;
 };
 

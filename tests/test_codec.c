@@ -1,0 +1,396 @@
+/* test_codec.c — compression/xdc_codec.h: name parsing, per-codec error bounds (docs/compression.md),
+ * error-feedback conservation, byte-identical output for identical input, the NaN/Inf/huge/denormal
+ * policy, corrupted chunks, accumulate mode, chunk-at-a-time pipelining, residual checkpoints, and a
+ * least-squares problem trained through every codec. */
+#include "tests/xdc_test.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_rng.h"
+#include "compression/xdc_codec.h"
+
+#include <float.h>
+
+static const char *const all_codecs[] = {"none", "bf16", "int8:128", "int4:64", "topk:0.05"};
+#define N_CODECS (sizeof all_codecs / sizeof all_codecs[0])
+
+static xdc_codec *make(const char *spec, size_t n, size_t chunk, int zstd, bool ef)
+{
+    xdc_codec_cfg cfg = XDC_CODEC_CFG_INIT;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_MSG(xdc_codec_parse(spec, &cfg, &d) == XDC_OK, "%s: %s", spec, d.msg);
+    cfg.n_elems = n;
+    cfg.chunk_elems = chunk;
+    cfg.zstd_level = zstd;
+    cfg.error_feedback = ef;
+    xdc_codec *c = NULL;
+    XDC_ASSERT_MSG(xdc_codec_create(&cfg, &c, &d) == XDC_OK, "%s: %s", spec, d.msg);
+    return c;
+}
+
+static void fill_grad(float *x, size_t n, uint64_t seed)
+{
+    xdc_rng rng;
+    xdc_rng_seed(&rng, seed);
+    for (size_t i = 0; i < n; i++) x[i] = xdc_rng_normal(&rng) * 1e-3f * (xdc_rng_below(&rng, 50) ? 1.0f : 20.0f);
+}
+
+/* Encode then decode (WRITE) into y; returns wire bytes. */
+static size_t round_trip(xdc_codec *c, const float *x, size_t n, float *y)
+{
+    size_t cap = xdc_codec_bound(c, n), len = 0;
+    uint8_t *buf = xdc_malloc(cap);
+    xdc_diag d = {{0}};
+    XDC_ASSERT_MSG(xdc_codec_encode(c, x, n, buf, cap, &len, &d) == XDC_OK, "encode: %s", d.msg);
+    XDC_ASSERT(len <= cap);
+    XDC_ASSERT_MSG(xdc_codec_decode(c, buf, len, y, n, XDC_CODEC_WRITE, &d) == XDC_OK, "decode: %s", d.msg);
+    xdc_free(buf);
+    return len;
+}
+
+XDC_TEST(codec_parse_format_and_errors)
+{
+    xdc_codec_cfg cfg = XDC_CODEC_CFG_INIT;
+    xdc_diag d = {{0}};
+    char buf[64];
+    for (size_t i = 0; i < N_CODECS; i++) {
+        XDC_ASSERT_OK(xdc_codec_parse(all_codecs[i], &cfg, &d));
+        xdc_codec_format(&cfg, buf, sizeof buf);
+        XDC_ASSERT_STR_CONTAINS(buf, all_codecs[i]);
+    }
+    XDC_ASSERT_OK(xdc_codec_parse("topk:0.01", &cfg, &d));
+    XDC_ASSERT(cfg.kind == XDC_CODEC_TOPK && fabsf(cfg.topk_fraction - 0.01f) < 1e-7f);
+    XDC_ASSERT_OK(xdc_codec_parse("int8", &cfg, &d));
+    XDC_ASSERT(cfg.kind == XDC_CODEC_INT8);
+    XDC_ASSERT_ERR(xdc_codec_parse("int9", &cfg, &d), XDC_ERR_CONFIG);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "unknown name");
+    XDC_ASSERT_ERR(xdc_codec_parse("int8:15", &cfg, &d), XDC_ERR_CONFIG);
+    XDC_ASSERT_ERR(xdc_codec_parse("int4:abc", &cfg, &d), XDC_ERR_CONFIG);
+    XDC_ASSERT_ERR(xdc_codec_parse("topk:0.9", &cfg, &d), XDC_ERR_CONFIG);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "(0, 0.5]");
+    XDC_ASSERT_ERR(xdc_codec_parse("none:3", &cfg, &d), XDC_ERR_CONFIG);
+    cfg.n_elems = 0;
+    xdc_codec *c = NULL;
+    XDC_ASSERT_ERR(xdc_codec_create(&cfg, &c, &d), XDC_ERR_CONFIG);
+    XDC_ASSERT(c == NULL);
+    xdc_codec_destroy(NULL);
+    XDC_ASSERT(xdc_codec_zstd_level_for_link(0.1) >= xdc_codec_zstd_level_for_link(1.0));
+    XDC_ASSERT_EQ(xdc_codec_zstd_level_for_link(100.0), 0);
+}
+
+XDC_TEST(codec_round_trip_error_within_documented_bounds)
+{
+    size_t n = 50001, chunk = 8192; /* neither a multiple of the chunk nor of any block */
+    float *x = xdc_malloc(n * 4), *y = xdc_malloc(n * 4);
+    fill_grad(x, n, 11);
+    for (int zstd = 0; zstd <= 1; zstd++)
+        for (size_t ci = 0; ci < N_CODECS; ci++) {
+            xdc_codec *c = make(all_codecs[ci], n, chunk, zstd, false);
+            memset(y, 0xff, n * 4);
+            round_trip(c, x, n, y);
+            size_t nonzero = 0;
+            for (size_t i = 0; i < n; i++) {
+                size_t b0 = i / 64 * 64, c0 = i / chunk * chunk;
+                float am = 0, lo = INFINITY, hi = -INFINITY;
+                for (size_t j = b0; j < b0 + 64 && j < n && j < c0 + chunk; j++)
+                    am = fmaxf(am, fabsf(x[j])), lo = fminf(lo, x[j]), hi = fmaxf(hi, x[j]);
+                float err = fabsf(x[i] - y[i]), bound;
+                switch (ci) {
+                case 0: bound = 0; break;
+                case 1: bound = fabsf(x[i]) / 256.0f; break;
+                case 2: { /* int8:128 — recompute the 128-block absmax */
+                    size_t q0 = (i - c0) / 128 * 128 + c0;
+                    am = 0;
+                    for (size_t j = q0; j < q0 + 128 && j < n && j < c0 + chunk; j++) am = fmaxf(am, fabsf(x[j]));
+                    bound = am / 254.0f * 1.0001f;
+                    break;
+                }
+                case 3: bound = (hi - lo) / 30.0f * 1.0001f; break;
+                default: bound = y[i] == 0.0f ? fabsf(x[i]) : 0; nonzero += y[i] != 0.0f; break;
+                }
+                if (!(err <= bound)) XDC_FAIL("%s zstd %d elem %zu: %g -> %g (bound %g)", all_codecs[ci], zstd, i, x[i], y[i], bound);
+            }
+            if (ci == 4) { /* k = round(0.05 * count) per chunk */
+                size_t want = 0;
+                for (size_t c0 = 0; c0 < n; c0 += chunk) want += (size_t)(0.05 * (double)(n - c0 < chunk ? n - c0 : chunk) + 0.5);
+                XDC_ASSERT_EQ(nonzero, want);
+            }
+            XDC_ASSERT(1);
+            xdc_codec_destroy(c);
+        }
+    xdc_free(x), xdc_free(y);
+}
+
+XDC_TEST(codec_error_feedback_conserves_the_sum_of_inputs)
+{
+    /* sum over T steps of decoded == sum of inputs - final residual (float tolerance). */
+    size_t n = 20000, T = 25;
+    float *x = xdc_malloc(n * 4), *y = xdc_malloc(n * 4);
+    double *sum_in = xdc_malloc(n * 8), *sum_out = xdc_malloc(n * 8);
+    for (size_t ci = 1; ci < N_CODECS; ci++) {
+        xdc_codec *c = make(all_codecs[ci], n, 4096, 1, true);
+        memset(sum_in, 0, n * 8), memset(sum_out, 0, n * 8);
+        for (size_t t = 0; t < T; t++) {
+            fill_grad(x, n, 100 + t);
+            round_trip(c, x, n, y);
+            for (size_t i = 0; i < n; i++) sum_in[i] += x[i], sum_out[i] += y[i];
+        }
+        const float *r = xdc_codec_residual(c);
+        XDC_ASSERT(r != NULL);
+        double worst = 0, rnorm = 0;
+        for (size_t i = 0; i < n; i++) {
+            worst = fmax(worst, fabs(sum_out[i] - (sum_in[i] - r[i])));
+            rnorm += (double)r[i] * r[i];
+        }
+        XDC_ASSERT_MSG(worst < 1e-6, "%s: conservation off by %g", all_codecs[ci], worst);
+        XDC_ASSERT_MSG(rnorm > 0, "%s: residual never used", all_codecs[ci]);
+        xdc_codec_destroy(c);
+    }
+    xdc_free(x), xdc_free(y), xdc_free(sum_in), xdc_free(sum_out);
+}
+
+XDC_TEST(codec_same_input_gives_same_bytes)
+{
+    size_t n = 30000;
+    float *x = xdc_malloc(n * 4);
+    fill_grad(x, n, 5);
+    for (size_t ci = 0; ci < N_CODECS; ci++) {
+        xdc_codec *a = make(all_codecs[ci], n, 8192, 3, true), *b = make(all_codecs[ci], n, 8192, 3, true);
+        size_t cap = xdc_codec_bound(a, n), la = 0, lb = 0;
+        uint8_t *ba = xdc_malloc(cap), *bb = xdc_malloc(cap);
+        for (int step = 0; step < 2; step++) { /* second step also exercises the carried residual */
+            XDC_ASSERT_OK(xdc_codec_encode(a, x, n, ba, cap, &la, NULL));
+            XDC_ASSERT_OK(xdc_codec_encode(b, x, n, bb, cap, &lb, NULL));
+            XDC_ASSERT_EQ(la, lb);
+            XDC_ASSERT(memcmp(ba, bb, la) == 0);
+        }
+        xdc_free(ba), xdc_free(bb);
+        xdc_codec_destroy(a), xdc_codec_destroy(b);
+    }
+    xdc_free(x);
+}
+
+XDC_TEST(codec_refuses_nan_inf_and_huge_without_touching_the_residual)
+{
+    size_t n = 5000;
+    float *x = xdc_malloc(n * 4), *r0 = xdc_malloc(n * 4);
+    const float bad[] = {NAN, INFINITY, -INFINITY, 1e31f};
+    for (size_t ci = 0; ci < N_CODECS; ci++) {
+        xdc_codec *c = make(all_codecs[ci], n, 1024, 1, true);
+        size_t cap = xdc_codec_bound(c, n), len = 0;
+        uint8_t *buf = xdc_malloc(cap);
+        fill_grad(x, n, 9);
+        XDC_ASSERT_OK(xdc_codec_encode(c, x, n, buf, cap, &len, NULL)); /* some residual to protect */
+        if (xdc_codec_residual(c)) memcpy(r0, xdc_codec_residual(c), n * 4);
+        for (size_t b = 0; b < 4; b++) {
+            xdc_diag d = {{0}};
+            x[3000] = bad[b];
+            XDC_ASSERT_ERR(xdc_codec_encode_chunk(c, x, n, 2, buf, cap, &len, &d), XDC_ERR_RANGE);
+            XDC_ASSERT_STR_CONTAINS(d.msg, "element 3000");
+            if (xdc_codec_residual(c)) XDC_ASSERT(memcmp(r0, xdc_codec_residual(c), n * 4) == 0);
+        }
+        xdc_codec_stats st;
+        xdc_codec_get_stats(c, &st);
+        XDC_ASSERT_EQ(st.rejected, 4);
+        xdc_free(buf);
+        xdc_codec_destroy(c);
+    }
+    xdc_free(x), xdc_free(r0);
+}
+
+XDC_TEST(codec_zeros_denormals_and_huge_values_round_trip)
+{
+    size_t n = 777;
+    float *x = xdc_malloc(n * 4), *y = xdc_malloc(n * 4);
+    for (size_t ci = 0; ci < N_CODECS; ci++) {
+        xdc_codec *c = make(all_codecs[ci], n, 256, 1, true);
+        memset(x, 0, n * 4);
+        round_trip(c, x, n, y);
+        for (size_t i = 0; i < n; i++) XDC_ASSERT_MSG(y[i] == 0.0f, "%s zeros: y[%zu] = %g", all_codecs[ci], i, y[i]);
+        for (size_t i = 0; i < n; i++) x[i] = (i & 1 ? -1.0f : 1.0f) * FLT_MIN * (float)(i % 5) / 8.0f; /* denormals */
+        round_trip(c, x, n, y);
+        for (size_t i = 0; i < n; i++) XDC_ASSERT_MSG(fabsf(y[i] - x[i]) <= FLT_MIN && isfinite(y[i]), "%s denormal %zu", all_codecs[ci], i);
+        XDC_ASSERT_OK(xdc_codec_set_residual(c, NULL, n));
+        for (size_t i = 0; i < n; i++) x[i] = (i % 3 == 0 ? -1e30f : 1e30f) * (float)(1 + i % 7) / 8.0f;
+        round_trip(c, x, n, y);
+        for (size_t i = 0; i < n; i++) {
+            XDC_ASSERT_MSG(isfinite(y[i]), "%s huge: y[%zu] = %g", all_codecs[ci], i, y[i]);
+            if (ci == 2) XDC_ASSERT(fabsf(y[i] - x[i]) <= 1e30f / 254.0f * 1.001f);
+        }
+        xdc_codec_destroy(c);
+    }
+    xdc_free(x), xdc_free(y);
+}
+
+XDC_TEST(codec_decoder_refuses_corrupt_chunks)
+{
+    size_t n = 4000;
+    float *x = xdc_malloc(n * 4), *y = xdc_malloc(n * 4);
+    fill_grad(x, n, 21);
+    xdc_codec *c = make("bf16", n, 1024, 1, false);
+    size_t cap = xdc_codec_bound(c, n), len = 0;
+    uint8_t *buf = xdc_malloc(cap), *bad = xdc_malloc(cap);
+    XDC_ASSERT_OK(xdc_codec_encode(c, x, n, buf, cap, &len, NULL));
+    xdc_diag d = {{0}};
+    memcpy(bad, buf, len);
+    bad[len - 1] ^= 1;
+    XDC_ASSERT_ERR(xdc_codec_decode(c, bad, len, y, n, XDC_CODEC_WRITE, &d), XDC_ERR_CORRUPT);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "checksum");
+    XDC_ASSERT_ERR(xdc_codec_decode(c, buf, len - 1, y, n, XDC_CODEC_WRITE, &d), XDC_ERR_CORRUPT);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "truncated");
+    XDC_ASSERT_ERR(xdc_codec_decode(c, buf, len, y, n - 1, XDC_CODEC_WRITE, &d), XDC_ERR_CORRUPT);
+    XDC_ASSERT_ERR(xdc_codec_decode(c, buf, len, y, n + 5000, XDC_CODEC_WRITE, &d), XDC_ERR_CORRUPT);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "cover");
+    memcpy(bad, buf, len);
+    bad[0] = 'Y';
+    XDC_ASSERT_ERR(xdc_codec_decode(c, bad, len, y, n, XDC_CODEC_WRITE, &d), XDC_ERR_CORRUPT);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "magic");
+    /* a chunk sent twice: the second one starts at the wrong element */
+    size_t first_len = 0, consumed = 0;
+    XDC_ASSERT_OK(xdc_codec_decode_chunk(c, buf, len, y, n, XDC_CODEC_WRITE, &first_len, NULL, NULL, NULL));
+    memcpy(bad, buf, first_len), memcpy(bad + first_len, buf, first_len);
+    XDC_ASSERT_ERR(xdc_codec_decode(c, bad, 2 * first_len, y, n, XDC_CODEC_WRITE, &d), XDC_ERR_CORRUPT);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "expected 1024");
+    /* a decoder with a smaller chunk size refuses the larger chunk before using its count */
+    xdc_codec *small = make("bf16", n, 512, 1, false);
+    XDC_ASSERT_ERR(xdc_codec_decode_chunk(small, buf, len, y, n, XDC_CODEC_WRITE, &consumed, NULL, NULL, &d),
+                   XDC_ERR_CORRUPT);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "chunk size");
+    xdc_codec_destroy(small);
+    xdc_codec_destroy(c);
+    xdc_free(x), xdc_free(y), xdc_free(buf), xdc_free(bad);
+}
+
+XDC_TEST(codec_accumulate_mode_adds_and_chunks_pipeline)
+{
+    size_t n = 10000, chunk = 3000;
+    float *x = xdc_malloc(n * 4), *y = xdc_malloc(n * 4), *acc = xdc_malloc(n * 4);
+    fill_grad(x, n, 31);
+    for (size_t ci = 0; ci < N_CODECS; ci++) {
+        xdc_codec *a = make(all_codecs[ci], n, chunk, 1, false), *b = make(all_codecs[ci], n, chunk, 1, false);
+        size_t cap = xdc_codec_bound(a, n), len = 0, nch = xdc_codec_chunk_count(a, n);
+        XDC_ASSERT_EQ(nch, 4);
+        uint8_t *whole = xdc_malloc(cap), *piece = xdc_malloc(cap);
+        XDC_ASSERT_OK(xdc_codec_encode(a, x, n, whole, cap, &len, NULL));
+        /* chunk at a time, decoded as each arrives, in reverse order: same bytes, same result */
+        size_t off = len;
+        for (size_t i = 0; i < n; i++) acc[i] = 1.0f;
+        for (size_t ch = nch; ch-- > 0;) {
+            size_t pl = 0, used = 0, first = 0, count = 0;
+            XDC_ASSERT_OK(xdc_codec_encode_chunk(b, x, n, ch, piece, cap, &pl, NULL));
+            off -= pl;
+            XDC_ASSERT(memcmp(whole + off, piece, pl) == 0);
+            XDC_ASSERT_OK(xdc_codec_decode_chunk(b, piece, pl, acc, n, XDC_CODEC_ACCUMULATE, &used, &first, &count, NULL));
+            XDC_ASSERT_EQ(used, pl);
+            XDC_ASSERT_EQ(first, ch * chunk);
+        }
+        XDC_ASSERT_EQ(off, 0);
+        XDC_ASSERT_OK(xdc_codec_decode(a, whole, len, y, n, XDC_CODEC_WRITE, NULL));
+        for (size_t i = 0; i < n; i++) XDC_ASSERT_MSG(acc[i] == 1.0f + y[i], "%s elem %zu", all_codecs[ci], i);
+        xdc_codec_stats st;
+        xdc_codec_get_stats(a, &st);
+        XDC_ASSERT_EQ(st.bytes_in, n * 4);
+        XDC_ASSERT_EQ(st.bytes_out, len);
+        xdc_free(whole), xdc_free(piece);
+        xdc_codec_destroy(a), xdc_codec_destroy(b);
+    }
+    xdc_free(x), xdc_free(y), xdc_free(acc);
+}
+
+XDC_TEST(codec_zstd_stage_pays_on_bf16_and_is_skipped_when_it_does_not)
+{
+    size_t n = 65536;
+    float *x = xdc_malloc(n * 4), *y = xdc_malloc(n * 4);
+    fill_grad(x, n, 41);
+    xdc_codec *c = make("bf16", n, 16384, 1, false);
+    size_t len = round_trip(c, x, n, y);
+    xdc_codec_stats st;
+    xdc_codec_get_stats(c, &st);
+    XDC_ASSERT_EQ(st.chunks_zstd, 4);
+    XDC_ASSERT_MSG(len < n * 2 * 0.9, "bf16 + planes + zstd: %zu bytes for %zu values", len, n);
+    xdc_codec_destroy(c);
+    /* raw fp32 noise hardly compresses: demand 2x and every chunk must go out raw, still exact */
+    xdc_codec_cfg cfg = XDC_CODEC_CFG_INIT;
+    cfg.kind = XDC_CODEC_NONE, cfg.n_elems = n, cfg.chunk_elems = 4096, cfg.zstd_min_ratio = 2.0f;
+    XDC_ASSERT_OK(xdc_codec_create(&cfg, &c, NULL));
+    len = round_trip(c, x, n, y);
+    xdc_codec_get_stats(c, &st);
+    XDC_ASSERT_EQ(st.chunks_zstd, 0);
+    XDC_ASSERT_EQ(len, xdc_codec_bound(c, n));
+    XDC_ASSERT(memcmp(x, y, n * 4) == 0);
+    XDC_ASSERT_OK(xdc_codec_set_zstd_level(c, 0));
+    XDC_ASSERT_ERR(xdc_codec_set_zstd_level(c, 99), XDC_ERR_RANGE);
+    xdc_codec_destroy(c);
+    xdc_free(x), xdc_free(y);
+}
+
+XDC_TEST(codec_residual_checkpoint_restores_the_stream)
+{
+    size_t n = 6000;
+    float *x = xdc_malloc(n * 4);
+    xdc_codec *a = make("int4:64", n, 2048, 1, true), *b = make("int4:64", n, 2048, 1, true);
+    size_t cap = xdc_codec_bound(a, n), la = 0, lb = 0;
+    uint8_t *ba = xdc_malloc(cap), *bb = xdc_malloc(cap);
+    fill_grad(x, n, 51);
+    XDC_ASSERT_OK(xdc_codec_encode(a, x, n, ba, cap, &la, NULL));
+    XDC_ASSERT_OK(xdc_codec_set_residual(b, xdc_codec_residual(a), n)); /* "restore a checkpoint" */
+    fill_grad(x, n, 52);
+    XDC_ASSERT_OK(xdc_codec_encode(a, x, n, ba, cap, &la, NULL));
+    XDC_ASSERT_OK(xdc_codec_encode(b, x, n, bb, cap, &lb, NULL));
+    XDC_ASSERT(la == lb && memcmp(ba, bb, la) == 0);
+    XDC_ASSERT_ERR(xdc_codec_set_residual(b, x, n - 1), XDC_ERR_INVALID);
+    xdc_free(ba), xdc_free(bb), xdc_free(x);
+    xdc_codec_destroy(a), xdc_codec_destroy(b);
+}
+
+/* Least squares min_w |A w - b|^2 / 2m by gradient descent, the gradient passing through the codec
+ * (with EF) each step, as a worker's gradient would. Tolerance documented in docs/compression.md. */
+static double train_least_squares(const char *spec)
+{
+    enum { M = 256, D = 128, STEPS = 1500 };
+    static float A[M * D], b[M], wstar[D];
+    float w[D] = {0}, g[D], gq[D], res[M];
+    xdc_rng rng;
+    xdc_rng_seed(&rng, 1234);
+    for (int i = 0; i < M * D; i++) A[i] = xdc_rng_normal(&rng) / sqrtf((float)M);
+    for (int j = 0; j < D; j++) wstar[j] = xdc_rng_normal(&rng);
+    for (int i = 0; i < M; i++) {
+        b[i] = 0;
+        for (int j = 0; j < D; j++) b[i] += A[i * D + j] * wstar[j];
+    }
+    xdc_codec *c = spec ? make(spec, D, D, 1, true) : NULL;
+    size_t cap = c ? xdc_codec_bound(c, D) : 0, len = 0;
+    uint8_t *buf = xdc_malloc(cap + 1);
+    for (int s = 0; s < STEPS; s++) {
+        for (int i = 0; i < M; i++) {
+            res[i] = -b[i];
+            for (int j = 0; j < D; j++) res[i] += A[i * D + j] * w[j];
+        }
+        for (int j = 0; j < D; j++) {
+            g[j] = 0;
+            for (int i = 0; i < M; i++) g[j] += A[i * D + j] * res[i];
+        }
+        const float *use = g;
+        if (c) {
+            XDC_ASSERT_OK(xdc_codec_encode(c, g, D, buf, cap, &len, NULL));
+            XDC_ASSERT_OK(xdc_codec_decode(c, buf, len, gq, D, XDC_CODEC_WRITE, NULL));
+            use = gq;
+        }
+        for (int j = 0; j < D; j++) w[j] -= 0.3f * use[j];
+    }
+    double err = 0, norm = 0;
+    for (int j = 0; j < D; j++) err += (double)(w[j] - wstar[j]) * (w[j] - wstar[j]), norm += (double)wstar[j] * wstar[j];
+    xdc_free(buf);
+    xdc_codec_destroy(c);
+    return sqrt(err / norm);
+}
+
+XDC_TEST(codec_least_squares_converges_through_every_codec)
+{
+    double base = train_least_squares(NULL);
+    XDC_ASSERT_MSG(base < 1e-4, "uncompressed run did not converge: %g", base);
+    static const char *const specs[] = {"none", "bf16", "int8:64", "int4:32", "topk:0.1"};
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        double e = train_least_squares(specs[i]);
+        XDC_ASSERT_MSG(e < 1e-2, "%s: relative distance to the optimum %g (uncompressed %g)", specs[i], e, base);
+    }
+}
