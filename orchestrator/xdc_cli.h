@@ -22,5 +22,6 @@ typedef struct {
 } xdc_command;
 
 int xdc_cmd_topo(int argc, char **argv);
+int xdc_cmd_train(int argc, char **argv);
 
 #endif /* XDC_CLI_H */

@@ -9,6 +9,7 @@
 
 static const xdc_command commands[] = {
     {"topo", "check and print topology files", xdc_cmd_topo},
+    {"train", "train the GPT in one process (--single)", xdc_cmd_train},
 };
 
 static void usage(FILE *f)
