@@ -1,0 +1,581 @@
+/* intra_cpu.c — the CPU backend: ranks are processes on one host sharing one segment (intra_shm.c).
+ *
+ * Two progress threads per communicator, each started on first use:
+ *   - the collective thread runs collectives one after another in start order. Data moves in pieces of
+ *     up to INTRA_SHM_CHUNK bytes per rank through double-buffered staging areas: every rank copies its
+ *     piece in, all meet at a step barrier, then rank r reduces (or gathers) the r-th 1/n of the piece
+ *     straight from everyone's staging buffer (the shared-memory form of reduce-scatter + all-gather,
+ *     so each rank reduces only 1/n of the data). A staging half is rewritten two steps later, after a
+ *     barrier every reader has passed.
+ *   - the p2p thread streams messages through one single-producer/single-consumer byte ring per
+ *     directed pair ([u64 length][payload]), progressing every peer without blocking on any of them, so
+ *     send/recv pairs in either order never deadlock; it sleeps on its doorbell futex when idle.
+ * A failure (deadline, dead peer, mismatched operation) fails the whole communicator, is published in
+ * the segment for the other ranks, and fails every queued request with the same message. */
+#include "intra/intra_priv.h"
+#include "intra/intra_shm.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_hash.h"
+#include "common/xdc_log.h"
+#include "common/xdc_time.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#define P2P_SLICE_MS 10
+#define HDR_BYTES sizeof(uint64_t)
+
+typedef struct req_queue {
+    xdc_intra_req *head, *tail;
+} req_queue;
+
+typedef struct cpu_comm {
+    intra_shm shm;
+    int stop;                 /* under comm->lock */
+    pthread_cond_t work_cond; /* collective thread waits here for work, with comm->lock */
+    pthread_t coll_thread, p2p_thread;
+    int coll_started, p2p_started;
+    req_queue coll;
+    req_queue *sendq, *recvq; /* (size,) per peer, in start order */
+    uint64_t step;            /* collective thread only */
+    _Atomic uint64_t waiting_step; /* step the collective thread waits at, for describe_wait */
+    uint64_t splits;          /* splits made from this communicator, names the child segments */
+} cpu_comm;
+
+static void queue_push(req_queue *q, xdc_intra_req *r)
+{
+    r->next = NULL;
+    if (q->tail)
+        q->tail->next = r;
+    else
+        q->head = r;
+    q->tail = r;
+}
+
+static void queue_pop(req_queue *q)
+{
+    q->head = q->head->next;
+    if (!q->head) q->tail = NULL;
+}
+
+/* Fail the communicator, tell the other ranks, and return the error requests should carry. */
+static xdc_err_t cpu_fail(xdc_intra_comm *comm, xdc_err_t rc, const char *msg)
+{
+    cpu_comm *cc = comm->impl;
+    rc = intra_comm_fail(comm, rc, msg);
+    intra_shm_abort(&cc->shm, msg);
+    return rc;
+}
+
+/* ---- collectives -------------------------------------------------------------------------------- */
+
+typedef struct coll_ctx {
+    xdc_intra_comm *comm;
+    cpu_comm *cc;
+    xdc_intra_req *req;
+    uint64_t sig;
+    char what[96];
+    char *msg;
+    size_t cap;
+} coll_ctx;
+
+/* Next step: returns its parity (staging half) after everyone arrived. */
+static xdc_err_t coll_step(coll_ctx *x, int *half)
+{
+    uint64_t step = ++x->cc->step;
+    atomic_store(&x->cc->waiting_step, step);
+    xdc_err_t rc = intra_shm_step(&x->cc->shm, step, x->sig, x->comm->op_timeout_ms, x->what, x->msg, x->cap);
+    *half = (int)(step & 1);
+    return rc;
+}
+
+static int next_half(const coll_ctx *x) { return (int)((x->cc->step + 1) & 1); }
+
+/* Slice [lo, hi) of `count` owned by rank r when a piece is split n ways (sizes differ by at most 1). */
+static void slice_of(size_t count, int r, int n, size_t *lo, size_t *hi)
+{
+    *lo = count * (size_t)r / (size_t)n;
+    *hi = count * (size_t)(r + 1) / (size_t)n;
+}
+
+static xdc_err_t run_all_reduce(coll_ctx *x)
+{
+    xdc_intra_req *q = x->req;
+    intra_shm *s = &x->cc->shm;
+    int n = s->size, me = s->rank, h;
+    size_t es = xdc_intra_dtype_size(q->dtype), piece = INTRA_SHM_CHUNK / es;
+    const void *in[64];
+    for (size_t off = 0; off < q->count; off += piece) {
+        size_t len = q->count - off < piece ? q->count - off : piece, lo, hi;
+        memcpy(intra_shm_stage(s, me, next_half(x)), (const uint8_t *)q->sendbuf + off * es, len * es);
+        XDC_CHECK(coll_step(x, &h));
+        slice_of(len, me, n, &lo, &hi);
+        for (int k = 0; k < n; k++) in[k] = intra_shm_stage(s, k, h) + lo * es;
+        intra_reduce_host(intra_shm_result(s, h) + lo * es, in, n, hi - lo, q->dtype, q->redop);
+        int h2;
+        XDC_CHECK(coll_step(x, &h2)); /* every slice of the result is written */
+        memcpy((uint8_t *)q->recvbuf + off * es, intra_shm_result(s, h), len * es);
+    }
+    return XDC_OK;
+}
+
+static xdc_err_t run_reduce_scatter(coll_ctx *x)
+{
+    xdc_intra_req *q = x->req;
+    intra_shm *s = &x->cc->shm;
+    int n = s->size, me = s->rank, h;
+    size_t es = xdc_intra_dtype_size(q->dtype), piece = INTRA_SHM_CHUNK / es / (size_t)n;
+    const void *in[64];
+    for (size_t off = 0; off < q->count; off += piece) {
+        size_t len = q->count - off < piece ? q->count - off : piece;
+        uint8_t *stage = intra_shm_stage(s, me, next_half(x));
+        for (int b = 0; b < n; b++) /* stage: (n, len) — block b's piece */
+            memcpy(stage + (size_t)b * len * es, (const uint8_t *)q->sendbuf + ((size_t)b * q->count + off) * es,
+                   len * es);
+        XDC_CHECK(coll_step(x, &h));
+        for (int k = 0; k < n; k++) in[k] = intra_shm_stage(s, k, h) + (size_t)me * len * es;
+        intra_reduce_host((uint8_t *)q->recvbuf + off * es, in, n, len, q->dtype, q->redop);
+    }
+    return XDC_OK;
+}
+
+static xdc_err_t run_all_gather(coll_ctx *x)
+{
+    xdc_intra_req *q = x->req;
+    intra_shm *s = &x->cc->shm;
+    int n = s->size, me = s->rank, h;
+    size_t es = xdc_intra_dtype_size(q->dtype), piece = INTRA_SHM_CHUNK / es;
+    for (size_t off = 0; off < q->count; off += piece) {
+        size_t len = q->count - off < piece ? q->count - off : piece;
+        memcpy(intra_shm_stage(s, me, next_half(x)), (const uint8_t *)q->sendbuf + off * es, len * es);
+        XDC_CHECK(coll_step(x, &h));
+        for (int k = 0; k < n; k++)
+            memcpy((uint8_t *)q->recvbuf + ((size_t)k * q->count + off) * es, intra_shm_stage(s, k, h), len * es);
+    }
+    return XDC_OK;
+}
+
+static xdc_err_t run_broadcast(coll_ctx *x)
+{
+    xdc_intra_req *q = x->req;
+    intra_shm *s = &x->cc->shm;
+    int root = q->peer, h;
+    size_t es = xdc_intra_dtype_size(q->dtype), piece = INTRA_SHM_CHUNK / es;
+    for (size_t off = 0; off < q->count; off += piece) {
+        size_t len = q->count - off < piece ? q->count - off : piece;
+        if (s->rank == root) memcpy(intra_shm_stage(s, root, next_half(x)), (uint8_t *)q->recvbuf + off * es, len * es);
+        XDC_CHECK(coll_step(x, &h));
+        if (s->rank != root) memcpy((uint8_t *)q->recvbuf + off * es, intra_shm_stage(s, root, h), len * es);
+    }
+    return XDC_OK;
+}
+
+static xdc_err_t run_collective(xdc_intra_comm *comm, xdc_intra_req *q, char *msg, size_t cap)
+{
+    coll_ctx x = {comm, comm->impl, q, 0, "", msg, cap};
+    uint64_t sigv[4] = {(uint64_t)q->kind, (uint64_t)q->count, (uint64_t)q->dtype * 16 + (uint64_t)q->redop,
+                        (uint64_t)(q->kind == INTRA_OP_BROADCAST ? q->peer : 0)};
+    x.sig = xdc_xxh64(sigv, sizeof sigv, 0x696e747261);
+    snprintf(x.what, sizeof x.what, "%s of %zu elements (rank %d/%d, op #%llu)", intra_op_name(q->kind), q->count,
+             comm->rank, comm->size, (unsigned long long)q->seq);
+    switch (q->kind) {
+    case INTRA_OP_ALL_REDUCE: return run_all_reduce(&x);
+    case INTRA_OP_REDUCE_SCATTER: return run_reduce_scatter(&x);
+    case INTRA_OP_ALL_GATHER: return run_all_gather(&x);
+    case INTRA_OP_BROADCAST: return run_broadcast(&x);
+    case INTRA_OP_BARRIER: {
+        int h;
+        return coll_step(&x, &h);
+    }
+    default: return XDC_ERR_INTERNAL;
+    }
+}
+
+static void *coll_main(void *arg)
+{
+    xdc_intra_comm *comm = arg;
+    cpu_comm *cc = comm->impl;
+    char msg[384];
+    for (;;) {
+        pthread_mutex_lock(&comm->lock);
+        while (!cc->stop && !cc->coll.head) pthread_cond_wait(&cc->work_cond, &comm->lock);
+        xdc_intra_req *q = cc->stop ? NULL : cc->coll.head;
+        xdc_err_t rc = comm->failed;
+        if (rc != XDC_OK) snprintf(msg, sizeof msg, "%s", comm->error);
+        pthread_mutex_unlock(&comm->lock);
+        if (!q) break;
+        if (rc == XDC_OK) {
+            msg[0] = 0;
+            rc = run_collective(comm, q, msg, sizeof msg);
+            if (rc != XDC_OK) rc = cpu_fail(comm, rc, msg);
+        }
+        atomic_store(&cc->waiting_step, 0);
+        pthread_mutex_lock(&comm->lock);
+        queue_pop(&cc->coll);
+        pthread_mutex_unlock(&comm->lock);
+        intra_req_complete(q, rc, msg);
+    }
+    return NULL;
+}
+
+/* ---- point to point ----------------------------------------------------------------------------- */
+
+/* Copy up to `len` bytes of the stream [hdr | payload] at position req->moved into or out of a ring. */
+static size_t ring_xfer(intra_shm_ring *ring, xdc_intra_req *q, size_t total, int produce)
+{
+    uint8_t *data = intra_shm_ring_data(ring);
+    uint64_t head = atomic_load_explicit(&ring->head, produce ? memory_order_acquire : memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&ring->tail, produce ? memory_order_relaxed : memory_order_acquire);
+    size_t room = produce ? INTRA_SHM_RING - (size_t)(tail - head) : (size_t)(tail - head);
+    size_t want = total - q->moved < room ? total - q->moved : room;
+    uint64_t pos = produce ? tail : head;
+    size_t done = 0;
+    while (done < want) {
+        size_t at = (size_t)(pos % INTRA_SHM_RING), n = INTRA_SHM_RING - at;
+        if (n > want - done) n = want - done;
+        size_t sp = q->moved + done; /* stream position */
+        /* split at the header/payload boundary */
+        if (sp < HDR_BYTES && n > HDR_BYTES - sp) n = HDR_BYTES - sp;
+        uint8_t *local = sp < HDR_BYTES ? (uint8_t *)&q->p2p_hdr + sp
+                                        : (produce ? (uint8_t *)(uintptr_t)q->sendbuf : (uint8_t *)q->recvbuf) +
+                                              (sp - HDR_BYTES);
+        if (produce)
+            memcpy(data + at, local, n);
+        else
+            memcpy(local, data + at, n);
+        pos += n;
+        done += n;
+    }
+    if (done) atomic_store_explicit(produce ? &ring->tail : &ring->head, pos, memory_order_release);
+    q->moved += done;
+    return done;
+}
+
+/* Advance the head op of one direction with one peer; returns 1 on progress. On a protocol error sets
+ * *rc and msg. */
+static int p2p_advance(xdc_intra_comm *comm, xdc_intra_req *q, xdc_err_t *rc, char *msg, size_t cap)
+{
+    cpu_comm *cc = comm->impl;
+    int send = q->kind == INTRA_OP_SEND;
+    size_t bytes = q->count * xdc_intra_dtype_size(q->dtype);
+    intra_shm_ring *ring = send ? intra_shm_ring_of(&cc->shm, comm->rank, q->peer)
+                                : intra_shm_ring_of(&cc->shm, q->peer, comm->rank);
+    if (send && q->moved == 0) q->p2p_hdr = bytes;
+    size_t total = q->moved < HDR_BYTES ? HDR_BYTES : HDR_BYTES + bytes;
+    size_t got = ring_xfer(ring, q, total, send);
+    if (!send && q->moved == HDR_BYTES && total == HDR_BYTES) {
+        if (q->p2p_hdr != bytes) {
+            snprintf(msg, cap, "recv from rank %d (rank %d/%d, op #%llu): rank %d sent %llu bytes, recv posted for %zu",
+                     q->peer, comm->rank, comm->size, (unsigned long long)q->seq, q->peer,
+                     (unsigned long long)q->p2p_hdr, bytes);
+            *rc = XDC_ERR_PROTO;
+            return 1;
+        }
+        got += ring_xfer(ring, q, HDR_BYTES + bytes, 0);
+    } else if (send && q->moved == HDR_BYTES && bytes) {
+        got += ring_xfer(ring, q, HDR_BYTES + bytes, 1);
+    }
+    if (got) {
+        q->last_progress_ns = xdc_now_ns();
+        intra_shm_ring_bell(&cc->shm, q->peer);
+    }
+    return got > 0;
+}
+
+static int p2p_complete(const xdc_intra_req *q)
+{
+    return q->moved >= HDR_BYTES && q->moved == HDR_BYTES + q->count * xdc_intra_dtype_size(q->dtype);
+}
+
+/* Deadline and liveness of a pending p2p request that made no progress this pass. */
+static xdc_err_t p2p_check(xdc_intra_comm *comm, xdc_intra_req *q, char *msg, size_t cap)
+{
+    cpu_comm *cc = comm->impl;
+    const char *dir = q->kind == INTRA_OP_SEND ? "send to" : "recv from";
+    if (intra_shm_aborted(&cc->shm, msg, cap)) return XDC_ERR_PEER_LOST;
+    if (!intra_shm_rank_alive(&cc->shm, q->peer)) {
+        snprintf(msg, cap, "%s rank %d (rank %d/%d, op #%llu): rank %d (pid %d) died", dir, q->peer, comm->rank,
+                 comm->size, (unsigned long long)q->seq, q->peer, (int)atomic_load(&cc->shm.slots[q->peer].pid));
+        return XDC_ERR_PEER_LOST;
+    }
+    if (comm->op_timeout_ms >= 0 && xdc_now_ns() - q->last_progress_ns > (uint64_t)comm->op_timeout_ms * XDC_NS_PER_MS) {
+        snprintf(msg, cap, "%s rank %d (rank %d/%d, op #%llu): rank %d made no progress for %lld ms", dir, q->peer,
+                 comm->rank, comm->size, (unsigned long long)q->seq, q->peer, (long long)comm->op_timeout_ms);
+        return XDC_ERR_TIMEOUT;
+    }
+    return XDC_OK;
+}
+
+/* Complete every queued p2p request with the communicator's error. */
+static void p2p_fail_all(xdc_intra_comm *comm)
+{
+    cpu_comm *cc = comm->impl;
+    for (;;) {
+        xdc_intra_req *q = NULL;
+        pthread_mutex_lock(&comm->lock);
+        for (int p = 0; p < comm->size && !q; p++) {
+            req_queue *qs[2] = {&cc->sendq[p], &cc->recvq[p]};
+            for (int d = 0; d < 2 && !q; d++)
+                if (qs[d]->head) {
+                    q = qs[d]->head;
+                    queue_pop(qs[d]);
+                }
+        }
+        xdc_err_t rc = comm->failed;
+        char msg[384];
+        snprintf(msg, sizeof msg, "%s", comm->error);
+        pthread_mutex_unlock(&comm->lock);
+        if (!q) return;
+        intra_req_complete(q, rc, msg);
+    }
+}
+
+static void *p2p_main(void *arg)
+{
+    xdc_intra_comm *comm = arg;
+    cpu_comm *cc = comm->impl;
+    intra_shm_slot *me = &cc->shm.slots[comm->rank];
+    char msg[384];
+    for (;;) {
+        uint32_t seen = atomic_load(&me->bell);
+        pthread_mutex_lock(&comm->lock);
+        int stop = cc->stop, failed = comm->failed != XDC_OK;
+        pthread_mutex_unlock(&comm->lock);
+        if (stop) break;
+        if (failed) p2p_fail_all(comm);
+        int progress = 0, pending = 0;
+        for (int p = 0; p < comm->size; p++) {
+            req_queue *qs[2] = {&cc->sendq[p], &cc->recvq[p]};
+            for (int d = 0; d < 2; d++) {
+                pthread_mutex_lock(&comm->lock);
+                xdc_intra_req *q = qs[d]->head;
+                pthread_mutex_unlock(&comm->lock);
+                xdc_err_t rc = XDC_OK;
+                while (q) {
+                    msg[0] = 0;
+                    int moved = p2p_advance(comm, q, &rc, msg, sizeof msg);
+                    progress |= moved;
+                    if (rc == XDC_OK && !p2p_complete(q)) break;
+                    if (rc != XDC_OK) rc = cpu_fail(comm, rc, msg);
+                    pthread_mutex_lock(&comm->lock);
+                    queue_pop(qs[d]);
+                    xdc_intra_req *nx = qs[d]->head;
+                    pthread_mutex_unlock(&comm->lock);
+                    intra_req_complete(q, rc, msg);
+                    if (rc != XDC_OK) break;
+                    q = nx;
+                }
+                pending += q != NULL && rc == XDC_OK;
+            }
+        }
+        if (progress || !pending) {
+            if (progress) continue;
+        } else {
+            /* Nothing moved: check deadlines and peers of every waiting head. */
+            for (int p = 0; p < comm->size; p++) {
+                req_queue *qs[2] = {&cc->sendq[p], &cc->recvq[p]};
+                for (int d = 0; d < 2; d++) {
+                    pthread_mutex_lock(&comm->lock);
+                    xdc_intra_req *q = qs[d]->head;
+                    pthread_mutex_unlock(&comm->lock);
+                    xdc_err_t rc = q ? p2p_check(comm, q, msg, sizeof msg) : XDC_OK;
+                    if (rc != XDC_OK) cpu_fail(comm, rc, msg);
+                }
+            }
+        }
+        atomic_store(&me->sleeping, 1);
+        if (atomic_load(&me->bell) == seen) intra_futex_wait(&me->bell, seen, P2P_SLICE_MS);
+        atomic_store(&me->sleeping, 0);
+    }
+    return NULL;
+}
+
+/* ---- backend table ------------------------------------------------------------------------------ */
+
+static xdc_err_t cpu_create_named(xdc_intra_comm *comm, const char *name, int64_t timeout_ms, xdc_diag *diag)
+{
+    cpu_comm *cc = xdc_calloc(1, sizeof *cc);
+    if (!cc) return XDC_ERR_NOMEM;
+    cc->sendq = xdc_calloc((size_t)comm->size, sizeof *cc->sendq);
+    cc->recvq = xdc_calloc((size_t)comm->size, sizeof *cc->recvq);
+    xdc_err_t rc = XDC_ERR_NOMEM;
+    if (!cc->sendq || !cc->recvq) goto fail;
+    XDC_CHECK_GOTO(intra_shm_join(&cc->shm, name, comm->rank, comm->size, timeout_ms, diag), rc, fail);
+    pthread_cond_init(&cc->work_cond, NULL);
+    comm->impl = cc;
+    return XDC_OK;
+fail:
+    xdc_free(cc->sendq);
+    xdc_free(cc->recvq);
+    xdc_free(cc);
+    return rc;
+}
+
+static xdc_err_t cpu_create(xdc_intra_comm *comm, const xdc_intra_config *cfg, xdc_diag *diag)
+{
+    if (strncmp(cfg->bootstrap, "cpu:", 4) != 0) {
+        xdc_diag_set(diag, "intra cpu: bootstrap id \"%.64s\" is not a CPU id (want cpu:/name)", cfg->bootstrap);
+        return XDC_ERR_CONFIG;
+    }
+    return cpu_create_named(comm, cfg->bootstrap + 4, cfg->create_timeout_ms, diag);
+}
+
+static void cpu_destroy(xdc_intra_comm *comm)
+{
+    cpu_comm *cc = comm->impl;
+    if (!cc) return;
+    pthread_mutex_lock(&comm->lock);
+    cc->stop = 1;
+    atomic_store(&cc->shm.cancel, 1);
+    pthread_cond_broadcast(&cc->work_cond);
+    pthread_mutex_unlock(&comm->lock);
+    intra_shm_ring_bell(&cc->shm, comm->rank);
+    if (cc->coll_started) pthread_join(cc->coll_thread, NULL);
+    if (cc->p2p_started) pthread_join(cc->p2p_thread, NULL);
+    intra_shm_leave(&cc->shm);
+    pthread_cond_destroy(&cc->work_cond);
+    xdc_free(cc->sendq);
+    xdc_free(cc->recvq);
+    xdc_free(cc);
+    comm->impl = NULL;
+}
+
+static xdc_err_t cpu_start(xdc_intra_comm *comm, xdc_intra_req *req)
+{
+    cpu_comm *cc = comm->impl;
+    int p2p = req->kind == INTRA_OP_SEND || req->kind == INTRA_OP_RECV;
+    pthread_mutex_lock(&comm->lock);
+    int *started = p2p ? &cc->p2p_started : &cc->coll_started;
+    if (!*started) {
+        if (pthread_create(p2p ? &cc->p2p_thread : &cc->coll_thread, NULL, p2p ? p2p_main : coll_main, comm) != 0) {
+            pthread_mutex_unlock(&comm->lock);
+            return XDC_ERR_NOMEM;
+        }
+        *started = 1;
+    }
+    if (!p2p)
+        queue_push(&cc->coll, req);
+    else if (req->kind == INTRA_OP_SEND)
+        queue_push(&cc->sendq[req->peer], req);
+    else
+        queue_push(&cc->recvq[req->peer], req);
+    pthread_cond_signal(&cc->work_cond);
+    pthread_mutex_unlock(&comm->lock);
+    if (p2p) intra_shm_ring_bell(&cc->shm, comm->rank);
+    return XDC_OK;
+}
+
+static void cpu_describe_wait(xdc_intra_comm *comm, xdc_intra_req *req, char *out, size_t cap)
+{
+    cpu_comm *cc = comm->impl;
+    if (req->kind == INTRA_OP_SEND || req->kind == INTRA_OP_RECV) {
+        snprintf(out, cap, "waiting for rank %d (pid %d, %s): %zu of %zu bytes %s", req->peer,
+                 (int)atomic_load(&cc->shm.slots[req->peer].pid), intra_shm_rank_alive(&cc->shm, req->peer) ? "alive" : "dead",
+                 req->moved > HDR_BYTES ? req->moved - HDR_BYTES : 0, req->count * xdc_intra_dtype_size(req->dtype),
+                 req->kind == INTRA_OP_SEND ? "sent" : "received");
+        return;
+    }
+    pthread_mutex_lock(&comm->lock);
+    int at_head = cc->coll.head == req;
+    pthread_mutex_unlock(&comm->lock);
+    uint64_t step = atomic_load(&cc->waiting_step);
+    if (!at_head || !step) {
+        snprintf(out, cap, "queued behind earlier collectives on this communicator");
+        return;
+    }
+    char who[256];
+    intra_shm_describe_missing(&cc->shm, step, who, sizeof who);
+    snprintf(out, cap, "waiting for %s", who);
+}
+
+static xdc_err_t cpu_split(xdc_intra_comm *comm, int color, int key, xdc_intra_comm **out, xdc_diag *diag)
+{
+    cpu_comm *cc = comm->impl;
+    int n = comm->size;
+    int32_t mine[2] = {color, key}, *all = xdc_malloc((size_t)n * sizeof mine);
+    if (!all) return XDC_ERR_NOMEM;
+    xdc_intra_req *req = NULL;
+    xdc_err_t rc;
+    /* (color, key) of every rank: an all_gather of two 4-byte elements each */
+    XDC_CHECK_GOTO(xdc_intra_all_gather(comm, mine, all, 2, XDC_INTRA_F32, &req), rc, done);
+    XDC_CHECK_GOTO(xdc_intra_wait(req, -1, diag), rc, done);
+    uint64_t split_id = ++cc->splits;
+    if (color == XDC_INTRA_UNDEFINED) goto done;
+    int newrank = 0, newsize = 0;
+    for (int r = 0; r < n; r++) {
+        if (all[2 * r] != color) continue;
+        newsize++;
+        if (all[2 * r + 1] < key || (all[2 * r + 1] == key && r < comm->rank)) newrank++;
+    }
+    char name[256];
+    if ((size_t)snprintf(name, sizeof name, "%s.%llu.%d", cc->shm.name, (unsigned long long)split_id, color) >= sizeof name) {
+        xdc_diag_set(diag, "intra split: segment name of %s too long (too many nested splits)", cc->shm.name);
+        rc = XDC_ERR_RANGE;
+        goto done;
+    }
+    xdc_intra_comm *child = NULL;
+    XDC_CHECK_GOTO(intra_comm_alloc(comm->ops, newrank, newsize, comm->op_timeout_ms, &child), rc, done);
+    rc = cpu_create_named(child, name, comm->op_timeout_ms, diag);
+    if (rc != XDC_OK) {
+        intra_comm_free(child);
+        goto done;
+    }
+    *out = child;
+done:
+    xdc_free(all);
+    return rc;
+}
+
+static xdc_err_t cpu_bootstrap_create(char *out, size_t cap, xdc_diag *diag)
+{
+    uint64_t rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) rnd = xdc_now_ns() ^ ((uint64_t)getpid() << 32);
+    if ((size_t)snprintf(out, cap, "cpu:/xdc-intra-%d-%016llx", (int)getpid(), (unsigned long long)rnd) >= cap) {
+        xdc_diag_set(diag, "intra bootstrap: buffer of %zu bytes too small", cap);
+        return XDC_ERR_RANGE;
+    }
+    return XDC_OK;
+}
+
+static int cpu_available(xdc_diag *diag)
+{
+    (void)diag;
+    return 1;
+}
+
+static xdc_err_t cpu_mem_alloc(size_t bytes, void **out, xdc_diag *diag)
+{
+    *out = xdc_aligned_alloc(64, bytes ? bytes : 64);
+    if (!*out) {
+        xdc_diag_set(diag, "intra cpu: allocating %zu bytes failed", bytes);
+        return XDC_ERR_NOMEM;
+    }
+    return XDC_OK;
+}
+
+static xdc_err_t cpu_mem_copy(void *dst, const void *src, size_t bytes, int to_backend)
+{
+    (void)to_backend;
+    memcpy(dst, src, bytes);
+    return XDC_OK;
+}
+
+const intra_backend_ops intra_cpu_ops = {
+    .name = "cpu",
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .start = cpu_start,
+    .poll = NULL,
+    .describe_wait = cpu_describe_wait,
+    .split = cpu_split,
+    .req_release = NULL,
+    .bootstrap_create = cpu_bootstrap_create,
+    .available = cpu_available,
+    .mem_alloc = cpu_mem_alloc,
+    .mem_free = xdc_free,
+    .mem_copy = cpu_mem_copy,
+};

@@ -1,0 +1,104 @@
+/* intra_priv.h — private layouts of the intra communicator: the generic communicator and request, and
+ * the table of functions each backend (intra_cpu.c, intra_nccl.cu) implements. The generic layer
+ * (intra_comm.c) owns requests, completion and waiting; a backend owns transport and progress. */
+#ifndef XDC_INTRA_PRIV_H
+#define XDC_INTRA_PRIV_H
+
+#include "intra/xdc_intra.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    INTRA_OP_SEND,
+    INTRA_OP_RECV,
+    INTRA_OP_ALL_REDUCE,
+    INTRA_OP_REDUCE_SCATTER,
+    INTRA_OP_ALL_GATHER,
+    INTRA_OP_BROADCAST,
+    INTRA_OP_BARRIER,
+} intra_op_kind;
+
+struct xdc_intra_req {
+    xdc_intra_comm *comm;
+    intra_op_kind kind;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;            /* elements: per rank block for reduce_scatter/all_gather */
+    xdc_intra_dtype dtype;
+    xdc_intra_redop redop;
+    int peer;                /* send/recv peer, broadcast root */
+    uint64_t seq;            /* start order on this communicator, for messages */
+    uint64_t start_ns;
+    int done;                /* set last, with __atomic release; read with acquire */
+    xdc_err_t rc;
+    char msg[384];
+    /* backend progress state */
+    size_t moved;            /* bytes (p2p: header included) */
+    uint64_t p2p_hdr;        /* p2p: message length header being sent or assembled */
+    uint64_t last_progress_ns;
+    void *bk;                /* backend per-request object (NCCL: cudaEvent_t), kept across reuse */
+    struct xdc_intra_req *next;     /* backend queue / free list */
+    struct xdc_intra_req *all_next; /* every request ever allocated by this communicator */
+};
+
+typedef struct intra_backend_ops {
+    const char *name;
+    xdc_err_t (*create)(xdc_intra_comm *comm, const xdc_intra_config *cfg, xdc_diag *diag);
+    void (*destroy)(xdc_intra_comm *comm);
+    /* Take a request whose fields are filled; the backend completes it later via intra_req_complete. */
+    xdc_err_t (*start)(xdc_intra_comm *comm, xdc_intra_req *req);
+    /* NULL for backends whose own threads complete requests; else called by waiters to drive progress. */
+    void (*poll)(xdc_intra_comm *comm, xdc_intra_req *req);
+    /* Write who `req` is waiting for into out (for timeout messages). */
+    void (*describe_wait)(xdc_intra_comm *comm, xdc_intra_req *req, char *out, size_t cap);
+    xdc_err_t (*split)(xdc_intra_comm *comm, int color, int key, xdc_intra_comm **out, xdc_diag *diag);
+    void (*req_release)(xdc_intra_req *req); /* free req->bk; NULL when unused */
+    xdc_err_t (*bootstrap_create)(char *out, size_t cap, xdc_diag *diag);
+    int (*available)(xdc_diag *diag);
+    xdc_err_t (*mem_alloc)(size_t bytes, void **out, xdc_diag *diag);
+    void (*mem_free)(void *p);
+    xdc_err_t (*mem_copy)(void *dst, const void *src, size_t bytes, int to_backend);
+} intra_backend_ops;
+
+struct xdc_intra_comm {
+    const intra_backend_ops *ops;
+    void *impl;
+    int rank, size;
+    int64_t op_timeout_ms;
+    pthread_mutex_t lock;     /* requests, free list, failure state, backend queues */
+    pthread_cond_t done_cond; /* CLOCK_MONOTONIC; broadcast when a request completes */
+    uint64_t next_seq;
+    xdc_intra_req *free_reqs;
+    xdc_intra_req *all_reqs;
+    xdc_err_t failed;         /* XDC_OK while healthy */
+    char error[384];
+};
+
+const intra_backend_ops *intra_backend_lookup(xdc_intra_backend backend, xdc_diag *diag);
+
+/* Generic communicator around a backend: used by create and by the backends' split. */
+xdc_err_t intra_comm_alloc(const intra_backend_ops *ops, int rank, int size, int64_t op_timeout_ms,
+                           xdc_intra_comm **out);
+void intra_comm_free(xdc_intra_comm *comm);
+
+/* Complete a request (any thread). */
+void intra_req_complete(xdc_intra_req *req, xdc_err_t rc, const char *msg);
+/* Mark the communicator failed with this error (the first failure wins); returns the stored error. */
+xdc_err_t intra_comm_fail(xdc_intra_comm *comm, xdc_err_t rc, const char *msg);
+const char *intra_op_name(intra_op_kind kind);
+
+/* Reductions over host memory (intra_reduce.c). out[i] = op(in[0][i], ..., in[n-1][i]), summed in
+ * rank order in fp32 and, for BF16, rounded to nearest even once. out may alias in[0]. */
+void intra_reduce_host(void *out, const void *const *in, int n, size_t count, xdc_intra_dtype dtype,
+                       xdc_intra_redop op);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* XDC_INTRA_PRIV_H */

@@ -1,0 +1,119 @@
+/* xdc_intra.h — the intra-region communicator: one API over two backends, NCCL (GPU buffers) and CPU
+ * (processes on one host, shared memory). Point-to-point send/recv, all_reduce, reduce_scatter,
+ * all_gather, broadcast, barrier and MPI-style split into sub-groups.
+ *
+ * Operations are asynchronous: a start call queues the operation and returns a request; test/wait
+ * complete it. Every wait takes a deadline and reports which rank it is waiting for.
+ *
+ * Threading rule: any thread may start operations on a communicator and any thread may test or wait on
+ * a request (one thread per request). Ranks must start the collectives of one communicator in the same
+ * order (as with NCCL and MPI); send/recv between two ranks are matched in start order per direction,
+ * independently of collectives. Buffers belong to the communicator from the start call until the
+ * request completes. */
+#ifndef XDC_INTRA_H
+#define XDC_INTRA_H
+
+#include "common/xdc_err.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct xdc_intra_comm xdc_intra_comm;
+typedef struct xdc_intra_req xdc_intra_req;
+
+typedef enum { XDC_INTRA_CPU = 0, XDC_INTRA_NCCL = 1 } xdc_intra_backend;
+typedef enum { XDC_INTRA_F32 = 0, XDC_INTRA_BF16 = 1 } xdc_intra_dtype;
+typedef enum { XDC_INTRA_SUM = 0, XDC_INTRA_AVG = 1 } xdc_intra_redop;
+
+/* Colour for xdc_intra_split: this rank joins no sub-group. */
+#define XDC_INTRA_UNDEFINED (-1)
+/* Longest bootstrap id string, NUL included (NCCL: "nccl:" + 256 hex digits). */
+#define XDC_INTRA_BOOTSTRAP_MAX 320
+
+typedef struct xdc_intra_config {
+    xdc_intra_backend backend;
+    int rank;                /* 0 .. size-1 */
+    int size;                /* ranks in the group, 1 .. 64 */
+    const char *bootstrap;   /* from xdc_intra_bootstrap_create on one rank, passed to all out of band */
+    int64_t create_timeout_ms; /* how long create waits for every rank to arrive (< 0: forever) */
+    int64_t op_timeout_ms;   /* an operation that makes no progress this long fails the communicator */
+    int device;              /* NCCL: CUDA device ordinal; CPU: ignored */
+} xdc_intra_config;
+
+#define XDC_INTRA_CONFIG_INIT                                                           \
+    {                                                                                   \
+        .backend = XDC_INTRA_CPU, .rank = 0, .size = 1, .bootstrap = NULL,              \
+        .create_timeout_ms = 30000, .op_timeout_ms = 60000, .device = 0                 \
+    }
+
+/* Size of one element in bytes (4 for F32, 2 for BF16). */
+size_t xdc_intra_dtype_size(xdc_intra_dtype dtype);
+
+/* bf16 bit patterns <-> fp32 (round to nearest even, NaN stays NaN), as the CPU backend reduces them. */
+uint16_t xdc_intra_f32_to_bf16(float f);
+float xdc_intra_bf16_to_f32(uint16_t h);
+
+/* Make a fresh bootstrap id on one rank (rank 0) as a NUL-terminated string of at most
+ * XDC_INTRA_BOOTSTRAP_MAX bytes, to hand to every rank through the rendezvous, a file or a socket.
+ * CPU: "cpu:/xdc-<pid>-<random>" (a shared-memory name); NCCL: "nccl:<ncclUniqueId in hex>". */
+xdc_err_t xdc_intra_bootstrap_create(xdc_intra_backend backend, char *out, size_t cap, xdc_diag *diag);
+
+/* Join the group. Blocks until every rank has joined or create_timeout_ms passes (XDC_ERR_TIMEOUT, diag
+ * names the ranks missing). */
+xdc_err_t xdc_intra_create(const xdc_intra_config *cfg, xdc_intra_comm **out, xdc_diag *diag);
+/* Stop progress threads and release the group's resources. Requests not yet completed are
+ * invalidated. NULL is a no-op. */
+void xdc_intra_destroy(xdc_intra_comm *comm);
+
+int xdc_intra_rank(const xdc_intra_comm *comm);
+int xdc_intra_size(const xdc_intra_comm *comm);
+/* Why the communicator failed ("" while healthy). Once failed, every operation fails with its error. */
+const char *xdc_intra_error(const xdc_intra_comm *comm);
+
+/* Collective over `comm`: ranks with the same colour form a sub-group, ordered by (key, parent rank).
+ * A rank passing XDC_INTRA_UNDEFINED gets *out = NULL. Blocking, bounded by op_timeout_ms. */
+xdc_err_t xdc_intra_split(xdc_intra_comm *comm, int color, int key, xdc_intra_comm **out, xdc_diag *diag);
+
+/* Point to point: `count` elements (any count, 0 allowed). A recv must match the size of the send. */
+xdc_err_t xdc_intra_send(xdc_intra_comm *comm, const void *buf, size_t count, xdc_intra_dtype dtype,
+                         int peer, xdc_intra_req **req);
+xdc_err_t xdc_intra_recv(xdc_intra_comm *comm, void *buf, size_t count, xdc_intra_dtype dtype, int peer,
+                         xdc_intra_req **req);
+
+/* sendbuf, recvbuf: (count,) each; in place when equal. BF16 is reduced in fp32 and rounded once. */
+xdc_err_t xdc_intra_all_reduce(xdc_intra_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                               xdc_intra_dtype dtype, xdc_intra_redop op, xdc_intra_req **req);
+/* sendbuf: (size, recvcount); recvbuf: (recvcount,) = this rank's block of the reduction.
+ * In place when recvbuf == sendbuf + rank * recvcount elements. */
+xdc_err_t xdc_intra_reduce_scatter(xdc_intra_comm *comm, const void *sendbuf, void *recvbuf,
+                                   size_t recvcount, xdc_intra_dtype dtype, xdc_intra_redop op,
+                                   xdc_intra_req **req);
+/* sendbuf: (sendcount,); recvbuf: (size, sendcount), block r from rank r.
+ * In place when sendbuf == recvbuf + rank * sendcount elements. */
+xdc_err_t xdc_intra_all_gather(xdc_intra_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount,
+                               xdc_intra_dtype dtype, xdc_intra_req **req);
+/* buf: (count,), sent from `root` to every rank. */
+xdc_err_t xdc_intra_broadcast(xdc_intra_comm *comm, void *buf, size_t count, xdc_intra_dtype dtype, int root,
+                              xdc_intra_req **req);
+xdc_err_t xdc_intra_barrier(xdc_intra_comm *comm, xdc_intra_req **req);
+
+/* Non-blocking check. On completion (*done = 1) the request is released and its result returned
+ * (XDC_OK, or the operation's error with detail in diag). *done = 0 returns XDC_OK. */
+xdc_err_t xdc_intra_test(xdc_intra_req *req, int *done, xdc_diag *diag);
+/* Block until the request completes (then it is released, result as for test) or timeout_ms passes:
+ * XDC_ERR_TIMEOUT, the request stays valid, and diag names the rank(s) being waited for.
+ * timeout_ms < 0 waits for the operation's own op_timeout_ms. */
+xdc_err_t xdc_intra_wait(xdc_intra_req *req, int64_t timeout_ms, xdc_diag *diag);
+
+/* Memory the backend's operations take: host memory for CPU, device memory for NCCL (on the device of
+ * the calling thread, set by create). Tests and callers stage data with upload/download. */
+xdc_err_t xdc_intra_mem_alloc(xdc_intra_backend backend, size_t bytes, void **out, xdc_diag *diag);
+void xdc_intra_mem_free(xdc_intra_backend backend, void *p);
+xdc_err_t xdc_intra_mem_upload(xdc_intra_backend backend, void *dst, const void *host_src, size_t bytes);
+xdc_err_t xdc_intra_mem_download(xdc_intra_backend backend, void *host_dst, const void *src, size_t bytes);
+
+/* True when the backend can run in this process (NCCL: built with NCCL and a CUDA device is visible);
+ * otherwise diag says why. */
+int xdc_intra_backend_available(xdc_intra_backend backend, xdc_diag *diag);
+
+#endif /* XDC_INTRA_H */
