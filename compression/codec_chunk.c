@@ -51,13 +51,12 @@ static xdc_err_t reject_range(xdc_codec *c, const float *x, size_t m, size_t fir
     return XDC_ERR_RANGE;
 }
 
-/* Lossy stage of elements xs (m fp32) with residual slice r (or NULL) into c->raw; *payload is where
- * the raw payload ended up (the input itself for `none`). */
-static xdc_err_t encode_lossy(xdc_codec *c, const float *xs, float *r, size_t m, size_t param,
+/* Lossy stage of elements xs (m fp32) with residual slice r (or NULL) into raw (4-byte aligned);
+ * *payload is where the raw payload ended up (the input itself for `none`). */
+static xdc_err_t encode_lossy(xdc_codec *c, const float *xs, float *r, size_t m, size_t param, uint8_t *raw,
                               const uint8_t **payload)
 {
     const xdc_quant_ops *ops = c->ops;
-    uint8_t *raw = c->raw;
     size_t nb = param ? (m + param - 1) / param : 0;
     *payload = raw;
     switch (c->cfg.kind) {
@@ -69,13 +68,7 @@ static xdc_err_t encode_lossy(xdc_codec *c, const float *xs, float *r, size_t m,
     case XDC_CODEC_TOPK: {
         size_t k = param;
         uint32_t *idx = (uint32_t *)raw;
-        const float *src = xs;
-        if (r) {
-            XDC_CHECK(ops->ef_add(xs, r, m, r));
-            src = r;
-        }
-        XDC_CHECK(ops->topk_select(src, m, k, idx, (float *)(raw + 4 * k), c->topk_scratch));
-        if (r) XDC_CHECK(ops->ef_clear(idx, k, r));
+        XDC_CHECK(ops->topk_select(xs, r, m, k, idx, (float *)(raw + 4 * k), c->topk_scratch));
         for (size_t i = k; i-- > 1;) idx[i] -= idx[i - 1]; /* ascending indices -> gaps >= 1 */
         return XDC_OK;
     }
@@ -114,12 +107,14 @@ xdc_err_t xdc_codec_encode_chunk(xdc_codec *c, const float *x, size_t n, size_t 
         return XDC_ERR_INVALID;
     }
     XDC_CHECK(reject_range(c, xs, m, first, diag));
+    uint8_t *body = out + CODEC_HDR_BYTES;
+    /* Without zstd the payload is built in the output itself (saves a copy) when alignment allows. */
+    uint8_t *stage = c->cfg.zstd_level == 0 && (uintptr_t)body % 4 == 0 ? body : c->raw;
     const uint8_t *payload = NULL;
-    XDC_CHECK(encode_lossy(c, xs, c->residual ? c->residual + first : NULL, m, param, &payload));
+    XDC_CHECK(encode_lossy(c, xs, c->residual ? c->residual + first : NULL, m, param, stage, &payload));
 
     codec_hdr h = {.codec = (uint8_t)c->cfg.kind, .count = (uint32_t)m, .param = (uint32_t)param,
                    .raw_len = (uint32_t)raw_len, .wire_len = (uint32_t)raw_len, .first = first};
-    uint8_t *body = out + CODEC_HDR_BYTES;
     if (c->cfg.zstd_level != 0 && zstd_worth_trying(c, payload, raw_len)) {
         size_t pe = codec_plane_elem(c->cfg.kind);
         const uint8_t *src = payload;
@@ -135,7 +130,7 @@ xdc_err_t xdc_codec_encode_chunk(xdc_codec *c, const float *x, size_t n, size_t 
             c->stats.chunks_zstd++;
         }
     }
-    if (!h.flags) memcpy(body, payload, raw_len);
+    if (!h.flags && payload != body) memcpy(body, payload, raw_len);
     hdr_write(out, &h);
     h.check = chunk_check(out, body, h.wire_len);
     memcpy(out + 32, &h.check, 8);

@@ -386,10 +386,15 @@ static size_t cuda_topk_scratch_bytes(size_t n, size_t k)
     return sizeof(topk_scratch) + 4 * tiles_for(n) * sizeof(uint32_t);
 }
 
-static xdc_err_t cuda_topk_select(const float *x, size_t n, size_t k, uint32_t *idx, float *val, void *scratch)
+static xdc_err_t cuda_topk_select(const float *x, float *r, size_t n, size_t k, uint32_t *idx, float *val,
+                                  void *scratch)
 {
     if (k > n || n > UINT32_MAX) return XDC_ERR_INVALID;
-    if (k == 0) return XDC_OK;
+    if (r && n) { /* error feedback: select from r = x + r, then zero what was sent */
+        k_ef_add<<<grid_for(n), QT_THREADS>>>(x, r, n, r);
+        x = r;
+    }
+    if (k == 0) return launched();
     topk_scratch *s = (topk_scratch *)scratch;
     size_t tiles = tiles_for(n);
     uint32_t *tile_gt = (uint32_t *)(s + 1), *tile_eq = tile_gt + tiles, *tile_off = tile_eq + tiles,
@@ -405,6 +410,7 @@ static xdc_err_t cuda_topk_select(const float *x, size_t n, size_t k, uint32_t *
     k_topk_tile_count<<<(unsigned)tiles, QT_THREADS>>>(x, n, &s->st, tile_gt, tile_eq);
     k_topk_tile_scan<<<1, 1>>>(tiles, &s->st, tile_gt, tile_eq, tile_off, tile_ties);
     k_topk_emit<<<(unsigned)tiles, QT_THREADS>>>(x, n, &s->st, tile_off, tile_ties, idx, val);
+    if (r) k_ef_clear<<<grid_for(k), QT_THREADS>>>(idx, k, r);
     return launched();
 }
 
@@ -415,20 +421,6 @@ static xdc_err_t cuda_count_out_of_range(const float *x, size_t n, float max_abs
     uint32_t limit;
     memcpy(&limit, &max_abs, 4);
     k_count_above<<<grid_for(n), QT_THREADS>>>(x, n, limit & 0x7fffffffu, (unsigned long long *)count);
-    return launched();
-}
-
-static xdc_err_t cuda_ef_add(const float *x, const float *r, size_t n, float *y)
-{
-    if (n == 0) return XDC_OK;
-    k_ef_add<<<grid_for(n), QT_THREADS>>>(x, r, n, y);
-    return launched();
-}
-
-static xdc_err_t cuda_ef_clear(const uint32_t *idx, size_t k, float *r)
-{
-    if (k == 0) return XDC_OK;
-    k_ef_clear<<<grid_for(k), QT_THREADS>>>(idx, k, r);
     return launched();
 }
 
@@ -462,6 +454,5 @@ static xdc_err_t cuda_byte_unshuffle(const uint8_t *in, size_t n_bytes, size_t e
 extern "C" const xdc_quant_ops xdc_quant_cuda_ops = {
     cuda_quantize_int8,  cuda_dequantize_int8, cuda_quantize_int4,      cuda_dequantize_int4,
     cuda_fp32_to_bf16,   cuda_bf16_to_fp32,    cuda_topk_scratch_bytes, cuda_topk_select,
-    cuda_count_out_of_range, cuda_ef_add,      cuda_ef_clear,           cuda_accumulate,
-    cuda_byte_shuffle,   cuda_byte_unshuffle,
+    cuda_count_out_of_range, cuda_accumulate,  cuda_byte_shuffle,       cuda_byte_unshuffle,
 };

@@ -6,6 +6,7 @@
 #include "kernels/xdc_quant.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 static inline uint32_t f2u(float f)
@@ -263,51 +264,66 @@ static size_t count_above(const float *v, size_t m, uint32_t t)
     return c;
 }
 
-static xdc_err_t cpu_topk_select(const float *x, size_t n, size_t k, uint32_t *idx, float *val, void *scratch)
+/* With error feedback the first pass writes r = x + r and the selection then reads r; the selected
+ * entries are zeroed at the end. */
+static xdc_err_t cpu_topk_select(const float *x, float *r, size_t n, size_t k, uint32_t *idx, float *val,
+                                 void *scratch)
 {
     XDC_REQUIRE(k <= n && n <= UINT32_MAX, XDC_ERR_INVALID);
-    if (k == 0) return XDC_OK;
     uint32_t *hist = scratch;
     float *sample = (float *)(hist + TOPK_HIST);
     uint32_t *cand = (uint32_t *)(sample + TOPK_SAMPLE);
     size_t cap = topk_cand_cap(n, k);
     float *cand_val = (float *)(cand + cap);
+    const float *y = r ? r : x;
+    bool done = false;
 
     if (n > 4 * (size_t)TOPK_SAMPLE && k < n / 4) {
         size_t stride = n / TOPK_SAMPLE;
-        for (size_t s = 0; s < TOPK_SAMPLE; s++) sample[s] = x[s * stride + stride / 2];
+        for (size_t s = 0; s < TOPK_SAMPLE; s++) {
+            size_t i = s * stride + stride / 2;
+            sample[s] = r ? x[i] + r[i] : x[i];
+        }
         size_t rank = (size_t)((double)k * TOPK_SAMPLE / (double)n * 1.25) + 8;
         uint32_t t_low = radix_kth_key(sample, TOPK_SAMPLE, rank < TOPK_SAMPLE ? rank : TOPK_SAMPLE, hist);
         size_t c = 0;
-        int overflow = 0;
-        for (size_t b0 = 0; b0 < n && !overflow; b0 += TOPK_SCAN) {
+        bool overflow = false;
+        for (size_t b0 = 0; b0 < n; b0 += TOPK_SCAN) {
             size_t m = n - b0 < TOPK_SCAN ? n - b0 : TOPK_SCAN;
-            const float *xb = x + b0;
+            if (r)
+                for (size_t i = 0; i < m; i++) r[b0 + i] += x[b0 + i];
+            const float *yb = y + b0;
             uint32_t hit = 0;
-            for (size_t i = 0; i < m; i++) hit |= abs_key(xb[i]) >= t_low;
-            if (!hit) continue;
-            for (size_t i = 0; i < m; i++) {
-                if (abs_key(xb[i]) < t_low) continue;
+            for (size_t i = 0; i < m; i++) hit |= abs_key(yb[i]) >= t_low;
+            if (!hit || overflow) continue; /* after an overflow the pass only finishes r += x */
+            for (size_t i = 0; i < m && !overflow; i++) {
+                if (abs_key(yb[i]) < t_low) continue;
                 if (c == cap) {
-                    overflow = 1;
+                    overflow = true;
                     break;
                 }
                 cand[c] = (uint32_t)(b0 + i);
-                cand_val[c++] = xb[i];
+                cand_val[c++] = yb[i];
             }
         }
-        if (!overflow && c >= k) {
+        if (!overflow && c >= k && k > 0) {
             uint32_t t = radix_kth_key(cand_val, c, k, hist);
-            topk_emit(x, cand, c, t, k - count_above(cand_val, c, t), idx, val);
-            return XDC_OK;
+            topk_emit(y, cand, c, t, k - count_above(cand_val, c, t), idx, val);
+            done = true;
         }
+    } else if (r) {
+        for (size_t i = 0; i < n; i++) r[i] += x[i];
     }
-    uint32_t t = radix_kth_key(x, n, k, hist);
-    topk_emit(x, NULL, n, t, k - count_above(x, n, t), idx, val);
+    if (!done && k > 0) {
+        uint32_t t = radix_kth_key(y, n, k, hist);
+        topk_emit(y, NULL, n, t, k - count_above(y, n, t), idx, val);
+    }
+    if (r)
+        for (size_t i = 0; i < k; i++) r[idx[i]] = 0.0f;
     return XDC_OK;
 }
 
-/* ---- range check, error feedback, accumulation ------------------------------------------------------ */
+/* ---- range check, accumulation ------------------------------------------------------ */
 
 static xdc_err_t cpu_count_out_of_range(const float *x, size_t n, float max_abs, size_t *count)
 {
@@ -315,18 +331,6 @@ static xdc_err_t cpu_count_out_of_range(const float *x, size_t n, float max_abs,
     size_t c = 0;
     for (size_t i = 0; i < n; i++) c += abs_key(x[i]) > limit;
     *count = c;
-    return XDC_OK;
-}
-
-static xdc_err_t cpu_ef_add(const float *x, const float *r, size_t n, float *y)
-{
-    for (size_t i = 0; i < n; i++) y[i] = x[i] + r[i];
-    return XDC_OK;
-}
-
-static xdc_err_t cpu_ef_clear(const uint32_t *idx, size_t k, float *r)
-{
-    for (size_t i = 0; i < k; i++) r[idx[i]] = 0.0f;
     return XDC_OK;
 }
 
@@ -349,6 +353,11 @@ static xdc_err_t cpu_byte_shuffle(const uint8_t *in, size_t n_bytes, size_t elem
             out[2 * ne + i] = in[4 * i + 2];
             out[3 * ne + i] = in[4 * i + 3];
         }
+    } else if (elem == 2) {
+        for (size_t i = 0; i < ne; i++) {
+            out[i] = in[2 * i];
+            out[ne + i] = in[2 * i + 1];
+        }
     } else {
         for (size_t p = 0; p < elem; p++)
             for (size_t i = 0; i < ne; i++) out[p * ne + i] = in[i * elem + p];
@@ -368,6 +377,11 @@ static xdc_err_t cpu_byte_unshuffle(const uint8_t *in, size_t n_bytes, size_t el
             out[4 * i + 2] = in[2 * ne + i];
             out[4 * i + 3] = in[3 * ne + i];
         }
+    } else if (elem == 2) {
+        for (size_t i = 0; i < ne; i++) {
+            out[2 * i] = in[i];
+            out[2 * i + 1] = in[ne + i];
+        }
     } else {
         for (size_t p = 0; p < elem; p++)
             for (size_t i = 0; i < ne; i++) out[i * elem + p] = in[p * ne + i];
@@ -386,8 +400,6 @@ const xdc_quant_ops xdc_quant_cpu_ops = {
     .topk_scratch_bytes = cpu_topk_scratch_bytes,
     .topk_select = cpu_topk_select,
     .count_out_of_range = cpu_count_out_of_range,
-    .ef_add = cpu_ef_add,
-    .ef_clear = cpu_ef_clear,
     .accumulate = cpu_accumulate,
     .byte_shuffle = cpu_byte_shuffle,
     .byte_unshuffle = cpu_byte_unshuffle,

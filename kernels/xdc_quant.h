@@ -32,8 +32,8 @@
 #define XDC_QUANT_BLOCK_MAX 4096
 
 struct xdc_quant_ops {
-    /* Quantizers take an optional error-feedback residual r (n fp32, NULL for none): with r they encode
-     * y = x + r and leave r = y - decode(encode(y)), in the same pass over memory. */
+    /* Quantizers and top-k take an optional error-feedback residual r (n fp32, NULL for none): with r
+     * they encode y = x + r and leave r = y - decode(encode(y)), fused into their passes over memory. */
     /* x (n) fp32 -> q (n) int8, scales (ceil(n/block)) fp32. */
     xdc_err_t (*quantize_int8)(const float *x, float *r, size_t n, size_t block, int8_t *q, float *scales);
     /* q (n) int8, scales (ceil(n/block)) -> y (n) fp32. */
@@ -48,14 +48,12 @@ struct xdc_quant_ops {
     xdc_err_t (*bf16_to_fp32)(const uint16_t *x, size_t n, float *y);
     /* Scratch bytes topk_select needs for (n, k). */
     size_t (*topk_scratch_bytes)(size_t n, size_t k);
-    /* The k (<= n) entries of x (n) with the largest |x|: idx (k) ascending u32, val (k) = x[idx]. */
-    xdc_err_t (*topk_select)(const float *x, size_t n, size_t k, uint32_t *idx, float *val, void *scratch);
+    /* The k (<= n) entries of y = x (+ r) (n) with the largest |y|: idx (k) ascending u32, val (k) = y[idx].
+     * With r, r is left as y with the selected entries zeroed (they were sent exactly). */
+    xdc_err_t (*topk_select)(const float *x, float *r, size_t n, size_t k, uint32_t *idx, float *val,
+                             void *scratch);
     /* *count = number of x (n) that are NaN or have |x| > max_abs (a size_t in backend memory). */
     xdc_err_t (*count_out_of_range)(const float *x, size_t n, float max_abs, size_t *count);
-    /* Error feedback for codecs without a fused quantizer (top-k): y = x + r (y may alias r), (n) fp32. */
-    xdc_err_t (*ef_add)(const float *x, const float *r, size_t n, float *y);
-    /* Error feedback after top-k: r[idx[i]] = 0 for i < k (those entries were sent exactly). */
-    xdc_err_t (*ef_clear)(const uint32_t *idx, size_t k, float *r);
     /* y += x, (n) fp32: accumulating decode. */
     xdc_err_t (*accumulate)(const float *x, size_t n, float *y);
     /* Byte planes: in (n_bytes) seen as elements of `elem` bytes; out[p * (n_bytes/elem) + i] = byte p of

@@ -127,7 +127,7 @@ static void check_topk(const float *x, size_t n, size_t k)
     uint32_t *idx = xdc_malloc(k * 4 + 4);
     float *val = xdc_malloc(k * 4 + 4);
     void *scratch = xdc_malloc(Q->topk_scratch_bytes(n, k));
-    XDC_ASSERT_OK(Q->topk_select(x, n, k, idx, val, scratch));
+    XDC_ASSERT_OK(Q->topk_select(x, NULL, n, k, idx, val, scratch));
     float *pairs = xdc_malloc(n * 2 * sizeof(float));
     for (size_t i = 0; i < n; i++) pairs[2 * i] = x[i], pairs[2 * i + 1] = (float)i;
     qsort(pairs, n, 2 * sizeof(float), cmp_desc_abs);
@@ -154,8 +154,35 @@ XDC_TEST(quant_topk_matches_sort_reference_with_ties)
     check_topk(x, n, 5000);
     for (size_t i = 0; i < n; i++) x[i] = 0.0f;
     check_topk(x, n, 100);
-    XDC_ASSERT_ERR(Q->topk_select(x, 10, 11, NULL, NULL, NULL), XDC_ERR_INVALID);
+    XDC_ASSERT_ERR(Q->topk_select(x, NULL, 10, 11, NULL, NULL, NULL), XDC_ERR_INVALID);
     xdc_free(x);
+}
+
+XDC_TEST(quant_topk_error_feedback_selects_from_input_plus_residual)
+{
+    static const size_t sizes[] = {1000, 150000}; /* fallback and sampled paths */
+    for (int si = 0; si < 2; si++) {
+        size_t n = sizes[si], k = n / 100;
+        float *x = grad_like(n, 6), *r = grad_like(n, 7), *y = xdc_malloc(n * 4), *val = xdc_malloc(k * 4);
+        uint32_t *idx = xdc_malloc(k * 4), *ref = xdc_malloc(k * 4);
+        void *scratch = xdc_malloc(Q->topk_scratch_bytes(n, k));
+        for (size_t i = 0; i < n; i++) y[i] = x[i] + r[i];
+        XDC_ASSERT_OK(Q->topk_select(y, NULL, n, k, ref, val, scratch));
+        XDC_ASSERT_OK(Q->topk_select(x, r, n, k, idx, val, scratch));
+        XDC_ASSERT(memcmp(idx, ref, k * 4) == 0);
+        size_t zeroed = 0;
+        for (size_t i = 0; i < n; i++) zeroed += r[i] == 0.0f;
+        XDC_ASSERT_EQ(zeroed, k);
+        for (size_t i = 0; i < k; i++) XDC_ASSERT_NEAR(val[i], y[idx[i]], 0);
+        for (size_t i = 0, j = 0; i < n; i++) {
+            if (j < k && idx[j] == i) {
+                j++;
+                continue;
+            }
+            if (r[i] != y[i]) XDC_FAIL("n %zu: r[%zu] = %g, want x + r = %g", n, i, r[i], y[i]);
+        }
+        xdc_free(x), xdc_free(r), xdc_free(y), xdc_free(val), xdc_free(idx), xdc_free(ref), xdc_free(scratch);
+    }
 }
 
 XDC_TEST(quant_count_out_of_range_sees_nan_inf_and_huge)

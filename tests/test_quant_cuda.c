@@ -86,10 +86,20 @@ XDC_TEST(quant_cuda_matches_cpu_reference)
     uint32_t *idx = xdc_malloc(k * 4), *didx = dev_copy(NULL, k * 4);
     float *val = xdc_malloc(k * 4), *dval = dev_copy(NULL, k * 4);
     void *scratch = xdc_malloc(C->topk_scratch_bytes(n, k)), *dscratch = dev_copy(NULL, G->topk_scratch_bytes(n, k));
-    XDC_ASSERT_OK(C->topk_select(x, n, k, idx, val, scratch));
-    XDC_ASSERT_OK(G->topk_select(dx, n, k, didx, dval, dscratch));
+    XDC_ASSERT_OK(C->topk_select(x, NULL, n, k, idx, val, scratch));
+    XDC_ASSERT_OK(G->topk_select(dx, NULL, n, k, didx, dval, dscratch));
     uint32_t *gidx = host_copy(didx, k * 4);
     XDC_ASSERT(memcmp(idx, gidx, k * 4) == 0);
+    /* top-k with error feedback: same selection from x + r, same residual left behind */
+    memcpy(r_cpu, r, n * 4);
+    XDC_ASSERT(cudaMemcpy(dr, r, n * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+    XDC_ASSERT_OK(C->topk_select(x, r_cpu, n, k, idx, val, scratch));
+    XDC_ASSERT_OK(G->topk_select(dx, dr, n, k, didx, dval, dscratch));
+    xdc_free(gidx), xdc_free(gr);
+    gidx = host_copy(didx, k * 4);
+    gr = host_copy(dr, n * 4);
+    XDC_ASSERT(memcmp(idx, gidx, k * 4) == 0);
+    assert_near_all(r_cpu, gr, n, 0.0f, "top-k residual");
 
     /* range count and byte planes */
     x[5] = NAN, x[6] = 3e30f;
