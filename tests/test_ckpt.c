@@ -1,0 +1,125 @@
+/* test_ckpt.c — stage checkpoints: save → load → continue gives the parameters of a run that never
+ * stopped; corruption (a flipped byte, truncation) and a checkpoint of another shape are refused with
+ * the file named; saving leaves no temporary file behind. */
+#include "tests/xdc_test.h"
+
+#include "common/xdc_rng.h"
+#include "kernels/xdc_gpt.h"
+#include "kernels/xdc_model_ops.h"
+#include "orchestrator/xdc_ckpt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+extern const xdc_model_ops xdc_model_cpu_ops;
+
+static xdc_gpt_stage *make_stage(int begin, int end)
+{
+    xdc_gpt_stage_config c = {.model = {.n_layer = 2, .n_head = 2, .n_embd = 16, .max_seq_len = 8, .vocab_size = 32},
+                              .layer_begin = begin, .layer_end = end, .batch = 2, .seq_len = 8,
+                              .max_inflight = 1, .seed = 11, .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}};
+    xdc_gpt_stage *s = NULL;
+    XDC_ASSERT_OK(xdc_gpt_stage_create(&xdc_model_cpu_ops, &c, &s, NULL));
+    return s;
+}
+
+static void train_steps(xdc_gpt_stage *s, int from, int to)
+{
+    for (int step = from; step < to; step++) {
+        int32_t tok[16], tgt[16];
+        xdc_rng r;
+        xdc_rng_seed(&r, 500 + (uint64_t)step);
+        for (int i = 0; i < 16; i++) tok[i] = (int32_t)xdc_rng_below(&r, 32), tgt[i] = (int32_t)xdc_rng_below(&r, 32);
+        float loss;
+        xdc_gpt_stage_zero_grad(s);
+        XDC_ASSERT_OK(xdc_gpt_stage_forward(s, 0, tok, NULL, tgt, NULL, &loss));
+        XDC_ASSERT_OK(xdc_gpt_stage_backward(s, 0, NULL, 1.0f, NULL));
+        XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(s, 1e-2f, 1.0f));
+    }
+}
+
+static uint64_t hash_of(xdc_gpt_stage *s)
+{
+    uint64_t h = 0;
+    XDC_ASSERT_OK(xdc_gpt_params_xxh64(&s, 1, &h));
+    return h;
+}
+
+XDC_TEST(ckpt_save_load_continue_matches_never_stopping)
+{
+    const char *dir = xdc_test_tmpdir();
+    xdc_gpt_stage *straight = make_stage(0, 2), *first = make_stage(0, 2), *second = make_stage(0, 2);
+    train_steps(straight, 0, 8);
+    train_steps(first, 0, 4);
+    xdc_rng rng;
+    xdc_rng_seed(&rng, 99);
+    xdc_rng_u64(&rng);
+    xdc_ckpt_meta meta = {.stage = 0, .n_stages = 1, .step = 4, .data_pos = {2, 17}, .rng = rng}, back;
+    XDC_ASSERT_OK(xdc_ckpt_save(dir, first, &meta, NULL));
+    XDC_ASSERT_OK(xdc_ckpt_load(dir, 0, second, &back, NULL));
+    XDC_ASSERT(hash_of(second) == hash_of(first));
+    XDC_ASSERT_EQ(back.step, 4);
+    XDC_ASSERT_EQ(back.data_pos.epoch, 2);
+    XDC_ASSERT_EQ(back.data_pos.batch, 17);
+    XDC_ASSERT(memcmp(&back.rng, &rng, sizeof rng) == 0);
+    train_steps(second, 4, 8); /* moments and the bias-correction step count came back too */
+    XDC_ASSERT_MSG(hash_of(second) == hash_of(straight), "resumed run diverged from the uninterrupted one");
+    char tmp[600];
+    xdc_ckpt_path(dir, 0, tmp, sizeof tmp - 8);
+    strcat(tmp, ".tmp");
+    XDC_ASSERT(access(tmp, F_OK) != 0);
+    XDC_ASSERT_OK(xdc_ckpt_save(dir, second, &meta, NULL)); /* over an existing file */
+    xdc_gpt_stage_destroy(straight), xdc_gpt_stage_destroy(first), xdc_gpt_stage_destroy(second);
+}
+
+XDC_TEST(ckpt_corruption_and_mismatch_are_refused_naming_the_file)
+{
+    const char *dir = xdc_test_tmpdir();
+    xdc_gpt_stage *s = make_stage(0, 2), *other = make_stage(1, 2);
+    xdc_ckpt_meta meta = {.stage = 0, .n_stages = 1, .step = 1}, back;
+    XDC_ASSERT_OK(xdc_ckpt_save(dir, s, &meta, NULL));
+    char path[600];
+    xdc_ckpt_path(dir, 0, path, sizeof path);
+    size_t len = 0;
+    char *orig = xdc_test_read_file(path, &len);
+    XDC_ASSERT(orig && len > 200);
+    xdc_diag d = {{0}};
+
+    /* a flipped byte in the compressed payload */
+    FILE *f = fopen(path, "r+b");
+    fseek(f, (long)len - 10, SEEK_SET);
+    fputc(orig[len - 10] ^ 0x40, f);
+    fclose(f);
+    XDC_ASSERT_ERR(xdc_ckpt_load(dir, 0, s, &back, &d), XDC_ERR_CORRUPT);
+    XDC_ASSERT_STR_CONTAINS(d.msg, path);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "checksum mismatch");
+
+    /* a flipped byte in the header (the step) */
+    f = fopen(path, "wb");
+    fwrite(orig, 1, len, f);
+    fclose(f);
+    f = fopen(path, "r+b");
+    fseek(f, 32, SEEK_SET);
+    fputc(orig[32] ^ 1, f);
+    fclose(f);
+    XDC_ASSERT_ERR(xdc_ckpt_load(dir, 0, s, &back, &d), XDC_ERR_CORRUPT);
+
+    /* truncated */
+    XDC_ASSERT(truncate(path, (off_t)len / 2) == 0);
+    XDC_ASSERT_ERR(xdc_ckpt_load(dir, 0, s, &back, &d), XDC_ERR_CORRUPT);
+    XDC_ASSERT_STR_CONTAINS(d.msg, path);
+
+    /* intact again, but loaded into a stage of another shape */
+    f = fopen(path, "wb");
+    fwrite(orig, 1, len, f);
+    fclose(f);
+    XDC_ASSERT_ERR(xdc_ckpt_load(dir, 0, other, &back, &d), XDC_ERR_CONFIG);
+    XDC_ASSERT_STR_CONTAINS(d.msg, path);
+    XDC_ASSERT_OK(xdc_ckpt_load(dir, 0, s, &back, &d));
+    /* missing */
+    XDC_ASSERT_ERR(xdc_ckpt_load(dir, 3, s, &back, &d), XDC_ERR_IO);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "stage-3.ckpt");
+    free(orig);
+    xdc_gpt_stage_destroy(s), xdc_gpt_stage_destroy(other);
+}
