@@ -161,12 +161,25 @@ xdc_err_t xdc_ckpt_load(const char *dir, int stage, xdc_gpt_stage *s, xdc_ckpt_m
 {
     char path[4096];
     xdc_ckpt_path(dir, stage, path, sizeof path);
-    size_t n = xdc_gpt_stage_num_params(s), raw_bytes = 3 * n * sizeof(float);
+    size_t raw_bytes = 3 * xdc_gpt_stage_num_params(s) * sizeof(float);
     uint8_t *file = NULL;
-    float *raw = NULL;
     size_t len = 0;
-    xdc_err_t rc;
     XDC_CHECK(read_whole(path, CKPT_HEADER_BYTES + ZSTD_compressBound(raw_bytes), &file, &len, diag));
+    xdc_err_t rc = xdc_ckpt_decode(path, file, len, stage, s, meta, diag);
+    xdc_free(file);
+    return rc;
+}
+
+xdc_err_t xdc_ckpt_decode(const char *path, const uint8_t *file, size_t len, int stage, xdc_gpt_stage *s,
+                          xdc_ckpt_meta *meta, xdc_diag *diag)
+{
+    size_t n = xdc_gpt_stage_num_params(s), raw_bytes = 3 * n * sizeof(float);
+    float *raw = NULL;
+    xdc_err_t rc;
+    if (len < CKPT_HEADER_BYTES) {
+        xdc_diag_set(diag, "%s: %zu bytes is shorter than a checkpoint header", path, len);
+        return XDC_ERR_CORRUPT;
+    }
     ckpt_header h;
     memcpy(&h, file, sizeof h);
     rc = XDC_ERR_CORRUPT;
@@ -210,7 +223,6 @@ xdc_err_t xdc_ckpt_load(const char *dir, int stage, xdc_gpt_stage *s, xdc_ckpt_m
     memcpy(meta->rng.s, h.rng, sizeof h.rng);
     rc = XDC_OK;
 fail:
-    xdc_free(file);
     xdc_free(raw);
     return rc;
 }

@@ -36,5 +36,8 @@ xdc_err_t xdc_ckpt_save(const char *dir, xdc_gpt_stage *s, const xdc_ckpt_meta *
  * magic, checksum or payload; XDC_ERR_CONFIG when the file belongs to a different stage or model shape;
  * XDC_ERR_IO when it cannot be read. */
 xdc_err_t xdc_ckpt_load(const char *dir, int stage, xdc_gpt_stage *s, xdc_ckpt_meta *meta, xdc_diag *diag);
+/* The same checks and restore from a file image already in memory; `name` appears in errors. */
+xdc_err_t xdc_ckpt_decode(const char *name, const uint8_t *file, size_t len, int stage, xdc_gpt_stage *s,
+                          xdc_ckpt_meta *meta, xdc_diag *diag);
 
 #endif /* XDC_CKPT_H */

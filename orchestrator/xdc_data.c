@@ -165,21 +165,15 @@ static xdc_err_t check_config(const xdc_data_config *c, xdc_diag *diag)
     return XDC_ERR_INVALID;
 }
 
-xdc_err_t xdc_data_open(const char *path, const xdc_data_config *cfg, xdc_data **out, xdc_diag *diag)
+xdc_err_t xdc_data_open_bytes(const char *name, const uint8_t *raw, size_t len, const xdc_data_config *cfg,
+                              xdc_data **out, xdc_diag *diag)
 {
     XDC_CHECK(check_config(cfg, diag));
     xdc_data *d = xdc_calloc(1, sizeof *d);
     if (!d) return XDC_ERR_NOMEM;
     d->cfg = *cfg;
-    uint8_t *raw = NULL;
-    size_t len = 0, cap = 0;
     xdc_err_t rc;
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        XDC_CHECK_GOTO(read_dir(path, &raw, &len, diag), rc, fail);
-    else
-        XDC_CHECK_GOTO(read_file_append(path, &raw, &len, &cap, diag), rc, fail);
-    XDC_CHECK_GOTO(decode_tokens(d, path, raw, len, diag), rc, fail);
+    XDC_CHECK_GOTO(decode_tokens(d, name, raw, len, diag), rc, fail);
 
     size_t T = (size_t)cfg->seq_len, per_batch = (size_t)cfg->batch * (size_t)cfg->world;
     d->n_train = (size_t)((double)d->n_tokens * (1.0 - cfg->val_fraction));
@@ -189,7 +183,7 @@ xdc_err_t xdc_data_open(const char *path, const xdc_data_config *cfg, xdc_data *
     d->batches_per_epoch = d->train_windows / per_batch;
     if (d->batches_per_epoch == 0 || d->val_windows == 0 || d->train_windows > UINT32_MAX) {
         xdc_diag_set(diag, "%s: %zu tokens give %zu train and %zu validation windows of %zu tokens; need at least "
-                     "B*world = %zu train windows and one validation window", path, d->n_tokens, d->train_windows,
+                     "B*world = %zu train windows and one validation window", name, d->n_tokens, d->train_windows,
                      d->val_windows, T + 1, per_batch);
         rc = XDC_ERR_INVALID;
         goto fail;
@@ -200,12 +194,26 @@ xdc_err_t xdc_data_open(const char *path, const xdc_data_config *cfg, xdc_data *
         goto fail;
     }
     d->perm_epoch = UINT64_MAX;
-    xdc_free(raw);
     *out = d;
     return XDC_OK;
 fail:
-    xdc_free(raw);
     xdc_data_destroy(d);
+    return rc;
+}
+
+xdc_err_t xdc_data_open(const char *path, const xdc_data_config *cfg, xdc_data **out, xdc_diag *diag)
+{
+    XDC_CHECK(check_config(cfg, diag));
+    uint8_t *raw = NULL;
+    size_t len = 0, cap = 0;
+    xdc_err_t rc;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        rc = read_dir(path, &raw, &len, diag);
+    else
+        rc = read_file_append(path, &raw, &len, &cap, diag);
+    if (rc == XDC_OK) rc = xdc_data_open_bytes(path, raw, len, cfg, out, diag);
+    xdc_free(raw);
     return rc;
 }
 

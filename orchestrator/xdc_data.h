@@ -39,6 +39,9 @@ typedef struct xdc_data xdc_data;
 /* Loads and validates the source; errors name the file (XDC_ERR_IO unreadable, XDC_ERR_CORRUPT bad shard
  * header or token out of vocabulary, XDC_ERR_INVALID too little data for one batch). */
 xdc_err_t xdc_data_open(const char *path, const xdc_data_config *cfg, xdc_data **out, xdc_diag *diag);
+/* The same from bytes already in memory (copied); `name` appears in errors. The fuzz target's entry. */
+xdc_err_t xdc_data_open_bytes(const char *name, const uint8_t *raw, size_t len, const xdc_data_config *cfg,
+                              xdc_data **out, xdc_diag *diag);
 void xdc_data_destroy(xdc_data *d);
 
 /* Next training batch of this rank: inputs and targets (B,T) int32 each; advances the position. */
