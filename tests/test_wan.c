@@ -1,0 +1,278 @@
+/* test_wan.c — the WAN transport on loopback: random messages round-trip over 1..8 streams in both
+ * directions and both traffic classes (content checked by hash), a stream shut down mid-transfer
+ * loses and duplicates nothing, an oversize message fails only its receive, and a dead peer fails
+ * requests with an error that names it. */
+#include "tests/test_wan_util.h"
+#include "tests/xdc_test.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_hash.h"
+#include "common/xdc_rng.h"
+#include "wan/wan_priv.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define WAIT_MS 30000
+
+typedef struct {
+    uint8_t *tx, *rx;       /* (len) bytes each */
+    size_t len;
+    uint64_t hash;
+    xdc_wan_request *sreq, *rreq;
+} msg_case;
+
+/* Send n messages from `from` to `to` (alternating classes), receive them all, check every byte. */
+static void exchange(xdc_wan_peer *from, xdc_wan_peer *to, const size_t *sizes, int n, uint64_t seed)
+{
+    msg_case *m = xdc_calloc((size_t)n, sizeof *m);
+    for (int i = 0; i < n; i++) {
+        m[i].len = sizes[i];
+        m[i].tx = xdc_malloc(sizes[i] + 1);
+        m[i].rx = xdc_malloc(sizes[i] + 1);
+        m[i].hash = wan_test_fill(m[i].tx, sizes[i], seed + (uint64_t)i);
+        xdc_wan_class cls = i % 3 == 0 ? XDC_WAN_LATENCY : XDC_WAN_BULK;
+        XDC_ASSERT_OK(xdc_wan_irecv(to, cls, m[i].rx, sizes[i] + 1, &m[i].rreq));
+        XDC_ASSERT_OK(xdc_wan_isend(from, cls, m[i].tx, sizes[i], (uint8_t)(i & 0xff), sizes[i] * 2, &m[i].sreq));
+    }
+    for (int i = 0; i < n; i++) {
+        size_t got = 0;
+        uint8_t codec = 0;
+        xdc_diag d = {{0}};
+        XDC_ASSERT_MSG(xdc_wan_wait(m[i].rreq, WAIT_MS, &got, &codec, &d) == XDC_OK, "recv %d: %s", i, d.msg);
+        XDC_ASSERT_EQ(got, m[i].len);
+        XDC_ASSERT_EQ(codec, i & 0xff);
+        XDC_ASSERT_MSG(xdc_xxh3(m[i].rx, got) == m[i].hash, "message %d (%zu bytes) content differs", i, got);
+        XDC_ASSERT_MSG(xdc_wan_wait(m[i].sreq, WAIT_MS, NULL, NULL, &d) == XDC_OK, "send %d: %s", i, d.msg);
+    }
+    for (int i = 0; i < n; i++) {
+        xdc_free(m[i].tx);
+        xdc_free(m[i].rx);
+    }
+    xdc_free(m);
+}
+
+static void roundtrip_with(int streams)
+{
+    wan_test_pair tp;
+    wan_test_pair_open(&tp, streams, WAIT_MS, NULL, NULL);
+    size_t sizes[24] = {0, 1, 7, 4096, 65535, 65536, 65537, 1 << 20, (3 << 20) + 5};
+    xdc_rng r;
+    xdc_rng_seed(&r, (uint64_t)streams);
+    for (int i = 9; i < 24; i++) sizes[i] = 1 + xdc_rng_below(&r, xdc_rng_below(&r, 4) == 0 ? (4u << 20) : 200000);
+    exchange(tp.cli, tp.srv, sizes, 24, 100);
+    exchange(tp.srv, tp.cli, sizes, 24, 200);
+    xdc_wan_stats st;
+    xdc_wan_peer_stats(tp.cli, &st);
+    XDC_ASSERT_EQ(st.streams, streams);
+    XDC_ASSERT_EQ(st.streams_up, streams);
+    uint64_t total = 0;
+    for (int i = 0; i < 24; i++) total += sizes[i];
+    XDC_ASSERT_EQ(st.tx_payload_bytes, total);
+    XDC_ASSERT_EQ(st.tx_raw_bytes, 2 * total);
+    XDC_ASSERT_EQ(st.rx_payload_bytes, total);
+    XDC_ASSERT(st.tx_wire_bytes > total);
+    wan_test_pair_close(&tp);
+}
+
+XDC_TEST(wan_roundtrip_1_stream) { roundtrip_with(1); }
+XDC_TEST(wan_roundtrip_3_streams) { roundtrip_with(3); }
+XDC_TEST(wan_roundtrip_8_streams) { roundtrip_with(8); }
+
+XDC_TEST(wan_roundtrip_32mib_message)
+{
+    wan_test_pair tp;
+    wan_test_pair_open(&tp, 4, WAIT_MS, NULL, NULL);
+    size_t sizes[1] = {32u << 20};
+    exchange(tp.cli, tp.srv, sizes, 1, 7);
+    wan_test_pair_close(&tp);
+}
+
+/* The latency class goes first: with one stream, a LATENCY message posted after a large BULK one is
+ * written first. Holding the server's engine lock keeps the client from becoming ready until both
+ * are queued, so the order does not depend on timing. */
+XDC_TEST(wan_latency_class_overtakes_bulk)
+{
+    wan_test_node us, eu;
+    wan_test_issue("pki", "us", 0, 30, 0, &us);
+    wan_test_issue("pki", "eu", 0, 30, 0, &eu);
+    xdc_wan_engine *se = wan_test_engine(&us, 1, WAIT_MS), *ce = wan_test_engine(&eu, 1, WAIT_MS);
+    xdc_wan_listener *l;
+    xdc_wan_peer *cli, *srv;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_wan_listen(se, "127.0.0.1", 0, &l, &d));
+    size_t big = 4u << 20;
+    uint8_t *bulk = xdc_malloc(big), *bulk_rx = xdc_malloc(big), act[64], act_rx[64];
+    wan_test_fill(bulk, big, 1);
+    uint64_t h = wan_test_fill(act, sizeof act, 2);
+    xdc_wan_request *rb, *ra, *sb, *sa;
+    pthread_mutex_lock(&se->mu);
+    XDC_ASSERT_OK(xdc_wan_connect(ce, "127.0.0.1", xdc_wan_listener_port(l), "us", 0, &cli, &d));
+    XDC_ASSERT_OK(xdc_wan_isend(cli, XDC_WAN_BULK, bulk, big, 0, big, &sb));
+    XDC_ASSERT_OK(xdc_wan_isend(cli, XDC_WAN_LATENCY, act, sizeof act, 0, sizeof act, &sa));
+    pthread_mutex_unlock(&se->mu);
+    XDC_ASSERT_OK(xdc_wan_accept(l, WAIT_MS, &srv, &d));
+    /* Only the activation's receive is posted: the stream stalls on the first bulk frame behind it. */
+    XDC_ASSERT_OK(xdc_wan_irecv(srv, XDC_WAN_LATENCY, act_rx, sizeof act_rx, &ra));
+    size_t got = 0;
+    XDC_ASSERT_MSG(xdc_wan_wait(ra, WAIT_MS, &got, NULL, &d) == XDC_OK, "%s", d.msg);
+    XDC_ASSERT_EQ(got, sizeof act);
+    XDC_ASSERT(xdc_xxh3(act_rx, got) == h);
+    XDC_ASSERT_OK(xdc_wan_irecv(srv, XDC_WAN_BULK, bulk_rx, big, &rb));
+    XDC_ASSERT_OK(xdc_wan_wait(rb, WAIT_MS, &got, NULL, &d));
+    XDC_ASSERT(got == big && memcmp(bulk, bulk_rx, big) == 0);
+    XDC_ASSERT_OK(xdc_wan_wait(sb, WAIT_MS, NULL, NULL, &d));
+    XDC_ASSERT_OK(xdc_wan_wait(sa, WAIT_MS, NULL, NULL, &d));
+    xdc_wan_engine_destroy(ce);
+    xdc_wan_engine_destroy(se);
+    xdc_free(bulk);
+    xdc_free(bulk_rx);
+}
+
+/* Shut down one stream's socket while frames are in flight: everything still arrives exactly once. */
+XDC_TEST(wan_stream_killed_mid_transfer_delivers_exactly_once)
+{
+    enum { N = 40, LEN = 300000 };
+    wan_test_pair tp;
+    wan_test_pair_open(&tp, 4, WAIT_MS, NULL, NULL);
+    msg_case m[N];
+    xdc_diag d = {{0}};
+    for (int i = 0; i < N; i++) {
+        m[i].tx = xdc_malloc(LEN);
+        m[i].rx = xdc_malloc(LEN);
+        memset(m[i].rx, 0, LEN);
+        m[i].hash = wan_test_fill(m[i].tx, LEN, 1000 + (uint64_t)i);
+        XDC_ASSERT_OK(xdc_wan_isend(tp.cli, XDC_WAN_BULK, m[i].tx, LEN, 0, LEN, &m[i].sreq));
+    }
+    /* Receive the first ten, so the rest sit in flight (window) waiting for receives. */
+    for (int i = 0; i < 10; i++) XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, m[i].rx, LEN, &m[i].rreq));
+    XDC_ASSERT_MSG(xdc_wan_wait(m[9].rreq, WAIT_MS, NULL, NULL, &d) == XDC_OK, "%s", d.msg);
+    m[9].rreq = NULL;
+    xdc_wan_engine *eng = tp.cli_eng;
+    pthread_mutex_lock(&eng->mu);
+    wan_stream *s = tp.cli->streams[2];
+    XDC_ASSERT(s->state == WAN_ST_READY && s->fd >= 0);
+    shutdown(s->fd, SHUT_RDWR);
+    pthread_mutex_unlock(&eng->mu);
+    for (int i = 10; i < N; i++) XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, m[i].rx, LEN, &m[i].rreq));
+    for (int i = 0; i < N; i++) {
+        size_t got = LEN;
+        if (m[i].rreq) XDC_ASSERT_MSG(xdc_wan_wait(m[i].rreq, WAIT_MS, &got, NULL, &d) == XDC_OK, "recv %d: %s", i, d.msg);
+        XDC_ASSERT_EQ(got, LEN);
+        XDC_ASSERT_MSG(xdc_xxh3(m[i].rx, LEN) == m[i].hash, "message %d differs", i);
+        XDC_ASSERT_MSG(xdc_wan_wait(m[i].sreq, WAIT_MS, NULL, NULL, &d) == XDC_OK, "send %d: %s", i, d.msg);
+    }
+    /* One more message per class: nothing extra (a duplicate) is waiting in front of it. */
+    uint8_t tail_tx[100], tail_rx[100];
+    uint64_t th = wan_test_fill(tail_tx, sizeof tail_tx, 5);
+    xdc_wan_request *ts, *tr;
+    XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, tail_rx, sizeof tail_rx, &tr));
+    XDC_ASSERT_OK(xdc_wan_isend(tp.cli, XDC_WAN_BULK, tail_tx, sizeof tail_tx, 0, sizeof tail_tx, &ts));
+    size_t got = 0;
+    XDC_ASSERT_OK(xdc_wan_wait(tr, WAIT_MS, &got, NULL, &d));
+    XDC_ASSERT_EQ(got, sizeof tail_tx);
+    XDC_ASSERT(xdc_xxh3(tail_rx, got) == th);
+    XDC_ASSERT_OK(xdc_wan_wait(ts, WAIT_MS, NULL, NULL, &d));
+    XDC_ASSERT_OK(xdc_wan_peer_wait_ready(tp.cli, WAIT_MS, &d));
+    xdc_wan_stats st;
+    xdc_wan_peer_stats(tp.cli, &st);
+    XDC_ASSERT(st.reconnects >= 1);
+    XDC_ASSERT_EQ(st.streams_up, 4);
+    xdc_wan_stats ss;
+    xdc_wan_peer_stats(tp.srv, &ss);
+    XDC_ASSERT_EQ(ss.rx_payload_bytes, (uint64_t)N * LEN + sizeof tail_tx);
+    wan_test_pair_close(&tp);
+    for (int i = 0; i < N; i++) {
+        xdc_free(m[i].tx);
+        xdc_free(m[i].rx);
+    }
+}
+
+XDC_TEST(wan_oversize_message_fails_only_its_receive)
+{
+    wan_test_pair tp;
+    wan_test_pair_open(&tp, 2, WAIT_MS, NULL, NULL);
+    uint8_t big[200000], small[10], rx[1000];
+    wan_test_fill(big, sizeof big, 1);
+    uint64_t h = wan_test_fill(small, sizeof small, 2);
+    xdc_wan_request *r1, *r2, *s1, *s2;
+    XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, rx, sizeof rx, &r1));
+    XDC_ASSERT_OK(xdc_wan_isend(tp.cli, XDC_WAN_BULK, big, sizeof big, 0, sizeof big, &s1));
+    XDC_ASSERT_OK(xdc_wan_isend(tp.cli, XDC_WAN_BULK, small, sizeof small, 0, sizeof small, &s2));
+    xdc_diag d = {{0}};
+    XDC_ASSERT_ERR(xdc_wan_wait(r1, WAIT_MS, NULL, NULL, &d), XDC_ERR_RANGE);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "200000 bytes");
+    XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, rx, sizeof rx, &r2));
+    size_t got = 0;
+    XDC_ASSERT_OK(xdc_wan_wait(r2, WAIT_MS, &got, NULL, &d));
+    XDC_ASSERT_EQ(got, sizeof small);
+    XDC_ASSERT(xdc_xxh3(rx, got) == h);
+    XDC_ASSERT_OK(xdc_wan_wait(s1, WAIT_MS, NULL, NULL, &d));
+    XDC_ASSERT_OK(xdc_wan_wait(s2, WAIT_MS, NULL, NULL, &d));
+    wan_test_pair_close(&tp);
+}
+
+XDC_TEST(wan_deadline_failure_names_the_peer)
+{
+    wan_test_node eu;
+    wan_test_issue("pki", "eu", 0, 30, 0, &eu);
+    xdc_wan_engine *eng = wan_test_engine(&eu, 2, 300);
+    /* A port that was just free: nothing listens there. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
+    socklen_t alen = sizeof a;
+    XDC_ASSERT(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    getsockname(fd, (struct sockaddr *)&a, &alen);
+    int port = ntohs(a.sin_port);
+    close(fd);
+    xdc_wan_peer *p;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_wan_connect(eng, "127.0.0.1", port, "us", 3, &p, &d));
+    uint8_t buf[16] = {0};
+    xdc_wan_request *r;
+    XDC_ASSERT_OK(xdc_wan_isend(p, XDC_WAN_LATENCY, buf, sizeof buf, 0, sizeof buf, &r));
+    XDC_ASSERT_ERR(xdc_wan_wait(r, WAIT_MS, NULL, NULL, &d), XDC_ERR_TIMEOUT);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "peer us/3 (127.0.0.1:");
+    XDC_ASSERT_STR_CONTAINS(d.msg, "Connection refused");
+    XDC_ASSERT_STR_CONTAINS(d.msg, "last heard");
+    XDC_ASSERT_ERR(xdc_wan_peer_wait_ready(p, WAIT_MS, &d), XDC_ERR_TIMEOUT);
+    xdc_wan_engine_destroy(eng);
+}
+
+XDC_TEST(wan_server_gone_fails_pending_receive_naming_it)
+{
+    wan_test_pair tp;
+    wan_test_pair_open(&tp, 2, 400, NULL, NULL);
+    uint8_t rx[64];
+    xdc_wan_request *r;
+    XDC_ASSERT_OK(xdc_wan_irecv(tp.cli, XDC_WAN_BULK, rx, sizeof rx, &r));
+    xdc_wan_engine_destroy(tp.srv_eng);
+    tp.srv_eng = NULL;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_ERR(xdc_wan_wait(r, WAIT_MS, NULL, NULL, &d), XDC_ERR_TIMEOUT);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "peer us/0");
+    XDC_ASSERT_STR_CONTAINS(d.msg, "last heard");
+    wan_test_pair_close(&tp);
+}
+
+XDC_TEST(wan_config_out_of_range_is_refused)
+{
+    xdc_wan_config cfg = XDC_WAN_CONFIG_INIT;
+    cfg.cert_path = cfg.key_path = cfg.ca_path = "/nonexistent";
+    xdc_wan_engine *eng = NULL;
+    xdc_diag d = {{0}};
+    cfg.streams = 0;
+    XDC_ASSERT_ERR(xdc_wan_engine_create(&cfg, &eng, &d), XDC_ERR_CONFIG);
+    cfg.streams = 2;
+    cfg.window_frames = 100;
+    XDC_ASSERT_ERR(xdc_wan_engine_create(&cfg, &eng, &d), XDC_ERR_CONFIG);
+    cfg.window_frames = 128;
+    XDC_ASSERT_ERR(xdc_wan_engine_create(&cfg, &eng, &d), XDC_ERR_CONFIG);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "/nonexistent");
+    XDC_ASSERT(eng == NULL);
+    xdc_wan_engine_destroy(NULL);
+}

@@ -1,0 +1,83 @@
+/* test_wan_util.c — fixtures shared by the WAN tests (see test_wan_util.h). */
+#include "tests/test_wan_util.h"
+
+#include "common/xdc_hash.h"
+#include "common/xdc_rng.h"
+#include "tests/xdc_test.h"
+
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void wan_test_issue(const char *dir, const char *region, int rank, int days, int64_t not_before_s,
+                    wan_test_node *out)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", xdc_test_tmpdir(), dir);
+    mkdir(path, 0700);
+    char ca[600];
+    snprintf(ca, sizeof ca, "%s/ca.pem", path);
+    xdc_diag d = {{0}};
+    xdc_wan_cert_opts o = {.dir = path, .run = "testrun", .region = region, .rank = rank, .days = 3650};
+    if (access(ca, F_OK) != 0) XDC_ASSERT_MSG(xdc_wan_cert_init_ca(&o, &d) == XDC_OK, "CA: %s", d.msg);
+    o.days = days;
+    o.not_before_s = not_before_s;
+    XDC_ASSERT_MSG(xdc_wan_cert_issue(&o, out->cert, sizeof out->cert, out->key, sizeof out->key, &d) == XDC_OK,
+                   "issue %s/%d: %s", region, rank, d.msg);
+    snprintf(out->ca, sizeof out->ca, "%s", ca);
+}
+
+xdc_wan_engine *wan_test_engine(const wan_test_node *node, int streams, int64_t deadline_ms)
+{
+    xdc_wan_config cfg = XDC_WAN_CONFIG_INIT;
+    cfg.cert_path = node->cert;
+    cfg.key_path = node->key;
+    cfg.ca_path = node->ca;
+    cfg.streams = streams;
+    cfg.frame_bytes = 64 << 10;
+    cfg.deadline_ms = deadline_ms;
+    cfg.ping_interval_ms = 50;
+    xdc_wan_engine *eng = NULL;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_MSG(xdc_wan_engine_create(&cfg, &eng, &d) == XDC_OK, "engine: %s", d.msg);
+    return eng;
+}
+
+void wan_test_pair_open(wan_test_pair *tp, int streams, int64_t deadline_ms, int (*relay)(int port, void *arg),
+                        void *arg)
+{
+    wan_test_node us, eu;
+    wan_test_issue("pki", "us", 0, 30, 0, &us);
+    wan_test_issue("pki", "eu", 0, 30, 0, &eu);
+    tp->srv_eng = wan_test_engine(&us, streams, deadline_ms);
+    tp->cli_eng = wan_test_engine(&eu, streams, deadline_ms);
+    xdc_diag d = {{0}};
+    XDC_ASSERT_MSG(xdc_wan_listen(tp->srv_eng, "127.0.0.1", 0, &tp->lis, &d) == XDC_OK, "listen: %s", d.msg);
+    int port = xdc_wan_listener_port(tp->lis);
+    XDC_ASSERT(port > 0);
+    if (relay) port = relay(port, arg);
+    XDC_ASSERT_OK(xdc_wan_connect(tp->cli_eng, "127.0.0.1", port, "us", 0, &tp->cli, &d));
+    XDC_ASSERT_MSG(xdc_wan_peer_wait_ready(tp->cli, 20000, &d) == XDC_OK, "ready: %s", d.msg);
+    XDC_ASSERT_MSG(xdc_wan_accept(tp->lis, 20000, &tp->srv, &d) == XDC_OK, "accept: %s", d.msg);
+    XDC_ASSERT(strcmp(xdc_wan_peer_identity(tp->srv)->region, "eu") == 0);
+    XDC_ASSERT(strcmp(xdc_wan_peer_identity(tp->cli)->region, "us") == 0);
+}
+
+void wan_test_pair_close(wan_test_pair *tp)
+{
+    xdc_wan_engine_destroy(tp->cli_eng);
+    xdc_wan_engine_destroy(tp->srv_eng);
+}
+
+uint64_t wan_test_fill(uint8_t *buf, size_t len, uint64_t seed)
+{
+    xdc_rng r;
+    xdc_rng_seed(&r, seed ^ (len * 0x9e3779b97f4a7c15ull));
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t v = xdc_rng_u64(&r);
+        memcpy(buf + i, &v, 8);
+    }
+    for (; i < len; i++) buf[i] = (uint8_t)xdc_rng_u64(&r);
+    return xdc_xxh3(buf, len);
+}

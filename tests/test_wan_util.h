@@ -1,0 +1,40 @@
+/* test_wan_util.h — shared fixtures for the WAN tests: a CA with node certificates in the test's
+ * temporary directory, engines built on them, and a connected client/server peer pair on loopback. */
+#ifndef XDC_TEST_WAN_UTIL_H
+#define XDC_TEST_WAN_UTIL_H
+
+#include "wan/xdc_wan.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Paths of one node's credentials. */
+typedef struct wan_test_node {
+    char cert[512], key[512], ca[512];
+} wan_test_node;
+
+/* Create a CA in DIR (under the test tmpdir, run "testrun") and issue REGION/RANK with the given
+ * validity (days, not_before_s relative to now). The CA is created on first use of DIR. */
+void wan_test_issue(const char *dir, const char *region, int rank, int days, int64_t not_before_s,
+                    wan_test_node *out);
+/* An engine for `node` with `streams` streams and small frames (so messages stripe). */
+xdc_wan_engine *wan_test_engine(const wan_test_node *node, int streams, int64_t deadline_ms);
+
+/* A connected pair: server "us/0" listening on 127.0.0.1, client "eu/0" dialling it. */
+typedef struct wan_test_pair {
+    xdc_wan_engine *srv_eng, *cli_eng;
+    xdc_wan_listener *lis;
+    xdc_wan_peer *srv, *cli; /* srv: the server's view of the client; cli: the client's view */
+} wan_test_pair;
+
+/* Build the pair; `via_port` > 0 dials that port (a relay in front of the listener) instead. The
+ * relay callback, when not NULL, is called with the listener's port before dialling and returns the
+ * port to dial. */
+void wan_test_pair_open(wan_test_pair *tp, int streams, int64_t deadline_ms, int (*relay)(int port, void *arg),
+                        void *arg);
+void wan_test_pair_close(wan_test_pair *tp);
+
+/* Fill `buf` with bytes derived from (seed, len) and return their XXH3. */
+uint64_t wan_test_fill(uint8_t *buf, size_t len, uint64_t seed);
+
+#endif /* XDC_TEST_WAN_UTIL_H */

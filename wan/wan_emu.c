@@ -1,0 +1,411 @@
+/* wan_emu.c — the userspace WAN emulator: a TCP relay that makes one link of a topology real on one
+ * machine without root. Each accepted connection is paired with a fresh connection to the target and
+ * both directions pass through a link model:
+ *   rate    — a token bucket refilled at rate_mbps limits how fast bytes are taken from the sender
+ *             (the sender's TCP then sees the bottleneck as backpressure);
+ *   delay   — every chunk read is released rtt/2 (+ uniform jitter, never reordering) later;
+ *   loss    — per 1448-byte segment with probability loss_pct, the direction stalls one RTT, which is
+ *             what a loss costs a TCP flow that recovers by fast retransmit;
+ *   outage  — cut() resets every relayed connection and refuses new ones until restore().
+ * One thread per relay polls all of its connections. */
+#include "wan/xdc_wan.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_log.h"
+#include "common/xdc_rng.h"
+#include "common/xdc_time.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define EMU_CHUNK 16384            /* bytes read per chunk: the unit of delay */
+#define EMU_QUEUE_BYTES (16u << 20) /* in-flight bytes per direction (>= rate x one-way delay) */
+#define EMU_MAX_CONNS 128
+#define EMU_SEGMENT 1448
+
+typedef struct emu_chunk {
+    uint64_t release_ns;
+    uint32_t len, off;
+    uint8_t data[EMU_CHUNK];
+} emu_chunk;
+
+/* One direction of one connection: bytes read from `in`, delayed in a ring of chunks, written to `out`. */
+typedef struct emu_dir {
+    emu_chunk *ring;   /* (n_slots) chunks */
+    uint32_t n_slots, head, count;
+    uint64_t last_release_ns;
+    int eof;           /* the reader saw EOF: shut down the writer's side after the queue drains */
+    int shut;
+} emu_dir;
+
+typedef struct emu_conn {
+    int fd[2];         /* 0: accepted client side, 1: connection to the target */
+    int connected;     /* target connect completed */
+    emu_dir dir[2];    /* dir[0]: client -> target, dir[1]: target -> client */
+} emu_conn;
+
+struct xdc_wan_relay {
+    xdc_wan_link_model m;
+    int lfd, port, wake_fd;
+    struct sockaddr_in target;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    int stop, cut;
+    uint64_t outage_start_ns, outage_end_ns; /* scheduled outage; 0 = none */
+    emu_conn *conns[EMU_MAX_CONNS];
+    int n_conns;
+    xdc_rng rng;
+    double tokens;     /* bytes; one bucket per direction, shared by every connection of the link */
+    double tokens_back;
+    uint64_t refill_ns;
+    unsigned rot;
+    uint64_t accepted, bytes;
+};
+
+static void conn_free(emu_conn *c)
+{
+    for (int i = 0; i < 2; i++) {
+        if (c->fd[i] >= 0) {
+            /* Abortive close (RST), like a real link failure or middlebox reset. */
+            struct linger lg = {.l_onoff = 1, .l_linger = 0};
+            setsockopt(c->fd[i], SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+            close(c->fd[i]);
+        }
+        xdc_free(c->dir[i].ring);
+    }
+    xdc_free(c);
+}
+
+static void drop_all(xdc_wan_relay *r)
+{
+    for (int i = 0; i < r->n_conns; i++) conn_free(r->conns[i]);
+    r->n_conns = 0;
+}
+
+static uint64_t one_way_ns(xdc_wan_relay *r)
+{
+    double ms = r->m.rtt_ms / 2;
+    if (r->m.jitter_ms > 0) ms += r->m.jitter_ms * xdc_rng_uniform(&r->rng);
+    return (uint64_t)(ms * 1e6);
+}
+
+static void accept_conns(xdc_wan_relay *r)
+{
+    for (;;) {
+        int fd = accept4(r->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return;
+        if (r->cut || r->n_conns == EMU_MAX_CONNS) {
+            struct linger lg = {.l_onoff = 1, .l_linger = 0};
+            setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+            close(fd);
+            continue;
+        }
+        emu_conn *c = xdc_calloc(1, sizeof *c);
+        int t = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        uint32_t slots = (uint32_t)(EMU_QUEUE_BYTES / EMU_CHUNK);
+        if (c) {
+            c->dir[0].ring = xdc_malloc(slots * sizeof(emu_chunk));
+            c->dir[1].ring = xdc_malloc(slots * sizeof(emu_chunk));
+        }
+        if (!c || t < 0 || !c->dir[0].ring || !c->dir[1].ring ||
+            (connect(t, (struct sockaddr *)&r->target, sizeof r->target) != 0 && errno != EINPROGRESS)) {
+            close(fd);
+            if (t >= 0) close(t);
+            if (c) {
+                xdc_free(c->dir[0].ring);
+                xdc_free(c->dir[1].ring);
+                xdc_free(c);
+            }
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        setsockopt(t, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        c->fd[0] = fd;
+        c->fd[1] = t;
+        c->dir[0].n_slots = c->dir[1].n_slots = slots;
+        r->conns[r->n_conns++] = c;
+        r->accepted++;
+    }
+}
+
+static void refill(xdc_wan_relay *r, uint64_t now)
+{
+    if (r->m.rate_mbps <= 0) return;
+    double bytes_per_ns = r->m.rate_mbps * 1e6 / 8 / 1e9;
+    double add = (double)(now - r->refill_ns) * bytes_per_ns;
+    /* Burst allowance: 2 ms worth or one chunk, whichever is larger. */
+    double cap = bytes_per_ns * 2e6 > EMU_CHUNK ? bytes_per_ns * 2e6 : EMU_CHUNK;
+    r->tokens = r->tokens + add > cap ? cap : r->tokens + add;
+    r->tokens_back = r->tokens_back + add > cap ? cap : r->tokens_back + add;
+    r->refill_ns = now;
+}
+
+/* Read what the token bucket and the queue allow from c->fd[d] into direction d. -1: connection over. */
+static int dir_read(xdc_wan_relay *r, emu_conn *c, int d, uint64_t now)
+{
+    emu_dir *q = &c->dir[d];
+    double *tokens = d == 0 ? &r->tokens : &r->tokens_back;
+    while (!q->eof && q->count < q->n_slots) {
+        size_t want = EMU_CHUNK;
+        if (r->m.rate_mbps > 0) {
+            if (*tokens < 1) return 0;
+            if (*tokens < want) want = (size_t)*tokens;
+        }
+        emu_chunk *ch = &q->ring[(q->head + q->count) % q->n_slots];
+        ssize_t n = recv(c->fd[d], ch->data, want, 0);
+        if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+        if (n == 0) {
+            q->eof = 1;
+            return 0;
+        }
+        if (r->m.rate_mbps > 0) *tokens -= (double)n;
+        uint64_t rel = now + one_way_ns(r);
+        if (r->m.loss_pct > 0) {
+            for (ssize_t seg = 0; seg < n; seg += EMU_SEGMENT)
+                if (xdc_rng_uniform(&r->rng) * 100.0 < r->m.loss_pct) rel += (uint64_t)(r->m.rtt_ms * 1e6);
+        }
+        if (rel < q->last_release_ns) rel = q->last_release_ns; /* jitter never reorders a byte stream */
+        q->last_release_ns = rel;
+        ch->release_ns = rel;
+        ch->len = (uint32_t)n;
+        ch->off = 0;
+        q->count++;
+        r->bytes += (uint64_t)n;
+    }
+    return 0;
+}
+
+/* Write released chunks of direction d to the other side. -1: connection over. */
+static int dir_write(emu_conn *c, int d, uint64_t now)
+{
+    emu_dir *q = &c->dir[d];
+    int out = c->fd[1 - d];
+    while (q->count) {
+        emu_chunk *ch = &q->ring[q->head];
+        if (ch->release_ns > now) break;
+        ssize_t n = send(out, ch->data + ch->off, ch->len - ch->off, MSG_NOSIGNAL);
+        if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+        ch->off += (uint32_t)n;
+        if (ch->off < ch->len) return 0;
+        q->head = (q->head + 1) % q->n_slots;
+        q->count--;
+    }
+    if (q->eof && !q->count && !q->shut) {
+        shutdown(out, SHUT_WR);
+        q->shut = 1;
+    }
+    return 0;
+}
+
+static void *relay_main(void *arg)
+{
+    xdc_wan_relay *r = arg;
+    struct pollfd pfd[2 + 2 * EMU_MAX_CONNS];
+    pthread_mutex_lock(&r->mu);
+    r->refill_ns = xdc_now_ns();
+    while (!r->stop) {
+        uint64_t now = xdc_now_ns();
+        if (r->outage_start_ns && now >= r->outage_start_ns) {
+            r->cut = 1;
+            drop_all(r);
+            if (now >= r->outage_end_ns) {
+                r->cut = 0;
+                r->outage_start_ns = r->outage_end_ns = 0;
+            }
+        }
+        int n = 0, timeout = 50;
+        pfd[n++] = (struct pollfd){.fd = r->wake_fd, .events = POLLIN};
+        pfd[n++] = (struct pollfd){.fd = r->lfd, .events = POLLIN};
+        for (int i = 0; i < r->n_conns; i++) {
+            emu_conn *c = r->conns[i];
+            for (int s = 0; s < 2; s++) {
+                short ev = 0;
+                emu_dir *in = &c->dir[s], *outq = &c->dir[1 - s];
+                double tok = s == 0 ? r->tokens : r->tokens_back;
+                /* No POLLIN while the bucket is empty: the 1 ms tick refills it, poll would only spin. */
+                if ((c->connected || s == 0) && !in->eof && in->count < in->n_slots && (r->m.rate_mbps <= 0 || tok >= 1))
+                    ev |= POLLIN;
+                if (s == 1 && !c->connected) ev |= POLLOUT;
+                if (outq->count) {
+                    uint64_t rel = outq->ring[outq->head].release_ns;
+                    if (rel <= now) ev |= POLLOUT;
+                    else {
+                        int ms = (int)((rel - now + 999999) / 1000000);
+                        if (ms < timeout) timeout = ms;
+                    }
+                }
+                pfd[n++] = (struct pollfd){.fd = c->fd[s], .events = ev};
+            }
+        }
+        /* With a rate limit the bucket refills continuously: come back at 1 ms granularity. */
+        if (r->m.rate_mbps > 0 && r->n_conns && timeout > 1) timeout = 1;
+        if (r->outage_start_ns) {
+            uint64_t t = r->cut ? r->outage_end_ns : r->outage_start_ns;
+            int ms = t > now ? (int)((t - now) / 1000000) + 1 : 0;
+            if (ms < timeout) timeout = ms;
+        }
+        pthread_mutex_unlock(&r->mu);
+        poll(pfd, (nfds_t)n, timeout);
+        pthread_mutex_lock(&r->mu);
+        uint64_t drain;
+        if ((pfd[0].revents & POLLIN) && read(r->wake_fd, &drain, sizeof drain) < 0) drain = 0;
+        if (r->stop) break;
+        if (r->cut) drop_all(r);
+        if (pfd[1].revents & POLLIN) accept_conns(r);
+        now = xdc_now_ns();
+        refill(r, now);
+        /* Start at a rotating connection so no stream gets the freshly refilled tokens every time. */
+        int first = r->n_conns ? (int)(r->rot++ % (unsigned)r->n_conns) : 0;
+        for (int k = 0; k < r->n_conns; k++) {
+            int i = (first + k) % r->n_conns;
+            emu_conn *c = r->conns[i];
+            int bad = 0;
+            if (!c->connected) {
+                int err = 0;
+                socklen_t len = sizeof err;
+                struct pollfd t = {.fd = c->fd[1], .events = POLLOUT};
+                if (poll(&t, 1, 0) == 1) {
+                    getsockopt(c->fd[1], SOL_SOCKET, SO_ERROR, &err, &len);
+                    if (err) bad = 1;
+                    else c->connected = 1;
+                }
+            }
+            for (int d = 0; d < 2 && !bad && c->connected; d++)
+                bad = dir_read(r, c, d, now) < 0 || dir_write(c, d, now) < 0;
+            if (!bad && c->dir[0].shut && c->dir[1].shut) bad = 1;
+            if (bad) {
+                conn_free(c);
+                r->conns[i] = r->conns[--r->n_conns];
+                k--;
+            }
+        }
+    }
+    drop_all(r);
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+static int parse_ipv4(const char *host, struct in_addr *out)
+{
+    if (!host || !host[0] || strcmp(host, "localhost") == 0) return inet_pton(AF_INET, "127.0.0.1", out) == 1;
+    return inet_pton(AF_INET, host, out) == 1;
+}
+
+xdc_err_t xdc_wan_relay_create(const char *listen_host, int listen_port, const char *target_host,
+                               int target_port, const xdc_wan_link_model *m, xdc_wan_relay **out, xdc_diag *diag)
+{
+    if (!m || !out || listen_port < 0 || listen_port > 65535 || target_port <= 0 || target_port > 65535 ||
+        m->rate_mbps < 0 || m->rtt_ms < 0 || m->jitter_ms < 0 || m->loss_pct < 0 || m->loss_pct >= 100) {
+        xdc_diag_set(diag, "relay: ports or link model out of range (rate, rtt, jitter >= 0; loss in [0, 100))");
+        return XDC_ERR_INVALID;
+    }
+    xdc_wan_relay *r = xdc_calloc(1, sizeof *r);
+    if (!r) return XDC_ERR_NOMEM;
+    r->m = *m;
+    r->lfd = r->wake_fd = -1;
+    xdc_rng_seed(&r->rng, m->seed);
+    r->target.sin_family = AF_INET;
+    r->target.sin_port = htons((uint16_t)target_port);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)listen_port)};
+    if (!parse_ipv4(target_host, &r->target.sin_addr) || !parse_ipv4(listen_host, &a.sin_addr)) {
+        xdc_diag_set(diag, "relay: '%s' or '%s' is not an IPv4 address", listen_host ? listen_host : "",
+                     target_host ? target_host : "");
+        xdc_free(r);
+        return XDC_ERR_INVALID;
+    }
+    int one = 1;
+    r->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (r->lfd >= 0) setsockopt(r->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    socklen_t alen = sizeof a;
+    if (r->lfd < 0 || bind(r->lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(r->lfd, 128) != 0 ||
+        getsockname(r->lfd, (struct sockaddr *)&a, &alen) != 0) {
+        xdc_diag_set(diag, "relay: listen on %s:%d: %m", listen_host ? listen_host : "127.0.0.1", listen_port);
+        if (r->lfd >= 0) close(r->lfd);
+        xdc_free(r);
+        return XDC_ERR_UNAVAILABLE;
+    }
+    r->port = ntohs(a.sin_port);
+    r->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    pthread_mutex_init(&r->mu, NULL);
+    if (r->wake_fd < 0 || pthread_create(&r->thread, NULL, relay_main, r) != 0) {
+        xdc_diag_set(diag, "relay: cannot start its thread");
+        close(r->lfd);
+        if (r->wake_fd >= 0) close(r->wake_fd);
+        pthread_mutex_destroy(&r->mu);
+        xdc_free(r);
+        return XDC_ERR_NOMEM;
+    }
+    XDC_DEBUG(XDC_SUB_WAN, "relay :%d -> %s:%d (rate %.1f Mbit/s, rtt %.1f ms, jitter %.1f ms, loss %.3f%%)",
+              r->port, target_host, target_port, m->rate_mbps, m->rtt_ms, m->jitter_ms, m->loss_pct);
+    *out = r;
+    return XDC_OK;
+}
+
+int xdc_wan_relay_port(const xdc_wan_relay *r) { return r ? r->port : -1; }
+
+static void relay_poke(xdc_wan_relay *r)
+{
+    uint64_t one = 1;
+    ssize_t n = write(r->wake_fd, &one, sizeof one);
+    (void)n;
+}
+
+void xdc_wan_relay_cut(xdc_wan_relay *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->cut = 1;
+    drop_all(r);
+    pthread_mutex_unlock(&r->mu);
+    relay_poke(r);
+}
+
+void xdc_wan_relay_restore(xdc_wan_relay *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->cut = 0;
+    r->outage_start_ns = r->outage_end_ns = 0;
+    pthread_mutex_unlock(&r->mu);
+    relay_poke(r);
+}
+
+void xdc_wan_relay_schedule_outage(xdc_wan_relay *r, int64_t start_ms, int64_t duration_ms)
+{
+    pthread_mutex_lock(&r->mu);
+    r->outage_start_ns = xdc_now_ns() + (uint64_t)(start_ms > 0 ? start_ms : 0) * XDC_NS_PER_MS;
+    r->outage_end_ns = r->outage_start_ns + (uint64_t)(duration_ms > 0 ? duration_ms : 0) * XDC_NS_PER_MS;
+    pthread_mutex_unlock(&r->mu);
+    relay_poke(r);
+}
+
+void xdc_wan_relay_counters(xdc_wan_relay *r, uint64_t *conns, uint64_t *bytes)
+{
+    pthread_mutex_lock(&r->mu);
+    if (conns) *conns = r->accepted;
+    if (bytes) *bytes = r->bytes;
+    pthread_mutex_unlock(&r->mu);
+}
+
+void xdc_wan_relay_destroy(xdc_wan_relay *r)
+{
+    if (!r) return;
+    pthread_mutex_lock(&r->mu);
+    r->stop = 1;
+    pthread_mutex_unlock(&r->mu);
+    relay_poke(r);
+    pthread_join(r->thread, NULL);
+    close(r->lfd);
+    close(r->wake_fd);
+    pthread_mutex_destroy(&r->mu);
+    xdc_free(r);
+}

@@ -1,0 +1,885 @@
+/* wan_engine.c — the progress engine of the WAN transport: one thread polls every socket, drives
+ * non-blocking TCP connects and TLS handshakes, the HELLO exchange that binds a stream to its peer
+ * session (so a redialled stream resumes the same peer), keepalive/RTT pings, redials with backoff
+ * and the liveness deadline. Also the public engine, listener and peer lifecycle calls. */
+#include "wan/wan_priv.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_log.h"
+#include "common/xdc_time.h"
+#include "wan/wan_tls.h"
+
+#include <openssl/rand.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define LOOP_TICK_MS 20 /* timer resolution: pings, redials, deadlines */
+
+void wan_engine_wake(xdc_wan_engine *eng)
+{
+    uint64_t one = 1;
+    ssize_t n = write(eng->wake_fd, &one, sizeof one);
+    (void)n; /* a full eventfd counter already means "wake up" */
+}
+
+static void sock_tune(int fd, int bufsz)
+{
+    int one = 1;
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (bufsz > 0) {
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bufsz, sizeof bufsz);
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bufsz, sizeof bufsz);
+    }
+}
+
+static void addr_text(const struct sockaddr_storage *a, char *buf, size_t cap)
+{
+    char host[64] = "?";
+    int port = 0;
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)a;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+        port = ntohs(in->sin_port);
+    } else if (a->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)a;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+        port = ntohs(in6->sin6_port);
+    }
+    snprintf(buf, cap, "%s:%d", host, port);
+}
+
+static void stream_close_io(wan_stream *s)
+{
+    if (s->ssl) SSL_free(s->ssl);
+    if (s->fd >= 0) close(s->fd);
+    s->ssl = NULL;
+    s->fd = -1;
+}
+
+static void peer_update_up(xdc_wan_peer *p)
+{
+    int up = 0;
+    for (int i = 0; i < p->nstreams; i++) up += p->streams[i] && p->streams[i]->state == WAN_ST_READY;
+    p->st.streams_up = up;
+    if (up == p->nstreams) {
+        p->down_since_ns = 0;
+        p->established = 1;
+    } else if (!p->down_since_ns) {
+        p->down_since_ns = xdc_now_ns();
+    }
+}
+
+void wan_stream_break(wan_stream *s, const char *why)
+{
+    if (s->state == WAN_ST_DOWN) return;
+    xdc_wan_peer *p = s->peer;
+    stream_close_io(s);
+    wan_stream_reset_io(s);
+    s->state = WAN_ST_DOWN;
+    if (!p) { /* a server connection that never said HELLO: a refusal */
+        xdc_wan_listener *l = s->listener;
+        if (l) {
+            l->refused++;
+            snprintf(l->last_refusal, sizeof l->last_refusal, "refused %s: %s", s->peer_addr, why);
+        }
+        XDC_WARN(XDC_SUB_WAN, "refused connection from %s: %s", s->peer_addr, why);
+        if (l) pthread_cond_broadcast(&l->eng->cv);
+        return;
+    }
+    snprintf(p->last_err, sizeof p->last_err, "stream %d: %s", s->idx, why);
+    if (p->fail_err == XDC_OK && !p->closed)
+        XDC_WARN(XDC_SUB_WAN, "%s: stream %d down: %s", p->name, s->idx, why);
+    if (s->is_client) {
+        s->since_ns = xdc_now_ns() + (uint64_t)s->backoff_ms * XDC_NS_PER_MS;
+        s->backoff_ms = s->backoff_ms * 2 > p->eng->cfg.backoff_max_ms ? p->eng->cfg.backoff_max_ms : s->backoff_ms * 2;
+    }
+    peer_update_up(p);
+}
+
+void wan_peer_fail(xdc_wan_peer *p, xdc_err_t err, const char *fmt, ...)
+{
+    if (p->fail_err != XDC_OK) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->fail_why, sizeof p->fail_why, fmt, ap);
+    va_end(ap);
+    p->fail_err = err;
+    XDC_ERROR(XDC_SUB_WAN, "%s", p->fail_why);
+    for (int i = 0; i < p->nstreams; i++) {
+        wan_stream *s = p->streams[i];
+        if (!s) continue;
+        stream_close_io(s);
+        wan_stream_reset_io(s);
+        s->state = WAN_ST_DOWN;
+    }
+    p->st.streams_up = 0;
+    wan_peer_fail_requests(p, err, p->fail_why);
+    pthread_cond_broadcast(&p->eng->cv);
+}
+
+static wan_stream *stream_new(int is_client)
+{
+    wan_stream *s = xdc_calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->fd = -1;
+    s->is_client = is_client;
+    return s;
+}
+
+static int start_tls(wan_stream *s, SSL_CTX *ctx)
+{
+    s->ssl = SSL_new(ctx);
+    if (!s->ssl || SSL_set_fd(s->ssl, s->fd) != 1) return -1;
+    if (s->is_client) SSL_set_connect_state(s->ssl);
+    else SSL_set_accept_state(s->ssl);
+    s->state = WAN_ST_TLS;
+    s->since_ns = xdc_now_ns();
+    s->want = s->is_client ? POLLOUT : POLLIN;
+    s->kick = s->is_client;
+    return 0;
+}
+
+/* Client: open a fresh TCP connection for stream s. */
+static void stream_dial(wan_stream *s)
+{
+    xdc_wan_peer *p = s->peer;
+    s->fd = socket(p->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s->fd < 0) {
+        wan_stream_break(s, "socket() failed");
+        return;
+    }
+    sock_tune(s->fd, p->eng->cfg.sockbuf_bytes);
+    s->state = WAN_ST_CONNECTING;
+    s->since_ns = xdc_now_ns();
+    if (connect(s->fd, (struct sockaddr *)&p->addr, p->addr_len) == 0 || errno == EINPROGRESS) return;
+    char why[160];
+    snprintf(why, sizeof why, "connect to %s:%d: %s", p->host, p->port, strerror(errno));
+    s->state = WAN_ST_CONNECTING; /* so break() runs its bookkeeping */
+    wan_stream_break(s, why);
+}
+
+static void handshake_done(wan_stream *s)
+{
+    xdc_wan_engine *eng = s->is_client ? s->peer->eng : s->listener->eng;
+    xdc_diag d;
+    if (s->is_client) {
+        xdc_wan_peer *p = s->peer;
+        xdc_wan_identity got;
+        if (wan_tls_check_peer(s->ssl, &eng->self, p->expect_region, p->expect_rank, &got, &d) != XDC_OK) {
+            wan_peer_fail(p, XDC_ERR_AUTH, "refused peer at %s:%d: %s", p->host, p->port, d.msg);
+            return;
+        }
+        p->id = got;
+        wan_frame h = {.type = WAN_FT_HELLO, .msg_seq = p->session, .msg_off = (uint64_t)s->idx,
+                       .msg_len = (uint64_t)p->nstreams};
+        wan_stream_queue_ctrl(s, &h);
+    } else {
+        xdc_wan_identity got;
+        if (wan_tls_check_peer(s->ssl, &eng->self, NULL, 0, &got, &d) != XDC_OK) {
+            wan_stream_break(s, d.msg);
+            return;
+        }
+    }
+    s->state = WAN_ST_HELLO;
+    s->kick = 1;
+}
+
+static void handshake_step(wan_stream *s)
+{
+    if (!s->is_client && !s->peeked) {
+        /* A TLS connection starts with a handshake record (content type 22); anything else is a
+         * plaintext or foreign client, refused with a reason instead of an opaque TLS error. */
+        uint8_t b;
+        ssize_t n = recv(s->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { s->want = POLLIN; return; }
+        if (n <= 0) { wan_stream_break(s, "closed before the TLS handshake"); return; }
+        if (b != 0x16) {
+            char why[128];
+            snprintf(why, sizeof why, "plaintext client: first byte 0x%02x is not a TLS handshake record", b);
+            wan_stream_break(s, why);
+            return;
+        }
+        s->peeked = 1;
+    }
+    int rc = SSL_do_handshake(s->ssl);
+    if (rc == 1) {
+        handshake_done(s);
+        return;
+    }
+    int e = SSL_get_error(s->ssl, rc);
+    if (e == SSL_ERROR_WANT_READ) { s->want = POLLIN; return; }
+    if (e == SSL_ERROR_WANT_WRITE) { s->want = POLLOUT; return; }
+    xdc_diag d;
+    xdc_err_t err = wan_tls_explain(s->ssl, e, &d);
+    if (s->is_client && err == XDC_ERR_AUTH)
+        wan_peer_fail(s->peer, XDC_ERR_AUTH, "refused peer at %s:%d: %s", s->peer->host, s->peer->port, d.msg);
+    else
+        wan_stream_break(s, d.msg);
+}
+
+/* Read one control header during the HELLO exchange. 1: complete, 0: need more, -1: stream gone. */
+static int hello_read(wan_stream *s, wan_frame *f)
+{
+    while (s->rx_hdr_got < WAN_FRAME_HDR_BYTES) {
+        int n = SSL_read(s->ssl, s->rx_hdr + s->rx_hdr_got, (int)(WAN_FRAME_HDR_BYTES - s->rx_hdr_got));
+        if (n <= 0) {
+            int e = SSL_get_error(s->ssl, n);
+            if (e == SSL_ERROR_WANT_READ) { s->want |= POLLIN; return 0; }
+            if (e == SSL_ERROR_WANT_WRITE) { s->want |= POLLOUT; return 0; }
+            xdc_diag d;
+            xdc_err_t err = wan_tls_explain(s->ssl, e, &d);
+            if (s->is_client && err == XDC_ERR_AUTH)
+                wan_peer_fail(s->peer, XDC_ERR_AUTH, "refused by peer at %s:%d: %s", s->peer->host, s->peer->port,
+                              d.msg);
+            else
+                wan_stream_break(s, d.msg);
+            return -1;
+        }
+        s->rx_hdr_got += (size_t)n;
+    }
+    s->rx_hdr_got = 0;
+    xdc_diag d;
+    if (wan_frame_decode(s->rx_hdr, 0, f, &d) != XDC_OK) {
+        wan_stream_break(s, d.msg);
+        return -1;
+    }
+    return 1;
+}
+
+static void peer_set_name(xdc_wan_peer *p, const char *addr)
+{
+    snprintf(p->name, sizeof p->name, "peer %s/%d (%s)", p->id.region[0] ? p->id.region : "?", p->id.rank, addr);
+}
+
+/* Server: a HELLO arrived on a pending connection; bind it to a new or existing peer session. */
+static void server_hello(xdc_wan_engine *eng, wan_stream *s, const wan_frame *f)
+{
+    xdc_wan_identity got;
+    xdc_diag d;
+    wan_tls_check_peer(s->ssl, &eng->self, NULL, 0, &got, &d);
+    xdc_wan_peer *p = NULL;
+    for (xdc_wan_peer *q = eng->peers; q; q = q->next)
+        if (!q->is_client && q->session == f->msg_seq && strcmp(q->id.region, got.region) == 0 &&
+            q->id.rank == got.rank && q->fail_err == XDC_OK && !q->closed)
+            p = q;
+    int resumed = p != NULL;
+    if (p && (uint64_t)p->nstreams != f->msg_len) {
+        wan_stream_break(s, "HELLO names a different stream count than the session");
+        return;
+    }
+    if (!p) {
+        if (wan_peer_alloc(eng, (int)f->msg_len, &p) != XDC_OK) {
+            wan_stream_break(s, "out of memory for a new peer");
+            return;
+        }
+        p->session = f->msg_seq;
+        p->id = got;
+        p->next_ping_ns = xdc_now_ns();
+        peer_set_name(p, s->peer_addr);
+        p->next = eng->peers;
+        eng->peers = p;
+    }
+    /* Unlink from the pending list; replace whatever sat in the slot (a broken or half-open stream). */
+    for (wan_stream **pp = &eng->pending; *pp; pp = &(*pp)->next_pending)
+        if (*pp == s) {
+            *pp = s->next_pending;
+            break;
+        }
+    int idx = (int)f->msg_off;
+    wan_stream *old = p->streams[idx];
+    if (old) {
+        wan_stream_break(old, "replaced by a redialled stream");
+        old->next_pending = eng->graveyard;
+        eng->graveyard = old;
+        if (p->established) p->st.reconnects++;
+    }
+    s->peer = p;
+    s->idx = idx;
+    s->state = WAN_ST_READY;
+    p->streams[idx] = s;
+    p->last_rx_ns = xdc_now_ns();
+    wan_frame ack = {.type = WAN_FT_HELLO_ACK, .msg_seq = p->session, .flags = resumed ? WAN_FLAG_RESUMED : 0,
+                     .seq = p->rx_cum};
+    p->ack_sent = p->rx_cum;
+    wan_stream_queue_ctrl(s, &ack);
+    s->kick = 1;
+    peer_update_up(p);
+    if (p->established && !p->accepted) {
+        p->accepted = 1;
+        xdc_wan_listener *l = s->listener;
+        if (l && l->n_ready < (int)(sizeof l->ready / sizeof l->ready[0])) l->ready[l->n_ready++] = p;
+        XDC_INFO(XDC_SUB_WAN, "accepted %s with %d streams", p->name, p->nstreams);
+    }
+    pthread_cond_broadcast(&eng->cv);
+}
+
+static void client_hello_ack(wan_stream *s, const wan_frame *f)
+{
+    xdc_wan_peer *p = s->peer;
+    if (f->type != WAN_FT_HELLO_ACK || f->msg_seq != p->session) {
+        wan_peer_fail(p, XDC_ERR_PROTO, "%s answered HELLO with %s for another session", p->name,
+                      wan_frame_type_name(f->type));
+        return;
+    }
+    if (p->established && !(f->flags & WAN_FLAG_RESUMED)) {
+        wan_peer_fail(p, XDC_ERR_PEER_LOST, "%s lost our session (restarted?); unacknowledged data cannot be resumed",
+                      p->name);
+        return;
+    }
+    if (wan_peer_ack(p, f->seq) != XDC_OK) return;
+    if (p->established) p->st.reconnects++;
+    s->state = WAN_ST_READY;
+    s->backoff_ms = p->eng->cfg.backoff_min_ms;
+    s->kick = 1;
+    p->last_rx_ns = xdc_now_ns();
+    peer_update_up(p);
+    if (p->established) XDC_DEBUG(XDC_SUB_WAN, "%s: stream %d ready", p->name, s->idx);
+    pthread_cond_broadcast(&p->eng->cv);
+}
+
+static void stream_progress(xdc_wan_engine *eng, wan_stream *s)
+{
+    wan_frame f;
+    switch (s->state) {
+    case WAN_ST_CONNECTING: {
+        int err = 0;
+        socklen_t len = sizeof err;
+        getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err) {
+            char why[160];
+            snprintf(why, sizeof why, "connect to %s:%d: %s", s->peer->host, s->peer->port, strerror(err));
+            wan_stream_break(s, why);
+        } else if (s->revents & (POLLOUT | POLLERR | POLLHUP)) {
+            if (start_tls(s, eng->cli_ctx) != 0) wan_stream_break(s, "SSL_new failed");
+        }
+        return;
+    }
+    case WAN_ST_TLS:
+        handshake_step(s);
+        return;
+    case WAN_ST_HELLO:
+        if (s->is_client) {
+            if (wan_stream_write(s) < 0) return;
+            if (hello_read(s, &f) == 1) client_hello_ack(s, &f);
+        } else if (hello_read(s, &f) == 1) {
+            if (f.type != WAN_FT_HELLO) wan_stream_break(s, "first frame is not HELLO");
+            else server_hello(eng, s, &f);
+        }
+        return;
+    case WAN_ST_READY:
+        wan_stream_pump(s);
+        return;
+    default:
+        return;
+    }
+}
+
+static short stream_events(const wan_stream *s)
+{
+    switch (s->state) {
+    case WAN_ST_CONNECTING: return POLLOUT;
+    case WAN_ST_TLS: return (short)(s->want ? s->want : POLLIN);
+    case WAN_ST_HELLO:
+    case WAN_ST_READY: {
+        short ev = (short)s->want;
+        if (!s->stalled) ev |= POLLIN;
+        if (s->tx_active || s->ctrl_n || (s->state == WAN_ST_READY && wan_peer_has_tx(s->peer))) ev |= POLLOUT;
+        return ev;
+    }
+    default: return 0;
+    }
+}
+
+static void peer_timers(xdc_wan_peer *p)
+{
+    uint64_t now = xdc_now_ns(); /* after the streams ran: their timestamps are not in the future */
+    if (p->fail_err != XDC_OK || p->closed) return;
+    const xdc_wan_config *cfg = &p->eng->cfg;
+    uint64_t limit = (uint64_t)cfg->deadline_ms * XDC_NS_PER_MS;
+    if (p->down_since_ns && now - p->down_since_ns > limit) {
+        wan_peer_fail(p, XDC_ERR_TIMEOUT,
+                      "%s unreachable: %d of %d streams down for %lld ms (deadline %lld ms); last heard %.1f s ago: %s;"
+                      " last error: %s",
+                      p->name, p->nstreams - p->st.streams_up, p->nstreams,
+                      (long long)((now - p->down_since_ns) / XDC_NS_PER_MS), (long long)cfg->deadline_ms,
+                      (double)(now - p->last_rx_ns) / 1e9, p->last_heard, p->last_err[0] ? p->last_err : "none");
+        return;
+    }
+    int stalled = 0; /* we stopped reading ourselves (no receive posted): silence is not the peer's fault */
+    for (int i = 0; i < p->nstreams; i++) stalled |= p->streams[i] && p->streams[i]->stalled;
+    if (stalled) p->last_rx_ns = now;
+    if (p->established && now - p->last_rx_ns > limit) {
+        wan_peer_fail(p, XDC_ERR_TIMEOUT, "%s silent for %lld ms (deadline %lld ms); last heard: %s", p->name,
+                      (long long)((now - p->last_rx_ns) / XDC_NS_PER_MS), (long long)cfg->deadline_ms, p->last_heard);
+        return;
+    }
+    for (int i = 0; i < p->nstreams; i++) {
+        wan_stream *s = p->streams[i];
+        if (s && s->is_client && s->state == WAN_ST_DOWN && now >= s->since_ns) stream_dial(s);
+    }
+    if (now >= p->next_ping_ns) {
+        p->next_ping_ns = now + (uint64_t)cfg->ping_interval_ms * XDC_NS_PER_MS;
+        for (int k = 0; k < p->nstreams; k++) {
+            wan_stream *s = p->streams[(p->ping_rr + k) % p->nstreams];
+            if (s && s->state == WAN_ST_READY) {
+                wan_frame ping = {.type = WAN_FT_PING, .msg_off = now};
+                wan_stream_queue_ctrl(s, &ping);
+                p->ping_rr = (p->ping_rr + k + 1) % p->nstreams;
+                break;
+            }
+        }
+    }
+}
+
+static void accept_new(xdc_wan_engine *eng, xdc_wan_listener *l)
+{
+    for (int i = 0; i < 64; i++) {
+        struct sockaddr_storage a;
+        socklen_t alen = sizeof a;
+        int fd = accept4(l->fd, (struct sockaddr *)&a, &alen, SOCK_CLOEXEC);
+        if (fd < 0) return;
+        wan_stream *s = stream_new(0);
+        if (!s) {
+            close(fd);
+            return;
+        }
+        s->fd = fd;
+        s->listener = l;
+        addr_text(&a, s->peer_addr, sizeof s->peer_addr);
+        sock_tune(fd, eng->cfg.sockbuf_bytes);
+        if (start_tls(s, eng->srv_ctx) != 0) {
+            stream_close_io(s);
+            xdc_free(s);
+            continue;
+        }
+        s->next_pending = eng->pending;
+        eng->pending = s;
+    }
+}
+
+typedef struct {
+    struct pollfd *pfd;
+    wan_stream **who; /* (cap) stream per pollfd, NULL for the wake fd and listeners */
+    xdc_wan_listener **lis;
+    int n, cap;
+} poll_set;
+
+static int poll_add(poll_set *ps, int fd, short ev, wan_stream *s, xdc_wan_listener *l)
+{
+    if (ps->n == ps->cap) {
+        int cap = ps->cap ? 2 * ps->cap : 64;
+        struct pollfd *pfd = xdc_realloc(ps->pfd, (size_t)cap * sizeof *pfd);
+        if (pfd) ps->pfd = pfd;
+        wan_stream **who = xdc_realloc(ps->who, (size_t)cap * sizeof *who);
+        if (who) ps->who = who;
+        xdc_wan_listener **lis = xdc_realloc(ps->lis, (size_t)cap * sizeof *lis);
+        if (lis) ps->lis = lis;
+        if (!pfd || !who || !lis) return -1;
+        ps->cap = cap;
+    }
+    ps->pfd[ps->n] = (struct pollfd){.fd = fd, .events = ev};
+    ps->who[ps->n] = s;
+    ps->lis[ps->n] = l;
+    ps->n++;
+    return 0;
+}
+
+static void *engine_main(void *arg)
+{
+    xdc_wan_engine *eng = arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL); /* SIGPIPE from a dead socket becomes EPIPE */
+    poll_set ps = {0};
+    pthread_mutex_lock(&eng->mu);
+    while (!eng->stop) {
+        ps.n = 0;
+        int kick = 0;
+        poll_add(&ps, eng->wake_fd, POLLIN, NULL, NULL);
+        for (xdc_wan_listener *l = eng->listeners; l; l = l->next) poll_add(&ps, l->fd, POLLIN, NULL, l);
+        for (wan_stream *s = eng->pending; s; s = s->next_pending) {
+            kick |= s->kick;
+            if (s->fd >= 0) poll_add(&ps, s->fd, stream_events(s), s, NULL);
+        }
+        for (xdc_wan_peer *p = eng->peers; p; p = p->next)
+            for (int i = 0; i < p->nstreams; i++) {
+                wan_stream *s = p->streams[i];
+                if (!s || s->fd < 0) continue;
+                kick |= s->kick;
+                poll_add(&ps, s->fd, stream_events(s), s, NULL);
+            }
+        pthread_mutex_unlock(&eng->mu);
+        poll(ps.pfd, (nfds_t)ps.n, kick ? 0 : LOOP_TICK_MS);
+        pthread_mutex_lock(&eng->mu);
+        uint64_t drain;
+        if (ps.pfd[0].revents & POLLIN && read(eng->wake_fd, &drain, sizeof drain) < 0) drain = 0;
+        for (int i = 1; i < ps.n; i++) {
+            if (ps.who[i]) ps.who[i]->revents = ps.pfd[i].revents;
+            else if (ps.lis[i] && ps.pfd[i].revents) accept_new(eng, ps.lis[i]);
+        }
+        for (wan_stream *s = eng->pending, *nx; s; s = nx) {
+            nx = s->next_pending;
+            if (s->revents || s->kick) {
+                s->kick = 0;
+                s->want = 0;
+                stream_progress(eng, s);
+                s->revents = 0;
+            }
+        }
+        uint64_t now = xdc_now_ns();
+        for (xdc_wan_peer *p = eng->peers; p; p = p->next) {
+            for (int i = 0; i < p->nstreams; i++) {
+                wan_stream *s = p->streams[i];
+                if (!s || s->fd < 0 || !(s->revents || s->kick)) continue;
+                s->kick = 0;
+                s->want = 0;
+                stream_progress(eng, s);
+                s->revents = 0;
+            }
+            peer_timers(p);
+        }
+        /* Reap refused or timed-out handshakes and replaced streams. */
+        uint64_t hs_limit = (uint64_t)(eng->cfg.deadline_ms < 10000 ? eng->cfg.deadline_ms : 10000) * XDC_NS_PER_MS;
+        for (wan_stream **pp = &eng->pending; *pp;) {
+            wan_stream *s = *pp;
+            if (s->state != WAN_ST_DOWN && now - s->since_ns > hs_limit) wan_stream_break(s, "handshake timed out");
+            if (s->state == WAN_ST_DOWN) {
+                *pp = s->next_pending;
+                xdc_free(s);
+            } else {
+                pp = &s->next_pending;
+            }
+        }
+        while (eng->graveyard) {
+            wan_stream *s = eng->graveyard;
+            eng->graveyard = s->next_pending;
+            xdc_free(s);
+        }
+    }
+    pthread_mutex_unlock(&eng->mu);
+    xdc_free(ps.pfd);
+    xdc_free(ps.who);
+    xdc_free(ps.lis);
+    return NULL;
+}
+
+/* ---- public lifecycle ---------------------------------------------------------------------------- */
+
+xdc_err_t xdc_wan_engine_create(const xdc_wan_config *cfg, xdc_wan_engine **out, xdc_diag *diag)
+{
+    if (!cfg || !out) return XDC_ERR_INVALID;
+    if (cfg->streams < 1 || cfg->streams > XDC_WAN_MAX_STREAMS || cfg->frame_bytes < 1024 ||
+        cfg->frame_bytes > XDC_WAN_MAX_FRAME_PAYLOAD || cfg->window_frames < 64 ||
+        (cfg->window_frames & (cfg->window_frames - 1)) || cfg->deadline_ms < 1 || cfg->backoff_min_ms < 1 ||
+        cfg->backoff_max_ms < cfg->backoff_min_ms || cfg->ping_interval_ms < 1) {
+        xdc_diag_set(diag, "WAN config out of range: streams 1..%d, frame_bytes 1 KiB..16 MiB, window a power of "
+                           "two >= 64, positive deadline, backoff and ping interval",
+                     XDC_WAN_MAX_STREAMS);
+        return XDC_ERR_CONFIG;
+    }
+    xdc_wan_engine *eng = xdc_calloc(1, sizeof *eng);
+    if (!eng) return XDC_ERR_NOMEM;
+    eng->cfg = *cfg;
+    eng->wake_fd = -1;
+    pthread_mutex_init(&eng->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&eng->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    xdc_err_t rc;
+    XDC_CHECK_GOTO(wan_tls_create(cfg, &eng->srv_ctx, &eng->cli_ctx, &eng->self, diag), rc, fail);
+    eng->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (eng->wake_fd < 0) {
+        xdc_diag_set(diag, "eventfd: %m");
+        rc = XDC_ERR_IO;
+        goto fail;
+    }
+    if (pthread_create(&eng->thread, NULL, engine_main, eng) != 0) {
+        xdc_diag_set(diag, "cannot start the WAN progress thread");
+        rc = XDC_ERR_NOMEM;
+        goto fail;
+    }
+    eng->thread_started = 1;
+    *out = eng;
+    return XDC_OK;
+fail:
+    xdc_wan_engine_destroy(eng);
+    return rc;
+}
+
+const xdc_wan_identity *xdc_wan_engine_identity(const xdc_wan_engine *eng) { return &eng->self; }
+
+void xdc_wan_engine_destroy(xdc_wan_engine *eng)
+{
+    if (!eng) return;
+    if (eng->thread_started) {
+        pthread_mutex_lock(&eng->mu);
+        eng->stop = 1;
+        pthread_mutex_unlock(&eng->mu);
+        wan_engine_wake(eng);
+        pthread_join(eng->thread, NULL);
+    }
+    while (eng->listeners) {
+        xdc_wan_listener *l = eng->listeners;
+        eng->listeners = l->next;
+        close(l->fd);
+        xdc_free(l);
+    }
+    while (eng->pending) {
+        wan_stream *s = eng->pending;
+        eng->pending = s->next_pending;
+        stream_close_io(s);
+        xdc_free(s);
+    }
+    while (eng->peers) {
+        xdc_wan_peer *p = eng->peers;
+        eng->peers = p->next;
+        for (int i = 0; i < p->nstreams; i++)
+            if (p->streams[i]) {
+                stream_close_io(p->streams[i]);
+                xdc_free(p->streams[i]);
+            }
+        wan_peer_free(p);
+    }
+    while (eng->all_reqs) {
+        xdc_wan_request *r = eng->all_reqs;
+        eng->all_reqs = r->all_next;
+        xdc_free(r);
+    }
+    SSL_CTX_free(eng->srv_ctx);
+    SSL_CTX_free(eng->cli_ctx);
+    if (eng->wake_fd >= 0) close(eng->wake_fd);
+    pthread_cond_destroy(&eng->cv);
+    pthread_mutex_destroy(&eng->mu);
+    xdc_free(eng);
+}
+
+xdc_err_t xdc_wan_listen(xdc_wan_engine *eng, const char *host, int port, xdc_wan_listener **out, xdc_diag *diag)
+{
+    if (!eng || !out || port < 0 || port > 65535) return XDC_ERR_INVALID;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (host && host[0] && inet_pton(AF_INET, host, &a.sin_addr) != 1) {
+        xdc_diag_set(diag, "listen address '%s' is not an IPv4 address", host);
+        return XDC_ERR_INVALID;
+    }
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int one = 1;
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 128) != 0) {
+        xdc_diag_set(diag, "listen on %s:%d: %m", host && host[0] ? host : "0.0.0.0", port);
+        if (fd >= 0) close(fd);
+        return XDC_ERR_UNAVAILABLE;
+    }
+    socklen_t alen = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &alen);
+    xdc_wan_listener *l = xdc_calloc(1, sizeof *l);
+    if (!l) {
+        close(fd);
+        return XDC_ERR_NOMEM;
+    }
+    l->eng = eng;
+    l->fd = fd;
+    l->port = ntohs(a.sin_port);
+    pthread_mutex_lock(&eng->mu);
+    l->next = eng->listeners;
+    eng->listeners = l;
+    pthread_mutex_unlock(&eng->mu);
+    wan_engine_wake(eng);
+    *out = l;
+    return XDC_OK;
+}
+
+int xdc_wan_listener_port(const xdc_wan_listener *l) { return l ? l->port : -1; }
+
+static int cv_wait_until(xdc_wan_engine *eng, uint64_t deadline)
+{
+    if (xdc_deadline_passed(deadline)) return -1;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int ms = xdc_deadline_poll_ms(deadline);
+    if (ms > 100) ms = 100;
+    ts.tv_nsec += (long)ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&eng->cv, &eng->mu, &ts);
+    return 0;
+}
+
+xdc_err_t xdc_wan_accept(xdc_wan_listener *l, int64_t timeout_ms, xdc_wan_peer **out, xdc_diag *diag)
+{
+    if (!l || !out) return XDC_ERR_INVALID;
+    xdc_wan_engine *eng = l->eng;
+    uint64_t deadline = xdc_deadline_ms(timeout_ms);
+    pthread_mutex_lock(&eng->mu);
+    while (l->n_ready == 0 && cv_wait_until(eng, deadline) == 0) {}
+    xdc_err_t rc = XDC_OK;
+    if (l->n_ready) {
+        *out = l->ready[0];
+        memmove(l->ready, l->ready + 1, (size_t)(--l->n_ready) * sizeof l->ready[0]);
+    } else {
+        xdc_diag_set(diag, "no peer connected to port %d within %lld ms (%d refused%s%s)", l->port,
+                     (long long)timeout_ms, l->refused, l->refused ? "; last: " : "", l->refused ? l->last_refusal : "");
+        rc = XDC_ERR_TIMEOUT;
+    }
+    pthread_mutex_unlock(&eng->mu);
+    return rc;
+}
+
+int xdc_wan_listener_last_refusal(xdc_wan_listener *l, xdc_diag *diag)
+{
+    pthread_mutex_lock(&l->eng->mu);
+    int n = l->refused;
+    xdc_diag_set(diag, "%s", l->last_refusal);
+    pthread_mutex_unlock(&l->eng->mu);
+    return n;
+}
+
+void xdc_wan_listener_close(xdc_wan_listener *l)
+{
+    if (!l) return;
+    xdc_wan_engine *eng = l->eng;
+    pthread_mutex_lock(&eng->mu);
+    for (xdc_wan_listener **pp = &eng->listeners; *pp; pp = &(*pp)->next)
+        if (*pp == l) {
+            *pp = l->next;
+            break;
+        }
+    for (wan_stream *s = eng->pending; s; s = s->next_pending)
+        if (s->listener == l) wan_stream_break(s, "listener closed");
+    for (xdc_wan_peer *p = eng->peers; p; p = p->next)
+        for (int i = 0; i < p->nstreams; i++)
+            if (p->streams[i] && p->streams[i]->listener == l) p->streams[i]->listener = NULL;
+    close(l->fd);
+    xdc_free(l);
+    pthread_mutex_unlock(&eng->mu);
+}
+
+xdc_err_t xdc_wan_connect(xdc_wan_engine *eng, const char *host, int port, const char *expect_region,
+                          int expect_rank, xdc_wan_peer **out, xdc_diag *diag)
+{
+    if (!eng || !host || !expect_region || !out || port <= 0 || port > 65535) return XDC_ERR_INVALID;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    char ports[16];
+    snprintf(ports, sizeof ports, "%d", port);
+    int g = getaddrinfo(host, ports, &hints, &ai);
+    if (g != 0 || !ai) {
+        xdc_diag_set(diag, "cannot resolve %s: %s", host, gai_strerror(g));
+        return XDC_ERR_UNAVAILABLE;
+    }
+    xdc_wan_peer *p;
+    xdc_err_t rc = wan_peer_alloc(eng, eng->cfg.streams, &p);
+    if (rc != XDC_OK) {
+        freeaddrinfo(ai);
+        return rc;
+    }
+    memcpy(&p->addr, ai->ai_addr, ai->ai_addrlen);
+    p->addr_len = ai->ai_addrlen;
+    freeaddrinfo(ai);
+    p->is_client = 1;
+    snprintf(p->host, sizeof p->host, "%s", host);
+    p->port = port;
+    snprintf(p->expect_region, sizeof p->expect_region, "%s", expect_region);
+    p->expect_rank = expect_rank;
+    snprintf(p->id.run, sizeof p->id.run, "%s", eng->self.run);
+    snprintf(p->id.region, sizeof p->id.region, "%s", expect_region);
+    p->id.rank = expect_rank;
+    char addr[96];
+    snprintf(addr, sizeof addr, "%s:%d", host, port);
+    peer_set_name(p, addr);
+    if (RAND_bytes((unsigned char *)&p->session, sizeof p->session) != 1) p->session = xdc_now_ns();
+    for (int i = 0; i < p->nstreams; i++) {
+        wan_stream *s = stream_new(1);
+        if (!s) {
+            for (int j = 0; j < i; j++) xdc_free(p->streams[j]);
+            wan_peer_free(p);
+            return XDC_ERR_NOMEM;
+        }
+        s->peer = p;
+        s->idx = i;
+        s->backoff_ms = eng->cfg.backoff_min_ms;
+        s->since_ns = 0; /* dial at the next loop turn */
+        p->streams[i] = s;
+    }
+    pthread_mutex_lock(&eng->mu);
+    p->down_since_ns = xdc_now_ns();
+    p->next_ping_ns = xdc_now_ns();
+    p->next = eng->peers;
+    eng->peers = p;
+    pthread_mutex_unlock(&eng->mu);
+    wan_engine_wake(eng);
+    *out = p;
+    return XDC_OK;
+}
+
+xdc_err_t xdc_wan_peer_wait_ready(xdc_wan_peer *p, int64_t timeout_ms, xdc_diag *diag)
+{
+    if (!p) return XDC_ERR_INVALID;
+    xdc_wan_engine *eng = p->eng;
+    uint64_t deadline = xdc_deadline_ms(timeout_ms);
+    pthread_mutex_lock(&eng->mu);
+    while (p->st.streams_up < p->nstreams && p->fail_err == XDC_OK && cv_wait_until(eng, deadline) == 0) {}
+    xdc_err_t rc = p->fail_err;
+    if (rc != XDC_OK) xdc_diag_set(diag, "%s", p->fail_why);
+    else if (p->st.streams_up < p->nstreams) {
+        xdc_diag_set(diag, "%s: %d of %d streams up after %lld ms; last error: %s", p->name, p->st.streams_up,
+                     p->nstreams, (long long)timeout_ms, p->last_err[0] ? p->last_err : "none");
+        rc = XDC_ERR_TIMEOUT;
+    }
+    pthread_mutex_unlock(&eng->mu);
+    return rc;
+}
+
+const xdc_wan_identity *xdc_wan_peer_identity(const xdc_wan_peer *p) { return &p->id; }
+
+void xdc_wan_peer_stats(xdc_wan_peer *p, xdc_wan_stats *out)
+{
+    pthread_mutex_lock(&p->eng->mu);
+    *out = p->st;
+    uint64_t now = xdc_now_ns();
+    if (p->first_tx_ns && now > p->first_tx_ns)
+        out->goodput_gbps = (double)p->st.tx_payload_bytes * 8.0 / (double)(now - p->first_tx_ns);
+    pthread_mutex_unlock(&p->eng->mu);
+}
+
+void xdc_wan_peer_close(xdc_wan_peer *p)
+{
+    if (!p) return;
+    xdc_wan_engine *eng = p->eng;
+    pthread_mutex_lock(&eng->mu);
+    if (p->fail_err == XDC_OK && !p->closed) {
+        for (int i = 0; i < p->nstreams; i++) {
+            wan_stream *s = p->streams[i];
+            if (!s || s->state != WAN_ST_READY) continue;
+            wan_frame bye = {.type = WAN_FT_BYE};
+            wan_stream_queue_ctrl(s, &bye);
+            wan_stream_write(s); /* best effort: the socket has room for a header almost always */
+        }
+    }
+    p->closed = 1;
+    wan_peer_fail_requests(p, XDC_ERR_CLOSED, "the peer was closed locally");
+    for (int i = 0; i < p->nstreams; i++) {
+        wan_stream *s = p->streams[i];
+        if (!s) continue;
+        stream_close_io(s);
+        wan_stream_reset_io(s);
+        s->state = WAN_ST_DOWN;
+    }
+    p->st.streams_up = 0;
+    pthread_cond_broadcast(&eng->cv);
+    pthread_mutex_unlock(&eng->mu);
+    wan_engine_wake(eng);
+}

@@ -1,0 +1,635 @@
+/* wan_peer.c — the message layer of a peer pair: messages cut into DATA frames with one sequence
+ * number space per direction, striped over whichever stream can write next (latency class first),
+ * kept until the cumulative ACK covers them, put back in the queue when their stream breaks; on the
+ * receiving side frames land straight in the posted receive buffer at their offset, duplicates are
+ * dropped by a sliding bitmap, and a receive completes when all its bytes arrived. Also the public
+ * request calls (isend, irecv, test, wait). Everything here runs under the engine mutex. */
+#include "wan/wan_priv.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_log.h"
+#include "common/xdc_time.h"
+#include "wan/wan_tls.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+
+#define PUMP_BUDGET_BYTES (8u << 20) /* per stream per loop turn, so one stream cannot starve others */
+
+xdc_err_t wan_peer_alloc(xdc_wan_engine *eng, int nstreams, xdc_wan_peer **out)
+{
+    xdc_wan_peer *p = xdc_calloc(1, sizeof *p);
+    if (!p) return XDC_ERR_NOMEM;
+    p->eng = eng;
+    p->nstreams = nstreams;
+    p->window = eng->cfg.window_frames;
+    p->streams = xdc_calloc((size_t)nstreams, sizeof *p->streams);
+    p->txf = xdc_calloc((size_t)p->window, sizeof *p->txf);
+    p->rx_seen = xdc_calloc((size_t)p->window / 64 + 1, sizeof *p->rx_seen);
+    if (!p->streams || !p->txf || !p->rx_seen) {
+        wan_peer_free(p);
+        return XDC_ERR_NOMEM;
+    }
+    p->st.streams = nstreams;
+    p->last_rx_ns = xdc_now_ns();
+    snprintf(p->last_heard, sizeof p->last_heard, "nothing yet");
+    *out = p;
+    return XDC_OK;
+}
+
+void wan_peer_free(xdc_wan_peer *p)
+{
+    if (!p) return;
+    xdc_free(p->streams);
+    xdc_free(p->txf);
+    xdc_free(p->rx_seen);
+    xdc_free(p);
+}
+
+void wan_stream_queue_ctrl(wan_stream *s, const wan_frame *f)
+{
+    if (s->ctrl_n < WAN_CTRL_QUEUE) s->ctrl[s->ctrl_n++] = *f;
+    /* A full queue drops the frame: PINGs are samples and ACKs are cumulative, so a later one covers it. */
+}
+
+/* ---- requests ------------------------------------------------------------------------------------ */
+
+static void queue_push(xdc_wan_request **head, xdc_wan_request **tail, xdc_wan_request *r)
+{
+    r->next = NULL;
+    if (*tail) (*tail)->next = r;
+    else *head = r;
+    *tail = r;
+}
+
+static void queue_remove(xdc_wan_request **head, xdc_wan_request **tail, xdc_wan_request *r)
+{
+    xdc_wan_request *prev = NULL;
+    for (xdc_wan_request *q = *head; q; prev = q, q = q->next) {
+        if (q != r) continue;
+        if (prev) prev->next = q->next;
+        else *head = q->next;
+        if (*tail == q) *tail = prev;
+        q->next = NULL;
+        return;
+    }
+}
+
+void wan_req_finish(xdc_wan_request *r, xdc_err_t err, const char *why)
+{
+    if (r->state != WAN_REQ_PENDING) return;
+    xdc_wan_peer *p = r->peer;
+    if (r->is_send) queue_remove(&p->txq_head[r->cls], &p->txq_tail[r->cls], r);
+    else queue_remove(&p->rxq_head[r->cls], &p->rxq_tail[r->cls], r);
+    r->state = err == XDC_OK ? WAN_REQ_DONE : WAN_REQ_FAILED;
+    r->err = err;
+    snprintf(r->why, sizeof r->why, "%s", why ? why : "");
+    pthread_cond_broadcast(&p->eng->cv);
+}
+
+void wan_peer_fail_requests(xdc_wan_peer *p, xdc_err_t err, const char *why)
+{
+    for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) {
+        while (p->txq_head[c]) wan_req_finish(p->txq_head[c], err, why);
+        while (p->rxq_head[c]) wan_req_finish(p->rxq_head[c], err, why);
+    }
+}
+
+static void send_maybe_done(xdc_wan_request *r)
+{
+    if (r->state == WAN_REQ_PENDING && r->framing_done && r->frames_unacked == 0 && r->writers == 0) {
+        xdc_wan_peer *p = r->peer;
+        p->st.tx_payload_bytes += r->cap;
+        p->st.tx_raw_bytes += r->raw_len;
+        wan_req_finish(r, XDC_OK, NULL);
+    }
+}
+
+static xdc_err_t req_new(xdc_wan_peer *p, int is_send, xdc_wan_class cls, void *buf, size_t cap,
+                         xdc_wan_request **out)
+{
+    if (!p || !out || (unsigned)cls >= XDC_WAN_NUM_CLASSES || (!buf && cap)) return XDC_ERR_INVALID;
+    xdc_wan_engine *eng = p->eng;
+    xdc_wan_request *r = eng->free_reqs;
+    xdc_wan_request *all_next;
+    if (r) {
+        eng->free_reqs = r->next;
+        all_next = r->all_next;
+    } else {
+        if (!(r = xdc_malloc(sizeof *r))) return XDC_ERR_NOMEM;
+        all_next = eng->all_reqs;
+        eng->all_reqs = r;
+    }
+    memset(r, 0, sizeof *r);
+    r->all_next = all_next;
+    r->peer = p;
+    r->state = WAN_REQ_PENDING;
+    r->is_send = is_send;
+    r->cls = cls;
+    r->buf = buf;
+    r->cap = cap;
+    r->msg_len = UINT64_MAX;
+    *out = r;
+    if (p->fail_err != XDC_OK || p->closed) {
+        wan_req_finish(r, p->fail_err != XDC_OK ? p->fail_err : XDC_ERR_CLOSED,
+                       p->fail_err != XDC_OK ? p->fail_why : "peer was closed");
+        return XDC_OK;
+    }
+    if (is_send) {
+        r->msg_seq = p->tx_msgs[cls]++;
+        queue_push(&p->txq_head[cls], &p->txq_tail[cls], r);
+    } else {
+        r->msg_seq = p->rx_posted[cls]++;
+        queue_push(&p->rxq_head[cls], &p->rxq_tail[cls], r);
+    }
+    return XDC_OK;
+}
+
+xdc_err_t xdc_wan_isend(xdc_wan_peer *p, xdc_wan_class cls, const void *buf, size_t len, uint8_t codec,
+                        size_t raw_len, xdc_wan_request **req)
+{
+    if (!p) return XDC_ERR_INVALID;
+    pthread_mutex_lock(&p->eng->mu);
+    xdc_err_t rc = req_new(p, 1, cls, (void *)buf, len, req);
+    if (rc == XDC_OK) {
+        (*req)->codec = codec;
+        (*req)->raw_len = raw_len;
+        if (!p->first_tx_ns) p->first_tx_ns = xdc_now_ns();
+    }
+    pthread_mutex_unlock(&p->eng->mu);
+    if (rc == XDC_OK) wan_engine_wake(p->eng);
+    return rc;
+}
+
+xdc_err_t xdc_wan_irecv(xdc_wan_peer *p, xdc_wan_class cls, void *buf, size_t cap, xdc_wan_request **req)
+{
+    if (!p) return XDC_ERR_INVALID;
+    pthread_mutex_lock(&p->eng->mu);
+    xdc_err_t rc = req_new(p, 0, cls, buf, cap, req);
+    /* A stream may be waiting for exactly this receive. */
+    for (int i = 0; rc == XDC_OK && i < p->nstreams; i++)
+        if (p->streams[i] && p->streams[i]->stalled) p->streams[i]->kick = 1;
+    pthread_mutex_unlock(&p->eng->mu);
+    if (rc == XDC_OK) wan_engine_wake(p->eng);
+    return rc;
+}
+
+/* Under the mutex: report and release a finished request. */
+static xdc_err_t req_collect(xdc_wan_request *r, size_t *size, uint8_t *codec, xdc_diag *diag)
+{
+    xdc_err_t rc = r->err;
+    if (rc == XDC_OK) {
+        if (size) *size = r->is_send ? r->cap : (size_t)r->msg_len;
+        if (codec) *codec = r->codec;
+    } else {
+        xdc_diag_set(diag, "%s", r->why);
+    }
+    xdc_wan_engine *eng = r->peer->eng;
+    r->state = WAN_REQ_FREE;
+    r->next = eng->free_reqs;
+    eng->free_reqs = r;
+    return rc;
+}
+
+xdc_err_t xdc_wan_test(xdc_wan_request *req, int *done, size_t *size, uint8_t *codec, xdc_diag *diag)
+{
+    if (!req || !done || req->state == WAN_REQ_FREE) return XDC_ERR_INVALID;
+    xdc_wan_engine *eng = req->peer->eng;
+    pthread_mutex_lock(&eng->mu);
+    xdc_err_t rc = XDC_OK;
+    *done = req->state != WAN_REQ_PENDING;
+    if (*done) rc = req_collect(req, size, codec, diag);
+    pthread_mutex_unlock(&eng->mu);
+    return rc;
+}
+
+xdc_err_t xdc_wan_wait(xdc_wan_request *req, int64_t timeout_ms, size_t *size, uint8_t *codec, xdc_diag *diag)
+{
+    if (!req || req->state == WAN_REQ_FREE) return XDC_ERR_INVALID;
+    xdc_wan_engine *eng = req->peer->eng;
+    uint64_t deadline = xdc_deadline_ms(timeout_ms);
+    pthread_mutex_lock(&eng->mu);
+    while (req->state == WAN_REQ_PENDING && !xdc_deadline_passed(deadline)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int ms = xdc_deadline_poll_ms(deadline);
+        if (ms > 100) ms = 100; /* wake regularly: a bound on how long a lost broadcast could cost */
+        ts.tv_nsec += (long)ms * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&eng->cv, &eng->mu, &ts);
+    }
+    xdc_err_t rc;
+    if (req->state == WAN_REQ_PENDING) {
+        xdc_diag_set(diag, "request to %s still pending after %lld ms (last heard: %s)", req->peer->name,
+                     (long long)timeout_ms, req->peer->last_heard);
+        rc = XDC_ERR_TIMEOUT;
+    } else {
+        rc = req_collect(req, size, codec, diag);
+    }
+    pthread_mutex_unlock(&eng->mu);
+    return rc;
+}
+
+/* ---- transmit ------------------------------------------------------------------------------------ */
+
+static wan_txf *txf_at(xdc_wan_peer *p, uint64_t seq) { return &p->txf[seq & (uint64_t)(p->window - 1)]; }
+
+/* The next frame to resend (lowest sequence number first), or NULL. */
+static uint64_t find_resend(xdc_wan_peer *p)
+{
+    if (!p->resend_pending) return UINT64_MAX;
+    for (uint64_t q = p->tx_acked; q < p->tx_next_seq; q++) {
+        wan_txf *f = txf_at(p, q);
+        if (f->req && f->stream < 0) return q;
+    }
+    p->resend_pending = 0;
+    return UINT64_MAX;
+}
+
+/* Cut the next frame from the first message with bytes left, latency class first. */
+static uint64_t new_frame(xdc_wan_peer *p)
+{
+    if (p->tx_next_seq - p->tx_acked >= (uint64_t)p->window) return UINT64_MAX;
+    for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) {
+        for (xdc_wan_request *r = p->txq_head[c]; r; r = r->next) {
+            if (r->framing_done) continue;
+            uint64_t seq = p->tx_next_seq++;
+            wan_txf *f = txf_at(p, seq);
+            size_t left = r->cap - r->framed;
+            f->req = r;
+            f->off = r->framed;
+            f->len = (uint32_t)(left < p->eng->cfg.frame_bytes ? left : p->eng->cfg.frame_bytes);
+            f->stream = -1;
+            r->framed += f->len;
+            r->framing_done = r->framed == r->cap;
+            r->frames_unacked++;
+            return seq;
+        }
+    }
+    return UINT64_MAX;
+}
+
+int wan_peer_has_tx(const xdc_wan_peer *p)
+{
+    if (p->fail_err != XDC_OK || p->closed) return 0;
+    if (p->ack_sent != p->rx_cum || p->resend_pending) return 1;
+    if (p->tx_next_seq - p->tx_acked >= (uint64_t)p->window) return 0;
+    for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++)
+        for (const xdc_wan_request *r = p->txq_head[c]; r; r = r->next)
+            if (!r->framing_done) return 1;
+    return 0;
+}
+
+static void stage_frame(wan_stream *s, const wan_frame *f, const uint8_t *payload)
+{
+    wan_frame_encode(f, s->tx_stage);
+    s->tx_stage_len = WAN_FRAME_HDR_BYTES;
+    s->tx_stage_off = 0;
+    s->tx_payload = NULL;
+    s->tx_payload_len = s->tx_payload_off = 0;
+    if (f->payload_len && f->payload_len <= WAN_STAGE_BYTES - WAN_FRAME_HDR_BYTES) {
+        memcpy(s->tx_stage + WAN_FRAME_HDR_BYTES, payload, f->payload_len);
+        s->tx_stage_len += f->payload_len;
+    } else if (f->payload_len) {
+        s->tx_payload = payload;
+        s->tx_payload_len = f->payload_len;
+    }
+    s->tx_active = 1;
+}
+
+/* Choose what this stream writes next: control frames, then an ACK, then a resend, then new DATA. */
+static int pick_frame(wan_stream *s)
+{
+    xdc_wan_peer *p = s->peer;
+    if (s->ctrl_n) {
+        stage_frame(s, &s->ctrl[0], NULL);
+        memmove(s->ctrl, s->ctrl + 1, (size_t)(--s->ctrl_n) * sizeof s->ctrl[0]);
+        return 1;
+    }
+    if (s->state != WAN_ST_READY || p->fail_err != XDC_OK || p->closed) return 0;
+    if (p->ack_sent != p->rx_cum) {
+        wan_frame a = {.type = WAN_FT_ACK, .seq = p->rx_cum};
+        p->ack_sent = p->rx_cum;
+        stage_frame(s, &a, NULL);
+        return 1;
+    }
+    uint64_t seq = find_resend(p);
+    int resend = seq != UINT64_MAX;
+    if (!resend) seq = new_frame(p);
+    if (seq == UINT64_MAX) return 0;
+    wan_txf *t = txf_at(p, seq);
+    xdc_wan_request *r = t->req;
+    wan_frame d = {.type = WAN_FT_DATA, .cls = (uint8_t)r->cls, .codec = r->codec, .payload_len = t->len,
+                   .seq = seq, .msg_seq = r->msg_seq, .msg_off = t->off, .msg_len = r->cap};
+    t->stream = s->idx;
+    if (resend) p->st.retransmit_frames++;
+    stage_frame(s, &d, r->buf + t->off);
+    s->tx_req = r;
+    r->writers++;
+    return 1;
+}
+
+static void tx_frame_done(wan_stream *s)
+{
+    s->tx_active = 0;
+    if (s->tx_req) {
+        xdc_wan_request *r = s->tx_req;
+        s->tx_req = NULL;
+        r->writers--;
+        send_maybe_done(r);
+    }
+}
+
+/* Returns bytes written, 0 when the socket is full (s->want set), -1 after breaking the stream. */
+static long tls_write(wan_stream *s, const uint8_t *buf, size_t len)
+{
+    int n = SSL_write(s->ssl, buf, (int)(len > (1u << 30) ? (1u << 30) : len));
+    if (n > 0) return n;
+    int e = SSL_get_error(s->ssl, n);
+    if (e == SSL_ERROR_WANT_WRITE) { s->want |= POLLOUT; return 0; }
+    if (e == SSL_ERROR_WANT_READ) { s->want |= POLLIN; return 0; }
+    xdc_diag d;
+    wan_tls_explain(s->ssl, e, &d);
+    wan_stream_break(s, d.msg);
+    return -1;
+}
+
+/* Write until the socket is full, nothing is left, or the budget is spent. -1: stream broke. */
+int wan_stream_write(wan_stream *s)
+{
+    size_t budget = PUMP_BUDGET_BYTES;
+    while (budget) {
+        if (!s->tx_active && !pick_frame(s)) return 0;
+        long n;
+        if (s->tx_stage_off < s->tx_stage_len) {
+            n = tls_write(s, s->tx_stage + s->tx_stage_off, s->tx_stage_len - s->tx_stage_off);
+            if (n > 0) s->tx_stage_off += (size_t)n;
+        } else {
+            n = tls_write(s, s->tx_payload + s->tx_payload_off, s->tx_payload_len - s->tx_payload_off);
+            if (n > 0) s->tx_payload_off += (size_t)n;
+        }
+        if (n < 0) return -1;
+        if (n == 0) return 0;
+        s->peer->st.tx_wire_bytes += (uint64_t)n;
+        budget = (size_t)n >= budget ? 0 : budget - (size_t)n;
+        if (s->tx_stage_off == s->tx_stage_len && s->tx_payload_off == s->tx_payload_len) tx_frame_done(s);
+    }
+    s->kick = 1;
+    return 0;
+}
+
+/* ---- receive ------------------------------------------------------------------------------------- */
+
+static int seen_test(const xdc_wan_peer *p, uint64_t seq)
+{
+    if (seq < p->rx_cum) return 1;
+    uint64_t i = seq & (uint64_t)(p->window - 1);
+    return (p->rx_seen[i / 64] >> (i % 64)) & 1;
+}
+
+static void seen_mark(xdc_wan_peer *p, uint64_t seq)
+{
+    uint64_t i = seq & (uint64_t)(p->window - 1);
+    p->rx_seen[i / 64] |= UINT64_C(1) << (i % 64);
+    while (1) {
+        uint64_t j = p->rx_cum & (uint64_t)(p->window - 1);
+        if (!((p->rx_seen[j / 64] >> (j % 64)) & 1)) break;
+        p->rx_seen[j / 64] &= ~(UINT64_C(1) << (j % 64));
+        p->rx_cum++;
+    }
+}
+
+static void process_ack(xdc_wan_peer *p, uint64_t cum)
+{
+    while (p->tx_acked < cum) {
+        wan_txf *t = txf_at(p, p->tx_acked++);
+        xdc_wan_request *r = t->req;
+        t->req = NULL;
+        if (r) {
+            r->frames_unacked--;
+            send_maybe_done(r);
+        }
+    }
+}
+
+xdc_err_t wan_peer_ack(xdc_wan_peer *p, uint64_t cum)
+{
+    /* ACKs travel on any stream, so an older one may arrive after a newer one: ignore it. */
+    if (cum > p->tx_next_seq) {
+        wan_peer_fail(p, XDC_ERR_PROTO, "protocol error from %s: ACK %llu for frames never sent (next %llu)", p->name,
+                      (unsigned long long)cum, (unsigned long long)p->tx_next_seq);
+        return XDC_ERR_PROTO;
+    }
+    process_ack(p, cum);
+    return XDC_OK;
+}
+
+/* Find the posted receive for a DATA frame; NULL when it is not posted yet. */
+static xdc_wan_request *match_recv(xdc_wan_peer *p, const wan_frame *f)
+{
+    for (xdc_wan_request *r = p->rxq_head[f->cls]; r; r = r->next)
+        if (r->msg_seq == f->msg_seq) return r;
+    return NULL;
+}
+
+static void recv_maybe_done(xdc_wan_request *r)
+{
+    if (r->msg_len == UINT64_MAX || r->rx_bytes < r->msg_len) return;
+    if (r->overflow) {
+        char why[256];
+        snprintf(why, sizeof why, "message %llu of class %d from %s is %llu bytes, the receive buffer holds %zu",
+                 (unsigned long long)r->msg_seq, r->cls, r->peer->name, (unsigned long long)r->msg_len, r->cap);
+        wan_req_finish(r, XDC_ERR_RANGE, why);
+        return;
+    }
+    r->peer->st.rx_payload_bytes += r->msg_len;
+    wan_req_finish(r, XDC_OK, NULL);
+}
+
+/* A DATA frame finished arriving on stream s. */
+static void data_done(wan_stream *s)
+{
+    xdc_wan_peer *p = s->peer;
+    const wan_frame *f = &s->rx_cur;
+    if (s->rx_req && !seen_test(p, f->seq)) {
+        seen_mark(p, f->seq);
+        s->rx_req->rx_bytes += f->payload_len;
+        /* A copy of this frame half-read on another (broken) stream must not touch the buffer later. */
+        for (int i = 0; i < p->nstreams; i++) {
+            wan_stream *o = p->streams[i];
+            if (o && o != s && o->rx_in_payload && o->rx_cur.type == WAN_FT_DATA && o->rx_cur.seq == f->seq) {
+                o->rx_dst = NULL;
+                o->rx_req = NULL;
+            }
+        }
+        recv_maybe_done(s->rx_req);
+    } else if (seen_test(p, f->seq)) {
+        p->st.duplicate_frames++;
+    }
+    s->rx_req = NULL;
+}
+
+/* Header complete: decide where the payload goes. Returns 0 to continue, 1 when stalled, -1 on error. */
+static int rx_header(wan_stream *s)
+{
+    xdc_wan_peer *p = s->peer;
+    xdc_diag d;
+    if (wan_frame_decode(s->rx_hdr, p->eng->cfg.frame_bytes, &s->rx_cur, &d) != XDC_OK) {
+        wan_peer_fail(p, XDC_ERR_PROTO, "protocol error from %s on stream %d: %s", p->name, s->idx, d.msg);
+        return -1;
+    }
+    wan_frame *f = &s->rx_cur;
+    uint64_t now = xdc_now_ns();
+    p->last_rx_ns = now;
+    switch (f->type) {
+    case WAN_FT_DATA: {
+        if (f->seq >= p->rx_cum + (uint64_t)p->window) {
+            wan_peer_fail(p, XDC_ERR_PROTO, "protocol error from %s: DATA seq %llu beyond the window [%llu, +%d)",
+                          p->name, (unsigned long long)f->seq, (unsigned long long)p->rx_cum, p->window);
+            return -1;
+        }
+        xdc_wan_request *r = NULL;
+        if (!seen_test(p, f->seq)) {
+            r = match_recv(p, f);
+            if (!r) {
+                if (f->msg_seq < p->rx_posted[f->cls]) {
+                    wan_peer_fail(p, XDC_ERR_PROTO, "protocol error from %s: DATA for finished message %llu",
+                                  p->name, (unsigned long long)f->msg_seq);
+                    return -1;
+                }
+                s->stalled = 1;
+                return 1;
+            }
+            if (r->msg_len == UINT64_MAX) {
+                r->msg_len = f->msg_len;
+                r->codec = f->codec;
+                r->overflow = f->msg_len > r->cap;
+            } else if (r->msg_len != f->msg_len) {
+                wan_peer_fail(p, XDC_ERR_PROTO, "protocol error from %s: message %llu changed length", p->name,
+                              (unsigned long long)f->msg_seq);
+                return -1;
+            }
+        }
+        s->stalled = 0;
+        s->rx_req = r;
+        s->rx_dst = r && !r->overflow ? r->buf + f->msg_off : NULL;
+        s->rx_left = f->payload_len;
+        s->rx_in_payload = 1;
+        snprintf(p->last_heard, sizeof p->last_heard, "DATA seq %llu on stream %d", (unsigned long long)f->seq, s->idx);
+        if (s->rx_left == 0) {
+            s->rx_in_payload = 0;
+            data_done(s);
+        }
+        return 0;
+    }
+    case WAN_FT_ACK:
+        if (wan_peer_ack(p, f->seq) != XDC_OK) return -1;
+        snprintf(p->last_heard, sizeof p->last_heard, "ACK %llu", (unsigned long long)f->seq);
+        return 0;
+    case WAN_FT_PING: {
+        wan_frame pong = {.type = WAN_FT_PONG, .msg_off = f->msg_off};
+        wan_stream_queue_ctrl(s, &pong);
+        return 0;
+    }
+    case WAN_FT_PONG: {
+        double ms = (double)(now - f->msg_off) / 1e6;
+        if (f->msg_off <= now) p->st.rtt_ms = p->st.rtt_ms > 0 ? 0.875 * p->st.rtt_ms + 0.125 * ms : ms;
+        snprintf(p->last_heard, sizeof p->last_heard, "PONG (rtt %.2f ms)", ms);
+        return 0;
+    }
+    case WAN_FT_BYE:
+        p->closed = 1;
+        wan_peer_fail_requests(p, XDC_ERR_CLOSED, "the peer closed the connection (BYE)");
+        pthread_cond_broadcast(&p->eng->cv);
+        return 0;
+    default:
+        wan_peer_fail(p, XDC_ERR_PROTO, "protocol error from %s: unexpected %s frame on a ready stream", p->name,
+                      wan_frame_type_name(f->type));
+        return -1;
+    }
+}
+
+/* Read frames until the socket is drained, the budget is spent, or the stream stalls. */
+static int pump_rx(wan_stream *s)
+{
+    static uint8_t sink[65536]; /* discarded payload bytes: never read back, so sharing is harmless */
+    size_t budget = PUMP_BUDGET_BYTES;
+    while (budget && s->state != WAN_ST_DOWN) {
+        uint8_t *dst;
+        size_t want;
+        if (!s->rx_in_payload) {
+            if (s->rx_hdr_got == WAN_FRAME_HDR_BYTES) {
+                int h = rx_header(s); /* a stalled header stays buffered and is looked at again */
+                if (h != 0) return h < 0 ? -1 : 0;
+                s->rx_hdr_got = 0;
+                continue;
+            }
+            dst = s->rx_hdr + s->rx_hdr_got;
+            want = WAN_FRAME_HDR_BYTES - s->rx_hdr_got;
+        } else {
+            dst = s->rx_dst ? s->rx_dst : sink;
+            want = s->rx_left < sizeof sink || s->rx_dst ? s->rx_left : sizeof sink;
+            if (want > (1u << 30)) want = 1u << 30;
+        }
+        int n = SSL_read(s->ssl, dst, (int)want);
+        if (n <= 0) {
+            int e = SSL_get_error(s->ssl, n);
+            if (e == SSL_ERROR_WANT_READ) { s->want |= POLLIN; return 0; }
+            if (e == SSL_ERROR_WANT_WRITE) { s->want |= POLLOUT; return 0; }
+            xdc_diag d;
+            wan_tls_explain(s->ssl, e, &d);
+            wan_stream_break(s, d.msg);
+            return -1;
+        }
+        budget = (size_t)n >= budget ? 0 : budget - (size_t)n;
+        if (!s->rx_in_payload) {
+            s->rx_hdr_got += (size_t)n;
+        } else {
+            if (s->rx_dst) s->rx_dst += n;
+            s->rx_left -= (uint64_t)n;
+            if (s->rx_left == 0) {
+                s->rx_in_payload = 0;
+                data_done(s);
+            }
+        }
+    }
+    s->kick = 1;
+    return 0;
+}
+
+void wan_stream_pump(wan_stream *s)
+{
+    if (wan_stream_write(s) < 0) return;
+    if (s->peer->fail_err != XDC_OK) return;
+    pump_rx(s);
+    if (s->state != WAN_ST_DOWN && s->peer->fail_err == XDC_OK && (s->ctrl_n || s->tx_active)) wan_stream_write(s);
+}
+
+void wan_stream_reset_io(wan_stream *s)
+{
+    xdc_wan_peer *p = s->peer;
+    if (s->tx_req) {
+        s->tx_req->writers--;
+        xdc_wan_request *r = s->tx_req;
+        s->tx_req = NULL;
+        send_maybe_done(r);
+    }
+    s->tx_active = 0;
+    s->ctrl_n = 0;
+    s->rx_hdr_got = 0;
+    s->rx_in_payload = 0;
+    s->rx_req = NULL;
+    s->rx_dst = NULL;
+    s->stalled = 0;
+    if (!p) return;
+    for (uint64_t q = p->tx_acked; q < p->tx_next_seq; q++) {
+        wan_txf *t = txf_at(p, q);
+        if (t->req && t->stream == s->idx) {
+            t->stream = -1;
+            p->resend_pending = 1;
+        }
+    }
+}

@@ -1,0 +1,197 @@
+/* wan_priv.h — private layouts of the WAN transport: engine, listener, peer, stream and request, and
+ * the functions wan_engine.c (sockets, TLS handshakes, reconnects, the poll loop) and wan_peer.c
+ * (frames: striping, acknowledgement, resend, reassembly, requests) call in each other.
+ * Locking: one mutex per engine guards everything below; the engine thread holds it except in poll(). */
+#ifndef XDC_WAN_PRIV_H
+#define XDC_WAN_PRIV_H
+
+#include "wan/wan_frame.h"
+#include "wan/xdc_wan.h"
+
+#include <openssl/ssl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+enum wan_req_state { WAN_REQ_FREE = 0, WAN_REQ_PENDING, WAN_REQ_DONE, WAN_REQ_FAILED };
+
+struct xdc_wan_request {
+    xdc_wan_request *next; /* class queue of its peer, or the engine's free list */
+    xdc_wan_request *all_next; /* every request the engine allocated (freed with it) */
+    xdc_wan_peer *peer;
+    int state;             /* enum wan_req_state */
+    int is_send;
+    int cls;
+    uint8_t *buf;          /* (cap) bytes: send source or receive destination */
+    size_t cap;            /* send: message length; receive: buffer capacity */
+    uint64_t msg_seq;      /* index of the message within its class */
+    uint8_t codec;
+    size_t raw_len;        /* send: pre-compression bytes for stats */
+    /* send side */
+    size_t framed;         /* bytes already cut into frames */
+    int framing_done;      /* every frame created (needed for empty messages) */
+    uint64_t frames_unacked;
+    int writers;           /* streams in the middle of writing a frame of this message */
+    /* receive side */
+    uint64_t msg_len;      /* known from the first frame; UINT64_MAX before */
+    uint64_t rx_bytes;     /* payload bytes placed */
+    int overflow;          /* message longer than cap: consumed, then failed with XDC_ERR_RANGE */
+    xdc_err_t err;
+    char why[384];         /* failure detail copied out by test() */
+};
+
+/* One DATA frame the sender keeps until the peer acknowledges it. Ring slot seq & (window-1). */
+typedef struct wan_txf {
+    xdc_wan_request *req;  /* NULL: slot free (acknowledged) */
+    uint64_t off;          /* byte offset in the message */
+    uint32_t len;          /* payload bytes */
+    int stream;            /* stream it was last written on; -1 while queued for (re)send */
+} wan_txf;
+
+enum wan_stream_state {
+    WAN_ST_DOWN = 0,   /* client: waiting out the backoff; server: waiting for the client to redial */
+    WAN_ST_CONNECTING, /* client: non-blocking connect() */
+    WAN_ST_TLS,        /* handshake in progress */
+    WAN_ST_HELLO,      /* authenticated; HELLO / HELLO_ACK exchange */
+    WAN_ST_READY,
+};
+
+#define WAN_CTRL_QUEUE 8
+#define WAN_STAGE_BYTES 16384 /* header + small payload coalesced into one TLS record */
+
+typedef struct wan_stream {
+    struct wan_stream *next_pending; /* server: engine list of connections not yet given a HELLO */
+    xdc_wan_peer *peer;              /* NULL on the server before HELLO */
+    xdc_wan_listener *listener;      /* server: where it came in */
+    int idx;
+    int is_client;
+    int state;            /* enum wan_stream_state */
+    int fd;
+    SSL *ssl;
+    int peeked;           /* server: first byte checked to be a TLS record */
+    int want;             /* POLLIN/POLLOUT the last SSL call asked for */
+    int kick;             /* progress without waiting for poll (buffered TLS data, budget ran out) */
+    short revents;        /* from the last poll() */
+    uint64_t since_ns;    /* state entered (handshake timeouts), or next redial time when DOWN */
+    int backoff_ms;
+    char peer_addr[80];   /* "host:port" as text, for messages */
+    /* transmit: one frame at a time */
+    wan_frame ctrl[WAN_CTRL_QUEUE];
+    int ctrl_n;
+    int tx_active;
+    uint8_t tx_stage[WAN_STAGE_BYTES]; /* header (+ payload when small) */
+    size_t tx_stage_len, tx_stage_off;
+    const uint8_t *tx_payload;         /* large payload written after the stage; NULL when none */
+    size_t tx_payload_len, tx_payload_off;
+    xdc_wan_request *tx_req;           /* message whose frame is being written (writers count) */
+    /* receive: header, then payload into the receive buffer or discarded */
+    uint8_t rx_hdr[WAN_FRAME_HDR_BYTES];
+    size_t rx_hdr_got;
+    int rx_in_payload;
+    wan_frame rx_cur;
+    uint8_t *rx_dst;      /* NULL: discard */
+    uint64_t rx_left;
+    xdc_wan_request *rx_req;
+    int stalled;          /* next DATA frame's message has no posted receive yet */
+} wan_stream;
+
+struct xdc_wan_peer {
+    xdc_wan_peer *next;
+    xdc_wan_engine *eng;
+    xdc_wan_identity id;
+    char name[192];          /* "region/rank (host:port)" for messages */
+    int is_client;
+    int nstreams;
+    wan_stream **streams;    /* (nstreams); server: NULL slots until the client dials them */
+    uint64_t session;
+    int established;         /* every stream was up once */
+    int accepted;            /* server: handed to accept() */
+    int closed;
+    xdc_err_t fail_err;      /* XDC_OK while healthy */
+    char fail_why[384];
+    char host[64];
+    int port;
+    struct sockaddr_storage addr; /* client: resolved once when dialling */
+    socklen_t addr_len;
+    char last_err[256];      /* why a stream last went down */
+    char expect_region[XDC_WAN_NAME_MAX];
+    int expect_rank;
+    /* send */
+    xdc_wan_request *txq_head[XDC_WAN_NUM_CLASSES], *txq_tail[XDC_WAN_NUM_CLASSES];
+    uint64_t tx_msgs[XDC_WAN_NUM_CLASSES];
+    wan_txf *txf;            /* (window) ring */
+    int window;
+    uint64_t tx_next_seq;
+    uint64_t tx_acked;       /* every seq below is acknowledged */
+    int resend_pending;
+    /* receive */
+    xdc_wan_request *rxq_head[XDC_WAN_NUM_CLASSES], *rxq_tail[XDC_WAN_NUM_CLASSES];
+    uint64_t rx_posted[XDC_WAN_NUM_CLASSES];
+    uint64_t *rx_seen;       /* (window / 64) bitmap of seqs in [rx_cum, rx_cum + window) */
+    uint64_t rx_cum;
+    uint64_t ack_sent;
+    /* liveness */
+    uint64_t last_rx_ns;
+    uint64_t down_since_ns;  /* 0 while every stream is up */
+    uint64_t next_ping_ns;
+    int ping_rr;
+    char last_heard[128];
+    /* stats */
+    xdc_wan_stats st;
+    uint64_t first_tx_ns;
+};
+
+struct xdc_wan_listener {
+    xdc_wan_listener *next;
+    xdc_wan_engine *eng;
+    int fd;
+    int port;
+    xdc_wan_peer *ready[64]; /* accepted peers not yet returned by accept() */
+    int n_ready;
+    int refused;
+    char last_refusal[512];
+};
+
+struct xdc_wan_engine {
+    xdc_wan_config cfg;
+    xdc_wan_identity self;
+    SSL_CTX *srv_ctx, *cli_ctx;
+    pthread_t thread;
+    int thread_started;
+    int stop;
+    int wake_fd;               /* eventfd: API calls poke the poll loop */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;         /* broadcast on request completion, peer state change, accepts */
+    xdc_wan_listener *listeners;
+    xdc_wan_peer *peers;
+    wan_stream *pending;       /* server connections before their HELLO */
+    wan_stream *graveyard;     /* replaced streams, freed at the end of a loop turn */
+    xdc_wan_request *all_reqs;
+    xdc_wan_request *free_reqs;
+};
+
+/* wan_engine.c */
+void wan_engine_wake(xdc_wan_engine *eng);
+/* A stream failed: log, close, requeue its unacknowledged frames; the client redials after backoff. */
+void wan_stream_break(wan_stream *s, const char *why);
+/* Fail the peer: every pending request ends with `err`, streams close, no more redials. */
+void wan_peer_fail(xdc_wan_peer *p, xdc_err_t err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* wan_peer.c */
+xdc_err_t wan_peer_alloc(xdc_wan_engine *eng, int nstreams, xdc_wan_peer **out);
+void wan_peer_free(xdc_wan_peer *p);
+/* Drive a READY stream: write queued control and data frames, read and dispatch frames. */
+void wan_stream_pump(wan_stream *s);
+/* Write queued frames until the socket is full. -1 when the stream broke. */
+int wan_stream_write(wan_stream *s);
+/* Apply a cumulative acknowledgement; XDC_ERR_PROTO (peer failed) when it is out of range. */
+xdc_err_t wan_peer_ack(xdc_wan_peer *p, uint64_t cum);
+/* Reset per-stream frame state (on a fresh connection) and requeue frames it was carrying. */
+void wan_stream_reset_io(wan_stream *s);
+void wan_stream_queue_ctrl(wan_stream *s, const wan_frame *f);
+/* Does the peer have DATA or an ACK that any ready stream could write now? */
+int wan_peer_has_tx(const xdc_wan_peer *p);
+void wan_req_finish(xdc_wan_request *r, xdc_err_t err, const char *why);
+void wan_peer_fail_requests(xdc_wan_peer *p, xdc_err_t err, const char *why);
+
+#endif /* XDC_WAN_PRIV_H */

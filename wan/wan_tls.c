@@ -1,0 +1,202 @@
+/* wan_tls.c — TLS 1.3-only OpenSSL contexts with mutual authentication, certificate identities
+ * (SAN URI xdc://RUN/REGION/RANK) and refusal reasons a human can act on. */
+#include "wan/wan_tls.h"
+
+#include <openssl/err.h>
+#include <openssl/x509v3.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void wan_tls_errq(char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    unsigned long e;
+    size_t used = 0;
+    while ((e = ERR_get_error()) != 0) {
+        char one[256];
+        ERR_error_string_n(e, one, sizeof one);
+        /* Keep the reason part: "error:0A000412:SSL routines::sslv3 alert bad certificate". */
+        const char *reason = strrchr(one, ':');
+        reason = reason ? reason + 1 : one;
+        int n = snprintf(buf + used, cap - used, "%s%s", used ? "; " : "", reason);
+        if (n < 0 || (size_t)n >= cap - used) break;
+        used += (size_t)n;
+    }
+}
+
+static int valid_name(const char *s, size_t n)
+{
+    if (n == 0 || n >= XDC_WAN_NAME_MAX) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+              c == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+xdc_err_t xdc_wan_identity_parse(const char *uri, xdc_wan_identity *out, xdc_diag *diag)
+{
+    static const char prefix[] = "xdc://";
+    if (!uri || strncmp(uri, prefix, sizeof prefix - 1) != 0) {
+        xdc_diag_set(diag, "identity '%s' does not start with %s", uri ? uri : "(null)", prefix);
+        return XDC_ERR_AUTH;
+    }
+    const char *run = uri + sizeof prefix - 1;
+    const char *s1 = strchr(run, '/');
+    const char *s2 = s1 ? strchr(s1 + 1, '/') : NULL;
+    if (!s1 || !s2 || !valid_name(run, (size_t)(s1 - run)) || !valid_name(s1 + 1, (size_t)(s2 - s1 - 1))) {
+        xdc_diag_set(diag, "identity '%s' is not xdc://RUN/REGION/RANK (names: letters, digits, - _ .)", uri);
+        return XDC_ERR_AUTH;
+    }
+    char *end = NULL;
+    errno = 0;
+    long rank = strtol(s2 + 1, &end, 10);
+    if (s2[1] == '\0' || *end != '\0' || errno || rank < 0 || rank > 1000000) {
+        xdc_diag_set(diag, "identity '%s' has no valid rank (0..1000000)", uri);
+        return XDC_ERR_AUTH;
+    }
+    memset(out, 0, sizeof *out);
+    memcpy(out->run, run, (size_t)(s1 - run));
+    memcpy(out->region, s1 + 1, (size_t)(s2 - s1 - 1));
+    out->rank = (int)rank;
+    return XDC_OK;
+}
+
+xdc_err_t wan_tls_cert_identity(X509 *cert, xdc_wan_identity *out, xdc_diag *diag)
+{
+    GENERAL_NAMES *names = X509_get_ext_d2i(cert, NID_subject_alt_name, NULL, NULL);
+    xdc_err_t rc = XDC_ERR_AUTH;
+    xdc_diag_set(diag, "certificate has no SAN URI xdc://RUN/REGION/RANK");
+    for (int i = 0; names && i < sk_GENERAL_NAME_num(names); i++) {
+        const GENERAL_NAME *gn = sk_GENERAL_NAME_value(names, i);
+        if (gn->type != GEN_URI) continue;
+        const unsigned char *data = ASN1_STRING_get0_data(gn->d.uniformResourceIdentifier);
+        int len = ASN1_STRING_length(gn->d.uniformResourceIdentifier);
+        if (len <= 0 || len > 255 || strncmp((const char *)data, "xdc://", 6) != 0) continue;
+        char uri[256];
+        memcpy(uri, data, (size_t)len);
+        uri[len] = '\0';
+        rc = xdc_wan_identity_parse(uri, out, diag);
+        break;
+    }
+    GENERAL_NAMES_free(names);
+    return rc;
+}
+
+static xdc_err_t ctx_new(const xdc_wan_config *cfg, int server, SSL_CTX **out, xdc_diag *diag)
+{
+    char why[512];
+    SSL_CTX *ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
+    if (!ctx) {
+        wan_tls_errq(why, sizeof why);
+        xdc_diag_set(diag, "SSL_CTX_new: %s", why);
+        return XDC_ERR_TLS;
+    }
+    SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+    SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION);
+    /* Partial writes let a non-blocking SSL_write hand back progress instead of retrying whole frames. */
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+    SSL_CTX_set_num_tickets(ctx, 0);
+    const char *what = cfg->cert_path;
+    if (SSL_CTX_use_certificate_chain_file(ctx, cfg->cert_path) != 1) goto bad;
+    what = cfg->key_path;
+    if (SSL_CTX_use_PrivateKey_file(ctx, cfg->key_path, SSL_FILETYPE_PEM) != 1) goto bad;
+    if (SSL_CTX_check_private_key(ctx) != 1) goto bad;
+    what = cfg->ca_path;
+    if (SSL_CTX_load_verify_locations(ctx, cfg->ca_path, NULL) != 1) goto bad;
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | (server ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), NULL);
+    *out = ctx;
+    return XDC_OK;
+bad:
+    wan_tls_errq(why, sizeof why);
+    xdc_diag_set(diag, "TLS credentials: %s: %s", what, why);
+    SSL_CTX_free(ctx);
+    return XDC_ERR_CONFIG;
+}
+
+xdc_err_t wan_tls_create(const xdc_wan_config *cfg, SSL_CTX **server, SSL_CTX **client, xdc_wan_identity *self,
+                         xdc_diag *diag)
+{
+    if (!cfg->cert_path || !cfg->key_path || !cfg->ca_path) {
+        xdc_diag_set(diag, "TLS credentials: certificate, key and CA paths are all required");
+        return XDC_ERR_CONFIG;
+    }
+    SSL_CTX *s = NULL, *c = NULL;
+    xdc_err_t rc;
+    XDC_CHECK_GOTO(ctx_new(cfg, 1, &s, diag), rc, fail);
+    XDC_CHECK_GOTO(ctx_new(cfg, 0, &c, diag), rc, fail);
+    rc = wan_tls_cert_identity(SSL_CTX_get0_certificate(s), self, diag);
+    if (rc != XDC_OK) {
+        xdc_diag_prefix(diag, "our certificate %s", cfg->cert_path);
+        rc = XDC_ERR_CONFIG;
+        goto fail;
+    }
+    *server = s;
+    *client = c;
+    return XDC_OK;
+fail:
+    SSL_CTX_free(s);
+    SSL_CTX_free(c);
+    return rc;
+}
+
+xdc_err_t wan_tls_check_peer(SSL *ssl, const xdc_wan_identity *self, const char *expect_region, int expect_rank,
+                             xdc_wan_identity *peer, xdc_diag *diag)
+{
+    X509 *cert = SSL_get0_peer_certificate(ssl);
+    if (!cert) {
+        xdc_diag_set(diag, "peer presented no certificate");
+        return XDC_ERR_AUTH;
+    }
+    XDC_CHECK(wan_tls_cert_identity(cert, peer, diag));
+    if (strcmp(peer->run, self->run) != 0) {
+        xdc_diag_set(diag, "peer xdc://%s/%s/%d belongs to run '%s', not to our run '%s'", peer->run, peer->region,
+                     peer->rank, peer->run, self->run);
+        return XDC_ERR_AUTH;
+    }
+    if (expect_region && (strcmp(peer->region, expect_region) != 0 || peer->rank != expect_rank)) {
+        xdc_diag_set(diag, "identity mismatch: expected %s/%d, the certificate names xdc://%s/%s/%d",
+                     expect_region, expect_rank, peer->run, peer->region, peer->rank);
+        return XDC_ERR_AUTH;
+    }
+    return XDC_OK;
+}
+
+xdc_err_t wan_tls_explain(SSL *ssl, int ssl_err, xdc_diag *diag)
+{
+    int saved_errno = errno;
+    char why[512];
+    wan_tls_errq(why, sizeof why);
+    long vr = SSL_get_verify_result(ssl);
+    if (vr != X509_V_OK) {
+        xdc_diag_set(diag, "peer certificate refused: %s (%s)", X509_verify_cert_error_string(vr),
+                     why[0] ? why : "verification failed");
+        return XDC_ERR_AUTH;
+    }
+    if (strstr(why, "peer did not return a certificate")) {
+        xdc_diag_set(diag, "peer presented no client certificate (%s)", why);
+        return XDC_ERR_AUTH;
+    }
+    if (strstr(why, "alert")) {
+        /* The other side refused us: its alert says why (unknown ca, certificate expired/required...). */
+        xdc_diag_set(diag, "the peer refused the handshake: %s", why);
+        return XDC_ERR_AUTH;
+    }
+    if (strstr(why, "wrong version number") || strstr(why, "http request") || strstr(why, "unsupported protocol")) {
+        xdc_diag_set(diag, "not a TLS 1.3 handshake (plaintext or old-TLS client?): %s", why);
+        return XDC_ERR_AUTH;
+    }
+    if (ssl_err == SSL_ERROR_ZERO_RETURN || (ssl_err == SSL_ERROR_SYSCALL && !why[0])) {
+        xdc_diag_set(diag, "connection closed by the peer%s%s", saved_errno ? ": " : "",
+                     saved_errno ? strerror(saved_errno) : "");
+        return XDC_ERR_CLOSED;
+    }
+    xdc_diag_set(diag, "TLS error %d: %s", ssl_err, why[0] ? why : "(no detail)");
+    return XDC_ERR_TLS;
+}

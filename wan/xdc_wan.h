@@ -1,0 +1,195 @@
+/* xdc_wan.h — the WAN transport between regions: TCP + TLS 1.3 with mutual authentication against a
+ * cluster CA, K parallel streams per peer pair, framed messages striped across the streams and
+ * reassembled in order, resend after reconnect, and a non-blocking isend/irecv/test API completed by a
+ * progress engine thread (the NCCL net-plugin contract). Also: certificate generation for `xdc certs`
+ * and the userspace WAN emulator relay used by `xdc wan-emu`.
+ *
+ * Identities: every certificate carries a SAN URI "xdc://RUN/REGION/RANK". A connection is accepted
+ * only when the peer's chain verifies against the cluster CA, its run equals ours, and (when dialling)
+ * its region and rank equal what the caller expects. Refusals come back as XDC_ERR_AUTH or XDC_ERR_TLS
+ * with a message saying which peer and why.
+ *
+ * Threading: all functions are thread-safe. isend/irecv/test never block on the network; the engine
+ * thread does all socket and TLS work. Codecs are not linked here: a message only carries a codec id
+ * byte and the caller-reported pre-compression size (for statistics). */
+#ifndef XDC_WAN_H
+#define XDC_WAN_H
+
+#include "common/xdc_err.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define XDC_WAN_NAME_MAX 64
+#define XDC_WAN_MAX_STREAMS 64
+/* Hard bound on a frame's payload: a header announcing more is a protocol error, never an allocation. */
+#define XDC_WAN_MAX_FRAME_PAYLOAD (16u << 20)
+
+typedef struct xdc_wan_engine xdc_wan_engine;     /* progress thread + TLS credentials */
+typedef struct xdc_wan_listener xdc_wan_listener; /* accepting socket; yields authenticated peers */
+typedef struct xdc_wan_peer xdc_wan_peer;         /* one peer pair: K streams, two traffic classes */
+typedef struct xdc_wan_request xdc_wan_request;   /* one isend or irecv in flight */
+
+typedef struct xdc_wan_identity {
+    char run[XDC_WAN_NAME_MAX];
+    char region[XDC_WAN_NAME_MAX];
+    int rank;
+} xdc_wan_identity;
+
+typedef enum {
+    XDC_WAN_LATENCY = 0, /* activations: always scheduled ahead of bulk */
+    XDC_WAN_BULK = 1,    /* gradient chunks */
+    XDC_WAN_NUM_CLASSES = 2,
+} xdc_wan_class;
+
+typedef struct xdc_wan_config {
+    const char *cert_path; /* PEM node certificate (with SAN URI xdc://RUN/REGION/RANK) */
+    const char *key_path;  /* PEM private key */
+    const char *ca_path;   /* PEM cluster CA certificate */
+    int streams;           /* TCP streams per peer pair when dialling (1..XDC_WAN_MAX_STREAMS) */
+    int sockbuf_bytes;     /* SO_SNDBUF/SO_RCVBUF per stream; 0 keeps the kernel's autotuning */
+    uint32_t frame_bytes;  /* payload bytes per DATA frame (<= XDC_WAN_MAX_FRAME_PAYLOAD) */
+    int window_frames;     /* unacknowledged DATA frames per direction (power of two) */
+    int64_t deadline_ms;   /* a peer silent (or unreachable) this long fails its requests */
+    int backoff_min_ms;    /* reconnect backoff, doubling up to backoff_max_ms */
+    int backoff_max_ms;
+    int ping_interval_ms;  /* RTT probe and keepalive period */
+} xdc_wan_config;
+
+#define XDC_WAN_CONFIG_INIT                                                                   \
+    {                                                                                         \
+        .cert_path = NULL, .key_path = NULL, .ca_path = NULL, .streams = 4,                   \
+        .sockbuf_bytes = 0, .frame_bytes = 1u << 20, .window_frames = 1024,                   \
+        .deadline_ms = 30000, .backoff_min_ms = 20, .backoff_max_ms = 2000,                   \
+        .ping_interval_ms = 200,                                                              \
+    }
+
+/* Per-peer measurements (one direction each where it says so). */
+typedef struct xdc_wan_stats {
+    double rtt_ms;               /* smoothed PING/PONG round trip; 0 before the first sample */
+    double goodput_gbps;         /* acknowledged payload bits / seconds since the first send */
+    uint64_t tx_payload_bytes;   /* payload bytes acknowledged by the peer (after compression) */
+    uint64_t tx_raw_bytes;       /* the same messages' pre-compression bytes, as the caller reported */
+    uint64_t rx_payload_bytes;   /* payload bytes delivered to receives */
+    uint64_t tx_wire_bytes;      /* frame headers + payload written, retransmissions included */
+    uint64_t retransmit_frames;  /* DATA frames sent again after a stream broke */
+    uint64_t duplicate_frames;   /* DATA frames received twice and dropped */
+    uint64_t reconnects;         /* streams re-established after a break */
+    int streams_up;              /* streams currently usable */
+    int streams;                 /* streams configured */
+} xdc_wan_stats;
+
+/* ---- engine ------------------------------------------------------------------------------------ */
+
+/* Load credentials (errors name the file and OpenSSL's reason), read our identity from our
+ * certificate, and start the progress thread. */
+xdc_err_t xdc_wan_engine_create(const xdc_wan_config *cfg, xdc_wan_engine **out, xdc_diag *diag);
+/* Stop the thread, close every stream and fail requests still pending (XDC_ERR_CLOSED). NULL: no-op.
+ * Peers and listeners of the engine are freed with it. */
+void xdc_wan_engine_destroy(xdc_wan_engine *eng);
+/* Our identity as read from our certificate. */
+const xdc_wan_identity *xdc_wan_engine_identity(const xdc_wan_engine *eng);
+
+/* ---- listening ----------------------------------------------------------------------------------- */
+
+/* Bind and listen on host:port (host NULL or "" = all IPv4 addresses; port 0 = any free port). */
+xdc_err_t xdc_wan_listen(xdc_wan_engine *eng, const char *host, int port, xdc_wan_listener **out,
+                         xdc_diag *diag);
+/* The port actually bound. */
+int xdc_wan_listener_port(const xdc_wan_listener *l);
+/* Wait up to timeout_ms (<0: forever) for a peer whose streams all connected and authenticated.
+ * XDC_ERR_TIMEOUT when none came; refused attempts do not end the wait but are remembered in
+ * xdc_wan_listener_last_refusal(). */
+xdc_err_t xdc_wan_accept(xdc_wan_listener *l, int64_t timeout_ms, xdc_wan_peer **out, xdc_diag *diag);
+/* Copy the reason the most recent incoming connection was refused into `diag`; returns how many
+ * connections this listener refused so far. */
+int xdc_wan_listener_last_refusal(xdc_wan_listener *l, xdc_diag *diag);
+/* Stop accepting and close the socket. Peers already accepted stay up. NULL: no-op. */
+void xdc_wan_listener_close(xdc_wan_listener *l);
+
+/* ---- dialling ------------------------------------------------------------------------------------ */
+
+/* Open cfg->streams streams to host:port expecting the peer `expect` (its run must be ours). Returns
+ * at once; the engine connects in the background and requests may be posted right away. Use
+ * xdc_wan_peer_wait_ready() to learn whether the handshake succeeded. */
+xdc_err_t xdc_wan_connect(xdc_wan_engine *eng, const char *host, int port, const char *expect_region,
+                          int expect_rank, xdc_wan_peer **out, xdc_diag *diag);
+/* Wait until every stream is up (XDC_OK), the peer was refused or failed (its error and reason), or
+ * timeout_ms passed (XDC_ERR_TIMEOUT). */
+xdc_err_t xdc_wan_peer_wait_ready(xdc_wan_peer *p, int64_t timeout_ms, xdc_diag *diag);
+const xdc_wan_identity *xdc_wan_peer_identity(const xdc_wan_peer *p);
+/* Statistics snapshot. */
+void xdc_wan_peer_stats(xdc_wan_peer *p, xdc_wan_stats *out);
+/* Close the peer's streams; its pending requests fail with XDC_ERR_CLOSED. NULL: no-op. */
+void xdc_wan_peer_close(xdc_wan_peer *p);
+
+/* ---- messages ------------------------------------------------------------------------------------ */
+
+/* Send `len` bytes from `buf` (not copied: keep it alive and unchanged until the request completes,
+ * which is when the peer acknowledged every frame). `raw_len` is the pre-compression size for stats
+ * (pass len when uncompressed); `codec` is carried to the receiver untouched. */
+xdc_err_t xdc_wan_isend(xdc_wan_peer *p, xdc_wan_class cls, const void *buf, size_t len, uint8_t codec,
+                        size_t raw_len, xdc_wan_request **req);
+/* Receive the next message of class `cls` into buf (capacity `cap` bytes). Receives of one class match
+ * messages in the order they were sent. Post receives early: a stream whose next frame belongs to a
+ * message with no posted receive waits for one. A message longer than `cap` fails the receive with
+ * XDC_ERR_RANGE. */
+xdc_err_t xdc_wan_irecv(xdc_wan_peer *p, xdc_wan_class cls, void *buf, size_t cap, xdc_wan_request **req);
+/* Poll a request. *done = 1 when complete; then the request is released, and for a receive *size is
+ * the message length and *codec its codec id (either pointer may be NULL). A failed request returns
+ * its error (detail in diag, naming the peer and what was last heard) and is released as well. */
+xdc_err_t xdc_wan_test(xdc_wan_request *req, int *done, size_t *size, uint8_t *codec, xdc_diag *diag);
+/* Block until the request completes or fails, or timeout_ms passes (XDC_ERR_TIMEOUT; the request then
+ * stays valid). Same release rule as xdc_wan_test. Convenience for tools and tests. */
+xdc_err_t xdc_wan_wait(xdc_wan_request *req, int64_t timeout_ms, size_t *size, uint8_t *codec,
+                       xdc_diag *diag);
+
+/* ---- identities and certificates (xdc certs) ----------------------------------------------------- */
+
+/* Parse "xdc://RUN/REGION/RANK". */
+xdc_err_t xdc_wan_identity_parse(const char *uri, xdc_wan_identity *out, xdc_diag *diag);
+
+typedef struct xdc_wan_cert_opts {
+    const char *dir;        /* holds ca.pem / ca.key; node files are written here too */
+    const char *run;        /* run id written into the CA name and node SANs */
+    const char *region;     /* node only */
+    int rank;               /* node only */
+    int days;               /* validity */
+    int64_t not_before_s;   /* start of validity relative to now (negative: in the past) */
+} xdc_wan_cert_opts;
+
+/* Create DIR/ca.pem and DIR/ca.key (EC P-256, self-signed, CA:TRUE). Refuses to overwrite. */
+xdc_err_t xdc_wan_cert_init_ca(const xdc_wan_cert_opts *o, xdc_diag *diag);
+/* Create DIR/REGION-RANK.pem and DIR/REGION-RANK.key signed by the CA in DIR; the run comes from the
+ * CA when o->run is NULL. The paths written are returned in cert_out/key_out (may be NULL). */
+xdc_err_t xdc_wan_cert_issue(const xdc_wan_cert_opts *o, char *cert_out, size_t cert_cap, char *key_out,
+                             size_t key_cap, xdc_diag *diag);
+
+/* ---- userspace WAN emulator relay ---------------------------------------------------------------- */
+
+typedef struct xdc_wan_relay xdc_wan_relay;
+
+typedef struct xdc_wan_link_model {
+    double rate_mbps;   /* bottleneck rate per direction (token bucket); 0 = unlimited */
+    double rtt_ms;      /* round trip: each direction gets rtt/2 of one-way delay */
+    double jitter_ms;   /* uniform extra one-way delay in [0, jitter); never reorders bytes */
+    double loss_pct;    /* per 1448-byte segment: a loss stalls the direction for one RTT */
+    uint64_t seed;      /* jitter and loss draws */
+} xdc_wan_link_model;
+
+/* Listen on listen_host:listen_port (0 = any) and forward every accepted connection to
+ * target_host:target_port through the link model, in a thread of its own. */
+xdc_err_t xdc_wan_relay_create(const char *listen_host, int listen_port, const char *target_host,
+                               int target_port, const xdc_wan_link_model *m, xdc_wan_relay **out,
+                               xdc_diag *diag);
+int xdc_wan_relay_port(const xdc_wan_relay *r);
+/* Outage: reset every relayed connection and refuse new ones until restored. */
+void xdc_wan_relay_cut(xdc_wan_relay *r);
+void xdc_wan_relay_restore(xdc_wan_relay *r);
+/* Schedule an outage of duration_ms starting start_ms after now (replaces a pending schedule). */
+void xdc_wan_relay_schedule_outage(xdc_wan_relay *r, int64_t start_ms, int64_t duration_ms);
+/* Connections accepted so far and bytes forwarded in both directions. */
+void xdc_wan_relay_counters(xdc_wan_relay *r, uint64_t *conns, uint64_t *bytes);
+void xdc_wan_relay_destroy(xdc_wan_relay *r);
+
+#endif /* XDC_WAN_H */
