@@ -23,5 +23,6 @@ typedef struct {
 
 int xdc_cmd_topo(int argc, char **argv);
 int xdc_cmd_train(int argc, char **argv);
+int xdc_cmd_trace(int argc, char **argv);
 
 #endif /* XDC_CLI_H */

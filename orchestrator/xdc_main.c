@@ -10,6 +10,7 @@
 static const xdc_command commands[] = {
     {"topo", "check and print topology files", xdc_cmd_topo},
     {"train", "train the GPT in one process (--single)", xdc_cmd_train},
+    {"trace", "merge per-rank Chrome trace files", xdc_cmd_trace},
 };
 
 static void usage(FILE *f)
