@@ -276,3 +276,29 @@ XDC_TEST(wan_config_out_of_range_is_refused)
     XDC_ASSERT(eng == NULL);
     xdc_wan_engine_destroy(NULL);
 }
+
+XDC_TEST(wan_frame_decoder_refuses_oversize_and_corrupt_headers)
+{
+    wan_frame f = {.type = WAN_FT_DATA, .cls = 1, .codec = 2, .payload_len = 4096, .seq = 9, .msg_seq = 1,
+                   .msg_off = 8192, .msg_len = 1 << 20},
+              g;
+    uint8_t h[WAN_FRAME_HDR_BYTES];
+    xdc_diag d = {{0}};
+    wan_frame_encode(&f, h);
+    XDC_ASSERT_OK(wan_frame_decode(h, 1 << 20, &g, &d));
+    XDC_ASSERT(g.seq == 9 && g.msg_off == 8192 && g.payload_len == 4096 && g.codec == 2);
+    XDC_ASSERT_ERR(wan_frame_decode(h, 1024, &g, &d), XDC_ERR_PROTO);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "exceeds the bound of 1024 bytes");
+    f.payload_len = 0xffffffffu;
+    f.msg_len = UINT64_MAX;
+    f.msg_off = 0;
+    wan_frame_encode(&f, h);
+    XDC_ASSERT_ERR(wan_frame_decode(h, XDC_WAN_MAX_FRAME_PAYLOAD, &g, &d), XDC_ERR_PROTO);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "exceeds the bound");
+    h[20] ^= 1; /* any flipped bit: the check word no longer matches */
+    XDC_ASSERT_ERR(wan_frame_decode(h, XDC_WAN_MAX_FRAME_PAYLOAD, &g, &d), XDC_ERR_PROTO);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "check word");
+    h[0] = 'H';
+    XDC_ASSERT_ERR(wan_frame_decode(h, XDC_WAN_MAX_FRAME_PAYLOAD, &g, &d), XDC_ERR_PROTO);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "magic");
+}

@@ -175,8 +175,11 @@ xdc_err_t wan_tls_explain(SSL *ssl, int ssl_err, xdc_diag *diag)
     wan_tls_errq(why, sizeof why);
     long vr = SSL_get_verify_result(ssl);
     if (vr != X509_V_OK) {
-        xdc_diag_set(diag, "peer certificate refused: %s (%s)", X509_verify_cert_error_string(vr),
-                     why[0] ? why : "verification failed");
+        int other_ca = vr == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY || vr == X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN ||
+                       vr == X509_V_ERR_CERT_SIGNATURE_FAILURE || vr == X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE ||
+                       vr == X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT;
+        xdc_diag_set(diag, "peer certificate refused: %s%s (%s)", X509_verify_cert_error_string(vr),
+                     other_ca ? ": not issued by our cluster CA" : "", why[0] ? why : "verification failed");
         return XDC_ERR_AUTH;
     }
     if (strstr(why, "peer did not return a certificate")) {
