@@ -211,7 +211,12 @@ static void *coll_main(void *arg)
         if (rc == XDC_OK) {
             msg[0] = 0;
             rc = run_collective(comm, q, msg, sizeof msg);
-            if (rc != XDC_OK) rc = cpu_fail(comm, rc, msg);
+            /* Destroying this communicator mid-operation is not the group's failure: the others
+             * still name this rank if they wait for it. */
+            if (rc == XDC_ERR_CLOSED)
+                rc = intra_comm_fail(comm, rc, msg);
+            else if (rc != XDC_OK)
+                rc = cpu_fail(comm, rc, msg);
         }
         atomic_store(&cc->waiting_step, 0);
         pthread_mutex_lock(&comm->lock);

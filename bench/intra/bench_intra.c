@@ -1,0 +1,129 @@
+/* bench_intra.c — all_reduce bandwidth of the CPU backend of intra/ in the nccl-tests layout: forks
+ * `ranks` processes on this host, times fp32 sum all_reduce for message sizes min..max bytes (doubling),
+ * and prints one row per size: bytes, time (us), algbw and busbw (GB/s, busbw = algbw * 2(n-1)/n) next to
+ * single-process memcpy bandwidth of the same size measured in the same run.
+ *
+ *   bench_intra RANKS [MIN_BYTES [MAX_BYTES]]
+ * Rows start with "row" so run.sh can join them with the Open MPI run. */
+#include "common/xdc_alloc.h"
+#include "common/xdc_time.h"
+#include "intra/xdc_intra.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static size_t iters_for(size_t bytes)
+{
+    size_t it = ((size_t)256 << 20) / bytes; /* about 256 MiB reduced per size */
+    return it < 5 ? 5 : it > 200 ? 200 : it;
+}
+
+static int run(xdc_intra_comm *c, float *buf, size_t count)
+{
+    xdc_intra_req *r = NULL;
+    xdc_diag d = {{0}};
+    if (xdc_intra_all_reduce(c, buf, buf, count, XDC_INTRA_F32, XDC_INTRA_SUM, &r) != XDC_OK ||
+        xdc_intra_wait(r, 60000, &d) != XDC_OK) {
+        fprintf(stderr, "bench_intra: all_reduce failed: %s %s\n", d.msg, xdc_intra_error(c));
+        return -1;
+    }
+    return 0;
+}
+
+static int barrier(xdc_intra_comm *c)
+{
+    xdc_intra_req *r = NULL;
+    return xdc_intra_barrier(c, &r) == XDC_OK && xdc_intra_wait(r, 60000, NULL) == XDC_OK ? 0 : -1;
+}
+
+static double memcpy_gbps(size_t bytes)
+{
+    uint8_t *a = xdc_aligned_alloc(4096, bytes), *b = xdc_aligned_alloc(4096, bytes);
+    if (!a || !b) return 0;
+    memset(a, 1, bytes);
+    memset(b, 2, bytes);
+    size_t it = iters_for(bytes);
+    uint64_t t0 = xdc_now_ns();
+    for (size_t i = 0; i < it; i++) {
+        memcpy(b, a, bytes);
+        a[i % bytes] = (uint8_t)i; /* keep the copies from being merged */
+    }
+    double s = (double)(xdc_now_ns() - t0) / 1e9;
+    xdc_free(a);
+    xdc_free(b);
+    return (double)bytes * (double)it / s / 1e9;
+}
+
+static int rank_main(const char *id, int rank, int n, size_t min_b, size_t max_b)
+{
+    xdc_intra_config cfg = XDC_INTRA_CONFIG_INIT;
+    cfg.rank = rank;
+    cfg.size = n;
+    cfg.bootstrap = id;
+    xdc_intra_comm *c = NULL;
+    xdc_diag d = {{0}};
+    if (xdc_intra_create(&cfg, &c, &d) != XDC_OK) {
+        fprintf(stderr, "bench_intra: rank %d: %s\n", rank, d.msg);
+        return 1;
+    }
+    float *buf = xdc_aligned_alloc(4096, max_b); /* (max_b / 4,) fp32 */
+    if (!buf) return 1;
+    for (size_t i = 0; i < max_b / 4; i++) buf[i] = 0; /* first touch outside the timed loop */
+    int rc = 0;
+    for (size_t bytes = min_b; bytes <= max_b && rc == 0; bytes *= 2) {
+        size_t count = bytes / 4, it = iters_for(bytes);
+        rc |= run(c, buf, count) | run(c, buf, count) | barrier(c); /* warm-up */
+        uint64_t t0 = xdc_now_ns();
+        for (size_t i = 0; i < it && rc == 0; i++) rc |= run(c, buf, count);
+        double us = (double)(xdc_now_ns() - t0) / 1e3 / (double)it;
+        rc |= barrier(c);
+        if (rank == 0 && rc == 0) {
+            double algbw = (double)bytes / us / 1e3, busbw = algbw * 2.0 * (n - 1) / n;
+            printf("row %d %zu %.1f %.3f %.3f\n", n, bytes, us, algbw, busbw);
+            fflush(stdout);
+        }
+    }
+    xdc_free(buf);
+    xdc_intra_destroy(c);
+    return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench_intra RANKS [MIN_BYTES [MAX_BYTES]] | bench_intra memcpy MIN MAX\n");
+        return 64;
+    }
+    size_t min_b = argc > 2 ? strtoull(argv[2], NULL, 0) : 65536, max_b = argc > 3 ? strtoull(argv[3], NULL, 0) : 32u << 20;
+    if (strcmp(argv[1], "memcpy") == 0) {
+        for (size_t bytes = min_b; bytes <= max_b; bytes *= 2) printf("memcpy %zu %.3f\n", bytes, memcpy_gbps(bytes));
+        return 0;
+    }
+    int n = atoi(argv[1]);
+    if (n < 1 || n > 64 || min_b < 4 || max_b < min_b) {
+        fprintf(stderr, "bench_intra: bad arguments (ranks 1..64, 4 <= MIN <= MAX)\n");
+        return 64;
+    }
+    char id[XDC_INTRA_BOOTSTRAP_MAX];
+    xdc_diag d = {{0}};
+    if (xdc_intra_bootstrap_create(XDC_INTRA_CPU, id, sizeof id, &d) != XDC_OK) {
+        fprintf(stderr, "bench_intra: %s\n", d.msg);
+        return 69;
+    }
+    fflush(stdout);
+    pid_t pids[64];
+    for (int r = 0; r < n; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) _exit(rank_main(id, r, n, min_b, max_b));
+    }
+    int bad = 0;
+    for (int r = 0; r < n; r++) {
+        int ws = 0;
+        waitpid(pids[r], &ws, 0);
+        bad |= !WIFEXITED(ws) || WEXITSTATUS(ws) != 0;
+    }
+    return bad ? 75 : 0;
+}
