@@ -82,6 +82,9 @@ static int bench_config(const char *path, int steps, result *res)
     xdc_rng_seed(&r, 2);
     for (size_t i = 0; i < n; i++) tok[i] = (int32_t)xdc_rng_below(&r, (uint64_t)c.model.vocab_size),
                                    tgt[i] = (int32_t)xdc_rng_below(&r, (uint64_t)c.model.vocab_size);
+    /* the ceiling is measured before and after the steps and the better kept, so a burst of load from
+     * elsewhere on the machine lowers the ratio's denominator less */
+    double sgemm_before = sgemm_gflops((int)n, c.model.n_embd, 4 * c.model.n_embd, 10);
     uint64_t t0 = 0;
     float loss = 0.0f;
     for (int i = -2; i < steps; i++) { /* two warmup steps: first-touch of the arenas */
@@ -98,7 +101,8 @@ static int bench_config(const char *path, int steps, result *res)
     double secs = (double)(xdc_now_ns() - t0) / 1e9;
     res->tokens_per_s = (double)n * steps / secs;
     res->step_gflops = step_flops(&c) * steps / secs / 1e9;
-    res->sgemm_gflops = sgemm_gflops((int)n, c.model.n_embd, 4 * c.model.n_embd, 5);
+    res->sgemm_gflops = sgemm_gflops((int)n, c.model.n_embd, 4 * c.model.n_embd, 10);
+    if (sgemm_before > res->sgemm_gflops) res->sgemm_gflops = sgemm_before;
     printf("config=%s params=%zu B=%d T=%d steps=%d step_ms=%.1f tokens_per_s=%.0f step_gflops=%.2f "
            "sgemm_gflops=%.2f (M=%zu K=%d N=%d) ratio=%.3f loss=%.3f\n",
            path, xdc_gpt_stage_num_params(s), c.batch_size, c.seq_len, steps, secs * 1e3 / steps, res->tokens_per_s,
