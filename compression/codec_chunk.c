@@ -29,9 +29,11 @@ static void hdr_write(uint8_t *p, const codec_hdr *h)
     memcpy(p + 24, &h->first, 8);
 }
 
+/* XXH3 (several times faster than XXH64 on the payload) of the header's first 32 bytes and of the
+ * payload, combined; an integrity check against corruption, not a MAC (TLS authenticates). */
 static uint64_t chunk_check(const uint8_t *hdr, const uint8_t *payload, size_t len)
 {
-    return xdc_xxh64(payload, len, xdc_xxh3(hdr, 32));
+    return xdc_xxh3(hdr, 32) ^ xdc_xxh3(payload, len);
 }
 
 /* ---- encode ----------------------------------------------------------------------------------------- */

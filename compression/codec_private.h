@@ -11,7 +11,7 @@
 /* Chunk header, 40 bytes, little-endian (docs/compression.md, "Chunk format"):
  *   0 u32 magic "XDC1"   4 u8 version   5 u8 codec   6 u8 flags   7 u8 zero
  *   8 u32 count (elements)   12 u32 param (block or k)   16 u32 raw_len   20 u32 wire_len
- *  24 u64 first (element index in the buffer)   32 u64 check = xxh64(payload, seed = xxh3(bytes 0..32)) */
+ *  24 u64 first (element index in the buffer)   32 u64 check = xxh3(bytes 0..32) ^ xxh3(payload) */
 #define CODEC_HDR_BYTES 40u
 #define CODEC_MAGIC 0x31434458u /* "XDC1" */
 #define CODEC_VERSION 1u

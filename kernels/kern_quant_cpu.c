@@ -40,7 +40,7 @@ static int block_ok(size_t block) { return block >= XDC_QUANT_BLOCK_MIN && block
 /* ---- int8 absmax ------------------------------------------------------------------------------------ */
 
 /* With error feedback the block's y = x + r is formed once into a stack tile (block <= 4096 values,
- * 16 KiB: stays in L1), so x and r are each read once and r written once. */
+ * 16 KiB: stays in L1), so x and r are each read once and r written once (int4). */
 static const float *ef_tile(const float *x, const float *r, size_t m, float *tile)
 {
     if (!r) return x;
@@ -48,18 +48,38 @@ static const float *ef_tile(const float *x, const float *r, size_t m, float *til
     return tile;
 }
 
+static inline int8_t q8(float y, float inv)
+{
+    float v = y * inv;
+    int t = (int)(v + copysignf(0.5f, v));
+    t = t > 127 ? 127 : t;
+    return (int8_t)(t < -127 ? -127 : t);
+}
+
+/* int8 is the codec on the hot path, so its EF variant forms y and its absmax in one loop over memory;
+ * the quantize and residual loops then read the tile from L1. */
 static xdc_err_t cpu_quantize_int8(const float *x, float *r, size_t n, size_t block, int8_t *q, float *scales)
 {
     XDC_REQUIRE(block_ok(block), XDC_ERR_INVALID);
     float tile[XDC_QUANT_BLOCK_MAX];
     for (size_t b0 = 0, bi = 0; b0 < n; b0 += block, bi++) {
         size_t m = n - b0 < block ? n - b0 : block;
-        const float *yb = ef_tile(x + b0, r ? r + b0 : NULL, m, tile);
+        const float *xb = x + b0;
         int8_t *qb = q + b0;
         uint32_t amax = 0;
-        for (size_t i = 0; i < m; i++) {
-            uint32_t k = abs_key(yb[i]);
-            amax = k > amax ? k : amax;
+        if (r) {
+            const float *rb = r + b0;
+            for (size_t i = 0; i < m; i++) {
+                float v = xb[i] + rb[i];
+                tile[i] = v;
+                uint32_t k = abs_key(v);
+                amax = k > amax ? k : amax;
+            }
+        } else {
+            for (size_t i = 0; i < m; i++) {
+                uint32_t k = abs_key(xb[i]);
+                amax = k > amax ? k : amax;
+            }
         }
         float absmax = u2f(amax);
         float inv = 0.0f, s = 0.0f;
@@ -68,15 +88,13 @@ static xdc_err_t cpu_quantize_int8(const float *x, float *r, size_t n, size_t bl
             s = absmax / 127.0f;
         }
         scales[bi] = s;
-        for (size_t i = 0; i < m; i++) {
-            float v = yb[i] * inv;
-            int t = (int)(v + copysignf(0.5f, v));
-            t = t > 127 ? 127 : t;
-            t = t < -127 ? -127 : t;
-            qb[i] = (int8_t)t;
+        if (r) {
+            float *rb = r + b0;
+            for (size_t i = 0; i < m; i++) qb[i] = q8(tile[i], inv);
+            for (size_t i = 0; i < m; i++) rb[i] = tile[i] - (float)qb[i] * s;
+        } else {
+            for (size_t i = 0; i < m; i++) qb[i] = q8(xb[i], inv);
         }
-        if (r)
-            for (size_t i = 0; i < m; i++) r[b0 + i] = yb[i] - (float)qb[i] * s;
     }
     return XDC_OK;
 }
@@ -325,11 +343,23 @@ static xdc_err_t cpu_topk_select(const float *x, float *r, size_t n, size_t k, u
 
 /* ---- range check, accumulation ------------------------------------------------------ */
 
+/* The common case (nothing out of range) is a max reduction over integer keys, the cheapest loop the
+ * vectorizer makes; only a block whose maximum is out of range gets counted. */
 static xdc_err_t cpu_count_out_of_range(const float *x, size_t n, float max_abs, size_t *count)
 {
     uint32_t limit = abs_key(max_abs); /* NaN keys sit above every finite and infinite key */
     size_t c = 0;
-    for (size_t i = 0; i < n; i++) c += abs_key(x[i]) > limit;
+    for (size_t b0 = 0; b0 < n; b0 += XDC_QUANT_BLOCK_MAX) {
+        size_t m = n - b0 < XDC_QUANT_BLOCK_MAX ? n - b0 : XDC_QUANT_BLOCK_MAX;
+        const float *xb = x + b0;
+        uint32_t top = 0;
+        for (size_t i = 0; i < m; i++) {
+            uint32_t k = abs_key(xb[i]);
+            top = k > top ? k : top;
+        }
+        if (top > limit)
+            for (size_t i = 0; i < m; i++) c += abs_key(xb[i]) > limit;
+    }
     *count = c;
     return XDC_OK;
 }

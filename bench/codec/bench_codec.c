@@ -111,13 +111,16 @@ int main(void)
         codec_result r = run_codec("bf16", lvl, x, y, wire, cap);
         double wire_gbps = r.enc_gbps * r.ratio * 8.0;
         int ok = wire_gbps >= links[i];
-        all_keep_up &= ok;
-        printf("  %6.1f %4d %8.2f %s\n", links[i], lvl, wire_gbps, ok ? "yes" : "NO");
+        if (lvl != 0) all_keep_up &= ok; /* level 0 runs no zstd: nothing to judge */
+        printf("  %6.1f %4d %8.2f %s\n", links[i], lvl, wire_gbps, lvl == 0 ? "n/a (zstd off)" : ok ? "yes" : "NO");
     }
-    printf("int8_encode_vs_memcpy=%.3f topk_gbps=%.2f int8_ratio=%.3f int4_ratio=%.3f bf16_zstd_ratio=%.3f "
-           "topk_ratio=%.4f zstd1_raw_ratio=%.3f zstd1_gbps=%.2f memcpy_gbps=%.2f zstd_keeps_up=%s\n",
-           res[2][1].enc_gbps / memcpy_gbps, res[4][1].enc_gbps, res[2][1].ratio, res[3][1].ratio, res[1][1].ratio,
-           res[4][1].ratio, zstd_ratio, zstd_gbps, memcpy_gbps, all_keep_up ? "yes" : "no");
+    /* int8/int4/top-k keys: error feedback on; "encode" without zstd, the _zstd keys with level 1. */
+    printf("int8_encode_vs_memcpy=%.3f int8_zstd_encode_vs_memcpy=%.3f topk_gbps=%.2f int8_ratio=%.3f "
+           "int8_zstd_ratio=%.3f int4_zstd_ratio=%.3f bf16_zstd_ratio=%.3f topk_zstd_ratio=%.4f zstd1_raw_ratio=%.3f "
+           "zstd1_gbps=%.2f memcpy_gbps=%.2f zstd_keeps_up=%s\n",
+           res[2][0].enc_gbps / memcpy_gbps, res[2][1].enc_gbps / memcpy_gbps, res[4][1].enc_gbps, res[2][0].ratio,
+           res[2][1].ratio, res[3][1].ratio, res[1][1].ratio, res[4][1].ratio, zstd_ratio, zstd_gbps, memcpy_gbps,
+           all_keep_up ? "yes" : "no");
     xdc_free(x), xdc_free(y), xdc_free(wire);
     return 0;
 }
