@@ -144,8 +144,9 @@ static void refill(xdc_wan_relay *r, uint64_t now)
     if (r->m.rate_mbps <= 0) return;
     double bytes_per_ns = r->m.rate_mbps * 1e6 / 8 / 1e9;
     double add = (double)(now - r->refill_ns) * bytes_per_ns;
-    /* Burst allowance: 2 ms worth or one chunk, whichever is larger. */
-    double cap = bytes_per_ns * 2e6 > EMU_CHUNK ? bytes_per_ns * 2e6 : EMU_CHUNK;
+    /* Burst allowance: 10 ms worth or one chunk, whichever is larger, so a late wakeup of this thread
+     * does not lose tokens (the rate error stays below 10 ms over any measured interval). */
+    double cap = bytes_per_ns * 1e7 > EMU_CHUNK ? bytes_per_ns * 1e7 : EMU_CHUNK;
     r->tokens = r->tokens + add > cap ? cap : r->tokens + add;
     r->tokens_back = r->tokens_back + add > cap ? cap : r->tokens_back + add;
     r->refill_ns = now;

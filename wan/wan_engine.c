@@ -171,6 +171,12 @@ static void stream_dial(wan_stream *s)
     wan_stream_break(s, why);
 }
 
+static void peer_set_name(xdc_wan_peer *p, const char *addr)
+{
+    if (p->id.region[0]) snprintf(p->name, sizeof p->name, "peer %s/%d (%s)", p->id.region, p->id.rank, addr);
+    else snprintf(p->name, sizeof p->name, "peer ? (%s)", addr);
+}
+
 static void handshake_done(wan_stream *s)
 {
     xdc_wan_engine *eng = s->is_client ? s->peer->eng : s->listener->eng;
@@ -178,11 +184,24 @@ static void handshake_done(wan_stream *s)
     if (s->is_client) {
         xdc_wan_peer *p = s->peer;
         xdc_wan_identity got;
-        if (wan_tls_check_peer(s->ssl, &eng->self, p->expect_region, p->expect_rank, &got, &d) != XDC_OK) {
+        if (wan_tls_check_peer(s->ssl, &eng->self, p->expect_any ? NULL : p->expect_region, p->expect_rank, &got,
+                               &d) != XDC_OK) {
             wan_peer_fail(p, XDC_ERR_AUTH, "refused peer at %s:%d: %s", p->host, p->port, d.msg);
             return;
         }
-        p->id = got;
+        if (p->expect_any && strcmp(got.region, p->id.region) != 0) {
+            /* A peer dialled without expectation keeps the identity its first stream showed. */
+            if (p->id.region[0]) {
+                wan_peer_fail(p, XDC_ERR_AUTH, "refused peer at %s:%d: stream %d names xdc://%s/%s/%d, stream 0 "
+                              "named %s/%d", p->host, p->port, s->idx, got.run, got.region, got.rank, p->id.region,
+                              p->id.rank);
+                return;
+            }
+            p->id = got;
+            char addr[96];
+            snprintf(addr, sizeof addr, "%s:%d", p->host, p->port);
+            peer_set_name(p, addr);
+        }
         wan_frame h = {.type = WAN_FT_HELLO, .msg_seq = p->session, .msg_off = (uint64_t)s->idx,
                        .msg_len = (uint64_t)p->nstreams};
         wan_stream_queue_ctrl(s, &h);
@@ -257,11 +276,6 @@ static int hello_read(wan_stream *s, wan_frame *f)
         return -1;
     }
     return 1;
-}
-
-static void peer_set_name(xdc_wan_peer *p, const char *addr)
-{
-    snprintf(p->name, sizeof p->name, "peer %s/%d (%s)", p->id.region[0] ? p->id.region : "?", p->id.rank, addr);
 }
 
 /* Server: a HELLO arrived on a pending connection; bind it to a new or existing peer session. */
@@ -771,7 +785,7 @@ void xdc_wan_listener_close(xdc_wan_listener *l)
 xdc_err_t xdc_wan_connect(xdc_wan_engine *eng, const char *host, int port, const char *expect_region,
                           int expect_rank, xdc_wan_peer **out, xdc_diag *diag)
 {
-    if (!eng || !host || !expect_region || !out || port <= 0 || port > 65535) return XDC_ERR_INVALID;
+    if (!eng || !host || !out || port <= 0 || port > 65535) return XDC_ERR_INVALID;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
     char ports[16];
     snprintf(ports, sizeof ports, "%d", port);
@@ -792,11 +806,12 @@ xdc_err_t xdc_wan_connect(xdc_wan_engine *eng, const char *host, int port, const
     p->is_client = 1;
     snprintf(p->host, sizeof p->host, "%s", host);
     p->port = port;
-    snprintf(p->expect_region, sizeof p->expect_region, "%s", expect_region);
+    p->expect_any = expect_region == NULL;
+    snprintf(p->expect_region, sizeof p->expect_region, "%s", expect_region ? expect_region : "");
     p->expect_rank = expect_rank;
     snprintf(p->id.run, sizeof p->id.run, "%s", eng->self.run);
-    snprintf(p->id.region, sizeof p->id.region, "%s", expect_region);
-    p->id.rank = expect_rank;
+    snprintf(p->id.region, sizeof p->id.region, "%s", p->expect_region);
+    p->id.rank = expect_region ? expect_rank : -1;
     char addr[96];
     snprintf(addr, sizeof addr, "%s:%d", host, port);
     peer_set_name(p, addr);

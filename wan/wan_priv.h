@@ -115,6 +115,7 @@ struct xdc_wan_peer {
     socklen_t addr_len;
     char last_err[256];      /* why a stream last went down */
     char expect_region[XDC_WAN_NAME_MAX];
+    int expect_any;          /* dialled without an expected identity: any peer of our run */
     int expect_rank;
     /* send */
     xdc_wan_request *txq_head[XDC_WAN_NUM_CLASSES], *txq_tail[XDC_WAN_NUM_CLASSES];

@@ -109,7 +109,8 @@ void xdc_wan_listener_close(xdc_wan_listener *l);
 
 /* ---- dialling ------------------------------------------------------------------------------------ */
 
-/* Open cfg->streams streams to host:port expecting the peer `expect` (its run must be ours). Returns
+/* Open cfg->streams streams to host:port expecting the peer expect_region/expect_rank (its run must be
+ * ours; expect_region NULL accepts any identity of our run, for tools like `xdc wan send`). Returns
  * at once; the engine connects in the background and requests may be posted right away. Use
  * xdc_wan_peer_wait_ready() to learn whether the handshake succeeded. */
 xdc_err_t xdc_wan_connect(xdc_wan_engine *eng, const char *host, int port, const char *expect_region,
@@ -191,5 +192,11 @@ void xdc_wan_relay_schedule_outage(xdc_wan_relay *r, int64_t start_ms, int64_t d
 /* Connections accepted so far and bytes forwarded in both directions. */
 void xdc_wan_relay_counters(xdc_wan_relay *r, uint64_t *conns, uint64_t *bytes);
 void xdc_wan_relay_destroy(xdc_wan_relay *r);
+
+/* Measure a link model on loopback: a relay with model `m` in front of an echo/sink server; RTT is the
+ * median of 1-byte ping-pongs, rate a bulk transfer of rate x `seconds` bytes (64 MiB when unlimited)
+ * timed to the sink's confirmation, minus one RTT. */
+xdc_err_t xdc_wan_emu_measure(const xdc_wan_link_model *m, double seconds, double *rtt_ms, double *rate_mbps,
+                              xdc_diag *diag);
 
 #endif /* XDC_WAN_H */
