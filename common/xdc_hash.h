@@ -16,4 +16,10 @@ void xdc_hash64_update(xdc_hash_state *s, const void *data, size_t len);
 uint64_t xdc_hash64_digest(const xdc_hash_state *s);
 void xdc_hash64_destroy(xdc_hash_state *s);
 
+/* Hand a running hash to another process of the same build (pipeline stages hash their parameter
+ * arenas in turn, each continuing the state of the one before). XDC_HASH_STATE_BYTES bytes. */
+#define XDC_HASH_STATE_BYTES 128
+void xdc_hash64_export(const xdc_hash_state *s, void *buf);
+void xdc_hash64_import(xdc_hash_state *s, const void *buf);
+
 #endif /* XDC_HASH_H */

@@ -22,6 +22,9 @@ typedef struct {
 } xdc_command;
 
 int xdc_cmd_topo(int argc, char **argv);
+int xdc_cmd_launch(int argc, char **argv);
+int xdc_cmd_agent(int argc, char **argv);
+int xdc_cmd_worker(int argc, char **argv);
 int xdc_cmd_train(int argc, char **argv);
 int xdc_cmd_trace(int argc, char **argv);
 

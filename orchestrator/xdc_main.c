@@ -8,6 +8,9 @@
 #include <string.h>
 
 static const xdc_command commands[] = {
+    {"launch", "run every region of a topology on this machine", xdc_cmd_launch},
+    {"agent", "start and watch this node's workers (one per node, from a launch script)", xdc_cmd_agent},
+    {"worker", "one pipeline stage of one replica (started by xdc agent)", xdc_cmd_worker},
     {"topo", "check and print topology files", xdc_cmd_topo},
     {"train", "train the GPT in one process (--single)", xdc_cmd_train},
     {"trace", "merge per-rank Chrome trace files", xdc_cmd_trace},

@@ -133,6 +133,16 @@ XDC_TEST(hash_matches_known_vectors_and_streams)
     xdc_hash64_destroy(s);
     xdc_hash64_destroy(NULL);
     XDC_ASSERT(xdc_xxh3("abc", 3) != xdc_xxh3("abd", 3));
+    /* A state handed over mid-stream continues to the same digest. */
+    xdc_hash_state *a = xdc_hash64_create(0), *b = xdc_hash64_create(7);
+    unsigned char blob[XDC_HASH_STATE_BYTES];
+    xdc_hash64_update(a, "a", 1);
+    xdc_hash64_export(a, blob);
+    xdc_hash64_import(b, blob);
+    xdc_hash64_update(b, "bc", 2);
+    XDC_ASSERT(xdc_hash64_digest(b) == 0x44BC2CF5AD770999ull);
+    xdc_hash64_destroy(a);
+    xdc_hash64_destroy(b);
 }
 
 XDC_TEST(rng_is_deterministic_and_roughly_uniform)

@@ -1,0 +1,38 @@
+/* orch_run_config.h — the run file `xdc launch -c RUN.yaml` reads: which model file, which data, the
+ * distributed mode and its knobs, checkpoints and timeouts. The model and optimizer live in the model
+ * file it points to (xdc_model_config.h), so one model file serves `xdc train --single` and distributed
+ * runs alike. docs/config.md lists every key. */
+#ifndef ORCH_RUN_CONFIG_H
+#define ORCH_RUN_CONFIG_H
+
+#include "orchestrator/xdc_model_config.h"
+
+#include <stdint.h>
+
+typedef enum { ORCH_MODE_SYNC = 0, ORCH_MODE_DILOCO = 1, ORCH_MODE_STREAMING = 2 } orch_mode;
+
+typedef struct orch_run_config {
+    char path[512];
+    char model_path[512];  /* resolved relative to the run file */
+    char data_path[512];
+    xdc_train_config train; /* loaded from model_path, then overridden by the run file */
+    orch_mode mode;
+    int pipeline_stages;    /* per replica; divides each region's workers */
+    int microbatches;       /* per replica per step (overrides the model file when set) */
+    int steps;              /* overrides the model file when set */
+    char codec[32];         /* WAN gradient codec ("int8", "topk:0.01", ..., "link": each link's own) */
+    int zstd_level;         /* -1: chosen from the link bandwidth */
+    double bucket_mb;       /* gradient bucket size, MiB of fp32 */
+    int threads;            /* BLAS threads per worker */
+    int diloco_inner_steps; /* H */
+    double outer_lr, outer_momentum;
+    int fragments;          /* streaming: parameter fragments synced at staggered steps */
+    int checkpoint_every;   /* steps; 0: only at the end */
+    int64_t rendezvous_timeout_ms, op_timeout_ms;
+    int metrics_port;       /* -1: off; 0: any free port */
+} orch_run_config;
+
+xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_errors *errs);
+const char *orch_mode_name(orch_mode m);
+
+#endif /* ORCH_RUN_CONFIG_H */

@@ -1,0 +1,57 @@
+/* orch_sync.h — the comm engine: a thread that averages one fp32 buffer (a stage's gradients, or a
+ * DiLoCo pseudo-gradient) across the data-parallel replicas of a region and across regions, bucket by
+ * bucket, so the work overlaps compute:
+ *   intra reduce-scatter over the replicas → WAN exchange of this rank's shard with the same rank of
+ *   every other region (codec + error feedback, TLS, its own streams) → intra all-gather.
+ * Buckets are processed from the end of the buffer towards the start (the order backward produces
+ * them); a bucket goes as soon as the caller marks it final. Every region decodes every contribution,
+ * its own included, and sums them in region order, so all regions end with bit-identical results. */
+#ifndef ORCH_SYNC_H
+#define ORCH_SYNC_H
+
+#include "common/xdc_err.h"
+#include "compression/xdc_codec.h"
+#include "intra/xdc_intra.h"
+#include "wan/xdc_wan.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct orch_trace orch_trace;
+
+typedef struct orch_sync_cfg {
+    size_t n_elems;         /* buffer length, fp32 */
+    size_t bucket_elems;    /* elements per bucket (rounded up to a multiple of the replica count) */
+    xdc_intra_comm *dp;     /* data-parallel group of this stage in this region; NULL when alone */
+    xdc_wan_peer **peers;   /* (n_regions) the same rank in each other region; NULL at my_region */
+    int n_regions, my_region;
+    xdc_codec_cfg codec;    /* WAN codec (n_elems is filled per bucket shard) */
+    int64_t timeout_ms;     /* a bucket that makes no progress this long fails the sync */
+    const char *name;       /* for logs: "grads", "pseudo-grads" */
+} orch_sync_cfg;
+
+typedef struct orch_sync_stats {
+    uint64_t wan_tx_bytes;  /* encoded bytes sent to all peers */
+    uint64_t wan_raw_bytes; /* the fp32 bytes they stand for */
+    double wan_seconds;     /* comm-thread time spent in WAN exchanges (encode, transfer, decode) */
+    double intra_seconds;   /* comm-thread time in reduce-scatter and all-gather */
+} orch_sync_stats;
+
+typedef struct orch_sync orch_sync;
+
+/* Allocates every buffer and codec context once and starts the comm thread. */
+xdc_err_t orch_sync_create(const orch_sync_cfg *cfg, orch_sync **out, xdc_diag *diag);
+void orch_sync_destroy(orch_sync *s);
+
+/* Start a round on `buf` (n_elems fp32, not touched by the caller until orch_sync_end returns). Nothing
+ * moves until elements are marked final. */
+xdc_err_t orch_sync_begin(orch_sync *s, float *buf);
+/* Elements [from, n_elems) are final: every bucket entirely inside goes now. */
+void orch_sync_mark_ready(orch_sync *s, size_t from);
+/* Mark everything final and wait until every bucket holds the average over replicas and regions.
+ * Errors (a peer lost past its deadline, a corrupt chunk) come back with the peer named in diag. */
+xdc_err_t orch_sync_end(orch_sync *s, xdc_diag *diag);
+/* Cumulative statistics. */
+void orch_sync_get_stats(orch_sync *s, orch_sync_stats *out);
+
+#endif /* ORCH_SYNC_H */

@@ -1,0 +1,343 @@
+/* orch_train.c — the worker's training loop: a 1F1B pipeline schedule over M microbatches per step,
+ * the hierarchical gradient sync started the moment backward finishes and waited for only before the
+ * optimizer needs it, the three modes (sync, diloco, streaming), validation through the pipeline,
+ * progress lines and the final report. */
+#include "orchestrator/orch_worker.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_hash.h"
+#include "common/xdc_log.h"
+#include "common/xdc_time.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static double now_s(void) { return (double)xdc_now_ns() / 1e9; }
+
+static int is_first(const orch_worker *w) { return w->stage == 0; }
+static int is_last(const orch_worker *w) { return w->stage == w->n_stages - 1; }
+
+/* Wait for a pipeline request (if any) and clear it; intra time is charged to the step. */
+static xdc_err_t pp_wait(orch_worker *w, xdc_intra_req **req, xdc_diag *diag)
+{
+    if (!*req) return XDC_OK;
+    double t0 = now_s();
+    xdc_err_t rc = xdc_intra_wait(*req, -1, diag);
+    *req = NULL;
+    w->t_intra += now_s() - t0;
+    if (rc != XDC_OK) xdc_diag_prefix(diag, "pipeline transfer");
+    return rc;
+}
+
+static xdc_err_t forward_mb(orch_worker *w, int mb, float *loss_sum, xdc_diag *diag)
+{
+    size_t bt = (size_t)w->B * w->T, btc = bt * (size_t)w->C;
+    if (!is_first(w)) XDC_CHECK(pp_wait(w, &w->x_req[mb], diag));
+    const float *y = NULL;
+    float loss = 0;
+    double t0 = now_s();
+    XDC_CHECK(xdc_gpt_stage_forward(w->st, mb, w->tokens + mb * bt, w->x_in + mb * btc, w->targets + mb * bt,
+                                    is_last(w) ? NULL : &y, &loss));
+    w->t_compute += now_s() - t0;
+    if (is_last(w)) *loss_sum += loss;
+    /* y stays valid in slot mb until the slot's next forward (next step), after the send completed. */
+    if (!is_last(w)) XDC_CHECK(xdc_intra_send(w->pp, y, btc, XDC_INTRA_F32, w->stage + 1, &w->y_req[mb]));
+    return XDC_OK;
+}
+
+static xdc_err_t backward_mb(orch_worker *w, int mb, xdc_diag *diag)
+{
+    size_t btc = (size_t)w->B * w->T * (size_t)w->C;
+    if (!is_last(w)) XDC_CHECK(pp_wait(w, &w->dy_req[mb], diag));
+    const float *dx = NULL;
+    double t0 = now_s();
+    XDC_CHECK(xdc_gpt_stage_backward(w->st, mb, w->dy_in + mb * btc, 1.0f / (float)w->M, is_first(w) ? NULL : &dx));
+    if (!is_first(w)) memcpy(w->dx_out + mb * btc, dx, btc * sizeof(float)); /* dx lives only until the next backward */
+    w->t_compute += now_s() - t0;
+    if (!is_first(w))
+        XDC_CHECK(xdc_intra_send(w->pp, w->dx_out + mb * btc, btc, XDC_INTRA_F32, w->stage - 1, &w->dx_req[mb]));
+    return XDC_OK;
+}
+
+/* One pipeline pass of M microbatches with gradients accumulated; the gradient sync of `sync` starts
+ * as soon as the last backward returns. *loss = mean loss over the microbatches (last stage only). */
+static xdc_err_t pipeline_step(orch_worker *w, orch_sync *sync, float *loss, xdc_diag *diag)
+{
+    size_t bt = (size_t)w->B * w->T, btc = bt * (size_t)w->C;
+    int M = w->M, P = w->n_stages, s = w->stage;
+    xdc_gpt_stage_zero_grad(w->st);
+    if (w->data)
+        for (int mb = 0; mb < M; mb++) XDC_CHECK(xdc_data_next_train(w->data, w->tokens + mb * bt, w->targets + mb * bt));
+    /* Post every receive of the step up front: they match sends in order, per direction. */
+    for (int mb = 0; mb < M; mb++) {
+        if (!is_first(w)) XDC_CHECK(xdc_intra_recv(w->pp, w->x_in + mb * btc, btc, XDC_INTRA_F32, s - 1, &w->x_req[mb]));
+        if (!is_last(w)) XDC_CHECK(xdc_intra_recv(w->pp, w->dy_in + mb * btc, btc, XDC_INTRA_F32, s + 1, &w->dy_req[mb]));
+    }
+    int warm = P - s - 1 < M ? P - s - 1 : M, f = 0, b = 0;
+    float loss_sum = 0;
+    for (; f < warm; f++) XDC_CHECK(forward_mb(w, f, &loss_sum, diag));
+    for (; f < M; f++, b++) {
+        XDC_CHECK(forward_mb(w, f, &loss_sum, diag));
+        XDC_CHECK(backward_mb(w, b, diag));
+    }
+    for (; b < M; b++) XDC_CHECK(backward_mb(w, b, diag));
+    XDC_CHECK(orch_sync_begin(sync, xdc_gpt_stage_grads(w->st)));
+    orch_sync_mark_ready(sync, 0);
+    /* Sends must land before their buffers are reused next step; this overlaps the gradient sync. */
+    for (int mb = 0; mb < M; mb++) {
+        XDC_CHECK(pp_wait(w, &w->y_req[mb], diag));
+        XDC_CHECK(pp_wait(w, &w->dx_req[mb], diag));
+    }
+    double t0 = now_s();
+    xdc_err_t rc = orch_sync_end(sync, diag);
+    w->t_wan_exposed += now_s() - t0;
+    *loss = loss_sum / (float)M;
+    return rc;
+}
+
+/* Sum a few floats over the pipeline group (every stage ends with the same values). */
+static xdc_err_t pp_sum(orch_worker *w, float *v, int n, xdc_diag *diag)
+{
+    xdc_intra_req *req;
+    XDC_CHECK(xdc_intra_all_reduce(w->pp, v, v, (size_t)n, XDC_INTRA_F32, XDC_INTRA_SUM, &req));
+    return pp_wait(w, &req, diag);
+}
+
+/* Clip by the global gradient norm (over all stages) and take one AdamW step. */
+static xdc_err_t optimizer_step(orch_worker *w, float *loss, xdc_diag *diag)
+{
+    double sumsq = 0;
+    XDC_CHECK(xdc_gpt_stage_grad_sumsq(w->st, &sumsq));
+    float v[2] = {(float)sumsq, *loss};
+    XDC_CHECK(pp_sum(w, v, 2, diag));
+    *loss = v[1];
+    const xdc_train_config *c = &w->cfg.train;
+    xdc_lr_schedule sch = {(float)c->lr, (float)c->min_lr_frac, c->warmup_steps, c->steps};
+    double t0 = now_s();
+    XDC_CHECK(xdc_gpt_stage_optimizer_step(w->st, xdc_lr_at(&sch, (int)w->step), xdc_gpt_clip_scale(v[0], (float)c->grad_clip)));
+    w->t_compute += now_s() - t0;
+    return XDC_OK;
+}
+
+/* Outer Nesterov step on [lo, hi) of the parameters: pseudo holds the cross-region mean of
+ * (global - local); global -= outer_lr * (pseudo + mu * mom) with mom = mu * mom + pseudo. */
+static void outer_update(orch_worker *w, size_t lo, size_t hi)
+{
+    float lr = (float)w->cfg.outer_lr, mu = (float)w->cfg.outer_momentum;
+    for (size_t i = lo; i < hi; i++) {
+        w->outer_mom[i] = mu * w->outer_mom[i] + w->pseudo[i];
+        w->global_params[i] -= lr * (w->pseudo[i] + mu * w->outer_mom[i]);
+    }
+}
+
+/* DiLoCo outer round over the whole stage: all regions end on the same global parameters. */
+static xdc_err_t diloco_round(orch_worker *w, xdc_diag *diag)
+{
+    float *p = xdc_gpt_stage_params(w->st);
+    for (size_t i = 0; i < w->n_params; i++) w->pseudo[i] = w->global_params[i] - p[i];
+    XDC_CHECK(orch_sync_begin(w->outer_sync, w->pseudo));
+    double t0 = now_s();
+    xdc_err_t rc = orch_sync_end(w->outer_sync, diag);
+    w->t_wan_exposed += now_s() - t0;
+    XDC_CHECK(rc);
+    outer_update(w, 0, w->n_params);
+    memcpy(p, w->global_params, w->n_params * sizeof(float));
+    return XDC_OK;
+}
+
+static void frag_range(const orch_worker *w, int f, size_t *lo, size_t *hi)
+{
+    *lo = w->n_params * (size_t)f / (size_t)w->cfg.fragments;
+    *hi = w->n_params * (size_t)(f + 1) / (size_t)w->cfg.fragments;
+}
+
+/* Streaming DiLoCo: fragment f leaves at steps where step % H == f*H/F, overlapped with the next inner
+ * step, and lands one step later: the fragment becomes the new global value plus the local progress
+ * made while it was on the wire. */
+static xdc_err_t streaming_land(orch_worker *w, int *inflight, xdc_diag *diag)
+{
+    if (*inflight < 0) return XDC_OK;
+    int f = *inflight;
+    float *p = xdc_gpt_stage_params(w->st);
+    size_t lo, hi;
+    frag_range(w, f, &lo, &hi);
+    double t0 = now_s();
+    xdc_err_t rc = orch_sync_end(w->frag_sync[f], diag);
+    w->t_wan_exposed += now_s() - t0;
+    XDC_CHECK(rc);
+    outer_update(w, lo, hi);
+    for (size_t i = lo; i < hi; i++) p[i] = w->global_params[i] + (p[i] - w->snapshot[i]);
+    *inflight = -1;
+    return XDC_OK;
+}
+
+static xdc_err_t streaming_launch(orch_worker *w, int *inflight)
+{
+    int H = w->cfg.diloco_inner_steps, F = w->cfg.fragments;
+    float *p = xdc_gpt_stage_params(w->st);
+    for (int f = 0; f < F; f++) {
+        if (w->step % H != (int64_t)f * H / F) continue;
+        size_t lo, hi;
+        frag_range(w, f, &lo, &hi);
+        for (size_t i = lo; i < hi; i++) {
+            w->snapshot[i] = p[i];
+            w->pseudo[i] = w->global_params[i] - p[i];
+        }
+        XDC_CHECK(orch_sync_begin(w->frag_sync[f], w->pseudo + lo));
+        orch_sync_mark_ready(w->frag_sync[f], 0);
+        *inflight = f;
+        break; /* one fragment in flight at a time: F <= H keeps them staggered */
+    }
+    return XDC_OK;
+}
+
+xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag)
+{
+    size_t bt = (size_t)w->B * w->T, btc = bt * (size_t)w->C;
+    int n = w->cfg.train.eval_batches;
+    if (w->val && n > xdc_data_val_batches(w->val)) n = xdc_data_val_batches(w->val);
+    /* Only the first and last stage hold data; agree on the batch count through the pipeline. */
+    float cnt[1] = {w->val && is_first(w) ? (float)n : 0};
+    XDC_CHECK(pp_sum(w, cnt, 1, diag));
+    n = (int)cnt[0];
+    float sum = 0;
+    for (int i = 0; i < n; i++) {
+        xdc_intra_req *req = NULL;
+        if (w->val) XDC_CHECK(xdc_data_val_batch(w->val, i, w->tokens, w->targets));
+        if (!is_first(w)) {
+            XDC_CHECK(xdc_intra_recv(w->pp, w->x_in, btc, XDC_INTRA_F32, w->stage - 1, &req));
+            XDC_CHECK(pp_wait(w, &req, diag));
+        }
+        const float *y = NULL;
+        float l = 0;
+        XDC_CHECK(xdc_gpt_stage_forward(w->st, 0, w->tokens, w->x_in, w->targets, is_last(w) ? NULL : &y, &l));
+        if (!is_last(w)) {
+            XDC_CHECK(xdc_intra_send(w->pp, y, btc, XDC_INTRA_F32, w->stage + 1, &req));
+            XDC_CHECK(pp_wait(w, &req, diag));
+        }
+        sum += l;
+    }
+    float v[1] = {is_last(w) ? sum : 0};
+    XDC_CHECK(pp_sum(w, v, 1, diag));
+    *loss = n ? v[0] / (float)n : 0;
+    return XDC_OK;
+}
+
+/* params_xxh64 over every stage in order: each stage continues the hash state of the one before. */
+static xdc_err_t hash_params(orch_worker *w, uint64_t *out, xdc_diag *diag)
+{
+    unsigned char blob[XDC_HASH_STATE_BYTES];
+    xdc_hash_state *h = xdc_hash64_create(0);
+    if (!h) return XDC_ERR_NOMEM;
+    xdc_err_t rc = XDC_OK;
+    xdc_intra_req *req = NULL;
+    size_t nf = XDC_HASH_STATE_BYTES / sizeof(float);
+    if (!is_first(w)) {
+        rc = xdc_intra_recv(w->pp, blob, nf, XDC_INTRA_F32, w->stage - 1, &req);
+        if (rc == XDC_OK) rc = pp_wait(w, &req, diag);
+        if (rc == XDC_OK) xdc_hash64_import(h, blob);
+    }
+    if (rc == XDC_OK) rc = xdc_gpt_stage_hash_update(w->st, h);
+    if (rc == XDC_OK && !is_last(w)) {
+        xdc_hash64_export(h, blob);
+        rc = xdc_intra_send(w->pp, blob, nf, XDC_INTRA_F32, w->stage + 1, &req);
+        if (rc == XDC_OK) rc = pp_wait(w, &req, diag);
+    }
+    *out = xdc_hash64_digest(h);
+    xdc_hash64_destroy(h);
+    return rc;
+}
+
+static void wan_totals(orch_worker *w, uint64_t *tx, uint64_t *raw)
+{
+    *tx = *raw = 0;
+    orch_sync *all[2] = {w->grad_sync, w->outer_sync};
+    for (int i = 0; i < 2; i++) {
+        if (!all[i]) continue;
+        orch_sync_stats st;
+        orch_sync_get_stats(all[i], &st);
+        *tx += st.wan_tx_bytes;
+        *raw += st.wan_raw_bytes;
+    }
+    for (int f = 0; w->frag_sync && f < w->cfg.fragments; f++) {
+        orch_sync_stats st;
+        orch_sync_get_stats(w->frag_sync[f], &st);
+        *tx += st.wan_tx_bytes;
+        *raw += st.wan_raw_bytes;
+    }
+}
+
+static int reporter(const orch_worker *w) { return w->region_idx == 0 && w->lrank == 0; }
+
+static void progress_line(orch_worker *w, float loss, double step_s, double comp, double intra, double wan)
+{
+    uint64_t tx, raw;
+    wan_totals(w, &tx, &raw);
+    double tokens = (double)w->B * w->T * w->M * w->n_replicas * w->n_regions;
+    double goodput = 0;
+    for (int r = 0; r < w->n_regions; r++)
+        if (w->peers && w->peers[r]) {
+            xdc_wan_stats st;
+            xdc_wan_peer_stats(w->peers[r], &st);
+            goodput += st.goodput_gbps;
+        }
+    printf("step %5lld/%d  loss %.4f  tok/s %7.0f  step %.3fs = compute %.3f + intra %.3f + exposed wan %.3f"
+           "  | wan %.2f MB (x%.1f) goodput %.3f Gb/s\n",
+           (long long)w->step, w->cfg.train.steps, loss, tokens / step_s, step_s, comp, intra, wan, (double)tx / 1e6,
+           tx ? (double)raw / (double)tx : 0.0, goodput);
+    fflush(stdout);
+}
+
+xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
+{
+    const xdc_train_config *c = &w->cfg.train;
+    int inflight = -1;
+    double run_t0 = now_s();
+    while (w->step < c->steps) {
+        double t0 = now_s(), c0 = w->t_compute, i0 = w->t_intra, x0 = w->t_wan_exposed;
+        float loss = 0;
+        XDC_CHECK(pipeline_step(w, w->grad_sync, &loss, diag));
+        XDC_CHECK(optimizer_step(w, &loss, diag));
+        w->step++;
+        if (w->cfg.mode == ORCH_MODE_DILOCO && w->step % w->cfg.diloco_inner_steps == 0) XDC_CHECK(diloco_round(w, diag));
+        if (w->cfg.mode == ORCH_MODE_STREAMING) {
+            XDC_CHECK(streaming_land(w, &inflight, diag));
+            XDC_CHECK(streaming_launch(w, &inflight));
+        }
+        double dt = now_s() - t0;
+        w->t_step += dt;
+        w->last_loss = loss;
+        if (reporter(w) && (w->step % c->log_interval == 0 || w->step == c->steps))
+            progress_line(w, loss, dt, w->t_compute - c0, w->t_intra - i0, w->t_wan_exposed - x0);
+        if (c->eval_interval > 0 && w->step % c->eval_interval == 0 && w->step < c->steps) {
+            double vl;
+            XDC_CHECK(orch_train_eval(w, &vl, diag));
+            if (reporter(w)) printf("step %5lld  val_loss %.4f\n", (long long)w->step, vl);
+        }
+        char status[64];
+        snprintf(status, sizeof status, "step %lld", (long long)w->step);
+        if (w->step % 10 == 0) rdzv_heartbeat(w->rdzv, status, diag);
+    }
+    /* DiLoCo-style modes end on agreed global parameters, so every region reports the same model. */
+    if (w->cfg.mode == ORCH_MODE_STREAMING) XDC_CHECK(streaming_land(w, &inflight, diag));
+    if (w->cfg.mode == ORCH_MODE_STREAMING || (w->cfg.mode == ORCH_MODE_DILOCO && w->step % w->cfg.diloco_inner_steps != 0))
+        XDC_CHECK(diloco_round(w, diag));
+    XDC_CHECK(orch_train_eval(w, &w->val_loss, diag));
+    uint64_t hash = 0, tx, raw;
+    XDC_CHECK(hash_params(w, &hash, diag));
+    wan_totals(w, &tx, &raw);
+    double wall = now_s() - run_t0;
+    char key[200], val[512];
+    snprintf(key, sizeof key, "stats/%d/%d", w->region_idx, w->lrank);
+    snprintf(val, sizeof val, "%llu %llu %.6f %.6f %.6f %.6f", (unsigned long long)tx, (unsigned long long)raw,
+             w->t_step, w->t_compute, w->t_intra, w->t_wan_exposed);
+    XDC_CHECK(rdzv_set(w->rdzv, key, val, diag));
+    if (w->region_idx == 0 && w->replica == 0 && is_last(w)) {
+        snprintf(val, sizeof val, "%.4f %016llx %lld %.3f", w->val_loss, (unsigned long long)hash, (long long)w->step,
+                 (double)w->step * w->B * w->T * w->M * w->n_replicas * w->n_regions / wall);
+        XDC_CHECK(rdzv_set(w->rdzv, "result", val, diag));
+    }
+    /* Nobody leaves before everyone reported: a departing peer would look like a failure. */
+    return rdzv_barrier(w->rdzv, "done", w->gsize, w->cfg.op_timeout_ms, diag);
+}

@@ -1,0 +1,388 @@
+/* orch_worker.c — `xdc worker`: one process per pipeline stage of one replica in one region, started by
+ * `xdc agent`. Reads its identity from the environment contract, joins the rendezvous, creates the intra
+ * communicators (region, pipeline group, data-parallel group) and the WAN peers (the same local rank in
+ * every other region, through the emulator's relays when asked), then runs the training loop
+ * (orch_train.c) and reports its result to the rendezvous. */
+#include "orchestrator/orch_worker.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_log.h"
+#include "common/xdc_time.h"
+#include "kernels/xdc_model_ops.h"
+#include "orchestrator/xdc_cli.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void orch_stage_layers(int n_layer, int n_stages, int s, int *begin, int *end)
+{
+    int base = n_layer / n_stages, extra = n_layer % n_stages;
+    *begin = s * base + (s < extra ? s : extra);
+    *end = *begin + base + (s < extra ? 1 : 0);
+}
+
+static const char *env_str(const char *name, xdc_diag *diag, int *missing)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) {
+        if (!*missing) xdc_diag_set(diag, "environment variable %s is not set (xdc worker is started by xdc agent)", name);
+        (*missing)++;
+        return "";
+    }
+    return v;
+}
+
+static int env_int(const char *name, xdc_diag *diag, int *missing)
+{
+    const char *v = env_str(name, diag, missing);
+    return *v ? atoi(v) : -1;
+}
+
+static xdc_err_t read_identity(orch_worker *w, xdc_diag *diag)
+{
+    int missing = 0;
+    snprintf(w->run_id, sizeof w->run_id, "%s", env_str("XDC_RUN_ID", diag, &missing));
+    snprintf(w->region, sizeof w->region, "%s", env_str("XDC_REGION", diag, &missing));
+    snprintf(w->node, sizeof w->node, "%s", env_str("XDC_NODE", diag, &missing));
+    w->region_idx = env_int("XDC_REGION_INDEX", diag, &missing);
+    w->n_regions = env_int("XDC_NUM_REGIONS", diag, &missing);
+    w->lrank = env_int("RANK", diag, &missing);
+    w->lsize = env_int("WORLD_SIZE", diag, &missing);
+    w->grank = env_int("XDC_GLOBAL_RANK", diag, &missing);
+    w->gsize = env_int("XDC_GLOBAL_WORLD_SIZE", diag, &missing);
+    const char *coord = env_str("XDC_COORDINATOR", diag, &missing);
+    if (missing) return XDC_ERR_CONFIG;
+    const char *colon = strrchr(coord, ':');
+    if (!colon || colon == coord) {
+        xdc_diag_set(diag, "XDC_COORDINATOR=%s is not host:port", coord);
+        return XDC_ERR_CONFIG;
+    }
+    snprintf(w->coord_host, sizeof w->coord_host, "%.*s", (int)(colon - coord), coord);
+    w->coord_port = atoi(colon + 1);
+    snprintf(w->member, sizeof w->member, "%s/%s:%d", w->region, w->node, w->lrank);
+    return XDC_OK;
+}
+
+/* Check the identity against the topology and derive this worker's place in the layout. */
+static xdc_err_t place(orch_worker *w, xdc_diag *diag)
+{
+    const xdc_topology *t = w->topo;
+    int r = xdc_topology_region_index(t, w->region);
+    if (r < 0 || r != w->region_idx || t->n_regions != w->n_regions) {
+        xdc_diag_set(diag, "XDC_REGION=%s / XDC_REGION_INDEX=%d / XDC_NUM_REGIONS=%d do not match %s", w->region,
+                     w->region_idx, w->n_regions, t->path);
+        return XDC_ERR_CONFIG;
+    }
+    int workers = xdc_topology_region_workers(t, r);
+    w->n_stages = w->cfg.pipeline_stages;
+    if (w->lsize != workers || workers % w->n_stages != 0 || w->lrank < 0 || w->lrank >= workers) {
+        xdc_diag_set(diag, "region %s has %d workers (WORLD_SIZE=%d), which %d pipeline stages must divide", w->region,
+                     workers, w->lsize, w->n_stages);
+        return XDC_ERR_CONFIG;
+    }
+    for (int o = 0; o < t->n_regions; o++)
+        if (xdc_topology_region_workers(t, o) != workers) {
+            xdc_diag_set(diag, "regions %s and %s have different worker counts (%d vs %d); the hierarchical sync "
+                               "pairs equal layouts",
+                         w->region, t->regions[o].name, workers, xdc_topology_region_workers(t, o));
+            return XDC_ERR_CONFIG;
+        }
+    w->n_replicas = workers / w->n_stages;
+    w->stage = w->lrank % w->n_stages;
+    w->replica = w->lrank / w->n_stages;
+    orch_stage_layers(w->cfg.train.model.n_layer, w->n_stages, w->stage, &w->layer_begin, &w->layer_end);
+    return XDC_OK;
+}
+
+static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
+{
+    const xdc_train_config *c = &w->cfg.train;
+    XDC_CHECK(xdc_kern_backend_get(XDC_BACKEND_CPU, &w->be, diag));
+    w->be->model->set_threads(w->cfg.threads);
+    xdc_gpt_stage_config sc = {.model = c->model,
+                               .layer_begin = w->layer_begin,
+                               .layer_end = w->layer_end,
+                               .batch = c->batch_size,
+                               .seq_len = c->seq_len,
+                               .max_inflight = c->microbatches,
+                               .seed = (uint64_t)c->seed,
+                               .adamw = {(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay}};
+    XDC_CHECK(xdc_gpt_stage_create(w->be->model, &sc, &w->st, diag));
+    w->n_params = xdc_gpt_stage_num_params(w->st);
+    w->B = c->batch_size;
+    w->T = c->seq_len;
+    w->C = c->model.n_embd;
+    w->M = c->microbatches;
+    if (xdc_gpt_stage_is_first(w->st) || xdc_gpt_stage_is_last(w->st)) {
+        /* Every replica of every region reads its own shard; the stages of one replica read the same one. */
+        xdc_data_config dc = {.batch = c->batch_size, .seq_len = c->seq_len, .val_fraction = c->val_fraction,
+                              .seed = (uint64_t)c->seed, .rank = w->region_idx * w->n_replicas + w->replica,
+                              .world = w->n_regions * w->n_replicas, .vocab_size = c->model.vocab_size};
+        XDC_CHECK(xdc_data_open(w->cfg.data_path, &dc, &w->data, diag));
+        dc.rank = 0;
+        dc.world = 1;
+        XDC_CHECK(xdc_data_open(w->cfg.data_path, &dc, &w->val, diag));
+    }
+    size_t bt = (size_t)w->B * (size_t)w->T, btc = bt * (size_t)w->C, M = (size_t)w->M;
+    w->tokens = xdc_malloc(M * bt * sizeof(int32_t));
+    w->targets = xdc_malloc(M * bt * sizeof(int32_t));
+    w->x_in = xdc_malloc(M * btc * sizeof(float));
+    w->dy_in = xdc_malloc(M * btc * sizeof(float));
+    w->y_out = xdc_malloc(M * btc * sizeof(float));
+    w->dx_out = xdc_malloc(M * btc * sizeof(float));
+    w->x_req = xdc_calloc(M, sizeof *w->x_req);
+    w->dy_req = xdc_calloc(M, sizeof *w->dy_req);
+    w->y_req = xdc_calloc(M, sizeof *w->y_req);
+    w->dx_req = xdc_calloc(M, sizeof *w->dx_req);
+    if (!w->tokens || !w->targets || !w->x_in || !w->dy_in || !w->y_out || !w->dx_out || !w->x_req || !w->dy_req ||
+        !w->y_req || !w->dx_req)
+        return XDC_ERR_NOMEM;
+    if (w->cfg.mode != ORCH_MODE_SYNC) {
+        w->global_params = xdc_malloc(w->n_params * sizeof(float));
+        w->outer_mom = xdc_calloc(w->n_params, sizeof(float));
+        w->pseudo = xdc_malloc(w->n_params * sizeof(float));
+        w->snapshot = xdc_malloc(w->n_params * sizeof(float));
+        if (!w->global_params || !w->outer_mom || !w->pseudo || !w->snapshot) return XDC_ERR_NOMEM;
+        memcpy(w->global_params, xdc_gpt_stage_params(w->st), w->n_params * sizeof(float));
+    }
+    return XDC_OK;
+}
+
+static xdc_err_t open_wan(orch_worker *w, xdc_diag *diag)
+{
+    char cert[700], key[700], ca[700];
+    snprintf(cert, sizeof cert, "%s/certs/%s-%d.pem", w->run_dir, w->region, w->lrank);
+    snprintf(key, sizeof key, "%s/certs/%s-%d.key", w->run_dir, w->region, w->lrank);
+    snprintf(ca, sizeof ca, "%s/certs/ca.pem", w->run_dir);
+    xdc_wan_config wc = XDC_WAN_CONFIG_INIT;
+    wc.cert_path = cert;
+    wc.key_path = key;
+    wc.ca_path = ca;
+    wc.deadline_ms = w->cfg.op_timeout_ms;
+    const xdc_link *l = w->n_regions > 1 ? xdc_topology_link(w->topo, w->region_idx, (w->region_idx + 1) % w->n_regions) : NULL;
+    wc.streams = l ? l->streams : 1;
+    XDC_CHECK(xdc_wan_engine_create(&wc, &w->wan, diag));
+    XDC_CHECK(rdzv_client_create(w->wan, w->coord_host, w->coord_port, w->member, w->cfg.rendezvous_timeout_ms,
+                                 &w->rdzv, diag));
+    return XDC_OK;
+}
+
+/* Intra communicators: the region, then its split into pipeline groups (one per replica) and
+ * data-parallel groups (one per stage). Rank 0 of the region makes the bootstrap id. */
+static xdc_err_t open_intra(orch_worker *w, xdc_diag *diag)
+{
+    char key[160], boot[XDC_INTRA_BOOTSTRAP_MAX];
+    snprintf(key, sizeof key, "intra/%s", w->region);
+    if (w->lrank == 0) {
+        XDC_CHECK(xdc_intra_bootstrap_create(XDC_INTRA_CPU, boot, sizeof boot, diag));
+        XDC_CHECK(rdzv_set(w->rdzv, key, boot, diag));
+    } else {
+        XDC_CHECK(rdzv_get(w->rdzv, key, w->cfg.rendezvous_timeout_ms, boot, sizeof boot, diag));
+    }
+    xdc_intra_config ic = XDC_INTRA_CONFIG_INIT;
+    ic.rank = w->lrank;
+    ic.size = w->lsize;
+    ic.bootstrap = boot;
+    ic.create_timeout_ms = w->cfg.rendezvous_timeout_ms;
+    ic.op_timeout_ms = w->cfg.op_timeout_ms;
+    XDC_CHECK(xdc_intra_create(&ic, &w->region_comm, diag));
+    XDC_CHECK(xdc_intra_split(w->region_comm, w->replica, w->stage, &w->pp, diag));
+    XDC_CHECK(xdc_intra_split(w->region_comm, w->stage, w->replica, &w->dp, diag));
+    return XDC_OK;
+}
+
+/* WAN peers: the same local rank in every other region. The lower region index dials, the higher
+ * accepts; with an emulated WAN the dial goes to the launcher's relay for that link. */
+static xdc_err_t open_peers(orch_worker *w, xdc_diag *diag)
+{
+    w->peers = xdc_calloc((size_t)w->n_regions, sizeof *w->peers);
+    if (!w->peers) return XDC_ERR_NOMEM;
+    if (w->n_regions < 2) return XDC_OK;
+    char key[200], val[300];
+    XDC_CHECK(xdc_wan_listen(w->wan, "127.0.0.1", 0, &w->lis, diag));
+    snprintf(key, sizeof key, "wan/%d/%d", w->region_idx, w->lrank);
+    snprintf(val, sizeof val, "127.0.0.1:%d", xdc_wan_listener_port(w->lis));
+    XDC_CHECK(rdzv_set(w->rdzv, key, val, diag));
+    for (int r = w->region_idx + 1; r < w->n_regions; r++) {
+        if (w->emulate_wan)
+            snprintf(key, sizeof key, "relay/%d/%d/%d", w->region_idx, r, w->lrank);
+        else
+            snprintf(key, sizeof key, "wan/%d/%d", r, w->lrank);
+        XDC_CHECK(rdzv_get(w->rdzv, key, w->cfg.rendezvous_timeout_ms, val, sizeof val, diag));
+        char *colon = strrchr(val, ':');
+        if (!colon) return XDC_ERR_PROTO;
+        *colon = '\0';
+        XDC_CHECK(xdc_wan_connect(w->wan, val, atoi(colon + 1), w->topo->regions[r].name, w->lrank, &w->peers[r], diag));
+    }
+    for (int r = w->region_idx + 1; r < w->n_regions; r++) {
+        xdc_err_t rc = xdc_wan_peer_wait_ready(w->peers[r], w->cfg.rendezvous_timeout_ms, diag);
+        if (rc != XDC_OK) {
+            xdc_diag_prefix(diag, "connecting to %s rank %d", w->topo->regions[r].name, w->lrank);
+            return rc;
+        }
+    }
+    for (int n = 0; n < w->region_idx; n++) {
+        xdc_wan_peer *p;
+        xdc_err_t rc = xdc_wan_accept(w->lis, w->cfg.rendezvous_timeout_ms, &p, diag);
+        if (rc != XDC_OK) {
+            xdc_diag_prefix(diag, "waiting for %d lower region(s) to connect", w->region_idx - n);
+            return rc;
+        }
+        const xdc_wan_identity *id = xdc_wan_peer_identity(p);
+        int r = xdc_topology_region_index(w->topo, id->region);
+        if (r < 0 || r >= w->region_idx || id->rank != w->lrank || w->peers[r]) {
+            xdc_diag_set(diag, "unexpected WAN peer %s/%d (expected rank %d of a lower region)", id->region, id->rank,
+                         w->lrank);
+            return XDC_ERR_AUTH;
+        }
+        w->peers[r] = p;
+    }
+    return XDC_OK;
+}
+
+/* The WAN codec for this run: the run file's, or the link's ("link"), "auto" meaning int8. */
+static xdc_err_t codec_config(orch_worker *w, xdc_codec_cfg *cc, xdc_diag *diag)
+{
+    xdc_codec_cfg d = XDC_CODEC_CFG_INIT;
+    *cc = d;
+    const xdc_link *l = w->n_regions > 1 ? xdc_topology_link(w->topo, w->region_idx, (w->region_idx + 1) % w->n_regions) : NULL;
+    const char *name = w->cfg.codec;
+    if (strcmp(name, "link") == 0) name = l ? l->codec : "none";
+    if (strcmp(name, "auto") == 0) name = "int8";
+    XDC_CHECK(xdc_codec_parse(name, cc, diag));
+    cc->zstd_level = w->cfg.zstd_level >= 0 ? w->cfg.zstd_level : xdc_codec_zstd_level_for_link(l ? l->bandwidth_gbps : 100);
+    return XDC_OK;
+}
+
+static xdc_err_t open_sync(orch_worker *w, xdc_diag *diag)
+{
+    orch_sync_cfg sc = {.n_elems = w->n_params,
+                        .bucket_elems = (size_t)(w->cfg.bucket_mb * 1048576.0 / sizeof(float)),
+                        .dp = xdc_intra_size(w->dp) > 1 ? w->dp : NULL,
+                        .peers = w->peers,
+                        .n_regions = w->n_regions,
+                        .my_region = w->region_idx,
+                        .timeout_ms = w->cfg.op_timeout_ms,
+                        .name = "gradients"};
+    if (sc.bucket_elems == 0) sc.bucket_elems = 1;
+    XDC_CHECK(codec_config(w, &sc.codec, diag));
+    if (w->cfg.mode == ORCH_MODE_SYNC) return orch_sync_create(&sc, &w->grad_sync, diag);
+    /* DiLoCo and streaming: inner steps sync over the region's replicas only, with no codec. */
+    orch_sync_cfg inner = sc;
+    inner.n_regions = 1;
+    inner.my_region = 0;
+    inner.peers = NULL;
+    XDC_CHECK(orch_sync_create(&inner, &w->grad_sync, diag));
+    sc.name = "pseudo-gradients";
+    XDC_CHECK(orch_sync_create(&sc, &w->outer_sync, diag)); /* diloco rounds; streaming's final agreement */
+    if (w->cfg.mode == ORCH_MODE_DILOCO) return XDC_OK;
+    int F = w->cfg.fragments;
+    w->frag_sync = xdc_calloc((size_t)F, sizeof *w->frag_sync);
+    if (!w->frag_sync) return XDC_ERR_NOMEM;
+    for (int f = 0; f < F; f++) {
+        size_t lo = w->n_params * (size_t)f / (size_t)F, hi = w->n_params * (size_t)(f + 1) / (size_t)F;
+        sc.n_elems = hi > lo ? hi - lo : 1;
+        sc.name = "fragment";
+        XDC_CHECK(orch_sync_create(&sc, &w->frag_sync[f], diag));
+    }
+    return XDC_OK;
+}
+
+static void worker_close(orch_worker *w)
+{
+    orch_sync_destroy(w->grad_sync);
+    orch_sync_destroy(w->outer_sync);
+    for (int f = 0; w->frag_sync && f < w->cfg.fragments; f++) orch_sync_destroy(w->frag_sync[f]);
+    xdc_free(w->frag_sync);
+    xdc_intra_destroy(w->dp);
+    xdc_intra_destroy(w->pp);
+    xdc_intra_destroy(w->region_comm);
+    rdzv_client_destroy(w->rdzv);
+    xdc_wan_engine_destroy(w->wan); /* closes the peers and the listener */
+    xdc_free(w->peers);
+    xdc_gpt_stage_destroy(w->st);
+    xdc_data_destroy(w->data);
+    xdc_data_destroy(w->val);
+    xdc_topology_destroy(w->topo);
+    void *bufs[] = {w->tokens, w->targets, w->x_in, w->dy_in, w->y_out, w->dx_out, w->x_req, w->dy_req,
+                    w->y_req, w->dx_req, w->global_params, w->outer_mom, w->pseudo, w->snapshot};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) xdc_free(bufs[i]);
+}
+
+static int worker_usage(FILE *f)
+{
+    fprintf(f, "usage: xdc worker --topology FILE --config RUN.yaml --run-dir DIR [--emulate-wan] [--resume]\n"
+               "  Started by `xdc agent`, one per worker slot; reads its identity from the environment contract\n"
+               "  (RANK, WORLD_SIZE, XDC_REGION, XDC_REGION_INDEX, XDC_NUM_REGIONS, XDC_GLOBAL_RANK,\n"
+               "  XDC_GLOBAL_WORLD_SIZE, XDC_RUN_ID, XDC_COORDINATOR, XDC_NODE).\n");
+    return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
+}
+
+int xdc_cmd_worker(int argc, char **argv)
+{
+    static const struct option opts[] = {{"topology", required_argument, NULL, 't'},
+                                         {"config", required_argument, NULL, 'c'},
+                                         {"run-dir", required_argument, NULL, 'd'},
+                                         {"emulate-wan", no_argument, NULL, 'e'},
+                                         {"resume", no_argument, NULL, 'r'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    orch_worker w;
+    memset(&w, 0, sizeof w);
+    const char *topo_path = NULL, *cfg_path = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "t:c:d:erh", opts, NULL)) != -1) {
+        switch (c) {
+        case 't': topo_path = optarg; break;
+        case 'c': cfg_path = optarg; break;
+        case 'd': snprintf(w.run_dir, sizeof w.run_dir, "%s", optarg); break;
+        case 'e': w.emulate_wan = 1; break;
+        case 'r': w.resume = 1; break;
+        case 'h': return worker_usage(stdout);
+        default: return worker_usage(stderr);
+        }
+    }
+    if (!topo_path || !cfg_path || !w.run_dir[0] || optind != argc) return worker_usage(stderr);
+    xdc_diag d = {{0}};
+    xdc_err_t rc = read_identity(&w, &d);
+    if (rc != XDC_OK) {
+        fprintf(stderr, "xdc worker: %s\n", d.msg);
+        return XDC_EX_USAGE;
+    }
+    xdc_log_set_identity(w.region, w.node, w.lrank);
+    xdc_cfg_errors errs;
+    if (xdc_topology_load(topo_path, &w.topo, &errs) != XDC_OK || orch_run_config_load(cfg_path, &w.cfg, &errs) != XDC_OK) {
+        xdc_cfg_errors_print(&errs, stderr);
+        worker_close(&w);
+        return XDC_EX_CONFIG;
+    }
+    const char *what = "layout";
+    rc = place(&w, &d);
+    if (rc == XDC_OK) what = "model and data", rc = open_model_and_data(&w, &d);
+    if (rc == XDC_OK) what = "WAN engine and rendezvous", rc = open_wan(&w, &d);
+    if (rc == XDC_OK) what = "intra-region communicators", rc = open_intra(&w, &d);
+    if (rc == XDC_OK) what = "WAN peers", rc = open_peers(&w, &d);
+    if (rc == XDC_OK) what = "comm engine", rc = open_sync(&w, &d);
+    if (rc == XDC_OK) what = "start barrier", rc = rdzv_barrier(w.rdzv, "start", w.gsize, w.cfg.rendezvous_timeout_ms, &d);
+    if (rc == XDC_OK) {
+        XDC_INFO(XDC_SUB_ORCH, "stage %d/%d (layers %d-%d, %zu params) of replica %d/%d, %s mode", w.stage, w.n_stages,
+                 w.layer_begin, w.layer_end - 1, w.n_params, w.replica, w.n_replicas, orch_mode_name(w.cfg.mode));
+        what = "training";
+        rc = orch_train_run(&w, &d);
+    }
+    if (rc != XDC_OK) {
+        XDC_ERROR(XDC_SUB_ORCH, "%s failed: %s: %s", what, xdc_strerror(rc), d.msg);
+        if (w.rdzv) {
+            char key[200], val[1024];
+            snprintf(key, sizeof key, "failed/%s", w.member);
+            snprintf(val, sizeof val, "%s: %s: %s", what, xdc_strerror(rc), d.msg);
+            xdc_diag ignore;
+            rdzv_set(w.rdzv, key, val, &ignore);
+        }
+    }
+    worker_close(&w);
+    return rc == XDC_OK ? XDC_EX_OK : xdc_err_exit_code(rc);
+}
