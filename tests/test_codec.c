@@ -394,3 +394,23 @@ XDC_TEST(codec_least_squares_converges_through_every_codec)
         XDC_ASSERT_MSG(e < 1e-2, "%s: relative distance to the optimum %g (uncompressed %g)", specs[i], e, base);
     }
 }
+
+XDC_TEST(codec_create_fails_cleanly_at_every_allocation)
+{
+    xdc_codec_cfg cfg = XDC_CODEC_CFG_INIT;
+    cfg.kind = XDC_CODEC_TOPK, cfg.n_elems = 10000, cfg.chunk_elems = 4096;
+    xdc_alloc_fail_at(0);
+    xdc_codec *c = NULL;
+    XDC_ASSERT_OK(xdc_codec_create(&cfg, &c, NULL));
+    long allocs = xdc_alloc_count();
+    xdc_codec_destroy(c);
+    XDC_ASSERT(allocs >= 5);
+    for (long i = 1; i <= allocs; i++) {
+        xdc_diag d = {{0}};
+        xdc_alloc_fail_at(i);
+        XDC_ASSERT_ERR(xdc_codec_create(&cfg, &c, &d), XDC_ERR_NOMEM);
+        XDC_ASSERT(c == NULL);
+        XDC_ASSERT_STR_CONTAINS(d.msg, "out of memory");
+    }
+    xdc_alloc_fail_at(0);
+}
