@@ -302,7 +302,10 @@ static xdc_err_t p2p_check(xdc_intra_comm *comm, xdc_intra_req *q, char *msg, si
     cpu_comm *cc = comm->impl;
     const char *dir = q->kind == INTRA_OP_SEND ? "send to" : "recv from";
     if (intra_shm_aborted(&cc->shm, msg, cap)) return XDC_ERR_PEER_LOST;
-    if (!intra_shm_rank_alive(&cc->shm, q->peer)) {
+    /* a dead sender may have left the rest of the message in the ring: that is progress, not loss */
+    intra_shm_ring *in = intra_shm_ring_of(&cc->shm, q->peer, comm->rank);
+    if (!intra_shm_rank_alive(&cc->shm, q->peer) &&
+        (q->kind == INTRA_OP_SEND || atomic_load(&in->tail) == atomic_load(&in->head))) {
         snprintf(msg, cap, "%s rank %d (rank %d/%d, op #%llu): rank %d (pid %d) died", dir, q->peer, comm->rank,
                  comm->size, (unsigned long long)q->seq, q->peer, (int)atomic_load(&cc->shm.slots[q->peer].pid));
         return XDC_ERR_PEER_LOST;

@@ -180,7 +180,10 @@ static xdc_err_t wait_all(intra_shm *s, int joining, uint64_t step, int64_t time
         }
         for (int r = 0; r < s->size; r++) {
             int behind = joining ? !atomic_load(&s->slots[r].arrived) : atomic_load(&s->slots[r].step) < step;
-            if (behind && !intra_shm_rank_alive(s, r)) {
+            /* re-read the step after the liveness check: the rank may have arrived, passed and
+             * exited between the two reads; a dead rank cannot arrive later */
+            if (behind && !intra_shm_rank_alive(s, r) &&
+                (joining ? !atomic_load(&s->slots[r].arrived) : atomic_load(&s->slots[r].step) < step)) {
                 snprintf(msg, cap, "%s: rank %d (pid %d) died before arriving", what, r,
                          (int)atomic_load(&s->slots[r].pid));
                 return XDC_ERR_PEER_LOST;
