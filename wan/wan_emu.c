@@ -225,7 +225,8 @@ static void *relay_main(void *arg)
                 r->outage_start_ns = r->outage_end_ns = 0;
             }
         }
-        int n = 0, timeout = 50;
+        int n = 0;
+        uint64_t timeout = 50 * XDC_NS_PER_MS; /* ns: ppoll keeps release times exact to the scheduler */
         pfd[n++] = (struct pollfd){.fd = r->wake_fd, .events = POLLIN};
         pfd[n++] = (struct pollfd){.fd = r->lfd, .events = POLLIN};
         for (int i = 0; i < r->n_conns; i++) {
@@ -241,23 +242,22 @@ static void *relay_main(void *arg)
                 if (outq->count) {
                     uint64_t rel = outq->ring[outq->head].release_ns;
                     if (rel <= now) ev |= POLLOUT;
-                    else {
-                        int ms = (int)((rel - now + 999999) / 1000000);
-                        if (ms < timeout) timeout = ms;
+                    else if (rel - now < timeout) {
+                        timeout = rel - now;
                     }
                 }
                 pfd[n++] = (struct pollfd){.fd = c->fd[s], .events = ev};
             }
         }
         /* With a rate limit the bucket refills continuously: come back at 1 ms granularity. */
-        if (r->m.rate_mbps > 0 && r->n_conns && timeout > 1) timeout = 1;
+        if (r->m.rate_mbps > 0 && r->n_conns && timeout > XDC_NS_PER_MS) timeout = XDC_NS_PER_MS;
         if (r->outage_start_ns) {
             uint64_t t = r->cut ? r->outage_end_ns : r->outage_start_ns;
-            int ms = t > now ? (int)((t - now) / 1000000) + 1 : 0;
-            if (ms < timeout) timeout = ms;
+            if (t - now < timeout) timeout = t > now ? t - now : 0;
         }
         pthread_mutex_unlock(&r->mu);
-        poll(pfd, (nfds_t)n, timeout);
+        struct timespec ts = {.tv_sec = (time_t)(timeout / 1000000000u), .tv_nsec = (long)(timeout % 1000000000u)};
+        ppoll(pfd, (nfds_t)n, &ts, NULL);
         pthread_mutex_lock(&r->mu);
         uint64_t drain;
         if ((pfd[0].revents & POLLIN) && read(r->wake_fd, &drain, sizeof drain) < 0) drain = 0;
