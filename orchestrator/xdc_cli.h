@@ -27,5 +27,8 @@ int xdc_cmd_agent(int argc, char **argv);
 int xdc_cmd_worker(int argc, char **argv);
 int xdc_cmd_train(int argc, char **argv);
 int xdc_cmd_trace(int argc, char **argv);
+int xdc_cmd_certs(int argc, char **argv);
+int xdc_cmd_wan(int argc, char **argv);
+int xdc_cmd_wanemu(int argc, char **argv);
 
 #endif /* XDC_CLI_H */

@@ -14,6 +14,9 @@ static const xdc_command commands[] = {
     {"topo", "check and print topology files", xdc_cmd_topo},
     {"train", "train the GPT in one process (--single)", xdc_cmd_train},
     {"trace", "merge per-rank Chrome trace files", xdc_cmd_trace},
+    {"certs", "create the cluster CA and node certificates", xdc_cmd_certs},
+    {"wan", "iperf3-like TLS transfer over the WAN transport (listen|send)", xdc_cmd_wan},
+    {"wan-emu", "emulate a topology's WAN links with userspace relays (--check measures them)", xdc_cmd_wanemu},
 };
 
 static void usage(FILE *f)
