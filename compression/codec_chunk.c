@@ -147,6 +147,10 @@ xdc_err_t xdc_codec_encode(xdc_codec *c, const float *x, size_t n, uint8_t *out,
                            xdc_diag *diag)
 {
     XDC_REQUIRE(c && out_len, XDC_ERR_INVALID);
+    if (n == c->cfg.n_elems && cap < xdc_codec_bound(c, n)) { /* before any residual changes */
+        xdc_diag_set(diag, "output of %zu bytes below xdc_codec_bound() = %zu", cap, xdc_codec_bound(c, n));
+        return XDC_ERR_INVALID;
+    }
     size_t pos = 0, nch = xdc_codec_chunk_count(c, n);
     for (size_t i = 0; i < nch; i++) {
         size_t len = 0;

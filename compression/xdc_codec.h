@@ -6,7 +6,9 @@
  * Usage: one context per gradient buffer (bucket, DiLoCo fragment), created once with the buffer
  * length; every encode of that buffer goes through it so the residual of error feedback carries over.
  * Callers bring output buffers sized with xdc_codec_bound(). A context is used by one thread at a time
- * and allocates nothing after xdc_codec_create(). */
+ * and allocates nothing after xdc_codec_create(). A receive-only context (decoding what peers send)
+ * sets error_feedback = false, so no residual is allocated; its chunk_elems must be at least the
+ * senders' (larger chunks are refused), while its kind does not matter: chunks name their codec. */
 #ifndef XDC_CODEC_H
 #define XDC_CODEC_H
 
@@ -94,7 +96,8 @@ xdc_err_t xdc_codec_decode_chunk(xdc_codec *c, const uint8_t *in, size_t len, fl
 xdc_err_t xdc_codec_decode(xdc_codec *c, const uint8_t *in, size_t len, float *out, size_t n, xdc_codec_mode mode,
                            xdc_diag *diag);
 
-/* The residual (n_elems fp32) for checkpoints; stays owned by the context. */
+/* The residual (n_elems fp32) for checkpoints; stays owned by the context. NULL when error_feedback is
+ * off or the kind is none (exact: nothing to feed back). */
 const float *xdc_codec_residual(const xdc_codec *c);
 /* Replace the residual (n == n_elems) from a checkpoint, or zero it (r == NULL). */
 xdc_err_t xdc_codec_set_residual(xdc_codec *c, const float *r, size_t n);

@@ -338,6 +338,14 @@ XDC_TEST(codec_residual_checkpoint_restores_the_stream)
     XDC_ASSERT_OK(xdc_codec_encode(b, x, n, bb, cap, &lb, NULL));
     XDC_ASSERT(la == lb && memcmp(ba, bb, la) == 0);
     XDC_ASSERT_ERR(xdc_codec_set_residual(b, x, n - 1), XDC_ERR_INVALID);
+    /* an output below the bound is refused before any chunk consumes its residual */
+    float *keep = xdc_malloc(n * 4);
+    memcpy(keep, xdc_codec_residual(a), n * 4);
+    xdc_diag d = {{0}};
+    XDC_ASSERT_ERR(xdc_codec_encode(a, x, n, ba, cap - 1, &la, &d), XDC_ERR_INVALID);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "xdc_codec_bound");
+    XDC_ASSERT(memcmp(keep, xdc_codec_residual(a), n * 4) == 0);
+    xdc_free(keep);
     xdc_free(ba), xdc_free(bb), xdc_free(x);
     xdc_codec_destroy(a), xdc_codec_destroy(b);
 }
