@@ -102,12 +102,17 @@ static void slice_of(size_t count, int r, int n, size_t *lo, size_t *hi)
     *hi = count * (size_t)(r + 1) / (size_t)n;
 }
 
+/* Pipelined over pieces with one barrier per piece: step s copies piece k in, and after the barrier
+ * reduces this rank's slice of piece k and copies piece k-1 out of the result area (every slice of it
+ * was written before its writers arrived at this barrier). One more barrier releases the last piece. */
 static xdc_err_t run_all_reduce(coll_ctx *x)
 {
     xdc_intra_req *q = x->req;
     intra_shm *s = &x->cc->shm;
-    int n = s->size, me = s->rank, h;
+    int n = s->size, me = s->rank, h = 0;
     size_t es = xdc_intra_dtype_size(q->dtype), piece = INTRA_SHM_CHUNK / es;
+    size_t prev_off = 0, prev_len = 0;
+    int prev_h = -1;
     const void *in[64];
     for (size_t off = 0; off < q->count; off += piece) {
         size_t len = q->count - off < piece ? q->count - off : piece, lo, hi;
@@ -116,10 +121,15 @@ static xdc_err_t run_all_reduce(coll_ctx *x)
         slice_of(len, me, n, &lo, &hi);
         for (int k = 0; k < n; k++) in[k] = intra_shm_stage(s, k, h) + lo * es;
         intra_reduce_host(intra_shm_result(s, h) + lo * es, in, n, hi - lo, q->dtype, q->redop);
-        int h2;
-        XDC_CHECK(coll_step(x, &h2)); /* every slice of the result is written */
-        memcpy((uint8_t *)q->recvbuf + off * es, intra_shm_result(s, h), len * es);
+        if (prev_h >= 0)
+            memcpy((uint8_t *)q->recvbuf + prev_off * es, intra_shm_result(s, prev_h), prev_len * es);
+        prev_h = h;
+        prev_off = off;
+        prev_len = len;
     }
+    if (prev_h < 0) return XDC_OK;
+    XDC_CHECK(coll_step(x, &h)); /* every slice of the last piece is written */
+    memcpy((uint8_t *)q->recvbuf + prev_off * es, intra_shm_result(s, prev_h), prev_len * es);
     return XDC_OK;
 }
 
