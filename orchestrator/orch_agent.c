@@ -144,6 +144,9 @@ int xdc_cmd_agent(int argc, char **argv)
     snprintf(logdir, sizeof logdir, "%s/logs", o.run_dir);
     mkdir(o.run_dir, 0755);
     mkdir(logdir, 0755);
+    snprintf(logdir, sizeof logdir, "%s/pids", o.run_dir);
+    mkdir(logdir, 0755);
+    snprintf(logdir, sizeof logdir, "%s/logs", o.run_dir);
     install_handlers();
 
     pid_t pids[AGENT_MAX_WORKERS] = {0};
@@ -197,6 +200,13 @@ int xdc_cmd_agent(int argc, char **argv)
             break;
         }
         XDC_DEBUG(XDC_SUB_ORCH, "worker %s started as pid %d (log %s)", names[s], (int)pids[s], logpath);
+        char pidpath[1300];
+        snprintf(pidpath, sizeof pidpath, "%s/pids/%s-%d.pid", o.run_dir, o.region, lrank);
+        FILE *pf = fopen(pidpath, "w");
+        if (pf) {
+            fprintf(pf, "%d\n", (int)pids[s]);
+            fclose(pf);
+        }
     }
 
     int alive = 0;

@@ -212,11 +212,18 @@ void orch_metrics_destroy(orch_metrics *m)
     xdc_free(m);
 }
 
+/* Caller holds m->lock. */
+static orch_metric_family *find_locked(orch_metrics *m, const char *name)
+{
+    orch_metric_family *f = m->head;
+    while (f && strcmp(f->name, name) != 0) f = f->next;
+    return f;
+}
+
 orch_metric_family *orch_metrics_find(orch_metrics *m, const char *name)
 {
     pthread_mutex_lock(&m->lock);
-    orch_metric_family *f = m->head;
-    while (f && strcmp(f->name, name) != 0) f = f->next;
+    orch_metric_family *f = find_locked(m, name);
     pthread_mutex_unlock(&m->lock);
     return f;
 }
@@ -281,8 +288,7 @@ xdc_err_t orch_metrics_register(orch_metrics *m, const char *name, const char *h
     pthread_mutex_init(&f->lock, NULL);
 
     pthread_mutex_lock(&m->lock);
-    orch_metric_family *dup = m->head;
-    while (dup && strcmp(dup->name, name) != 0) dup = dup->next;
+    orch_metric_family *dup = find_locked(m, name);
     if (!dup) {
         if (m->tail)
             m->tail->next = f;

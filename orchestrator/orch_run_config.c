@@ -34,6 +34,7 @@ static const xdc_yaml_field top_fields[] = {
     RUN_FIELD("threads", XDC_YF_INT, threads, false, 1, 256),
     RUN_FIELD("checkpoint_every", XDC_YF_INT, checkpoint_every, false, 0, 100000000),
     RUN_FIELD("metrics_port", XDC_YF_INT, metrics_port, false, -1, 65535),
+    RUN_FIELD("dump_params", XDC_YF_BOOL, dump_params, false, 0, 0),
 };
 
 static const xdc_yaml_field diloco_fields[] = {

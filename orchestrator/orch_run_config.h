@@ -7,6 +7,7 @@
 
 #include "orchestrator/xdc_model_config.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef enum { ORCH_MODE_SYNC = 0, ORCH_MODE_DILOCO = 1, ORCH_MODE_STREAMING = 2 } orch_mode;
@@ -30,6 +31,7 @@ typedef struct orch_run_config {
     int checkpoint_every;   /* steps; 0: only at the end */
     int64_t rendezvous_timeout_ms, op_timeout_ms;
     int metrics_port;       /* -1: off; 0: any free port */
+    bool dump_params;       /* region 0 / replica 0 writes RUN/params-stage-S.f32 at the end (tests) */
 } orch_run_config;
 
 xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_errors *errs);

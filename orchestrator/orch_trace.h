@@ -28,7 +28,7 @@ typedef enum {
 
 #define ORCH_TRACE_NAME_MAX 48 /* bytes of an event name kept, NUL included; longer names are cut */
 #define ORCH_TRACE_CAT_MAX 16  /* bytes of a category kept, NUL included */
-#define ORCH_TRACE_DEFAULT_CAPACITY 65536 /* events; about 6 MiB */
+#define ORCH_TRACE_DEFAULT_CAPACITY 65536 /* events; about 7 MiB (112 bytes each) */
 
 typedef struct orch_trace orch_trace;
 

@@ -249,6 +249,21 @@ static xdc_err_t hash_params(orch_worker *w, uint64_t *out, xdc_diag *diag)
     return rc;
 }
 
+/* Raw fp32 parameter arena of this stage, for tests that compare runs element by element. */
+static xdc_err_t dump_params(orch_worker *w, xdc_diag *diag)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/params-stage-%d.f32", w->run_dir, w->stage);
+    FILE *f = fopen(path, "wb");
+    size_t n = f ? fwrite(xdc_gpt_stage_params(w->st), sizeof(float), w->n_params, f) : 0;
+    if (f) fclose(f);
+    if (n != w->n_params) {
+        xdc_diag_set(diag, "cannot write %s", path);
+        return XDC_ERR_IO;
+    }
+    return XDC_OK;
+}
+
 static void wan_totals(orch_worker *w, uint64_t *tx, uint64_t *raw)
 {
     *tx = *raw = 0;
@@ -293,6 +308,7 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
 {
     const xdc_train_config *c = &w->cfg.train;
     int inflight = -1;
+    if (w->resume) XDC_CHECK(orch_checkpoint_resume(w, diag));
     double run_t0 = now_s();
     while (w->step < c->steps) {
         double t0 = now_s(), c0 = w->t_compute, i0 = w->t_intra, x0 = w->t_wan_exposed;
@@ -315,6 +331,7 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
             XDC_CHECK(orch_train_eval(w, &vl, diag));
             if (reporter(w)) printf("step %5lld  val_loss %.4f\n", (long long)w->step, vl);
         }
+        if (orch_checkpoint_due(w)) XDC_CHECK(orch_checkpoint_save(w, diag));
         char status[64];
         snprintf(status, sizeof status, "step %lld", (long long)w->step);
         if (w->step % 10 == 0) rdzv_heartbeat(w->rdzv, status, diag);
@@ -326,6 +343,7 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
     XDC_CHECK(orch_train_eval(w, &w->val_loss, diag));
     uint64_t hash = 0, tx, raw;
     XDC_CHECK(hash_params(w, &hash, diag));
+    if (w->cfg.dump_params && w->region_idx == 0 && w->replica == 0) XDC_CHECK(dump_params(w, diag));
     wan_totals(w, &tx, &raw);
     double wall = now_s() - run_t0;
     char key[200], val[512];

@@ -72,6 +72,12 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag);
 /* Pipeline-forward the fixed validation batches; every stage returns the same mean loss. */
 xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag);
 
+/* orch_checkpoint.c */
+int orch_checkpoint_due(const orch_worker *w);
+xdc_err_t orch_checkpoint_save(orch_worker *w, xdc_diag *diag);
+/* Load the newest complete checkpoint of the run, if any (w->step stays 0 without one). */
+xdc_err_t orch_checkpoint_resume(orch_worker *w, xdc_diag *diag);
+
 /* orch_worker.c */
 /* Layers of stage s of n: an even split, the first stages taking one more when it does not divide. */
 void orch_stage_layers(int n_layer, int n_stages, int s, int *begin, int *end);

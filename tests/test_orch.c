@@ -1,0 +1,284 @@
+/* test_orch.c — the runtime end to end on one machine: `xdc launch` with 2 emulated regions x 2 pipeline
+ * stages, against a single-process reference of the same math (sync mode, codec none), run-to-run
+ * determinism, a WAN outage mid-run, a worker killed with SIGKILL and resumed from its checkpoint, and
+ * DiLoCo / streaming against sync on the tiny model. */
+#include "tests/xdc_test.h"
+
+#include "common/xdc_alloc.h"
+#include "kernels/xdc_gpt.h"
+#include "kernels/xdc_kernels.h"
+#include "kernels/xdc_model_ops.h"
+#include "orchestrator/xdc_data.h"
+#include "orchestrator/xdc_model_config.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DATA "/usr/share/games/fortunes"
+#define TOPO "examples/topology/demo-2region.yaml"
+
+static void need_corpus(void)
+{
+    if (access(DATA, R_OK) != 0) xdc_test_skip("no corpus at %s (Debian package fortunes; `make deps`)", DATA);
+}
+
+/* A run file in the test's folder: the tiny model with the given mode, steps, codec and extras. */
+static const char *write_run(const char *name, const char *mode, int steps, const char *codec, const char *extra)
+{
+    static char path[512];
+    char cwd[400], text[2048];
+    if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
+    snprintf(path, sizeof path, "%s/%s.yaml", xdc_test_tmpdir(), name);
+    snprintf(text, sizeof text,
+             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: %s\npipeline_stages: 2\nmicrobatches: 2\n"
+             "steps: %d\ncodec: %s\nbucket_mb: 0.05\nthreads: 1\ntimeouts: {rendezvous: 30s, operation: 30s}\n%s",
+             cwd, DATA, mode, steps, codec, extra ? extra : "");
+    xdc_test_write_file(path, text);
+    return path;
+}
+
+/* Run `xdc launch` to completion; returns its exit code, output in out. */
+static int launch(const char *run, const char *run_dir, const char *flags, char *out, size_t cap)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "timeout 240 %s launch -t %s -c %s --run-dir %s %s", xdc_test_bin(), TOPO, run, run_dir,
+             flags ? flags : "");
+    return xdc_test_run(cmd, out, cap);
+}
+
+static void final_field(const char *out, const char *key, char *val, size_t cap)
+{
+    const char *f = strstr(out, "final val_loss=");
+    XDC_ASSERT_MSG(f != NULL, "no final line in:\n%s", out);
+    const char *k = strstr(f, key);
+    XDC_ASSERT_MSG(k != NULL, "no %s in the final line", key);
+    k += strlen(key);
+    size_t n = strcspn(k, " \n");
+    snprintf(val, cap, "%.*s", (int)(n < cap ? n : cap - 1), k);
+}
+
+static float *read_f32(const char *path, size_t *n)
+{
+    size_t bytes;
+    float *p = (float *)xdc_test_read_file(path, &bytes);
+    XDC_ASSERT_MSG(p != NULL, "cannot read %s", path);
+    *n = bytes / sizeof(float);
+    return p;
+}
+
+/* The distributed sync step written out serially: for each replica (one per region) accumulate M
+ * microbatches through both stages, average the replicas' gradients in region order, clip by the global
+ * norm, AdamW. Leaves the final stage parameters in ref[0..1]. */
+static void reference_run(int steps, int M, xdc_gpt_stage *st[2])
+{
+    xdc_train_config c;
+    xdc_cfg_errors errs;
+    XDC_ASSERT_OK(xdc_model_config_load("examples/models/tiny.yaml", &c, &errs));
+    const xdc_kern_backend *be;
+    XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CPU, &be, NULL));
+    be->model->set_threads(1);
+    xdc_data *data[2];
+    for (int q = 0; q < 2; q++) {
+        xdc_data_config dc = {.batch = c.batch_size, .seq_len = c.seq_len, .val_fraction = c.val_fraction,
+                              .seed = (uint64_t)c.seed, .rank = q, .world = 2, .vocab_size = c.model.vocab_size};
+        XDC_ASSERT_OK(xdc_data_open(DATA, &dc, &data[q], NULL));
+    }
+    size_t np[2], btc = (size_t)c.batch_size * c.seq_len * c.model.n_embd, bt = (size_t)c.batch_size * c.seq_len;
+    for (int s = 0; s < 2; s++) {
+        xdc_gpt_stage_config sc = {.model = c.model, .layer_begin = s, .layer_end = s + 1, .batch = c.batch_size,
+                                   .seq_len = c.seq_len, .max_inflight = M, .seed = (uint64_t)c.seed,
+                                   .adamw = {(float)c.beta1, (float)c.beta2, (float)c.eps, (float)c.weight_decay}};
+        XDC_ASSERT_OK(xdc_gpt_stage_create(be->model, &sc, &st[s], NULL));
+        np[s] = xdc_gpt_stage_num_params(st[s]);
+    }
+    float *acc[2] = {xdc_malloc(np[0] * 4), xdc_malloc(np[1] * 4)};
+    int32_t *tok = xdc_malloc(bt * 4), *tgt = xdc_malloc(bt * 4);
+    float *dy = xdc_malloc(btc * 4);
+    xdc_lr_schedule sch = {(float)c.lr, (float)c.min_lr_frac, c.warmup_steps, c.steps};
+    for (int step = 0; step < steps; step++) {
+        memset(acc[0], 0, np[0] * 4);
+        memset(acc[1], 0, np[1] * 4);
+        for (int q = 0; q < 2; q++) {
+            xdc_gpt_stage_zero_grad(st[0]);
+            xdc_gpt_stage_zero_grad(st[1]);
+            for (int mb = 0; mb < M; mb++) {
+                const float *y, *dx;
+                float loss;
+                XDC_ASSERT_OK(xdc_data_next_train(data[q], tok, tgt));
+                XDC_ASSERT_OK(xdc_gpt_stage_forward(st[0], mb, tok, NULL, NULL, &y, &loss));
+                XDC_ASSERT_OK(xdc_gpt_stage_forward(st[1], mb, NULL, y, tgt, NULL, &loss));
+                XDC_ASSERT_OK(xdc_gpt_stage_backward(st[1], mb, NULL, 1.0f / (float)M, &dx));
+                memcpy(dy, dx, btc * 4);
+                XDC_ASSERT_OK(xdc_gpt_stage_backward(st[0], mb, dy, 0, NULL));
+            }
+            for (int s = 0; s < 2; s++) {
+                const float *g = xdc_gpt_stage_grads(st[s]);
+                for (size_t i = 0; i < np[s]; i++) acc[s][i] += g[i];
+            }
+        }
+        float sumsq = 0;
+        for (int s = 0; s < 2; s++) {
+            float *g = xdc_gpt_stage_grads(st[s]);
+            for (size_t i = 0; i < np[s]; i++) g[i] = acc[s][i] * 0.5f;
+            double ss = 0;
+            XDC_ASSERT_OK(xdc_gpt_stage_grad_sumsq(st[s], &ss));
+            sumsq += (float)ss;
+        }
+        float scale = xdc_gpt_clip_scale(sumsq, (float)c.grad_clip);
+        for (int s = 0; s < 2; s++) XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(st[s], xdc_lr_at(&sch, step), scale));
+    }
+    xdc_free(acc[0]);
+    xdc_free(acc[1]);
+    xdc_free(tok);
+    xdc_free(tgt);
+    xdc_free(dy);
+    xdc_data_destroy(data[0]);
+    xdc_data_destroy(data[1]);
+}
+
+XDC_TEST_T(orch_sync_matches_single_process_reference, 300)
+{
+    need_corpus();
+    const int steps = 12, M = 2;
+    const char *run = write_run("sync", "sync", steps, "none", "dump_params: true\n");
+    char dir[600], out[65536];
+    snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
+    int rc = launch(run, dir, NULL, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
+    xdc_gpt_stage *st[2];
+    reference_run(steps, M, st);
+    /* Tolerance: the same operations in the same order give identical floats; allow float rounding in case
+     * a reduction order differs (1e-6 relative to the parameter scale, far below one step's update). */
+    double max_diff = 0;
+    for (int s = 0; s < 2; s++) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/params-stage-%d.f32", dir, s);
+        size_t n;
+        float *got = read_f32(path, &n);
+        XDC_ASSERT_EQ(n, xdc_gpt_stage_num_params(st[s]));
+        const float *want = xdc_gpt_stage_params(st[s]);
+        for (size_t i = 0; i < n; i++) {
+            double d = fabs((double)got[i] - want[i]);
+            if (d > max_diff) max_diff = d;
+        }
+        free(got);
+        xdc_gpt_stage_destroy(st[s]);
+    }
+    printf("max |distributed - reference| = %.3g\n", max_diff);
+    XDC_ASSERT_MSG(max_diff <= 1e-6, "parameters differ from the single-process reference by %.3g", max_diff);
+}
+
+XDC_TEST_T(orch_same_seed_same_parameters, 300)
+{
+    need_corpus();
+    const char *run = write_run("det", "sync", 10, "int8", NULL);
+    char dir[600], out[65536], h1[64], h2[64];
+    snprintf(dir, sizeof dir, "%s/a", xdc_test_tmpdir());
+    XDC_ASSERT_EQ(launch(run, dir, NULL, out, sizeof out), 0);
+    final_field(out, "params_xxh64=", h1, sizeof h1);
+    snprintf(dir, sizeof dir, "%s/b", xdc_test_tmpdir());
+    XDC_ASSERT_EQ(launch(run, dir, NULL, out, sizeof out), 0);
+    final_field(out, "params_xxh64=", h2, sizeof h2);
+    XDC_ASSERT_MSG(strcmp(h1, h2) == 0, "hashes differ: %s vs %s", h1, h2);
+    char bytes[64];
+    final_field(out, "wan_bytes=", bytes, sizeof bytes);
+    XDC_ASSERT(atoll(bytes) > 0);
+}
+
+XDC_TEST_T(orch_wan_outage_mid_run_loses_nothing, 300)
+{
+    need_corpus();
+    const char *run = write_run("outage", "sync", 30, "none", NULL);
+    char dir[600], out[65536], h1[64], h2[64];
+    snprintf(dir, sizeof dir, "%s/plain", xdc_test_tmpdir());
+    XDC_ASSERT_EQ(launch(run, dir, NULL, out, sizeof out), 0);
+    final_field(out, "params_xxh64=", h1, sizeof h1);
+    snprintf(dir, sizeof dir, "%s/cut", xdc_test_tmpdir());
+    int rc = launch(run, dir, "--outage 3s@1s", out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "run with an outage exited %d:\n%s", rc, out);
+    final_field(out, "params_xxh64=", h2, sizeof h2);
+    XDC_ASSERT_MSG(strcmp(h1, h2) == 0, "an outage changed the result: %s vs %s", h1, h2);
+}
+
+static pid_t start_launch(const char *run, const char *dir, const char *log)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        FILE *f = freopen(log, "w", stdout);
+        (void)f;
+        dup2(1, 2);
+        execl(xdc_test_bin(), xdc_test_bin(), "launch", "-t", TOPO, "-c", run, "--run-dir", dir, (char *)NULL);
+        _exit(127);
+    }
+    return p;
+}
+
+XDC_TEST_T(orch_killed_worker_is_named_and_resume_matches, 420)
+{
+    need_corpus();
+    const char *run = write_run("kill", "sync", 40, "none", "checkpoint_every: 5\n");
+    char dir[600], out[65536], want[64], got[64];
+    snprintf(dir, sizeof dir, "%s/whole", xdc_test_tmpdir());
+    XDC_ASSERT_EQ(launch(run, dir, NULL, out, sizeof out), 0);
+    final_field(out, "params_xxh64=", want, sizeof want);
+
+    snprintf(dir, sizeof dir, "%s/killed", xdc_test_tmpdir());
+    char log[700], manifest[800], pidfile[800];
+    snprintf(log, sizeof log, "%s/killed.log", xdc_test_tmpdir());
+    pid_t p = start_launch(run, dir, log);
+    /* Wait (bounded) until a checkpoint is complete, then kill a worker of the second region. */
+    snprintf(manifest, sizeof manifest, "%s/ckpt/step-00000010/MANIFEST", dir);
+    snprintf(pidfile, sizeof pidfile, "%s/pids/eu-west-1.pid", dir);
+    int seen = 0;
+    for (int i = 0; i < 2400 && !seen; i++) {
+        seen = access(manifest, R_OK) == 0;
+        if (!seen) nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
+    }
+    XDC_ASSERT_MSG(seen, "no checkpoint of step 10 appeared");
+    char *pidtext = xdc_test_read_file(pidfile, NULL);
+    XDC_ASSERT(pidtext != NULL);
+    pid_t victim = (pid_t)atoi(pidtext);
+    free(pidtext);
+    XDC_ASSERT(victim > 0 && kill(victim, SIGKILL) == 0);
+    int status;
+    XDC_ASSERT(waitpid(p, &status, 0) == p);
+    XDC_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) != 0, "launch did not fail after a worker was killed");
+    char *text = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_STR_CONTAINS(text, "run failed: worker eu-west/west-node1:1");
+    XDC_ASSERT_STR_CONTAINS(text, "killed by signal 9");
+    free(text);
+
+    int rc = launch(run, dir, "--resume", out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "resume exited %d:\n%s", rc, out);
+    final_field(out, "params_xxh64=", got, sizeof got);
+    XDC_ASSERT_MSG(strcmp(want, got) == 0, "resumed run ends at %s, uninterrupted at %s", got, want);
+}
+
+XDC_TEST_T(orch_diloco_and_streaming_near_sync, 400)
+{
+    need_corpus();
+    /* Margin (docs/runtime.md): DiLoCo with H=10 and streaming with 4 fragments end within 0.35 nats of
+     * sync's validation loss after 100 steps of the tiny model. */
+    const double margin = 0.35;
+    char dir[600], out[65536], v[64];
+    double loss[3];
+    const char *modes[3] = {"sync", "diloco", "streaming"};
+    for (int m = 0; m < 3; m++) {
+        const char *run = write_run(modes[m], modes[m], 100, "int8", "diloco: {inner_steps: 10}\nstreaming: {fragments: 4}\n");
+        snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), modes[m]);
+        int rc = launch(run, dir, NULL, out, sizeof out);
+        XDC_ASSERT_MSG(rc == 0, "%s run exited %d:\n%s", modes[m], rc, out);
+        final_field(out, "val_loss=", v, sizeof v);
+        loss[m] = atof(v);
+        printf("%s: val_loss %.4f\n", modes[m], loss[m]);
+    }
+    XDC_ASSERT_MSG(loss[0] < 3.0, "sync did not learn: %.3f", loss[0]);
+    XDC_ASSERT_MSG(loss[1] <= loss[0] + margin, "diloco %.3f vs sync %.3f", loss[1], loss[0]);
+    XDC_ASSERT_MSG(loss[2] <= loss[0] + margin, "streaming %.3f vs sync %.3f", loss[2], loss[0]);
+}
