@@ -118,12 +118,12 @@ static void nccl_destroy(xdc_intra_comm *comm)
     nccl_comm *n = (nccl_comm *)comm->impl;
     if (!n) return;
     cudaSetDevice(n->device);
-    int clean = comm->failed == XDC_OK;
+    int clean = comm->failed == XDC_OK && n->nc;
     if (clean && ncclCommFinalize(n->nc) != ncclSystemError)
         clean = nccl_settle(n->nc, xdc_deadline_ms(comm->op_timeout_ms)) == ncclSuccess;
     if (clean)
         ncclCommDestroy(n->nc);
-    else
+    else if (n->nc) /* NULL once a watchdog already aborted it */
         ncclCommAbort(n->nc);
     cudaStreamDestroy(n->coll_stream);
     cudaStreamDestroy(n->p2p_stream);
