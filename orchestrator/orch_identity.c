@@ -324,6 +324,8 @@ static xdc_err_t resolve_field(ctx *c, orch_identity_field f, xdc_diag *diag)
         const cand *k = i == 0 ? NULL : &cands[i - 1];
         if (k && k->field != f) continue;
         if (!k && !fields[f].flag) continue;
+        /* gethostname() is only a fallback: a given host name is not a disagreement with it. */
+        if (have && k && k->kind == C_HOSTNAME) continue;
         int r = eval(c, f, k, val, sizeof val, src, sizeof src);
         if (r == 0) continue;
         if (r < 0) {

@@ -195,6 +195,11 @@ XDC_TEST(identity_precedence_flags_then_xdc_then_launchers)
     XDC_ASSERT_STR_CONTAINS(buf, "identity: node: --node=1 overrides SLURM_NODEID=0");
     XDC_ASSERT_STR_CONTAINS(buf, "identity: num_nodes: XDC_NUM_NODES=2 overrides SLURM_NNODES=5");
     XDC_ASSERT(strstr(buf, "XDC_NODE_RANK=1") == NULL); /* agreeing values are not reported */
+    /* A host name given explicitly does not contradict the machine's own name. */
+    const orch_identity_flags hf = {.value = {[ORCH_ID_HOST] = "east-node1"}};
+    XDC_ASSERT_OK(orch_identity_resolve(&hf, ENV("X=1"), NULL, 0, &id, NULL));
+    fflush(mem);
+    XDC_ASSERT(strstr(buf, "gethostname()") == NULL);
     /* torchrun before Open MPI before Slurm for the same field */
     XDC_ASSERT_OK(orch_identity_resolve(NULL, ENV("SLURM_NODEID=3", "OMPI_COMM_WORLD_RANK=2",
                                                   "OMPI_COMM_WORLD_LOCAL_SIZE=1", "NODE_RANK=1"),
