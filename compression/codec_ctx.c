@@ -99,12 +99,13 @@ void xdc_codec_format(const xdc_codec_cfg *cfg, char *buf, size_t cap)
 int xdc_codec_zstd_level_for_link(double link_gbps)
 {
     /* Wire output of the bf16 codec with shuffled zstd on one core, measured by bench/codec on the
-     * development VM (docs/benchmarks.md): level 3 ~1.5 Gbit/s, level 1 ~2.4, level -3 ~3.5. Each level
-     * serves links up to about 40-70 % of that, so the codec keeps up even on a busy core. Faster links
-     * get no zstd: the lossy stage alone already reduces the bytes and runs at memory speed. */
-    if (link_gbps <= 0.6) return 3;
-    if (link_gbps <= 1.2) return 1;
-    if (link_gbps <= 2.5) return -3;
+     * development VM (docs/benchmarks.md): level 3 ~1.5 Gbit/s, level 1 ~2.4, level -3 ~3.6 when the
+     * core is free, about a third less when it is shared. Each level serves links up to roughly half of
+     * its quiet-core rate so the codec keeps up on a busy core too. Faster links get no zstd: the
+     * lossy stage alone already cuts the bytes and runs near memory speed. */
+    if (link_gbps <= 0.5) return 3;
+    if (link_gbps <= 1.0) return 1;
+    if (link_gbps <= 2.0) return -3;
     return 0;
 }
 

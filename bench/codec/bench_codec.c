@@ -104,7 +104,7 @@ int main(void)
 
     /* zstd level per link: the codec's wire output rate at the picked level must reach the link rate. */
     printf("# link_gbps picked_level bf16_wire_gbps keeps_up\n");
-    static const double links[] = {0.1, 0.5, 1.0, 2.0, 5.0, 25.0};
+    static const double links[] = {0.1, 0.5, 1.0, 2.0, 5.0, 25.0}; /* the table's edges */
     int all_keep_up = 1;
     for (int i = 0; i < 6; i++) {
         int lvl = xdc_codec_zstd_level_for_link(links[i]);
