@@ -70,6 +70,7 @@ typedef struct {
 static const cand cands[] = {
     {ORCH_ID_RUN_ID, C_VAR, "XDC_RUN_ID", NULL},
     {ORCH_ID_RUN_ID, C_VAR, "TORCHELASTIC_RUN_ID", NULL},
+    {ORCH_ID_HOST, C_VAR, "XDC_HOST", NULL},
     {ORCH_ID_HOST, C_VAR, "SLURMD_NODENAME", NULL},
     {ORCH_ID_HOST, C_HOSTNAME, NULL, NULL},
     {ORCH_ID_REGION, C_VAR, "XDC_REGION", NULL},
@@ -477,10 +478,11 @@ void orch_identity_describe(const orch_identity *id, char *buf, size_t cap)
 
 /* ---- the environment contract ----------------------------------------------------------------- */
 
+/* In the order orch_identity_worker_env() writes them. */
 static const char *const contract_keys[] = {
-    "RANK",           "WORLD_SIZE",      "LOCAL_RANK",       "LOCAL_WORLD_SIZE",      "MASTER_ADDR",
-    "MASTER_PORT",    "XDC_RUN_ID",      "XDC_REGION",       "XDC_REGION_INDEX",      "XDC_NUM_REGIONS",
-    "XDC_GLOBAL_RANK", "XDC_GLOBAL_WORLD_SIZE", "XDC_COORDINATOR", "XDC_NODE_RANK", "XDC_NUM_NODES",
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "XDC_RUN_ID", "XDC_REGION", "XDC_REGION_INDEX", "XDC_NUM_REGIONS", "XDC_GLOBAL_RANK",
+    "XDC_GLOBAL_WORLD_SIZE", "XDC_COORDINATOR", "XDC_NODE_RANK", "XDC_NUM_NODES", "XDC_HOST",
 };
 #define N_CONTRACT (sizeof contract_keys / sizeof contract_keys[0])
 
@@ -569,6 +571,7 @@ xdc_err_t orch_identity_worker_env(const orch_identity *id, const xdc_topology *
         kv_printf("XDC_COORDINATOR=%s", id->coordinator),
         kv_printf("XDC_NODE_RANK=%d", id->node),
         kv_printf("XDC_NUM_NODES=%d", g->n_hosts),
+        kv_printf("XDC_HOST=%s", g->hosts[id->node]), /* the topology's name, as logs and traces show it */
     };
     bool oom = false;
     for (size_t i = 0; i < N_CONTRACT; i++) {

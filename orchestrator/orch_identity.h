@@ -7,8 +7,8 @@
  * The inverse, orch_identity_worker_env(), builds the environment contract of DESIGN.md for one worker
  * slot: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT XDC_RUN_ID XDC_REGION
  * XDC_REGION_INDEX XDC_NUM_REGIONS XDC_GLOBAL_RANK XDC_GLOBAL_WORLD_SIZE XDC_COORDINATOR, plus
- * XDC_NODE_RANK and XDC_NUM_NODES. A worker that resolves its identity from that environment gets the
- * same values back. */
+ * XDC_NODE_RANK, XDC_NUM_NODES and XDC_HOST (the node's name in the topology). A worker that resolves
+ * its identity from that environment gets the same values back. */
 #ifndef ORCH_IDENTITY_H
 #define ORCH_IDENTITY_H
 

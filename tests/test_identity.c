@@ -288,9 +288,11 @@ XDC_TEST(identity_worker_env_contract_round_trips)
     for (char **e = env; *e; e++) n_rank += strncmp(*e, "RANK=", 5) == 0;
     XDC_ASSERT_EQ(n_rank, 1);
 
-    /* The worker reads the same identity back, with the host of its node. */
-    const orch_identity_flags wf = {.value = {[ORCH_ID_HOST] = "gpu-w2"}};
-    XDC_ASSERT_OK(orch_identity_resolve(&wf, (const char *const *)env, t, ORCH_ID_REQUIRE_WORKER, &w, NULL));
+    XDC_ASSERT(strcmp(env_value(env, "XDC_HOST"), "gpu-w2") == 0);
+
+    /* The worker reads the same identity back, its node's host name included. */
+    XDC_ASSERT_OK(orch_identity_resolve(NULL, (const char *const *)env, t, ORCH_ID_REQUIRE_WORKER, &w, NULL));
+    XDC_ASSERT(strcmp(w.host, "gpu-w2") == 0 && strcmp(SRC(w, HOST), "XDC_HOST") == 0);
     XDC_ASSERT(strcmp(w.region, node.region) == 0 && strcmp(w.run_id, "run7") == 0);
     XDC_ASSERT_EQ(w.node, node.node);
     XDC_ASSERT_EQ(w.num_nodes, 2);
