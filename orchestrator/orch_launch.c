@@ -35,6 +35,9 @@ typedef struct {
     const char *topology, *config, *run_id, *log_format;
     char run_dir[512];
     int emulate; /* -1: decide (yes when every region is on this host) */
+    const char *host; /* rendezvous bind address */
+    int port;         /* rendezvous port (0: any) */
+    int coordinator;  /* `xdc coordinator`: host the store, start no agents */
     int resume;
     int64_t outage_start_ms, outage_ms;
 } launch_opts;
@@ -58,6 +61,9 @@ static int launch_usage(FILE *f)
 {
     fprintf(f, "usage: xdc launch -t TOPOLOGY.yaml -c RUN.yaml [--run-dir DIR] [--run-id ID] [--emulate-wan|--no-emulate-wan]\n"
                "                  [--outage DURATION@START] [--resume] [--log-format text|json]\n"
+               "       xdc coordinator -t TOPOLOGY.yaml -c RUN.yaml --run-dir DIR [--host ADDR] [--port P] [--run-id ID]\n"
+               "  coordinator: host the rendezvous (default 0.0.0.0:29400) for agents started elsewhere (Slurm, ssh)\n"
+               "  and wait for the run to end; the run folder must be shared with the nodes (certificates).\n"
                "  Runs every region of the topology on this machine: rendezvous, WAN emulator (default when all\n"
                "  regions are local), one agent per node, one worker per slot. Ends with\n"
                "  final val_loss=<x> params_xxh64=<hex> steps=<n> wan_bytes=<n> exposed_wan_pct=<x>\n"
@@ -122,11 +128,14 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
             n++;
         }
     }
-    xdc_err_t rc = rdzv_server_create(L->eng, "127.0.0.1", 0, (const char *const *)names, total, &L->rdzv, diag);
+    xdc_err_t rc = rdzv_server_create(L->eng, L->o.host, L->o.port, (const char *const *)names, total, &L->rdzv, diag);
     for (int i = 0; i < total; i++) xdc_free(names[i]);
     xdc_free(names);
     XDC_CHECK(rc);
-    snprintf(L->coordinator, sizeof L->coordinator, "127.0.0.1:%d", rdzv_server_port(L->rdzv));
+    char me[256] = "127.0.0.1";
+    if (strcmp(L->o.host, "0.0.0.0") == 0) gethostname(me, sizeof me);
+    else snprintf(me, sizeof me, "%s", L->o.host);
+    snprintf(L->coordinator, sizeof L->coordinator, "%s:%d", me, rdzv_server_port(L->rdzv));
     return XDC_OK;
 }
 
@@ -220,16 +229,48 @@ static void read_failure(const launch *L, char *out, size_t cap)
         }
 }
 
-/* Wait for every agent; on the first failure stop the rest. Returns the run's exit code. */
+/* Have all workers reported their statistics (the run is over)? */
+static int all_reported(launch *L)
+{
+    for (int r = 0; r < L->t->n_regions; r++)
+        for (int k = 0; k < xdc_topology_region_workers(L->t, r); k++) {
+            char key[64], val[512];
+            snprintf(key, sizeof key, "stats/%d/%d", r, k);
+            if (rdzv_server_get(L->rdzv, key, val, sizeof val) != 0) return 0;
+        }
+    return 1;
+}
+
+/* Wait for every agent (the coordinator: for every worker's report); on the first failure stop the
+ * rest. Members that never join within the rendezvous timeout fail the run with their names. Returns
+ * the run's exit code. */
 static int supervise(launch *L)
 {
     int alive = L->n_agents, rc = XDC_EX_OK;
     uint64_t kill_at = 0, next_nag = xdc_now_ns() + 10000 * XDC_NS_PER_MS;
-    while (alive > 0) {
+    uint64_t join_deadline = xdc_deadline_ms(L->cfg.rendezvous_timeout_ms + 5000);
+    int joined = 0;
+    while (alive > 0 || (L->o.coordinator && rc == XDC_EX_OK)) {
         if (L->o.emulate) pump_relays(L);
+        char missing[2048], key[256], why[1024];
         if (g_interrupted && rc == XDC_EX_OK) {
-            fprintf(stderr, "xdc launch: interrupted; stopping the agents\n");
+            fprintf(stderr, "xdc %s: interrupted; stopping\n", L->o.coordinator ? "coordinator" : "launch");
             rc = XDC_EX_TEMPFAIL;
+        }
+        if (!joined && rc == XDC_EX_OK) {
+            joined = rdzv_server_missing(L->rdzv, -1, missing, sizeof missing) == 0;
+            if (!joined && xdc_deadline_passed(join_deadline)) {
+                fprintf(stderr, "xdc: run failed: members never joined the rendezvous: %s\n", missing);
+                rc = XDC_EX_UNAVAILABLE;
+            }
+        }
+        if (L->o.coordinator && rc == XDC_EX_OK) {
+            if (rdzv_server_find(L->rdzv, "failed/", key, sizeof key, why, sizeof why) == 0) {
+                fprintf(stderr, "xdc coordinator: run failed: %s: %s\n", key + 7, why);
+                rc = XDC_EX_UNAVAILABLE;
+            } else if (all_reported(L)) {
+                break;
+            }
         }
         if (rc != XDC_EX_OK && !kill_at) {
             for (int i = 0; i < L->n_agents; i++) orch_proc_signal(L->agents[i], SIGTERM);
@@ -238,12 +279,12 @@ static int supervise(launch *L)
         if (kill_at && xdc_deadline_passed(kill_at))
             for (int i = 0; i < L->n_agents; i++) orch_proc_signal(L->agents[i], SIGKILL);
         int status;
-        pid_t p = waitpid(-1, &status, WNOHANG);
+        pid_t p = alive > 0 ? waitpid(-1, &status, WNOHANG) : 0;
         if (p == 0) {
+            if (L->o.coordinator && rc != XDC_EX_OK) break;
             struct timespec ts = {0, 20 * 1000000L}; /* supervisor tick: relays, signals, nagging */
             nanosleep(&ts, NULL);
             if (xdc_now_ns() > next_nag && rc == XDC_EX_OK) {
-                char missing[2048];
                 if (rdzv_server_missing(L->rdzv, 30000, missing, sizeof missing) > 0)
                     XDC_INFO(XDC_SUB_ORCH, "waiting for: %s", missing);
                 next_nag = xdc_now_ns() + 10000 * XDC_NS_PER_MS;
@@ -259,7 +300,7 @@ static int supervise(launch *L)
             L->agents[i] = 0;
             alive--;
             if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && rc == XDC_EX_OK) {
-                char how[128], why[512];
+                char how[128];
                 orch_proc_describe(status, how, sizeof how);
                 read_failure(L, why, sizeof why);
                 fprintf(stderr, "xdc launch: run failed: %s\n  (agent %s %s); stopping the other agents\n",
@@ -309,22 +350,26 @@ static void launch_close(launch *L)
     xdc_topology_destroy(L->t);
 }
 
-int xdc_cmd_launch(int argc, char **argv)
+static int run_launch(int argc, char **argv, int coordinator)
 {
     static const struct option opts[] = {
         {"topology", required_argument, NULL, 't'}, {"config", required_argument, NULL, 'c'},
         {"run-dir", required_argument, NULL, 'd'},  {"run-id", required_argument, NULL, 'i'},
         {"emulate-wan", no_argument, NULL, 'e'},    {"no-emulate-wan", no_argument, NULL, 'E'},
         {"outage", required_argument, NULL, 'o'},   {"resume", no_argument, NULL, 'r'},
-        {"log-format", required_argument, NULL, 'l'}, {"help", no_argument, NULL, 'h'},
+        {"log-format", required_argument, NULL, 'l'}, {"host", required_argument, NULL, 'H'},
+        {"port", required_argument, NULL, 'p'},     {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     static launch L;
     memset(&L, 0, sizeof L);
     L.o.emulate = -1;
+    L.o.coordinator = coordinator;
+    L.o.host = coordinator ? "0.0.0.0" : "127.0.0.1";
+    L.o.port = coordinator ? 29400 : 0;
     const char *run_dir = NULL;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "t:c:d:i:eEo:rl:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "t:c:d:i:eEo:rl:H:p:h", opts, NULL)) != -1) {
         switch (c) {
         case 't': L.o.topology = optarg; break;
         case 'c': L.o.config = optarg; break;
@@ -334,6 +379,11 @@ int xdc_cmd_launch(int argc, char **argv)
         case 'E': L.o.emulate = 0; break;
         case 'r': L.o.resume = 1; break;
         case 'l': L.o.log_format = optarg; break;
+        case 'H': L.o.host = optarg; break;
+        case 'p':
+            L.o.port = atoi(optarg);
+            if (L.o.port < 0 || L.o.port > 65535) return launch_usage(stderr);
+            break;
         case 'o':
             if (parse_outage(optarg, &L.o) != 0) {
                 fprintf(stderr, "xdc launch: --outage wants DURATION@START such as 5s@10s, got '%s'\n", optarg);
@@ -344,7 +394,7 @@ int xdc_cmd_launch(int argc, char **argv)
         default: return launch_usage(stderr);
         }
     }
-    if (!L.o.topology || !L.o.config || optind != argc) return launch_usage(stderr);
+    if (!L.o.topology || !L.o.config || optind != argc || (coordinator && !run_dir)) return launch_usage(stderr);
     if (L.o.log_format) {
         if (strcmp(L.o.log_format, "json") != 0 && strcmp(L.o.log_format, "text") != 0) {
             fprintf(stderr, "xdc launch: --log-format must be text or json\n");
@@ -371,7 +421,8 @@ int xdc_cmd_launch(int argc, char **argv)
         snprintf(L.o.run_dir + n, sizeof L.o.run_dir - n, "/%s", L.o.run_id);
         mkdir(L.o.run_dir, 0755);
     }
-    if (L.o.emulate < 0) L.o.emulate = L.t->n_regions > 1; /* every region is on this host */
+    if (L.o.emulate < 0) L.o.emulate = !coordinator && L.t->n_regions > 1; /* every region is on this host */
+    if (!coordinator) setenv("XDC_ADVERTISE_HOST", "127.0.0.1", 1); /* node names are labels here */
     xdc_log_set_identity("launch", "local", -1);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -388,9 +439,13 @@ int xdc_cmd_launch(int argc, char **argv)
         printf("xdc launch: run %s, %d regions, %d workers, %s mode, %s WAN; rendezvous at %s; run folder %s\n",
                L.o.run_id, L.t->n_regions, xdc_topology_total_workers(L.t), orch_mode_name(L.cfg.mode),
                L.o.emulate ? "emulated" : "real", L.coordinator, L.o.run_dir);
+        if (coordinator)
+            printf("start one agent per node with:\n  xdc agent --topology %s --config %s --run-dir %s --coordinator %s"
+                   " --run-id %s --region REGION --node N%s\n",
+                   L.o.topology, L.o.config, L.o.run_dir, L.coordinator, L.o.run_id, L.o.emulate ? " --emulate-wan" : "");
         fflush(stdout);
         what = "agents";
-        rc = start_agents(&L, &d);
+        if (!coordinator) rc = start_agents(&L, &d);
     }
     if (rc != XDC_OK) {
         fprintf(stderr, "xdc launch: %s: %s: %s\n", what, xdc_strerror(rc), d.msg);
@@ -403,3 +458,7 @@ int xdc_cmd_launch(int argc, char **argv)
     launch_close(&L);
     return ex;
 }
+
+int xdc_cmd_launch(int argc, char **argv) { return run_launch(argc, argv, 0); }
+
+int xdc_cmd_coordinator(int argc, char **argv) { return run_launch(argc, argv, 1); }

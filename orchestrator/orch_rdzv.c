@@ -423,6 +423,21 @@ int rdzv_server_get(rdzv_server *s, const char *key, char *value, size_t cap)
     return k ? 0 : -1;
 }
 
+int rdzv_server_find(rdzv_server *s, const char *prefix, char *key, size_t key_cap, char *value, size_t cap)
+{
+    int found = -1;
+    size_t n = strlen(prefix);
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_keys && found < 0; i++)
+        if (strncmp(s->keys[i].key, prefix, n) == 0) {
+            snprintf(key, key_cap, "%s", s->keys[i].key);
+            snprintf(value, cap, "%s", s->keys[i].value);
+            found = 0;
+        }
+    pthread_mutex_unlock(&s->mu);
+    return found;
+}
+
 int rdzv_server_missing(rdzv_server *s, int64_t silent_ms, char *out, size_t cap)
 {
     pthread_mutex_lock(&s->mu);
@@ -557,9 +572,11 @@ xdc_err_t rdzv_try_get(rdzv_client *c, const char *key, char *value, size_t cap,
 
 xdc_err_t rdzv_barrier(rdzv_client *c, const char *name, int count, int64_t timeout_ms, xdc_diag *diag)
 {
-    return call_simple(c, json_pack("{s:s, s:s, s:i, s:I}", "op", "barrier", "key", name, "count", count,
-                                    "timeout_ms", (json_int_t)timeout_ms),
-                       timeout_ms, diag);
+    xdc_err_t rc = call_simple(c, json_pack("{s:s, s:s, s:i, s:I}", "op", "barrier", "key", name, "count", count,
+                                            "timeout_ms", (json_int_t)timeout_ms),
+                               timeout_ms, diag);
+    /* Members that never arrived make the run unavailable (EX_UNAVAILABLE), not a transient failure. */
+    return rc == XDC_ERR_TIMEOUT ? XDC_ERR_UNAVAILABLE : rc;
 }
 
 xdc_err_t rdzv_heartbeat(rdzv_client *c, const char *status, xdc_diag *diag)

@@ -166,7 +166,8 @@ static xdc_err_t open_wan(orch_worker *w, xdc_diag *diag)
     XDC_CHECK(xdc_wan_engine_create(&wc, &w->wan, diag));
     XDC_CHECK(rdzv_client_create(w->wan, w->coord_host, w->coord_port, w->member, w->cfg.rendezvous_timeout_ms,
                                  &w->rdzv, diag));
-    return XDC_OK;
+    /* Everyone present before anything else waits on anyone: a missing member is named here. */
+    return rdzv_barrier(w->rdzv, "joined", w->gsize, w->cfg.rendezvous_timeout_ms, diag);
 }
 
 /* Intra communicators: the region, then its split into pipeline groups (one per replica) and
@@ -201,9 +202,12 @@ static xdc_err_t open_peers(orch_worker *w, xdc_diag *diag)
     if (!w->peers) return XDC_ERR_NOMEM;
     if (w->n_regions < 2) return XDC_OK;
     char key[200], val[300];
-    XDC_CHECK(xdc_wan_listen(w->wan, "127.0.0.1", 0, &w->lis, diag));
+    /* Local runs advertise loopback (XDC_ADVERTISE_HOST, set by xdc launch); across hosts, the node name. */
+    const char *adv = getenv("XDC_ADVERTISE_HOST");
+    if (!adv || !*adv) adv = w->node;
+    XDC_CHECK(xdc_wan_listen(w->wan, strcmp(adv, "127.0.0.1") == 0 ? "127.0.0.1" : NULL, 0, &w->lis, diag));
     snprintf(key, sizeof key, "wan/%d/%d", w->region_idx, w->lrank);
-    snprintf(val, sizeof val, "127.0.0.1:%d", xdc_wan_listener_port(w->lis));
+    snprintf(val, sizeof val, "%s:%d", adv, xdc_wan_listener_port(w->lis));
     XDC_CHECK(rdzv_set(w->rdzv, key, val, diag));
     for (int r = w->region_idx + 1; r < w->n_regions; r++) {
         if (w->emulate_wan)

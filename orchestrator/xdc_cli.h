@@ -24,6 +24,7 @@ typedef struct {
 int xdc_cmd_topo(int argc, char **argv);
 int xdc_cmd_launch(int argc, char **argv);
 int xdc_cmd_agent(int argc, char **argv);
+int xdc_cmd_coordinator(int argc, char **argv);
 int xdc_cmd_worker(int argc, char **argv);
 int xdc_cmd_train(int argc, char **argv);
 int xdc_cmd_trace(int argc, char **argv);

@@ -9,6 +9,7 @@
 
 static const xdc_command commands[] = {
     {"launch", "run every region of a topology on this machine", xdc_cmd_launch},
+    {"coordinator", "host the rendezvous for agents launched elsewhere", xdc_cmd_coordinator},
     {"agent", "start and watch this node's workers (one per node, from a launch script)", xdc_cmd_agent},
     {"worker", "one pipeline stage of one replica (started by xdc agent)", xdc_cmd_worker},
     {"topo", "check and print topology files", xdc_cmd_topo},

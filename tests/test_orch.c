@@ -37,8 +37,10 @@ static const char *write_run(const char *name, const char *mode, int steps, cons
     snprintf(path, sizeof path, "%s/%s.yaml", xdc_test_tmpdir(), name);
     snprintf(text, sizeof text,
              "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: %s\npipeline_stages: 2\nmicrobatches: 2\n"
-             "steps: %d\ncodec: %s\nbucket_mb: 0.05\nthreads: 1\ntimeouts: {rendezvous: 30s, operation: 30s}\n%s",
-             cwd, DATA, mode, steps, codec, extra ? extra : "");
+             "steps: %d\ncodec: %s\nbucket_mb: 0.05\nthreads: 1\n%s%s",
+             cwd, DATA, mode, steps, codec,
+             extra && strstr(extra, "timeouts:") ? "" : "timeouts: {rendezvous: 30s, operation: 30s}\n",
+             extra ? extra : "");
     xdc_test_write_file(path, text);
     return path;
 }
@@ -281,4 +283,47 @@ XDC_TEST_T(orch_diloco_and_streaming_near_sync, 400)
     XDC_ASSERT_MSG(loss[0] < 3.0, "sync did not learn: %.3f", loss[0]);
     XDC_ASSERT_MSG(loss[1] <= loss[0] + margin, "diloco %.3f vs sync %.3f", loss[1], loss[0]);
     XDC_ASSERT_MSG(loss[2] <= loss[0] + margin, "streaming %.3f vs sync %.3f", loss[2], loss[0]);
+}
+
+XDC_TEST_T(orch_members_that_never_arrive_are_named, 120)
+{
+    need_corpus();
+    const char *run = write_run("absent", "sync", 5, "none", "timeouts: {rendezvous: 3s, operation: 10s}\n");
+    char dir[600], log[700], cmd[2048], out[16384];
+    snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/coord.log", xdc_test_tmpdir());
+    pid_t p = fork();
+    if (p == 0) {
+        FILE *f = freopen(log, "w", stdout);
+        (void)f;
+        dup2(1, 2);
+        execl(xdc_test_bin(), xdc_test_bin(), "coordinator", "-t", TOPO, "-c", run, "--run-dir", dir, "--host",
+              "127.0.0.1", "--port", "0", "--run-id", "absent-test", (char *)NULL);
+        _exit(127);
+    }
+    /* The coordinator prints its address once it listens (bounded wait). */
+    char *coord = NULL;
+    for (int i = 0; i < 400 && !coord; i++) {
+        char *text2 = xdc_test_read_file(log, NULL);
+        char *at = text2 ? strstr(text2, "--coordinator ") : NULL;
+        if (at) {
+            at += strlen("--coordinator ");
+            coord = strndup(at, strcspn(at, " \n"));
+        }
+        free(text2);
+        if (!coord) nanosleep(&(struct timespec){0, 25 * 1000000L}, NULL);
+    }
+    XDC_ASSERT_MSG(coord != NULL, "the coordinator did not start");
+    /* Only us-east's agent comes; eu-west never does. */
+    snprintf(cmd, sizeof cmd, "timeout 60 %s agent -t %s -c %s --run-dir %s --region us-east --node 0 --coordinator %s "
+             "--run-id absent-test", xdc_test_bin(), TOPO, run, dir, coord);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 69, "agent exited %d, expected 69:\n%s", rc, out);
+    int status;
+    XDC_ASSERT(waitpid(p, &status, 0) == p);
+    XDC_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 69);
+    char *text3 = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_STR_CONTAINS(text3, "eu-west/west-node1:0 (never joined");
+    free(text3);
+    free(coord);
 }
