@@ -20,10 +20,10 @@
 #include <unistd.h>
 
 #define SLICE_MS 10      /* longest futex sleep between deadline and liveness checks */
-/* Poll (yielding the core) this long before sleeping: a futex wake-up costs tens of microseconds on a
- * VM, more than most steps take. Shorter when the group has more ranks than there are cores. */
+/* Poll this long before sleeping on the futex: a futex wake-up costs tens of microseconds on a VM,
+ * more than most steps take. The poll yields the core every few rounds, so when ranks outnumber cores
+ * the rank being waited for gets to run (shorter spins when oversubscribed measured no better). */
 #define SPIN_NS 100000
-#define SPIN_NS_OVERSUBSCRIBED 20000
 
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
@@ -158,9 +158,7 @@ static int all_at(const intra_shm *s, int joining, uint64_t step)
 static xdc_err_t wait_all(intra_shm *s, int joining, uint64_t step, int64_t timeout_ms, const char *what,
                           char *msg, size_t cap)
 {
-    static long ncpu;
-    if (!ncpu) ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    uint64_t spin_end = xdc_now_ns() + (s->size > ncpu ? SPIN_NS_OVERSUBSCRIBED : SPIN_NS);
+    uint64_t spin_end = xdc_now_ns() + SPIN_NS;
     for (unsigned i = 0;; i++) {
         if (all_at(s, joining, step)) return XDC_OK;
         if (i % 16 == 15) {

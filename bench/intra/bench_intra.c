@@ -1,7 +1,8 @@
 /* bench_intra.c — all_reduce bandwidth of the CPU backend of intra/ in the nccl-tests layout: forks
  * `ranks` processes on this host, times fp32 sum all_reduce for message sizes min..max bytes (doubling),
  * and prints one row per size: bytes, time (us), algbw and busbw (GB/s, busbw = algbw * 2(n-1)/n) next to
- * single-process memcpy bandwidth of the same size measured in the same run.
+ * single-process memcpy bandwidth of the same size measured in the same run. Each size is timed in
+ * TRIALS runs and the fastest is reported (the VM is shared; allreduce_mpi.c does the same).
  *
  *   bench_intra RANKS [MIN_BYTES [MAX_BYTES]]
  * Rows start with "row" so run.sh can join them with the Open MPI run. */
@@ -15,9 +16,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#define TRIALS 3
+
 static size_t iters_for(size_t bytes)
 {
-    size_t it = ((size_t)256 << 20) / bytes; /* about 256 MiB reduced per size */
+    size_t it = ((size_t)128 << 20) / bytes; /* about 128 MiB reduced per trial */
     return it < 5 ? 5 : it > 200 ? 200 : it;
 }
 
@@ -46,15 +49,19 @@ static double memcpy_gbps(size_t bytes)
     memset(a, 1, bytes);
     memset(b, 2, bytes);
     size_t it = iters_for(bytes);
-    uint64_t t0 = xdc_now_ns();
-    for (size_t i = 0; i < it; i++) {
-        memcpy(b, a, bytes);
-        a[i % bytes] = (uint8_t)i; /* keep the copies from being merged */
+    double best = 1e30;
+    for (int trial = 0; trial < TRIALS; trial++) {
+        uint64_t t0 = xdc_now_ns();
+        for (size_t i = 0; i < it; i++) {
+            memcpy(b, a, bytes);
+            a[i % bytes] = (uint8_t)i; /* keep the copies from being merged */
+        }
+        double s = (double)(xdc_now_ns() - t0) / 1e9;
+        best = s < best ? s : best;
     }
-    double s = (double)(xdc_now_ns() - t0) / 1e9;
     xdc_free(a);
     xdc_free(b);
-    return (double)bytes * (double)it / s / 1e9;
+    return (double)bytes * (double)it / best / 1e9;
 }
 
 static int rank_main(const char *id, int rank, int n, size_t min_b, size_t max_b)
@@ -76,10 +83,14 @@ static int rank_main(const char *id, int rank, int n, size_t min_b, size_t max_b
     for (size_t bytes = min_b; bytes <= max_b && rc == 0; bytes *= 2) {
         size_t count = bytes / 4, it = iters_for(bytes);
         rc |= run(c, buf, count) | run(c, buf, count) | barrier(c); /* warm-up */
-        uint64_t t0 = xdc_now_ns();
-        for (size_t i = 0; i < it && rc == 0; i++) rc |= run(c, buf, count);
-        double us = (double)(xdc_now_ns() - t0) / 1e3 / (double)it;
-        rc |= barrier(c);
+        double us = 1e30;
+        for (int trial = 0; trial < TRIALS && rc == 0; trial++) {
+            uint64_t t0 = xdc_now_ns();
+            for (size_t i = 0; i < it && rc == 0; i++) rc |= run(c, buf, count);
+            double t = (double)(xdc_now_ns() - t0) / 1e3 / (double)it;
+            us = t < us ? t : us;
+            rc |= barrier(c);
+        }
         if (rank == 0 && rc == 0) {
             double algbw = (double)bytes / us / 1e3, busbw = algbw * 2.0 * (n - 1) / n;
             printf("row %d %zu %.1f %.3f %.3f\n", n, bytes, us, algbw, busbw);
