@@ -195,6 +195,48 @@ XDC_TEST(intra_cpu_send_recv_any_size_both_directions)
     intra_test_ranks(XDC_INTRA_CPU, 3, rank_p2p, NULL, NULL);
 }
 
+/* Pipeline-style exchange on backend memory: activations go right, gradients come back left, with the
+ * even ranks sending first so the pattern is also safe on NCCL, whose send/recv block until matched. */
+static int rank_p2p_ordered(xdc_intra_comm *comm, intra_test_rank *tr, const void *arg)
+{
+    (void)arg;
+    int me = xdc_intra_rank(comm), n = xdc_intra_size(comm);
+    xdc_intra_backend be = tr->backend;
+    const size_t c = 100003; /* fp32 elements, ~400 KB: a small activation tensor */
+    float *host = xdc_malloc(c * 4), *want = xdc_malloc(c * 4);
+    void *dout = NULL, *din = NULL;
+    RCHECK(host && want, tr, "no memory");
+    RCHECK_OK(xdc_intra_mem_alloc(be, c * 4, &dout, &tr->diag), tr);
+    RCHECK_OK(xdc_intra_mem_alloc(be, c * 4, &din, &tr->diag), tr);
+    fill(host, XDC_INTRA_F32, 7, me, 0, c);
+    RCHECK_OK(xdc_intra_mem_upload(be, dout, host, c * 4), tr);
+    for (int dir = 0; dir < 2; dir++) { /* 0: to the right, 1: to the left */
+        int to = dir == 0 ? me + 1 : me - 1, from = dir == 0 ? me - 1 : me + 1;
+        int can_send = to >= 0 && to < n, can_recv = from >= 0 && from < n;
+        for (int phase = 0; phase < 2; phase++) {
+            int send_now = (phase == 0) == (me % 2 == 0);
+            if (send_now && can_send)
+                RCHECK_OK(intra_test_run_op(tr, xdc_intra_send(comm, dout, c, XDC_INTRA_F32, to, &tr->req)), tr);
+            if (!send_now && can_recv) {
+                RCHECK_OK(intra_test_run_op(tr, xdc_intra_recv(comm, din, c, XDC_INTRA_F32, from, &tr->req)), tr);
+                RCHECK_OK(xdc_intra_mem_download(be, host, din, c * 4), tr);
+                fill(want, XDC_INTRA_F32, 7, from, 0, c);
+                RCHECK(memcmp(host, want, c * 4) == 0, tr, "p2p from rank %d to rank %d differs", from, me);
+            }
+        }
+    }
+    xdc_intra_mem_free(be, dout);
+    xdc_intra_mem_free(be, din);
+    xdc_free(host);
+    xdc_free(want);
+    return 0;
+}
+
+XDC_TEST(intra_cpu_pipeline_exchange_on_backend_memory)
+{
+    intra_test_ranks(XDC_INTRA_CPU, 4, rank_p2p_ordered, NULL, NULL);
+}
+
 /* ---- sub-groups --------------------------------------------------------------------------------- */
 
 /* 4 ranks = 2 pipeline stages x 2 replicas: the data-parallel group of a stage all-reduces, the
@@ -448,4 +490,5 @@ XDC_TEST_T(intra_nccl_collectives_match_reference, 120)
     int n = ndev < 4 ? ndev : 4;
     intra_test_ranks(XDC_INTRA_NCCL, n, rank_collectives, &small_case, NULL);
     intra_test_ranks(XDC_INTRA_NCCL, n, rank_collectives, &large_case, NULL);
+    if (n >= 2) intra_test_ranks(XDC_INTRA_NCCL, n, rank_p2p_ordered, NULL, NULL);
 }
