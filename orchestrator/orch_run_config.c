@@ -26,6 +26,8 @@ static const xdc_yaml_field top_fields[] = {
     {"streaming", XDC_YF_NODE, offsetof(run_in, streaming), 0, false, 0, 0, NULL},
     {"timeouts", XDC_YF_NODE, offsetof(run_in, timeouts), 0, false, 0, 0, NULL},
     RUN_FIELD("pipeline_stages", XDC_YF_INT, pipeline_stages, false, 1, 64),
+    RUN_FIELD("span_regions", XDC_YF_BOOL, span_regions, false, 0, 0),
+    RUN_FIELD("activation_codec", XDC_YF_STRING, activation_codec, false, 0, 0),
     RUN_FIELD("microbatches", XDC_YF_INT, microbatches, false, 1, 1024),
     RUN_FIELD("steps", XDC_YF_INT, steps, false, 1, 100000000),
     RUN_FIELD("codec", XDC_YF_STRING, codec, false, 0, 0),
@@ -76,6 +78,7 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     snprintf(c->path, sizeof c->path, "%s", path);
     c->pipeline_stages = 1;
     snprintf(c->codec, sizeof c->codec, "link");
+    snprintf(c->activation_codec, sizeof c->activation_codec, "bf16");
     c->zstd_level = -1;
     c->bucket_mb = 1.0;
     c->threads = 1;
@@ -105,6 +108,10 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     if (c->steps) c->train.steps = c->steps;
     c->microbatches = c->train.microbatches;
     c->steps = c->train.steps;
+    if (c->span_regions && c->mode != ORCH_MODE_SYNC) {
+        xdc_cfg_error_add(errs, 0, 0, "span_regions needs mode sync (a pipeline across regions has one replica)");
+        return XDC_ERR_CONFIG;
+    }
     if (c->pipeline_stages > c->train.model.n_layer) {
         xdc_cfg_error_add(errs, 0, 0, "pipeline_stages (%d) exceeds the model's %d layers", c->pipeline_stages,
                           c->train.model.n_layer);

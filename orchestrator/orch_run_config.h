@@ -19,6 +19,8 @@ typedef struct orch_run_config {
     xdc_train_config train; /* loaded from model_path, then overridden by the run file */
     orch_mode mode;
     int pipeline_stages;    /* per replica; divides each region's workers */
+    bool span_regions;      /* one pipeline over every worker of every region (stages cross the WAN) */
+    char activation_codec[32]; /* codec of activations crossing the WAN: none|bf16|int8 */
     int microbatches;       /* per replica per step (overrides the model file when set) */
     int steps;              /* overrides the model file when set */
     char codec[32];         /* WAN gradient codec ("int8", "topk:0.01", ..., "link": each link's own) */

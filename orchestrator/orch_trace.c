@@ -75,6 +75,7 @@ void orch_trace_destroy(orch_trace *t)
 
 uint64_t orch_trace_now_us(const orch_trace *t)
 {
+    if (!t) return 0;
     return (t->wall0_ns + (xdc_now_ns() - t->mono0_ns)) / 1000;
 }
 

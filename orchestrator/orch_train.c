@@ -18,45 +18,48 @@ static double now_s(void) { return (double)xdc_now_ns() / 1e9; }
 static int is_first(const orch_worker *w) { return w->stage == 0; }
 static int is_last(const orch_worker *w) { return w->stage == w->n_stages - 1; }
 
-/* Wait for a pipeline request (if any) and clear it; intra time is charged to the step. */
-static xdc_err_t pp_wait(orch_worker *w, xdc_intra_req **req, xdc_diag *diag)
+/* Encoded-activation buffer k of microbatch mb (k: 0 x, 1 dy, 2 y, 3 dx), or NULL within a region. */
+static uint8_t *wire(const orch_worker *w, int k, int mb)
 {
-    if (!*req) return XDC_OK;
-    double t0 = now_s();
-    xdc_err_t rc = xdc_intra_wait(*req, -1, diag);
-    *req = NULL;
-    w->t_intra += now_s() - t0;
-    if (rc != XDC_OK) xdc_diag_prefix(diag, "pipeline transfer");
-    return rc;
+    return w->wire ? w->wire + ((size_t)k * w->M + mb) * w->pipe_bound : NULL;
+}
+
+static void trace_span(orch_worker *w, const char *name, uint64_t t0, int mb)
+{
+    orch_trace_complete(w->trace, ORCH_LANE_COMPUTE, name, "compute", t0, orch_trace_now_us(w->trace) - t0, "microbatch", mb);
 }
 
 static xdc_err_t forward_mb(orch_worker *w, int mb, float *loss_sum, xdc_diag *diag)
 {
     size_t bt = (size_t)w->B * w->T, btc = bt * (size_t)w->C;
-    if (!is_first(w)) XDC_CHECK(pp_wait(w, &w->x_req[mb], diag));
+    if (!is_first(w)) XDC_CHECK(orch_pipe_wait(w, &w->x_req[mb], diag));
     const float *y = NULL;
     float loss = 0;
     double t0 = now_s();
+    uint64_t u0 = orch_trace_now_us(w->trace);
     XDC_CHECK(xdc_gpt_stage_forward(w->st, mb, w->tokens + mb * bt, w->x_in + mb * btc, w->targets + mb * bt,
                                     is_last(w) ? NULL : &y, &loss));
     w->t_compute += now_s() - t0;
+    trace_span(w, "forward", u0, mb);
     if (is_last(w)) *loss_sum += loss;
     /* y stays valid in slot mb until the slot's next forward (next step), after the send completed. */
-    if (!is_last(w)) XDC_CHECK(xdc_intra_send(w->pp, y, btc, XDC_INTRA_F32, w->stage + 1, &w->y_req[mb]));
+    if (!is_last(w)) XDC_CHECK(orch_pipe_send(w, w->stage + 1, y, btc, wire(w, 2, mb), &w->y_req[mb], diag));
     return XDC_OK;
 }
 
 static xdc_err_t backward_mb(orch_worker *w, int mb, xdc_diag *diag)
 {
     size_t btc = (size_t)w->B * w->T * (size_t)w->C;
-    if (!is_last(w)) XDC_CHECK(pp_wait(w, &w->dy_req[mb], diag));
+    if (!is_last(w)) XDC_CHECK(orch_pipe_wait(w, &w->dy_req[mb], diag));
     const float *dx = NULL;
     double t0 = now_s();
+    uint64_t u0 = orch_trace_now_us(w->trace);
     XDC_CHECK(xdc_gpt_stage_backward(w->st, mb, w->dy_in + mb * btc, 1.0f / (float)w->M, is_first(w) ? NULL : &dx));
     if (!is_first(w)) memcpy(w->dx_out + mb * btc, dx, btc * sizeof(float)); /* dx lives only until the next backward */
     w->t_compute += now_s() - t0;
+    trace_span(w, "backward", u0, mb);
     if (!is_first(w))
-        XDC_CHECK(xdc_intra_send(w->pp, w->dx_out + mb * btc, btc, XDC_INTRA_F32, w->stage - 1, &w->dx_req[mb]));
+        XDC_CHECK(orch_pipe_send(w, w->stage - 1, w->dx_out + mb * btc, btc, wire(w, 3, mb), &w->dx_req[mb], diag));
     return XDC_OK;
 }
 
@@ -71,8 +74,8 @@ static xdc_err_t pipeline_step(orch_worker *w, orch_sync *sync, float *loss, xdc
         for (int mb = 0; mb < M; mb++) XDC_CHECK(xdc_data_next_train(w->data, w->tokens + mb * bt, w->targets + mb * bt));
     /* Post every receive of the step up front: they match sends in order, per direction. */
     for (int mb = 0; mb < M; mb++) {
-        if (!is_first(w)) XDC_CHECK(xdc_intra_recv(w->pp, w->x_in + mb * btc, btc, XDC_INTRA_F32, s - 1, &w->x_req[mb]));
-        if (!is_last(w)) XDC_CHECK(xdc_intra_recv(w->pp, w->dy_in + mb * btc, btc, XDC_INTRA_F32, s + 1, &w->dy_req[mb]));
+        if (!is_first(w)) XDC_CHECK(orch_pipe_recv(w, s - 1, w->x_in + mb * btc, btc, wire(w, 0, mb), &w->x_req[mb], diag));
+        if (!is_last(w)) XDC_CHECK(orch_pipe_recv(w, s + 1, w->dy_in + mb * btc, btc, wire(w, 1, mb), &w->dy_req[mb], diag));
     }
     int warm = P - s - 1 < M ? P - s - 1 : M, f = 0, b = 0;
     float loss_sum = 0;
@@ -86,22 +89,17 @@ static xdc_err_t pipeline_step(orch_worker *w, orch_sync *sync, float *loss, xdc
     orch_sync_mark_ready(sync, 0);
     /* Sends must land before their buffers are reused next step; this overlaps the gradient sync. */
     for (int mb = 0; mb < M; mb++) {
-        XDC_CHECK(pp_wait(w, &w->y_req[mb], diag));
-        XDC_CHECK(pp_wait(w, &w->dx_req[mb], diag));
+        XDC_CHECK(orch_pipe_wait(w, &w->y_req[mb], diag));
+        XDC_CHECK(orch_pipe_wait(w, &w->dx_req[mb], diag));
     }
     double t0 = now_s();
+    uint64_t u0 = orch_trace_now_us(w->trace);
     xdc_err_t rc = orch_sync_end(sync, diag);
     w->t_wan_exposed += now_s() - t0;
+    orch_trace_complete(w->trace, ORCH_LANE_WAN_RX, "wait for gradient sync", "wan", u0, orch_trace_now_us(w->trace) - u0,
+                        NULL, 0);
     *loss = loss_sum / (float)M;
     return rc;
-}
-
-/* Sum a few floats over the pipeline group (every stage ends with the same values). */
-static xdc_err_t pp_sum(orch_worker *w, float *v, int n, xdc_diag *diag)
-{
-    xdc_intra_req *req;
-    XDC_CHECK(xdc_intra_all_reduce(w->pp, v, v, (size_t)n, XDC_INTRA_F32, XDC_INTRA_SUM, &req));
-    return pp_wait(w, &req, diag);
 }
 
 /* Clip by the global gradient norm (over all stages) and take one AdamW step. */
@@ -110,7 +108,7 @@ static xdc_err_t optimizer_step(orch_worker *w, float *loss, xdc_diag *diag)
     double sumsq = 0;
     XDC_CHECK(xdc_gpt_stage_grad_sumsq(w->st, &sumsq));
     float v[2] = {(float)sumsq, *loss};
-    XDC_CHECK(pp_sum(w, v, 2, diag));
+    XDC_CHECK(orch_pipe_allreduce_sum(w, v, 2, diag));
     *loss = v[1];
     const xdc_train_config *c = &w->cfg.train;
     xdc_lr_schedule sch = {(float)c->lr, (float)c->min_lr_frac, c->warmup_steps, c->steps};
@@ -199,27 +197,27 @@ xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag)
     if (w->val && n > xdc_data_val_batches(w->val)) n = xdc_data_val_batches(w->val);
     /* Only the first and last stage hold data; agree on the batch count through the pipeline. */
     float cnt[1] = {w->val && is_first(w) ? (float)n : 0};
-    XDC_CHECK(pp_sum(w, cnt, 1, diag));
+    XDC_CHECK(orch_pipe_allreduce_sum(w, cnt, 1, diag));
     n = (int)cnt[0];
     float sum = 0;
     for (int i = 0; i < n; i++) {
-        xdc_intra_req *req = NULL;
+        orch_pipe_req req;
         if (w->val) XDC_CHECK(xdc_data_val_batch(w->val, i, w->tokens, w->targets));
         if (!is_first(w)) {
-            XDC_CHECK(xdc_intra_recv(w->pp, w->x_in, btc, XDC_INTRA_F32, w->stage - 1, &req));
-            XDC_CHECK(pp_wait(w, &req, diag));
+            XDC_CHECK(orch_pipe_recv(w, w->stage - 1, w->x_in, btc, wire(w, 0, 0), &req, diag));
+            XDC_CHECK(orch_pipe_wait(w, &req, diag));
         }
         const float *y = NULL;
         float l = 0;
         XDC_CHECK(xdc_gpt_stage_forward(w->st, 0, w->tokens, w->x_in, w->targets, is_last(w) ? NULL : &y, &l));
         if (!is_last(w)) {
-            XDC_CHECK(xdc_intra_send(w->pp, y, btc, XDC_INTRA_F32, w->stage + 1, &req));
-            XDC_CHECK(pp_wait(w, &req, diag));
+            XDC_CHECK(orch_pipe_send(w, w->stage + 1, y, btc, wire(w, 2, 0), &req, diag));
+            XDC_CHECK(orch_pipe_wait(w, &req, diag));
         }
         sum += l;
     }
     float v[1] = {is_last(w) ? sum : 0};
-    XDC_CHECK(pp_sum(w, v, 1, diag));
+    XDC_CHECK(orch_pipe_allreduce_sum(w, v, 1, diag));
     *loss = n ? v[0] / (float)n : 0;
     return XDC_OK;
 }
@@ -227,22 +225,22 @@ xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag)
 /* params_xxh64 over every stage in order: each stage continues the hash state of the one before. */
 static xdc_err_t hash_params(orch_worker *w, uint64_t *out, xdc_diag *diag)
 {
-    unsigned char blob[XDC_HASH_STATE_BYTES];
+    float blob[XDC_HASH_STATE_BYTES / sizeof(float)]; /* the hash state as bytes */
     xdc_hash_state *h = xdc_hash64_create(0);
     if (!h) return XDC_ERR_NOMEM;
     xdc_err_t rc = XDC_OK;
-    xdc_intra_req *req = NULL;
+    orch_pipe_req req;
     size_t nf = XDC_HASH_STATE_BYTES / sizeof(float);
     if (!is_first(w)) {
-        rc = xdc_intra_recv(w->pp, blob, nf, XDC_INTRA_F32, w->stage - 1, &req);
-        if (rc == XDC_OK) rc = pp_wait(w, &req, diag);
+        rc = orch_pipe_recv(w, w->stage - 1, (float *)blob, nf, NULL, &req, diag);
+        if (rc == XDC_OK) rc = orch_pipe_wait(w, &req, diag);
         if (rc == XDC_OK) xdc_hash64_import(h, blob);
     }
     if (rc == XDC_OK) rc = xdc_gpt_stage_hash_update(w->st, h);
     if (rc == XDC_OK && !is_last(w)) {
         xdc_hash64_export(h, blob);
-        rc = xdc_intra_send(w->pp, blob, nf, XDC_INTRA_F32, w->stage + 1, &req);
-        if (rc == XDC_OK) rc = pp_wait(w, &req, diag);
+        rc = orch_pipe_send(w, w->stage + 1, (const float *)blob, nf, NULL, &req, diag);
+        if (rc == XDC_OK) rc = orch_pipe_wait(w, &req, diag);
     }
     *out = xdc_hash64_digest(h);
     xdc_hash64_destroy(h);
@@ -266,7 +264,8 @@ static xdc_err_t dump_params(orch_worker *w, xdc_diag *diag)
 
 static void wan_totals(orch_worker *w, uint64_t *tx, uint64_t *raw)
 {
-    *tx = *raw = 0;
+    *tx = w->pipe_tx_bytes;
+    *raw = w->pipe_raw_bytes;
     orch_sync *all[2] = {w->grad_sync, w->outer_sync};
     for (int i = 0; i < 2; i++) {
         if (!all[i]) continue;
@@ -289,7 +288,7 @@ static void progress_line(orch_worker *w, float loss, double step_s, double comp
 {
     uint64_t tx, raw;
     wan_totals(w, &tx, &raw);
-    double tokens = (double)w->B * w->T * w->M * w->n_replicas * w->n_regions;
+    double tokens = (double)w->B * w->T * w->M * w->n_replicas * (w->span ? 1 : w->n_regions);
     double goodput = 0;
     for (int r = 0; r < w->n_regions; r++)
         if (w->peers && w->peers[r]) {
@@ -343,7 +342,7 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
     XDC_CHECK(orch_train_eval(w, &w->val_loss, diag));
     uint64_t hash = 0, tx, raw;
     XDC_CHECK(hash_params(w, &hash, diag));
-    if (w->cfg.dump_params && w->region_idx == 0 && w->replica == 0) XDC_CHECK(dump_params(w, diag));
+    if (w->cfg.dump_params && (w->span || w->region_idx == 0) && w->replica == 0) XDC_CHECK(dump_params(w, diag));
     wan_totals(w, &tx, &raw);
     double wall = now_s() - run_t0;
     char key[200], val[512];
@@ -351,9 +350,9 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
     snprintf(val, sizeof val, "%llu %llu %.6f %.6f %.6f %.6f", (unsigned long long)tx, (unsigned long long)raw,
              w->t_step, w->t_compute, w->t_intra, w->t_wan_exposed);
     XDC_CHECK(rdzv_set(w->rdzv, key, val, diag));
-    if (w->region_idx == 0 && w->replica == 0 && is_last(w)) {
+    if ((w->span || w->region_idx == 0) && w->replica == 0 && is_last(w)) {
         snprintf(val, sizeof val, "%.4f %016llx %lld %.3f", w->val_loss, (unsigned long long)hash, (long long)w->step,
-                 (double)w->step * w->B * w->T * w->M * w->n_replicas * w->n_regions / wall);
+                 (double)w->step * w->B * w->T * w->M * w->n_replicas * (w->span ? 1 : w->n_regions) / wall);
         XDC_CHECK(rdzv_set(w->rdzv, "result", val, diag));
     }
     /* Nobody leaves before everyone reported: a departing peer would look like a failure. */

@@ -12,6 +12,7 @@
 #include "orchestrator/xdc_cli.h"
 
 #include <getopt.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,21 @@ static xdc_err_t place(orch_worker *w, xdc_diag *diag)
     }
     int workers = xdc_topology_region_workers(t, r);
     w->n_stages = w->cfg.pipeline_stages;
+    if (w->cfg.span_regions) {
+        /* One pipeline through every worker of every region, in region order: stage = global rank. */
+        w->span = 1;
+        if (w->n_stages != w->gsize || w->gsize > w->cfg.train.model.n_layer) {
+            xdc_diag_set(diag, "span_regions: pipeline_stages (%d) must equal the workers of all regions (%d) and not "
+                               "exceed the model's %d layers",
+                         w->n_stages, w->gsize, w->cfg.train.model.n_layer);
+            return XDC_ERR_CONFIG;
+        }
+        w->stage = w->grank;
+        w->replica = 0;
+        w->n_replicas = 1;
+        orch_stage_layers(w->cfg.train.model.n_layer, w->n_stages, w->stage, &w->layer_begin, &w->layer_end);
+        return XDC_OK;
+    }
     if (w->lsize != workers || workers % w->n_stages != 0 || w->lrank < 0 || w->lrank >= workers) {
         xdc_diag_set(diag, "region %s has %d workers (WORLD_SIZE=%d), which %d pipeline stages must divide", w->region,
                      workers, w->lsize, w->n_stages);
@@ -118,8 +134,8 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
     if (xdc_gpt_stage_is_first(w->st) || xdc_gpt_stage_is_last(w->st)) {
         /* Every replica of every region reads its own shard; the stages of one replica read the same one. */
         xdc_data_config dc = {.batch = c->batch_size, .seq_len = c->seq_len, .val_fraction = c->val_fraction,
-                              .seed = (uint64_t)c->seed, .rank = w->region_idx * w->n_replicas + w->replica,
-                              .world = w->n_regions * w->n_replicas, .vocab_size = c->model.vocab_size};
+                              .seed = (uint64_t)c->seed, .rank = w->span ? 0 : w->region_idx * w->n_replicas + w->replica,
+                              .world = w->span ? 1 : w->n_regions * w->n_replicas, .vocab_size = c->model.vocab_size};
         XDC_CHECK(xdc_data_open(w->cfg.data_path, &dc, &w->data, diag));
         dc.rank = 0;
         dc.world = 1;
@@ -130,13 +146,12 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
     w->targets = xdc_malloc(M * bt * sizeof(int32_t));
     w->x_in = xdc_malloc(M * btc * sizeof(float));
     w->dy_in = xdc_malloc(M * btc * sizeof(float));
-    w->y_out = xdc_malloc(M * btc * sizeof(float));
     w->dx_out = xdc_malloc(M * btc * sizeof(float));
     w->x_req = xdc_calloc(M, sizeof *w->x_req);
     w->dy_req = xdc_calloc(M, sizeof *w->dy_req);
     w->y_req = xdc_calloc(M, sizeof *w->y_req);
     w->dx_req = xdc_calloc(M, sizeof *w->dx_req);
-    if (!w->tokens || !w->targets || !w->x_in || !w->dy_in || !w->y_out || !w->dx_out || !w->x_req || !w->dy_req ||
+    if (!w->tokens || !w->targets || !w->x_in || !w->dy_in || !w->dx_out || !w->x_req || !w->dy_req ||
         !w->y_req || !w->dx_req)
         return XDC_ERR_NOMEM;
     if (w->cfg.mode != ORCH_MODE_SYNC) {
@@ -189,13 +204,53 @@ static xdc_err_t open_intra(orch_worker *w, xdc_diag *diag)
     ic.create_timeout_ms = w->cfg.rendezvous_timeout_ms;
     ic.op_timeout_ms = w->cfg.op_timeout_ms;
     XDC_CHECK(xdc_intra_create(&ic, &w->region_comm, diag));
-    XDC_CHECK(xdc_intra_split(w->region_comm, w->replica, w->stage, &w->pp, diag));
-    XDC_CHECK(xdc_intra_split(w->region_comm, w->stage, w->replica, &w->dp, diag));
+    /* With span the region's workers are consecutive stages of the one pipeline. */
+    XDC_CHECK(xdc_intra_split(w->region_comm, w->replica, w->span ? w->lrank : w->stage, &w->pp, diag));
+    XDC_CHECK(xdc_intra_split(w->region_comm, w->span ? w->lrank : w->stage, w->replica, &w->dp, diag));
     return XDC_OK;
 }
 
-/* WAN peers: the same local rank in every other region. The lower region index dials, the higher
- * accepts; with an emulated WAN the dial goes to the launcher's relay for that link. */
+/* Dial region r's rank `rank` (directly, or through the launcher's relay for link my_region -> r). */
+static xdc_err_t dial(orch_worker *w, int r, int rank, xdc_wan_peer **out, xdc_diag *diag)
+{
+    char key[200], val[300];
+    if (w->emulate_wan)
+        snprintf(key, sizeof key, "relay/%d/%d/%d", w->region_idx, r, rank);
+    else
+        snprintf(key, sizeof key, "wan/%d/%d", r, rank);
+    XDC_CHECK(rdzv_get(w->rdzv, key, w->cfg.rendezvous_timeout_ms, val, sizeof val, diag));
+    char *colon = strrchr(val, ':');
+    if (!colon) {
+        xdc_diag_set(diag, "rendezvous key %s = '%s' is not host:port", key, val);
+        return XDC_ERR_PROTO;
+    }
+    *colon = '\0';
+    XDC_CHECK(xdc_wan_connect(w->wan, val, atoi(colon + 1), w->topo->regions[r].name, rank, out, diag));
+    xdc_err_t rc = xdc_wan_peer_wait_ready(*out, w->cfg.rendezvous_timeout_ms, diag);
+    if (rc != XDC_OK) xdc_diag_prefix(diag, "connecting to %s rank %d", w->topo->regions[r].name, rank);
+    return rc;
+}
+
+/* Accept one peer and check it is region r's rank `rank` (r < 0: any lower region, same rank). */
+static xdc_err_t accept_peer(orch_worker *w, int r, int rank, xdc_wan_peer **out, int *from, xdc_diag *diag)
+{
+    xdc_err_t rc = xdc_wan_accept(w->lis, w->cfg.rendezvous_timeout_ms, out, diag);
+    if (rc != XDC_OK) {
+        xdc_diag_prefix(diag, "waiting for a lower region to connect");
+        return rc;
+    }
+    const xdc_wan_identity *id = xdc_wan_peer_identity(*out);
+    *from = xdc_topology_region_index(w->topo, id->region);
+    if (*from < 0 || *from >= w->region_idx || id->rank != rank || (r >= 0 && *from != r)) {
+        xdc_diag_set(diag, "unexpected WAN peer %s/%d (expected rank %d of %s)", id->region, id->rank, rank,
+                     r >= 0 ? w->topo->regions[r].name : "a lower region");
+        return XDC_ERR_AUTH;
+    }
+    return XDC_OK;
+}
+
+/* WAN peers. Sync/DiLoCo: the same local rank in every other region. Span: the neighbouring stages on
+ * the other side of a region boundary. The lower region dials, the higher accepts. */
 static xdc_err_t open_peers(orch_worker *w, xdc_diag *diag)
 {
     w->peers = xdc_calloc((size_t)w->n_regions, sizeof *w->peers);
@@ -209,41 +264,46 @@ static xdc_err_t open_peers(orch_worker *w, xdc_diag *diag)
     snprintf(key, sizeof key, "wan/%d/%d", w->region_idx, w->lrank);
     snprintf(val, sizeof val, "%s:%d", adv, xdc_wan_listener_port(w->lis));
     XDC_CHECK(rdzv_set(w->rdzv, key, val, diag));
-    for (int r = w->region_idx + 1; r < w->n_regions; r++) {
-        if (w->emulate_wan)
-            snprintf(key, sizeof key, "relay/%d/%d/%d", w->region_idx, r, w->lrank);
-        else
-            snprintf(key, sizeof key, "wan/%d/%d", r, w->lrank);
-        XDC_CHECK(rdzv_get(w->rdzv, key, w->cfg.rendezvous_timeout_ms, val, sizeof val, diag));
-        char *colon = strrchr(val, ':');
-        if (!colon) return XDC_ERR_PROTO;
-        *colon = '\0';
-        XDC_CHECK(xdc_wan_connect(w->wan, val, atoi(colon + 1), w->topo->regions[r].name, w->lrank, &w->peers[r], diag));
+    if (w->span) {
+        int from;
+        if (w->lrank == w->lsize - 1 && w->region_idx < w->n_regions - 1)
+            XDC_CHECK(dial(w, w->region_idx + 1, 0, &w->next_peer, diag));
+        if (w->lrank == 0 && w->region_idx > 0)
+            XDC_CHECK(accept_peer(w, w->region_idx - 1, xdc_topology_region_workers(w->topo, w->region_idx - 1) - 1,
+                                  &w->prev_peer, &from, diag));
+        return XDC_OK;
     }
-    for (int r = w->region_idx + 1; r < w->n_regions; r++) {
-        xdc_err_t rc = xdc_wan_peer_wait_ready(w->peers[r], w->cfg.rendezvous_timeout_ms, diag);
-        if (rc != XDC_OK) {
-            xdc_diag_prefix(diag, "connecting to %s rank %d", w->topo->regions[r].name, w->lrank);
-            return rc;
-        }
-    }
+    for (int r = w->region_idx + 1; r < w->n_regions; r++) XDC_CHECK(dial(w, r, w->lrank, &w->peers[r], diag));
     for (int n = 0; n < w->region_idx; n++) {
         xdc_wan_peer *p;
-        xdc_err_t rc = xdc_wan_accept(w->lis, w->cfg.rendezvous_timeout_ms, &p, diag);
-        if (rc != XDC_OK) {
-            xdc_diag_prefix(diag, "waiting for %d lower region(s) to connect", w->region_idx - n);
-            return rc;
-        }
-        const xdc_wan_identity *id = xdc_wan_peer_identity(p);
-        int r = xdc_topology_region_index(w->topo, id->region);
-        if (r < 0 || r >= w->region_idx || id->rank != w->lrank || w->peers[r]) {
-            xdc_diag_set(diag, "unexpected WAN peer %s/%d (expected rank %d of a lower region)", id->region, id->rank,
-                         w->lrank);
+        int r;
+        XDC_CHECK(accept_peer(w, -1, w->lrank, &p, &r, diag));
+        if (w->peers[r]) {
+            xdc_diag_set(diag, "region %s connected twice", w->topo->regions[r].name);
             return XDC_ERR_AUTH;
         }
         w->peers[r] = p;
     }
     return XDC_OK;
+}
+
+/* Activation codec for stages that talk across the WAN (no error feedback: each tensor is used once). */
+static xdc_err_t open_pipe_codec(orch_worker *w, xdc_diag *diag)
+{
+    if (!w->prev_peer && !w->next_peer) return XDC_OK;
+    xdc_codec_cfg cc = XDC_CODEC_CFG_INIT;
+    XDC_CHECK(xdc_codec_parse(w->cfg.activation_codec, &cc, diag));
+    w->pipe_elems = (size_t)w->B * w->T * (size_t)w->C;
+    cc.n_elems = w->pipe_elems;
+    cc.chunk_elems = w->pipe_elems;
+    cc.error_feedback = false;
+    cc.zstd_level = 0; /* latency class: no entropy stage */
+    w->pipe_codec_kind = cc.kind;
+    XDC_CHECK(xdc_codec_create(&cc, &w->pipe_enc, diag));
+    XDC_CHECK(xdc_codec_create(&cc, &w->pipe_dec, diag));
+    w->pipe_bound = xdc_codec_bound(w->pipe_enc, w->pipe_elems);
+    w->wire = xdc_malloc(4 * (size_t)w->M * w->pipe_bound);
+    return w->wire ? XDC_OK : XDC_ERR_NOMEM;
 }
 
 /* The WAN codec for this run: the run file's, or the link's ("link"), "auto" meaning int8. */
@@ -272,6 +332,11 @@ static xdc_err_t open_sync(orch_worker *w, xdc_diag *diag)
                         .name = "gradients"};
     if (sc.bucket_elems == 0) sc.bucket_elems = 1;
     XDC_CHECK(codec_config(w, &sc.codec, diag));
+    if (w->span) { /* each stage exists once: nothing to average */
+        sc.n_regions = 1;
+        sc.my_region = 0;
+        sc.peers = NULL;
+    }
     if (w->cfg.mode == ORCH_MODE_SYNC) return orch_sync_create(&sc, &w->grad_sync, diag);
     /* DiLoCo and streaming: inner steps sync over the region's replicas only, with no codec. */
     orch_sync_cfg inner = sc;
@@ -300,6 +365,8 @@ static void worker_close(orch_worker *w)
     orch_sync_destroy(w->outer_sync);
     for (int f = 0; w->frag_sync && f < w->cfg.fragments; f++) orch_sync_destroy(w->frag_sync[f]);
     xdc_free(w->frag_sync);
+    xdc_codec_destroy(w->pipe_enc);
+    xdc_codec_destroy(w->pipe_dec);
     xdc_intra_destroy(w->dp);
     xdc_intra_destroy(w->pp);
     xdc_intra_destroy(w->region_comm);
@@ -310,7 +377,8 @@ static void worker_close(orch_worker *w)
     xdc_data_destroy(w->data);
     xdc_data_destroy(w->val);
     xdc_topology_destroy(w->topo);
-    void *bufs[] = {w->tokens, w->targets, w->x_in, w->dy_in, w->y_out, w->dx_out, w->x_req, w->dy_req,
+    orch_trace_destroy(w->trace);
+    void *bufs[] = {w->tokens, w->targets, w->x_in, w->dy_in, w->dx_out, w->wire, w->x_req, w->dy_req,
                     w->y_req, w->dx_req, w->global_params, w->outer_mom, w->pseudo, w->snapshot};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) xdc_free(bufs[i]);
 }
@@ -357,6 +425,8 @@ int xdc_cmd_worker(int argc, char **argv)
         return XDC_EX_USAGE;
     }
     xdc_log_set_identity(w.region, w.node, w.lrank);
+    if (orch_trace_create(w.grank, w.member, ORCH_TRACE_DEFAULT_CAPACITY, &w.trace) != XDC_OK)
+        XDC_WARN(XDC_SUB_ORCH, "no memory for the trace buffer; tracing off");
     xdc_cfg_errors errs;
     if (xdc_topology_load(topo_path, &w.topo, &errs) != XDC_OK || orch_run_config_load(cfg_path, &w.cfg, &errs) != XDC_OK) {
         xdc_cfg_errors_print(&errs, stderr);
@@ -369,6 +439,7 @@ int xdc_cmd_worker(int argc, char **argv)
     if (rc == XDC_OK) what = "WAN engine and rendezvous", rc = open_wan(&w, &d);
     if (rc == XDC_OK) what = "intra-region communicators", rc = open_intra(&w, &d);
     if (rc == XDC_OK) what = "WAN peers", rc = open_peers(&w, &d);
+    if (rc == XDC_OK) what = "activation codec", rc = open_pipe_codec(&w, &d);
     if (rc == XDC_OK) what = "comm engine", rc = open_sync(&w, &d);
     if (rc == XDC_OK) what = "start barrier", rc = rdzv_barrier(w.rdzv, "start", w.gsize, w.cfg.rendezvous_timeout_ms, &d);
     if (rc == XDC_OK) {
@@ -376,6 +447,14 @@ int xdc_cmd_worker(int argc, char **argv)
                  w.layer_begin, w.layer_end - 1, w.n_params, w.replica, w.n_replicas, orch_mode_name(w.cfg.mode));
         what = "training";
         rc = orch_train_run(&w, &d);
+    }
+    if (w.trace) {
+        char dir[600], path[700];
+        xdc_diag td = {{0}};
+        snprintf(dir, sizeof dir, "%s/traces", w.run_dir);
+        mkdir(dir, 0755);
+        if (orch_trace_write_dir(w.trace, dir, path, sizeof path, &td) != XDC_OK)
+            XDC_WARN(XDC_SUB_ORCH, "trace not written: %s", td.msg);
     }
     if (rc != XDC_OK) {
         XDC_ERROR(XDC_SUB_ORCH, "%s failed: %s: %s", what, xdc_strerror(rc), d.msg);

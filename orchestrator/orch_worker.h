@@ -7,14 +7,26 @@
 #include "compression/xdc_codec.h"
 #include "intra/xdc_intra.h"
 #include "kernels/xdc_gpt.h"
+#include "orchestrator/orch_metrics.h"
 #include "orchestrator/orch_rdzv.h"
 #include "orchestrator/orch_run_config.h"
 #include "orchestrator/orch_sync.h"
+#include "orchestrator/orch_trace.h"
 #include "orchestrator/xdc_data.h"
 #include "topology/xdc_topology.h"
 #include "wan/xdc_wan.h"
 
 #include <stdint.h>
+
+/* One pipeline transfer in flight: intra or WAN (then `wire` holds the encoded bytes). */
+typedef struct orch_pipe_req {
+    xdc_intra_req *ir;
+    xdc_wan_request *wr;
+    xdc_wan_peer *peer;
+    uint8_t *wire; /* WAN receive of an activation: encoded bytes to decode into dst */
+    float *dst;    /* receive: (n) fp32 */
+    size_t n;
+} orch_pipe_req;
 
 typedef struct orch_worker {
     /* identity (environment contract, DESIGN.md) */
@@ -29,7 +41,9 @@ typedef struct orch_worker {
     xdc_topology *topo;
     orch_run_config cfg;
 
-    /* layout: lrank = replica * n_stages + stage */
+    /* layout: lrank = replica * n_stages + stage; with span, one pipeline over every worker of every
+     * region in order (stage = global rank) */
+    int span;
     int stage, n_stages, replica, n_replicas;
     int layer_begin, layer_end;
 
@@ -42,6 +56,15 @@ typedef struct orch_worker {
     xdc_wan_engine *wan;
     xdc_wan_listener *lis;
     xdc_wan_peer **peers; /* (n_regions) same lrank in every other region */
+    xdc_wan_peer *prev_peer, *next_peer; /* span: neighbouring stages across a region boundary */
+    xdc_codec *pipe_enc, *pipe_dec;      /* span: activation codec (no error feedback) */
+    size_t pipe_elems, pipe_bound;       /* elements of one activation (B*T*C); encoded bytes bound */
+    int pipe_codec_kind;
+    uint64_t pipe_tx_bytes, pipe_raw_bytes;
+    orch_trace *trace;                   /* Chrome trace of this rank (RUN/traces/trace-<rank>.json) */
+    orch_metrics *metrics;
+    orch_metrics_std m;
+    orch_metrics_server *metrics_srv;
     rdzv_client *rdzv;
     xdc_intra_comm *region_comm, *pp, *dp;
     orch_sync *grad_sync;  /* sync: replicas + regions; diloco/streaming: replicas only */
@@ -53,8 +76,9 @@ typedef struct orch_worker {
     int32_t *tokens, *targets; /* (M, B*T) */
     float *x_in;               /* (M, B*T*C) activations received from the previous stage */
     float *dy_in;              /* (M, B*T*C) gradients received from the next stage */
-    float *y_out, *dx_out;     /* (M, B*T*C) copies of what we send, so sends never wait */
-    xdc_intra_req **x_req, **dy_req, **y_req, **dx_req; /* (M) */
+    float *dx_out;             /* (M, B*T*C) copies of the input gradients we send, so sends never wait */
+    orch_pipe_req *x_req, *dy_req, *y_req, *dx_req; /* (M) */
+    uint8_t *wire;             /* span: (4, M, pipe_bound) encoded activations: x, dy, y, dx */
     float *global_params;      /* diloco/streaming: (n_params) the last agreed global parameters */
     float *outer_mom;          /* diloco/streaming: (n_params) outer Nesterov momentum */
     float *pseudo;             /* diloco/streaming: (n_params) pseudo-gradient scratch */
@@ -71,6 +95,15 @@ typedef struct orch_worker {
 xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag);
 /* Pipeline-forward the fixed validation batches; every stage returns the same mean loss. */
 xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag);
+
+/* orch_pipe.c */
+xdc_err_t orch_pipe_send(orch_worker *w, int to_stage, const float *buf, size_t n, uint8_t *wire, orch_pipe_req *r,
+                         xdc_diag *diag);
+xdc_err_t orch_pipe_recv(orch_worker *w, int from_stage, float *buf, size_t n, uint8_t *wire, orch_pipe_req *r,
+                         xdc_diag *diag);
+/* Complete a transfer (no-op on an empty request); charges intra or WAN time. */
+xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag);
+xdc_err_t orch_pipe_allreduce_sum(orch_worker *w, float *v, int n, xdc_diag *diag);
 
 /* orch_checkpoint.c */
 int orch_checkpoint_due(const orch_worker *w);

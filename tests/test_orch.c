@@ -74,10 +74,10 @@ static float *read_f32(const char *path, size_t *n)
     return p;
 }
 
-/* The distributed sync step written out serially: for each replica (one per region) accumulate M
+/* The distributed sync step written out serially: for each of R replicas (one per region) accumulate M
  * microbatches through both stages, average the replicas' gradients in region order, clip by the global
- * norm, AdamW. Leaves the final stage parameters in ref[0..1]. */
-static void reference_run(int steps, int M, xdc_gpt_stage *st[2])
+ * norm, AdamW. Leaves the final stage parameters in st[0..1]. */
+static void reference_run(int steps, int M, int R, xdc_gpt_stage *st[2])
 {
     xdc_train_config c;
     xdc_cfg_errors errs;
@@ -86,9 +86,9 @@ static void reference_run(int steps, int M, xdc_gpt_stage *st[2])
     XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CPU, &be, NULL));
     be->model->set_threads(1);
     xdc_data *data[2];
-    for (int q = 0; q < 2; q++) {
+    for (int q = 0; q < R; q++) {
         xdc_data_config dc = {.batch = c.batch_size, .seq_len = c.seq_len, .val_fraction = c.val_fraction,
-                              .seed = (uint64_t)c.seed, .rank = q, .world = 2, .vocab_size = c.model.vocab_size};
+                              .seed = (uint64_t)c.seed, .rank = q, .world = R, .vocab_size = c.model.vocab_size};
         XDC_ASSERT_OK(xdc_data_open(DATA, &dc, &data[q], NULL));
     }
     size_t np[2], btc = (size_t)c.batch_size * c.seq_len * c.model.n_embd, bt = (size_t)c.batch_size * c.seq_len;
@@ -106,7 +106,7 @@ static void reference_run(int steps, int M, xdc_gpt_stage *st[2])
     for (int step = 0; step < steps; step++) {
         memset(acc[0], 0, np[0] * 4);
         memset(acc[1], 0, np[1] * 4);
-        for (int q = 0; q < 2; q++) {
+        for (int q = 0; q < R; q++) {
             xdc_gpt_stage_zero_grad(st[0]);
             xdc_gpt_stage_zero_grad(st[1]);
             for (int mb = 0; mb < M; mb++) {
@@ -127,7 +127,7 @@ static void reference_run(int steps, int M, xdc_gpt_stage *st[2])
         float sumsq = 0;
         for (int s = 0; s < 2; s++) {
             float *g = xdc_gpt_stage_grads(st[s]);
-            for (size_t i = 0; i < np[s]; i++) g[i] = acc[s][i] * 0.5f;
+            for (size_t i = 0; i < np[s]; i++) g[i] = acc[s][i] * (1.0f / (float)R);
             double ss = 0;
             XDC_ASSERT_OK(xdc_gpt_stage_grad_sumsq(st[s], &ss));
             sumsq += (float)ss;
@@ -140,21 +140,12 @@ static void reference_run(int steps, int M, xdc_gpt_stage *st[2])
     xdc_free(tok);
     xdc_free(tgt);
     xdc_free(dy);
-    xdc_data_destroy(data[0]);
-    xdc_data_destroy(data[1]);
+    for (int q = 0; q < R; q++) xdc_data_destroy(data[q]);
 }
 
-XDC_TEST_T(orch_sync_matches_single_process_reference, 300)
+/* Compare the parameters a run dumped (run_dir/params-stage-S.f32) with the reference's. */
+static void expect_params_match(const char *dir, xdc_gpt_stage *st[2])
 {
-    need_corpus();
-    const int steps = 12, M = 2;
-    const char *run = write_run("sync", "sync", steps, "none", "dump_params: true\n");
-    char dir[600], out[65536];
-    snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
-    int rc = launch(run, dir, NULL, out, sizeof out);
-    XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
-    xdc_gpt_stage *st[2];
-    reference_run(steps, M, st);
     /* Tolerance: the same operations in the same order give identical floats; allow float rounding in case
      * a reduction order differs (1e-6 relative to the parameter scale, far below one step's update). */
     double max_diff = 0;
@@ -174,6 +165,40 @@ XDC_TEST_T(orch_sync_matches_single_process_reference, 300)
     }
     printf("max |distributed - reference| = %.3g\n", max_diff);
     XDC_ASSERT_MSG(max_diff <= 1e-6, "parameters differ from the single-process reference by %.3g", max_diff);
+}
+
+XDC_TEST_T(orch_sync_matches_single_process_reference, 300)
+{
+    need_corpus();
+    const int steps = 12, M = 2;
+    const char *run = write_run("sync", "sync", steps, "none", "dump_params: true\n");
+    char dir[600], out[65536];
+    snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
+    int rc = launch(run, dir, NULL, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
+    xdc_gpt_stage *st[2];
+    reference_run(steps, M, 2, st);
+    expect_params_match(dir, st);
+}
+
+XDC_TEST_T(orch_pipeline_across_regions_matches_single_process, 300)
+{
+    need_corpus();
+    /* Stage 0 in us-east, stage 1 in eu-west: activations and their gradients cross the emulated WAN. */
+    const int steps = 8, M = 2;
+    const char *run = write_run("span", "sync", steps, "none", "dump_params: true\nspan_regions: true\nactivation_codec: none\n");
+    char dir[600], out[65536], cmd[2048];
+    snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "timeout 240 %s launch -t examples/topology/span-2region.yaml -c %s --run-dir %s",
+             xdc_test_bin(), run, dir);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
+    char bytes[64];
+    final_field(out, "wan_bytes=", bytes, sizeof bytes);
+    XDC_ASSERT_MSG(atoll(bytes) > 0, "no activation crossed the WAN");
+    xdc_gpt_stage *st[2];
+    reference_run(steps, M, 1, st);
+    expect_params_match(dir, st);
 }
 
 XDC_TEST_T(orch_same_seed_same_parameters, 300)
