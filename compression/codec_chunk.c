@@ -283,31 +283,34 @@ static xdc_err_t decode_one(xdc_codec *c, const uint8_t *in, size_t len, float *
     const xdc_quant_ops *ops = c->ops;
     float *slice = out + h.first;
     size_t m = h.count, nb = h.param ? (m + h.param - 1) / h.param : 0;
-    float *dst = mode == XDC_CODEC_WRITE ? slice : c->decoded;
+    bool add = mode == XDC_CODEC_ACCUMULATE;
     switch ((xdc_codec_kind)h.codec) {
     case XDC_CODEC_NONE:
         XDC_CHECK(check_floats(c, (const float *)payload, m, "values", diag));
-        memcpy(dst, payload, m * sizeof(float));
+        if (add)
+            XDC_CHECK(ops->accumulate((const float *)payload, m, slice));
+        else
+            memcpy(slice, payload, m * sizeof(float));
         break;
-    case XDC_CODEC_BF16:
+    case XDC_CODEC_BF16: { /* values are only known after conversion: check before adding */
+        float *dst = add ? c->decoded : slice;
         XDC_CHECK(ops->bf16_to_fp32((const uint16_t *)payload, m, dst));
         XDC_CHECK(check_floats(c, dst, m, "values", diag));
+        if (add) XDC_CHECK(ops->accumulate(dst, m, slice));
         break;
-    case XDC_CODEC_INT8:
+    }
+    case XDC_CODEC_INT8: /* decoded |values| <= 127 * scale: checking the scales bounds them all */
         XDC_CHECK(check_floats(c, (const float *)payload, nb, "scales", diag));
-        XDC_CHECK(ops->dequantize_int8((const int8_t *)(payload + 4 * nb), (const float *)payload, m, h.param, dst));
+        XDC_CHECK(ops->dequantize_int8((const int8_t *)(payload + 4 * nb), (const float *)payload, m, h.param, slice,
+                                       add));
         break;
     case XDC_CODEC_INT4:
         XDC_CHECK(check_floats(c, (const float *)payload, 2 * nb, "scales", diag));
         XDC_CHECK(ops->dequantize_int4(payload + 8 * nb, (const float *)payload, (const float *)(payload + 4 * nb), m,
-                                       h.param, dst));
+                                       h.param, slice, add));
         break;
-    case XDC_CODEC_TOPK:
-        XDC_CHECK(decode_topk(c, &h, payload, slice, mode, diag));
-        dst = slice; /* written in place in both modes */
-        break;
+    case XDC_CODEC_TOPK: XDC_CHECK(decode_topk(c, &h, payload, slice, mode, diag)); break;
     }
-    if (dst != slice) XDC_CHECK(ops->accumulate(dst, m, slice));
     c->stats.chunks_decoded++;
     *consumed = CODEC_HDR_BYTES + h.wire_len;
     if (first) *first = h.first;

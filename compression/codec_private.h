@@ -35,7 +35,7 @@ struct xdc_codec {
     float *residual;          /* (n_elems) fp32, error feedback; NULL when EF is off or kind is none */
     uint8_t *raw;             /* (raw_cap) bytes: lossy payload of one chunk before the lossless stage */
     uint8_t *planes;          /* (raw_cap) bytes: byte planes of `raw`, zstd input / output */
-    float *decoded;           /* (chunk_elems) fp32: accumulating decode target */
+    float *decoded;           /* (chunk_elems) fp32: bf16 values checked here before they are added */
     void *topk_scratch;       /* (topk_scratch_bytes) for topk_select */
     size_t raw_cap;           /* bytes of raw and planes: the largest raw payload of any codec */
     ZSTD_CCtx *cctx;

@@ -69,10 +69,12 @@ __global__ void k_quant_int8(const float *x, float *r, size_t n, size_t block, i
     }
 }
 
-__global__ void k_dequant_int8(const int8_t *q, const float *scales, size_t n, size_t block, float *y)
+__global__ void k_dequant_int8(const int8_t *q, const float *scales, size_t n, size_t block, float *y, bool add)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        y[i] = __fmul_rn((float)q[i], scales[i / block]);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float v = __fmul_rn((float)q[i], scales[i / block]);
+        y[i] = add ? __fadd_rn(y[i], v) : v;
+    }
 }
 
 __device__ __forceinline__ int q4(float y, float lo, float inv)
@@ -125,11 +127,12 @@ __global__ void k_quant_int4(const float *x, float *r, size_t n, size_t block, u
 }
 
 __global__ void k_dequant_int4(const uint8_t *q, const float *scales, const float *mins, size_t n, size_t block,
-                               float *y)
+                               float *y, bool add)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        int v = (i & 1) ? q[i / 2] >> 4 : q[i / 2] & 15;
-        y[i] = dq4(v, mins[i / block], scales[i / block]);
+        int c = (i & 1) ? q[i / 2] >> 4 : q[i / 2] & 15;
+        float v = dq4(c, mins[i / block], scales[i / block]);
+        y[i] = add ? __fadd_rn(y[i], v) : v;
     }
 }
 
@@ -340,11 +343,12 @@ static xdc_err_t cuda_quantize_int8(const float *x, float *r, size_t n, size_t b
     return launched();
 }
 
-static xdc_err_t cuda_dequantize_int8(const int8_t *q, const float *scales, size_t n, size_t block, float *y)
+static xdc_err_t cuda_dequantize_int8(const int8_t *q, const float *scales, size_t n, size_t block, float *y,
+                                      bool add)
 {
     if (!block_ok(block)) return XDC_ERR_INVALID;
     if (n == 0) return XDC_OK;
-    k_dequant_int8<<<grid_for(n), QT_THREADS>>>(q, scales, n, block, y);
+    k_dequant_int8<<<grid_for(n), QT_THREADS>>>(q, scales, n, block, y, add);
     return launched();
 }
 
@@ -358,11 +362,11 @@ static xdc_err_t cuda_quantize_int4(const float *x, float *r, size_t n, size_t b
 }
 
 static xdc_err_t cuda_dequantize_int4(const uint8_t *q, const float *scales, const float *mins, size_t n,
-                                      size_t block, float *y)
+                                      size_t block, float *y, bool add)
 {
     if (!block_ok(block)) return XDC_ERR_INVALID;
     if (n == 0) return XDC_OK;
-    k_dequant_int4<<<grid_for(n), QT_THREADS>>>(q, scales, mins, n, block, y);
+    k_dequant_int4<<<grid_for(n), QT_THREADS>>>(q, scales, mins, n, block, y, add);
     return launched();
 }
 

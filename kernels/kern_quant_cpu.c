@@ -112,7 +112,8 @@ static xdc_err_t cpu_quantize_int8(const float *x, float *r, size_t n, size_t bl
     return XDC_OK;
 }
 
-static xdc_err_t cpu_dequantize_int8(const int8_t *q, const float *scales, size_t n, size_t block, float *y)
+static xdc_err_t cpu_dequantize_int8(const int8_t *q, const float *scales, size_t n, size_t block, float *y,
+                                     bool add)
 {
     XDC_REQUIRE(block_ok(block), XDC_ERR_INVALID);
     for (size_t b0 = 0, bi = 0; b0 < n; b0 += block, bi++) {
@@ -120,7 +121,10 @@ static xdc_err_t cpu_dequantize_int8(const int8_t *q, const float *scales, size_
         float s = scales[bi];
         const int8_t *qb = q + b0;
         float *yb = y + b0;
-        for (size_t i = 0; i < m; i++) yb[i] = (float)qb[i] * s;
+        if (add)
+            for (size_t i = 0; i < m; i++) yb[i] += (float)qb[i] * s;
+        else
+            for (size_t i = 0; i < m; i++) yb[i] = (float)qb[i] * s;
     }
     return XDC_OK;
 }
@@ -176,7 +180,7 @@ static xdc_err_t cpu_quantize_int4(const float *x, float *r, size_t n, size_t bl
 }
 
 static xdc_err_t cpu_dequantize_int4(const uint8_t *q, const float *scales, const float *mins, size_t n,
-                                     size_t block, float *y)
+                                     size_t block, float *y, bool add)
 {
     XDC_REQUIRE(block_ok(block), XDC_ERR_INVALID);
     for (size_t b0 = 0, bi = 0; b0 < n; b0 += block, bi++) {
@@ -185,11 +189,19 @@ static xdc_err_t cpu_dequantize_int4(const uint8_t *q, const float *scales, cons
         const uint8_t *qb = q + b0 / 2;
         float *yb = y + b0;
         size_t pairs = m / 2;
-        for (size_t i = 0; i < pairs; i++) {
-            yb[2 * i] = lo + (float)(qb[i] & 15) * s;
-            yb[2 * i + 1] = lo + (float)(qb[i] >> 4) * s;
+        if (add) {
+            for (size_t i = 0; i < pairs; i++) {
+                yb[2 * i] += lo + (float)(qb[i] & 15) * s;
+                yb[2 * i + 1] += lo + (float)(qb[i] >> 4) * s;
+            }
+            if (m & 1) yb[m - 1] += lo + (float)(qb[pairs] & 15) * s;
+        } else {
+            for (size_t i = 0; i < pairs; i++) {
+                yb[2 * i] = lo + (float)(qb[i] & 15) * s;
+                yb[2 * i + 1] = lo + (float)(qb[i] >> 4) * s;
+            }
+            if (m & 1) yb[m - 1] = lo + (float)(qb[pairs] & 15) * s;
         }
-        if (m & 1) yb[m - 1] = lo + (float)(qb[pairs] & 15) * s;
     }
     return XDC_OK;
 }

@@ -20,6 +20,7 @@
 #include "common/xdc_err.h"
 #include "kernels/xdc_kernels.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,13 +37,14 @@ struct xdc_quant_ops {
      * they encode y = x + r and leave r = y - decode(encode(y)), fused into their passes over memory. */
     /* x (n) fp32 -> q (n) int8, scales (ceil(n/block)) fp32. */
     xdc_err_t (*quantize_int8)(const float *x, float *r, size_t n, size_t block, int8_t *q, float *scales);
-    /* q (n) int8, scales (ceil(n/block)) -> y (n) fp32. */
-    xdc_err_t (*dequantize_int8)(const int8_t *q, const float *scales, size_t n, size_t block, float *y);
+    /* q (n) int8, scales (ceil(n/block)) -> y (n) fp32; with add, y += decoded (receiving side of a
+     * reduction, one pass instead of decode-then-add). Same for dequantize_int4. */
+    xdc_err_t (*dequantize_int8)(const int8_t *q, const float *scales, size_t n, size_t block, float *y, bool add);
     /* x (n) fp32 -> q ((n+1)/2) bytes, scales and mins (ceil(n/block)) fp32. */
     xdc_err_t (*quantize_int4)(const float *x, float *r, size_t n, size_t block, uint8_t *q, float *scales,
                                float *mins);
     xdc_err_t (*dequantize_int4)(const uint8_t *q, const float *scales, const float *mins, size_t n, size_t block,
-                                 float *y);
+                                 float *y, bool add);
     /* x (n) fp32 -> y (n) bf16 bit patterns, and back. */
     xdc_err_t (*fp32_to_bf16)(const float *x, float *r, size_t n, uint16_t *y);
     xdc_err_t (*bf16_to_fp32)(const uint16_t *x, size_t n, float *y);

@@ -41,7 +41,7 @@ XDC_TEST(quant_int8_error_within_half_step_for_all_block_sizes)
     for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
         size_t block = blocks[bi];
         XDC_ASSERT_OK(Q->quantize_int8(x, NULL, n, block, q, scales));
-        XDC_ASSERT_OK(Q->dequantize_int8(q, scales, n, block, y));
+        XDC_ASSERT_OK(Q->dequantize_int8(q, scales, n, block, y, false));
         for (size_t i = 0; i < n; i++) {
             float am = block_absmax(x, n, i / block * block, block);
             if (fabsf(x[i] - y[i]) > am / 254.0f * 1.0001f + 1e-30f)
@@ -66,10 +66,10 @@ XDC_TEST(quant_fused_error_feedback_leaves_input_minus_decoded)
         for (size_t i = 0; i < n; i++) r0[i] = r[i] = x[(i * 7) % n] * 0.1f;
         if (codec == 0) {
             XDC_ASSERT_OK(Q->quantize_int8(x, r, n, block, (int8_t *)q, s));
-            XDC_ASSERT_OK(Q->dequantize_int8((int8_t *)q, s, n, block, y));
+            XDC_ASSERT_OK(Q->dequantize_int8((int8_t *)q, s, n, block, y, false));
         } else if (codec == 1) {
             XDC_ASSERT_OK(Q->quantize_int4(x, r, n, block, q, s, mins));
-            XDC_ASSERT_OK(Q->dequantize_int4(q, s, mins, n, block, y));
+            XDC_ASSERT_OK(Q->dequantize_int4(q, s, mins, n, block, y, false));
         } else {
             XDC_ASSERT_OK(Q->fp32_to_bf16(x, r, n, h));
             XDC_ASSERT_OK(Q->bf16_to_fp32(h, n, y));
@@ -87,7 +87,7 @@ XDC_TEST(quant_int4_error_within_half_step_and_odd_lengths)
     float *x = grad_like(n, 4), *y = xdc_malloc(n * 4), *s = xdc_malloc(nb * 4), *mins = xdc_malloc(nb * 4);
     uint8_t *q = xdc_malloc((n + 1) / 2);
     XDC_ASSERT_OK(Q->quantize_int4(x, NULL, n, block, q, s, mins));
-    XDC_ASSERT_OK(Q->dequantize_int4(q, s, mins, n, block, y));
+    XDC_ASSERT_OK(Q->dequantize_int4(q, s, mins, n, block, y, false));
     for (size_t i = 0; i < n; i++) {
         size_t b = i / block;
         float lo = INFINITY, hi = -INFINITY;
@@ -95,6 +95,21 @@ XDC_TEST(quant_int4_error_within_half_step_and_odd_lengths)
         if (fabsf(x[i] - y[i]) > (hi - lo) / 30.0f * 1.0001f + 1e-30f) XDC_FAIL("elem %zu: %g vs %g", i, x[i], y[i]);
         XDC_ASSERT_NEAR(mins[b], lo, 0);
     }
+    /* accumulating form: y + decoded in one pass, bit for bit the same as decode-then-add */
+    float *acc = xdc_malloc(n * 4);
+    for (size_t i = 0; i < n; i++) acc[i] = x[i];
+    XDC_ASSERT_OK(Q->dequantize_int4(q, s, mins, n, block, acc, true));
+    for (size_t i = 0; i < n; i++)
+        if (acc[i] != x[i] + y[i]) XDC_FAIL("int4 add elem %zu", i);
+    int8_t *q8 = xdc_malloc(n);
+    XDC_ASSERT_OK(Q->quantize_int8(x, NULL, n, block, q8, s));
+    XDC_ASSERT_OK(Q->dequantize_int8(q8, s, n, block, y, false));
+    for (size_t i = 0; i < n; i++) acc[i] = x[i];
+    XDC_ASSERT_OK(Q->dequantize_int8(q8, s, n, block, acc, true));
+    for (size_t i = 0; i < n; i++)
+        if (acc[i] != x[i] + y[i]) XDC_FAIL("int8 add elem %zu", i);
+    XDC_ASSERT(1);
+    xdc_free(acc), xdc_free(q8);
     xdc_free(x), xdc_free(y), xdc_free(s), xdc_free(mins), xdc_free(q);
 }
 

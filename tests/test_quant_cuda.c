@@ -60,12 +60,17 @@ XDC_TEST(quant_cuda_matches_cpu_reference)
     float *ds = dev_copy(NULL, nb * 4), *dmins = dev_copy(NULL, nb * 4), *dy = dev_copy(NULL, n * 4);
     XDC_ASSERT_OK(C->quantize_int8(x, r_cpu, n, block, q, s));
     XDC_ASSERT_OK(G->quantize_int8(dx, dr, n, block, dq, ds));
-    XDC_ASSERT_OK(G->dequantize_int8(dq, ds, n, block, dy));
+    XDC_ASSERT_OK(G->dequantize_int8(dq, ds, n, block, dy, false));
     int8_t *gq = host_copy(dq, n);
     XDC_ASSERT(memcmp(q, gq, n) == 0);
     float *gr = host_copy(dr, n * 4), *gy = host_copy(dy, n * 4);
-    XDC_ASSERT_OK(C->dequantize_int8(q, s, n, block, y));
+    XDC_ASSERT_OK(C->dequantize_int8(q, s, n, block, y, false));
     assert_near_all(y, gy, n, 1e-9f, "int8 decoded");
+    XDC_ASSERT_OK(G->dequantize_int8(dq, ds, n, block, dy, true)); /* accumulating form: 2 * decoded */
+    xdc_free(gy);
+    gy = host_copy(dy, n * 4);
+    for (size_t i = 0; i < n; i++) y[i] += y[i];
+    assert_near_all(y, gy, n, 0.0f, "int8 accumulated");
     assert_near_all(r_cpu, gr, n, 1e-9f, "int8 residual");
 
     /* int4 without error feedback */

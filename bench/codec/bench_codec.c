@@ -1,8 +1,8 @@
 /* bench_codec.c — codec throughput and quality on 64 MiB of gradient-like fp32 (one core): per codec,
- * wire bytes / fp32 bytes, encode and decode GB/s (of fp32 input), relative RMSE of one encode; next to
- * memcpy and plain ZSTD_compress level 1 on the raw fp32 measured in the same run; then which zstd
- * level each link speed gets and whether shuffled-zstd output keeps up with that link. The last line
- * is the machine-readable summary (key=value). */
+ * wire bytes / fp32 bytes, encode, decode and accumulating-decode GB/s (of fp32 data), relative RMSE of
+ * one encode; next to memcpy and plain ZSTD_compress level 1 on the raw fp32 measured in the same run;
+ * then which zstd level each link speed gets and whether shuffled-zstd output keeps up with that link.
+ * The last line is the machine-readable summary (key=value). */
 #include "common/xdc_alloc.h"
 #include "common/xdc_rng.h"
 #include "common/xdc_time.h"
@@ -26,7 +26,7 @@ static void die(const char *what, xdc_err_t rc, const xdc_diag *d)
 }
 
 typedef struct codec_result {
-    double ratio, enc_gbps, dec_gbps, rmse;
+    double ratio, enc_gbps, dec_gbps, acc_gbps, rmse; /* acc: decode in ACCUMULATE mode (out += decoded) */
 } codec_result;
 
 static codec_result run_codec(const char *spec, int zstd_level, const float *x, float *y, uint8_t *wire, size_t cap)
@@ -48,7 +48,7 @@ static codec_result run_codec(const char *spec, int zstd_level, const float *x, 
     double se = 0, sx = 0;
     for (size_t i = 0; i < n; i++) se += (double)(x[i] - y[i]) * (x[i] - y[i]), sx += (double)x[i] * x[i];
     r.rmse = sqrt(se / sx);
-    double best_e = 1e9, best_d = 1e9;
+    double best_e = 1e9, best_d = 1e9, best_a = 1e9;
     for (int rep = 0; rep < BENCH_REPS; rep++) {
         uint64_t t0 = xdc_now_ns();
         if ((rc = xdc_codec_encode(c, x, n, wire, cap, &len, &d))) die(spec, rc, &d);
@@ -56,10 +56,14 @@ static codec_result run_codec(const char *spec, int zstd_level, const float *x, 
         t0 = xdc_now_ns();
         if ((rc = xdc_codec_decode(c, wire, len, y, n, XDC_CODEC_WRITE, &d))) die(spec, rc, &d);
         best_d = fmin(best_d, secs(t0));
+        t0 = xdc_now_ns();
+        if ((rc = xdc_codec_decode(c, wire, len, y, n, XDC_CODEC_ACCUMULATE, &d))) die(spec, rc, &d);
+        best_a = fmin(best_a, secs(t0));
     }
     r.ratio = (double)len / (double)(n * sizeof(float));
     r.enc_gbps = n * 4.0 / best_e / 1e9;
     r.dec_gbps = n * 4.0 / best_d / 1e9;
+    r.acc_gbps = n * 4.0 / best_a / 1e9;
     xdc_codec_destroy(c);
     return r;
 }
@@ -88,9 +92,10 @@ int main(void)
     size_t z = ZSTD_compress(wire, cap, x, bytes, 1);
     double zstd_gbps = bytes / secs(t0) / 1e9, zstd_ratio = (double)z / bytes;
     printf("# codec bench: %zu MiB gradient-like fp32, one core, best of %d\n", bytes >> 20, BENCH_REPS);
-    printf("%-12s %6s %10s %10s %10s %10s\n", "codec", "zstd", "wire/fp32", "enc_GB/s", "dec_GB/s", "rel_rmse");
-    printf("%-12s %6s %10s %10.2f %10s %10s\n", "memcpy", "-", "1.000", memcpy_gbps, "-", "0");
-    printf("%-12s %6d %10.3f %10.2f %10s %10s\n", "ZSTD_compress", 1, zstd_ratio, zstd_gbps, "-", "0");
+    printf("%-12s %6s %10s %10s %10s %10s %10s\n", "codec", "zstd", "wire/fp32", "enc_GB/s", "dec_GB/s", "acc_GB/s",
+           "rel_rmse");
+    printf("%-12s %6s %10s %10.2f %10s %10s %10s\n", "memcpy", "-", "1.000", memcpy_gbps, "-", "-", "0");
+    printf("%-12s %6d %10.3f %10.2f %10s %10s %10s\n", "ZSTD_compress", 1, zstd_ratio, zstd_gbps, "-", "-", "0");
 
     static const char *const specs[] = {"none", "bf16", "int8:128", "int4:64", "topk:0.01"};
     static const int levels[] = {0, 1};
@@ -98,8 +103,8 @@ int main(void)
     for (int s = 0; s < 5; s++)
         for (int l = 0; l < 2; l++) {
             res[s][l] = run_codec(specs[s], levels[l], x, y, wire, cap);
-            printf("%-12s %6d %10.3f %10.2f %10.2f %10.2e\n", specs[s], levels[l], res[s][l].ratio,
-                   res[s][l].enc_gbps, res[s][l].dec_gbps, res[s][l].rmse);
+            printf("%-12s %6d %10.3f %10.2f %10.2f %10.2f %10.2e\n", specs[s], levels[l], res[s][l].ratio,
+                   res[s][l].enc_gbps, res[s][l].dec_gbps, res[s][l].acc_gbps, res[s][l].rmse);
         }
 
     /* zstd level per link: the codec's wire output rate at the picked level must reach the link rate. */
