@@ -109,6 +109,19 @@ void wan_stream_break(wan_stream *s, const char *why)
     peer_update_up(p);
 }
 
+/* Close every stream of a peer for good (failed or closed: no redials follow). */
+static void peer_close_streams(xdc_wan_peer *p)
+{
+    for (int i = 0; i < p->nstreams; i++) {
+        wan_stream *s = p->streams[i];
+        if (!s) continue;
+        stream_close_io(s);
+        wan_stream_reset_io(s);
+        s->state = WAN_ST_DOWN;
+    }
+    p->st.streams_up = 0;
+}
+
 void wan_peer_fail(xdc_wan_peer *p, xdc_err_t err, const char *fmt, ...)
 {
     if (p->fail_err != XDC_OK) return;
@@ -118,14 +131,7 @@ void wan_peer_fail(xdc_wan_peer *p, xdc_err_t err, const char *fmt, ...)
     va_end(ap);
     p->fail_err = err;
     XDC_ERROR(XDC_SUB_WAN, "%s", p->fail_why);
-    for (int i = 0; i < p->nstreams; i++) {
-        wan_stream *s = p->streams[i];
-        if (!s) continue;
-        stream_close_io(s);
-        wan_stream_reset_io(s);
-        s->state = WAN_ST_DOWN;
-    }
-    p->st.streams_up = 0;
+    peer_close_streams(p);
     wan_peer_fail_requests(p, err, p->fail_why);
     pthread_cond_broadcast(&p->eng->cv);
 }
@@ -354,6 +360,7 @@ static void client_hello_ack(wan_stream *s, const wan_frame *f)
         return;
     }
     if (wan_peer_ack(p, f->seq) != XDC_OK) return;
+    wan_peer_force_ack(p); /* the server may have lost our last ACK with the old stream */
     if (p->established) p->st.reconnects++;
     s->state = WAN_ST_READY;
     s->backoff_ms = p->eng->cfg.backoff_min_ms;
@@ -886,14 +893,7 @@ void xdc_wan_peer_close(xdc_wan_peer *p)
     }
     p->closed = 1;
     wan_peer_fail_requests(p, XDC_ERR_CLOSED, "the peer was closed locally");
-    for (int i = 0; i < p->nstreams; i++) {
-        wan_stream *s = p->streams[i];
-        if (!s) continue;
-        stream_close_io(s);
-        wan_stream_reset_io(s);
-        s->state = WAN_ST_DOWN;
-    }
-    p->st.streams_up = 0;
+    peer_close_streams(p);
     pthread_cond_broadcast(&eng->cv);
     pthread_mutex_unlock(&eng->mu);
     wan_engine_wake(eng);

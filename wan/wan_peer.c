@@ -415,6 +415,8 @@ static void process_ack(xdc_wan_peer *p, uint64_t cum)
     }
 }
 
+void wan_peer_force_ack(xdc_wan_peer *p) { p->ack_sent = UINT64_MAX; }
+
 xdc_err_t wan_peer_ack(xdc_wan_peer *p, uint64_t cum)
 {
     /* ACKs travel on any stream, so an older one may arrive after a newer one: ignore it. */
@@ -467,7 +469,9 @@ static void data_done(wan_stream *s)
         }
         recv_maybe_done(s->rx_req);
     } else if (seen_test(p, f->seq)) {
+        /* The sender resends what it thinks we lack: our ACK for it was lost with a broken stream. */
         p->st.duplicate_frames++;
+        wan_peer_force_ack(p);
     }
     s->rx_req = NULL;
 }

@@ -130,7 +130,7 @@ struct xdc_wan_peer {
     uint64_t rx_posted[XDC_WAN_NUM_CLASSES];
     uint64_t *rx_seen;       /* (window / 64) bitmap of seqs in [rx_cum, rx_cum + window) */
     uint64_t rx_cum;
-    uint64_t ack_sent;
+    uint64_t ack_sent;       /* rx_cum in the last ACK written; UINT64_MAX forces the next one */
     /* liveness */
     uint64_t last_rx_ns;
     uint64_t down_since_ns;  /* 0 while every stream is up */
@@ -185,6 +185,8 @@ void wan_peer_free(xdc_wan_peer *p);
 void wan_stream_pump(wan_stream *s);
 /* Write queued frames until the socket is full. -1 when the stream broke. */
 int wan_stream_write(wan_stream *s);
+/* Send our cumulative ACK again at the next chance (it may have been lost with a broken stream). */
+void wan_peer_force_ack(xdc_wan_peer *p);
 /* Apply a cumulative acknowledgement; XDC_ERR_PROTO (peer failed) when it is out of range. */
 xdc_err_t wan_peer_ack(xdc_wan_peer *p, uint64_t cum);
 /* Reset per-stream frame state (on a fresh connection) and requeue frames it was carrying. */
