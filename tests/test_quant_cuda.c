@@ -6,23 +6,24 @@
 #include "common/xdc_alloc.h"
 #include "common/xdc_rng.h"
 #include "kernels/xdc_kernels.h"
+#include "kernels/xdc_model_ops.h"
 #include "kernels/xdc_quant.h"
 
-#ifdef XDC_HAVE_CUDA
-#include <cuda_runtime.h>
+/* Device memory through the backend's own memory ops, so this file needs no CUDA headers. */
+static const xdc_model_ops *M;
 
 static void *dev_copy(const void *host, size_t bytes)
 {
     void *d = NULL;
-    XDC_ASSERT_MSG(cudaMalloc(&d, bytes ? bytes : 1) == cudaSuccess, "cudaMalloc %zu", bytes);
-    if (host) XDC_ASSERT(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+    XDC_ASSERT_OK(M->alloc(&d, bytes ? bytes : 1));
+    if (host) XDC_ASSERT_OK(M->upload(d, host, bytes));
     return d;
 }
 
 static void *host_copy(const void *dev, size_t bytes)
 {
     void *h = xdc_malloc(bytes ? bytes : 1);
-    XDC_ASSERT_MSG(cudaMemcpy(h, dev, bytes, cudaMemcpyDeviceToHost) == cudaSuccess, "copy back %zu", bytes);
+    XDC_ASSERT_OK(M->download(h, dev, bytes));
     return h;
 }
 
@@ -32,15 +33,14 @@ static void assert_near_all(const float *a, const float *b, size_t n, float tol,
         if (!(fabsf(a[i] - b[i]) <= tol)) XDC_FAIL("%s[%zu]: cpu %g, cuda %g", what, i, a[i], b[i]);
     XDC_ASSERT(1);
 }
-#endif
 
 XDC_TEST(quant_cuda_matches_cpu_reference)
 {
     if (xdc_kern_cuda_device_count() <= 0) xdc_test_skip("no GPU: no CUDA device visible (or no CUDA in this build)");
-#ifdef XDC_HAVE_CUDA
     const xdc_kern_backend *gpu = NULL;
     XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CUDA, &gpu, NULL));
     const xdc_quant_ops *C = &xdc_quant_cpu_ops, *G = gpu->quant;
+    M = gpu->model;
     size_t n = 300001, block = 128, nb = (n + block - 1) / block, k = 3000;
     xdc_rng rng;
     xdc_rng_seed(&rng, 77);
@@ -97,7 +97,7 @@ XDC_TEST(quant_cuda_matches_cpu_reference)
     XDC_ASSERT(memcmp(idx, gidx, k * 4) == 0);
     /* top-k with error feedback: same selection from x + r, same residual left behind */
     memcpy(r_cpu, r, n * 4);
-    XDC_ASSERT(cudaMemcpy(dr, r, n * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+    XDC_ASSERT_OK(M->upload(dr, r, n * 4));
     XDC_ASSERT_OK(C->topk_select(x, r_cpu, n, k, idx, val, scratch));
     XDC_ASSERT_OK(G->topk_select(dx, dr, n, k, didx, dval, dscratch));
     xdc_free(gidx), xdc_free(gr);
@@ -108,10 +108,10 @@ XDC_TEST(quant_cuda_matches_cpu_reference)
 
     /* range count and byte planes */
     x[5] = NAN, x[6] = 3e30f;
-    XDC_ASSERT(cudaMemcpy(dx, x, n * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+    XDC_ASSERT_OK(M->upload(dx, x, n * 4));
     size_t *dcount = dev_copy(NULL, sizeof(size_t)), count = 0;
     XDC_ASSERT_OK(G->count_out_of_range(dx, n, XDC_QUANT_MAX_ABS, dcount));
-    XDC_ASSERT(cudaMemcpy(&count, dcount, sizeof count, cudaMemcpyDeviceToHost) == cudaSuccess);
+    XDC_ASSERT_OK(M->download(&count, dcount, sizeof count));
     XDC_ASSERT_EQ(count, 2);
     uint8_t *planes = xdc_malloc(n * 4 + 3), *dplanes = dev_copy(NULL, n * 4 + 3), *dback = dev_copy(NULL, n * 4 + 3);
     XDC_ASSERT_OK(C->byte_shuffle((const uint8_t *)x, n * 4 - 1, 4, planes));
@@ -121,11 +121,9 @@ XDC_TEST(quant_cuda_matches_cpu_reference)
     XDC_ASSERT(memcmp(planes, gplanes, n * 4 - 1) == 0);
     XDC_ASSERT(memcmp(x, gback, n * 4 - 1) == 0);
 
-    cudaFree(dx), cudaFree(dr), cudaFree(dq), cudaFree(ds), cudaFree(dmins), cudaFree(dy), cudaFree(dq4);
-    cudaFree(dh), cudaFree(didx), cudaFree(dval), cudaFree(dscratch), cudaFree(dcount), cudaFree(dplanes);
-    cudaFree(dback);
+    void *dev[] = {dx, dr, dq, ds, dmins, dy, dq4, dh, didx, dval, dscratch, dcount, dplanes, dback};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) M->free(dev[i]);
     xdc_free(x), xdc_free(r), xdc_free(q), xdc_free(s), xdc_free(mins), xdc_free(y), xdc_free(r_cpu), xdc_free(gq);
     xdc_free(gr), xdc_free(gy), xdc_free(q4), xdc_free(gq4), xdc_free(h), xdc_free(gh), xdc_free(idx), xdc_free(val);
     xdc_free(scratch), xdc_free(gidx), xdc_free(planes), xdc_free(gplanes), xdc_free(gback);
-#endif
 }
