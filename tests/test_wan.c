@@ -302,3 +302,48 @@ XDC_TEST(wan_frame_decoder_refuses_oversize_and_corrupt_headers)
     XDC_ASSERT_ERR(wan_frame_decode(h, XDC_WAN_MAX_FRAME_PAYLOAD, &g, &d), XDC_ERR_PROTO);
     XDC_ASSERT_STR_CONTAINS(d.msg, "magic");
 }
+
+/* One listener, two peers of different identities: accept() hands out both and says who is who, and
+ * each gets its own message. */
+XDC_TEST(wan_listener_accepts_several_peers_and_names_them)
+{
+    wan_test_node us, e0, e1;
+    wan_test_issue("pki", "us", 0, 30, 0, &us);
+    wan_test_issue("pki", "eu", 0, 30, 0, &e0);
+    wan_test_issue("pki", "eu", 1, 30, 0, &e1);
+    xdc_wan_engine *se = wan_test_engine(&us, 2, WAIT_MS), *c0 = wan_test_engine(&e0, 2, WAIT_MS),
+                   *c1 = wan_test_engine(&e1, 3, WAIT_MS);
+    xdc_wan_listener *l;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_wan_listen(se, "127.0.0.1", 0, &l, &d));
+    xdc_wan_peer *p0, *p1, *a, *b;
+    XDC_ASSERT_OK(xdc_wan_connect(c0, "127.0.0.1", xdc_wan_listener_port(l), "us", 0, &p0, &d));
+    XDC_ASSERT_OK(xdc_wan_connect(c1, "localhost", xdc_wan_listener_port(l), NULL, 0, &p1, &d));
+    XDC_ASSERT_OK(xdc_wan_accept(l, WAIT_MS, &a, &d));
+    XDC_ASSERT_OK(xdc_wan_accept(l, WAIT_MS, &b, &d));
+    if (xdc_wan_peer_identity(a)->rank == 1) {
+        xdc_wan_peer *t = a;
+        a = b;
+        b = t;
+    }
+    XDC_ASSERT(strcmp(xdc_wan_peer_identity(a)->region, "eu") == 0 && xdc_wan_peer_identity(a)->rank == 0);
+    XDC_ASSERT(strcmp(xdc_wan_peer_identity(b)->region, "eu") == 0 && xdc_wan_peer_identity(b)->rank == 1);
+    XDC_ASSERT_OK(xdc_wan_peer_wait_ready(p1, WAIT_MS, &d));
+    XDC_ASSERT(strcmp(xdc_wan_peer_identity(p1)->region, "us") == 0); /* learnt from the certificate */
+    xdc_wan_stats st;
+    xdc_wan_peer_stats(b, &st);
+    XDC_ASSERT_EQ(st.streams, 3); /* the dialler's stream count wins */
+    char m0[] = "to rank zero", m1[] = "to rank one", r0[32], r1[32];
+    xdc_wan_request *q[4];
+    XDC_ASSERT_OK(xdc_wan_irecv(p0, XDC_WAN_LATENCY, r0, sizeof r0, &q[0]));
+    XDC_ASSERT_OK(xdc_wan_irecv(p1, XDC_WAN_LATENCY, r1, sizeof r1, &q[1]));
+    XDC_ASSERT_OK(xdc_wan_isend(a, XDC_WAN_LATENCY, m0, sizeof m0, 0, sizeof m0, &q[2]));
+    XDC_ASSERT_OK(xdc_wan_isend(b, XDC_WAN_LATENCY, m1, sizeof m1, 0, sizeof m1, &q[3]));
+    for (int i = 0; i < 4; i++) XDC_ASSERT_OK(xdc_wan_wait(q[i], WAIT_MS, NULL, NULL, &d));
+    XDC_ASSERT(strcmp(r0, m0) == 0 && strcmp(r1, m1) == 0);
+    xdc_wan_listener_close(l);
+    xdc_wan_listener_close(NULL);
+    xdc_wan_engine_destroy(c0);
+    xdc_wan_engine_destroy(c1);
+    xdc_wan_engine_destroy(se);
+}
