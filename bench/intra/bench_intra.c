@@ -4,8 +4,10 @@
  * single-process memcpy bandwidth of the same size measured in the same run. Each size is timed in
  * TRIALS runs and the fastest is reported (the VM is shared; allreduce_mpi.c does the same).
  *
- *   bench_intra RANKS [MIN_BYTES [MAX_BYTES]]
- * Rows start with "row" so run.sh can join them with the Open MPI run. */
+ *   bench_intra RANKS [MIN_BYTES [MAX_BYTES]]   all_reduce rows: "row RANKS BYTES US ALGBW BUSBW"
+ *   bench_intra p2p [MIN [MAX]]                 rank 0 streams messages to rank 1: "p2p BYTES US GBPS"
+ *   bench_intra memcpy [MIN [MAX]]              "memcpy BYTES GBPS"
+ * run.sh joins the rows with the Open MPI run. */
 #include "common/xdc_alloc.h"
 #include "common/xdc_time.h"
 #include "intra/xdc_intra.h"
@@ -24,13 +26,17 @@ static size_t iters_for(size_t bytes)
     return it < 5 ? 5 : it > 200 ? 200 : it;
 }
 
-static int run(xdc_intra_comm *c, float *buf, size_t count)
+/* One timed operation: all_reduce, or (p2p) rank 0 sends the buffer to rank 1. */
+static int run(xdc_intra_comm *c, int p2p, float *buf, size_t count)
 {
     xdc_intra_req *r = NULL;
     xdc_diag d = {{0}};
-    if (xdc_intra_all_reduce(c, buf, buf, count, XDC_INTRA_F32, XDC_INTRA_SUM, &r) != XDC_OK ||
-        xdc_intra_wait(r, 60000, &d) != XDC_OK) {
-        fprintf(stderr, "bench_intra: all_reduce failed: %s %s\n", d.msg, xdc_intra_error(c));
+    int me = xdc_intra_rank(c);
+    xdc_err_t rc = !p2p     ? xdc_intra_all_reduce(c, buf, buf, count, XDC_INTRA_F32, XDC_INTRA_SUM, &r)
+                   : me == 0 ? xdc_intra_send(c, buf, count, XDC_INTRA_F32, 1, &r)
+                             : xdc_intra_recv(c, buf, count, XDC_INTRA_F32, 0, &r);
+    if (rc != XDC_OK || xdc_intra_wait(r, 60000, &d) != XDC_OK) {
+        fprintf(stderr, "bench_intra: %s failed: %s %s\n", p2p ? "send/recv" : "all_reduce", d.msg, xdc_intra_error(c));
         return -1;
     }
     return 0;
@@ -64,7 +70,7 @@ static double memcpy_gbps(size_t bytes)
     return (double)bytes * (double)it / best / 1e9;
 }
 
-static int rank_main(const char *id, int rank, int n, size_t min_b, size_t max_b)
+static int rank_main(const char *id, int rank, int n, int p2p, size_t min_b, size_t max_b)
 {
     xdc_intra_config cfg = XDC_INTRA_CONFIG_INIT;
     cfg.rank = rank;
@@ -82,16 +88,19 @@ static int rank_main(const char *id, int rank, int n, size_t min_b, size_t max_b
     int rc = 0;
     for (size_t bytes = min_b; bytes <= max_b && rc == 0; bytes *= 2) {
         size_t count = bytes / 4, it = iters_for(bytes);
-        rc |= run(c, buf, count) | run(c, buf, count) | barrier(c); /* warm-up */
+        rc |= run(c, p2p, buf, count) | run(c, p2p, buf, count) | barrier(c); /* warm-up */
         double us = 1e30;
         for (int trial = 0; trial < TRIALS && rc == 0; trial++) {
             uint64_t t0 = xdc_now_ns();
-            for (size_t i = 0; i < it && rc == 0; i++) rc |= run(c, buf, count);
+            for (size_t i = 0; i < it && rc == 0; i++) rc |= run(c, p2p, buf, count);
             double t = (double)(xdc_now_ns() - t0) / 1e3 / (double)it;
             us = t < us ? t : us;
             rc |= barrier(c);
         }
-        if (rank == 0 && rc == 0) {
+        if (p2p && rank == 1 && rc == 0) { /* the receiver sees when each message has fully arrived */
+            printf("p2p %zu %.1f %.3f\n", bytes, us, (double)bytes / us / 1e3);
+            fflush(stdout);
+        } else if (!p2p && rank == 0 && rc == 0) {
             double algbw = (double)bytes / us / 1e3, busbw = algbw * 2.0 * (n - 1) / n;
             printf("row %d %zu %.1f %.3f %.3f\n", n, bytes, us, algbw, busbw);
             fflush(stdout);
@@ -105,7 +114,7 @@ static int rank_main(const char *id, int rank, int n, size_t min_b, size_t max_b
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_intra RANKS [MIN_BYTES [MAX_BYTES]] | bench_intra memcpy MIN MAX\n");
+        fprintf(stderr, "usage: bench_intra RANKS|p2p|memcpy [MIN_BYTES [MAX_BYTES]]\n");
         return 64;
     }
     size_t min_b = argc > 2 ? strtoull(argv[2], NULL, 0) : 65536, max_b = argc > 3 ? strtoull(argv[3], NULL, 0) : 32u << 20;
@@ -113,7 +122,7 @@ int main(int argc, char **argv)
         for (size_t bytes = min_b; bytes <= max_b; bytes *= 2) printf("memcpy %zu %.3f\n", bytes, memcpy_gbps(bytes));
         return 0;
     }
-    int n = atoi(argv[1]);
+    int p2p = strcmp(argv[1], "p2p") == 0, n = p2p ? 2 : atoi(argv[1]);
     if (n < 1 || n > 64 || min_b < 4 || max_b < min_b) {
         fprintf(stderr, "bench_intra: bad arguments (ranks 1..64, 4 <= MIN <= MAX)\n");
         return 64;
@@ -128,7 +137,7 @@ int main(int argc, char **argv)
     pid_t pids[64];
     for (int r = 0; r < n; r++) {
         pids[r] = fork();
-        if (pids[r] == 0) _exit(rank_main(id, r, n, min_b, max_b));
+        if (pids[r] == 0) _exit(rank_main(id, r, n, p2p, min_b, max_b));
     }
     int bad = 0;
     for (int r = 0; r < n; r++) {
