@@ -38,6 +38,7 @@ static int rank_main(intra_test_rank *tr, int boot_rd, int boot_wr, int release_
                      const void *arg)
 {
     char id[XDC_INTRA_BOOTSTRAP_MAX] = {0};
+    close(tr->rank == 0 ? boot_rd : boot_wr); /* so a rank 0 that dies early gives the others EOF */
     if (tr->rank == 0) {
         if (xdc_intra_bootstrap_create(tr->backend, id, sizeof id, &tr->diag) != XDC_OK) {
             snprintf(tr->msg, sizeof tr->msg, "bootstrap: %s", tr->diag.msg);
