@@ -227,8 +227,8 @@ xdc_err_t xdc_gpt_stage_create(const xdc_model_ops *ops, const xdc_gpt_stage_con
     *out = s;
     return XDC_OK;
 fail:
-    xdc_diag_set(diag, "gpt stage: cannot allocate %zu parameters and activations on %s", s->num_params,
-                 ops->name);
+    xdc_diag_set(diag, "gpt stage: %s while setting up %zu parameters and their activations on %s",
+                 xdc_strerror(rc), s->num_params, ops->name);
     xdc_gpt_stage_destroy(s);
     return rc;
 }

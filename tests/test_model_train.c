@@ -119,6 +119,12 @@ XDC_TEST_T(model_train_resume_matches_uninterrupted_run, 120)
     XDC_ASSERT_MSG(rc == 65, "exit %d: %s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, path);
     XDC_ASSERT_STR_CONTAINS(out, "checksum mismatch");
+
+    /* the seed is what makes the run: another seed, another model */
+    snprintf(args, sizeof args, "-c %s --data %s --threads 1 --steps 30 --seed 7", cfg, corpus);
+    XDC_ASSERT_EQ(run_train(args, out, sizeof out), 0);
+    parse_final(out, &v2, h2, &s2);
+    XDC_ASSERT(strcmp(h1, h2) != 0);
 }
 
 XDC_TEST(model_train_config_and_usage_errors_exit_with_sysexits)
