@@ -549,7 +549,7 @@ static void *engine_main(void *arg)
         if (ps.pfd[0].revents & POLLIN && read(eng->wake_fd, &drain, sizeof drain) < 0) drain = 0;
         for (int i = 1; i < ps.n; i++) {
             if (ps.who[i]) ps.who[i]->revents = ps.pfd[i].revents;
-            else if (ps.lis[i] && ps.pfd[i].revents) accept_new(eng, ps.lis[i]);
+            else if (ps.lis[i] && ps.pfd[i].revents && !ps.lis[i]->closed) accept_new(eng, ps.lis[i]);
         }
         for (wan_stream *s = eng->pending, *nx; s; s = nx) {
             nx = s->next_pending;
@@ -588,6 +588,11 @@ static void *engine_main(void *arg)
             wan_stream *s = eng->graveyard;
             eng->graveyard = s->next_pending;
             xdc_free(s);
+        }
+        while (eng->dead_listeners) {
+            xdc_wan_listener *l = eng->dead_listeners;
+            eng->dead_listeners = l->next;
+            xdc_free(l);
         }
     }
     pthread_mutex_unlock(&eng->mu);
@@ -658,6 +663,11 @@ void xdc_wan_engine_destroy(xdc_wan_engine *eng)
         xdc_wan_listener *l = eng->listeners;
         eng->listeners = l->next;
         close(l->fd);
+        xdc_free(l);
+    }
+    while (eng->dead_listeners) {
+        xdc_wan_listener *l = eng->dead_listeners;
+        eng->dead_listeners = l->next;
         xdc_free(l);
     }
     while (eng->pending) {
@@ -785,8 +795,11 @@ void xdc_wan_listener_close(xdc_wan_listener *l)
         for (int i = 0; i < p->nstreams; i++)
             if (p->streams[i] && p->streams[i]->listener == l) p->streams[i]->listener = NULL;
     close(l->fd);
-    xdc_free(l);
+    l->closed = 1;
+    l->next = eng->dead_listeners;
+    eng->dead_listeners = l;
     pthread_mutex_unlock(&eng->mu);
+    wan_engine_wake(eng);
 }
 
 xdc_err_t xdc_wan_connect(xdc_wan_engine *eng, const char *host, int port, const char *expect_region,

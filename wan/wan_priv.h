@@ -150,6 +150,7 @@ struct xdc_wan_listener {
     xdc_wan_peer *ready[64]; /* accepted peers not yet returned by accept() */
     int n_ready;
     int refused;
+    int closed;              /* closed by the caller; freed by the engine thread at the end of a loop turn */
     char last_refusal[512];
 };
 
@@ -167,6 +168,7 @@ struct xdc_wan_engine {
     xdc_wan_peer *peers;
     wan_stream *pending;       /* server connections before their HELLO */
     wan_stream *graveyard;     /* replaced streams, freed at the end of a loop turn */
+    xdc_wan_listener *dead_listeners; /* closed listeners, freed the same way (poll may still name them) */
     xdc_wan_request *all_reqs;
     xdc_wan_request *free_reqs;
 };
