@@ -6,6 +6,7 @@
 #include "orchestrator/orch_proc.h"
 #include "orchestrator/orch_rdzv.h"
 #include "orchestrator/orch_run_config.h"
+#include "orchestrator/orch_trace.h"
 #include "orchestrator/xdc_cli.h"
 
 #include "common/xdc_alloc.h"
@@ -16,6 +17,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <glob.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,6 +201,8 @@ static xdc_err_t start_agents(launch *L, xdc_diag *diag)
             argv[a++] = L->t->regions[r].name;
             argv[a++] = "--node";
             argv[a++] = node;
+            argv[a++] = "--host";
+            argv[a++] = L->t->regions[r].hosts[n];
             argv[a++] = "--coordinator";
             argv[a++] = L->coordinator;
             argv[a++] = "--run-id";
@@ -312,8 +316,27 @@ static int supervise(launch *L)
     return rc;
 }
 
+/* Merge the per-rank traces into RUN/trace.json (one timeline for Perfetto); "" when there are none. */
+static void merge_traces(const launch *L, char *out, size_t cap)
+{
+    char pattern[700];
+    glob_t g;
+    out[0] = '\0';
+    snprintf(pattern, sizeof pattern, "%s/traces/trace-*.json", L->o.run_dir);
+    if (glob(pattern, 0, NULL, &g) != 0) return;
+    snprintf(out, cap, "%s/trace.json", L->o.run_dir);
+    xdc_diag d = {{0}};
+    if (orch_trace_merge(out, (const char *const *)g.gl_pathv, (int)g.gl_pathc, &d) != XDC_OK) {
+        XDC_WARN(XDC_SUB_ORCH, "trace merge: %s", d.msg);
+        out[0] = '\0';
+    }
+    globfree(&g);
+}
+
 static void print_summary(launch *L, double wall)
 {
+    char trace[800];
+    merge_traces(L, trace, sizeof trace);
     char res[512];
     double vl = 0, tok_s = 0;
     char hash[32] = "0";
@@ -334,9 +357,9 @@ static void print_summary(launch *L, double wall)
             if (r == 0 && k == 0 && t_step > 0) exposed_pct = 100.0 * t_wan / t_step;
         }
     printf("\nrun %s (%s mode) finished in %.1f s: %.0f tokens/s, WAN %.2f MB sent for %.2f MB of fp32 (x%.1f), "
-           "exposed WAN %.1f%% of step time\n  logs: %s/logs/   traces: %s/\n",
+           "exposed WAN %.1f%% of step time\n  logs: %s/logs/   trace (Perfetto): %s\n",
            L->o.run_id, orch_mode_name(L->cfg.mode), wall, tok_s, (double)tx_all / 1e6, (double)raw_all / 1e6,
-           tx_all ? (double)raw_all / (double)tx_all : 0.0, exposed_pct, L->o.run_dir, L->o.run_dir);
+           tx_all ? (double)raw_all / (double)tx_all : 0.0, exposed_pct, L->o.run_dir, trace[0] ? trace : "(none)");
     printf("final val_loss=%.4f params_xxh64=%s steps=%lld wan_bytes=%llu exposed_wan_pct=%.1f\n", vl, hash, steps,
            tx_all, exposed_pct);
     fflush(stdout);

@@ -323,6 +323,7 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
         double dt = now_s() - t0;
         w->t_step += dt;
         w->last_loss = loss;
+        orch_observe_step(w, dt, w->t_compute - c0, w->t_intra - i0, w->t_wan_exposed - x0, loss);
         if (reporter(w) && (w->step % c->log_interval == 0 || w->step == c->steps))
             progress_line(w, loss, dt, w->t_compute - c0, w->t_intra - i0, w->t_wan_exposed - x0);
         if (c->eval_interval > 0 && w->step % c->eval_interval == 0 && w->step < c->steps) {

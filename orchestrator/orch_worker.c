@@ -9,6 +9,7 @@
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
 #include "kernels/xdc_model_ops.h"
+#include "orchestrator/orch_identity.h"
 #include "orchestrator/xdc_cli.h"
 
 #include <getopt.h>
@@ -24,43 +25,26 @@ void orch_stage_layers(int n_layer, int n_stages, int s, int *begin, int *end)
     *end = *begin + base + (s < extra ? 1 : 0);
 }
 
-static const char *env_str(const char *name, xdc_diag *diag, int *missing)
-{
-    const char *v = getenv(name);
-    if (!v || !*v) {
-        if (!*missing) xdc_diag_set(diag, "environment variable %s is not set (xdc worker is started by xdc agent)", name);
-        (*missing)++;
-        return "";
-    }
-    return v;
-}
-
-static int env_int(const char *name, xdc_diag *diag, int *missing)
-{
-    const char *v = env_str(name, diag, missing);
-    return *v ? atoi(v) : -1;
-}
-
+/* Identity from the environment contract that `xdc agent` set (orch_identity.h). */
 static xdc_err_t read_identity(orch_worker *w, xdc_diag *diag)
 {
-    int missing = 0;
-    snprintf(w->run_id, sizeof w->run_id, "%s", env_str("XDC_RUN_ID", diag, &missing));
-    snprintf(w->region, sizeof w->region, "%s", env_str("XDC_REGION", diag, &missing));
-    snprintf(w->node, sizeof w->node, "%s", env_str("XDC_NODE", diag, &missing));
-    w->region_idx = env_int("XDC_REGION_INDEX", diag, &missing);
-    w->n_regions = env_int("XDC_NUM_REGIONS", diag, &missing);
-    w->lrank = env_int("RANK", diag, &missing);
-    w->lsize = env_int("WORLD_SIZE", diag, &missing);
-    w->grank = env_int("XDC_GLOBAL_RANK", diag, &missing);
-    w->gsize = env_int("XDC_GLOBAL_WORLD_SIZE", diag, &missing);
-    const char *coord = env_str("XDC_COORDINATOR", diag, &missing);
-    if (missing) return XDC_ERR_CONFIG;
-    const char *colon = strrchr(coord, ':');
-    if (!colon || colon == coord) {
-        xdc_diag_set(diag, "XDC_COORDINATOR=%s is not host:port", coord);
+    orch_identity id;
+    XDC_CHECK(orch_identity_resolve(NULL, NULL, w->topo, ORCH_ID_REQUIRE_WORKER, &id, diag));
+    snprintf(w->run_id, sizeof w->run_id, "%s", id.run_id);
+    snprintf(w->region, sizeof w->region, "%s", id.region);
+    snprintf(w->node, sizeof w->node, "%s", id.host);
+    w->region_idx = id.region_index;
+    w->n_regions = id.num_regions;
+    w->lrank = id.rank;
+    w->lsize = id.world_size;
+    w->grank = id.global_rank;
+    w->gsize = id.global_world_size;
+    const char *colon = strrchr(id.coordinator, ':');
+    if (!colon || colon == id.coordinator) {
+        xdc_diag_set(diag, "coordinator '%s' (%s) is not host:port", id.coordinator, id.source[ORCH_ID_COORDINATOR]);
         return XDC_ERR_CONFIG;
     }
-    snprintf(w->coord_host, sizeof w->coord_host, "%.*s", (int)(colon - coord), coord);
+    snprintf(w->coord_host, sizeof w->coord_host, "%.*s", (int)(colon - id.coordinator), id.coordinator);
     w->coord_port = atoi(colon + 1);
     snprintf(w->member, sizeof w->member, "%s/%s:%d", w->region, w->node, w->lrank);
     return XDC_OK;
@@ -387,8 +371,8 @@ static int worker_usage(FILE *f)
 {
     fprintf(f, "usage: xdc worker --topology FILE --config RUN.yaml --run-dir DIR [--emulate-wan] [--resume]\n"
                "  Started by `xdc agent`, one per worker slot; reads its identity from the environment contract\n"
-               "  (RANK, WORLD_SIZE, XDC_REGION, XDC_REGION_INDEX, XDC_NUM_REGIONS, XDC_GLOBAL_RANK,\n"
-               "  XDC_GLOBAL_WORLD_SIZE, XDC_RUN_ID, XDC_COORDINATOR, XDC_NODE).\n");
+               "  (RANK, WORLD_SIZE, LOCAL_RANK, XDC_REGION, XDC_REGION_INDEX, XDC_NUM_REGIONS, XDC_GLOBAL_RANK,\n"
+               "  XDC_GLOBAL_WORLD_SIZE, XDC_RUN_ID, XDC_COORDINATOR, XDC_HOST, ...; see docs/observability.md).\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -419,20 +403,21 @@ int xdc_cmd_worker(int argc, char **argv)
     }
     if (!topo_path || !cfg_path || !w.run_dir[0] || optind != argc) return worker_usage(stderr);
     xdc_diag d = {{0}};
-    xdc_err_t rc = read_identity(&w, &d);
-    if (rc != XDC_OK) {
-        fprintf(stderr, "xdc worker: %s\n", d.msg);
-        return XDC_EX_USAGE;
-    }
-    xdc_log_set_identity(w.region, w.node, w.lrank);
-    if (orch_trace_create(w.grank, w.member, ORCH_TRACE_DEFAULT_CAPACITY, &w.trace) != XDC_OK)
-        XDC_WARN(XDC_SUB_ORCH, "no memory for the trace buffer; tracing off");
     xdc_cfg_errors errs;
     if (xdc_topology_load(topo_path, &w.topo, &errs) != XDC_OK || orch_run_config_load(cfg_path, &w.cfg, &errs) != XDC_OK) {
         xdc_cfg_errors_print(&errs, stderr);
         worker_close(&w);
         return XDC_EX_CONFIG;
     }
+    xdc_err_t rc = read_identity(&w, &d);
+    if (rc != XDC_OK) {
+        fprintf(stderr, "xdc worker: %s\n", d.msg);
+        worker_close(&w);
+        return XDC_EX_CONFIG;
+    }
+    xdc_log_set_identity(w.region, w.node, w.lrank);
+    if (orch_trace_create(w.grank, w.member, ORCH_TRACE_DEFAULT_CAPACITY, &w.trace) != XDC_OK)
+        XDC_WARN(XDC_SUB_ORCH, "no memory for the trace buffer; tracing off");
     const char *what = "layout";
     rc = place(&w, &d);
     if (rc == XDC_OK) what = "model and data", rc = open_model_and_data(&w, &d);
@@ -441,6 +426,7 @@ int xdc_cmd_worker(int argc, char **argv)
     if (rc == XDC_OK) what = "WAN peers", rc = open_peers(&w, &d);
     if (rc == XDC_OK) what = "activation codec", rc = open_pipe_codec(&w, &d);
     if (rc == XDC_OK) what = "comm engine", rc = open_sync(&w, &d);
+    if (rc == XDC_OK) what = "metrics", rc = orch_observe_start(&w, &d);
     if (rc == XDC_OK) what = "start barrier", rc = rdzv_barrier(w.rdzv, "start", w.gsize, w.cfg.rendezvous_timeout_ms, &d);
     if (rc == XDC_OK) {
         XDC_INFO(XDC_SUB_ORCH, "stage %d/%d (layers %d-%d, %zu params) of replica %d/%d, %s mode", w.stage, w.n_stages,
@@ -448,6 +434,7 @@ int xdc_cmd_worker(int argc, char **argv)
         what = "training";
         rc = orch_train_run(&w, &d);
     }
+    orch_observe_finish(&w);
     if (w.trace) {
         char dir[600], path[700];
         xdc_diag td = {{0}};

@@ -28,6 +28,8 @@ typedef struct orch_pipe_req {
     size_t n;
 } orch_pipe_req;
 
+typedef struct orch_observe orch_observe; /* orch_observe.c: the worker's metric series */
+
 typedef struct orch_worker {
     /* identity (environment contract, DESIGN.md) */
     char run_id[64], region[XDC_NAME_MAX], node[XDC_NAME_MAX], member[RDZV_MEMBER_MAX];
@@ -65,6 +67,7 @@ typedef struct orch_worker {
     orch_metrics *metrics;
     orch_metrics_std m;
     orch_metrics_server *metrics_srv;
+    orch_observe *obs;
     rdzv_client *rdzv;
     xdc_intra_comm *region_comm, *pp, *dp;
     orch_sync *grad_sync;  /* sync: replicas + regions; diloco/streaming: replicas only */
@@ -104,6 +107,12 @@ xdc_err_t orch_pipe_recv(orch_worker *w, int from_stage, float *buf, size_t n, u
 /* Complete a transfer (no-op on an empty request); charges intra or WAN time. */
 xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag);
 xdc_err_t orch_pipe_allreduce_sum(orch_worker *w, float *v, int n, xdc_diag *diag);
+
+/* orch_observe.c: Prometheus metrics of the worker (metrics_port >= 0) */
+xdc_err_t orch_observe_start(orch_worker *w, xdc_diag *diag);
+void orch_observe_step(orch_worker *w, double step_s, double compute_s, double intra_s, double wan_s, float loss);
+/* Write RUN/metrics/<region>-<rank>.prom and stop the server. */
+void orch_observe_finish(orch_worker *w);
 
 /* orch_checkpoint.c */
 int orch_checkpoint_due(const orch_worker *w);

@@ -204,7 +204,7 @@ XDC_TEST_T(orch_pipeline_across_regions_matches_single_process, 300)
 XDC_TEST_T(orch_same_seed_same_parameters, 300)
 {
     need_corpus();
-    const char *run = write_run("det", "sync", 10, "int8", NULL);
+    const char *run = write_run("det", "sync", 10, "int8", "metrics_port: 0\n");
     char dir[600], out[65536], h1[64], h2[64];
     snprintf(dir, sizeof dir, "%s/a", xdc_test_tmpdir());
     XDC_ASSERT_EQ(launch(run, dir, NULL, out, sizeof out), 0);
@@ -216,6 +216,28 @@ XDC_TEST_T(orch_same_seed_same_parameters, 300)
     char bytes[64];
     final_field(out, "wan_bytes=", bytes, sizeof bytes);
     XDC_ASSERT(atoll(bytes) > 0);
+
+    /* Observability of the same run: a metrics snapshot per worker that promtool accepts, and one merged
+     * trace with the compute and WAN lanes of every rank. */
+    char path[800], cmd[1200], res[8192];
+    snprintf(path, sizeof path, "%s/metrics/eu-west-1.prom", dir);
+    char *prom = xdc_test_read_file(path, NULL);
+    XDC_ASSERT_MSG(prom != NULL, "no metrics snapshot at %s", path);
+    XDC_ASSERT_STR_CONTAINS(prom, "xdc_step_total{region=\"eu-west\",host=\"west-node1\",rank=\"1\"} 10");
+    XDC_ASSERT_STR_CONTAINS(prom, "xdc_wan_tx_bytes_total{region=\"eu-west\",host=\"west-node1\",rank=\"1\",peer=\"us-east\"}");
+    free(prom);
+    if (system("command -v promtool >/dev/null 2>&1") == 0) {
+        snprintf(cmd, sizeof cmd, "promtool check metrics < %s", path);
+        int prc = xdc_test_run(cmd, res, sizeof res);
+        XDC_ASSERT_MSG(prc == 0, "promtool check metrics: %s", res);
+    }
+    snprintf(path, sizeof path, "%s/trace.json", dir);
+    char *trace = xdc_test_read_file(path, NULL);
+    XDC_ASSERT_MSG(trace != NULL, "no merged trace at %s", path);
+    XDC_ASSERT_STR_CONTAINS(trace, "\"backward\"");
+    XDC_ASSERT_STR_CONTAINS(trace, "wait for gradient sync");
+    XDC_ASSERT_STR_CONTAINS(trace, "eu-west/west-node1:1");
+    free(trace);
 }
 
 XDC_TEST_T(orch_wan_outage_mid_run_loses_nothing, 300)
