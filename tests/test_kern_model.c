@@ -284,8 +284,12 @@ XDC_TEST(kern_cuda_stage_matches_cpu)
     XDC_ASSERT_OK(gpu->model->download(gg, xdc_gpt_stage_grads(sg), n * 4));
     memcpy(gc, xdc_gpt_stage_grads(sc), n * 4);
     for (size_t i = 0; i < n; i++) XDC_ASSERT_MSG(fabsf(gc[i] - gg[i]) <= 1e-4f + 1e-3f * fabsf(gc[i]), "grad[%zu] cpu %g cuda %g", i, gc[i], gg[i]);
-    XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(sc, 1e-3f, 1.0f));
-    XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(sg, 1e-3f, 1.0f));
+    double nc = 0.0, ng = 0.0;
+    XDC_ASSERT_OK(xdc_gpt_stage_grad_sumsq(sc, &nc));
+    XDC_ASSERT_OK(xdc_gpt_stage_grad_sumsq(sg, &ng));
+    XDC_ASSERT_NEAR(nc, ng, 1e-4 * nc);
+    XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(sc, 1e-3f, 0.5f));
+    XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(sg, 1e-3f, 0.5f));
     XDC_ASSERT_OK(gpu->model->download(gg, xdc_gpt_stage_params(sg), n * 4));
     memcpy(gc, xdc_gpt_stage_params(sc), n * 4);
     for (size_t i = 0; i < n; i++) XDC_ASSERT_NEAR(gc[i], gg[i], 2e-5 + 1e-4 * fabsf(gc[i]));
