@@ -65,8 +65,8 @@ struct xdc_wan_relay {
     emu_conn *conns[EMU_MAX_CONNS];
     int n_conns;
     xdc_rng rng;
-    double tokens;     /* bytes; one bucket per direction, shared by every connection of the link */
-    double tokens_back;
+    double tokens[2];  /* bytes; one bucket per direction, shared by every connection of the link */
+    int backlog[2];    /* the bucket, not the sender, limited the last read of that direction */
     uint64_t refill_ns;
     unsigned rot;
     uint64_t accepted, bytes;
@@ -144,11 +144,14 @@ static void refill(xdc_wan_relay *r, uint64_t now)
     if (r->m.rate_mbps <= 0) return;
     double bytes_per_ns = r->m.rate_mbps * 1e6 / 8 / 1e9;
     double add = (double)(now - r->refill_ns) * bytes_per_ns;
-    /* Burst allowance: 10 ms worth or one chunk, whichever is larger, so a late wakeup of this thread
-     * does not lose tokens (the rate error stays below 10 ms over any measured interval). */
-    double cap = bytes_per_ns * 1e7 > EMU_CHUNK ? bytes_per_ns * 1e7 : EMU_CHUNK;
-    r->tokens = r->tokens + add > cap ? cap : r->tokens + add;
-    r->tokens_back = r->tokens_back + add > cap ? cap : r->tokens_back + add;
+    for (int d = 0; d < 2; d++) {
+        /* An idle link may bank 10 ms of tokens (or one chunk): a short burst, as on a real link. While
+         * senders wait on the bucket, a late wakeup of this thread must not cost rate, so then up to
+         * 250 ms of tokens carry over. */
+        double ms = r->backlog[d] ? 250e6 : 10e6;
+        double cap = bytes_per_ns * ms > EMU_CHUNK ? bytes_per_ns * ms : EMU_CHUNK;
+        r->tokens[d] = r->tokens[d] + add > cap ? cap : r->tokens[d] + add;
+    }
     r->refill_ns = now;
 }
 
@@ -156,16 +159,23 @@ static void refill(xdc_wan_relay *r, uint64_t now)
 static int dir_read(xdc_wan_relay *r, emu_conn *c, int d, uint64_t now)
 {
     emu_dir *q = &c->dir[d];
-    double *tokens = d == 0 ? &r->tokens : &r->tokens_back;
+    double *tokens = &r->tokens[d];
     while (!q->eof && q->count < q->n_slots) {
         size_t want = EMU_CHUNK;
         if (r->m.rate_mbps > 0) {
-            if (*tokens < 1) return 0;
+            if (*tokens < 1) {
+                r->backlog[d] = 1;
+                return 0;
+            }
             if (*tokens < want) want = (size_t)*tokens;
         }
         emu_chunk *ch = &q->ring[(q->head + q->count) % q->n_slots];
         ssize_t n = recv(c->fd[d], ch->data, want, 0);
-        if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            r->backlog[d] = 0; /* this sender is drained: the link is not saturated by it */
+            return 0;
+        }
+        if (n < 0) return -1;
         if (n == 0) {
             q->eof = 1;
             return 0;
@@ -234,7 +244,7 @@ static void *relay_main(void *arg)
             for (int s = 0; s < 2; s++) {
                 short ev = 0;
                 emu_dir *in = &c->dir[s], *outq = &c->dir[1 - s];
-                double tok = s == 0 ? r->tokens : r->tokens_back;
+                double tok = r->tokens[s];
                 /* No POLLIN while the bucket is empty: the 1 ms tick refills it, poll would only spin. */
                 if ((c->connected || s == 0) && !in->eof && in->count < in->n_slots && (r->m.rate_mbps <= 0 || tok >= 1))
                     ev |= POLLIN;
