@@ -340,8 +340,13 @@ static void server_hello(xdc_wan_engine *eng, wan_stream *s, const wan_frame *f)
     if (p->established && !p->accepted) {
         p->accepted = 1;
         xdc_wan_listener *l = s->listener;
-        if (l && l->n_ready < (int)(sizeof l->ready / sizeof l->ready[0])) l->ready[l->n_ready++] = p;
-        XDC_INFO(XDC_SUB_WAN, "accepted %s with %d streams", p->name, p->nstreams);
+        if (l && l->n_ready < (int)(sizeof l->ready / sizeof l->ready[0])) {
+            l->ready[l->n_ready++] = p;
+            XDC_INFO(XDC_SUB_WAN, "accepted %s with %d streams", p->name, p->nstreams);
+        } else {
+            wan_peer_fail(p, XDC_ERR_UNAVAILABLE, "%s refused: %d peers already wait for accept()", p->name,
+                          l ? l->n_ready : 0);
+        }
     }
     pthread_cond_broadcast(&eng->cv);
 }
