@@ -15,6 +15,16 @@
 
 LAYERS := orchestrator intra wan compression topology kernels common
 
+# Short build lines; `make V=1` shows the full commands.
+V ?= 0
+ifeq ($(V),1)
+Q :=
+say = @true
+else
+Q := @
+say = @printf '  %-6s %s\n' $(1) $(2)
+endif
+
 BUILD ?= build
 OPT ?= -O2
 SAN ?=
@@ -70,26 +80,31 @@ libs: $(LIB_FILES)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+	$(call say,CC,$<)
+	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -c $< -o $@
+	$(call say,NVCC,$<)
+	$(Q)$(NVCC) $(NVFLAGS) -c $< -o $@
 
 define lib_rule
 $(BUILD)/libxdc_$(1).a: $(call lib_objs,$(1))
 	@mkdir -p $$(dir $$@)
 	@rm -f $$@
-	ar rcs $$@ $$^
+	$$(call say,AR,$$@)
+	$(Q)ar rcs $$@ $$^
 endef
 $(foreach l,$(LAYERS),$(eval $(call lib_rule,$(l))))
 
 # Archives on the link line in layer order, top first: a symbol may only be resolved downwards.
 $(BUILD)/xdc: $(call obj,orchestrator/xdc_main.c) $(LIB_FILES)
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(LIB_FILES) $(LDLIBS)
+	$(call say,LINK,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $< $(LIB_FILES) $(LDLIBS)
 
 $(BUILD)/xdc_tests: $(TEST_OBJS) $(LIB_FILES)
-	$(CC) $(CFLAGS_ALL) -o $@ $(TEST_OBJS) $(LIB_FILES) $(LDLIBS)
+	$(call say,LINK,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $(TEST_OBJS) $(LIB_FILES) $(LDLIBS)
 
 # ---- tests -----------------------------------------------------------------------------------------
 TEST_JOBS ?= 1

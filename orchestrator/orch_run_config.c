@@ -30,6 +30,7 @@ static const xdc_yaml_field top_fields[] = {
     RUN_FIELD("activation_codec", XDC_YF_STRING, activation_codec, false, 0, 0),
     RUN_FIELD("microbatches", XDC_YF_INT, microbatches, false, 1, 1024),
     RUN_FIELD("steps", XDC_YF_INT, steps, false, 1, 100000000),
+    RUN_FIELD("eval_interval", XDC_YF_INT, eval_interval, false, 1, 100000000),
     RUN_FIELD("codec", XDC_YF_STRING, codec, false, 0, 0),
     RUN_FIELD("zstd_level", XDC_YF_INT, zstd_level, false, -1, 19),
     RUN_FIELD("bucket_mb", XDC_YF_DOUBLE, bucket_mb, false, 0.001, 4096),
@@ -106,6 +107,7 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     xdc_cfg_errors_init(errs, path);
     if (c->microbatches) c->train.microbatches = c->microbatches;
     if (c->steps) c->train.steps = c->steps;
+    if (c->eval_interval) c->train.eval_interval = c->eval_interval;
     c->microbatches = c->train.microbatches;
     c->steps = c->train.steps;
     if (c->span_regions && c->mode != ORCH_MODE_SYNC) {

@@ -23,6 +23,7 @@ typedef struct orch_run_config {
     char activation_codec[32]; /* codec of activations crossing the WAN: none|bf16|int8 */
     int microbatches;       /* per replica per step (overrides the model file when set) */
     int steps;              /* overrides the model file when set */
+    int eval_interval;      /* overrides the model file when set */
     char codec[32];         /* WAN gradient codec ("int8", "topk:0.01", ..., "link": each link's own) */
     int zstd_level;         /* -1: chosen from the link bandwidth */
     double bucket_mb;       /* gradient bucket size, MiB of fp32 */

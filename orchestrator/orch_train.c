@@ -329,7 +329,10 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
         if (c->eval_interval > 0 && w->step % c->eval_interval == 0 && w->step < c->steps) {
             double vl;
             XDC_CHECK(orch_train_eval(w, &vl, diag));
-            if (reporter(w)) printf("step %5lld  val_loss %.4f\n", (long long)w->step, vl);
+            if (reporter(w)) {
+                printf("step %5lld  val_loss %.4f  elapsed %.2fs\n", (long long)w->step, vl, now_s() - run_t0);
+                fflush(stdout);
+            }
         }
         if (orch_checkpoint_due(w)) XDC_CHECK(orch_checkpoint_save(w, diag));
         char status[64];
@@ -341,6 +344,7 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
     if (w->cfg.mode == ORCH_MODE_STREAMING || (w->cfg.mode == ORCH_MODE_DILOCO && w->step % w->cfg.diloco_inner_steps != 0))
         XDC_CHECK(diloco_round(w, diag));
     XDC_CHECK(orch_train_eval(w, &w->val_loss, diag));
+    if (reporter(w)) printf("step %5lld  val_loss %.4f  elapsed %.2fs\n", (long long)w->step, w->val_loss, now_s() - run_t0);
     uint64_t hash = 0, tx, raw;
     XDC_CHECK(hash_params(w, &hash, diag));
     if (w->cfg.dump_params && (w->span || w->region_idx == 0) && w->replica == 0) XDC_CHECK(dump_params(w, diag));
