@@ -31,5 +31,7 @@ int xdc_cmd_trace(int argc, char **argv);
 int xdc_cmd_certs(int argc, char **argv);
 int xdc_cmd_wan(int argc, char **argv);
 int xdc_cmd_wanemu(int argc, char **argv);
+int xdc_cmd_plan(int argc, char **argv);
+int xdc_cmd_simulate(int argc, char **argv);
 
 #endif /* XDC_CLI_H */

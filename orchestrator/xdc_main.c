@@ -13,6 +13,8 @@ static const xdc_command commands[] = {
     {"agent", "start and watch this node's workers (one per node, from a launch script)", xdc_cmd_agent},
     {"worker", "one pipeline stage of one replica (started by xdc agent)", xdc_cmd_worker},
     {"topo", "check and print topology files", xdc_cmd_topo},
+    {"plan", "choose stages, replicas, mode, codec and period for a topology and model", xdc_cmd_plan},
+    {"simulate", "replay a plan's schedule as a discrete-event model (any scale)", xdc_cmd_simulate},
     {"train", "train the GPT in one process (--single)", xdc_cmd_train},
     {"trace", "merge per-rank Chrome trace files", xdc_cmd_trace},
     {"certs", "create the cluster CA and node certificates", xdc_cmd_certs},

@@ -1,0 +1,270 @@
+/* test_plan.c — the planner on cases worked out by hand: a region twice as fast gets twice the layers, a
+ * model too big for one region is cut at the cheapest link, a slow link gets a stronger codec or a longer
+ * period, no candidate exceeds GPU memory, an impossible topology is refused with its reason, the search
+ * is deterministic, and `xdc plan` prints, emits JSON and exits with sysexits codes. */
+#include "tests/xdc_test.h"
+
+#include "common/xdc_alloc.h"
+#include "topology/xdc_plan.h"
+
+#include <stdio.h>
+
+static xdc_topology *parse_topo(const char *yaml)
+{
+    xdc_cfg_errors errs;
+    xdc_topology *t = NULL;
+    xdc_err_t rc = xdc_topology_parse(yaml, strlen(yaml), "test.yaml", &t, &errs);
+    XDC_ASSERT_MSG(rc == XDC_OK, "topology does not parse: %s", errs.count ? errs.items[0].msg : xdc_strerror(rc));
+    return t;
+}
+
+/* Two regions of `gpus` GPUs each; the link is written out in full. */
+static xdc_topology *two_regions(int gpus, double tflops_a, double tflops_b, double mem_gib, const char *link)
+{
+    char y[2048];
+    snprintf(y, sizeof y,
+             "name: two\nregions:\n"
+             "  - {name: a, nodes: a1, gpus_per_node: %d, gpu: {model: x, bf16_tflops: %g, memory_gib: %g},"
+             " intra: {bandwidth_gbps: 1000, latency_us: 2}}\n"
+             "  - {name: b, nodes: b1, gpus_per_node: %d, gpu: {model: y, bf16_tflops: %g, memory_gib: %g},"
+             " intra: {bandwidth_gbps: 1000, latency_us: 2}}\n"
+             "links:\n  - {from: a, to: b, %s}\n",
+             gpus, tflops_a, mem_gib, gpus, tflops_b, mem_gib, link);
+    return parse_topo(y);
+}
+
+static xdc_plan_set *search_ok(const xdc_topology *t, const xdc_model_shape *m, const xdc_batch_shape *b,
+                               const xdc_plan_opts *o)
+{
+    xdc_plan_set *s = NULL;
+    xdc_diag d = {{0}};
+    xdc_err_t rc = xdc_plan_search(t, m, b, o, &s, &d);
+    XDC_ASSERT_MSG(rc == XDC_OK, "plan search failed: %s (%s)", d.msg, xdc_errname(rc));
+    XDC_ASSERT(s->n_cands >= 1);
+    return s;
+}
+
+static int stage_layers_in(const xdc_plan *p, int region)
+{
+    int n = 0;
+    for (int i = 0; i < p->stages; i++)
+        if (p->stage[i].region == region) n += p->stage[i].layer_end - p->stage[i].layer_begin;
+    return n;
+}
+
+XDC_TEST(plan_faster_region_gets_twice_the_layers)
+{
+    /* 12 equal layers, one GPU per region, region a twice as fast; a pipeline over both balances at 8:4. */
+    xdc_topology *t = two_regions(1, 200, 100, 80, "bandwidth_gbps: 100, rtt_ms: 2");
+    xdc_model_shape m;
+    xdc_model_shape_gpt(12, 16, 1024, 128, 2, &m);
+    xdc_batch_shape b = {4, 128, 4.0 * 128 * 16};
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    o.mode = XDC_PLAN_PIPELINE;
+    xdc_plan_set *s = search_ok(t, &m, &b, &o);
+    const xdc_plan *p = &s->best;
+    XDC_ASSERT_EQ(p->mode, XDC_PLAN_PIPELINE);
+    XDC_ASSERT_EQ(p->stages, 2);
+    XDC_ASSERT_EQ(stage_layers_in(p, 0), 8);
+    XDC_ASSERT_EQ(stage_layers_in(p, 1), 4);
+    XDC_ASSERT_EQ(p->n_chain, 2);
+    xdc_plan_set_destroy(s);
+    xdc_topology_destroy(t);
+}
+
+XDC_TEST(plan_model_too_big_for_one_region_cuts_at_cheapest_link)
+{
+    /* ~1.2B parameters need ~19 GiB of weights and optimizer state: one 16 GiB GPU cannot hold it, two can.
+     * a-b is fast and cheap, every link to c slow and dear: the pipeline spans a and b only. */
+    const char *y =
+        "name: three\nregions:\n"
+        "  - {name: a, nodes: a1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: 300, memory_gib: 16},"
+        " intra: {bandwidth_gbps: 1000}}\n"
+        "  - {name: b, nodes: b1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: 300, memory_gib: 16},"
+        " intra: {bandwidth_gbps: 1000}}\n"
+        "  - {name: c, nodes: c1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: 300, memory_gib: 16},"
+        " intra: {bandwidth_gbps: 1000}}\n"
+        "links:\n"
+        "  - {from: a, to: b, bandwidth_gbps: 100, rtt_ms: 4, cost_usd_per_gb: 0.01}\n"
+        "  - {from: a, to: c, bandwidth_gbps: 0.05, rtt_ms: 150, cost_usd_per_gb: 0.09}\n"
+        "  - {from: b, to: c, bandwidth_gbps: 0.05, rtt_ms: 150, cost_usd_per_gb: 0.09}\n";
+    xdc_topology *t = parse_topo(y);
+    xdc_model_shape m;
+    xdc_model_shape_gpt(24, 16, 2048, 512, 256, &m);
+    xdc_batch_shape b = {1, 512, 512.0 * 8};
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    xdc_plan_set *s = search_ok(t, &m, &b, &o);
+    const xdc_plan *p = &s->best;
+    XDC_ASSERT_MSG(p->mode == XDC_PLAN_PIPELINE, "mode %s", xdc_plan_mode_name(p->mode));
+    XDC_ASSERT_EQ(p->n_chain, 2);
+    XDC_ASSERT((p->chain[0] == 0 && p->chain[1] == 1) || (p->chain[0] == 1 && p->chain[1] == 0));
+    XDC_ASSERT_EQ(p->replicas[2], 0);
+    XDC_ASSERT(p->cut_layer[0] > 0 && p->cut_layer[0] < 24);
+    XDC_ASSERT(p->mem_gib_max <= 0.9 * 16);
+    /* Every data-parallel structure was refused for memory, and the reason says so. */
+    for (int i = 0; i < s->n_cands; i++) XDC_ASSERT(s->cands[i].mode == XDC_PLAN_PIPELINE);
+    XDC_ASSERT(s->n_rejected > 0);
+    XDC_ASSERT_STR_CONTAINS(s->reject_reason, "GiB");
+    xdc_plan_set_destroy(s);
+    xdc_topology_destroy(t);
+}
+
+static int lossiness(const xdc_plan *p) { return p->fidelity; }
+
+XDC_TEST(plan_slow_link_gets_stronger_codec_or_longer_period)
+{
+    xdc_model_shape m;
+    xdc_model_shape_gpt(12, 12, 768, 1024, 256, &m); /* ~85M parameters */
+    xdc_batch_shape b = {8, 1024, 8.0 * 1024 * 16 * 4};
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    o.mode = -1;
+    xdc_topology *fast = two_regions(8, 300, 300, 80, "bandwidth_gbps: 400, rtt_ms: 2");
+    xdc_topology *slow = two_regions(8, 300, 300, 80, "bandwidth_gbps: 0.5, rtt_ms: 80");
+    xdc_plan_set *sf = search_ok(fast, &m, &b, &o), *ss = search_ok(slow, &m, &b, &o);
+    XDC_ASSERT_MSG(lossiness(&ss->best) > lossiness(&sf->best), "slow link fidelity %d (%s %s H=%d) vs fast %d",
+                   ss->best.fidelity, xdc_plan_mode_name(ss->best.mode), ss->best.codec, ss->best.inner_steps,
+                   sf->best.fidelity);
+    XDC_ASSERT_EQ(sf->best.mode, XDC_PLAN_SYNC);
+    XDC_ASSERT(ss->best.inner_steps > 0 || strcmp(ss->best.codec, "none") != 0);
+    /* With the mode pinned to sync, the slow link still gets a lossier codec than the fast one. */
+    o.mode = XDC_PLAN_SYNC;
+    xdc_plan_set *ss2 = search_ok(slow, &m, &b, &o), *sf2 = search_ok(fast, &m, &b, &o);
+    XDC_ASSERT(lossiness(&ss2->best) > lossiness(&sf2->best));
+    /* Between DiLoCo periods alone: the slow link takes the longer one. */
+    o.mode = XDC_PLAN_DILOCO;
+    snprintf(o.codec, sizeof o.codec, "int8");
+    xdc_plan_set *ds = search_ok(slow, &m, &b, &o), *df = search_ok(fast, &m, &b, &o);
+    XDC_ASSERT_MSG(ds->best.inner_steps > df->best.inner_steps, "H slow %d fast %d", ds->best.inner_steps,
+                   df->best.inner_steps);
+    xdc_plan_set_destroy(sf);
+    xdc_plan_set_destroy(ss);
+    xdc_plan_set_destroy(sf2);
+    xdc_plan_set_destroy(ss2);
+    xdc_plan_set_destroy(ds);
+    xdc_plan_set_destroy(df);
+    xdc_topology_destroy(fast);
+    xdc_topology_destroy(slow);
+}
+
+static void check_memory(const xdc_topology *t, const xdc_plan_set *s)
+{
+    for (int i = 0; i < s->n_cands; i++) {
+        const xdc_plan *p = &s->cands[i];
+        for (int k = 0; k < p->stages; k++) {
+            const xdc_plan_stage *st = &p->stage[k];
+            for (int r = 0; r < t->n_regions; r++) {
+                int holds = st->region >= 0 ? st->region == r : p->replicas[r] > 0;
+                if (holds)
+                    XDC_ASSERT_MSG(st->mem_gib <= 0.9 * t->regions[r].gpu_memory_gib + 1e-9,
+                                   "candidate %d stage %d needs %.2f GiB in %s (%g GiB)", i, k, st->mem_gib,
+                                   t->regions[r].name, t->regions[r].gpu_memory_gib);
+            }
+        }
+    }
+}
+
+XDC_TEST(plan_never_exceeds_gpu_memory)
+{
+    static const char *const files[] = {"examples/topology/demo-2region.yaml", "examples/topology/heterogeneous.yaml",
+                                        "examples/topology/three-region.yaml"};
+    static const int shapes[][5] = {{2, 4, 64, 64, 256}, {6, 6, 384, 256, 256}, {32, 32, 4096, 2048, 32000},
+                                    {80, 64, 8192, 2048, 32000}};
+    int planned = 0;
+    for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
+        xdc_cfg_errors errs;
+        xdc_topology *t;
+        XDC_ASSERT_OK(xdc_topology_load(files[f], &t, &errs));
+        for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+            xdc_model_shape m;
+            xdc_model_shape_gpt(shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3], shapes[k][4], &m);
+            xdc_batch_shape b = {4, shapes[k][3] < 512 ? shapes[k][3] : 512, 4.0 * 512 * 64};
+            xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+            xdc_plan_set *s = NULL;
+            xdc_diag d = {{0}};
+            xdc_err_t rc = xdc_plan_search(t, &m, &b, &o, &s, &d);
+            XDC_ASSERT_MSG(rc == XDC_OK || rc == XDC_ERR_UNAVAILABLE, "%s: %s", files[f], d.msg);
+            if (rc == XDC_OK) {
+                check_memory(t, s);
+                planned++;
+            }
+            xdc_plan_set_destroy(s);
+        }
+        xdc_topology_destroy(t);
+    }
+    XDC_ASSERT(planned >= 6);
+}
+
+XDC_TEST(plan_rejects_impossible_topology_with_reason)
+{
+    xdc_cfg_errors errs;
+    xdc_topology *t;
+    XDC_ASSERT_OK(xdc_topology_load("examples/topology/demo-2region.yaml", &t, &errs));
+    xdc_model_shape m;
+    xdc_model_shape_gpt(96, 96, 12288, 2048, 50257, &m); /* ~175B parameters on four 4 GiB CPU workers */
+    xdc_batch_shape b = {1, 2048, 2048.0 * 8};
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    xdc_plan_set *s = NULL;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_ERR(xdc_plan_search(t, &m, &b, &o, &s, &d), XDC_ERR_UNAVAILABLE);
+    XDC_ASSERT(s == NULL);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "no plan fits");
+    XDC_ASSERT_STR_CONTAINS(d.msg, "GiB per GPU");
+    /* A stage count the model cannot have: the constraint is named. */
+    xdc_model_shape_gpt(2, 4, 64, 64, 256, &m);
+    o.stages = 3;
+    XDC_ASSERT_ERR(xdc_plan_search(t, &m, &b, &o, &s, &d), XDC_ERR_UNAVAILABLE);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "constraints");
+    xdc_topology_destroy(t);
+}
+
+XDC_TEST(plan_search_is_deterministic)
+{
+    xdc_cfg_errors errs;
+    xdc_topology *t;
+    XDC_ASSERT_OK(xdc_topology_load("examples/topology/heterogeneous.yaml", &t, &errs));
+    xdc_model_shape m;
+    xdc_model_shape_gpt(24, 16, 2048, 1024, 32000, &m);
+    xdc_batch_shape b = {4, 1024, 4.0 * 1024 * 256};
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    xdc_plan_set *a = search_ok(t, &m, &b, &o), *c = search_ok(t, &m, &b, &o);
+    XDC_ASSERT_EQ(a->n_cands, c->n_cands);
+    XDC_ASSERT(memcmp(&a->best, &c->best, sizeof a->best) == 0);
+    XDC_ASSERT(a->best.t_step > 0 && a->best.t_step >= a->best.t_compute);
+    XDC_ASSERT_NEAR(a->best.t_step,
+                    a->best.t_compute + a->best.t_bubble + a->best.t_intra + a->best.t_wan_exposed,
+                    1e-9 + 1e-9 * a->best.t_step);
+    /* Runners-up are in pick order and each says why it lost. */
+    for (int i = 1; i < a->n_cands && i < 20; i++) XDC_ASSERT(a->cands[i].why[0] != '\0');
+    char *json = NULL;
+    XDC_ASSERT_OK(xdc_plan_to_json(t, a, 3, &json));
+    XDC_ASSERT_STR_CONTAINS(json, "\"runners_up\"");
+    XDC_ASSERT_STR_CONTAINS(json, "\"exposed_wan\"");
+    xdc_free(json);
+    xdc_plan_set_destroy(a);
+    xdc_plan_set_destroy(c);
+    xdc_topology_destroy(t);
+}
+
+XDC_TEST(plan_cli_prints_json_and_exit_codes)
+{
+    char cmd[1024], out[65536];
+    snprintf(cmd, sizeof cmd, "%s plan -t examples/topology/demo-2region.yaml -m examples/models/tiny.yaml --explain",
+             xdc_test_bin());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 0);
+    XDC_ASSERT_STR_CONTAINS(out, "predicted step");
+    XDC_ASSERT_STR_CONTAINS(out, "runners-up");
+    XDC_ASSERT_STR_CONTAINS(out, "how the plan was chosen");
+    snprintf(cmd, sizeof cmd, "%s plan -t examples/topology/demo-2region.yaml -m examples/models/tiny.yaml --json",
+             xdc_test_bin());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 0);
+    XDC_ASSERT_STR_CONTAINS(out, "\"plan\"");
+    XDC_ASSERT_STR_CONTAINS(out, "\"egress_usd_per_step\"");
+    snprintf(cmd, sizeof cmd, "%s plan -t examples/topology/no-such.yaml -m examples/models/tiny.yaml", xdc_test_bin());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 78);
+    snprintf(cmd, sizeof cmd, "%s plan -t examples/topology/demo-2region.yaml -m examples/models/tiny.yaml --stages 3",
+             xdc_test_bin());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 69);
+    XDC_ASSERT_STR_CONTAINS(out, "no plan");
+    snprintf(cmd, sizeof cmd, "%s plan -t examples/topology/demo-2region.yaml", xdc_test_bin());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
+}

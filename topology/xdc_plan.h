@@ -1,0 +1,136 @@
+/* xdc_plan.h — the topology-aware planner and the discrete-event simulator.
+ *
+ * The planner turns a topology, a model shape and batch settings into a plan: the mode (sync, diloco,
+ * streaming across regions, or one pipeline that spans regions), pipeline stages and data-parallel
+ * replicas per region, the layer partition, where a cross-region cut goes, microbatches, bucket size,
+ * the WAN codec and the DiLoCo period, with a predicted step time split into compute / intra / exposed
+ * WAN / bubble, WAN bytes, egress cost and memory per GPU. It enumerates candidates, scores each with a
+ * closed-form cost model that follows the runtime's data flow (docs/planner.md has the formulas), and
+ * keeps the runners-up with the reason each lost. Deterministic: the same inputs give the same plan.
+ *
+ * The simulator replays one plan as a discrete-event model (binary-heap event queue; one entity per
+ * pipeline stage of every replica, one FIFO per directed WAN link, one comm-engine state machine per
+ * data-parallel group) and reports the step time it observes.
+ *
+ * topology/ depends only on common/: the model arrives as plain numbers (xdc_model_shape). */
+#ifndef XDC_PLAN_H
+#define XDC_PLAN_H
+
+#include "common/xdc_err.h"
+#include "topology/xdc_topology.h"
+
+#include <stddef.h>
+
+#define XDC_PLAN_MAX_STAGES 128 /* stages per replica */
+#define XDC_PLAN_MAX_CHAIN 16   /* regions one cross-region pipeline may span */
+
+/* The model as numbers. xdc_model_shape_gpt fills it for the project's GPT (kernels/xdc_gpt.h). */
+typedef struct xdc_model_shape {
+    int layers, width, heads, vocab, context;
+    double params;                   /* whole model, count */
+    double embed_params;             /* on the first stage (token + position tables), count */
+    double head_params;              /* on the last stage (final norm + LM head), count */
+    double act_bytes_per_token;      /* kept for backward, per token per layer, bytes */
+    double boundary_bytes_per_token; /* activation crossing a stage boundary, per token, bytes (fp32) */
+    double bytes_per_param;          /* weights, bytes */
+    double optim_bytes_per_param;    /* gradient + optimizer state, bytes */
+} xdc_model_shape;
+
+void xdc_model_shape_gpt(int layers, int heads, int width, int context, int vocab, xdc_model_shape *out);
+
+typedef struct xdc_batch_shape {
+    int micro_batch;            /* sequences per microbatch */
+    int seq_len;                /* tokens per sequence */
+    double global_batch_tokens; /* tokens per optimizer step over all replicas; sets the microbatch count */
+} xdc_batch_shape;
+
+typedef enum { XDC_PLAN_SYNC = 0, XDC_PLAN_DILOCO, XDC_PLAN_STREAMING, XDC_PLAN_PIPELINE } xdc_plan_mode;
+const char *xdc_plan_mode_name(xdc_plan_mode m);
+
+/* Measured numbers from an earlier run; zero fields mean "use the topology's". */
+typedef struct xdc_plan_calib {
+    double mfu;            /* fraction of the topology's peak TFLOP/s reached (default 0.4) */
+    double compute_scale;  /* multiplies every predicted compute time (from a measured run) */
+    double wan_gbps;       /* measured WAN goodput per link, Gbit/s */
+} xdc_plan_calib;
+
+/* Constraints: a zero / negative / empty field leaves the choice to the planner. */
+typedef struct xdc_plan_opts {
+    xdc_plan_calib calib;
+    int mode;            /* -1: any; else an xdc_plan_mode */
+    int stages;          /* pipeline stages per replica */
+    int microbatches;    /* per replica per step (instead of global_batch_tokens) */
+    char codec[16];      /* WAN codec: none|bf16|int8|int4|topk:F */
+    int inner_steps;     /* DiLoCo / streaming H */
+    int fragments;       /* streaming F */
+    double bucket_mb;    /* gradient bucket, MiB of fp32 */
+    double tolerance;    /* a more faithful plan wins if at most this much slower per token (0.10) */
+} xdc_plan_opts;
+#define XDC_PLAN_OPTS_INIT {{0.4, 1.0, 0}, -1, 0, 0, "", 0, 0, 0, 0.10}
+
+typedef struct xdc_plan_stage {
+    int region;            /* region index; -1: the same stage in every region (data parallel) */
+    int layer_begin, layer_end;
+    double params;         /* count */
+    double flops_mb;       /* forward + backward FLOPs of one microbatch */
+    double mem_gib;        /* per GPU, worst region */
+    int inflight;          /* microbatches this stage keeps in flight (1F1B warm-up + RTT cover) */
+} xdc_plan_stage;
+
+typedef struct xdc_plan {
+    xdc_plan_mode mode;
+    int stages;                           /* P per replica */
+    xdc_plan_stage stage[XDC_PLAN_MAX_STAGES];
+    int replicas[XDC_TOPO_MAX_REGIONS];   /* data-parallel replicas per region (0: region idle) */
+    int chain[XDC_PLAN_MAX_CHAIN], n_chain; /* pipeline mode: regions in stage order */
+    int cut_layer[XDC_PLAN_MAX_CHAIN];    /* pipeline mode: first layer after each WAN cut */
+    int microbatches, micro_batch, seq_len;
+    double bucket_mb;
+    char codec[16];                       /* WAN codec: gradients (sync/diloco/streaming), activations (pipeline) */
+    int inner_steps, fragments;           /* H, F (diloco / streaming) */
+    int fidelity;                         /* 0 = exact sync; higher = lossier codec or longer period */
+    /* predictions per optimizer step */
+    double t_step, t_compute, t_intra, t_wan_exposed, t_bubble; /* seconds */
+    double tokens, wan_bytes, egress_usd;
+    double mem_gib_max, mem_gib_limit;    /* per GPU: worst stage, and the smallest GPU that holds it */
+    char why[256];                        /* runners-up: why it lost */
+} xdc_plan;
+
+typedef struct xdc_plan_set {
+    xdc_plan best;
+    xdc_plan *cands;       /* (n_cands) feasible candidates in pick order; cands[0] is best */
+    int n_cands;
+    int n_evaluated, n_rejected;
+    char reject_reason[512]; /* the most common rejection, e.g. a memory shortfall */
+} xdc_plan_set;
+
+/* Search the candidates. XDC_ERR_UNAVAILABLE with diag naming why when no plan fits (model too large
+ * even across all regions, constraints impossible); XDC_ERR_INVALID for bad shapes. */
+xdc_err_t xdc_plan_search(const xdc_topology *t, const xdc_model_shape *m, const xdc_batch_shape *b,
+                          const xdc_plan_opts *o, xdc_plan_set **out, xdc_diag *diag);
+void xdc_plan_set_destroy(xdc_plan_set *s);
+
+/* Scale calib->compute_scale so that the plan's predicted compute time of stage 0 per step equals
+ * measured_s (seconds, e.g. from a run's progress lines). */
+void xdc_plan_calibrate_compute(const xdc_topology *t, const xdc_plan *p, double measured_s, xdc_plan_calib *calib);
+
+/* The plan (and runners-up, up to `max_alt`) as JSON text; caller frees with xdc_free. */
+xdc_err_t xdc_plan_to_json(const xdc_topology *t, const xdc_plan_set *s, int max_alt, char **out);
+
+typedef struct xdc_sim_result {
+    int steps;
+    double t_step;          /* mean seconds per step */
+    double t_compute;       /* busiest GPU's compute seconds per step */
+    double t_bubble;        /* pipeline phase beyond the busiest GPU's compute, per step */
+    double t_comm_exposed;  /* step time after the pipeline phase (sync, WAN), per step */
+    double utilisation;     /* mean GPU busy fraction */
+    double wan_bytes;       /* per step, all links */
+    long long events;       /* events processed */
+    int gpus;               /* simulated workers */
+} xdc_sim_result;
+
+/* Run `steps` optimizer steps of plan p. */
+xdc_err_t xdc_sim_run(const xdc_topology *t, const xdc_model_shape *m, const xdc_plan *p, const xdc_plan_calib *c,
+                      int steps, xdc_sim_result *out, xdc_diag *diag);
+
+#endif /* XDC_PLAN_H */
