@@ -65,6 +65,16 @@ static void final_field(const char *out, const char *key, char *val, size_t cap)
     snprintf(val, cap, "%.*s", (int)(n < cap ? n : cap - 1), k);
 }
 
+/* Launch into TMP/<name>, require success and return its params hash (and the run folder). */
+static void launch_hash(const char *run, const char *name, const char *flags, char *out, size_t cap, char *dir,
+                        size_t dir_cap, char hash[64])
+{
+    snprintf(dir, dir_cap, "%s/%s", xdc_test_tmpdir(), name);
+    int rc = launch(run, dir, flags, out, cap);
+    XDC_ASSERT_MSG(rc == 0, "launch %s exited %d:\n%s", name, rc, out);
+    final_field(out, "params_xxh64=", hash, 64);
+}
+
 static float *read_f32(const char *path, size_t *n)
 {
     size_t bytes;
@@ -206,12 +216,8 @@ XDC_TEST_T(orch_same_seed_same_parameters, 300)
     need_corpus();
     const char *run = write_run("det", "sync", 10, "int8", "metrics_port: 0\n");
     char dir[600], out[65536], h1[64], h2[64];
-    snprintf(dir, sizeof dir, "%s/a", xdc_test_tmpdir());
-    XDC_ASSERT_EQ(launch(run, dir, NULL, out, sizeof out), 0);
-    final_field(out, "params_xxh64=", h1, sizeof h1);
-    snprintf(dir, sizeof dir, "%s/b", xdc_test_tmpdir());
-    XDC_ASSERT_EQ(launch(run, dir, NULL, out, sizeof out), 0);
-    final_field(out, "params_xxh64=", h2, sizeof h2);
+    launch_hash(run, "a", NULL, out, sizeof out, dir, sizeof dir, h1);
+    launch_hash(run, "b", NULL, out, sizeof out, dir, sizeof dir, h2);
     XDC_ASSERT_MSG(strcmp(h1, h2) == 0, "hashes differ: %s vs %s", h1, h2);
     char bytes[64];
     final_field(out, "wan_bytes=", bytes, sizeof bytes);
@@ -245,13 +251,8 @@ XDC_TEST_T(orch_wan_outage_mid_run_loses_nothing, 300)
     need_corpus();
     const char *run = write_run("outage", "sync", 30, "none", NULL);
     char dir[600], out[65536], h1[64], h2[64];
-    snprintf(dir, sizeof dir, "%s/plain", xdc_test_tmpdir());
-    XDC_ASSERT_EQ(launch(run, dir, NULL, out, sizeof out), 0);
-    final_field(out, "params_xxh64=", h1, sizeof h1);
-    snprintf(dir, sizeof dir, "%s/cut", xdc_test_tmpdir());
-    int rc = launch(run, dir, "--outage 3s@1s", out, sizeof out);
-    XDC_ASSERT_MSG(rc == 0, "run with an outage exited %d:\n%s", rc, out);
-    final_field(out, "params_xxh64=", h2, sizeof h2);
+    launch_hash(run, "plain", NULL, out, sizeof out, dir, sizeof dir, h1);
+    launch_hash(run, "cut", "--outage 3s@1s", out, sizeof out, dir, sizeof dir, h2);
     XDC_ASSERT_MSG(strcmp(h1, h2) == 0, "an outage changed the result: %s vs %s", h1, h2);
 }
 
@@ -273,9 +274,7 @@ XDC_TEST_T(orch_killed_worker_is_named_and_resume_matches, 420)
     need_corpus();
     const char *run = write_run("kill", "sync", 40, "none", "checkpoint_every: 5\n");
     char dir[600], out[65536], want[64], got[64];
-    snprintf(dir, sizeof dir, "%s/whole", xdc_test_tmpdir());
-    XDC_ASSERT_EQ(launch(run, dir, NULL, out, sizeof out), 0);
-    final_field(out, "params_xxh64=", want, sizeof want);
+    launch_hash(run, "whole", NULL, out, sizeof out, dir, sizeof dir, want);
 
     snprintf(dir, sizeof dir, "%s/killed", xdc_test_tmpdir());
     char log[700], manifest[800], pidfile[800];
