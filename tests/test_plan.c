@@ -115,7 +115,7 @@ XDC_TEST(plan_slow_link_gets_stronger_codec_or_longer_period)
 {
     xdc_model_shape m;
     xdc_model_shape_gpt(12, 12, 768, 1024, 256, &m); /* ~85M parameters */
-    xdc_batch_shape b = {8, 1024, 8.0 * 1024 * 16 * 4};
+    xdc_batch_shape b = {8, 1024, 8.0 * 1024 * 16 * 32}; /* ~1.2 s of compute per step */
     xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
     o.mode = -1;
     xdc_topology *fast = two_regions(8, 300, 300, 80, "bandwidth_gbps: 400, rtt_ms: 2");

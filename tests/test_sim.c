@@ -32,6 +32,7 @@ static xdc_plan plan_for(const xdc_topology *t, const xdc_model_shape *m, int st
 {
     xdc_batch_shape b = {1, 128, 0};
     xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    o.calib.mfu = 0.5; /* what simulate() uses */
     o.stages = stages;
     o.microbatches = mb;
     o.mode = mode;
@@ -87,11 +88,11 @@ XDC_TEST(sim_pipeline_bubble_matches_1f1b)
         xdc_sim_result r = simulate(t, &m, &p, 1);
         double stage = p.stage[0].flops_mb / (100e12 * 0.5), P = 4;
         /* (M + P - 1) slots of fwd+bwd; the bubble is (P-1)/(M+P-1) of the step (transfers ~0 here). */
-        XDC_ASSERT_NEAR(r.t_step, (M + P - 1) * stage, 1e-6 * r.t_step);
-        XDC_ASSERT_NEAR(r.t_bubble / r.t_step, (P - 1) / (M + P - 1), 1e-6);
-        XDC_ASSERT_NEAR(r.utilisation, M / (M + P - 1), 1e-6);
+        XDC_ASSERT_NEAR(r.t_step, (M + P - 1) * stage, 1e-4 * r.t_step);
+        XDC_ASSERT_NEAR(r.t_bubble / r.t_step, (P - 1) / (M + P - 1), 1e-4);
+        XDC_ASSERT_NEAR(r.utilisation, M / (M + P - 1), 1e-4);
         /* The planner's closed form says the same. */
-        XDC_ASSERT_NEAR(p.t_step, r.t_step, 1e-6 * r.t_step);
+        XDC_ASSERT_NEAR(p.t_step, r.t_step, 1e-4 * r.t_step);
     }
     xdc_topology_destroy(t);
 }
@@ -103,21 +104,26 @@ XDC_TEST(sim_wan_transfer_takes_bytes_over_bandwidth_plus_half_rtt)
                     " intra: {bandwidth_gbps: 1000}}\n"
                     "  - {name: b, nodes: b1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: 100, memory_gib: 80},"
                     " intra: {bandwidth_gbps: 1000}}\n"
-                    "links:\n  - {from: a, to: b, bandwidth_gbps: 1, rtt_ms: 60}\n";
+                    "links:\n  - {from: a, to: b, bandwidth_gbps: 0.1, rtt_ms: 60}\n";
     xdc_topology *t = parse_topo(y);
     xdc_model_shape m;
     flat_model(2, &m);
     xdc_plan p = plan_for(t, &m, 1, 1, "none", XDC_PLAN_SYNC);
     xdc_sim_result r = simulate(t, &m, &p, 1);
-    double bytes = 4 * m.params, wire_s = bytes / (1e9 / 8), half_rtt = 0.030;
+    double bytes = 4 * m.params, wire_s = bytes / (0.1e9 / 8), half_rtt = 0.030;
     double comm = r.t_step - r.t_compute;
-    /* Encoding and decoding the fp32 shard (~GB/s) and the per-message overhead add a little on top. */
-    XDC_ASSERT_MSG(comm >= wire_s + half_rtt && comm <= (wire_s + half_rtt) * 1.05 + 1e-3,
+    /* Encoding and decoding the fp32 shard (~GB/s, 1 % of the wire time at 0.1 Gbit/s) and the per-message
+     * overhead add a little on top. */
+    XDC_ASSERT_MSG(comm >= wire_s + half_rtt && comm <= (wire_s + half_rtt) * 1.02 + 1e-3,
                    "exchange took %.6f s, B/W + R/2 = %.6f s", comm, wire_s + half_rtt);
     XDC_ASSERT_NEAR(r.wan_bytes, 2 * bytes, 1);
     XDC_ASSERT_NEAR(p.wan_bytes, 2 * bytes, 1);
-    /* Twice the bytes (int8 is ~1/4, so compare none at two bucket sizes instead): the wire term scales. */
     XDC_ASSERT_NEAR(p.t_step, r.t_step, 0.02 * r.t_step);
+    /* int8 puts ~1/4 of the bytes on the wire: the exchange shrinks accordingly. */
+    xdc_plan q = plan_for(t, &m, 1, 1, "int8", XDC_PLAN_SYNC);
+    xdc_sim_result r8 = simulate(t, &m, &q, 1);
+    XDC_ASSERT_MSG(r8.t_step - r8.t_compute < 0.35 * comm, "int8 exchange %.4f s vs none %.4f s",
+                   r8.t_step - r8.t_compute, comm);
     xdc_topology_destroy(t);
 }
 

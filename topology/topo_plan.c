@@ -591,7 +591,9 @@ static xdc_err_t choose(search *s, xdc_plan_set *set)
     for (int i = 1; i < s->n; i++) {
         xdc_plan *p = &sorted[i];
         double slower = (p->t_step / p->tokens / btpt - 1) * 100;
-        if (keys[i].outside)
+        if (slower < 0.05 && p->fidelity == b->fidelity)
+            snprintf(p->why, sizeof p->why, "ties the chosen plan (the search keeps the first found)");
+        else if (keys[i].outside)
             snprintf(p->why, sizeof p->why, "%.1f%% slower per token (%s)", slower, biggest_gap(p, b));
         else if (p->fidelity > b->fidelity)
             snprintf(p->why, sizeof p->why, "lossier (fidelity %d vs %d) for %+.1f%% time per token", p->fidelity,

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# bench/sim/run.sh — the simulator against measured runs. For each demo configuration (the demo run file,
+# and variants with codec none and with mode diloco) it trains on the emulated WAN of
+# examples/topology/demo-2region.yaml, takes the mean measured step time and stage-0 compute time over the
+# steady steps, then runs `xdc simulate -c RUN` calibrated with that compute time only (every other term
+# — pipeline bubble, intra, WAN bytes, RTT, codec time — is predicted) and prints the error. Then it times
+# `xdc simulate` on the 8-region x 1,024-GPU topology.
+# Last line: sim_error_pct_max=<x> sim_8x1024_seconds=<x>
+# Env: XDC_BIN (make sets it), SIM_BENCH_STEPS (60), SIM_BENCH_SKIP (10 warm-up steps left out).
+set -euo pipefail
+XDC=${XDC_BIN:-build/xdc}
+here=$(cd "$(dirname "$0")/../.." && pwd)
+steps=${SIM_BENCH_STEPS:-60}
+skip=${SIM_BENCH_SKIP:-10}
+tmp=$(mktemp -d /tmp/xdc-bench-sim.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+cd "$here"
+topo=examples/topology/demo-2region.yaml
+
+# The tiny model with a progress line every step (the run's own model file is left alone).
+sed -e 's/^\(  log_interval:\).*/\1 1/' -e 's/^\(  eval_interval:\).*/\1 0/' examples/models/tiny.yaml >"$tmp/tiny.yaml"
+make_run() { # name, extra yaml lines
+    sed -e "s#^model:.*#model: $tmp/tiny.yaml#" -e "s/^steps:.*/steps: $steps/" examples/train/demo.yaml >"$tmp/$1.yaml"
+    [ -n "${2:-}" ] && printf '%s\n' "$2" >>"$tmp/$1.yaml"
+    return 0
+}
+make_run demo
+make_run none ""
+sed -i 's/^codec:.*/codec: none/' "$tmp/none.yaml"
+make_run diloco "diloco: {inner_steps: 10}"
+sed -i 's/^mode:.*/mode: diloco/' "$tmp/diloco.yaml"
+
+printf '%-8s %10s %10s %10s %10s %8s\n' config measured_s compute_s sim_s planner_s error%
+worst=0
+for cfg in demo none diloco; do
+    "$XDC" launch -t "$topo" -c "$tmp/$cfg.yaml" --run-dir "$tmp/run-$cfg" >"$tmp/$cfg.log" 2>&1 || {
+        echo "bench-sim: the $cfg run failed:" >&2; tail -20 "$tmp/$cfg.log" >&2; exit 70; }
+    # "step    12/60  loss ... step 0.110s = compute 0.041 + intra ..." -> mean step and compute time
+    read -r meas comp n < <(awk -v skip="$skip" '$1 == "step" && $2 ~ /\// {
+            split($2, a, "/"); if (a[1] + 0 <= skip) next
+            for (i = 1; i <= NF; i++) { if ($i == "step" && $(i+1) ~ /s$/) st = $(i+1); if ($i == "compute") c = $(i+1) }
+            sub(/s$/, "", st); s += st; cs += c; k++ }
+        END { if (k) printf "%.6f %.6f %d\n", s / k, cs / k, k; else print "0 0 0" }' "$tmp/$cfg.log")
+    [ "$n" -gt 0 ] || { echo "bench-sim: no progress lines in the $cfg run" >&2; exit 70; }
+    "$XDC" simulate -t "$topo" -c "$tmp/$cfg.yaml" --steps $((steps - skip)) --calibrate-compute "$comp" --json \
+        >"$tmp/$cfg.sim.json"
+    sim=$(awk -F': ' '/"step_s"/ { gsub(/,/, "", $2); print $2 }' "$tmp/$cfg.sim.json")
+    plan=$(awk -F': ' '/"planner_step_s"/ { gsub(/,/, "", $2); print $2 }' "$tmp/$cfg.sim.json")
+    err=$(awk -v a="$sim" -v b="$meas" 'BEGIN { d = (a - b) / b * 100; printf "%.1f", d < 0 ? -d : d }')
+    worst=$(awk -v a="$err" -v b="$worst" 'BEGIN { print (a > b ? a : b) }')
+    printf '%-8s %10.4f %10.4f %10.4f %10.4f %8s\n' "$cfg" "$meas" "$comp" "$sim" "$plan" "$err"
+done
+
+# Scale: plan + simulate one step of a 7B-shaped model on 8 regions x 1,024 GPUs, whole command timed.
+t0=$(date +%s.%N)
+"$XDC" simulate -t examples/topology/large-8x1024.yaml -m examples/models/shape-7b.yaml --steps 1 >"$tmp/large.txt"
+t1=$(date +%s.%N)
+grep -E '^(simulate|simulated|  mode|  predicted)' "$tmp/large.txt"
+large=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+echo "sim_error_pct_max=$worst sim_8x1024_seconds=$large"
