@@ -22,13 +22,16 @@ static int wanemu_usage(FILE *f)
 {
     fprintf(f,
             "usage: xdc wan-emu --topology FILE [--port-offset N] [--ranks N] [--outage DUR@START]\n"
-            "                   [--duration SECONDS] [--check [--seconds S]]\n"
+            "                   [--duration SECONDS] [--check [--seconds S]] [--netns PREFIX]\n"
             "  One relay per (link, destination worker): worker r of region B listens on B's wan_endpoint\n"
             "  port + r; region A (index a, 0-based) reaches it at 127.0.0.1:(port + r + N x (a + 1)),\n"
             "  N = --port-offset (default 1000). --ranks overrides the workers per region (default: topology).\n"
             "  --outage 30s@10s cuts every relay for 30 s starting 10 s after start. Runs until Ctrl-C or\n"
             "  --duration. --check measures each link for S seconds (default 1.5) and prints configured vs\n"
-            "  measured RTT and rate instead of running relays.\n");
+            "  measured RTT and rate instead of running relays.\n"
+            "  --netns PREFIX (root): network namespaces PREFIX-0.. (one per region, address 10.77.0.(i+1) on\n"
+            "  device xw0, `tc tbf` for the rate) joined by a TUN wire with the links' delay, jitter and packet\n"
+            "  loss; run workers with `ip netns exec PREFIX-i`. Removed on exit and on Ctrl-C.\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -48,7 +51,8 @@ static int endpoint_split(const char *ep, char *host, size_t cap, int *port)
     return *port > 0 && *port < 65536 ? 0 : -1;
 }
 
-static int run_check(const xdc_topology *t, double seconds)
+/* netns: NULL measures each link through a loopback relay, else through the namespace wire. */
+static int run_check(const xdc_topology *t, double seconds, xdc_wan_netns *netns)
 {
     int bad = 0;
     printf("%-24s %10s %10s %12s %12s %s\n", "link", "rtt_ms", "meas_rtt", "rate_mbps", "meas_rate", "verdict");
@@ -58,7 +62,8 @@ static int run_check(const xdc_topology *t, double seconds)
         link_model(l, (uint64_t)i + 1, &m);
         double rtt = 0, rate = 0;
         xdc_diag d = {{0}};
-        xdc_err_t rc = xdc_wan_emu_measure(&m, seconds, &rtt, &rate, &d);
+        xdc_err_t rc = netns ? xdc_wan_netns_measure(netns, l->from, l->to, m.rate_mbps, seconds, &rtt, &rate, &d)
+                             : xdc_wan_emu_measure(&m, seconds, &rtt, &rate, &d);
         if (rc != XDC_OK) {
             fprintf(stderr, "xdc wan-emu: %s -> %s: %s\n", t->regions[l->from].name, t->regions[l->to].name, d.msg);
             return xdc_err_exit_code(rc);
@@ -74,16 +79,65 @@ static int run_check(const xdc_topology *t, double seconds)
     return bad ? XDC_EX_SOFTWARE : XDC_EX_OK;
 }
 
+/* Until SIGINT/SIGTERM, or `duration` seconds when > 0. */
+static void wait_for_stop(const sigset_t *sigs, double duration)
+{
+    struct timespec ts = {.tv_sec = (time_t)duration, .tv_nsec = (long)((duration - floor(duration)) * 1e9)};
+    int sig;
+    do {
+        sig = duration > 0 ? sigtimedwait(sigs, NULL, &ts) : sigwaitinfo(sigs, NULL);
+    } while (sig < 0 && errno == EINTR);
+}
+
+static int run_netns(const xdc_topology *t, const char *prefix, int check, double seconds, double duration,
+                     int outage, const sigset_t *sigs)
+{
+    if (outage) {
+        fprintf(stderr, "xdc wan-emu: --outage works with the relays only, not with --netns\n");
+        return XDC_EX_USAGE;
+    }
+    int n = t->n_regions;
+    xdc_wan_link_model *models = xdc_calloc((size_t)n * (size_t)n, sizeof *models);
+    if (!models) return XDC_EX_SOFTWARE;
+    for (int i = 0; i < t->n_links; i++)
+        link_model(&t->links[i], (uint64_t)i + 1, &models[t->links[i].from * n + t->links[i].to]);
+    xdc_wan_netns *w = NULL;
+    xdc_diag d = {{0}};
+    xdc_err_t e = xdc_wan_netns_create(prefix, n, models, &w, &d);
+    xdc_free(models);
+    if (e != XDC_OK) {
+        fprintf(stderr, "xdc wan-emu --netns: %s\n", d.msg);
+        return xdc_err_exit_code(e);
+    }
+    int rc = XDC_EX_OK;
+    if (check) {
+        rc = run_check(t, seconds, w);
+    } else {
+        for (int i = 0; i < n; i++) {
+            char ns[64], ip[32];
+            xdc_wan_netns_addr(i, ip, sizeof ip);
+            printf("region %s: ip netns exec %s ...   address %s (device xw0)\n", t->regions[i].name,
+                   xdc_wan_netns_name(w, i, ns, sizeof ns), ip);
+        }
+        printf("xdc wan-emu: %d namespaces up; Ctrl-C to stop and remove them\n", n);
+        fflush(stdout);
+        wait_for_stop(sigs, duration);
+    }
+    xdc_wan_netns_destroy(w);
+    return rc;
+}
+
 int xdc_cmd_wanemu(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"topology", required_argument, NULL, 't'}, {"port-offset", required_argument, NULL, 'o'},
         {"ranks", required_argument, NULL, 'r'},    {"outage", required_argument, NULL, 'u'},
         {"duration", required_argument, NULL, 'd'}, {"check", no_argument, NULL, 'c'},
-        {"seconds", required_argument, NULL, 's'},  {"help", no_argument, NULL, 'h'},
+        {"seconds", required_argument, NULL, 's'},  {"netns", required_argument, NULL, 'n'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *topo_path = NULL, *outage = NULL;
+    const char *topo_path = NULL, *outage = NULL, *netns_prefix = NULL;
     int offset = 1000, ranks = 0, check = 0, c;
     double seconds = 1.5, duration = 0;
     optind = 1;
@@ -96,6 +150,7 @@ int xdc_cmd_wanemu(int argc, char **argv)
         case 'd': duration = atof(optarg); break;
         case 'c': check = 1; break;
         case 's': seconds = atof(optarg); break;
+        case 'n': netns_prefix = optarg; break;
         case 'h': return wanemu_usage(stdout);
         default: return wanemu_usage(stderr);
         }
@@ -125,17 +180,23 @@ int xdc_cmd_wanemu(int argc, char **argv)
         xdc_cfg_errors_print(&errs, stderr);
         return XDC_EX_CONFIG;
     }
-    if (check) {
-        int rc = run_check(t, seconds);
-        xdc_topology_destroy(t);
-        return rc;
-    }
-    /* Signals are taken synchronously below; relay threads inherit the blocked mask. */
+    /* Signals are taken synchronously (sigwait below); emulator threads inherit the blocked mask, so
+     * Ctrl-C always reaches the cleanup. */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    if (netns_prefix) {
+        int rc = run_netns(t, netns_prefix, check, seconds, duration, outage != NULL, &sigs);
+        xdc_topology_destroy(t);
+        return rc;
+    }
+    if (check) {
+        int rc = run_check(t, seconds, NULL);
+        xdc_topology_destroy(t);
+        return rc;
+    }
     xdc_wan_relay **relays = NULL;
     int n = 0, cap = 0, rc = XDC_EX_OK;
     for (int i = 0; i < t->n_links && rc == XDC_EX_OK; i++) {
@@ -184,11 +245,7 @@ int xdc_cmd_wanemu(int argc, char **argv)
     if (rc == XDC_EX_OK) {
         printf("xdc wan-emu: %d relays up%s; Ctrl-C to stop\n", n, outage ? " (outage scheduled)" : "");
         fflush(stdout);
-        struct timespec ts = {.tv_sec = (time_t)duration, .tv_nsec = (long)((duration - floor(duration)) * 1e9)};
-        int sig;
-        do {
-            sig = duration > 0 ? sigtimedwait(&sigs, NULL, &ts) : sigwaitinfo(&sigs, NULL);
-        } while (sig < 0 && errno == EINTR);
+        wait_for_stop(&sigs, duration);
     }
     for (int i = 0; i < n; i++) xdc_wan_relay_destroy(relays[i]);
     xdc_free(relays);

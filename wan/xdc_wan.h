@@ -199,4 +199,24 @@ void xdc_wan_relay_destroy(xdc_wan_relay *r);
 xdc_err_t xdc_wan_emu_measure(const xdc_wan_link_model *m, double seconds, double *rtt_ms, double *rate_mbps,
                               xdc_diag *diag);
 
+/* ---- network-namespace emulator (root only) ----------------------------------------------------- */
+
+typedef struct xdc_wan_netns xdc_wan_netns;
+
+/* Create namespaces PREFIX-0 .. PREFIX-(n-1); region i gets a TUN device xw0 with address
+ * 10.77.0.(i+1)/24 and a `tc tbf` qdisc at the rate of its fastest outgoing link; a wire thread carries
+ * packets between them with models[from * n + to] (delay, jitter, real packet loss). Run a process in
+ * region i with `ip netns exec PREFIX-i ...`. XDC_ERR_UNAVAILABLE without CAP_NET_ADMIN. */
+xdc_err_t xdc_wan_netns_create(const char *prefix, int n_regions, const xdc_wan_link_model *models,
+                               xdc_wan_netns **out, xdc_diag *diag);
+/* Stop the wire and delete every namespace created. NULL: no-op. */
+void xdc_wan_netns_destroy(xdc_wan_netns *w);
+const char *xdc_wan_netns_name(const xdc_wan_netns *w, int region, char *buf, size_t cap);
+/* "10.77.0.(region+1)" */
+void xdc_wan_netns_addr(int region, char *buf, size_t cap);
+void xdc_wan_netns_counters(xdc_wan_netns *w, uint64_t *forwarded, uint64_t *dropped);
+/* Measure region from -> to through the wire (as xdc_wan_emu_measure; rate_mbps sizes the transfer). */
+xdc_err_t xdc_wan_netns_measure(xdc_wan_netns *w, int from, int to, double rate_mbps, double seconds,
+                                double *rtt_ms, double *measured_mbps, xdc_diag *diag);
+
 #endif /* XDC_WAN_H */
