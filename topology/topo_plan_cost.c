@@ -175,7 +175,9 @@ double topo_sync_round_s(const xdc_topology *t, int r, int ranks, int n_regions,
         if (n_regions > 1) {
             double start = thread > link ? thread : link;
             link = start + c->wire * ranks / link_Bps;
-            arr = link + owd + TOPO_PLAN_MSG_OVERHEAD_S;
+            /* The peer's bucket lands one-way later; this rank's send completes when the peer's
+             * acknowledgement is back, a full round trip after the last byte left (wan/xdc_wan.h). */
+            arr = link + 2 * owd + TOPO_PLAN_MSG_OVERHEAD_S;
         }
         if (i > 0) thread = (thread > arr_prev ? thread : arr_prev) + full.t_b;
         arr_prev = arr;

@@ -38,7 +38,7 @@ typedef struct engine {
     int started, n_rounds, cur, j, busy, k; /* current round, thread op index, buckets in the round */
     double bucket_elems;
     topo_bucket_cost full, tail;
-    int *arrived[2];        /* (cap) buckets received from other regions, per round */
+    int *arrived[2];        /* (cap) per round and bucket: shards received + own sends acknowledged */
     int cap;
     double end;
 } engine;
@@ -218,7 +218,8 @@ static void engine_try(sim *s, int e)
         a = 0, bucket = k - 1;
     const sync_round *r = &g->rounds[g->cur];
     const topo_bucket_cost *c = bucket == k - 1 ? &g->tail : &g->full;
-    if (!a && r->n_regions > 1 && g->arrived[g->cur][bucket] < r->n_regions - 1) return;
+    /* B waits for every other region's shard and for the acknowledgement of each of its own sends. */
+    if (!a && r->n_regions > 1 && g->arrived[g->cur][bucket] < 2 * (r->n_regions - 1)) return;
     g->busy = 1;
     push(s, s->now + (a ? c->t_a : c->t_b), EV_ENGINE_DONE, e, bucket, a);
 }
@@ -234,7 +235,10 @@ static void engine_done(sim *s, const event *ev)
         for (int q = 0; q < s->t->n_regions; q++) {
             if (q == g->region || s->region_group0[q] < 0) continue;
             int peer = 2 * (s->region_group0[q] + g->stage) + slot;
-            push(s, wan_send(s, g->region, q, c->wire * g->ranks), EV_BUCKET, peer, ev->b, g->cur);
+            double arrival = wan_send(s, g->region, q, c->wire * g->ranks);
+            push(s, arrival, EV_BUCKET, peer, ev->b, g->cur);
+            /* The send request completes when the peer's acknowledgement is back (wan/xdc_wan.h). */
+            push(s, arrival + topo_link_owd(s->t, q, g->region), EV_BUCKET, ev->a, ev->b, g->cur);
         }
     }
     if (++g->j == 2 * g->k) {
