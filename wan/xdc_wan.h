@@ -133,8 +133,10 @@ xdc_err_t xdc_wan_isend(xdc_wan_peer *p, xdc_wan_class cls, const void *buf, siz
                         size_t raw_len, xdc_wan_request **req);
 /* Receive the next message of class `cls` into buf (capacity `cap` bytes). Receives of one class match
  * messages in the order they were sent. Post receives early: a stream whose next frame belongs to a
- * message with no posted receive waits for one. A message longer than `cap` fails the receive with
- * XDC_ERR_RANGE. */
+ * message with no posted receive stops reading until one is posted (backpressure, no unbounded
+ * buffering), and frames queued behind it on that stream wait too — including the peer's ACKs for our
+ * own sends, so do not make posting a receive depend on a send to the same peer completing. A message
+ * longer than `cap` fails the receive with XDC_ERR_RANGE (the rest of the stream is unaffected). */
 xdc_err_t xdc_wan_irecv(xdc_wan_peer *p, xdc_wan_class cls, void *buf, size_t cap, xdc_wan_request **req);
 /* Poll a request. *done = 1 when complete; then the request is released, and for a receive *size is
  * the message length and *codec its codec id (either pointer may be NULL). A failed request returns
