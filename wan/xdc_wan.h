@@ -195,9 +195,10 @@ void xdc_wan_relay_schedule_outage(xdc_wan_relay *r, int64_t start_ms, int64_t d
 void xdc_wan_relay_counters(xdc_wan_relay *r, uint64_t *conns, uint64_t *bytes);
 void xdc_wan_relay_destroy(xdc_wan_relay *r);
 
-/* Measure a link model on loopback: a relay with model `m` in front of an echo/sink server; RTT is the
- * median of 1-byte ping-pongs, rate a bulk transfer of rate x `seconds` bytes (64 MiB when unlimited)
- * timed to the sink's confirmation, minus one RTT. */
+/* Measure a link model on loopback: a relay with model `m` in front of an echo/sink server. RTT is the
+ * minimum of 15 1-byte ping-pongs (jitter and a loaded host only add to a sample); rate is the last three
+ * quarters of a rate x `seconds`-byte transfer (64 MiB when unlimited) over the time between the sink's
+ * quarter marker and its final count, so slow start and the pipe fill are left out. */
 xdc_err_t xdc_wan_emu_measure(const xdc_wan_link_model *m, double seconds, double *rtt_ms, double *rate_mbps,
                               xdc_diag *diag);
 
