@@ -43,6 +43,7 @@ int plan_inputs_load(const char *topo_path, const char *model_path, const char *
         tc = run.train;
         snprintf(in->model_path, sizeof in->model_path, "%s", run.model_path);
         xdc_plan_opts *o = &in->opts;
+        o->all_regions = 1; /* xdc launch runs every region of the topology */
         o->mode = run.span_regions ? XDC_PLAN_PIPELINE
                   : run.mode == ORCH_MODE_DILOCO ? XDC_PLAN_DILOCO
                   : run.mode == ORCH_MODE_STREAMING ? XDC_PLAN_STREAMING
@@ -89,8 +90,10 @@ static void plan_oneline(FILE *f, const xdc_topology *t, const xdc_plan *p)
             n += snprintf(what + n, sizeof what - n, "%s%s", i ? ">" : "", t->regions[p->chain[i]].name);
         snprintf(what + n, sizeof what - n, " P=%d D=%d act=%s", p->stages, p->replicas[p->chain[0]], p->codec);
     } else {
-        snprintf(what, sizeof what, "%s P=%d %s bucket=%gMiB%s", xdc_plan_mode_name(p->mode), p->stages, p->codec,
-                 p->bucket_mb, "");
+        int used = 0;
+        for (int r = 0; r < t->n_regions; r++) used += p->replicas[r] > 0;
+        snprintf(what, sizeof what, "%s regions=%d P=%d %s bucket=%gMiB", xdc_plan_mode_name(p->mode), used, p->stages,
+                 p->codec, p->bucket_mb);
         if (p->inner_steps) snprintf(what + strlen(what), sizeof what - strlen(what), " H=%d", p->inner_steps);
         if (p->fragments) snprintf(what + strlen(what), sizeof what - strlen(what), " F=%d", p->fragments);
     }

@@ -146,6 +146,31 @@ XDC_TEST(plan_slow_link_gets_stronger_codec_or_longer_period)
     xdc_topology_destroy(slow);
 }
 
+XDC_TEST(plan_replan_for_measured_goodput_keeps_the_partition)
+{
+    xdc_model_shape m;
+    xdc_model_shape_gpt(12, 12, 768, 1024, 256, &m);
+    xdc_batch_shape b = {8, 1024, 8.0 * 1024 * 16 * 32};
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    xdc_topology *t = two_regions(8, 300, 300, 80, "bandwidth_gbps: 400, rtt_ms: 2");
+    xdc_plan_set *s = search_ok(t, &m, &b, &o);
+    xdc_plan slow, same;
+    xdc_diag d = {{0}};
+    /* The link turns out to deliver 0.3 Gbit/s: a lossier codec or a period, same stages and replicas. */
+    XDC_ASSERT_OK(xdc_plan_replan_wan(t, &m, &b, &o, &s->best, 0.3, &slow, &d));
+    XDC_ASSERT(slow.fidelity > s->best.fidelity);
+    XDC_ASSERT_EQ(slow.stages, s->best.stages);
+    XDC_ASSERT(memcmp(slow.replicas, s->best.replicas, sizeof slow.replicas) == 0);
+    XDC_ASSERT(slow.wan_bytes < s->best.wan_bytes);
+    /* Measured as planned: nothing changes. */
+    XDC_ASSERT_OK(xdc_plan_replan_wan(t, &m, &b, &o, &s->best, 400, &same, &d));
+    XDC_ASSERT_EQ(same.fidelity, s->best.fidelity);
+    XDC_ASSERT_STR_CONTAINS(same.codec, s->best.codec);
+    XDC_ASSERT_ERR(xdc_plan_replan_wan(t, &m, &b, &o, &s->best, 0, &same, &d), XDC_ERR_INVALID);
+    xdc_plan_set_destroy(s);
+    xdc_topology_destroy(t);
+}
+
 static void check_memory(const xdc_topology *t, const xdc_plan_set *s)
 {
     for (int i = 0; i < s->n_cands; i++) {

@@ -33,6 +33,7 @@ static xdc_plan plan_for(const xdc_topology *t, const xdc_model_shape *m, int st
     xdc_batch_shape b = {1, 128, 0};
     xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
     o.calib.mfu = 0.5; /* what simulate() uses */
+    o.all_regions = 1;
     o.stages = stages;
     o.microbatches = mb;
     o.mode = mode;

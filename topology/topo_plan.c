@@ -21,6 +21,7 @@ typedef struct search {
     int n, cap;
     int n_eval, n_rej;
     double worst_fit;  /* smallest memory need / memory available seen among rejections */
+    double best_tpt;   /* fastest seconds per token so far */
     char reject[512];
     xdc_err_t err;
 } search;
@@ -50,6 +51,10 @@ static void reject_memory(search *s, double need, double have, const char *where
 static void add_cand(search *s, const xdc_plan *p)
 {
     s->n_eval++;
+    /* Far slower than the best so far can neither win nor be a close runner-up: keep memory bounded. */
+    double tpt = p->t_step / p->tokens;
+    if (s->n > 0 && tpt > 2 * s->best_tpt) return;
+    if (s->n == 0 || tpt < s->best_tpt) s->best_tpt = tpt;
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 256;
         xdc_plan *c = xdc_realloc(s->cands, (size_t)cap * sizeof *c);
@@ -269,27 +274,19 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
     }
 }
 
-static void search_dp(search *s)
+/* Data-parallel structures over the regions in `in` (1 = takes part). */
+static void search_dp(search *s, const unsigned char *in)
 {
     const xdc_topology *t = s->t;
     int n_active = 0, maxP = s->m->layers < XDC_PLAN_MAX_STAGES ? s->m->layers : XDC_PLAN_MAX_STAGES;
-    for (int r = 0; r < t->n_regions; r++) n_active += workers(s, r) > 0;
-    /* The hierarchical sync exchanges shards between every pair of regions: it needs a full mesh. */
-    for (int r = 0; r < t->n_regions; r++)
-        for (int q = 0; q < t->n_regions; q++)
-            if (q != r && workers(s, r) && workers(s, q) && !(topo_link_Bps(t, r, q, &s->o->calib) > 0)) {
-                s->n_rej++;
-                if (!s->reject[0])
-                    snprintf(s->reject, sizeof s->reject, "regions %s and %s have no direct link for the gradient sync",
-                             t->regions[r].name, t->regions[q].name);
-                return;
-            }
+    for (int r = 0; r < t->n_regions; r++) n_active += in[r];
     for (int P = 1; P <= maxP; P++) {
         if (s->o->stages > 0 && P != s->o->stages) continue;
         xdc_plan base;
         memset(&base, 0, sizeof base);
         int ok = 1, D = 0;
         for (int r = 0; r < t->n_regions; r++) {
+            if (!in[r]) continue;
             if (workers(s, r) % P) ok = 0;
             base.replicas[r] = workers(s, r) / P;
             D += base.replicas[r];
@@ -315,6 +312,57 @@ static void search_dp(search *s)
             if (s->o->bucket_mb > 0 || base.bucket_mb >= biggest) break; /* larger buckets change nothing */
         }
     }
+}
+
+/* The hierarchical sync exchanges shards between every pair of its regions, so it needs them fully
+ * linked. 1 when every pair of regions in `in` has links both ways; else names the first gap. */
+static int meshed(search *s, const unsigned char *in, int note)
+{
+    for (int r = 0; r < s->t->n_regions; r++)
+        for (int q = 0; q < s->t->n_regions; q++)
+            if (q != r && in[r] && in[q] && !(topo_link_Bps(s->t, r, q, &s->o->calib) > 0)) {
+                if (note && !s->reject[0])
+                    snprintf(s->reject, sizeof s->reject, "regions %s and %s have no direct link for the gradient sync",
+                             s->t->regions[r].name, s->t->regions[q].name);
+                return 0;
+            }
+    return 1;
+}
+
+/* Region sets for data parallelism: every region with workers when they are fully linked; otherwise (up
+ * to 12 regions) every maximal fully linked set; and each region alone. */
+static void search_dp_sets(search *s)
+{
+    int R = s->t->n_regions, n_with = 0;
+    unsigned char in[XDC_TOPO_MAX_REGIONS] = {0};
+    for (int r = 0; r < R; r++) n_with += in[r] = workers(s, r) > 0;
+    int full = meshed(s, in, 1);
+    if (full) search_dp(s, in);
+    if (s->o->all_regions) {
+        s->n_rej += !full;
+        return;
+    }
+    if (!full && R <= 12) {
+        for (unsigned mask = 1; mask < 1u << R && !s->err; mask++) {
+            int size = 0, maximal = 1;
+            for (int r = 0; r < R; r++) size += in[r] = (mask >> r & 1) && workers(s, r) > 0;
+            if (size < 2 || (unsigned)size != (unsigned)__builtin_popcount(mask) || !meshed(s, in, 0)) continue;
+            for (int r = 0; r < R && maximal; r++) {
+                if (mask >> r & 1 || workers(s, r) == 0) continue;
+                in[r] = 1;
+                maximal = !meshed(s, in, 0);
+                in[r] = 0;
+            }
+            if (maximal) search_dp(s, in);
+        }
+    }
+    for (int r = 0; r < R && n_with > 1 && !s->err; r++) {
+        if (workers(s, r) == 0) continue;
+        memset(in, 0, (size_t)R);
+        in[r] = 1;
+        search_dp(s, in);
+    }
+    if (!full) s->n_rej++;
 }
 
 /* ---- pipelines that span a chain of regions ------------------------------------------------------ */
@@ -425,7 +473,9 @@ static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, cons
 
 static void eval_chain(search *s, const int *chain, int n)
 {
-    int g = 0;
+    int g = 0, with = 0;
+    for (int r = 0; r < s->t->n_regions; r++) with += workers(s, r) > 0;
+    if (s->o->all_regions && n < with) return;
     for (int i = 0; i < n; i++) g = gcd(g, workers(s, chain[i]));
     for (int D = 1; D <= g; D++) {
         if (g % D) continue;
@@ -645,7 +695,7 @@ xdc_err_t xdc_plan_search(const xdc_topology *t, const xdc_model_shape *m, const
     XDC_CHECK(check_inputs(t, m, b, o, diag));
     search s = {.t = t, .m = m, .b = b, .o = o, .global_tokens = b->global_batch_tokens};
     if (mode_allowed(&s, XDC_PLAN_SYNC) || mode_allowed(&s, XDC_PLAN_DILOCO) || mode_allowed(&s, XDC_PLAN_STREAMING))
-        search_dp(&s);
+        search_dp_sets(&s);
     if (t->n_regions > 1 && mode_allowed(&s, XDC_PLAN_PIPELINE) && !s.err) search_chains(&s);
     if (s.err) {
         xdc_free(s.cands);
@@ -688,4 +738,39 @@ void xdc_plan_calibrate_compute(const xdc_topology *t, const xdc_plan *p, double
     calib->compute_scale = 1.0;
     double predicted = p->microbatches * p->stage[0].flops_mb / topo_region_flops(t, r, calib);
     if (predicted > 0 && measured_s > 0) calib->compute_scale = measured_s / predicted;
+}
+
+xdc_err_t xdc_plan_replan_wan(const xdc_topology *t, const xdc_model_shape *m, const xdc_batch_shape *b,
+                              const xdc_plan_opts *o, const xdc_plan *cur, double measured_gbps, xdc_plan *out,
+                              xdc_diag *diag)
+{
+    *out = *cur;
+    if (!(measured_gbps > 0)) {
+        xdc_diag_set(diag, "re-plan: measured goodput must be positive");
+        return XDC_ERR_INVALID;
+    }
+    xdc_plan_opts ro = *o;
+    ro.calib.wan_gbps = measured_gbps;
+    ro.stages = cur->stages;
+    ro.microbatches = cur->microbatches;
+    ro.bucket_mb = cur->bucket_mb;
+    ro.all_regions = 0;
+    if (cur->mode == XDC_PLAN_PIPELINE) ro.mode = XDC_PLAN_PIPELINE;
+    xdc_plan_set *set = NULL;
+    XDC_CHECK(xdc_plan_search(t, m, b, &ro, &set, diag));
+    /* The first candidate in pick order with the same layout: same regions, replicas and layers. */
+    for (int i = 0; i < set->n_cands; i++) {
+        const xdc_plan *p = &set->cands[i];
+        int same = (p->mode == XDC_PLAN_PIPELINE) == (cur->mode == XDC_PLAN_PIPELINE) &&
+                   memcmp(p->replicas, cur->replicas, sizeof p->replicas) == 0;
+        for (int k = 0; same && k < p->stages; k++)
+            same = p->stage[k].region == cur->stage[k].region && p->stage[k].layer_begin == cur->stage[k].layer_begin &&
+                   p->stage[k].layer_end == cur->stage[k].layer_end;
+        if (same) {
+            *out = *p;
+            break;
+        }
+    }
+    xdc_plan_set_destroy(set);
+    return XDC_OK;
 }

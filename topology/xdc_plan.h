@@ -65,8 +65,9 @@ typedef struct xdc_plan_opts {
     int fragments;       /* streaming F */
     double bucket_mb;    /* gradient bucket, MiB of fp32 */
     double tolerance;    /* a more faithful plan wins if at most this much slower per token (0.10) */
+    int all_regions;     /* 1: every region with workers takes part (as `xdc launch` runs them) */
 } xdc_plan_opts;
-#define XDC_PLAN_OPTS_INIT {{0.4, 1.0, 0}, -1, 0, 0, "", 0, 0, 0, 0.10}
+#define XDC_PLAN_OPTS_INIT {{0.4, 1.0, 0}, -1, 0, 0, "", 0, 0, 0, 0.10, 0}
 
 typedef struct xdc_plan_stage {
     int region;            /* region index; -1: the same stage in every region (data parallel) */
@@ -109,6 +110,14 @@ typedef struct xdc_plan_set {
 xdc_err_t xdc_plan_search(const xdc_topology *t, const xdc_model_shape *m, const xdc_batch_shape *b,
                           const xdc_plan_opts *o, xdc_plan_set **out, xdc_diag *diag);
 void xdc_plan_set_destroy(xdc_plan_set *s);
+
+/* Re-plan only the WAN side of `cur` (codec, mode among sync/diloco/streaming, period) for a measured
+ * WAN goodput, keeping its stages, replicas, partition and bucket: what a run does when its links drift
+ * far from the topology's numbers. `o` is the search's options (constraints on codec/mode still apply).
+ * *out = cur when nothing better fits. */
+xdc_err_t xdc_plan_replan_wan(const xdc_topology *t, const xdc_model_shape *m, const xdc_batch_shape *b,
+                              const xdc_plan_opts *o, const xdc_plan *cur, double measured_gbps, xdc_plan *out,
+                              xdc_diag *diag);
 
 /* Scale calib->compute_scale so that the plan's predicted compute time of stage 0 per step equals
  * measured_s (seconds, e.g. from a run's progress lines). */
