@@ -1,22 +1,15 @@
 /* test_plan.c — the planner on cases worked out by hand: a region twice as fast gets twice the layers, a
  * model too big for one region is cut at the cheapest link, a slow link gets a stronger codec or a longer
  * period, no candidate exceeds GPU memory, an impossible topology is refused with its reason, the search
- * is deterministic, and `xdc plan` prints, emits JSON and exits with sysexits codes. */
+ * is deterministic, and `xdc plan` / `xdc simulate` print, emit JSON and exit with sysexits codes. */
 #include "tests/xdc_test.h"
+
+#include "tests/test_plan_util.h"
 
 #include "common/xdc_alloc.h"
 #include "topology/xdc_plan.h"
 
 #include <stdio.h>
-
-static xdc_topology *parse_topo(const char *yaml)
-{
-    xdc_cfg_errors errs;
-    xdc_topology *t = NULL;
-    xdc_err_t rc = xdc_topology_parse(yaml, strlen(yaml), "test.yaml", &t, &errs);
-    XDC_ASSERT_MSG(rc == XDC_OK, "topology does not parse: %s", errs.count ? errs.items[0].msg : xdc_strerror(rc));
-    return t;
-}
 
 /* Two regions of `gpus` GPUs each; the link is written out in full. */
 static xdc_topology *two_regions(int gpus, double tflops_a, double tflops_b, double mem_gib, const char *link)
@@ -30,7 +23,7 @@ static xdc_topology *two_regions(int gpus, double tflops_a, double tflops_b, dou
              " intra: {bandwidth_gbps: 1000, latency_us: 2}}\n"
              "links:\n  - {from: a, to: b, %s}\n",
              gpus, tflops_a, mem_gib, gpus, tflops_b, mem_gib, link);
-    return parse_topo(y);
+    return test_plan_parse_topo(y);
 }
 
 static xdc_plan_set *search_ok(const xdc_topology *t, const xdc_model_shape *m, const xdc_batch_shape *b,
@@ -88,7 +81,7 @@ XDC_TEST(plan_model_too_big_for_one_region_cuts_at_cheapest_link)
         "  - {from: a, to: b, bandwidth_gbps: 100, rtt_ms: 4, cost_usd_per_gb: 0.01}\n"
         "  - {from: a, to: c, bandwidth_gbps: 0.05, rtt_ms: 150, cost_usd_per_gb: 0.09}\n"
         "  - {from: b, to: c, bandwidth_gbps: 0.05, rtt_ms: 150, cost_usd_per_gb: 0.09}\n";
-    xdc_topology *t = parse_topo(y);
+    xdc_topology *t = test_plan_parse_topo(y);
     xdc_model_shape m;
     xdc_model_shape_gpt(24, 16, 2048, 512, 256, &m);
     xdc_batch_shape b = {1, 512, 512.0 * 8};
@@ -221,9 +214,7 @@ XDC_TEST(plan_never_exceeds_gpu_memory)
 
 XDC_TEST(plan_rejects_impossible_topology_with_reason)
 {
-    xdc_cfg_errors errs;
-    xdc_topology *t;
-    XDC_ASSERT_OK(xdc_topology_load("examples/topology/demo-2region.yaml", &t, &errs));
+    xdc_topology *t = test_plan_load_topo("examples/topology/demo-2region.yaml");
     xdc_model_shape m;
     xdc_model_shape_gpt(96, 96, 12288, 2048, 50257, &m); /* ~175B parameters on four 4 GiB CPU workers */
     xdc_batch_shape b = {1, 2048, 2048.0 * 8};
@@ -244,9 +235,7 @@ XDC_TEST(plan_rejects_impossible_topology_with_reason)
 
 XDC_TEST(plan_search_is_deterministic)
 {
-    xdc_cfg_errors errs;
-    xdc_topology *t;
-    XDC_ASSERT_OK(xdc_topology_load("examples/topology/heterogeneous.yaml", &t, &errs));
+    xdc_topology *t = test_plan_load_topo("examples/topology/heterogeneous.yaml");
     xdc_model_shape m;
     xdc_model_shape_gpt(24, 16, 2048, 1024, 32000, &m);
     xdc_batch_shape b = {4, 1024, 4.0 * 1024 * 256};
@@ -270,26 +259,42 @@ XDC_TEST(plan_search_is_deterministic)
     xdc_topology_destroy(t);
 }
 
+/* Run `xdc ARGS`; returns its exit code with stdout + stderr in out. */
+static int run_xdc(const char *args, char *out, size_t cap)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s", xdc_test_bin(), args);
+    return xdc_test_run(cmd, out, cap);
+}
+
+#define DEMO "-t examples/topology/demo-2region.yaml -m examples/models/tiny.yaml"
+
 XDC_TEST(plan_cli_prints_json_and_exit_codes)
 {
-    char cmd[1024], out[65536];
-    snprintf(cmd, sizeof cmd, "%s plan -t examples/topology/demo-2region.yaml -m examples/models/tiny.yaml --explain",
-             xdc_test_bin());
-    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 0);
+    static char out[65536];
+    XDC_ASSERT_EQ(run_xdc("plan " DEMO " --explain", out, sizeof out), 0);
     XDC_ASSERT_STR_CONTAINS(out, "predicted step");
     XDC_ASSERT_STR_CONTAINS(out, "runners-up");
     XDC_ASSERT_STR_CONTAINS(out, "how the plan was chosen");
-    snprintf(cmd, sizeof cmd, "%s plan -t examples/topology/demo-2region.yaml -m examples/models/tiny.yaml --json",
-             xdc_test_bin());
-    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 0);
+    XDC_ASSERT_EQ(run_xdc("plan " DEMO " --json", out, sizeof out), 0);
     XDC_ASSERT_STR_CONTAINS(out, "\"plan\"");
     XDC_ASSERT_STR_CONTAINS(out, "\"egress_usd_per_step\"");
-    snprintf(cmd, sizeof cmd, "%s plan -t examples/topology/no-such.yaml -m examples/models/tiny.yaml", xdc_test_bin());
-    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 78);
-    snprintf(cmd, sizeof cmd, "%s plan -t examples/topology/demo-2region.yaml -m examples/models/tiny.yaml --stages 3",
-             xdc_test_bin());
-    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 69);
+    XDC_ASSERT_EQ(run_xdc("plan -t examples/topology/no-such.yaml -m examples/models/tiny.yaml", out, sizeof out), 78);
+    XDC_ASSERT_EQ(run_xdc("plan " DEMO " --stages 3", out, sizeof out), 69);
     XDC_ASSERT_STR_CONTAINS(out, "no plan");
-    snprintf(cmd, sizeof cmd, "%s plan -t examples/topology/demo-2region.yaml", xdc_test_bin());
-    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
+    XDC_ASSERT_EQ(run_xdc("plan -t examples/topology/demo-2region.yaml", out, sizeof out), 64);
+}
+
+XDC_TEST(sim_cli_prints_step_and_exit_codes)
+{
+    static char out[16384];
+    XDC_ASSERT_EQ(run_xdc("simulate " DEMO " --steps 2", out, sizeof out), 0);
+    XDC_ASSERT_STR_CONTAINS(out, "simulated step");
+    XDC_ASSERT_STR_CONTAINS(out, "sim_step_s=");
+    XDC_ASSERT_EQ(run_xdc("simulate " DEMO " --json", out, sizeof out), 0);
+    XDC_ASSERT_STR_CONTAINS(out, "\"utilisation\"");
+    /* A run file: its configuration is simulated (two stages per replica, as in the demo). */
+    XDC_ASSERT_EQ(run_xdc("simulate -t examples/topology/demo-2region.yaml -c examples/train/demo.yaml", out, sizeof out), 0);
+    XDC_ASSERT_STR_CONTAINS(out, "2 stages per replica");
+    XDC_ASSERT_EQ(run_xdc("simulate -t examples/topology/demo-2region.yaml", out, sizeof out), 64);
 }

@@ -1,22 +1,16 @@
 /* test_sim.c — the discrete-event simulator against closed forms: one stage without WAN is M x (fwd+bwd);
- * a P-stage pipeline of equal stages has the 1F1B bubble (P-1)/(M+P-1); one WAN exchange of B bytes at
- * bandwidth W and RTT R adds B/W + R/2; an 8-region x 1,024-GPU plan finishes with sane numbers; the
- * simulator and the planner's closed form agree on the demo; `xdc simulate` prints and exits cleanly. */
+ * a P-stage pipeline of equal stages has the 1F1B bubble (P-1)/(M+P-1); an activation crossing B bytes
+ * at bandwidth W and RTT R takes B/W + R/2, a gradient exchange (which waits for the acknowledgement)
+ * B/W + R; an 8-region x 1,024-GPU plan finishes with sane numbers; the simulator and the planner's
+ * closed form agree on the demo configurations. (`xdc simulate` is tested in test_plan.c.) */
 #include "tests/xdc_test.h"
+
+#include "tests/test_plan_util.h"
 
 #include "common/xdc_alloc.h"
 #include "topology/xdc_plan.h"
 
 #include <stdio.h>
-
-static xdc_topology *parse_topo(const char *yaml)
-{
-    xdc_cfg_errors errs;
-    xdc_topology *t = NULL;
-    xdc_err_t rc = xdc_topology_parse(yaml, strlen(yaml), "sim.yaml", &t, &errs);
-    XDC_ASSERT_MSG(rc == XDC_OK, "topology does not parse: %s", errs.count ? errs.items[0].msg : xdc_strerror(rc));
-    return t;
-}
 
 /* L equal layers with no embedding or head, so every stage of an even split costs the same. */
 static void flat_model(int layers, xdc_model_shape *m)
@@ -64,7 +58,7 @@ static xdc_sim_result simulate(const xdc_topology *t, const xdc_model_shape *m, 
 
 XDC_TEST(sim_one_stage_no_wan_is_m_times_fwd_bwd)
 {
-    xdc_topology *t = parse_topo(ONE_REGION(1));
+    xdc_topology *t = test_plan_parse_topo(ONE_REGION(1));
     xdc_model_shape m;
     flat_model(4, &m);
     xdc_plan p = plan_for(t, &m, 1, 6, NULL, XDC_PLAN_SYNC);
@@ -80,7 +74,7 @@ XDC_TEST(sim_one_stage_no_wan_is_m_times_fwd_bwd)
 
 XDC_TEST(sim_pipeline_bubble_matches_1f1b)
 {
-    xdc_topology *t = parse_topo(ONE_REGION(4));
+    xdc_topology *t = test_plan_parse_topo(ONE_REGION(4));
     xdc_model_shape m;
     flat_model(8, &m);
     for (int M = 1; M <= 16; M *= 4) {
@@ -110,7 +104,7 @@ XDC_TEST(sim_wan_transfer_takes_bytes_over_bandwidth_plus_half_rtt)
 {
     /* A pipeline over two regions, one microbatch: the activation and its gradient each cross once, and
      * each crossing of B bytes takes B/W + R/2 (plus the per-message overhead, encode and decode). */
-    xdc_topology *t = parse_topo(TWO_REGIONS("bandwidth_gbps: 0.1, rtt_ms: 60"));
+    xdc_topology *t = test_plan_parse_topo(TWO_REGIONS("bandwidth_gbps: 0.1, rtt_ms: 60"));
     xdc_model_shape m;
     flat_model(2, &m);
     xdc_plan p = plan_for(t, &m, 2, 1, "none", XDC_PLAN_PIPELINE);
@@ -130,7 +124,7 @@ XDC_TEST(sim_gradient_exchange_waits_for_the_acknowledgement)
 {
     /* Data-parallel over two regions, one bucket: the shard arrives after B/W + R/2, but the runtime's send
      * completes when the peer acknowledges it, so the exchange ends after B/W + R. */
-    xdc_topology *t = parse_topo(TWO_REGIONS("bandwidth_gbps: 0.1, rtt_ms: 60"));
+    xdc_topology *t = test_plan_parse_topo(TWO_REGIONS("bandwidth_gbps: 0.1, rtt_ms: 60"));
     xdc_model_shape m;
     flat_model(2, &m);
     xdc_plan p = plan_for(t, &m, 1, 1, "none", XDC_PLAN_SYNC);
@@ -153,9 +147,7 @@ XDC_TEST(sim_gradient_exchange_waits_for_the_acknowledgement)
 
 XDC_TEST_T(sim_8_regions_x_1024_gpus_completes, 120)
 {
-    xdc_cfg_errors errs;
-    xdc_topology *t;
-    XDC_ASSERT_OK(xdc_topology_load("examples/topology/large-8x1024.yaml", &t, &errs));
+    xdc_topology *t = test_plan_load_topo("examples/topology/large-8x1024.yaml");
     XDC_ASSERT_EQ(xdc_topology_total_workers(t), 8192);
     xdc_model_shape m;
     xdc_model_shape_gpt(32, 32, 4096, 2048, 32000, &m); /* ~6.7B */
@@ -177,9 +169,7 @@ XDC_TEST_T(sim_8_regions_x_1024_gpus_completes, 120)
 
 XDC_TEST(sim_agrees_with_planner_on_demo_configs)
 {
-    xdc_cfg_errors errs;
-    xdc_topology *t;
-    XDC_ASSERT_OK(xdc_topology_load("examples/topology/demo-2region.yaml", &t, &errs));
+    xdc_topology *t = test_plan_load_topo("examples/topology/demo-2region.yaml");
     xdc_model_shape m;
     xdc_model_shape_gpt(2, 4, 64, 64, 256, &m);
     static const int modes[] = {XDC_PLAN_SYNC, XDC_PLAN_DILOCO, XDC_PLAN_STREAMING};
@@ -202,20 +192,4 @@ XDC_TEST(sim_agrees_with_planner_on_demo_configs)
         xdc_plan_set_destroy(s);
     }
     xdc_topology_destroy(t);
-}
-
-XDC_TEST(sim_cli_prints_step_and_exit_codes)
-{
-    char cmd[1024], out[16384];
-    snprintf(cmd, sizeof cmd, "%s simulate -t examples/topology/demo-2region.yaml -m examples/models/tiny.yaml --steps 2",
-             xdc_test_bin());
-    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 0);
-    XDC_ASSERT_STR_CONTAINS(out, "simulated step");
-    XDC_ASSERT_STR_CONTAINS(out, "sim_step_s=");
-    snprintf(cmd, sizeof cmd, "%s simulate -t examples/topology/demo-2region.yaml -m examples/models/tiny.yaml --json",
-             xdc_test_bin());
-    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 0);
-    XDC_ASSERT_STR_CONTAINS(out, "\"utilisation\"");
-    snprintf(cmd, sizeof cmd, "%s simulate -t examples/topology/demo-2region.yaml", xdc_test_bin());
-    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
 }

@@ -1,0 +1,12 @@
+/* test_plan_util.h — helpers shared by the planner and simulator tests. */
+#ifndef TEST_PLAN_UTIL_H
+#define TEST_PLAN_UTIL_H
+
+#include "topology/xdc_topology.h"
+
+/* Parse a topology from YAML text; fails the test (naming the first error) when it does not parse. */
+xdc_topology *test_plan_parse_topo(const char *yaml);
+/* Load a topology file; fails the test when it does not load. */
+xdc_topology *test_plan_load_topo(const char *path);
+
+#endif /* TEST_PLAN_UTIL_H */
