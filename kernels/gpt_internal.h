@@ -107,6 +107,9 @@ struct xdc_gpt_stage {
     gpt_slot *slots;     /* (max_inflight) */
     gpt_scratch scratch;
     int64_t adam_t;      /* optimizer steps taken */
+    /* Armed for one backward: called as gradients [from, num_params) become final. */
+    xdc_gpt_grad_ready_fn ready_fn;
+    void *ready_ctx;
 };
 
 #endif /* XDC_GPT_INTERNAL_H */

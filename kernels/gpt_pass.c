@@ -96,6 +96,22 @@ xdc_err_t xdc_gpt_stage_forward(xdc_gpt_stage *s, int slot, const int32_t *token
     return XDC_OK;
 }
 
+void xdc_gpt_stage_arm_grad_ready(xdc_gpt_stage *s, xdc_gpt_grad_ready_fn fn, void *ctx)
+{
+    s->ready_fn = fn;
+    s->ready_ctx = ctx;
+}
+
+/* Tell an armed listener that gradients from `first` (a tensor of the gradient arena) onwards are final.
+ * The backend's queue is drained first, so the host may read them. */
+static xdc_err_t grads_ready_from(xdc_gpt_stage *s, const float *first)
+{
+    if (!s->ready_fn) return XDC_OK;
+    XDC_CHECK(s->ops->sync());
+    s->ready_fn(s->ready_ctx, (size_t)(first - s->grad_arena));
+    return XDC_OK;
+}
+
 xdc_err_t xdc_gpt_stage_backward(xdc_gpt_stage *s, int slot, const float *dy, float loss_scale,
                                  const float **dx_out)
 {
@@ -114,16 +130,22 @@ xdc_err_t xdc_gpt_stage_backward(xdc_gpt_stage *s, int slot, const float *dy, fl
         o->zero(sc->dres, NC * f);
         o->layernorm_backward(sc->dres, s->grads.lnfw, s->grads.lnfb, sc->dln, block_input(sl, s->nl),
                               s->params.lnfw, sl->lnf_mean, sl->lnf_rstd, N, C);
+        XDC_CHECK(grads_ready_from(s, s->grads.lnfw));
     } else {
         XDC_REQUIRE(dy != NULL, XDC_ERR_INVALID);
         o->copy(sc->dres, dy, NC * f);
     }
-    for (int l = s->nl - 1; l >= 0; l--)
+    for (int l = s->nl - 1; l >= 0; l--) {
         block_backward(s, &s->params.layers[l], &s->grads.layers[l], &sl->layers[l], block_input(sl, l));
-    if (s->first)
+        XDC_CHECK(grads_ready_from(s, s->grads.layers[l].ln1w));
+    }
+    if (s->first) {
         o->encoder_backward(s->grads.wte, s->grads.wpe, sc->dres, sl->tokens, B, T, C);
-    else if (dx_out)
+        XDC_CHECK(grads_ready_from(s, s->grad_arena));
+    } else if (dx_out) {
         *dx_out = sc->dres;
+    }
     sl->forwarded = false;
+    s->ready_fn = NULL; /* armed for one backward */
     return o->sync();
 }

@@ -90,6 +90,13 @@ xdc_err_t xdc_gpt_stage_backward(xdc_gpt_stage *s, int slot, const float *dy, fl
                                  const float **dx_out);
 void xdc_gpt_stage_zero_grad(xdc_gpt_stage *s);
 
+/* Gradient readiness, for overlapping the gradient sync with the last microbatch's backward: armed
+ * before a backward, `fn(ctx, from)` is called during that backward each time the gradients of the
+ * arena range [from, num_params) are complete (head and final layernorm, then each block from the last,
+ * then the embeddings with from = 0). The arming lasts for that one backward call. */
+typedef void (*xdc_gpt_grad_ready_fn)(void *ctx, size_t from);
+void xdc_gpt_stage_arm_grad_ready(xdc_gpt_stage *s, xdc_gpt_grad_ready_fn fn, void *ctx);
+
 /* *acc += sum of squared gradients of this stage (double; calling stages in order equals the unsplit sum
  * on CPU). */
 xdc_err_t xdc_gpt_stage_grad_sumsq(xdc_gpt_stage *s, double *acc);

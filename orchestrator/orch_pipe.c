@@ -115,10 +115,14 @@ xdc_err_t orch_pipe_allreduce_sum(orch_worker *w, float *v, int n, xdc_diag *dia
         for (int i = 0; i < n; i++) v[i] += part[i];
     }
     if (w->stage < w->n_stages - 1) {
-        XDC_CHECK(orch_pipe_send(w, w->stage + 1, v, (size_t)n, NULL, &r, diag));
+        /* Post the receive of the total before waiting for our send: over the WAN a reply with no posted
+         * receive would hold up the acknowledgement of that send (docs/wan.md). */
+        orch_pipe_req back;
+        memcpy(part, v, (size_t)n * sizeof(float));
+        XDC_CHECK(orch_pipe_send(w, w->stage + 1, part, (size_t)n, NULL, &r, diag));
+        XDC_CHECK(orch_pipe_recv(w, w->stage + 1, v, (size_t)n, NULL, &back, diag));
         XDC_CHECK(orch_pipe_wait(w, &r, diag));
-        XDC_CHECK(orch_pipe_recv(w, w->stage + 1, v, (size_t)n, NULL, &r, diag));
-        XDC_CHECK(orch_pipe_wait(w, &r, diag));
+        XDC_CHECK(orch_pipe_wait(w, &back, diag));
     }
     if (w->stage > 0) {
         XDC_CHECK(orch_pipe_send(w, w->stage - 1, v, (size_t)n, NULL, &r, diag));

@@ -1,7 +1,12 @@
 /* orch_sync.c — the comm engine thread (see orch_sync.h). Two-stage software pipeline per bucket:
- *   A: intra reduce-scatter, encode the shard, post the WAN receives and sends;
- *   B: wait for the WAN transfers, decode and sum every region's contribution, intra all-gather.
- * A of bucket k+1 runs while bucket k is on the wire, so the encoder and the link work at once. */
+ *   A: intra reduce-scatter, encode the shard, send it to every other region;
+ *   B: wait for the other regions' shards, decode and sum every region's contribution, intra all-gather.
+ * A of bucket k+1 runs while bucket k is on the wire, so the encoder and the link work at once.
+ *
+ * Every WAN receive of a round is posted when the round starts, and nothing waits for a send to
+ * complete before posting a receive: a WAN stream whose next frame has no posted receive stops
+ * reading, and the acknowledgements of our own sends queue behind it (docs/wan.md). A send's buffer is
+ * only reused after that send completed, checked when the next round encodes into it. */
 #include "orchestrator/orch_sync.h"
 
 #include "common/xdc_alloc.h"
@@ -57,6 +62,32 @@ static float *padded(orch_sync *s, bucket *k)
     return k->plen == k->len ? s->buf + k->lo : s->pad;
 }
 
+/* Complete the sends of bucket k still in flight (from this round or the last). */
+static xdc_err_t wait_sends(orch_sync *s, bucket *k, xdc_diag *diag)
+{
+    for (int r = 0; r < s->cfg.n_regions; r++) {
+        if (!k->sreq[r]) continue;
+        xdc_err_t rc = xdc_wan_wait(k->sreq[r], s->cfg.timeout_ms, NULL, NULL, diag);
+        k->sreq[r] = NULL;
+        if (rc != XDC_OK) {
+            xdc_diag_prefix(diag, "%s bucket at %zu: send to region %d", s->cfg.name, k->lo, r);
+            return rc;
+        }
+    }
+    return XDC_OK;
+}
+
+/* Post the receive of every bucket from every other region, in the order the buckets go. */
+static xdc_err_t post_receives(orch_sync *s)
+{
+    if (s->cfg.n_regions < 2) return XDC_OK;
+    for (int i = s->n_buckets - 1; i >= 0; i--)
+        for (int r = 0; r < s->cfg.n_regions; r++)
+            if (r != s->cfg.my_region)
+                XDC_CHECK(xdc_wan_irecv(s->cfg.peers[r], XDC_WAN_BULK, s->b[i].rx[r], s->b[i].bound, &s->b[i].rreq[r]));
+    return XDC_OK;
+}
+
 static xdc_err_t stage_a(orch_sync *s, bucket *k, xdc_diag *diag)
 {
     float *x = k->shard_buf;
@@ -76,10 +107,10 @@ static xdc_err_t stage_a(orch_sync *s, bucket *k, xdc_diag *diag)
     }
     if (s->cfg.n_regions < 2) return XDC_OK;
     uint64_t t0 = xdc_now_ns();
+    XDC_CHECK(wait_sends(s, k, diag)); /* last round's sends of this bucket still read k->enc */
     XDC_CHECK(xdc_codec_encode(k->codec, x, k->shard, k->enc, k->bound, &k->enc_len, diag));
     for (int r = 0; r < s->cfg.n_regions; r++) {
         if (r == s->cfg.my_region) continue;
-        XDC_CHECK(xdc_wan_irecv(s->cfg.peers[r], XDC_WAN_BULK, k->rx[r], k->bound, &k->rreq[r]));
         XDC_CHECK(xdc_wan_isend(s->cfg.peers[r], XDC_WAN_BULK, k->enc, k->enc_len, (uint8_t)s->cfg.codec.kind,
                                 k->shard * sizeof(float), &k->sreq[r]));
         s->rst.wan_tx_bytes += k->enc_len;
@@ -100,8 +131,6 @@ static xdc_err_t stage_b(orch_sync *s, bucket *k, xdc_diag *diag)
             uint8_t codec = 0;
             xdc_err_t rc = xdc_wan_wait(k->rreq[r], s->cfg.timeout_ms, &rx_len[r], &codec, diag);
             k->rreq[r] = NULL;
-            if (rc == XDC_OK) rc = xdc_wan_wait(k->sreq[r], s->cfg.timeout_ms, NULL, NULL, diag);
-            k->sreq[r] = NULL;
             if (rc == XDC_OK && codec != (uint8_t)s->cfg.codec.kind) {
                 xdc_diag_set(diag, "region %d sent codec %u, this run uses %u", r, codec, (unsigned)s->cfg.codec.kind);
                 rc = XDC_ERR_PROTO;
@@ -143,6 +172,7 @@ static int bucket_ready(orch_sync *s, const bucket *k) { return s->ready_from <=
 static xdc_err_t run_round(orch_sync *s, xdc_diag *diag)
 {
     int prev = -1;
+    XDC_CHECK(post_receives(s));
     for (int i = s->n_buckets - 1; i >= 0; i--) {
         bucket *k = &s->b[i];
         pthread_mutex_lock(&s->mu);

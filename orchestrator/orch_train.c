@@ -47,10 +47,18 @@ static xdc_err_t forward_mb(orch_worker *w, int mb, float *loss_sum, xdc_diag *d
     return XDC_OK;
 }
 
-static xdc_err_t backward_mb(orch_worker *w, int mb, xdc_diag *diag)
+static void on_grads_ready(void *ctx, size_t from) { orch_sync_mark_ready(ctx, from); }
+
+static xdc_err_t backward_mb(orch_worker *w, int mb, orch_sync *sync, xdc_diag *diag)
 {
     size_t btc = (size_t)w->B * w->T * (size_t)w->C;
     if (!is_last(w)) XDC_CHECK(orch_pipe_wait(w, &w->dy_req[mb], diag));
+    if (mb == w->M - 1) {
+        /* The last microbatch: each layer's gradients are final as its backward ends, and its buckets
+         * start crossing the WAN while the earlier layers are still computing. */
+        XDC_CHECK(orch_sync_begin(sync, xdc_gpt_stage_grads(w->st)));
+        xdc_gpt_stage_arm_grad_ready(w->st, on_grads_ready, sync);
+    }
     const float *dx = NULL;
     double t0 = now_s();
     uint64_t u0 = orch_trace_now_us(w->trace);
@@ -64,7 +72,8 @@ static xdc_err_t backward_mb(orch_worker *w, int mb, xdc_diag *diag)
 }
 
 /* One pipeline pass of M microbatches with gradients accumulated; the gradient sync of `sync` starts
- * as soon as the last backward returns. *loss = mean loss over the microbatches (last stage only). */
+ * during the last microbatch's backward, layer by layer. *loss = mean loss over the microbatches (last
+ * stage only). */
 static xdc_err_t pipeline_step(orch_worker *w, orch_sync *sync, float *loss, xdc_diag *diag)
 {
     size_t bt = (size_t)w->B * w->T, btc = bt * (size_t)w->C;
@@ -82,10 +91,9 @@ static xdc_err_t pipeline_step(orch_worker *w, orch_sync *sync, float *loss, xdc
     for (; f < warm; f++) XDC_CHECK(forward_mb(w, f, &loss_sum, diag));
     for (; f < M; f++, b++) {
         XDC_CHECK(forward_mb(w, f, &loss_sum, diag));
-        XDC_CHECK(backward_mb(w, b, diag));
+        XDC_CHECK(backward_mb(w, b, sync, diag));
     }
-    for (; b < M; b++) XDC_CHECK(backward_mb(w, b, diag));
-    XDC_CHECK(orch_sync_begin(sync, xdc_gpt_stage_grads(w->st)));
+    for (; b < M; b++) XDC_CHECK(backward_mb(w, b, sync, diag));
     orch_sync_mark_ready(sync, 0);
     /* Sends must land before their buffers are reused next step; this overlaps the gradient sync. */
     for (int mb = 0; mb < M; mb++) {
