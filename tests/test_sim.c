@@ -193,3 +193,36 @@ XDC_TEST(sim_agrees_with_planner_on_demo_configs)
     }
     xdc_topology_destroy(t);
 }
+
+XDC_TEST(sim_and_plan_fail_cleanly_at_every_allocation)
+{
+    xdc_topology *t = test_plan_load_topo("examples/topology/demo-2region.yaml");
+    xdc_model_shape m;
+    xdc_model_shape_gpt(2, 4, 64, 64, 256, &m);
+    xdc_batch_shape b = {16, 64, 16.0 * 64 * 8};
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    xdc_plan_set *s = NULL;
+    xdc_diag d = {{0}};
+    xdc_alloc_fail_at(0);
+    XDC_ASSERT_OK(xdc_plan_search(t, &m, &b, &o, &s, &d));
+    long allocs = xdc_alloc_count();
+    xdc_plan p = s->best;
+    xdc_plan_set_destroy(s);
+    XDC_ASSERT(allocs >= 3);
+    for (long i = 1; i <= allocs; i++) {
+        xdc_alloc_fail_at(i);
+        XDC_ASSERT_ERR(xdc_plan_search(t, &m, &b, &o, &s, &d), XDC_ERR_NOMEM);
+        XDC_ASSERT(s == NULL);
+    }
+    xdc_sim_result r;
+    xdc_alloc_fail_at(0);
+    XDC_ASSERT_OK(xdc_sim_run(t, &m, &p, NULL, 2, &r, &d));
+    allocs = xdc_alloc_count();
+    XDC_ASSERT(allocs >= 5);
+    for (long i = 1; i <= allocs; i++) {
+        xdc_alloc_fail_at(i);
+        XDC_ASSERT_ERR(xdc_sim_run(t, &m, &p, NULL, 2, &r, &d), XDC_ERR_NOMEM);
+    }
+    xdc_alloc_fail_at(0);
+    xdc_topology_destroy(t);
+}

@@ -410,7 +410,7 @@ xdc_err_t xdc_sim_run(const xdc_topology *t, const xdc_model_shape *m, const xdc
         rc = s.err;
         double end = s.pipe_end, busiest = 0;
         for (int g = 0; g < 2 * s.n_groups; g++) {
-            if (s.eng[g].cur < s.eng[g].n_rounds) {
+            if (rc == XDC_OK && s.eng[g].cur < s.eng[g].n_rounds) {
                 xdc_diag_set(diag, "simulate: engine of group %d stalled (a bucket never arrived)", g / 2);
                 rc = XDC_ERR_INTERNAL;
             }
