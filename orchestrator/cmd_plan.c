@@ -134,6 +134,23 @@ void plan_print(FILE *f, const xdc_topology *t, const xdc_plan *p)
             p->tokens, p->tokens / p->t_step, p->wan_bytes / 1e6, p->egress_usd, p->mem_gib_max, p->mem_gib_limit);
 }
 
+/* Advisory per-link codecs: the runtime runs one codec, these say which link needs how much. */
+static void print_link_codecs(const plan_inputs *in, const xdc_plan *p)
+{
+    int any = 0;
+    for (int i = 0; i < in->topo->n_links; i++) {
+        const xdc_link *l = &in->topo->links[i];
+        char codec[16];
+        double sec;
+        xdc_plan_link_codec(in->topo, &in->shape, p, &in->opts.calib, l->from, l->to, in->opts.tolerance, codec, &sec);
+        if (!codec[0]) continue;
+        if (!any++) printf("  per-link codec (weakest that keeps the link within %.0f%% of the compute it hides behind):\n",
+                           in->opts.tolerance * 100);
+        printf("    %s -> %s: %s (%.4f s per round)\n", in->topo->regions[l->from].name, in->topo->regions[l->to].name,
+               codec, sec);
+    }
+}
+
 static int plan_usage(FILE *f)
 {
     fprintf(f, "usage: xdc plan -t TOPOLOGY.yaml -m MODEL.yaml [--json] [--explain] [--global-batch TOKENS]\n"
@@ -224,7 +241,7 @@ int xdc_cmd_plan(int argc, char **argv)
     ex = plan_inputs_search(&in, &set);
     if (ex == XDC_EX_OK && json) {
         char *text = NULL;
-        if (xdc_plan_to_json(in.topo, set, 5, &text) == XDC_OK)
+        if (xdc_plan_to_json(in.topo, &in.shape, &in.opts, set, 5, &text) == XDC_OK)
             printf("%s\n", text);
         else
             ex = XDC_EX_SOFTWARE;
@@ -234,6 +251,7 @@ int xdc_cmd_plan(int argc, char **argv)
                in.model_path, in.shape.params, in.topo->name, xdc_topology_total_workers(in.topo),
                in.topo->n_regions, in.batch.global_batch_tokens);
         plan_print(stdout, in.topo, &set->best);
+        print_link_codecs(&in, &set->best);
         printf("  runners-up:\n");
         for (int i = 1; i < set->n_cands && i <= 5; i++) {
             printf("    ");

@@ -164,6 +164,42 @@ XDC_TEST(plan_replan_for_measured_goodput_keeps_the_partition)
     xdc_topology_destroy(t);
 }
 
+XDC_TEST(plan_slow_link_of_three_gets_the_stronger_link_codec)
+{
+    /* Three fully linked regions in sync mode: a-b is fast, every link to c slow. */
+    xdc_topology *t = test_plan_parse_topo(
+        "name: three\nregions:\n"
+        "  - {name: a, nodes: a1, gpus_per_node: 8, gpu: {model: x, bf16_tflops: 300, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
+        "  - {name: b, nodes: b1, gpus_per_node: 8, gpu: {model: x, bf16_tflops: 300, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
+        "  - {name: c, nodes: c1, gpus_per_node: 8, gpu: {model: x, bf16_tflops: 300, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
+        "links:\n"
+        "  - {from: a, to: b, bandwidth_gbps: 400, rtt_ms: 2}\n"
+        "  - {from: a, to: c, bandwidth_gbps: 2, rtt_ms: 60}\n"
+        "  - {from: b, to: c, bandwidth_gbps: 2, rtt_ms: 60}\n");
+    xdc_model_shape m;
+    xdc_model_shape_gpt(12, 12, 768, 1024, 256, &m);
+    xdc_batch_shape b = {8, 1024, 8.0 * 1024 * 24 * 32};
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    o.mode = XDC_PLAN_SYNC;
+    o.all_regions = 1;
+    xdc_plan_set *s = search_ok(t, &m, &b, &o);
+    char fast[16], slow[16], none[16];
+    double fs, ss, ns;
+    xdc_plan_link_codec(t, &m, &s->best, &o.calib, 0, 1, 0.1, fast, &fs);
+    xdc_plan_link_codec(t, &m, &s->best, &o.calib, 0, 2, 0.1, slow, &ss);
+    XDC_ASSERT_MSG(strcmp(fast, "none") == 0, "fast link codec %s", fast);
+    XDC_ASSERT_MSG(strcmp(slow, "none") != 0 && strcmp(slow, "bf16") != 0, "slow link codec %s", slow);
+    XDC_ASSERT(ss > fs);
+    /* A link the plan does not use gets no codec. */
+    o.all_regions = 0;
+    o.mode = -1;
+    xdc_plan_link_codec(t, &m, &(xdc_plan){.mode = XDC_PLAN_SYNC, .stages = 1, .replicas = {8}}, &o.calib, 0, 2, 0.1,
+                        none, &ns);
+    XDC_ASSERT_EQ(none[0], 0);
+    xdc_plan_set_destroy(s);
+    xdc_topology_destroy(t);
+}
+
 static void check_memory(const xdc_topology *t, const xdc_plan_set *s)
 {
     for (int i = 0; i < s->n_cands; i++) {
@@ -250,9 +286,10 @@ XDC_TEST(plan_search_is_deterministic)
     /* Runners-up are in pick order and each says why it lost. */
     for (int i = 1; i < a->n_cands && i < 20; i++) XDC_ASSERT(a->cands[i].why[0] != '\0');
     char *json = NULL;
-    XDC_ASSERT_OK(xdc_plan_to_json(t, a, 3, &json));
+    XDC_ASSERT_OK(xdc_plan_to_json(t, &m, &o, a, 3, &json));
     XDC_ASSERT_STR_CONTAINS(json, "\"runners_up\"");
     XDC_ASSERT_STR_CONTAINS(json, "\"exposed_wan\"");
+    XDC_ASSERT_STR_CONTAINS(json, "\"link_codecs\"");
     xdc_free(json);
     xdc_plan_set_destroy(a);
     xdc_plan_set_destroy(c);

@@ -774,3 +774,39 @@ xdc_err_t xdc_plan_replan_wan(const xdc_topology *t, const xdc_model_shape *m, c
     xdc_plan_set_destroy(set);
     return XDC_OK;
 }
+
+void xdc_plan_link_codec(const xdc_topology *t, const xdc_model_shape *m, const xdc_plan *p, const xdc_plan_calib *c,
+                         int from, int to, double tolerance, char codec[16], double *seconds)
+{
+    codec[0] = '\0';
+    *seconds = 0;
+    int pipeline = p->mode == XDC_PLAN_PIPELINE, crosses = 0;
+    double raw = 0, hide = p->t_compute + p->t_bubble, latency = 0;
+    if (pipeline) {
+        /* Activations forward (or their gradients backward) at each cut over this link, every replica. */
+        for (int i = 0; i + 1 < p->stages; i++) {
+            int a = p->stage[i].region, b = p->stage[i + 1].region;
+            crosses += (a == from && b == to) || (a == to && b == from);
+        }
+        raw = crosses * (double)p->replicas[from] * p->microbatches * p->micro_batch * p->seq_len *
+              m->boundary_bytes_per_token;
+    } else if (p->replicas[from] > 0 && p->replicas[to] > 0) {
+        for (int i = 0; i < p->stages; i++) raw += 4 * p->stage[i].params;
+        latency = 2 * topo_link_owd(t, from, to); /* each round waits for the acknowledgement */
+        if (p->mode == XDC_PLAN_STREAMING) raw /= p->fragments, hide *= (double)p->inner_steps / p->fragments;
+        if (p->mode == XDC_PLAN_DILOCO) hide *= p->inner_steps;
+        crosses = 1;
+    }
+    double bw = topo_link_Bps(t, from, to, c);
+    if (!crosses || !(raw > 0) || !(bw > 0)) return;
+    const char *const *ladder = pipeline ? act_codecs : grad_codecs;
+    int n = pipeline ? (int)(sizeof act_codecs / sizeof *act_codecs) : (int)(sizeof grad_codecs / sizeof *grad_codecs);
+    const xdc_link *l = xdc_topology_link(t, from, to);
+    for (int i = 0; i < n; i++) {
+        topo_codec_info ci;
+        topo_codec_info_get(ladder[i], pipeline ? 100 : l->bandwidth_gbps, &ci);
+        *seconds = raw * ci.ratio / bw + latency;
+        snprintf(codec, 16, "%s", ladder[i]);
+        if (*seconds <= tolerance * hide) break;
+    }
+}

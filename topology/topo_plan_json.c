@@ -34,12 +34,30 @@ static json_t *plan_json(const xdc_topology *t, const xdc_plan *p)
                      p->mem_gib_max, "why", p->why);
 }
 
-xdc_err_t xdc_plan_to_json(const xdc_topology *t, const xdc_plan_set *s, int max_alt, char **out)
+static json_t *link_codecs_json(const xdc_topology *t, const xdc_model_shape *m, const xdc_plan_opts *o,
+                                const xdc_plan *p)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < t->n_links; i++) {
+        char codec[16];
+        double sec;
+        const xdc_link *l = &t->links[i];
+        xdc_plan_link_codec(t, m, p, &o->calib, l->from, l->to, o->tolerance, codec, &sec);
+        if (codec[0])
+            json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:f}", "from", t->regions[l->from].name, "to",
+                                               t->regions[l->to].name, "codec", codec, "seconds_per_round", sec));
+    }
+    return a;
+}
+
+xdc_err_t xdc_plan_to_json(const xdc_topology *t, const xdc_model_shape *m, const xdc_plan_opts *o,
+                           const xdc_plan_set *s, int max_alt, char **out)
 {
     *out = NULL;
-    json_t *alts = json_array();
+    json_t *alts = json_array(), *best = plan_json(t, &s->best);
     for (int i = 1; i < s->n_cands && i <= max_alt; i++) json_array_append_new(alts, plan_json(t, &s->cands[i]));
-    json_t *root = json_pack("{s:s, s:o, s:o, s:i, s:i, s:s}", "topology", t->path, "plan", plan_json(t, &s->best),
+    json_object_set_new(best, "link_codecs", link_codecs_json(t, m, o, &s->best));
+    json_t *root = json_pack("{s:s, s:o, s:o, s:i, s:i, s:s}", "topology", t->path, "plan", best,
                              "runners_up", alts, "candidates_evaluated", s->n_evaluated, "candidates_rejected",
                              s->n_rejected, "most_common_rejection", s->reject_reason);
     if (!root) return XDC_ERR_NOMEM;

@@ -119,12 +119,22 @@ xdc_err_t xdc_plan_replan_wan(const xdc_topology *t, const xdc_model_shape *m, c
                               const xdc_plan_opts *o, const xdc_plan *cur, double measured_gbps, xdc_plan *out,
                               xdc_diag *diag);
 
+/* The codec link from -> to would need for its share of plan p's WAN traffic to take at most `tolerance`
+ * (e.g. 0.1) of the compute time it can hide behind (a step; H steps for DiLoCo; H/F for streaming): the
+ * weakest of none, bf16, int8, int4, topk:0.01 (activations: none, bf16, int8) that does, else the
+ * strongest. Advisory: the runtime uses one codec per run (the plan's `codec`). Empty when the plan sends
+ * nothing over that link. *seconds = the link's busy time per round with that codec. */
+void xdc_plan_link_codec(const xdc_topology *t, const xdc_model_shape *m, const xdc_plan *p, const xdc_plan_calib *c,
+                         int from, int to, double tolerance, char codec[16], double *seconds);
+
 /* Scale calib->compute_scale so that the plan's predicted compute time of stage 0 per step equals
  * measured_s (seconds, e.g. from a run's progress lines). */
 void xdc_plan_calibrate_compute(const xdc_topology *t, const xdc_plan *p, double measured_s, xdc_plan_calib *calib);
 
-/* The plan (and runners-up, up to `max_alt`) as JSON text; caller frees with xdc_free. */
-xdc_err_t xdc_plan_to_json(const xdc_topology *t, const xdc_plan_set *s, int max_alt, char **out);
+/* The plan (with each used link's advisory codec, see xdc_plan_link_codec) and the runners-up, up to
+ * `max_alt`, as JSON text; caller frees with xdc_free. */
+xdc_err_t xdc_plan_to_json(const xdc_topology *t, const xdc_model_shape *m, const xdc_plan_opts *o,
+                           const xdc_plan_set *s, int max_alt, char **out);
 
 typedef struct xdc_sim_result {
     int steps;
