@@ -48,7 +48,8 @@ int plan_inputs_load(const char *topo_path, const char *model_path, const char *
                   : run.mode == ORCH_MODE_DILOCO ? XDC_PLAN_DILOCO
                   : run.mode == ORCH_MODE_STREAMING ? XDC_PLAN_STREAMING
                                                     : XDC_PLAN_SYNC;
-        o->stages = run.span_regions ? 0 : run.pipeline_stages;
+        /* span_regions: one pipeline over every worker of every region (one replica). */
+        o->stages = run.span_regions ? xdc_topology_total_workers(in->topo) : run.pipeline_stages;
         o->microbatches = run.microbatches;
         codec_constraint(in, run.span_regions ? run.activation_codec : run.codec, o->codec, sizeof o->codec);
         o->bucket_mb = run.bucket_mb;

@@ -433,7 +433,7 @@ xdc_err_t xdc_sim_run(const xdc_topology *t, const xdc_model_shape *m, const xdc
         out->t_step = t0 / steps;
         out->t_compute = busiest_total / steps;
         out->t_bubble = bubble_total / steps;
-        out->t_comm_exposed = out->t_step - out->t_compute - out->t_bubble;
+        out->t_comm_exposed = fmax(0, out->t_step - out->t_compute - out->t_bubble); /* rounding */
         out->utilisation = t0 > 0 ? busy_total / (t0 * s.n_inst) : 0;
         out->wan_bytes = s.wan_bytes / steps;
         out->events = s.events;
