@@ -110,7 +110,7 @@ void plan_print(FILE *f, const xdc_topology *t, const xdc_plan *p)
         fprintf(f, ", activation codec %s\n", p->codec);
     else
         fprintf(f, ", WAN codec %s, bucket %g MiB\n", p->codec, p->bucket_mb);
-    if (p->inner_steps) fprintf(f, "  outer period H = %d inner steps%s\n", p->inner_steps, "");
+    if (p->inner_steps) fprintf(f, "  outer period H = %d inner steps\n", p->inner_steps);
     if (p->fragments) fprintf(f, "  streaming fragments F = %d\n", p->fragments);
     fprintf(f, "  replicas per region:");
     for (int r = 0; r < t->n_regions; r++) fprintf(f, " %s=%d", t->regions[r].name, p->replicas[r]);
