@@ -51,8 +51,8 @@ typedef struct {
     xdc_wan_engine *eng;
     rdzv_server *rdzv;
     char coordinator[300];
-    xdc_wan_relay *relays[LAUNCH_MAX_RELAYS];
-    char relay_done[LAUNCH_MAX_RELAYS];
+    xdc_wan_relay *relays[LAUNCH_MAX_RELAYS]; /* one per pair of regions */
+    char relay_done[LAUNCH_MAX_RELAYS];        /* per (pair, worker) route */
     int n_relays;
     pid_t agents[LAUNCH_MAX_AGENTS];
     char agent_names[LAUNCH_MAX_AGENTS][160];
@@ -141,40 +141,51 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
     return XDC_OK;
 }
 
-/* Emulated WAN: for each pair of regions i < j and each local rank, once worker (j, rank) has published
- * its listening port, open a relay with link i->j's model and publish it for worker (i, rank). */
+/* Emulated WAN: one relay per pair of regions i < j (link i->j's model), with one route per worker of j
+ * that someone in i dials: once worker (j, rank) has published its listening port, a route to it opens
+ * and its port is published as relay/i/j/rank. All routes of a link share its rate, as on a real link. */
 static void pump_relays(launch *L)
 {
-    int idx = 0;
+    int idx = 0, link = 0;
     for (int i = 0; i < L->t->n_regions; i++)
-        for (int j = i + 1; j < L->t->n_regions; j++)
+        for (int j = i + 1; j < L->t->n_regions; j++, link++)
             for (int k = 0; k < xdc_topology_region_workers(L->t, j); k++, idx++) {
-                if (idx >= LAUNCH_MAX_RELAYS || L->relay_done[idx]) continue;
+                if (idx >= LAUNCH_MAX_RELAYS || link >= LAUNCH_MAX_RELAYS || L->relay_done[idx]) continue;
                 char key[128], val[300];
                 snprintf(key, sizeof key, "wan/%d/%d", j, k);
                 if (rdzv_server_get(L->rdzv, key, val, sizeof val) != 0) continue;
                 const char *colon = strrchr(val, ':');
                 const xdc_link *l = xdc_topology_link(L->t, i, j);
                 if (!colon || !l) continue;
-                xdc_wan_link_model m = {.rate_mbps = l->bandwidth_gbps * 1000.0,
-                                        .rtt_ms = l->rtt_ms,
-                                        .jitter_ms = l->jitter_ms,
-                                        .loss_pct = l->loss_pct,
-                                        .seed = (uint64_t)idx + 1};
                 xdc_diag d = {{0}};
-                xdc_wan_relay *relay;
-                if (xdc_wan_relay_create("127.0.0.1", 0, "127.0.0.1", atoi(colon + 1), &m, &relay, &d) != XDC_OK) {
+                xdc_err_t rc;
+                int port = 0;
+                if (!L->relays[link]) {
+                    xdc_wan_link_model m = {.rate_mbps = l->bandwidth_gbps * 1000.0,
+                                            .rtt_ms = l->rtt_ms,
+                                            .jitter_ms = l->jitter_ms,
+                                            .loss_pct = l->loss_pct,
+                                            .seed = (uint64_t)link + 1};
+                    rc = xdc_wan_relay_create("127.0.0.1", 0, "127.0.0.1", atoi(colon + 1), &m, &L->relays[link], &d);
+                    if (rc == XDC_OK) {
+                        port = xdc_wan_relay_port(L->relays[link]);
+                        if (L->o.outage_ms > 0)
+                            xdc_wan_relay_schedule_outage(L->relays[link], L->o.outage_start_ms, L->o.outage_ms);
+                        if (link >= L->n_relays) L->n_relays = link + 1;
+                        XDC_DEBUG(XDC_SUB_ORCH, "emulated link %s -> %s (%g Mbit/s, %g ms RTT)", L->t->regions[i].name,
+                                  L->t->regions[j].name, m.rate_mbps, m.rtt_ms);
+                    }
+                } else {
+                    rc = xdc_wan_relay_add_route(L->relays[link], "127.0.0.1", 0, "127.0.0.1", atoi(colon + 1), &port, &d);
+                }
+                if (rc != XDC_OK) {
                     XDC_WARN(XDC_SUB_ORCH, "relay for %s -> %s rank %d: %s", L->t->regions[i].name, L->t->regions[j].name, k, d.msg);
                     continue;
                 }
-                if (L->o.outage_ms > 0) xdc_wan_relay_schedule_outage(relay, L->o.outage_start_ms, L->o.outage_ms);
-                L->relays[L->n_relays++] = relay;
                 L->relay_done[idx] = 1;
                 snprintf(key, sizeof key, "relay/%d/%d/%d", i, j, k);
-                snprintf(val, sizeof val, "127.0.0.1:%d", xdc_wan_relay_port(relay));
+                snprintf(val, sizeof val, "127.0.0.1:%d", port);
                 rdzv_server_set(L->rdzv, key, val);
-                XDC_DEBUG(XDC_SUB_ORCH, "emulated link %s -> %s rank %d on port %d (%g Mbit/s, %g ms RTT)",
-                          L->t->regions[i].name, L->t->regions[j].name, k, xdc_wan_relay_port(relay), m.rate_mbps, m.rtt_ms);
             }
 }
 

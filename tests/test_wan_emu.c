@@ -104,3 +104,97 @@ XDC_TEST(wan_emu_outage_mid_transfer_delivers_exactly_once)
             xdc_free(rx[k][i]);
         }
 }
+
+/* ---- routes of one relay share the link ------------------------------------------------------- */
+
+#include "common/xdc_time.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define SHARE_BYTES (3u << 19) /* per flow: 1.5 MiB */
+
+typedef struct {
+    int lfd, port;
+    uint64_t got;
+} share_sink;
+
+static void *sink_main(void *arg)
+{
+    share_sink *s = arg;
+    int fd = accept(s->lfd, NULL, NULL);
+    char buf[65536];
+    ssize_t n;
+    while (fd >= 0 && (n = read(fd, buf, sizeof buf)) > 0) s->got += (uint64_t)n;
+    if (fd >= 0) close(fd);
+    return NULL;
+}
+
+static void *source_main(void *arg)
+{
+    int port = *(int *)arg;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    static char buf[65536];
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
+        for (uint64_t sent = 0; sent < SHARE_BYTES;) {
+            ssize_t n = write(fd, buf, sizeof buf);
+            if (n <= 0) break;
+            sent += (uint64_t)n;
+        }
+    close(fd);
+    return NULL;
+}
+
+static void sink_open(share_sink *s)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t len = sizeof a;
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    s->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    XDC_ASSERT(s->lfd >= 0 && bind(s->lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(s->lfd, 4) == 0);
+    XDC_ASSERT(getsockname(s->lfd, (struct sockaddr *)&a, &len) == 0);
+    s->port = ntohs(a.sin_port);
+    s->got = 0;
+}
+
+XDC_TEST(wan_emu_routes_of_one_link_share_its_rate)
+{
+    /* Two flows through two routes of one 40 Mbit/s link: together they get the link's rate, not twice it
+     * (an upper bound only: a loaded machine can make the flows slower, never faster). */
+    const double rate = 40;
+    xdc_wan_link_model m = {.rate_mbps = rate, .rtt_ms = 4, .seed = 3};
+    share_sink sink[2];
+    sink_open(&sink[0]);
+    sink_open(&sink[1]);
+    xdc_wan_relay *r;
+    xdc_diag d = {{0}};
+    int port[2];
+    XDC_ASSERT_OK(xdc_wan_relay_create("127.0.0.1", 0, "127.0.0.1", sink[0].port, &m, &r, &d));
+    port[0] = xdc_wan_relay_port(r);
+    XDC_ASSERT_OK(xdc_wan_relay_add_route(r, "127.0.0.1", 0, "127.0.0.1", sink[1].port, &port[1], &d));
+    XDC_ASSERT(port[1] > 0 && port[1] != port[0]);
+    pthread_t st[2], src[2];
+    uint64_t t0 = xdc_now_ns();
+    for (int i = 0; i < 2; i++) {
+        pthread_create(&st[i], NULL, sink_main, &sink[i]);
+        pthread_create(&src[i], NULL, source_main, &port[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(src[i], NULL);
+        pthread_join(st[i], NULL);
+    }
+    double secs = (double)(xdc_now_ns() - t0) / 1e9;
+    XDC_ASSERT_EQ(sink[0].got, SHARE_BYTES);
+    XDC_ASSERT_EQ(sink[1].got, SHARE_BYTES);
+    double mbps = 2.0 * SHARE_BYTES * 8 / secs / 1e6;
+    printf("two flows together: %.1f Mbit/s over a %.0f Mbit/s link\n", mbps, rate);
+    XDC_ASSERT_MSG(mbps <= rate * 1.15, "two routes got %.1f Mbit/s together on a %.0f Mbit/s link", mbps, rate);
+    xdc_wan_relay_destroy(r);
+    close(sink[0].lfd);
+    close(sink[1].lfd);
+}

@@ -31,6 +31,7 @@
 #define EMU_CHUNK 16384            /* bytes read per chunk: the unit of delay */
 #define EMU_QUEUE_BYTES (16u << 20) /* in-flight bytes per direction (>= rate x one-way delay) */
 #define EMU_MAX_CONNS 128
+#define EMU_MAX_ROUTES 64 /* listen port -> target pairs sharing one link's buckets */
 #define EMU_SEGMENT 1448
 
 typedef struct emu_chunk {
@@ -48,6 +49,12 @@ typedef struct emu_dir {
     int shut;
 } emu_dir;
 
+/* One listening port and where its connections go. All routes of a relay share its link. */
+typedef struct emu_route {
+    int lfd, port;
+    struct sockaddr_in target;
+} emu_route;
+
 typedef struct emu_conn {
     int fd[2];         /* 0: accepted client side, 1: connection to the target */
     int connected;     /* target connect completed */
@@ -56,8 +63,9 @@ typedef struct emu_conn {
 
 struct xdc_wan_relay {
     xdc_wan_link_model m;
-    int lfd, port, wake_fd;
-    struct sockaddr_in target;
+    int wake_fd;
+    emu_route routes[EMU_MAX_ROUTES]; /* [0] made by create, more by add_route */
+    int n_routes;
     pthread_t thread;
     pthread_mutex_t mu;
     int stop, cut;
@@ -99,10 +107,10 @@ static uint64_t one_way_ns(xdc_wan_relay *r)
     return (uint64_t)(ms * 1e6);
 }
 
-static void accept_conns(xdc_wan_relay *r)
+static void accept_conns(xdc_wan_relay *r, const emu_route *rt)
 {
     for (;;) {
-        int fd = accept4(r->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(rt->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) return;
         if (r->cut || r->n_conns == EMU_MAX_CONNS) {
             struct linger lg = {.l_onoff = 1, .l_linger = 0};
@@ -118,7 +126,7 @@ static void accept_conns(xdc_wan_relay *r)
             c->dir[1].ring = xdc_malloc(slots * sizeof(emu_chunk));
         }
         if (!c || t < 0 || !c->dir[0].ring || !c->dir[1].ring ||
-            (connect(t, (struct sockaddr *)&r->target, sizeof r->target) != 0 && errno != EINPROGRESS)) {
+            (connect(t, (const struct sockaddr *)&rt->target, sizeof rt->target) != 0 && errno != EINPROGRESS)) {
             close(fd);
             if (t >= 0) close(t);
             if (c) {
@@ -222,7 +230,7 @@ static int dir_write(emu_conn *c, int d, uint64_t now)
 static void *relay_main(void *arg)
 {
     xdc_wan_relay *r = arg;
-    struct pollfd pfd[2 + 2 * EMU_MAX_CONNS];
+    struct pollfd pfd[1 + EMU_MAX_ROUTES + 2 * EMU_MAX_CONNS];
     pthread_mutex_lock(&r->mu);
     r->refill_ns = xdc_now_ns();
     while (!r->stop) {
@@ -238,7 +246,8 @@ static void *relay_main(void *arg)
         int n = 0;
         uint64_t timeout = 50 * XDC_NS_PER_MS; /* ns: ppoll keeps release times exact to the scheduler */
         pfd[n++] = (struct pollfd){.fd = r->wake_fd, .events = POLLIN};
-        pfd[n++] = (struct pollfd){.fd = r->lfd, .events = POLLIN};
+        int n_routes = r->n_routes; /* routes added during the poll are picked up next turn */
+        for (int i = 0; i < n_routes; i++) pfd[n++] = (struct pollfd){.fd = r->routes[i].lfd, .events = POLLIN};
         for (int i = 0; i < r->n_conns; i++) {
             emu_conn *c = r->conns[i];
             for (int s = 0; s < 2; s++) {
@@ -273,7 +282,8 @@ static void *relay_main(void *arg)
         if ((pfd[0].revents & POLLIN) && read(r->wake_fd, &drain, sizeof drain) < 0) drain = 0;
         if (r->stop) break;
         if (r->cut) drop_all(r);
-        if (pfd[1].revents & POLLIN) accept_conns(r);
+        for (int i = 0; i < n_routes; i++)
+            if (pfd[1 + i].revents & POLLIN) accept_conns(r, &r->routes[i]);
         now = xdc_now_ns();
         refill(r, now);
         /* Start at a rotating connection so no stream gets the freshly refilled tokens every time. */
@@ -313,6 +323,34 @@ static int parse_ipv4(const char *host, struct in_addr *out)
     return inet_pton(AF_INET, host, out) == 1;
 }
 
+/* Listen on listen_host:listen_port (0 = any) for connections to forward to target: the next route. */
+static xdc_err_t route_open(xdc_wan_relay *r, const char *listen_host, int listen_port, const char *target_host,
+                            int target_port, xdc_diag *diag)
+{
+    emu_route *rt = &r->routes[r->n_routes];
+    rt->target.sin_family = AF_INET;
+    rt->target.sin_port = htons((uint16_t)target_port);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)listen_port)};
+    if (!parse_ipv4(target_host, &rt->target.sin_addr) || !parse_ipv4(listen_host, &a.sin_addr)) {
+        xdc_diag_set(diag, "relay: '%s' or '%s' is not an IPv4 address", listen_host ? listen_host : "",
+                     target_host ? target_host : "");
+        return XDC_ERR_INVALID;
+    }
+    int one = 1;
+    rt->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (rt->lfd >= 0) setsockopt(rt->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    socklen_t alen = sizeof a;
+    if (rt->lfd < 0 || bind(rt->lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(rt->lfd, 128) != 0 ||
+        getsockname(rt->lfd, (struct sockaddr *)&a, &alen) != 0) {
+        xdc_diag_set(diag, "relay: listen on %s:%d: %m", listen_host ? listen_host : "127.0.0.1", listen_port);
+        if (rt->lfd >= 0) close(rt->lfd);
+        return XDC_ERR_UNAVAILABLE;
+    }
+    rt->port = ntohs(a.sin_port);
+    r->n_routes++;
+    return XDC_OK;
+}
+
 xdc_err_t xdc_wan_relay_create(const char *listen_host, int listen_port, const char *target_host,
                                int target_port, const xdc_wan_link_model *m, xdc_wan_relay **out, xdc_diag *diag)
 {
@@ -324,47 +362,49 @@ xdc_err_t xdc_wan_relay_create(const char *listen_host, int listen_port, const c
     xdc_wan_relay *r = xdc_calloc(1, sizeof *r);
     if (!r) return XDC_ERR_NOMEM;
     r->m = *m;
-    r->lfd = r->wake_fd = -1;
+    r->wake_fd = -1;
     xdc_rng_seed(&r->rng, m->seed);
-    r->target.sin_family = AF_INET;
-    r->target.sin_port = htons((uint16_t)target_port);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)listen_port)};
-    if (!parse_ipv4(target_host, &r->target.sin_addr) || !parse_ipv4(listen_host, &a.sin_addr)) {
-        xdc_diag_set(diag, "relay: '%s' or '%s' is not an IPv4 address", listen_host ? listen_host : "",
-                     target_host ? target_host : "");
+    xdc_err_t rc = route_open(r, listen_host, listen_port, target_host, target_port, diag);
+    if (rc != XDC_OK) {
         xdc_free(r);
-        return XDC_ERR_INVALID;
+        return rc;
     }
-    int one = 1;
-    r->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (r->lfd >= 0) setsockopt(r->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    socklen_t alen = sizeof a;
-    if (r->lfd < 0 || bind(r->lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(r->lfd, 128) != 0 ||
-        getsockname(r->lfd, (struct sockaddr *)&a, &alen) != 0) {
-        xdc_diag_set(diag, "relay: listen on %s:%d: %m", listen_host ? listen_host : "127.0.0.1", listen_port);
-        if (r->lfd >= 0) close(r->lfd);
-        xdc_free(r);
-        return XDC_ERR_UNAVAILABLE;
-    }
-    r->port = ntohs(a.sin_port);
     r->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&r->mu, NULL);
     if (r->wake_fd < 0 || pthread_create(&r->thread, NULL, relay_main, r) != 0) {
         xdc_diag_set(diag, "relay: cannot start its thread");
-        close(r->lfd);
+        close(r->routes[0].lfd);
         if (r->wake_fd >= 0) close(r->wake_fd);
         pthread_mutex_destroy(&r->mu);
         xdc_free(r);
         return XDC_ERR_NOMEM;
     }
     XDC_DEBUG(XDC_SUB_WAN, "relay :%d -> %s:%d (rate %.1f Mbit/s, rtt %.1f ms, jitter %.1f ms, loss %.3f%%)",
-              r->port, target_host, target_port, m->rate_mbps, m->rtt_ms, m->jitter_ms, m->loss_pct);
+              r->routes[0].port, target_host, target_port, m->rate_mbps, m->rtt_ms, m->jitter_ms, m->loss_pct);
     *out = r;
     return XDC_OK;
 }
 
-int xdc_wan_relay_port(const xdc_wan_relay *r) { return r ? r->port : -1; }
+static void relay_poke(xdc_wan_relay *r);
 
+xdc_err_t xdc_wan_relay_add_route(xdc_wan_relay *r, const char *listen_host, int listen_port, const char *target_host,
+                                  int target_port, int *bound_port, xdc_diag *diag)
+{
+    if (listen_port < 0 || listen_port > 65535 || target_port <= 0 || target_port > 65535) {
+        xdc_diag_set(diag, "relay route: ports out of range");
+        return XDC_ERR_INVALID;
+    }
+    pthread_mutex_lock(&r->mu);
+    xdc_err_t rc = r->n_routes == EMU_MAX_ROUTES ? XDC_ERR_RANGE
+                                                  : route_open(r, listen_host, listen_port, target_host, target_port, diag);
+    if (rc == XDC_ERR_RANGE) xdc_diag_set(diag, "relay: more than %d routes on one link", EMU_MAX_ROUTES);
+    if (rc == XDC_OK && bound_port) *bound_port = r->routes[r->n_routes - 1].port;
+    pthread_mutex_unlock(&r->mu);
+    relay_poke(r);
+    return rc;
+}
+
+int xdc_wan_relay_port(const xdc_wan_relay *r) { return r ? r->routes[0].port : -1; }
 static void relay_poke(xdc_wan_relay *r)
 {
     uint64_t one = 1;
@@ -415,7 +455,7 @@ void xdc_wan_relay_destroy(xdc_wan_relay *r)
     pthread_mutex_unlock(&r->mu);
     relay_poke(r);
     pthread_join(r->thread, NULL);
-    close(r->lfd);
+    for (int i = 0; i < r->n_routes; i++) close(r->routes[i].lfd);
     close(r->wake_fd);
     pthread_mutex_destroy(&r->mu);
     xdc_free(r);

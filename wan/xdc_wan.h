@@ -186,6 +186,11 @@ xdc_err_t xdc_wan_relay_create(const char *listen_host, int listen_port, const c
                                int target_port, const xdc_wan_link_model *m, xdc_wan_relay **out,
                                xdc_diag *diag);
 int xdc_wan_relay_port(const xdc_wan_relay *r);
+/* Another listening port on the same link, forwarding to another target: every route of a relay shares
+ * its token buckets, delay line model and outages, so K worker pairs crossing one link share its rate
+ * as they would on the real link. *bound_port receives the port listened on. */
+xdc_err_t xdc_wan_relay_add_route(xdc_wan_relay *r, const char *listen_host, int listen_port, const char *target_host,
+                                  int target_port, int *bound_port, xdc_diag *diag);
 /* Outage: reset every relayed connection and refuse new ones until restored. */
 void xdc_wan_relay_cut(xdc_wan_relay *r);
 void xdc_wan_relay_restore(xdc_wan_relay *r);
