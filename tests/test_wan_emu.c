@@ -1,13 +1,19 @@
 /* test_wan_emu.c — the userspace WAN emulator: a relayed link shows the configured RTT (within 10 %)
  * and rate (within 5 %), and an outage cut through the relay's API breaks every stream of a transfer,
- * which still delivers every message exactly once after restore. */
+ * which still delivers every message exactly once after restore; the routes of one relay share its rate. */
 #include "tests/test_wan_util.h"
 #include "tests/xdc_test.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_hash.h"
+#include "common/xdc_time.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #define WAIT_MS 30000
 
@@ -106,14 +112,6 @@ XDC_TEST(wan_emu_outage_mid_transfer_delivers_exactly_once)
 }
 
 /* ---- routes of one relay share the link ------------------------------------------------------- */
-
-#include "common/xdc_time.h"
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <pthread.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #define SHARE_BYTES (3u << 19) /* per flow: 1.5 MiB */
 
