@@ -20,3 +20,9 @@ xdc_topology *test_plan_load_topo(const char *path)
     XDC_ASSERT_MSG(rc == XDC_OK, "%s does not load: %s", path, errs.count ? errs.items[0].msg : xdc_strerror(rc));
     return t;
 }
+
+xdc_topology *test_plan_demo(xdc_model_shape *tiny)
+{
+    xdc_model_shape_gpt(2, 4, 64, 64, 256, tiny);
+    return test_plan_load_topo("examples/topology/demo-2region.yaml");
+}

@@ -169,9 +169,8 @@ XDC_TEST_T(sim_8_regions_x_1024_gpus_completes, 120)
 
 XDC_TEST(sim_agrees_with_planner_on_demo_configs)
 {
-    xdc_topology *t = test_plan_load_topo("examples/topology/demo-2region.yaml");
     xdc_model_shape m;
-    xdc_model_shape_gpt(2, 4, 64, 64, 256, &m);
+    xdc_topology *t = test_plan_demo(&m);
     static const int modes[] = {XDC_PLAN_SYNC, XDC_PLAN_DILOCO, XDC_PLAN_STREAMING};
     for (int k = 0; k < 3; k++) {
         xdc_batch_shape b = {16, 64, 0};
@@ -196,9 +195,8 @@ XDC_TEST(sim_agrees_with_planner_on_demo_configs)
 
 XDC_TEST(sim_and_plan_fail_cleanly_at_every_allocation)
 {
-    xdc_topology *t = test_plan_load_topo("examples/topology/demo-2region.yaml");
     xdc_model_shape m;
-    xdc_model_shape_gpt(2, 4, 64, 64, 256, &m);
+    xdc_topology *t = test_plan_demo(&m);
     xdc_batch_shape b = {16, 64, 16.0 * 64 * 8};
     xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
     xdc_plan_set *s = NULL;
