@@ -15,7 +15,13 @@ xdc=${XDC_BIN:-build/xdc}
 steps=${E2E_STEPS:-300}
 work=$(mktemp -d /tmp/xdc-bench-e2e-XXXXXX)
 trap 'rm -rf "$work"' EXIT
+# E2E_LINK_GBPS runs the same comparison on a thinner link (the demo topology with its bandwidth changed).
 topo=examples/topology/demo-2region.yaml
+if [ -n "${E2E_LINK_GBPS:-}" ]; then
+  sed "s/bandwidth_gbps: 0.1/bandwidth_gbps: $E2E_LINK_GBPS/" "$topo" > "$work/topo.yaml"
+  topo=$work/topo.yaml
+fi
+echo "link: $(sed -n '/^links:/,$p' "$topo" | grep -m1 -o 'bandwidth_gbps: [0-9.]*'), $steps steps" >&2
 
 run() { # name mode codec bucket_mb
   local name=$1 mode=$2 codec=$3 bucket=$4
