@@ -15,11 +15,13 @@ static int sim_usage(FILE *f)
 {
     fprintf(f, "usage: xdc simulate -t TOPOLOGY.yaml (-m MODEL.yaml | -c RUN.yaml) [--steps N] [--json]\n"
                "                    [--global-batch TOKENS] [--calibrate-compute SECONDS] [--wan-gbps G]\n"
+               "                    [--host-cores N]\n"
                "  Replay the planned schedule (with -c: the run file's mode, stages, microbatches, codec, bucket)\n"
                "  as a discrete-event model: 1F1B per replica, bucketed sync, WAN links with bandwidth and RTT.\n"
                "  --calibrate-compute  measured compute seconds per step of stage 0 (from a run's progress lines);\n"
                "                       scales every compute time; everything else stays predicted\n"
-               "  --wan-gbps           measured WAN goodput per link instead of the topology's bandwidth\n");
+               "  --wan-gbps           measured WAN goodput per link instead of the topology's bandwidth\n"
+               "  --host-cores         every worker shares N cores (an emulated run on one machine)\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -44,9 +46,9 @@ int xdc_cmd_simulate(int argc, char **argv)
         {"run", required_argument, NULL, 'c'},      {"steps", required_argument, NULL, 's'},
         {"json", no_argument, NULL, 'j'},           {"global-batch", required_argument, NULL, 'g'},
         {"calibrate-compute", required_argument, NULL, 'C'}, {"wan-gbps", required_argument, NULL, 'W'},
-        {"help", no_argument, NULL, 'h'},           {0}};
+        {"host-cores", required_argument, NULL, 'H'}, {"help", no_argument, NULL, 'h'}, {0}};
     const char *topo = NULL, *model = NULL, *run = NULL;
-    int json = 0, steps = 3, c;
+    int json = 0, steps = 3, cores = 0, c;
     double global = 0, measured = 0, wan = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "t:m:c:s:jg:h", opts, NULL)) != -1) {
@@ -60,6 +62,7 @@ int xdc_cmd_simulate(int argc, char **argv)
         case 'g': global = strtod(optarg, &end); break;
         case 'C': measured = strtod(optarg, &end); break;
         case 'W': wan = strtod(optarg, &end); break;
+        case 'H': cores = (int)strtol(optarg, &end, 10); break;
         case 'h': return sim_usage(stdout);
         default: return sim_usage(stderr);
         }
@@ -69,8 +72,9 @@ int xdc_cmd_simulate(int argc, char **argv)
         }
     }
     if (!topo || !model == !run || optind != argc) return sim_usage(stderr);
-    if (steps < 1 || steps > 100000 || global < 0 || measured < 0 || wan < 0) {
-        fprintf(stderr, "xdc simulate: --steps in 1..100000; --global-batch, --calibrate-compute, --wan-gbps >= 0\n");
+    if (steps < 1 || steps > 100000 || global < 0 || measured < 0 || wan < 0 || cores < 0) {
+        fprintf(stderr, "xdc simulate: --steps in 1..100000; --global-batch, --calibrate-compute, --wan-gbps, "
+                        "--host-cores >= 0\n");
         return XDC_EX_USAGE;
     }
     plan_inputs in;
@@ -80,6 +84,7 @@ int xdc_cmd_simulate(int argc, char **argv)
         return ex;
     }
     in.opts.calib.wan_gbps = wan;
+    in.opts.calib.host_cores = cores;
     xdc_plan_set *set = NULL;
     ex = plan_inputs_search(&in, &set);
     if (ex == XDC_EX_OK && measured > 0) {

@@ -97,6 +97,16 @@ static double pipe_time(const double *c, const double *lat, const double *occ, i
 
 static double tokens_mb(const search *s) { return (double)s->b->micro_batch * s->b->seq_len; }
 
+/* Emulated on one machine (calib.host_cores): every worker's compute shares the host's cores, so the
+ * pipeline phase lasts at least the step's total compute over the cores; the wait counts as bubble. */
+static void host_bound(const search *s, double total_compute, double *t_pipe, double *bubble)
+{
+    int cores = s->o->calib.host_cores;
+    if (cores <= 0 || total_compute / cores <= *t_pipe) return;
+    *bubble += total_compute / cores - *t_pipe;
+    *t_pipe = total_compute / cores;
+}
+
 /* ---- data-parallel structures: every region runs whole replicas, regions sync gradients ---------- */
 
 typedef struct dp_region {
@@ -163,9 +173,11 @@ static void dp_region_times(search *s, const xdc_plan *p, int r, dp_region *out)
     }
 }
 
-/* One gradient or parameter round over every region and stage: the slowest group sets the time. */
+/* One gradient or parameter round over every region and stage: the slowest group sets the time, counted
+ * from the end of the pipeline phase. A gradient round (`overlap`) starts during each stage's last
+ * backward (orchestrator/orch_train.c hands buckets over layer by layer); parameter rounds start after. */
 static double dp_round(search *s, const xdc_plan *p, const dp_region *dr, int n_active, const char *codec,
-                       double frac, double *intra, double *wire_per_region)
+                       double frac, int overlap, double *intra, double *wire_per_region)
 {
     double worst = 0;
     *intra = 0;
@@ -178,9 +190,10 @@ static double dp_round(search *s, const xdc_plan *p, const dp_region *dr, int n_
         topo_codec_info_get(codec, l ? l->bandwidth_gbps : 100, &ci);
         double wire = 0;
         for (int i = 0; i < p->stages; i++) {
-            double in, w;
+            double in, w, last_bwd = overlap ? p->stage[i].flops_mb * 2 / 3 / topo_region_flops(s->t, r, &s->o->calib) : 0;
             double tr = topo_sync_round_s(s->t, r, p->replicas[r], n_active, p->stage[i].params * frac,
-                                          p->bucket_mb * 1048576.0 / 4, &ci, dr[r].link_Bps, dr[r].owd, &in, &w);
+                                          p->bucket_mb * 1048576.0 / 4, last_bwd, &ci, dr[r].link_Bps, dr[r].owd, &in,
+                                          &w) - last_bwd;
             if (tr > worst) worst = tr;
             if (in > *intra) *intra = in;
             wire += w;
@@ -229,11 +242,11 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
         xdc_plan p = *base;
         snprintf(p.codec, sizeof p.codec, "%s", codec);
         if (mode_allowed(s, XDC_PLAN_SYNC) && s->o->inner_steps <= 0 && dp_fits(s, &p, 0)) {
-            double intra, round = dp_round(s, &p, dr, n_active, codec, 1.0, &intra, wire);
+            double intra, round = dp_round(s, &p, dr, n_active, codec, 1.0, 1, &intra, wire);
             p.mode = XDC_PLAN_SYNC;
             p.inner_steps = p.fragments = 0;
-            p.t_intra = intra;
-            p.t_wan_exposed = round - intra;
+            p.t_intra = n_active < 2 ? round : fmin(intra, round); /* what overlaps the backward is hidden */
+            p.t_wan_exposed = round - p.t_intra;
             p.t_step = t_pipe + round;
             p.fidelity = codec_rank(codec);
             dp_wan_totals(s, &p, wire, 1);
@@ -244,7 +257,7 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
         if (n_active < 2 || strcmp(codec, "none") == 0) continue; /* outer rounds always compress */
         /* Inner steps sync over the region's replicas only, uncompressed. */
         double inner_intra, inner_wire[XDC_TOPO_MAX_REGIONS];
-        double inner = dp_round(s, base, dr, 1, "none", 1.0, &inner_intra, inner_wire);
+        double inner = dp_round(s, base, dr, 1, "none", 1.0, 1, &inner_intra, inner_wire); /* all intra */
         for (size_t h = 0; h < sizeof periods / sizeof *periods; h++) {
             int H = s->o->inner_steps > 0 ? s->o->inner_steps : periods[h];
             if (s->o->inner_steps > 0 && h > 0) break;
@@ -257,12 +270,13 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
                 p.inner_steps = H;
                 p.fragments = mode == XDC_PLAN_STREAMING ? (s->o->fragments > 0 ? s->o->fragments : (H < 4 ? H : 4)) : 0;
                 double frac = mode == XDC_PLAN_STREAMING ? 1.0 / p.fragments : 1.0, intra;
-                double round = dp_round(s, &p, dr, n_active, codec, frac, &intra, wire);
+                double round = dp_round(s, &p, dr, n_active, codec, frac, 0, &intra, wire);
                 double step_inner = t_pipe + inner;
                 double exposed = mode == XDC_PLAN_DILOCO ? round / H
                                                          : p.fragments * fmax(0, round - step_inner) / H;
-                p.t_intra = inner_intra + (mode == XDC_PLAN_DILOCO ? intra / H : 0);
-                p.t_wan_exposed = exposed - (mode == XDC_PLAN_DILOCO ? intra / H : 0);
+                double outer_intra = mode == XDC_PLAN_DILOCO ? fmin(intra, round) / H : 0;
+                p.t_intra = inner + outer_intra;
+                p.t_wan_exposed = exposed - outer_intra;
                 p.t_step = step_inner + exposed;
                 p.fidelity = codec_rank(codec) + 3 + (int)h + (mode == XDC_PLAN_DILOCO);
                 dp_wan_totals(s, &p, wire, (mode == XDC_PLAN_STREAMING ? p.fragments : 1) / (double)H);
@@ -298,12 +312,16 @@ static void search_dp(search *s, const unsigned char *in)
         base.tokens = (double)base.microbatches * tokens_mb(s) * D;
         fill_stages_even(s, &base, P, base.microbatches);
         dp_region dr[XDC_TOPO_MAX_REGIONS];
-        double t_pipe = 0, compute = 0, bubble = 0;
+        double t_pipe = 0, compute = 0, bubble = 0, total = 0;
         for (int r = 0; r < t->n_regions; r++) {
             if (!base.replicas[r]) continue;
             dp_region_times(s, &base, r, &dr[r]);
             if (dr[r].t_pipe > t_pipe) t_pipe = dr[r].t_pipe, compute = dr[r].compute, bubble = dr[r].bubble;
+            for (int i = 0; i < P; i++)
+                total += (double)base.replicas[r] * base.microbatches * base.stage[i].flops_mb /
+                         topo_region_flops(t, r, &s->o->calib);
         }
+        host_bound(s, total, &t_pipe, &bubble);
         for (size_t bi = 0; bi < sizeof bucket_mbs / sizeof *bucket_mbs; bi++) {
             base.bucket_mb = s->o->bucket_mb > 0 ? s->o->bucket_mb : bucket_mbs[bi];
             dp_comm_settings(s, &base, dr, n_active, t_pipe, compute, bubble);
@@ -450,16 +468,19 @@ static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, cons
         }
     }
     double t_pipe = pipe_time(c, lat, occ, P, M, &compute);
-    double t_pipe0 = pipe_time(c, lat0, lat0, P, M, &compute0);
+    double t_pipe0 = pipe_time(c, lat0, lat0, P, M, &compute0), total = 0, wan_part = t_pipe - t_pipe0, bubble0 = 0;
+    for (int i = 0; i < P; i++) total += (double)D * M * c[i];
+    host_bound(s, total, &t_pipe0, &bubble0);
+    t_pipe = t_pipe0 + wan_part;
     /* Gradient sync stays inside each region: a stage's D replicas all live where the stage lives. */
     double sync = 0;
     topo_codec_info none;
     topo_codec_info_get("none", 100, &none);
     for (int i = 0; i < P; i++) {
-        double in, w;
+        double in, w, last_bwd = 2 * c[i] / 3;
         double tr = topo_sync_round_s(s->t, cs[i].region, D, 1, p->stage[i].params, p->bucket_mb * 1048576.0 / 4,
-                                      &none, 1, 0, &in, &w);
-        sync = fmax(sync, tr);
+                                      last_bwd, &none, 1, 0, &in, &w);
+        sync = fmax(sync, tr - last_bwd);
     }
     snprintf(p->codec, sizeof p->codec, "%s", codec);
     p->t_compute = compute;

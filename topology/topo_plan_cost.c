@@ -152,7 +152,8 @@ int topo_plan_n_buckets(double params, double bucket_elems)
 }
 
 double topo_sync_round_s(const xdc_topology *t, int r, int ranks, int n_regions, double params, double bucket_elems,
-                         const topo_codec_info *ci, double link_Bps, double owd, double *intra_s, double *wire_bytes)
+                         double overlap_s, const topo_codec_info *ci, double link_Bps, double owd, double *intra_s,
+                         double *wire_bytes)
 {
     int k = topo_plan_n_buckets(params, bucket_elems);
     double last = params - (double)(k - 1) * bucket_elems;
@@ -163,28 +164,32 @@ double topo_sync_round_s(const xdc_topology *t, int r, int ranks, int n_regions,
     *wire_bytes = n_regions > 1 ? ((k - 1) * full.wire + tail.wire) * ranks : 0;
     *intra_s = (k - 1) * (2 * topo_intra_collective_s(t, r, ranks, 4 * bucket_elems)) +
                2 * topo_intra_collective_s(t, r, ranks, 4 * last);
-    /* The engine thread runs A(0), then A(i), B(i-1) for i = 1..k-1, then B(k-1); B(i) also waits for
-     * bucket i from the other regions, which left when their A(i) ended (symmetric regions) and queue
-     * on the link behind the earlier buckets. Past 256 buckets the period is steady: extrapolate. */
-    double thread = 0, link = 0, arr_prev = 0, t128 = 0, t256 = 0;
-    int lim = k < 256 ? k : 256;
-    for (int i = 0; i < lim; i++) {
-        const topo_bucket_cost *c = i == k - 1 ? &tail : &full;
+    /* Buckets go from the top of the arena (the short tail bucket first) down to offset 0, in the order
+     * the last backward finishes their gradients: bucket j is ready once the backward has covered the
+     * parameters above its start (proportional to parameters, over overlap_s). The engine thread runs
+     * A(0), then A(j), B(j-1) for j = 1..k-1, then B(k-1); B(j) waits for bucket j from the other regions,
+     * which left when their A(j) ended (symmetric regions), queued on the link behind earlier buckets,
+     * and landed one-way later. Past 4096 buckets the period is steady: extrapolate. */
+    double thread = 0, link = 0, arr_prev = 0, t_half = 0, t_lim = 0;
+    int lim = k < 4096 ? k : 4096;
+    for (int j = 0; j < lim; j++) {
+        const topo_bucket_cost *c = j == 0 ? &tail : &full, *prev = j == 1 ? &tail : &full;
+        double above = j == 0 ? last : last + (double)j * bucket_elems;
+        double ready = k == 1 ? overlap_s : overlap_s * (above < params ? above : params) / params;
+        if (ready > thread) thread = ready;
         thread += c->t_a;
         double arr = thread;
         if (n_regions > 1) {
             double start = thread > link ? thread : link;
             link = start + c->wire * ranks / link_Bps;
-            /* The peer's bucket lands one-way later; this rank's send completes when the peer's
-             * acknowledgement is back, a full round trip after the last byte left (wan/xdc_wan.h). */
-            arr = link + 2 * owd + TOPO_PLAN_MSG_OVERHEAD_S;
+            arr = link + owd + TOPO_PLAN_MSG_OVERHEAD_S;
         }
-        if (i > 0) thread = (thread > arr_prev ? thread : arr_prev) + full.t_b;
+        if (j > 0) thread = (thread > arr_prev ? thread : arr_prev) + prev->t_b;
         arr_prev = arr;
-        if (i == 127) t128 = thread;
-        if (i == 255) t256 = thread;
+        if (j == lim / 2 - 1) t_half = thread;
+        if (j == lim - 1) t_lim = thread;
     }
-    thread = (thread > arr_prev ? thread : arr_prev) + tail.t_b;
-    if (k > lim) thread += (double)(k - lim) * (t256 - t128) / 128.0;
+    thread = (thread > arr_prev ? thread : arr_prev) + (k == 1 ? tail.t_b : full.t_b);
+    if (k > lim) thread += (double)(k - lim) * (t_lim - t_half) / (lim - lim / 2);
     return thread;
 }

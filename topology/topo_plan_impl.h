@@ -50,9 +50,12 @@ void topo_bucket_cost_get(const xdc_topology *t, int r, int ranks, int n_regions
 
 /* Time of one sync round of `params` elements in `bucket_elems` buckets for a group in region r with
  * `ranks` replicas, exchanging with `n_regions` - 1 other regions over links of `link_Bps` (this group's
- * share) and `owd` one-way delay. Also returns the wire bytes this region sends per peer link. */
+ * share) and `owd` one-way delay, counted from the start of the last microbatch's backward, which takes
+ * overlap_s and hands buckets over as it goes (0: every bucket ready at once). Also returns the intra
+ * collective seconds and the wire bytes this region sends per peer link. */
 double topo_sync_round_s(const xdc_topology *t, int r, int ranks, int n_regions, double params, double bucket_elems,
-                         const topo_codec_info *ci, double link_Bps, double owd, double *intra_s, double *wire_bytes);
+                         double overlap_s, const topo_codec_info *ci, double link_Bps, double owd, double *intra_s,
+                         double *wire_bytes);
 
 int topo_plan_n_buckets(double params, double bucket_elems);
 

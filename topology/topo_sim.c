@@ -11,7 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-enum { EV_OP_DONE, EV_ACT, EV_GRAD, EV_ENGINE_DONE, EV_BUCKET };
+enum { EV_OP_DONE, EV_ACT, EV_GRAD, EV_ENGINE_DONE, EV_BUCKET, EV_WAKE };
 
 typedef struct event {
     double t;
@@ -20,7 +20,7 @@ typedef struct event {
 } event;
 
 typedef struct inst {
-    int region, stage, warm;
+    int region, stage, warm, queued;
     int next_op, busy;
     double op_dur, busy_s;
     unsigned char *fwd_ready, *bwd_ready; /* (M) flags */
@@ -36,9 +36,11 @@ typedef struct engine {
     int region, stage, ranks, group;
     sync_round rounds[2];
     int started, n_rounds, cur, j, busy, k; /* current round, thread op index, buckets in the round */
-    double bucket_elems;
-    topo_bucket_cost full, tail;
-    int *arrived[2];        /* (cap) per round and bucket: shards received + own sends acknowledged */
+    int waking;             /* a wake-up for a bucket's readiness is queued */
+    double ready0, overlap; /* round 0's buckets are handed over from ready0 during `overlap` seconds */
+    double bucket_elems, tail_elems;
+    topo_bucket_cost full, tail; /* the first bucket of a round is the short tail of the arena */
+    int *arrived[2];        /* (cap) per round and bucket: shards received from the other regions */
     int cap;
     double end;
 } engine;
@@ -60,6 +62,8 @@ typedef struct sim {
     int *region_group0;     /* (n_regions) first group of a region (data parallel), -1 idle */
     double *link_free;      /* (n_regions^2) */
     double now, wan_bytes, pipe_end;
+    int cores_free;         /* host_cores mode: idle cores; -1 unlimited */
+    int *core_queue, q_head, q_len; /* (n_inst) ring of stages waiting for a core, FIFO */
     xdc_err_t err;
 } sim;
 
@@ -143,6 +147,7 @@ static int op_at(int k, int warm, int M, int *fwd)
 }
 
 static void engine_try(sim *s, int e);
+static void engine_start(sim *s, int e, int n_rounds, double overlap);
 
 static void inst_try(sim *s, int i)
 {
@@ -151,18 +156,31 @@ static void inst_try(sim *s, int i)
     int fwd, mb = op_at(x->next_op, x->warm, s->M, &fwd);
     if (fwd && x->stage > 0 && !x->fwd_ready[mb]) return;
     if (!fwd && x->stage < s->P - 1 && !x->bwd_ready[mb]) return;
+    if (s->cores_free == 0) { /* every shared core is busy: wait in line */
+        if (!x->queued) s->core_queue[(s->q_head + s->q_len++) % s->n_inst] = i;
+        x->queued = 1;
+        return;
+    }
+    if (s->cores_free > 0) s->cores_free--;
     const xdc_plan_stage *st = &s->p->stage[x->stage];
     double t = st->flops_mb / topo_region_flops(s->t, x->region, s->c) / 3;
     x->op_dur = fwd ? t : 2 * t;
     x->busy = 1;
     push(s, s->now + x->op_dur, EV_OP_DONE, i, mb, fwd);
+    /* The last backward hands its gradients to the comm engine layer by layer (orch_train.c): the
+     * group's sync starts once every replica of the stage is in it. */
+    int g = s->group_of[i];
+    if (x->next_op == 2 * s->M - 1 && --s->group_left[g] == 0) engine_start(s, 2 * g, s->eng[2 * g].n_rounds, x->op_dur);
 }
 
-static void engine_start(sim *s, int e, int n_rounds)
+/* Start engine e now; the gradients of its first round appear over the next `overlap` seconds. */
+static void engine_start(sim *s, int e, int n_rounds, double overlap)
 {
     engine *g = &s->eng[e];
     g->n_rounds = n_rounds;
     g->started = 1;
+    g->ready0 = s->now;
+    g->overlap = overlap;
     g->cur = g->j = g->busy = 0;
     g->end = s->now;
     engine_try(s, e);
@@ -182,10 +200,16 @@ static void inst_done(sim *s, const event *ev)
         int to = q * s->P + x->stage - 1;
         push(s, boundary_arrival(s, x->region, s->in[to].region), EV_GRAD, to, ev->b, 0);
     }
-    if (x->next_op == 2 * s->M) {
-        if (s->now > s->pipe_end) s->pipe_end = s->now;
-        int g = s->group_of[ev->a];
-        if (--s->group_left[g] == 0) engine_start(s, 2 * g, s->eng[2 * g].n_rounds);
+    if (x->next_op == 2 * s->M && s->now > s->pipe_end) s->pipe_end = s->now;
+    if (s->cores_free >= 0) {
+        s->cores_free++;
+        while (s->cores_free > 0 && s->q_len > 0) { /* hand the core to the longest waiter */
+            int w = s->core_queue[s->q_head];
+            s->q_head = (s->q_head + 1) % s->n_inst;
+            s->q_len--;
+            s->in[w].queued = 0;
+            inst_try(s, w);
+        }
     }
     inst_try(s, ev->a);
 }
@@ -198,6 +222,7 @@ static void engine_round_setup(sim *s, engine *g)
     g->k = topo_plan_n_buckets(r->params, g->bucket_elems);
     if (g->k > g->cap) g->k = g->cap; /* buckets past the cap are merged into the last one */
     double tail = r->params - (g->k - 1) * g->bucket_elems;
+    g->tail_elems = tail;
     topo_bucket_cost_get(s->t, g->region, g->ranks, r->n_regions, g->k > 1 ? g->bucket_elems : r->params, &r->ci,
                          &g->full);
     topo_bucket_cost_get(s->t, g->region, g->ranks, r->n_regions, tail, &r->ci, &g->tail);
@@ -217,9 +242,19 @@ static void engine_try(sim *s, int e)
     else
         a = 0, bucket = k - 1;
     const sync_round *r = &g->rounds[g->cur];
-    const topo_bucket_cost *c = bucket == k - 1 ? &g->tail : &g->full;
-    /* B waits for every other region's shard and for the acknowledgement of each of its own sends. */
-    if (!a && r->n_regions > 1 && g->arrived[g->cur][bucket] < 2 * (r->n_regions - 1)) return;
+    const topo_bucket_cost *c = bucket == 0 ? &g->tail : &g->full;
+    if (a && g->cur == 0 && g->overlap > 0) {
+        /* Buckets go from the top of the arena (the short one first) to offset 0, as backward frees them. */
+        double above = g->tail_elems + (double)bucket * g->bucket_elems;
+        double ready = g->ready0 + g->overlap * (g->k == 1 || above >= r->params ? 1.0 : above / r->params);
+        if (ready > s->now) {
+            if (!g->waking) push(s, ready, EV_WAKE, e, 0, 0);
+            g->waking = 1;
+            return;
+        }
+    }
+    /* B waits for every other region's shard of the bucket. */
+    if (!a && r->n_regions > 1 && g->arrived[g->cur][bucket] < r->n_regions - 1) return;
     g->busy = 1;
     push(s, s->now + (a ? c->t_a : c->t_b), EV_ENGINE_DONE, e, bucket, a);
 }
@@ -230,15 +265,12 @@ static void engine_done(sim *s, const event *ev)
     g->busy = 0;
     const sync_round *r = &g->rounds[g->cur];
     if (ev->c && r->n_regions > 1) {
-        const topo_bucket_cost *c = ev->b == g->k - 1 ? &g->tail : &g->full;
+        const topo_bucket_cost *c = ev->b == 0 ? &g->tail : &g->full;
         int slot = ev->a % 2;
         for (int q = 0; q < s->t->n_regions; q++) {
             if (q == g->region || s->region_group0[q] < 0) continue;
             int peer = 2 * (s->region_group0[q] + g->stage) + slot;
-            double arrival = wan_send(s, g->region, q, c->wire * g->ranks);
-            push(s, arrival, EV_BUCKET, peer, ev->b, g->cur);
-            /* The send request completes when the peer's acknowledgement is back (wan/xdc_wan.h). */
-            push(s, arrival + topo_link_owd(s->t, q, g->region), EV_BUCKET, ev->a, ev->b, g->cur);
+            push(s, wan_send(s, g->region, q, c->wire * g->ranks), EV_BUCKET, peer, ev->b, g->cur);
         }
     }
     if (++g->j == 2 * g->k) {
@@ -272,8 +304,10 @@ static xdc_err_t build(sim *s)
     s->group_of = xdc_malloc((size_t)s->n_inst * sizeof *s->group_of);
     s->group_left = xdc_calloc((size_t)s->n_groups, sizeof *s->group_left);
     s->eng = xdc_calloc((size_t)s->n_groups * 2, sizeof *s->eng);
+    s->core_queue = xdc_malloc((size_t)s->n_inst * sizeof *s->core_queue);
+    s->cores_free = s->c->host_cores > 0 ? s->c->host_cores : -1;
     unsigned char *flags = xdc_calloc((size_t)s->n_inst * 2, (size_t)s->M);
-    if (!s->in || !s->group_of || !s->group_left || !s->eng || !flags) {
+    if (!s->in || !s->group_of || !s->group_left || !s->eng || !s->core_queue || !flags) {
         xdc_free(flags);
         return XDC_ERR_NOMEM;
     }
@@ -321,6 +355,7 @@ static void sim_free(sim *s)
     xdc_free(s->in);
     xdc_free(s->group_of);
     xdc_free(s->group_left);
+    xdc_free(s->core_queue);
     xdc_free(s->region_group0);
     xdc_free(s->link_free);
     xdc_free(s->heap);
@@ -355,7 +390,7 @@ static void plan_rounds(sim *s, int i)
             topo_codec_info_get(p->codec, gbps, &e->rounds[1].ci);
             e->n_rounds = 2;
         }
-        e->started = fr->started = 0;
+        e->started = fr->started = e->waking = fr->waking = 0;
         fr->n_rounds = 0;
         fr->cur = 0;
         if (frag_now) {
@@ -366,7 +401,7 @@ static void plan_rounds(sim *s, int i)
             memset(e->arrived[k], 0, (size_t)e->cap * sizeof(int));
             memset(fr->arrived[k], 0, (size_t)fr->cap * sizeof(int));
         }
-        if (frag_now) engine_start(s, 2 * g + 1, 1);
+        if (frag_now) engine_start(s, 2 * g + 1, 1, 0);
     }
 }
 
@@ -378,7 +413,7 @@ xdc_err_t xdc_sim_run(const xdc_topology *t, const xdc_model_shape *m, const xdc
         xdc_diag_set(diag, "simulate: need at least one step, 1..%d stages and a microbatch", XDC_PLAN_MAX_STAGES);
         return XDC_ERR_INVALID;
     }
-    xdc_plan_calib none = {0.4, 1.0, 0};
+    xdc_plan_calib none = {0.4, 1.0, 0, 0};
     sim s = {.t = t, .m = m, .p = p, .c = c ? c : &none};
     xdc_err_t rc = build(&s);
     double t0 = 0, busy_total = 0, busiest_total = 0, bubble_total = 0;
@@ -387,7 +422,7 @@ xdc_err_t xdc_sim_run(const xdc_topology *t, const xdc_model_shape *m, const xdc
         s.pipe_end = t0;
         for (int k = 0; k < s.n_inst; k++) {
             inst *x = &s.in[k];
-            x->next_op = x->busy = 0;
+            x->next_op = x->busy = x->queued = 0;
             x->busy_s = 0;
             memset(x->fwd_ready, 0, 2 * (size_t)s.M);
         }
@@ -405,6 +440,7 @@ xdc_err_t xdc_sim_run(const xdc_topology *t, const xdc_model_shape *m, const xdc
             case EV_GRAD: s.in[ev.a].bwd_ready[ev.b] = 1; inst_try(&s, ev.a); break;
             case EV_ENGINE_DONE: engine_done(&s, &ev); break;
             case EV_BUCKET: s.eng[ev.a].arrived[ev.c][ev.b]++; engine_try(&s, ev.a); break;
+            case EV_WAKE: s.eng[ev.a].waking = 0; engine_try(&s, ev.a); break;
             }
         }
         rc = s.err;

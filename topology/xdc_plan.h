@@ -52,6 +52,7 @@ typedef struct xdc_plan_calib {
     double mfu;            /* fraction of the topology's peak TFLOP/s reached (default 0.4) */
     double compute_scale;  /* multiplies every predicted compute time (from a measured run) */
     double wan_gbps;       /* measured WAN goodput per link, Gbit/s */
+    int host_cores;        /* > 0: every worker shares this many cores (an emulated run on one machine) */
 } xdc_plan_calib;
 
 /* Constraints: a zero / negative / empty field leaves the choice to the planner. */
@@ -67,7 +68,7 @@ typedef struct xdc_plan_opts {
     double tolerance;    /* a more faithful plan wins if at most this much slower per token (0.10) */
     int all_regions;     /* 1: every region with workers takes part (as `xdc launch` runs them) */
 } xdc_plan_opts;
-#define XDC_PLAN_OPTS_INIT {{0.4, 1.0, 0}, -1, 0, 0, "", 0, 0, 0, 0.10, 0}
+#define XDC_PLAN_OPTS_INIT {{0.4, 1.0, 0, 0}, -1, 0, 0, "", 0, 0, 0, 0.10, 0}
 
 typedef struct xdc_plan_stage {
     int region;            /* region index; -1: the same stage in every region (data parallel) */

@@ -3,8 +3,8 @@
 # and variants with codec none and with mode diloco) it trains on the emulated WAN of
 # examples/topology/demo-2region.yaml, takes the mean measured step time and stage-0 compute time over the
 # steady steps, then runs `xdc simulate -c RUN` calibrated with that compute time only (every other term
-# — pipeline bubble, intra, WAN bytes, RTT, codec time — is predicted; the WAN rate is the emulator's, see
-# emu_gbps) and prints the error. Then it times
+# — stage 1's compute, pipeline bubble, intra, WAN bytes and rate, RTT, codec time — is predicted) and
+# prints the error. Then it times
 # `xdc simulate` on the 8-region x 1,024-GPU topology.
 # Last line: sim_error_pct_max=<x> sim_8x1024_seconds=<x>
 # Env: XDC_BIN (make sets it), SIM_BENCH_STEPS (60), SIM_BENCH_SKIP (10 warm-up steps left out).
@@ -31,10 +31,6 @@ sed -i 's/^codec:.*/codec: none/' "$tmp/none.yaml"
 make_run diloco "diloco: {inner_steps: 10}"
 sed -i 's/^mode:.*/mode: diloco/' "$tmp/diloco.yaml"
 
-# The emulator (xdc launch) gives every local rank its own relay at the link's rate, so the two ranks of a
-# demo region together get twice the link's 0.1 Gbit/s; a real link would be shared. That is the one WAN
-# number handed to the simulator; RTT, bytes, codec ratios and speeds stay the topology's and the model's.
-emu_gbps=0.2
 printf '%-8s %10s %10s %10s %10s %8s\n' config measured_s compute_s sim_s planner_s error%
 worst=0
 for cfg in demo none diloco; do
@@ -47,8 +43,7 @@ for cfg in demo none diloco; do
             sub(/s$/, "", st); s += st; cs += c; k++ }
         END { if (k) printf "%.6f %.6f %d\n", s / k, cs / k, k; else print "0 0 0" }' "$tmp/$cfg.log")
     [ "$n" -gt 0 ] || { echo "bench-sim: no progress lines in the $cfg run" >&2; exit 70; }
-    "$XDC" simulate -t "$topo" -c "$tmp/$cfg.yaml" --steps $((steps - skip)) --calibrate-compute "$comp" \
-        --wan-gbps "$emu_gbps" --json \
+    "$XDC" simulate -t "$topo" -c "$tmp/$cfg.yaml" --steps $((steps - skip)) --calibrate-compute "$comp" --json \
         >"$tmp/$cfg.sim.json"
     sim=$(awk -F': ' '/"step_s"/ { gsub(/,/, "", $2); print $2 }' "$tmp/$cfg.sim.json")
     plan=$(awk -F': ' '/"planner_step_s"/ { gsub(/,/, "", $2); print $2 }' "$tmp/$cfg.sim.json")
