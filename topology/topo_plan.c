@@ -813,7 +813,7 @@ void xdc_plan_link_codec(const xdc_topology *t, const xdc_model_shape *m, const 
               m->boundary_bytes_per_token;
     } else if (p->replicas[from] > 0 && p->replicas[to] > 0) {
         for (int i = 0; i < p->stages; i++) raw += 4 * p->stage[i].params;
-        latency = 2 * topo_link_owd(t, from, to); /* each round waits for the acknowledgement */
+        latency = topo_link_owd(t, from, to); /* each round waits for the peers' shards to land */
         if (p->mode == XDC_PLAN_STREAMING) raw /= p->fragments, hide *= (double)p->inner_steps / p->fragments;
         if (p->mode == XDC_PLAN_DILOCO) hide *= p->inner_steps;
         crosses = 1;
