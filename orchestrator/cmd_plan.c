@@ -12,8 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int config_failed(const char *path, xdc_err_t rc, xdc_cfg_errors *errs)
+/* Print a config failure and release what plan_inputs_load had loaded. */
+static int config_failed(plan_inputs *in, const char *path, xdc_err_t rc, xdc_cfg_errors *errs)
 {
+    plan_inputs_free(in);
     xdc_cfg_errors_print(errs, stderr);
     if (errs->count == 0) fprintf(stderr, "%s: error: %s\n", path, xdc_strerror(rc));
     return XDC_EX_CONFIG;
@@ -34,12 +36,12 @@ int plan_inputs_load(const char *topo_path, const char *model_path, const char *
     in->opts = (xdc_plan_opts)XDC_PLAN_OPTS_INIT;
     xdc_cfg_errors errs;
     xdc_err_t rc = xdc_topology_load(topo_path, &in->topo, &errs);
-    if (rc != XDC_OK) return config_failed(topo_path, rc, &errs);
+    if (rc != XDC_OK) return config_failed(in, topo_path, rc, &errs);
     xdc_train_config tc;
     if (run_path) {
         orch_run_config run;
         rc = orch_run_config_load(run_path, &run, &errs);
-        if (rc != XDC_OK) return config_failed(run_path, rc, &errs);
+        if (rc != XDC_OK) return config_failed(in, run_path, rc, &errs);
         tc = run.train;
         snprintf(in->model_path, sizeof in->model_path, "%s", run.model_path);
         xdc_plan_opts *o = &in->opts;
@@ -57,7 +59,7 @@ int plan_inputs_load(const char *topo_path, const char *model_path, const char *
         if (run.mode == ORCH_MODE_STREAMING) o->fragments = run.fragments;
     } else {
         rc = xdc_model_config_load(model_path, &tc, &errs);
-        if (rc != XDC_OK) return config_failed(model_path, rc, &errs);
+        if (rc != XDC_OK) return config_failed(in, model_path, rc, &errs);
         snprintf(in->model_path, sizeof in->model_path, "%s", model_path);
     }
     const xdc_gpt_config *g = &tc.model;
@@ -70,7 +72,11 @@ int plan_inputs_load(const char *topo_path, const char *model_path, const char *
     return XDC_EX_OK;
 }
 
-void plan_inputs_free(plan_inputs *in) { xdc_topology_destroy(in->topo); }
+void plan_inputs_free(plan_inputs *in)
+{
+    xdc_topology_destroy(in->topo);
+    in->topo = NULL;
+}
 
 int plan_inputs_search(plan_inputs *in, xdc_plan_set **out)
 {
@@ -230,10 +236,7 @@ int xdc_cmd_plan(int argc, char **argv)
     }
     plan_inputs in;
     int ex = plan_inputs_load(topo, model, NULL, global, &in);
-    if (ex != XDC_EX_OK) {
-        plan_inputs_free(&in);
-        return ex;
-    }
+    if (ex != XDC_EX_OK) return ex;
     if (mode) in.opts.mode = parse_mode(mode);
     if (codec) snprintf(in.opts.codec, sizeof in.opts.codec, "%s", codec);
     if (mfu > 0) in.opts.calib.mfu = mfu;

@@ -17,8 +17,8 @@ typedef struct plan_inputs {
 
 /* Load the topology and either a model file (model_path) or a run file (run_path: its model, and its
  * mode, stages, microbatches, codec, bucket and period become constraints). global_tokens > 0 sets the
- * global batch; else it is microbatch x microbatches x workers. Returns a sysexits code (0 on success)
- * after printing what went wrong. */
+ * global batch; else it is microbatch x microbatches x workers. Returns a sysexits code: 0 on success;
+ * otherwise it printed what went wrong and holds nothing. */
 int plan_inputs_load(const char *topo_path, const char *model_path, const char *run_path, double global_tokens,
                      plan_inputs *in);
 void plan_inputs_free(plan_inputs *in);

@@ -79,10 +79,7 @@ int xdc_cmd_simulate(int argc, char **argv)
     }
     plan_inputs in;
     int ex = plan_inputs_load(topo, model, run, global, &in);
-    if (ex != XDC_EX_OK) {
-        plan_inputs_free(&in);
-        return ex;
-    }
+    if (ex != XDC_EX_OK) return ex;
     in.opts.calib.wan_gbps = wan;
     in.opts.calib.host_cores = cores;
     xdc_plan_set *set = NULL;
