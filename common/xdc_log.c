@@ -173,9 +173,10 @@ void xdc_log_write(xdc_log_level level, unsigned subsys, const char *file, int l
     } else {
         char rank[16] = "";
         if (g_log.rank >= 0) snprintf(rank, sizeof rank, ":%d", g_log.rank);
-        int w = snprintf(out, sizeof out, "[%s/%s%s] %-5s %s%s%s\n", g_log.region, g_log.host, rank,
-                         level_names[level], level >= XDC_LOG_DEBUG ? base : "",
-                         level >= XDC_LOG_DEBUG ? ": " : "", msg);
+        char where[96] = "";
+        if (level >= XDC_LOG_DEBUG) snprintf(where, sizeof where, "%s:%d: ", base, line);
+        int w = snprintf(out, sizeof out, "[%s/%s%s] %-5s %s%s\n", g_log.region, g_log.host, rank,
+                         level_names[level], where, msg);
         n = w < 0 ? 0 : (size_t)w >= sizeof out ? sizeof out - 1 : (size_t)w;
         if (n == sizeof out - 1) out[n - 1] = '\n';
     }

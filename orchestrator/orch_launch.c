@@ -443,6 +443,19 @@ static int run_launch(int argc, char **argv, int coordinator)
         launch_close(&L);
         return XDC_EX_CONFIG;
     }
+    xdc_plan plan;
+    xdc_diag pd = {{0}};
+    xdc_err_t prc = L.cfg.plan_auto ? orch_plan_apply(&L.cfg, L.t, &plan, &pd) : XDC_OK;
+    if (prc != XDC_OK) {
+        fprintf(stderr, "xdc %s: %s\n", coordinator ? "coordinator" : "launch", pd.msg);
+        launch_close(&L);
+        return xdc_err_exit_code(prc);
+    }
+    if (L.cfg.plan_auto) {
+        char line[512];
+        orch_plan_describe(&L.cfg, &plan, line, sizeof line);
+        printf("%s\n", line);
+    }
     static char run_id[64];
     if (!L.o.run_id) {
         snprintf(run_id, sizeof run_id, "run-%llu-%d", (unsigned long long)(xdc_wall_ns() / 1000000000ull), (int)getpid());

@@ -7,11 +7,12 @@
 #include <string.h>
 
 static const char *const mode_words[] = {"sync", "diloco", "streaming", NULL};
+static const char *const plan_words[] = {"auto", "off", NULL};
 
 /* The file's keys land in one struct: the config itself plus the raw words and nested nodes. */
 typedef struct {
     orch_run_config c;
-    char model[512], data[512], mode[16];
+    char model[512], data[512], mode[16], plan[16];
     const yaml_node_t *diloco, *streaming, *timeouts;
 } run_in;
 
@@ -22,6 +23,7 @@ static const xdc_yaml_field top_fields[] = {
     {"model", XDC_YF_STRING, offsetof(run_in, model), 512, true, 0, 0, NULL},
     {"data", XDC_YF_STRING, offsetof(run_in, data), 512, true, 0, 0, NULL},
     {"mode", XDC_YF_STRING, offsetof(run_in, mode), 16, false, 0, 0, mode_words},
+    {"plan", XDC_YF_STRING, offsetof(run_in, plan), 16, false, 0, 0, plan_words},
     {"diloco", XDC_YF_NODE, offsetof(run_in, diloco), 0, false, 0, 0, NULL},
     {"streaming", XDC_YF_NODE, offsetof(run_in, streaming), 0, false, 0, 0, NULL},
     {"timeouts", XDC_YF_NODE, offsetof(run_in, timeouts), 0, false, 0, 0, NULL},
@@ -77,7 +79,6 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     memset(&in, 0, sizeof in);
     orch_run_config *c = &in.c;
     snprintf(c->path, sizeof c->path, "%s", path);
-    c->pipeline_stages = 1;
     snprintf(c->codec, sizeof c->codec, "link");
     snprintf(c->activation_codec, sizeof c->activation_codec, "bf16");
     c->zstd_level = -1;
@@ -101,6 +102,10 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     if (bad) return XDC_ERR_CONFIG;
     for (int m = 0; in.mode[0] && mode_words[m]; m++)
         if (strcmp(in.mode, mode_words[m]) == 0) c->mode = (orch_mode)m;
+    c->mode_set = in.mode[0] != 0;
+    c->stages_set = c->pipeline_stages != 0;
+    if (!c->stages_set) c->pipeline_stages = 1;
+    c->plan_auto = strcmp(in.plan, "auto") == 0;
     resolve(path, in.model, c->model_path, sizeof c->model_path);
     resolve(path, in.data, c->data_path, sizeof c->data_path);
     if (xdc_model_config_load(c->model_path, &c->train, errs) != XDC_OK) return XDC_ERR_CONFIG;

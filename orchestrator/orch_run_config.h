@@ -6,11 +6,14 @@
 #define ORCH_RUN_CONFIG_H
 
 #include "orchestrator/xdc_model_config.h"
+#include "topology/xdc_plan.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
 typedef enum { ORCH_MODE_SYNC = 0, ORCH_MODE_DILOCO = 1, ORCH_MODE_STREAMING = 2 } orch_mode;
+
+#define ORCH_MAX_STAGES 64
 
 typedef struct orch_run_config {
     char path[512];
@@ -35,9 +38,22 @@ typedef struct orch_run_config {
     int64_t rendezvous_timeout_ms, op_timeout_ms;
     int metrics_port;       /* -1: off; 0: any free port */
     bool dump_params;       /* region 0 / replica 0 writes RUN/params-stage-S.f32 at the end (tests) */
+    bool plan_auto;         /* `plan: auto`: take the layout and WAN settings from the planner */
+    bool mode_set, stages_set; /* the run file set these by hand (constraints for the planner) */
+    /* Layer partition: stage s owns [stage_layer_begin[s], stage_layer_begin[s+1]); n_split = 0: even. */
+    int stage_layer_begin[ORCH_MAX_STAGES + 1];
+    int n_split;
 } orch_run_config;
 
 xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_errors *errs);
+
+/* orch_plan.c: with plan_auto, run the planner and take its layout and WAN settings (every process gets
+ * the same answer). *chosen receives the plan. XDC_ERR_UNAVAILABLE with a reason when nothing fits. */
+xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, xdc_plan *chosen, xdc_diag *diag);
+/* The planner's inputs for this run (model shape, batch, constraints from hand-set keys). */
+void orch_plan_inputs(const orch_run_config *c, xdc_model_shape *m, xdc_batch_shape *b, xdc_plan_opts *o);
+/* One line for the log: mode, stages and partition, microbatches, codec, predicted step. */
+void orch_plan_describe(const orch_run_config *c, const xdc_plan *p, char *buf, size_t cap);
 const char *orch_mode_name(orch_mode m);
 
 #endif /* ORCH_RUN_CONFIG_H */

@@ -50,6 +50,7 @@ struct orch_sync {
 
 static double secs_since(uint64_t t0) { return (double)(xdc_now_ns() - t0) / 1e9; }
 
+/* Wait for a collective that `rc` says was started (req set by the start call, read only after it). */
 static xdc_err_t intra_wait(orch_sync *s, xdc_err_t rc, xdc_intra_req *req, xdc_diag *diag)
 {
     if (rc != XDC_OK) return rc;
@@ -98,9 +99,9 @@ static xdc_err_t stage_a(orch_sync *s, bucket *k, xdc_diag *diag)
             memcpy(s->pad, s->buf + k->lo, k->len * sizeof(float));
             memset(s->pad + k->len, 0, (k->plen - k->len) * sizeof(float));
         }
-        xdc_intra_req *req;
-        XDC_CHECK(intra_wait(s, xdc_intra_reduce_scatter(s->cfg.dp, src, x, k->shard, XDC_INTRA_F32, XDC_INTRA_AVG, &req),
-                             req, diag));
+        xdc_intra_req *req = NULL;
+        xdc_err_t rc = xdc_intra_reduce_scatter(s->cfg.dp, src, x, k->shard, XDC_INTRA_F32, XDC_INTRA_AVG, &req);
+        XDC_CHECK(intra_wait(s, rc, req, diag));
         s->rst.intra_seconds += secs_since(t0);
     } else {
         x = s->buf + k->lo;
@@ -159,8 +160,9 @@ static xdc_err_t stage_b(orch_sync *s, bucket *k, xdc_diag *diag)
     if (s->dp_size > 1) {
         uint64_t t0 = xdc_now_ns();
         float *dst = padded(s, k);
-        xdc_intra_req *req;
-        XDC_CHECK(intra_wait(s, xdc_intra_all_gather(s->cfg.dp, x, dst, k->shard, XDC_INTRA_F32, &req), req, diag));
+        xdc_intra_req *req = NULL;
+        xdc_err_t rc = xdc_intra_all_gather(s->cfg.dp, x, dst, k->shard, XDC_INTRA_F32, &req);
+        XDC_CHECK(intra_wait(s, rc, req, diag));
         if (dst == s->pad) memcpy(s->buf + k->lo, s->pad, k->len * sizeof(float));
         s->rst.intra_seconds += secs_since(t0);
     }
@@ -178,7 +180,9 @@ static xdc_err_t run_round(orch_sync *s, xdc_diag *diag)
         pthread_mutex_lock(&s->mu);
         int ready = bucket_ready(s, k);
         pthread_mutex_unlock(&s->mu);
-        if (!ready && prev >= 0) {
+        /* Finish the previous bucket early while this one is not ready yet — only without replicas: their
+         * collectives must come in the same order on every replica, whatever each one's timing. */
+        if (!ready && prev >= 0 && s->dp_size == 1) {
             XDC_CHECK(stage_b(s, &s->b[prev], diag));
             prev = -1;
         }

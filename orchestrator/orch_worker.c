@@ -50,6 +50,17 @@ static xdc_err_t read_identity(orch_worker *w, xdc_diag *diag)
     return XDC_OK;
 }
 
+/* This stage's layers: the plan's partition when there is one, else an even split. */
+static void stage_layers(orch_worker *w)
+{
+    if (w->cfg.n_split == w->n_stages) {
+        w->layer_begin = w->cfg.stage_layer_begin[w->stage];
+        w->layer_end = w->cfg.stage_layer_begin[w->stage + 1];
+        return;
+    }
+    orch_stage_layers(w->cfg.train.model.n_layer, w->n_stages, w->stage, &w->layer_begin, &w->layer_end);
+}
+
 /* Check the identity against the topology and derive this worker's place in the layout. */
 static xdc_err_t place(orch_worker *w, xdc_diag *diag)
 {
@@ -74,7 +85,7 @@ static xdc_err_t place(orch_worker *w, xdc_diag *diag)
         w->stage = w->grank;
         w->replica = 0;
         w->n_replicas = 1;
-        orch_stage_layers(w->cfg.train.model.n_layer, w->n_stages, w->stage, &w->layer_begin, &w->layer_end);
+        stage_layers(w);
         return XDC_OK;
     }
     if (w->lsize != workers || workers % w->n_stages != 0 || w->lrank < 0 || w->lrank >= workers) {
@@ -92,7 +103,7 @@ static xdc_err_t place(orch_worker *w, xdc_diag *diag)
     w->n_replicas = workers / w->n_stages;
     w->stage = w->lrank % w->n_stages;
     w->replica = w->lrank / w->n_stages;
-    orch_stage_layers(w->cfg.train.model.n_layer, w->n_stages, w->stage, &w->layer_begin, &w->layer_end);
+    stage_layers(w);
     return XDC_OK;
 }
 
@@ -414,6 +425,12 @@ int xdc_cmd_worker(int argc, char **argv)
         fprintf(stderr, "xdc worker: %s\n", d.msg);
         worker_close(&w);
         return XDC_EX_CONFIG;
+    }
+    xdc_plan plan;
+    if (w.cfg.plan_auto && (rc = orch_plan_apply(&w.cfg, w.topo, &plan, &d)) != XDC_OK) {
+        fprintf(stderr, "xdc worker: %s\n", d.msg);
+        worker_close(&w);
+        return xdc_err_exit_code(rc);
     }
     xdc_log_set_identity(w.region, w.node, w.lrank);
     if (orch_trace_create(w.grank, w.member, ORCH_TRACE_DEFAULT_CAPACITY, &w.trace) != XDC_OK)

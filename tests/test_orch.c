@@ -10,6 +10,7 @@
 #include "kernels/xdc_model_ops.h"
 #include "orchestrator/xdc_data.h"
 #include "orchestrator/xdc_model_config.h"
+#include "orchestrator/orch_worker.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -84,10 +85,12 @@ static float *read_f32(const char *path, size_t *n)
     return p;
 }
 
-/* The distributed sync step written out serially: for each of R replicas (one per region) accumulate M
- * microbatches through both stages, average the replicas' gradients in region order, clip by the global
- * norm, AdamW. Leaves the final stage parameters in st[0..1]. */
-static void reference_run(int steps, int M, int R, xdc_gpt_stage *st[2])
+/* The distributed sync step written out serially, for R regions x D replicas x P stages: each replica
+ * (global index q = region * D + replica) accumulates M microbatches through the stages; each region
+ * averages its replicas in order ((g0 + g1 + ...) * 1/D, as the intra reduce-scatter does), then the
+ * regions are summed in region order and scaled by 1/R (as the comm engine does); the gradient norm is
+ * summed over stages in float; AdamW. Leaves the final stage parameters in st[0..P). */
+static void reference_run(int steps, int M, int R, int D, int P, xdc_gpt_stage **st)
 {
     xdc_train_config c;
     xdc_cfg_errors errs;
@@ -95,71 +98,84 @@ static void reference_run(int steps, int M, int R, xdc_gpt_stage *st[2])
     const xdc_kern_backend *be;
     XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CPU, &be, NULL));
     be->model->set_threads(1);
-    xdc_data *data[2];
-    for (int q = 0; q < R; q++) {
+    int Q = R * D;
+    xdc_data *data[8];
+    XDC_ASSERT(Q <= 8 && P <= 4);
+    for (int q = 0; q < Q; q++) {
         xdc_data_config dc = {.batch = c.batch_size, .seq_len = c.seq_len, .val_fraction = c.val_fraction,
-                              .seed = (uint64_t)c.seed, .rank = q, .world = R, .vocab_size = c.model.vocab_size};
+                              .seed = (uint64_t)c.seed, .rank = q, .world = Q, .vocab_size = c.model.vocab_size};
         XDC_ASSERT_OK(xdc_data_open(DATA, &dc, &data[q], NULL));
     }
-    size_t np[2], btc = (size_t)c.batch_size * c.seq_len * c.model.n_embd, bt = (size_t)c.batch_size * c.seq_len;
-    for (int s = 0; s < 2; s++) {
-        xdc_gpt_stage_config sc = {.model = c.model, .layer_begin = s, .layer_end = s + 1, .batch = c.batch_size,
-                                   .seq_len = c.seq_len, .max_inflight = M, .seed = (uint64_t)c.seed,
+    size_t np[4], btc = (size_t)c.batch_size * c.seq_len * c.model.n_embd, bt = (size_t)c.batch_size * c.seq_len;
+    float *reg[4], *tot[4];
+    for (int s = 0; s < P; s++) {
+        xdc_gpt_stage_config sc = {.model = c.model, .batch = c.batch_size, .seq_len = c.seq_len, .max_inflight = M,
+                                   .seed = (uint64_t)c.seed,
                                    .adamw = {(float)c.beta1, (float)c.beta2, (float)c.eps, (float)c.weight_decay}};
+        orch_stage_layers(c.model.n_layer, P, s, &sc.layer_begin, &sc.layer_end);
         XDC_ASSERT_OK(xdc_gpt_stage_create(be->model, &sc, &st[s], NULL));
         np[s] = xdc_gpt_stage_num_params(st[s]);
+        reg[s] = xdc_malloc(np[s] * 4);
+        tot[s] = xdc_malloc(np[s] * 4);
     }
-    float *acc[2] = {xdc_malloc(np[0] * 4), xdc_malloc(np[1] * 4)};
     int32_t *tok = xdc_malloc(bt * 4), *tgt = xdc_malloc(bt * 4);
-    float *dy = xdc_malloc(btc * 4);
+    float *act = xdc_malloc(btc * 4), *dy = xdc_malloc(btc * 4);
     xdc_lr_schedule sch = {(float)c.lr, (float)c.min_lr_frac, c.warmup_steps, c.steps};
     for (int step = 0; step < steps; step++) {
-        memset(acc[0], 0, np[0] * 4);
-        memset(acc[1], 0, np[1] * 4);
-        for (int q = 0; q < R; q++) {
-            xdc_gpt_stage_zero_grad(st[0]);
-            xdc_gpt_stage_zero_grad(st[1]);
-            for (int mb = 0; mb < M; mb++) {
-                const float *y, *dx;
-                float loss;
-                XDC_ASSERT_OK(xdc_data_next_train(data[q], tok, tgt));
-                XDC_ASSERT_OK(xdc_gpt_stage_forward(st[0], mb, tok, NULL, NULL, &y, &loss));
-                XDC_ASSERT_OK(xdc_gpt_stage_forward(st[1], mb, NULL, y, tgt, NULL, &loss));
-                XDC_ASSERT_OK(xdc_gpt_stage_backward(st[1], mb, NULL, 1.0f / (float)M, &dx));
-                memcpy(dy, dx, btc * 4);
-                XDC_ASSERT_OK(xdc_gpt_stage_backward(st[0], mb, dy, 0, NULL));
+        for (int s = 0; s < P; s++) memset(tot[s], 0, np[s] * 4);
+        for (int r = 0; r < R; r++) {
+            for (int d = 0; d < D; d++) {
+                for (int s = 0; s < P; s++) xdc_gpt_stage_zero_grad(st[s]);
+                for (int mb = 0; mb < M; mb++) {
+                    const float *y = NULL, *dx = NULL;
+                    float loss;
+                    XDC_ASSERT_OK(xdc_data_next_train(data[r * D + d], tok, tgt));
+                    for (int s = 0; s < P; s++) {
+                        XDC_ASSERT_OK(xdc_gpt_stage_forward(st[s], mb, tok, s ? act : NULL, tgt, s < P - 1 ? &y : NULL, &loss));
+                        if (s < P - 1) memcpy(act, y, btc * 4);
+                    }
+                    for (int s = P - 1; s >= 0; s--) {
+                        XDC_ASSERT_OK(xdc_gpt_stage_backward(st[s], mb, s < P - 1 ? dy : NULL, 1.0f / (float)M, s ? &dx : NULL));
+                        if (s) memcpy(dy, dx, btc * 4);
+                    }
+                }
+                for (int s = 0; s < P; s++) {
+                    const float *g = xdc_gpt_stage_grads(st[s]);
+                    for (size_t i = 0; i < np[s]; i++) reg[s][i] = d ? reg[s][i] + g[i] : g[i];
+                }
             }
-            for (int s = 0; s < 2; s++) {
-                const float *g = xdc_gpt_stage_grads(st[s]);
-                for (size_t i = 0; i < np[s]; i++) acc[s][i] += g[i];
-            }
+            for (int s = 0; s < P; s++)
+                for (size_t i = 0; i < np[s]; i++) tot[s][i] += D > 1 ? reg[s][i] * (1.0f / (float)D) : reg[s][i];
         }
         float sumsq = 0;
-        for (int s = 0; s < 2; s++) {
+        for (int s = 0; s < P; s++) {
             float *g = xdc_gpt_stage_grads(st[s]);
-            for (size_t i = 0; i < np[s]; i++) g[i] = acc[s][i] * (1.0f / (float)R);
+            for (size_t i = 0; i < np[s]; i++) g[i] = tot[s][i] * (1.0f / (float)R);
             double ss = 0;
             XDC_ASSERT_OK(xdc_gpt_stage_grad_sumsq(st[s], &ss));
             sumsq += (float)ss;
         }
         float scale = xdc_gpt_clip_scale(sumsq, (float)c.grad_clip);
-        for (int s = 0; s < 2; s++) XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(st[s], xdc_lr_at(&sch, step), scale));
+        for (int s = 0; s < P; s++) XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(st[s], xdc_lr_at(&sch, step), scale));
     }
-    xdc_free(acc[0]);
-    xdc_free(acc[1]);
+    for (int s = 0; s < P; s++) {
+        xdc_free(reg[s]);
+        xdc_free(tot[s]);
+    }
     xdc_free(tok);
     xdc_free(tgt);
+    xdc_free(act);
     xdc_free(dy);
-    for (int q = 0; q < R; q++) xdc_data_destroy(data[q]);
+    for (int q = 0; q < Q; q++) xdc_data_destroy(data[q]);
 }
 
 /* Compare the parameters a run dumped (run_dir/params-stage-S.f32) with the reference's. */
-static void expect_params_match(const char *dir, xdc_gpt_stage *st[2])
+static void expect_params_match(const char *dir, int P, xdc_gpt_stage **st)
 {
     /* Tolerance: the same operations in the same order give identical floats; allow float rounding in case
      * a reduction order differs (1e-6 relative to the parameter scale, far below one step's update). */
     double max_diff = 0;
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < P; s++) {
         char path[700];
         snprintf(path, sizeof path, "%s/params-stage-%d.f32", dir, s);
         size_t n;
@@ -187,8 +203,32 @@ XDC_TEST_T(orch_sync_matches_single_process_reference, 300)
     int rc = launch(run, dir, NULL, out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
     xdc_gpt_stage *st[2];
-    reference_run(steps, M, 2, st);
-    expect_params_match(dir, st);
+    reference_run(steps, M, 2, 1, 2, st);
+    expect_params_match(dir, 2, st);
+}
+
+XDC_TEST_T(orch_replicas_in_regions_match_single_process, 300)
+{
+    need_corpus();
+    /* One stage, so each region's two workers are data-parallel replicas: intra reduce-scatter, WAN
+     * exchange of the shards, intra all-gather. */
+    const int steps = 10, M = 2;
+    char extra[128];
+    snprintf(extra, sizeof extra, "dump_params: true\n");
+    const char *run = write_run("dp", "sync", steps, "none", extra);
+    char *text = xdc_test_read_file(run, NULL);
+    char *at = strstr(text, "pipeline_stages: 2");
+    XDC_ASSERT(at != NULL);
+    at[strlen("pipeline_stages: ")] = '1';
+    xdc_test_write_file(run, text);
+    free(text);
+    char dir[600], out[65536];
+    snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
+    int rc = launch(run, dir, NULL, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
+    xdc_gpt_stage *st[1];
+    reference_run(steps, M, 2, 2, 1, st);
+    expect_params_match(dir, 1, st);
 }
 
 XDC_TEST_T(orch_pipeline_across_regions_matches_single_process, 300)
@@ -207,8 +247,8 @@ XDC_TEST_T(orch_pipeline_across_regions_matches_single_process, 300)
     final_field(out, "wan_bytes=", bytes, sizeof bytes);
     XDC_ASSERT_MSG(atoll(bytes) > 0, "no activation crossed the WAN");
     xdc_gpt_stage *st[2];
-    reference_run(steps, M, 1, st);
-    expect_params_match(dir, st);
+    reference_run(steps, M, 1, 1, 2, st);
+    expect_params_match(dir, 2, st);
 }
 
 XDC_TEST_T(orch_same_seed_same_parameters, 300)
