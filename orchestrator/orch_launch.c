@@ -42,6 +42,7 @@ typedef struct {
     int coordinator;  /* `xdc coordinator`: host the store, start no agents */
     int resume;
     int64_t outage_start_ms, outage_ms;
+    double degrade;   /* emulated links run at this fraction of the topology's bandwidth */
 } launch_opts;
 
 typedef struct {
@@ -70,6 +71,7 @@ static int launch_usage(FILE *f)
                "  regions are local), one agent per node, one worker per slot. Ends with\n"
                "  final val_loss=<x> params_xxh64=<hex> steps=<n> wan_bytes=<n> exposed_wan_pct=<x>\n"
                "  --outage 5s@10s  cut every emulated link for 5 s, 10 s after its relay opened\n"
+               "  --degrade-links F  emulated links carry F x the topology's bandwidth (rehearse a degraded WAN)\n"
                "  --resume         continue from the newest complete checkpoint in the run folder\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
@@ -161,7 +163,7 @@ static void pump_relays(launch *L)
                 xdc_err_t rc;
                 int port = 0;
                 if (!L->relays[link]) {
-                    xdc_wan_link_model m = {.rate_mbps = l->bandwidth_gbps * 1000.0,
+                    xdc_wan_link_model m = {.rate_mbps = l->bandwidth_gbps * 1000.0 * L->o.degrade,
                                             .rtt_ms = l->rtt_ms,
                                             .jitter_ms = l->jitter_ms,
                                             .loss_pct = l->loss_pct,
@@ -392,7 +394,8 @@ static int run_launch(int argc, char **argv, int coordinator)
         {"emulate-wan", no_argument, NULL, 'e'},    {"no-emulate-wan", no_argument, NULL, 'E'},
         {"outage", required_argument, NULL, 'o'},   {"resume", no_argument, NULL, 'r'},
         {"log-format", required_argument, NULL, 'l'}, {"host", required_argument, NULL, 'H'},
-        {"port", required_argument, NULL, 'p'},     {"help", no_argument, NULL, 'h'},
+        {"port", required_argument, NULL, 'p'},     {"degrade-links", required_argument, NULL, 'g'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     static launch L;
     memset(&L, 0, sizeof L);
@@ -400,10 +403,11 @@ static int run_launch(int argc, char **argv, int coordinator)
     L.o.coordinator = coordinator;
     L.o.host = coordinator ? "0.0.0.0" : "127.0.0.1";
     L.o.port = coordinator ? 29400 : 0;
+    L.o.degrade = 1.0;
     const char *run_dir = NULL;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "t:c:d:i:eEo:rl:H:p:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "t:c:d:i:eEo:rl:H:p:g:h", opts, NULL)) != -1) {
         switch (c) {
         case 't': L.o.topology = optarg; break;
         case 'c': L.o.config = optarg; break;
@@ -414,6 +418,15 @@ static int run_launch(int argc, char **argv, int coordinator)
         case 'r': L.o.resume = 1; break;
         case 'l': L.o.log_format = optarg; break;
         case 'H': L.o.host = optarg; break;
+        case 'g': {
+            char *end;
+            L.o.degrade = strtod(optarg, &end);
+            if (*end || !(L.o.degrade > 0 && L.o.degrade <= 1)) {
+                fprintf(stderr, "xdc launch: --degrade-links wants a fraction in (0, 1], got '%s'\n", optarg);
+                return XDC_EX_USAGE;
+            }
+            break;
+        }
         case 'p':
             L.o.port = atoi(optarg);
             if (L.o.port < 0 || L.o.port > 65535) return launch_usage(stderr);
@@ -443,7 +456,7 @@ static int run_launch(int argc, char **argv, int coordinator)
         launch_close(&L);
         return XDC_EX_CONFIG;
     }
-    xdc_plan plan;
+    orch_planned plan;
     xdc_diag pd = {{0}};
     xdc_err_t prc = L.cfg.plan_auto ? orch_plan_apply(&L.cfg, L.t, &plan, &pd) : XDC_OK;
     if (prc != XDC_OK) {
@@ -453,7 +466,7 @@ static int run_launch(int argc, char **argv, int coordinator)
     }
     if (L.cfg.plan_auto) {
         char line[512];
-        orch_plan_describe(&L.cfg, &plan, line, sizeof line);
+        orch_plan_describe(&L.cfg, &plan.plan, line, sizeof line);
         printf("%s\n", line);
     }
     static char run_id[64];

@@ -20,7 +20,8 @@ static int runnable(const xdc_topology *t, const xdc_plan *p)
     return 1;
 }
 
-void orch_plan_inputs(const orch_run_config *c, xdc_model_shape *m, xdc_batch_shape *b, xdc_plan_opts *o)
+/* The planner's inputs for this run: model shape, batch, constraints from hand-set keys. */
+static void plan_inputs(const orch_run_config *c, xdc_model_shape *m, xdc_batch_shape *b, xdc_plan_opts *o)
 {
     const xdc_gpt_config *g = &c->train.model;
     xdc_model_shape_gpt(g->n_layer, g->n_head, g->n_embd, g->max_seq_len, g->vocab_size, m);
@@ -35,14 +36,11 @@ void orch_plan_inputs(const orch_run_config *c, xdc_model_shape *m, xdc_batch_sh
     if (strcmp(c->codec, "link") != 0) snprintf(o->codec, sizeof o->codec, "%s", c->codec);
 }
 
-xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, xdc_plan *chosen, xdc_diag *diag)
+xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planned *out, xdc_diag *diag)
 {
-    xdc_model_shape m;
-    xdc_batch_shape b;
-    xdc_plan_opts o;
-    orch_plan_inputs(c, &m, &b, &o);
+    plan_inputs(c, &out->m, &out->b, &out->o);
     xdc_plan_set *set;
-    XDC_CHECK(xdc_plan_search(t, &m, &b, &o, &set, diag));
+    XDC_CHECK(xdc_plan_search(t, &out->m, &out->b, &out->o, &set, diag));
     const xdc_plan *p = NULL;
     for (int i = 0; i < set->n_cands && !p; i++)
         if (runnable(t, &set->cands[i])) p = &set->cands[i];
@@ -53,7 +51,7 @@ xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, xdc_plan *c
         xdc_plan_set_destroy(set);
         return XDC_ERR_UNAVAILABLE;
     }
-    *chosen = *p;
+    out->plan = *p;
     c->mode = p->mode == XDC_PLAN_DILOCO ? ORCH_MODE_DILOCO
               : p->mode == XDC_PLAN_STREAMING ? ORCH_MODE_STREAMING
                                               : ORCH_MODE_SYNC;

@@ -40,6 +40,7 @@ static const xdc_yaml_field top_fields[] = {
     RUN_FIELD("checkpoint_every", XDC_YF_INT, checkpoint_every, false, 0, 100000000),
     RUN_FIELD("metrics_port", XDC_YF_INT, metrics_port, false, -1, 65535),
     RUN_FIELD("dump_params", XDC_YF_BOOL, dump_params, false, 0, 0),
+    RUN_FIELD("replan_every", XDC_YF_INT, replan_every, false, 0, 100000000),
 };
 
 static const xdc_yaml_field diloco_fields[] = {
@@ -91,6 +92,7 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     c->rendezvous_timeout_ms = 60000;
     c->op_timeout_ms = 60000;
     c->metrics_port = -1;
+    c->replan_every = 50;
     xdc_cfg_errors_init(errs, path);
     xdc_yaml *y;
     XDC_CHECK(xdc_yaml_load_file(path, &y, errs));

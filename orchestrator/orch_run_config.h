@@ -37,6 +37,7 @@ typedef struct orch_run_config {
     int checkpoint_every;   /* steps; 0: only at the end */
     int64_t rendezvous_timeout_ms, op_timeout_ms;
     int metrics_port;       /* -1: off; 0: any free port */
+    int replan_every;       /* plan: auto: steps between checks of measured WAN goodput against the plan */
     bool dump_params;       /* region 0 / replica 0 writes RUN/params-stage-S.f32 at the end (tests) */
     bool plan_auto;         /* `plan: auto`: take the layout and WAN settings from the planner */
     bool mode_set, stages_set; /* the run file set these by hand (constraints for the planner) */
@@ -47,11 +48,17 @@ typedef struct orch_run_config {
 
 xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_errors *errs);
 
+/* A plan the run follows, with the inputs it was searched with (a re-plan reuses them). */
+typedef struct orch_planned {
+    xdc_model_shape m;
+    xdc_batch_shape b;
+    xdc_plan_opts o;
+    xdc_plan plan;
+} orch_planned;
+
 /* orch_plan.c: with plan_auto, run the planner and take its layout and WAN settings (every process gets
- * the same answer). *chosen receives the plan. XDC_ERR_UNAVAILABLE with a reason when nothing fits. */
-xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, xdc_plan *chosen, xdc_diag *diag);
-/* The planner's inputs for this run (model shape, batch, constraints from hand-set keys). */
-void orch_plan_inputs(const orch_run_config *c, xdc_model_shape *m, xdc_batch_shape *b, xdc_plan_opts *o);
+ * the same answer). XDC_ERR_UNAVAILABLE with a reason when nothing fits. */
+xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planned *out, xdc_diag *diag);
 /* One line for the log: mode, stages and partition, microbatches, codec, predicted step. */
 void orch_plan_describe(const orch_run_config *c, const xdc_plan *p, char *buf, size_t cap);
 const char *orch_mode_name(orch_mode m);

@@ -348,3 +348,43 @@ void orch_sync_get_stats(orch_sync *s, orch_sync_stats *out)
     *out = s->st;
     pthread_mutex_unlock(&s->mu);
 }
+
+xdc_err_t orch_sync_set_codec(orch_sync *s, const xdc_codec_cfg *codec, xdc_diag *diag)
+{
+    pthread_mutex_lock(&s->mu);
+    int busy = s->active;
+    pthread_mutex_unlock(&s->mu);
+    if (busy) return XDC_ERR_INVALID;
+    for (int i = 0; i < s->n_buckets; i++) {
+        bucket *k = &s->b[i];
+        XDC_CHECK(wait_sends(s, k, diag)); /* the old encoding may still be on the wire */
+        xdc_codec_cfg cc = *codec;
+        cc.n_elems = k->shard;
+        if (cc.chunk_elems > k->shard) cc.chunk_elems = k->shard;
+        xdc_codec *nc;
+        XDC_CHECK(xdc_codec_create(&cc, &nc, diag));
+        xdc_err_t rc = xdc_codec_set_residual(nc, xdc_codec_residual(k->codec), k->shard);
+        size_t bound = xdc_codec_bound(nc, k->shard);
+        /* A rare path: grow the wire buffers when the new codec may need more room. */
+        if (rc == XDC_OK && bound > k->bound) {
+            uint8_t *enc = xdc_realloc(k->enc, bound);
+            if (enc) k->enc = enc;
+            for (int r = 0; r < s->cfg.n_regions && enc; r++) {
+                if (r == s->cfg.my_region) continue;
+                uint8_t *rx = xdc_realloc(k->rx[r], bound);
+                if (!rx) enc = NULL;
+                else k->rx[r] = rx;
+            }
+            rc = enc ? XDC_OK : XDC_ERR_NOMEM;
+        }
+        if (rc != XDC_OK) {
+            xdc_codec_destroy(nc);
+            return rc;
+        }
+        xdc_codec_destroy(k->codec);
+        k->codec = nc;
+        if (bound > k->bound) k->bound = bound;
+    }
+    s->cfg.codec = *codec;
+    return XDC_OK;
+}

@@ -51,6 +51,9 @@ void orch_sync_mark_ready(orch_sync *s, size_t from);
 /* Mark everything final and wait until every bucket holds the average over replicas and regions.
  * Errors (a peer lost past its deadline, a corrupt chunk) come back with the peer named in diag. */
 xdc_err_t orch_sync_end(orch_sync *s, xdc_diag *diag);
+/* Switch the WAN codec between rounds (a re-plan): every bucket gets a new context of the new kind
+ * that keeps its error-feedback residual. Every region must switch at the same step. */
+xdc_err_t orch_sync_set_codec(orch_sync *s, const xdc_codec_cfg *codec, xdc_diag *diag);
 /* Cumulative statistics. */
 void orch_sync_get_stats(orch_sync *s, orch_sync_stats *out);
 

@@ -292,6 +292,64 @@ static void wan_totals(orch_worker *w, uint64_t *tx, uint64_t *raw)
 
 static int reporter(const orch_worker *w) { return w->region_idx == 0 && w->lrank == 0; }
 
+/* The comm engine that carries this mode's WAN traffic (streaming is not re-planned: its fragments are
+ * in flight across steps). */
+static orch_sync *wan_sync(const orch_worker *w)
+{
+    return w->cfg.mode == ORCH_MODE_SYNC ? w->grad_sync : w->cfg.mode == ORCH_MODE_DILOCO ? w->outer_sync : NULL;
+}
+
+/* Re-plan the WAN side when the measured goodput drifts far from the plan's link: region 0's rank 0
+ * measures its comm engine over the last window (bytes sent per second of WAN exchange, per link) and
+ * asks the planner for the codec and period that fit; the decision goes through the rendezvous as
+ * replan/<step> so every worker of every region switches at the same step. */
+static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
+{
+    orch_sync *sync = wan_sync(w);
+    if (!sync) return XDC_OK;
+    char key[64], val[256];
+    snprintf(key, sizeof key, "replan/%lld", (long long)w->step);
+    if (reporter(w)) {
+        orch_sync_stats st;
+        orch_sync_get_stats(sync, &st);
+        double bytes = (double)(st.wan_tx_bytes - w->replan_tx0), secs = st.wan_seconds - w->replan_secs0;
+        w->replan_tx0 = st.wan_tx_bytes;
+        w->replan_secs0 = st.wan_seconds;
+        const xdc_link *l = xdc_topology_link(w->topo, 0, 1);
+        double measured = secs > 0 ? bytes * 8 / secs / 1e9 / (w->n_regions - 1) : 0, planned = l ? l->bandwidth_gbps : 0;
+        snprintf(val, sizeof val, "-");
+        if (measured > 0 && planned > 0 && (measured < 0.5 * planned || measured > 2 * planned)) {
+            xdc_plan next;
+            xdc_diag pd = {{0}};
+            if (xdc_plan_replan_wan(w->topo, &w->planned.m, &w->planned.b, &w->planned.o, &w->planned.plan, measured, &next,
+                                    &pd) == XDC_OK &&
+                (strcmp(next.codec, w->planned.plan.codec) != 0 || next.inner_steps != w->planned.plan.inner_steps))
+                snprintf(val, sizeof val, "%s %d %.4f %.4f", next.codec, next.inner_steps, measured, planned);
+        }
+        XDC_CHECK(rdzv_set(w->rdzv, key, val, diag));
+    } else {
+        XDC_CHECK(rdzv_get(w->rdzv, key, w->cfg.op_timeout_ms, val, sizeof val, diag));
+    }
+    char codec[32];
+    int period;
+    double measured, planned;
+    if (sscanf(val, "%31s %d %lf %lf", codec, &period, &measured, &planned) != 4) return XDC_OK;
+    xdc_codec_cfg cc = w->codec_cfg;
+    XDC_CHECK(xdc_codec_parse(codec, &cc, diag));
+    XDC_CHECK(orch_sync_set_codec(sync, &cc, diag));
+    XDC_INFO(XDC_SUB_ORCH, "re-plan at step %lld: measured WAN goodput %.3f Gbit/s against %.3f planned: codec %s -> %s, "
+                           "period %d -> %d",
+             (long long)w->step, measured, planned, w->planned.plan.codec, codec, w->cfg.diloco_inner_steps,
+             period > 0 ? period : w->cfg.diloco_inner_steps);
+    if (reporter(w))
+        printf("step %5lld  re-plan: goodput %.3f Gbit/s vs %.3f planned: codec %s -> %s\n", (long long)w->step, measured,
+               planned, w->planned.plan.codec, codec);
+    snprintf(w->planned.plan.codec, sizeof w->planned.plan.codec, "%s", codec);
+    w->codec_cfg = cc;
+    if (period > 0 && w->cfg.mode == ORCH_MODE_DILOCO) w->cfg.diloco_inner_steps = w->planned.plan.inner_steps = period;
+    return XDC_OK;
+}
+
 static void progress_line(orch_worker *w, float loss, double step_s, double comp, double intra, double wan)
 {
     uint64_t tx, raw;
@@ -343,6 +401,9 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
             }
         }
         if (orch_checkpoint_due(w)) XDC_CHECK(orch_checkpoint_save(w, diag));
+        if (w->cfg.plan_auto && w->cfg.replan_every > 0 && w->n_regions > 1 && !w->span &&
+            w->step % w->cfg.replan_every == 0 && w->step < c->steps)
+            XDC_CHECK(replan(w, diag));
         char status[64];
         snprintf(status, sizeof status, "step %lld", (long long)w->step);
         if (w->step % 10 == 0) rdzv_heartbeat(w->rdzv, status, diag);

@@ -327,6 +327,7 @@ static xdc_err_t open_sync(orch_worker *w, xdc_diag *diag)
                         .name = "gradients"};
     if (sc.bucket_elems == 0) sc.bucket_elems = 1;
     XDC_CHECK(codec_config(w, &sc.codec, diag));
+    w->codec_cfg = sc.codec;
     if (w->span) { /* each stage exists once: nothing to average */
         sc.n_regions = 1;
         sc.my_region = 0;
@@ -426,8 +427,7 @@ int xdc_cmd_worker(int argc, char **argv)
         worker_close(&w);
         return XDC_EX_CONFIG;
     }
-    xdc_plan plan;
-    if (w.cfg.plan_auto && (rc = orch_plan_apply(&w.cfg, w.topo, &plan, &d)) != XDC_OK) {
+    if (w.cfg.plan_auto && (rc = orch_plan_apply(&w.cfg, w.topo, &w.planned, &d)) != XDC_OK) {
         fprintf(stderr, "xdc worker: %s\n", d.msg);
         worker_close(&w);
         return xdc_err_exit_code(rc);

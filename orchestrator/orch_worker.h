@@ -42,6 +42,10 @@ typedef struct orch_worker {
 
     xdc_topology *topo;
     orch_run_config cfg;
+    orch_planned planned; /* with cfg.plan_auto: the plan the run follows */
+    xdc_codec_cfg codec_cfg; /* the WAN codec in use */
+    uint64_t replan_tx0;     /* comm-engine counters at the start of the re-plan window */
+    double replan_secs0;
 
     /* layout: lrank = replica * n_stages + stage; with span, one pipeline over every worker of every
      * region in order (stage = global rank) */

@@ -413,3 +413,25 @@ XDC_TEST_T(orch_members_that_never_arrive_are_named, 120)
     free(text3);
     free(coord);
 }
+
+XDC_TEST_T(orch_plan_auto_and_replan_on_a_degraded_link, 300)
+{
+    need_corpus();
+    /* plan: auto takes the layout from the planner; the emulated link carries 5 % of what the topology
+     * promises, so the first re-plan check finds the goodput far off and switches to a stronger codec,
+     * in every region at the same step (or the run would not finish). */
+    char text[1024], cwd[400], path[600], cmd[2048], out[65536];
+    if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
+    snprintf(path, sizeof path, "%s/replan.yaml", xdc_test_tmpdir());
+    snprintf(text, sizeof text,
+             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: sync\nplan: auto\nmicrobatches: 2\nsteps: 15\n"
+             "replan_every: 5\ntimeouts: {rendezvous: 30s, operation: 30s}\n", cwd, DATA);
+    xdc_test_write_file(path, text);
+    snprintf(cmd, sizeof cmd, "timeout 240 %s launch -t %s -c %s --run-dir %s/run --degrade-links 0.05", xdc_test_bin(),
+             TOPO, path, xdc_test_tmpdir());
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "plan: sync");
+    XDC_ASSERT_STR_CONTAINS(out, "re-plan: goodput");
+    XDC_ASSERT_STR_CONTAINS(out, "final val_loss=");
+}
