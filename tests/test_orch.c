@@ -29,21 +29,28 @@ static void need_corpus(void)
     if (access(DATA, R_OK) != 0) xdc_test_skip("no corpus at %s (Debian package fortunes; `make deps`)", DATA);
 }
 
-/* A run file in the test's folder: the tiny model with the given mode, steps, codec and extras. */
-static const char *write_run(const char *name, const char *mode, int steps, const char *codec, const char *extra)
+/* A run file in the test's folder: the tiny model with 2 pipeline stages and the given mode, steps,
+ * codec and extras. */
+static const char *write_run_p(const char *name, const char *mode, int steps, const char *codec, int stages,
+                               const char *extra)
 {
     static char path[512];
     char cwd[400], text[2048];
     if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
     snprintf(path, sizeof path, "%s/%s.yaml", xdc_test_tmpdir(), name);
     snprintf(text, sizeof text,
-             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: %s\npipeline_stages: 2\nmicrobatches: 2\n"
+             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: %s\npipeline_stages: %d\nmicrobatches: 2\n"
              "steps: %d\ncodec: %s\nbucket_mb: 0.05\nthreads: 1\n%s%s",
-             cwd, DATA, mode, steps, codec,
+             cwd, DATA, mode, stages, steps, codec,
              extra && strstr(extra, "timeouts:") ? "" : "timeouts: {rendezvous: 30s, operation: 30s}\n",
              extra ? extra : "");
     xdc_test_write_file(path, text);
     return path;
+}
+
+static const char *write_run(const char *name, const char *mode, int steps, const char *codec, const char *extra)
+{
+    return write_run_p(name, mode, steps, codec, 2, extra);
 }
 
 /* Run `xdc launch` to completion; returns its exit code, output in out. */
@@ -193,18 +200,26 @@ static void expect_params_match(const char *dir, int P, xdc_gpt_stage **st)
     XDC_ASSERT_MSG(max_diff <= 1e-6, "parameters differ from the single-process reference by %.3g", max_diff);
 }
 
+/* Launch `run` on `topo` (it must dump its parameters), then check them against the serial reference
+ * of R regions x D replicas x P stages, 2 microbatches per step. Returns the launch output. */
+static void match_reference(const char *run, const char *topo, int steps, int R, int D, int P, char *out, size_t cap)
+{
+    char dir[600], cmd[2048];
+    snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "timeout 240 %s launch -t %s -c %s --run-dir %s", xdc_test_bin(), topo, run, dir);
+    int rc = xdc_test_run(cmd, out, cap);
+    XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
+    xdc_gpt_stage *st[4];
+    reference_run(steps, 2, R, D, P, st);
+    expect_params_match(dir, P, st);
+}
+
 XDC_TEST_T(orch_sync_matches_single_process_reference, 300)
 {
     need_corpus();
-    const int steps = 12, M = 2;
-    const char *run = write_run("sync", "sync", steps, "none", "dump_params: true\n");
-    char dir[600], out[65536];
-    snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
-    int rc = launch(run, dir, NULL, out, sizeof out);
-    XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
-    xdc_gpt_stage *st[2];
-    reference_run(steps, M, 2, 1, 2, st);
-    expect_params_match(dir, 2, st);
+    char out[65536];
+    const char *run = write_run("sync", "sync", 12, "none", "dump_params: true\n");
+    match_reference(run, TOPO, 12, 2, 1, 2, out, sizeof out);
 }
 
 XDC_TEST_T(orch_replicas_in_regions_match_single_process, 300)
@@ -212,43 +227,20 @@ XDC_TEST_T(orch_replicas_in_regions_match_single_process, 300)
     need_corpus();
     /* One stage, so each region's two workers are data-parallel replicas: intra reduce-scatter, WAN
      * exchange of the shards, intra all-gather. */
-    const int steps = 10, M = 2;
-    char extra[128];
-    snprintf(extra, sizeof extra, "dump_params: true\n");
-    const char *run = write_run("dp", "sync", steps, "none", extra);
-    char *text = xdc_test_read_file(run, NULL);
-    char *at = strstr(text, "pipeline_stages: 2");
-    XDC_ASSERT(at != NULL);
-    at[strlen("pipeline_stages: ")] = '1';
-    xdc_test_write_file(run, text);
-    free(text);
-    char dir[600], out[65536];
-    snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
-    int rc = launch(run, dir, NULL, out, sizeof out);
-    XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
-    xdc_gpt_stage *st[1];
-    reference_run(steps, M, 2, 2, 1, st);
-    expect_params_match(dir, 1, st);
+    char out[65536];
+    const char *run = write_run_p("dp", "sync", 10, "none", 1, "dump_params: true\n");
+    match_reference(run, TOPO, 10, 2, 2, 1, out, sizeof out);
 }
 
 XDC_TEST_T(orch_pipeline_across_regions_matches_single_process, 300)
 {
     need_corpus();
     /* Stage 0 in us-east, stage 1 in eu-west: activations and their gradients cross the emulated WAN. */
-    const int steps = 8, M = 2;
-    const char *run = write_run("span", "sync", steps, "none", "dump_params: true\nspan_regions: true\nactivation_codec: none\n");
-    char dir[600], out[65536], cmd[2048];
-    snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
-    snprintf(cmd, sizeof cmd, "timeout 240 %s launch -t examples/topology/span-2region.yaml -c %s --run-dir %s",
-             xdc_test_bin(), run, dir);
-    int rc = xdc_test_run(cmd, out, sizeof out);
-    XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
-    char bytes[64];
+    char out[65536], bytes[64];
+    const char *run = write_run("span", "sync", 8, "none", "dump_params: true\nspan_regions: true\nactivation_codec: none\n");
+    match_reference(run, "examples/topology/span-2region.yaml", 8, 1, 1, 2, out, sizeof out);
     final_field(out, "wan_bytes=", bytes, sizeof bytes);
     XDC_ASSERT_MSG(atoll(bytes) > 0, "no activation crossed the WAN");
-    xdc_gpt_stage *st[2];
-    reference_run(steps, M, 1, 1, 2, st);
-    expect_params_match(dir, 2, st);
 }
 
 XDC_TEST_T(orch_same_seed_same_parameters, 300)
