@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,6 +36,7 @@ xdc_err_t orch_proc_spawn(char *const argv[], char *const env[], const char *std
 {
     const char *self = orch_proc_self();
     fflush(NULL);
+    pid_t parent = getpid();
     pid_t p = fork();
     if (p < 0) {
         xdc_diag_set(diag, "fork: %s", strerror(errno));
@@ -42,6 +44,10 @@ xdc_err_t orch_proc_spawn(char *const argv[], char *const env[], const char *std
     }
     if (p == 0) {
         setpgid(0, 0);
+        /* A child outlives nothing: when its launcher or agent dies (killed, or SIGPIPE on a closed
+         * terminal), it gets SIGTERM and stops its own children in turn. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(75);
         for (int i = 0; env && env[i]; i++) putenv(env[i]);
         if (stdout_path) redirect(stdout_path, 1);
         if (stderr_path) redirect(stderr_path, 2);
