@@ -427,3 +427,37 @@ XDC_TEST_T(orch_plan_auto_and_replan_on_a_degraded_link, 300)
     XDC_ASSERT_STR_CONTAINS(out, "re-plan: goodput");
     XDC_ASSERT_STR_CONTAINS(out, "final val_loss=");
 }
+
+XDC_TEST_T(orch_killing_the_launcher_leaves_no_workers, 120)
+{
+    need_corpus();
+    const char *run = write_run("orphan", "sync", 2000, "none", NULL);
+    char dir[600], log[700], pidfile[800];
+    snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/launch.log", xdc_test_tmpdir());
+    pid_t launcher = start_launch(run, dir, log);
+    /* Bounded wait for every worker to exist, then SIGKILL the launcher: it cannot clean up. */
+    pid_t workers[4] = {0};
+    const char *names[4] = {"us-east-0", "us-east-1", "eu-west-0", "eu-west-1"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(pidfile, sizeof pidfile, "%s/pids/%s.pid", dir, names[i]);
+        for (int t = 0; t < 1200 && !workers[i]; t++) {
+            char *text = xdc_test_read_file(pidfile, NULL);
+            if (text) workers[i] = (pid_t)atoi(text);
+            free(text);
+            if (!workers[i]) nanosleep(&(struct timespec){0, 25 * 1000000L}, NULL);
+        }
+        XDC_ASSERT_MSG(workers[i] > 0, "worker %s never started", names[i]);
+    }
+    XDC_ASSERT(kill(launcher, SIGKILL) == 0);
+    int status;
+    XDC_ASSERT(waitpid(launcher, &status, 0) == launcher);
+    /* Agents get SIGTERM from the kernel when the launcher dies and stop their workers. */
+    int alive = 4;
+    for (int t = 0; t < 800 && alive; t++) {
+        alive = 0;
+        for (int i = 0; i < 4; i++) alive += kill(workers[i], 0) == 0;
+        if (alive) nanosleep(&(struct timespec){0, 25 * 1000000L}, NULL);
+    }
+    XDC_ASSERT_MSG(alive == 0, "%d workers outlived the launcher", alive);
+}
