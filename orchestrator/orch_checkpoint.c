@@ -80,9 +80,8 @@ xdc_err_t orch_checkpoint_save(orch_worker *w, xdc_diag *diag)
     if (w->data) meta.data_pos = xdc_data_get_pos(w->data);
     XDC_CHECK(xdc_ckpt_save(dir, w->st, &meta, diag));
     if (w->cfg.mode == ORCH_MODE_DILOCO) XDC_CHECK(momentum_io(w, dir, 1, diag));
-    char name[64];
-    snprintf(name, sizeof name, "ckpt-%lld", (long long)w->step);
-    XDC_CHECK(rdzv_barrier(w->rdzv, name, w->gsize, w->cfg.op_timeout_ms, diag));
+    /* One reusable barrier for every checkpoint: all workers checkpoint at the same steps. */
+    XDC_CHECK(rdzv_barrier(w->rdzv, "checkpoint", w->gsize, w->cfg.op_timeout_ms, diag));
     if (w->grank != 0) return XDC_OK;
     char manifest[1100], tmp[1200];
     snprintf(manifest, sizeof manifest, "%s/ckpt/step-%08lld/MANIFEST", w->run_dir, (long long)w->step);

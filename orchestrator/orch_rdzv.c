@@ -33,7 +33,7 @@ typedef struct {
     char name[128];
     int count;       /* arrivals in the current generation */
     int generation;
-    char arrived[RDZV_MAX_CONNS / 8][RDZV_MEMBER_MAX]; /* names in the current generation */
+    char (*arrived)[RDZV_MEMBER_MAX]; /* (RDZV_MAX_CONNS) names in the current generation */
 } barrier;
 
 typedef struct conn {
@@ -116,7 +116,7 @@ static int list_missing(rdzv_server *s, const barrier *present, int64_t silent_m
         int here;
         if (present) {
             here = 0;
-            for (int a = 0; a < present->count && a < (int)(sizeof present->arrived / sizeof present->arrived[0]); a++)
+            for (int a = 0; a < present->count && a < RDZV_MAX_CONNS; a++)
                 here = here || strcmp(present->arrived[a], m->name) == 0;
             if (i >= s->n_expected && !m->joined) here = 1;
         } else {
@@ -138,8 +138,11 @@ static barrier *find_barrier(rdzv_server *s, const char *name)
     for (int i = 0; i < s->n_barriers; i++)
         if (strcmp(s->barriers[i].name, name) == 0) return &s->barriers[i];
     if (s->n_barriers == (int)(sizeof s->barriers / sizeof s->barriers[0])) return NULL;
-    barrier *b = &s->barriers[s->n_barriers++];
+    barrier *b = &s->barriers[s->n_barriers];
     memset(b, 0, sizeof *b);
+    b->arrived = xdc_calloc(RDZV_MAX_CONNS, sizeof *b->arrived);
+    if (!b->arrived) return NULL;
+    s->n_barriers++;
     snprintf(b->name, sizeof b->name, "%s", name);
     return b;
 }
@@ -244,7 +247,7 @@ static json_t *handle(conn *c, json_t *req)
     } else if (strcmp(op, "barrier") == 0 && key) {
         int count = (int)json_integer_value(json_object_get(req, "count"));
         barrier *b = find_barrier(s, key);
-        if (!b || count < 1 || count > (int)(sizeof b->arrived / sizeof b->arrived[0])) {
+        if (!b || count < 1 || count > RDZV_MAX_CONNS) {
             rep = json_pack("{s:b, s:s}", "ok", 0, "error", "bad barrier");
         } else {
             barrier_wait w = {b, b->generation, count};
@@ -464,6 +467,7 @@ void rdzv_server_destroy(rdzv_server *s)
         xdc_free(c);
     }
     for (int i = 0; i < s->n_keys; i++) xdc_free(s->keys[i].value);
+    for (int i = 0; i < s->n_barriers; i++) xdc_free(s->barriers[i].arrived);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     xdc_free(s);
