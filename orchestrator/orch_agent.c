@@ -119,11 +119,15 @@ int xdc_cmd_agent(int argc, char **argv)
     XDC_INFO(XDC_SUB_ORCH, "identity: %s", desc);
     int r = xdc_topology_region_index(t, id.region);
     const xdc_region *g = &t->regions[r];
-    int wpn = g->workers_per_node < AGENT_MAX_WORKERS ? g->workers_per_node : AGENT_MAX_WORKERS;
+    int wpn = g->workers_per_node;
     char master[256];
-    const char *colon = strrchr(id.coordinator, ':');
-    snprintf(master, sizeof master, "%.*s", colon ? (int)(colon - id.coordinator) : 0, id.coordinator);
-    int master_port = colon ? atoi(colon + 1) : 0;
+    int master_port;
+    if (wpn > AGENT_MAX_WORKERS || orch_split_hostport(id.coordinator, master, sizeof master, &master_port) != 0) {
+        fprintf(stderr, "xdc agent: %s\n", wpn > AGENT_MAX_WORKERS ? "more than 64 workers per node"
+                                                                  : "the coordinator address is not host:port");
+        xdc_topology_destroy(t);
+        return XDC_EX_CONFIG;
+    }
 
     char logdir[1024];
     mkdir(o.run_dir, 0755);
@@ -140,8 +144,12 @@ int xdc_cmd_agent(int argc, char **argv)
         int lrank = id.node * g->workers_per_node + s;
         char **envp = NULL;
         if (orch_identity_worker_env(&id, t, s, master, master_port, NULL, &envp, &d) != XDC_OK) {
-            fprintf(stderr, "xdc agent: worker environment: %s\n", d.msg);
+            char text[600];
+            snprintf(text, sizeof text, "worker environment of slot %d: %s", s, d.msg);
+            fprintf(stderr, "xdc agent: %s\n", text);
+            write_failure(o.run_dir, id.region, id.node, text);
             rc = XDC_EX_CONFIG;
+            g_stop_signal = SIGTERM; /* stop the workers already started */
             break;
         }
         char *wargv[12];
@@ -164,8 +172,12 @@ int xdc_cmd_agent(int argc, char **argv)
         xdc_err_t sr = orch_proc_spawn(wargv, envp, reporter ? NULL : logpath, logpath, &pids[s], &d);
         orch_identity_env_free(envp);
         if (sr != XDC_OK) {
-            fprintf(stderr, "xdc agent: cannot start worker %s: %s\n", names[s], d.msg);
+            char text[600];
+            snprintf(text, sizeof text, "cannot start worker %s: %s", names[s], d.msg);
+            fprintf(stderr, "xdc agent: %s\n", text);
+            write_failure(o.run_dir, id.region, id.node, text);
             rc = XDC_EX_UNAVAILABLE;
+            g_stop_signal = SIGTERM; /* stop the workers already started */
             break;
         }
         XDC_DEBUG(XDC_SUB_ORCH, "worker %s started as pid %d (log %s)", names[s], (int)pids[s], logpath);

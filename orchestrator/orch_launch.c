@@ -55,6 +55,7 @@ typedef struct {
     xdc_wan_relay *relays[LAUNCH_MAX_RELAYS]; /* one per pair of regions */
     char relay_done[LAUNCH_MAX_RELAYS];        /* per (pair, worker) route */
     int n_relays;
+    uint64_t finish_at; /* coordinator: when to stop waiting for members to leave */
     pid_t agents[LAUNCH_MAX_AGENTS];
     char agent_names[LAUNCH_MAX_AGENTS][160];
     int n_agents;
@@ -156,9 +157,10 @@ static void pump_relays(launch *L)
                 char key[128], val[300];
                 snprintf(key, sizeof key, "wan/%d/%d", j, k);
                 if (rdzv_server_get(L->rdzv, key, val, sizeof val) != 0) continue;
-                const char *colon = strrchr(val, ':');
+                char host[256];
+                int target;
                 const xdc_link *l = xdc_topology_link(L->t, i, j);
-                if (!colon || !l) continue;
+                if (orch_split_hostport(val, host, sizeof host, &target) != 0 || !l) continue;
                 xdc_diag d = {{0}};
                 xdc_err_t rc;
                 int port = 0;
@@ -168,7 +170,7 @@ static void pump_relays(launch *L)
                                             .jitter_ms = l->jitter_ms,
                                             .loss_pct = l->loss_pct,
                                             .seed = (uint64_t)link + 1};
-                    rc = xdc_wan_relay_create("127.0.0.1", 0, "127.0.0.1", atoi(colon + 1), &m, &L->relays[link], &d);
+                    rc = xdc_wan_relay_create("127.0.0.1", 0, host, target, &m, &L->relays[link], &d);
                     if (rc == XDC_OK) {
                         port = xdc_wan_relay_port(L->relays[link]);
                         if (L->o.outage_ms > 0)
@@ -178,7 +180,7 @@ static void pump_relays(launch *L)
                                   L->t->regions[j].name, m.rate_mbps, m.rtt_ms);
                     }
                 } else {
-                    rc = xdc_wan_relay_add_route(L->relays[link], "127.0.0.1", 0, "127.0.0.1", atoi(colon + 1), &port, &d);
+                    rc = xdc_wan_relay_add_route(L->relays[link], "127.0.0.1", 0, host, target, &port, &d);
                 }
                 if (rc != XDC_OK) {
                     XDC_WARN(XDC_SUB_ORCH, "relay for %s -> %s rank %d: %s", L->t->regions[i].name, L->t->regions[j].name, k, d.msg);
@@ -231,31 +233,35 @@ static xdc_err_t start_agents(launch *L, xdc_diag *diag)
     return XDC_OK;
 }
 
-/* The first failure note an agent left, or "" */
-static void read_failure(const launch *L, char *out, size_t cap)
+/* The failure note agent `i` left (the one whose exit we are reporting), else the first any agent left,
+ * else "". */
+static void read_failure(const launch *L, int i, char *out, size_t cap)
 {
     out[0] = '\0';
-    for (int r = 0; r < L->t->n_regions && !out[0]; r++)
-        for (int n = 0; n < L->t->regions[r].n_hosts && !out[0]; n++) {
-            char path[1024];
-            snprintf(path, sizeof path, "%s/failed-%s-%d", L->o.run_dir, L->t->regions[r].name, n);
-            FILE *f = fopen(path, "r");
-            if (!f) continue;
-            if (fgets(out, (int)cap, f)) out[strcspn(out, "\n")] = '\0';
-            fclose(f);
-        }
+    for (int pass = 0; pass < 2 && !out[0]; pass++) {
+        int a = 0;
+        for (int r = 0; r < L->t->n_regions && !out[0]; r++)
+            for (int n = 0; n < L->t->regions[r].n_hosts && !out[0]; n++, a++) {
+                if (pass == 0 && a != i) continue;
+                char path[1024];
+                snprintf(path, sizeof path, "%s/failed-%s-%d", L->o.run_dir, L->t->regions[r].name, n);
+                FILE *f = fopen(path, "r");
+                if (!f) continue;
+                if (fgets(out, (int)cap, f)) out[strcspn(out, "\n")] = '\0';
+                fclose(f);
+            }
+    }
 }
 
-/* Have all workers reported their statistics (the run is over)? */
-static int all_reported(launch *L)
+/* The coordinator's end of a run: global rank 0 set "finished" after everyone passed the last barrier;
+ * then give the members a moment (at most 10 s) to take their replies and leave before the store
+ * closes under them. */
+static int run_finished(launch *L)
 {
-    for (int r = 0; r < L->t->n_regions; r++)
-        for (int k = 0; k < xdc_topology_region_workers(L->t, r); k++) {
-            char key[64], val[512];
-            snprintf(key, sizeof key, "stats/%d/%d", r, k);
-            if (rdzv_server_get(L->rdzv, key, val, sizeof val) != 0) return 0;
-        }
-    return 1;
+    char val[16];
+    if (rdzv_server_get(L->rdzv, "finished", val, sizeof val) != 0) return 0;
+    if (!L->finish_at) L->finish_at = xdc_deadline_ms(10000);
+    return rdzv_server_connections(L->rdzv) == 0 || xdc_deadline_passed(L->finish_at);
 }
 
 /* Wait for every agent (the coordinator: for every worker's report); on the first failure stop the
@@ -285,7 +291,7 @@ static int supervise(launch *L)
             if (rdzv_server_find(L->rdzv, "failed/", key, sizeof key, why, sizeof why) == 0) {
                 fprintf(stderr, "xdc coordinator: run failed: %s: %s\n", key + 7, why);
                 rc = XDC_EX_UNAVAILABLE;
-            } else if (all_reported(L)) {
+            } else if (run_finished(L)) {
                 break;
             }
         }
@@ -319,7 +325,7 @@ static int supervise(launch *L)
             if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && rc == XDC_EX_OK) {
                 char how[128];
                 orch_proc_describe(status, how, sizeof how);
-                read_failure(L, why, sizeof why);
+                read_failure(L, i, why, sizeof why);
                 fprintf(stderr, "xdc launch: run failed: %s\n  (agent %s %s); stopping the other agents\n",
                         why[0] ? why : "an agent failed", L->agent_names[i], how);
                 rc = WIFEXITED(status) && WEXITSTATUS(status) ? WEXITSTATUS(status) : XDC_EX_UNAVAILABLE;

@@ -1,5 +1,5 @@
 /* orch_observe.c — the worker's Prometheus metrics: the standard xdc_* families with const labels
- * region/host/rank, updated once per step, served on /metrics (port metrics_port + local rank, or any
+ * region/host/rank, updated once per step, served on /metrics (port metrics_port + global rank, or any
  * free port for 0; the address goes into the rendezvous as metrics/<region>/<rank> and into the log),
  * and a final snapshot written to RUN/metrics/<region>-<rank>.prom when the run ends. */
 #include "orchestrator/orch_worker.h"
@@ -52,7 +52,7 @@ xdc_err_t orch_observe_start(orch_worker *w, xdc_diag *diag)
         o->goodput[r] = series(w->m.wan_goodput, peer, diag);
         o->reconnects[r] = series(w->m.wan_reconnects, peer, diag);
     }
-    int port = w->cfg.metrics_port ? w->cfg.metrics_port + w->lrank : 0;
+    int port = w->cfg.metrics_port ? w->cfg.metrics_port + w->grank : 0; /* regions may share a host */
     const char *adv = getenv("XDC_ADVERTISE_HOST");
     XDC_CHECK(orch_metrics_server_start(w->metrics, adv && *adv ? adv : NULL, port, &w->metrics_srv, diag));
     char key[160], val[300];

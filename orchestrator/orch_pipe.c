@@ -86,7 +86,11 @@ xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag)
         w->t_wan_exposed += (double)xdc_now_ns() / 1e9 - s0;
         orch_trace_complete(w->trace, r->dst ? ORCH_LANE_WAN_RX : ORCH_LANE_WAN_TX, "pipeline transfer", "wan", t0,
                             orch_trace_now_us(w->trace) - t0, "bytes", (double)len);
-        if (rc == XDC_OK && r->dst && r->wire) {
+        if (rc == XDC_OK && r->dst && r->wire && codec != (uint8_t)w->pipe_codec_kind) {
+            xdc_diag_set(diag, "activation with codec %u where %u was expected (messages out of order?)", codec,
+                         (unsigned)w->pipe_codec_kind);
+            rc = XDC_ERR_PROTO;
+        } else if (rc == XDC_OK && r->dst && r->wire) {
             rc = xdc_codec_decode(w->pipe_dec, r->wire, len, r->dst, r->n, XDC_CODEC_WRITE, diag);
         } else if (rc == XDC_OK && r->dst && (codec != PIPE_RAW_CODEC || len != r->n * sizeof(float))) {
             xdc_diag_set(diag, "control message of %zu bytes (codec %u), expected %zu raw", len, codec, r->n * sizeof(float));

@@ -35,10 +35,19 @@ xdc_err_t orch_proc_spawn(char *const argv[], char *const env[], const char *std
                           pid_t *pid, xdc_diag *diag)
 {
     const char *self = orch_proc_self();
+    /* Build the child's argv before fork: the parent has threads, so the child must not allocate. argv[0]
+     * of the child is the binary; the caller's argv starts at the subcommand. */
+    int n = 0;
+    while (argv[n]) n++;
+    char **full = calloc((size_t)n + 2, sizeof *full);
+    if (!full) return XDC_ERR_NOMEM;
+    full[0] = (char *)self;
+    memcpy(full + 1, argv, (size_t)n * sizeof *full);
     fflush(NULL);
     pid_t parent = getpid();
     pid_t p = fork();
     if (p < 0) {
+        free(full);
         xdc_diag_set(diag, "fork: %s", strerror(errno));
         return XDC_ERR_UNAVAILABLE;
     }
@@ -51,20 +60,28 @@ xdc_err_t orch_proc_spawn(char *const argv[], char *const env[], const char *std
         for (int i = 0; env && env[i]; i++) putenv(env[i]);
         if (stdout_path) redirect(stdout_path, 1);
         if (stderr_path) redirect(stderr_path, 2);
-        /* argv[0] of the child is the binary; the caller's argv starts at the subcommand. */
-        int n = 0;
-        while (argv[n]) n++;
-        char **full = calloc((size_t)n + 2, sizeof *full);
-        if (!full) _exit(71);
-        full[0] = (char *)self;
-        memcpy(full + 1, argv, (size_t)n * sizeof *full);
         execv(self, full);
-        fprintf(stderr, "xdc: cannot execute %s: %s\n", self, strerror(errno));
+        static const char msg[] = "xdc: cannot execute this binary again (execv failed)\n";
+        ssize_t w = write(2, msg, sizeof msg - 1);
+        (void)w;
         _exit(69);
     }
+    free(full);
     setpgid(p, p);
     *pid = p;
     return XDC_OK;
+}
+
+int orch_split_hostport(const char *text, char *host, size_t cap, int *port)
+{
+    const char *colon = text ? strrchr(text, ':') : NULL;
+    if (!colon || colon == text) return -1;
+    char *end;
+    long v = strtol(colon + 1, &end, 10);
+    if (*end || end == colon + 1 || v < 1 || v > 65535) return -1;
+    snprintf(host, cap, "%.*s", (int)(colon - text), text);
+    *port = (int)v;
+    return 0;
 }
 
 void orch_proc_signal(pid_t pid, int sig)

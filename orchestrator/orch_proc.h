@@ -6,6 +6,7 @@
 
 #include "common/xdc_err.h"
 
+#include <stddef.h>
 #include <sys/types.h>
 
 /* Start this binary with argv (argv[0] is the subcommand, NULL-terminated) and `env` (NULL-terminated
@@ -17,6 +18,8 @@ xdc_err_t orch_proc_spawn(char *const argv[], char *const env[], const char *std
 void orch_proc_signal(pid_t pid, int sig);
 /* "exited with status 3" / "killed by signal 9 (Killed)". */
 void orch_proc_describe(int status, char *buf, size_t cap);
+/* Split "host:port" (port 1..65535); -1 when the text is not that. */
+int orch_split_hostport(const char *text, char *host, size_t cap, int *port);
 /* Path of this executable (for re-executing subcommands). */
 const char *orch_proc_self(void);
 

@@ -41,6 +41,7 @@ typedef struct conn {
     xdc_wan_peer *peer;
     pthread_t thread;
     int idx; /* member index, -1 before join */
+    int live; /* the connection's thread still serves it (atomic) */
     char rx[RDZV_MSG_MAX], tx[RDZV_MSG_MAX];
 } conn;
 
@@ -332,6 +333,7 @@ static void *conn_main(void *arg)
 {
     conn *c = arg;
     rdzv_server *s = c->srv;
+    __atomic_store_n(&c->live, 1, __ATOMIC_RELEASE);
     while (!s->stop) {
         json_t *req;
         xdc_diag d = {{0}};
@@ -349,6 +351,7 @@ static void *conn_main(void *arg)
         json_decref(rep);
         if (rc != XDC_OK) break;
     }
+    __atomic_store_n(&c->live, 0, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -372,7 +375,10 @@ static void *acceptor_main(void *arg)
         c->idx = -1;
         s->conns[s->n_conns++] = c;
         pthread_mutex_unlock(&s->mu);
-        if (pthread_create(&c->thread, NULL, conn_main, c) != 0) c->peer = NULL;
+        if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
+            xdc_wan_peer_close(p); /* no thread to serve it */
+            c->peer = NULL;
+        }
     }
     return NULL;
 }
@@ -441,6 +447,15 @@ int rdzv_server_find(rdzv_server *s, const char *prefix, char *key, size_t key_c
     return found;
 }
 
+int rdzv_server_connections(rdzv_server *s)
+{
+    int n = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_conns; i++) n += __atomic_load_n(&s->conns[i]->live, __ATOMIC_ACQUIRE);
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 int rdzv_server_missing(rdzv_server *s, int64_t silent_ms, char *out, size_t cap)
 {
     pthread_mutex_lock(&s->mu);
@@ -477,6 +492,7 @@ void rdzv_server_destroy(rdzv_server *s)
 
 struct rdzv_client {
     xdc_wan_peer *peer;
+    int broken; /* a request failed mid-way: its late reply would answer the next one, so stop here */
     char member[RDZV_MEMBER_MAX];
     char rx[RDZV_MSG_MAX], tx[RDZV_MSG_MAX];
     pthread_mutex_t mu; /* one request at a time */
@@ -488,9 +504,17 @@ static xdc_err_t call(rdzv_client *c, json_t *req, int64_t timeout_ms, json_t **
 {
     *rep = NULL;
     pthread_mutex_lock(&c->mu);
-    xdc_err_t rc = send_json(c->peer, req, c->tx, sizeof c->tx, timeout_ms < 0 ? 60000 : timeout_ms + 30000, diag);
-    json_decref(req);
-    if (rc == XDC_OK) rc = recv_json(c->peer, c->rx, sizeof c->rx, timeout_ms < 0 ? -1 : timeout_ms + 30000, NULL, rep, diag);
+    xdc_err_t rc = XDC_ERR_CLOSED;
+    if (c->broken) {
+        json_decref(req);
+        xdc_diag_set(diag, "connection unusable after an earlier request failed");
+    } else {
+        rc = send_json(c->peer, req, c->tx, sizeof c->tx, timeout_ms < 0 ? 60000 : timeout_ms + 30000, diag);
+        json_decref(req);
+        if (rc == XDC_OK)
+            rc = recv_json(c->peer, c->rx, sizeof c->rx, timeout_ms < 0 ? -1 : timeout_ms + 30000, NULL, rep, diag);
+        if (rc != XDC_OK) c->broken = 1;
+    }
     pthread_mutex_unlock(&c->mu);
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "rendezvous");
@@ -559,7 +583,13 @@ static xdc_err_t get_common(rdzv_client *c, const char *key, int64_t timeout_ms,
         return XDC_ERR_TIMEOUT;
     }
     XDC_CHECK(rc);
-    snprintf(value, cap, "%s", json_string_value(json_object_get(rep, "value")));
+    const char *v = json_string_value(json_object_get(rep, "value"));
+    if (!v) {
+        json_decref(rep);
+        xdc_diag_set(diag, "rendezvous: reply to get '%s' has no value", key);
+        return XDC_ERR_PROTO;
+    }
+    snprintf(value, cap, "%s", v);
     json_decref(rep);
     return XDC_OK;
 }

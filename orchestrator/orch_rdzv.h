@@ -34,6 +34,8 @@ int rdzv_server_get(rdzv_server *s, const char *key, char *value, size_t cap);
 /* First key starting with `prefix` (in the order keys were first set): 0 and its key and value when
  * there is one, -1 otherwise. */
 int rdzv_server_find(rdzv_server *s, const char *prefix, char *key, size_t key_cap, char *value, size_t cap);
+/* Members still connected (their connection thread has not seen them leave). */
+int rdzv_server_connections(rdzv_server *s);
 /* One line per expected member that has not joined or has been silent for more than `silent_ms`:
  * "name (never joined)" or "name (last heard 12.3 s ago: <what>)". Returns how many. */
 int rdzv_server_missing(rdzv_server *s, int64_t silent_ms, char *out, size_t cap);

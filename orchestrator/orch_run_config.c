@@ -117,6 +117,11 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     if (c->eval_interval) c->train.eval_interval = c->eval_interval;
     c->microbatches = c->train.microbatches;
     c->steps = c->train.steps;
+    if (c->mode == ORCH_MODE_STREAMING && c->fragments > c->diloco_inner_steps) {
+        xdc_cfg_error_add(errs, 0, 0, "streaming.fragments (%d) must not exceed diloco.inner_steps (%d): each fragment "
+                                      "needs its own step of the period", c->fragments, c->diloco_inner_steps);
+        return XDC_ERR_CONFIG;
+    }
     if (c->span_regions && c->mode != ORCH_MODE_SYNC) {
         xdc_cfg_error_add(errs, 0, 0, "span_regions needs mode sync (a pipeline across regions has one replica)");
         return XDC_ERR_CONFIG;

@@ -50,11 +50,19 @@ struct orch_sync {
 
 static double secs_since(uint64_t t0) { return (double)(xdc_now_ns() - t0) / 1e9; }
 
-/* Wait for a collective that `rc` says was started (req set by the start call, read only after it). */
+/* Wait for a collective that `rc` says was started (req set by the start call, read only after it). The
+ * communicator fails it when a rank makes no progress for its op timeout; a stop request ends the wait. */
 static xdc_err_t intra_wait(orch_sync *s, xdc_err_t rc, xdc_intra_req *req, xdc_diag *diag)
 {
     if (rc != XDC_OK) return rc;
-    return xdc_intra_wait(req, s->cfg.timeout_ms, diag);
+    for (;;) {
+        rc = xdc_intra_wait(req, 200, diag);
+        if (rc != XDC_ERR_TIMEOUT) return rc;
+        if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+            xdc_diag_set(diag, "sync stopped");
+            return XDC_ERR_CLOSED;
+        }
+    }
 }
 
 /* Where bucket k's padded (dp_size, shard) data lives for the collectives. */
@@ -63,13 +71,30 @@ static float *padded(orch_sync *s, bucket *k)
     return k->plen == k->len ? s->buf + k->lo : s->pad;
 }
 
+/* Wait for a WAN request without a total deadline: the engine fails it when the peer has been silent
+ * for its liveness deadline, so a slow but live peer (another region still computing, a DiLoCo region
+ * H steps behind) is waited for. Gives up with XDC_ERR_CLOSED when the sync is being stopped. */
+static xdc_err_t wan_wait(orch_sync *s, xdc_wan_request **req, size_t *len, uint8_t *codec, xdc_diag *diag)
+{
+    for (;;) {
+        xdc_err_t rc = xdc_wan_wait(*req, 200, len, codec, diag);
+        if (rc != XDC_ERR_TIMEOUT) {
+            *req = NULL; /* completed or failed: the engine released it */
+            return rc;
+        }
+        if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+            xdc_diag_set(diag, "sync stopped");
+            return XDC_ERR_CLOSED; /* the request stays with the engine, which fails it when destroyed */
+        }
+    }
+}
+
 /* Complete the sends of bucket k still in flight (from this round or the last). */
 static xdc_err_t wait_sends(orch_sync *s, bucket *k, xdc_diag *diag)
 {
     for (int r = 0; r < s->cfg.n_regions; r++) {
         if (!k->sreq[r]) continue;
-        xdc_err_t rc = xdc_wan_wait(k->sreq[r], s->cfg.timeout_ms, NULL, NULL, diag);
-        k->sreq[r] = NULL;
+        xdc_err_t rc = wan_wait(s, &k->sreq[r], NULL, NULL, diag);
         if (rc != XDC_OK) {
             xdc_diag_prefix(diag, "%s bucket at %zu: send to region %d", s->cfg.name, k->lo, r);
             return rc;
@@ -130,8 +155,7 @@ static xdc_err_t stage_b(orch_sync *s, bucket *k, xdc_diag *diag)
         for (int r = 0; r < s->cfg.n_regions; r++) {
             if (r == s->cfg.my_region) continue;
             uint8_t codec = 0;
-            xdc_err_t rc = xdc_wan_wait(k->rreq[r], s->cfg.timeout_ms, &rx_len[r], &codec, diag);
-            k->rreq[r] = NULL;
+            xdc_err_t rc = wan_wait(s, &k->rreq[r], &rx_len[r], &codec, diag);
             if (rc == XDC_OK && codec != (uint8_t)s->cfg.codec.kind) {
                 xdc_diag_set(diag, "region %d sent codec %u, this run uses %u", r, codec, (unsigned)s->cfg.codec.kind);
                 rc = XDC_ERR_PROTO;
@@ -170,6 +194,15 @@ static xdc_err_t stage_b(orch_sync *s, bucket *k, xdc_diag *diag)
 }
 
 static int bucket_ready(orch_sync *s, const bucket *k) { return s->ready_from <= k->lo; }
+
+/* A codec context for bucket k's shard: the run's codec, sized to the shard. */
+static xdc_err_t bucket_codec_create(const xdc_codec_cfg *codec, const bucket *k, xdc_codec **out, xdc_diag *diag)
+{
+    xdc_codec_cfg cc = *codec;
+    cc.n_elems = k->shard;
+    if (cc.chunk_elems > k->shard) cc.chunk_elems = k->shard;
+    return xdc_codec_create(&cc, out, diag);
+}
 
 static xdc_err_t run_round(orch_sync *s, xdc_diag *diag)
 {
@@ -240,18 +273,15 @@ xdc_err_t orch_sync_create(const orch_sync_cfg *cfg, orch_sync **out, xdc_diag *
     size_t bsz = (cfg->bucket_elems + (size_t)s->dp_size - 1) / (size_t)s->dp_size * (size_t)s->dp_size;
     s->n_buckets = (int)((cfg->n_elems + bsz - 1) / bsz);
     s->b = xdc_calloc((size_t)s->n_buckets, sizeof *s->b);
-    s->pad = xdc_malloc(bsz * sizeof(float));
-    xdc_err_t rc = (s->b && s->pad) ? XDC_OK : XDC_ERR_NOMEM;
+    s->pad = s->dp_size > 1 ? xdc_malloc(bsz * sizeof(float)) : NULL; /* only replicas pad a bucket */
+    xdc_err_t rc = (s->b && (s->pad || s->dp_size == 1)) ? XDC_OK : XDC_ERR_NOMEM;
     for (int i = 0; i < s->n_buckets && rc == XDC_OK; i++) {
         bucket *k = &s->b[i];
         k->lo = (size_t)i * bsz;
         k->len = cfg->n_elems - k->lo < bsz ? cfg->n_elems - k->lo : bsz;
         k->plen = (k->len + (size_t)s->dp_size - 1) / (size_t)s->dp_size * (size_t)s->dp_size;
         k->shard = k->plen / (size_t)s->dp_size;
-        xdc_codec_cfg cc = cfg->codec;
-        cc.n_elems = k->shard;
-        if (cc.chunk_elems > k->shard) cc.chunk_elems = k->shard;
-        if ((rc = xdc_codec_create(&cc, &k->codec, diag)) != XDC_OK) break;
+        if ((rc = bucket_codec_create(&cfg->codec, k, &k->codec, diag)) != XDC_OK) break;
         k->bound = xdc_codec_bound(k->codec, k->shard);
         k->enc = xdc_malloc(k->bound);
         k->rx = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rx);
@@ -277,16 +307,21 @@ xdc_err_t orch_sync_create(const orch_sync_cfg *cfg, orch_sync **out, xdc_diag *
     return XDC_OK;
 }
 
+void orch_sync_stop(orch_sync *s)
+{
+    if (!s || s->stop == -1) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    s->stop = -1; /* joined */
+}
+
 void orch_sync_destroy(orch_sync *s)
 {
     if (!s) return;
-    if (s->stop != -1) {
-        pthread_mutex_lock(&s->mu);
-        s->stop = 1;
-        pthread_cond_broadcast(&s->cv);
-        pthread_mutex_unlock(&s->mu);
-        pthread_join(s->thread, NULL);
-    }
+    orch_sync_stop(s);
     for (int i = 0; s->b && i < s->n_buckets; i++) {
         bucket *k = &s->b[i];
         xdc_codec_destroy(k->codec);
@@ -307,8 +342,9 @@ void orch_sync_destroy(orch_sync *s)
 xdc_err_t orch_sync_begin(orch_sync *s, float *buf)
 {
     pthread_mutex_lock(&s->mu);
-    if (s->active) {
+    if (s->active || s->stop) {
         pthread_mutex_unlock(&s->mu);
+        XDC_ERROR(XDC_SUB_ORCH, "sync %s: a round began while one is still running or after stop", s->cfg.name);
         return XDC_ERR_INVALID;
     }
     s->buf = buf;
@@ -358,12 +394,10 @@ xdc_err_t orch_sync_set_codec(orch_sync *s, const xdc_codec_cfg *codec, xdc_diag
     for (int i = 0; i < s->n_buckets; i++) {
         bucket *k = &s->b[i];
         XDC_CHECK(wait_sends(s, k, diag)); /* the old encoding may still be on the wire */
-        xdc_codec_cfg cc = *codec;
-        cc.n_elems = k->shard;
-        if (cc.chunk_elems > k->shard) cc.chunk_elems = k->shard;
         xdc_codec *nc;
-        XDC_CHECK(xdc_codec_create(&cc, &nc, diag));
-        xdc_err_t rc = xdc_codec_set_residual(nc, xdc_codec_residual(k->codec), k->shard);
+        XDC_CHECK(bucket_codec_create(codec, k, &nc, diag));
+        /* Carry the residual over; a codec without error feedback (none) has none to take. */
+        xdc_err_t rc = xdc_codec_residual(nc) ? xdc_codec_set_residual(nc, xdc_codec_residual(k->codec), k->shard) : XDC_OK;
         size_t bound = xdc_codec_bound(nc, k->shard);
         /* A rare path: grow the wire buffers when the new codec may need more room. */
         if (rc == XDC_OK && bound > k->bound) {

@@ -26,7 +26,6 @@ typedef struct orch_sync_cfg {
     xdc_wan_peer **peers;   /* (n_regions) the same rank in each other region; NULL at my_region */
     int n_regions, my_region;
     xdc_codec_cfg codec;    /* WAN codec (n_elems is filled per bucket shard) */
-    int64_t timeout_ms;     /* a bucket that makes no progress this long fails the sync */
     const char *name;       /* for logs: "grads", "pseudo-grads" */
 } orch_sync_cfg;
 
@@ -41,6 +40,11 @@ typedef struct orch_sync orch_sync;
 
 /* Allocates every buffer and codec context once and starts the comm thread. */
 xdc_err_t orch_sync_create(const orch_sync_cfg *cfg, orch_sync **out, xdc_diag *diag);
+/* Stop and join the comm thread (a wait in progress ends with XDC_ERR_CLOSED). Buffers stay allocated:
+ * requests still posted with the WAN engine may write into them until the engine is destroyed, so a
+ * caller tears down as stop -> destroy the engine -> orch_sync_destroy. NULL: no-op. */
+void orch_sync_stop(orch_sync *s);
+/* Stop (if not yet) and free. NULL: no-op. */
 void orch_sync_destroy(orch_sync *s);
 
 /* Start a round on `buf` (n_elems fp32, not touched by the caller until orch_sync_end returns). Nothing
@@ -48,8 +52,10 @@ void orch_sync_destroy(orch_sync *s);
 xdc_err_t orch_sync_begin(orch_sync *s, float *buf);
 /* Elements [from, n_elems) are final: every bucket entirely inside goes now. */
 void orch_sync_mark_ready(orch_sync *s, size_t from);
-/* Mark everything final and wait until every bucket holds the average over replicas and regions.
- * Errors (a peer lost past its deadline, a corrupt chunk) come back with the peer named in diag. */
+/* Mark everything final and wait until every bucket holds the average over replicas and regions. There
+ * is no total deadline (another region may be slower); a peer silent past the WAN engine's liveness
+ * deadline or a replica past the intra op timeout fails the round, with the peer named in diag, as does
+ * a corrupt chunk. */
 xdc_err_t orch_sync_end(orch_sync *s, xdc_diag *diag);
 /* Switch the WAN codec between rounds (a re-plan): every bucket gets a new context of the new kind
  * that keeps its error-feedback residual. Every region must switch at the same step. */

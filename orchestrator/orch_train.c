@@ -420,15 +420,18 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
     wan_totals(w, &tx, &raw);
     double wall = now_s() - run_t0;
     char key[200], val[512];
-    snprintf(key, sizeof key, "stats/%d/%d", w->region_idx, w->lrank);
-    snprintf(val, sizeof val, "%llu %llu %.6f %.6f %.6f %.6f", (unsigned long long)tx, (unsigned long long)raw,
-             w->t_step, w->t_compute, w->t_intra, w->t_wan_exposed);
-    XDC_CHECK(rdzv_set(w->rdzv, key, val, diag));
+    /* The result first: a coordinator takes every worker's stats as the end of the run. */
     if ((w->span || w->region_idx == 0) && w->replica == 0 && is_last(w)) {
         snprintf(val, sizeof val, "%.4f %016llx %lld %.3f", w->val_loss, (unsigned long long)hash, (long long)w->step,
                  (double)w->step * w->B * w->T * w->M * w->n_replicas * (w->span ? 1 : w->n_regions) / wall);
         XDC_CHECK(rdzv_set(w->rdzv, "result", val, diag));
     }
-    /* Nobody leaves before everyone reported: a departing peer would look like a failure. */
-    return rdzv_barrier(w->rdzv, "done", w->gsize, w->cfg.op_timeout_ms, diag);
+    snprintf(key, sizeof key, "stats/%d/%d", w->region_idx, w->lrank);
+    snprintf(val, sizeof val, "%llu %llu %.6f %.6f %.6f %.6f", (unsigned long long)tx, (unsigned long long)raw,
+             w->t_step, w->t_compute, w->t_intra, w->t_wan_exposed);
+    XDC_CHECK(rdzv_set(w->rdzv, key, val, diag));
+    /* Nobody leaves before everyone reported: a departing peer would look like a failure. Then global rank
+     * 0 says the run is over, so a coordinator knows it may close the store. */
+    XDC_CHECK(rdzv_barrier(w->rdzv, "done", w->gsize, w->cfg.op_timeout_ms, diag));
+    return w->grank == 0 ? rdzv_set(w->rdzv, "finished", "1", diag) : XDC_OK;
 }

@@ -10,6 +10,7 @@
 #include "common/xdc_time.h"
 #include "kernels/xdc_model_ops.h"
 #include "orchestrator/orch_identity.h"
+#include "orchestrator/orch_proc.h"
 #include "orchestrator/xdc_cli.h"
 
 #include <getopt.h>
@@ -39,13 +40,10 @@ static xdc_err_t read_identity(orch_worker *w, xdc_diag *diag)
     w->lsize = id.world_size;
     w->grank = id.global_rank;
     w->gsize = id.global_world_size;
-    const char *colon = strrchr(id.coordinator, ':');
-    if (!colon || colon == id.coordinator) {
+    if (orch_split_hostport(id.coordinator, w->coord_host, sizeof w->coord_host, &w->coord_port) != 0) {
         xdc_diag_set(diag, "coordinator '%s' (%s) is not host:port", id.coordinator, id.source[ORCH_ID_COORDINATOR]);
         return XDC_ERR_CONFIG;
     }
-    snprintf(w->coord_host, sizeof w->coord_host, "%.*s", (int)(colon - id.coordinator), id.coordinator);
-    w->coord_port = atoi(colon + 1);
     snprintf(w->member, sizeof w->member, "%s/%s:%d", w->region, w->node, w->lrank);
     return XDC_OK;
 }
@@ -171,8 +169,9 @@ static xdc_err_t open_wan(orch_worker *w, xdc_diag *diag)
     wc.key_path = key;
     wc.ca_path = ca;
     wc.deadline_ms = w->cfg.op_timeout_ms;
-    const xdc_link *l = w->n_regions > 1 ? xdc_topology_link(w->topo, w->region_idx, (w->region_idx + 1) % w->n_regions) : NULL;
-    wc.streams = l ? l->streams : 1;
+    wc.streams = 1; /* the most any link of the topology asks for: one engine dials every peer */
+    for (int i = 0; i < w->topo->n_links; i++)
+        if (w->topo->links[i].streams > wc.streams) wc.streams = w->topo->links[i].streams;
     XDC_CHECK(xdc_wan_engine_create(&wc, &w->wan, diag));
     XDC_CHECK(rdzv_client_create(w->wan, w->coord_host, w->coord_port, w->member, w->cfg.rendezvous_timeout_ms,
                                  &w->rdzv, diag));
@@ -214,13 +213,13 @@ static xdc_err_t dial(orch_worker *w, int r, int rank, xdc_wan_peer **out, xdc_d
     else
         snprintf(key, sizeof key, "wan/%d/%d", r, rank);
     XDC_CHECK(rdzv_get(w->rdzv, key, w->cfg.rendezvous_timeout_ms, val, sizeof val, diag));
-    char *colon = strrchr(val, ':');
-    if (!colon) {
+    char host[256];
+    int port;
+    if (orch_split_hostport(val, host, sizeof host, &port) != 0) {
         xdc_diag_set(diag, "rendezvous key %s = '%s' is not host:port", key, val);
         return XDC_ERR_PROTO;
     }
-    *colon = '\0';
-    XDC_CHECK(xdc_wan_connect(w->wan, val, atoi(colon + 1), w->topo->regions[r].name, rank, out, diag));
+    XDC_CHECK(xdc_wan_connect(w->wan, host, port, w->topo->regions[r].name, rank, out, diag));
     xdc_err_t rc = xdc_wan_peer_wait_ready(*out, w->cfg.rendezvous_timeout_ms, diag);
     if (rc != XDC_OK) xdc_diag_prefix(diag, "connecting to %s rank %d", w->topo->regions[r].name, rank);
     return rc;
@@ -301,17 +300,28 @@ static xdc_err_t open_pipe_codec(orch_worker *w, xdc_diag *diag)
     return w->wire ? XDC_OK : XDC_ERR_NOMEM;
 }
 
-/* The WAN codec for this run: the run file's, or the link's ("link"), "auto" meaning int8. */
+/* The WAN codec, one for the whole run so every region encodes alike: the run file's, or with "link"
+ * the most compressing codec any link of the topology names ("auto" counting as int8); zstd at the
+ * level the slowest link calls for. Every worker computes the same answer from the same files. */
 static xdc_err_t codec_config(orch_worker *w, xdc_codec_cfg *cc, xdc_diag *diag)
 {
+    static const char *const strength[] = {"none", "bf16", "int8", "int4", "topk"}; /* weakest first */
     xdc_codec_cfg d = XDC_CODEC_CFG_INIT;
     *cc = d;
-    const xdc_link *l = w->n_regions > 1 ? xdc_topology_link(w->topo, w->region_idx, (w->region_idx + 1) % w->n_regions) : NULL;
     const char *name = w->cfg.codec;
-    if (strcmp(name, "link") == 0) name = l ? l->codec : "none";
+    double slowest = 100; /* Gbit/s */
+    int best = -1;
+    for (int i = 0; i < w->topo->n_links; i++) {
+        const xdc_link *l = &w->topo->links[i];
+        const char *c = strcmp(l->codec, "auto") == 0 ? "int8" : l->codec;
+        for (int k = 0; k < 5; k++)
+            if (strcmp(c, strength[k]) == 0 && k > best) best = k;
+        if (l->bandwidth_gbps < slowest) slowest = l->bandwidth_gbps;
+    }
+    if (strcmp(name, "link") == 0) name = best >= 0 ? strength[best] : "none";
     if (strcmp(name, "auto") == 0) name = "int8";
     XDC_CHECK(xdc_codec_parse(name, cc, diag));
-    cc->zstd_level = w->cfg.zstd_level >= 0 ? w->cfg.zstd_level : xdc_codec_zstd_level_for_link(l ? l->bandwidth_gbps : 100);
+    cc->zstd_level = w->cfg.zstd_level >= 0 ? w->cfg.zstd_level : xdc_codec_zstd_level_for_link(slowest);
     return XDC_OK;
 }
 
@@ -323,7 +333,6 @@ static xdc_err_t open_sync(orch_worker *w, xdc_diag *diag)
                         .peers = w->peers,
                         .n_regions = w->n_regions,
                         .my_region = w->region_idx,
-                        .timeout_ms = w->cfg.op_timeout_ms,
                         .name = "gradients"};
     if (sc.bucket_elems == 0) sc.bucket_elems = 1;
     XDC_CHECK(codec_config(w, &sc.codec, diag));
@@ -341,6 +350,13 @@ static xdc_err_t open_sync(orch_worker *w, xdc_diag *diag)
     inner.peers = NULL;
     XDC_CHECK(orch_sync_create(&inner, &w->grad_sync, diag));
     sc.name = "pseudo-gradients";
+    if (w->cfg.mode == ORCH_MODE_STREAMING && sc.dp) {
+        /* Fragment syncs run while the next inner step's gradient sync uses the replicas' communicator;
+         * collectives of two threads on one communicator would interleave differently on different
+         * replicas, so the fragments get a communicator of their own. */
+        XDC_CHECK(xdc_intra_split(w->dp, 0, w->replica, &w->dp_wan, diag));
+        sc.dp = w->dp_wan;
+    }
     XDC_CHECK(orch_sync_create(&sc, &w->outer_sync, diag)); /* diloco rounds; streaming's final agreement */
     if (w->cfg.mode == ORCH_MODE_DILOCO) return XDC_OK;
     int F = w->cfg.fragments;
@@ -357,17 +373,23 @@ static xdc_err_t open_sync(orch_worker *w, xdc_diag *diag)
 
 static void worker_close(orch_worker *w)
 {
+    /* Stop the comm threads, then the transports (the engine fails what is still posted and stops writing
+     * into our buffers), and only then free the sync buffers. */
+    orch_sync_stop(w->grad_sync);
+    orch_sync_stop(w->outer_sync);
+    for (int f = 0; w->frag_sync && f < w->cfg.fragments; f++) orch_sync_stop(w->frag_sync[f]);
+    xdc_intra_destroy(w->dp_wan);
+    xdc_intra_destroy(w->dp);
+    xdc_intra_destroy(w->pp);
+    xdc_intra_destroy(w->region_comm);
+    rdzv_client_destroy(w->rdzv);
+    xdc_wan_engine_destroy(w->wan); /* closes the peers and the listener */
     orch_sync_destroy(w->grad_sync);
     orch_sync_destroy(w->outer_sync);
     for (int f = 0; w->frag_sync && f < w->cfg.fragments; f++) orch_sync_destroy(w->frag_sync[f]);
     xdc_free(w->frag_sync);
     xdc_codec_destroy(w->pipe_enc);
     xdc_codec_destroy(w->pipe_dec);
-    xdc_intra_destroy(w->dp);
-    xdc_intra_destroy(w->pp);
-    xdc_intra_destroy(w->region_comm);
-    rdzv_client_destroy(w->rdzv);
-    xdc_wan_engine_destroy(w->wan); /* closes the peers and the listener */
     xdc_free(w->peers);
     xdc_gpt_stage_destroy(w->st);
     xdc_data_destroy(w->data);

@@ -74,6 +74,7 @@ typedef struct orch_worker {
     orch_observe *obs;
     rdzv_client *rdzv;
     xdc_intra_comm *region_comm, *pp, *dp;
+    xdc_intra_comm *dp_wan;    /* streaming: a second replicas' communicator for the fragment syncs */
     orch_sync *grad_sync;  /* sync: replicas + regions; diloco/streaming: replicas only */
     orch_sync *outer_sync; /* diloco: pseudo-gradients across regions */
     orch_sync **frag_sync; /* streaming: one per fragment */

@@ -461,3 +461,66 @@ XDC_TEST_T(orch_killing_the_launcher_leaves_no_workers, 120)
     }
     XDC_ASSERT_MSG(alive == 0, "%d workers outlived the launcher", alive);
 }
+
+XDC_TEST_T(orch_streaming_with_replicas_completes, 240)
+{
+    need_corpus();
+    /* One stage, two replicas per region: fragment syncs overlap the next inner step's gradient sync on
+     * the replicas, each on its own communicator (otherwise replicas would interleave collectives in
+     * different orders and the run would fail or hang). */
+    char out[65536], v[64];
+    const char *run = write_run_p("stream-dp", "streaming", 40, "int8", 1,
+                                  "diloco: {inner_steps: 8}\nstreaming: {fragments: 4}\n");
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
+    int rc = launch(run, dir, NULL, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
+    final_field(out, "val_loss=", v, sizeof v);
+    XDC_ASSERT_MSG(atof(v) > 0 && atof(v) < 4.5, "val_loss %s", v);
+}
+
+XDC_TEST_T(orch_coordinator_runs_agents_started_elsewhere, 240)
+{
+    need_corpus();
+    /* The multi-host path on one machine: `xdc coordinator`, then one `xdc agent` per node as a launch
+     * script would start them; the coordinator ends the run with its summary once everyone is done. */
+    const char *run = write_run("coord", "sync", 8, "int8", NULL);
+    char dir[600], log[700], cmd[2048], out[16384];
+    snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/coord.log", xdc_test_tmpdir());
+    pid_t p = fork();
+    if (p == 0) {
+        FILE *f = freopen(log, "w", stdout);
+        (void)f;
+        dup2(1, 2);
+        execl(xdc_test_bin(), xdc_test_bin(), "coordinator", "-t", TOPO, "-c", run, "--run-dir", dir, "--host",
+              "127.0.0.1", "--port", "0", "--run-id", "coord-test", (char *)NULL);
+        _exit(127);
+    }
+    char *coord = NULL;
+    for (int i = 0; i < 400 && !coord; i++) {
+        char *text = xdc_test_read_file(log, NULL);
+        char *at = text ? strstr(text, "--coordinator ") : NULL;
+        if (at) coord = strndup(at + strlen("--coordinator "), strcspn(at + strlen("--coordinator "), " \n"));
+        free(text);
+        if (!coord) nanosleep(&(struct timespec){0, 25 * 1000000L}, NULL);
+    }
+    XDC_ASSERT_MSG(coord != NULL, "the coordinator did not start");
+    /* Both nodes' agents at once, as two launch scripts would; direct WAN (no emulator) on loopback. */
+    snprintf(cmd, sizeof cmd,
+             "export XDC_ADVERTISE_HOST=127.0.0.1; "
+             "timeout 120 %1$s agent -t %2$s -c %3$s --run-dir %4$s --region us-east --node 0 --coordinator %5$s --run-id coord-test & "
+             "timeout 120 %1$s agent -t %2$s -c %3$s --run-dir %4$s --region eu-west --node 0 --coordinator %5$s --run-id coord-test; "
+             "a=$?; wait %%1; b=$?; exit $((a + b))",
+             xdc_test_bin(), TOPO, run, dir, coord);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "agents exited %d:\n%s", rc, out);
+    int status;
+    XDC_ASSERT(waitpid(p, &status, 0) == p);
+    XDC_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "coordinator exited with status 0x%x", status);
+    char *text = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_STR_CONTAINS(text, "final val_loss=");
+    XDC_ASSERT(strstr(text, "params_xxh64=0 ") == NULL);
+    free(text);
+    free(coord);
+}

@@ -78,7 +78,7 @@ XDC_TEST_T(orch_sync_two_regions_average_every_round, 120)
     xdc_wan_peer *peers[2][2] = {{NULL, tp.srv}, {tp.cli, NULL}}; /* per side: the other region's peer */
     for (int s = 0; s < 2; s++) {
         orch_sync_cfg cfg = {.n_elems = N_ELEMS, .bucket_elems = 65536, .dp = NULL, .peers = peers[s], .n_regions = 2,
-                             .my_region = s, .timeout_ms = 20000, .name = "test"};
+                             .my_region = s, .name = "test"};
         xdc_codec_cfg cc = XDC_CODEC_CFG_INIT;
         XDC_ASSERT_OK(xdc_codec_parse("none", &cc, NULL));
         cfg.codec = cc;
