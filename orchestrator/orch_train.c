@@ -152,11 +152,6 @@ static xdc_err_t diloco_round(orch_worker *w, xdc_diag *diag)
     return XDC_OK;
 }
 
-static void frag_range(const orch_worker *w, int f, size_t *lo, size_t *hi)
-{
-    *lo = w->n_params * (size_t)f / (size_t)w->cfg.fragments;
-    *hi = w->n_params * (size_t)(f + 1) / (size_t)w->cfg.fragments;
-}
 
 /* Streaming DiLoCo: fragment f leaves at steps where step % H == f*H/F, overlapped with the next inner
  * step, and lands one step later: the fragment becomes the new global value plus the local progress
@@ -167,7 +162,7 @@ static xdc_err_t streaming_land(orch_worker *w, int *inflight, xdc_diag *diag)
     int f = *inflight;
     float *p = xdc_gpt_stage_params(w->st);
     size_t lo, hi;
-    frag_range(w, f, &lo, &hi);
+    orch_fragment_range(w, f, &lo, &hi);
     double t0 = now_s();
     xdc_err_t rc = orch_sync_end(w->frag_sync[f], diag);
     w->t_wan_exposed += now_s() - t0;
@@ -185,7 +180,7 @@ static xdc_err_t streaming_launch(orch_worker *w, int *inflight)
     for (int f = 0; f < F; f++) {
         if (w->step % H != (int64_t)f * H / F) continue;
         size_t lo, hi;
-        frag_range(w, f, &lo, &hi);
+        orch_fragment_range(w, f, &lo, &hi);
         for (size_t i = lo; i < hi; i++) {
             w->snapshot[i] = p[i];
             w->pseudo[i] = w->global_params[i] - p[i];

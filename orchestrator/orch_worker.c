@@ -19,6 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+void orch_fragment_range(const orch_worker *w, int f, size_t *lo, size_t *hi)
+{
+    *lo = w->n_params * (size_t)f / (size_t)w->cfg.fragments;
+    *hi = w->n_params * (size_t)(f + 1) / (size_t)w->cfg.fragments;
+}
+
 void orch_stage_layers(int n_layer, int n_stages, int s, int *begin, int *end)
 {
     int base = n_layer / n_stages, extra = n_layer % n_stages;
@@ -360,11 +366,16 @@ static xdc_err_t open_sync(orch_worker *w, xdc_diag *diag)
     XDC_CHECK(orch_sync_create(&sc, &w->outer_sync, diag)); /* diloco rounds; streaming's final agreement */
     if (w->cfg.mode == ORCH_MODE_DILOCO) return XDC_OK;
     int F = w->cfg.fragments;
+    if ((size_t)F > w->n_params) {
+        xdc_diag_set(diag, "streaming.fragments (%d) exceeds this stage's %zu parameters", F, w->n_params);
+        return XDC_ERR_CONFIG;
+    }
     w->frag_sync = xdc_calloc((size_t)F, sizeof *w->frag_sync);
     if (!w->frag_sync) return XDC_ERR_NOMEM;
     for (int f = 0; f < F; f++) {
-        size_t lo = w->n_params * (size_t)f / (size_t)F, hi = w->n_params * (size_t)(f + 1) / (size_t)F;
-        sc.n_elems = hi > lo ? hi - lo : 1;
+        size_t lo, hi;
+        orch_fragment_range(w, f, &lo, &hi);
+        sc.n_elems = hi - lo;
         sc.name = "fragment";
         XDC_CHECK(orch_sync_create(&sc, &w->frag_sync[f], diag));
     }

@@ -126,6 +126,8 @@ xdc_err_t orch_checkpoint_save(orch_worker *w, xdc_diag *diag);
 xdc_err_t orch_checkpoint_resume(orch_worker *w, xdc_diag *diag);
 
 /* orch_worker.c */
+/* Streaming: fragment f of this stage's parameters is [lo, hi). */
+void orch_fragment_range(const orch_worker *w, int f, size_t *lo, size_t *hi);
 /* Layers of stage s of n: an even split, the first stages taking one more when it does not divide. */
 void orch_stage_layers(int n_layer, int n_stages, int s, int *begin, int *end);
 
