@@ -363,6 +363,32 @@ XDC_TEST_T(orch_diloco_and_streaming_near_sync, 400)
     XDC_ASSERT_MSG(loss[2] <= loss[0] + margin, "streaming %.3f vs sync %.3f", loss[2], loss[0]);
 }
 
+/* Start `xdc coordinator` for `run` (output in log) and return its address once it listens (bounded
+ * wait); *pid receives its process. The caller frees the address. */
+static char *start_coordinator(const char *run, const char *dir, const char *log, const char *run_id, pid_t *pid)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        FILE *f = freopen(log, "w", stdout);
+        (void)f;
+        dup2(1, 2);
+        execl(xdc_test_bin(), xdc_test_bin(), "coordinator", "-t", TOPO, "-c", run, "--run-dir", dir, "--host",
+              "127.0.0.1", "--port", "0", "--run-id", run_id, (char *)NULL);
+        _exit(127);
+    }
+    *pid = p;
+    char *coord = NULL;
+    for (int i = 0; i < 400 && !coord; i++) {
+        char *text = xdc_test_read_file(log, NULL);
+        char *at = text ? strstr(text, "--coordinator ") : NULL;
+        if (at) coord = strndup(at + strlen("--coordinator "), strcspn(at + strlen("--coordinator "), " \n"));
+        free(text);
+        if (!coord) nanosleep(&(struct timespec){0, 25 * 1000000L}, NULL);
+    }
+    XDC_ASSERT_MSG(coord != NULL, "the coordinator did not start");
+    return coord;
+}
+
 XDC_TEST_T(orch_members_that_never_arrive_are_named, 120)
 {
     need_corpus();
@@ -370,28 +396,8 @@ XDC_TEST_T(orch_members_that_never_arrive_are_named, 120)
     char dir[600], log[700], cmd[2048], out[16384];
     snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
     snprintf(log, sizeof log, "%s/coord.log", xdc_test_tmpdir());
-    pid_t p = fork();
-    if (p == 0) {
-        FILE *f = freopen(log, "w", stdout);
-        (void)f;
-        dup2(1, 2);
-        execl(xdc_test_bin(), xdc_test_bin(), "coordinator", "-t", TOPO, "-c", run, "--run-dir", dir, "--host",
-              "127.0.0.1", "--port", "0", "--run-id", "absent-test", (char *)NULL);
-        _exit(127);
-    }
-    /* The coordinator prints its address once it listens (bounded wait). */
-    char *coord = NULL;
-    for (int i = 0; i < 400 && !coord; i++) {
-        char *text2 = xdc_test_read_file(log, NULL);
-        char *at = text2 ? strstr(text2, "--coordinator ") : NULL;
-        if (at) {
-            at += strlen("--coordinator ");
-            coord = strndup(at, strcspn(at, " \n"));
-        }
-        free(text2);
-        if (!coord) nanosleep(&(struct timespec){0, 25 * 1000000L}, NULL);
-    }
-    XDC_ASSERT_MSG(coord != NULL, "the coordinator did not start");
+    pid_t p;
+    char *coord = start_coordinator(run, dir, log, "absent-test", &p);
     /* Only us-east's agent comes; eu-west never does. */
     snprintf(cmd, sizeof cmd, "timeout 60 %s agent -t %s -c %s --run-dir %s --region us-east --node 0 --coordinator %s "
              "--run-id absent-test", xdc_test_bin(), TOPO, run, dir, coord);
@@ -488,24 +494,8 @@ XDC_TEST_T(orch_coordinator_runs_agents_started_elsewhere, 240)
     char dir[600], log[700], cmd[2048], out[16384];
     snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
     snprintf(log, sizeof log, "%s/coord.log", xdc_test_tmpdir());
-    pid_t p = fork();
-    if (p == 0) {
-        FILE *f = freopen(log, "w", stdout);
-        (void)f;
-        dup2(1, 2);
-        execl(xdc_test_bin(), xdc_test_bin(), "coordinator", "-t", TOPO, "-c", run, "--run-dir", dir, "--host",
-              "127.0.0.1", "--port", "0", "--run-id", "coord-test", (char *)NULL);
-        _exit(127);
-    }
-    char *coord = NULL;
-    for (int i = 0; i < 400 && !coord; i++) {
-        char *text = xdc_test_read_file(log, NULL);
-        char *at = text ? strstr(text, "--coordinator ") : NULL;
-        if (at) coord = strndup(at + strlen("--coordinator "), strcspn(at + strlen("--coordinator "), " \n"));
-        free(text);
-        if (!coord) nanosleep(&(struct timespec){0, 25 * 1000000L}, NULL);
-    }
-    XDC_ASSERT_MSG(coord != NULL, "the coordinator did not start");
+    pid_t p;
+    char *coord = start_coordinator(run, dir, log, "coord-test", &p);
     /* Both nodes' agents at once, as two launch scripts would; direct WAN (no emulator) on loopback. */
     snprintf(cmd, sizeof cmd,
              "export XDC_ADVERTISE_HOST=127.0.0.1; "
