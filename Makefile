@@ -136,7 +136,8 @@ fuzz-%:
 # ---- benchmarks ------------------------------------------------------------------------------------
 $(BUILD)/bench_%: $(LIB_FILES) $(BUILD)/xdc
 	@mkdir -p $(BUILD)
-	$(CC) $(CFLAGS_ALL) -o $@ $(wildcard bench/$*/*.c) $(LIB_FILES) $(LDLIBS)
+	$(call say,LINK,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $(wildcard bench/$*/*.c) $(LIB_FILES) $(LDLIBS)
 
 bench-%: deps deps-bench
 	@$(MAKE) --no-print-directory $(BUILD)/xdc $(if $(wildcard bench/$*/*.c),$(BUILD)/bench_$*)
