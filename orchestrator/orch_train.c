@@ -269,17 +269,11 @@ static void wan_totals(orch_worker *w, uint64_t *tx, uint64_t *raw)
 {
     *tx = w->pipe_tx_bytes;
     *raw = w->pipe_raw_bytes;
-    orch_sync *all[2] = {w->grad_sync, w->outer_sync};
-    for (int i = 0; i < 2; i++) {
-        if (!all[i]) continue;
+    orch_sync *syncs[ORCH_MAX_SYNCS];
+    int n = orch_worker_syncs(w, syncs, ORCH_MAX_SYNCS);
+    for (int i = 0; i < n; i++) {
         orch_sync_stats st;
-        orch_sync_get_stats(all[i], &st);
-        *tx += st.wan_tx_bytes;
-        *raw += st.wan_raw_bytes;
-    }
-    for (int f = 0; w->frag_sync && f < w->cfg.fragments; f++) {
-        orch_sync_stats st;
-        orch_sync_get_stats(w->frag_sync[f], &st);
+        orch_sync_get_stats(syncs[i], &st);
         *tx += st.wan_tx_bytes;
         *raw += st.wan_raw_bytes;
     }

@@ -382,22 +382,30 @@ static xdc_err_t open_sync(orch_worker *w, xdc_diag *diag)
     return XDC_OK;
 }
 
+int orch_worker_syncs(const orch_worker *w, orch_sync **out, int cap)
+{
+    int n = 0;
+    if (w->grad_sync && n < cap) out[n++] = w->grad_sync;
+    if (w->outer_sync && n < cap) out[n++] = w->outer_sync;
+    for (int f = 0; w->frag_sync && f < w->cfg.fragments && n < cap; f++)
+        if (w->frag_sync[f]) out[n++] = w->frag_sync[f];
+    return n;
+}
+
 static void worker_close(orch_worker *w)
 {
     /* Stop the comm threads, then the transports (the engine fails what is still posted and stops writing
      * into our buffers), and only then free the sync buffers. */
-    orch_sync_stop(w->grad_sync);
-    orch_sync_stop(w->outer_sync);
-    for (int f = 0; w->frag_sync && f < w->cfg.fragments; f++) orch_sync_stop(w->frag_sync[f]);
+    orch_sync *syncs[ORCH_MAX_SYNCS];
+    int n_syncs = orch_worker_syncs(w, syncs, ORCH_MAX_SYNCS);
+    for (int i = 0; i < n_syncs; i++) orch_sync_stop(syncs[i]);
     xdc_intra_destroy(w->dp_wan);
     xdc_intra_destroy(w->dp);
     xdc_intra_destroy(w->pp);
     xdc_intra_destroy(w->region_comm);
     rdzv_client_destroy(w->rdzv);
     xdc_wan_engine_destroy(w->wan); /* closes the peers and the listener */
-    orch_sync_destroy(w->grad_sync);
-    orch_sync_destroy(w->outer_sync);
-    for (int f = 0; w->frag_sync && f < w->cfg.fragments; f++) orch_sync_destroy(w->frag_sync[f]);
+    for (int i = 0; i < n_syncs; i++) orch_sync_destroy(syncs[i]);
     xdc_free(w->frag_sync);
     xdc_codec_destroy(w->pipe_enc);
     xdc_codec_destroy(w->pipe_dec);

@@ -126,6 +126,9 @@ xdc_err_t orch_checkpoint_save(orch_worker *w, xdc_diag *diag);
 xdc_err_t orch_checkpoint_resume(orch_worker *w, xdc_diag *diag);
 
 /* orch_worker.c */
+#define ORCH_MAX_SYNCS (2 + 1024) /* gradients, pseudo-gradients, streaming fragments */
+/* Every comm engine of this worker, in creation order; returns how many (at most cap). */
+int orch_worker_syncs(const orch_worker *w, orch_sync **out, int cap);
 /* Streaming: fragment f of this stage's parameters is [lo, hi). */
 void orch_fragment_range(const orch_worker *w, int f, size_t *lo, size_t *hi);
 /* Layers of stage s of n: an even split, the first stages taking one more when it does not divide. */
