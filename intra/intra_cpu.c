@@ -56,6 +56,15 @@ static void queue_push(req_queue *q, xdc_intra_req *r)
     q->tail = r;
 }
 
+/* The head of a queue, read under the communicator lock (other threads append to it). */
+static xdc_intra_req *queue_head(xdc_intra_comm *comm, const req_queue *q)
+{
+    pthread_mutex_lock(&comm->lock);
+    xdc_intra_req *h = q->head;
+    pthread_mutex_unlock(&comm->lock);
+    return h;
+}
+
 static void queue_pop(req_queue *q)
 {
     q->head = q->head->next;
@@ -369,9 +378,7 @@ static void *p2p_main(void *arg)
         for (int p = 0; p < comm->size; p++) {
             req_queue *qs[2] = {&cc->sendq[p], &cc->recvq[p]};
             for (int d = 0; d < 2; d++) {
-                pthread_mutex_lock(&comm->lock);
-                xdc_intra_req *q = qs[d]->head;
-                pthread_mutex_unlock(&comm->lock);
+                xdc_intra_req *q = queue_head(comm, qs[d]);
                 xdc_err_t rc = XDC_OK;
                 while (q) {
                     msg[0] = 0;
@@ -397,9 +404,7 @@ static void *p2p_main(void *arg)
             for (int p = 0; p < comm->size; p++) {
                 req_queue *qs[2] = {&cc->sendq[p], &cc->recvq[p]};
                 for (int d = 0; d < 2; d++) {
-                    pthread_mutex_lock(&comm->lock);
-                    xdc_intra_req *q = qs[d]->head;
-                    pthread_mutex_unlock(&comm->lock);
+                    xdc_intra_req *q = queue_head(comm, qs[d]);
                     xdc_err_t rc = q ? p2p_check(comm, q, msg, sizeof msg) : XDC_OK;
                     if (rc != XDC_OK) cpu_fail(comm, rc, msg);
                 }
