@@ -9,11 +9,14 @@
 #   make fuzz-NAME [FUZZ_SECONDS=300]   libFuzzer run of tests/fuzz/fuzz_NAME.c (clang)
 #   make bench-NAME                     build bench/NAME/*.c and run bench/NAME/run.sh
 #
-# One static library per folder. LAYERS lists them from the top of the dependency graph to the bottom;
-# the link line follows it, so a lower layer that calls up into a higher one fails to link
-# (docs/design.md writes the rule down, tests/check_layers.sh checks the includes).
+# One static library per folder (subfolders such as wan/emu and orchestrator/cli are libraries of their
+# own). LAYERS lists them from the top of the dependency graph to the bottom; the link line follows it,
+# so a lower layer that calls up into a higher one fails to link (docs/design.md writes the rule down,
+# tests/check_layers.sh checks the includes against the same table).
 
-LAYERS := orchestrator intra wan compression topology kernels common
+LAYERS := orchestrator/cli orchestrator/worker orchestrator/control orchestrator/obs scheduler sync model \
+          intra wan/emu wan compression topology config kernels common
+MAIN_SRC := orchestrator/cli/xdc_main.c
 
 # Short build lines; `make V=1` shows the full commands.
 V ?= 0
@@ -64,15 +67,16 @@ endif
 # ---- sources ---------------------------------------------------------------------------------------
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 cuobj = $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(1))
-lib_srcs = $(filter-out orchestrator/xdc_main.c,$(wildcard $(1)/*.c))
+lib_srcs = $(filter-out $(MAIN_SRC),$(wildcard $(1)/*.c))
 lib_objs = $(call obj,$(call lib_srcs,$(1))) $(if $(filter 1,$(CUDA)),$(call cuobj,$(wildcard $(1)/*.cu)))
-LIB_FILES := $(foreach l,$(LAYERS),$(BUILD)/libxdc_$(l).a)
+lib_file = $(BUILD)/libxdc_$(subst /,_,$(1)).a
+LIB_FILES := $(foreach l,$(LAYERS),$(call lib_file,$(l)))
 
 TEST_SRCS := $(wildcard tests/*.c) $(wildcard tests/fuzz/*.c)
 TEST_OBJS := $(call obj,$(TEST_SRCS))
 
 # Numeric folders get -O3 so the vectoriser does its work on the kernels.
-$(BUILD)/obj/kernels/%.o $(BUILD)/obj/compression/%.o: OPT := -O3
+$(BUILD)/obj/kernels/%.o $(BUILD)/obj/compression/%.o $(BUILD)/obj/model/%.o: OPT := -O3
 
 .PHONY: all libs test test-run demo deps deps-bench clean check-layers
 all: $(BUILD)/xdc $(BUILD)/xdc_tests
@@ -89,7 +93,7 @@ $(BUILD)/obj/%.cu.o: %.cu
 	$(Q)$(NVCC) $(NVFLAGS) -c $< -o $@
 
 define lib_rule
-$(BUILD)/libxdc_$(1).a: $(call lib_objs,$(1))
+$(call lib_file,$(1)): $(call lib_objs,$(1))
 	@mkdir -p $$(dir $$@)
 	@rm -f $$@
 	$$(call say,AR,$$@)
@@ -98,7 +102,7 @@ endef
 $(foreach l,$(LAYERS),$(eval $(call lib_rule,$(l))))
 
 # Archives on the link line in layer order, top first: a symbol may only be resolved downwards.
-$(BUILD)/xdc: $(call obj,orchestrator/xdc_main.c) $(LIB_FILES)
+$(BUILD)/xdc: $(call obj,$(MAIN_SRC)) $(LIB_FILES)
 	$(call say,LINK,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $< $(LIB_FILES) $(LDLIBS)
 
@@ -127,7 +131,7 @@ fuzz-%:
 	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang CUDA=0 OPT=-O1 \
 		EXTRA_CFLAGS="-fsanitize=fuzzer-no-link,address -Wno-unused-command-line-argument -Wno-unknown-warning-option" libs
 	clang -std=c11 -D_GNU_SOURCE -I. -g -O1 -fsanitize=fuzzer,address -DXDC_LIBFUZZER \
-		-o $(FUZZ_BUILD)/fuzz_$* tests/fuzz/fuzz_$*.c $(foreach l,$(LAYERS),$(FUZZ_BUILD)/libxdc_$(l).a) \
+		-o $(FUZZ_BUILD)/fuzz_$* tests/fuzz/fuzz_$*.c $(foreach l,$(LAYERS),$(FUZZ_BUILD)/libxdc_$(subst /,_,$(l)).a) \
 		$(filter-out -L% -Wl% -lcublas -lnccl -lcudart -lstdc++,$(LDLIBS))
 	@mkdir -p $(FUZZ_BUILD)/corpus-$*
 	$(FUZZ_BUILD)/fuzz_$* -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \

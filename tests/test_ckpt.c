@@ -4,9 +4,9 @@
 #include "tests/xdc_test.h"
 
 #include "common/xdc_rng.h"
-#include "kernels/xdc_gpt.h"
+#include "model/xdc_gpt.h"
 #include "kernels/xdc_model_ops.h"
-#include "orchestrator/xdc_ckpt.h"
+#include "model/xdc_ckpt.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -169,3 +169,37 @@ XDC_TEST(layering_includes_follow_dependency_rule)
     int rc = xdc_test_run("bash tests/check_layers.sh", out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "layering violations:\n%s", out);
 }
+
+/* The check itself must fail on a violation: a scratch tree with this repository's table and link order,
+ * where common/ (the bottom) includes the sync header and topology/ includes a header of no library.
+ * Then the same tree with the Makefile's link order reversed, which must fail for the link order alone. */
+XDC_TEST(layering_check_catches_an_upward_include)
+{
+    char cmd[4096], out[8192];
+    const char *t = xdc_test_tmpdir();
+    snprintf(cmd, sizeof cmd,
+             "set -e; cd %1$s; mkdir -p docs common sync topology; cp \"$OLDPWD/docs/design.md\" docs/; "
+             "cp \"$OLDPWD/Makefile\" .; printf '#include \"sync/xdc_sync.h\"\\n' > common/xdc_up.h; "
+             "printf '#include \"common/xdc_err.h\"\\n' > sync/xdc_ok.h; "
+             "printf '#include \"nowhere/x.h\"\\n' > topology/xdc_lost.h",
+             t);
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd, "bash tests/check_layers.sh %s", t);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 1, "check exited %d on a planted violation:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "common/xdc_up.h:1: includes \"sync/xdc_sync.h\" but common/ may only depend on");
+    XDC_ASSERT_STR_CONTAINS(out, "topology/xdc_lost.h:1: includes \"nowhere/x.h\", which is in no library folder");
+    XDC_ASSERT(strstr(out, "sync/xdc_ok.h") == NULL);
+    XDC_ASSERT(strstr(out, "LAYERS") == NULL);
+
+    snprintf(cmd, sizeof cmd,
+             "cd %1$s && rm common/xdc_up.h topology/xdc_lost.h && "
+             "sed -i 's#^LAYERS := .*#LAYERS := common kernels config topology compression wan wan/emu intra model sync scheduler "
+             "orchestrator/obs orchestrator/control orchestrator/worker orchestrator/cli#; /^          intra wan/d' Makefile",
+             t);
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd, "bash tests/check_layers.sh %s", t);
+    rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 1, "check exited %d on a reversed link order:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "Makefile: LAYERS puts common before config, which depends on it");
+}

@@ -4,7 +4,7 @@
  * identify itself by its first token. */
 #include "tests/xdc_test.h"
 
-#include "orchestrator/xdc_data.h"
+#include "model/xdc_data.h"
 
 #include <stdio.h>
 #include <stdlib.h>

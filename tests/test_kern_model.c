@@ -4,7 +4,7 @@
 #include "tests/xdc_test.h"
 
 #include "common/xdc_rng.h"
-#include "kernels/xdc_gpt.h"
+#include "model/xdc_gpt.h"
 #include "kernels/xdc_model_ops.h"
 
 #include <stdlib.h>

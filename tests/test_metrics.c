@@ -4,7 +4,7 @@
 #include "tests/xdc_test.h"
 
 #include "common/xdc_alloc.h"
-#include "orchestrator/orch_metrics.h"
+#include "orchestrator/obs/orch_metrics.h"
 
 #include <curl/curl.h>
 #include <pthread.h>

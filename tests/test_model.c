@@ -5,7 +5,7 @@
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_rng.h"
-#include "kernels/xdc_gpt.h"
+#include "model/xdc_gpt.h"
 #include "kernels/xdc_model_ops.h"
 
 #include <stdlib.h>

@@ -5,12 +5,12 @@
 #include "tests/xdc_test.h"
 
 #include "common/xdc_alloc.h"
-#include "kernels/xdc_gpt.h"
+#include "model/xdc_gpt.h"
 #include "kernels/xdc_kernels.h"
 #include "kernels/xdc_model_ops.h"
-#include "orchestrator/xdc_data.h"
-#include "orchestrator/xdc_model_config.h"
-#include "orchestrator/orch_worker.h"
+#include "model/xdc_data.h"
+#include "model/xdc_model_config.h"
+#include "orchestrator/worker/orch_worker.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -214,7 +214,7 @@ static void match_reference(const char *run, const char *topo, int steps, int R,
     expect_params_match(dir, P, st);
 }
 
-XDC_TEST_T(orch_sync_matches_single_process_reference, 300)
+XDC_TEST_T(xdc_sync_matches_single_process_reference, 300)
 {
     need_corpus();
     char out[65536];

@@ -7,7 +7,7 @@
 #include "tests/test_plan_util.h"
 
 #include "common/xdc_alloc.h"
-#include "topology/xdc_plan.h"
+#include "scheduler/xdc_plan.h"
 
 #include <stdio.h>
 

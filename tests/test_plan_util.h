@@ -2,7 +2,7 @@
 #ifndef TEST_PLAN_UTIL_H
 #define TEST_PLAN_UTIL_H
 
-#include "topology/xdc_plan.h"
+#include "scheduler/xdc_plan.h"
 
 /* Parse a topology from YAML text; fails the test (naming the first error) when it does not parse. */
 xdc_topology *test_plan_parse_topo(const char *yaml);

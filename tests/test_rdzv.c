@@ -4,7 +4,7 @@
 #include "tests/test_wan_util.h"
 #include "tests/xdc_test.h"
 
-#include "orchestrator/orch_rdzv.h"
+#include "orchestrator/control/orch_rdzv.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * are escaped and cut on UTF-8 boundaries, and `xdc trace merge` joins per-rank files. */
 #include "tests/xdc_test.h"
 
-#include "orchestrator/orch_trace.h"
+#include "orchestrator/obs/orch_trace.h"
 
 #include <jansson.h>
 #include <pthread.h>

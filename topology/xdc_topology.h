@@ -5,7 +5,7 @@
 #define XDC_TOPOLOGY_H
 
 #include "common/xdc_err.h"
-#include "topology/xdc_yaml.h"
+#include "config/xdc_config.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -12,9 +12,9 @@
 #include "common/xdc_alloc.h"
 #include "common/xdc_rng.h"
 #include "common/xdc_time.h"
-#include "kernels/xdc_gpt.h"
+#include "model/xdc_gpt.h"
 #include "kernels/xdc_model_ops.h"
-#include "orchestrator/xdc_model_config.h"
+#include "model/xdc_model_config.h"
 
 #include <cblas.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
 #include "tests/fuzz/xdc_fuzz.h"
 
 #include "kernels/xdc_model_ops.h"
-#include "orchestrator/xdc_ckpt.h"
+#include "model/xdc_ckpt.h"
 
 extern const xdc_model_ops xdc_model_cpu_ops;
 

@@ -2,7 +2,7 @@
  * check, window arithmetic) on arbitrary bytes; a loader that opens must serve a batch of each kind. */
 #include "tests/fuzz/xdc_fuzz.h"
 
-#include "orchestrator/xdc_data.h"
+#include "model/xdc_data.h"
 
 XDC_FUZZ_TARGET(data_shard)
 {

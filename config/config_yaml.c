@@ -1,0 +1,349 @@
+/* xdc_yaml.c — libyaml document loading and the table-driven field mapper behind every xdc config
+ * file. All numbers are parsed strictly (the whole scalar must be the number) and bounds-checked. */
+#include "config/xdc_config.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_time.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define XDC_YAML_MAX_FILE (16u << 20) /* bytes; config files are small, a bigger one is a mistake */
+
+struct xdc_yaml {
+    yaml_document_t doc;
+};
+
+void xdc_cfg_errors_init(xdc_cfg_errors *e, const char *path)
+{
+    if (!e) return;
+    memset(e, 0, sizeof *e);
+    snprintf(e->path, sizeof e->path, "%s", path ? path : "<memory>");
+}
+
+static void error_vadd(xdc_cfg_errors *e, int line, int col, const char *fmt, va_list ap)
+{
+    if (!e) return;
+    if (e->count >= XDC_CFG_MAX_ERRORS) {
+        e->dropped++;
+        return;
+    }
+    xdc_cfg_error *it = &e->items[e->count++];
+    it->line = line;
+    it->col = col;
+    vsnprintf(it->msg, sizeof it->msg, fmt, ap);
+}
+
+void xdc_cfg_error_add(xdc_cfg_errors *e, int line, int col, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    error_vadd(e, line, col, fmt, ap);
+    va_end(ap);
+}
+
+void xdc_cfg_error_at(xdc_cfg_errors *e, const yaml_node_t *node, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int line = node ? (int)node->start_mark.line + 1 : 0;
+    int col = node ? (int)node->start_mark.column + 1 : 0;
+    error_vadd(e, line, col, fmt, ap);
+    va_end(ap);
+}
+
+void xdc_cfg_errors_print(const xdc_cfg_errors *e, void *fp)
+{
+    FILE *f = fp;
+    for (int i = 0; i < e->count; i++) {
+        const xdc_cfg_error *it = &e->items[i];
+        if (it->line > 0)
+            fprintf(f, "%s:%d:%d: error: %s\n", e->path, it->line, it->col, it->msg);
+        else
+            fprintf(f, "%s: error: %s\n", e->path, it->msg);
+    }
+    if (e->dropped) fprintf(f, "%s: %d more errors not shown\n", e->path, e->dropped);
+}
+
+xdc_err_t xdc_yaml_parse(const char *text, size_t len, xdc_yaml **out, xdc_cfg_errors *errs)
+{
+    *out = NULL;
+    xdc_yaml *y = xdc_calloc(1, sizeof *y);
+    if (!y) return XDC_ERR_NOMEM;
+    yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser)) {
+        xdc_free(y);
+        return XDC_ERR_NOMEM;
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    if (!yaml_parser_load(&parser, &y->doc)) {
+        const yaml_mark_t *m = parser.problem ? &parser.problem_mark : &parser.context_mark;
+        xdc_cfg_error_add(errs, (int)m->line + 1, (int)m->column + 1, "YAML syntax: %s%s%s",
+                          parser.problem ? parser.problem : "malformed document",
+                          parser.context ? " " : "", parser.context ? parser.context : "");
+        yaml_parser_delete(&parser);
+        xdc_free(y);
+        return XDC_ERR_CONFIG;
+    }
+    yaml_parser_delete(&parser);
+    if (!yaml_document_get_root_node(&y->doc)) {
+        xdc_cfg_error_add(errs, 1, 1, "the file is empty");
+        xdc_yaml_destroy(y);
+        return XDC_ERR_CONFIG;
+    }
+    *out = y;
+    return XDC_OK;
+}
+
+xdc_err_t xdc_yaml_read_file(const char *path, char **text, size_t *len, xdc_cfg_errors *errs)
+{
+    *text = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        xdc_cfg_error_add(errs, 0, 0, "cannot open: %s", strerror(errno));
+        return XDC_ERR_CONFIG;
+    }
+    char *buf = xdc_malloc(XDC_YAML_MAX_FILE + 1);
+    if (!buf) {
+        fclose(f);
+        return XDC_ERR_NOMEM;
+    }
+    size_t n = fread(buf, 1, XDC_YAML_MAX_FILE + 1, f);
+    int rerr = ferror(f);
+    fclose(f);
+    if (rerr || n > XDC_YAML_MAX_FILE) {
+        if (rerr)
+            xdc_cfg_error_add(errs, 0, 0, "read failed");
+        else
+            xdc_cfg_error_add(errs, 0, 0, "file is larger than %u MiB; not a config file?", XDC_YAML_MAX_FILE >> 20);
+        xdc_free(buf);
+        return XDC_ERR_CONFIG;
+    }
+    buf[n] = '\0';
+    *text = buf;
+    *len = n;
+    return XDC_OK;
+}
+
+xdc_err_t xdc_yaml_load_file(const char *path, xdc_yaml **out, xdc_cfg_errors *errs)
+{
+    char *text;
+    size_t len;
+    *out = NULL;
+    XDC_CHECK(xdc_yaml_read_file(path, &text, &len, errs));
+    xdc_err_t rc = xdc_yaml_parse(text, len, out, errs);
+    xdc_free(text);
+    return rc;
+}
+
+void xdc_yaml_destroy(xdc_yaml *y)
+{
+    if (!y) return;
+    yaml_document_delete(&y->doc);
+    xdc_free(y);
+}
+
+yaml_node_t *xdc_yaml_root(xdc_yaml *y) { return yaml_document_get_root_node(&y->doc); }
+yaml_node_t *xdc_yaml_node(xdc_yaml *y, int id) { return yaml_document_get_node(&y->doc, id); }
+
+const char *xdc_yaml_scalar(const yaml_node_t *node)
+{
+    return node && node->type == YAML_SCALAR_NODE ? (const char *)node->data.scalar.value : NULL;
+}
+
+int xdc_yaml_seq_len(const yaml_node_t *seq)
+{
+    if (!seq || seq->type != YAML_SEQUENCE_NODE) return 0;
+    return (int)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+}
+
+yaml_node_t *xdc_yaml_seq_item(xdc_yaml *y, const yaml_node_t *seq, int i)
+{
+    if (i < 0 || i >= xdc_yaml_seq_len(seq)) return NULL;
+    return xdc_yaml_node(y, seq->data.sequence.items.start[i]);
+}
+
+static const char *type_word(xdc_yaml_type t)
+{
+    switch (t) {
+    case XDC_YF_STRING: return "a string";
+    case XDC_YF_INT:
+    case XDC_YF_INT64: return "an integer";
+    case XDC_YF_DOUBLE: return "a number";
+    case XDC_YF_BOOL: return "true or false";
+    case XDC_YF_DURATION: return "a duration such as 30s or 250ms";
+    case XDC_YF_NODE: return "a value";
+    }
+    return "a value";
+}
+
+static bool parse_bool(const char *s, bool *out)
+{
+    static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
+    for (int i = 0; i < 3; i++) {
+        if (strcasecmp(s, yes[i]) == 0) return *out = true, true;
+        if (strcasecmp(s, no[i]) == 0) return *out = false, true;
+    }
+    return false;
+}
+
+/* Strict number: the whole scalar, finite. */
+static bool parse_number(const char *s, double *out)
+{
+    if (!*s) return false;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*end != '\0' || errno == ERANGE || !isfinite(v)) return false;
+    *out = v;
+    return true;
+}
+
+static bool out_of_bounds(const xdc_yaml_field *f, double v)
+{
+    return (f->min != 0 || f->max != 0) && (v < f->min || v > f->max);
+}
+
+static void bounds_error(xdc_cfg_errors *errs, const yaml_node_t *node, const xdc_yaml_field *f, const char *text)
+{
+    xdc_cfg_error_at(errs, node, "%s: %s is out of range [%g, %g]", f->key, text, f->min, f->max);
+}
+
+/* Store one scalar into the target; returns false (with an error added) on a bad value. */
+static bool store_field(xdc_yaml *y, const yaml_node_t *node, const xdc_yaml_field *f, void *target,
+                        xdc_cfg_errors *errs)
+{
+    (void)y;
+    char *dst = (char *)target + f->offset;
+    if (f->type == XDC_YF_NODE) {
+        *(const yaml_node_t **)dst = node;
+        return true;
+    }
+    const char *s = xdc_yaml_scalar(node);
+    if (!s) {
+        xdc_cfg_error_at(errs, node, "%s: expected %s, found a %s", f->key, type_word(f->type),
+                         node->type == YAML_MAPPING_NODE ? "mapping" : "list");
+        return false;
+    }
+    double v;
+    switch (f->type) {
+    case XDC_YF_STRING:
+        if (strlen(s) >= f->size) {
+            xdc_cfg_error_at(errs, node, "%s: value is longer than %zu characters", f->key, f->size - 1);
+            return false;
+        }
+        if (f->choices) {
+            bool ok = false;
+            for (const char *const *c = f->choices; *c; c++) ok = ok || strcmp(*c, s) == 0;
+            if (!ok) {
+                char list[200] = "";
+                for (const char *const *c = f->choices; *c; c++)
+                    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", c == f->choices ? "" : ", ", *c);
+                xdc_cfg_error_at(errs, node, "%s: '%s' is not one of: %s", f->key, s, list);
+                return false;
+            }
+        }
+        memcpy(dst, s, strlen(s) + 1);
+        return true;
+    case XDC_YF_INT:
+    case XDC_YF_INT64:
+        if (!parse_number(s, &v) || v != floor(v) || fabs(v) > 9.0e15) {
+            xdc_cfg_error_at(errs, node, "%s: expected %s, found '%s'", f->key, type_word(f->type), s);
+            return false;
+        }
+        if (out_of_bounds(f, v) || (f->type == XDC_YF_INT && fabs(v) > INT32_MAX)) {
+            bounds_error(errs, node, f, s);
+            return false;
+        }
+        if (f->type == XDC_YF_INT)
+            *(int *)dst = (int)v;
+        else
+            *(int64_t *)dst = (int64_t)v;
+        return true;
+    case XDC_YF_DOUBLE:
+        if (!parse_number(s, &v)) {
+            xdc_cfg_error_at(errs, node, "%s: expected a number, found '%s'", f->key, s);
+            return false;
+        }
+        if (out_of_bounds(f, v)) {
+            bounds_error(errs, node, f, s);
+            return false;
+        }
+        *(double *)dst = v;
+        return true;
+    case XDC_YF_BOOL:
+        if (!parse_bool(s, (bool *)dst)) {
+            xdc_cfg_error_at(errs, node, "%s: expected true or false, found '%s'", f->key, s);
+            return false;
+        }
+        return true;
+    case XDC_YF_DURATION: {
+        int64_t ms;
+        if (xdc_parse_duration_ms(s, &ms) != 0) {
+            xdc_cfg_error_at(errs, node, "%s: expected a duration such as 30s or 250ms, found '%s'", f->key, s);
+            return false;
+        }
+        if (out_of_bounds(f, (double)ms)) {
+            bounds_error(errs, node, f, s);
+            return false;
+        }
+        *(int64_t *)dst = ms;
+        return true;
+    }
+    case XDC_YF_NODE: break;
+    }
+    return false;
+}
+
+int xdc_yaml_map_fields(xdc_yaml *y, const yaml_node_t *map, const xdc_yaml_field *fields, size_t n,
+                        void *target, xdc_cfg_errors *errs)
+{
+    int errors = 0;
+    if (!map || map->type != YAML_MAPPING_NODE) {
+        xdc_cfg_error_at(errs, map, "expected a mapping of key: value");
+        return 1;
+    }
+    /* Which fields were seen, to find duplicates and missing required keys. */
+    const yaml_node_t *seen[64] = {0};
+    if (n > 64) n = 64;
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = xdc_yaml_node(y, p->key), *v = xdc_yaml_node(y, p->value);
+        const char *key = xdc_yaml_scalar(k);
+        if (!key) {
+            xdc_cfg_error_at(errs, k, "keys must be plain words");
+            errors++;
+            continue;
+        }
+        size_t i = 0;
+        while (i < n && strcmp(fields[i].key, key) != 0) i++;
+        if (i == n) {
+            char list[256] = "";
+            for (size_t j = 0; j < n; j++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "", fields[j].key);
+            xdc_cfg_error_at(errs, k, "unknown key '%s' (expected one of: %s)", key, list);
+            errors++;
+            continue;
+        }
+        if (seen[i]) {
+            xdc_cfg_error_at(errs, k, "duplicate key '%s' (first set at line %d)", key,
+                             (int)seen[i]->start_mark.line + 1);
+            errors++;
+            continue;
+        }
+        seen[i] = k;
+        if (!store_field(y, v, &fields[i], target, errs)) errors++;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (fields[i].required && !seen[i]) {
+            xdc_cfg_error_at(errs, map, "missing required key '%s'", fields[i].key);
+            errors++;
+        }
+    return errors;
+}

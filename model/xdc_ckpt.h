@@ -1,0 +1,43 @@
+/* xdc_ckpt.h — per-stage training checkpoints: parameters, AdamW moments and step, training step, data
+ * position and RNG state, in `<dir>/stage-<k>.ckpt`.
+ *
+ * File layout (little-endian): a 128-byte header — magic "XDCCKPT1", u32 version, u32 stage,
+ * u32 n_stages, u32 reserved, u64 num_params, i64 step, i64 adam_t, u64 data epoch, u64 data batch,
+ * u64 rng[4], u64 raw payload bytes, u64 compressed payload bytes, u64 checksum, zero padding — then a
+ * zstd frame of the payload: params, m, v (num_params fp32 each, the stage's arena order). The checksum
+ * is XXH64 over the header (checksum field zeroed) and the compressed payload, checked before anything
+ * is used.
+ *
+ * Saving writes `<file>.tmp`, fsyncs it, renames it over the old file and fsyncs the directory, so a
+ * crash leaves either the old or the new checkpoint, never a torn one. */
+#ifndef XDC_CKPT_H
+#define XDC_CKPT_H
+
+#include "common/xdc_err.h"
+#include "common/xdc_rng.h"
+#include "model/xdc_gpt.h"
+#include "model/xdc_data.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct xdc_ckpt_meta {
+    int stage, n_stages;
+    int64_t step; /* optimizer steps completed */
+    xdc_data_pos data_pos;
+    xdc_rng rng;
+} xdc_ckpt_meta;
+
+/* "<dir>/stage-<k>.ckpt" into buf. */
+void xdc_ckpt_path(const char *dir, int stage, char *buf, size_t cap);
+
+xdc_err_t xdc_ckpt_save(const char *dir, xdc_gpt_stage *s, const xdc_ckpt_meta *meta, xdc_diag *diag);
+/* Loads stage `stage`'s file into `s` and `meta`. XDC_ERR_CORRUPT (the diag names the file) on a bad
+ * magic, checksum or payload; XDC_ERR_CONFIG when the file belongs to a different stage or model shape;
+ * XDC_ERR_IO when it cannot be read. */
+xdc_err_t xdc_ckpt_load(const char *dir, int stage, xdc_gpt_stage *s, xdc_ckpt_meta *meta, xdc_diag *diag);
+/* The same checks and restore from a file image already in memory; `name` appears in errors. */
+xdc_err_t xdc_ckpt_decode(const char *name, const uint8_t *file, size_t len, int stage, xdc_gpt_stage *s,
+                          xdc_ckpt_meta *meta, xdc_diag *diag);
+
+#endif /* XDC_CKPT_H */

@@ -1,0 +1,270 @@
+/* cmd_plan.c — `xdc plan -t TOPOLOGY -m MODEL.yaml [--json] [--explain] [--global-batch N] [constraints]`:
+ * load the topology and the model file, search plans (topology/xdc_plan.h) and print the chosen one with
+ * its predicted step time split, WAN bytes, egress cost and memory, the runners-up with why they lost,
+ * and with --explain every candidate considered. Also the input loading `xdc simulate` shares. */
+#include "orchestrator/cli/cmd_plan.h"
+
+#include "common/xdc_alloc.h"
+#include "orchestrator/control/orch_run_config.h"
+#include "orchestrator/cli/xdc_cli.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Print a config failure and release what plan_inputs_load had loaded. */
+static int config_failed(plan_inputs *in, const char *path, xdc_err_t rc, xdc_cfg_errors *errs)
+{
+    plan_inputs_free(in);
+    xdc_cfg_errors_print(errs, stderr);
+    if (errs->count == 0) fprintf(stderr, "%s: error: %s\n", path, xdc_strerror(rc));
+    return XDC_EX_CONFIG;
+}
+
+static void codec_constraint(const plan_inputs *in, const char *codec, char *out, size_t cap)
+{
+    /* The run file's "link" is the first link's codec, as the runtime reads it; "auto" means int8. */
+    if (strcmp(codec, "link") == 0) codec = in->topo->n_links > 0 ? in->topo->links[0].codec : "none";
+    if (strcmp(codec, "auto") == 0 || strcmp(codec, "topk") == 0) codec = strcmp(codec, "topk") ? "int8" : "topk:0.01";
+    snprintf(out, cap, "%s", codec);
+}
+
+int plan_inputs_load(const char *topo_path, const char *model_path, const char *run_path, double global_tokens,
+                     plan_inputs *in)
+{
+    memset(in, 0, sizeof *in);
+    in->opts = (xdc_plan_opts)XDC_PLAN_OPTS_INIT;
+    xdc_cfg_errors errs;
+    xdc_err_t rc = xdc_topology_load(topo_path, &in->topo, &errs);
+    if (rc != XDC_OK) return config_failed(in, topo_path, rc, &errs);
+    xdc_train_config tc;
+    if (run_path) {
+        orch_run_config run;
+        rc = orch_run_config_load(run_path, &run, &errs);
+        if (rc != XDC_OK) return config_failed(in, run_path, rc, &errs);
+        tc = run.train;
+        snprintf(in->model_path, sizeof in->model_path, "%s", run.model_path);
+        xdc_plan_opts *o = &in->opts;
+        o->all_regions = 1; /* xdc launch runs every region of the topology */
+        o->mode = run.span_regions ? XDC_PLAN_PIPELINE
+                  : run.mode == ORCH_MODE_DILOCO ? XDC_PLAN_DILOCO
+                  : run.mode == ORCH_MODE_STREAMING ? XDC_PLAN_STREAMING
+                                                    : XDC_PLAN_SYNC;
+        /* span_regions: one pipeline over every worker of every region (one replica). */
+        o->stages = run.span_regions ? xdc_topology_total_workers(in->topo) : run.pipeline_stages;
+        o->microbatches = run.microbatches;
+        codec_constraint(in, run.span_regions ? run.activation_codec : run.codec, o->codec, sizeof o->codec);
+        o->bucket_mb = run.bucket_mb;
+        if (run.mode != ORCH_MODE_SYNC) o->inner_steps = run.diloco_inner_steps;
+        if (run.mode == ORCH_MODE_STREAMING) o->fragments = run.fragments;
+    } else {
+        rc = xdc_model_config_load(model_path, &tc, &errs);
+        if (rc != XDC_OK) return config_failed(in, model_path, rc, &errs);
+        snprintf(in->model_path, sizeof in->model_path, "%s", model_path);
+    }
+    const xdc_gpt_config *g = &tc.model;
+    xdc_model_shape_gpt(g->n_layer, g->n_head, g->n_embd, g->max_seq_len, g->vocab_size, &in->shape);
+    in->batch.micro_batch = tc.batch_size;
+    in->batch.seq_len = tc.seq_len;
+    in->batch.global_batch_tokens = global_tokens > 0 ? global_tokens
+                                                      : (double)tc.batch_size * tc.seq_len * tc.microbatches *
+                                                            xdc_topology_total_workers(in->topo);
+    return XDC_EX_OK;
+}
+
+void plan_inputs_free(plan_inputs *in)
+{
+    xdc_topology_destroy(in->topo);
+    in->topo = NULL;
+}
+
+int plan_inputs_search(plan_inputs *in, xdc_plan_set **out)
+{
+    xdc_diag d = {{0}};
+    xdc_err_t rc = xdc_plan_search(in->topo, &in->shape, &in->batch, &in->opts, out, &d);
+    if (rc == XDC_OK) return XDC_EX_OK;
+    fprintf(stderr, "xdc plan: %s: %s\n", in->topo->path, d.msg[0] ? d.msg : xdc_strerror(rc));
+    return rc == XDC_ERR_UNAVAILABLE ? XDC_EX_UNAVAILABLE : rc == XDC_ERR_INVALID ? XDC_EX_CONFIG : XDC_EX_SOFTWARE;
+}
+
+static void plan_oneline(FILE *f, const xdc_topology *t, const xdc_plan *p)
+{
+    char what[160];
+    if (p->mode == XDC_PLAN_PIPELINE) {
+        int n = 0;
+        n += snprintf(what + n, sizeof what - n, "pipeline ");
+        for (int i = 0; i < p->n_chain && n < (int)sizeof what - 40; i++)
+            n += snprintf(what + n, sizeof what - n, "%s%s", i ? ">" : "", t->regions[p->chain[i]].name);
+        snprintf(what + n, sizeof what - n, " P=%d D=%d act=%s", p->stages, p->replicas[p->chain[0]], p->codec);
+    } else {
+        int used = 0;
+        for (int r = 0; r < t->n_regions; r++) used += p->replicas[r] > 0;
+        snprintf(what, sizeof what, "%s regions=%d P=%d %s bucket=%gMiB", xdc_plan_mode_name(p->mode), used, p->stages,
+                 p->codec, p->bucket_mb);
+        if (p->inner_steps) snprintf(what + strlen(what), sizeof what - strlen(what), " H=%d", p->inner_steps);
+        if (p->fragments) snprintf(what + strlen(what), sizeof what - strlen(what), " F=%d", p->fragments);
+    }
+    fprintf(f, "%-58s M=%-4d step %8.4fs  tok/s %10.0f  wan %.3g MB  fid %d", what, p->microbatches, p->t_step,
+            p->tokens / p->t_step, p->wan_bytes / 1e6, p->fidelity);
+}
+
+void plan_print(FILE *f, const xdc_topology *t, const xdc_plan *p)
+{
+    fprintf(f, "  mode %s, %d stage%s per replica, %d microbatches of %dx%d tokens", xdc_plan_mode_name(p->mode),
+            p->stages, p->stages > 1 ? "s" : "", p->microbatches, p->micro_batch, p->seq_len);
+    if (p->mode == XDC_PLAN_PIPELINE)
+        fprintf(f, ", activation codec %s\n", p->codec);
+    else
+        fprintf(f, ", WAN codec %s, bucket %g MiB\n", p->codec, p->bucket_mb);
+    if (p->inner_steps) fprintf(f, "  outer period H = %d inner steps\n", p->inner_steps);
+    if (p->fragments) fprintf(f, "  streaming fragments F = %d\n", p->fragments);
+    fprintf(f, "  replicas per region:");
+    for (int r = 0; r < t->n_regions; r++) fprintf(f, " %s=%d", t->regions[r].name, p->replicas[r]);
+    fprintf(f, "\n  stages:\n");
+    for (int i = 0; i < p->stages; i++) {
+        const xdc_plan_stage *s = &p->stage[i];
+        if (i == 8 && p->stages > 10) {
+            fprintf(f, "    ... %d more\n", p->stages - 9);
+            i = p->stages - 2;
+            continue;
+        }
+        fprintf(f, "    stage %-3d %-14s layers %3d-%-3d %10.4g params  %7.3f GiB/GPU  %d in flight\n", i,
+                s->region >= 0 ? t->regions[s->region].name : "(every region)", s->layer_begin, s->layer_end - 1,
+                s->params, s->mem_gib, s->inflight);
+    }
+    for (int i = 0; p->mode == XDC_PLAN_PIPELINE && i + 1 < p->n_chain; i++)
+        fprintf(f, "  WAN cut %s -> %s before layer %d\n", t->regions[p->chain[i]].name,
+                t->regions[p->chain[i + 1]].name, p->cut_layer[i]);
+    fprintf(f, "  predicted step %.4f s = compute %.4f + bubble %.4f + intra %.4f + exposed WAN %.4f\n", p->t_step,
+            p->t_compute, p->t_bubble, p->t_intra, p->t_wan_exposed);
+    fprintf(f, "  %.0f tokens/step, %.0f tokens/s; WAN %.3f MB/step, egress $%.6f/step; memory %.3f GiB of %g GiB per GPU\n",
+            p->tokens, p->tokens / p->t_step, p->wan_bytes / 1e6, p->egress_usd, p->mem_gib_max, p->mem_gib_limit);
+}
+
+/* Advisory per-link codecs: the runtime runs one codec, these say which link needs how much. */
+static void print_link_codecs(const plan_inputs *in, const xdc_plan *p)
+{
+    int any = 0;
+    for (int i = 0; i < in->topo->n_links; i++) {
+        const xdc_link *l = &in->topo->links[i];
+        char codec[16];
+        double sec;
+        xdc_plan_link_codec(in->topo, &in->shape, p, &in->opts.calib, l->from, l->to, in->opts.tolerance, codec, &sec);
+        if (!codec[0]) continue;
+        if (!any++) printf("  per-link codec (weakest that keeps the link within %.0f%% of the compute it hides behind):\n",
+                           in->opts.tolerance * 100);
+        printf("    %s -> %s: %s (%.4f s per round)\n", in->topo->regions[l->from].name, in->topo->regions[l->to].name,
+               codec, sec);
+    }
+}
+
+static int plan_usage(FILE *f)
+{
+    fprintf(f, "usage: xdc plan -t TOPOLOGY.yaml -m MODEL.yaml [--json] [--explain] [--global-batch TOKENS]\n"
+               "                [--mode sync|diloco|streaming|pipeline] [--stages P] [--codec C] [--mfu F]\n"
+               "  Choose how to train the model on the topology: mode, stages and replicas per region, layer\n"
+               "  partition, WAN cut, microbatches, bucket, codec and DiLoCo period, with the predicted step time.\n"
+               "  --global-batch  tokens per optimizer step (default: microbatch x microbatches x workers)\n"
+               "  --explain       every candidate considered and the selection rule\n"
+               "  Exit 78 on a config error, 69 when no plan fits (the reason is printed).\n");
+    return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
+}
+
+static int parse_mode(const char *s)
+{
+    for (int m = 0; m <= XDC_PLAN_PIPELINE; m++)
+        if (strcmp(s, xdc_plan_mode_name((xdc_plan_mode)m)) == 0) return m;
+    return -2;
+}
+
+static void explain(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan_opts *o)
+{
+    printf("\nhow the plan was chosen:\n"
+           "  %d candidates evaluated, %d rejected (memory)%s%s\n"
+           "  rule: the fastest candidate per token sets the bar; among candidates within %.0f%% of it the most\n"
+           "  faithful wins (fidelity 0 = exact sync; +1..5 for lossier codecs; +3.. for DiLoCo/streaming periods)\n"
+           "  every feasible candidate, in pick order:\n",
+           s->n_evaluated, s->n_rejected, s->reject_reason[0] ? "; closest miss: " : "", s->reject_reason,
+           o->tolerance * 100);
+    for (int i = 0; i < s->n_cands && i < 60; i++) {
+        printf("  %3d. ", i + 1);
+        plan_oneline(stdout, t, &s->cands[i]);
+        printf("\n       compute %.4f bubble %.4f intra %.4f wan %.4f  %s\n", s->cands[i].t_compute,
+               s->cands[i].t_bubble, s->cands[i].t_intra, s->cands[i].t_wan_exposed, s->cands[i].why);
+    }
+    if (s->n_cands > 60) printf("  ... %d more\n", s->n_cands - 60);
+}
+
+int xdc_cmd_plan(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"topology", required_argument, NULL, 't'}, {"model", required_argument, NULL, 'm'},
+        {"json", no_argument, NULL, 'j'},           {"explain", no_argument, NULL, 'x'},
+        {"global-batch", required_argument, NULL, 'g'}, {"mode", required_argument, NULL, 'M'},
+        {"stages", required_argument, NULL, 'P'},   {"codec", required_argument, NULL, 'C'},
+        {"mfu", required_argument, NULL, 'f'},      {"help", no_argument, NULL, 'h'},
+        {0}};
+    const char *topo = NULL, *model = NULL, *mode = NULL, *codec = NULL;
+    int json = 0, expl = 0, stages = 0, c;
+    double global = 0, mfu = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "t:m:jxg:h", opts, NULL)) != -1) {
+        char *end = NULL;
+        switch (c) {
+        case 't': topo = optarg; break;
+        case 'm': model = optarg; break;
+        case 'j': json = 1; break;
+        case 'x': expl = 1; break;
+        case 'g': global = strtod(optarg, &end); break;
+        case 'M': mode = optarg; break;
+        case 'P': stages = (int)strtol(optarg, &end, 10); break;
+        case 'C': codec = optarg; break;
+        case 'f': mfu = strtod(optarg, &end); break;
+        case 'h': return plan_usage(stdout);
+        default: return plan_usage(stderr);
+        }
+        if (end && (*end || end == optarg)) {
+            fprintf(stderr, "xdc plan: bad number '%s'\n", optarg);
+            return XDC_EX_USAGE;
+        }
+    }
+    if (!topo || !model || optind != argc) return plan_usage(stderr);
+    if (global < 0 || stages < 0 || mfu < 0 || mfu > 1 || (mode && parse_mode(mode) < 0)) {
+        fprintf(stderr, "xdc plan: --global-batch, --stages need positive values, --mfu in (0,1], --mode one of "
+                        "sync|diloco|streaming|pipeline\n");
+        return XDC_EX_USAGE;
+    }
+    plan_inputs in;
+    int ex = plan_inputs_load(topo, model, NULL, global, &in);
+    if (ex != XDC_EX_OK) return ex;
+    if (mode) in.opts.mode = parse_mode(mode);
+    if (codec) snprintf(in.opts.codec, sizeof in.opts.codec, "%s", codec);
+    if (mfu > 0) in.opts.calib.mfu = mfu;
+    in.opts.stages = stages;
+    xdc_plan_set *set = NULL;
+    ex = plan_inputs_search(&in, &set);
+    if (ex == XDC_EX_OK && json) {
+        char *text = NULL;
+        if (xdc_plan_to_json(in.topo, &in.shape, &in.opts, set, 5, &text) == XDC_OK)
+            printf("%s\n", text);
+        else
+            ex = XDC_EX_SOFTWARE;
+        xdc_free(text);
+    } else if (ex == XDC_EX_OK) {
+        printf("plan for %s (%.4g parameters) on %s (%d workers in %d regions), global batch %.0f tokens\n",
+               in.model_path, in.shape.params, in.topo->name, xdc_topology_total_workers(in.topo),
+               in.topo->n_regions, in.batch.global_batch_tokens);
+        plan_print(stdout, in.topo, &set->best);
+        print_link_codecs(&in, &set->best);
+        printf("  runners-up:\n");
+        for (int i = 1; i < set->n_cands && i <= 5; i++) {
+            printf("    ");
+            plan_oneline(stdout, in.topo, &set->cands[i]);
+            printf("\n      lost: %s\n", set->cands[i].why);
+        }
+        if (expl) explain(in.topo, set, &in.opts);
+    }
+    xdc_plan_set_destroy(set);
+    plan_inputs_free(&in);
+    return ex;
+}

@@ -1,0 +1,121 @@
+/* cmd_simulate.c — `xdc simulate -t TOPOLOGY (-m MODEL.yaml | -c RUN.yaml) [--steps N] [--json]
+ * [--calibrate-compute S] [--wan-gbps G]`: plan (or take the run file's configuration as constraints),
+ * then replay the plan in the discrete-event simulator and print the predicted step time, its split and
+ * the GPU utilisation next to the planner's closed-form prediction. */
+#include "orchestrator/cli/cmd_plan.h"
+
+#include "common/xdc_time.h"
+#include "orchestrator/cli/xdc_cli.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdlib.h>
+
+static int sim_usage(FILE *f)
+{
+    fprintf(f, "usage: xdc simulate -t TOPOLOGY.yaml (-m MODEL.yaml | -c RUN.yaml) [--steps N] [--json]\n"
+               "                    [--global-batch TOKENS] [--calibrate-compute SECONDS] [--wan-gbps G]\n"
+               "                    [--host-cores N]\n"
+               "  Replay the planned schedule (with -c: the run file's mode, stages, microbatches, codec, bucket)\n"
+               "  as a discrete-event model: 1F1B per replica, bucketed sync, WAN links with bandwidth and RTT.\n"
+               "  --calibrate-compute  measured compute seconds per step of stage 0 (from a run's progress lines);\n"
+               "                       scales every compute time; everything else stays predicted\n"
+               "  --wan-gbps           measured WAN goodput per link instead of the topology's bandwidth\n"
+               "  --host-cores         every worker shares N cores (an emulated run on one machine)\n");
+    return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
+}
+
+static void print_json(const plan_inputs *in, const xdc_plan *p, const xdc_sim_result *r, double wall)
+{
+    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f}", "topology",
+                          in->topo->path, "mode", xdc_plan_mode_name(p->mode), "gpus", r->gpus, "steps", r->steps,
+                          "step_s", r->t_step, "compute_s", r->t_compute, "bubble_s", r->t_bubble, "comm_exposed_s",
+                          r->t_comm_exposed, "utilisation", r->utilisation, "wan_bytes_per_step", r->wan_bytes,
+                          "events", (json_int_t)r->events, "planner_step_s", p->t_step, "compute_scale",
+                          in->opts.calib.compute_scale, "wall_s", wall);
+    char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    if (text) printf("%s\n", text);
+    free(text);
+    json_decref(o);
+}
+
+int xdc_cmd_simulate(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"topology", required_argument, NULL, 't'}, {"model", required_argument, NULL, 'm'},
+        {"run", required_argument, NULL, 'c'},      {"steps", required_argument, NULL, 's'},
+        {"json", no_argument, NULL, 'j'},           {"global-batch", required_argument, NULL, 'g'},
+        {"calibrate-compute", required_argument, NULL, 'C'}, {"wan-gbps", required_argument, NULL, 'W'},
+        {"host-cores", required_argument, NULL, 'H'}, {"help", no_argument, NULL, 'h'}, {0}};
+    const char *topo = NULL, *model = NULL, *run = NULL;
+    int json = 0, steps = 3, cores = 0, c;
+    double global = 0, measured = 0, wan = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "t:m:c:s:jg:h", opts, NULL)) != -1) {
+        char *end = NULL;
+        switch (c) {
+        case 't': topo = optarg; break;
+        case 'm': model = optarg; break;
+        case 'c': run = optarg; break;
+        case 's': steps = (int)strtol(optarg, &end, 10); break;
+        case 'j': json = 1; break;
+        case 'g': global = strtod(optarg, &end); break;
+        case 'C': measured = strtod(optarg, &end); break;
+        case 'W': wan = strtod(optarg, &end); break;
+        case 'H': cores = (int)strtol(optarg, &end, 10); break;
+        case 'h': return sim_usage(stdout);
+        default: return sim_usage(stderr);
+        }
+        if (end && (*end || end == optarg)) {
+            fprintf(stderr, "xdc simulate: bad number '%s'\n", optarg);
+            return XDC_EX_USAGE;
+        }
+    }
+    if (!topo || !model == !run || optind != argc) return sim_usage(stderr);
+    if (steps < 1 || steps > 100000 || global < 0 || measured < 0 || wan < 0 || cores < 0) {
+        fprintf(stderr, "xdc simulate: --steps in 1..100000; --global-batch, --calibrate-compute, --wan-gbps, "
+                        "--host-cores >= 0\n");
+        return XDC_EX_USAGE;
+    }
+    plan_inputs in;
+    int ex = plan_inputs_load(topo, model, run, global, &in);
+    if (ex != XDC_EX_OK) return ex;
+    in.opts.calib.wan_gbps = wan;
+    in.opts.calib.host_cores = cores;
+    xdc_plan_set *set = NULL;
+    ex = plan_inputs_search(&in, &set);
+    if (ex == XDC_EX_OK && measured > 0) {
+        /* Calibrate on the chosen structure, then plan again so the prediction uses the measured speed. */
+        xdc_plan_calibrate_compute(in.topo, &set->best, measured, &in.opts.calib);
+        xdc_plan_set_destroy(set);
+        set = NULL;
+        ex = plan_inputs_search(&in, &set);
+    }
+    if (ex == XDC_EX_OK) {
+        xdc_sim_result r;
+        xdc_diag d = {{0}};
+        uint64_t t0 = xdc_now_ns();
+        xdc_err_t rc = xdc_sim_run(in.topo, &in.shape, &set->best, &in.opts.calib, steps, &r, &d);
+        double wall = (double)(xdc_now_ns() - t0) / 1e9;
+        if (rc != XDC_OK) {
+            fprintf(stderr, "xdc simulate: %s\n", d.msg[0] ? d.msg : xdc_strerror(rc));
+            ex = XDC_EX_SOFTWARE;
+        } else if (json) {
+            print_json(&in, &set->best, &r, wall);
+        } else {
+            printf("simulate %s on %s: %d workers, %d steps, %lld events in %.3f s\n", in.model_path, in.topo->name,
+                   r.gpus, r.steps, r.events, wall);
+            plan_print(stdout, in.topo, &set->best);
+            if (measured > 0)
+                printf("  calibrated: compute times scaled x%.3f to match %.4f s of measured stage-0 compute per step\n",
+                       in.opts.calib.compute_scale, measured);
+            printf("simulated step %.4f s = compute %.4f + bubble %.4f + exposed comm %.4f; utilisation %.1f%%; "
+                   "WAN %.3f MB/step\n",
+                   r.t_step, r.t_compute, r.t_bubble, r.t_comm_exposed, 100 * r.utilisation, r.wan_bytes / 1e6);
+            printf("sim_step_s=%.6f planner_step_s=%.6f\n", r.t_step, set->best.t_step);
+        }
+    }
+    xdc_plan_set_destroy(set);
+    plan_inputs_free(&in);
+    return ex;
+}

@@ -1,0 +1,298 @@
+/* cmd_wan.c — `xdc wan listen|send`: an iperf3-like pair over the real WAN transport (TLS 1.3, K
+ * streams). The sender announces the transfer in a LATENCY message (total bytes, message size), streams
+ * BULK messages with a few in flight, and stops its clock when the listener's LATENCY reply says every
+ * byte arrived. `send` prints exactly one line on stdout:
+ *   goodput_gbps=G bytes=N seconds=S streams=K rtt_ms=R retransmits=F reconnects=C cpu_s=U */
+#include "orchestrator/cli/xdc_cli.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_log.h"
+#include "common/xdc_time.h"
+#include "wan/xdc_wan.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#define WAN_CLI_DEPTH 8 /* messages in flight */
+#define WAN_CLI_WAIT_MS 600000
+
+typedef struct wan_cli_opts {
+    xdc_wan_config cfg;
+    const char *to;       /* send: HOST:PORT */
+    const char *expect;   /* send: REGION/RANK, or NULL for any peer of our run */
+    const char *host;     /* listen: bind address */
+    int port;
+    int once;
+    uint64_t bytes;
+    uint64_t msg_bytes;
+} wan_cli_opts;
+
+static int wan_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: xdc wan listen --port P --cert C --key K --ca CA [--streams K] [--host ADDR] [--once]\n"
+            "       xdc wan send --to HOST:P --bytes N --cert C --key K --ca CA [--streams K]\n"
+            "                    [--expect REGION/RANK] [--msg-bytes M] [--sockbuf BYTES]\n"
+            "  An iperf3-like pair over the WAN transport (TLS 1.3, mutual auth, K streams). N and M take\n"
+            "  K/M/G suffixes (binary). send prints one line: goodput_gbps=... bytes=... seconds=... streams=...\n"
+            "  listen serves peers one after another (--once: the first only) and prints one line per transfer.\n");
+    return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
+}
+
+/* "256M" -> 268435456. */
+static int parse_size(const char *flag, const char *text, uint64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    uint64_t mul = 1;
+    if (end && *end) {
+        switch (*end) {
+        case 'k': case 'K': mul = 1ull << 10; break;
+        case 'm': case 'M': mul = 1ull << 20; break;
+        case 'g': case 'G': mul = 1ull << 30; break;
+        default: mul = 0;
+        }
+        if (end[1] && !(end[1] == 'i' && end[2] == 'B' && !end[3]) && !(end[1] == 'B' && !end[2])) mul = 0;
+    }
+    if (end == text || errno || mul == 0 || v < 0 || v * (double)mul > 1e15) {
+        fprintf(stderr, "xdc wan: %s '%s' is not a byte count (e.g. 1048576, 256M, 2G)\n", flag, text);
+        return -1;
+    }
+    *out = (uint64_t)(v * (double)mul);
+    return 0;
+}
+
+static int parse_opts(int argc, char **argv, wan_cli_opts *o)
+{
+    static const struct option opts[] = {
+        {"port", required_argument, NULL, 'p'},    {"cert", required_argument, NULL, 'c'},
+        {"key", required_argument, NULL, 'k'},     {"ca", required_argument, NULL, 'a'},
+        {"streams", required_argument, NULL, 's'}, {"to", required_argument, NULL, 't'},
+        {"bytes", required_argument, NULL, 'b'},   {"msg-bytes", required_argument, NULL, 'm'},
+        {"expect", required_argument, NULL, 'e'},  {"host", required_argument, NULL, 'H'},
+        {"sockbuf", required_argument, NULL, 'B'}, {"once", no_argument, NULL, '1'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+    };
+    int c;
+    uint64_t v;
+    optind = 1;
+    while ((c = getopt_long(argc - 1, argv + 1, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'p': o->port = atoi(optarg); break;
+        case 'c': o->cfg.cert_path = optarg; break;
+        case 'k': o->cfg.key_path = optarg; break;
+        case 'a': o->cfg.ca_path = optarg; break;
+        case 's': o->cfg.streams = atoi(optarg); break;
+        case 't': o->to = optarg; break;
+        case 'e': o->expect = optarg; break;
+        case 'H': o->host = optarg; break;
+        case '1': o->once = 1; break;
+        case 'b': if (parse_size("--bytes", optarg, &o->bytes)) return XDC_EX_USAGE; break;
+        case 'm': if (parse_size("--msg-bytes", optarg, &o->msg_bytes)) return XDC_EX_USAGE; break;
+        case 'B':
+            if (parse_size("--sockbuf", optarg, &v) || v > (1u << 30)) return XDC_EX_USAGE;
+            o->cfg.sockbuf_bytes = (int)v;
+            break;
+        case 'h': return wan_usage(stdout) == XDC_EX_OK ? -1 : XDC_EX_USAGE;
+        default: return wan_usage(stderr);
+        }
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "xdc wan: unexpected argument '%s'\n", argv[optind + 1]);
+        return XDC_EX_USAGE;
+    }
+    if (!o->cfg.cert_path || !o->cfg.key_path || !o->cfg.ca_path) {
+        fprintf(stderr, "xdc wan: --cert, --key and --ca are required\n");
+        return XDC_EX_USAGE;
+    }
+    if (o->cfg.streams < 1 || o->cfg.streams > XDC_WAN_MAX_STREAMS) {
+        fprintf(stderr, "xdc wan: --streams must be 1..%d\n", XDC_WAN_MAX_STREAMS);
+        return XDC_EX_USAGE;
+    }
+    if (o->msg_bytes < 1 || o->msg_bytes > (1ull << 30)) {
+        fprintf(stderr, "xdc wan: --msg-bytes must be 1..1G\n");
+        return XDC_EX_USAGE;
+    }
+    return XDC_EX_OK;
+}
+
+static int fail(const char *what, xdc_err_t rc, const xdc_diag *d)
+{
+    fprintf(stderr, "xdc wan %s: %s\n", what, d->msg[0] ? d->msg : xdc_strerror(rc));
+    return xdc_err_exit_code(rc);
+}
+
+/* The transfer announcement and the completion reply, both LATENCY messages of two u64 words. */
+typedef struct { uint64_t total, msg_bytes; } wan_cli_hello;
+
+static xdc_err_t serve_one(xdc_wan_peer *p, uint8_t *bufs, uint64_t cap, xdc_diag *d)
+{
+    wan_cli_hello h;
+    xdc_wan_request *r;
+    size_t got = 0;
+    XDC_CHECK(xdc_wan_irecv(p, XDC_WAN_LATENCY, &h, sizeof h, &r));
+    XDC_CHECK(xdc_wan_wait(r, WAN_CLI_WAIT_MS, &got, NULL, d));
+    if (got != sizeof h || h.msg_bytes == 0 || h.msg_bytes > cap) {
+        xdc_diag_set(d, "bad transfer announcement (%zu bytes, message size %llu, limit %llu)", got,
+                     (unsigned long long)h.msg_bytes, (unsigned long long)cap);
+        return XDC_ERR_PROTO;
+    }
+    uint64_t n_msgs = (h.total + h.msg_bytes - 1) / h.msg_bytes, posted = 0, done = 0, bytes = 0;
+    xdc_wan_request *q[WAN_CLI_DEPTH];
+    uint64_t t0 = xdc_now_ns();
+    while (done < n_msgs) {
+        while (posted < n_msgs && posted - done < WAN_CLI_DEPTH) {
+            XDC_CHECK(xdc_wan_irecv(p, XDC_WAN_BULK, bufs + (posted % WAN_CLI_DEPTH) * h.msg_bytes, h.msg_bytes,
+                                    &q[posted % WAN_CLI_DEPTH]));
+            posted++;
+        }
+        XDC_CHECK(xdc_wan_wait(q[done % WAN_CLI_DEPTH], WAN_CLI_WAIT_MS, &got, NULL, d));
+        bytes += got;
+        done++;
+    }
+    double secs = (double)(xdc_now_ns() - t0) / 1e9;
+    const xdc_wan_identity *id = xdc_wan_peer_identity(p);
+    printf("received bytes=%llu seconds=%.3f goodput_gbps=%.3f from=%s/%d\n", (unsigned long long)bytes, secs,
+           secs > 0 ? (double)bytes * 8 / secs / 1e9 : 0.0, id->region, id->rank);
+    fflush(stdout);
+    wan_cli_hello reply = {bytes, h.msg_bytes};
+    XDC_CHECK(xdc_wan_isend(p, XDC_WAN_LATENCY, &reply, sizeof reply, 0, sizeof reply, &r));
+    /* The sender closes (BYE) as soon as the reply arrives, possibly before its ACK reaches us. */
+    xdc_err_t rc = xdc_wan_wait(r, WAN_CLI_WAIT_MS, NULL, NULL, d);
+    return rc == XDC_ERR_CLOSED ? XDC_OK : rc;
+}
+
+static int wan_listen(wan_cli_opts *o)
+{
+    xdc_diag d = {{0}};
+    xdc_wan_engine *eng = NULL;
+    xdc_wan_listener *l = NULL;
+    uint64_t cap = 64ull << 20; /* largest message a sender may announce */
+    uint8_t *bufs = NULL;
+    xdc_err_t rc = xdc_wan_engine_create(&o->cfg, &eng, &d);
+    if (rc != XDC_OK) return fail("listen", rc, &d);
+    rc = xdc_wan_listen(eng, o->host, o->port, &l, &d);
+    if (rc == XDC_OK && !(bufs = xdc_malloc(cap * WAN_CLI_DEPTH))) rc = XDC_ERR_NOMEM;
+    if (rc != XDC_OK) goto done;
+    fprintf(stderr, "xdc wan listen: %s/%d listening on port %d\n", xdc_wan_engine_identity(eng)->region,
+            xdc_wan_engine_identity(eng)->rank, xdc_wan_listener_port(l));
+    do {
+        xdc_wan_peer *p;
+        rc = xdc_wan_accept(l, -1, &p, &d);
+        if (rc != XDC_OK) break;
+        rc = serve_one(p, bufs, cap, &d);
+        if (rc != XDC_OK) fprintf(stderr, "xdc wan listen: transfer failed: %s\n", d.msg);
+        xdc_wan_peer_close(p);
+    } while (!o->once);
+done:
+    xdc_free(bufs);
+    xdc_wan_engine_destroy(eng);
+    return rc == XDC_OK ? XDC_EX_OK : fail("listen", rc, &d);
+}
+
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+           ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) / 1e6;
+}
+
+static int wan_send(wan_cli_opts *o)
+{
+    char host[256];
+    const char *colon = o->to ? strrchr(o->to, ':') : NULL;
+    int port = colon ? atoi(colon + 1) : 0;
+    if (!colon || (size_t)(colon - o->to) >= sizeof host || port <= 0 || port > 65535 || o->bytes == 0) {
+        fprintf(stderr, "xdc wan send: --to HOST:PORT and --bytes N (> 0) are required\n");
+        return XDC_EX_USAGE;
+    }
+    memcpy(host, o->to, (size_t)(colon - o->to));
+    host[colon - o->to] = '\0';
+    char region[XDC_WAN_NAME_MAX] = "";
+    int rank = 0;
+    if (o->expect) {
+        const char *slash = strchr(o->expect, '/');
+        if (!slash || (size_t)(slash - o->expect) >= sizeof region) {
+            fprintf(stderr, "xdc wan send: --expect takes REGION/RANK\n");
+            return XDC_EX_USAGE;
+        }
+        memcpy(region, o->expect, (size_t)(slash - o->expect));
+        rank = atoi(slash + 1);
+    }
+    xdc_diag d = {{0}};
+    xdc_wan_engine *eng = NULL;
+    xdc_wan_peer *p = NULL;
+    uint64_t msg = o->msg_bytes < o->bytes ? o->msg_bytes : o->bytes;
+    uint8_t *buf = NULL;
+    xdc_err_t rc = xdc_wan_engine_create(&o->cfg, &eng, &d);
+    if (rc != XDC_OK) return fail("send", rc, &d);
+    XDC_CHECK_GOTO(xdc_wan_connect(eng, host, port, o->expect ? region : NULL, rank, &p, &d), rc, done);
+    XDC_CHECK_GOTO(xdc_wan_peer_wait_ready(p, 60000, &d), rc, done);
+    if (!(buf = xdc_malloc(msg))) {
+        rc = XDC_ERR_NOMEM;
+        goto done;
+    }
+    for (uint64_t i = 0; i < msg; i++) buf[i] = (uint8_t)(i * 131 + 7);
+    double cpu0 = cpu_seconds();
+    uint64_t t0 = xdc_now_ns();
+    wan_cli_hello h = {o->bytes, msg}, reply = {0, 0};
+    xdc_wan_request *r, *rr, *q[WAN_CLI_DEPTH];
+    XDC_CHECK_GOTO(xdc_wan_irecv(p, XDC_WAN_LATENCY, &reply, sizeof reply, &rr), rc, done);
+    XDC_CHECK_GOTO(xdc_wan_isend(p, XDC_WAN_LATENCY, &h, sizeof h, 0, sizeof h, &r), rc, done);
+    XDC_CHECK_GOTO(xdc_wan_wait(r, WAN_CLI_WAIT_MS, NULL, NULL, &d), rc, done);
+    uint64_t n_msgs = (o->bytes + msg - 1) / msg, posted = 0, done_n = 0;
+    while (done_n < n_msgs) {
+        while (posted < n_msgs && posted - done_n < WAN_CLI_DEPTH) {
+            uint64_t len = posted == n_msgs - 1 ? o->bytes - posted * msg : msg;
+            XDC_CHECK_GOTO(xdc_wan_isend(p, XDC_WAN_BULK, buf, len, 0, len, &q[posted % WAN_CLI_DEPTH]), rc, done);
+            posted++;
+        }
+        XDC_CHECK_GOTO(xdc_wan_wait(q[done_n % WAN_CLI_DEPTH], WAN_CLI_WAIT_MS, NULL, NULL, &d), rc, done);
+        done_n++;
+    }
+    XDC_CHECK_GOTO(xdc_wan_wait(rr, WAN_CLI_WAIT_MS, NULL, NULL, &d), rc, done);
+    double secs = (double)(xdc_now_ns() - t0) / 1e9, cpu = cpu_seconds() - cpu0;
+    if (reply.total != o->bytes) {
+        xdc_diag_set(&d, "the listener confirmed %llu of %llu bytes", (unsigned long long)reply.total,
+                     (unsigned long long)o->bytes);
+        rc = XDC_ERR_PROTO;
+        goto done;
+    }
+    xdc_wan_stats st;
+    xdc_wan_peer_stats(p, &st);
+    printf("goodput_gbps=%.4f bytes=%llu seconds=%.3f streams=%d rtt_ms=%.2f retransmits=%llu reconnects=%llu "
+           "cpu_s=%.3f\n",
+           (double)o->bytes * 8 / secs / 1e9, (unsigned long long)o->bytes, secs, o->cfg.streams, st.rtt_ms,
+           (unsigned long long)st.retransmit_frames, (unsigned long long)st.reconnects, cpu);
+done:
+    xdc_wan_peer_close(p);
+    xdc_wan_engine_destroy(eng);
+    xdc_free(buf);
+    return rc == XDC_OK ? XDC_EX_OK : fail("send", rc, &d);
+}
+
+int xdc_cmd_wan(int argc, char **argv)
+{
+    if (argc < 2) return wan_usage(stderr);
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) return wan_usage(stdout);
+    int listen = strcmp(argv[1], "listen") == 0;
+    if (!listen && strcmp(argv[1], "send") != 0) {
+        fprintf(stderr, "xdc wan: unknown subcommand '%s'\n", argv[1]);
+        return wan_usage(stderr);
+    }
+    wan_cli_opts o = {.cfg = XDC_WAN_CONFIG_INIT, .msg_bytes = 4u << 20};
+    o.cfg.sockbuf_bytes = 0;
+    int prc = parse_opts(argc, argv, &o);
+    if (prc != XDC_EX_OK) return prc < 0 ? XDC_EX_OK : prc;
+    if (listen && (o.port < 0 || o.port > 65535)) {
+        fprintf(stderr, "xdc wan listen: --port must be 0..65535\n");
+        return XDC_EX_USAGE;
+    }
+    return listen ? wan_listen(&o) : wan_send(&o);
+}

@@ -1,0 +1,258 @@
+/* cmd_wanemu.c — `xdc wan-emu --topology FILE`: make a topology's WAN links real on this machine with
+ * userspace relays (no root). Port plan: worker r of region B listens on B's wan_endpoint port + r; a
+ * worker of region A reaches it through 127.0.0.1:(that port + OFFSET x (A's index + 1)), a relay
+ * carrying the A->B link's rate, RTT, jitter and loss. `--check` measures every link instead and
+ * prints configured vs measured RTT and rate. */
+#include "orchestrator/cli/xdc_cli.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_time.h"
+#include "topology/xdc_topology.h"
+#include "wan/xdc_wan.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int wanemu_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: xdc wan-emu --topology FILE [--port-offset N] [--ranks N] [--outage DUR@START]\n"
+            "                   [--duration SECONDS] [--check [--seconds S]] [--netns PREFIX]\n"
+            "  One relay per (link, destination worker): worker r of region B listens on B's wan_endpoint\n"
+            "  port + r; region A (index a, 0-based) reaches it at 127.0.0.1:(port + r + N x (a + 1)),\n"
+            "  N = --port-offset (default 1000). --ranks overrides the workers per region (default: topology).\n"
+            "  --outage 30s@10s cuts every relay for 30 s starting 10 s after start. Runs until Ctrl-C or\n"
+            "  --duration. --check measures each link for S seconds (default 1.5) and prints configured vs\n"
+            "  measured RTT and rate instead of running relays.\n"
+            "  --netns PREFIX (root): network namespaces PREFIX-0.. (one per region, address 10.77.0.(i+1) on\n"
+            "  device xw0, `tc tbf` for the rate) joined by a TUN wire with the links' delay, jitter and packet\n"
+            "  loss; run workers with `ip netns exec PREFIX-i`. Removed on exit and on Ctrl-C.\n");
+    return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
+}
+
+static void link_model(const xdc_link *l, uint64_t seed, xdc_wan_link_model *m)
+{
+    *m = (xdc_wan_link_model){.rate_mbps = l->bandwidth_gbps * 1000.0, .rtt_ms = l->rtt_ms,
+                              .jitter_ms = l->jitter_ms, .loss_pct = l->loss_pct, .seed = seed};
+}
+
+static int endpoint_split(const char *ep, char *host, size_t cap, int *port)
+{
+    const char *colon = strrchr(ep, ':');
+    if (!colon || (size_t)(colon - ep) >= cap) return -1;
+    memcpy(host, ep, (size_t)(colon - ep));
+    host[colon - ep] = '\0';
+    *port = atoi(colon + 1);
+    return *port > 0 && *port < 65536 ? 0 : -1;
+}
+
+/* netns: NULL measures each link through a loopback relay, else through the namespace wire. */
+static int run_check(const xdc_topology *t, double seconds, xdc_wan_netns *netns)
+{
+    int bad = 0;
+    printf("%-24s %10s %10s %10s %12s %12s %s\n", "link", "rtt_ms", "jitter_ms", "min_rtt", "rate_mbps", "meas_rate",
+           "verdict");
+    for (int i = 0; i < t->n_links; i++) {
+        const xdc_link *l = &t->links[i];
+        xdc_wan_link_model m;
+        link_model(l, (uint64_t)i + 1, &m);
+        double rtt = 0, rate = 0;
+        xdc_diag d = {{0}};
+        xdc_err_t rc = netns ? xdc_wan_netns_measure(netns, l->from, l->to, m.rate_mbps, seconds, &rtt, &rate, &d)
+                             : xdc_wan_emu_measure(&m, seconds, &rtt, &rate, &d);
+        if (rc != XDC_OK) {
+            fprintf(stderr, "xdc wan-emu: %s -> %s: %s\n", t->regions[l->from].name, t->regions[l->to].name, d.msg);
+            return xdc_err_exit_code(rc);
+        }
+        /* The measured RTT is a minimum: it lies in [rtt, rtt + 2 x jitter] up to 10 %. Loss lowers the rate,
+         * and in netns mode tbf counts TCP/IP headers (1448 payload bytes per 1500): judge what applies. */
+        double want_rtt = m.rtt_ms, want_rate = netns ? m.rate_mbps * 1448.0 / 1500.0 : m.rate_mbps;
+        int ok = rtt >= 0.9 * want_rtt - 0.5 && rtt <= 1.1 * (want_rtt + 2 * m.jitter_ms) + 0.5 &&
+                 (m.loss_pct > 0 || m.rate_mbps <= 0 || fabs(rate - want_rate) <= 0.05 * want_rate);
+        bad |= !ok;
+        char name[160];
+        snprintf(name, sizeof name, "%s->%s", t->regions[l->from].name, t->regions[l->to].name);
+        printf("%-24s %10.2f %10.2f %10.2f %12.1f %12.1f %s\n", name, want_rtt, m.jitter_ms, rtt, m.rate_mbps, rate,
+               ok ? "ok" : "OFF");
+    }
+    return bad ? XDC_EX_SOFTWARE : XDC_EX_OK;
+}
+
+/* Until SIGINT/SIGTERM, or `duration` seconds when > 0. */
+static void wait_for_stop(const sigset_t *sigs, double duration)
+{
+    struct timespec ts = {.tv_sec = (time_t)duration, .tv_nsec = (long)((duration - floor(duration)) * 1e9)};
+    int sig;
+    do {
+        sig = duration > 0 ? sigtimedwait(sigs, NULL, &ts) : sigwaitinfo(sigs, NULL);
+    } while (sig < 0 && errno == EINTR);
+}
+
+static int run_netns(const xdc_topology *t, const char *prefix, int check, double seconds, double duration,
+                     int outage, const sigset_t *sigs)
+{
+    if (outage) {
+        fprintf(stderr, "xdc wan-emu: --outage works with the relays only, not with --netns\n");
+        return XDC_EX_USAGE;
+    }
+    int n = t->n_regions;
+    xdc_wan_link_model *models = xdc_calloc((size_t)n * (size_t)n, sizeof *models);
+    if (!models) return XDC_EX_SOFTWARE;
+    for (int i = 0; i < t->n_links; i++)
+        link_model(&t->links[i], (uint64_t)i + 1, &models[t->links[i].from * n + t->links[i].to]);
+    xdc_wan_netns *w = NULL;
+    xdc_diag d = {{0}};
+    xdc_err_t e = xdc_wan_netns_create(prefix, n, models, &w, &d);
+    xdc_free(models);
+    if (e != XDC_OK) {
+        fprintf(stderr, "xdc wan-emu --netns: %s\n", d.msg);
+        return xdc_err_exit_code(e);
+    }
+    int rc = XDC_EX_OK;
+    if (check) {
+        rc = run_check(t, seconds, w);
+    } else {
+        for (int i = 0; i < n; i++) {
+            char ns[64], ip[32];
+            xdc_wan_netns_addr(i, ip, sizeof ip);
+            printf("region %s: ip netns exec %s ...   address %s (device xw0)\n", t->regions[i].name,
+                   xdc_wan_netns_name(w, i, ns, sizeof ns), ip);
+        }
+        printf("xdc wan-emu: %d namespaces up; Ctrl-C to stop and remove them\n", n);
+        fflush(stdout);
+        wait_for_stop(sigs, duration);
+    }
+    xdc_wan_netns_destroy(w);
+    return rc;
+}
+
+int xdc_cmd_wanemu(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"topology", required_argument, NULL, 't'}, {"port-offset", required_argument, NULL, 'o'},
+        {"ranks", required_argument, NULL, 'r'},    {"outage", required_argument, NULL, 'u'},
+        {"duration", required_argument, NULL, 'd'}, {"check", no_argument, NULL, 'c'},
+        {"seconds", required_argument, NULL, 's'},  {"netns", required_argument, NULL, 'n'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *topo_path = NULL, *outage = NULL, *netns_prefix = NULL;
+    int offset = 1000, ranks = 0, check = 0, c;
+    double seconds = 1.5, duration = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 't': topo_path = optarg; break;
+        case 'o': offset = atoi(optarg); break;
+        case 'r': ranks = atoi(optarg); break;
+        case 'u': outage = optarg; break;
+        case 'd': duration = atof(optarg); break;
+        case 'c': check = 1; break;
+        case 's': seconds = atof(optarg); break;
+        case 'n': netns_prefix = optarg; break;
+        case 'h': return wanemu_usage(stdout);
+        default: return wanemu_usage(stderr);
+        }
+    }
+    if (!topo_path || optind != argc || offset < 1 || ranks < 0 || seconds <= 0 || duration < 0) {
+        fprintf(stderr, "xdc wan-emu: %s\n", !topo_path ? "--topology FILE is required" : "bad option value");
+        return XDC_EX_USAGE;
+    }
+    int64_t out_ms = 0, at_ms = 0;
+    if (outage) {
+        char dur[64];
+        const char *at = strchr(outage, '@');
+        if (!at || (size_t)(at - outage) >= sizeof dur) at = NULL;
+        else {
+            memcpy(dur, outage, (size_t)(at - outage));
+            dur[at - outage] = '\0';
+        }
+        if (!at || xdc_parse_duration_ms(dur, &out_ms) != 0 || xdc_parse_duration_ms(at + 1, &at_ms) != 0) {
+            fprintf(stderr, "xdc wan-emu: --outage '%s' is not DURATION@START (e.g. 30s@10s)\n", outage);
+            return XDC_EX_USAGE;
+        }
+    }
+    xdc_topology *t = NULL;
+    xdc_cfg_errors errs;
+    xdc_cfg_errors_init(&errs, topo_path);
+    if (xdc_topology_load(topo_path, &t, &errs) != XDC_OK) {
+        xdc_cfg_errors_print(&errs, stderr);
+        return XDC_EX_CONFIG;
+    }
+    /* Signals are taken synchronously (sigwait below); emulator threads inherit the blocked mask, so
+     * Ctrl-C always reaches the cleanup. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    if (netns_prefix) {
+        int rc = run_netns(t, netns_prefix, check, seconds, duration, outage != NULL, &sigs);
+        xdc_topology_destroy(t);
+        return rc;
+    }
+    if (check) {
+        int rc = run_check(t, seconds, NULL);
+        xdc_topology_destroy(t);
+        return rc;
+    }
+    xdc_wan_relay **relays = NULL;
+    int n = 0, cap = 0, rc = XDC_EX_OK;
+    for (int i = 0; i < t->n_links && rc == XDC_EX_OK; i++) {
+        const xdc_link *l = &t->links[i];
+        const xdc_region *to = &t->regions[l->to];
+        char host[256];
+        int port;
+        if (endpoint_split(to->wan_endpoint, host, sizeof host, &port) != 0) {
+            fprintf(stderr, "xdc wan-emu: %s:%d:%d: region %s has no usable wan_endpoint HOST:PORT ('%s')\n",
+                    t->path, to->line, to->col, to->name, to->wan_endpoint);
+            rc = XDC_EX_CONFIG;
+            break;
+        }
+        int workers = ranks ? ranks : xdc_topology_region_workers(t, l->to);
+        for (int r = 0; r < workers; r++) {
+            int listen_port = port + r + offset * (l->from + 1);
+            if (listen_port > 65535) {
+                fprintf(stderr, "xdc wan-emu: relay port %d for %s->%s rank %d is above 65535; lower --port-offset\n",
+                        listen_port, t->regions[l->from].name, to->name, r);
+                rc = XDC_EX_CONFIG;
+                break;
+            }
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                xdc_wan_relay **nr = xdc_realloc(relays, (size_t)cap * sizeof *nr);
+                if (!nr) { rc = XDC_EX_SOFTWARE; break; }
+                relays = nr;
+            }
+            xdc_wan_link_model m;
+            link_model(l, (uint64_t)(i * 4096 + r + 1), &m);
+            xdc_diag d = {{0}};
+            xdc_err_t e = xdc_wan_relay_create("127.0.0.1", listen_port, host, port + r, &m, &relays[n], &d);
+            if (e != XDC_OK) {
+                fprintf(stderr, "xdc wan-emu: %s->%s rank %d: %s\n", t->regions[l->from].name, to->name, r, d.msg);
+                rc = xdc_err_exit_code(e);
+                break;
+            }
+            if (outage) xdc_wan_relay_schedule_outage(relays[n], at_ms, out_ms);
+            printf("relay %s->%s rank %d: 127.0.0.1:%d -> %s:%d  rate %.1f Mbit/s rtt %.1f ms jitter %.1f ms loss "
+                   "%.3f%%\n",
+                   t->regions[l->from].name, to->name, r, listen_port, host, port + r, m.rate_mbps, m.rtt_ms,
+                   m.jitter_ms, m.loss_pct);
+            n++;
+        }
+    }
+    if (rc == XDC_EX_OK) {
+        printf("xdc wan-emu: %d relays up%s; Ctrl-C to stop\n", n, outage ? " (outage scheduled)" : "");
+        fflush(stdout);
+        wait_for_stop(&sigs, duration);
+    }
+    for (int i = 0; i < n; i++) xdc_wan_relay_destroy(relays[i]);
+    xdc_free(relays);
+    xdc_topology_destroy(t);
+    return rc;
+}

@@ -1,0 +1,88 @@
+/* orch_plan.c — the runtime following the planner. With `plan: auto` in the run file, every process
+ * (launcher, workers) runs the same deterministic search over the topology and the model file and takes
+ * the mode, stages per replica, layer partition, microbatches, WAN codec, bucket size and DiLoCo period
+ * from the best plan the runtime can execute (every worker busy: replicas x stages = each region's
+ * workers; a cross-region pipeline over all workers). Hand-set keys in the run file are constraints the
+ * search respects. */
+#include "orchestrator/control/orch_run_config.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int runnable(const xdc_topology *t, const xdc_plan *p)
+{
+    if (p->mode == XDC_PLAN_PIPELINE) return p->stages == xdc_topology_total_workers(t) && p->n_chain == t->n_regions;
+    for (int r = 0; r < t->n_regions; r++)
+        if (p->replicas[r] * p->stages != xdc_topology_region_workers(t, r)) return 0;
+    return 1;
+}
+
+/* The planner's inputs for this run: model shape, batch, constraints from hand-set keys. */
+static void plan_inputs(const orch_run_config *c, xdc_model_shape *m, xdc_batch_shape *b, xdc_plan_opts *o)
+{
+    const xdc_gpt_config *g = &c->train.model;
+    xdc_model_shape_gpt(g->n_layer, g->n_head, g->n_embd, g->max_seq_len, g->vocab_size, m);
+    *b = (xdc_batch_shape){.micro_batch = c->train.batch_size, .seq_len = c->train.seq_len};
+    xdc_plan_opts d = XDC_PLAN_OPTS_INIT;
+    *o = d;
+    o->all_regions = 1;
+    o->microbatches = c->train.microbatches;
+    /* Keys the run file set by hand bind the search. */
+    if (c->mode_set) o->mode = c->span_regions ? XDC_PLAN_PIPELINE : (int)c->mode;
+    if (c->stages_set) o->stages = c->pipeline_stages;
+    if (strcmp(c->codec, "link") != 0) snprintf(o->codec, sizeof o->codec, "%s", c->codec);
+}
+
+xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planned *out, xdc_diag *diag)
+{
+    plan_inputs(c, &out->m, &out->b, &out->o);
+    xdc_plan_set *set;
+    XDC_CHECK(xdc_plan_search(t, &out->m, &out->b, &out->o, &set, diag));
+    const xdc_plan *p = NULL;
+    for (int i = 0; i < set->n_cands && !p; i++)
+        if (runnable(t, &set->cands[i])) p = &set->cands[i];
+    if (!p) {
+        xdc_diag_set(diag, "plan: none of the %d feasible plans keeps every worker busy (replicas x stages must "
+                           "equal each region's workers); set pipeline_stages by hand",
+                     set->n_cands);
+        xdc_plan_set_destroy(set);
+        return XDC_ERR_UNAVAILABLE;
+    }
+    out->plan = *p;
+    c->mode = p->mode == XDC_PLAN_DILOCO ? ORCH_MODE_DILOCO
+              : p->mode == XDC_PLAN_STREAMING ? ORCH_MODE_STREAMING
+                                              : ORCH_MODE_SYNC;
+    c->span_regions = p->mode == XDC_PLAN_PIPELINE;
+    c->pipeline_stages = p->stages;
+    c->microbatches = c->train.microbatches = p->microbatches;
+    if (p->bucket_mb > 0) c->bucket_mb = p->bucket_mb;
+    if (p->mode == XDC_PLAN_PIPELINE)
+        snprintf(c->activation_codec, sizeof c->activation_codec, "%s", p->codec);
+    else
+        snprintf(c->codec, sizeof c->codec, "%s", p->codec);
+    if (p->inner_steps > 0) c->diloco_inner_steps = p->inner_steps;
+    if (p->fragments > 0) c->fragments = p->fragments;
+    /* The plan's layer partition (faster GPUs get more layers). */
+    c->n_split = p->stages <= ORCH_MAX_STAGES ? p->stages : 0;
+    for (int s = 0; s < c->n_split; s++) c->stage_layer_begin[s] = p->stage[s].layer_begin;
+    c->stage_layer_begin[c->n_split] = c->train.model.n_layer;
+    xdc_plan_set_destroy(set);
+    return XDC_OK;
+}
+
+void orch_plan_describe(const orch_run_config *c, const xdc_plan *p, char *buf, size_t cap)
+{
+    size_t n = (size_t)snprintf(buf, cap, "plan: %s, %d stage%s per replica (layers", xdc_plan_mode_name(p->mode),
+                                p->stages, p->stages == 1 ? "" : "s");
+    for (int s = 0; s < c->n_split && n < cap; s++)
+        n += (size_t)snprintf(buf + n, cap - n, " %d-%d", c->stage_layer_begin[s], c->stage_layer_begin[s + 1] - 1);
+    if (n < cap)
+        snprintf(buf + n, cap - n, "), %d microbatches, codec %s, bucket %.2g MiB%s; predicted step %.3f s "
+                                   "(compute %.3f, exposed WAN %.3f)",
+                 p->microbatches, p->codec, c->bucket_mb,
+                 p->mode == XDC_PLAN_DILOCO || p->mode == XDC_PLAN_STREAMING ? ", with an outer period" : "",
+                 p->t_step, p->t_compute, p->t_wan_exposed);
+}

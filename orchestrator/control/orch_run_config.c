@@ -1,0 +1,136 @@
+/* orch_run_config.c — loading and checking the run file (see orch_run_config.h). */
+#include "orchestrator/control/orch_run_config.h"
+
+#include <libgen.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const mode_words[] = {"sync", "diloco", "streaming", NULL};
+static const char *const plan_words[] = {"auto", "off", NULL};
+
+/* The file's keys land in one struct: the config itself plus the raw words and nested nodes. */
+typedef struct {
+    orch_run_config c;
+    char model[512], data[512], mode[16], plan[16];
+    const yaml_node_t *diloco, *streaming, *timeouts;
+} run_in;
+
+#define RUN_FIELD(key, type, member, req, lo, hi)                                                        \
+    {key, type, offsetof(run_in, c.member), sizeof(((run_in *)0)->c.member), req, lo, hi, NULL}
+
+static const xdc_yaml_field top_fields[] = {
+    {"model", XDC_YF_STRING, offsetof(run_in, model), 512, true, 0, 0, NULL},
+    {"data", XDC_YF_STRING, offsetof(run_in, data), 512, true, 0, 0, NULL},
+    {"mode", XDC_YF_STRING, offsetof(run_in, mode), 16, false, 0, 0, mode_words},
+    {"plan", XDC_YF_STRING, offsetof(run_in, plan), 16, false, 0, 0, plan_words},
+    {"diloco", XDC_YF_NODE, offsetof(run_in, diloco), 0, false, 0, 0, NULL},
+    {"streaming", XDC_YF_NODE, offsetof(run_in, streaming), 0, false, 0, 0, NULL},
+    {"timeouts", XDC_YF_NODE, offsetof(run_in, timeouts), 0, false, 0, 0, NULL},
+    RUN_FIELD("pipeline_stages", XDC_YF_INT, pipeline_stages, false, 1, 64),
+    RUN_FIELD("span_regions", XDC_YF_BOOL, span_regions, false, 0, 0),
+    RUN_FIELD("activation_codec", XDC_YF_STRING, activation_codec, false, 0, 0),
+    RUN_FIELD("microbatches", XDC_YF_INT, microbatches, false, 1, 1024),
+    RUN_FIELD("steps", XDC_YF_INT, steps, false, 1, 100000000),
+    RUN_FIELD("eval_interval", XDC_YF_INT, eval_interval, false, 1, 100000000),
+    RUN_FIELD("codec", XDC_YF_STRING, codec, false, 0, 0),
+    RUN_FIELD("zstd_level", XDC_YF_INT, zstd_level, false, -1, 19),
+    RUN_FIELD("bucket_mb", XDC_YF_DOUBLE, bucket_mb, false, 0.001, 4096),
+    RUN_FIELD("threads", XDC_YF_INT, threads, false, 1, 256),
+    RUN_FIELD("checkpoint_every", XDC_YF_INT, checkpoint_every, false, 0, 100000000),
+    RUN_FIELD("metrics_port", XDC_YF_INT, metrics_port, false, -1, 65535),
+    RUN_FIELD("dump_params", XDC_YF_BOOL, dump_params, false, 0, 0),
+    RUN_FIELD("replan_every", XDC_YF_INT, replan_every, false, 0, 100000000),
+};
+
+static const xdc_yaml_field diloco_fields[] = {
+    RUN_FIELD("inner_steps", XDC_YF_INT, diloco_inner_steps, false, 1, 100000),
+    RUN_FIELD("outer_lr", XDC_YF_DOUBLE, outer_lr, false, 1e-6, 10),
+    RUN_FIELD("outer_momentum", XDC_YF_DOUBLE, outer_momentum, false, 0, 0.999),
+};
+
+static const xdc_yaml_field streaming_fields[] = {
+    RUN_FIELD("fragments", XDC_YF_INT, fragments, false, 1, 1024),
+};
+
+static const xdc_yaml_field timeout_fields[] = {
+    RUN_FIELD("rendezvous", XDC_YF_DURATION, rendezvous_timeout_ms, false, 100, 86400000),
+    RUN_FIELD("operation", XDC_YF_DURATION, op_timeout_ms, false, 100, 86400000),
+};
+
+#define N(t) (sizeof(t) / sizeof((t)[0]))
+
+const char *orch_mode_name(orch_mode m) { return mode_words[m]; }
+
+/* Relative paths in the run file are relative to the run file's folder. */
+static void resolve(const char *run_path, const char *rel, char *out, size_t cap)
+{
+    if (rel[0] == '/') {
+        snprintf(out, cap, "%s", rel);
+        return;
+    }
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s", run_path);
+    snprintf(out, cap, "%s/%s", dirname(tmp), rel);
+}
+
+xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_errors *errs)
+{
+    run_in in;
+    memset(&in, 0, sizeof in);
+    orch_run_config *c = &in.c;
+    snprintf(c->path, sizeof c->path, "%s", path);
+    snprintf(c->codec, sizeof c->codec, "link");
+    snprintf(c->activation_codec, sizeof c->activation_codec, "bf16");
+    c->zstd_level = -1;
+    c->bucket_mb = 1.0;
+    c->threads = 1;
+    c->diloco_inner_steps = 20;
+    c->outer_lr = 0.7;
+    c->outer_momentum = 0.9;
+    c->fragments = 4;
+    c->rendezvous_timeout_ms = 60000;
+    c->op_timeout_ms = 60000;
+    c->metrics_port = -1;
+    c->replan_every = 50;
+    xdc_cfg_errors_init(errs, path);
+    xdc_yaml *y;
+    XDC_CHECK(xdc_yaml_load_file(path, &y, errs));
+    int bad = xdc_yaml_map_fields(y, xdc_yaml_root(y), top_fields, N(top_fields), &in, errs);
+    if (in.diloco) bad += xdc_yaml_map_fields(y, in.diloco, diloco_fields, N(diloco_fields), &in, errs);
+    if (in.streaming) bad += xdc_yaml_map_fields(y, in.streaming, streaming_fields, N(streaming_fields), &in, errs);
+    if (in.timeouts) bad += xdc_yaml_map_fields(y, in.timeouts, timeout_fields, N(timeout_fields), &in, errs);
+    xdc_yaml_destroy(y);
+    if (bad) return XDC_ERR_CONFIG;
+    for (int m = 0; in.mode[0] && mode_words[m]; m++)
+        if (strcmp(in.mode, mode_words[m]) == 0) c->mode = (orch_mode)m;
+    c->mode_set = in.mode[0] != 0;
+    c->stages_set = c->pipeline_stages != 0;
+    if (!c->stages_set) c->pipeline_stages = 1;
+    c->plan_auto = strcmp(in.plan, "auto") == 0;
+    resolve(path, in.model, c->model_path, sizeof c->model_path);
+    resolve(path, in.data, c->data_path, sizeof c->data_path);
+    if (xdc_model_config_load(c->model_path, &c->train, errs) != XDC_OK) return XDC_ERR_CONFIG;
+    xdc_cfg_errors_init(errs, path);
+    if (c->microbatches) c->train.microbatches = c->microbatches;
+    if (c->steps) c->train.steps = c->steps;
+    if (c->eval_interval) c->train.eval_interval = c->eval_interval;
+    c->microbatches = c->train.microbatches;
+    c->steps = c->train.steps;
+    if (c->mode == ORCH_MODE_STREAMING && c->fragments > c->diloco_inner_steps) {
+        xdc_cfg_error_add(errs, 0, 0, "streaming.fragments (%d) must not exceed diloco.inner_steps (%d): each fragment "
+                                      "needs its own step of the period", c->fragments, c->diloco_inner_steps);
+        return XDC_ERR_CONFIG;
+    }
+    if (c->span_regions && c->mode != ORCH_MODE_SYNC) {
+        xdc_cfg_error_add(errs, 0, 0, "span_regions needs mode sync (a pipeline across regions has one replica)");
+        return XDC_ERR_CONFIG;
+    }
+    if (c->pipeline_stages > c->train.model.n_layer) {
+        xdc_cfg_error_add(errs, 0, 0, "pipeline_stages (%d) exceeds the model's %d layers", c->pipeline_stages,
+                          c->train.model.n_layer);
+        return XDC_ERR_CONFIG;
+    }
+    *out = *c;
+    return XDC_OK;
+}

@@ -1,0 +1,115 @@
+/* orch_observe.c — the worker's Prometheus metrics: the standard xdc_* families with const labels
+ * region/host/rank, updated once per step, served on /metrics (port metrics_port + global rank, or any
+ * free port for 0; the address goes into the rendezvous as metrics/<region>/<rank> and into the log),
+ * and a final snapshot written to RUN/metrics/<region>-<rank>.prom when the run ends. */
+#include "orchestrator/worker/orch_worker.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_log.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+struct orch_observe {
+    orch_metric_series *step_total, *step_seconds, *compute, *intra, *wan_exposed, *loss, *tokens;
+    orch_metric_series *tx[XDC_TOPO_MAX_REGIONS], *raw[XDC_TOPO_MAX_REGIONS], *rtt[XDC_TOPO_MAX_REGIONS],
+        *goodput[XDC_TOPO_MAX_REGIONS], *reconnects[XDC_TOPO_MAX_REGIONS];
+    uint64_t last_tx[XDC_TOPO_MAX_REGIONS], last_raw[XDC_TOPO_MAX_REGIONS], last_reconnects[XDC_TOPO_MAX_REGIONS];
+};
+
+static orch_metric_series *series(orch_metric_family *f, const char *peer, xdc_diag *diag)
+{
+    orch_metric_series *s = NULL;
+    const char *labels[1] = {peer};
+    if (orch_metrics_series(f, peer ? labels : NULL, &s, diag) != XDC_OK) return NULL;
+    return s;
+}
+
+xdc_err_t orch_observe_start(orch_worker *w, xdc_diag *diag)
+{
+    if (w->cfg.metrics_port < 0) return XDC_OK;
+    char rank[16];
+    snprintf(rank, sizeof rank, "%d", w->lrank);
+    const char *names[3] = {"region", "host", "rank"}, *values[3] = {w->region, w->node, rank};
+    XDC_CHECK(orch_metrics_create(names, values, 3, &w->metrics, diag));
+    XDC_CHECK(orch_metrics_register_std(w->metrics, &w->m, diag));
+    orch_observe *o = w->obs = xdc_calloc(1, sizeof *o);
+    if (!o) return XDC_ERR_NOMEM;
+    o->step_total = series(w->m.step_total, NULL, diag);
+    o->step_seconds = series(w->m.step_seconds, NULL, diag);
+    o->compute = series(w->m.compute_seconds, NULL, diag);
+    o->intra = series(w->m.intra_seconds, NULL, diag);
+    o->wan_exposed = series(w->m.wan_exposed_seconds, NULL, diag);
+    o->loss = series(w->m.loss, NULL, diag);
+    o->tokens = series(w->m.tokens_total, NULL, diag);
+    for (int r = 0; r < w->n_regions && w->peers; r++) {
+        if (!w->peers[r]) continue;
+        const char *peer = w->topo->regions[r].name;
+        o->tx[r] = series(w->m.wan_tx_bytes, peer, diag);
+        o->raw[r] = series(w->m.wan_raw_bytes, peer, diag);
+        o->rtt[r] = series(w->m.wan_rtt, peer, diag);
+        o->goodput[r] = series(w->m.wan_goodput, peer, diag);
+        o->reconnects[r] = series(w->m.wan_reconnects, peer, diag);
+    }
+    int port = w->cfg.metrics_port ? w->cfg.metrics_port + w->grank : 0; /* regions may share a host */
+    const char *adv = getenv("XDC_ADVERTISE_HOST");
+    XDC_CHECK(orch_metrics_server_start(w->metrics, adv && *adv ? adv : NULL, port, &w->metrics_srv, diag));
+    char key[160], val[300];
+    snprintf(key, sizeof key, "metrics/%s/%d", w->region, w->lrank);
+    snprintf(val, sizeof val, "%s:%d", adv && *adv ? adv : w->node, orch_metrics_server_port(w->metrics_srv));
+    XDC_INFO(XDC_SUB_ORCH, "metrics on http://%s/metrics", val);
+    return rdzv_set(w->rdzv, key, val, diag);
+}
+
+void orch_observe_step(orch_worker *w, double step_s, double compute_s, double intra_s, double wan_s, float loss)
+{
+    if (!w->metrics) return;
+    orch_observe *o = w->obs;
+    orch_metrics_add(o->step_total, 1);
+    orch_metrics_observe(o->step_seconds, step_s);
+    orch_metrics_add(o->compute, compute_s);
+    orch_metrics_add(o->intra, intra_s);
+    orch_metrics_add(o->wan_exposed, wan_s);
+    orch_metrics_set(o->loss, loss);
+    orch_metrics_add(o->tokens, (double)w->B * w->T * w->M);
+    for (int r = 0; r < w->n_regions && w->peers; r++) {
+        if (!w->peers[r]) continue;
+        xdc_wan_stats st;
+        xdc_wan_peer_stats(w->peers[r], &st);
+        orch_metrics_add(o->tx[r], (double)(st.tx_payload_bytes - o->last_tx[r]));
+        orch_metrics_add(o->raw[r], (double)(st.tx_raw_bytes - o->last_raw[r]));
+        orch_metrics_add(o->reconnects[r], (double)(st.reconnects - o->last_reconnects[r]));
+        o->last_tx[r] = st.tx_payload_bytes;
+        o->last_raw[r] = st.tx_raw_bytes;
+        o->last_reconnects[r] = st.reconnects;
+        orch_metrics_set(o->rtt[r], st.rtt_ms / 1e3);
+        orch_metrics_set(o->goodput[r], st.goodput_gbps * 1e9);
+    }
+}
+
+void orch_observe_finish(orch_worker *w)
+{
+    if (!w->metrics) return;
+    /* Destroying the registry before the worker's other teardown keeps the server from reading freed series. */
+    char dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s/metrics", w->run_dir);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/%s-%d.prom", dir, w->region, w->lrank);
+    char *text = NULL;
+    size_t len = 0;
+    if (orch_metrics_render(w->metrics, &text, &len) == XDC_OK) {
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fwrite(text, 1, len, f);
+            fclose(f);
+        }
+    }
+    xdc_free(text);
+    orch_metrics_server_stop(w->metrics_srv);
+    w->metrics_srv = NULL;
+    orch_metrics_destroy(w->metrics);
+    w->metrics = NULL;
+    xdc_free(w->obs);
+    w->obs = NULL;
+}

@@ -1,0 +1,426 @@
+/* orch_train.c — the worker's training loop: a 1F1B pipeline schedule over M microbatches per step,
+ * the hierarchical gradient sync started the moment backward finishes and waited for only before the
+ * optimizer needs it, the three modes (sync, diloco, streaming), validation through the pipeline,
+ * progress lines and the final report. */
+#include "orchestrator/worker/orch_worker.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_hash.h"
+#include "common/xdc_log.h"
+#include "common/xdc_time.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static double now_s(void) { return (double)xdc_now_ns() / 1e9; }
+
+static int is_first(const orch_worker *w) { return w->stage == 0; }
+static int is_last(const orch_worker *w) { return w->stage == w->n_stages - 1; }
+
+/* Encoded-activation buffer k of microbatch mb (k: 0 x, 1 dy, 2 y, 3 dx), or NULL within a region. */
+static uint8_t *wire(const orch_worker *w, int k, int mb)
+{
+    return w->wire ? w->wire + ((size_t)k * w->M + mb) * w->pipe_bound : NULL;
+}
+
+static void trace_span(orch_worker *w, const char *name, uint64_t t0, int mb)
+{
+    orch_trace_complete(w->trace, ORCH_LANE_COMPUTE, name, "compute", t0, orch_trace_now_us(w->trace) - t0, "microbatch", mb);
+}
+
+static xdc_err_t forward_mb(orch_worker *w, int mb, float *loss_sum, xdc_diag *diag)
+{
+    size_t bt = (size_t)w->B * w->T, btc = bt * (size_t)w->C;
+    if (!is_first(w)) XDC_CHECK(orch_pipe_wait(w, &w->x_req[mb], diag));
+    const float *y = NULL;
+    float loss = 0;
+    double t0 = now_s();
+    uint64_t u0 = orch_trace_now_us(w->trace);
+    XDC_CHECK(xdc_gpt_stage_forward(w->st, mb, w->tokens + mb * bt, w->x_in + mb * btc, w->targets + mb * bt,
+                                    is_last(w) ? NULL : &y, &loss));
+    w->t_compute += now_s() - t0;
+    trace_span(w, "forward", u0, mb);
+    if (is_last(w)) *loss_sum += loss;
+    /* y stays valid in slot mb until the slot's next forward (next step), after the send completed. */
+    if (!is_last(w)) XDC_CHECK(orch_pipe_send(w, w->stage + 1, y, btc, wire(w, 2, mb), &w->y_req[mb], diag));
+    return XDC_OK;
+}
+
+static void on_grads_ready(void *ctx, size_t from) { xdc_sync_mark_ready(ctx, from); }
+
+static xdc_err_t backward_mb(orch_worker *w, int mb, xdc_sync *sync, xdc_diag *diag)
+{
+    size_t btc = (size_t)w->B * w->T * (size_t)w->C;
+    if (!is_last(w)) XDC_CHECK(orch_pipe_wait(w, &w->dy_req[mb], diag));
+    if (mb == w->M - 1) {
+        /* The last microbatch: each layer's gradients are final as its backward ends, and its buckets
+         * start crossing the WAN while the earlier layers are still computing. */
+        XDC_CHECK(xdc_sync_begin(sync, xdc_gpt_stage_grads(w->st)));
+        xdc_gpt_stage_arm_grad_ready(w->st, on_grads_ready, sync);
+    }
+    const float *dx = NULL;
+    double t0 = now_s();
+    uint64_t u0 = orch_trace_now_us(w->trace);
+    XDC_CHECK(xdc_gpt_stage_backward(w->st, mb, w->dy_in + mb * btc, 1.0f / (float)w->M, is_first(w) ? NULL : &dx));
+    if (!is_first(w)) memcpy(w->dx_out + mb * btc, dx, btc * sizeof(float)); /* dx lives only until the next backward */
+    w->t_compute += now_s() - t0;
+    trace_span(w, "backward", u0, mb);
+    if (!is_first(w))
+        XDC_CHECK(orch_pipe_send(w, w->stage - 1, w->dx_out + mb * btc, btc, wire(w, 3, mb), &w->dx_req[mb], diag));
+    return XDC_OK;
+}
+
+/* One pipeline pass of M microbatches with gradients accumulated; the gradient sync of `sync` starts
+ * during the last microbatch's backward, layer by layer. *loss = mean loss over the microbatches (last
+ * stage only). */
+static xdc_err_t pipeline_step(orch_worker *w, xdc_sync *sync, float *loss, xdc_diag *diag)
+{
+    size_t bt = (size_t)w->B * w->T, btc = bt * (size_t)w->C;
+    int M = w->M, P = w->n_stages, s = w->stage;
+    xdc_gpt_stage_zero_grad(w->st);
+    if (w->data)
+        for (int mb = 0; mb < M; mb++) XDC_CHECK(xdc_data_next_train(w->data, w->tokens + mb * bt, w->targets + mb * bt));
+    /* Post every receive of the step up front: they match sends in order, per direction. */
+    for (int mb = 0; mb < M; mb++) {
+        if (!is_first(w)) XDC_CHECK(orch_pipe_recv(w, s - 1, w->x_in + mb * btc, btc, wire(w, 0, mb), &w->x_req[mb], diag));
+        if (!is_last(w)) XDC_CHECK(orch_pipe_recv(w, s + 1, w->dy_in + mb * btc, btc, wire(w, 1, mb), &w->dy_req[mb], diag));
+    }
+    int warm = P - s - 1 < M ? P - s - 1 : M, f = 0, b = 0;
+    float loss_sum = 0;
+    for (; f < warm; f++) XDC_CHECK(forward_mb(w, f, &loss_sum, diag));
+    for (; f < M; f++, b++) {
+        XDC_CHECK(forward_mb(w, f, &loss_sum, diag));
+        XDC_CHECK(backward_mb(w, b, sync, diag));
+    }
+    for (; b < M; b++) XDC_CHECK(backward_mb(w, b, sync, diag));
+    xdc_sync_mark_ready(sync, 0);
+    /* Sends must land before their buffers are reused next step; this overlaps the gradient sync. */
+    for (int mb = 0; mb < M; mb++) {
+        XDC_CHECK(orch_pipe_wait(w, &w->y_req[mb], diag));
+        XDC_CHECK(orch_pipe_wait(w, &w->dx_req[mb], diag));
+    }
+    double t0 = now_s();
+    uint64_t u0 = orch_trace_now_us(w->trace);
+    xdc_err_t rc = xdc_sync_end(sync, diag);
+    w->t_wan_exposed += now_s() - t0;
+    orch_trace_complete(w->trace, ORCH_LANE_WAN_RX, "wait for gradient sync", "wan", u0, orch_trace_now_us(w->trace) - u0,
+                        NULL, 0);
+    *loss = loss_sum / (float)M;
+    return rc;
+}
+
+/* Clip by the global gradient norm (over all stages) and take one AdamW step. */
+static xdc_err_t optimizer_step(orch_worker *w, float *loss, xdc_diag *diag)
+{
+    double sumsq = 0;
+    XDC_CHECK(xdc_gpt_stage_grad_sumsq(w->st, &sumsq));
+    float v[2] = {(float)sumsq, *loss};
+    XDC_CHECK(orch_pipe_allreduce_sum(w, v, 2, diag));
+    *loss = v[1];
+    const xdc_train_config *c = &w->cfg.train;
+    xdc_lr_schedule sch = {(float)c->lr, (float)c->min_lr_frac, c->warmup_steps, c->steps};
+    double t0 = now_s();
+    XDC_CHECK(xdc_gpt_stage_optimizer_step(w->st, xdc_lr_at(&sch, (int)w->step), xdc_gpt_clip_scale(v[0], (float)c->grad_clip)));
+    w->t_compute += now_s() - t0;
+    return XDC_OK;
+}
+
+/* Outer Nesterov step on [lo, hi) of the parameters: pseudo holds the cross-region mean of
+ * (global - local); global -= outer_lr * (pseudo + mu * mom) with mom = mu * mom + pseudo. */
+static void outer_update(orch_worker *w, size_t lo, size_t hi)
+{
+    float lr = (float)w->cfg.outer_lr, mu = (float)w->cfg.outer_momentum;
+    for (size_t i = lo; i < hi; i++) {
+        w->outer_mom[i] = mu * w->outer_mom[i] + w->pseudo[i];
+        w->global_params[i] -= lr * (w->pseudo[i] + mu * w->outer_mom[i]);
+    }
+}
+
+/* DiLoCo outer round over the whole stage: all regions end on the same global parameters. */
+static xdc_err_t diloco_round(orch_worker *w, xdc_diag *diag)
+{
+    float *p = xdc_gpt_stage_params(w->st);
+    for (size_t i = 0; i < w->n_params; i++) w->pseudo[i] = w->global_params[i] - p[i];
+    XDC_CHECK(xdc_sync_begin(w->outer_sync, w->pseudo));
+    double t0 = now_s();
+    xdc_err_t rc = xdc_sync_end(w->outer_sync, diag);
+    w->t_wan_exposed += now_s() - t0;
+    XDC_CHECK(rc);
+    outer_update(w, 0, w->n_params);
+    memcpy(p, w->global_params, w->n_params * sizeof(float));
+    return XDC_OK;
+}
+
+
+/* Streaming DiLoCo: fragment f leaves at steps where step % H == f*H/F, overlapped with the next inner
+ * step, and lands one step later: the fragment becomes the new global value plus the local progress
+ * made while it was on the wire. */
+static xdc_err_t streaming_land(orch_worker *w, int *inflight, xdc_diag *diag)
+{
+    if (*inflight < 0) return XDC_OK;
+    int f = *inflight;
+    float *p = xdc_gpt_stage_params(w->st);
+    size_t lo, hi;
+    orch_fragment_range(w, f, &lo, &hi);
+    double t0 = now_s();
+    xdc_err_t rc = xdc_sync_end(w->frag_sync[f], diag);
+    w->t_wan_exposed += now_s() - t0;
+    XDC_CHECK(rc);
+    outer_update(w, lo, hi);
+    for (size_t i = lo; i < hi; i++) p[i] = w->global_params[i] + (p[i] - w->snapshot[i]);
+    *inflight = -1;
+    return XDC_OK;
+}
+
+static xdc_err_t streaming_launch(orch_worker *w, int *inflight)
+{
+    int H = w->cfg.diloco_inner_steps, F = w->cfg.fragments;
+    float *p = xdc_gpt_stage_params(w->st);
+    for (int f = 0; f < F; f++) {
+        if (w->step % H != (int64_t)f * H / F) continue;
+        size_t lo, hi;
+        orch_fragment_range(w, f, &lo, &hi);
+        for (size_t i = lo; i < hi; i++) {
+            w->snapshot[i] = p[i];
+            w->pseudo[i] = w->global_params[i] - p[i];
+        }
+        XDC_CHECK(xdc_sync_begin(w->frag_sync[f], w->pseudo + lo));
+        xdc_sync_mark_ready(w->frag_sync[f], 0);
+        *inflight = f;
+        break; /* one fragment in flight at a time: F <= H keeps them staggered */
+    }
+    return XDC_OK;
+}
+
+xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag)
+{
+    size_t bt = (size_t)w->B * w->T, btc = bt * (size_t)w->C;
+    int n = w->cfg.train.eval_batches;
+    if (w->val && n > xdc_data_val_batches(w->val)) n = xdc_data_val_batches(w->val);
+    /* Only the first and last stage hold data; agree on the batch count through the pipeline. */
+    float cnt[1] = {w->val && is_first(w) ? (float)n : 0};
+    XDC_CHECK(orch_pipe_allreduce_sum(w, cnt, 1, diag));
+    n = (int)cnt[0];
+    float sum = 0;
+    for (int i = 0; i < n; i++) {
+        orch_pipe_req req;
+        if (w->val) XDC_CHECK(xdc_data_val_batch(w->val, i, w->tokens, w->targets));
+        if (!is_first(w)) {
+            XDC_CHECK(orch_pipe_recv(w, w->stage - 1, w->x_in, btc, wire(w, 0, 0), &req, diag));
+            XDC_CHECK(orch_pipe_wait(w, &req, diag));
+        }
+        const float *y = NULL;
+        float l = 0;
+        XDC_CHECK(xdc_gpt_stage_forward(w->st, 0, w->tokens, w->x_in, w->targets, is_last(w) ? NULL : &y, &l));
+        if (!is_last(w)) {
+            XDC_CHECK(orch_pipe_send(w, w->stage + 1, y, btc, wire(w, 2, 0), &req, diag));
+            XDC_CHECK(orch_pipe_wait(w, &req, diag));
+        }
+        sum += l;
+    }
+    float v[1] = {is_last(w) ? sum : 0};
+    XDC_CHECK(orch_pipe_allreduce_sum(w, v, 1, diag));
+    *loss = n ? v[0] / (float)n : 0;
+    return XDC_OK;
+}
+
+/* params_xxh64 over every stage in order: each stage continues the hash state of the one before. */
+static xdc_err_t hash_params(orch_worker *w, uint64_t *out, xdc_diag *diag)
+{
+    float blob[XDC_HASH_STATE_BYTES / sizeof(float)]; /* the hash state as bytes */
+    xdc_hash_state *h = xdc_hash64_create(0);
+    if (!h) return XDC_ERR_NOMEM;
+    xdc_err_t rc = XDC_OK;
+    orch_pipe_req req;
+    size_t nf = XDC_HASH_STATE_BYTES / sizeof(float);
+    if (!is_first(w)) {
+        rc = orch_pipe_recv(w, w->stage - 1, (float *)blob, nf, NULL, &req, diag);
+        if (rc == XDC_OK) rc = orch_pipe_wait(w, &req, diag);
+        if (rc == XDC_OK) xdc_hash64_import(h, blob);
+    }
+    if (rc == XDC_OK) rc = xdc_gpt_stage_hash_update(w->st, h);
+    if (rc == XDC_OK && !is_last(w)) {
+        xdc_hash64_export(h, blob);
+        rc = orch_pipe_send(w, w->stage + 1, (const float *)blob, nf, NULL, &req, diag);
+        if (rc == XDC_OK) rc = orch_pipe_wait(w, &req, diag);
+    }
+    *out = xdc_hash64_digest(h);
+    xdc_hash64_destroy(h);
+    return rc;
+}
+
+/* Raw fp32 parameter arena of this stage, for tests that compare runs element by element. */
+static xdc_err_t dump_params(orch_worker *w, xdc_diag *diag)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/params-stage-%d.f32", w->run_dir, w->stage);
+    FILE *f = fopen(path, "wb");
+    size_t n = f ? fwrite(xdc_gpt_stage_params(w->st), sizeof(float), w->n_params, f) : 0;
+    if (f) fclose(f);
+    if (n != w->n_params) {
+        xdc_diag_set(diag, "cannot write %s", path);
+        return XDC_ERR_IO;
+    }
+    return XDC_OK;
+}
+
+static void wan_totals(orch_worker *w, uint64_t *tx, uint64_t *raw)
+{
+    *tx = w->pipe_tx_bytes;
+    *raw = w->pipe_raw_bytes;
+    xdc_sync *syncs[ORCH_MAX_SYNCS];
+    int n = orch_worker_syncs(w, syncs, ORCH_MAX_SYNCS);
+    for (int i = 0; i < n; i++) {
+        xdc_sync_stats st;
+        xdc_sync_get_stats(syncs[i], &st);
+        *tx += st.wan_tx_bytes;
+        *raw += st.wan_raw_bytes;
+    }
+}
+
+static int reporter(const orch_worker *w) { return w->region_idx == 0 && w->lrank == 0; }
+
+/* The comm engine that carries this mode's WAN traffic (streaming is not re-planned: its fragments are
+ * in flight across steps). */
+static xdc_sync *wan_sync(const orch_worker *w)
+{
+    return w->cfg.mode == ORCH_MODE_SYNC ? w->grad_sync : w->cfg.mode == ORCH_MODE_DILOCO ? w->outer_sync : NULL;
+}
+
+/* Re-plan the WAN side when the measured goodput drifts far from the plan's link: region 0's rank 0
+ * measures its comm engine over the last window (bytes sent per second of WAN exchange, per link) and
+ * asks the planner for the codec and period that fit; the decision goes through the rendezvous as
+ * replan/<step> so every worker of every region switches at the same step. */
+static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
+{
+    xdc_sync *sync = wan_sync(w);
+    if (!sync) return XDC_OK;
+    char key[64], val[256];
+    snprintf(key, sizeof key, "replan/%lld", (long long)w->step);
+    if (reporter(w)) {
+        xdc_sync_stats st;
+        xdc_sync_get_stats(sync, &st);
+        double bytes = (double)(st.wan_tx_bytes - w->replan_tx0), secs = st.wan_seconds - w->replan_secs0;
+        w->replan_tx0 = st.wan_tx_bytes;
+        w->replan_secs0 = st.wan_seconds;
+        const xdc_link *l = xdc_topology_link(w->topo, 0, 1);
+        double measured = secs > 0 ? bytes * 8 / secs / 1e9 / (w->n_regions - 1) : 0, planned = l ? l->bandwidth_gbps : 0;
+        snprintf(val, sizeof val, "-");
+        if (measured > 0 && planned > 0 && (measured < 0.5 * planned || measured > 2 * planned)) {
+            xdc_plan next;
+            xdc_diag pd = {{0}};
+            if (xdc_plan_replan_wan(w->topo, &w->planned.m, &w->planned.b, &w->planned.o, &w->planned.plan, measured, &next,
+                                    &pd) == XDC_OK &&
+                (strcmp(next.codec, w->planned.plan.codec) != 0 || next.inner_steps != w->planned.plan.inner_steps))
+                snprintf(val, sizeof val, "%s %d %.4f %.4f", next.codec, next.inner_steps, measured, planned);
+        }
+        XDC_CHECK(rdzv_set(w->rdzv, key, val, diag));
+    } else {
+        XDC_CHECK(rdzv_get(w->rdzv, key, w->cfg.op_timeout_ms, val, sizeof val, diag));
+    }
+    char codec[32];
+    int period;
+    double measured, planned;
+    if (sscanf(val, "%31s %d %lf %lf", codec, &period, &measured, &planned) != 4) return XDC_OK;
+    xdc_codec_cfg cc = w->codec_cfg;
+    XDC_CHECK(xdc_codec_parse(codec, &cc, diag));
+    XDC_CHECK(xdc_sync_set_codec(sync, &cc, diag));
+    XDC_INFO(XDC_SUB_ORCH, "re-plan at step %lld: measured WAN goodput %.3f Gbit/s against %.3f planned: codec %s -> %s, "
+                           "period %d -> %d",
+             (long long)w->step, measured, planned, w->planned.plan.codec, codec, w->cfg.diloco_inner_steps,
+             period > 0 ? period : w->cfg.diloco_inner_steps);
+    if (reporter(w))
+        printf("step %5lld  re-plan: goodput %.3f Gbit/s vs %.3f planned: codec %s -> %s\n", (long long)w->step, measured,
+               planned, w->planned.plan.codec, codec);
+    snprintf(w->planned.plan.codec, sizeof w->planned.plan.codec, "%s", codec);
+    w->codec_cfg = cc;
+    if (period > 0 && w->cfg.mode == ORCH_MODE_DILOCO) w->cfg.diloco_inner_steps = w->planned.plan.inner_steps = period;
+    return XDC_OK;
+}
+
+static void progress_line(orch_worker *w, float loss, double step_s, double comp, double intra, double wan)
+{
+    uint64_t tx, raw;
+    wan_totals(w, &tx, &raw);
+    double tokens = (double)w->B * w->T * w->M * w->n_replicas * (w->span ? 1 : w->n_regions);
+    double goodput = 0;
+    for (int r = 0; r < w->n_regions; r++)
+        if (w->peers && w->peers[r]) {
+            xdc_wan_stats st;
+            xdc_wan_peer_stats(w->peers[r], &st);
+            goodput += st.goodput_gbps;
+        }
+    printf("step %5lld/%d  loss %.4f  tok/s %7.0f  step %.3fs = compute %.3f + intra %.3f + exposed wan %.3f"
+           "  | wan %.2f MB (x%.1f) goodput %.3f Gb/s\n",
+           (long long)w->step, w->cfg.train.steps, loss, tokens / step_s, step_s, comp, intra, wan, (double)tx / 1e6,
+           tx ? (double)raw / (double)tx : 0.0, goodput);
+    fflush(stdout);
+}
+
+xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
+{
+    const xdc_train_config *c = &w->cfg.train;
+    int inflight = -1;
+    if (w->resume) XDC_CHECK(orch_checkpoint_resume(w, diag));
+    double run_t0 = now_s();
+    while (w->step < c->steps) {
+        double t0 = now_s(), c0 = w->t_compute, i0 = w->t_intra, x0 = w->t_wan_exposed;
+        float loss = 0;
+        XDC_CHECK(pipeline_step(w, w->grad_sync, &loss, diag));
+        XDC_CHECK(optimizer_step(w, &loss, diag));
+        w->step++;
+        if (w->cfg.mode == ORCH_MODE_DILOCO && w->step % w->cfg.diloco_inner_steps == 0) XDC_CHECK(diloco_round(w, diag));
+        if (w->cfg.mode == ORCH_MODE_STREAMING) {
+            XDC_CHECK(streaming_land(w, &inflight, diag));
+            XDC_CHECK(streaming_launch(w, &inflight));
+        }
+        double dt = now_s() - t0;
+        w->t_step += dt;
+        w->last_loss = loss;
+        orch_observe_step(w, dt, w->t_compute - c0, w->t_intra - i0, w->t_wan_exposed - x0, loss);
+        if (reporter(w) && (w->step % c->log_interval == 0 || w->step == c->steps))
+            progress_line(w, loss, dt, w->t_compute - c0, w->t_intra - i0, w->t_wan_exposed - x0);
+        if (c->eval_interval > 0 && w->step % c->eval_interval == 0 && w->step < c->steps) {
+            double vl;
+            XDC_CHECK(orch_train_eval(w, &vl, diag));
+            if (reporter(w)) {
+                printf("step %5lld  val_loss %.4f  elapsed %.2fs\n", (long long)w->step, vl, now_s() - run_t0);
+                fflush(stdout);
+            }
+        }
+        if (orch_checkpoint_due(w)) XDC_CHECK(orch_checkpoint_save(w, diag));
+        if (w->cfg.plan_auto && w->cfg.replan_every > 0 && w->n_regions > 1 && !w->span &&
+            w->step % w->cfg.replan_every == 0 && w->step < c->steps)
+            XDC_CHECK(replan(w, diag));
+        char status[64];
+        snprintf(status, sizeof status, "step %lld", (long long)w->step);
+        if (w->step % 10 == 0) rdzv_heartbeat(w->rdzv, status, diag);
+    }
+    /* DiLoCo-style modes end on agreed global parameters, so every region reports the same model. */
+    if (w->cfg.mode == ORCH_MODE_STREAMING) XDC_CHECK(streaming_land(w, &inflight, diag));
+    if (w->cfg.mode == ORCH_MODE_STREAMING || (w->cfg.mode == ORCH_MODE_DILOCO && w->step % w->cfg.diloco_inner_steps != 0))
+        XDC_CHECK(diloco_round(w, diag));
+    XDC_CHECK(orch_train_eval(w, &w->val_loss, diag));
+    if (reporter(w)) printf("step %5lld  val_loss %.4f  elapsed %.2fs\n", (long long)w->step, w->val_loss, now_s() - run_t0);
+    uint64_t hash = 0, tx, raw;
+    XDC_CHECK(hash_params(w, &hash, diag));
+    if (w->cfg.dump_params && (w->span || w->region_idx == 0) && w->replica == 0) XDC_CHECK(dump_params(w, diag));
+    wan_totals(w, &tx, &raw);
+    double wall = now_s() - run_t0;
+    char key[200], val[512];
+    /* The result first: a coordinator takes every worker's stats as the end of the run. */
+    if ((w->span || w->region_idx == 0) && w->replica == 0 && is_last(w)) {
+        snprintf(val, sizeof val, "%.4f %016llx %lld %.3f", w->val_loss, (unsigned long long)hash, (long long)w->step,
+                 (double)w->step * w->B * w->T * w->M * w->n_replicas * (w->span ? 1 : w->n_regions) / wall);
+        XDC_CHECK(rdzv_set(w->rdzv, "result", val, diag));
+    }
+    snprintf(key, sizeof key, "stats/%d/%d", w->region_idx, w->lrank);
+    snprintf(val, sizeof val, "%llu %llu %.6f %.6f %.6f %.6f", (unsigned long long)tx, (unsigned long long)raw,
+             w->t_step, w->t_compute, w->t_intra, w->t_wan_exposed);
+    XDC_CHECK(rdzv_set(w->rdzv, key, val, diag));
+    /* Nobody leaves before everyone reported: a departing peer would look like a failure. Then global rank
+     * 0 says the run is over, so a coordinator knows it may close the store. */
+    XDC_CHECK(rdzv_barrier(w->rdzv, "done", w->gsize, w->cfg.op_timeout_ms, diag));
+    return w->grank == 0 ? rdzv_set(w->rdzv, "finished", "1", diag) : XDC_OK;
+}

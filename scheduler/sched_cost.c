@@ -1,0 +1,195 @@
+/* topo_plan_cost.c — the cost model's building blocks shared by the planner and the simulator: the GPT's
+ * parameter, FLOP and memory counts, codec wire ratios and speeds, effective region and link speeds, and
+ * the comm engine's per-bucket timing (docs/planner.md derives each formula). */
+#include "scheduler/sched_priv.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void xdc_model_shape_gpt(int layers, int heads, int width, int context, int vocab, xdc_model_shape *out)
+{
+    double C = width, V = vocab, T = context;
+    memset(out, 0, sizeof *out);
+    out->layers = layers;
+    out->width = width;
+    out->heads = heads;
+    out->vocab = vocab;
+    out->context = context;
+    /* kernels/xdc_gpt.h arena: wte (V,C) + wpe (maxT,C); per layer 12C^2 + 13C; lnf 2C + untied head (V,C). */
+    out->embed_params = V * C + T * C;
+    out->head_params = 2 * C + V * C;
+    out->params = out->embed_params + layers * (12 * C * C + 13 * C) + out->head_params;
+    /* Kept for backward per token per layer (fp32): ln1, qkv, attention output, projection, residual,
+     * ln2, fc, gelu, fc projection, residual (~18C) plus the pre-softmax and softmax rows (2 NH T). */
+    out->act_bytes_per_token = 4.0 * (18 * C + 2.0 * heads * T);
+    out->boundary_bytes_per_token = 4.0 * C;
+    out->bytes_per_param = 4;        /* fp32 master weights */
+    out->optim_bytes_per_param = 12; /* fp32 gradient + AdamW m and v */
+}
+
+static double layer_params(const xdc_model_shape *m)
+{
+    return m->layers > 0 ? (m->params - m->embed_params - m->head_params) / m->layers : 0;
+}
+
+double topo_stage_params(const xdc_model_shape *m, int lb, int le)
+{
+    return (le - lb) * layer_params(m) + (lb == 0 ? m->embed_params : 0) + (le == m->layers ? m->head_params : 0);
+}
+
+double topo_stage_flops(const xdc_model_shape *m, int lb, int le, double tokens, int seq_len)
+{
+    /* Forward per token: 2 FLOPs per matrix weight, causal attention scores and mixing 2 T C on average;
+     * backward costs twice the forward. The LM head is a (V,C) matrix on the last stage. */
+    double per_layer = 2 * layer_params(m) + 2.0 * seq_len * m->width;
+    double fwd = (le - lb) * per_layer + (le == m->layers ? 2.0 * m->vocab * m->width : 0);
+    return 3 * fwd * tokens;
+}
+
+double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int microbatches,
+                          double tokens_mb, int mode_extra)
+{
+    double p = topo_stage_params(m, lb, le);
+    double bytes = p * (m->bytes_per_param + m->optim_bytes_per_param);
+    if (mode_extra) bytes += p * 16; /* global params, outer momentum, pseudo-gradient, snapshot (fp32) */
+    bytes += (double)inflight * tokens_mb * m->act_bytes_per_token * (le - lb);
+    if (le == m->layers) bytes += (double)inflight * tokens_mb * m->vocab * 4 * 2; /* logits + probabilities */
+    /* The runtime keeps every microbatch's boundary input, output gradient and input gradient. */
+    bytes += 3.0 * microbatches * tokens_mb * m->boundary_bytes_per_token;
+    return bytes / (1024.0 * 1024.0 * 1024.0);
+}
+
+xdc_err_t topo_codec_info_get(const char *name, double link_gbps, topo_codec_info *out)
+{
+    /* Single-core speeds and ratios from bench/codec (docs/benchmarks.md). The runtime adds shuffled
+     * zstd on links up to 2 Gbit/s (xdc_codec_zstd_level_for_link), which shrinks bf16 and int8 output
+     * and slows the encoder; the int8 ratio with zstd is the one the demo run measured (x4.4). */
+    int zstd = link_gbps <= 2.0;
+    if (strcmp(name, "none") == 0) {
+        *out = (topo_codec_info){1.0, 3.7e9, 4.0e9, 0};
+    } else if (strcmp(name, "bf16") == 0) {
+        *out = zstd ? (topo_codec_info){0.344, 0.9e9, 2.4e9, 1} : (topo_codec_info){0.5, 3.4e9, 4.5e9, 1};
+    } else if (strcmp(name, "int8") == 0) {
+        *out = zstd ? (topo_codec_info){0.227, 1.8e9, 3.3e9, 2} : (topo_codec_info){0.258, 3.2e9, 6.6e9, 2};
+    } else if (strcmp(name, "int4") == 0) {
+        *out = zstd ? (topo_codec_info){0.144, 1.9e9, 3.4e9, 3} : (topo_codec_info){0.156, 2.9e9, 6.2e9, 3};
+    } else if (strncmp(name, "topk:", 5) == 0) {
+        char *end;
+        double f = strtod(name + 5, &end);
+        if (*end || !(f > 0 && f <= 0.5)) return XDC_ERR_INVALID;
+        /* value + delta-coded index per kept element: ~2f of the fp32 bytes, ~1.2f after zstd */
+        *out = (topo_codec_info){zstd ? 1.2 * f : 2 * f, 2.4e9, 8.6e9, 5};
+    } else {
+        return XDC_ERR_INVALID;
+    }
+    return XDC_OK;
+}
+
+double topo_region_flops(const xdc_topology *t, int r, const xdc_plan_calib *c)
+{
+    double mfu = c && c->mfu > 0 ? c->mfu : 0.4;
+    double scale = c && c->compute_scale > 0 ? c->compute_scale : 1.0;
+    return t->regions[r].gpu_bf16_tflops * 1e12 * mfu / scale;
+}
+
+double topo_link_Bps(const xdc_topology *t, int from, int to, const xdc_plan_calib *c)
+{
+    const xdc_link *l = xdc_topology_link(t, from, to);
+    if (!l) return 0;
+    if (c && c->wan_gbps > 0) return c->wan_gbps * 1e9 / 8;
+    double bps = l->bandwidth_gbps * 1e9;
+    if (l->loss_pct > 0 && l->rtt_ms > 0) {
+        /* Mathis et al.: one Reno-like flow reaches ~1.22 MSS / (RTT sqrt(p)); streams add up. */
+        double mss = (l->mtu > 100 ? l->mtu : 1500) - 40;
+        double flow = 1.22 * mss * 8 / (l->rtt_ms / 1e3 * sqrt(l->loss_pct / 100));
+        double cap = flow * (l->streams > 0 ? l->streams : 1);
+        if (cap < bps) bps = cap;
+    }
+    return bps / 8;
+}
+
+double topo_link_owd(const xdc_topology *t, int from, int to)
+{
+    const xdc_link *l = xdc_topology_link(t, from, to);
+    return l ? l->rtt_ms / 2e3 : 0;
+}
+
+double topo_intra_p2p_s(const xdc_topology *t, int r, double bytes)
+{
+    const xdc_region *g = &t->regions[r];
+    double bw = g->intra_bandwidth_gbps > 0 ? g->intra_bandwidth_gbps * 1e9 / 8 : 1e10;
+    return g->intra_latency_us * 1e-6 + bytes / bw;
+}
+
+double topo_intra_collective_s(const xdc_topology *t, int r, int ranks, double bytes)
+{
+    if (ranks <= 1) return 0;
+    const xdc_region *g = &t->regions[r];
+    double bw = g->intra_bandwidth_gbps > 0 ? g->intra_bandwidth_gbps * 1e9 / 8 : 1e10;
+    return (ranks - 1) * (g->intra_latency_us * 1e-6 + bytes / ranks / bw);
+}
+
+void topo_bucket_cost_get(const xdc_topology *t, int r, int ranks, int n_regions, double elems,
+                          const topo_codec_info *ci, topo_bucket_cost *out)
+{
+    double bytes = 4 * elems, shard = bytes / (ranks > 0 ? ranks : 1);
+    double coll = topo_intra_collective_s(t, r, ranks, bytes);
+    out->t_a = coll;
+    out->t_b = coll;
+    out->wire = 0;
+    if (n_regions > 1) {
+        out->t_a += shard / ci->enc_Bps;
+        out->t_b += n_regions * shard / ci->dec_Bps;
+        out->wire = shard * ci->ratio;
+    }
+}
+
+int topo_plan_n_buckets(double params, double bucket_elems)
+{
+    double n = ceil(params / (bucket_elems > 0 ? bucket_elems : params));
+    return n < 1 ? 1 : n > 1e9 ? 1000000000 : (int)n;
+}
+
+double topo_sync_round_s(const xdc_topology *t, int r, int ranks, int n_regions, double params, double bucket_elems,
+                         double overlap_s, const topo_codec_info *ci, double link_Bps, double owd, double *intra_s,
+                         double *wire_bytes)
+{
+    int k = topo_plan_n_buckets(params, bucket_elems);
+    double last = params - (double)(k - 1) * bucket_elems;
+    topo_bucket_cost full, tail;
+    topo_bucket_cost_get(t, r, ranks, n_regions, k > 1 ? bucket_elems : params, ci, &full);
+    topo_bucket_cost_get(t, r, ranks, n_regions, last, ci, &tail);
+    /* The wire carries every replica's shard: the whole bucket, encoded. */
+    *wire_bytes = n_regions > 1 ? ((k - 1) * full.wire + tail.wire) * ranks : 0;
+    *intra_s = (k - 1) * (2 * topo_intra_collective_s(t, r, ranks, 4 * bucket_elems)) +
+               2 * topo_intra_collective_s(t, r, ranks, 4 * last);
+    /* Buckets go from the top of the arena (the short tail bucket first) down to offset 0, in the order
+     * the last backward finishes their gradients: bucket j is ready once the backward has covered the
+     * parameters above its start (proportional to parameters, over overlap_s). The engine thread runs
+     * A(0), then A(j), B(j-1) for j = 1..k-1, then B(k-1); B(j) waits for bucket j from the other regions,
+     * which left when their A(j) ended (symmetric regions), queued on the link behind earlier buckets,
+     * and landed one-way later. Past 4096 buckets the period is steady: extrapolate. */
+    double thread = 0, link = 0, arr_prev = 0, t_half = 0, t_lim = 0;
+    int lim = k < 4096 ? k : 4096;
+    for (int j = 0; j < lim; j++) {
+        const topo_bucket_cost *c = j == 0 ? &tail : &full, *prev = j == 1 ? &tail : &full;
+        double above = j == 0 ? last : last + (double)j * bucket_elems;
+        double ready = k == 1 ? overlap_s : overlap_s * (above < params ? above : params) / params;
+        if (ready > thread) thread = ready;
+        thread += c->t_a;
+        double arr = thread;
+        if (n_regions > 1) {
+            double start = thread > link ? thread : link;
+            link = start + c->wire * ranks / link_Bps;
+            arr = link + owd + TOPO_PLAN_MSG_OVERHEAD_S;
+        }
+        if (j > 0) thread = (thread > arr_prev ? thread : arr_prev) + prev->t_b;
+        arr_prev = arr;
+        if (j == lim / 2 - 1) t_half = thread;
+        if (j == lim - 1) t_lim = thread;
+    }
+    thread = (thread > arr_prev ? thread : arr_prev) + (k == 1 ? tail.t_b : full.t_b);
+    if (k > lim) thread += (double)(k - lim) * (t_lim - t_half) / (lim - lim / 2);
+    return thread;
+}

@@ -1,0 +1,833 @@
+/* topo_plan.c — the planner's search: enumerate data-parallel structures (P stages per replica, W/P
+ * replicas per region) with every cross-region sync setting (sync / diloco / streaming, codec, period,
+ * bucket size), and pipelines that span a chain of regions with a speed-proportional, memory-bounded
+ * layer partition; price each with the cost model (topo_plan_cost.c); pick the most faithful plan within
+ * a tolerance of the fastest per token, and explain why the others lost. */
+#include "scheduler/sched_priv.h"
+
+#include "common/xdc_alloc.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct search {
+    const xdc_topology *t;
+    const xdc_model_shape *m;
+    const xdc_batch_shape *b;
+    const xdc_plan_opts *o;
+    double global_tokens;
+    xdc_plan *cands; /* (cap) */
+    int n, cap;
+    int n_eval, n_rej;
+    double worst_fit;  /* smallest memory need / memory available seen among rejections */
+    double best_tpt;   /* fastest seconds per token so far */
+    char reject[512];
+    xdc_err_t err;
+} search;
+
+static const char *const grad_codecs[] = {"none", "bf16", "int8", "int4", "topk:0.01"};
+static const char *const act_codecs[] = {"none", "bf16", "int8"};
+static const int periods[] = {10, 25, 50, 100, 250, 500};
+static const double bucket_mbs[] = {1, 4, 16, 64};
+
+const char *xdc_plan_mode_name(xdc_plan_mode m)
+{
+    static const char *const names[] = {"sync", "diloco", "streaming", "pipeline"};
+    return (unsigned)m < 4 ? names[m] : "?";
+}
+
+static int workers(const search *s, int r) { return xdc_topology_region_workers(s->t, r); }
+
+static void reject_memory(search *s, double need, double have, const char *where)
+{
+    s->n_rej++;
+    double fit = have / need;
+    if (s->reject[0] && fit <= s->worst_fit) return;
+    s->worst_fit = fit;
+    snprintf(s->reject, sizeof s->reject, "%s needs %.2f GiB per GPU, only %.2f GiB usable", where, need, have);
+}
+
+static void add_cand(search *s, const xdc_plan *p)
+{
+    s->n_eval++;
+    /* Far slower than the best so far can neither win nor be a close runner-up: keep memory bounded. */
+    double tpt = p->t_step / p->tokens;
+    if (s->n > 0 && tpt > 2 * s->best_tpt) return;
+    if (s->n == 0 || tpt < s->best_tpt) s->best_tpt = tpt;
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 256;
+        xdc_plan *c = xdc_realloc(s->cands, (size_t)cap * sizeof *c);
+        if (!c) {
+            s->err = XDC_ERR_NOMEM;
+            return;
+        }
+        s->cands = c;
+        s->cap = cap;
+    }
+    s->cands[s->n++] = *p;
+}
+
+static int microbatches_for(const search *s, int replicas)
+{
+    if (s->o->microbatches > 0) return s->o->microbatches;
+    double per_mb = (double)s->b->micro_batch * s->b->seq_len * replicas;
+    int m = (int)ceil(s->global_tokens / per_mb - 1e-9);
+    return m < 1 ? 1 : m;
+}
+
+/* 1F1B over stages with per-microbatch compute c[s], boundary latency lat[s] (s -> s+1) and boundary
+ * occupancy occ[s] (link time per microbatch per direction): fill + drain cross every stage and
+ * boundary twice, and the steady state advances one microbatch per slowest stage or link. */
+static double pipe_time(const double *c, const double *lat, const double *occ, int P, int M, double *compute)
+{
+    double sum = 0, cmax = 0, period = 0;
+    for (int i = 0; i < P; i++) {
+        sum += c[i];
+        if (c[i] > cmax) cmax = c[i];
+        if (i + 1 < P) {
+            sum += 2 * lat[i];
+            if (occ[i] > period) period = occ[i];
+        }
+    }
+    if (cmax > period) period = cmax;
+    *compute = M * cmax;
+    return sum + (M - 1) * period;
+}
+
+static double tokens_mb(const search *s) { return (double)s->b->micro_batch * s->b->seq_len; }
+
+/* Emulated on one machine (calib.host_cores): every worker's compute shares the host's cores, so the
+ * pipeline phase lasts at least the step's total compute over the cores; the wait counts as bubble. */
+static void host_bound(const search *s, double total_compute, double *t_pipe, double *bubble)
+{
+    int cores = s->o->calib.host_cores;
+    if (cores <= 0 || total_compute / cores <= *t_pipe) return;
+    *bubble += total_compute / cores - *t_pipe;
+    *t_pipe = total_compute / cores;
+}
+
+/* ---- data-parallel structures: every region runs whole replicas, regions sync gradients ---------- */
+
+typedef struct dp_region {
+    double t_pipe, compute, bubble;
+    double link_Bps, owd; /* per stage group: share of the slowest incoming/outgoing link */
+} dp_region;
+
+static void fill_stages_even(search *s, xdc_plan *p, int P, int M)
+{
+    p->stages = P;
+    for (int i = 0; i < P; i++) {
+        xdc_plan_stage *st = &p->stage[i];
+        int base = s->m->layers / P, extra = s->m->layers % P;
+        st->region = -1;
+        st->layer_begin = i * base + (i < extra ? i : extra); /* orch_stage_layers' split */
+        st->layer_end = st->layer_begin + base + (i < extra ? 1 : 0);
+        st->params = topo_stage_params(s->m, st->layer_begin, st->layer_end);
+        st->flops_mb = topo_stage_flops(s->m, st->layer_begin, st->layer_end, tokens_mb(s), s->b->seq_len);
+        st->inflight = P - i < M ? P - i : M;
+    }
+}
+
+/* Memory check for a data-parallel plan: every region holds every stage. */
+static int dp_fits(search *s, xdc_plan *p, int mode_extra)
+{
+    p->mem_gib_max = 0;
+    p->mem_gib_limit = 1e30;
+    for (int r = 0; r < s->t->n_regions; r++)
+        if (p->replicas[r] > 0 && s->t->regions[r].gpu_memory_gib < p->mem_gib_limit)
+            p->mem_gib_limit = s->t->regions[r].gpu_memory_gib;
+    for (int i = 0; i < p->stages; i++) {
+        xdc_plan_stage *st = &p->stage[i];
+        st->mem_gib = topo_stage_mem_gib(s->m, st->layer_begin, st->layer_end, st->inflight, p->microbatches,
+                                         tokens_mb(s), mode_extra);
+        if (st->mem_gib > p->mem_gib_max) p->mem_gib_max = st->mem_gib;
+    }
+    if (p->mem_gib_max <= TOPO_PLAN_MEM_HEADROOM * p->mem_gib_limit) return 1;
+    char where[128];
+    snprintf(where, sizeof where, "%s with %d stage%s per replica", xdc_plan_mode_name(p->mode), p->stages,
+             p->stages > 1 ? "s" : "");
+    reject_memory(s, p->mem_gib_max, TOPO_PLAN_MEM_HEADROOM * p->mem_gib_limit, where);
+    return 0;
+}
+
+static void dp_region_times(search *s, const xdc_plan *p, int r, dp_region *out)
+{
+    double c[XDC_PLAN_MAX_STAGES], lat[XDC_PLAN_MAX_STAGES], occ[XDC_PLAN_MAX_STAGES];
+    double flops = topo_region_flops(s->t, r, &s->o->calib);
+    double xfer = topo_intra_p2p_s(s->t, r, tokens_mb(s) * s->m->boundary_bytes_per_token);
+    for (int i = 0; i < p->stages; i++) {
+        c[i] = p->stage[i].flops_mb / flops;
+        lat[i] = occ[i] = xfer;
+    }
+    out->t_pipe = pipe_time(c, lat, occ, p->stages, p->microbatches, &out->compute);
+    out->bubble = out->t_pipe - out->compute;
+    out->link_Bps = 1e30;
+    out->owd = 0;
+    for (int q = 0; q < s->t->n_regions; q++) {
+        if (q == r || p->replicas[q] == 0) continue;
+        double bw = topo_link_Bps(s->t, r, q, &s->o->calib), back = topo_link_Bps(s->t, q, r, &s->o->calib);
+        if (back < bw) bw = back;
+        if (bw / p->stages < out->link_Bps) out->link_Bps = bw / p->stages; /* every stage group shares it */
+        if (topo_link_owd(s->t, r, q) > out->owd) out->owd = topo_link_owd(s->t, r, q);
+    }
+}
+
+/* One gradient or parameter round over every region and stage: the slowest group sets the time, counted
+ * from the end of the pipeline phase. A gradient round (`overlap`) starts during each stage's last
+ * backward (orchestrator/orch_train.c hands buckets over layer by layer); parameter rounds start after. */
+static double dp_round(search *s, const xdc_plan *p, const dp_region *dr, int n_active, const char *codec,
+                       double frac, int overlap, double *intra, double *wire_per_region)
+{
+    double worst = 0;
+    *intra = 0;
+    for (int r = 0; r < s->t->n_regions; r++) {
+        if (p->replicas[r] == 0) continue;
+        topo_codec_info ci;
+        const xdc_link *l = NULL;
+        for (int q = 0; q < s->t->n_regions && !l; q++)
+            if (q != r && p->replicas[q] > 0) l = xdc_topology_link(s->t, r, q);
+        topo_codec_info_get(codec, l ? l->bandwidth_gbps : 100, &ci);
+        double wire = 0;
+        for (int i = 0; i < p->stages; i++) {
+            double in, w, last_bwd = overlap ? p->stage[i].flops_mb * 2 / 3 / topo_region_flops(s->t, r, &s->o->calib) : 0;
+            double tr = topo_sync_round_s(s->t, r, p->replicas[r], n_active, p->stage[i].params * frac,
+                                          p->bucket_mb * 1048576.0 / 4, last_bwd, &ci, dr[r].link_Bps, dr[r].owd, &in,
+                                          &w) - last_bwd;
+            if (tr > worst) worst = tr;
+            if (in > *intra) *intra = in;
+            wire += w;
+        }
+        wire_per_region[r] = wire;
+    }
+    return worst;
+}
+
+static void dp_wan_totals(search *s, xdc_plan *p, const double *wire_per_region, double rounds_per_step)
+{
+    p->wan_bytes = p->egress_usd = 0;
+    for (int r = 0; r < s->t->n_regions; r++)
+        for (int q = 0; q < s->t->n_regions; q++) {
+            if (q == r || !p->replicas[r] || !p->replicas[q]) continue;
+            const xdc_link *l = xdc_topology_link(s->t, r, q);
+            double bytes = wire_per_region[r] * rounds_per_step;
+            p->wan_bytes += bytes;
+            p->egress_usd += bytes / 1e9 * (l ? l->cost_usd_per_gb : 0);
+        }
+}
+
+static int codec_allowed(const search *s, const char *codec)
+{
+    return !s->o->codec[0] || strcmp(s->o->codec, codec) == 0;
+}
+
+static int mode_allowed(const search *s, xdc_plan_mode m) { return s->o->mode < 0 || s->o->mode == (int)m; }
+
+static int codec_rank(const char *codec)
+{
+    topo_codec_info ci;
+    return topo_codec_info_get(codec, 100, &ci) == XDC_OK ? ci.rank : 9;
+}
+
+static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int n_active, double t_pipe,
+                             double compute, double bubble)
+{
+    int n_codecs = (int)(sizeof grad_codecs / sizeof *grad_codecs);
+    const char *one[1] = {s->o->codec[0] ? s->o->codec : "none"};
+    const char *const *codecs = grad_codecs;
+    if (s->o->codec[0] || n_active < 2) codecs = one, n_codecs = 1; /* fixed, or no WAN to cross */
+    double wire[XDC_TOPO_MAX_REGIONS] = {0};
+    for (int ci = 0; ci < n_codecs; ci++) {
+        const char *codec = codecs[ci];
+        xdc_plan p = *base;
+        snprintf(p.codec, sizeof p.codec, "%s", codec);
+        if (mode_allowed(s, XDC_PLAN_SYNC) && s->o->inner_steps <= 0 && dp_fits(s, &p, 0)) {
+            double intra, round = dp_round(s, &p, dr, n_active, codec, 1.0, 1, &intra, wire);
+            p.mode = XDC_PLAN_SYNC;
+            p.inner_steps = p.fragments = 0;
+            p.t_intra = n_active < 2 ? round : fmin(intra, round); /* what overlaps the backward is hidden */
+            p.t_wan_exposed = round - p.t_intra;
+            p.t_step = t_pipe + round;
+            p.fidelity = codec_rank(codec);
+            dp_wan_totals(s, &p, wire, 1);
+            p.t_compute = compute;
+            p.t_bubble = bubble;
+            add_cand(s, &p);
+        }
+        if (n_active < 2 || strcmp(codec, "none") == 0) continue; /* outer rounds always compress */
+        /* Inner steps sync over the region's replicas only, uncompressed. */
+        double inner_intra, inner_wire[XDC_TOPO_MAX_REGIONS];
+        double inner = dp_round(s, base, dr, 1, "none", 1.0, 1, &inner_intra, inner_wire); /* all intra */
+        for (size_t h = 0; h < sizeof periods / sizeof *periods; h++) {
+            int H = s->o->inner_steps > 0 ? s->o->inner_steps : periods[h];
+            if (s->o->inner_steps > 0 && h > 0) break;
+            for (xdc_plan_mode mode = XDC_PLAN_DILOCO; mode <= XDC_PLAN_STREAMING; mode++) {
+                if (!mode_allowed(s, mode)) continue;
+                p = *base;
+                snprintf(p.codec, sizeof p.codec, "%s", codec);
+                p.mode = mode;
+                if (!dp_fits(s, &p, 1)) continue;
+                p.inner_steps = H;
+                p.fragments = mode == XDC_PLAN_STREAMING ? (s->o->fragments > 0 ? s->o->fragments : (H < 4 ? H : 4)) : 0;
+                double frac = mode == XDC_PLAN_STREAMING ? 1.0 / p.fragments : 1.0, intra;
+                double round = dp_round(s, &p, dr, n_active, codec, frac, 0, &intra, wire);
+                double step_inner = t_pipe + inner;
+                double exposed = mode == XDC_PLAN_DILOCO ? round / H
+                                                         : p.fragments * fmax(0, round - step_inner) / H;
+                double outer_intra = mode == XDC_PLAN_DILOCO ? fmin(intra, round) / H : 0;
+                p.t_intra = inner + outer_intra;
+                p.t_wan_exposed = exposed - outer_intra;
+                p.t_step = step_inner + exposed;
+                p.fidelity = codec_rank(codec) + 3 + (int)h + (mode == XDC_PLAN_DILOCO);
+                dp_wan_totals(s, &p, wire, (mode == XDC_PLAN_STREAMING ? p.fragments : 1) / (double)H);
+                p.t_compute = compute;
+                p.t_bubble = bubble;
+                add_cand(s, &p);
+            }
+        }
+    }
+}
+
+/* Data-parallel structures over the regions in `in` (1 = takes part). */
+static void search_dp(search *s, const unsigned char *in)
+{
+    const xdc_topology *t = s->t;
+    int n_active = 0, maxP = s->m->layers < XDC_PLAN_MAX_STAGES ? s->m->layers : XDC_PLAN_MAX_STAGES;
+    for (int r = 0; r < t->n_regions; r++) n_active += in[r];
+    for (int P = 1; P <= maxP; P++) {
+        if (s->o->stages > 0 && P != s->o->stages) continue;
+        xdc_plan base;
+        memset(&base, 0, sizeof base);
+        int ok = 1, D = 0;
+        for (int r = 0; r < t->n_regions; r++) {
+            if (!in[r]) continue;
+            if (workers(s, r) % P) ok = 0;
+            base.replicas[r] = workers(s, r) / P;
+            D += base.replicas[r];
+        }
+        if (!ok || D == 0) continue;
+        base.microbatches = microbatches_for(s, D);
+        base.micro_batch = s->b->micro_batch;
+        base.seq_len = s->b->seq_len;
+        base.tokens = (double)base.microbatches * tokens_mb(s) * D;
+        fill_stages_even(s, &base, P, base.microbatches);
+        dp_region dr[XDC_TOPO_MAX_REGIONS];
+        double t_pipe = 0, compute = 0, bubble = 0, total = 0;
+        for (int r = 0; r < t->n_regions; r++) {
+            if (!base.replicas[r]) continue;
+            dp_region_times(s, &base, r, &dr[r]);
+            if (dr[r].t_pipe > t_pipe) t_pipe = dr[r].t_pipe, compute = dr[r].compute, bubble = dr[r].bubble;
+            for (int i = 0; i < P; i++)
+                total += (double)base.replicas[r] * base.microbatches * base.stage[i].flops_mb /
+                         topo_region_flops(t, r, &s->o->calib);
+        }
+        host_bound(s, total, &t_pipe, &bubble);
+        for (size_t bi = 0; bi < sizeof bucket_mbs / sizeof *bucket_mbs; bi++) {
+            base.bucket_mb = s->o->bucket_mb > 0 ? s->o->bucket_mb : bucket_mbs[bi];
+            dp_comm_settings(s, &base, dr, n_active, t_pipe, compute, bubble);
+            double biggest = 0;
+            for (int i = 0; i < P; i++) biggest = fmax(biggest, base.stage[i].params * 4 / 1048576.0);
+            if (s->o->bucket_mb > 0 || base.bucket_mb >= biggest) break; /* larger buckets change nothing */
+        }
+    }
+}
+
+/* The hierarchical sync exchanges shards between every pair of its regions, so it needs them fully
+ * linked. 1 when every pair of regions in `in` has links both ways; else names the first gap. */
+static int meshed(search *s, const unsigned char *in, int note)
+{
+    for (int r = 0; r < s->t->n_regions; r++)
+        for (int q = 0; q < s->t->n_regions; q++)
+            if (q != r && in[r] && in[q] && !(topo_link_Bps(s->t, r, q, &s->o->calib) > 0)) {
+                if (note && !s->reject[0])
+                    snprintf(s->reject, sizeof s->reject, "regions %s and %s have no direct link for the gradient sync",
+                             s->t->regions[r].name, s->t->regions[q].name);
+                return 0;
+            }
+    return 1;
+}
+
+/* Region sets for data parallelism: every region with workers when they are fully linked; otherwise (up
+ * to 12 regions) every maximal fully linked set; and each region alone. */
+static void search_dp_sets(search *s)
+{
+    int R = s->t->n_regions, n_with = 0;
+    unsigned char in[XDC_TOPO_MAX_REGIONS] = {0};
+    for (int r = 0; r < R; r++) n_with += in[r] = workers(s, r) > 0;
+    int full = meshed(s, in, 1);
+    if (full) search_dp(s, in);
+    if (s->o->all_regions) {
+        s->n_rej += !full;
+        return;
+    }
+    if (!full && R <= 12) {
+        for (unsigned mask = 1; mask < 1u << R && !s->err; mask++) {
+            int size = 0, maximal = 1;
+            for (int r = 0; r < R; r++) size += in[r] = (mask >> r & 1) && workers(s, r) > 0;
+            if (size < 2 || (unsigned)size != (unsigned)__builtin_popcount(mask) || !meshed(s, in, 0)) continue;
+            for (int r = 0; r < R && maximal; r++) {
+                if (mask >> r & 1 || workers(s, r) == 0) continue;
+                in[r] = 1;
+                maximal = !meshed(s, in, 0);
+                in[r] = 0;
+            }
+            if (maximal) search_dp(s, in);
+        }
+    }
+    for (int r = 0; r < R && n_with > 1 && !s->err; r++) {
+        if (workers(s, r) == 0) continue;
+        memset(in, 0, (size_t)R);
+        in[r] = 1;
+        search_dp(s, in);
+    }
+    if (!full) s->n_rej++;
+}
+
+/* ---- pipelines that span a chain of regions ------------------------------------------------------ */
+
+typedef struct chain_stage {
+    int region;
+    double flops, mem_limit;
+    int inflight;
+} chain_stage;
+
+static double stage_time(const search *s, const chain_stage *cs, int lb, int le)
+{
+    return topo_stage_flops(s->m, lb, le, tokens_mb(s), s->b->seq_len) / cs->flops;
+}
+
+static int stage_fits(const search *s, const chain_stage *cs, int lb, int le, int M)
+{
+    return topo_stage_mem_gib(s->m, lb, le, cs->inflight, M, tokens_mb(s), 0) <= cs->mem_limit;
+}
+
+/* Greedy fill under a time cap: each stage takes the most layers it can run within cap and hold in
+ * memory, leaving at least one layer for each later stage. 1 when every layer found a stage. */
+static int partition_under(const search *s, const chain_stage *cs, int P, int M, double cap, int *lb)
+{
+    int L = s->m->layers, at = 0;
+    for (int i = 0; i < P; i++) {
+        lb[i] = at;
+        int most = L - at - (P - i - 1), k = i == P - 1 ? most : 0;
+        if (i < P - 1)
+            while (k < most && stage_time(s, &cs[i], at, at + k + 1) <= cap && stage_fits(s, &cs[i], at, at + k + 1, M))
+                k++;
+        if (k < 1) return 0;
+        if (stage_time(s, &cs[i], at, at + k) > cap || !stage_fits(s, &cs[i], at, at + k, M)) return 0;
+        at += k;
+    }
+    lb[P] = L;
+    return at == L;
+}
+
+/* Smallest bottleneck time over layer partitions (binary search on the cap); 0 when memory forbids. */
+static int partition_layers(const search *s, const chain_stage *cs, int P, int M, int *lb)
+{
+    double hi = 0;
+    for (int i = 0; i < P; i++) hi = fmax(hi, stage_time(s, &cs[i], 0, s->m->layers));
+    if (!partition_under(s, cs, P, M, hi * 1.0001, lb)) return 0;
+    double lo = 0;
+    for (int it = 0; it < 60; it++) {
+        double mid = 0.5 * (lo + hi);
+        if (partition_under(s, cs, P, M, mid, lb))
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return partition_under(s, cs, P, M, hi, lb);
+}
+
+static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
+
+static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, const char *codec, int D)
+{
+    int P = p->stages, M = p->microbatches;
+    double c[XDC_PLAN_MAX_STAGES], lat[XDC_PLAN_MAX_STAGES], occ[XDC_PLAN_MAX_STAGES], lat0[XDC_PLAN_MAX_STAGES];
+    double act = tokens_mb(s) * s->m->boundary_bytes_per_token, compute, compute0;
+    p->wan_bytes = p->egress_usd = 0;
+    for (int i = 0; i < P; i++) {
+        c[i] = p->stage[i].flops_mb / cs[i].flops;
+        if (i + 1 == P) break;
+        int a = cs[i].region, b = cs[i + 1].region;
+        lat0[i] = topo_intra_p2p_s(s->t, a, act);
+        if (a == b) {
+            lat[i] = occ[i] = lat0[i];
+            continue;
+        }
+        topo_codec_info ci;
+        topo_codec_info_get(codec, 100, &ci); /* activations skip zstd: latency matters more than bytes */
+        double bw = fmin(topo_link_Bps(s->t, a, b, &s->o->calib), topo_link_Bps(s->t, b, a, &s->o->calib));
+        double wire = act * ci.ratio;
+        occ[i] = D * wire / bw; /* every replica's activations share the link */
+        lat[i] = topo_link_owd(s->t, a, b) + TOPO_PLAN_MSG_OVERHEAD_S + wire / bw + act / ci.enc_Bps + act / ci.dec_Bps;
+        for (int dir = 0; dir < 2; dir++) {
+            const xdc_link *l = xdc_topology_link(s->t, dir ? b : a, dir ? a : b);
+            double bytes = (double)D * M * wire;
+            p->wan_bytes += bytes;
+            p->egress_usd += bytes / 1e9 * (l ? l->cost_usd_per_gb : 0);
+        }
+    }
+    double t_pipe = pipe_time(c, lat, occ, P, M, &compute);
+    double t_pipe0 = pipe_time(c, lat0, lat0, P, M, &compute0), total = 0, wan_part = t_pipe - t_pipe0, bubble0 = 0;
+    for (int i = 0; i < P; i++) total += (double)D * M * c[i];
+    host_bound(s, total, &t_pipe0, &bubble0);
+    t_pipe = t_pipe0 + wan_part;
+    /* Gradient sync stays inside each region: a stage's D replicas all live where the stage lives. */
+    double sync = 0;
+    topo_codec_info none;
+    topo_codec_info_get("none", 100, &none);
+    for (int i = 0; i < P; i++) {
+        double in, w, last_bwd = 2 * c[i] / 3;
+        double tr = topo_sync_round_s(s->t, cs[i].region, D, 1, p->stage[i].params, p->bucket_mb * 1048576.0 / 4,
+                                      last_bwd, &none, 1, 0, &in, &w);
+        sync = fmax(sync, tr - last_bwd);
+    }
+    snprintf(p->codec, sizeof p->codec, "%s", codec);
+    p->t_compute = compute;
+    p->t_bubble = t_pipe0 - compute;
+    p->t_wan_exposed = t_pipe - t_pipe0;
+    p->t_intra = sync;
+    p->t_step = t_pipe + sync;
+    p->fidelity = codec_rank(codec);
+    add_cand(s, p);
+}
+
+static void eval_chain(search *s, const int *chain, int n)
+{
+    int g = 0, with = 0;
+    for (int r = 0; r < s->t->n_regions; r++) with += workers(s, r) > 0;
+    if (s->o->all_regions && n < with) return;
+    for (int i = 0; i < n; i++) g = gcd(g, workers(s, chain[i]));
+    for (int D = 1; D <= g; D++) {
+        if (g % D) continue;
+        xdc_plan p;
+        memset(&p, 0, sizeof p);
+        chain_stage cs[XDC_PLAN_MAX_STAGES];
+        int P = 0;
+        for (int i = 0; i < n; i++) P += workers(s, chain[i]) / D;
+        if (P > s->m->layers || P > XDC_PLAN_MAX_STAGES || (s->o->stages > 0 && P != s->o->stages)) continue;
+        p.mode = XDC_PLAN_PIPELINE;
+        p.stages = P;
+        p.n_chain = n;
+        p.microbatches = microbatches_for(s, D);
+        p.micro_batch = s->b->micro_batch;
+        p.seq_len = s->b->seq_len;
+        p.tokens = (double)p.microbatches * tokens_mb(s) * D;
+        p.bucket_mb = s->o->bucket_mb > 0 ? s->o->bucket_mb : 16;
+        p.mem_gib_limit = 1e30;
+        /* Microbatches in flight: the 1F1B warm-up (P - s) plus, upstream of each WAN cut, enough to
+         * cover its round trip at the expected per-microbatch period. */
+        double total_flops = topo_stage_flops(s->m, 0, s->m->layers, tokens_mb(s), s->b->seq_len), speed = 0;
+        for (int i = 0; i < n; i++) speed += topo_region_flops(s->t, chain[i], &s->o->calib) * workers(s, chain[i]) / D;
+        double period = total_flops / speed;
+        int k = 0, cover = 0;
+        for (int i = n - 1; i >= 0; i--) {
+            int ps = workers(s, chain[i]) / D;
+            for (int j = 0; j < ps; j++) {
+                int idx = P - 1 - k++;
+                cs[idx].region = chain[i];
+                cs[idx].flops = topo_region_flops(s->t, chain[i], &s->o->calib);
+                cs[idx].mem_limit = TOPO_PLAN_MEM_HEADROOM * s->t->regions[chain[i]].gpu_memory_gib;
+                int inflight = P - idx + cover;
+                cs[idx].inflight = inflight < p.microbatches ? inflight : p.microbatches;
+            }
+            if (i > 0) cover += (int)ceil(2 * topo_link_owd(s->t, chain[i - 1], chain[i]) / period);
+            p.chain[i] = chain[i];
+            p.replicas[chain[i]] = D;
+            if (s->t->regions[chain[i]].gpu_memory_gib < p.mem_gib_limit)
+                p.mem_gib_limit = s->t->regions[chain[i]].gpu_memory_gib;
+        }
+        int lb[XDC_PLAN_MAX_STAGES + 1];
+        if (!partition_layers(s, cs, P, p.microbatches, lb)) {
+            double need = 0;
+            for (int i = 0; i < P; i++) {
+                int lo = s->m->layers * i / P, hi = s->m->layers * (i + 1) / P;
+                need = fmax(need, topo_stage_mem_gib(s->m, lo, hi > lo ? hi : lo + 1, cs[i].inflight, p.microbatches,
+                                                     tokens_mb(s), 0));
+            }
+            char where[128];
+            snprintf(where, sizeof where, "a pipeline over %d region%s with %d stages", n, n > 1 ? "s" : "", P);
+            reject_memory(s, need, TOPO_PLAN_MEM_HEADROOM * p.mem_gib_limit, where);
+            continue;
+        }
+        int cut = 0;
+        for (int i = 0; i < P; i++) {
+            xdc_plan_stage *st = &p.stage[i];
+            st->region = cs[i].region;
+            st->layer_begin = lb[i];
+            st->layer_end = lb[i + 1];
+            st->params = topo_stage_params(s->m, lb[i], lb[i + 1]);
+            st->flops_mb = topo_stage_flops(s->m, lb[i], lb[i + 1], tokens_mb(s), s->b->seq_len);
+            st->inflight = cs[i].inflight;
+            st->mem_gib = topo_stage_mem_gib(s->m, lb[i], lb[i + 1], st->inflight, p.microbatches, tokens_mb(s), 0);
+            p.mem_gib_max = fmax(p.mem_gib_max, st->mem_gib);
+            if (i > 0 && cs[i].region != cs[i - 1].region) p.cut_layer[cut++] = lb[i];
+        }
+        for (size_t c = 0; c < sizeof act_codecs / sizeof *act_codecs; c++)
+            if (codec_allowed(s, act_codecs[c])) eval_chain_codec(s, &p, cs, act_codecs[c], D);
+    }
+}
+
+/* Chains to try: every ordering of linked regions when there are few, else greedy cheapest-link paths. */
+static void chain_rec(search *s, int *chain, int n, unsigned long long used)
+{
+    if (n >= 2) eval_chain(s, chain, n);
+    if (n == s->t->n_regions || n == XDC_PLAN_MAX_CHAIN || s->err) return;
+    for (int r = 0; r < s->t->n_regions; r++) {
+        if (used >> r & 1 || workers(s, r) == 0) continue;
+        if (n > 0 && !xdc_topology_link(s->t, chain[n - 1], r)) continue;
+        chain[n] = r;
+        chain_rec(s, chain, n + 1, used | 1ull << r);
+    }
+}
+
+static void search_chains(search *s)
+{
+    int chain[XDC_PLAN_MAX_CHAIN];
+    if (s->t->n_regions <= 4) {
+        chain_rec(s, chain, 0, 0);
+        return;
+    }
+    for (int start = 0; start < s->t->n_regions; start++) {
+        if (workers(s, start) == 0) continue;
+        unsigned char used[XDC_TOPO_MAX_REGIONS] = {0};
+        int n = 0;
+        chain[n++] = start;
+        used[start] = 1;
+        while (n < XDC_PLAN_MAX_CHAIN) {
+            int best = -1;
+            double best_bw = 0;
+            for (int r = 0; r < s->t->n_regions; r++) {
+                if (used[r] || workers(s, r) == 0) continue;
+                double bw = topo_link_Bps(s->t, chain[n - 1], r, &s->o->calib);
+                if (bw > best_bw) best = r, best_bw = bw;
+            }
+            if (best < 0) break;
+            chain[n++] = best;
+            used[best] = 1;
+            eval_chain(s, chain, n);
+        }
+    }
+}
+
+/* ---- choice ---------------------------------------------------------------------------------------- */
+
+typedef struct order_key {
+    int outside, fidelity, idx;
+    double tpt;
+} order_key;
+
+static int order_cmp(const void *a, const void *b)
+{
+    const order_key *x = a, *y = b;
+    if (x->outside != y->outside) return x->outside - y->outside;
+    if (!x->outside && x->fidelity != y->fidelity) return x->fidelity - y->fidelity;
+    if (x->tpt != y->tpt) return x->tpt < y->tpt ? -1 : 1;
+    return x->idx - y->idx;
+}
+
+static const char *biggest_gap(const xdc_plan *p, const xdc_plan *best)
+{
+    double d[4] = {p->t_compute / p->tokens - best->t_compute / best->tokens,
+                   p->t_bubble / p->tokens - best->t_bubble / best->tokens,
+                   p->t_intra / p->tokens - best->t_intra / best->tokens,
+                   p->t_wan_exposed / p->tokens - best->t_wan_exposed / best->tokens};
+    static const char *const names[] = {"more compute per token", "a larger pipeline bubble",
+                                        "more intra-region sync", "more exposed WAN time"};
+    int k = 0;
+    for (int i = 1; i < 4; i++)
+        if (d[i] > d[k]) k = i;
+    return names[k];
+}
+
+static xdc_err_t choose(search *s, xdc_plan_set *set)
+{
+    order_key *keys = xdc_malloc((size_t)s->n * sizeof *keys);
+    xdc_plan *sorted = xdc_malloc((size_t)s->n * sizeof *sorted);
+    if (!keys || !sorted) {
+        xdc_free(keys);
+        xdc_free(sorted);
+        return XDC_ERR_NOMEM;
+    }
+    double best = 1e300, tol = s->o->tolerance > 0 ? s->o->tolerance : 0;
+    for (int i = 0; i < s->n; i++) best = fmin(best, s->cands[i].t_step / s->cands[i].tokens);
+    for (int i = 0; i < s->n; i++) {
+        double tpt = s->cands[i].t_step / s->cands[i].tokens;
+        keys[i] = (order_key){tpt > best * (1 + tol) * (1 + 1e-12), s->cands[i].fidelity, i, tpt};
+    }
+    qsort(keys, (size_t)s->n, sizeof *keys, order_cmp);
+    for (int i = 0; i < s->n; i++) sorted[i] = s->cands[keys[i].idx];
+    const xdc_plan *b = &sorted[0];
+    double btpt = b->t_step / b->tokens;
+    for (int i = 1; i < s->n; i++) {
+        xdc_plan *p = &sorted[i];
+        double slower = (p->t_step / p->tokens / btpt - 1) * 100;
+        if (slower < 0.05 && p->fidelity == b->fidelity)
+            snprintf(p->why, sizeof p->why, "ties the chosen plan (the search keeps the first found)");
+        else if (keys[i].outside)
+            snprintf(p->why, sizeof p->why, "%.1f%% slower per token (%s)", slower, biggest_gap(p, b));
+        else if (p->fidelity > b->fidelity)
+            snprintf(p->why, sizeof p->why, "lossier (fidelity %d vs %d) for %+.1f%% time per token", p->fidelity,
+                     b->fidelity, -slower);
+        else
+            snprintf(p->why, sizeof p->why, "%.1f%% slower per token at the same fidelity (%s)", slower, biggest_gap(p, b));
+    }
+    snprintf(sorted[0].why, sizeof sorted[0].why, "chosen: the most faithful plan within %.0f%% of the fastest per token",
+             tol * 100);
+    set->best = sorted[0];
+    set->cands = sorted;
+    set->n_cands = s->n;
+    xdc_free(keys);
+    return XDC_OK;
+}
+
+static xdc_err_t check_inputs(const xdc_topology *t, const xdc_model_shape *m, const xdc_batch_shape *b,
+                              const xdc_plan_opts *o, xdc_diag *diag)
+{
+    if (m->layers < 1 || m->width < 1 || !(m->params > 0) || !(m->bytes_per_param > 0)) {
+        xdc_diag_set(diag, "model shape: layers, width, parameters and bytes per parameter must be positive");
+        return XDC_ERR_INVALID;
+    }
+    if (b->micro_batch < 1 || b->seq_len < 1 || (!(b->global_batch_tokens > 0) && o->microbatches < 1)) {
+        xdc_diag_set(diag, "batch: microbatch size, sequence length and a global batch (or microbatch count) must be positive");
+        return XDC_ERR_INVALID;
+    }
+    topo_codec_info ci;
+    if (o->codec[0] && topo_codec_info_get(o->codec, 100, &ci) != XDC_OK) {
+        xdc_diag_set(diag, "unknown codec '%s' (none|bf16|int8|int4|topk:F)", o->codec);
+        return XDC_ERR_INVALID;
+    }
+    if (xdc_topology_total_workers(t) < 1) {
+        xdc_diag_set(diag, "topology %s has no workers", t->path);
+        return XDC_ERR_UNAVAILABLE;
+    }
+    for (int r = 0; r < t->n_regions; r++)
+        if (xdc_topology_region_workers(t, r) > 0 && !(t->regions[r].gpu_bf16_tflops > 0)) {
+            xdc_diag_set(diag, "region %s: gpu bf16_tflops must be positive to plan", t->regions[r].name);
+            return XDC_ERR_UNAVAILABLE;
+        }
+    return XDC_OK;
+}
+
+xdc_err_t xdc_plan_search(const xdc_topology *t, const xdc_model_shape *m, const xdc_batch_shape *b,
+                          const xdc_plan_opts *o, xdc_plan_set **out, xdc_diag *diag)
+{
+    *out = NULL;
+    XDC_CHECK(check_inputs(t, m, b, o, diag));
+    search s = {.t = t, .m = m, .b = b, .o = o, .global_tokens = b->global_batch_tokens};
+    if (mode_allowed(&s, XDC_PLAN_SYNC) || mode_allowed(&s, XDC_PLAN_DILOCO) || mode_allowed(&s, XDC_PLAN_STREAMING))
+        search_dp_sets(&s);
+    if (t->n_regions > 1 && mode_allowed(&s, XDC_PLAN_PIPELINE) && !s.err) search_chains(&s);
+    if (s.err) {
+        xdc_free(s.cands);
+        return s.err;
+    }
+    if (s.n == 0) {
+        if (s.reject[0])
+            xdc_diag_set(diag, "no plan fits: %s (%d candidates rejected; the model has %.3g parameters)", s.reject,
+                         s.n_rej, m->params);
+        else
+            xdc_diag_set(diag, "no plan matches: the constraints (stages, mode, codec) leave no candidate for %s",
+                         t->path);
+        xdc_free(s.cands);
+        return XDC_ERR_UNAVAILABLE;
+    }
+    xdc_plan_set *set = xdc_calloc(1, sizeof *set);
+    xdc_err_t rc = set ? choose(&s, set) : XDC_ERR_NOMEM;
+    xdc_free(s.cands);
+    if (rc != XDC_OK) {
+        xdc_free(set);
+        return rc;
+    }
+    set->n_evaluated = s.n_eval + s.n_rej;
+    set->n_rejected = s.n_rej;
+    snprintf(set->reject_reason, sizeof set->reject_reason, "%s", s.reject);
+    *out = set;
+    return XDC_OK;
+}
+
+void xdc_plan_set_destroy(xdc_plan_set *s)
+{
+    if (!s) return;
+    xdc_free(s->cands);
+    xdc_free(s);
+}
+
+void xdc_plan_calibrate_compute(const xdc_topology *t, const xdc_plan *p, double measured_s, xdc_plan_calib *calib)
+{
+    int r = p->stage[0].region >= 0 ? p->stage[0].region : 0;
+    calib->compute_scale = 1.0;
+    double predicted = p->microbatches * p->stage[0].flops_mb / topo_region_flops(t, r, calib);
+    if (predicted > 0 && measured_s > 0) calib->compute_scale = measured_s / predicted;
+}
+
+xdc_err_t xdc_plan_replan_wan(const xdc_topology *t, const xdc_model_shape *m, const xdc_batch_shape *b,
+                              const xdc_plan_opts *o, const xdc_plan *cur, double measured_gbps, xdc_plan *out,
+                              xdc_diag *diag)
+{
+    *out = *cur;
+    if (!(measured_gbps > 0)) {
+        xdc_diag_set(diag, "re-plan: measured goodput must be positive");
+        return XDC_ERR_INVALID;
+    }
+    xdc_plan_opts ro = *o;
+    ro.calib.wan_gbps = measured_gbps;
+    ro.stages = cur->stages;
+    ro.microbatches = cur->microbatches;
+    ro.bucket_mb = cur->bucket_mb;
+    ro.all_regions = 0;
+    if (cur->mode == XDC_PLAN_PIPELINE) ro.mode = XDC_PLAN_PIPELINE;
+    xdc_plan_set *set = NULL;
+    XDC_CHECK(xdc_plan_search(t, m, b, &ro, &set, diag));
+    /* The first candidate in pick order with the same layout: same regions, replicas and layers. */
+    for (int i = 0; i < set->n_cands; i++) {
+        const xdc_plan *p = &set->cands[i];
+        int same = (p->mode == XDC_PLAN_PIPELINE) == (cur->mode == XDC_PLAN_PIPELINE) &&
+                   memcmp(p->replicas, cur->replicas, sizeof p->replicas) == 0;
+        for (int k = 0; same && k < p->stages; k++)
+            same = p->stage[k].region == cur->stage[k].region && p->stage[k].layer_begin == cur->stage[k].layer_begin &&
+                   p->stage[k].layer_end == cur->stage[k].layer_end;
+        if (same) {
+            *out = *p;
+            break;
+        }
+    }
+    xdc_plan_set_destroy(set);
+    return XDC_OK;
+}
+
+void xdc_plan_link_codec(const xdc_topology *t, const xdc_model_shape *m, const xdc_plan *p, const xdc_plan_calib *c,
+                         int from, int to, double tolerance, char codec[16], double *seconds)
+{
+    codec[0] = '\0';
+    *seconds = 0;
+    int pipeline = p->mode == XDC_PLAN_PIPELINE, crosses = 0;
+    double raw = 0, hide = p->t_compute + p->t_bubble, latency = 0;
+    if (pipeline) {
+        /* Activations forward (or their gradients backward) at each cut over this link, every replica. */
+        for (int i = 0; i + 1 < p->stages; i++) {
+            int a = p->stage[i].region, b = p->stage[i + 1].region;
+            crosses += (a == from && b == to) || (a == to && b == from);
+        }
+        raw = crosses * (double)p->replicas[from] * p->microbatches * p->micro_batch * p->seq_len *
+              m->boundary_bytes_per_token;
+    } else if (p->replicas[from] > 0 && p->replicas[to] > 0) {
+        for (int i = 0; i < p->stages; i++) raw += 4 * p->stage[i].params;
+        latency = topo_link_owd(t, from, to); /* each round waits for the peers' shards to land */
+        if (p->mode == XDC_PLAN_STREAMING) raw /= p->fragments, hide *= (double)p->inner_steps / p->fragments;
+        if (p->mode == XDC_PLAN_DILOCO) hide *= p->inner_steps;
+        crosses = 1;
+    }
+    double bw = topo_link_Bps(t, from, to, c);
+    if (!crosses || !(raw > 0) || !(bw > 0)) return;
+    const char *const *ladder = pipeline ? act_codecs : grad_codecs;
+    int n = pipeline ? (int)(sizeof act_codecs / sizeof *act_codecs) : (int)(sizeof grad_codecs / sizeof *grad_codecs);
+    const xdc_link *l = xdc_topology_link(t, from, to);
+    for (int i = 0; i < n; i++) {
+        topo_codec_info ci;
+        topo_codec_info_get(ladder[i], pipeline ? 100 : l->bandwidth_gbps, &ci);
+        *seconds = raw * ci.ratio / bw + latency;
+        snprintf(codec, 16, "%s", ladder[i]);
+        if (*seconds <= tolerance * hide) break;
+    }
+}

@@ -1,0 +1,62 @@
+/* topo_plan_impl.h — private to the planner and the simulator: the cost model's building blocks (codec
+ * table, effective speeds of regions and links, per-operation durations) that both use, so the analytic
+ * planner and the event simulator price every operation the same way. */
+#ifndef TOPO_PLAN_IMPL_H
+#define TOPO_PLAN_IMPL_H
+
+#include "scheduler/xdc_plan.h"
+
+#define TOPO_PLAN_MEM_HEADROOM 0.9   /* usable fraction of a GPU's memory */
+#define TOPO_PLAN_MSG_OVERHEAD_S 2e-4 /* per WAN message: framing, TLS record, syscalls, wakeups */
+
+/* One codec's wire size and single-core speed (docs/benchmarks.md, bench/codec). */
+typedef struct topo_codec_info {
+    double ratio;      /* wire bytes / fp32 bytes */
+    double enc_Bps;    /* fp32 bytes encoded per second */
+    double dec_Bps;    /* fp32 bytes decoded per second */
+    int rank;          /* lossiness: 0 exact, higher = lossier */
+} topo_codec_info;
+
+/* Fills *out for "none", "bf16", "int8", "int4", "topk:F"; link_gbps picks the zstd stage the runtime
+ * adds on slow links. XDC_ERR_INVALID for an unknown name. */
+xdc_err_t topo_codec_info_get(const char *name, double link_gbps, topo_codec_info *out);
+
+/* Effective FLOP/s of one worker of region r. */
+double topo_region_flops(const xdc_topology *t, int r, const xdc_plan_calib *c);
+/* Goodput of the directed WAN link (bytes/s; the loss-limited TCP rate when lower) and its one-way delay
+ * (s). Regions without a direct link get 0 bytes/s. */
+double topo_link_Bps(const xdc_topology *t, int from, int to, const xdc_plan_calib *c);
+double topo_link_owd(const xdc_topology *t, int from, int to);
+/* Ring reduce-scatter (= all-gather) of `bytes` over `ranks` workers of region r, seconds. */
+double topo_intra_collective_s(const xdc_topology *t, int r, int ranks, double bytes);
+/* Point-to-point transfer of `bytes` inside region r, seconds. */
+double topo_intra_p2p_s(const xdc_topology *t, int r, double bytes);
+
+/* Forward + backward FLOPs of one microbatch of `tokens` tokens over layers [lb, le) of the model. */
+double topo_stage_flops(const xdc_model_shape *m, int lb, int le, double tokens, int seq_len);
+double topo_stage_params(const xdc_model_shape *m, int lb, int le);
+/* Memory per GPU of a stage, GiB. `mode_extra` adds DiLoCo/streaming copies of the parameters. */
+double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int microbatches,
+                          double tokens_mb, int mode_extra);
+
+/* Durations of one gradient bucket in the comm engine's two-stage pipeline (orchestrator/xdc_sync.c):
+ * A = reduce-scatter over `ranks` + encode the shard; B = decode every region's shard + all-gather.
+ * `wire` is the shard's encoded bytes per rank. */
+typedef struct topo_bucket_cost {
+    double t_a, t_b, wire;
+} topo_bucket_cost;
+void topo_bucket_cost_get(const xdc_topology *t, int r, int ranks, int n_regions, double elems,
+                          const topo_codec_info *ci, topo_bucket_cost *out);
+
+/* Time of one sync round of `params` elements in `bucket_elems` buckets for a group in region r with
+ * `ranks` replicas, exchanging with `n_regions` - 1 other regions over links of `link_Bps` (this group's
+ * share) and `owd` one-way delay, counted from the start of the last microbatch's backward, which takes
+ * overlap_s and hands buckets over as it goes (0: every bucket ready at once). Also returns the intra
+ * collective seconds and the wire bytes this region sends per peer link. */
+double topo_sync_round_s(const xdc_topology *t, int r, int ranks, int n_regions, double params, double bucket_elems,
+                         double overlap_s, const topo_codec_info *ci, double link_Bps, double owd, double *intra_s,
+                         double *wire_bytes);
+
+int topo_plan_n_buckets(double params, double bucket_elems);
+
+#endif /* TOPO_PLAN_IMPL_H */

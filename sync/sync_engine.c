@@ -1,0 +1,424 @@
+/* xdc_sync.c — the comm engine thread (see xdc_sync.h). Two-stage software pipeline per bucket:
+ *   A: intra reduce-scatter, encode the shard, send it to every other region;
+ *   B: wait for the other regions' shards, decode and sum every region's contribution, intra all-gather.
+ * A of bucket k+1 runs while bucket k is on the wire, so the encoder and the link work at once.
+ *
+ * Every WAN receive of a round is posted when the round starts, and nothing waits for a send to
+ * complete before posting a receive: a WAN stream whose next frame has no posted receive stops
+ * reading, and the acknowledgements of our own sends queue behind it (docs/wan.md). A send's buffer is
+ * only reused after that send completed, checked when the next round encodes into it. */
+#include "sync/xdc_sync.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_log.h"
+#include "common/xdc_time.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    size_t lo, len;      /* slice of the buffer, fp32 elements */
+    size_t plen, shard;  /* padded length (multiple of replicas) and shard length, elements */
+    xdc_codec *codec;    /* EF residual of this bucket's shard lives here */
+    uint8_t *enc;        /* (bound) bytes: this rank's encoded shard */
+    size_t enc_len, bound;
+    uint8_t **rx;        /* (n_regions) (bound) bytes received from each region; NULL at mine */
+    xdc_wan_request **sreq, **rreq; /* (n_regions) */
+    float *shard_buf;    /* (shard) fp32 */
+} bucket;
+
+struct xdc_sync {
+    xdc_sync_cfg cfg;
+    int dp_size, dp_rank;
+    bucket *b;           /* (n_buckets) */
+    int n_buckets;
+    float *pad;          /* (max plen) fp32 scratch for buckets whose length is not a multiple of dp_size */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    /* current round */
+    float *buf;
+    int active, done;
+    size_t ready_from;
+    xdc_err_t err;
+    xdc_diag diag;
+    xdc_sync_stats st;  /* under mu */
+    xdc_sync_stats rst; /* this round's, comm thread only; merged into st when the round ends */
+};
+
+static double secs_since(uint64_t t0) { return (double)(xdc_now_ns() - t0) / 1e9; }
+
+/* Wait for a collective that `rc` says was started (req set by the start call, read only after it). The
+ * communicator fails it when a rank makes no progress for its op timeout; a stop request ends the wait. */
+static xdc_err_t intra_wait(xdc_sync *s, xdc_err_t rc, xdc_intra_req *req, xdc_diag *diag)
+{
+    if (rc != XDC_OK) return rc;
+    for (;;) {
+        rc = xdc_intra_wait(req, 200, diag);
+        if (rc != XDC_ERR_TIMEOUT) return rc;
+        if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+            xdc_diag_set(diag, "sync stopped");
+            return XDC_ERR_CLOSED;
+        }
+    }
+}
+
+/* Where bucket k's padded (dp_size, shard) data lives for the collectives. */
+static float *padded(xdc_sync *s, bucket *k)
+{
+    return k->plen == k->len ? s->buf + k->lo : s->pad;
+}
+
+/* Wait for a WAN request without a total deadline: the engine fails it when the peer has been silent
+ * for its liveness deadline, so a slow but live peer (another region still computing, a DiLoCo region
+ * H steps behind) is waited for. Gives up with XDC_ERR_CLOSED when the sync is being stopped. */
+static xdc_err_t wan_wait(xdc_sync *s, xdc_wan_request **req, size_t *len, uint8_t *codec, xdc_diag *diag)
+{
+    for (;;) {
+        xdc_err_t rc = xdc_wan_wait(*req, 200, len, codec, diag);
+        if (rc != XDC_ERR_TIMEOUT) {
+            *req = NULL; /* completed or failed: the engine released it */
+            return rc;
+        }
+        if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+            xdc_diag_set(diag, "sync stopped");
+            return XDC_ERR_CLOSED; /* the request stays with the engine, which fails it when destroyed */
+        }
+    }
+}
+
+/* Complete the sends of bucket k still in flight (from this round or the last). */
+static xdc_err_t wait_sends(xdc_sync *s, bucket *k, xdc_diag *diag)
+{
+    for (int r = 0; r < s->cfg.n_regions; r++) {
+        if (!k->sreq[r]) continue;
+        xdc_err_t rc = wan_wait(s, &k->sreq[r], NULL, NULL, diag);
+        if (rc != XDC_OK) {
+            xdc_diag_prefix(diag, "%s bucket at %zu: send to region %d", s->cfg.name, k->lo, r);
+            return rc;
+        }
+    }
+    return XDC_OK;
+}
+
+/* Post the receive of every bucket from every other region, in the order the buckets go. */
+static xdc_err_t post_receives(xdc_sync *s)
+{
+    if (s->cfg.n_regions < 2) return XDC_OK;
+    for (int i = s->n_buckets - 1; i >= 0; i--)
+        for (int r = 0; r < s->cfg.n_regions; r++)
+            if (r != s->cfg.my_region)
+                XDC_CHECK(xdc_wan_irecv(s->cfg.peers[r], XDC_WAN_BULK, s->b[i].rx[r], s->b[i].bound, &s->b[i].rreq[r]));
+    return XDC_OK;
+}
+
+static xdc_err_t stage_a(xdc_sync *s, bucket *k, xdc_diag *diag)
+{
+    float *x = k->shard_buf;
+    if (s->dp_size > 1) {
+        uint64_t t0 = xdc_now_ns();
+        float *src = padded(s, k);
+        if (src == s->pad) {
+            memcpy(s->pad, s->buf + k->lo, k->len * sizeof(float));
+            memset(s->pad + k->len, 0, (k->plen - k->len) * sizeof(float));
+        }
+        xdc_intra_req *req = NULL;
+        xdc_err_t rc = xdc_intra_reduce_scatter(s->cfg.dp, src, x, k->shard, XDC_INTRA_F32, XDC_INTRA_AVG, &req);
+        XDC_CHECK(intra_wait(s, rc, req, diag));
+        s->rst.intra_seconds += secs_since(t0);
+    } else {
+        x = s->buf + k->lo;
+    }
+    if (s->cfg.n_regions < 2) return XDC_OK;
+    uint64_t t0 = xdc_now_ns();
+    XDC_CHECK(wait_sends(s, k, diag)); /* last round's sends of this bucket still read k->enc */
+    XDC_CHECK(xdc_codec_encode(k->codec, x, k->shard, k->enc, k->bound, &k->enc_len, diag));
+    for (int r = 0; r < s->cfg.n_regions; r++) {
+        if (r == s->cfg.my_region) continue;
+        XDC_CHECK(xdc_wan_isend(s->cfg.peers[r], XDC_WAN_BULK, k->enc, k->enc_len, (uint8_t)s->cfg.codec.kind,
+                                k->shard * sizeof(float), &k->sreq[r]));
+        s->rst.wan_tx_bytes += k->enc_len;
+        s->rst.wan_raw_bytes += k->shard * sizeof(float);
+    }
+    s->rst.wan_seconds += secs_since(t0);
+    return XDC_OK;
+}
+
+static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
+{
+    float *x = s->dp_size > 1 ? k->shard_buf : s->buf + k->lo;
+    if (s->cfg.n_regions > 1) {
+        uint64_t t0 = xdc_now_ns();
+        size_t rx_len[256] = {0};
+        for (int r = 0; r < s->cfg.n_regions; r++) {
+            if (r == s->cfg.my_region) continue;
+            uint8_t codec = 0;
+            xdc_err_t rc = wan_wait(s, &k->rreq[r], &rx_len[r], &codec, diag);
+            if (rc == XDC_OK && codec != (uint8_t)s->cfg.codec.kind) {
+                xdc_diag_set(diag, "region %d sent codec %u, this run uses %u", r, codec, (unsigned)s->cfg.codec.kind);
+                rc = XDC_ERR_PROTO;
+            }
+            if (rc != XDC_OK) {
+                xdc_diag_prefix(diag, "%s bucket at %zu: WAN exchange with region %d", s->cfg.name, k->lo, r);
+                return rc;
+            }
+        }
+        /* Sum every region's decoded contribution in region order: the same operations on the same bytes
+         * everywhere, so every region holds the same result. */
+        memset(x, 0, k->shard * sizeof(float));
+        for (int r = 0; r < s->cfg.n_regions; r++) {
+            const uint8_t *in = r == s->cfg.my_region ? k->enc : k->rx[r];
+            size_t len = r == s->cfg.my_region ? k->enc_len : rx_len[r];
+            xdc_err_t rc = xdc_codec_decode(k->codec, in, len, x, k->shard, XDC_CODEC_ACCUMULATE, diag);
+            if (rc != XDC_OK) {
+                xdc_diag_prefix(diag, "%s bucket at %zu from region %d", s->cfg.name, k->lo, r);
+                return rc;
+            }
+        }
+        float inv = 1.0f / (float)s->cfg.n_regions;
+        for (size_t i = 0; i < k->shard; i++) x[i] *= inv;
+        s->rst.wan_seconds += secs_since(t0);
+    }
+    if (s->dp_size > 1) {
+        uint64_t t0 = xdc_now_ns();
+        float *dst = padded(s, k);
+        xdc_intra_req *req = NULL;
+        xdc_err_t rc = xdc_intra_all_gather(s->cfg.dp, x, dst, k->shard, XDC_INTRA_F32, &req);
+        XDC_CHECK(intra_wait(s, rc, req, diag));
+        if (dst == s->pad) memcpy(s->buf + k->lo, s->pad, k->len * sizeof(float));
+        s->rst.intra_seconds += secs_since(t0);
+    }
+    return XDC_OK;
+}
+
+static int bucket_ready(xdc_sync *s, const bucket *k) { return s->ready_from <= k->lo; }
+
+/* A codec context for bucket k's shard: the run's codec, sized to the shard. */
+static xdc_err_t bucket_codec_create(const xdc_codec_cfg *codec, const bucket *k, xdc_codec **out, xdc_diag *diag)
+{
+    xdc_codec_cfg cc = *codec;
+    cc.n_elems = k->shard;
+    if (cc.chunk_elems > k->shard) cc.chunk_elems = k->shard;
+    return xdc_codec_create(&cc, out, diag);
+}
+
+static xdc_err_t run_round(xdc_sync *s, xdc_diag *diag)
+{
+    int prev = -1;
+    XDC_CHECK(post_receives(s));
+    for (int i = s->n_buckets - 1; i >= 0; i--) {
+        bucket *k = &s->b[i];
+        pthread_mutex_lock(&s->mu);
+        int ready = bucket_ready(s, k);
+        pthread_mutex_unlock(&s->mu);
+        /* Finish the previous bucket early while this one is not ready yet — only without replicas: their
+         * collectives must come in the same order on every replica, whatever each one's timing. */
+        if (!ready && prev >= 0 && s->dp_size == 1) {
+            XDC_CHECK(stage_b(s, &s->b[prev], diag));
+            prev = -1;
+        }
+        pthread_mutex_lock(&s->mu);
+        while (!bucket_ready(s, k) && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+        int stop = s->stop;
+        pthread_mutex_unlock(&s->mu);
+        if (stop) return XDC_ERR_CLOSED;
+        XDC_CHECK(stage_a(s, k, diag));
+        if (prev >= 0) XDC_CHECK(stage_b(s, &s->b[prev], diag));
+        prev = i;
+    }
+    if (prev >= 0) XDC_CHECK(stage_b(s, &s->b[prev], diag));
+    return XDC_OK;
+}
+
+static void *sync_main(void *arg)
+{
+    xdc_sync *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->active && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+        if (s->stop) break;
+        pthread_mutex_unlock(&s->mu);
+        xdc_diag d = {{0}};
+        memset(&s->rst, 0, sizeof s->rst);
+        xdc_err_t rc = run_round(s, &d);
+        pthread_mutex_lock(&s->mu);
+        s->st.wan_tx_bytes += s->rst.wan_tx_bytes;
+        s->st.wan_raw_bytes += s->rst.wan_raw_bytes;
+        s->st.wan_seconds += s->rst.wan_seconds;
+        s->st.intra_seconds += s->rst.intra_seconds;
+        s->err = rc;
+        s->diag = d;
+        s->active = 0;
+        s->done = 1;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+xdc_err_t xdc_sync_create(const xdc_sync_cfg *cfg, xdc_sync **out, xdc_diag *diag)
+{
+    *out = NULL;
+    if (cfg->n_elems == 0 || cfg->bucket_elems == 0 || cfg->n_regions < 1 || cfg->n_regions > 256) {
+        xdc_diag_set(diag, "sync: empty buffer, zero bucket size or bad region count");
+        return XDC_ERR_INVALID;
+    }
+    xdc_sync *s = xdc_calloc(1, sizeof *s);
+    if (!s) return XDC_ERR_NOMEM;
+    s->cfg = *cfg;
+    s->dp_size = cfg->dp ? xdc_intra_size(cfg->dp) : 1;
+    s->dp_rank = cfg->dp ? xdc_intra_rank(cfg->dp) : 0;
+    size_t bsz = (cfg->bucket_elems + (size_t)s->dp_size - 1) / (size_t)s->dp_size * (size_t)s->dp_size;
+    s->n_buckets = (int)((cfg->n_elems + bsz - 1) / bsz);
+    s->b = xdc_calloc((size_t)s->n_buckets, sizeof *s->b);
+    s->pad = s->dp_size > 1 ? xdc_malloc(bsz * sizeof(float)) : NULL; /* only replicas pad a bucket */
+    xdc_err_t rc = (s->b && (s->pad || s->dp_size == 1)) ? XDC_OK : XDC_ERR_NOMEM;
+    for (int i = 0; i < s->n_buckets && rc == XDC_OK; i++) {
+        bucket *k = &s->b[i];
+        k->lo = (size_t)i * bsz;
+        k->len = cfg->n_elems - k->lo < bsz ? cfg->n_elems - k->lo : bsz;
+        k->plen = (k->len + (size_t)s->dp_size - 1) / (size_t)s->dp_size * (size_t)s->dp_size;
+        k->shard = k->plen / (size_t)s->dp_size;
+        if ((rc = bucket_codec_create(&cfg->codec, k, &k->codec, diag)) != XDC_OK) break;
+        k->bound = xdc_codec_bound(k->codec, k->shard);
+        k->enc = xdc_malloc(k->bound);
+        k->rx = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rx);
+        k->sreq = xdc_calloc((size_t)cfg->n_regions, sizeof *k->sreq);
+        k->rreq = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rreq);
+        k->shard_buf = s->dp_size > 1 ? xdc_malloc(k->shard * sizeof(float)) : NULL;
+        if (!k->enc || !k->rx || !k->sreq || !k->rreq || (s->dp_size > 1 && !k->shard_buf)) rc = XDC_ERR_NOMEM;
+        for (int r = 0; r < cfg->n_regions && rc == XDC_OK; r++)
+            if (r != cfg->my_region && !(k->rx[r] = xdc_malloc(k->bound))) rc = XDC_ERR_NOMEM;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (rc == XDC_OK && pthread_create(&s->thread, NULL, sync_main, s) != 0) rc = XDC_ERR_NOMEM;
+    if (rc != XDC_OK) {
+        s->n_buckets = s->b ? s->n_buckets : 0;
+        s->stop = -1; /* no thread to join */
+        xdc_sync_destroy(s);
+        return rc;
+    }
+    XDC_DEBUG(XDC_SUB_ORCH, "sync %s: %zu elements in %d buckets of %zu, %d replicas, %d regions", cfg->name,
+              cfg->n_elems, s->n_buckets, bsz, s->dp_size, cfg->n_regions);
+    *out = s;
+    return XDC_OK;
+}
+
+void xdc_sync_stop(xdc_sync *s)
+{
+    if (!s || s->stop == -1) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    s->stop = -1; /* joined */
+}
+
+void xdc_sync_destroy(xdc_sync *s)
+{
+    if (!s) return;
+    xdc_sync_stop(s);
+    for (int i = 0; s->b && i < s->n_buckets; i++) {
+        bucket *k = &s->b[i];
+        xdc_codec_destroy(k->codec);
+        xdc_free(k->enc);
+        for (int r = 0; k->rx && r < s->cfg.n_regions; r++) xdc_free(k->rx[r]);
+        xdc_free(k->rx);
+        xdc_free(k->sreq);
+        xdc_free(k->rreq);
+        xdc_free(k->shard_buf);
+    }
+    xdc_free(s->b);
+    xdc_free(s->pad);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    xdc_free(s);
+}
+
+xdc_err_t xdc_sync_begin(xdc_sync *s, float *buf)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->active || s->stop) {
+        pthread_mutex_unlock(&s->mu);
+        XDC_ERROR(XDC_SUB_ORCH, "sync %s: a round began while one is still running or after stop", s->cfg.name);
+        return XDC_ERR_INVALID;
+    }
+    s->buf = buf;
+    s->ready_from = s->cfg.n_elems;
+    s->done = 0;
+    s->err = XDC_OK;
+    s->active = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return XDC_OK;
+}
+
+void xdc_sync_mark_ready(xdc_sync *s, size_t from)
+{
+    pthread_mutex_lock(&s->mu);
+    if (from < s->ready_from) {
+        s->ready_from = from;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+xdc_err_t xdc_sync_end(xdc_sync *s, xdc_diag *diag)
+{
+    xdc_sync_mark_ready(s, 0);
+    pthread_mutex_lock(&s->mu);
+    while (!s->done) pthread_cond_wait(&s->cv, &s->mu);
+    xdc_err_t rc = s->err;
+    if (rc != XDC_OK && diag) *diag = s->diag;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void xdc_sync_get_stats(xdc_sync *s, xdc_sync_stats *out)
+{
+    pthread_mutex_lock(&s->mu);
+    *out = s->st;
+    pthread_mutex_unlock(&s->mu);
+}
+
+xdc_err_t xdc_sync_set_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag *diag)
+{
+    pthread_mutex_lock(&s->mu);
+    int busy = s->active;
+    pthread_mutex_unlock(&s->mu);
+    if (busy) return XDC_ERR_INVALID;
+    for (int i = 0; i < s->n_buckets; i++) {
+        bucket *k = &s->b[i];
+        XDC_CHECK(wait_sends(s, k, diag)); /* the old encoding may still be on the wire */
+        xdc_codec *nc;
+        XDC_CHECK(bucket_codec_create(codec, k, &nc, diag));
+        /* Carry the residual over; a codec without error feedback (none) has none to take. */
+        xdc_err_t rc = xdc_codec_residual(nc) ? xdc_codec_set_residual(nc, xdc_codec_residual(k->codec), k->shard) : XDC_OK;
+        size_t bound = xdc_codec_bound(nc, k->shard);
+        /* A rare path: grow the wire buffers when the new codec may need more room. */
+        if (rc == XDC_OK && bound > k->bound) {
+            uint8_t *enc = xdc_realloc(k->enc, bound);
+            if (enc) k->enc = enc;
+            for (int r = 0; r < s->cfg.n_regions && enc; r++) {
+                if (r == s->cfg.my_region) continue;
+                uint8_t *rx = xdc_realloc(k->rx[r], bound);
+                if (!rx) enc = NULL;
+                else k->rx[r] = rx;
+            }
+            rc = enc ? XDC_OK : XDC_ERR_NOMEM;
+        }
+        if (rc != XDC_OK) {
+            xdc_codec_destroy(nc);
+            return rc;
+        }
+        xdc_codec_destroy(k->codec);
+        k->codec = nc;
+        if (bound > k->bound) k->bound = bound;
+    }
+    s->cfg.codec = *codec;
+    return XDC_OK;
+}
