@@ -4,6 +4,7 @@
 #   make test       install missing Debian packages, build, run the suite (last line: N passed, N failed, N skipped)
 #   make test SAN=address,undefined     the same under sanitizers (objects in build/san)
 #   make demo       the default one-machine demo
+#   make lint       format check (.clang-format), layer check, no positional *_INIT macros; make format fixes the first
 #   make deps       install the Debian packages the project needs (root), or print the apt-get line (exit 69)
 #   make CUDA=0     CPU-only build even where nvcc exists
 #   make fuzz-NAME [FUZZ_SECONDS=300]   libFuzzer run of tests/fuzz/fuzz_NAME.c (clang)
@@ -78,7 +79,7 @@ TEST_OBJS := $(call obj,$(TEST_SRCS))
 # Numeric folders get -O3 so the vectoriser does its work on the kernels.
 $(BUILD)/obj/kernels/%.o $(BUILD)/obj/compression/%.o $(BUILD)/obj/model/%.o: OPT := -O3
 
-.PHONY: all libs test test-run demo deps deps-bench clean check-layers
+.PHONY: all libs test test-run demo deps deps-bench clean check-layers lint format
 all: $(BUILD)/xdc $(BUILD)/xdc_tests
 libs: $(LIB_FILES)
 
@@ -151,7 +152,7 @@ bench-%: deps deps-bench
 # Build and test needs; deps-bench adds the baselines benchmarks measure against.
 DEB_PACKAGES := gcc make pkg-config openssl libssl-dev libzstd-dev zstd libyaml-dev libjansson-dev \
                 libxxhash-dev libopenblas-dev libmicrohttpd-dev libcurl4-openssl-dev fortunes \
-                iproute2 procps prometheus
+                iproute2 procps prometheus clang-format
 DEB_BENCH_PACKAGES := iperf3 openmpi-bin libopenmpi-dev clang
 define install_debs
 	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || printf '%s ' $$p; done); \
@@ -169,6 +170,12 @@ deps-bench:
 
 check-layers:
 	@bash tests/check_layers.sh
+
+# Format check (.clang-format, clang-format 14), the layer rule and the designated-initializer rule.
+lint: deps
+	@bash tests/lint.sh && echo "lint: clean"
+format:
+	@git ls-files '*.c' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
 
 clean:
 	rm -rf build
