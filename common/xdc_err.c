@@ -64,10 +64,8 @@ void xdc_diag_prefix(xdc_diag *d, const char *fmt, ...)
     vsnprintf(head, sizeof head, fmt, ap);
     va_end(ap);
     memcpy(old, d->msg, sizeof old);
-    if (old[0])
-        snprintf(d->msg, sizeof d->msg, "%s: %s", head, old);
-    else
-        snprintf(d->msg, sizeof d->msg, "%s", head);
+    if (old[0]) snprintf(d->msg, sizeof d->msg, "%s: %s", head, old);
+    else snprintf(d->msg, sizeof d->msg, "%s", head);
 }
 
 void xdc_diag_clear(xdc_diag *d)

@@ -6,7 +6,8 @@
 
 #include <stddef.h>
 
-/* X(name, message, sysexits code). Codes are negative, XDC_OK is 0. */
+/* X(name, message, sysexits code). Codes are negative, XDC_OK is 0. The table is kept in columns. */
+// clang-format off
 #define XDC_ERROR_TABLE(X)                                                       \
     X(INVALID,      "invalid argument",                         64 /* EX_USAGE */)    \
     X(NOMEM,        "out of memory",                            71 /* EX_OSERR */)    \
@@ -26,6 +27,7 @@
     X(CUDA,         "CUDA error",                               70 /* EX_SOFTWARE */) \
     X(NCCL,         "NCCL error",                               70 /* EX_SOFTWARE */) \
     X(INTERNAL,     "internal error",                           70 /* EX_SOFTWARE */)
+// clang-format on
 
 typedef enum {
     XDC_OK = 0,
@@ -33,7 +35,7 @@ typedef enum {
     XDC_ERR_FIRST_ = -1000,
     XDC_ERROR_TABLE(XDC_ERR_ENUM_)
 #undef XDC_ERR_ENUM_
-    XDC_ERR_LAST_
+        XDC_ERR_LAST_
 } xdc_err_t;
 
 /* Message for a code; never NULL, also for unknown values. */
@@ -57,32 +59,32 @@ void xdc_diag_clear(xdc_diag *d);
 /* Trail hook used by the macros below: logs "file:line -> ERRNAME" at debug level. */
 void xdc_err_trail(const char *file, int line, xdc_err_t err);
 
-#define XDC_CHECK(call)                                                          \
-    do {                                                                         \
-        xdc_err_t xdc_rc_ = (call);                                              \
-        if (xdc_rc_ != XDC_OK) {                                                 \
-            xdc_err_trail(__FILE__, __LINE__, xdc_rc_);                          \
-            return xdc_rc_;                                                      \
-        }                                                                        \
+#define XDC_CHECK(call)                                 \
+    do {                                                \
+        xdc_err_t xdc_rc_ = (call);                     \
+        if (xdc_rc_ != XDC_OK) {                        \
+            xdc_err_trail(__FILE__, __LINE__, xdc_rc_); \
+            return xdc_rc_;                             \
+        }                                               \
     } while (0)
 
 /* Propagate into `rc` and jump to a cleanup label. */
-#define XDC_CHECK_GOTO(call, rc, label)                                          \
-    do {                                                                         \
-        (rc) = (call);                                                           \
-        if ((rc) != XDC_OK) {                                                    \
-            xdc_err_trail(__FILE__, __LINE__, (rc));                             \
-            goto label;                                                          \
-        }                                                                        \
+#define XDC_CHECK_GOTO(call, rc, label)              \
+    do {                                             \
+        (rc) = (call);                               \
+        if ((rc) != XDC_OK) {                        \
+            xdc_err_trail(__FILE__, __LINE__, (rc)); \
+            goto label;                              \
+        }                                            \
     } while (0)
 
 /* Fail with `err` when `cond` is false. */
-#define XDC_REQUIRE(cond, err)                                                   \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            xdc_err_trail(__FILE__, __LINE__, (err));                            \
-            return (err);                                                        \
-        }                                                                        \
+#define XDC_REQUIRE(cond, err)                        \
+    do {                                              \
+        if (!(cond)) {                                \
+            xdc_err_trail(__FILE__, __LINE__, (err)); \
+            return (err);                             \
+        }                                             \
     } while (0)
 
 #endif /* XDC_ERR_H */

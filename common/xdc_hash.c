@@ -18,10 +18,7 @@ xdc_hash_state *xdc_hash64_create(uint64_t seed)
     return (xdc_hash_state *)s;
 }
 
-void xdc_hash64_update(xdc_hash_state *s, const void *data, size_t len)
-{
-    XXH64_update((XXH64_state_t *)s, data, len);
-}
+void xdc_hash64_update(xdc_hash_state *s, const void *data, size_t len) { XXH64_update((XXH64_state_t *)s, data, len); }
 
 uint64_t xdc_hash64_digest(const xdc_hash_state *s) { return XXH64_digest((const XXH64_state_t *)s); }
 

@@ -25,9 +25,9 @@ static const struct {
     const char *name;
     unsigned bit;
 } subsys_names[] = {
-    {"common", XDC_SUB_COMMON}, {"topo", XDC_SUB_TOPO},   {"kern", XDC_SUB_KERN},
-    {"comp", XDC_SUB_COMP},     {"wan", XDC_SUB_WAN},     {"intra", XDC_SUB_INTRA},
-    {"orch", XDC_SUB_ORCH},     {"test", XDC_SUB_TEST},   {"all", XDC_SUB_ALL},
+    {"common", XDC_SUB_COMMON}, {"topo", XDC_SUB_TOPO}, {"kern", XDC_SUB_KERN},
+    {"comp", XDC_SUB_COMP},     {"wan", XDC_SUB_WAN},   {"intra", XDC_SUB_INTRA},
+    {"orch", XDC_SUB_ORCH},     {"test", XDC_SUB_TEST}, {"all", XDC_SUB_ALL},
 };
 
 void xdc_log_set_level(xdc_log_level level) { g_log.level = level; }
@@ -89,25 +89,18 @@ void xdc_log_init_from_env(void)
     const char *v;
     if ((v = getenv("XDC_LOG_LEVEL")) && *v) {
         xdc_log_level l;
-        if (xdc_log_parse_level(v, &l))
-            g_log.level = l;
-        else
-            XDC_WARN(XDC_SUB_COMMON, "XDC_LOG_LEVEL=%s names no level (error|warn|info|debug|trace); ignored", v);
+        if (xdc_log_parse_level(v, &l)) g_log.level = l;
+        else XDC_WARN(XDC_SUB_COMMON, "XDC_LOG_LEVEL=%s names no level (error|warn|info|debug|trace); ignored", v);
     }
     if ((v = getenv("XDC_LOG_SUBSYS")) && *v) {
         unsigned m;
-        if (xdc_log_parse_subsys(v, &m))
-            g_log.subsys = m;
-        else
-            XDC_WARN(XDC_SUB_COMMON, "XDC_LOG_SUBSYS=%s has an unknown subsystem; ignored", v);
+        if (xdc_log_parse_subsys(v, &m)) g_log.subsys = m;
+        else XDC_WARN(XDC_SUB_COMMON, "XDC_LOG_SUBSYS=%s has an unknown subsystem; ignored", v);
     }
     if ((v = getenv("XDC_LOG_FORMAT")) && *v) {
-        if (strcasecmp(v, "json") == 0)
-            g_log.format = XDC_LOG_JSON;
-        else if (strcasecmp(v, "text") == 0)
-            g_log.format = XDC_LOG_TEXT;
-        else
-            XDC_WARN(XDC_SUB_COMMON, "XDC_LOG_FORMAT=%s is neither text nor json; ignored", v);
+        if (strcasecmp(v, "json") == 0) g_log.format = XDC_LOG_JSON;
+        else if (strcasecmp(v, "text") == 0) g_log.format = XDC_LOG_TEXT;
+        else XDC_WARN(XDC_SUB_COMMON, "XDC_LOG_FORMAT=%s is neither text nor json; ignored", v);
     }
 }
 
@@ -156,14 +149,13 @@ void xdc_log_write(xdc_log_level level, unsigned subsys, const char *file, int l
     size_t n = 0;
     pthread_mutex_lock(&g_log.lock);
     if (g_log.format == XDC_LOG_JSON) {
-        n = (size_t)snprintf(out, sizeof out,
-                             "{\"ts\":%.6f,\"level\":\"%s\",\"subsys\":\"%s\",\"region\":\"", t,
+        n = (size_t)snprintf(out, sizeof out, "{\"ts\":%.6f,\"level\":\"%s\",\"subsys\":\"%s\",\"region\":\"", t,
                              level_names[level], subsys_name(subsys));
         json_escape(out, sizeof out, &n, g_log.region);
         n += (size_t)snprintf(out + n, sizeof out - n, "\",\"host\":\"");
         json_escape(out, sizeof out, &n, g_log.host);
-        n += (size_t)snprintf(out + n, sizeof out - n, "\",\"rank\":%d,\"src\":\"%s:%d\",\"msg\":\"",
-                              g_log.rank, base, line);
+        n += (size_t)snprintf(out + n, sizeof out - n, "\",\"rank\":%d,\"src\":\"%s:%d\",\"msg\":\"", g_log.rank, base,
+                              line);
         json_escape(out, sizeof out, &n, msg);
         if (n + 3 < sizeof out) {
             out[n++] = '"';
@@ -175,8 +167,8 @@ void xdc_log_write(xdc_log_level level, unsigned subsys, const char *file, int l
         if (g_log.rank >= 0) snprintf(rank, sizeof rank, ":%d", g_log.rank);
         char where[96] = "";
         if (level >= XDC_LOG_DEBUG) snprintf(where, sizeof where, "%s:%d: ", base, line);
-        int w = snprintf(out, sizeof out, "[%s/%s%s] %-5s %s%s\n", g_log.region, g_log.host, rank,
-                         level_names[level], where, msg);
+        int w = snprintf(out, sizeof out, "[%s/%s%s] %-5s %s%s\n", g_log.region, g_log.host, rank, level_names[level],
+                         where, msg);
         n = w < 0 ? 0 : (size_t)w >= sizeof out ? sizeof out - 1 : (size_t)w;
         if (n == sizeof out - 1) out[n - 1] = '\n';
     }

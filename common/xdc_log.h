@@ -51,14 +51,13 @@ bool xdc_log_enabled(xdc_log_level level, unsigned subsys);
 void xdc_log_write(xdc_log_level level, unsigned subsys, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
-#define XDC_LOG(level, subsys, ...)                                                       \
-    do {                                                                                  \
-        if (xdc_log_enabled((level), (subsys)))                                           \
-            xdc_log_write((level), (subsys), __FILE__, __LINE__, __VA_ARGS__);            \
+#define XDC_LOG(level, subsys, ...)                                                                                \
+    do {                                                                                                           \
+        if (xdc_log_enabled((level), (subsys))) xdc_log_write((level), (subsys), __FILE__, __LINE__, __VA_ARGS__); \
     } while (0)
 #define XDC_ERROR(subsys, ...) XDC_LOG(XDC_LOG_ERROR, subsys, __VA_ARGS__)
-#define XDC_WARN(subsys, ...) XDC_LOG(XDC_LOG_WARN, subsys, __VA_ARGS__)
-#define XDC_INFO(subsys, ...) XDC_LOG(XDC_LOG_INFO, subsys, __VA_ARGS__)
+#define XDC_WARN(subsys, ...)  XDC_LOG(XDC_LOG_WARN, subsys, __VA_ARGS__)
+#define XDC_INFO(subsys, ...)  XDC_LOG(XDC_LOG_INFO, subsys, __VA_ARGS__)
 #define XDC_DEBUG(subsys, ...) XDC_LOG(XDC_LOG_DEBUG, subsys, __VA_ARGS__)
 #define XDC_TRACE(subsys, ...) XDC_LOG(XDC_LOG_TRACE, subsys, __VA_ARGS__)
 

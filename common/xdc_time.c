@@ -35,10 +35,7 @@ int xdc_deadline_poll_ms(uint64_t deadline)
     return ms > INT_MAX / 2 ? INT_MAX / 2 : (int)ms;
 }
 
-int xdc_deadline_passed(uint64_t deadline)
-{
-    return deadline != XDC_DEADLINE_NEVER && xdc_now_ns() >= deadline;
-}
+int xdc_deadline_passed(uint64_t deadline) { return deadline != XDC_DEADLINE_NEVER && xdc_now_ns() >= deadline; }
 
 int xdc_parse_duration_ms(const char *text, int64_t *out_ms)
 {
@@ -47,18 +44,12 @@ int xdc_parse_duration_ms(const char *text, int64_t *out_ms)
     double v = strtod(text, &end);
     if (end == text || v < 0 || v > 1e12) return -1;
     double scale;
-    if (*end == '\0' || strcmp(end, "s") == 0)
-        scale = 1000.0;
-    else if (strcmp(end, "ms") == 0)
-        scale = 1.0;
-    else if (strcmp(end, "us") == 0)
-        scale = 0.001;
-    else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
-        scale = 60000.0;
-    else if (strcmp(end, "h") == 0)
-        scale = 3600000.0;
-    else
-        return -1;
+    if (*end == '\0' || strcmp(end, "s") == 0) scale = 1000.0;
+    else if (strcmp(end, "ms") == 0) scale = 1.0;
+    else if (strcmp(end, "us") == 0) scale = 0.001;
+    else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0) scale = 60000.0;
+    else if (strcmp(end, "h") == 0) scale = 3600000.0;
+    else return -1;
     *out_ms = (int64_t)(v * scale + 0.5);
     return 0;
 }

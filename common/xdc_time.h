@@ -19,7 +19,7 @@ int xdc_deadline_passed(uint64_t deadline);
  * Returns 0 on success, -1 when the text is not a duration. */
 int xdc_parse_duration_ms(const char *text, int64_t *out_ms);
 
-#define XDC_NS_PER_MS UINT64_C(1000000)
+#define XDC_NS_PER_MS      UINT64_C(1000000)
 #define XDC_DEADLINE_NEVER UINT64_MAX
 
 #endif /* XDC_TIME_H */

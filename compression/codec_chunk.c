@@ -45,8 +45,10 @@ static xdc_err_t reject_range(xdc_codec *c, const float *x, size_t m, size_t fir
     if (!bad) return XDC_OK;
     for (size_t i = 0; i < m; i++)
         if (!(x[i] >= -XDC_QUANT_MAX_ABS && x[i] <= XDC_QUANT_MAX_ABS)) {
-            xdc_diag_set(diag, "element %zu is %g (and %zu more out of range): codecs accept finite values "
-                               "with |x| <= 2^100", first + i, (double)x[i], bad - 1);
+            xdc_diag_set(diag,
+                         "element %zu is %g (and %zu more out of range): codecs accept finite values "
+                         "with |x| <= 2^100",
+                         first + i, (double)x[i], bad - 1);
             break;
         }
     c->stats.rejected++;
@@ -101,11 +103,11 @@ xdc_err_t xdc_codec_encode_chunk(xdc_codec *c, const float *x, size_t n, size_t 
     const float *xs = x + first;
     size_t param = c->cfg.kind == XDC_CODEC_TOPK ? codec_topk_k(c->cfg.topk_fraction, m)
                    : (c->cfg.kind == XDC_CODEC_INT8 || c->cfg.kind == XDC_CODEC_INT4) ? c->cfg.block
-                                                                                       : 0;
+                                                                                      : 0;
     size_t raw_len = codec_raw_len(c->cfg.kind, m, param);
     if (cap < CODEC_HDR_BYTES + raw_len) {
-        xdc_diag_set(diag, "output of %zu bytes too small for chunk %zu (needs %zu; size it with xdc_codec_bound)",
-                     cap, chunk, (size_t)CODEC_HDR_BYTES + raw_len);
+        xdc_diag_set(diag, "output of %zu bytes too small for chunk %zu (needs %zu; size it with xdc_codec_bound)", cap,
+                     chunk, (size_t)CODEC_HDR_BYTES + raw_len);
         return XDC_ERR_INVALID;
     }
     XDC_CHECK(reject_range(c, xs, m, first, diag));
@@ -115,8 +117,12 @@ xdc_err_t xdc_codec_encode_chunk(xdc_codec *c, const float *x, size_t n, size_t 
     const uint8_t *payload = NULL;
     XDC_CHECK(encode_lossy(c, xs, c->residual ? c->residual + first : NULL, m, param, stage, &payload));
 
-    codec_hdr h = {.codec = (uint8_t)c->cfg.kind, .count = (uint32_t)m, .param = (uint32_t)param,
-                   .raw_len = (uint32_t)raw_len, .wire_len = (uint32_t)raw_len, .first = first};
+    codec_hdr h = {.codec = (uint8_t)c->cfg.kind,
+                   .count = (uint32_t)m,
+                   .param = (uint32_t)param,
+                   .raw_len = (uint32_t)raw_len,
+                   .wire_len = (uint32_t)raw_len,
+                   .first = first};
     if (c->cfg.zstd_level != 0 && zstd_worth_trying(c, payload, raw_len)) {
         size_t pe = codec_plane_elem(c->cfg.kind);
         const uint8_t *src = payload;
@@ -164,15 +170,14 @@ xdc_err_t xdc_codec_encode(xdc_codec *c, const float *x, size_t n, uint8_t *out,
 
 /* ---- decode ----------------------------------------------------------------------------------------- */
 
-#define CORRUPT(...)                                                                                         \
-    do {                                                                                                     \
-        xdc_diag_set(diag, __VA_ARGS__);                                                                     \
-        return XDC_ERR_CORRUPT;                                                                              \
+#define CORRUPT(...)                     \
+    do {                                 \
+        xdc_diag_set(diag, __VA_ARGS__); \
+        return XDC_ERR_CORRUPT;          \
     } while (0)
 
 /* Parses and bounds every header field against len, this context's chunk size and n. */
-static xdc_err_t hdr_parse(const xdc_codec *c, const uint8_t *in, size_t len, size_t n, codec_hdr *h,
-                           xdc_diag *diag)
+static xdc_err_t hdr_parse(const xdc_codec *c, const uint8_t *in, size_t len, size_t n, codec_hdr *h, xdc_diag *diag)
 {
     if (len < CODEC_HDR_BYTES) CORRUPT("chunk truncated: %zu bytes, header needs %u", len, CODEC_HDR_BYTES);
     uint32_t magic;
@@ -193,16 +198,13 @@ static xdc_err_t hdr_parse(const xdc_codec *c, const uint8_t *in, size_t len, si
     if (h->count < 1 || h->count > c->cfg.chunk_elems)
         CORRUPT("chunk of %u elements outside [1, %zu] (this decoder's chunk size)", h->count, c->cfg.chunk_elems);
     if (h->first > n || h->count > n - h->first)
-        CORRUPT("chunk elements [%llu, +%u) outside the %zu-element buffer", (unsigned long long)h->first, h->count,
-                n);
+        CORRUPT("chunk elements [%llu, +%u) outside the %zu-element buffer", (unsigned long long)h->first, h->count, n);
     xdc_codec_kind kind = (xdc_codec_kind)h->codec;
     bool ok;
     if (kind == XDC_CODEC_INT8 || kind == XDC_CODEC_INT4)
         ok = h->param >= XDC_QUANT_BLOCK_MIN && h->param <= XDC_QUANT_BLOCK_MAX && !(h->param & 1);
-    else if (kind == XDC_CODEC_TOPK)
-        ok = h->param >= 1 && h->param <= (h->count / 2 ? h->count / 2 : 1);
-    else
-        ok = h->param == 0;
+    else if (kind == XDC_CODEC_TOPK) ok = h->param >= 1 && h->param <= (h->count / 2 ? h->count / 2 : 1);
+    else ok = h->param == 0;
     if (!ok) CORRUPT("chunk parameter %u invalid for codec %u with %u elements", h->param, h->codec, h->count);
     if (h->raw_len != codec_raw_len(kind, h->count, h->param))
         CORRUPT("chunk raw length %u, codec %u with %u elements needs %zu", h->raw_len, h->codec, h->count,
@@ -287,10 +289,8 @@ static xdc_err_t decode_one(xdc_codec *c, const uint8_t *in, size_t len, float *
     switch ((xdc_codec_kind)h.codec) {
     case XDC_CODEC_NONE:
         XDC_CHECK(check_floats(c, (const float *)payload, m, "values", diag));
-        if (add)
-            XDC_CHECK(ops->accumulate((const float *)payload, m, slice));
-        else
-            memcpy(slice, payload, m * sizeof(float));
+        if (add) XDC_CHECK(ops->accumulate((const float *)payload, m, slice));
+        else memcpy(slice, payload, m * sizeof(float));
         break;
     case XDC_CODEC_BF16: { /* values are only known after conversion: check before adding */
         float *dst = add ? c->decoded : slice;
@@ -301,8 +301,8 @@ static xdc_err_t decode_one(xdc_codec *c, const uint8_t *in, size_t len, float *
     }
     case XDC_CODEC_INT8: /* decoded |values| <= 127 * scale: checking the scales bounds them all */
         XDC_CHECK(check_floats(c, (const float *)payload, nb, "scales", diag));
-        XDC_CHECK(ops->dequantize_int8((const int8_t *)(payload + 4 * nb), (const float *)payload, m, h.param, slice,
-                                       add));
+        XDC_CHECK(
+            ops->dequantize_int8((const int8_t *)(payload + 4 * nb), (const float *)payload, m, h.param, slice, add));
         break;
     case XDC_CODEC_INT4:
         XDC_CHECK(check_floats(c, (const float *)payload, 2 * nb, "scales", diag));
@@ -318,9 +318,8 @@ static xdc_err_t decode_one(xdc_codec *c, const uint8_t *in, size_t len, float *
     return XDC_OK;
 }
 
-xdc_err_t xdc_codec_decode_chunk(xdc_codec *c, const uint8_t *in, size_t len, float *out, size_t n,
-                                 xdc_codec_mode mode, size_t *consumed, size_t *first, size_t *count,
-                                 xdc_diag *diag)
+xdc_err_t xdc_codec_decode_chunk(xdc_codec *c, const uint8_t *in, size_t len, float *out, size_t n, xdc_codec_mode mode,
+                                 size_t *consumed, size_t *first, size_t *count, xdc_diag *diag)
 {
     XDC_REQUIRE(consumed, XDC_ERR_INVALID);
     return decode_one(c, in, len, out, n, mode, SIZE_MAX, consumed, first, count, diag);
@@ -340,7 +339,6 @@ xdc_err_t xdc_codec_decode(xdc_codec *c, const uint8_t *in, size_t len, float *o
         pos += used;
         next += count;
     }
-    if (next != n || pos != len)
-        CORRUPT("chunks cover %zu of %zu elements using %zu of %zu bytes", next, n, pos, len);
+    if (next != n || pos != len) CORRUPT("chunks cover %zu of %zu elements using %zu of %zu bytes", next, n, pos, len);
     return XDC_OK;
 }

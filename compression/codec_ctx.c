@@ -52,8 +52,10 @@ xdc_err_t xdc_codec_parse(const char *text, xdc_codec_cfg *cfg, xdc_diag *diag)
     for (int i = 0; i < (int)(sizeof kind_names / sizeof kind_names[0]); i++)
         if (strlen(kind_names[i]) == name_len && !strncmp(text, kind_names[i], name_len)) kind = i;
     if (kind < 0) {
-        xdc_diag_set(diag, "codec \"%s\": unknown name (expected none, bf16, int8[:block], int4[:block], "
-                           "topk[:fraction])", text);
+        xdc_diag_set(diag,
+                     "codec \"%s\": unknown name (expected none, bf16, int8[:block], int4[:block], "
+                     "topk[:fraction])",
+                     text);
         return XDC_ERR_CONFIG;
     }
     if (colon) {
@@ -63,8 +65,8 @@ xdc_err_t xdc_codec_parse(const char *text, xdc_codec_cfg *cfg, xdc_diag *diag)
         if (kind == XDC_CODEC_INT8 || kind == XDC_CODEC_INT4) {
             unsigned long b = strtoul(arg, &end, 10);
             if (!*arg || *end || errno || !block_valid(b)) {
-                xdc_diag_set(diag, "codec \"%s\": block must be an even number in [%d, %d]", text,
-                             XDC_QUANT_BLOCK_MIN, XDC_QUANT_BLOCK_MAX);
+                xdc_diag_set(diag, "codec \"%s\": block must be an even number in [%d, %d]", text, XDC_QUANT_BLOCK_MIN,
+                             XDC_QUANT_BLOCK_MAX);
                 return XDC_ERR_CONFIG;
             }
             cfg->block = (uint32_t)b;
@@ -90,10 +92,8 @@ void xdc_codec_format(const xdc_codec_cfg *cfg, char *buf, size_t cap)
     const char *name = k < sizeof kind_names / sizeof kind_names[0] ? kind_names[k] : "?";
     if (cfg->kind == XDC_CODEC_INT8 || cfg->kind == XDC_CODEC_INT4)
         snprintf(buf, cap, "%s:%u", name, (unsigned)cfg->block);
-    else if (cfg->kind == XDC_CODEC_TOPK)
-        snprintf(buf, cap, "%s:%g", name, (double)cfg->topk_fraction);
-    else
-        snprintf(buf, cap, "%s", name);
+    else if (cfg->kind == XDC_CODEC_TOPK) snprintf(buf, cap, "%s:%g", name, (double)cfg->topk_fraction);
+    else snprintf(buf, cap, "%s", name);
 }
 
 int xdc_codec_zstd_level_for_link(double link_gbps)
@@ -124,8 +124,8 @@ static xdc_err_t check_cfg(const xdc_codec_cfg *cfg, xdc_diag *diag)
         return XDC_ERR_CONFIG;
     }
     if ((cfg->kind == XDC_CODEC_INT8 || cfg->kind == XDC_CODEC_INT4) && !block_valid(cfg->block)) {
-        xdc_diag_set(diag, "block %u must be an even number in [%d, %d]", (unsigned)cfg->block,
-                     XDC_QUANT_BLOCK_MIN, XDC_QUANT_BLOCK_MAX);
+        xdc_diag_set(diag, "block %u must be an even number in [%d, %d]", (unsigned)cfg->block, XDC_QUANT_BLOCK_MIN,
+                     XDC_QUANT_BLOCK_MAX);
         return XDC_ERR_CONFIG;
     }
     if (cfg->kind == XDC_CODEC_TOPK && !(cfg->topk_fraction > 0.0f && cfg->topk_fraction <= 0.5f)) {
@@ -195,10 +195,7 @@ void xdc_codec_destroy(xdc_codec *c)
     xdc_free(c);
 }
 
-size_t xdc_codec_chunk_count(const xdc_codec *c, size_t n)
-{
-    return (n + c->cfg.chunk_elems - 1) / c->cfg.chunk_elems;
-}
+size_t xdc_codec_chunk_count(const xdc_codec *c, size_t n) { return (n + c->cfg.chunk_elems - 1) / c->cfg.chunk_elems; }
 
 size_t xdc_codec_bound(const xdc_codec *c, size_t n)
 {
@@ -222,10 +219,8 @@ xdc_err_t xdc_codec_set_residual(xdc_codec *c, const float *r, size_t n)
 {
     XDC_REQUIRE(c && n == c->cfg.n_elems, XDC_ERR_INVALID);
     if (!c->residual) return r ? XDC_ERR_INVALID : XDC_OK; /* no EF: only "zero it" makes sense */
-    if (r)
-        memcpy(c->residual, r, n * sizeof(float));
-    else
-        memset(c->residual, 0, n * sizeof(float));
+    if (r) memcpy(c->residual, r, n * sizeof(float));
+    else memset(c->residual, 0, n * sizeof(float));
     return XDC_OK;
 }
 

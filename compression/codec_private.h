@@ -12,12 +12,12 @@
  *   0 u32 magic "XDC1"   4 u8 version   5 u8 codec   6 u8 flags   7 u8 zero
  *   8 u32 count (elements)   12 u32 param (block or k)   16 u32 raw_len   20 u32 wire_len
  *  24 u64 first (element index in the buffer)   32 u64 check = xxh3(bytes 0..32) ^ xxh3(payload) */
-#define CODEC_HDR_BYTES 40u
-#define CODEC_MAGIC 0x31434458u /* "XDC1" */
-#define CODEC_VERSION 1u
-#define CODEC_FLAG_ZSTD 1u
-#define CODEC_FLAG_SHUFFLED 2u
-#define CODEC_MAX_CHUNK_ELEMS (1u << 28)
+#define CODEC_HDR_BYTES        40u
+#define CODEC_MAGIC            0x31434458u /* "XDC1" */
+#define CODEC_VERSION          1u
+#define CODEC_FLAG_ZSTD        1u
+#define CODEC_FLAG_SHUFFLED    2u
+#define CODEC_MAX_CHUNK_ELEMS  (1u << 28)
 /* int8/int4 payloads hardly compress, and a failed zstd attempt costs more than the quantizer: those
  * chunks first compress a sample of this many bytes from their start and skip zstd when it does not pay.
  * The decision depends on the chunk's own bytes only, so chunks encode identically in any order. */

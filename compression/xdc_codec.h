@@ -40,7 +40,11 @@ typedef struct xdc_codec_cfg {
 /* int8 with 128-value blocks, zstd level 1 where it pays, 128 Ki elements (512 KiB fp32) per chunk, EF on.
  * 512 KiB keeps a chunk in L2 between the range check and the quantizer (bench-codec: int8 encode 0.50-0.52x
  * memcpy, against 0.45-0.53x with 1 MiB chunks) at no cost to top-k speed or zstd ratios. */
-#define XDC_CODEC_CFG_INIT {XDC_CODEC_INT8, 0, 128, 0.01f, 1, 1.05f, 131072, true}
+#define XDC_CODEC_CFG_INIT                                                                           \
+    {                                                                                                \
+        .kind = XDC_CODEC_INT8, .n_elems = 0, .block = 128, .topk_fraction = 0.01f, .zstd_level = 1, \
+        .zstd_min_ratio = 1.05f, .chunk_elems = 131072, .error_feedback = true                       \
+    }
 
 /* Parse "none", "bf16", "int8[:block]", "int4[:block]" or "topk[:fraction]" (e.g. "topk:0.01") into the
  * codec fields of cfg (kind, block, topk_fraction); other fields are left alone. XDC_ERR_CONFIG with
@@ -57,9 +61,9 @@ typedef struct xdc_codec xdc_codec;
 
 typedef struct xdc_codec_stats {
     uint64_t encode_calls, chunks_encoded, chunks_zstd, chunks_decoded;
-    uint64_t bytes_in;      /* fp32 bytes given to encode */
-    uint64_t bytes_out;     /* wire bytes encode produced */
-    uint64_t rejected;      /* encodes refused for out-of-range input */
+    uint64_t bytes_in;  /* fp32 bytes given to encode */
+    uint64_t bytes_out; /* wire bytes encode produced */
+    uint64_t rejected;  /* encodes refused for out-of-range input */
 } xdc_codec_stats;
 
 /* Validates cfg (XDC_ERR_CONFIG, reason in diag) and allocates the residual and all scratch. */
@@ -91,9 +95,8 @@ typedef enum {
  * checked (XDC_ERR_CORRUPT, reason in diag) before it is used; chunks whose element count exceeds this
  * context's chunk_elems are refused. In ACCUMULATE mode out is untouched on error; in WRITE mode the
  * slice is unspecified on error. Decoding uses scratch only, never the residual. */
-xdc_err_t xdc_codec_decode_chunk(xdc_codec *c, const uint8_t *in, size_t len, float *out, size_t n,
-                                 xdc_codec_mode mode, size_t *consumed, size_t *first, size_t *count,
-                                 xdc_diag *diag);
+xdc_err_t xdc_codec_decode_chunk(xdc_codec *c, const uint8_t *in, size_t len, float *out, size_t n, xdc_codec_mode mode,
+                                 size_t *consumed, size_t *first, size_t *count, xdc_diag *diag);
 /* Decode a whole encoded buffer: chunks must cover out (n fp32) exactly once, in order. */
 xdc_err_t xdc_codec_decode(xdc_codec *c, const uint8_t *in, size_t len, float *out, size_t n, xdc_codec_mode mode,
                            xdc_diag *diag);

@@ -63,10 +63,8 @@ void xdc_cfg_errors_print(const xdc_cfg_errors *e, void *fp)
     FILE *f = fp;
     for (int i = 0; i < e->count; i++) {
         const xdc_cfg_error *it = &e->items[i];
-        if (it->line > 0)
-            fprintf(f, "%s:%d:%d: error: %s\n", e->path, it->line, it->col, it->msg);
-        else
-            fprintf(f, "%s: error: %s\n", e->path, it->msg);
+        if (it->line > 0) fprintf(f, "%s:%d:%d: error: %s\n", e->path, it->line, it->col, it->msg);
+        else fprintf(f, "%s: error: %s\n", e->path, it->msg);
     }
     if (e->dropped) fprintf(f, "%s: %d more errors not shown\n", e->path, e->dropped);
 }
@@ -85,8 +83,8 @@ xdc_err_t xdc_yaml_parse(const char *text, size_t len, xdc_yaml **out, xdc_cfg_e
     if (!yaml_parser_load(&parser, &y->doc)) {
         const yaml_mark_t *m = parser.problem ? &parser.problem_mark : &parser.context_mark;
         xdc_cfg_error_add(errs, (int)m->line + 1, (int)m->column + 1, "YAML syntax: %s%s%s",
-                          parser.problem ? parser.problem : "malformed document",
-                          parser.context ? " " : "", parser.context ? parser.context : "");
+                          parser.problem ? parser.problem : "malformed document", parser.context ? " " : "",
+                          parser.context ? parser.context : "");
         yaml_parser_delete(&parser);
         xdc_free(y);
         return XDC_ERR_CONFIG;
@@ -119,10 +117,8 @@ xdc_err_t xdc_yaml_read_file(const char *path, char **text, size_t *len, xdc_cfg
     int rerr = ferror(f);
     fclose(f);
     if (rerr || n > XDC_YAML_MAX_FILE) {
-        if (rerr)
-            xdc_cfg_error_add(errs, 0, 0, "read failed");
-        else
-            xdc_cfg_error_add(errs, 0, 0, "file is larger than %u MiB; not a config file?", XDC_YAML_MAX_FILE >> 20);
+        if (rerr) xdc_cfg_error_add(errs, 0, 0, "read failed");
+        else xdc_cfg_error_add(errs, 0, 0, "file is larger than %u MiB; not a config file?", XDC_YAML_MAX_FILE >> 20);
         xdc_free(buf);
         return XDC_ERR_CONFIG;
     }
@@ -262,10 +258,8 @@ static bool store_field(xdc_yaml *y, const yaml_node_t *node, const xdc_yaml_fie
             bounds_error(errs, node, f, s);
             return false;
         }
-        if (f->type == XDC_YF_INT)
-            *(int *)dst = (int)v;
-        else
-            *(int64_t *)dst = (int64_t)v;
+        if (f->type == XDC_YF_INT) *(int *)dst = (int)v;
+        else *(int64_t *)dst = (int64_t)v;
         return true;
     case XDC_YF_DOUBLE:
         if (!parse_number(s, &v)) {
@@ -302,8 +296,8 @@ static bool store_field(xdc_yaml *y, const yaml_node_t *node, const xdc_yaml_fie
     return false;
 }
 
-int xdc_yaml_map_fields(xdc_yaml *y, const yaml_node_t *map, const xdc_yaml_field *fields, size_t n,
-                        void *target, xdc_cfg_errors *errs)
+int xdc_yaml_map_fields(xdc_yaml *y, const yaml_node_t *map, const xdc_yaml_field *fields, size_t n, void *target,
+                        xdc_cfg_errors *errs)
 {
     int errors = 0;
     if (!map || map->type != YAML_MAPPING_NODE) {

@@ -48,8 +48,8 @@ typedef enum {
 typedef struct xdc_yaml_field {
     const char *key;
     xdc_yaml_type type;
-    size_t offset;              /* offsetof(target struct, member) */
-    size_t size;                /* XDC_YF_STRING: buffer size in bytes */
+    size_t offset; /* offsetof(target struct, member) */
+    size_t size;   /* XDC_YF_STRING: buffer size in bytes */
     bool required;
     double min, max;            /* numeric bounds, inclusive; both 0: unbounded */
     const char *const *choices; /* XDC_YF_STRING: NULL-terminated allowed words, or NULL */
@@ -71,8 +71,8 @@ yaml_node_t *xdc_yaml_node(xdc_yaml *y, int id);
 /* Fill `target` from mapping `map` according to `fields` (n entries). Reports unknown keys, duplicate
  * keys, missing required keys, wrong types, out-of-range numbers and words not in `choices`. Returns
  * the number of errors added. Keys absent from the file leave the target member untouched (defaults). */
-int xdc_yaml_map_fields(xdc_yaml *y, const yaml_node_t *map, const xdc_yaml_field *fields, size_t n,
-                        void *target, xdc_cfg_errors *errs);
+int xdc_yaml_map_fields(xdc_yaml *y, const yaml_node_t *map, const xdc_yaml_field *fields, size_t n, void *target,
+                        xdc_cfg_errors *errs);
 
 /* Sequence helpers: number of items and item i (NULL when `seq` is not a sequence). */
 int xdc_yaml_seq_len(const yaml_node_t *seq);

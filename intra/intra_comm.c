@@ -17,8 +17,8 @@ size_t xdc_intra_dtype_size(xdc_intra_dtype dtype) { return dtype == XDC_INTRA_B
 
 const char *intra_op_name(intra_op_kind kind)
 {
-    static const char *const names[] = {"send", "recv", "all_reduce", "reduce_scatter", "all_gather",
-                                        "broadcast", "barrier"};
+    static const char *const names[] = {"send",       "recv",      "all_reduce", "reduce_scatter",
+                                        "all_gather", "broadcast", "barrier"};
     return (unsigned)kind < sizeof names / sizeof names[0] ? names[kind] : "op";
 }
 
@@ -108,10 +108,7 @@ void xdc_intra_destroy(xdc_intra_comm *comm)
 int xdc_intra_rank(const xdc_intra_comm *comm) { return comm->rank; }
 int xdc_intra_size(const xdc_intra_comm *comm) { return comm->size; }
 
-const char *xdc_intra_error(const xdc_intra_comm *comm)
-{
-    return comm->failed == XDC_OK ? "" : comm->error;
-}
+const char *xdc_intra_error(const xdc_intra_comm *comm) { return comm->failed == XDC_OK ? "" : comm->error; }
 
 xdc_err_t intra_comm_fail(xdc_intra_comm *comm, xdc_err_t rc, const char *msg)
 {
@@ -138,16 +135,15 @@ xdc_err_t xdc_intra_split(xdc_intra_comm *comm, int color, int key, xdc_intra_co
 
 /* ---- requests ------------------------------------------------------------------------------------ */
 
-static xdc_err_t req_start(xdc_intra_comm *comm, intra_op_kind kind, const void *sendbuf, void *recvbuf,
-                           size_t count, xdc_intra_dtype dtype, xdc_intra_redop redop, int peer,
-                           xdc_intra_req **out)
+static xdc_err_t req_start(xdc_intra_comm *comm, intra_op_kind kind, const void *sendbuf, void *recvbuf, size_t count,
+                           xdc_intra_dtype dtype, xdc_intra_redop redop, int peer, xdc_intra_req **out)
 {
     if (!comm || !out) return XDC_ERR_INVALID;
     *out = NULL;
     if ((dtype != XDC_INTRA_F32 && dtype != XDC_INTRA_BF16) || (redop != XDC_INTRA_SUM && redop != XDC_INTRA_AVG))
         return XDC_ERR_INVALID;
-    if (count > 0 && ((kind != INTRA_OP_RECV && kind != INTRA_OP_BROADCAST && !sendbuf) ||
-                      (kind != INTRA_OP_SEND && !recvbuf)))
+    if (count > 0 &&
+        ((kind != INTRA_OP_RECV && kind != INTRA_OP_BROADCAST && !sendbuf) || (kind != INTRA_OP_SEND && !recvbuf)))
         return XDC_ERR_INVALID;
     if ((kind == INTRA_OP_SEND || kind == INTRA_OP_RECV) && (peer < 0 || peer >= comm->size || peer == comm->rank))
         return XDC_ERR_INVALID;

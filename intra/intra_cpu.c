@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #define P2P_SLICE_MS 10
-#define HDR_BYTES sizeof(uint64_t)
+#define HDR_BYTES    sizeof(uint64_t)
 
 typedef struct req_queue {
     xdc_intra_req *head, *tail;
@@ -40,19 +40,17 @@ typedef struct cpu_comm {
     pthread_t coll_thread, p2p_thread;
     int coll_started, p2p_started;
     req_queue coll;
-    req_queue *sendq, *recvq; /* (size,) per peer, in start order */
-    uint64_t step;            /* collective thread only */
+    req_queue *sendq, *recvq;      /* (size,) per peer, in start order */
+    uint64_t step;                 /* collective thread only */
     _Atomic uint64_t waiting_step; /* step the collective thread waits at, for describe_wait */
-    uint64_t splits;          /* splits made from this communicator, names the child segments */
+    uint64_t splits;               /* splits made from this communicator, names the child segments */
 } cpu_comm;
 
 static void queue_push(req_queue *q, xdc_intra_req *r)
 {
     r->next = NULL;
-    if (q->tail)
-        q->tail->next = r;
-    else
-        q->head = r;
+    if (q->tail) q->tail->next = r;
+    else q->head = r;
     q->tail = r;
 }
 
@@ -130,8 +128,7 @@ static xdc_err_t run_all_reduce(coll_ctx *x)
         slice_of(len, me, n, &lo, &hi);
         for (int k = 0; k < n; k++) in[k] = intra_shm_stage(s, k, h) + lo * es;
         intra_reduce_host(intra_shm_result(s, h) + lo * es, in, n, hi - lo, q->dtype, q->redop);
-        if (prev_h >= 0)
-            memcpy((uint8_t *)q->recvbuf + prev_off * es, intra_shm_result(s, prev_h), prev_len * es);
+        if (prev_h >= 0) memcpy((uint8_t *)q->recvbuf + prev_off * es, intra_shm_result(s, prev_h), prev_len * es);
         prev_h = h;
         prev_off = off;
         prev_len = len;
@@ -232,10 +229,8 @@ static void *coll_main(void *arg)
             rc = run_collective(comm, q, msg, sizeof msg);
             /* Destroying this communicator mid-operation is not the group's failure: the others
              * still name this rank if they wait for it. */
-            if (rc == XDC_ERR_CLOSED)
-                rc = intra_comm_fail(comm, rc, msg);
-            else if (rc != XDC_OK)
-                rc = cpu_fail(comm, rc, msg);
+            if (rc == XDC_ERR_CLOSED) rc = intra_comm_fail(comm, rc, msg);
+            else if (rc != XDC_OK) rc = cpu_fail(comm, rc, msg);
         }
         atomic_store(&cc->waiting_step, 0);
         pthread_mutex_lock(&comm->lock);
@@ -264,13 +259,11 @@ static size_t ring_xfer(intra_shm_ring *ring, xdc_intra_req *q, size_t total, in
         size_t sp = q->moved + done; /* stream position */
         /* split at the header/payload boundary */
         if (sp < HDR_BYTES && n > HDR_BYTES - sp) n = HDR_BYTES - sp;
-        uint8_t *local = sp < HDR_BYTES ? (uint8_t *)&q->p2p_hdr + sp
-                                        : (produce ? (uint8_t *)(uintptr_t)q->sendbuf : (uint8_t *)q->recvbuf) +
-                                              (sp - HDR_BYTES);
-        if (produce)
-            memcpy(data + at, local, n);
-        else
-            memcpy(local, data + at, n);
+        uint8_t *local = sp < HDR_BYTES
+                             ? (uint8_t *)&q->p2p_hdr + sp
+                             : (produce ? (uint8_t *)(uintptr_t)q->sendbuf : (uint8_t *)q->recvbuf) + (sp - HDR_BYTES);
+        if (produce) memcpy(data + at, local, n);
+        else memcpy(local, data + at, n);
         pos += n;
         done += n;
     }
@@ -329,7 +322,8 @@ static xdc_err_t p2p_check(xdc_intra_comm *comm, xdc_intra_req *q, char *msg, si
                  comm->size, (unsigned long long)q->seq, q->peer, (int)atomic_load(&cc->shm.slots[q->peer].pid));
         return XDC_ERR_PEER_LOST;
     }
-    if (comm->op_timeout_ms >= 0 && xdc_now_ns() - q->last_progress_ns > (uint64_t)comm->op_timeout_ms * XDC_NS_PER_MS) {
+    if (comm->op_timeout_ms >= 0 &&
+        xdc_now_ns() - q->last_progress_ns > (uint64_t)comm->op_timeout_ms * XDC_NS_PER_MS) {
         snprintf(msg, cap, "%s rank %d (rank %d/%d, op #%llu): rank %d made no progress for %lld ms", dir, q->peer,
                  comm->rank, comm->size, (unsigned long long)q->seq, q->peer, (long long)comm->op_timeout_ms);
         return XDC_ERR_TIMEOUT;
@@ -480,12 +474,9 @@ static xdc_err_t cpu_start(xdc_intra_comm *comm, xdc_intra_req *req)
         }
         *started = 1;
     }
-    if (!p2p)
-        queue_push(&cc->coll, req);
-    else if (req->kind == INTRA_OP_SEND)
-        queue_push(&cc->sendq[req->peer], req);
-    else
-        queue_push(&cc->recvq[req->peer], req);
+    if (!p2p) queue_push(&cc->coll, req);
+    else if (req->kind == INTRA_OP_SEND) queue_push(&cc->sendq[req->peer], req);
+    else queue_push(&cc->recvq[req->peer], req);
     pthread_cond_signal(&cc->work_cond);
     pthread_mutex_unlock(&comm->lock);
     if (p2p) intra_shm_ring_bell(&cc->shm, comm->rank);
@@ -497,7 +488,8 @@ static void cpu_describe_wait(xdc_intra_comm *comm, xdc_intra_req *req, char *ou
     cpu_comm *cc = comm->impl;
     if (req->kind == INTRA_OP_SEND || req->kind == INTRA_OP_RECV) {
         snprintf(out, cap, "waiting for rank %d (pid %d, %s): %zu of %zu bytes %s", req->peer,
-                 (int)atomic_load(&cc->shm.slots[req->peer].pid), intra_shm_rank_alive(&cc->shm, req->peer) ? "alive" : "dead",
+                 (int)atomic_load(&cc->shm.slots[req->peer].pid),
+                 intra_shm_rank_alive(&cc->shm, req->peer) ? "alive" : "dead",
                  req->moved > HDR_BYTES ? req->moved - HDR_BYTES : 0, req->count * xdc_intra_dtype_size(req->dtype),
                  req->kind == INTRA_OP_SEND ? "sent" : "received");
         return;
@@ -535,7 +527,8 @@ static xdc_err_t cpu_split(xdc_intra_comm *comm, int color, int key, xdc_intra_c
         if (all[2 * r + 1] < key || (all[2 * r + 1] == key && r < comm->rank)) newrank++;
     }
     char name[256];
-    if ((size_t)snprintf(name, sizeof name, "%s.%llu.%d", cc->shm.name, (unsigned long long)split_id, color) >= sizeof name) {
+    if ((size_t)snprintf(name, sizeof name, "%s.%llu.%d", cc->shm.name, (unsigned long long)split_id, color) >=
+        sizeof name) {
         xdc_diag_set(diag, "intra split: segment name of %s too long (too many nested splits)", cc->shm.name);
         rc = XDC_ERR_RANGE;
         goto done;

@@ -22,7 +22,7 @@ typedef struct nccl_comm {
     ncclComm_t nc;
     cudaStream_t coll_stream, p2p_stream;
     int device;
-    float *scratch; /* (1,) fp32 on the device: the barrier's all-reduce */
+    float *scratch;       /* (1,) fp32 on the device: the barrier's all-reduce */
     pthread_mutex_t lock; /* NCCL calls on one communicator are not thread-safe */
 } nccl_comm;
 
@@ -55,7 +55,8 @@ static xdc_err_t nccl_wrap(xdc_intra_comm *comm, ncclComm_t nc, int device, xdc_
     if (cudaStreamCreateWithFlags(&n->coll_stream, cudaStreamNonBlocking) != cudaSuccess ||
         cudaStreamCreateWithFlags(&n->p2p_stream, cudaStreamNonBlocking) != cudaSuccess ||
         cudaMalloc((void **)&n->scratch, sizeof(float)) != cudaSuccess) {
-        xdc_diag_set(diag, "intra nccl: streams or scratch on device %d: %s", device, cudaGetErrorString(cudaGetLastError()));
+        xdc_diag_set(diag, "intra nccl: streams or scratch on device %d: %s", device,
+                     cudaGetErrorString(cudaGetLastError()));
         if (n->coll_stream) cudaStreamDestroy(n->coll_stream);
         if (n->p2p_stream) cudaStreamDestroy(n->p2p_stream);
         pthread_mutex_destroy(&n->lock);
@@ -69,7 +70,10 @@ static xdc_err_t nccl_wrap(xdc_intra_comm *comm, ncclComm_t nc, int device, xdc_
 
 static int hexval(char c)
 {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 static xdc_err_t nccl_create(xdc_intra_comm *comm, const xdc_intra_config *cfg, xdc_diag *diag)
@@ -103,8 +107,8 @@ static xdc_err_t nccl_create(xdc_intra_comm *comm, const xdc_intra_config *cfg, 
             xdc_diag_set(diag, "intra nccl: rank %d/%d: not every rank joined within %lld ms (NCCL does not say which)",
                          cfg->rank, cfg->size, (long long)cfg->create_timeout_ms);
         else
-            xdc_diag_set(diag, "intra nccl: rank %d/%d: init failed: %s %s", cfg->rank, cfg->size, ncclGetErrorString(st),
-                         nc ? ncclGetLastError(nc) : "");
+            xdc_diag_set(diag, "intra nccl: rank %d/%d: init failed: %s %s", cfg->rank, cfg->size,
+                         ncclGetErrorString(st), nc ? ncclGetLastError(nc) : "");
         if (nc) ncclCommAbort(nc);
         return st == ncclInProgress ? XDC_ERR_TIMEOUT : nccl_err(st);
     }
@@ -121,10 +125,8 @@ static void nccl_destroy(xdc_intra_comm *comm)
     int clean = comm->failed == XDC_OK && n->nc;
     if (clean && ncclCommFinalize(n->nc) != ncclSystemError)
         clean = nccl_settle(n->nc, xdc_deadline_ms(comm->op_timeout_ms)) == ncclSuccess;
-    if (clean)
-        ncclCommDestroy(n->nc);
-    else if (n->nc) /* NULL once a watchdog already aborted it */
-        ncclCommAbort(n->nc);
+    if (clean) ncclCommDestroy(n->nc);
+    else if (n->nc) /* NULL once a watchdog already aborted it */ ncclCommAbort(n->nc);
     cudaStreamDestroy(n->coll_stream);
     cudaStreamDestroy(n->p2p_stream);
     cudaFree(n->scratch);
@@ -174,7 +176,8 @@ static xdc_err_t nccl_start(xdc_intra_comm *comm, xdc_intra_req *q)
         n->nc = NULL;
         rc = intra_comm_fail(comm, st == ncclInProgress ? XDC_ERR_TIMEOUT : nccl_err(st), msg);
     } else {
-        cudaEventRecord((cudaEvent_t)q->bk, q->kind == INTRA_OP_SEND || q->kind == INTRA_OP_RECV ? n->p2p_stream : n->coll_stream);
+        cudaEventRecord((cudaEvent_t)q->bk,
+                        q->kind == INTRA_OP_SEND || q->kind == INTRA_OP_RECV ? n->p2p_stream : n->coll_stream);
     }
     pthread_mutex_unlock(&n->lock);
     return rc;
@@ -213,8 +216,7 @@ static void nccl_poll(xdc_intra_comm *comm, xdc_intra_req *q)
         snprintf(msg, sizeof msg, "intra nccl: %s on rank %d/%d: %s %s", intra_op_name(q->kind), comm->rank, comm->size,
                  ncclGetErrorString(st), ncclGetLastError(n->nc));
         rc = nccl_err(st);
-    } else if (comm->op_timeout_ms >= 0 &&
-               xdc_now_ns() - q->start_ns > (uint64_t)comm->op_timeout_ms * XDC_NS_PER_MS) {
+    } else if (comm->op_timeout_ms >= 0 && xdc_now_ns() - q->start_ns > (uint64_t)comm->op_timeout_ms * XDC_NS_PER_MS) {
         snprintf(msg, sizeof msg,
                  "intra nccl: %s (op #%llu) on rank %d/%d did not complete within %lld ms; communicator aborted (NCCL "
                  "cannot tell which of its %d ranks is missing)",
@@ -331,7 +333,7 @@ static xdc_err_t nccl_mem_copy(void *dst, const void *src, size_t bytes, int to_
 }
 
 extern "C" const intra_backend_ops intra_nccl_ops = {
-    "nccl",           nccl_create,      nccl_destroy,          nccl_start,     nccl_poll,
-    nccl_describe_wait, nccl_split,     nccl_req_release,      nccl_bootstrap_create,
-    nccl_available,   nccl_mem_alloc,   nccl_mem_free,         nccl_mem_copy,
+    "nccl",        nccl_create,      nccl_destroy,          nccl_start,     nccl_poll,      nccl_describe_wait,
+    nccl_split,    nccl_req_release, nccl_bootstrap_create, nccl_available, nccl_mem_alloc, nccl_mem_free,
+    nccl_mem_copy,
 };

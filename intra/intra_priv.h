@@ -28,20 +28,20 @@ struct xdc_intra_req {
     intra_op_kind kind;
     const void *sendbuf;
     void *recvbuf;
-    size_t count;            /* elements: per rank block for reduce_scatter/all_gather */
+    size_t count; /* elements: per rank block for reduce_scatter/all_gather */
     xdc_intra_dtype dtype;
     xdc_intra_redop redop;
-    int peer;                /* send/recv peer, broadcast root */
-    uint64_t seq;            /* start order on this communicator, for messages */
+    int peer;     /* send/recv peer, broadcast root */
+    uint64_t seq; /* start order on this communicator, for messages */
     uint64_t start_ns;
-    int done;                /* set last, with __atomic release; read with acquire */
+    int done; /* set last, with __atomic release; read with acquire */
     xdc_err_t rc;
     char msg[384];
     /* backend progress state */
-    size_t moved;            /* bytes (p2p: header included) */
-    uint64_t p2p_hdr;        /* p2p: message length header being sent or assembled */
+    size_t moved;     /* bytes (p2p: header included) */
+    uint64_t p2p_hdr; /* p2p: message length header being sent or assembled */
     uint64_t last_progress_ns;
-    void *bk;                /* backend per-request object (NCCL: cudaEvent_t), kept across reuse */
+    void *bk;                       /* backend per-request object (NCCL: cudaEvent_t), kept across reuse */
     struct xdc_intra_req *next;     /* backend queue / free list */
     struct xdc_intra_req *all_next; /* every request ever allocated by this communicator */
 };
@@ -75,7 +75,7 @@ struct xdc_intra_comm {
     uint64_t next_seq;
     xdc_intra_req *free_reqs;
     xdc_intra_req *all_reqs;
-    xdc_err_t failed;         /* XDC_OK while healthy */
+    xdc_err_t failed; /* XDC_OK while healthy */
     char error[384];
 };
 

@@ -30,8 +30,7 @@ static void load_block(float *acc, const void *src, size_t off, size_t len, xdc_
         const float *s = (const float *)src + off;
         if (add)
             for (size_t i = 0; i < len; i++) acc[i] += s[i];
-        else
-            memcpy(acc, s, len * sizeof(float));
+        else memcpy(acc, s, len * sizeof(float));
     } else {
         const uint16_t *s = (const uint16_t *)src + off;
         if (add)
@@ -41,8 +40,7 @@ static void load_block(float *acc, const void *src, size_t off, size_t len, xdc_
     }
 }
 
-void intra_reduce_host(void *out, const void *const *in, int n, size_t count, xdc_intra_dtype dtype,
-                       xdc_intra_redop op)
+void intra_reduce_host(void *out, const void *const *in, int n, size_t count, xdc_intra_dtype dtype, xdc_intra_redop op)
 {
     float acc[REDUCE_BLOCK];
     float inv_n = 1.0f / (float)n;

@@ -19,11 +19,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SLICE_MS 10      /* longest futex sleep between deadline and liveness checks */
+#define SLICE_MS 10 /* longest futex sleep between deadline and liveness checks */
 /* Poll this long before sleeping on the futex: a futex wake-up costs tens of microseconds on a VM,
  * more than most steps take. The poll yields the core every few rounds, so when ranks outnumber cores
  * the rank being waited for gets to run (shorter spins when oversubscribed measured no better). */
-#define SPIN_NS 100000
+#define SPIN_NS  100000
 
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
@@ -33,7 +33,10 @@ void intra_futex_wait(_Atomic uint32_t *addr, uint32_t val, int timeout_ms)
     syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT, val, &ts, NULL, 0);
 }
 
-void intra_futex_wake(_Atomic uint32_t *addr) { syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0); }
+void intra_futex_wake(_Atomic uint32_t *addr)
+{
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
 
 void intra_shm_ring_bell(intra_shm *s, int rank)
 {
@@ -155,8 +158,8 @@ static int all_at(const intra_shm *s, int joining, uint64_t step)
 }
 
 /* Wait until all ranks joined (joining) or reached `step`; checks deadline, abort and liveness. */
-static xdc_err_t wait_all(intra_shm *s, int joining, uint64_t step, int64_t timeout_ms, const char *what,
-                          char *msg, size_t cap)
+static xdc_err_t wait_all(intra_shm *s, int joining, uint64_t step, int64_t timeout_ms, const char *what, char *msg,
+                          size_t cap)
 {
     uint64_t spin_end = xdc_now_ns() + SPIN_NS;
     for (unsigned i = 0;; i++) {
@@ -199,8 +202,8 @@ static xdc_err_t wait_all(intra_shm *s, int joining, uint64_t step, int64_t time
     }
 }
 
-xdc_err_t intra_shm_step(intra_shm *s, uint64_t step, uint64_t sig, int64_t timeout_ms, const char *what,
-                         char *msg, size_t cap)
+xdc_err_t intra_shm_step(intra_shm *s, uint64_t step, uint64_t sig, int64_t timeout_ms, const char *what, char *msg,
+                         size_t cap)
 {
     intra_shm_slot *me = &s->slots[s->rank];
     atomic_store_explicit(&me->sig[step & 1], sig, memory_order_relaxed);
@@ -212,8 +215,10 @@ xdc_err_t intra_shm_step(intra_shm *s, uint64_t step, uint64_t sig, int64_t time
     /* A rank may already be one step further, but it writes sig[(step + 1) & 1], not ours. */
     for (int r = 0; r < s->size; r++) {
         if (atomic_load_explicit(&s->slots[r].sig[step & 1], memory_order_relaxed) != sig) {
-            snprintf(msg, cap, "%s: rank %d started a different collective (other operation, size or type) "
-                               "than rank %d at this point", what, r, s->rank);
+            snprintf(msg, cap,
+                     "%s: rank %d started a different collective (other operation, size or type) "
+                     "than rank %d at this point",
+                     what, r, s->rank);
             return XDC_ERR_PROTO;
         }
     }

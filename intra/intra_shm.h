@@ -10,24 +10,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define INTRA_SHM_CHUNK ((size_t)1 << 17) /* bytes per rank per half of the collective staging area; small enough that a piece stays in L2 (measured: 128 KiB beats 1 MiB 4x at 4 ranks) */
-#define INTRA_SHM_RING ((size_t)1 << 19)  /* bytes of one directed p2p ring */
+#define INTRA_SHM_CHUNK \
+    ((size_t)1          \
+     << 17) /* bytes per rank per half of the collective staging area; small enough that a piece stays in L2 (measured: 128 KiB beats 1 MiB 4x at 4 ranks) */
+#define INTRA_SHM_RING ((size_t)1 << 19) /* bytes of one directed p2p ring */
 
 typedef struct intra_shm_slot {
     _Atomic int32_t pid;
     _Atomic int32_t arrived;
-    _Atomic uint64_t starttime;   /* /proc/<pid>/stat field 22, guards against pid reuse */
-    _Atomic uint64_t step;        /* last collective step this rank arrived at */
-    _Atomic uint64_t sig[2];      /* operation signature of the step, by step parity */
-    _Atomic uint32_t bell;        /* p2p doorbell: bumped by anyone who gives this rank work */
-    _Atomic uint32_t sleeping;    /* the rank's p2p thread is (about to be) in futex_wait on bell */
+    _Atomic uint64_t starttime; /* /proc/<pid>/stat field 22, guards against pid reuse */
+    _Atomic uint64_t step;      /* last collective step this rank arrived at */
+    _Atomic uint64_t sig[2];    /* operation signature of the step, by step parity */
+    _Atomic uint32_t bell;      /* p2p doorbell: bumped by anyone who gives this rank work */
+    _Atomic uint32_t sleeping;  /* the rank's p2p thread is (about to be) in futex_wait on bell */
 } __attribute__((aligned(128))) intra_shm_slot;
 
 typedef struct intra_shm_hdr {
     _Atomic int32_t size;
-    _Atomic uint32_t coll_bell;    /* bumped on every step arrival; step waiters sleep on it */
+    _Atomic uint32_t coll_bell; /* bumped on every step arrival; step waiters sleep on it */
     _Atomic uint32_t coll_waiters;
-    _Atomic int32_t abort_rank;    /* rank + 1 of the first rank that failed the group */
+    _Atomic int32_t abort_rank; /* rank + 1 of the first rank that failed the group */
     char abort_msg[256];
 } intra_shm_hdr;
 
@@ -62,8 +64,8 @@ uint8_t *intra_shm_ring_data(intra_shm_ring *ring); /* (INTRA_SHM_RING,) bytes *
 /* Arrive at collective step `step` with signature `sig` and wait for every rank. Fails with
  * XDC_ERR_TIMEOUT after timeout_ms, XDC_ERR_PEER_LOST when a missing rank died or the group was
  * aborted, XDC_ERR_PROTO when ranks started different operations; msg names the rank(s). */
-xdc_err_t intra_shm_step(intra_shm *s, uint64_t step, uint64_t sig, int64_t timeout_ms, const char *what,
-                         char *msg, size_t cap);
+xdc_err_t intra_shm_step(intra_shm *s, uint64_t step, uint64_t sig, int64_t timeout_ms, const char *what, char *msg,
+                         size_t cap);
 /* "rank 2 (pid 77, alive), rank 3 (pid 78, dead)" for the ranks that have not arrived at `step`. */
 void intra_shm_describe_missing(const intra_shm *s, uint64_t step, char *out, size_t cap);
 /* 1 when the process of `rank` still runs (not exited, not a zombie, same start time). */

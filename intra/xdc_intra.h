@@ -26,24 +26,24 @@ typedef enum { XDC_INTRA_F32 = 0, XDC_INTRA_BF16 = 1 } xdc_intra_dtype;
 typedef enum { XDC_INTRA_SUM = 0, XDC_INTRA_AVG = 1 } xdc_intra_redop;
 
 /* Colour for xdc_intra_split: this rank joins no sub-group. */
-#define XDC_INTRA_UNDEFINED (-1)
+#define XDC_INTRA_UNDEFINED     (-1)
 /* Longest bootstrap id string, NUL included (NCCL: "nccl:" + 256 hex digits). */
 #define XDC_INTRA_BOOTSTRAP_MAX 320
 
 typedef struct xdc_intra_config {
     xdc_intra_backend backend;
-    int rank;                /* 0 .. size-1 */
-    int size;                /* ranks in the group, 1 .. 64 */
-    const char *bootstrap;   /* from xdc_intra_bootstrap_create on one rank, passed to all out of band */
+    int rank;                  /* 0 .. size-1 */
+    int size;                  /* ranks in the group, 1 .. 64 */
+    const char *bootstrap;     /* from xdc_intra_bootstrap_create on one rank, passed to all out of band */
     int64_t create_timeout_ms; /* how long create waits for every rank to arrive (< 0: forever) */
-    int64_t op_timeout_ms;   /* an operation that makes no progress this long fails the communicator */
-    int device;              /* NCCL: CUDA device ordinal; CPU: ignored */
+    int64_t op_timeout_ms;     /* an operation that makes no progress this long fails the communicator */
+    int device;                /* NCCL: CUDA device ordinal; CPU: ignored */
 } xdc_intra_config;
 
-#define XDC_INTRA_CONFIG_INIT                                                           \
-    {                                                                                   \
-        .backend = XDC_INTRA_CPU, .rank = 0, .size = 1, .bootstrap = NULL,              \
-        .create_timeout_ms = 30000, .op_timeout_ms = 60000, .device = 0                 \
+#define XDC_INTRA_CONFIG_INIT                                                                          \
+    {                                                                                                  \
+        .backend = XDC_INTRA_CPU, .rank = 0, .size = 1, .bootstrap = NULL, .create_timeout_ms = 30000, \
+        .op_timeout_ms = 60000, .device = 0                                                            \
     }
 
 /* Size of one element in bytes (4 for F32, 2 for BF16). */
@@ -75,8 +75,8 @@ const char *xdc_intra_error(const xdc_intra_comm *comm);
 xdc_err_t xdc_intra_split(xdc_intra_comm *comm, int color, int key, xdc_intra_comm **out, xdc_diag *diag);
 
 /* Point to point: `count` elements (any count, 0 allowed). A recv must match the size of the send. */
-xdc_err_t xdc_intra_send(xdc_intra_comm *comm, const void *buf, size_t count, xdc_intra_dtype dtype,
-                         int peer, xdc_intra_req **req);
+xdc_err_t xdc_intra_send(xdc_intra_comm *comm, const void *buf, size_t count, xdc_intra_dtype dtype, int peer,
+                         xdc_intra_req **req);
 xdc_err_t xdc_intra_recv(xdc_intra_comm *comm, void *buf, size_t count, xdc_intra_dtype dtype, int peer,
                          xdc_intra_req **req);
 
@@ -85,9 +85,8 @@ xdc_err_t xdc_intra_all_reduce(xdc_intra_comm *comm, const void *sendbuf, void *
                                xdc_intra_dtype dtype, xdc_intra_redop op, xdc_intra_req **req);
 /* sendbuf: (size, recvcount); recvbuf: (recvcount,) = this rank's block of the reduction.
  * In place when recvbuf == sendbuf + rank * recvcount elements. */
-xdc_err_t xdc_intra_reduce_scatter(xdc_intra_comm *comm, const void *sendbuf, void *recvbuf,
-                                   size_t recvcount, xdc_intra_dtype dtype, xdc_intra_redop op,
-                                   xdc_intra_req **req);
+xdc_err_t xdc_intra_reduce_scatter(xdc_intra_comm *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
+                                   xdc_intra_dtype dtype, xdc_intra_redop op, xdc_intra_req **req);
 /* sendbuf: (sendcount,); recvbuf: (size, sendcount), block r from rank r.
  * In place when sendbuf == recvbuf + rank * sendcount elements. */
 xdc_err_t xdc_intra_all_gather(xdc_intra_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount,

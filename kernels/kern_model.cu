@@ -9,9 +9,9 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
-#define LN_EPS 1e-5f
-#define GELU_K 0.7978845608028654f
-#define GELU_A 0.044715f
+#define LN_EPS  1e-5f
+#define GELU_K  0.7978845608028654f
+#define GELU_A  0.044715f
 #define THREADS 256
 
 static cublasHandle_t cublas_handle(void)
@@ -50,7 +50,10 @@ static xdc_err_t cu_download(void *dst, const void *src, size_t bytes)
 {
     return cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess ? XDC_OK : XDC_ERR_CUDA;
 }
-static void cu_copy(void *dst, const void *src, size_t bytes) { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0); }
+static void cu_copy(void *dst, const void *src, size_t bytes)
+{
+    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0);
+}
 static void cu_zero(void *p, size_t bytes) { cudaMemsetAsync(p, 0, bytes, 0); }
 static xdc_err_t cu_sync(void)
 {
@@ -79,7 +82,8 @@ __global__ void k_encoder_bwd(float *dwte, float *dwpe, const float *dout, const
         dwpe[(size_t)(n % T) * C + c] += d;
     }
 }
-static void cu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B, int T, int C)
+static void cu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B, int T,
+                               int C)
 {
     size_t n = (size_t)B * T * C;
     k_encoder_fwd<<<blocks_for(n), THREADS>>>(out, tokens, wte, wpe, B * T, T, C);
@@ -90,7 +94,8 @@ static void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, con
 }
 
 /* ---- layernorm ---- */
-__global__ void k_ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C)
+__global__ void k_ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
+                         int C)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N) return;
@@ -138,12 +143,13 @@ __global__ void k_ln_bwd_params(float *dw, float *db, const float *dout, const f
     dw[c] += sw;
     db[c] += sb;
 }
-static void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C)
+static void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                                 int N, int C)
 {
     k_ln_fwd<<<blocks_for((size_t)N), THREADS>>>(out, mean, rstd, inp, w, b, N, C);
 }
-static void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                                  const float *mean, const float *rstd, int N, int C)
+static void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                  const float *w, const float *mean, const float *rstd, int N, int C)
 {
     k_ln_bwd_inp<<<blocks_for((size_t)N), THREADS>>>(dinp, dout, inp, w, mean, rstd, N, C);
     k_ln_bwd_params<<<blocks_for((size_t)C), THREADS>>>(dw, db, dout, inp, mean, rstd, N, C);
@@ -169,8 +175,8 @@ static void cu_matmul_forward(float *out, const float *inp, const float *w, cons
     cublasSgemm(cublas_handle(), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, w, C, inp, C, &zero, out, OC);
     if (bias) k_add_bias<<<blocks_for((size_t)N * OC), THREADS>>>(out, bias, N, OC);
 }
-static void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
-                               int N, int C, int OC)
+static void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                               const float *w, int N, int C, int OC)
 {
     const float one = 1.0f;
     cublasSgemm(cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, w, C, dout, OC, &one, dinp, C);
@@ -183,7 +189,8 @@ __global__ void k_att_scores(float *att, const float *qkv, int B, int T, int C, 
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)B * NH * T * T) return;
-    int u = (int)(i % T), t = (int)((i / T) % T), h = (int)((i / ((size_t)T * T)) % NH), b = (int)(i / ((size_t)NH * T * T));
+    int u = (int)(i % T), t = (int)((i / T) % T), h = (int)((i / ((size_t)T * T)) % NH),
+        b = (int)(i / ((size_t)NH * T * T));
     if (u > t) {
         att[i] = 0.0f;
         return;
@@ -220,8 +227,8 @@ __global__ void k_att_out(float *out, const float *att, const float *qkv, int B,
     out[i] = s;
 }
 /* dS = P ⊙ (dP − Σ P⊙dP) · scale with dP = dY·V^T, one thread per (b, h, t) row. */
-__global__ void k_att_dscores(float *ds, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH,
-                              float scale)
+__global__ void k_att_dscores(float *ds, const float *dout, const float *qkv, const float *att, int B, int T, int C,
+                              int NH, float scale)
 {
     int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= B * NH * T) return;
@@ -240,8 +247,8 @@ __global__ void k_att_dscores(float *ds, const float *dout, const float *qkv, co
 }
 /* dq[t] += Σ_u dS[t,u]·k[u];  dk[u] += Σ_t dS[t,u]·q[t];  dv[u] += Σ_t P[t,u]·dY[t] — one thread per
  * (b, position, channel) of each. */
-__global__ void k_att_dqkv(float *dqkv, const float *ds, const float *dout, const float *qkv, const float *att, int B, int T,
-                           int C, int NH)
+__global__ void k_att_dqkv(float *dqkv, const float *ds, const float *dout, const float *qkv, const float *att, int B,
+                           int T, int C, int NH)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)B * T * 3 * C) return;
@@ -265,8 +272,8 @@ static void cu_attention_forward(float *out, float *att, const float *qkv, int B
     k_att_softmax<<<blocks_for((size_t)B * NH * T), THREADS>>>(att, B * NH * T, T);
     k_att_out<<<blocks_for((size_t)B * T * C), THREADS>>>(out, att, qkv, B, T, C, NH);
 }
-static void cu_attention_backward(float *dqkv, float *datt_scratch, const float *dout, const float *qkv, const float *att,
-                                  int B, int T, int C, int NH)
+static void cu_attention_backward(float *dqkv, float *datt_scratch, const float *dout, const float *qkv,
+                                  const float *att, int B, int T, int C, int NH)
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
     k_att_dscores<<<blocks_for((size_t)B * NH * T), THREADS>>>(datt_scratch, dout, qkv, att, B, T, C, NH, scale);
@@ -294,12 +301,18 @@ __global__ void k_add(float *out, const float *a, const float *b, size_t n)
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = a[i] + b[i];
 }
-static void cu_gelu_forward(float *out, const float *inp, size_t n) { k_gelu_fwd<<<blocks_for(n), THREADS>>>(out, inp, n); }
+static void cu_gelu_forward(float *out, const float *inp, size_t n)
+{
+    k_gelu_fwd<<<blocks_for(n), THREADS>>>(out, inp, n);
+}
 static void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 {
     k_gelu_bwd<<<blocks_for(n), THREADS>>>(dinp, inp, dout, n);
 }
-static void cu_residual_forward(float *out, const float *a, const float *b, size_t n) { k_add<<<blocks_for(n), THREADS>>>(out, a, b, n); }
+static void cu_residual_forward(float *out, const float *a, const float *b, size_t n)
+{
+    k_add<<<blocks_for(n), THREADS>>>(out, a, b, n);
+}
 static void cu_accumulate(float *acc, const float *x, size_t n) { k_add<<<blocks_for(n), THREADS>>>(acc, acc, x, n); }
 
 /* ---- loss ---- */
@@ -326,11 +339,13 @@ __global__ void k_ce_bwd(float *dlogits, const float *probs, const int32_t *targ
     int j = (int)(i % V), n = (int)(i / V);
     dlogits[i] += (probs[i] - (j == targets[n] ? 1.0f : 0.0f)) * dloss;
 }
-static void cu_crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *targets, int N, int V)
+static void cu_crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *targets, int N,
+                                    int V)
 {
     k_ce_fwd<<<blocks_for((size_t)N), THREADS>>>(losses, probs, logits, targets, N, V);
 }
-static void cu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N, int V)
+static void cu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N,
+                                     int V)
 {
     k_ce_bwd<<<blocks_for((size_t)N * V), THREADS>>>(dlogits, probs, targets, dloss, N, V);
 }
@@ -368,8 +383,8 @@ __global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, 
     v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
     p[i] -= lr * ((m[i] / bc1) / (sqrtf(v[i] / bc2) + eps) + wd * p[i]);
 }
-static void cu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
-                     float weight_decay, float grad_scale, int t)
+static void cu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                     float eps, float weight_decay, float grad_scale, int t)
 {
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     k_adamw<<<blocks_for(n), THREADS>>>(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2);

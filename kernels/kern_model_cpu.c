@@ -25,8 +25,8 @@ static inline float vexpf(float x)
     float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest via 1.5·2^23 */
     float r = x - n * 0.693145751953125f;
     r = r - n * 1.428606765330187045e-06f;
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f + r * (8.3333338e-3f +
-                                                                                     r * 1.3888889e-3f)))));
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f +
+                                                  r * (4.1666668e-2f + r * (8.3333338e-3f + r * 1.3888889e-3f)))));
     union {
         uint32_t u;
         float f;
@@ -60,8 +60,8 @@ static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static xdc_err_t cpu_sync(void) { return XDC_OK; }
 static void cpu_set_threads(int n) { openblas_set_num_threads(n > 0 ? n : 1); }
 
-static void cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B,
-                                int T, int C)
+static void cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B, int T,
+                                int C)
 {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
@@ -71,8 +71,8 @@ static void cpu_encoder_forward(float *out, const int32_t *tokens, const float *
         }
 }
 
-static void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B,
-                                 int T, int C)
+static void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B, int T,
+                                 int C)
 {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
@@ -127,8 +127,7 @@ static void cpu_layernorm_backward(float *dinp, float *dw, float *db, const floa
     }
 }
 
-static void cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C,
-                               int OC)
+static void cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC)
 {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
     if (!bias) return;
@@ -239,8 +238,8 @@ static void cpu_accumulate(float *acc, const float *x, size_t n)
     for (size_t i = 0; i < n; i++) acc[i] += x[i];
 }
 
-static void cpu_crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *targets,
-                                     int N, int V)
+static void cpu_crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *targets, int N,
+                                     int V)
 {
     for (int i = 0; i < N; i++) {
         const float *l = logits + (size_t)i * V;
@@ -256,8 +255,8 @@ static void cpu_crossentropy_forward(float *losses, float *probs, const float *l
     }
 }
 
-static void cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss,
-                                      int N, int V)
+static void cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N,
+                                      int V)
 {
     for (int i = 0; i < N; i++) {
         const float *p = probs + (size_t)i * V;

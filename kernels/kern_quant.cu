@@ -13,10 +13,10 @@ extern "C" {
 
 static_assert(sizeof(size_t) == sizeof(unsigned long long), "count_out_of_range counts in a 64-bit size_t");
 
-#define QT_THREADS 256
+#define QT_THREADS  256
 #define QT_MAX_GRID 4096
-#define QT_HIST 2048
-#define QT_TILE 1024 /* top-k compaction tile: QT_THREADS threads x 4 consecutive elements */
+#define QT_HIST     2048
+#define QT_TILE     1024 /* top-k compaction tile: QT_THREADS threads x 4 consecutive elements */
 
 static xdc_err_t launched(void) { return cudaGetLastError() == cudaSuccess ? XDC_OK : XDC_ERR_CUDA; }
 
@@ -39,7 +39,10 @@ __device__ __forceinline__ int32_t ord_key(float x)
 }
 __device__ __forceinline__ float ord_unkey(int32_t k) { return __int_as_float(k ^ ((k >> 31) & 0x7fffffff)); }
 /* Input with optional error-feedback residual (no "+ 0" without one: it would turn -0 into +0). */
-__device__ __forceinline__ float ld(const float *x, const float *r, size_t i) { return r ? __fadd_rn(x[i], r[i]) : x[i]; }
+__device__ __forceinline__ float ld(const float *x, const float *r, size_t i)
+{
+    return r ? __fadd_rn(x[i], r[i]) : x[i];
+}
 
 /* ---- int8 / int4 blockwise: one CTA per quant block -------------------------------------------------- */
 
@@ -193,10 +196,8 @@ __global__ void k_planes(const uint8_t *in, size_t ne, size_t elem, uint8_t *out
     size_t total = ne * elem;
     for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < total; j += (size_t)gridDim.x * blockDim.x) {
         size_t p = j / ne, i = j % ne;
-        if (forward)
-            out[j] = in[i * elem + p];
-        else
-            out[i * elem + p] = in[j];
+        if (forward) out[j] = in[i * elem + p];
+        else out[i * elem + p] = in[j];
     }
 }
 
@@ -343,8 +344,7 @@ static xdc_err_t cuda_quantize_int8(const float *x, float *r, size_t n, size_t b
     return launched();
 }
 
-static xdc_err_t cuda_dequantize_int8(const int8_t *q, const float *scales, size_t n, size_t block, float *y,
-                                      bool add)
+static xdc_err_t cuda_dequantize_int8(const int8_t *q, const float *scales, size_t n, size_t block, float *y, bool add)
 {
     if (!block_ok(block)) return XDC_ERR_INVALID;
     if (n == 0) return XDC_OK;
@@ -361,8 +361,8 @@ static xdc_err_t cuda_quantize_int4(const float *x, float *r, size_t n, size_t b
     return launched();
 }
 
-static xdc_err_t cuda_dequantize_int4(const uint8_t *q, const float *scales, const float *mins, size_t n,
-                                      size_t block, float *y, bool add)
+static xdc_err_t cuda_dequantize_int4(const uint8_t *q, const float *scales, const float *mins, size_t n, size_t block,
+                                      float *y, bool add)
 {
     if (!block_ok(block)) return XDC_ERR_INVALID;
     if (n == 0) return XDC_OK;
@@ -456,7 +456,7 @@ static xdc_err_t cuda_byte_unshuffle(const uint8_t *in, size_t n_bytes, size_t e
 }
 
 extern "C" const xdc_quant_ops xdc_quant_cuda_ops = {
-    cuda_quantize_int8,  cuda_dequantize_int8, cuda_quantize_int4,      cuda_dequantize_int4,
-    cuda_fp32_to_bf16,   cuda_bf16_to_fp32,    cuda_topk_scratch_bytes, cuda_topk_select,
-    cuda_count_out_of_range, cuda_accumulate,  cuda_byte_shuffle,       cuda_byte_unshuffle,
+    cuda_quantize_int8,      cuda_dequantize_int8, cuda_quantize_int4,      cuda_dequantize_int4,
+    cuda_fp32_to_bf16,       cuda_bf16_to_fp32,    cuda_topk_scratch_bytes, cuda_topk_select,
+    cuda_count_out_of_range, cuda_accumulate,      cuda_byte_shuffle,       cuda_byte_unshuffle,
 };

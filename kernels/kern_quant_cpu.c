@@ -35,7 +35,10 @@ static inline int32_t ord_key(float x)
 
 static inline float ord_unkey(int32_t k) { return u2f((uint32_t)(k ^ ((k >> 31) & 0x7fffffff))); }
 
-static int block_ok(size_t block) { return block >= XDC_QUANT_BLOCK_MIN && block <= XDC_QUANT_BLOCK_MAX && !(block & 1); }
+static int block_ok(size_t block)
+{
+    return block >= XDC_QUANT_BLOCK_MIN && block <= XDC_QUANT_BLOCK_MAX && !(block & 1);
+}
 
 /* ---- int8 absmax ------------------------------------------------------------------------------------ */
 
@@ -58,8 +61,7 @@ static inline int8_t q8(float y, float inv)
 
 /* Quantize one block from an L1 tile and write its residual in the same loop; restrict tells gcc the
  * three arrays do not overlap, which it needs to vectorize a loop storing to two of them. */
-static void q8_block_ef(const float *restrict tile, size_t m, float inv, float s, int8_t *restrict q,
-                        float *restrict r)
+static void q8_block_ef(const float *restrict tile, size_t m, float inv, float s, int8_t *restrict q, float *restrict r)
 {
     for (size_t i = 0; i < m; i++) {
         float v = tile[i] * inv;
@@ -112,8 +114,7 @@ static xdc_err_t cpu_quantize_int8(const float *x, float *r, size_t n, size_t bl
     return XDC_OK;
 }
 
-static xdc_err_t cpu_dequantize_int8(const int8_t *q, const float *scales, size_t n, size_t block, float *y,
-                                     bool add)
+static xdc_err_t cpu_dequantize_int8(const int8_t *q, const float *scales, size_t n, size_t block, float *y, bool add)
 {
     XDC_REQUIRE(block_ok(block), XDC_ERR_INVALID);
     for (size_t b0 = 0, bi = 0; b0 < n; b0 += block, bi++) {
@@ -179,8 +180,8 @@ static xdc_err_t cpu_quantize_int4(const float *x, float *r, size_t n, size_t bl
     return XDC_OK;
 }
 
-static xdc_err_t cpu_dequantize_int4(const uint8_t *q, const float *scales, const float *mins, size_t n,
-                                     size_t block, float *y, bool add)
+static xdc_err_t cpu_dequantize_int4(const uint8_t *q, const float *scales, const float *mins, size_t n, size_t block,
+                                     float *y, bool add)
 {
     XDC_REQUIRE(block_ok(block), XDC_ERR_INVALID);
     for (size_t b0 = 0, bi = 0; b0 < n; b0 += block, bi++) {
@@ -241,8 +242,8 @@ static xdc_err_t cpu_bf16_to_fp32(const uint16_t *x, size_t n, float *y)
  * always catches at least k entries, and the candidate buffer is sized so it almost never overflows.
  * Either miss falls back to an exact radix select over all n (correct, three more passes). */
 #define TOPK_SAMPLE 16384u
-#define TOPK_HIST 2048u
-#define TOPK_SCAN 64u
+#define TOPK_HIST   2048u
+#define TOPK_SCAN   64u
 
 static size_t topk_cand_cap(size_t n, size_t k)
 {
@@ -284,8 +285,7 @@ static uint32_t radix_kth_key(const float *v, size_t m, size_t k, uint32_t *hist
 
 /* Writes the k entries of x (positions pos[0..m) when pos != NULL, else 0..m) with key > t, plus the
  * first `ties` (in index order) with key == t. */
-static void topk_emit(const float *x, const uint32_t *pos, size_t m, uint32_t t, size_t ties, uint32_t *idx,
-                      float *val)
+static void topk_emit(const float *x, const uint32_t *pos, size_t m, uint32_t t, size_t ties, uint32_t *idx, float *val)
 {
     size_t o = 0;
     for (size_t j = 0; j < m; j++) {
@@ -309,8 +309,7 @@ static size_t count_above(const float *v, size_t m, uint32_t t)
 
 /* With error feedback the first pass writes r = x + r and the selection then reads r; the selected
  * entries are zeroed at the end. */
-static xdc_err_t cpu_topk_select(const float *x, float *r, size_t n, size_t k, uint32_t *idx, float *val,
-                                 void *scratch)
+static xdc_err_t cpu_topk_select(const float *x, float *r, size_t n, size_t k, uint32_t *idx, float *val, void *scratch)
 {
     XDC_REQUIRE(k <= n && n <= UINT32_MAX, XDC_ERR_INVALID);
     uint32_t *hist = scratch;

@@ -9,8 +9,8 @@
 
 typedef enum { XDC_BACKEND_CPU = 0, XDC_BACKEND_CUDA = 1 } xdc_backend_kind;
 
-typedef struct xdc_quant_ops xdc_quant_ops;  /* kernels/xdc_quant.h */
-typedef struct xdc_model_ops xdc_model_ops;  /* kernels/xdc_model_ops.h */
+typedef struct xdc_quant_ops xdc_quant_ops; /* kernels/xdc_quant.h */
+typedef struct xdc_model_ops xdc_model_ops; /* kernels/xdc_model_ops.h */
 
 typedef struct xdc_kern_backend {
     const char *name; /* "cpu" | "cuda" */

@@ -33,25 +33,23 @@ struct xdc_model_ops {
 
     /* ---- layers ---- */
     /* out (N,C) = wte[tokens] (V,C) + wpe[t] (maxT,C); tokens (B,T) int32. */
-    void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B, int T,
-                            int C);
-    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B, int T,
-                             int C);
+    void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B, int T, int C);
+    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B, int T, int C);
     /* out (N,C); mean, rstd (N) kept for backward; w, b (C). eps 1e-5. */
-    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                              const float *b, int N, int C);
-    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                               const float *w, const float *mean, const float *rstd, int N, int C);
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                              int N, int C);
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                               const float *mean, const float *rstd, int N, int C);
     /* out (N,OC) = inp (N,C) · w^T (OC,C) + bias (OC) (bias may be NULL). */
     void (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC);
-    void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                            const float *w, int N, int C, int OC);
+    void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                            int N, int C, int OC);
     /* Causal multi-head self-attention. qkv (B,T,3C) = [q | k | v] per token, head h uses channels
      * h*C/NH..(h+1)*C/NH of each; out (B,T,C); att (B,NH,T,T) softmax probabilities (0 above the diagonal),
      * kept for backward. datt_scratch (B,NH,T,T) is backward scratch (not accumulated). */
     void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-    void (*attention_backward)(float *dqkv, float *datt_scratch, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH);
+    void (*attention_backward)(float *dqkv, float *datt_scratch, const float *dout, const float *qkv, const float *att,
+                               int B, int T, int C, int NH);
     /* tanh-approximation GELU over n elements. */
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
@@ -72,8 +70,8 @@ struct xdc_model_ops {
     xdc_err_t (*sumsq)(const float *x, size_t n, double *acc);
     /* AdamW (decoupled weight decay) on n params; the gradient is multiplied by grad_scale first (clipping,
      * averaging); t is the 1-based step for bias correction. m, v (n) moment buffers. */
-    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                  float eps, float weight_decay, float grad_scale, int t);
+    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                  float weight_decay, float grad_scale, int t);
 };
 
 #endif /* XDC_MODEL_OPS_H */

@@ -25,12 +25,12 @@
 #include <stdint.h>
 
 /* Largest magnitude the codecs accept as input (2^100). */
-#define XDC_QUANT_MAX_ABS 1.2676506002282294e30f
+#define XDC_QUANT_MAX_ABS    1.2676506002282294e30f
 /* Smallest block spread that gets a non-zero scale (2^-100). */
 #define XDC_QUANT_MIN_SPREAD 7.888609052210118e-31f
 /* Block sizes the blockwise codecs accept: even, in [16, 4096]. */
-#define XDC_QUANT_BLOCK_MIN 16
-#define XDC_QUANT_BLOCK_MAX 4096
+#define XDC_QUANT_BLOCK_MIN  16
+#define XDC_QUANT_BLOCK_MAX  4096
 
 struct xdc_quant_ops {
     /* Quantizers and top-k take an optional error-feedback residual r (n fp32, NULL for none): with r
@@ -52,8 +52,7 @@ struct xdc_quant_ops {
     size_t (*topk_scratch_bytes)(size_t n, size_t k);
     /* The k (<= n) entries of y = x (+ r) (n) with the largest |y|: idx (k) ascending u32, val (k) = y[idx].
      * With r, r is left as y with the selected entries zeroed (they were sent exactly). */
-    xdc_err_t (*topk_select)(const float *x, float *r, size_t n, size_t k, uint32_t *idx, float *val,
-                             void *scratch);
+    xdc_err_t (*topk_select)(const float *x, float *r, size_t n, size_t k, uint32_t *idx, float *val, void *scratch);
     /* *count = number of x (n) that are NaN or have |x| > max_abs (a size_t in backend memory). */
     xdc_err_t (*count_out_of_range)(const float *x, size_t n, float max_abs, size_t *count);
     /* y += x, (n) fp32: accumulating decode. */

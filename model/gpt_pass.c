@@ -112,8 +112,7 @@ static xdc_err_t grads_ready_from(xdc_gpt_stage *s, const float *first)
     return XDC_OK;
 }
 
-xdc_err_t xdc_gpt_stage_backward(xdc_gpt_stage *s, int slot, const float *dy, float loss_scale,
-                                 const float **dx_out)
+xdc_err_t xdc_gpt_stage_backward(xdc_gpt_stage *s, int slot, const float *dy, float loss_scale, const float **dx_out)
 {
     XDC_CHECK(check_slot(s, slot));
     gpt_slot *sl = &s->slots[slot];
@@ -128,8 +127,8 @@ xdc_err_t xdc_gpt_stage_backward(xdc_gpt_stage *s, int slot, const float *dy, fl
         o->zero(sc->dln, NC * f);
         o->matmul_backward(sc->dln, s->grads.lm_head, NULL, sc->logits, sl->lnf, s->params.lm_head, N, C, V);
         o->zero(sc->dres, NC * f);
-        o->layernorm_backward(sc->dres, s->grads.lnfw, s->grads.lnfb, sc->dln, block_input(sl, s->nl),
-                              s->params.lnfw, sl->lnf_mean, sl->lnf_rstd, N, C);
+        o->layernorm_backward(sc->dres, s->grads.lnfw, s->grads.lnfb, sc->dln, block_input(sl, s->nl), s->params.lnfw,
+                              sl->lnf_mean, sl->lnf_rstd, N, C);
         XDC_CHECK(grads_ready_from(s, s->grads.lnfw));
     } else {
         XDC_REQUIRE(dy != NULL, XDC_ERR_INVALID);

@@ -79,15 +79,15 @@ typedef struct gpt_slot {
 /* Scratch shared by all slots: one backward runs at a time. */
 typedef struct gpt_scratch {
     void *arena;
-    float *proj;     /* (N, C) projection output before the residual add */
-    float *logits;   /* (N, V) logits in forward, dlogits in backward */
-    float *dres;     /* (N, C) gradient of the residual stream */
-    float *dln;      /* (N, C) gradient of a layernorm output */
-    float *datty;    /* (N, C) */
-    float *dqkv;     /* (N, 3C) */
-    float *datt;     /* (B, NH, T, T) */
-    float *dfch;     /* (N, 4C) */
-    float *dfch_gelu;/* (N, 4C) */
+    float *proj;      /* (N, C) projection output before the residual add */
+    float *logits;    /* (N, V) logits in forward, dlogits in backward */
+    float *dres;      /* (N, C) gradient of the residual stream */
+    float *dln;       /* (N, C) gradient of a layernorm output */
+    float *datty;     /* (N, C) */
+    float *dqkv;      /* (N, 3C) */
+    float *datt;      /* (B, NH, T, T) */
+    float *dfch;      /* (N, 4C) */
+    float *dfch_gelu; /* (N, 4C) */
 } gpt_scratch;
 
 struct xdc_gpt_stage {
@@ -96,17 +96,17 @@ struct xdc_gpt_stage {
     int nl; /* layers owned */
     bool first, last;
     size_t num_params;
-    float *param_arena;    /* (num_params) backend */
-    float *grad_arena;     /* (num_params) backend */
-    float *m_arena;        /* (num_params) backend: AdamW first moment */
-    float *v_arena;        /* (num_params) backend: AdamW second moment */
-    float *host_stage;     /* (num_params) host staging for init, hashing and state transfer */
+    float *param_arena; /* (num_params) backend */
+    float *grad_arena;  /* (num_params) backend */
+    float *m_arena;     /* (num_params) backend: AdamW first moment */
+    float *v_arena;     /* (num_params) backend: AdamW second moment */
+    float *host_stage;  /* (num_params) host staging for init, hashing and state transfer */
     gpt_params params, grads;
     gpt_tensor *tensors; /* (n_tensors) */
     int n_tensors;
-    gpt_slot *slots;     /* (max_inflight) */
+    gpt_slot *slots; /* (max_inflight) */
     gpt_scratch scratch;
-    int64_t adam_t;      /* optimizer steps taken */
+    int64_t adam_t; /* optimizer steps taken */
     /* Armed for one backward: called as gradients [from, num_params) become final. */
     xdc_gpt_grad_ready_fn ready_fn;
     void *ready_ctx;

@@ -33,8 +33,7 @@ typedef struct param_walk {
 
 static float *take(param_walk *w, size_t count, int global_index, float std, float value, bool decay)
 {
-    if (w->tensors)
-        w->tensors[w->n] = (gpt_tensor){w->off, count, global_index, std, value, decay};
+    if (w->tensors) w->tensors[w->n] = (gpt_tensor){w->off, count, global_index, std, value, decay};
     w->n++;
     float *p = w->base ? w->base + w->off : NULL;
     w->off += count;
@@ -141,14 +140,12 @@ static xdc_err_t check_config(const xdc_gpt_stage_config *c, xdc_diag *diag)
     const char *why = NULL;
     if (m->n_layer < 1 || m->n_head < 1 || m->n_embd < 1 || m->vocab_size < 2 || m->max_seq_len < 1)
         why = "n_layer, n_head, n_embd, max_seq_len must be >= 1 and vocab_size >= 2";
-    else if (m->n_embd % m->n_head != 0)
-        why = "n_embd must be a multiple of n_head";
+    else if (m->n_embd % m->n_head != 0) why = "n_embd must be a multiple of n_head";
     else if (c->layer_begin < 0 || c->layer_end > m->n_layer || c->layer_begin >= c->layer_end)
         why = "layer range must be a non-empty part of [0, n_layer)";
     else if (c->batch < 1 || c->seq_len < 1 || c->seq_len > m->max_seq_len)
         why = "batch must be >= 1 and seq_len within [1, max_seq_len]";
-    else if (c->max_inflight < 1)
-        why = "max_inflight must be >= 1";
+    else if (c->max_inflight < 1) why = "max_inflight must be >= 1";
     if (!why) return XDC_OK;
     xdc_diag_set(diag, "gpt stage: %s (L=%d NH=%d C=%d maxT=%d V=%d layers [%d,%d) B=%d T=%d inflight=%d)", why,
                  m->n_layer, m->n_head, m->n_embd, m->max_seq_len, m->vocab_size, c->layer_begin, c->layer_end,
@@ -227,8 +224,8 @@ xdc_err_t xdc_gpt_stage_create(const xdc_model_ops *ops, const xdc_gpt_stage_con
     *out = s;
     return XDC_OK;
 fail:
-    xdc_diag_set(diag, "gpt stage: %s while setting up %zu parameters and their activations on %s",
-                 xdc_strerror(rc), s->num_params, ops->name);
+    xdc_diag_set(diag, "gpt stage: %s while setting up %zu parameters and their activations on %s", xdc_strerror(rc),
+                 s->num_params, ops->name);
     xdc_gpt_stage_destroy(s);
     return rc;
 }
@@ -273,8 +270,7 @@ xdc_err_t xdc_gpt_stage_state_get(xdc_gpt_stage *s, float *params, float *m, flo
     return XDC_OK;
 }
 
-xdc_err_t xdc_gpt_stage_state_set(xdc_gpt_stage *s, const float *params, const float *m, const float *v,
-                                  int64_t adam_t)
+xdc_err_t xdc_gpt_stage_state_set(xdc_gpt_stage *s, const float *params, const float *m, const float *v, int64_t adam_t)
 {
     size_t bytes = s->num_params * sizeof(float);
     XDC_REQUIRE(adam_t >= 0, XDC_ERR_INVALID);

@@ -13,10 +13,10 @@
 #include <unistd.h>
 #include <zstd.h>
 
-#define CKPT_MAGIC "XDCCKPT1"
-#define CKPT_VERSION 1u
+#define CKPT_MAGIC        "XDCCKPT1"
+#define CKPT_VERSION      1u
 #define CKPT_HEADER_BYTES 128
-#define CKPT_ZSTD_LEVEL 3
+#define CKPT_ZSTD_LEVEL   3
 
 typedef struct ckpt_header {
     char magic[8];
@@ -83,9 +83,14 @@ xdc_err_t xdc_ckpt_save(const char *dir, xdc_gpt_stage *s, const xdc_ckpt_meta *
     xdc_err_t rc = XDC_ERR_NOMEM;
     int fd = -1;
     if (!raw || !file) goto fail;
-    ckpt_header h = {.version = CKPT_VERSION, .stage = (uint32_t)meta->stage, .n_stages = (uint32_t)meta->n_stages,
-                     .num_params = n, .step = meta->step, .data_epoch = meta->data_pos.epoch,
-                     .data_batch = meta->data_pos.batch, .raw_bytes = raw_bytes};
+    ckpt_header h = {.version = CKPT_VERSION,
+                     .stage = (uint32_t)meta->stage,
+                     .n_stages = (uint32_t)meta->n_stages,
+                     .num_params = n,
+                     .step = meta->step,
+                     .data_epoch = meta->data_pos.epoch,
+                     .data_batch = meta->data_pos.batch,
+                     .raw_bytes = raw_bytes};
     memcpy(h.magic, CKPT_MAGIC, 8);
     memcpy(h.rng, meta->rng.s, sizeof h.rng);
     XDC_CHECK_GOTO(xdc_gpt_stage_state_get(s, raw, raw + n, raw + 2 * n, &h.adam_t), rc, fail);
@@ -132,8 +137,8 @@ static xdc_err_t read_whole(const char *path, size_t max, uint8_t **out, size_t 
         return XDC_ERR_IO;
     }
     if ((size_t)st.st_size < CKPT_HEADER_BYTES || (size_t)st.st_size > max) {
-        xdc_diag_set(diag, "%s: checkpoint is %lld bytes, expected %d..%zu for this model", path,
-                     (long long)st.st_size, CKPT_HEADER_BYTES, max);
+        xdc_diag_set(diag, "%s: checkpoint is %lld bytes, expected %d..%zu for this model", path, (long long)st.st_size,
+                     CKPT_HEADER_BYTES, max);
         close(fd);
         return XDC_ERR_CORRUPT;
     }

@@ -4,7 +4,10 @@
 
 #include <stddef.h>
 
-#define TF(key, type, member, lo, hi) {key, type, offsetof(xdc_train_config, member), 0, false, lo, hi, NULL}
+#define TF(key, type, member, lo, hi)                                         \
+    {                                                                         \
+        key, type, offsetof(xdc_train_config, member), 0, false, lo, hi, NULL \
+    }
 
 typedef struct root_nodes {
     const yaml_node_t *model, *train;
@@ -47,10 +50,23 @@ void xdc_train_config_defaults(xdc_train_config *c)
 {
     *c = (xdc_train_config){
         .model = {.n_layer = 2, .n_head = 4, .n_embd = 64, .max_seq_len = 64, .vocab_size = 256},
-        .batch_size = 16, .seq_len = 64, .microbatches = 1, .steps = 300, .warmup_steps = 20,
-        .lr = 3e-3, .min_lr_frac = 0.1, .weight_decay = 0.1, .grad_clip = 1.0,
-        .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .seed = 1337, .val_fraction = 0.1,
-        .eval_interval = 100, .eval_batches = 8, .log_interval = 10,
+        .batch_size = 16,
+        .seq_len = 64,
+        .microbatches = 1,
+        .steps = 300,
+        .warmup_steps = 20,
+        .lr = 3e-3,
+        .min_lr_frac = 0.1,
+        .weight_decay = 0.1,
+        .grad_clip = 1.0,
+        .beta1 = 0.9,
+        .beta2 = 0.95,
+        .eps = 1e-8,
+        .seed = 1337,
+        .val_fraction = 0.1,
+        .eval_interval = 100,
+        .eval_batches = 8,
+        .log_interval = 10,
     };
 }
 
@@ -63,11 +79,10 @@ xdc_err_t xdc_model_config_load(const char *path, xdc_train_config *out, xdc_cfg
     root_nodes root = {0};
     int bad = xdc_yaml_map_fields(y, xdc_yaml_root(y), root_fields, 2, &root, errs);
     if (root.model)
-        bad += xdc_yaml_map_fields(y, root.model, model_fields, sizeof model_fields / sizeof model_fields[0],
-                                   &c.model, errs);
-    if (root.train)
-        bad += xdc_yaml_map_fields(y, root.train, train_fields, sizeof train_fields / sizeof train_fields[0], &c,
+        bad += xdc_yaml_map_fields(y, root.model, model_fields, sizeof model_fields / sizeof model_fields[0], &c.model,
                                    errs);
+    if (root.train)
+        bad += xdc_yaml_map_fields(y, root.train, train_fields, sizeof train_fields / sizeof train_fields[0], &c, errs);
     if (bad == 0 && c.model.n_embd % c.model.n_head != 0) {
         xdc_cfg_error_at(errs, root.model, "width (%d) must be a multiple of heads (%d)", c.model.n_embd,
                          c.model.n_head);

@@ -15,10 +15,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SHARD_MAGIC 20240520
-#define SHARD_VERSION 1
+#define SHARD_MAGIC       20240520
+#define SHARD_VERSION     1
 #define SHARD_HEADER_INTS 256
-#define MAX_SOURCE_BYTES ((size_t)1 << 34) /* 16 GiB: refuse anything larger than memory could hold */
+#define MAX_SOURCE_BYTES  ((size_t)1 << 34) /* 16 GiB: refuse anything larger than memory could hold */
 
 struct xdc_data {
     xdc_data_config cfg;
@@ -26,8 +26,8 @@ struct xdc_data {
     size_t n_tokens, n_train;
     size_t train_windows, val_windows; /* windows of T+1 tokens at stride T */
     uint64_t batches_per_epoch;
-    uint32_t *perm;        /* (train_windows) order of the current epoch */
-    uint64_t perm_epoch;   /* epoch `perm` was drawn for */
+    uint32_t *perm;      /* (train_windows) order of the current epoch */
+    uint64_t perm_epoch; /* epoch `perm` was drawn for */
     xdc_data_pos pos;
 };
 
@@ -130,8 +130,10 @@ static xdc_err_t decode_tokens(xdc_data *d, const char *path, const uint8_t *raw
     if (header[0] == SHARD_MAGIC) {
         size_t body = len - SHARD_HEADER_INTS * 4;
         if (header[1] != SHARD_VERSION || header[2] < 0 || (size_t)header[2] * 2 != body) {
-            xdc_diag_set(diag, "%s: bad token shard header (version %d, %d tokens, %zu body bytes; want version %d and "
-                         "2 bytes per token)", path, header[1], header[2], body, SHARD_VERSION);
+            xdc_diag_set(diag,
+                         "%s: bad token shard header (version %d, %d tokens, %zu body bytes; want version %d and "
+                         "2 bytes per token)",
+                         path, header[1], header[2], body, SHARD_VERSION);
             return XDC_ERR_CORRUPT;
         }
         d->n_tokens = (size_t)header[2];
@@ -159,9 +161,10 @@ static xdc_err_t check_config(const xdc_data_config *c, xdc_diag *diag)
     if (c->batch >= 1 && c->seq_len >= 1 && c->val_fraction > 0.0 && c->val_fraction < 1.0 && c->world >= 1 &&
         c->rank >= 0 && c->rank < c->world && c->vocab_size >= 2 && c->vocab_size <= 65536)
         return XDC_OK;
-    xdc_diag_set(diag, "data: need batch, seq_len >= 1, 0 < val_fraction < 1, 0 <= rank < world, 2 <= vocab <= 65536 "
-                 "(got B=%d T=%d val=%g rank=%d world=%d vocab=%d)", c->batch, c->seq_len, c->val_fraction, c->rank,
-                 c->world, c->vocab_size);
+    xdc_diag_set(diag,
+                 "data: need batch, seq_len >= 1, 0 < val_fraction < 1, 0 <= rank < world, 2 <= vocab <= 65536 "
+                 "(got B=%d T=%d val=%g rank=%d world=%d vocab=%d)",
+                 c->batch, c->seq_len, c->val_fraction, c->rank, c->world, c->vocab_size);
     return XDC_ERR_INVALID;
 }
 
@@ -182,9 +185,10 @@ xdc_err_t xdc_data_open_bytes(const char *name, const uint8_t *raw, size_t len, 
     d->val_windows = n_val > T ? (n_val - 1) / T : 0;
     d->batches_per_epoch = d->train_windows / per_batch;
     if (d->batches_per_epoch == 0 || d->val_windows == 0 || d->train_windows > UINT32_MAX) {
-        xdc_diag_set(diag, "%s: %zu tokens give %zu train and %zu validation windows of %zu tokens; need at least "
-                     "B*world = %zu train windows and one validation window", name, d->n_tokens, d->train_windows,
-                     d->val_windows, T + 1, per_batch);
+        xdc_diag_set(diag,
+                     "%s: %zu tokens give %zu train and %zu validation windows of %zu tokens; need at least "
+                     "B*world = %zu train windows and one validation window",
+                     name, d->n_tokens, d->train_windows, d->val_windows, T + 1, per_batch);
         rc = XDC_ERR_INVALID;
         goto fail;
     }
@@ -208,10 +212,8 @@ xdc_err_t xdc_data_open(const char *path, const xdc_data_config *cfg, xdc_data *
     size_t len = 0, cap = 0;
     xdc_err_t rc;
     struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        rc = read_dir(path, &raw, &len, diag);
-    else
-        rc = read_file_append(path, &raw, &len, &cap, diag);
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) rc = read_dir(path, &raw, &len, diag);
+    else rc = read_file_append(path, &raw, &len, &cap, diag);
     if (rc == XDC_OK) rc = xdc_data_open_bytes(path, raw, len, cfg, out, diag);
     xdc_free(raw);
     return rc;

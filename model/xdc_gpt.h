@@ -86,8 +86,7 @@ xdc_err_t xdc_gpt_stage_forward(xdc_gpt_stage *s, int slot, const int32_t *token
  *   last stage: dy ignored; loss_scale = d(objective)/d(this microbatch's mean loss), e.g. 1/M
  *   other stages: dy (B,T,C) backend memory = gradient of the output activation; loss_scale ignored
  *   other than first: *dx_out = gradient of the input activation (B,T,C), valid until the next backward */
-xdc_err_t xdc_gpt_stage_backward(xdc_gpt_stage *s, int slot, const float *dy, float loss_scale,
-                                 const float **dx_out);
+xdc_err_t xdc_gpt_stage_backward(xdc_gpt_stage *s, int slot, const float *dy, float loss_scale, const float **dx_out);
 void xdc_gpt_stage_zero_grad(xdc_gpt_stage *s);
 
 /* Gradient readiness, for overlapping the gradient sync with the last microbatch's backward: armed

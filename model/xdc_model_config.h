@@ -12,19 +12,19 @@
 
 typedef struct xdc_train_config {
     xdc_gpt_config model;
-    int batch_size;      /* sequences per microbatch */
-    int seq_len;         /* tokens per sequence (<= context) */
-    int microbatches;    /* accumulated per optimizer step */
-    int steps;           /* optimizer steps; also the schedule's horizon */
+    int batch_size;   /* sequences per microbatch */
+    int seq_len;      /* tokens per sequence (<= context) */
+    int microbatches; /* accumulated per optimizer step */
+    int steps;        /* optimizer steps; also the schedule's horizon */
     int warmup_steps;
     double lr, min_lr_frac;
     double weight_decay, grad_clip;
     double beta1, beta2, eps;
     int64_t seed;
     double val_fraction;
-    int eval_interval;   /* steps between validation passes (0: only at the end) */
-    int eval_batches;    /* validation batches per pass */
-    int log_interval;    /* steps between progress lines */
+    int eval_interval; /* steps between validation passes (0: only at the end) */
+    int eval_batches;  /* validation batches per pass */
+    int log_interval;  /* steps between progress lines */
 } xdc_train_config;
 
 /* Defaults used for keys the file leaves out. */

@@ -47,8 +47,8 @@ double topo_stage_flops(const xdc_model_shape *m, int lb, int le, double tokens,
     return 3 * fwd * tokens;
 }
 
-double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int microbatches,
-                          double tokens_mb, int mode_extra)
+double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int microbatches, double tokens_mb,
+                          int mode_extra)
 {
     double p = topo_stage_params(m, lb, le);
     double bytes = p * (m->bytes_per_param + m->optim_bytes_per_param);

@@ -26,12 +26,12 @@ static json_t *plan_json(const xdc_topology *t, const xdc_plan *p)
                      " s:{s:f, s:f, s:f, s:f, s:f}, s:f, s:f, s:f, s:f, s:f, s:s}",
                      "mode", xdc_plan_mode_name(p->mode), "stages", p->stages, "replicas", replicas, "stage_layout",
                      stages, "wan_cuts", cuts, "microbatches", p->microbatches, "micro_batch", p->micro_batch,
-                     "seq_len", p->seq_len, "bucket_mb", p->bucket_mb, "codec", p->codec, "inner_steps",
-                     p->inner_steps, "fragments", p->fragments, "fidelity", p->fidelity, "predicted_s", "step",
-                     p->t_step, "compute", p->t_compute, "intra", p->t_intra, "exposed_wan", p->t_wan_exposed,
-                     "bubble", p->t_bubble, "tokens_per_step", p->tokens, "tokens_per_s", p->tokens / p->t_step,
-                     "wan_bytes_per_step", p->wan_bytes, "egress_usd_per_step", p->egress_usd, "memory_gib_max",
-                     p->mem_gib_max, "why", p->why);
+                     "seq_len", p->seq_len, "bucket_mb", p->bucket_mb, "codec", p->codec, "inner_steps", p->inner_steps,
+                     "fragments", p->fragments, "fidelity", p->fidelity, "predicted_s", "step", p->t_step, "compute",
+                     p->t_compute, "intra", p->t_intra, "exposed_wan", p->t_wan_exposed, "bubble", p->t_bubble,
+                     "tokens_per_step", p->tokens, "tokens_per_s", p->tokens / p->t_step, "wan_bytes_per_step",
+                     p->wan_bytes, "egress_usd_per_step", p->egress_usd, "memory_gib_max", p->mem_gib_max, "why",
+                     p->why);
 }
 
 static json_t *link_codecs_json(const xdc_topology *t, const xdc_model_shape *m, const xdc_plan_opts *o,
@@ -57,9 +57,9 @@ xdc_err_t xdc_plan_to_json(const xdc_topology *t, const xdc_model_shape *m, cons
     json_t *alts = json_array(), *best = plan_json(t, &s->best);
     for (int i = 1; i < s->n_cands && i <= max_alt; i++) json_array_append_new(alts, plan_json(t, &s->cands[i]));
     json_object_set_new(best, "link_codecs", link_codecs_json(t, m, o, &s->best));
-    json_t *root = json_pack("{s:s, s:o, s:o, s:i, s:i, s:s}", "topology", t->path, "plan", best,
-                             "runners_up", alts, "candidates_evaluated", s->n_evaluated, "candidates_rejected",
-                             s->n_rejected, "most_common_rejection", s->reject_reason);
+    json_t *root = json_pack("{s:s, s:o, s:o, s:i, s:i, s:s}", "topology", t->path, "plan", best, "runners_up", alts,
+                             "candidates_evaluated", s->n_evaluated, "candidates_rejected", s->n_rejected,
+                             "most_common_rejection", s->reject_reason);
     if (!root) return XDC_ERR_NOMEM;
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(root);

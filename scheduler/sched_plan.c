@@ -20,8 +20,8 @@ typedef struct search {
     xdc_plan *cands; /* (cap) */
     int n, cap;
     int n_eval, n_rej;
-    double worst_fit;  /* smallest memory need / memory available seen among rejections */
-    double best_tpt;   /* fastest seconds per token so far */
+    double worst_fit; /* smallest memory need / memory available seen among rejections */
+    double best_tpt;  /* fastest seconds per token so far */
     char reject[512];
     xdc_err_t err;
 } search;
@@ -176,8 +176,8 @@ static void dp_region_times(search *s, const xdc_plan *p, int r, dp_region *out)
 /* One gradient or parameter round over every region and stage: the slowest group sets the time, counted
  * from the end of the pipeline phase. A gradient round (`overlap`) starts during each stage's last
  * backward (orchestrator/orch_train.c hands buckets over layer by layer); parameter rounds start after. */
-static double dp_round(search *s, const xdc_plan *p, const dp_region *dr, int n_active, const char *codec,
-                       double frac, int overlap, double *intra, double *wire_per_region)
+static double dp_round(search *s, const xdc_plan *p, const dp_region *dr, int n_active, const char *codec, double frac,
+                       int overlap, double *intra, double *wire_per_region)
 {
     double worst = 0;
     *intra = 0;
@@ -190,10 +190,12 @@ static double dp_round(search *s, const xdc_plan *p, const dp_region *dr, int n_
         topo_codec_info_get(codec, l ? l->bandwidth_gbps : 100, &ci);
         double wire = 0;
         for (int i = 0; i < p->stages; i++) {
-            double in, w, last_bwd = overlap ? p->stage[i].flops_mb * 2 / 3 / topo_region_flops(s->t, r, &s->o->calib) : 0;
+            double in, w,
+                last_bwd = overlap ? p->stage[i].flops_mb * 2 / 3 / topo_region_flops(s->t, r, &s->o->calib) : 0;
             double tr = topo_sync_round_s(s->t, r, p->replicas[r], n_active, p->stage[i].params * frac,
                                           p->bucket_mb * 1048576.0 / 4, last_bwd, &ci, dr[r].link_Bps, dr[r].owd, &in,
-                                          &w) - last_bwd;
+                                          &w) -
+                        last_bwd;
             if (tr > worst) worst = tr;
             if (in > *intra) *intra = in;
             wire += w;
@@ -268,12 +270,12 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
                 p.mode = mode;
                 if (!dp_fits(s, &p, 1)) continue;
                 p.inner_steps = H;
-                p.fragments = mode == XDC_PLAN_STREAMING ? (s->o->fragments > 0 ? s->o->fragments : (H < 4 ? H : 4)) : 0;
+                p.fragments = mode == XDC_PLAN_STREAMING ? (s->o->fragments > 0 ? s->o->fragments : (H < 4 ? H : 4))
+                                                         : 0;
                 double frac = mode == XDC_PLAN_STREAMING ? 1.0 / p.fragments : 1.0, intra;
                 double round = dp_round(s, &p, dr, n_active, codec, frac, 0, &intra, wire);
                 double step_inner = t_pipe + inner;
-                double exposed = mode == XDC_PLAN_DILOCO ? round / H
-                                                         : p.fragments * fmax(0, round - step_inner) / H;
+                double exposed = mode == XDC_PLAN_DILOCO ? round / H : p.fragments * fmax(0, round - step_inner) / H;
                 double outer_intra = mode == XDC_PLAN_DILOCO ? fmin(intra, round) / H : 0;
                 p.t_intra = inner + outer_intra;
                 p.t_wan_exposed = exposed - outer_intra;
@@ -429,10 +431,8 @@ static int partition_layers(const search *s, const chain_stage *cs, int P, int M
     double lo = 0;
     for (int it = 0; it < 60; it++) {
         double mid = 0.5 * (lo + hi);
-        if (partition_under(s, cs, P, M, mid, lb))
-            hi = mid;
-        else
-            lo = mid;
+        if (partition_under(s, cs, P, M, mid, lb)) hi = mid;
+        else lo = mid;
     }
     return partition_under(s, cs, P, M, hi, lb);
 }
@@ -632,8 +632,8 @@ static const char *biggest_gap(const xdc_plan *p, const xdc_plan *best)
                    p->t_bubble / p->tokens - best->t_bubble / best->tokens,
                    p->t_intra / p->tokens - best->t_intra / best->tokens,
                    p->t_wan_exposed / p->tokens - best->t_wan_exposed / best->tokens};
-    static const char *const names[] = {"more compute per token", "a larger pipeline bubble",
-                                        "more intra-region sync", "more exposed WAN time"};
+    static const char *const names[] = {"more compute per token", "a larger pipeline bubble", "more intra-region sync",
+                                        "more exposed WAN time"};
     int k = 0;
     for (int i = 1; i < 4; i++)
         if (d[i] > d[k]) k = i;
@@ -670,10 +670,11 @@ static xdc_err_t choose(search *s, xdc_plan_set *set)
             snprintf(p->why, sizeof p->why, "lossier (fidelity %d vs %d) for %+.1f%% time per token", p->fidelity,
                      b->fidelity, -slower);
         else
-            snprintf(p->why, sizeof p->why, "%.1f%% slower per token at the same fidelity (%s)", slower, biggest_gap(p, b));
+            snprintf(p->why, sizeof p->why, "%.1f%% slower per token at the same fidelity (%s)", slower,
+                     biggest_gap(p, b));
     }
-    snprintf(sorted[0].why, sizeof sorted[0].why, "chosen: the most faithful plan within %.0f%% of the fastest per token",
-             tol * 100);
+    snprintf(sorted[0].why, sizeof sorted[0].why,
+             "chosen: the most faithful plan within %.0f%% of the fastest per token", tol * 100);
     set->best = sorted[0];
     set->cands = sorted;
     set->n_cands = s->n;
@@ -689,7 +690,8 @@ static xdc_err_t check_inputs(const xdc_topology *t, const xdc_model_shape *m, c
         return XDC_ERR_INVALID;
     }
     if (b->micro_batch < 1 || b->seq_len < 1 || (!(b->global_batch_tokens > 0) && o->microbatches < 1)) {
-        xdc_diag_set(diag, "batch: microbatch size, sequence length and a global batch (or microbatch count) must be positive");
+        xdc_diag_set(
+            diag, "batch: microbatch size, sequence length and a global batch (or microbatch count) must be positive");
         return XDC_ERR_INVALID;
     }
     topo_codec_info ci;

@@ -6,15 +6,15 @@
 
 #include "scheduler/xdc_plan.h"
 
-#define TOPO_PLAN_MEM_HEADROOM 0.9   /* usable fraction of a GPU's memory */
+#define TOPO_PLAN_MEM_HEADROOM   0.9  /* usable fraction of a GPU's memory */
 #define TOPO_PLAN_MSG_OVERHEAD_S 2e-4 /* per WAN message: framing, TLS record, syscalls, wakeups */
 
 /* One codec's wire size and single-core speed (docs/benchmarks.md, bench/codec). */
 typedef struct topo_codec_info {
-    double ratio;      /* wire bytes / fp32 bytes */
-    double enc_Bps;    /* fp32 bytes encoded per second */
-    double dec_Bps;    /* fp32 bytes decoded per second */
-    int rank;          /* lossiness: 0 exact, higher = lossier */
+    double ratio;   /* wire bytes / fp32 bytes */
+    double enc_Bps; /* fp32 bytes encoded per second */
+    double dec_Bps; /* fp32 bytes decoded per second */
+    int rank;       /* lossiness: 0 exact, higher = lossier */
 } topo_codec_info;
 
 /* Fills *out for "none", "bf16", "int8", "int4", "topk:F"; link_gbps picks the zstd stage the runtime
@@ -36,8 +36,8 @@ double topo_intra_p2p_s(const xdc_topology *t, int r, double bytes);
 double topo_stage_flops(const xdc_model_shape *m, int lb, int le, double tokens, int seq_len);
 double topo_stage_params(const xdc_model_shape *m, int lb, int le);
 /* Memory per GPU of a stage, GiB. `mode_extra` adds DiLoCo/streaming copies of the parameters. */
-double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int microbatches,
-                          double tokens_mb, int mode_extra);
+double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int microbatches, double tokens_mb,
+                          int mode_extra);
 
 /* Durations of one gradient bucket in the comm engine's two-stage pipeline (orchestrator/xdc_sync.c):
  * A = reduce-scatter over `ranks` + encode the shard; B = decode every region's shard + all-gather.

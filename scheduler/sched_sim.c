@@ -27,8 +27,8 @@ typedef struct inst {
 } inst;
 
 typedef struct sync_round {
-    double params;          /* elements */
-    int n_regions;          /* regions exchanging (1: intra only) */
+    double params; /* elements */
+    int n_regions; /* regions exchanging (1: intra only) */
     topo_codec_info ci;
 } sync_round;
 
@@ -36,11 +36,11 @@ typedef struct engine {
     int region, stage, ranks, group;
     sync_round rounds[2];
     int started, n_rounds, cur, j, busy, k; /* current round, thread op index, buckets in the round */
-    int waking;             /* a wake-up for a bucket's readiness is queued */
-    double ready0, overlap; /* round 0's buckets are handed over from ready0 during `overlap` seconds */
+    int waking;                             /* a wake-up for a bucket's readiness is queued */
+    double ready0, overlap;                 /* round 0's buckets are handed over from ready0 during `overlap` seconds */
     double bucket_elems, tail_elems;
     topo_bucket_cost full, tail; /* the first bucket of a round is the short tail of the arena */
-    int *arrived[2];        /* (cap) per round and bucket: shards received from the other regions */
+    int *arrived[2];             /* (cap) per round and bucket: shards received from the other regions */
     int cap;
     double end;
 } engine;
@@ -54,15 +54,15 @@ typedef struct sim {
     long long n_heap, cap_heap;
     unsigned long long seq;
     long long events;
-    inst *in;               /* (n_inst) replica-major: inst q*P + s */
+    inst *in; /* (n_inst) replica-major: inst q*P + s */
     int n_inst, M, P;
-    engine *eng;            /* (n_groups * 2): [2g] gradient engine, [2g+1] streaming fragments */
+    engine *eng;               /* (n_groups * 2): [2g] gradient engine, [2g+1] streaming fragments */
     int n_groups, *group_left; /* (n_groups) replicas of the group still in the pipeline */
-    int *group_of;          /* (n_inst) */
-    int *region_group0;     /* (n_regions) first group of a region (data parallel), -1 idle */
-    double *link_free;      /* (n_regions^2) */
+    int *group_of;             /* (n_inst) */
+    int *region_group0;        /* (n_regions) first group of a region (data parallel), -1 idle */
+    double *link_free;         /* (n_regions^2) */
     double now, wan_bytes, pipe_end;
-    int cores_free;         /* host_cores mode: idle cores; -1 unlimited */
+    int cores_free;                 /* host_cores mode: idle cores; -1 unlimited */
     int *core_queue, q_head, q_len; /* (n_inst) ring of stages waiting for a core, FIFO */
     xdc_err_t err;
 } sim;
@@ -170,7 +170,8 @@ static void inst_try(sim *s, int i)
     /* The last backward hands its gradients to the comm engine layer by layer (orch_train.c): the
      * group's sync starts once every replica of the stage is in it. */
     int g = s->group_of[i];
-    if (x->next_op == 2 * s->M - 1 && --s->group_left[g] == 0) engine_start(s, 2 * g, s->eng[2 * g].n_rounds, x->op_dur);
+    if (x->next_op == 2 * s->M - 1 && --s->group_left[g] == 0)
+        engine_start(s, 2 * g, s->eng[2 * g].n_rounds, x->op_dur);
 }
 
 /* Start engine e now; the gradients of its first round appear over the next `overlap` seconds. */
@@ -235,12 +236,9 @@ static void engine_try(sim *s, int e)
     if (g->j == 0) engine_round_setup(s, g);
     int k = g->k, j = g->j, a, bucket;
     /* Thread order: A0, then A(i) B(i-1) for i = 1..k-1, then B(k-1). */
-    if (j == 0)
-        a = 1, bucket = 0;
-    else if (j <= 2 * k - 2)
-        a = j % 2, bucket = a ? (j + 1) / 2 : j / 2 - 1;
-    else
-        a = 0, bucket = k - 1;
+    if (j == 0) a = 1, bucket = 0;
+    else if (j <= 2 * k - 2) a = j % 2, bucket = a ? (j + 1) / 2 : j / 2 - 1;
+    else a = 0, bucket = k - 1;
     const sync_round *r = &g->rounds[g->cur];
     const topo_bucket_cost *c = bucket == 0 ? &g->tail : &g->full;
     if (a && g->cur == 0 && g->overlap > 0) {
@@ -436,11 +434,23 @@ xdc_err_t xdc_sim_run(const xdc_topology *t, const xdc_model_shape *m, const xdc
             s.events++;
             switch (ev.type) {
             case EV_OP_DONE: inst_done(&s, &ev); break;
-            case EV_ACT: s.in[ev.a].fwd_ready[ev.b] = 1; inst_try(&s, ev.a); break;
-            case EV_GRAD: s.in[ev.a].bwd_ready[ev.b] = 1; inst_try(&s, ev.a); break;
+            case EV_ACT:
+                s.in[ev.a].fwd_ready[ev.b] = 1;
+                inst_try(&s, ev.a);
+                break;
+            case EV_GRAD:
+                s.in[ev.a].bwd_ready[ev.b] = 1;
+                inst_try(&s, ev.a);
+                break;
             case EV_ENGINE_DONE: engine_done(&s, &ev); break;
-            case EV_BUCKET: s.eng[ev.a].arrived[ev.c][ev.b]++; engine_try(&s, ev.a); break;
-            case EV_WAKE: s.eng[ev.a].waking = 0; engine_try(&s, ev.a); break;
+            case EV_BUCKET:
+                s.eng[ev.a].arrived[ev.c][ev.b]++;
+                engine_try(&s, ev.a);
+                break;
+            case EV_WAKE:
+                s.eng[ev.a].waking = 0;
+                engine_try(&s, ev.a);
+                break;
             }
         }
         rc = s.err;
@@ -456,7 +466,8 @@ xdc_err_t xdc_sim_run(const xdc_topology *t, const xdc_model_shape *m, const xdc
             busy_total += s.in[k].busy_s;
             if (s.in[k].busy_s > busiest) busiest = s.in[k].busy_s;
             if (s.in[k].next_op != 2 * s.M && rc == XDC_OK) {
-                xdc_diag_set(diag, "simulate: stage %d stalled at op %d (schedule deadlock)", s.in[k].stage, s.in[k].next_op);
+                xdc_diag_set(diag, "simulate: stage %d stalled at op %d (schedule deadlock)", s.in[k].stage,
+                             s.in[k].next_op);
                 rc = XDC_ERR_INTERNAL;
             }
         }

@@ -22,7 +22,7 @@
 #include <stddef.h>
 
 #define XDC_PLAN_MAX_STAGES 128 /* stages per replica */
-#define XDC_PLAN_MAX_CHAIN 16   /* regions one cross-region pipeline may span */
+#define XDC_PLAN_MAX_CHAIN  16  /* regions one cross-region pipeline may span */
 
 /* The model as numbers. xdc_model_shape_gpt fills it for the project's GPT (kernels/xdc_gpt.h). */
 typedef struct xdc_model_shape {
@@ -49,58 +49,61 @@ const char *xdc_plan_mode_name(xdc_plan_mode m);
 
 /* Measured numbers from an earlier run; zero fields mean "use the topology's". */
 typedef struct xdc_plan_calib {
-    double mfu;            /* fraction of the topology's peak TFLOP/s reached (default 0.4) */
-    double compute_scale;  /* multiplies every predicted compute time (from a measured run) */
-    double wan_gbps;       /* measured WAN goodput per link, Gbit/s */
-    int host_cores;        /* > 0: every worker shares this many cores (an emulated run on one machine) */
+    double mfu;           /* fraction of the topology's peak TFLOP/s reached (default 0.4) */
+    double compute_scale; /* multiplies every predicted compute time (from a measured run) */
+    double wan_gbps;      /* measured WAN goodput per link, Gbit/s */
+    int host_cores;       /* > 0: every worker shares this many cores (an emulated run on one machine) */
 } xdc_plan_calib;
 
 /* Constraints: a zero / negative / empty field leaves the choice to the planner. */
 typedef struct xdc_plan_opts {
     xdc_plan_calib calib;
-    int mode;            /* -1: any; else an xdc_plan_mode */
-    int stages;          /* pipeline stages per replica */
-    int microbatches;    /* per replica per step (instead of global_batch_tokens) */
-    char codec[16];      /* WAN codec: none|bf16|int8|int4|topk:F */
-    int inner_steps;     /* DiLoCo / streaming H */
-    int fragments;       /* streaming F */
-    double bucket_mb;    /* gradient bucket, MiB of fp32 */
-    double tolerance;    /* a more faithful plan wins if at most this much slower per token (0.10) */
-    int all_regions;     /* 1: every region with workers takes part (as `xdc launch` runs them) */
+    int mode;         /* -1: any; else an xdc_plan_mode */
+    int stages;       /* pipeline stages per replica */
+    int microbatches; /* per replica per step (instead of global_batch_tokens) */
+    char codec[16];   /* WAN codec: none|bf16|int8|int4|topk:F */
+    int inner_steps;  /* DiLoCo / streaming H */
+    int fragments;    /* streaming F */
+    double bucket_mb; /* gradient bucket, MiB of fp32 */
+    double tolerance; /* a more faithful plan wins if at most this much slower per token (0.10) */
+    int all_regions;  /* 1: every region with workers takes part (as `xdc launch` runs them) */
 } xdc_plan_opts;
-#define XDC_PLAN_OPTS_INIT {{0.4, 1.0, 0, 0}, -1, 0, 0, "", 0, 0, 0, 0.10, 0}
+#define XDC_PLAN_OPTS_INIT                                                                      \
+    {                                                                                           \
+        .calib = {.mfu = 0.4, .compute_scale = 1.0}, .mode = -1, .codec = "", .tolerance = 0.10 \
+    }
 
 typedef struct xdc_plan_stage {
-    int region;            /* region index; -1: the same stage in every region (data parallel) */
+    int region; /* region index; -1: the same stage in every region (data parallel) */
     int layer_begin, layer_end;
-    double params;         /* count */
-    double flops_mb;       /* forward + backward FLOPs of one microbatch */
-    double mem_gib;        /* per GPU, worst region */
-    int inflight;          /* microbatches this stage keeps in flight (1F1B warm-up + RTT cover) */
+    double params;   /* count */
+    double flops_mb; /* forward + backward FLOPs of one microbatch */
+    double mem_gib;  /* per GPU, worst region */
+    int inflight;    /* microbatches this stage keeps in flight (1F1B warm-up + RTT cover) */
 } xdc_plan_stage;
 
 typedef struct xdc_plan {
     xdc_plan_mode mode;
-    int stages;                           /* P per replica */
+    int stages; /* P per replica */
     xdc_plan_stage stage[XDC_PLAN_MAX_STAGES];
-    int replicas[XDC_TOPO_MAX_REGIONS];   /* data-parallel replicas per region (0: region idle) */
+    int replicas[XDC_TOPO_MAX_REGIONS];     /* data-parallel replicas per region (0: region idle) */
     int chain[XDC_PLAN_MAX_CHAIN], n_chain; /* pipeline mode: regions in stage order */
-    int cut_layer[XDC_PLAN_MAX_CHAIN];    /* pipeline mode: first layer after each WAN cut */
+    int cut_layer[XDC_PLAN_MAX_CHAIN];      /* pipeline mode: first layer after each WAN cut */
     int microbatches, micro_batch, seq_len;
     double bucket_mb;
-    char codec[16];                       /* WAN codec: gradients (sync/diloco/streaming), activations (pipeline) */
-    int inner_steps, fragments;           /* H, F (diloco / streaming) */
-    int fidelity;                         /* 0 = exact sync; higher = lossier codec or longer period */
+    char codec[16];             /* WAN codec: gradients (sync/diloco/streaming), activations (pipeline) */
+    int inner_steps, fragments; /* H, F (diloco / streaming) */
+    int fidelity;               /* 0 = exact sync; higher = lossier codec or longer period */
     /* predictions per optimizer step */
     double t_step, t_compute, t_intra, t_wan_exposed, t_bubble; /* seconds */
     double tokens, wan_bytes, egress_usd;
-    double mem_gib_max, mem_gib_limit;    /* per GPU: worst stage, and the smallest GPU that holds it */
-    char why[256];                        /* runners-up: why it lost */
+    double mem_gib_max, mem_gib_limit; /* per GPU: worst stage, and the smallest GPU that holds it */
+    char why[256];                     /* runners-up: why it lost */
 } xdc_plan;
 
 typedef struct xdc_plan_set {
     xdc_plan best;
-    xdc_plan *cands;       /* (n_cands) feasible candidates in pick order; cands[0] is best */
+    xdc_plan *cands; /* (n_cands) feasible candidates in pick order; cands[0] is best */
     int n_cands;
     int n_evaluated, n_rejected;
     char reject_reason[512]; /* the most common rejection, e.g. a memory shortfall */
@@ -139,14 +142,14 @@ xdc_err_t xdc_plan_to_json(const xdc_topology *t, const xdc_model_shape *m, cons
 
 typedef struct xdc_sim_result {
     int steps;
-    double t_step;          /* mean seconds per step */
-    double t_compute;       /* busiest GPU's compute seconds per step */
-    double t_bubble;        /* pipeline phase beyond the busiest GPU's compute, per step */
-    double t_comm_exposed;  /* step time after the pipeline phase (sync, WAN), per step */
-    double utilisation;     /* mean GPU busy fraction */
-    double wan_bytes;       /* per step, all links */
-    long long events;       /* events processed */
-    int gpus;               /* simulated workers */
+    double t_step;         /* mean seconds per step */
+    double t_compute;      /* busiest GPU's compute seconds per step */
+    double t_bubble;       /* pipeline phase beyond the busiest GPU's compute, per step */
+    double t_comm_exposed; /* step time after the pipeline phase (sync, WAN), per step */
+    double utilisation;    /* mean GPU busy fraction */
+    double wan_bytes;      /* per step, all links */
+    long long events;      /* events processed */
+    int gpus;              /* simulated workers */
 } xdc_sim_result;
 
 /* Run `steps` optimizer steps of plan p. */

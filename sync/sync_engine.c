@@ -18,22 +18,22 @@
 #include <string.h>
 
 typedef struct {
-    size_t lo, len;      /* slice of the buffer, fp32 elements */
-    size_t plen, shard;  /* padded length (multiple of replicas) and shard length, elements */
-    xdc_codec *codec;    /* EF residual of this bucket's shard lives here */
-    uint8_t *enc;        /* (bound) bytes: this rank's encoded shard */
+    size_t lo, len;     /* slice of the buffer, fp32 elements */
+    size_t plen, shard; /* padded length (multiple of replicas) and shard length, elements */
+    xdc_codec *codec;   /* EF residual of this bucket's shard lives here */
+    uint8_t *enc;       /* (bound) bytes: this rank's encoded shard */
     size_t enc_len, bound;
-    uint8_t **rx;        /* (n_regions) (bound) bytes received from each region; NULL at mine */
+    uint8_t **rx;                   /* (n_regions) (bound) bytes received from each region; NULL at mine */
     xdc_wan_request **sreq, **rreq; /* (n_regions) */
-    float *shard_buf;    /* (shard) fp32 */
+    float *shard_buf;               /* (shard) fp32 */
 } bucket;
 
 struct xdc_sync {
     xdc_sync_cfg cfg;
     int dp_size, dp_rank;
-    bucket *b;           /* (n_buckets) */
+    bucket *b; /* (n_buckets) */
     int n_buckets;
-    float *pad;          /* (max plen) fp32 scratch for buckets whose length is not a multiple of dp_size */
+    float *pad; /* (max plen) fp32 scratch for buckets whose length is not a multiple of dp_size */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -66,10 +66,7 @@ static xdc_err_t intra_wait(xdc_sync *s, xdc_err_t rc, xdc_intra_req *req, xdc_d
 }
 
 /* Where bucket k's padded (dp_size, shard) data lives for the collectives. */
-static float *padded(xdc_sync *s, bucket *k)
-{
-    return k->plen == k->len ? s->buf + k->lo : s->pad;
-}
+static float *padded(xdc_sync *s, bucket *k) { return k->plen == k->len ? s->buf + k->lo : s->pad; }
 
 /* Wait for a WAN request without a total deadline: the engine fails it when the peer has been silent
  * for its liveness deadline, so a slow but live peer (another region still computing, a DiLoCo region
@@ -397,7 +394,8 @@ xdc_err_t xdc_sync_set_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag *
         xdc_codec *nc;
         XDC_CHECK(bucket_codec_create(codec, k, &nc, diag));
         /* Carry the residual over; a codec without error feedback (none) has none to take. */
-        xdc_err_t rc = xdc_codec_residual(nc) ? xdc_codec_set_residual(nc, xdc_codec_residual(k->codec), k->shard) : XDC_OK;
+        xdc_err_t rc = xdc_codec_residual(nc) ? xdc_codec_set_residual(nc, xdc_codec_residual(k->codec), k->shard)
+                                              : XDC_OK;
         size_t bound = xdc_codec_bound(nc, k->shard);
         /* A rare path: grow the wire buffers when the new codec may need more room. */
         if (rc == XDC_OK && bound > k->bound) {

@@ -20,13 +20,13 @@
 typedef struct orch_trace orch_trace;
 
 typedef struct xdc_sync_cfg {
-    size_t n_elems;         /* buffer length, fp32 */
-    size_t bucket_elems;    /* elements per bucket (rounded up to a multiple of the replica count) */
-    xdc_intra_comm *dp;     /* data-parallel group of this stage in this region; NULL when alone */
-    xdc_wan_peer **peers;   /* (n_regions) the same rank in each other region; NULL at my_region */
+    size_t n_elems;       /* buffer length, fp32 */
+    size_t bucket_elems;  /* elements per bucket (rounded up to a multiple of the replica count) */
+    xdc_intra_comm *dp;   /* data-parallel group of this stage in this region; NULL when alone */
+    xdc_wan_peer **peers; /* (n_regions) the same rank in each other region; NULL at my_region */
     int n_regions, my_region;
-    xdc_codec_cfg codec;    /* WAN codec (n_elems is filled per bucket shard) */
-    const char *name;       /* for logs: "grads", "pseudo-grads" */
+    xdc_codec_cfg codec; /* WAN codec (n_elems is filled per bucket shard) */
+    const char *name;    /* for logs: "grads", "pseudo-grads" */
 } xdc_sync_cfg;
 
 typedef struct xdc_sync_stats {

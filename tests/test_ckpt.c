@@ -17,8 +17,13 @@ extern const xdc_model_ops xdc_model_cpu_ops;
 static xdc_gpt_stage *make_stage(int begin, int end)
 {
     xdc_gpt_stage_config c = {.model = {.n_layer = 2, .n_head = 2, .n_embd = 16, .max_seq_len = 8, .vocab_size = 32},
-                              .layer_begin = begin, .layer_end = end, .batch = 2, .seq_len = 8,
-                              .max_inflight = 1, .seed = 11, .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}};
+                              .layer_begin = begin,
+                              .layer_end = end,
+                              .batch = 2,
+                              .seq_len = 8,
+                              .max_inflight = 1,
+                              .seed = 11,
+                              .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}};
     xdc_gpt_stage *s = NULL;
     XDC_ASSERT_OK(xdc_gpt_stage_create(&xdc_model_cpu_ops, &c, &s, NULL));
     return s;

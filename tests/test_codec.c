@@ -105,13 +105,18 @@ XDC_TEST(codec_round_trip_error_within_documented_bounds)
                     break;
                 }
                 case 3: bound = (hi - lo) / 30.0f * 1.0001f; break;
-                default: bound = y[i] == 0.0f ? fabsf(x[i]) : 0; nonzero += y[i] != 0.0f; break;
+                default:
+                    bound = y[i] == 0.0f ? fabsf(x[i]) : 0;
+                    nonzero += y[i] != 0.0f;
+                    break;
                 }
-                if (!(err <= bound)) XDC_FAIL("%s zstd %d elem %zu: %g -> %g (bound %g)", all_codecs[ci], zstd, i, x[i], y[i], bound);
+                if (!(err <= bound))
+                    XDC_FAIL("%s zstd %d elem %zu: %g -> %g (bound %g)", all_codecs[ci], zstd, i, x[i], y[i], bound);
             }
             if (ci == 4) { /* k = round(0.05 * count) per chunk */
                 size_t want = 0;
-                for (size_t c0 = 0; c0 < n; c0 += chunk) want += (size_t)(0.05 * (double)(n - c0 < chunk ? n - c0 : chunk) + 0.5);
+                for (size_t c0 = 0; c0 < n; c0 += chunk)
+                    want += (size_t)(0.05 * (double)(n - c0 < chunk ? n - c0 : chunk) + 0.5);
                 XDC_ASSERT_EQ(nonzero, want);
             }
             XDC_ASSERT(1);
@@ -208,7 +213,8 @@ XDC_TEST(codec_zeros_denormals_and_huge_values_round_trip)
         for (size_t i = 0; i < n; i++) XDC_ASSERT_MSG(y[i] == 0.0f, "%s zeros: y[%zu] = %g", all_codecs[ci], i, y[i]);
         for (size_t i = 0; i < n; i++) x[i] = (i & 1 ? -1.0f : 1.0f) * FLT_MIN * (float)(i % 5) / 8.0f; /* denormals */
         round_trip(c, x, n, y);
-        for (size_t i = 0; i < n; i++) XDC_ASSERT_MSG(fabsf(y[i] - x[i]) <= FLT_MIN && isfinite(y[i]), "%s denormal %zu", all_codecs[ci], i);
+        for (size_t i = 0; i < n; i++)
+            XDC_ASSERT_MSG(fabsf(y[i] - x[i]) <= FLT_MIN && isfinite(y[i]), "%s denormal %zu", all_codecs[ci], i);
         XDC_ASSERT_OK(xdc_codec_set_residual(c, NULL, n));
         for (size_t i = 0; i < n; i++) x[i] = (i % 3 == 0 ? -1e30f : 1e30f) * (float)(1 + i % 7) / 8.0f;
         round_trip(c, x, n, y);
@@ -279,7 +285,8 @@ XDC_TEST(codec_accumulate_mode_adds_and_chunks_pipeline)
             XDC_ASSERT_OK(xdc_codec_encode_chunk(b, x, n, ch, piece, cap, &pl, NULL));
             off -= pl;
             XDC_ASSERT(memcmp(whole + off, piece, pl) == 0);
-            XDC_ASSERT_OK(xdc_codec_decode_chunk(b, piece, pl, acc, n, XDC_CODEC_ACCUMULATE, &used, &first, &count, NULL));
+            XDC_ASSERT_OK(
+                xdc_codec_decode_chunk(b, piece, pl, acc, n, XDC_CODEC_ACCUMULATE, &used, &first, &count, NULL));
             XDC_ASSERT_EQ(used, pl);
             XDC_ASSERT_EQ(first, ch * chunk);
         }
@@ -386,7 +393,8 @@ static double train_least_squares(const char *spec)
         for (int j = 0; j < D; j++) w[j] -= 0.3f * use[j];
     }
     double err = 0, norm = 0;
-    for (int j = 0; j < D; j++) err += (double)(w[j] - wstar[j]) * (w[j] - wstar[j]), norm += (double)wstar[j] * wstar[j];
+    for (int j = 0; j < D; j++)
+        err += (double)(w[j] - wstar[j]) * (w[j] - wstar[j]), norm += (double)wstar[j] * wstar[j];
     xdc_free(buf);
     xdc_codec_destroy(c);
     return sqrt(err / norm);

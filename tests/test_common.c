@@ -194,8 +194,10 @@ XDC_TEST(layering_check_catches_an_upward_include)
 
     snprintf(cmd, sizeof cmd,
              "cd %1$s && rm common/xdc_up.h topology/xdc_lost.h && "
-             "sed -i 's#^LAYERS := .*#LAYERS := common kernels config topology compression wan wan/emu intra model sync scheduler "
-             "orchestrator/obs orchestrator/control orchestrator/worker orchestrator/cli#; /^          intra wan/d' Makefile",
+             "sed -i 's#^LAYERS := .*#LAYERS := common kernels config topology compression wan wan/emu intra model "
+             "sync scheduler "
+             "orchestrator/obs orchestrator/control orchestrator/worker orchestrator/cli#; /^          intra wan/d' "
+             "Makefile",
              t);
     XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 0);
     snprintf(cmd, sizeof cmd, "bash tests/check_layers.sh %s", t);

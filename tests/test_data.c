@@ -31,8 +31,8 @@ static const char *write_shard(const char *name, int n, int count_delta)
 
 static xdc_data_config cfg(int rank, int world, uint64_t seed)
 {
-    return (xdc_data_config){.batch = B, .seq_len = T, .val_fraction = 0.2, .seed = seed, .rank = rank,
-                             .world = world, .vocab_size = 65536};
+    return (xdc_data_config){
+        .batch = B, .seq_len = T, .val_fraction = 0.2, .seed = seed, .rank = rank, .world = world, .vocab_size = 65536};
 }
 
 XDC_TEST(data_shard_windows_have_next_token_targets)
@@ -184,8 +184,8 @@ XDC_TEST(data_directory_concatenates_text_files_and_skips_indexes)
     snprintf(link, sizeof link, "%s/one.u8", dir);
     XDC_ASSERT(symlink("one", link) == 0);
     xdc_data *d = NULL;
-    xdc_data_config c = {.batch = 2, .seq_len = 16, .val_fraction = 0.5, .seed = 1, .rank = 0, .world = 1,
-                         .vocab_size = 256};
+    xdc_data_config c = {
+        .batch = 2, .seq_len = 16, .val_fraction = 0.5, .seed = 1, .rank = 0, .world = 1, .vocab_size = 256};
     XDC_ASSERT_OK(xdc_data_open(dir, &c, &d, NULL));
     XDC_ASSERT_EQ(xdc_data_train_tokens(d) + xdc_data_val_tokens(d), 798);
     const uint16_t *val = xdc_data_val_view(d);

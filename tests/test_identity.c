@@ -35,7 +35,7 @@ static xdc_topology *load_topo(void)
     return t;
 }
 
-#define ENV(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define ENV(...)   ((const char *const[]){__VA_ARGS__, NULL})
 #define SRC(id, f) ((id).source[ORCH_ID_##f])
 
 XDC_TEST(identity_from_xdc_variables)
@@ -62,11 +62,11 @@ XDC_TEST(identity_from_torchrun_variables)
 {
     orch_identity id;
     /* torchrun: GROUP_RANK is the node; nodes = WORLD_SIZE / LOCAL_WORLD_SIZE. */
-    XDC_ASSERT_OK(orch_identity_resolve(NULL,
-                                        ENV("GROUP_RANK=2", "RANK=5", "WORLD_SIZE=8", "LOCAL_RANK=1",
-                                            "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=10.1.1.1", "MASTER_PORT=29500",
-                                            "TORCHELASTIC_RUN_ID=te1"),
-                                        NULL, 0, &id, NULL));
+    XDC_ASSERT_OK(
+        orch_identity_resolve(NULL,
+                              ENV("GROUP_RANK=2", "RANK=5", "WORLD_SIZE=8", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2",
+                                  "MASTER_ADDR=10.1.1.1", "MASTER_PORT=29500", "TORCHELASTIC_RUN_ID=te1"),
+                              NULL, 0, &id, NULL));
     XDC_ASSERT_EQ(id.node, 2);
     XDC_ASSERT(strcmp(SRC(id, NODE), "GROUP_RANK") == 0);
     XDC_ASSERT_EQ(id.num_nodes, 4);
@@ -124,11 +124,11 @@ XDC_TEST(identity_from_open_mpi_and_pmi_variables)
 XDC_TEST(identity_from_slurm_variables_and_hostlist)
 {
     orch_identity id;
-    XDC_ASSERT_OK(orch_identity_resolve(NULL,
-                                        ENV("SLURM_NODEID=1", "SLURM_NNODES=4", "SLURM_PROCID=9", "SLURM_NTASKS=16",
-                                            "SLURM_LOCALID=1", "SLURMD_NODENAME=gpu-e02",
-                                            "SLURM_JOB_NODELIST=gpu-e[01-04]"),
-                                        NULL, 0, &id, NULL));
+    XDC_ASSERT_OK(
+        orch_identity_resolve(NULL,
+                              ENV("SLURM_NODEID=1", "SLURM_NNODES=4", "SLURM_PROCID=9", "SLURM_NTASKS=16",
+                                  "SLURM_LOCALID=1", "SLURMD_NODENAME=gpu-e02", "SLURM_JOB_NODELIST=gpu-e[01-04]"),
+                              NULL, 0, &id, NULL));
     XDC_ASSERT_EQ(id.node, 1);
     XDC_ASSERT(strcmp(SRC(id, NODE), "SLURM_NODEID") == 0);
     XDC_ASSERT_EQ(id.num_nodes, 4);
@@ -146,8 +146,7 @@ XDC_TEST(identity_from_slurm_variables_and_hostlist)
     XDC_ASSERT(strcmp(SRC(id, HOST), "--host") == 0);
     /* A malformed hostlist is named. */
     xdc_diag d = {{0}};
-    XDC_ASSERT_ERR(orch_identity_resolve(&fl, ENV("SLURM_JOB_NODELIST=gpu-[03-01"), NULL, 0, &id, &d),
-                   XDC_ERR_CONFIG);
+    XDC_ASSERT_ERR(orch_identity_resolve(&fl, ENV("SLURM_JOB_NODELIST=gpu-[03-01"), NULL, 0, &id, &d), XDC_ERR_CONFIG);
     XDC_ASSERT_STR_CONTAINS(d.msg, "SLURM_JOB_NODELIST='gpu-[03-01'");
 }
 
@@ -155,8 +154,8 @@ XDC_TEST(identity_from_topology_host_position)
 {
     xdc_topology *t = load_topo();
     orch_identity id;
-    const orch_identity_flags fl = {.value = {[ORCH_ID_HOST] = "gpu-w2", [ORCH_ID_RUN_ID] = "r9",
-                                              [ORCH_ID_COORDINATOR] = "coord:1"}};
+    const orch_identity_flags fl = {
+        .value = {[ORCH_ID_HOST] = "gpu-w2", [ORCH_ID_RUN_ID] = "r9", [ORCH_ID_COORDINATOR] = "coord:1"}};
     XDC_ASSERT_OK(orch_identity_resolve(&fl, ENV("HOME=/root"), t, ORCH_ID_REQUIRE_AGENT, &id, NULL));
     XDC_ASSERT(strcmp(id.region, "eu-west") == 0 && strcmp(SRC(id, REGION), "topology") == 0);
     XDC_ASSERT_EQ(id.region_index, 1);
@@ -201,13 +200,12 @@ XDC_TEST(identity_precedence_flags_then_xdc_then_launchers)
     fflush(mem);
     XDC_ASSERT(strstr(buf, "gethostname()") == NULL);
     /* torchrun before Open MPI before Slurm for the same field */
-    XDC_ASSERT_OK(orch_identity_resolve(NULL, ENV("SLURM_NODEID=3", "OMPI_COMM_WORLD_RANK=2",
-                                                  "OMPI_COMM_WORLD_LOCAL_SIZE=1", "NODE_RANK=1"),
-                                        NULL, 0, &id, NULL));
+    XDC_ASSERT_OK(orch_identity_resolve(
+        NULL, ENV("SLURM_NODEID=3", "OMPI_COMM_WORLD_RANK=2", "OMPI_COMM_WORLD_LOCAL_SIZE=1", "NODE_RANK=1"), NULL, 0,
+        &id, NULL));
     XDC_ASSERT(strcmp(SRC(id, NODE), "NODE_RANK") == 0);
-    XDC_ASSERT_OK(orch_identity_resolve(NULL, ENV("SLURM_NODEID=3", "OMPI_COMM_WORLD_RANK=2",
-                                                  "OMPI_COMM_WORLD_LOCAL_SIZE=1"),
-                                        NULL, 0, &id, NULL));
+    XDC_ASSERT_OK(orch_identity_resolve(
+        NULL, ENV("SLURM_NODEID=3", "OMPI_COMM_WORLD_RANK=2", "OMPI_COMM_WORLD_LOCAL_SIZE=1"), NULL, 0, &id, NULL));
     XDC_ASSERT(strcmp(SRC(id, NODE), "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_LOCAL_SIZE") == 0);
     XDC_ASSERT_EQ(id.node, 2);
     xdc_log_set_stream(NULL);
@@ -261,15 +259,14 @@ static const char *env_value(char **env, const char *key)
 XDC_TEST(identity_worker_env_contract_round_trips)
 {
     xdc_topology *t = load_topo();
-    const orch_identity_flags fl = {.value = {[ORCH_ID_HOST] = "gpu-w2", [ORCH_ID_RUN_ID] = "run7",
-                                              [ORCH_ID_COORDINATOR] = "10.0.0.1:29400"}};
+    const orch_identity_flags fl = {
+        .value = {[ORCH_ID_HOST] = "gpu-w2", [ORCH_ID_RUN_ID] = "run7", [ORCH_ID_COORDINATOR] = "10.0.0.1:29400"}};
     orch_identity node, w;
     XDC_ASSERT_OK(orch_identity_resolve(&fl, ENV("HOME=/home/x"), t, ORCH_ID_REQUIRE_AGENT, &node, NULL));
     char **env = NULL;
     /* The parent's own RANK and XDC_REGION must not leak through. */
-    XDC_ASSERT_OK(orch_identity_worker_env(&node, t, 2, NULL, 29500,
-                                           ENV("HOME=/home/x", "RANK=99", "XDC_REGION=us-east", "PATH=/bin"), &env,
-                                           NULL));
+    XDC_ASSERT_OK(orch_identity_worker_env(
+        &node, t, 2, NULL, 29500, ENV("HOME=/home/x", "RANK=99", "XDC_REGION=us-east", "PATH=/bin"), &env, NULL));
     XDC_ASSERT(strcmp(env_value(env, "RANK"), "5") == 0); /* node 1 x 3 workers + slot 2 */
     XDC_ASSERT(strcmp(env_value(env, "WORLD_SIZE"), "6") == 0);
     XDC_ASSERT(strcmp(env_value(env, "LOCAL_RANK"), "2") == 0);

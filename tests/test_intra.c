@@ -29,10 +29,8 @@ static void fill(void *buf, xdc_intra_dtype dt, int seed, int r, size_t base, si
 {
     for (size_t i = 0; i < n; i++) {
         float v = input_value(seed, r, base + i);
-        if (dt == XDC_INTRA_F32)
-            ((float *)buf)[i] = v;
-        else
-            ((uint16_t *)buf)[i] = xdc_intra_f32_to_bf16(v);
+        if (dt == XDC_INTRA_F32) ((float *)buf)[i] = v;
+        else ((uint16_t *)buf)[i] = xdc_intra_f32_to_bf16(v);
     }
 }
 
@@ -253,8 +251,8 @@ static int rank_split(xdc_intra_comm *comm, intra_test_rank *tr, const void *arg
     RCHECK_OK(xdc_intra_split(comm, replica, -stage, &pp, &d), tr); /* key reverses stage order */
     RCHECK_OK(xdc_intra_split(comm, me == 0 ? 0 : XDC_INTRA_UNDEFINED, 0, &none, &d), tr);
     RCHECK(me == 0 ? none && xdc_intra_size(none) == 1 : none == NULL, tr, "UNDEFINED colour handling");
-    RCHECK(xdc_intra_size(dp) == 2 && xdc_intra_rank(dp) == replica, tr, "dp group rank %d size %d",
-           xdc_intra_rank(dp), xdc_intra_size(dp));
+    RCHECK(xdc_intra_size(dp) == 2 && xdc_intra_rank(dp) == replica, tr, "dp group rank %d size %d", xdc_intra_rank(dp),
+           xdc_intra_size(dp));
     RCHECK(xdc_intra_size(pp) == 2 && xdc_intra_rank(pp) == 1 - stage, tr, "pp group rank %d", xdc_intra_rank(pp));
     float v[5], want[5];
     for (int i = 0; i < 5; i++) {
@@ -264,10 +262,8 @@ static int rank_split(xdc_intra_comm *comm, intra_test_rank *tr, const void *arg
     RCHECK_OK(intra_test_run_op(tr, xdc_intra_all_reduce(dp, v, v, 5, XDC_INTRA_F32, XDC_INTRA_SUM, &tr->req)), tr);
     RCHECK(memcmp(v, want, sizeof v) == 0, tr, "dp all_reduce of stage %d wrong: %g", stage, v[0]);
     float act[3] = {1.5f + (float)replica, 2, 3}, got[3] = {0};
-    if (stage == 0)
-        RCHECK_OK(intra_test_run_op(tr, xdc_intra_send(pp, act, 3, XDC_INTRA_F32, 0, &tr->req)), tr);
-    else
-        RCHECK_OK(intra_test_run_op(tr, xdc_intra_recv(pp, got, 3, XDC_INTRA_F32, 1, &tr->req)), tr);
+    if (stage == 0) RCHECK_OK(intra_test_run_op(tr, xdc_intra_send(pp, act, 3, XDC_INTRA_F32, 0, &tr->req)), tr);
+    else RCHECK_OK(intra_test_run_op(tr, xdc_intra_recv(pp, got, 3, XDC_INTRA_F32, 1, &tr->req)), tr);
     RCHECK(stage == 0 || memcmp(act, got, sizeof act) == 0, tr, "pp activation of replica %d wrong", replica);
     xdc_intra_destroy(none == (xdc_intra_comm *)1 ? NULL : none);
     xdc_intra_destroy(pp);
@@ -311,8 +307,9 @@ static int rank_inflight(xdc_intra_comm *comm, intra_test_rank *tr, const void *
     inflight f = {.nreq = 0, .rc = XDC_OK};
     for (int i = 0; i < INFLIGHT; i++) {
         for (int j = 0; j < C; j++) bufs[i * C + j] = (float)(me + i + j % 7);
-        RCHECK_OK(xdc_intra_all_reduce(comm, bufs + i * C, bufs + i * C, C, XDC_INTRA_F32, XDC_INTRA_SUM,
-                                       &f.reqs[f.nreq++]), tr);
+        RCHECK_OK(
+            xdc_intra_all_reduce(comm, bufs + i * C, bufs + i * C, C, XDC_INTRA_F32, XDC_INTRA_SUM, &f.reqs[f.nreq++]),
+            tr);
     }
     for (int j = 0; j < C; j++) sendv[j] = (float)(me * 1000 + j);
     RCHECK_OK(xdc_intra_send(comm, sendv, C, XDC_INTRA_F32, (me + 1) % n, &f.reqs[f.nreq++]), tr);
@@ -340,8 +337,8 @@ XDC_TEST(intra_cpu_many_operations_in_flight_waited_from_another_thread)
 /* ---- failures ----------------------------------------------------------------------------------- */
 
 typedef struct fault_case {
-    int victim;      /* rank that misbehaves */
-    int mode;        /* 0: SIGKILL itself before a collective, 1: same before a p2p, 2: stay alive, absent */
+    int victim; /* rank that misbehaves */
+    int mode;   /* 0: SIGKILL itself before a collective, 1: same before a p2p, 2: stay alive, absent */
 } fault_case;
 
 static int rank_fault(xdc_intra_comm *comm, intra_test_rank *tr, const void *arg)
@@ -355,12 +352,9 @@ static int rank_fault(xdc_intra_comm *comm, intra_test_rank *tr, const void *arg
     float v[100] = {0};
     xdc_diag d = {{0}};
     xdc_intra_req *req = NULL;
-    if (fc->mode == 1 && me == 0)
-        RCHECK_OK(xdc_intra_recv(comm, v, 100, XDC_INTRA_F32, fc->victim, &req), tr);
-    else if (fc->mode == 1)
-        return 0;
-    else
-        RCHECK_OK(xdc_intra_all_reduce(comm, v, v, 100, XDC_INTRA_F32, XDC_INTRA_SUM, &req), tr);
+    if (fc->mode == 1 && me == 0) RCHECK_OK(xdc_intra_recv(comm, v, 100, XDC_INTRA_F32, fc->victim, &req), tr);
+    else if (fc->mode == 1) return 0;
+    else RCHECK_OK(xdc_intra_all_reduce(comm, v, v, 100, XDC_INTRA_F32, XDC_INTRA_SUM, &req), tr);
     xdc_err_t rc = xdc_intra_wait(req, 3000, &d);
     xdc_err_t want = fc->mode == 2 ? XDC_ERR_TIMEOUT : XDC_ERR_PEER_LOST;
     RCHECK(rc == want, tr, "rank %d got %s (%s), want %s", me, xdc_errname(rc), d.msg, xdc_errname(want));
@@ -413,10 +407,12 @@ static int rank_mismatch(xdc_intra_comm *comm, intra_test_rank *tr, const void *
     xdc_intra_req *req = NULL;
     if (p2p)
         RCHECK_OK(me == 0 ? xdc_intra_send(comm, v, 8, XDC_INTRA_F32, 1, &req)
-                          : xdc_intra_recv(comm, out, 4, XDC_INTRA_F32, 0, &req), tr);
+                          : xdc_intra_recv(comm, out, 4, XDC_INTRA_F32, 0, &req),
+                  tr);
     else
         RCHECK_OK(me == 0 ? xdc_intra_all_reduce(comm, v, v, 8, XDC_INTRA_F32, XDC_INTRA_SUM, &req)
-                          : xdc_intra_all_gather(comm, v, out, 8, XDC_INTRA_F32, &req), tr);
+                          : xdc_intra_all_gather(comm, v, out, 8, XDC_INTRA_F32, &req),
+                  tr);
     xdc_err_t rc = xdc_intra_wait(req, 3000, &d);
     if (p2p && me == 0) return 0; /* the send fits the ring and completes; the receiver detects */
     RCHECK(rc == XDC_ERR_PROTO || (rc == XDC_ERR_PEER_LOST && strstr(d.msg, "failed the group")), tr,

@@ -71,11 +71,11 @@ static int rank_main(intra_test_rank *tr, int boot_rd, int boot_wr, int release_
     return st;
 }
 
-void intra_test_ranks(xdc_intra_backend backend, int n, intra_test_rank_fn fn, const void *arg,
-                      intra_test_result *res)
+void intra_test_ranks(xdc_intra_backend backend, int n, intra_test_rank_fn fn, const void *arg, intra_test_result *res)
 {
     XDC_ASSERT(n >= 1 && n <= INTRA_TEST_MAX_RANKS);
-    intra_test_rank *trs = mmap(NULL, sizeof *trs * (size_t)n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    intra_test_rank *trs = mmap(NULL, sizeof *trs * (size_t)n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
+                                0);
     XDC_ASSERT(trs != MAP_FAILED);
     int boot[2], release[2];
     XDC_ASSERT(pipe(boot) == 0 && pipe(release) == 0);

@@ -14,12 +14,12 @@
 typedef struct intra_test_rank {
     xdc_intra_backend backend;
     int rank, size;
-    int status;          /* -1 running, 0 passed, 1 failed */
-    int release_fd;      /* read end of the pipe finished ranks write one byte to */
-    xdc_intra_req *req;  /* the request intra_test_run_op waits for */
-    xdc_diag diag;       /* detail of the last failed wait */
-    char msg[640];       /* failure message */
-    char note[512];      /* free text a rank reports to the test */
+    int status;         /* -1 running, 0 passed, 1 failed */
+    int release_fd;     /* read end of the pipe finished ranks write one byte to */
+    xdc_intra_req *req; /* the request intra_test_run_op waits for */
+    xdc_diag diag;      /* detail of the last failed wait */
+    char msg[640];      /* failure message */
+    char note[512];     /* free text a rank reports to the test */
 } intra_test_rank;
 
 typedef struct intra_test_result {
@@ -30,8 +30,7 @@ typedef int (*intra_test_rank_fn)(xdc_intra_comm *comm, intra_test_rank *tr, con
 
 /* Fork `n` ranks running fn; assert every rank passed (a rank killed by SIGKILL from fn counts as
  * passed: the fault tests do that on purpose). Notes are copied to *res when res is not NULL. */
-void intra_test_ranks(xdc_intra_backend backend, int n, intra_test_rank_fn fn, const void *arg,
-                      intra_test_result *res);
+void intra_test_ranks(xdc_intra_backend backend, int n, intra_test_rank_fn fn, const void *arg, intra_test_result *res);
 /* Wait for tr->req when `started` is XDC_OK (the result of the call that started it), 20 s at most. */
 xdc_err_t intra_test_run_op(intra_test_rank *tr, xdc_err_t started);
 /* A rank that must stay alive but absent: block until every other rank has finished. Returns 0. */
@@ -40,22 +39,22 @@ int intra_test_block_until_released(intra_test_rank *tr);
  * 0 with the reason in why when none. */
 int intra_test_gpu_count(char *why, size_t cap);
 
-#define RCHECK(cond, tr, ...)                                                                    \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            snprintf((tr)->msg, sizeof (tr)->msg, __VA_ARGS__);                                  \
-            return -1;                                                                           \
-        }                                                                                        \
+#define RCHECK(cond, tr, ...)                                  \
+    do {                                                       \
+        if (!(cond)) {                                         \
+            snprintf((tr)->msg, sizeof(tr)->msg, __VA_ARGS__); \
+            return -1;                                         \
+        }                                                      \
     } while (0)
 
-#define RCHECK_OK(call, tr)                                                                      \
-    do {                                                                                         \
-        xdc_err_t rc_ = (call);                                                                  \
-        if (rc_ != XDC_OK) {                                                                     \
-            snprintf((tr)->msg, sizeof (tr)->msg, "%s:%d: %s -> %s: %s", __FILE__, __LINE__, #call, \
-                     xdc_errname(rc_), (tr)->diag.msg);                                          \
-            return -1;                                                                           \
-        }                                                                                        \
+#define RCHECK_OK(call, tr)                                                                                          \
+    do {                                                                                                             \
+        xdc_err_t rc_ = (call);                                                                                      \
+        if (rc_ != XDC_OK) {                                                                                         \
+            snprintf((tr)->msg, sizeof(tr)->msg, "%s:%d: %s -> %s: %s", __FILE__, __LINE__, #call, xdc_errname(rc_), \
+                     (tr)->diag.msg);                                                                                \
+            return -1;                                                                                               \
+        }                                                                                                            \
     } while (0)
 
 #endif /* XDC_TEST_INTRA_RANKS_H */

@@ -265,8 +265,13 @@ XDC_TEST(kern_cuda_stage_matches_cpu)
     if (xdc_kern_cuda_device_count() <= 0) xdc_test_skip("no GPU: no CUDA device visible");
     const xdc_kern_backend *gpu = NULL;
     XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CUDA, &gpu, NULL));
-    xdc_gpt_stage_config cfg = {.model = {2, 2, 16, 8, 32}, .layer_begin = 0, .layer_end = 2, .batch = 2,
-                                .seq_len = 8, .max_inflight = 1, .seed = 7,
+    xdc_gpt_stage_config cfg = {.model = {2, 2, 16, 8, 32},
+                                .layer_begin = 0,
+                                .layer_end = 2,
+                                .batch = 2,
+                                .seq_len = 8,
+                                .max_inflight = 1,
+                                .seed = 7,
                                 .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}};
     xdc_gpt_stage *sc = NULL, *sg = NULL;
     XDC_ASSERT_OK(xdc_gpt_stage_create(cpu, &cfg, &sc, NULL));
@@ -283,7 +288,9 @@ XDC_TEST(kern_cuda_stage_matches_cpu)
     float *gc = malloc(n * 4), *gg = malloc(n * 4);
     XDC_ASSERT_OK(gpu->model->download(gg, xdc_gpt_stage_grads(sg), n * 4));
     memcpy(gc, xdc_gpt_stage_grads(sc), n * 4);
-    for (size_t i = 0; i < n; i++) XDC_ASSERT_MSG(fabsf(gc[i] - gg[i]) <= 1e-4f + 1e-3f * fabsf(gc[i]), "grad[%zu] cpu %g cuda %g", i, gc[i], gg[i]);
+    for (size_t i = 0; i < n; i++)
+        XDC_ASSERT_MSG(fabsf(gc[i] - gg[i]) <= 1e-4f + 1e-3f * fabsf(gc[i]), "grad[%zu] cpu %g cuda %g", i, gc[i],
+                       gg[i]);
     double nc = 0.0, ng = 0.0;
     XDC_ASSERT_OK(xdc_gpt_stage_grad_sumsq(sc, &nc));
     XDC_ASSERT_OK(xdc_gpt_stage_grad_sumsq(sg, &ng));

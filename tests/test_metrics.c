@@ -19,10 +19,10 @@ XDC_TEST(metrics_render_counter_gauge_histogram_and_escaping)
     orch_metric_family *req = NULL, *lat = NULL, *temp = NULL;
     const char *lab[] = {"peer"};
     const double b[] = {0.1, 1, 10};
-    XDC_ASSERT_OK(orch_metrics_register(m, "t_requests_total", "Requests\\served\nso far.", ORCH_METRIC_COUNTER, lab,
-                                        1, NULL, 0, &req, NULL));
-    XDC_ASSERT_OK(orch_metrics_register(m, "t_latency_seconds", "Latency.", ORCH_METRIC_HISTOGRAM, NULL, 0, b, 3,
-                                        &lat, NULL));
+    XDC_ASSERT_OK(orch_metrics_register(m, "t_requests_total", "Requests\\served\nso far.", ORCH_METRIC_COUNTER, lab, 1,
+                                        NULL, 0, &req, NULL));
+    XDC_ASSERT_OK(
+        orch_metrics_register(m, "t_latency_seconds", "Latency.", ORCH_METRIC_HISTOGRAM, NULL, 0, b, 3, &lat, NULL));
     XDC_ASSERT_OK(orch_metrics_register(m, "t_temp", "Temperature.", ORCH_METRIC_GAUGE, NULL, 0, NULL, 0, &temp, NULL));
 
     orch_metric_series *eu = NULL, *eu2 = NULL, *ap = NULL, *h = NULL, *g = NULL;
@@ -34,7 +34,7 @@ XDC_TEST(metrics_render_counter_gauge_histogram_and_escaping)
     XDC_ASSERT_OK(orch_metrics_series(temp, NULL, &g, NULL));
     orch_metrics_add(eu, 3);
     orch_metrics_add(eu, 0.5);
-    orch_metrics_add(eu, -7); /* a counter never goes down */
+    orch_metrics_add(eu, -7);  /* a counter never goes down */
     orch_metrics_set(eu, 100); /* not a gauge: ignored */
     orch_metrics_set(g, -2.25);
     orch_metrics_observe(h, 0.05);
@@ -205,11 +205,13 @@ XDC_TEST(metrics_http_endpoint_serves_valid_exposition)
     XDC_ASSERT_EQ(http_get(url, &body), 200);
     XDC_ASSERT_STR_CONTAINS(body, "xdc_step_total{region=\"us-east\",host=\"node1\",rank=\"0\"} 3\n");
     XDC_ASSERT_STR_CONTAINS(body, "xdc_loss{region=\"us-east\",host=\"node1\",rank=\"0\"} 2\n");
-    XDC_ASSERT_STR_CONTAINS(body, "xdc_wan_tx_bytes_total{region=\"us-east\",host=\"node1\",rank=\"0\",peer=\"eu-west\"} "
-                                  "3145728\n");
+    XDC_ASSERT_STR_CONTAINS(body,
+                            "xdc_wan_tx_bytes_total{region=\"us-east\",host=\"node1\",rank=\"0\",peer=\"eu-west\"} "
+                            "3145728\n");
     XDC_ASSERT_STR_CONTAINS(body, "xdc_wan_rtt_seconds{region=\"us-east\",host=\"node1\",rank=\"0\",peer=\"eu-west\"} "
                                   "0.04\n");
-    XDC_ASSERT_STR_CONTAINS(body, "xdc_step_seconds_bucket{region=\"us-east\",host=\"node1\",rank=\"0\",le=\"2.5\"} 3\n");
+    XDC_ASSERT_STR_CONTAINS(body,
+                            "xdc_step_seconds_bucket{region=\"us-east\",host=\"node1\",rank=\"0\",le=\"2.5\"} 3\n");
     XDC_ASSERT_STR_CONTAINS(body, "# TYPE xdc_wan_goodput_bps gauge\n");
 
     char path[512], cmd[700], out[4096];
@@ -239,8 +241,7 @@ XDC_TEST(metrics_server_reports_a_busy_port)
     xdc_diag d = {{0}};
     XDC_ASSERT_OK(orch_metrics_create(NULL, NULL, 0, &m, NULL));
     XDC_ASSERT_OK(orch_metrics_server_start(m, "127.0.0.1", 0, &a, NULL));
-    XDC_ASSERT_ERR(orch_metrics_server_start(m, "127.0.0.1", orch_metrics_server_port(a), &b, &d),
-                   XDC_ERR_UNAVAILABLE);
+    XDC_ASSERT_ERR(orch_metrics_server_start(m, "127.0.0.1", orch_metrics_server_port(a), &b, &d), XDC_ERR_UNAVAILABLE);
     XDC_ASSERT_STR_CONTAINS(d.msg, "cannot serve on 127.0.0.1:");
     XDC_ASSERT_ERR(orch_metrics_server_start(m, NULL, 70000, &b, &d), XDC_ERR_INVALID);
     orch_metrics_server_stop(a);

@@ -16,8 +16,13 @@ static const xdc_model_ops *cpu = &xdc_model_cpu_ops;
 static xdc_gpt_stage_config tiny_cfg(int begin, int end, int inflight)
 {
     return (xdc_gpt_stage_config){.model = {.n_layer = 3, .n_head = 2, .n_embd = 8, .max_seq_len = 8, .vocab_size = 16},
-                                  .layer_begin = begin, .layer_end = end, .batch = 2, .seq_len = 6,
-                                  .max_inflight = inflight, .seed = 42, .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}};
+                                  .layer_begin = begin,
+                                  .layer_end = end,
+                                  .batch = 2,
+                                  .seq_len = 6,
+                                  .max_inflight = inflight,
+                                  .seed = 42,
+                                  .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}};
 }
 
 static void make_batch(int mb, int32_t *tok, int32_t *tgt, int n)

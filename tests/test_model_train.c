@@ -90,8 +90,8 @@ XDC_TEST_T(model_train_resume_matches_uninterrupted_run, 120)
     snprintf(args, sizeof args, "-c %s --data %s --threads 1", cfg, corpus);
     XDC_ASSERT_EQ(run_train(args, out, sizeof out), 0);
     parse_final(out, &v1, h1, &s1);
-    snprintf(args, sizeof args, "-c %s --data %s --threads 1 --steps 12 --checkpoint-dir %s --checkpoint-every 5",
-             cfg, corpus, ck);
+    snprintf(args, sizeof args, "-c %s --data %s --threads 1 --steps 12 --checkpoint-dir %s --checkpoint-every 5", cfg,
+             corpus, ck);
     XDC_ASSERT_EQ(run_train(args, out, sizeof out), 0);
     parse_final(out, &v2, h2, &s2);
     XDC_ASSERT_EQ(s2, 12);
@@ -138,7 +138,8 @@ XDC_TEST(model_train_config_and_usage_errors_exit_with_sysexits)
     XDC_ASSERT_EQ(run_train(args, out, sizeof out), 78);
     XDC_ASSERT_STR_CONTAINS(out, "bad.yaml:4:3");
     XDC_ASSERT_STR_CONTAINS(out, "unknown key 'widht'");
-    xdc_test_write_file(cfg, "model: {layers: 2, heads: 4, width: 64, context: 64}\ntrain:\n  lr: 0.001\n  steps: -5\n");
+    xdc_test_write_file(cfg,
+                        "model: {layers: 2, heads: 4, width: 64, context: 64}\ntrain:\n  lr: 0.001\n  steps: -5\n");
     XDC_ASSERT_EQ(run_train(args, out, sizeof out), 78);
     XDC_ASSERT_STR_CONTAINS(out, "bad.yaml:4:");
     xdc_test_write_file(cfg, "model: {layers: 2, heads: 3, width: 64, context: 64}\ntrain: {lr: 0.001}\n");

@@ -109,14 +109,22 @@ static void reference_run(int steps, int M, int R, int D, int P, xdc_gpt_stage *
     xdc_data *data[8];
     XDC_ASSERT(Q <= 8 && P <= 4);
     for (int q = 0; q < Q; q++) {
-        xdc_data_config dc = {.batch = c.batch_size, .seq_len = c.seq_len, .val_fraction = c.val_fraction,
-                              .seed = (uint64_t)c.seed, .rank = q, .world = Q, .vocab_size = c.model.vocab_size};
+        xdc_data_config dc = {.batch = c.batch_size,
+                              .seq_len = c.seq_len,
+                              .val_fraction = c.val_fraction,
+                              .seed = (uint64_t)c.seed,
+                              .rank = q,
+                              .world = Q,
+                              .vocab_size = c.model.vocab_size};
         XDC_ASSERT_OK(xdc_data_open(DATA, &dc, &data[q], NULL));
     }
     size_t np[4], btc = (size_t)c.batch_size * c.seq_len * c.model.n_embd, bt = (size_t)c.batch_size * c.seq_len;
     float *reg[4], *tot[4];
     for (int s = 0; s < P; s++) {
-        xdc_gpt_stage_config sc = {.model = c.model, .batch = c.batch_size, .seq_len = c.seq_len, .max_inflight = M,
+        xdc_gpt_stage_config sc = {.model = c.model,
+                                   .batch = c.batch_size,
+                                   .seq_len = c.seq_len,
+                                   .max_inflight = M,
                                    .seed = (uint64_t)c.seed,
                                    .adamw = {(float)c.beta1, (float)c.beta2, (float)c.eps, (float)c.weight_decay}};
         orch_stage_layers(c.model.n_layer, P, s, &sc.layer_begin, &sc.layer_end);
@@ -138,11 +146,13 @@ static void reference_run(int steps, int M, int R, int D, int P, xdc_gpt_stage *
                     float loss;
                     XDC_ASSERT_OK(xdc_data_next_train(data[r * D + d], tok, tgt));
                     for (int s = 0; s < P; s++) {
-                        XDC_ASSERT_OK(xdc_gpt_stage_forward(st[s], mb, tok, s ? act : NULL, tgt, s < P - 1 ? &y : NULL, &loss));
+                        XDC_ASSERT_OK(
+                            xdc_gpt_stage_forward(st[s], mb, tok, s ? act : NULL, tgt, s < P - 1 ? &y : NULL, &loss));
                         if (s < P - 1) memcpy(act, y, btc * 4);
                     }
                     for (int s = P - 1; s >= 0; s--) {
-                        XDC_ASSERT_OK(xdc_gpt_stage_backward(st[s], mb, s < P - 1 ? dy : NULL, 1.0f / (float)M, s ? &dx : NULL));
+                        XDC_ASSERT_OK(
+                            xdc_gpt_stage_backward(st[s], mb, s < P - 1 ? dy : NULL, 1.0f / (float)M, s ? &dx : NULL));
                         if (s) memcpy(dy, dx, btc * 4);
                     }
                 }
@@ -237,7 +247,8 @@ XDC_TEST_T(orch_pipeline_across_regions_matches_single_process, 300)
     need_corpus();
     /* Stage 0 in us-east, stage 1 in eu-west: activations and their gradients cross the emulated WAN. */
     char out[65536], bytes[64];
-    const char *run = write_run("span", "sync", 8, "none", "dump_params: true\nspan_regions: true\nactivation_codec: none\n");
+    const char *run = write_run("span", "sync", 8, "none",
+                                "dump_params: true\nspan_regions: true\nactivation_codec: none\n");
     match_reference(run, "examples/topology/span-2region.yaml", 8, 1, 1, 2, out, sizeof out);
     final_field(out, "wan_bytes=", bytes, sizeof bytes);
     XDC_ASSERT_MSG(atoll(bytes) > 0, "no activation crossed the WAN");
@@ -262,7 +273,8 @@ XDC_TEST_T(orch_same_seed_same_parameters, 300)
     char *prom = xdc_test_read_file(path, NULL);
     XDC_ASSERT_MSG(prom != NULL, "no metrics snapshot at %s", path);
     XDC_ASSERT_STR_CONTAINS(prom, "xdc_step_total{region=\"eu-west\",host=\"west-node1\",rank=\"1\"} 10");
-    XDC_ASSERT_STR_CONTAINS(prom, "xdc_wan_tx_bytes_total{region=\"eu-west\",host=\"west-node1\",rank=\"1\",peer=\"us-east\"}");
+    XDC_ASSERT_STR_CONTAINS(
+        prom, "xdc_wan_tx_bytes_total{region=\"eu-west\",host=\"west-node1\",rank=\"1\",peer=\"us-east\"}");
     free(prom);
     if (system("command -v promtool >/dev/null 2>&1") == 0) {
         snprintf(cmd, sizeof cmd, "promtool check metrics < %s", path);
@@ -350,7 +362,8 @@ XDC_TEST_T(orch_diloco_and_streaming_near_sync, 400)
     double loss[3];
     const char *modes[3] = {"sync", "diloco", "streaming"};
     for (int m = 0; m < 3; m++) {
-        const char *run = write_run(modes[m], modes[m], 100, "int8", "diloco: {inner_steps: 10}\nstreaming: {fragments: 4}\n");
+        const char *run = write_run(modes[m], modes[m], 100, "int8",
+                                    "diloco: {inner_steps: 10}\nstreaming: {fragments: 4}\n");
         snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), modes[m]);
         int rc = launch(run, dir, NULL, out, sizeof out);
         XDC_ASSERT_MSG(rc == 0, "%s run exited %d:\n%s", modes[m], rc, out);
@@ -399,8 +412,10 @@ XDC_TEST_T(orch_members_that_never_arrive_are_named, 120)
     pid_t p;
     char *coord = start_coordinator(run, dir, log, "absent-test", &p);
     /* Only us-east's agent comes; eu-west never does. */
-    snprintf(cmd, sizeof cmd, "timeout 60 %s agent -t %s -c %s --run-dir %s --region us-east --node 0 --coordinator %s "
-             "--run-id absent-test", xdc_test_bin(), TOPO, run, dir, coord);
+    snprintf(cmd, sizeof cmd,
+             "timeout 60 %s agent -t %s -c %s --run-dir %s --region us-east --node 0 --coordinator %s "
+             "--run-id absent-test",
+             xdc_test_bin(), TOPO, run, dir, coord);
     int rc = xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(rc == 69, "agent exited %d, expected 69:\n%s", rc, out);
     int status;
@@ -423,7 +438,8 @@ XDC_TEST_T(orch_plan_auto_and_replan_on_a_degraded_link, 300)
     snprintf(path, sizeof path, "%s/replan.yaml", xdc_test_tmpdir());
     snprintf(text, sizeof text,
              "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: sync\nplan: auto\nmicrobatches: 2\nsteps: 15\n"
-             "replan_every: 5\ntimeouts: {rendezvous: 30s, operation: 30s}\n", cwd, DATA);
+             "replan_every: 5\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
+             cwd, DATA);
     xdc_test_write_file(path, text);
     snprintf(cmd, sizeof cmd, "timeout 240 %s launch -t %s -c %s --run-dir %s/run --degrade-links 0.05", xdc_test_bin(),
              TOPO, path, xdc_test_tmpdir());
@@ -499,8 +515,10 @@ XDC_TEST_T(orch_coordinator_runs_agents_started_elsewhere, 240)
     /* Both nodes' agents at once, as two launch scripts would; direct WAN (no emulator) on loopback. */
     snprintf(cmd, sizeof cmd,
              "export XDC_ADVERTISE_HOST=127.0.0.1; "
-             "timeout 120 %1$s agent -t %2$s -c %3$s --run-dir %4$s --region us-east --node 0 --coordinator %5$s --run-id coord-test & "
-             "timeout 120 %1$s agent -t %2$s -c %3$s --run-dir %4$s --region eu-west --node 0 --coordinator %5$s --run-id coord-test; "
+             "timeout 120 %1$s agent -t %2$s -c %3$s --run-dir %4$s --region us-east --node 0 --coordinator %5$s "
+             "--run-id coord-test & "
+             "timeout 120 %1$s agent -t %2$s -c %3$s --run-dir %4$s --region eu-west --node 0 --coordinator %5$s "
+             "--run-id coord-test; "
              "a=$?; wait %%1; b=$?; exit $((a + b))",
              xdc_test_bin(), TOPO, run, dir, coord);
     int rc = xdc_test_run(cmd, out, sizeof out);

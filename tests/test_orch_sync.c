@@ -14,7 +14,7 @@
 #include <stdlib.h>
 
 #define N_ELEMS 70464 /* the demo's first stage */
-#define ROUNDS 40
+#define ROUNDS  40
 
 typedef struct {
     xdc_sync *sync;
@@ -77,8 +77,13 @@ XDC_TEST_T(xdc_sync_two_regions_average_every_round, 120)
     pthread_t th[2];
     xdc_wan_peer *peers[2][2] = {{NULL, tp.srv}, {tp.cli, NULL}}; /* per side: the other region's peer */
     for (int s = 0; s < 2; s++) {
-        xdc_sync_cfg cfg = {.n_elems = N_ELEMS, .bucket_elems = 65536, .dp = NULL, .peers = peers[s], .n_regions = 2,
-                             .my_region = s, .name = "test"};
+        xdc_sync_cfg cfg = {.n_elems = N_ELEMS,
+                            .bucket_elems = 65536,
+                            .dp = NULL,
+                            .peers = peers[s],
+                            .n_regions = 2,
+                            .my_region = s,
+                            .name = "test"};
         xdc_codec_cfg cc = XDC_CODEC_CFG_INIT;
         XDC_ASSERT_OK(xdc_codec_parse("none", &cc, NULL));
         cfg.codec = cc;

@@ -69,18 +69,17 @@ XDC_TEST(plan_model_too_big_for_one_region_cuts_at_cheapest_link)
 {
     /* ~1.2B parameters need ~19 GiB of weights and optimizer state: one 16 GiB GPU cannot hold it, two can.
      * a-b is fast and cheap, every link to c slow and dear: the pipeline spans a and b only. */
-    const char *y =
-        "name: three\nregions:\n"
-        "  - {name: a, nodes: a1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: 300, memory_gib: 16},"
-        " intra: {bandwidth_gbps: 1000}}\n"
-        "  - {name: b, nodes: b1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: 300, memory_gib: 16},"
-        " intra: {bandwidth_gbps: 1000}}\n"
-        "  - {name: c, nodes: c1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: 300, memory_gib: 16},"
-        " intra: {bandwidth_gbps: 1000}}\n"
-        "links:\n"
-        "  - {from: a, to: b, bandwidth_gbps: 100, rtt_ms: 4, cost_usd_per_gb: 0.01}\n"
-        "  - {from: a, to: c, bandwidth_gbps: 0.05, rtt_ms: 150, cost_usd_per_gb: 0.09}\n"
-        "  - {from: b, to: c, bandwidth_gbps: 0.05, rtt_ms: 150, cost_usd_per_gb: 0.09}\n";
+    const char *y = "name: three\nregions:\n"
+                    "  - {name: a, nodes: a1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: 300, memory_gib: 16},"
+                    " intra: {bandwidth_gbps: 1000}}\n"
+                    "  - {name: b, nodes: b1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: 300, memory_gib: 16},"
+                    " intra: {bandwidth_gbps: 1000}}\n"
+                    "  - {name: c, nodes: c1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: 300, memory_gib: 16},"
+                    " intra: {bandwidth_gbps: 1000}}\n"
+                    "links:\n"
+                    "  - {from: a, to: b, bandwidth_gbps: 100, rtt_ms: 4, cost_usd_per_gb: 0.01}\n"
+                    "  - {from: a, to: c, bandwidth_gbps: 0.05, rtt_ms: 150, cost_usd_per_gb: 0.09}\n"
+                    "  - {from: b, to: c, bandwidth_gbps: 0.05, rtt_ms: 150, cost_usd_per_gb: 0.09}\n";
     xdc_topology *t = test_plan_parse_topo(y);
     xdc_model_shape m;
     xdc_model_shape_gpt(24, 16, 2048, 512, 256, &m);
@@ -107,7 +106,7 @@ static int lossiness(const xdc_plan *p) { return p->fidelity; }
 XDC_TEST(plan_slow_link_gets_stronger_codec_or_longer_period)
 {
     xdc_model_shape m;
-    xdc_model_shape_gpt(12, 12, 768, 1024, 256, &m); /* ~85M parameters */
+    xdc_model_shape_gpt(12, 12, 768, 1024, 256, &m);     /* ~85M parameters */
     xdc_batch_shape b = {8, 1024, 8.0 * 1024 * 16 * 32}; /* ~1.2 s of compute per step */
     xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
     o.mode = -1;
@@ -167,15 +166,17 @@ XDC_TEST(plan_replan_for_measured_goodput_keeps_the_partition)
 XDC_TEST(plan_slow_link_of_three_gets_the_stronger_link_codec)
 {
     /* Three fully linked regions in sync mode: a-b is fast, every link to c slow. */
-    xdc_topology *t = test_plan_parse_topo(
-        "name: three\nregions:\n"
-        "  - {name: a, nodes: a1, gpus_per_node: 8, gpu: {model: x, bf16_tflops: 300, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
-        "  - {name: b, nodes: b1, gpus_per_node: 8, gpu: {model: x, bf16_tflops: 300, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
-        "  - {name: c, nodes: c1, gpus_per_node: 8, gpu: {model: x, bf16_tflops: 300, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
-        "links:\n"
-        "  - {from: a, to: b, bandwidth_gbps: 400, rtt_ms: 2}\n"
-        "  - {from: a, to: c, bandwidth_gbps: 2, rtt_ms: 60}\n"
-        "  - {from: b, to: c, bandwidth_gbps: 2, rtt_ms: 60}\n");
+    xdc_topology *t = test_plan_parse_topo("name: three\nregions:\n"
+                                           "  - {name: a, nodes: a1, gpus_per_node: 8, gpu: {model: x, bf16_tflops: "
+                                           "300, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
+                                           "  - {name: b, nodes: b1, gpus_per_node: 8, gpu: {model: x, bf16_tflops: "
+                                           "300, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
+                                           "  - {name: c, nodes: c1, gpus_per_node: 8, gpu: {model: x, bf16_tflops: "
+                                           "300, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
+                                           "links:\n"
+                                           "  - {from: a, to: b, bandwidth_gbps: 400, rtt_ms: 2}\n"
+                                           "  - {from: a, to: c, bandwidth_gbps: 2, rtt_ms: 60}\n"
+                                           "  - {from: b, to: c, bandwidth_gbps: 2, rtt_ms: 60}\n");
     xdc_model_shape m;
     xdc_model_shape_gpt(12, 12, 768, 1024, 256, &m);
     xdc_batch_shape b = {8, 1024, 8.0 * 1024 * 24 * 32};
@@ -221,8 +222,8 @@ XDC_TEST(plan_never_exceeds_gpu_memory)
 {
     static const char *const files[] = {"examples/topology/demo-2region.yaml", "examples/topology/heterogeneous.yaml",
                                         "examples/topology/three-region.yaml"};
-    static const int shapes[][5] = {{2, 4, 64, 64, 256}, {6, 6, 384, 256, 256}, {32, 32, 4096, 2048, 32000},
-                                    {80, 64, 8192, 2048, 32000}};
+    static const int shapes[][5] = {
+        {2, 4, 64, 64, 256}, {6, 6, 384, 256, 256}, {32, 32, 4096, 2048, 32000}, {80, 64, 8192, 2048, 32000}};
     int planned = 0;
     for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
         xdc_cfg_errors errs;
@@ -280,8 +281,7 @@ XDC_TEST(plan_search_is_deterministic)
     XDC_ASSERT_EQ(a->n_cands, c->n_cands);
     XDC_ASSERT(memcmp(&a->best, &c->best, sizeof a->best) == 0);
     XDC_ASSERT(a->best.t_step > 0 && a->best.t_step >= a->best.t_compute);
-    XDC_ASSERT_NEAR(a->best.t_step,
-                    a->best.t_compute + a->best.t_bubble + a->best.t_intra + a->best.t_wan_exposed,
+    XDC_ASSERT_NEAR(a->best.t_step, a->best.t_compute + a->best.t_bubble + a->best.t_intra + a->best.t_wan_exposed,
                     1e-9 + 1e-9 * a->best.t_step);
     /* Runners-up are in pick order and each says why it lost. */
     for (int i = 1; i < a->n_cands && i < 20; i++) XDC_ASSERT(a->cands[i].why[0] != '\0');
@@ -331,7 +331,8 @@ XDC_TEST(sim_cli_prints_step_and_exit_codes)
     XDC_ASSERT_EQ(run_xdc("simulate " DEMO " --json", out, sizeof out), 0);
     XDC_ASSERT_STR_CONTAINS(out, "\"utilisation\"");
     /* A run file: its configuration is simulated (two stages per replica, as in the demo). */
-    XDC_ASSERT_EQ(run_xdc("simulate -t examples/topology/demo-2region.yaml -c examples/train/demo.yaml", out, sizeof out), 0);
+    XDC_ASSERT_EQ(
+        run_xdc("simulate -t examples/topology/demo-2region.yaml -c examples/train/demo.yaml", out, sizeof out), 0);
     XDC_ASSERT_STR_CONTAINS(out, "2 stages per replica");
     XDC_ASSERT_EQ(run_xdc("simulate -t examples/topology/demo-2region.yaml", out, sizeof out), 64);
 }

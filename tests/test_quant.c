@@ -75,7 +75,8 @@ XDC_TEST(quant_fused_error_feedback_leaves_input_minus_decoded)
             XDC_ASSERT_OK(Q->bf16_to_fp32(h, n, y));
         }
         for (size_t i = 0; i < n; i++) /* the residual is exactly (x + r0) - decoded, in float */
-            if (r[i] != (x[i] + r0[i]) - y[i]) XDC_FAIL("codec %d elem %zu: r %g, want %g", codec, i, r[i], (x[i] + r0[i]) - y[i]);
+            if (r[i] != (x[i] + r0[i]) - y[i])
+                XDC_FAIL("codec %d elem %zu: r %g, want %g", codec, i, r[i], (x[i] + r0[i]) - y[i]);
         XDC_ASSERT(1);
     }
     xdc_free(x), xdc_free(r), xdc_free(r0), xdc_free(y), xdc_free(s), xdc_free(mins), xdc_free(q), xdc_free(h);
@@ -161,10 +162,10 @@ XDC_TEST(quant_topk_matches_sort_reference_with_ties)
 {
     size_t n = 200003; /* index fits a float exactly (< 2^24) for the reference's pairs */
     float *x = grad_like(n, 5);
-    check_topk(x, n, 2000);   /* sampled threshold path */
+    check_topk(x, n, 2000); /* sampled threshold path */
     check_topk(x, n, 1);
-    check_topk(x, n, n / 2);  /* too large for sampling: radix select over everything */
-    check_topk(x, 1000, 10);  /* small n */
+    check_topk(x, n, n / 2); /* too large for sampling: radix select over everything */
+    check_topk(x, 1000, 10); /* small n */
     for (size_t i = 0; i < n; i++) x[i] = (float)(i % 7) - 3.0f; /* massive ties: lower index wins */
     check_topk(x, n, 5000);
     for (size_t i = 0; i < n; i++) x[i] = 0.0f;

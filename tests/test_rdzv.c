@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #define MEMBERS 3
-#define ROUNDS 40
+#define ROUNDS  40
 
 typedef struct {
     xdc_wan_engine *eng;
@@ -67,7 +67,8 @@ XDC_TEST_T(rdzv_members_get_set_and_reuse_a_barrier, 120)
         pthread_create(&th[i], NULL, member_main, &m[i]);
     }
     for (int i = 0; i < MEMBERS; i++) pthread_join(th[i], NULL);
-    for (int i = 0; i < MEMBERS; i++) XDC_ASSERT_MSG(m[i].rc == XDC_OK, "member %d: %s: %s", i, xdc_errname(m[i].rc), m[i].why);
+    for (int i = 0; i < MEMBERS; i++)
+        XDC_ASSERT_MSG(m[i].rc == XDC_OK, "member %d: %s: %s", i, xdc_errname(m[i].rc), m[i].why);
     char val[64], missing[512];
     XDC_ASSERT(rdzv_server_get(srv, "k39", val, sizeof val) == 0 && strcmp(val, "v39") == 0);
     XDC_ASSERT(rdzv_server_get(srv, "nope", val, sizeof val) == -1);

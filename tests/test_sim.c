@@ -54,7 +54,7 @@ static xdc_sim_result simulate(const xdc_topology *t, const xdc_model_shape *m, 
 }
 
 #define ONE_REGION(workers)                                                                                        \
-    "name: one\nregions:\n  - {name: a, nodes: a1, gpus_per_node: " #workers ", gpu: {model: x, bf16_tflops: 100,"   \
+    "name: one\nregions:\n  - {name: a, nodes: a1, gpus_per_node: " #workers ", gpu: {model: x, bf16_tflops: 100," \
     " memory_gib: 80}, intra: {bandwidth_gbps: 1000000, latency_us: 0}}\n"
 
 XDC_TEST(sim_one_stage_no_wan_is_m_times_fwd_bwd)
@@ -93,12 +93,12 @@ XDC_TEST(sim_pipeline_bubble_matches_1f1b)
     xdc_topology_destroy(t);
 }
 
-#define TWO_REGIONS(link)                                                                                          \
-    "name: two\nregions:\n"                                                                                       \
-    "  - {name: a, nodes: a1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: 100, memory_gib: 80},"               \
-    " intra: {bandwidth_gbps: 1000}}\n"                                                                            \
-    "  - {name: b, nodes: b1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: 100, memory_gib: 80},"               \
-    " intra: {bandwidth_gbps: 1000}}\n"                                                                            \
+#define TWO_REGIONS(link)                                                                           \
+    "name: two\nregions:\n"                                                                         \
+    "  - {name: a, nodes: a1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: 100, memory_gib: 80}," \
+    " intra: {bandwidth_gbps: 1000}}\n"                                                             \
+    "  - {name: b, nodes: b1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: 100, memory_gib: 80}," \
+    " intra: {bandwidth_gbps: 1000}}\n"                                                             \
     "links:\n  - {from: a, to: b, " link "}\n"
 
 XDC_TEST(sim_wan_transfer_takes_bytes_over_bandwidth_plus_half_rtt)
@@ -114,8 +114,8 @@ XDC_TEST(sim_wan_transfer_takes_bytes_over_bandwidth_plus_half_rtt)
     double act = 128.0 * m.boundary_bytes_per_token, crossing = act / (0.1e9 / 8) + 0.030;
     double compute = (p.stage[0].flops_mb + p.stage[1].flops_mb) / (100e12 * 0.5);
     double comm = r.t_step - compute;
-    XDC_ASSERT_MSG(comm >= 2 * crossing && comm <= 2 * crossing * 1.02 + 1e-3, "two crossings took %.6f s, 2 (B/W + R/2) = %.6f s",
-                   comm, 2 * crossing);
+    XDC_ASSERT_MSG(comm >= 2 * crossing && comm <= 2 * crossing * 1.02 + 1e-3,
+                   "two crossings took %.6f s, 2 (B/W + R/2) = %.6f s", comm, 2 * crossing);
     XDC_ASSERT_NEAR(r.wan_bytes, 2 * act, 1);
     XDC_ASSERT_NEAR(p.t_step, r.t_step, 0.02 * r.t_step);
     xdc_topology_destroy(t);
@@ -150,11 +150,12 @@ XDC_TEST(sim_buckets_overlap_the_last_backward)
 {
     /* 16 layers at 0.1 TFLOP/s and a link that needs about as long as the backward for the gradients:
      * small buckets leave during the last backward and hide most of the exchange; one bucket cannot. */
-    xdc_topology *t = test_plan_parse_topo(
-        "name: two\nregions:\n"
-        "  - {name: a, nodes: a1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: 0.2, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
-        "  - {name: b, nodes: b1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: 0.2, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
-        "links:\n  - {from: a, to: b, bandwidth_gbps: 10, rtt_ms: 2}\n");
+    xdc_topology *t = test_plan_parse_topo("name: two\nregions:\n"
+                                           "  - {name: a, nodes: a1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: "
+                                           "0.2, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
+                                           "  - {name: b, nodes: b1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: "
+                                           "0.2, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
+                                           "links:\n  - {from: a, to: b, bandwidth_gbps: 10, rtt_ms: 2}\n");
     xdc_model_shape m;
     flat_model(16, &m);
     double step[2];

@@ -91,8 +91,8 @@ XDC_TEST(topo_defaults_symmetry_and_lookup)
 }
 
 /* A minimal valid two-region file that each case below breaks in one place. */
-#define REGION(name, nodes)                                                                     \
-    "  - name: " name "\n    nodes: " nodes "\n    gpus_per_node: 8\n"                          \
+#define REGION(name, nodes)                                            \
+    "  - name: " name "\n    nodes: " nodes "\n    gpus_per_node: 8\n" \
     "    gpu: {model: H100, bf16_tflops: 989, memory_gib: 80}\n"
 #define LINK(from, to) "  - from: " from "\n    to: " to "\n    bandwidth_gbps: 10\n    rtt_ms: 50\n"
 
@@ -104,39 +104,50 @@ typedef struct {
 } bad_case;
 
 static const bad_case bad_cases[] = {
-    {"unknown key", "name: t\nregions:\n" REGION("a", "a1") "    colour: blue\n" REGION("b", "b1") "links:\n" LINK("a", "b"),
-     7, 5, "unknown key 'colour'"},
+    {"unknown key",
+     "name: t\nregions:\n" REGION("a", "a1") "    colour: blue\n" REGION("b", "b1") "links:\n" LINK("a", "b"), 7, 5,
+     "unknown key 'colour'"},
     {"duplicate region", "name: t\nregions:\n" REGION("a", "a1") REGION("a", "b1") "links:\n" LINK("a", "a"), 7, 11,
      "duplicate region 'a'"},
     {"link to unknown region", "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") "links:\n" LINK("a", "c"), 13,
      9, "link to unknown region 'c'"},
-    {"disconnected graph", "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") REGION("c", "c1") "links:\n" LINK("a", "b"),
-     11, 5, "region 'c' is not connected"},
+    {"disconnected graph",
+     "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") REGION("c", "c1") "links:\n" LINK("a", "b"), 11, 5,
+     "region 'c' is not connected"},
     {"duplicate host", "name: t\nregions:\n" REGION("a", "n[1-3]") REGION("b", "n[3-4]") "links:\n" LINK("a", "b"), 8,
      12, "host 'n3' is in both region 'a' and region 'b'"},
-    {"negative bandwidth", "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") "links:\n"
-                           "  - {from: a, to: b, bandwidth_gbps: -1, rtt_ms: 5}\n",
+    {"negative bandwidth",
+     "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") "links:\n"
+                                                               "  - {from: a, to: b, bandwidth_gbps: -1, rtt_ms: 5}\n",
      12, 38, "bandwidth_gbps: -1 is out of range"},
-    {"loss of 100%", "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") "links:\n"
-                     "  - {from: a, to: b, bandwidth_gbps: 1, rtt_ms: 5, loss_pct: 100}\n",
+    {"loss of 100%",
+     "name: t\nregions:\n" REGION("a", "a1")
+         REGION("b", "b1") "links:\n"
+                           "  - {from: a, to: b, bandwidth_gbps: 1, rtt_ms: 5, loss_pct: 100}\n",
      12, 62, "loss_pct: 100 is out of range"},
-    {"not a number", "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") "links:\n"
-                     "  - {from: a, to: b, bandwidth_gbps: fast, rtt_ms: 5}\n",
+    {"not a number",
+     "name: t\nregions:\n" REGION("a", "a1")
+         REGION("b", "b1") "links:\n"
+                           "  - {from: a, to: b, bandwidth_gbps: fast, rtt_ms: 5}\n",
      12, 38, "expected a number, found 'fast'"},
     {"missing key", "name: t\nregions:\n  - name: a\n    nodes: a1\n    gpus_per_node: 1\n", 3, 5,
      "missing required key 'gpu'"},
-    {"bad codec", "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") "links:\n"
-                  "  - {from: a, to: b, bandwidth_gbps: 1, rtt_ms: 5, codec: gzip}\n",
+    {"bad codec",
+     "name: t\nregions:\n" REGION("a", "a1")
+         REGION("b", "b1") "links:\n"
+                           "  - {from: a, to: b, bandwidth_gbps: 1, rtt_ms: 5, codec: gzip}\n",
      12, 59, "'gzip' is not one of"},
     {"bad hostlist", "name: t\nregions:\n" REGION("a", "a[2-1]") REGION("b", "b1") "links:\n" LINK("a", "b"), 4, 12,
      "runs backwards"},
-    {"self link", "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") "links:\n" LINK("a", "a") LINK("a", "b"), 12,
-     5, "to itself"},
-    {"duplicate link", "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") "links:\n" LINK("a", "b") LINK("a", "b"),
-     16, 5, "duplicate link a -> b"},
+    {"self link", "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") "links:\n" LINK("a", "a") LINK("a", "b"),
+     12, 5, "to itself"},
+    {"duplicate link",
+     "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") "links:\n" LINK("a", "b") LINK("a", "b"), 16, 5,
+     "duplicate link a -> b"},
     {"yaml syntax", "name: t\nregions: [\n", 3, 1, "YAML syntax"},
-    {"cpu region without workers", "name: t\nregions:\n  - name: a\n    nodes: a1\n    gpus_per_node: 0\n"
-                                   "    gpu: {model: cpu, bf16_tflops: 1, memory_gib: 1}\n",
+    {"cpu region without workers",
+     "name: t\nregions:\n  - name: a\n    nodes: a1\n    gpus_per_node: 0\n"
+     "    gpu: {model: cpu, bf16_tflops: 1, memory_gib: 1}\n",
      3, 5, "workers_per_node is required"},
 };
 
@@ -176,8 +187,10 @@ XDC_TEST(topo_check_command_summary_json_and_exit_78)
 
     char path[512];
     snprintf(path, sizeof path, "%s/broken.yaml", xdc_test_tmpdir());
-    xdc_test_write_file(path, "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") "links:\n"
-                              "  - {from: a, to: b, bandwidth_gbps: 1, rtt_ms: 5, loss_pct: 150}\n");
+    xdc_test_write_file(path,
+                        "name: t\nregions:\n" REGION("a", "a1")
+                            REGION("b", "b1") "links:\n"
+                                              "  - {from: a, to: b, bandwidth_gbps: 1, rtt_ms: 5, loss_pct: 150}\n");
     snprintf(cmd, sizeof cmd, "%s topo check %s", xdc_test_bin(), path);
     XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 78);
     char want[600];

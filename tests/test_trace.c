@@ -166,7 +166,8 @@ static void write_rank(int rank, const char *region, const char *path, int n)
     char name[64];
     snprintf(name, sizeof name, "%s/host:%d", region, rank);
     XDC_ASSERT_OK(orch_trace_create(rank, name, (size_t)n - 1, &t));
-    for (int i = 0; i < n; i++) orch_trace_complete(t, ORCH_LANE_COMPUTE, "forward", NULL, 1000 + (uint64_t)i, 3, NULL, 0);
+    for (int i = 0; i < n; i++)
+        orch_trace_complete(t, ORCH_LANE_COMPUTE, "forward", NULL, 1000 + (uint64_t)i, 3, NULL, 0);
     XDC_ASSERT_OK(orch_trace_write(t, path, NULL));
     orch_trace_destroy(t);
 }

@@ -20,7 +20,7 @@
 #define WAIT_MS 30000
 
 typedef struct {
-    uint8_t *tx, *rx;       /* (len) bytes each */
+    uint8_t *tx, *rx; /* (len) bytes each */
     size_t len;
     uint64_t hash;
     xdc_wan_request *sreq, *rreq;
@@ -161,7 +161,8 @@ XDC_TEST(wan_stream_killed_mid_transfer_delivers_exactly_once)
     for (int i = 10; i < N; i++) XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, m[i].rx, LEN, &m[i].rreq));
     for (int i = 0; i < N; i++) {
         size_t got = LEN;
-        if (m[i].rreq) XDC_ASSERT_MSG(xdc_wan_wait(m[i].rreq, WAIT_MS, &got, NULL, &d) == XDC_OK, "recv %d: %s", i, d.msg);
+        if (m[i].rreq)
+            XDC_ASSERT_MSG(xdc_wan_wait(m[i].rreq, WAIT_MS, &got, NULL, &d) == XDC_OK, "recv %d: %s", i, d.msg);
         XDC_ASSERT_EQ(got, LEN);
         XDC_ASSERT_MSG(xdc_xxh3(m[i].rx, LEN) == m[i].hash, "message %d differs", i);
         XDC_ASSERT_MSG(xdc_wan_wait(m[i].sreq, WAIT_MS, NULL, NULL, &d) == XDC_OK, "send %d: %s", i, d.msg);
@@ -279,8 +280,14 @@ XDC_TEST(wan_config_out_of_range_is_refused)
 
 XDC_TEST(wan_frame_decoder_refuses_oversize_and_corrupt_headers)
 {
-    wan_frame f = {.type = WAN_FT_DATA, .cls = 1, .codec = 2, .payload_len = 4096, .seq = 9, .msg_seq = 1,
-                   .msg_off = 8192, .msg_len = 1 << 20},
+    wan_frame f = {.type = WAN_FT_DATA,
+                   .cls = 1,
+                   .codec = 2,
+                   .payload_len = 4096,
+                   .seq = 9,
+                   .msg_seq = 1,
+                   .msg_off = 8192,
+                   .msg_len = 1 << 20},
               g;
     uint8_t h[WAN_FRAME_HDR_BYTES];
     xdc_diag d = {{0}};

@@ -100,9 +100,11 @@ XDC_TEST(wan_cli_wanemu_check_measures_topology_links)
     snprintf(topo, sizeof topo, "%s/t.yaml", t);
     xdc_test_write_file(topo, "name: t\n"
                               "regions:\n"
-                              "  - {name: a, nodes: n1, gpus_per_node: 0, workers_per_node: 1, gpu: {model: cpu, bf16_tflops: 0.05, memory_gib: 4},\n"
+                              "  - {name: a, nodes: n1, gpus_per_node: 0, workers_per_node: 1, gpu: {model: cpu, "
+                              "bf16_tflops: 0.05, memory_gib: 4},\n"
                               "     intra: {bandwidth_gbps: 40, latency_us: 10}, wan_endpoint: 127.0.0.1:20000}\n"
-                              "  - {name: b, nodes: n2, gpus_per_node: 0, workers_per_node: 1, gpu: {model: cpu, bf16_tflops: 0.05, memory_gib: 4},\n"
+                              "  - {name: b, nodes: n2, gpus_per_node: 0, workers_per_node: 1, gpu: {model: cpu, "
+                              "bf16_tflops: 0.05, memory_gib: 4},\n"
                               "     intra: {bandwidth_gbps: 40, latency_us: 10}, wan_endpoint: 127.0.0.1:20100}\n"
                               "links:\n"
                               "  - {from: a, to: b, bandwidth_gbps: 0.05, rtt_ms: 20, streams: 1}\n");

@@ -78,7 +78,8 @@ XDC_TEST(wan_emu_outage_mid_transfer_delivers_exactly_once)
         for (int k = 0; k < 2; k++)
             for (int i = lo; i < hi; i++) {
                 size_t got = 0;
-                XDC_ASSERT_MSG(xdc_wan_wait(rr[k][i], WAIT_MS, &got, NULL, &d) == XDC_OK, "recv %d/%d: %s", k, i, d.msg);
+                XDC_ASSERT_MSG(xdc_wan_wait(rr[k][i], WAIT_MS, &got, NULL, &d) == XDC_OK, "recv %d/%d: %s", k, i,
+                               d.msg);
                 XDC_ASSERT_EQ(got, LEN);
                 XDC_ASSERT_MSG(xdc_xxh3(rx[k][i], LEN) == h[k][i], "message %d/%d differs", k, i);
             }

@@ -125,8 +125,8 @@ XDC_TEST(wan_tls_refuses_plaintext_client)
     tls_server s;
     server_start(&s);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s.port),
-                            .sin_addr.s_addr = htonl(0x7f000001)};
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons((uint16_t)s.port), .sin_addr.s_addr = htonl(0x7f000001)};
     XDC_ASSERT(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
     const char req[] = "GET / HTTP/1.0\r\n\r\n";
     XDC_ASSERT_EQ(write(fd, req, sizeof req - 1), sizeof req - 1);
@@ -165,8 +165,8 @@ XDC_TEST(wan_tls_s_client_negotiates_tls13_and_is_refused_tls12)
     wan_test_issue("pki", "eu", 0, 30, 0, &eu);
     char cmd[2048], out[8192];
     snprintf(cmd, sizeof cmd,
-             "openssl s_client -connect 127.0.0.1:%d -CAfile %s -cert %s -key %s -brief </dev/null 2>&1", s.port,
-             eu.ca, eu.cert, eu.key);
+             "openssl s_client -connect 127.0.0.1:%d -CAfile %s -cert %s -key %s -brief </dev/null 2>&1", s.port, eu.ca,
+             eu.cert, eu.key);
     xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_STR_CONTAINS(out, "Protocol version: TLSv1.3");
     XDC_ASSERT_STR_CONTAINS(out, "Verification: OK");

@@ -9,8 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void wan_test_issue(const char *dir, const char *region, int rank, int days, int64_t not_before_s,
-                    wan_test_node *out)
+void wan_test_issue(const char *dir, const char *region, int rank, int days, int64_t not_before_s, wan_test_node *out)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", xdc_test_tmpdir(), dir);

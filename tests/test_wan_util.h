@@ -15,8 +15,7 @@ typedef struct wan_test_node {
 
 /* Create a CA in DIR (under the test tmpdir, run "testrun") and issue REGION/RANK with the given
  * validity (days, not_before_s relative to now). The CA is created on first use of DIR. */
-void wan_test_issue(const char *dir, const char *region, int rank, int days, int64_t not_before_s,
-                    wan_test_node *out);
+void wan_test_issue(const char *dir, const char *region, int rank, int days, int64_t not_before_s, wan_test_node *out);
 /* An engine for `node` with `streams` streams and small frames (so messages stripe). */
 xdc_wan_engine *wan_test_engine(const wan_test_node *node, int streams, int64_t deadline_ms);
 

@@ -16,68 +16,66 @@ typedef void (*xdc_test_fn)(void);
 void xdc_test_register(const char *name, xdc_test_fn fn, int timeout_s, const char *file);
 
 /* Define a test with a timeout in seconds (XDC_TEST uses 60 s). */
-#define XDC_TEST_T(name, timeout_s)                                                     \
-    static void name(void);                                                             \
-    __attribute__((constructor)) static void name##_register(void)                      \
-    {                                                                                   \
-        xdc_test_register(#name, name, (timeout_s), __FILE__);                          \
-    }                                                                                   \
+#define XDC_TEST_T(name, timeout_s)                                \
+    static void name(void);                                        \
+    __attribute__((constructor)) static void name##_register(void) \
+    {                                                              \
+        xdc_test_register(#name, name, (timeout_s), __FILE__);     \
+    }                                                              \
     static void name(void)
 #define XDC_TEST(name) XDC_TEST_T(name, 60)
 
-_Noreturn void xdc_test_fail_at(const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+_Noreturn void xdc_test_fail_at(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* End the test as skipped, saying why ("no GPU", "no CAP_NET_ADMIN"). */
 _Noreturn void xdc_test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void xdc_test_count_assertion(void);
 
 #define XDC_FAIL(...) xdc_test_fail_at(__FILE__, __LINE__, __VA_ARGS__)
 
-#define XDC_ASSERT(cond)                                                                \
-    do {                                                                                \
-        xdc_test_count_assertion();                                                     \
-        if (!(cond)) XDC_FAIL("assertion failed: %s", #cond);                           \
+#define XDC_ASSERT(cond)                                      \
+    do {                                                      \
+        xdc_test_count_assertion();                           \
+        if (!(cond)) XDC_FAIL("assertion failed: %s", #cond); \
     } while (0)
 
-#define XDC_ASSERT_MSG(cond, ...)                                                       \
-    do {                                                                                \
-        xdc_test_count_assertion();                                                     \
-        if (!(cond)) XDC_FAIL(__VA_ARGS__);                                             \
+#define XDC_ASSERT_MSG(cond, ...)           \
+    do {                                    \
+        xdc_test_count_assertion();         \
+        if (!(cond)) XDC_FAIL(__VA_ARGS__); \
     } while (0)
 
-#define XDC_ASSERT_EQ(a, b)                                                             \
-    do {                                                                                \
-        long long xa_ = (long long)(a), xb_ = (long long)(b);                           \
-        xdc_test_count_assertion();                                                     \
-        if (xa_ != xb_) XDC_FAIL("%s == %s: %lld != %lld", #a, #b, xa_, xb_);           \
+#define XDC_ASSERT_EQ(a, b)                                                   \
+    do {                                                                      \
+        long long xa_ = (long long)(a), xb_ = (long long)(b);                 \
+        xdc_test_count_assertion();                                           \
+        if (xa_ != xb_) XDC_FAIL("%s == %s: %lld != %lld", #a, #b, xa_, xb_); \
     } while (0)
 
-#define XDC_ASSERT_NEAR(a, b, tol)                                                      \
-    do {                                                                                \
-        double xa_ = (double)(a), xb_ = (double)(b), xt_ = (double)(tol);               \
-        xdc_test_count_assertion();                                                     \
-        if (!(fabs(xa_ - xb_) <= xt_))                                                  \
-            XDC_FAIL("%s ~ %s: %.9g vs %.9g (tol %.3g)", #a, #b, xa_, xb_, xt_);        \
+#define XDC_ASSERT_NEAR(a, b, tol)                                                                          \
+    do {                                                                                                    \
+        double xa_ = (double)(a), xb_ = (double)(b), xt_ = (double)(tol);                                   \
+        xdc_test_count_assertion();                                                                         \
+        if (!(fabs(xa_ - xb_) <= xt_)) XDC_FAIL("%s ~ %s: %.9g vs %.9g (tol %.3g)", #a, #b, xa_, xb_, xt_); \
     } while (0)
 
-#define XDC_ASSERT_OK(call)                                                             \
-    do {                                                                                \
-        xdc_err_t xe_ = (call);                                                         \
-        xdc_test_count_assertion();                                                     \
+#define XDC_ASSERT_OK(call)                                                                       \
+    do {                                                                                          \
+        xdc_err_t xe_ = (call);                                                                   \
+        xdc_test_count_assertion();                                                               \
         if (xe_ != XDC_OK) XDC_FAIL("%s -> %s (%s)", #call, xdc_errname(xe_), xdc_strerror(xe_)); \
     } while (0)
 
-#define XDC_ASSERT_ERR(call, expected)                                                  \
-    do {                                                                                \
-        xdc_err_t xe_ = (call);                                                         \
-        xdc_test_count_assertion();                                                     \
+#define XDC_ASSERT_ERR(call, expected)                                                                            \
+    do {                                                                                                          \
+        xdc_err_t xe_ = (call);                                                                                   \
+        xdc_test_count_assertion();                                                                               \
         if (xe_ != (expected)) XDC_FAIL("%s -> %s, expected %s", #call, xdc_errname(xe_), xdc_errname(expected)); \
     } while (0)
 
-#define XDC_ASSERT_STR_CONTAINS(hay, needle)                                            \
-    do {                                                                                \
-        const char *xh_ = (hay), *xn_ = (needle);                                       \
-        xdc_test_count_assertion();                                                     \
+#define XDC_ASSERT_STR_CONTAINS(hay, needle)                                                          \
+    do {                                                                                              \
+        const char *xh_ = (hay), *xn_ = (needle);                                                     \
+        xdc_test_count_assertion();                                                                   \
         if (!xh_ || !strstr(xh_, xn_)) XDC_FAIL("expected \"%s\" in: %s", xn_, xh_ ? xh_ : "(null)"); \
     } while (0)
 

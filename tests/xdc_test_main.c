@@ -313,12 +313,9 @@ int main(int argc, char **argv)
 {
     int jobs = 1, list = 0, first = 1;
     while (first < argc && argv[first][0] == '-') {
-        if (strcmp(argv[first], "-v") == 0)
-            g_verbose = 1;
-        else if (strcmp(argv[first], "-l") == 0)
-            list = 1;
-        else if (strcmp(argv[first], "-j") == 0 && first + 1 < argc)
-            jobs = atoi(argv[++first]);
+        if (strcmp(argv[first], "-v") == 0) g_verbose = 1;
+        else if (strcmp(argv[first], "-l") == 0) list = 1;
+        else if (strcmp(argv[first], "-j") == 0 && first + 1 < argc) jobs = atoi(argv[++first]);
         else {
             fprintf(stderr, "usage: %s [-v] [-l] [-j N] [substring...]\n", argv[0]);
             return 64;
@@ -368,8 +365,7 @@ int main(int argc, char **argv)
             running *r = &slots[map[i]];
             if (pfd[i].revents & (POLLIN | POLLHUP)) {
                 ssize_t n = read(r->fd, r->verdict + r->vlen, sizeof r->verdict - 1 - r->vlen);
-                if (n > 0)
-                    r->vlen += (size_t)n;
+                if (n > 0) r->vlen += (size_t)n;
                 else {
                     close(r->fd);
                     r->fd = -1;

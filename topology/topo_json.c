@@ -12,20 +12,19 @@ static json_t *region_json(const xdc_topology *t, int r)
     const xdc_region *g = &t->regions[r];
     json_t *hosts = json_array();
     for (int h = 0; h < g->n_hosts; h++) json_array_append_new(hosts, json_string(g->hosts[h]));
-    return json_pack("{s:s, s:s, s:o, s:i, s:i, s:i, s:{s:s, s:f, s:f}, s:{s:f, s:f}, s:s}",
-                     "name", g->name, "nodes", g->nodes_expr, "hosts", hosts, "gpus_per_node", g->gpus_per_node,
-                     "workers_per_node", g->workers_per_node, "workers", xdc_topology_region_workers(t, r),
-                     "gpu", "model", g->gpu_model, "bf16_tflops", g->gpu_bf16_tflops, "memory_gib",
-                     g->gpu_memory_gib, "intra", "bandwidth_gbps", g->intra_bandwidth_gbps, "latency_us",
-                     g->intra_latency_us, "wan_endpoint", g->wan_endpoint);
+    return json_pack("{s:s, s:s, s:o, s:i, s:i, s:i, s:{s:s, s:f, s:f}, s:{s:f, s:f}, s:s}", "name", g->name, "nodes",
+                     g->nodes_expr, "hosts", hosts, "gpus_per_node", g->gpus_per_node, "workers_per_node",
+                     g->workers_per_node, "workers", xdc_topology_region_workers(t, r), "gpu", "model", g->gpu_model,
+                     "bf16_tflops", g->gpu_bf16_tflops, "memory_gib", g->gpu_memory_gib, "intra", "bandwidth_gbps",
+                     g->intra_bandwidth_gbps, "latency_us", g->intra_latency_us, "wan_endpoint", g->wan_endpoint);
 }
 
 static json_t *link_json(const xdc_topology *t, const xdc_link *l)
 {
-    return json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:i, s:f, s:i, s:b, s:s}", "from", t->regions[l->from].name,
-                     "to", t->regions[l->to].name, "bandwidth_gbps", l->bandwidth_gbps, "rtt_ms", l->rtt_ms,
-                     "jitter_ms", l->jitter_ms, "loss_pct", l->loss_pct, "mtu", l->mtu, "cost_usd_per_gb",
-                     l->cost_usd_per_gb, "streams", l->streams, "tls", l->tls, "codec", l->codec);
+    return json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:i, s:f, s:i, s:b, s:s}", "from", t->regions[l->from].name, "to",
+                     t->regions[l->to].name, "bandwidth_gbps", l->bandwidth_gbps, "rtt_ms", l->rtt_ms, "jitter_ms",
+                     l->jitter_ms, "loss_pct", l->loss_pct, "mtu", l->mtu, "cost_usd_per_gb", l->cost_usd_per_gb,
+                     "streams", l->streams, "tls", l->tls, "codec", l->codec);
 }
 
 xdc_err_t xdc_topology_to_json(const xdc_topology *t, char **out)

@@ -87,10 +87,7 @@ static const yaml_node_t *value_node(xdc_yaml *y, const yaml_node_t *map, const 
     return map;
 }
 
-static bool has_key(xdc_yaml *y, const yaml_node_t *map, const char *key)
-{
-    return value_node(y, map, key) != map;
-}
+static bool has_key(xdc_yaml *y, const yaml_node_t *map, const char *key) { return value_node(y, map, key) != map; }
 
 static int find_region(const xdc_region *r, int n, const char *name)
 {
@@ -137,8 +134,8 @@ static void parse_regions(xdc_yaml *y, const yaml_node_t *seq, xdc_topology *t, 
             in.r.workers_per_node = in.r.gpus_per_node;
         } else if (in.r.gpus_per_node > 0 && in.r.workers_per_node != in.r.gpus_per_node) {
             xdc_cfg_error_at(errs, value_node(y, item, "workers_per_node"),
-                             "region '%s': workers_per_node (%d) must equal gpus_per_node (%d) on GPU nodes",
-                             in.r.name, in.r.workers_per_node, in.r.gpus_per_node);
+                             "region '%s': workers_per_node (%d) must equal gpus_per_node (%d) on GPU nodes", in.r.name,
+                             in.r.workers_per_node, in.r.gpus_per_node);
             bad++;
         }
         if (in.r.nodes_expr[0]) {
@@ -183,8 +180,8 @@ static void check_duplicate_hosts(xdc_yaml *y, const yaml_node_t *seq, const xdc
         int r = find_region(t->regions, t->n_regions, pairs[2 * i + 1]);
         const yaml_node_t *item = xdc_yaml_seq_item(y, seq, r);
         if (strcmp(pairs[2 * i + 1], pairs[2 * i - 1]) == 0)
-            xdc_cfg_error_at(errs, value_node(y, item, "nodes"), "host '%s' appears twice in region '%s'",
-                             pairs[2 * i], pairs[2 * i + 1]);
+            xdc_cfg_error_at(errs, value_node(y, item, "nodes"), "host '%s' appears twice in region '%s'", pairs[2 * i],
+                             pairs[2 * i + 1]);
         else
             xdc_cfg_error_at(errs, value_node(y, item, "nodes"), "host '%s' is in both region '%s' and region '%s'",
                              pairs[2 * i], pairs[2 * i - 1], pairs[2 * i + 1]);
@@ -272,7 +269,8 @@ static void parse_links(xdc_yaml *y, const yaml_node_t *seq, xdc_topology *t, xd
 static void check_connected(xdc_yaml *y, const yaml_node_t *seq, const xdc_topology *t, xdc_cfg_errors *errs)
 {
     if (t->n_regions < 2) return;
-    int *seen = xdc_calloc((size_t)t->n_regions, sizeof *seen), *queue = xdc_malloc((size_t)t->n_regions * sizeof *queue);
+    int *seen = xdc_calloc((size_t)t->n_regions, sizeof *seen),
+        *queue = xdc_malloc((size_t)t->n_regions * sizeof *queue);
     if (!seen || !queue) goto out;
     int head = 0, tail = 0;
     seen[0] = 1;
@@ -290,15 +288,14 @@ static void check_connected(xdc_yaml *y, const yaml_node_t *seq, const xdc_topol
     for (int r = 0; r < t->n_regions; r++)
         if (!seen[r])
             xdc_cfg_error_at(errs, xdc_yaml_seq_item(y, seq, r),
-                             "region '%s' is not connected to region '%s' by any chain of links",
-                             t->regions[r].name, t->regions[0].name);
+                             "region '%s' is not connected to region '%s' by any chain of links", t->regions[r].name,
+                             t->regions[0].name);
 out:
     xdc_free(seen);
     xdc_free(queue);
 }
 
-xdc_err_t xdc_topology_parse(const char *text, size_t len, const char *name, xdc_topology **out,
-                             xdc_cfg_errors *errs)
+xdc_err_t xdc_topology_parse(const char *text, size_t len, const char *name, xdc_topology **out, xdc_cfg_errors *errs)
 {
     *out = NULL;
     xdc_cfg_errors local;

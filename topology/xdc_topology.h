@@ -10,16 +10,16 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define XDC_NAME_MAX 64
+#define XDC_NAME_MAX         64
 #define XDC_TOPO_MAX_REGIONS 256
 
 typedef struct xdc_region {
     char name[XDC_NAME_MAX];
-    char nodes_expr[256];   /* as written: "gpu-use1-[001-016]" */
-    char **hosts;           /* (n_hosts) expanded host names */
+    char nodes_expr[256]; /* as written: "gpu-use1-[001-016]" */
+    char **hosts;         /* (n_hosts) expanded host names */
     int n_hosts;
-    int gpus_per_node;      /* 0: CPU workers only */
-    int workers_per_node;   /* worker processes per node; defaults to gpus_per_node */
+    int gpus_per_node;    /* 0: CPU workers only */
+    int workers_per_node; /* worker processes per node; defaults to gpus_per_node */
     char gpu_model[XDC_NAME_MAX];
     double gpu_bf16_tflops; /* per worker, dense bf16 TFLOP/s */
     double gpu_memory_gib;  /* per worker */
@@ -30,7 +30,7 @@ typedef struct xdc_region {
 } xdc_region;
 
 typedef struct xdc_link {
-    int from, to;           /* region indices; one entry per direction */
+    int from, to; /* region indices; one entry per direction */
     double bandwidth_gbps;
     double rtt_ms;
     double jitter_ms;
@@ -39,16 +39,16 @@ typedef struct xdc_link {
     double cost_usd_per_gb; /* egress cost from `from` */
     int streams;            /* TCP streams per peer pair */
     bool tls;
-    char codec[16];         /* none|bf16|int8|int4|topk|auto */
+    char codec[16]; /* none|bf16|int8|int4|topk|auto */
     int line, col;
 } xdc_link;
 
 typedef struct xdc_topology {
-    char path[512];         /* file it came from ("<memory>" for a buffer) */
+    char path[512]; /* file it came from ("<memory>" for a buffer) */
     char name[XDC_NAME_MAX];
-    xdc_region *regions;    /* (n_regions) */
+    xdc_region *regions; /* (n_regions) */
     int n_regions;
-    xdc_link *links;        /* (n_links) directional; symmetric links appear twice */
+    xdc_link *links; /* (n_links) directional; symmetric links appear twice */
     int n_links;
 } xdc_topology;
 
@@ -56,8 +56,7 @@ typedef struct xdc_topology {
  * found in `errs` (may be NULL); `*out` is set only on success. */
 xdc_err_t xdc_topology_load(const char *path, xdc_topology **out, xdc_cfg_errors *errs);
 /* The same from a buffer; `name` is used as the file name in messages. */
-xdc_err_t xdc_topology_parse(const char *text, size_t len, const char *name, xdc_topology **out,
-                             xdc_cfg_errors *errs);
+xdc_err_t xdc_topology_parse(const char *text, size_t len, const char *name, xdc_topology **out, xdc_cfg_errors *errs);
 void xdc_topology_destroy(xdc_topology *t);
 
 

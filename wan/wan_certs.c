@@ -155,8 +155,8 @@ static xdc_err_t load_ca(const char *dir, X509 **cert, EVP_PKEY **key, xdc_diag 
     return XDC_OK;
 }
 
-xdc_err_t xdc_wan_cert_issue(const xdc_wan_cert_opts *o, char *cert_out, size_t cert_cap, char *key_out,
-                             size_t key_cap, xdc_diag *diag)
+xdc_err_t xdc_wan_cert_issue(const xdc_wan_cert_opts *o, char *cert_out, size_t cert_cap, char *key_out, size_t key_cap,
+                             xdc_diag *diag)
 {
     xdc_err_t rc;
     X509 *ca = NULL, *x = NULL;

@@ -100,8 +100,7 @@ void wan_stream_break(wan_stream *s, const char *why)
         return;
     }
     snprintf(p->last_err, sizeof p->last_err, "stream %d: %s", s->idx, why);
-    if (p->fail_err == XDC_OK && !p->closed)
-        XDC_WARN(XDC_SUB_WAN, "%s: stream %d down: %s", p->name, s->idx, why);
+    if (p->fail_err == XDC_OK && !p->closed) XDC_WARN(XDC_SUB_WAN, "%s: stream %d down: %s", p->name, s->idx, why);
     if (s->is_client) {
         s->since_ns = xdc_now_ns() + (uint64_t)s->backoff_ms * XDC_NS_PER_MS;
         s->backoff_ms = s->backoff_ms * 2 > p->eng->cfg.backoff_max_ms ? p->eng->cfg.backoff_max_ms : s->backoff_ms * 2;
@@ -190,17 +189,18 @@ static void handshake_done(wan_stream *s)
     if (s->is_client) {
         xdc_wan_peer *p = s->peer;
         xdc_wan_identity got;
-        if (wan_tls_check_peer(s->ssl, &eng->self, p->expect_any ? NULL : p->expect_region, p->expect_rank, &got,
-                               &d) != XDC_OK) {
+        if (wan_tls_check_peer(s->ssl, &eng->self, p->expect_any ? NULL : p->expect_region, p->expect_rank, &got, &d) !=
+            XDC_OK) {
             wan_peer_fail(p, XDC_ERR_AUTH, "refused peer at %s:%d: %s", p->host, p->port, d.msg);
             return;
         }
         if (p->expect_any && strcmp(got.region, p->id.region) != 0) {
             /* A peer dialled without expectation keeps the identity its first stream showed. */
             if (p->id.region[0]) {
-                wan_peer_fail(p, XDC_ERR_AUTH, "refused peer at %s:%d: stream %d names xdc://%s/%s/%d, stream 0 "
-                              "named %s/%d", p->host, p->port, s->idx, got.run, got.region, got.rank, p->id.region,
-                              p->id.rank);
+                wan_peer_fail(p, XDC_ERR_AUTH,
+                              "refused peer at %s:%d: stream %d names xdc://%s/%s/%d, stream 0 "
+                              "named %s/%d",
+                              p->host, p->port, s->idx, got.run, got.region, got.rank, p->id.region, p->id.rank);
                 return;
             }
             p->id = got;
@@ -208,8 +208,8 @@ static void handshake_done(wan_stream *s)
             snprintf(addr, sizeof addr, "%s:%d", p->host, p->port);
             peer_set_name(p, addr);
         }
-        wan_frame h = {.type = WAN_FT_HELLO, .msg_seq = p->session, .msg_off = (uint64_t)s->idx,
-                       .msg_len = (uint64_t)p->nstreams};
+        wan_frame h = {
+            .type = WAN_FT_HELLO, .msg_seq = p->session, .msg_off = (uint64_t)s->idx, .msg_len = (uint64_t)p->nstreams};
         wan_stream_queue_ctrl(s, &h);
     } else {
         xdc_wan_identity got;
@@ -229,8 +229,14 @@ static void handshake_step(wan_stream *s)
          * plaintext or foreign client, refused with a reason instead of an opaque TLS error. */
         uint8_t b;
         ssize_t n = recv(s->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { s->want = POLLIN; return; }
-        if (n <= 0) { wan_stream_break(s, "closed before the TLS handshake"); return; }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            s->want = POLLIN;
+            return;
+        }
+        if (n <= 0) {
+            wan_stream_break(s, "closed before the TLS handshake");
+            return;
+        }
         if (b != 0x16) {
             char why[128];
             snprintf(why, sizeof why, "plaintext client: first byte 0x%02x is not a TLS handshake record", b);
@@ -245,14 +251,19 @@ static void handshake_step(wan_stream *s)
         return;
     }
     int e = SSL_get_error(s->ssl, rc);
-    if (e == SSL_ERROR_WANT_READ) { s->want = POLLIN; return; }
-    if (e == SSL_ERROR_WANT_WRITE) { s->want = POLLOUT; return; }
+    if (e == SSL_ERROR_WANT_READ) {
+        s->want = POLLIN;
+        return;
+    }
+    if (e == SSL_ERROR_WANT_WRITE) {
+        s->want = POLLOUT;
+        return;
+    }
     xdc_diag d;
     xdc_err_t err = wan_tls_explain(s->ssl, e, &d);
     if (s->is_client && err == XDC_ERR_AUTH)
         wan_peer_fail(s->peer, XDC_ERR_AUTH, "refused peer at %s:%d: %s", s->peer->host, s->peer->port, d.msg);
-    else
-        wan_stream_break(s, d.msg);
+    else wan_stream_break(s, d.msg);
 }
 
 /* Read one control header during the HELLO exchange. 1: complete, 0: need more, -1: stream gone. */
@@ -262,15 +273,20 @@ static int hello_read(wan_stream *s, wan_frame *f)
         int n = SSL_read(s->ssl, s->rx_hdr + s->rx_hdr_got, (int)(WAN_FRAME_HDR_BYTES - s->rx_hdr_got));
         if (n <= 0) {
             int e = SSL_get_error(s->ssl, n);
-            if (e == SSL_ERROR_WANT_READ) { s->want |= POLLIN; return 0; }
-            if (e == SSL_ERROR_WANT_WRITE) { s->want |= POLLOUT; return 0; }
+            if (e == SSL_ERROR_WANT_READ) {
+                s->want |= POLLIN;
+                return 0;
+            }
+            if (e == SSL_ERROR_WANT_WRITE) {
+                s->want |= POLLOUT;
+                return 0;
+            }
             xdc_diag d;
             xdc_err_t err = wan_tls_explain(s->ssl, e, &d);
             if (s->is_client && err == XDC_ERR_AUTH)
                 wan_peer_fail(s->peer, XDC_ERR_AUTH, "refused by peer at %s:%d: %s", s->peer->host, s->peer->port,
                               d.msg);
-            else
-                wan_stream_break(s, d.msg);
+            else wan_stream_break(s, d.msg);
             return -1;
         }
         s->rx_hdr_got += (size_t)n;
@@ -331,8 +347,8 @@ static void server_hello(xdc_wan_engine *eng, wan_stream *s, const wan_frame *f)
     s->state = WAN_ST_READY;
     p->streams[idx] = s;
     p->last_rx_ns = xdc_now_ns();
-    wan_frame ack = {.type = WAN_FT_HELLO_ACK, .msg_seq = p->session, .flags = resumed ? WAN_FLAG_RESUMED : 0,
-                     .seq = p->rx_cum};
+    wan_frame ack = {
+        .type = WAN_FT_HELLO_ACK, .msg_seq = p->session, .flags = resumed ? WAN_FLAG_RESUMED : 0, .seq = p->rx_cum};
     p->ack_sent = p->rx_cum;
     wan_stream_queue_ctrl(s, &ack);
     s->kick = 1;
@@ -393,9 +409,7 @@ static void stream_progress(xdc_wan_engine *eng, wan_stream *s)
         }
         return;
     }
-    case WAN_ST_TLS:
-        handshake_step(s);
-        return;
+    case WAN_ST_TLS: handshake_step(s); return;
     case WAN_ST_HELLO:
         if (s->is_client) {
             if (wan_stream_write(s) < 0) return;
@@ -405,11 +419,8 @@ static void stream_progress(xdc_wan_engine *eng, wan_stream *s)
             else server_hello(eng, s, &f);
         }
         return;
-    case WAN_ST_READY:
-        wan_stream_pump(s);
-        return;
-    default:
-        return;
+    case WAN_ST_READY: wan_stream_pump(s); return;
+    default: return;
     }
 }
 
@@ -616,8 +627,9 @@ xdc_err_t xdc_wan_engine_create(const xdc_wan_config *cfg, xdc_wan_engine **out,
         cfg->frame_bytes > XDC_WAN_MAX_FRAME_PAYLOAD || cfg->window_frames < 64 ||
         (cfg->window_frames & (cfg->window_frames - 1)) || cfg->deadline_ms < 1 || cfg->backoff_min_ms < 1 ||
         cfg->backoff_max_ms < cfg->backoff_min_ms || cfg->ping_interval_ms < 1) {
-        xdc_diag_set(diag, "WAN config out of range: streams 1..%d, frame_bytes 1 KiB..16 MiB, window a power of "
-                           "two >= 64, positive deadline, backoff and ping interval",
+        xdc_diag_set(diag,
+                     "WAN config out of range: streams 1..%d, frame_bytes 1 KiB..16 MiB, window a power of "
+                     "two >= 64, positive deadline, backoff and ping interval",
                      XDC_WAN_MAX_STREAMS);
         return XDC_ERR_CONFIG;
     }
@@ -761,14 +773,16 @@ xdc_err_t xdc_wan_accept(xdc_wan_listener *l, int64_t timeout_ms, xdc_wan_peer *
     xdc_wan_engine *eng = l->eng;
     uint64_t deadline = xdc_deadline_ms(timeout_ms);
     pthread_mutex_lock(&eng->mu);
-    while (l->n_ready == 0 && cv_wait_until(eng, deadline) == 0) {}
+    while (l->n_ready == 0 && cv_wait_until(eng, deadline) == 0) {
+    }
     xdc_err_t rc = XDC_OK;
     if (l->n_ready) {
         *out = l->ready[0];
         memmove(l->ready, l->ready + 1, (size_t)(--l->n_ready) * sizeof l->ready[0]);
     } else {
         xdc_diag_set(diag, "no peer connected to port %d within %lld ms (%d refused%s%s)", l->port,
-                     (long long)timeout_ms, l->refused, l->refused ? "; last: " : "", l->refused ? l->last_refusal : "");
+                     (long long)timeout_ms, l->refused, l->refused ? "; last: " : "",
+                     l->refused ? l->last_refusal : "");
         rc = XDC_ERR_TIMEOUT;
     }
     pthread_mutex_unlock(&eng->mu);
@@ -807,8 +821,8 @@ void xdc_wan_listener_close(xdc_wan_listener *l)
     wan_engine_wake(eng);
 }
 
-xdc_err_t xdc_wan_connect(xdc_wan_engine *eng, const char *host, int port, const char *expect_region,
-                          int expect_rank, xdc_wan_peer **out, xdc_diag *diag)
+xdc_err_t xdc_wan_connect(xdc_wan_engine *eng, const char *host, int port, const char *expect_region, int expect_rank,
+                          xdc_wan_peer **out, xdc_diag *diag)
 {
     if (!eng || !host || !out || port <= 0 || port > 65535) return XDC_ERR_INVALID;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
@@ -871,7 +885,8 @@ xdc_err_t xdc_wan_peer_wait_ready(xdc_wan_peer *p, int64_t timeout_ms, xdc_diag 
     xdc_wan_engine *eng = p->eng;
     uint64_t deadline = xdc_deadline_ms(timeout_ms);
     pthread_mutex_lock(&eng->mu);
-    while (p->st.streams_up < p->nstreams && p->fail_err == XDC_OK && cv_wait_until(eng, deadline) == 0) {}
+    while (p->st.streams_up < p->nstreams && p->fail_err == XDC_OK && cv_wait_until(eng, deadline) == 0) {
+    }
     xdc_err_t rc = p->fail_err;
     if (rc != XDC_OK) xdc_diag_set(diag, "%s", p->fail_why);
     else if (p->st.streams_up < p->nstreams) {

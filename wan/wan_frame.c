@@ -11,9 +11,19 @@
 
 #include <string.h>
 
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static void put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
 static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 static uint32_t get32(const uint8_t *p)
 {
@@ -53,8 +63,7 @@ void wan_frame_encode(const wan_frame *f, uint8_t out[WAN_FRAME_HDR_BYTES])
     put32(out + 48, header_check(out));
 }
 
-xdc_err_t wan_frame_decode(const uint8_t in[WAN_FRAME_HDR_BYTES], uint32_t max_payload, wan_frame *out,
-                           xdc_diag *diag)
+xdc_err_t wan_frame_decode(const uint8_t in[WAN_FRAME_HDR_BYTES], uint32_t max_payload, wan_frame *out, xdc_diag *diag)
 {
     uint32_t magic = get32(in);
     if (magic != WAN_FRAME_MAGIC) {
@@ -75,16 +84,23 @@ xdc_err_t wan_frame_decode(const uint8_t in[WAN_FRAME_HDR_BYTES], uint32_t max_p
         return XDC_ERR_PROTO;
     }
     wan_frame f = {
-        .type = in[5], .cls = in[6], .codec = in[7], .flags = get16(in + 8), .payload_len = get32(in + 12),
-        .seq = get64(in + 16), .msg_seq = get64(in + 24), .msg_off = get64(in + 32), .msg_len = get64(in + 40),
+        .type = in[5],
+        .cls = in[6],
+        .codec = in[7],
+        .flags = get16(in + 8),
+        .payload_len = get32(in + 12),
+        .seq = get64(in + 16),
+        .msg_seq = get64(in + 24),
+        .msg_off = get64(in + 32),
+        .msg_len = get64(in + 40),
     };
     if (f.type < WAN_FT_HELLO || f.type > WAN_FT_MAX_) {
         xdc_diag_set(diag, "unknown frame type %u", f.type);
         return XDC_ERR_PROTO;
     }
     if (f.payload_len > max_payload || f.payload_len > XDC_WAN_MAX_FRAME_PAYLOAD) {
-        xdc_diag_set(diag, "%s frame payload of %u bytes exceeds the bound of %u bytes",
-                     wan_frame_type_name(f.type), f.payload_len, max_payload);
+        xdc_diag_set(diag, "%s frame payload of %u bytes exceeds the bound of %u bytes", wan_frame_type_name(f.type),
+                     f.payload_len, max_payload);
         return XDC_ERR_PROTO;
     }
     if (f.type == WAN_FT_DATA) {
@@ -104,8 +120,7 @@ xdc_err_t wan_frame_decode(const uint8_t in[WAN_FRAME_HDR_BYTES], uint32_t max_p
         }
     } else {
         if (f.payload_len != 0) {
-            xdc_diag_set(diag, "%s control frame carries %u payload bytes", wan_frame_type_name(f.type),
-                         f.payload_len);
+            xdc_diag_set(diag, "%s control frame carries %u payload bytes", wan_frame_type_name(f.type), f.payload_len);
             return XDC_ERR_PROTO;
         }
         if (f.type == WAN_FT_HELLO && (f.msg_len < 1 || f.msg_len > XDC_WAN_MAX_STREAMS || f.msg_off >= f.msg_len)) {

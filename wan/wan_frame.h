@@ -8,8 +8,8 @@
 
 #include <stdint.h>
 
-#define WAN_FRAME_MAGIC 0x57434458u /* "XDCW" read as little-endian u32 */
-#define WAN_FRAME_VERSION 1
+#define WAN_FRAME_MAGIC     0x57434458u /* "XDCW" read as little-endian u32 */
+#define WAN_FRAME_VERSION   1
 #define WAN_FRAME_HDR_BYTES 56
 
 enum wan_frame_type {
@@ -27,8 +27,8 @@ enum wan_frame_type {
 
 typedef struct wan_frame {
     uint8_t type;
-    uint8_t cls;          /* traffic class (DATA) */
-    uint8_t codec;        /* codec id of the message (DATA) */
+    uint8_t cls;   /* traffic class (DATA) */
+    uint8_t codec; /* codec id of the message (DATA) */
     uint16_t flags;
     uint32_t payload_len; /* bytes following the header; DATA only, <= max payload */
     uint64_t seq;         /* DATA: frame sequence number; ACK/HELLO_ACK: cumulative ack */
@@ -42,8 +42,7 @@ void wan_frame_encode(const wan_frame *f, uint8_t out[WAN_FRAME_HDR_BYTES]);
 /* Validate and decode a header read from the network: magic, version, check word, known type, payload
  * bound (`max_payload`), per-type field rules (control frames carry no payload, DATA pieces lie inside
  * their message). XDC_ERR_PROTO with the reason in diag on any violation. */
-xdc_err_t wan_frame_decode(const uint8_t in[WAN_FRAME_HDR_BYTES], uint32_t max_payload, wan_frame *out,
-                           xdc_diag *diag);
+xdc_err_t wan_frame_decode(const uint8_t in[WAN_FRAME_HDR_BYTES], uint32_t max_payload, wan_frame *out, xdc_diag *diag);
 const char *wan_frame_type_name(unsigned type);
 
 #endif /* XDC_WAN_FRAME_H */

@@ -107,8 +107,7 @@ static void send_maybe_done(xdc_wan_request *r)
     }
 }
 
-static xdc_err_t req_new(xdc_wan_peer *p, int is_send, xdc_wan_class cls, void *buf, size_t cap,
-                         xdc_wan_request **out)
+static xdc_err_t req_new(xdc_wan_peer *p, int is_send, xdc_wan_class cls, void *buf, size_t cap, xdc_wan_request **out)
 {
     if (!p || !out || (unsigned)cls >= XDC_WAN_NUM_CLASSES || (!buf && cap)) return XDC_ERR_INVALID;
     xdc_wan_engine *eng = p->eng;
@@ -147,8 +146,8 @@ static xdc_err_t req_new(xdc_wan_peer *p, int is_send, xdc_wan_class cls, void *
     return XDC_OK;
 }
 
-xdc_err_t xdc_wan_isend(xdc_wan_peer *p, xdc_wan_class cls, const void *buf, size_t len, uint8_t codec,
-                        size_t raw_len, xdc_wan_request **req)
+xdc_err_t xdc_wan_isend(xdc_wan_peer *p, xdc_wan_class cls, const void *buf, size_t len, uint8_t codec, size_t raw_len,
+                        xdc_wan_request **req)
 {
     if (!p) return XDC_ERR_INVALID;
     pthread_mutex_lock(&p->eng->mu);
@@ -322,8 +321,14 @@ static int pick_frame(wan_stream *s)
     if (seq == UINT64_MAX) return 0;
     wan_txf *t = txf_at(p, seq);
     xdc_wan_request *r = t->req;
-    wan_frame d = {.type = WAN_FT_DATA, .cls = (uint8_t)r->cls, .codec = r->codec, .payload_len = t->len,
-                   .seq = seq, .msg_seq = r->msg_seq, .msg_off = t->off, .msg_len = r->cap};
+    wan_frame d = {.type = WAN_FT_DATA,
+                   .cls = (uint8_t)r->cls,
+                   .codec = r->codec,
+                   .payload_len = t->len,
+                   .seq = seq,
+                   .msg_seq = r->msg_seq,
+                   .msg_off = t->off,
+                   .msg_len = r->cap};
     t->stream = s->idx;
     if (resend) p->st.retransmit_frames++;
     stage_frame(s, &d, r->buf + t->off);
@@ -349,8 +354,14 @@ static long tls_write(wan_stream *s, const uint8_t *buf, size_t len)
     int n = SSL_write(s->ssl, buf, (int)(len > (1u << 30) ? (1u << 30) : len));
     if (n > 0) return n;
     int e = SSL_get_error(s->ssl, n);
-    if (e == SSL_ERROR_WANT_WRITE) { s->want |= POLLOUT; return 0; }
-    if (e == SSL_ERROR_WANT_READ) { s->want |= POLLIN; return 0; }
+    if (e == SSL_ERROR_WANT_WRITE) {
+        s->want |= POLLOUT;
+        return 0;
+    }
+    if (e == SSL_ERROR_WANT_READ) {
+        s->want |= POLLIN;
+        return 0;
+    }
     xdc_diag d;
     wan_tls_explain(s->ssl, e, &d);
     wan_stream_break(s, d.msg);
@@ -500,8 +511,8 @@ static int rx_header(wan_stream *s)
             r = match_recv(p, f);
             if (!r) {
                 if (f->msg_seq < p->rx_posted[f->cls]) {
-                    wan_peer_fail(p, XDC_ERR_PROTO, "protocol error from %s: DATA for finished message %llu",
-                                  p->name, (unsigned long long)f->msg_seq);
+                    wan_peer_fail(p, XDC_ERR_PROTO, "protocol error from %s: DATA for finished message %llu", p->name,
+                                  (unsigned long long)f->msg_seq);
                     return -1;
                 }
                 s->stalled = 1;
@@ -581,8 +592,14 @@ static int pump_rx(wan_stream *s)
         int n = SSL_read(s->ssl, dst, (int)want);
         if (n <= 0) {
             int e = SSL_get_error(s->ssl, n);
-            if (e == SSL_ERROR_WANT_READ) { s->want |= POLLIN; return 0; }
-            if (e == SSL_ERROR_WANT_WRITE) { s->want |= POLLOUT; return 0; }
+            if (e == SSL_ERROR_WANT_READ) {
+                s->want |= POLLIN;
+                return 0;
+            }
+            if (e == SSL_ERROR_WANT_WRITE) {
+                s->want |= POLLOUT;
+                return 0;
+            }
             xdc_diag d;
             wan_tls_explain(s->ssl, e, &d);
             wan_stream_break(s, d.msg);

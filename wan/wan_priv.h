@@ -16,36 +16,36 @@
 enum wan_req_state { WAN_REQ_FREE = 0, WAN_REQ_PENDING, WAN_REQ_DONE, WAN_REQ_FAILED };
 
 struct xdc_wan_request {
-    xdc_wan_request *next; /* class queue of its peer, or the engine's free list */
+    xdc_wan_request *next;     /* class queue of its peer, or the engine's free list */
     xdc_wan_request *all_next; /* every request the engine allocated (freed with it) */
     xdc_wan_peer *peer;
-    int state;             /* enum wan_req_state */
+    int state; /* enum wan_req_state */
     int is_send;
     int cls;
-    uint8_t *buf;          /* (cap) bytes: send source or receive destination */
-    size_t cap;            /* send: message length; receive: buffer capacity */
-    uint64_t msg_seq;      /* index of the message within its class */
+    uint8_t *buf;     /* (cap) bytes: send source or receive destination */
+    size_t cap;       /* send: message length; receive: buffer capacity */
+    uint64_t msg_seq; /* index of the message within its class */
     uint8_t codec;
-    size_t raw_len;        /* send: pre-compression bytes for stats */
+    size_t raw_len; /* send: pre-compression bytes for stats */
     /* send side */
-    size_t framed;         /* bytes already cut into frames */
-    int framing_done;      /* every frame created (needed for empty messages) */
+    size_t framed;    /* bytes already cut into frames */
+    int framing_done; /* every frame created (needed for empty messages) */
     uint64_t frames_unacked;
-    int writers;           /* streams in the middle of writing a frame of this message */
+    int writers; /* streams in the middle of writing a frame of this message */
     /* receive side */
-    uint64_t msg_len;      /* known from the first frame; UINT64_MAX before */
-    uint64_t rx_bytes;     /* payload bytes placed */
-    int overflow;          /* message longer than cap: consumed, then failed with XDC_ERR_RANGE */
+    uint64_t msg_len;  /* known from the first frame; UINT64_MAX before */
+    uint64_t rx_bytes; /* payload bytes placed */
+    int overflow;      /* message longer than cap: consumed, then failed with XDC_ERR_RANGE */
     xdc_err_t err;
-    char why[384];         /* failure detail copied out by test() */
+    char why[384]; /* failure detail copied out by test() */
 };
 
 /* One DATA frame the sender keeps until the peer acknowledges it. Ring slot seq & (window-1). */
 typedef struct wan_txf {
-    xdc_wan_request *req;  /* NULL: slot free (acknowledged) */
-    uint64_t off;          /* byte offset in the message */
-    uint32_t len;          /* payload bytes */
-    int stream;            /* stream it was last written on; -1 while queued for (re)send */
+    xdc_wan_request *req; /* NULL: slot free (acknowledged) */
+    uint64_t off;         /* byte offset in the message */
+    uint32_t len;         /* payload bytes */
+    int stream;           /* stream it was last written on; -1 while queued for (re)send */
 } wan_txf;
 
 enum wan_stream_state {
@@ -56,7 +56,7 @@ enum wan_stream_state {
     WAN_ST_READY,
 };
 
-#define WAN_CTRL_QUEUE 8
+#define WAN_CTRL_QUEUE  8
 #define WAN_STAGE_BYTES 16384 /* header + small payload coalesced into one TLS record */
 
 typedef struct wan_stream {
@@ -65,75 +65,75 @@ typedef struct wan_stream {
     xdc_wan_listener *listener;      /* server: where it came in */
     int idx;
     int is_client;
-    int state;            /* enum wan_stream_state */
+    int state; /* enum wan_stream_state */
     int fd;
     SSL *ssl;
-    int peeked;           /* server: first byte checked to be a TLS record */
-    int want;             /* POLLIN/POLLOUT the last SSL call asked for */
-    int kick;             /* progress without waiting for poll (buffered TLS data, budget ran out) */
-    short revents;        /* from the last poll() */
-    uint64_t since_ns;    /* state entered (handshake timeouts), or next redial time when DOWN */
+    int peeked;        /* server: first byte checked to be a TLS record */
+    int want;          /* POLLIN/POLLOUT the last SSL call asked for */
+    int kick;          /* progress without waiting for poll (buffered TLS data, budget ran out) */
+    short revents;     /* from the last poll() */
+    uint64_t since_ns; /* state entered (handshake timeouts), or next redial time when DOWN */
     int backoff_ms;
-    char peer_addr[80];   /* "host:port" as text, for messages */
+    char peer_addr[80]; /* "host:port" as text, for messages */
     /* transmit: one frame at a time */
     wan_frame ctrl[WAN_CTRL_QUEUE];
     int ctrl_n;
     int tx_active;
     uint8_t tx_stage[WAN_STAGE_BYTES]; /* header (+ payload when small) */
     size_t tx_stage_len, tx_stage_off;
-    const uint8_t *tx_payload;         /* large payload written after the stage; NULL when none */
+    const uint8_t *tx_payload; /* large payload written after the stage; NULL when none */
     size_t tx_payload_len, tx_payload_off;
-    xdc_wan_request *tx_req;           /* message whose frame is being written (writers count) */
+    xdc_wan_request *tx_req; /* message whose frame is being written (writers count) */
     /* receive: header, then payload into the receive buffer or discarded */
     uint8_t rx_hdr[WAN_FRAME_HDR_BYTES];
     size_t rx_hdr_got;
     int rx_in_payload;
     wan_frame rx_cur;
-    uint8_t *rx_dst;      /* NULL: discard */
+    uint8_t *rx_dst; /* NULL: discard */
     uint64_t rx_left;
     xdc_wan_request *rx_req;
-    int stalled;          /* next DATA frame's message has no posted receive yet */
+    int stalled; /* next DATA frame's message has no posted receive yet */
 } wan_stream;
 
 struct xdc_wan_peer {
     xdc_wan_peer *next;
     xdc_wan_engine *eng;
     xdc_wan_identity id;
-    char name[192];          /* "region/rank (host:port)" for messages */
+    char name[192]; /* "region/rank (host:port)" for messages */
     int is_client;
     int nstreams;
-    wan_stream **streams;    /* (nstreams); server: NULL slots until the client dials them */
+    wan_stream **streams; /* (nstreams); server: NULL slots until the client dials them */
     uint64_t session;
-    int established;         /* every stream was up once */
-    int accepted;            /* server: handed to accept() */
+    int established; /* every stream was up once */
+    int accepted;    /* server: handed to accept() */
     int closed;
-    xdc_err_t fail_err;      /* XDC_OK while healthy */
+    xdc_err_t fail_err; /* XDC_OK while healthy */
     char fail_why[384];
     char host[64];
     int port;
     struct sockaddr_storage addr; /* client: resolved once when dialling */
     socklen_t addr_len;
-    char last_err[256];      /* why a stream last went down */
+    char last_err[256]; /* why a stream last went down */
     char expect_region[XDC_WAN_NAME_MAX];
-    int expect_any;          /* dialled without an expected identity: any peer of our run */
+    int expect_any; /* dialled without an expected identity: any peer of our run */
     int expect_rank;
     /* send */
     xdc_wan_request *txq_head[XDC_WAN_NUM_CLASSES], *txq_tail[XDC_WAN_NUM_CLASSES];
     uint64_t tx_msgs[XDC_WAN_NUM_CLASSES];
-    wan_txf *txf;            /* (window) ring */
+    wan_txf *txf; /* (window) ring */
     int window;
     uint64_t tx_next_seq;
-    uint64_t tx_acked;       /* every seq below is acknowledged */
+    uint64_t tx_acked; /* every seq below is acknowledged */
     int resend_pending;
     /* receive */
     xdc_wan_request *rxq_head[XDC_WAN_NUM_CLASSES], *rxq_tail[XDC_WAN_NUM_CLASSES];
     uint64_t rx_posted[XDC_WAN_NUM_CLASSES];
-    uint64_t *rx_seen;       /* (window / 64) bitmap of seqs in [rx_cum, rx_cum + window) */
+    uint64_t *rx_seen; /* (window / 64) bitmap of seqs in [rx_cum, rx_cum + window) */
     uint64_t rx_cum;
-    uint64_t ack_sent;       /* rx_cum in the last ACK written; UINT64_MAX forces the next one */
+    uint64_t ack_sent; /* rx_cum in the last ACK written; UINT64_MAX forces the next one */
     /* liveness */
     uint64_t last_rx_ns;
-    uint64_t down_since_ns;  /* 0 while every stream is up */
+    uint64_t down_since_ns; /* 0 while every stream is up */
     uint64_t next_ping_ns;
     int ping_rr;
     char last_heard[128];
@@ -150,7 +150,7 @@ struct xdc_wan_listener {
     xdc_wan_peer *ready[64]; /* accepted peers not yet returned by accept() */
     int n_ready;
     int refused;
-    int closed;              /* closed by the caller; freed by the engine thread at the end of a loop turn */
+    int closed; /* closed by the caller; freed by the engine thread at the end of a loop turn */
     char last_refusal[512];
 };
 
@@ -161,13 +161,13 @@ struct xdc_wan_engine {
     pthread_t thread;
     int thread_started;
     int stop;
-    int wake_fd;               /* eventfd: API calls poke the poll loop */
+    int wake_fd; /* eventfd: API calls poke the poll loop */
     pthread_mutex_t mu;
-    pthread_cond_t cv;         /* broadcast on request completion, peer state change, accepts */
+    pthread_cond_t cv; /* broadcast on request completion, peer state change, accepts */
     xdc_wan_listener *listeners;
     xdc_wan_peer *peers;
-    wan_stream *pending;       /* server connections before their HELLO */
-    wan_stream *graveyard;     /* replaced streams, freed at the end of a loop turn */
+    wan_stream *pending;              /* server connections before their HELLO */
+    wan_stream *graveyard;            /* replaced streams, freed at the end of a loop turn */
     xdc_wan_listener *dead_listeners; /* closed listeners, freed the same way (poll may still name them) */
     xdc_wan_request *all_reqs;
     xdc_wan_request *free_reqs;

@@ -161,8 +161,8 @@ xdc_err_t wan_tls_check_peer(SSL *ssl, const xdc_wan_identity *self, const char 
         return XDC_ERR_AUTH;
     }
     if (expect_region && (strcmp(peer->region, expect_region) != 0 || peer->rank != expect_rank)) {
-        xdc_diag_set(diag, "identity mismatch: expected %s/%d, the certificate names xdc://%s/%s/%d",
-                     expect_region, expect_rank, peer->run, peer->region, peer->rank);
+        xdc_diag_set(diag, "identity mismatch: expected %s/%d, the certificate names xdc://%s/%s/%d", expect_region,
+                     expect_rank, peer->run, peer->region, peer->rank);
         return XDC_ERR_AUTH;
     }
     return XDC_OK;
@@ -175,9 +175,9 @@ xdc_err_t wan_tls_explain(SSL *ssl, int ssl_err, xdc_diag *diag)
     wan_tls_errq(why, sizeof why);
     long vr = SSL_get_verify_result(ssl);
     if (vr != X509_V_OK) {
-        int other_ca = vr == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY || vr == X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN ||
-                       vr == X509_V_ERR_CERT_SIGNATURE_FAILURE || vr == X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE ||
-                       vr == X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT;
+        int other_ca = vr == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY ||
+                       vr == X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN || vr == X509_V_ERR_CERT_SIGNATURE_FAILURE ||
+                       vr == X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE || vr == X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT;
         xdc_diag_set(diag, "peer certificate refused: %s%s (%s)", X509_verify_cert_error_string(vr),
                      other_ca ? ": not issued by our cluster CA" : "", why[0] ? why : "verification failed");
         return XDC_ERR_AUTH;

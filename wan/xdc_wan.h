@@ -20,8 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define XDC_WAN_NAME_MAX 64
-#define XDC_WAN_MAX_STREAMS 64
+#define XDC_WAN_NAME_MAX          64
+#define XDC_WAN_MAX_STREAMS       64
 /* Hard bound on a frame's payload: a header announcing more is a protocol error, never an allocation. */
 #define XDC_WAN_MAX_FRAME_PAYLOAD (16u << 20)
 
@@ -53,30 +53,29 @@ typedef struct xdc_wan_config {
     int64_t deadline_ms;   /* a peer silent (or unreachable) this long fails its requests */
     int backoff_min_ms;    /* reconnect backoff, doubling up to backoff_max_ms */
     int backoff_max_ms;
-    int ping_interval_ms;  /* RTT probe and keepalive period */
+    int ping_interval_ms; /* RTT probe and keepalive period */
 } xdc_wan_config;
 
-#define XDC_WAN_CONFIG_INIT                                                                   \
-    {                                                                                         \
-        .cert_path = NULL, .key_path = NULL, .ca_path = NULL, .streams = 4,                   \
-        .sockbuf_bytes = 0, .frame_bytes = 1u << 20, .window_frames = 1024,                   \
-        .deadline_ms = 30000, .backoff_min_ms = 20, .backoff_max_ms = 2000,                   \
-        .ping_interval_ms = 200,                                                              \
+#define XDC_WAN_CONFIG_INIT                                                                         \
+    {                                                                                               \
+        .cert_path = NULL, .key_path = NULL, .ca_path = NULL, .streams = 4, .sockbuf_bytes = 0,     \
+        .frame_bytes = 1u << 20, .window_frames = 1024, .deadline_ms = 30000, .backoff_min_ms = 20, \
+        .backoff_max_ms = 2000, .ping_interval_ms = 200,                                            \
     }
 
 /* Per-peer measurements (one direction each where it says so). */
 typedef struct xdc_wan_stats {
-    double rtt_ms;               /* smoothed PING/PONG round trip; 0 before the first sample */
-    double goodput_gbps;         /* acknowledged payload bits / seconds since the first send */
-    uint64_t tx_payload_bytes;   /* payload bytes acknowledged by the peer (after compression) */
-    uint64_t tx_raw_bytes;       /* the same messages' pre-compression bytes, as the caller reported */
-    uint64_t rx_payload_bytes;   /* payload bytes delivered to receives */
-    uint64_t tx_wire_bytes;      /* frame headers + payload written, retransmissions included */
-    uint64_t retransmit_frames;  /* DATA frames sent again after a stream broke */
-    uint64_t duplicate_frames;   /* DATA frames received twice and dropped */
-    uint64_t reconnects;         /* streams re-established after a break */
-    int streams_up;              /* streams currently usable */
-    int streams;                 /* streams configured */
+    double rtt_ms;              /* smoothed PING/PONG round trip; 0 before the first sample */
+    double goodput_gbps;        /* acknowledged payload bits / seconds since the first send */
+    uint64_t tx_payload_bytes;  /* payload bytes acknowledged by the peer (after compression) */
+    uint64_t tx_raw_bytes;      /* the same messages' pre-compression bytes, as the caller reported */
+    uint64_t rx_payload_bytes;  /* payload bytes delivered to receives */
+    uint64_t tx_wire_bytes;     /* frame headers + payload written, retransmissions included */
+    uint64_t retransmit_frames; /* DATA frames sent again after a stream broke */
+    uint64_t duplicate_frames;  /* DATA frames received twice and dropped */
+    uint64_t reconnects;        /* streams re-established after a break */
+    int streams_up;             /* streams currently usable */
+    int streams;                /* streams configured */
 } xdc_wan_stats;
 
 /* ---- engine ------------------------------------------------------------------------------------ */
@@ -93,8 +92,7 @@ const xdc_wan_identity *xdc_wan_engine_identity(const xdc_wan_engine *eng);
 /* ---- listening ----------------------------------------------------------------------------------- */
 
 /* Bind and listen on host:port (host NULL or "" = all IPv4 addresses; port 0 = any free port). */
-xdc_err_t xdc_wan_listen(xdc_wan_engine *eng, const char *host, int port, xdc_wan_listener **out,
-                         xdc_diag *diag);
+xdc_err_t xdc_wan_listen(xdc_wan_engine *eng, const char *host, int port, xdc_wan_listener **out, xdc_diag *diag);
 /* The port actually bound. */
 int xdc_wan_listener_port(const xdc_wan_listener *l);
 /* Wait up to timeout_ms (<0: forever) for a peer whose streams all connected and authenticated.
@@ -113,8 +111,8 @@ void xdc_wan_listener_close(xdc_wan_listener *l);
  * ours; expect_region NULL accepts any identity of our run, for tools like `xdc wan send`). Returns
  * at once; the engine connects in the background and requests may be posted right away. Use
  * xdc_wan_peer_wait_ready() to learn whether the handshake succeeded. */
-xdc_err_t xdc_wan_connect(xdc_wan_engine *eng, const char *host, int port, const char *expect_region,
-                          int expect_rank, xdc_wan_peer **out, xdc_diag *diag);
+xdc_err_t xdc_wan_connect(xdc_wan_engine *eng, const char *host, int port, const char *expect_region, int expect_rank,
+                          xdc_wan_peer **out, xdc_diag *diag);
 /* Wait until every stream is up (XDC_OK), the peer was refused or failed (its error and reason), or
  * timeout_ms passed (XDC_ERR_TIMEOUT). */
 xdc_err_t xdc_wan_peer_wait_ready(xdc_wan_peer *p, int64_t timeout_ms, xdc_diag *diag);
@@ -129,8 +127,8 @@ void xdc_wan_peer_close(xdc_wan_peer *p);
 /* Send `len` bytes from `buf` (not copied: keep it alive and unchanged until the request completes,
  * which is when the peer acknowledged every frame). `raw_len` is the pre-compression size for stats
  * (pass len when uncompressed); `codec` is carried to the receiver untouched. */
-xdc_err_t xdc_wan_isend(xdc_wan_peer *p, xdc_wan_class cls, const void *buf, size_t len, uint8_t codec,
-                        size_t raw_len, xdc_wan_request **req);
+xdc_err_t xdc_wan_isend(xdc_wan_peer *p, xdc_wan_class cls, const void *buf, size_t len, uint8_t codec, size_t raw_len,
+                        xdc_wan_request **req);
 /* Receive the next message of class `cls` into buf (capacity `cap` bytes). Receives of one class match
  * messages in the order they were sent. Post receives early: a stream whose next frame belongs to a
  * message with no posted receive stops reading until one is posted (backpressure, no unbounded
@@ -144,8 +142,7 @@ xdc_err_t xdc_wan_irecv(xdc_wan_peer *p, xdc_wan_class cls, void *buf, size_t ca
 xdc_err_t xdc_wan_test(xdc_wan_request *req, int *done, size_t *size, uint8_t *codec, xdc_diag *diag);
 /* Block until the request completes or fails, or timeout_ms passes (XDC_ERR_TIMEOUT; the request then
  * stays valid). Same release rule as xdc_wan_test. Convenience for tools and tests. */
-xdc_err_t xdc_wan_wait(xdc_wan_request *req, int64_t timeout_ms, size_t *size, uint8_t *codec,
-                       xdc_diag *diag);
+xdc_err_t xdc_wan_wait(xdc_wan_request *req, int64_t timeout_ms, size_t *size, uint8_t *codec, xdc_diag *diag);
 
 /* ---- identities and certificates (xdc certs) ----------------------------------------------------- */
 
@@ -153,38 +150,37 @@ xdc_err_t xdc_wan_wait(xdc_wan_request *req, int64_t timeout_ms, size_t *size, u
 xdc_err_t xdc_wan_identity_parse(const char *uri, xdc_wan_identity *out, xdc_diag *diag);
 
 typedef struct xdc_wan_cert_opts {
-    const char *dir;        /* holds ca.pem / ca.key; node files are written here too */
-    const char *run;        /* run id written into the CA name and node SANs */
-    const char *region;     /* node only */
-    int rank;               /* node only */
-    int days;               /* validity */
-    int64_t not_before_s;   /* start of validity relative to now (negative: in the past) */
+    const char *dir;      /* holds ca.pem / ca.key; node files are written here too */
+    const char *run;      /* run id written into the CA name and node SANs */
+    const char *region;   /* node only */
+    int rank;             /* node only */
+    int days;             /* validity */
+    int64_t not_before_s; /* start of validity relative to now (negative: in the past) */
 } xdc_wan_cert_opts;
 
 /* Create DIR/ca.pem and DIR/ca.key (EC P-256, self-signed, CA:TRUE). Refuses to overwrite. */
 xdc_err_t xdc_wan_cert_init_ca(const xdc_wan_cert_opts *o, xdc_diag *diag);
 /* Create DIR/REGION-RANK.pem and DIR/REGION-RANK.key signed by the CA in DIR; the run comes from the
  * CA when o->run is NULL. The paths written are returned in cert_out/key_out (may be NULL). */
-xdc_err_t xdc_wan_cert_issue(const xdc_wan_cert_opts *o, char *cert_out, size_t cert_cap, char *key_out,
-                             size_t key_cap, xdc_diag *diag);
+xdc_err_t xdc_wan_cert_issue(const xdc_wan_cert_opts *o, char *cert_out, size_t cert_cap, char *key_out, size_t key_cap,
+                             xdc_diag *diag);
 
 /* ---- userspace WAN emulator relay ---------------------------------------------------------------- */
 
 typedef struct xdc_wan_relay xdc_wan_relay;
 
 typedef struct xdc_wan_link_model {
-    double rate_mbps;   /* bottleneck rate per direction (token bucket); 0 = unlimited */
-    double rtt_ms;      /* round trip: each direction gets rtt/2 of one-way delay */
-    double jitter_ms;   /* uniform extra one-way delay in [0, jitter); never reorders bytes */
-    double loss_pct;    /* per 1448-byte segment: a loss stalls the direction for one RTT */
-    uint64_t seed;      /* jitter and loss draws */
+    double rate_mbps; /* bottleneck rate per direction (token bucket); 0 = unlimited */
+    double rtt_ms;    /* round trip: each direction gets rtt/2 of one-way delay */
+    double jitter_ms; /* uniform extra one-way delay in [0, jitter); never reorders bytes */
+    double loss_pct;  /* per 1448-byte segment: a loss stalls the direction for one RTT */
+    uint64_t seed;    /* jitter and loss draws */
 } xdc_wan_link_model;
 
 /* Listen on listen_host:listen_port (0 = any) and forward every accepted connection to
  * target_host:target_port through the link model, in a thread of its own. */
-xdc_err_t xdc_wan_relay_create(const char *listen_host, int listen_port, const char *target_host,
-                               int target_port, const xdc_wan_link_model *m, xdc_wan_relay **out,
-                               xdc_diag *diag);
+xdc_err_t xdc_wan_relay_create(const char *listen_host, int listen_port, const char *target_host, int target_port,
+                               const xdc_wan_link_model *m, xdc_wan_relay **out, xdc_diag *diag);
 int xdc_wan_relay_port(const xdc_wan_relay *r);
 /* Another listening port on the same link, forwarding to another target: every route of a relay shares
  * its token buckets, delay line model and outages, so K worker pairs crossing one link share its rate
@@ -215,8 +211,8 @@ typedef struct xdc_wan_netns xdc_wan_netns;
  * 10.77.0.(i+1)/24 and a `tc tbf` qdisc at the rate of its fastest outgoing link; a wire thread carries
  * packets between them with models[from * n + to] (delay, jitter, real packet loss). Run a process in
  * region i with `ip netns exec PREFIX-i ...`. XDC_ERR_UNAVAILABLE without CAP_NET_ADMIN. */
-xdc_err_t xdc_wan_netns_create(const char *prefix, int n_regions, const xdc_wan_link_model *models,
-                               xdc_wan_netns **out, xdc_diag *diag);
+xdc_err_t xdc_wan_netns_create(const char *prefix, int n_regions, const xdc_wan_link_model *models, xdc_wan_netns **out,
+                               xdc_diag *diag);
 /* Stop the wire and delete every namespace created. NULL: no-op. */
 void xdc_wan_netns_destroy(xdc_wan_netns *w);
 const char *xdc_wan_netns_name(const xdc_wan_netns *w, int region, char *buf, size_t cap);
@@ -224,7 +220,7 @@ const char *xdc_wan_netns_name(const xdc_wan_netns *w, int region, char *buf, si
 void xdc_wan_netns_addr(int region, char *buf, size_t cap);
 void xdc_wan_netns_counters(xdc_wan_netns *w, uint64_t *forwarded, uint64_t *dropped);
 /* Measure region from -> to through the wire (as xdc_wan_emu_measure; rate_mbps sizes the transfer). */
-xdc_err_t xdc_wan_netns_measure(xdc_wan_netns *w, int from, int to, double rate_mbps, double seconds,
-                                double *rtt_ms, double *measured_mbps, xdc_diag *diag);
+xdc_err_t xdc_wan_netns_measure(xdc_wan_netns *w, int from, int to, double rate_mbps, double seconds, double *rtt_ms,
+                                double *measured_mbps, xdc_diag *diag);
 
 #endif /* XDC_WAN_H */

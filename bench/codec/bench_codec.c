@@ -15,7 +15,7 @@
 #include <zstd.h>
 
 #define BENCH_ELEMS (16u << 20) /* 64 MiB of fp32 */
-#define BENCH_REPS 3
+#define BENCH_REPS  3
 
 static double secs(uint64_t t0) { return (double)(xdc_now_ns() - t0) / 1e9; }
 

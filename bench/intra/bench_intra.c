@@ -32,7 +32,7 @@ static int run(xdc_intra_comm *c, int p2p, float *buf, size_t count)
     xdc_intra_req *r = NULL;
     xdc_diag d = {{0}};
     int me = xdc_intra_rank(c);
-    xdc_err_t rc = !p2p     ? xdc_intra_all_reduce(c, buf, buf, count, XDC_INTRA_F32, XDC_INTRA_SUM, &r)
+    xdc_err_t rc = !p2p      ? xdc_intra_all_reduce(c, buf, buf, count, XDC_INTRA_F32, XDC_INTRA_SUM, &r)
                    : me == 0 ? xdc_intra_send(c, buf, count, XDC_INTRA_F32, 1, &r)
                              : xdc_intra_recv(c, buf, count, XDC_INTRA_F32, 0, &r);
     if (rc != XDC_OK || xdc_intra_wait(r, 60000, &d) != XDC_OK) {
@@ -117,7 +117,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: bench_intra RANKS|p2p|memcpy [MIN_BYTES [MAX_BYTES]]\n");
         return 64;
     }
-    size_t min_b = argc > 2 ? strtoull(argv[2], NULL, 0) : 65536, max_b = argc > 3 ? strtoull(argv[3], NULL, 0) : 32u << 20;
+    size_t min_b = argc > 2 ? strtoull(argv[2], NULL, 0) : 65536,
+           max_b = argc > 3 ? strtoull(argv[3], NULL, 0) : 32u << 20;
     if (strcmp(argv[1], "memcpy") == 0) {
         for (size_t bytes = min_b; bytes <= max_b; bytes *= 2) printf("memcpy %zu %.3f\n", bytes, memcpy_gbps(bytes));
         return 0;

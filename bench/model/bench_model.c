@@ -68,8 +68,13 @@ static int bench_config(const char *path, int steps, result *res)
         xdc_cfg_errors_print(&errs, stderr);
         return 78;
     }
-    xdc_gpt_stage_config sc = {.model = c.model, .layer_begin = 0, .layer_end = c.model.n_layer,
-                               .batch = c.batch_size, .seq_len = c.seq_len, .max_inflight = 1, .seed = 1,
+    xdc_gpt_stage_config sc = {.model = c.model,
+                               .layer_begin = 0,
+                               .layer_end = c.model.n_layer,
+                               .batch = c.batch_size,
+                               .seq_len = c.seq_len,
+                               .max_inflight = 1,
+                               .seed = 1,
                                .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}};
     xdc_gpt_stage *s = NULL;
     xdc_diag d = {{0}};
@@ -81,8 +86,9 @@ static int bench_config(const char *path, int steps, result *res)
     int32_t *tok = xdc_malloc(n * 4), *tgt = xdc_malloc(n * 4);
     xdc_rng r;
     xdc_rng_seed(&r, 2);
-    for (size_t i = 0; i < n; i++) tok[i] = (int32_t)xdc_rng_below(&r, (uint64_t)c.model.vocab_size),
-                                   tgt[i] = (int32_t)xdc_rng_below(&r, (uint64_t)c.model.vocab_size);
+    for (size_t i = 0; i < n; i++)
+        tok[i] = (int32_t)xdc_rng_below(&r, (uint64_t)c.model.vocab_size),
+        tgt[i] = (int32_t)xdc_rng_below(&r, (uint64_t)c.model.vocab_size);
     /* the ceiling is measured before and after the steps and the better kept, so a burst of load from
      * elsewhere on the machine lowers the ratio's denominator less */
     double sgemm_before = sgemm_gflops((int)n, c.model.n_embd, 4 * c.model.n_embd, 10);
@@ -113,8 +119,7 @@ static int bench_config(const char *path, int steps, result *res)
     printf("config=%s params=%zu B=%d T=%d steps=%d best_step_ms=%.1f mean_step_ms=%.1f tokens_per_s=%.0f "
            "step_gflops=%.2f sgemm_gflops=%.2f (M=%zu K=%d N=%d) ratio=%.3f loss=%.3f\n",
            path, xdc_gpt_stage_num_params(s), c.batch_size, c.seq_len, steps, secs * 1e3, mean_secs * 1e3,
-           res->tokens_per_s,
-           res->step_gflops, res->sgemm_gflops, n, c.model.n_embd, 4 * c.model.n_embd,
+           res->tokens_per_s, res->step_gflops, res->sgemm_gflops, n, c.model.n_embd, 4 * c.model.n_embd,
            res->step_gflops / res->sgemm_gflops, loss);
     fflush(stdout);
     xdc_free(tok), xdc_free(tgt);
@@ -135,8 +140,8 @@ int main(int argc, char **argv)
         return 64;
     }
     xdc_model_cpu_ops.set_threads(threads);
-    printf("threads=%d openblas_coretype=%s\n", threads, getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE")
-                                                                                     : "(auto)");
+    printf("threads=%d openblas_coretype=%s\n", threads,
+           getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(auto)");
     result res = {0};
     for (; i < argc; i++) {
         int rc = bench_config(argv[i], steps, &res);

@@ -43,9 +43,12 @@ int xdc_cmd_certs(int argc, char **argv)
         return certs_usage(stderr);
     }
     static const struct option opts[] = {
-        {"dir", required_argument, NULL, 'd'},    {"run", required_argument, NULL, 'r'},
-        {"region", required_argument, NULL, 'g'}, {"rank", required_argument, NULL, 'k'},
-        {"days", required_argument, NULL, 'n'},   {"help", no_argument, NULL, 'h'},
+        {"dir", required_argument, NULL, 'd'},
+        {"run", required_argument, NULL, 'r'},
+        {"region", required_argument, NULL, 'g'},
+        {"rank", required_argument, NULL, 'k'},
+        {"days", required_argument, NULL, 'n'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     xdc_wan_cert_opts o = {.days = init ? 3650 : 365, .rank = -1};
@@ -56,15 +59,21 @@ int xdc_cmd_certs(int argc, char **argv)
         case 'd': o.dir = optarg; break;
         case 'r': o.run = optarg; break;
         case 'g': o.region = optarg; break;
-        case 'k': if (parse_int("--rank", optarg, 0, 1000000, &o.rank)) return XDC_EX_USAGE; break;
-        case 'n': if (parse_int("--days", optarg, 1, 36500, &o.days)) return XDC_EX_USAGE; break;
+        case 'k':
+            if (parse_int("--rank", optarg, 0, 1000000, &o.rank)) return XDC_EX_USAGE;
+            break;
+        case 'n':
+            if (parse_int("--days", optarg, 1, 36500, &o.days)) return XDC_EX_USAGE;
+            break;
         case 'h': return certs_usage(stdout);
         default: return certs_usage(stderr);
         }
     }
     if (optind != argc - 1 || !o.dir || (!init && (!o.region || o.rank < 0))) {
         fprintf(stderr, "xdc certs %s: %s\n", argv[1],
-                !o.dir ? "--dir is required" : init ? "unexpected argument" : "--region and --rank are required");
+                !o.dir ? "--dir is required"
+                : init ? "unexpected argument"
+                       : "--region and --rank are required");
         return XDC_EX_USAGE;
     }
     xdc_diag d = {{0}};

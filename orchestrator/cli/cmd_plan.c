@@ -46,8 +46,8 @@ int plan_inputs_load(const char *topo_path, const char *model_path, const char *
         snprintf(in->model_path, sizeof in->model_path, "%s", run.model_path);
         xdc_plan_opts *o = &in->opts;
         o->all_regions = 1; /* xdc launch runs every region of the topology */
-        o->mode = run.span_regions ? XDC_PLAN_PIPELINE
-                  : run.mode == ORCH_MODE_DILOCO ? XDC_PLAN_DILOCO
+        o->mode = run.span_regions                  ? XDC_PLAN_PIPELINE
+                  : run.mode == ORCH_MODE_DILOCO    ? XDC_PLAN_DILOCO
                   : run.mode == ORCH_MODE_STREAMING ? XDC_PLAN_STREAMING
                                                     : XDC_PLAN_SYNC;
         /* span_regions: one pipeline over every worker of every region (one replica). */
@@ -112,10 +112,8 @@ void plan_print(FILE *f, const xdc_topology *t, const xdc_plan *p)
 {
     fprintf(f, "  mode %s, %d stage%s per replica, %d microbatches of %dx%d tokens", xdc_plan_mode_name(p->mode),
             p->stages, p->stages > 1 ? "s" : "", p->microbatches, p->micro_batch, p->seq_len);
-    if (p->mode == XDC_PLAN_PIPELINE)
-        fprintf(f, ", activation codec %s\n", p->codec);
-    else
-        fprintf(f, ", WAN codec %s, bucket %g MiB\n", p->codec, p->bucket_mb);
+    if (p->mode == XDC_PLAN_PIPELINE) fprintf(f, ", activation codec %s\n", p->codec);
+    else fprintf(f, ", WAN codec %s, bucket %g MiB\n", p->codec, p->bucket_mb);
     if (p->inner_steps) fprintf(f, "  outer period H = %d inner steps\n", p->inner_steps);
     if (p->fragments) fprintf(f, "  streaming fragments F = %d\n", p->fragments);
     fprintf(f, "  replicas per region:");
@@ -137,8 +135,10 @@ void plan_print(FILE *f, const xdc_topology *t, const xdc_plan *p)
                 t->regions[p->chain[i + 1]].name, p->cut_layer[i]);
     fprintf(f, "  predicted step %.4f s = compute %.4f + bubble %.4f + intra %.4f + exposed WAN %.4f\n", p->t_step,
             p->t_compute, p->t_bubble, p->t_intra, p->t_wan_exposed);
-    fprintf(f, "  %.0f tokens/step, %.0f tokens/s; WAN %.3f MB/step, egress $%.6f/step; memory %.3f GiB of %g GiB per GPU\n",
-            p->tokens, p->tokens / p->t_step, p->wan_bytes / 1e6, p->egress_usd, p->mem_gib_max, p->mem_gib_limit);
+    fprintf(
+        f,
+        "  %.0f tokens/step, %.0f tokens/s; WAN %.3f MB/step, egress $%.6f/step; memory %.3f GiB of %g GiB per GPU\n",
+        p->tokens, p->tokens / p->t_step, p->wan_bytes / 1e6, p->egress_usd, p->mem_gib_max, p->mem_gib_limit);
 }
 
 /* Advisory per-link codecs: the runtime runs one codec, these say which link needs how much. */
@@ -151,8 +151,9 @@ static void print_link_codecs(const plan_inputs *in, const xdc_plan *p)
         double sec;
         xdc_plan_link_codec(in->topo, &in->shape, p, &in->opts.calib, l->from, l->to, in->opts.tolerance, codec, &sec);
         if (!codec[0]) continue;
-        if (!any++) printf("  per-link codec (weakest that keeps the link within %.0f%% of the compute it hides behind):\n",
-                           in->opts.tolerance * 100);
+        if (!any++)
+            printf("  per-link codec (weakest that keeps the link within %.0f%% of the compute it hides behind):\n",
+                   in->opts.tolerance * 100);
         printf("    %s -> %s: %s (%.4f s per round)\n", in->topo->regions[l->from].name, in->topo->regions[l->to].name,
                codec, sec);
     }
@@ -197,13 +198,17 @@ static void explain(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan
 
 int xdc_cmd_plan(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"topology", required_argument, NULL, 't'}, {"model", required_argument, NULL, 'm'},
-        {"json", no_argument, NULL, 'j'},           {"explain", no_argument, NULL, 'x'},
-        {"global-batch", required_argument, NULL, 'g'}, {"mode", required_argument, NULL, 'M'},
-        {"stages", required_argument, NULL, 'P'},   {"codec", required_argument, NULL, 'C'},
-        {"mfu", required_argument, NULL, 'f'},      {"help", no_argument, NULL, 'h'},
-        {0}};
+    static const struct option opts[] = {{"topology", required_argument, NULL, 't'},
+                                         {"model", required_argument, NULL, 'm'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {"explain", no_argument, NULL, 'x'},
+                                         {"global-batch", required_argument, NULL, 'g'},
+                                         {"mode", required_argument, NULL, 'M'},
+                                         {"stages", required_argument, NULL, 'P'},
+                                         {"codec", required_argument, NULL, 'C'},
+                                         {"mfu", required_argument, NULL, 'f'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {0}};
     const char *topo = NULL, *model = NULL, *mode = NULL, *codec = NULL;
     int json = 0, expl = 0, stages = 0, c;
     double global = 0, mfu = 0;
@@ -245,15 +250,13 @@ int xdc_cmd_plan(int argc, char **argv)
     ex = plan_inputs_search(&in, &set);
     if (ex == XDC_EX_OK && json) {
         char *text = NULL;
-        if (xdc_plan_to_json(in.topo, &in.shape, &in.opts, set, 5, &text) == XDC_OK)
-            printf("%s\n", text);
-        else
-            ex = XDC_EX_SOFTWARE;
+        if (xdc_plan_to_json(in.topo, &in.shape, &in.opts, set, 5, &text) == XDC_OK) printf("%s\n", text);
+        else ex = XDC_EX_SOFTWARE;
         xdc_free(text);
     } else if (ex == XDC_EX_OK) {
         printf("plan for %s (%.4g parameters) on %s (%d workers in %d regions), global batch %.0f tokens\n",
-               in.model_path, in.shape.params, in.topo->name, xdc_topology_total_workers(in.topo),
-               in.topo->n_regions, in.batch.global_batch_tokens);
+               in.model_path, in.shape.params, in.topo->name, xdc_topology_total_workers(in.topo), in.topo->n_regions,
+               in.batch.global_batch_tokens);
         plan_print(stdout, in.topo, &set->best);
         print_link_codecs(&in, &set->best);
         printf("  runners-up:\n");

@@ -41,12 +41,17 @@ static void print_json(const plan_inputs *in, const xdc_plan *p, const xdc_sim_r
 
 int xdc_cmd_simulate(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"topology", required_argument, NULL, 't'}, {"model", required_argument, NULL, 'm'},
-        {"run", required_argument, NULL, 'c'},      {"steps", required_argument, NULL, 's'},
-        {"json", no_argument, NULL, 'j'},           {"global-batch", required_argument, NULL, 'g'},
-        {"calibrate-compute", required_argument, NULL, 'C'}, {"wan-gbps", required_argument, NULL, 'W'},
-        {"host-cores", required_argument, NULL, 'H'}, {"help", no_argument, NULL, 'h'}, {0}};
+    static const struct option opts[] = {{"topology", required_argument, NULL, 't'},
+                                         {"model", required_argument, NULL, 'm'},
+                                         {"run", required_argument, NULL, 'c'},
+                                         {"steps", required_argument, NULL, 's'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {"global-batch", required_argument, NULL, 'g'},
+                                         {"calibrate-compute", required_argument, NULL, 'C'},
+                                         {"wan-gbps", required_argument, NULL, 'W'},
+                                         {"host-cores", required_argument, NULL, 'H'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {0}};
     const char *topo = NULL, *model = NULL, *run = NULL;
     int json = 0, steps = 3, cores = 0, c;
     double global = 0, measured = 0, wan = 0;
@@ -107,8 +112,9 @@ int xdc_cmd_simulate(int argc, char **argv)
                    r.gpus, r.steps, r.events, wall);
             plan_print(stdout, in.topo, &set->best);
             if (measured > 0)
-                printf("  calibrated: compute times scaled x%.3f to match %.4f s of measured stage-0 compute per step\n",
-                       in.opts.calib.compute_scale, measured);
+                printf(
+                    "  calibrated: compute times scaled x%.3f to match %.4f s of measured stage-0 compute per step\n",
+                    in.opts.calib.compute_scale, measured);
             printf("simulated step %.4f s = compute %.4f + bubble %.4f + exposed comm %.4f; utilisation %.1f%%; "
                    "WAN %.3f MB/step\n",
                    r.t_step, r.t_compute, r.t_bubble, r.t_comm_exposed, 100 * r.utilisation, r.wan_bytes / 1e6);

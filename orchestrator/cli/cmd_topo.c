@@ -40,12 +40,9 @@ static void print_summary(const xdc_topology *t)
         for (int c = 0; c < t->n_regions; c++) {
             const xdc_link *l = xdc_topology_link(t, r, c);
             char cell[32];
-            if (r == c)
-                snprintf(cell, sizeof cell, "-");
-            else if (!l)
-                snprintf(cell, sizeof cell, "(none)");
-            else
-                snprintf(cell, sizeof cell, "%g/%g", l->bandwidth_gbps, l->rtt_ms);
+            if (r == c) snprintf(cell, sizeof cell, "-");
+            else if (!l) snprintf(cell, sizeof cell, "(none)");
+            else snprintf(cell, sizeof cell, "%g/%g", l->bandwidth_gbps, l->rtt_ms);
             printf(" %16s", cell);
         }
         printf("\n");
@@ -79,12 +76,9 @@ int xdc_cmd_topo(int argc, char **argv)
     int json = 0, c;
     optind = 1;
     while ((c = getopt_long(argc - 1, argv + 1, "jh", opts, NULL)) != -1) {
-        if (c == 'j')
-            json = 1;
-        else if (c == 'h')
-            return topo_usage(stdout);
-        else
-            return topo_usage(stderr);
+        if (c == 'j') json = 1;
+        else if (c == 'h') return topo_usage(stdout);
+        else return topo_usage(stderr);
     }
     if (optind != argc - 2) return topo_usage(stderr);
     const char *path = argv[optind + 1];

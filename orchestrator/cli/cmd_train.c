@@ -60,12 +60,18 @@ static int parse_args(int argc, char **argv, train_opts *o)
 {
     enum { O_DATA = 256, O_STEPS, O_THREADS, O_SEED, O_CKDIR, O_CKEVERY, O_RESUME, O_SINGLE, O_BACKEND };
     static const struct option longopts[] = {
-        {"config", required_argument, NULL, 'c'},   {"data", required_argument, NULL, O_DATA},
-        {"steps", required_argument, NULL, O_STEPS}, {"threads", required_argument, NULL, O_THREADS},
-        {"seed", required_argument, NULL, O_SEED},   {"checkpoint-dir", required_argument, NULL, O_CKDIR},
-        {"checkpoint-every", required_argument, NULL, O_CKEVERY}, {"resume", no_argument, NULL, O_RESUME},
-        {"single", no_argument, NULL, O_SINGLE},     {"backend", required_argument, NULL, O_BACKEND},
-        {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
+        {"config", required_argument, NULL, 'c'},
+        {"data", required_argument, NULL, O_DATA},
+        {"steps", required_argument, NULL, O_STEPS},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"seed", required_argument, NULL, O_SEED},
+        {"checkpoint-dir", required_argument, NULL, O_CKDIR},
+        {"checkpoint-every", required_argument, NULL, O_CKEVERY},
+        {"resume", no_argument, NULL, O_RESUME},
+        {"single", no_argument, NULL, O_SINGLE},
+        {"backend", required_argument, NULL, O_BACKEND},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     int single = 0, c, rc = 0;
     *o = (train_opts){.steps = -1, .threads = -1, .seed = -1, .ckpt_every = -1, .backend = "cpu"};
@@ -87,11 +93,12 @@ static int parse_args(int argc, char **argv, train_opts *o)
         }
     }
     if (rc) return rc;
-    const char *missing = !single ? "--single (multi-process training runs through `xdc launch`)"
+    const char *missing = !single      ? "--single (multi-process training runs through `xdc launch`)"
                           : !o->config ? "-c CONFIG"
-                          : !o->data ? "--data FILE"
+                          : !o->data   ? "--data FILE"
                           : (o->resume || o->ckpt_every > 0) && !o->ckpt_dir ? "--checkpoint-dir"
-                          : optind < argc ? "nothing after the options" : NULL;
+                          : optind < argc                                    ? "nothing after the options"
+                                                                             : NULL;
     if (missing) {
         fprintf(stderr, "xdc train: expected %s\n", missing);
         usage(stderr);
@@ -141,8 +148,8 @@ typedef struct train_run {
 static int save_checkpoint(train_run *r)
 {
     xdc_diag d = {{0}};
-    xdc_ckpt_meta meta = {.stage = 0, .n_stages = 1, .step = r->step, .data_pos = xdc_data_get_pos(r->data),
-                          .rng = r->rng};
+    xdc_ckpt_meta meta = {
+        .stage = 0, .n_stages = 1, .step = r->step, .data_pos = xdc_data_get_pos(r->data), .rng = r->rng};
     xdc_err_t rc = xdc_ckpt_save(r->opt.ckpt_dir, r->stage, &meta, &d);
     if (rc != XDC_OK) return fail("checkpoint", rc, &d);
     XDC_INFO(XDC_SUB_ORCH, "checkpoint at step %lld in %s", (long long)r->step, r->opt.ckpt_dir);
@@ -222,18 +229,27 @@ static int run(train_run *r)
     const xdc_train_config *c = &r->cfg;
     const xdc_kern_backend *be = NULL;
     xdc_diag d = {{0}};
-    xdc_err_t rc = xdc_kern_backend_get(strcmp(r->opt.backend, "cuda") == 0 ? XDC_BACKEND_CUDA : XDC_BACKEND_CPU,
-                                        &be, &d);
+    xdc_err_t rc = xdc_kern_backend_get(strcmp(r->opt.backend, "cuda") == 0 ? XDC_BACKEND_CUDA : XDC_BACKEND_CPU, &be,
+                                        &d);
     if (rc != XDC_OK) return fail("backend", rc, &d);
     long threads = r->opt.threads > 0 ? r->opt.threads : sysconf(_SC_NPROCESSORS_ONLN);
     be->model->set_threads((int)threads);
 
-    xdc_data_config dc = {.batch = c->batch_size, .seq_len = c->seq_len, .val_fraction = c->val_fraction,
-                          .seed = (uint64_t)c->seed, .rank = 0, .world = 1, .vocab_size = c->model.vocab_size};
+    xdc_data_config dc = {.batch = c->batch_size,
+                          .seq_len = c->seq_len,
+                          .val_fraction = c->val_fraction,
+                          .seed = (uint64_t)c->seed,
+                          .rank = 0,
+                          .world = 1,
+                          .vocab_size = c->model.vocab_size};
     if ((rc = xdc_data_open(r->opt.data, &dc, &r->data, &d)) != XDC_OK)
         return fail("data", rc == XDC_ERR_INVALID ? XDC_ERR_RANGE : rc, &d);
-    xdc_gpt_stage_config sc = {.model = c->model, .layer_begin = 0, .layer_end = c->model.n_layer,
-                               .batch = c->batch_size, .seq_len = c->seq_len, .max_inflight = 1,
+    xdc_gpt_stage_config sc = {.model = c->model,
+                               .layer_begin = 0,
+                               .layer_end = c->model.n_layer,
+                               .batch = c->batch_size,
+                               .seq_len = c->seq_len,
+                               .max_inflight = 1,
                                .seed = (uint64_t)c->seed,
                                .adamw = {(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay}};
     if ((rc = xdc_gpt_stage_create(be->model, &sc, &r->stage, &d)) != XDC_OK) return fail("model", rc, &d);
@@ -260,8 +276,7 @@ static int run(train_run *r)
     if ((rc = eval_loss(r->stage, r->data, c->eval_batches, r->in, r->tgt, &vl)) != XDC_OK)
         return fail("validation", rc, NULL);
     if ((rc = xdc_gpt_params_xxh64(&r->stage, 1, &hash)) != XDC_OK) return fail("hash", rc, NULL);
-    printf("final val_loss=%.4f params_xxh64=%016llx steps=%lld\n", vl, (unsigned long long)hash,
-           (long long)r->step);
+    printf("final val_loss=%.4f params_xxh64=%016llx steps=%lld\n", vl, (unsigned long long)hash, (long long)r->step);
     return 0;
 }
 

@@ -17,14 +17,14 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#define WAN_CLI_DEPTH 8 /* messages in flight */
+#define WAN_CLI_DEPTH   8 /* messages in flight */
 #define WAN_CLI_WAIT_MS 600000
 
 typedef struct wan_cli_opts {
     xdc_wan_config cfg;
-    const char *to;       /* send: HOST:PORT */
-    const char *expect;   /* send: REGION/RANK, or NULL for any peer of our run */
-    const char *host;     /* listen: bind address */
+    const char *to;     /* send: HOST:PORT */
+    const char *expect; /* send: REGION/RANK, or NULL for any peer of our run */
+    const char *host;   /* listen: bind address */
     int port;
     int once;
     uint64_t bytes;
@@ -33,13 +33,12 @@ typedef struct wan_cli_opts {
 
 static int wan_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: xdc wan listen --port P --cert C --key K --ca CA [--streams K] [--host ADDR] [--once]\n"
-            "       xdc wan send --to HOST:P --bytes N --cert C --key K --ca CA [--streams K]\n"
-            "                    [--expect REGION/RANK] [--msg-bytes M] [--sockbuf BYTES]\n"
-            "  An iperf3-like pair over the WAN transport (TLS 1.3, mutual auth, K streams). N and M take\n"
-            "  K/M/G suffixes (binary). send prints one line: goodput_gbps=... bytes=... seconds=... streams=...\n"
-            "  listen serves peers one after another (--once: the first only) and prints one line per transfer.\n");
+    fprintf(f, "usage: xdc wan listen --port P --cert C --key K --ca CA [--streams K] [--host ADDR] [--once]\n"
+               "       xdc wan send --to HOST:P --bytes N --cert C --key K --ca CA [--streams K]\n"
+               "                    [--expect REGION/RANK] [--msg-bytes M] [--sockbuf BYTES]\n"
+               "  An iperf3-like pair over the WAN transport (TLS 1.3, mutual auth, K streams). N and M take\n"
+               "  K/M/G suffixes (binary). send prints one line: goodput_gbps=... bytes=... seconds=... streams=...\n"
+               "  listen serves peers one after another (--once: the first only) and prints one line per transfer.\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -52,9 +51,12 @@ static int parse_size(const char *flag, const char *text, uint64_t *out)
     uint64_t mul = 1;
     if (end && *end) {
         switch (*end) {
-        case 'k': case 'K': mul = 1ull << 10; break;
-        case 'm': case 'M': mul = 1ull << 20; break;
-        case 'g': case 'G': mul = 1ull << 30; break;
+        case 'k':
+        case 'K': mul = 1ull << 10; break;
+        case 'm':
+        case 'M': mul = 1ull << 20; break;
+        case 'g':
+        case 'G': mul = 1ull << 30; break;
         default: mul = 0;
         }
         if (end[1] && !(end[1] == 'i' && end[2] == 'B' && !end[3]) && !(end[1] == 'B' && !end[2])) mul = 0;
@@ -92,8 +94,12 @@ static int parse_opts(int argc, char **argv, wan_cli_opts *o)
         case 'e': o->expect = optarg; break;
         case 'H': o->host = optarg; break;
         case '1': o->once = 1; break;
-        case 'b': if (parse_size("--bytes", optarg, &o->bytes)) return XDC_EX_USAGE; break;
-        case 'm': if (parse_size("--msg-bytes", optarg, &o->msg_bytes)) return XDC_EX_USAGE; break;
+        case 'b':
+            if (parse_size("--bytes", optarg, &o->bytes)) return XDC_EX_USAGE;
+            break;
+        case 'm':
+            if (parse_size("--msg-bytes", optarg, &o->msg_bytes)) return XDC_EX_USAGE;
+            break;
         case 'B':
             if (parse_size("--sockbuf", optarg, &v) || v > (1u << 30)) return XDC_EX_USAGE;
             o->cfg.sockbuf_bytes = (int)v;
@@ -128,7 +134,9 @@ static int fail(const char *what, xdc_err_t rc, const xdc_diag *d)
 }
 
 /* The transfer announcement and the completion reply, both LATENCY messages of two u64 words. */
-typedef struct { uint64_t total, msg_bytes; } wan_cli_hello;
+typedef struct {
+    uint64_t total, msg_bytes;
+} wan_cli_hello;
 
 static xdc_err_t serve_one(xdc_wan_peer *p, uint8_t *bufs, uint64_t cap, xdc_diag *d)
 {

@@ -20,25 +20,27 @@
 
 static int wanemu_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: xdc wan-emu --topology FILE [--port-offset N] [--ranks N] [--outage DUR@START]\n"
-            "                   [--duration SECONDS] [--check [--seconds S]] [--netns PREFIX]\n"
-            "  One relay per (link, destination worker): worker r of region B listens on B's wan_endpoint\n"
-            "  port + r; region A (index a, 0-based) reaches it at 127.0.0.1:(port + r + N x (a + 1)),\n"
-            "  N = --port-offset (default 1000). --ranks overrides the workers per region (default: topology).\n"
-            "  --outage 30s@10s cuts every relay for 30 s starting 10 s after start. Runs until Ctrl-C or\n"
-            "  --duration. --check measures each link for S seconds (default 1.5) and prints configured vs\n"
-            "  measured RTT and rate instead of running relays.\n"
-            "  --netns PREFIX (root): network namespaces PREFIX-0.. (one per region, address 10.77.0.(i+1) on\n"
-            "  device xw0, `tc tbf` for the rate) joined by a TUN wire with the links' delay, jitter and packet\n"
-            "  loss; run workers with `ip netns exec PREFIX-i`. Removed on exit and on Ctrl-C.\n");
+    fprintf(f, "usage: xdc wan-emu --topology FILE [--port-offset N] [--ranks N] [--outage DUR@START]\n"
+               "                   [--duration SECONDS] [--check [--seconds S]] [--netns PREFIX]\n"
+               "  One relay per (link, destination worker): worker r of region B listens on B's wan_endpoint\n"
+               "  port + r; region A (index a, 0-based) reaches it at 127.0.0.1:(port + r + N x (a + 1)),\n"
+               "  N = --port-offset (default 1000). --ranks overrides the workers per region (default: topology).\n"
+               "  --outage 30s@10s cuts every relay for 30 s starting 10 s after start. Runs until Ctrl-C or\n"
+               "  --duration. --check measures each link for S seconds (default 1.5) and prints configured vs\n"
+               "  measured RTT and rate instead of running relays.\n"
+               "  --netns PREFIX (root): network namespaces PREFIX-0.. (one per region, address 10.77.0.(i+1) on\n"
+               "  device xw0, `tc tbf` for the rate) joined by a TUN wire with the links' delay, jitter and packet\n"
+               "  loss; run workers with `ip netns exec PREFIX-i`. Removed on exit and on Ctrl-C.\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
 static void link_model(const xdc_link *l, uint64_t seed, xdc_wan_link_model *m)
 {
-    *m = (xdc_wan_link_model){.rate_mbps = l->bandwidth_gbps * 1000.0, .rtt_ms = l->rtt_ms,
-                              .jitter_ms = l->jitter_ms, .loss_pct = l->loss_pct, .seed = seed};
+    *m = (xdc_wan_link_model){.rate_mbps = l->bandwidth_gbps * 1000.0,
+                              .rtt_ms = l->rtt_ms,
+                              .jitter_ms = l->jitter_ms,
+                              .loss_pct = l->loss_pct,
+                              .seed = seed};
 }
 
 static int endpoint_split(const char *ep, char *host, size_t cap, int *port)
@@ -93,8 +95,8 @@ static void wait_for_stop(const sigset_t *sigs, double duration)
     } while (sig < 0 && errno == EINTR);
 }
 
-static int run_netns(const xdc_topology *t, const char *prefix, int check, double seconds, double duration,
-                     int outage, const sigset_t *sigs)
+static int run_netns(const xdc_topology *t, const char *prefix, int check, double seconds, double duration, int outage,
+                     const sigset_t *sigs)
 {
     if (outage) {
         fprintf(stderr, "xdc wan-emu: --outage works with the relays only, not with --netns\n");
@@ -138,8 +140,7 @@ int xdc_cmd_wanemu(int argc, char **argv)
         {"ranks", required_argument, NULL, 'r'},    {"outage", required_argument, NULL, 'u'},
         {"duration", required_argument, NULL, 'd'}, {"check", no_argument, NULL, 'c'},
         {"seconds", required_argument, NULL, 's'},  {"netns", required_argument, NULL, 'n'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
     };
     const char *topo_path = NULL, *outage = NULL, *netns_prefix = NULL;
     int offset = 1000, ranks = 0, check = 0, c;
@@ -209,8 +210,8 @@ int xdc_cmd_wanemu(int argc, char **argv)
         char host[256];
         int port;
         if (endpoint_split(to->wan_endpoint, host, sizeof host, &port) != 0) {
-            fprintf(stderr, "xdc wan-emu: %s:%d:%d: region %s has no usable wan_endpoint HOST:PORT ('%s')\n",
-                    t->path, to->line, to->col, to->name, to->wan_endpoint);
+            fprintf(stderr, "xdc wan-emu: %s:%d:%d: region %s has no usable wan_endpoint HOST:PORT ('%s')\n", t->path,
+                    to->line, to->col, to->name, to->wan_endpoint);
             rc = XDC_EX_CONFIG;
             break;
         }
@@ -226,7 +227,10 @@ int xdc_cmd_wanemu(int argc, char **argv)
             if (n == cap) {
                 cap = cap ? 2 * cap : 16;
                 xdc_wan_relay **nr = xdc_realloc(relays, (size_t)cap * sizeof *nr);
-                if (!nr) { rc = XDC_EX_SOFTWARE; break; }
+                if (!nr) {
+                    rc = XDC_EX_SOFTWARE;
+                    break;
+                }
                 relays = nr;
             }
             xdc_wan_link_model m;

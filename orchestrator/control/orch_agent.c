@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #define AGENT_MAX_WORKERS 64
-#define AGENT_GRACE_MS 5000 /* SIGTERM to SIGKILL */
+#define AGENT_GRACE_MS    5000 /* SIGTERM to SIGKILL */
 
 static volatile sig_atomic_t g_stop_signal;
 static void on_signal(int sig)
@@ -49,11 +49,12 @@ typedef struct {
 
 static int agent_usage(FILE *f)
 {
-    fprintf(f, "usage: xdc agent --topology FILE --config RUN.yaml --run-dir DIR [--region NAME] [--node N] [--host NAME]\n"
-               "                 [--coordinator HOST:PORT] [--run-id ID] [--emulate-wan] [--resume]\n"
-               "  Starts this node's workers. Identity comes from the flags, then XDC_* variables, torchrun, Open MPI,\n"
-               "  PMIx/PMI and Slurm (SLURM_NODEID, SLURM_JOB_NODELIST), then this host's place in the topology;\n"
-               "  the log says which source gave each value.\n");
+    fprintf(
+        f, "usage: xdc agent --topology FILE --config RUN.yaml --run-dir DIR [--region NAME] [--node N] [--host NAME]\n"
+           "                 [--coordinator HOST:PORT] [--run-id ID] [--emulate-wan] [--resume]\n"
+           "  Starts this node's workers. Identity comes from the flags, then XDC_* variables, torchrun, Open MPI,\n"
+           "  PMIx/PMI and Slurm (SLURM_NODEID, SLURM_JOB_NODELIST), then this host's place in the topology;\n"
+           "  the log says which source gave each value.\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -70,13 +71,18 @@ static void write_failure(const char *run_dir, const char *region, int node, con
 
 int xdc_cmd_agent(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"topology", required_argument, NULL, 't'}, {"config", required_argument, NULL, 'c'},
-        {"run-dir", required_argument, NULL, 'd'},  {"region", required_argument, NULL, 'r'},
-        {"node", required_argument, NULL, 'n'},     {"host", required_argument, NULL, 'H'},
-        {"coordinator", required_argument, NULL, 'k'}, {"run-id", required_argument, NULL, 'i'},
-        {"emulate-wan", no_argument, NULL, 'e'},    {"resume", no_argument, NULL, 'R'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"topology", required_argument, NULL, 't'},
+                                         {"config", required_argument, NULL, 'c'},
+                                         {"run-dir", required_argument, NULL, 'd'},
+                                         {"region", required_argument, NULL, 'r'},
+                                         {"node", required_argument, NULL, 'n'},
+                                         {"host", required_argument, NULL, 'H'},
+                                         {"coordinator", required_argument, NULL, 'k'},
+                                         {"run-id", required_argument, NULL, 'i'},
+                                         {"emulate-wan", no_argument, NULL, 'e'},
+                                         {"resume", no_argument, NULL, 'R'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
     agent_opts o = {0};
     orch_identity_flags fl;
     memset(&fl, 0, sizeof fl);
@@ -123,8 +129,8 @@ int xdc_cmd_agent(int argc, char **argv)
     char master[256];
     int master_port;
     if (wpn > AGENT_MAX_WORKERS || orch_split_hostport(id.coordinator, master, sizeof master, &master_port) != 0) {
-        fprintf(stderr, "xdc agent: %s\n", wpn > AGENT_MAX_WORKERS ? "more than 64 workers per node"
-                                                                  : "the coordinator address is not host:port");
+        fprintf(stderr, "xdc agent: %s\n",
+                wpn > AGENT_MAX_WORKERS ? "more than 64 workers per node" : "the coordinator address is not host:port");
         xdc_topology_destroy(t);
         return XDC_EX_CONFIG;
     }

@@ -18,9 +18,9 @@
 
 extern char **environ;
 
-#define VAL_MAX 256          /* bytes of one value while resolving */
-#define SRC_MAX 64           /* bytes of a source description, as orch_identity.source */
-#define HOSTLIST_MAX 100000  /* hosts a SLURM_JOB_NODELIST may expand to */
+#define VAL_MAX       256    /* bytes of one value while resolving */
+#define SRC_MAX       64     /* bytes of a source description, as orch_identity.source */
+#define HOSTLIST_MAX  100000 /* hosts a SLURM_JOB_NODELIST may expand to */
 #define INT_FIELD_MAX 999999999
 
 typedef struct {
@@ -29,8 +29,14 @@ typedef struct {
     size_t off, cap; /* where the value lives in orch_identity; cap for strings */
 } field_info;
 
-#define STR_FIELD(n, fl, m) {n, fl, false, offsetof(orch_identity, m), sizeof(((orch_identity *)0)->m)}
-#define INT_FIELD(n, fl, m) {n, fl, true, offsetof(orch_identity, m), 0}
+#define STR_FIELD(n, fl, m)                                                       \
+    {                                                                             \
+        n, fl, false, offsetof(orch_identity, m), sizeof(((orch_identity *)0)->m) \
+    }
+#define INT_FIELD(n, fl, m)                        \
+    {                                              \
+        n, fl, true, offsetof(orch_identity, m), 0 \
+    }
 static const field_info fields[ORCH_ID_FIELD_COUNT] = {
     [ORCH_ID_RUN_ID] = STR_FIELD("run_id", "--run-id", run_id),
     [ORCH_ID_REGION] = STR_FIELD("region", "--region", region),
@@ -119,10 +125,14 @@ static const cand cands[] = {
 
 /* Fields in dependency order: topology candidates need the host, then the region. */
 static const orch_identity_field resolve_order[ORCH_ID_FIELD_COUNT] = {
-    ORCH_ID_HOST, ORCH_ID_RUN_ID, ORCH_ID_REGION, ORCH_ID_REGION_INDEX, ORCH_ID_NUM_REGIONS, ORCH_ID_NODE,
-    ORCH_ID_NUM_NODES, ORCH_ID_COORDINATOR, ORCH_ID_RANK, ORCH_ID_WORLD_SIZE, ORCH_ID_LOCAL_RANK,
-    ORCH_ID_LOCAL_WORLD_SIZE, ORCH_ID_GLOBAL_RANK, ORCH_ID_GLOBAL_WORLD_SIZE, ORCH_ID_MASTER_ADDR,
-    ORCH_ID_MASTER_PORT,
+    ORCH_ID_HOST,        ORCH_ID_RUN_ID,
+    ORCH_ID_REGION,      ORCH_ID_REGION_INDEX,
+    ORCH_ID_NUM_REGIONS, ORCH_ID_NODE,
+    ORCH_ID_NUM_NODES,   ORCH_ID_COORDINATOR,
+    ORCH_ID_RANK,        ORCH_ID_WORLD_SIZE,
+    ORCH_ID_LOCAL_RANK,  ORCH_ID_LOCAL_WORLD_SIZE,
+    ORCH_ID_GLOBAL_RANK, ORCH_ID_GLOBAL_WORLD_SIZE,
+    ORCH_ID_MASTER_ADDR, ORCH_ID_MASTER_PORT,
 };
 
 typedef struct {
@@ -223,7 +233,8 @@ static int eval_topo(ctx *c, orch_identity_field f, char *val, size_t cap)
     case ORCH_ID_REGION_INDEX: v = r; break;
     case ORCH_ID_NUM_REGIONS: v = t->n_regions; break;
     case ORCH_ID_NODE:
-        if (r >= 0 && known(id, ORCH_ID_HOST)) v = unique_host_index(t->regions[r].hosts, t->regions[r].n_hosts, id->host);
+        if (r >= 0 && known(id, ORCH_ID_HOST))
+            v = unique_host_index(t->regions[r].hosts, t->regions[r].n_hosts, id->host);
         break;
     case ORCH_ID_NUM_NODES: v = r >= 0 ? t->regions[r].n_hosts : -1; break;
     default: break;
@@ -273,8 +284,7 @@ static int eval(ctx *c, orch_identity_field f, const cand *k, char *val, size_t 
         int x, y;
         if (!a || !b) return 0;
         if (!parse_count(a, &x) || !parse_count(b, &y) || y == 0) {
-            snprintf(c->why, sizeof c->why, "%s='%s' / %s='%s' is not a count over a positive count", k->a, a, k->b,
-                     b);
+            snprintf(c->why, sizeof c->why, "%s='%s' / %s='%s' is not a count over a positive count", k->a, a, k->b, b);
             return -1;
         }
         if (f == ORCH_ID_NUM_NODES && x % y != 0) {
@@ -344,15 +354,12 @@ static xdc_err_t resolve_field(ctx *c, orch_identity_field f, xdc_diag *diag)
         } else if (strcmp(win, val) != 0) {
             if (explicit_source(wsrc))
                 XDC_WARN(XDC_SUB_ORCH, "identity: %s: %s=%s overrides %s=%s", fields[f].name, wsrc, win, src, val);
-            else
-                XDC_DEBUG(XDC_SUB_ORCH, "identity: %s: %s=%s preferred to %s=%s", fields[f].name, wsrc, win, src, val);
+            else XDC_DEBUG(XDC_SUB_ORCH, "identity: %s: %s=%s preferred to %s=%s", fields[f].name, wsrc, win, src, val);
         }
     }
     if (!have) return XDC_OK;
-    if (fields[f].is_int)
-        *int_slot(c->id, f) = atoi(win); /* canonical decimal from eval() */
-    else
-        snprintf(str_slot(c->id, f), fields[f].cap, "%s", win);
+    if (fields[f].is_int) *int_slot(c->id, f) = atoi(win); /* canonical decimal from eval() */
+    else snprintf(str_slot(c->id, f), fields[f].cap, "%s", win);
     snprintf(c->id->source[f], sizeof c->id->source[f], "%s", wsrc);
     return XDC_OK;
 }
@@ -367,14 +374,10 @@ static void list_sources(orch_identity_field f, char *buf, size_t cap)
         const cand *k = &cands[i];
         if (k->field != f) continue;
         const char *sep = len ? ", " : "";
-        if (k->kind == C_DIV)
-            len += (size_t)snprintf(buf + len, cap - len, "%s%s/%s", sep, k->a, k->b);
-        else if (k->kind == C_TOPO)
-            len += (size_t)snprintf(buf + len, cap - len, "%stopology", sep);
-        else if (k->kind == C_HOSTNAME)
-            len += (size_t)snprintf(buf + len, cap - len, "%sgethostname()", sep);
-        else
-            len += (size_t)snprintf(buf + len, cap - len, "%s%s", sep, k->a);
+        if (k->kind == C_DIV) len += (size_t)snprintf(buf + len, cap - len, "%s%s/%s", sep, k->a, k->b);
+        else if (k->kind == C_TOPO) len += (size_t)snprintf(buf + len, cap - len, "%stopology", sep);
+        else if (k->kind == C_HOSTNAME) len += (size_t)snprintf(buf + len, cap - len, "%sgethostname()", sep);
+        else len += (size_t)snprintf(buf + len, cap - len, "%s%s", sep, k->a);
     }
 }
 
@@ -404,8 +407,8 @@ static xdc_err_t check_consistency(const orch_identity *id, const xdc_topology *
         if (!known(id, a) || !known(id, b)) continue;
         int va = *int_slot((orch_identity *)id, a), vb = *int_slot((orch_identity *)id, b);
         if (va < vb) continue;
-        xdc_diag_set(diag, "identity: %s=%d (from %s) is not below %s=%d (from %s)", fields[a].name, va,
-                     id->source[a], fields[b].name, vb, id->source[b]);
+        xdc_diag_set(diag, "identity: %s=%d (from %s) is not below %s=%d (from %s)", fields[a].name, va, id->source[a],
+                     fields[b].name, vb, id->source[b]);
         return XDC_ERR_CONFIG;
     }
     if (known(id, ORCH_ID_MASTER_PORT) && (id->master_port < 1 || id->master_port > 65535)) {
@@ -455,9 +458,9 @@ void orch_identity_describe(const orch_identity *id, char *buf, size_t cap)
 {
     size_t len = 0;
     buf[0] = '\0';
-#define PUT(...)                                                                          \
-    do {                                                                                  \
-        if (len < cap) len += (size_t)snprintf(buf + len, cap - len, __VA_ARGS__);       \
+#define PUT(...)                                                                   \
+    do {                                                                           \
+        if (len < cap) len += (size_t)snprintf(buf + len, cap - len, __VA_ARGS__); \
     } while (0)
     if (known(id, ORCH_ID_REGION)) PUT("region=%s (%s)", id->region, id->source[ORCH_ID_REGION]);
     if (known(id, ORCH_ID_REGION_INDEX) && known(id, ORCH_ID_NUM_REGIONS))
@@ -467,8 +470,7 @@ void orch_identity_describe(const orch_identity *id, char *buf, size_t cap)
         PUT(" node=%d/%d (%s, %s)", id->node, id->num_nodes, id->source[ORCH_ID_NODE], id->source[ORCH_ID_NUM_NODES]);
     if (known(id, ORCH_ID_HOST)) PUT(" host=%s (%s)", id->host, id->source[ORCH_ID_HOST]);
     if (known(id, ORCH_ID_RUN_ID)) PUT(" run=%s (%s)", id->run_id, id->source[ORCH_ID_RUN_ID]);
-    if (known(id, ORCH_ID_COORDINATOR))
-        PUT(" coordinator=%s (%s)", id->coordinator, id->source[ORCH_ID_COORDINATOR]);
+    if (known(id, ORCH_ID_COORDINATOR)) PUT(" coordinator=%s (%s)", id->coordinator, id->source[ORCH_ID_COORDINATOR]);
     if (known(id, ORCH_ID_RANK) && known(id, ORCH_ID_WORLD_SIZE))
         PUT(" rank=%d/%d (%s, %s)", id->rank, id->world_size, id->source[ORCH_ID_RANK], id->source[ORCH_ID_WORLD_SIZE]);
     if (known(id, ORCH_ID_GLOBAL_RANK) && known(id, ORCH_ID_GLOBAL_WORLD_SIZE))
@@ -480,9 +482,22 @@ void orch_identity_describe(const orch_identity *id, char *buf, size_t cap)
 
 /* In the order orch_identity_worker_env() writes them. */
 static const char *const contract_keys[] = {
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-    "XDC_RUN_ID", "XDC_REGION", "XDC_REGION_INDEX", "XDC_NUM_REGIONS", "XDC_GLOBAL_RANK",
-    "XDC_GLOBAL_WORLD_SIZE", "XDC_COORDINATOR", "XDC_NODE_RANK", "XDC_NUM_NODES", "XDC_HOST",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "XDC_RUN_ID",
+    "XDC_REGION",
+    "XDC_REGION_INDEX",
+    "XDC_NUM_REGIONS",
+    "XDC_GLOBAL_RANK",
+    "XDC_GLOBAL_WORLD_SIZE",
+    "XDC_COORDINATOR",
+    "XDC_NODE_RANK",
+    "XDC_NUM_NODES",
+    "XDC_HOST",
 };
 #define N_CONTRACT (sizeof contract_keys / sizeof contract_keys[0])
 
@@ -517,9 +532,8 @@ void orch_identity_env_free(char **envp)
     xdc_free(envp);
 }
 
-xdc_err_t orch_identity_worker_env(const orch_identity *id, const xdc_topology *topo, int slot,
-                                   const char *master_addr, int master_port, const char *const *base_env,
-                                   char ***envp_out, xdc_diag *diag)
+xdc_err_t orch_identity_worker_env(const orch_identity *id, const xdc_topology *topo, int slot, const char *master_addr,
+                                   int master_port, const char *const *base_env, char ***envp_out, xdc_diag *diag)
 {
     *envp_out = NULL;
     if (!known(id, ORCH_ID_REGION) || !known(id, ORCH_ID_NODE) || !known(id, ORCH_ID_RUN_ID) ||

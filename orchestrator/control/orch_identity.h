@@ -41,16 +41,15 @@ typedef enum {
 
 #define ORCH_ID_BIT(f) (1u << (f))
 /* What `xdc agent` cannot start without. */
-#define ORCH_ID_REQUIRE_AGENT                                                                               \
-    (ORCH_ID_BIT(ORCH_ID_RUN_ID) | ORCH_ID_BIT(ORCH_ID_REGION) | ORCH_ID_BIT(ORCH_ID_NODE) |                  \
+#define ORCH_ID_REQUIRE_AGENT                                                                \
+    (ORCH_ID_BIT(ORCH_ID_RUN_ID) | ORCH_ID_BIT(ORCH_ID_REGION) | ORCH_ID_BIT(ORCH_ID_NODE) | \
      ORCH_ID_BIT(ORCH_ID_NUM_NODES) | ORCH_ID_BIT(ORCH_ID_HOST) | ORCH_ID_BIT(ORCH_ID_COORDINATOR))
 /* What a worker needs on top. */
-#define ORCH_ID_REQUIRE_WORKER                                                                              \
-    (ORCH_ID_REQUIRE_AGENT | ORCH_ID_BIT(ORCH_ID_RANK) | ORCH_ID_BIT(ORCH_ID_WORLD_SIZE) |                   \
-     ORCH_ID_BIT(ORCH_ID_LOCAL_RANK) | ORCH_ID_BIT(ORCH_ID_LOCAL_WORLD_SIZE) |                               \
-     ORCH_ID_BIT(ORCH_ID_GLOBAL_RANK) | ORCH_ID_BIT(ORCH_ID_GLOBAL_WORLD_SIZE) |                             \
-     ORCH_ID_BIT(ORCH_ID_REGION_INDEX) | ORCH_ID_BIT(ORCH_ID_NUM_REGIONS) | ORCH_ID_BIT(ORCH_ID_MASTER_ADDR) | \
-     ORCH_ID_BIT(ORCH_ID_MASTER_PORT))
+#define ORCH_ID_REQUIRE_WORKER                                                                                       \
+    (ORCH_ID_REQUIRE_AGENT | ORCH_ID_BIT(ORCH_ID_RANK) | ORCH_ID_BIT(ORCH_ID_WORLD_SIZE) |                           \
+     ORCH_ID_BIT(ORCH_ID_LOCAL_RANK) | ORCH_ID_BIT(ORCH_ID_LOCAL_WORLD_SIZE) | ORCH_ID_BIT(ORCH_ID_GLOBAL_RANK) |    \
+     ORCH_ID_BIT(ORCH_ID_GLOBAL_WORLD_SIZE) | ORCH_ID_BIT(ORCH_ID_REGION_INDEX) | ORCH_ID_BIT(ORCH_ID_NUM_REGIONS) | \
+     ORCH_ID_BIT(ORCH_ID_MASTER_ADDR) | ORCH_ID_BIT(ORCH_ID_MASTER_PORT))
 
 /* Explicit values, as text from the command line; NULL = not given. Only node-level fields have flags
  * (--run-id --region --region-index --num-regions --node --nodes --host --coordinator). */
@@ -95,9 +94,8 @@ const char *orch_identity_flag_name(orch_identity_field f);
  * without any variable of the contract, then the contract. MASTER_ADDR is `master_addr`, or the
  * region's first host when NULL; MASTER_PORT is `master_port` (1-65535). Errors (region not in the
  * topology, node or slot out of range) are XDC_ERR_CONFIG with diag. Free with orch_identity_env_free. */
-xdc_err_t orch_identity_worker_env(const orch_identity *id, const xdc_topology *topo, int slot,
-                                   const char *master_addr, int master_port, const char *const *base_env,
-                                   char ***envp_out, xdc_diag *diag);
+xdc_err_t orch_identity_worker_env(const orch_identity *id, const xdc_topology *topo, int slot, const char *master_addr,
+                                   int master_port, const char *const *base_env, char ***envp_out, xdc_diag *diag);
 void orch_identity_env_free(char **envp);
 
 #endif /* ORCH_IDENTITY_H */

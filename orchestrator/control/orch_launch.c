@@ -36,13 +36,13 @@ static void on_signal(int sig) { g_interrupted = sig; }
 typedef struct {
     const char *topology, *config, *run_id, *log_format;
     char run_dir[512];
-    int emulate; /* -1: decide (yes when every region is on this host) */
+    int emulate;      /* -1: decide (yes when every region is on this host) */
     const char *host; /* rendezvous bind address */
     int port;         /* rendezvous port (0: any) */
     int coordinator;  /* `xdc coordinator`: host the store, start no agents */
     int resume;
     int64_t outage_start_ms, outage_ms;
-    double degrade;   /* emulated links run at this fraction of the topology's bandwidth */
+    double degrade; /* emulated links run at this fraction of the topology's bandwidth */
 } launch_opts;
 
 typedef struct {
@@ -53,7 +53,7 @@ typedef struct {
     rdzv_server *rdzv;
     char coordinator[300];
     xdc_wan_relay *relays[LAUNCH_MAX_RELAYS]; /* one per pair of regions */
-    char relay_done[LAUNCH_MAX_RELAYS];        /* per (pair, worker) route */
+    char relay_done[LAUNCH_MAX_RELAYS];       /* per (pair, worker) route */
     int n_relays;
     uint64_t finish_at; /* coordinator: when to stop waiting for members to leave */
     pid_t agents[LAUNCH_MAX_AGENTS];
@@ -63,17 +63,19 @@ typedef struct {
 
 static int launch_usage(FILE *f)
 {
-    fprintf(f, "usage: xdc launch -t TOPOLOGY.yaml -c RUN.yaml [--run-dir DIR] [--run-id ID] [--emulate-wan|--no-emulate-wan]\n"
-               "                  [--outage DURATION@START] [--resume] [--log-format text|json]\n"
-               "       xdc coordinator -t TOPOLOGY.yaml -c RUN.yaml --run-dir DIR [--host ADDR] [--port P] [--run-id ID]\n"
-               "  coordinator: host the rendezvous (default 0.0.0.0:29400) for agents started elsewhere (Slurm, ssh)\n"
-               "  and wait for the run to end; the run folder must be shared with the nodes (certificates).\n"
-               "  Runs every region of the topology on this machine: rendezvous, WAN emulator (default when all\n"
-               "  regions are local), one agent per node, one worker per slot. Ends with\n"
-               "  final val_loss=<x> params_xxh64=<hex> steps=<n> wan_bytes=<n> exposed_wan_pct=<x>\n"
-               "  --outage 5s@10s  cut every emulated link for 5 s, 10 s after its relay opened\n"
-               "  --degrade-links F  emulated links carry F x the topology's bandwidth (rehearse a degraded WAN)\n"
-               "  --resume         continue from the newest complete checkpoint in the run folder\n");
+    fprintf(f,
+            "usage: xdc launch -t TOPOLOGY.yaml -c RUN.yaml [--run-dir DIR] [--run-id ID] "
+            "[--emulate-wan|--no-emulate-wan]\n"
+            "                  [--outage DURATION@START] [--resume] [--log-format text|json]\n"
+            "       xdc coordinator -t TOPOLOGY.yaml -c RUN.yaml --run-dir DIR [--host ADDR] [--port P] [--run-id ID]\n"
+            "  coordinator: host the rendezvous (default 0.0.0.0:29400) for agents started elsewhere (Slurm, ssh)\n"
+            "  and wait for the run to end; the run folder must be shared with the nodes (certificates).\n"
+            "  Runs every region of the topology on this machine: rendezvous, WAN emulator (default when all\n"
+            "  regions are local), one agent per node, one worker per slot. Ends with\n"
+            "  final val_loss=<x> params_xxh64=<hex> steps=<n> wan_bytes=<n> exposed_wan_pct=<x>\n"
+            "  --outage 5s@10s  cut every emulated link for 5 s, 10 s after its relay opened\n"
+            "  --degrade-links F  emulated links carry F x the topology's bandwidth (rehearse a degraded WAN)\n"
+            "  --resume         continue from the newest complete checkpoint in the run folder\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -129,7 +131,8 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
         const xdc_region *g = &L->t->regions[r];
         for (int k = 0; k < xdc_topology_region_workers(L->t, r); k++) {
             names[n] = xdc_malloc(RDZV_MEMBER_MAX);
-            if (names[n]) snprintf(names[n], RDZV_MEMBER_MAX, "%s/%s:%d", g->name, g->hosts[k / g->workers_per_node], k);
+            if (names[n])
+                snprintf(names[n], RDZV_MEMBER_MAX, "%s/%s:%d", g->name, g->hosts[k / g->workers_per_node], k);
             n++;
         }
     }
@@ -183,7 +186,8 @@ static void pump_relays(launch *L)
                     rc = xdc_wan_relay_add_route(L->relays[link], "127.0.0.1", 0, host, target, &port, &d);
                 }
                 if (rc != XDC_OK) {
-                    XDC_WARN(XDC_SUB_ORCH, "relay for %s -> %s rank %d: %s", L->t->regions[i].name, L->t->regions[j].name, k, d.msg);
+                    XDC_WARN(XDC_SUB_ORCH, "relay for %s -> %s rank %d: %s", L->t->regions[i].name,
+                             L->t->regions[j].name, k, d.msg);
                     continue;
                 }
                 L->relay_done[idx] = 1;
@@ -198,7 +202,8 @@ static xdc_err_t start_agents(launch *L, xdc_diag *diag)
     for (int r = 0; r < L->t->n_regions; r++)
         for (int n = 0; n < L->t->regions[r].n_hosts; n++) {
             if (L->n_agents == LAUNCH_MAX_AGENTS) {
-                xdc_diag_set(diag, "more than %d nodes: launch the agents with your scheduler instead", LAUNCH_MAX_AGENTS);
+                xdc_diag_set(diag, "more than %d nodes: launch the agents with your scheduler instead",
+                             LAUNCH_MAX_AGENTS);
                 return XDC_ERR_RANGE;
             }
             char node[16];
@@ -360,7 +365,8 @@ static void print_summary(launch *L, double wall)
     double vl = 0, tok_s = 0;
     char hash[32] = "0";
     long long steps = 0;
-    if (rdzv_server_get(L->rdzv, "result", res, sizeof res) == 0) sscanf(res, "%lf %31s %lld %lf", &vl, hash, &steps, &tok_s);
+    if (rdzv_server_get(L->rdzv, "result", res, sizeof res) == 0)
+        sscanf(res, "%lf %31s %lld %lf", &vl, hash, &steps, &tok_s);
     unsigned long long tx_all = 0, raw_all = 0;
     double exposed_pct = 0;
     for (int r = 0; r < L->t->n_regions; r++)
@@ -394,15 +400,20 @@ static void launch_close(launch *L)
 
 static int run_launch(int argc, char **argv, int coordinator)
 {
-    static const struct option opts[] = {
-        {"topology", required_argument, NULL, 't'}, {"config", required_argument, NULL, 'c'},
-        {"run-dir", required_argument, NULL, 'd'},  {"run-id", required_argument, NULL, 'i'},
-        {"emulate-wan", no_argument, NULL, 'e'},    {"no-emulate-wan", no_argument, NULL, 'E'},
-        {"outage", required_argument, NULL, 'o'},   {"resume", no_argument, NULL, 'r'},
-        {"log-format", required_argument, NULL, 'l'}, {"host", required_argument, NULL, 'H'},
-        {"port", required_argument, NULL, 'p'},     {"degrade-links", required_argument, NULL, 'g'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"topology", required_argument, NULL, 't'},
+                                         {"config", required_argument, NULL, 'c'},
+                                         {"run-dir", required_argument, NULL, 'd'},
+                                         {"run-id", required_argument, NULL, 'i'},
+                                         {"emulate-wan", no_argument, NULL, 'e'},
+                                         {"no-emulate-wan", no_argument, NULL, 'E'},
+                                         {"outage", required_argument, NULL, 'o'},
+                                         {"resume", no_argument, NULL, 'r'},
+                                         {"log-format", required_argument, NULL, 'l'},
+                                         {"host", required_argument, NULL, 'H'},
+                                         {"port", required_argument, NULL, 'p'},
+                                         {"degrade-links", required_argument, NULL, 'g'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
     static launch L;
     memset(&L, 0, sizeof L);
     L.o.emulate = -1;
@@ -457,7 +468,8 @@ static int run_launch(int argc, char **argv, int coordinator)
         xdc_log_set_format(strcmp(L.o.log_format, "json") == 0 ? XDC_LOG_JSON : XDC_LOG_TEXT);
     }
     xdc_cfg_errors errs;
-    if (xdc_topology_load(L.o.topology, &L.t, &errs) != XDC_OK || orch_run_config_load(L.o.config, &L.cfg, &errs) != XDC_OK) {
+    if (xdc_topology_load(L.o.topology, &L.t, &errs) != XDC_OK ||
+        orch_run_config_load(L.o.config, &L.cfg, &errs) != XDC_OK) {
         xdc_cfg_errors_print(&errs, stderr);
         launch_close(&L);
         return XDC_EX_CONFIG;
@@ -477,7 +489,8 @@ static int run_launch(int argc, char **argv, int coordinator)
     }
     static char run_id[64];
     if (!L.o.run_id) {
-        snprintf(run_id, sizeof run_id, "run-%llu-%d", (unsigned long long)(xdc_wall_ns() / 1000000000ull), (int)getpid());
+        snprintf(run_id, sizeof run_id, "run-%llu-%d", (unsigned long long)(xdc_wall_ns() / 1000000000ull),
+                 (int)getpid());
         L.o.run_id = run_id;
     }
     snprintf(L.o.run_dir, sizeof L.o.run_dir, "%s", run_dir ? run_dir : "runs");
@@ -488,7 +501,7 @@ static int run_launch(int argc, char **argv, int coordinator)
         mkdir(L.o.run_dir, 0755);
     }
     if (L.o.emulate < 0) L.o.emulate = !coordinator && L.t->n_regions > 1; /* every region is on this host */
-    if (!coordinator) setenv("XDC_ADVERTISE_HOST", "127.0.0.1", 1); /* node names are labels here */
+    if (!coordinator) setenv("XDC_ADVERTISE_HOST", "127.0.0.1", 1);        /* node names are labels here */
     xdc_log_set_identity("launch", "local", -1);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -508,7 +521,8 @@ static int run_launch(int argc, char **argv, int coordinator)
         if (coordinator)
             printf("start one agent per node with:\n  xdc agent --topology %s --config %s --run-dir %s --coordinator %s"
                    " --run-id %s --region REGION --node N%s\n",
-                   L.o.topology, L.o.config, L.o.run_dir, L.coordinator, L.o.run_id, L.o.emulate ? " --emulate-wan" : "");
+                   L.o.topology, L.o.config, L.o.run_dir, L.coordinator, L.o.run_id,
+                   L.o.emulate ? " --emulate-wan" : "");
         fflush(stdout);
         what = "agents";
         if (!coordinator) rc = start_agents(&L, &d);

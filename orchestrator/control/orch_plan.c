@@ -45,24 +45,23 @@ xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planne
     for (int i = 0; i < set->n_cands && !p; i++)
         if (runnable(t, &set->cands[i])) p = &set->cands[i];
     if (!p) {
-        xdc_diag_set(diag, "plan: none of the %d feasible plans keeps every worker busy (replicas x stages must "
-                           "equal each region's workers); set pipeline_stages by hand",
+        xdc_diag_set(diag,
+                     "plan: none of the %d feasible plans keeps every worker busy (replicas x stages must "
+                     "equal each region's workers); set pipeline_stages by hand",
                      set->n_cands);
         xdc_plan_set_destroy(set);
         return XDC_ERR_UNAVAILABLE;
     }
     out->plan = *p;
-    c->mode = p->mode == XDC_PLAN_DILOCO ? ORCH_MODE_DILOCO
+    c->mode = p->mode == XDC_PLAN_DILOCO      ? ORCH_MODE_DILOCO
               : p->mode == XDC_PLAN_STREAMING ? ORCH_MODE_STREAMING
                                               : ORCH_MODE_SYNC;
     c->span_regions = p->mode == XDC_PLAN_PIPELINE;
     c->pipeline_stages = p->stages;
     c->microbatches = c->train.microbatches = p->microbatches;
     if (p->bucket_mb > 0) c->bucket_mb = p->bucket_mb;
-    if (p->mode == XDC_PLAN_PIPELINE)
-        snprintf(c->activation_codec, sizeof c->activation_codec, "%s", p->codec);
-    else
-        snprintf(c->codec, sizeof c->codec, "%s", p->codec);
+    if (p->mode == XDC_PLAN_PIPELINE) snprintf(c->activation_codec, sizeof c->activation_codec, "%s", p->codec);
+    else snprintf(c->codec, sizeof c->codec, "%s", p->codec);
     if (p->inner_steps > 0) c->diloco_inner_steps = p->inner_steps;
     if (p->fragments > 0) c->fragments = p->fragments;
     /* The plan's layer partition (faster GPUs get more layers). */
@@ -80,9 +79,10 @@ void orch_plan_describe(const orch_run_config *c, const xdc_plan *p, char *buf, 
     for (int s = 0; s < c->n_split && n < cap; s++)
         n += (size_t)snprintf(buf + n, cap - n, " %d-%d", c->stage_layer_begin[s], c->stage_layer_begin[s + 1] - 1);
     if (n < cap)
-        snprintf(buf + n, cap - n, "), %d microbatches, codec %s, bucket %.2g MiB%s; predicted step %.3f s "
-                                   "(compute %.3f, exposed WAN %.3f)",
+        snprintf(buf + n, cap - n,
+                 "), %d microbatches, codec %s, bucket %.2g MiB%s; predicted step %.3f s "
+                 "(compute %.3f, exposed WAN %.3f)",
                  p->microbatches, p->codec, c->bucket_mb,
-                 p->mode == XDC_PLAN_DILOCO || p->mode == XDC_PLAN_STREAMING ? ", with an outer period" : "",
-                 p->t_step, p->t_compute, p->t_wan_exposed);
+                 p->mode == XDC_PLAN_DILOCO || p->mode == XDC_PLAN_STREAMING ? ", with an outer period" : "", p->t_step,
+                 p->t_compute, p->t_wan_exposed);
 }

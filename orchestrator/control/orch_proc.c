@@ -91,10 +91,8 @@ void orch_proc_signal(pid_t pid, int sig)
 
 void orch_proc_describe(int status, char *buf, size_t cap)
 {
-    if (WIFEXITED(status))
-        snprintf(buf, cap, "exited with status %d", WEXITSTATUS(status));
+    if (WIFEXITED(status)) snprintf(buf, cap, "exited with status %d", WEXITSTATUS(status));
     else if (WIFSIGNALED(status))
         snprintf(buf, cap, "killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
-    else
-        snprintf(buf, cap, "ended with status 0x%x", status);
+    else snprintf(buf, cap, "ended with status 0x%x", status);
 }

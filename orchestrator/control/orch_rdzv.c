@@ -12,10 +12,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#define RDZV_MAX_KEYS 4096
+#define RDZV_MAX_KEYS  4096
 #define RDZV_MAX_CONNS 1024
-#define RDZV_MSG_MAX (RDZV_VALUE_MAX + 1024) /* bytes of one JSON message */
-#define RDZV_NAG_MS 5000                       /* how often a parked wait logs who is missing */
+#define RDZV_MSG_MAX   (RDZV_VALUE_MAX + 1024) /* bytes of one JSON message */
+#define RDZV_NAG_MS    5000                    /* how often a parked wait logs who is missing */
 
 typedef struct {
     char key[256];
@@ -31,7 +31,7 @@ typedef struct {
 
 typedef struct {
     char name[128];
-    int count;       /* arrivals in the current generation */
+    int count; /* arrivals in the current generation */
     int generation;
     char (*arrived)[RDZV_MEMBER_MAX]; /* (RDZV_MAX_CONNS) names in the current generation */
 } barrier;
@@ -40,7 +40,7 @@ typedef struct conn {
     rdzv_server *srv;
     xdc_wan_peer *peer;
     pthread_t thread;
-    int idx; /* member index, -1 before join */
+    int idx;  /* member index, -1 before join */
     int live; /* the connection's thread still serves it (atomic) */
     char rx[RDZV_MSG_MAX], tx[RDZV_MSG_MAX];
 } conn;
@@ -98,8 +98,7 @@ static int find_member(rdzv_server *s, const char *name)
 
 static void describe_member(const rdzv_server *s, const member *m, uint64_t now, char *out, size_t cap)
 {
-    if (!m->joined)
-        snprintf(out, cap, "%s (never joined; waited %.1f s)", m->name, (double)(now - s->start_ns) / 1e9);
+    if (!m->joined) snprintf(out, cap, "%s (never joined; waited %.1f s)", m->name, (double)(now - s->start_ns) / 1e9);
     else
         snprintf(out, cap, "%s (last heard %.1f s ago: %s)", m->name, (double)(now - m->last_ns) / 1e9,
                  m->status[0] ? m->status : "joined");
@@ -234,17 +233,14 @@ static json_t *handle(conn *c, json_t *req)
         const char *value = json_string_value(json_object_get(req, "value"));
         if (!value || strlen(value) >= RDZV_VALUE_MAX || store_set(s, key, value) != 0)
             rep = json_pack("{s:b, s:s}", "ok", 0, "error", "bad value or store full");
-        else
-            rep = json_pack("{s:b}", "ok", 1);
+        else rep = json_pack("{s:b}", "ok", 1);
     } else if (strcmp(op, "get") == 0 && key) {
         char what[300];
         snprintf(what, sizeof what, "get of key '%s'", key);
         if (timeout_ms != 0) wait_until(s, xdc_deadline_ms(timeout_ms), key_present, (void *)key, what, NULL);
         kv *k = find_key(s, key);
-        if (k)
-            rep = json_pack("{s:b, s:s}", "ok", 1, "value", k->value);
-        else
-            rep = json_pack("{s:b, s:b, s:s}", "ok", 0, "absent", 1, "error", "key not set");
+        if (k) rep = json_pack("{s:b, s:s}", "ok", 1, "value", k->value);
+        else rep = json_pack("{s:b, s:b, s:s}", "ok", 0, "absent", 1, "error", "key not set");
     } else if (strcmp(op, "barrier") == 0 && key) {
         int count = (int)json_integer_value(json_object_get(req, "count"));
         barrier *b = find_barrier(s, key);
@@ -301,8 +297,8 @@ static xdc_err_t send_json(xdc_wan_peer *p, json_t *msg, char *buf, size_t cap, 
 
 /* Receive one JSON message, waiting up to timeout_ms (< 0: until *stop). The receive stays posted across
  * the short waits, so no message is lost between them. */
-static xdc_err_t recv_json(xdc_wan_peer *p, char *buf, size_t cap, int64_t timeout_ms, volatile int *stop,
-                           json_t **out, xdc_diag *diag)
+static xdc_err_t recv_json(xdc_wan_peer *p, char *buf, size_t cap, int64_t timeout_ms, volatile int *stop, json_t **out,
+                           xdc_diag *diag)
 {
     xdc_wan_request *r;
     size_t n = 0;
@@ -522,9 +518,9 @@ static xdc_err_t call(rdzv_client *c, json_t *req, int64_t timeout_ms, json_t **
     }
     if (json_is_true(json_object_get(*rep, "ok"))) return XDC_OK;
     xdc_diag_set(diag, "rendezvous: %s", json_string_value(json_object_get(*rep, "error")));
-    rc = json_is_true(json_object_get(*rep, "timeout")) ? XDC_ERR_TIMEOUT
+    rc = json_is_true(json_object_get(*rep, "timeout"))  ? XDC_ERR_TIMEOUT
          : json_is_true(json_object_get(*rep, "absent")) ? XDC_ERR_AGAIN
-                                                          : XDC_ERR_UNAVAILABLE;
+                                                         : XDC_ERR_UNAVAILABLE;
     json_decref(*rep);
     *rep = NULL;
     return rc;
@@ -539,8 +535,8 @@ static xdc_err_t call_simple(rdzv_client *c, json_t *req, int64_t timeout_ms, xd
     return XDC_OK;
 }
 
-xdc_err_t rdzv_client_create(xdc_wan_engine *eng, const char *host, int port, const char *member,
-                             int64_t timeout_ms, rdzv_client **out, xdc_diag *diag)
+xdc_err_t rdzv_client_create(xdc_wan_engine *eng, const char *host, int port, const char *member, int64_t timeout_ms,
+                             rdzv_client **out, xdc_diag *diag)
 {
     *out = NULL;
     rdzv_client *c = xdc_calloc(1, sizeof *c);
@@ -606,8 +602,9 @@ xdc_err_t rdzv_try_get(rdzv_client *c, const char *key, char *value, size_t cap,
 
 xdc_err_t rdzv_barrier(rdzv_client *c, const char *name, int count, int64_t timeout_ms, xdc_diag *diag)
 {
-    xdc_err_t rc = call_simple(c, json_pack("{s:s, s:s, s:i, s:I}", "op", "barrier", "key", name, "count", count,
-                                            "timeout_ms", (json_int_t)timeout_ms),
+    xdc_err_t rc = call_simple(c,
+                               json_pack("{s:s, s:s, s:i, s:I}", "op", "barrier", "key", name, "count", count,
+                                         "timeout_ms", (json_int_t)timeout_ms),
                                timeout_ms, diag);
     /* Members that never arrived make the run unavailable (EX_UNAVAILABLE), not a transient failure. */
     return rc == XDC_ERR_TIMEOUT ? XDC_ERR_UNAVAILABLE : rc;

@@ -14,8 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RDZV_MEMBER_MAX 128
-#define RDZV_VALUE_MAX 4096 /* bytes of one value */
+#define RDZV_MEMBER_MAX    128
+#define RDZV_VALUE_MAX     4096 /* bytes of one value */
 /* The server's certificate names this region (rank 0): xdc://RUN/coordinator/0. */
 #define RDZV_SERVER_REGION "coordinator"
 
@@ -42,8 +42,8 @@ int rdzv_server_missing(rdzv_server *s, int64_t silent_ms, char *out, size_t cap
 void rdzv_server_destroy(rdzv_server *s);
 
 /* Connect to the server and join as `member`. */
-xdc_err_t rdzv_client_create(xdc_wan_engine *eng, const char *host, int port, const char *member,
-                             int64_t timeout_ms, rdzv_client **out, xdc_diag *diag);
+xdc_err_t rdzv_client_create(xdc_wan_engine *eng, const char *host, int port, const char *member, int64_t timeout_ms,
+                             rdzv_client **out, xdc_diag *diag);
 void rdzv_client_destroy(rdzv_client *c);
 xdc_err_t rdzv_set(rdzv_client *c, const char *key, const char *value, xdc_diag *diag);
 /* Wait up to timeout_ms for `key` to be set. */

@@ -16,8 +16,10 @@ typedef struct {
     const yaml_node_t *diloco, *streaming, *timeouts;
 } run_in;
 
-#define RUN_FIELD(key, type, member, req, lo, hi)                                                        \
-    {key, type, offsetof(run_in, c.member), sizeof(((run_in *)0)->c.member), req, lo, hi, NULL}
+#define RUN_FIELD(key, type, member, req, lo, hi)                                                 \
+    {                                                                                             \
+        key, type, offsetof(run_in, c.member), sizeof(((run_in *)0)->c.member), req, lo, hi, NULL \
+    }
 
 static const xdc_yaml_field top_fields[] = {
     {"model", XDC_YF_STRING, offsetof(run_in, model), 512, true, 0, 0, NULL},
@@ -118,8 +120,10 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     c->microbatches = c->train.microbatches;
     c->steps = c->train.steps;
     if (c->mode == ORCH_MODE_STREAMING && c->fragments > c->diloco_inner_steps) {
-        xdc_cfg_error_add(errs, 0, 0, "streaming.fragments (%d) must not exceed diloco.inner_steps (%d): each fragment "
-                                      "needs its own step of the period", c->fragments, c->diloco_inner_steps);
+        xdc_cfg_error_add(errs, 0, 0,
+                          "streaming.fragments (%d) must not exceed diloco.inner_steps (%d): each fragment "
+                          "needs its own step of the period",
+                          c->fragments, c->diloco_inner_steps);
         return XDC_ERR_CONFIG;
     }
     if (c->span_regions && c->mode != ORCH_MODE_SYNC) {

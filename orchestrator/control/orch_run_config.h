@@ -17,29 +17,29 @@ typedef enum { ORCH_MODE_SYNC = 0, ORCH_MODE_DILOCO = 1, ORCH_MODE_STREAMING = 2
 
 typedef struct orch_run_config {
     char path[512];
-    char model_path[512];  /* resolved relative to the run file */
+    char model_path[512]; /* resolved relative to the run file */
     char data_path[512];
     xdc_train_config train; /* loaded from model_path, then overridden by the run file */
     orch_mode mode;
-    int pipeline_stages;    /* per replica; divides each region's workers */
-    bool span_regions;      /* one pipeline over every worker of every region (stages cross the WAN) */
+    int pipeline_stages;       /* per replica; divides each region's workers */
+    bool span_regions;         /* one pipeline over every worker of every region (stages cross the WAN) */
     char activation_codec[32]; /* codec of activations crossing the WAN: none|bf16|int8 */
-    int microbatches;       /* per replica per step (overrides the model file when set) */
-    int steps;              /* overrides the model file when set */
-    int eval_interval;      /* overrides the model file when set */
-    char codec[32];         /* WAN gradient codec ("int8", "topk:0.01", ..., "link": each link's own) */
-    int zstd_level;         /* -1: chosen from the link bandwidth */
-    double bucket_mb;       /* gradient bucket size, MiB of fp32 */
-    int threads;            /* BLAS threads per worker */
-    int diloco_inner_steps; /* H */
+    int microbatches;          /* per replica per step (overrides the model file when set) */
+    int steps;                 /* overrides the model file when set */
+    int eval_interval;         /* overrides the model file when set */
+    char codec[32];            /* WAN gradient codec ("int8", "topk:0.01", ..., "link": each link's own) */
+    int zstd_level;            /* -1: chosen from the link bandwidth */
+    double bucket_mb;          /* gradient bucket size, MiB of fp32 */
+    int threads;               /* BLAS threads per worker */
+    int diloco_inner_steps;    /* H */
     double outer_lr, outer_momentum;
-    int fragments;          /* streaming: parameter fragments synced at staggered steps */
-    int checkpoint_every;   /* steps; 0: only at the end */
+    int fragments;        /* streaming: parameter fragments synced at staggered steps */
+    int checkpoint_every; /* steps; 0: only at the end */
     int64_t rendezvous_timeout_ms, op_timeout_ms;
-    int metrics_port;       /* -1: off; 0: any free port */
-    int replan_every;       /* plan: auto: steps between checks of measured WAN goodput against the plan */
-    bool dump_params;       /* region 0 / replica 0 writes RUN/params-stage-S.f32 at the end (tests) */
-    bool plan_auto;         /* `plan: auto`: take the layout and WAN settings from the planner */
+    int metrics_port;          /* -1: off; 0: any free port */
+    int replan_every;          /* plan: auto: steps between checks of measured WAN goodput against the plan */
+    bool dump_params;          /* region 0 / replica 0 writes RUN/params-stage-S.f32 at the end (tests) */
+    bool plan_auto;            /* `plan: auto`: take the layout and WAN settings from the planner */
     bool mode_set, stages_set; /* the run file set these by hand (constraints for the planner) */
     /* Layer partition: stage s owns [stage_layer_begin[s], stage_layer_begin[s+1]); n_split = 0: even. */
     int stage_layer_begin[ORCH_MAX_STAGES + 1];

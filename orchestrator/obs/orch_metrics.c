@@ -103,14 +103,10 @@ static void sb_printf(strbuf *b, const char *fmt, ...)
 static void sb_escaped(strbuf *b, const char *s, bool in_help)
 {
     for (; *s; s++) {
-        if (*s == '\\')
-            sb_printf(b, "\\\\");
-        else if (*s == '\n')
-            sb_printf(b, "\\n");
-        else if (*s == '"' && !in_help)
-            sb_printf(b, "\\\"");
-        else
-            sb_printf(b, "%c", *s);
+        if (*s == '\\') sb_printf(b, "\\\\");
+        else if (*s == '\n') sb_printf(b, "\\n");
+        else if (*s == '"' && !in_help) sb_printf(b, "\\\"");
+        else sb_printf(b, "%c", *s);
     }
 }
 
@@ -241,7 +237,8 @@ static xdc_err_t check_family(const char *name, orch_metric_type type, const cha
     }
     for (int i = 0; i < n_labels; i++) {
         if (!valid_label_name(label_names[i]) || (type == ORCH_METRIC_HISTOGRAM && !strcmp(label_names[i], "le"))) {
-            xdc_diag_set(diag, "metrics: %s: invalid label name '%s'", name, label_names[i] ? label_names[i] : "(null)");
+            xdc_diag_set(diag, "metrics: %s: invalid label name '%s'", name,
+                         label_names[i] ? label_names[i] : "(null)");
             return XDC_ERR_INVALID;
         }
     }
@@ -252,7 +249,8 @@ static xdc_err_t check_family(const char *name, orch_metric_type type, const cha
     }
     for (int i = 0; i < n_buckets; i++) {
         if (!isfinite(buckets[i]) || (i > 0 && !(buckets[i] > buckets[i - 1]))) {
-            xdc_diag_set(diag, "metrics: %s: bucket bounds must be finite and strictly increasing (bucket %d)", name, i);
+            xdc_diag_set(diag, "metrics: %s: bucket bounds must be finite and strictly increasing (bucket %d)", name,
+                         i);
             return XDC_ERR_INVALID;
         }
     }
@@ -260,8 +258,8 @@ static xdc_err_t check_family(const char *name, orch_metric_type type, const cha
 }
 
 xdc_err_t orch_metrics_register(orch_metrics *m, const char *name, const char *help, orch_metric_type type,
-                                const char *const *label_names, int n_labels, const double *buckets,
-                                int n_buckets, orch_metric_family **out, xdc_diag *diag)
+                                const char *const *label_names, int n_labels, const double *buckets, int n_buckets,
+                                orch_metric_family **out, xdc_diag *diag)
 {
     if (out) *out = NULL;
     if (type == ORCH_METRIC_HISTOGRAM && !buckets) {
@@ -290,10 +288,8 @@ xdc_err_t orch_metrics_register(orch_metrics *m, const char *name, const char *h
     pthread_mutex_lock(&m->lock);
     orch_metric_family *dup = find_locked(m, name);
     if (!dup) {
-        if (m->tail)
-            m->tail->next = f;
-        else
-            m->head = f;
+        if (m->tail) m->tail->next = f;
+        else m->head = f;
         m->tail = f;
     }
     pthread_mutex_unlock(&m->lock);
@@ -318,8 +314,8 @@ xdc_err_t orch_metrics_series(orch_metric_family *f, const char *const *label_va
     *out = NULL;
     for (int i = 0; i < f->n_labels; i++) {
         if (!label_values || !label_values[i] || strlen(label_values[i]) >= ORCH_METRICS_VALUE_MAX) {
-            xdc_diag_set(diag, "metrics: %s: label %s needs a value shorter than %d bytes", f->name,
-                         f->label_names[i], ORCH_METRICS_VALUE_MAX);
+            xdc_diag_set(diag, "metrics: %s: label %s needs a value shorter than %d bytes", f->name, f->label_names[i],
+                         ORCH_METRICS_VALUE_MAX);
             return XDC_ERR_INVALID;
         }
     }
@@ -355,10 +351,8 @@ xdc_err_t orch_metrics_series(orch_metric_family *f, const char *const *label_va
     s->family = f;
     s->labels = labels;
     atomic_init(&s->value_bits, 0); /* the bits of +0.0 */
-    if (f->tail)
-        f->tail->next = s;
-    else
-        f->head = s;
+    if (f->tail) f->tail->next = s;
+    else f->head = s;
     f->tail = s;
     pthread_mutex_unlock(&f->lock);
     *out = s;
@@ -510,13 +504,11 @@ xdc_err_t orch_metrics_register_std(orch_metrics *m, orch_metrics_std *o, xdc_di
                                     ORCH_METRIC_HISTOGRAM, NULL, 0, step_buckets, nsb, &o->step_seconds, diag));
     REG(compute_seconds, ORCH_M_COMPUTE_SECONDS, "Seconds spent in forward, backward and optimizer.", C, NULL, 0);
     REG(intra_seconds, ORCH_M_INTRA_SECONDS, "Seconds compute waited on intra-region communication.", C, NULL, 0);
-    REG(wan_exposed_seconds, ORCH_M_WAN_EXPOSED_SECONDS, "Seconds compute waited on WAN synchronisation.", C,
-        NULL, 0);
+    REG(wan_exposed_seconds, ORCH_M_WAN_EXPOSED_SECONDS, "Seconds compute waited on WAN synchronisation.", C, NULL, 0);
     REG(loss, ORCH_M_LOSS, "Training loss of the last step.", G, NULL, 0);
     REG(tokens_total, ORCH_M_TOKENS_TOTAL, "Tokens trained on.", C, NULL, 0);
     REG(wan_tx_bytes, ORCH_M_WAN_TX_BYTES, "Bytes sent to a peer region on the wire (after codec).", C, peer, 1);
-    REG(wan_raw_bytes, ORCH_M_WAN_RAW_BYTES, "Bytes handed to the WAN for a peer region before the codec.", C,
-        peer, 1);
+    REG(wan_raw_bytes, ORCH_M_WAN_RAW_BYTES, "Bytes handed to the WAN for a peer region before the codec.", C, peer, 1);
     REG(wan_rtt, ORCH_M_WAN_RTT, "Smoothed round-trip time to a peer region in seconds.", G, peer, 1);
     REG(wan_goodput, ORCH_M_WAN_GOODPUT, "Payload throughput to a peer region in bits per second.", G, peer, 1);
     REG(wan_reconnects, ORCH_M_WAN_RECONNECTS, "Reconnections of WAN streams to a peer region.", C, peer, 1);

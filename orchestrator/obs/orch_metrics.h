@@ -14,24 +14,24 @@
 
 /* Names the runtime publishes (docs/observability.md describes each one). Times are seconds, sizes
  * bytes, rates bits per second, as Prometheus base units want. */
-#define ORCH_M_STEP_TOTAL "xdc_step_total"                       /* counter: optimizer steps done */
-#define ORCH_M_STEP_SECONDS "xdc_step_seconds"                   /* histogram: wall time of one step */
-#define ORCH_M_COMPUTE_SECONDS "xdc_compute_seconds_total"       /* counter: forward/backward/optimizer */
-#define ORCH_M_INTRA_SECONDS "xdc_intra_seconds_total"           /* counter: exposed intra-region comm */
+#define ORCH_M_STEP_TOTAL          "xdc_step_total"                /* counter: optimizer steps done */
+#define ORCH_M_STEP_SECONDS        "xdc_step_seconds"              /* histogram: wall time of one step */
+#define ORCH_M_COMPUTE_SECONDS     "xdc_compute_seconds_total"     /* counter: forward/backward/optimizer */
+#define ORCH_M_INTRA_SECONDS       "xdc_intra_seconds_total"       /* counter: exposed intra-region comm */
 #define ORCH_M_WAN_EXPOSED_SECONDS "xdc_wan_exposed_seconds_total" /* counter: WAN time compute waited */
-#define ORCH_M_LOSS "xdc_loss"                                   /* gauge: last training loss */
-#define ORCH_M_TOKENS_TOTAL "xdc_tokens_total"                   /* counter: tokens trained on */
-#define ORCH_M_WAN_TX_BYTES "xdc_wan_tx_bytes_total"             /* counter{peer}: bytes on the wire */
-#define ORCH_M_WAN_RAW_BYTES "xdc_wan_raw_bytes_total"           /* counter{peer}: bytes before codec */
-#define ORCH_M_WAN_RTT "xdc_wan_rtt_seconds"                     /* gauge{peer}: smoothed RTT */
-#define ORCH_M_WAN_GOODPUT "xdc_wan_goodput_bps"                 /* gauge{peer}: payload bits/s */
-#define ORCH_M_WAN_RECONNECTS "xdc_wan_reconnects_total"         /* counter{peer}: reconnections */
+#define ORCH_M_LOSS                "xdc_loss"                      /* gauge: last training loss */
+#define ORCH_M_TOKENS_TOTAL        "xdc_tokens_total"              /* counter: tokens trained on */
+#define ORCH_M_WAN_TX_BYTES        "xdc_wan_tx_bytes_total"        /* counter{peer}: bytes on the wire */
+#define ORCH_M_WAN_RAW_BYTES       "xdc_wan_raw_bytes_total"       /* counter{peer}: bytes before codec */
+#define ORCH_M_WAN_RTT             "xdc_wan_rtt_seconds"           /* gauge{peer}: smoothed RTT */
+#define ORCH_M_WAN_GOODPUT         "xdc_wan_goodput_bps"           /* gauge{peer}: payload bits/s */
+#define ORCH_M_WAN_RECONNECTS      "xdc_wan_reconnects_total"      /* counter{peer}: reconnections */
 
-#define ORCH_METRICS_MAX_LABELS 4    /* label names per family, const labels not counted */
-#define ORCH_METRICS_MAX_CONST 4     /* registry-wide labels (region, host, ...) */
+#define ORCH_METRICS_MAX_LABELS  4   /* label names per family, const labels not counted */
+#define ORCH_METRICS_MAX_CONST   4   /* registry-wide labels (region, host, ...) */
 #define ORCH_METRICS_MAX_BUCKETS 32  /* histogram upper bounds, +Inf implied */
-#define ORCH_METRICS_NAME_MAX 96     /* bytes of a metric or label name */
-#define ORCH_METRICS_VALUE_MAX 128   /* bytes of a label value */
+#define ORCH_METRICS_NAME_MAX    96  /* bytes of a metric or label name */
+#define ORCH_METRICS_VALUE_MAX   128 /* bytes of a label value */
 
 typedef enum {
     ORCH_METRIC_COUNTER,
@@ -55,8 +55,8 @@ void orch_metrics_destroy(orch_metrics *m);
  * increasing finite upper bounds, histograms only; NULL selects Prometheus' defaults, 5 ms to 10 s). Registering a
  * name twice is XDC_ERR_INVALID. */
 xdc_err_t orch_metrics_register(orch_metrics *m, const char *name, const char *help, orch_metric_type type,
-                                const char *const *label_names, int n_labels, const double *buckets,
-                                int n_buckets, orch_metric_family **out, xdc_diag *diag);
+                                const char *const *label_names, int n_labels, const double *buckets, int n_buckets,
+                                orch_metric_family **out, xdc_diag *diag);
 /* The family registered under `name`, or NULL. */
 orch_metric_family *orch_metrics_find(orch_metrics *m, const char *name);
 

@@ -33,7 +33,7 @@ struct orch_trace {
     uint64_t wall0_ns, mono0_ns; /* the same instant on both clocks: the trace epoch */
     trace_event *events;         /* (capacity) */
     size_t capacity;
-    _Atomic size_t next;         /* slots handed out; may run past capacity */
+    _Atomic size_t next; /* slots handed out; may run past capacity */
     _Atomic uint64_t dropped;
 };
 
@@ -151,12 +151,9 @@ static void put_json_string(FILE *f, const char *s)
 {
     fputc('"', f);
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"' || *c == '\\')
-            fprintf(f, "\\%c", *c);
-        else if (*c < 0x20)
-            fprintf(f, "\\u%04x", *c);
-        else
-            fputc(*c, f);
+        if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
+        else if (*c < 0x20) fprintf(f, "\\u%04x", *c);
+        else fputc(*c, f);
     }
     fputc('"', f);
 }
@@ -168,9 +165,10 @@ static void put_metadata(FILE *f, const orch_trace *t)
     fprintf(f, "}},\n{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}",
             t->rank, t->rank);
     for (int l = 0; l < ORCH_LANE_COUNT; l++) {
-        fprintf(f, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", t->rank,
-                l + 1, lane_names[l]);
-        fprintf(f, ",\n{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
+        fprintf(f, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
+                t->rank, l + 1, lane_names[l]);
+        fprintf(f,
+                ",\n{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
                 t->rank, l + 1, l);
     }
 }
@@ -180,10 +178,8 @@ static void put_event(FILE *f, const orch_trace *t, const trace_event *e)
     /* tid = lane + 1: the lane's row under this rank's process */
     fprintf(f, ",\n{\"ph\":\"%c\",\"pid\":%d,\"tid\":%d,\"ts\":%llu,", e->ph, t->rank, e->lane + 1,
             (unsigned long long)e->ts_us);
-    if (e->ph == 'X')
-        fprintf(f, "\"dur\":%llu,", (unsigned long long)e->dur_us);
-    else
-        fprintf(f, "\"s\":\"t\",");
+    if (e->ph == 'X') fprintf(f, "\"dur\":%llu,", (unsigned long long)e->dur_us);
+    else fprintf(f, "\"s\":\"t\",");
     fprintf(f, "\"name\":");
     put_json_string(f, e->name);
     fprintf(f, ",\"cat\":");
@@ -261,17 +257,14 @@ xdc_err_t orch_trace_write_dir(orch_trace *t, const char *dir, char *path_out, s
 
 /* Append the events of one input to `all`; add its dropped count to *dropped. `owner` maps each pid
  * named by process_name metadata to the file that named it, to warn when two files claim one rank. */
-static xdc_err_t merge_one(const char *path, int index, json_t *all, json_t *owner, json_int_t *dropped,
-                           xdc_diag *diag)
+static xdc_err_t merge_one(const char *path, int index, json_t *all, json_t *owner, json_int_t *dropped, xdc_diag *diag)
 {
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
     if (!root) {
         bool open_failed = json_error_code(&jerr) == json_error_cannot_open_file;
-        if (open_failed)
-            xdc_diag_set(diag, "trace merge: cannot read %s: %s", path, jerr.text);
-        else
-            xdc_diag_set(diag, "trace merge: %s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+        if (open_failed) xdc_diag_set(diag, "trace merge: cannot read %s: %s", path, jerr.text);
+        else xdc_diag_set(diag, "trace merge: %s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
         return open_failed ? XDC_ERR_IO : XDC_ERR_CORRUPT;
     }
     json_t *events = json_is_array(root) ? root : json_object_get(root, "traceEvents");
@@ -302,8 +295,7 @@ static xdc_err_t merge_one(const char *path, int index, json_t *all, json_t *own
             if (prev && json_integer_value(prev) != index)
                 XDC_WARN(XDC_SUB_ORCH, "trace merge: pid %s appears in input %lld and in %s; their rows will mix", key,
                          (long long)json_integer_value(prev) + 1, path);
-            else
-                json_object_set_new(owner, key, json_integer(index));
+            else json_object_set_new(owner, key, json_integer(index));
         }
         if (json_array_append(all, e) != 0) {
             json_decref(root);

@@ -26,8 +26,8 @@ typedef enum {
     ORCH_LANE_COUNT,
 } orch_trace_lane;
 
-#define ORCH_TRACE_NAME_MAX 48 /* bytes of an event name kept, NUL included; longer names are cut */
-#define ORCH_TRACE_CAT_MAX 16  /* bytes of a category kept, NUL included */
+#define ORCH_TRACE_NAME_MAX         48    /* bytes of an event name kept, NUL included; longer names are cut */
+#define ORCH_TRACE_CAT_MAX          16    /* bytes of a category kept, NUL included */
 #define ORCH_TRACE_DEFAULT_CAPACITY 65536 /* events; about 7 MiB (112 bytes each) */
 
 typedef struct orch_trace orch_trace;

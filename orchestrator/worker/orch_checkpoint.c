@@ -51,7 +51,8 @@ static xdc_err_t momentum_io(orch_worker *w, const char *dir, int save, xdc_diag
     FILE *f = fopen(path, save ? "wb" : "rb");
     size_t n = 0;
     if (f) {
-        n = save ? fwrite(w->outer_mom, sizeof(float), w->n_params, f) : fread(w->outer_mom, sizeof(float), w->n_params, f);
+        n = save ? fwrite(w->outer_mom, sizeof(float), w->n_params, f)
+                 : fread(w->outer_mom, sizeof(float), w->n_params, f);
         if (save && fflush(f) == 0) fsync(fileno(f));
         fclose(f);
     }

@@ -76,8 +76,8 @@ xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag)
         rc = xdc_intra_wait(r->ir, -1, diag);
         r->ir = NULL;
         w->t_intra += (double)xdc_now_ns() / 1e9 - s0;
-        orch_trace_complete(w->trace, ORCH_LANE_INTRA, "pipeline transfer", "intra", t0, orch_trace_now_us(w->trace) - t0,
-                            NULL, 0);
+        orch_trace_complete(w->trace, ORCH_LANE_INTRA, "pipeline transfer", "intra", t0,
+                            orch_trace_now_us(w->trace) - t0, NULL, 0);
     } else if (r->wr) {
         size_t len = 0;
         uint8_t codec = 0;
@@ -93,7 +93,8 @@ xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag)
         } else if (rc == XDC_OK && r->dst && r->wire) {
             rc = xdc_codec_decode(w->pipe_dec, r->wire, len, r->dst, r->n, XDC_CODEC_WRITE, diag);
         } else if (rc == XDC_OK && r->dst && (codec != PIPE_RAW_CODEC || len != r->n * sizeof(float))) {
-            xdc_diag_set(diag, "control message of %zu bytes (codec %u), expected %zu raw", len, codec, r->n * sizeof(float));
+            xdc_diag_set(diag, "control message of %zu bytes (codec %u), expected %zu raw", len, codec,
+                         r->n * sizeof(float));
             rc = XDC_ERR_PROTO;
         }
     }

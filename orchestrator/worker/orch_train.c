@@ -26,7 +26,8 @@ static uint8_t *wire(const orch_worker *w, int k, int mb)
 
 static void trace_span(orch_worker *w, const char *name, uint64_t t0, int mb)
 {
-    orch_trace_complete(w->trace, ORCH_LANE_COMPUTE, name, "compute", t0, orch_trace_now_us(w->trace) - t0, "microbatch", mb);
+    orch_trace_complete(w->trace, ORCH_LANE_COMPUTE, name, "compute", t0, orch_trace_now_us(w->trace) - t0,
+                        "microbatch", mb);
 }
 
 static xdc_err_t forward_mb(orch_worker *w, int mb, float *loss_sum, xdc_diag *diag)
@@ -80,11 +81,14 @@ static xdc_err_t pipeline_step(orch_worker *w, xdc_sync *sync, float *loss, xdc_
     int M = w->M, P = w->n_stages, s = w->stage;
     xdc_gpt_stage_zero_grad(w->st);
     if (w->data)
-        for (int mb = 0; mb < M; mb++) XDC_CHECK(xdc_data_next_train(w->data, w->tokens + mb * bt, w->targets + mb * bt));
+        for (int mb = 0; mb < M; mb++)
+            XDC_CHECK(xdc_data_next_train(w->data, w->tokens + mb * bt, w->targets + mb * bt));
     /* Post every receive of the step up front: they match sends in order, per direction. */
     for (int mb = 0; mb < M; mb++) {
-        if (!is_first(w)) XDC_CHECK(orch_pipe_recv(w, s - 1, w->x_in + mb * btc, btc, wire(w, 0, mb), &w->x_req[mb], diag));
-        if (!is_last(w)) XDC_CHECK(orch_pipe_recv(w, s + 1, w->dy_in + mb * btc, btc, wire(w, 1, mb), &w->dy_req[mb], diag));
+        if (!is_first(w))
+            XDC_CHECK(orch_pipe_recv(w, s - 1, w->x_in + mb * btc, btc, wire(w, 0, mb), &w->x_req[mb], diag));
+        if (!is_last(w))
+            XDC_CHECK(orch_pipe_recv(w, s + 1, w->dy_in + mb * btc, btc, wire(w, 1, mb), &w->dy_req[mb], diag));
     }
     int warm = P - s - 1 < M ? P - s - 1 : M, f = 0, b = 0;
     float loss_sum = 0;
@@ -104,8 +108,8 @@ static xdc_err_t pipeline_step(orch_worker *w, xdc_sync *sync, float *loss, xdc_
     uint64_t u0 = orch_trace_now_us(w->trace);
     xdc_err_t rc = xdc_sync_end(sync, diag);
     w->t_wan_exposed += now_s() - t0;
-    orch_trace_complete(w->trace, ORCH_LANE_WAN_RX, "wait for gradient sync", "wan", u0, orch_trace_now_us(w->trace) - u0,
-                        NULL, 0);
+    orch_trace_complete(w->trace, ORCH_LANE_WAN_RX, "wait for gradient sync", "wan", u0,
+                        orch_trace_now_us(w->trace) - u0, NULL, 0);
     *loss = loss_sum / (float)M;
     return rc;
 }
@@ -121,7 +125,8 @@ static xdc_err_t optimizer_step(orch_worker *w, float *loss, xdc_diag *diag)
     const xdc_train_config *c = &w->cfg.train;
     xdc_lr_schedule sch = {(float)c->lr, (float)c->min_lr_frac, c->warmup_steps, c->steps};
     double t0 = now_s();
-    XDC_CHECK(xdc_gpt_stage_optimizer_step(w->st, xdc_lr_at(&sch, (int)w->step), xdc_gpt_clip_scale(v[0], (float)c->grad_clip)));
+    XDC_CHECK(xdc_gpt_stage_optimizer_step(w->st, xdc_lr_at(&sch, (int)w->step),
+                                           xdc_gpt_clip_scale(v[0], (float)c->grad_clip)));
     w->t_compute += now_s() - t0;
     return XDC_OK;
 }
@@ -305,13 +310,14 @@ static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
         w->replan_tx0 = st.wan_tx_bytes;
         w->replan_secs0 = st.wan_seconds;
         const xdc_link *l = xdc_topology_link(w->topo, 0, 1);
-        double measured = secs > 0 ? bytes * 8 / secs / 1e9 / (w->n_regions - 1) : 0, planned = l ? l->bandwidth_gbps : 0;
+        double measured = secs > 0 ? bytes * 8 / secs / 1e9 / (w->n_regions - 1) : 0,
+               planned = l ? l->bandwidth_gbps : 0;
         snprintf(val, sizeof val, "-");
         if (measured > 0 && planned > 0 && (measured < 0.5 * planned || measured > 2 * planned)) {
             xdc_plan next;
             xdc_diag pd = {{0}};
-            if (xdc_plan_replan_wan(w->topo, &w->planned.m, &w->planned.b, &w->planned.o, &w->planned.plan, measured, &next,
-                                    &pd) == XDC_OK &&
+            if (xdc_plan_replan_wan(w->topo, &w->planned.m, &w->planned.b, &w->planned.o, &w->planned.plan, measured,
+                                    &next, &pd) == XDC_OK &&
                 (strcmp(next.codec, w->planned.plan.codec) != 0 || next.inner_steps != w->planned.plan.inner_steps))
                 snprintf(val, sizeof val, "%s %d %.4f %.4f", next.codec, next.inner_steps, measured, planned);
         }
@@ -326,13 +332,14 @@ static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
     xdc_codec_cfg cc = w->codec_cfg;
     XDC_CHECK(xdc_codec_parse(codec, &cc, diag));
     XDC_CHECK(xdc_sync_set_codec(sync, &cc, diag));
-    XDC_INFO(XDC_SUB_ORCH, "re-plan at step %lld: measured WAN goodput %.3f Gbit/s against %.3f planned: codec %s -> %s, "
-                           "period %d -> %d",
+    XDC_INFO(XDC_SUB_ORCH,
+             "re-plan at step %lld: measured WAN goodput %.3f Gbit/s against %.3f planned: codec %s -> %s, "
+             "period %d -> %d",
              (long long)w->step, measured, planned, w->planned.plan.codec, codec, w->cfg.diloco_inner_steps,
              period > 0 ? period : w->cfg.diloco_inner_steps);
     if (reporter(w))
-        printf("step %5lld  re-plan: goodput %.3f Gbit/s vs %.3f planned: codec %s -> %s\n", (long long)w->step, measured,
-               planned, w->planned.plan.codec, codec);
+        printf("step %5lld  re-plan: goodput %.3f Gbit/s vs %.3f planned: codec %s -> %s\n", (long long)w->step,
+               measured, planned, w->planned.plan.codec, codec);
     snprintf(w->planned.plan.codec, sizeof w->planned.plan.codec, "%s", codec);
     w->codec_cfg = cc;
     if (period > 0 && w->cfg.mode == ORCH_MODE_DILOCO) w->cfg.diloco_inner_steps = w->planned.plan.inner_steps = period;
@@ -370,7 +377,8 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
         XDC_CHECK(pipeline_step(w, w->grad_sync, &loss, diag));
         XDC_CHECK(optimizer_step(w, &loss, diag));
         w->step++;
-        if (w->cfg.mode == ORCH_MODE_DILOCO && w->step % w->cfg.diloco_inner_steps == 0) XDC_CHECK(diloco_round(w, diag));
+        if (w->cfg.mode == ORCH_MODE_DILOCO && w->step % w->cfg.diloco_inner_steps == 0)
+            XDC_CHECK(diloco_round(w, diag));
         if (w->cfg.mode == ORCH_MODE_STREAMING) {
             XDC_CHECK(streaming_land(w, &inflight, diag));
             XDC_CHECK(streaming_launch(w, &inflight));
@@ -399,10 +407,12 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
     }
     /* DiLoCo-style modes end on agreed global parameters, so every region reports the same model. */
     if (w->cfg.mode == ORCH_MODE_STREAMING) XDC_CHECK(streaming_land(w, &inflight, diag));
-    if (w->cfg.mode == ORCH_MODE_STREAMING || (w->cfg.mode == ORCH_MODE_DILOCO && w->step % w->cfg.diloco_inner_steps != 0))
+    if (w->cfg.mode == ORCH_MODE_STREAMING ||
+        (w->cfg.mode == ORCH_MODE_DILOCO && w->step % w->cfg.diloco_inner_steps != 0))
         XDC_CHECK(diloco_round(w, diag));
     XDC_CHECK(orch_train_eval(w, &w->val_loss, diag));
-    if (reporter(w)) printf("step %5lld  val_loss %.4f  elapsed %.2fs\n", (long long)w->step, w->val_loss, now_s() - run_t0);
+    if (reporter(w))
+        printf("step %5lld  val_loss %.4f  elapsed %.2fs\n", (long long)w->step, w->val_loss, now_s() - run_t0);
     uint64_t hash = 0, tx, raw;
     XDC_CHECK(hash_params(w, &hash, diag));
     if (w->cfg.dump_params && (w->span || w->region_idx == 0) && w->replica == 0) XDC_CHECK(dump_params(w, diag));

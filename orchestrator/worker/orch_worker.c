@@ -81,8 +81,9 @@ static xdc_err_t place(orch_worker *w, xdc_diag *diag)
         /* One pipeline through every worker of every region, in region order: stage = global rank. */
         w->span = 1;
         if (w->n_stages != w->gsize || w->gsize > w->cfg.train.model.n_layer) {
-            xdc_diag_set(diag, "span_regions: pipeline_stages (%d) must equal the workers of all regions (%d) and not "
-                               "exceed the model's %d layers",
+            xdc_diag_set(diag,
+                         "span_regions: pipeline_stages (%d) must equal the workers of all regions (%d) and not "
+                         "exceed the model's %d layers",
                          w->n_stages, w->gsize, w->cfg.train.model.n_layer);
             return XDC_ERR_CONFIG;
         }
@@ -99,8 +100,9 @@ static xdc_err_t place(orch_worker *w, xdc_diag *diag)
     }
     for (int o = 0; o < t->n_regions; o++)
         if (xdc_topology_region_workers(t, o) != workers) {
-            xdc_diag_set(diag, "regions %s and %s have different worker counts (%d vs %d); the hierarchical sync "
-                               "pairs equal layouts",
+            xdc_diag_set(diag,
+                         "regions %s and %s have different worker counts (%d vs %d); the hierarchical sync "
+                         "pairs equal layouts",
                          w->region, t->regions[o].name, workers, xdc_topology_region_workers(t, o));
             return XDC_ERR_CONFIG;
         }
@@ -132,9 +134,13 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
     w->M = c->microbatches;
     if (xdc_gpt_stage_is_first(w->st) || xdc_gpt_stage_is_last(w->st)) {
         /* Every replica of every region reads its own shard; the stages of one replica read the same one. */
-        xdc_data_config dc = {.batch = c->batch_size, .seq_len = c->seq_len, .val_fraction = c->val_fraction,
-                              .seed = (uint64_t)c->seed, .rank = w->span ? 0 : w->region_idx * w->n_replicas + w->replica,
-                              .world = w->span ? 1 : w->n_regions * w->n_replicas, .vocab_size = c->model.vocab_size};
+        xdc_data_config dc = {.batch = c->batch_size,
+                              .seq_len = c->seq_len,
+                              .val_fraction = c->val_fraction,
+                              .seed = (uint64_t)c->seed,
+                              .rank = w->span ? 0 : w->region_idx * w->n_replicas + w->replica,
+                              .world = w->span ? 1 : w->n_regions * w->n_replicas,
+                              .vocab_size = c->model.vocab_size};
         XDC_CHECK(xdc_data_open(w->cfg.data_path, &dc, &w->data, diag));
         dc.rank = 0;
         dc.world = 1;
@@ -150,8 +156,8 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
     w->dy_req = xdc_calloc(M, sizeof *w->dy_req);
     w->y_req = xdc_calloc(M, sizeof *w->y_req);
     w->dx_req = xdc_calloc(M, sizeof *w->dx_req);
-    if (!w->tokens || !w->targets || !w->x_in || !w->dy_in || !w->dx_out || !w->x_req || !w->dy_req ||
-        !w->y_req || !w->dx_req)
+    if (!w->tokens || !w->targets || !w->x_in || !w->dy_in || !w->dx_out || !w->x_req || !w->dy_req || !w->y_req ||
+        !w->dx_req)
         return XDC_ERR_NOMEM;
     if (w->cfg.mode != ORCH_MODE_SYNC) {
         w->global_params = xdc_malloc(w->n_params * sizeof(float));
@@ -214,10 +220,8 @@ static xdc_err_t open_intra(orch_worker *w, xdc_diag *diag)
 static xdc_err_t dial(orch_worker *w, int r, int rank, xdc_wan_peer **out, xdc_diag *diag)
 {
     char key[200], val[300];
-    if (w->emulate_wan)
-        snprintf(key, sizeof key, "relay/%d/%d/%d", w->region_idx, r, rank);
-    else
-        snprintf(key, sizeof key, "wan/%d/%d", r, rank);
+    if (w->emulate_wan) snprintf(key, sizeof key, "relay/%d/%d/%d", w->region_idx, r, rank);
+    else snprintf(key, sizeof key, "wan/%d/%d", r, rank);
     XDC_CHECK(rdzv_get(w->rdzv, key, w->cfg.rendezvous_timeout_ms, val, sizeof val, diag));
     char host[256];
     int port;
@@ -334,12 +338,12 @@ static xdc_err_t codec_config(orch_worker *w, xdc_codec_cfg *cc, xdc_diag *diag)
 static xdc_err_t open_sync(orch_worker *w, xdc_diag *diag)
 {
     xdc_sync_cfg sc = {.n_elems = w->n_params,
-                        .bucket_elems = (size_t)(w->cfg.bucket_mb * 1048576.0 / sizeof(float)),
-                        .dp = xdc_intra_size(w->dp) > 1 ? w->dp : NULL,
-                        .peers = w->peers,
-                        .n_regions = w->n_regions,
-                        .my_region = w->region_idx,
-                        .name = "gradients"};
+                       .bucket_elems = (size_t)(w->cfg.bucket_mb * 1048576.0 / sizeof(float)),
+                       .dp = xdc_intra_size(w->dp) > 1 ? w->dp : NULL,
+                       .peers = w->peers,
+                       .n_regions = w->n_regions,
+                       .my_region = w->region_idx,
+                       .name = "gradients"};
     if (sc.bucket_elems == 0) sc.bucket_elems = 1;
     XDC_CHECK(codec_config(w, &sc.codec, diag));
     w->codec_cfg = sc.codec;
@@ -415,8 +419,8 @@ static void worker_close(orch_worker *w)
     xdc_data_destroy(w->val);
     xdc_topology_destroy(w->topo);
     orch_trace_destroy(w->trace);
-    void *bufs[] = {w->tokens, w->targets, w->x_in, w->dy_in, w->dx_out, w->wire, w->x_req, w->dy_req,
-                    w->y_req, w->dx_req, w->global_params, w->outer_mom, w->pseudo, w->snapshot};
+    void *bufs[] = {w->tokens, w->targets, w->x_in,   w->dy_in,         w->dx_out,    w->wire,   w->x_req,
+                    w->dy_req, w->y_req,   w->dx_req, w->global_params, w->outer_mom, w->pseudo, w->snapshot};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) xdc_free(bufs[i]);
 }
 
@@ -457,7 +461,8 @@ int xdc_cmd_worker(int argc, char **argv)
     if (!topo_path || !cfg_path || !w.run_dir[0] || optind != argc) return worker_usage(stderr);
     xdc_diag d = {{0}};
     xdc_cfg_errors errs;
-    if (xdc_topology_load(topo_path, &w.topo, &errs) != XDC_OK || orch_run_config_load(cfg_path, &w.cfg, &errs) != XDC_OK) {
+    if (xdc_topology_load(topo_path, &w.topo, &errs) != XDC_OK ||
+        orch_run_config_load(cfg_path, &w.cfg, &errs) != XDC_OK) {
         xdc_cfg_errors_print(&errs, stderr);
         worker_close(&w);
         return XDC_EX_CONFIG;
@@ -485,7 +490,8 @@ int xdc_cmd_worker(int argc, char **argv)
     if (rc == XDC_OK) what = "activation codec", rc = open_pipe_codec(&w, &d);
     if (rc == XDC_OK) what = "comm engine", rc = open_sync(&w, &d);
     if (rc == XDC_OK) what = "metrics", rc = orch_observe_start(&w, &d);
-    if (rc == XDC_OK) what = "start barrier", rc = rdzv_barrier(w.rdzv, "start", w.gsize, w.cfg.rendezvous_timeout_ms, &d);
+    if (rc == XDC_OK)
+        what = "start barrier", rc = rdzv_barrier(w.rdzv, "start", w.gsize, w.cfg.rendezvous_timeout_ms, &d);
     if (rc == XDC_OK) {
         XDC_INFO(XDC_SUB_ORCH, "stage %d/%d (layers %d-%d, %zu params) of replica %d/%d, %s mode", w.stage, w.n_stages,
                  w.layer_begin, w.layer_end - 1, w.n_params, w.replica, w.n_replicas, orch_mode_name(w.cfg.mode));

@@ -36,13 +36,13 @@ typedef struct orch_worker {
     char run_dir[512], coord_host[256];
     int coord_port;
     int region_idx, n_regions;
-    int lrank, lsize;   /* rank and size within the region */
-    int grank, gsize;   /* global */
+    int lrank, lsize; /* rank and size within the region */
+    int grank, gsize; /* global */
     int emulate_wan, resume;
 
     xdc_topology *topo;
     orch_run_config cfg;
-    orch_planned planned; /* with cfg.plan_auto: the plan the run follows */
+    orch_planned planned;    /* with cfg.plan_auto: the plan the run follows */
     xdc_codec_cfg codec_cfg; /* the WAN codec in use */
     uint64_t replan_tx0;     /* comm-engine counters at the start of the re-plan window */
     double replan_secs0;
@@ -56,28 +56,28 @@ typedef struct orch_worker {
     const xdc_kern_backend *be;
     xdc_gpt_stage *st;
     size_t n_params;
-    xdc_data *data;      /* training shard of this replica (first and last stage only) */
-    xdc_data *val;       /* validation batches, the same on every replica (first and last stage) */
+    xdc_data *data; /* training shard of this replica (first and last stage only) */
+    xdc_data *val;  /* validation batches, the same on every replica (first and last stage) */
 
     xdc_wan_engine *wan;
     xdc_wan_listener *lis;
-    xdc_wan_peer **peers; /* (n_regions) same lrank in every other region */
+    xdc_wan_peer **peers;                /* (n_regions) same lrank in every other region */
     xdc_wan_peer *prev_peer, *next_peer; /* span: neighbouring stages across a region boundary */
     xdc_codec *pipe_enc, *pipe_dec;      /* span: activation codec (no error feedback) */
     size_t pipe_elems, pipe_bound;       /* elements of one activation (B*T*C); encoded bytes bound */
     int pipe_codec_kind;
     uint64_t pipe_tx_bytes, pipe_raw_bytes;
-    orch_trace *trace;                   /* Chrome trace of this rank (RUN/traces/trace-<rank>.json) */
+    orch_trace *trace; /* Chrome trace of this rank (RUN/traces/trace-<rank>.json) */
     orch_metrics *metrics;
     orch_metrics_std m;
     orch_metrics_server *metrics_srv;
     orch_observe *obs;
     rdzv_client *rdzv;
     xdc_intra_comm *region_comm, *pp, *dp;
-    xdc_intra_comm *dp_wan;    /* streaming: a second replicas' communicator for the fragment syncs */
-    xdc_sync *grad_sync;  /* sync: replicas + regions; diloco/streaming: replicas only */
-    xdc_sync *outer_sync; /* diloco: pseudo-gradients across regions */
-    xdc_sync **frag_sync; /* streaming: one per fragment */
+    xdc_intra_comm *dp_wan; /* streaming: a second replicas' communicator for the fragment syncs */
+    xdc_sync *grad_sync;    /* sync: replicas + regions; diloco/streaming: replicas only */
+    xdc_sync *outer_sync;   /* diloco: pseudo-gradients across regions */
+    xdc_sync **frag_sync;   /* streaming: one per fragment */
 
     /* step buffers, allocated once */
     int B, T, C, M;
@@ -86,12 +86,12 @@ typedef struct orch_worker {
     float *dy_in;              /* (M, B*T*C) gradients received from the next stage */
     float *dx_out;             /* (M, B*T*C) copies of the input gradients we send, so sends never wait */
     orch_pipe_req *x_req, *dy_req, *y_req, *dx_req; /* (M) */
-    uint8_t *wire;             /* span: (4, M, pipe_bound) encoded activations: x, dy, y, dx */
-    float *global_params;      /* diloco/streaming: (n_params) the last agreed global parameters */
-    float *outer_mom;          /* diloco/streaming: (n_params) outer Nesterov momentum */
-    float *pseudo;             /* diloco/streaming: (n_params) pseudo-gradient scratch */
-    float *snapshot;           /* streaming: (n_params) local parameters when a fragment was sent */
-    int64_t step;              /* optimizer steps done */
+    uint8_t *wire;                                  /* span: (4, M, pipe_bound) encoded activations: x, dy, y, dx */
+    float *global_params;                           /* diloco/streaming: (n_params) the last agreed global parameters */
+    float *outer_mom;                               /* diloco/streaming: (n_params) outer Nesterov momentum */
+    float *pseudo;                                  /* diloco/streaming: (n_params) pseudo-gradient scratch */
+    float *snapshot; /* streaming: (n_params) local parameters when a fragment was sent */
+    int64_t step;    /* optimizer steps done */
 
     /* accounting for the progress line and the summary, seconds */
     double t_compute, t_intra, t_wan_exposed, t_step;

@@ -11,10 +11,14 @@ XDC_FUZZ_TARGET(ckpt)
 {
     static xdc_gpt_stage *stage;
     if (!stage) {
-        xdc_gpt_stage_config c = {.model = {.n_layer = 2, .n_head = 2, .n_embd = 8, .max_seq_len = 4,
-                                            .vocab_size = 16},
-                                  .layer_begin = 0, .layer_end = 2, .batch = 1, .seq_len = 4, .max_inflight = 1,
-                                  .seed = 1, .adamw = {0.9f, 0.95f, 1e-8f, 0.0f}};
+        xdc_gpt_stage_config c = {.model = {.n_layer = 2, .n_head = 2, .n_embd = 8, .max_seq_len = 4, .vocab_size = 16},
+                                  .layer_begin = 0,
+                                  .layer_end = 2,
+                                  .batch = 1,
+                                  .seq_len = 4,
+                                  .max_inflight = 1,
+                                  .seed = 1,
+                                  .adamw = {0.9f, 0.95f, 1e-8f, 0.0f}};
         if (xdc_gpt_stage_create(&xdc_model_cpu_ops, &c, &stage, NULL) != 0) return 0;
     }
     xdc_ckpt_meta meta;

@@ -8,8 +8,8 @@
 
 #include <string.h>
 
-#define FUZZ_ELEMS 8192   /* decoder buffer (fp32 elements) */
-#define FUZZ_CHUNK 4096   /* decoder chunk size (elements): larger chunks must be refused */
+#define FUZZ_ELEMS  8192  /* decoder buffer (fp32 elements) */
+#define FUZZ_CHUNK  4096  /* decoder chunk size (elements): larger chunks must be refused */
 #define FUZZ_MAX_IN 65536 /* bytes */
 
 static void decode_all_ways(xdc_codec *c, const uint8_t *data, size_t size, float *out)

@@ -6,8 +6,8 @@
 
 XDC_FUZZ_TARGET(data_shard)
 {
-    xdc_data_config cfg = {.batch = 2, .seq_len = 4, .val_fraction = 0.25, .seed = 1, .rank = 1, .world = 2,
-                           .vocab_size = 300};
+    xdc_data_config cfg = {
+        .batch = 2, .seq_len = 4, .val_fraction = 0.25, .seed = 1, .rank = 1, .world = 2, .vocab_size = 300};
     xdc_data *d = NULL;
     if (xdc_data_open_bytes("fuzz", data, size, &cfg, &d, NULL) != 0) return 0;
     int32_t in[8], tgt[8];

@@ -12,20 +12,17 @@
 typedef int (*xdc_fuzz_fn)(const uint8_t *data, size_t size);
 
 #ifdef XDC_LIBFUZZER
-#define XDC_FUZZ_TARGET(name)                                                           \
-    int xdc_fuzz_##name(const uint8_t *data, size_t size);                              \
-    int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)                        \
-    {                                                                                   \
-        return xdc_fuzz_##name(data, size);                                             \
-    }                                                                                   \
+#define XDC_FUZZ_TARGET(name)                                                                            \
+    int xdc_fuzz_##name(const uint8_t *data, size_t size);                                               \
+    int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) { return xdc_fuzz_##name(data, size); } \
     int xdc_fuzz_##name(const uint8_t *data, size_t size)
 #else
 #include "tests/xdc_test.h"
 /* Runs the corpus of `name` through `fn`; fails when the corpus folder is empty. */
 void xdc_fuzz_replay(const char *name, xdc_fuzz_fn fn);
-#define XDC_FUZZ_TARGET(name)                                                           \
-    int xdc_fuzz_##name(const uint8_t *data, size_t size);                              \
-    XDC_TEST_T(fuzz_replay_##name, 300) { xdc_fuzz_replay(#name, xdc_fuzz_##name); }    \
+#define XDC_FUZZ_TARGET(name)                                                        \
+    int xdc_fuzz_##name(const uint8_t *data, size_t size);                           \
+    XDC_TEST_T(fuzz_replay_##name, 300) { xdc_fuzz_replay(#name, xdc_fuzz_##name); } \
     int xdc_fuzz_##name(const uint8_t *data, size_t size)
 #endif
 

@@ -28,11 +28,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define EMU_CHUNK 16384            /* bytes read per chunk: the unit of delay */
+#define EMU_CHUNK       16384       /* bytes read per chunk: the unit of delay */
 #define EMU_QUEUE_BYTES (16u << 20) /* in-flight bytes per direction (>= rate x one-way delay) */
-#define EMU_MAX_CONNS 128
-#define EMU_MAX_ROUTES 64 /* listen port -> target pairs sharing one link's buckets */
-#define EMU_SEGMENT 1448
+#define EMU_MAX_CONNS   128
+#define EMU_MAX_ROUTES  64 /* listen port -> target pairs sharing one link's buckets */
+#define EMU_SEGMENT     1448
 
 typedef struct emu_chunk {
     uint64_t release_ns;
@@ -42,10 +42,10 @@ typedef struct emu_chunk {
 
 /* One direction of one connection: bytes read from `in`, delayed in a ring of chunks, written to `out`. */
 typedef struct emu_dir {
-    emu_chunk *ring;   /* (n_slots) chunks */
+    emu_chunk *ring; /* (n_slots) chunks */
     uint32_t n_slots, head, count;
     uint64_t last_release_ns;
-    int eof;           /* the reader saw EOF: shut down the writer's side after the queue drains */
+    int eof; /* the reader saw EOF: shut down the writer's side after the queue drains */
     int shut;
 } emu_dir;
 
@@ -56,9 +56,9 @@ typedef struct emu_route {
 } emu_route;
 
 typedef struct emu_conn {
-    int fd[2];         /* 0: accepted client side, 1: connection to the target */
-    int connected;     /* target connect completed */
-    emu_dir dir[2];    /* dir[0]: client -> target, dir[1]: target -> client */
+    int fd[2];      /* 0: accepted client side, 1: connection to the target */
+    int connected;  /* target connect completed */
+    emu_dir dir[2]; /* dir[0]: client -> target, dir[1]: target -> client */
 } emu_conn;
 
 struct xdc_wan_relay {
@@ -73,8 +73,8 @@ struct xdc_wan_relay {
     emu_conn *conns[EMU_MAX_CONNS];
     int n_conns;
     xdc_rng rng;
-    double tokens[2];  /* bytes; one bucket per direction, shared by every connection of the link */
-    int backlog[2];    /* the bucket, not the sender, limited the last read of that direction */
+    double tokens[2]; /* bytes; one bucket per direction, shared by every connection of the link */
+    int backlog[2];   /* the bucket, not the sender, limited the last read of that direction */
     uint64_t refill_ns;
     unsigned rot;
     uint64_t accepted, bytes;
@@ -255,7 +255,8 @@ static void *relay_main(void *arg)
                 emu_dir *in = &c->dir[s], *outq = &c->dir[1 - s];
                 double tok = r->tokens[s];
                 /* No POLLIN while the bucket is empty: the 1 ms tick refills it, poll would only spin. */
-                if ((c->connected || s == 0) && !in->eof && in->count < in->n_slots && (r->m.rate_mbps <= 0 || tok >= 1))
+                if ((c->connected || s == 0) && !in->eof && in->count < in->n_slots &&
+                    (r->m.rate_mbps <= 0 || tok >= 1))
                     ev |= POLLIN;
                 if (s == 1 && !c->connected) ev |= POLLOUT;
                 if (outq->count) {
@@ -351,8 +352,8 @@ static xdc_err_t route_open(xdc_wan_relay *r, const char *listen_host, int liste
     return XDC_OK;
 }
 
-xdc_err_t xdc_wan_relay_create(const char *listen_host, int listen_port, const char *target_host,
-                               int target_port, const xdc_wan_link_model *m, xdc_wan_relay **out, xdc_diag *diag)
+xdc_err_t xdc_wan_relay_create(const char *listen_host, int listen_port, const char *target_host, int target_port,
+                               const xdc_wan_link_model *m, xdc_wan_relay **out, xdc_diag *diag)
 {
     if (!m || !out || listen_port < 0 || listen_port > 65535 || target_port <= 0 || target_port > 65535 ||
         m->rate_mbps < 0 || m->rtt_ms < 0 || m->jitter_ms < 0 || m->loss_pct < 0 || m->loss_pct >= 100) {
@@ -395,8 +396,9 @@ xdc_err_t xdc_wan_relay_add_route(xdc_wan_relay *r, const char *listen_host, int
         return XDC_ERR_INVALID;
     }
     pthread_mutex_lock(&r->mu);
-    xdc_err_t rc = r->n_routes == EMU_MAX_ROUTES ? XDC_ERR_RANGE
-                                                  : route_open(r, listen_host, listen_port, target_host, target_port, diag);
+    xdc_err_t rc = r->n_routes == EMU_MAX_ROUTES
+                       ? XDC_ERR_RANGE
+                       : route_open(r, listen_host, listen_port, target_host, target_port, diag);
     if (rc == XDC_ERR_RANGE) xdc_diag_set(diag, "relay: more than %d routes on one link", EMU_MAX_ROUTES);
     if (rc == XDC_OK && bound_port) *bound_port = r->routes[r->n_routes - 1].port;
     pthread_mutex_unlock(&r->mu);

@@ -121,14 +121,15 @@ static int cmp_double(const void *a, const void *b)
  * `relay_model` (not NULL): a relay with that model sits in front of the server (loopback only).
  * `total` bytes go through for the rate. */
 static xdc_err_t measure_path(const char *srv_ns, const char *srv_ip, const char *cli_ns,
-                              const xdc_wan_link_model *relay_model, uint64_t total, double *rtt_ms,
-                              double *rate_mbps, xdc_diag *diag)
+                              const xdc_wan_link_model *relay_model, uint64_t total, double *rtt_ms, double *rate_mbps,
+                              xdc_diag *diag)
 {
     check_server cs = {.lfd = socket_in(srv_ns)};
     struct sockaddr_in a = {.sin_family = AF_INET};
     socklen_t alen = sizeof a;
-    if (cs.lfd < 0 || inet_pton(AF_INET, srv_ip, &a.sin_addr) != 1 || bind(cs.lfd, (struct sockaddr *)&a, sizeof a) != 0 ||
-        listen(cs.lfd, 4) != 0 || getsockname(cs.lfd, (struct sockaddr *)&a, &alen) != 0) {
+    if (cs.lfd < 0 || inet_pton(AF_INET, srv_ip, &a.sin_addr) != 1 ||
+        bind(cs.lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(cs.lfd, 4) != 0 ||
+        getsockname(cs.lfd, (struct sockaddr *)&a, &alen) != 0) {
         xdc_diag_set(diag, "measure: cannot open a server on %s%s%s: %m", srv_ip, srv_ns ? " in netns " : "",
                      srv_ns ? srv_ns : "");
         if (cs.lfd >= 0) close(cs.lfd);

@@ -27,8 +27,8 @@
 #include <unistd.h>
 
 #define NS_MAX_REGIONS 16
-#define NS_PKT_BYTES 2048     /* TUN MTU 1500 plus slack */
-#define NS_QUEUE_PKTS 16384   /* per destination: > rate x one-way delay at 1 Gbit/s, 80 ms */
+#define NS_PKT_BYTES   2048  /* TUN MTU 1500 plus slack */
+#define NS_QUEUE_PKTS  16384 /* per destination: > rate x one-way delay at 1 Gbit/s, 80 ms */
 
 extern char **environ;
 
@@ -47,10 +47,10 @@ typedef struct ns_queue {
 struct xdc_wan_netns {
     char prefix[32];
     int n;
-    int created;                 /* namespaces created so far (destroy removes these) */
-    xdc_wan_link_model *models;  /* (n, n): [from * n + to] */
+    int created;                /* namespaces created so far (destroy removes these) */
+    xdc_wan_link_model *models; /* (n, n): [from * n + to] */
     int tun[NS_MAX_REGIONS];
-    ns_queue q[NS_MAX_REGIONS];  /* packets waiting for region i */
+    ns_queue q[NS_MAX_REGIONS]; /* packets waiting for region i */
     pthread_t thread;
     int thread_started, stop, wake_fd;
     xdc_rng rng;
@@ -63,7 +63,8 @@ static int run_argv(const char *const argv[])
     pid_t pid;
     if (posix_spawnp(&pid, argv[0], NULL, NULL, (char *const *)argv, environ) != 0) return -1;
     int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
@@ -186,8 +187,8 @@ static xdc_err_t ns_configure(xdc_wan_netns *w, int i, xdc_diag *diag)
         snprintf(rate, sizeof rate, "%.0fkbit", mbps * 1000);
         double b = mbps * 1e6 / 8 / 1000;
         snprintf(burst, sizeof burst, "%.0f", b > 16384 ? b : 16384);
-        const char *tbf[] = {"ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "xw0", "root", "tbf", "rate",
-                             rate, "burst", burst, "latency", "100ms", NULL};
+        const char *tbf[] = {"ip",   "netns", "exec", ns,   "tc",    "qdisc", "add",     "dev",   "xw0",
+                             "root", "tbf",   "rate", rate, "burst", burst,   "latency", "100ms", NULL};
         if (run_argv(tbf)) {
             xdc_diag_set(diag, "netns %s: `tc qdisc add ... tbf rate %s` failed", ns, rate);
             return XDC_ERR_UNAVAILABLE;
@@ -196,8 +197,8 @@ static xdc_err_t ns_configure(xdc_wan_netns *w, int i, xdc_diag *diag)
     return XDC_OK;
 }
 
-xdc_err_t xdc_wan_netns_create(const char *prefix, int n_regions, const xdc_wan_link_model *models,
-                               xdc_wan_netns **out, xdc_diag *diag)
+xdc_err_t xdc_wan_netns_create(const char *prefix, int n_regions, const xdc_wan_link_model *models, xdc_wan_netns **out,
+                               xdc_diag *diag)
 {
     if (!prefix || !models || !out || n_regions < 2 || n_regions > NS_MAX_REGIONS || strlen(prefix) > 20) {
         xdc_diag_set(diag, "netns: 2..%d regions and a prefix of at most 20 characters", NS_MAX_REGIONS);

@@ -18,7 +18,8 @@ int main(int argc, char **argv)
     int rank, n;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
-    size_t min_b = argc > 1 ? strtoull(argv[1], NULL, 0) : 65536, max_b = argc > 2 ? strtoull(argv[2], NULL, 0) : 32u << 20;
+    size_t min_b = argc > 1 ? strtoull(argv[1], NULL, 0) : 65536,
+           max_b = argc > 2 ? strtoull(argv[2], NULL, 0) : 32u << 20;
     float *buf = malloc(max_b);
     memset(buf, 0, max_b);
     for (size_t bytes = min_b; bytes <= max_b; bytes *= 2) {
