@@ -325,6 +325,15 @@ int main(int argc, char **argv)
     if (jobs < 1) jobs = 1;
     /* Constructors ran in link order; sort by file, stable within a file (registration order). */
     qsort(g_tests, (size_t)g_n_tests, sizeof *g_tests, by_file_then_order);
+    int n_selected = 0;
+    for (int i = 0; i < g_n_tests; i++) n_selected += selected(g_tests[i].name, argc, argv, first);
+    /* A filter that names no test is a typo, not a pass: say so and fail, so a CI step that runs
+     * `xdc_tests wan_tsl` cannot go green on zero tests. */
+    if (n_selected == 0) {
+        fprintf(stderr, "%s: no test matches the filter (-l lists the tests)\n", argv[0]);
+        printf("0 passed, 0 failed\n");
+        return 1;
+    }
     if (list) {
         for (int i = 0; i < g_n_tests; i++)
             if (selected(g_tests[i].name, argc, argv, first)) printf("%s\t%s\n", g_tests[i].name, g_tests[i].file);

@@ -512,6 +512,8 @@ xdc_err_t orch_metrics_register_std(orch_metrics *m, orch_metrics_std *o, xdc_di
     REG(wan_rtt, ORCH_M_WAN_RTT, "Smoothed round-trip time to a peer region in seconds.", G, peer, 1);
     REG(wan_goodput, ORCH_M_WAN_GOODPUT, "Payload throughput to a peer region in bits per second.", G, peer, 1);
     REG(wan_reconnects, ORCH_M_WAN_RECONNECTS, "Reconnections of WAN streams to a peer region.", C, peer, 1);
+    REG(wan_retransmits, ORCH_M_WAN_RETRANSMITS, "DATA frames sent again to a peer region after a stream broke.", C,
+        peer, 1);
 #undef REG
     return XDC_OK;
 }

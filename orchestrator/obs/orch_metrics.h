@@ -14,18 +14,19 @@
 
 /* Names the runtime publishes (docs/observability.md describes each one). Times are seconds, sizes
  * bytes, rates bits per second, as Prometheus base units want. */
-#define ORCH_M_STEP_TOTAL          "xdc_step_total"                /* counter: optimizer steps done */
-#define ORCH_M_STEP_SECONDS        "xdc_step_seconds"              /* histogram: wall time of one step */
-#define ORCH_M_COMPUTE_SECONDS     "xdc_compute_seconds_total"     /* counter: forward/backward/optimizer */
-#define ORCH_M_INTRA_SECONDS       "xdc_intra_seconds_total"       /* counter: exposed intra-region comm */
-#define ORCH_M_WAN_EXPOSED_SECONDS "xdc_wan_exposed_seconds_total" /* counter: WAN time compute waited */
-#define ORCH_M_LOSS                "xdc_loss"                      /* gauge: last training loss */
-#define ORCH_M_TOKENS_TOTAL        "xdc_tokens_total"              /* counter: tokens trained on */
-#define ORCH_M_WAN_TX_BYTES        "xdc_wan_tx_bytes_total"        /* counter{peer}: bytes on the wire */
-#define ORCH_M_WAN_RAW_BYTES       "xdc_wan_raw_bytes_total"       /* counter{peer}: bytes before codec */
-#define ORCH_M_WAN_RTT             "xdc_wan_rtt_seconds"           /* gauge{peer}: smoothed RTT */
-#define ORCH_M_WAN_GOODPUT         "xdc_wan_goodput_bps"           /* gauge{peer}: payload bits/s */
-#define ORCH_M_WAN_RECONNECTS      "xdc_wan_reconnects_total"      /* counter{peer}: reconnections */
+#define ORCH_M_STEP_TOTAL          "xdc_step_total"                  /* counter: optimizer steps done */
+#define ORCH_M_STEP_SECONDS        "xdc_step_seconds"                /* histogram: wall time of one step */
+#define ORCH_M_COMPUTE_SECONDS     "xdc_compute_seconds_total"       /* counter: forward/backward/optimizer */
+#define ORCH_M_INTRA_SECONDS       "xdc_intra_seconds_total"         /* counter: exposed intra-region comm */
+#define ORCH_M_WAN_EXPOSED_SECONDS "xdc_wan_exposed_seconds_total"   /* counter: WAN time compute waited */
+#define ORCH_M_LOSS                "xdc_loss"                        /* gauge: last training loss */
+#define ORCH_M_TOKENS_TOTAL        "xdc_tokens_total"                /* counter: tokens trained on */
+#define ORCH_M_WAN_TX_BYTES        "xdc_wan_tx_bytes_total"          /* counter{peer}: bytes on the wire */
+#define ORCH_M_WAN_RAW_BYTES       "xdc_wan_raw_bytes_total"         /* counter{peer}: bytes before codec */
+#define ORCH_M_WAN_RTT             "xdc_wan_rtt_seconds"             /* gauge{peer}: smoothed RTT */
+#define ORCH_M_WAN_GOODPUT         "xdc_wan_goodput_bps"             /* gauge{peer}: payload bits/s */
+#define ORCH_M_WAN_RECONNECTS      "xdc_wan_reconnects_total"        /* counter{peer}: reconnections */
+#define ORCH_M_WAN_RETRANSMITS     "xdc_wan_retransmit_frames_total" /* counter{peer}: DATA frames resent */
 
 #define ORCH_METRICS_MAX_LABELS  4   /* label names per family, const labels not counted */
 #define ORCH_METRICS_MAX_CONST   4   /* registry-wide labels (region, host, ...) */
@@ -83,7 +84,8 @@ xdc_err_t orch_metrics_render(orch_metrics *m, char **out, size_t *len);
 typedef struct orch_metrics_std {
     orch_metric_family *step_total, *step_seconds, *compute_seconds, *intra_seconds, *wan_exposed_seconds;
     orch_metric_family *loss, *tokens_total;
-    orch_metric_family *wan_tx_bytes, *wan_raw_bytes, *wan_rtt, *wan_goodput, *wan_reconnects; /* {peer} */
+    orch_metric_family *wan_tx_bytes, *wan_raw_bytes, *wan_rtt, *wan_goodput, *wan_reconnects,
+        *wan_retransmits; /* {peer} */
 } orch_metrics_std;
 xdc_err_t orch_metrics_register_std(orch_metrics *m, orch_metrics_std *out, xdc_diag *diag);
 

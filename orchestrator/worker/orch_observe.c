@@ -14,9 +14,18 @@
 struct orch_observe {
     orch_metric_series *step_total, *step_seconds, *compute, *intra, *wan_exposed, *loss, *tokens;
     orch_metric_series *tx[XDC_TOPO_MAX_REGIONS], *raw[XDC_TOPO_MAX_REGIONS], *rtt[XDC_TOPO_MAX_REGIONS],
-        *goodput[XDC_TOPO_MAX_REGIONS], *reconnects[XDC_TOPO_MAX_REGIONS];
-    uint64_t last_tx[XDC_TOPO_MAX_REGIONS], last_raw[XDC_TOPO_MAX_REGIONS], last_reconnects[XDC_TOPO_MAX_REGIONS];
+        *goodput[XDC_TOPO_MAX_REGIONS], *reconnects[XDC_TOPO_MAX_REGIONS], *retransmits[XDC_TOPO_MAX_REGIONS];
+    /* the peer's cumulative xdc_wan_stats counters at the last step, so each step adds its increase */
+    uint64_t last_tx[XDC_TOPO_MAX_REGIONS], last_raw[XDC_TOPO_MAX_REGIONS], last_reconnects[XDC_TOPO_MAX_REGIONS],
+        last_retransmits[XDC_TOPO_MAX_REGIONS];
 };
+
+/* Add a cumulative counter's increase since *last to a Prometheus counter. */
+static void add_increase(orch_metric_series *s, uint64_t now, uint64_t *last)
+{
+    orch_metrics_add(s, (double)(now - *last));
+    *last = now;
+}
 
 static orch_metric_series *series(orch_metric_family *f, const char *peer, xdc_diag *diag)
 {
@@ -51,6 +60,7 @@ xdc_err_t orch_observe_start(orch_worker *w, xdc_diag *diag)
         o->rtt[r] = series(w->m.wan_rtt, peer, diag);
         o->goodput[r] = series(w->m.wan_goodput, peer, diag);
         o->reconnects[r] = series(w->m.wan_reconnects, peer, diag);
+        o->retransmits[r] = series(w->m.wan_retransmits, peer, diag);
     }
     int port = w->cfg.metrics_port ? w->cfg.metrics_port + w->grank : 0; /* regions may share a host */
     const char *adv = getenv("XDC_ADVERTISE_HOST");
@@ -77,12 +87,10 @@ void orch_observe_step(orch_worker *w, double step_s, double compute_s, double i
         if (!w->peers[r]) continue;
         xdc_wan_stats st;
         xdc_wan_peer_stats(w->peers[r], &st);
-        orch_metrics_add(o->tx[r], (double)(st.tx_payload_bytes - o->last_tx[r]));
-        orch_metrics_add(o->raw[r], (double)(st.tx_raw_bytes - o->last_raw[r]));
-        orch_metrics_add(o->reconnects[r], (double)(st.reconnects - o->last_reconnects[r]));
-        o->last_tx[r] = st.tx_payload_bytes;
-        o->last_raw[r] = st.tx_raw_bytes;
-        o->last_reconnects[r] = st.reconnects;
+        add_increase(o->tx[r], st.tx_payload_bytes, &o->last_tx[r]);
+        add_increase(o->raw[r], st.tx_raw_bytes, &o->last_raw[r]);
+        add_increase(o->reconnects[r], st.reconnects, &o->last_reconnects[r]);
+        add_increase(o->retransmits[r], st.retransmit_frames, &o->last_retransmits[r]);
         orch_metrics_set(o->rtt[r], st.rtt_ms / 1e3);
         orch_metrics_set(o->goodput[r], st.goodput_gbps * 1e9);
     }
