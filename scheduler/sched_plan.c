@@ -124,7 +124,7 @@ static void fill_stages_even(search *s, xdc_plan *p, int P, int M)
         st->region = -1;
         st->layer_begin = i * base + (i < extra ? i : extra); /* orch_stage_layers' split */
         st->layer_end = st->layer_begin + base + (i < extra ? 1 : 0);
-        st->params = topo_stage_params(s->m, st->layer_begin, st->layer_end);
+        st->params = xdc_model_shape_stage_params(s->m, st->layer_begin, st->layer_end);
         st->flops_mb = topo_stage_flops(s->m, st->layer_begin, st->layer_end, tokens_mb(s), s->b->seq_len);
         st->inflight = P - i < M ? P - i : M;
     }
@@ -557,7 +557,7 @@ static void eval_chain(search *s, const int *chain, int n)
             st->region = cs[i].region;
             st->layer_begin = lb[i];
             st->layer_end = lb[i + 1];
-            st->params = topo_stage_params(s->m, lb[i], lb[i + 1]);
+            st->params = xdc_model_shape_stage_params(s->m, lb[i], lb[i + 1]);
             st->flops_mb = topo_stage_flops(s->m, lb[i], lb[i + 1], tokens_mb(s), s->b->seq_len);
             st->inflight = cs[i].inflight;
             st->mem_gib = topo_stage_mem_gib(s->m, lb[i], lb[i + 1], st->inflight, p.microbatches, tokens_mb(s), 0);

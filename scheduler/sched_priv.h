@@ -34,7 +34,6 @@ double topo_intra_p2p_s(const xdc_topology *t, int r, double bytes);
 
 /* Forward + backward FLOPs of one microbatch of `tokens` tokens over layers [lb, le) of the model. */
 double topo_stage_flops(const xdc_model_shape *m, int lb, int le, double tokens, int seq_len);
-double topo_stage_params(const xdc_model_shape *m, int lb, int le);
 /* Memory per GPU of a stage, GiB. `mode_extra` adds DiLoCo/streaming copies of the parameters. */
 double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int microbatches, double tokens_mb,
                           int mode_extra);
