@@ -27,8 +27,7 @@ typedef struct search {
     xdc_err_t err;
 } search;
 
-static const char *const grad_codecs[] = {"none", "bf16", "int8", "int4", "topk:0.01"};
-static const char *const act_codecs[] = {"none", "bf16", "int8"};
+#define MAX_CODECS 16 /* candidates of one ladder (topo_codec_ladder) */
 static const int periods[] = {10, 25, 50, 100, 250, 500};
 static const double bucket_mbs[] = {1, 4, 16, 64};
 
@@ -235,10 +234,10 @@ static int codec_rank(const char *codec)
 static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int n_active, double t_pipe,
                              double compute, double bubble)
 {
-    int n_codecs = (int)(sizeof grad_codecs / sizeof *grad_codecs);
-    const char *one[1] = {s->o->codec[0] ? s->o->codec : "none"};
-    const char *const *codecs = grad_codecs;
-    if (s->o->codec[0] || n_active < 2) codecs = one, n_codecs = 1; /* fixed, or no WAN to cross */
+    char codecs[MAX_CODECS][16];
+    int n_codecs = topo_codec_ladder(false, codecs, MAX_CODECS);
+    if (s->o->codec[0] || n_active < 2) /* fixed, or no WAN to cross */
+        n_codecs = 1, snprintf(codecs[0], sizeof codecs[0], "%s", s->o->codec[0] ? s->o->codec : "none");
     double wire[XDC_TOPO_MAX_REGIONS] = {0};
     for (int ci = 0; ci < n_codecs; ci++) {
         const char *codec = codecs[ci];
@@ -564,8 +563,10 @@ static void eval_chain(search *s, const int *chain, int n)
             p.mem_gib_max = fmax(p.mem_gib_max, st->mem_gib);
             if (i > 0 && cs[i].region != cs[i - 1].region) p.cut_layer[cut++] = lb[i];
         }
-        for (size_t c = 0; c < sizeof act_codecs / sizeof *act_codecs; c++)
-            if (codec_allowed(s, act_codecs[c])) eval_chain_codec(s, &p, cs, act_codecs[c], D);
+        char act[MAX_CODECS][16];
+        int n_act = topo_codec_ladder(true, act, MAX_CODECS);
+        for (int c = 0; c < n_act; c++)
+            if (codec_allowed(s, act[c])) eval_chain_codec(s, &p, cs, act[c], D);
     }
 }
 
@@ -697,7 +698,9 @@ static xdc_err_t check_inputs(const xdc_topology *t, const xdc_model_shape *m, c
     }
     topo_codec_info ci;
     if (o->codec[0] && topo_codec_info_get(o->codec, 100, &ci) != XDC_OK) {
-        xdc_diag_set(diag, "unknown codec '%s' (none|bf16|int8|int4|topk:F)", o->codec);
+        char names[128];
+        topo_codec_names(names, sizeof names);
+        xdc_diag_set(diag, "unknown codec '%s' (%s)", o->codec, names);
         return XDC_ERR_INVALID;
     }
     if (xdc_topology_total_workers(t) < 1) {
@@ -823,8 +826,8 @@ void xdc_plan_link_codec(const xdc_topology *t, const xdc_model_shape *m, const 
     }
     double bw = topo_link_Bps(t, from, to, c);
     if (!crosses || !(raw > 0) || !(bw > 0)) return;
-    const char *const *ladder = pipeline ? act_codecs : grad_codecs;
-    int n = pipeline ? (int)(sizeof act_codecs / sizeof *act_codecs) : (int)(sizeof grad_codecs / sizeof *grad_codecs);
+    char ladder[MAX_CODECS][16];
+    int n = topo_codec_ladder(pipeline, ladder, MAX_CODECS);
     const xdc_link *l = xdc_topology_link(t, from, to);
     for (int i = 0; i < n; i++) {
         topo_codec_info ci;
