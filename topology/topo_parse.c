@@ -218,6 +218,14 @@ static void parse_links(const xdc_cfg_node *seq, xdc_topology *t, xdc_cfg_errors
         snprintf(li.l.codec, sizeof li.l.codec, "auto");
         li.node = item;
         if (xdc_cfg_map_fields(item, link_fields, N_FIELDS(link_fields), &li, errs) != 0) continue;
+        if (!li.l.tls) {
+            /* docs/config.md, "Links": the key stays so files can say so, but only true is accepted. */
+            xdc_cfg_error_at(errs, value_node(item, "tls"),
+                             "tls: false is not supported: WAN links are always TLS 1.3 with mutual authentication, "
+                             "because cross-datacenter traffic crosses networks xdc does not control (a plain TCP "
+                             "transport is a future option); write tls: true or leave the key out");
+            continue;
+        }
         li.l.line = xdc_cfg_node_line(item);
         li.l.col = xdc_cfg_node_col(item);
         if (li.l.loss_pct < 0 || li.l.loss_pct >= 100) {
