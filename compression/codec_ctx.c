@@ -1,5 +1,5 @@
-/* codec_ctx.c — codec configuration (parse/format, zstd level per link), context lifetime, residual
- * access and stats. The chunk encoder/decoder lives in codec_chunk.c. */
+/* codec_ctx.c — the codec registry (names, parameters, cost estimates), codec configuration
+ * (parse/format, zstd level per link), context lifetime, residual access and stats. The chunk encoder/decoder lives in codec_chunk.c. */
 #include "compression/codec_private.h"
 
 #include "common/xdc_alloc.h"
@@ -9,7 +9,75 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kind_names[] = {"none", "bf16", "int8", "int4", "topk"};
+/* Single-core speeds and ratios from bench/codec (docs/benchmarks.md); with zstd, bf16 and int8 output
+ * shrinks and the encoder slows down. int4's ratio is that of block 64 (the default block 128 sends
+ * 0.141). Top-k sends a value and a delta-coded index per kept element: ~2f of the fp32 bytes, ~1.2f after
+ * zstd. tests/test_codec.c checks every ratio without zstd against what the encoder sends. */
+static const xdc_codec_info registry[] = {
+    {.name = "none",
+     .kind = XDC_CODEC_NONE,
+     .lossiness = 0,
+     .for_activations = true,
+     .plain = {.ratio = 1.0, .enc_Bps = 3.7e9, .dec_Bps = 4.0e9},
+     .zstd = {.ratio = 1.0, .enc_Bps = 3.7e9, .dec_Bps = 4.0e9}},
+    {.name = "bf16",
+     .kind = XDC_CODEC_BF16,
+     .lossiness = 1,
+     .for_activations = true,
+     .plain = {.ratio = 0.5, .enc_Bps = 3.4e9, .dec_Bps = 4.5e9},
+     .zstd = {.ratio = 0.344, .enc_Bps = 0.9e9, .dec_Bps = 2.4e9}},
+    {.name = "int8",
+     .kind = XDC_CODEC_INT8,
+     .param = "block",
+     .lossiness = 2,
+     .for_activations = true,
+     .plain = {.ratio = 0.258, .enc_Bps = 3.2e9, .dec_Bps = 6.6e9},
+     .zstd = {.ratio = 0.227, .enc_Bps = 1.8e9, .dec_Bps = 3.3e9}},
+    {.name = "int4",
+     .kind = XDC_CODEC_INT4,
+     .param = "block",
+     .lossiness = 3,
+     .plain = {.ratio = 0.156, .enc_Bps = 2.9e9, .dec_Bps = 6.2e9},
+     .zstd = {.ratio = 0.144, .enc_Bps = 1.9e9, .dec_Bps = 3.4e9}},
+    {.name = "topk",
+     .kind = XDC_CODEC_TOPK,
+     .param = "fraction",
+     .param_in_size = true,
+     .lossiness = 5,
+     .plain = {.ratio = 2.0, .enc_Bps = 2.4e9, .dec_Bps = 8.6e9},
+     .zstd = {.ratio = 1.2, .enc_Bps = 2.4e9, .dec_Bps = 8.6e9}},
+};
+#define N_CODECS (sizeof registry / sizeof registry[0])
+
+size_t xdc_codec_info_count(void) { return N_CODECS; }
+
+const xdc_codec_info *xdc_codec_info_at(size_t i) { return i < N_CODECS ? &registry[i] : NULL; }
+
+const xdc_codec_info *xdc_codec_info_find(const char *name, size_t len)
+{
+    for (size_t i = 0; name && i < N_CODECS; i++)
+        if (strlen(registry[i].name) == len && strncmp(name, registry[i].name, len) == 0) return &registry[i];
+    return NULL;
+}
+
+xdc_err_t xdc_codec_estimate_for(const char *text, double link_gbps, xdc_codec_estimate *out,
+                                 const xdc_codec_info **info)
+{
+    XDC_REQUIRE(text && out, XDC_ERR_INVALID);
+    const char *colon = strchr(text, ':');
+    const xdc_codec_info *ci = xdc_codec_info_find(text, colon ? (size_t)(colon - text) : strlen(text));
+    if (!ci || (colon != NULL) != ci->param_in_size) return XDC_ERR_CONFIG;
+    double f = 1.0;
+    if (colon) {
+        char *end;
+        f = strtod(colon + 1, &end);
+        if (*end || !(f > 0 && f <= 0.5)) return XDC_ERR_CONFIG;
+    }
+    *out = xdc_codec_zstd_level_for_link(link_gbps) != 0 ? ci->zstd : ci->plain;
+    if (colon) out->ratio = out->ratio * f;
+    if (info) *info = ci;
+    return XDC_OK;
+}
 
 size_t codec_raw_len(xdc_codec_kind kind, size_t count, size_t param)
 {
@@ -48,16 +116,17 @@ xdc_err_t xdc_codec_parse(const char *text, xdc_codec_cfg *cfg, xdc_diag *diag)
     XDC_REQUIRE(text && cfg, XDC_ERR_INVALID);
     const char *colon = strchr(text, ':');
     size_t name_len = colon ? (size_t)(colon - text) : strlen(text);
-    int kind = -1;
-    for (int i = 0; i < (int)(sizeof kind_names / sizeof kind_names[0]); i++)
-        if (strlen(kind_names[i]) == name_len && !strncmp(text, kind_names[i], name_len)) kind = i;
-    if (kind < 0) {
-        xdc_diag_set(diag,
-                     "codec \"%s\": unknown name (expected none, bf16, int8[:block], int4[:block], "
-                     "topk[:fraction])",
-                     text);
+    const xdc_codec_info *ci = xdc_codec_info_find(text, name_len);
+    if (!ci) {
+        char list[160] = "";
+        for (size_t i = 0; i < N_CODECS; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s%s%s%s", i ? ", " : "", registry[i].name,
+                     registry[i].param ? "[:" : "", registry[i].param ? registry[i].param : "",
+                     registry[i].param ? "]" : "");
+        xdc_diag_set(diag, "codec \"%s\": unknown name (expected %s)", text, list);
         return XDC_ERR_CONFIG;
     }
+    int kind = (int)ci->kind;
     if (colon) {
         const char *arg = colon + 1;
         char *end = NULL;
@@ -78,7 +147,7 @@ xdc_err_t xdc_codec_parse(const char *text, xdc_codec_cfg *cfg, xdc_diag *diag)
             }
             cfg->topk_fraction = f;
         } else {
-            xdc_diag_set(diag, "codec \"%s\": %s takes no parameter", text, kind_names[kind]);
+            xdc_diag_set(diag, "codec \"%s\": %s takes no parameter", text, ci->name);
             return XDC_ERR_CONFIG;
         }
     }
@@ -88,8 +157,8 @@ xdc_err_t xdc_codec_parse(const char *text, xdc_codec_cfg *cfg, xdc_diag *diag)
 
 void xdc_codec_format(const xdc_codec_cfg *cfg, char *buf, size_t cap)
 {
-    unsigned k = (unsigned)cfg->kind;
-    const char *name = k < sizeof kind_names / sizeof kind_names[0] ? kind_names[k] : "?";
+    const xdc_codec_info *ci = xdc_codec_info_at((size_t)cfg->kind);
+    const char *name = ci ? ci->name : "?";
     if (cfg->kind == XDC_CODEC_INT8 || cfg->kind == XDC_CODEC_INT4)
         snprintf(buf, cap, "%s:%u", name, (unsigned)cfg->block);
     else if (cfg->kind == XDC_CODEC_TOPK) snprintf(buf, cap, "%s:%g", name, (double)cfg->topk_fraction);

@@ -26,6 +26,40 @@ typedef enum {
     XDC_CODEC_TOPK = 4, /* largest-magnitude fraction, delta-coded indices + fp32 values */
 } xdc_codec_kind;
 
+/* The codec registry: one row per lossy codec, weakest first — the one list of codec names. Parsing and
+ * formatting (below), the planner's candidates and cost model (scheduler/) and the docs follow it.
+ * Estimates come from bench/codec on one core of the development VM (docs/benchmarks.md): wire bytes
+ * per fp32 byte and encode / decode speeds, without the zstd stage and with it as the runtime adds it on
+ * slow links (xdc_codec_zstd_level_for_link > 0). The int8 ratio with zstd is the one the demo run
+ * measures (x4.4). */
+typedef struct xdc_codec_estimate {
+    double ratio;   /* wire bytes / fp32 bytes; top-k: per unit of the kept fraction (wire = ratio * f) */
+    double enc_Bps; /* fp32 bytes encoded per second, one core */
+    double dec_Bps; /* fp32 bytes decoded per second, one core */
+} xdc_codec_estimate;
+
+typedef struct xdc_codec_info {
+    const char *name;     /* "int8": the word xdc_codec_parse reads before any ':' */
+    xdc_codec_kind kind;  /* the registry is in kind order: xdc_codec_info_at(kind)->kind == kind */
+    const char *param;    /* what ":X" sets ("block", "fraction"); NULL: takes none */
+    bool param_in_size;   /* the wire size is proportional to the parameter: estimates need it ("topk:F") */
+    int lossiness;        /* 0 exact; higher is lossier (the planner's fidelity order) */
+    bool for_activations; /* a candidate for activations crossing the WAN: accurate without error feedback */
+    xdc_codec_estimate plain, zstd;
+} xdc_codec_info;
+
+/* Rows of the registry, and row i (NULL past the end). */
+size_t xdc_codec_info_count(void);
+const xdc_codec_info *xdc_codec_info_at(size_t i);
+/* The row named by the first `len` characters of `name` (the part before ':'), or NULL. */
+const xdc_codec_info *xdc_codec_info_find(const char *name, size_t len);
+/* The cost-model numbers of codec `text` on a link of `link_gbps` Gbit/s (the zstd stage included where
+ * the runtime adds it; 100 = none). `text` is a bare name for codecs whose size does not depend on their
+ * parameter (int8 and int4 at their default block), "topk:F" with F in (0, 0.5] for top-k; anything else
+ * is XDC_ERR_CONFIG (nothing measured for it). `info` (may be NULL) receives the row. */
+xdc_err_t xdc_codec_estimate_for(const char *text, double link_gbps, xdc_codec_estimate *out,
+                                 const xdc_codec_info **info);
+
 typedef struct xdc_codec_cfg {
     xdc_codec_kind kind;
     size_t n_elems;       /* length of the buffer this context encodes (fp32 elements); the residual size */

@@ -1,5 +1,8 @@
-/* xdc_yaml.c — libyaml document loading and the table-driven field mapper behind every xdc config
- * file. All numbers are parsed strictly (the whole scalar must be the number) and bounds-checked. */
+/* config_yaml.c — libyaml document loading and the table-driven field mapper behind every xdc config
+ * file; the only file that includes <yaml.h>. Every libyaml node of a document gets one opaque
+ * xdc_cfg_node (the node and its document), so callers walk mappings and sequences without the
+ * document at hand. All numbers are parsed strictly (the whole scalar must be the number) and
+ * bounds-checked. */
 #include "config/xdc_config.h"
 
 #include "common/xdc_alloc.h"
@@ -13,11 +16,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <yaml.h>
 
-#define XDC_YAML_MAX_FILE (16u << 20) /* bytes; config files are small, a bigger one is a mistake */
+#define XDC_CFG_MAX_FILE (16u << 20) /* bytes; config files are small, a bigger one is a mistake */
 
-struct xdc_yaml {
+struct xdc_cfg_node {
+    const yaml_node_t *y;
+    const xdc_cfg_doc *doc;
+};
+
+struct xdc_cfg_doc {
     yaml_document_t doc;
+    xdc_cfg_node *nodes; /* (n_nodes) one per libyaml node, in its id order (id = index + 1) */
+    size_t n_nodes;
 };
 
 void xdc_cfg_errors_init(xdc_cfg_errors *e, const char *path)
@@ -48,13 +59,14 @@ void xdc_cfg_error_add(xdc_cfg_errors *e, int line, int col, const char *fmt, ..
     va_end(ap);
 }
 
-void xdc_cfg_error_at(xdc_cfg_errors *e, const yaml_node_t *node, const char *fmt, ...)
+int xdc_cfg_node_line(const xdc_cfg_node *node) { return node ? (int)node->y->start_mark.line + 1 : 0; }
+int xdc_cfg_node_col(const xdc_cfg_node *node) { return node ? (int)node->y->start_mark.column + 1 : 0; }
+
+void xdc_cfg_error_at(xdc_cfg_errors *e, const xdc_cfg_node *node, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    int line = node ? (int)node->start_mark.line + 1 : 0;
-    int col = node ? (int)node->start_mark.column + 1 : 0;
-    error_vadd(e, line, col, fmt, ap);
+    error_vadd(e, xdc_cfg_node_line(node), xdc_cfg_node_col(node), fmt, ap);
     va_end(ap);
 }
 
@@ -69,10 +81,10 @@ void xdc_cfg_errors_print(const xdc_cfg_errors *e, void *fp)
     if (e->dropped) fprintf(f, "%s: %d more errors not shown\n", e->path, e->dropped);
 }
 
-xdc_err_t xdc_yaml_parse(const char *text, size_t len, xdc_yaml **out, xdc_cfg_errors *errs)
+xdc_err_t xdc_cfg_parse(const char *text, size_t len, xdc_cfg_doc **out, xdc_cfg_errors *errs)
 {
     *out = NULL;
-    xdc_yaml *y = xdc_calloc(1, sizeof *y);
+    xdc_cfg_doc *y = xdc_calloc(1, sizeof *y);
     if (!y) return XDC_ERR_NOMEM;
     yaml_parser_t parser;
     if (!yaml_parser_initialize(&parser)) {
@@ -92,14 +104,21 @@ xdc_err_t xdc_yaml_parse(const char *text, size_t len, xdc_yaml **out, xdc_cfg_e
     yaml_parser_delete(&parser);
     if (!yaml_document_get_root_node(&y->doc)) {
         xdc_cfg_error_add(errs, 1, 1, "the file is empty");
-        xdc_yaml_destroy(y);
+        xdc_cfg_destroy(y);
         return XDC_ERR_CONFIG;
     }
+    y->n_nodes = (size_t)(y->doc.nodes.top - y->doc.nodes.start);
+    y->nodes = xdc_calloc(y->n_nodes, sizeof *y->nodes);
+    if (!y->nodes) {
+        xdc_cfg_destroy(y);
+        return XDC_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < y->n_nodes; i++) y->nodes[i] = (xdc_cfg_node){.y = &y->doc.nodes.start[i], .doc = y};
     *out = y;
     return XDC_OK;
 }
 
-xdc_err_t xdc_yaml_read_file(const char *path, char **text, size_t *len, xdc_cfg_errors *errs)
+xdc_err_t xdc_cfg_read_file(const char *path, char **text, size_t *len, xdc_cfg_errors *errs)
 {
     *text = NULL;
     *len = 0;
@@ -108,17 +127,17 @@ xdc_err_t xdc_yaml_read_file(const char *path, char **text, size_t *len, xdc_cfg
         xdc_cfg_error_add(errs, 0, 0, "cannot open: %s", strerror(errno));
         return XDC_ERR_CONFIG;
     }
-    char *buf = xdc_malloc(XDC_YAML_MAX_FILE + 1);
+    char *buf = xdc_malloc(XDC_CFG_MAX_FILE + 1);
     if (!buf) {
         fclose(f);
         return XDC_ERR_NOMEM;
     }
-    size_t n = fread(buf, 1, XDC_YAML_MAX_FILE + 1, f);
+    size_t n = fread(buf, 1, XDC_CFG_MAX_FILE + 1, f);
     int rerr = ferror(f);
     fclose(f);
-    if (rerr || n > XDC_YAML_MAX_FILE) {
+    if (rerr || n > XDC_CFG_MAX_FILE) {
         if (rerr) xdc_cfg_error_add(errs, 0, 0, "read failed");
-        else xdc_cfg_error_add(errs, 0, 0, "file is larger than %u MiB; not a config file?", XDC_YAML_MAX_FILE >> 20);
+        else xdc_cfg_error_add(errs, 0, 0, "file is larger than %u MiB; not a config file?", XDC_CFG_MAX_FILE >> 20);
         xdc_free(buf);
         return XDC_ERR_CONFIG;
     }
@@ -128,54 +147,81 @@ xdc_err_t xdc_yaml_read_file(const char *path, char **text, size_t *len, xdc_cfg
     return XDC_OK;
 }
 
-xdc_err_t xdc_yaml_load_file(const char *path, xdc_yaml **out, xdc_cfg_errors *errs)
+xdc_err_t xdc_cfg_load_file(const char *path, xdc_cfg_doc **out, xdc_cfg_errors *errs)
 {
     char *text;
     size_t len;
     *out = NULL;
-    XDC_CHECK(xdc_yaml_read_file(path, &text, &len, errs));
-    xdc_err_t rc = xdc_yaml_parse(text, len, out, errs);
+    XDC_CHECK(xdc_cfg_read_file(path, &text, &len, errs));
+    xdc_err_t rc = xdc_cfg_parse(text, len, out, errs);
     xdc_free(text);
     return rc;
 }
 
-void xdc_yaml_destroy(xdc_yaml *y)
+void xdc_cfg_destroy(xdc_cfg_doc *y)
 {
     if (!y) return;
     yaml_document_delete(&y->doc);
+    xdc_free(y->nodes);
     xdc_free(y);
 }
 
-yaml_node_t *xdc_yaml_root(xdc_yaml *y) { return yaml_document_get_root_node(&y->doc); }
-yaml_node_t *xdc_yaml_node(xdc_yaml *y, int id) { return yaml_document_get_node(&y->doc, id); }
-
-const char *xdc_yaml_scalar(const yaml_node_t *node)
+/* The node of libyaml id `id` in document d (ids are 1-based), NULL when out of range. */
+static const xdc_cfg_node *node_of(const xdc_cfg_doc *d, int id)
 {
-    return node && node->type == YAML_SCALAR_NODE ? (const char *)node->data.scalar.value : NULL;
+    return id >= 1 && (size_t)id <= d->n_nodes ? &d->nodes[id - 1] : NULL;
 }
 
-int xdc_yaml_seq_len(const yaml_node_t *seq)
+const xdc_cfg_node *xdc_cfg_root(const xdc_cfg_doc *d) { return d && d->n_nodes ? &d->nodes[0] : NULL; }
+
+xdc_cfg_kind xdc_cfg_node_kind(const xdc_cfg_node *node)
 {
-    if (!seq || seq->type != YAML_SEQUENCE_NODE) return 0;
-    return (int)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+    if (!node) return XDC_CFG_ABSENT;
+    switch (node->y->type) {
+    case YAML_SCALAR_NODE: return XDC_CFG_SCALAR;
+    case YAML_SEQUENCE_NODE: return XDC_CFG_SEQUENCE;
+    case YAML_MAPPING_NODE: return XDC_CFG_MAPPING;
+    default: return XDC_CFG_ABSENT;
+    }
 }
 
-yaml_node_t *xdc_yaml_seq_item(xdc_yaml *y, const yaml_node_t *seq, int i)
+const char *xdc_cfg_scalar(const xdc_cfg_node *node)
 {
-    if (i < 0 || i >= xdc_yaml_seq_len(seq)) return NULL;
-    return xdc_yaml_node(y, seq->data.sequence.items.start[i]);
+    return node && node->y->type == YAML_SCALAR_NODE ? (const char *)node->y->data.scalar.value : NULL;
 }
 
-static const char *type_word(xdc_yaml_type t)
+int xdc_cfg_seq_len(const xdc_cfg_node *seq)
+{
+    if (!seq || seq->y->type != YAML_SEQUENCE_NODE) return 0;
+    return (int)(seq->y->data.sequence.items.top - seq->y->data.sequence.items.start);
+}
+
+const xdc_cfg_node *xdc_cfg_seq_item(const xdc_cfg_node *seq, int i)
+{
+    if (i < 0 || i >= xdc_cfg_seq_len(seq)) return NULL;
+    return node_of(seq->doc, seq->y->data.sequence.items.start[i]);
+}
+
+const xdc_cfg_node *xdc_cfg_map_get(const xdc_cfg_node *map, const char *key)
+{
+    if (!map || map->y->type != YAML_MAPPING_NODE) return NULL;
+    for (const yaml_node_pair_t *p = map->y->data.mapping.pairs.start; p < map->y->data.mapping.pairs.top; p++) {
+        const char *k = xdc_cfg_scalar(node_of(map->doc, p->key));
+        if (k && strcmp(k, key) == 0) return node_of(map->doc, p->value);
+    }
+    return NULL;
+}
+
+static const char *type_word(xdc_cfg_type t)
 {
     switch (t) {
-    case XDC_YF_STRING: return "a string";
-    case XDC_YF_INT:
-    case XDC_YF_INT64: return "an integer";
-    case XDC_YF_DOUBLE: return "a number";
-    case XDC_YF_BOOL: return "true or false";
-    case XDC_YF_DURATION: return "a duration such as 30s or 250ms";
-    case XDC_YF_NODE: return "a value";
+    case XDC_CFG_STRING: return "a string";
+    case XDC_CFG_INT:
+    case XDC_CFG_INT64: return "an integer";
+    case XDC_CFG_DOUBLE: return "a number";
+    case XDC_CFG_BOOL: return "true or false";
+    case XDC_CFG_DURATION: return "a duration such as 30s or 250ms";
+    case XDC_CFG_NODE: return "a value";
     }
     return "a value";
 }
@@ -202,35 +248,33 @@ static bool parse_number(const char *s, double *out)
     return true;
 }
 
-static bool out_of_bounds(const xdc_yaml_field *f, double v)
+static bool out_of_bounds(const xdc_cfg_field *f, double v)
 {
     return (f->min != 0 || f->max != 0) && (v < f->min || v > f->max);
 }
 
-static void bounds_error(xdc_cfg_errors *errs, const yaml_node_t *node, const xdc_yaml_field *f, const char *text)
+static void bounds_error(xdc_cfg_errors *errs, const xdc_cfg_node *node, const xdc_cfg_field *f, const char *text)
 {
     xdc_cfg_error_at(errs, node, "%s: %s is out of range [%g, %g]", f->key, text, f->min, f->max);
 }
 
 /* Store one scalar into the target; returns false (with an error added) on a bad value. */
-static bool store_field(xdc_yaml *y, const yaml_node_t *node, const xdc_yaml_field *f, void *target,
-                        xdc_cfg_errors *errs)
+static bool store_field(const xdc_cfg_node *node, const xdc_cfg_field *f, void *target, xdc_cfg_errors *errs)
 {
-    (void)y;
     char *dst = (char *)target + f->offset;
-    if (f->type == XDC_YF_NODE) {
-        *(const yaml_node_t **)dst = node;
+    if (f->type == XDC_CFG_NODE) {
+        *(const xdc_cfg_node **)dst = node;
         return true;
     }
-    const char *s = xdc_yaml_scalar(node);
+    const char *s = xdc_cfg_scalar(node);
     if (!s) {
         xdc_cfg_error_at(errs, node, "%s: expected %s, found a %s", f->key, type_word(f->type),
-                         node->type == YAML_MAPPING_NODE ? "mapping" : "list");
+                         xdc_cfg_node_kind(node) == XDC_CFG_MAPPING ? "mapping" : "list");
         return false;
     }
     double v;
     switch (f->type) {
-    case XDC_YF_STRING:
+    case XDC_CFG_STRING:
         if (strlen(s) >= f->size) {
             xdc_cfg_error_at(errs, node, "%s: value is longer than %zu characters", f->key, f->size - 1);
             return false;
@@ -248,20 +292,20 @@ static bool store_field(xdc_yaml *y, const yaml_node_t *node, const xdc_yaml_fie
         }
         memcpy(dst, s, strlen(s) + 1);
         return true;
-    case XDC_YF_INT:
-    case XDC_YF_INT64:
+    case XDC_CFG_INT:
+    case XDC_CFG_INT64:
         if (!parse_number(s, &v) || v != floor(v) || fabs(v) > 9.0e15) {
             xdc_cfg_error_at(errs, node, "%s: expected %s, found '%s'", f->key, type_word(f->type), s);
             return false;
         }
-        if (out_of_bounds(f, v) || (f->type == XDC_YF_INT && fabs(v) > INT32_MAX)) {
+        if (out_of_bounds(f, v) || (f->type == XDC_CFG_INT && fabs(v) > INT32_MAX)) {
             bounds_error(errs, node, f, s);
             return false;
         }
-        if (f->type == XDC_YF_INT) *(int *)dst = (int)v;
+        if (f->type == XDC_CFG_INT) *(int *)dst = (int)v;
         else *(int64_t *)dst = (int64_t)v;
         return true;
-    case XDC_YF_DOUBLE:
+    case XDC_CFG_DOUBLE:
         if (!parse_number(s, &v)) {
             xdc_cfg_error_at(errs, node, "%s: expected a number, found '%s'", f->key, s);
             return false;
@@ -272,13 +316,13 @@ static bool store_field(xdc_yaml *y, const yaml_node_t *node, const xdc_yaml_fie
         }
         *(double *)dst = v;
         return true;
-    case XDC_YF_BOOL:
+    case XDC_CFG_BOOL:
         if (!parse_bool(s, (bool *)dst)) {
             xdc_cfg_error_at(errs, node, "%s: expected true or false, found '%s'", f->key, s);
             return false;
         }
         return true;
-    case XDC_YF_DURATION: {
+    case XDC_CFG_DURATION: {
         int64_t ms;
         if (xdc_parse_duration_ms(s, &ms) != 0) {
             xdc_cfg_error_at(errs, node, "%s: expected a duration such as 30s or 250ms, found '%s'", f->key, s);
@@ -291,25 +335,25 @@ static bool store_field(xdc_yaml *y, const yaml_node_t *node, const xdc_yaml_fie
         *(int64_t *)dst = ms;
         return true;
     }
-    case XDC_YF_NODE: break;
+    case XDC_CFG_NODE: break;
     }
     return false;
 }
 
-int xdc_yaml_map_fields(xdc_yaml *y, const yaml_node_t *map, const xdc_yaml_field *fields, size_t n, void *target,
-                        xdc_cfg_errors *errs)
+int xdc_cfg_map_fields(const xdc_cfg_node *map, const xdc_cfg_field *fields, size_t n, void *target,
+                       xdc_cfg_errors *errs)
 {
     int errors = 0;
-    if (!map || map->type != YAML_MAPPING_NODE) {
+    if (!map || map->y->type != YAML_MAPPING_NODE) {
         xdc_cfg_error_at(errs, map, "expected a mapping of key: value");
         return 1;
     }
     /* Which fields were seen, to find duplicates and missing required keys. */
-    const yaml_node_t *seen[64] = {0};
+    const xdc_cfg_node *seen[64] = {0};
     if (n > 64) n = 64;
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
-        yaml_node_t *k = xdc_yaml_node(y, p->key), *v = xdc_yaml_node(y, p->value);
-        const char *key = xdc_yaml_scalar(k);
+    for (const yaml_node_pair_t *p = map->y->data.mapping.pairs.start; p < map->y->data.mapping.pairs.top; p++) {
+        const xdc_cfg_node *k = node_of(map->doc, p->key), *v = node_of(map->doc, p->value);
+        const char *key = xdc_cfg_scalar(k);
         if (!key) {
             xdc_cfg_error_at(errs, k, "keys must be plain words");
             errors++;
@@ -326,13 +370,12 @@ int xdc_yaml_map_fields(xdc_yaml *y, const yaml_node_t *map, const xdc_yaml_fiel
             continue;
         }
         if (seen[i]) {
-            xdc_cfg_error_at(errs, k, "duplicate key '%s' (first set at line %d)", key,
-                             (int)seen[i]->start_mark.line + 1);
+            xdc_cfg_error_at(errs, k, "duplicate key '%s' (first set at line %d)", key, xdc_cfg_node_line(seen[i]));
             errors++;
             continue;
         }
         seen[i] = k;
-        if (!store_field(y, v, &fields[i], target, errs)) errors++;
+        if (!store_field(v, &fields[i], target, errs)) errors++;
     }
     for (size_t i = 0; i < n; i++)
         if (fields[i].required && !seen[i]) {

@@ -76,14 +76,6 @@ static void walk_params(const xdc_gpt_stage_config *cfg, param_walk *w, gpt_para
     }
 }
 
-size_t xdc_gpt_config_num_params(const xdc_gpt_config *cfg)
-{
-    xdc_gpt_stage_config sc = {.model = *cfg, .layer_begin = 0, .layer_end = cfg->n_layer};
-    param_walk w = {0};
-    walk_params(&sc, &w, NULL);
-    return w.off;
-}
-
 static void layout_slot(const xdc_gpt_stage *s, bump *b, gpt_slot *sl)
 {
     const xdc_gpt_config *m = &s->cfg.model;

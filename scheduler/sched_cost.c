@@ -1,56 +1,24 @@
-/* topo_plan_cost.c — the cost model's building blocks shared by the planner and the simulator: the GPT's
- * parameter, FLOP and memory counts, codec wire ratios and speeds, effective region and link speeds, and
- * the comm engine's per-bucket timing (docs/planner.md derives each formula). */
+/* sched_cost.c — the cost model's building blocks shared by the planner and the simulator: stage FLOPs
+ * and memory (from the model's shape, model/xdc_model_shape.h), codec wire ratios and speeds (from
+ * compression's codec table), effective region and link speeds, and the comm engine's per-bucket timing
+ * (docs/planner.md derives each formula). */
 #include "scheduler/sched_priv.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-void xdc_model_shape_gpt(int layers, int heads, int width, int context, int vocab, xdc_model_shape *out)
-{
-    double C = width, V = vocab, T = context;
-    memset(out, 0, sizeof *out);
-    out->layers = layers;
-    out->width = width;
-    out->heads = heads;
-    out->vocab = vocab;
-    out->context = context;
-    /* kernels/xdc_gpt.h arena: wte (V,C) + wpe (maxT,C); per layer 12C^2 + 13C; lnf 2C + untied head (V,C). */
-    out->embed_params = V * C + T * C;
-    out->head_params = 2 * C + V * C;
-    out->params = out->embed_params + layers * (12 * C * C + 13 * C) + out->head_params;
-    /* Kept for backward per token per layer (fp32): ln1, qkv, attention output, projection, residual,
-     * ln2, fc, gelu, fc projection, residual (~18C) plus the pre-softmax and softmax rows (2 NH T). */
-    out->act_bytes_per_token = 4.0 * (18 * C + 2.0 * heads * T);
-    out->boundary_bytes_per_token = 4.0 * C;
-    out->bytes_per_param = 4;        /* fp32 master weights */
-    out->optim_bytes_per_param = 12; /* fp32 gradient + AdamW m and v */
-}
-
-static double layer_params(const xdc_model_shape *m)
-{
-    return m->layers > 0 ? (m->params - m->embed_params - m->head_params) / m->layers : 0;
-}
-
-double topo_stage_params(const xdc_model_shape *m, int lb, int le)
-{
-    return (le - lb) * layer_params(m) + (lb == 0 ? m->embed_params : 0) + (le == m->layers ? m->head_params : 0);
-}
-
 double topo_stage_flops(const xdc_model_shape *m, int lb, int le, double tokens, int seq_len)
 {
-    /* Forward per token: 2 FLOPs per matrix weight, causal attention scores and mixing 2 T C on average;
-     * backward costs twice the forward. The LM head is a (V,C) matrix on the last stage. */
-    double per_layer = 2 * layer_params(m) + 2.0 * seq_len * m->width;
-    double fwd = (le - lb) * per_layer + (le == m->layers ? 2.0 * m->vocab * m->width : 0);
-    return 3 * fwd * tokens;
+    /* Backward costs twice the forward. */
+    return 3 * xdc_model_shape_fwd_flops_per_token(m, lb, le, seq_len) * tokens;
 }
 
 double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int microbatches, double tokens_mb,
                           int mode_extra)
 {
-    double p = topo_stage_params(m, lb, le);
+    double p = xdc_model_shape_stage_params(m, lb, le);
     double bytes = p * (m->bytes_per_param + m->optim_bytes_per_param);
     if (mode_extra) bytes += p * 16; /* global params, outer momentum, pseudo-gradient, snapshot (fp32) */
     bytes += (double)inflight * tokens_mb * m->act_bytes_per_token * (le - lb);
@@ -62,28 +30,32 @@ double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight
 
 xdc_err_t topo_codec_info_get(const char *name, double link_gbps, topo_codec_info *out)
 {
-    /* Single-core speeds and ratios from bench/codec (docs/benchmarks.md). The runtime adds shuffled
-     * zstd on links up to 2 Gbit/s (xdc_codec_zstd_level_for_link), which shrinks bf16 and int8 output
-     * and slows the encoder; the int8 ratio with zstd is the one the demo run measured (x4.4). */
-    int zstd = link_gbps <= 2.0;
-    if (strcmp(name, "none") == 0) {
-        *out = (topo_codec_info){1.0, 3.7e9, 4.0e9, 0};
-    } else if (strcmp(name, "bf16") == 0) {
-        *out = zstd ? (topo_codec_info){0.344, 0.9e9, 2.4e9, 1} : (topo_codec_info){0.5, 3.4e9, 4.5e9, 1};
-    } else if (strcmp(name, "int8") == 0) {
-        *out = zstd ? (topo_codec_info){0.227, 1.8e9, 3.3e9, 2} : (topo_codec_info){0.258, 3.2e9, 6.6e9, 2};
-    } else if (strcmp(name, "int4") == 0) {
-        *out = zstd ? (topo_codec_info){0.144, 1.9e9, 3.4e9, 3} : (topo_codec_info){0.156, 2.9e9, 6.2e9, 3};
-    } else if (strncmp(name, "topk:", 5) == 0) {
-        char *end;
-        double f = strtod(name + 5, &end);
-        if (*end || !(f > 0 && f <= 0.5)) return XDC_ERR_INVALID;
-        /* value + delta-coded index per kept element: ~2f of the fp32 bytes, ~1.2f after zstd */
-        *out = (topo_codec_info){zstd ? 1.2 * f : 2 * f, 2.4e9, 8.6e9, 5};
-    } else {
-        return XDC_ERR_INVALID;
-    }
+    xdc_codec_estimate e;
+    const xdc_codec_info *info;
+    if (xdc_codec_estimate_for(name, link_gbps, &e, &info) != XDC_OK) return XDC_ERR_INVALID;
+    *out = (topo_codec_info){.ratio = e.ratio, .enc_Bps = e.enc_Bps, .dec_Bps = e.dec_Bps, .rank = info->lossiness};
     return XDC_OK;
+}
+
+int topo_codec_ladder(bool activations, char names[][16], int cap)
+{
+    int n = 0;
+    for (size_t i = 0; i < xdc_codec_info_count() && n < cap; i++) {
+        const xdc_codec_info *c = xdc_codec_info_at(i);
+        if (activations && !c->for_activations) continue;
+        if (c->param_in_size) snprintf(names[n++], 16, "%s:%g", c->name, TOPO_PLAN_TOPK_FRACTION);
+        else snprintf(names[n++], 16, "%s", c->name);
+    }
+    return n;
+}
+
+void topo_codec_names(char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    for (size_t i = 0; i < xdc_codec_info_count(); i++) {
+        const xdc_codec_info *c = xdc_codec_info_at(i);
+        snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s%s", i ? "|" : "", c->name, c->param_in_size ? ":F" : "");
+    }
 }
 
 double topo_region_flops(const xdc_topology *t, int r, const xdc_plan_calib *c)

@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct search {
@@ -26,8 +27,7 @@ typedef struct search {
     xdc_err_t err;
 } search;
 
-static const char *const grad_codecs[] = {"none", "bf16", "int8", "int4", "topk:0.01"};
-static const char *const act_codecs[] = {"none", "bf16", "int8"};
+#define MAX_CODECS 16 /* candidates of one ladder (topo_codec_ladder) */
 static const int periods[] = {10, 25, 50, 100, 250, 500};
 static const double bucket_mbs[] = {1, 4, 16, 64};
 
@@ -123,7 +123,7 @@ static void fill_stages_even(search *s, xdc_plan *p, int P, int M)
         st->region = -1;
         st->layer_begin = i * base + (i < extra ? i : extra); /* orch_stage_layers' split */
         st->layer_end = st->layer_begin + base + (i < extra ? 1 : 0);
-        st->params = topo_stage_params(s->m, st->layer_begin, st->layer_end);
+        st->params = xdc_model_shape_stage_params(s->m, st->layer_begin, st->layer_end);
         st->flops_mb = topo_stage_flops(s->m, st->layer_begin, st->layer_end, tokens_mb(s), s->b->seq_len);
         st->inflight = P - i < M ? P - i : M;
     }
@@ -234,10 +234,10 @@ static int codec_rank(const char *codec)
 static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int n_active, double t_pipe,
                              double compute, double bubble)
 {
-    int n_codecs = (int)(sizeof grad_codecs / sizeof *grad_codecs);
-    const char *one[1] = {s->o->codec[0] ? s->o->codec : "none"};
-    const char *const *codecs = grad_codecs;
-    if (s->o->codec[0] || n_active < 2) codecs = one, n_codecs = 1; /* fixed, or no WAN to cross */
+    char codecs[MAX_CODECS][16];
+    int n_codecs = topo_codec_ladder(false, codecs, MAX_CODECS);
+    if (s->o->codec[0] || n_active < 2) /* fixed, or no WAN to cross */
+        n_codecs = 1, snprintf(codecs[0], sizeof codecs[0], "%s", s->o->codec[0] ? s->o->codec : "none");
     double wire[XDC_TOPO_MAX_REGIONS] = {0};
     for (int ci = 0; ci < n_codecs; ci++) {
         const char *codec = codecs[ci];
@@ -556,15 +556,17 @@ static void eval_chain(search *s, const int *chain, int n)
             st->region = cs[i].region;
             st->layer_begin = lb[i];
             st->layer_end = lb[i + 1];
-            st->params = topo_stage_params(s->m, lb[i], lb[i + 1]);
+            st->params = xdc_model_shape_stage_params(s->m, lb[i], lb[i + 1]);
             st->flops_mb = topo_stage_flops(s->m, lb[i], lb[i + 1], tokens_mb(s), s->b->seq_len);
             st->inflight = cs[i].inflight;
             st->mem_gib = topo_stage_mem_gib(s->m, lb[i], lb[i + 1], st->inflight, p.microbatches, tokens_mb(s), 0);
             p.mem_gib_max = fmax(p.mem_gib_max, st->mem_gib);
             if (i > 0 && cs[i].region != cs[i - 1].region) p.cut_layer[cut++] = lb[i];
         }
-        for (size_t c = 0; c < sizeof act_codecs / sizeof *act_codecs; c++)
-            if (codec_allowed(s, act_codecs[c])) eval_chain_codec(s, &p, cs, act_codecs[c], D);
+        char act[MAX_CODECS][16];
+        int n_act = topo_codec_ladder(true, act, MAX_CODECS);
+        for (int c = 0; c < n_act; c++)
+            if (codec_allowed(s, act[c])) eval_chain_codec(s, &p, cs, act[c], D);
     }
 }
 
@@ -696,7 +698,9 @@ static xdc_err_t check_inputs(const xdc_topology *t, const xdc_model_shape *m, c
     }
     topo_codec_info ci;
     if (o->codec[0] && topo_codec_info_get(o->codec, 100, &ci) != XDC_OK) {
-        xdc_diag_set(diag, "unknown codec '%s' (none|bf16|int8|int4|topk:F)", o->codec);
+        char names[128];
+        topo_codec_names(names, sizeof names);
+        xdc_diag_set(diag, "unknown codec '%s' (%s)", o->codec, names);
         return XDC_ERR_INVALID;
     }
     if (xdc_topology_total_workers(t) < 1) {
@@ -822,8 +826,8 @@ void xdc_plan_link_codec(const xdc_topology *t, const xdc_model_shape *m, const 
     }
     double bw = topo_link_Bps(t, from, to, c);
     if (!crosses || !(raw > 0) || !(bw > 0)) return;
-    const char *const *ladder = pipeline ? act_codecs : grad_codecs;
-    int n = pipeline ? (int)(sizeof act_codecs / sizeof *act_codecs) : (int)(sizeof grad_codecs / sizeof *grad_codecs);
+    char ladder[MAX_CODECS][16];
+    int n = topo_codec_ladder(pipeline, ladder, MAX_CODECS);
     const xdc_link *l = xdc_topology_link(t, from, to);
     for (int i = 0; i < n; i++) {
         topo_codec_info ci;

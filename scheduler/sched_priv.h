@@ -4,12 +4,18 @@
 #ifndef TOPO_PLAN_IMPL_H
 #define TOPO_PLAN_IMPL_H
 
+#include "compression/xdc_codec.h"
 #include "scheduler/xdc_plan.h"
+
+#include <stdbool.h>
 
 #define TOPO_PLAN_MEM_HEADROOM   0.9  /* usable fraction of a GPU's memory */
 #define TOPO_PLAN_MSG_OVERHEAD_S 2e-4 /* per WAN message: framing, TLS record, syscalls, wakeups */
 
-/* One codec's wire size and single-core speed (docs/benchmarks.md, bench/codec). */
+#define TOPO_PLAN_TOPK_FRACTION 0.01 /* the top-k fraction the search tries */
+
+/* One codec's wire size and single-core speed: compression's estimate (xdc_codec_estimate_for) for the
+ * link, and its lossiness. */
 typedef struct topo_codec_info {
     double ratio;   /* wire bytes / fp32 bytes */
     double enc_Bps; /* fp32 bytes encoded per second */
@@ -17,9 +23,15 @@ typedef struct topo_codec_info {
     int rank;       /* lossiness: 0 exact, higher = lossier */
 } topo_codec_info;
 
-/* Fills *out for "none", "bf16", "int8", "int4", "topk:F"; link_gbps picks the zstd stage the runtime
- * adds on slow links. XDC_ERR_INVALID for an unknown name. */
+/* Fills *out for "none", "bf16", "int8", "int4", "topk:F" (compression's registry); link_gbps picks the
+ * zstd stage the runtime adds on slow links. XDC_ERR_INVALID for an unknown name. */
 xdc_err_t topo_codec_info_get(const char *name, double link_gbps, topo_codec_info *out);
+/* The search's codec candidates, weakest first: every codec of the registry (top-k at
+ * TOPO_PLAN_TOPK_FRACTION), or for activations those the registry marks for_activations. Returns the
+ * count written (at most cap). */
+int topo_codec_ladder(bool activations, char names[][16], int cap);
+/* "none|bf16|int8|int4|topk:F": the names the planner accepts, for messages. */
+void topo_codec_names(char *buf, size_t cap);
 
 /* Effective FLOP/s of one worker of region r. */
 double topo_region_flops(const xdc_topology *t, int r, const xdc_plan_calib *c);
@@ -34,7 +46,6 @@ double topo_intra_p2p_s(const xdc_topology *t, int r, double bytes);
 
 /* Forward + backward FLOPs of one microbatch of `tokens` tokens over layers [lb, le) of the model. */
 double topo_stage_flops(const xdc_model_shape *m, int lb, int le, double tokens, int seq_len);
-double topo_stage_params(const xdc_model_shape *m, int lb, int le);
 /* Memory per GPU of a stage, GiB. `mode_extra` adds DiLoCo/streaming copies of the parameters. */
 double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int microbatches, double tokens_mb,
                           int mode_extra);

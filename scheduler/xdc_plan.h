@@ -12,31 +12,19 @@
  * pipeline stage of every replica, one FIFO per directed WAN link, one comm-engine state machine per
  * data-parallel group) and reports the step time it observes.
  *
- * topology/ depends only on common/: the model arrives as plain numbers (xdc_model_shape). */
+ * The model arrives as numbers: xdc_model_shape (model/xdc_model_shape.h), whose xdc_model_shape_gpt
+ * counts the project's GPT the way its stages allocate it. */
 #ifndef XDC_PLAN_H
 #define XDC_PLAN_H
 
 #include "common/xdc_err.h"
+#include "model/xdc_model_shape.h"
 #include "topology/xdc_topology.h"
 
 #include <stddef.h>
 
 #define XDC_PLAN_MAX_STAGES 128 /* stages per replica */
 #define XDC_PLAN_MAX_CHAIN  16  /* regions one cross-region pipeline may span */
-
-/* The model as numbers. xdc_model_shape_gpt fills it for the project's GPT (kernels/xdc_gpt.h). */
-typedef struct xdc_model_shape {
-    int layers, width, heads, vocab, context;
-    double params;                   /* whole model, count */
-    double embed_params;             /* on the first stage (token + position tables), count */
-    double head_params;              /* on the last stage (final norm + LM head), count */
-    double act_bytes_per_token;      /* kept for backward, per token per layer, bytes */
-    double boundary_bytes_per_token; /* activation crossing a stage boundary, per token, bytes (fp32) */
-    double bytes_per_param;          /* weights, bytes */
-    double optim_bytes_per_param;    /* gradient + optimizer state, bytes */
-} xdc_model_shape;
-
-void xdc_model_shape_gpt(int layers, int heads, int width, int context, int vocab, xdc_model_shape *out);
 
 typedef struct xdc_batch_shape {
     int micro_batch;            /* sequences per microbatch */

@@ -1,12 +1,15 @@
 /* test_plan.c — the planner on cases worked out by hand: a region twice as fast gets twice the layers, a
  * model too big for one region is cut at the cheapest link, a slow link gets a stronger codec or a longer
  * period, no candidate exceeds GPU memory, an impossible topology is refused with its reason, the search
- * is deterministic, and `xdc plan` / `xdc simulate` print, emit JSON and exit with sysexits codes. */
+ * is deterministic, the planner's parameter counts are what real stages allocate, and `xdc plan` /
+ * `xdc simulate` print, emit JSON and exit with sysexits codes. */
 #include "tests/xdc_test.h"
 
 #include "tests/test_plan_util.h"
 
 #include "common/xdc_alloc.h"
+#include "kernels/xdc_model_ops.h"
+#include "model/xdc_gpt.h"
 #include "scheduler/xdc_plan.h"
 
 #include <stdio.h>
@@ -293,6 +296,62 @@ XDC_TEST(plan_search_is_deterministic)
     xdc_free(json);
     xdc_plan_set_destroy(a);
     xdc_plan_set_destroy(c);
+    xdc_topology_destroy(t);
+}
+
+extern const xdc_model_ops xdc_model_cpu_ops;
+
+/* Every stage of plan p, built for real: its arena holds exactly the parameters the planner priced. */
+static double check_stages_against_model(const xdc_plan *p, const xdc_gpt_config *g)
+{
+    double sum = 0;
+    for (int i = 0; i < p->stages; i++) {
+        xdc_gpt_stage_config sc = {.model = *g,
+                                   .layer_begin = p->stage[i].layer_begin,
+                                   .layer_end = p->stage[i].layer_end,
+                                   .batch = 1,
+                                   .seq_len = 1,
+                                   .max_inflight = 1,
+                                   .seed = 1};
+        xdc_gpt_stage *st = NULL;
+        xdc_diag d = {{0}};
+        XDC_ASSERT_MSG(xdc_gpt_stage_create(&xdc_model_cpu_ops, &sc, &st, &d) == XDC_OK, "stage %d: %s", i, d.msg);
+        XDC_ASSERT_MSG((double)xdc_gpt_stage_num_params(st) == p->stage[i].params,
+                       "stage %d (layers %d..%d): the model allocates %zu parameters, the planner counts %.0f", i,
+                       sc.layer_begin, sc.layer_end, xdc_gpt_stage_num_params(st), p->stage[i].params);
+        sum += (double)xdc_gpt_stage_num_params(st);
+        xdc_gpt_stage_destroy(st);
+    }
+    return sum;
+}
+
+XDC_TEST(plan_stage_params_are_what_the_model_allocates)
+{
+    /* 5 layers, so both an uneven cross-region pipeline and a 3-stage data-parallel split have stages with
+     * and without the embeddings and the head. */
+    xdc_gpt_config g = {.n_layer = 5, .n_head = 2, .n_embd = 8, .max_seq_len = 8, .vocab_size = 16};
+    xdc_model_shape m;
+    xdc_model_shape_of(&g, &m);
+    XDC_ASSERT_EQ((size_t)m.params, xdc_gpt_config_num_params(&g));
+    xdc_batch_shape b = {1, 8, 8.0 * 6};
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    o.mode = XDC_PLAN_PIPELINE;
+    xdc_topology *t = two_regions(1, 300, 100, 80, "bandwidth_gbps: 100, rtt_ms: 2");
+    xdc_plan_set *s = search_ok(t, &m, &b, &o);
+    XDC_ASSERT_EQ(s->best.stages, 2);
+    XDC_ASSERT(s->best.stage[0].layer_end - s->best.stage[0].layer_begin !=
+               s->best.stage[1].layer_end - s->best.stage[1].layer_begin);
+    XDC_ASSERT_EQ(check_stages_against_model(&s->best, &g), m.params);
+    xdc_plan_set_destroy(s);
+    xdc_topology_destroy(t);
+
+    t = two_regions(3, 100, 100, 80, "bandwidth_gbps: 100, rtt_ms: 2");
+    o = (xdc_plan_opts)XDC_PLAN_OPTS_INIT;
+    o.stages = 3;
+    s = search_ok(t, &m, &b, &o);
+    XDC_ASSERT_EQ(s->best.stages, 3);
+    XDC_ASSERT_EQ(check_stages_against_model(&s->best, &g), m.params);
+    xdc_plan_set_destroy(s);
     xdc_topology_destroy(t);
 }
 

@@ -1,8 +1,11 @@
 /* test_topology.c — topology files: hostlist expansion, every shipped example, each validation rule
- * with the line and column it must report, and the `xdc topo check` command's output and exit codes. */
+ * with the line and column it must report, `tls: false` refused, link codecs = compression's registry,
+ * the `xdc topo check` command's output and exit codes; and the config loader's node API underneath. */
 #include "tests/xdc_test.h"
 
 #include "common/xdc_alloc.h"
+#include "compression/xdc_codec.h"
+#include "config/xdc_config.h"
 #include "topology/xdc_topology.h"
 
 #include <glob.h>
@@ -137,6 +140,11 @@ static const bad_case bad_cases[] = {
          REGION("b", "b1") "links:\n"
                            "  - {from: a, to: b, bandwidth_gbps: 1, rtt_ms: 5, codec: gzip}\n",
      12, 59, "'gzip' is not one of"},
+    {"tls off",
+     "name: t\nregions:\n" REGION("a", "a1")
+         REGION("b", "b1") "links:\n"
+                           "  - {from: a, to: b, bandwidth_gbps: 1, rtt_ms: 5, tls: false}\n",
+     12, 57, "tls: false is not supported: WAN links are always TLS 1.3"},
     {"bad hostlist", "name: t\nregions:\n" REGION("a", "a[2-1]") REGION("b", "b1") "links:\n" LINK("a", "b"), 4, 12,
      "runs backwards"},
     {"self link", "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") "links:\n" LINK("a", "a") LINK("a", "b"),
@@ -202,6 +210,102 @@ XDC_TEST(topo_check_command_summary_json_and_exit_78)
     XDC_ASSERT_STR_CONTAINS(out, "cannot open");
     snprintf(cmd, sizeof cmd, "%s topo frobnicate", xdc_test_bin());
     XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
+}
+
+#define TLS_LINK(tls) "  - from: a\n    to: b\n    bandwidth_gbps: 1\n    rtt_ms: 5\n    tls: " tls "\n"
+
+XDC_TEST(topo_tls_false_is_refused_and_true_accepted)
+{
+    const char *ok = "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") "links:\n" TLS_LINK("true");
+    xdc_topology *t = NULL;
+    xdc_cfg_errors errs;
+    XDC_ASSERT_OK(xdc_topology_parse(ok, strlen(ok), "ok.yaml", &t, &errs));
+    XDC_ASSERT(t->n_links == 2 && t->links[0].tls && t->links[1].tls);
+    xdc_topology_destroy(t);
+
+    /* `xdc topo check` and `xdc launch` both refuse the file with 78, naming the value's line:col. */
+    char path[512], out[16384], cmd[2048], want[700];
+    snprintf(path, sizeof path, "%s/plain-tcp.yaml", xdc_test_tmpdir());
+    xdc_test_write_file(path, "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") "links:\n" TLS_LINK("false"));
+    snprintf(want, sizeof want, "%s:16:10: error: tls: false is not supported: WAN links are always TLS 1.3", path);
+    snprintf(cmd, sizeof cmd, "%s topo check %s", xdc_test_bin(), path);
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 78);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+    XDC_ASSERT_STR_CONTAINS(out, "cross-datacenter traffic");
+    snprintf(cmd, sizeof cmd, "%s launch -t %s -c examples/train/demo.yaml --run-dir %s/run", xdc_test_bin(), path,
+             xdc_test_tmpdir());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 78);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+}
+
+XDC_TEST(topo_link_codecs_are_the_codec_registry)
+{
+    /* topology/ may not depend on compression/ (docs/design.md), so it keeps its own word list; this
+     * ties it to the registry: every registry name and `auto` is accepted, and the refusal lists exactly
+     * those. */
+    char expected[256] = "auto";
+    for (size_t i = 0; i < xdc_codec_info_count(); i++) {
+        const char *name = xdc_codec_info_at(i)->name;
+        snprintf(expected + strlen(expected), sizeof expected - strlen(expected), ", %s", name);
+        char y[1024];
+        snprintf(y, sizeof y,
+                 "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") "links:\n" LINK("a", "b") "    codec: %s\n",
+                 name);
+        xdc_topology *t = NULL;
+        xdc_cfg_errors errs;
+        xdc_err_t rc = xdc_topology_parse(y, strlen(y), "c.yaml", &t, &errs);
+        XDC_ASSERT_MSG(rc == XDC_OK, "link codec %s refused: %s", name, errs.count ? errs.items[0].msg : "");
+        XDC_ASSERT(strcmp(t->links[0].codec, name) == 0);
+        xdc_topology_destroy(t);
+    }
+    const char *bad = "name: t\nregions:\n" REGION("a", "a1")
+        REGION("b", "b1") "links:\n" LINK("a", "b") "    codec: lz4\n";
+    xdc_topology *t = NULL;
+    xdc_cfg_errors errs;
+    XDC_ASSERT_ERR(xdc_topology_parse(bad, strlen(bad), "c.yaml", &t, &errs), XDC_ERR_CONFIG);
+    char want[300];
+    snprintf(want, sizeof want, "codec: 'lz4' is not one of: %s", expected);
+    XDC_ASSERT(errs.count == 1);
+    XDC_ASSERT_MSG(strcmp(errs.items[0].msg, want) == 0, "'%s', expected '%s'", errs.items[0].msg, want);
+}
+
+XDC_TEST(config_nodes_map_get_and_positions)
+{
+    const char *y = "a: 1\nb:\n  - x\n  - {k: v, k2: [1, 2]}\nc: {d: e}\n";
+    xdc_cfg_doc *doc = NULL;
+    xdc_cfg_errors errs;
+    xdc_cfg_errors_init(&errs, "n.yaml");
+    XDC_ASSERT_OK(xdc_cfg_parse(y, strlen(y), &doc, &errs));
+    const xdc_cfg_node *root = xdc_cfg_root(doc), *b = xdc_cfg_map_get(root, "b");
+    XDC_ASSERT_EQ(xdc_cfg_node_kind(root), XDC_CFG_MAPPING);
+    XDC_ASSERT(strcmp(xdc_cfg_scalar(xdc_cfg_map_get(root, "a")), "1") == 0);
+    XDC_ASSERT(xdc_cfg_map_get(root, "zz") == NULL && xdc_cfg_map_get(b, "k") == NULL);
+    XDC_ASSERT_EQ(xdc_cfg_node_kind(b), XDC_CFG_SEQUENCE);
+    XDC_ASSERT_EQ(xdc_cfg_seq_len(b), 2);
+    XDC_ASSERT(xdc_cfg_seq_item(b, 2) == NULL && xdc_cfg_seq_item(b, -1) == NULL);
+    const xdc_cfg_node *m = xdc_cfg_seq_item(b, 1), *k2 = xdc_cfg_map_get(m, "k2");
+    XDC_ASSERT(xdc_cfg_node_line(m) == 4 && xdc_cfg_node_col(m) == 5);
+    XDC_ASSERT(xdc_cfg_node_line(k2) == 4 && xdc_cfg_node_col(k2) == 16);
+    XDC_ASSERT(strcmp(xdc_cfg_scalar(xdc_cfg_seq_item(k2, 1)), "2") == 0);
+    XDC_ASSERT(xdc_cfg_scalar(m) == NULL && xdc_cfg_seq_len(m) == 0);
+    XDC_ASSERT(xdc_cfg_node_kind(NULL) == XDC_CFG_ABSENT && xdc_cfg_node_line(NULL) == 0);
+    /* The field mapper over those nodes, and an error at a node. */
+    typedef struct {
+        int a;
+        const xdc_cfg_node *b, *c;
+    } top;
+    static const xdc_cfg_field f[] = {
+        {"a", XDC_CFG_INT, offsetof(top, a), 0, true, 0, 10, NULL},
+        {"b", XDC_CFG_NODE, offsetof(top, b), 0, false, 0, 0, NULL},
+        {"c", XDC_CFG_NODE, offsetof(top, c), 0, false, 0, 0, NULL},
+    };
+    top v = {0};
+    XDC_ASSERT_EQ(xdc_cfg_map_fields(root, f, 3, &v, &errs), 0);
+    XDC_ASSERT(v.a == 1 && v.b == b && xdc_cfg_node_kind(v.c) == XDC_CFG_MAPPING);
+    XDC_ASSERT_EQ(xdc_cfg_map_fields(v.c, f, 3, &v, &errs), 2); /* unknown d, missing a */
+    xdc_cfg_error_at(&errs, k2, "here");
+    XDC_ASSERT(errs.count == 3 && errs.items[2].line == 4 && errs.items[2].col == 16);
+    xdc_cfg_destroy(doc);
 }
 
 XDC_TEST(topo_alloc_failures_are_clean)

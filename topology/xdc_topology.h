@@ -38,8 +38,8 @@ typedef struct xdc_link {
     int mtu;                /* bytes */
     double cost_usd_per_gb; /* egress cost from `from` */
     int streams;            /* TCP streams per peer pair */
-    bool tls;
-    char codec[16]; /* none|bf16|int8|int4|topk|auto */
+    bool tls;               /* always true: WAN links are TLS 1.3; `tls: false` is refused (docs/config.md) */
+    char codec[16];         /* none|bf16|int8|int4|topk|auto */
     int line, col;
 } xdc_link;
 

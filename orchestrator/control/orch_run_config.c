@@ -13,7 +13,7 @@ static const char *const plan_words[] = {"auto", "off", NULL};
 typedef struct {
     orch_run_config c;
     char model[512], data[512], mode[16], plan[16];
-    const yaml_node_t *diloco, *streaming, *timeouts;
+    const xdc_cfg_node *diloco, *streaming, *timeouts;
 } run_in;
 
 #define RUN_FIELD(key, type, member, req, lo, hi)                                                 \
@@ -21,43 +21,43 @@ typedef struct {
         key, type, offsetof(run_in, c.member), sizeof(((run_in *)0)->c.member), req, lo, hi, NULL \
     }
 
-static const xdc_yaml_field top_fields[] = {
-    {"model", XDC_YF_STRING, offsetof(run_in, model), 512, true, 0, 0, NULL},
-    {"data", XDC_YF_STRING, offsetof(run_in, data), 512, true, 0, 0, NULL},
-    {"mode", XDC_YF_STRING, offsetof(run_in, mode), 16, false, 0, 0, mode_words},
-    {"plan", XDC_YF_STRING, offsetof(run_in, plan), 16, false, 0, 0, plan_words},
-    {"diloco", XDC_YF_NODE, offsetof(run_in, diloco), 0, false, 0, 0, NULL},
-    {"streaming", XDC_YF_NODE, offsetof(run_in, streaming), 0, false, 0, 0, NULL},
-    {"timeouts", XDC_YF_NODE, offsetof(run_in, timeouts), 0, false, 0, 0, NULL},
-    RUN_FIELD("pipeline_stages", XDC_YF_INT, pipeline_stages, false, 1, 64),
-    RUN_FIELD("span_regions", XDC_YF_BOOL, span_regions, false, 0, 0),
-    RUN_FIELD("activation_codec", XDC_YF_STRING, activation_codec, false, 0, 0),
-    RUN_FIELD("microbatches", XDC_YF_INT, microbatches, false, 1, 1024),
-    RUN_FIELD("steps", XDC_YF_INT, steps, false, 1, 100000000),
-    RUN_FIELD("eval_interval", XDC_YF_INT, eval_interval, false, 1, 100000000),
-    RUN_FIELD("codec", XDC_YF_STRING, codec, false, 0, 0),
-    RUN_FIELD("zstd_level", XDC_YF_INT, zstd_level, false, -1, 19),
-    RUN_FIELD("bucket_mb", XDC_YF_DOUBLE, bucket_mb, false, 0.001, 4096),
-    RUN_FIELD("threads", XDC_YF_INT, threads, false, 1, 256),
-    RUN_FIELD("checkpoint_every", XDC_YF_INT, checkpoint_every, false, 0, 100000000),
-    RUN_FIELD("metrics_port", XDC_YF_INT, metrics_port, false, -1, 65535),
-    RUN_FIELD("dump_params", XDC_YF_BOOL, dump_params, false, 0, 0),
-    RUN_FIELD("replan_every", XDC_YF_INT, replan_every, false, 0, 100000000),
+static const xdc_cfg_field top_fields[] = {
+    {"model", XDC_CFG_STRING, offsetof(run_in, model), 512, true, 0, 0, NULL},
+    {"data", XDC_CFG_STRING, offsetof(run_in, data), 512, true, 0, 0, NULL},
+    {"mode", XDC_CFG_STRING, offsetof(run_in, mode), 16, false, 0, 0, mode_words},
+    {"plan", XDC_CFG_STRING, offsetof(run_in, plan), 16, false, 0, 0, plan_words},
+    {"diloco", XDC_CFG_NODE, offsetof(run_in, diloco), 0, false, 0, 0, NULL},
+    {"streaming", XDC_CFG_NODE, offsetof(run_in, streaming), 0, false, 0, 0, NULL},
+    {"timeouts", XDC_CFG_NODE, offsetof(run_in, timeouts), 0, false, 0, 0, NULL},
+    RUN_FIELD("pipeline_stages", XDC_CFG_INT, pipeline_stages, false, 1, 64),
+    RUN_FIELD("span_regions", XDC_CFG_BOOL, span_regions, false, 0, 0),
+    RUN_FIELD("activation_codec", XDC_CFG_STRING, activation_codec, false, 0, 0),
+    RUN_FIELD("microbatches", XDC_CFG_INT, microbatches, false, 1, 1024),
+    RUN_FIELD("steps", XDC_CFG_INT, steps, false, 1, 100000000),
+    RUN_FIELD("eval_interval", XDC_CFG_INT, eval_interval, false, 1, 100000000),
+    RUN_FIELD("codec", XDC_CFG_STRING, codec, false, 0, 0),
+    RUN_FIELD("zstd_level", XDC_CFG_INT, zstd_level, false, -1, 19),
+    RUN_FIELD("bucket_mb", XDC_CFG_DOUBLE, bucket_mb, false, 0.001, 4096),
+    RUN_FIELD("threads", XDC_CFG_INT, threads, false, 1, 256),
+    RUN_FIELD("checkpoint_every", XDC_CFG_INT, checkpoint_every, false, 0, 100000000),
+    RUN_FIELD("metrics_port", XDC_CFG_INT, metrics_port, false, -1, 65535),
+    RUN_FIELD("dump_params", XDC_CFG_BOOL, dump_params, false, 0, 0),
+    RUN_FIELD("replan_every", XDC_CFG_INT, replan_every, false, 0, 100000000),
 };
 
-static const xdc_yaml_field diloco_fields[] = {
-    RUN_FIELD("inner_steps", XDC_YF_INT, diloco_inner_steps, false, 1, 100000),
-    RUN_FIELD("outer_lr", XDC_YF_DOUBLE, outer_lr, false, 1e-6, 10),
-    RUN_FIELD("outer_momentum", XDC_YF_DOUBLE, outer_momentum, false, 0, 0.999),
+static const xdc_cfg_field diloco_fields[] = {
+    RUN_FIELD("inner_steps", XDC_CFG_INT, diloco_inner_steps, false, 1, 100000),
+    RUN_FIELD("outer_lr", XDC_CFG_DOUBLE, outer_lr, false, 1e-6, 10),
+    RUN_FIELD("outer_momentum", XDC_CFG_DOUBLE, outer_momentum, false, 0, 0.999),
 };
 
-static const xdc_yaml_field streaming_fields[] = {
-    RUN_FIELD("fragments", XDC_YF_INT, fragments, false, 1, 1024),
+static const xdc_cfg_field streaming_fields[] = {
+    RUN_FIELD("fragments", XDC_CFG_INT, fragments, false, 1, 1024),
 };
 
-static const xdc_yaml_field timeout_fields[] = {
-    RUN_FIELD("rendezvous", XDC_YF_DURATION, rendezvous_timeout_ms, false, 100, 86400000),
-    RUN_FIELD("operation", XDC_YF_DURATION, op_timeout_ms, false, 100, 86400000),
+static const xdc_cfg_field timeout_fields[] = {
+    RUN_FIELD("rendezvous", XDC_CFG_DURATION, rendezvous_timeout_ms, false, 100, 86400000),
+    RUN_FIELD("operation", XDC_CFG_DURATION, op_timeout_ms, false, 100, 86400000),
 };
 
 #define N(t) (sizeof(t) / sizeof((t)[0]))
@@ -96,13 +96,13 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     c->metrics_port = -1;
     c->replan_every = 50;
     xdc_cfg_errors_init(errs, path);
-    xdc_yaml *y;
-    XDC_CHECK(xdc_yaml_load_file(path, &y, errs));
-    int bad = xdc_yaml_map_fields(y, xdc_yaml_root(y), top_fields, N(top_fields), &in, errs);
-    if (in.diloco) bad += xdc_yaml_map_fields(y, in.diloco, diloco_fields, N(diloco_fields), &in, errs);
-    if (in.streaming) bad += xdc_yaml_map_fields(y, in.streaming, streaming_fields, N(streaming_fields), &in, errs);
-    if (in.timeouts) bad += xdc_yaml_map_fields(y, in.timeouts, timeout_fields, N(timeout_fields), &in, errs);
-    xdc_yaml_destroy(y);
+    xdc_cfg_doc *doc;
+    XDC_CHECK(xdc_cfg_load_file(path, &doc, errs));
+    int bad = xdc_cfg_map_fields(xdc_cfg_root(doc), top_fields, N(top_fields), &in, errs);
+    if (in.diloco) bad += xdc_cfg_map_fields(in.diloco, diloco_fields, N(diloco_fields), &in, errs);
+    if (in.streaming) bad += xdc_cfg_map_fields(in.streaming, streaming_fields, N(streaming_fields), &in, errs);
+    if (in.timeouts) bad += xdc_cfg_map_fields(in.timeouts, timeout_fields, N(timeout_fields), &in, errs);
+    xdc_cfg_destroy(doc);
     if (bad) return XDC_ERR_CONFIG;
     for (int m = 0; in.mode[0] && mode_words[m]; m++)
         if (strcmp(in.mode, mode_words[m]) == 0) c->mode = (orch_mode)m;

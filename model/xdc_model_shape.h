@@ -1,0 +1,37 @@
+/* xdc_model_shape.h — the GPT's shape as numbers, written down once: parameters of the embedding tables,
+ * of one block and of the final norm + LM head (so of any stage), forward FLOPs per token, activation
+ * and boundary bytes per token. The model counts its own parameters with it (xdc_gpt_config_num_params)
+ * and the planner and simulator (scheduler/) price stages with it; tests/test_model.c and
+ * tests/test_plan.c tie both to the parameter arenas real stages allocate (model/gpt_stage.c). */
+#ifndef XDC_MODEL_SHAPE_H
+#define XDC_MODEL_SHAPE_H
+
+#include "model/xdc_gpt.h"
+
+/* Counts are doubles so that models beyond 2^32 parameters (the planner prices 175B ones) stay exact:
+ * every count is an integer below 2^53. */
+typedef struct xdc_model_shape {
+    int layers, width, heads, vocab, context;
+    double params;                   /* whole model, count */
+    double embed_params;             /* on the first stage (token + position tables), count */
+    double layer_params;             /* one block, count */
+    double head_params;              /* on the last stage (final norm + LM head), count */
+    double act_bytes_per_token;      /* kept for backward, per token per layer, bytes */
+    double boundary_bytes_per_token; /* activation crossing a stage boundary, per token, bytes (fp32) */
+    double bytes_per_param;          /* weights, bytes */
+    double optim_bytes_per_param;    /* gradient + optimizer state, bytes */
+} xdc_model_shape;
+
+/* The shape of the project's GPT (model/xdc_gpt.h: untied head, 4C MLP, fp32 weights, AdamW). */
+void xdc_model_shape_gpt(int layers, int heads, int width, int context, int vocab, xdc_model_shape *out);
+void xdc_model_shape_of(const xdc_gpt_config *cfg, xdc_model_shape *out);
+
+/* Parameters of the stage holding layers [lb, le): its blocks, plus the embeddings when lb == 0 and the
+ * final norm and head when le == layers — what xdc_gpt_stage_num_params reports for that stage. */
+double xdc_model_shape_stage_params(const xdc_model_shape *m, int lb, int le);
+/* Forward FLOPs per token of layers [lb, le) at `seq_len` tokens per sequence: 2 per matrix weight, plus
+ * causal attention scores and mixing (2 T C per layer on average), plus the LM head (2 V C) when
+ * le == layers. Backward costs twice the forward. */
+double xdc_model_shape_fwd_flops_per_token(const xdc_model_shape *m, int lb, int le, int seq_len);
+
+#endif /* XDC_MODEL_SHAPE_H */
