@@ -637,6 +637,7 @@ xdc_err_t xdc_wan_engine_create(const xdc_wan_config *cfg, xdc_wan_engine **out,
     if (!eng) return XDC_ERR_NOMEM;
     eng->cfg = *cfg;
     eng->wake_fd = -1;
+    xdc_pool_init(&eng->reqs, sizeof(xdc_wan_request));
     pthread_mutex_init(&eng->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -703,11 +704,7 @@ void xdc_wan_engine_destroy(xdc_wan_engine *eng)
             }
         wan_peer_free(p);
     }
-    while (eng->all_reqs) {
-        xdc_wan_request *r = eng->all_reqs;
-        eng->all_reqs = r->all_next;
-        xdc_free(r);
-    }
+    xdc_pool_destroy(&eng->reqs);
     SSL_CTX_free(eng->srv_ctx);
     SSL_CTX_free(eng->cli_ctx);
     if (eng->wake_fd >= 0) close(eng->wake_fd);

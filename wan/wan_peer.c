@@ -110,19 +110,9 @@ static void send_maybe_done(xdc_wan_request *r)
 static xdc_err_t req_new(xdc_wan_peer *p, int is_send, xdc_wan_class cls, void *buf, size_t cap, xdc_wan_request **out)
 {
     if (!p || !out || (unsigned)cls >= XDC_WAN_NUM_CLASSES || (!buf && cap)) return XDC_ERR_INVALID;
-    xdc_wan_engine *eng = p->eng;
-    xdc_wan_request *r = eng->free_reqs;
-    xdc_wan_request *all_next;
-    if (r) {
-        eng->free_reqs = r->next;
-        all_next = r->all_next;
-    } else {
-        if (!(r = xdc_malloc(sizeof *r))) return XDC_ERR_NOMEM;
-        all_next = eng->all_reqs;
-        eng->all_reqs = r;
-    }
+    xdc_wan_request *r = xdc_pool_get(&p->eng->reqs);
+    if (!r) return XDC_ERR_NOMEM;
     memset(r, 0, sizeof *r);
-    r->all_next = all_next;
     r->peer = p;
     r->state = WAN_REQ_PENDING;
     r->is_send = is_send;
@@ -185,10 +175,8 @@ static xdc_err_t req_collect(xdc_wan_request *r, size_t *size, uint8_t *codec, x
     } else {
         xdc_diag_set(diag, "%s", r->why);
     }
-    xdc_wan_engine *eng = r->peer->eng;
     r->state = WAN_REQ_FREE;
-    r->next = eng->free_reqs;
-    eng->free_reqs = r;
+    xdc_pool_put(&r->peer->eng->reqs, r);
     return rc;
 }
 

@@ -5,6 +5,7 @@
 #ifndef XDC_WAN_PRIV_H
 #define XDC_WAN_PRIV_H
 
+#include "common/xdc_pool.h"
 #include "wan/wan_frame.h"
 #include "wan/xdc_wan.h"
 
@@ -16,8 +17,7 @@
 enum wan_req_state { WAN_REQ_FREE = 0, WAN_REQ_PENDING, WAN_REQ_DONE, WAN_REQ_FAILED };
 
 struct xdc_wan_request {
-    xdc_wan_request *next;     /* class queue of its peer, or the engine's free list */
-    xdc_wan_request *all_next; /* every request the engine allocated (freed with it) */
+    xdc_wan_request *next; /* class queue of its peer */
     xdc_wan_peer *peer;
     int state; /* enum wan_req_state */
     int is_send;
@@ -169,8 +169,7 @@ struct xdc_wan_engine {
     wan_stream *pending;              /* server connections before their HELLO */
     wan_stream *graveyard;            /* replaced streams, freed at the end of a loop turn */
     xdc_wan_listener *dead_listeners; /* closed listeners, freed the same way (poll may still name them) */
-    xdc_wan_request *all_reqs;
-    xdc_wan_request *free_reqs;
+    xdc_pool reqs;                    /* xdc_wan_request objects, allocated once and reused, freed with the engine */
 };
 
 /* wan_engine.c */
