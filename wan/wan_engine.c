@@ -222,6 +222,40 @@ static void handshake_done(wan_stream *s)
     s->kick = 1;
 }
 
+int wan_stream_tls_io(wan_stream *s, enum wan_tls_op op, void *buf, size_t len, size_t *n)
+{
+    if (n) *n = 0;
+    int chunk = (int)(len > (1u << 30) ? (1u << 30) : len);
+    int rc;
+    switch (op) {
+    case WAN_TLS_HANDSHAKE: rc = SSL_do_handshake(s->ssl); break;
+    case WAN_TLS_READ: rc = SSL_read(s->ssl, buf, chunk); break;
+    default: rc = SSL_write(s->ssl, buf, chunk); break;
+    }
+    if (rc > 0) {
+        if (n && op != WAN_TLS_HANDSHAKE) *n = (size_t)rc;
+        return WAN_IO_DONE;
+    }
+    int e = SSL_get_error(s->ssl, rc);
+    if (e == SSL_ERROR_WANT_READ) {
+        s->want |= POLLIN;
+        return WAN_IO_AGAIN;
+    }
+    if (e == SSL_ERROR_WANT_WRITE) {
+        s->want |= POLLOUT;
+        return WAN_IO_AGAIN;
+    }
+    xdc_diag d;
+    xdc_err_t err = wan_tls_explain(s->ssl, e, &d);
+    xdc_wan_peer *p = s->peer;
+    if (s->is_client && err == XDC_ERR_AUTH && op == WAN_TLS_HANDSHAKE)
+        wan_peer_fail(p, XDC_ERR_AUTH, "refused peer at %s:%d: %s", p->host, p->port, d.msg);
+    else if (s->is_client && err == XDC_ERR_AUTH && op == WAN_TLS_READ && s->state == WAN_ST_HELLO)
+        wan_peer_fail(p, XDC_ERR_AUTH, "refused by peer at %s:%d: %s", p->host, p->port, d.msg);
+    else wan_stream_break(s, d.msg);
+    return WAN_IO_FAILED;
+}
+
 static void handshake_step(wan_stream *s)
 {
     if (!s->is_client && !s->peeked) {
@@ -245,51 +279,17 @@ static void handshake_step(wan_stream *s)
         }
         s->peeked = 1;
     }
-    int rc = SSL_do_handshake(s->ssl);
-    if (rc == 1) {
-        handshake_done(s);
-        return;
-    }
-    int e = SSL_get_error(s->ssl, rc);
-    if (e == SSL_ERROR_WANT_READ) {
-        s->want = POLLIN;
-        return;
-    }
-    if (e == SSL_ERROR_WANT_WRITE) {
-        s->want = POLLOUT;
-        return;
-    }
-    xdc_diag d;
-    xdc_err_t err = wan_tls_explain(s->ssl, e, &d);
-    if (s->is_client && err == XDC_ERR_AUTH)
-        wan_peer_fail(s->peer, XDC_ERR_AUTH, "refused peer at %s:%d: %s", s->peer->host, s->peer->port, d.msg);
-    else wan_stream_break(s, d.msg);
+    if (wan_stream_tls_io(s, WAN_TLS_HANDSHAKE, NULL, 0, NULL) == WAN_IO_DONE) handshake_done(s);
 }
 
 /* Read one control header during the HELLO exchange. 1: complete, 0: need more, -1: stream gone. */
 static int hello_read(wan_stream *s, wan_frame *f)
 {
     while (s->rx_hdr_got < WAN_FRAME_HDR_BYTES) {
-        int n = SSL_read(s->ssl, s->rx_hdr + s->rx_hdr_got, (int)(WAN_FRAME_HDR_BYTES - s->rx_hdr_got));
-        if (n <= 0) {
-            int e = SSL_get_error(s->ssl, n);
-            if (e == SSL_ERROR_WANT_READ) {
-                s->want |= POLLIN;
-                return 0;
-            }
-            if (e == SSL_ERROR_WANT_WRITE) {
-                s->want |= POLLOUT;
-                return 0;
-            }
-            xdc_diag d;
-            xdc_err_t err = wan_tls_explain(s->ssl, e, &d);
-            if (s->is_client && err == XDC_ERR_AUTH)
-                wan_peer_fail(s->peer, XDC_ERR_AUTH, "refused by peer at %s:%d: %s", s->peer->host, s->peer->port,
-                              d.msg);
-            else wan_stream_break(s, d.msg);
-            return -1;
-        }
-        s->rx_hdr_got += (size_t)n;
+        size_t n = 0;
+        int io = wan_stream_tls_io(s, WAN_TLS_READ, s->rx_hdr + s->rx_hdr_got, WAN_FRAME_HDR_BYTES - s->rx_hdr_got, &n);
+        if (io != WAN_IO_DONE) return io;
+        s->rx_hdr_got += n;
     }
     s->rx_hdr_got = 0;
     xdc_diag d;

@@ -9,10 +9,8 @@
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
-#include "wan/wan_tls.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -339,21 +337,9 @@ static void tx_frame_done(wan_stream *s)
 /* Returns bytes written, 0 when the socket is full (s->want set), -1 after breaking the stream. */
 static long tls_write(wan_stream *s, const uint8_t *buf, size_t len)
 {
-    int n = SSL_write(s->ssl, buf, (int)(len > (1u << 30) ? (1u << 30) : len));
-    if (n > 0) return n;
-    int e = SSL_get_error(s->ssl, n);
-    if (e == SSL_ERROR_WANT_WRITE) {
-        s->want |= POLLOUT;
-        return 0;
-    }
-    if (e == SSL_ERROR_WANT_READ) {
-        s->want |= POLLIN;
-        return 0;
-    }
-    xdc_diag d;
-    wan_tls_explain(s->ssl, e, &d);
-    wan_stream_break(s, d.msg);
-    return -1;
+    size_t n = 0;
+    int io = wan_stream_tls_io(s, WAN_TLS_WRITE, (void *)buf, len, &n);
+    return io == WAN_IO_DONE ? (long)n : io;
 }
 
 /* Write until the socket is full, nothing is left, or the budget is spent. -1: stream broke. */
@@ -577,28 +563,15 @@ static int pump_rx(wan_stream *s)
             want = s->rx_left < sizeof sink || s->rx_dst ? s->rx_left : sizeof sink;
             if (want > (1u << 30)) want = 1u << 30;
         }
-        int n = SSL_read(s->ssl, dst, (int)want);
-        if (n <= 0) {
-            int e = SSL_get_error(s->ssl, n);
-            if (e == SSL_ERROR_WANT_READ) {
-                s->want |= POLLIN;
-                return 0;
-            }
-            if (e == SSL_ERROR_WANT_WRITE) {
-                s->want |= POLLOUT;
-                return 0;
-            }
-            xdc_diag d;
-            wan_tls_explain(s->ssl, e, &d);
-            wan_stream_break(s, d.msg);
-            return -1;
-        }
-        budget = (size_t)n >= budget ? 0 : budget - (size_t)n;
+        size_t n = 0;
+        int io = wan_stream_tls_io(s, WAN_TLS_READ, dst, want, &n);
+        if (io != WAN_IO_DONE) return io;
+        budget = n >= budget ? 0 : budget - n;
         if (!s->rx_in_payload) {
-            s->rx_hdr_got += (size_t)n;
+            s->rx_hdr_got += n;
         } else {
             if (s->rx_dst) s->rx_dst += n;
-            s->rx_left -= (uint64_t)n;
+            s->rx_left -= n;
             if (s->rx_left == 0) {
                 s->rx_in_payload = 0;
                 data_done(s);

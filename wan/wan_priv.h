@@ -174,6 +174,22 @@ struct xdc_wan_engine {
 
 /* wan_engine.c */
 void wan_engine_wake(xdc_wan_engine *eng);
+
+/* The one place an SSL call of a stream is made and its SSL_get_error() result is interpreted. */
+enum wan_tls_op { WAN_TLS_HANDSHAKE, WAN_TLS_READ, WAN_TLS_WRITE };
+enum wan_io_result {
+    WAN_IO_FAILED = -1, /* the stream broke, or (client, refused during TLS/HELLO) the peer failed */
+    WAN_IO_AGAIN = 0,   /* WANT_READ / WANT_WRITE: s->want got POLLIN / POLLOUT; call again when polled */
+    WAN_IO_DONE = 1,    /* the handshake completed, or *n > 0 bytes were read / written */
+};
+/* Run SSL_do_handshake, SSL_read(buf, len) or SSL_write(buf, len) (len clamped to 1 GiB) on s.
+ * WANT_READ / WANT_WRITE become poll interest. Every other outcome (EOF, SYSCALL, SSL errors) is
+ * explained by wan_tls_explain() and becomes one result, WAN_IO_FAILED, after acting on it: a client
+ * whose handshake, or whose first read after it (the HELLO_ACK), ends in a refusal (XDC_ERR_AUTH)
+ * fails its peer for good ("refused peer at HOST:PORT: ...", "refused by peer at HOST:PORT: ..."); any
+ * other failure breaks the stream with the reason (a server's pre-HELLO stream counts as a refusal).
+ * `n` (may be NULL for the handshake) receives the bytes moved. */
+int wan_stream_tls_io(wan_stream *s, enum wan_tls_op op, void *buf, size_t len, size_t *n);
 /* A stream failed: log, close, requeue its unacknowledged frames; the client redials after backoff. */
 void wan_stream_break(wan_stream *s, const char *why);
 /* Fail the peer: every pending request ends with `err`, streams close, no more redials. */
