@@ -108,8 +108,7 @@ void wan_stream_break(wan_stream *s, const char *why)
     peer_update_up(p);
 }
 
-/* Close every stream of a peer for good (failed or closed: no redials follow). */
-static void peer_close_streams(xdc_wan_peer *p)
+void wan_peer_close_streams(xdc_wan_peer *p)
 {
     for (int i = 0; i < p->nstreams; i++) {
         wan_stream *s = p->streams[i];
@@ -130,7 +129,7 @@ void wan_peer_fail(xdc_wan_peer *p, xdc_err_t err, const char *fmt, ...)
     va_end(ap);
     p->fail_err = err;
     XDC_ERROR(XDC_SUB_WAN, "%s", p->fail_why);
-    peer_close_streams(p);
+    wan_peer_close_streams(p);
     wan_peer_fail_requests(p, err, p->fail_why);
     pthread_cond_broadcast(&p->eng->cv);
 }
@@ -667,6 +666,12 @@ fail:
 
 const xdc_wan_identity *xdc_wan_engine_identity(const xdc_wan_engine *eng) { return &eng->self; }
 
+static void req_free_owned(void *obj, void *arg)
+{
+    (void)arg;
+    xdc_free(((xdc_wan_request *)obj)->owned);
+}
+
 void xdc_wan_engine_destroy(xdc_wan_engine *eng)
 {
     if (!eng) return;
@@ -704,6 +709,7 @@ void xdc_wan_engine_destroy(xdc_wan_engine *eng)
             }
         wan_peer_free(p);
     }
+    xdc_pool_each(&eng->reqs, req_free_owned, NULL); /* copies kept by cancelled sends still pending */
     xdc_pool_destroy(&eng->reqs);
     SSL_CTX_free(eng->srv_ctx);
     SSL_CTX_free(eng->cli_ctx);
@@ -912,7 +918,9 @@ void xdc_wan_peer_close(xdc_wan_peer *p)
     if (!p) return;
     xdc_wan_engine *eng = p->eng;
     pthread_mutex_lock(&eng->mu);
-    if (p->fail_err == XDC_OK && !p->closed) {
+    int was_open = p->fail_err == XDC_OK && !p->closed;
+    p->closed = 1; /* from here on a stream writes control frames and the frame it is in the middle of only */
+    if (was_open) {
         for (int i = 0; i < p->nstreams; i++) {
             wan_stream *s = p->streams[i];
             if (!s || s->state != WAN_ST_READY) continue;
@@ -921,9 +929,10 @@ void xdc_wan_peer_close(xdc_wan_peer *p)
             wan_stream_write(s); /* best effort: the socket has room for a header almost always */
         }
     }
-    p->closed = 1;
+    /* Streams first, so none points into a request's buffer when the requests end: after this call
+     * returns, no buffer of this peer's requests is read or written again. */
+    wan_peer_close_streams(p);
     wan_peer_fail_requests(p, XDC_ERR_CLOSED, "the peer was closed locally");
-    peer_close_streams(p);
     pthread_cond_broadcast(&eng->cv);
     pthread_mutex_unlock(&eng->mu);
     wan_engine_wake(eng);

@@ -22,7 +22,7 @@ struct xdc_wan_request {
     int state; /* enum wan_req_state */
     int is_send;
     int cls;
-    uint8_t *buf;     /* (cap) bytes: send source or receive destination */
+    uint8_t *buf;     /* (cap) bytes: send source or receive destination; NULL once cancelled */
     size_t cap;       /* send: message length; receive: buffer capacity */
     uint64_t msg_seq; /* index of the message within its class */
     uint8_t codec;
@@ -38,6 +38,11 @@ struct xdc_wan_request {
     int overflow;      /* message longer than cap: consumed, then failed with XDC_ERR_RANGE */
     xdc_err_t err;
     char why[384]; /* failure detail copied out by test() */
+    /* cancelled (xdc_wan_request_cancel): the caller gave the handle up and its buffer back; the request
+     * is released when it completes or fails. A send keeps its unsent bytes [owned_off, cap) in `owned`. */
+    int cancelled;
+    uint8_t *owned; /* engine-owned copy (xdc_malloc), freed on release */
+    size_t owned_off;
 };
 
 /* One DATA frame the sender keeps until the peer acknowledges it. Ring slot seq & (window-1). */
@@ -194,6 +199,9 @@ int wan_stream_tls_io(wan_stream *s, enum wan_tls_op op, void *buf, size_t len, 
 void wan_stream_break(wan_stream *s, const char *why);
 /* Fail the peer: every pending request ends with `err`, streams close, no more redials. */
 void wan_peer_fail(xdc_wan_peer *p, xdc_err_t err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Close every stream of a peer for good (failed or closed): no stream keeps a pointer into a request's
+ * buffer afterwards, and no redial follows. */
+void wan_peer_close_streams(xdc_wan_peer *p);
 
 /* wan_peer.c */
 xdc_err_t wan_peer_alloc(xdc_wan_engine *eng, int nstreams, xdc_wan_peer **out);
@@ -211,6 +219,7 @@ void wan_stream_reset_io(wan_stream *s);
 void wan_stream_queue_ctrl(wan_stream *s, const wan_frame *f);
 /* Does the peer have DATA or an ACK that any ready stream could write now? */
 int wan_peer_has_tx(const xdc_wan_peer *p);
+/* End a pending request (unlinked from its queue); a cancelled one is released instead of reported. */
 void wan_req_finish(xdc_wan_request *r, xdc_err_t err, const char *why);
 void wan_peer_fail_requests(xdc_wan_peer *p, xdc_err_t err, const char *why);
 

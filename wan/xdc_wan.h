@@ -83,8 +83,8 @@ typedef struct xdc_wan_stats {
 /* Load credentials (errors name the file and OpenSSL's reason), read our identity from our
  * certificate, and start the progress thread. */
 xdc_err_t xdc_wan_engine_create(const xdc_wan_config *cfg, xdc_wan_engine **out, xdc_diag *diag);
-/* Stop the thread, close every stream and fail requests still pending (XDC_ERR_CLOSED). NULL: no-op.
- * Peers and listeners of the engine are freed with it. */
+/* Stop the thread and close every stream. NULL: no-op. Peers, listeners and requests of the engine
+ * (pending or not) are freed with it: no handle of the engine may be used afterwards. */
 void xdc_wan_engine_destroy(xdc_wan_engine *eng);
 /* Our identity as read from our certificate. */
 const xdc_wan_identity *xdc_wan_engine_identity(const xdc_wan_engine *eng);
@@ -119,13 +119,16 @@ xdc_err_t xdc_wan_peer_wait_ready(xdc_wan_peer *p, int64_t timeout_ms, xdc_diag 
 const xdc_wan_identity *xdc_wan_peer_identity(const xdc_wan_peer *p);
 /* Statistics snapshot. */
 void xdc_wan_peer_stats(xdc_wan_peer *p, xdc_wan_stats *out);
-/* Close the peer's streams; its pending requests fail with XDC_ERR_CLOSED. NULL: no-op. */
+/* Send BYE and close the peer's streams; its pending requests fail with XDC_ERR_CLOSED (collect them
+ * with xdc_wan_test/xdc_wan_wait, or xdc_wan_request_cancel). Synchronous: when it returns, no buffer
+ * of the peer's requests is read or written again, so they may be freed at once. The other side, on the
+ * BYE, closes its streams and fails its own pending requests (XDC_ERR_CLOSED) the same way. NULL: no-op. */
 void xdc_wan_peer_close(xdc_wan_peer *p);
 
 /* ---- messages ------------------------------------------------------------------------------------ */
 
 /* Send `len` bytes from `buf` (not copied: keep it alive and unchanged until the request completes,
- * which is when the peer acknowledged every frame). `raw_len` is the pre-compression size for stats
+ * which is when the peer acknowledged every frame, fails, or is cancelled). `raw_len` is the pre-compression size for stats
  * (pass len when uncompressed); `codec` is carried to the receiver untouched. */
 xdc_err_t xdc_wan_isend(xdc_wan_peer *p, xdc_wan_class cls, const void *buf, size_t len, uint8_t codec, size_t raw_len,
                         xdc_wan_request **req);
@@ -143,6 +146,28 @@ xdc_err_t xdc_wan_test(xdc_wan_request *req, int *done, size_t *size, uint8_t *c
 /* Block until the request completes or fails, or timeout_ms passes (XDC_ERR_TIMEOUT; the request then
  * stays valid). Same release rule as xdc_wan_test. Convenience for tools and tests. */
 xdc_err_t xdc_wan_wait(xdc_wan_request *req, int64_t timeout_ms, size_t *size, uint8_t *codec, xdc_diag *diag);
+/* Give a request up; the handle is invalid afterwards (test/wait/cancel on it: XDC_ERR_INVALID, until
+ * the engine reuses it). When cancel returns, the request's buffer is never read or written again and
+ * may be freed at once:
+ * - a completed or failed request is released (its result is dropped);
+ * - a pending receive is marked cancelled and its buffer dropped: it still consumes its message (the
+ *   next receive of the class gets the next message, as before), whose bytes are read, acknowledged
+ *   and discarded; the request is released when that message is complete or the peer fails;
+ * - a pending send none of whose bytes were cut into frames yet is withdrawn: the peer never sees it,
+ *   and the later messages of the class (none framed either) take over its place in the order;
+ * - any other pending send is still delivered complete and correct: the bytes not yet acknowledged are
+ *   copied to an engine-owned buffer (freed when the peer acknowledged them or failed) and sent from
+ *   there. So the peer receives a cancelled send in full or not at all, never a part.
+ * Returns XDC_OK; XDC_ERR_INVALID for a released or already cancelled handle (NULL: no-op, XDC_OK);
+ * XDC_ERR_NOMEM when the copy of a send could not be allocated: the peer then fails (its requests end
+ * with XDC_ERR_NOMEM) and the buffer is released all the same. */
+xdc_err_t xdc_wan_request_cancel(xdc_wan_request *req);
+
+/* Buffers and teardown: a request's buffer belongs to the caller again once the request completed or
+ * failed (reported by xdc_wan_test/xdc_wan_wait), was cancelled, or its peer was closed
+ * (xdc_wan_peer_close returned). The engine never touches it after that, so a caller may free buffers
+ * (e.g. sync buffers) before or without destroying the engine: the old rule "destroy the WAN engine
+ * before freeing buffers of posted requests" is not needed any more. */
 
 /* ---- identities and certificates (xdc certs) ----------------------------------------------------- */
 
