@@ -9,6 +9,7 @@
 #include "common/xdc_alloc.h"
 #include "common/xdc_hash.h"
 #include "common/xdc_rng.h"
+#include "wan/emu/xdc_wan_emu.h"
 #include "wan/wan_priv.h"
 
 #include <arpa/inet.h>

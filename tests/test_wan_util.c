@@ -4,6 +4,7 @@
 #include "common/xdc_hash.h"
 #include "common/xdc_rng.h"
 #include "tests/xdc_test.h"
+#include "wan/xdc_wan_certs.h"
 
 #include <stdio.h>
 #include <sys/stat.h>
