@@ -359,8 +359,9 @@ XDC_TEST(wan_listener_accepts_several_peers_and_names_them)
 
 /* ---- cancel -------------------------------------------------------------------------------------- */
 
-/* A slow link (100 Mbit/s) and a small window (64 frames of 64 KiB in flight), so a 12 MiB message
- * takes about a second and is caught half-way, on either side, without depending on socket buffers. */
+/* A slow link (100 Mbit/s), a small window (64 frames of 64 KiB in flight) and small socket buffers, so
+ * a 12 MiB message takes about a second and is caught half-way, on either side, with streams in the
+ * middle of a frame, independently of the kernel's buffer autotuning. */
 enum { CANCEL_BIG = 12 << 20, CANCEL_SMALL = 100000 };
 
 static int slow_relay(int port, void *arg)
@@ -376,6 +377,7 @@ static void slow_pair_open(wan_test_pair *tp, xdc_wan_relay **relay)
 {
     xdc_wan_config cfg = wan_test_config(2, WAIT_MS);
     cfg.window_frames = 64;
+    cfg.sockbuf_bytes = 32 << 10; /* the socket, not the window, holds a stream back: streams sit mid-frame */
     wan_test_pair_open_cfg(tp, &cfg, slow_relay, relay);
 }
 
