@@ -50,6 +50,7 @@ xdc_err_t intra_comm_alloc(const intra_backend_ops *ops, int rank, int size, int
     pthread_cond_init(&c->done_cond, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&c->lock, NULL);
+    xdc_pool_init(&c->reqs, sizeof(xdc_intra_req));
     c->ops = ops;
     c->rank = rank;
     c->size = size;
@@ -58,14 +59,13 @@ xdc_err_t intra_comm_alloc(const intra_backend_ops *ops, int rank, int size, int
     return XDC_OK;
 }
 
+static void req_release_one(void *obj, void *ops) { ((const intra_backend_ops *)ops)->req_release(obj); }
+
 void intra_comm_free(xdc_intra_comm *c)
 {
     if (!c) return;
-    for (xdc_intra_req *r = c->all_reqs, *nx; r; r = nx) {
-        nx = r->all_next;
-        if (c->ops->req_release) c->ops->req_release(r);
-        xdc_free(r);
-    }
+    if (c->ops->req_release) xdc_pool_each(&c->reqs, req_release_one, (void *)c->ops);
+    xdc_pool_destroy(&c->reqs);
     pthread_cond_destroy(&c->done_cond);
     pthread_mutex_destroy(&c->lock);
     xdc_free(c);
@@ -155,17 +155,10 @@ static xdc_err_t req_start(xdc_intra_comm *comm, intra_op_kind kind, const void 
         pthread_mutex_unlock(&comm->lock);
         return rc;
     }
-    xdc_intra_req *r = comm->free_reqs;
-    if (r) {
-        comm->free_reqs = r->next;
-    } else {
-        r = xdc_calloc(1, sizeof *r);
-        if (!r) {
-            pthread_mutex_unlock(&comm->lock);
-            return XDC_ERR_NOMEM;
-        }
-        r->all_next = comm->all_reqs;
-        comm->all_reqs = r;
+    xdc_intra_req *r = xdc_pool_get(&comm->reqs); /* a reused request keeps its backend object (bk) */
+    if (!r) {
+        pthread_mutex_unlock(&comm->lock);
+        return XDC_ERR_NOMEM;
     }
     r->seq = comm->next_seq++;
     pthread_mutex_unlock(&comm->lock);
@@ -187,8 +180,7 @@ static xdc_err_t req_start(xdc_intra_comm *comm, intra_op_kind kind, const void 
     xdc_err_t rc = comm->ops->start(comm, r);
     if (rc != XDC_OK) {
         pthread_mutex_lock(&comm->lock);
-        r->next = comm->free_reqs;
-        comm->free_reqs = r;
+        xdc_pool_put(&comm->reqs, r);
         pthread_mutex_unlock(&comm->lock);
         return rc;
     }
@@ -214,8 +206,7 @@ static xdc_err_t req_finish(xdc_intra_req *req, xdc_diag *diag)
     pthread_mutex_lock(&comm->lock);
     xdc_err_t rc = req->rc;
     if (rc != XDC_OK) xdc_diag_set(diag, "%s", req->msg);
-    req->next = comm->free_reqs;
-    comm->free_reqs = req;
+    xdc_pool_put(&comm->reqs, req);
     pthread_mutex_unlock(&comm->lock);
     return rc;
 }

@@ -4,6 +4,7 @@
 #ifndef XDC_INTRA_PRIV_H
 #define XDC_INTRA_PRIV_H
 
+#include "common/xdc_pool.h"
 #include "intra/xdc_intra.h"
 
 #include <pthread.h>
@@ -41,9 +42,8 @@ struct xdc_intra_req {
     size_t moved;     /* bytes (p2p: header included) */
     uint64_t p2p_hdr; /* p2p: message length header being sent or assembled */
     uint64_t last_progress_ns;
-    void *bk;                       /* backend per-request object (NCCL: cudaEvent_t), kept across reuse */
-    struct xdc_intra_req *next;     /* backend queue / free list */
-    struct xdc_intra_req *all_next; /* every request ever allocated by this communicator */
+    void *bk;                   /* backend per-request object (NCCL: cudaEvent_t), kept across reuse */
+    struct xdc_intra_req *next; /* backend queue */
 };
 
 typedef struct intra_backend_ops {
@@ -73,8 +73,7 @@ struct xdc_intra_comm {
     pthread_mutex_t lock;     /* requests, free list, failure state, backend queues */
     pthread_cond_t done_cond; /* CLOCK_MONOTONIC; broadcast when a request completes */
     uint64_t next_seq;
-    xdc_intra_req *free_reqs;
-    xdc_intra_req *all_reqs;
+    xdc_pool reqs;    /* xdc_intra_req objects, allocated once and reused (under `lock`) */
     xdc_err_t failed; /* XDC_OK while healthy */
     char error[384];
 };

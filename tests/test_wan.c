@@ -1,13 +1,15 @@
 /* test_wan.c — the WAN transport on loopback: random messages round-trip over 1..8 streams in both
  * directions and both traffic classes (content checked by hash), a stream shut down mid-transfer
- * loses and duplicates nothing, an oversize message fails only its receive, and a dead peer fails
- * requests with an error that names it. */
+ * loses and duplicates nothing, an oversize message fails only its receive, a dead peer fails
+ * requests with an error that names it, and cancelled requests and closed peers give their buffers back
+ * at once (run under SAN=address to catch a late touch). */
 #include "tests/test_wan_util.h"
 #include "tests/xdc_test.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_hash.h"
 #include "common/xdc_rng.h"
+#include "wan/emu/xdc_wan_emu.h"
 #include "wan/wan_priv.h"
 
 #include <arpa/inet.h>
@@ -353,4 +355,214 @@ XDC_TEST(wan_listener_accepts_several_peers_and_names_them)
     xdc_wan_engine_destroy(c0);
     xdc_wan_engine_destroy(c1);
     xdc_wan_engine_destroy(se);
+}
+
+/* ---- cancel -------------------------------------------------------------------------------------- */
+
+/* A slow link (100 Mbit/s), a small window (64 frames of 64 KiB in flight) and small socket buffers, so
+ * a 12 MiB message takes about a second and is caught half-way, on either side, with streams in the
+ * middle of a frame, independently of the kernel's buffer autotuning. */
+enum { CANCEL_BIG = 12 << 20, CANCEL_SMALL = 100000 };
+
+static int slow_relay(int port, void *arg)
+{
+    xdc_wan_relay **r = arg;
+    xdc_wan_link_model m = {.rate_mbps = 100, .rtt_ms = 2, .seed = 7};
+    xdc_diag d = {{0}};
+    XDC_ASSERT_MSG(xdc_wan_relay_create("127.0.0.1", 0, "127.0.0.1", port, &m, r, &d) == XDC_OK, "%s", d.msg);
+    return xdc_wan_relay_port(*r);
+}
+
+static void slow_pair_open(wan_test_pair *tp, xdc_wan_relay **relay)
+{
+    xdc_wan_config cfg = wan_test_config(2, WAIT_MS);
+    cfg.window_frames = 64;
+    cfg.sockbuf_bytes = 32 << 10; /* the socket, not the window, holds a stream back: streams sit mid-frame */
+    wan_test_pair_open_cfg(tp, &cfg, slow_relay, relay);
+}
+
+/* Read a request's progress under its engine's lock: receive bytes placed, or send bytes framed. */
+static uint64_t req_progress(xdc_wan_engine *eng, const xdc_wan_request *r)
+{
+    pthread_mutex_lock(&eng->mu);
+    uint64_t v = r->is_send ? r->framed : r->rx_bytes;
+    pthread_mutex_unlock(&eng->mu);
+    return v;
+}
+
+static int req_state(xdc_wan_engine *eng, const xdc_wan_request *r)
+{
+    pthread_mutex_lock(&eng->mu);
+    int v = r->state;
+    pthread_mutex_unlock(&eng->mu);
+    return v;
+}
+
+/* Poll until some of the request's bytes moved (and not all of them). */
+static uint64_t wait_progress(xdc_wan_engine *eng, const xdc_wan_request *r)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 20000 && (v = req_progress(eng, r)) == 0; i++) usleep(1000);
+    XDC_ASSERT_MSG(v > 0, "no byte of the message moved within 20 s");
+    return v;
+}
+
+XDC_TEST(wan_cancelled_receive_drops_its_buffer_and_the_next_message_arrives_in_order)
+{
+    xdc_wan_relay *relay = NULL;
+    wan_test_pair tp;
+    slow_pair_open(&tp, &relay);
+    uint8_t *tx0 = xdc_malloc(CANCEL_SMALL), *tx1 = xdc_malloc(CANCEL_BIG), *tx2 = xdc_malloc(CANCEL_SMALL);
+    uint8_t *rx0 = xdc_malloc(CANCEL_SMALL), *rx1 = xdc_malloc(CANCEL_BIG), *rx2 = xdc_malloc(CANCEL_SMALL);
+    wan_test_fill(tx0, CANCEL_SMALL, 1);
+    wan_test_fill(tx1, CANCEL_BIG, 2);
+    uint64_t h2 = wan_test_fill(tx2, CANCEL_SMALL, 3);
+    xdc_wan_request *r0, *r1, *r2, *s0, *s1, *s2;
+    xdc_diag d = {{0}};
+    /* Receive 0 is cancelled before its message was even sent; its buffer is freed at once. */
+    XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, rx0, CANCEL_SMALL, &r0));
+    XDC_ASSERT_OK(xdc_wan_request_cancel(r0));
+    xdc_free(rx0);
+    XDC_ASSERT_ERR(xdc_wan_request_cancel(r0), XDC_ERR_INVALID); /* the handle was given up */
+    XDC_ASSERT_ERR(xdc_wan_test(r0, &(int){0}, NULL, NULL, &d), XDC_ERR_INVALID);
+    XDC_ASSERT_OK(xdc_wan_request_cancel(NULL));
+    XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, rx1, CANCEL_BIG, &r1));
+    XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, rx2, CANCEL_SMALL, &r2));
+    XDC_ASSERT_OK(xdc_wan_isend(tp.cli, XDC_WAN_BULK, tx0, CANCEL_SMALL, 0, CANCEL_SMALL, &s0));
+    XDC_ASSERT_OK(xdc_wan_isend(tp.cli, XDC_WAN_BULK, tx1, CANCEL_BIG, 0, CANCEL_BIG, &s1));
+    XDC_ASSERT_OK(xdc_wan_isend(tp.cli, XDC_WAN_BULK, tx2, CANCEL_SMALL, 0, CANCEL_SMALL, &s2));
+    /* Receive 1 is cancelled half-way through its message; the rest of it must not land in rx1. */
+    uint64_t got1 = wait_progress(tp.srv_eng, r1);
+    XDC_ASSERT_MSG(got1 < CANCEL_BIG, "message 1 arrived whole before the cancel (%llu bytes)",
+                   (unsigned long long)got1);
+    XDC_ASSERT_OK(xdc_wan_request_cancel(r1));
+    memset(rx1, 0xee, CANCEL_BIG);
+    xdc_free(rx1); /* ASan builds catch any later write */
+    size_t got = 0;
+    XDC_ASSERT_MSG(xdc_wan_wait(r2, WAIT_MS, &got, NULL, &d) == XDC_OK, "recv 2: %s", d.msg);
+    XDC_ASSERT_EQ(got, CANCEL_SMALL);
+    XDC_ASSERT_MSG(xdc_xxh3(rx2, got) == h2, "message 2 differs");
+    /* The sender completes every message: discarded frames are acknowledged all the same. */
+    XDC_ASSERT_MSG(xdc_wan_wait(s0, WAIT_MS, NULL, NULL, &d) == XDC_OK, "send 0: %s", d.msg);
+    XDC_ASSERT_MSG(xdc_wan_wait(s1, WAIT_MS, NULL, NULL, &d) == XDC_OK, "send 1: %s", d.msg);
+    XDC_ASSERT_MSG(xdc_wan_wait(s2, WAIT_MS, NULL, NULL, &d) == XDC_OK, "send 2: %s", d.msg);
+    xdc_wan_stats st;
+    xdc_wan_peer_stats(tp.srv, &st);
+    XDC_ASSERT_EQ(st.rx_payload_bytes, CANCEL_SMALL); /* only message 2 was delivered */
+    /* Cancel of a completed request releases it. */
+    xdc_wan_request *r3, *s3;
+    XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, rx2, CANCEL_SMALL, &r3));
+    XDC_ASSERT_OK(xdc_wan_isend(tp.cli, XDC_WAN_BULK, tx2, 10, 0, 10, &s3));
+    XDC_ASSERT_OK(xdc_wan_wait(s3, WAIT_MS, NULL, NULL, &d));
+    for (int i = 0; i < 20000 && req_state(tp.srv_eng, r3) == WAN_REQ_PENDING; i++) usleep(1000);
+    XDC_ASSERT_EQ(req_state(tp.srv_eng, r3), WAN_REQ_DONE);
+    XDC_ASSERT_OK(xdc_wan_request_cancel(r3));
+    XDC_ASSERT_EQ(req_state(tp.srv_eng, r3), WAN_REQ_FREE);
+    wan_test_pair_close(&tp);
+    xdc_wan_relay_destroy(relay);
+    xdc_free(tx0);
+    xdc_free(tx1);
+    xdc_free(tx2);
+    xdc_free(rx2);
+}
+
+/* Semantics of a cancelled send: framed in part, it is still delivered whole and correct (from the
+ * engine's copy; the caller's buffer is overwritten and freed right after the cancel); not framed at
+ * all, it is withdrawn and the next message takes its place. Never a part. */
+XDC_TEST(wan_cancelled_send_is_delivered_whole_or_not_at_all)
+{
+    xdc_wan_relay *relay = NULL;
+    wan_test_pair tp;
+    slow_pair_open(&tp, &relay);
+    uint8_t *tx1 = xdc_malloc(CANCEL_BIG), *tx2 = xdc_malloc(CANCEL_BIG), *tx3 = xdc_malloc(CANCEL_SMALL);
+    uint8_t *rx1 = xdc_malloc(CANCEL_BIG), *rx2 = xdc_malloc(CANCEL_BIG), *rx3 = xdc_malloc(CANCEL_SMALL);
+    uint64_t h1 = wan_test_fill(tx1, CANCEL_BIG, 11);
+    wan_test_fill(tx2, CANCEL_BIG, 12);
+    uint64_t h3 = wan_test_fill(tx3, CANCEL_SMALL, 13);
+    xdc_wan_request *r1, *r2, *r3, *s1, *s2, *s3;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, rx1, CANCEL_BIG, &r1));
+    XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, rx2, CANCEL_BIG, &r2));
+    XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, rx3, CANCEL_SMALL, &r3));
+    XDC_ASSERT_OK(xdc_wan_isend(tp.cli, XDC_WAN_BULK, tx1, CANCEL_BIG, 1, CANCEL_BIG, &s1));
+    XDC_ASSERT_OK(xdc_wan_isend(tp.cli, XDC_WAN_BULK, tx2, CANCEL_BIG, 2, CANCEL_BIG, &s2));
+    XDC_ASSERT_OK(xdc_wan_isend(tp.cli, XDC_WAN_BULK, tx3, CANCEL_SMALL, 3, CANCEL_SMALL, &s3));
+    uint64_t framed1 = wait_progress(tp.cli_eng, s1);
+    XDC_ASSERT_MSG(framed1 < CANCEL_BIG, "send 1 was framed whole before the cancel");
+    XDC_ASSERT_EQ(req_progress(tp.cli_eng, s2), 0);
+    XDC_ASSERT_OK(xdc_wan_request_cancel(s1)); /* framed in part: finished from the engine's copy */
+    memset(tx1, 0xee, CANCEL_BIG);
+    xdc_free(tx1);
+    XDC_ASSERT_OK(xdc_wan_request_cancel(s2)); /* not framed: withdrawn */
+    memset(tx2, 0xee, CANCEL_BIG);
+    xdc_free(tx2);
+    size_t got = 0;
+    uint8_t codec = 0;
+    XDC_ASSERT_MSG(xdc_wan_wait(r1, WAIT_MS, &got, &codec, &d) == XDC_OK, "recv 1: %s", d.msg);
+    XDC_ASSERT_EQ(got, CANCEL_BIG);
+    XDC_ASSERT_EQ(codec, 1);
+    XDC_ASSERT_MSG(xdc_xxh3(rx1, got) == h1, "message 1 differs: cancelled sends must arrive whole and correct");
+    XDC_ASSERT_MSG(xdc_wan_wait(r2, WAIT_MS, &got, &codec, &d) == XDC_OK, "recv 2: %s", d.msg);
+    XDC_ASSERT_EQ(got, CANCEL_SMALL); /* message 3: the withdrawn message 2 left no trace */
+    XDC_ASSERT_EQ(codec, 3);
+    XDC_ASSERT_MSG(xdc_xxh3(rx2, got) == h3, "the message after the withdrawn one differs");
+    XDC_ASSERT_MSG(xdc_wan_wait(s3, WAIT_MS, NULL, NULL, &d) == XDC_OK, "send 3: %s", d.msg);
+    xdc_wan_stats st;
+    xdc_wan_peer_stats(tp.cli, &st);
+    XDC_ASSERT_EQ(st.tx_payload_bytes, (uint64_t)CANCEL_BIG + CANCEL_SMALL);
+    /* Receive 3 waits for message 2, not sent yet: cancelled, it still consumes message 2 when it comes
+     * (discarding it), and message 3 goes to the next receive. */
+    XDC_ASSERT_OK(xdc_wan_request_cancel(r3));
+    xdc_free(rx3);
+    uint8_t a[100], b[100], c[100];
+    wan_test_fill(a, sizeof a, 14);
+    uint64_t hb = wan_test_fill(b, sizeof b, 15);
+    xdc_wan_request *rb, *sa, *sb;
+    XDC_ASSERT_OK(xdc_wan_isend(tp.cli, XDC_WAN_BULK, a, sizeof a, 0, sizeof a, &sa)); /* message 2 */
+    XDC_ASSERT_OK(xdc_wan_isend(tp.cli, XDC_WAN_BULK, b, sizeof b, 0, sizeof b, &sb)); /* message 3 */
+    XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, c, sizeof c, &rb));
+    XDC_ASSERT_MSG(xdc_wan_wait(rb, WAIT_MS, &got, NULL, &d) == XDC_OK, "recv 3: %s", d.msg);
+    XDC_ASSERT(got == sizeof b && xdc_xxh3(c, got) == hb);
+    XDC_ASSERT_OK(xdc_wan_wait(sa, WAIT_MS, NULL, NULL, &d));
+    XDC_ASSERT_OK(xdc_wan_wait(sb, WAIT_MS, NULL, NULL, &d));
+    xdc_wan_peer_stats(tp.srv, &st);
+    XDC_ASSERT_EQ(st.rx_payload_bytes, (uint64_t)CANCEL_BIG + CANCEL_SMALL + sizeof b);
+    wan_test_pair_close(&tp);
+    xdc_wan_relay_destroy(relay);
+    xdc_free(tx3);
+    xdc_free(rx1);
+    xdc_free(rx2);
+}
+
+/* xdc_wan_peer_close is synchronous: buffers of the peer's requests may be freed as soon as it returns,
+ * mid-transfer, on both sides, while both engines keep running. */
+XDC_TEST(wan_closed_peer_releases_request_buffers_at_once)
+{
+    xdc_wan_relay *relay = NULL;
+    wan_test_pair tp;
+    slow_pair_open(&tp, &relay);
+    uint8_t *tx = xdc_malloc(CANCEL_BIG), *rx = xdc_malloc(CANCEL_BIG);
+    wan_test_fill(tx, CANCEL_BIG, 21);
+    xdc_wan_request *r, *s, *late;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, rx, CANCEL_BIG, &r));
+    XDC_ASSERT_OK(xdc_wan_isend(tp.cli, XDC_WAN_BULK, tx, CANCEL_BIG, 0, CANCEL_BIG, &s));
+    XDC_ASSERT(wait_progress(tp.srv_eng, r) < CANCEL_BIG);
+    xdc_wan_peer_close(tp.srv);
+    memset(rx, 0xee, CANCEL_BIG);
+    xdc_free(rx);
+    xdc_wan_peer_close(tp.cli);
+    memset(tx, 0xee, CANCEL_BIG);
+    xdc_free(tx);
+    usleep(300 * 1000); /* both engines keep polling: nothing may touch the freed buffers */
+    int done = 0;
+    XDC_ASSERT_ERR(xdc_wan_test(r, &done, NULL, NULL, &d), XDC_ERR_CLOSED);
+    XDC_ASSERT_EQ(done, 1);
+    XDC_ASSERT_ERR(xdc_wan_test(s, &done, NULL, NULL, &d), XDC_ERR_CLOSED);
+    XDC_ASSERT_EQ(done, 1);
+    uint8_t one = 0;
+    XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, &one, 1, &late)); /* posted after close: fails at once */
+    XDC_ASSERT_ERR(xdc_wan_wait(late, 1000, NULL, NULL, &d), XDC_ERR_CLOSED);
+    wan_test_pair_close(&tp);
+    xdc_wan_relay_destroy(relay);
 }

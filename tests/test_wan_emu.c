@@ -7,6 +7,7 @@
 #include "common/xdc_alloc.h"
 #include "common/xdc_hash.h"
 #include "common/xdc_time.h"
+#include "wan/emu/xdc_wan_emu.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

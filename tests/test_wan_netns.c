@@ -3,7 +3,7 @@
  * and the namespaces are gone after destroy. Skipped without root / CAP_NET_ADMIN. */
 #include "tests/xdc_test.h"
 
-#include "wan/xdc_wan.h"
+#include "wan/emu/xdc_wan_emu.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,6 +6,7 @@
 #include "tests/xdc_test.h"
 
 #include "wan/wan_tls.h"
+#include "wan/xdc_wan_certs.h"
 
 #include <openssl/pem.h>
 

@@ -4,6 +4,7 @@
 #include "common/xdc_hash.h"
 #include "common/xdc_rng.h"
 #include "tests/xdc_test.h"
+#include "wan/xdc_wan_certs.h"
 
 #include <stdio.h>
 #include <sys/stat.h>
@@ -26,16 +27,28 @@ void wan_test_issue(const char *dir, const char *region, int rank, int days, int
     snprintf(out->ca, sizeof out->ca, "%s", ca);
 }
 
-xdc_wan_engine *wan_test_engine(const wan_test_node *node, int streams, int64_t deadline_ms)
+xdc_wan_config wan_test_config(int streams, int64_t deadline_ms)
 {
     xdc_wan_config cfg = XDC_WAN_CONFIG_INIT;
-    cfg.cert_path = node->cert;
-    cfg.key_path = node->key;
-    cfg.ca_path = node->ca;
     cfg.streams = streams;
     cfg.frame_bytes = 64 << 10;
     cfg.deadline_ms = deadline_ms;
     cfg.ping_interval_ms = 50;
+    return cfg;
+}
+
+xdc_wan_engine *wan_test_engine(const wan_test_node *node, int streams, int64_t deadline_ms)
+{
+    xdc_wan_config cfg = wan_test_config(streams, deadline_ms);
+    return wan_test_engine_cfg(node, &cfg);
+}
+
+xdc_wan_engine *wan_test_engine_cfg(const wan_test_node *node, const xdc_wan_config *base)
+{
+    xdc_wan_config cfg = *base;
+    cfg.cert_path = node->cert;
+    cfg.key_path = node->key;
+    cfg.ca_path = node->ca;
     xdc_wan_engine *eng = NULL;
     xdc_diag d = {{0}};
     XDC_ASSERT_MSG(xdc_wan_engine_create(&cfg, &eng, &d) == XDC_OK, "engine: %s", d.msg);
@@ -45,11 +58,17 @@ xdc_wan_engine *wan_test_engine(const wan_test_node *node, int streams, int64_t 
 void wan_test_pair_open(wan_test_pair *tp, int streams, int64_t deadline_ms, int (*relay)(int port, void *arg),
                         void *arg)
 {
+    xdc_wan_config cfg = wan_test_config(streams, deadline_ms);
+    wan_test_pair_open_cfg(tp, &cfg, relay, arg);
+}
+
+void wan_test_pair_open_cfg(wan_test_pair *tp, const xdc_wan_config *cfg, int (*relay)(int port, void *arg), void *arg)
+{
     wan_test_node us, eu;
     wan_test_issue("pki", "us", 0, 30, 0, &us);
     wan_test_issue("pki", "eu", 0, 30, 0, &eu);
-    tp->srv_eng = wan_test_engine(&us, streams, deadline_ms);
-    tp->cli_eng = wan_test_engine(&eu, streams, deadline_ms);
+    tp->srv_eng = wan_test_engine_cfg(&us, cfg);
+    tp->cli_eng = wan_test_engine_cfg(&eu, cfg);
     xdc_diag d = {{0}};
     XDC_ASSERT_MSG(xdc_wan_listen(tp->srv_eng, "127.0.0.1", 0, &tp->lis, &d) == XDC_OK, "listen: %s", d.msg);
     int port = xdc_wan_listener_port(tp->lis);

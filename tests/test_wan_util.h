@@ -16,8 +16,12 @@ typedef struct wan_test_node {
 /* Create a CA in DIR (under the test tmpdir, run "testrun") and issue REGION/RANK with the given
  * validity (days, not_before_s relative to now). The CA is created on first use of DIR. */
 void wan_test_issue(const char *dir, const char *region, int rank, int days, int64_t not_before_s, wan_test_node *out);
+/* The configuration wan_test_engine uses: `streams` streams, small frames (so messages stripe). */
+xdc_wan_config wan_test_config(int streams, int64_t deadline_ms);
 /* An engine for `node` with `streams` streams and small frames (so messages stripe). */
 xdc_wan_engine *wan_test_engine(const wan_test_node *node, int streams, int64_t deadline_ms);
+/* An engine for `node` with `cfg` (its credential paths are replaced by the node's). */
+xdc_wan_engine *wan_test_engine_cfg(const wan_test_node *node, const xdc_wan_config *cfg);
 
 /* A connected pair: server "us/0" listening on 127.0.0.1, client "eu/0" dialling it. */
 typedef struct wan_test_pair {
@@ -31,6 +35,8 @@ typedef struct wan_test_pair {
  * port to dial. */
 void wan_test_pair_open(wan_test_pair *tp, int streams, int64_t deadline_ms, int (*relay)(int port, void *arg),
                         void *arg);
+/* The same with both engines built from `cfg` (wan_test_config() and then changed). */
+void wan_test_pair_open_cfg(wan_test_pair *tp, const xdc_wan_config *cfg, int (*relay)(int port, void *arg), void *arg);
 void wan_test_pair_close(wan_test_pair *tp);
 
 /* Fill `buf` with bytes derived from (seed, len) and return their XXH3. */

@@ -2,6 +2,7 @@
  * The CA's subject OU holds the run id; a node certificate names its identity in a SAN URI
  * xdc://RUN/REGION/RANK and is good for both TLS client and server authentication. */
 #include "wan/wan_tls.h"
+#include "wan/xdc_wan_certs.h"
 
 #include <openssl/err.h>
 #include <openssl/evp.h>

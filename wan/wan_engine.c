@@ -108,8 +108,7 @@ void wan_stream_break(wan_stream *s, const char *why)
     peer_update_up(p);
 }
 
-/* Close every stream of a peer for good (failed or closed: no redials follow). */
-static void peer_close_streams(xdc_wan_peer *p)
+void wan_peer_close_streams(xdc_wan_peer *p)
 {
     for (int i = 0; i < p->nstreams; i++) {
         wan_stream *s = p->streams[i];
@@ -130,7 +129,7 @@ void wan_peer_fail(xdc_wan_peer *p, xdc_err_t err, const char *fmt, ...)
     va_end(ap);
     p->fail_err = err;
     XDC_ERROR(XDC_SUB_WAN, "%s", p->fail_why);
-    peer_close_streams(p);
+    wan_peer_close_streams(p);
     wan_peer_fail_requests(p, err, p->fail_why);
     pthread_cond_broadcast(&p->eng->cv);
 }
@@ -222,6 +221,40 @@ static void handshake_done(wan_stream *s)
     s->kick = 1;
 }
 
+int wan_stream_tls_io(wan_stream *s, enum wan_tls_op op, void *buf, size_t len, size_t *n)
+{
+    if (n) *n = 0;
+    int chunk = (int)(len > (1u << 30) ? (1u << 30) : len);
+    int rc;
+    switch (op) {
+    case WAN_TLS_HANDSHAKE: rc = SSL_do_handshake(s->ssl); break;
+    case WAN_TLS_READ: rc = SSL_read(s->ssl, buf, chunk); break;
+    default: rc = SSL_write(s->ssl, buf, chunk); break;
+    }
+    if (rc > 0) {
+        if (n && op != WAN_TLS_HANDSHAKE) *n = (size_t)rc;
+        return WAN_IO_DONE;
+    }
+    int e = SSL_get_error(s->ssl, rc);
+    if (e == SSL_ERROR_WANT_READ) {
+        s->want |= POLLIN;
+        return WAN_IO_AGAIN;
+    }
+    if (e == SSL_ERROR_WANT_WRITE) {
+        s->want |= POLLOUT;
+        return WAN_IO_AGAIN;
+    }
+    xdc_diag d;
+    xdc_err_t err = wan_tls_explain(s->ssl, e, &d);
+    xdc_wan_peer *p = s->peer;
+    if (s->is_client && err == XDC_ERR_AUTH && op == WAN_TLS_HANDSHAKE)
+        wan_peer_fail(p, XDC_ERR_AUTH, "refused peer at %s:%d: %s", p->host, p->port, d.msg);
+    else if (s->is_client && err == XDC_ERR_AUTH && op == WAN_TLS_READ && s->state == WAN_ST_HELLO)
+        wan_peer_fail(p, XDC_ERR_AUTH, "refused by peer at %s:%d: %s", p->host, p->port, d.msg);
+    else wan_stream_break(s, d.msg);
+    return WAN_IO_FAILED;
+}
+
 static void handshake_step(wan_stream *s)
 {
     if (!s->is_client && !s->peeked) {
@@ -245,51 +278,17 @@ static void handshake_step(wan_stream *s)
         }
         s->peeked = 1;
     }
-    int rc = SSL_do_handshake(s->ssl);
-    if (rc == 1) {
-        handshake_done(s);
-        return;
-    }
-    int e = SSL_get_error(s->ssl, rc);
-    if (e == SSL_ERROR_WANT_READ) {
-        s->want = POLLIN;
-        return;
-    }
-    if (e == SSL_ERROR_WANT_WRITE) {
-        s->want = POLLOUT;
-        return;
-    }
-    xdc_diag d;
-    xdc_err_t err = wan_tls_explain(s->ssl, e, &d);
-    if (s->is_client && err == XDC_ERR_AUTH)
-        wan_peer_fail(s->peer, XDC_ERR_AUTH, "refused peer at %s:%d: %s", s->peer->host, s->peer->port, d.msg);
-    else wan_stream_break(s, d.msg);
+    if (wan_stream_tls_io(s, WAN_TLS_HANDSHAKE, NULL, 0, NULL) == WAN_IO_DONE) handshake_done(s);
 }
 
 /* Read one control header during the HELLO exchange. 1: complete, 0: need more, -1: stream gone. */
 static int hello_read(wan_stream *s, wan_frame *f)
 {
     while (s->rx_hdr_got < WAN_FRAME_HDR_BYTES) {
-        int n = SSL_read(s->ssl, s->rx_hdr + s->rx_hdr_got, (int)(WAN_FRAME_HDR_BYTES - s->rx_hdr_got));
-        if (n <= 0) {
-            int e = SSL_get_error(s->ssl, n);
-            if (e == SSL_ERROR_WANT_READ) {
-                s->want |= POLLIN;
-                return 0;
-            }
-            if (e == SSL_ERROR_WANT_WRITE) {
-                s->want |= POLLOUT;
-                return 0;
-            }
-            xdc_diag d;
-            xdc_err_t err = wan_tls_explain(s->ssl, e, &d);
-            if (s->is_client && err == XDC_ERR_AUTH)
-                wan_peer_fail(s->peer, XDC_ERR_AUTH, "refused by peer at %s:%d: %s", s->peer->host, s->peer->port,
-                              d.msg);
-            else wan_stream_break(s, d.msg);
-            return -1;
-        }
-        s->rx_hdr_got += (size_t)n;
+        size_t n = 0;
+        int io = wan_stream_tls_io(s, WAN_TLS_READ, s->rx_hdr + s->rx_hdr_got, WAN_FRAME_HDR_BYTES - s->rx_hdr_got, &n);
+        if (io != WAN_IO_DONE) return io;
+        s->rx_hdr_got += n;
     }
     s->rx_hdr_got = 0;
     xdc_diag d;
@@ -637,6 +636,7 @@ xdc_err_t xdc_wan_engine_create(const xdc_wan_config *cfg, xdc_wan_engine **out,
     if (!eng) return XDC_ERR_NOMEM;
     eng->cfg = *cfg;
     eng->wake_fd = -1;
+    xdc_pool_init(&eng->reqs, sizeof(xdc_wan_request));
     pthread_mutex_init(&eng->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -665,6 +665,12 @@ fail:
 }
 
 const xdc_wan_identity *xdc_wan_engine_identity(const xdc_wan_engine *eng) { return &eng->self; }
+
+static void req_free_owned(void *obj, void *arg)
+{
+    (void)arg;
+    xdc_free(((xdc_wan_request *)obj)->owned);
+}
 
 void xdc_wan_engine_destroy(xdc_wan_engine *eng)
 {
@@ -703,11 +709,8 @@ void xdc_wan_engine_destroy(xdc_wan_engine *eng)
             }
         wan_peer_free(p);
     }
-    while (eng->all_reqs) {
-        xdc_wan_request *r = eng->all_reqs;
-        eng->all_reqs = r->all_next;
-        xdc_free(r);
-    }
+    xdc_pool_each(&eng->reqs, req_free_owned, NULL); /* copies kept by cancelled sends still pending */
+    xdc_pool_destroy(&eng->reqs);
     SSL_CTX_free(eng->srv_ctx);
     SSL_CTX_free(eng->cli_ctx);
     if (eng->wake_fd >= 0) close(eng->wake_fd);
@@ -915,7 +918,9 @@ void xdc_wan_peer_close(xdc_wan_peer *p)
     if (!p) return;
     xdc_wan_engine *eng = p->eng;
     pthread_mutex_lock(&eng->mu);
-    if (p->fail_err == XDC_OK && !p->closed) {
+    int was_open = p->fail_err == XDC_OK && !p->closed;
+    p->closed = 1; /* from here on a stream writes control frames and the frame it is in the middle of only */
+    if (was_open) {
         for (int i = 0; i < p->nstreams; i++) {
             wan_stream *s = p->streams[i];
             if (!s || s->state != WAN_ST_READY) continue;
@@ -924,9 +929,10 @@ void xdc_wan_peer_close(xdc_wan_peer *p)
             wan_stream_write(s); /* best effort: the socket has room for a header almost always */
         }
     }
-    p->closed = 1;
+    /* Streams first, so none points into a request's buffer when the requests end: after this call
+     * returns, no buffer of this peer's requests is read or written again. */
+    wan_peer_close_streams(p);
     wan_peer_fail_requests(p, XDC_ERR_CLOSED, "the peer was closed locally");
-    peer_close_streams(p);
     pthread_cond_broadcast(&eng->cv);
     pthread_mutex_unlock(&eng->mu);
     wan_engine_wake(eng);

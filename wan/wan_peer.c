@@ -9,10 +9,8 @@
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
-#include "wan/wan_tls.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -77,12 +75,26 @@ static void queue_remove(xdc_wan_request **head, xdc_wan_request **tail, xdc_wan
     }
 }
 
+/* Hand a request back to the engine's pool (with the copy a cancelled send kept). */
+static void req_release(xdc_wan_request *r)
+{
+    xdc_free(r->owned);
+    r->owned = NULL;
+    r->buf = NULL;
+    r->state = WAN_REQ_FREE;
+    xdc_pool_put(&r->peer->eng->reqs, r);
+}
+
 void wan_req_finish(xdc_wan_request *r, xdc_err_t err, const char *why)
 {
     if (r->state != WAN_REQ_PENDING) return;
     xdc_wan_peer *p = r->peer;
     if (r->is_send) queue_remove(&p->txq_head[r->cls], &p->txq_tail[r->cls], r);
     else queue_remove(&p->rxq_head[r->cls], &p->rxq_tail[r->cls], r);
+    if (r->cancelled) { /* nobody holds the handle any more */
+        req_release(r);
+        return;
+    }
     r->state = err == XDC_OK ? WAN_REQ_DONE : WAN_REQ_FAILED;
     r->err = err;
     snprintf(r->why, sizeof r->why, "%s", why ? why : "");
@@ -110,19 +122,9 @@ static void send_maybe_done(xdc_wan_request *r)
 static xdc_err_t req_new(xdc_wan_peer *p, int is_send, xdc_wan_class cls, void *buf, size_t cap, xdc_wan_request **out)
 {
     if (!p || !out || (unsigned)cls >= XDC_WAN_NUM_CLASSES || (!buf && cap)) return XDC_ERR_INVALID;
-    xdc_wan_engine *eng = p->eng;
-    xdc_wan_request *r = eng->free_reqs;
-    xdc_wan_request *all_next;
-    if (r) {
-        eng->free_reqs = r->next;
-        all_next = r->all_next;
-    } else {
-        if (!(r = xdc_malloc(sizeof *r))) return XDC_ERR_NOMEM;
-        all_next = eng->all_reqs;
-        eng->all_reqs = r;
-    }
+    xdc_wan_request *r = xdc_pool_get(&p->eng->reqs);
+    if (!r) return XDC_ERR_NOMEM;
     memset(r, 0, sizeof *r);
-    r->all_next = all_next;
     r->peer = p;
     r->state = WAN_REQ_PENDING;
     r->is_send = is_send;
@@ -185,10 +187,7 @@ static xdc_err_t req_collect(xdc_wan_request *r, size_t *size, uint8_t *codec, x
     } else {
         xdc_diag_set(diag, "%s", r->why);
     }
-    xdc_wan_engine *eng = r->peer->eng;
-    r->state = WAN_REQ_FREE;
-    r->next = eng->free_reqs;
-    eng->free_reqs = r;
+    req_release(r);
     return rc;
 }
 
@@ -197,6 +196,10 @@ xdc_err_t xdc_wan_test(xdc_wan_request *req, int *done, size_t *size, uint8_t *c
     if (!req || !done || req->state == WAN_REQ_FREE) return XDC_ERR_INVALID;
     xdc_wan_engine *eng = req->peer->eng;
     pthread_mutex_lock(&eng->mu);
+    if (req->state == WAN_REQ_FREE || req->cancelled) {
+        pthread_mutex_unlock(&eng->mu);
+        return XDC_ERR_INVALID;
+    }
     xdc_err_t rc = XDC_OK;
     *done = req->state != WAN_REQ_PENDING;
     if (*done) rc = req_collect(req, size, codec, diag);
@@ -210,6 +213,10 @@ xdc_err_t xdc_wan_wait(xdc_wan_request *req, int64_t timeout_ms, size_t *size, u
     xdc_wan_engine *eng = req->peer->eng;
     uint64_t deadline = xdc_deadline_ms(timeout_ms);
     pthread_mutex_lock(&eng->mu);
+    if (req->state == WAN_REQ_FREE || req->cancelled) {
+        pthread_mutex_unlock(&eng->mu);
+        return XDC_ERR_INVALID;
+    }
     while (req->state == WAN_REQ_PENDING && !xdc_deadline_passed(deadline)) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -232,9 +239,100 @@ xdc_err_t xdc_wan_wait(xdc_wan_request *req, int64_t timeout_ms, size_t *size, u
     return rc;
 }
 
-/* ---- transmit ------------------------------------------------------------------------------------ */
+/* ---- cancel -------------------------------------------------------------------------------------- */
 
 static wan_txf *txf_at(xdc_wan_peer *p, uint64_t seq) { return &p->txf[seq & (uint64_t)(p->window - 1)]; }
+
+/* Where the bytes of a send at message offset `off` are: the caller's buffer, or after a cancel the
+ * engine's copy of the part not yet acknowledged. */
+static const uint8_t *send_src(const xdc_wan_request *r, uint64_t off)
+{
+    if (r->owned) return r->owned + (off - r->owned_off);
+    return r->buf ? r->buf + off : NULL;
+}
+
+/* A pending receive: drop the buffer; frames still arriving for its message are read and discarded
+ * (and acknowledged, so the sender completes), and the request is released when the message is
+ * complete or the peer fails. */
+static void cancel_recv(xdc_wan_request *r)
+{
+    xdc_wan_peer *p = r->peer;
+    r->cancelled = 1;
+    r->buf = NULL;
+    for (int i = 0; i < p->nstreams; i++) {
+        wan_stream *s = p->streams[i];
+        if (s && s->rx_req == r) s->rx_dst = NULL; /* the rest of the frame it is reading goes to the sink */
+    }
+}
+
+/* A pending send. Nothing framed yet: withdraw it (the peer never sees it; the later messages of its
+ * class, none framed yet either, move down one index). Otherwise copy what may still be written —
+ * from the first unacknowledged frame, or the frame a stream is in the middle of, to the end — into an
+ * engine-owned buffer, point the streams at the copy, and let the message finish from there. */
+static xdc_err_t cancel_send(xdc_wan_request *r)
+{
+    xdc_wan_peer *p = r->peer;
+    int unframed = r->framed == 0 && !r->framing_done;
+    /* Messages of a class are framed in order, so every later one is unframed as well (checked). */
+    for (const xdc_wan_request *q = r->next; unframed && q; q = q->next) unframed = q->framed == 0 && !q->framing_done;
+    if (unframed) {
+        int renumber = 0;
+        for (xdc_wan_request *q = p->txq_head[r->cls]; q; q = q->next) {
+            if (renumber) q->msg_seq--;
+            renumber |= q == r;
+        }
+        p->tx_msgs[r->cls]--;
+        queue_remove(&p->txq_head[r->cls], &p->txq_tail[r->cls], r);
+        req_release(r);
+        return XDC_OK;
+    }
+    r->cancelled = 1;
+    size_t lo = r->framed;
+    for (uint64_t q = p->tx_acked; q < p->tx_next_seq; q++) {
+        const wan_txf *t = txf_at(p, q);
+        if (t->req == r && t->off < lo) lo = (size_t)t->off;
+    }
+    for (int i = 0; i < p->nstreams; i++) {
+        const wan_stream *s = p->streams[i];
+        if (s && s->tx_req == r && s->tx_payload && (size_t)(s->tx_payload - r->buf) < lo)
+            lo = (size_t)(s->tx_payload - r->buf);
+    }
+    uint8_t *buf = r->buf;
+    r->buf = NULL;
+    if (lo == r->cap) return XDC_OK; /* every byte is acknowledged or written: nothing to keep */
+    uint8_t *copy = xdc_malloc(r->cap - lo);
+    if (!copy) {
+        /* The rest cannot be kept: give the message up with the peer, whose failure closes the streams
+         * (so none points into `buf`) and releases the request, being cancelled. */
+        wan_peer_fail(p, XDC_ERR_NOMEM, "%s: no memory to keep %zu bytes of a cancelled send", p->name, r->cap - lo);
+        return XDC_ERR_NOMEM;
+    }
+    memcpy(copy, buf + lo, r->cap - lo);
+    for (int i = 0; i < p->nstreams; i++) {
+        wan_stream *s = p->streams[i];
+        if (s && s->tx_req == r && s->tx_payload) s->tx_payload = copy + (s->tx_payload - buf - lo);
+    }
+    r->owned = copy;
+    r->owned_off = lo;
+    return XDC_OK;
+}
+
+xdc_err_t xdc_wan_request_cancel(xdc_wan_request *req)
+{
+    if (!req) return XDC_OK;
+    if (req->state == WAN_REQ_FREE) return XDC_ERR_INVALID;
+    xdc_wan_engine *eng = req->peer->eng;
+    pthread_mutex_lock(&eng->mu);
+    xdc_err_t rc = XDC_OK;
+    if (req->state == WAN_REQ_FREE || req->cancelled) rc = XDC_ERR_INVALID;
+    else if (req->state != WAN_REQ_PENDING) req_release(req); /* completed or failed: just hand it back */
+    else if (req->is_send) rc = cancel_send(req);
+    else cancel_recv(req);
+    pthread_mutex_unlock(&eng->mu);
+    return rc;
+}
+
+/* ---- transmit ------------------------------------------------------------------------------------ */
 
 /* The next frame to resend (lowest sequence number first), or NULL. */
 static uint64_t find_resend(xdc_wan_peer *p)
@@ -331,7 +429,7 @@ static int pick_frame(wan_stream *s)
                    .msg_len = r->cap};
     t->stream = s->idx;
     if (resend) p->st.retransmit_frames++;
-    stage_frame(s, &d, r->buf + t->off);
+    stage_frame(s, &d, send_src(r, t->off));
     s->tx_req = r;
     r->writers++;
     return 1;
@@ -351,21 +449,9 @@ static void tx_frame_done(wan_stream *s)
 /* Returns bytes written, 0 when the socket is full (s->want set), -1 after breaking the stream. */
 static long tls_write(wan_stream *s, const uint8_t *buf, size_t len)
 {
-    int n = SSL_write(s->ssl, buf, (int)(len > (1u << 30) ? (1u << 30) : len));
-    if (n > 0) return n;
-    int e = SSL_get_error(s->ssl, n);
-    if (e == SSL_ERROR_WANT_WRITE) {
-        s->want |= POLLOUT;
-        return 0;
-    }
-    if (e == SSL_ERROR_WANT_READ) {
-        s->want |= POLLIN;
-        return 0;
-    }
-    xdc_diag d;
-    wan_tls_explain(s->ssl, e, &d);
-    wan_stream_break(s, d.msg);
-    return -1;
+    size_t n = 0;
+    int io = wan_stream_tls_io(s, WAN_TLS_WRITE, (void *)buf, len, &n);
+    return io == WAN_IO_DONE ? (long)n : io;
 }
 
 /* Write until the socket is full, nothing is left, or the budget is spent. -1: stream broke. */
@@ -458,7 +544,7 @@ static void recv_maybe_done(xdc_wan_request *r)
         wan_req_finish(r, XDC_ERR_RANGE, why);
         return;
     }
-    r->peer->st.rx_payload_bytes += r->msg_len;
+    if (!r->cancelled) r->peer->st.rx_payload_bytes += r->msg_len; /* a cancelled one was discarded */
     wan_req_finish(r, XDC_OK, NULL);
 }
 
@@ -530,7 +616,7 @@ static int rx_header(wan_stream *s)
         }
         s->stalled = 0;
         s->rx_req = r;
-        s->rx_dst = r && !r->overflow ? r->buf + f->msg_off : NULL;
+        s->rx_dst = r && !r->overflow && !r->cancelled ? r->buf + f->msg_off : NULL;
         s->rx_left = f->payload_len;
         s->rx_in_payload = 1;
         snprintf(p->last_heard, sizeof p->last_heard, "DATA seq %llu on stream %d", (unsigned long long)f->seq, s->idx);
@@ -556,7 +642,9 @@ static int rx_header(wan_stream *s)
         return 0;
     }
     case WAN_FT_BYE:
+        /* Nothing more comes: close our streams too (first, so none points into a buffer), then fail. */
         p->closed = 1;
+        wan_peer_close_streams(p);
         wan_peer_fail_requests(p, XDC_ERR_CLOSED, "the peer closed the connection (BYE)");
         pthread_cond_broadcast(&p->eng->cv);
         return 0;
@@ -589,28 +677,15 @@ static int pump_rx(wan_stream *s)
             want = s->rx_left < sizeof sink || s->rx_dst ? s->rx_left : sizeof sink;
             if (want > (1u << 30)) want = 1u << 30;
         }
-        int n = SSL_read(s->ssl, dst, (int)want);
-        if (n <= 0) {
-            int e = SSL_get_error(s->ssl, n);
-            if (e == SSL_ERROR_WANT_READ) {
-                s->want |= POLLIN;
-                return 0;
-            }
-            if (e == SSL_ERROR_WANT_WRITE) {
-                s->want |= POLLOUT;
-                return 0;
-            }
-            xdc_diag d;
-            wan_tls_explain(s->ssl, e, &d);
-            wan_stream_break(s, d.msg);
-            return -1;
-        }
-        budget = (size_t)n >= budget ? 0 : budget - (size_t)n;
+        size_t n = 0;
+        int io = wan_stream_tls_io(s, WAN_TLS_READ, dst, want, &n);
+        if (io != WAN_IO_DONE) return io;
+        budget = n >= budget ? 0 : budget - n;
         if (!s->rx_in_payload) {
-            s->rx_hdr_got += (size_t)n;
+            s->rx_hdr_got += n;
         } else {
             if (s->rx_dst) s->rx_dst += n;
-            s->rx_left -= (uint64_t)n;
+            s->rx_left -= n;
             if (s->rx_left == 0) {
                 s->rx_in_payload = 0;
                 data_done(s);

@@ -5,6 +5,7 @@
 #ifndef XDC_WAN_PRIV_H
 #define XDC_WAN_PRIV_H
 
+#include "common/xdc_pool.h"
 #include "wan/wan_frame.h"
 #include "wan/xdc_wan.h"
 
@@ -16,13 +17,12 @@
 enum wan_req_state { WAN_REQ_FREE = 0, WAN_REQ_PENDING, WAN_REQ_DONE, WAN_REQ_FAILED };
 
 struct xdc_wan_request {
-    xdc_wan_request *next;     /* class queue of its peer, or the engine's free list */
-    xdc_wan_request *all_next; /* every request the engine allocated (freed with it) */
+    xdc_wan_request *next; /* class queue of its peer */
     xdc_wan_peer *peer;
     int state; /* enum wan_req_state */
     int is_send;
     int cls;
-    uint8_t *buf;     /* (cap) bytes: send source or receive destination */
+    uint8_t *buf;     /* (cap) bytes: send source or receive destination; NULL once cancelled */
     size_t cap;       /* send: message length; receive: buffer capacity */
     uint64_t msg_seq; /* index of the message within its class */
     uint8_t codec;
@@ -38,6 +38,11 @@ struct xdc_wan_request {
     int overflow;      /* message longer than cap: consumed, then failed with XDC_ERR_RANGE */
     xdc_err_t err;
     char why[384]; /* failure detail copied out by test() */
+    /* cancelled (xdc_wan_request_cancel): the caller gave the handle up and its buffer back; the request
+     * is released when it completes or fails. A send keeps its unsent bytes [owned_off, cap) in `owned`. */
+    int cancelled;
+    uint8_t *owned; /* engine-owned copy (xdc_malloc), freed on release */
+    size_t owned_off;
 };
 
 /* One DATA frame the sender keeps until the peer acknowledges it. Ring slot seq & (window-1). */
@@ -169,16 +174,34 @@ struct xdc_wan_engine {
     wan_stream *pending;              /* server connections before their HELLO */
     wan_stream *graveyard;            /* replaced streams, freed at the end of a loop turn */
     xdc_wan_listener *dead_listeners; /* closed listeners, freed the same way (poll may still name them) */
-    xdc_wan_request *all_reqs;
-    xdc_wan_request *free_reqs;
+    xdc_pool reqs;                    /* xdc_wan_request objects, allocated once and reused, freed with the engine */
 };
 
 /* wan_engine.c */
 void wan_engine_wake(xdc_wan_engine *eng);
+
+/* The one place an SSL call of a stream is made and its SSL_get_error() result is interpreted. */
+enum wan_tls_op { WAN_TLS_HANDSHAKE, WAN_TLS_READ, WAN_TLS_WRITE };
+enum wan_io_result {
+    WAN_IO_FAILED = -1, /* the stream broke, or (client, refused during TLS/HELLO) the peer failed */
+    WAN_IO_AGAIN = 0,   /* WANT_READ / WANT_WRITE: s->want got POLLIN / POLLOUT; call again when polled */
+    WAN_IO_DONE = 1,    /* the handshake completed, or *n > 0 bytes were read / written */
+};
+/* Run SSL_do_handshake, SSL_read(buf, len) or SSL_write(buf, len) (len clamped to 1 GiB) on s.
+ * WANT_READ / WANT_WRITE become poll interest. Every other outcome (EOF, SYSCALL, SSL errors) is
+ * explained by wan_tls_explain() and becomes one result, WAN_IO_FAILED, after acting on it: a client
+ * whose handshake, or whose first read after it (the HELLO_ACK), ends in a refusal (XDC_ERR_AUTH)
+ * fails its peer for good ("refused peer at HOST:PORT: ...", "refused by peer at HOST:PORT: ..."); any
+ * other failure breaks the stream with the reason (a server's pre-HELLO stream counts as a refusal).
+ * `n` (may be NULL for the handshake) receives the bytes moved. */
+int wan_stream_tls_io(wan_stream *s, enum wan_tls_op op, void *buf, size_t len, size_t *n);
 /* A stream failed: log, close, requeue its unacknowledged frames; the client redials after backoff. */
 void wan_stream_break(wan_stream *s, const char *why);
 /* Fail the peer: every pending request ends with `err`, streams close, no more redials. */
 void wan_peer_fail(xdc_wan_peer *p, xdc_err_t err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Close every stream of a peer for good (failed or closed): no stream keeps a pointer into a request's
+ * buffer afterwards, and no redial follows. */
+void wan_peer_close_streams(xdc_wan_peer *p);
 
 /* wan_peer.c */
 xdc_err_t wan_peer_alloc(xdc_wan_engine *eng, int nstreams, xdc_wan_peer **out);
@@ -196,6 +219,7 @@ void wan_stream_reset_io(wan_stream *s);
 void wan_stream_queue_ctrl(wan_stream *s, const wan_frame *f);
 /* Does the peer have DATA or an ACK that any ready stream could write now? */
 int wan_peer_has_tx(const xdc_wan_peer *p);
+/* End a pending request (unlinked from its queue); a cancelled one is released instead of reported. */
 void wan_req_finish(xdc_wan_request *r, xdc_err_t err, const char *why);
 void wan_peer_fail_requests(xdc_wan_peer *p, xdc_err_t err, const char *why);
 

@@ -1,6 +1,7 @@
 /* wan_tls.c — TLS 1.3-only OpenSSL contexts with mutual authentication, certificate identities
  * (SAN URI xdc://RUN/REGION/RANK) and refusal reasons a human can act on. */
 #include "wan/wan_tls.h"
+#include "wan/xdc_wan_certs.h"
 
 #include <openssl/err.h>
 #include <openssl/x509v3.h>

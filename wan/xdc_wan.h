@@ -1,8 +1,9 @@
 /* xdc_wan.h — the WAN transport between regions: TCP + TLS 1.3 with mutual authentication against a
  * cluster CA, K parallel streams per peer pair, framed messages striped across the streams and
  * reassembled in order, resend after reconnect, and a non-blocking isend/irecv/test API completed by a
- * progress engine thread (the NCCL net-plugin contract). Also: certificate generation for `xdc certs`
- * and the userspace WAN emulator relay used by `xdc wan-emu`.
+ * progress engine thread (the NCCL net-plugin contract). The transport only: certificates (`xdc
+ * certs`) are in wan/xdc_wan_certs.h, the WAN emulator (relays, network namespaces, link measurement)
+ * in wan/emu/xdc_wan_emu.h.
  *
  * Identities: every certificate carries a SAN URI "xdc://RUN/REGION/RANK". A connection is accepted
  * only when the peer's chain verifies against the cluster CA, its run equals ours, and (when dialling)
@@ -83,8 +84,8 @@ typedef struct xdc_wan_stats {
 /* Load credentials (errors name the file and OpenSSL's reason), read our identity from our
  * certificate, and start the progress thread. */
 xdc_err_t xdc_wan_engine_create(const xdc_wan_config *cfg, xdc_wan_engine **out, xdc_diag *diag);
-/* Stop the thread, close every stream and fail requests still pending (XDC_ERR_CLOSED). NULL: no-op.
- * Peers and listeners of the engine are freed with it. */
+/* Stop the thread and close every stream. NULL: no-op. Peers, listeners and requests of the engine
+ * (pending or not) are freed with it: no handle of the engine may be used afterwards. */
 void xdc_wan_engine_destroy(xdc_wan_engine *eng);
 /* Our identity as read from our certificate. */
 const xdc_wan_identity *xdc_wan_engine_identity(const xdc_wan_engine *eng);
@@ -119,13 +120,16 @@ xdc_err_t xdc_wan_peer_wait_ready(xdc_wan_peer *p, int64_t timeout_ms, xdc_diag 
 const xdc_wan_identity *xdc_wan_peer_identity(const xdc_wan_peer *p);
 /* Statistics snapshot. */
 void xdc_wan_peer_stats(xdc_wan_peer *p, xdc_wan_stats *out);
-/* Close the peer's streams; its pending requests fail with XDC_ERR_CLOSED. NULL: no-op. */
+/* Send BYE and close the peer's streams; its pending requests fail with XDC_ERR_CLOSED (collect them
+ * with xdc_wan_test/xdc_wan_wait, or xdc_wan_request_cancel). Synchronous: when it returns, no buffer
+ * of the peer's requests is read or written again, so they may be freed at once. The other side, on the
+ * BYE, closes its streams and fails its own pending requests (XDC_ERR_CLOSED) the same way. NULL: no-op. */
 void xdc_wan_peer_close(xdc_wan_peer *p);
 
 /* ---- messages ------------------------------------------------------------------------------------ */
 
 /* Send `len` bytes from `buf` (not copied: keep it alive and unchanged until the request completes,
- * which is when the peer acknowledged every frame). `raw_len` is the pre-compression size for stats
+ * which is when the peer acknowledged every frame, fails, or is cancelled). `raw_len` is the pre-compression size for stats
  * (pass len when uncompressed); `codec` is carried to the receiver untouched. */
 xdc_err_t xdc_wan_isend(xdc_wan_peer *p, xdc_wan_class cls, const void *buf, size_t len, uint8_t codec, size_t raw_len,
                         xdc_wan_request **req);
@@ -143,84 +147,27 @@ xdc_err_t xdc_wan_test(xdc_wan_request *req, int *done, size_t *size, uint8_t *c
 /* Block until the request completes or fails, or timeout_ms passes (XDC_ERR_TIMEOUT; the request then
  * stays valid). Same release rule as xdc_wan_test. Convenience for tools and tests. */
 xdc_err_t xdc_wan_wait(xdc_wan_request *req, int64_t timeout_ms, size_t *size, uint8_t *codec, xdc_diag *diag);
+/* Give a request up; the handle is invalid afterwards (test/wait/cancel on it: XDC_ERR_INVALID, until
+ * the engine reuses it). When cancel returns, the request's buffer is never read or written again and
+ * may be freed at once:
+ * - a completed or failed request is released (its result is dropped);
+ * - a pending receive is marked cancelled and its buffer dropped: it still consumes its message (the
+ *   next receive of the class gets the next message, as before), whose bytes are read, acknowledged
+ *   and discarded; the request is released when that message is complete or the peer fails;
+ * - a pending send none of whose bytes were cut into frames yet is withdrawn: the peer never sees it,
+ *   and the later messages of the class (none framed either) take over its place in the order;
+ * - any other pending send is still delivered complete and correct: the bytes not yet acknowledged are
+ *   copied to an engine-owned buffer (freed when the peer acknowledged them or failed) and sent from
+ *   there. So the peer receives a cancelled send in full or not at all, never a part.
+ * Returns XDC_OK; XDC_ERR_INVALID for a released or already cancelled handle (NULL: no-op, XDC_OK);
+ * XDC_ERR_NOMEM when the copy of a send could not be allocated: the peer then fails (its requests end
+ * with XDC_ERR_NOMEM) and the buffer is released all the same. */
+xdc_err_t xdc_wan_request_cancel(xdc_wan_request *req);
 
-/* ---- identities and certificates (xdc certs) ----------------------------------------------------- */
-
-/* Parse "xdc://RUN/REGION/RANK". */
-xdc_err_t xdc_wan_identity_parse(const char *uri, xdc_wan_identity *out, xdc_diag *diag);
-
-typedef struct xdc_wan_cert_opts {
-    const char *dir;      /* holds ca.pem / ca.key; node files are written here too */
-    const char *run;      /* run id written into the CA name and node SANs */
-    const char *region;   /* node only */
-    int rank;             /* node only */
-    int days;             /* validity */
-    int64_t not_before_s; /* start of validity relative to now (negative: in the past) */
-} xdc_wan_cert_opts;
-
-/* Create DIR/ca.pem and DIR/ca.key (EC P-256, self-signed, CA:TRUE). Refuses to overwrite. */
-xdc_err_t xdc_wan_cert_init_ca(const xdc_wan_cert_opts *o, xdc_diag *diag);
-/* Create DIR/REGION-RANK.pem and DIR/REGION-RANK.key signed by the CA in DIR; the run comes from the
- * CA when o->run is NULL. The paths written are returned in cert_out/key_out (may be NULL). */
-xdc_err_t xdc_wan_cert_issue(const xdc_wan_cert_opts *o, char *cert_out, size_t cert_cap, char *key_out, size_t key_cap,
-                             xdc_diag *diag);
-
-/* ---- userspace WAN emulator relay ---------------------------------------------------------------- */
-
-typedef struct xdc_wan_relay xdc_wan_relay;
-
-typedef struct xdc_wan_link_model {
-    double rate_mbps; /* bottleneck rate per direction (token bucket); 0 = unlimited */
-    double rtt_ms;    /* round trip: each direction gets rtt/2 of one-way delay */
-    double jitter_ms; /* uniform extra one-way delay in [0, jitter); never reorders bytes */
-    double loss_pct;  /* per 1448-byte segment: a loss stalls the direction for one RTT */
-    uint64_t seed;    /* jitter and loss draws */
-} xdc_wan_link_model;
-
-/* Listen on listen_host:listen_port (0 = any) and forward every accepted connection to
- * target_host:target_port through the link model, in a thread of its own. */
-xdc_err_t xdc_wan_relay_create(const char *listen_host, int listen_port, const char *target_host, int target_port,
-                               const xdc_wan_link_model *m, xdc_wan_relay **out, xdc_diag *diag);
-int xdc_wan_relay_port(const xdc_wan_relay *r);
-/* Another listening port on the same link, forwarding to another target: every route of a relay shares
- * its token buckets, delay line model and outages, so K worker pairs crossing one link share its rate
- * as they would on the real link. *bound_port receives the port listened on. */
-xdc_err_t xdc_wan_relay_add_route(xdc_wan_relay *r, const char *listen_host, int listen_port, const char *target_host,
-                                  int target_port, int *bound_port, xdc_diag *diag);
-/* Outage: reset every relayed connection and refuse new ones until restored. */
-void xdc_wan_relay_cut(xdc_wan_relay *r);
-void xdc_wan_relay_restore(xdc_wan_relay *r);
-/* Schedule an outage of duration_ms starting start_ms after now (replaces a pending schedule). */
-void xdc_wan_relay_schedule_outage(xdc_wan_relay *r, int64_t start_ms, int64_t duration_ms);
-/* Connections accepted so far and bytes forwarded in both directions. */
-void xdc_wan_relay_counters(xdc_wan_relay *r, uint64_t *conns, uint64_t *bytes);
-void xdc_wan_relay_destroy(xdc_wan_relay *r);
-
-/* Measure a link model on loopback: a relay with model `m` in front of an echo/sink server. RTT is the
- * minimum of 15 1-byte ping-pongs (jitter and a loaded host only add to a sample); rate is the last three
- * quarters of a rate x `seconds`-byte transfer (64 MiB when unlimited) over the time between the sink's
- * quarter marker and its final count, so slow start and the pipe fill are left out. */
-xdc_err_t xdc_wan_emu_measure(const xdc_wan_link_model *m, double seconds, double *rtt_ms, double *rate_mbps,
-                              xdc_diag *diag);
-
-/* ---- network-namespace emulator (root only) ----------------------------------------------------- */
-
-typedef struct xdc_wan_netns xdc_wan_netns;
-
-/* Create namespaces PREFIX-0 .. PREFIX-(n-1); region i gets a TUN device xw0 with address
- * 10.77.0.(i+1)/24 and a `tc tbf` qdisc at the rate of its fastest outgoing link; a wire thread carries
- * packets between them with models[from * n + to] (delay, jitter, real packet loss). Run a process in
- * region i with `ip netns exec PREFIX-i ...`. XDC_ERR_UNAVAILABLE without CAP_NET_ADMIN. */
-xdc_err_t xdc_wan_netns_create(const char *prefix, int n_regions, const xdc_wan_link_model *models, xdc_wan_netns **out,
-                               xdc_diag *diag);
-/* Stop the wire and delete every namespace created. NULL: no-op. */
-void xdc_wan_netns_destroy(xdc_wan_netns *w);
-const char *xdc_wan_netns_name(const xdc_wan_netns *w, int region, char *buf, size_t cap);
-/* "10.77.0.(region+1)" */
-void xdc_wan_netns_addr(int region, char *buf, size_t cap);
-void xdc_wan_netns_counters(xdc_wan_netns *w, uint64_t *forwarded, uint64_t *dropped);
-/* Measure region from -> to through the wire (as xdc_wan_emu_measure; rate_mbps sizes the transfer). */
-xdc_err_t xdc_wan_netns_measure(xdc_wan_netns *w, int from, int to, double rate_mbps, double seconds, double *rtt_ms,
-                                double *measured_mbps, xdc_diag *diag);
+/* Buffers and teardown: a request's buffer belongs to the caller again once the request completed or
+ * failed (reported by xdc_wan_test/xdc_wan_wait), was cancelled, or its peer was closed
+ * (xdc_wan_peer_close returned). The engine never touches it after that, so a caller may free buffers
+ * (e.g. sync buffers) before or without destroying the engine: the old rule "destroy the WAN engine
+ * before freeing buffers of posted requests" is not needed any more. */
 
 #endif /* XDC_WAN_H */

@@ -2,7 +2,7 @@
  * xdc://RUN/REGION/RANK is the identity the WAN transport checks. */
 #include "orchestrator/cli/xdc_cli.h"
 
-#include "wan/xdc_wan.h"
+#include "wan/xdc_wan_certs.h"
 
 #include <errno.h>
 #include <getopt.h>

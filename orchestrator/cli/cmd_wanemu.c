@@ -8,7 +8,7 @@
 #include "common/xdc_alloc.h"
 #include "common/xdc_time.h"
 #include "topology/xdc_topology.h"
-#include "wan/xdc_wan.h"
+#include "wan/emu/xdc_wan_emu.h"
 
 #include <errno.h>
 #include <getopt.h>

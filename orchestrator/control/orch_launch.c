@@ -13,7 +13,9 @@
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
 #include "topology/xdc_topology.h"
+#include "wan/emu/xdc_wan_emu.h"
 #include "wan/xdc_wan.h"
+#include "wan/xdc_wan_certs.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -8,7 +8,7 @@
  *             what a loss costs a TCP flow that recovers by fast retransmit;
  *   outage  — cut() resets every relayed connection and refuses new ones until restore().
  * One thread per relay polls all of its connections. */
-#include "wan/xdc_wan.h"
+#include "wan/emu/xdc_wan_emu.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"

@@ -1,7 +1,7 @@
 /* wan_emu_check.c — measure an emulated link (a relay on loopback, or the namespace mode's wire): an
  * echo/sink server behind it, RTT from 1-byte ping-pongs (minimum) and rate from a bulk transfer whose end the sink
  * confirms (elapsed time minus one RTT). Used by `xdc wan-emu --check` and the emulator tests. */
-#include "wan/xdc_wan.h"
+#include "wan/emu/xdc_wan_emu.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_time.h"

@@ -3,7 +3,7 @@
  * "wire" thread in this process carries IPv4 packets between the TUN devices with one-way delay, jitter
  * (never reordering) and real packet loss, so kernel TCP in the namespaces meets a long fat pipe.
  * Namespaces are created with `ip netns add` and removed by destroy (also after a failed create). */
-#include "wan/xdc_wan.h"
+#include "wan/emu/xdc_wan_emu.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"

@@ -1,0 +1,72 @@
+/* xdc_wan_emu.h — the WAN emulator (library wan/emu/, `xdc wan-emu`, the launcher): userspace relays
+ * that carry TCP connections through a link model (rate, delay, jitter, modelled loss, outages), the
+ * network-namespace mode (root only: TUN devices, `tc tbf`, a packet wire with real loss) and the
+ * measurement of a link against its model. Independent of the transport (wan/xdc_wan.h): it relays
+ * bytes, whatever speaks over them. */
+#ifndef XDC_WAN_EMU_H
+#define XDC_WAN_EMU_H
+
+#include "common/xdc_err.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- userspace WAN emulator relay ---------------------------------------------------------------- */
+
+typedef struct xdc_wan_relay xdc_wan_relay;
+
+typedef struct xdc_wan_link_model {
+    double rate_mbps; /* bottleneck rate per direction (token bucket); 0 = unlimited */
+    double rtt_ms;    /* round trip: each direction gets rtt/2 of one-way delay */
+    double jitter_ms; /* uniform extra one-way delay in [0, jitter); never reorders bytes */
+    double loss_pct;  /* per 1448-byte segment: a loss stalls the direction for one RTT */
+    uint64_t seed;    /* jitter and loss draws */
+} xdc_wan_link_model;
+
+/* Listen on listen_host:listen_port (0 = any) and forward every accepted connection to
+ * target_host:target_port through the link model, in a thread of its own. */
+xdc_err_t xdc_wan_relay_create(const char *listen_host, int listen_port, const char *target_host, int target_port,
+                               const xdc_wan_link_model *m, xdc_wan_relay **out, xdc_diag *diag);
+int xdc_wan_relay_port(const xdc_wan_relay *r);
+/* Another listening port on the same link, forwarding to another target: every route of a relay shares
+ * its token buckets, delay line model and outages, so K worker pairs crossing one link share its rate
+ * as they would on the real link. *bound_port receives the port listened on. */
+xdc_err_t xdc_wan_relay_add_route(xdc_wan_relay *r, const char *listen_host, int listen_port, const char *target_host,
+                                  int target_port, int *bound_port, xdc_diag *diag);
+/* Outage: reset every relayed connection and refuse new ones until restored. */
+void xdc_wan_relay_cut(xdc_wan_relay *r);
+void xdc_wan_relay_restore(xdc_wan_relay *r);
+/* Schedule an outage of duration_ms starting start_ms after now (replaces a pending schedule). */
+void xdc_wan_relay_schedule_outage(xdc_wan_relay *r, int64_t start_ms, int64_t duration_ms);
+/* Connections accepted so far and bytes forwarded in both directions. */
+void xdc_wan_relay_counters(xdc_wan_relay *r, uint64_t *conns, uint64_t *bytes);
+void xdc_wan_relay_destroy(xdc_wan_relay *r);
+
+/* Measure a link model on loopback: a relay with model `m` in front of an echo/sink server. RTT is the
+ * minimum of 15 1-byte ping-pongs (jitter and a loaded host only add to a sample); rate is the last three
+ * quarters of a rate x `seconds`-byte transfer (64 MiB when unlimited) over the time between the sink's
+ * quarter marker and its final count, so slow start and the pipe fill are left out. */
+xdc_err_t xdc_wan_emu_measure(const xdc_wan_link_model *m, double seconds, double *rtt_ms, double *rate_mbps,
+                              xdc_diag *diag);
+
+/* ---- network-namespace emulator (root only) ----------------------------------------------------- */
+
+typedef struct xdc_wan_netns xdc_wan_netns;
+
+/* Create namespaces PREFIX-0 .. PREFIX-(n-1); region i gets a TUN device xw0 with address
+ * 10.77.0.(i+1)/24 and a `tc tbf` qdisc at the rate of its fastest outgoing link; a wire thread carries
+ * packets between them with models[from * n + to] (delay, jitter, real packet loss). Run a process in
+ * region i with `ip netns exec PREFIX-i ...`. XDC_ERR_UNAVAILABLE without CAP_NET_ADMIN. */
+xdc_err_t xdc_wan_netns_create(const char *prefix, int n_regions, const xdc_wan_link_model *models, xdc_wan_netns **out,
+                               xdc_diag *diag);
+/* Stop the wire and delete every namespace created. NULL: no-op. */
+void xdc_wan_netns_destroy(xdc_wan_netns *w);
+const char *xdc_wan_netns_name(const xdc_wan_netns *w, int region, char *buf, size_t cap);
+/* "10.77.0.(region+1)" */
+void xdc_wan_netns_addr(int region, char *buf, size_t cap);
+void xdc_wan_netns_counters(xdc_wan_netns *w, uint64_t *forwarded, uint64_t *dropped);
+/* Measure region from -> to through the wire (as xdc_wan_emu_measure; rate_mbps sizes the transfer). */
+xdc_err_t xdc_wan_netns_measure(xdc_wan_netns *w, int from, int to, double rate_mbps, double seconds, double *rtt_ms,
+                                double *measured_mbps, xdc_diag *diag);
+
+#endif /* XDC_WAN_EMU_H */
