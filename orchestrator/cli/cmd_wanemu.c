@@ -69,7 +69,7 @@ static int run_check(const xdc_topology *t, double seconds, xdc_wan_netns *netns
                              : xdc_wan_emu_measure(&m, seconds, &rtt, &rate, &d);
         if (rc != XDC_OK) {
             fprintf(stderr, "xdc wan-emu: %s -> %s: %s\n", t->regions[l->from].name, t->regions[l->to].name, d.msg);
-            return xdc_err_exit_code(rc);
+            return xdc_cli_exit_code(rc);
         }
         /* The measured RTT is a minimum: it lies in [rtt, rtt + 2 x jitter] up to 10 %. Loss lowers the rate,
          * and in netns mode tbf counts TCP/IP headers (1448 payload bytes per 1500): judge what applies. */
@@ -113,7 +113,7 @@ static int run_netns(const xdc_topology *t, const char *prefix, int check, doubl
     xdc_free(models);
     if (e != XDC_OK) {
         fprintf(stderr, "xdc wan-emu --netns: %s\n", d.msg);
-        return xdc_err_exit_code(e);
+        return xdc_cli_exit_code(e);
     }
     int rc = XDC_EX_OK;
     if (check) {
@@ -239,7 +239,7 @@ int xdc_cmd_wanemu(int argc, char **argv)
             xdc_err_t e = xdc_wan_relay_create("127.0.0.1", listen_port, host, port + r, &m, &relays[n], &d);
             if (e != XDC_OK) {
                 fprintf(stderr, "xdc wan-emu: %s->%s rank %d: %s\n", t->regions[l->from].name, to->name, r, d.msg);
-                rc = xdc_err_exit_code(e);
+                rc = xdc_cli_exit_code(e);
                 break;
             }
             if (outage) xdc_wan_relay_schedule_outage(relays[n], at_ms, out_ms);

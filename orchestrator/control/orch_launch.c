@@ -480,7 +480,7 @@ static int run_launch(int argc, char **argv, int coordinator)
     if (prc != XDC_OK) {
         fprintf(stderr, "xdc %s: %s\n", coordinator ? "coordinator" : "launch", pd.msg);
         launch_close(&L);
-        return xdc_err_exit_code(prc);
+        return xdc_cli_exit_code(prc);
     }
     if (L.cfg.plan_auto) {
         char line[512];
@@ -531,7 +531,7 @@ static int run_launch(int argc, char **argv, int coordinator)
         fprintf(stderr, "xdc launch: %s: %s: %s\n", what, xdc_strerror(rc), d.msg);
         for (int i = 0; i < L.n_agents; i++) orch_proc_signal(L.agents[i], SIGKILL);
         launch_close(&L);
-        return xdc_err_exit_code(rc);
+        return xdc_cli_exit_code(rc);
     }
     int ex = supervise(&L);
     if (ex == XDC_EX_OK) print_summary(&L, (double)xdc_now_ns() / 1e9 - t0);
