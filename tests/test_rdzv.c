@@ -6,12 +6,15 @@
 #include "tests/test_wan_util.h"
 #include "tests/xdc_test.h"
 
+#include "common/xdc_time.h"
+#include "orchestrator/control/orch_proc.h"
 #include "orchestrator/control/orch_rdzv.h"
 
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -259,4 +262,78 @@ XDC_TEST_T(orch_agent_ends_with_its_failed_workers_exit_status, 60)
     XDC_ASSERT_STR_CONTAINS(note, "worker us-east/east-node1:");
     XDC_ASSERT_STR_CONTAINS(note, "exited with status 78");
     free(note);
+}
+
+/* ---- the supervise loop on its own, with children forked here --------------------------------- */
+
+/* A child in its own process group that exits with `code` after `ms` (code < 0: ignores SIGTERM and
+ * never exits), added to `g` as orch_procs_spawn would (with a pidfd when `pidfd` is set). */
+static void sup_adopt(orch_procs *g, const char *name, int code, int ms, int pidfd)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        setpgid(0, 0);
+        if (code < 0) {
+            signal(SIGTERM, SIG_IGN);
+            for (;;) pause();
+        }
+        sup_sleep_ms(ms);
+        _exit(code);
+    }
+    XDC_ASSERT(p > 0);
+    setpgid(p, p);
+    int i = g->n++;
+    g->pid[i] = p;
+    g->pidfd[i] = pidfd ? (int)syscall(SYS_pidfd_open, p, 0) : -1;
+    snprintf(g->name[i], sizeof g->name[i], "%s", name);
+    g->alive++;
+}
+
+typedef struct {
+    int failures;
+    char first[ORCH_PROC_NAME_MAX];
+} sup_seen;
+
+static void sup_failed(void *ctx, const orch_procs *g, int i, pid_t pid, int status)
+{
+    sup_seen *seen = ctx;
+    (void)pid;
+    (void)status;
+    if (!seen->failures++) snprintf(seen->first, sizeof seen->first, "%s", g->name[i]);
+}
+
+/* Children that exit 0 end the run well; the first failure names its child, passes its status on and
+ * stops the rest: one that ignores SIGTERM is killed once the grace has passed, and nobody is left. */
+XDC_TEST(orch_procs_supervise_passes_on_a_failure_and_kills_after_the_grace)
+{
+    orch_procs g;
+    sup_seen seen = {0};
+    orch_supervisor sup = {.ctx = &seen, .failed = sup_failed};
+    int child_exit = -1;
+    orch_procs_init(&g, 1);
+    XDC_ASSERT_EQ(g.grace_ms, ORCH_PROC_GRACE_MS);
+    sup_adopt(&g, "ok-a", 0, 20, 1);
+    sup_adopt(&g, "ok-b", 0, 40, 0);
+    XDC_ASSERT_OK(orch_procs_supervise(&g, &sup, &child_exit));
+    XDC_ASSERT_EQ(child_exit, 0);
+    XDC_ASSERT_EQ(seen.failures, 0);
+    orch_procs_close(&g);
+
+    orch_procs_init(&g, 2);
+    XDC_ASSERT_EQ(g.grace_ms, 2 * ORCH_PROC_GRACE_MS);
+    g.grace_ms = 300; /* the test's own grace, to keep it short */
+    sup_adopt(&g, "stubborn", -1, 0, 1);
+    sup_adopt(&g, "fails", 3, 50, 0);
+    sup_adopt(&g, "later", 4, 3000, 1);
+    pid_t stubborn = g.pid[0], later = g.pid[2];
+    uint64_t t0 = xdc_now_ns();
+    XDC_ASSERT_ERR(orch_procs_supervise(&g, &sup, &child_exit), XDC_ERR_PEER_LOST);
+    double took_ms = (double)(xdc_now_ns() - t0) / 1e6;
+    XDC_ASSERT_EQ(child_exit, 3);
+    XDC_ASSERT_EQ(seen.failures, 1);
+    XDC_ASSERT_STR_CONTAINS(seen.first, "fails");
+    XDC_ASSERT_EQ(g.alive, 0);
+    XDC_ASSERT_MSG(took_ms >= 300 && took_ms < 2500, "supervise took %.0f ms (grace 300 ms)", took_ms);
+    XDC_ASSERT(kill(stubborn, 0) != 0 && kill(later, 0) != 0);
+    orch_procs_close(&g);
 }
