@@ -1,4 +1,4 @@
-/* xdc_err.c — messages, names and exit codes generated from XDC_ERROR_TABLE; the diag buffer helpers. */
+/* xdc_err.c — messages and names generated from XDC_ERROR_TABLE; the diag buffer helpers. */
 #include "common/xdc_err.h"
 #include "common/xdc_log.h"
 
@@ -6,44 +6,29 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef struct {
-    const char *name;
-    const char *msg;
-    int exit_code;
-} err_row;
-
-static const err_row err_rows[] = {
-#define XDC_ERR_ROW_(name, msg, ex) {"XDC_ERR_" #name, msg, ex},
-    XDC_ERROR_TABLE(XDC_ERR_ROW_)
-#undef XDC_ERR_ROW_
-};
-
-static const err_row *err_lookup(xdc_err_t err)
-{
-    int i = (int)err - (int)XDC_ERR_FIRST_ - 1;
-    if (i < 0 || i >= (int)(sizeof err_rows / sizeof err_rows[0])) return NULL;
-    return &err_rows[i];
-}
-
+/* A switch over the table: a value written twice fails to compile (duplicate case value). */
 const char *xdc_strerror(xdc_err_t err)
 {
-    if (err == XDC_OK) return "success";
-    const err_row *r = err_lookup(err);
-    return r ? r->msg : "unknown error";
+    switch (err) {
+    case XDC_OK: return "success";
+#define XDC_ERR_MSG_(name, value, msg) \
+    case XDC_ERR_##name: return msg;
+        XDC_ERROR_TABLE(XDC_ERR_MSG_)
+#undef XDC_ERR_MSG_
+    }
+    return "unknown error";
 }
 
 const char *xdc_errname(xdc_err_t err)
 {
-    if (err == XDC_OK) return "XDC_OK";
-    const err_row *r = err_lookup(err);
-    return r ? r->name : "XDC_ERR_UNKNOWN";
-}
-
-int xdc_err_exit_code(xdc_err_t err)
-{
-    if (err == XDC_OK) return 0;
-    const err_row *r = err_lookup(err);
-    return r ? r->exit_code : 70;
+    switch (err) {
+    case XDC_OK: return "XDC_OK";
+#define XDC_ERR_NAME_(name, value, msg) \
+    case XDC_ERR_##name: return "XDC_ERR_" #name;
+        XDC_ERROR_TABLE(XDC_ERR_NAME_)
+#undef XDC_ERR_NAME_
+    }
+    return "XDC_ERR_UNKNOWN";
 }
 
 void xdc_diag_set(xdc_diag *d, const char *fmt, ...)

@@ -1,49 +1,49 @@
-/* xdc_err.h — the project-wide error codes, generated from one table so the enum, the message and the
- * sysexits mapping cannot drift, and the check/propagate macros that leave a "-> rc" trail at debug
+/* xdc_err.h — the project-wide error codes, generated from one table so the enum, the values, the messages
+ * and the names cannot drift, and the check/propagate macros that leave a "-> rc" trail at debug
  * level (NCCL style). Every fallible function returns xdc_err_t; results travel through out params. */
 #ifndef XDC_ERR_H
 #define XDC_ERR_H
 
 #include <stddef.h>
 
-/* X(name, message, sysexits code). Codes are negative, XDC_OK is 0. The table is kept in columns. */
+/* X(name, value, message). Codes are negative, XDC_OK is 0. Each value is written out and never reused, so a
+ * row inserted anywhere cannot renumber the others (values travel between processes and into logs); a new
+ * code takes the next unused value. The sysexits code a command ends with is chosen in one place,
+ * orchestrator/cli/cli_exit.c. The table is kept in columns. */
 // clang-format off
-#define XDC_ERROR_TABLE(X)                                                       \
-    X(INVALID,      "invalid argument",                         64 /* EX_USAGE */)    \
-    X(NOMEM,        "out of memory",                            71 /* EX_OSERR */)    \
-    X(IO,           "I/O error",                                74 /* EX_IOERR */)    \
-    X(CONFIG,       "invalid configuration",                    78 /* EX_CONFIG */)   \
-    X(PROTO,        "protocol error",                           76 /* EX_PROTOCOL */) \
-    X(CORRUPT,      "data corrupt (checksum or format)",        65 /* EX_DATAERR */)  \
-    X(RANGE,        "value out of range",                       65 /* EX_DATAERR */)  \
-    X(TIMEOUT,      "deadline exceeded",                        75 /* EX_TEMPFAIL */) \
-    X(AGAIN,        "operation in progress",                    75 /* EX_TEMPFAIL */) \
-    X(CLOSED,       "connection closed",                        69 /* EX_UNAVAILABLE */) \
-    X(UNAVAILABLE,  "resource or peer unavailable",             69 /* EX_UNAVAILABLE */) \
-    X(PEER_LOST,    "peer failed",                              69 /* EX_UNAVAILABLE */) \
-    X(TLS,          "TLS failure",                              69 /* EX_UNAVAILABLE */) \
-    X(AUTH,         "peer authentication refused",              77 /* EX_NOPERM */)   \
-    X(UNSUPPORTED,  "not supported in this build",              69 /* EX_UNAVAILABLE */) \
-    X(CUDA,         "CUDA error",                               70 /* EX_SOFTWARE */) \
-    X(NCCL,         "NCCL error",                               70 /* EX_SOFTWARE */) \
-    X(INTERNAL,     "internal error",                           70 /* EX_SOFTWARE */)
+#define XDC_ERROR_TABLE(X)                                      \
+    X(INVALID,      -999, "invalid argument")                   \
+    X(NOMEM,        -998, "out of memory")                      \
+    X(IO,           -997, "I/O error")                          \
+    X(CONFIG,       -996, "invalid configuration")              \
+    X(PROTO,        -995, "protocol error")                     \
+    X(CORRUPT,      -994, "data corrupt (checksum or format)")  \
+    X(RANGE,        -993, "value out of range")                 \
+    X(TIMEOUT,      -992, "deadline exceeded")                  \
+    X(AGAIN,        -991, "operation in progress")              \
+    X(CLOSED,       -990, "connection closed")                  \
+    X(UNAVAILABLE,  -989, "resource or peer unavailable")       \
+    X(PEER_LOST,    -988, "peer failed")                        \
+    X(TLS,          -987, "TLS failure")                        \
+    X(AUTH,         -986, "peer authentication refused")        \
+    X(UNSUPPORTED,  -985, "not supported in this build")        \
+    X(CUDA,         -984, "CUDA error")                         \
+    X(NCCL,         -983, "NCCL error")                         \
+    X(INTERNAL,     -982, "internal error")                     \
+    X(INTERRUPTED,  -981, "interrupted by a signal")
 // clang-format on
 
 typedef enum {
     XDC_OK = 0,
-#define XDC_ERR_ENUM_(name, msg, ex) XDC_ERR_##name,
-    XDC_ERR_FIRST_ = -1000,
+#define XDC_ERR_ENUM_(name, value, msg) XDC_ERR_##name = (value),
     XDC_ERROR_TABLE(XDC_ERR_ENUM_)
 #undef XDC_ERR_ENUM_
-        XDC_ERR_LAST_
 } xdc_err_t;
 
 /* Message for a code; never NULL, also for unknown values. */
 const char *xdc_strerror(xdc_err_t err);
 /* Short symbolic name ("XDC_ERR_TIMEOUT"). */
 const char *xdc_errname(xdc_err_t err);
-/* The sysexits(3) exit code a command should end with for this error (0 for XDC_OK). */
-int xdc_err_exit_code(xdc_err_t err);
 
 /* Error detail for a caller: which file:line:col, which peer. Lives in the caller's buffer, never in a
  * process-wide global. All helpers accept a NULL diag. */

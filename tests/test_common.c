@@ -8,21 +8,74 @@
 #include "common/xdc_log.h"
 #include "common/xdc_rng.h"
 #include "common/xdc_time.h"
+#include "orchestrator/cli/xdc_cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
-XDC_TEST(err_table_messages_names_and_exit_codes)
+XDC_TEST(err_table_messages_and_names)
 {
     XDC_ASSERT(strcmp(xdc_strerror(XDC_OK), "success") == 0);
     XDC_ASSERT(strcmp(xdc_strerror(XDC_ERR_TIMEOUT), "deadline exceeded") == 0);
     XDC_ASSERT(strcmp(xdc_errname(XDC_ERR_CONFIG), "XDC_ERR_CONFIG") == 0);
-    XDC_ASSERT_EQ(xdc_err_exit_code(XDC_ERR_CONFIG), 78);
-    XDC_ASSERT_EQ(xdc_err_exit_code(XDC_ERR_UNAVAILABLE), 69);
-    XDC_ASSERT_EQ(xdc_err_exit_code(XDC_ERR_TIMEOUT), 75);
-    XDC_ASSERT_EQ(xdc_err_exit_code(XDC_OK), 0);
+    XDC_ASSERT(strcmp(xdc_errname(XDC_ERR_INTERRUPTED), "XDC_ERR_INTERRUPTED") == 0);
     XDC_ASSERT(strcmp(xdc_strerror((xdc_err_t)-5), "unknown error") == 0);
     XDC_ASSERT(strcmp(xdc_strerror((xdc_err_t)12345), "unknown error") == 0);
+    XDC_ASSERT(strcmp(xdc_errname((xdc_err_t)-1000), "XDC_ERR_UNKNOWN") == 0);
+}
+
+/* The values are part of the interface (logs, other processes): written out in the table, never
+ * renumbered by a row added in the middle, and never shared by two codes. */
+XDC_TEST(err_values_are_pinned_and_unique)
+{
+    XDC_ASSERT_EQ(XDC_OK, 0);
+    XDC_ASSERT_EQ(XDC_ERR_INVALID, -999);
+    XDC_ASSERT_EQ(XDC_ERR_IO, -997);
+    XDC_ASSERT_EQ(XDC_ERR_CONFIG, -996);
+    XDC_ASSERT_EQ(XDC_ERR_TIMEOUT, -992);
+    XDC_ASSERT_EQ(XDC_ERR_UNAVAILABLE, -989);
+    XDC_ASSERT_EQ(XDC_ERR_PEER_LOST, -988);
+    XDC_ASSERT_EQ(XDC_ERR_INTERNAL, -982);
+    XDC_ASSERT_EQ(XDC_ERR_INTERRUPTED, -981);
+    static const struct {
+        int value;
+        const char *name;
+    } rows[] = {
+#define ROW_(name, value, msg) {value, "XDC_ERR_" #name},
+        XDC_ERROR_TABLE(ROW_)
+#undef ROW_
+    };
+    int n = (int)(sizeof rows / sizeof rows[0]);
+    for (int i = 0; i < n; i++) {
+        XDC_ASSERT_MSG(rows[i].value < 0, "%s has value %d, not negative", rows[i].name, rows[i].value);
+        XDC_ASSERT_MSG(strcmp(xdc_errname((xdc_err_t)rows[i].value), rows[i].name) == 0, "%s", rows[i].name);
+        XDC_ASSERT(strcmp(xdc_strerror((xdc_err_t)rows[i].value), "unknown error") != 0);
+        for (int j = 0; j < i; j++)
+            XDC_ASSERT_MSG(rows[i].value != rows[j].value, "%s and %s share value %d", rows[j].name, rows[i].name,
+                           rows[i].value);
+    }
+}
+
+/* The one xdc_err_t -> sysexits(3) mapping (orchestrator/cli/cli_exit.c); every code has one. */
+XDC_TEST(cli_exit_codes_follow_sysexits)
+{
+    XDC_ASSERT_EQ(xdc_cli_exit_code(XDC_OK), 0);
+    XDC_ASSERT_EQ(xdc_cli_exit_code(XDC_ERR_INVALID), 64);
+    XDC_ASSERT_EQ(xdc_cli_exit_code(XDC_ERR_CORRUPT), 65);
+    XDC_ASSERT_EQ(xdc_cli_exit_code(XDC_ERR_UNAVAILABLE), 69);
+    XDC_ASSERT_EQ(xdc_cli_exit_code(XDC_ERR_PEER_LOST), 69);
+    XDC_ASSERT_EQ(xdc_cli_exit_code(XDC_ERR_IO), 74);
+    XDC_ASSERT_EQ(xdc_cli_exit_code(XDC_ERR_TIMEOUT), 75);
+    XDC_ASSERT_EQ(xdc_cli_exit_code(XDC_ERR_INTERRUPTED), 75);
+    XDC_ASSERT_EQ(xdc_cli_exit_code(XDC_ERR_CONFIG), 78);
+    XDC_ASSERT_EQ(xdc_cli_exit_code((xdc_err_t)-5), 70);
+#define ROW_(name, value, msg) XDC_ASSERT(xdc_cli_exit_code(XDC_ERR_##name) >= 64);
+    XDC_ERROR_TABLE(ROW_)
+#undef ROW_
+    /* A child's own exit status passes through a failed run; a signal or a setup error maps the code. */
+    XDC_ASSERT_EQ(xdc_cli_run_exit_code(XDC_ERR_PEER_LOST, 3), 3);
+    XDC_ASSERT_EQ(xdc_cli_run_exit_code(XDC_ERR_PEER_LOST, 0), 69);
+    XDC_ASSERT_EQ(xdc_cli_run_exit_code(XDC_OK, 0), 0);
 }
 
 static xdc_err_t fails_with_timeout(void) { return XDC_ERR_TIMEOUT; }

@@ -88,7 +88,7 @@ int xdc_cmd_certs(int argc, char **argv)
     }
     if (rc != XDC_OK) {
         fprintf(stderr, "xdc certs %s: %s\n", argv[1], d.msg[0] ? d.msg : xdc_strerror(rc));
-        return xdc_err_exit_code(rc);
+        return xdc_cli_exit_code(rc);
     }
     return XDC_EX_OK;
 }

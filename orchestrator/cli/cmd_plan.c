@@ -84,7 +84,8 @@ int plan_inputs_search(plan_inputs *in, xdc_plan_set **out)
     xdc_err_t rc = xdc_plan_search(in->topo, &in->shape, &in->batch, &in->opts, out, &d);
     if (rc == XDC_OK) return XDC_EX_OK;
     fprintf(stderr, "xdc plan: %s: %s\n", in->topo->path, d.msg[0] ? d.msg : xdc_strerror(rc));
-    return rc == XDC_ERR_UNAVAILABLE ? XDC_EX_UNAVAILABLE : rc == XDC_ERR_INVALID ? XDC_EX_CONFIG : XDC_EX_SOFTWARE;
+    /* The planner's INVALID is a request the files make impossible: a configuration error here. */
+    return xdc_cli_exit_code(rc == XDC_ERR_INVALID ? XDC_ERR_CONFIG : rc);
 }
 
 static void plan_oneline(FILE *f, const xdc_topology *t, const xdc_plan *p)

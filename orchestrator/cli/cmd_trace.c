@@ -32,7 +32,7 @@ int xdc_cmd_trace(int argc, char **argv)
     xdc_err_t rc = orch_trace_merge(argv[2], (const char *const *)argv + 3, argc - 3, &diag);
     if (rc != XDC_OK) {
         fprintf(stderr, "xdc: %s\n", diag.msg[0] ? diag.msg : xdc_strerror(rc));
-        return xdc_err_exit_code(rc);
+        return xdc_cli_exit_code(rc);
     }
     printf("merged %d trace files into %s\n", argc - 3, argv[2]);
     return XDC_EX_OK;

@@ -132,7 +132,7 @@ static int fail(const char *what, xdc_err_t rc, const xdc_diag *diag)
 {
     fprintf(stderr, "xdc train: %s: %s%s%s\n", what, xdc_strerror(rc), diag && diag->msg[0] ? ": " : "",
             diag ? diag->msg : "");
-    return xdc_err_exit_code(rc);
+    return xdc_cli_exit_code(rc);
 }
 
 typedef struct train_run {

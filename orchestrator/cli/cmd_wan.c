@@ -130,7 +130,7 @@ static int parse_opts(int argc, char **argv, wan_cli_opts *o)
 static int fail(const char *what, xdc_err_t rc, const xdc_diag *d)
 {
     fprintf(stderr, "xdc wan %s: %s\n", what, d->msg[0] ? d->msg : xdc_strerror(rc));
-    return xdc_err_exit_code(rc);
+    return xdc_cli_exit_code(rc);
 }
 
 /* The transfer announcement and the completion reply, both LATENCY messages of two u64 words. */

@@ -69,7 +69,7 @@ static int run_check(const xdc_topology *t, double seconds, xdc_wan_netns *netns
                              : xdc_wan_emu_measure(&m, seconds, &rtt, &rate, &d);
         if (rc != XDC_OK) {
             fprintf(stderr, "xdc wan-emu: %s -> %s: %s\n", t->regions[l->from].name, t->regions[l->to].name, d.msg);
-            return xdc_err_exit_code(rc);
+            return xdc_cli_exit_code(rc);
         }
         /* The measured RTT is a minimum: it lies in [rtt, rtt + 2 x jitter] up to 10 %. Loss lowers the rate,
          * and in netns mode tbf counts TCP/IP headers (1448 payload bytes per 1500): judge what applies. */
@@ -113,7 +113,7 @@ static int run_netns(const xdc_topology *t, const char *prefix, int check, doubl
     xdc_free(models);
     if (e != XDC_OK) {
         fprintf(stderr, "xdc wan-emu --netns: %s\n", d.msg);
-        return xdc_err_exit_code(e);
+        return xdc_cli_exit_code(e);
     }
     int rc = XDC_EX_OK;
     if (check) {
@@ -133,7 +133,25 @@ static int run_netns(const xdc_topology *t, const char *prefix, int check, doubl
     return rc;
 }
 
-int xdc_cmd_wanemu(int argc, char **argv)
+typedef struct {
+    const char *topo_path, *outage, *netns_prefix;
+    int offset, ranks, check;
+    double seconds, duration;
+    int64_t out_ms, at_ms; /* --outage DURATION@START */
+} wanemu_opts;
+
+static int parse_outage(const char *text, int64_t *out_ms, int64_t *at_ms)
+{
+    char dur[64];
+    const char *at = strchr(text, '@');
+    if (!at || (size_t)(at - text) >= sizeof dur) return -1;
+    memcpy(dur, text, (size_t)(at - text));
+    dur[at - text] = '\0';
+    return xdc_parse_duration_ms(dur, out_ms) != 0 || xdc_parse_duration_ms(at + 1, at_ms) != 0 ? -1 : 0;
+}
+
+/* 0 when the options are complete; else the exit code (-1: --help printed, exit 0). */
+static int wanemu_parse(int argc, char **argv, wanemu_opts *o)
 {
     static const struct option opts[] = {
         {"topology", required_argument, NULL, 't'}, {"port-offset", required_argument, NULL, 'o'},
@@ -142,46 +160,108 @@ int xdc_cmd_wanemu(int argc, char **argv)
         {"seconds", required_argument, NULL, 's'},  {"netns", required_argument, NULL, 'n'},
         {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
     };
-    const char *topo_path = NULL, *outage = NULL, *netns_prefix = NULL;
-    int offset = 1000, ranks = 0, check = 0, c;
-    double seconds = 1.5, duration = 0;
+    *o = (wanemu_opts){.offset = 1000, .seconds = 1.5};
+    int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 't': topo_path = optarg; break;
-        case 'o': offset = atoi(optarg); break;
-        case 'r': ranks = atoi(optarg); break;
-        case 'u': outage = optarg; break;
-        case 'd': duration = atof(optarg); break;
-        case 'c': check = 1; break;
-        case 's': seconds = atof(optarg); break;
-        case 'n': netns_prefix = optarg; break;
-        case 'h': return wanemu_usage(stdout);
+        case 't': o->topo_path = optarg; break;
+        case 'o': o->offset = atoi(optarg); break;
+        case 'r': o->ranks = atoi(optarg); break;
+        case 'u': o->outage = optarg; break;
+        case 'd': o->duration = atof(optarg); break;
+        case 'c': o->check = 1; break;
+        case 's': o->seconds = atof(optarg); break;
+        case 'n': o->netns_prefix = optarg; break;
+        case 'h': wanemu_usage(stdout); return -1;
         default: return wanemu_usage(stderr);
         }
     }
-    if (!topo_path || optind != argc || offset < 1 || ranks < 0 || seconds <= 0 || duration < 0) {
-        fprintf(stderr, "xdc wan-emu: %s\n", !topo_path ? "--topology FILE is required" : "bad option value");
+    if (!o->topo_path || optind != argc || o->offset < 1 || o->ranks < 0 || o->seconds <= 0 || o->duration < 0) {
+        fprintf(stderr, "xdc wan-emu: %s\n", !o->topo_path ? "--topology FILE is required" : "bad option value");
         return XDC_EX_USAGE;
     }
-    int64_t out_ms = 0, at_ms = 0;
-    if (outage) {
-        char dur[64];
-        const char *at = strchr(outage, '@');
-        if (!at || (size_t)(at - outage) >= sizeof dur) at = NULL;
-        else {
-            memcpy(dur, outage, (size_t)(at - outage));
-            dur[at - outage] = '\0';
-        }
-        if (!at || xdc_parse_duration_ms(dur, &out_ms) != 0 || xdc_parse_duration_ms(at + 1, &at_ms) != 0) {
-            fprintf(stderr, "xdc wan-emu: --outage '%s' is not DURATION@START (e.g. 30s@10s)\n", outage);
-            return XDC_EX_USAGE;
-        }
+    if (o->outage && parse_outage(o->outage, &o->out_ms, &o->at_ms) != 0) {
+        fprintf(stderr, "xdc wan-emu: --outage '%s' is not DURATION@START (e.g. 30s@10s)\n", o->outage);
+        return XDC_EX_USAGE;
     }
+    return 0;
+}
+
+typedef struct {
+    xdc_wan_relay **v;
+    int n, cap;
+} relay_set;
+
+/* One relay per destination worker of link i; 0 or the exit code. */
+static int start_link_relays(const xdc_topology *t, const wanemu_opts *o, int i, relay_set *rs)
+{
+    const xdc_link *l = &t->links[i];
+    const xdc_region *to = &t->regions[l->to];
+    char host[256];
+    int port;
+    if (endpoint_split(to->wan_endpoint, host, sizeof host, &port) != 0) {
+        fprintf(stderr, "xdc wan-emu: %s:%d:%d: region %s has no usable wan_endpoint HOST:PORT ('%s')\n", t->path,
+                to->line, to->col, to->name, to->wan_endpoint);
+        return XDC_EX_CONFIG;
+    }
+    int workers = o->ranks ? o->ranks : xdc_topology_region_workers(t, l->to);
+    for (int r = 0; r < workers; r++) {
+        int listen_port = port + r + o->offset * (l->from + 1);
+        if (listen_port > 65535) {
+            fprintf(stderr, "xdc wan-emu: relay port %d for %s->%s rank %d is above 65535; lower --port-offset\n",
+                    listen_port, t->regions[l->from].name, to->name, r);
+            return XDC_EX_CONFIG;
+        }
+        if (rs->n == rs->cap) {
+            int cap = rs->cap ? 2 * rs->cap : 16;
+            xdc_wan_relay **nr = xdc_realloc(rs->v, (size_t)cap * sizeof *nr);
+            if (!nr) return XDC_EX_SOFTWARE;
+            rs->v = nr;
+            rs->cap = cap;
+        }
+        xdc_wan_link_model m;
+        link_model(l, (uint64_t)(i * 4096 + r + 1), &m);
+        xdc_diag d = {{0}};
+        xdc_err_t e = xdc_wan_relay_create("127.0.0.1", listen_port, host, port + r, &m, &rs->v[rs->n], &d);
+        if (e != XDC_OK) {
+            fprintf(stderr, "xdc wan-emu: %s->%s rank %d: %s\n", t->regions[l->from].name, to->name, r, d.msg);
+            return xdc_cli_exit_code(e);
+        }
+        if (o->outage) xdc_wan_relay_schedule_outage(rs->v[rs->n], o->at_ms, o->out_ms);
+        printf("relay %s->%s rank %d: 127.0.0.1:%d -> %s:%d  rate %.1f Mbit/s rtt %.1f ms jitter %.1f ms loss %.3f%%\n",
+               t->regions[l->from].name, to->name, r, listen_port, host, port + r, m.rate_mbps, m.rtt_ms, m.jitter_ms,
+               m.loss_pct);
+        rs->n++;
+    }
+    return XDC_EX_OK;
+}
+
+/* Userspace relays for every link until SIGINT/SIGTERM or --duration. */
+static int run_relays(const xdc_topology *t, const wanemu_opts *o, const sigset_t *sigs)
+{
+    relay_set rs = {0};
+    int rc = XDC_EX_OK;
+    for (int i = 0; i < t->n_links && rc == XDC_EX_OK; i++) rc = start_link_relays(t, o, i, &rs);
+    if (rc == XDC_EX_OK) {
+        printf("xdc wan-emu: %d relays up%s; Ctrl-C to stop\n", rs.n, o->outage ? " (outage scheduled)" : "");
+        fflush(stdout);
+        wait_for_stop(sigs, o->duration);
+    }
+    for (int i = 0; i < rs.n; i++) xdc_wan_relay_destroy(rs.v[i]);
+    xdc_free(rs.v);
+    return rc;
+}
+
+int xdc_cmd_wanemu(int argc, char **argv)
+{
+    wanemu_opts o;
+    int rc = wanemu_parse(argc, argv, &o);
+    if (rc != 0) return rc < 0 ? XDC_EX_OK : rc;
     xdc_topology *t = NULL;
     xdc_cfg_errors errs;
-    xdc_cfg_errors_init(&errs, topo_path);
-    if (xdc_topology_load(topo_path, &t, &errs) != XDC_OK) {
+    xdc_cfg_errors_init(&errs, o.topo_path);
+    if (xdc_topology_load(o.topo_path, &t, &errs) != XDC_OK) {
         xdc_cfg_errors_print(&errs, stderr);
         return XDC_EX_CONFIG;
     }
@@ -192,71 +272,9 @@ int xdc_cmd_wanemu(int argc, char **argv)
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    if (netns_prefix) {
-        int rc = run_netns(t, netns_prefix, check, seconds, duration, outage != NULL, &sigs);
-        xdc_topology_destroy(t);
-        return rc;
-    }
-    if (check) {
-        int rc = run_check(t, seconds, NULL);
-        xdc_topology_destroy(t);
-        return rc;
-    }
-    xdc_wan_relay **relays = NULL;
-    int n = 0, cap = 0, rc = XDC_EX_OK;
-    for (int i = 0; i < t->n_links && rc == XDC_EX_OK; i++) {
-        const xdc_link *l = &t->links[i];
-        const xdc_region *to = &t->regions[l->to];
-        char host[256];
-        int port;
-        if (endpoint_split(to->wan_endpoint, host, sizeof host, &port) != 0) {
-            fprintf(stderr, "xdc wan-emu: %s:%d:%d: region %s has no usable wan_endpoint HOST:PORT ('%s')\n", t->path,
-                    to->line, to->col, to->name, to->wan_endpoint);
-            rc = XDC_EX_CONFIG;
-            break;
-        }
-        int workers = ranks ? ranks : xdc_topology_region_workers(t, l->to);
-        for (int r = 0; r < workers; r++) {
-            int listen_port = port + r + offset * (l->from + 1);
-            if (listen_port > 65535) {
-                fprintf(stderr, "xdc wan-emu: relay port %d for %s->%s rank %d is above 65535; lower --port-offset\n",
-                        listen_port, t->regions[l->from].name, to->name, r);
-                rc = XDC_EX_CONFIG;
-                break;
-            }
-            if (n == cap) {
-                cap = cap ? 2 * cap : 16;
-                xdc_wan_relay **nr = xdc_realloc(relays, (size_t)cap * sizeof *nr);
-                if (!nr) {
-                    rc = XDC_EX_SOFTWARE;
-                    break;
-                }
-                relays = nr;
-            }
-            xdc_wan_link_model m;
-            link_model(l, (uint64_t)(i * 4096 + r + 1), &m);
-            xdc_diag d = {{0}};
-            xdc_err_t e = xdc_wan_relay_create("127.0.0.1", listen_port, host, port + r, &m, &relays[n], &d);
-            if (e != XDC_OK) {
-                fprintf(stderr, "xdc wan-emu: %s->%s rank %d: %s\n", t->regions[l->from].name, to->name, r, d.msg);
-                rc = xdc_err_exit_code(e);
-                break;
-            }
-            if (outage) xdc_wan_relay_schedule_outage(relays[n], at_ms, out_ms);
-            printf("relay %s->%s rank %d: 127.0.0.1:%d -> %s:%d  rate %.1f Mbit/s rtt %.1f ms jitter %.1f ms loss "
-                   "%.3f%%\n",
-                   t->regions[l->from].name, to->name, r, listen_port, host, port + r, m.rate_mbps, m.rtt_ms,
-                   m.jitter_ms, m.loss_pct);
-            n++;
-        }
-    }
-    if (rc == XDC_EX_OK) {
-        printf("xdc wan-emu: %d relays up%s; Ctrl-C to stop\n", n, outage ? " (outage scheduled)" : "");
-        fflush(stdout);
-        wait_for_stop(&sigs, duration);
-    }
-    for (int i = 0; i < n; i++) xdc_wan_relay_destroy(relays[i]);
-    xdc_free(relays);
+    if (o.netns_prefix) rc = run_netns(t, o.netns_prefix, o.check, o.seconds, o.duration, o.outage != NULL, &sigs);
+    else if (o.check) rc = run_check(t, o.seconds, NULL);
+    else rc = run_relays(t, &o, &sigs);
     xdc_topology_destroy(t);
     return rc;
 }

@@ -1,6 +1,9 @@
-/* xdc_cli.h — subcommand table entries and the sysexits codes commands return. */
+/* xdc_cli.h — subcommand table entries, the sysexits codes commands return and the one mapping from
+ * xdc_err_t to them (cli_exit.c). */
 #ifndef XDC_CLI_H
 #define XDC_CLI_H
+
+#include "common/xdc_err.h"
 
 /* sysexits(3) */
 enum {
@@ -10,10 +13,22 @@ enum {
     XDC_EX_NOINPUT = 66,
     XDC_EX_UNAVAILABLE = 69,
     XDC_EX_SOFTWARE = 70,
+    XDC_EX_OSERR = 71,
     XDC_EX_IOERR = 74,
     XDC_EX_TEMPFAIL = 75,
+    XDC_EX_PROTOCOL = 76,
+    XDC_EX_NOPERM = 77,
     XDC_EX_CONFIG = 78,
 };
+
+/* The exit code for an error (0 for XDC_OK); 70 for a value outside the table. */
+int xdc_cli_exit_code(xdc_err_t err);
+/* A supervised run's exit code: a failed child's own exit status (child_exit > 0) passes through as is,
+ * else the error's code. */
+int xdc_cli_run_exit_code(xdc_err_t err, int child_exit);
+/* Transitional: orchestrator/worker/orch_worker.c's xdc_cmd_worker still calls the old name; drop this
+ * once that command lives in cli/cmd_worker.c and calls xdc_cli_exit_code. */
+#define xdc_err_exit_code xdc_cli_exit_code
 
 typedef struct {
     const char *name;

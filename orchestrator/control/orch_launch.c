@@ -3,11 +3,12 @@
  * hosts the rendezvous store, makes the topology's links real with one userspace relay per link and
  * worker pair when the WAN is emulated, starts one `xdc agent` per node, and waits. A failure anywhere
  * stops the run with the failed rank named; success ends with one summary line. */
+#include "orchestrator/control/orch_launch.h"
+
 #include "orchestrator/control/orch_proc.h"
 #include "orchestrator/control/orch_rdzv.h"
 #include "orchestrator/control/orch_run_config.h"
 #include "orchestrator/obs/orch_trace.h"
-#include "orchestrator/cli/xdc_cli.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
@@ -17,38 +18,22 @@
 #include "wan/xdc_wan.h"
 #include "wan/xdc_wan_certs.h"
 
-#include <errno.h>
-#include <getopt.h>
 #include <glob.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#define LAUNCH_MAX_AGENTS 256
+#define LAUNCH_MAX_AGENTS ORCH_PROCS_MAX
 #define LAUNCH_MAX_RELAYS 1024
-
-static volatile sig_atomic_t g_interrupted;
-static void on_signal(int sig) { g_interrupted = sig; }
-
-typedef struct {
-    const char *topology, *config, *run_id, *log_format;
-    char run_dir[512];
-    int emulate;      /* -1: decide (yes when every region is on this host) */
-    const char *host; /* rendezvous bind address */
-    int port;         /* rendezvous port (0: any) */
-    int coordinator;  /* `xdc coordinator`: host the store, start no agents */
-    int resume;
-    int64_t outage_start_ms, outage_ms;
-    double degrade; /* emulated links run at this fraction of the topology's bandwidth */
-} launch_opts;
+#define LAUNCH_TICK_MS    20    /* rendezvous checks and relay routes between child events */
+#define LAUNCH_NAG_MS     10000 /* log who is missing this often */
+#define LAUNCH_LEAVE_MS   10000 /* coordinator: how long members may take to leave after "finished" */
 
 typedef struct {
-    launch_opts o;
+    orch_launch_opts o; /* run_dir and run_id point into the fields below */
+    char run_dir[512], run_id[256];
     xdc_topology *t;
     orch_run_config cfg;
     xdc_wan_engine *eng;
@@ -57,49 +42,32 @@ typedef struct {
     xdc_wan_relay *relays[LAUNCH_MAX_RELAYS]; /* one per pair of regions */
     char relay_done[LAUNCH_MAX_RELAYS];       /* per (pair, worker) route */
     int n_relays;
-    uint64_t finish_at; /* coordinator: when to stop waiting for members to leave */
-    pid_t agents[LAUNCH_MAX_AGENTS];
-    char agent_names[LAUNCH_MAX_AGENTS][160];
-    int n_agents;
+    uint64_t finish_at;     /* coordinator: when to stop waiting for members to leave */
+    uint64_t join_deadline; /* members that have not joined by then fail the run */
+    uint64_t next_nag;
+    int joined;
+    orch_procs agents;
 } launch;
 
-static int launch_usage(FILE *f)
+void orch_launch_opts_default(orch_launch_opts *o, int coordinator)
 {
-    fprintf(f,
-            "usage: xdc launch -t TOPOLOGY.yaml -c RUN.yaml [--run-dir DIR] [--run-id ID] "
-            "[--emulate-wan|--no-emulate-wan]\n"
-            "                  [--outage DURATION@START] [--resume] [--log-format text|json]\n"
-            "       xdc coordinator -t TOPOLOGY.yaml -c RUN.yaml --run-dir DIR [--host ADDR] [--port P] [--run-id ID]\n"
-            "  coordinator: host the rendezvous (default 0.0.0.0:29400) for agents started elsewhere (Slurm, ssh)\n"
-            "  and wait for the run to end; the run folder must be shared with the nodes (certificates).\n"
-            "  Runs every region of the topology on this machine: rendezvous, WAN emulator (default when all\n"
-            "  regions are local), one agent per node, one worker per slot. Ends with\n"
-            "  final val_loss=<x> params_xxh64=<hex> steps=<n> wan_bytes=<n> exposed_wan_pct=<x>\n"
-            "  --outage 5s@10s  cut every emulated link for 5 s, 10 s after its relay opened\n"
-            "  --degrade-links F  emulated links carry F x the topology's bandwidth (rehearse a degraded WAN)\n"
-            "  --resume         continue from the newest complete checkpoint in the run folder\n");
-    return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
-}
-
-static int parse_outage(const char *text, launch_opts *o)
-{
-    char dur[64], start[64];
-    const char *at = strchr(text, '@');
-    if (!at || (size_t)(at - text) >= sizeof dur) return -1;
-    snprintf(dur, sizeof dur, "%.*s", (int)(at - text), text);
-    snprintf(start, sizeof start, "%s", at + 1);
-    return xdc_parse_duration_ms(dur, &o->outage_ms) || xdc_parse_duration_ms(start, &o->outage_start_ms) ? -1 : 0;
+    memset(o, 0, sizeof *o);
+    o->emulate = -1;
+    o->coordinator = coordinator;
+    o->host = coordinator ? "0.0.0.0" : "127.0.0.1";
+    o->port = coordinator ? 29400 : 0;
+    o->degrade = 1.0;
 }
 
 /* Certificates: the CA, the coordinator's, one per worker (region, local rank). Reused on --resume. */
 static xdc_err_t make_certs(launch *L, xdc_diag *diag)
 {
     char dir[600], ca[700];
-    snprintf(dir, sizeof dir, "%s/certs", L->o.run_dir);
+    snprintf(dir, sizeof dir, "%s/certs", L->run_dir);
     snprintf(ca, sizeof ca, "%s/ca.pem", dir);
     mkdir(dir, 0700);
     if (access(ca, F_OK) == 0) return XDC_OK;
-    xdc_wan_cert_opts co = {.dir = dir, .run = L->o.run_id, .days = 30};
+    xdc_wan_cert_opts co = {.dir = dir, .run = L->run_id, .days = 30};
     XDC_CHECK(xdc_wan_cert_init_ca(&co, diag));
     co.region = RDZV_SERVER_REGION;
     co.rank = 0;
@@ -116,9 +84,9 @@ static xdc_err_t make_certs(launch *L, xdc_diag *diag)
 static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
 {
     char cert[700], key[700], ca[700];
-    snprintf(cert, sizeof cert, "%s/certs/%s-0.pem", L->o.run_dir, RDZV_SERVER_REGION);
-    snprintf(key, sizeof key, "%s/certs/%s-0.key", L->o.run_dir, RDZV_SERVER_REGION);
-    snprintf(ca, sizeof ca, "%s/certs/ca.pem", L->o.run_dir);
+    snprintf(cert, sizeof cert, "%s/certs/%s-0.pem", L->run_dir, RDZV_SERVER_REGION);
+    snprintf(key, sizeof key, "%s/certs/%s-0.key", L->run_dir, RDZV_SERVER_REGION);
+    snprintf(ca, sizeof ca, "%s/certs/ca.pem", L->run_dir);
     xdc_wan_config wc = XDC_WAN_CONFIG_INIT;
     wc.cert_path = cert;
     wc.key_path = key;
@@ -199,43 +167,49 @@ static void pump_relays(launch *L)
             }
 }
 
+/* Node n of region r: `xdc agent` with the run's files and this node's identity. */
+static xdc_err_t start_agent(launch *L, int r, int n, xdc_diag *diag)
+{
+    xdc_region *g = &L->t->regions[r];
+    char node[16], name[ORCH_PROC_NAME_MAX];
+    snprintf(node, sizeof node, "%d", n);
+    char *argv[] = {"agent",
+                    "--topology",
+                    (char *)L->o.topology,
+                    "--config",
+                    (char *)L->o.config,
+                    "--run-dir",
+                    L->run_dir,
+                    "--region",
+                    g->name,
+                    "--node",
+                    node,
+                    "--host",
+                    g->hosts[n],
+                    "--coordinator",
+                    L->coordinator,
+                    "--run-id",
+                    L->run_id,
+                    NULL,
+                    NULL,
+                    NULL};
+    int a = 17;
+    if (L->o.emulate) argv[a++] = "--emulate-wan";
+    if (L->o.resume) argv[a++] = "--resume";
+    snprintf(name, sizeof name, "%s/%s", g->name, g->hosts[n]);
+    return orch_procs_spawn(&L->agents, name, argv, NULL, NULL, NULL, diag);
+}
+
 static xdc_err_t start_agents(launch *L, xdc_diag *diag)
 {
     for (int r = 0; r < L->t->n_regions; r++)
         for (int n = 0; n < L->t->regions[r].n_hosts; n++) {
-            if (L->n_agents == LAUNCH_MAX_AGENTS) {
+            if (L->agents.n == LAUNCH_MAX_AGENTS) {
                 xdc_diag_set(diag, "more than %d nodes: launch the agents with your scheduler instead",
                              LAUNCH_MAX_AGENTS);
                 return XDC_ERR_RANGE;
             }
-            char node[16];
-            snprintf(node, sizeof node, "%d", n);
-            char *argv[20];
-            int a = 0;
-            argv[a++] = "agent";
-            argv[a++] = "--topology";
-            argv[a++] = (char *)L->o.topology;
-            argv[a++] = "--config";
-            argv[a++] = (char *)L->o.config;
-            argv[a++] = "--run-dir";
-            argv[a++] = L->o.run_dir;
-            argv[a++] = "--region";
-            argv[a++] = L->t->regions[r].name;
-            argv[a++] = "--node";
-            argv[a++] = node;
-            argv[a++] = "--host";
-            argv[a++] = L->t->regions[r].hosts[n];
-            argv[a++] = "--coordinator";
-            argv[a++] = L->coordinator;
-            argv[a++] = "--run-id";
-            argv[a++] = (char *)L->o.run_id;
-            if (L->o.emulate) argv[a++] = "--emulate-wan";
-            if (L->o.resume) argv[a++] = "--resume";
-            argv[a] = NULL;
-            snprintf(L->agent_names[L->n_agents], sizeof L->agent_names[0], "%s/%s", L->t->regions[r].name,
-                     L->t->regions[r].hosts[n]);
-            XDC_CHECK(orch_proc_spawn(argv, NULL, NULL, NULL, &L->agents[L->n_agents], diag));
-            L->n_agents++;
+            XDC_CHECK(start_agent(L, r, n, diag));
         }
     return XDC_OK;
 }
@@ -251,7 +225,7 @@ static void read_failure(const launch *L, int i, char *out, size_t cap)
             for (int n = 0; n < L->t->regions[r].n_hosts && !out[0]; n++, a++) {
                 if (pass == 0 && a != i) continue;
                 char path[1024];
-                snprintf(path, sizeof path, "%s/failed-%s-%d", L->o.run_dir, L->t->regions[r].name, n);
+                snprintf(path, sizeof path, "%s/failed-%s-%d", L->run_dir, L->t->regions[r].name, n);
                 FILE *f = fopen(path, "r");
                 if (!f) continue;
                 if (fgets(out, (int)cap, f)) out[strcspn(out, "\n")] = '\0';
@@ -261,85 +235,78 @@ static void read_failure(const launch *L, int i, char *out, size_t cap)
 }
 
 /* The coordinator's end of a run: global rank 0 set "finished" after everyone passed the last barrier;
- * then give the members a moment (at most 10 s) to take their replies and leave before the store
- * closes under them. */
+ * then give the members a moment (at most LAUNCH_LEAVE_MS) to take their replies and leave before the
+ * store closes under them. */
 static int run_finished(launch *L)
 {
     char val[16];
     if (rdzv_server_get(L->rdzv, "finished", val, sizeof val) != 0) return 0;
-    if (!L->finish_at) L->finish_at = xdc_deadline_ms(10000);
+    if (!L->finish_at) L->finish_at = xdc_deadline_ms(LAUNCH_LEAVE_MS);
     return rdzv_server_connections(L->rdzv) == 0 || xdc_deadline_passed(L->finish_at);
 }
 
-/* Wait for every agent (the coordinator: for every worker's report); on the first failure stop the
- * rest. Members that never join within the rendezvous timeout fail the run with their names. Returns
- * the run's exit code. */
-static int supervise(launch *L)
+/* The supervise loop's periodic work (orch_proc.h): relay routes, members that never join (they fail
+ * the run with their names), the coordinator's view of failures and of the end, who is still missing. */
+static xdc_err_t launch_tick(void *ctx, int *done)
 {
-    int alive = L->n_agents, rc = XDC_EX_OK;
-    uint64_t kill_at = 0, next_nag = xdc_now_ns() + 10000 * XDC_NS_PER_MS;
-    uint64_t join_deadline = xdc_deadline_ms(L->cfg.rendezvous_timeout_ms + 5000);
-    int joined = 0;
-    while (alive > 0 || (L->o.coordinator && rc == XDC_EX_OK)) {
-        if (L->o.emulate) pump_relays(L);
-        char missing[2048], key[256], why[1024];
-        if (g_interrupted && rc == XDC_EX_OK) {
-            fprintf(stderr, "xdc %s: interrupted; stopping\n", L->o.coordinator ? "coordinator" : "launch");
-            rc = XDC_EX_TEMPFAIL;
-        }
-        if (!joined && rc == XDC_EX_OK) {
-            joined = rdzv_server_missing(L->rdzv, -1, missing, sizeof missing) == 0;
-            if (!joined && xdc_deadline_passed(join_deadline)) {
-                fprintf(stderr, "xdc: run failed: members never joined the rendezvous: %s\n", missing);
-                rc = XDC_EX_UNAVAILABLE;
-            }
-        }
-        if (L->o.coordinator && rc == XDC_EX_OK) {
-            if (rdzv_server_find(L->rdzv, "failed/", key, sizeof key, why, sizeof why) == 0) {
-                fprintf(stderr, "xdc coordinator: run failed: %s: %s\n", key + 7, why);
-                rc = XDC_EX_UNAVAILABLE;
-            } else if (run_finished(L)) {
-                break;
-            }
-        }
-        if (rc != XDC_EX_OK && !kill_at) {
-            for (int i = 0; i < L->n_agents; i++) orch_proc_signal(L->agents[i], SIGTERM);
-            kill_at = xdc_deadline_ms(10000);
-        }
-        if (kill_at && xdc_deadline_passed(kill_at))
-            for (int i = 0; i < L->n_agents; i++) orch_proc_signal(L->agents[i], SIGKILL);
-        int status;
-        pid_t p = alive > 0 ? waitpid(-1, &status, WNOHANG) : 0;
-        if (p == 0) {
-            if (L->o.coordinator && rc != XDC_EX_OK) break;
-            struct timespec ts = {0, 20 * 1000000L}; /* supervisor tick: relays, signals, nagging */
-            nanosleep(&ts, NULL);
-            if (xdc_now_ns() > next_nag && rc == XDC_EX_OK) {
-                if (rdzv_server_missing(L->rdzv, 30000, missing, sizeof missing) > 0)
-                    XDC_INFO(XDC_SUB_ORCH, "waiting for: %s", missing);
-                next_nag = xdc_now_ns() + 10000 * XDC_NS_PER_MS;
-            }
-            continue;
-        }
-        if (p < 0) {
-            if (errno == EINTR) continue;
-            break;
-        }
-        for (int i = 0; i < L->n_agents; i++) {
-            if (L->agents[i] != p) continue;
-            L->agents[i] = 0;
-            alive--;
-            if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && rc == XDC_EX_OK) {
-                char how[128];
-                orch_proc_describe(status, how, sizeof how);
-                read_failure(L, i, why, sizeof why);
-                fprintf(stderr, "xdc launch: run failed: %s\n  (agent %s %s); stopping the other agents\n",
-                        why[0] ? why : "an agent failed", L->agent_names[i], how);
-                rc = WIFEXITED(status) && WEXITSTATUS(status) ? WEXITSTATUS(status) : XDC_EX_UNAVAILABLE;
-            }
+    launch *L = ctx;
+    if (L->o.emulate) pump_relays(L);
+    char missing[2048], key[256], why[1024];
+    if (!L->joined) {
+        L->joined = rdzv_server_missing(L->rdzv, -1, missing, sizeof missing) == 0;
+        if (!L->joined && xdc_deadline_passed(L->join_deadline)) {
+            fprintf(stderr, "xdc: run failed: members never joined the rendezvous: %s\n", missing);
+            return XDC_ERR_UNAVAILABLE;
         }
     }
-    return rc;
+    if (L->o.coordinator) {
+        if (rdzv_server_find(L->rdzv, "failed/", key, sizeof key, why, sizeof why) == 0) {
+            fprintf(stderr, "xdc coordinator: run failed: %s: %s\n", key + 7, why);
+            return XDC_ERR_UNAVAILABLE;
+        }
+        if (run_finished(L)) {
+            *done = 1;
+            return XDC_OK;
+        }
+    }
+    if (xdc_now_ns() > L->next_nag) {
+        if (rdzv_server_missing(L->rdzv, 30000, missing, sizeof missing) > 0)
+            XDC_INFO(XDC_SUB_ORCH, "waiting for: %s", missing);
+        L->next_nag = xdc_now_ns() + LAUNCH_NAG_MS * XDC_NS_PER_MS;
+    }
+    return XDC_OK;
+}
+
+static void agent_failed(void *ctx, const orch_procs *g, int i, pid_t pid, int status)
+{
+    char how[128], why[1024];
+    (void)pid;
+    orch_proc_describe(status, how, sizeof how);
+    read_failure(ctx, i, why, sizeof why);
+    fprintf(stderr, "xdc launch: run failed: %s\n  (agent %s %s); stopping the other agents\n",
+            why[0] ? why : "an agent failed", g->name[i], how);
+}
+
+static void launch_interrupted(void *ctx, int sig)
+{
+    const launch *L = ctx;
+    (void)sig;
+    fprintf(stderr, "xdc %s: interrupted; stopping\n", L->o.coordinator ? "coordinator" : "launch");
+}
+
+/* Wait for every agent (the coordinator: for every worker's report); on the first failure stop the
+ * rest. */
+static xdc_err_t supervise(launch *L, int *agent_exit)
+{
+    L->next_nag = xdc_now_ns() + LAUNCH_NAG_MS * XDC_NS_PER_MS;
+    L->join_deadline = xdc_deadline_ms(L->cfg.rendezvous_timeout_ms + 5000);
+    orch_supervisor sup = {.ctx = L,
+                           .tick_ms = LAUNCH_TICK_MS,
+                           .linger = L->o.coordinator,
+                           .tick = launch_tick,
+                           .failed = agent_failed,
+                           .interrupted = launch_interrupted};
+    return orch_procs_supervise(&L->agents, &sup, agent_exit);
 }
 
 /* Merge the per-rank traces into RUN/trace.json (one timeline for Perfetto); "" when there are none. */
@@ -348,9 +315,9 @@ static void merge_traces(const launch *L, char *out, size_t cap)
     char pattern[700];
     glob_t g;
     out[0] = '\0';
-    snprintf(pattern, sizeof pattern, "%s/traces/trace-*.json", L->o.run_dir);
+    snprintf(pattern, sizeof pattern, "%s/traces/trace-*.json", L->run_dir);
     if (glob(pattern, 0, NULL, &g) != 0) return;
-    snprintf(out, cap, "%s/trace.json", L->o.run_dir);
+    snprintf(out, cap, "%s/trace.json", L->run_dir);
     xdc_diag d = {{0}};
     if (orch_trace_merge(out, (const char *const *)g.gl_pathv, (int)g.gl_pathc, &d) != XDC_OK) {
         XDC_WARN(XDC_SUB_ORCH, "trace merge: %s", d.msg);
@@ -385,8 +352,8 @@ static void print_summary(launch *L, double wall)
         }
     printf("\nrun %s (%s mode) finished in %.1f s: %.0f tokens/s, WAN %.2f MB sent for %.2f MB of fp32 (x%.1f), "
            "exposed WAN %.1f%% of step time\n  logs: %s/logs/   trace (Perfetto): %s\n",
-           L->o.run_id, orch_mode_name(L->cfg.mode), wall, tok_s, (double)tx_all / 1e6, (double)raw_all / 1e6,
-           tx_all ? (double)raw_all / (double)tx_all : 0.0, exposed_pct, L->o.run_dir, trace[0] ? trace : "(none)");
+           L->run_id, orch_mode_name(L->cfg.mode), wall, tok_s, (double)tx_all / 1e6, (double)raw_all / 1e6,
+           tx_all ? (double)raw_all / (double)tx_all : 0.0, exposed_pct, L->run_dir, trace[0] ? trace : "(none)");
     printf("final val_loss=%.4f params_xxh64=%s steps=%lld wan_bytes=%llu exposed_wan_pct=%.1f\n", vl, hash, steps,
            tx_all, exposed_pct);
     fflush(stdout);
@@ -394,153 +361,97 @@ static void print_summary(launch *L, double wall)
 
 static void launch_close(launch *L)
 {
+    orch_procs_close(&L->agents);
     for (int i = 0; i < L->n_relays; i++) xdc_wan_relay_destroy(L->relays[i]);
     rdzv_server_destroy(L->rdzv);
     xdc_wan_engine_destroy(L->eng);
     xdc_topology_destroy(L->t);
 }
 
-static int run_launch(int argc, char **argv, int coordinator)
+/* The topology, the run file and, with `plan: auto`, the planner's choices (printed). */
+static xdc_err_t launch_load(launch *L, xdc_diag *diag)
 {
-    static const struct option opts[] = {{"topology", required_argument, NULL, 't'},
-                                         {"config", required_argument, NULL, 'c'},
-                                         {"run-dir", required_argument, NULL, 'd'},
-                                         {"run-id", required_argument, NULL, 'i'},
-                                         {"emulate-wan", no_argument, NULL, 'e'},
-                                         {"no-emulate-wan", no_argument, NULL, 'E'},
-                                         {"outage", required_argument, NULL, 'o'},
-                                         {"resume", no_argument, NULL, 'r'},
-                                         {"log-format", required_argument, NULL, 'l'},
-                                         {"host", required_argument, NULL, 'H'},
-                                         {"port", required_argument, NULL, 'p'},
-                                         {"degrade-links", required_argument, NULL, 'g'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
-    static launch L;
-    memset(&L, 0, sizeof L);
-    L.o.emulate = -1;
-    L.o.coordinator = coordinator;
-    L.o.host = coordinator ? "0.0.0.0" : "127.0.0.1";
-    L.o.port = coordinator ? 29400 : 0;
-    L.o.degrade = 1.0;
-    const char *run_dir = NULL;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "t:c:d:i:eEo:rl:H:p:g:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 't': L.o.topology = optarg; break;
-        case 'c': L.o.config = optarg; break;
-        case 'd': run_dir = optarg; break;
-        case 'i': L.o.run_id = optarg; break;
-        case 'e': L.o.emulate = 1; break;
-        case 'E': L.o.emulate = 0; break;
-        case 'r': L.o.resume = 1; break;
-        case 'l': L.o.log_format = optarg; break;
-        case 'H': L.o.host = optarg; break;
-        case 'g': {
-            char *end;
-            L.o.degrade = strtod(optarg, &end);
-            if (*end || !(L.o.degrade > 0 && L.o.degrade <= 1)) {
-                fprintf(stderr, "xdc launch: --degrade-links wants a fraction in (0, 1], got '%s'\n", optarg);
-                return XDC_EX_USAGE;
-            }
-            break;
-        }
-        case 'p':
-            L.o.port = atoi(optarg);
-            if (L.o.port < 0 || L.o.port > 65535) return launch_usage(stderr);
-            break;
-        case 'o':
-            if (parse_outage(optarg, &L.o) != 0) {
-                fprintf(stderr, "xdc launch: --outage wants DURATION@START such as 5s@10s, got '%s'\n", optarg);
-                return XDC_EX_USAGE;
-            }
-            break;
-        case 'h': return launch_usage(stdout);
-        default: return launch_usage(stderr);
-        }
-    }
-    if (!L.o.topology || !L.o.config || optind != argc || (coordinator && !run_dir)) return launch_usage(stderr);
-    if (L.o.log_format) {
-        if (strcmp(L.o.log_format, "json") != 0 && strcmp(L.o.log_format, "text") != 0) {
-            fprintf(stderr, "xdc launch: --log-format must be text or json\n");
-            return XDC_EX_USAGE;
-        }
-        setenv("XDC_LOG_FORMAT", L.o.log_format, 1); /* inherited by agents and workers */
-        xdc_log_set_format(strcmp(L.o.log_format, "json") == 0 ? XDC_LOG_JSON : XDC_LOG_TEXT);
-    }
     xdc_cfg_errors errs;
-    if (xdc_topology_load(L.o.topology, &L.t, &errs) != XDC_OK ||
-        orch_run_config_load(L.o.config, &L.cfg, &errs) != XDC_OK) {
+    if (xdc_topology_load(L->o.topology, &L->t, &errs) != XDC_OK ||
+        orch_run_config_load(L->o.config, &L->cfg, &errs) != XDC_OK) {
         xdc_cfg_errors_print(&errs, stderr);
-        launch_close(&L);
-        return XDC_EX_CONFIG;
+        return XDC_ERR_CONFIG;
     }
+    if (!L->cfg.plan_auto) return XDC_OK;
     orch_planned plan;
-    xdc_diag pd = {{0}};
-    xdc_err_t prc = L.cfg.plan_auto ? orch_plan_apply(&L.cfg, L.t, &plan, &pd) : XDC_OK;
-    if (prc != XDC_OK) {
-        fprintf(stderr, "xdc %s: %s\n", coordinator ? "coordinator" : "launch", pd.msg);
-        launch_close(&L);
-        return xdc_err_exit_code(prc);
-    }
-    if (L.cfg.plan_auto) {
-        char line[512];
-        orch_plan_describe(&L.cfg, &plan.plan, line, sizeof line);
-        printf("%s\n", line);
-    }
-    static char run_id[64];
-    if (!L.o.run_id) {
-        snprintf(run_id, sizeof run_id, "run-%llu-%d", (unsigned long long)(xdc_wall_ns() / 1000000000ull),
-                 (int)getpid());
-        L.o.run_id = run_id;
-    }
-    snprintf(L.o.run_dir, sizeof L.o.run_dir, "%s", run_dir ? run_dir : "runs");
-    mkdir(L.o.run_dir, 0755);
-    if (!run_dir) {
-        size_t n = strlen(L.o.run_dir);
-        snprintf(L.o.run_dir + n, sizeof L.o.run_dir - n, "/%s", L.o.run_id);
-        mkdir(L.o.run_dir, 0755);
-    }
-    if (L.o.emulate < 0) L.o.emulate = !coordinator && L.t->n_regions > 1; /* every region is on this host */
-    if (!coordinator) setenv("XDC_ADVERTISE_HOST", "127.0.0.1", 1);        /* node names are labels here */
-    xdc_log_set_identity("launch", "local", -1);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-
-    double t0 = (double)xdc_now_ns() / 1e9;
-    xdc_diag d = {{0}};
-    const char *what = "certificates";
-    xdc_err_t rc = make_certs(&L, &d);
-    if (rc == XDC_OK) what = "rendezvous", rc = start_rendezvous(&L, &d);
-    if (rc == XDC_OK) {
-        printf("xdc launch: run %s, %d regions, %d workers, %s mode, %s WAN; rendezvous at %s; run folder %s\n",
-               L.o.run_id, L.t->n_regions, xdc_topology_total_workers(L.t), orch_mode_name(L.cfg.mode),
-               L.o.emulate ? "emulated" : "real", L.coordinator, L.o.run_dir);
-        if (coordinator)
-            printf("start one agent per node with:\n  xdc agent --topology %s --config %s --run-dir %s --coordinator %s"
-                   " --run-id %s --region REGION --node N%s\n",
-                   L.o.topology, L.o.config, L.o.run_dir, L.coordinator, L.o.run_id,
-                   L.o.emulate ? " --emulate-wan" : "");
-        fflush(stdout);
-        what = "agents";
-        if (!coordinator) rc = start_agents(&L, &d);
-    }
-    if (rc != XDC_OK) {
-        fprintf(stderr, "xdc launch: %s: %s: %s\n", what, xdc_strerror(rc), d.msg);
-        for (int i = 0; i < L.n_agents; i++) orch_proc_signal(L.agents[i], SIGKILL);
-        launch_close(&L);
-        return xdc_err_exit_code(rc);
-    }
-    int ex = supervise(&L);
-    if (ex == XDC_EX_OK) print_summary(&L, (double)xdc_now_ns() / 1e9 - t0);
-    launch_close(&L);
-    return ex;
+    XDC_CHECK(orch_plan_apply(&L->cfg, L->t, &plan, diag));
+    char line[512];
+    orch_plan_describe(&L->cfg, &plan.plan, line, sizeof line);
+    printf("%s\n", line);
+    return XDC_OK;
 }
 
-int xdc_cmd_launch(int argc, char **argv) { return run_launch(argc, argv, 0); }
+/* Run id, run folder, the WAN emulation decision; what agents and workers inherit. */
+static void launch_prepare(launch *L)
+{
+    if (L->o.run_id) snprintf(L->run_id, sizeof L->run_id, "%s", L->o.run_id);
+    else
+        snprintf(L->run_id, sizeof L->run_id, "run-%llu-%d", (unsigned long long)(xdc_wall_ns() / 1000000000ull),
+                 (int)getpid());
+    snprintf(L->run_dir, sizeof L->run_dir, "%s", L->o.run_dir ? L->o.run_dir : "runs");
+    mkdir(L->run_dir, 0755);
+    if (!L->o.run_dir) {
+        size_t n = strlen(L->run_dir);
+        snprintf(L->run_dir + n, sizeof L->run_dir - n, "/%s", L->run_id);
+        mkdir(L->run_dir, 0755);
+    }
+    L->o.run_id = L->run_id;
+    L->o.run_dir = L->run_dir;
+    if (L->o.emulate < 0) L->o.emulate = !L->o.coordinator && L->t->n_regions > 1; /* all regions on this host */
+    if (!L->o.coordinator) setenv("XDC_ADVERTISE_HOST", "127.0.0.1", 1);           /* node names are labels here */
+    xdc_log_set_identity("launch", "local", -1);
+}
 
-int xdc_cmd_coordinator(int argc, char **argv) { return run_launch(argc, argv, 1); }
+static void print_banner(const launch *L)
+{
+    printf("xdc launch: run %s, %d regions, %d workers, %s mode, %s WAN; rendezvous at %s; run folder %s\n", L->run_id,
+           L->t->n_regions, xdc_topology_total_workers(L->t), orch_mode_name(L->cfg.mode),
+           L->o.emulate ? "emulated" : "real", L->coordinator, L->run_dir);
+    if (L->o.coordinator)
+        printf("start one agent per node with:\n  xdc agent --topology %s --config %s --run-dir %s --coordinator %s"
+               " --run-id %s --region REGION --node N%s\n",
+               L->o.topology, L->o.config, L->run_dir, L->coordinator, L->run_id, L->o.emulate ? " --emulate-wan" : "");
+    fflush(stdout);
+}
+
+/* Certificates, the rendezvous, the agents; diag names the step that failed. */
+static xdc_err_t launch_start(launch *L, xdc_diag *diag)
+{
+    xdc_diag d = {{0}};
+    const char *what = "certificates";
+    xdc_err_t rc = make_certs(L, &d);
+    if (rc == XDC_OK) what = "rendezvous", rc = start_rendezvous(L, &d);
+    if (rc == XDC_OK) {
+        print_banner(L);
+        what = "agents";
+        if (!L->o.coordinator) rc = start_agents(L, &d);
+    }
+    if (rc != XDC_OK) xdc_diag_set(diag, "%s: %s: %s", what, xdc_strerror(rc), d.msg);
+    return rc;
+}
+
+xdc_err_t orch_launch_run(const orch_launch_opts *o, int *agent_exit, xdc_diag *diag)
+{
+    static launch L; /* large (relays, children); one run per process */
+    memset(&L, 0, sizeof L);
+    L.o = *o;
+    *agent_exit = 0;
+    orch_procs_init(&L.agents, 2); /* agents stop workers of their own: they get two graces */
+    xdc_err_t rc = launch_load(&L, diag);
+    if (rc == XDC_OK) {
+        launch_prepare(&L);
+        orch_proc_catch_stop_signals();
+        double t0 = (double)xdc_now_ns() / 1e9;
+        rc = launch_start(&L, diag);
+        if (rc != XDC_OK) orch_procs_kill(&L.agents);
+        else rc = supervise(&L, agent_exit);
+        if (rc == XDC_OK) print_summary(&L, (double)xdc_now_ns() / 1e9 - t0);
+    }
+    launch_close(&L);
+    return rc;
+}

@@ -1,0 +1,131 @@
+/* cmd_launch.c — `xdc launch` and `xdc coordinator`: their options (the launcher itself is
+ * orchestrator/control/orch_launch.c) and their exit code: a failed agent's own status, else the
+ * sysexits code of the error. */
+#include "orchestrator/cli/xdc_cli.h"
+
+#include "common/xdc_log.h"
+#include "common/xdc_time.h"
+#include "orchestrator/control/orch_launch.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int launch_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: xdc launch -t TOPOLOGY.yaml -c RUN.yaml [--run-dir DIR] [--run-id ID] "
+            "[--emulate-wan|--no-emulate-wan]\n"
+            "                  [--outage DURATION@START] [--resume] [--log-format text|json]\n"
+            "       xdc coordinator -t TOPOLOGY.yaml -c RUN.yaml --run-dir DIR [--host ADDR] [--port P] [--run-id ID]\n"
+            "  coordinator: host the rendezvous (default 0.0.0.0:29400) for agents started elsewhere (Slurm, ssh)\n"
+            "  and wait for the run to end; the run folder must be shared with the nodes (certificates).\n"
+            "  Runs every region of the topology on this machine: rendezvous, WAN emulator (default when all\n"
+            "  regions are local), one agent per node, one worker per slot. Ends with\n"
+            "  final val_loss=<x> params_xxh64=<hex> steps=<n> wan_bytes=<n> exposed_wan_pct=<x>\n"
+            "  --outage 5s@10s  cut every emulated link for 5 s, 10 s after its relay opened\n"
+            "  --degrade-links F  emulated links carry F x the topology's bandwidth (rehearse a degraded WAN)\n"
+            "  --resume         continue from the newest complete checkpoint in the run folder\n");
+    return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
+}
+
+static int parse_outage(const char *text, orch_launch_opts *o)
+{
+    char dur[64], start[64];
+    const char *at = strchr(text, '@');
+    if (!at || (size_t)(at - text) >= sizeof dur) return -1;
+    snprintf(dur, sizeof dur, "%.*s", (int)(at - text), text);
+    snprintf(start, sizeof start, "%s", at + 1);
+    return xdc_parse_duration_ms(dur, &o->outage_ms) || xdc_parse_duration_ms(start, &o->outage_start_ms) ? -1 : 0;
+}
+
+/* One option with an argument that needs checking; 0 or the exit code. */
+static int launch_option(int c, const char *arg, orch_launch_opts *o)
+{
+    if (c == 'g') {
+        char *end;
+        o->degrade = strtod(arg, &end);
+        if (*end || !(o->degrade > 0 && o->degrade <= 1)) {
+            fprintf(stderr, "xdc launch: --degrade-links wants a fraction in (0, 1], got '%s'\n", arg);
+            return XDC_EX_USAGE;
+        }
+    } else if (c == 'p') {
+        o->port = atoi(arg);
+        if (o->port < 0 || o->port > 65535) return launch_usage(stderr);
+    } else if (c == 'o' && parse_outage(arg, o) != 0) {
+        fprintf(stderr, "xdc launch: --outage wants DURATION@START such as 5s@10s, got '%s'\n", arg);
+        return XDC_EX_USAGE;
+    }
+    return 0;
+}
+
+/* 0 when the options are complete; else the exit code (-1: --help printed, exit 0). */
+static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts *o, const char **log_format)
+{
+    static const struct option opts[] = {{"topology", required_argument, NULL, 't'},
+                                         {"config", required_argument, NULL, 'c'},
+                                         {"run-dir", required_argument, NULL, 'd'},
+                                         {"run-id", required_argument, NULL, 'i'},
+                                         {"emulate-wan", no_argument, NULL, 'e'},
+                                         {"no-emulate-wan", no_argument, NULL, 'E'},
+                                         {"outage", required_argument, NULL, 'o'},
+                                         {"resume", no_argument, NULL, 'r'},
+                                         {"log-format", required_argument, NULL, 'l'},
+                                         {"host", required_argument, NULL, 'H'},
+                                         {"port", required_argument, NULL, 'p'},
+                                         {"degrade-links", required_argument, NULL, 'g'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    orch_launch_opts_default(o, coordinator);
+    *log_format = NULL;
+    int c, ex;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "t:c:d:i:eEo:rl:H:p:g:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 't': o->topology = optarg; break;
+        case 'c': o->config = optarg; break;
+        case 'd': o->run_dir = optarg; break;
+        case 'i': o->run_id = optarg; break;
+        case 'e': o->emulate = 1; break;
+        case 'E': o->emulate = 0; break;
+        case 'r': o->resume = 1; break;
+        case 'l': *log_format = optarg; break;
+        case 'H': o->host = optarg; break;
+        case 'g':
+        case 'p':
+        case 'o':
+            if ((ex = launch_option(c, optarg, o)) != 0) return ex;
+            break;
+        case 'h': launch_usage(stdout); return -1;
+        default: return launch_usage(stderr);
+        }
+    }
+    if (!o->topology || !o->config || optind != argc || (coordinator && !o->run_dir)) return launch_usage(stderr);
+    return 0;
+}
+
+static int run_launch(int argc, char **argv, int coordinator)
+{
+    const char *cmd = coordinator ? "coordinator" : "launch", *log_format;
+    orch_launch_opts o;
+    int ex = launch_parse(argc, argv, coordinator, &o, &log_format);
+    if (ex != 0) return ex < 0 ? XDC_EX_OK : ex;
+    if (log_format) {
+        if (strcmp(log_format, "json") != 0 && strcmp(log_format, "text") != 0) {
+            fprintf(stderr, "xdc launch: --log-format must be text or json\n");
+            return XDC_EX_USAGE;
+        }
+        setenv("XDC_LOG_FORMAT", log_format, 1); /* inherited by agents and workers */
+        xdc_log_set_format(strcmp(log_format, "json") == 0 ? XDC_LOG_JSON : XDC_LOG_TEXT);
+    }
+    xdc_diag d = {{0}};
+    int agent_exit = 0;
+    xdc_err_t rc = orch_launch_run(&o, &agent_exit, &d);
+    if (rc != XDC_OK && d.msg[0]) fprintf(stderr, "xdc %s: %s\n", cmd, d.msg);
+    return xdc_cli_run_exit_code(rc, agent_exit);
+}
+
+int xdc_cmd_launch(int argc, char **argv) { return run_launch(argc, argv, 0); }
+
+int xdc_cmd_coordinator(int argc, char **argv) { return run_launch(argc, argv, 1); }

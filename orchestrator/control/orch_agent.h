@@ -1,0 +1,23 @@
+/* orch_agent.h — the node agent behind `xdc agent` (option parsing lives in orchestrator/cli/cmd_agent.c):
+ * work out which node of which region this is, start one `xdc worker` per worker slot with the
+ * environment contract, and supervise them (orch_proc.h). */
+#ifndef ORCH_AGENT_H
+#define ORCH_AGENT_H
+
+#include "common/xdc_err.h"
+#include "orchestrator/control/orch_identity.h"
+
+typedef struct orch_agent_opts {
+    const char *topology, *config, *run_dir; /* required */
+    int emulate_wan, resume;                 /* passed on to the workers */
+    orch_identity_flags id;                  /* --region --node --host --coordinator --run-id */
+} orch_agent_opts;
+
+/* Set up and supervise this node's workers until they end. XDC_OK when every worker exited 0;
+ * XDC_ERR_CONFIG for a topology, identity or worker-environment problem (topology errors are printed
+ * to stderr, the rest is in diag); XDC_ERR_UNAVAILABLE when a worker cannot start; XDC_ERR_PEER_LOST
+ * when a worker failed, *worker_exit its exit status (0 when a signal ended it); XDC_ERR_INTERRUPTED
+ * after SIGINT/SIGTERM. A failure also leaves RUN_DIR/failed-<region>-<node> for the launcher. */
+xdc_err_t orch_agent_run(const orch_agent_opts *o, int *worker_exit, xdc_diag *diag);
+
+#endif /* ORCH_AGENT_H */

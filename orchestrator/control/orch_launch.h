@@ -1,0 +1,36 @@
+/* orch_launch.h — the launcher behind `xdc launch` and `xdc coordinator` (option parsing lives in
+ * orchestrator/cli/cmd_launch.c): set up a run (run folder, certificates, the rendezvous store, the
+ * emulated WAN), start one `xdc agent` per node (not as the coordinator) and supervise the run
+ * (orch_proc.h) to its summary line. */
+#ifndef ORCH_LAUNCH_H
+#define ORCH_LAUNCH_H
+
+#include "common/xdc_err.h"
+
+#include <stdint.h>
+
+typedef struct orch_launch_opts {
+    const char *topology, *config; /* required */
+    const char *run_id;            /* NULL: run-<unix time>-<pid> */
+    const char *run_dir;           /* NULL: runs/<run-id>; required for the coordinator */
+    int emulate;                   /* -1: decide (yes when every region is on this host) */
+    const char *host;              /* rendezvous bind address */
+    int port;                      /* rendezvous port (0: any) */
+    int coordinator;               /* `xdc coordinator`: host the store, start no agents */
+    int resume;
+    int64_t outage_start_ms, outage_ms; /* cut every emulated link for outage_ms, starting this late */
+    double degrade;                     /* emulated links run at this fraction of the topology's bandwidth */
+} orch_launch_opts;
+
+/* The defaults of `xdc launch` (coordinator 0) or `xdc coordinator` (1): bind 127.0.0.1:any or
+ * 0.0.0.0:29400, emulation decided, full bandwidth. */
+void orch_launch_opts_default(orch_launch_opts *o, int coordinator);
+
+/* Run to the end. XDC_OK after a successful run (its summary printed); XDC_ERR_CONFIG for the topology
+ * or run file (errors printed to stderr); a planner or set-up error with diag saying which step;
+ * XDC_ERR_UNAVAILABLE when members never joined or (coordinator) a member reported a failure;
+ * XDC_ERR_PEER_LOST when an agent failed, *agent_exit its exit status (0 when a signal ended it);
+ * XDC_ERR_INTERRUPTED after SIGINT/SIGTERM. Failures are reported on stderr as they happen. */
+xdc_err_t orch_launch_run(const orch_launch_opts *o, int *agent_exit, xdc_diag *diag);
+
+#endif /* ORCH_LAUNCH_H */
