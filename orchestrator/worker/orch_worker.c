@@ -335,6 +335,22 @@ static xdc_err_t codec_config(orch_worker *w, xdc_codec_cfg *cc, xdc_diag *diag)
     return XDC_OK;
 }
 
+/* The comm thread's timeline: each bucket phase of every sync on the worker's trace lanes. */
+static void sync_trace(void *ctx, const char *sync_name, xdc_sync_phase phase, uint64_t start_ns, uint64_t dur_ns,
+                       size_t bytes)
+{
+    orch_worker *w = ctx;
+    static const char *const what[] = {"reduce-scatter", "encode+send", "wait+decode", "all-gather"};
+    static const orch_trace_lane lane[] = {ORCH_LANE_INTRA, ORCH_LANE_CODEC, ORCH_LANE_WAN_RX, ORCH_LANE_INTRA};
+    if (!w->trace) return;
+    uint64_t now_us = orch_trace_now_us(w->trace), ago_us = (xdc_now_ns() - start_ns) / 1000;
+    char name[ORCH_TRACE_NAME_MAX];
+    snprintf(name, sizeof name, "%s %s", sync_name, what[phase]);
+    orch_trace_complete(w->trace, lane[phase], name,
+                        phase == XDC_SYNC_PHASE_REDUCE_SCATTER || phase == XDC_SYNC_PHASE_ALL_GATHER ? "intra" : "wan",
+                        now_us > ago_us ? now_us - ago_us : 0, dur_ns / 1000, "bytes", (double)bytes);
+}
+
 static xdc_err_t open_sync(orch_worker *w, xdc_diag *diag)
 {
     xdc_sync_cfg sc = {.n_elems = w->n_params,
@@ -343,22 +359,25 @@ static xdc_err_t open_sync(orch_worker *w, xdc_diag *diag)
                        .peers = w->peers,
                        .n_regions = w->n_regions,
                        .my_region = w->region_idx,
-                       .name = "gradients"};
+                       .name = "gradients",
+                       .trace = sync_trace,
+                       .trace_ctx = w};
     if (sc.bucket_elems == 0) sc.bucket_elems = 1;
     XDC_CHECK(codec_config(w, &sc.codec, diag));
+    XDC_CHECK(xdc_sync_engine_create(&w->sync_eng, diag));
     w->codec_cfg = sc.codec;
     if (w->span) { /* each stage exists once: nothing to average */
         sc.n_regions = 1;
         sc.my_region = 0;
         sc.peers = NULL;
     }
-    if (w->cfg.mode == ORCH_MODE_SYNC) return xdc_sync_create(&sc, &w->grad_sync, diag);
+    if (w->cfg.mode == ORCH_MODE_SYNC) return xdc_sync_create(w->sync_eng, &sc, &w->grad_sync, diag);
     /* DiLoCo and streaming: inner steps sync over the region's replicas only, with no codec. */
     xdc_sync_cfg inner = sc;
     inner.n_regions = 1;
     inner.my_region = 0;
     inner.peers = NULL;
-    XDC_CHECK(xdc_sync_create(&inner, &w->grad_sync, diag));
+    XDC_CHECK(xdc_sync_create(w->sync_eng, &inner, &w->grad_sync, diag));
     sc.name = "pseudo-gradients";
     if (w->cfg.mode == ORCH_MODE_STREAMING && sc.dp) {
         /* Fragment syncs run while the next inner step's gradient sync uses the replicas' communicator;
@@ -367,7 +386,7 @@ static xdc_err_t open_sync(orch_worker *w, xdc_diag *diag)
         XDC_CHECK(xdc_intra_split(w->dp, 0, w->replica, &w->dp_wan, diag));
         sc.dp = w->dp_wan;
     }
-    XDC_CHECK(xdc_sync_create(&sc, &w->outer_sync, diag)); /* diloco rounds; streaming's final agreement */
+    XDC_CHECK(xdc_sync_create(w->sync_eng, &sc, &w->outer_sync, diag)); /* diloco rounds; streaming's final agreement */
     if (w->cfg.mode == ORCH_MODE_DILOCO) return XDC_OK;
     int F = w->cfg.fragments;
     if ((size_t)F > w->n_params) {
@@ -381,7 +400,7 @@ static xdc_err_t open_sync(orch_worker *w, xdc_diag *diag)
         orch_fragment_range(w, f, &lo, &hi);
         sc.n_elems = hi - lo;
         sc.name = "fragment";
-        XDC_CHECK(xdc_sync_create(&sc, &w->frag_sync[f], diag));
+        XDC_CHECK(xdc_sync_create(w->sync_eng, &sc, &w->frag_sync[f], diag));
     }
     return XDC_OK;
 }
@@ -398,8 +417,12 @@ int orch_worker_syncs(const orch_worker *w, xdc_sync **out, int cap)
 
 static void worker_close(orch_worker *w)
 {
-    /* Stop the comm threads, then the transports (the engine fails what is still posted and stops writing
-     * into our buffers), and only then free the sync buffers. */
+    /* Stop the syncs first: once xdc_sync_stop returns, the comm thread no longer works for them. Then
+     * the transports their rounds may still have requests posted with: the intra communicators, and the
+     * WAN peers (closing a peer fails its pending requests, so the WAN engine stops writing into sync
+     * buffers). Then destroy the syncs (the sync engine's clients: their jobs sit in its queue, so they go
+     * before it), the sync engine (its thread calls into the WAN engine, so it
+     * must be joined before that is destroyed), and last the WAN engine. */
     xdc_sync *syncs[ORCH_MAX_SYNCS];
     int n_syncs = orch_worker_syncs(w, syncs, ORCH_MAX_SYNCS);
     for (int i = 0; i < n_syncs; i++) xdc_sync_stop(syncs[i]);
@@ -407,9 +430,11 @@ static void worker_close(orch_worker *w)
     xdc_intra_destroy(w->dp);
     xdc_intra_destroy(w->pp);
     xdc_intra_destroy(w->region_comm);
-    rdzv_client_destroy(w->rdzv);
-    xdc_wan_engine_destroy(w->wan); /* closes the peers and the listener */
+    for (int r = 0; w->peers && r < w->n_regions; r++) xdc_wan_peer_close(w->peers[r]);
     for (int i = 0; i < n_syncs; i++) xdc_sync_destroy(syncs[i]);
+    xdc_sync_engine_destroy(w->sync_eng);
+    rdzv_client_destroy(w->rdzv);
+    xdc_wan_engine_destroy(w->wan); /* closes the other peers and the listener */
     xdc_free(w->frag_sync);
     xdc_codec_destroy(w->pipe_enc);
     xdc_codec_destroy(w->pipe_dec);

@@ -74,10 +74,11 @@ typedef struct orch_worker {
     orch_observe *obs;
     rdzv_client *rdzv;
     xdc_intra_comm *region_comm, *pp, *dp;
-    xdc_intra_comm *dp_wan; /* streaming: a second replicas' communicator for the fragment syncs */
-    xdc_sync *grad_sync;    /* sync: replicas + regions; diloco/streaming: replicas only */
-    xdc_sync *outer_sync;   /* diloco: pseudo-gradients across regions */
-    xdc_sync **frag_sync;   /* streaming: one per fragment */
+    xdc_intra_comm *dp_wan;    /* streaming: a second replicas' communicator for the fragment syncs */
+    xdc_sync_engine *sync_eng; /* the one comm thread that runs every sync below, in posting order */
+    xdc_sync *grad_sync;       /* sync: replicas + regions; diloco/streaming: replicas only */
+    xdc_sync *outer_sync;      /* diloco: pseudo-gradients across regions */
+    xdc_sync **frag_sync;      /* streaming: one per fragment */
 
     /* step buffers, allocated once */
     int B, T, C, M;
