@@ -13,6 +13,7 @@
 #include "orchestrator/control/orch_proc.h"
 #include "orchestrator/cli/xdc_cli.h"
 
+#include <dirent.h>
 #include <getopt.h>
 #include <sys/stat.h>
 #include <stdio.h>
@@ -449,6 +450,18 @@ static void worker_close(orch_worker *w)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) xdc_free(bufs[i]);
 }
 
+/* Threads of this process (/proc/self/task), for the set-up log line; -1 when unknown. */
+static int count_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
 static int worker_usage(FILE *f)
 {
     fprintf(f, "usage: xdc worker --topology FILE --config RUN.yaml --run-dir DIR [--emulate-wan] [--resume]\n"
@@ -518,10 +531,12 @@ int xdc_cmd_worker(int argc, char **argv)
     if (rc == XDC_OK)
         what = "start barrier", rc = rdzv_barrier(w.rdzv, "start", w.gsize, w.cfg.rendezvous_timeout_ms, &d);
     if (rc == XDC_OK) {
-        XDC_INFO(XDC_SUB_ORCH, "stage %d/%d (layers %d-%d, %zu params) of replica %d/%d, %s mode", w.stage, w.n_stages,
-                 w.layer_begin, w.layer_end - 1, w.n_params, w.replica, w.n_replicas, orch_mode_name(w.cfg.mode));
+        XDC_INFO(XDC_SUB_ORCH, "stage %d/%d (layers %d-%d, %zu params) of replica %d/%d, %s mode, %d threads", w.stage,
+                 w.n_stages, w.layer_begin, w.layer_end - 1, w.n_params, w.replica, w.n_replicas,
+                 orch_mode_name(w.cfg.mode), count_threads());
         what = "training";
         rc = orch_train_run(&w, &d);
+        if (rc == XDC_OK) XDC_INFO(XDC_SUB_ORCH, "training done, %d threads", count_threads());
     }
     orch_observe_finish(&w);
     if (w.trace) {
