@@ -193,3 +193,28 @@ XDC_TEST_T(sync_streaming_worker_threads_do_not_grow_with_fragments, 300)
     XDC_ASSERT_MSG(four > 0 && four == sixteen, "%d threads with 4 fragments, %d with 16", four, sixteen);
     XDC_ASSERT_MSG(sixteen <= 12, "%d threads in a worker", sixteen);
 }
+
+/* build/xdc_sync_standalone: the sync linked without the orchestrator, model, scheduler, topology or
+ * config layers runs an int8 + error-feedback all-reduce between two regions over loopback TLS and
+ * matches its serial reference bit for bit. */
+XDC_TEST_T(sync_standalone_int8_allreduce_matches_serial_reference, 120)
+{
+    char bin[600], cmd[1400], out[8192];
+    snprintf(bin, sizeof bin, "%s", xdc_test_bin());
+    char *slash = strrchr(bin, '/');
+    snprintf(slash ? slash + 1 : bin, sizeof bin - (size_t)(slash ? slash + 1 - bin : 0), "xdc_sync_standalone");
+    if (access(bin, X_OK) != 0) XDC_FAIL("%s not built (make all builds it)", bin);
+    snprintf(cmd, sizeof cmd, "%s --codec int8 --rounds 6 2>&1", bin);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", bin, rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "codec int8:128 + error feedback");
+    XDC_ASSERT_STR_CONTAINS(out, "6 rounds: bit-identical to the serial reference on every region");
+    /* Linked from the lower layers only: no symbol of the layers above sync. */
+    snprintf(cmd, sizeof cmd, "nm %s | grep -cE ' [TtDdBb] (orch_|rdzv_|xdc_gpt_|xdc_topology_|xdc_plan_|xdc_cfg_)'",
+             bin);
+    xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(atoi(out) == 0, "%s holds %d symbols of the layers above sync", bin, atoi(out));
+    snprintf(cmd, sizeof cmd, "nm %s | grep -c ' T xdc_sync_engine_create'", bin);
+    xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_EQ(atoi(out), 1);
+}
