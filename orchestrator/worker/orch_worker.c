@@ -1,5 +1,6 @@
-/* orch_worker.c — `xdc worker`: one process per pipeline stage of one replica in one region, started by
- * `xdc agent`. Reads its identity from the environment contract, joins the rendezvous, creates the intra
+/* orch_worker.c — xdc_worker_run (xdc_worker.h): one process per pipeline stage of one replica in one
+ * region, started by `xdc agent` (`xdc worker` parses its options in orchestrator/cli/cmd_worker.c).
+ * Reads its identity from the environment contract, joins the rendezvous, creates the intra
  * communicators (region, pipeline group, data-parallel group) and the WAN peers (the same local rank in
  * every other region, through the emulator's relays when asked), then runs the training loop
  * (orch_train.c) and reports its result to the rendezvous. */
@@ -11,10 +12,9 @@
 #include "kernels/xdc_model_ops.h"
 #include "orchestrator/control/orch_identity.h"
 #include "orchestrator/control/orch_proc.h"
-#include "orchestrator/cli/xdc_cli.h"
+#include "orchestrator/worker/xdc_worker.h"
 
 #include <dirent.h>
-#include <getopt.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -462,59 +462,33 @@ static int count_threads(void)
     return n;
 }
 
-static int worker_usage(FILE *f)
+xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
 {
-    fprintf(f, "usage: xdc worker --topology FILE --config RUN.yaml --run-dir DIR [--emulate-wan] [--resume]\n"
-               "  Started by `xdc agent`, one per worker slot; reads its identity from the environment contract\n"
-               "  (RANK, WORLD_SIZE, LOCAL_RANK, XDC_REGION, XDC_REGION_INDEX, XDC_NUM_REGIONS, XDC_GLOBAL_RANK,\n"
-               "  XDC_GLOBAL_WORLD_SIZE, XDC_RUN_ID, XDC_COORDINATOR, XDC_HOST, ...; see docs/observability.md).\n");
-    return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
-}
-
-int xdc_cmd_worker(int argc, char **argv)
-{
-    static const struct option opts[] = {{"topology", required_argument, NULL, 't'},
-                                         {"config", required_argument, NULL, 'c'},
-                                         {"run-dir", required_argument, NULL, 'd'},
-                                         {"emulate-wan", no_argument, NULL, 'e'},
-                                         {"resume", no_argument, NULL, 'r'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
     orch_worker w;
     memset(&w, 0, sizeof w);
-    const char *topo_path = NULL, *cfg_path = NULL;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "t:c:d:erh", opts, NULL)) != -1) {
-        switch (c) {
-        case 't': topo_path = optarg; break;
-        case 'c': cfg_path = optarg; break;
-        case 'd': snprintf(w.run_dir, sizeof w.run_dir, "%s", optarg); break;
-        case 'e': w.emulate_wan = 1; break;
-        case 'r': w.resume = 1; break;
-        case 'h': return worker_usage(stdout);
-        default: return worker_usage(stderr);
-        }
-    }
-    if (!topo_path || !cfg_path || !w.run_dir[0] || optind != argc) return worker_usage(stderr);
+    snprintf(w.run_dir, sizeof w.run_dir, "%s", o->run_dir);
+    w.emulate_wan = o->emulate_wan;
+    w.resume = o->resume;
+    const char *topo_path = o->topology_path, *cfg_path = o->config_path;
     xdc_diag d = {{0}};
     xdc_cfg_errors errs;
     if (xdc_topology_load(topo_path, &w.topo, &errs) != XDC_OK ||
         orch_run_config_load(cfg_path, &w.cfg, &errs) != XDC_OK) {
         xdc_cfg_errors_print(&errs, stderr);
         worker_close(&w);
-        return XDC_EX_CONFIG;
+        xdc_diag_set(diag, "%s or %s: configuration errors (above)", topo_path, cfg_path);
+        return XDC_ERR_CONFIG;
     }
     xdc_err_t rc = read_identity(&w, &d);
     if (rc != XDC_OK) {
-        fprintf(stderr, "xdc worker: %s\n", d.msg);
         worker_close(&w);
-        return XDC_EX_CONFIG;
+        if (diag) *diag = d;
+        return XDC_ERR_CONFIG; /* whatever the cause: the environment contract does not hold */
     }
     if (w.cfg.plan_auto && (rc = orch_plan_apply(&w.cfg, w.topo, &w.planned, &d)) != XDC_OK) {
-        fprintf(stderr, "xdc worker: %s\n", d.msg);
         worker_close(&w);
-        return xdc_err_exit_code(rc);
+        if (diag) *diag = d;
+        return rc;
     }
     xdc_log_set_identity(w.region, w.node, w.lrank);
     if (orch_trace_create(w.grank, w.member, ORCH_TRACE_DEFAULT_CAPACITY, &w.trace) != XDC_OK)
@@ -558,5 +532,6 @@ int xdc_cmd_worker(int argc, char **argv)
         }
     }
     worker_close(&w);
-    return rc == XDC_OK ? XDC_EX_OK : xdc_err_exit_code(rc);
+    if (rc != XDC_OK) xdc_diag_set(diag, "%s failed: %s", what, d.msg);
+    return rc;
 }
