@@ -385,12 +385,15 @@ int orch_worker_syncs(const orch_worker *w, xdc_sync **out, int cap)
 
 static void worker_close(orch_worker *w)
 {
-    /* Stop the syncs first: once xdc_sync_stop returns, the comm thread no longer works for them. Then
-     * the transports their rounds may still have requests posted with: the intra communicators, and the
-     * WAN peers (closing a peer fails its pending requests, so the WAN engine stops writing into sync
-     * buffers). Then destroy the syncs (the sync engine's clients: their jobs sit in its queue, so they go
-     * before it), the sync engine (its thread calls into the WAN engine, so it
-     * must be joined before that is destroyed), and last the WAN engine. */
+    /* Teardown order, and why:
+     * 1. stop every sync: once xdc_sync_stop returns, the comm thread runs no job of it any more;
+     * 2. destroy the intra communicators and close the WAN peers: what a stopped round still has posted
+     *    fails, and neither transport writes into a sync's buffers after that;
+     * 3. destroy the syncs: they are the sync engine's clients (their jobs live in its queue, and a sync
+     *    detaches from the engine when destroyed), so the engine must outlive them;
+     * 4. destroy the sync engine: this joins the comm thread, whose jobs call into the WAN engine, so it
+     *    must end before the WAN engine goes;
+     * 5. the rendezvous client, then the WAN engine (it frees the peers and the listener). */
     xdc_sync *syncs[ORCH_MAX_SYNCS];
     int n_syncs = orch_worker_syncs(w, syncs, ORCH_MAX_SYNCS);
     for (int i = 0; i < n_syncs; i++) xdc_sync_stop(syncs[i]);
