@@ -322,6 +322,7 @@ static void complete(xdc_sync *s, xdc_err_t rc, const xdc_diag *d)
 static void *engine_main(void *arg)
 {
     xdc_sync_engine *e = arg;
+    pthread_setname_np(pthread_self(), "xdc-sync"); /* for top -H, gdb, /proc/PID/task/TID/comm */
     pthread_mutex_lock(&e->mu);
     for (;;) {
         while (!e->head && !e->stop) pthread_cond_wait(&e->cv, &e->mu);
