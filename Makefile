@@ -73,14 +73,16 @@ lib_objs = $(call obj,$(call lib_srcs,$(1))) $(if $(filter 1,$(CUDA)),$(call cuo
 lib_file = $(BUILD)/libxdc_$(subst /,_,$(1)).a
 LIB_FILES := $(foreach l,$(LAYERS),$(call lib_file,$(l)))
 
-TEST_SRCS := $(wildcard tests/*.c) $(wildcard tests/fuzz/*.c)
+# tests/sync_standalone.c is a program of its own (below), not part of the test binary.
+SYNC_STANDALONE_SRC := tests/sync_standalone.c
+TEST_SRCS := $(filter-out $(SYNC_STANDALONE_SRC),$(wildcard tests/*.c) $(wildcard tests/fuzz/*.c))
 TEST_OBJS := $(call obj,$(TEST_SRCS))
 
 # Numeric folders get -O3 so the vectoriser does its work on the kernels.
 $(BUILD)/obj/kernels/%.o $(BUILD)/obj/compression/%.o $(BUILD)/obj/model/%.o: OPT := -O3
 
 .PHONY: all libs test test-run demo deps deps-bench clean check-layers lint format
-all: $(BUILD)/xdc $(BUILD)/xdc_tests
+all: $(BUILD)/xdc $(BUILD)/xdc_tests $(BUILD)/xdc_sync_standalone
 libs: $(LIB_FILES)
 
 $(BUILD)/obj/%.o: %.c
@@ -110,6 +112,13 @@ $(BUILD)/xdc: $(call obj,$(MAIN_SRC)) $(LIB_FILES)
 $(BUILD)/xdc_tests: $(TEST_OBJS) $(LIB_FILES)
 	$(call say,LINK,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $(TEST_OBJS) $(LIB_FILES) $(LDLIBS)
+
+# The sync used as a library: linked against sync/ and the layers below it only, so a dependency on the
+# orchestrator, model, scheduler, topology or config layers fails to link (test sync_standalone_*).
+SYNC_STANDALONE_LIBS := $(foreach l,sync intra wan compression kernels common,$(call lib_file,$(l)))
+$(BUILD)/xdc_sync_standalone: $(call obj,$(SYNC_STANDALONE_SRC)) $(SYNC_STANDALONE_LIBS)
+	$(call say,LINK,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $< $(SYNC_STANDALONE_LIBS) $(LDLIBS)
 
 # ---- tests -----------------------------------------------------------------------------------------
 TEST_JOBS ?= 1

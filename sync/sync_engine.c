@@ -1,4 +1,5 @@
-/* xdc_sync.c — the comm engine thread (see xdc_sync.h). Two-stage software pipeline per bucket:
+/* sync_engine.c — the comm thread and its job queue (xdc_sync_engine), and the rounds it runs for its
+ * clients (xdc_sync; see xdc_sync.h). A round is a two-stage software pipeline per bucket:
  *   A: intra reduce-scatter, encode the shard, send it to every other region;
  *   B: wait for the other regions' shards, decode and sum every region's contribution, intra all-gather.
  * A of bucket k+1 runs while bucket k is on the wire, so the encoder and the link work at once.
@@ -14,6 +15,7 @@
 #include "common/xdc_time.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,27 +30,57 @@ typedef struct {
     float *shard_buf;               /* (shard) fp32 */
 } bucket;
 
+typedef enum { JOB_ROUND, JOB_SET_CODEC } job_kind;
+
+/* One sync has at most one job at a time (a round between begin and its completion, or a codec
+ * switch), so the job lives in the sync and posting allocates nothing. */
+typedef struct job {
+    job_kind kind;
+    const xdc_codec_cfg *codec; /* JOB_SET_CODEC */
+    struct job *next;           /* queue link */
+} job;
+
+struct xdc_sync_engine {
+    pthread_t thread;
+    pthread_mutex_t mu;     /* guards the queue and every client's round state (ready_from, done, ...) */
+    pthread_cond_t cv;      /* to the thread: a job was posted, readiness moved, a stop */
+    pthread_cond_t done_cv; /* to the callers: a job completed */
+    job *head, *tail;       /* FIFO of posted jobs */
+    xdc_sync *running;      /* the sync whose job the thread runs now */
+    int stop, n_clients;
+};
+
 struct xdc_sync {
     xdc_sync_cfg cfg;
+    xdc_sync_engine *eng;
     int dp_size, dp_rank;
     bucket *b; /* (n_buckets) */
     int n_buckets;
     float *pad; /* (max plen) fp32 scratch for buckets whose length is not a multiple of dp_size */
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int stop;
-    /* current round */
+    job job;
+    int stop; /* set under eng->mu, read by the thread's waits without it */
+    /* current round, under eng->mu */
     float *buf;
-    int active, done;
+    int queued, active, done;
     size_t ready_from;
     xdc_err_t err;
     xdc_diag diag;
-    xdc_sync_stats st;  /* under mu */
+    xdc_sync_stats st;  /* under eng->mu */
     xdc_sync_stats rst; /* this round's, comm thread only; merged into st when the round ends */
 };
 
 static double secs_since(uint64_t t0) { return (double)(xdc_now_ns() - t0) / 1e9; }
+
+/* The sync or its whole engine is being stopped: a wait of the comm thread gives up. */
+static int stopping(xdc_sync *s)
+{
+    return __atomic_load_n(&s->stop, __ATOMIC_ACQUIRE) || __atomic_load_n(&s->eng->stop, __ATOMIC_ACQUIRE);
+}
+
+static void trace(xdc_sync *s, xdc_sync_phase phase, uint64_t t0, size_t bytes)
+{
+    if (s->cfg.trace) s->cfg.trace(s->cfg.trace_ctx, s->cfg.name, phase, t0, xdc_now_ns() - t0, bytes);
+}
 
 /* Wait for a collective that `rc` says was started (req set by the start call, read only after it). The
  * communicator fails it when a rank makes no progress for its op timeout; a stop request ends the wait. */
@@ -58,7 +90,7 @@ static xdc_err_t intra_wait(xdc_sync *s, xdc_err_t rc, xdc_intra_req *req, xdc_d
     for (;;) {
         rc = xdc_intra_wait(req, 200, diag);
         if (rc != XDC_ERR_TIMEOUT) return rc;
-        if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+        if (stopping(s)) {
             xdc_diag_set(diag, "sync stopped");
             return XDC_ERR_CLOSED;
         }
@@ -79,7 +111,7 @@ static xdc_err_t wan_wait(xdc_sync *s, xdc_wan_request **req, size_t *len, uint8
             *req = NULL; /* completed or failed: the engine released it */
             return rc;
         }
-        if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+        if (stopping(s)) {
             xdc_diag_set(diag, "sync stopped");
             return XDC_ERR_CLOSED; /* the request stays with the engine, which fails it when destroyed */
         }
@@ -125,6 +157,7 @@ static xdc_err_t stage_a(xdc_sync *s, bucket *k, xdc_diag *diag)
         xdc_err_t rc = xdc_intra_reduce_scatter(s->cfg.dp, src, x, k->shard, XDC_INTRA_F32, XDC_INTRA_AVG, &req);
         XDC_CHECK(intra_wait(s, rc, req, diag));
         s->rst.intra_seconds += secs_since(t0);
+        trace(s, XDC_SYNC_PHASE_REDUCE_SCATTER, t0, 0);
     } else {
         x = s->buf + k->lo;
     }
@@ -140,6 +173,7 @@ static xdc_err_t stage_a(xdc_sync *s, bucket *k, xdc_diag *diag)
         s->rst.wan_raw_bytes += k->shard * sizeof(float);
     }
     s->rst.wan_seconds += secs_since(t0);
+    trace(s, XDC_SYNC_PHASE_ENCODE_SEND, t0, k->enc_len * (size_t)(s->cfg.n_regions - 1));
     return XDC_OK;
 }
 
@@ -177,6 +211,9 @@ static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
         float inv = 1.0f / (float)s->cfg.n_regions;
         for (size_t i = 0; i < k->shard; i++) x[i] *= inv;
         s->rst.wan_seconds += secs_since(t0);
+        size_t got = 0;
+        for (int r = 0; r < s->cfg.n_regions; r++) got += rx_len[r];
+        trace(s, XDC_SYNC_PHASE_WAIT_DECODE, t0, got);
     }
     if (s->dp_size > 1) {
         uint64_t t0 = xdc_now_ns();
@@ -186,6 +223,7 @@ static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
         XDC_CHECK(intra_wait(s, rc, req, diag));
         if (dst == s->pad) memcpy(s->buf + k->lo, s->pad, k->len * sizeof(float));
         s->rst.intra_seconds += secs_since(t0);
+        trace(s, XDC_SYNC_PHASE_ALL_GATHER, t0, 0);
     }
     return XDC_OK;
 }
@@ -203,24 +241,28 @@ static xdc_err_t bucket_codec_create(const xdc_codec_cfg *codec, const bucket *k
 
 static xdc_err_t run_round(xdc_sync *s, xdc_diag *diag)
 {
+    xdc_sync_engine *e = s->eng;
     int prev = -1;
     XDC_CHECK(post_receives(s));
     for (int i = s->n_buckets - 1; i >= 0; i--) {
         bucket *k = &s->b[i];
-        pthread_mutex_lock(&s->mu);
+        pthread_mutex_lock(&e->mu);
         int ready = bucket_ready(s, k);
-        pthread_mutex_unlock(&s->mu);
+        pthread_mutex_unlock(&e->mu);
         /* Finish the previous bucket early while this one is not ready yet — only without replicas: their
          * collectives must come in the same order on every replica, whatever each one's timing. */
         if (!ready && prev >= 0 && s->dp_size == 1) {
             XDC_CHECK(stage_b(s, &s->b[prev], diag));
             prev = -1;
         }
-        pthread_mutex_lock(&s->mu);
-        while (!bucket_ready(s, k) && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
-        int stop = s->stop;
-        pthread_mutex_unlock(&s->mu);
-        if (stop) return XDC_ERR_CLOSED;
+        pthread_mutex_lock(&e->mu);
+        while (!bucket_ready(s, k) && !s->stop && !e->stop) pthread_cond_wait(&e->cv, &e->mu);
+        int stop = s->stop || e->stop;
+        pthread_mutex_unlock(&e->mu);
+        if (stop) {
+            xdc_diag_set(diag, "sync %s stopped", s->cfg.name);
+            return XDC_ERR_CLOSED;
+        }
         XDC_CHECK(stage_a(s, k, diag));
         if (prev >= 0) XDC_CHECK(stage_b(s, &s->b[prev], diag));
         prev = i;
@@ -229,165 +271,9 @@ static xdc_err_t run_round(xdc_sync *s, xdc_diag *diag)
     return XDC_OK;
 }
 
-static void *sync_main(void *arg)
+/* The codec switch of xdc_sync_set_codec, on the comm thread. */
+static xdc_err_t switch_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag *diag)
 {
-    xdc_sync *s = arg;
-    pthread_mutex_lock(&s->mu);
-    for (;;) {
-        while (!s->active && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
-        if (s->stop) break;
-        pthread_mutex_unlock(&s->mu);
-        xdc_diag d = {{0}};
-        memset(&s->rst, 0, sizeof s->rst);
-        xdc_err_t rc = run_round(s, &d);
-        pthread_mutex_lock(&s->mu);
-        s->st.wan_tx_bytes += s->rst.wan_tx_bytes;
-        s->st.wan_raw_bytes += s->rst.wan_raw_bytes;
-        s->st.wan_seconds += s->rst.wan_seconds;
-        s->st.intra_seconds += s->rst.intra_seconds;
-        s->err = rc;
-        s->diag = d;
-        s->active = 0;
-        s->done = 1;
-        pthread_cond_broadcast(&s->cv);
-    }
-    pthread_mutex_unlock(&s->mu);
-    return NULL;
-}
-
-xdc_err_t xdc_sync_create(const xdc_sync_cfg *cfg, xdc_sync **out, xdc_diag *diag)
-{
-    *out = NULL;
-    if (cfg->n_elems == 0 || cfg->bucket_elems == 0 || cfg->n_regions < 1 || cfg->n_regions > 256) {
-        xdc_diag_set(diag, "sync: empty buffer, zero bucket size or bad region count");
-        return XDC_ERR_INVALID;
-    }
-    xdc_sync *s = xdc_calloc(1, sizeof *s);
-    if (!s) return XDC_ERR_NOMEM;
-    s->cfg = *cfg;
-    s->dp_size = cfg->dp ? xdc_intra_size(cfg->dp) : 1;
-    s->dp_rank = cfg->dp ? xdc_intra_rank(cfg->dp) : 0;
-    size_t bsz = (cfg->bucket_elems + (size_t)s->dp_size - 1) / (size_t)s->dp_size * (size_t)s->dp_size;
-    s->n_buckets = (int)((cfg->n_elems + bsz - 1) / bsz);
-    s->b = xdc_calloc((size_t)s->n_buckets, sizeof *s->b);
-    s->pad = s->dp_size > 1 ? xdc_malloc(bsz * sizeof(float)) : NULL; /* only replicas pad a bucket */
-    xdc_err_t rc = (s->b && (s->pad || s->dp_size == 1)) ? XDC_OK : XDC_ERR_NOMEM;
-    for (int i = 0; i < s->n_buckets && rc == XDC_OK; i++) {
-        bucket *k = &s->b[i];
-        k->lo = (size_t)i * bsz;
-        k->len = cfg->n_elems - k->lo < bsz ? cfg->n_elems - k->lo : bsz;
-        k->plen = (k->len + (size_t)s->dp_size - 1) / (size_t)s->dp_size * (size_t)s->dp_size;
-        k->shard = k->plen / (size_t)s->dp_size;
-        if ((rc = bucket_codec_create(&cfg->codec, k, &k->codec, diag)) != XDC_OK) break;
-        k->bound = xdc_codec_bound(k->codec, k->shard);
-        k->enc = xdc_malloc(k->bound);
-        k->rx = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rx);
-        k->sreq = xdc_calloc((size_t)cfg->n_regions, sizeof *k->sreq);
-        k->rreq = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rreq);
-        k->shard_buf = s->dp_size > 1 ? xdc_malloc(k->shard * sizeof(float)) : NULL;
-        if (!k->enc || !k->rx || !k->sreq || !k->rreq || (s->dp_size > 1 && !k->shard_buf)) rc = XDC_ERR_NOMEM;
-        for (int r = 0; r < cfg->n_regions && rc == XDC_OK; r++)
-            if (r != cfg->my_region && !(k->rx[r] = xdc_malloc(k->bound))) rc = XDC_ERR_NOMEM;
-    }
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
-    if (rc == XDC_OK && pthread_create(&s->thread, NULL, sync_main, s) != 0) rc = XDC_ERR_NOMEM;
-    if (rc != XDC_OK) {
-        s->n_buckets = s->b ? s->n_buckets : 0;
-        s->stop = -1; /* no thread to join */
-        xdc_sync_destroy(s);
-        return rc;
-    }
-    XDC_DEBUG(XDC_SUB_ORCH, "sync %s: %zu elements in %d buckets of %zu, %d replicas, %d regions", cfg->name,
-              cfg->n_elems, s->n_buckets, bsz, s->dp_size, cfg->n_regions);
-    *out = s;
-    return XDC_OK;
-}
-
-void xdc_sync_stop(xdc_sync *s)
-{
-    if (!s || s->stop == -1) return;
-    pthread_mutex_lock(&s->mu);
-    s->stop = 1;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->thread, NULL);
-    s->stop = -1; /* joined */
-}
-
-void xdc_sync_destroy(xdc_sync *s)
-{
-    if (!s) return;
-    xdc_sync_stop(s);
-    for (int i = 0; s->b && i < s->n_buckets; i++) {
-        bucket *k = &s->b[i];
-        xdc_codec_destroy(k->codec);
-        xdc_free(k->enc);
-        for (int r = 0; k->rx && r < s->cfg.n_regions; r++) xdc_free(k->rx[r]);
-        xdc_free(k->rx);
-        xdc_free(k->sreq);
-        xdc_free(k->rreq);
-        xdc_free(k->shard_buf);
-    }
-    xdc_free(s->b);
-    xdc_free(s->pad);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
-    xdc_free(s);
-}
-
-xdc_err_t xdc_sync_begin(xdc_sync *s, float *buf)
-{
-    pthread_mutex_lock(&s->mu);
-    if (s->active || s->stop) {
-        pthread_mutex_unlock(&s->mu);
-        XDC_ERROR(XDC_SUB_ORCH, "sync %s: a round began while one is still running or after stop", s->cfg.name);
-        return XDC_ERR_INVALID;
-    }
-    s->buf = buf;
-    s->ready_from = s->cfg.n_elems;
-    s->done = 0;
-    s->err = XDC_OK;
-    s->active = 1;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    return XDC_OK;
-}
-
-void xdc_sync_mark_ready(xdc_sync *s, size_t from)
-{
-    pthread_mutex_lock(&s->mu);
-    if (from < s->ready_from) {
-        s->ready_from = from;
-        pthread_cond_broadcast(&s->cv);
-    }
-    pthread_mutex_unlock(&s->mu);
-}
-
-xdc_err_t xdc_sync_end(xdc_sync *s, xdc_diag *diag)
-{
-    xdc_sync_mark_ready(s, 0);
-    pthread_mutex_lock(&s->mu);
-    while (!s->done) pthread_cond_wait(&s->cv, &s->mu);
-    xdc_err_t rc = s->err;
-    if (rc != XDC_OK && diag) *diag = s->diag;
-    pthread_mutex_unlock(&s->mu);
-    return rc;
-}
-
-void xdc_sync_get_stats(xdc_sync *s, xdc_sync_stats *out)
-{
-    pthread_mutex_lock(&s->mu);
-    *out = s->st;
-    pthread_mutex_unlock(&s->mu);
-}
-
-xdc_err_t xdc_sync_set_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag *diag)
-{
-    pthread_mutex_lock(&s->mu);
-    int busy = s->active;
-    pthread_mutex_unlock(&s->mu);
-    if (busy) return XDC_ERR_INVALID;
     for (int i = 0; i < s->n_buckets; i++) {
         bucket *k = &s->b[i];
         XDC_CHECK(wait_sends(s, k, diag)); /* the old encoding may still be on the wire */
@@ -419,4 +305,305 @@ xdc_err_t xdc_sync_set_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag *
     }
     s->cfg.codec = *codec;
     return XDC_OK;
+}
+
+/* Under e->mu: the sync's job is over (run, dropped or refused) with `rc`. */
+static void complete(xdc_sync *s, xdc_err_t rc, const xdc_diag *d)
+{
+    s->err = rc;
+    if (d) s->diag = *d;
+    else if (rc != XDC_OK) xdc_diag_set(&s->diag, "sync %s stopped", s->cfg.name);
+    s->queued = 0;
+    s->done = 1;
+    pthread_cond_broadcast(&s->eng->done_cv);
+}
+
+/* The comm thread: take the oldest job, run it to completion, repeat. */
+static void *engine_main(void *arg)
+{
+    xdc_sync_engine *e = arg;
+    pthread_setname_np(pthread_self(), "xdc-sync"); /* for top -H, gdb, /proc/PID/task/TID/comm */
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        while (!e->head && !e->stop) pthread_cond_wait(&e->cv, &e->mu);
+        if (e->stop) break; /* xdc_sync_engine_destroy completes what is still queued */
+        job *j = e->head;
+        e->head = j->next;
+        if (!e->head) e->tail = NULL;
+        j->next = NULL;
+        xdc_sync *s = (xdc_sync *)((char *)j - offsetof(xdc_sync, job));
+        e->running = s;
+        pthread_mutex_unlock(&e->mu);
+        xdc_diag d = {{0}};
+        memset(&s->rst, 0, sizeof s->rst);
+        xdc_err_t rc = j->kind == JOB_ROUND ? run_round(s, &d) : switch_codec(s, j->codec, &d);
+        pthread_mutex_lock(&e->mu);
+        s->st.wan_tx_bytes += s->rst.wan_tx_bytes;
+        s->st.wan_raw_bytes += s->rst.wan_raw_bytes;
+        s->st.wan_seconds += s->rst.wan_seconds;
+        s->st.intra_seconds += s->rst.intra_seconds;
+        e->running = NULL;
+        complete(s, rc, &d);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+xdc_err_t xdc_sync_engine_create(xdc_sync_engine **out, xdc_diag *diag)
+{
+    *out = NULL;
+    xdc_sync_engine *e = xdc_calloc(1, sizeof *e);
+    if (!e) return XDC_ERR_NOMEM;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    pthread_cond_init(&e->done_cv, NULL);
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        xdc_diag_set(diag, "sync engine: cannot start the comm thread");
+        pthread_mutex_destroy(&e->mu);
+        pthread_cond_destroy(&e->cv);
+        pthread_cond_destroy(&e->done_cv);
+        xdc_free(e);
+        return XDC_ERR_NOMEM;
+    }
+    *out = e;
+    return XDC_OK;
+}
+
+void xdc_sync_engine_destroy(xdc_sync_engine *e)
+{
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    if (e->n_clients)
+        XDC_ERROR(XDC_SUB_ORCH, "sync engine destroyed with %d syncs still attached (destroy them first)",
+                  e->n_clients);
+    __atomic_store_n(&e->stop, 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    /* Jobs never started end with XDC_ERR_CLOSED (only possible with syncs still attached). */
+    for (job *j = e->head, *nx; j; j = nx) {
+        nx = j->next;
+        j->next = NULL;
+        complete((xdc_sync *)((char *)j - offsetof(xdc_sync, job)), XDC_ERR_CLOSED, NULL);
+    }
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    pthread_cond_destroy(&e->done_cv);
+    xdc_free(e);
+}
+
+int xdc_sync_engine_clients(xdc_sync_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    int n = e->n_clients;
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+/* Under e->mu: append the sync's job to the queue. */
+static void post(xdc_sync *s, job_kind kind, const xdc_codec_cfg *codec)
+{
+    xdc_sync_engine *e = s->eng;
+    s->job.kind = kind;
+    s->job.codec = codec;
+    s->job.next = NULL;
+    if (e->tail) e->tail->next = &s->job;
+    else e->head = &s->job;
+    e->tail = &s->job;
+    s->queued = 1;
+    s->done = 0;
+    s->err = XDC_OK;
+    pthread_cond_broadcast(&e->cv);
+}
+
+/* Under e->mu: wait for the sync's job to end; its result. */
+static xdc_err_t wait_done(xdc_sync *s, xdc_diag *diag)
+{
+    while (!s->done) pthread_cond_wait(&s->eng->done_cv, &s->eng->mu);
+    if (s->err != XDC_OK && diag) *diag = s->diag;
+    return s->err;
+}
+
+xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_sync **out, xdc_diag *diag)
+{
+    *out = NULL;
+    if (!engine || cfg->n_elems == 0 || cfg->bucket_elems == 0 || cfg->n_regions < 1 || cfg->n_regions > 256) {
+        xdc_diag_set(diag, "sync: no engine, empty buffer, zero bucket size or bad region count");
+        return XDC_ERR_INVALID;
+    }
+    xdc_sync *s = xdc_calloc(1, sizeof *s);
+    if (!s) return XDC_ERR_NOMEM;
+    s->cfg = *cfg;
+    s->done = 1; /* no round yet */
+    s->dp_size = cfg->dp ? xdc_intra_size(cfg->dp) : 1;
+    s->dp_rank = cfg->dp ? xdc_intra_rank(cfg->dp) : 0;
+    size_t bsz = (cfg->bucket_elems + (size_t)s->dp_size - 1) / (size_t)s->dp_size * (size_t)s->dp_size;
+    s->n_buckets = (int)((cfg->n_elems + bsz - 1) / bsz);
+    s->b = xdc_calloc((size_t)s->n_buckets, sizeof *s->b);
+    s->pad = s->dp_size > 1 ? xdc_malloc(bsz * sizeof(float)) : NULL; /* only replicas pad a bucket */
+    xdc_err_t rc = (s->b && (s->pad || s->dp_size == 1)) ? XDC_OK : XDC_ERR_NOMEM;
+    for (int i = 0; i < s->n_buckets && rc == XDC_OK; i++) {
+        bucket *k = &s->b[i];
+        k->lo = (size_t)i * bsz;
+        k->len = cfg->n_elems - k->lo < bsz ? cfg->n_elems - k->lo : bsz;
+        k->plen = (k->len + (size_t)s->dp_size - 1) / (size_t)s->dp_size * (size_t)s->dp_size;
+        k->shard = k->plen / (size_t)s->dp_size;
+        if ((rc = bucket_codec_create(&cfg->codec, k, &k->codec, diag)) != XDC_OK) break;
+        k->bound = xdc_codec_bound(k->codec, k->shard);
+        k->enc = xdc_malloc(k->bound);
+        k->rx = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rx);
+        k->sreq = xdc_calloc((size_t)cfg->n_regions, sizeof *k->sreq);
+        k->rreq = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rreq);
+        k->shard_buf = s->dp_size > 1 ? xdc_malloc(k->shard * sizeof(float)) : NULL;
+        if (!k->enc || !k->rx || !k->sreq || !k->rreq || (s->dp_size > 1 && !k->shard_buf)) rc = XDC_ERR_NOMEM;
+        for (int r = 0; r < cfg->n_regions && rc == XDC_OK; r++)
+            if (r != cfg->my_region && !(k->rx[r] = xdc_malloc(k->bound))) rc = XDC_ERR_NOMEM;
+    }
+    if (rc != XDC_OK) {
+        s->n_buckets = s->b ? s->n_buckets : 0;
+        xdc_sync_destroy(s); /* not attached yet: frees only */
+        return rc;
+    }
+    pthread_mutex_lock(&engine->mu);
+    s->eng = engine;
+    engine->n_clients++;
+    pthread_mutex_unlock(&engine->mu);
+    XDC_DEBUG(XDC_SUB_ORCH, "sync %s: %zu elements in %d buckets of %zu, %d replicas, %d regions", cfg->name,
+              cfg->n_elems, s->n_buckets, bsz, s->dp_size, cfg->n_regions);
+    *out = s;
+    return XDC_OK;
+}
+
+void xdc_sync_stop(xdc_sync *s)
+{
+    if (!s || !s->eng) return;
+    xdc_sync_engine *e = s->eng;
+    pthread_mutex_lock(&e->mu);
+    __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
+    if (s->queued && e->running != s) { /* still waiting in the queue: drop it */
+        job **pp = &e->head;
+        while (*pp && *pp != &s->job) pp = &(*pp)->next;
+        if (*pp) {
+            *pp = s->job.next;
+            if (e->tail == &s->job) {
+                e->tail = NULL;
+                for (job *j = e->head; j; j = j->next) e->tail = j;
+            }
+        }
+        complete(s, XDC_ERR_CLOSED, NULL);
+    }
+    pthread_cond_broadcast(&e->cv); /* a running job waiting for readiness sees the stop */
+    while (e->running == s) pthread_cond_wait(&e->done_cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Complete or release a WAN request the sync still holds, waiting until `deadline_ns` at most; 0 when
+ * it is still posted then (its buffer must stay allocated). */
+static int drain(xdc_wan_request **req, uint64_t deadline_ns)
+{
+    while (*req) {
+        uint64_t now = xdc_now_ns();
+        if (now >= deadline_ns) return 0;
+        xdc_diag ignore;
+        if (xdc_wan_wait(*req, (int64_t)((deadline_ns - now) / 1000000) + 1, NULL, NULL, &ignore) != XDC_ERR_TIMEOUT)
+            *req = NULL;
+    }
+    return 1;
+}
+
+void xdc_sync_destroy(xdc_sync *s)
+{
+    if (!s) return;
+    xdc_sync_stop(s);
+    uint64_t deadline = xdc_now_ns() + 5 * (uint64_t)1000000000; /* for every request of the sync together */
+    int leaked = 0;
+    for (int i = 0; s->b && i < s->n_buckets; i++) {
+        bucket *k = &s->b[i];
+        int held = 0; /* a request the WAN engine still holds reads or writes this bucket's wire buffers */
+        for (int r = 0; r < s->cfg.n_regions; r++) {
+            if (k->sreq && !drain(&k->sreq[r], deadline)) held = 1;
+            if (k->rreq && !drain(&k->rreq[r], deadline)) held = 1;
+        }
+        xdc_codec_destroy(k->codec);
+        if (held) {
+            leaked++; /* left to the WAN engine, which fails the request when destroyed */
+        } else {
+            xdc_free(k->enc);
+            for (int r = 0; k->rx && r < s->cfg.n_regions; r++) xdc_free(k->rx[r]);
+        }
+        xdc_free(k->rx);
+        xdc_free(k->sreq);
+        xdc_free(k->rreq);
+        xdc_free(k->shard_buf);
+    }
+    if (leaked)
+        XDC_WARN(XDC_SUB_ORCH, "sync %s: %d buckets still posted with the WAN engine; their wire buffers are kept",
+                 s->cfg.name, leaked);
+    xdc_free(s->b);
+    xdc_free(s->pad);
+    if (s->eng) {
+        pthread_mutex_lock(&s->eng->mu);
+        s->eng->n_clients--;
+        pthread_mutex_unlock(&s->eng->mu);
+    }
+    xdc_free(s);
+}
+
+xdc_err_t xdc_sync_begin(xdc_sync *s, float *buf)
+{
+    xdc_sync_engine *e = s->eng;
+    pthread_mutex_lock(&e->mu);
+    if (!s->done || s->active || s->stop) {
+        pthread_mutex_unlock(&e->mu);
+        XDC_ERROR(XDC_SUB_ORCH, "sync %s: a round began while a job is still running or after stop", s->cfg.name);
+        return XDC_ERR_INVALID;
+    }
+    s->buf = buf;
+    s->ready_from = s->cfg.n_elems;
+    s->active = 1;
+    post(s, JOB_ROUND, NULL);
+    pthread_mutex_unlock(&e->mu);
+    return XDC_OK;
+}
+
+void xdc_sync_mark_ready(xdc_sync *s, size_t from)
+{
+    xdc_sync_engine *e = s->eng;
+    pthread_mutex_lock(&e->mu);
+    if (from < s->ready_from) {
+        s->ready_from = from;
+        if (e->running == s) pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+xdc_err_t xdc_sync_end(xdc_sync *s, xdc_diag *diag)
+{
+    xdc_sync_mark_ready(s, 0);
+    pthread_mutex_lock(&s->eng->mu);
+    xdc_err_t rc = wait_done(s, diag);
+    s->active = 0;
+    pthread_mutex_unlock(&s->eng->mu);
+    return rc;
+}
+
+void xdc_sync_get_stats(xdc_sync *s, xdc_sync_stats *out)
+{
+    pthread_mutex_lock(&s->eng->mu);
+    *out = s->st;
+    pthread_mutex_unlock(&s->eng->mu);
+}
+
+xdc_err_t xdc_sync_set_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag *diag)
+{
+    xdc_sync_engine *e = s->eng;
+    pthread_mutex_lock(&e->mu);
+    if (!s->done || s->active || s->stop) {
+        pthread_mutex_unlock(&e->mu);
+        return XDC_ERR_INVALID;
+    }
+    post(s, JOB_SET_CODEC, codec); /* `codec` stays valid: this call waits for the job */
+    xdc_err_t rc = wait_done(s, diag);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
 }

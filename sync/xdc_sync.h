@@ -1,11 +1,20 @@
-/* xdc_sync.h — the comm engine: a thread that averages one fp32 buffer (a stage's gradients, or a
- * DiLoCo pseudo-gradient) across the data-parallel replicas of a region and across regions, bucket by
- * bucket, so the work overlaps compute:
+/* xdc_sync.h — the cross-region hierarchical sync. An xdc_sync averages one fp32 buffer (a stage's
+ * gradients, a DiLoCo pseudo-gradient, one streaming fragment) across the data-parallel replicas of a
+ * region and across regions, bucket by bucket, so the work overlaps compute:
  *   intra reduce-scatter over the replicas → WAN exchange of this rank's shard with the same rank of
  *   every other region (codec + error feedback, TLS, its own streams) → intra all-gather.
  * Buckets are processed from the end of the buffer towards the start (the order backward produces
  * them); a bucket goes as soon as the caller marks it final. Every region decodes every contribution,
- * its own included, and sums them in region order, so all regions end with bit-identical results. */
+ * its own included, and sums them in region order, so all regions end with bit-identical results.
+ *
+ * The work runs on one comm thread per process (or per worker), the xdc_sync_engine: every xdc_sync
+ * is a client of one engine, and each of its operations (a round, a codec switch) is a job in the
+ * engine's FIFO queue, run to completion one after the other. A process with one gradient sync and a
+ * thousand streaming fragments still has one comm thread. Jobs run in the order they were posted, so
+ * two ranks that post the same jobs in the same order issue their collectives and WAN messages in the
+ * same order, whatever the timing; a job does not start before the one ahead of it finished, so post a
+ * round only when everything it waits for (the caller marking buckets ready, the peers' matching
+ * rounds) does not wait for a job posted after it. */
 #ifndef XDC_SYNC_H
 #define XDC_SYNC_H
 
@@ -17,7 +26,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct orch_trace orch_trace;
+/* The phases of one bucket, for a timeline (xdc_sync_cfg.trace). */
+typedef enum {
+    XDC_SYNC_PHASE_REDUCE_SCATTER = 0, /* intra reduce-scatter over the replicas */
+    XDC_SYNC_PHASE_ENCODE_SEND,        /* codec + error feedback, posting the sends */
+    XDC_SYNC_PHASE_WAIT_DECODE,        /* waiting for every region's shard, decoding and summing them */
+    XDC_SYNC_PHASE_ALL_GATHER,         /* intra all-gather over the replicas */
+} xdc_sync_phase;
+
+/* Called on the comm thread when a phase of a bucket ends: start and duration on xdc_now_ns()'s clock,
+ * bytes = encoded bytes sent (ENCODE_SEND) or received (WAIT_DECODE), else 0. Must not block. */
+typedef void (*xdc_sync_trace_fn)(void *ctx, const char *sync_name, xdc_sync_phase phase, uint64_t start_ns,
+                                  uint64_t dur_ns, size_t bytes);
 
 typedef struct xdc_sync_cfg {
     size_t n_elems;       /* buffer length, fp32 */
@@ -25,8 +45,10 @@ typedef struct xdc_sync_cfg {
     xdc_intra_comm *dp;   /* data-parallel group of this stage in this region; NULL when alone */
     xdc_wan_peer **peers; /* (n_regions) the same rank in each other region; NULL at my_region */
     int n_regions, my_region;
-    xdc_codec_cfg codec; /* WAN codec (n_elems is filled per bucket shard) */
-    const char *name;    /* for logs: "grads", "pseudo-grads" */
+    xdc_codec_cfg codec;     /* WAN codec (n_elems is filled per bucket shard) */
+    const char *name;        /* for logs and traces: "gradients", "pseudo-gradients" (kept, not copied) */
+    xdc_sync_trace_fn trace; /* optional timeline hook (NULL: none) */
+    void *trace_ctx;
 } xdc_sync_cfg;
 
 typedef struct xdc_sync_stats {
@@ -36,19 +58,32 @@ typedef struct xdc_sync_stats {
     double intra_seconds;   /* comm-thread time in reduce-scatter and all-gather */
 } xdc_sync_stats;
 
+typedef struct xdc_sync_engine xdc_sync_engine;
 typedef struct xdc_sync xdc_sync;
 
-/* Allocates every buffer and codec context once and starts the comm thread. */
-xdc_err_t xdc_sync_create(const xdc_sync_cfg *cfg, xdc_sync **out, xdc_diag *diag);
-/* Stop and join the comm thread (a wait in progress ends with XDC_ERR_CLOSED). Buffers stay allocated:
- * requests still posted with the WAN engine may write into them until the engine is destroyed, so a
- * caller tears down as stop -> destroy the engine -> xdc_sync_destroy. NULL: no-op. */
+/* Start the comm thread and its empty job queue. */
+xdc_err_t xdc_sync_engine_create(xdc_sync_engine **out, xdc_diag *diag);
+/* Stop and join the thread. Every xdc_sync of the engine must have been destroyed first (the engine
+ * refuses to run a job of a freed sync, but cannot know of one). NULL: no-op. */
+void xdc_sync_engine_destroy(xdc_sync_engine *e);
+/* How many syncs are attached to the engine now. */
+int xdc_sync_engine_clients(xdc_sync_engine *e);
+
+/* Allocates every buffer and codec context once and attaches the sync to `engine`. */
+xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_sync **out, xdc_diag *diag);
+/* Stop the sync: a job of it still queued is dropped, a running one gives up at its next wait, and a
+ * caller waiting in xdc_sync_end gets XDC_ERR_CLOSED. Returns once the comm thread no longer touches
+ * the sync. WAN requests and intra collectives it posted may still be in flight and write into its
+ * buffers: close the WAN peers and the intra communicators before xdc_sync_destroy frees them. NULL:
+ * no-op. */
 void xdc_sync_stop(xdc_sync *s);
-/* Stop (if not yet) and free. NULL: no-op. */
+/* Stop (if not yet), complete or release every WAN request the sync still holds (a send waits for its
+ * acknowledgement, or for the WAN engine's liveness deadline when the peer went silent; requests of
+ * closed peers return at once), detach from the engine and free. NULL: no-op. */
 void xdc_sync_destroy(xdc_sync *s);
 
-/* Start a round on `buf` (n_elems fp32, not touched by the caller until xdc_sync_end returns). Nothing
- * moves until elements are marked final. */
+/* Post a round on `buf` (n_elems fp32, not touched by the caller until xdc_sync_end returns). Nothing
+ * moves until elements are marked final and the jobs posted before it on the engine are done. */
 xdc_err_t xdc_sync_begin(xdc_sync *s, float *buf);
 /* Elements [from, n_elems) are final: every bucket entirely inside goes now. */
 void xdc_sync_mark_ready(xdc_sync *s, size_t from);
@@ -57,8 +92,9 @@ void xdc_sync_mark_ready(xdc_sync *s, size_t from);
  * deadline or a replica past the intra op timeout fails the round, with the peer named in diag, as does
  * a corrupt chunk. */
 xdc_err_t xdc_sync_end(xdc_sync *s, xdc_diag *diag);
-/* Switch the WAN codec between rounds (a re-plan): every bucket gets a new context of the new kind
- * that keeps its error-feedback residual. Every region must switch at the same step. */
+/* Switch the WAN codec between rounds (a re-plan; a job on the engine, waited for): every bucket gets
+ * a new context of the new kind that keeps its error-feedback residual. Every region must switch at
+ * the same step. */
 xdc_err_t xdc_sync_set_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag *diag);
 /* Cumulative statistics. */
 void xdc_sync_get_stats(xdc_sync *s, xdc_sync_stats *out);

@@ -1,5 +1,5 @@
 /* test_orch_sync.c — the comm engine between two "regions" in one process: two WAN engines on a
- * loopback peer pair, one xdc_sync each, rounds whose buckets become ready in pieces at different
+ * loopback peer pair, one sync engine and one xdc_sync each, rounds whose buckets become ready in pieces at different
  * moments on each side (as backward produces them). Every round must end with both sides holding the
  * same average, bit for bit, with codec none equal to (a + b) / 2. */
 #include "tests/xdc_test.h"
@@ -17,6 +17,7 @@
 #define ROUNDS  40
 
 typedef struct {
+    xdc_sync_engine *eng; /* each region has its own comm thread */
     xdc_sync *sync;
     float *buf;  /* (N_ELEMS) */
     float *want; /* (ROUNDS, N_ELEMS) */
@@ -88,13 +89,15 @@ XDC_TEST_T(xdc_sync_two_regions_average_every_round, 120)
         XDC_ASSERT_OK(xdc_codec_parse("none", &cc, NULL));
         cfg.codec = cc;
         ctx[s] = (side_ctx){.buf = malloc(N_ELEMS * sizeof(float)), .want = want, .side = s};
-        XDC_ASSERT_OK(xdc_sync_create(&cfg, &ctx[s].sync, NULL));
+        XDC_ASSERT_OK(xdc_sync_engine_create(&ctx[s].eng, NULL));
+        XDC_ASSERT_OK(xdc_sync_create(ctx[s].eng, &cfg, &ctx[s].sync, NULL));
     }
     for (int s = 0; s < 2; s++) pthread_create(&th[s], NULL, side_main, &ctx[s]);
     for (int s = 0; s < 2; s++) pthread_join(th[s], NULL);
     for (int s = 0; s < 2; s++) {
         XDC_ASSERT_MSG(ctx[s].rc == XDC_OK, "side %d: %s: %s", s, xdc_errname(ctx[s].rc), ctx[s].why);
         xdc_sync_destroy(ctx[s].sync);
+        xdc_sync_engine_destroy(ctx[s].eng);
         free(ctx[s].buf);
     }
     wan_test_pair_close(&tp);

@@ -26,10 +26,6 @@ int xdc_cli_exit_code(xdc_err_t err);
 /* A supervised run's exit code: a failed child's own exit status (child_exit > 0) passes through as is,
  * else the error's code. */
 int xdc_cli_run_exit_code(xdc_err_t err, int child_exit);
-/* Transitional: orchestrator/worker/orch_worker.c's xdc_cmd_worker still calls the old name; drop this
- * once that command lives in cli/cmd_worker.c and calls xdc_cli_exit_code. */
-#define xdc_err_exit_code xdc_cli_exit_code
-
 typedef struct {
     const char *name;
     const char *summary;

@@ -39,54 +39,54 @@ xdc_err_t orch_observe_start(orch_worker *w, xdc_diag *diag)
 {
     if (w->cfg.metrics_port < 0) return XDC_OK;
     char rank[16];
-    snprintf(rank, sizeof rank, "%d", w->lrank);
-    const char *names[3] = {"region", "host", "rank"}, *values[3] = {w->region, w->node, rank};
-    XDC_CHECK(orch_metrics_create(names, values, 3, &w->metrics, diag));
-    XDC_CHECK(orch_metrics_register_std(w->metrics, &w->m, diag));
-    orch_observe *o = w->obs = xdc_calloc(1, sizeof *o);
+    snprintf(rank, sizeof rank, "%d", w->id.lrank);
+    const char *names[3] = {"region", "host", "rank"}, *values[3] = {w->id.region, w->id.node, rank};
+    XDC_CHECK(orch_metrics_create(names, values, 3, &w->tele.metrics, diag));
+    XDC_CHECK(orch_metrics_register_std(w->tele.metrics, &w->tele.m, diag));
+    orch_observe *o = w->tele.series = xdc_calloc(1, sizeof *o);
     if (!o) return XDC_ERR_NOMEM;
-    o->step_total = series(w->m.step_total, NULL, diag);
-    o->step_seconds = series(w->m.step_seconds, NULL, diag);
-    o->compute = series(w->m.compute_seconds, NULL, diag);
-    o->intra = series(w->m.intra_seconds, NULL, diag);
-    o->wan_exposed = series(w->m.wan_exposed_seconds, NULL, diag);
-    o->loss = series(w->m.loss, NULL, diag);
-    o->tokens = series(w->m.tokens_total, NULL, diag);
-    for (int r = 0; r < w->n_regions && w->peers; r++) {
-        if (!w->peers[r]) continue;
+    o->step_total = series(w->tele.m.step_total, NULL, diag);
+    o->step_seconds = series(w->tele.m.step_seconds, NULL, diag);
+    o->compute = series(w->tele.m.compute_seconds, NULL, diag);
+    o->intra = series(w->tele.m.intra_seconds, NULL, diag);
+    o->wan_exposed = series(w->tele.m.wan_exposed_seconds, NULL, diag);
+    o->loss = series(w->tele.m.loss, NULL, diag);
+    o->tokens = series(w->tele.m.tokens_total, NULL, diag);
+    for (int r = 0; r < w->id.n_regions && w->comm.peers; r++) {
+        if (!w->comm.peers[r]) continue;
         const char *peer = w->topo->regions[r].name;
-        o->tx[r] = series(w->m.wan_tx_bytes, peer, diag);
-        o->raw[r] = series(w->m.wan_raw_bytes, peer, diag);
-        o->rtt[r] = series(w->m.wan_rtt, peer, diag);
-        o->goodput[r] = series(w->m.wan_goodput, peer, diag);
-        o->reconnects[r] = series(w->m.wan_reconnects, peer, diag);
-        o->retransmits[r] = series(w->m.wan_retransmits, peer, diag);
+        o->tx[r] = series(w->tele.m.wan_tx_bytes, peer, diag);
+        o->raw[r] = series(w->tele.m.wan_raw_bytes, peer, diag);
+        o->rtt[r] = series(w->tele.m.wan_rtt, peer, diag);
+        o->goodput[r] = series(w->tele.m.wan_goodput, peer, diag);
+        o->reconnects[r] = series(w->tele.m.wan_reconnects, peer, diag);
+        o->retransmits[r] = series(w->tele.m.wan_retransmits, peer, diag);
     }
-    int port = w->cfg.metrics_port ? w->cfg.metrics_port + w->grank : 0; /* regions may share a host */
+    int port = w->cfg.metrics_port ? w->cfg.metrics_port + w->id.grank : 0; /* regions may share a host */
     const char *adv = getenv("XDC_ADVERTISE_HOST");
-    XDC_CHECK(orch_metrics_server_start(w->metrics, adv && *adv ? adv : NULL, port, &w->metrics_srv, diag));
+    XDC_CHECK(orch_metrics_server_start(w->tele.metrics, adv && *adv ? adv : NULL, port, &w->tele.srv, diag));
     char key[160], val[300];
-    snprintf(key, sizeof key, "metrics/%s/%d", w->region, w->lrank);
-    snprintf(val, sizeof val, "%s:%d", adv && *adv ? adv : w->node, orch_metrics_server_port(w->metrics_srv));
+    snprintf(key, sizeof key, "metrics/%s/%d", w->id.region, w->id.lrank);
+    snprintf(val, sizeof val, "%s:%d", adv && *adv ? adv : w->id.node, orch_metrics_server_port(w->tele.srv));
     XDC_INFO(XDC_SUB_ORCH, "metrics on http://%s/metrics", val);
-    return rdzv_set(w->rdzv, key, val, diag);
+    return rdzv_set(w->comm.rdzv, key, val, diag);
 }
 
 void orch_observe_step(orch_worker *w, double step_s, double compute_s, double intra_s, double wan_s, float loss)
 {
-    if (!w->metrics) return;
-    orch_observe *o = w->obs;
+    if (!w->tele.metrics) return;
+    orch_observe *o = w->tele.series;
     orch_metrics_add(o->step_total, 1);
     orch_metrics_observe(o->step_seconds, step_s);
     orch_metrics_add(o->compute, compute_s);
     orch_metrics_add(o->intra, intra_s);
     orch_metrics_add(o->wan_exposed, wan_s);
     orch_metrics_set(o->loss, loss);
-    orch_metrics_add(o->tokens, (double)w->B * w->T * w->M);
-    for (int r = 0; r < w->n_regions && w->peers; r++) {
-        if (!w->peers[r]) continue;
+    orch_metrics_add(o->tokens, (double)w->model.B * w->model.T * w->model.M);
+    for (int r = 0; r < w->id.n_regions && w->comm.peers; r++) {
+        if (!w->comm.peers[r]) continue;
         xdc_wan_stats st;
-        xdc_wan_peer_stats(w->peers[r], &st);
+        xdc_wan_peer_stats(w->comm.peers[r], &st);
         add_increase(o->tx[r], st.tx_payload_bytes, &o->last_tx[r]);
         add_increase(o->raw[r], st.tx_raw_bytes, &o->last_raw[r]);
         add_increase(o->reconnects[r], st.reconnects, &o->last_reconnects[r]);
@@ -98,15 +98,15 @@ void orch_observe_step(orch_worker *w, double step_s, double compute_s, double i
 
 void orch_observe_finish(orch_worker *w)
 {
-    if (!w->metrics) return;
+    if (!w->tele.metrics) return;
     /* Destroying the registry before the worker's other teardown keeps the server from reading freed series. */
     char dir[600], path[700];
-    snprintf(dir, sizeof dir, "%s/metrics", w->run_dir);
+    snprintf(dir, sizeof dir, "%s/metrics", w->id.run_dir);
     mkdir(dir, 0755);
-    snprintf(path, sizeof path, "%s/%s-%d.prom", dir, w->region, w->lrank);
+    snprintf(path, sizeof path, "%s/%s-%d.prom", dir, w->id.region, w->id.lrank);
     char *text = NULL;
     size_t len = 0;
-    if (orch_metrics_render(w->metrics, &text, &len) == XDC_OK) {
+    if (orch_metrics_render(w->tele.metrics, &text, &len) == XDC_OK) {
         FILE *f = fopen(path, "w");
         if (f) {
             fwrite(text, 1, len, f);
@@ -114,10 +114,10 @@ void orch_observe_finish(orch_worker *w)
         }
     }
     xdc_free(text);
-    orch_metrics_server_stop(w->metrics_srv);
-    w->metrics_srv = NULL;
-    orch_metrics_destroy(w->metrics);
-    w->metrics = NULL;
-    xdc_free(w->obs);
-    w->obs = NULL;
+    orch_metrics_server_stop(w->tele.srv);
+    w->tele.srv = NULL;
+    orch_metrics_destroy(w->tele.metrics);
+    w->tele.metrics = NULL;
+    xdc_free(w->tele.series);
+    w->tele.series = NULL;
 }

@@ -14,8 +14,8 @@
 /* Region and in-region pipeline rank of pipeline stage `stage` of this worker's replica. */
 static void locate(const orch_worker *w, int stage, int *region, int *pp_rank)
 {
-    if (!w->span) {
-        *region = w->region_idx;
+    if (!w->id.span) {
+        *region = w->id.region_idx;
         *pp_rank = stage;
         return;
     }
@@ -28,7 +28,7 @@ static void locate(const orch_worker *w, int stage, int *region, int *pp_rank)
 
 static xdc_wan_peer *neighbour_peer(const orch_worker *w, int stage)
 {
-    return stage < w->stage ? w->prev_peer : w->next_peer;
+    return stage < w->id.stage ? w->comm.prev_peer : w->comm.next_peer;
 }
 
 xdc_err_t orch_pipe_send(orch_worker *w, int to_stage, const float *buf, size_t n, uint8_t *wire, orch_pipe_req *r,
@@ -37,18 +37,18 @@ xdc_err_t orch_pipe_send(orch_worker *w, int to_stage, const float *buf, size_t 
     int region, rank;
     locate(w, to_stage, &region, &rank);
     memset(r, 0, sizeof *r);
-    if (region == w->region_idx) return xdc_intra_send(w->pp, buf, n, XDC_INTRA_F32, rank, &r->ir);
+    if (region == w->id.region_idx) return xdc_intra_send(w->comm.pp, buf, n, XDC_INTRA_F32, rank, &r->ir);
     xdc_wan_peer *p = neighbour_peer(w, to_stage);
-    if (n != w->pipe_elems || !wire)
+    if (n != w->pipe.elems || !wire)
         return xdc_wan_isend(p, XDC_WAN_LATENCY, buf, n * sizeof(float), PIPE_RAW_CODEC, n * sizeof(float), &r->wr);
-    uint64_t t0 = orch_trace_now_us(w->trace);
+    uint64_t t0 = orch_trace_now_us(w->tele.trace);
     size_t len;
-    XDC_CHECK(xdc_codec_encode(w->pipe_enc, buf, n, wire, w->pipe_bound, &len, diag));
-    orch_trace_complete(w->trace, ORCH_LANE_CODEC, "encode activation", "codec", t0, orch_trace_now_us(w->trace) - t0,
-                        "bytes", (double)len);
-    w->pipe_tx_bytes += len;
-    w->pipe_raw_bytes += n * sizeof(float);
-    return xdc_wan_isend(p, XDC_WAN_LATENCY, wire, len, (uint8_t)w->pipe_codec_kind, n * sizeof(float), &r->wr);
+    XDC_CHECK(xdc_codec_encode(w->pipe.enc, buf, n, wire, w->pipe.bound, &len, diag));
+    orch_trace_complete(w->tele.trace, ORCH_LANE_CODEC, "encode activation", "codec", t0,
+                        orch_trace_now_us(w->tele.trace) - t0, "bytes", (double)len);
+    w->pipe.tx_bytes += len;
+    w->pipe.raw_bytes += n * sizeof(float);
+    return xdc_wan_isend(p, XDC_WAN_LATENCY, wire, len, (uint8_t)w->pipe.codec_kind, n * sizeof(float), &r->wr);
 }
 
 xdc_err_t orch_pipe_recv(orch_worker *w, int from_stage, float *buf, size_t n, uint8_t *wire, orch_pipe_req *r,
@@ -60,38 +60,38 @@ xdc_err_t orch_pipe_recv(orch_worker *w, int from_stage, float *buf, size_t n, u
     memset(r, 0, sizeof *r);
     r->dst = buf;
     r->n = n;
-    if (region == w->region_idx) return xdc_intra_recv(w->pp, buf, n, XDC_INTRA_F32, rank, &r->ir);
-    r->wire = n == w->pipe_elems && wire ? wire : NULL;
+    if (region == w->id.region_idx) return xdc_intra_recv(w->comm.pp, buf, n, XDC_INTRA_F32, rank, &r->ir);
+    r->wire = n == w->pipe.elems && wire ? wire : NULL;
     r->peer = neighbour_peer(w, from_stage);
-    if (r->wire) return xdc_wan_irecv(r->peer, XDC_WAN_LATENCY, wire, w->pipe_bound, &r->wr);
+    if (r->wire) return xdc_wan_irecv(r->peer, XDC_WAN_LATENCY, wire, w->pipe.bound, &r->wr);
     return xdc_wan_irecv(r->peer, XDC_WAN_LATENCY, buf, n * sizeof(float), &r->wr);
 }
 
 xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag)
 {
     xdc_err_t rc = XDC_OK;
-    uint64_t t0 = orch_trace_now_us(w->trace);
+    uint64_t t0 = orch_trace_now_us(w->tele.trace);
     double s0 = (double)xdc_now_ns() / 1e9;
     if (r->ir) {
         rc = xdc_intra_wait(r->ir, -1, diag);
         r->ir = NULL;
-        w->t_intra += (double)xdc_now_ns() / 1e9 - s0;
-        orch_trace_complete(w->trace, ORCH_LANE_INTRA, "pipeline transfer", "intra", t0,
-                            orch_trace_now_us(w->trace) - t0, NULL, 0);
+        w->prog.t_intra += (double)xdc_now_ns() / 1e9 - s0;
+        orch_trace_complete(w->tele.trace, ORCH_LANE_INTRA, "pipeline transfer", "intra", t0,
+                            orch_trace_now_us(w->tele.trace) - t0, NULL, 0);
     } else if (r->wr) {
         size_t len = 0;
         uint8_t codec = 0;
         rc = xdc_wan_wait(r->wr, w->cfg.op_timeout_ms, &len, &codec, diag);
         r->wr = NULL;
-        w->t_wan_exposed += (double)xdc_now_ns() / 1e9 - s0;
-        orch_trace_complete(w->trace, r->dst ? ORCH_LANE_WAN_RX : ORCH_LANE_WAN_TX, "pipeline transfer", "wan", t0,
-                            orch_trace_now_us(w->trace) - t0, "bytes", (double)len);
-        if (rc == XDC_OK && r->dst && r->wire && codec != (uint8_t)w->pipe_codec_kind) {
+        w->prog.t_wan_exposed += (double)xdc_now_ns() / 1e9 - s0;
+        orch_trace_complete(w->tele.trace, r->dst ? ORCH_LANE_WAN_RX : ORCH_LANE_WAN_TX, "pipeline transfer", "wan", t0,
+                            orch_trace_now_us(w->tele.trace) - t0, "bytes", (double)len);
+        if (rc == XDC_OK && r->dst && r->wire && codec != (uint8_t)w->pipe.codec_kind) {
             xdc_diag_set(diag, "activation with codec %u where %u was expected (messages out of order?)", codec,
-                         (unsigned)w->pipe_codec_kind);
+                         (unsigned)w->pipe.codec_kind);
             rc = XDC_ERR_PROTO;
         } else if (rc == XDC_OK && r->dst && r->wire) {
-            rc = xdc_codec_decode(w->pipe_dec, r->wire, len, r->dst, r->n, XDC_CODEC_WRITE, diag);
+            rc = xdc_codec_decode(w->pipe.dec, r->wire, len, r->dst, r->n, XDC_CODEC_WRITE, diag);
         } else if (rc == XDC_OK && r->dst && (codec != PIPE_RAW_CODEC || len != r->n * sizeof(float))) {
             xdc_diag_set(diag, "control message of %zu bytes (codec %u), expected %zu raw", len, codec,
                          r->n * sizeof(float));
@@ -107,30 +107,30 @@ xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag)
 xdc_err_t orch_pipe_allreduce_sum(orch_worker *w, float *v, int n, xdc_diag *diag)
 {
     orch_pipe_req r;
-    if (!w->span) {
-        XDC_CHECK(xdc_intra_all_reduce(w->pp, v, v, (size_t)n, XDC_INTRA_F32, XDC_INTRA_SUM, &r.ir));
+    if (!w->id.span) {
+        XDC_CHECK(xdc_intra_all_reduce(w->comm.pp, v, v, (size_t)n, XDC_INTRA_F32, XDC_INTRA_SUM, &r.ir));
         r.wr = NULL;
         return orch_pipe_wait(w, &r, diag);
     }
     float part[16];
     if (n > 16) return XDC_ERR_RANGE;
-    if (w->stage > 0) {
-        XDC_CHECK(orch_pipe_recv(w, w->stage - 1, part, (size_t)n, NULL, &r, diag));
+    if (w->id.stage > 0) {
+        XDC_CHECK(orch_pipe_recv(w, w->id.stage - 1, part, (size_t)n, NULL, &r, diag));
         XDC_CHECK(orch_pipe_wait(w, &r, diag));
         for (int i = 0; i < n; i++) v[i] += part[i];
     }
-    if (w->stage < w->n_stages - 1) {
+    if (w->id.stage < w->id.n_stages - 1) {
         /* Post the receive of the total before waiting for our send: over the WAN a reply with no posted
          * receive would hold up the acknowledgement of that send (docs/wan.md). */
         orch_pipe_req back;
         memcpy(part, v, (size_t)n * sizeof(float));
-        XDC_CHECK(orch_pipe_send(w, w->stage + 1, part, (size_t)n, NULL, &r, diag));
-        XDC_CHECK(orch_pipe_recv(w, w->stage + 1, v, (size_t)n, NULL, &back, diag));
+        XDC_CHECK(orch_pipe_send(w, w->id.stage + 1, part, (size_t)n, NULL, &r, diag));
+        XDC_CHECK(orch_pipe_recv(w, w->id.stage + 1, v, (size_t)n, NULL, &back, diag));
         XDC_CHECK(orch_pipe_wait(w, &r, diag));
         XDC_CHECK(orch_pipe_wait(w, &back, diag));
     }
-    if (w->stage > 0) {
-        XDC_CHECK(orch_pipe_send(w, w->stage - 1, v, (size_t)n, NULL, &r, diag));
+    if (w->id.stage > 0) {
+        XDC_CHECK(orch_pipe_send(w, w->id.stage - 1, v, (size_t)n, NULL, &r, diag));
         XDC_CHECK(orch_pipe_wait(w, &r, diag));
     }
     return XDC_OK;

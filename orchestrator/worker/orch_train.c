@@ -1,7 +1,8 @@
 /* orch_train.c — the worker's training loop: a 1F1B pipeline schedule over M microbatches per step,
  * the hierarchical gradient sync started the moment backward finishes and waited for only before the
- * optimizer needs it, the three modes (sync, diloco, streaming), validation through the pipeline,
- * progress lines and the final report. */
+ * optimizer needs it (orch_train_inner_step, which every mode's step calls; the modes are in
+ * orch_mode_*.c), validation through the pipeline, the re-plan check, progress lines and the final
+ * report. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
@@ -15,36 +16,36 @@
 
 static double now_s(void) { return (double)xdc_now_ns() / 1e9; }
 
-static int is_first(const orch_worker *w) { return w->stage == 0; }
-static int is_last(const orch_worker *w) { return w->stage == w->n_stages - 1; }
+static int is_first(const orch_worker *w) { return w->id.stage == 0; }
+static int is_last(const orch_worker *w) { return w->id.stage == w->id.n_stages - 1; }
 
 /* Encoded-activation buffer k of microbatch mb (k: 0 x, 1 dy, 2 y, 3 dx), or NULL within a region. */
 static uint8_t *wire(const orch_worker *w, int k, int mb)
 {
-    return w->wire ? w->wire + ((size_t)k * w->M + mb) * w->pipe_bound : NULL;
+    return w->pipe.wire ? w->pipe.wire + ((size_t)k * w->model.M + mb) * w->pipe.bound : NULL;
 }
 
 static void trace_span(orch_worker *w, const char *name, uint64_t t0, int mb)
 {
-    orch_trace_complete(w->trace, ORCH_LANE_COMPUTE, name, "compute", t0, orch_trace_now_us(w->trace) - t0,
+    orch_trace_complete(w->tele.trace, ORCH_LANE_COMPUTE, name, "compute", t0, orch_trace_now_us(w->tele.trace) - t0,
                         "microbatch", mb);
 }
 
 static xdc_err_t forward_mb(orch_worker *w, int mb, float *loss_sum, xdc_diag *diag)
 {
-    size_t bt = (size_t)w->B * w->T, btc = bt * (size_t)w->C;
-    if (!is_first(w)) XDC_CHECK(orch_pipe_wait(w, &w->x_req[mb], diag));
+    size_t bt = (size_t)w->model.B * w->model.T, btc = bt * (size_t)w->model.C;
+    if (!is_first(w)) XDC_CHECK(orch_pipe_wait(w, &w->pipe.x_req[mb], diag));
     const float *y = NULL;
     float loss = 0;
     double t0 = now_s();
-    uint64_t u0 = orch_trace_now_us(w->trace);
-    XDC_CHECK(xdc_gpt_stage_forward(w->st, mb, w->tokens + mb * bt, w->x_in + mb * btc, w->targets + mb * bt,
-                                    is_last(w) ? NULL : &y, &loss));
-    w->t_compute += now_s() - t0;
+    uint64_t u0 = orch_trace_now_us(w->tele.trace);
+    XDC_CHECK(xdc_gpt_stage_forward(w->model.st, mb, w->model.tokens + mb * bt, w->model.x_in + mb * btc,
+                                    w->model.targets + mb * bt, is_last(w) ? NULL : &y, &loss));
+    w->prog.t_compute += now_s() - t0;
     trace_span(w, "forward", u0, mb);
     if (is_last(w)) *loss_sum += loss;
     /* y stays valid in slot mb until the slot's next forward (next step), after the send completed. */
-    if (!is_last(w)) XDC_CHECK(orch_pipe_send(w, w->stage + 1, y, btc, wire(w, 2, mb), &w->y_req[mb], diag));
+    if (!is_last(w)) XDC_CHECK(orch_pipe_send(w, w->id.stage + 1, y, btc, wire(w, 2, mb), &w->pipe.y_req[mb], diag));
     return XDC_OK;
 }
 
@@ -52,23 +53,26 @@ static void on_grads_ready(void *ctx, size_t from) { xdc_sync_mark_ready(ctx, fr
 
 static xdc_err_t backward_mb(orch_worker *w, int mb, xdc_sync *sync, xdc_diag *diag)
 {
-    size_t btc = (size_t)w->B * w->T * (size_t)w->C;
-    if (!is_last(w)) XDC_CHECK(orch_pipe_wait(w, &w->dy_req[mb], diag));
-    if (mb == w->M - 1) {
+    size_t btc = (size_t)w->model.B * w->model.T * (size_t)w->model.C;
+    if (!is_last(w)) XDC_CHECK(orch_pipe_wait(w, &w->pipe.dy_req[mb], diag));
+    if (mb == w->model.M - 1) {
         /* The last microbatch: each layer's gradients are final as its backward ends, and its buckets
          * start crossing the WAN while the earlier layers are still computing. */
-        XDC_CHECK(xdc_sync_begin(sync, xdc_gpt_stage_grads(w->st)));
-        xdc_gpt_stage_arm_grad_ready(w->st, on_grads_ready, sync);
+        XDC_CHECK(xdc_sync_begin(sync, xdc_gpt_stage_grads(w->model.st)));
+        xdc_gpt_stage_arm_grad_ready(w->model.st, on_grads_ready, sync);
     }
     const float *dx = NULL;
     double t0 = now_s();
-    uint64_t u0 = orch_trace_now_us(w->trace);
-    XDC_CHECK(xdc_gpt_stage_backward(w->st, mb, w->dy_in + mb * btc, 1.0f / (float)w->M, is_first(w) ? NULL : &dx));
-    if (!is_first(w)) memcpy(w->dx_out + mb * btc, dx, btc * sizeof(float)); /* dx lives only until the next backward */
-    w->t_compute += now_s() - t0;
+    uint64_t u0 = orch_trace_now_us(w->tele.trace);
+    XDC_CHECK(xdc_gpt_stage_backward(w->model.st, mb, w->model.dy_in + mb * btc, 1.0f / (float)w->model.M,
+                                     is_first(w) ? NULL : &dx));
+    if (!is_first(w))
+        memcpy(w->model.dx_out + mb * btc, dx, btc * sizeof(float)); /* dx lives only until the next backward */
+    w->prog.t_compute += now_s() - t0;
     trace_span(w, "backward", u0, mb);
     if (!is_first(w))
-        XDC_CHECK(orch_pipe_send(w, w->stage - 1, w->dx_out + mb * btc, btc, wire(w, 3, mb), &w->dx_req[mb], diag));
+        XDC_CHECK(orch_pipe_send(w, w->id.stage - 1, w->model.dx_out + mb * btc, btc, wire(w, 3, mb),
+                                 &w->pipe.dx_req[mb], diag));
     return XDC_OK;
 }
 
@@ -77,18 +81,20 @@ static xdc_err_t backward_mb(orch_worker *w, int mb, xdc_sync *sync, xdc_diag *d
  * stage only). */
 static xdc_err_t pipeline_step(orch_worker *w, xdc_sync *sync, float *loss, xdc_diag *diag)
 {
-    size_t bt = (size_t)w->B * w->T, btc = bt * (size_t)w->C;
-    int M = w->M, P = w->n_stages, s = w->stage;
-    xdc_gpt_stage_zero_grad(w->st);
-    if (w->data)
+    size_t bt = (size_t)w->model.B * w->model.T, btc = bt * (size_t)w->model.C;
+    int M = w->model.M, P = w->id.n_stages, s = w->id.stage;
+    xdc_gpt_stage_zero_grad(w->model.st);
+    if (w->model.data)
         for (int mb = 0; mb < M; mb++)
-            XDC_CHECK(xdc_data_next_train(w->data, w->tokens + mb * bt, w->targets + mb * bt));
+            XDC_CHECK(xdc_data_next_train(w->model.data, w->model.tokens + mb * bt, w->model.targets + mb * bt));
     /* Post every receive of the step up front: they match sends in order, per direction. */
     for (int mb = 0; mb < M; mb++) {
         if (!is_first(w))
-            XDC_CHECK(orch_pipe_recv(w, s - 1, w->x_in + mb * btc, btc, wire(w, 0, mb), &w->x_req[mb], diag));
+            XDC_CHECK(
+                orch_pipe_recv(w, s - 1, w->model.x_in + mb * btc, btc, wire(w, 0, mb), &w->pipe.x_req[mb], diag));
         if (!is_last(w))
-            XDC_CHECK(orch_pipe_recv(w, s + 1, w->dy_in + mb * btc, btc, wire(w, 1, mb), &w->dy_req[mb], diag));
+            XDC_CHECK(
+                orch_pipe_recv(w, s + 1, w->model.dy_in + mb * btc, btc, wire(w, 1, mb), &w->pipe.dy_req[mb], diag));
     }
     int warm = P - s - 1 < M ? P - s - 1 : M, f = 0, b = 0;
     float loss_sum = 0;
@@ -101,15 +107,15 @@ static xdc_err_t pipeline_step(orch_worker *w, xdc_sync *sync, float *loss, xdc_
     xdc_sync_mark_ready(sync, 0);
     /* Sends must land before their buffers are reused next step; this overlaps the gradient sync. */
     for (int mb = 0; mb < M; mb++) {
-        XDC_CHECK(orch_pipe_wait(w, &w->y_req[mb], diag));
-        XDC_CHECK(orch_pipe_wait(w, &w->dx_req[mb], diag));
+        XDC_CHECK(orch_pipe_wait(w, &w->pipe.y_req[mb], diag));
+        XDC_CHECK(orch_pipe_wait(w, &w->pipe.dx_req[mb], diag));
     }
     double t0 = now_s();
-    uint64_t u0 = orch_trace_now_us(w->trace);
+    uint64_t u0 = orch_trace_now_us(w->tele.trace);
     xdc_err_t rc = xdc_sync_end(sync, diag);
-    w->t_wan_exposed += now_s() - t0;
-    orch_trace_complete(w->trace, ORCH_LANE_WAN_RX, "wait for gradient sync", "wan", u0,
-                        orch_trace_now_us(w->trace) - u0, NULL, 0);
+    w->prog.t_wan_exposed += now_s() - t0;
+    orch_trace_complete(w->tele.trace, ORCH_LANE_WAN_RX, "wait for gradient sync", "wan", u0,
+                        orch_trace_now_us(w->tele.trace) - u0, NULL, 0);
     *loss = loss_sum / (float)M;
     return rc;
 }
@@ -118,108 +124,50 @@ static xdc_err_t pipeline_step(orch_worker *w, xdc_sync *sync, float *loss, xdc_
 static xdc_err_t optimizer_step(orch_worker *w, float *loss, xdc_diag *diag)
 {
     double sumsq = 0;
-    XDC_CHECK(xdc_gpt_stage_grad_sumsq(w->st, &sumsq));
+    XDC_CHECK(xdc_gpt_stage_grad_sumsq(w->model.st, &sumsq));
     float v[2] = {(float)sumsq, *loss};
     XDC_CHECK(orch_pipe_allreduce_sum(w, v, 2, diag));
     *loss = v[1];
     const xdc_train_config *c = &w->cfg.train;
     xdc_lr_schedule sch = {(float)c->lr, (float)c->min_lr_frac, c->warmup_steps, c->steps};
     double t0 = now_s();
-    XDC_CHECK(xdc_gpt_stage_optimizer_step(w->st, xdc_lr_at(&sch, (int)w->step),
+    XDC_CHECK(xdc_gpt_stage_optimizer_step(w->model.st, xdc_lr_at(&sch, (int)w->prog.step),
                                            xdc_gpt_clip_scale(v[0], (float)c->grad_clip)));
-    w->t_compute += now_s() - t0;
+    w->prog.t_compute += now_s() - t0;
     return XDC_OK;
 }
 
-/* Outer Nesterov step on [lo, hi) of the parameters: pseudo holds the cross-region mean of
- * (global - local); global -= outer_lr * (pseudo + mu * mom) with mom = mu * mom + pseudo. */
-static void outer_update(orch_worker *w, size_t lo, size_t hi)
+xdc_err_t orch_train_inner_step(orch_worker *w, xdc_sync *grad_sync, float *loss, xdc_diag *diag)
 {
-    float lr = (float)w->cfg.outer_lr, mu = (float)w->cfg.outer_momentum;
-    for (size_t i = lo; i < hi; i++) {
-        w->outer_mom[i] = mu * w->outer_mom[i] + w->pseudo[i];
-        w->global_params[i] -= lr * (w->pseudo[i] + mu * w->outer_mom[i]);
-    }
-}
-
-/* DiLoCo outer round over the whole stage: all regions end on the same global parameters. */
-static xdc_err_t diloco_round(orch_worker *w, xdc_diag *diag)
-{
-    float *p = xdc_gpt_stage_params(w->st);
-    for (size_t i = 0; i < w->n_params; i++) w->pseudo[i] = w->global_params[i] - p[i];
-    XDC_CHECK(xdc_sync_begin(w->outer_sync, w->pseudo));
-    double t0 = now_s();
-    xdc_err_t rc = xdc_sync_end(w->outer_sync, diag);
-    w->t_wan_exposed += now_s() - t0;
-    XDC_CHECK(rc);
-    outer_update(w, 0, w->n_params);
-    memcpy(p, w->global_params, w->n_params * sizeof(float));
-    return XDC_OK;
-}
-
-
-/* Streaming DiLoCo: fragment f leaves at steps where step % H == f*H/F, overlapped with the next inner
- * step, and lands one step later: the fragment becomes the new global value plus the local progress
- * made while it was on the wire. */
-static xdc_err_t streaming_land(orch_worker *w, int *inflight, xdc_diag *diag)
-{
-    if (*inflight < 0) return XDC_OK;
-    int f = *inflight;
-    float *p = xdc_gpt_stage_params(w->st);
-    size_t lo, hi;
-    orch_fragment_range(w, f, &lo, &hi);
-    double t0 = now_s();
-    xdc_err_t rc = xdc_sync_end(w->frag_sync[f], diag);
-    w->t_wan_exposed += now_s() - t0;
-    XDC_CHECK(rc);
-    outer_update(w, lo, hi);
-    for (size_t i = lo; i < hi; i++) p[i] = w->global_params[i] + (p[i] - w->snapshot[i]);
-    *inflight = -1;
-    return XDC_OK;
-}
-
-static xdc_err_t streaming_launch(orch_worker *w, int *inflight)
-{
-    int H = w->cfg.diloco_inner_steps, F = w->cfg.fragments;
-    float *p = xdc_gpt_stage_params(w->st);
-    for (int f = 0; f < F; f++) {
-        if (w->step % H != (int64_t)f * H / F) continue;
-        size_t lo, hi;
-        orch_fragment_range(w, f, &lo, &hi);
-        for (size_t i = lo; i < hi; i++) {
-            w->snapshot[i] = p[i];
-            w->pseudo[i] = w->global_params[i] - p[i];
-        }
-        XDC_CHECK(xdc_sync_begin(w->frag_sync[f], w->pseudo + lo));
-        xdc_sync_mark_ready(w->frag_sync[f], 0);
-        *inflight = f;
-        break; /* one fragment in flight at a time: F <= H keeps them staggered */
-    }
+    XDC_CHECK(pipeline_step(w, grad_sync, loss, diag));
+    XDC_CHECK(optimizer_step(w, loss, diag));
+    w->prog.step++;
     return XDC_OK;
 }
 
 xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag)
 {
-    size_t bt = (size_t)w->B * w->T, btc = bt * (size_t)w->C;
+    size_t bt = (size_t)w->model.B * w->model.T, btc = bt * (size_t)w->model.C;
     int n = w->cfg.train.eval_batches;
-    if (w->val && n > xdc_data_val_batches(w->val)) n = xdc_data_val_batches(w->val);
+    if (w->model.val && n > xdc_data_val_batches(w->model.val)) n = xdc_data_val_batches(w->model.val);
     /* Only the first and last stage hold data; agree on the batch count through the pipeline. */
-    float cnt[1] = {w->val && is_first(w) ? (float)n : 0};
+    float cnt[1] = {w->model.val && is_first(w) ? (float)n : 0};
     XDC_CHECK(orch_pipe_allreduce_sum(w, cnt, 1, diag));
     n = (int)cnt[0];
     float sum = 0;
     for (int i = 0; i < n; i++) {
         orch_pipe_req req;
-        if (w->val) XDC_CHECK(xdc_data_val_batch(w->val, i, w->tokens, w->targets));
+        if (w->model.val) XDC_CHECK(xdc_data_val_batch(w->model.val, i, w->model.tokens, w->model.targets));
         if (!is_first(w)) {
-            XDC_CHECK(orch_pipe_recv(w, w->stage - 1, w->x_in, btc, wire(w, 0, 0), &req, diag));
+            XDC_CHECK(orch_pipe_recv(w, w->id.stage - 1, w->model.x_in, btc, wire(w, 0, 0), &req, diag));
             XDC_CHECK(orch_pipe_wait(w, &req, diag));
         }
         const float *y = NULL;
         float l = 0;
-        XDC_CHECK(xdc_gpt_stage_forward(w->st, 0, w->tokens, w->x_in, w->targets, is_last(w) ? NULL : &y, &l));
+        XDC_CHECK(xdc_gpt_stage_forward(w->model.st, 0, w->model.tokens, w->model.x_in, w->model.targets,
+                                        is_last(w) ? NULL : &y, &l));
         if (!is_last(w)) {
-            XDC_CHECK(orch_pipe_send(w, w->stage + 1, y, btc, wire(w, 2, 0), &req, diag));
+            XDC_CHECK(orch_pipe_send(w, w->id.stage + 1, y, btc, wire(w, 2, 0), &req, diag));
             XDC_CHECK(orch_pipe_wait(w, &req, diag));
         }
         sum += l;
@@ -240,14 +188,14 @@ static xdc_err_t hash_params(orch_worker *w, uint64_t *out, xdc_diag *diag)
     orch_pipe_req req;
     size_t nf = XDC_HASH_STATE_BYTES / sizeof(float);
     if (!is_first(w)) {
-        rc = orch_pipe_recv(w, w->stage - 1, (float *)blob, nf, NULL, &req, diag);
+        rc = orch_pipe_recv(w, w->id.stage - 1, (float *)blob, nf, NULL, &req, diag);
         if (rc == XDC_OK) rc = orch_pipe_wait(w, &req, diag);
         if (rc == XDC_OK) xdc_hash64_import(h, blob);
     }
-    if (rc == XDC_OK) rc = xdc_gpt_stage_hash_update(w->st, h);
+    if (rc == XDC_OK) rc = xdc_gpt_stage_hash_update(w->model.st, h);
     if (rc == XDC_OK && !is_last(w)) {
         xdc_hash64_export(h, blob);
-        rc = orch_pipe_send(w, w->stage + 1, (const float *)blob, nf, NULL, &req, diag);
+        rc = orch_pipe_send(w, w->id.stage + 1, (const float *)blob, nf, NULL, &req, diag);
         if (rc == XDC_OK) rc = orch_pipe_wait(w, &req, diag);
     }
     *out = xdc_hash64_digest(h);
@@ -259,11 +207,11 @@ static xdc_err_t hash_params(orch_worker *w, uint64_t *out, xdc_diag *diag)
 static xdc_err_t dump_params(orch_worker *w, xdc_diag *diag)
 {
     char path[700];
-    snprintf(path, sizeof path, "%s/params-stage-%d.f32", w->run_dir, w->stage);
+    snprintf(path, sizeof path, "%s/params-stage-%d.f32", w->id.run_dir, w->id.stage);
     FILE *f = fopen(path, "wb");
-    size_t n = f ? fwrite(xdc_gpt_stage_params(w->st), sizeof(float), w->n_params, f) : 0;
+    size_t n = f ? fwrite(xdc_gpt_stage_params(w->model.st), sizeof(float), w->model.n_params, f) : 0;
     if (f) fclose(f);
-    if (n != w->n_params) {
+    if (n != w->model.n_params) {
         xdc_diag_set(diag, "cannot write %s", path);
         return XDC_ERR_IO;
     }
@@ -272,8 +220,8 @@ static xdc_err_t dump_params(orch_worker *w, xdc_diag *diag)
 
 static void wan_totals(orch_worker *w, uint64_t *tx, uint64_t *raw)
 {
-    *tx = w->pipe_tx_bytes;
-    *raw = w->pipe_raw_bytes;
+    *tx = w->pipe.tx_bytes;
+    *raw = w->pipe.raw_bytes;
     xdc_sync *syncs[ORCH_MAX_SYNCS];
     int n = orch_worker_syncs(w, syncs, ORCH_MAX_SYNCS);
     for (int i = 0; i < n; i++) {
@@ -284,14 +232,7 @@ static void wan_totals(orch_worker *w, uint64_t *tx, uint64_t *raw)
     }
 }
 
-static int reporter(const orch_worker *w) { return w->region_idx == 0 && w->lrank == 0; }
-
-/* The comm engine that carries this mode's WAN traffic (streaming is not re-planned: its fragments are
- * in flight across steps). */
-static xdc_sync *wan_sync(const orch_worker *w)
-{
-    return w->cfg.mode == ORCH_MODE_SYNC ? w->grad_sync : w->cfg.mode == ORCH_MODE_DILOCO ? w->outer_sync : NULL;
-}
+static int reporter(const orch_worker *w) { return w->id.region_idx == 0 && w->id.lrank == 0; }
 
 /* Re-plan the WAN side when the measured goodput drifts far from the plan's link: region 0's rank 0
  * measures its comm engine over the last window (bytes sent per second of WAN exchange, per link) and
@@ -299,10 +240,10 @@ static xdc_sync *wan_sync(const orch_worker *w)
  * replan/<step> so every worker of every region switches at the same step. */
 static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
 {
-    xdc_sync *sync = wan_sync(w);
+    xdc_sync *sync = w->mode->replan_sync(w->mode_state);
     if (!sync) return XDC_OK;
     char key[64], val[256];
-    snprintf(key, sizeof key, "replan/%lld", (long long)w->step);
+    snprintf(key, sizeof key, "replan/%lld", (long long)w->prog.step);
     if (reporter(w)) {
         xdc_sync_stats st;
         xdc_sync_get_stats(sync, &st);
@@ -310,7 +251,7 @@ static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
         w->replan_tx0 = st.wan_tx_bytes;
         w->replan_secs0 = st.wan_seconds;
         const xdc_link *l = xdc_topology_link(w->topo, 0, 1);
-        double measured = secs > 0 ? bytes * 8 / secs / 1e9 / (w->n_regions - 1) : 0,
+        double measured = secs > 0 ? bytes * 8 / secs / 1e9 / (w->id.n_regions - 1) : 0,
                planned = l ? l->bandwidth_gbps : 0;
         snprintf(val, sizeof val, "-");
         if (measured > 0 && planned > 0 && (measured < 0.5 * planned || measured > 2 * planned)) {
@@ -321,27 +262,27 @@ static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
                 (strcmp(next.codec, w->planned.plan.codec) != 0 || next.inner_steps != w->planned.plan.inner_steps))
                 snprintf(val, sizeof val, "%s %d %.4f %.4f", next.codec, next.inner_steps, measured, planned);
         }
-        XDC_CHECK(rdzv_set(w->rdzv, key, val, diag));
+        XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
     } else {
-        XDC_CHECK(rdzv_get(w->rdzv, key, w->cfg.op_timeout_ms, val, sizeof val, diag));
+        XDC_CHECK(rdzv_get(w->comm.rdzv, key, w->cfg.op_timeout_ms, val, sizeof val, diag));
     }
     char codec[32];
     int period;
     double measured, planned;
     if (sscanf(val, "%31s %d %lf %lf", codec, &period, &measured, &planned) != 4) return XDC_OK;
-    xdc_codec_cfg cc = w->codec_cfg;
+    xdc_codec_cfg cc = w->comm.codec_cfg;
     XDC_CHECK(xdc_codec_parse(codec, &cc, diag));
     XDC_CHECK(xdc_sync_set_codec(sync, &cc, diag));
     XDC_INFO(XDC_SUB_ORCH,
              "re-plan at step %lld: measured WAN goodput %.3f Gbit/s against %.3f planned: codec %s -> %s, "
              "period %d -> %d",
-             (long long)w->step, measured, planned, w->planned.plan.codec, codec, w->cfg.diloco_inner_steps,
+             (long long)w->prog.step, measured, planned, w->planned.plan.codec, codec, w->cfg.diloco_inner_steps,
              period > 0 ? period : w->cfg.diloco_inner_steps);
     if (reporter(w))
-        printf("step %5lld  re-plan: goodput %.3f Gbit/s vs %.3f planned: codec %s -> %s\n", (long long)w->step,
+        printf("step %5lld  re-plan: goodput %.3f Gbit/s vs %.3f planned: codec %s -> %s\n", (long long)w->prog.step,
                measured, planned, w->planned.plan.codec, codec);
     snprintf(w->planned.plan.codec, sizeof w->planned.plan.codec, "%s", codec);
-    w->codec_cfg = cc;
+    w->comm.codec_cfg = cc;
     if (period > 0 && w->cfg.mode == ORCH_MODE_DILOCO) w->cfg.diloco_inner_steps = w->planned.plan.inner_steps = period;
     return XDC_OK;
 }
@@ -350,87 +291,80 @@ static void progress_line(orch_worker *w, float loss, double step_s, double comp
 {
     uint64_t tx, raw;
     wan_totals(w, &tx, &raw);
-    double tokens = (double)w->B * w->T * w->M * w->n_replicas * (w->span ? 1 : w->n_regions);
+    double tokens = (double)w->model.B * w->model.T * w->model.M * w->id.n_replicas *
+                    (w->id.span ? 1 : w->id.n_regions);
     double goodput = 0;
-    for (int r = 0; r < w->n_regions; r++)
-        if (w->peers && w->peers[r]) {
+    for (int r = 0; r < w->id.n_regions; r++)
+        if (w->comm.peers && w->comm.peers[r]) {
             xdc_wan_stats st;
-            xdc_wan_peer_stats(w->peers[r], &st);
+            xdc_wan_peer_stats(w->comm.peers[r], &st);
             goodput += st.goodput_gbps;
         }
     printf("step %5lld/%d  loss %.4f  tok/s %7.0f  step %.3fs = compute %.3f + intra %.3f + exposed wan %.3f"
            "  | wan %.2f MB (x%.1f) goodput %.3f Gb/s\n",
-           (long long)w->step, w->cfg.train.steps, loss, tokens / step_s, step_s, comp, intra, wan, (double)tx / 1e6,
-           tx ? (double)raw / (double)tx : 0.0, goodput);
+           (long long)w->prog.step, w->cfg.train.steps, loss, tokens / step_s, step_s, comp, intra, wan,
+           (double)tx / 1e6, tx ? (double)raw / (double)tx : 0.0, goodput);
     fflush(stdout);
 }
 
 xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
 {
     const xdc_train_config *c = &w->cfg.train;
-    int inflight = -1;
-    if (w->resume) XDC_CHECK(orch_checkpoint_resume(w, diag));
+    if (w->id.resume) XDC_CHECK(orch_checkpoint_resume(w, diag));
     double run_t0 = now_s();
-    while (w->step < c->steps) {
-        double t0 = now_s(), c0 = w->t_compute, i0 = w->t_intra, x0 = w->t_wan_exposed;
+    while (w->prog.step < c->steps) {
+        double t0 = now_s(), c0 = w->prog.t_compute, i0 = w->prog.t_intra, x0 = w->prog.t_wan_exposed;
         float loss = 0;
-        XDC_CHECK(pipeline_step(w, w->grad_sync, &loss, diag));
-        XDC_CHECK(optimizer_step(w, &loss, diag));
-        w->step++;
-        if (w->cfg.mode == ORCH_MODE_DILOCO && w->step % w->cfg.diloco_inner_steps == 0)
-            XDC_CHECK(diloco_round(w, diag));
-        if (w->cfg.mode == ORCH_MODE_STREAMING) {
-            XDC_CHECK(streaming_land(w, &inflight, diag));
-            XDC_CHECK(streaming_launch(w, &inflight));
-        }
+        XDC_CHECK(w->mode->step(w, w->mode_state, &loss, diag)); /* advances w->prog.step */
         double dt = now_s() - t0;
-        w->t_step += dt;
-        w->last_loss = loss;
-        orch_observe_step(w, dt, w->t_compute - c0, w->t_intra - i0, w->t_wan_exposed - x0, loss);
-        if (reporter(w) && (w->step % c->log_interval == 0 || w->step == c->steps))
-            progress_line(w, loss, dt, w->t_compute - c0, w->t_intra - i0, w->t_wan_exposed - x0);
-        if (c->eval_interval > 0 && w->step % c->eval_interval == 0 && w->step < c->steps) {
+        w->prog.t_step += dt;
+        w->prog.last_loss = loss;
+        orch_observe_step(w, dt, w->prog.t_compute - c0, w->prog.t_intra - i0, w->prog.t_wan_exposed - x0, loss);
+        if (reporter(w) && (w->prog.step % c->log_interval == 0 || w->prog.step == c->steps))
+            progress_line(w, loss, dt, w->prog.t_compute - c0, w->prog.t_intra - i0, w->prog.t_wan_exposed - x0);
+        if (c->eval_interval > 0 && w->prog.step % c->eval_interval == 0 && w->prog.step < c->steps) {
             double vl;
             XDC_CHECK(orch_train_eval(w, &vl, diag));
             if (reporter(w)) {
-                printf("step %5lld  val_loss %.4f  elapsed %.2fs\n", (long long)w->step, vl, now_s() - run_t0);
+                printf("step %5lld  val_loss %.4f  elapsed %.2fs\n", (long long)w->prog.step, vl, now_s() - run_t0);
                 fflush(stdout);
             }
         }
         if (orch_checkpoint_due(w)) XDC_CHECK(orch_checkpoint_save(w, diag));
-        if (w->cfg.plan_auto && w->cfg.replan_every > 0 && w->n_regions > 1 && !w->span &&
-            w->step % w->cfg.replan_every == 0 && w->step < c->steps)
+        if (w->cfg.plan_auto && w->cfg.replan_every > 0 && w->id.n_regions > 1 && !w->id.span &&
+            w->prog.step % w->cfg.replan_every == 0 && w->prog.step < c->steps)
             XDC_CHECK(replan(w, diag));
         char status[64];
-        snprintf(status, sizeof status, "step %lld", (long long)w->step);
-        if (w->step % 10 == 0) rdzv_heartbeat(w->rdzv, status, diag);
+        snprintf(status, sizeof status, "step %lld", (long long)w->prog.step);
+        if (w->prog.step % 10 == 0) rdzv_heartbeat(w->comm.rdzv, status, diag);
     }
     /* DiLoCo-style modes end on agreed global parameters, so every region reports the same model. */
-    if (w->cfg.mode == ORCH_MODE_STREAMING) XDC_CHECK(streaming_land(w, &inflight, diag));
-    if (w->cfg.mode == ORCH_MODE_STREAMING ||
-        (w->cfg.mode == ORCH_MODE_DILOCO && w->step % w->cfg.diloco_inner_steps != 0))
-        XDC_CHECK(diloco_round(w, diag));
-    XDC_CHECK(orch_train_eval(w, &w->val_loss, diag));
+    XDC_CHECK(w->mode->finish(w, w->mode_state, diag));
+    XDC_CHECK(orch_train_eval(w, &w->prog.val_loss, diag));
     if (reporter(w))
-        printf("step %5lld  val_loss %.4f  elapsed %.2fs\n", (long long)w->step, w->val_loss, now_s() - run_t0);
+        printf("step %5lld  val_loss %.4f  elapsed %.2fs\n", (long long)w->prog.step, w->prog.val_loss,
+               now_s() - run_t0);
     uint64_t hash = 0, tx, raw;
     XDC_CHECK(hash_params(w, &hash, diag));
-    if (w->cfg.dump_params && (w->span || w->region_idx == 0) && w->replica == 0) XDC_CHECK(dump_params(w, diag));
+    if (w->cfg.dump_params && (w->id.span || w->id.region_idx == 0) && w->id.replica == 0)
+        XDC_CHECK(dump_params(w, diag));
     wan_totals(w, &tx, &raw);
     double wall = now_s() - run_t0;
     char key[200], val[512];
     /* The result first: a coordinator takes every worker's stats as the end of the run. */
-    if ((w->span || w->region_idx == 0) && w->replica == 0 && is_last(w)) {
-        snprintf(val, sizeof val, "%.4f %016llx %lld %.3f", w->val_loss, (unsigned long long)hash, (long long)w->step,
-                 (double)w->step * w->B * w->T * w->M * w->n_replicas * (w->span ? 1 : w->n_regions) / wall);
-        XDC_CHECK(rdzv_set(w->rdzv, "result", val, diag));
+    if ((w->id.span || w->id.region_idx == 0) && w->id.replica == 0 && is_last(w)) {
+        snprintf(val, sizeof val, "%.4f %016llx %lld %.3f", w->prog.val_loss, (unsigned long long)hash,
+                 (long long)w->prog.step,
+                 (double)w->prog.step * w->model.B * w->model.T * w->model.M * w->id.n_replicas *
+                     (w->id.span ? 1 : w->id.n_regions) / wall);
+        XDC_CHECK(rdzv_set(w->comm.rdzv, "result", val, diag));
     }
-    snprintf(key, sizeof key, "stats/%d/%d", w->region_idx, w->lrank);
+    snprintf(key, sizeof key, "stats/%d/%d", w->id.region_idx, w->id.lrank);
     snprintf(val, sizeof val, "%llu %llu %.6f %.6f %.6f %.6f", (unsigned long long)tx, (unsigned long long)raw,
-             w->t_step, w->t_compute, w->t_intra, w->t_wan_exposed);
-    XDC_CHECK(rdzv_set(w->rdzv, key, val, diag));
+             w->prog.t_step, w->prog.t_compute, w->prog.t_intra, w->prog.t_wan_exposed);
+    XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
     /* Nobody leaves before everyone reported: a departing peer would look like a failure. Then global rank
      * 0 says the run is over, so a coordinator knows it may close the store. */
-    XDC_CHECK(rdzv_barrier(w->rdzv, "done", w->gsize, w->cfg.op_timeout_ms, diag));
-    return w->grank == 0 ? rdzv_set(w->rdzv, "finished", "1", diag) : XDC_OK;
+    XDC_CHECK(rdzv_barrier(w->comm.rdzv, "done", w->id.gsize, w->cfg.op_timeout_ms, diag));
+    return w->id.grank == 0 ? rdzv_set(w->comm.rdzv, "finished", "1", diag) : XDC_OK;
 }

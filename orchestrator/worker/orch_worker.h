@@ -1,6 +1,10 @@
-/* orch_worker.h — private to the worker runtime (orch_worker.c: identity, connections, lifecycle;
- * orch_train.c: the training loop). One worker process runs one pipeline stage of one data-parallel
- * replica in one region. */
+/* orch_worker.h — private to the worker runtime (the entry point is xdc_worker.h). One worker process
+ * runs one pipeline stage of one data-parallel replica in one region. Its state is split by concern:
+ * identity and layout (orch_worker_id), the model stage and its step buffers (orch_model), pipeline
+ * transfers (orch_pipe), connections (orch_comm: WAN engine, intra communicators, sync engine),
+ * telemetry, progress, and the mode (orch_mode_ops + its own state). Files: orch_worker.c (set-up,
+ * teardown), orch_train.c (the 1F1B loop, the training loop), orch_pipe.c, orch_checkpoint.c,
+ * orch_observe.c, and one orch_mode_*.c per mode. */
 #ifndef ORCH_WORKER_H
 #define ORCH_WORKER_H
 
@@ -30,8 +34,10 @@ typedef struct orch_pipe_req {
 
 typedef struct orch_observe orch_observe; /* orch_observe.c: the worker's metric series */
 
-typedef struct orch_worker {
-    /* identity (environment contract, DESIGN.md) */
+/* Who this worker is and where it sits (environment contract, DESIGN.md), fixed after set-up. Layout:
+ * lrank = replica * n_stages + stage; with span, one pipeline over every worker of every region in
+ * order (stage = global rank). */
+typedef struct orch_worker_id {
     char run_id[64], region[XDC_NAME_MAX], node[XDC_NAME_MAX], member[RDZV_MEMBER_MAX];
     char run_dir[512], coord_host[256];
     int coord_port;
@@ -39,68 +45,117 @@ typedef struct orch_worker {
     int lrank, lsize; /* rank and size within the region */
     int grank, gsize; /* global */
     int emulate_wan, resume;
-
-    xdc_topology *topo;
-    orch_run_config cfg;
-    orch_planned planned;    /* with cfg.plan_auto: the plan the run follows */
-    xdc_codec_cfg codec_cfg; /* the WAN codec in use */
-    uint64_t replan_tx0;     /* comm-engine counters at the start of the re-plan window */
-    double replan_secs0;
-
-    /* layout: lrank = replica * n_stages + stage; with span, one pipeline over every worker of every
-     * region in order (stage = global rank) */
     int span;
     int stage, n_stages, replica, n_replicas;
     int layer_begin, layer_end;
+} orch_worker_id;
 
+/* The model stage this worker computes, its data and its step buffers (allocated once). */
+typedef struct orch_model {
     const xdc_kern_backend *be;
     xdc_gpt_stage *st;
     size_t n_params;
     xdc_data *data; /* training shard of this replica (first and last stage only) */
     xdc_data *val;  /* validation batches, the same on every replica (first and last stage) */
-
-    xdc_wan_engine *wan;
-    xdc_wan_listener *lis;
-    xdc_wan_peer **peers;                /* (n_regions) same lrank in every other region */
-    xdc_wan_peer *prev_peer, *next_peer; /* span: neighbouring stages across a region boundary */
-    xdc_codec *pipe_enc, *pipe_dec;      /* span: activation codec (no error feedback) */
-    size_t pipe_elems, pipe_bound;       /* elements of one activation (B*T*C); encoded bytes bound */
-    int pipe_codec_kind;
-    uint64_t pipe_tx_bytes, pipe_raw_bytes;
-    orch_trace *trace; /* Chrome trace of this rank (RUN/traces/trace-<rank>.json) */
-    orch_metrics *metrics;
-    orch_metrics_std m;
-    orch_metrics_server *metrics_srv;
-    orch_observe *obs;
-    rdzv_client *rdzv;
-    xdc_intra_comm *region_comm, *pp, *dp;
-    xdc_intra_comm *dp_wan; /* streaming: a second replicas' communicator for the fragment syncs */
-    xdc_sync *grad_sync;    /* sync: replicas + regions; diloco/streaming: replicas only */
-    xdc_sync *outer_sync;   /* diloco: pseudo-gradients across regions */
-    xdc_sync **frag_sync;   /* streaming: one per fragment */
-
-    /* step buffers, allocated once */
     int B, T, C, M;
     int32_t *tokens, *targets; /* (M, B*T) */
     float *x_in;               /* (M, B*T*C) activations received from the previous stage */
     float *dy_in;              /* (M, B*T*C) gradients received from the next stage */
     float *dx_out;             /* (M, B*T*C) copies of the input gradients we send, so sends never wait */
-    orch_pipe_req *x_req, *dy_req, *y_req, *dx_req; /* (M) */
-    uint8_t *wire;                                  /* span: (4, M, pipe_bound) encoded activations: x, dy, y, dx */
-    float *global_params;                           /* diloco/streaming: (n_params) the last agreed global parameters */
-    float *outer_mom;                               /* diloco/streaming: (n_params) outer Nesterov momentum */
-    float *pseudo;                                  /* diloco/streaming: (n_params) pseudo-gradient scratch */
-    float *snapshot; /* streaming: (n_params) local parameters when a fragment was sent */
-    int64_t step;    /* optimizer steps done */
+} orch_model;
 
-    /* accounting for the progress line and the summary, seconds */
+/* Pipeline transfers between neighbouring stages (orch_pipe.c). */
+typedef struct orch_pipe {
+    orch_pipe_req *x_req, *dy_req, *y_req, *dx_req; /* (M) */
+    uint8_t *wire;                                  /* span: (4, M, bound) encoded activations: x, dy, y, dx */
+    xdc_codec *enc, *dec;                           /* span: activation codec (no error feedback) */
+    size_t elems, bound;                            /* elements of one activation (B*T*C); encoded bytes bound */
+    int codec_kind;
+    uint64_t tx_bytes, raw_bytes;
+} orch_pipe;
+
+/* Every connection of the worker: the WAN engine and its peers, the rendezvous, the intra communicators,
+ * and the sync engine (the one comm thread that runs every sync of the mode, in posting order). */
+typedef struct orch_comm {
+    xdc_wan_engine *wan;
+    xdc_wan_listener *lis;
+    xdc_wan_peer **peers;                /* (n_regions) same lrank in every other region */
+    xdc_wan_peer *prev_peer, *next_peer; /* span: neighbouring stages across a region boundary */
+    rdzv_client *rdzv;
+    xdc_intra_comm *region_comm, *pp, *dp;
+    xdc_intra_comm *dp_wan; /* streaming with replicas: the fragment syncs' own replicas communicator */
+    xdc_sync_engine *sync_eng;
+    xdc_codec_cfg codec_cfg; /* the WAN codec in use */
+} orch_comm;
+
+/* Metrics and trace. */
+typedef struct orch_telemetry {
+    orch_trace *trace; /* Chrome trace of this rank (RUN/traces/trace-<rank>.json) */
+    orch_metrics *metrics;
+    orch_metrics_std m;
+    orch_metrics_server *srv;
+    orch_observe *series;
+} orch_telemetry;
+
+/* Progress and the accounting for the progress line and the summary (seconds). */
+typedef struct orch_progress {
+    int64_t step; /* optimizer steps done */
     double t_compute, t_intra, t_wan_exposed, t_step;
     double last_loss, val_loss;
     uint64_t tokens_done;
-} orch_worker;
+} orch_progress;
+
+typedef struct orch_worker orch_worker;
+
+/* A training mode (orch_mode_sync.c, orch_mode_diloco.c, orch_mode_streaming.c): the syncs and buffers it
+ * needs live in its own state, made by setup and freed by destroy. The span layout (one pipeline across
+ * regions) is sync mode with nothing to average across regions. */
+typedef struct orch_mode_ops {
+    const char *name;
+    /* Create the mode's syncs (clients of w->comm.sync_eng) and buffers, once the comm is up. */
+    xdc_err_t (*setup)(orch_worker *w, void **state, xdc_diag *diag);
+    /* One training step: the pipeline pass with its gradient sync, the optimizer step (advancing
+     * w->prog.step), and the mode's outer work due at the new step. */
+    xdc_err_t (*step)(orch_worker *w, void *state, float *loss, xdc_diag *diag);
+    /* After the last step: what the mode needs so every region ends on one model. */
+    xdc_err_t (*finish)(orch_worker *w, void *state, xdc_diag *diag);
+    /* Free the state and destroy its syncs (stopped before, see worker_close). NULL state: no-op. */
+    void (*destroy)(void *state);
+    /* The mode's syncs, in creation order; returns how many (at most cap). */
+    int (*syncs)(const void *state, xdc_sync **out, int cap);
+    /* The sync that carries the WAN traffic a re-plan may switch, or NULL (streaming: fragments are in
+     * flight across steps). */
+    xdc_sync *(*replan_sync)(const void *state);
+    /* Whether a checkpoint may be taken at w->prog.step, and what the mode saves or loads next to the
+     * stage checkpoint in `dir` (NULL: nothing). */
+    int (*checkpoint_ok)(const orch_worker *w);
+    xdc_err_t (*checkpoint_io)(orch_worker *w, void *state, const char *dir, int save, xdc_diag *diag);
+} orch_mode_ops;
+
+extern const orch_mode_ops orch_mode_sync_ops, orch_mode_diloco_ops, orch_mode_streaming_ops;
+
+struct orch_worker {
+    orch_worker_id id;
+    xdc_topology *topo;
+    orch_run_config cfg;
+    orch_planned planned; /* with cfg.plan_auto: the plan the run follows */
+    orch_model model;
+    orch_pipe pipe;
+    orch_comm comm;
+    orch_telemetry tele;
+    orch_progress prog;
+    const orch_mode_ops *mode; /* chosen by cfg.mode */
+    void *mode_state;
+    uint64_t replan_tx0; /* re-plan window: comm-engine counters at its start */
+    double replan_secs0;
+};
 
 /* orch_train.c */
 xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag);
+/* One pipeline pass of M microbatches with the gradient sync of `grad_sync` started during the last
+ * microbatch's backward, then the clipped AdamW step; advances w->prog.step. *loss: the mean loss over
+ * the microbatches, summed over the stages. */
+xdc_err_t orch_train_inner_step(orch_worker *w, xdc_sync *grad_sync, float *loss, xdc_diag *diag);
 /* Pipeline-forward the fixed validation batches; every stage returns the same mean loss. */
 xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag);
 
@@ -112,6 +167,21 @@ xdc_err_t orch_pipe_recv(orch_worker *w, int from_stage, float *buf, size_t n, u
 /* Complete a transfer (no-op on an empty request); charges intra or WAN time. */
 xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag);
 xdc_err_t orch_pipe_allreduce_sum(orch_worker *w, float *v, int n, xdc_diag *diag);
+
+/* orch_mode_diloco.c: the outer loop DiLoCo and streaming share. */
+typedef struct orch_outer {
+    xdc_sync *sync; /* pseudo-gradients across regions (codec + error feedback) */
+    float *global;  /* (n_params) the last agreed global parameters */
+    float *mom;     /* (n_params) outer Nesterov momentum */
+    float *pseudo;  /* (n_params) pseudo-gradient scratch */
+} orch_outer;
+/* Buffers (global = the stage's parameters now) and the pseudo-gradient sync over `dp` and the regions. */
+xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag);
+void orch_outer_destroy(orch_outer *o);
+/* Outer Nesterov step on [lo, hi): pseudo holds the cross-region mean of (global - local). */
+void orch_outer_update(orch_worker *w, orch_outer *o, size_t lo, size_t hi);
+/* An outer round over the whole stage: every region ends on the same global parameters, local = global. */
+xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag);
 
 /* orch_observe.c: Prometheus metrics of the worker (metrics_port >= 0) */
 xdc_err_t orch_observe_start(orch_worker *w, xdc_diag *diag);
@@ -127,10 +197,12 @@ xdc_err_t orch_checkpoint_resume(orch_worker *w, xdc_diag *diag);
 
 /* orch_worker.c */
 #define ORCH_MAX_SYNCS (2 + 1024) /* gradients, pseudo-gradients, streaming fragments */
-/* Every comm engine of this worker, in creation order; returns how many (at most cap). */
+/* Every sync of this worker's mode, in creation order; returns how many (at most cap). */
 int orch_worker_syncs(const orch_worker *w, xdc_sync **out, int cap);
-/* Streaming: fragment f of this stage's parameters is [lo, hi). */
-void orch_fragment_range(const orch_worker *w, int f, size_t *lo, size_t *hi);
+/* The configuration every sync of the worker starts from: this stage's parameters, the run's bucket
+ * size and WAN codec, the replicas, the trace hook, and with `across_regions` the other regions (none
+ * with span: each stage exists once). */
+void orch_worker_sync_cfg(orch_worker *w, int across_regions, xdc_sync_cfg *out);
 /* Layers of stage s of n: an even split, the first stages taking one more when it does not divide. */
 void orch_stage_layers(int n_layer, int n_stages, int s, int *begin, int *end);
 

@@ -1,0 +1,168 @@
+/* orch_mode_streaming.c — streaming DiLoCo: inner steps as DiLoCo's (replicas only); the parameters are
+ * cut into F fragments, and fragment f leaves at steps where step mod H = f·H/F, its transfer (a job on
+ * the comm thread) overlapping the next inner step, and lands one step later: fragment = new global +
+ * the local progress made while it was on the wire. One fragment is in flight at a time. On the comm
+ * thread's queue the fragment's round is always posted before the next step's gradient round, on every
+ * replica and region alike, so the two share the thread without waiting on each other: the gradient
+ * round runs once the fragment's exchange is done. A run ends with a final outer round over the whole
+ * stage. Streaming does not checkpoint (fragments are in flight across steps) and is not re-planned. */
+#include "orchestrator/worker/orch_worker.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_time.h"
+
+static double now_s(void) { return (double)xdc_now_ns() / 1e9; }
+
+typedef struct {
+    xdc_sync *grad;   /* replicas only */
+    orch_outer outer; /* pseudo-gradients of the whole stage: the final agreement */
+    xdc_sync **frag;  /* (n_frag) one per fragment */
+    int n_frag;
+    float *snapshot; /* (n_params) local parameters when a fragment was sent */
+    int inflight;    /* the fragment on the wire, or -1 */
+} streaming_state;
+
+/* Fragment f of this stage's parameters is [lo, hi). */
+static void fragment_range(const orch_worker *w, int f, size_t *lo, size_t *hi)
+{
+    *lo = w->model.n_params * (size_t)f / (size_t)w->cfg.fragments;
+    *hi = w->model.n_params * (size_t)(f + 1) / (size_t)w->cfg.fragments;
+}
+
+static xdc_err_t streaming_setup(orch_worker *w, void **state, xdc_diag *diag)
+{
+    streaming_state *st = xdc_calloc(1, sizeof *st);
+    if (!st) return XDC_ERR_NOMEM;
+    *state = st;
+    st->inflight = -1;
+    xdc_sync_cfg sc;
+    orch_worker_sync_cfg(w, 0, &sc); /* inner steps: the region's replicas, no WAN */
+    XDC_CHECK(xdc_sync_create(w->comm.sync_eng, &sc, &st->grad, diag));
+    xdc_intra_comm *dp = sc.dp;
+    if (dp) {
+        /* The fragment syncs get a replicas' communicator of their own, so their collectives never share
+         * one with the gradient sync's. */
+        XDC_CHECK(xdc_intra_split(w->comm.dp, 0, w->id.replica, &w->comm.dp_wan, diag));
+        dp = w->comm.dp_wan;
+    }
+    XDC_CHECK(orch_outer_setup(w, &st->outer, dp, diag));
+    int F = w->cfg.fragments;
+    if ((size_t)F > w->model.n_params) {
+        xdc_diag_set(diag, "streaming.fragments (%d) exceeds this stage's %zu parameters", F, w->model.n_params);
+        return XDC_ERR_CONFIG;
+    }
+    st->snapshot = xdc_malloc(w->model.n_params * sizeof(float));
+    st->frag = xdc_calloc((size_t)F, sizeof *st->frag);
+    if (!st->snapshot || !st->frag) return XDC_ERR_NOMEM;
+    st->n_frag = F;
+    orch_worker_sync_cfg(w, 1, &sc);
+    sc.dp = dp;
+    sc.name = "fragment";
+    for (int f = 0; f < F; f++) {
+        size_t lo, hi;
+        fragment_range(w, f, &lo, &hi);
+        sc.n_elems = hi - lo;
+        XDC_CHECK(xdc_sync_create(w->comm.sync_eng, &sc, &st->frag[f], diag));
+    }
+    return XDC_OK;
+}
+
+/* The fragment in flight lands: new global value plus the local progress made meanwhile. */
+static xdc_err_t land(orch_worker *w, streaming_state *st, xdc_diag *diag)
+{
+    if (st->inflight < 0) return XDC_OK;
+    int f = st->inflight;
+    float *p = xdc_gpt_stage_params(w->model.st);
+    size_t lo, hi;
+    fragment_range(w, f, &lo, &hi);
+    double t0 = now_s();
+    xdc_err_t rc = xdc_sync_end(st->frag[f], diag);
+    w->prog.t_wan_exposed += now_s() - t0;
+    XDC_CHECK(rc);
+    orch_outer_update(w, &st->outer, lo, hi);
+    for (size_t i = lo; i < hi; i++) p[i] = st->outer.global[i] + (p[i] - st->snapshot[i]);
+    st->inflight = -1;
+    return XDC_OK;
+}
+
+/* Send the fragment due at this step, if any. */
+static xdc_err_t launch(orch_worker *w, streaming_state *st)
+{
+    int H = w->cfg.diloco_inner_steps, F = st->n_frag;
+    float *p = xdc_gpt_stage_params(w->model.st);
+    for (int f = 0; f < F; f++) {
+        if (w->prog.step % H != (int64_t)f * H / F) continue;
+        size_t lo, hi;
+        fragment_range(w, f, &lo, &hi);
+        for (size_t i = lo; i < hi; i++) {
+            st->snapshot[i] = p[i];
+            st->outer.pseudo[i] = st->outer.global[i] - p[i];
+        }
+        XDC_CHECK(xdc_sync_begin(st->frag[f], st->outer.pseudo + lo));
+        xdc_sync_mark_ready(st->frag[f], 0);
+        st->inflight = f;
+        break; /* one fragment in flight at a time: F <= H keeps them staggered */
+    }
+    return XDC_OK;
+}
+
+static xdc_err_t streaming_step(orch_worker *w, void *state, float *loss, xdc_diag *diag)
+{
+    streaming_state *st = state;
+    XDC_CHECK(orch_train_inner_step(w, st->grad, loss, diag));
+    XDC_CHECK(land(w, st, diag));
+    return launch(w, st);
+}
+
+static xdc_err_t streaming_finish(orch_worker *w, void *state, xdc_diag *diag)
+{
+    streaming_state *st = state;
+    XDC_CHECK(land(w, st, diag));
+    return orch_outer_round(w, &st->outer, diag);
+}
+
+static void streaming_destroy(void *state)
+{
+    streaming_state *st = state;
+    if (!st) return;
+    xdc_sync_destroy(st->grad);
+    orch_outer_destroy(&st->outer);
+    for (int f = 0; st->frag && f < st->n_frag; f++) xdc_sync_destroy(st->frag[f]);
+    xdc_free(st->frag);
+    xdc_free(st->snapshot);
+    xdc_free(st);
+}
+
+static int streaming_syncs(const void *state, xdc_sync **out, int cap)
+{
+    const streaming_state *st = state;
+    int n = 0;
+    if (!st) return 0;
+    if (st->grad && n < cap) out[n++] = st->grad;
+    if (st->outer.sync && n < cap) out[n++] = st->outer.sync;
+    for (int f = 0; st->frag && f < st->n_frag && n < cap; f++)
+        if (st->frag[f]) out[n++] = st->frag[f];
+    return n;
+}
+
+static xdc_sync *streaming_replan_sync(const void *state)
+{
+    (void)state;
+    return NULL;
+}
+
+static int streaming_checkpoint_ok(const orch_worker *w)
+{
+    (void)w;
+    return 0;
+}
+
+const orch_mode_ops orch_mode_streaming_ops = {.name = "streaming",
+                                               .setup = streaming_setup,
+                                               .step = streaming_step,
+                                               .finish = streaming_finish,
+                                               .destroy = streaming_destroy,
+                                               .syncs = streaming_syncs,
+                                               .replan_sync = streaming_replan_sync,
+                                               .checkpoint_ok = streaming_checkpoint_ok,
+                                               .checkpoint_io = NULL};
