@@ -837,3 +837,14 @@ void xdc_plan_link_codec(const xdc_topology *t, const xdc_model_shape *m, const 
         if (*seconds <= tolerance * hide) break;
     }
 }
+
+const char *xdc_plan_codec_of_links(const xdc_topology *t)
+{
+    const xdc_codec_info *best = NULL;
+    for (int i = 0; i < t->n_links; i++) {
+        const char *c = strcmp(t->links[i].codec, "auto") == 0 ? "int8" : t->links[i].codec;
+        const xdc_codec_info *info = xdc_codec_info_find(c, strcspn(c, ":"));
+        if (info && (!best || info->lossiness > best->lossiness)) best = info;
+    }
+    return best ? best->name : "none";
+}

@@ -119,6 +119,11 @@ xdc_err_t xdc_plan_replan_wan(const xdc_topology *t, const xdc_model_shape *m, c
 void xdc_plan_link_codec(const xdc_topology *t, const xdc_model_shape *m, const xdc_plan *p, const xdc_plan_calib *c,
                          int from, int to, double tolerance, char codec[16], double *seconds);
 
+/* The WAN codec of a run whose run file says `codec: link`: the lossiest codec (compression's registry
+ * order) that any link of `t` names, "auto" counting as int8; "none" without links. The runtime and the
+ * planner both resolve "link" here, so a plan describes the codec the run will use. */
+const char *xdc_plan_codec_of_links(const xdc_topology *t);
+
 /* Scale calib->compute_scale so that the plan's predicted compute time of stage 0 per step equals
  * measured_s (seconds, e.g. from a run's progress lines). */
 void xdc_plan_calibrate_compute(const xdc_topology *t, const xdc_plan *p, double measured_s, xdc_plan_calib *calib);

@@ -13,6 +13,7 @@
 #include "scheduler/xdc_plan.h"
 
 #include <stdio.h>
+#include <string.h>
 
 /* Two regions of `gpus` GPUs each; the link is written out in full. */
 static xdc_topology *two_regions(int gpus, double tflops_a, double tflops_b, double mem_gib, const char *link)
@@ -394,4 +395,32 @@ XDC_TEST(sim_cli_prints_step_and_exit_codes)
         run_xdc("simulate -t examples/topology/demo-2region.yaml -c examples/train/demo.yaml", out, sizeof out), 0);
     XDC_ASSERT_STR_CONTAINS(out, "2 stages per replica");
     XDC_ASSERT_EQ(run_xdc("simulate -t examples/topology/demo-2region.yaml", out, sizeof out), 64);
+}
+
+XDC_TEST(plan_codec_link_is_the_lossiest_codec_a_link_names)
+{
+    /* `codec: link` resolves once, for the planner and the runtime alike: the lossiest codec of any link
+     * (the first link is bf16 here; a later one says topk), "auto" as int8. */
+    static const char *yaml =
+        "name: t\nregions:\n"
+        "  - {name: a, nodes: a1, gpus_per_node: 1, gpu: {model: G, bf16_tflops: 10, memory_gib: 10}}\n"
+        "  - {name: b, nodes: b1, gpus_per_node: 1, gpu: {model: G, bf16_tflops: 10, memory_gib: 10}}\n"
+        "links:\n"
+        "  - {from: a, to: b, bandwidth_gbps: 1, rtt_ms: 50, codec: %s}\n"
+        "  - {from: b, to: a, bandwidth_gbps: 1, rtt_ms: 50, codec: %s}\n";
+    static const char *cases[][3] = {
+        {"bf16", "topk", "topk"}, {"auto", "bf16", "int8"}, {"none", "none", "none"}, {"int4", "int8", "int4"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[1024];
+        snprintf(text, sizeof text, yaml, cases[i][0], cases[i][1]);
+        xdc_topology *t = NULL;
+        xdc_cfg_errors errs;
+        xdc_err_t rc = xdc_topology_parse(text, strlen(text), "t.yaml", &t, &errs);
+        if (rc != XDC_OK) xdc_cfg_errors_print(&errs, stderr);
+        XDC_ASSERT_OK(rc);
+        const char *got = xdc_plan_codec_of_links(t);
+        XDC_ASSERT_MSG(strcmp(got, cases[i][2]) == 0, "links %s, %s: got %s, want %s", cases[i][0], cases[i][1], got,
+                       cases[i][2]);
+        xdc_topology_destroy(t);
+    }
 }

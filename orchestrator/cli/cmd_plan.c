@@ -23,8 +23,8 @@ static int config_failed(plan_inputs *in, const char *path, xdc_err_t rc, xdc_cf
 
 static void codec_constraint(const plan_inputs *in, const char *codec, char *out, size_t cap)
 {
-    /* The run file's "link" is the first link's codec, as the runtime reads it; "auto" means int8. */
-    if (strcmp(codec, "link") == 0) codec = in->topo->n_links > 0 ? in->topo->links[0].codec : "none";
+    /* The run file's "link" resolves as the runtime resolves it; "auto" means int8. */
+    if (strcmp(codec, "link") == 0) codec = xdc_plan_codec_of_links(in->topo);
     if (strcmp(codec, "auto") == 0 || strcmp(codec, "topk") == 0) codec = strcmp(codec, "topk") ? "int8" : "topk:0.01";
     snprintf(out, cap, "%s", codec);
 }

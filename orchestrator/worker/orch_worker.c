@@ -302,24 +302,17 @@ static xdc_err_t open_pipe_codec(orch_worker *w, xdc_diag *diag)
 }
 
 /* The WAN codec, one for the whole run so every region encodes alike: the run file's, or with "link"
- * the most compressing codec any link of the topology names ("auto" counting as int8); zstd at the
+ * the lossiest codec any link of the topology names (xdc_plan_codec_of_links); zstd at the
  * level the slowest link calls for. Every worker computes the same answer from the same files. */
 static xdc_err_t codec_config(orch_worker *w, xdc_codec_cfg *cc, xdc_diag *diag)
 {
-    static const char *const strength[] = {"none", "bf16", "int8", "int4", "topk"}; /* weakest first */
     xdc_codec_cfg d = XDC_CODEC_CFG_INIT;
     *cc = d;
     const char *name = w->cfg.codec;
     double slowest = 100; /* Gbit/s */
-    int best = -1;
-    for (int i = 0; i < w->topo->n_links; i++) {
-        const xdc_link *l = &w->topo->links[i];
-        const char *c = strcmp(l->codec, "auto") == 0 ? "int8" : l->codec;
-        for (int k = 0; k < 5; k++)
-            if (strcmp(c, strength[k]) == 0 && k > best) best = k;
-        if (l->bandwidth_gbps < slowest) slowest = l->bandwidth_gbps;
-    }
-    if (strcmp(name, "link") == 0) name = best >= 0 ? strength[best] : "none";
+    for (int i = 0; i < w->topo->n_links; i++)
+        if (w->topo->links[i].bandwidth_gbps < slowest) slowest = w->topo->links[i].bandwidth_gbps;
+    if (strcmp(name, "link") == 0) name = xdc_plan_codec_of_links(w->topo);
     if (strcmp(name, "auto") == 0) name = "int8";
     XDC_CHECK(xdc_codec_parse(name, cc, diag));
     cc->zstd_level = w->cfg.zstd_level >= 0 ? w->cfg.zstd_level : xdc_codec_zstd_level_for_link(slowest);
