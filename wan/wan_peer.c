@@ -193,7 +193,7 @@ static xdc_err_t req_collect(xdc_wan_request *r, size_t *size, uint8_t *codec, x
 
 xdc_err_t xdc_wan_test(xdc_wan_request *req, int *done, size_t *size, uint8_t *codec, xdc_diag *diag)
 {
-    if (!req || !done || req->state == WAN_REQ_FREE) return XDC_ERR_INVALID;
+    if (!req || !done) return XDC_ERR_INVALID; /* its state is read under the engine lock below */
     xdc_wan_engine *eng = req->peer->eng;
     pthread_mutex_lock(&eng->mu);
     if (req->state == WAN_REQ_FREE || req->cancelled) {
@@ -209,7 +209,7 @@ xdc_err_t xdc_wan_test(xdc_wan_request *req, int *done, size_t *size, uint8_t *c
 
 xdc_err_t xdc_wan_wait(xdc_wan_request *req, int64_t timeout_ms, size_t *size, uint8_t *codec, xdc_diag *diag)
 {
-    if (!req || req->state == WAN_REQ_FREE) return XDC_ERR_INVALID;
+    if (!req) return XDC_ERR_INVALID; /* its state is read under the engine lock below */
     xdc_wan_engine *eng = req->peer->eng;
     uint64_t deadline = xdc_deadline_ms(timeout_ms);
     pthread_mutex_lock(&eng->mu);
@@ -320,7 +320,6 @@ static xdc_err_t cancel_send(xdc_wan_request *r)
 xdc_err_t xdc_wan_request_cancel(xdc_wan_request *req)
 {
     if (!req) return XDC_OK;
-    if (req->state == WAN_REQ_FREE) return XDC_ERR_INVALID;
     xdc_wan_engine *eng = req->peer->eng;
     pthread_mutex_lock(&eng->mu);
     xdc_err_t rc = XDC_OK;
