@@ -1,6 +1,8 @@
 /* kern_registry.c — the backend tables. The only place in kernels/ that tests XDC_HAVE_CUDA. */
 #include "kernels/xdc_kernels.h"
 
+#include <string.h>
+
 /* Each op family exports one table per backend; see xdc_quant.h and xdc_model_ops.h. */
 extern const xdc_quant_ops xdc_quant_cpu_ops;
 extern const xdc_model_ops xdc_model_cpu_ops;
@@ -23,11 +25,33 @@ int xdc_kern_cuda_device_count(void)
 #endif
 }
 
+static const char *const backend_names[] = {
+    [XDC_BACKEND_CPU] = "cpu", [XDC_BACKEND_CUDA] = "cuda", [XDC_BACKEND_CPU_STRICT] = "cpu-strict"};
+
+xdc_err_t xdc_backend_parse(const char *name, xdc_backend_kind *out)
+{
+    for (int k = 0; k < (int)(sizeof backend_names / sizeof backend_names[0]); k++)
+        if (strcmp(name, backend_names[k]) == 0) {
+            *out = (xdc_backend_kind)k;
+            return XDC_OK;
+        }
+    return XDC_ERR_CONFIG;
+}
+
+const char *xdc_backend_name(xdc_backend_kind kind)
+{
+    return kind >= 0 && kind < (int)(sizeof backend_names / sizeof backend_names[0]) ? backend_names[kind] : "?";
+}
+
 xdc_err_t xdc_kern_backend_get(xdc_backend_kind kind, const xdc_kern_backend **out, xdc_diag *diag)
 {
     if (kind == XDC_BACKEND_CPU) {
         *out = &cpu_backend;
         return XDC_OK;
+    }
+    if (kind == XDC_BACKEND_CPU_STRICT) {
+        xdc_diag_set(diag, "the cpu-strict device is not built yet");
+        return XDC_ERR_UNSUPPORTED;
     }
 #ifdef XDC_HAVE_CUDA
     if (xdc_kern_cuda_device_count() <= 0) {

@@ -7,7 +7,17 @@
 
 #include "common/xdc_err.h"
 
-typedef enum { XDC_BACKEND_CPU = 0, XDC_BACKEND_CUDA = 1 } xdc_backend_kind;
+typedef enum {
+    XDC_BACKEND_CPU = 0,
+    XDC_BACKEND_CUDA = 1,
+    /* The CPU ops behind a device that fails where a GPU would: memory the host cannot touch, ops that run
+     * asynchronously in order on stream threads, real events. Proves the device path without a GPU. */
+    XDC_BACKEND_CPU_STRICT = 2,
+} xdc_backend_kind;
+
+/* "cpu", "cuda", "cpu-strict" <-> the kind; XDC_ERR_CONFIG on any other word. */
+xdc_err_t xdc_backend_parse(const char *name, xdc_backend_kind *out);
+const char *xdc_backend_name(xdc_backend_kind kind);
 
 typedef struct xdc_quant_ops xdc_quant_ops; /* kernels/xdc_quant.h */
 typedef struct xdc_model_ops xdc_model_ops; /* kernels/xdc_model_ops.h */
