@@ -92,6 +92,7 @@ xdc_err_t xdc_gpt_stage_forward(xdc_gpt_stage *s, int slot, const int32_t *token
     } else if (y_out) {
         *y_out = y;
     }
+    if (!sl->forwarded && ++s->slots_in_use > s->slots_peak) s->slots_peak = s->slots_in_use;
     sl->forwarded = true;
     return XDC_OK;
 }
@@ -144,7 +145,8 @@ xdc_err_t xdc_gpt_stage_backward(xdc_gpt_stage *s, int slot, const float *dy, fl
     } else if (dx_out) {
         *dx_out = sc->dres;
     }
-    sl->forwarded = false;
+    sl->forwarded = false; /* the slot is free for the next microbatch */
+    s->slots_in_use--;
     s->ready_fn = NULL; /* armed for one backward */
     return o->sync();
 }

@@ -106,7 +106,10 @@ struct xdc_gpt_stage {
     int n_tensors;
     gpt_slot *slots; /* (max_inflight) */
     gpt_scratch scratch;
-    int64_t adam_t; /* optimizer steps taken */
+    size_t slot_bytes, scratch_bytes; /* one slot's arena, the scratch arena */
+    int slots_in_use;                 /* slots holding a forwarded microbatch not yet backwarded */
+    int slots_peak;                   /* the most slots_in_use has been: the activation high-water mark */
+    int64_t adam_t;                   /* optimizer steps taken */
     /* Armed for one backward: called as gradients [from, num_params) become final. */
     xdc_gpt_grad_ready_fn ready_fn;
     void *ready_ctx;

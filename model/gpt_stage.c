@@ -9,7 +9,9 @@
 #include <math.h>
 #include <string.h>
 
-/* Hands out consecutive pieces of an arena; with base == NULL it only measures. */
+/* Hands out consecutive pieces of an arena, each rounded up to 64 bytes (so every piece starts 64-byte
+ * aligned and an arena is the sum of its rounded pieces: xdc_model_shape_slot_bytes counts the same way);
+ * with base == NULL it only measures. */
 typedef struct bump {
     char *base;
     size_t off; /* bytes */
@@ -17,9 +19,8 @@ typedef struct bump {
 
 static void *bump_take(bump *b, size_t bytes)
 {
-    b->off = (b->off + 63) & ~(size_t)63;
     void *p = b->base ? b->base + b->off : NULL;
-    b->off += bytes;
+    b->off += (bytes + 63) & ~(size_t)63;
     return p;
 }
 
@@ -202,12 +203,14 @@ xdc_err_t xdc_gpt_stage_create(const xdc_model_ops *ops, const xdc_gpt_stage_con
         if (!sl->layers) goto fail;
         bump b = {0};
         layout_slot(s, &b, sl);
+        s->slot_bytes = b.off;
         XDC_CHECK_GOTO(ops->alloc(&sl->arena, b.off), rc, fail);
         b = (bump){.base = sl->arena};
         layout_slot(s, &b, sl);
     }
     bump b = {0};
     layout_scratch(s, &b, &s->scratch);
+    s->scratch_bytes = b.off;
     XDC_CHECK_GOTO(ops->alloc(&s->scratch.arena, b.off), rc, fail);
     b = (bump){.base = s->scratch.arena};
     layout_scratch(s, &b, &s->scratch);
@@ -242,6 +245,14 @@ void xdc_gpt_stage_destroy(xdc_gpt_stage *s)
     xdc_free(s->host_stage);
     xdc_free(s);
 }
+
+int xdc_gpt_stage_slots(const xdc_gpt_stage *s) { return s->cfg.max_inflight; }
+int xdc_gpt_stage_slot_of(const xdc_gpt_stage *s, int mb) { return mb % s->cfg.max_inflight; }
+size_t xdc_gpt_stage_slot_bytes(const xdc_gpt_stage *s) { return s->slot_bytes; }
+size_t xdc_gpt_stage_scratch_bytes(const xdc_gpt_stage *s) { return s->scratch_bytes; }
+int xdc_gpt_stage_slots_peak(const xdc_gpt_stage *s) { return s->slots_peak; }
+size_t xdc_gpt_stage_activation_bytes(const xdc_gpt_stage *s) { return (size_t)s->slots_peak * s->slot_bytes; }
+void xdc_gpt_stage_reset_activation_peak(xdc_gpt_stage *s) { s->slots_peak = s->slots_in_use; }
 
 bool xdc_gpt_stage_is_first(const xdc_gpt_stage *s) { return s->first; }
 bool xdc_gpt_stage_is_last(const xdc_gpt_stage *s) { return s->last; }

@@ -2,6 +2,7 @@
  * arena layout of model/gpt_stage.c. */
 #include "model/xdc_model_shape.h"
 
+#include <math.h>
 #include <string.h>
 
 void xdc_model_shape_gpt(int layers, int heads, int width, int context, int vocab, xdc_model_shape *out)
@@ -20,9 +21,6 @@ void xdc_model_shape_gpt(int layers, int heads, int width, int context, int voca
     out->layer_params = 12 * C * C + 13 * C;
     out->head_params = 2 * C + V * C;
     out->params = out->embed_params + layers * out->layer_params + out->head_params;
-    /* Kept for backward per token per layer (fp32): ln1, qkv, attention output, projection, residual,
-     * ln2, fc, gelu, fc projection, residual (~18C) plus the pre-softmax and softmax rows (2 NH T). */
-    out->act_bytes_per_token = 4.0 * (18 * C + 2.0 * heads * T);
     out->boundary_bytes_per_token = 4.0 * C;
     out->bytes_per_param = 4;        /* fp32 master weights */
     out->optim_bytes_per_param = 12; /* fp32 gradient + AdamW m and v */
@@ -50,4 +48,39 @@ double xdc_model_shape_fwd_flops_per_token(const xdc_model_shape *m, int lb, int
 {
     double per_layer = 2 * m->layer_params + 2.0 * seq_len * m->width;
     return (le - lb) * per_layer + (le == m->layers ? 2.0 * m->vocab * m->width : 0);
+}
+
+/* One tensor of `bytes` in a stage arena: model/gpt_stage.c rounds every tensor up to 64 bytes. */
+static double arena_piece(double bytes) { return ceil(bytes / 64) * 64; }
+
+double xdc_model_shape_slot_bytes(const xdc_model_shape *m, int lb, int le, int batch, int seq_len)
+{
+    double B = batch, T = seq_len, N = B * T, C = m->width, V = m->vocab, NH = m->heads, f = 4;
+    double nc = arena_piece(N * C * f), n = arena_piece(N * f);
+    /* ln1, atty, res2, ln2, res3 (N C); qkv (3 N C); fch, fch_gelu (4 N C); two means and rstds; att */
+    double layer = 5 * nc + arena_piece(3 * N * C * f) + 2 * arena_piece(4 * N * C * f) + 4 * n +
+                   arena_piece(B * NH * T * T * f);
+    double bytes = nc + (le - lb) * layer;    /* x_in and the blocks */
+    if (lb == 0) bytes += arena_piece(N * 4); /* tokens */
+    /* targets, lnf, lnf_mean, lnf_rstd, losses, probs */
+    if (le == m->layers) bytes += arena_piece(N * 4) + nc + 3 * n + arena_piece(N * V * f);
+    return bytes;
+}
+
+double xdc_model_shape_scratch_bytes(const xdc_model_shape *m, int lb, int le, int batch, int seq_len)
+{
+    (void)lb;
+    double B = batch, T = seq_len, N = B * T, C = m->width, V = m->vocab, NH = m->heads, f = 4;
+    double nc = arena_piece(N * C * f);
+    /* proj, dres, dln, datty; dqkv; datt; dfch, dfch_gelu; logits on the last stage */
+    double bytes = 4 * nc + arena_piece(3 * N * C * f) + arena_piece(B * NH * T * T * f) +
+                   2 * arena_piece(4 * N * C * f);
+    if (le == m->layers) bytes += arena_piece(N * V * f);
+    return bytes;
+}
+
+int xdc_model_shape_1f1b_inflight(int stages, int stage, int microbatches)
+{
+    int k = stages - stage;
+    return k < microbatches ? k : microbatches;
 }

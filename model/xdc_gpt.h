@@ -20,8 +20,10 @@
  * initial parameters do not depend on how the model is split.
  *
  * Microbatches: a stage is created with `max_inflight` activation slots. forward(slot) stores in the slot
- * everything backward(slot) needs; a 1F1B schedule keeps up to (number of stages) slots in flight.
- * Backward accumulates parameter gradients (+=) until zero_grad, so gradient accumulation over
+ * everything backward(slot) needs, and backward(slot) frees it. Under 1F1B stage s of P holds at most
+ * min(M, P − s) microbatches at once (xdc_model_shape_1f1b_inflight), so it is created with that many
+ * slots and microbatch mb uses slot mb % slots (xdc_gpt_stage_slot_of): in 1F1B order the slot's previous
+ * microbatch, mb − slots, has finished its backward before mb's forward. Backward accumulates parameter gradients (+=) until zero_grad, so gradient accumulation over
  * microbatches is free. Pointers returned by forward/backward are backend memory (host on CPU, device on
  * CUDA). */
 #ifndef XDC_GPT_H
@@ -63,6 +65,20 @@ typedef struct xdc_gpt_stage xdc_gpt_stage;
 xdc_err_t xdc_gpt_stage_create(const xdc_model_ops *ops, const xdc_gpt_stage_config *cfg, xdc_gpt_stage **out,
                                xdc_diag *diag);
 void xdc_gpt_stage_destroy(xdc_gpt_stage *s);
+
+/* Activation slots (max_inflight), and the slot of microbatch `mb` in 1F1B order: mb % slots. */
+int xdc_gpt_stage_slots(const xdc_gpt_stage *s);
+int xdc_gpt_stage_slot_of(const xdc_gpt_stage *s, int mb);
+/* Bytes of one slot's arena and of the backward scratch (what xdc_model_shape_slot_bytes and
+ * xdc_model_shape_scratch_bytes count). */
+size_t xdc_gpt_stage_slot_bytes(const xdc_gpt_stage *s);
+size_t xdc_gpt_stage_scratch_bytes(const xdc_gpt_stage *s);
+/* The activation high-water mark: the most slots that held a microbatch at once (a forward fills a free
+ * slot, its backward frees it; a forward into a slot still held, as validation does, holds it still),
+ * and that count times the slot bytes. reset_activation_peak restarts the mark from the slots held now. */
+int xdc_gpt_stage_slots_peak(const xdc_gpt_stage *s);
+size_t xdc_gpt_stage_activation_bytes(const xdc_gpt_stage *s);
+void xdc_gpt_stage_reset_activation_peak(xdc_gpt_stage *s);
 
 bool xdc_gpt_stage_is_first(const xdc_gpt_stage *s);
 bool xdc_gpt_stage_is_last(const xdc_gpt_stage *s);

@@ -1,6 +1,7 @@
 /* xdc_model_shape.h — the GPT's shape as numbers, written down once: parameters of the embedding tables,
- * of one block and of the final norm + LM head (so of any stage), forward FLOPs per token, activation
- * and boundary bytes per token. The model counts its own parameters with it (xdc_gpt_config_num_params)
+ * of one block and of the final norm + LM head (so of any stage), forward FLOPs per token, the bytes of
+ * one microbatch's activation slot and of the backward scratch, boundary bytes per token, and 1F1B's
+ * bound on the microbatches a stage holds at once. The model counts its own parameters with it (xdc_gpt_config_num_params)
  * and the planner and simulator (scheduler/) price stages with it; tests/test_model.c and
  * tests/test_plan.c tie both to the parameter arenas real stages allocate (model/gpt_stage.c). */
 #ifndef XDC_MODEL_SHAPE_H
@@ -16,7 +17,6 @@ typedef struct xdc_model_shape {
     double embed_params;             /* on the first stage (token + position tables), count */
     double layer_params;             /* one block, count */
     double head_params;              /* on the last stage (final norm + LM head), count */
-    double act_bytes_per_token;      /* kept for backward, per token per layer, bytes */
     double boundary_bytes_per_token; /* activation crossing a stage boundary, per token, bytes (fp32) */
     double bytes_per_param;          /* weights, bytes */
     double optim_bytes_per_param;    /* gradient + optimizer state, bytes */
@@ -33,5 +33,23 @@ double xdc_model_shape_stage_params(const xdc_model_shape *m, int lb, int le);
  * causal attention scores and mixing (2 T C per layer on average), plus the LM head (2 V C) when
  * le == layers. Backward costs twice the forward. */
 double xdc_model_shape_fwd_flops_per_token(const xdc_model_shape *m, int lb, int le, int seq_len);
+
+/* Bytes of one activation slot of the stage [lb, le) — everything forward keeps for backward, for one
+ * microbatch of `batch` sequences of `seq_len` tokens (N = batch·seq_len): per block ln1, qkv, attention
+ * output, residual, ln2, fc, gelu, block output (16 N C floats), two layernorm means and rstds (4 N) and
+ * the softmax rows (batch·NH·seq_len²); the stage input (N C); tokens (N int32) on the first stage;
+ * targets (N int32), final layernorm (N C + 2 N), probabilities (N V) and losses (N) on the last. Each
+ * tensor is rounded up to 64 bytes, as model/gpt_stage.c lays them out: this is exactly the size of one
+ * slot of a real stage (xdc_gpt_stage_slot_bytes; tests/test_model.c checks both agree). */
+double xdc_model_shape_slot_bytes(const xdc_model_shape *m, int lb, int le, int batch, int seq_len);
+/* Bytes of the stage's backward scratch, one per stage whatever the slots (xdc_gpt_stage_scratch_bytes):
+ * projection output, residual and layernorm gradients, attention (N C, N C, N C, N C, 3 N C, batch·NH·
+ * seq_len²), the MLP's two gradients (2 · 4 N C), and the logits (N V) on the last stage. */
+double xdc_model_shape_scratch_bytes(const xdc_model_shape *m, int lb, int le, int batch, int seq_len);
+/* 1F1B's memory bound: stage `stage` (0-based) of a `stages`-stage pipeline running `microbatches` per
+ * step holds at most min(M, P − s) microbatches' activations at once — the warm-up forwards P − s − 1
+ * plus the one in the steady phase's forward, each freed by its backward. The runtime creates a stage with
+ * this many slots (orchestrator/worker/orch_worker.c) and the planner prices it (scheduler/). */
+int xdc_model_shape_1f1b_inflight(int stages, int stage, int microbatches);
 
 #endif /* XDC_MODEL_SHAPE_H */

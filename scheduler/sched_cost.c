@@ -15,14 +15,20 @@ double topo_stage_flops(const xdc_model_shape *m, int lb, int le, double tokens,
     return 3 * xdc_model_shape_fwd_flops_per_token(m, lb, le, seq_len) * tokens;
 }
 
-double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int microbatches, double tokens_mb,
-                          int mode_extra)
+double topo_stage_act_bytes(const xdc_model_shape *m, int lb, int le, int inflight, int batch, int seq_len)
 {
-    double p = xdc_model_shape_stage_params(m, lb, le);
+    return inflight * xdc_model_shape_slot_bytes(m, lb, le, batch, seq_len);
+}
+
+double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int microbatches, int batch,
+                          int seq_len, int mode_extra)
+{
+    double p = xdc_model_shape_stage_params(m, lb, le), tokens_mb = (double)batch * seq_len;
     double bytes = p * (m->bytes_per_param + m->optim_bytes_per_param);
     if (mode_extra) bytes += p * 16; /* global params, outer momentum, pseudo-gradient, snapshot (fp32) */
-    bytes += (double)inflight * tokens_mb * m->act_bytes_per_token * (le - lb);
-    if (le == m->layers) bytes += (double)inflight * tokens_mb * m->vocab * 4 * 2; /* logits + probabilities */
+    /* The activation slots of the microbatches in flight, and the one backward scratch. */
+    bytes += topo_stage_act_bytes(m, lb, le, inflight, batch, seq_len);
+    bytes += xdc_model_shape_scratch_bytes(m, lb, le, batch, seq_len);
     /* The runtime keeps every microbatch's boundary input, output gradient and input gradient. */
     bytes += 3.0 * microbatches * tokens_mb * m->boundary_bytes_per_token;
     return bytes / (1024.0 * 1024.0 * 1024.0);

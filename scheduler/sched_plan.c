@@ -125,7 +125,9 @@ static void fill_stages_even(search *s, xdc_plan *p, int P, int M)
         st->layer_end = st->layer_begin + base + (i < extra ? 1 : 0);
         st->params = xdc_model_shape_stage_params(s->m, st->layer_begin, st->layer_end);
         st->flops_mb = topo_stage_flops(s->m, st->layer_begin, st->layer_end, tokens_mb(s), s->b->seq_len);
-        st->inflight = P - i < M ? P - i : M;
+        st->inflight = xdc_model_shape_1f1b_inflight(P, i, M);
+        st->act_bytes = topo_stage_act_bytes(s->m, st->layer_begin, st->layer_end, st->inflight, s->b->micro_batch,
+                                             s->b->seq_len);
     }
 }
 
@@ -140,7 +142,7 @@ static int dp_fits(search *s, xdc_plan *p, int mode_extra)
     for (int i = 0; i < p->stages; i++) {
         xdc_plan_stage *st = &p->stage[i];
         st->mem_gib = topo_stage_mem_gib(s->m, st->layer_begin, st->layer_end, st->inflight, p->microbatches,
-                                         tokens_mb(s), mode_extra);
+                                         s->b->micro_batch, s->b->seq_len, mode_extra);
         if (st->mem_gib > p->mem_gib_max) p->mem_gib_max = st->mem_gib;
     }
     if (p->mem_gib_max <= TOPO_PLAN_MEM_HEADROOM * p->mem_gib_limit) return 1;
@@ -400,7 +402,7 @@ static double stage_time(const search *s, const chain_stage *cs, int lb, int le)
 
 static int stage_fits(const search *s, const chain_stage *cs, int lb, int le, int M)
 {
-    return topo_stage_mem_gib(s->m, lb, le, cs->inflight, M, tokens_mb(s), 0) <= cs->mem_limit;
+    return topo_stage_mem_gib(s->m, lb, le, cs->inflight, M, s->b->micro_batch, s->b->seq_len, 0) <= cs->mem_limit;
 }
 
 /* Greedy fill under a time cap: each stage takes the most layers it can run within cap and hold in
@@ -528,7 +530,7 @@ static void eval_chain(search *s, const int *chain, int n)
                 cs[idx].region = chain[i];
                 cs[idx].flops = topo_region_flops(s->t, chain[i], &s->o->calib);
                 cs[idx].mem_limit = TOPO_PLAN_MEM_HEADROOM * s->t->regions[chain[i]].gpu_memory_gib;
-                int inflight = P - idx + cover;
+                int inflight = xdc_model_shape_1f1b_inflight(P, idx, p.microbatches) + cover;
                 cs[idx].inflight = inflight < p.microbatches ? inflight : p.microbatches;
             }
             if (i > 0) cover += (int)ceil(2 * topo_link_owd(s->t, chain[i - 1], chain[i]) / period);
@@ -543,7 +545,7 @@ static void eval_chain(search *s, const int *chain, int n)
             for (int i = 0; i < P; i++) {
                 int lo = s->m->layers * i / P, hi = s->m->layers * (i + 1) / P;
                 need = fmax(need, topo_stage_mem_gib(s->m, lo, hi > lo ? hi : lo + 1, cs[i].inflight, p.microbatches,
-                                                     tokens_mb(s), 0));
+                                                     s->b->micro_batch, s->b->seq_len, 0));
             }
             char where[128];
             snprintf(where, sizeof where, "a pipeline over %d region%s with %d stages", n, n > 1 ? "s" : "", P);
@@ -559,7 +561,10 @@ static void eval_chain(search *s, const int *chain, int n)
             st->params = xdc_model_shape_stage_params(s->m, lb[i], lb[i + 1]);
             st->flops_mb = topo_stage_flops(s->m, lb[i], lb[i + 1], tokens_mb(s), s->b->seq_len);
             st->inflight = cs[i].inflight;
-            st->mem_gib = topo_stage_mem_gib(s->m, lb[i], lb[i + 1], st->inflight, p.microbatches, tokens_mb(s), 0);
+            st->act_bytes = topo_stage_act_bytes(s->m, lb[i], lb[i + 1], st->inflight, s->b->micro_batch,
+                                                 s->b->seq_len);
+            st->mem_gib = topo_stage_mem_gib(s->m, lb[i], lb[i + 1], st->inflight, p.microbatches, s->b->micro_batch,
+                                             s->b->seq_len, 0);
             p.mem_gib_max = fmax(p.mem_gib_max, st->mem_gib);
             if (i > 0 && cs[i].region != cs[i - 1].region) p.cut_layer[cut++] = lb[i];
         }

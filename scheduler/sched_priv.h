@@ -46,9 +46,13 @@ double topo_intra_p2p_s(const xdc_topology *t, int r, double bytes);
 
 /* Forward + backward FLOPs of one microbatch of `tokens` tokens over layers [lb, le) of the model. */
 double topo_stage_flops(const xdc_model_shape *m, int lb, int le, double tokens, int seq_len);
+/* Activation high-water mark of a stage holding `inflight` microbatches of `batch` × `seq_len` tokens
+ * at once, bytes: inflight × xdc_model_shape_slot_bytes — what the model's stage reports
+ * (xdc_gpt_stage_activation_bytes) after a 1F1B step. */
+double topo_stage_act_bytes(const xdc_model_shape *m, int lb, int le, int inflight, int batch, int seq_len);
 /* Memory per GPU of a stage, GiB. `mode_extra` adds DiLoCo/streaming copies of the parameters. */
-double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int microbatches, double tokens_mb,
-                          int mode_extra);
+double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int microbatches, int batch,
+                          int seq_len, int mode_extra);
 
 /* Durations of one gradient bucket in the comm engine's two-stage pipeline (orchestrator/xdc_sync.c):
  * A = reduce-scatter over `ranks` + encode the shard; B = decode every region's shard + all-gather.

@@ -64,10 +64,12 @@ typedef struct xdc_plan_opts {
 typedef struct xdc_plan_stage {
     int region; /* region index; -1: the same stage in every region (data parallel) */
     int layer_begin, layer_end;
-    double params;   /* count */
-    double flops_mb; /* forward + backward FLOPs of one microbatch */
-    double mem_gib;  /* per GPU, worst region */
-    int inflight;    /* microbatches this stage keeps in flight (1F1B warm-up + RTT cover) */
+    double params;    /* count */
+    double flops_mb;  /* forward + backward FLOPs of one microbatch */
+    double mem_gib;   /* per GPU, worst region */
+    int inflight;     /* microbatches this stage keeps in flight (1F1B: min(M, P − s); + RTT cover upstream
+                        of a WAN cut) */
+    double act_bytes; /* activation high-water mark per GPU: inflight × one microbatch's activation slot */
 } xdc_plan_stage;
 
 typedef struct xdc_plan {

@@ -1,11 +1,13 @@
 /* test_model.c — the GPT stage: whole-model gradient check against finite differences, split-vs-unsplit
  * equality (loss, gradients, parameters after optimizer steps, params_xxh64) with several microbatches in
- * flight, determinism for a seed, and shape validation. */
+ * flight, determinism for a seed, shape validation, and the activation slots: their bytes are what the
+ * model's shape counts, and the high-water mark follows forwards and backwards. */
 #include "tests/xdc_test.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_rng.h"
 #include "model/xdc_gpt.h"
+#include "model/xdc_model_shape.h"
 #include "kernels/xdc_model_ops.h"
 
 #include <stdlib.h>
@@ -235,4 +237,74 @@ XDC_TEST(model_create_survives_every_allocation_failure)
         XDC_ASSERT_EQ(rc, XDC_ERR_NOMEM);
     }
     XDC_FAIL("create never succeeded within 64 allocations");
+}
+
+XDC_TEST(model_slot_bytes_are_what_the_shape_counts)
+{
+    /* Odd widths, batches and lengths so that the 64-byte rounding of every tensor matters; every kind of
+     * stage: the whole model, first, middle, last. */
+    static const int shapes[][7] = {/* L, NH, C, maxT, V, B, T */
+                                    {3, 2, 8, 8, 16, 2, 6},
+                                    {4, 3, 9, 7, 11, 3, 5},
+                                    {2, 4, 64, 64, 256, 16, 64},
+                                    {5, 1, 5, 3, 2, 1, 1}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const int *v = shapes[k];
+        xdc_gpt_config g = {.n_layer = v[0], .n_head = v[1], .n_embd = v[2], .max_seq_len = v[3], .vocab_size = v[4]};
+        xdc_model_shape m;
+        xdc_model_shape_of(&g, &m);
+        int ranges[][2] = {{0, v[0]}, {0, 1}, {1, v[0] - 1}, {v[0] - 1, v[0]}};
+        for (int r = 0; r < 4; r++) {
+            if (ranges[r][0] >= ranges[r][1]) continue;
+            xdc_gpt_stage_config c = {.model = g,
+                                      .layer_begin = ranges[r][0],
+                                      .layer_end = ranges[r][1],
+                                      .batch = v[5],
+                                      .seq_len = v[6],
+                                      .max_inflight = 2,
+                                      .seed = 1};
+            xdc_gpt_stage *st = NULL;
+            XDC_ASSERT_OK(xdc_gpt_stage_create(cpu, &c, &st, NULL));
+            double want = xdc_model_shape_slot_bytes(&m, c.layer_begin, c.layer_end, c.batch, c.seq_len);
+            double want_sc = xdc_model_shape_scratch_bytes(&m, c.layer_begin, c.layer_end, c.batch, c.seq_len);
+            XDC_ASSERT_MSG((double)xdc_gpt_stage_slot_bytes(st) == want,
+                           "shape %zu layers [%d,%d): a slot takes %zu bytes, the shape counts %.0f", k, c.layer_begin,
+                           c.layer_end, xdc_gpt_stage_slot_bytes(st), want);
+            XDC_ASSERT_MSG((double)xdc_gpt_stage_scratch_bytes(st) == want_sc,
+                           "shape %zu layers [%d,%d): the scratch takes %zu bytes, the shape counts %.0f", k,
+                           c.layer_begin, c.layer_end, xdc_gpt_stage_scratch_bytes(st), want_sc);
+            XDC_ASSERT_EQ(xdc_gpt_stage_slots(st), 2);
+            XDC_ASSERT_EQ(xdc_gpt_stage_activation_bytes(st), (size_t)0);
+            xdc_gpt_stage_destroy(st);
+        }
+    }
+}
+
+XDC_TEST(model_activation_peak_counts_slots_held)
+{
+    /* F0 F1 B0 F2 B1 B2 through slots mb % 2: at most two held at once; the mark stays at two after the
+     * backwards free them; a forward into a slot still held (validation) holds it still. */
+    xdc_gpt_stage_config c = tiny_cfg(0, 3, 2);
+    xdc_gpt_stage *s = NULL;
+    XDC_ASSERT_OK(xdc_gpt_stage_create(cpu, &c, &s, NULL));
+    XDC_ASSERT_EQ(xdc_gpt_stage_slot_of(s, 0), 0);
+    XDC_ASSERT_EQ(xdc_gpt_stage_slot_of(s, 3), 1);
+    int32_t tok[12], tgt[12];
+    float loss;
+    static const int ops[][2] = {{0, 0}, {0, 1}, {1, 0}, {0, 2}, {1, 1}, {1, 2}}; /* {backward?, microbatch} */
+    static const int peak[] = {1, 2, 2, 2, 2, 2};
+    xdc_gpt_stage_zero_grad(s);
+    for (int i = 0; i < 6; i++) {
+        int mb = ops[i][1], slot = xdc_gpt_stage_slot_of(s, mb);
+        make_batch(mb, tok, tgt, 12);
+        if (ops[i][0]) XDC_ASSERT_OK(xdc_gpt_stage_backward(s, slot, NULL, 1.0f / 3, NULL));
+        else XDC_ASSERT_OK(xdc_gpt_stage_forward(s, slot, tok, NULL, tgt, NULL, &loss));
+        XDC_ASSERT_EQ(xdc_gpt_stage_slots_peak(s), peak[i]);
+    }
+    XDC_ASSERT_EQ(xdc_gpt_stage_activation_bytes(s), 2 * xdc_gpt_stage_slot_bytes(s));
+    xdc_gpt_stage_reset_activation_peak(s);
+    XDC_ASSERT_EQ(xdc_gpt_stage_slots_peak(s), 0);
+    for (int i = 0; i < 3; i++) XDC_ASSERT_OK(xdc_gpt_stage_forward(s, 0, tok, NULL, tgt, NULL, &loss));
+    XDC_ASSERT_EQ(xdc_gpt_stage_slots_peak(s), 1);
+    xdc_gpt_stage_destroy(s);
 }

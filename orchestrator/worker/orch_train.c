@@ -35,16 +35,20 @@ static xdc_err_t forward_mb(orch_worker *w, int mb, float *loss_sum, xdc_diag *d
 {
     size_t bt = (size_t)w->model.B * w->model.T, btc = bt * (size_t)w->model.C;
     if (!is_first(w)) XDC_CHECK(orch_pipe_wait(w, &w->pipe.x_req[mb], diag));
+    /* 1F1B frees slot mb % slots with the backward of mb − slots; that microbatch's output may still be
+     * on its way out of the slot. */
+    int slot = xdc_gpt_stage_slot_of(w->model.st, mb), prev = mb - xdc_gpt_stage_slots(w->model.st);
+    if (!is_last(w) && prev >= 0) XDC_CHECK(orch_pipe_wait(w, &w->pipe.y_req[prev], diag));
     const float *y = NULL;
     float loss = 0;
     double t0 = now_s();
     uint64_t u0 = orch_trace_now_us(w->tele.trace);
-    XDC_CHECK(xdc_gpt_stage_forward(w->model.st, mb, w->model.tokens + mb * bt, w->model.x_in + mb * btc,
+    XDC_CHECK(xdc_gpt_stage_forward(w->model.st, slot, w->model.tokens + mb * bt, w->model.x_in + mb * btc,
                                     w->model.targets + mb * bt, is_last(w) ? NULL : &y, &loss));
     w->prog.t_compute += now_s() - t0;
     trace_span(w, "forward", u0, mb);
     if (is_last(w)) *loss_sum += loss;
-    /* y stays valid in slot mb until the slot's next forward (next step), after the send completed. */
+    /* y stays valid in the slot until its next forward, which first waits for this send. */
     if (!is_last(w)) XDC_CHECK(orch_pipe_send(w, w->id.stage + 1, y, btc, wire(w, 2, mb), &w->pipe.y_req[mb], diag));
     return XDC_OK;
 }
@@ -64,8 +68,8 @@ static xdc_err_t backward_mb(orch_worker *w, int mb, xdc_sync *sync, xdc_diag *d
     const float *dx = NULL;
     double t0 = now_s();
     uint64_t u0 = orch_trace_now_us(w->tele.trace);
-    XDC_CHECK(xdc_gpt_stage_backward(w->model.st, mb, w->model.dy_in + mb * btc, 1.0f / (float)w->model.M,
-                                     is_first(w) ? NULL : &dx));
+    XDC_CHECK(xdc_gpt_stage_backward(w->model.st, xdc_gpt_stage_slot_of(w->model.st, mb), w->model.dy_in + mb * btc,
+                                     1.0f / (float)w->model.M, is_first(w) ? NULL : &dx));
     if (!is_first(w))
         memcpy(w->model.dx_out + mb * btc, dx, btc * sizeof(float)); /* dx lives only until the next backward */
     w->prog.t_compute += now_s() - t0;

@@ -10,6 +10,7 @@
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
 #include "kernels/xdc_model_ops.h"
+#include "model/xdc_model_shape.h"
 #include "orchestrator/control/orch_identity.h"
 #include "orchestrator/control/orch_proc.h"
 #include "orchestrator/worker/xdc_worker.h"
@@ -113,12 +114,13 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
     const xdc_train_config *c = &w->cfg.train;
     XDC_CHECK(xdc_kern_backend_get(XDC_BACKEND_CPU, &w->model.be, diag));
     w->model.be->model->set_threads(w->cfg.threads);
+    int slots = xdc_model_shape_1f1b_inflight(w->id.n_stages, w->id.stage, c->microbatches); /* 1F1B's bound */
     xdc_gpt_stage_config sc = {.model = c->model,
                                .layer_begin = w->id.layer_begin,
                                .layer_end = w->id.layer_end,
                                .batch = c->batch_size,
                                .seq_len = c->seq_len,
-                               .max_inflight = c->microbatches,
+                               .max_inflight = slots,
                                .seed = (uint64_t)c->seed,
                                .adamw = {(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay}};
     XDC_CHECK(xdc_gpt_stage_create(w->model.be->model, &sc, &w->model.st, diag));
