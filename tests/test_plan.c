@@ -1,7 +1,8 @@
 /* test_plan.c — the planner on cases worked out by hand: a region twice as fast gets twice the layers, a
  * model too big for one region is cut at the cheapest link, a slow link gets a stronger codec or a longer
  * period, no candidate exceeds GPU memory, an impossible topology is refused with its reason, the search
- * is deterministic, the planner's parameter counts are what real stages allocate, and `xdc plan` /
+ * is deterministic, the planner's parameter counts are what real stages allocate, its activation memory is
+ * the high-water mark a real 1F1B run reaches on every stage, and `xdc plan` /
  * `xdc simulate` print, emit JSON and exit with sysexits codes. */
 #include "tests/xdc_test.h"
 
@@ -9,7 +10,10 @@
 
 #include "common/xdc_alloc.h"
 #include "kernels/xdc_model_ops.h"
+#include "common/xdc_rng.h"
 #include "model/xdc_gpt.h"
+#include "model/xdc_model_config.h"
+#include "model/xdc_model_shape.h"
 #include "scheduler/xdc_plan.h"
 
 #include <stdio.h>
@@ -353,6 +357,140 @@ XDC_TEST(plan_stage_params_are_what_the_model_allocates)
     XDC_ASSERT_EQ(s->best.stages, 3);
     XDC_ASSERT_EQ(check_stages_against_model(&s->best, &g), m.params);
     xdc_plan_set_destroy(s);
+    xdc_topology_destroy(t);
+}
+
+/* One step of the runtime's 1F1B schedule (orchestrator/worker/orch_train.c: warm-up min(P − s − 1, M)
+ * forwards, then forward/backward pairs, then the remaining backwards) over stages st[0..P) in one
+ * process: each stage runs its next op as soon as its input is there (the forward of the stage before,
+ * the backward of the stage after), each microbatch mb in slot xdc_gpt_stage_slot_of(mb). The boundary
+ * activations and gradients are copied out per microbatch, as the runtime's transfers do. Returns the
+ * mean loss. */
+static float run_1f1b_step(xdc_gpt_stage **st, int P, int M, int B, int T, int C, int V, int step)
+{
+    size_t n = (size_t)B * T, nc = n * C;
+    float *act = xdc_calloc((size_t)P * M * nc, 4), *grad = xdc_calloc((size_t)P * M * nc, 4);
+    int32_t *tok = xdc_malloc((size_t)M * n * 4), *tgt = xdc_malloc((size_t)M * n * 4);
+    XDC_ASSERT(act && grad && tok && tgt);
+    for (int mb = 0; mb < M; mb++) {
+        xdc_rng r;
+        xdc_rng_seed(&r, 7000 + (uint64_t)step * M + (uint64_t)mb);
+        for (size_t i = 0; i < n; i++)
+            tok[mb * n + i] = (int32_t)xdc_rng_below(&r, (uint64_t)V),
+                         tgt[mb * n + i] = (int32_t)xdc_rng_below(&r, (uint64_t)V);
+    }
+    int fwd[XDC_PLAN_MAX_STAGES] = {0}, bwd[XDC_PLAN_MAX_STAGES] = {0}, next[XDC_PLAN_MAX_STAGES] = {0};
+    float loss_sum = 0;
+    for (int s = 0; s < P; s++) xdc_gpt_stage_zero_grad(st[s]);
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int s = 0; s < P; s++) {
+            /* op k of stage s: forward while k < warm, then F/B alternating, then backwards */
+            int warm = P - s - 1 < M ? P - s - 1 : M, k = next[s];
+            if (k >= 2 * M) continue;
+            int is_fwd = k < warm || (k < 2 * M - warm && (k - warm) % 2 == 0);
+            if (is_fwd) {
+                int mb = fwd[s];
+                if (s > 0 && fwd[s - 1] <= mb) continue; /* input not there yet */
+                const float *y = NULL;
+                float loss = 0;
+                XDC_ASSERT_OK(xdc_gpt_stage_forward(st[s], xdc_gpt_stage_slot_of(st[s], mb), tok + mb * n,
+                                                    s > 0 ? act + ((size_t)(s - 1) * M + mb) * nc : NULL, tgt + mb * n,
+                                                    s < P - 1 ? &y : NULL, &loss));
+                if (s < P - 1) memcpy(act + ((size_t)s * M + mb) * nc, y, nc * 4);
+                else loss_sum += loss;
+                fwd[s]++;
+            } else {
+                int mb = bwd[s];
+                if (s < P - 1 && bwd[s + 1] <= mb) continue;
+                const float *dx = NULL;
+                XDC_ASSERT_OK(xdc_gpt_stage_backward(st[s], xdc_gpt_stage_slot_of(st[s], mb),
+                                                     s < P - 1 ? grad + ((size_t)(s + 1) * M + mb) * nc : NULL,
+                                                     1.0f / (float)M, s > 0 ? &dx : NULL));
+                if (s > 0) memcpy(grad + ((size_t)s * M + mb) * nc, dx, nc * 4);
+                bwd[s]++;
+            }
+            next[s]++;
+            progress = 1;
+        }
+    }
+    for (int s = 0; s < P; s++) XDC_ASSERT_MSG(fwd[s] == M && bwd[s] == M, "stage %d stalled", s);
+    double sumsq = 0;
+    for (int s = 0; s < P; s++) XDC_ASSERT_OK(xdc_gpt_stage_grad_sumsq(st[s], &sumsq));
+    for (int s = 0; s < P; s++)
+        XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(st[s], 1e-3f, xdc_gpt_clip_scale(sumsq, 1.0f)));
+    xdc_free(act);
+    xdc_free(grad);
+    xdc_free(tok);
+    xdc_free(tgt);
+    return loss_sum / (float)M;
+}
+
+XDC_TEST(plan_activation_memory_is_the_1f1b_high_water_mark)
+{
+    /* The tiny model's shape (examples/models/tiny.yaml) with 4 layers, so that 4 stages hold one each;
+     * 8 microbatches per step on one region of 4 GPUs. */
+    xdc_train_config c;
+    xdc_cfg_errors errs;
+    XDC_ASSERT_OK(xdc_model_config_load("examples/models/tiny.yaml", &c, &errs));
+    c.model.n_layer = 4;
+    const int P = 4, M = 8;
+    xdc_model_shape m;
+    xdc_model_shape_of(&c.model, &m);
+    xdc_topology *t = test_plan_parse_topo(
+        "name: one\nregions:\n"
+        "  - {name: a, nodes: a1, gpus_per_node: 4, gpu: {model: x, bf16_tflops: 100, memory_gib: 80},"
+        " intra: {bandwidth_gbps: 1000, latency_us: 2}}\n");
+    xdc_batch_shape b = {c.batch_size, c.seq_len, (double)M * c.batch_size * c.seq_len};
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    o.stages = P;
+    xdc_plan_set *set = search_ok(t, &m, &b, &o);
+    const xdc_plan *p = &set->best;
+    XDC_ASSERT_EQ(p->stages, P);
+    XDC_ASSERT_EQ(p->microbatches, M);
+
+    /* Two copies of the pipeline: one with the 1F1B bound's slots, one with a slot per microbatch (the
+     * runtime before the bound). Same losses and parameters bit for bit: only the slots differ. */
+    xdc_gpt_stage *st[4], *all[4];
+    for (int s = 0; s < P; s++) {
+        xdc_gpt_stage_config sc = {.model = c.model,
+                                   .layer_begin = p->stage[s].layer_begin,
+                                   .layer_end = p->stage[s].layer_end,
+                                   .batch = c.batch_size,
+                                   .seq_len = c.seq_len,
+                                   .max_inflight = xdc_model_shape_1f1b_inflight(P, s, M),
+                                   .seed = (uint64_t)c.seed,
+                                   .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}};
+        XDC_ASSERT_OK(xdc_gpt_stage_create(&xdc_model_cpu_ops, &sc, &st[s], NULL));
+        sc.max_inflight = M;
+        XDC_ASSERT_OK(xdc_gpt_stage_create(&xdc_model_cpu_ops, &sc, &all[s], NULL));
+    }
+    xdc_model_cpu_ops.set_threads(1);
+    for (int step = 0; step < 2; step++) {
+        float a = run_1f1b_step(st, P, M, c.batch_size, c.seq_len, c.model.n_embd, c.model.vocab_size, step);
+        float b2 = run_1f1b_step(all, P, M, c.batch_size, c.seq_len, c.model.n_embd, c.model.vocab_size, step);
+        XDC_ASSERT_MSG(a == b2, "step %d: loss %.9g with the bound's slots, %.9g with one per microbatch", step, a, b2);
+    }
+    uint64_t h1, h2;
+    XDC_ASSERT_OK(xdc_gpt_params_xxh64(st, P, &h1));
+    XDC_ASSERT_OK(xdc_gpt_params_xxh64(all, P, &h2));
+    XDC_ASSERT_MSG(h1 == h2, "params %016llx vs %016llx", (unsigned long long)h1, (unsigned long long)h2);
+
+    for (int s = 0; s < P; s++) {
+        size_t measured = xdc_gpt_stage_activation_bytes(st[s]);
+        fprintf(stderr, "stage %d: layers [%d,%d) in flight %d (measured %d): planner %.0f bytes, measured %zu\n", s,
+                p->stage[s].layer_begin, p->stage[s].layer_end, p->stage[s].inflight, xdc_gpt_stage_slots_peak(st[s]),
+                p->stage[s].act_bytes, measured);
+        XDC_ASSERT_EQ(p->stage[s].inflight, P - s);
+        XDC_ASSERT_EQ(xdc_gpt_stage_slots_peak(st[s]), P - s);
+        XDC_ASSERT_MSG((double)measured == p->stage[s].act_bytes, "stage %d: measured %zu bytes, planner %.0f", s,
+                       measured, p->stage[s].act_bytes);
+        /* with a slot per microbatch the schedule still holds no more than the bound */
+        XDC_ASSERT_EQ(xdc_gpt_stage_activation_bytes(all[s]), measured);
+        xdc_gpt_stage_destroy(st[s]);
+        xdc_gpt_stage_destroy(all[s]);
+    }
+    xdc_plan_set_destroy(set);
     xdc_topology_destroy(t);
 }
 
