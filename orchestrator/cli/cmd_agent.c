@@ -13,9 +13,12 @@ static int agent_usage(FILE *f)
     fprintf(
         f, "usage: xdc agent --topology FILE --config RUN.yaml --run-dir DIR [--region NAME] [--node N] [--host NAME]\n"
            "                 [--coordinator HOST:PORT] [--run-id ID] [--emulate-wan] [--resume]\n"
+           "                 [--device cpu|cuda|cpu-strict]\n"
            "  Starts this node's workers. Identity comes from the flags, then XDC_* variables, torchrun, Open MPI,\n"
            "  PMIx/PMI and Slurm (SLURM_NODEID, SLURM_JOB_NODELIST), then this host's place in the topology;\n"
-           "  the log says which source gave each value.\n");
+           "  the log says which source gave each value.\n"
+           "  --device  run the workers on this device (default: XDC_DEVICE, else the topology: CUDA with NCCL\n"
+           "            where gpus_per_node > 0, the CPU otherwise); the node's GPUs are checked before any starts\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -32,12 +35,13 @@ static int agent_parse(int argc, char **argv, orch_agent_opts *o)
                                          {"run-id", required_argument, NULL, 'i'},
                                          {"emulate-wan", no_argument, NULL, 'e'},
                                          {"resume", no_argument, NULL, 'R'},
+                                         {"device", required_argument, NULL, 'D'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     memset(o, 0, sizeof *o);
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "t:c:d:r:n:H:k:i:eRh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "t:c:d:r:n:H:k:i:eRD:h", opts, NULL)) != -1) {
         switch (c) {
         case 't': o->topology = optarg; break;
         case 'c': o->config = optarg; break;
@@ -49,12 +53,14 @@ static int agent_parse(int argc, char **argv, orch_agent_opts *o)
         case 'i': o->id.value[ORCH_ID_RUN_ID] = optarg; break;
         case 'e': o->emulate_wan = 1; break;
         case 'R': o->resume = 1; break;
+        case 'D': o->device = optarg; break;
         case 'h': agent_usage(stdout); return -1;
         default: return agent_usage(stderr);
         }
     }
     if (!o->topology || !o->config || !o->run_dir || optind != argc) return agent_usage(stderr);
-    return 0;
+    o->probe = xdc_cli_device_probe();
+    return xdc_cli_device_option("agent", o->device, NULL);
 }
 
 int xdc_cmd_agent(int argc, char **argv)

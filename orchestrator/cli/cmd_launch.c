@@ -17,7 +17,8 @@ static int launch_usage(FILE *f)
     fprintf(f,
             "usage: xdc launch -t TOPOLOGY.yaml -c RUN.yaml [--run-dir DIR] [--run-id ID] "
             "[--emulate-wan|--no-emulate-wan]\n"
-            "                  [--outage DURATION@START] [--resume] [--log-format text|json]\n"
+            "                  [--outage DURATION@START] [--resume] [--log-format text|json] [--device "
+            "cpu|cuda|cpu-strict]\n"
             "       xdc coordinator -t TOPOLOGY.yaml -c RUN.yaml --run-dir DIR [--host ADDR] [--port P] [--run-id ID]\n"
             "  coordinator: host the rendezvous (default 0.0.0.0:29400) for agents started elsewhere (Slurm, ssh)\n"
             "  and wait for the run to end; the run folder must be shared with the nodes (certificates).\n"
@@ -26,7 +27,10 @@ static int launch_usage(FILE *f)
             "  final val_loss=<x> params_xxh64=<hex> steps=<n> wan_bytes=<n> exposed_wan_pct=<x>\n"
             "  --outage 5s@10s  cut every emulated link for 5 s, 10 s after its relay opened\n"
             "  --degrade-links F  emulated links carry F x the topology's bandwidth (rehearse a degraded WAN)\n"
-            "  --resume         continue from the newest complete checkpoint in the run folder\n");
+            "  --resume         continue from the newest complete checkpoint in the run folder\n"
+            "  --device D       run every region's workers on D (default: XDC_DEVICE, else the topology: CUDA\n"
+            "                   with NCCL inside a region with gpus_per_node > 0, the CPU with shared memory\n"
+            "                   where it is 0); passed on to the agents and by them to the workers\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -75,13 +79,14 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
                                          {"host", required_argument, NULL, 'H'},
                                          {"port", required_argument, NULL, 'p'},
                                          {"degrade-links", required_argument, NULL, 'g'},
+                                         {"device", required_argument, NULL, 'D'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     orch_launch_opts_default(o, coordinator);
     *log_format = NULL;
     int c, ex;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "t:c:d:i:eEo:rl:H:p:g:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "t:c:d:i:eEo:rl:H:p:g:D:h", opts, NULL)) != -1) {
         switch (c) {
         case 't': o->topology = optarg; break;
         case 'c': o->config = optarg; break;
@@ -92,6 +97,7 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
         case 'r': o->resume = 1; break;
         case 'l': *log_format = optarg; break;
         case 'H': o->host = optarg; break;
+        case 'D': o->device = optarg; break;
         case 'g':
         case 'p':
         case 'o':
@@ -102,7 +108,8 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
         }
     }
     if (!o->topology || !o->config || optind != argc || (coordinator && !o->run_dir)) return launch_usage(stderr);
-    return 0;
+    /* the flag, else XDC_DEVICE: one word for every region, checked before anything starts */
+    return xdc_cli_device_option(coordinator ? "coordinator" : "launch", o->device, &o->device);
 }
 
 static int run_launch(int argc, char **argv, int coordinator)

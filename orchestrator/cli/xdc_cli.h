@@ -4,6 +4,7 @@
 #define XDC_CLI_H
 
 #include "common/xdc_err.h"
+#include "orchestrator/control/orch_device.h"
 
 /* sysexits(3) */
 enum {
@@ -26,6 +27,13 @@ int xdc_cli_exit_code(xdc_err_t err);
 /* A supervised run's exit code: a failed child's own exit status (child_exit > 0) passes through as is,
  * else the error's code. */
 int xdc_cli_run_exit_code(xdc_err_t err, int child_exit);
+/* cli_device.c. `--device` of launch, agent and worker: the flag, else XDC_DEVICE, checked; *word (word may be
+ * NULL) is the override's device word (NULL: the topology decides). 0, or XDC_EX_USAGE with the bad word named on
+ * stderr ("xdc CMD: --device 'x' is not a device ..."). */
+int xdc_cli_device_option(const char *cmd, const char *flag, const char **word);
+/* The kernel registry's answers for orch_device_check_node. */
+const orch_device_probe *xdc_cli_device_probe(void);
+
 typedef struct {
     const char *name;
     const char *summary;

@@ -20,7 +20,9 @@ typedef struct {
     const orch_agent_opts *o;
     xdc_topology *t;
     orch_identity id;
-    int region; /* index of id.region in the topology */
+    int region;              /* index of id.region in the topology */
+    orch_device override;    /* --device, else XDC_DEVICE, else ORCH_DEVICE_TOPOLOGY */
+    const char *device_from; /* where the override came from */
     char master[256];
     int master_port;
     char logdir[1024];
@@ -71,6 +73,19 @@ static xdc_err_t agent_setup(agent *a, xdc_diag *diag)
     return XDC_OK;
 }
 
+/* The node's device (orch_device.h), checked before any worker starts. */
+static xdc_err_t agent_device(agent *a, xdc_diag *diag)
+{
+    XDC_CHECK(orch_device_override(a->o->device, &a->override, &a->device_from, diag));
+    orch_device d = orch_device_of_region(a->override, a->t, a->region);
+    XDC_CHECK(orch_device_check_node(d, a->device_from, a->t, a->region, a->id.host, a->o->probe, diag));
+    char desc[64];
+    orch_device_describe(d, -1, desc, sizeof desc);
+    XDC_INFO(XDC_SUB_ORCH, "device %s for %d workers (from %s)", desc, a->t->regions[a->region].workers_per_node,
+             a->device_from);
+    return XDC_OK;
+}
+
 static void write_pidfile(const agent *a, int lrank, pid_t pid)
 {
     char path[1300];
@@ -91,7 +106,7 @@ static xdc_err_t start_worker(agent *a, int s, xdc_diag *diag)
         xdc_diag_prefix(diag, "worker environment of slot %d", s);
         return XDC_ERR_CONFIG;
     }
-    char *argv[12];
+    char *argv[14];
     int n = 0;
     argv[n++] = "worker";
     argv[n++] = "--topology";
@@ -102,6 +117,10 @@ static xdc_err_t start_worker(agent *a, int s, xdc_diag *diag)
     argv[n++] = (char *)a->o->run_dir;
     if (a->o->emulate_wan) argv[n++] = "--emulate-wan";
     if (a->o->resume) argv[n++] = "--resume";
+    if (a->override != ORCH_DEVICE_TOPOLOGY) { /* the agent's choice, whatever the workers' environment says */
+        argv[n++] = "--device";
+        argv[n++] = (char *)orch_device_name(a->override);
+    }
     argv[n] = NULL;
     char logpath[1300], name[ORCH_PROC_NAME_MAX];
     snprintf(logpath, sizeof logpath, "%s/%s-%s-%d.log", a->logdir, a->id.region, a->id.host, lrank);
@@ -137,7 +156,9 @@ xdc_err_t orch_agent_run(const orch_agent_opts *o, int *worker_exit, xdc_diag *d
     *worker_exit = 0;
     orch_procs_init(&a.workers, 1);
     xdc_err_t rc = agent_setup(&a, diag);
-    if (rc == XDC_OK) {
+    if (rc == XDC_OK && (rc = agent_device(&a, diag)) != XDC_OK) {
+        write_failure(&a, diag ? diag->msg : xdc_strerror(rc));
+    } else if (rc == XDC_OK) {
         orch_proc_catch_stop_signals();
         for (int s = 0; s < a.t->regions[a.region].workers_per_node && rc == XDC_OK; s++)
             rc = start_worker(&a, s, diag);

@@ -5,6 +5,7 @@
  * stops the run with the failed rank named; success ends with one summary line. */
 #include "orchestrator/control/orch_launch.h"
 
+#include "orchestrator/control/orch_device.h"
 #include "orchestrator/control/orch_proc.h"
 #include "orchestrator/control/orch_rdzv.h"
 #include "orchestrator/control/orch_run_config.h"
@@ -46,6 +47,7 @@ typedef struct {
     uint64_t join_deadline; /* members that have not joined by then fail the run */
     uint64_t next_nag;
     int joined;
+    orch_device device; /* the override for every region (ORCH_DEVICE_TOPOLOGY: none) */
     orch_procs agents;
 } launch;
 
@@ -192,10 +194,16 @@ static xdc_err_t start_agent(launch *L, int r, int n, xdc_diag *diag)
                     L->run_id,
                     NULL,
                     NULL,
+                    NULL,
+                    NULL,
                     NULL};
     int a = 17;
     if (L->o.emulate) argv[a++] = "--emulate-wan";
     if (L->o.resume) argv[a++] = "--resume";
+    if (L->device != ORCH_DEVICE_TOPOLOGY) {
+        argv[a++] = "--device";
+        argv[a++] = (char *)orch_device_name(L->device);
+    }
     snprintf(name, sizeof name, "%s/%s", g->name, g->hosts[n]);
     return orch_procs_spawn(&L->agents, name, argv, NULL, NULL, NULL, diag);
 }
@@ -326,6 +334,21 @@ static void merge_traces(const launch *L, char *out, size_t cap)
     globfree(&g);
 }
 
+/* "us-east cuda (NCCL intra), eu-west cpu (shared-memory intra)": with `ran`, what each region's rank 0
+ * published as device/<region> (the rule's answer where it published nothing), else the rule's. */
+static void describe_devices(launch *L, int ran, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (int r = 0; r < L->t->n_regions && n < cap; r++) {
+        char key[300], val[256];
+        snprintf(key, sizeof key, "device/%s", L->t->regions[r].name);
+        if (!ran || rdzv_server_get(L->rdzv, key, val, sizeof val) != 0)
+            orch_device_describe(orch_device_of_region(L->device, L->t, r), -1, val, sizeof val);
+        n += (size_t)snprintf(out + n, cap - n, "%s%s %s", r ? ", " : "", L->t->regions[r].name, val);
+    }
+}
+
 static void print_summary(launch *L, double wall)
 {
     char trace[800];
@@ -354,6 +377,9 @@ static void print_summary(launch *L, double wall)
            "exposed WAN %.1f%% of step time\n  logs: %s/logs/   trace (Perfetto): %s\n",
            L->run_id, orch_mode_name(L->cfg.mode), wall, tok_s, (double)tx_all / 1e6, (double)raw_all / 1e6,
            tx_all ? (double)raw_all / (double)tx_all : 0.0, exposed_pct, L->run_dir, trace[0] ? trace : "(none)");
+    char devices[1024];
+    describe_devices(L, 1, devices, sizeof devices);
+    printf("  devices: %s\n", devices);
     printf("final val_loss=%.4f params_xxh64=%s steps=%lld wan_bytes=%llu exposed_wan_pct=%.1f\n", vl, hash, steps,
            tx_all, exposed_pct);
     fflush(stdout);
@@ -372,6 +398,7 @@ static void launch_close(launch *L)
 static xdc_err_t launch_load(launch *L, xdc_diag *diag)
 {
     xdc_cfg_errors errs;
+    XDC_CHECK(orch_device_override(L->o.device, &L->device, NULL, diag));
     if (xdc_topology_load(L->o.topology, &L->t, &errs) != XDC_OK ||
         orch_run_config_load(L->o.config, &L->cfg, &errs) != XDC_OK) {
         xdc_cfg_errors_print(&errs, stderr);
@@ -407,15 +434,20 @@ static void launch_prepare(launch *L)
     xdc_log_set_identity("launch", "local", -1);
 }
 
-static void print_banner(const launch *L)
+static void print_banner(launch *L)
 {
+    char devices[1024];
+    describe_devices(L, 0, devices, sizeof devices);
     printf("xdc launch: run %s, %d regions, %d workers, %s mode, %s WAN; rendezvous at %s; run folder %s\n", L->run_id,
            L->t->n_regions, xdc_topology_total_workers(L->t), orch_mode_name(L->cfg.mode),
            L->o.emulate ? "emulated" : "real", L->coordinator, L->run_dir);
+    printf("devices: %s\n", devices);
     if (L->o.coordinator)
         printf("start one agent per node with:\n  xdc agent --topology %s --config %s --run-dir %s --coordinator %s"
-               " --run-id %s --region REGION --node N%s\n",
-               L->o.topology, L->o.config, L->run_dir, L->coordinator, L->run_id, L->o.emulate ? " --emulate-wan" : "");
+               " --run-id %s --region REGION --node N%s%s%s\n",
+               L->o.topology, L->o.config, L->run_dir, L->coordinator, L->run_id, L->o.emulate ? " --emulate-wan" : "",
+               L->device != ORCH_DEVICE_TOPOLOGY ? " --device " : "",
+               L->device != ORCH_DEVICE_TOPOLOGY ? orch_device_name(L->device) : "");
     fflush(stdout);
 }
 

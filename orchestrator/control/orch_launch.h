@@ -20,6 +20,7 @@ typedef struct orch_launch_opts {
     int resume;
     int64_t outage_start_ms, outage_ms; /* cut every emulated link for outage_ms, starting this late */
     double degrade;                     /* emulated links run at this fraction of the topology's bandwidth */
+    const char *device; /* --device word for every region (NULL: XDC_DEVICE, else the topology); passed to agents */
 } orch_launch_opts;
 
 /* The defaults of `xdc launch` (coordinator 0) or `xdc coordinator` (1): bind 127.0.0.1:any or

@@ -3,12 +3,14 @@
  * Reads its identity from the environment contract, joins the rendezvous, creates the intra
  * communicators (region, pipeline group, data-parallel group) and the WAN peers (the same local rank in
  * every other region, through the emulator's relays when asked), then runs the training loop
- * (orch_train.c) and reports its result to the rendezvous. */
+ * (orch_train.c) and reports its result to the rendezvous. Its device (CPU, CUDA, cpu-strict) follows
+ * orchestrator/control/orch_device.h: chosen and checked before any set-up. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
+#include "kernels/xdc_kernels.h"
 #include "kernels/xdc_model_ops.h"
 #include "model/xdc_model_shape.h"
 #include "orchestrator/control/orch_identity.h"
@@ -20,6 +22,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef XDC_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+_Static_assert((int)ORCH_DEVICE_CPU == (int)XDC_BACKEND_CPU && (int)ORCH_DEVICE_CUDA == (int)XDC_BACKEND_CUDA &&
+                   (int)ORCH_DEVICE_CPU_STRICT == (int)XDC_BACKEND_CPU_STRICT,
+               "orch_device and xdc_backend_kind share their values");
 
 void orch_stage_layers(int n_layer, int n_stages, int s, int *begin, int *end)
 {
@@ -40,6 +50,7 @@ static xdc_err_t read_identity(orch_worker *w, xdc_diag *diag)
     w->id.n_regions = id.num_regions;
     w->id.lrank = id.rank;
     w->id.lsize = id.world_size;
+    w->id.local_rank = id.local_rank;
     w->id.grank = id.global_rank;
     w->id.gsize = id.global_world_size;
     if (orch_split_hostport(id.coordinator, w->id.coord_host, sizeof w->id.coord_host, &w->id.coord_port) != 0) {
@@ -109,10 +120,64 @@ static xdc_err_t place(orch_worker *w, xdc_diag *diag)
     return XDC_OK;
 }
 
+/* The registry's answers for the node check (orch_device_check_node). */
+static xdc_err_t registry_kernels(orch_device d, xdc_diag *diag)
+{
+    const xdc_kern_backend *be;
+    return xdc_kern_backend_get((xdc_backend_kind)d, &be, diag);
+}
+static const orch_device_probe registry_probe = {.cuda_devices = xdc_kern_cuda_device_count,
+                                                 .kernels = registry_kernels};
+
+/* Make `ordinal` this thread's CUDA device; the model stage's memory and kernels land there. (Other
+ * threads set it for themselves: the NCCL backend before each operation.) */
+static xdc_err_t set_cuda_device(int ordinal, xdc_diag *diag)
+{
+#ifdef XDC_HAVE_CUDA
+    cudaError_t e = cudaSetDevice(ordinal);
+    if (e != cudaSuccess) {
+        xdc_diag_set(diag, "cudaSetDevice(%d): %s", ordinal, cudaGetErrorString(e));
+        return XDC_ERR_CUDA;
+    }
+#else
+    (void)ordinal;
+    (void)diag; /* unreachable: the registry refuses CUDA in a build without it */
+#endif
+    return XDC_OK;
+}
+
+/* The device (orch_device.h: --device, else XDC_DEVICE, else the topology), checked on this node before
+ * anything is set up: enough visible GPUs, kernels the registry gives; on CUDA, LOCAL_RANK picks the GPU
+ * among the visible ones. One log line names it. */
+static xdc_err_t choose_device(orch_worker *w, const char *flag, xdc_diag *diag)
+{
+    orch_device over;
+    const char *from;
+    XDC_CHECK(orch_device_override(flag, &over, &from, diag));
+    orch_device d = orch_device_of_region(over, w->topo, w->id.region_idx);
+    XDC_CHECK(orch_device_check_node(d, from, w->topo, w->id.region_idx, w->id.node, &registry_probe, diag));
+    XDC_CHECK(xdc_kern_backend_get((xdc_backend_kind)d, &w->model.be, diag));
+    w->model.device = d;
+    w->model.intra = orch_device_uses_nccl(d) ? XDC_INTRA_NCCL : XDC_INTRA_CPU;
+    w->model.cuda_device = d == ORCH_DEVICE_CUDA ? w->id.local_rank : -1;
+    if (w->model.cuda_device >= 0) {
+        int visible = xdc_kern_cuda_device_count();
+        if (w->model.cuda_device >= visible) {
+            xdc_diag_set(diag, "node %s/%s: LOCAL_RANK=%d picks GPU %d, found %d visible CUDA devices", w->id.region,
+                         w->id.node, w->id.local_rank, w->model.cuda_device, visible);
+            return XDC_ERR_UNAVAILABLE;
+        }
+        XDC_CHECK(set_cuda_device(w->model.cuda_device, diag));
+    }
+    char desc[64];
+    orch_device_describe(d, w->model.cuda_device, desc, sizeof desc);
+    XDC_INFO(XDC_SUB_ORCH, "device %s (from %s)", desc, from);
+    return XDC_OK;
+}
+
 static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
 {
     const xdc_train_config *c = &w->cfg.train;
-    XDC_CHECK(xdc_kern_backend_get(XDC_BACKEND_CPU, &w->model.be, diag));
     w->model.be->model->set_threads(w->cfg.threads);
     int slots = xdc_model_shape_1f1b_inflight(w->id.n_stages, w->id.stage, c->microbatches); /* 1F1B's bound */
     xdc_gpt_stage_config sc = {.model = c->model,
@@ -187,12 +252,19 @@ static xdc_err_t open_intra(orch_worker *w, xdc_diag *diag)
     char key[160], boot[XDC_INTRA_BOOTSTRAP_MAX];
     snprintf(key, sizeof key, "intra/%s", w->id.region);
     if (w->id.lrank == 0) {
-        XDC_CHECK(xdc_intra_bootstrap_create(XDC_INTRA_CPU, boot, sizeof boot, diag));
+        XDC_CHECK(xdc_intra_bootstrap_create(w->model.intra, boot, sizeof boot, diag));
         XDC_CHECK(rdzv_set(w->comm.rdzv, key, boot, diag));
+        /* The region's device, for the launcher's summary. */
+        char dkey[160], desc[64];
+        snprintf(dkey, sizeof dkey, "device/%s", w->id.region);
+        orch_device_describe(w->model.device, -1, desc, sizeof desc);
+        XDC_CHECK(rdzv_set(w->comm.rdzv, dkey, desc, diag));
     } else {
         XDC_CHECK(rdzv_get(w->comm.rdzv, key, w->cfg.rendezvous_timeout_ms, boot, sizeof boot, diag));
     }
     xdc_intra_config ic = XDC_INTRA_CONFIG_INIT;
+    ic.backend = w->model.intra;
+    ic.device = w->model.cuda_device >= 0 ? w->model.cuda_device : 0;
     ic.rank = w->id.lrank;
     ic.size = w->id.lsize;
     ic.bootstrap = boot;
@@ -459,6 +531,7 @@ xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
         XDC_WARN(XDC_SUB_ORCH, "no memory for the trace buffer; tracing off");
     const char *what = "layout";
     rc = place(&w, &d);
+    if (rc == XDC_OK) what = "device", rc = choose_device(&w, o->device, &d);
     if (rc == XDC_OK) what = "model and data", rc = open_model_and_data(&w, &d);
     if (rc == XDC_OK) what = "WAN engine and rendezvous", rc = open_wan(&w, &d);
     if (rc == XDC_OK) what = "intra-region communicators", rc = open_intra(&w, &d);

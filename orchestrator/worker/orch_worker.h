@@ -12,6 +12,7 @@
 #include "intra/xdc_intra.h"
 #include "model/xdc_gpt.h"
 #include "orchestrator/obs/orch_metrics.h"
+#include "orchestrator/control/orch_device.h"
 #include "orchestrator/control/orch_rdzv.h"
 #include "orchestrator/control/orch_run_config.h"
 #include "sync/xdc_sync.h"
@@ -43,6 +44,7 @@ typedef struct orch_worker_id {
     int coord_port;
     int region_idx, n_regions;
     int lrank, lsize; /* rank and size within the region */
+    int local_rank;   /* LOCAL_RANK: index on the node (picks the GPU on CUDA) */
     int grank, gsize; /* global */
     int emulate_wan, resume;
     int span;
@@ -53,6 +55,9 @@ typedef struct orch_worker_id {
 /* The model stage this worker computes, its data and its step buffers (allocated once). */
 typedef struct orch_model {
     const xdc_kern_backend *be;
+    orch_device device;      /* the region's device (orch_device.h): be's kind */
+    int cuda_device;         /* CUDA ordinal among the visible devices (LOCAL_RANK); -1 on the CPU devices */
+    xdc_intra_backend intra; /* NCCL on CUDA, the shared-memory backend otherwise */
     xdc_gpt_stage *st;
     size_t n_params;
     xdc_data *data; /* training shard of this replica (first and last stage only) */

@@ -13,11 +13,15 @@ typedef struct xdc_worker_opts {
     const char *run_dir;       /* the run folder (certificates, checkpoints, logs, traces) */
     int emulate_wan;           /* dial the other regions through the launcher's relays */
     int resume;                /* continue from the newest complete checkpoint */
+    const char *device;        /* --device word (NULL: XDC_DEVICE, else the topology; docs/runtime.md) */
 } xdc_worker_opts;
 
 /* Set up, train, report to the rendezvous and tear down. XDC_OK when the run completed; otherwise the
  * error, with what failed in diag. Errors in the topology or run file are printed to stderr (every one
- * with file:line:col) and return XDC_ERR_CONFIG, as does an identity the environment does not give. */
+ * with file:line:col) and return XDC_ERR_CONFIG, as does an identity the environment does not give. A
+ * device word that names no device is XDC_ERR_INVALID; a node with fewer GPUs than its device needs is
+ * XDC_ERR_UNAVAILABLE, and a device the kernel registry refuses returns the registry's error, both
+ * before any set-up (orchestrator/control/orch_device.h). */
 xdc_err_t xdc_worker_run(const xdc_worker_opts *opts, xdc_diag *diag);
 
 #endif /* XDC_WORKER_H */

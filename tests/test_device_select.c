@@ -1,0 +1,319 @@
+/* test_device_select.c — which device a region's workers run on (orchestrator/control/orch_device.h,
+ * docs/runtime.md "Devices"): the rule itself (override, topology, GPUs needed, the node check with a
+ * fake registry), the device words against the kernel registry's, and `xdc launch|agent|worker` end to
+ * end on this machine: `--device cpu` changes nothing, CUDA on a node without enough GPUs and the
+ * registry's refusal of cpu-strict stop before training with exit 69, a bad word is a usage error (64).
+ * Written for a machine without a GPU; where CUDA devices are visible the GPU-less expectations skip
+ * (tests/gpu/run.sh runs the CUDA side). */
+#include "tests/xdc_test.h"
+
+#include "kernels/xdc_kernels.h"
+#include "orchestrator/control/orch_device.h"
+#include "topology/xdc_topology.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DATA "/usr/share/games/fortunes"
+#define TOPO "examples/topology/demo-2region.yaml"
+
+static xdc_topology *load_topo(const char *path)
+{
+    xdc_topology *t = NULL;
+    xdc_cfg_errors errs;
+    XDC_ASSERT_MSG(xdc_topology_load(path, &t, &errs) == XDC_OK, "cannot load %s", path);
+    return t;
+}
+
+/* The demo topology with every region's gpus_per_node set to `gpus` (workers_per_node follows it). */
+static const char *write_gpu_topology(int gpus)
+{
+    static char path[512];
+    char src[256], *text = xdc_test_read_file(xdc_test_src(TOPO, src, sizeof src), NULL), out[8192];
+    XDC_ASSERT(text != NULL);
+    size_t n = 0;
+    for (char *line = strtok(text, "\n"); line && n < sizeof out - 200; line = strtok(NULL, "\n")) {
+        if (strstr(line, "workers_per_node:")) continue;
+        if (strstr(line, "gpus_per_node:"))
+            n += (size_t)snprintf(out + n, sizeof out - n, "    gpus_per_node: %d\n", gpus);
+        else n += (size_t)snprintf(out + n, sizeof out - n, "%s\n", line);
+    }
+    free(text);
+    snprintf(path, sizeof path, "%s/gpus-%d.yaml", xdc_test_tmpdir(), gpus);
+    xdc_test_write_file(path, out);
+    return path;
+}
+
+static int fake_visible;
+static xdc_err_t fake_refusal = XDC_OK;
+static int fake_cuda_devices(void) { return fake_visible; }
+static xdc_err_t fake_kernels(orch_device d, xdc_diag *diag)
+{
+    if (d == ORCH_DEVICE_CPU || fake_refusal == XDC_OK) return XDC_OK;
+    xdc_diag_set(diag, "fake registry says no to %s", orch_device_name(d));
+    return fake_refusal;
+}
+static const orch_device_probe fake_probe = {.cuda_devices = fake_cuda_devices, .kernels = fake_kernels};
+
+XDC_TEST(orch_device_names_are_the_kernel_registry)
+{
+    /* control/ may not ask kernels/, so it keeps its own words; they must be the registry's. */
+    const orch_device all[] = {ORCH_DEVICE_CPU, ORCH_DEVICE_CUDA, ORCH_DEVICE_CPU_STRICT};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        xdc_backend_kind k;
+        XDC_ASSERT_OK(xdc_backend_parse(orch_device_name(all[i]), &k));
+        XDC_ASSERT_EQ(k, all[i]);
+        XDC_ASSERT_MSG(strcmp(xdc_backend_name(k), orch_device_name(all[i])) == 0, "%s vs %s", xdc_backend_name(k),
+                       orch_device_name(all[i]));
+        orch_device back;
+        XDC_ASSERT_EQ(orch_device_parse(xdc_backend_name(k), &back), 0);
+        XDC_ASSERT_EQ(back, all[i]);
+    }
+    orch_device d;
+    XDC_ASSERT_EQ(orch_device_parse("gpu", &d), -1);
+    XDC_ASSERT_EQ(orch_device_parse("topology", &d), -1);
+}
+
+XDC_TEST(orch_device_flag_beats_env_beats_topology)
+{
+    orch_device d;
+    const char *from;
+    xdc_diag diag = {{0}};
+    unsetenv("XDC_DEVICE");
+    XDC_ASSERT_OK(orch_device_override(NULL, &d, &from, &diag));
+    XDC_ASSERT_EQ(d, ORCH_DEVICE_TOPOLOGY);
+    XDC_ASSERT_STR_CONTAINS(from, "topology");
+    setenv("XDC_DEVICE", "cpu-strict", 1);
+    XDC_ASSERT_OK(orch_device_override(NULL, &d, &from, &diag));
+    XDC_ASSERT_EQ(d, ORCH_DEVICE_CPU_STRICT);
+    XDC_ASSERT_STR_CONTAINS(from, "XDC_DEVICE");
+    XDC_ASSERT_OK(orch_device_override("cuda", &d, &from, &diag));
+    XDC_ASSERT_EQ(d, ORCH_DEVICE_CUDA);
+    XDC_ASSERT_STR_CONTAINS(from, "--device");
+    setenv("XDC_DEVICE", "bogus", 1);
+    XDC_ASSERT_ERR(orch_device_override(NULL, &d, &from, &diag), XDC_ERR_INVALID);
+    XDC_ASSERT_STR_CONTAINS(diag.msg, "XDC_DEVICE='bogus'");
+    XDC_ASSERT_OK(orch_device_override("cpu", &d, &from, &diag)); /* the flag wins over a bad variable */
+    XDC_ASSERT_EQ(d, ORCH_DEVICE_CPU);
+    XDC_ASSERT_ERR(orch_device_override("tpu", &d, &from, &diag), XDC_ERR_INVALID);
+    XDC_ASSERT_STR_CONTAINS(diag.msg, "--device 'tpu'");
+    unsetenv("XDC_DEVICE");
+
+    char src[256];
+    xdc_topology *cpu = load_topo(xdc_test_src(TOPO, src, sizeof src)), *gpu = load_topo(write_gpu_topology(2));
+    XDC_ASSERT_EQ(orch_device_of_region(ORCH_DEVICE_TOPOLOGY, cpu, 0), ORCH_DEVICE_CPU);
+    XDC_ASSERT_EQ(orch_device_of_region(ORCH_DEVICE_TOPOLOGY, gpu, 1), ORCH_DEVICE_CUDA);
+    XDC_ASSERT_EQ(orch_device_of_region(ORCH_DEVICE_CPU, gpu, 1), ORCH_DEVICE_CPU);
+    XDC_ASSERT_EQ(orch_device_of_region(ORCH_DEVICE_CUDA, cpu, 0), ORCH_DEVICE_CUDA);
+    XDC_ASSERT_EQ(orch_device_gpus_needed(ORCH_DEVICE_CUDA, gpu, 0), 2);
+    XDC_ASSERT_EQ(orch_device_gpus_needed(ORCH_DEVICE_CUDA, cpu, 0), 2); /* one per worker */
+    XDC_ASSERT_EQ(orch_device_gpus_needed(ORCH_DEVICE_CPU, gpu, 0), 0);
+    XDC_ASSERT_EQ(orch_device_gpus_needed(ORCH_DEVICE_CPU_STRICT, gpu, 0), 0);
+    XDC_ASSERT(orch_device_uses_nccl(ORCH_DEVICE_CUDA) && !orch_device_uses_nccl(ORCH_DEVICE_CPU) &&
+               !orch_device_uses_nccl(ORCH_DEVICE_CPU_STRICT));
+    char desc[64];
+    orch_device_describe(ORCH_DEVICE_CUDA, 1, desc, sizeof desc);
+    XDC_ASSERT_STR_CONTAINS(desc, "cuda:1 (NCCL intra)");
+    orch_device_describe(ORCH_DEVICE_CPU, -1, desc, sizeof desc);
+    XDC_ASSERT_STR_CONTAINS(desc, "cpu (shared-memory intra)");
+    xdc_topology_destroy(cpu);
+    xdc_topology_destroy(gpu);
+}
+
+XDC_TEST(orch_device_node_check_names_node_expected_and_found)
+{
+    xdc_topology *gpu = load_topo(write_gpu_topology(2));
+    xdc_diag diag = {{0}};
+    fake_visible = 1;
+    fake_refusal = XDC_OK;
+    XDC_ASSERT_ERR(orch_device_check_node(ORCH_DEVICE_CUDA, "the topology", gpu, 1, "west-node1", &fake_probe, &diag),
+                   XDC_ERR_UNAVAILABLE);
+    XDC_ASSERT_STR_CONTAINS(diag.msg, "node eu-west/west-node1");
+    XDC_ASSERT_STR_CONTAINS(diag.msg, "expected 2 GPUs");
+    XDC_ASSERT_STR_CONTAINS(diag.msg, "gpus_per_node: 2");
+    XDC_ASSERT_STR_CONTAINS(diag.msg, "found 1 visible");
+    fake_visible = 2;
+    XDC_ASSERT_OK(orch_device_check_node(ORCH_DEVICE_CUDA, "the topology", gpu, 1, "west-node1", &fake_probe, &diag));
+    XDC_ASSERT_OK(orch_device_check_node(ORCH_DEVICE_CPU, "--device", gpu, 1, "west-node1", &fake_probe, &diag));
+    /* The registry's refusal passes through with its own error and message, the device and node named. */
+    fake_refusal = XDC_ERR_UNSUPPORTED;
+    XDC_ASSERT_ERR(orch_device_check_node(ORCH_DEVICE_CPU_STRICT, "--device", gpu, 0, "east-node1", &fake_probe, &diag),
+                   XDC_ERR_UNSUPPORTED);
+    XDC_ASSERT_STR_CONTAINS(diag.msg, "node us-east/east-node1: device cpu-strict (from --device)");
+    XDC_ASSERT_STR_CONTAINS(diag.msg, "fake registry says no to cpu-strict");
+    fake_visible = 0; /* too few GPUs and a refusing registry: the count first, the registry's reason after */
+    XDC_ASSERT_ERR(orch_device_check_node(ORCH_DEVICE_CUDA, "the topology", gpu, 0, "east-node1", &fake_probe, &diag),
+                   XDC_ERR_UNAVAILABLE);
+    XDC_ASSERT_STR_CONTAINS(diag.msg, "found 0 visible CUDA devices: fake registry says no to cuda");
+    XDC_ASSERT_OK(orch_device_check_node(ORCH_DEVICE_CUDA, "the topology", gpu, 0, "east-node1", NULL, &diag));
+    xdc_topology_destroy(gpu);
+}
+
+/* ---- end to end through the binary ---------------------------------------------------------------- */
+
+static void need_corpus(void)
+{
+    if (access(DATA, R_OK) != 0) xdc_test_skip("no corpus at %s (Debian package fortunes; `make deps`)", DATA);
+}
+
+static const char *write_run(const char *name, int steps)
+{
+    static char path[512];
+    char cwd[400], text[1024];
+    if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
+    snprintf(path, sizeof path, "%s/%s.yaml", xdc_test_tmpdir(), name);
+    snprintf(text, sizeof text,
+             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: sync\npipeline_stages: 2\nmicrobatches: 2\n"
+             "steps: %d\ncodec: int8\nbucket_mb: 0.05\nthreads: 1\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
+             cwd, DATA, steps);
+    xdc_test_write_file(path, text);
+    return path;
+}
+
+/* `[ENV] xdc launch -t TOPO -c RUN --run-dir TMP/NAME FLAGS`; its exit code, output in out. */
+static int launch(const char *env, const char *topo, const char *run, const char *name, const char *flags, char *out,
+                  size_t cap)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s timeout 240 %s launch -t %s -c %s --run-dir %s/%s %s", env ? env : "", xdc_test_bin(),
+             topo, run, xdc_test_tmpdir(), name, flags ? flags : "");
+    return xdc_test_run(cmd, out, cap);
+}
+
+static void params_hash(const char *out, char *hash, size_t cap)
+{
+    const char *f = strstr(out, "params_xxh64=");
+    XDC_ASSERT_MSG(f != NULL, "no final line in:\n%s", out);
+    f += strlen("params_xxh64=");
+    snprintf(hash, cap, "%.*s", (int)strcspn(f, " \n"), f);
+}
+
+/* Nothing trained: no worker logged a step. */
+static void assert_no_training(const char *name)
+{
+    char cmd[1024], out[4096];
+    snprintf(cmd, sizeof cmd, "cat %s/%s/logs/*.log 2>/dev/null | grep -c 'stage .* of replica' || true",
+             xdc_test_tmpdir(), name);
+    xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(atoi(out) == 0, "workers started training: %s", out);
+}
+
+XDC_TEST_T(orch_device_cpu_flag_matches_the_default, 300)
+{
+    need_corpus();
+    const char *run = write_run("cpu", 6);
+    static char out[65536];
+    char h1[64], h2[64];
+    int rc = launch("env -u XDC_DEVICE", TOPO, run, "default", NULL, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "default launch exited %d:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "devices: us-east cpu (shared-memory intra), eu-west cpu (shared-memory intra)");
+    params_hash(out, h1, sizeof h1);
+    rc = launch(NULL, TOPO, run, "flag", "--device cpu", out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "--device cpu exited %d:\n%s", rc, out);
+    params_hash(out, h2, sizeof h2);
+    XDC_ASSERT_MSG(strcmp(h1, h2) == 0, "--device cpu changed the parameters: %s vs %s", h1, h2);
+    /* Every worker names its device once, at start. */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cat %s/flag/logs/*.log | grep -c 'device cpu (shared-memory intra) (from --device)'",
+             xdc_test_tmpdir());
+    xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(atoi(out) == 4, "expected 4 worker device lines, got %s", out);
+}
+
+XDC_TEST_T(orch_device_cuda_without_gpus_stops_before_training, 120)
+{
+    need_corpus();
+    if (xdc_kern_cuda_device_count() >= 2) xdc_test_skip("CUDA devices visible here (tests/gpu/run.sh runs CUDA)");
+    static char out[65536];
+    char want[64];
+    snprintf(want, sizeof want, "found %d visible CUDA devices", xdc_kern_cuda_device_count());
+    const char *run = write_run("cuda", 4);
+    int rc = launch(NULL, TOPO, run, "cuda", "--device cuda", out, sizeof out);
+    XDC_ASSERT_MSG(rc == 69, "--device cuda exited %d, expected 69:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "run failed: node ");
+    XDC_ASSERT_STR_CONTAINS(out, "device cuda expected 2 GPUs");
+    XDC_ASSERT_STR_CONTAINS(out, want);
+    assert_no_training("cuda");
+
+    /* The same through the environment. */
+    rc = launch("XDC_DEVICE=cuda", TOPO, run, "cuda-env", NULL, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 69, "XDC_DEVICE=cuda exited %d, expected 69:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "device cuda expected 2 GPUs");
+
+    /* A topology that says 2 GPUs per node, on this machine. */
+    rc = launch("env -u XDC_DEVICE", write_gpu_topology(2), run, "gpus2", NULL, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 69, "gpus_per_node: 2 exited %d, expected 69:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "node us-east/east-node1");
+    XDC_ASSERT_STR_CONTAINS(out, "expected 2 GPUs (gpus_per_node: 2 in the topology)");
+    XDC_ASSERT_STR_CONTAINS(out, want);
+    assert_no_training("gpus2");
+    /* ... which --device cpu runs on the CPU. */
+    rc = launch(NULL, write_gpu_topology(2), run, "gpus2-cpu", "--device cpu", out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "gpus_per_node: 2 with --device cpu exited %d:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "devices: us-east cpu (shared-memory intra), eu-west cpu (shared-memory intra)");
+}
+
+XDC_TEST_T(orch_device_worker_checks_its_node_too, 60)
+{
+    /* A worker started by hand (no agent in front) makes the same check before any set-up. */
+    if (xdc_kern_cuda_device_count() >= 2) xdc_test_skip("CUDA devices visible here (tests/gpu/run.sh runs CUDA)");
+    char cmd[2048], out[8192], src[256];
+    snprintf(cmd, sizeof cmd,
+             "env -u XDC_DEVICE RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
+             "MASTER_PORT=1 XDC_RUN_ID=r XDC_REGION=eu-west XDC_REGION_INDEX=1 XDC_NUM_REGIONS=2 XDC_GLOBAL_RANK=3 "
+             "XDC_GLOBAL_WORLD_SIZE=4 XDC_COORDINATOR=127.0.0.1:1 XDC_NODE_RANK=0 XDC_NUM_NODES=1 XDC_HOST=west-node1 "
+             "timeout 60 %s worker --topology %s --config %s --run-dir %s",
+             xdc_test_bin(), write_gpu_topology(2), xdc_test_src("examples/train/demo.yaml", src, sizeof src),
+             xdc_test_tmpdir());
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 69, "worker exited %d, expected 69:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "node eu-west/west-node1: device cuda expected 2 GPUs");
+}
+
+XDC_TEST_T(orch_device_bad_word_is_a_usage_error, 60)
+{
+    char cmd[2048], out[4096];
+    const char *bin = xdc_test_bin(), *run = write_run("bad", 2);
+    snprintf(cmd, sizeof cmd, "%s launch -t %s -c %s --run-dir %s/bad --device bogus", bin, TOPO, run,
+             xdc_test_tmpdir());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
+    XDC_ASSERT_STR_CONTAINS(out, "--device 'bogus' is not a device");
+    snprintf(cmd, sizeof cmd, "XDC_DEVICE=bogus %s launch -t %s -c %s --run-dir %s/bad2", bin, TOPO, run,
+             xdc_test_tmpdir());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
+    XDC_ASSERT_STR_CONTAINS(out, "XDC_DEVICE='bogus' is not a device");
+    snprintf(cmd, sizeof cmd, "XDC_DEVICE=bogus %s launch -t %s -c %s --run-dir %s/bad3 --device", bin, TOPO, run,
+             xdc_test_tmpdir());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64); /* --device without its word */
+    snprintf(cmd, sizeof cmd, "%s agent -t %s -c %s -d %s --device gpu", bin, TOPO, run, xdc_test_tmpdir());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
+    XDC_ASSERT_STR_CONTAINS(out, "xdc agent: --device 'gpu' is not a device");
+    snprintf(cmd, sizeof cmd, "XDC_DEVICE=Cuda %s worker -t %s -c %s -d %s", bin, TOPO, run, xdc_test_tmpdir());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
+    XDC_ASSERT_STR_CONTAINS(out, "xdc worker: XDC_DEVICE='Cuda' is not a device");
+}
+
+XDC_TEST_T(orch_device_cpu_strict_follows_the_registry, 300)
+{
+    need_corpus();
+    const xdc_kern_backend *be = NULL;
+    xdc_diag why = {{0}};
+    xdc_err_t reg = xdc_kern_backend_get(XDC_BACKEND_CPU_STRICT, &be, &why);
+    static char out[65536];
+    const char *run = write_run("strict", 4);
+    int rc = launch(NULL, TOPO, run, "strict", "--device cpu-strict", out, sizeof out);
+    if (reg == XDC_OK) {
+        /* The registry gives the strict device: the run trains on it. */
+        XDC_ASSERT_MSG(rc == 0, "--device cpu-strict exited %d:\n%s", rc, out);
+        XDC_ASSERT_STR_CONTAINS(out, "cpu-strict (shared-memory intra)");
+        XDC_ASSERT_STR_CONTAINS(out, "final val_loss=");
+    } else {
+        /* It refuses: exit 69 before training, its message passed through with the device named. */
+        XDC_ASSERT_MSG(rc == 69, "--device cpu-strict exited %d, expected 69 (registry: %s):\n%s", rc, why.msg, out);
+        XDC_ASSERT_STR_CONTAINS(out, "device cpu-strict");
+        XDC_ASSERT_STR_CONTAINS(out, why.msg);
+        assert_no_training("strict");
+    }
+}
