@@ -51,10 +51,16 @@ typedef struct exch_case {
 static int rank_exchange(xdc_intra_comm *comm, intra_test_rank *tr, const void *arg)
 {
     const exch_case *c = arg;
+    xdc_intra_backend be = tr->backend;
     int me = xdc_intra_rank(comm), peer = 1 - me;
-    float *out = xdc_malloc(c->count * 4 + 4), *in = xdc_malloc(c->count * 4 + 4);
-    RCHECK(out && in, tr, "no memory");
-    fill(out, me, 0, c->count);
+    size_t bytes = c->count * 4;
+    float *host = xdc_malloc(bytes + 4);
+    void *out = NULL, *in = NULL; /* backend memory: host for CPU, device for NCCL */
+    RCHECK(host, tr, "no memory");
+    RCHECK_OK(xdc_intra_mem_alloc(be, bytes, &out, &tr->diag), tr);
+    RCHECK_OK(xdc_intra_mem_alloc(be, bytes, &in, &tr->diag), tr);
+    fill(host, me, 0, c->count);
+    RCHECK_OK(xdc_intra_mem_upload(be, out, host, bytes), tr);
     xdc_intra_req *rr = NULL, *sr = NULL;
     if (c->grouped) RCHECK_OK(xdc_intra_group_start(comm), tr);
     RCHECK_OK(xdc_intra_recv(comm, in, c->count, XDC_INTRA_F32, peer, &rr), tr);
@@ -73,22 +79,29 @@ static int rank_exchange(xdc_intra_comm *comm, intra_test_rank *tr, const void *
     if (!c->expect) {
         RCHECK(rs == XDC_OK && rv == XDC_OK, tr, "exchange: send %s (%s), recv %s (%s)", xdc_errname(rs), smsg,
                xdc_errname(rv), tr->diag.msg);
-        RCHECK(equal(in, peer, 0, c->count), tr, "rank %d: data from rank %d differs", me, peer);
+        RCHECK_OK(xdc_intra_mem_download(be, host, in, bytes), tr);
+        RCHECK(equal(host, peer, 0, c->count), tr, "rank %d: data from rank %d differs", me, peer);
     } else {
-        /* the rank that hits its deadline first names its peer; the other learns it from the segment */
+        /* CPU: the rank that hits its deadline first names its peer, the other learns it from the segment.
+         * NCCL: each rank's watchdog aborts its communicator and names the peer of the op it waited for. */
         char want[32];
         snprintf(want, sizeof want, "rank %d", peer);
         RCHECK(rv == XDC_ERR_TIMEOUT || rv == XDC_ERR_PEER_LOST, tr, "recv: %s (%s), want a deadline error",
                xdc_errname(rv), tr->diag.msg);
         RCHECK(rs == rv, tr, "send failed with %s, recv with %s", xdc_errname(rs), xdc_errname(rv));
-        RCHECK(strstr(tr->diag.msg, "made no progress for 300 ms") && strstr(tr->diag.msg, "recv from rank"), tr,
-               "the error does not name the deadline of the blocked recv: %s", tr->diag.msg);
+        if (be == XDC_INTRA_CPU)
+            RCHECK(strstr(tr->diag.msg, "made no progress for 300 ms") && strstr(tr->diag.msg, "recv from rank"), tr,
+                   "the error does not name the deadline of the blocked recv: %s", tr->diag.msg);
+        else
+            RCHECK(strstr(tr->diag.msg, "did not complete it within 300 ms") && strstr(tr->diag.msg, "aborted"), tr,
+                   "the error does not name the deadline: %s", tr->diag.msg);
         RCHECK(rv == XDC_ERR_PEER_LOST || strstr(tr->diag.msg, want), tr, "the error does not name %s: %s", want,
                tr->diag.msg);
         snprintf(tr->note, sizeof tr->note, "%s", tr->diag.msg);
     }
-    xdc_free(out);
-    xdc_free(in);
+    xdc_intra_mem_free(be, out);
+    xdc_intra_mem_free(be, in);
+    xdc_free(host);
     return 0;
 }
 
@@ -200,7 +213,9 @@ typedef struct onef1b {
     int s, P, M, step;
     size_t c;
     int64_t wait_ms;        /* timeout of the waits for x and dy (-1: op_timeout_ms) */
+    xdc_intra_backend be;   /* x, dy, y, dx are its memory (device memory for NCCL) */
     float *x, *dy, *y, *dx; /* (M, c) each */
+    float *h;               /* (c) host copy the "compute" runs on */
     xdc_intra_req **xr, **dyr, **yr, **dxr;
 } onef1b;
 
@@ -224,10 +239,17 @@ static int post_dy(onef1b *p, int b)
 static int fwd(onef1b *p, int f)
 {
     float *x = p->x + f * p->c, *y = p->y + f * p->c;
-    if (p->s == 0) fill(x, seed_of(p, f), 0, p->c);
-    else RCHECK_OK(xdc_intra_wait(p->xr[f], p->wait_ms, &p->tr->diag), p->tr);
-    RCHECK(equal(x, seed_of(p, f), (float)p->s, p->c), p->tr, "stage %d: x of microbatch %d differs", p->s, f);
-    for (size_t i = 0; i < p->c; i++) y[i] = x[i] + 1;
+    size_t bytes = p->c * 4;
+    if (p->s == 0) {
+        fill(p->h, seed_of(p, f), 0, p->c);
+        RCHECK_OK(xdc_intra_mem_upload(p->be, x, p->h, bytes), p->tr); /* the last stage reads it back */
+    } else {
+        RCHECK_OK(xdc_intra_wait(p->xr[f], p->wait_ms, &p->tr->diag), p->tr);
+        RCHECK_OK(xdc_intra_mem_download(p->be, p->h, x, bytes), p->tr);
+    }
+    RCHECK(equal(p->h, seed_of(p, f), (float)p->s, p->c), p->tr, "stage %d: x of microbatch %d differs", p->s, f);
+    for (size_t i = 0; i < p->c; i++) p->h[i] += 1;
+    RCHECK_OK(xdc_intra_mem_upload(p->be, y, p->h, bytes), p->tr);
     if (p->s < p->P - 1) RCHECK_OK(xdc_intra_send(p->comm, y, p->c, XDC_INTRA_F32, p->s + 1, &p->yr[f]), p->tr);
     return 0;
 }
@@ -235,14 +257,17 @@ static int fwd(onef1b *p, int f)
 static int bwd(onef1b *p, int b)
 {
     float *dy = p->dy + b * p->c, *dx = p->dx + b * p->c;
+    size_t bytes = p->c * 4;
     if (p->s < p->P - 1) {
         RCHECK_OK(xdc_intra_wait(p->dyr[b], p->wait_ms, &p->tr->diag), p->tr);
-        RCHECK(equal(dy, seed_of(p, b), (float)(2 * p->P - 2 - p->s), p->c), p->tr,
+        RCHECK_OK(xdc_intra_mem_download(p->be, p->h, dy, bytes), p->tr);
+        RCHECK(equal(p->h, seed_of(p, b), (float)(2 * p->P - 2 - p->s), p->c), p->tr,
                "stage %d: dy of microbatch %d differs", p->s, b);
     } else {
-        memcpy(dy, p->x + b * p->c, p->c * 4);
+        RCHECK_OK(xdc_intra_mem_download(p->be, p->h, p->x + b * p->c, bytes), p->tr);
     }
-    for (size_t i = 0; i < p->c; i++) dx[i] = dy[i] + 1;
+    for (size_t i = 0; i < p->c; i++) p->h[i] += 1;
+    RCHECK_OK(xdc_intra_mem_upload(p->be, dx, p->h, bytes), p->tr);
     if (p->s > 0) RCHECK_OK(xdc_intra_send(p->comm, dx, p->c, XDC_INTRA_F32, p->s - 1, &p->dxr[b]), p->tr);
     return 0;
 }
@@ -295,13 +320,17 @@ static int rank_1f1b(xdc_intra_comm *comm, intra_test_rank *tr, const void *arg)
     onef1b p = {.comm = comm, .tr = tr, .s = xdc_intra_rank(comm), .P = xdc_intra_size(comm), .M = k->M, .c = k->count};
     /* the ungrouped run waits past its op deadline, so the watchdog's error is the one reported */
     p.wait_ms = k->grouped ? -1 : 5000;
-    size_t bytes = (size_t)k->M * k->count * 4;
-    p.x = xdc_malloc(bytes);
-    p.dy = xdc_malloc(bytes);
-    p.y = xdc_malloc(bytes);
-    p.dx = xdc_malloc(bytes);
+    size_t bytes = (size_t)k->M * k->count * 4 + 4;
+    p.be = tr->backend;
+    void *bufs[4] = {NULL, NULL, NULL, NULL};
+    for (int i = 0; i < 4; i++) RCHECK_OK(xdc_intra_mem_alloc(p.be, bytes, &bufs[i], &tr->diag), tr);
+    p.x = bufs[0];
+    p.dy = bufs[1];
+    p.y = bufs[2];
+    p.dx = bufs[3];
+    p.h = xdc_malloc(k->count * 4 + 4);
     p.xr = xdc_calloc((size_t)k->M * 4, sizeof *p.xr);
-    RCHECK(p.x && p.dy && p.y && p.dx && p.xr, tr, "no memory");
+    RCHECK(p.h && p.xr, tr, "no memory");
     p.dyr = p.xr + k->M;
     p.yr = p.dyr + k->M;
     p.dxr = p.yr + k->M;
@@ -320,10 +349,8 @@ static int rank_1f1b(xdc_intra_comm *comm, intra_test_rank *tr, const void *arg)
         }
     }
     RCHECK(k->grouped || tr->note[0], tr, "stage %d: the ungrouped schedule passed under NCCL semantics", p.s);
-    xdc_free(p.x);
-    xdc_free(p.dy);
-    xdc_free(p.y);
-    xdc_free(p.dx);
+    for (int i = 0; i < 4; i++) xdc_intra_mem_free(p.be, bufs[i]);
+    xdc_free(p.h);
     xdc_free(p.xr);
     return 0;
 }
@@ -351,4 +378,26 @@ XDC_TEST_T(intra_cpu_nccl_semantics_1f1b_receives_first_fails_naming_a_rank, 60)
     for (int r = 0; r < 4; r++)
         XDC_ASSERT_MSG(strstr(res.note[r], "made no progress for 300 ms") && strstr(res.note[r], "recv from rank"),
                        "stage %d: %s", r, res.note[r]);
+}
+
+/* ---- NCCL: the same on GPUs (one rank per device) -------------------------------------------------- */
+
+XDC_TEST_T(intra_nccl_groups_1f1b_and_deadline_abort, 180)
+{
+    char why[512];
+    int ndev = intra_test_gpu_count(why, sizeof why);
+    if (ndev < 2) xdc_test_skip("no GPU: needs 2 CUDA devices, %d visible (%s)", ndev > 0 ? ndev : 0, why);
+    int P = ndev < 4 ? ndev : 4;
+    const intra_test_opts opts = {0, 10000}, short_deadline = {0, 300};
+    const exch_case small = {1, 0, 1000}, big = {1, 0, 3u << 20 >> 2}, old = {0, 1, 1000};
+    const onef1b_case c = {6, 2, 1, 200003}, c1 = {1, 2, 1, 7};
+    /* a group's send and recv to the same peer are issued together between ncclGroupStart/End */
+    intra_test_ranks_opts(XDC_INTRA_NCCL, 2, rank_exchange, &small, NULL, &opts);
+    intra_test_ranks_opts(XDC_INTRA_NCCL, 2, rank_exchange, &big, NULL, &opts);
+    /* the grouped 1F1B schedule of orch_train.c */
+    intra_test_ranks_opts(XDC_INTRA_NCCL, P, rank_1f1b, &c, NULL, &opts);
+    intra_test_ranks_opts(XDC_INTRA_NCCL, P, rank_1f1b, &c1, NULL, &opts);
+    /* ungrouped recv first on both ranks hangs on NCCL: the watchdog aborts the communicator within the
+     * op deadline and names the peer */
+    intra_test_ranks_opts(XDC_INTRA_NCCL, 2, rank_exchange, &old, NULL, &short_deadline);
 }

@@ -27,7 +27,7 @@ static void launch_hash(const char *run, const char *name, const char *env, char
     snprintf(hash, 64, "%.*s", (int)(n < 63 ? n : 63), k);
 }
 
-XDC_TEST_T(intra_nccl_semantics_demo_launch_matches_cpu_semantics, 300)
+XDC_TEST_T(intra_cpu_nccl_semantics_demo_launch_matches_cpu_semantics, 300)
 {
     if (access(DATA, R_OK) != 0) xdc_test_skip("no corpus at %s (Debian package fortunes; `make deps`)", DATA);
     char cwd[400], run[512], text[1024];
