@@ -345,8 +345,9 @@ static void nccl_poll(xdc_intra_comm *comm, xdc_intra_req *q)
     nccl_comm *n = (nccl_comm *)comm->impl;
     char msg[384], what[160], who[160];
     pthread_mutex_lock(&n->lock);
-    if (__atomic_load_n(&q->done, __ATOMIC_ACQUIRE) || (!q->issued && comm->failed == XDC_OK)) {
-        pthread_mutex_unlock(&n->lock); /* done, or its group is not issued yet */
+    if (__atomic_load_n(&q->done, __ATOMIC_ACQUIRE) || !q->issued) {
+        /* done, or its group is not issued yet (group_end issues it, or completes it with the error) */
+        pthread_mutex_unlock(&n->lock);
         return;
     }
     if (comm->failed != XDC_OK || !n->nc) {
