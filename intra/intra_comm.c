@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -89,8 +90,11 @@ xdc_err_t xdc_intra_create(const xdc_intra_config *cfg, xdc_intra_comm **out, xd
     xdc_intra_comm *c = NULL;
     xdc_err_t rc;
     XDC_CHECK(intra_comm_alloc(ops, cfg->rank, cfg->size, cfg->op_timeout_ms, &c));
+    const char *env = getenv("XDC_INTRA_NCCL_SEMANTICS");
+    c->nccl_semantics = cfg->nccl_semantics || (env && env[0] == '1');
     XDC_CHECK_GOTO(ops->create(c, cfg, diag), rc, fail);
-    XDC_DEBUG(XDC_SUB_INTRA, "intra: rank %d/%d joined on %s", cfg->rank, cfg->size, ops->name);
+    XDC_DEBUG(XDC_SUB_INTRA, "intra: rank %d/%d joined on %s%s", cfg->rank, cfg->size, ops->name,
+              c->nccl_semantics ? " (NCCL semantics)" : "");
     *out = c;
     return XDC_OK;
 fail:
@@ -161,6 +165,8 @@ static xdc_err_t req_start(xdc_intra_comm *comm, intra_op_kind kind, const void 
         return XDC_ERR_NOMEM;
     }
     r->seq = comm->next_seq++;
+    int grouped = comm->group_depth > 0 && pthread_equal(comm->group_owner, pthread_self());
+    r->group = grouped ? comm->group_id : 0;
     pthread_mutex_unlock(&comm->lock);
 
     r->comm = comm;
@@ -176,7 +182,22 @@ static xdc_err_t req_start(xdc_intra_comm *comm, intra_op_kind kind, const void 
     r->rc = XDC_OK;
     r->msg[0] = 0;
     r->next = NULL;
+    r->group_next = r->stream_next = NULL;
+    r->group_n = 1;
+    r->group_seq0 = r->seq;
+    r->issued = 0;
+    r->unit = 0;
     __atomic_store_n(&r->done, 0, __ATOMIC_RELAXED);
+    if (r->group) { /* issued by the outermost group_end */
+        pthread_mutex_lock(&comm->lock);
+        if (comm->group_tail) comm->group_tail->group_next = r;
+        else comm->group_head = r;
+        comm->group_tail = r;
+        comm->group_n++;
+        pthread_mutex_unlock(&comm->lock);
+        *out = r;
+        return XDC_OK;
+    }
     xdc_err_t rc = comm->ops->start(comm, r);
     if (rc != XDC_OK) {
         pthread_mutex_lock(&comm->lock);
@@ -186,6 +207,79 @@ static xdc_err_t req_start(xdc_intra_comm *comm, intra_op_kind kind, const void 
     }
     *out = r;
     return XDC_OK;
+}
+
+xdc_err_t xdc_intra_group_start(xdc_intra_comm *comm)
+{
+    if (!comm) return XDC_ERR_INVALID;
+    pthread_mutex_lock(&comm->lock);
+    xdc_err_t rc = XDC_OK;
+    if (comm->group_depth > 0 && !pthread_equal(comm->group_owner, pthread_self())) {
+        rc = XDC_ERR_INVALID; /* one thread's group at a time on a communicator */
+    } else if (comm->group_depth++ == 0) {
+        comm->group_owner = pthread_self();
+        comm->group_id = ++comm->groups;
+        comm->group_head = comm->group_tail = NULL;
+        comm->group_n = 0;
+    }
+    pthread_mutex_unlock(&comm->lock);
+    return rc;
+}
+
+xdc_err_t xdc_intra_group_end(xdc_intra_comm *comm)
+{
+    if (!comm) return XDC_ERR_INVALID;
+    pthread_mutex_lock(&comm->lock);
+    if (comm->group_depth <= 0 || !pthread_equal(comm->group_owner, pthread_self())) {
+        pthread_mutex_unlock(&comm->lock);
+        return XDC_ERR_INVALID;
+    }
+    if (--comm->group_depth > 0) {
+        pthread_mutex_unlock(&comm->lock);
+        return XDC_OK;
+    }
+    xdc_intra_req *first = comm->group_head;
+    int n = comm->group_n;
+    comm->group_head = comm->group_tail = NULL;
+    comm->group_n = 0;
+    xdc_err_t rc = comm->failed;
+    pthread_mutex_unlock(&comm->lock);
+    if (!first) return XDC_OK;
+    for (xdc_intra_req *r = first; r; r = r->group_next) {
+        r->group_n = n;
+        r->group_seq0 = first->seq;
+        r->start_ns = r->last_progress_ns = xdc_now_ns();
+    }
+    if (rc == XDC_OK) rc = comm->ops->start_group(comm, first, n);
+    if (rc == XDC_OK) return XDC_OK;
+    /* nothing of the group was handed on: complete every request with the error */
+    char msg[384];
+    pthread_mutex_lock(&comm->lock);
+    snprintf(msg, sizeof msg, "%s",
+             comm->failed != XDC_OK ? comm->error : "intra group: the backend could not issue the group");
+    pthread_mutex_unlock(&comm->lock);
+    for (xdc_intra_req *r = first, *nx; r; r = nx) {
+        nx = r->group_next;
+        intra_req_complete(r, rc, msg);
+    }
+    return rc;
+}
+
+/* A request this thread started inside a group it has not ended yet: waiting for it would wait forever. */
+static int in_own_open_group(xdc_intra_req *req, xdc_diag *diag)
+{
+    xdc_intra_comm *comm = req->comm;
+    if (!req->group) return 0;
+    pthread_mutex_lock(&comm->lock);
+    int open = comm->group_depth > 0 && comm->group_id == req->group &&
+               pthread_equal(comm->group_owner, pthread_self()) && !__atomic_load_n(&req->done, __ATOMIC_ACQUIRE);
+    pthread_mutex_unlock(&comm->lock);
+    if (open)
+        xdc_diag_set(diag,
+                     "intra %s (rank %d/%d, op #%llu): started in a group this thread has not ended yet "
+                     "(call xdc_intra_group_end before waiting)",
+                     intra_op_name(req->kind), comm->rank, comm->size, (unsigned long long)req->seq);
+    return open;
 }
 
 void intra_req_complete(xdc_intra_req *req, xdc_err_t rc, const char *msg)
@@ -214,6 +308,8 @@ static xdc_err_t req_finish(xdc_intra_req *req, xdc_diag *diag)
 xdc_err_t xdc_intra_test(xdc_intra_req *req, int *done, xdc_diag *diag)
 {
     if (!req || !done) return XDC_ERR_INVALID;
+    *done = 0;
+    if (in_own_open_group(req, diag)) return XDC_ERR_INVALID;
     if (req->comm->ops->poll && !__atomic_load_n(&req->done, __ATOMIC_ACQUIRE)) req->comm->ops->poll(req->comm, req);
     *done = __atomic_load_n(&req->done, __ATOMIC_ACQUIRE);
     return *done ? req_finish(req, diag) : XDC_OK;
@@ -222,6 +318,7 @@ xdc_err_t xdc_intra_test(xdc_intra_req *req, int *done, xdc_diag *diag)
 xdc_err_t xdc_intra_wait(xdc_intra_req *req, int64_t timeout_ms, xdc_diag *diag)
 {
     if (!req) return XDC_ERR_INVALID;
+    if (in_own_open_group(req, diag)) return XDC_ERR_INVALID;
     xdc_intra_comm *comm = req->comm;
     uint64_t deadline = xdc_deadline_ms(timeout_ms < 0 ? comm->op_timeout_ms : timeout_ms);
     if (comm->ops->poll) {

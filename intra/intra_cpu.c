@@ -11,7 +11,12 @@
  *     directed pair ([u64 length][payload]), progressing every peer without blocking on any of them, so
  *     send/recv pairs in either order never deadlock; it sleeps on its doorbell futex when idle.
  * A failure (deadline, dead peer, mismatched operation) fails the whole communicator, is published in
- * the segment for the other ranks, and fails every queued request with the same message. */
+ * the segment for the other ranks, and fails every queued request with the same message.
+ *
+ * With NCCL semantics (comm->nccl_semantics) requests first go through one in-order stream per
+ * communicator: a unit (one operation, or one group) is handed to the two threads above only once every
+ * request of the unit before it has completed, as a CUDA stream would run NCCL kernels. Inside a unit
+ * the threads progress every request at once, so a group's sends and receives are matched as a batch. */
 #include "intra/intra_priv.h"
 #include "intra/intra_shm.h"
 
@@ -44,6 +49,13 @@ typedef struct cpu_comm {
     uint64_t step;                 /* collective thread only */
     _Atomic uint64_t waiting_step; /* step the collective thread waits at, for describe_wait */
     uint64_t splits;               /* splits made from this communicator, names the child segments */
+    /* NCCL semantics (under comm->lock): units waiting for the stream, and the unit running */
+    xdc_intra_req *stream_head, *stream_tail; /* linked by stream_next */
+    int inflight;                             /* requests of the running unit not complete yet */
+    uint64_t units;
+    intra_op_kind run_kind; /* the running unit's first request, for describe_wait */
+    int run_peer, run_n;
+    uint64_t run_seq;
 } cpu_comm;
 
 static void queue_push(req_queue *q, xdc_intra_req *r)
@@ -76,6 +88,59 @@ static xdc_err_t cpu_fail(xdc_intra_comm *comm, xdc_err_t rc, const char *msg)
     rc = intra_comm_fail(comm, rc, msg);
     intra_shm_abort(&cc->shm, msg);
     return rc;
+}
+
+/* ---- the in-order stream (NCCL semantics) ------------------------------------------------------- */
+
+static void hand_on(cpu_comm *cc, xdc_intra_req *r)
+{
+    if (r->kind != INTRA_OP_SEND && r->kind != INTRA_OP_RECV) queue_push(&cc->coll, r);
+    else if (r->kind == INTRA_OP_SEND) queue_push(&cc->sendq[r->peer], r);
+    else queue_push(&cc->recvq[r->peer], r);
+}
+
+/* Under comm->lock: hand the next unit to the progress threads once the running one is complete (every
+ * waiting unit at once when the communicator failed, so the threads fail them). Returns 1 when it did. */
+static int stream_dispatch(xdc_intra_comm *comm)
+{
+    cpu_comm *cc = comm->impl;
+    int any = 0;
+    while (cc->stream_head && (cc->inflight == 0 || comm->failed != XDC_OK)) {
+        uint64_t unit = cc->stream_head->unit;
+        xdc_intra_req *first = cc->stream_head;
+        cc->run_kind = first->kind;
+        cc->run_peer = first->peer;
+        cc->run_seq = first->seq;
+        cc->run_n = 0;
+        uint64_t now = xdc_now_ns();
+        while (cc->stream_head && cc->stream_head->unit == unit) {
+            xdc_intra_req *r = cc->stream_head;
+            cc->stream_head = r->stream_next;
+            if (!cc->stream_head) cc->stream_tail = NULL;
+            r->issued = 1;
+            r->last_progress_ns = now; /* its deadline runs from when the stream reaches it */
+            cc->inflight++;
+            cc->run_n++;
+            hand_on(cc, r);
+        }
+        any = 1;
+    }
+    if (any) pthread_cond_signal(&cc->work_cond);
+    return any;
+}
+
+/* Complete a request; with NCCL semantics the stream moves on to the next unit when this one is done. */
+static void cpu_complete(xdc_intra_comm *comm, xdc_intra_req *q, xdc_err_t rc, const char *msg)
+{
+    cpu_comm *cc = comm->impl;
+    if (comm->nccl_semantics) {
+        pthread_mutex_lock(&comm->lock);
+        cc->inflight--;
+        int moved = stream_dispatch(comm);
+        pthread_mutex_unlock(&comm->lock);
+        if (moved) intra_shm_ring_bell(&cc->shm, comm->rank);
+    }
+    intra_req_complete(q, rc, msg);
 }
 
 /* ---- collectives -------------------------------------------------------------------------------- */
@@ -236,7 +301,7 @@ static void *coll_main(void *arg)
         pthread_mutex_lock(&comm->lock);
         queue_pop(&cc->coll);
         pthread_mutex_unlock(&comm->lock);
-        intra_req_complete(q, rc, msg);
+        cpu_complete(comm, q, rc, msg);
     }
     return NULL;
 }
@@ -351,7 +416,7 @@ static void p2p_fail_all(xdc_intra_comm *comm)
         snprintf(msg, sizeof msg, "%s", comm->error);
         pthread_mutex_unlock(&comm->lock);
         if (!q) return;
-        intra_req_complete(q, rc, msg);
+        cpu_complete(comm, q, rc, msg);
     }
 }
 
@@ -384,7 +449,7 @@ static void *p2p_main(void *arg)
                     queue_pop(qs[d]);
                     xdc_intra_req *nx = qs[d]->head;
                     pthread_mutex_unlock(&comm->lock);
-                    intra_req_complete(q, rc, msg);
+                    cpu_complete(comm, q, rc, msg);
                     if (rc != XDC_OK) break;
                     q = nx;
                 }
@@ -461,31 +526,80 @@ static void cpu_destroy(xdc_intra_comm *comm)
     comm->impl = NULL;
 }
 
-static xdc_err_t cpu_start(xdc_intra_comm *comm, xdc_intra_req *req)
+/* Queue a unit of n requests (linked by group_next): straight to the progress threads, or with NCCL
+ * semantics to the back of the stream. */
+static xdc_err_t cpu_start_unit(xdc_intra_comm *comm, xdc_intra_req *first, int n)
 {
     cpu_comm *cc = comm->impl;
-    int p2p = req->kind == INTRA_OP_SEND || req->kind == INTRA_OP_RECV;
+    int any_p2p = 0, any_coll = 0;
+    for (xdc_intra_req *r = first; r; r = r->group_next) {
+        int p2p = r->kind == INTRA_OP_SEND || r->kind == INTRA_OP_RECV;
+        any_p2p |= p2p;
+        any_coll |= !p2p;
+    }
     pthread_mutex_lock(&comm->lock);
-    int *started = p2p ? &cc->p2p_started : &cc->coll_started;
-    if (!*started) {
+    for (int k = 0; k < 2; k++) {
+        int p2p = k == 1, *started = p2p ? &cc->p2p_started : &cc->coll_started;
+        if (!(p2p ? any_p2p : any_coll) || *started) continue;
         if (pthread_create(p2p ? &cc->p2p_thread : &cc->coll_thread, NULL, p2p ? p2p_main : coll_main, comm) != 0) {
             pthread_mutex_unlock(&comm->lock);
             return XDC_ERR_NOMEM;
         }
         *started = 1;
     }
-    if (!p2p) queue_push(&cc->coll, req);
-    else if (req->kind == INTRA_OP_SEND) queue_push(&cc->sendq[req->peer], req);
-    else queue_push(&cc->recvq[req->peer], req);
-    pthread_cond_signal(&cc->work_cond);
+    int moved = 0;
+    if (!comm->nccl_semantics) {
+        for (xdc_intra_req *r = first; r; r = r->group_next) hand_on(cc, r);
+        pthread_cond_signal(&cc->work_cond);
+    } else {
+        uint64_t unit = ++cc->units;
+        int k = 0;
+        for (xdc_intra_req *r = first; r && k < n; r = r->group_next, k++) {
+            r->unit = unit;
+            r->stream_next = NULL;
+            if (cc->stream_tail) cc->stream_tail->stream_next = r;
+            else cc->stream_head = r;
+            cc->stream_tail = r;
+        }
+        moved = stream_dispatch(comm);
+    }
     pthread_mutex_unlock(&comm->lock);
-    if (p2p) intra_shm_ring_bell(&cc->shm, comm->rank);
+    if (any_p2p || moved) intra_shm_ring_bell(&cc->shm, comm->rank);
     return XDC_OK;
+}
+
+static xdc_err_t cpu_start(xdc_intra_comm *comm, xdc_intra_req *req)
+{
+    req->group_next = NULL;
+    return cpu_start_unit(comm, req, 1);
+}
+
+static xdc_err_t cpu_start_group(xdc_intra_comm *comm, xdc_intra_req *first, int n)
+{
+    return cpu_start_unit(comm, first, n);
 }
 
 static void cpu_describe_wait(xdc_intra_comm *comm, xdc_intra_req *req, char *out, size_t cap)
 {
     cpu_comm *cc = comm->impl;
+    if (comm->nccl_semantics) {
+        pthread_mutex_lock(&comm->lock);
+        int queued = !req->issued;
+        intra_op_kind kind = cc->run_kind;
+        int peer = cc->run_peer, n = cc->run_n;
+        uint64_t seq = cc->run_seq;
+        pthread_mutex_unlock(&comm->lock);
+        if (queued) {
+            char who[160] = "";
+            if (kind == INTRA_OP_SEND || kind == INTRA_OP_RECV)
+                snprintf(who, sizeof who, " %s rank %d: waiting for rank %d (pid %d, %s)",
+                         kind == INTRA_OP_SEND ? "to" : "from", peer, peer, (int)atomic_load(&cc->shm.slots[peer].pid),
+                         intra_shm_rank_alive(&cc->shm, peer) ? "alive" : "dead");
+            snprintf(out, cap, "queued on the in-order stream (NCCL semantics) behind op #%llu (%s%s%s)",
+                     (unsigned long long)seq, intra_op_name(kind), who, n > 1 ? ", in a group" : "");
+            return;
+        }
+    }
     if (req->kind == INTRA_OP_SEND || req->kind == INTRA_OP_RECV) {
         snprintf(out, cap, "waiting for rank %d (pid %d, %s): %zu of %zu bytes %s", req->peer,
                  (int)atomic_load(&cc->shm.slots[req->peer].pid),
@@ -535,6 +649,7 @@ static xdc_err_t cpu_split(xdc_intra_comm *comm, int color, int key, xdc_intra_c
     }
     xdc_intra_comm *child = NULL;
     XDC_CHECK_GOTO(intra_comm_alloc(comm->ops, newrank, newsize, comm->op_timeout_ms, &child), rc, done);
+    child->nccl_semantics = comm->nccl_semantics;
     rc = cpu_create_named(child, name, comm->op_timeout_ms, diag);
     if (rc != XDC_OK) {
         intra_comm_free(child);
@@ -585,6 +700,7 @@ const intra_backend_ops intra_cpu_ops = {
     .create = cpu_create,
     .destroy = cpu_destroy,
     .start = cpu_start,
+    .start_group = cpu_start_group,
     .poll = NULL,
     .describe_wait = cpu_describe_wait,
     .split = cpu_split,

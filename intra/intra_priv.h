@@ -44,6 +44,15 @@ struct xdc_intra_req {
     uint64_t last_progress_ns;
     void *bk;                   /* backend per-request object (NCCL: cudaEvent_t), kept across reuse */
     struct xdc_intra_req *next; /* backend queue */
+    /* groups: the outermost group it was started in (0: none) and the open group's list */
+    uint64_t group;
+    struct xdc_intra_req *group_next;
+    int group_n;         /* requests in its group (1 when ungrouped) */
+    uint64_t group_seq0; /* seq of its group's first request */
+    int issued;          /* NCCL: its event is recorded (under the backend lock) */
+    /* CPU with NCCL semantics: the in-order stream */
+    uint64_t unit;                     /* stream unit (one op, or one group) */
+    struct xdc_intra_req *stream_next; /* stream queue */
 };
 
 typedef struct intra_backend_ops {
@@ -52,6 +61,9 @@ typedef struct intra_backend_ops {
     void (*destroy)(xdc_intra_comm *comm);
     /* Take a request whose fields are filled; the backend completes it later via intra_req_complete. */
     xdc_err_t (*start)(xdc_intra_comm *comm, xdc_intra_req *req);
+    /* Take the n requests of a group (linked by group_next, in start order) and issue them as one unit.
+     * On an error none of them has been handed on (the caller completes them). */
+    xdc_err_t (*start_group)(xdc_intra_comm *comm, xdc_intra_req *first, int n);
     /* NULL for backends whose own threads complete requests; else called by waiters to drive progress. */
     void (*poll)(xdc_intra_comm *comm, xdc_intra_req *req);
     /* Write who `req` is waiting for into out (for timeout messages). */
@@ -76,6 +88,13 @@ struct xdc_intra_comm {
     xdc_pool reqs;    /* xdc_intra_req objects, allocated once and reused (under `lock`) */
     xdc_err_t failed; /* XDC_OK while healthy */
     char error[384];
+    int nccl_semantics; /* CPU: one in-order stream per communicator (xdc_intra_config.nccl_semantics) */
+    /* the open group (under `lock`): depth, the thread that opened it, its id and requests */
+    int group_depth;
+    pthread_t group_owner;
+    uint64_t group_id, groups;
+    xdc_intra_req *group_head, *group_tail;
+    int group_n;
 };
 
 const intra_backend_ops *intra_backend_lookup(xdc_intra_backend backend, xdc_diag *diag);

@@ -9,7 +9,14 @@
  * a request (one thread per request). Ranks must start the collectives of one communicator in the same
  * order (as with NCCL and MPI); send/recv between two ranks are matched in start order per direction,
  * independently of collectives. Buffers belong to the communicator from the start call until the
- * request completes. */
+ * request completes.
+ *
+ * Groups (xdc_intra_group_start/end) issue the operations started between them together, as NCCL's
+ * ncclGroupStart/End: this is how a pipeline step posts its sends and receives so that neither side
+ * blocks the other. With NCCL semantics (the NCCL backend always; the CPU backend with
+ * cfg.nccl_semantics) the operations of one communicator run in start order on one in-order stream: an
+ * ungrouped recv holds back every later operation of the communicator until its send arrives, and a
+ * group is one unit of that stream. */
 #ifndef XDC_INTRA_H
 #define XDC_INTRA_H
 
@@ -38,12 +45,18 @@ typedef struct xdc_intra_config {
     int64_t create_timeout_ms; /* how long create waits for every rank to arrive (< 0: forever) */
     int64_t op_timeout_ms;     /* an operation that makes no progress this long fails the communicator */
     int device;                /* NCCL: CUDA device ordinal; CPU: ignored */
+    /* CPU: run with NCCL's ordering, to catch on CPU what would hang on GPUs: every operation of the
+     * communicator (and of its splits) runs in start order, one unit at a time (a group is one unit), so
+     * an ungrouped recv blocks all later operations until its send arrives, and a pattern that would
+     * deadlock on NCCL fails with the op_timeout_ms error naming the rank. Also turned on by the
+     * environment variable XDC_INTRA_NCCL_SEMANTICS=1. NCCL: always so; ignored. */
+    int nccl_semantics;
 } xdc_intra_config;
 
 #define XDC_INTRA_CONFIG_INIT                                                                          \
     {                                                                                                  \
         .backend = XDC_INTRA_CPU, .rank = 0, .size = 1, .bootstrap = NULL, .create_timeout_ms = 30000, \
-        .op_timeout_ms = 60000, .device = 0                                                            \
+        .op_timeout_ms = 60000, .device = 0, .nccl_semantics = 0                                       \
     }
 
 /* Size of one element in bytes (4 for F32, 2 for BF16). */
@@ -95,6 +108,16 @@ xdc_err_t xdc_intra_all_gather(xdc_intra_comm *comm, const void *sendbuf, void *
 xdc_err_t xdc_intra_broadcast(xdc_intra_comm *comm, void *buf, size_t count, xdc_intra_dtype dtype, int root,
                               xdc_intra_req **req);
 xdc_err_t xdc_intra_barrier(xdc_intra_comm *comm, xdc_intra_req **req);
+
+/* Group the operations this thread starts on `comm` until the matching group_end (groups nest; the
+ * outermost end issues them): they are issued together, as one unit (NCCL: ncclGroupStart/End around
+ * them; CPU: one batch, matched as a unit). Requests are returned at once but nothing moves before the
+ * end; waiting for one inside its own open group fails with XDC_ERR_INVALID. Other threads' operations
+ * on the communicator are not part of the group. */
+xdc_err_t xdc_intra_group_start(xdc_intra_comm *comm);
+/* Issue the group. On an error (the communicator failed, NCCL refused the group) every request of the
+ * group is completed with that error (wait on them to release them) and the error is returned. */
+xdc_err_t xdc_intra_group_end(xdc_intra_comm *comm);
 
 /* Non-blocking check. On completion (*done = 1) the request is released and its result returned
  * (XDC_OK, or the operation's error with detail in diag). *done = 0 returns XDC_OK. */

@@ -35,7 +35,7 @@ static int write_full(int fd, const void *buf, size_t len)
 }
 
 static int rank_main(intra_test_rank *tr, int boot_rd, int boot_wr, int release_wr, intra_test_rank_fn fn,
-                     const void *arg)
+                     const void *arg, const intra_test_opts *opts)
 {
     char id[XDC_INTRA_BOOTSTRAP_MAX] = {0};
     close(tr->rank == 0 ? boot_rd : boot_wr); /* so a rank 0 that dies early gives the others EOF */
@@ -55,7 +55,8 @@ static int rank_main(intra_test_rank *tr, int boot_rd, int boot_wr, int release_
     cfg.size = tr->size;
     cfg.bootstrap = id;
     cfg.create_timeout_ms = 15000;
-    cfg.op_timeout_ms = 20000;
+    cfg.op_timeout_ms = opts && opts->op_timeout_ms ? opts->op_timeout_ms : 20000;
+    cfg.nccl_semantics = opts ? opts->nccl_semantics : 0;
     cfg.device = tr->rank;
     xdc_intra_comm *comm = NULL;
     char one = 1;
@@ -72,6 +73,12 @@ static int rank_main(intra_test_rank *tr, int boot_rd, int boot_wr, int release_
 }
 
 void intra_test_ranks(xdc_intra_backend backend, int n, intra_test_rank_fn fn, const void *arg, intra_test_result *res)
+{
+    intra_test_ranks_opts(backend, n, fn, arg, res, NULL);
+}
+
+void intra_test_ranks_opts(xdc_intra_backend backend, int n, intra_test_rank_fn fn, const void *arg,
+                           intra_test_result *res, const intra_test_opts *opts)
 {
     XDC_ASSERT(n >= 1 && n <= INTRA_TEST_MAX_RANKS);
     intra_test_rank *trs = mmap(NULL, sizeof *trs * (size_t)n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
@@ -92,7 +99,7 @@ void intra_test_ranks(xdc_intra_backend backend, int n, intra_test_rank_fn fn, c
         pids[r] = fork();
         XDC_ASSERT(pids[r] >= 0);
         if (pids[r] == 0) {
-            tr->status = rank_main(tr, boot[0], boot[1], release[1], fn, arg);
+            tr->status = rank_main(tr, boot[0], boot[1], release[1], fn, arg, opts);
             _exit(tr->status);
         }
     }

@@ -28,9 +28,18 @@ typedef struct intra_test_result {
 
 typedef int (*intra_test_rank_fn)(xdc_intra_comm *comm, intra_test_rank *tr, const void *arg);
 
+/* Communicator settings of a run (NULL: the defaults below). */
+typedef struct intra_test_opts {
+    int nccl_semantics;    /* xdc_intra_config.nccl_semantics */
+    int64_t op_timeout_ms; /* 0: 20 s */
+} intra_test_opts;
+
 /* Fork `n` ranks running fn; assert every rank passed (a rank killed by SIGKILL from fn counts as
  * passed: the fault tests do that on purpose). Notes are copied to *res when res is not NULL. */
 void intra_test_ranks(xdc_intra_backend backend, int n, intra_test_rank_fn fn, const void *arg, intra_test_result *res);
+/* The same with communicator settings. */
+void intra_test_ranks_opts(xdc_intra_backend backend, int n, intra_test_rank_fn fn, const void *arg,
+                           intra_test_result *res, const intra_test_opts *opts);
 /* Wait for tr->req when `started` is XDC_OK (the result of the call that started it), 20 s at most. */
 xdc_err_t intra_test_run_op(intra_test_rank *tr, xdc_err_t started);
 /* A rank that must stay alive but absent: block until every other rank has finished. Returns 0. */

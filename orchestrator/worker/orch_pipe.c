@@ -2,7 +2,9 @@
  * the intra communicator when both stages are in one region, over the WAN latency class when the
  * pipeline crosses a region boundary. Activations and activation gradients crossing the WAN go through
  * the activation codec (bf16 or int8 with scales, no error feedback: each tensor is used once); small
- * control messages (loss, gradient norm, the parameter-hash state) travel raw. */
+ * control messages (loss, gradient norm, the parameter-hash state) travel raw. Intra sends and receives
+ * started inside an intra group (xdc_intra_group_start on w->comm.pp, as the 1F1B loop of orch_train.c
+ * does per schedule step) are issued at its end; WAN ones are posted at once. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_time.h"
@@ -121,11 +123,16 @@ xdc_err_t orch_pipe_allreduce_sum(orch_worker *w, float *v, int n, xdc_diag *dia
     }
     if (w->id.stage < w->id.n_stages - 1) {
         /* Post the receive of the total before waiting for our send: over the WAN a reply with no posted
-         * receive would hold up the acknowledgement of that send (docs/wan.md). */
+         * receive would hold up the acknowledgement of that send (docs/wan.md); within a region the two
+         * are one group, as NCCL needs. */
         orch_pipe_req back;
         memcpy(part, v, (size_t)n * sizeof(float));
-        XDC_CHECK(orch_pipe_send(w, w->id.stage + 1, part, (size_t)n, NULL, &r, diag));
-        XDC_CHECK(orch_pipe_recv(w, w->id.stage + 1, v, (size_t)n, NULL, &back, diag));
+        XDC_CHECK(xdc_intra_group_start(w->comm.pp));
+        xdc_err_t rc = orch_pipe_send(w, w->id.stage + 1, part, (size_t)n, NULL, &r, diag);
+        if (rc == XDC_OK) rc = orch_pipe_recv(w, w->id.stage + 1, v, (size_t)n, NULL, &back, diag);
+        xdc_err_t e = xdc_intra_group_end(w->comm.pp);
+        XDC_CHECK(rc);
+        XDC_CHECK(e);
         XDC_CHECK(orch_pipe_wait(w, &r, diag));
         XDC_CHECK(orch_pipe_wait(w, &back, diag));
     }

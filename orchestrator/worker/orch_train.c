@@ -80,34 +80,94 @@ static xdc_err_t backward_mb(orch_worker *w, int mb, xdc_sync *sync, xdc_diag *d
     return XDC_OK;
 }
 
+/* Whether pipeline stage `stage` of this replica is in this worker's region (as orch_pipe.c locates it):
+ * then transfers with it go over the intra communicator. */
+static int intra_neighbour(const orch_worker *w, int stage)
+{
+    if (!w->id.span) return 1;
+    int base = 0, r = 0;
+    while (r < w->topo->n_regions - 1 && stage >= base + xdc_topology_region_workers(w->topo, r))
+        base += xdc_topology_region_workers(w->topo, r++);
+    return r == w->id.region_idx;
+}
+
+/* Post the receive of microbatch mb's input x (from the previous stage) or its output gradient dy (from
+ * the next), if that neighbour is over the WAN (`wan`) or in this region (`!wan`). */
+static xdc_err_t recv_x(orch_worker *w, int mb, int wan, xdc_diag *diag)
+{
+    size_t btc = (size_t)w->model.B * w->model.T * (size_t)w->model.C;
+    if (is_first(w) || intra_neighbour(w, w->id.stage - 1) == wan) return XDC_OK;
+    return orch_pipe_recv(w, w->id.stage - 1, w->model.x_in + mb * btc, btc, wire(w, 0, mb), &w->pipe.x_req[mb], diag);
+}
+
+static xdc_err_t recv_dy(orch_worker *w, int mb, int wan, xdc_diag *diag)
+{
+    size_t btc = (size_t)w->model.B * w->model.T * (size_t)w->model.C;
+    if (is_last(w) || intra_neighbour(w, w->id.stage + 1) == wan) return XDC_OK;
+    return orch_pipe_recv(w, w->id.stage + 1, w->model.dy_in + mb * btc, btc, wire(w, 1, mb), &w->pipe.dy_req[mb],
+                          diag);
+}
+
+/* Close the schedule step's group: its intra sends and receives are issued together. */
+static xdc_err_t group_end(orch_worker *w, xdc_err_t rc, xdc_diag *diag)
+{
+    xdc_err_t e = xdc_intra_group_end(w->comm.pp);
+    if (rc == XDC_OK && e != XDC_OK)
+        xdc_diag_set(diag, "pipeline transfer: issuing a schedule step's group: %s", xdc_intra_error(w->comm.pp));
+    return rc != XDC_OK ? rc : e;
+}
+
 /* One pipeline pass of M microbatches with gradients accumulated; the gradient sync of `sync` starts
  * during the last microbatch's backward, layer by layer. *loss = mean loss over the microbatches (last
- * stage only). */
+ * stage only).
+ *
+ * Transfers follow Megatron's non-interleaved 1F1B: each schedule step's intra sends and receives are one
+ * group (recv x | forward, send y | forward, send y + recv dy | backward, send dx + recv next x), so the
+ * step also works where the communicator's operations run in start order, as on NCCL (docs/intra.md).
+ * Receives from a WAN neighbour are all posted at the start of the step instead: a WAN stream waits for
+ * a message's receive to be posted (docs/wan.md). */
 static xdc_err_t pipeline_step(orch_worker *w, xdc_sync *sync, float *loss, xdc_diag *diag)
 {
-    size_t bt = (size_t)w->model.B * w->model.T, btc = bt * (size_t)w->model.C;
+    size_t bt = (size_t)w->model.B * w->model.T;
     int M = w->model.M, P = w->id.n_stages, s = w->id.stage;
+    xdc_intra_comm *pp = w->comm.pp;
     xdc_gpt_stage_zero_grad(w->model.st);
     if (w->model.data)
         for (int mb = 0; mb < M; mb++)
             XDC_CHECK(xdc_data_next_train(w->model.data, w->model.tokens + mb * bt, w->model.targets + mb * bt));
-    /* Post every receive of the step up front: they match sends in order, per direction. */
     for (int mb = 0; mb < M; mb++) {
-        if (!is_first(w))
-            XDC_CHECK(
-                orch_pipe_recv(w, s - 1, w->model.x_in + mb * btc, btc, wire(w, 0, mb), &w->pipe.x_req[mb], diag));
-        if (!is_last(w))
-            XDC_CHECK(
-                orch_pipe_recv(w, s + 1, w->model.dy_in + mb * btc, btc, wire(w, 1, mb), &w->pipe.dy_req[mb], diag));
+        XDC_CHECK(recv_x(w, mb, 1, diag));
+        XDC_CHECK(recv_dy(w, mb, 1, diag));
     }
     int warm = P - s - 1 < M ? P - s - 1 : M, f = 0, b = 0;
     float loss_sum = 0;
-    for (; f < warm; f++) XDC_CHECK(forward_mb(w, f, &loss_sum, diag));
-    for (; f < M; f++, b++) {
-        XDC_CHECK(forward_mb(w, f, &loss_sum, diag));
-        XDC_CHECK(backward_mb(w, b, sync, diag));
+    xdc_err_t st;
+    for (; f < warm; f++) {
+        XDC_CHECK(xdc_intra_group_start(pp));
+        XDC_CHECK(group_end(w, recv_x(w, f, 0, diag), diag));
+        XDC_CHECK(xdc_intra_group_start(pp));
+        XDC_CHECK(group_end(w, forward_mb(w, f, &loss_sum, diag), diag));
     }
-    for (; b < M; b++) XDC_CHECK(backward_mb(w, b, sync, diag));
+    if (f < M) {
+        XDC_CHECK(xdc_intra_group_start(pp));
+        XDC_CHECK(group_end(w, recv_x(w, f, 0, diag), diag));
+    }
+    for (; f < M; f++, b++) {
+        XDC_CHECK(xdc_intra_group_start(pp));
+        st = forward_mb(w, f, &loss_sum, diag);
+        if (st == XDC_OK) st = recv_dy(w, b, 0, diag);
+        XDC_CHECK(group_end(w, st, diag));
+        XDC_CHECK(xdc_intra_group_start(pp));
+        st = backward_mb(w, b, sync, diag);
+        if (st == XDC_OK && f + 1 < M) st = recv_x(w, f + 1, 0, diag);
+        XDC_CHECK(group_end(w, st, diag));
+    }
+    for (; b < M; b++) {
+        XDC_CHECK(xdc_intra_group_start(pp));
+        XDC_CHECK(group_end(w, recv_dy(w, b, 0, diag), diag));
+        XDC_CHECK(xdc_intra_group_start(pp));
+        XDC_CHECK(group_end(w, backward_mb(w, b, sync, diag), diag));
+    }
     xdc_sync_mark_ready(sync, 0);
     /* Sends must land before their buffers are reused next step; this overlaps the gradient sync. */
     for (int mb = 0; mb < M; mb++) {
