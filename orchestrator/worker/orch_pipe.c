@@ -13,8 +13,7 @@
 
 #define PIPE_RAW_CODEC 0xff /* codec byte of an uncompressed control message */
 
-/* Region and in-region pipeline rank of pipeline stage `stage` of this worker's replica. */
-static void locate(const orch_worker *w, int stage, int *region, int *pp_rank)
+void orch_pipe_locate(const orch_worker *w, int stage, int *region, int *pp_rank)
 {
     if (!w->id.span) {
         *region = w->id.region_idx;
@@ -37,7 +36,7 @@ xdc_err_t orch_pipe_send(orch_worker *w, int to_stage, const float *buf, size_t 
                          xdc_diag *diag)
 {
     int region, rank;
-    locate(w, to_stage, &region, &rank);
+    orch_pipe_locate(w, to_stage, &region, &rank);
     memset(r, 0, sizeof *r);
     if (region == w->id.region_idx) return xdc_intra_send(w->comm.pp, buf, n, XDC_INTRA_F32, rank, &r->ir);
     xdc_wan_peer *p = neighbour_peer(w, to_stage);
@@ -58,7 +57,7 @@ xdc_err_t orch_pipe_recv(orch_worker *w, int from_stage, float *buf, size_t n, u
 {
     (void)diag;
     int region, rank;
-    locate(w, from_stage, &region, &rank);
+    orch_pipe_locate(w, from_stage, &region, &rank);
     memset(r, 0, sizeof *r);
     r->dst = buf;
     r->n = n;

@@ -80,15 +80,13 @@ static xdc_err_t backward_mb(orch_worker *w, int mb, xdc_sync *sync, xdc_diag *d
     return XDC_OK;
 }
 
-/* Whether pipeline stage `stage` of this replica is in this worker's region (as orch_pipe.c locates it):
- * then transfers with it go over the intra communicator. */
+/* Whether pipeline stage `stage` of this replica is in this worker's region: then transfers with it go
+ * over the intra communicator. */
 static int intra_neighbour(const orch_worker *w, int stage)
 {
-    if (!w->id.span) return 1;
-    int base = 0, r = 0;
-    while (r < w->topo->n_regions - 1 && stage >= base + xdc_topology_region_workers(w->topo, r))
-        base += xdc_topology_region_workers(w->topo, r++);
-    return r == w->id.region_idx;
+    int region, pp_rank;
+    orch_pipe_locate(w, stage, &region, &pp_rank);
+    return region == w->id.region_idx;
 }
 
 /* Post the receive of microbatch mb's input x (from the previous stage) or its output gradient dy (from

@@ -165,6 +165,8 @@ xdc_err_t orch_train_inner_step(orch_worker *w, xdc_sync *grad_sync, float *loss
 xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag);
 
 /* orch_pipe.c */
+/* Region and in-region pipeline rank of pipeline stage `stage` of this worker's replica. */
+void orch_pipe_locate(const orch_worker *w, int stage, int *region, int *pp_rank);
 xdc_err_t orch_pipe_send(orch_worker *w, int to_stage, const float *buf, size_t n, uint8_t *wire, orch_pipe_req *r,
                          xdc_diag *diag);
 xdc_err_t orch_pipe_recv(orch_worker *w, int from_stage, float *buf, size_t n, uint8_t *wire, orch_pipe_req *r,
