@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #define RDZV_MAX_KEYS  4096
@@ -49,7 +50,7 @@ struct rdzv_server {
     xdc_wan_engine *eng;
     xdc_wan_listener *lis;
     pthread_t acceptor;
-    volatile int stop;
+    atomic_int stop; /* set by rdzv_server_destroy, read by the acceptor and connection threads */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     kv keys[RDZV_MAX_KEYS];
@@ -153,7 +154,7 @@ static int wait_until(rdzv_server *s, uint64_t deadline, int (*pred)(rdzv_server
 {
     uint64_t next_nag = xdc_now_ns() + RDZV_NAG_MS * XDC_NS_PER_MS;
     while (!pred(s, arg)) {
-        if (s->stop || xdc_deadline_passed(deadline)) return 0;
+        if (atomic_load(&s->stop) || xdc_deadline_passed(deadline)) return 0;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 100 * 1000000L;
@@ -297,7 +298,7 @@ static xdc_err_t send_json(xdc_wan_peer *p, json_t *msg, char *buf, size_t cap, 
 
 /* Receive one JSON message, waiting up to timeout_ms (< 0: until *stop). The receive stays posted across
  * the short waits, so no message is lost between them. */
-static xdc_err_t recv_json(xdc_wan_peer *p, char *buf, size_t cap, int64_t timeout_ms, volatile int *stop, json_t **out,
+static xdc_err_t recv_json(xdc_wan_peer *p, char *buf, size_t cap, int64_t timeout_ms, atomic_int *stop, json_t **out,
                            xdc_diag *diag)
 {
     xdc_wan_request *r;
@@ -309,7 +310,7 @@ static xdc_err_t recv_json(xdc_wan_peer *p, char *buf, size_t cap, int64_t timeo
         xdc_err_t rc = xdc_wan_wait(r, 200, &n, NULL, diag);
         if (rc == XDC_OK) break;
         if (rc != XDC_ERR_TIMEOUT) return rc;
-        if ((stop && *stop) || xdc_deadline_passed(deadline)) {
+        if ((stop && atomic_load(stop)) || xdc_deadline_passed(deadline)) {
             xdc_diag_set(diag, "no reply from the rendezvous server within %lld ms", (long long)timeout_ms);
             return XDC_ERR_TIMEOUT; /* the receive stays posted; closing the peer fails it */
         }
@@ -330,13 +331,13 @@ static void *conn_main(void *arg)
     conn *c = arg;
     rdzv_server *s = c->srv;
     __atomic_store_n(&c->live, 1, __ATOMIC_RELEASE);
-    while (!s->stop) {
+    while (!atomic_load(&s->stop)) {
         json_t *req;
         xdc_diag d = {{0}};
         xdc_err_t rc = recv_json(c->peer, c->rx, sizeof c->rx, -1, &s->stop, &req, &d);
         if (rc != XDC_OK) {
             pthread_mutex_lock(&s->mu);
-            if (c->idx >= 0 && !s->stop)
+            if (c->idx >= 0 && !atomic_load(&s->stop))
                 snprintf(s->members[c->idx].status, sizeof s->members[c->idx].status, "connection lost: %s", d.msg);
             pthread_mutex_unlock(&s->mu);
             break;
@@ -354,7 +355,7 @@ static void *conn_main(void *arg)
 static void *acceptor_main(void *arg)
 {
     rdzv_server *s = arg;
-    while (!s->stop) {
+    while (!atomic_load(&s->stop)) {
         xdc_wan_peer *p;
         xdc_diag d = {{0}};
         if (xdc_wan_accept(s->lis, 200, &p, &d) != XDC_OK) continue;
@@ -463,7 +464,7 @@ int rdzv_server_missing(rdzv_server *s, int64_t silent_ms, char *out, size_t cap
 void rdzv_server_destroy(rdzv_server *s)
 {
     if (!s) return;
-    s->stop = 1;
+    atomic_store(&s->stop, 1);
     pthread_mutex_lock(&s->mu);
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
