@@ -19,14 +19,17 @@ typedef enum {
 xdc_err_t xdc_backend_parse(const char *name, xdc_backend_kind *out);
 const char *xdc_backend_name(xdc_backend_kind kind);
 
-typedef struct xdc_quant_ops xdc_quant_ops; /* kernels/xdc_quant.h */
-typedef struct xdc_model_ops xdc_model_ops; /* kernels/xdc_model_ops.h */
+typedef struct xdc_quant_ops xdc_quant_ops;   /* kernels/xdc_quant.h */
+typedef struct xdc_model_ops xdc_model_ops;   /* kernels/xdc_model_ops.h */
+typedef struct xdc_device_ops xdc_device_ops; /* kernels/xdc_device.h */
 
 typedef struct xdc_kern_backend {
-    const char *name; /* "cpu" | "cuda" */
+    const char *name; /* "cpu" | "cuda" | "cpu-strict" */
     xdc_backend_kind kind;
     const xdc_quant_ops *quant;
     const xdc_model_ops *model;
+    /* Memory, streams, events and the current stream the two op families above run on. */
+    const xdc_device_ops *device;
 } xdc_kern_backend;
 
 /* The CPU backend always exists. CUDA: XDC_ERR_UNSUPPORTED when the build has no CUDA,
