@@ -95,6 +95,7 @@ static pthread_mutex_t d_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t d_cv = PTHREAD_COND_INITIALIZER;
 static uint64_t id_done[MAX_STREAMS];
 static xdc_err_t id_err[MAX_STREAMS];
+static uint64_t id_fail_seq[MAX_STREAMS]; /* the item at which the stream failed */
 static char id_msg[MAX_STREAMS][512];
 
 static pthread_once_t main_once = PTHREAD_ONCE_INIT;
@@ -163,8 +164,8 @@ static void install_segv(void)
 
 /* ---- errors ---------------------------------------------------------------------------------------- */
 
-static void fail_stream(int id, xdc_err_t err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fail_stream(int id, xdc_err_t err, const char *fmt, ...)
+static void fail_stream(int id, uint64_t at, xdc_err_t err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void fail_stream(int id, uint64_t at, xdc_err_t err, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -175,6 +176,7 @@ static void fail_stream(int id, xdc_err_t err, const char *fmt, ...)
     bool first = id_err[id] == XDC_OK;
     if (first) {
         id_err[id] = err;
+        id_fail_seq[id] = at;
         memcpy(id_msg[id], msg, sizeof msg);
     }
     pthread_mutex_unlock(&d_lock);
@@ -185,6 +187,16 @@ static xdc_err_t sticky(int id, xdc_diag *diag)
 {
     pthread_mutex_lock(&d_lock);
     xdc_err_t err = id_err[id];
+    if (err != XDC_OK && diag) xdc_diag_set(diag, "%s", id_msg[id]);
+    pthread_mutex_unlock(&d_lock);
+    return err;
+}
+
+/* The sticky error of stream id if it failed at or before item seq (what an event captured). */
+static xdc_err_t sticky_upto(int id, uint64_t seq, xdc_diag *diag)
+{
+    pthread_mutex_lock(&d_lock);
+    xdc_err_t err = id_fail_seq[id] <= seq ? id_err[id] : XDC_OK;
     if (err != XDC_OK && diag) xdc_diag_set(diag, "%s", id_msg[id]);
     pthread_mutex_unlock(&d_lock);
     return err;
@@ -222,12 +234,13 @@ static void *stream_main(void *arg)
         if (it->is_wait) {
             wait_done(it->wait_id, it->wait_seq);
             xdc_diag d;
-            xdc_err_t up = sticky(it->wait_id, &d);
+            xdc_err_t up = sticky_upto(it->wait_id, it->wait_seq, &d);
             if (up != XDC_OK && it->wait_id != s->id)
-                fail_stream(s->id, up, "waited on an event of stream %d, which failed: %s", it->wait_id, d.msg);
+                fail_stream(s->id, it->seq, up, "waited on an event of stream %d, which failed: %s", it->wait_id,
+                            d.msg);
         } else if ((r = sticky(s->id, NULL)) == XDC_OK) {
             r = it->op.fn(&it->op);
-            if (r != XDC_OK) fail_stream(s->id, r, "%s: %s", it->op.name, xdc_strerror(r));
+            if (r != XDC_OK) fail_stream(s->id, it->seq, r, "%s: %s", it->op.name, xdc_strerror(r));
         }
         pthread_mutex_lock(&d_lock);
         if (it->result) *it->result = r;
@@ -256,6 +269,7 @@ static xdc_err_t strict_stream_create(xdc_stream **out)
         s->vc[id] = id_seq[id]; /* ordered after everything its id ran before */
         pthread_mutex_lock(&d_lock);
         id_err[id] = XDC_OK;
+        id_fail_seq[id] = 0;
         id_msg[id][0] = 0;
         pthread_mutex_unlock(&d_lock);
     }
@@ -589,7 +603,10 @@ xdc_err_t strict_submit(strict_op *o, const strict_arg *args, int n, bool wait)
     if (err != XDC_OK) return err;
     item *it = xdc_calloc(1, sizeof *it);
     if (!it) {
-        fail_stream(s->id, XDC_ERR_NOMEM, "%s: no memory for the queue item", o->name);
+        pthread_mutex_lock(&g_lock);
+        uint64_t at = id_seq[s->id] + 1;
+        pthread_mutex_unlock(&g_lock);
+        fail_stream(s->id, at, XDC_ERR_NOMEM, "%s: no memory for the queue item", o->name);
         return XDC_ERR_NOMEM;
     }
     it->op = *o;
@@ -627,7 +644,7 @@ xdc_err_t strict_submit(strict_op *o, const strict_arg *args, int n, bool wait)
     return result;
 
 failed:
-    fail_stream(s->id, err, "%s", msg);
+    fail_stream(s->id, id_seq[s->id] + 1, err, "%s", msg);
 refuse:
     pthread_mutex_unlock(&g_lock);
     xdc_free(it);
@@ -754,7 +771,7 @@ static xdc_err_t strict_event_sync(xdc_event *e)
     pthread_mutex_lock(&g_lock);
     join(host_vc, snap);
     pthread_mutex_unlock(&g_lock);
-    return sticky(id, NULL);
+    return sticky_upto(id, seq, NULL);
 }
 
 static xdc_err_t strict_event_query(xdc_event *e, bool *done)
@@ -779,7 +796,7 @@ static xdc_err_t strict_event_query(xdc_event *e, bool *done)
         pthread_mutex_unlock(&g_lock);
     }
     *done = d;
-    return sticky(id, NULL);
+    return sticky_upto(id, seq, NULL);
 }
 
 const xdc_device_ops xdc_device_strict_ops = {
