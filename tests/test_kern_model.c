@@ -323,3 +323,60 @@ XDC_TEST(kern_strict_stage_matches_cpu_bit_for_bit)
     XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CPU_STRICT, &dev, NULL));
     stage_matches_cpu(dev);
 }
+
+/* Five training steps (two microbatches each, clipping, AdamW) on a 2-stage split, cpu vs cpu-strict: the
+ * same loss every step and the same params_xxh64 at the end, bit for bit. */
+XDC_TEST(kern_strict_training_steps_match_cpu_hash)
+{
+    const xdc_kern_backend *dev = NULL;
+    XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CPU_STRICT, &dev, NULL));
+    const xdc_model_ops *ops[2] = {cpu, dev->model};
+    xdc_gpt_stage *st[2][2] = {{NULL, NULL}, {NULL, NULL}};
+    uint64_t hash[2] = {0, 0};
+    float loss[2][5];
+    for (int b = 0; b < 2; b++) {
+        for (int k = 0; k < 2; k++) {
+            xdc_gpt_stage_config cfg = {.model = {3, 2, 16, 8, 32},
+                                        .layer_begin = k == 0 ? 0 : 2,
+                                        .layer_end = k == 0 ? 2 : 3,
+                                        .batch = 2,
+                                        .seq_len = 8,
+                                        .max_inflight = 2,
+                                        .seed = 11,
+                                        .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}};
+            XDC_ASSERT_OK(xdc_gpt_stage_create(ops[b], &cfg, &st[b][k], NULL));
+        }
+        for (int step = 0; step < 5; step++) {
+            xdc_gpt_stage_zero_grad(st[b][0]);
+            xdc_gpt_stage_zero_grad(st[b][1]);
+            float total = 0.0f;
+            for (int mb = 0; mb < 2; mb++) {
+                int32_t tok[16], tgt[16];
+                for (int i = 0; i < 16; i++)
+                    tok[i] = (i * 7 + step * 3 + mb) % 32, tgt[i] = (i * 5 + 1 + step + mb * 2) % 32;
+                const float *act = NULL, *dx = NULL;
+                float l = 0.0f;
+                XDC_ASSERT_OK(xdc_gpt_stage_forward(st[b][0], mb, tok, NULL, NULL, &act, NULL));
+                XDC_ASSERT_OK(xdc_gpt_stage_forward(st[b][1], mb, NULL, act, tgt, NULL, &l));
+                XDC_ASSERT_OK(xdc_gpt_stage_backward(st[b][1], mb, NULL, 0.5f, &dx));
+                XDC_ASSERT_OK(xdc_gpt_stage_backward(st[b][0], mb, dx, 0.5f, NULL));
+                total += 0.5f * l;
+            }
+            loss[b][step] = total;
+            double sumsq = 0.0;
+            XDC_ASSERT_OK(xdc_gpt_stage_grad_sumsq(st[b][0], &sumsq));
+            XDC_ASSERT_OK(xdc_gpt_stage_grad_sumsq(st[b][1], &sumsq));
+            float scale = xdc_gpt_clip_scale(sumsq, 1.0f);
+            XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(st[b][0], 3e-3f, scale));
+            XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(st[b][1], 3e-3f, scale));
+        }
+        XDC_ASSERT_OK(xdc_gpt_params_xxh64(st[b], 2, &hash[b]));
+        XDC_ASSERT_OK(ops[b]->sync());
+    }
+    for (int step = 0; step < 5; step++)
+        XDC_ASSERT_MSG(memcmp(&loss[0][step], &loss[1][step], sizeof(float)) == 0, "step %d loss cpu %.9g strict %.9g",
+                       step, loss[0][step], loss[1][step]);
+    XDC_ASSERT_MSG(hash[0] == hash[1], "params_xxh64 cpu %016llx cpu-strict %016llx", (unsigned long long)hash[0],
+                   (unsigned long long)hash[1]);
+    for (int b = 0; b < 2; b++) xdc_gpt_stage_destroy(st[b][0]), xdc_gpt_stage_destroy(st[b][1]);
+}
