@@ -1,0 +1,151 @@
+/* kern_device_cpu.c — the device table of the plain CPU backend (xdc_device_cpu_ops): device memory is
+ * host memory, every copy and memset runs before it returns, streams are tokens, and an event is complete
+ * as soon as it is recorded. The CPU model and quant ops run on the calling thread whatever its current
+ * stream, so results are exactly those of calling the ops directly. */
+#include "kernels/xdc_device.h"
+
+#include "common/xdc_alloc.h"
+
+#include <string.h>
+
+struct xdc_stream {
+    int dummy;
+};
+struct xdc_event {
+    int dummy;
+};
+
+static struct xdc_stream main_stream;
+static _Thread_local struct xdc_stream *current;
+
+static xdc_err_t cpu_mem_alloc(void **out, size_t bytes)
+{
+    size_t rounded = (bytes + 255) & ~(size_t)255;
+    void *p = xdc_aligned_alloc(256, rounded ? rounded : 256);
+    if (!p) return XDC_ERR_NOMEM;
+    memset(p, 0, rounded ? rounded : 256);
+    *out = p;
+    return XDC_OK;
+}
+
+static void cpu_mem_free(void *p) { xdc_free(p); }
+
+static xdc_err_t cpu_stream_create(xdc_stream **out)
+{
+    xdc_stream *s = xdc_calloc(1, sizeof *s);
+    if (!s) return XDC_ERR_NOMEM;
+    *out = s;
+    return XDC_OK;
+}
+
+static void cpu_stream_destroy(xdc_stream *s)
+{
+    if (s && s != &main_stream) xdc_free(s);
+}
+
+static xdc_err_t cpu_stream_sync(xdc_stream *s)
+{
+    (void)s;
+    return XDC_OK;
+}
+
+static xdc_err_t cpu_stream_error(xdc_stream *s, xdc_diag *diag)
+{
+    (void)s;
+    (void)diag;
+    return XDC_OK;
+}
+
+static xdc_err_t cpu_set_stream(xdc_stream *s)
+{
+    current = s;
+    return XDC_OK;
+}
+
+static xdc_err_t cpu_get_stream(xdc_stream **out)
+{
+    *out = current ? current : &main_stream;
+    return XDC_OK;
+}
+
+static xdc_err_t cpu_copy(void *dst, const void *src, size_t bytes, xdc_stream *s)
+{
+    (void)s;
+    if (bytes) memcpy(dst, src, bytes);
+    return XDC_OK;
+}
+
+static xdc_err_t cpu_memset(void *dst, int value, size_t bytes, xdc_stream *s)
+{
+    (void)s;
+    if (bytes) memset(dst, value, bytes);
+    return XDC_OK;
+}
+
+static xdc_err_t cpu_event_create(xdc_event **out)
+{
+    xdc_event *e = xdc_calloc(1, sizeof *e);
+    if (!e) return XDC_ERR_NOMEM;
+    *out = e;
+    return XDC_OK;
+}
+
+static void cpu_event_destroy(xdc_event *e) { xdc_free(e); }
+
+static xdc_err_t cpu_event_record(xdc_event *e, xdc_stream *s)
+{
+    (void)e;
+    (void)s;
+    return XDC_OK;
+}
+
+static xdc_err_t cpu_stream_wait_event(xdc_stream *s, xdc_event *e)
+{
+    (void)s;
+    (void)e;
+    return XDC_OK;
+}
+
+static xdc_err_t cpu_event_sync(xdc_event *e)
+{
+    (void)e;
+    return XDC_OK;
+}
+
+static xdc_err_t cpu_event_query(xdc_event *e, bool *done)
+{
+    (void)e;
+    *done = true;
+    return XDC_OK;
+}
+
+static xdc_err_t cpu_comm_view(const void *dev_ptr, void **out)
+{
+    *out = (void *)dev_ptr;
+    return XDC_OK;
+}
+
+const xdc_device_ops xdc_device_cpu_ops = {
+    .name = "cpu",
+    .mem_alloc = cpu_mem_alloc,
+    .mem_free = cpu_mem_free,
+    .host_alloc = cpu_mem_alloc,
+    .host_free = cpu_mem_free,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
+    .stream_sync = cpu_stream_sync,
+    .stream_error = cpu_stream_error,
+    .set_stream = cpu_set_stream,
+    .get_stream = cpu_get_stream,
+    .copy_h2d = cpu_copy,
+    .copy_d2h = cpu_copy,
+    .copy_d2d = cpu_copy,
+    .memset = cpu_memset,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_record,
+    .stream_wait_event = cpu_stream_wait_event,
+    .event_sync = cpu_event_sync,
+    .event_query = cpu_event_query,
+    .comm_view = cpu_comm_view,
+};
