@@ -73,6 +73,27 @@ XDC_TEST_T(model_train_single_beats_unigram_entropy, 180)
     XDC_ASSERT_MSG(vl < h - 0.4, "val_loss %.4f is not well below the unigram entropy %.4f nats", vl, h);
 }
 
+XDC_TEST_T(model_train_single_on_cpu_strict_matches_cpu, 120)
+{
+    /* The single-process trainer on the strict device (memory the host cannot touch, ops on a stream
+     * thread): the same ops in the same order, so the same parameters to the bit. */
+    const char *corpus = make_corpus();
+    char cfg[512], args[1200], hash[2][17];
+    static char out[1 << 16];
+    xdc_test_src("examples/models/tiny.yaml", cfg, sizeof cfg);
+    static const char *const backends[2] = {"cpu", "cpu-strict"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "-c %s --data %s --steps 8 --threads 1 --backend %s", cfg, corpus, backends[i]);
+        int rc = run_train(args, out, sizeof out);
+        XDC_ASSERT_MSG(rc == 0, "--backend %s: exit %d: %s", backends[i], rc, out);
+        double vl;
+        long steps;
+        parse_final(out, &vl, hash[i], &steps);
+        XDC_ASSERT_EQ(steps, 8);
+    }
+    XDC_ASSERT_MSG(strcmp(hash[0], hash[1]) == 0, "cpu %s, cpu-strict %s", hash[0], hash[1]);
+}
+
 XDC_TEST_T(model_train_resume_matches_uninterrupted_run, 120)
 {
     const char *corpus = make_corpus();

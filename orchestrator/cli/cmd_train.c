@@ -26,21 +26,23 @@
 
 typedef struct train_opts {
     const char *config, *data, *ckpt_dir, *backend;
+    xdc_backend_kind kind;                 /* parsed from backend */
     long steps, threads, seed, ckpt_every; /* -1: not given */
     int resume;
 } train_opts;
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: xdc train --single -c CONFIG.yaml --data FILE|DIR [--steps N] [--threads N] [--seed S]\n"
-               "                 [--checkpoint-dir D [--checkpoint-every N] [--resume]] [--backend cpu|cuda]\n"
-               "  --steps N            stop after N optimizer steps in total (default: train.steps); the learning\n"
-               "                       rate schedule always spans train.steps, so a run can stop and resume\n"
-               "  --threads N          CPU threads for the matmuls (default: online CPUs); results are\n"
-               "                       deterministic for a given seed and thread count\n"
-               "  --seed S             overrides train.seed (init and data order)\n"
-               "  --checkpoint-dir D   write D/stage-0.ckpt every --checkpoint-every steps and at the end\n"
-               "  --resume             continue from D/stage-0.ckpt when it exists\n");
+    fprintf(f,
+            "usage: xdc train --single -c CONFIG.yaml --data FILE|DIR [--steps N] [--threads N] [--seed S]\n"
+            "                 [--checkpoint-dir D [--checkpoint-every N] [--resume]] [--backend cpu|cuda|cpu-strict]\n"
+            "  --steps N            stop after N optimizer steps in total (default: train.steps); the learning\n"
+            "                       rate schedule always spans train.steps, so a run can stop and resume\n"
+            "  --threads N          CPU threads for the matmuls (default: online CPUs); results are\n"
+            "                       deterministic for a given seed and thread count\n"
+            "  --seed S             overrides train.seed (init and data order)\n"
+            "  --checkpoint-dir D   write D/stage-0.ckpt every --checkpoint-every steps and at the end\n"
+            "  --resume             continue from D/stage-0.ckpt when it exists\n");
 }
 
 static int parse_long(const char *flag, const char *text, long lo, long hi, long *out)
@@ -104,8 +106,8 @@ static int parse_args(int argc, char **argv, train_opts *o)
         usage(stderr);
         return XDC_EX_USAGE;
     }
-    if (strcmp(o->backend, "cpu") != 0 && strcmp(o->backend, "cuda") != 0) {
-        fprintf(stderr, "xdc train: --backend must be cpu or cuda, got '%s'\n", o->backend);
+    if (xdc_backend_parse(o->backend, &o->kind) != XDC_OK) {
+        fprintf(stderr, "xdc train: --backend must be cpu, cuda or cpu-strict, got '%s'\n", o->backend);
         return XDC_EX_USAGE;
     }
     return 0;
@@ -229,8 +231,7 @@ static int run(train_run *r)
     const xdc_train_config *c = &r->cfg;
     const xdc_kern_backend *be = NULL;
     xdc_diag d = {{0}};
-    xdc_err_t rc = xdc_kern_backend_get(strcmp(r->opt.backend, "cuda") == 0 ? XDC_BACKEND_CUDA : XDC_BACKEND_CPU, &be,
-                                        &d);
+    xdc_err_t rc = xdc_kern_backend_get(r->opt.kind, &be, &d);
     if (rc != XDC_OK) return fail("backend", rc, &d);
     long threads = r->opt.threads > 0 ? r->opt.threads : sysconf(_SC_NPROCESSORS_ONLN);
     be->model->set_threads((int)threads);
