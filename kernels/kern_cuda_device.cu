@@ -4,9 +4,8 @@
  * Compiled and linked on the development VM (no GPU); it has not run on a GPU yet. */
 extern "C" {
 #include "kernels/xdc_device.h"
-
-#include "kernels/kern_cuda_priv.h"
 }
+#include "kernels/kern_cuda_priv.h"
 
 #include <atomic>
 #include <cstring>
@@ -67,7 +66,7 @@ cudaStream_t xdc_cuda_current_stream(void)
     xdc_stream *s = resolve(nullptr);
     if (!s) {
         xdc_cuda_note_error(XDC_ERR_CUDA);
-        return nullptr;
+        return cudaStreamPerThread;
     }
     return s->s;
 }
@@ -77,8 +76,10 @@ static xdc_err_t cu_mem_alloc(void **out, size_t bytes)
     void *p = nullptr;
     xdc_err_t err = status(cudaMalloc(&p, bytes ? bytes : 1));
     if (err != XDC_OK) return err;
-    /* cudaMemset (not Async) is ordered before any later work on any stream; checked, then waited for. */
-    if ((err = status(cudaMemset(p, 0, bytes))) != XDC_OK || (err = status(cudaDeviceSynchronize())) != XDC_OK) {
+    /* Zeroed on the calling thread's stream and waited for, so it is complete for every stream. */
+    cudaStream_t st = xdc_cuda_current_stream();
+    if ((err = status(cudaMemsetAsync(p, 0, bytes, st))) != XDC_OK ||
+        (err = status(cudaStreamSynchronize(st))) != XDC_OK) {
         cudaFree(p);
         return err;
     }

@@ -1,65 +1,87 @@
 /* kern_model.cu — the CUDA model ops (xdc_model_cuda_ops): cuBLAS for the linear layers, simple kernels
  * for the rest. Every kernel gives each output element to one thread and sums in a fixed order (no
  * atomics), so results are deterministic run to run; they are checked against kern_model_cpu.c with
- * tolerances by tests/test_kern_model.c. Work goes to the default stream; `sync` reports errors. The
- * cuBLAS handle is created on first use and kept for the life of the process. */
+ * tolerances by tests/test_kern_model.c. Every launch, copy and cuBLAS call goes to the calling thread's
+ * current stream (xdc_device_cuda_ops.set_stream; never the legacy default stream); `sync` waits for it
+ * and reports launch errors and failed cuBLAS calls. The cuBLAS handle is created on first use (a failure
+ * is an error that every later GEMM reports, never a NULL handle) and kept for the life of the process;
+ * a mutex covers cublasSetStream + the GEMM, since several threads may launch on their own streams.
+ * Compiled and linked on the development VM; it has not run on a GPU. */
 #include "kernels/xdc_model_ops.h"
+#include "kernels/xdc_device.h"
+
+#include "kernels/kern_cuda_priv.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <mutex>
 
 #define LN_EPS  1e-5f
 #define GELU_K  0.7978845608028654f
 #define GELU_A  0.044715f
 #define THREADS 256
 
-static cublasHandle_t cublas_handle(void)
+#define ST xdc_cuda_current_stream()
+
+static std::mutex blas_mu;
+static cublasHandle_t blas_h;
+static bool blas_failed;
+
+/* Locks the handle, binds it to the current stream; false (error noted) when cuBLAS is unusable. */
+static bool blas_begin(std::unique_lock<std::mutex> &lk, cudaStream_t st)
 {
-    static cublasHandle_t h = NULL;
-    if (!h && cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) h = NULL;
-    return h;
+    lk = std::unique_lock<std::mutex>(blas_mu);
+    if (!blas_h && !blas_failed && cublasCreate(&blas_h) != CUBLAS_STATUS_SUCCESS) {
+        blas_h = NULL;
+        blas_failed = true;
+    }
+    if (!blas_h || cublasSetStream(blas_h, st) != CUBLAS_STATUS_SUCCESS) {
+        xdc_cuda_note_error(XDC_ERR_CUDA);
+        return false;
+    }
+    return true;
+}
+
+static void blas_check(cublasStatus_t s)
+{
+    if (s != CUBLAS_STATUS_SUCCESS) xdc_cuda_note_error(XDC_ERR_CUDA);
 }
 
 static unsigned blocks_for(size_t n) { return (unsigned)((n + THREADS - 1) / THREADS); }
 
-/* ---- memory ---- */
-static xdc_err_t cu_alloc(void **out, size_t bytes)
+/* ---- memory: the device table's allocation; copies on the current stream ---- */
+static xdc_err_t cu_alloc(void **out, size_t bytes) { return xdc_device_cuda_ops.mem_alloc(out, bytes); }
+static void cu_free(void *p) { xdc_device_cuda_ops.mem_free(p); }
+static xdc_err_t cu_copy_sync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
 {
-    void *p = NULL;
-    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
-        cudaGetLastError();
-        return XDC_ERR_NOMEM;
-    }
-    if (cudaMemset(p, 0, bytes) != cudaSuccess) {
-        cudaFree(p);
-        return XDC_ERR_CUDA;
-    }
-    *out = p;
-    return XDC_OK;
-}
-static void cu_free(void *p)
-{
-    if (p) cudaFree(p);
+    cudaStream_t st = ST;
+    if (bytes && cudaMemcpyAsync(dst, src, bytes, kind, st) != cudaSuccess) return XDC_ERR_CUDA;
+    return cudaStreamSynchronize(st) == cudaSuccess ? XDC_OK : XDC_ERR_CUDA;
 }
 static xdc_err_t cu_upload(void *dst, const void *src, size_t bytes)
 {
-    return cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess ? XDC_OK : XDC_ERR_CUDA;
+    return cu_copy_sync(dst, src, bytes, cudaMemcpyHostToDevice);
 }
 static xdc_err_t cu_download(void *dst, const void *src, size_t bytes)
 {
-    return cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess ? XDC_OK : XDC_ERR_CUDA;
+    return cu_copy_sync(dst, src, bytes, cudaMemcpyDeviceToHost);
 }
 static void cu_copy(void *dst, const void *src, size_t bytes)
 {
-    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0);
+    if (bytes && cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ST) != cudaSuccess)
+        xdc_cuda_note_error(XDC_ERR_CUDA);
 }
-static void cu_zero(void *p, size_t bytes) { cudaMemsetAsync(p, 0, bytes, 0); }
+static void cu_zero(void *p, size_t bytes)
+{
+    if (bytes && cudaMemsetAsync(p, 0, bytes, ST) != cudaSuccess) xdc_cuda_note_error(XDC_ERR_CUDA);
+}
 static xdc_err_t cu_sync(void)
 {
-    cudaError_t e = cudaDeviceSynchronize();
+    cudaError_t e = cudaStreamSynchronize(ST);
     if (e == cudaSuccess) e = cudaGetLastError();
-    return e == cudaSuccess ? XDC_OK : XDC_ERR_CUDA;
+    xdc_err_t noted = xdc_cuda_take_error();
+    return e != cudaSuccess ? XDC_ERR_CUDA : noted;
 }
 static void cu_set_threads(int n) { (void)n; }
 
@@ -86,11 +108,11 @@ static void cu_encoder_forward(float *out, const int32_t *tokens, const float *w
                                int C)
 {
     size_t n = (size_t)B * T * C;
-    k_encoder_fwd<<<blocks_for(n), THREADS>>>(out, tokens, wte, wpe, B * T, T, C);
+    k_encoder_fwd<<<blocks_for(n), THREADS, 0, ST>>>(out, tokens, wte, wpe, B * T, T, C);
 }
 static void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B, int T, int C)
 {
-    k_encoder_bwd<<<blocks_for((size_t)C), THREADS>>>(dwte, dwpe, dout, tokens, B * T, T, C);
+    k_encoder_bwd<<<blocks_for((size_t)C), THREADS, 0, ST>>>(dwte, dwpe, dout, tokens, B * T, T, C);
 }
 
 /* ---- layernorm ---- */
@@ -146,13 +168,13 @@ __global__ void k_ln_bwd_params(float *dw, float *db, const float *dout, const f
 static void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
                                  int N, int C)
 {
-    k_ln_fwd<<<blocks_for((size_t)N), THREADS>>>(out, mean, rstd, inp, w, b, N, C);
+    k_ln_fwd<<<blocks_for((size_t)N), THREADS, 0, ST>>>(out, mean, rstd, inp, w, b, N, C);
 }
 static void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                   const float *w, const float *mean, const float *rstd, int N, int C)
 {
-    k_ln_bwd_inp<<<blocks_for((size_t)N), THREADS>>>(dinp, dout, inp, w, mean, rstd, N, C);
-    k_ln_bwd_params<<<blocks_for((size_t)C), THREADS>>>(dw, db, dout, inp, mean, rstd, N, C);
+    k_ln_bwd_inp<<<blocks_for((size_t)N), THREADS, 0, ST>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    k_ln_bwd_params<<<blocks_for((size_t)C), THREADS, 0, ST>>>(dw, db, dout, inp, mean, rstd, N, C);
 }
 
 /* ---- matmul (cuBLAS is column-major: a row-major (R,K) matrix is its column-major transpose) ---- */
@@ -172,16 +194,26 @@ __global__ void k_bias_bwd(float *dbias, const float *dout, int N, int OC)
 static void cu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC)
 {
     const float one = 1.0f, zero = 0.0f;
-    cublasSgemm(cublas_handle(), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, w, C, inp, C, &zero, out, OC);
-    if (bias) k_add_bias<<<blocks_for((size_t)N * OC), THREADS>>>(out, bias, N, OC);
+    cudaStream_t st = ST;
+    {
+        std::unique_lock<std::mutex> lk;
+        if (!blas_begin(lk, st)) return;
+        blas_check(cublasSgemm(blas_h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, w, C, inp, C, &zero, out, OC));
+    }
+    if (bias) k_add_bias<<<blocks_for((size_t)N * OC), THREADS, 0, st>>>(out, bias, N, OC);
 }
 static void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                                const float *w, int N, int C, int OC)
 {
     const float one = 1.0f;
-    cublasSgemm(cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, w, C, dout, OC, &one, dinp, C);
-    cublasSgemm(cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC, &one, dw, C);
-    if (dbias) k_bias_bwd<<<blocks_for((size_t)OC), THREADS>>>(dbias, dout, N, OC);
+    cudaStream_t st = ST;
+    {
+        std::unique_lock<std::mutex> lk;
+        if (!blas_begin(lk, st)) return;
+        blas_check(cublasSgemm(blas_h, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, w, C, dout, OC, &one, dinp, C));
+        blas_check(cublasSgemm(blas_h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC, &one, dw, C));
+    }
+    if (dbias) k_bias_bwd<<<blocks_for((size_t)OC), THREADS, 0, st>>>(dbias, dout, N, OC);
 }
 
 /* ---- attention: scores, causal softmax, weighted sum; backward in the same pieces ---- */
@@ -268,16 +300,16 @@ __global__ void k_att_dqkv(float *dqkv, const float *ds, const float *dout, cons
 static void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
-    k_att_scores<<<blocks_for((size_t)B * NH * T * T), THREADS>>>(att, qkv, B, T, C, NH, scale);
-    k_att_softmax<<<blocks_for((size_t)B * NH * T), THREADS>>>(att, B * NH * T, T);
-    k_att_out<<<blocks_for((size_t)B * T * C), THREADS>>>(out, att, qkv, B, T, C, NH);
+    k_att_scores<<<blocks_for((size_t)B * NH * T * T), THREADS, 0, ST>>>(att, qkv, B, T, C, NH, scale);
+    k_att_softmax<<<blocks_for((size_t)B * NH * T), THREADS, 0, ST>>>(att, B * NH * T, T);
+    k_att_out<<<blocks_for((size_t)B * T * C), THREADS, 0, ST>>>(out, att, qkv, B, T, C, NH);
 }
 static void cu_attention_backward(float *dqkv, float *datt_scratch, const float *dout, const float *qkv,
                                   const float *att, int B, int T, int C, int NH)
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
-    k_att_dscores<<<blocks_for((size_t)B * NH * T), THREADS>>>(datt_scratch, dout, qkv, att, B, T, C, NH, scale);
-    k_att_dqkv<<<blocks_for((size_t)B * T * 3 * C), THREADS>>>(dqkv, datt_scratch, dout, qkv, att, B, T, C, NH);
+    k_att_dscores<<<blocks_for((size_t)B * NH * T), THREADS, 0, ST>>>(datt_scratch, dout, qkv, att, B, T, C, NH, scale);
+    k_att_dqkv<<<blocks_for((size_t)B * T * 3 * C), THREADS, 0, ST>>>(dqkv, datt_scratch, dout, qkv, att, B, T, C, NH);
 }
 
 /* ---- pointwise ---- */
@@ -303,17 +335,20 @@ __global__ void k_add(float *out, const float *a, const float *b, size_t n)
 }
 static void cu_gelu_forward(float *out, const float *inp, size_t n)
 {
-    k_gelu_fwd<<<blocks_for(n), THREADS>>>(out, inp, n);
+    k_gelu_fwd<<<blocks_for(n), THREADS, 0, ST>>>(out, inp, n);
 }
 static void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 {
-    k_gelu_bwd<<<blocks_for(n), THREADS>>>(dinp, inp, dout, n);
+    k_gelu_bwd<<<blocks_for(n), THREADS, 0, ST>>>(dinp, inp, dout, n);
 }
 static void cu_residual_forward(float *out, const float *a, const float *b, size_t n)
 {
-    k_add<<<blocks_for(n), THREADS>>>(out, a, b, n);
+    k_add<<<blocks_for(n), THREADS, 0, ST>>>(out, a, b, n);
 }
-static void cu_accumulate(float *acc, const float *x, size_t n) { k_add<<<blocks_for(n), THREADS>>>(acc, acc, x, n); }
+static void cu_accumulate(float *acc, const float *x, size_t n)
+{
+    k_add<<<blocks_for(n), THREADS, 0, ST>>>(acc, acc, x, n);
+}
 
 /* ---- loss ---- */
 __global__ void k_ce_fwd(float *losses, float *probs, const float *logits, const int32_t *targets, int N, int V)
@@ -342,12 +377,12 @@ __global__ void k_ce_bwd(float *dlogits, const float *probs, const int32_t *targ
 static void cu_crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *targets, int N,
                                     int V)
 {
-    k_ce_fwd<<<blocks_for((size_t)N), THREADS>>>(losses, probs, logits, targets, N, V);
+    k_ce_fwd<<<blocks_for((size_t)N), THREADS, 0, ST>>>(losses, probs, logits, targets, N, V);
 }
 static void cu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N,
                                      int V)
 {
-    k_ce_bwd<<<blocks_for((size_t)N * V), THREADS>>>(dlogits, probs, targets, dloss, N, V);
+    k_ce_bwd<<<blocks_for((size_t)N * V), THREADS, 0, ST>>>(dlogits, probs, targets, dloss, N, V);
 }
 
 /* ---- optimizer ---- */
@@ -367,9 +402,16 @@ __global__ void k_sumsq(const float *x, size_t n)
 }
 static xdc_err_t cu_sumsq(const float *x, size_t n, double *acc)
 {
+    /* d_sumsq_out is one cell for the process: the mutex keeps two streams' sums apart. */
+    static std::mutex mu;
+    std::lock_guard<std::mutex> lk(mu);
+    cudaStream_t st = ST;
     double s = 0.0;
-    k_sumsq<<<1, THREADS>>>(x, n);
-    if (cudaMemcpyFromSymbol(&s, d_sumsq_out, sizeof s) != cudaSuccess) return XDC_ERR_CUDA;
+    k_sumsq<<<1, THREADS, 0, st>>>(x, n);
+    if (cudaGetLastError() != cudaSuccess) return XDC_ERR_CUDA;
+    if (cudaMemcpyFromSymbolAsync(&s, d_sumsq_out, sizeof s, 0, cudaMemcpyDeviceToHost, st) != cudaSuccess ||
+        cudaStreamSynchronize(st) != cudaSuccess)
+        return XDC_ERR_CUDA;
     *acc += s;
     return XDC_OK;
 }
@@ -387,7 +429,8 @@ static void cu_adamw(float *p, const float *g, float *m, float *v, size_t n, flo
                      float eps, float weight_decay, float grad_scale, int t)
 {
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
-    k_adamw<<<blocks_for(n), THREADS>>>(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2);
+    k_adamw<<<blocks_for(n), THREADS, 0, ST>>>(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1,
+                                               bc2);
 }
 
 static xdc_model_ops make_cuda_ops(void)

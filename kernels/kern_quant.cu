@@ -1,5 +1,6 @@
 /* kern_quant.cu — the CUDA table of xdc_quant.h: the same ops and numeric contract as kern_quant_cpu.c
- * on device pointers, asynchronous on the default stream. Blockwise quantizers run one CTA per quant
+ * on device pointers, asynchronous on the calling thread's current stream (xdc_device_cuda_ops; never the
+ * legacy default stream). Compiled and linked on the development VM; it has not run on a GPU. Blockwise quantizers run one CTA per quant
  * block; top-k is an exact radix select (three histogram passes over 11/11/10 key bits, counts in
  * device scratch) followed by an order-preserving compaction in 1024-element tiles. Arithmetic that
  * must match the CPU bit for bit uses explicit _rn intrinsics so nvcc cannot contract it into FMAs
@@ -7,6 +8,9 @@
 extern "C" {
 #include "kernels/xdc_quant.h"
 }
+#include "kernels/kern_cuda_priv.h"
+
+#define ST xdc_cuda_current_stream()
 
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -340,7 +344,7 @@ static xdc_err_t cuda_quantize_int8(const float *x, float *r, size_t n, size_t b
 {
     if (!block_ok(block)) return XDC_ERR_INVALID;
     if (n == 0) return XDC_OK;
-    k_quant_int8<<<(unsigned)((n + block - 1) / block), QT_THREADS>>>(x, r, n, block, q, scales);
+    k_quant_int8<<<(unsigned)((n + block - 1) / block), QT_THREADS, 0, ST>>>(x, r, n, block, q, scales);
     return launched();
 }
 
@@ -348,7 +352,7 @@ static xdc_err_t cuda_dequantize_int8(const int8_t *q, const float *scales, size
 {
     if (!block_ok(block)) return XDC_ERR_INVALID;
     if (n == 0) return XDC_OK;
-    k_dequant_int8<<<grid_for(n), QT_THREADS>>>(q, scales, n, block, y, add);
+    k_dequant_int8<<<grid_for(n), QT_THREADS, 0, ST>>>(q, scales, n, block, y, add);
     return launched();
 }
 
@@ -357,7 +361,7 @@ static xdc_err_t cuda_quantize_int4(const float *x, float *r, size_t n, size_t b
 {
     if (!block_ok(block)) return XDC_ERR_INVALID;
     if (n == 0) return XDC_OK;
-    k_quant_int4<<<(unsigned)((n + block - 1) / block), QT_THREADS>>>(x, r, n, block, q, scales, mins);
+    k_quant_int4<<<(unsigned)((n + block - 1) / block), QT_THREADS, 0, ST>>>(x, r, n, block, q, scales, mins);
     return launched();
 }
 
@@ -366,21 +370,21 @@ static xdc_err_t cuda_dequantize_int4(const uint8_t *q, const float *scales, con
 {
     if (!block_ok(block)) return XDC_ERR_INVALID;
     if (n == 0) return XDC_OK;
-    k_dequant_int4<<<grid_for(n), QT_THREADS>>>(q, scales, mins, n, block, y, add);
+    k_dequant_int4<<<grid_for(n), QT_THREADS, 0, ST>>>(q, scales, mins, n, block, y, add);
     return launched();
 }
 
 static xdc_err_t cuda_fp32_to_bf16(const float *x, float *r, size_t n, uint16_t *y)
 {
     if (n == 0) return XDC_OK;
-    k_to_bf16<<<grid_for(n), QT_THREADS>>>(x, r, n, y);
+    k_to_bf16<<<grid_for(n), QT_THREADS, 0, ST>>>(x, r, n, y);
     return launched();
 }
 
 static xdc_err_t cuda_bf16_to_fp32(const uint16_t *x, size_t n, float *y)
 {
     if (n == 0) return XDC_OK;
-    k_from_bf16<<<grid_for(n), QT_THREADS>>>(x, n, y);
+    k_from_bf16<<<grid_for(n), QT_THREADS, 0, ST>>>(x, n, y);
     return launched();
 }
 
@@ -395,7 +399,7 @@ static xdc_err_t cuda_topk_select(const float *x, float *r, size_t n, size_t k, 
 {
     if (k > n || n > UINT32_MAX) return XDC_ERR_INVALID;
     if (r && n) { /* error feedback: select from r = x + r, then zero what was sent */
-        k_ef_add<<<grid_for(n), QT_THREADS>>>(x, r, n, r);
+        k_ef_add<<<grid_for(n), QT_THREADS, 0, ST>>>(x, r, n, r);
         x = r;
     }
     if (k == 0) return launched();
@@ -405,33 +409,33 @@ static xdc_err_t cuda_topk_select(const float *x, float *r, size_t n, size_t k, 
              *tile_ties = tile_off + tiles;
     static const int shift[3] = {21, 10, 0};
     static const uint32_t width[3] = {2048, 2048, 1024};
-    k_topk_init<<<1, 1>>>(&s->st, k);
+    k_topk_init<<<1, 1, 0, ST>>>(&s->st, k);
     for (int p = 0; p < 3; p++) {
-        if (cudaMemsetAsync(s->hist, 0, width[p] * sizeof(uint32_t)) != cudaSuccess) return XDC_ERR_CUDA;
-        k_topk_hist<<<grid_for(n), QT_THREADS>>>(x, n, &s->st, shift[p], width[p], s->hist);
-        k_topk_pick<<<1, 1>>>(s->hist, shift[p], width[p], &s->st);
+        if (cudaMemsetAsync(s->hist, 0, width[p] * sizeof(uint32_t), ST) != cudaSuccess) return XDC_ERR_CUDA;
+        k_topk_hist<<<grid_for(n), QT_THREADS, 0, ST>>>(x, n, &s->st, shift[p], width[p], s->hist);
+        k_topk_pick<<<1, 1, 0, ST>>>(s->hist, shift[p], width[p], &s->st);
     }
-    k_topk_tile_count<<<(unsigned)tiles, QT_THREADS>>>(x, n, &s->st, tile_gt, tile_eq);
-    k_topk_tile_scan<<<1, 1>>>(tiles, &s->st, tile_gt, tile_eq, tile_off, tile_ties);
-    k_topk_emit<<<(unsigned)tiles, QT_THREADS>>>(x, n, &s->st, tile_off, tile_ties, idx, val);
-    if (r) k_ef_clear<<<grid_for(k), QT_THREADS>>>(idx, k, r);
+    k_topk_tile_count<<<(unsigned)tiles, QT_THREADS, 0, ST>>>(x, n, &s->st, tile_gt, tile_eq);
+    k_topk_tile_scan<<<1, 1, 0, ST>>>(tiles, &s->st, tile_gt, tile_eq, tile_off, tile_ties);
+    k_topk_emit<<<(unsigned)tiles, QT_THREADS, 0, ST>>>(x, n, &s->st, tile_off, tile_ties, idx, val);
+    if (r) k_ef_clear<<<grid_for(k), QT_THREADS, 0, ST>>>(idx, k, r);
     return launched();
 }
 
 static xdc_err_t cuda_count_out_of_range(const float *x, size_t n, float max_abs, size_t *count)
 {
-    if (cudaMemsetAsync(count, 0, sizeof *count) != cudaSuccess) return XDC_ERR_CUDA;
+    if (cudaMemsetAsync(count, 0, sizeof *count, ST) != cudaSuccess) return XDC_ERR_CUDA;
     if (n == 0) return XDC_OK;
     uint32_t limit;
     memcpy(&limit, &max_abs, 4);
-    k_count_above<<<grid_for(n), QT_THREADS>>>(x, n, limit & 0x7fffffffu, (unsigned long long *)count);
+    k_count_above<<<grid_for(n), QT_THREADS, 0, ST>>>(x, n, limit & 0x7fffffffu, (unsigned long long *)count);
     return launched();
 }
 
 static xdc_err_t cuda_accumulate(const float *x, size_t n, float *y)
 {
     if (n == 0) return XDC_OK;
-    k_accumulate<<<grid_for(n), QT_THREADS>>>(x, n, y);
+    k_accumulate<<<grid_for(n), QT_THREADS, 0, ST>>>(x, n, y);
     return launched();
 }
 
@@ -439,8 +443,8 @@ static xdc_err_t planes(const uint8_t *in, size_t n_bytes, size_t elem, uint8_t 
 {
     if (elem < 1 || elem > 16) return XDC_ERR_INVALID;
     size_t ne = n_bytes / elem, tail = n_bytes - ne * elem;
-    if (ne) k_planes<<<grid_for(ne * elem), QT_THREADS>>>(in, ne, elem, out, forward);
-    if (tail && cudaMemcpyAsync(out + ne * elem, in + ne * elem, tail, cudaMemcpyDeviceToDevice) != cudaSuccess)
+    if (ne) k_planes<<<grid_for(ne * elem), QT_THREADS, 0, ST>>>(in, ne, elem, out, forward);
+    if (tail && cudaMemcpyAsync(out + ne * elem, in + ne * elem, tail, cudaMemcpyDeviceToDevice, ST) != cudaSuccess)
         return XDC_ERR_CUDA;
     return launched();
 }

@@ -7,9 +7,14 @@
 extern const xdc_quant_ops xdc_quant_cpu_ops;
 extern const xdc_model_ops xdc_model_cpu_ops;
 extern const xdc_device_ops xdc_device_cpu_ops;
+extern const xdc_quant_ops xdc_quant_strict_ops;
+extern const xdc_model_ops xdc_model_strict_ops;
+extern const xdc_device_ops xdc_device_strict_ops;
 
 static const xdc_kern_backend cpu_backend = {"cpu", XDC_BACKEND_CPU, &xdc_quant_cpu_ops, &xdc_model_cpu_ops,
                                              &xdc_device_cpu_ops};
+static const xdc_kern_backend strict_backend = {"cpu-strict", XDC_BACKEND_CPU_STRICT, &xdc_quant_strict_ops,
+                                                &xdc_model_strict_ops, &xdc_device_strict_ops};
 
 #ifdef XDC_HAVE_CUDA
 extern const xdc_quant_ops xdc_quant_cuda_ops;
@@ -54,8 +59,8 @@ xdc_err_t xdc_kern_backend_get(xdc_backend_kind kind, const xdc_kern_backend **o
         return XDC_OK;
     }
     if (kind == XDC_BACKEND_CPU_STRICT) {
-        xdc_diag_set(diag, "the cpu-strict device is not built yet");
-        return XDC_ERR_UNSUPPORTED;
+        *out = &strict_backend;
+        return XDC_OK;
     }
 #ifdef XDC_HAVE_CUDA
     if (xdc_kern_cuda_device_count() <= 0) {

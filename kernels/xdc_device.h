@@ -32,6 +32,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct xdc_stream xdc_stream; /* opaque, owned by the backend that created it */
 typedef struct xdc_event xdc_event;   /* opaque, owned by the backend that created it */
 
@@ -150,5 +154,9 @@ typedef struct xdc_device_ops {
 extern const xdc_device_ops xdc_device_cpu_ops;
 extern const xdc_device_ops xdc_device_strict_ops;
 extern const xdc_device_ops xdc_device_cuda_ops;
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* XDC_DEVICE_H */

@@ -1,13 +1,17 @@
 /* xdc_model_ops.h — the model op family of a kernel backend: memory, the GPT layers forward and
  * backward, softmax cross-entropy, gradient norm and AdamW. One table per backend: xdc_model_cpu_ops
- * (kern_model_cpu.c, OpenBLAS sgemm) and xdc_model_cuda_ops (kern_model.cu, cuBLAS + own kernels).
+ * (kern_model_cpu.c, OpenBLAS sgemm), xdc_model_strict_ops (kern_strict_ops.c: the CPU ops queued on
+ * cpu-strict streams) and xdc_model_cuda_ops (kern_model.cu, cuBLAS + own kernels).
  *
  * Conventions shared by every op:
- *  - pointers are backend memory (host for CPU, device for CUDA) obtained from `alloc`;
+ *  - pointers are backend memory (host for CPU, device for CUDA and cpu-strict) obtained from `alloc`
+ *    (the same memory as xdc_device_ops.mem_alloc of the backend);
  *  - N = B*T rows, C channels, OC output channels, V vocabulary, NH heads, all row-major fp32;
  *  - backward ops ACCUMULATE (+=) into every gradient they write (input and parameter gradients), so a
  *    residual branch and gradient accumulation over microbatches need no extra adds; the caller zeroes;
- *  - ops are asynchronous on CUDA (one stream); `sync` waits and reports the first error;
+ *  - ops are queued on the calling thread's current stream (xdc_device_ops.set_stream) and are
+ *    asynchronous on CUDA and cpu-strict; `sync` waits for the current stream and reports its first
+ *    error; `upload`, `download` and `sumsq` wait for the current stream before they return;
  *  - on CPU every op is deterministic for a given thread count (set_threads). */
 #ifndef XDC_MODEL_OPS_H
 #define XDC_MODEL_OPS_H
@@ -16,6 +20,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 struct xdc_model_ops {
     const char *name;
@@ -73,5 +81,13 @@ struct xdc_model_ops {
     void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
                   float weight_decay, float grad_scale, int t);
 };
+
+extern const struct xdc_model_ops xdc_model_cpu_ops;
+extern const struct xdc_model_ops xdc_model_strict_ops;
+extern const struct xdc_model_ops xdc_model_cuda_ops; /* CUDA builds only */
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* XDC_MODEL_OPS_H */

@@ -1,8 +1,11 @@
 /* xdc_quant.h — the quantize / top-k / error-feedback op family of the kernel backends (one table per
  * backend, reached through xdc_kern_backend.quant). Every pointer argument lives in the backend's
- * memory space: host memory for the CPU table, device memory for the CUDA table (including `scratch`
- * and the `count` out-parameter of count_out_of_range). CUDA ops are asynchronous on the default
- * stream and return XDC_ERR_CUDA when a launch fails; CPU ops only fail on invalid arguments.
+ * memory space: host memory for the CPU table, device memory for the CUDA and cpu-strict tables
+ * (including `scratch` and the `count` out-parameter of count_out_of_range). CUDA and cpu-strict ops are
+ * asynchronous on the calling thread's current stream (xdc_device_ops.set_stream) and return
+ * XDC_ERR_CUDA when a launch fails, or the stream's sticky error; cpu-strict also refuses a pointer that
+ * is not device memory and a hazard (docs/device.md) with XDC_ERR_INVALID. CPU ops only fail on invalid
+ * arguments.
  *
  * Numeric contract shared by both backends (the CUDA-vs-CPU test checks it):
  *  - callers reject NaN, Inf and |x| > 2^100 (XDC_QUANT_MAX_ABS) first, so no op below has to think
@@ -63,8 +66,10 @@ struct xdc_quant_ops {
     xdc_err_t (*byte_unshuffle)(const uint8_t *in, size_t n_bytes, size_t elem, uint8_t *out);
 };
 
-/* kern_quant_cpu.c; kern_quant.cu (present only in CUDA builds; reach it through xdc_kern_backend_get). */
+/* kern_quant_cpu.c; kern_strict_ops.c; kern_quant.cu (present only in CUDA builds; reach it through
+ * xdc_kern_backend_get). */
 extern const xdc_quant_ops xdc_quant_cpu_ops;
+extern const xdc_quant_ops xdc_quant_strict_ops;
 extern const xdc_quant_ops xdc_quant_cuda_ops;
 
 #endif /* XDC_QUANT_H */

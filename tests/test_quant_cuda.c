@@ -1,10 +1,12 @@
-/* test_quant_cuda.c — the CUDA quant table checked against the CPU reference on the same inputs (skips
- * without a visible GPU). Quantized codes, top-k indices, counts and byte planes must match exactly;
- * residuals and decoded floats within 1e-6 of the block scale. */
+/* test_quant_cuda.c — the device quant tables checked against the CPU reference on the same inputs: CUDA
+ * (skips without a visible GPU) and cpu-strict (asynchronous, on memory the host cannot touch). Quantized
+ * codes, top-k indices, counts and byte planes must match exactly; residuals and decoded floats within
+ * 1e-9 on CUDA, bit for bit on cpu-strict. */
 #include "tests/xdc_test.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_rng.h"
+#include "kernels/xdc_device.h"
 #include "kernels/xdc_kernels.h"
 #include "kernels/xdc_model_ops.h"
 #include "kernels/xdc_quant.h"
@@ -27,19 +29,22 @@ static void *host_copy(const void *dev, size_t bytes)
     return h;
 }
 
+static const char *dev_name;
+static bool exact; /* cpu-strict runs the CPU ops: every tolerance is 0 */
+
 static void assert_near_all(const float *a, const float *b, size_t n, float tol, const char *what)
 {
+    if (exact) tol = 0.0f;
     for (size_t i = 0; i < n; i++)
-        if (!(fabsf(a[i] - b[i]) <= tol)) XDC_FAIL("%s[%zu]: cpu %g, cuda %g", what, i, a[i], b[i]);
+        if (!(fabsf(a[i] - b[i]) <= tol)) XDC_FAIL("%s[%zu]: cpu %g, %s %g", what, i, a[i], dev_name, b[i]);
     XDC_ASSERT(1);
 }
 
-XDC_TEST(quant_cuda_matches_cpu_reference)
+static void device_matches_cpu(const xdc_kern_backend *gpu)
 {
-    if (xdc_kern_cuda_device_count() <= 0) xdc_test_skip("no GPU: no CUDA device visible (or no CUDA in this build)");
-    const xdc_kern_backend *gpu = NULL;
-    XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CUDA, &gpu, NULL));
     const xdc_quant_ops *C = &xdc_quant_cpu_ops, *G = gpu->quant;
+    dev_name = gpu->name;
+    exact = gpu->kind == XDC_BACKEND_CPU_STRICT;
     M = gpu->model;
     size_t n = 300001, block = 128, nb = (n + block - 1) / block, k = 3000;
     xdc_rng rng;
@@ -126,4 +131,20 @@ XDC_TEST(quant_cuda_matches_cpu_reference)
     xdc_free(x), xdc_free(r), xdc_free(q), xdc_free(s), xdc_free(mins), xdc_free(y), xdc_free(r_cpu), xdc_free(gq);
     xdc_free(gr), xdc_free(gy), xdc_free(q4), xdc_free(gq4), xdc_free(h), xdc_free(gh), xdc_free(idx), xdc_free(val);
     xdc_free(scratch), xdc_free(gidx), xdc_free(planes), xdc_free(gplanes), xdc_free(gback);
+}
+
+XDC_TEST(quant_cuda_matches_cpu_reference)
+{
+    if (xdc_kern_cuda_device_count() <= 0) xdc_test_skip("no GPU: no CUDA device visible (or no CUDA in this build)");
+    const xdc_kern_backend *gpu = NULL;
+    XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CUDA, &gpu, NULL));
+    device_matches_cpu(gpu);
+}
+
+XDC_TEST(quant_strict_matches_cpu_bit_for_bit)
+{
+    const xdc_kern_backend *dev = NULL;
+    XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CPU_STRICT, &dev, NULL));
+    device_matches_cpu(dev);
+    XDC_ASSERT_OK(dev->device->stream_sync(NULL));
 }

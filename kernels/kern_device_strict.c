@@ -1,0 +1,825 @@
+/* kern_device_strict.c — the cpu-strict device (xdc_device_strict_ops): a device that fails where a GPU
+ * would, so the device path of the callers can be proven on a machine without one (docs/device.md).
+ *
+ *  - Memory: every allocation is a memfd mapped twice. The pointer handed out is a PROT_NONE view (a host
+ *    read or write faults; a SIGSEGV handler names the allocation); the ops work through the read-write
+ *    alias at the same offset.
+ *  - Streams: one thread per stream runs its queue in order; ops are queued by the wrappers of
+ *    kern_strict_ops.c (the CPU ops, pointer arguments translated to the alias) and by the copies here.
+ *  - Events: a record captures (stream, sequence number); a wait item blocks the waiting stream's thread
+ *    until that stream completed that item.
+ *  - Hazards: every queued item gets a sequence number on its stream; each stream carries a vector clock
+ *    (what it is ordered after), joined from an event when it waits on one and from the host clock at
+ *    every enqueue; the host clock (one per process) joins a stream's clock when the host waited for it.
+ *    Per 64 KiB block of each allocation the core keeps the last writer (stream, sequence, op) and up to
+ *    four readers since. An op that reads a block whose writer is not in its clock, or writes a block
+ *    whose writer or a reader is not in its clock, is refused at enqueue time: the stream fails with a
+ *    message naming the op, the argument, the buffer and both streams. The check runs on the order in
+ *    which the host queued the work, so a missing event fails every run, not only unlucky ones. */
+#include "kernels/kern_strict_priv.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_log.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define MAX_STREAMS  64 /* live streams at once (ids are reused; sequence numbers continue) */
+#define MAX_ALLOCS   4096
+#define BLOCK_SHIFT  16 /* 64 KiB hazard blocks */
+#define MAX_READERS  4
+#define STREAM_MAGIC 0x58444353u /* "XDCS" */
+
+typedef struct {
+    uint16_t wstream; /* 0: never written since allocation */
+    uint16_t rstream[MAX_READERS];
+    uint64_t wseq;
+    uint64_t rseq[MAX_READERS];
+    const char *wop;
+} block_state;
+
+typedef struct {
+    _Atomic uintptr_t view; /* 0: free slot; read by the SIGSEGV handler without a lock */
+    _Atomic size_t mapped;
+    size_t bytes;
+    char *alias;
+    block_state *blocks;
+} slot_t;
+
+typedef struct item {
+    struct item *next;
+    uint64_t seq;
+    bool is_wait;
+    int wait_id;
+    uint64_t wait_seq;
+    xdc_err_t *result; /* a waited-for op's result; written before its completion is published */
+    strict_op op;
+} item;
+
+struct xdc_stream {
+    uint32_t magic;
+    int id;
+    pthread_t thr;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    item *head, *tail;        /* mu */
+    bool stop;                /* mu */
+    uint64_t vc[MAX_STREAMS]; /* g_lock */
+};
+
+struct xdc_event {
+    bool recorded;
+    int id;
+    uint64_t seq;
+    uint64_t vc[MAX_STREAMS];
+};
+
+static slot_t slots[MAX_ALLOCS];
+static _Atomic int slots_hi;
+
+/* Bookkeeping at enqueue time: slots and their blocks, sequence numbers, clocks. Taken before d_lock
+ * and before a stream's mu, never by stream threads. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t id_seq[MAX_STREAMS];
+static bool id_used[MAX_STREAMS];
+static uint64_t host_vc[MAX_STREAMS];
+
+/* Completion: what each stream id ran, and its sticky error. */
+static pthread_mutex_t d_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t d_cv = PTHREAD_COND_INITIALIZER;
+static uint64_t id_done[MAX_STREAMS];
+static xdc_err_t id_err[MAX_STREAMS];
+static uint64_t id_fail_seq[MAX_STREAMS]; /* the item at which the stream failed */
+static char id_msg[MAX_STREAMS][512];
+
+static pthread_once_t main_once = PTHREAD_ONCE_INIT;
+static xdc_stream *main_stream;
+static xdc_err_t main_err;
+static _Thread_local xdc_stream *current;
+
+/* ---- the fault handler ---------------------------------------------------------------------------- */
+
+static struct sigaction old_segv;
+static pthread_once_t segv_once = PTHREAD_ONCE_INIT;
+
+static size_t put_str(char *b, size_t at, const char *s)
+{
+    while (*s && at < 255) b[at++] = *s++;
+    return at;
+}
+
+static size_t put_num(char *b, size_t at, uintptr_t v, unsigned base)
+{
+    char t[32];
+    int n = 0;
+    do {
+        t[n++] = "0123456789abcdef"[v % base];
+        v /= base;
+    } while (v);
+    if (base == 16) at = put_str(b, at, "0x");
+    while (n && at < 255) b[at++] = t[--n];
+    return at;
+}
+
+/* Async-signal-safe: a lock-free scan of the slots and write(2). Then the previous disposition is put
+ * back and the fault re-raised (the faulting access runs again and dies of SIGSEGV). */
+static void on_segv(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    uintptr_t a = (uintptr_t)si->si_addr;
+    int hi = atomic_load(&slots_hi);
+    for (int i = 0; i < hi; i++) {
+        uintptr_t v = atomic_load(&slots[i].view);
+        if (v && a >= v && a < v + atomic_load(&slots[i].mapped)) {
+            char b[256];
+            size_t at = put_str(b, 0, "xdc: host touched cpu-strict device memory at ");
+            at = put_num(b, at, a, 16);
+            at = put_str(b, at, " (allocation of ");
+            at = put_num(b, at, slots[i].bytes, 10);
+            at = put_str(b, at, " bytes)\n");
+            ssize_t w = write(2, b, at);
+            (void)w;
+            break;
+        }
+    }
+    sigaction(SIGSEGV, &old_segv, NULL);
+    if (si->si_code <= 0) raise(sig); /* sent by kill/raise: it would not repeat by itself */
+}
+
+static void install_segv(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &old_segv);
+}
+
+/* ---- errors ---------------------------------------------------------------------------------------- */
+
+static void fail_stream(int id, uint64_t at, xdc_err_t err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void fail_stream(int id, uint64_t at, xdc_err_t err, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&d_lock);
+    bool first = id_err[id] == XDC_OK;
+    if (first) {
+        id_err[id] = err;
+        id_fail_seq[id] = at;
+        memcpy(id_msg[id], msg, sizeof msg);
+    }
+    pthread_mutex_unlock(&d_lock);
+    if (first) XDC_ERROR(XDC_SUB_KERN, "cpu-strict stream %d failed: %s", id, msg);
+}
+
+static xdc_err_t sticky(int id, xdc_diag *diag)
+{
+    pthread_mutex_lock(&d_lock);
+    xdc_err_t err = id_err[id];
+    if (err != XDC_OK && diag) xdc_diag_set(diag, "%s", id_msg[id]);
+    pthread_mutex_unlock(&d_lock);
+    return err;
+}
+
+/* The sticky error of stream id if it failed at or before item seq (what an event captured). */
+static xdc_err_t sticky_upto(int id, uint64_t seq, xdc_diag *diag)
+{
+    pthread_mutex_lock(&d_lock);
+    xdc_err_t err = id_fail_seq[id] <= seq ? id_err[id] : XDC_OK;
+    if (err != XDC_OK && diag) xdc_diag_set(diag, "%s", id_msg[id]);
+    pthread_mutex_unlock(&d_lock);
+    return err;
+}
+
+static void wait_done(int id, uint64_t seq)
+{
+    pthread_mutex_lock(&d_lock);
+    while (id_done[id] < seq) pthread_cond_wait(&d_cv, &d_lock);
+    pthread_mutex_unlock(&d_lock);
+}
+
+static void join(uint64_t *into, const uint64_t *from)
+{
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (from[i] > into[i]) into[i] = from[i];
+}
+
+/* ---- streams --------------------------------------------------------------------------------------- */
+
+static void *stream_main(void *arg)
+{
+    xdc_stream *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->head && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+        item *it = s->head;
+        if (it) {
+            s->head = it->next;
+            if (!s->head) s->tail = NULL;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (!it) break;
+        xdc_err_t r = XDC_OK;
+        if (it->is_wait) {
+            wait_done(it->wait_id, it->wait_seq);
+            xdc_diag d;
+            xdc_err_t up = sticky_upto(it->wait_id, it->wait_seq, &d);
+            if (up != XDC_OK && it->wait_id != s->id)
+                fail_stream(s->id, it->seq, up, "waited on an event of stream %d, which failed: %s", it->wait_id,
+                            d.msg);
+        } else if ((r = sticky(s->id, NULL)) == XDC_OK) {
+            r = it->op.fn(&it->op);
+            if (r != XDC_OK) fail_stream(s->id, it->seq, r, "%s: %s", it->op.name, xdc_strerror(r));
+        }
+        pthread_mutex_lock(&d_lock);
+        if (it->result) *it->result = r;
+        id_done[s->id] = it->seq;
+        pthread_cond_broadcast(&d_cv);
+        pthread_mutex_unlock(&d_lock);
+        xdc_free(it);
+    }
+    return NULL;
+}
+
+static xdc_err_t strict_stream_create(xdc_stream **out)
+{
+    xdc_stream *s = xdc_calloc(1, sizeof *s);
+    if (!s) return XDC_ERR_NOMEM;
+    s->magic = STREAM_MAGIC;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_lock(&g_lock);
+    int id = 0;
+    for (int i = 1; i < MAX_STREAMS && !id; i++)
+        if (!id_used[i]) id = i;
+    if (id) {
+        id_used[id] = true;
+        s->id = id;
+        s->vc[id] = id_seq[id]; /* ordered after everything its id ran before */
+        pthread_mutex_lock(&d_lock);
+        id_err[id] = XDC_OK;
+        id_fail_seq[id] = 0;
+        id_msg[id][0] = 0;
+        pthread_mutex_unlock(&d_lock);
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (!id) {
+        XDC_ERROR(XDC_SUB_KERN, "cpu-strict: more than %d streams at once", MAX_STREAMS - 1);
+        xdc_free(s);
+        return XDC_ERR_NOMEM;
+    }
+    if (pthread_create(&s->thr, NULL, stream_main, s) != 0) {
+        pthread_mutex_lock(&g_lock);
+        id_used[id] = false;
+        pthread_mutex_unlock(&g_lock);
+        xdc_free(s);
+        return XDC_ERR_NOMEM;
+    }
+    *out = s;
+    return XDC_OK;
+}
+
+static void main_init(void) { main_err = strict_stream_create(&main_stream); }
+
+static xdc_err_t resolve(xdc_stream **s)
+{
+    if (*s) return (*s)->magic == STREAM_MAGIC ? XDC_OK : XDC_ERR_INVALID;
+    if (current) {
+        *s = current;
+        return XDC_OK;
+    }
+    pthread_once(&main_once, main_init);
+    if (main_err != XDC_OK) return main_err;
+    *s = main_stream;
+    return XDC_OK;
+}
+
+static void push(xdc_stream *s, item *it)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->tail) s->tail->next = it;
+    else s->head = it;
+    s->tail = it;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static xdc_err_t strict_stream_sync(xdc_stream *s)
+{
+    xdc_err_t err = resolve(&s);
+    if (err != XDC_OK) return err;
+    uint64_t snap[MAX_STREAMS];
+    pthread_mutex_lock(&g_lock);
+    uint64_t target = id_seq[s->id];
+    memcpy(snap, s->vc, sizeof snap);
+    pthread_mutex_unlock(&g_lock);
+    wait_done(s->id, target);
+    pthread_mutex_lock(&g_lock);
+    join(host_vc, snap);
+    pthread_mutex_unlock(&g_lock);
+    return sticky(s->id, NULL);
+}
+
+static void strict_stream_destroy(xdc_stream *s)
+{
+    if (!s || s == main_stream || s->magic != STREAM_MAGIC) return;
+    strict_stream_sync(s);
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thr, NULL);
+    if (current == s) current = NULL;
+    pthread_mutex_lock(&g_lock);
+    id_used[s->id] = false;
+    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    s->magic = 0;
+    xdc_free(s);
+}
+
+static xdc_err_t strict_stream_error(xdc_stream *s, xdc_diag *diag)
+{
+    xdc_err_t err = resolve(&s);
+    return err != XDC_OK ? err : sticky(s->id, diag);
+}
+
+static xdc_err_t strict_set_stream(xdc_stream *s)
+{
+    if (s && s->magic != STREAM_MAGIC) return XDC_ERR_INVALID;
+    current = s == main_stream ? NULL : s;
+    return XDC_OK;
+}
+
+static xdc_err_t strict_get_stream(xdc_stream **out)
+{
+    xdc_stream *s = NULL;
+    xdc_err_t err = resolve(&s);
+    if (err == XDC_OK) *out = s;
+    return err;
+}
+
+xdc_err_t strict_sync_current(void) { return strict_stream_sync(NULL); }
+
+/* ---- memory ---------------------------------------------------------------------------------------- */
+
+/* The slot whose view holds p (g_lock held, or a caller that only reads immutable slots). */
+static slot_t *find_slot(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    int hi = atomic_load(&slots_hi);
+    for (int i = 0; i < hi; i++) {
+        uintptr_t v = atomic_load(&slots[i].view);
+        if (v && a >= v && a < v + (slots[i].bytes ? slots[i].bytes : 1)) return &slots[i];
+    }
+    return NULL;
+}
+
+static xdc_err_t strict_mem_alloc(void **out, size_t bytes)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t mapped = ((bytes ? bytes : 1) + page - 1) / page * page;
+    size_t nblocks = (mapped + ((size_t)1 << BLOCK_SHIFT) - 1) >> BLOCK_SHIFT;
+    block_state *blocks = xdc_calloc(nblocks, sizeof *blocks);
+    if (!blocks) return XDC_ERR_NOMEM;
+    int fd = memfd_create("xdc-cpu-strict", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)mapped) != 0) {
+        if (fd >= 0) close(fd);
+        xdc_free(blocks);
+        return XDC_ERR_NOMEM;
+    }
+    void *view = mmap(NULL, mapped, PROT_NONE, MAP_SHARED, fd, 0);
+    void *alias = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (view == MAP_FAILED || alias == MAP_FAILED) {
+        if (view != MAP_FAILED) munmap(view, mapped);
+        if (alias != MAP_FAILED) munmap(alias, mapped);
+        xdc_free(blocks);
+        return XDC_ERR_NOMEM;
+    }
+    pthread_once(&segv_once, install_segv);
+    pthread_mutex_lock(&g_lock);
+    int k = -1;
+    for (int i = 0; i < MAX_ALLOCS && k < 0; i++)
+        if (!atomic_load(&slots[i].view)) k = i;
+    if (k >= 0) {
+        slots[k].bytes = bytes;
+        slots[k].alias = alias;
+        slots[k].blocks = blocks;
+        atomic_store(&slots[k].mapped, mapped);
+        atomic_store(&slots[k].view, (uintptr_t)view);
+        if (k + 1 > atomic_load(&slots_hi)) atomic_store(&slots_hi, k + 1);
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (k < 0) {
+        XDC_ERROR(XDC_SUB_KERN, "cpu-strict: more than %d device allocations", MAX_ALLOCS);
+        munmap(view, mapped);
+        munmap(alias, mapped);
+        xdc_free(blocks);
+        return XDC_ERR_NOMEM;
+    }
+    *out = view;
+    return XDC_OK;
+}
+
+/* Waits until every stream ran what was queued so far (no queued op may still use the memory). */
+static void device_idle(void)
+{
+    uint64_t snap[MAX_STREAMS];
+    pthread_mutex_lock(&g_lock);
+    memcpy(snap, id_seq, sizeof snap);
+    pthread_mutex_unlock(&g_lock);
+    for (int i = 1; i < MAX_STREAMS; i++) wait_done(i, snap[i]);
+}
+
+static void strict_mem_free(void *p)
+{
+    if (!p) return;
+    device_idle();
+    pthread_mutex_lock(&g_lock);
+    slot_t *s = find_slot(p);
+    if (!s || (uintptr_t)p != atomic_load(&s->view)) {
+        pthread_mutex_unlock(&g_lock);
+        XDC_ERROR(XDC_SUB_KERN, "cpu-strict: mem_free(%p): not the start of a device allocation", p);
+        return;
+    }
+    size_t mapped = atomic_load(&s->mapped);
+    char *alias = s->alias;
+    block_state *blocks = s->blocks;
+    atomic_store(&s->view, 0);
+    s->alias = NULL;
+    s->blocks = NULL;
+    pthread_mutex_unlock(&g_lock);
+    munmap(p, mapped);
+    munmap(alias, mapped);
+    xdc_free(blocks);
+}
+
+static xdc_err_t strict_host_alloc(void **out, size_t bytes)
+{
+    size_t rounded = (bytes + 4095) & ~(size_t)4095;
+    void *p = xdc_aligned_alloc(4096, rounded ? rounded : 4096);
+    if (!p) return XDC_ERR_NOMEM;
+    memset(p, 0, rounded ? rounded : 4096);
+    *out = p;
+    return XDC_OK;
+}
+
+static void strict_host_free(void *p) { xdc_free(p); }
+
+static xdc_err_t strict_comm_view(const void *dev_ptr, void **out)
+{
+    pthread_mutex_lock(&g_lock);
+    slot_t *s = find_slot(dev_ptr);
+    void *alias = s ? s->alias + ((uintptr_t)dev_ptr - atomic_load(&s->view)) : NULL;
+    pthread_mutex_unlock(&g_lock);
+    if (!s) return XDC_ERR_INVALID;
+    *out = alias;
+    return XDC_OK;
+}
+
+/* ---- queueing an op: translation and the hazard rule ---------------------------------------------- */
+
+typedef struct {
+    slot_t *slot;
+    size_t off, ext;
+} resolved;
+
+static const char *access_word(int mode) { return (mode & STRICT_W) ? "writes" : "reads"; }
+
+/* Checks one argument's blocks against the op's clock (vc of stream sid). */
+static bool hazard_free(const strict_op *o, const strict_arg *a, const resolved *r, int sid, const uint64_t *vc,
+                        char *msg, size_t cap)
+{
+    if (!r->slot || !r->ext) return true;
+    size_t b0 = r->off >> BLOCK_SHIFT, b1 = (r->off + r->ext - 1) >> BLOCK_SHIFT;
+    for (size_t b = b0; b <= b1; b++) {
+        const block_state *bs = &r->slot->blocks[b];
+        if (bs->wstream && bs->wstream != sid && vc[bs->wstream] < bs->wseq) {
+            snprintf(msg, cap,
+                     "%s on stream %d %s argument %s (device buffer %p of %zu bytes, block at offset %zu) last "
+                     "written by %s on stream %d (op #%llu) with no event or host wait ordering them",
+                     o->name, sid, access_word(a->mode), a->name, (void *)atomic_load(&r->slot->view), r->slot->bytes,
+                     b << BLOCK_SHIFT, bs->wop, bs->wstream, (unsigned long long)bs->wseq);
+            return false;
+        }
+        if (!(a->mode & STRICT_W)) continue;
+        for (int k = 0; k < MAX_READERS; k++) {
+            int rs = bs->rstream[k];
+            if (rs && rs != sid && vc[rs] < bs->rseq[k]) {
+                snprintf(msg, cap,
+                         "%s on stream %d writes argument %s (device buffer %p of %zu bytes, block at offset %zu) "
+                         "still being read by stream %d (op #%llu) with no event or host wait ordering them",
+                         o->name, sid, a->name, (void *)atomic_load(&r->slot->view), r->slot->bytes, b << BLOCK_SHIFT,
+                         rs, (unsigned long long)bs->rseq[k]);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+static void mark(const strict_op *o, const strict_arg *a, const resolved *r, int sid, uint64_t seq)
+{
+    if (!r->slot || !r->ext) return;
+    size_t b0 = r->off >> BLOCK_SHIFT, b1 = (r->off + r->ext - 1) >> BLOCK_SHIFT;
+    for (size_t b = b0; b <= b1; b++) {
+        block_state *bs = &r->slot->blocks[b];
+        if (a->mode & STRICT_W) {
+            bs->wstream = (uint16_t)sid;
+            bs->wseq = seq;
+            bs->wop = o->name;
+            memset(bs->rstream, 0, sizeof bs->rstream);
+            continue;
+        }
+        int at = -1;
+        for (int k = 0; k < MAX_READERS && at < 0; k++)
+            if (bs->rstream[k] == sid) at = k;
+        for (int k = 0; k < MAX_READERS && at < 0; k++)
+            if (!bs->rstream[k]) at = k;
+        if (at < 0) { /* more distinct readers than slots: keep the newest MAX_READERS */
+            memmove(bs->rstream, bs->rstream + 1, sizeof bs->rstream[0] * (MAX_READERS - 1));
+            memmove(bs->rseq, bs->rseq + 1, sizeof bs->rseq[0] * (MAX_READERS - 1));
+            at = MAX_READERS - 1;
+        }
+        bs->rstream[at] = (uint16_t)sid;
+        bs->rseq[at] = seq;
+    }
+}
+
+/* Translates argument a into *p (g_lock held). */
+static bool translate(const strict_op *o, const strict_arg *a, void **p, resolved *r, char *msg, size_t cap)
+{
+    memset(r, 0, sizeof *r);
+    *p = (void *)a->ptr;
+    if (!a->ptr) {
+        if ((a->mode & STRICT_OPTIONAL) || a->bytes == 0) return true;
+        snprintf(msg, cap, "%s: argument %s is NULL", o->name, a->name);
+        return false;
+    }
+    slot_t *s = find_slot(a->ptr);
+    if (a->mode & STRICT_HOST) {
+        if (!s) return true;
+        snprintf(msg, cap, "%s: argument %s (%p) is cpu-strict device memory where host memory is required", o->name,
+                 a->name, a->ptr);
+        return false;
+    }
+    if (!s) {
+        if (a->bytes == 0) return true;
+        snprintf(msg, cap, "%s: argument %s (%p, %zu bytes) is not cpu-strict device memory (host memory?)", o->name,
+                 a->name, a->ptr, a->bytes == STRICT_TO_END ? (size_t)0 : a->bytes);
+        return false;
+    }
+    size_t off = (uintptr_t)a->ptr - atomic_load(&s->view);
+    size_t ext = a->bytes == STRICT_TO_END ? s->bytes - off : a->bytes;
+    if (ext > s->bytes - off) {
+        snprintf(msg, cap, "%s: argument %s (%zu bytes at offset %zu) runs past the end of its allocation of %zu bytes",
+                 o->name, a->name, ext, off, s->bytes);
+        return false;
+    }
+    r->slot = s;
+    r->off = off;
+    r->ext = ext;
+    *p = s->alias + off;
+    return true;
+}
+
+xdc_err_t strict_submit(strict_op *o, const strict_arg *args, int n, bool wait)
+{
+    xdc_stream *s = NULL;
+    xdc_err_t err = resolve(&s);
+    if (err != XDC_OK) return err;
+    item *it = xdc_calloc(1, sizeof *it);
+    if (!it) {
+        pthread_mutex_lock(&g_lock);
+        uint64_t at = id_seq[s->id] + 1;
+        pthread_mutex_unlock(&g_lock);
+        fail_stream(s->id, at, XDC_ERR_NOMEM, "%s: no memory for the queue item", o->name);
+        return XDC_ERR_NOMEM;
+    }
+    it->op = *o;
+    xdc_err_t result = XDC_OK;
+    if (wait) it->result = &result;
+    resolved r[STRICT_MAX_ARGS];
+    char msg[512];
+    uint64_t snap[MAX_STREAMS];
+
+    pthread_mutex_lock(&g_lock);
+    if ((err = sticky(s->id, NULL)) != XDC_OK) goto refuse;
+    join(s->vc, host_vc);
+    for (int k = 0; k < n; k++)
+        if (!translate(o, &args[k], &it->op.p[k], &r[k], msg, sizeof msg)) {
+            err = XDC_ERR_INVALID;
+            goto failed;
+        }
+    for (int k = 0; k < n; k++)
+        if (!hazard_free(o, &args[k], &r[k], s->id, s->vc, msg, sizeof msg)) {
+            err = XDC_ERR_INVALID;
+            goto failed;
+        }
+    uint64_t seq = ++id_seq[s->id];
+    s->vc[s->id] = seq;
+    it->seq = seq;
+    for (int k = 0; k < n; k++) mark(o, &args[k], &r[k], s->id, seq);
+    if (wait) memcpy(snap, s->vc, sizeof snap);
+    push(s, it);
+    pthread_mutex_unlock(&g_lock);
+    if (!wait) return XDC_OK;
+    wait_done(s->id, seq);
+    pthread_mutex_lock(&g_lock);
+    join(host_vc, snap);
+    pthread_mutex_unlock(&g_lock);
+    return result;
+
+failed:
+    fail_stream(s->id, id_seq[s->id] + 1, err, "%s", msg);
+refuse:
+    pthread_mutex_unlock(&g_lock);
+    xdc_free(it);
+    return err;
+}
+
+/* ---- copies ---------------------------------------------------------------------------------------- */
+
+static xdc_err_t run_copy(strict_op *o)
+{
+    memcpy(o->p[0], o->p[1], o->z[0]);
+    return XDC_OK;
+}
+
+static xdc_err_t run_memset(strict_op *o)
+{
+    memset(o->p[0], o->i[0], o->z[0]);
+    return XDC_OK;
+}
+
+static xdc_err_t queue_copy(const char *name, void *dst, int dmode, const void *src, int smode, size_t bytes,
+                            xdc_stream *s)
+{
+    xdc_stream *prev = current;
+    if (s) {
+        if (s->magic != STREAM_MAGIC) return XDC_ERR_INVALID;
+        current = s;
+    }
+    strict_op o = {.name = name, .fn = run_copy, .z = {bytes}};
+    strict_arg a[2] = {{dst, "dst", bytes, dmode}, {src, "src", bytes, smode}};
+    xdc_err_t err = bytes ? strict_submit(&o, a, 2, false) : strict_stream_error(NULL, NULL);
+    current = prev;
+    return err;
+}
+
+static xdc_err_t strict_copy_h2d(void *dst, const void *src, size_t bytes, xdc_stream *s)
+{
+    return queue_copy("copy_h2d", dst, STRICT_W, src, STRICT_R | STRICT_HOST, bytes, s);
+}
+static xdc_err_t strict_copy_d2h(void *dst, const void *src, size_t bytes, xdc_stream *s)
+{
+    return queue_copy("copy_d2h", dst, STRICT_W | STRICT_HOST, src, STRICT_R, bytes, s);
+}
+static xdc_err_t strict_copy_d2d(void *dst, const void *src, size_t bytes, xdc_stream *s)
+{
+    return queue_copy("copy_d2d", dst, STRICT_W, src, STRICT_R, bytes, s);
+}
+
+static xdc_err_t strict_memset(void *dst, int value, size_t bytes, xdc_stream *s)
+{
+    xdc_stream *prev = current;
+    if (s) {
+        if (s->magic != STREAM_MAGIC) return XDC_ERR_INVALID;
+        current = s;
+    }
+    strict_op o = {.name = "memset", .fn = run_memset, .z = {bytes}, .i = {value}};
+    strict_arg a[1] = {{dst, "dst", bytes, STRICT_W}};
+    xdc_err_t err = bytes ? strict_submit(&o, a, 1, false) : strict_stream_error(NULL, NULL);
+    current = prev;
+    return err;
+}
+
+/* ---- events ---------------------------------------------------------------------------------------- */
+
+static xdc_err_t strict_event_create(xdc_event **out)
+{
+    xdc_event *e = xdc_calloc(1, sizeof *e);
+    if (!e) return XDC_ERR_NOMEM;
+    *out = e;
+    return XDC_OK;
+}
+
+static void strict_event_destroy(xdc_event *e) { xdc_free(e); }
+
+static xdc_err_t strict_event_record(xdc_event *e, xdc_stream *s)
+{
+    xdc_err_t err = resolve(&s);
+    if (err != XDC_OK) return err;
+    pthread_mutex_lock(&g_lock);
+    join(s->vc, host_vc);
+    e->recorded = true;
+    e->id = s->id;
+    e->seq = id_seq[s->id];
+    memcpy(e->vc, s->vc, sizeof e->vc);
+    pthread_mutex_unlock(&g_lock);
+    return sticky(s->id, NULL);
+}
+
+static xdc_err_t strict_stream_wait_event(xdc_stream *s, xdc_event *e)
+{
+    xdc_err_t err = resolve(&s);
+    if (err != XDC_OK) return err;
+    item *it = xdc_calloc(1, sizeof *it);
+    if (!it) return XDC_ERR_NOMEM;
+    pthread_mutex_lock(&g_lock);
+    if (!e->recorded || e->id == s->id) { /* same stream: already in order */
+        pthread_mutex_unlock(&g_lock);
+        xdc_free(it);
+        return sticky(s->id, NULL);
+    }
+    join(s->vc, e->vc);
+    join(s->vc, host_vc);
+    it->is_wait = true;
+    it->wait_id = e->id;
+    it->wait_seq = e->seq;
+    it->seq = ++id_seq[s->id];
+    s->vc[s->id] = it->seq;
+    push(s, it);
+    pthread_mutex_unlock(&g_lock);
+    return sticky(s->id, NULL);
+}
+
+static xdc_err_t strict_event_sync(xdc_event *e)
+{
+    uint64_t snap[MAX_STREAMS];
+    pthread_mutex_lock(&g_lock);
+    bool rec = e->recorded;
+    int id = e->id;
+    uint64_t seq = e->seq;
+    memcpy(snap, e->vc, sizeof snap);
+    pthread_mutex_unlock(&g_lock);
+    if (!rec) return XDC_OK;
+    wait_done(id, seq);
+    pthread_mutex_lock(&g_lock);
+    join(host_vc, snap);
+    pthread_mutex_unlock(&g_lock);
+    return sticky_upto(id, seq, NULL);
+}
+
+static xdc_err_t strict_event_query(xdc_event *e, bool *done)
+{
+    uint64_t snap[MAX_STREAMS];
+    pthread_mutex_lock(&g_lock);
+    bool rec = e->recorded;
+    int id = e->id;
+    uint64_t seq = e->seq;
+    memcpy(snap, e->vc, sizeof snap);
+    pthread_mutex_unlock(&g_lock);
+    if (!rec) {
+        *done = true;
+        return XDC_OK;
+    }
+    pthread_mutex_lock(&d_lock);
+    bool d = id_done[id] >= seq;
+    pthread_mutex_unlock(&d_lock);
+    if (d) {
+        pthread_mutex_lock(&g_lock);
+        join(host_vc, snap);
+        pthread_mutex_unlock(&g_lock);
+    }
+    *done = d;
+    return sticky_upto(id, seq, NULL);
+}
+
+const xdc_device_ops xdc_device_strict_ops = {
+    .name = "cpu-strict",
+    .mem_alloc = strict_mem_alloc,
+    .mem_free = strict_mem_free,
+    .host_alloc = strict_host_alloc,
+    .host_free = strict_host_free,
+    .stream_create = strict_stream_create,
+    .stream_destroy = strict_stream_destroy,
+    .stream_sync = strict_stream_sync,
+    .stream_error = strict_stream_error,
+    .set_stream = strict_set_stream,
+    .get_stream = strict_get_stream,
+    .copy_h2d = strict_copy_h2d,
+    .copy_d2h = strict_copy_d2h,
+    .copy_d2d = strict_copy_d2d,
+    .memset = strict_memset,
+    .event_create = strict_event_create,
+    .event_destroy = strict_event_destroy,
+    .event_record = strict_event_record,
+    .stream_wait_event = strict_stream_wait_event,
+    .event_sync = strict_event_sync,
+    .event_query = strict_event_query,
+    .comm_view = strict_comm_view,
+};
