@@ -1,7 +1,8 @@
-/* xdc_kernels.h — the numeric backends. One table per backend (CPU, CUDA); each table carries the op
- * families, each family declared in its own header: quantize/top-k/error feedback (xdc_quant.h) and the
- * model layers, loss and optimizer (xdc_model_ops.h). kern_registry.c is the one file that knows
- * whether CUDA was compiled in. */
+/* xdc_kernels.h — the numeric backends. One table per backend (CPU, cpu-strict, CUDA); each table
+ * carries the op families, each family declared in its own header: quantize/top-k/error feedback
+ * (xdc_quant.h), the model layers, loss and optimizer (xdc_model_ops.h), and the device seam they run on —
+ * memory, pinned host memory, streams, events, the per-thread current stream (xdc_device.h,
+ * docs/device.md). kern_registry.c is the one file that knows whether CUDA was compiled in. */
 #ifndef XDC_KERNELS_H
 #define XDC_KERNELS_H
 
@@ -32,7 +33,7 @@ typedef struct xdc_kern_backend {
     const xdc_device_ops *device;
 } xdc_kern_backend;
 
-/* The CPU backend always exists. CUDA: XDC_ERR_UNSUPPORTED when the build has no CUDA,
+/* The CPU and cpu-strict backends always exist. CUDA: XDC_ERR_UNSUPPORTED when the build has no CUDA,
  * XDC_ERR_UNAVAILABLE when no device is visible; `diag` says which. */
 xdc_err_t xdc_kern_backend_get(xdc_backend_kind kind, const xdc_kern_backend **out, xdc_diag *diag);
 /* Number of CUDA devices visible (0 without CUDA in the build or without a driver). */
