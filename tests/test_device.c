@@ -431,3 +431,60 @@ XDC_TEST(device_strict_refuses_host_pointers_naming_op_and_argument)
     XDC_ASSERT_ERR(b->model->sumsq(dev, 256, (double *)(void *)ds), XDC_ERR_INVALID); /* acc must be host */
     D->mem_free(dev), D->mem_free(dq), D->mem_free(ds);
 }
+
+/* Two host threads, each on its own stream, handing a buffer over with a host wait and a condition
+ * variable (the compute thread / comm thread pattern): no event needed, no report. */
+typedef struct {
+    const xdc_kern_backend *b;
+    float *buf, *out;
+    size_t n;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool ready;
+    xdc_err_t err;
+} handover;
+
+static void *consumer_main(void *p)
+{
+    handover *h = p;
+    const xdc_device_ops *D = h->b->device;
+    xdc_stream *s = NULL;
+    h->err = D->stream_create(&s);
+    if (h->err != XDC_OK) return NULL;
+    D->set_stream(s);
+    pthread_mutex_lock(&h->mu);
+    while (!h->ready) pthread_cond_wait(&h->cv, &h->mu);
+    pthread_mutex_unlock(&h->mu);
+    h->b->model->gelu_forward(h->out, h->buf, h->n); /* reads what the producer's stream wrote */
+    h->err = D->stream_sync(NULL);
+    D->set_stream(NULL);
+    D->stream_destroy(s);
+    return NULL;
+}
+
+XDC_TEST(device_strict_host_wait_hands_buffers_between_threads)
+{
+    handover h = {.b = backend(XDC_BACKEND_CPU_STRICT), .n = 1 << 18};
+    const xdc_device_ops *D = h.b->device;
+    pthread_mutex_init(&h.mu, NULL);
+    pthread_cond_init(&h.cv, NULL);
+    XDC_ASSERT_OK(D->mem_alloc((void **)&h.buf, h.n * 4));
+    XDC_ASSERT_OK(D->mem_alloc((void **)&h.out, h.n * 4));
+    pthread_t th;
+    XDC_ASSERT(pthread_create(&th, NULL, consumer_main, &h) == 0);
+    xdc_stream *s = NULL;
+    XDC_ASSERT_OK(D->stream_create(&s));
+    XDC_ASSERT_OK(D->set_stream(s));
+    XDC_ASSERT_OK(D->memset(h.buf, 0x3f, h.n * 4, NULL));
+    h.b->model->gelu_forward(h.buf, h.buf, h.n);
+    XDC_ASSERT_OK(D->stream_sync(NULL));
+    pthread_mutex_lock(&h.mu);
+    h.ready = true;
+    pthread_cond_signal(&h.cv);
+    pthread_mutex_unlock(&h.mu);
+    pthread_join(th, NULL);
+    XDC_ASSERT_OK(h.err);
+    XDC_ASSERT_OK(D->set_stream(NULL));
+    D->stream_destroy(s);
+    D->mem_free(h.buf), D->mem_free(h.out);
+}

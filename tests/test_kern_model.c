@@ -3,8 +3,10 @@
  * evaluated in double, so dout = R; the tolerances catch a wrong sign or a missing term. */
 #include "tests/xdc_test.h"
 
+#include "common/xdc_alloc.h"
 #include "common/xdc_rng.h"
 #include "model/xdc_gpt.h"
+#include "kernels/xdc_device.h"
 #include "kernels/xdc_model_ops.h"
 
 #include <stdlib.h>
@@ -379,4 +381,33 @@ XDC_TEST(kern_strict_training_steps_match_cpu_hash)
     XDC_ASSERT_MSG(hash[0] == hash[1], "params_xxh64 cpu %016llx cpu-strict %016llx", (unsigned long long)hash[0],
                    (unsigned long long)hash[1]);
     for (int b = 0; b < 2; b++) xdc_gpt_stage_destroy(st[b][0]), xdc_gpt_stage_destroy(st[b][1]);
+}
+
+/* The strict device under allocation failure: every failing allocation of a stage create (block tables,
+ * queue items, streams) ends in a clean XDC_ERR_NOMEM, and a later create works. */
+XDC_TEST(kern_strict_stage_create_survives_every_allocation_failure)
+{
+    const xdc_kern_backend *dev = NULL;
+    XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CPU_STRICT, &dev, NULL));
+    xdc_gpt_stage_config cfg = {.model = {2, 2, 16, 8, 32},
+                                .layer_begin = 0,
+                                .layer_end = 2,
+                                .batch = 2,
+                                .seq_len = 8,
+                                .max_inflight = 1,
+                                .seed = 7,
+                                .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}};
+    for (long k = 1; k < 256; k++) {
+        xdc_gpt_stage *s = NULL;
+        xdc_alloc_fail_at(k);
+        xdc_err_t rc = xdc_gpt_stage_create(dev->model, &cfg, &s, NULL);
+        xdc_alloc_fail_at(0);
+        if (rc == XDC_OK) {
+            xdc_gpt_stage_destroy(s);
+            XDC_ASSERT_OK(dev->device->stream_sync(NULL));
+            return;
+        }
+        XDC_ASSERT_EQ(rc, XDC_ERR_NOMEM);
+    }
+    XDC_FAIL("create never succeeded within 256 allocations");
 }
