@@ -38,25 +38,41 @@ static uint64_t chunk_check(const uint8_t *hdr, const uint8_t *payload, size_t l
 
 /* ---- encode ----------------------------------------------------------------------------------------- */
 
+/* How many of x (m fp32, device memory) are NaN or above `max_abs`: counted on the device, the count
+ * copied back (the stream is synchronized). */
+static xdc_err_t count_bad_on_device(xdc_codec *c, const float *x, size_t m, float max_abs, size_t *bad)
+{
+    XDC_CHECK(c->ops->count_out_of_range(x, m, max_abs, c->count));
+    XDC_CHECK(c->dev->copy_d2h(c->hcount, c->count, sizeof(size_t), NULL));
+    XDC_CHECK(c->dev->stream_sync(NULL));
+    *bad = *c->hcount;
+    return XDC_OK;
+}
+
 static xdc_err_t reject_range(xdc_codec *c, const float *x, size_t m, size_t first, xdc_diag *diag)
 {
     size_t bad = 0;
-    XDC_CHECK(c->ops->count_out_of_range(x, m, XDC_QUANT_MAX_ABS, &bad));
+    XDC_CHECK(count_bad_on_device(c, x, m, XDC_QUANT_MAX_ABS, &bad));
     if (!bad) return XDC_OK;
+    /* The error path only: bring the chunk to the host to name the first bad element. */
+    const float *h = (const float *)c->hraw;
+    XDC_CHECK(c->dev->copy_d2h(c->hraw, x, m * sizeof(float), NULL));
+    XDC_CHECK(c->dev->stream_sync(NULL));
     for (size_t i = 0; i < m; i++)
-        if (!(x[i] >= -XDC_QUANT_MAX_ABS && x[i] <= XDC_QUANT_MAX_ABS)) {
+        if (!(h[i] >= -XDC_QUANT_MAX_ABS && h[i] <= XDC_QUANT_MAX_ABS)) {
             xdc_diag_set(diag,
                          "element %zu is %g (and %zu more out of range): codecs accept finite values "
                          "with |x| <= 2^100",
-                         first + i, (double)x[i], bad - 1);
+                         first + i, (double)h[i], bad - 1);
             break;
         }
     c->stats.rejected++;
     return XDC_ERR_RANGE;
 }
 
-/* Lossy stage of elements xs (m fp32) with residual slice r (or NULL) into raw (4-byte aligned);
- * *payload is where the raw payload ended up (the input itself for `none`). */
+/* Lossy stage of elements xs (m fp32, device) with residual slice r (device, or NULL) into raw (device);
+ * *payload is where the raw payload ended up on the device (the input itself for `none`). Top-k leaves
+ * ascending indices: the host turns them into gaps on its copy. */
 static xdc_err_t encode_lossy(xdc_codec *c, const float *xs, float *r, size_t m, size_t param, uint8_t *raw,
                               const uint8_t **payload)
 {
@@ -72,9 +88,7 @@ static xdc_err_t encode_lossy(xdc_codec *c, const float *xs, float *r, size_t m,
     case XDC_CODEC_TOPK: {
         size_t k = param;
         uint32_t *idx = (uint32_t *)raw;
-        XDC_CHECK(ops->topk_select(xs, r, m, k, idx, (float *)(raw + 4 * k), c->topk_scratch));
-        for (size_t i = k; i-- > 1;) idx[i] -= idx[i - 1]; /* ascending indices -> gaps >= 1 */
-        return XDC_OK;
+        return ops->topk_select(xs, r, m, k, idx, (float *)(raw + 4 * k), c->topk_scratch);
     }
     }
     return XDC_ERR_INTERNAL;
@@ -112,10 +126,17 @@ xdc_err_t xdc_codec_encode_chunk(xdc_codec *c, const float *x, size_t n, size_t 
     }
     XDC_CHECK(reject_range(c, xs, m, first, diag));
     uint8_t *body = out + CODEC_HDR_BYTES;
-    /* Without zstd the payload is built in the output itself (saves a copy) when alignment allows. */
-    uint8_t *stage = c->cfg.zstd_level == 0 && (uintptr_t)body % 4 == 0 ? body : c->raw;
-    const uint8_t *payload = NULL;
-    XDC_CHECK(encode_lossy(c, xs, c->residual ? c->residual + first : NULL, m, param, stage, &payload));
+    const uint8_t *dpayload = NULL;
+    XDC_CHECK(encode_lossy(c, xs, c->residual ? c->residual + first : NULL, m, param, c->raw, &dpayload));
+    /* Only the lossy payload crosses to the host: into the output itself when no zstd stage follows and
+     * alignment allows (the top-k gaps are 4-byte words), else into the pinned staging. */
+    uint8_t *payload = c->cfg.zstd_level == 0 && (uintptr_t)body % 4 == 0 ? body : c->hraw;
+    XDC_CHECK(c->dev->copy_d2h(payload, dpayload, raw_len, NULL));
+    XDC_CHECK(c->dev->stream_sync(NULL));
+    if (c->cfg.kind == XDC_CODEC_TOPK) {
+        uint32_t *idx = (uint32_t *)payload;
+        for (size_t i = param; i-- > 1;) idx[i] -= idx[i - 1]; /* ascending indices -> gaps >= 1 */
+    }
 
     codec_hdr h = {.codec = (uint8_t)c->cfg.kind,
                    .count = (uint32_t)m,
@@ -127,7 +148,7 @@ xdc_err_t xdc_codec_encode_chunk(xdc_codec *c, const float *x, size_t n, size_t 
         size_t pe = codec_plane_elem(c->cfg.kind);
         const uint8_t *src = payload;
         if (pe) {
-            XDC_CHECK(c->ops->byte_shuffle(payload, raw_len, pe, c->planes));
+            XDC_CHECK(c->hops->byte_shuffle(payload, raw_len, pe, c->planes));
             src = c->planes;
         }
         size_t limit = (size_t)((double)raw_len / c->cfg.zstd_min_ratio);
@@ -219,7 +240,8 @@ static xdc_err_t hdr_parse(const xdc_codec *c, const uint8_t *in, size_t len, si
     return XDC_OK;
 }
 
-/* Undo the lossless stage into c->raw (or point at the input when it was sent raw and aligned). */
+/* Undo the lossless stage on the host into c->hraw (or point at the input when it was sent raw and
+ * aligned). */
 static xdc_err_t payload_restore(xdc_codec *c, const codec_hdr *h, const uint8_t *body, const uint8_t **payload,
                                  xdc_diag *diag)
 {
@@ -227,32 +249,34 @@ static xdc_err_t payload_restore(xdc_codec *c, const codec_hdr *h, const uint8_t
         if ((uintptr_t)body % 4 == 0) {
             *payload = body;
         } else {
-            memcpy(c->raw, body, h->raw_len);
-            *payload = c->raw;
+            memcpy(c->hraw, body, h->raw_len);
+            *payload = c->hraw;
         }
         return XDC_OK;
     }
     bool shuffled = h->flags & CODEC_FLAG_SHUFFLED;
-    uint8_t *dst = shuffled ? c->planes : c->raw;
+    uint8_t *dst = shuffled ? c->planes : c->hraw;
     size_t z = ZSTD_decompressDCtx(c->dctx, dst, h->raw_len, body, h->wire_len);
     if (ZSTD_isError(z) || z != h->raw_len)
         CORRUPT("chunk zstd payload: %s", ZSTD_isError(z) ? ZSTD_getErrorName(z) : "wrong decompressed length");
-    if (shuffled) XDC_CHECK(c->ops->byte_unshuffle(c->planes, h->raw_len, codec_plane_elem(h->codec), c->raw));
-    *payload = c->raw;
+    if (shuffled) XDC_CHECK(c->hops->byte_unshuffle(c->planes, h->raw_len, codec_plane_elem(h->codec), c->hraw));
+    *payload = c->hraw;
     return XDC_OK;
 }
 
+/* Wire values on the host side (scales, mins, fp32 and top-k values). */
 static xdc_err_t check_floats(const xdc_codec *c, const float *v, size_t m, const char *what, xdc_diag *diag)
 {
     size_t bad = 0;
-    XDC_CHECK(c->ops->count_out_of_range(v, m, CODEC_WIRE_MAX_ABS, &bad));
+    XDC_CHECK(c->hops->count_out_of_range(v, m, CODEC_WIRE_MAX_ABS, &bad));
     if (bad) CORRUPT("chunk carries %zu non-finite or oversized %s", bad, what);
     return XDC_OK;
 }
 
-/* Top-k: validates every index before touching out, then writes or adds the k values. */
-static xdc_err_t decode_topk(const xdc_codec *c, const codec_hdr *h, const uint8_t *payload, float *dst,
-                             xdc_codec_mode mode, xdc_diag *diag)
+/* Top-k: validates every index on the host before touching out, spreads the k values into a dense chunk
+ * (pinned host, zeros elsewhere), and writes or adds that on the device. */
+static xdc_err_t decode_topk(xdc_codec *c, const codec_hdr *h, const uint8_t *payload, float *dst, xdc_codec_mode mode,
+                             xdc_diag *diag)
 {
     const uint32_t *gap = (const uint32_t *)payload;
     const float *val = (const float *)(payload + 4 * (size_t)h->param);
@@ -263,13 +287,17 @@ static xdc_err_t decode_topk(const xdc_codec *c, const codec_hdr *h, const uint8
         pos += gap[i];
     }
     if (pos >= h->count) CORRUPT("top-k indices run past the chunk's %u elements", h->count);
-    if (mode == XDC_CODEC_WRITE) memset(dst, 0, (size_t)h->count * sizeof(float));
+    size_t bytes = (size_t)h->count * sizeof(float);
+    float *dense = (float *)c->planes; /* raw_cap >= 4 * chunk_elems */
+    memset(dense, 0, bytes);
     pos = 0;
     for (uint32_t i = 0; i < h->param; i++) {
         pos += gap[i];
-        dst[pos] += val[i];
+        dense[pos] = val[i];
     }
-    return XDC_OK;
+    if (mode == XDC_CODEC_WRITE) return c->dev->copy_h2d(dst, dense, bytes, NULL);
+    XDC_CHECK(c->dev->copy_h2d(c->decoded, dense, bytes, NULL));
+    return c->ops->accumulate(c->decoded, h->count, dst);
 }
 
 static xdc_err_t decode_one(xdc_codec *c, const uint8_t *in, size_t len, float *out, size_t n, xdc_codec_mode mode,
@@ -283,34 +311,48 @@ static xdc_err_t decode_one(xdc_codec *c, const uint8_t *in, size_t len, float *
     const uint8_t *payload = NULL;
     XDC_CHECK(payload_restore(c, &h, in + CODEC_HDR_BYTES, &payload, diag));
     const xdc_quant_ops *ops = c->ops;
+    const xdc_device_ops *dev = c->dev;
     float *slice = out + h.first;
     size_t m = h.count, nb = h.param ? (m + h.param - 1) / h.param : 0;
     bool add = mode == XDC_CODEC_ACCUMULATE;
+    /* Wire fields are checked on the host copy; the payload then crosses to the device (c->raw), where
+     * the dequantizers write or add into out. */
     switch ((xdc_codec_kind)h.codec) {
     case XDC_CODEC_NONE:
         XDC_CHECK(check_floats(c, (const float *)payload, m, "values", diag));
-        if (add) XDC_CHECK(ops->accumulate((const float *)payload, m, slice));
-        else memcpy(slice, payload, m * sizeof(float));
+        if (add) {
+            XDC_CHECK(dev->copy_h2d(c->raw, payload, m * sizeof(float), NULL));
+            XDC_CHECK(ops->accumulate((const float *)c->raw, m, slice));
+        } else {
+            XDC_CHECK(dev->copy_h2d(slice, payload, m * sizeof(float), NULL));
+        }
         break;
     case XDC_CODEC_BF16: { /* values are only known after conversion: check before adding */
         float *dst = add ? c->decoded : slice;
-        XDC_CHECK(ops->bf16_to_fp32((const uint16_t *)payload, m, dst));
-        XDC_CHECK(check_floats(c, dst, m, "values", diag));
+        size_t bad = 0;
+        XDC_CHECK(dev->copy_h2d(c->raw, payload, h.raw_len, NULL));
+        XDC_CHECK(ops->bf16_to_fp32((const uint16_t *)c->raw, m, dst));
+        XDC_CHECK(count_bad_on_device(c, dst, m, CODEC_WIRE_MAX_ABS, &bad));
+        if (bad) CORRUPT("chunk carries %zu non-finite or oversized values", bad);
         if (add) XDC_CHECK(ops->accumulate(dst, m, slice));
         break;
     }
     case XDC_CODEC_INT8: /* decoded |values| <= 127 * scale: checking the scales bounds them all */
         XDC_CHECK(check_floats(c, (const float *)payload, nb, "scales", diag));
+        XDC_CHECK(dev->copy_h2d(c->raw, payload, h.raw_len, NULL));
         XDC_CHECK(
-            ops->dequantize_int8((const int8_t *)(payload + 4 * nb), (const float *)payload, m, h.param, slice, add));
+            ops->dequantize_int8((const int8_t *)(c->raw + 4 * nb), (const float *)c->raw, m, h.param, slice, add));
         break;
     case XDC_CODEC_INT4:
         XDC_CHECK(check_floats(c, (const float *)payload, 2 * nb, "scales", diag));
-        XDC_CHECK(ops->dequantize_int4(payload + 8 * nb, (const float *)payload, (const float *)(payload + 4 * nb), m,
+        XDC_CHECK(dev->copy_h2d(c->raw, payload, h.raw_len, NULL));
+        XDC_CHECK(ops->dequantize_int4(c->raw + 8 * nb, (const float *)c->raw, (const float *)(c->raw + 4 * nb), m,
                                        h.param, slice, add));
         break;
     case XDC_CODEC_TOPK: XDC_CHECK(decode_topk(c, &h, payload, slice, mode, diag)); break;
     }
+    /* The host staging (hraw, planes) and the caller's wire bytes may be reused once this returns. */
+    XDC_CHECK(dev->stream_sync(NULL));
     c->stats.chunks_decoded++;
     *consumed = CODEC_HDR_BYTES + h.wire_len;
     if (first) *first = h.first;

@@ -218,35 +218,41 @@ xdc_err_t xdc_codec_create(const xdc_codec_cfg *cfg, xdc_codec **out, xdc_diag *
     XDC_REQUIRE(cfg && out, XDC_ERR_INVALID);
     *out = NULL;
     XDC_CHECK(check_cfg(cfg, diag));
+    const xdc_kern_backend *be = cfg->backend, *cpu = NULL;
+    XDC_CHECK(xdc_kern_backend_get(XDC_BACKEND_CPU, &cpu, diag));
+    if (!be) be = cpu;
     xdc_codec *c = xdc_calloc(1, sizeof *c);
     if (!c) goto nomem;
     c->cfg = *cfg;
-    c->ops = &xdc_quant_cpu_ops;
+    c->cfg.backend = be;
+    c->ops = be->quant;
+    c->hops = cpu->quant;
+    c->dev = be->device;
+    const xdc_device_ops *dev = c->dev;
     size_t ce = cfg->chunk_elems;
     /* Largest raw payload any codec can send for one chunk (the decoder accepts every codec):
      * fp32 (4 B/elem) dominates int8 (1 + 4/16), int4 (1/2 + 8/16 + 1) and top-k (8 k <= 4 count). */
     c->raw_cap = 4 * ce + 16;
-    c->raw = xdc_aligned_alloc(64, c->raw_cap);
-    c->planes = xdc_aligned_alloc(64, c->raw_cap);
-    c->decoded = xdc_aligned_alloc(64, ce * sizeof(float));
-    if (!c->raw || !c->planes || !c->decoded) goto nomem;
+    if (dev->mem_alloc((void **)&c->raw, c->raw_cap) != XDC_OK ||
+        dev->host_alloc((void **)&c->hraw, c->raw_cap) != XDC_OK ||
+        dev->host_alloc((void **)&c->planes, c->raw_cap) != XDC_OK ||
+        dev->mem_alloc((void **)&c->decoded, ce * sizeof(float)) != XDC_OK ||
+        dev->mem_alloc((void **)&c->count, sizeof(size_t)) != XDC_OK ||
+        dev->host_alloc((void **)&c->hcount, sizeof(size_t)) != XDC_OK)
+        goto nomem;
     if (cfg->kind == XDC_CODEC_TOPK) {
         size_t k = codec_topk_k(cfg->topk_fraction, ce);
-        c->topk_scratch = xdc_aligned_alloc(64, c->ops->topk_scratch_bytes(ce, k));
-        if (!c->topk_scratch) goto nomem;
+        if (dev->mem_alloc(&c->topk_scratch, c->ops->topk_scratch_bytes(ce, k)) != XDC_OK) goto nomem;
     }
-    if (cfg->error_feedback && cfg->kind != XDC_CODEC_NONE) {
-        c->residual = xdc_aligned_alloc(64, cfg->n_elems * sizeof(float));
-        if (!c->residual) goto nomem;
-        memset(c->residual, 0, cfg->n_elems * sizeof(float));
-    }
+    if (cfg->error_feedback && cfg->kind != XDC_CODEC_NONE) /* zero-filled by mem_alloc */
+        if (dev->mem_alloc((void **)&c->residual, cfg->n_elems * sizeof(float)) != XDC_OK) goto nomem;
     c->cctx = ZSTD_createCCtx();
     c->dctx = ZSTD_createDCtx();
     if (!c->cctx || !c->dctx) goto nomem;
     *out = c;
     return XDC_OK;
 nomem:
-    xdc_diag_set(diag, "codec context for %zu elements: out of memory", cfg->n_elems);
+    xdc_diag_set(diag, "codec context for %zu elements on %s: out of memory", cfg->n_elems, be->name);
     xdc_codec_destroy(c);
     return XDC_ERR_NOMEM;
 }
@@ -254,13 +260,19 @@ nomem:
 void xdc_codec_destroy(xdc_codec *c)
 {
     if (!c) return;
+    const xdc_device_ops *dev = c->dev;
     ZSTD_freeCCtx(c->cctx);
     ZSTD_freeDCtx(c->dctx);
-    xdc_free(c->residual);
-    xdc_free(c->topk_scratch);
-    xdc_free(c->decoded);
-    xdc_free(c->planes);
-    xdc_free(c->raw);
+    if (dev) {
+        dev->mem_free(c->residual);
+        dev->mem_free(c->topk_scratch);
+        dev->host_free(c->hcount);
+        dev->mem_free(c->count);
+        dev->mem_free(c->decoded);
+        dev->host_free(c->planes);
+        dev->host_free(c->hraw);
+        dev->mem_free(c->raw);
+    }
     xdc_free(c);
 }
 
@@ -288,9 +300,9 @@ xdc_err_t xdc_codec_set_residual(xdc_codec *c, const float *r, size_t n)
 {
     XDC_REQUIRE(c && n == c->cfg.n_elems, XDC_ERR_INVALID);
     if (!c->residual) return r ? XDC_ERR_INVALID : XDC_OK; /* no EF: only "zero it" makes sense */
-    if (r) memcpy(c->residual, r, n * sizeof(float));
-    else memset(c->residual, 0, n * sizeof(float));
-    return XDC_OK;
+    if (r) XDC_CHECK(c->dev->copy_d2d(c->residual, r, n * sizeof(float), NULL));
+    else XDC_CHECK(c->dev->memset(c->residual, 0, n * sizeof(float), NULL));
+    return c->dev->stream_sync(NULL); /* `r` may be freed or rewritten once this returns */
 }
 
 xdc_err_t xdc_codec_set_zstd_level(xdc_codec *c, int level)

@@ -4,6 +4,7 @@
 #define XDC_CODEC_PRIVATE_H
 
 #include "compression/xdc_codec.h"
+#include "kernels/xdc_device.h"
 #include "kernels/xdc_quant.h"
 
 #include <zstd.h>
@@ -29,15 +30,26 @@ typedef struct codec_hdr {
     uint64_t first, check;
 } codec_hdr;
 
+/* Where each buffer lives: the lossy stage (quantizers, top-k selection, dequantizers, the range checks of
+ * the input) runs on the backend's device memory through its quant table on the calling thread's current
+ * stream; only the compressed payload crosses to the host (copy_d2h into pinned memory, or back with
+ * copy_h2d), where the byte planes and zstd run through the CPU quant table. With the CPU backend both
+ * sides are host memory and the copies are memcpy. */
 struct xdc_codec {
     xdc_codec_cfg cfg;
-    const xdc_quant_ops *ops; /* CPU table: all buffers below are host memory */
-    float *residual;          /* (n_elems) fp32, error feedback; NULL when EF is off or kind is none */
-    uint8_t *raw;             /* (raw_cap) bytes: lossy payload of one chunk before the lossless stage */
-    uint8_t *planes;          /* (raw_cap) bytes: byte planes of `raw`, zstd input / output */
-    float *decoded;           /* (chunk_elems) fp32: bf16 values checked here before they are added */
-    void *topk_scratch;       /* (topk_scratch_bytes) for topk_select */
-    size_t raw_cap;           /* bytes of raw and planes: the largest raw payload of any codec */
+    const xdc_quant_ops *ops;  /* the backend's quant table: device buffers */
+    const xdc_quant_ops *hops; /* the CPU table: byte planes and wire checks on the pinned host copies */
+    const xdc_device_ops *dev; /* the backend's device table: memory, copies, stream waits */
+    float *residual;           /* device (n_elems) fp32, error feedback; NULL when EF is off or kind is none */
+    uint8_t *raw;              /* device (raw_cap) bytes: lossy payload of one chunk (encoder output, decoder input) */
+    uint8_t *hraw;             /* pinned host (raw_cap) bytes: the same payload on the host side */
+    uint8_t *planes;           /* pinned host (raw_cap) bytes: byte planes of `hraw`, zstd input / output; the
+                                 * dense values of a top-k chunk on decode */
+    float *decoded;            /* device (chunk_elems) fp32: bf16 values checked here before they are added */
+    void *topk_scratch;        /* device (topk_scratch_bytes) for topk_select */
+    size_t *count;             /* device: count_out_of_range's result */
+    size_t *hcount;            /* pinned host: its copy */
+    size_t raw_cap;            /* bytes of raw, hraw and planes: the largest raw payload of any codec */
     ZSTD_CCtx *cctx;
     ZSTD_DCtx *dctx;
     xdc_codec_stats stats;

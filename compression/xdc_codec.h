@@ -13,6 +13,7 @@
 #define XDC_CODEC_H
 
 #include "common/xdc_err.h"
+#include "kernels/xdc_kernels.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -69,6 +70,12 @@ typedef struct xdc_codec_cfg {
     float zstd_min_ratio; /* keep a chunk's zstd output only if raw/compressed >= this (e.g. 1.05) */
     size_t chunk_elems;   /* fp32 elements per chunk (1..2^28); the pipelining unit */
     bool error_feedback;  /* keep residual = input - decoded and add it to the next input */
+    /* The backend whose device holds the fp32 side (NULL: the CPU backend): encode reads device memory,
+     * decode writes or accumulates into device memory, the residual and the scratch of the lossy stage
+     * are device memory; the wire side (encode's output, decode's input) is host memory, ideally pinned
+     * (its device table's host_alloc). Work is queued on the calling thread's current stream, and every
+     * call has synchronized it when it returns. */
+    const xdc_kern_backend *backend;
 } xdc_codec_cfg;
 
 /* int8 with 128-value blocks, zstd level 1 where it pays, 128 Ki elements (512 KiB fp32) per chunk, EF on.
@@ -135,10 +142,11 @@ xdc_err_t xdc_codec_decode_chunk(xdc_codec *c, const uint8_t *in, size_t len, fl
 xdc_err_t xdc_codec_decode(xdc_codec *c, const uint8_t *in, size_t len, float *out, size_t n, xdc_codec_mode mode,
                            xdc_diag *diag);
 
-/* The residual (n_elems fp32) for checkpoints; stays owned by the context. NULL when error_feedback is
- * off or the kind is none (exact: nothing to feed back). */
+/* The residual (n_elems fp32, device memory of the context's backend) for checkpoints; stays owned by the
+ * context. NULL when error_feedback is off or the kind is none (exact: nothing to feed back). */
 const float *xdc_codec_residual(const xdc_codec *c);
-/* Replace the residual (n == n_elems) from a checkpoint, or zero it (r == NULL). */
+/* Replace the residual (n == n_elems, device memory of the same backend) from a checkpoint or another
+ * context, or zero it (r == NULL). */
 xdc_err_t xdc_codec_set_residual(xdc_codec *c, const float *r, size_t n);
 /* Change the zstd level mid-run (the link was re-measured); 0 turns the stage off. */
 xdc_err_t xdc_codec_set_zstd_level(xdc_codec *c, int level);

@@ -6,8 +6,10 @@
 
 xdc_err_t xdc_gpt_stage_grad_sumsq(xdc_gpt_stage *s, double *acc)
 {
-    XDC_CHECK(s->ops->sync());
-    return s->ops->sumsq(s->grad_arena, s->num_params, acc);
+    xdc_stream *prev = gpt_enter(s);
+    xdc_err_t rc = s->ops->sumsq(s->grad_arena, s->num_params, acc); /* synchronous */
+    gpt_leave(s, prev);
+    return rc;
 }
 
 float xdc_gpt_clip_scale(double sumsq, float max_norm)
@@ -20,6 +22,7 @@ float xdc_gpt_clip_scale(double sumsq, float max_norm)
 xdc_err_t xdc_gpt_stage_optimizer_step(xdc_gpt_stage *s, float lr, float grad_scale)
 {
     const xdc_adamw_config *a = &s->cfg.adamw;
+    xdc_stream *prev = gpt_enter(s);
     s->adam_t++;
     for (int i = 0; i < s->n_tensors; i++) {
         const gpt_tensor *t = &s->tensors[i];
@@ -27,7 +30,9 @@ xdc_err_t xdc_gpt_stage_optimizer_step(xdc_gpt_stage *s, float lr, float grad_sc
                       s->v_arena + t->offset, t->count, lr, a->beta1, a->beta2, a->eps,
                       t->decay ? a->weight_decay : 0.0f, grad_scale, (int)s->adam_t);
     }
-    return s->ops->sync();
+    xdc_err_t rc = s->dev->stream_sync(NULL);
+    gpt_leave(s, prev);
+    return rc;
 }
 
 float xdc_lr_at(const xdc_lr_schedule *sch, int step)

@@ -7,6 +7,10 @@ static xdc_err_t check_slot(const xdc_gpt_stage *s, int slot)
     return slot >= 0 && slot < s->cfg.max_inflight ? XDC_OK : XDC_ERR_INVALID;
 }
 
+/* Zero device memory on the current (the stage's) stream; an error is sticky on the stream and comes back
+ * from the call's last stream_sync. */
+static void zero(const xdc_gpt_stage *s, void *p, size_t bytes) { (void)s->dev->memset(p, 0, bytes, NULL); }
+
 /* One block: x (N,C) -> a->res3 (N,C). */
 static void block_forward(const xdc_gpt_stage *s, const gpt_layer_params *p, gpt_layer_acts *a, const float *x)
 {
@@ -35,57 +39,57 @@ static void block_backward(const xdc_gpt_stage *s, const gpt_layer_params *p, gp
     const gpt_scratch *sc = &s->scratch;
     int B = s->cfg.batch, T = s->cfg.seq_len, N = B * T, C = s->cfg.model.n_embd, NH = s->cfg.model.n_head;
     size_t NC = (size_t)N * C, f = sizeof(float);
-    o->zero(sc->dfch_gelu, NC * 4 * f);
+    zero(s, sc->dfch_gelu, NC * 4 * f);
     o->matmul_backward(sc->dfch_gelu, g->fcprojw, g->fcprojb, sc->dres, a->fch_gelu, p->fcprojw, N, 4 * C, C);
-    o->zero(sc->dfch, NC * 4 * f);
+    zero(s, sc->dfch, NC * 4 * f);
     o->gelu_backward(sc->dfch, a->fch, sc->dfch_gelu, NC * 4);
-    o->zero(sc->dln, NC * f);
+    zero(s, sc->dln, NC * f);
     o->matmul_backward(sc->dln, g->fcw, g->fcb, sc->dfch, a->ln2, p->fcw, N, C, 4 * C);
     o->layernorm_backward(sc->dres, g->ln2w, g->ln2b, sc->dln, a->res2, p->ln2w, a->ln2_mean, a->ln2_rstd, N, C);
-    o->zero(sc->datty, NC * f);
+    zero(s, sc->datty, NC * f);
     o->matmul_backward(sc->datty, g->attprojw, g->attprojb, sc->dres, a->atty, p->attprojw, N, C, C);
-    o->zero(sc->dqkv, NC * 3 * f);
+    zero(s, sc->dqkv, NC * 3 * f);
     o->attention_backward(sc->dqkv, sc->datt, sc->datty, a->qkv, a->att, B, T, C, NH);
-    o->zero(sc->dln, NC * f);
+    zero(s, sc->dln, NC * f);
     o->matmul_backward(sc->dln, g->qkvw, g->qkvb, sc->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
     o->layernorm_backward(sc->dres, g->ln1w, g->ln1b, sc->dln, x, p->ln1w, a->ln1_mean, a->ln1_rstd, N, C);
 }
 
 static const float *block_input(const gpt_slot *sl, int l) { return l == 0 ? sl->x_in : sl->layers[l - 1].res3; }
 
-xdc_err_t xdc_gpt_stage_forward(xdc_gpt_stage *s, int slot, const int32_t *tokens, const float *x_in,
-                                const int32_t *targets, const float **y_out, float *loss)
+static xdc_err_t forward(xdc_gpt_stage *s, int slot, const int32_t *tokens, const float *x_in, const int32_t *targets,
+                         const float **y_out, float *loss)
 {
-    XDC_CHECK(check_slot(s, slot));
     const xdc_model_ops *o = s->ops;
+    const xdc_device_ops *dev = s->dev;
     gpt_slot *sl = &s->slots[slot];
     int B = s->cfg.batch, T = s->cfg.seq_len, N = B * T, C = s->cfg.model.n_embd, V = s->cfg.model.vocab_size;
     if (s->first) {
         XDC_REQUIRE(tokens != NULL, XDC_ERR_INVALID);
         for (int i = 0; i < N; i++) XDC_REQUIRE(tokens[i] >= 0 && tokens[i] < V, XDC_ERR_RANGE);
-        XDC_CHECK(o->upload(sl->tokens, tokens, (size_t)N * sizeof(int32_t)));
+        XDC_CHECK(dev->copy_h2d(sl->tokens, tokens, (size_t)N * sizeof(int32_t), NULL));
         o->encoder_forward(sl->x_in, sl->tokens, s->params.wte, s->params.wpe, B, T, C);
     } else {
         XDC_REQUIRE(x_in != NULL, XDC_ERR_INVALID);
-        o->copy(sl->x_in, x_in, (size_t)N * C * sizeof(float));
+        XDC_CHECK(dev->copy_d2d(sl->x_in, x_in, (size_t)N * C * sizeof(float), NULL));
     }
     for (int l = 0; l < s->nl; l++) block_forward(s, &s->params.layers[l], &sl->layers[l], block_input(sl, l));
     const float *y = block_input(sl, s->nl);
     if (s->last) {
         XDC_REQUIRE(targets != NULL && loss != NULL, XDC_ERR_INVALID);
         for (int i = 0; i < N; i++) XDC_REQUIRE(targets[i] >= 0 && targets[i] < V, XDC_ERR_RANGE);
-        XDC_CHECK(o->upload(sl->targets, targets, (size_t)N * sizeof(int32_t)));
+        XDC_CHECK(dev->copy_h2d(sl->targets, targets, (size_t)N * sizeof(int32_t), NULL));
         o->layernorm_forward(sl->lnf, sl->lnf_mean, sl->lnf_rstd, y, s->params.lnfw, s->params.lnfb, N, C);
         o->matmul_forward(s->scratch.logits, sl->lnf, s->params.lm_head, NULL, N, C, V);
         o->crossentropy_forward(sl->losses, sl->probs, s->scratch.logits, sl->targets, N, V);
         /* the mean in a fixed order on the host, so it does not depend on the backend's reduction */
-        XDC_CHECK(o->sync());
-        float *h = s->host_stage; /* (num_params) host staging, used in chunks */
+        float *h = s->host_stage; /* (num_params) pinned host staging, used in chunks */
         int chunk = s->num_params < 4096 ? (int)s->num_params : 4096;
         double sum = 0.0;
         for (int i0 = 0; i0 < N; i0 += chunk) {
             int n = N - i0 < chunk ? N - i0 : chunk;
-            XDC_CHECK(o->download(h, sl->losses + i0, (size_t)n * sizeof(float)));
+            XDC_CHECK(dev->copy_d2h(h, sl->losses + i0, (size_t)n * sizeof(float), NULL));
+            XDC_CHECK(dev->stream_sync(NULL));
             for (int i = 0; i < n; i++) sum += h[i];
         }
         *loss = (float)(sum / N);
@@ -97,6 +101,18 @@ xdc_err_t xdc_gpt_stage_forward(xdc_gpt_stage *s, int slot, const int32_t *token
     return XDC_OK;
 }
 
+xdc_err_t xdc_gpt_stage_forward(xdc_gpt_stage *s, int slot, const int32_t *tokens, const float *x_in,
+                                const int32_t *targets, const float **y_out, float *loss)
+{
+    XDC_CHECK(check_slot(s, slot));
+    xdc_stream *prev = gpt_enter(s);
+    xdc_err_t rc = forward(s, slot, tokens, x_in, targets, y_out, loss);
+    /* tokens and targets are the caller's host memory: their copies must have run when this returns */
+    xdc_err_t rc2 = s->dev->stream_sync(NULL);
+    gpt_leave(s, prev);
+    return rc != XDC_OK ? rc : rc2;
+}
+
 void xdc_gpt_stage_arm_grad_ready(xdc_gpt_stage *s, xdc_gpt_grad_ready_fn fn, void *ctx)
 {
     s->ready_fn = fn;
@@ -104,36 +120,35 @@ void xdc_gpt_stage_arm_grad_ready(xdc_gpt_stage *s, xdc_gpt_grad_ready_fn fn, vo
 }
 
 /* Tell an armed listener that gradients from `first` (a tensor of the gradient arena) onwards are final.
- * The backend's queue is drained first, so the host may read them. */
+ * The kernels that produce them are queued on the stage's stream, which is current during the call: the
+ * listener records its event there (xdc_sync_mark_ready), and whoever reads the gradients waits for that
+ * event. The host does not wait for the kernels here. */
 static xdc_err_t grads_ready_from(xdc_gpt_stage *s, const float *first)
 {
     if (!s->ready_fn) return XDC_OK;
-    XDC_CHECK(s->ops->sync());
+    XDC_CHECK(s->dev->stream_error(NULL, NULL));
     s->ready_fn(s->ready_ctx, (size_t)(first - s->grad_arena));
     return XDC_OK;
 }
 
-xdc_err_t xdc_gpt_stage_backward(xdc_gpt_stage *s, int slot, const float *dy, float loss_scale, const float **dx_out)
+static xdc_err_t backward(xdc_gpt_stage *s, gpt_slot *sl, const float *dy, float loss_scale, const float **dx_out)
 {
-    XDC_CHECK(check_slot(s, slot));
-    gpt_slot *sl = &s->slots[slot];
-    XDC_REQUIRE(sl->forwarded, XDC_ERR_INVALID);
     const xdc_model_ops *o = s->ops;
     const gpt_scratch *sc = &s->scratch;
     int B = s->cfg.batch, T = s->cfg.seq_len, N = B * T, C = s->cfg.model.n_embd, V = s->cfg.model.vocab_size;
     size_t NC = (size_t)N * C, f = sizeof(float);
     if (s->last) {
-        o->zero(sc->logits, (size_t)N * V * f);
+        zero(s, sc->logits, (size_t)N * V * f);
         o->crossentropy_backward(sc->logits, sl->probs, sl->targets, loss_scale / (float)N, N, V);
-        o->zero(sc->dln, NC * f);
+        zero(s, sc->dln, NC * f);
         o->matmul_backward(sc->dln, s->grads.lm_head, NULL, sc->logits, sl->lnf, s->params.lm_head, N, C, V);
-        o->zero(sc->dres, NC * f);
+        zero(s, sc->dres, NC * f);
         o->layernorm_backward(sc->dres, s->grads.lnfw, s->grads.lnfb, sc->dln, block_input(sl, s->nl), s->params.lnfw,
                               sl->lnf_mean, sl->lnf_rstd, N, C);
         XDC_CHECK(grads_ready_from(s, s->grads.lnfw));
     } else {
         XDC_REQUIRE(dy != NULL, XDC_ERR_INVALID);
-        o->copy(sc->dres, dy, NC * f);
+        XDC_CHECK(s->dev->copy_d2d(sc->dres, dy, NC * f, NULL));
     }
     for (int l = s->nl - 1; l >= 0; l--) {
         block_backward(s, &s->params.layers[l], &s->grads.layers[l], &sl->layers[l], block_input(sl, l));
@@ -147,6 +162,18 @@ xdc_err_t xdc_gpt_stage_backward(xdc_gpt_stage *s, int slot, const float *dy, fl
     }
     sl->forwarded = false; /* the slot is free for the next microbatch */
     s->slots_in_use--;
+    return XDC_OK;
+}
+
+xdc_err_t xdc_gpt_stage_backward(xdc_gpt_stage *s, int slot, const float *dy, float loss_scale, const float **dx_out)
+{
+    XDC_CHECK(check_slot(s, slot));
+    gpt_slot *sl = &s->slots[slot];
+    XDC_REQUIRE(sl->forwarded, XDC_ERR_INVALID);
+    xdc_stream *prev = gpt_enter(s);
+    xdc_err_t rc = backward(s, sl, dy, loss_scale, dx_out);
     s->ready_fn = NULL; /* armed for one backward */
-    return o->sync();
+    xdc_err_t rc2 = s->dev->stream_sync(NULL);
+    gpt_leave(s, prev);
+    return rc != XDC_OK ? rc : rc2;
 }

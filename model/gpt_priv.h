@@ -5,6 +5,7 @@
 #define XDC_GPT_INTERNAL_H
 
 #include "model/xdc_gpt.h"
+#include "kernels/xdc_device.h"
 #include "kernels/xdc_model_ops.h"
 
 #define GPT_LAYER_TENSORS 12
@@ -91,7 +92,10 @@ typedef struct gpt_scratch {
 } gpt_scratch;
 
 struct xdc_gpt_stage {
-    const xdc_model_ops *ops;
+    const xdc_kern_backend *be;
+    const xdc_model_ops *ops;  /* be->model: the layers, queued on the current stream */
+    const xdc_device_ops *dev; /* be->device: every allocation, copy, zeroing and wait */
+    xdc_stream *stream;        /* the stage's compute stream: current while a stage call runs */
     xdc_gpt_stage_config cfg;
     int nl; /* layers owned */
     bool first, last;
@@ -100,7 +104,7 @@ struct xdc_gpt_stage {
     float *grad_arena;  /* (num_params) backend */
     float *m_arena;     /* (num_params) backend: AdamW first moment */
     float *v_arena;     /* (num_params) backend: AdamW second moment */
-    float *host_stage;  /* (num_params) host staging for init, hashing and state transfer */
+    float *host_stage;  /* (num_params) pinned host staging for init, hashing, the loss and state transfer */
     gpt_params params, grads;
     gpt_tensor *tensors; /* (n_tensors) */
     int n_tensors;
@@ -114,5 +118,16 @@ struct xdc_gpt_stage {
     xdc_gpt_grad_ready_fn ready_fn;
     void *ready_ctx;
 };
+
+/* Every public stage call runs its ops on the stage's stream: gpt_enter makes it the calling thread's
+ * current stream and returns the caller's, which gpt_leave restores. */
+static inline xdc_stream *gpt_enter(const xdc_gpt_stage *s)
+{
+    xdc_stream *prev = NULL;
+    if (s->dev->get_stream(&prev) != XDC_OK) prev = NULL; /* NULL restores the main stream */
+    (void)s->dev->set_stream(s->stream);
+    return prev;
+}
+static inline void gpt_leave(const xdc_gpt_stage *s, xdc_stream *prev) { (void)s->dev->set_stream(prev); }
 
 #endif /* XDC_GPT_INTERNAL_H */

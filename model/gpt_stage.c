@@ -160,17 +160,38 @@ static xdc_err_t init_params(xdc_gpt_stage *s)
             for (size_t k = 0; k < t->count; k++) h[k] = t->init_value;
         }
     }
-    return s->ops->upload(s->param_arena, s->host_stage, s->num_params * sizeof(float));
+    XDC_CHECK(s->dev->copy_h2d(s->param_arena, s->host_stage, s->num_params * sizeof(float), s->stream));
+    return s->dev->stream_sync(s->stream);
+}
+
+/* The backend whose model table is `ops` (stages are created from the model table; the device table of
+ * the same backend holds their memory and streams). */
+static const xdc_kern_backend *backend_of(const xdc_model_ops *ops)
+{
+    static const xdc_backend_kind kinds[] = {XDC_BACKEND_CPU, XDC_BACKEND_CPU_STRICT, XDC_BACKEND_CUDA};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        const xdc_kern_backend *be = NULL;
+        if (xdc_kern_backend_get(kinds[i], &be, NULL) == XDC_OK && be->model == ops) return be;
+    }
+    return NULL;
 }
 
 xdc_err_t xdc_gpt_stage_create(const xdc_model_ops *ops, const xdc_gpt_stage_config *cfg, xdc_gpt_stage **out,
                                xdc_diag *diag)
 {
     XDC_CHECK(check_config(cfg, diag));
+    const xdc_kern_backend *be = backend_of(ops);
+    if (!be) {
+        xdc_diag_set(diag, "gpt stage: model table %s belongs to no available backend", ops ? ops->name : "(null)");
+        return XDC_ERR_INVALID;
+    }
     xdc_err_t rc = XDC_ERR_NOMEM;
     xdc_gpt_stage *s = xdc_calloc(1, sizeof *s);
     if (!s) return XDC_ERR_NOMEM;
+    s->be = be;
     s->ops = ops;
+    s->dev = be->device;
+    const xdc_device_ops *dev = s->dev;
     s->cfg = *cfg;
     s->nl = cfg->layer_end - cfg->layer_begin;
     s->first = cfg->layer_begin == 0;
@@ -184,14 +205,15 @@ xdc_err_t xdc_gpt_stage_create(const xdc_model_ops *ops, const xdc_gpt_stage_con
     s->params.layers = xdc_calloc((size_t)s->nl, sizeof(gpt_layer_params));
     s->grads.layers = xdc_calloc((size_t)s->nl, sizeof(gpt_layer_params));
     s->slots = xdc_calloc((size_t)cfg->max_inflight, sizeof *s->slots);
-    s->host_stage = xdc_malloc(s->num_params * sizeof(float));
-    if (!s->tensors || !s->params.layers || !s->grads.layers || !s->slots || !s->host_stage) goto fail;
+    if (!s->tensors || !s->params.layers || !s->grads.layers || !s->slots) goto fail;
 
     size_t pbytes = s->num_params * sizeof(float);
-    XDC_CHECK_GOTO(ops->alloc((void **)&s->param_arena, pbytes), rc, fail);
-    XDC_CHECK_GOTO(ops->alloc((void **)&s->grad_arena, pbytes), rc, fail);
-    XDC_CHECK_GOTO(ops->alloc((void **)&s->m_arena, pbytes), rc, fail);
-    XDC_CHECK_GOTO(ops->alloc((void **)&s->v_arena, pbytes), rc, fail);
+    XDC_CHECK_GOTO(dev->stream_create(&s->stream), rc, fail);
+    XDC_CHECK_GOTO(dev->host_alloc((void **)&s->host_stage, pbytes), rc, fail);
+    XDC_CHECK_GOTO(dev->mem_alloc((void **)&s->param_arena, pbytes), rc, fail);
+    XDC_CHECK_GOTO(dev->mem_alloc((void **)&s->grad_arena, pbytes), rc, fail);
+    XDC_CHECK_GOTO(dev->mem_alloc((void **)&s->m_arena, pbytes), rc, fail);
+    XDC_CHECK_GOTO(dev->mem_alloc((void **)&s->v_arena, pbytes), rc, fail);
     param_walk wp = {.base = s->param_arena, .tensors = s->tensors};
     walk_params(cfg, &wp, &s->params);
     param_walk wg = {.base = s->grad_arena};
@@ -204,14 +226,14 @@ xdc_err_t xdc_gpt_stage_create(const xdc_model_ops *ops, const xdc_gpt_stage_con
         bump b = {0};
         layout_slot(s, &b, sl);
         s->slot_bytes = b.off;
-        XDC_CHECK_GOTO(ops->alloc(&sl->arena, b.off), rc, fail);
+        XDC_CHECK_GOTO(dev->mem_alloc(&sl->arena, b.off), rc, fail);
         b = (bump){.base = sl->arena};
         layout_slot(s, &b, sl);
     }
     bump b = {0};
     layout_scratch(s, &b, &s->scratch);
     s->scratch_bytes = b.off;
-    XDC_CHECK_GOTO(ops->alloc(&s->scratch.arena, b.off), rc, fail);
+    XDC_CHECK_GOTO(dev->mem_alloc(&s->scratch.arena, b.off), rc, fail);
     b = (bump){.base = s->scratch.arena};
     layout_scratch(s, &b, &s->scratch);
 
@@ -228,21 +250,24 @@ fail:
 void xdc_gpt_stage_destroy(xdc_gpt_stage *s)
 {
     if (!s) return;
+    const xdc_device_ops *dev = s->dev;
+    if (s->stream) (void)dev->stream_sync(s->stream); /* nothing queued may still use the memory */
     if (s->slots)
         for (int i = 0; i < s->cfg.max_inflight; i++) {
-            s->ops->free(s->slots[i].arena);
+            dev->mem_free(s->slots[i].arena);
             xdc_free(s->slots[i].layers);
         }
-    s->ops->free(s->scratch.arena);
-    s->ops->free(s->param_arena);
-    s->ops->free(s->grad_arena);
-    s->ops->free(s->m_arena);
-    s->ops->free(s->v_arena);
+    dev->mem_free(s->scratch.arena);
+    dev->mem_free(s->param_arena);
+    dev->mem_free(s->grad_arena);
+    dev->mem_free(s->m_arena);
+    dev->mem_free(s->v_arena);
+    dev->host_free(s->host_stage);
+    dev->stream_destroy(s->stream);
     xdc_free(s->slots);
     xdc_free(s->tensors);
     xdc_free(s->params.layers);
     xdc_free(s->grads.layers);
-    xdc_free(s->host_stage);
     xdc_free(s);
 }
 
@@ -260,15 +285,21 @@ size_t xdc_gpt_stage_num_params(const xdc_gpt_stage *s) { return s->num_params; 
 float *xdc_gpt_stage_params(xdc_gpt_stage *s) { return s->param_arena; }
 float *xdc_gpt_stage_grads(xdc_gpt_stage *s) { return s->grad_arena; }
 
-void xdc_gpt_stage_zero_grad(xdc_gpt_stage *s) { s->ops->zero(s->grad_arena, s->num_params * sizeof(float)); }
+xdc_stream *xdc_gpt_stage_stream(const xdc_gpt_stage *s) { return s->stream; }
+const xdc_kern_backend *xdc_gpt_stage_backend(const xdc_gpt_stage *s) { return s->be; }
+
+void xdc_gpt_stage_zero_grad(xdc_gpt_stage *s)
+{
+    (void)s->dev->memset(s->grad_arena, 0, s->num_params * sizeof(float), s->stream); /* sticky on error */
+}
 
 xdc_err_t xdc_gpt_stage_state_get(xdc_gpt_stage *s, float *params, float *m, float *v, int64_t *adam_t)
 {
     size_t bytes = s->num_params * sizeof(float);
-    XDC_CHECK(s->ops->sync());
-    XDC_CHECK(s->ops->download(params, s->param_arena, bytes));
-    XDC_CHECK(s->ops->download(m, s->m_arena, bytes));
-    XDC_CHECK(s->ops->download(v, s->v_arena, bytes));
+    XDC_CHECK(s->dev->copy_d2h(params, s->param_arena, bytes, s->stream));
+    XDC_CHECK(s->dev->copy_d2h(m, s->m_arena, bytes, s->stream));
+    XDC_CHECK(s->dev->copy_d2h(v, s->v_arena, bytes, s->stream));
+    XDC_CHECK(s->dev->stream_sync(s->stream));
     *adam_t = s->adam_t;
     return XDC_OK;
 }
@@ -277,17 +308,18 @@ xdc_err_t xdc_gpt_stage_state_set(xdc_gpt_stage *s, const float *params, const f
 {
     size_t bytes = s->num_params * sizeof(float);
     XDC_REQUIRE(adam_t >= 0, XDC_ERR_INVALID);
-    XDC_CHECK(s->ops->upload(s->param_arena, params, bytes));
-    XDC_CHECK(s->ops->upload(s->m_arena, m, bytes));
-    XDC_CHECK(s->ops->upload(s->v_arena, v, bytes));
+    XDC_CHECK(s->dev->copy_h2d(s->param_arena, params, bytes, s->stream));
+    XDC_CHECK(s->dev->copy_h2d(s->m_arena, m, bytes, s->stream));
+    XDC_CHECK(s->dev->copy_h2d(s->v_arena, v, bytes, s->stream));
+    XDC_CHECK(s->dev->stream_sync(s->stream)); /* the host buffers may change once this returns */
     s->adam_t = adam_t;
     return XDC_OK;
 }
 
 xdc_err_t xdc_gpt_stage_hash_update(xdc_gpt_stage *s, xdc_hash_state *h)
 {
-    XDC_CHECK(s->ops->sync());
-    XDC_CHECK(s->ops->download(s->host_stage, s->param_arena, s->num_params * sizeof(float)));
+    XDC_CHECK(s->dev->copy_d2h(s->host_stage, s->param_arena, s->num_params * sizeof(float), s->stream));
+    XDC_CHECK(s->dev->stream_sync(s->stream));
     xdc_hash64_update(h, s->host_stage, s->num_params * sizeof(float));
     return XDC_OK;
 }

@@ -25,11 +25,20 @@
  * slots and microbatch mb uses slot mb % slots (xdc_gpt_stage_slot_of): in 1F1B order the slot's previous
  * microbatch, mb − slots, has finished its backward before mb's forward. Backward accumulates parameter gradients (+=) until zero_grad, so gradient accumulation over
  * microbatches is free. Pointers returned by forward/backward are backend memory (host on CPU, device on
- * CUDA). */
+ * CUDA).
+ *
+ * Memory and streams: every arena lives in the backend's device memory (xdc_device_ops.mem_alloc), host
+ * staging in its pinned host memory, and every upload, download, copy and zeroing goes through the
+ * device table. The stage owns a compute stream (xdc_gpt_stage_stream); each call below makes it the
+ * calling thread's current stream while its ops are queued and restores the caller's afterwards.
+ * forward, backward and optimizer_step return once their work ran (they synchronize the stream), so
+ * pointers they hand out may be read by the next stage's work on any stream; the gradient-ready hook
+ * does not synchronize: the listener orders its reads with an event it records on the stage's stream. */
 #ifndef XDC_GPT_H
 #define XDC_GPT_H
 
 #include "common/xdc_hash.h"
+#include "kernels/xdc_device.h"
 #include "kernels/xdc_kernels.h"
 
 #include <stdbool.h>
@@ -61,7 +70,8 @@ typedef struct xdc_gpt_stage_config {
 typedef struct xdc_gpt_stage xdc_gpt_stage;
 
 /* Checks the shape (diag says what is wrong: XDC_ERR_INVALID), allocates parameters, gradients, moments
- * and activations once, and initialises the parameters. */
+ * and activations once on the device of the backend whose model table is `ops` (xdc_kern_backend_get),
+ * creates the stage's compute stream, and initialises the parameters. */
 xdc_err_t xdc_gpt_stage_create(const xdc_model_ops *ops, const xdc_gpt_stage_config *cfg, xdc_gpt_stage **out,
                                xdc_diag *diag);
 void xdc_gpt_stage_destroy(xdc_gpt_stage *s);
@@ -88,6 +98,9 @@ size_t xdc_gpt_stage_num_params(const xdc_gpt_stage *s);
  * all-reduce; the parameter arena is what DiLoCo-style outer steps read and write. */
 float *xdc_gpt_stage_params(xdc_gpt_stage *s);
 float *xdc_gpt_stage_grads(xdc_gpt_stage *s);
+/* The stage's compute stream (its model ops run there) and the backend that owns its memory. */
+xdc_stream *xdc_gpt_stage_stream(const xdc_gpt_stage *s);
+const xdc_kern_backend *xdc_gpt_stage_backend(const xdc_gpt_stage *s);
 /* Number of parameters of the whole model described by `cfg`. */
 size_t xdc_gpt_config_num_params(const xdc_gpt_config *cfg);
 
@@ -108,7 +121,9 @@ void xdc_gpt_stage_zero_grad(xdc_gpt_stage *s);
 /* Gradient readiness, for overlapping the gradient sync with the last microbatch's backward: armed
  * before a backward, `fn(ctx, from)` is called during that backward each time the gradients of the
  * arena range [from, num_params) are complete (head and final layernorm, then each block from the last,
- * then the embeddings with from = 0). The arming lasts for that one backward call. */
+ * then the embeddings with from = 0). The arming lasts for that one backward call. `fn` runs on the
+ * calling thread with the stage's stream current; the kernels that produced the range are queued on it
+ * but may not have run: the listener records an event on that stream and waits for it before reading. */
 typedef void (*xdc_gpt_grad_ready_fn)(void *ctx, size_t from);
 void xdc_gpt_stage_arm_grad_ready(xdc_gpt_stage *s, xdc_gpt_grad_ready_fn fn, void *ctx);
 

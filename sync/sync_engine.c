@@ -7,7 +7,13 @@
  * Every WAN receive of a round is posted when the round starts, and nothing waits for a send to
  * complete before posting a receive: a WAN stream whose next frame has no posted receive stops
  * reading, and the acknowledgements of our own sends queue behind it (docs/wan.md). A send's buffer is
- * only reused after that send completed, checked when the next round encodes into it. */
+ * only reused after that send completed, checked when the next round encodes into it.
+ *
+ * Device side (xdc_sync.h): the buffer, pad and shards are device memory; each job runs its device work on
+ * the sync's comm stream (current on the comm thread while the job runs). A bucket's reads wait for its
+ * ready event (recorded on the compute stream by xdc_sync_mark_ready); the comm stream is synchronized
+ * before the host side (the intra collectives, the WAN) touches anything; the round's completion event is
+ * what the compute stream waits for in xdc_sync_end. */
 #include "sync/xdc_sync.h"
 
 #include "common/xdc_alloc.h"
@@ -23,11 +29,12 @@ typedef struct {
     size_t lo, len;     /* slice of the buffer, fp32 elements */
     size_t plen, shard; /* padded length (multiple of replicas) and shard length, elements */
     xdc_codec *codec;   /* EF residual of this bucket's shard lives here */
-    uint8_t *enc;       /* (bound) bytes: this rank's encoded shard */
+    uint8_t *enc;       /* pinned host (bound) bytes: this rank's encoded shard */
     size_t enc_len, bound;
-    uint8_t **rx;                   /* (n_regions) (bound) bytes received from each region; NULL at mine */
+    uint8_t **rx;                   /* (n_regions) pinned host (bound) bytes received from each region; NULL at mine */
     xdc_wan_request **sreq, **rreq; /* (n_regions) */
-    float *shard_buf;               /* (shard) fp32 */
+    float *shard_buf;               /* device (shard) fp32 */
+    xdc_event *ready;               /* recorded on the compute stream when the bucket became final */
 } bucket;
 
 typedef enum { JOB_ROUND, JOB_SET_CODEC } job_kind;
@@ -56,7 +63,11 @@ struct xdc_sync {
     int dp_size, dp_rank;
     bucket *b; /* (n_buckets) */
     int n_buckets;
-    float *pad; /* (max plen) fp32 scratch for buckets whose length is not a multiple of dp_size */
+    const xdc_device_ops *dev; /* the backend's device table */
+    xdc_stream *stream;        /* the comm stream: this sync's device work on the comm thread */
+    xdc_event *done_ev;        /* recorded on the comm stream when a round's last bucket is gathered */
+    float *pad;    /* device (max plen) fp32 scratch for buckets whose length is not a multiple of dp_size */
+    float *hstage; /* pinned host (max shard) fp32: the 1/R scaling's staging (no device scale op yet) */
     job job;
     int stop; /* set under eng->mu, read by the thread's waits without it */
     /* current round, under eng->mu */
@@ -143,16 +154,30 @@ static xdc_err_t post_receives(xdc_sync *s)
     return XDC_OK;
 }
 
+/* x (n fp32, device) *= a. The kernels have no scale op yet: the values make a round trip through pinned
+ * host memory (8 bytes per element over PCIe), bit-identical to the old host loop. */
+static xdc_err_t scale(xdc_sync *s, float *x, size_t n, float a)
+{
+    XDC_CHECK(s->dev->copy_d2h(s->hstage, x, n * sizeof(float), s->stream));
+    XDC_CHECK(s->dev->stream_sync(s->stream));
+    for (size_t i = 0; i < n; i++) s->hstage[i] *= a;
+    XDC_CHECK(s->dev->copy_h2d(x, s->hstage, n * sizeof(float), s->stream));
+    return s->dev->stream_sync(s->stream); /* hstage is reused by the next bucket */
+}
+
 static xdc_err_t stage_a(xdc_sync *s, bucket *k, xdc_diag *diag)
 {
+    const xdc_device_ops *dev = s->dev;
     float *x = k->shard_buf;
+    XDC_CHECK(dev->stream_wait_event(s->stream, k->ready)); /* the producing kernels ran */
     if (s->dp_size > 1) {
         uint64_t t0 = xdc_now_ns();
         float *src = padded(s, k);
         if (src == s->pad) {
-            memcpy(s->pad, s->buf + k->lo, k->len * sizeof(float));
-            memset(s->pad + k->len, 0, (k->plen - k->len) * sizeof(float));
+            XDC_CHECK(dev->copy_d2d(s->pad, s->buf + k->lo, k->len * sizeof(float), s->stream));
+            XDC_CHECK(dev->memset(s->pad + k->len, 0, (k->plen - k->len) * sizeof(float), s->stream));
         }
+        XDC_CHECK(dev->stream_sync(s->stream)); /* the collective reads what the device wrote */
         xdc_intra_req *req = NULL;
         xdc_err_t rc = xdc_intra_reduce_scatter(s->cfg.dp, src, x, k->shard, XDC_INTRA_F32, XDC_INTRA_AVG, &req);
         XDC_CHECK(intra_wait(s, rc, req, diag));
@@ -198,7 +223,7 @@ static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
         }
         /* Sum every region's decoded contribution in region order: the same operations on the same bytes
          * everywhere, so every region holds the same result. */
-        memset(x, 0, k->shard * sizeof(float));
+        XDC_CHECK(s->dev->memset(x, 0, k->shard * sizeof(float), s->stream));
         for (int r = 0; r < s->cfg.n_regions; r++) {
             const uint8_t *in = r == s->cfg.my_region ? k->enc : k->rx[r];
             size_t len = r == s->cfg.my_region ? k->enc_len : rx_len[r];
@@ -208,8 +233,7 @@ static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
                 return rc;
             }
         }
-        float inv = 1.0f / (float)s->cfg.n_regions;
-        for (size_t i = 0; i < k->shard; i++) x[i] *= inv;
+        XDC_CHECK(scale(s, x, k->shard, 1.0f / (float)s->cfg.n_regions));
         s->rst.wan_seconds += secs_since(t0);
         size_t got = 0;
         for (int r = 0; r < s->cfg.n_regions; r++) got += rx_len[r];
@@ -219,9 +243,10 @@ static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
         uint64_t t0 = xdc_now_ns();
         float *dst = padded(s, k);
         xdc_intra_req *req = NULL;
+        XDC_CHECK(s->dev->stream_sync(s->stream)); /* the decoded shard is complete */
         xdc_err_t rc = xdc_intra_all_gather(s->cfg.dp, x, dst, k->shard, XDC_INTRA_F32, &req);
         XDC_CHECK(intra_wait(s, rc, req, diag));
-        if (dst == s->pad) memcpy(s->buf + k->lo, s->pad, k->len * sizeof(float));
+        if (dst == s->pad) XDC_CHECK(s->dev->copy_d2d(s->buf + k->lo, s->pad, k->len * sizeof(float), s->stream));
         s->rst.intra_seconds += secs_since(t0);
         trace(s, XDC_SYNC_PHASE_ALL_GATHER, t0, 0);
     }
@@ -231,9 +256,11 @@ static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
 static int bucket_ready(xdc_sync *s, const bucket *k) { return s->ready_from <= k->lo; }
 
 /* A codec context for bucket k's shard: the run's codec, sized to the shard. */
-static xdc_err_t bucket_codec_create(const xdc_codec_cfg *codec, const bucket *k, xdc_codec **out, xdc_diag *diag)
+static xdc_err_t bucket_codec_create(const xdc_sync *s, const xdc_codec_cfg *codec, const bucket *k, xdc_codec **out,
+                                     xdc_diag *diag)
 {
     xdc_codec_cfg cc = *codec;
+    cc.backend = s->cfg.backend;
     cc.n_elems = k->shard;
     if (cc.chunk_elems > k->shard) cc.chunk_elems = k->shard;
     return xdc_codec_create(&cc, out, diag);
@@ -268,7 +295,7 @@ static xdc_err_t run_round(xdc_sync *s, xdc_diag *diag)
         prev = i;
     }
     if (prev >= 0) XDC_CHECK(stage_b(s, &s->b[prev], diag));
-    return XDC_OK;
+    return s->dev->event_record(s->done_ev, s->stream); /* xdc_sync_end makes the compute stream wait for it */
 }
 
 /* The codec switch of xdc_sync_set_codec, on the comm thread. */
@@ -278,22 +305,28 @@ static xdc_err_t switch_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag 
         bucket *k = &s->b[i];
         XDC_CHECK(wait_sends(s, k, diag)); /* the old encoding may still be on the wire */
         xdc_codec *nc;
-        XDC_CHECK(bucket_codec_create(codec, k, &nc, diag));
+        XDC_CHECK(bucket_codec_create(s, codec, k, &nc, diag));
         /* Carry the residual over; a codec without error feedback (none) has none to take. */
         xdc_err_t rc = xdc_codec_residual(nc) ? xdc_codec_set_residual(nc, xdc_codec_residual(k->codec), k->shard)
                                               : XDC_OK;
         size_t bound = xdc_codec_bound(nc, k->shard);
         /* A rare path: grow the wire buffers when the new codec may need more room. */
-        if (rc == XDC_OK && bound > k->bound) {
-            uint8_t *enc = xdc_realloc(k->enc, bound);
-            if (enc) k->enc = enc;
-            for (int r = 0; r < s->cfg.n_regions && enc; r++) {
-                if (r == s->cfg.my_region) continue;
-                uint8_t *rx = xdc_realloc(k->rx[r], bound);
-                if (!rx) enc = NULL;
-                else k->rx[r] = rx;
+        if (rc == XDC_OK && bound > k->bound) { /* nothing is posted on them between rounds: no copy */
+            uint8_t *enc = NULL;
+            rc = s->dev->host_alloc((void **)&enc, bound);
+            if (rc == XDC_OK) {
+                s->dev->host_free(k->enc);
+                k->enc = enc;
             }
-            rc = enc ? XDC_OK : XDC_ERR_NOMEM;
+            for (int r = 0; r < s->cfg.n_regions && rc == XDC_OK; r++) {
+                if (r == s->cfg.my_region) continue;
+                uint8_t *rx = NULL;
+                rc = s->dev->host_alloc((void **)&rx, bound);
+                if (rc == XDC_OK) {
+                    s->dev->host_free(k->rx[r]);
+                    k->rx[r] = rx;
+                }
+            }
         }
         if (rc != XDC_OK) {
             xdc_codec_destroy(nc);
@@ -336,7 +369,10 @@ static void *engine_main(void *arg)
         pthread_mutex_unlock(&e->mu);
         xdc_diag d = {{0}};
         memset(&s->rst, 0, sizeof s->rst);
-        xdc_err_t rc = j->kind == JOB_ROUND ? run_round(s, &d) : switch_codec(s, j->codec, &d);
+        xdc_err_t rc = s->dev->set_stream(s->stream); /* the codec's work queues on the sync's comm stream */
+        if (rc == XDC_OK) rc = j->kind == JOB_ROUND ? run_round(s, &d) : switch_codec(s, j->codec, &d);
+        if (rc != XDC_OK && !d.msg[0]) (void)s->dev->stream_error(s->stream, &d);
+        (void)s->dev->set_stream(NULL);
         pthread_mutex_lock(&e->mu);
         s->st.wan_tx_bytes += s->rst.wan_tx_bytes;
         s->st.wan_raw_bytes += s->rst.wan_raw_bytes;
@@ -431,33 +467,42 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
         xdc_diag_set(diag, "sync: no engine, empty buffer, zero bucket size or bad region count");
         return XDC_ERR_INVALID;
     }
+    const xdc_kern_backend *be = cfg->backend;
+    if (!be) XDC_CHECK(xdc_kern_backend_get(XDC_BACKEND_CPU, &be, diag));
     xdc_sync *s = xdc_calloc(1, sizeof *s);
     if (!s) return XDC_ERR_NOMEM;
     s->cfg = *cfg;
+    s->cfg.backend = be;
+    s->dev = be->device;
     s->done = 1; /* no round yet */
     s->dp_size = cfg->dp ? xdc_intra_size(cfg->dp) : 1;
     s->dp_rank = cfg->dp ? xdc_intra_rank(cfg->dp) : 0;
     size_t bsz = (cfg->bucket_elems + (size_t)s->dp_size - 1) / (size_t)s->dp_size * (size_t)s->dp_size;
     s->n_buckets = (int)((cfg->n_elems + bsz - 1) / bsz);
     s->b = xdc_calloc((size_t)s->n_buckets, sizeof *s->b);
-    s->pad = s->dp_size > 1 ? xdc_malloc(bsz * sizeof(float)) : NULL; /* only replicas pad a bucket */
-    xdc_err_t rc = (s->b && (s->pad || s->dp_size == 1)) ? XDC_OK : XDC_ERR_NOMEM;
+    const xdc_device_ops *dev = s->dev;
+    xdc_err_t rc = s->b ? XDC_OK : XDC_ERR_NOMEM;
+    if (rc == XDC_OK) rc = dev->stream_create(&s->stream);
+    if (rc == XDC_OK) rc = dev->event_create(&s->done_ev);
+    if (rc == XDC_OK && s->dp_size > 1) rc = dev->mem_alloc((void **)&s->pad, bsz * sizeof(float)); /* replicas pad */
+    if (rc == XDC_OK && cfg->n_regions > 1) rc = dev->host_alloc((void **)&s->hstage, bsz * sizeof(float));
     for (int i = 0; i < s->n_buckets && rc == XDC_OK; i++) {
         bucket *k = &s->b[i];
         k->lo = (size_t)i * bsz;
         k->len = cfg->n_elems - k->lo < bsz ? cfg->n_elems - k->lo : bsz;
         k->plen = (k->len + (size_t)s->dp_size - 1) / (size_t)s->dp_size * (size_t)s->dp_size;
         k->shard = k->plen / (size_t)s->dp_size;
-        if ((rc = bucket_codec_create(&cfg->codec, k, &k->codec, diag)) != XDC_OK) break;
+        if ((rc = bucket_codec_create(s, &cfg->codec, k, &k->codec, diag)) != XDC_OK) break;
         k->bound = xdc_codec_bound(k->codec, k->shard);
-        k->enc = xdc_malloc(k->bound);
         k->rx = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rx);
         k->sreq = xdc_calloc((size_t)cfg->n_regions, sizeof *k->sreq);
         k->rreq = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rreq);
-        k->shard_buf = s->dp_size > 1 ? xdc_malloc(k->shard * sizeof(float)) : NULL;
-        if (!k->enc || !k->rx || !k->sreq || !k->rreq || (s->dp_size > 1 && !k->shard_buf)) rc = XDC_ERR_NOMEM;
+        if (!k->rx || !k->sreq || !k->rreq) rc = XDC_ERR_NOMEM;
+        if (rc == XDC_OK) rc = dev->event_create(&k->ready);
+        if (rc == XDC_OK) rc = dev->host_alloc((void **)&k->enc, k->bound);
+        if (rc == XDC_OK && s->dp_size > 1) rc = dev->mem_alloc((void **)&k->shard_buf, k->shard * sizeof(float));
         for (int r = 0; r < cfg->n_regions && rc == XDC_OK; r++)
-            if (r != cfg->my_region && !(k->rx[r] = xdc_malloc(k->bound))) rc = XDC_ERR_NOMEM;
+            if (r != cfg->my_region) rc = dev->host_alloc((void **)&k->rx[r], k->bound);
     }
     if (rc != XDC_OK) {
         s->n_buckets = s->b ? s->n_buckets : 0;
@@ -528,19 +573,25 @@ void xdc_sync_destroy(xdc_sync *s)
         if (held) {
             leaked++; /* left to the WAN engine, which fails the request when destroyed */
         } else {
-            xdc_free(k->enc);
-            for (int r = 0; k->rx && r < s->cfg.n_regions; r++) xdc_free(k->rx[r]);
+            s->dev->host_free(k->enc);
+            for (int r = 0; k->rx && r < s->cfg.n_regions; r++) s->dev->host_free(k->rx[r]);
         }
         xdc_free(k->rx);
         xdc_free(k->sreq);
         xdc_free(k->rreq);
-        xdc_free(k->shard_buf);
+        s->dev->mem_free(k->shard_buf);
+        s->dev->event_destroy(k->ready);
     }
     if (leaked)
         XDC_WARN(XDC_SUB_ORCH, "sync %s: %d buckets still posted with the WAN engine; their wire buffers are kept",
                  s->cfg.name, leaked);
     xdc_free(s->b);
-    xdc_free(s->pad);
+    if (s->dev) {
+        s->dev->stream_destroy(s->stream); /* waits for what the comm thread queued on it */
+        s->dev->event_destroy(s->done_ev);
+        s->dev->mem_free(s->pad);
+        s->dev->host_free(s->hstage);
+    }
     if (s->eng) {
         pthread_mutex_lock(&s->eng->mu);
         s->eng->n_clients--;
@@ -570,6 +621,13 @@ void xdc_sync_mark_ready(xdc_sync *s, size_t from)
 {
     xdc_sync_engine *e = s->eng;
     pthread_mutex_lock(&e->mu);
+    size_t was = s->ready_from; /* moved only by this (the compute) thread */
+    pthread_mutex_unlock(&e->mu);
+    /* Each bucket that becomes final gets its event on the producer's stream before the comm thread can
+     * see it ready. A failed record is sticky on that stream: the optimizer's next sync reports it. */
+    for (int i = 0; i < s->n_buckets && from < was; i++)
+        if (s->b[i].lo >= from && s->b[i].lo < was) (void)s->dev->event_record(s->b[i].ready, s->cfg.compute);
+    pthread_mutex_lock(&e->mu);
     if (from < s->ready_from) {
         s->ready_from = from;
         if (e->running == s) pthread_cond_broadcast(&e->cv);
@@ -584,6 +642,8 @@ xdc_err_t xdc_sync_end(xdc_sync *s, xdc_diag *diag)
     xdc_err_t rc = wait_done(s, diag);
     s->active = 0;
     pthread_mutex_unlock(&s->eng->mu);
+    /* comm -> compute: what is queued on the compute stream from now on runs after the round's last copy */
+    if (rc == XDC_OK) rc = s->dev->stream_wait_event(s->cfg.compute, s->done_ev);
     return rc;
 }
 

@@ -14,13 +14,24 @@
  * two ranks that post the same jobs in the same order issue their collectives and WAN messages in the
  * same order, whatever the timing; a job does not start before the one ahead of it finished, so post a
  * round only when everything it waits for (the caller marking buckets ready, the peers' matching
- * rounds) does not wait for a job posted after it. */
+ * rounds) does not wait for a job posted after it.
+ *
+ * Device memory: the buffer, the padding of a bucket, the shards and the decode targets are device memory
+ * of the sync's backend (xdc_sync_cfg.backend); only encoded bytes are host memory (pinned: the WAN reads
+ * and writes them). The comm thread queues a sync's device work on a stream of the sync's own. Events order
+ * the two sides: xdc_sync_mark_ready records, per bucket that became final, an event on the producer's
+ * stream (xdc_sync_cfg.compute) which the comm stream waits for before it reads the bucket; a round ends
+ * with an event on the comm stream that xdc_sync_end makes the compute stream wait for, so work queued
+ * there afterwards (the optimizer) reads the averaged buffer. Collectives get device pointers; the comm
+ * stream is synchronized before each one. */
 #ifndef XDC_SYNC_H
 #define XDC_SYNC_H
 
 #include "common/xdc_err.h"
 #include "compression/xdc_codec.h"
 #include "intra/xdc_intra.h"
+#include "kernels/xdc_device.h"
+#include "kernels/xdc_kernels.h"
 #include "wan/xdc_wan.h"
 
 #include <stddef.h>
@@ -49,6 +60,12 @@ typedef struct xdc_sync_cfg {
     const char *name;        /* for logs and traces: "gradients", "pseudo-gradients" (kept, not copied) */
     xdc_sync_trace_fn trace; /* optional timeline hook (NULL: none) */
     void *trace_ctx;
+    /* The backend whose device memory the buffer lives in (NULL: the CPU backend); the WAN codec runs on
+     * it too. */
+    const xdc_kern_backend *backend;
+    /* The stream whose queued work writes the buffer before xdc_sync_mark_ready and reads it after
+     * xdc_sync_end (the stage's compute stream); NULL: the calling thread's current stream at each call. */
+    xdc_stream *compute;
 } xdc_sync_cfg;
 
 typedef struct xdc_sync_stats {
@@ -82,15 +99,18 @@ void xdc_sync_stop(xdc_sync *s);
  * closed peers return at once), detach from the engine and free. NULL: no-op. */
 void xdc_sync_destroy(xdc_sync *s);
 
-/* Post a round on `buf` (n_elems fp32, not touched by the caller until xdc_sync_end returns). Nothing
- * moves until elements are marked final and the jobs posted before it on the engine are done. */
+/* Post a round on `buf` (n_elems fp32 device memory, not touched by the caller until xdc_sync_end
+ * returns). Nothing moves until elements are marked final and the jobs posted before it on the engine are
+ * done. */
 xdc_err_t xdc_sync_begin(xdc_sync *s, float *buf);
-/* Elements [from, n_elems) are final: every bucket entirely inside goes now. */
+/* Elements [from, n_elems) are final once the work queued so far on the compute stream ran: every bucket
+ * entirely inside gets an event recorded there, and goes as soon as that event completed. */
 void xdc_sync_mark_ready(xdc_sync *s, size_t from);
 /* Mark everything final and wait until every bucket holds the average over replicas and regions. There
  * is no total deadline (another region may be slower); a peer silent past the WAN engine's liveness
  * deadline or a replica past the intra op timeout fails the round, with the peer named in diag, as does
- * a corrupt chunk. */
+ * a corrupt chunk. On success the compute stream waits for the round's completion event (the host
+ * does not): work queued there from now on sees the result. */
 xdc_err_t xdc_sync_end(xdc_sync *s, xdc_diag *diag);
 /* Switch the WAN codec between rounds (a re-plan; a job on the engine, waited for): every bucket gets
  * a new context of the new kind that keeps its error-feedback residual. Every region must switch at

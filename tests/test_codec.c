@@ -7,9 +7,12 @@
 #include "common/xdc_alloc.h"
 #include "common/xdc_rng.h"
 #include "compression/xdc_codec.h"
+#include "kernels/xdc_device.h"
 
 #include <float.h>
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 static const char *const all_codecs[] = {"none", "bf16", "int8:128", "int4:64", "topk:0.05"};
 #define N_CODECS (sizeof all_codecs / sizeof all_codecs[0])
@@ -488,4 +491,75 @@ XDC_TEST(codec_create_fails_cleanly_at_every_allocation)
         XDC_ASSERT_STR_CONTAINS(d.msg, "out of memory");
     }
     xdc_alloc_fail_at(0);
+}
+
+/* The codec on the cpu-strict device (memory the host cannot touch, ops queued on a stream thread): for
+ * every codec, with and without zstd, three rounds of encode with error feedback from device memory and
+ * decode-accumulate into device memory give the same wire bytes, the same sums and the same residual as
+ * the CPU backend, bit for bit. A host touch of the device buffers would fault. */
+XDC_TEST(codec_on_the_strict_device_matches_cpu_bit_for_bit)
+{
+    const xdc_kern_backend *be = NULL;
+    XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CPU_STRICT, &be, NULL));
+    const xdc_device_ops *dev = be->device;
+    size_t n = 10000, chunk = 3000, bytes = n * sizeof(float);
+    float *x = xdc_malloc(bytes), *acc = xdc_malloc(bytes), *got = xdc_malloc(bytes);
+    float *dx = NULL, *dacc = NULL;
+    XDC_ASSERT_OK(dev->mem_alloc((void **)&dx, bytes));
+    XDC_ASSERT_OK(dev->mem_alloc((void **)&dacc, bytes)); /* zero-filled */
+    for (size_t ci = 0; ci < N_CODECS; ci++)
+        for (int zstd = 0; zstd <= 1; zstd++) {
+            xdc_codec *c = make(all_codecs[ci], n, chunk, zstd, true), *s = NULL;
+            xdc_codec_cfg cfg = XDC_CODEC_CFG_INIT;
+            XDC_ASSERT_OK(xdc_codec_parse(all_codecs[ci], &cfg, NULL));
+            cfg.n_elems = n, cfg.chunk_elems = chunk, cfg.zstd_level = zstd, cfg.backend = be;
+            xdc_diag d = {{0}};
+            XDC_ASSERT_MSG(xdc_codec_create(&cfg, &s, &d) == XDC_OK, "%s: %s", all_codecs[ci], d.msg);
+            size_t cap = xdc_codec_bound(c, n), lc = 0, ls = 0;
+            uint8_t *wc = xdc_malloc(cap), *ws = NULL;
+            XDC_ASSERT_OK(dev->host_alloc((void **)&ws, cap)); /* pinned: only wire bytes on the host */
+            memset(acc, 0, bytes);
+            XDC_ASSERT_OK(dev->memset(dacc, 0, bytes, NULL));
+            for (int round = 0; round < 3; round++) {
+                fill_grad(x, n, 100 + (uint64_t)round);
+                XDC_ASSERT_OK(dev->copy_h2d(dx, x, bytes, NULL));
+                XDC_ASSERT_OK(xdc_codec_encode(c, x, n, wc, cap, &lc, NULL));
+                XDC_ASSERT_MSG(xdc_codec_encode(s, dx, n, ws, cap, &ls, &d) == XDC_OK, "%s encode: %s", all_codecs[ci],
+                               d.msg);
+                XDC_ASSERT_MSG(lc == ls && memcmp(wc, ws, lc) == 0, "%s zstd %d round %d: wire bytes differ",
+                               all_codecs[ci], zstd, round);
+                XDC_ASSERT_OK(xdc_codec_decode(c, wc, lc, acc, n, XDC_CODEC_ACCUMULATE, NULL));
+                XDC_ASSERT_MSG(xdc_codec_decode(s, ws, ls, dacc, n, XDC_CODEC_ACCUMULATE, &d) == XDC_OK,
+                               "%s decode: %s", all_codecs[ci], d.msg);
+            }
+            XDC_ASSERT_OK(dev->copy_d2h(got, dacc, bytes, NULL));
+            XDC_ASSERT_OK(dev->stream_sync(NULL));
+            XDC_ASSERT_MSG(memcmp(got, acc, bytes) == 0, "%s zstd %d: accumulated sums differ", all_codecs[ci], zstd);
+            if (xdc_codec_residual(c)) {
+                XDC_ASSERT_OK(dev->copy_d2h(got, xdc_codec_residual(s), bytes, NULL));
+                XDC_ASSERT_OK(dev->stream_sync(NULL));
+                XDC_ASSERT_MSG(memcmp(got, xdc_codec_residual(c), bytes) == 0, "%s: residuals differ", all_codecs[ci]);
+            }
+            dev->host_free(ws);
+            xdc_free(wc);
+            xdc_codec_destroy(c), xdc_codec_destroy(s);
+        }
+    /* The range check runs on the device and names the element from a copy. */
+    xdc_codec_cfg cfg = XDC_CODEC_CFG_INIT;
+    cfg.n_elems = n, cfg.chunk_elems = chunk, cfg.backend = be;
+    xdc_codec *s = NULL;
+    XDC_ASSERT_OK(xdc_codec_create(&cfg, &s, NULL));
+    x[4321] = NAN;
+    XDC_ASSERT_OK(dev->copy_h2d(dx, x, bytes, NULL));
+    uint8_t *ws = NULL;
+    size_t cap = xdc_codec_bound(s, n), len = 0;
+    XDC_ASSERT_OK(dev->host_alloc((void **)&ws, cap));
+    xdc_diag d = {{0}};
+    XDC_ASSERT_ERR(xdc_codec_encode(s, dx, n, ws, cap, &len, &d), XDC_ERR_RANGE);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "element 4321");
+    XDC_ASSERT_OK(dev->stream_error(NULL, NULL));
+    dev->host_free(ws);
+    xdc_codec_destroy(s);
+    dev->mem_free(dx), dev->mem_free(dacc);
+    xdc_free(x), xdc_free(acc), xdc_free(got);
 }

@@ -6,12 +6,16 @@
 #include "tests/test_wan_util.h"
 
 #include "common/xdc_rng.h"
+#include "kernels/xdc_device.h"
+#include "kernels/xdc_model_ops.h"
+#include "model/xdc_gpt.h"
 #include "sync/xdc_sync.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define N_ELEMS 70464 /* the demo's first stage */
 #define ROUNDS  40
@@ -104,4 +108,233 @@ XDC_TEST_T(xdc_sync_two_regions_average_every_round, 120)
     free(want);
     free(a);
     free(b);
+}
+
+/* ---- the same on the cpu-strict device: the buffer is device memory the host cannot touch, written piece
+ * by piece by asynchronous copies on a producer stream (as backward's kernels would be) that the host
+ * never waits for before marking the piece ready. Only the ready events order the comm stream after the
+ * writes: without the wait in stage_a the device's hazard check fails the round ("missing event"). */
+
+typedef struct {
+    const xdc_device_ops *dev;
+    xdc_stream *producer;
+    xdc_sync_engine *eng;
+    xdc_sync *sync;
+    float *dbuf;          /* device (N_ELEMS) */
+    float *host, *result; /* pinned host (N_ELEMS): the round's input and what came back */
+    const float *want;    /* (ROUNDS, N_ELEMS) */
+    int side;
+    xdc_err_t rc;
+    char why[512];
+} strict_side;
+
+static void *strict_side_main(void *arg)
+{
+    strict_side *c = arg;
+    xdc_rng r;
+    xdc_rng_seed(&r, (uint64_t)c->side + 91);
+    size_t f = sizeof(float);
+    for (int round = 0; round < ROUNDS / 4 && c->rc == XDC_OK; round++) {
+        fill(c->host, c->side, round);
+        c->rc = xdc_sync_begin(c->sync, c->dbuf);
+        size_t from = N_ELEMS;
+        while (from > 0 && c->rc == XDC_OK) {
+            size_t step = 1 + (size_t)xdc_rng_below(&r, N_ELEMS / 3), to = from;
+            from = from > step ? from - step : 0;
+            c->rc = c->dev->copy_h2d(c->dbuf + from, c->host + from, (to - from) * f, c->producer);
+            xdc_sync_mark_ready(c->sync, from);
+            for (int y = (int)xdc_rng_below(&r, 50); y > 0; y--) sched_yield();
+        }
+        xdc_diag d = {{0}};
+        if (c->rc == XDC_OK) c->rc = xdc_sync_end(c->sync, &d);
+        if (c->rc == XDC_OK) c->rc = c->dev->copy_d2h(c->result, c->dbuf, N_ELEMS * f, c->producer);
+        if (c->rc == XDC_OK) c->rc = c->dev->stream_sync(c->producer);
+        if (c->rc != XDC_OK) {
+            if (!d.msg[0]) c->dev->stream_error(c->producer, &d);
+            snprintf(c->why, sizeof c->why, "round %d: %s", round, d.msg);
+            break;
+        }
+        if (c->want && memcmp(c->result, c->want + (size_t)round * N_ELEMS, N_ELEMS * f) != 0) {
+            snprintf(c->why, sizeof c->why, "round %d: result differs from (a + b) / 2", round);
+            c->rc = XDC_ERR_CORRUPT;
+        }
+    }
+    return NULL;
+}
+
+/* Two regions on cpu-strict with int8 (device quantizer, residual on the device, host zstd) and with
+ * none: both sides agree bit for bit, and with none the result is (a + b) / 2 exactly. */
+static void strict_two_regions(wan_test_pair *tpp, const char *codec)
+{
+    const xdc_kern_backend *be = NULL;
+    XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CPU_STRICT, &be, NULL));
+    const xdc_device_ops *dev = be->device;
+    wan_test_pair tp = *tpp;
+    int exact = strcmp(codec, "none") == 0;
+    float *want = malloc((size_t)ROUNDS * N_ELEMS * sizeof(float)), *a = malloc(N_ELEMS * sizeof(float)),
+          *b = malloc(N_ELEMS * sizeof(float));
+    for (int round = 0; round < ROUNDS; round++) {
+        fill(a, 0, round);
+        fill(b, 1, round);
+        for (size_t i = 0; i < N_ELEMS; i++) want[(size_t)round * N_ELEMS + i] = ((0.0f + a[i]) + b[i]) * 0.5f;
+    }
+    strict_side ctx[2];
+    pthread_t th[2];
+    xdc_wan_peer *peers[2][2] = {{NULL, tp.srv}, {tp.cli, NULL}};
+    for (int s = 0; s < 2; s++) {
+        ctx[s] = (strict_side){.dev = dev, .want = want, .side = s};
+        XDC_ASSERT_OK(dev->stream_create(&ctx[s].producer));
+        XDC_ASSERT_OK(dev->mem_alloc((void **)&ctx[s].dbuf, N_ELEMS * sizeof(float)));
+        XDC_ASSERT_OK(dev->host_alloc((void **)&ctx[s].host, N_ELEMS * sizeof(float)));
+        XDC_ASSERT_OK(dev->host_alloc((void **)&ctx[s].result, N_ELEMS * sizeof(float)));
+        xdc_sync_cfg cfg = {.n_elems = N_ELEMS,
+                            .bucket_elems = 16384,
+                            .peers = peers[s],
+                            .n_regions = 2,
+                            .my_region = s,
+                            .name = "strict",
+                            .backend = be,
+                            .compute = ctx[s].producer};
+        cfg.codec = (xdc_codec_cfg)XDC_CODEC_CFG_INIT;
+        XDC_ASSERT_OK(xdc_codec_parse(codec, &cfg.codec, NULL));
+        XDC_ASSERT_OK(xdc_sync_engine_create(&ctx[s].eng, NULL));
+        XDC_ASSERT_OK(xdc_sync_create(ctx[s].eng, &cfg, &ctx[s].sync, NULL));
+    }
+    if (!exact) ctx[0].want = ctx[1].want = NULL; /* int8 is not (a + b) / 2: the sides must agree instead */
+    for (int s = 0; s < 2; s++) pthread_create(&th[s], NULL, strict_side_main, &ctx[s]);
+    for (int s = 0; s < 2; s++) pthread_join(th[s], NULL);
+    for (int s = 0; s < 2; s++)
+        XDC_ASSERT_MSG(ctx[s].rc == XDC_OK, "%s side %d: %s: %s", codec, s, xdc_errname(ctx[s].rc), ctx[s].why);
+    if (!exact) XDC_ASSERT(memcmp(ctx[0].result, ctx[1].result, N_ELEMS * sizeof(float)) == 0);
+    for (int s = 0; s < 2; s++) {
+        xdc_sync_destroy(ctx[s].sync);
+        xdc_sync_engine_destroy(ctx[s].eng);
+        XDC_ASSERT_OK(dev->stream_error(ctx[s].producer, NULL));
+        dev->stream_destroy(ctx[s].producer);
+        dev->mem_free(ctx[s].dbuf);
+        dev->host_free(ctx[s].host);
+        dev->host_free(ctx[s].result);
+    }
+    free(want);
+    free(a);
+    free(b);
+}
+
+XDC_TEST_T(xdc_sync_two_regions_on_the_strict_device, 120)
+{
+    wan_test_pair tp; /* one pair for both: the sends of one run complete before the next posts */
+    wan_test_pair_open(&tp, 2, 20000, NULL, NULL);
+    strict_two_regions(&tp, "none");
+    strict_two_regions(&tp, "int8");
+    wan_test_pair_close(&tp);
+}
+
+/* ---- a stage and its gradient sync together, as a worker runs them: each region trains the tiny GPT for
+ * three steps of two microbatches, the last backward marking buckets ready through the gradient-ready
+ * hook while earlier layers are still computing, the int8 round overlapping it, the optimizer stepping on
+ * the averaged gradients. On cpu-strict the only ordering between the backward's kernels and the comm
+ * stream's reads is the ready event of each bucket (the backward does not drain its stream before the
+ * hook), and the optimizer's reads follow the round through the done event. Both regions, on both
+ * backends, end with the same params_xxh64. Buckets are 64 KiB (16384 fp32) because cpu-strict tracks
+ * hazards per 64 KiB block: a bucket edge inside a block would be refused although the ranges are
+ * disjoint. */
+
+typedef struct {
+    const xdc_kern_backend *be;
+    xdc_wan_peer **peers;
+    int side;
+    uint64_t hash;
+    xdc_err_t rc;
+    char why[512];
+} stage_side;
+
+static void on_ready(void *ctx, size_t from) { xdc_sync_mark_ready(ctx, from); }
+
+static void *stage_side_main(void *arg)
+{
+    stage_side *c = arg;
+    xdc_gpt_stage_config cfg = {.model = {2, 4, 64, 64, 256},
+                                .layer_begin = 0,
+                                .layer_end = 2,
+                                .batch = 2,
+                                .seq_len = 16,
+                                .max_inflight = 2,
+                                .seed = 5,
+                                .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}};
+    xdc_gpt_stage *st = NULL;
+    xdc_sync_engine *eng = NULL;
+    xdc_sync *sync = NULL;
+    xdc_diag d = {{0}};
+    xdc_err_t rc = xdc_gpt_stage_create(c->be->model, &cfg, &st, &d);
+    if (rc == XDC_OK) rc = xdc_sync_engine_create(&eng, &d);
+    if (rc == XDC_OK) {
+        xdc_sync_cfg sc = {.n_elems = xdc_gpt_stage_num_params(st),
+                           .bucket_elems = 16384,
+                           .peers = c->peers,
+                           .n_regions = 2,
+                           .my_region = c->side,
+                           .name = "gradients",
+                           .backend = c->be,
+                           .compute = xdc_gpt_stage_stream(st)};
+        sc.codec = (xdc_codec_cfg)XDC_CODEC_CFG_INIT; /* int8 + error feedback + zstd */
+        rc = xdc_sync_create(eng, &sc, &sync, &d);
+    }
+    for (int step = 0; step < 3 && rc == XDC_OK; step++) {
+        xdc_gpt_stage_zero_grad(st);
+        for (int mb = 0; mb < 2 && rc == XDC_OK; mb++) {
+            int32_t tok[32], tgt[32];
+            for (int i = 0; i < 32; i++)
+                tok[i] = (i * 7 + step * 13 + mb * 5 + c->side * 31) % 256, tgt[i] = (tok[i] * 3 + 1) % 256;
+            float loss = 0;
+            rc = xdc_gpt_stage_forward(st, mb, tok, NULL, tgt, NULL, &loss);
+        }
+        for (int mb = 0; mb < 2 && rc == XDC_OK; mb++) {
+            if (mb == 1) {
+                rc = xdc_sync_begin(sync, xdc_gpt_stage_grads(st));
+                xdc_gpt_stage_arm_grad_ready(st, on_ready, sync);
+            }
+            if (rc == XDC_OK) rc = xdc_gpt_stage_backward(st, mb, NULL, 0.5f, NULL);
+        }
+        if (rc == XDC_OK) rc = xdc_sync_end(sync, &d);
+        double sumsq = 0;
+        if (rc == XDC_OK) rc = xdc_gpt_stage_grad_sumsq(st, &sumsq);
+        if (rc == XDC_OK) rc = xdc_gpt_stage_optimizer_step(st, 3e-3f, xdc_gpt_clip_scale(sumsq, 1.0f));
+        if (rc != XDC_OK && !d.msg[0]) c->be->device->stream_error(xdc_gpt_stage_stream(st), &d);
+        if (rc != XDC_OK) snprintf(c->why, sizeof c->why, "step %d: %s", step, d.msg);
+    }
+    if (rc == XDC_OK) rc = xdc_gpt_params_xxh64(&st, 1, &c->hash);
+    xdc_sync_destroy(sync);
+    xdc_sync_engine_destroy(eng);
+    xdc_gpt_stage_destroy(st);
+    c->rc = rc;
+    return NULL;
+}
+
+XDC_TEST_T(xdc_sync_stage_gradients_on_the_strict_device_match_cpu, 120)
+{
+    wan_test_pair tp;
+    wan_test_pair_open(&tp, 2, 20000, NULL, NULL);
+    xdc_wan_peer *peers[2][2] = {{NULL, tp.srv}, {tp.cli, NULL}};
+    uint64_t hash[2][2];
+    for (int b = 0; b < 2; b++) {
+        const xdc_kern_backend *be = NULL;
+        XDC_ASSERT_OK(xdc_kern_backend_get(b ? XDC_BACKEND_CPU_STRICT : XDC_BACKEND_CPU, &be, NULL));
+        stage_side ctx[2];
+        pthread_t th[2];
+        for (int s = 0; s < 2; s++) {
+            ctx[s] = (stage_side){.be = be, .peers = peers[s], .side = s};
+            pthread_create(&th[s], NULL, stage_side_main, &ctx[s]);
+        }
+        for (int s = 0; s < 2; s++) pthread_join(th[s], NULL);
+        for (int s = 0; s < 2; s++) {
+            XDC_ASSERT_MSG(ctx[s].rc == XDC_OK, "%s side %d: %s: %s", be->name, s, xdc_errname(ctx[s].rc), ctx[s].why);
+            hash[b][s] = ctx[s].hash;
+        }
+    }
+    wan_test_pair_close(&tp);
+    printf("params_xxh64: cpu %016llx %016llx, cpu-strict %016llx %016llx\n", (unsigned long long)hash[0][0],
+           (unsigned long long)hash[0][1], (unsigned long long)hash[1][0], (unsigned long long)hash[1][1]);
+    XDC_ASSERT(hash[0][0] == hash[0][1]); /* the regions agree */
+    XDC_ASSERT(hash[1][0] == hash[1][1]);
+    XDC_ASSERT(hash[0][0] == hash[1][0]); /* and strict is cpu, bit for bit */
 }

@@ -15,54 +15,105 @@
 
 static double now_s(void) { return (double)xdc_now_ns() / 1e9; }
 
+/* The outer state lives on the stage's device; its arithmetic runs on pinned host copies (the kernels
+ * have no op for it yet), every copy queued on the stage's compute stream, so it is ordered after the
+ * optimizer step and before the next forward. */
+static const xdc_device_ops *dev_of(const orch_worker *w) { return w->model.be->device; }
+static xdc_stream *stream_of(const orch_worker *w) { return xdc_gpt_stage_stream(w->model.st); }
+
+/* Host staging h (pinned) <- device d, `n` floats from `lo`. */
+static xdc_err_t down(const orch_worker *w, float *h, const float *d, size_t lo, size_t n)
+{
+    return dev_of(w)->copy_d2h(h + lo, d + lo, n * sizeof(float), stream_of(w));
+}
+static xdc_err_t up(const orch_worker *w, float *d, const float *h, size_t lo, size_t n)
+{
+    return dev_of(w)->copy_h2d(d + lo, h + lo, n * sizeof(float), stream_of(w));
+}
+static xdc_err_t wait_copies(const orch_worker *w) { return dev_of(w)->stream_sync(stream_of(w)); }
+
+void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc)
+{
+    sc->backend = w->model.be;
+    sc->compute = stream_of(w); /* the buffers are written and read by work on the stage's stream */
+}
+
 xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag)
 {
-    size_t n = w->model.n_params;
-    o->global = xdc_malloc(n * sizeof(float));
-    o->mom = xdc_calloc(n, sizeof(float));
-    o->pseudo = xdc_malloc(n * sizeof(float));
-    if (!o->global || !o->mom || !o->pseudo) return XDC_ERR_NOMEM;
-    memcpy(o->global, xdc_gpt_stage_params(w->model.st), n * sizeof(float));
+    size_t n = w->model.n_params, bytes = n * sizeof(float);
+    const xdc_device_ops *dev = dev_of(w);
+    XDC_CHECK(dev->mem_alloc((void **)&o->global, bytes));
+    XDC_CHECK(dev->mem_alloc((void **)&o->mom, bytes)); /* zero-filled */
+    XDC_CHECK(dev->mem_alloc((void **)&o->pseudo, bytes));
+    XDC_CHECK(dev->host_alloc((void **)&o->host, 3 * bytes));
+    XDC_CHECK(dev->copy_d2d(o->global, xdc_gpt_stage_params(w->model.st), bytes, stream_of(w)));
+    XDC_CHECK(wait_copies(w));
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 1, &sc);
+    orch_sync_device_cfg(w, &sc);
     sc.dp = dp;
     sc.name = "pseudo-gradients";
     return xdc_sync_create(w->comm.sync_eng, &sc, &o->sync, diag);
 }
 
-void orch_outer_destroy(orch_outer *o)
+void orch_outer_destroy(orch_worker *w, orch_outer *o)
 {
     xdc_sync_destroy(o->sync);
-    xdc_free(o->global);
-    xdc_free(o->mom);
-    xdc_free(o->pseudo);
+    const xdc_device_ops *dev = dev_of(w);
+    dev->mem_free(o->global);
+    dev->mem_free(o->mom);
+    dev->mem_free(o->pseudo);
+    dev->host_free(o->host);
     memset(o, 0, sizeof *o);
 }
 
-void orch_outer_update(orch_worker *w, orch_outer *o, size_t lo, size_t hi)
+xdc_err_t orch_outer_update(orch_worker *w, orch_outer *o, size_t lo, size_t hi)
 {
+    size_t n = w->model.n_params, m = hi - lo;
+    float *hg = o->host, *hm = hg + n, *hp = hm + n; /* staging of global, mom, pseudo */
     float lr = (float)w->cfg.outer_lr, mu = (float)w->cfg.outer_momentum;
+    XDC_CHECK(down(w, hp, o->pseudo, lo, m));
+    XDC_CHECK(down(w, hm, o->mom, lo, m));
+    XDC_CHECK(down(w, hg, o->global, lo, m));
+    XDC_CHECK(wait_copies(w));
     for (size_t i = lo; i < hi; i++) {
-        o->mom[i] = mu * o->mom[i] + o->pseudo[i];
-        o->global[i] -= lr * (o->pseudo[i] + mu * o->mom[i]);
+        hm[i] = mu * hm[i] + hp[i];
+        hg[i] -= lr * (hp[i] + mu * hm[i]);
     }
+    XDC_CHECK(up(w, o->mom, hm, lo, m));
+    XDC_CHECK(up(w, o->global, hg, lo, m));
+    return wait_copies(w); /* the staging is reused */
+}
+
+xdc_err_t orch_outer_pseudo(orch_worker *w, orch_outer *o, size_t lo, size_t hi)
+{
+    size_t n = w->model.n_params, m = hi - lo;
+    float *hg = o->host, *hp = hg + 2 * n;
+    float *p = xdc_gpt_stage_params(w->model.st);
+    XDC_CHECK(down(w, hg, o->global, lo, m));
+    XDC_CHECK(down(w, hp, p, lo, m));
+    XDC_CHECK(wait_copies(w));
+    for (size_t i = lo; i < hi; i++) hp[i] = hg[i] - hp[i];
+    XDC_CHECK(up(w, o->pseudo, hp, lo, m));
+    return wait_copies(w);
 }
 
 xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag)
 {
-    float *p = xdc_gpt_stage_params(w->model.st);
-    for (size_t i = 0; i < w->model.n_params; i++) o->pseudo[i] = o->global[i] - p[i];
-    XDC_CHECK(xdc_sync_begin(o->sync, o->pseudo));
+    size_t n = w->model.n_params;
+    XDC_CHECK(orch_outer_pseudo(w, o, 0, n));
+    XDC_CHECK(xdc_sync_begin(o->sync, o->pseudo)); /* xdc_sync_end marks it ready on the stage's stream */
     double t0 = now_s();
     xdc_err_t rc = xdc_sync_end(o->sync, diag);
     w->prog.t_wan_exposed += now_s() - t0;
     XDC_CHECK(rc);
-    orch_outer_update(w, o, 0, w->model.n_params);
-    memcpy(p, o->global, w->model.n_params * sizeof(float));
-    return XDC_OK;
+    XDC_CHECK(orch_outer_update(w, o, 0, n));
+    XDC_CHECK(dev_of(w)->copy_d2d(xdc_gpt_stage_params(w->model.st), o->global, n * sizeof(float), stream_of(w)));
+    return wait_copies(w);
 }
 
 typedef struct {
+    orch_worker *w; /* for destroy: the device that holds the outer state */
     xdc_sync *grad; /* replicas only */
     orch_outer outer;
 } diloco_state;
@@ -72,8 +123,10 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
     diloco_state *st = xdc_calloc(1, sizeof *st);
     if (!st) return XDC_ERR_NOMEM;
     *state = st;
+    st->w = w;
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 0, &sc); /* inner steps: the region's replicas, no WAN */
+    orch_sync_device_cfg(w, &sc);
     XDC_CHECK(xdc_sync_create(w->comm.sync_eng, &sc, &st->grad, diag));
     return orch_outer_setup(w, &st->outer, sc.dp, diag);
 }
@@ -97,7 +150,7 @@ static void diloco_destroy(void *state)
     diloco_state *st = state;
     if (!st) return;
     xdc_sync_destroy(st->grad);
-    orch_outer_destroy(&st->outer);
+    orch_outer_destroy(st->w, &st->outer);
     xdc_free(st);
 }
 
@@ -123,8 +176,13 @@ static xdc_err_t diloco_checkpoint_io(orch_worker *w, void *state, const char *d
     snprintf(path, sizeof path, "%s/outer-momentum.f32", dir);
     FILE *f = fopen(path, save ? "wb" : "rb");
     size_t n = 0, want = w->model.n_params;
+    float *hm = st->outer.host + want; /* the momentum's staging */
+    if (save) {
+        XDC_CHECK(down(w, hm, st->outer.mom, 0, want));
+        XDC_CHECK(wait_copies(w));
+    }
     if (f) {
-        n = save ? fwrite(st->outer.mom, sizeof(float), want, f) : fread(st->outer.mom, sizeof(float), want, f);
+        n = save ? fwrite(hm, sizeof(float), want, f) : fread(hm, sizeof(float), want, f);
         if (save && fflush(f) == 0) fsync(fileno(f));
         fclose(f);
     }
@@ -132,8 +190,11 @@ static xdc_err_t diloco_checkpoint_io(orch_worker *w, void *state, const char *d
         xdc_diag_set(diag, "%s: cannot %s %zu floats", path, save ? "write" : "read", want);
         return save ? XDC_ERR_IO : XDC_ERR_CORRUPT;
     }
-    if (!save) memcpy(st->outer.global, xdc_gpt_stage_params(w->model.st), want * sizeof(float));
-    return XDC_OK;
+    if (save) return XDC_OK;
+    XDC_CHECK(up(w, st->outer.mom, hm, 0, want));
+    XDC_CHECK(
+        dev_of(w)->copy_d2d(st->outer.global, xdc_gpt_stage_params(w->model.st), want * sizeof(float), stream_of(w)));
+    return wait_copies(w);
 }
 
 const orch_mode_ops orch_mode_diloco_ops = {.name = "diloco",

@@ -14,11 +14,12 @@
 static double now_s(void) { return (double)xdc_now_ns() / 1e9; }
 
 typedef struct {
+    orch_worker *w;   /* for destroy: the device that holds the state */
     xdc_sync *grad;   /* replicas only */
     orch_outer outer; /* pseudo-gradients of the whole stage: the final agreement */
     xdc_sync **frag;  /* (n_frag) one per fragment */
     int n_frag;
-    float *snapshot; /* (n_params) local parameters when a fragment was sent */
+    float *snapshot; /* device (n_params) local parameters when a fragment was sent */
     int inflight;    /* the fragment on the wire, or -1 */
 } streaming_state;
 
@@ -34,9 +35,11 @@ static xdc_err_t streaming_setup(orch_worker *w, void **state, xdc_diag *diag)
     streaming_state *st = xdc_calloc(1, sizeof *st);
     if (!st) return XDC_ERR_NOMEM;
     *state = st;
+    st->w = w;
     st->inflight = -1;
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 0, &sc); /* inner steps: the region's replicas, no WAN */
+    orch_sync_device_cfg(w, &sc);
     XDC_CHECK(xdc_sync_create(w->comm.sync_eng, &sc, &st->grad, diag));
     xdc_intra_comm *dp = sc.dp;
     if (dp) {
@@ -51,11 +54,12 @@ static xdc_err_t streaming_setup(orch_worker *w, void **state, xdc_diag *diag)
         xdc_diag_set(diag, "streaming.fragments (%d) exceeds this stage's %zu parameters", F, w->model.n_params);
         return XDC_ERR_CONFIG;
     }
-    st->snapshot = xdc_malloc(w->model.n_params * sizeof(float));
+    XDC_CHECK(w->model.be->device->mem_alloc((void **)&st->snapshot, w->model.n_params * sizeof(float)));
     st->frag = xdc_calloc((size_t)F, sizeof *st->frag);
-    if (!st->snapshot || !st->frag) return XDC_ERR_NOMEM;
+    if (!st->frag) return XDC_ERR_NOMEM;
     st->n_frag = F;
     orch_worker_sync_cfg(w, 1, &sc);
+    orch_sync_device_cfg(w, &sc);
     sc.dp = dp;
     sc.name = "fragment";
     for (int f = 0; f < F; f++) {
@@ -72,15 +76,26 @@ static xdc_err_t land(orch_worker *w, streaming_state *st, xdc_diag *diag)
 {
     if (st->inflight < 0) return XDC_OK;
     int f = st->inflight;
+    const xdc_device_ops *dev = w->model.be->device;
+    xdc_stream *cs = xdc_gpt_stage_stream(w->model.st);
     float *p = xdc_gpt_stage_params(w->model.st);
-    size_t lo, hi;
+    size_t n = w->model.n_params, lo, hi;
     fragment_range(w, f, &lo, &hi);
+    size_t bytes = (hi - lo) * sizeof(float);
     double t0 = now_s();
     xdc_err_t rc = xdc_sync_end(st->frag[f], diag);
     w->prog.t_wan_exposed += now_s() - t0;
     XDC_CHECK(rc);
-    orch_outer_update(w, &st->outer, lo, hi);
-    for (size_t i = lo; i < hi; i++) p[i] = st->outer.global[i] + (p[i] - st->snapshot[i]);
+    XDC_CHECK(orch_outer_update(w, &st->outer, lo, hi)); /* leaves the new global in the staging's first row */
+    /* On the pinned staging (no device op for it yet): the parameters and the snapshot come over, the
+     * landed fragment goes back. */
+    float *hg = st->outer.host, *hs = hg + n, *hp = hs + n;
+    XDC_CHECK(dev->copy_d2h(hp + lo, p + lo, bytes, cs));
+    XDC_CHECK(dev->copy_d2h(hs + lo, st->snapshot + lo, bytes, cs));
+    XDC_CHECK(dev->stream_sync(cs));
+    for (size_t i = lo; i < hi; i++) hp[i] = hg[i] + (hp[i] - hs[i]);
+    XDC_CHECK(dev->copy_h2d(p + lo, hp + lo, bytes, cs));
+    XDC_CHECK(dev->stream_sync(cs));
     st->inflight = -1;
     return XDC_OK;
 }
@@ -94,10 +109,9 @@ static xdc_err_t launch(orch_worker *w, streaming_state *st)
         if (w->prog.step % H != (int64_t)f * H / F) continue;
         size_t lo, hi;
         fragment_range(w, f, &lo, &hi);
-        for (size_t i = lo; i < hi; i++) {
-            st->snapshot[i] = p[i];
-            st->outer.pseudo[i] = st->outer.global[i] - p[i];
-        }
+        XDC_CHECK(w->model.be->device->copy_d2d(st->snapshot + lo, p + lo, (hi - lo) * sizeof(float),
+                                                xdc_gpt_stage_stream(w->model.st)));
+        XDC_CHECK(orch_outer_pseudo(w, &st->outer, lo, hi)); /* also waits for the snapshot's copy */
         XDC_CHECK(xdc_sync_begin(st->frag[f], st->outer.pseudo + lo));
         xdc_sync_mark_ready(st->frag[f], 0);
         st->inflight = f;
@@ -126,10 +140,10 @@ static void streaming_destroy(void *state)
     streaming_state *st = state;
     if (!st) return;
     xdc_sync_destroy(st->grad);
-    orch_outer_destroy(&st->outer);
+    orch_outer_destroy(st->w, &st->outer);
     for (int f = 0; st->frag && f < st->n_frag; f++) xdc_sync_destroy(st->frag[f]);
     xdc_free(st->frag);
-    xdc_free(st->snapshot);
+    st->w->model.be->device->mem_free(st->snapshot);
     xdc_free(st);
 }
 

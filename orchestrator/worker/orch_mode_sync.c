@@ -17,6 +17,7 @@ static xdc_err_t sync_setup(orch_worker *w, void **state, xdc_diag *diag)
     *state = st;
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 1, &sc);
+    orch_sync_device_cfg(w, &sc); /* the stage's device and compute stream */
     return xdc_sync_create(w->comm.sync_eng, &sc, &st->grad, diag);
 }
 

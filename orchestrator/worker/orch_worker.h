@@ -178,15 +178,20 @@ xdc_err_t orch_pipe_allreduce_sum(orch_worker *w, float *v, int n, xdc_diag *dia
 /* orch_mode_diloco.c: the outer loop DiLoCo and streaming share. */
 typedef struct orch_outer {
     xdc_sync *sync; /* pseudo-gradients across regions (codec + error feedback) */
-    float *global;  /* (n_params) the last agreed global parameters */
-    float *mom;     /* (n_params) outer Nesterov momentum */
-    float *pseudo;  /* (n_params) pseudo-gradient scratch */
+    float *global;  /* device (n_params) the last agreed global parameters */
+    float *mom;     /* device (n_params) outer Nesterov momentum */
+    float *pseudo;  /* device (n_params) pseudo-gradient: what the sync averages */
+    float *host;    /* pinned host (3, n_params) staging of the outer arithmetic (no device op for it yet) */
 } orch_outer;
 /* Buffers (global = the stage's parameters now) and the pseudo-gradient sync over `dp` and the regions. */
 xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag);
-void orch_outer_destroy(orch_outer *o);
+void orch_outer_destroy(orch_worker *w, orch_outer *o);
+/* The device and compute stream of the worker's stage in `sc` (every sync of the modes). */
+void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc);
+/* pseudo = global - local on [lo, hi). */
+xdc_err_t orch_outer_pseudo(orch_worker *w, orch_outer *o, size_t lo, size_t hi);
 /* Outer Nesterov step on [lo, hi): pseudo holds the cross-region mean of (global - local). */
-void orch_outer_update(orch_worker *w, orch_outer *o, size_t lo, size_t hi);
+xdc_err_t orch_outer_update(orch_worker *w, orch_outer *o, size_t lo, size_t hi);
 /* An outer round over the whole stage: every region ends on the same global parameters, local = global. */
 xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag);
 
