@@ -92,6 +92,7 @@ xdc_err_t xdc_intra_create(const xdc_intra_config *cfg, xdc_intra_comm **out, xd
     XDC_CHECK(intra_comm_alloc(ops, cfg->rank, cfg->size, cfg->op_timeout_ms, &c));
     const char *env = getenv("XDC_INTRA_NCCL_SEMANTICS");
     c->nccl_semantics = cfg->nccl_semantics || (env && env[0] == '1');
+    c->dev_ops = cfg->dev_ops;
     XDC_CHECK_GOTO(ops->create(c, cfg, diag), rc, fail);
     XDC_DEBUG(XDC_SUB_INTRA, "intra: rank %d/%d joined on %s%s", cfg->rank, cfg->size, ops->name,
               c->nccl_semantics ? " (NCCL semantics)" : "");
@@ -134,10 +135,21 @@ xdc_err_t xdc_intra_split(xdc_intra_comm *comm, int color, int key, xdc_intra_co
         return XDC_ERR_INVALID;
     }
     *out = NULL;
-    return comm->ops->split(comm, color, key, out, diag);
+    xdc_err_t rc = comm->ops->split(comm, color, key, out, diag);
+    if (rc == XDC_OK && *out) (*out)->dev_ops = comm->dev_ops;
+    return rc;
 }
 
 /* ---- requests ------------------------------------------------------------------------------------ */
+
+/* The address the backend reads or writes for `p`: its comm_view when p is memory of the communicator's
+ * device, else p itself (host memory, or no device). */
+static void *comm_addr(const xdc_intra_comm *comm, const void *p)
+{
+    void *v = NULL;
+    if (p && comm->dev_ops && comm->dev_ops->comm_view(p, &v) == XDC_OK) return v;
+    return (void *)(uintptr_t)p;
+}
 
 static xdc_err_t req_start(xdc_intra_comm *comm, intra_op_kind kind, const void *sendbuf, void *recvbuf, size_t count,
                            xdc_intra_dtype dtype, xdc_intra_redop redop, int peer, xdc_intra_req **out)
@@ -171,8 +183,8 @@ static xdc_err_t req_start(xdc_intra_comm *comm, intra_op_kind kind, const void 
 
     r->comm = comm;
     r->kind = kind;
-    r->sendbuf = sendbuf;
-    r->recvbuf = recvbuf;
+    r->sendbuf = comm_addr(comm, sendbuf);
+    r->recvbuf = comm_addr(comm, recvbuf);
     r->count = count;
     r->dtype = dtype;
     r->redop = redop;

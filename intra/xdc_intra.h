@@ -21,6 +21,7 @@
 #define XDC_INTRA_H
 
 #include "common/xdc_err.h"
+#include "kernels/xdc_device.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -51,12 +52,21 @@ typedef struct xdc_intra_config {
      * deadlock on NCCL fails with the op_timeout_ms error naming the rank. Also turned on by the
      * environment variable XDC_INTRA_NCCL_SEMANTICS=1. NCCL: always so; ignored. */
     int nccl_semantics;
+    /* The device whose memory the buffers may be (NULL: none, every buffer is memory the backend reads
+     * as it is). Each operation translates its buffers at start through dev_ops->comm_view: a device
+     * pointer becomes the address a communication library running "on the device" uses (cpu-strict: the
+     * read-write alias of the PROT_NONE view; cpu, CUDA: the pointer itself, NCCL takes device pointers
+     * as they are); a pointer comm_view refuses (host memory: a loss, a hash state) is used as it is.
+     * The caller orders the device work that produced a send buffer before the start (stream_sync,
+     * event_sync) and reads a receive buffer on the device only after the request completed. Splits
+     * inherit it. */
+    const xdc_device_ops *dev_ops;
 } xdc_intra_config;
 
 #define XDC_INTRA_CONFIG_INIT                                                                          \
     {                                                                                                  \
         .backend = XDC_INTRA_CPU, .rank = 0, .size = 1, .bootstrap = NULL, .create_timeout_ms = 30000, \
-        .op_timeout_ms = 60000, .device = 0, .nccl_semantics = 0                                       \
+        .op_timeout_ms = 60000, .device = 0, .nccl_semantics = 0, .dev_ops = NULL                      \
     }
 
 /* Size of one element in bytes (4 for F32, 2 for BF16). */

@@ -93,6 +93,9 @@ xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag)
             rc = XDC_ERR_PROTO;
         } else if (rc == XDC_OK && r->dst && r->wire) {
             rc = xdc_codec_decode(w->pipe.dec, r->wire, len, r->dst, r->n, XDC_CODEC_WRITE, diag);
+            /* The decode's copy into device memory is queued on this thread's stream: the stage's
+             * stream reads it next, and the wire buffer is reused. */
+            if (rc == XDC_OK) rc = w->model.be->device->stream_sync(NULL);
         } else if (rc == XDC_OK && r->dst && (codec != PIPE_RAW_CODEC || len != r->n * sizeof(float))) {
             xdc_diag_set(diag, "control message of %zu bytes (codec %u), expected %zu raw", len, codec,
                          r->n * sizeof(float));

@@ -70,8 +70,12 @@ static xdc_err_t backward_mb(orch_worker *w, int mb, xdc_sync *sync, xdc_diag *d
     uint64_t u0 = orch_trace_now_us(w->tele.trace);
     XDC_CHECK(xdc_gpt_stage_backward(w->model.st, xdc_gpt_stage_slot_of(w->model.st, mb), w->model.dy_in + mb * btc,
                                      1.0f / (float)w->model.M, is_first(w) ? NULL : &dx));
-    if (!is_first(w))
-        memcpy(w->model.dx_out + mb * btc, dx, btc * sizeof(float)); /* dx lives only until the next backward */
+    if (!is_first(w)) { /* dx lives only until the next backward; the send reads the copy once it ran */
+        const xdc_device_ops *dev = w->model.be->device;
+        xdc_stream *cs = xdc_gpt_stage_stream(w->model.st);
+        XDC_CHECK(dev->copy_d2d(w->model.dx_out + mb * btc, dx, btc * sizeof(float), cs));
+        XDC_CHECK(dev->stream_sync(cs));
+    }
     w->prog.t_compute += now_s() - t0;
     trace_span(w, "backward", u0, mb);
     if (!is_first(w))
@@ -270,9 +274,22 @@ static xdc_err_t dump_params(orch_worker *w, xdc_diag *diag)
 {
     char path[700];
     snprintf(path, sizeof path, "%s/params-stage-%d.f32", w->id.run_dir, w->id.stage);
+    /* The arena is device memory: download it first. */
+    const xdc_device_ops *dev = w->model.be->device;
+    xdc_stream *cs = xdc_gpt_stage_stream(w->model.st);
+    float *host = xdc_malloc(w->model.n_params * sizeof(float));
+    if (!host) return XDC_ERR_NOMEM;
+    xdc_err_t rc = dev->copy_d2h(host, xdc_gpt_stage_params(w->model.st), w->model.n_params * sizeof(float), cs);
+    if (rc == XDC_OK) rc = dev->stream_sync(cs);
+    if (rc != XDC_OK) {
+        xdc_free(host);
+        xdc_diag_set(diag, "downloading the parameters of stage %d for %s", w->id.stage, path);
+        return rc;
+    }
     FILE *f = fopen(path, "wb");
-    size_t n = f ? fwrite(xdc_gpt_stage_params(w->model.st), sizeof(float), w->model.n_params, f) : 0;
+    size_t n = f ? fwrite(host, sizeof(float), w->model.n_params, f) : 0;
     if (f) fclose(f);
+    xdc_free(host);
     if (n != w->model.n_params) {
         xdc_diag_set(diag, "cannot write %s", path);
         return XDC_ERR_IO;

@@ -211,15 +211,17 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
     size_t bt = (size_t)w->model.B * (size_t)w->model.T, btc = bt * (size_t)w->model.C, M = (size_t)w->model.M;
     w->model.tokens = xdc_malloc(M * bt * sizeof(int32_t));
     w->model.targets = xdc_malloc(M * bt * sizeof(int32_t));
-    w->model.x_in = xdc_malloc(M * btc * sizeof(float));
-    w->model.dy_in = xdc_malloc(M * btc * sizeof(float));
-    w->model.dx_out = xdc_malloc(M * btc * sizeof(float));
+    /* Activations live on the device: the stage reads x_in and dy_in there, and the intra communicator
+     * reaches them through the device's comm_view. */
+    const xdc_device_ops *dev = w->model.be->device;
+    float **act[] = {&w->model.x_in, &w->model.dy_in, &w->model.dx_out};
+    for (size_t i = 0; i < sizeof act / sizeof act[0]; i++)
+        XDC_CHECK(dev->mem_alloc((void **)act[i], M * btc * sizeof(float)));
     w->pipe.x_req = xdc_calloc(M, sizeof *w->pipe.x_req);
     w->pipe.dy_req = xdc_calloc(M, sizeof *w->pipe.dy_req);
     w->pipe.y_req = xdc_calloc(M, sizeof *w->pipe.y_req);
     w->pipe.dx_req = xdc_calloc(M, sizeof *w->pipe.dx_req);
-    if (!w->model.tokens || !w->model.targets || !w->model.x_in || !w->model.dy_in || !w->model.dx_out ||
-        !w->pipe.x_req || !w->pipe.dy_req || !w->pipe.y_req || !w->pipe.dx_req)
+    if (!w->model.tokens || !w->model.targets || !w->pipe.x_req || !w->pipe.dy_req || !w->pipe.y_req || !w->pipe.dx_req)
         return XDC_ERR_NOMEM;
     return XDC_OK;
 }
@@ -270,6 +272,7 @@ static xdc_err_t open_intra(orch_worker *w, xdc_diag *diag)
     ic.bootstrap = boot;
     ic.create_timeout_ms = w->cfg.rendezvous_timeout_ms;
     ic.op_timeout_ms = w->cfg.op_timeout_ms;
+    ic.dev_ops = w->model.be->device; /* activations and gradient buckets are device memory */
     XDC_CHECK(xdc_intra_create(&ic, &w->comm.region_comm, diag));
     /* With span the region's workers are consecutive stages of the one pipeline. */
     XDC_CHECK(
@@ -367,6 +370,7 @@ static xdc_err_t open_pipe_codec(orch_worker *w, xdc_diag *diag)
     cc.chunk_elems = w->pipe.elems;
     cc.error_feedback = false;
     cc.zstd_level = 0; /* latency class: no entropy stage */
+    cc.backend = w->model.be; /* it reads and writes the activations in device memory */
     w->pipe.codec_kind = cc.kind;
     XDC_CHECK(xdc_codec_create(&cc, &w->pipe.enc, diag));
     XDC_CHECK(xdc_codec_create(&cc, &w->pipe.dec, diag));
@@ -481,8 +485,13 @@ static void worker_close(orch_worker *w)
     xdc_data_destroy(w->model.val);
     xdc_topology_destroy(w->topo);
     orch_trace_destroy(w->tele.trace);
-    void *bufs[] = {w->model.tokens, w->model.targets, w->model.x_in,  w->model.dy_in, w->model.dx_out,
-                    w->pipe.wire,    w->pipe.x_req,    w->pipe.dy_req, w->pipe.y_req,  w->pipe.dx_req};
+    if (w->model.be) {
+        w->model.be->device->mem_free(w->model.x_in);
+        w->model.be->device->mem_free(w->model.dy_in);
+        w->model.be->device->mem_free(w->model.dx_out);
+    }
+    void *bufs[] = {w->model.tokens, w->model.targets, w->pipe.wire,  w->pipe.x_req,
+                    w->pipe.dy_req,  w->pipe.y_req,    w->pipe.dx_req};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) xdc_free(bufs[i]);
 }
 
