@@ -88,7 +88,7 @@ struct xdc_intra_comm {
     xdc_pool reqs;    /* xdc_intra_req objects, allocated once and reused (under `lock`) */
     xdc_err_t failed; /* XDC_OK while healthy */
     char error[384];
-    int nccl_semantics; /* CPU: one in-order stream per communicator (xdc_intra_config.nccl_semantics) */
+    int nccl_semantics;            /* CPU: one in-order stream per communicator (xdc_intra_config.nccl_semantics) */
     const xdc_device_ops *dev_ops; /* xdc_intra_config.dev_ops: buffers are translated through comm_view */
     /* the open group (under `lock`): depth, the thread that opened it, its id and requests */
     int group_depth;

@@ -369,7 +369,7 @@ static xdc_err_t open_pipe_codec(orch_worker *w, xdc_diag *diag)
     cc.n_elems = w->pipe.elems;
     cc.chunk_elems = w->pipe.elems;
     cc.error_feedback = false;
-    cc.zstd_level = 0; /* latency class: no entropy stage */
+    cc.zstd_level = 0;        /* latency class: no entropy stage */
     cc.backend = w->model.be; /* it reads and writes the activations in device memory */
     w->pipe.codec_kind = cc.kind;
     XDC_CHECK(xdc_codec_create(&cc, &w->pipe.enc, diag));
