@@ -31,8 +31,8 @@ static void need_corpus(void)
 
 /* A run file in the test's folder: the tiny model with 2 pipeline stages and the given mode, steps,
  * codec and extras. */
-static const char *write_run_p(const char *name, const char *mode, int steps, const char *codec, int stages,
-                               const char *extra)
+static const char *write_run_pb(const char *name, const char *mode, int steps, const char *codec, int stages,
+                                double bucket_mb, const char *extra)
 {
     static char path[512];
     char cwd[400], text[2048];
@@ -40,12 +40,18 @@ static const char *write_run_p(const char *name, const char *mode, int steps, co
     snprintf(path, sizeof path, "%s/%s.yaml", xdc_test_tmpdir(), name);
     snprintf(text, sizeof text,
              "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: %s\npipeline_stages: %d\nmicrobatches: 2\n"
-             "steps: %d\ncodec: %s\nbucket_mb: 0.05\nthreads: 1\n%s%s",
-             cwd, DATA, mode, stages, steps, codec,
+             "steps: %d\ncodec: %s\nbucket_mb: %g\nthreads: 1\n%s%s",
+             cwd, DATA, mode, stages, steps, codec, bucket_mb,
              extra && strstr(extra, "timeouts:") ? "" : "timeouts: {rendezvous: 30s, operation: 30s}\n",
              extra ? extra : "");
     xdc_test_write_file(path, text);
     return path;
+}
+
+static const char *write_run_p(const char *name, const char *mode, int steps, const char *codec, int stages,
+                               const char *extra)
+{
+    return write_run_pb(name, mode, steps, codec, stages, 0.05, extra);
 }
 
 static const char *write_run(const char *name, const char *mode, int steps, const char *codec, const char *extra)
@@ -252,6 +258,46 @@ XDC_TEST_T(orch_pipeline_across_regions_matches_single_process, 300)
     match_reference(run, "examples/topology/span-2region.yaml", 8, 1, 1, 2, out, sizeof out);
     final_field(out, "wan_bytes=", bytes, sizeof bytes);
     XDC_ASSERT_MSG(atoll(bytes) > 0, "no activation crossed the WAN");
+}
+
+XDC_TEST_T(orch_modes_on_cpu_strict_match_cpu, 300)
+{
+    need_corpus();
+    /* Every launch mode on the device the host cannot touch (PROT_NONE memory, stream threads, real
+     * events; docs/device.md) ends with the cpu run's parameters bit for bit: sync with pipelines, data-
+     * parallel replicas (intra collectives on device buffers), a pipeline across regions (activation codec
+     * on the device), DiLoCo and streaming, streaming with replicas. Buckets of 64 KiB, the strict hazard
+     * rule's block. */
+    static const struct {
+        const char *name, *topo, *mode, *codec, *extra;
+        int steps, stages;
+    } runs[] = {
+        {"sync", TOPO, "sync", "none", "", 4, 2},
+        {"dp", TOPO, "sync", "int8", "", 4, 1},
+        {"span", "examples/topology/span-2region.yaml", "sync", "none", "span_regions: true\nactivation_codec: int8\n",
+         3, 2},
+        {"diloco", TOPO, "diloco", "int8", "diloco: {inner_steps: 3}\n", 6, 2},
+        {"streaming", TOPO, "streaming", "int8", "diloco: {inner_steps: 3}\nstreaming: {fragments: 2}\n", 6, 2},
+        {"stream-dp", TOPO, "streaming", "int8", "diloco: {inner_steps: 3}\nstreaming: {fragments: 2}\n", 6, 1},
+    };
+    static char out[65536];
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        const char *run = write_run_pb(runs[i].name, runs[i].mode, runs[i].steps, runs[i].codec, runs[i].stages, 0.0625,
+                                       runs[i].extra);
+        char hash[2][64], dir[600], cmd[2048];
+        for (int d = 0; d < 2; d++) {
+            const char *dev = d ? "cpu-strict" : "cpu";
+            snprintf(dir, sizeof dir, "%s/%s-%s", xdc_test_tmpdir(), runs[i].name, dev);
+            snprintf(cmd, sizeof cmd, "timeout 240 %s launch -t %s -c %s --run-dir %s --device %s", xdc_test_bin(),
+                     runs[i].topo, run, dir, dev);
+            int rc = xdc_test_run(cmd, out, sizeof out);
+            XDC_ASSERT_MSG(rc == 0, "%s on %s exited %d:\n%s", runs[i].name, dev, rc, out);
+            final_field(out, "params_xxh64=", hash[d], sizeof hash[d]);
+        }
+        printf("%s: cpu %s, cpu-strict %s\n", runs[i].name, hash[0], hash[1]);
+        XDC_ASSERT_MSG(strcmp(hash[0], hash[1]) == 0, "%s: cpu-strict ends at params_xxh64=%s, cpu at %s", runs[i].name,
+                       hash[1], hash[0]);
+    }
 }
 
 XDC_TEST_T(orch_same_seed_same_parameters, 300)
