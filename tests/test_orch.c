@@ -298,6 +298,26 @@ XDC_TEST_T(orch_modes_on_cpu_strict_match_cpu, 300)
         XDC_ASSERT_MSG(strcmp(hash[0], hash[1]) == 0, "%s: cpu-strict ends at params_xxh64=%s, cpu at %s", runs[i].name,
                        hash[1], hash[0]);
     }
+    /* Checkpoints: a cpu run's checkpoint resumed on cpu-strict, and the strict run's own, both end where
+     * the uninterrupted cpu run does (the resume starts from the last checkpoint, step 4). */
+    const char *run = write_run_pb("ckpt", "sync", 6, "none", 2, 0.0625, "checkpoint_every: 2\n");
+    char want[64], got[64], dir[600], cmd[2048];
+    const char *legs[3][2] = {{"cpu", ""}, {"cpu-strict", "--resume"}, {"cpu-strict", ""}};
+    for (int l = 0; l < 3; l++) {
+        snprintf(dir, sizeof dir, "%s/ckpt-%s", xdc_test_tmpdir(), l == 2 ? "strict" : "cpu");
+        for (int again = 0; again < (l == 2 ? 2 : 1); again++) {
+            snprintf(cmd, sizeof cmd, "timeout 240 %s launch -t %s -c %s --run-dir %s --device %s %s", xdc_test_bin(),
+                     TOPO, run, dir, legs[l][0], again ? "--resume" : legs[l][1]);
+            int rc = xdc_test_run(cmd, out, sizeof out);
+            XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", cmd, rc, out);
+            final_field(out, "params_xxh64=", l ? got : want, 64);
+            if (l) XDC_ASSERT_MSG(strcmp(want, got) == 0, "%s ends at %s, the cpu run at %s", cmd, got, want);
+        }
+    }
+    snprintf(cmd, sizeof cmd, "grep -l 'resumed from the checkpoint of step 4' %s/ckpt-*/logs/*.log | wc -l",
+             xdc_test_tmpdir());
+    xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(atoi(out) == 8, "expected 8 resumed workers' logs, got %s", out);
 }
 
 XDC_TEST_T(orch_same_seed_same_parameters, 300)
