@@ -6,6 +6,7 @@
 #include "tests/test_intra_ranks.h"
 
 #include "common/xdc_alloc.h"
+#include "kernels/xdc_kernels.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -233,6 +234,60 @@ static int rank_p2p_ordered(xdc_intra_comm *comm, intra_test_rank *tr, const voi
 XDC_TEST(intra_cpu_pipeline_exchange_on_backend_memory)
 {
     intra_test_ranks(XDC_INTRA_CPU, 4, rank_p2p_ordered, NULL, NULL);
+}
+
+/* ---- device buffers through comm_view ------------------------------------------------------------ */
+
+/* 4 ranks = 2 stages x 2 replicas on cpu-strict device memory (the host cannot touch it: a touch would
+ * kill the rank with SIGSEGV): a pipeline send/recv and a data-parallel all-reduce in place on device
+ * buffers, and the all-reduce of a host array on the same communicator (used as it is). */
+static int rank_strict(xdc_intra_comm *comm, intra_test_rank *tr, const void *arg)
+{
+    const xdc_device_ops *D = arg;
+    int me = xdc_intra_rank(comm), stage = me / 2, replica = me % 2;
+    xdc_intra_comm *dp = NULL, *pp = NULL;
+    RCHECK_OK(xdc_intra_split(comm, stage, replica, &dp, &tr->diag), tr);
+    RCHECK_OK(xdc_intra_split(comm, replica, stage, &pp, &tr->diag), tr);
+    const size_t c = 70001; /* more than a 64 KiB block, odd */
+    float *h = xdc_malloc(c * 4), *want = xdc_malloc(c * 4), *dv = NULL, *dr = NULL;
+    RCHECK(h && want, tr, "no memory");
+    RCHECK_OK(D->mem_alloc((void **)&dv, c * 4), tr);
+    RCHECK_OK(D->mem_alloc((void **)&dr, c * 4), tr);
+    for (size_t i = 0; i < c; i++) h[i] = (float)(me * 1000 + (int)(i % 977));
+    RCHECK_OK(D->copy_h2d(dv, h, c * 4, NULL), tr);
+    RCHECK_OK(D->stream_sync(NULL), tr); /* the collective reads what the device wrote */
+    if (stage == 0) RCHECK_OK(intra_test_run_op(tr, xdc_intra_send(pp, dv, c, XDC_INTRA_F32, 1, &tr->req)), tr);
+    else RCHECK_OK(intra_test_run_op(tr, xdc_intra_recv(pp, dr, c, XDC_INTRA_F32, 0, &tr->req)), tr);
+    RCHECK_OK(intra_test_run_op(tr, xdc_intra_all_reduce(dp, dv, dv, c, XDC_INTRA_F32, XDC_INTRA_SUM, &tr->req)), tr);
+    float v[2] = {(float)me, 1};
+    RCHECK_OK(intra_test_run_op(tr, xdc_intra_all_reduce(comm, v, v, 2, XDC_INTRA_F32, XDC_INTRA_SUM, &tr->req)), tr);
+    RCHECK(v[0] == 6 && v[1] == 4, tr, "host all_reduce: %g %g", v[0], v[1]);
+    RCHECK_OK(D->copy_d2h(h, dv, c * 4, NULL), tr);
+    RCHECK_OK(D->stream_sync(NULL), tr);
+    for (size_t i = 0; i < c; i++) want[i] = (float)((stage * 2) * 1000 + (stage * 2 + 1) * 1000 + 2 * (int)(i % 977));
+    RCHECK(memcmp(h, want, c * 4) == 0, tr, "device all_reduce of stage %d wrong", stage);
+    if (stage == 1) {
+        RCHECK_OK(D->copy_d2h(h, dr, c * 4, NULL), tr);
+        RCHECK_OK(D->stream_sync(NULL), tr);
+        for (size_t i = 0; i < c; i++) want[i] = (float)(replica * 1000 + (int)(i % 977));
+        RCHECK(memcmp(h, want, c * 4) == 0, tr, "device recv of replica %d wrong", replica);
+    }
+    D->mem_free(dv);
+    D->mem_free(dr);
+    xdc_free(h);
+    xdc_free(want);
+    xdc_intra_destroy(pp);
+    xdc_intra_destroy(dp);
+    return 0;
+}
+
+XDC_TEST(intra_cpu_strict_device_buffers_through_comm_view)
+{
+    const xdc_kern_backend *be = NULL;
+    xdc_diag why = {{0}};
+    if (xdc_kern_backend_get(XDC_BACKEND_CPU_STRICT, &be, &why) != XDC_OK) xdc_test_skip("no cpu-strict: %s", why.msg);
+    intra_test_opts o = {.dev_ops = be->device};
+    intra_test_ranks_opts(XDC_INTRA_CPU, 4, rank_strict, be->device, NULL, &o);
 }
 
 /* ---- sub-groups --------------------------------------------------------------------------------- */

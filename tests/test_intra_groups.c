@@ -107,7 +107,7 @@ static int rank_exchange(xdc_intra_comm *comm, intra_test_rank *tr, const void *
 
 XDC_TEST_T(intra_cpu_nccl_semantics_ungrouped_recv_first_fails_naming_the_rank, 60)
 {
-    const intra_test_opts sem = {1, 300}, plain = {0, 300};
+    const intra_test_opts sem = {1, 300, NULL}, plain = {0, 300, NULL};
     const exch_case old = {0, 1, 1000}, old_ok = {0, 0, 1000};
     intra_test_result res;
     /* without the mode the CPU backend progresses every peer at once: the pattern passes */
@@ -126,7 +126,7 @@ XDC_TEST_T(intra_cpu_nccl_semantics_ungrouped_recv_first_fails_naming_the_rank, 
 
 XDC_TEST_T(intra_cpu_nccl_semantics_group_is_matched_as_a_unit, 60)
 {
-    const intra_test_opts sem = {1, 2000};
+    const intra_test_opts sem = {1, 2000, NULL};
     const exch_case small = {1, 0, 1000}, big = {1, 0, 3u << 20 >> 2}, empty = {1, 0, 0};
     intra_test_ranks_opts(XDC_INTRA_CPU, 2, rank_exchange, &small, NULL, &sem);
     intra_test_ranks_opts(XDC_INTRA_CPU, 2, rank_exchange, &big, NULL, &sem); /* 3 MiB: larger than a ring */
@@ -179,7 +179,7 @@ static int rank_in_order(xdc_intra_comm *comm, intra_test_rank *tr, const void *
 
 XDC_TEST_T(intra_cpu_nccl_semantics_runs_operations_in_start_order, 60)
 {
-    const intra_test_opts sem = {1, 5000};
+    const intra_test_opts sem = {1, 5000, NULL};
     intra_test_ranks_opts(XDC_INTRA_CPU, 3, rank_in_order, NULL, NULL, &sem);
 }
 
@@ -357,7 +357,7 @@ static int rank_1f1b(xdc_intra_comm *comm, intra_test_rank *tr, const void *arg)
 
 XDC_TEST_T(intra_cpu_nccl_semantics_1f1b_schedule_in_groups_passes, 120)
 {
-    const intra_test_opts sem = {1, 10000};
+    const intra_test_opts sem = {1, 10000, NULL};
     /* 200003 floats = 800 KB: larger than a ring, so a message only moves while its receive is running */
     const onef1b_case c4 = {6, 2, 1, 200003}, c2 = {2, 3, 1, 1000}, c3 = {1, 2, 1, 7}, c4m = {3, 2, 1, 5000};
     intra_test_ranks_opts(XDC_INTRA_CPU, 4, rank_1f1b, &c4, NULL, &sem);
@@ -371,7 +371,7 @@ XDC_TEST_T(intra_cpu_nccl_semantics_1f1b_receives_first_fails_naming_a_rank, 60)
 {
     /* the pattern the worker used before groups: fine on the CPU backend's own semantics... */
     const onef1b_case old = {4, 1, 0, 1000};
-    const intra_test_opts sem = {1, 300};
+    const intra_test_opts sem = {1, 300, NULL};
     intra_test_result res;
     /* ...but with NCCL's, every stage's first receive blocks the sends behind it */
     intra_test_ranks_opts(XDC_INTRA_CPU, 4, rank_1f1b, &old, &res, &sem);
@@ -388,7 +388,7 @@ XDC_TEST_T(intra_nccl_groups_1f1b_and_deadline_abort, 180)
     int ndev = intra_test_gpu_count(why, sizeof why);
     if (ndev < 2) xdc_test_skip("no GPU: needs 2 CUDA devices, %d visible (%s)", ndev > 0 ? ndev : 0, why);
     int P = ndev < 4 ? ndev : 4;
-    const intra_test_opts opts = {0, 10000}, short_deadline = {0, 300};
+    const intra_test_opts opts = {0, 10000, NULL}, short_deadline = {0, 300, NULL};
     const exch_case small = {1, 0, 1000}, big = {1, 0, 3u << 20 >> 2}, old = {0, 1, 1000};
     const onef1b_case c = {6, 2, 1, 200003}, c1 = {1, 2, 1, 7};
     /* a group's send and recv to the same peer are issued together between ncclGroupStart/End */

@@ -57,6 +57,7 @@ static int rank_main(intra_test_rank *tr, int boot_rd, int boot_wr, int release_
     cfg.create_timeout_ms = 15000;
     cfg.op_timeout_ms = opts && opts->op_timeout_ms ? opts->op_timeout_ms : 20000;
     cfg.nccl_semantics = opts ? opts->nccl_semantics : 0;
+    cfg.dev_ops = opts ? opts->dev_ops : NULL;
     cfg.device = tr->rank;
     xdc_intra_comm *comm = NULL;
     char one = 1;

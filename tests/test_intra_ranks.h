@@ -30,8 +30,9 @@ typedef int (*intra_test_rank_fn)(xdc_intra_comm *comm, intra_test_rank *tr, con
 
 /* Communicator settings of a run (NULL: the defaults below). */
 typedef struct intra_test_opts {
-    int nccl_semantics;    /* xdc_intra_config.nccl_semantics */
-    int64_t op_timeout_ms; /* 0: 20 s */
+    int nccl_semantics;            /* xdc_intra_config.nccl_semantics */
+    int64_t op_timeout_ms;         /* 0: 20 s */
+    const xdc_device_ops *dev_ops; /* xdc_intra_config.dev_ops */
 } intra_test_opts;
 
 /* Fork `n` ranks running fn; assert every rank passed (a rank killed by SIGKILL from fn counts as
