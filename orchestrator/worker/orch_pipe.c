@@ -111,13 +111,21 @@ xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag)
 xdc_err_t orch_pipe_allreduce_sum(orch_worker *w, float *v, int n, xdc_diag *diag)
 {
     orch_pipe_req r;
+    if (n > ORCH_PIPE_MAX_SCALARS) return XDC_ERR_RANGE;
     if (!w->id.span) {
-        XDC_CHECK(xdc_intra_all_reduce(w->comm.pp, v, v, (size_t)n, XDC_INTRA_F32, XDC_INTRA_SUM, &r.ir));
+        /* In device memory, as NCCL requires: upload, sum, download (a few bytes, once per step). */
+        const xdc_device_ops *dev = w->model.be->device;
+        size_t bytes = (size_t)n * sizeof(float);
+        XDC_CHECK(dev->copy_h2d(w->pipe.scalars, v, bytes, NULL));
+        XDC_CHECK(dev->stream_sync(NULL));
+        XDC_CHECK(xdc_intra_all_reduce(w->comm.pp, w->pipe.scalars, w->pipe.scalars, (size_t)n, XDC_INTRA_F32,
+                                       XDC_INTRA_SUM, &r.ir));
         r.wr = NULL;
-        return orch_pipe_wait(w, &r, diag);
+        XDC_CHECK(orch_pipe_wait(w, &r, diag));
+        XDC_CHECK(dev->copy_d2h(v, w->pipe.scalars, bytes, NULL));
+        return dev->stream_sync(NULL);
     }
-    float part[16];
-    if (n > 16) return XDC_ERR_RANGE;
+    float part[ORCH_PIPE_MAX_SCALARS];
     if (w->id.stage > 0) {
         XDC_CHECK(orch_pipe_recv(w, w->id.stage - 1, part, (size_t)n, NULL, &r, diag));
         XDC_CHECK(orch_pipe_wait(w, &r, diag));

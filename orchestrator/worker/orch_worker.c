@@ -217,6 +217,7 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
     float **act[] = {&w->model.x_in, &w->model.dy_in, &w->model.dx_out};
     for (size_t i = 0; i < sizeof act / sizeof act[0]; i++)
         XDC_CHECK(dev->mem_alloc((void **)act[i], M * btc * sizeof(float)));
+    XDC_CHECK(dev->mem_alloc((void **)&w->pipe.scalars, ORCH_PIPE_MAX_SCALARS * sizeof(float)));
     w->pipe.x_req = xdc_calloc(M, sizeof *w->pipe.x_req);
     w->pipe.dy_req = xdc_calloc(M, sizeof *w->pipe.dy_req);
     w->pipe.y_req = xdc_calloc(M, sizeof *w->pipe.y_req);
@@ -486,9 +487,8 @@ static void worker_close(orch_worker *w)
     xdc_topology_destroy(w->topo);
     orch_trace_destroy(w->tele.trace);
     if (w->model.be) {
-        w->model.be->device->mem_free(w->model.x_in);
-        w->model.be->device->mem_free(w->model.dy_in);
-        w->model.be->device->mem_free(w->model.dx_out);
+        void *dev_bufs[] = {w->model.x_in, w->model.dy_in, w->model.dx_out, w->pipe.scalars};
+        for (size_t i = 0; i < sizeof dev_bufs / sizeof dev_bufs[0]; i++) w->model.be->device->mem_free(dev_bufs[i]);
     }
     void *bufs[] = {w->model.tokens, w->model.targets, w->pipe.wire,  w->pipe.x_req,
                     w->pipe.dy_req,  w->pipe.y_req,    w->pipe.dx_req};

@@ -77,7 +77,10 @@ typedef struct orch_pipe {
     size_t elems, bound;                            /* elements of one activation (B*T*C); encoded bytes bound */
     int codec_kind;
     uint64_t tx_bytes, raw_bytes;
+    float *scalars; /* (ORCH_PIPE_MAX_SCALARS) fp32, device: what the in-region scalar all-reduce sums */
 } orch_pipe;
+
+#define ORCH_PIPE_MAX_SCALARS 16 /* values one orch_pipe_allreduce_sum carries (loss, norm, counts) */
 
 /* Every connection of the worker: the WAN engine and its peers, the rendezvous, the intra communicators,
  * and the sync engine (the one comm thread that runs every sync of the mode, in posting order). */
