@@ -11,10 +11,11 @@
  *  - Hazards: every queued item gets a sequence number on its stream; each stream carries a vector clock
  *    (what it is ordered after), joined from an event when it waits on one and from the host clock at
  *    every enqueue; the host clock (one per process) joins a stream's clock when the host waited for it.
- *    Per 64 KiB block of each allocation the core keeps the last writer (stream, sequence, op) and up to
- *    four readers since. An op that reads a block whose writer is not in its clock, or writes a block
- *    whose writer or a reader is not in its clock, is refused at enqueue time: the stream fails with a
- *    message naming the op, the argument, the buffer and both streams. The check runs on the order in
+ *    Accesses are byte ranges: per 64 KiB block of each allocation the core keeps a list of (bytes,
+ *    stream, sequence, read/write, op) entries. An op that reads bytes another stream wrote, or writes
+ *    bytes another stream read or wrote, without that stream's entry being in its clock, is refused at
+ *    enqueue time (only overlapping bytes count): the stream fails with a message naming the op, the
+ *    argument, the buffer, the bytes and both streams. The check runs on the order in
  *    which the host queued the work, so a missing event fails every run, not only unlucky ones. */
 #include "kernels/kern_strict_priv.h"
 
