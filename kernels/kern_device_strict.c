@@ -11,10 +11,11 @@
  *  - Hazards: every queued item gets a sequence number on its stream; each stream carries a vector clock
  *    (what it is ordered after), joined from an event when it waits on one and from the host clock at
  *    every enqueue; the host clock (one per process) joins a stream's clock when the host waited for it.
- *    Per 64 KiB block of each allocation the core keeps the last writer (stream, sequence, op) and up to
- *    four readers since. An op that reads a block whose writer is not in its clock, or writes a block
- *    whose writer or a reader is not in its clock, is refused at enqueue time: the stream fails with a
- *    message naming the op, the argument, the buffer and both streams. The check runs on the order in
+ *    Accesses are byte ranges: per 64 KiB block of each allocation the core keeps a list of (bytes,
+ *    stream, sequence, read/write, op) entries. An op that reads bytes another stream wrote, or writes
+ *    bytes another stream read or wrote, without that stream's entry being in its clock, is refused at
+ *    enqueue time (only overlapping bytes count): the stream fails with a message naming the op, the
+ *    argument, the buffer, the bytes and both streams. The check runs on the order in
  *    which the host queued the work, so a missing event fails every run, not only unlucky ones. */
 #include "kernels/kern_strict_priv.h"
 
@@ -32,16 +33,25 @@
 
 #define MAX_STREAMS  64 /* live streams at once (ids are reused; sequence numbers continue) */
 #define MAX_ALLOCS   4096
-#define BLOCK_SHIFT  16 /* 64 KiB hazard blocks */
-#define MAX_READERS  4
+#define BLOCK_SHIFT  16 /* 64 KiB blocks index the recorded byte ranges */
+#define BLOCK_BYTES  ((size_t)1 << BLOCK_SHIFT)
+#define BLOCK_CAP    64 /* range entries per block; > MAX_STREAMS - 1, so two entries of one stream exist to merge */
 #define STREAM_MAGIC 0x58444353u /* "XDCS" */
 
+/* One access recorded in a 64 KiB block: bytes [lo, hi) of the block (offsets from the block's start)
+ * last read or written by (stream, seq). Entries of one block may overlap (readers of several streams,
+ * a writer and its readers). */
 typedef struct {
-    uint16_t wstream; /* 0: never written since allocation */
-    uint16_t rstream[MAX_READERS];
-    uint64_t wseq;
-    uint64_t rseq[MAX_READERS];
-    const char *wop;
+    uint32_t lo, hi;
+    uint16_t stream;
+    bool write;
+    uint64_t seq;
+    const char *op;
+} range_entry;
+
+typedef struct {
+    int n;
+    range_entry e[BLOCK_CAP];
 } block_state;
 
 typedef struct {
@@ -499,63 +509,127 @@ typedef struct {
 
 static const char *access_word(int mode) { return (mode & STRICT_W) ? "writes" : "reads"; }
 
-/* Checks one argument's blocks against the op's clock (vc of stream sid). */
+/* The part of argument r inside block b, as offsets from the block's start. */
+static void block_part(const resolved *r, size_t b, uint32_t *lo, uint32_t *hi)
+{
+    size_t base = b << BLOCK_SHIFT, end = r->off + r->ext;
+    *lo = (uint32_t)((r->off > base ? r->off : base) - base);
+    *hi = (uint32_t)((end < base + BLOCK_BYTES ? end : base + BLOCK_BYTES) - base);
+}
+
+/* Checks one argument's byte range against the op's clock (vc of stream sid): refused when it overlaps
+ * bytes written by another stream not in the clock, or (for a write) bytes read by one. */
 static bool hazard_free(const strict_op *o, const strict_arg *a, const resolved *r, int sid, const uint64_t *vc,
                         char *msg, size_t cap)
 {
     if (!r->slot || !r->ext) return true;
+    bool w = (a->mode & STRICT_W) != 0;
     size_t b0 = r->off >> BLOCK_SHIFT, b1 = (r->off + r->ext - 1) >> BLOCK_SHIFT;
     for (size_t b = b0; b <= b1; b++) {
         const block_state *bs = &r->slot->blocks[b];
-        if (bs->wstream && bs->wstream != sid && vc[bs->wstream] < bs->wseq) {
-            snprintf(msg, cap,
-                     "%s on stream %d %s argument %s (device buffer %p of %zu bytes, block at offset %zu) last "
-                     "written by %s on stream %d (op #%llu) with no event or host wait ordering them",
-                     o->name, sid, access_word(a->mode), a->name, (void *)atomic_load(&r->slot->view), r->slot->bytes,
-                     b << BLOCK_SHIFT, bs->wop, bs->wstream, (unsigned long long)bs->wseq);
-            return false;
-        }
-        if (!(a->mode & STRICT_W)) continue;
-        for (int k = 0; k < MAX_READERS; k++) {
-            int rs = bs->rstream[k];
-            if (rs && rs != sid && vc[rs] < bs->rseq[k]) {
+        uint32_t lo, hi;
+        block_part(r, b, &lo, &hi);
+        for (int k = 0; k < bs->n; k++) {
+            const range_entry *e = &bs->e[k];
+            if (e->hi <= lo || hi <= e->lo || e->stream == sid || vc[e->stream] >= e->seq) continue;
+            if (!e->write && !w) continue;
+            size_t base = b << BLOCK_SHIFT;
+            size_t olo = base + (e->lo > lo ? e->lo : lo), ohi = base + (e->hi < hi ? e->hi : hi);
+            if (e->write)
                 snprintf(msg, cap,
-                         "%s on stream %d writes argument %s (device buffer %p of %zu bytes, block at offset %zu) "
-                         "still being read by stream %d (op #%llu) with no event or host wait ordering them",
-                         o->name, sid, a->name, (void *)atomic_load(&r->slot->view), r->slot->bytes, b << BLOCK_SHIFT,
-                         rs, (unsigned long long)bs->rseq[k]);
-                return false;
-            }
+                         "%s on stream %d %s argument %s (device buffer %p of %zu bytes, bytes [%zu, %zu)) last "
+                         "written by %s on stream %d (op #%llu) with no event or host wait ordering them",
+                         o->name, sid, access_word(a->mode), a->name, (void *)atomic_load(&r->slot->view),
+                         r->slot->bytes, olo, ohi, e->op, e->stream, (unsigned long long)e->seq);
+            else
+                snprintf(msg, cap,
+                         "%s on stream %d writes argument %s (device buffer %p of %zu bytes, bytes [%zu, %zu)) "
+                         "still being read by stream %d (%s, op #%llu) with no event or host wait ordering them",
+                         o->name, sid, a->name, (void *)atomic_load(&r->slot->view), r->slot->bytes, olo, ohi,
+                         e->stream, e->op, (unsigned long long)e->seq);
+            return false;
         }
     }
     return true;
 }
 
+/* Two entries of one stream become one covering both (the union of the ranges, the later sequence
+ * number, a write if either was): every access ordered after it was ordered after both, so no hazard is
+ * hidden; the price is a possible false report on the gap. Used only when a block's list is full. */
+static void merge_into(range_entry *into, const range_entry *from)
+{
+    if (from->lo < into->lo) into->lo = from->lo;
+    if (from->hi > into->hi) into->hi = from->hi;
+    if (from->seq > into->seq) into->seq = from->seq, into->op = from->op;
+    into->write = into->write || from->write;
+}
+
+static uint32_t gap(const range_entry *x, const range_entry *y)
+{
+    return x->hi <= y->lo ? y->lo - x->hi : y->hi <= x->lo ? x->lo - y->hi : 0;
+}
+
+/* Shrinks list t (n entries) to at most BLOCK_CAP by merging the closest pair of entries of one stream
+ * (of one kind first). With BLOCK_CAP > MAX_STREAMS - 1 such a pair always exists. */
+static int shrink(range_entry *t, int n)
+{
+    while (n > BLOCK_CAP) {
+        int bi = -1, bj = -1;
+        uint64_t best = UINT64_MAX;
+        for (int i = 0; i < n; i++)
+            for (int j = i + 1; j < n; j++) {
+                if (t[i].stream != t[j].stream) continue;
+                uint64_t c = gap(&t[i], &t[j]) + (t[i].write != t[j].write ? (uint64_t)1 << 32 : 0);
+                if (c < best) best = c, bi = i, bj = j;
+            }
+        merge_into(&t[bi], &t[bj]);
+        t[bj] = t[--n];
+    }
+    return n;
+}
+
+/* Records the access (g_lock held, after hazard_free passed for every argument). Per block: a write
+ * removes the bytes it covers from every entry (each overlapping entry is its own stream's or ordered
+ * before it: what comes after must be ordered after this write, hence after them); a read removes them
+ * from this stream's earlier reads. Then the new entry is added, joined to an adjacent entry of the same
+ * op, and entries the host clock covers (every later enqueue is ordered after them) are dropped. */
 static void mark(const strict_op *o, const strict_arg *a, const resolved *r, int sid, uint64_t seq)
 {
     if (!r->slot || !r->ext) return;
+    bool w = (a->mode & STRICT_W) != 0;
+    range_entry t[2 * BLOCK_CAP + 1];
     size_t b0 = r->off >> BLOCK_SHIFT, b1 = (r->off + r->ext - 1) >> BLOCK_SHIFT;
     for (size_t b = b0; b <= b1; b++) {
         block_state *bs = &r->slot->blocks[b];
-        if (a->mode & STRICT_W) {
-            bs->wstream = (uint16_t)sid;
-            bs->wseq = seq;
-            bs->wop = o->name;
-            memset(bs->rstream, 0, sizeof bs->rstream);
-            continue;
+        uint32_t lo, hi;
+        block_part(r, b, &lo, &hi);
+        range_entry add = {.lo = lo, .hi = hi, .stream = (uint16_t)sid, .write = w, .seq = seq, .op = o->name};
+        int n = 0;
+        for (int k = 0; k < bs->n; k++) {
+            range_entry e = bs->e[k];
+            if (host_vc[e.stream] >= e.seq) continue; /* ordered before everything queued from now on */
+            bool cut = e.lo < hi && lo < e.hi && (w || (e.stream == sid && !e.write));
+            if (!cut) {
+                if (e.stream == sid && e.seq == seq && e.write == w && (e.hi == add.lo || add.hi == e.lo)) {
+                    merge_into(&add, &e); /* another argument of the same op, adjacent */
+                    continue;
+                }
+                t[n++] = e;
+                continue;
+            }
+            if (e.lo < lo) {
+                t[n] = e;
+                t[n++].hi = lo;
+            }
+            if (hi < e.hi) {
+                t[n] = e;
+                t[n++].lo = hi;
+            }
         }
-        int at = -1;
-        for (int k = 0; k < MAX_READERS && at < 0; k++)
-            if (bs->rstream[k] == sid) at = k;
-        for (int k = 0; k < MAX_READERS && at < 0; k++)
-            if (!bs->rstream[k]) at = k;
-        if (at < 0) { /* more distinct readers than slots: keep the newest MAX_READERS */
-            memmove(bs->rstream, bs->rstream + 1, sizeof bs->rstream[0] * (MAX_READERS - 1));
-            memmove(bs->rseq, bs->rseq + 1, sizeof bs->rseq[0] * (MAX_READERS - 1));
-            at = MAX_READERS - 1;
-        }
-        bs->rstream[at] = (uint16_t)sid;
-        bs->rseq[at] = seq;
+        t[n++] = add;
+        n = shrink(t, n);
+        memcpy(bs->e, t, (size_t)n * sizeof t[0]);
+        bs->n = n;
     }
 }
 

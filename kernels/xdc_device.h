@@ -4,8 +4,9 @@
  *
  *   cpu         synchronous; device memory is host memory; events are complete when recorded.
  *   cpu-strict  device memory the host cannot touch (PROT_NONE), one thread per stream running the CPU
- *               ops asynchronously in order, real events, and a hazard check that fails an op reading or
- *               writing memory another stream wrote without an ordering event (docs/device.md).
+ *               ops asynchronously in order, real events, and a hazard check that fails an op reading
+ *               bytes another stream wrote, or writing bytes another stream read or wrote, without an
+ *               ordering event (byte ranges, not blocks: docs/device.md).
  *   cuda        cudaMalloc, cudaMallocHost, non-blocking streams, events, cudaMemcpyAsync.
  *
  * Conventions shared by every function below:
