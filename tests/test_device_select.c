@@ -158,8 +158,6 @@ static void need_corpus(void)
     if (access(DATA, R_OK) != 0) xdc_test_skip("no corpus at %s (Debian package fortunes; `make deps`)", DATA);
 }
 
-/* Buckets of 64 KiB: cpu-strict's hazard rule tracks 64 KiB blocks, so gradient buckets that share a block
- * with bytes the compute stream is still writing would be reported (docs/device.md). */
 static const char *write_run(const char *name, int steps)
 {
     static char path[512];
@@ -168,7 +166,7 @@ static const char *write_run(const char *name, int steps)
     snprintf(path, sizeof path, "%s/%s.yaml", xdc_test_tmpdir(), name);
     snprintf(text, sizeof text,
              "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: sync\npipeline_stages: 2\nmicrobatches: 2\n"
-             "steps: %d\ncodec: int8\nbucket_mb: 0.0625\nthreads: 1\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
+             "steps: %d\ncodec: int8\nbucket_mb: 0.05\nthreads: 1\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
              cwd, DATA, steps);
     xdc_test_write_file(path, text);
     return path;

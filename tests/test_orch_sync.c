@@ -188,7 +188,7 @@ static void strict_two_regions(wan_test_pair *tpp, const char *codec)
         XDC_ASSERT_OK(dev->host_alloc((void **)&ctx[s].host, N_ELEMS * sizeof(float)));
         XDC_ASSERT_OK(dev->host_alloc((void **)&ctx[s].result, N_ELEMS * sizeof(float)));
         xdc_sync_cfg cfg = {.n_elems = N_ELEMS,
-                            .bucket_elems = 16384,
+                            .bucket_elems = 13106,
                             .peers = peers[s],
                             .n_regions = 2,
                             .my_region = s,
@@ -235,9 +235,8 @@ XDC_TEST_T(xdc_sync_two_regions_on_the_strict_device, 120)
  * the averaged gradients. On cpu-strict the only ordering between the backward's kernels and the comm
  * stream's reads is the ready event of each bucket (the backward does not drain its stream before the
  * hook), and the optimizer's reads follow the round through the done event. Both regions, on both
- * backends, end with the same params_xxh64. Buckets are 64 KiB (16384 fp32) because cpu-strict tracks
- * hazards per 64 KiB block: a bucket edge inside a block would be refused although the ranges are
- * disjoint. */
+ * backends, end with the same params_xxh64. Buckets are 0.05 MiB (13106 fp32): their edges fall inside
+ * the strict device's 64 KiB blocks, which its byte-range hazard rule must tell apart. */
 
 typedef struct {
     const xdc_kern_backend *be;
@@ -269,7 +268,7 @@ static void *stage_side_main(void *arg)
     if (rc == XDC_OK) rc = xdc_sync_engine_create(&eng, &d);
     if (rc == XDC_OK) {
         xdc_sync_cfg sc = {.n_elems = xdc_gpt_stage_num_params(st),
-                           .bucket_elems = 16384,
+                           .bucket_elems = 13106,
                            .peers = c->peers,
                            .n_regions = 2,
                            .my_region = c->side,
