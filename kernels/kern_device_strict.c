@@ -831,16 +831,24 @@ static xdc_err_t strict_stream_wait_event(xdc_stream *s, xdc_event *e)
     return sticky(s->id, NULL);
 }
 
-static xdc_err_t strict_event_sync(xdc_event *e)
+/* What an event stands for, read once under the lock: whether it was recorded, on which stream at which
+ * op, and the clock it carries (MAX_STREAMS entries). */
+static bool event_snapshot(const xdc_event *e, int *id, uint64_t *seq, uint64_t snap[MAX_STREAMS])
 {
-    uint64_t snap[MAX_STREAMS];
     pthread_mutex_lock(&g_lock);
     bool rec = e->recorded;
-    int id = e->id;
-    uint64_t seq = e->seq;
-    memcpy(snap, e->vc, sizeof snap);
+    *id = e->id;
+    *seq = e->seq;
+    memcpy(snap, e->vc, MAX_STREAMS * sizeof snap[0]);
     pthread_mutex_unlock(&g_lock);
-    if (!rec) return XDC_OK;
+    return rec;
+}
+
+static xdc_err_t strict_event_sync(xdc_event *e)
+{
+    uint64_t snap[MAX_STREAMS], seq;
+    int id;
+    if (!event_snapshot(e, &id, &seq, snap)) return XDC_OK;
     wait_done(id, seq);
     pthread_mutex_lock(&g_lock);
     join(host_vc, snap);
@@ -850,14 +858,9 @@ static xdc_err_t strict_event_sync(xdc_event *e)
 
 static xdc_err_t strict_event_query(xdc_event *e, bool *done)
 {
-    uint64_t snap[MAX_STREAMS];
-    pthread_mutex_lock(&g_lock);
-    bool rec = e->recorded;
-    int id = e->id;
-    uint64_t seq = e->seq;
-    memcpy(snap, e->vc, sizeof snap);
-    pthread_mutex_unlock(&g_lock);
-    if (!rec) {
+    uint64_t snap[MAX_STREAMS], seq;
+    int id;
+    if (!event_snapshot(e, &id, &seq, snap)) {
         *done = true;
         return XDC_OK;
     }
