@@ -439,6 +439,19 @@ static xdc_err_t cuda_accumulate(const float *x, size_t n, float *y)
     return launched();
 }
 
+__global__ void k_scale(float *y, size_t n, float a)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __fmul_rn(y[i], a);
+}
+
+static xdc_err_t cuda_scale(float *y, size_t n, float a)
+{
+    if (n == 0) return XDC_OK;
+    k_scale<<<grid_for(n), QT_THREADS, 0, ST>>>(y, n, a);
+    return launched();
+}
+
 static xdc_err_t planes(const uint8_t *in, size_t n_bytes, size_t elem, uint8_t *out, bool forward)
 {
     if (elem < 1 || elem > 16) return XDC_ERR_INVALID;
@@ -460,7 +473,7 @@ static xdc_err_t cuda_byte_unshuffle(const uint8_t *in, size_t n_bytes, size_t e
 }
 
 extern "C" const xdc_quant_ops xdc_quant_cuda_ops = {
-    cuda_quantize_int8,      cuda_dequantize_int8, cuda_quantize_int4,      cuda_dequantize_int4,
-    cuda_fp32_to_bf16,       cuda_bf16_to_fp32,    cuda_topk_scratch_bytes, cuda_topk_select,
-    cuda_count_out_of_range, cuda_accumulate,      cuda_byte_shuffle,       cuda_byte_unshuffle,
+    cuda_quantize_int8, cuda_dequantize_int8,    cuda_quantize_int4,  cuda_dequantize_int4,    cuda_fp32_to_bf16,
+    cuda_bf16_to_fp32,  cuda_topk_scratch_bytes, cuda_topk_select,    cuda_count_out_of_range, cuda_accumulate,
+    cuda_scale,         cuda_byte_shuffle,       cuda_byte_unshuffle,
 };

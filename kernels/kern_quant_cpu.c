@@ -394,6 +394,12 @@ static xdc_err_t cpu_accumulate(const float *x, size_t n, float *y)
     return XDC_OK;
 }
 
+static xdc_err_t cpu_scale(float *y, size_t n, float a)
+{
+    for (size_t i = 0; i < n; i++) y[i] *= a;
+    return XDC_OK;
+}
+
 /* ---- byte planes ------------------------------------------------------------------------------------ */
 
 static xdc_err_t cpu_byte_shuffle(const uint8_t *in, size_t n_bytes, size_t elem, uint8_t *out)
@@ -455,6 +461,7 @@ const xdc_quant_ops xdc_quant_cpu_ops = {
     .topk_select = cpu_topk_select,
     .count_out_of_range = cpu_count_out_of_range,
     .accumulate = cpu_accumulate,
+    .scale = cpu_scale,
     .byte_shuffle = cpu_byte_shuffle,
     .byte_unshuffle = cpu_byte_unshuffle,
 };

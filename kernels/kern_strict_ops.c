@@ -468,6 +468,14 @@ static xdc_err_t q_accumulate(const float *x, size_t n, float *y)
     return strict_submit(&o, a, NARGS(a), false);
 }
 
+static xdc_err_t x_q_scale(strict_op *o) { return cq->scale(P(0, float *), o->z[0], o->f[0]); }
+static xdc_err_t q_scale(float *y, size_t n, float a)
+{
+    strict_op o = {.name = "scale", .fn = x_q_scale, .z = {n}, .f = {a}};
+    strict_arg arg[] = {{y, "y", F32(n), STRICT_RW}};
+    return strict_submit(&o, arg, NARGS(arg), false);
+}
+
 static xdc_err_t x_byte_shuffle(strict_op *o)
 {
     return cq->byte_shuffle(P(0, const uint8_t *), o->z[0], o->z[1], P(1, uint8_t *));
@@ -503,6 +511,7 @@ const xdc_quant_ops xdc_quant_strict_ops = {
     .topk_select = q_topk_select,
     .count_out_of_range = q_count_out_of_range,
     .accumulate = q_accumulate,
+    .scale = q_scale,
     .byte_shuffle = q_byte_shuffle,
     .byte_unshuffle = q_byte_unshuffle,
 };

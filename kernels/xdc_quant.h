@@ -60,6 +60,8 @@ struct xdc_quant_ops {
     xdc_err_t (*count_out_of_range)(const float *x, size_t n, float max_abs, size_t *count);
     /* y += x, (n) fp32: accumulating decode. */
     xdc_err_t (*accumulate)(const float *x, size_t n, float *y);
+    /* y *= a, (n) fp32, one rounded multiply per element (a cross-region average's 1/R). */
+    xdc_err_t (*scale)(float *y, size_t n, float a);
     /* Byte planes: in (n_bytes) seen as elements of `elem` bytes; out[p * (n_bytes/elem) + i] = byte p of
      * element i; trailing n_bytes % elem bytes copied as they are. unshuffle inverts it. */
     xdc_err_t (*byte_shuffle)(const uint8_t *in, size_t n_bytes, size_t elem, uint8_t *out);

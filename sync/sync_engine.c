@@ -19,6 +19,7 @@
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
+#include "kernels/xdc_quant.h"
 
 #include <pthread.h>
 #include <stddef.h>
@@ -66,8 +67,7 @@ struct xdc_sync {
     const xdc_device_ops *dev; /* the backend's device table */
     xdc_stream *stream;        /* the comm stream: this sync's device work on the comm thread */
     xdc_event *done_ev;        /* recorded on the comm stream when a round's last bucket is gathered */
-    float *pad;    /* device (max plen) fp32 scratch for buckets whose length is not a multiple of dp_size */
-    float *hstage; /* pinned host (max shard) fp32: the 1/R scaling's staging (no device scale op yet) */
+    float *pad; /* device (max plen) fp32 scratch for buckets whose length is not a multiple of dp_size */
     job job;
     int stop; /* set under eng->mu, read by the thread's waits without it */
     /* current round, under eng->mu */
@@ -154,15 +154,16 @@ static xdc_err_t post_receives(xdc_sync *s)
     return XDC_OK;
 }
 
-/* x (n fp32, device) *= a. The kernels have no scale op yet: the values make a round trip through pinned
- * host memory (8 bytes per element over PCIe), bit-identical to the old host loop. */
+/* x (n fp32, device) *= a on the comm stream, by the backend's scale op (the quant ops run on the calling
+ * thread's current stream). */
 static xdc_err_t scale(xdc_sync *s, float *x, size_t n, float a)
 {
-    XDC_CHECK(s->dev->copy_d2h(s->hstage, x, n * sizeof(float), s->stream));
-    XDC_CHECK(s->dev->stream_sync(s->stream));
-    for (size_t i = 0; i < n; i++) s->hstage[i] *= a;
-    XDC_CHECK(s->dev->copy_h2d(x, s->hstage, n * sizeof(float), s->stream));
-    return s->dev->stream_sync(s->stream); /* hstage is reused by the next bucket */
+    xdc_stream *prev = NULL;
+    XDC_CHECK(s->dev->get_stream(&prev));
+    XDC_CHECK(s->dev->set_stream(s->stream));
+    xdc_err_t rc = s->cfg.backend->quant->scale(x, n, a);
+    xdc_err_t rc2 = s->dev->set_stream(prev);
+    return rc != XDC_OK ? rc : rc2;
 }
 
 static xdc_err_t stage_a(xdc_sync *s, bucket *k, xdc_diag *diag)
@@ -485,7 +486,6 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
     if (rc == XDC_OK) rc = dev->stream_create(&s->stream);
     if (rc == XDC_OK) rc = dev->event_create(&s->done_ev);
     if (rc == XDC_OK && s->dp_size > 1) rc = dev->mem_alloc((void **)&s->pad, bsz * sizeof(float)); /* replicas pad */
-    if (rc == XDC_OK && cfg->n_regions > 1) rc = dev->host_alloc((void **)&s->hstage, bsz * sizeof(float));
     for (int i = 0; i < s->n_buckets && rc == XDC_OK; i++) {
         bucket *k = &s->b[i];
         k->lo = (size_t)i * bsz;
@@ -590,7 +590,6 @@ void xdc_sync_destroy(xdc_sync *s)
         s->dev->stream_destroy(s->stream); /* waits for what the comm thread queued on it */
         s->dev->event_destroy(s->done_ev);
         s->dev->mem_free(s->pad);
-        s->dev->host_free(s->hstage);
     }
     if (s->eng) {
         pthread_mutex_lock(&s->eng->mu);

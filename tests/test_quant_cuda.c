@@ -76,6 +76,11 @@ static void device_matches_cpu(const xdc_kern_backend *gpu)
     gy = host_copy(dy, n * 4);
     for (size_t i = 0; i < n; i++) y[i] += y[i];
     assert_near_all(y, gy, n, 0.0f, "int8 accumulated");
+    XDC_ASSERT_OK(G->scale(dy, n, 1.0f / 3.0f)); /* a cross-region average's 1/R: one rounded multiply */
+    XDC_ASSERT_OK(C->scale(y, n, 1.0f / 3.0f));
+    xdc_free(gy);
+    gy = host_copy(dy, n * 4);
+    assert_near_all(y, gy, n, 0.0f, "scaled");
     assert_near_all(r_cpu, gr, n, 1e-9f, "int8 residual");
 
     /* int4 without error feedback */
