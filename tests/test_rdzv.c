@@ -1,6 +1,7 @@
 /* test_rdzv.c — the rendezvous store on its own: members join over mutual TLS, a get waits for a later
  * set, a reusable barrier runs many generations, a member whose certificate names another region is
- * refused, and a barrier that times out names the member missing. Then the supervise loop around it
+ * refused, and a barrier that times out names the member missing (tests/test_hostile_rdzv.c tries the
+ * attacks). Then the supervise loop around it
  * (orchestrator/control/orch_proc.c): SIGTERM to an agent and to a coordinator, SIGINT to a launcher,
  * each ending with exit 75 and no worker left behind. */
 #include "tests/test_wan_util.h"
@@ -39,7 +40,7 @@ static void *member_main(void *arg)
     m->rc = rdzv_client_create(m->eng, "127.0.0.1", m->port, name, 10000, &c, &d);
     for (int round = 0; round < ROUNDS && m->rc == XDC_OK; round++) {
         /* Member 0 publishes after everyone is waiting for it; the others read it. */
-        snprintf(key, sizeof key, "k%d", round);
+        snprintf(key, sizeof key, "k/%d", round);
         m->rc = rdzv_barrier(c, "round", MEMBERS, 10000, &d);
         if (m->rc != XDC_OK) break;
         if (m->idx == 0) {
@@ -69,6 +70,7 @@ XDC_TEST_T(rdzv_members_get_set_and_reuse_a_barrier, 120)
     rdzv_server *srv;
     xdc_diag d = {{0}};
     XDC_ASSERT_OK(rdzv_server_create(srv_eng, "127.0.0.1", 0, expected, MEMBERS, &srv, &d));
+    XDC_ASSERT_OK(rdzv_server_grant(srv, "k/", "us/node:0", &d));
     member_ctx m[MEMBERS];
     pthread_t th[MEMBERS];
     for (int i = 0; i < MEMBERS; i++) {
@@ -79,7 +81,7 @@ XDC_TEST_T(rdzv_members_get_set_and_reuse_a_barrier, 120)
     for (int i = 0; i < MEMBERS; i++)
         XDC_ASSERT_MSG(m[i].rc == XDC_OK, "member %d: %s: %s", i, xdc_errname(m[i].rc), m[i].why);
     char val[64], missing[512];
-    XDC_ASSERT(rdzv_server_get(srv, "k39", val, sizeof val) == 0 && strcmp(val, "v39") == 0);
+    XDC_ASSERT(rdzv_server_get(srv, "k/39", val, sizeof val) == 0 && strcmp(val, "v39") == 0);
     XDC_ASSERT(rdzv_server_get(srv, "nope", val, sizeof val) == -1);
     XDC_ASSERT_EQ(rdzv_server_missing(srv, -1, missing, sizeof missing), 0);
 
@@ -87,10 +89,10 @@ XDC_TEST_T(rdzv_members_get_set_and_reuse_a_barrier, 120)
      * missing when it times out. */
     rdzv_client *c;
     XDC_ASSERT_ERR(rdzv_client_create(m[0].eng, "127.0.0.1", rdzv_server_port(srv), "eu/node:0", 5000, &c, &d),
-                   XDC_ERR_UNAVAILABLE);
-    XDC_ASSERT_STR_CONTAINS(d.msg, "does not match the certificate's region");
+                   XDC_ERR_AUTH);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "the name's region and rank are not the certificate's");
     XDC_ASSERT_OK(rdzv_client_create(m[1].eng, "127.0.0.1", rdzv_server_port(srv), "us/node:1", 5000, &c, &d));
-    XDC_ASSERT_ERR(rdzv_barrier(c, "lonely", 2, 300, &d), XDC_ERR_UNAVAILABLE);
+    XDC_ASSERT_ERR(rdzv_barrier(c, "lonely", MEMBERS, 300, &d), XDC_ERR_UNAVAILABLE);
     XDC_ASSERT_STR_CONTAINS(d.msg, "missing: us/node:0");
     XDC_ASSERT_ERR(rdzv_try_get(c, "absent", val, sizeof val, &d), XDC_ERR_AGAIN);
     rdzv_client_destroy(c);

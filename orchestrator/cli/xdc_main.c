@@ -4,6 +4,7 @@
 
 #include "common/xdc_log.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -32,6 +33,9 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     xdc_log_init_from_env();
+    /* A peer that vanishes mid-write must cost a socket an EPIPE, never the process its life (every
+     * command: the rendezvous, the WAN engine and the metrics server all write to sockets). */
+    signal(SIGPIPE, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return XDC_EX_USAGE;

@@ -56,7 +56,7 @@ void orch_launch_opts_default(orch_launch_opts *o, int coordinator)
     memset(o, 0, sizeof *o);
     o->emulate = -1;
     o->coordinator = coordinator;
-    o->host = coordinator ? "0.0.0.0" : "127.0.0.1";
+    o->host = coordinator ? NULL : "127.0.0.1"; /* a coordinator listens where --host says, never by default */
     o->port = coordinator ? 29400 : 0;
     o->degrade = 1.0;
 }
@@ -99,16 +99,29 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
     char **names = xdc_calloc((size_t)total, sizeof *names);
     if (!names) return XDC_ERR_NOMEM;
     int n = 0;
+    xdc_err_t rc = XDC_OK;
     for (int r = 0; r < L->t->n_regions; r++) {
         const xdc_region *g = &L->t->regions[r];
         for (int k = 0; k < xdc_topology_region_workers(L->t, r); k++) {
             names[n] = xdc_malloc(RDZV_MEMBER_MAX);
             if (names[n])
                 snprintf(names[n], RDZV_MEMBER_MAX, "%s/%s:%d", g->name, g->hosts[k / g->workers_per_node], k);
+            else rc = XDC_ERR_NOMEM;
             n++;
         }
     }
-    xdc_err_t rc = rdzv_server_create(L->eng, L->o.host, L->o.port, (const char *const *)names, total, &L->rdzv, diag);
+    if (rc == XDC_OK)
+        rc = rdzv_server_create(L->eng, L->o.host, L->o.port, (const char *const *)names, total, &L->rdzv, diag);
+    /* The run-wide keys and who writes them (orch_train.c): global rank 0 ends the run and re-plans; the
+     * result comes from the last stage of region 0's first replica, or with span from the last worker. */
+    int result_rank = L->cfg.span_regions ? total - 1 : L->cfg.pipeline_stages - 1;
+    if (rc == XDC_OK && (result_rank < 0 || result_rank >= total)) {
+        xdc_diag_set(diag, "rendezvous: %d pipeline stages for %d workers", L->cfg.pipeline_stages, total);
+        rc = XDC_ERR_CONFIG;
+    }
+    if (rc == XDC_OK) rc = rdzv_server_grant(L->rdzv, "finished", names[0], diag);
+    if (rc == XDC_OK) rc = rdzv_server_grant(L->rdzv, "replan/", names[0], diag);
+    if (rc == XDC_OK) rc = rdzv_server_grant(L->rdzv, "result", names[result_rank], diag);
     for (int i = 0; i < total; i++) xdc_free(names[i]);
     xdc_free(names);
     XDC_CHECK(rc);
@@ -475,6 +488,11 @@ xdc_err_t orch_launch_run(const orch_launch_opts *o, int *agent_exit, xdc_diag *
     *agent_exit = 0;
     orch_procs_init(&L.agents, 2); /* agents stop workers of their own: they get two graces */
     xdc_err_t rc = launch_load(&L, diag);
+    if (rc == XDC_OK && (!o->host || !*o->host)) {
+        xdc_diag_set(diag, "--host is required: the address agents reach the coordinator at (0.0.0.0: every "
+                           "interface)");
+        rc = XDC_ERR_INVALID;
+    }
     if (rc == XDC_OK) {
         launch_prepare(&L);
         orch_proc_catch_stop_signals();

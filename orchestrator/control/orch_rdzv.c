@@ -1,6 +1,7 @@
 /* orch_rdzv.c — rendezvous store server and client (see orch_rdzv.h). The server runs an acceptor
- * thread and one thread per connected member; waits (get, barrier) park on one condition variable with
- * a deadline, so the store is a few hundred lines instead of an event machine. */
+ * thread and one thread per connection; waits (get, barrier) park on one condition variable with a
+ * deadline, so the store is a few hundred lines instead of an event machine. Each connection keeps one
+ * receive posted at all times, so a member that leaves while its barrier is parked is seen at once. */
 #include "orchestrator/control/orch_rdzv.h"
 
 #include "common/xdc_alloc.h"
@@ -9,41 +10,68 @@
 
 #include <jansson.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#define RDZV_MAX_KEYS  4096
-#define RDZV_MAX_CONNS 1024
-#define RDZV_MSG_MAX   (RDZV_VALUE_MAX + 1024) /* bytes of one JSON message */
-#define RDZV_NAG_MS    5000                    /* how often a parked wait logs who is missing */
+#define RDZV_MAX_KEYS     4096
+#define RDZV_MAX_CONNS    1024
+#define RDZV_CONNS_PER_ID 8 /* connections one certificate identity may hold at once */
+#define RDZV_MAX_BARRIERS 16
+#define RDZV_MAX_GRANTS   16
+#define RDZV_JOIN_MS      30000 /* a connection that has not joined by then is closed */
+#define RDZV_NAG_MS       5000  /* how often a parked wait logs who is missing */
+#define RDZV_POLL_MS      100   /* a parked wait rechecks its connection and the stop flag this often */
+#define RDZV_REPLY_MS     30000 /* a member must take its reply within this */
+#define RDZV_WHO_MAX      (RDZV_MEMBER_MAX + 96)
 
 typedef struct {
-    char key[256];
+    char key[RDZV_KEY_MAX];
     char *value;
 } kv;
 
+struct conn;
+
 typedef struct {
     char name[RDZV_MEMBER_MAX];
+    char region[XDC_WAN_NAME_MAX];
+    int region_idx, rank;
     int joined;
     uint64_t last_ns;
-    char status[128];
+    char status[RDZV_STATUS_MAX];
+    struct conn *conn; /* the connection it joined on last */
 } member;
 
 typedef struct {
-    char name[128];
-    int count; /* arrivals in the current generation */
-    int generation;
-    char (*arrived)[RDZV_MEMBER_MAX]; /* (RDZV_MAX_CONNS) names in the current generation */
+    int member;        /* index into members */
+    struct conn *conn; /* the connection that arrived; its end withdraws the arrival */
+} arrival;
+
+typedef struct {
+    char name[RDZV_KEY_MAX];
+    int count;        /* arrivals in the current generation */
+    int generation;   /* only grows, also across reuse of the slot by another name */
+    arrival *arrived; /* (n_expected) */
 } barrier;
+
+typedef struct {
+    char key[RDZV_KEY_MAX];
+    int prefix; /* key ends with '/': every key under it */
+    int member;
+} grant;
 
 typedef struct conn {
     rdzv_server *srv;
     xdc_wan_peer *peer;
+    xdc_wan_request *rx_req; /* the receive posted into rx, NULL when none */
     pthread_t thread;
-    int idx;  /* member index, -1 before join */
-    int live; /* the connection's thread still serves it (atomic) */
-    char rx[RDZV_MSG_MAX], tx[RDZV_MSG_MAX];
+    int idx;                /* member index, -1 before join */
+    int ended;              /* under mu: the thread is done with the connection and closed its peer */
+    int close;              /* handle() decided to end the connection after its reply */
+    char who[RDZV_WHO_MAX]; /* for logs: certificate identity, then the member name */
+    rdzv_request req;
+    char rx[RDZV_MSG_MAX], tx[RDZV_MSG_MAX]; /* bytes: one message each */
 } conn;
 
 struct rdzv_server {
@@ -55,14 +83,157 @@ struct rdzv_server {
     pthread_cond_t cv;
     kv keys[RDZV_MAX_KEYS];
     int n_keys;
-    member members[RDZV_MAX_CONNS];
-    int n_members, n_expected;
-    barrier barriers[16];
+    member *members; /* (n_expected) */
+    int n_expected;
+    barrier barriers[RDZV_MAX_BARRIERS];
     int n_barriers;
+    grant grants[RDZV_MAX_GRANTS];
+    int n_grants;
     conn *conns[RDZV_MAX_CONNS];
     int n_conns;
     uint64_t start_ns;
 };
+
+/* ---- messages ------------------------------------------------------------------------------------ */
+
+typedef enum { F_MEMBER, F_KEY, F_VALUE, F_STATUS, F_COUNT, F_TIMEOUT, F_N } field_id;
+
+/* Which fields each op needs (bit set) and may carry. */
+static const struct {
+    const char *name;
+    unsigned need, may;
+} ops[] = {
+    [RDZV_OP_JOIN] = {"join", 1u << F_MEMBER, 1u << F_MEMBER | 1u << F_STATUS},
+    [RDZV_OP_SET] = {"set", 1u << F_KEY | 1u << F_VALUE, 1u << F_KEY | 1u << F_VALUE | 1u << F_STATUS},
+    [RDZV_OP_GET] = {"get", 1u << F_KEY, 1u << F_KEY | 1u << F_TIMEOUT | 1u << F_STATUS},
+    [RDZV_OP_BARRIER] = {"barrier", 1u << F_KEY | 1u << F_COUNT | 1u << F_TIMEOUT,
+                         1u << F_KEY | 1u << F_COUNT | 1u << F_TIMEOUT | 1u << F_STATUS},
+    [RDZV_OP_HEARTBEAT] = {"heartbeat", 0, 1u << F_STATUS},
+};
+
+static const char *const field_names[F_N] = {"member", "key", "value", "status", "count", "timeout_ms"};
+
+/* 1 when every byte of s is printable ASCII (spaces too when `spaces`). */
+static int printable(const char *s, int spaces)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s > 0x7e || (unsigned char)*s < (spaces ? 0x20 : 0x21)) return 0;
+    return 1;
+}
+
+/* One field into `out`: its type, size and characters. */
+static xdc_err_t parse_field(field_id f, json_t *v, rdzv_request *out, xdc_diag *diag)
+{
+    const char *name = field_names[f];
+    if (f == F_COUNT || f == F_TIMEOUT) {
+        json_int_t lo = f == F_COUNT ? 1 : 0, hi = f == F_COUNT ? RDZV_MAX_CONNS : INT32_MAX;
+        if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+            xdc_diag_set(diag, "field '%s' must be an integer in %lld..%lld", name, (long long)lo, (long long)hi);
+            return XDC_ERR_PROTO;
+        }
+        if (f == F_COUNT) out->count = (int)json_integer_value(v);
+        else out->timeout_ms = json_integer_value(v);
+        return XDC_OK;
+    }
+    static const size_t caps[] = {
+        [F_MEMBER] = RDZV_MEMBER_MAX, [F_KEY] = RDZV_KEY_MAX, [F_VALUE] = RDZV_VALUE_MAX, [F_STATUS] = RDZV_STATUS_MAX};
+    char *dst = f == F_MEMBER ? out->member : f == F_KEY ? out->key : f == F_VALUE ? out->value : out->status;
+    if (!json_is_string(v)) {
+        xdc_diag_set(diag, "field '%s' must be a string", name);
+        return XDC_ERR_PROTO;
+    }
+    size_t n = json_string_length(v);
+    const char *s = json_string_value(v);
+    if (n >= caps[f] || (f == F_KEY && n == 0)) {
+        xdc_diag_set(diag, "field '%s' is %zu bytes; it takes 1 to %zu", name, n, caps[f] - 1);
+        return XDC_ERR_PROTO;
+    }
+    if (f != F_VALUE && !printable(s, f == F_STATUS)) {
+        xdc_diag_set(diag, "field '%s' has a byte outside printable ASCII", name);
+        return XDC_ERR_PROTO;
+    }
+    memcpy(dst, s, n + 1);
+    return XDC_OK;
+}
+
+xdc_err_t rdzv_request_parse(const void *buf, size_t len, rdzv_request *out, xdc_diag *diag)
+{
+    memset(out, 0, sizeof *out);
+    if (len > RDZV_MSG_MAX) {
+        xdc_diag_set(diag, "message of %zu bytes is over the %d-byte bound", len, RDZV_MSG_MAX);
+        return XDC_ERR_PROTO;
+    }
+    /* Requests are flat: refuse nesting before the parser recurses into it. */
+    const char *p = buf;
+    int depth = 0, in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        char ch = p[i];
+        if (in_str) {
+            if (ch == '\\') i++;
+            else if (ch == '"') in_str = 0;
+        } else if (ch == '"') {
+            in_str = 1;
+        } else if ((ch == '{' || ch == '[') && ++depth > 1) {
+            xdc_diag_set(diag, "nested value at byte %zu: a request is one flat object", i);
+            return XDC_ERR_PROTO;
+        } else if (ch == '}' || ch == ']') {
+            depth--;
+        }
+    }
+    json_error_t jerr;
+    json_t *req = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!req || !json_is_object(req)) {
+        xdc_diag_set(diag, "not a JSON object%s%s", req ? "" : ": ", req ? "" : jerr.text);
+        json_decref(req);
+        return XDC_ERR_PROTO;
+    }
+    xdc_err_t rc = XDC_OK;
+    const char *op = json_string_value(json_object_get(req, "op"));
+    int o = -1;
+    for (int i = 0; op && i < (int)(sizeof ops / sizeof ops[0]); i++)
+        if (strcmp(op, ops[i].name) == 0) o = i;
+    if (o < 0) {
+        xdc_diag_set(diag, "no op, or not one of join, set, get, barrier, heartbeat");
+        rc = XDC_ERR_PROTO;
+    }
+    unsigned seen = 0;
+    const char *name;
+    json_t *v;
+    json_object_foreach(req, name, v)
+    {
+        if (rc != XDC_OK || strcmp(name, "op") == 0) continue;
+        int f = 0;
+        while (f < F_N && strcmp(field_names[f], name) != 0) f++;
+        if (f == F_N || !(ops[o].may & 1u << f)) {
+            xdc_diag_set(diag, "%s takes no field '%.64s'", ops[o].name, name);
+            rc = XDC_ERR_PROTO;
+        } else {
+            rc = parse_field((field_id)f, v, out, diag);
+            seen |= 1u << f;
+        }
+    }
+    for (int f = 0; rc == XDC_OK && f < F_N; f++)
+        if ((ops[o].need & 1u << f) && !(seen & 1u << f)) {
+            xdc_diag_set(diag, "%s needs field '%s'", ops[o].name, field_names[f]);
+            rc = XDC_ERR_PROTO;
+        }
+    if (rc == XDC_OK) out->op = (rdzv_op)o;
+    json_decref(req);
+    return rc;
+}
+
+/* "region/host:rank" into its parts (rank: decimal digits only); 0 when it has that shape. */
+static int split_member(const char *name, char *region, size_t cap, int *rank)
+{
+    const char *slash = strchr(name, '/'), *colon = strrchr(name, ':');
+    if (!slash || !colon || colon < slash || slash == name || colon == slash + 1 || (size_t)(slash - name) >= cap ||
+        !colon[1] || strlen(colon + 1) > 6 || strspn(colon + 1, "0123456789") != strlen(colon + 1))
+        return -1;
+    memcpy(region, name, (size_t)(slash - name));
+    region[slash - name] = '\0';
+    *rank = atoi(colon + 1);
+    return 0;
+}
 
 /* ---- store (under mu) -------------------------------------------------------------------------- */
 
@@ -92,9 +263,33 @@ static int store_set(rdzv_server *s, const char *key, const char *value)
 
 static int find_member(rdzv_server *s, const char *name)
 {
-    for (int i = 0; i < s->n_members; i++)
+    for (int i = 0; i < s->n_expected; i++)
         if (strcmp(s->members[i].name, name) == 0) return i;
     return -1;
+}
+
+/* 1 when member i may write `key`: one of its own keys, or a run-wide key granted to it. */
+static int may_write(const rdzv_server *s, int i, const char *key)
+{
+    const member *m = &s->members[i];
+    char own[6][RDZV_KEY_MAX + 16];
+    int n = 0;
+    snprintf(own[n++], sizeof own[0], "wan/%d/%d", m->region_idx, m->rank);
+    snprintf(own[n++], sizeof own[0], "stats/%d/%d", m->region_idx, m->rank);
+    snprintf(own[n++], sizeof own[0], "metrics/%s/%d", m->region, m->rank);
+    snprintf(own[n++], sizeof own[0], "failed/%s", m->name);
+    if (m->rank == 0) {
+        snprintf(own[n++], sizeof own[0], "intra/%s", m->region);
+        snprintf(own[n++], sizeof own[0], "device/%s", m->region);
+    }
+    for (int k = 0; k < n; k++)
+        if (strcmp(own[k], key) == 0) return 1;
+    for (int g = 0; g < s->n_grants; g++) {
+        const grant *gr = &s->grants[g];
+        if (gr->member == i && (gr->prefix ? strncmp(key, gr->key, strlen(gr->key)) == 0 : strcmp(key, gr->key) == 0))
+            return 1;
+    }
+    return 0;
 }
 
 static void describe_member(const rdzv_server *s, const member *m, uint64_t now, char *out, size_t cap)
@@ -105,27 +300,26 @@ static void describe_member(const rdzv_server *s, const member *m, uint64_t now,
                  m->status[0] ? m->status : "joined");
 }
 
-/* Comma list of expected members not in `present` (a barrier's arrivals) or, with present NULL, of
- * members never joined or silent for silent_ms. */
+static int arrived(const barrier *b, int i)
+{
+    for (int a = 0; a < b->count; a++)
+        if (b->arrived[a].member == i) return 1;
+    return 0;
+}
+
+/* Comma list of members not in `present` (a barrier's arrivals) or, with present NULL, of members
+ * never joined or silent for silent_ms. */
 static int list_missing(rdzv_server *s, const barrier *present, int64_t silent_ms, char *out, size_t cap)
 {
     uint64_t now = xdc_now_ns();
     int n = 0;
     out[0] = '\0';
-    for (int i = 0; i < s->n_members; i++) {
+    for (int i = 0; i < s->n_expected; i++) {
         const member *m = &s->members[i];
-        int here;
-        if (present) {
-            here = 0;
-            for (int a = 0; a < present->count && a < RDZV_MAX_CONNS; a++)
-                here = here || strcmp(present->arrived[a], m->name) == 0;
-            if (i >= s->n_expected && !m->joined) here = 1;
-        } else {
-            here = m->joined && (silent_ms < 0 || now - m->last_ns <= (uint64_t)silent_ms * XDC_NS_PER_MS);
-            if (i >= s->n_expected) here = 1; /* members nobody expected are never "missing" */
-        }
+        int here = present ? arrived(present, i)
+                           : m->joined && (silent_ms < 0 || now - m->last_ns <= (uint64_t)silent_ms * XDC_NS_PER_MS);
         if (here) continue;
-        char one[300];
+        char one[RDZV_MEMBER_MAX + RDZV_STATUS_MAX + 64];
         describe_member(s, m, now, one, sizeof one);
         size_t len = strlen(out);
         snprintf(out + len, cap - len, "%s%s", n ? ", " : "", one);
@@ -134,30 +328,67 @@ static int list_missing(rdzv_server *s, const barrier *present, int64_t silent_m
     return n;
 }
 
+/* The barrier called `name`; a new one takes a free slot or the slot of one nobody is waiting at. */
 static barrier *find_barrier(rdzv_server *s, const char *name)
 {
-    for (int i = 0; i < s->n_barriers; i++)
+    barrier *idle = NULL;
+    for (int i = 0; i < s->n_barriers; i++) {
         if (strcmp(s->barriers[i].name, name) == 0) return &s->barriers[i];
-    if (s->n_barriers == (int)(sizeof s->barriers / sizeof s->barriers[0])) return NULL;
-    barrier *b = &s->barriers[s->n_barriers];
-    memset(b, 0, sizeof *b);
-    b->arrived = xdc_calloc(RDZV_MAX_CONNS, sizeof *b->arrived);
-    if (!b->arrived) return NULL;
-    s->n_barriers++;
-    snprintf(b->name, sizeof b->name, "%s", name);
+        if (!idle && s->barriers[i].count == 0) idle = &s->barriers[i];
+    }
+    barrier *b = idle;
+    if (s->n_barriers < RDZV_MAX_BARRIERS) {
+        b = &s->barriers[s->n_barriers];
+        b->arrived = xdc_calloc((size_t)(s->n_expected ? s->n_expected : 1), sizeof *b->arrived);
+        if (!b->arrived) return NULL;
+        s->n_barriers++;
+    }
+    if (b)
+        snprintf(b->name, sizeof b->name, "%s", name); /* keeps its generation: a released waiter still sees it move */
     return b;
 }
 
-/* Park until pred() holds or the deadline passes; logs who is missing every RDZV_NAG_MS. */
-static int wait_until(rdzv_server *s, uint64_t deadline, int (*pred)(rdzv_server *, void *), void *arg,
-                      const char *what, const barrier *b)
+/* Take back every arrival `c` made (its wait timed out, or it ended). */
+static void withdraw(rdzv_server *s, const conn *c)
 {
+    for (int i = 0; i < s->n_barriers; i++) {
+        barrier *b = &s->barriers[i];
+        for (int a = 0; a < b->count;)
+            if (b->arrived[a].conn == c) {
+                memmove(&b->arrived[a], &b->arrived[a + 1], (size_t)(b->count - a - 1) * sizeof *b->arrived);
+                b->count--;
+            } else {
+                a++;
+            }
+    }
+}
+
+/* 1 while the connection is usable for a parked wait: its posted receive is still pending. A message
+ * during a pending request breaks the one-request-at-a-time rule; a failed receive means it left. */
+static int conn_alive(conn *c)
+{
+    int done = 0;
+    xdc_diag d = {{0}};
+    if (!c->rx_req) return 0;
+    xdc_err_t rc = xdc_wan_test(c->rx_req, &done, NULL, NULL, &d);
+    if (rc == XDC_OK && !done) return 1;
+    c->rx_req = NULL; /* released by the test */
+    if (rc == XDC_OK) XDC_WARN(XDC_SUB_ORCH, "rendezvous: %s sent a request while one was pending; closing", c->who);
+    return 0;
+}
+
+/* Park until pred() holds, the deadline passes or the connection ends; logs who is missing every
+ * RDZV_NAG_MS. Returns 1 when pred() holds. */
+static int wait_until(conn *c, uint64_t deadline, int (*pred)(rdzv_server *, void *), void *arg, const char *what,
+                      const barrier *b)
+{
+    rdzv_server *s = c->srv;
     uint64_t next_nag = xdc_now_ns() + RDZV_NAG_MS * XDC_NS_PER_MS;
     while (!pred(s, arg)) {
-        if (atomic_load(&s->stop) || xdc_deadline_passed(deadline)) return 0;
+        if (atomic_load(&s->stop) || xdc_deadline_passed(deadline) || !conn_alive(c)) return 0;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000L;
+        ts.tv_nsec += RDZV_POLL_MS * 1000000L;
         if (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
@@ -177,7 +408,7 @@ static int key_present(rdzv_server *s, void *arg) { return find_key(s, arg) != N
 
 typedef struct {
     barrier *b;
-    int generation, count;
+    int generation;
 } barrier_wait;
 
 static int barrier_done(rdzv_server *s, void *arg)
@@ -187,108 +418,115 @@ static int barrier_done(rdzv_server *s, void *arg)
     return w->b->generation != w->generation;
 }
 
-/* ---- request handling ---------------------------------------------------------------------------- */
+/* ---- request handling (under mu) ------------------------------------------------------------------ */
 
-static json_t *handle(conn *c, json_t *req)
+static json_t *refuse(const char *flag, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static json_t *refuse(const char *flag, const char *fmt, ...)
+{
+    char msg[3200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return flag ? json_pack("{s:b, s:b, s:s}", "ok", 0, flag, 1, "error", msg)
+                : json_pack("{s:b, s:s}", "ok", 0, "error", msg);
+}
+
+/* A join: the name must be an expected member whose region and rank the certificate names. */
+static json_t *handle_join(conn *c, const rdzv_request *q)
 {
     rdzv_server *s = c->srv;
-    const char *op = json_string_value(json_object_get(req, "op"));
-    const char *key = json_string_value(json_object_get(req, "key"));
-    json_int_t timeout_ms = json_integer_value(json_object_get(req, "timeout_ms"));
-    if (!op) return json_pack("{s:b, s:s}", "ok", 0, "error", "request without op");
-    json_t *rep = NULL;
-    pthread_mutex_lock(&s->mu);
-    if (c->idx >= 0) {
-        member *m = &s->members[c->idx];
-        m->last_ns = xdc_now_ns();
-        const char *status = json_string_value(json_object_get(req, "status"));
-        if (status) snprintf(m->status, sizeof m->status, "%s", status);
+    const xdc_wan_identity *id = xdc_wan_peer_identity(c->peer);
+    char region[XDC_WAN_NAME_MAX];
+    int rank, i = find_member(s, q->member);
+    const char *why = NULL;
+    if (c->idx >= 0) why = "this connection has joined already";
+    else if (split_member(q->member, region, sizeof region, &rank) != 0) why = "the name is not region/host:rank";
+    else if (strcmp(region, id->region) != 0 || rank != id->rank)
+        why = "the name's region and rank are not the certificate's";
+    else if (i < 0) why = "no member of this run has that name";
+    if (why) {
+        XDC_WARN(XDC_SUB_ORCH, "rendezvous: refused the join of %s as '%s': %s; closing", c->who, q->member, why);
+        c->close = 1;
+        return refuse("denied", "join as %s refused: %s (certificate %s/%d)", q->member, why, id->region, id->rank);
     }
-    if (strcmp(op, "join") == 0) {
-        const char *name = json_string_value(json_object_get(req, "member"));
-        const xdc_wan_identity *id = xdc_wan_peer_identity(c->peer);
-        size_t rl = strlen(id->region);
-        if (!name || strlen(name) >= RDZV_MEMBER_MAX) {
-            rep = json_pack("{s:b, s:s}", "ok", 0, "error", "join without a member name");
-        } else if (strncmp(name, id->region, rl) != 0 || name[rl] != '/') {
-            rep = json_pack("{s:b, s:s}", "ok", 0, "error", "member name does not match the certificate's region");
-        } else {
-            int i = find_member(s, name);
-            if (i < 0 && s->n_members < RDZV_MAX_CONNS) {
-                i = s->n_members++;
-                snprintf(s->members[i].name, sizeof s->members[i].name, "%s", name);
-            }
-            if (i < 0) {
-                rep = json_pack("{s:b, s:s}", "ok", 0, "error", "too many members");
-            } else {
-                c->idx = i;
-                s->members[i].joined = 1;
-                s->members[i].last_ns = xdc_now_ns();
-                snprintf(s->members[i].status, sizeof s->members[i].status, "joined");
-                XDC_DEBUG(XDC_SUB_ORCH, "rendezvous: %s joined", name);
-                pthread_cond_broadcast(&s->cv);
-                rep = json_pack("{s:b}", "ok", 1);
-            }
-        }
-    } else if (strcmp(op, "set") == 0 && key) {
-        const char *value = json_string_value(json_object_get(req, "value"));
-        if (!value || strlen(value) >= RDZV_VALUE_MAX || store_set(s, key, value) != 0)
-            rep = json_pack("{s:b, s:s}", "ok", 0, "error", "bad value or store full");
-        else rep = json_pack("{s:b}", "ok", 1);
-    } else if (strcmp(op, "get") == 0 && key) {
-        char what[300];
-        snprintf(what, sizeof what, "get of key '%s'", key);
-        if (timeout_ms != 0) wait_until(s, xdc_deadline_ms(timeout_ms), key_present, (void *)key, what, NULL);
-        kv *k = find_key(s, key);
-        if (k) rep = json_pack("{s:b, s:s}", "ok", 1, "value", k->value);
-        else rep = json_pack("{s:b, s:b, s:s}", "ok", 0, "absent", 1, "error", "key not set");
-    } else if (strcmp(op, "barrier") == 0 && key) {
-        int count = (int)json_integer_value(json_object_get(req, "count"));
-        barrier *b = find_barrier(s, key);
-        if (!b || count < 1 || count > RDZV_MAX_CONNS) {
-            rep = json_pack("{s:b, s:s}", "ok", 0, "error", "bad barrier");
-        } else {
-            barrier_wait w = {b, b->generation, count};
-            snprintf(b->arrived[b->count++], RDZV_MEMBER_MAX, "%s", c->idx >= 0 ? s->members[c->idx].name : "?");
-            if (b->count >= count) {
-                b->count = 0;
-                b->generation++;
-                pthread_cond_broadcast(&s->cv);
-            }
-            char what[300];
-            snprintf(what, sizeof what, "barrier '%s'", key);
-            if (wait_until(s, xdc_deadline_ms(timeout_ms), barrier_done, &w, what, b)) {
-                rep = json_pack("{s:b}", "ok", 1);
-            } else {
-                char missing[3000], msg[3200];
-                list_missing(s, b, -1, missing, sizeof missing);
-                snprintf(msg, sizeof msg, "barrier '%s': %d of %d arrived; missing: %s", key, b->count, count,
-                         missing[0] ? missing : "(unexpected members)");
-                /* Withdraw our arrival so a retry counts once. */
-                for (int a = 0; a < b->count; a++)
-                    if (c->idx >= 0 && strcmp(b->arrived[a], s->members[c->idx].name) == 0) {
-                        memmove(b->arrived[a], b->arrived[a + 1], (size_t)(b->count - a - 1) * RDZV_MEMBER_MAX);
-                        b->count--;
-                        break;
-                    }
-                rep = json_pack("{s:b, s:b, s:s}", "ok", 0, "timeout", 1, "error", msg);
-            }
-        }
-    } else if (strcmp(op, "heartbeat") == 0) {
-        rep = json_pack("{s:b}", "ok", 1);
-    } else {
-        rep = json_pack("{s:b, s:s}", "ok", 0, "error", "unknown op or missing key");
+    member *m = &s->members[i];
+    c->idx = i;
+    snprintf(c->who, sizeof c->who, "%s", m->name);
+    m->joined = 1;
+    m->conn = c;
+    m->last_ns = xdc_now_ns();
+    snprintf(m->status, sizeof m->status, "joined");
+    XDC_DEBUG(XDC_SUB_ORCH, "rendezvous: %s joined", m->name);
+    pthread_cond_broadcast(&s->cv);
+    return json_pack("{s:b}", "ok", 1);
+}
+
+static json_t *handle_barrier(conn *c, const rdzv_request *q)
+{
+    rdzv_server *s = c->srv;
+    barrier *b = find_barrier(s, q->key);
+    if (!b) return refuse(NULL, "barrier '%s': too many barriers in use", q->key);
+    if (q->count != s->n_expected)
+        return refuse("denied", "barrier '%s' is for all %d members of the run, not %d", q->key, s->n_expected,
+                      q->count);
+    if (arrived(b, c->idx)) return refuse("denied", "barrier '%s': %s has arrived already", q->key, c->who);
+    barrier_wait w = {b, b->generation};
+    b->arrived[b->count++] = (arrival){c->idx, c};
+    if (b->count >= q->count) {
+        b->count = 0;
+        b->generation++;
+        pthread_cond_broadcast(&s->cv);
     }
-    pthread_mutex_unlock(&s->mu);
-    return rep;
+    char what[RDZV_KEY_MAX + 16];
+    snprintf(what, sizeof what, "barrier '%s'", q->key);
+    if (wait_until(c, xdc_deadline_ms(q->timeout_ms), barrier_done, &w, what, b)) return json_pack("{s:b}", "ok", 1);
+    char missing[3000];
+    list_missing(s, b, -1, missing, sizeof missing);
+    int count = b->count;
+    withdraw(s, c); /* so a retry counts once, and a member that left is not counted */
+    return refuse("timeout", "barrier '%s': %d of %d arrived; missing: %s", q->key, count, q->count, missing);
+}
+
+static json_t *handle(conn *c)
+{
+    rdzv_server *s = c->srv;
+    const rdzv_request *q = &c->req;
+    if (q->op == RDZV_OP_JOIN) return handle_join(c, q);
+    if (c->idx < 0) {
+        XDC_WARN(XDC_SUB_ORCH, "rendezvous: %s sent %s before joining; closing", c->who, ops[q->op].name);
+        c->close = 1;
+        return refuse("denied", "%s before join", ops[q->op].name);
+    }
+    member *m = &s->members[c->idx];
+    m->last_ns = xdc_now_ns();
+    if (q->status[0]) snprintf(m->status, sizeof m->status, "%s", q->status);
+    switch (q->op) {
+    case RDZV_OP_SET:
+        if (!may_write(s, c->idx, q->key)) {
+            XDC_WARN(XDC_SUB_ORCH, "rendezvous: refused %s's write of key '%s': not its key", c->who, q->key);
+            return refuse("denied", "key '%s' is not %s's to write", q->key, c->who);
+        }
+        if (store_set(s, q->key, q->value) != 0) return refuse(NULL, "store full");
+        return json_pack("{s:b}", "ok", 1);
+    case RDZV_OP_GET: {
+        char what[RDZV_KEY_MAX + 16];
+        snprintf(what, sizeof what, "get of key '%s'", q->key);
+        if (q->timeout_ms != 0) wait_until(c, xdc_deadline_ms(q->timeout_ms), key_present, (void *)q->key, what, NULL);
+        kv *k = find_key(s, q->key);
+        return k ? json_pack("{s:b, s:s}", "ok", 1, "value", k->value) : refuse("absent", "key not set");
+    }
+    case RDZV_OP_BARRIER: return handle_barrier(c, q);
+    default: return json_pack("{s:b}", "ok", 1); /* heartbeat: last_ns and status above */
+    }
 }
 
 /* Send one JSON message and wait for it to be acknowledged. */
 static xdc_err_t send_json(xdc_wan_peer *p, json_t *msg, char *buf, size_t cap, int64_t timeout_ms, xdc_diag *diag)
 {
-    size_t n = json_dumpb(msg, buf, cap, JSON_COMPACT);
+    size_t n = msg ? json_dumpb(msg, buf, cap, JSON_COMPACT) : 0;
     if (n == 0 || n > cap) {
-        xdc_diag_set(diag, "rendezvous message larger than %zu bytes", cap);
+        xdc_diag_set(diag, "rendezvous message larger than %zu bytes (or no memory for it)", cap);
         return XDC_ERR_RANGE;
     }
     xdc_wan_request *r;
@@ -296,60 +534,117 @@ static xdc_err_t send_json(xdc_wan_peer *p, json_t *msg, char *buf, size_t cap, 
     return xdc_wan_wait(r, timeout_ms, NULL, NULL, diag);
 }
 
-/* Receive one JSON message, waiting up to timeout_ms (< 0: until *stop). The receive stays posted across
- * the short waits, so no message is lost between them. */
-static xdc_err_t recv_json(xdc_wan_peer *p, char *buf, size_t cap, int64_t timeout_ms, atomic_int *stop, json_t **out,
-                           xdc_diag *diag)
+/* The next request of connection `c` into c->req, waiting until `deadline` (0: forever) or the stop
+ * flag; the receive is posted again before returning, so it stays posted while the request is served. */
+static xdc_err_t next_request(conn *c, uint64_t deadline, xdc_diag *diag)
 {
-    xdc_wan_request *r;
+    rdzv_server *s = c->srv;
     size_t n = 0;
-    *out = NULL;
-    XDC_CHECK(xdc_wan_irecv(p, XDC_WAN_LATENCY, buf, cap, &r));
-    uint64_t deadline = xdc_deadline_ms(timeout_ms);
     for (;;) {
-        xdc_err_t rc = xdc_wan_wait(r, 200, &n, NULL, diag);
+        if (!c->rx_req) XDC_CHECK(xdc_wan_irecv(c->peer, XDC_WAN_LATENCY, c->rx, sizeof c->rx, &c->rx_req));
+        xdc_err_t rc = xdc_wan_wait(c->rx_req, 200, &n, NULL, diag);
         if (rc == XDC_OK) break;
-        if (rc != XDC_ERR_TIMEOUT) return rc;
-        if ((stop && atomic_load(stop)) || xdc_deadline_passed(deadline)) {
-            xdc_diag_set(diag, "no reply from the rendezvous server within %lld ms", (long long)timeout_ms);
-            return XDC_ERR_TIMEOUT; /* the receive stays posted; closing the peer fails it */
+        if (rc != XDC_ERR_TIMEOUT) {
+            c->rx_req = NULL;
+            return rc;
+        }
+        if (atomic_load(&s->stop)) return XDC_ERR_CLOSED;
+        if (deadline && xdc_deadline_passed(deadline)) {
+            xdc_diag_set(diag, "no join within %d ms", RDZV_JOIN_MS);
+            return XDC_ERR_TIMEOUT;
         }
     }
-    json_error_t jerr;
-    *out = json_loadb(buf, n, 0, &jerr);
-    if (!*out || !json_is_object(*out)) {
-        json_decref(*out);
-        *out = NULL;
-        xdc_diag_set(diag, "rendezvous message is not a JSON object: %s", jerr.text);
-        return XDC_ERR_PROTO;
-    }
-    return XDC_OK;
+    c->rx_req = NULL;
+    XDC_CHECK(rdzv_request_parse(c->rx, n, &c->req, diag));
+    return xdc_wan_irecv(c->peer, XDC_WAN_LATENCY, c->rx, sizeof c->rx, &c->rx_req);
 }
 
 static void *conn_main(void *arg)
 {
     conn *c = arg;
     rdzv_server *s = c->srv;
-    __atomic_store_n(&c->live, 1, __ATOMIC_RELEASE);
-    while (!atomic_load(&s->stop)) {
-        json_t *req;
-        xdc_diag d = {{0}};
-        xdc_err_t rc = recv_json(c->peer, c->rx, sizeof c->rx, -1, &s->stop, &req, &d);
+    uint64_t join_by = xdc_deadline_ms(RDZV_JOIN_MS);
+    xdc_diag d = {{0}};
+    for (;;) {
+        xdc_err_t rc = next_request(c, c->idx < 0 ? join_by : 0, &d);
         if (rc != XDC_OK) {
-            pthread_mutex_lock(&s->mu);
-            if (c->idx >= 0 && !atomic_load(&s->stop))
-                snprintf(s->members[c->idx].status, sizeof s->members[c->idx].status, "connection lost: %s", d.msg);
-            pthread_mutex_unlock(&s->mu);
+            /* A peer that leaves ends with CLOSED; anything else is the member's fault and worth a line. */
+            if (rc == XDC_ERR_PROTO || rc == XDC_ERR_RANGE || rc == XDC_ERR_TIMEOUT)
+                XDC_WARN(XDC_SUB_ORCH, "rendezvous: closing the connection of %s: %s", c->who, d.msg);
             break;
         }
-        json_t *rep = handle(c, req);
-        json_decref(req);
-        rc = send_json(c->peer, rep, c->tx, sizeof c->tx, 30000, &d);
+        pthread_mutex_lock(&s->mu);
+        json_t *rep = handle(c);
+        pthread_mutex_unlock(&s->mu);
+        rc = send_json(c->peer, rep, c->tx, sizeof c->tx, RDZV_REPLY_MS, &d);
         json_decref(rep);
-        if (rc != XDC_OK) break;
+        if (rc != XDC_OK || c->close) break;
     }
-    __atomic_store_n(&c->live, 0, __ATOMIC_RELEASE);
+    /* The peer's receive (if posted) fails on close; its buffer is ours again when close returns. */
+    xdc_wan_peer_close(c->peer);
+    pthread_mutex_lock(&s->mu);
+    withdraw(s, c);
+    if (c->idx >= 0 && s->members[c->idx].conn == c) {
+        member *m = &s->members[c->idx];
+        m->conn = NULL;
+        if (!atomic_load(&s->stop)) snprintf(m->status, sizeof m->status, "connection lost: %.80s", d.msg);
+    }
+    c->ended = 1;
+    pthread_mutex_unlock(&s->mu);
     return NULL;
+}
+
+/* Join the threads of ended connections and free their slots. */
+static void reclaim(rdzv_server *s)
+{
+    conn *done[RDZV_MAX_CONNS];
+    int n = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_conns;)
+        if (s->conns[i]->ended) {
+            done[n++] = s->conns[i];
+            s->conns[i] = s->conns[--s->n_conns];
+        } else {
+            i++;
+        }
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n; i++) {
+        pthread_join(done[i]->thread, NULL);
+        xdc_free(done[i]);
+    }
+}
+
+/* Take connection `p` into a slot and start its thread; refused when slots or the identity's share run
+ * out. */
+static void admit(rdzv_server *s, xdc_wan_peer *p)
+{
+    const xdc_wan_identity *id = xdc_wan_peer_identity(p);
+    conn *c = xdc_calloc(1, sizeof *c);
+    int same = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_conns; i++) {
+        const xdc_wan_identity *o = xdc_wan_peer_identity(s->conns[i]->peer);
+        same += !s->conns[i]->ended && o->rank == id->rank && strcmp(o->region, id->region) == 0;
+    }
+    const char *why = !c                             ? "no memory"
+                      : s->n_conns == RDZV_MAX_CONNS ? "every connection slot is in use"
+                      : same >= RDZV_CONNS_PER_ID    ? "its certificate holds too many connections"
+                                                     : NULL;
+    if (!why) {
+        c->srv = s;
+        c->peer = p;
+        c->idx = -1;
+        snprintf(c->who, sizeof c->who, "certificate %s/%d (not joined)", id->region, id->rank);
+        if (pthread_create(&c->thread, NULL, conn_main, c) == 0) s->conns[s->n_conns++] = c;
+        else why = "no thread for it";
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (why) {
+        XDC_WARN(XDC_SUB_ORCH, "rendezvous: refused a connection from certificate %s/%d: %s", id->region, id->rank,
+                 why);
+        xdc_free(c);
+        xdc_wan_peer_close(p);
+    }
 }
 
 static void *acceptor_main(void *arg)
@@ -358,24 +653,9 @@ static void *acceptor_main(void *arg)
     while (!atomic_load(&s->stop)) {
         xdc_wan_peer *p;
         xdc_diag d = {{0}};
-        if (xdc_wan_accept(s->lis, 200, &p, &d) != XDC_OK) continue;
-        conn *c = xdc_calloc(1, sizeof *c);
-        pthread_mutex_lock(&s->mu);
-        if (!c || s->n_conns == RDZV_MAX_CONNS) {
-            pthread_mutex_unlock(&s->mu);
-            xdc_free(c);
-            xdc_wan_peer_close(p);
-            continue;
-        }
-        c->srv = s;
-        c->peer = p;
-        c->idx = -1;
-        s->conns[s->n_conns++] = c;
-        pthread_mutex_unlock(&s->mu);
-        if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
-            xdc_wan_peer_close(p); /* no thread to serve it */
-            c->peer = NULL;
-        }
+        xdc_err_t rc = xdc_wan_accept(s->lis, 200, &p, &d);
+        reclaim(s);
+        if (rc == XDC_OK) admit(s, p);
     }
     return NULL;
 }
@@ -384,34 +664,78 @@ xdc_err_t rdzv_server_create(xdc_wan_engine *eng, const char *host, int port, co
                              int n_expected, rdzv_server **out, xdc_diag *diag)
 {
     *out = NULL;
-    if (n_expected > RDZV_MAX_CONNS) {
-        xdc_diag_set(diag, "%d members expected; the built-in store takes at most %d", n_expected, RDZV_MAX_CONNS);
+    if (!host || !*host) {
+        xdc_diag_set(diag, "rendezvous server: no address to listen on (give one; 0.0.0.0 for every interface)");
+        return XDC_ERR_INVALID;
+    }
+    if (n_expected < 1 || n_expected > RDZV_MAX_CONNS) {
+        xdc_diag_set(diag, "%d members expected; the built-in store takes 1 to %d", n_expected, RDZV_MAX_CONNS);
         return XDC_ERR_RANGE;
     }
     rdzv_server *s = xdc_calloc(1, sizeof *s);
-    if (!s) return XDC_ERR_NOMEM;
+    member *ms = xdc_calloc((size_t)n_expected, sizeof *ms);
+    if (!s || !ms) {
+        xdc_free(s);
+        xdc_free(ms);
+        return XDC_ERR_NOMEM;
+    }
+    s->members = ms;
     s->eng = eng;
     s->start_ns = xdc_now_ns();
+    int regions = 0;
+    for (int i = 0; i < n_expected; i++) {
+        member *m = &ms[i];
+        snprintf(m->name, sizeof m->name, "%s", expected[i]);
+        if (split_member(m->name, m->region, sizeof m->region, &m->rank) != 0 || find_member(s, m->name) >= 0) {
+            xdc_diag_set(diag, "rendezvous server: member '%s' is not region/host:rank or is listed twice", m->name);
+            xdc_free(ms);
+            xdc_free(s);
+            return XDC_ERR_INVALID;
+        }
+        if (i > 0 && strcmp(ms[i - 1].region, m->region) != 0) regions++;
+        m->region_idx = regions;
+        s->n_expected = i + 1;
+    }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    for (int i = 0; i < n_expected; i++) snprintf(s->members[i].name, RDZV_MEMBER_MAX, "%s", expected[i]);
-    s->n_members = s->n_expected = n_expected;
     xdc_err_t rc = xdc_wan_listen(eng, host, port, &s->lis, diag);
+    if (rc == XDC_OK && pthread_create(&s->acceptor, NULL, acceptor_main, s) != 0) {
+        xdc_wan_listener_close(s->lis);
+        rc = XDC_ERR_NOMEM;
+    }
     if (rc != XDC_OK) {
-        xdc_diag_prefix(diag, "rendezvous server on %s:%d", host ? host : "*", port);
+        xdc_diag_prefix(diag, "rendezvous server on %s:%d", host, port);
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+        xdc_free(ms);
         xdc_free(s);
         return rc;
-    }
-    if (pthread_create(&s->acceptor, NULL, acceptor_main, s) != 0) {
-        xdc_wan_listener_close(s->lis);
-        xdc_free(s);
-        return XDC_ERR_NOMEM;
     }
     *out = s;
     return XDC_OK;
 }
 
 int rdzv_server_port(const rdzv_server *s) { return xdc_wan_listener_port(s->lis); }
+
+xdc_err_t rdzv_server_grant(rdzv_server *s, const char *key, const char *member, xdc_diag *diag)
+{
+    pthread_mutex_lock(&s->mu);
+    int i = find_member(s, member);
+    xdc_err_t rc = XDC_ERR_INVALID;
+    if (i < 0) xdc_diag_set(diag, "rendezvous: cannot grant '%s' to '%s': not a member of the run", key, member);
+    else if (s->n_grants == RDZV_MAX_GRANTS || strlen(key) >= RDZV_KEY_MAX)
+        xdc_diag_set(diag, "rendezvous: cannot grant '%s': at most %d grants of keys under %d bytes", key,
+                     RDZV_MAX_GRANTS, RDZV_KEY_MAX);
+    else {
+        grant *g = &s->grants[s->n_grants++];
+        snprintf(g->key, sizeof g->key, "%s", key);
+        g->prefix = key[0] && key[strlen(key) - 1] == '/';
+        g->member = i;
+        rc = XDC_OK;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
 
 void rdzv_server_set(rdzv_server *s, const char *key, const char *value)
 {
@@ -448,7 +772,15 @@ int rdzv_server_connections(rdzv_server *s)
 {
     int n = 0;
     pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n_conns; i++) n += __atomic_load_n(&s->conns[i]->live, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < s->n_conns; i++) n += !s->conns[i]->ended;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+int rdzv_server_slots(rdzv_server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int n = s->n_conns;
     pthread_mutex_unlock(&s->mu);
     return n;
 }
@@ -470,18 +802,16 @@ void rdzv_server_destroy(rdzv_server *s)
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->acceptor, NULL);
     xdc_wan_listener_close(s->lis);
+    /* Every connection thread sees the stop flag within a poll period and closes its own peer. */
     for (int i = 0; i < s->n_conns; i++) {
-        conn *c = s->conns[i];
-        if (c->peer) {
-            xdc_wan_peer_close(c->peer);
-            pthread_join(c->thread, NULL);
-        }
-        xdc_free(c);
+        pthread_join(s->conns[i]->thread, NULL);
+        xdc_free(s->conns[i]);
     }
     for (int i = 0; i < s->n_keys; i++) xdc_free(s->keys[i].value);
     for (int i = 0; i < s->n_barriers; i++) xdc_free(s->barriers[i].arrived);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    xdc_free(s->members);
     xdc_free(s);
 }
 
@@ -495,8 +825,33 @@ struct rdzv_client {
     pthread_mutex_t mu; /* one request at a time */
 };
 
+/* Receive one reply, waiting up to timeout_ms (< 0: forever). */
+static xdc_err_t recv_reply(xdc_wan_peer *p, char *buf, size_t cap, int64_t timeout_ms, json_t **out, xdc_diag *diag)
+{
+    xdc_wan_request *r;
+    size_t n = 0;
+    *out = NULL;
+    XDC_CHECK(xdc_wan_irecv(p, XDC_WAN_LATENCY, buf, cap, &r));
+    xdc_err_t rc = xdc_wan_wait(r, timeout_ms, &n, NULL, diag);
+    if (rc == XDC_ERR_TIMEOUT) {
+        xdc_diag_set(diag, "no reply from the rendezvous server within %lld ms", (long long)timeout_ms);
+        return rc; /* the receive stays posted; closing the peer fails it */
+    }
+    XDC_CHECK(rc);
+    json_error_t jerr;
+    *out = json_loadb(buf, n, 0, &jerr);
+    if (!*out || !json_is_object(*out)) {
+        json_decref(*out);
+        *out = NULL;
+        xdc_diag_set(diag, "rendezvous reply is not a JSON object: %s", jerr.text);
+        return XDC_ERR_PROTO;
+    }
+    return XDC_OK;
+}
+
 /* One request/reply. *rep is the reply object on XDC_OK (caller decrefs). A reply with ok=false comes
- * back as XDC_ERR_UNAVAILABLE (or XDC_ERR_TIMEOUT / XDC_ERR_AGAIN as flagged) with its text in diag. */
+ * back as XDC_ERR_UNAVAILABLE (or XDC_ERR_TIMEOUT / XDC_ERR_AGAIN / XDC_ERR_AUTH as flagged) with its text in
+ * diag. */
 static xdc_err_t call(rdzv_client *c, json_t *req, int64_t timeout_ms, json_t **rep, xdc_diag *diag)
 {
     *rep = NULL;
@@ -509,7 +864,7 @@ static xdc_err_t call(rdzv_client *c, json_t *req, int64_t timeout_ms, json_t **
         rc = send_json(c->peer, req, c->tx, sizeof c->tx, timeout_ms < 0 ? 60000 : timeout_ms + 30000, diag);
         json_decref(req);
         if (rc == XDC_OK)
-            rc = recv_json(c->peer, c->rx, sizeof c->rx, timeout_ms < 0 ? -1 : timeout_ms + 30000, NULL, rep, diag);
+            rc = recv_reply(c->peer, c->rx, sizeof c->rx, timeout_ms < 0 ? -1 : timeout_ms + 30000, rep, diag);
         if (rc != XDC_OK) c->broken = 1;
     }
     pthread_mutex_unlock(&c->mu);
@@ -521,6 +876,7 @@ static xdc_err_t call(rdzv_client *c, json_t *req, int64_t timeout_ms, json_t **
     xdc_diag_set(diag, "rendezvous: %s", json_string_value(json_object_get(*rep, "error")));
     rc = json_is_true(json_object_get(*rep, "timeout"))  ? XDC_ERR_TIMEOUT
          : json_is_true(json_object_get(*rep, "absent")) ? XDC_ERR_AGAIN
+         : json_is_true(json_object_get(*rep, "denied")) ? XDC_ERR_AUTH
                                                          : XDC_ERR_UNAVAILABLE;
     json_decref(*rep);
     *rep = NULL;

@@ -1,10 +1,22 @@
 /* orch_rdzv.h — the built-in rendezvous store: join, key/value, barriers and heartbeats for the members
- * of a run (agents and workers), over the WAN transport, so it is mutual TLS and works across hosts.
- * The launcher (or `xdc coordinator`) hosts the server; every member is a client named
- * "region/host:rank". A wait that runs out names the members still missing and when each was last heard.
+ * of a run (workers), over the WAN transport, so it is mutual TLS and works across hosts. The launcher
+ * (or `xdc coordinator`) hosts the server; every member is a client named "region/host:rank". A wait
+ * that runs out names the members still missing and when each was last heard.
  *
- * Protocol: one JSON object per message on the latency class, request then reply, one request at a
- * time per client: {"op":"join|set|get|barrier|heartbeat|members", ...}. */
+ * Protocol: one flat JSON object per message on the latency class, request then reply, one request at
+ * a time per client: {"op":"join|set|get|barrier|heartbeat", ...} (rdzv_request_parse says which
+ * fields each op takes). The server authorizes every request (docs/security.md):
+ * - a connection does nothing before `join`, and joins once, as the expected member whose region and
+ *   rank its certificate names (the host comes from the run's member list, which pins it);
+ * - a member writes only its own keys: wan/<region index>/<rank>, stats/<region index>/<rank>,
+ *   metrics/<region>/<rank>, failed/<its name>, and with rank 0 intra/<region> and device/<region>;
+ *   run-wide keys (finished, result, replan/...) only the member rdzv_server_grant named; anything
+ *   else (relay/..., abort) only the hosting process;
+ * - a barrier counts each member once, for all members of the run, and forgets an arrival whose
+ *   connection ended or whose wait timed out;
+ * - a message that does not parse (not JSON, nested, a field of the wrong type or size, longer than
+ *   RDZV_MSG_MAX) is logged with the member's identity and its connection closed without a reply.
+ * Connections are freed as they end, so the number of sessions over a run's life is unbounded. */
 #ifndef ORCH_RDZV_H
 #define ORCH_RDZV_H
 
@@ -14,43 +26,79 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RDZV_MEMBER_MAX    128
-#define RDZV_VALUE_MAX     4096 /* bytes of one value */
+#define RDZV_MEMBER_MAX    128                     /* bytes of a member name, with its NUL */
+#define RDZV_KEY_MAX       256                     /* bytes of a key, with its NUL */
+#define RDZV_STATUS_MAX    128                     /* bytes of a heartbeat status, with its NUL */
+#define RDZV_VALUE_MAX     4096                    /* bytes of one value, with its NUL */
+#define RDZV_MSG_MAX       (RDZV_VALUE_MAX + 1024) /* bytes of one JSON message */
 /* The server's certificate names this region (rank 0): xdc://RUN/coordinator/0. */
 #define RDZV_SERVER_REGION "coordinator"
 
 typedef struct rdzv_server rdzv_server;
 typedef struct rdzv_client rdzv_client;
 
-/* Start the server on `eng` (host:port, port 0 = any). `expected` lists the member names the run needs
- * (n_expected entries), used to say who is missing. */
+/* ---- messages ------------------------------------------------------------------------------------ */
+
+typedef enum { RDZV_OP_JOIN, RDZV_OP_SET, RDZV_OP_GET, RDZV_OP_BARRIER, RDZV_OP_HEARTBEAT } rdzv_op;
+
+/* One request, decoded. Strings are NUL-terminated copies; fields an op does not take are empty/0. */
+typedef struct rdzv_request {
+    rdzv_op op;
+    char member[RDZV_MEMBER_MAX]; /* join: printable ASCII, no spaces */
+    char key[RDZV_KEY_MAX];       /* set, get, barrier: printable ASCII, no spaces */
+    char value[RDZV_VALUE_MAX];   /* set: any text without NUL */
+    char status[RDZV_STATUS_MAX]; /* any op (optional): what the member is doing, printable ASCII */
+    int count;                    /* barrier: 1..1024 */
+    int64_t timeout_ms;           /* get (optional, 0: do not wait), barrier: 0..INT32_MAX */
+} rdzv_request;
+
+/* Decode one request message of `len` bytes (untrusted: any bytes). XDC_ERR_PROTO with diag naming the
+ * first problem: not one JSON object, an unknown op or field, a field of the wrong type, too long or
+ * out of range, a field the op needs missing. */
+xdc_err_t rdzv_request_parse(const void *buf, size_t len, rdzv_request *out, xdc_diag *diag);
+
+/* ---- server -------------------------------------------------------------------------------------- */
+
+/* Start the server on `eng` (host:port, port 0 = any; host NULL or "" is refused: say which address).
+ * `expected` lists the run's members "region/host:rank" in the topology's order (regions in order, ranks
+ * ascending; a member's region index is its region's position in that list); only they may join. */
 xdc_err_t rdzv_server_create(xdc_wan_engine *eng, const char *host, int port, const char *const *expected,
                              int n_expected, rdzv_server **out, xdc_diag *diag);
 int rdzv_server_port(const rdzv_server *s);
-/* Set a key from the hosting process (e.g. the launcher publishes "abort"). */
+/* Let expected member `member` write the run-wide `key` (a trailing '/' grants every key under that
+ * prefix). XDC_ERR_INVALID when the member is not expected or the table (16 grants) is full. */
+xdc_err_t rdzv_server_grant(rdzv_server *s, const char *key, const char *member, xdc_diag *diag);
+/* Set a key from the hosting process (e.g. relay routes). */
 void rdzv_server_set(rdzv_server *s, const char *key, const char *value);
 /* Copy a key's value; returns 0 when present, -1 when not. */
 int rdzv_server_get(rdzv_server *s, const char *key, char *value, size_t cap);
 /* First key starting with `prefix` (in the order keys were first set): 0 and its key and value when
  * there is one, -1 otherwise. */
 int rdzv_server_find(rdzv_server *s, const char *prefix, char *key, size_t key_cap, char *value, size_t cap);
-/* Members still connected (their connection thread has not seen them leave). */
+/* Connections whose thread still serves them. */
 int rdzv_server_connections(rdzv_server *s);
+/* Connection slots in use: those served plus those ended but not yet reclaimed (the acceptor reclaims
+ * ended ones before it takes the next connection). */
+int rdzv_server_slots(rdzv_server *s);
 /* One line per expected member that has not joined or has been silent for more than `silent_ms`:
  * "name (never joined)" or "name (last heard 12.3 s ago: <what>)". Returns how many. */
 int rdzv_server_missing(rdzv_server *s, int64_t silent_ms, char *out, size_t cap);
 void rdzv_server_destroy(rdzv_server *s);
 
+/* ---- client -------------------------------------------------------------------------------------- */
+
 /* Connect to the server and join as `member`. */
 xdc_err_t rdzv_client_create(xdc_wan_engine *eng, const char *host, int port, const char *member, int64_t timeout_ms,
                              rdzv_client **out, xdc_diag *diag);
 void rdzv_client_destroy(rdzv_client *c);
+/* Set one of our keys; XDC_ERR_AUTH when the server says it is not ours to write. */
 xdc_err_t rdzv_set(rdzv_client *c, const char *key, const char *value, xdc_diag *diag);
 /* Wait up to timeout_ms for `key` to be set. */
 xdc_err_t rdzv_get(rdzv_client *c, const char *key, int64_t timeout_ms, char *value, size_t cap, xdc_diag *diag);
 /* Non-blocking read: XDC_OK with the value, XDC_ERR_AGAIN when not set. */
 xdc_err_t rdzv_try_get(rdzv_client *c, const char *key, char *value, size_t cap, xdc_diag *diag);
-/* Wait until `count` members entered barrier `name`; on timeout diag names the missing members. */
+/* Wait until `count` members (all of the run's) entered barrier `name`; on timeout diag names the
+ * missing members. */
 xdc_err_t rdzv_barrier(rdzv_client *c, const char *name, int count, int64_t timeout_ms, xdc_diag *diag);
 /* Tell the server we are alive and what we are doing ("step 12"). */
 xdc_err_t rdzv_heartbeat(rdzv_client *c, const char *status, xdc_diag *diag);
