@@ -1,0 +1,388 @@
+/* test_hostile_rdzv.c — a member holding a valid certificate of the run (issued as the launcher issues
+ * them: one CA, one certificate per region and rank) attacks the rendezvous: requests before join, joins
+ * as someone else, writes of other members' and run-wide keys, barrier arrivals that die or repeat,
+ * malformed messages, thousands of sessions. Each attack must be refused or contained, leave a log line
+ * naming the member, and leave the store serving the honest members. */
+#include "tests/test_wan_util.h"
+#include "tests/xdc_test.h"
+
+#include "common/xdc_log.h"
+#include "orchestrator/control/orch_rdzv.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define N 4 /* members of the run */
+
+static const char *const NAMES[N] = {"us-east/east-node1:0", "us-east/east-node1:1", "eu-west/west-node1:0",
+                                     "eu-west/west-node1:1"};
+
+typedef struct {
+    wan_test_node node[N], srv_node;
+    xdc_wan_engine *eng[N], *srv_eng; /* eng[i]: member i's certificate */
+    rdzv_server *srv;
+    int port;
+    char log[600];
+    FILE *logf;
+} hostile;
+
+/* Certificates, engines, a store expecting NAMES with the launcher's grants (2 pipeline stages: the
+ * result comes from NAMES[1]); the log goes to a file the test reads. */
+static void hostile_open(hostile *h)
+{
+    memset(h, 0, sizeof *h);
+    wan_test_issue("certs", RDZV_SERVER_REGION, 0, 30, -60, &h->srv_node);
+    for (int i = 0; i < N; i++) wan_test_issue("certs", i < 2 ? "us-east" : "eu-west", i % 2, 30, -60, &h->node[i]);
+    h->srv_eng = wan_test_engine(&h->srv_node, 1, 10000);
+    for (int i = 0; i < N; i++) h->eng[i] = wan_test_engine(&h->node[i], 1, 10000);
+    snprintf(h->log, sizeof h->log, "%s/rdzv.log", xdc_test_tmpdir());
+    h->logf = fopen(h->log, "w");
+    XDC_ASSERT(h->logf != NULL);
+    setvbuf(h->logf, NULL, _IONBF, 0); /* each line is in the file when the logger returns */
+    xdc_log_set_stream(h->logf);
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(rdzv_server_create(h->srv_eng, "127.0.0.1", 0, NAMES, N, &h->srv, &d));
+    XDC_ASSERT_OK(rdzv_server_grant(h->srv, "finished", NAMES[0], &d));
+    XDC_ASSERT_OK(rdzv_server_grant(h->srv, "replan/", NAMES[0], &d));
+    XDC_ASSERT_OK(rdzv_server_grant(h->srv, "result", NAMES[1], &d));
+    h->port = rdzv_server_port(h->srv);
+}
+
+static void hostile_close(hostile *h)
+{
+    rdzv_server_destroy(h->srv);
+    for (int i = 0; i < N; i++) xdc_wan_engine_destroy(h->eng[i]);
+    xdc_wan_engine_destroy(h->srv_eng);
+    xdc_log_set_stream(NULL);
+    fclose(h->logf);
+}
+
+/* The log must hold a line with both `who` and `what`. */
+static void assert_logged(hostile *h, const char *who, const char *what)
+{
+    char *text = xdc_test_read_file(h->log, NULL);
+    int found = 0;
+    for (char *line = text ? strtok(text, "\n") : NULL; line && !found; line = strtok(NULL, "\n"))
+        found = strstr(line, who) && strstr(line, what);
+    XDC_ASSERT_MSG(found, "no log line naming %s with '%s' in:\n%s", who, what, text ? text : "(no log)");
+    free(text);
+}
+
+/* A bare connection with member i's certificate; nothing sent yet. */
+static xdc_wan_peer *raw_open(hostile *h, int i)
+{
+    xdc_wan_peer *p;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_wan_connect(h->eng[i], "127.0.0.1", h->port, RDZV_SERVER_REGION, 0, &p, &d));
+    XDC_ASSERT_OK(xdc_wan_peer_wait_ready(p, 10000, &d));
+    return p;
+}
+
+static xdc_err_t raw_send(xdc_wan_peer *p, const void *msg, size_t len)
+{
+    xdc_wan_request *r;
+    xdc_diag d = {{0}};
+    xdc_err_t rc = xdc_wan_isend(p, XDC_WAN_LATENCY, msg, len, 0, len, &r);
+    return rc == XDC_OK ? xdc_wan_wait(r, 10000, NULL, NULL, &d) : rc;
+}
+
+/* Send `len` bytes of `msg` and wait for the reply (NUL-terminated into reply[cap]): XDC_OK, or
+ * XDC_ERR_CLOSED when the server closed the connection instead of answering. */
+static xdc_err_t raw_call(xdc_wan_peer *p, const void *msg, size_t len, char *reply, size_t cap)
+{
+    xdc_wan_request *r;
+    xdc_diag d = {{0}};
+    size_t n = 0;
+    reply[0] = '\0';
+    xdc_err_t rc = xdc_wan_irecv(p, XDC_WAN_LATENCY, reply, cap - 1, &r);
+    if (rc != XDC_OK) return rc;
+    rc = raw_send(p, msg, len);
+    xdc_err_t got = xdc_wan_wait(r, 10000, &n, NULL, &d);
+    if (got == XDC_ERR_TIMEOUT) xdc_wan_request_cancel(r);
+    if (got == XDC_OK) reply[n] = '\0';
+    return got != XDC_OK ? got : rc;
+}
+
+static xdc_err_t raw_text(xdc_wan_peer *p, const char *msg, char *reply, size_t cap)
+{
+    return raw_call(p, msg, strlen(msg), reply, cap);
+}
+
+static xdc_wan_peer *raw_join(hostile *h, int i)
+{
+    char msg[256], reply[512];
+    xdc_wan_peer *p = raw_open(h, i);
+    snprintf(msg, sizeof msg, "{\"op\":\"join\",\"member\":\"%s\"}", NAMES[i]);
+    XDC_ASSERT_OK(raw_text(p, msg, reply, sizeof reply));
+    XDC_ASSERT_STR_CONTAINS(reply, "\"ok\":true");
+    return p;
+}
+
+static rdzv_client *member(hostile *h, int i)
+{
+    rdzv_client *c;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(rdzv_client_create(h->eng[i], "127.0.0.1", h->port, NAMES[i], 10000, &c, &d));
+    return c;
+}
+
+/* Wait (bounded) until the store serves `n` connections: it has seen the others leave. */
+static void await_connections(hostile *h, int n)
+{
+    for (int t = 0; t < 2000 && rdzv_server_connections(h->srv) != n; t++)
+        nanosleep(&(struct timespec){0, 5 * 1000000L}, NULL);
+    XDC_ASSERT_EQ(rdzv_server_connections(h->srv), n);
+}
+
+/* Before join nothing works and the connection is closed; a join must be an expected member whose region
+ * and rank are the certificate's; a connection joins once. */
+XDC_TEST_T(hostile_rdzv_nothing_before_join_and_no_join_as_another, 60)
+{
+    hostile h;
+    hostile_open(&h);
+    char reply[512], val[64];
+    static const char *const before[] = {"{\"op\":\"set\",\"key\":\"finished\",\"value\":\"1\"}",
+                                         "{\"op\":\"get\",\"key\":\"wan/0/0\"}",
+                                         "{\"op\":\"barrier\",\"key\":\"start\",\"count\":1,\"timeout_ms\":0}",
+                                         "{\"op\":\"heartbeat\",\"status\":\"hi\"}"};
+    for (int k = 0; k < 4; k++) {
+        xdc_wan_peer *p = raw_open(&h, 0);
+        XDC_ASSERT_OK(raw_text(p, before[k], reply, sizeof reply));
+        XDC_ASSERT_STR_CONTAINS(reply, "before join");
+        XDC_ASSERT_ERR(raw_text(p, "{\"op\":\"heartbeat\"}", reply, sizeof reply), XDC_ERR_CLOSED);
+        xdc_wan_peer_close(p);
+    }
+    assert_logged(&h, "certificate us-east/0 (not joined)", "set before joining; closing");
+    assert_logged(&h, "certificate us-east/0 (not joined)", "barrier before joining; closing");
+    XDC_ASSERT(rdzv_server_get(h.srv, "finished", val, sizeof val) == -1);
+
+    /* us-east/0's certificate as us-east/1, as a host the run does not have, as eu-west/0, as nonsense. */
+    static const char *const as[] = {"us-east/east-node1:1", "us-east/evil:0", "eu-west/west-node1:0", "us-east:0",
+                                     "us-east/east-node1:00x"};
+    static const char *const why[] = {"not the certificate's", "no member of this run has that name",
+                                      "not the certificate's", "is not region/host:rank", "is not region/host:rank"};
+    for (int k = 0; k < 5; k++) {
+        rdzv_client *c;
+        xdc_diag d = {{0}};
+        XDC_ASSERT_ERR(rdzv_client_create(h.eng[0], "127.0.0.1", h.port, as[k], 10000, &c, &d), XDC_ERR_AUTH);
+        XDC_ASSERT_STR_CONTAINS(d.msg, why[k]);
+        assert_logged(&h, as[k], why[k]);
+    }
+    /* A second join on a joined connection is refused and ends it. */
+    xdc_wan_peer *p = raw_join(&h, 0);
+    XDC_ASSERT_OK(raw_text(p, "{\"op\":\"join\",\"member\":\"us-east/east-node1:0\"}", reply, sizeof reply));
+    XDC_ASSERT_STR_CONTAINS(reply, "joined already");
+    XDC_ASSERT_ERR(raw_text(p, "{\"op\":\"heartbeat\"}", reply, sizeof reply), XDC_ERR_CLOSED);
+    xdc_wan_peer_close(p);
+    /* The honest member still joins. */
+    rdzv_client_destroy(member(&h, 1));
+    hostile_close(&h);
+}
+
+/* A joined member writes its own keys only: every other member's key and every run-wide key is refused,
+ * logged with its name, and not stored; the owners still write theirs. */
+XDC_TEST_T(hostile_rdzv_member_writes_only_its_own_keys, 60)
+{
+    hostile h;
+    hostile_open(&h);
+    rdzv_client *evil = member(&h, 2); /* eu-west/west-node1:0: region index 1, rank 0 */
+    static const char *const theirs[] = {"finished",  "result",      "replan/5",         "failed/us-east/east-node1:0",
+                                         "wan/0/0",   "wan/1/1",     "stats/0/0",        "metrics/us-east/0",
+                                         "intra/us-east", "device/us-east", "relay/0/1/0", "abort",
+                                         "wan/1/0/x", "failed/eu-west/west-node1:1"};
+    char val[64];
+    xdc_diag d = {{0}};
+    for (size_t k = 0; k < sizeof theirs / sizeof theirs[0]; k++) {
+        XDC_ASSERT_ERR(rdzv_set(evil, theirs[k], "0.0 0 0 0", &d), XDC_ERR_AUTH);
+        XDC_ASSERT_STR_CONTAINS(d.msg, "is not eu-west/west-node1:0's to write");
+        XDC_ASSERT_MSG(rdzv_server_get(h.srv, theirs[k], val, sizeof val) == -1, "%s was stored", theirs[k]);
+        char what[300];
+        snprintf(what, sizeof what, "write of key '%s'", theirs[k]);
+        assert_logged(&h, "eu-west/west-node1:0", what);
+    }
+    static const char *const mine[] = {"wan/1/0", "stats/1/0", "metrics/eu-west/0", "failed/eu-west/west-node1:0",
+                                       "intra/eu-west", "device/eu-west"};
+    for (size_t k = 0; k < sizeof mine / sizeof mine[0]; k++) XDC_ASSERT_OK(rdzv_set(evil, mine[k], "x:1", &d));
+    /* A barrier for fewer than the run's members would release the honest ones early. */
+    XDC_ASSERT_ERR(rdzv_barrier(evil, "start", 1, 100, &d), XDC_ERR_AUTH);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "for all 4 members of the run, not 1");
+    rdzv_client_destroy(evil);
+    /* Rank 1 of us-east owns result but not finished; rank 0 owns finished and replan/. */
+    rdzv_client *r1 = member(&h, 1), *r0 = member(&h, 0);
+    XDC_ASSERT_OK(rdzv_set(r1, "result", "1.0 0 1 1", &d));
+    XDC_ASSERT_ERR(rdzv_set(r1, "finished", "1", &d), XDC_ERR_AUTH);
+    XDC_ASSERT_ERR(rdzv_set(r1, "intra/us-east", "x", &d), XDC_ERR_AUTH);
+    XDC_ASSERT_OK(rdzv_set(r0, "replan/5", "-", &d));
+    XDC_ASSERT_OK(rdzv_set(r0, "finished", "1", &d));
+    XDC_ASSERT(rdzv_server_get(h.srv, "finished", val, sizeof val) == 0 && strcmp(val, "1") == 0);
+    rdzv_client_destroy(r0);
+    rdzv_client_destroy(r1);
+    hostile_close(&h);
+}
+
+/* Three members arrive at a 4-member barrier and vanish, or time out: their arrivals are withdrawn, so
+ * the fourth does not pass alone; a member arriving twice counts once; all four honest ones pass. */
+XDC_TEST_T(hostile_rdzv_dead_or_repeated_arrivals_do_not_release_a_barrier, 60)
+{
+    hostile h;
+    hostile_open(&h);
+    xdc_wan_peer *dead[3];
+    for (int i = 0; i < 3; i++) {
+        dead[i] = raw_join(&h, i);
+        const char *msg = "{\"op\":\"barrier\",\"key\":\"start\",\"count\":4,\"timeout_ms\":60000}";
+        XDC_ASSERT_OK(raw_send(dead[i], msg, strlen(msg)));
+    }
+    for (int i = 0; i < 3; i++) xdc_wan_peer_close(dead[i]);
+    await_connections(&h, 0);
+    rdzv_client *last = member(&h, 3);
+    xdc_diag d = {{0}};
+    XDC_ASSERT_ERR(rdzv_barrier(last, "start", N, 300, &d), XDC_ERR_UNAVAILABLE);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "1 of 4 arrived");
+    XDC_ASSERT_STR_CONTAINS(d.msg, "us-east/east-node1:0");
+    XDC_ASSERT_STR_CONTAINS(d.msg, "connection lost");
+
+    /* Timed-out arrivals are withdrawn too: one by one, each alone. */
+    rdzv_client *c[N];
+    for (int i = 0; i < N; i++) c[i] = i == 3 ? last : member(&h, i);
+    for (int i = 0; i < N; i++) {
+        XDC_ASSERT_ERR(rdzv_barrier(c[i], "later", N, 100, &d), XDC_ERR_UNAVAILABLE);
+        XDC_ASSERT_STR_CONTAINS(d.msg, "1 of 4 arrived");
+    }
+    /* The same member on a second connection while its first waits: refused, counted once. */
+    xdc_wan_peer *again = raw_join(&h, 0);
+    const char *msg = "{\"op\":\"barrier\",\"key\":\"twice\",\"count\":4,\"timeout_ms\":60000}";
+    XDC_ASSERT_OK(raw_send(again, msg, strlen(msg)));
+    rdzv_client *second = member(&h, 0);
+    XDC_ASSERT_ERR(rdzv_barrier(second, "twice", N, 5000, &d), XDC_ERR_AUTH);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "us-east/east-node1:0 has arrived already");
+    xdc_wan_peer_close(again);
+    rdzv_client_destroy(second);
+    await_connections(&h, N);
+    hostile_close(&h);
+}
+
+/* Four honest members pass a barrier together (the attacks above did not break it). */
+typedef struct {
+    rdzv_client *c;
+    xdc_err_t rc;
+} arrive_ctx;
+
+static void *arrive(void *arg)
+{
+    arrive_ctx *a = arg;
+    xdc_diag d = {{0}};
+    a->rc = rdzv_barrier(a->c, "together", N, 20000, &d);
+    return NULL;
+}
+
+static void pass_barrier_together(hostile *h)
+{
+    arrive_ctx a[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        a[i].c = member(h, i);
+        pthread_create(&th[i], NULL, arrive, &a[i]);
+    }
+    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < N; i++) {
+        XDC_ASSERT_OK(a[i].rc);
+        rdzv_client_destroy(a[i].c);
+    }
+}
+
+/* Not JSON, JSON nested deep, a nested field, a wrong type, an unknown field, 8 KiB: each is logged with
+ * the member's name and its connection closed without a reply; the store goes on serving. */
+XDC_TEST_T(hostile_rdzv_malformed_messages_close_the_connection, 60)
+{
+    hostile h;
+    hostile_open(&h);
+    static char deep[6100], deep_small[4100], big[8192];
+    for (int i = 0; i < 3000; i++) deep[i] = '[', deep[3000 + i] = ']';
+    for (int i = 0; i < 2000; i++) deep_small[i] = '{', deep_small[2000 + i] = '}';
+    memset(big, 'x', sizeof big);
+    memcpy(big, "{\"op\":\"set\",\"key\":\"wan/0/0\",\"value\":\"", 37);
+    memcpy(big + sizeof big - 2, "\"}", 2);
+    const struct {
+        const char *msg;
+        size_t len; /* bytes; 0: strlen(msg) */
+        const char *why;
+    } bad[] = {
+        {"hello, store", 0, "not a JSON object"},
+        {deep, 6000, "is 6000 bytes, the receive buffer holds"}, /* the transport refuses it: too long */
+        {deep_small, 4000, "nested value at byte 1"},
+        {"{\"op\":\"set\",\"key\":{\"a\":1},\"value\":\"v\"}", 0, "nested value"},
+        {"{\"op\":\"set\",\"key\":7,\"value\":\"v\"}", 0, "field 'key' must be a string"},
+        {"{\"op\":\"get\",\"key\":\"a\",\"evil\":\"x\"}", 0, "get takes no field 'evil'"},
+        {"{\"op\":\"get\",\"key\":\"a b\"}", 0, "outside printable ASCII"},
+        {"{\"op\":\"barrier\",\"key\":\"b\",\"count\":99999,\"timeout_ms\":1}", 0, "must be an integer in 1..1024"},
+        {big, sizeof big, "is 8192 bytes, the receive buffer holds"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        xdc_wan_peer *p = raw_join(&h, 1);
+        char reply[512];
+        XDC_ASSERT_MSG(raw_call(p, bad[k].msg, bad[k].len ? bad[k].len : strlen(bad[k].msg), reply, sizeof reply) == XDC_ERR_CLOSED,
+                       "message %zu got a reply: %s", k, reply);
+        xdc_wan_peer_close(p);
+        assert_logged(&h, "closing the connection of us-east/east-node1:1", bad[k].why);
+    }
+    /* Before join the certificate names the culprit. */
+    xdc_wan_peer *p = raw_open(&h, 2);
+    char reply[512];
+    XDC_ASSERT_ERR(raw_text(p, "not json", reply, sizeof reply), XDC_ERR_CLOSED);
+    xdc_wan_peer_close(p);
+    assert_logged(&h, "certificate eu-west/0 (not joined)", "not a JSON object");
+    pass_barrier_together(&h);
+    hostile_close(&h);
+}
+
+static int threads_now(void)
+{
+    char *text = xdc_test_read_file("/proc/self/status", NULL);
+    const char *at = text ? strstr(text, "Threads:") : NULL;
+    int n = at ? atoi(at + 8) : -1;
+    free(text);
+    return n;
+}
+
+/* 2,000 sessions from one member — joined and left, left without joining, malformed, refused writes —
+ * are more than the store's 1,024 connection slots: it must give each back, keep its thread count, and
+ * still admit the run's members afterwards. */
+XDC_TEST_T(hostile_rdzv_survives_2000_sessions_and_still_admits_members, 300)
+{
+    hostile h;
+    hostile_open(&h);
+    int threads0 = threads_now();
+    int answered = 0, closed = 0; /* of the sessions that sent a request */
+    for (int s = 0; s < 2000; s++) {
+        xdc_wan_peer *p = s % 4 == 0 ? raw_open(&h, 1) : raw_join(&h, 1);
+        char reply[512];
+        xdc_err_t rc = XDC_ERR_INVALID;
+        switch (s % 4) {
+        case 0: rc = raw_text(p, "{\"op\":\"set\",\"key\":\"finished\",\"value\":\"1\"}", reply, sizeof reply); break;
+        case 1: rc = raw_text(p, "{\"op\":\"set\",\"key\":\"finished\",\"value\":\"1\"}", reply, sizeof reply); break;
+        case 2: rc = raw_text(p, "[[[[[[[[", reply, sizeof reply); break;
+        default: break; /* joined, then leaves */
+        }
+        answered += rc == XDC_OK;
+        closed += rc == XDC_ERR_CLOSED;
+        xdc_wan_peer_close(p);
+        /* Keep within the certificate's share of connections while the store notices the ends. */
+        if (rdzv_server_connections(h.srv) >= 4) await_connections(&h, 0);
+    }
+    await_connections(&h, 0);
+    int threads1 = threads_now();
+    printf("2000 sessions: %d answered, %d closed by the store; threads %d -> %d; slots in use %d\n", answered,
+           closed, threads0, threads1, rdzv_server_slots(h.srv));
+    XDC_ASSERT_EQ(answered, 1000); /* refusals: 500 before join (then closed), 500 writes of 'finished' */
+    XDC_ASSERT_EQ(closed, 500);    /* the malformed ones: no reply */
+    XDC_ASSERT_MSG(threads1 <= threads0 + 4, "threads grew from %d to %d", threads0, threads1);
+    char val[16];
+    XDC_ASSERT(rdzv_server_get(h.srv, "finished", val, sizeof val) == -1);
+    pass_barrier_together(&h);
+    XDC_ASSERT_MSG(rdzv_server_slots(h.srv) <= 2 * N, "%d slots in use after %d members left", rdzv_server_slots(h.srv), N);
+    hostile_close(&h);
+}
