@@ -2,8 +2,8 @@
  * set, a reusable barrier runs many generations, a member whose certificate names another region is
  * refused, and a barrier that times out names the member missing (tests/test_hostile_rdzv.c tries the
  * attacks). Then the supervise loop around it
- * (orchestrator/control/orch_proc.c): SIGTERM to an agent and to a coordinator, SIGINT to a launcher,
- * each ending with exit 75 and no worker left behind. */
+ * (orchestrator/control/orch_proc.c): SIGTERM to an agent and to a coordinator (each after a SIGPIPE it
+ * must ignore), SIGINT to a launcher, each ending with exit 75 and no worker left behind. */
 #include "tests/test_wan_util.h"
 #include "tests/xdc_test.h"
 
@@ -202,12 +202,15 @@ XDC_TEST_T(orch_sigterm_stops_an_agent_and_a_coordinator_with_75, 120)
     pid_t agent = sup_start(alog, aargs);
     pid_t w0 = sup_worker_pid(dir, "us-east-0"), w1 = sup_worker_pid(dir, "us-east-1");
     sup_sleep_ms(300);
+    /* SIGPIPE is ignored: were it not, it would end the process before the SIGTERM behind it. */
+    XDC_ASSERT(kill(agent, SIGPIPE) == 0);
     XDC_ASSERT(kill(agent, SIGTERM) == 0);
     int took;
     int ex = sup_wait_exit(agent, 8000, &took);
     XDC_ASSERT_MSG(ex == 75, "agent exited %d after SIGTERM, expected 75", ex);
     XDC_ASSERT_MSG(kill(w0, 0) != 0 && kill(w1, 0) != 0, "a worker outlived its agent");
     printf("agent stopped %d ms after SIGTERM\n", took);
+    XDC_ASSERT(kill(coord, SIGPIPE) == 0);
     XDC_ASSERT(kill(coord, SIGTERM) == 0);
     ex = sup_wait_exit(coord, 8000, &took);
     XDC_ASSERT_MSG(ex == 75, "coordinator exited %d after SIGTERM, expected 75", ex);
@@ -215,6 +218,13 @@ XDC_TEST_T(orch_sigterm_stops_an_agent_and_a_coordinator_with_75, 120)
     XDC_ASSERT_STR_CONTAINS(text, "xdc coordinator: interrupted; stopping");
     free(text);
     free(addr);
+    /* Without --host the coordinator does not pick an address for the operator. */
+    char cmd[2048], out[4096];
+    snprintf(cmd, sizeof cmd, "%s coordinator -t %s -c %s --run-dir %s --run-id sig-test", xdc_test_bin(), SUP_TOPO,
+             run, dir);
+    ex = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(ex == 64, "coordinator without --host exited %d:\n%s", ex, out);
+    XDC_ASSERT_STR_CONTAINS(out, "--host is required");
 }
 
 /* Ctrl-C on `xdc launch` mid-run: every agent and worker stops, the launcher exits 75. */

@@ -57,8 +57,8 @@ xdc_err_t orch_proc_spawn(char *const argv[], char *const env[], const char *std
     }
     if (p == 0) {
         setpgid(0, 0);
-        /* A child outlives nothing: when its launcher or agent dies (killed, or SIGPIPE on a closed
-         * terminal), it gets SIGTERM and stops its own children in turn. */
+        /* A child outlives nothing: when its launcher or agent dies (killed, or its terminal hung up),
+         * it gets SIGTERM and stops its own children in turn. */
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (getppid() != parent) _exit(75);
         for (int i = 0; env && env[i]; i++) putenv(env[i]);

@@ -183,7 +183,8 @@ xdc_err_t rdzv_request_parse(const void *buf, size_t len, rdzv_request *out, xdc
     json_error_t jerr;
     json_t *req = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!req || !json_is_object(req)) {
-        xdc_diag_set(diag, "not a JSON object%s%s", req ? "" : ": ", req ? "" : jerr.text);
+        if (req) xdc_diag_set(diag, "not a JSON object");
+        else xdc_diag_set(diag, "not valid JSON: %s", jerr.text);
         json_decref(req);
         return XDC_ERR_PROTO;
     }
@@ -521,8 +522,28 @@ static json_t *handle(conn *c)
     }
 }
 
-/* Send one JSON message and wait for it to be acknowledged. */
-static xdc_err_t send_json(xdc_wan_peer *p, json_t *msg, char *buf, size_t cap, int64_t timeout_ms, xdc_diag *diag)
+/* Wait for request r until it completes, `deadline` passes (0: never) or *stop is set (stop NULL: no
+ * flag); in the last two cases the request is given up (cancelled) and XDC_ERR_TIMEOUT or XDC_ERR_CLOSED
+ * returned. *n: a receive's length. */
+static xdc_err_t await(xdc_wan_request *r, uint64_t deadline, atomic_int *stop, size_t *n, xdc_diag *diag)
+{
+    for (;;) {
+        xdc_err_t rc = xdc_wan_wait(r, RDZV_POLL_MS, n, NULL, diag);
+        if (rc != XDC_ERR_TIMEOUT) return rc;
+        if ((stop && atomic_load(stop)) || (deadline && xdc_deadline_passed(deadline))) {
+            xdc_wan_request_cancel(r);
+            if (!deadline || !xdc_deadline_passed(deadline)) {
+                xdc_diag_set(diag, "the rendezvous store is closing");
+                return XDC_ERR_CLOSED;
+            }
+            return XDC_ERR_TIMEOUT;
+        }
+    }
+}
+
+/* Send one JSON message and wait (until `deadline`, or *stop) for it to be acknowledged. */
+static xdc_err_t send_json(xdc_wan_peer *p, json_t *msg, char *buf, size_t cap, uint64_t deadline, atomic_int *stop,
+                           xdc_diag *diag)
 {
     size_t n = msg ? json_dumpb(msg, buf, cap, JSON_COMPACT) : 0;
     if (n == 0 || n > cap) {
@@ -531,30 +552,21 @@ static xdc_err_t send_json(xdc_wan_peer *p, json_t *msg, char *buf, size_t cap, 
     }
     xdc_wan_request *r;
     XDC_CHECK(xdc_wan_isend(p, XDC_WAN_LATENCY, buf, n, 0, n, &r));
-    return xdc_wan_wait(r, timeout_ms, NULL, NULL, diag);
+    xdc_err_t rc = await(r, deadline, stop, NULL, diag);
+    if (rc == XDC_ERR_TIMEOUT) xdc_diag_set(diag, "a rendezvous message was not taken within the deadline");
+    return rc;
 }
 
 /* The next request of connection `c` into c->req, waiting until `deadline` (0: forever) or the stop
  * flag; the receive is posted again before returning, so it stays posted while the request is served. */
 static xdc_err_t next_request(conn *c, uint64_t deadline, xdc_diag *diag)
 {
-    rdzv_server *s = c->srv;
     size_t n = 0;
-    for (;;) {
-        if (!c->rx_req) XDC_CHECK(xdc_wan_irecv(c->peer, XDC_WAN_LATENCY, c->rx, sizeof c->rx, &c->rx_req));
-        xdc_err_t rc = xdc_wan_wait(c->rx_req, 200, &n, NULL, diag);
-        if (rc == XDC_OK) break;
-        if (rc != XDC_ERR_TIMEOUT) {
-            c->rx_req = NULL;
-            return rc;
-        }
-        if (atomic_load(&s->stop)) return XDC_ERR_CLOSED;
-        if (deadline && xdc_deadline_passed(deadline)) {
-            xdc_diag_set(diag, "no join within %d ms", RDZV_JOIN_MS);
-            return XDC_ERR_TIMEOUT;
-        }
-    }
-    c->rx_req = NULL;
+    if (!c->rx_req) XDC_CHECK(xdc_wan_irecv(c->peer, XDC_WAN_LATENCY, c->rx, sizeof c->rx, &c->rx_req));
+    xdc_err_t rc = await(c->rx_req, deadline, &c->srv->stop, &n, diag);
+    c->rx_req = NULL; /* completed, failed or given up: released either way */
+    if (rc == XDC_ERR_TIMEOUT) xdc_diag_set(diag, "no join within %d ms", RDZV_JOIN_MS);
+    XDC_CHECK(rc);
     XDC_CHECK(rdzv_request_parse(c->rx, n, &c->req, diag));
     return xdc_wan_irecv(c->peer, XDC_WAN_LATENCY, c->rx, sizeof c->rx, &c->rx_req);
 }
@@ -576,11 +588,11 @@ static void *conn_main(void *arg)
         pthread_mutex_lock(&s->mu);
         json_t *rep = handle(c);
         pthread_mutex_unlock(&s->mu);
-        rc = send_json(c->peer, rep, c->tx, sizeof c->tx, RDZV_REPLY_MS, &d);
+        rc = send_json(c->peer, rep, c->tx, sizeof c->tx, xdc_deadline_ms(RDZV_REPLY_MS), &s->stop, &d);
         json_decref(rep);
         if (rc != XDC_OK || c->close) break;
     }
-    /* The peer's receive (if posted) fails on close; its buffer is ours again when close returns. */
+    xdc_wan_request_cancel(c->rx_req); /* NULL: none posted */
     xdc_wan_peer_close(c->peer);
     pthread_mutex_lock(&s->mu);
     withdraw(s, c);
@@ -832,11 +844,9 @@ static xdc_err_t recv_reply(xdc_wan_peer *p, char *buf, size_t cap, int64_t time
     size_t n = 0;
     *out = NULL;
     XDC_CHECK(xdc_wan_irecv(p, XDC_WAN_LATENCY, buf, cap, &r));
-    xdc_err_t rc = xdc_wan_wait(r, timeout_ms, &n, NULL, diag);
-    if (rc == XDC_ERR_TIMEOUT) {
+    xdc_err_t rc = await(r, timeout_ms < 0 ? 0 : xdc_deadline_ms(timeout_ms), NULL, &n, diag);
+    if (rc == XDC_ERR_TIMEOUT)
         xdc_diag_set(diag, "no reply from the rendezvous server within %lld ms", (long long)timeout_ms);
-        return rc; /* the receive stays posted; closing the peer fails it */
-    }
     XDC_CHECK(rc);
     json_error_t jerr;
     *out = json_loadb(buf, n, 0, &jerr);
@@ -861,7 +871,8 @@ static xdc_err_t call(rdzv_client *c, json_t *req, int64_t timeout_ms, json_t **
         json_decref(req);
         xdc_diag_set(diag, "connection unusable after an earlier request failed");
     } else {
-        rc = send_json(c->peer, req, c->tx, sizeof c->tx, timeout_ms < 0 ? 60000 : timeout_ms + 30000, diag);
+        rc = send_json(c->peer, req, c->tx, sizeof c->tx, xdc_deadline_ms(timeout_ms < 0 ? 60000 : timeout_ms + 30000),
+                       NULL, diag);
         json_decref(req);
         if (rc == XDC_OK)
             rc = recv_reply(c->peer, c->rx, sizeof c->rx, timeout_ms < 0 ? -1 : timeout_ms + 30000, rep, diag);

@@ -41,6 +41,7 @@ static const xdc_cfg_field top_fields[] = {
     RUN_FIELD("threads", XDC_CFG_INT, threads, false, 1, 256),
     RUN_FIELD("checkpoint_every", XDC_CFG_INT, checkpoint_every, false, 0, 100000000),
     RUN_FIELD("metrics_port", XDC_CFG_INT, metrics_port, false, -1, 65535),
+    RUN_FIELD("metrics_bind", XDC_CFG_STRING, metrics_bind, false, 0, 0),
     RUN_FIELD("dump_params", XDC_CFG_BOOL, dump_params, false, 0, 0),
     RUN_FIELD("replan_every", XDC_CFG_INT, replan_every, false, 0, 100000000),
 };
@@ -94,6 +95,7 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     c->rendezvous_timeout_ms = 60000;
     c->op_timeout_ms = 60000;
     c->metrics_port = -1;
+    snprintf(c->metrics_bind, sizeof c->metrics_bind, "127.0.0.1"); /* unauthenticated HTTP: this host only */
     c->replan_every = 50;
     xdc_cfg_errors_init(errs, path);
     xdc_cfg_doc *doc;

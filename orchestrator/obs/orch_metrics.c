@@ -571,36 +571,32 @@ xdc_err_t orch_metrics_server_start(orch_metrics *m, const char *bind_host, int 
     if (!srv) return XDC_ERR_NOMEM;
     srv->registry = m;
 
-    struct addrinfo *ai = NULL;
+    if (!bind_host) bind_host = "127.0.0.1";
+    struct addrinfo *ai = NULL, hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
     unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD;
-    if (bind_host) {
-        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
-        char portstr[8];
-        snprintf(portstr, sizeof portstr, "%d", port);
-        int gai = getaddrinfo(bind_host, portstr, &hints, &ai);
-        if (gai != 0) {
-            xdc_diag_set(diag, "metrics: cannot resolve bind address '%s': %s", bind_host, gai_strerror(gai));
-            xdc_free(srv);
-            return XDC_ERR_UNAVAILABLE;
-        }
-        if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    char portstr[8];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    int gai = getaddrinfo(bind_host, portstr, &hints, &ai);
+    if (gai != 0) {
+        xdc_diag_set(diag, "metrics: cannot resolve bind address '%s': %s", bind_host, gai_strerror(gai));
+        xdc_free(srv);
+        return XDC_ERR_UNAVAILABLE;
     }
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     errno = 0;
-    srv->daemon = ai ? MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
-                                        ai->ai_addr, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END)
-                     : MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, srv,
-                                        MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+    srv->daemon = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
+                                   ai->ai_addr, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
     int err = errno;
-    if (ai) freeaddrinfo(ai);
+    freeaddrinfo(ai);
     if (!srv->daemon) {
-        xdc_diag_set(diag, "metrics: cannot serve on %s:%d: %s", bind_host ? bind_host : "*", port,
+        xdc_diag_set(diag, "metrics: cannot serve on %s:%d: %s", bind_host, port,
                      err ? strerror(err) : "libmicrohttpd refused to start");
         xdc_free(srv);
         return XDC_ERR_UNAVAILABLE;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
     srv->port = info ? info->port : port;
-    XDC_INFO(XDC_SUB_ORCH, "metrics: serving http://%s:%d/metrics", bind_host ? bind_host : "*", srv->port);
+    XDC_INFO(XDC_SUB_ORCH, "metrics: serving http://%s:%d/metrics", bind_host, srv->port);
     *out = srv;
     return XDC_OK;
 }

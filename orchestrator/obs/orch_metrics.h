@@ -89,7 +89,8 @@ typedef struct orch_metrics_std {
 } orch_metrics_std;
 xdc_err_t orch_metrics_register_std(orch_metrics *m, orch_metrics_std *out, xdc_diag *diag);
 
-/* Serve GET (and HEAD) /metrics on `bind_host` (an IPv4/IPv6 literal or name; NULL = all interfaces)
+/* Serve GET (and HEAD) /metrics on `bind_host` (an IPv4/IPv6 literal or name; NULL = 127.0.0.1: the
+ * endpoint has no authentication, so other hosts reach it only where a bind address is given)
  * and `port` (0 = any free port; orch_metrics_server_port says which). Other paths get 404, other
  * methods 405. The server renders on its own thread; the registry must outlive it. */
 xdc_err_t orch_metrics_server_start(orch_metrics *m, const char *bind_host, int port, orch_metrics_server **out,

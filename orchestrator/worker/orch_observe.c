@@ -64,7 +64,7 @@ xdc_err_t orch_observe_start(orch_worker *w, xdc_diag *diag)
     }
     int port = w->cfg.metrics_port ? w->cfg.metrics_port + w->id.grank : 0; /* regions may share a host */
     const char *adv = getenv("XDC_ADVERTISE_HOST");
-    XDC_CHECK(orch_metrics_server_start(w->tele.metrics, adv && *adv ? adv : NULL, port, &w->tele.srv, diag));
+    XDC_CHECK(orch_metrics_server_start(w->tele.metrics, w->cfg.metrics_bind, port, &w->tele.srv, diag));
     char key[160], val[300];
     snprintf(key, sizeof key, "metrics/%s/%d", w->id.region, w->id.lrank);
     snprintf(val, sizeof val, "%s:%d", adv && *adv ? adv : w->id.node, orch_metrics_server_port(w->tele.srv));
