@@ -297,8 +297,9 @@ static void pass_barrier_together(hostile *h)
     }
 }
 
-/* Not JSON, JSON nested deep, a nested field, a wrong type, an unknown field, 8 KiB: each is logged with
- * the member's name and its connection closed without a reply; the store goes on serving. */
+/* Not JSON, JSON nested deep, a nested field, a wrong type, an unknown field, 8 KiB, a request sent while
+ * one is pending: each is logged with the member's name and its connection closed (without a reply to
+ * the bad message); the store goes on serving. */
 XDC_TEST_T(hostile_rdzv_malformed_messages_close_the_connection, 60)
 {
     hostile h;
@@ -333,6 +334,17 @@ XDC_TEST_T(hostile_rdzv_malformed_messages_close_the_connection, 60)
         xdc_wan_peer_close(p);
         assert_logged(&h, "closing the connection of us-east/east-node1:1", bad[k].why);
     }
+    /* A second request while the first is parked breaks the one-at-a-time rule: the first is answered
+     * (its wait ends), then the connection closes. */
+    xdc_wan_peer *q = raw_join(&h, 3);
+    const char *parked = "{\"op\":\"barrier\",\"key\":\"start\",\"count\":4,\"timeout_ms\":60000}";
+    char first[512];
+    XDC_ASSERT_OK(raw_send(q, parked, strlen(parked)));
+    XDC_ASSERT_OK(raw_text(q, "{\"op\":\"heartbeat\"}", first, sizeof first));
+    XDC_ASSERT_STR_CONTAINS(first, "barrier 'start': 1 of 4 arrived");
+    XDC_ASSERT_ERR(raw_text(q, "{\"op\":\"heartbeat\"}", first, sizeof first), XDC_ERR_CLOSED);
+    xdc_wan_peer_close(q);
+    assert_logged(&h, "eu-west/west-node1:1", "sent a request while one was pending; closing");
     /* Before join the certificate names the culprit. */
     xdc_wan_peer *p = raw_open(&h, 2);
     char reply[512];

@@ -64,6 +64,7 @@ typedef struct {
 typedef struct conn {
     rdzv_server *srv;
     xdc_wan_peer *peer;
+    xdc_wan_identity id;     /* the certificate's, copied: the peer is closed before the slot is freed */
     xdc_wan_request *rx_req; /* the receive posted into rx, NULL when none */
     pthread_t thread;
     int idx;                /* member index, -1 before join */
@@ -374,6 +375,7 @@ static int conn_alive(conn *c)
     xdc_err_t rc = xdc_wan_test(c->rx_req, &done, NULL, NULL, &d);
     if (rc == XDC_OK && !done) return 1;
     c->rx_req = NULL; /* released by the test */
+    c->close = 1;
     if (rc == XDC_OK) XDC_WARN(XDC_SUB_ORCH, "rendezvous: %s sent a request while one was pending; closing", c->who);
     return 0;
 }
@@ -437,7 +439,7 @@ static json_t *refuse(const char *flag, const char *fmt, ...)
 static json_t *handle_join(conn *c, const rdzv_request *q)
 {
     rdzv_server *s = c->srv;
-    const xdc_wan_identity *id = xdc_wan_peer_identity(c->peer);
+    const xdc_wan_identity *id = &c->id;
     char region[XDC_WAN_NAME_MAX];
     int rank, i = find_member(s, q->member);
     const char *why = NULL;
@@ -635,8 +637,8 @@ static void admit(rdzv_server *s, xdc_wan_peer *p)
     int same = 0;
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->n_conns; i++) {
-        const xdc_wan_identity *o = xdc_wan_peer_identity(s->conns[i]->peer);
-        same += !s->conns[i]->ended && o->rank == id->rank && strcmp(o->region, id->region) == 0;
+        const conn *o = s->conns[i];
+        same += !o->ended && o->id.rank == id->rank && strcmp(o->id.region, id->region) == 0;
     }
     const char *why = !c                             ? "no memory"
                       : s->n_conns == RDZV_MAX_CONNS ? "every connection slot is in use"
@@ -645,6 +647,7 @@ static void admit(rdzv_server *s, xdc_wan_peer *p)
     if (!why) {
         c->srv = s;
         c->peer = p;
+        c->id = *id;
         c->idx = -1;
         snprintf(c->who, sizeof c->who, "certificate %s/%d (not joined)", id->region, id->rank);
         if (pthread_create(&c->thread, NULL, conn_main, c) == 0) s->conns[s->n_conns++] = c;
