@@ -9,10 +9,14 @@
 #include "common/xdc_log.h"
 #include "orchestrator/control/orch_rdzv.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,15 +34,21 @@ typedef struct {
     FILE *logf;
 } hostile;
 
+/* Certificates in DIR (under the test folder) and one engine per member. */
+static void hostile_certs(hostile *h, const char *dir)
+{
+    memset(h, 0, sizeof *h);
+    wan_test_issue(dir, RDZV_SERVER_REGION, 0, 30, -60, &h->srv_node);
+    for (int i = 0; i < N; i++) wan_test_issue(dir, i < 2 ? "us-east" : "eu-west", i % 2, 30, -60, &h->node[i]);
+    for (int i = 0; i < N; i++) h->eng[i] = wan_test_engine(&h->node[i], 1, 10000);
+}
+
 /* Certificates, engines, a store expecting NAMES with the launcher's grants (2 pipeline stages: the
  * result comes from NAMES[1]); the log goes to a file the test reads. */
 static void hostile_open(hostile *h)
 {
-    memset(h, 0, sizeof *h);
-    wan_test_issue("certs", RDZV_SERVER_REGION, 0, 30, -60, &h->srv_node);
-    for (int i = 0; i < N; i++) wan_test_issue("certs", i < 2 ? "us-east" : "eu-west", i % 2, 30, -60, &h->node[i]);
+    hostile_certs(h, "certs");
     h->srv_eng = wan_test_engine(&h->srv_node, 1, 10000);
-    for (int i = 0; i < N; i++) h->eng[i] = wan_test_engine(&h->node[i], 1, 10000);
     snprintf(h->log, sizeof h->log, "%s/rdzv.log", xdc_test_tmpdir());
     h->logf = fopen(h->log, "w");
     XDC_ASSERT(h->logf != NULL);
@@ -57,8 +67,10 @@ static void hostile_close(hostile *h)
     rdzv_server_destroy(h->srv);
     for (int i = 0; i < N; i++) xdc_wan_engine_destroy(h->eng[i]);
     xdc_wan_engine_destroy(h->srv_eng);
-    xdc_log_set_stream(NULL);
-    fclose(h->logf);
+    if (h->logf) {
+        xdc_log_set_stream(NULL);
+        fclose(h->logf);
+    }
 }
 
 /* The log must hold a line with both `who` and `what`. */
@@ -355,11 +367,15 @@ XDC_TEST_T(hostile_rdzv_malformed_messages_close_the_connection, 60)
     hostile_close(&h);
 }
 
-static int threads_now(void)
+/* A field of /proc/PID/status ("Threads", "VmRSS" in kB) of process `pid` (0: this one). */
+static long proc_status(pid_t pid, const char *field)
 {
-    char *text = xdc_test_read_file("/proc/self/status", NULL);
-    const char *at = text ? strstr(text, "Threads:") : NULL;
-    int n = at ? atoi(at + 8) : -1;
+    char path[64], name[40];
+    snprintf(path, sizeof path, pid ? "/proc/%d/status" : "/proc/self/status", (int)pid);
+    snprintf(name, sizeof name, "\n%s:", field);
+    char *text = xdc_test_read_file(path, NULL);
+    const char *at = text ? strstr(text, name) : NULL;
+    long n = at ? atol(at + strlen(name)) : -1;
     free(text);
     return n;
 }
@@ -371,7 +387,7 @@ XDC_TEST_T(hostile_rdzv_survives_2000_sessions_and_still_admits_members, 300)
 {
     hostile h;
     hostile_open(&h);
-    int threads0 = threads_now();
+    long threads0 = proc_status(0, "Threads");
     int answered = 0, closed = 0; /* of the sessions that sent a request */
     for (int s = 0; s < 2000; s++) {
         xdc_wan_peer *p = s % 4 == 0 ? raw_open(&h, 1) : raw_join(&h, 1);
@@ -390,16 +406,83 @@ XDC_TEST_T(hostile_rdzv_survives_2000_sessions_and_still_admits_members, 300)
         if (rdzv_server_connections(h.srv) >= 4) await_connections(&h, 0);
     }
     await_connections(&h, 0);
-    int threads1 = threads_now();
-    printf("2000 sessions: %d answered, %d closed by the store; threads %d -> %d; slots in use %d\n", answered, closed,
-           threads0, threads1, rdzv_server_slots(h.srv));
+    long threads1 = proc_status(0, "Threads");
+    printf("2000 sessions: %d answered, %d closed by the store; threads %ld -> %ld; slots in use %d\n", answered,
+           closed, threads0, threads1, rdzv_server_slots(h.srv));
     XDC_ASSERT_EQ(answered, 1000); /* refusals: 500 before join (then closed), 500 writes of 'finished' */
     XDC_ASSERT_EQ(closed, 500);    /* the malformed ones: no reply */
-    XDC_ASSERT_MSG(threads1 <= threads0 + 4, "threads grew from %d to %d", threads0, threads1);
+    XDC_ASSERT_MSG(threads1 <= threads0 + 4, "threads grew from %ld to %ld", threads0, threads1);
     char val[16];
     XDC_ASSERT(rdzv_server_get(h.srv, "finished", val, sizeof val) == -1);
     pass_barrier_together(&h);
     XDC_ASSERT_MSG(rdzv_server_slots(h.srv) <= 2 * N, "%d slots in use after %d members left", rdzv_server_slots(h.srv),
                    N);
+    hostile_close(&h);
+}
+
+/* The real `xdc coordinator`, in its own process with the certificates issued here in its run folder,
+ * takes 2,000 sessions from one certificate that the store ends itself (requests before join, malformed
+ * messages): it keeps running with its thread count, says who it refused, and the members still join. */
+XDC_TEST_T(hostile_rdzv_coordinator_process_survives_2000_sessions, 300)
+{
+    const char *data = "/usr/share/games/fortunes";
+    if (access(data, R_OK) != 0) xdc_test_skip("no corpus at %s (Debian package fortunes)", data);
+    char dir[600], run[700], log[700], text[1024], cwd[400];
+    snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
+    snprintf(run, sizeof run, "%s/run.yaml", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/coordinator.log", xdc_test_tmpdir());
+    if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
+    snprintf(text, sizeof text,
+             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: sync\npipeline_stages: 2\n"
+             "timeouts: {rendezvous: 600s}\n",
+             cwd, data);
+    xdc_test_write_file(run, text);
+    mkdir(dir, 0755);
+    hostile h;
+    hostile_certs(&h, "run/certs"); /* the run id of the test certificates is "testrun" */
+    pid_t coord = fork();
+    if (coord == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(xdc_test_bin(), xdc_test_bin(), "coordinator", "-t", "examples/topology/demo-2region.yaml", "-c", run,
+              "--run-dir", dir, "--run-id", "testrun", "--host", "127.0.0.1", "--port", "0", (char *)NULL);
+        _exit(127);
+    }
+    for (int t = 0; t < 1000 && !h.port; t++) {
+        char *out = xdc_test_read_file(log, NULL);
+        const char *at = out ? strstr(out, "--coordinator 127.0.0.1:") : NULL;
+        h.port = at ? atoi(at + 24) : 0;
+        free(out);
+        if (!h.port) nanosleep(&(struct timespec){0, 10 * 1000000L}, NULL);
+    }
+    XDC_ASSERT_MSG(h.port > 0, "the coordinator did not start (log %s)", log);
+    long threads0 = proc_status(coord, "Threads"), rss0 = proc_status(coord, "VmRSS");
+    for (int s = 0; s < 2000; s++) {
+        xdc_wan_peer *p = s % 2 ? raw_join(&h, s % N) : raw_open(&h, s % N);
+        char reply[512];
+        xdc_err_t rc = s % 2
+                           ? raw_text(p, "[[[[[[[[", reply, sizeof reply)
+                           : raw_text(p, "{\"op\":\"set\",\"key\":\"finished\",\"value\":\"1\"}", reply, sizeof reply);
+        XDC_ASSERT_MSG(s % 2 ? rc == XDC_ERR_CLOSED : rc == XDC_OK && strstr(reply, "before join"), "session %d: %s %s",
+                       s, xdc_errname(rc), reply);
+        xdc_wan_peer_close(p);
+    }
+    long threads1 = proc_status(coord, "Threads"), rss1 = proc_status(coord, "VmRSS");
+    printf("xdc coordinator after 2000 sessions: threads %ld -> %ld, RSS %ld -> %ld kB\n", threads0, threads1, rss0,
+           rss1);
+    XDC_ASSERT_MSG(threads1 <= threads0 + 4, "coordinator threads grew from %ld to %ld", threads0, threads1);
+    rdzv_client *c = member(&h, 2);
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(rdzv_set(c, "wan/1/0", "127.0.0.1:1", &d));
+    rdzv_client_destroy(c);
+    XDC_ASSERT(kill(coord, SIGTERM) == 0);
+    int status = 0;
+    XDC_ASSERT(waitpid(coord, &status, 0) == coord);
+    XDC_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 75, "coordinator ended with status 0x%x", status);
+    char *out = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_STR_CONTAINS(out, "certificate us-east/0 (not joined) sent set before joining; closing");
+    XDC_ASSERT_STR_CONTAINS(out, "closing the connection of eu-west/west-node1:1: nested value");
+    free(out);
     hostile_close(&h);
 }
