@@ -304,7 +304,8 @@ static xdc_err_t direct_reduce(coll_ctx *x, const uint64_t *bufs)
         uint8_t *out = (uint8_t *)q->recvbuf + off * es;
         intra_reduce_host(out, in, n, len, q->dtype, q->redop);
         for (int k = 0; k < n && !rs; k++)
-            if (k != me) XDC_CHECK(intra_shm_peer_copy(s, k, out, bufs[2 * k + 1] + off * es, len * es, 1, x->msg, x->cap));
+            if (k != me)
+                XDC_CHECK(intra_shm_peer_copy(s, k, out, bufs[2 * k + 1] + off * es, len * es, 1, x->msg, x->cap));
     }
     return XDC_OK;
 }
@@ -315,9 +316,9 @@ static xdc_err_t direct_gather(coll_ctx *x, const uint64_t *bufs)
     intra_shm *s = &x->cc->shm;
     size_t bytes = q->count * xdc_intra_dtype_size(q->dtype);
     if (q->kind == INTRA_OP_BROADCAST)
-        return s->rank == q->peer ? XDC_OK
-                                  : intra_shm_peer_copy(s, q->peer, q->recvbuf, bufs[2 * q->peer + 1], bytes, 0,
-                                                        x->msg, x->cap);
+        return s->rank == q->peer
+                   ? XDC_OK
+                   : intra_shm_peer_copy(s, q->peer, q->recvbuf, bufs[2 * q->peer + 1], bytes, 0, x->msg, x->cap);
     for (int k = 0; k < s->size; k++) {
         uint8_t *dst = (uint8_t *)q->recvbuf + (size_t)k * bytes;
         if (k != s->rank) XDC_CHECK(intra_shm_peer_copy(s, k, dst, bufs[2 * k], bytes, 0, x->msg, x->cap));

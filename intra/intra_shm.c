@@ -243,7 +243,8 @@ xdc_err_t intra_shm_peer_copy(const intra_shm *s, int peer, void *local, uint64_
     pid_t pid = (pid_t)atomic_load(&s->slots[peer].pid);
     size_t done = 0;
     while (done < bytes) {
-        struct iovec l = {(uint8_t *)local + done, bytes - done}, r = {(void *)(uintptr_t)(remote + done), bytes - done};
+        struct iovec l = {(uint8_t *)local + done, bytes - done},
+                     r = {(void *)(uintptr_t)(remote + done), bytes - done};
         ssize_t n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0) : process_vm_readv(pid, &l, 1, &r, 1, 0);
         if (n <= 0) {
             int e = n < 0 ? errno : EFAULT;
@@ -264,9 +265,9 @@ static uint32_t probe_peers(const intra_shm *s)
     char msg[160];
     for (int r = 0; r < s->size; r++) {
         uint64_t v = 0;
-        if (r != s->rank && (intra_shm_peer_copy(s, r, &v, atomic_load(&s->slots[r].probe), sizeof v, 0, msg,
-                                                 sizeof msg) != XDC_OK ||
-                             v != direct_probe))
+        if (r != s->rank &&
+            (intra_shm_peer_copy(s, r, &v, atomic_load(&s->slots[r].probe), sizeof v, 0, msg, sizeof msg) != XDC_OK ||
+             v != direct_probe))
             return INTRA_DIRECT_NO;
     }
     return INTRA_DIRECT_YES;
