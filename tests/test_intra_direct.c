@@ -36,18 +36,18 @@ static int check_rank_order(xdc_intra_comm *comm, intra_test_rank *tr, float *bu
     for (int opi = 0; opi < 2; opi++) {
         xdc_intra_redop op = (xdc_intra_redop)opi;
         for (size_t i = 0; i < DIRECT_COUNT; i++) buf[i] = inexact_value(me, i);
-        RCHECK_OK(intra_test_run_op(tr, xdc_intra_all_reduce(comm, buf, buf, DIRECT_COUNT, XDC_INTRA_F32, op, &tr->req)),
-                  tr);
+        RCHECK_OK(
+            intra_test_run_op(tr, xdc_intra_all_reduce(comm, buf, buf, DIRECT_COUNT, XDC_INTRA_F32, op, &tr->req)), tr);
         for (size_t i = 0; i < DIRECT_COUNT; i++) {
             float want = rank_order_sum(n, i, op);
             RCHECK(memcmp(&buf[i], &want, sizeof want) == 0, tr,
-                   "all_reduce (%s path) n=%d %s: [%zu] = %.9g, rank-order sum is %.9g", path, n,
-                   opi ? "avg" : "sum", i, buf[i], want);
+                   "all_reduce (%s path) n=%d %s: [%zu] = %.9g, rank-order sum is %.9g", path, n, opi ? "avg" : "sum",
+                   i, buf[i], want);
         }
         for (size_t i = 0; i < (size_t)n * DIRECT_COUNT; i++) buf[i] = inexact_value(me, i);
-        RCHECK_OK(intra_test_run_op(
-                      tr, xdc_intra_reduce_scatter(comm, buf, out, DIRECT_COUNT, XDC_INTRA_F32, op, &tr->req)),
-                  tr);
+        RCHECK_OK(
+            intra_test_run_op(tr, xdc_intra_reduce_scatter(comm, buf, out, DIRECT_COUNT, XDC_INTRA_F32, op, &tr->req)),
+            tr);
         for (size_t i = 0; i < DIRECT_COUNT; i++) {
             float want = rank_order_sum(n, (size_t)me * DIRECT_COUNT + i, op);
             RCHECK(memcmp(&out[i], &want, sizeof want) == 0, tr,
