@@ -1,12 +1,14 @@
 /* intra_cpu.c — the CPU backend: ranks are processes on one host sharing one segment (intra_shm.c).
  *
  * Two progress threads per communicator, each started on first use:
- *   - the collective thread runs collectives one after another in start order. Data moves in pieces of
- *     up to INTRA_SHM_CHUNK bytes per rank through double-buffered staging areas: every rank copies its
- *     piece in, all meet at a step barrier, then rank r reduces (or gathers) the r-th 1/n of the piece
- *     straight from everyone's staging buffer (the shared-memory form of reduce-scatter + all-gather,
- *     so each rank reduces only 1/n of the data). A staging half is rewritten two steps later, after a
- *     barrier every reader has passed.
+ *   - the collective thread runs collectives one after another in start order. Messages of DIRECT_MIN
+ *     bytes and more go single-copy between the ranks' own buffers (run_direct, below) when every rank
+ *     can reach the others' memory. Smaller ones move in pieces of up to INTRA_SHM_CHUNK bytes per
+ *     rank through double-buffered staging areas: every rank copies its piece in, all meet at a step
+ *     barrier, then rank r reduces (or gathers) the r-th 1/n of the piece straight from everyone's
+ *     staging buffer (the shared-memory form of reduce-scatter + all-gather, so each rank reduces only
+ *     1/n of the data). A staging half is rewritten two steps later, after a barrier every reader has
+ *     passed.
  *   - the p2p thread streams messages through one single-producer/single-consumer byte ring per
  *     directed pair ([u64 length][payload]), progressing every peer without blocking on any of them, so
  *     send/recv pairs in either order never deadlock; it sleeps on its doorbell futex when idle.

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -28,9 +29,6 @@
 
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
-/* The word peers read to find out whether process_vm_readv reaches this process (it fails under a
- * seccomp profile without it, or where ptrace access between the ranks is denied). */
-static const uint64_t direct_probe = 0x78646364697265ull;
 
 void intra_futex_wait(_Atomic uint32_t *addr, uint32_t val, int timeout_ms)
 {
@@ -257,7 +255,10 @@ xdc_err_t intra_shm_peer_copy(const intra_shm *s, int peer, void *local, uint64_
     return XDC_OK;
 }
 
-/* Whether this rank reads every peer's probe word; XDC_INTRA_SINGLE_COPY=0 turns direct copies off. */
+/* Whether this rank reads every peer's probe word (process_vm_readv fails under a seccomp profile
+ * without it, or where ptrace access between the ranks is denied; a random value also rules out a
+ * different process at the same pid, as in another pid namespace). XDC_INTRA_SINGLE_COPY=0 turns direct
+ * copies off. */
 static uint32_t probe_peers(const intra_shm *s)
 {
     const char *env = getenv("XDC_INTRA_SINGLE_COPY");
@@ -265,9 +266,9 @@ static uint32_t probe_peers(const intra_shm *s)
     char msg[160];
     for (int r = 0; r < s->size; r++) {
         uint64_t v = 0;
-        if (r != s->rank &&
-            (intra_shm_peer_copy(s, r, &v, atomic_load(&s->slots[r].probe), sizeof v, 0, msg, sizeof msg) != XDC_OK ||
-             v != direct_probe))
+        if (r != s->rank && (intra_shm_peer_copy(s, r, &v, atomic_load(&s->slots[r].probe[0]), sizeof v, 0, msg,
+                                                 sizeof msg) != XDC_OK ||
+                             v != atomic_load(&s->slots[r].probe[1])))
             return INTRA_DIRECT_NO;
     }
     return INTRA_DIRECT_YES;
@@ -330,7 +331,9 @@ xdc_err_t intra_shm_join(intra_shm *s, const char *name, int rank, int size, int
     uint64_t start = 0;
     proc_stat(getpid(), &state, &start);
     atomic_store(&me->starttime, start);
-    atomic_store(&me->probe, (uint64_t)(uintptr_t)&direct_probe);
+    if (getrandom(&s->probe, sizeof s->probe, 0) != (ssize_t)sizeof s->probe) s->probe = xdc_now_ns();
+    atomic_store(&me->probe[0], (uint64_t)(uintptr_t)&s->probe);
+    atomic_store(&me->probe[1], s->probe);
     atomic_store_explicit(&me->arrived, 1, memory_order_release);
     atomic_fetch_add(&s->hdr->coll_bell, 1);
     intra_futex_wake(&s->hdr->coll_bell);

@@ -1,6 +1,7 @@
 /* intra_shm.h — the shared-memory segment of one CPU-backend group: its layout (per-rank slots, the
  * collective staging buffers, one byte ring per directed rank pair), joining it, the step barrier the
- * collectives synchronise on, futex sleeping, and peer liveness. Private to intra/. */
+ * collectives synchronise on, futex sleeping, peer liveness, and direct copies between the ranks'
+ * address spaces. Private to intra/. */
 #ifndef XDC_INTRA_SHM_H
 #define XDC_INTRA_SHM_H
 
@@ -24,7 +25,7 @@ typedef struct intra_shm_slot {
     _Atomic uint32_t bell;      /* p2p doorbell: bumped by anyone who gives this rank work */
     _Atomic uint32_t sleeping;  /* the rank's p2p thread is (about to be) in futex_wait on bell */
     _Atomic uint32_t direct;    /* INTRA_DIRECT_*: whether this rank can read and write every peer's memory */
-    _Atomic uint64_t probe;     /* address of a word in this process that peers read to test direct access */
+    _Atomic uint64_t probe[2];  /* address and value of a word in this process peers read to test direct access */
     _Atomic uint64_t buf[2];    /* single-copy collectives: this rank's send and recv buffer addresses */
 } __attribute__((aligned(128))) intra_shm_slot;
 
@@ -55,6 +56,7 @@ typedef struct intra_shm {
     intra_shm_slot *slots; /* (size,) */
     size_t coll_off, ring_off, ring_stride;
     _Atomic int cancel; /* set by the owner to make step waits return XDC_ERR_CLOSED */
+    uint64_t probe;     /* random word peers read through process_vm_readv: the process at the pid is us */
 } intra_shm;
 
 /* Open or create the segment `name` and wait until all `size` ranks joined (timeout_ms < 0: forever). */
