@@ -2,8 +2,8 @@
 # bench/intra/run.sh — all_reduce bandwidth of the intra CPU backend (built by `make bench-intra` into
 # $XDC_BENCH_BIN) at 2, 3 and 4 ranks next to two baselines measured in the same run, Open MPI's
 # MPI_Allreduce and Gloo's ring allreduce, plus memcpy; then send/recv throughput between 2 ranks.
-# The machine may be shared, so the three are interleaved: for every rank count, xdc, MPI and Gloo each
-# run over all sizes back to back (each size fastest of 3 trials), INTRA_BENCH_ROUNDS times, and each
+# The machine may be shared, so the three are interleaved: for every rank count and size, xdc, MPI and
+# Gloo run back to back (each fastest of 3 trials), INTRA_BENCH_ROUNDS times over all of them, and each
 # keeps its best round per size.
 # Prints an nccl-tests-style table; the last line is the key=value summary
 #   busbw_vs_best_peer_min=<min over rank counts and sizes >= 256 KiB of xdc busbw / max(MPI, Gloo)> ...
@@ -30,10 +30,12 @@ echo "# load before: $(uptime)"
 : >"$tmp/gloo"
 for ((round = 0; round < rounds; round++)); do
   for n in $ranks; do
-    "$bin" "$n" "$min" "$max" >>"$tmp/xdc"
-    mpirun "${mpirun_flags[@]}" -np "$n" "$tmp/allreduce_mpi" "$min" "$max" >>"$tmp/mpi"
-    store=$(mktemp -d "$tmp/store.XXXXXX")
-    "$tmp/allreduce_gloo" "$n" "$min" "$max" "$store" >>"$tmp/gloo"
+    for ((b = min; b <= max; b *= 2)); do
+      "$bin" "$n" "$b" "$b" >>"$tmp/xdc"
+      mpirun "${mpirun_flags[@]}" -np "$n" "$tmp/allreduce_mpi" "$b" "$b" >>"$tmp/mpi"
+      store=$(mktemp -d "$tmp/store.XXXXXX")
+      "$tmp/allreduce_gloo" "$n" "$b" "$b" "$store" >>"$tmp/gloo"
+    done
   done
 done
 echo "# load after: $(uptime)"
