@@ -1,12 +1,14 @@
 /* intra_cpu.c — the CPU backend: ranks are processes on one host sharing one segment (intra_shm.c).
  *
  * Two progress threads per communicator, each started on first use:
- *   - the collective thread runs collectives one after another in start order. Data moves in pieces of
- *     up to INTRA_SHM_CHUNK bytes per rank through double-buffered staging areas: every rank copies its
- *     piece in, all meet at a step barrier, then rank r reduces (or gathers) the r-th 1/n of the piece
- *     straight from everyone's staging buffer (the shared-memory form of reduce-scatter + all-gather,
- *     so each rank reduces only 1/n of the data). A staging half is rewritten two steps later, after a
- *     barrier every reader has passed.
+ *   - the collective thread runs collectives one after another in start order. Messages of DIRECT_MIN
+ *     bytes and more go single-copy between the ranks' own buffers (run_direct, below) when every rank
+ *     can reach the others' memory. Smaller ones move in pieces of up to INTRA_SHM_CHUNK bytes per
+ *     rank through double-buffered staging areas: every rank copies its piece in, all meet at a step
+ *     barrier, then rank r reduces (or gathers) the r-th 1/n of the piece straight from everyone's
+ *     staging buffer (the shared-memory form of reduce-scatter + all-gather, so each rank reduces only
+ *     1/n of the data). A staging half is rewritten two steps later, after a barrier every reader has
+ *     passed.
  *   - the p2p thread streams messages through one single-producer/single-consumer byte ring per
  *     directed pair ([u64 length][payload]), progressing every peer without blocking on any of them, so
  *     send/recv pairs in either order never deadlock; it sleeps on its doorbell futex when idle.
@@ -33,6 +35,12 @@
 
 #define P2P_SLICE_MS 10
 #define HDR_BYTES    sizeof(uint64_t)
+/* Single-copy collectives: messages of at least DIRECT_MIN bytes (per rank block for reduce_scatter and
+ * all_gather) go straight between the ranks' buffers; a peer's input is read DIRECT_PIECE bytes at a time
+ * into this rank's scratch, so a piece of every rank's input stays in L2 while it is reduced. Smaller
+ * messages take the staging path, whose single step costs less than the two steps of a direct one. */
+#define DIRECT_MIN   ((size_t)64 << 10)
+#define DIRECT_PIECE ((size_t)64 << 10)
 
 typedef struct req_queue {
     xdc_intra_req *head, *tail;
@@ -49,6 +57,8 @@ typedef struct cpu_comm {
     uint64_t step;                 /* collective thread only */
     _Atomic uint64_t waiting_step; /* step the collective thread waits at, for describe_wait */
     uint64_t splits;               /* splits made from this communicator, names the child segments */
+    int direct;                    /* single-copy collectives: -1 not decided yet, 0 no, 1 yes (coll thread) */
+    uint8_t *scratch;              /* (size, DIRECT_PIECE) bytes: pieces read from each peer */
     /* NCCL semantics (under comm->lock): units waiting for the stream, and the unit running */
     xdc_intra_req *stream_head, *stream_tail; /* linked by stream_next */
     int inflight;                             /* requests of the running unit not complete yet */
@@ -255,6 +265,97 @@ static xdc_err_t run_broadcast(coll_ctx *x)
     return XDC_OK;
 }
 
+/* ---- single-copy collectives ---------------------------------------------------------------------
+ * Every rank publishes its buffer addresses and arrives at a step; then each moves data straight between
+ * its own buffers and its peers' (process_vm_readv/writev, one copy) and arrives at a second step, after
+ * which every buffer is complete and no peer touches it any more. all_reduce and reduce_scatter: rank r
+ * reduces its slice (rank order, as the staging path, so the bits are the same) reading every peer's
+ * input; all_reduce then writes the reduced slice into every peer's output. A rank reads and writes only
+ * its own slice of a peer's buffer, so in-place operations are safe without further steps. */
+
+/* The n inputs of elements [off, off + len) of buffer slot 0 at element offset `base`: this rank's own,
+ * the peers' read into scratch. */
+static xdc_err_t direct_gather_piece(coll_ctx *x, const uint64_t *bufs, size_t base, size_t len, const void **in)
+{
+    intra_shm *s = &x->cc->shm;
+    size_t es = xdc_intra_dtype_size(x->req->dtype);
+    for (int k = 0; k < s->size; k++) {
+        if (k == s->rank) {
+            in[k] = (const uint8_t *)x->req->sendbuf + base * es;
+            continue;
+        }
+        uint8_t *tmp = x->cc->scratch + (size_t)k * DIRECT_PIECE;
+        XDC_CHECK(intra_shm_peer_copy(s, k, tmp, bufs[2 * k] + base * es, len * es, 0, x->msg, x->cap));
+        in[k] = tmp;
+    }
+    return XDC_OK;
+}
+
+static xdc_err_t direct_reduce(coll_ctx *x, const uint64_t *bufs)
+{
+    xdc_intra_req *q = x->req;
+    intra_shm *s = &x->cc->shm;
+    int n = s->size, me = s->rank, rs = q->kind == INTRA_OP_REDUCE_SCATTER;
+    size_t es = xdc_intra_dtype_size(q->dtype), piece = DIRECT_PIECE / es, lo = 0, hi = q->count;
+    if (!rs) slice_of(q->count, me, n, &lo, &hi);
+    size_t in_base = rs ? (size_t)me * q->count : 0; /* element offset of this rank's block in the inputs */
+    const void *in[64];
+    for (size_t off = lo; off < hi; off += piece) {
+        size_t len = hi - off < piece ? hi - off : piece;
+        XDC_CHECK(direct_gather_piece(x, bufs, in_base + off, len, in));
+        uint8_t *out = (uint8_t *)q->recvbuf + off * es;
+        intra_reduce_host(out, in, n, len, q->dtype, q->redop);
+        for (int k = 0; k < n && !rs; k++)
+            if (k != me)
+                XDC_CHECK(intra_shm_peer_copy(s, k, out, bufs[2 * k + 1] + off * es, len * es, 1, x->msg, x->cap));
+    }
+    return XDC_OK;
+}
+
+static xdc_err_t direct_gather(coll_ctx *x, const uint64_t *bufs)
+{
+    xdc_intra_req *q = x->req;
+    intra_shm *s = &x->cc->shm;
+    size_t bytes = q->count * xdc_intra_dtype_size(q->dtype);
+    if (q->kind == INTRA_OP_BROADCAST)
+        return s->rank == q->peer
+                   ? XDC_OK
+                   : intra_shm_peer_copy(s, q->peer, q->recvbuf, bufs[2 * q->peer + 1], bytes, 0, x->msg, x->cap);
+    for (int k = 0; k < s->size; k++) {
+        uint8_t *dst = (uint8_t *)q->recvbuf + (size_t)k * bytes;
+        if (k != s->rank) XDC_CHECK(intra_shm_peer_copy(s, k, dst, bufs[2 * k], bytes, 0, x->msg, x->cap));
+        else if (dst != q->sendbuf) memcpy(dst, q->sendbuf, bytes);
+    }
+    return XDC_OK;
+}
+
+/* Runs the operation single-copy when every rank can reach the others' memory (*done = 1); the first
+ * large operation of a communicator finds that out, and all ranks decide alike from the same flags. */
+static xdc_err_t run_direct(coll_ctx *x, int *done)
+{
+    xdc_intra_req *q = x->req;
+    cpu_comm *cc = x->cc;
+    size_t block = q->count * xdc_intra_dtype_size(q->dtype);
+    *done = 0;
+    if (cc->direct == 0 || block < DIRECT_MIN || cc->shm.size > 64) return XDC_OK;
+    intra_shm_slot *me = &cc->shm.slots[cc->shm.rank];
+    atomic_store_explicit(&me->buf[0], (uint64_t)(uintptr_t)q->sendbuf, memory_order_relaxed);
+    atomic_store_explicit(&me->buf[1], (uint64_t)(uintptr_t)q->recvbuf, memory_order_relaxed);
+    int h;
+    XDC_CHECK(coll_step(x, &h)); /* its release/acquire publishes the addresses */
+    if (cc->direct < 0) cc->direct = intra_shm_direct(&cc->shm);
+    if (!cc->direct) return XDC_OK;
+    uint64_t bufs[2 * 64]; /* (size, 2): every rank's send and recv address */
+    for (int k = 0; k < cc->shm.size; k++) {
+        bufs[2 * k] = atomic_load_explicit(&cc->shm.slots[k].buf[0], memory_order_relaxed);
+        bufs[2 * k + 1] = atomic_load_explicit(&cc->shm.slots[k].buf[1], memory_order_relaxed);
+    }
+    *done = 1;
+    int reduce = q->kind == INTRA_OP_ALL_REDUCE || q->kind == INTRA_OP_REDUCE_SCATTER;
+    XDC_CHECK(reduce ? direct_reduce(x, bufs) : direct_gather(x, bufs));
+    return coll_step(x, &h); /* every rank is done with every buffer */
+}
+
 static xdc_err_t run_collective(xdc_intra_comm *comm, xdc_intra_req *q, char *msg, size_t cap)
 {
     coll_ctx x = {comm, comm->impl, q, 0, "", msg, cap};
@@ -263,6 +364,11 @@ static xdc_err_t run_collective(xdc_intra_comm *comm, xdc_intra_req *q, char *ms
     x.sig = xdc_xxh64(sigv, sizeof sigv, 0x696e747261);
     snprintf(x.what, sizeof x.what, "%s of %zu elements (rank %d/%d, op #%llu)", intra_op_name(q->kind), q->count,
              comm->rank, comm->size, (unsigned long long)q->seq);
+    if (q->kind != INTRA_OP_BARRIER) {
+        int done;
+        XDC_CHECK(run_direct(&x, &done));
+        if (done) return XDC_OK;
+    }
     switch (q->kind) {
     case INTRA_OP_ALL_REDUCE: return run_all_reduce(&x);
     case INTRA_OP_REDUCE_SCATTER: return run_reduce_scatter(&x);
@@ -486,11 +592,15 @@ static xdc_err_t cpu_create_named(xdc_intra_comm *comm, const char *name, int64_
     cc->recvq = xdc_calloc((size_t)comm->size, sizeof *cc->recvq);
     xdc_err_t rc = XDC_ERR_NOMEM;
     if (!cc->sendq || !cc->recvq) goto fail;
+    cc->direct = -1;
+    cc->scratch = xdc_aligned_alloc(64, (size_t)comm->size * DIRECT_PIECE);
+    if (!cc->scratch) goto fail;
     XDC_CHECK_GOTO(intra_shm_join(&cc->shm, name, comm->rank, comm->size, timeout_ms, diag), rc, fail);
     pthread_cond_init(&cc->work_cond, NULL);
     comm->impl = cc;
     return XDC_OK;
 fail:
+    xdc_free(cc->scratch);
     xdc_free(cc->sendq);
     xdc_free(cc->recvq);
     xdc_free(cc);
@@ -520,6 +630,7 @@ static void cpu_destroy(xdc_intra_comm *comm)
     if (cc->p2p_started) pthread_join(cc->p2p_thread, NULL);
     intra_shm_leave(&cc->shm);
     pthread_cond_destroy(&cc->work_cond);
+    xdc_free(cc->scratch);
     xdc_free(cc->sendq);
     xdc_free(cc->recvq);
     xdc_free(cc);

@@ -1,6 +1,7 @@
 /* intra_shm.h — the shared-memory segment of one CPU-backend group: its layout (per-rank slots, the
  * collective staging buffers, one byte ring per directed rank pair), joining it, the step barrier the
- * collectives synchronise on, futex sleeping, and peer liveness. Private to intra/. */
+ * collectives synchronise on, futex sleeping, peer liveness, and direct copies between the ranks'
+ * address spaces. Private to intra/. */
 #ifndef XDC_INTRA_SHM_H
 #define XDC_INTRA_SHM_H
 
@@ -23,7 +24,13 @@ typedef struct intra_shm_slot {
     _Atomic uint64_t sig[2];    /* operation signature of the step, by step parity */
     _Atomic uint32_t bell;      /* p2p doorbell: bumped by anyone who gives this rank work */
     _Atomic uint32_t sleeping;  /* the rank's p2p thread is (about to be) in futex_wait on bell */
+    _Atomic uint32_t direct;    /* INTRA_DIRECT_*: whether this rank can read and write every peer's memory */
+    _Atomic uint64_t probe[2];  /* address and value of a word in this process peers read to test direct access */
+    _Atomic uint64_t buf[2];    /* single-copy collectives: this rank's send and recv buffer addresses */
 } __attribute__((aligned(128))) intra_shm_slot;
+
+/* slot.direct: unknown until the rank joined, then whether process_vm_readv of every peer worked. */
+enum { INTRA_DIRECT_UNKNOWN, INTRA_DIRECT_YES, INTRA_DIRECT_NO };
 
 typedef struct intra_shm_hdr {
     _Atomic int32_t size;
@@ -49,6 +56,7 @@ typedef struct intra_shm {
     intra_shm_slot *slots; /* (size,) */
     size_t coll_off, ring_off, ring_stride;
     _Atomic int cancel; /* set by the owner to make step waits return XDC_ERR_CLOSED */
+    uint64_t probe;     /* random word peers read through process_vm_readv: the process at the pid is us */
 } intra_shm;
 
 /* Open or create the segment `name` and wait until all `size` ranks joined (timeout_ms < 0: forever). */
@@ -74,6 +82,15 @@ int intra_shm_rank_alive(const intra_shm *s, int rank);
 void intra_shm_abort(intra_shm *s, const char *msg);
 /* When the group was aborted by another rank: copy its message and return 1. */
 int intra_shm_aborted(const intra_shm *s, char *msg, size_t cap);
+
+/* 1 when every rank published INTRA_DIRECT_YES: collectives may then copy straight between the ranks'
+ * own buffers (intra_shm_peer_copy). Read after a step every rank passed, so all ranks agree. */
+int intra_shm_direct(const intra_shm *s);
+/* Copy `bytes` between local memory and `remote` in the address space of `peer` (write: local -> peer)
+ * with process_vm_readv/writev. msg names the peer and the errno on failure (XDC_ERR_PEER_LOST when the
+ * peer's process is gone, XDC_ERR_IO otherwise). */
+xdc_err_t intra_shm_peer_copy(const intra_shm *s, int peer, void *local, uint64_t remote, size_t bytes, int write,
+                              char *msg, size_t cap);
 
 /* Shared (cross-process) futex on a 32-bit word. wait returns when *addr != val, on wake, or after
  * timeout_ms. */
