@@ -44,8 +44,8 @@ xdc_err_t codec_sparse_encode(xdc_codec *c, const float *xs, float *r, size_t m,
 {
     const uint32_t bits = c->cfg.sparse_bits, top = (1u << (bits - 1)) - 1;
     size_t nb = n_blocks(m), total = codec_sparse_total_k(kfull, m);
-    uint32_t *didx = (uint32_t *)c->raw;           /* device (total) u32: positions within each block */
-    float *dval = (float *)(c->raw + 4 * total);   /* device (total) fp32: the kept x + residual */
+    uint32_t *didx = (uint32_t *)c->raw;         /* device (total) u32: positions within each block */
+    float *dval = (float *)(c->raw + 4 * total); /* device (total) fp32: the kept x + residual */
     for (size_t b = 0, o = 0; b < nb; b++) {
         size_t off = b * CODEC_SPARSE_BLOCK, len = m - off < CODEC_SPARSE_BLOCK ? m - off : CODEC_SPARSE_BLOCK;
         size_t k = codec_sparse_block_k(kfull, len);
