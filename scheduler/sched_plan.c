@@ -259,6 +259,10 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
             add_cand(s, &p);
         }
         if (n_active < 2 || strcmp(codec, "none") == 0) continue; /* outer rounds always compress */
+        /* Outer rounds send sparse pseudo-gradients through the sparse codec, which keeps more entries than
+         * top-k in the same bytes (quantized values, u16 positions) - SparseLoCo's finding - unless the
+         * run pins top-k. */
+        if (strncmp(codec, "topk", 4) == 0 && !s->o->codec[0]) continue;
         /* Inner steps sync over the region's replicas only, uncompressed. */
         double inner_intra, inner_wire[XDC_TOPO_MAX_REGIONS];
         double inner = dp_round(s, base, dr, 1, "none", 1.0, 1, &inner_intra, inner_wire); /* all intra */

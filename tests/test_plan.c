@@ -146,6 +146,40 @@ XDC_TEST(plan_slow_link_gets_stronger_codec_or_longer_period)
     xdc_topology_destroy(slow);
 }
 
+/* The regime decides the mode: where flat fp32 sync would spend many times a step's compute on the WAN
+ * the plan overlaps outer rounds with compute (streaming or DiLoCo) and, once even int8 outer rounds
+ * cannot hide behind the period, sends sparse pseudo-gradients; where the WAN is cheap it syncs every
+ * step. */
+XDC_TEST(plan_wan_bound_goes_sparse_or_streaming_and_compute_bound_syncs)
+{
+    xdc_model_shape m;
+    xdc_model_shape_gpt(12, 12, 768, 1024, 256, &m);       /* ~85M parameters: 340 MB of fp32 gradient */
+    xdc_batch_shape b = {8, 1024, 8.0 * 1024 * 16 * 2};    /* ~0.08 s of compute per step */
+    xdc_batch_shape big = {8, 1024, 8.0 * 1024 * 16 * 32}; /* ~1.2 s */
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    xdc_topology *fast = two_regions(8, 300, 300, 80, "bandwidth_gbps: 400, rtt_ms: 2");
+    xdc_topology *wan = two_regions(8, 300, 300, 80, "bandwidth_gbps: 1, rtt_ms: 40");
+    xdc_topology *thin = two_regions(8, 300, 300, 80, "bandwidth_gbps: 0.005, rtt_ms: 80");
+    xdc_plan_set *sf = search_ok(fast, &m, &big, &o), *sw = search_ok(wan, &m, &b, &o),
+                 *st = search_ok(thin, &m, &b, &o);
+    XDC_ASSERT_MSG(sf->best.mode == XDC_PLAN_SYNC, "compute-bound: %s %s", xdc_plan_mode_name(sf->best.mode),
+                   sf->best.codec);
+    XDC_ASSERT_MSG(sw->best.mode == XDC_PLAN_STREAMING || sw->best.mode == XDC_PLAN_DILOCO ||
+                       strncmp(sw->best.codec, "sparse", 6) == 0,
+                   "WAN-bound: %s %s H=%d", xdc_plan_mode_name(sw->best.mode), sw->best.codec, sw->best.inner_steps);
+    XDC_ASSERT_MSG(strncmp(st->best.codec, "sparse", 6) == 0 && st->best.mode != XDC_PLAN_SYNC, "thin link: %s %s H=%d",
+                   xdc_plan_mode_name(st->best.mode), st->best.codec, st->best.inner_steps);
+    /* The WAN-bound plan hides its WAN time: within the tolerance of a step without any. */
+    XDC_ASSERT_MSG(sw->best.t_wan_exposed <= 0.1 * sw->best.t_step, "WAN-bound plan exposes %g of %g s",
+                   sw->best.t_wan_exposed, sw->best.t_step);
+    xdc_plan_set_destroy(sf);
+    xdc_plan_set_destroy(sw);
+    xdc_plan_set_destroy(st);
+    xdc_topology_destroy(fast);
+    xdc_topology_destroy(wan);
+    xdc_topology_destroy(thin);
+}
+
 XDC_TEST(plan_replan_for_measured_goodput_keeps_the_partition)
 {
     xdc_model_shape m;
