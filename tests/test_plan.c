@@ -180,6 +180,42 @@ XDC_TEST(plan_wan_bound_goes_sparse_or_streaming_and_compute_bound_syncs)
     xdc_topology_destroy(thin);
 }
 
+/* Data-parallel stages on the heterogeneous topology (H100, A100, L40S; the regions that sync together
+ * run one partition on their slowest GPUs): the split balances the stages' compute instead of their layer counts, so the
+ * stage that also holds the LM head (50257 x 768) takes fewer layers than the first, and its slowest
+ * stage is no slower than a stage of the even split that holds the head. */
+XDC_TEST(plan_data_parallel_split_is_uneven_where_the_stages_cost_differ)
+{
+    xdc_topology *t = test_plan_load_topo("examples/topology/heterogeneous.yaml");
+    xdc_model_shape m;
+    xdc_model_shape_gpt(12, 12, 768, 1024, 50257, &m);
+    xdc_batch_shape b = {8, 1024, 8.0 * 1024 * 16 * 112};
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    o.stages = 4;
+    o.mode = XDC_PLAN_SYNC;
+    xdc_plan_set *s = search_ok(t, &m, &b, &o);
+    const xdc_plan *p = &s->best;
+    XDC_ASSERT_EQ(p->stages, 4);
+    int layers = 0;
+    double slowest = 0;
+    for (int i = 0; i < 4; i++) {
+        int n = p->stage[i].layer_end - p->stage[i].layer_begin;
+        XDC_ASSERT(n >= 1 && p->stage[i].layer_begin == layers);
+        layers += n;
+        slowest = p->stage[i].flops_mb > slowest ? p->stage[i].flops_mb : slowest;
+    }
+    XDC_ASSERT_EQ(layers, 12);
+    int last = p->stage[3].layer_end - p->stage[3].layer_begin, first = p->stage[0].layer_end - p->stage[0].layer_begin;
+    XDC_ASSERT_MSG(last < first, "last stage %d layers, first %d", last, first);
+    /* The even split's last stage: three layers and the head. Same shape, its stage cost from the plan's
+     * own numbers: the last stage's cost minus its layers plus three of the first stage's layers. */
+    double per_layer = p->stage[0].flops_mb / first; /* stage 0: layers and the embedding lookup (no FLOPs) */
+    XDC_ASSERT_MSG(slowest <= p->stage[3].flops_mb + (3 - last) * per_layer * 1.0001,
+                   "slowest stage %g, even split's last %g", slowest, p->stage[3].flops_mb + (3 - last) * per_layer);
+    xdc_plan_set_destroy(s);
+    xdc_topology_destroy(t);
+}
+
 XDC_TEST(plan_replan_for_measured_goodput_keeps_the_partition)
 {
     xdc_model_shape m;
