@@ -581,6 +581,11 @@ XDC_TEST(plan_cli_prints_json_and_exit_codes)
     XDC_ASSERT_STR_CONTAINS(out, "predicted step");
     XDC_ASSERT_STR_CONTAINS(out, "runners-up");
     XDC_ASSERT_STR_CONTAINS(out, "how the plan was chosen");
+    /* --explain names the regime (the demo link makes flat sync WAN-bound) and why the choice fits it. */
+    XDC_ASSERT_STR_CONTAINS(out, "regime: flat fp32 sync of this layout");
+    XDC_ASSERT_STR_CONTAINS(out, "WAN-bound");
+    XDC_ASSERT_STR_CONTAINS(out, "chosen: streaming");
+    XDC_ASSERT_STR_CONTAINS(out, "less than flat");
     XDC_ASSERT_EQ(run_xdc("plan " DEMO " --json", out, sizeof out), 0);
     XDC_ASSERT_STR_CONTAINS(out, "\"plan\"");
     XDC_ASSERT_STR_CONTAINS(out, "\"egress_usd_per_step\"");
