@@ -13,6 +13,7 @@
 #include "orchestrator/worker/orch_worker.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -541,6 +542,32 @@ XDC_TEST_T(orch_members_that_never_arrive_are_named, 120)
     XDC_ASSERT_STR_CONTAINS(text3, "eu-west/west-node1:0 (never joined");
     free(text3);
     free(coord);
+}
+
+/* The sparse codec end to end through `xdc launch`: DiLoCo and streaming runs complete with a finite
+ * validation loss and send under a tenth of the WAN bytes of the same DiLoCo run with int8. */
+XDC_TEST_T(orch_sparse_codec_runs_diloco_and_streaming, 300)
+{
+    need_corpus();
+    static char out[65536];
+    static const char *const runs[][2] = {
+        {"diloco", "int8"}, {"diloco", "sparse:0.02:2"}, {"streaming", "sparse:0.02:2"}};
+    double bytes[3];
+    for (int i = 0; i < 3; i++) {
+        char name[32], dir[600], val[64];
+        snprintf(name, sizeof name, "sparse-%d", i);
+        const char *run = write_run(name, runs[i][0], 40, runs[i][1],
+                                    "diloco: {inner_steps: 10}\nstreaming: {fragments: 4}\n");
+        snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
+        int rc = launch(run, dir, NULL, out, sizeof out);
+        XDC_ASSERT_MSG(rc == 0, "%s %s exited %d:\n%s", runs[i][0], runs[i][1], rc, out);
+        final_field(out, "val_loss=", val, sizeof val);
+        XDC_ASSERT_MSG(isfinite(atof(val)) && atof(val) > 0, "%s %s: val_loss %s", runs[i][0], runs[i][1], val);
+        final_field(out, "wan_bytes=", val, sizeof val);
+        bytes[i] = atof(val);
+    }
+    XDC_ASSERT_MSG(bytes[1] * 10 < bytes[0] && bytes[2] * 10 < bytes[0],
+                   "WAN bytes int8 %g, sparse diloco %g, streaming %g", bytes[0], bytes[1], bytes[2]);
 }
 
 /* A `plan: auto` sync run re-planning every 3 steps on the demo link, emulated at `degrade` x its

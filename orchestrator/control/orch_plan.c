@@ -68,6 +68,7 @@ xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planne
     if (p->bucket_mb > 0) c->bucket_mb = p->bucket_mb;
     if (p->mode == XDC_PLAN_PIPELINE) snprintf(c->activation_codec, sizeof c->activation_codec, "%s", p->codec);
     else snprintf(c->codec, sizeof c->codec, "%s", p->codec);
+    orch_run_config_outer_defaults(c);
     if (p->inner_steps > 0) c->diloco_inner_steps = p->inner_steps;
     if (p->fragments > 0) c->fragments = p->fragments;
     /* The plan's layer partition (faster GPUs get more layers). */
