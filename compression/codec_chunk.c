@@ -10,10 +10,6 @@
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "chunk headers are written in host order");
 
-/* Decoded fields larger than this are refused: inputs are capped at 2^100 and residuals add little to
- * that, so anything beyond 2^110 did not come from an encoder (and could overflow an accumulation). */
-#define CODEC_WIRE_MAX_ABS 1.2980742146337069e33f
-
 static void hdr_write(uint8_t *p, const codec_hdr *h)
 {
     uint32_t magic = CODEC_MAGIC;
@@ -21,7 +17,7 @@ static void hdr_write(uint8_t *p, const codec_hdr *h)
     p[4] = CODEC_VERSION;
     p[5] = h->codec;
     p[6] = h->flags;
-    p[7] = 0;
+    p[7] = h->aux;
     memcpy(p + 8, &h->count, 4);
     memcpy(p + 12, &h->param, 4);
     memcpy(p + 16, &h->raw_len, 4);
@@ -90,6 +86,7 @@ static xdc_err_t encode_lossy(xdc_codec *c, const float *xs, float *r, size_t m,
         uint32_t *idx = (uint32_t *)raw;
         return ops->topk_select(xs, r, m, k, idx, (float *)(raw + 4 * k), c->topk_scratch);
     }
+    case XDC_CODEC_SPARSE: break; /* codec_sparse_encode: its values are coded on the host */
     }
     return XDC_ERR_INTERNAL;
 }
@@ -115,10 +112,8 @@ xdc_err_t xdc_codec_encode_chunk(xdc_codec *c, const float *x, size_t n, size_t 
     size_t first = chunk * c->cfg.chunk_elems;
     size_t m = n - first < c->cfg.chunk_elems ? n - first : c->cfg.chunk_elems;
     const float *xs = x + first;
-    size_t param = c->cfg.kind == XDC_CODEC_TOPK ? codec_topk_k(c->cfg.topk_fraction, m)
-                   : (c->cfg.kind == XDC_CODEC_INT8 || c->cfg.kind == XDC_CODEC_INT4) ? c->cfg.block
-                                                                                      : 0;
-    size_t raw_len = codec_raw_len(c->cfg.kind, m, param);
+    size_t param = codec_chunk_param(&c->cfg, m), aux = c->cfg.kind == XDC_CODEC_SPARSE ? c->cfg.sparse_bits : 0;
+    size_t raw_len = codec_raw_len(c->cfg.kind, m, param, aux);
     if (cap < CODEC_HDR_BYTES + raw_len) {
         xdc_diag_set(diag, "output of %zu bytes too small for chunk %zu (needs %zu; size it with xdc_codec_bound)", cap,
                      chunk, (size_t)CODEC_HDR_BYTES + raw_len);
@@ -126,19 +121,25 @@ xdc_err_t xdc_codec_encode_chunk(xdc_codec *c, const float *x, size_t n, size_t 
     }
     XDC_CHECK(reject_range(c, xs, m, first, diag));
     uint8_t *body = out + CODEC_HDR_BYTES;
-    const uint8_t *dpayload = NULL;
-    XDC_CHECK(encode_lossy(c, xs, c->residual ? c->residual + first : NULL, m, param, c->raw, &dpayload));
+    float *r = c->residual ? c->residual + first : NULL;
     /* Only the lossy payload crosses to the host: into the output itself when no zstd stage follows and
      * alignment allows (the top-k gaps are 4-byte words), else into the pinned staging. */
     uint8_t *payload = c->cfg.zstd_level == 0 && (uintptr_t)body % 4 == 0 ? body : c->hraw;
-    XDC_CHECK(c->dev->copy_d2h(payload, dpayload, raw_len, NULL));
-    XDC_CHECK(c->dev->stream_sync(NULL));
+    if (c->cfg.kind == XDC_CODEC_SPARSE) {
+        XDC_CHECK(codec_sparse_encode(c, xs, r, m, param, payload));
+    } else {
+        const uint8_t *dpayload = NULL;
+        XDC_CHECK(encode_lossy(c, xs, r, m, param, c->raw, &dpayload));
+        XDC_CHECK(c->dev->copy_d2h(payload, dpayload, raw_len, NULL));
+        XDC_CHECK(c->dev->stream_sync(NULL));
+    }
     if (c->cfg.kind == XDC_CODEC_TOPK) {
         uint32_t *idx = (uint32_t *)payload;
         for (size_t i = param; i-- > 1;) idx[i] -= idx[i - 1]; /* ascending indices -> gaps >= 1 */
     }
 
     codec_hdr h = {.codec = (uint8_t)c->cfg.kind,
+                   .aux = (uint8_t)aux,
                    .count = (uint32_t)m,
                    .param = (uint32_t)param,
                    .raw_len = (uint32_t)raw_len,
@@ -207,15 +208,19 @@ static xdc_err_t hdr_parse(const xdc_codec *c, const uint8_t *in, size_t len, si
     if (in[4] != CODEC_VERSION) CORRUPT("chunk version %u unsupported (expected %u)", in[4], CODEC_VERSION);
     h->codec = in[5];
     h->flags = in[6];
+    h->aux = in[7];
     memcpy(&h->count, in + 8, 4);
     memcpy(&h->param, in + 12, 4);
     memcpy(&h->raw_len, in + 16, 4);
     memcpy(&h->wire_len, in + 20, 4);
     memcpy(&h->first, in + 24, 8);
     memcpy(&h->check, in + 32, 8);
-    if (h->codec > XDC_CODEC_TOPK) CORRUPT("chunk codec id %u unknown", h->codec);
-    if (in[7] != 0 || (h->flags & ~(CODEC_FLAG_ZSTD | CODEC_FLAG_SHUFFLED)))
-        CORRUPT("chunk flags 0x%02x / reserved byte %u not understood", h->flags, in[7]);
+    if (h->codec > XDC_CODEC_SPARSE) CORRUPT("chunk codec id %u unknown", h->codec);
+    bool sparse = h->codec == XDC_CODEC_SPARSE;
+    if (h->flags & ~(CODEC_FLAG_ZSTD | CODEC_FLAG_SHUFFLED)) CORRUPT("chunk flags 0x%02x not understood", h->flags);
+    if (sparse ? h->aux < CODEC_SPARSE_BITS_MIN || h->aux > CODEC_SPARSE_BITS_MAX : h->aux != 0)
+        CORRUPT("chunk aux byte %u invalid for codec %u (sparse: value bits %u..%u; others: 0)", h->aux, h->codec,
+                CODEC_SPARSE_BITS_MIN, CODEC_SPARSE_BITS_MAX);
     if (h->count < 1 || h->count > c->cfg.chunk_elems)
         CORRUPT("chunk of %u elements outside [1, %zu] (this decoder's chunk size)", h->count, c->cfg.chunk_elems);
     if (h->first > n || h->count > n - h->first)
@@ -225,11 +230,12 @@ static xdc_err_t hdr_parse(const xdc_codec *c, const uint8_t *in, size_t len, si
     if (kind == XDC_CODEC_INT8 || kind == XDC_CODEC_INT4)
         ok = h->param >= XDC_QUANT_BLOCK_MIN && h->param <= XDC_QUANT_BLOCK_MAX && !(h->param & 1);
     else if (kind == XDC_CODEC_TOPK) ok = h->param >= 1 && h->param <= (h->count / 2 ? h->count / 2 : 1);
+    else if (sparse) ok = h->param >= 1 && h->param <= CODEC_SPARSE_BLOCK / 2;
     else ok = h->param == 0;
     if (!ok) CORRUPT("chunk parameter %u invalid for codec %u with %u elements", h->param, h->codec, h->count);
-    if (h->raw_len != codec_raw_len(kind, h->count, h->param))
-        CORRUPT("chunk raw length %u, codec %u with %u elements needs %zu", h->raw_len, h->codec, h->count,
-                codec_raw_len(kind, h->count, h->param));
+    size_t raw_len = codec_raw_len(kind, h->count, h->param, h->aux);
+    if (h->raw_len != raw_len)
+        CORRUPT("chunk raw length %u, codec %u with %u elements needs %zu", h->raw_len, h->codec, h->count, raw_len);
     bool zstd = h->flags & CODEC_FLAG_ZSTD, shuffled = h->flags & CODEC_FLAG_SHUFFLED;
     if (shuffled != (zstd && codec_plane_elem(kind) > 0)) CORRUPT("chunk flags 0x%02x inconsistent", h->flags);
     if (zstd ? h->wire_len > h->raw_len : h->wire_len != h->raw_len)
@@ -350,6 +356,7 @@ static xdc_err_t decode_one(xdc_codec *c, const uint8_t *in, size_t len, float *
                                        h.param, slice, add));
         break;
     case XDC_CODEC_TOPK: XDC_CHECK(decode_topk(c, &h, payload, slice, mode, diag)); break;
+    case XDC_CODEC_SPARSE: XDC_CHECK(codec_sparse_decode(c, &h, payload, slice, add, diag)); break;
     }
     /* The host staging (hraw, planes) and the caller's wire bytes may be reused once this returns. */
     XDC_CHECK(dev->stream_sync(NULL));

@@ -12,7 +12,10 @@
 /* Single-core speeds and ratios from bench/codec (docs/benchmarks.md); with zstd, bf16 and int8 output
  * shrinks and the encoder slows down. int4's ratio is that of block 64 (the default block 128 sends
  * 0.141). Top-k sends a value and a delta-coded index per kept element: ~2f of the fp32 bytes, ~1.2f after
- * zstd. tests/test_codec.c checks every ratio without zstd against what the encoder sends. */
+ * zstd. Sparse sends a u16 gap and B bits per kept element, (16 + B) / 32 f, plus 8 bytes of scales per
+ * 4096 elements; zstd takes it to ~0.33 f (bench/codec, 2026-12-03). Its speeds were measured on a VM loaded
+ * by a parallel build and scaled by top-k's quiet / loaded ratio (encode ~9x slower than top-k: a top-k
+ * select per 4096-element block and the quantization error spread back into the residual). tests/test_codec.c checks every ratio without zstd against what the encoder sends. */
 static const xdc_codec_info registry[] = {
     {.name = "none",
      .kind = XDC_CODEC_NONE,
@@ -46,6 +49,13 @@ static const xdc_codec_info registry[] = {
      .lossiness = 5,
      .plain = {.ratio = 2.0, .enc_Bps = 2.4e9, .dec_Bps = 8.6e9},
      .zstd = {.ratio = 1.2, .enc_Bps = 2.4e9, .dec_Bps = 8.6e9}},
+    {.name = "sparse",
+     .kind = XDC_CODEC_SPARSE,
+     .param = "fraction[:bits]",
+     .param_in_size = true,
+     .lossiness = 6,
+     .plain = {.ratio = 0.5625, .enc_Bps = 0.27e9, .dec_Bps = 4.0e9},
+     .zstd = {.ratio = 0.33, .enc_Bps = 0.25e9, .dec_Bps = 2.0e9}},
 };
 #define N_CODECS (sizeof registry / sizeof registry[0])
 
@@ -68,18 +78,21 @@ xdc_err_t xdc_codec_estimate_for(const char *text, double link_gbps, xdc_codec_e
     const xdc_codec_info *ci = xdc_codec_info_find(text, colon ? (size_t)(colon - text) : strlen(text));
     if (!ci || (colon != NULL) != ci->param_in_size) return XDC_ERR_CONFIG;
     double f = 1.0;
+    long bits = 2;
     if (colon) {
         char *end;
         f = strtod(colon + 1, &end);
-        if (*end || !(f > 0 && f <= 0.5)) return XDC_ERR_CONFIG;
+        if (ci->kind == XDC_CODEC_SPARSE && *end == ':') bits = strtol(end + 1, &end, 10);
+        if (*end || !(f > 0 && f <= 0.5) || bits < CODEC_SPARSE_BITS_MIN || bits > CODEC_SPARSE_BITS_MAX)
+            return XDC_ERR_CONFIG;
     }
     *out = xdc_codec_zstd_level_for_link(link_gbps) != 0 ? ci->zstd : ci->plain;
-    if (colon) out->ratio = out->ratio * f;
+    if (colon) out->ratio = out->ratio * f * (ci->kind == XDC_CODEC_SPARSE ? (16.0 + (double)bits) / 18.0 : 1.0);
     if (info) *info = ci;
     return XDC_OK;
 }
 
-size_t codec_raw_len(xdc_codec_kind kind, size_t count, size_t param)
+size_t codec_raw_len(xdc_codec_kind kind, size_t count, size_t param, size_t aux)
 {
     size_t nb = param ? (count + param - 1) / param : 0;
     switch (kind) {
@@ -88,6 +101,10 @@ size_t codec_raw_len(xdc_codec_kind kind, size_t count, size_t param)
     case XDC_CODEC_INT8: return 4 * nb + count;
     case XDC_CODEC_INT4: return 8 * nb + (count + 1) / 2;
     case XDC_CODEC_TOPK: return 8 * param; /* param is k: delta-coded u32 indices, then fp32 values */
+    case XDC_CODEC_SPARSE: {               /* per block 2 fp32 scales; per kept value a u16 gap and `aux` bits */
+        size_t k = codec_sparse_total_k(param, count);
+        return 8 * ((count + CODEC_SPARSE_BLOCK - 1) / CODEC_SPARSE_BLOCK) + 2 * k + 4 * ((k * aux + 31) / 32);
+    }
     }
     return 0;
 }
@@ -98,6 +115,18 @@ size_t codec_plane_elem(xdc_codec_kind kind)
     case XDC_CODEC_NONE: return 4;
     case XDC_CODEC_BF16: return 2;
     case XDC_CODEC_TOPK: return 4;
+    case XDC_CODEC_SPARSE: return 2; /* the u16 gaps dominate: their high bytes are mostly zero */
+    default: return 0;
+    }
+}
+
+size_t codec_chunk_param(const xdc_codec_cfg *cfg, size_t count)
+{
+    switch (cfg->kind) {
+    case XDC_CODEC_INT8:
+    case XDC_CODEC_INT4: return cfg->block;
+    case XDC_CODEC_TOPK: return codec_topk_k(cfg->topk_fraction, count);
+    case XDC_CODEC_SPARSE: return codec_topk_k(cfg->sparse_fraction, CODEC_SPARSE_BLOCK);
     default: return 0;
     }
 }
@@ -146,6 +175,19 @@ xdc_err_t xdc_codec_parse(const char *text, xdc_codec_cfg *cfg, xdc_diag *diag)
                 return XDC_ERR_CONFIG;
             }
             cfg->topk_fraction = f;
+        } else if (kind == XDC_CODEC_SPARSE) {
+            float f = strtof(arg, &end);
+            unsigned long bits = cfg->sparse_bits;
+            if (*end == ':') bits = strtoul(end + 1, &end, 10);
+            if (!*arg || *end || errno || !(f > 0.0f && f <= 0.5f) || bits < CODEC_SPARSE_BITS_MIN ||
+                bits > CODEC_SPARSE_BITS_MAX) {
+                xdc_diag_set(diag,
+                             "codec \"%s\": sparse takes fraction in (0, 0.5] and bits in [%u, %u] (\"sparse:0.02:2\")",
+                             text, CODEC_SPARSE_BITS_MIN, CODEC_SPARSE_BITS_MAX);
+                return XDC_ERR_CONFIG;
+            }
+            cfg->sparse_fraction = f;
+            cfg->sparse_bits = (uint32_t)bits;
         } else {
             xdc_diag_set(diag, "codec \"%s\": %s takes no parameter", text, ci->name);
             return XDC_ERR_CONFIG;
@@ -162,6 +204,8 @@ void xdc_codec_format(const xdc_codec_cfg *cfg, char *buf, size_t cap)
     if (cfg->kind == XDC_CODEC_INT8 || cfg->kind == XDC_CODEC_INT4)
         snprintf(buf, cap, "%s:%u", name, (unsigned)cfg->block);
     else if (cfg->kind == XDC_CODEC_TOPK) snprintf(buf, cap, "%s:%g", name, (double)cfg->topk_fraction);
+    else if (cfg->kind == XDC_CODEC_SPARSE)
+        snprintf(buf, cap, "%s:%g:%u", name, (double)cfg->sparse_fraction, (unsigned)cfg->sparse_bits);
     else snprintf(buf, cap, "%s", name);
 }
 
@@ -180,7 +224,7 @@ int xdc_codec_zstd_level_for_link(double link_gbps)
 
 static xdc_err_t check_cfg(const xdc_codec_cfg *cfg, xdc_diag *diag)
 {
-    if ((unsigned)cfg->kind > XDC_CODEC_TOPK) {
+    if ((unsigned)cfg->kind > XDC_CODEC_SPARSE) {
         xdc_diag_set(diag, "codec kind %d unknown", (int)cfg->kind);
         return XDC_ERR_CONFIG;
     }
@@ -199,6 +243,14 @@ static xdc_err_t check_cfg(const xdc_codec_cfg *cfg, xdc_diag *diag)
     }
     if (cfg->kind == XDC_CODEC_TOPK && !(cfg->topk_fraction > 0.0f && cfg->topk_fraction <= 0.5f)) {
         xdc_diag_set(diag, "top-k fraction %g must be in (0, 0.5]", (double)cfg->topk_fraction);
+        return XDC_ERR_CONFIG;
+    }
+    if (cfg->kind == XDC_CODEC_SPARSE &&
+        (!(cfg->sparse_fraction > 0.0f && cfg->sparse_fraction <= 0.5f) || cfg->sparse_bits < CODEC_SPARSE_BITS_MIN ||
+         cfg->sparse_bits > CODEC_SPARSE_BITS_MAX)) {
+        xdc_diag_set(diag, "sparse fraction %g must be in (0, 0.5] and bits %u in [%u, %u]",
+                     (double)cfg->sparse_fraction, (unsigned)cfg->sparse_bits, CODEC_SPARSE_BITS_MIN,
+                     CODEC_SPARSE_BITS_MAX);
         return XDC_ERR_CONFIG;
     }
     if (cfg->zstd_level != 0 && (cfg->zstd_level < ZSTD_minCLevel() || cfg->zstd_level > ZSTD_maxCLevel())) {
@@ -231,7 +283,8 @@ xdc_err_t xdc_codec_create(const xdc_codec_cfg *cfg, xdc_codec **out, xdc_diag *
     const xdc_device_ops *dev = c->dev;
     size_t ce = cfg->chunk_elems;
     /* Largest raw payload any codec can send for one chunk (the decoder accepts every codec):
-     * fp32 (4 B/elem) dominates int8 (1 + 4/16), int4 (1/2 + 8/16 + 1) and top-k (8 k <= 4 count). */
+     * fp32 (4 B/elem) dominates int8 (1 + 4/16), int4 (1/2 + 8/16 + 1), top-k (8 k <= 4 count) and sparse
+     * (its device staging is 8 k <= 4 count; its payload 2 k + k B / 8 + 8 per block, padded). */
     c->raw_cap = 4 * ce + 16;
     if (dev->mem_alloc((void **)&c->raw, c->raw_cap) != XDC_OK ||
         dev->host_alloc((void **)&c->hraw, c->raw_cap) != XDC_OK ||
@@ -243,6 +296,12 @@ xdc_err_t xdc_codec_create(const xdc_codec_cfg *cfg, xdc_codec **out, xdc_diag *
     if (cfg->kind == XDC_CODEC_TOPK) {
         size_t k = codec_topk_k(cfg->topk_fraction, ce);
         if (dev->mem_alloc(&c->topk_scratch, c->ops->topk_scratch_bytes(ce, k)) != XDC_OK) goto nomem;
+    }
+    if (cfg->kind == XDC_CODEC_SPARSE) {
+        size_t len = ce < CODEC_SPARSE_BLOCK ? ce : CODEC_SPARSE_BLOCK;
+        size_t k = codec_sparse_block_k(codec_chunk_param(cfg, ce), len);
+        if (dev->mem_alloc(&c->topk_scratch, c->ops->topk_scratch_bytes(len, k)) != XDC_OK) goto nomem;
+        if (cfg->error_feedback && dev->host_alloc((void **)&c->hdense, ce * sizeof(float)) != XDC_OK) goto nomem;
     }
     if (cfg->error_feedback && cfg->kind != XDC_CODEC_NONE) /* zero-filled by mem_alloc */
         if (dev->mem_alloc((void **)&c->residual, cfg->n_elems * sizeof(float)) != XDC_OK) goto nomem;
@@ -266,6 +325,7 @@ void xdc_codec_destroy(xdc_codec *c)
     if (dev) {
         dev->mem_free(c->residual);
         dev->mem_free(c->topk_scratch);
+        dev->host_free(c->hdense);
         dev->host_free(c->hcount);
         dev->mem_free(c->count);
         dev->mem_free(c->decoded);
@@ -281,17 +341,12 @@ size_t xdc_codec_chunk_count(const xdc_codec *c, size_t n) { return (n + c->cfg.
 size_t xdc_codec_bound(const xdc_codec *c, size_t n)
 {
     /* zstd output is kept only when smaller than the raw payload, so raw + header bounds every chunk. */
-    size_t ce = c->cfg.chunk_elems, full = n / ce, tail = n % ce;
-    size_t param = c->cfg.kind == XDC_CODEC_TOPK ? 0 : c->cfg.block;
-    size_t per_full = CODEC_HDR_BYTES, per_tail = CODEC_HDR_BYTES;
-    if (c->cfg.kind == XDC_CODEC_TOPK) {
-        per_full += codec_raw_len(XDC_CODEC_TOPK, ce, codec_topk_k(c->cfg.topk_fraction, ce));
-        per_tail += tail ? codec_raw_len(XDC_CODEC_TOPK, tail, codec_topk_k(c->cfg.topk_fraction, tail)) : 0;
-    } else {
-        per_full += codec_raw_len(c->cfg.kind, ce, param);
-        per_tail += tail ? codec_raw_len(c->cfg.kind, tail, param) : 0;
-    }
-    return full * per_full + (tail ? per_tail : 0);
+    const xdc_codec_cfg *cfg = &c->cfg;
+    size_t ce = cfg->chunk_elems, full = n / ce, tail = n % ce;
+    size_t aux = cfg->kind == XDC_CODEC_SPARSE ? cfg->sparse_bits : 0;
+    size_t per_full = CODEC_HDR_BYTES + codec_raw_len(cfg->kind, ce, codec_chunk_param(cfg, ce), aux);
+    size_t per_tail = tail ? CODEC_HDR_BYTES + codec_raw_len(cfg->kind, tail, codec_chunk_param(cfg, tail), aux) : 0;
+    return full * per_full + per_tail;
 }
 
 const float *xdc_codec_residual(const xdc_codec *c) { return c->residual; }

@@ -10,7 +10,7 @@
 #include <zstd.h>
 
 /* Chunk header, 40 bytes, little-endian (docs/compression.md, "Chunk format"):
- *   0 u32 magic "XDC1"   4 u8 version   5 u8 codec   6 u8 flags   7 u8 zero
+ *   0 u32 magic "XDC1"   4 u8 version   5 u8 codec   6 u8 flags   7 u8 aux (sparse: value bits; else 0)
  *   8 u32 count (elements)   12 u32 param (block or k)   16 u32 raw_len   20 u32 wire_len
  *  24 u64 first (element index in the buffer)   32 u64 check = xxh3(bytes 0..32) ^ xxh3(payload) */
 #define CODEC_HDR_BYTES        40u
@@ -24,8 +24,18 @@
  * The decision depends on the chunk's own bytes only, so chunks encode identically in any order. */
 #define CODEC_ZSTD_PROBE_BYTES 16384u
 
+/* Sparse chunks are cut into blocks of this many elements, each with its own top-k and scales: indices
+ * within a block fit u16, and a block's scales follow its local magnitudes. */
+#define CODEC_SPARSE_BLOCK    4096u
+#define CODEC_SPARSE_BITS_MIN 2u
+#define CODEC_SPARSE_BITS_MAX 8u
+
+/* Decoded fields larger than this are refused: inputs are capped at 2^100 and residuals add little to
+ * that, so anything beyond 2^110 did not come from an encoder (and could overflow an accumulation). */
+#define CODEC_WIRE_MAX_ABS 1.2980742146337069e33f
+
 typedef struct codec_hdr {
-    uint8_t codec, flags;
+    uint8_t codec, flags, aux;
     uint32_t count, param, raw_len, wire_len;
     uint64_t first, check;
 } codec_hdr;
@@ -49,17 +59,35 @@ struct xdc_codec {
     void *topk_scratch;        /* device (topk_scratch_bytes) for topk_select */
     size_t *count;             /* device: count_out_of_range's result */
     size_t *hcount;            /* pinned host: its copy */
+    float *hdense;             /* pinned host (chunk_elems) fp32: a sparse encoder's quantization error, spread
+                                * dense; NULL for other kinds and without error feedback */
     size_t raw_cap;            /* bytes of raw, hraw and planes: the largest raw payload of any codec */
     ZSTD_CCtx *cctx;
     ZSTD_DCtx *dctx;
     xdc_codec_stats stats;
 };
 
-/* Raw payload bytes of a chunk of `count` elements with `param` (block or k). */
-size_t codec_raw_len(xdc_codec_kind kind, size_t count, size_t param);
+/* Raw payload bytes of a chunk of `count` elements with `param` (block or k; sparse: k of a full block)
+ * and `aux` (sparse: value bits). */
+size_t codec_raw_len(xdc_codec_kind kind, size_t count, size_t param, size_t aux);
 /* Bytes per element for byte planes of a codec's payload; 0 when planes do not help (int8, int4). */
 size_t codec_plane_elem(xdc_codec_kind kind);
+/* The header parameter of a chunk of `count` elements under cfg: int8/int4 block, top-k k, sparse k of a
+ * full block, else 0. */
+size_t codec_chunk_param(const xdc_codec_cfg *cfg, size_t count);
 /* k for a top-k chunk of `count` elements. */
 size_t codec_topk_k(float fraction, size_t count);
+
+/* codec_sparse.c. k of a sparse block of `len` elements when a full block keeps `kfull`; and the total
+ * over a chunk of `count` elements. */
+size_t codec_sparse_block_k(size_t kfull, size_t len);
+size_t codec_sparse_total_k(size_t kfull, size_t count);
+/* Lossy stage of a sparse chunk: top-k per block of xs (m fp32, device) with residual slice r (device,
+ * or NULL), values quantized on the host into payload (host, codec_raw_len bytes); the quantization
+ * error goes back into r. */
+xdc_err_t codec_sparse_encode(xdc_codec *c, const float *xs, float *r, size_t m, size_t kfull, uint8_t *payload);
+/* Checks a sparse payload (host) of chunk h and writes or adds its values into dst (device, h->count). */
+xdc_err_t codec_sparse_decode(xdc_codec *c, const codec_hdr *h, const uint8_t *payload, float *dst, bool add,
+                              xdc_diag *diag);
 
 #endif /* XDC_CODEC_PRIVATE_H */

@@ -1,4 +1,4 @@
-/* xdc_codec.h — the gradient codec pipeline: a lossy stage (none, bf16, int8, int4, top-k) with error
+/* xdc_codec.h — the gradient codec pipeline: a lossy stage (none, bf16, int8, int4, top-k, sparse) with error
  * feedback, then a lossless stage (byte planes + zstd, skipped per chunk when it does not pay), cut
  * into self-describing chunks so encode, send and decode can pipeline. docs/compression.md describes
  * the chunk format, the error bound of each codec, error feedback and the NaN/Inf policy.
@@ -25,6 +25,9 @@ typedef enum {
     XDC_CODEC_INT8 = 2, /* blockwise absmax int8 */
     XDC_CODEC_INT4 = 3, /* blockwise min/max int4 */
     XDC_CODEC_TOPK = 4, /* largest-magnitude fraction, delta-coded indices + fp32 values */
+    /* top-k per 4096-element block, u16 delta-coded indices + values at 2..8 bits (sign and magnitude
+     * between the block's smallest and largest kept |value|): SparseLoCo-style outer gradients */
+    XDC_CODEC_SPARSE = 5,
 } xdc_codec_kind;
 
 /* The codec registry: one row per lossy codec, weakest first — the one list of codec names. Parsing and
@@ -34,7 +37,8 @@ typedef enum {
  * slow links (xdc_codec_zstd_level_for_link > 0). The int8 ratio with zstd is the one the demo run
  * measures (x4.4). */
 typedef struct xdc_codec_estimate {
-    double ratio;   /* wire bytes / fp32 bytes; top-k: per unit of the kept fraction (wire = ratio * f) */
+    double ratio;   /* wire bytes / fp32 bytes; top-k: per unit of the kept fraction (wire = ratio * f);
+                     * sparse: per unit of the kept fraction at 2 bits (wire = ratio * f * (16 + B) / 18) */
     double enc_Bps; /* fp32 bytes encoded per second, one core */
     double dec_Bps; /* fp32 bytes decoded per second, one core */
 } xdc_codec_estimate;
@@ -43,7 +47,8 @@ typedef struct xdc_codec_info {
     const char *name;     /* "int8": the word xdc_codec_parse reads before any ':' */
     xdc_codec_kind kind;  /* the registry is in kind order: xdc_codec_info_at(kind)->kind == kind */
     const char *param;    /* what ":X" sets ("block", "fraction"); NULL: takes none */
-    bool param_in_size;   /* the wire size is proportional to the parameter: estimates need it ("topk:F") */
+    bool param_in_size;   /* the wire size is proportional to the parameter: estimates need it ("topk:F",
+                           * "sparse:F:B") */
     int lossiness;        /* 0 exact; higher is lossier (the planner's fidelity order) */
     bool for_activations; /* a candidate for activations crossing the WAN: accurate without error feedback */
     xdc_codec_estimate plain, zstd;
@@ -56,20 +61,22 @@ const xdc_codec_info *xdc_codec_info_at(size_t i);
 const xdc_codec_info *xdc_codec_info_find(const char *name, size_t len);
 /* The cost-model numbers of codec `text` on a link of `link_gbps` Gbit/s (the zstd stage included where
  * the runtime adds it; 100 = none). `text` is a bare name for codecs whose size does not depend on their
- * parameter (int8 and int4 at their default block), "topk:F" with F in (0, 0.5] for top-k; anything else
- * is XDC_ERR_CONFIG (nothing measured for it). `info` (may be NULL) receives the row. */
+ * parameter (int8 and int4 at their default block), "topk:F" with F in (0, 0.5] for top-k, "sparse:F:B"
+ * (F in (0, 0.5], B in 2..8) for sparse; anything else is XDC_ERR_CONFIG (nothing measured for it). `info` (may be NULL) receives the row. */
 xdc_err_t xdc_codec_estimate_for(const char *text, double link_gbps, xdc_codec_estimate *out,
                                  const xdc_codec_info **info);
 
 typedef struct xdc_codec_cfg {
     xdc_codec_kind kind;
-    size_t n_elems;       /* length of the buffer this context encodes (fp32 elements); the residual size */
-    uint32_t block;       /* int8/int4 values per scale: even, 16..4096 (64..256 is the useful range) */
-    float topk_fraction;  /* top-k: fraction of each chunk sent, in (0, 0.5] */
-    int zstd_level;       /* 0: no zstd stage; 1..19: ZSTD level (the link picks it) */
-    float zstd_min_ratio; /* keep a chunk's zstd output only if raw/compressed >= this (e.g. 1.05) */
-    size_t chunk_elems;   /* fp32 elements per chunk (1..2^28); the pipelining unit */
-    bool error_feedback;  /* keep residual = input - decoded and add it to the next input */
+    size_t n_elems;        /* length of the buffer this context encodes (fp32 elements); the residual size */
+    uint32_t block;        /* int8/int4 values per scale: even, 16..4096 (64..256 is the useful range) */
+    float topk_fraction;   /* top-k: fraction of each chunk sent, in (0, 0.5] */
+    float sparse_fraction; /* sparse: fraction of each 4096-element block sent, in (0, 0.5] */
+    uint32_t sparse_bits;  /* sparse: bits per sent value, 2..8 (one of them the sign) */
+    int zstd_level;        /* 0: no zstd stage; 1..19: ZSTD level (the link picks it) */
+    float zstd_min_ratio;  /* keep a chunk's zstd output only if raw/compressed >= this (e.g. 1.05) */
+    size_t chunk_elems;    /* fp32 elements per chunk (1..2^28); the pipelining unit */
+    bool error_feedback;   /* keep residual = input - decoded and add it to the next input */
     /* The backend whose device holds the fp32 side (NULL: the CPU backend): encode reads device memory,
      * decode writes or accumulates into device memory, the residual and the scratch of the lossy stage
      * are device memory; the wire side (encode's output, decode's input) is host memory, ideally pinned
@@ -81,17 +88,18 @@ typedef struct xdc_codec_cfg {
 /* int8 with 128-value blocks, zstd level 1 where it pays, 128 Ki elements (512 KiB fp32) per chunk, EF on.
  * 512 KiB keeps a chunk in L2 between the range check and the quantizer (bench-codec: int8 encode 0.50-0.52x
  * memcpy, against 0.45-0.53x with 1 MiB chunks) at no cost to top-k speed or zstd ratios. */
-#define XDC_CODEC_CFG_INIT                                                                           \
-    {                                                                                                \
-        .kind = XDC_CODEC_INT8, .n_elems = 0, .block = 128, .topk_fraction = 0.01f, .zstd_level = 1, \
-        .zstd_min_ratio = 1.05f, .chunk_elems = 131072, .error_feedback = true                       \
+#define XDC_CODEC_CFG_INIT                                                                                        \
+    {                                                                                                             \
+        .kind = XDC_CODEC_INT8, .n_elems = 0, .block = 128, .topk_fraction = 0.01f, .sparse_fraction = 0.02f,     \
+        .sparse_bits = 2, .zstd_level = 1, .zstd_min_ratio = 1.05f, .chunk_elems = 131072, .error_feedback = true \
     }
 
-/* Parse "none", "bf16", "int8[:block]", "int4[:block]" or "topk[:fraction]" (e.g. "topk:0.01") into the
- * codec fields of cfg (kind, block, topk_fraction); other fields are left alone. XDC_ERR_CONFIG with
+/* Parse "none", "bf16", "int8[:block]", "int4[:block]", "topk[:fraction]" (e.g. "topk:0.01") or
+ * "sparse[:fraction[:bits]]" (e.g. "sparse:0.02:2") into the codec fields of cfg (kind, block,
+ * topk_fraction, sparse_fraction, sparse_bits); other fields are left alone. XDC_ERR_CONFIG with
  * the reason in diag on anything else. */
 xdc_err_t xdc_codec_parse(const char *text, xdc_codec_cfg *cfg, xdc_diag *diag);
-/* The canonical text of cfg's codec ("int8:128", "topk:0.01"), which xdc_codec_parse reads back. */
+/* The canonical text of cfg's codec ("int8:128", "topk:0.01", "sparse:0.02:2"), which xdc_codec_parse reads back. */
 void xdc_codec_format(const xdc_codec_cfg *cfg, char *buf, size_t cap);
 /* zstd level for a link: the highest level whose single-core speed on shuffled codec output (measured
  * by bench/codec, see docs/compression.md) stays above the link rate; 0 (off) on links so fast that

@@ -34,12 +34,25 @@ double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight
     return bytes / (1024.0 * 1024.0 * 1024.0);
 }
 
+static const char *const sparse_variants[] = TOPO_PLAN_SPARSE_VARIANTS;
+#define N_SPARSE_VARIANTS (int)(sizeof sparse_variants / sizeof sparse_variants[0])
+
+/* Place of a sparse codec's "F:B" among the search's variants; past the end for any other. */
+static int sparse_variant(const char *param)
+{
+    int i = 0;
+    while (i < N_SPARSE_VARIANTS && strcmp(param, sparse_variants[i]) != 0) i++;
+    return i;
+}
+
 xdc_err_t topo_codec_info_get(const char *name, double link_gbps, topo_codec_info *out)
 {
     xdc_codec_estimate e;
     const xdc_codec_info *info;
     if (xdc_codec_estimate_for(name, link_gbps, &e, &info) != XDC_OK) return XDC_ERR_INVALID;
-    *out = (topo_codec_info){.ratio = e.ratio, .enc_Bps = e.enc_Bps, .dec_Bps = e.dec_Bps, .rank = info->lossiness};
+    int rank = info->lossiness;
+    if (info->kind == XDC_CODEC_SPARSE) rank += sparse_variant(strchr(name, ':') + 1);
+    *out = (topo_codec_info){.ratio = e.ratio, .enc_Bps = e.enc_Bps, .dec_Bps = e.dec_Bps, .rank = rank};
     return XDC_OK;
 }
 
@@ -49,7 +62,10 @@ int topo_codec_ladder(bool activations, char names[][16], int cap)
     for (size_t i = 0; i < xdc_codec_info_count() && n < cap; i++) {
         const xdc_codec_info *c = xdc_codec_info_at(i);
         if (activations && !c->for_activations) continue;
-        if (c->param_in_size) snprintf(names[n++], 16, "%s:%g", c->name, TOPO_PLAN_TOPK_FRACTION);
+        if (c->kind == XDC_CODEC_SPARSE)
+            for (int v = 0; v < N_SPARSE_VARIANTS && n < cap; v++)
+                snprintf(names[n++], 16, "%s:%s", c->name, sparse_variants[v]);
+        else if (c->param_in_size) snprintf(names[n++], 16, "%s:%g", c->name, TOPO_PLAN_TOPK_FRACTION);
         else snprintf(names[n++], 16, "%s", c->name);
     }
     return n;
@@ -60,7 +76,10 @@ void topo_codec_names(char *buf, size_t cap)
     buf[0] = '\0';
     for (size_t i = 0; i < xdc_codec_info_count(); i++) {
         const xdc_codec_info *c = xdc_codec_info_at(i);
-        snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s%s", i ? "|" : "", c->name, c->param_in_size ? ":F" : "");
+        snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s%s", i ? "|" : "", c->name,
+                 c->kind == XDC_CODEC_SPARSE ? ":F:B"
+                 : c->param_in_size          ? ":F"
+                                             : "");
     }
 }
 

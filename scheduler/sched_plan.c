@@ -107,6 +107,59 @@ static void host_bound(const search *s, double total_compute, double *t_pipe, do
     *t_pipe = total_compute / cores;
 }
 
+/* ---- layer partitions ----------------------------------------------------------------------------- */
+
+/* One stage of a partition: the GPU speed and memory it runs on, the microbatches it keeps in flight. */
+typedef struct chain_stage {
+    int region;
+    double flops, mem_limit;
+    int inflight;
+} chain_stage;
+
+static double stage_time(const search *s, const chain_stage *cs, int lb, int le)
+{
+    return topo_stage_flops(s->m, lb, le, tokens_mb(s), s->b->seq_len) / cs->flops;
+}
+
+static int stage_fits(const search *s, const chain_stage *cs, int lb, int le, int M)
+{
+    return topo_stage_mem_gib(s->m, lb, le, cs->inflight, M, s->b->micro_batch, s->b->seq_len, 0) <= cs->mem_limit;
+}
+
+/* Greedy fill under a time cap: each stage takes the most layers it can run within cap and hold in
+ * memory, leaving at least one layer for each later stage. 1 when every layer found a stage. */
+static int partition_under(const search *s, const chain_stage *cs, int P, int M, double cap, int *lb)
+{
+    int L = s->m->layers, at = 0;
+    for (int i = 0; i < P; i++) {
+        lb[i] = at;
+        int most = L - at - (P - i - 1), k = i == P - 1 ? most : 0;
+        if (i < P - 1)
+            while (k < most && stage_time(s, &cs[i], at, at + k + 1) <= cap && stage_fits(s, &cs[i], at, at + k + 1, M))
+                k++;
+        if (k < 1) return 0;
+        if (stage_time(s, &cs[i], at, at + k) > cap || !stage_fits(s, &cs[i], at, at + k, M)) return 0;
+        at += k;
+    }
+    lb[P] = L;
+    return at == L;
+}
+
+/* Smallest bottleneck time over layer partitions (binary search on the cap); 0 when memory forbids. */
+static int partition_layers(const search *s, const chain_stage *cs, int P, int M, int *lb)
+{
+    double hi = 0;
+    for (int i = 0; i < P; i++) hi = fmax(hi, stage_time(s, &cs[i], 0, s->m->layers));
+    if (!partition_under(s, cs, P, M, hi * 1.0001, lb)) return 0;
+    double lo = 0;
+    for (int it = 0; it < 60; it++) {
+        double mid = 0.5 * (lo + hi);
+        if (partition_under(s, cs, P, M, mid, lb)) hi = mid;
+        else lo = mid;
+    }
+    return partition_under(s, cs, P, M, hi, lb);
+}
+
 /* ---- data-parallel structures: every region runs whole replicas, regions sync gradients ---------- */
 
 typedef struct dp_region {
@@ -114,18 +167,34 @@ typedef struct dp_region {
     double link_Bps, owd; /* per stage group: share of the slowest incoming/outgoing link */
 } dp_region;
 
-static void fill_stages_even(search *s, xdc_plan *p, int P, int M)
+/* The stages of a data-parallel replica: the partition with the smallest slowest stage on the slowest
+ * region's GPUs within the smallest GPU's memory (the runtime runs one partition in every region), so the
+ * stage holding the embeddings or the LM head gets fewer layers; the runtime's even split
+ * (orch_stage_layers) when memory allows no balanced one (dp_fits then says why). */
+static void fill_stages(search *s, xdc_plan *p, int P, int M)
 {
+    chain_stage cs[XDC_PLAN_MAX_STAGES];
+    double flops = 1e300, mem = 1e300;
+    for (int r = 0; r < s->t->n_regions; r++) {
+        if (!p->replicas[r]) continue;
+        flops = fmin(flops, topo_region_flops(s->t, r, &s->o->calib));
+        mem = fmin(mem, TOPO_PLAN_MEM_HEADROOM * s->t->regions[r].gpu_memory_gib);
+    }
+    for (int i = 0; i < P; i++)
+        cs[i] = (chain_stage){
+            .region = -1, .flops = flops, .mem_limit = mem, .inflight = xdc_model_shape_1f1b_inflight(P, i, M)};
+    int lb[XDC_PLAN_MAX_STAGES + 1];
+    int balanced = partition_layers(s, cs, P, M, lb);
     p->stages = P;
     for (int i = 0; i < P; i++) {
         xdc_plan_stage *st = &p->stage[i];
         int base = s->m->layers / P, extra = s->m->layers % P;
         st->region = -1;
-        st->layer_begin = i * base + (i < extra ? i : extra); /* orch_stage_layers' split */
-        st->layer_end = st->layer_begin + base + (i < extra ? 1 : 0);
+        st->layer_begin = balanced ? lb[i] : i * base + (i < extra ? i : extra); /* orch_stage_layers' split */
+        st->layer_end = balanced ? lb[i + 1] : st->layer_begin + base + (i < extra ? 1 : 0);
         st->params = xdc_model_shape_stage_params(s->m, st->layer_begin, st->layer_end);
         st->flops_mb = topo_stage_flops(s->m, st->layer_begin, st->layer_end, tokens_mb(s), s->b->seq_len);
-        st->inflight = xdc_model_shape_1f1b_inflight(P, i, M);
+        st->inflight = cs[i].inflight;
         st->act_bytes = topo_stage_act_bytes(s->m, st->layer_begin, st->layer_end, st->inflight, s->b->micro_batch,
                                              s->b->seq_len);
     }
@@ -259,6 +328,10 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
             add_cand(s, &p);
         }
         if (n_active < 2 || strcmp(codec, "none") == 0) continue; /* outer rounds always compress */
+        /* Outer rounds send sparse pseudo-gradients through the sparse codec, which keeps more entries than
+         * top-k in the same bytes (quantized values, u16 positions) - SparseLoCo's finding - unless the
+         * run pins top-k. */
+        if (strncmp(codec, "topk", 4) == 0 && !s->o->codec[0]) continue;
         /* Inner steps sync over the region's replicas only, uncompressed. */
         double inner_intra, inner_wire[XDC_TOPO_MAX_REGIONS];
         double inner = dp_round(s, base, dr, 1, "none", 1.0, 1, &inner_intra, inner_wire); /* all intra */
@@ -314,7 +387,7 @@ static void search_dp(search *s, const unsigned char *in)
         base.micro_batch = s->b->micro_batch;
         base.seq_len = s->b->seq_len;
         base.tokens = (double)base.microbatches * tokens_mb(s) * D;
-        fill_stages_even(s, &base, P, base.microbatches);
+        fill_stages(s, &base, P, base.microbatches);
         dp_region dr[XDC_TOPO_MAX_REGIONS];
         double t_pipe = 0, compute = 0, bubble = 0, total = 0;
         for (int r = 0; r < t->n_regions; r++) {
@@ -389,55 +462,6 @@ static void search_dp_sets(search *s)
 
 /* ---- pipelines that span a chain of regions ------------------------------------------------------ */
 
-typedef struct chain_stage {
-    int region;
-    double flops, mem_limit;
-    int inflight;
-} chain_stage;
-
-static double stage_time(const search *s, const chain_stage *cs, int lb, int le)
-{
-    return topo_stage_flops(s->m, lb, le, tokens_mb(s), s->b->seq_len) / cs->flops;
-}
-
-static int stage_fits(const search *s, const chain_stage *cs, int lb, int le, int M)
-{
-    return topo_stage_mem_gib(s->m, lb, le, cs->inflight, M, s->b->micro_batch, s->b->seq_len, 0) <= cs->mem_limit;
-}
-
-/* Greedy fill under a time cap: each stage takes the most layers it can run within cap and hold in
- * memory, leaving at least one layer for each later stage. 1 when every layer found a stage. */
-static int partition_under(const search *s, const chain_stage *cs, int P, int M, double cap, int *lb)
-{
-    int L = s->m->layers, at = 0;
-    for (int i = 0; i < P; i++) {
-        lb[i] = at;
-        int most = L - at - (P - i - 1), k = i == P - 1 ? most : 0;
-        if (i < P - 1)
-            while (k < most && stage_time(s, &cs[i], at, at + k + 1) <= cap && stage_fits(s, &cs[i], at, at + k + 1, M))
-                k++;
-        if (k < 1) return 0;
-        if (stage_time(s, &cs[i], at, at + k) > cap || !stage_fits(s, &cs[i], at, at + k, M)) return 0;
-        at += k;
-    }
-    lb[P] = L;
-    return at == L;
-}
-
-/* Smallest bottleneck time over layer partitions (binary search on the cap); 0 when memory forbids. */
-static int partition_layers(const search *s, const chain_stage *cs, int P, int M, int *lb)
-{
-    double hi = 0;
-    for (int i = 0; i < P; i++) hi = fmax(hi, stage_time(s, &cs[i], 0, s->m->layers));
-    if (!partition_under(s, cs, P, M, hi * 1.0001, lb)) return 0;
-    double lo = 0;
-    for (int it = 0; it < 60; it++) {
-        double mid = 0.5 * (lo + hi);
-        if (partition_under(s, cs, P, M, mid, lb)) hi = mid;
-        else lo = mid;
-    }
-    return partition_under(s, cs, P, M, hi, lb);
-}
 
 static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
 

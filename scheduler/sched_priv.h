@@ -13,6 +13,12 @@
 #define TOPO_PLAN_MSG_OVERHEAD_S 2e-4 /* per WAN message: framing, TLS record, syscalls, wakeups */
 
 #define TOPO_PLAN_TOPK_FRACTION 0.01 /* the top-k fraction the search tries */
+/* The sparse codec's density:bits the search tries, weakest first (the densest with the most bits is
+ * the most faithful; each next one counts one step lossier). From the sweep in docs/benchmarks.md. */
+#define TOPO_PLAN_SPARSE_VARIANTS    \
+    {                                \
+        "0.03:4", "0.02:2", "0.01:2" \
+    }
 
 /* One codec's wire size and single-core speed: compression's estimate (xdc_codec_estimate_for) for the
  * link, and its lossiness. */
@@ -23,11 +29,13 @@ typedef struct topo_codec_info {
     int rank;       /* lossiness: 0 exact, higher = lossier */
 } topo_codec_info;
 
-/* Fills *out for "none", "bf16", "int8", "int4", "topk:F" (compression's registry); link_gbps picks the
- * zstd stage the runtime adds on slow links. XDC_ERR_INVALID for an unknown name. */
+/* Fills *out for "none", "bf16", "int8", "int4", "topk:F", "sparse:F:B" (compression's registry);
+ * link_gbps picks the zstd stage the runtime adds on slow links. The rank is the registry's lossiness,
+ * plus the variant's place in TOPO_PLAN_SPARSE_VARIANTS for sparse. XDC_ERR_INVALID for an unknown
+ * name. */
 xdc_err_t topo_codec_info_get(const char *name, double link_gbps, topo_codec_info *out);
 /* The search's codec candidates, weakest first: every codec of the registry (top-k at
- * TOPO_PLAN_TOPK_FRACTION), or for activations those the registry marks for_activations. Returns the
+ * TOPO_PLAN_TOPK_FRACTION, sparse at each of TOPO_PLAN_SPARSE_VARIANTS), or for activations those the registry marks for_activations. Returns the
  * count written (at most cap). */
 int topo_codec_ladder(bool activations, char names[][16], int cap);
 /* "none|bf16|int8|int4|topk:F": the names the planner accepts, for messages. */

@@ -5,6 +5,7 @@
 #include "tests/xdc_test.h"
 
 #include "common/xdc_alloc.h"
+#include "common/xdc_hash.h"
 #include "common/xdc_rng.h"
 #include "compression/xdc_codec.h"
 #include "kernels/xdc_device.h"
@@ -14,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const all_codecs[] = {"none", "bf16", "int8:128", "int4:64", "topk:0.05"};
+static const char *const all_codecs[] = {"none", "bf16", "int8:128", "int4:64", "topk:0.05", "sparse:0.05:3"};
 #define N_CODECS (sizeof all_codecs / sizeof all_codecs[0])
 
 static xdc_codec *make(const char *spec, size_t n, size_t chunk, int zstd, bool ef)
@@ -72,6 +73,19 @@ XDC_TEST(codec_parse_format_and_errors)
     XDC_ASSERT_ERR(xdc_codec_parse("topk:0.9", &cfg, &d), XDC_ERR_CONFIG);
     XDC_ASSERT_STR_CONTAINS(d.msg, "(0, 0.5]");
     XDC_ASSERT_ERR(xdc_codec_parse("none:3", &cfg, &d), XDC_ERR_CONFIG);
+    xdc_codec_cfg fresh = XDC_CODEC_CFG_INIT;
+    cfg = fresh;
+    XDC_ASSERT_OK(xdc_codec_parse("sparse:0.03", &cfg, &d)); /* bits keep their value (default 2) */
+    XDC_ASSERT(cfg.kind == XDC_CODEC_SPARSE && fabsf(cfg.sparse_fraction - 0.03f) < 1e-7f && cfg.sparse_bits == 2);
+    XDC_ASSERT_OK(xdc_codec_parse("sparse:0.01:4", &cfg, &d));
+    xdc_codec_format(&cfg, buf, sizeof buf);
+    XDC_ASSERT_MSG(strcmp(buf, "sparse:0.01:4") == 0, "formatted as %s", buf);
+    static const char *const bad_sparse[] = {
+        "sparse:0.01:1", "sparse:0.01:9", "sparse:0.6:2", "sparse:0.01:", "sparse:", "sparse:0.01:2:3", "sparse:x"};
+    for (size_t i = 0; i < sizeof bad_sparse / sizeof bad_sparse[0]; i++) {
+        XDC_ASSERT_ERR(xdc_codec_parse(bad_sparse[i], &cfg, &d), XDC_ERR_CONFIG);
+        XDC_ASSERT_STR_CONTAINS(d.msg, "bits in [2, 8]");
+    }
     cfg.n_elems = 0;
     xdc_codec *c = NULL;
     XDC_ASSERT_ERR(xdc_codec_create(&cfg, &c, &d), XDC_ERR_CONFIG);
@@ -85,7 +99,7 @@ XDC_TEST(codec_registry_names_kinds_and_estimates)
 {
     xdc_diag d = {{0}};
     char expected[256] = "";
-    XDC_ASSERT(xdc_codec_info_count() == 5);
+    XDC_ASSERT(xdc_codec_info_count() == 6);
     XDC_ASSERT(xdc_codec_info_at(xdc_codec_info_count()) == NULL);
     for (size_t i = 0; i < xdc_codec_info_count(); i++) {
         const xdc_codec_info *c = xdc_codec_info_at(i);
@@ -102,8 +116,9 @@ XDC_TEST(codec_registry_names_kinds_and_estimates)
         snprintf(expected + strlen(expected), sizeof expected - strlen(expected), "%s%s%s%s%s", i ? ", " : "", c->name,
                  c->param ? "[:" : "", c->param ? c->param : "", c->param ? "]" : "");
 
-        /* Estimates: bare names, except top-k, which needs its fraction; the zstd row where the link gets zstd. */
-        const char *spec = c->param_in_size ? "topk:0.05" : c->name;
+        /* Estimates: bare names, except top-k and sparse, which need their fraction (sparse at its default 2
+         * bits); the zstd row where the link gets zstd. */
+        const char *spec = c->kind == XDC_CODEC_SPARSE ? "sparse:0.05" : c->param_in_size ? "topk:0.05" : c->name;
         double f = c->param_in_size ? 0.05 : 1.0;
         xdc_codec_estimate e;
         const xdc_codec_info *got = NULL;
@@ -132,6 +147,9 @@ XDC_TEST(codec_registry_names_kinds_and_estimates)
     XDC_ASSERT_ERR(xdc_codec_estimate_for("int8:64", 1.0, &e, NULL), XDC_ERR_CONFIG);
     XDC_ASSERT_ERR(xdc_codec_estimate_for("topk:0.9", 1.0, &e, NULL), XDC_ERR_CONFIG);
     XDC_ASSERT_ERR(xdc_codec_estimate_for("int9", 1.0, &e, NULL), XDC_ERR_CONFIG);
+    XDC_ASSERT_ERR(xdc_codec_estimate_for("sparse:0.02:9", 1.0, &e, NULL), XDC_ERR_CONFIG);
+    XDC_ASSERT_OK(xdc_codec_estimate_for("sparse:0.02:4", 100.0, &e, NULL));
+    XDC_ASSERT(fabs(e.ratio - xdc_codec_info_at(XDC_CODEC_SPARSE)->plain.ratio * 0.02 * 20.0 / 18.0) < 1e-12);
     XDC_ASSERT(xdc_codec_info_find("int", 3) == NULL && xdc_codec_info_find("int8", 3) == NULL);
     /* The parse error lists the registry. */
     xdc_codec_cfg cfg = XDC_CODEC_CFG_INIT;
@@ -167,6 +185,14 @@ XDC_TEST(codec_round_trip_error_within_documented_bounds)
                     break;
                 }
                 case 3: bound = (hi - lo) / 30.0f * 1.0001f; break;
+                case 5: { /* sparse:0.05:3 — half a step of 3 levels over the 4096-block's kept magnitudes */
+                    size_t s0 = (i - c0) / 4096 * 4096 + c0;
+                    am = 0;
+                    for (size_t j = s0; j < s0 + 4096 && j < n && j < c0 + chunk; j++) am = fmaxf(am, fabsf(x[j]));
+                    bound = y[i] == 0.0f ? fabsf(x[i]) : am / 6.0f * 1.0001f;
+                    nonzero += y[i] != 0.0f;
+                    break;
+                }
                 default:
                     bound = y[i] == 0.0f ? fabsf(x[i]) : 0;
                     nonzero += y[i] != 0.0f;
@@ -179,6 +205,11 @@ XDC_TEST(codec_round_trip_error_within_documented_bounds)
                 size_t want = 0;
                 for (size_t c0 = 0; c0 < n; c0 += chunk)
                     want += (size_t)(0.05 * (double)(n - c0 < chunk ? n - c0 : chunk) + 0.5);
+                XDC_ASSERT_EQ(nonzero, want);
+            }
+            if (ci == 5) { /* 205 = round(0.05 * 4096) per block (chunks hold 2), the short last one its share */
+                size_t want = 0;
+                for (size_t b0 = 0; b0 < n; b0 += 4096) want += (205 * (n - b0 < 4096 ? n - b0 : 4096) + 4095) / 4096;
                 XDC_ASSERT_EQ(nonzero, want);
             }
             XDC_ASSERT(1);
@@ -328,6 +359,107 @@ XDC_TEST(codec_decoder_refuses_corrupt_chunks)
     xdc_free(x), xdc_free(y), xdc_free(buf), xdc_free(bad);
 }
 
+/* One sparse encode with error feedback: what was sent (decoded) plus the new residual equals the input
+ * plus the old residual, as the encoder's fp32 sum x + r computed it: exactly where nothing was sent,
+ * within one rounding of the quantization error where a value was. More bits: more bytes, same kept count. */
+XDC_TEST(codec_sparse_sent_plus_residual_equals_input)
+{
+    size_t n = 30000, bytes = n * sizeof(float);
+    float *x = xdc_malloc(bytes), *y = xdc_malloc(bytes), *r0 = xdc_malloc(bytes), *in = xdc_malloc(bytes);
+    size_t prev_len = 0;
+    static const char *const specs[] = {"sparse:0.02:2", "sparse:0.02:3", "sparse:0.02:4", "sparse:0.02:8"};
+    for (size_t s = 0; s < 4; s++) {
+        xdc_codec *c = make(specs[s], n, 8192, 1, true);
+        size_t len = 0, kept = 0;
+        for (int step = 0; step < 3; step++) {
+            fill_grad(x, n, 300 + (uint64_t)step);
+            memcpy(r0, xdc_codec_residual(c), bytes);
+            for (size_t i = 0; i < n; i++) in[i] = x[i] + r0[i];
+            len = round_trip(c, x, n, y);
+            const float *r = xdc_codec_residual(c);
+            kept = 0;
+            for (size_t i = 0; i < n; i++) {
+                kept += y[i] != 0.0f;
+                float tol = y[i] == 0.0f ? 0.0f : fabsf(in[i]) * FLT_EPSILON;
+                XDC_ASSERT_MSG(fabsf(y[i] + r[i] - in[i]) <= tol, "%s step %d elem %zu: sent %g + residual %g != %g",
+                               specs[s], step, i, y[i], r[i], in[i]);
+            }
+        }
+        XDC_ASSERT_MSG(kept >= n / 60 && kept <= n / 40, "%s kept %zu of %zu", specs[s], kept, n);
+        XDC_ASSERT_MSG(len > prev_len, "%s: %zu bytes, not more than %zu with fewer bits", specs[s], len, prev_len);
+        prev_len = len;
+        xdc_codec_destroy(c);
+    }
+    /* 2 bits per value: a block sends at most two magnitudes. */
+    xdc_codec *c = make("sparse:0.02:2", n, 8192, 0, false);
+    fill_grad(x, n, 9);
+    round_trip(c, x, n, y);
+    float mags[3];
+    size_t nm = 0;
+    for (size_t i = 0; i < 4096; i++) {
+        float a = fabsf(y[i]);
+        bool seen = a == 0.0f;
+        for (size_t j = 0; j < nm; j++) seen |= mags[j] == a;
+        if (!seen && nm < 3) mags[nm++] = a;
+    }
+    XDC_ASSERT_MSG(nm == 2, "first block decodes to %zu magnitudes", nm);
+    xdc_codec_destroy(c);
+    xdc_free(x), xdc_free(y), xdc_free(r0), xdc_free(in);
+}
+
+/* Rewrites the check field of the chunk at p (header + payload) after a test edited it. */
+static void rechecksum(uint8_t *p)
+{
+    uint32_t wire;
+    memcpy(&wire, p + 20, 4);
+    uint64_t check = xdc_xxh3(p, 32) ^ xdc_xxh3(p + 40, wire);
+    memcpy(p + 32, &check, 8);
+}
+
+/* Sparse chunks whose checksum is right but whose fields are not: each is refused, naming the field,
+ * and an accumulating decode leaves its output untouched. */
+XDC_TEST(codec_sparse_decoder_refuses_malformed_chunks)
+{
+    size_t n = 5000, bytes = n * sizeof(float);
+    float *x = xdc_malloc(bytes), *y = xdc_malloc(bytes), *keep = xdc_malloc(bytes);
+    fill_grad(x, n, 41);
+    xdc_codec *c = make("sparse:0.02:3", n, 8192, 0, false); /* one chunk: blocks of 4096 and 904 */
+    size_t cap = xdc_codec_bound(c, n), len = 0;
+    uint8_t *buf = xdc_malloc(cap), *bad = xdc_malloc(cap);
+    XDC_ASSERT_OK(xdc_codec_encode(c, x, n, buf, cap, &len, NULL));
+    const size_t k0 = 82, gaps = 40 + 16; /* round(0.02 * 4096); payload: 2 blocks of scales, then gaps */
+    struct {
+        size_t at;
+        uint8_t set;
+        const char *why;
+    } edits[] = {
+        {7, 0, "aux byte 0"}, /* value bits */
+        {7, 9, "aux byte 9"},
+        {12, 0, "parameter 0"},                /* k of a full block */
+        {13, 8, "parameter 2130"},             /* 82 + 8 * 256 > 4096 / 2 */
+        {40 + 3, 0xff, "non-finite"},          /* block 0 lo = NaN */
+        {40 + 7, 0x00, "out of order"},        /* block 0 hi (fp32 bytes 4..7): tiny, below lo */
+        {gaps + 2, 0, "repeats"},              /* block 0, second gap = 0 */
+        {gaps + 1, 0x10, "run past"},          /* block 0, first position 4096 + ... */
+        {gaps + 2 * k0 + 1, 0x04, "run past"}, /* block 1 (904 elements), first position >= 1024 */
+    };
+    for (size_t e = 0; e < sizeof edits / sizeof edits[0]; e++) {
+        memcpy(bad, buf, len);
+        bad[edits[e].at] = edits[e].set;
+        if (edits[e].at == 40 + 7) bad[40 + 6] = 0;
+        rechecksum(bad);
+        fill_grad(y, n, 7);
+        memcpy(keep, y, bytes);
+        xdc_diag d = {{0}};
+        XDC_ASSERT_ERR(xdc_codec_decode(c, bad, len, y, n, XDC_CODEC_ACCUMULATE, &d), XDC_ERR_CORRUPT);
+        XDC_ASSERT_STR_CONTAINS(d.msg, edits[e].why);
+        XDC_ASSERT_MSG(memcmp(keep, y, bytes) == 0, "edit %zu (%s) touched the output", e, edits[e].why);
+    }
+    XDC_ASSERT_OK(xdc_codec_decode(c, buf, len, y, n, XDC_CODEC_WRITE, NULL)); /* the original still decodes */
+    xdc_codec_destroy(c);
+    xdc_free(x), xdc_free(y), xdc_free(keep), xdc_free(buf), xdc_free(bad);
+}
+
 XDC_TEST(codec_accumulate_mode_adds_and_chunks_pipeline)
 {
     size_t n = 10000, chunk = 3000;
@@ -466,7 +598,7 @@ XDC_TEST(codec_least_squares_converges_through_every_codec)
 {
     double base = train_least_squares(NULL);
     XDC_ASSERT_MSG(base < 1e-4, "uncompressed run did not converge: %g", base);
-    static const char *const specs[] = {"none", "bf16", "int8:64", "int4:32", "topk:0.1"};
+    static const char *const specs[] = {"none", "bf16", "int8:64", "int4:32", "topk:0.1", "sparse:0.1:4"};
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         double e = train_least_squares(specs[i]);
         XDC_ASSERT_MSG(e < 1e-2, "%s: relative distance to the optimum %g (uncompressed %g)", specs[i], e, base);

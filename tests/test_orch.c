@@ -13,6 +13,7 @@
 #include "orchestrator/worker/orch_worker.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -543,27 +544,79 @@ XDC_TEST_T(orch_members_that_never_arrive_are_named, 120)
     free(coord);
 }
 
-XDC_TEST_T(orch_plan_auto_and_replan_on_a_degraded_link, 300)
+/* The sparse codec end to end through `xdc launch`: DiLoCo and streaming runs complete with a finite
+ * validation loss and send under a tenth of the WAN bytes of the same DiLoCo run with int8. */
+XDC_TEST_T(orch_sparse_codec_runs_diloco_and_streaming, 300)
 {
     need_corpus();
-    /* plan: auto takes the layout from the planner; the emulated link carries 5 % of what the topology
-     * promises, so the first re-plan check finds the goodput far off and switches to a stronger codec,
-     * in every region at the same step (or the run would not finish). */
-    char text[1024], cwd[400], path[600], cmd[2048], out[65536];
+    static char out[65536];
+    static const char *const runs[][2] = {
+        {"diloco", "int8"}, {"diloco", "sparse:0.02:2"}, {"streaming", "sparse:0.02:2"}};
+    double bytes[3];
+    for (int i = 0; i < 3; i++) {
+        char name[32], dir[600], val[64];
+        snprintf(name, sizeof name, "sparse-%d", i);
+        const char *run = write_run(name, runs[i][0], 40, runs[i][1],
+                                    "diloco: {inner_steps: 10}\nstreaming: {fragments: 4}\n");
+        snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
+        int rc = launch(run, dir, NULL, out, sizeof out);
+        XDC_ASSERT_MSG(rc == 0, "%s %s exited %d:\n%s", runs[i][0], runs[i][1], rc, out);
+        final_field(out, "val_loss=", val, sizeof val);
+        XDC_ASSERT_MSG(isfinite(atof(val)) && atof(val) > 0, "%s %s: val_loss %s", runs[i][0], runs[i][1], val);
+        final_field(out, "wan_bytes=", val, sizeof val);
+        bytes[i] = atof(val);
+    }
+    XDC_ASSERT_MSG(bytes[1] * 10 < bytes[0] && bytes[2] * 10 < bytes[0],
+                   "WAN bytes int8 %g, sparse diloco %g, streaming %g", bytes[0], bytes[1], bytes[2]);
+}
+
+/* A `plan: auto` sync run re-planning every 3 steps on the demo link, emulated at `degrade` x its
+ * bandwidth ("1" = as the topology says); the launcher's output in out. */
+static void replan_run(const char *degrade, char *out, size_t cap)
+{
+    need_corpus();
+    char text[1024], cwd[400], path[600], cmd[2048];
     if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
     snprintf(path, sizeof path, "%s/replan.yaml", xdc_test_tmpdir());
     snprintf(text, sizeof text,
              "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: sync\nplan: auto\nmicrobatches: 2\nsteps: 15\n"
-             "replan_every: 5\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
+             "replan_every: 3\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
              cwd, DATA);
     xdc_test_write_file(path, text);
-    snprintf(cmd, sizeof cmd, "timeout 240 %s launch -t %s -c %s --run-dir %s/run --degrade-links 0.05", xdc_test_bin(),
-             TOPO, path, xdc_test_tmpdir());
-    int rc = xdc_test_run(cmd, out, sizeof out);
+    snprintf(cmd, sizeof cmd, "timeout 240 %s launch -t %s -c %s --run-dir %s/run --degrade-links %s", xdc_test_bin(),
+             TOPO, path, xdc_test_tmpdir(), degrade);
+    int rc = xdc_test_run(cmd, out, cap);
     XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "plan: sync");
-    XDC_ASSERT_STR_CONTAINS(out, "re-plan: goodput");
     XDC_ASSERT_STR_CONTAINS(out, "final val_loss=");
+}
+
+XDC_TEST_T(orch_plan_auto_and_replan_on_a_degraded_link, 300)
+{
+    /* The emulated link carries 5 % of what the topology promises, so the first re-plan check finds
+     * the link far slower than planned and switches to a stronger codec, in every region at the same
+     * step (or the run would not finish). */
+    char out[65536];
+    replan_run("0.05", out, sizeof out);
+    XDC_ASSERT_STR_CONTAINS(out, "re-plan: goodput");
+}
+
+XDC_TEST_T(orch_plan_auto_keeps_its_plan_on_a_healthy_link, 300)
+{
+    /* The link as planned: five checks over the run, none may re-plan, however long each region waits
+     * for the other's compute (goodput counts only the time bytes were arriving). */
+    char out[65536];
+    replan_run("1", out, sizeof out);
+    XDC_ASSERT_MSG(strstr(out, "re-plan") == NULL, "a healthy link re-planned:\n%s", out);
+    /* The planner picked the microbatches: the run file's 2 per worker make 2 x 4 per step, cut for the
+     * P stages per replica it chose (4 / P replicas: 2 P microbatches each). */
+    const char *plan = strstr(out, "plan: sync, ");
+    int P = 0, M = 0;
+    XDC_ASSERT(plan && sscanf(plan, "plan: sync, %d stage", &P) == 1);
+    const char *mb = strstr(plan, " microbatches");
+    while (mb > plan && mb[-1] >= '0' && mb[-1] <= '9') mb--;
+    XDC_ASSERT(mb && sscanf(mb, "%d microbatches", &M) == 1);
+    XDC_ASSERT_MSG(M == 2 * P, "%d stages per replica, %d microbatches", P, M);
 }
 
 XDC_TEST_T(orch_killing_the_launcher_leaves_no_workers, 120)

@@ -146,6 +146,76 @@ XDC_TEST(plan_slow_link_gets_stronger_codec_or_longer_period)
     xdc_topology_destroy(slow);
 }
 
+/* The regime decides the mode: where flat fp32 sync would spend many times a step's compute on the WAN
+ * the plan overlaps outer rounds with compute (streaming or DiLoCo) and, once even int8 outer rounds
+ * cannot hide behind the period, sends sparse pseudo-gradients; where the WAN is cheap it syncs every
+ * step. */
+XDC_TEST(plan_wan_bound_goes_sparse_or_streaming_and_compute_bound_syncs)
+{
+    xdc_model_shape m;
+    xdc_model_shape_gpt(12, 12, 768, 1024, 256, &m);       /* ~85M parameters: 340 MB of fp32 gradient */
+    xdc_batch_shape b = {8, 1024, 8.0 * 1024 * 16 * 2};    /* ~0.08 s of compute per step */
+    xdc_batch_shape big = {8, 1024, 8.0 * 1024 * 16 * 32}; /* ~1.2 s */
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    xdc_topology *fast = two_regions(8, 300, 300, 80, "bandwidth_gbps: 400, rtt_ms: 2");
+    xdc_topology *wan = two_regions(8, 300, 300, 80, "bandwidth_gbps: 1, rtt_ms: 40");
+    xdc_topology *thin = two_regions(8, 300, 300, 80, "bandwidth_gbps: 0.005, rtt_ms: 80");
+    xdc_plan_set *sf = search_ok(fast, &m, &big, &o), *sw = search_ok(wan, &m, &b, &o),
+                 *st = search_ok(thin, &m, &b, &o);
+    XDC_ASSERT_MSG(sf->best.mode == XDC_PLAN_SYNC, "compute-bound: %s %s", xdc_plan_mode_name(sf->best.mode),
+                   sf->best.codec);
+    XDC_ASSERT_MSG(sw->best.mode == XDC_PLAN_STREAMING || sw->best.mode == XDC_PLAN_DILOCO ||
+                       strncmp(sw->best.codec, "sparse", 6) == 0,
+                   "WAN-bound: %s %s H=%d", xdc_plan_mode_name(sw->best.mode), sw->best.codec, sw->best.inner_steps);
+    XDC_ASSERT_MSG(strncmp(st->best.codec, "sparse", 6) == 0 && st->best.mode != XDC_PLAN_SYNC, "thin link: %s %s H=%d",
+                   xdc_plan_mode_name(st->best.mode), st->best.codec, st->best.inner_steps);
+    /* The WAN-bound plan hides its WAN time: within the tolerance of a step without any. */
+    XDC_ASSERT_MSG(sw->best.t_wan_exposed <= 0.1 * sw->best.t_step, "WAN-bound plan exposes %g of %g s",
+                   sw->best.t_wan_exposed, sw->best.t_step);
+    xdc_plan_set_destroy(sf);
+    xdc_plan_set_destroy(sw);
+    xdc_plan_set_destroy(st);
+    xdc_topology_destroy(fast);
+    xdc_topology_destroy(wan);
+    xdc_topology_destroy(thin);
+}
+
+/* Data-parallel stages on the heterogeneous topology (H100, A100, L40S; the regions that sync together
+ * run one partition on their slowest GPUs): the split balances the stages' compute instead of their layer counts, so the
+ * stage that also holds the LM head (50257 x 768) takes fewer layers than the first, and its slowest
+ * stage is no slower than a stage of the even split that holds the head. */
+XDC_TEST(plan_data_parallel_split_is_uneven_where_the_stages_cost_differ)
+{
+    xdc_topology *t = test_plan_load_topo("examples/topology/heterogeneous.yaml");
+    xdc_model_shape m;
+    xdc_model_shape_gpt(12, 12, 768, 1024, 50257, &m);
+    xdc_batch_shape b = {8, 1024, 8.0 * 1024 * 16 * 112};
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    o.stages = 4;
+    o.mode = XDC_PLAN_SYNC;
+    xdc_plan_set *s = search_ok(t, &m, &b, &o);
+    const xdc_plan *p = &s->best;
+    XDC_ASSERT_EQ(p->stages, 4);
+    int layers = 0;
+    double slowest = 0;
+    for (int i = 0; i < 4; i++) {
+        int n = p->stage[i].layer_end - p->stage[i].layer_begin;
+        XDC_ASSERT(n >= 1 && p->stage[i].layer_begin == layers);
+        layers += n;
+        slowest = p->stage[i].flops_mb > slowest ? p->stage[i].flops_mb : slowest;
+    }
+    XDC_ASSERT_EQ(layers, 12);
+    int last = p->stage[3].layer_end - p->stage[3].layer_begin, first = p->stage[0].layer_end - p->stage[0].layer_begin;
+    XDC_ASSERT_MSG(last < first, "last stage %d layers, first %d", last, first);
+    /* The even split's last stage: three layers and the head. Same shape, its stage cost from the plan's
+     * own numbers: the last stage's cost minus its layers plus three of the first stage's layers. */
+    double per_layer = p->stage[0].flops_mb / first; /* stage 0: layers and the embedding lookup (no FLOPs) */
+    XDC_ASSERT_MSG(slowest <= p->stage[3].flops_mb + (3 - last) * per_layer * 1.0001,
+                   "slowest stage %g, even split's last %g", slowest, p->stage[3].flops_mb + (3 - last) * per_layer);
+    xdc_plan_set_destroy(s);
+    xdc_topology_destroy(t);
+}
+
 XDC_TEST(plan_replan_for_measured_goodput_keeps_the_partition)
 {
     xdc_model_shape m;
@@ -511,6 +581,11 @@ XDC_TEST(plan_cli_prints_json_and_exit_codes)
     XDC_ASSERT_STR_CONTAINS(out, "predicted step");
     XDC_ASSERT_STR_CONTAINS(out, "runners-up");
     XDC_ASSERT_STR_CONTAINS(out, "how the plan was chosen");
+    /* --explain names the regime (the demo link makes flat sync WAN-bound) and why the choice fits it. */
+    XDC_ASSERT_STR_CONTAINS(out, "regime: flat fp32 sync of this layout");
+    XDC_ASSERT_STR_CONTAINS(out, "WAN-bound");
+    XDC_ASSERT_STR_CONTAINS(out, "chosen: streaming");
+    XDC_ASSERT_STR_CONTAINS(out, "less than flat");
     XDC_ASSERT_EQ(run_xdc("plan " DEMO " --json", out, sizeof out), 0);
     XDC_ASSERT_STR_CONTAINS(out, "\"plan\"");
     XDC_ASSERT_STR_CONTAINS(out, "\"egress_usd_per_step\"");

@@ -9,6 +9,7 @@
 #include "common/xdc_alloc.h"
 #include "common/xdc_hash.h"
 #include "common/xdc_rng.h"
+#include "common/xdc_time.h"
 #include "wan/emu/xdc_wan_emu.h"
 #include "wan/wan_priv.h"
 
@@ -67,9 +68,17 @@ static void roundtrip_with(int streams)
     xdc_rng_seed(&r, (uint64_t)streams);
     for (int i = 9; i < 24; i++) sizes[i] = 1 + xdc_rng_below(&r, xdc_rng_below(&r, 4) == 0 ? (4u << 20) : 200000);
     exchange(tp.cli, tp.srv, sizes, 24, 100);
-    exchange(tp.srv, tp.cli, sizes, 24, 200);
     xdc_wan_stats st;
     xdc_wan_peer_stats(tp.cli, &st);
+    double before_rx = st.rx_busy_seconds; /* the client has received nothing yet */
+    uint64_t t0 = xdc_now_ns();
+    exchange(tp.srv, tp.cli, sizes, 24, 200);
+    double window = (double)(xdc_now_ns() - t0) / 1e9;
+    xdc_wan_peer_stats(tp.cli, &st);
+    /* Time bytes were arriving: none before the first message, some during, never more than the window. */
+    XDC_ASSERT(before_rx == 0);
+    XDC_ASSERT_MSG(st.rx_busy_seconds > 0 && st.rx_busy_seconds <= window, "busy %g s in a %g s window",
+                   st.rx_busy_seconds, window);
     XDC_ASSERT_EQ(st.streams, streams);
     XDC_ASSERT_EQ(st.streams_up, streams);
     uint64_t total = 0;

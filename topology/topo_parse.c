@@ -12,7 +12,7 @@
 
 #define TOPO_MAX_HOSTS_PER_REGION 65536
 
-static const char *const codec_words[] = {"auto", "none", "bf16", "int8", "int4", "topk", NULL};
+static const char *const codec_words[] = {"auto", "none", "bf16", "int8", "int4", "topk", "sparse", NULL};
 
 typedef struct {
     char name[XDC_NAME_MAX];

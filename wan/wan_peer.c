@@ -91,6 +91,7 @@ void wan_req_finish(xdc_wan_request *r, xdc_err_t err, const char *why)
     xdc_wan_peer *p = r->peer;
     if (r->is_send) queue_remove(&p->txq_head[r->cls], &p->txq_tail[r->cls], r);
     else queue_remove(&p->rxq_head[r->cls], &p->rxq_tail[r->cls], r);
+    if (r->rx_arriving && --p->rx_arriving == 0) p->rx_busy_ns += xdc_now_ns() - p->rx_busy_since_ns;
     if (r->cancelled) { /* nobody holds the handle any more */
         req_release(r);
         return;
@@ -603,7 +604,9 @@ static int rx_header(wan_stream *s)
                 s->stalled = 1;
                 return 1;
             }
-            if (r->msg_len == UINT64_MAX) {
+            if (r->msg_len == UINT64_MAX) { /* the message's first frame: it is arriving from now */
+                r->rx_arriving = 1;
+                if (p->rx_arriving++ == 0) p->rx_busy_since_ns = now;
                 r->msg_len = f->msg_len;
                 r->codec = f->codec;
                 r->overflow = f->msg_len > r->cap;

@@ -36,6 +36,7 @@ struct xdc_wan_request {
     uint64_t msg_len;  /* known from the first frame; UINT64_MAX before */
     uint64_t rx_bytes; /* payload bytes placed */
     int overflow;      /* message longer than cap: consumed, then failed with XDC_ERR_RANGE */
+    int rx_arriving;   /* its first frame was seen and it is counted in its peer's rx_arriving */
     xdc_err_t err;
     char why[384]; /* failure detail copied out by test() */
     /* cancelled (xdc_wan_request_cancel): the caller gave the handle up and its buffer back; the request
@@ -135,7 +136,10 @@ struct xdc_wan_peer {
     uint64_t rx_posted[XDC_WAN_NUM_CLASSES];
     uint64_t *rx_seen; /* (window / 64) bitmap of seqs in [rx_cum, rx_cum + window) */
     uint64_t rx_cum;
-    uint64_t ack_sent; /* rx_cum in the last ACK written; UINT64_MAX forces the next one */
+    uint64_t ack_sent;         /* rx_cum in the last ACK written; UINT64_MAX forces the next one */
+    int rx_arriving;           /* receives between their first frame and their end (xdc_wan_stats.rx_busy_seconds) */
+    uint64_t rx_busy_since_ns; /* when rx_arriving last became nonzero */
+    uint64_t rx_busy_ns;       /* closed busy intervals */
     /* liveness */
     uint64_t last_rx_ns;
     uint64_t down_since_ns; /* 0 while every stream is up */

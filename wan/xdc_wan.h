@@ -66,11 +66,17 @@ typedef struct xdc_wan_config {
 
 /* Per-peer measurements (one direction each where it says so). */
 typedef struct xdc_wan_stats {
-    double rtt_ms;              /* smoothed PING/PONG round trip; 0 before the first sample */
-    double goodput_gbps;        /* acknowledged payload bits / seconds since the first send */
-    uint64_t tx_payload_bytes;  /* payload bytes acknowledged by the peer (after compression) */
-    uint64_t tx_raw_bytes;      /* the same messages' pre-compression bytes, as the caller reported */
-    uint64_t rx_payload_bytes;  /* payload bytes delivered to receives */
+    double rtt_ms;             /* smoothed PING/PONG round trip; 0 before the first sample */
+    double goodput_gbps;       /* acknowledged payload bits / seconds since the first send */
+    uint64_t tx_payload_bytes; /* payload bytes acknowledged by the peer (after compression) */
+    uint64_t tx_raw_bytes;     /* the same messages' pre-compression bytes, as the caller reported */
+    uint64_t rx_payload_bytes; /* payload bytes delivered to receives */
+    /* Seconds this peer's messages were arriving: from the first DATA frame header of a message read to
+     * its last byte, overlapping messages counted once. Never longer than the link took to move them (a
+     * message whose bytes had already arrived before its receive was posted reads in no time), so
+     * rx_payload_bytes / rx_busy_seconds is at least the rate the link moved them at: a low value is
+     * evidence of a slow link, not of a late peer. */
+    double rx_busy_seconds;
     uint64_t tx_wire_bytes;     /* frame headers + payload written, retransmissions included */
     uint64_t retransmit_frames; /* DATA frames sent again after a stream broke */
     uint64_t duplicate_frames;  /* DATA frames received twice and dropped */

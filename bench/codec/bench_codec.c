@@ -97,10 +97,10 @@ int main(void)
     printf("%-12s %6s %10s %10.2f %10s %10s %10s\n", "memcpy", "-", "1.000", memcpy_gbps, "-", "-", "0");
     printf("%-12s %6d %10.3f %10.2f %10s %10s %10s\n", "ZSTD_compress", 1, zstd_ratio, zstd_gbps, "-", "-", "0");
 
-    static const char *const specs[] = {"none", "bf16", "int8:128", "int4:64", "topk:0.01"};
+    static const char *const specs[] = {"none", "bf16", "int8:128", "int4:64", "topk:0.01", "sparse:0.02:2"};
     static const int levels[] = {0, 1};
-    codec_result res[5][2];
-    for (int s = 0; s < 5; s++)
+    codec_result res[6][2];
+    for (int s = 0; s < 6; s++)
         for (int l = 0; l < 2; l++) {
             res[s][l] = run_codec(specs[s], levels[l], x, y, wire, cap);
             printf("%-12s %6d %10.3f %10.2f %10.2f %10.2f %10.2e\n", specs[s], levels[l], res[s][l].ratio,
@@ -119,13 +119,14 @@ int main(void)
         if (lvl != 0) all_keep_up &= ok; /* level 0 runs no zstd: nothing to judge */
         printf("  %6.1f %4d %8.2f %s\n", links[i], lvl, wire_gbps, lvl == 0 ? "n/a (zstd off)" : ok ? "yes" : "NO");
     }
-    /* int8/int4/top-k keys: error feedback on; "encode" without zstd, the _zstd keys with level 1. */
+    /* int8/int4/top-k/sparse keys: error feedback on; "encode" without zstd, the _zstd keys with level 1. */
     printf("int8_encode_vs_memcpy=%.3f int8_zstd_encode_vs_memcpy=%.3f topk_gbps=%.2f int8_ratio=%.3f "
-           "int8_zstd_ratio=%.3f int4_zstd_ratio=%.3f bf16_zstd_ratio=%.3f topk_zstd_ratio=%.4f zstd1_raw_ratio=%.3f "
-           "zstd1_gbps=%.2f memcpy_gbps=%.2f zstd_keeps_up=%s\n",
+           "int8_zstd_ratio=%.3f int4_zstd_ratio=%.3f bf16_zstd_ratio=%.3f topk_zstd_ratio=%.4f sparse_gbps=%.2f "
+           "sparse_ratio=%.4f sparse_zstd_ratio=%.4f zstd1_raw_ratio=%.3f zstd1_gbps=%.2f memcpy_gbps=%.2f "
+           "zstd_keeps_up=%s\n",
            res[2][0].enc_gbps / memcpy_gbps, res[2][1].enc_gbps / memcpy_gbps, res[4][1].enc_gbps, res[2][0].ratio,
-           res[2][1].ratio, res[3][1].ratio, res[1][1].ratio, res[4][1].ratio, zstd_ratio, zstd_gbps, memcpy_gbps,
-           all_keep_up ? "yes" : "no");
+           res[2][1].ratio, res[3][1].ratio, res[1][1].ratio, res[4][1].ratio, res[5][1].enc_gbps, res[5][0].ratio,
+           res[5][1].ratio, zstd_ratio, zstd_gbps, memcpy_gbps, all_keep_up ? "yes" : "no");
     xdc_free(x), xdc_free(y), xdc_free(wire);
     return 0;
 }

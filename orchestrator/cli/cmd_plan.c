@@ -179,6 +179,40 @@ static int parse_mode(const char *s)
     return -2;
 }
 
+/* Why the chosen plan fits the regime: what flat fp32 sync of the same layout would spend on syncing
+ * against its compute, and what the chosen plan sends and hides instead. */
+static void explain_regime(const xdc_topology *t, const xdc_plan_set *s)
+{
+    const xdc_plan *b = &s->best, *flat = NULL, *fast = &s->best;
+    for (int i = 0; i < s->n_cands; i++) {
+        const xdc_plan *p = &s->cands[i];
+        if (p->t_step / p->tokens < fast->t_step / fast->tokens) fast = p;
+        if (!flat && p->mode == XDC_PLAN_SYNC && strcmp(p->codec, "none") == 0 && p->stages == b->stages &&
+            memcmp(p->replicas, b->replicas, sizeof p->replicas) == 0)
+            flat = p;
+    }
+    int regions = 0;
+    for (int r = 0; r < t->n_regions; r++) regions += b->replicas[r] > 0;
+    if (flat && regions > 1) {
+        double sync = flat->t_intra + flat->t_wan_exposed, ratio = flat->t_compute > 0 ? sync / flat->t_compute : 0;
+        printf("  regime: flat fp32 sync of this layout would leave %.4f s of sync per step unhidden (%.3g MB over "
+               "the WAN) against %.4f s of compute: %.2fx, %s\n",
+               sync, flat->wan_bytes / 1e6, flat->t_compute, ratio,
+               ratio >= 1     ? "WAN-bound: outer rounds overlapped with compute and strong codecs pay"
+               : ratio >= 0.1 ? "the WAN matters: a codec or a period pays where it hides the sync"
+                              : "compute-bound: syncing every step costs little");
+    } else if (regions <= 1) {
+        printf("  regime: one region takes part, nothing crosses the WAN\n");
+    }
+    printf("  chosen: %s, codec %s", xdc_plan_mode_name(b->mode), b->codec);
+    if (b->inner_steps) printf(", H = %d", b->inner_steps);
+    printf(", %d microbatches per replica: %.3g MB over the WAN per step", b->microbatches, b->wan_bytes / 1e6);
+    if (flat && flat != b && b->wan_bytes > 0) printf(" (%.0fx less than flat)", flat->wan_bytes / b->wan_bytes);
+    printf(", %.4f s exposed of a %.4f s step; %.1f%% slower per token than the fastest candidate (%s %s)\n",
+           b->t_wan_exposed, b->t_step, (b->t_step / b->tokens / (fast->t_step / fast->tokens) - 1) * 100,
+           xdc_plan_mode_name(fast->mode), fast->codec);
+}
+
 static void explain(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan_opts *o)
 {
     printf("\nhow the plan was chosen:\n"
@@ -188,6 +222,7 @@ static void explain(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan
            "  every feasible candidate, in pick order:\n",
            s->n_evaluated, s->n_rejected, s->reject_reason[0] ? "; closest miss: " : "", s->reject_reason,
            o->tolerance * 100);
+    explain_regime(t, s);
     for (int i = 0; i < s->n_cands && i < 60; i++) {
         printf("  %3d. ", i + 1);
         plan_oneline(stdout, t, &s->cands[i]);

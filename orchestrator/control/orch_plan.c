@@ -21,15 +21,21 @@ static int runnable(const xdc_topology *t, const xdc_plan *p)
 }
 
 /* The planner's inputs for this run: model shape, batch, constraints from hand-set keys. */
-static void plan_inputs(const orch_run_config *c, xdc_model_shape *m, xdc_batch_shape *b, xdc_plan_opts *o)
+static void plan_inputs(const orch_run_config *c, const xdc_topology *t, xdc_model_shape *m, xdc_batch_shape *b,
+                        xdc_plan_opts *o)
 {
     const xdc_gpt_config *g = &c->train.model;
     xdc_model_shape_gpt(g->n_layer, g->n_head, g->n_embd, g->max_seq_len, g->vocab_size, m);
-    *b = (xdc_batch_shape){.micro_batch = c->train.batch_size, .seq_len = c->train.seq_len};
+    /* The run file's microbatches set the tokens per optimizer step (microbatches x batch x sequence x
+     * workers, as `xdc plan` reads it); the planner cuts that into microbatches for the stages it picks
+     * (P stages per replica: P times the microbatches of one stage per replica). */
+    *b = (xdc_batch_shape){.micro_batch = c->train.batch_size,
+                           .seq_len = c->train.seq_len,
+                           .global_batch_tokens = (double)c->train.microbatches * c->train.batch_size *
+                                                  c->train.seq_len * xdc_topology_total_workers(t)};
     xdc_plan_opts d = XDC_PLAN_OPTS_INIT;
     *o = d;
     o->all_regions = 1;
-    o->microbatches = c->train.microbatches;
     /* Keys the run file set by hand bind the search. */
     if (c->mode_set) o->mode = c->span_regions ? XDC_PLAN_PIPELINE : (int)c->mode;
     if (c->stages_set) o->stages = c->pipeline_stages;
@@ -38,7 +44,7 @@ static void plan_inputs(const orch_run_config *c, xdc_model_shape *m, xdc_batch_
 
 xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planned *out, xdc_diag *diag)
 {
-    plan_inputs(c, &out->m, &out->b, &out->o);
+    plan_inputs(c, t, &out->m, &out->b, &out->o);
     xdc_plan_set *set;
     XDC_CHECK(xdc_plan_search(t, &out->m, &out->b, &out->o, &set, diag));
     const xdc_plan *p = NULL;
@@ -62,6 +68,7 @@ xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planne
     if (p->bucket_mb > 0) c->bucket_mb = p->bucket_mb;
     if (p->mode == XDC_PLAN_PIPELINE) snprintf(c->activation_codec, sizeof c->activation_codec, "%s", p->codec);
     else snprintf(c->codec, sizeof c->codec, "%s", p->codec);
+    orch_run_config_outer_defaults(c);
     if (p->inner_steps > 0) c->diloco_inner_steps = p->inner_steps;
     if (p->fragments > 0) c->fragments = p->fragments;
     /* The plan's layer partition (faster GPUs get more layers). */

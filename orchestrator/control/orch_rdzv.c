@@ -274,7 +274,7 @@ static int find_member(rdzv_server *s, const char *name)
 static int may_write(const rdzv_server *s, int i, const char *key)
 {
     const member *m = &s->members[i];
-    char own[6][RDZV_KEY_MAX + 16];
+    char own[7][RDZV_KEY_MAX + 16];
     int n = 0;
     snprintf(own[n++], sizeof own[0], "wan/%d/%d", m->region_idx, m->rank);
     snprintf(own[n++], sizeof own[0], "stats/%d/%d", m->region_idx, m->rank);
@@ -283,6 +283,7 @@ static int may_write(const rdzv_server *s, int i, const char *key)
     if (m->rank == 0) {
         snprintf(own[n++], sizeof own[0], "intra/%s", m->region);
         snprintf(own[n++], sizeof own[0], "device/%s", m->region);
+        snprintf(own[n++], sizeof own[0], "replan/link/%d", m->region_idx); /* its incoming links' rate */
     }
     for (int k = 0; k < n; k++)
         if (strcmp(own[k], key) == 0) return 1;

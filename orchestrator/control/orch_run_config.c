@@ -77,6 +77,13 @@ static void resolve(const char *run_path, const char *rel, char *out, size_t cap
     snprintf(out, cap, "%s/%s", dirname(tmp), rel);
 }
 
+void orch_run_config_outer_defaults(orch_run_config *c)
+{
+    bool sparse = strncmp(c->codec, "sparse", 6) == 0;
+    if (!c->outer_lr_set) c->outer_lr = sparse ? 1.0 : 0.7;
+    if (!c->outer_momentum_set) c->outer_momentum = sparse ? 0.5 : 0.9;
+}
+
 xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_errors *errs)
 {
     run_in in;
@@ -89,8 +96,7 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     c->bucket_mb = 1.0;
     c->threads = 1;
     c->diloco_inner_steps = 20;
-    c->outer_lr = 0.7;
-    c->outer_momentum = 0.9;
+    c->outer_lr = c->outer_momentum = -1; /* unset until orch_run_config_outer_defaults */
     c->fragments = 4;
     c->rendezvous_timeout_ms = 60000;
     c->op_timeout_ms = 60000;
@@ -109,6 +115,9 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     for (int m = 0; in.mode[0] && mode_words[m]; m++)
         if (strcmp(in.mode, mode_words[m]) == 0) c->mode = (orch_mode)m;
     c->mode_set = in.mode[0] != 0;
+    c->outer_lr_set = c->outer_lr >= 0;
+    c->outer_momentum_set = c->outer_momentum >= 0;
+    orch_run_config_outer_defaults(c);
     c->stages_set = c->pipeline_stages != 0;
     if (!c->stages_set) c->pipeline_stages = 1;
     c->plan_auto = strcmp(in.plan, "auto") == 0;

@@ -21,18 +21,19 @@ typedef struct orch_run_config {
     char data_path[512];
     xdc_train_config train; /* loaded from model_path, then overridden by the run file */
     orch_mode mode;
-    int pipeline_stages;       /* per replica; divides each region's workers */
-    bool span_regions;         /* one pipeline over every worker of every region (stages cross the WAN) */
-    char activation_codec[32]; /* codec of activations crossing the WAN: none|bf16|int8 */
-    int microbatches;          /* per replica per step (overrides the model file when set) */
-    int steps;                 /* overrides the model file when set */
-    int eval_interval;         /* overrides the model file when set */
-    char codec[32];            /* WAN gradient codec ("int8", "topk:0.01", ..., "link": each link's own) */
-    int zstd_level;            /* -1: chosen from the link bandwidth */
-    double bucket_mb;          /* gradient bucket size, MiB of fp32 */
-    int threads;               /* BLAS threads per worker */
-    int diloco_inner_steps;    /* H */
-    double outer_lr, outer_momentum;
+    int pipeline_stages;             /* per replica; divides each region's workers */
+    bool span_regions;               /* one pipeline over every worker of every region (stages cross the WAN) */
+    char activation_codec[32];       /* codec of activations crossing the WAN: none|bf16|int8 */
+    int microbatches;                /* per replica per step (overrides the model file when set) */
+    int steps;                       /* overrides the model file when set */
+    int eval_interval;               /* overrides the model file when set */
+    char codec[32];                  /* WAN gradient codec ("int8", "topk:0.01", ..., "link": each link's own) */
+    int zstd_level;                  /* -1: chosen from the link bandwidth */
+    double bucket_mb;                /* gradient bucket size, MiB of fp32 */
+    int threads;                     /* BLAS threads per worker */
+    int diloco_inner_steps;          /* H */
+    double outer_lr, outer_momentum; /* outer Nesterov; unset: orch_run_config_outer_defaults */
+    bool outer_lr_set, outer_momentum_set;
     int fragments;        /* streaming: parameter fragments synced at staggered steps */
     int checkpoint_every; /* steps; 0: only at the end */
     int64_t rendezvous_timeout_ms, op_timeout_ms;
@@ -48,6 +49,10 @@ typedef struct orch_run_config {
 } orch_run_config;
 
 xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_errors *errs);
+/* The outer learning rate and momentum the run file left unset, for its codec: DiLoCo's 0.7 / 0.9, or
+ * 1.0 / 0.5 with the sparse codec (the sweep in docs/benchmarks.md). Loading calls it; so does
+ * orch_plan_apply once the planner picked the codec. */
+void orch_run_config_outer_defaults(orch_run_config *c);
 
 /* A plan the run follows, with the inputs it was searched with (a re-plan reuses them). */
 typedef struct orch_planned {

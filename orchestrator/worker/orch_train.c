@@ -313,27 +313,62 @@ static void wan_totals(orch_worker *w, uint64_t *tx, uint64_t *raw)
 
 static int reporter(const orch_worker *w) { return w->id.region_idx == 0 && w->id.lrank == 0; }
 
-/* Re-plan the WAN side when the measured goodput drifts far from the plan's link: region 0's rank 0
- * measures its comm engine over the last window (bytes sent per second of WAN exchange, per link) and
- * asks the planner for the codec and period that fit; the decision goes through the rendezvous as
+/* The slowest incoming link of this worker over the last re-plan window, as measured against the
+ * topology: *ratio = goodput / planned bandwidth of the link with the lowest ratio, *gbps its goodput
+ * (bytes received / seconds they were arriving, xdc_wan_stats.rx_busy_seconds), *planned its planned
+ * bandwidth; *ratio = 0 when no link delivered anything in the window (DiLoCo between outer rounds). */
+static void slowest_link(orch_worker *w, double *ratio, double *gbps, double *planned)
+{
+    *ratio = *gbps = *planned = 0;
+    for (int r = 0; r < w->id.n_regions; r++) {
+        if (r == w->id.region_idx || !w->comm.peers || !w->comm.peers[r]) continue;
+        xdc_wan_stats st;
+        xdc_wan_peer_stats(w->comm.peers[r], &st);
+        double bytes = (double)(st.rx_payload_bytes - w->replan_rx0[r]), secs = st.rx_busy_seconds - w->replan_busy0[r];
+        w->replan_rx0[r] = st.rx_payload_bytes;
+        w->replan_busy0[r] = st.rx_busy_seconds;
+        const xdc_link *l = xdc_topology_link(w->topo, r, w->id.region_idx);
+        if (!(bytes > 0 && secs > 0 && l && l->bandwidth_gbps > 0)) continue;
+        double g = bytes * 8 / secs / 1e9, q = g / l->bandwidth_gbps;
+        if (*ratio == 0 || q < *ratio) *ratio = q, *gbps = g, *planned = l->bandwidth_gbps;
+    }
+}
+
+/* Re-plan the WAN side when a link is measured far below the plan: every region's rank 0 measures the
+ * links into it over the last window (slowest_link) and posts the result as replan/link/<region> (one
+ * key per region, overwritten: the store holds a bounded number of keys); region 0's rank 0 takes the
+ * slowest of its own and the latest each region posted (this check's, or the previous one's when that
+ * region has not reached this step yet) and, when it moves less than half its planned bandwidth,
+ * asks the planner for the codec and period that fit that rate. Only a slow link counts: the measure can
+ * read fast (bytes that had arrived before their receive was posted read in no time), never slow, so a
+ * late peer's compute never looks like a slow link. The decision goes through the rendezvous as
  * replan/<step> so every worker of every region switches at the same step. */
 static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
 {
     xdc_sync *sync = w->mode->replan_sync(w->mode_state);
     if (!sync) return XDC_OK;
     char key[64], val[256];
+    double ratio = 0, measured = 0, planned = 0;
+    if (w->id.lrank == 0) slowest_link(w, &ratio, &measured, &planned);
+    if (w->id.lrank == 0 && !reporter(w)) {
+        snprintf(key, sizeof key, "replan/link/%d", w->id.region_idx);
+        snprintf(val, sizeof val, "%.9g %.9g %.9g", ratio, measured, planned);
+        XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
+    }
     snprintf(key, sizeof key, "replan/%lld", (long long)w->prog.step);
     if (reporter(w)) {
-        xdc_sync_stats st;
-        xdc_sync_get_stats(sync, &st);
-        double bytes = (double)(st.wan_tx_bytes - w->replan_tx0), secs = st.wan_seconds - w->replan_secs0;
-        w->replan_tx0 = st.wan_tx_bytes;
-        w->replan_secs0 = st.wan_seconds;
-        const xdc_link *l = xdc_topology_link(w->topo, 0, 1);
-        double measured = secs > 0 ? bytes * 8 / secs / 1e9 / (w->id.n_regions - 1) : 0,
-               planned = l ? l->bandwidth_gbps : 0;
+        for (int r = 1; r < w->id.n_regions; r++) {
+            char rk[64], rv[128];
+            double q, g, p;
+            snprintf(rk, sizeof rk, "replan/link/%d", r);
+            XDC_CHECK(rdzv_get(w->comm.rdzv, rk, w->cfg.op_timeout_ms, rv, sizeof rv, diag));
+            if (sscanf(rv, "%lf %lf %lf", &q, &g, &p) == 3 && q > 0 && (ratio == 0 || q < ratio))
+                ratio = q, measured = g, planned = p;
+        }
+        XDC_INFO(XDC_SUB_ORCH, "re-plan check at step %lld: slowest link moved %.4f Gbit/s of %.4f planned (x%.2f)",
+                 (long long)w->prog.step, measured, planned, ratio);
         snprintf(val, sizeof val, "-");
-        if (measured > 0 && planned > 0 && (measured < 0.5 * planned || measured > 2 * planned)) {
+        if (ratio > 0 && ratio < 0.5) {
             xdc_plan next;
             xdc_diag pd = {{0}};
             if (xdc_plan_replan_wan(w->topo, &w->planned.m, &w->planned.b, &w->planned.o, &w->planned.plan, measured,
@@ -347,7 +382,6 @@ static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
     }
     char codec[32];
     int period;
-    double measured, planned;
     if (sscanf(val, "%31s %d %lf %lf", codec, &period, &measured, &planned) != 4) return XDC_OK;
     xdc_codec_cfg cc = w->comm.codec_cfg;
     XDC_CHECK(xdc_codec_parse(codec, &cc, diag));

@@ -154,8 +154,9 @@ struct orch_worker {
     orch_progress prog;
     const orch_mode_ops *mode; /* chosen by cfg.mode */
     void *mode_state;
-    uint64_t replan_tx0; /* re-plan window: comm-engine counters at its start */
-    double replan_secs0;
+    /* re-plan window: per peer region, the WAN counters of its incoming link at the window's start */
+    uint64_t replan_rx0[XDC_TOPO_MAX_REGIONS]; /* bytes received */
+    double replan_busy0[XDC_TOPO_MAX_REGIONS]; /* seconds they were arriving */
 };
 
 /* orch_train.c */
