@@ -433,6 +433,29 @@ static void cu_adamw(float *p, const float *g, float *m, float *v, size_t n, flo
                                                bc2);
 }
 
+/* ---- outer optimizer: the intrinsics round each operation once and never fuse, as the CPU loop does ---- */
+__global__ void k_sub(float *out, const float *a, const float *b, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __fsub_rn(a[i], b[i]);
+}
+static void cu_sub(float *out, const float *a, const float *b, size_t n)
+{
+    if (n) k_sub<<<blocks_for(n), THREADS, 0, ST>>>(out, a, b, n);
+}
+__global__ void k_outer_nesterov(float *g, float *m, const float *d, size_t n, float lr, float mu)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float mi = __fadd_rn(__fmul_rn(mu, m[i]), d[i]);
+    m[i] = mi;
+    g[i] = __fsub_rn(g[i], __fmul_rn(lr, __fadd_rn(d[i], __fmul_rn(mu, mi))));
+}
+static void cu_outer_nesterov(float *g, float *m, const float *d, size_t n, float lr, float mu)
+{
+    if (n) k_outer_nesterov<<<blocks_for(n), THREADS, 0, ST>>>(g, m, d, n, lr, mu);
+}
+
 static xdc_model_ops make_cuda_ops(void)
 {
     xdc_model_ops o = {};
@@ -461,6 +484,8 @@ static xdc_model_ops make_cuda_ops(void)
     o.crossentropy_backward = cu_crossentropy_backward;
     o.sumsq = cu_sumsq;
     o.adamw = cu_adamw;
+    o.sub = cu_sub;
+    o.outer_nesterov = cu_outer_nesterov;
     return o;
 }
 

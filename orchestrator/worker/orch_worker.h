@@ -184,13 +184,17 @@ typedef struct orch_outer {
     float *global;  /* device (n_params) the last agreed global parameters */
     float *mom;     /* device (n_params) outer Nesterov momentum */
     float *pseudo;  /* device (n_params) pseudo-gradient: what the sync averages */
-    float *host;    /* pinned host (3, n_params) staging of the outer arithmetic (no device op for it yet) */
+    float *host;    /* pinned host (n_params): the momentum's checkpoint staging */
 } orch_outer;
 /* Buffers (global = the stage's parameters now) and the pseudo-gradient sync over `dp` and the regions. */
 xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag);
 void orch_outer_destroy(orch_worker *w, orch_outer *o);
 /* The device and compute stream of the worker's stage in `sc` (every sync of the modes). */
 void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc);
+/* Make the stage's compute stream the calling thread's current one (the outer arithmetic's model ops run
+ * there); leave restores `prev` and reports that stream's sticky error. */
+xdc_err_t orch_outer_enter(const orch_worker *w, xdc_stream **prev);
+xdc_err_t orch_outer_leave(const orch_worker *w, xdc_stream *prev);
 /* pseudo = global - local on [lo, hi). */
 xdc_err_t orch_outer_pseudo(orch_worker *w, orch_outer *o, size_t lo, size_t hi);
 /* Outer Nesterov step on [lo, hi): pseudo holds the cross-region mean of (global - local). */
