@@ -504,6 +504,17 @@ static xdc_err_t q_scale(float *y, size_t n, float a)
     return strict_submit(&o, arg, NARGS(arg), false);
 }
 
+static xdc_err_t x_q_scatter(strict_op *o)
+{
+    return cq->scatter(P(0, const uint32_t *), P(1, const float *), o->z[0], P(2, float *), o->z[1], o->b);
+}
+static xdc_err_t q_scatter(const uint32_t *idx, const float *val, size_t k, float *y, size_t n, bool add)
+{
+    strict_op o = {.name = "scatter", .fn = x_q_scatter, .z = {k, n}, .b = add};
+    strict_arg a[] = {{idx, "idx", I32(k), STRICT_R}, {val, "val", F32(k), STRICT_R}, {y, "y", F32(n), STRICT_RW}};
+    return strict_submit(&o, a, NARGS(a), false);
+}
+
 static xdc_err_t x_byte_shuffle(strict_op *o)
 {
     return cq->byte_shuffle(P(0, const uint8_t *), o->z[0], o->z[1], P(1, uint8_t *));
@@ -540,6 +551,7 @@ const xdc_quant_ops xdc_quant_strict_ops = {
     .count_out_of_range = q_count_out_of_range,
     .accumulate = q_accumulate,
     .scale = q_scale,
+    .scatter = q_scatter,
     .byte_shuffle = q_byte_shuffle,
     .byte_unshuffle = q_byte_unshuffle,
 };
