@@ -106,49 +106,84 @@ xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag)
     return rc;
 }
 
+/* Row `row` of the device scalar staging (w->pipe.scalars). */
+static float *scalar_row(const orch_worker *w, int row) { return w->pipe.scalars + row * ORCH_PIPE_MAX_SCALARS; }
+
+/* Copies n scalars between host and a device row, waited for (a few bytes, once per step). */
+static xdc_err_t scalars_copy(const orch_worker *w, float *dst, const float *src, int n, bool up)
+{
+    const xdc_device_ops *dev = w->model.be->device;
+    size_t bytes = (size_t)n * sizeof(float);
+    XDC_CHECK(up ? dev->copy_h2d(dst, src, bytes, NULL) : dev->copy_d2h(dst, src, bytes, NULL));
+    return dev->stream_sync(NULL);
+}
+
+static bool in_region(const orch_worker *w, int stage)
+{
+    int region, rank;
+    orch_pipe_locate(w, stage, &region, &rank);
+    return region == w->id.region_idx;
+}
+
+/* The chain's scalar messages: with an in-region neighbour through device row `row` (the intra
+ * communicator is NCCL on a GPU, which takes device memory only), with one in another region raw from host
+ * memory (the WAN sends from the host). chain_wait brings a received row back to v. */
+static xdc_err_t chain_send(orch_worker *w, int to, const float *v, int n, int row, orch_pipe_req *r, xdc_diag *diag)
+{
+    if (!in_region(w, to)) return orch_pipe_send(w, to, v, (size_t)n, NULL, r, diag);
+    XDC_CHECK(scalars_copy(w, scalar_row(w, row), v, n, true));
+    return orch_pipe_send(w, to, scalar_row(w, row), (size_t)n, NULL, r, diag);
+}
+static xdc_err_t chain_recv(orch_worker *w, int from, float *v, int n, int row, orch_pipe_req *r, xdc_diag *diag)
+{
+    return orch_pipe_recv(w, from, in_region(w, from) ? scalar_row(w, row) : v, (size_t)n, NULL, r, diag);
+}
+static xdc_err_t chain_wait(orch_worker *w, int peer, float *v, int n, int row, orch_pipe_req *r, xdc_diag *diag)
+{
+    XDC_CHECK(orch_pipe_wait(w, r, diag));
+    return v && in_region(w, peer) ? scalars_copy(w, v, scalar_row(w, row), n, false) : XDC_OK;
+}
+
 /* Sum n floats over every stage of this replica: an intra all-reduce inside one region; across regions
- * a pass up the chain of stages (each adds its own) and the total back down. */
+ * a pass up the chain of stages (each adds its own) and the total back down. Device rows: 0 the
+ * all-reduce, or the chain's receive from below and send down; 1 the send up; 2 the total from above. */
 xdc_err_t orch_pipe_allreduce_sum(orch_worker *w, float *v, int n, xdc_diag *diag)
 {
     orch_pipe_req r;
     if (n > ORCH_PIPE_MAX_SCALARS) return XDC_ERR_RANGE;
     if (!w->id.span) {
-        /* In device memory, as NCCL requires: upload, sum, download (a few bytes, once per step). */
-        const xdc_device_ops *dev = w->model.be->device;
-        size_t bytes = (size_t)n * sizeof(float);
-        XDC_CHECK(dev->copy_h2d(w->pipe.scalars, v, bytes, NULL));
-        XDC_CHECK(dev->stream_sync(NULL));
-        XDC_CHECK(xdc_intra_all_reduce(w->comm.pp, w->pipe.scalars, w->pipe.scalars, (size_t)n, XDC_INTRA_F32,
+        XDC_CHECK(scalars_copy(w, scalar_row(w, 0), v, n, true));
+        XDC_CHECK(xdc_intra_all_reduce(w->comm.pp, scalar_row(w, 0), scalar_row(w, 0), (size_t)n, XDC_INTRA_F32,
                                        XDC_INTRA_SUM, &r.ir));
         r.wr = NULL;
         XDC_CHECK(orch_pipe_wait(w, &r, diag));
-        XDC_CHECK(dev->copy_d2h(v, w->pipe.scalars, bytes, NULL));
-        return dev->stream_sync(NULL);
+        return scalars_copy(w, v, scalar_row(w, 0), n, false);
     }
     float part[ORCH_PIPE_MAX_SCALARS];
+    int below = w->id.stage - 1, above = w->id.stage + 1;
     if (w->id.stage > 0) {
-        XDC_CHECK(orch_pipe_recv(w, w->id.stage - 1, part, (size_t)n, NULL, &r, diag));
-        XDC_CHECK(orch_pipe_wait(w, &r, diag));
+        XDC_CHECK(chain_recv(w, below, part, n, 0, &r, diag));
+        XDC_CHECK(chain_wait(w, below, part, n, 0, &r, diag));
         for (int i = 0; i < n; i++) v[i] += part[i];
     }
-    if (w->id.stage < w->id.n_stages - 1) {
+    if (above < w->id.n_stages) {
         /* Post the receive of the total before waiting for our send: over the WAN a reply with no posted
          * receive would hold up the acknowledgement of that send (docs/wan.md); within a region the two
          * are one group, as NCCL needs. */
         orch_pipe_req back;
         memcpy(part, v, (size_t)n * sizeof(float));
         XDC_CHECK(xdc_intra_group_start(w->comm.pp));
-        xdc_err_t rc = orch_pipe_send(w, w->id.stage + 1, part, (size_t)n, NULL, &r, diag);
-        if (rc == XDC_OK) rc = orch_pipe_recv(w, w->id.stage + 1, v, (size_t)n, NULL, &back, diag);
+        xdc_err_t rc = chain_send(w, above, part, n, 1, &r, diag);
+        if (rc == XDC_OK) rc = chain_recv(w, above, v, n, 2, &back, diag);
         xdc_err_t e = xdc_intra_group_end(w->comm.pp);
         XDC_CHECK(rc);
         XDC_CHECK(e);
-        XDC_CHECK(orch_pipe_wait(w, &r, diag));
-        XDC_CHECK(orch_pipe_wait(w, &back, diag));
+        XDC_CHECK(chain_wait(w, above, NULL, n, 1, &r, diag));
+        XDC_CHECK(chain_wait(w, above, v, n, 2, &back, diag));
     }
     if (w->id.stage > 0) {
-        XDC_CHECK(orch_pipe_send(w, w->id.stage - 1, v, (size_t)n, NULL, &r, diag));
-        XDC_CHECK(orch_pipe_wait(w, &r, diag));
+        XDC_CHECK(chain_send(w, below, v, n, 0, &r, diag));
+        XDC_CHECK(chain_wait(w, below, NULL, n, 0, &r, diag));
     }
     return XDC_OK;
 }

@@ -77,10 +77,12 @@ typedef struct orch_pipe {
     size_t elems, bound;                            /* elements of one activation (B*T*C); encoded bytes bound */
     int codec_kind;
     uint64_t tx_bytes, raw_bytes;
-    float *scalars; /* (ORCH_PIPE_MAX_SCALARS) fp32, device: what the in-region scalar all-reduce sums */
+    float *scalars; /* (ORCH_PIPE_SCALAR_ROWS, ORCH_PIPE_MAX_SCALARS) fp32, device: the scalar sums' in-region
+                     * messages (orch_pipe_allreduce_sum) */
 } orch_pipe;
 
 #define ORCH_PIPE_MAX_SCALARS 16 /* values one orch_pipe_allreduce_sum carries (loss, norm, counts) */
+#define ORCH_PIPE_SCALAR_ROWS 3  /* its messages in flight at once: from below, up, the total from above */
 
 /* Every connection of the worker: the WAN engine and its peers, the rendezvous, the intra communicators,
  * and the sync engine (the one comm thread that runs every sync of the mode, in posting order). */
