@@ -331,8 +331,8 @@ XDC_TEST(kern_lr_schedule_warms_up_then_decays_by_cosine)
     XDC_ASSERT_NEAR(xdc_gpt_clip_scale(1.0, 2.0f), 1.0, 0);
 }
 
-/* ---- a device backend vs CPU: a whole stage (every layer op) plus one AdamW step. CUDA within
- * tolerances; cpu-strict (the CPU ops queued on a stream thread, on memory the host cannot touch) bit for
+/* ---- a device backend vs CPU: a whole stage (every layer op) plus one AdamW step. CUDA within the TF32
+ * tolerances of docs/device.md ("Precision"); cpu-strict (the CPU ops queued on a stream thread, on memory the host cannot touch) bit for
  * bit. */
 static void stage_matches_cpu(const xdc_kern_backend *gpu)
 {
@@ -353,7 +353,7 @@ static void stage_matches_cpu(const xdc_kern_backend *gpu)
     float lc, lg;
     XDC_ASSERT_OK(xdc_gpt_stage_forward(sc, 0, tok, NULL, tgt, NULL, &lc));
     XDC_ASSERT_OK(xdc_gpt_stage_forward(sg, 0, tok, NULL, tgt, NULL, &lg));
-    XDC_ASSERT_NEAR(lc, lg, exact ? 0 : 1e-4);
+    XDC_ASSERT_NEAR(lc, lg, exact ? 0 : 1e-3);
     XDC_ASSERT_OK(xdc_gpt_stage_backward(sc, 0, NULL, 1.0f, NULL));
     XDC_ASSERT_OK(xdc_gpt_stage_backward(sg, 0, NULL, 1.0f, NULL));
     size_t n = xdc_gpt_stage_num_params(sc);
@@ -361,13 +361,18 @@ static void stage_matches_cpu(const xdc_kern_backend *gpu)
     XDC_ASSERT_OK(gpu->model->download(gg, xdc_gpt_stage_grads(sg), n * 4));
     memcpy(gc, xdc_gpt_stage_grads(sc), n * 4);
     if (exact) XDC_ASSERT_MSG(memcmp(gc, gg, n * 4) == 0, "%s gradients differ from cpu", gpu->name);
+    float gmax = 0.0f;
+    for (size_t i = 0; i < n; i++) gmax = fmaxf(gmax, fabsf(gc[i]));
     for (size_t i = 0; i < n; i++)
-        XDC_ASSERT_MSG(fabsf(gc[i] - gg[i]) <= 1e-4f + 1e-3f * fabsf(gc[i]), "grad[%zu] cpu %g %s %g", i, gc[i],
+        XDC_ASSERT_MSG(fabsf(gc[i] - gg[i]) <= 2e-3f * gmax + 1e-2f * fabsf(gc[i]), "grad[%zu] cpu %g %s %g", i, gc[i],
                        gpu->name, gg[i]);
     double nc = 0.0, ng = 0.0;
     XDC_ASSERT_OK(xdc_gpt_stage_grad_sumsq(sc, &nc));
     XDC_ASSERT_OK(xdc_gpt_stage_grad_sumsq(sg, &ng));
-    XDC_ASSERT_NEAR(nc, ng, exact ? 0 : 1e-4 * nc);
+    XDC_ASSERT_NEAR(nc, ng, exact ? 0 : 5e-3 * nc);
+    /* AdamW from the same gradients: an fp32 elementwise op, so it is held to fp32 tolerances (a TF32
+     * difference in a near-zero gradient could flip its sign, and Adam's first step is ±lr either way). */
+    XDC_ASSERT_OK(gpu->model->upload(xdc_gpt_stage_grads(sg), gc, n * 4));
     XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(sc, 1e-3f, 0.5f));
     XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(sg, 1e-3f, 0.5f));
     XDC_ASSERT_OK(gpu->model->download(gg, xdc_gpt_stage_params(sg), n * 4));
