@@ -2,7 +2,8 @@
  * the intra communicator when both stages are in one region, over the WAN latency class when the
  * pipeline crosses a region boundary. Activations and activation gradients crossing the WAN go through
  * the activation codec (bf16 or int8 with scales, no error feedback: each tensor is used once); small
- * control messages (loss, gradient norm, the parameter-hash state) travel raw. Intra sends and receives
+ * control messages (loss, gradient norm, the parameter-hash state) travel raw, to an in-region neighbour
+ * from a device row (orch_pipe_*_small). Intra sends and receives
  * started inside an intra group (xdc_intra_group_start on w->comm.pp, as the 1F1B loop of orch_train.c
  * does per schedule step) are issued at its end; WAN ones are posted at once. */
 #include "orchestrator/worker/orch_worker.h"
@@ -125,20 +126,21 @@ static bool in_region(const orch_worker *w, int stage)
     return region == w->id.region_idx;
 }
 
-/* The chain's scalar messages: with an in-region neighbour through device row `row` (the intra
- * communicator is NCCL on a GPU, which takes device memory only), with one in another region raw from host
- * memory (the WAN sends from the host). chain_wait brings a received row back to v. */
-static xdc_err_t chain_send(orch_worker *w, int to, const float *v, int n, int row, orch_pipe_req *r, xdc_diag *diag)
+xdc_err_t orch_pipe_send_small(orch_worker *w, int to, const float *v, int n, int row, orch_pipe_req *r, xdc_diag *diag)
 {
+    if (n > ORCH_PIPE_MAX_SCALARS) return XDC_ERR_RANGE;
     if (!in_region(w, to)) return orch_pipe_send(w, to, v, (size_t)n, NULL, r, diag);
     XDC_CHECK(scalars_copy(w, scalar_row(w, row), v, n, true));
     return orch_pipe_send(w, to, scalar_row(w, row), (size_t)n, NULL, r, diag);
 }
-static xdc_err_t chain_recv(orch_worker *w, int from, float *v, int n, int row, orch_pipe_req *r, xdc_diag *diag)
+
+xdc_err_t orch_pipe_recv_small(orch_worker *w, int from, float *v, int n, int row, orch_pipe_req *r, xdc_diag *diag)
 {
+    if (n > ORCH_PIPE_MAX_SCALARS) return XDC_ERR_RANGE;
     return orch_pipe_recv(w, from, in_region(w, from) ? scalar_row(w, row) : v, (size_t)n, NULL, r, diag);
 }
-static xdc_err_t chain_wait(orch_worker *w, int peer, float *v, int n, int row, orch_pipe_req *r, xdc_diag *diag)
+
+xdc_err_t orch_pipe_wait_small(orch_worker *w, int peer, float *v, int n, int row, orch_pipe_req *r, xdc_diag *diag)
 {
     XDC_CHECK(orch_pipe_wait(w, r, diag));
     return v && in_region(w, peer) ? scalars_copy(w, v, scalar_row(w, row), n, false) : XDC_OK;
@@ -162,8 +164,8 @@ xdc_err_t orch_pipe_allreduce_sum(orch_worker *w, float *v, int n, xdc_diag *dia
     float part[ORCH_PIPE_MAX_SCALARS];
     int below = w->id.stage - 1, above = w->id.stage + 1;
     if (w->id.stage > 0) {
-        XDC_CHECK(chain_recv(w, below, part, n, 0, &r, diag));
-        XDC_CHECK(chain_wait(w, below, part, n, 0, &r, diag));
+        XDC_CHECK(orch_pipe_recv_small(w, below, part, n, 0, &r, diag));
+        XDC_CHECK(orch_pipe_wait_small(w, below, part, n, 0, &r, diag));
         for (int i = 0; i < n; i++) v[i] += part[i];
     }
     if (above < w->id.n_stages) {
@@ -173,17 +175,17 @@ xdc_err_t orch_pipe_allreduce_sum(orch_worker *w, float *v, int n, xdc_diag *dia
         orch_pipe_req back;
         memcpy(part, v, (size_t)n * sizeof(float));
         XDC_CHECK(xdc_intra_group_start(w->comm.pp));
-        xdc_err_t rc = chain_send(w, above, part, n, 1, &r, diag);
-        if (rc == XDC_OK) rc = chain_recv(w, above, v, n, 2, &back, diag);
+        xdc_err_t rc = orch_pipe_send_small(w, above, part, n, 1, &r, diag);
+        if (rc == XDC_OK) rc = orch_pipe_recv_small(w, above, v, n, 2, &back, diag);
         xdc_err_t e = xdc_intra_group_end(w->comm.pp);
         XDC_CHECK(rc);
         XDC_CHECK(e);
-        XDC_CHECK(chain_wait(w, above, NULL, n, 1, &r, diag));
-        XDC_CHECK(chain_wait(w, above, v, n, 2, &back, diag));
+        XDC_CHECK(orch_pipe_wait_small(w, above, NULL, n, 1, &r, diag));
+        XDC_CHECK(orch_pipe_wait_small(w, above, v, n, 2, &back, diag));
     }
     if (w->id.stage > 0) {
-        XDC_CHECK(chain_send(w, below, v, n, 0, &r, diag));
-        XDC_CHECK(chain_wait(w, below, NULL, n, 0, &r, diag));
+        XDC_CHECK(orch_pipe_send_small(w, below, v, n, 0, &r, diag));
+        XDC_CHECK(orch_pipe_wait_small(w, below, NULL, n, 0, &r, diag));
     }
     return XDC_OK;
 }
