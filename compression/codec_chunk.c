@@ -279,31 +279,30 @@ static xdc_err_t check_floats(const xdc_codec *c, const float *v, size_t m, cons
     return XDC_OK;
 }
 
-/* Top-k: validates every index on the host before touching out, spreads the k values into a dense chunk
- * (pinned host, zeros elsewhere), and writes or adds that on the device. */
+/* Top-k: validates every index on the host before touching out, turning the gaps into absolute indices
+ * (pinned host, c->planes); the k indices and values cross to the device (c->raw) and scatter writes
+ * (after zeroing the chunk) or adds them into out there: 8k bytes cross PCIe, not the dense chunk. */
 static xdc_err_t decode_topk(xdc_codec *c, const codec_hdr *h, const uint8_t *payload, float *dst, xdc_codec_mode mode,
                              xdc_diag *diag)
 {
+    size_t k = h->param;
     const uint32_t *gap = (const uint32_t *)payload;
-    const float *val = (const float *)(payload + 4 * (size_t)h->param);
-    XDC_CHECK(check_floats(c, val, h->param, "top-k values", diag));
+    const float *val = (const float *)(payload + 4 * k);
+    XDC_CHECK(check_floats(c, val, k, "top-k values", diag));
+    uint32_t *idx = (uint32_t *)c->planes; /* raw_cap >= 4 * chunk_elems >= 8k */
     uint64_t pos = gap[0];
-    for (uint32_t i = 1; i < h->param && pos < h->count; i++) {
+    idx[0] = gap[0];
+    for (uint32_t i = 1; i < k && pos < h->count; i++) {
         if (gap[i] == 0) CORRUPT("top-k index %u repeats the previous one", i);
         pos += gap[i];
+        idx[i] = (uint32_t)pos;
     }
     if (pos >= h->count) CORRUPT("top-k indices run past the chunk's %u elements", h->count);
-    size_t bytes = (size_t)h->count * sizeof(float);
-    float *dense = (float *)c->planes; /* raw_cap >= 4 * chunk_elems */
-    memset(dense, 0, bytes);
-    pos = 0;
-    for (uint32_t i = 0; i < h->param; i++) {
-        pos += gap[i];
-        dense[pos] = val[i];
-    }
-    if (mode == XDC_CODEC_WRITE) return c->dev->copy_h2d(dst, dense, bytes, NULL);
-    XDC_CHECK(c->dev->copy_h2d(c->decoded, dense, bytes, NULL));
-    return c->ops->accumulate(c->decoded, h->count, dst);
+    if (mode == XDC_CODEC_WRITE) XDC_CHECK(c->dev->memset(dst, 0, (size_t)h->count * sizeof(float), NULL));
+    XDC_CHECK(c->dev->copy_h2d(c->raw, idx, 4 * k, NULL));
+    XDC_CHECK(c->dev->copy_h2d(c->raw + 4 * k, val, 4 * k, NULL));
+    return c->ops->scatter((const uint32_t *)c->raw, (const float *)(c->raw + 4 * k), k, dst, h->count,
+                           mode == XDC_CODEC_ACCUMULATE);
 }
 
 static xdc_err_t decode_one(xdc_codec *c, const uint8_t *in, size_t len, float *out, size_t n, xdc_codec_mode mode,

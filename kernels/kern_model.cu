@@ -1,5 +1,5 @@
-/* kern_model.cu — the CUDA model ops (xdc_model_cuda_ops): cuBLAS for the linear layers, simple kernels
- * for the rest. Every kernel gives each output element to one thread and sums in a fixed order (no
+/* kern_model.cu — the CUDA model ops (xdc_model_cuda_ops): cuBLAS for the linear layers (TF32 tensor
+ * cores, fp32 storage and accumulation), simple kernels for the rest. Every kernel gives each output element to one thread and sums in a fixed order (no
  * atomics), so results are deterministic run to run; they are checked against kern_model_cpu.c with
  * tolerances by tests/test_kern_model.c. Every launch, copy and cuBLAS call goes to the calling thread's
  * current stream (xdc_device_cuda_ops.set_stream; never the legacy default stream); `sync` waits for it
@@ -28,14 +28,28 @@ static std::mutex blas_mu;
 static cublasHandle_t blas_h;
 static bool blas_failed;
 
+/* The GEMMs' precision (docs/device.md, "Precision"): TF32 tensor cores — fp32 in memory, inputs rounded to
+ * TF32's 10-bit mantissa inside the tensor core, fp32 accumulation — set once on the handle, so every
+ * cublasSgemm below runs in it. Parameters, gradients, optimizer state and activations stay fp32. */
+static bool blas_create(void)
+{
+    if (cublasCreate(&blas_h) != CUBLAS_STATUS_SUCCESS) {
+        blas_h = NULL;
+        return false;
+    }
+    if (cublasSetMathMode(blas_h, CUBLAS_TF32_TENSOR_OP_MATH) != CUBLAS_STATUS_SUCCESS) {
+        cublasDestroy(blas_h);
+        blas_h = NULL;
+        return false;
+    }
+    return true;
+}
+
 /* Locks the handle, binds it to the current stream; false (error noted) when cuBLAS is unusable. */
 static bool blas_begin(std::unique_lock<std::mutex> &lk, cudaStream_t st)
 {
     lk = std::unique_lock<std::mutex>(blas_mu);
-    if (!blas_h && !blas_failed && cublasCreate(&blas_h) != CUBLAS_STATUS_SUCCESS) {
-        blas_h = NULL;
-        blas_failed = true;
-    }
+    if (!blas_h && !blas_failed && !blas_create()) blas_failed = true;
     if (!blas_h || cublasSetStream(blas_h, st) != CUBLAS_STATUS_SUCCESS) {
         xdc_cuda_note_error(XDC_ERR_CUDA);
         return false;
@@ -433,6 +447,29 @@ static void cu_adamw(float *p, const float *g, float *m, float *v, size_t n, flo
                                                bc2);
 }
 
+/* ---- outer optimizer: the intrinsics round each operation once and never fuse, as the CPU loop does ---- */
+__global__ void k_sub(float *out, const float *a, const float *b, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __fsub_rn(a[i], b[i]);
+}
+static void cu_sub(float *out, const float *a, const float *b, size_t n)
+{
+    if (n) k_sub<<<blocks_for(n), THREADS, 0, ST>>>(out, a, b, n);
+}
+__global__ void k_outer_nesterov(float *g, float *m, const float *d, size_t n, float lr, float mu)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float mi = __fadd_rn(__fmul_rn(mu, m[i]), d[i]);
+    m[i] = mi;
+    g[i] = __fsub_rn(g[i], __fmul_rn(lr, __fadd_rn(d[i], __fmul_rn(mu, mi))));
+}
+static void cu_outer_nesterov(float *g, float *m, const float *d, size_t n, float lr, float mu)
+{
+    if (n) k_outer_nesterov<<<blocks_for(n), THREADS, 0, ST>>>(g, m, d, n, lr, mu);
+}
+
 static xdc_model_ops make_cuda_ops(void)
 {
     xdc_model_ops o = {};
@@ -461,6 +498,8 @@ static xdc_model_ops make_cuda_ops(void)
     o.crossentropy_backward = cu_crossentropy_backward;
     o.sumsq = cu_sumsq;
     o.adamw = cu_adamw;
+    o.sub = cu_sub;
+    o.outer_nesterov = cu_outer_nesterov;
     return o;
 }
 

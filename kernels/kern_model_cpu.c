@@ -286,6 +286,20 @@ static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, fl
     }
 }
 
+static void cpu_sub(float *out, const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) out[i] = a[i] - b[i];
+}
+
+/* Built with -std=c11, so GCC contracts no a*b+c into an fma: each operation rounds once (the contract). */
+static void cpu_outer_nesterov(float *g, float *m, const float *d, size_t n, float lr, float mu)
+{
+    for (size_t i = 0; i < n; i++) {
+        m[i] = mu * m[i] + d[i];
+        g[i] -= lr * (d[i] + mu * m[i]);
+    }
+}
+
 const struct xdc_model_ops xdc_model_cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -312,4 +326,6 @@ const struct xdc_model_ops xdc_model_cpu_ops = {
     .crossentropy_backward = cpu_crossentropy_backward,
     .sumsq = cpu_sumsq,
     .adamw = cpu_adamw,
+    .sub = cpu_sub,
+    .outer_nesterov = cpu_outer_nesterov,
 };

@@ -452,6 +452,20 @@ static xdc_err_t cuda_scale(float *y, size_t n, float a)
     return launched();
 }
 
+/* One thread per pair; the indices are distinct (strictly ascending), so no two threads add to one y. */
+__global__ void k_scatter(const uint32_t *idx, const float *val, size_t k, float *y, size_t n, bool add)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < k; i += (size_t)gridDim.x * blockDim.x)
+        if (idx[i] < n) y[idx[i]] = add ? __fadd_rn(y[idx[i]], val[i]) : val[i];
+}
+
+static xdc_err_t cuda_scatter(const uint32_t *idx, const float *val, size_t k, float *y, size_t n, bool add)
+{
+    if (k == 0) return XDC_OK;
+    k_scatter<<<grid_for(k), QT_THREADS, 0, ST>>>(idx, val, k, y, n, add);
+    return launched();
+}
+
 static xdc_err_t planes(const uint8_t *in, size_t n_bytes, size_t elem, uint8_t *out, bool forward)
 {
     if (elem < 1 || elem > 16) return XDC_ERR_INVALID;
@@ -473,7 +487,9 @@ static xdc_err_t cuda_byte_unshuffle(const uint8_t *in, size_t n_bytes, size_t e
 }
 
 extern "C" const xdc_quant_ops xdc_quant_cuda_ops = {
-    cuda_quantize_int8, cuda_dequantize_int8,    cuda_quantize_int4,  cuda_dequantize_int4,    cuda_fp32_to_bf16,
-    cuda_bf16_to_fp32,  cuda_topk_scratch_bytes, cuda_topk_select,    cuda_count_out_of_range, cuda_accumulate,
-    cuda_scale,         cuda_byte_shuffle,       cuda_byte_unshuffle,
+    cuda_quantize_int8,      cuda_dequantize_int8, cuda_quantize_int4,
+    cuda_dequantize_int4,    cuda_fp32_to_bf16,    cuda_bf16_to_fp32,
+    cuda_topk_scratch_bytes, cuda_topk_select,     cuda_count_out_of_range,
+    cuda_accumulate,         cuda_scale,           cuda_scatter,
+    cuda_byte_shuffle,       cuda_byte_unshuffle,
 };

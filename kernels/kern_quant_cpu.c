@@ -400,6 +400,14 @@ static xdc_err_t cpu_scale(float *y, size_t n, float a)
     return XDC_OK;
 }
 
+static xdc_err_t cpu_scatter(const uint32_t *idx, const float *val, size_t k, float *y, size_t n, bool add)
+{
+    for (size_t i = 0; i < k; i++)
+        if (idx[i] >= n || (i && idx[i] <= idx[i - 1])) return XDC_ERR_INVALID;
+    for (size_t i = 0; i < k; i++) y[idx[i]] = add ? y[idx[i]] + val[i] : val[i];
+    return XDC_OK;
+}
+
 /* ---- byte planes ------------------------------------------------------------------------------------ */
 
 static xdc_err_t cpu_byte_shuffle(const uint8_t *in, size_t n_bytes, size_t elem, uint8_t *out)
@@ -462,6 +470,7 @@ const xdc_quant_ops xdc_quant_cpu_ops = {
     .count_out_of_range = cpu_count_out_of_range,
     .accumulate = cpu_accumulate,
     .scale = cpu_scale,
+    .scatter = cpu_scatter,
     .byte_shuffle = cpu_byte_shuffle,
     .byte_unshuffle = cpu_byte_unshuffle,
 };

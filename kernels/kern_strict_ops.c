@@ -303,6 +303,32 @@ static void s_adamw(float *p, const float *g, float *m, float *v, size_t n, floa
     (void)strict_submit(&o, a, NARGS(a), false);
 }
 
+/* ---- model: outer optimizer ---- */
+
+static xdc_err_t x_sub(strict_op *o)
+{
+    cm->sub(P(0, float *), P(1, const float *), P(2, const float *), o->z[0]);
+    return XDC_OK;
+}
+static void s_sub(float *out, const float *x, const float *y, size_t n)
+{
+    strict_op o = {.name = "sub", .fn = x_sub, .z = {n}};
+    strict_arg a[] = {{out, "out", F32(n), STRICT_W}, {x, "a", F32(n), STRICT_R}, {y, "b", F32(n), STRICT_R}};
+    (void)strict_submit(&o, a, NARGS(a), false);
+}
+
+static xdc_err_t x_outer_nesterov(strict_op *o)
+{
+    cm->outer_nesterov(P(0, float *), P(1, float *), P(2, const float *), o->z[0], o->f[0], o->f[1]);
+    return XDC_OK;
+}
+static void s_outer_nesterov(float *g, float *m, const float *d, size_t n, float lr, float mu)
+{
+    strict_op o = {.name = "outer_nesterov", .fn = x_outer_nesterov, .z = {n}, .f = {lr, mu}};
+    strict_arg a[] = {{g, "g", F32(n), STRICT_RW}, {m, "m", F32(n), STRICT_RW}, {d, "d", F32(n), STRICT_R}};
+    (void)strict_submit(&o, a, NARGS(a), false);
+}
+
 const struct xdc_model_ops xdc_model_strict_ops = {
     .name = "cpu-strict",
     .alloc = s_alloc,
@@ -329,6 +355,8 @@ const struct xdc_model_ops xdc_model_strict_ops = {
     .crossentropy_backward = s_crossentropy_backward,
     .sumsq = s_sumsq,
     .adamw = s_adamw,
+    .sub = s_sub,
+    .outer_nesterov = s_outer_nesterov,
 };
 
 /* ---- quant ---- */
@@ -476,6 +504,17 @@ static xdc_err_t q_scale(float *y, size_t n, float a)
     return strict_submit(&o, arg, NARGS(arg), false);
 }
 
+static xdc_err_t x_q_scatter(strict_op *o)
+{
+    return cq->scatter(P(0, const uint32_t *), P(1, const float *), o->z[0], P(2, float *), o->z[1], o->b);
+}
+static xdc_err_t q_scatter(const uint32_t *idx, const float *val, size_t k, float *y, size_t n, bool add)
+{
+    strict_op o = {.name = "scatter", .fn = x_q_scatter, .z = {k, n}, .b = add};
+    strict_arg a[] = {{idx, "idx", I32(k), STRICT_R}, {val, "val", F32(k), STRICT_R}, {y, "y", F32(n), STRICT_RW}};
+    return strict_submit(&o, a, NARGS(a), false);
+}
+
 static xdc_err_t x_byte_shuffle(strict_op *o)
 {
     return cq->byte_shuffle(P(0, const uint8_t *), o->z[0], o->z[1], P(1, uint8_t *));
@@ -512,6 +551,7 @@ const xdc_quant_ops xdc_quant_strict_ops = {
     .count_out_of_range = q_count_out_of_range,
     .accumulate = q_accumulate,
     .scale = q_scale,
+    .scatter = q_scatter,
     .byte_shuffle = q_byte_shuffle,
     .byte_unshuffle = q_byte_unshuffle,
 };

@@ -80,6 +80,15 @@ struct xdc_model_ops {
      * averaging); t is the 1-based step for bias correction. m, v (n) moment buffers. */
     void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
                   float weight_decay, float grad_scale, int t);
+
+    /* ---- outer optimizer (DiLoCo, streaming DiLoCo) ----
+     * fp32 with one rounding per operation in the order written, no fused multiply-add: every backend
+     * gives the CPU's bits, so a run's outer state does not depend on the device it ran on. */
+    /* out = a - b (n); out may be a or b (the pseudo-gradient global - local, a fragment's local progress). */
+    void (*sub)(float *out, const float *a, const float *b, size_t n);
+    /* Nesterov outer step on n params g with pseudo-gradient d and momentum m:
+     * m = mu*m + d; g -= lr*(d + mu*m) (the new m). */
+    void (*outer_nesterov)(float *g, float *m, const float *d, size_t n, float lr, float mu);
 };
 
 extern const struct xdc_model_ops xdc_model_cpu_ops;

@@ -62,6 +62,10 @@ struct xdc_quant_ops {
     xdc_err_t (*accumulate)(const float *x, size_t n, float *y);
     /* y *= a, (n) fp32, one rounded multiply per element (a cross-region average's 1/R). */
     xdc_err_t (*scale)(float *y, size_t n, float a);
+    /* y[idx[i]] = val[i] (with add: y[idx[i]] += val[i]) for i < k: idx (k) u32 strictly ascending, each
+     * < n (CPU: XDC_ERR_INVALID otherwise, before writing); val (k) fp32; y (n) fp32, its other entries
+     * left as they are. Top-k's decode: only the (index, value) pairs cross to the device. */
+    xdc_err_t (*scatter)(const uint32_t *idx, const float *val, size_t k, float *y, size_t n, bool add);
     /* Byte planes: in (n_bytes) seen as elements of `elem` bytes; out[p * (n_bytes/elem) + i] = byte p of
      * element i; trailing n_bytes % elem bytes copied as they are. unshuffle inverts it. */
     xdc_err_t (*byte_shuffle)(const uint8_t *in, size_t n_bytes, size_t elem, uint8_t *out);

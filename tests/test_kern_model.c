@@ -19,6 +19,15 @@ static void fill(float *x, size_t n, xdc_rng *r, float scale)
     for (size_t i = 0; i < n; i++) x[i] = xdc_rng_normal(r) * scale;
 }
 
+/* The backend `kind`; a CUDA test skips when no GPU is visible. */
+static const xdc_kern_backend *backend(xdc_backend_kind kind)
+{
+    if (kind == XDC_BACKEND_CUDA && xdc_kern_cuda_device_count() <= 0) xdc_test_skip("no GPU: no CUDA device visible");
+    const xdc_kern_backend *b = NULL;
+    XDC_ASSERT_OK(xdc_kern_backend_get(kind, &b, NULL));
+    return b;
+}
+
 static double dot(const float *a, const float *b, size_t n)
 {
     double s = 0.0;
@@ -247,6 +256,67 @@ XDC_TEST(kern_adamw_and_sumsq_follow_the_formulas)
     XDC_ASSERT_NEAR(m[0], 0.1 * 1.0, 1e-7); /* the gradient was scaled by 2 first */
 }
 
+/* DiLoCo's outer step and streaming's landing, by the formulas: m = mu*m + d; g -= lr*(d + mu*m);
+ * p = g + (p - s). */
+XDC_TEST(kern_outer_ops_follow_the_formulas)
+{
+    float g[2] = {1.0f, -2.0f}, p[2] = {0.75f, -1.5f}, m[2] = {0.5f, 0.0f}, d[2], s[2] = {1.0f, -1.0f};
+    cpu->sub(d, g, p, 2); /* pseudo-gradient global - local */
+    XDC_ASSERT_NEAR(d[0], 0.25, 0);
+    XDC_ASSERT_NEAR(d[1], -0.5, 0);
+    cpu->outer_nesterov(g, m, d, 2, 0.5f, 0.5f);
+    XDC_ASSERT_NEAR(m[0], 0.5 * 0.5 + 0.25, 0);
+    XDC_ASSERT_NEAR(g[0], 1.0 - 0.5 * (0.25 + 0.5 * 0.5), 0);
+    XDC_ASSERT_NEAR(m[1], -0.5, 0);
+    XDC_ASSERT_NEAR(g[1], -2.0 - 0.5 * (-0.5 + 0.5 * -0.5), 0);
+    cpu->sub(s, p, s, 2); /* in place: the local progress since the snapshot */
+    cpu->residual_forward(p, g, s, 2);
+    XDC_ASSERT_NEAR(p[0], 0.75 + (0.75 - 1.0), 0);
+    XDC_ASSERT_NEAR(p[1], -1.625 + (-1.5 + 1.0), 0);
+}
+
+/* The outer ops on a device backend give the CPU's bits (their contract: one rounding per operation, no
+ * fused multiply-add), so where the outer state lives does not change a run's parameters. */
+static void outer_ops_match_cpu(const xdc_kern_backend *dev)
+{
+    enum { N = 4099, ARRAYS = 4 };
+    const xdc_model_ops *G = dev->model;
+    float *h[ARRAYS], *back = xdc_malloc(N * sizeof(float)); /* global, mom, local, snapshot */
+    void *d[ARRAYS + 1];                                     /* the same on the device, then the pseudo-gradient */
+    xdc_rng r;
+    xdc_rng_seed(&r, 5);
+    for (int k = 0; k < ARRAYS; k++) {
+        h[k] = xdc_malloc(N * sizeof(float));
+        fill(h[k], N, &r, k == 1 ? 1e-3f : 1.0f);
+        XDC_ASSERT_OK(G->alloc(&d[k], N * sizeof(float)));
+        XDC_ASSERT_OK(G->upload(d[k], h[k], N * sizeof(float)));
+    }
+    XDC_ASSERT_OK(G->alloc(&d[ARRAYS], N * sizeof(float)));
+    float *pseudo = xdc_malloc(N * sizeof(float)), **dv = (float **)d;
+    cpu->sub(pseudo, h[0], h[2], N);
+    cpu->outer_nesterov(h[0], h[1], pseudo, N, 0.7f, 0.9f);
+    cpu->sub(h[3], h[2], h[3], N);
+    cpu->residual_forward(h[2], h[0], h[3], N);
+    G->sub(dv[4], dv[0], dv[2], N);
+    G->outer_nesterov(dv[0], dv[1], dv[4], N, 0.7f, 0.9f);
+    G->sub(dv[3], dv[2], dv[3], N);
+    G->residual_forward(dv[2], dv[0], dv[3], N);
+    XDC_ASSERT_OK(G->sync());
+    for (int k = 0; k < ARRAYS; k++) {
+        XDC_ASSERT_OK(G->download(back, d[k], N * sizeof(float)));
+        if (memcmp(back, h[k], N * sizeof(float)) != 0) XDC_FAIL("outer ops: array %d differs on %s", k, dev->name);
+        G->free(d[k]);
+        xdc_free(h[k]);
+    }
+    G->free(d[ARRAYS]);
+    xdc_free(pseudo);
+    xdc_free(back);
+}
+
+XDC_TEST(kern_strict_outer_ops_match_cpu_bit_for_bit) { outer_ops_match_cpu(backend(XDC_BACKEND_CPU_STRICT)); }
+
+XDC_TEST(kern_cuda_outer_ops_match_cpu_bit_for_bit) { outer_ops_match_cpu(backend(XDC_BACKEND_CUDA)); }
+
 XDC_TEST(kern_lr_schedule_warms_up_then_decays_by_cosine)
 {
     xdc_lr_schedule s = {.lr = 1.0f, .min_frac = 0.1f, .warmup = 10, .total = 110};
@@ -261,8 +331,8 @@ XDC_TEST(kern_lr_schedule_warms_up_then_decays_by_cosine)
     XDC_ASSERT_NEAR(xdc_gpt_clip_scale(1.0, 2.0f), 1.0, 0);
 }
 
-/* ---- a device backend vs CPU: a whole stage (every layer op) plus one AdamW step. CUDA within
- * tolerances; cpu-strict (the CPU ops queued on a stream thread, on memory the host cannot touch) bit for
+/* ---- a device backend vs CPU: a whole stage (every layer op) plus one AdamW step. CUDA within the TF32
+ * tolerances of docs/device.md ("Precision"); cpu-strict (the CPU ops queued on a stream thread, on memory the host cannot touch) bit for
  * bit. */
 static void stage_matches_cpu(const xdc_kern_backend *gpu)
 {
@@ -283,7 +353,7 @@ static void stage_matches_cpu(const xdc_kern_backend *gpu)
     float lc, lg;
     XDC_ASSERT_OK(xdc_gpt_stage_forward(sc, 0, tok, NULL, tgt, NULL, &lc));
     XDC_ASSERT_OK(xdc_gpt_stage_forward(sg, 0, tok, NULL, tgt, NULL, &lg));
-    XDC_ASSERT_NEAR(lc, lg, exact ? 0 : 1e-4);
+    XDC_ASSERT_NEAR(lc, lg, exact ? 0 : 1e-3);
     XDC_ASSERT_OK(xdc_gpt_stage_backward(sc, 0, NULL, 1.0f, NULL));
     XDC_ASSERT_OK(xdc_gpt_stage_backward(sg, 0, NULL, 1.0f, NULL));
     size_t n = xdc_gpt_stage_num_params(sc);
@@ -291,13 +361,18 @@ static void stage_matches_cpu(const xdc_kern_backend *gpu)
     XDC_ASSERT_OK(gpu->model->download(gg, xdc_gpt_stage_grads(sg), n * 4));
     memcpy(gc, xdc_gpt_stage_grads(sc), n * 4);
     if (exact) XDC_ASSERT_MSG(memcmp(gc, gg, n * 4) == 0, "%s gradients differ from cpu", gpu->name);
+    float gmax = 0.0f;
+    for (size_t i = 0; i < n; i++) gmax = fmaxf(gmax, fabsf(gc[i]));
     for (size_t i = 0; i < n; i++)
-        XDC_ASSERT_MSG(fabsf(gc[i] - gg[i]) <= 1e-4f + 1e-3f * fabsf(gc[i]), "grad[%zu] cpu %g %s %g", i, gc[i],
+        XDC_ASSERT_MSG(fabsf(gc[i] - gg[i]) <= 2e-3f * gmax + 1e-2f * fabsf(gc[i]), "grad[%zu] cpu %g %s %g", i, gc[i],
                        gpu->name, gg[i]);
     double nc = 0.0, ng = 0.0;
     XDC_ASSERT_OK(xdc_gpt_stage_grad_sumsq(sc, &nc));
     XDC_ASSERT_OK(xdc_gpt_stage_grad_sumsq(sg, &ng));
-    XDC_ASSERT_NEAR(nc, ng, exact ? 0 : 1e-4 * nc);
+    XDC_ASSERT_NEAR(nc, ng, exact ? 0 : 5e-3 * nc);
+    /* AdamW from the same gradients: an fp32 elementwise op, so it is held to fp32 tolerances (a TF32
+     * difference in a near-zero gradient could flip its sign, and Adam's first step is ±lr either way). */
+    XDC_ASSERT_OK(gpu->model->upload(xdc_gpt_stage_grads(sg), gc, n * 4));
     XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(sc, 1e-3f, 0.5f));
     XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(sg, 1e-3f, 0.5f));
     XDC_ASSERT_OK(gpu->model->download(gg, xdc_gpt_stage_params(sg), n * 4));
@@ -309,22 +384,11 @@ static void stage_matches_cpu(const xdc_kern_backend *gpu)
     XDC_ASSERT_OK(gpu->model->sync());
 }
 
-XDC_TEST(kern_cuda_stage_matches_cpu)
-{
-    if (xdc_kern_cuda_device_count() <= 0) xdc_test_skip("no GPU: no CUDA device visible");
-    const xdc_kern_backend *gpu = NULL;
-    XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CUDA, &gpu, NULL));
-    stage_matches_cpu(gpu);
-}
+XDC_TEST(kern_cuda_stage_matches_cpu) { stage_matches_cpu(backend(XDC_BACKEND_CUDA)); }
 
 /* Needs the model to reach its memory through the ops only (the seam conversion of model/): until then a
  * host touch of a parameter dies of SIGSEGV with "host touched cpu-strict device memory". */
-XDC_TEST(kern_strict_stage_matches_cpu_bit_for_bit)
-{
-    const xdc_kern_backend *dev = NULL;
-    XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CPU_STRICT, &dev, NULL));
-    stage_matches_cpu(dev);
-}
+XDC_TEST(kern_strict_stage_matches_cpu_bit_for_bit) { stage_matches_cpu(backend(XDC_BACKEND_CPU_STRICT)); }
 
 /* Five training steps (two microbatches each, clipping, AdamW) on a 2-stage split, cpu vs cpu-strict: the
  * same loss every step and the same params_xxh64 at the end, bit for bit. */

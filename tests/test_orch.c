@@ -39,10 +39,13 @@ static const char *write_run_pb(const char *name, const char *mode, int steps, c
     char cwd[400], text[2048];
     if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
     snprintf(path, sizeof path, "%s/%s.yaml", xdc_test_tmpdir(), name);
+    char model[512] = ""; /* an `extra` that names its own model replaces tiny.yaml */
+    if (!(extra && strstr(extra, "model:")))
+        snprintf(model, sizeof model, "model: %s/examples/models/tiny.yaml\n", cwd);
     snprintf(text, sizeof text,
-             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: %s\npipeline_stages: %d\nmicrobatches: 2\n"
+             "%sdata: %s\nmode: %s\npipeline_stages: %d\nmicrobatches: 2\n"
              "steps: %d\ncodec: %s\nbucket_mb: %g\nthreads: 1\n%s%s",
-             cwd, DATA, mode, stages, steps, codec, bucket_mb,
+             model, DATA, mode, stages, steps, codec, bucket_mb,
              extra && strstr(extra, "timeouts:") ? "" : "timeouts: {rendezvous: 30s, operation: 30s}\n",
              extra ? extra : "");
     xdc_test_write_file(path, text);
@@ -267,7 +270,7 @@ XDC_TEST_T(orch_modes_on_cpu_strict_match_cpu, 300)
     /* Every launch mode on the device the host cannot touch (PROT_NONE memory, stream threads, real
      * events; docs/device.md) ends with the cpu run's parameters bit for bit: sync with pipelines, data-
      * parallel replicas (intra collectives on device buffers), a pipeline across regions (activation codec
-     * on the device), DiLoCo and streaming, streaming with replicas. Buckets of 0.05 MiB, as in the other
+     * on the device) with one stage per region and with two, DiLoCo and streaming, streaming with replicas. Buckets of 0.05 MiB, as in the other
      * launch tests: their edges fall inside 64 KiB blocks. */
     static const struct {
         const char *name, *topo, *mode, *codec, *extra;
@@ -280,11 +283,22 @@ XDC_TEST_T(orch_modes_on_cpu_strict_match_cpu, 300)
         {"diloco", TOPO, "diloco", "int8", "diloco: {inner_steps: 3}\n", 6, 2},
         {"streaming", TOPO, "streaming", "int8", "diloco: {inner_steps: 3}\nstreaming: {fragments: 2}\n", 6, 2},
         {"stream-dp", TOPO, "streaming", "int8", "diloco: {inner_steps: 3}\nstreaming: {fragments: 2}\n", 6, 1},
+        {"span-4", TOPO, "sync", "none", NULL, 3, 4},
     };
-    static char out[65536];
+    static char out[65536], span4[1024];
+    /* A pipeline of 4 stages over both regions' 2 workers each: its scalar chain (loss, gradient norm) has an
+     * in-region neighbour at every stage, so those messages go through device memory (orch_pipe.c). */
+    char *tiny4 = xdc_test_read_file("examples/models/tiny.yaml", NULL), *layers = strstr(tiny4, "layers: 2");
+    XDC_ASSERT(layers != NULL);
+    layers[8] = '4';
+    char model4[600];
+    snprintf(model4, sizeof model4, "%s/tiny4.yaml", xdc_test_tmpdir());
+    xdc_test_write_file(model4, tiny4);
+    free(tiny4);
+    snprintf(span4, sizeof span4, "model: %s\nspan_regions: true\nactivation_codec: int8\n", model4);
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         const char *run = write_run_pb(runs[i].name, runs[i].mode, runs[i].steps, runs[i].codec, runs[i].stages, 0.05,
-                                       runs[i].extra);
+                                       runs[i].extra ? runs[i].extra : span4);
         char hash[2][64], dir[600], cmd[2048];
         for (int d = 0; d < 2; d++) {
             const char *dev = d ? "cpu-strict" : "cpu";

@@ -211,6 +211,21 @@ XDC_TEST(quant_count_out_of_range_sees_nan_inf_and_huge)
     XDC_ASSERT_EQ(c, 3);
 }
 
+XDC_TEST(quant_scatter_writes_or_adds_the_pairs_and_refuses_bad_indices)
+{
+    float y[6] = {1, -0.0f, 3, 4, 5, 6}, val[3] = {0.5f, 2.0f, -1.0f};
+    uint32_t idx[3] = {0, 2, 5}, repeat[3] = {0, 2, 2}, past[3] = {0, 2, 6};
+    XDC_ASSERT_OK(Q->scatter(idx, val, 3, y, 6, true));
+    float added[6] = {1.5f, -0.0f, 5, 4, 5, 5};
+    XDC_ASSERT(memcmp(y, added, sizeof y) == 0); /* untouched entries keep their bits, -0 included */
+    XDC_ASSERT_OK(Q->scatter(idx, val, 3, y, 6, false));
+    float written[6] = {0.5f, -0.0f, 2, 4, 5, -1};
+    XDC_ASSERT(memcmp(y, written, sizeof y) == 0);
+    XDC_ASSERT_EQ(Q->scatter(repeat, val, 3, y, 6, true), XDC_ERR_INVALID);
+    XDC_ASSERT_EQ(Q->scatter(past, val, 3, y, 6, true), XDC_ERR_INVALID);
+    XDC_ASSERT(memcmp(y, written, sizeof y) == 0); /* refused before writing */
+}
+
 XDC_TEST(quant_byte_planes_round_trip_with_tails)
 {
     uint8_t in[103], mid[103], out[103];

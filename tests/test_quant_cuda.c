@@ -115,6 +115,19 @@ static void device_matches_cpu(const xdc_kern_backend *gpu)
     gr = host_copy(dr, n * 4);
     XDC_ASSERT(memcmp(idx, gidx, k * 4) == 0);
     assert_near_all(r_cpu, gr, n, 0.0f, "top-k residual");
+    /* top-k decode: the pairs scattered into y, added and written */
+    XDC_ASSERT_OK(M->upload(dval, val, k * 4));
+    XDC_ASSERT_OK(C->scatter(idx, val, k, y, n, true));
+    XDC_ASSERT_OK(G->scatter(didx, dval, k, dy, n, true));
+    xdc_free(gy);
+    gy = host_copy(dy, n * 4);
+    assert_near_all(y, gy, n, 0.0f, "top-k scattered and added");
+    XDC_ASSERT_OK(C->scatter(idx, val, k, y, n, false));
+    XDC_ASSERT_OK(G->scatter(didx, dval, k, dy, n, false));
+    xdc_free(gy);
+    gy = host_copy(dy, n * 4);
+    assert_near_all(y, gy, n, 0.0f, "top-k scattered");
+    XDC_ASSERT(gy[idx[0]] == val[0]);
 
     /* range count and byte planes */
     x[5] = NAN, x[6] = 3e30f;

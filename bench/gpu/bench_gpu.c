@@ -3,7 +3,7 @@
  *
  *   bench_gpu model CONFIG.yaml [--steps S]   training steps of the whole model on the CUDA backend
  *       (forward, backward, grad norm, AdamW; random tokens), tokens/s, achieved TFLOP/s and MFU against
- *       the backend's own matmul (cuBLAS sgemm, fp32 like the model) of the model's largest layer shape
+ *       the backend's own matmul (cuBLAS sgemm on TF32 tensor cores, as the model's) of the model's largest layer shape
  *       and of 8192^3, the better of the two kept as the peak.
  *   bench_gpu codec [--mib M]                 the CUDA quantize ops on device memory (int8 blockwise
  *       with error feedback, bf16 with error feedback, byte planes) in GB/s of fp32 input, next to a

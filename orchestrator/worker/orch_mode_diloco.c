@@ -8,6 +8,7 @@
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_time.h"
+#include "kernels/xdc_model_ops.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -15,22 +16,29 @@
 
 static double now_s(void) { return (double)xdc_now_ns() / 1e9; }
 
-/* The outer state lives on the stage's device; its arithmetic runs on pinned host copies (the kernels
- * have no op for it yet), every copy queued on the stage's compute stream, so it is ordered after the
- * optimizer step and before the next forward. */
+/* The outer state lives on the stage's device and its arithmetic runs there: the backend's model ops
+ * (sub, outer_nesterov, residual_forward) queued on the stage's compute stream, so it is ordered after the
+ * optimizer step and before the next forward with no host wait, and each sync's ready event (recorded on
+ * that stream) captures it. Only the momentum's checkpoint crosses to the host. */
 static const xdc_device_ops *dev_of(const orch_worker *w) { return w->model.be->device; }
+static const xdc_model_ops *ops_of(const orch_worker *w) { return w->model.be->model; }
 static xdc_stream *stream_of(const orch_worker *w) { return xdc_gpt_stage_stream(w->model.st); }
-
-/* Host staging h (pinned) <- device d, `n` floats from `lo`. */
-static xdc_err_t down(const orch_worker *w, float *h, const float *d, size_t lo, size_t n)
-{
-    return dev_of(w)->copy_d2h(h + lo, d + lo, n * sizeof(float), stream_of(w));
-}
-static xdc_err_t up(const orch_worker *w, float *d, const float *h, size_t lo, size_t n)
-{
-    return dev_of(w)->copy_h2d(d + lo, h + lo, n * sizeof(float), stream_of(w));
-}
 static xdc_err_t wait_copies(const orch_worker *w) { return dev_of(w)->stream_sync(stream_of(w)); }
+
+/* The model ops queue on the calling thread's current stream: orch_outer_enter makes it the stage's and
+ * returns the caller's; orch_outer_leave restores it and reports the stage stream's sticky error (the ops
+ * return nothing; a failed launch or a cpu-strict refusal shows here). */
+xdc_err_t orch_outer_enter(const orch_worker *w, xdc_stream **prev)
+{
+    XDC_CHECK(dev_of(w)->get_stream(prev));
+    return dev_of(w)->set_stream(stream_of(w));
+}
+xdc_err_t orch_outer_leave(const orch_worker *w, xdc_stream *prev)
+{
+    xdc_err_t rc = dev_of(w)->set_stream(prev);
+    xdc_err_t rs = dev_of(w)->stream_error(stream_of(w), NULL);
+    return rs != XDC_OK ? rs : rc;
+}
 
 void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc)
 {
@@ -45,7 +53,7 @@ xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xd
     XDC_CHECK(dev->mem_alloc((void **)&o->global, bytes));
     XDC_CHECK(dev->mem_alloc((void **)&o->mom, bytes)); /* zero-filled */
     XDC_CHECK(dev->mem_alloc((void **)&o->pseudo, bytes));
-    XDC_CHECK(dev->host_alloc((void **)&o->host, 3 * bytes));
+    XDC_CHECK(dev->host_alloc((void **)&o->host, bytes));
     XDC_CHECK(dev->copy_d2d(o->global, xdc_gpt_stage_params(w->model.st), bytes, stream_of(w)));
     XDC_CHECK(wait_copies(w));
     xdc_sync_cfg sc;
@@ -69,33 +77,19 @@ void orch_outer_destroy(orch_worker *w, orch_outer *o)
 
 xdc_err_t orch_outer_update(orch_worker *w, orch_outer *o, size_t lo, size_t hi)
 {
-    size_t n = w->model.n_params, m = hi - lo;
-    float *hg = o->host, *hm = hg + n, *hp = hm + n; /* staging of global, mom, pseudo */
-    float lr = (float)w->cfg.outer_lr, mu = (float)w->cfg.outer_momentum;
-    XDC_CHECK(down(w, hp, o->pseudo, lo, m));
-    XDC_CHECK(down(w, hm, o->mom, lo, m));
-    XDC_CHECK(down(w, hg, o->global, lo, m));
-    XDC_CHECK(wait_copies(w));
-    for (size_t i = lo; i < hi; i++) {
-        hm[i] = mu * hm[i] + hp[i];
-        hg[i] -= lr * (hp[i] + mu * hm[i]);
-    }
-    XDC_CHECK(up(w, o->mom, hm, lo, m));
-    XDC_CHECK(up(w, o->global, hg, lo, m));
-    return wait_copies(w); /* the staging is reused */
+    xdc_stream *prev = NULL;
+    XDC_CHECK(orch_outer_enter(w, &prev));
+    ops_of(w)->outer_nesterov(o->global + lo, o->mom + lo, o->pseudo + lo, hi - lo, (float)w->cfg.outer_lr,
+                              (float)w->cfg.outer_momentum);
+    return orch_outer_leave(w, prev);
 }
 
 xdc_err_t orch_outer_pseudo(orch_worker *w, orch_outer *o, size_t lo, size_t hi)
 {
-    size_t n = w->model.n_params, m = hi - lo;
-    float *hg = o->host, *hp = hg + 2 * n;
-    float *p = xdc_gpt_stage_params(w->model.st);
-    XDC_CHECK(down(w, hg, o->global, lo, m));
-    XDC_CHECK(down(w, hp, p, lo, m));
-    XDC_CHECK(wait_copies(w));
-    for (size_t i = lo; i < hi; i++) hp[i] = hg[i] - hp[i];
-    XDC_CHECK(up(w, o->pseudo, hp, lo, m));
-    return wait_copies(w);
+    xdc_stream *prev = NULL;
+    XDC_CHECK(orch_outer_enter(w, &prev));
+    ops_of(w)->sub(o->pseudo + lo, o->global + lo, xdc_gpt_stage_params(w->model.st) + lo, hi - lo);
+    return orch_outer_leave(w, prev);
 }
 
 xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag)
@@ -109,7 +103,7 @@ xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag)
     XDC_CHECK(rc);
     XDC_CHECK(orch_outer_update(w, o, 0, n));
     XDC_CHECK(dev_of(w)->copy_d2d(xdc_gpt_stage_params(w->model.st), o->global, n * sizeof(float), stream_of(w)));
-    return wait_copies(w);
+    return wait_copies(w); /* once per round: a failure shows at the round that caused it */
 }
 
 typedef struct {
@@ -176,9 +170,9 @@ static xdc_err_t diloco_checkpoint_io(orch_worker *w, void *state, const char *d
     snprintf(path, sizeof path, "%s/outer-momentum.f32", dir);
     FILE *f = fopen(path, save ? "wb" : "rb");
     size_t n = 0, want = w->model.n_params;
-    float *hm = st->outer.host + want; /* the momentum's staging */
+    float *hm = st->outer.host; /* the momentum's staging */
     if (save) {
-        XDC_CHECK(down(w, hm, st->outer.mom, 0, want));
+        XDC_CHECK(dev_of(w)->copy_d2h(hm, st->outer.mom, want * sizeof(float), stream_of(w)));
         XDC_CHECK(wait_copies(w));
     }
     if (f) {
@@ -191,7 +185,7 @@ static xdc_err_t diloco_checkpoint_io(orch_worker *w, void *state, const char *d
         return save ? XDC_ERR_IO : XDC_ERR_CORRUPT;
     }
     if (save) return XDC_OK;
-    XDC_CHECK(up(w, st->outer.mom, hm, 0, want));
+    XDC_CHECK(dev_of(w)->copy_h2d(st->outer.mom, hm, want * sizeof(float), stream_of(w)));
     XDC_CHECK(
         dev_of(w)->copy_d2d(st->outer.global, xdc_gpt_stage_params(w->model.st), want * sizeof(float), stream_of(w)));
     return wait_copies(w);

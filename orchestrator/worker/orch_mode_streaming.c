@@ -10,6 +10,7 @@
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_time.h"
+#include "kernels/xdc_model_ops.h"
 
 static double now_s(void) { return (double)xdc_now_ns() / 1e9; }
 
@@ -71,31 +72,26 @@ static xdc_err_t streaming_setup(orch_worker *w, void **state, xdc_diag *diag)
     return XDC_OK;
 }
 
-/* The fragment in flight lands: new global value plus the local progress made meanwhile. */
+/* The fragment in flight lands: new global value plus the local progress made meanwhile, on the device:
+ * snapshot = local - snapshot, local = global + snapshot (the stage's stream, after the outer step). */
 static xdc_err_t land(orch_worker *w, streaming_state *st, xdc_diag *diag)
 {
     if (st->inflight < 0) return XDC_OK;
     int f = st->inflight;
-    const xdc_device_ops *dev = w->model.be->device;
-    xdc_stream *cs = xdc_gpt_stage_stream(w->model.st);
     float *p = xdc_gpt_stage_params(w->model.st);
-    size_t n = w->model.n_params, lo, hi;
+    size_t lo, hi;
     fragment_range(w, f, &lo, &hi);
-    size_t bytes = (hi - lo) * sizeof(float);
     double t0 = now_s();
     xdc_err_t rc = xdc_sync_end(st->frag[f], diag);
     w->prog.t_wan_exposed += now_s() - t0;
     XDC_CHECK(rc);
-    XDC_CHECK(orch_outer_update(w, &st->outer, lo, hi)); /* leaves the new global in the staging's first row */
-    /* On the pinned staging (no device op for it yet): the parameters and the snapshot come over, the
-     * landed fragment goes back. */
-    float *hg = st->outer.host, *hs = hg + n, *hp = hs + n;
-    XDC_CHECK(dev->copy_d2h(hp + lo, p + lo, bytes, cs));
-    XDC_CHECK(dev->copy_d2h(hs + lo, st->snapshot + lo, bytes, cs));
-    XDC_CHECK(dev->stream_sync(cs));
-    for (size_t i = lo; i < hi; i++) hp[i] = hg[i] + (hp[i] - hs[i]);
-    XDC_CHECK(dev->copy_h2d(p + lo, hp + lo, bytes, cs));
-    XDC_CHECK(dev->stream_sync(cs));
+    XDC_CHECK(orch_outer_update(w, &st->outer, lo, hi));
+    const xdc_model_ops *ops = w->model.be->model;
+    xdc_stream *prev = NULL;
+    XDC_CHECK(orch_outer_enter(w, &prev));
+    ops->sub(st->snapshot + lo, p + lo, st->snapshot + lo, hi - lo);
+    ops->residual_forward(p + lo, st->outer.global + lo, st->snapshot + lo, hi - lo);
+    XDC_CHECK(orch_outer_leave(w, prev));
     st->inflight = -1;
     return XDC_OK;
 }
@@ -111,7 +107,7 @@ static xdc_err_t launch(orch_worker *w, streaming_state *st)
         fragment_range(w, f, &lo, &hi);
         XDC_CHECK(w->model.be->device->copy_d2d(st->snapshot + lo, p + lo, (hi - lo) * sizeof(float),
                                                 xdc_gpt_stage_stream(w->model.st)));
-        XDC_CHECK(orch_outer_pseudo(w, &st->outer, lo, hi)); /* also waits for the snapshot's copy */
+        XDC_CHECK(orch_outer_pseudo(w, &st->outer, lo, hi)); /* after the snapshot's copy: one stream */
         XDC_CHECK(xdc_sync_begin(st->frag[f], st->outer.pseudo + lo));
         xdc_sync_mark_ready(st->frag[f], 0);
         st->inflight = f;

@@ -2,7 +2,8 @@
  * the intra communicator when both stages are in one region, over the WAN latency class when the
  * pipeline crosses a region boundary. Activations and activation gradients crossing the WAN go through
  * the activation codec (bf16 or int8 with scales, no error feedback: each tensor is used once); small
- * control messages (loss, gradient norm, the parameter-hash state) travel raw. Intra sends and receives
+ * control messages (loss, gradient norm, the parameter-hash state) travel raw, to an in-region neighbour
+ * from a device row (orch_pipe_*_small). Intra sends and receives
  * started inside an intra group (xdc_intra_group_start on w->comm.pp, as the 1F1B loop of orch_train.c
  * does per schedule step) are issued at its end; WAN ones are posted at once. */
 #include "orchestrator/worker/orch_worker.h"
@@ -106,49 +107,85 @@ xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag)
     return rc;
 }
 
+/* Row `row` of the device scalar staging (w->pipe.scalars). */
+static float *scalar_row(const orch_worker *w, int row) { return w->pipe.scalars + row * ORCH_PIPE_MAX_SCALARS; }
+
+/* Copies n scalars between host and a device row, waited for (a few bytes, once per step). */
+static xdc_err_t scalars_copy(const orch_worker *w, float *dst, const float *src, int n, bool up)
+{
+    const xdc_device_ops *dev = w->model.be->device;
+    size_t bytes = (size_t)n * sizeof(float);
+    XDC_CHECK(up ? dev->copy_h2d(dst, src, bytes, NULL) : dev->copy_d2h(dst, src, bytes, NULL));
+    return dev->stream_sync(NULL);
+}
+
+static bool in_region(const orch_worker *w, int stage)
+{
+    int region, rank;
+    orch_pipe_locate(w, stage, &region, &rank);
+    return region == w->id.region_idx;
+}
+
+xdc_err_t orch_pipe_send_small(orch_worker *w, int to, const float *v, int n, int row, orch_pipe_req *r, xdc_diag *diag)
+{
+    if (n > ORCH_PIPE_MAX_SCALARS) return XDC_ERR_RANGE;
+    if (!in_region(w, to)) return orch_pipe_send(w, to, v, (size_t)n, NULL, r, diag);
+    XDC_CHECK(scalars_copy(w, scalar_row(w, row), v, n, true));
+    return orch_pipe_send(w, to, scalar_row(w, row), (size_t)n, NULL, r, diag);
+}
+
+xdc_err_t orch_pipe_recv_small(orch_worker *w, int from, float *v, int n, int row, orch_pipe_req *r, xdc_diag *diag)
+{
+    if (n > ORCH_PIPE_MAX_SCALARS) return XDC_ERR_RANGE;
+    return orch_pipe_recv(w, from, in_region(w, from) ? scalar_row(w, row) : v, (size_t)n, NULL, r, diag);
+}
+
+xdc_err_t orch_pipe_wait_small(orch_worker *w, int peer, float *v, int n, int row, orch_pipe_req *r, xdc_diag *diag)
+{
+    XDC_CHECK(orch_pipe_wait(w, r, diag));
+    return v && in_region(w, peer) ? scalars_copy(w, v, scalar_row(w, row), n, false) : XDC_OK;
+}
+
 /* Sum n floats over every stage of this replica: an intra all-reduce inside one region; across regions
- * a pass up the chain of stages (each adds its own) and the total back down. */
+ * a pass up the chain of stages (each adds its own) and the total back down. Device rows: 0 the
+ * all-reduce, or the chain's receive from below and send down; 1 the send up; 2 the total from above. */
 xdc_err_t orch_pipe_allreduce_sum(orch_worker *w, float *v, int n, xdc_diag *diag)
 {
     orch_pipe_req r;
     if (n > ORCH_PIPE_MAX_SCALARS) return XDC_ERR_RANGE;
     if (!w->id.span) {
-        /* In device memory, as NCCL requires: upload, sum, download (a few bytes, once per step). */
-        const xdc_device_ops *dev = w->model.be->device;
-        size_t bytes = (size_t)n * sizeof(float);
-        XDC_CHECK(dev->copy_h2d(w->pipe.scalars, v, bytes, NULL));
-        XDC_CHECK(dev->stream_sync(NULL));
-        XDC_CHECK(xdc_intra_all_reduce(w->comm.pp, w->pipe.scalars, w->pipe.scalars, (size_t)n, XDC_INTRA_F32,
+        XDC_CHECK(scalars_copy(w, scalar_row(w, 0), v, n, true));
+        XDC_CHECK(xdc_intra_all_reduce(w->comm.pp, scalar_row(w, 0), scalar_row(w, 0), (size_t)n, XDC_INTRA_F32,
                                        XDC_INTRA_SUM, &r.ir));
         r.wr = NULL;
         XDC_CHECK(orch_pipe_wait(w, &r, diag));
-        XDC_CHECK(dev->copy_d2h(v, w->pipe.scalars, bytes, NULL));
-        return dev->stream_sync(NULL);
+        return scalars_copy(w, v, scalar_row(w, 0), n, false);
     }
     float part[ORCH_PIPE_MAX_SCALARS];
+    int below = w->id.stage - 1, above = w->id.stage + 1;
     if (w->id.stage > 0) {
-        XDC_CHECK(orch_pipe_recv(w, w->id.stage - 1, part, (size_t)n, NULL, &r, diag));
-        XDC_CHECK(orch_pipe_wait(w, &r, diag));
+        XDC_CHECK(orch_pipe_recv_small(w, below, part, n, 0, &r, diag));
+        XDC_CHECK(orch_pipe_wait_small(w, below, part, n, 0, &r, diag));
         for (int i = 0; i < n; i++) v[i] += part[i];
     }
-    if (w->id.stage < w->id.n_stages - 1) {
+    if (above < w->id.n_stages) {
         /* Post the receive of the total before waiting for our send: over the WAN a reply with no posted
          * receive would hold up the acknowledgement of that send (docs/wan.md); within a region the two
          * are one group, as NCCL needs. */
         orch_pipe_req back;
         memcpy(part, v, (size_t)n * sizeof(float));
         XDC_CHECK(xdc_intra_group_start(w->comm.pp));
-        xdc_err_t rc = orch_pipe_send(w, w->id.stage + 1, part, (size_t)n, NULL, &r, diag);
-        if (rc == XDC_OK) rc = orch_pipe_recv(w, w->id.stage + 1, v, (size_t)n, NULL, &back, diag);
+        xdc_err_t rc = orch_pipe_send_small(w, above, part, n, 1, &r, diag);
+        if (rc == XDC_OK) rc = orch_pipe_recv_small(w, above, v, n, 2, &back, diag);
         xdc_err_t e = xdc_intra_group_end(w->comm.pp);
         XDC_CHECK(rc);
         XDC_CHECK(e);
-        XDC_CHECK(orch_pipe_wait(w, &r, diag));
-        XDC_CHECK(orch_pipe_wait(w, &back, diag));
+        XDC_CHECK(orch_pipe_wait_small(w, above, NULL, n, 1, &r, diag));
+        XDC_CHECK(orch_pipe_wait_small(w, above, v, n, 2, &back, diag));
     }
     if (w->id.stage > 0) {
-        XDC_CHECK(orch_pipe_send(w, w->id.stage - 1, v, (size_t)n, NULL, &r, diag));
-        XDC_CHECK(orch_pipe_wait(w, &r, diag));
+        XDC_CHECK(orch_pipe_send_small(w, below, v, n, 0, &r, diag));
+        XDC_CHECK(orch_pipe_wait_small(w, below, NULL, n, 0, &r, diag));
     }
     return XDC_OK;
 }

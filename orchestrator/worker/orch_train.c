@@ -252,17 +252,17 @@ static xdc_err_t hash_params(orch_worker *w, uint64_t *out, xdc_diag *diag)
     if (!h) return XDC_ERR_NOMEM;
     xdc_err_t rc = XDC_OK;
     orch_pipe_req req;
-    size_t nf = XDC_HASH_STATE_BYTES / sizeof(float);
+    int n = (int)(XDC_HASH_STATE_BYTES / sizeof(float)), below = w->id.stage - 1, above = w->id.stage + 1;
     if (!is_first(w)) {
-        rc = orch_pipe_recv(w, w->id.stage - 1, (float *)blob, nf, NULL, &req, diag);
-        if (rc == XDC_OK) rc = orch_pipe_wait(w, &req, diag);
+        rc = orch_pipe_recv_small(w, below, blob, n, 0, &req, diag);
+        if (rc == XDC_OK) rc = orch_pipe_wait_small(w, below, blob, n, 0, &req, diag);
         if (rc == XDC_OK) xdc_hash64_import(h, blob);
     }
     if (rc == XDC_OK) rc = xdc_gpt_stage_hash_update(w->model.st, h);
     if (rc == XDC_OK && !is_last(w)) {
         xdc_hash64_export(h, blob);
-        rc = orch_pipe_send(w, w->id.stage + 1, (const float *)blob, nf, NULL, &req, diag);
-        if (rc == XDC_OK) rc = orch_pipe_wait(w, &req, diag);
+        rc = orch_pipe_send_small(w, above, blob, n, 1, &req, diag);
+        if (rc == XDC_OK) rc = orch_pipe_wait_small(w, above, NULL, n, 1, &req, diag);
     }
     *out = xdc_hash64_digest(h);
     xdc_hash64_destroy(h);

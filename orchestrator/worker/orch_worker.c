@@ -217,7 +217,7 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
     float **act[] = {&w->model.x_in, &w->model.dy_in, &w->model.dx_out};
     for (size_t i = 0; i < sizeof act / sizeof act[0]; i++)
         XDC_CHECK(dev->mem_alloc((void **)act[i], M * btc * sizeof(float)));
-    XDC_CHECK(dev->mem_alloc((void **)&w->pipe.scalars, ORCH_PIPE_MAX_SCALARS * sizeof(float)));
+    XDC_CHECK(dev->mem_alloc((void **)&w->pipe.scalars, ORCH_PIPE_SCALAR_ROWS * ORCH_PIPE_MAX_SCALARS * sizeof(float)));
     w->pipe.x_req = xdc_calloc(M, sizeof *w->pipe.x_req);
     w->pipe.dy_req = xdc_calloc(M, sizeof *w->pipe.dy_req);
     w->pipe.y_req = xdc_calloc(M, sizeof *w->pipe.y_req);

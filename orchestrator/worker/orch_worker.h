@@ -77,10 +77,12 @@ typedef struct orch_pipe {
     size_t elems, bound;                            /* elements of one activation (B*T*C); encoded bytes bound */
     int codec_kind;
     uint64_t tx_bytes, raw_bytes;
-    float *scalars; /* (ORCH_PIPE_MAX_SCALARS) fp32, device: what the in-region scalar all-reduce sums */
+    float *scalars; /* (ORCH_PIPE_SCALAR_ROWS, ORCH_PIPE_MAX_SCALARS) fp32, device: in-region small messages
+                     * (orch_pipe_*_small, orch_pipe_allreduce_sum) */
 } orch_pipe;
 
-#define ORCH_PIPE_MAX_SCALARS 16 /* values one orch_pipe_allreduce_sum carries (loss, norm, counts) */
+#define ORCH_PIPE_MAX_SCALARS 32 /* fp32 one small message carries (loss, norm, counts; the 128-byte hash state) */
+#define ORCH_PIPE_SCALAR_ROWS 3  /* small messages in flight at once: the sum's from below, up, from above */
 
 /* Every connection of the worker: the WAN engine and its peers, the rendezvous, the intra communicators,
  * and the sync engine (the one comm thread that runs every sync of the mode, in posting order). */
@@ -178,6 +180,15 @@ xdc_err_t orch_pipe_recv(orch_worker *w, int from_stage, float *buf, size_t n, u
 /* Complete a transfer (no-op on an empty request); charges intra or WAN time. */
 xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag);
 xdc_err_t orch_pipe_allreduce_sum(orch_worker *w, float *v, int n, xdc_diag *diag);
+/* Small control messages (the scalar sums, the parameter-hash state; n <= ORCH_PIPE_MAX_SCALARS fp32) to or
+ * from the neighbour stage `peer`: through device row `row` of w->pipe.scalars when it is in this region
+ * (the intra communicator is NCCL on a GPU, which takes device memory only), raw from host memory over
+ * the WAN otherwise. wait_small completes either and brings a received row to `v` (NULL for a send).
+ * Two messages in flight at once use different rows. */
+xdc_err_t orch_pipe_send_small(orch_worker *w, int peer, const float *v, int n, int row, orch_pipe_req *r,
+                               xdc_diag *diag);
+xdc_err_t orch_pipe_recv_small(orch_worker *w, int peer, float *v, int n, int row, orch_pipe_req *r, xdc_diag *diag);
+xdc_err_t orch_pipe_wait_small(orch_worker *w, int peer, float *v, int n, int row, orch_pipe_req *r, xdc_diag *diag);
 
 /* orch_mode_diloco.c: the outer loop DiLoCo and streaming share. */
 typedef struct orch_outer {
@@ -185,13 +196,17 @@ typedef struct orch_outer {
     float *global;  /* device (n_params) the last agreed global parameters */
     float *mom;     /* device (n_params) outer Nesterov momentum */
     float *pseudo;  /* device (n_params) pseudo-gradient: what the sync averages */
-    float *host;    /* pinned host (3, n_params) staging of the outer arithmetic (no device op for it yet) */
+    float *host;    /* pinned host (n_params): the momentum's checkpoint staging */
 } orch_outer;
 /* Buffers (global = the stage's parameters now) and the pseudo-gradient sync over `dp` and the regions. */
 xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag);
 void orch_outer_destroy(orch_worker *w, orch_outer *o);
 /* The device and compute stream of the worker's stage in `sc` (every sync of the modes). */
 void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc);
+/* Make the stage's compute stream the calling thread's current one (the outer arithmetic's model ops run
+ * there); leave restores `prev` and reports that stream's sticky error. */
+xdc_err_t orch_outer_enter(const orch_worker *w, xdc_stream **prev);
+xdc_err_t orch_outer_leave(const orch_worker *w, xdc_stream *prev);
 /* pseudo = global - local on [lo, hi). */
 xdc_err_t orch_outer_pseudo(orch_worker *w, orch_outer *o, size_t lo, size_t hi);
 /* Outer Nesterov step on [lo, hi): pseudo holds the cross-region mean of (global - local). */

@@ -10,8 +10,8 @@
 #   2 cuda-tests  `xdc_tests cuda intra_nccl`: CUDA kernels and the CUDA model stage against the CPU
 #                 references, the NCCL intra backend against the serial reference; a GPU test that skips
 #                 on a GPU machine is a failure (orch_device_* may skip: they test GPU-less behaviour)
-#   3 model-step  `xdc train --single` of the tiny model, CUDA against CPU: final val_loss within
-#                 MODEL_TOL (0.02 nats)
+#   3 model-step  `xdc train --single` of the tiny model, CUDA (GEMMs in TF32) against CPU (fp32): final
+#                 val_loss within MODEL_TOL (0.02 nats; the tolerances: docs/device.md, "Precision")
 #   4 launch      `xdc launch` of two emulated regions x one GPU worker each, sharing the one GPU
 #                 (tests/gpu/two-regions-one-gpu.yaml: gpus_per_node: 1, so CUDA with a 1-rank NCCL
 #                 communicator per region), over the emulated WAN; val_loss within LAUNCH_TOL (0.05) of
