@@ -279,9 +279,17 @@ static xdc_err_t check_floats(const xdc_codec *c, const float *v, size_t m, cons
     return XDC_OK;
 }
 
+xdc_err_t codec_scatter_pairs(xdc_codec *c, const uint32_t *idx, const float *val, size_t k, float *dst, size_t n,
+                              bool add)
+{
+    if (!add) XDC_CHECK(c->dev->memset(dst, 0, n * sizeof(float), NULL));
+    XDC_CHECK(c->dev->copy_h2d(c->raw, idx, 4 * k, NULL));
+    XDC_CHECK(c->dev->copy_h2d(c->raw + 4 * k, val, 4 * k, NULL));
+    return c->ops->scatter((const uint32_t *)c->raw, (const float *)(c->raw + 4 * k), k, dst, n, add);
+}
+
 /* Top-k: validates every index on the host before touching out, turning the gaps into absolute indices
- * (pinned host, c->planes); the k indices and values cross to the device (c->raw) and scatter writes
- * (after zeroing the chunk) or adds them into out there: 8k bytes cross PCIe, not the dense chunk. */
+ * (pinned host, c->planes); then the pairs are scattered on the device. */
 static xdc_err_t decode_topk(xdc_codec *c, const codec_hdr *h, const uint8_t *payload, float *dst, xdc_codec_mode mode,
                              xdc_diag *diag)
 {
@@ -298,11 +306,7 @@ static xdc_err_t decode_topk(xdc_codec *c, const codec_hdr *h, const uint8_t *pa
         idx[i] = (uint32_t)pos;
     }
     if (pos >= h->count) CORRUPT("top-k indices run past the chunk's %u elements", h->count);
-    if (mode == XDC_CODEC_WRITE) XDC_CHECK(c->dev->memset(dst, 0, (size_t)h->count * sizeof(float), NULL));
-    XDC_CHECK(c->dev->copy_h2d(c->raw, idx, 4 * k, NULL));
-    XDC_CHECK(c->dev->copy_h2d(c->raw + 4 * k, val, 4 * k, NULL));
-    return c->ops->scatter((const uint32_t *)c->raw, (const float *)(c->raw + 4 * k), k, dst, h->count,
-                           mode == XDC_CODEC_ACCUMULATE);
+    return codec_scatter_pairs(c, idx, val, k, dst, h->count, mode == XDC_CODEC_ACCUMULATE);
 }
 
 static xdc_err_t decode_one(xdc_codec *c, const uint8_t *in, size_t len, float *out, size_t n, xdc_codec_mode mode,

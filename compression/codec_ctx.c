@@ -301,7 +301,6 @@ xdc_err_t xdc_codec_create(const xdc_codec_cfg *cfg, xdc_codec **out, xdc_diag *
         size_t len = ce < CODEC_SPARSE_BLOCK ? ce : CODEC_SPARSE_BLOCK;
         size_t k = codec_sparse_block_k(codec_chunk_param(cfg, ce), len);
         if (dev->mem_alloc(&c->topk_scratch, c->ops->topk_scratch_bytes(len, k)) != XDC_OK) goto nomem;
-        if (cfg->error_feedback && dev->host_alloc((void **)&c->hdense, ce * sizeof(float)) != XDC_OK) goto nomem;
     }
     if (cfg->error_feedback && cfg->kind != XDC_CODEC_NONE) /* zero-filled by mem_alloc */
         if (dev->mem_alloc((void **)&c->residual, cfg->n_elems * sizeof(float)) != XDC_OK) goto nomem;
@@ -325,7 +324,6 @@ void xdc_codec_destroy(xdc_codec *c)
     if (dev) {
         dev->mem_free(c->residual);
         dev->mem_free(c->topk_scratch);
-        dev->host_free(c->hdense);
         dev->host_free(c->hcount);
         dev->mem_free(c->count);
         dev->mem_free(c->decoded);

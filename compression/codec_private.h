@@ -54,13 +54,11 @@ struct xdc_codec {
     uint8_t *raw;              /* device (raw_cap) bytes: lossy payload of one chunk (encoder output, decoder input) */
     uint8_t *hraw;             /* pinned host (raw_cap) bytes: the same payload on the host side */
     uint8_t *planes;           /* pinned host (raw_cap) bytes: byte planes of `hraw`, zstd input / output; the
-                                 * dense values of a top-k chunk on decode */
+                                 * (index, value) pairs of a top-k or sparse chunk on their way to the device */
     float *decoded;            /* device (chunk_elems) fp32: bf16 values checked here before they are added */
     void *topk_scratch;        /* device (topk_scratch_bytes) for topk_select */
     size_t *count;             /* device: count_out_of_range's result */
     size_t *hcount;            /* pinned host: its copy */
-    float *hdense;             /* pinned host (chunk_elems) fp32: a sparse encoder's quantization error, spread
-                                * dense; NULL for other kinds and without error feedback */
     size_t raw_cap;            /* bytes of raw, hraw and planes: the largest raw payload of any codec */
     ZSTD_CCtx *cctx;
     ZSTD_DCtx *dctx;
@@ -82,6 +80,11 @@ size_t codec_topk_k(float fraction, size_t count);
  * over a chunk of `count` elements. */
 size_t codec_sparse_block_k(size_t kfull, size_t len);
 size_t codec_sparse_total_k(size_t kfull, size_t count);
+/* Scatter k (index, value) pairs from pinned host memory into dst (device, n fp32): they cross PCIe into
+ * c->raw (8k bytes), then the device writes them (after zeroing dst) or adds them. Host buffers may be
+ * reused after the next stream_sync. */
+xdc_err_t codec_scatter_pairs(xdc_codec *c, const uint32_t *idx, const float *val, size_t k, float *dst, size_t n,
+                              bool add);
 /* Lossy stage of a sparse chunk: top-k per block of xs (m fp32, device) with residual slice r (device,
  * or NULL), values quantized on the host into payload (host, codec_raw_len bytes); the quantization
  * error goes back into r. */

@@ -54,12 +54,11 @@ xdc_err_t codec_sparse_encode(xdc_codec *c, const float *xs, float *r, size_t m,
     }
     XDC_CHECK(c->dev->copy_d2h(c->planes, c->raw, 8 * total, NULL));
     XDC_CHECK(c->dev->stream_sync(NULL));
-    const uint32_t *idx = (const uint32_t *)c->planes;
-    const float *val = (const float *)(c->planes + 4 * total);
+    uint32_t *idx = (uint32_t *)c->planes;         /* host (total): block positions, then chunk positions */
+    float *val = (float *)(c->planes + 4 * total); /* host (total): kept values, then their quantization error */
     uint8_t *gaps = payload + 8 * nb, *codes = gaps + 2 * total;
     size_t code_bytes = 4 * ((total * bits + 31) / 32);
     memset(codes, 0, code_bytes);
-    if (r) memset(c->hdense, 0, m * sizeof(float));
     uint64_t acc = 0; /* bit writer: `fill` pending bits of acc go to codes[out...] */
     size_t fill = 0, out = 0;
     for (size_t b = 0, o = 0; b < nb; b++) {
@@ -81,17 +80,17 @@ xdc_err_t codec_sparse_encode(xdc_codec *c, const float *xs, float *r, size_t m,
             uint32_t q = step > 0 ? (uint32_t)((a - lo) / step + 0.5f) : 0;
             q = q > top ? top : q;
             float d = signbit(v) ? -level(lo, step, q) : level(lo, step, q);
-            if (r) c->hdense[off + idx[o]] = v - d;
             acc |= (uint64_t)(q | (uint32_t)(signbit(v) ? 1u << (bits - 1) : 0)) << fill;
             for (fill += bits; fill >= 8; fill -= 8, acc >>= 8) codes[out++] = (uint8_t)acc;
+            val[o] = v - d;
         }
+        for (size_t j = o - k; j < o; j++) idx[j] += (uint32_t)off;
     }
     if (fill) codes[out] = (uint8_t)acc;
     if (!r) return XDC_OK;
     /* The residual holds 0 where values were kept: add what their quantization lost. */
-    XDC_CHECK(c->dev->copy_h2d(c->decoded, c->hdense, m * sizeof(float), NULL));
-    XDC_CHECK(c->ops->accumulate(c->decoded, m, r));
-    return c->dev->stream_sync(NULL); /* hdense is reused by the next chunk */
+    XDC_CHECK(codec_scatter_pairs(c, idx, val, total, r, m, true));
+    return c->dev->stream_sync(NULL); /* planes are reused by the next chunk */
 }
 
 xdc_err_t codec_sparse_decode(xdc_codec *c, const codec_hdr *h, const uint8_t *payload, float *dst, bool add,
@@ -103,8 +102,8 @@ xdc_err_t codec_sparse_decode(xdc_codec *c, const codec_hdr *h, const uint8_t *p
     XDC_CHECK(c->hops->count_out_of_range((const float *)payload, 2 * nb, CODEC_WIRE_MAX_ABS, &bad));
     if (bad) CORRUPT("sparse chunk carries %zu non-finite or oversized scales", bad);
     const uint8_t *gaps = payload + 8 * nb, *codes = gaps + 2 * total;
-    float *dense = (float *)c->planes; /* host (m) fp32; raw_cap >= 4 * chunk_elems */
-    memset(dense, 0, m * sizeof(float));
+    uint32_t *idx = (uint32_t *)c->planes;         /* host (total): chunk positions; 8 total <= 4 m <= raw_cap */
+    float *val = (float *)(c->planes + 4 * total); /* host (total): decoded values */
     uint64_t acc = 0; /* bit reader: `fill` bits of acc not yet used, next byte codes[in] */
     size_t fill = 0, in = 0;
     for (size_t b = 0, o = 0; b < nb; b++) {
@@ -127,11 +126,9 @@ xdc_err_t codec_sparse_decode(xdc_codec *c, const codec_hdr *h, const uint8_t *p
             acc >>= bits;
             fill -= bits;
             float d = level(lo, step, code & top);
-            dense[off + pos] = code >> (bits - 1) ? -d : d;
+            idx[o] = (uint32_t)(off + pos);
+            val[o] = code >> (bits - 1) ? -d : d;
         }
     }
-    size_t bytes = m * sizeof(float);
-    if (!add) return c->dev->copy_h2d(dst, dense, bytes, NULL);
-    XDC_CHECK(c->dev->copy_h2d(c->decoded, dense, bytes, NULL));
-    return c->ops->accumulate(c->decoded, m, dst);
+    return codec_scatter_pairs(c, idx, val, total, dst, m, add);
 }
