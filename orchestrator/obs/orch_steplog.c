@@ -50,15 +50,15 @@ xdc_err_t orch_steplog_close(orch_steplog *l, xdc_diag *diag)
     return bad ? XDC_ERR_IO : XDC_OK;
 }
 
-/* One data line; 0 when it has the eight fields with sane values. */
-static int parse_row(char *line, orch_steplog_row *r)
+/* One data line (NUL-terminated, no newline); 0 when it has the eight fields with sane values. */
+static int parse_row(const char *line, orch_steplog_row *r)
 {
     char val[32];
     int used = 0;
     if (sscanf(line, "%" SCNd64 "\t%lf\t%lf\t%lf\t%lf\t%lf\t%" SCNu64 "\t%31s%n", &r->step, &r->elapsed_s, &r->step_s,
                &r->compute_s, &r->intra_s, &r->wan_exposed_s, &r->wan_tx_bytes, val, &used) != 8)
         return -1;
-    if (line[used] != '\0' && line[used] != '\n') return -1;
+    if (line[used] != '\0') return -1;
     if (strcmp(val, "-") == 0) r->val_loss = NAN;
     else {
         char *end;
@@ -71,24 +71,30 @@ static int parse_row(char *line, orch_steplog_row *r)
     return r->step >= 0 ? 0 : -1;
 }
 
-xdc_err_t orch_steplog_read(const char *path, orch_steplog_row **rows, size_t *n, xdc_diag *diag)
+xdc_err_t orch_steplog_parse(const char *text, size_t len, const char *name, orch_steplog_row **rows, size_t *n,
+                             xdc_diag *diag)
 {
     *rows = NULL;
     *n = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        xdc_diag_set(diag, "%s: %s", path, strerror(errno));
-        return XDC_ERR_IO;
-    }
-    char line[512];
     xdc_err_t rc = XDC_OK;
-    size_t cap = 0, lineno = 1;
-    if (!fgets(line, sizeof line, f) || strncmp(line, ORCH_STEPLOG_HEADER, strlen(ORCH_STEPLOG_HEADER)) != 0) {
-        xdc_diag_set(diag, "%s:1: not a step log (expected the header \"%s\")", path, ORCH_STEPLOG_HEADER);
-        rc = XDC_ERR_CORRUPT;
-    }
-    while (rc == XDC_OK && fgets(line, sizeof line, f)) {
+    size_t cap = 0, lineno = 0, pos = 0;
+    char line[ORCH_STEPLOG_LINE_MAX];
+    while (rc == XDC_OK && pos < len) {
+        const char *nl = memchr(text + pos, '\n', len - pos);
+        size_t ll = nl ? (size_t)(nl - (text + pos)) : len - pos;
         lineno++;
+        /* a line longer than any row, or with a NUL inside, is not one */
+        int fits = ll < sizeof line && memchr(text + pos, '\0', ll) == NULL;
+        if (fits) memcpy(line, text + pos, ll);
+        line[fits ? ll : 0] = '\0';
+        pos += ll + 1;
+        if (lineno == 1) {
+            if (!fits || strcmp(line, ORCH_STEPLOG_HEADER) != 0) {
+                xdc_diag_set(diag, "%s:1: not a step log (expected the header \"%s\")", name, ORCH_STEPLOG_HEADER);
+                rc = XDC_ERR_CORRUPT;
+            }
+            continue;
+        }
         if (*n == cap) {
             size_t ncap = cap ? 2 * cap : 256;
             orch_steplog_row *grown = xdc_realloc(*rows, ncap * sizeof **rows);
@@ -99,18 +105,61 @@ xdc_err_t orch_steplog_read(const char *path, orch_steplog_row **rows, size_t *n
             *rows = grown;
             cap = ncap;
         }
-        if (parse_row(line, &(*rows)[*n]) != 0) {
-            xdc_diag_set(diag, "%s:%zu: not a step-log row (8 tab-separated fields, times >= 0)", path, lineno);
+        if (!fits || parse_row(line, &(*rows)[*n]) != 0) {
+            xdc_diag_set(diag, "%s:%zu: not a step-log row (8 tab-separated fields, times >= 0)", name, lineno);
             rc = XDC_ERR_CORRUPT;
             break;
         }
         (*n)++;
     }
-    fclose(f);
+    if (rc == XDC_OK && lineno == 0) {
+        xdc_diag_set(diag, "%s: empty, not a step log", name);
+        rc = XDC_ERR_CORRUPT;
+    }
     if (rc != XDC_OK) {
         xdc_free(*rows);
         *rows = NULL;
         *n = 0;
     }
+    return rc;
+}
+
+xdc_err_t orch_steplog_read(const char *path, orch_steplog_row **rows, size_t *n, xdc_diag *diag)
+{
+    *rows = NULL;
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        xdc_diag_set(diag, "%s: %s", path, strerror(errno));
+        return XDC_ERR_IO;
+    }
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    xdc_err_t rc = XDC_OK;
+    for (;;) {
+        if (len == cap) {
+            if (cap >= ORCH_STEPLOG_FILE_MAX) {
+                xdc_diag_set(diag, "%s: larger than %d MiB, not a step log", path, ORCH_STEPLOG_FILE_MAX >> 20);
+                rc = XDC_ERR_CORRUPT;
+                break;
+            }
+            char *grown = xdc_realloc(text, cap = cap ? 2 * cap : 1 << 16);
+            if (!grown) {
+                rc = XDC_ERR_NOMEM;
+                break;
+            }
+            text = grown;
+        }
+        size_t got = fread(text + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) break;
+    }
+    if (rc == XDC_OK && ferror(f)) {
+        xdc_diag_set(diag, "%s: read failed", path);
+        rc = XDC_ERR_IO;
+    }
+    fclose(f);
+    if (rc == XDC_OK) rc = orch_steplog_parse(text, len, path, rows, n, diag);
+    xdc_free(text);
     return rc;
 }

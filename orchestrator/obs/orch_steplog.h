@@ -33,8 +33,15 @@ void orch_steplog_append(orch_steplog *l, const orch_steplog_row *r);
 /* Flush and close; XDC_ERR_IO when any write failed. NULL is a no-op. */
 xdc_err_t orch_steplog_close(orch_steplog *l, xdc_diag *diag);
 
-/* Read a whole step log into *rows (*n of them; the caller frees *rows with xdc_free). XDC_ERR_IO when
- * the file cannot be read, XDC_ERR_CORRUPT (with file:line in diag) when it is not a step log. */
+#define ORCH_STEPLOG_LINE_MAX 512         /* bytes of a line, newline excluded, plus its NUL */
+#define ORCH_STEPLOG_FILE_MAX (256 << 20) /* bytes a reader accepts */
+
+/* Parse a step log held in memory (`text`, `len` bytes, no NUL needed; `name` labels messages) into *rows
+ * (*n of them; the caller frees *rows with xdc_free). XDC_ERR_CORRUPT (with name:line in diag) when it is
+ * not a step log: a wrong header, a row without its eight fields, a negative or non-finite time. */
+xdc_err_t orch_steplog_parse(const char *text, size_t len, const char *name, orch_steplog_row **rows, size_t *n,
+                             xdc_diag *diag);
+/* The same for a file: XDC_ERR_IO when it cannot be read, XDC_ERR_CORRUPT past ORCH_STEPLOG_FILE_MAX. */
 xdc_err_t orch_steplog_read(const char *path, orch_steplog_row **rows, size_t *n, xdc_diag *diag);
 
 #endif /* ORCH_STEPLOG_H */
