@@ -11,7 +11,7 @@
 #   sync       xdc sync: int8 + error feedback, 0.25 MiB buckets overlapped with the backward pass
 #   diloco     H = E2E_H inner steps per outer round, pseudo-gradients int8 + EF
 #   streaming  E2E_FRAGMENTS fragments over H, each transfer overlapped with the following inner steps
-#   sparse     diloco with codec E2E_SPARSE_CODEC (top-k of the pseudo-gradient with EF)
+#   sparse     E2E_SPARSE_MODE (diloco) with codec E2E_SPARSE_CODEC (top-k of the pseudo-gradient with EF)
 #   three      streaming on three regions (bench/e2e/three-region.yaml: one link at half the bandwidth)
 #   sync_cb    sync with E2E_CB_MICROBATCHES microbatches per step, so compute >= WAN time: the setting of
 #              the exposed-WAN target ("sync mode <= 5 % exposed WAN whenever its WAN time <= compute")
@@ -34,6 +34,7 @@ fragments=${E2E_FRAGMENTS:-4}
 # The sparse row's codec. Until the sparse top-k codec (sparse:DENSITY:BITS) is merged this is the
 # existing topk:0.01 (1 % of the entries, fp32 values); switch with E2E_SPARSE_CODEC=sparse:0.01:2.
 sparse_codec=${E2E_SPARSE_CODEC:-topk:0.01}
+sparse_mode=${E2E_SPARSE_MODE:-diloco} # or streaming
 cb_mb=${E2E_CB_MICROBATCHES:-16}
 cb_steps=${E2E_CB_STEPS:-20}
 plots=${E2E_PLOTS:-docs/bench-e2e}
@@ -69,7 +70,7 @@ run flat two-region sync none "$flat_steps" 1 100000
 run sync two-region sync int8 "$xsteps"
 run diloco two-region diloco int8 "$xsteps"
 run streaming two-region streaming int8 "$xsteps"
-run sparse two-region diloco "$sparse_codec" "$xsteps"
+run sparse two-region "$sparse_mode" "$sparse_codec" "$xsteps"
 run three three-region streaming int8 "$xsteps"
 run sync_cb two-region sync int8 "$cb_steps" "$cb_mb" 100000
 
