@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 struct orch_observe {
     orch_metric_series *step_total, *step_seconds, *compute, *intra, *wan_exposed, *loss, *tokens;
@@ -42,6 +43,12 @@ xdc_err_t orch_observe_start(orch_worker *w, xdc_diag *diag)
     snprintf(dir, sizeof dir, "%s/steps", w->id.run_dir);
     mkdir(dir, 0755);
     snprintf(path, sizeof path, "%s/%s-%d.tsv", dir, w->id.region, w->id.lrank);
+    /* A resumed run starts a fresh log; the one before it stays as <region>-<rank>.tsv.<n>. */
+    for (int n = 1; w->id.resume && access(path, F_OK) == 0 && n < 1000; n++) {
+        char kept[720];
+        snprintf(kept, sizeof kept, "%s.%d", path, n);
+        if (access(kept, F_OK) != 0 && rename(path, kept) == 0) break;
+    }
     XDC_CHECK(orch_steplog_open(path, &w->tele.steps, diag));
     if (w->cfg.metrics_port < 0) return XDC_OK;
     char rank[16];
