@@ -164,7 +164,8 @@ double topo_sync_round_s(const xdc_topology *t, int r, int ranks, int n_regions,
     /* Buckets go from the top of the arena (the short tail bucket first) down to offset 0, in the order
      * the last backward finishes their gradients: bucket j is ready once the backward has covered the
      * parameters above its start (proportional to parameters, over overlap_s). The engine thread runs
-     * A(0), then A(j), B(j-1) for j = 1..k-1, then B(k-1); B(j) waits for bucket j from the other regions,
+     * A(0), then A(j), B(j-1) for j = 1..k-1 (B(j-1) before A(j) when bucket j is not ready, see below),
+     * then B(k-1); B(j) waits for bucket j from the other regions,
      * which left when their A(j) ended (symmetric regions), queued on the link behind earlier buckets,
      * and landed one-way later. Past 4096 buckets the period is steady: extrapolate. */
     double thread = 0, link = 0, arr_prev = 0, t_half = 0, t_lim = 0;
@@ -173,6 +174,10 @@ double topo_sync_round_s(const xdc_topology *t, int r, int ranks, int n_regions,
         const topo_bucket_cost *c = j == 0 ? &tail : &full, *prev = j == 1 ? &tail : &full;
         double above = j == 0 ? last : last + (double)j * bucket_elems;
         double ready = k == 1 ? overlap_s : overlap_s * (above < params ? above : params) / params;
+        /* Without in-region replicas the thread finishes the previous bucket early while this one is not
+         * ready (sync/sync_engine.c run_round): its send then waits for that B, one-way delay included. */
+        int early = j > 0 && ranks == 1 && ready > thread;
+        if (early) thread = (thread > arr_prev ? thread : arr_prev) + prev->t_b;
         if (ready > thread) thread = ready;
         thread += c->t_a;
         double arr = thread;
@@ -181,7 +186,7 @@ double topo_sync_round_s(const xdc_topology *t, int r, int ranks, int n_regions,
             link = start + c->wire * ranks / link_Bps;
             arr = link + owd + TOPO_PLAN_MSG_OVERHEAD_S;
         }
-        if (j > 0) thread = (thread > arr_prev ? thread : arr_prev) + prev->t_b;
+        if (j > 0 && !early) thread = (thread > arr_prev ? thread : arr_prev) + prev->t_b;
         arr_prev = arr;
         if (j == lim / 2 - 1) t_half = thread;
         if (j == lim - 1) t_lim = thread;

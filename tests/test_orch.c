@@ -481,6 +481,10 @@ XDC_TEST_T(orch_killed_worker_is_named_and_resume_matches, 420)
     XDC_ASSERT_MSG(rc == 0, "resume exited %d:\n%s", rc, out);
     final_field(out, "params_xxh64=", got, sizeof got);
     XDC_ASSERT_MSG(strcmp(want, got) == 0, "resumed run ends at %s, uninterrupted at %s", got, want);
+    /* The resumed run's step log is fresh; the killed run's rows are kept beside it. */
+    char kept[900];
+    snprintf(kept, sizeof kept, "%s/steps/us-east-0.tsv.1", dir);
+    XDC_ASSERT_MSG(access(kept, R_OK) == 0, "the step log before the resume was not kept as %s", kept);
 }
 
 XDC_TEST_T(orch_diloco_and_streaming_near_sync, 400)

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define WAIT_MS 30000
@@ -87,6 +88,14 @@ static void roundtrip_with(int streams)
     XDC_ASSERT_EQ(st.tx_raw_bytes, 2 * total);
     XDC_ASSERT_EQ(st.rx_payload_bytes, total);
     XDC_ASSERT(st.tx_wire_bytes > total);
+    /* Goodput counts only the time a send was queued: with every send acknowledged, idle time leaves it
+     * as it was (payload over time since the first send would fall). */
+    XDC_ASSERT(st.goodput_gbps > 0);
+    nanosleep(&(struct timespec){.tv_nsec = 30 * 1000 * 1000}, NULL);
+    xdc_wan_stats later;
+    xdc_wan_peer_stats(tp.cli, &later);
+    XDC_ASSERT_MSG(later.goodput_gbps == st.goodput_gbps, "goodput %.6f Gbit/s fell to %.6f while idle",
+                   st.goodput_gbps, later.goodput_gbps);
     wan_test_pair_close(&tp);
 }
 

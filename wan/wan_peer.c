@@ -85,12 +85,24 @@ static void req_release(xdc_wan_request *r)
     xdc_pool_put(&r->peer->eng->reqs, r);
 }
 
+static int tx_queued(const xdc_wan_peer *p)
+{
+    for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++)
+        if (p->txq_head[c]) return 1;
+    return 0;
+}
+
 void wan_req_finish(xdc_wan_request *r, xdc_err_t err, const char *why)
 {
     if (r->state != WAN_REQ_PENDING) return;
     xdc_wan_peer *p = r->peer;
-    if (r->is_send) queue_remove(&p->txq_head[r->cls], &p->txq_tail[r->cls], r);
-    else queue_remove(&p->rxq_head[r->cls], &p->rxq_tail[r->cls], r);
+    if (r->is_send) {
+        queue_remove(&p->txq_head[r->cls], &p->txq_tail[r->cls], r);
+        if (p->tx_since_ns && !tx_queued(p)) {
+            p->tx_busy_ns += xdc_now_ns() - p->tx_since_ns;
+            p->tx_since_ns = 0;
+        }
+    } else queue_remove(&p->rxq_head[r->cls], &p->rxq_tail[r->cls], r);
     if (r->rx_arriving && --p->rx_arriving == 0) p->rx_busy_ns += xdc_now_ns() - p->rx_busy_since_ns;
     if (r->cancelled) { /* nobody holds the handle any more */
         req_release(r);
@@ -140,6 +152,7 @@ static xdc_err_t req_new(xdc_wan_peer *p, int is_send, xdc_wan_class cls, void *
         return XDC_OK;
     }
     if (is_send) {
+        if (!tx_queued(p)) p->tx_since_ns = xdc_now_ns();
         r->msg_seq = p->tx_msgs[cls]++;
         queue_push(&p->txq_head[cls], &p->txq_tail[cls], r);
     } else {
@@ -158,7 +171,6 @@ xdc_err_t xdc_wan_isend(xdc_wan_peer *p, xdc_wan_class cls, const void *buf, siz
     if (rc == XDC_OK) {
         (*req)->codec = codec;
         (*req)->raw_len = raw_len;
-        if (!p->first_tx_ns) p->first_tx_ns = xdc_now_ns();
     }
     pthread_mutex_unlock(&p->eng->mu);
     if (rc == XDC_OK) wan_engine_wake(p->eng);

@@ -148,7 +148,10 @@ struct xdc_wan_peer {
     char last_heard[128];
     /* stats */
     xdc_wan_stats st;
-    uint64_t first_tx_ns;
+    /* Sending time: the intervals during which some send was queued (from isend to its acknowledgement),
+     * so goodput leaves out the time the link had nothing to carry. */
+    uint64_t tx_busy_ns;  /* closed intervals, ns */
+    uint64_t tx_since_ns; /* start of the open interval; 0 while no send is queued */
 };
 
 struct xdc_wan_listener {

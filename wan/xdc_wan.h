@@ -67,7 +67,7 @@ typedef struct xdc_wan_config {
 /* Per-peer measurements (one direction each where it says so). */
 typedef struct xdc_wan_stats {
     double rtt_ms;             /* smoothed PING/PONG round trip; 0 before the first sample */
-    double goodput_gbps;       /* acknowledged payload bits / seconds since the first send */
+    double goodput_gbps;       /* acknowledged payload bits / seconds some send was queued */
     uint64_t tx_payload_bytes; /* payload bytes acknowledged by the peer (after compression) */
     uint64_t tx_raw_bytes;     /* the same messages' pre-compression bytes, as the caller reported */
     uint64_t rx_payload_bytes; /* payload bytes delivered to receives */

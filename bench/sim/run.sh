@@ -4,10 +4,12 @@
 # examples/topology/demo-2region.yaml, takes the mean measured step time and stage-0 compute time over the
 # steady steps, then runs `xdc simulate -c RUN` calibrated with that compute time only (every other term
 # — stage 1's compute, pipeline bubble, intra, WAN bytes and rate, RTT, codec time — is predicted) and
-# prints the error. Then it times
-# `xdc simulate` on the 8-region x 1,024-GPU topology.
+# prints the error. A fourth row, wanbound, does the same in bench-e2e's WAN-bound regime
+# (bench/e2e/two-region.yaml, bench/e2e/gpt1m.yaml, sync int8). Then it times `xdc simulate` on the
+# 8-region x 1,024-GPU topology.
 # Last line: sim_error_pct_max=<x> sim_8x1024_seconds=<x>
-# Env: XDC_BIN (make sets it), SIM_BENCH_STEPS (60), SIM_BENCH_SKIP (10 warm-up steps left out).
+# Env: XDC_BIN (make sets it), SIM_BENCH_STEPS (60), SIM_BENCH_SKIP (10 warm-up steps left out),
+# SIM_BENCH_WAN_STEPS (30 steps of the wanbound row, 5 left out).
 set -euo pipefail
 XDC=${XDC_BIN:-build/xdc}
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -16,7 +18,6 @@ skip=${SIM_BENCH_SKIP:-10}
 tmp=$(mktemp -d /tmp/xdc-bench-sim.XXXXXX)
 trap '[ -n "${SIM_BENCH_KEEP:-}" ] || rm -rf "$tmp"' EXIT
 cd "$here"
-topo=examples/topology/demo-2region.yaml
 
 # The tiny model with a progress line every step (the run's own model file is left alone).
 sed -e 's/^\(  log_interval:\).*/\1 1/' -e 's/^\(  eval_interval:\).*/\1 0/' examples/models/tiny.yaml >"$tmp/tiny.yaml"
@@ -30,20 +31,36 @@ make_run none ""
 sed -i 's/^codec:.*/codec: none/' "$tmp/none.yaml"
 make_run diloco "diloco: {inner_steps: 10}"
 sed -i 's/^mode:.*/mode: diloco/' "$tmp/diloco.yaml"
+# The WAN-bound regime of bench-e2e: its 0.87M-parameter GPT, one worker per region on its 10 Mbit/s,
+# 4 ms link, sync int8 (the WAN ~10x the compute per step).
+sed -e 's/^\(  log_interval:\).*/\1 1/' -e 's/^\(  eval_interval:\).*/\1 100000/' bench/e2e/gpt1m.yaml >"$tmp/gpt1m.yaml"
+cat >"$tmp/wanbound.yaml" <<EOT
+model: $tmp/gpt1m.yaml
+data: /usr/share/games/fortunes
+mode: sync
+pipeline_stages: 1
+microbatches: 1
+steps: ${SIM_BENCH_WAN_STEPS:-30}
+codec: int8
+bucket_mb: 0.25
+threads: 1
+EOT
 
 printf '%-8s %10s %10s %10s %10s %8s\n' config measured_s compute_s sim_s planner_s error%
 worst=0
-for cfg in demo none diloco; do
+for cfg in demo none diloco wanbound; do
+    topo=examples/topology/demo-2region.yaml n=$steps sk=$skip
+    [ "$cfg" = wanbound ] && topo=bench/e2e/two-region.yaml n=${SIM_BENCH_WAN_STEPS:-30} sk=5
     "$XDC" launch -t "$topo" -c "$tmp/$cfg.yaml" --run-dir "$tmp/run-$cfg" >"$tmp/$cfg.log" 2>&1 || {
         echo "bench-sim: the $cfg run failed:" >&2; tail -20 "$tmp/$cfg.log" >&2; exit 70; }
     # "step    12/60  loss ... step 0.110s = compute 0.041 + intra ..." -> mean step and compute time
-    read -r meas comp n < <(awk -v skip="$skip" '$1 == "step" && $2 ~ /\// {
+    read -r meas comp k < <(awk -v skip="$sk" '$1 == "step" && $2 ~ /\// {
             split($2, a, "/"); if (a[1] + 0 <= skip) next
             for (i = 1; i <= NF; i++) { if ($i == "step" && $(i+1) ~ /s$/) st = $(i+1); if ($i == "compute") c = $(i+1) }
             sub(/s$/, "", st); s += st; cs += c; k++ }
         END { if (k) printf "%.6f %.6f %d\n", s / k, cs / k, k; else print "0 0 0" }' "$tmp/$cfg.log")
-    [ "$n" -gt 0 ] || { echo "bench-sim: no progress lines in the $cfg run" >&2; exit 70; }
-    "$XDC" simulate -t "$topo" -c "$tmp/$cfg.yaml" --steps $((steps - skip)) --calibrate-compute "$comp" --json \
+    [ "$k" -gt 0 ] || { echo "bench-sim: no progress lines in the $cfg run" >&2; exit 70; }
+    "$XDC" simulate -t "$topo" -c "$tmp/$cfg.yaml" --steps $((n - sk)) --calibrate-compute "$comp" --json \
         >"$tmp/$cfg.sim.json"
     sim=$(awk -F': ' '/"step_s"/ { gsub(/,/, "", $2); print $2 }' "$tmp/$cfg.sim.json")
     plan=$(awk -F': ' '/"planner_step_s"/ { gsub(/,/, "", $2); print $2 }' "$tmp/$cfg.sim.json")

@@ -25,6 +25,7 @@ static int launch_usage(FILE *f)
             "  Runs every region of the topology on this machine: rendezvous, WAN emulator (default when all\n"
             "  regions are local), one agent per node, one worker per slot. Ends with\n"
             "  final val_loss=<x> params_xxh64=<hex> steps=<n> wan_bytes=<n> exposed_wan_pct=<x>\n"
+            "    exposed_wan_pct_max=<x> compute_util=<x> compute_util_min=<x>   (mean and worst over every worker)\n"
             "  --outage 5s@10s  cut every emulated link for 5 s, 10 s after its relay opened\n"
             "  --degrade-links F  emulated links carry F x the topology's bandwidth (rehearse a degraded WAN)\n"
             "  --resume         continue from the newest complete checkpoint in the run folder\n"

@@ -47,6 +47,7 @@ int xdc_cmd_coordinator(int argc, char **argv);
 int xdc_cmd_worker(int argc, char **argv);
 int xdc_cmd_train(int argc, char **argv);
 int xdc_cmd_trace(int argc, char **argv);
+int xdc_cmd_report(int argc, char **argv);
 int xdc_cmd_certs(int argc, char **argv);
 int xdc_cmd_wan(int argc, char **argv);
 int xdc_cmd_wanemu(int argc, char **argv);

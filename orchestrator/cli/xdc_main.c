@@ -18,6 +18,7 @@ static const xdc_command commands[] = {
     {"simulate", "replay a plan's schedule as a discrete-event model (any scale)", xdc_cmd_simulate},
     {"train", "train the GPT in one process (--single)", xdc_cmd_train},
     {"trace", "merge per-rank Chrome trace files", xdc_cmd_trace},
+    {"report", "plot runs: loss against wall time and WAN bytes, the step-time split (PNG, gnuplot)", xdc_cmd_report},
     {"certs", "create the cluster CA and node certificates", xdc_cmd_certs},
     {"wan", "iperf3-like TLS transfer over the WAN transport (listen|send)", xdc_cmd_wan},
     {"wan-emu", "emulate a topology's WAN links with userspace relays (--check measures them)", xdc_cmd_wanemu},

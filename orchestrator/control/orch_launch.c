@@ -372,29 +372,43 @@ static void print_summary(launch *L, double wall)
     long long steps = 0;
     if (rdzv_server_get(L->rdzv, "result", res, sizeof res) == 0)
         sscanf(res, "%lf %31s %lld %lf", &vl, hash, &steps, &tok_s);
+    /* Exposed WAN (share of step time) and compute utilisation (compute time over the training loop's wall
+     * time) of every worker: the mean and the worst. */
     unsigned long long tx_all = 0, raw_all = 0;
-    double exposed_pct = 0;
+    double exp_sum = 0, exp_max = 0, util_sum = 0, util_min = 0;
+    int n = 0;
     for (int r = 0; r < L->t->n_regions; r++)
         for (int k = 0; k < xdc_topology_region_workers(L->t, r); k++) {
             char key[64], val[512];
             snprintf(key, sizeof key, "stats/%d/%d", r, k);
             if (rdzv_server_get(L->rdzv, key, val, sizeof val) != 0) continue;
             unsigned long long tx, raw;
-            double t_step, t_comp, t_intra, t_wan;
-            if (sscanf(val, "%llu %llu %lf %lf %lf %lf", &tx, &raw, &t_step, &t_comp, &t_intra, &t_wan) != 6) continue;
+            double t_step, t_comp, t_intra, t_wan, t_wall;
+            if (sscanf(val, "%llu %llu %lf %lf %lf %lf %lf", &tx, &raw, &t_step, &t_comp, &t_intra, &t_wan, &t_wall) !=
+                7)
+                continue;
             tx_all += tx;
             raw_all += raw;
-            if (r == 0 && k == 0 && t_step > 0) exposed_pct = 100.0 * t_wan / t_step;
+            double e = t_step > 0 ? 100.0 * t_wan / t_step : 0, u = t_wall > 0 ? t_comp / t_wall : 0;
+            exp_sum += e;
+            util_sum += u;
+            exp_max = n == 0 || e > exp_max ? e : exp_max;
+            util_min = n == 0 || u < util_min ? u : util_min;
+            n++;
         }
+    double exp_mean = n ? exp_sum / n : 0, util_mean = n ? util_sum / n : 0;
     printf("\nrun %s (%s mode) finished in %.1f s: %.0f tokens/s, WAN %.2f MB sent for %.2f MB of fp32 (x%.1f), "
-           "exposed WAN %.1f%% of step time\n  logs: %s/logs/   trace (Perfetto): %s\n",
+           "exposed WAN %.1f%% of step time (mean of %d workers; worst %.1f%%), compute %.0f%% of wall time (worst "
+           "%.0f%%)\n  logs: %s/logs/   steps: %s/steps/   trace (Perfetto): %s\n",
            L->run_id, orch_mode_name(L->cfg.mode), wall, tok_s, (double)tx_all / 1e6, (double)raw_all / 1e6,
-           tx_all ? (double)raw_all / (double)tx_all : 0.0, exposed_pct, L->run_dir, trace[0] ? trace : "(none)");
+           tx_all ? (double)raw_all / (double)tx_all : 0.0, exp_mean, n, exp_max, 100 * util_mean, 100 * util_min,
+           L->run_dir, L->run_dir, trace[0] ? trace : "(none)");
     char devices[1024];
     describe_devices(L, 1, devices, sizeof devices);
     printf("  devices: %s\n", devices);
-    printf("final val_loss=%.4f params_xxh64=%s steps=%lld wan_bytes=%llu exposed_wan_pct=%.1f\n", vl, hash, steps,
-           tx_all, exposed_pct);
+    printf("final val_loss=%.4f params_xxh64=%s steps=%lld wan_bytes=%llu exposed_wan_pct=%.1f "
+           "exposed_wan_pct_max=%.1f compute_util=%.3f compute_util_min=%.3f\n",
+           vl, hash, steps, tx_all, exp_mean, exp_max, util_mean, util_min);
     fflush(stdout);
 }
 

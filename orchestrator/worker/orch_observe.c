@@ -1,7 +1,8 @@
 /* orch_observe.c — the worker's Prometheus metrics: the standard xdc_* families with const labels
  * region/host/rank, updated once per step, served on /metrics (port metrics_port + global rank, or any
  * free port for 0; the address goes into the rendezvous as metrics/<region>/<rank> and into the log),
- * and a final snapshot written to RUN/metrics/<region>-<rank>.prom when the run ends. */
+ * and a final snapshot written to RUN/metrics/<region>-<rank>.prom when the run ends; and the step log
+ * RUN/steps/<region>-<rank>.tsv (orchestrator/obs/orch_steplog.h), whatever metrics_port says. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 struct orch_observe {
     orch_metric_series *step_total, *step_seconds, *compute, *intra, *wan_exposed, *loss, *tokens;
@@ -37,6 +39,17 @@ static orch_metric_series *series(orch_metric_family *f, const char *peer, xdc_d
 
 xdc_err_t orch_observe_start(orch_worker *w, xdc_diag *diag)
 {
+    char dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s/steps", w->id.run_dir);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/%s-%d.tsv", dir, w->id.region, w->id.lrank);
+    /* A resumed run starts a fresh log; the one before it stays as <region>-<rank>.tsv.<n>. */
+    for (int n = 1; w->id.resume && access(path, F_OK) == 0 && n < 1000; n++) {
+        char kept[720];
+        snprintf(kept, sizeof kept, "%s.%d", path, n);
+        if (access(kept, F_OK) != 0 && rename(path, kept) == 0) break;
+    }
+    XDC_CHECK(orch_steplog_open(path, &w->tele.steps, diag));
     if (w->cfg.metrics_port < 0) return XDC_OK;
     char rank[16];
     snprintf(rank, sizeof rank, "%d", w->id.lrank);
@@ -98,6 +111,9 @@ void orch_observe_step(orch_worker *w, double step_s, double compute_s, double i
 
 void orch_observe_finish(orch_worker *w)
 {
+    xdc_diag d = {{0}};
+    if (orch_steplog_close(w->tele.steps, &d) != XDC_OK) XDC_WARN(XDC_SUB_ORCH, "%s", d.msg);
+    w->tele.steps = NULL;
     if (!w->tele.metrics) return;
     /* Destroying the registry before the worker's other teardown keeps the server from reading freed series. */
     char dir[600], path[700];

@@ -420,11 +420,21 @@ static void progress_line(orch_worker *w, float loss, double step_s, double comp
     fflush(stdout);
 }
 
+/* Complete a step-log row with the time and this worker's WAN bytes so far, and write it. */
+static void step_row(orch_worker *w, orch_steplog_row *row, double run_t0)
+{
+    uint64_t raw;
+    wan_totals(w, &row->wan_tx_bytes, &raw);
+    row->elapsed_s = now_s() - run_t0;
+    orch_steplog_append(w->tele.steps, row);
+}
+
 xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
 {
     const xdc_train_config *c = &w->cfg.train;
     if (w->id.resume) XDC_CHECK(orch_checkpoint_resume(w, diag));
     double run_t0 = now_s();
+    orch_steplog_row last = {.step = w->prog.step, .val_loss = NAN};
     while (w->prog.step < c->steps) {
         double t0 = now_s(), c0 = w->prog.t_compute, i0 = w->prog.t_intra, x0 = w->prog.t_wan_exposed;
         float loss = 0;
@@ -435,14 +445,24 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
         orch_observe_step(w, dt, w->prog.t_compute - c0, w->prog.t_intra - i0, w->prog.t_wan_exposed - x0, loss);
         if (reporter(w) && (w->prog.step % c->log_interval == 0 || w->prog.step == c->steps))
             progress_line(w, loss, dt, w->prog.t_compute - c0, w->prog.t_intra - i0, w->prog.t_wan_exposed - x0);
+        orch_steplog_row row = {.step = w->prog.step,
+                                .step_s = dt,
+                                .compute_s = w->prog.t_compute - c0,
+                                .intra_s = w->prog.t_intra - i0,
+                                .wan_exposed_s = w->prog.t_wan_exposed - x0,
+                                .val_loss = NAN};
         if (c->eval_interval > 0 && w->prog.step % c->eval_interval == 0 && w->prog.step < c->steps) {
             double vl;
             XDC_CHECK(orch_train_eval(w, &vl, diag));
+            row.val_loss = vl;
             if (reporter(w)) {
                 printf("step %5lld  val_loss %.4f  elapsed %.2fs\n", (long long)w->prog.step, vl, now_s() - run_t0);
                 fflush(stdout);
             }
         }
+        /* The last step's row waits for the final evaluation below. */
+        if (w->prog.step < c->steps) step_row(w, &row, run_t0);
+        else last = row;
         if (orch_checkpoint_due(w)) XDC_CHECK(orch_checkpoint_save(w, diag));
         if (w->cfg.plan_auto && w->cfg.replan_every > 0 && w->id.n_regions > 1 && !w->id.span &&
             w->prog.step % w->cfg.replan_every == 0 && w->prog.step < c->steps)
@@ -457,6 +477,8 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
     if (reporter(w))
         printf("step %5lld  val_loss %.4f  elapsed %.2fs\n", (long long)w->prog.step, w->prog.val_loss,
                now_s() - run_t0);
+    last.val_loss = w->prog.val_loss;
+    step_row(w, &last, run_t0);
     uint64_t hash = 0, tx, raw;
     XDC_CHECK(hash_params(w, &hash, diag));
     if (w->cfg.dump_params && (w->id.span || w->id.region_idx == 0) && w->id.replica == 0)
@@ -473,8 +495,8 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
         XDC_CHECK(rdzv_set(w->comm.rdzv, "result", val, diag));
     }
     snprintf(key, sizeof key, "stats/%d/%d", w->id.region_idx, w->id.lrank);
-    snprintf(val, sizeof val, "%llu %llu %.6f %.6f %.6f %.6f", (unsigned long long)tx, (unsigned long long)raw,
-             w->prog.t_step, w->prog.t_compute, w->prog.t_intra, w->prog.t_wan_exposed);
+    snprintf(val, sizeof val, "%llu %llu %.6f %.6f %.6f %.6f %.6f", (unsigned long long)tx, (unsigned long long)raw,
+             w->prog.t_step, w->prog.t_compute, w->prog.t_intra, w->prog.t_wan_exposed, wall);
     XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
     /* Nobody leaves before everyone reported: a departing peer would look like a failure. Then global rank
      * 0 says the run is over, so a coordinator knows it may close the store. */

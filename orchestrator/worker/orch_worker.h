@@ -12,6 +12,7 @@
 #include "intra/xdc_intra.h"
 #include "model/xdc_gpt.h"
 #include "orchestrator/obs/orch_metrics.h"
+#include "orchestrator/obs/orch_steplog.h"
 #include "orchestrator/control/orch_device.h"
 #include "orchestrator/control/orch_rdzv.h"
 #include "orchestrator/control/orch_run_config.h"
@@ -105,6 +106,7 @@ typedef struct orch_telemetry {
     orch_metrics_std m;
     orch_metrics_server *srv;
     orch_observe *series;
+    orch_steplog *steps; /* RUN/steps/<region>-<rank>.tsv, one row per step */
 } orch_telemetry;
 
 /* Progress and the accounting for the progress line and the summary (seconds). */
