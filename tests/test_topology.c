@@ -308,6 +308,47 @@ XDC_TEST(config_nodes_map_get_and_positions)
     xdc_cfg_destroy(doc);
 }
 
+/* Nesting is capped at 64 levels before the document is built: 64 load, 65 are refused at the bracket
+ * that opens level 65, and a 2 MB file of brackets is refused with exit 78 (at once: libyaml alone is
+ * quadratic in depth, so the uncapped load ran for minutes). */
+XDC_TEST(config_nesting_is_capped_at_64_levels)
+{
+    char ok[200], deep[200];
+    for (int levels = 63; levels <= 64; levels++) {
+        char *t = levels == 63 ? ok : deep;
+        memcpy(t, "a:\n  ", 5);
+        memset(t + 5, '[', (size_t)levels);
+        t[5 + levels] = '1';
+        memset(t + 6 + levels, ']', (size_t)levels);
+        memcpy(t + 6 + 2 * levels, "\n", 2);
+    }
+    xdc_cfg_doc *doc = NULL;
+    xdc_cfg_errors errs;
+    xdc_cfg_errors_init(&errs, "n.yaml");
+    XDC_ASSERT_OK(xdc_cfg_parse(ok, strlen(ok), &doc, &errs)); /* the mapping + 63 lists */
+    xdc_cfg_destroy(doc);
+    XDC_ASSERT_ERR(xdc_cfg_parse(deep, strlen(deep), &doc, &errs), XDC_ERR_CONFIG);
+    XDC_ASSERT(doc == NULL && errs.count == 1 && errs.items[0].line == 2 && errs.items[0].col == 66);
+    XDC_ASSERT_STR_CONTAINS(errs.items[0].msg, "nesting deeper than 64 levels");
+
+    size_t half = 1u << 20;
+    char *big = malloc(2 * half + 8);
+    XDC_ASSERT(big != NULL);
+    memcpy(big, "x: 1\ny: ", 8);
+    memset(big + 8, '[', half);
+    memset(big + 8 + half, ']', half - 8);
+    big[2 * half] = '\n';
+    big[2 * half + 1] = '\0';
+    char path[512], out[4096], cmd[1200], want[600];
+    snprintf(path, sizeof path, "%s/nested.yaml", xdc_test_tmpdir());
+    xdc_test_write_file(path, big);
+    free(big);
+    snprintf(cmd, sizeof cmd, "%s topo check %s", xdc_test_bin(), path);
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 78);
+    snprintf(want, sizeof want, "%s:2:67: error: nesting deeper than 64 levels", path);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+}
+
 XDC_TEST(topo_alloc_failures_are_clean)
 {
     /* Walk the allocation failure points of a full load: each must fail cleanly (no crash; leaks are
