@@ -6,6 +6,7 @@
 #include "config/xdc_config.h"
 
 #include "common/xdc_alloc.h"
+#include "common/xdc_parse.h"
 #include "common/xdc_time.h"
 
 #include <errno.h>
@@ -333,18 +334,20 @@ static bool store_field(const xdc_cfg_node *node, const xdc_cfg_field *f, void *
         memcpy(dst, s, strlen(s) + 1);
         return true;
     case XDC_CFG_INT:
-    case XDC_CFG_INT64:
-        if (!parse_number(s, &v) || v != floor(v) || fabs(v) > 9.0e15) {
+    case XDC_CFG_INT64: {
+        int64_t i;
+        if (xdc_parse_i64(s, INT64_MIN, INT64_MAX, &i, NULL) != XDC_OK) {
             xdc_cfg_error_at(errs, node, "%s: expected %s, found '%s'", f->key, type_word(f->type), s);
             return false;
         }
-        if (out_of_bounds(f, v) || (f->type == XDC_CFG_INT && fabs(v) > INT32_MAX)) {
+        if (out_of_bounds(f, (double)i) || (f->type == XDC_CFG_INT && (i > INT32_MAX || i < INT32_MIN))) {
             bounds_error(errs, node, f, s);
             return false;
         }
-        if (f->type == XDC_CFG_INT) *(int *)dst = (int)v;
-        else *(int64_t *)dst = (int64_t)v;
+        if (f->type == XDC_CFG_INT) *(int *)dst = (int)i;
+        else *(int64_t *)dst = i;
         return true;
+    }
     case XDC_CFG_DOUBLE:
         if (!parse_number(s, &v)) {
             xdc_cfg_error_at(errs, node, "%s: expected a number, found '%s'", f->key, s);

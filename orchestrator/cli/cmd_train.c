@@ -4,6 +4,7 @@
  * runtime prints over all its stages. */
 #include "orchestrator/cli/xdc_cli.h"
 
+#include "common/xdc_parse.h"
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
 #include "common/xdc_rng.h"
@@ -47,14 +48,13 @@ static void usage(FILE *f)
 
 static int parse_long(const char *flag, const char *text, long lo, long hi, long *out)
 {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || !end || *end || end == text || v < lo || v > hi) {
-        fprintf(stderr, "xdc train: %s must be an integer in [%ld, %ld], got '%s'\n", flag, lo, hi, text);
+    xdc_diag d;
+    int64_t v;
+    if (xdc_parse_i64(text, lo, hi, &v, &d) != XDC_OK) {
+        fprintf(stderr, "xdc train: %s: %s\n", flag, d.msg);
         return XDC_EX_USAGE;
     }
-    *out = v;
+    *out = (long)v;
     return 0;
 }
 

@@ -7,6 +7,7 @@
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
+#include "common/xdc_parse.h"
 #include "common/xdc_time.h"
 #include "wan/xdc_wan.h"
 
@@ -69,6 +70,15 @@ static int parse_size(const char *flag, const char *text, uint64_t *out)
     return 0;
 }
 
+/* A strict integer flag value; 0, or -1 after saying which flag and why. */
+static int parse_flag_int(const char *flag, const char *text, int lo, int hi, int *out)
+{
+    xdc_diag d;
+    if (xdc_parse_int(text, lo, hi, out, &d) == XDC_OK) return 0;
+    fprintf(stderr, "xdc wan: %s: %s\n", flag, d.msg);
+    return -1;
+}
+
 static int parse_opts(int argc, char **argv, wan_cli_opts *o)
 {
     static const struct option opts[] = {
@@ -85,11 +95,15 @@ static int parse_opts(int argc, char **argv, wan_cli_opts *o)
     optind = 1;
     while ((c = getopt_long(argc - 1, argv + 1, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'p': o->port = atoi(optarg); break;
+        case 'p':
+            if (parse_flag_int("--port", optarg, 0, 65535, &o->port)) return XDC_EX_USAGE;
+            break;
         case 'c': o->cfg.cert_path = optarg; break;
         case 'k': o->cfg.key_path = optarg; break;
         case 'a': o->cfg.ca_path = optarg; break;
-        case 's': o->cfg.streams = atoi(optarg); break;
+        case 's':
+            if (parse_flag_int("--streams", optarg, 1, XDC_WAN_MAX_STREAMS, &o->cfg.streams)) return XDC_EX_USAGE;
+            break;
         case 't': o->to = optarg; break;
         case 'e': o->expect = optarg; break;
         case 'H': o->host = optarg; break;
@@ -114,10 +128,6 @@ static int parse_opts(int argc, char **argv, wan_cli_opts *o)
     }
     if (!o->cfg.cert_path || !o->cfg.key_path || !o->cfg.ca_path) {
         fprintf(stderr, "xdc wan: --cert, --key and --ca are required\n");
-        return XDC_EX_USAGE;
-    }
-    if (o->cfg.streams < 1 || o->cfg.streams > XDC_WAN_MAX_STREAMS) {
-        fprintf(stderr, "xdc wan: --streams must be 1..%d\n", XDC_WAN_MAX_STREAMS);
         return XDC_EX_USAGE;
     }
     if (o->msg_bytes < 1 || o->msg_bytes > (1ull << 30)) {
@@ -214,26 +224,27 @@ static double cpu_seconds(void)
 static int wan_send(wan_cli_opts *o)
 {
     char host[256];
-    const char *colon = o->to ? strrchr(o->to, ':') : NULL;
-    int port = colon ? atoi(colon + 1) : 0;
-    if (!colon || (size_t)(colon - o->to) >= sizeof host || port <= 0 || port > 65535 || o->bytes == 0) {
+    int port = 0;
+    xdc_diag d = {{0}};
+    if (!o->to || o->bytes == 0) {
         fprintf(stderr, "xdc wan send: --to HOST:PORT and --bytes N (> 0) are required\n");
         return XDC_EX_USAGE;
     }
-    memcpy(host, o->to, (size_t)(colon - o->to));
-    host[colon - o->to] = '\0';
+    if (xdc_parse_host_port(o->to, host, sizeof host, &port, &d) != XDC_OK) {
+        fprintf(stderr, "xdc wan send: --to: %s\n", d.msg);
+        return XDC_EX_USAGE;
+    }
     char region[XDC_WAN_NAME_MAX] = "";
     int rank = 0;
     if (o->expect) {
         const char *slash = strchr(o->expect, '/');
-        if (!slash || (size_t)(slash - o->expect) >= sizeof region) {
-            fprintf(stderr, "xdc wan send: --expect takes REGION/RANK\n");
+        if (!slash || slash == o->expect || (size_t)(slash - o->expect) >= sizeof region) {
+            fprintf(stderr, "xdc wan send: --expect takes REGION/RANK, got '%s'\n", o->expect);
             return XDC_EX_USAGE;
         }
         memcpy(region, o->expect, (size_t)(slash - o->expect));
-        rank = atoi(slash + 1);
+        if (parse_flag_int("--expect RANK", slash + 1, 0, 1000000, &rank)) return XDC_EX_USAGE;
     }
-    xdc_diag d = {{0}};
     xdc_wan_engine *eng = NULL;
     xdc_wan_peer *p = NULL;
     uint64_t msg = o->msg_bytes < o->bytes ? o->msg_bytes : o->bytes;
@@ -298,9 +309,5 @@ int xdc_cmd_wan(int argc, char **argv)
     o.cfg.sockbuf_bytes = 0;
     int prc = parse_opts(argc, argv, &o);
     if (prc != XDC_EX_OK) return prc < 0 ? XDC_EX_OK : prc;
-    if (listen && (o.port < 0 || o.port > 65535)) {
-        fprintf(stderr, "xdc wan listen: --port must be 0..65535\n");
-        return XDC_EX_USAGE;
-    }
     return listen ? wan_listen(&o) : wan_send(&o);
 }
