@@ -82,7 +82,8 @@ static void req_release(xdc_wan_request *r)
     r->owned = NULL;
     r->buf = NULL;
     r->state = WAN_REQ_FREE;
-    xdc_pool_put(&r->peer->eng->reqs, r);
+    r->peer->nreqs--;
+    xdc_pool_put(&r->eng->reqs, r);
 }
 
 void wan_req_finish(xdc_wan_request *r, xdc_err_t err, const char *why)
@@ -125,7 +126,9 @@ static xdc_err_t req_new(xdc_wan_peer *p, int is_send, xdc_wan_class cls, void *
     xdc_wan_request *r = xdc_pool_get(&p->eng->reqs);
     if (!r) return XDC_ERR_NOMEM;
     memset(r, 0, sizeof *r);
+    r->eng = p->eng;
     r->peer = p;
+    p->nreqs++;
     r->state = WAN_REQ_PENDING;
     r->is_send = is_send;
     r->cls = cls;
@@ -194,7 +197,7 @@ static xdc_err_t req_collect(xdc_wan_request *r, size_t *size, uint8_t *codec, x
 xdc_err_t xdc_wan_test(xdc_wan_request *req, int *done, size_t *size, uint8_t *codec, xdc_diag *diag)
 {
     if (!req || !done) return XDC_ERR_INVALID; /* its state is read under the engine lock below */
-    xdc_wan_engine *eng = req->peer->eng;
+    xdc_wan_engine *eng = req->eng;
     pthread_mutex_lock(&eng->mu);
     if (req->state == WAN_REQ_FREE || req->cancelled) {
         pthread_mutex_unlock(&eng->mu);
@@ -210,7 +213,7 @@ xdc_err_t xdc_wan_test(xdc_wan_request *req, int *done, size_t *size, uint8_t *c
 xdc_err_t xdc_wan_wait(xdc_wan_request *req, int64_t timeout_ms, size_t *size, uint8_t *codec, xdc_diag *diag)
 {
     if (!req) return XDC_ERR_INVALID; /* its state is read under the engine lock below */
-    xdc_wan_engine *eng = req->peer->eng;
+    xdc_wan_engine *eng = req->eng;
     uint64_t deadline = xdc_deadline_ms(timeout_ms);
     pthread_mutex_lock(&eng->mu);
     if (req->state == WAN_REQ_FREE || req->cancelled) {
@@ -320,7 +323,7 @@ static xdc_err_t cancel_send(xdc_wan_request *r)
 xdc_err_t xdc_wan_request_cancel(xdc_wan_request *req)
 {
     if (!req) return XDC_OK;
-    xdc_wan_engine *eng = req->peer->eng;
+    xdc_wan_engine *eng = req->eng;
     pthread_mutex_lock(&eng->mu);
     xdc_err_t rc = XDC_OK;
     if (req->state == WAN_REQ_FREE || req->cancelled) rc = XDC_ERR_INVALID;

@@ -55,13 +55,18 @@ typedef struct xdc_wan_config {
     int backoff_min_ms;    /* reconnect backoff, doubling up to backoff_max_ms */
     int backoff_max_ms;
     int ping_interval_ms; /* RTT probe and keepalive period */
+    /* Server: connections still in their TLS handshake or HELLO, per listener and per source address;
+     * more are closed at once and counted as refused, so a flood of half-open connections cannot use up
+     * descriptors and memory. A peer needs one per stream, so keep per_addr >= the streams of a peer. */
+    int max_pending_handshakes;
+    int max_pending_per_addr;
 } xdc_wan_config;
 
-#define XDC_WAN_CONFIG_INIT                                                                         \
-    {                                                                                               \
-        .cert_path = NULL, .key_path = NULL, .ca_path = NULL, .streams = 4, .sockbuf_bytes = 0,     \
-        .frame_bytes = 1u << 20, .window_frames = 1024, .deadline_ms = 30000, .backoff_min_ms = 20, \
-        .backoff_max_ms = 2000, .ping_interval_ms = 200,                                            \
+#define XDC_WAN_CONFIG_INIT                                                                                          \
+    {                                                                                                                \
+        .cert_path = NULL, .key_path = NULL, .ca_path = NULL, .streams = 4, .sockbuf_bytes = 0,                      \
+        .frame_bytes = 1u << 20, .window_frames = 1024, .deadline_ms = 30000, .backoff_min_ms = 20,                  \
+        .backoff_max_ms = 2000, .ping_interval_ms = 200, .max_pending_handshakes = 256, .max_pending_per_addr = 128, \
     }
 
 /* Per-peer measurements (one direction each where it says so). */
@@ -120,6 +125,11 @@ xdc_err_t xdc_wan_peer_wait_ready(xdc_wan_peer *p, int64_t timeout_ms, xdc_diag 
 const xdc_wan_identity *xdc_wan_peer_identity(const xdc_wan_peer *p);
 /* Statistics snapshot. */
 void xdc_wan_peer_stats(xdc_wan_peer *p, xdc_wan_stats *out);
+/* Close the peer (as xdc_wan_peer_close) and give the handle up: the engine frees the peer once its
+ * requests that are still out (collect them with test/wait, or cancel them) are released. The handle
+ * may not be used afterwards. A long-lived listener must destroy the peers it accepts, or each one
+ * keeps its memory until the engine is destroyed. NULL: no-op. */
+void xdc_wan_peer_destroy(xdc_wan_peer *p);
 /* Send BYE and close the peer's streams; its pending requests fail with XDC_ERR_CLOSED (collect them
  * with xdc_wan_test/xdc_wan_wait, or xdc_wan_request_cancel). Synchronous: when it returns, no buffer
  * of the peer's requests is read or written again, so they may be freed at once. The other side, on the
