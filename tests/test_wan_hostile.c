@@ -3,6 +3,9 @@
  * floods of connections that never finish their handshake (capped per listener and per address). */
 #include "tests/test_wan_util.h"
 #include "tests/xdc_test.h"
+#include "wan/wan_frame.h"
+
+#include <openssl/ssl.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -26,8 +29,8 @@ static pid_t listen_spawn(const wan_test_node *node, int *port)
         dup2(fds[1], 2);
         if (!freopen(out, "w", stdout)) _exit(70);
         close(fds[0]);
-        execl(xdc_test_bin(), "xdc", "wan", "listen", "--port", "0", "--host", "127.0.0.1", "--streams", "1",
-              "--cert", node->cert, "--key", node->key, "--ca", node->ca, (char *)NULL);
+        execl(xdc_test_bin(), "xdc", "wan", "listen", "--port", "0", "--host", "127.0.0.1", "--streams", "1", "--cert",
+              node->cert, "--key", node->key, "--ca", node->ca, (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
@@ -98,8 +101,8 @@ XDC_TEST_T(wan_listen_rss_stays_flat_over_1000_sessions, 240)
     long lis0 = rss_kib(pid), self0 = rss_kib(getpid());
     for (int i = 0; i < 1000; i++) cli_transfer(eng, port, 1 + (uint64_t)i % 4000);
     long lis1 = rss_kib(pid), self1 = rss_kib(getpid());
-    printf("wan listen RSS: %ld KiB after 100 sessions, %ld KiB after 1100 (%+ld KiB); dialler %ld -> %ld KiB\n",
-           lis0, lis1, lis1 - lis0, self0, self1);
+    printf("wan listen RSS: %ld KiB after 100 sessions, %ld KiB after 1100 (%+ld KiB); dialler %ld -> %ld KiB\n", lis0,
+           lis1, lis1 - lis0, self0, self1);
     xdc_wan_engine_destroy(eng);
     listen_stop(pid);
     XDC_ASSERT(lis0 > 0 && lis1 > 0);
@@ -180,6 +183,86 @@ static void pending_cap_case(int per_listener, int per_addr, const char *want)
     xdc_wan_engine_destroy(srv);
 }
 
-XDC_TEST(wan_pending_handshakes_capped_per_address) { pending_cap_case(16, 3, "3 handshakes already pending from this address"); }
+XDC_TEST(wan_pending_handshakes_capped_per_address)
+{
+    pending_cap_case(16, 3, "3 handshakes already pending from this address");
+}
 
-XDC_TEST(wan_pending_handshakes_capped_per_listener) { pending_cap_case(2, 16, "2 handshakes already pending on this listener"); }
+XDC_TEST(wan_pending_handshakes_capped_per_listener)
+{
+    pending_cap_case(2, 16, "2 handshakes already pending on this listener");
+}
+
+/* A hostile member: a valid certificate, and frames written by hand over its own TLS connection. */
+typedef struct {
+    SSL_CTX *ctx;
+    SSL *ssl;
+    int fd;
+} raw_peer;
+
+static void raw_open(raw_peer *r, const wan_test_node *n, int port)
+{
+    r->ctx = SSL_CTX_new(TLS_client_method());
+    XDC_ASSERT(r->ctx && SSL_CTX_set_min_proto_version(r->ctx, TLS1_3_VERSION) == 1);
+    XDC_ASSERT(SSL_CTX_use_certificate_chain_file(r->ctx, n->cert) == 1);
+    XDC_ASSERT(SSL_CTX_use_PrivateKey_file(r->ctx, n->key, SSL_FILETYPE_PEM) == 1);
+    r->fd = raw_connect(port);
+    r->ssl = SSL_new(r->ctx);
+    XDC_ASSERT(r->ssl && SSL_set_fd(r->ssl, r->fd) == 1 && SSL_connect(r->ssl) == 1);
+}
+
+static void raw_write(raw_peer *r, const wan_frame *f, const uint8_t *payload)
+{
+    uint8_t hdr[WAN_FRAME_HDR_BYTES];
+    wan_frame_encode(f, hdr);
+    XDC_ASSERT(SSL_write(r->ssl, hdr, sizeof hdr) == (int)sizeof hdr);
+    if (f->payload_len) XDC_ASSERT(SSL_write(r->ssl, payload, (int)f->payload_len) == (int)f->payload_len);
+}
+
+static void raw_close(raw_peer *r)
+{
+    SSL_free(r->ssl);
+    SSL_CTX_free(r->ctx);
+    close(r->fd);
+}
+
+/* Announced lengths are judged when the header arrives: a message longer than the posted receive fails
+ * that receive at its first frame (the rest would never come), and a claim of 2^62 bytes, beyond the
+ * bound of every message, fails the peer at once with a protocol error naming it. */
+XDC_TEST(wan_announced_length_is_refused_at_the_header)
+{
+    wan_test_node us, eu;
+    wan_test_issue("pki", "us", 0, 30, 0, &us);
+    wan_test_issue("pki", "eu", 0, 30, 0, &eu);
+    xdc_wan_engine *srv = wan_test_engine(&us, 1, 60000);
+    xdc_wan_listener *l = NULL;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_wan_listen(srv, "127.0.0.1", 0, &l, &d));
+    raw_peer r;
+    raw_open(&r, &eu, xdc_wan_listener_port(l));
+    wan_frame hello = {.type = WAN_FT_HELLO, .msg_seq = 42, .msg_off = 0, .msg_len = 1};
+    raw_write(&r, &hello, NULL);
+    xdc_wan_peer *p = NULL;
+    XDC_ASSERT_OK(xdc_wan_accept(l, 20000, &p, &d));
+    static uint8_t rx[1000], piece[1024];
+    xdc_wan_request *r0, *r1;
+    XDC_ASSERT_OK(xdc_wan_irecv(p, XDC_WAN_BULK, rx, sizeof rx, &r0));
+    XDC_ASSERT_OK(xdc_wan_irecv(p, XDC_WAN_BULK, rx, sizeof rx, &r1));
+    wan_frame big = {.type = WAN_FT_DATA, .cls = XDC_WAN_BULK, .payload_len = sizeof piece, .msg_len = 1u << 30};
+    raw_write(&r, &big, piece); /* 1 KiB of a 1 GiB message */
+    XDC_ASSERT_ERR(xdc_wan_wait(r0, 20000, NULL, NULL, &d), XDC_ERR_RANGE);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "is 1073741824 bytes, the receive buffer holds 1000");
+    wan_frame huge = {.type = WAN_FT_DATA,
+                      .cls = XDC_WAN_BULK,
+                      .payload_len = sizeof piece,
+                      .seq = 1,
+                      .msg_seq = 1,
+                      .msg_len = 1ull << 62};
+    raw_write(&r, &huge, piece);
+    XDC_ASSERT_ERR(xdc_wan_wait(r1, 20000, NULL, NULL, &d), XDC_ERR_PROTO);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "protocol error from peer eu/0");
+    XDC_ASSERT_STR_CONTAINS(d.msg, "announces a message of 4611686018427387904 bytes, above the bound");
+    xdc_wan_peer_destroy(p);
+    raw_close(&r);
+    xdc_wan_engine_destroy(srv);
+}

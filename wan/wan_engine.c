@@ -311,8 +311,8 @@ static void server_hello(xdc_wan_engine *eng, wan_stream *s, const wan_frame *f)
             q->id.rank == got.rank && q->fail_err == XDC_OK && !q->closed)
             p = q;
     int resumed = p != NULL;
-    if (p && (uint64_t)p->nstreams != f->msg_len) {
-        wan_stream_break(s, "HELLO names a different stream count than the session");
+    if (wan_frame_check_hello(f, p ? p->nstreams : 0, &d) != XDC_OK) {
+        wan_stream_break(s, d.msg);
         return;
     }
     if (!p) {
@@ -416,8 +416,7 @@ static void stream_progress(xdc_wan_engine *eng, wan_stream *s)
             if (wan_stream_write(s) < 0) return;
             if (hello_read(s, &f) == 1) client_hello_ack(s, &f);
         } else if (hello_read(s, &f) == 1) {
-            if (f.type != WAN_FT_HELLO) wan_stream_break(s, "first frame is not HELLO");
-            else server_hello(eng, s, &f);
+            server_hello(eng, s, &f);
         }
         return;
     case WAN_ST_READY: wan_stream_pump(s); return;

@@ -154,7 +154,7 @@ static xdc_err_t req_new(xdc_wan_peer *p, int is_send, xdc_wan_class cls, void *
 xdc_err_t xdc_wan_isend(xdc_wan_peer *p, xdc_wan_class cls, const void *buf, size_t len, uint8_t codec, size_t raw_len,
                         xdc_wan_request **req)
 {
-    if (!p) return XDC_ERR_INVALID;
+    if (!p || len > XDC_WAN_MAX_MESSAGE) return XDC_ERR_INVALID;
     pthread_mutex_lock(&p->eng->mu);
     xdc_err_t rc = req_new(p, 1, cls, (void *)buf, len, req);
     if (rc == XDC_OK) {
@@ -539,13 +539,6 @@ static xdc_wan_request *match_recv(xdc_wan_peer *p, const wan_frame *f)
 static void recv_maybe_done(xdc_wan_request *r)
 {
     if (r->msg_len == UINT64_MAX || r->rx_bytes < r->msg_len) return;
-    if (r->overflow) {
-        char why[256];
-        snprintf(why, sizeof why, "message %llu of class %d from %s is %llu bytes, the receive buffer holds %zu",
-                 (unsigned long long)r->msg_seq, r->cls, r->peer->name, (unsigned long long)r->msg_len, r->cap);
-        wan_req_finish(r, XDC_ERR_RANGE, why);
-        return;
-    }
     if (!r->cancelled) r->peer->st.rx_payload_bytes += r->msg_len; /* a cancelled one was discarded */
     wan_req_finish(r, XDC_OK, NULL);
 }
@@ -573,6 +566,40 @@ static void data_done(wan_stream *s)
         wan_peer_force_ack(p);
     }
     s->rx_req = NULL;
+}
+
+/* The first header of message r announces more than its buffer holds: fail r now (not once the whole,
+ * possibly endless, message went by) and put an engine-owned stand-in in its place in the queue, which
+ * reads and discards the message's bytes and is released when they are all in. NULL (peer failed) when
+ * no stand-in could be allocated. */
+static xdc_wan_request *recv_refuse_oversize(xdc_wan_peer *p, xdc_wan_request *r)
+{
+    xdc_wan_request *t = xdc_pool_get(&p->eng->reqs);
+    if (!t) {
+        wan_peer_fail(p, XDC_ERR_NOMEM, "%s: no memory to discard an oversize message", p->name);
+        return NULL;
+    }
+    memset(t, 0, sizeof *t);
+    t->eng = p->eng;
+    t->peer = p;
+    p->nreqs++;
+    t->state = WAN_REQ_PENDING;
+    t->cls = r->cls;
+    t->msg_seq = r->msg_seq;
+    t->msg_len = r->msg_len;
+    t->codec = r->codec;
+    t->cancelled = 1;
+    xdc_wan_request **head = &p->rxq_head[r->cls];
+    while (*head != r) head = &(*head)->next;
+    *head = t;
+    t->next = r->next;
+    if (p->rxq_tail[r->cls] == r) p->rxq_tail[r->cls] = t;
+    r->next = NULL;
+    char why[256];
+    snprintf(why, sizeof why, "message %llu of class %d from %s is %llu bytes, the receive buffer holds %zu",
+             (unsigned long long)r->msg_seq, r->cls, p->name, (unsigned long long)r->msg_len, r->cap);
+    wan_req_finish(r, XDC_ERR_RANGE, why); /* not in the queue any more: only its state changes */
+    return t;
 }
 
 /* Header complete: decide where the payload goes. Returns 0 to continue, 1 when stalled, -1 on error. */
@@ -606,19 +633,20 @@ static int rx_header(wan_stream *s)
                 s->stalled = 1;
                 return 1;
             }
+            int oversize = 0;
+            if (wan_frame_check_announce(f, r->msg_len, r->cap, &oversize, &d) != XDC_OK) {
+                wan_peer_fail(p, XDC_ERR_PROTO, "protocol error from %s: %s", p->name, d.msg);
+                return -1;
+            }
             if (r->msg_len == UINT64_MAX) {
                 r->msg_len = f->msg_len;
                 r->codec = f->codec;
-                r->overflow = f->msg_len > r->cap;
-            } else if (r->msg_len != f->msg_len) {
-                wan_peer_fail(p, XDC_ERR_PROTO, "protocol error from %s: message %llu changed length", p->name,
-                              (unsigned long long)f->msg_seq);
-                return -1;
+                if (oversize && !(r = recv_refuse_oversize(p, r))) return -1;
             }
         }
         s->stalled = 0;
         s->rx_req = r;
-        s->rx_dst = r && !r->overflow && !r->cancelled ? r->buf + f->msg_off : NULL;
+        s->rx_dst = r && !r->cancelled ? r->buf + f->msg_off : NULL;
         s->rx_left = f->payload_len;
         s->rx_in_payload = 1;
         snprintf(p->last_heard, sizeof p->last_heard, "DATA seq %llu on stream %d", (unsigned long long)f->seq, s->idx);

@@ -36,7 +36,6 @@ struct xdc_wan_request {
     /* receive side */
     uint64_t msg_len;  /* known from the first frame; UINT64_MAX before */
     uint64_t rx_bytes; /* payload bytes placed */
-    int overflow;      /* message longer than cap: consumed, then failed with XDC_ERR_RANGE */
     xdc_err_t err;
     char why[384]; /* failure detail copied out by test() */
     /* cancelled (xdc_wan_request_cancel): the caller gave the handle up and its buffer back; the request

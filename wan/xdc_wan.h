@@ -25,6 +25,9 @@
 #define XDC_WAN_MAX_STREAMS       64
 /* Hard bound on a frame's payload: a header announcing more is a protocol error, never an allocation. */
 #define XDC_WAN_MAX_FRAME_PAYLOAD (16u << 20)
+/* Hard bound on a message's length (1 TiB): a DATA header announcing more fails its peer with a protocol
+ * error as soon as the header arrives; xdc_wan_isend refuses longer messages (XDC_ERR_INVALID). */
+#define XDC_WAN_MAX_MESSAGE       (1ull << 40)
 
 typedef struct xdc_wan_engine xdc_wan_engine;     /* progress thread + TLS credentials */
 typedef struct xdc_wan_listener xdc_wan_listener; /* accepting socket; yields authenticated peers */
@@ -148,7 +151,8 @@ xdc_err_t xdc_wan_isend(xdc_wan_peer *p, xdc_wan_class cls, const void *buf, siz
  * message with no posted receive stops reading until one is posted (backpressure, no unbounded
  * buffering), and frames queued behind it on that stream wait too — including the peer's ACKs for our
  * own sends, so do not make posting a receive depend on a send to the same peer completing. A message
- * longer than `cap` fails the receive with XDC_ERR_RANGE (the rest of the stream is unaffected). */
+ * longer than `cap` fails the receive with XDC_ERR_RANGE as soon as its first frame's header arrives; its
+ * bytes are then read and discarded (the rest of the stream is unaffected). */
 xdc_err_t xdc_wan_irecv(xdc_wan_peer *p, xdc_wan_class cls, void *buf, size_t cap, xdc_wan_request **req);
 /* Poll a request. *done = 1 when complete; then the request is released, and for a receive *size is
  * the message length and *codec its codec id (either pointer may be NULL). A failed request returns
