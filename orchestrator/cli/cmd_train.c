@@ -168,8 +168,12 @@ static int resume(train_run *r)
     }
     xdc_diag d = {{0}};
     xdc_ckpt_meta meta;
-    xdc_err_t rc = xdc_ckpt_load(r->opt.ckpt_dir, 0, r->stage, &meta, &d);
-    if (rc == XDC_OK) rc = xdc_data_set_pos(r->data, meta.data_pos);
+    xdc_err_t rc = xdc_ckpt_load(r->opt.ckpt_dir, 0, r->cfg.steps, r->stage, &meta, &d);
+    if (rc == XDC_OK && xdc_data_set_pos(r->data, meta.data_pos) != XDC_OK) {
+        xdc_diag_set(&d, "%s: field data_batch is %llu; the data has %llu batches per epoch", path,
+                     (unsigned long long)meta.data_pos.batch, (unsigned long long)xdc_data_batches_per_epoch(r->data));
+        rc = XDC_ERR_CORRUPT;
+    }
     if (rc != XDC_OK) return fail("resume", rc, &d);
     r->step = meta.step;
     r->rng = meta.rng;

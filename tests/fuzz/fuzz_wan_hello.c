@@ -18,9 +18,9 @@ static xdc_err_t hello_one(const uint8_t *hdr, int session_streams, wan_frame *f
     xdc_err_t rc = wan_frame_decode(hdr, 0, f, d);
     if (rc == XDC_OK) rc = wan_frame_check_hello(f, session_streams, d);
     if (rc != XDC_OK && d->msg[0] == '\0') __builtin_trap(); /* a refusal always says why */
-    if (rc == XDC_OK && (f->type != WAN_FT_HELLO || f->payload_len != 0 || f->msg_len < 1 ||
-                         f->msg_len > XDC_WAN_MAX_STREAMS || f->msg_off >= f->msg_len ||
-                         (session_streams > 0 && f->msg_len != (uint64_t)session_streams)))
+    if (rc == XDC_OK &&
+        (f->type != WAN_FT_HELLO || f->payload_len != 0 || f->msg_len < 1 || f->msg_len > XDC_WAN_MAX_STREAMS ||
+         f->msg_off >= f->msg_len || (session_streams > 0 && f->msg_len != (uint64_t)session_streams)))
         __builtin_trap(); /* accepted a HELLO the engine would index out of its stream table with */
     return rc;
 }
