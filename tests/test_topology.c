@@ -349,6 +349,29 @@ XDC_TEST(config_nesting_is_capped_at_64_levels)
     XDC_ASSERT_STR_CONTAINS(out, want);
 }
 
+/* An error inside the model file a run file (or `xdc plan -m`) names is reported under the model file's
+ * name and line, not the run file's or the topology's. */
+XDC_TEST(config_model_file_errors_name_the_model_file)
+{
+    const char *t = xdc_test_tmpdir();
+    char model[512], run[512], cmd[2048], out[8192], want[700];
+    snprintf(model, sizeof model, "%s/bad-model.yaml", t);
+    snprintf(run, sizeof run, "%s/run.yaml", t);
+    xdc_test_write_file(model, "model:\n  layers: 2\n  bogus: 1\n");
+    char text[700];
+    snprintf(text, sizeof text, "model: %s\ndata: /usr/share/games/fortunes\nsteps: 3\n", model);
+    xdc_test_write_file(run, text);
+    snprintf(want, sizeof want, "%s:3:3: error: unknown key 'bogus'", model);
+    snprintf(cmd, sizeof cmd, "%s launch -t examples/topology/demo-2region.yaml -c %s --run-dir %s/r", xdc_test_bin(),
+             run, t);
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 78);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+    XDC_ASSERT(strstr(out, "run.yaml:3:3") == NULL);
+    snprintf(cmd, sizeof cmd, "%s plan -t examples/topology/demo-2region.yaml -m %s", xdc_test_bin(), model);
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 78);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+}
+
 XDC_TEST(topo_alloc_failures_are_clean)
 {
     /* Walk the allocation failure points of a full load: each must fail cleanly (no crash; leaks are
