@@ -9,6 +9,7 @@
 #include "topology/xdc_topology.h"
 
 #include <glob.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -370,6 +371,28 @@ XDC_TEST(config_model_file_errors_name_the_model_file)
     snprintf(cmd, sizeof cmd, "%s plan -t examples/topology/demo-2region.yaml -m %s", xdc_test_bin(), model);
     XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 78);
     XDC_ASSERT_STR_CONTAINS(out, want);
+}
+
+/* Worker k serves metrics on metrics_port + k, so the range must fit the worker count: 65534 with the
+ * demo's 4 workers would need ports up to 65537 and is refused with 78, naming the run file and key. */
+XDC_TEST_T(config_metrics_port_range_fits_the_workers, 120)
+{
+    const char *t = xdc_test_tmpdir();
+    char run[512], cmd[2048], out[16384], log[600], text[700], src[512], model[PATH_MAX];
+    snprintf(run, sizeof run, "%s/run.yaml", t);
+    XDC_ASSERT(realpath(xdc_test_src("examples/models/tiny.yaml", src, sizeof src), model) != NULL);
+    snprintf(text, sizeof text, "model: %s\ndata: /usr/share/games/fortunes\nsteps: 3\nmetrics_port: 65534\n",
+             model);
+    xdc_test_write_file(run, text);
+    snprintf(cmd, sizeof cmd, "%s launch -t examples/topology/demo-2region.yaml -c %s --run-dir %s/r", xdc_test_bin(),
+             run, t);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 78, "launch exit %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "cat %s/r/logs/*.log", t);
+    xdc_test_run(cmd, out, sizeof out);
+    snprintf(log, sizeof log, "%s: metrics_port 65534: its 4 workers would serve ports 65534..65537, beyond 65535",
+             run);
+    XDC_ASSERT_STR_CONTAINS(out, log);
 }
 
 XDC_TEST(topo_alloc_failures_are_clean)
