@@ -6,6 +6,7 @@
 #include "config/xdc_config.h"
 
 #include "common/xdc_alloc.h"
+#include "common/xdc_parse.h"
 #include "common/xdc_time.h"
 
 #include <errno.h>
@@ -18,7 +19,8 @@
 #include <strings.h>
 #include <yaml.h>
 
-#define XDC_CFG_MAX_FILE (16u << 20) /* bytes; config files are small, a bigger one is a mistake */
+#define XDC_CFG_MAX_FILE  (16u << 20) /* bytes; config files are small, a bigger one is a mistake */
+#define XDC_CFG_MAX_DEPTH 64          /* nested mappings/sequences; xdc's deepest file uses 4 */
 
 struct xdc_cfg_node {
     const yaml_node_t *y;
@@ -81,9 +83,51 @@ void xdc_cfg_errors_print(const xdc_cfg_errors *e, void *fp)
     if (e->dropped) fprintf(f, "%s: %d more errors not shown\n", e->path, e->dropped);
 }
 
+static void syntax_error(const yaml_parser_t *parser, xdc_cfg_errors *errs)
+{
+    const yaml_mark_t *m = parser->problem ? &parser->problem_mark : &parser->context_mark;
+    xdc_cfg_error_add(errs, (int)m->line + 1, (int)m->column + 1, "YAML syntax: %s%s%s",
+                      parser->problem ? parser->problem : "malformed document", parser->context ? " " : "",
+                      parser->context ? parser->context : "");
+}
+
+/* A first pass over the event stream that refuses nesting deeper than XDC_CFG_MAX_DEPTH before the
+ * document is built. libyaml's scanner revisits every open flow level on each token, so its cost grows
+ * with depth times size; stopping at the cap keeps loading linear in the input. */
+static xdc_err_t check_depth(const char *text, size_t len, xdc_cfg_errors *errs)
+{
+    yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser)) return XDC_ERR_NOMEM;
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    xdc_err_t rc = XDC_OK;
+    int depth = 0;
+    for (int end = 0; !end && rc == XDC_OK;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&parser, &ev)) {
+            syntax_error(&parser, errs);
+            rc = XDC_ERR_CONFIG;
+            break;
+        }
+        if (ev.type == YAML_SEQUENCE_START_EVENT || ev.type == YAML_MAPPING_START_EVENT) {
+            if (++depth > XDC_CFG_MAX_DEPTH) {
+                xdc_cfg_error_add(errs, (int)ev.start_mark.line + 1, (int)ev.start_mark.column + 1,
+                                  "nesting deeper than %d levels", XDC_CFG_MAX_DEPTH);
+                rc = XDC_ERR_CONFIG;
+            }
+        } else if (ev.type == YAML_SEQUENCE_END_EVENT || ev.type == YAML_MAPPING_END_EVENT) {
+            depth--;
+        }
+        end = ev.type == YAML_STREAM_END_EVENT;
+        yaml_event_delete(&ev);
+    }
+    yaml_parser_delete(&parser);
+    return rc;
+}
+
 xdc_err_t xdc_cfg_parse(const char *text, size_t len, xdc_cfg_doc **out, xdc_cfg_errors *errs)
 {
     *out = NULL;
+    XDC_CHECK(check_depth(text, len, errs));
     xdc_cfg_doc *y = xdc_calloc(1, sizeof *y);
     if (!y) return XDC_ERR_NOMEM;
     yaml_parser_t parser;
@@ -93,10 +137,7 @@ xdc_err_t xdc_cfg_parse(const char *text, size_t len, xdc_cfg_doc **out, xdc_cfg
     }
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
     if (!yaml_parser_load(&parser, &y->doc)) {
-        const yaml_mark_t *m = parser.problem ? &parser.problem_mark : &parser.context_mark;
-        xdc_cfg_error_add(errs, (int)m->line + 1, (int)m->column + 1, "YAML syntax: %s%s%s",
-                          parser.problem ? parser.problem : "malformed document", parser.context ? " " : "",
-                          parser.context ? parser.context : "");
+        syntax_error(&parser, errs);
         yaml_parser_delete(&parser);
         xdc_free(y);
         return XDC_ERR_CONFIG;
@@ -293,18 +334,20 @@ static bool store_field(const xdc_cfg_node *node, const xdc_cfg_field *f, void *
         memcpy(dst, s, strlen(s) + 1);
         return true;
     case XDC_CFG_INT:
-    case XDC_CFG_INT64:
-        if (!parse_number(s, &v) || v != floor(v) || fabs(v) > 9.0e15) {
+    case XDC_CFG_INT64: {
+        int64_t i;
+        if (xdc_parse_i64(s, INT64_MIN, INT64_MAX, &i, NULL) != XDC_OK) {
             xdc_cfg_error_at(errs, node, "%s: expected %s, found '%s'", f->key, type_word(f->type), s);
             return false;
         }
-        if (out_of_bounds(f, v) || (f->type == XDC_CFG_INT && fabs(v) > INT32_MAX)) {
+        if (out_of_bounds(f, (double)i) || (f->type == XDC_CFG_INT && (i > INT32_MAX || i < INT32_MIN))) {
             bounds_error(errs, node, f, s);
             return false;
         }
-        if (f->type == XDC_CFG_INT) *(int *)dst = (int)v;
-        else *(int64_t *)dst = (int64_t)v;
+        if (f->type == XDC_CFG_INT) *(int *)dst = (int)i;
+        else *(int64_t *)dst = i;
         return true;
+    }
     case XDC_CFG_DOUBLE:
         if (!parse_number(s, &v)) {
             xdc_cfg_error_at(errs, node, "%s: expected a number, found '%s'", f->key, s);

@@ -62,26 +62,18 @@ static xdc_err_t write_all(int fd, const void *p, size_t n)
     return XDC_OK;
 }
 
-static xdc_err_t fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return XDC_ERR_IO;
-    int r = fsync(fd);
-    close(fd);
-    return r == 0 ? XDC_OK : XDC_ERR_IO;
-}
-
 xdc_err_t xdc_ckpt_save(const char *dir, xdc_gpt_stage *s, const xdc_ckpt_meta *meta, xdc_diag *diag)
 {
-    char path[4096], tmp[4200];
+    char path[4096], name[64], tmp[80];
     xdc_ckpt_path(dir, meta->stage, path, sizeof path);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(name, sizeof name, "stage-%d.ckpt", meta->stage);
+    snprintf(tmp, sizeof tmp, "%s.tmp", name);
     size_t n = xdc_gpt_stage_num_params(s), raw_bytes = 3 * n * sizeof(float);
     size_t bound = ZSTD_compressBound(raw_bytes);
     float *raw = xdc_malloc(raw_bytes);
     uint8_t *file = xdc_malloc(CKPT_HEADER_BYTES + bound);
     xdc_err_t rc = XDC_ERR_NOMEM;
-    int fd = -1;
+    int fd = -1, dfd = -1;
     if (!raw || !file) goto fail;
     ckpt_header h = {.version = CKPT_VERSION,
                      .stage = (uint32_t)meta->stage,
@@ -106,22 +98,38 @@ xdc_err_t xdc_ckpt_save(const char *dir, xdc_gpt_stage *s, const xdc_ckpt_meta *
     h.checksum = checksum(file, file + CKPT_HEADER_BYTES, z);
     memcpy(file + offsetof(ckpt_header, checksum), &h.checksum, sizeof h.checksum);
 
+    /* Everything happens relative to the directory opened once, which must not be a symbolic link, and
+     * the temp file is created fresh (O_EXCL | O_NOFOLLOW): a link planted at stage-K.ckpt.tmp or in
+     * place of the directory cannot redirect the write onto another file. A stale temp file of a
+     * crashed save is removed first (unlinking a link removes the link, not its target). */
     rc = XDC_ERR_IO;
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) {
+        xdc_diag_set(diag, "%s: cannot open the checkpoint directory%s: %s", dir,
+                     errno == ELOOP || errno == ENOTDIR ? " (it must be a directory, not a symbolic link)" : "",
+                     strerror(errno));
+        goto fail;
+    }
+    if (unlinkat(dfd, tmp, 0) != 0 && errno != ENOENT) {
+        xdc_diag_set(diag, "%s/%s: cannot remove a stale temp file: %s", dir, tmp, strerror(errno));
+        goto fail;
+    }
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0 || write_all(fd, file, CKPT_HEADER_BYTES + z) != XDC_OK || fsync(fd) != 0) {
-        xdc_diag_set(diag, "%s: cannot write: %s", tmp, strerror(errno));
+        xdc_diag_set(diag, "%s/%s: cannot write: %s", dir, tmp, strerror(errno));
         goto fail;
     }
     close(fd);
     fd = -1;
-    if (rename(tmp, path) != 0 || fsync_dir(dir) != XDC_OK) {
-        xdc_diag_set(diag, "%s: cannot rename into place or sync %s: %s", tmp, dir, strerror(errno));
+    if (renameat(dfd, tmp, dfd, name) != 0 || fsync(dfd) != 0) {
+        xdc_diag_set(diag, "%s/%s: cannot rename into place or sync %s: %s", dir, tmp, dir, strerror(errno));
         goto fail;
     }
     rc = XDC_OK;
 fail:
     if (fd >= 0) close(fd);
-    if (rc != XDC_OK) unlink(tmp);
+    if (rc != XDC_OK && dfd >= 0) unlinkat(dfd, tmp, 0);
+    if (dfd >= 0) close(dfd);
     xdc_free(raw);
     xdc_free(file);
     return rc;
@@ -162,7 +170,8 @@ static xdc_err_t read_whole(const char *path, size_t max, uint8_t **out, size_t 
     return XDC_OK;
 }
 
-xdc_err_t xdc_ckpt_load(const char *dir, int stage, xdc_gpt_stage *s, xdc_ckpt_meta *meta, xdc_diag *diag)
+xdc_err_t xdc_ckpt_load(const char *dir, int stage, int64_t max_step, xdc_gpt_stage *s, xdc_ckpt_meta *meta,
+                        xdc_diag *diag)
 {
     char path[4096];
     xdc_ckpt_path(dir, stage, path, sizeof path);
@@ -170,13 +179,56 @@ xdc_err_t xdc_ckpt_load(const char *dir, int stage, xdc_gpt_stage *s, xdc_ckpt_m
     uint8_t *file = NULL;
     size_t len = 0;
     XDC_CHECK(read_whole(path, CKPT_HEADER_BYTES + ZSTD_compressBound(raw_bytes), &file, &len, diag));
-    xdc_err_t rc = xdc_ckpt_decode(path, file, len, stage, s, meta, diag);
+    xdc_err_t rc = xdc_ckpt_decode(path, file, len, stage, max_step, s, meta, diag);
     xdc_free(file);
     return rc;
 }
 
-xdc_err_t xdc_ckpt_decode(const char *path, const uint8_t *file, size_t len, int stage, xdc_gpt_stage *s,
-                          xdc_ckpt_meta *meta, xdc_diag *diag)
+/* Every header field against the run, after the checksum: a field that does not fit is named with its
+ * value and what this run expects. XDC_ERR_CONFIG for a checkpoint of another stage or model shape,
+ * XDC_ERR_CORRUPT for values no save could have written. */
+static xdc_err_t check_fields(const char *path, const ckpt_header *h, const uint8_t *file, int stage, size_t n,
+                              int64_t max_step, xdc_diag *diag)
+{
+    size_t raw_bytes = 3 * n * sizeof(float);
+    if ((int64_t)h->stage != stage) {
+        xdc_diag_set(diag, "%s: field stage is %u; this run loads stage %d", path, h->stage, stage);
+        return XDC_ERR_CONFIG;
+    }
+    if (h->num_params != n) {
+        xdc_diag_set(diag, "%s: field num_params is %llu; stage %d of this run's model has %zu parameters", path,
+                     (unsigned long long)h->num_params, stage, n);
+        return XDC_ERR_CONFIG;
+    }
+    if (h->n_stages < 1 || h->stage >= h->n_stages) {
+        xdc_diag_set(diag, "%s: field n_stages is %u, which does not hold stage %u", path, h->n_stages, h->stage);
+        return XDC_ERR_CORRUPT;
+    }
+    if (h->raw_bytes != raw_bytes) {
+        xdc_diag_set(diag, "%s: field raw_bytes is %llu; %zu parameters make %zu (params, m, v as fp32)", path,
+                     (unsigned long long)h->raw_bytes, n, raw_bytes);
+        return XDC_ERR_CORRUPT;
+    }
+    if (h->step < 0 || h->step > max_step) {
+        xdc_diag_set(diag, "%s: field step is %lld, outside this run's steps 0..%lld", path, (long long)h->step,
+                     (long long)max_step);
+        return XDC_ERR_CONFIG;
+    }
+    if (h->adam_t < 0 || h->adam_t > (INT64_C(1) << 53)) {
+        xdc_diag_set(diag, "%s: field adam_t is %lld, not an optimizer step count", path, (long long)h->adam_t);
+        return XDC_ERR_CORRUPT;
+    }
+    int pad_zero = h->reserved == 0;
+    for (size_t i = sizeof *h; i < CKPT_HEADER_BYTES; i++) pad_zero &= file[i] == 0;
+    if (!pad_zero) {
+        xdc_diag_set(diag, "%s: reserved header bytes are not zero", path);
+        return XDC_ERR_CORRUPT;
+    }
+    return XDC_OK;
+}
+
+xdc_err_t xdc_ckpt_decode(const char *path, const uint8_t *file, size_t len, int stage, int64_t max_step,
+                          xdc_gpt_stage *s, xdc_ckpt_meta *meta, xdc_diag *diag)
 {
     size_t n = xdc_gpt_stage_num_params(s), raw_bytes = 3 * n * sizeof(float);
     float *raw = NULL;
@@ -203,12 +255,7 @@ xdc_err_t xdc_ckpt_decode(const char *path, const uint8_t *file, size_t len, int
                      (unsigned long long)h.checksum, (unsigned long long)want);
         goto fail;
     }
-    if ((int)h.stage != stage || h.num_params != n || h.raw_bytes != raw_bytes || h.adam_t < 0) {
-        xdc_diag_set(diag, "%s: checkpoint is for stage %u with %llu parameters; this run has stage %d with %zu", path,
-                     h.stage, (unsigned long long)h.num_params, stage, n);
-        rc = XDC_ERR_CONFIG;
-        goto fail;
-    }
+    XDC_CHECK_GOTO(check_fields(path, &h, file, stage, n, max_step, diag), rc, fail);
     raw = xdc_malloc(raw_bytes);
     if (!raw) {
         rc = XDC_ERR_NOMEM;

@@ -75,6 +75,9 @@ xdc_err_t xdc_model_config_load(const char *path, xdc_train_config *out, xdc_cfg
     xdc_train_config c;
     xdc_train_config_defaults(&c);
     xdc_cfg_doc *doc = NULL;
+    /* Errors found here are this file's, whatever file the caller set `errs` up for (the run file or
+     * the topology that named this model file). */
+    xdc_cfg_errors_init(errs, path);
     XDC_CHECK(xdc_cfg_load_file(path, &doc, errs));
     root_nodes root = {0};
     int bad = xdc_cfg_map_fields(xdc_cfg_root(doc), root_fields, 2, &root, errs);

@@ -9,7 +9,9 @@
  * is used.
  *
  * Saving writes `<file>.tmp`, fsyncs it, renames it over the old file and fsyncs the directory, so a
- * crash leaves either the old or the new checkpoint, never a torn one. */
+ * crash leaves either the old or the new checkpoint, never a torn one. The directory must not be a
+ * symbolic link and the temp file is created afresh (O_EXCL | O_NOFOLLOW, after removing a stale one),
+ * so a planted link cannot turn the save into a write elsewhere. */
 #ifndef XDC_CKPT_H
 #define XDC_CKPT_H
 
@@ -32,12 +34,15 @@ typedef struct xdc_ckpt_meta {
 void xdc_ckpt_path(const char *dir, int stage, char *buf, size_t cap);
 
 xdc_err_t xdc_ckpt_save(const char *dir, xdc_gpt_stage *s, const xdc_ckpt_meta *meta, xdc_diag *diag);
-/* Loads stage `stage`'s file into `s` and `meta`. XDC_ERR_CORRUPT (the diag names the file) on a bad
- * magic, checksum or payload; XDC_ERR_CONFIG when the file belongs to a different stage or model shape;
+/* Loads stage `stage`'s file into `s` and `meta`; the run has `max_step` steps, so the checkpoint's step
+ * must lie in 0..max_step. Every header field is checked and a misfit is named with the file, the field,
+ * its value and what the run expects: XDC_ERR_CORRUPT on a bad magic, checksum, payload or impossible
+ * value; XDC_ERR_CONFIG when the file belongs to a different stage, model shape or a longer run;
  * XDC_ERR_IO when it cannot be read. */
-xdc_err_t xdc_ckpt_load(const char *dir, int stage, xdc_gpt_stage *s, xdc_ckpt_meta *meta, xdc_diag *diag);
+xdc_err_t xdc_ckpt_load(const char *dir, int stage, int64_t max_step, xdc_gpt_stage *s, xdc_ckpt_meta *meta,
+                        xdc_diag *diag);
 /* The same checks and restore from a file image already in memory; `name` appears in errors. */
-xdc_err_t xdc_ckpt_decode(const char *name, const uint8_t *file, size_t len, int stage, xdc_gpt_stage *s,
-                          xdc_ckpt_meta *meta, xdc_diag *diag);
+xdc_err_t xdc_ckpt_decode(const char *name, const uint8_t *file, size_t len, int stage, int64_t max_step,
+                          xdc_gpt_stage *s, xdc_ckpt_meta *meta, xdc_diag *diag);
 
 #endif /* XDC_CKPT_H */

@@ -3,6 +3,7 @@
  * the file named; saving leaves no temporary file behind. */
 #include "tests/xdc_test.h"
 
+#include "common/xdc_hash.h"
 #include "common/xdc_rng.h"
 #include "model/xdc_gpt.h"
 #include "kernels/xdc_model_ops.h"
@@ -10,6 +11,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 extern const xdc_model_ops xdc_model_cpu_ops;
@@ -62,7 +64,7 @@ XDC_TEST(ckpt_save_load_continue_matches_never_stopping)
     xdc_rng_u64(&rng);
     xdc_ckpt_meta meta = {.stage = 0, .n_stages = 1, .step = 4, .data_pos = {2, 17}, .rng = rng}, back;
     XDC_ASSERT_OK(xdc_ckpt_save(dir, first, &meta, NULL));
-    XDC_ASSERT_OK(xdc_ckpt_load(dir, 0, second, &back, NULL));
+    XDC_ASSERT_OK(xdc_ckpt_load(dir, 0, 100, second, &back, NULL));
     XDC_ASSERT(hash_of(second) == hash_of(first));
     XDC_ASSERT_EQ(back.step, 4);
     XDC_ASSERT_EQ(back.data_pos.epoch, 2);
@@ -96,7 +98,7 @@ XDC_TEST(ckpt_corruption_and_mismatch_are_refused_naming_the_file)
     fseek(f, (long)len - 10, SEEK_SET);
     fputc(orig[len - 10] ^ 0x40, f);
     fclose(f);
-    XDC_ASSERT_ERR(xdc_ckpt_load(dir, 0, s, &back, &d), XDC_ERR_CORRUPT);
+    XDC_ASSERT_ERR(xdc_ckpt_load(dir, 0, 100, s, &back, &d), XDC_ERR_CORRUPT);
     XDC_ASSERT_STR_CONTAINS(d.msg, path);
     XDC_ASSERT_STR_CONTAINS(d.msg, "checksum mismatch");
 
@@ -108,23 +110,117 @@ XDC_TEST(ckpt_corruption_and_mismatch_are_refused_naming_the_file)
     fseek(f, 32, SEEK_SET);
     fputc(orig[32] ^ 1, f);
     fclose(f);
-    XDC_ASSERT_ERR(xdc_ckpt_load(dir, 0, s, &back, &d), XDC_ERR_CORRUPT);
+    XDC_ASSERT_ERR(xdc_ckpt_load(dir, 0, 100, s, &back, &d), XDC_ERR_CORRUPT);
 
     /* truncated */
     XDC_ASSERT(truncate(path, (off_t)len / 2) == 0);
-    XDC_ASSERT_ERR(xdc_ckpt_load(dir, 0, s, &back, &d), XDC_ERR_CORRUPT);
+    XDC_ASSERT_ERR(xdc_ckpt_load(dir, 0, 100, s, &back, &d), XDC_ERR_CORRUPT);
     XDC_ASSERT_STR_CONTAINS(d.msg, path);
 
     /* intact again, but loaded into a stage of another shape */
     f = fopen(path, "wb");
     fwrite(orig, 1, len, f);
     fclose(f);
-    XDC_ASSERT_ERR(xdc_ckpt_load(dir, 0, other, &back, &d), XDC_ERR_CONFIG);
+    XDC_ASSERT_ERR(xdc_ckpt_load(dir, 0, 100, other, &back, &d), XDC_ERR_CONFIG);
     XDC_ASSERT_STR_CONTAINS(d.msg, path);
-    XDC_ASSERT_OK(xdc_ckpt_load(dir, 0, s, &back, &d));
+    XDC_ASSERT_OK(xdc_ckpt_load(dir, 0, 100, s, &back, &d));
     /* missing */
-    XDC_ASSERT_ERR(xdc_ckpt_load(dir, 3, s, &back, &d), XDC_ERR_IO);
+    XDC_ASSERT_ERR(xdc_ckpt_load(dir, 3, 100, s, &back, &d), XDC_ERR_IO);
     XDC_ASSERT_STR_CONTAINS(d.msg, "stage-3.ckpt");
     free(orig);
     xdc_gpt_stage_destroy(s), xdc_gpt_stage_destroy(other);
+}
+
+/* Overwrite the u64 at header offset `off` of a checkpoint image and seal it with a fresh checksum (XXH64
+ * over the header with its checksum field zeroed, then the payload), as a forger with the format would. */
+static void forge_u64(char *img, size_t len, size_t off, uint64_t v)
+{
+    memcpy(img + off, &v, 8);
+    memset(img + 112, 0, 8);
+    xdc_hash_state *st = xdc_hash64_create(0);
+    xdc_hash64_update(st, img, len);
+    uint64_t sum = xdc_hash64_digest(st);
+    xdc_hash64_destroy(st);
+    memcpy(img + 112, &sum, 8);
+}
+
+/* Each header field is checked against the run even when the checksum holds, and the message names the
+ * file, the field and what differs (before: step -5 resumed "at step -5", 2^62 trained nothing, and a
+ * size mismatch read "stage 0 with 136960 parameters; this run has stage 0 with 136960"). */
+XDC_TEST(ckpt_header_fields_are_checked_naming_the_field)
+{
+    const char *dir = xdc_test_tmpdir();
+    xdc_gpt_stage *s = make_stage(0, 2), *other = make_stage(1, 2);
+    char path[600], want[800];
+    xdc_ckpt_path(dir, 0, path, sizeof path);
+    xdc_diag d = {{0}};
+    xdc_ckpt_meta back;
+    static const struct {
+        int64_t step;
+        const char *text;
+    } steps[] = {{-5, "field step is -5, outside this run's steps 0..100"},
+                 {INT64_C(1) << 62, "field step is 4611686018427387904, outside this run's steps 0..100"}};
+    for (size_t i = 0; i < 2; i++) {
+        xdc_ckpt_meta meta = {.stage = 0, .n_stages = 1, .step = steps[i].step};
+        XDC_ASSERT_OK(xdc_ckpt_save(dir, s, &meta, NULL));
+        XDC_ASSERT_ERR(xdc_ckpt_load(dir, 0, 100, s, &back, &d), XDC_ERR_CONFIG);
+        snprintf(want, sizeof want, "%s: %s", path, steps[i].text);
+        XDC_ASSERT_STR_CONTAINS(d.msg, want);
+    }
+    xdc_ckpt_meta meta = {.stage = 0, .n_stages = 1, .step = 100};
+    XDC_ASSERT_OK(xdc_ckpt_save(dir, s, &meta, NULL));
+    XDC_ASSERT_OK(xdc_ckpt_load(dir, 0, 100, s, &back, &d)); /* the last step is within the run */
+    size_t len = 0, n = xdc_gpt_stage_num_params(s);
+    char *img = xdc_test_read_file(path, &len);
+    XDC_ASSERT(img != NULL);
+    XDC_ASSERT_ERR(xdc_ckpt_decode(path, (const uint8_t *)img, len, 0, 100, other, &back, &d), XDC_ERR_CONFIG);
+    snprintf(want, sizeof want, "%s: field num_params is %zu; stage 0 of this run's model has %zu parameters", path, n,
+             xdc_gpt_stage_num_params(other));
+    XDC_ASSERT_STR_CONTAINS(d.msg, want);
+    XDC_ASSERT_ERR(xdc_ckpt_decode(path, (const uint8_t *)img, len, 1, 100, s, &back, &d), XDC_ERR_CONFIG);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "field stage is 0; this run loads stage 1");
+    forge_u64(img, len, 96, 3 * n * sizeof(float) + 4); /* raw_bytes */
+    XDC_ASSERT_ERR(xdc_ckpt_decode(path, (const uint8_t *)img, len, 0, 100, s, &back, &d), XDC_ERR_CORRUPT);
+    snprintf(want, sizeof want, "field raw_bytes is %zu; %zu parameters make %zu", 3 * n * sizeof(float) + 4, n,
+             3 * n * sizeof(float));
+    XDC_ASSERT_STR_CONTAINS(d.msg, want);
+    forge_u64(img, len, 96, 3 * n * sizeof(float));
+    forge_u64(img, len, 40, (uint64_t)-1); /* adam_t */
+    XDC_ASSERT_ERR(xdc_ckpt_decode(path, (const uint8_t *)img, len, 0, 100, s, &back, &d), XDC_ERR_CORRUPT);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "field adam_t is -1");
+    forge_u64(img, len, 40, 0);
+    forge_u64(img, len, 16, UINT64_C(1) << 32); /* n_stages 0, reserved 1 */
+    XDC_ASSERT_ERR(xdc_ckpt_decode(path, (const uint8_t *)img, len, 0, 100, s, &back, &d), XDC_ERR_CORRUPT);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "field n_stages is 0, which does not hold stage 0");
+    free(img);
+    xdc_gpt_stage_destroy(s), xdc_gpt_stage_destroy(other);
+}
+
+/* A symbolic link planted at the temp name is replaced, never written through; a checkpoint directory
+ * that is itself a link is refused with the reason. */
+XDC_TEST(ckpt_save_does_not_follow_links)
+{
+    const char *t = xdc_test_tmpdir();
+    char dir[600], victim[600], tmp[700], link_dir[600];
+    snprintf(dir, sizeof dir, "%s/ck", t);
+    snprintf(victim, sizeof victim, "%s/victim", t);
+    XDC_ASSERT(mkdir(dir, 0755) == 0);
+    xdc_test_write_file(victim, "precious\n");
+    xdc_ckpt_path(dir, 0, tmp, sizeof tmp - 8);
+    strcat(tmp, ".tmp");
+    XDC_ASSERT(symlink(victim, tmp) == 0);
+    xdc_gpt_stage *s = make_stage(0, 2);
+    xdc_ckpt_meta meta = {.stage = 0, .n_stages = 1, .step = 3}, back;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_ckpt_save(dir, s, &meta, &d));
+    char *v = xdc_test_read_file(victim, NULL);
+    XDC_ASSERT(v && strcmp(v, "precious\n") == 0);
+    free(v);
+    XDC_ASSERT(access(tmp, F_OK) != 0);
+    XDC_ASSERT_OK(xdc_ckpt_load(dir, 0, 10, s, &back, &d));
+    snprintf(link_dir, sizeof link_dir, "%s/ck-link", t);
+    XDC_ASSERT(symlink(dir, link_dir) == 0);
+    XDC_ASSERT_ERR(xdc_ckpt_save(link_dir, s, &meta, &d), XDC_ERR_IO);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "it must be a directory, not a symbolic link");
+    xdc_gpt_stage_destroy(s);
 }

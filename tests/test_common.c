@@ -6,6 +6,7 @@
 #include "common/xdc_err.h"
 #include "common/xdc_hash.h"
 #include "common/xdc_log.h"
+#include "common/xdc_parse.h"
 #include "common/xdc_rng.h"
 #include "common/xdc_time.h"
 #include "orchestrator/cli/xdc_cli.h"
@@ -257,4 +258,34 @@ XDC_TEST(layering_check_catches_an_upward_include)
     rc = xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(rc == 1, "check exited %d on a reversed link order:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "Makefile: LAYERS puts common before config, which depends on it");
+}
+
+XDC_TEST(parse_integers_whole_string_and_range)
+{
+    int64_t v = 7;
+    int i = 7;
+    xdc_diag d;
+    XDC_ASSERT_OK(xdc_parse_i64("-9223372036854775808", INT64_MIN, INT64_MAX, &v, &d));
+    XDC_ASSERT(v == INT64_MIN);
+    XDC_ASSERT_OK(xdc_parse_i64("9223372036854775807", 0, INT64_MAX, &v, &d));
+    XDC_ASSERT(v == INT64_MAX);
+    static const char *const bad[] = {"",   "-", "+1", " 1", "1 ", "1x", "0x10", "1e3", "1.0", "9223372036854775808",
+                                      "--1"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        XDC_ASSERT_ERR(xdc_parse_i64(bad[k], INT64_MIN, INT64_MAX, &v, &d), XDC_ERR_INVALID);
+        XDC_ASSERT(v == INT64_MAX); /* untouched */
+    }
+    XDC_ASSERT_ERR(xdc_parse_i64(NULL, 0, 1, &v, &d), XDC_ERR_INVALID);
+    XDC_ASSERT_ERR(xdc_parse_int("65536", 0, 65535, &i, &d), XDC_ERR_INVALID);
+    XDC_ASSERT(strcmp(d.msg, "'65536' is not an integer in 0..65535") == 0 && i == 7);
+    XDC_ASSERT_OK(xdc_parse_int("-5", -5, 5, &i, &d));
+    XDC_ASSERT(i == -5);
+    char host[16];
+    int port = 0;
+    XDC_ASSERT_OK(xdc_parse_host_port("[::1]:29501", host, sizeof host, &port, &d));
+    XDC_ASSERT(strcmp(host, "[::1]") == 0 && port == 29501);
+    static const char *const bad_ep[] = {"h:29501abc", "h:", ":1", "h", "h:0", "h:65536", "averyveryverylonghost:1"};
+    for (size_t k = 0; k < sizeof bad_ep / sizeof bad_ep[0]; k++)
+        XDC_ASSERT_ERR(xdc_parse_host_port(bad_ep[k], host, sizeof host, &port, &d), XDC_ERR_INVALID);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "'averyveryverylonghost:1' is not HOST:PORT");
 }

@@ -9,6 +9,7 @@
 #include "topology/xdc_topology.h"
 
 #include <glob.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -306,6 +307,91 @@ XDC_TEST(config_nodes_map_get_and_positions)
     xdc_cfg_error_at(&errs, k2, "here");
     XDC_ASSERT(errs.count == 3 && errs.items[2].line == 4 && errs.items[2].col == 16);
     xdc_cfg_destroy(doc);
+}
+
+/* Nesting is capped at 64 levels before the document is built: 64 load, 65 are refused at the bracket
+ * that opens level 65, and a 2 MB file of brackets is refused with exit 78 (at once: libyaml alone is
+ * quadratic in depth, so the uncapped load ran for minutes). */
+XDC_TEST(config_nesting_is_capped_at_64_levels)
+{
+    char ok[200], deep[200];
+    for (int levels = 63; levels <= 64; levels++) {
+        char *t = levels == 63 ? ok : deep;
+        memcpy(t, "a:\n  ", 5);
+        memset(t + 5, '[', (size_t)levels);
+        t[5 + levels] = '1';
+        memset(t + 6 + levels, ']', (size_t)levels);
+        memcpy(t + 6 + 2 * levels, "\n", 2);
+    }
+    xdc_cfg_doc *doc = NULL;
+    xdc_cfg_errors errs;
+    xdc_cfg_errors_init(&errs, "n.yaml");
+    XDC_ASSERT_OK(xdc_cfg_parse(ok, strlen(ok), &doc, &errs)); /* the mapping + 63 lists */
+    xdc_cfg_destroy(doc);
+    XDC_ASSERT_ERR(xdc_cfg_parse(deep, strlen(deep), &doc, &errs), XDC_ERR_CONFIG);
+    XDC_ASSERT(doc == NULL && errs.count == 1 && errs.items[0].line == 2 && errs.items[0].col == 66);
+    XDC_ASSERT_STR_CONTAINS(errs.items[0].msg, "nesting deeper than 64 levels");
+
+    size_t half = 1u << 20;
+    char *big = malloc(2 * half + 8);
+    XDC_ASSERT(big != NULL);
+    memcpy(big, "x: 1\ny: ", 8);
+    memset(big + 8, '[', half);
+    memset(big + 8 + half, ']', half - 8);
+    big[2 * half] = '\n';
+    big[2 * half + 1] = '\0';
+    char path[512], out[4096], cmd[1200], want[600];
+    snprintf(path, sizeof path, "%s/nested.yaml", xdc_test_tmpdir());
+    xdc_test_write_file(path, big);
+    free(big);
+    snprintf(cmd, sizeof cmd, "%s topo check %s", xdc_test_bin(), path);
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 78);
+    snprintf(want, sizeof want, "%s:2:67: error: nesting deeper than 64 levels", path);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+}
+
+/* An error inside the model file a run file (or `xdc plan -m`) names is reported under the model file's
+ * name and line, not the run file's or the topology's. */
+XDC_TEST(config_model_file_errors_name_the_model_file)
+{
+    const char *t = xdc_test_tmpdir();
+    char model[512], run[512], cmd[2048], out[8192], want[700];
+    snprintf(model, sizeof model, "%s/bad-model.yaml", t);
+    snprintf(run, sizeof run, "%s/run.yaml", t);
+    xdc_test_write_file(model, "model:\n  layers: 2\n  bogus: 1\n");
+    char text[700];
+    snprintf(text, sizeof text, "model: %s\ndata: /usr/share/games/fortunes\nsteps: 3\n", model);
+    xdc_test_write_file(run, text);
+    snprintf(want, sizeof want, "%s:3:3: error: unknown key 'bogus'", model);
+    snprintf(cmd, sizeof cmd, "%s launch -t examples/topology/demo-2region.yaml -c %s --run-dir %s/r", xdc_test_bin(),
+             run, t);
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 78);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+    XDC_ASSERT(strstr(out, "run.yaml:3:3") == NULL);
+    snprintf(cmd, sizeof cmd, "%s plan -t examples/topology/demo-2region.yaml -m %s", xdc_test_bin(), model);
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 78);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+}
+
+/* Worker k serves metrics on metrics_port + k, so the range must fit the worker count: 65534 with the
+ * demo's 4 workers would need ports up to 65537 and is refused with 78, naming the run file and key. */
+XDC_TEST_T(config_metrics_port_range_fits_the_workers, 120)
+{
+    const char *t = xdc_test_tmpdir();
+    char run[512], cmd[2048], out[16384], log[600], text[700], src[512], model[PATH_MAX];
+    snprintf(run, sizeof run, "%s/run.yaml", t);
+    XDC_ASSERT(realpath(xdc_test_src("examples/models/tiny.yaml", src, sizeof src), model) != NULL);
+    snprintf(text, sizeof text, "model: %s\ndata: /usr/share/games/fortunes\nsteps: 3\nmetrics_port: 65534\n", model);
+    xdc_test_write_file(run, text);
+    snprintf(cmd, sizeof cmd, "%s launch -t examples/topology/demo-2region.yaml -c %s --run-dir %s/r", xdc_test_bin(),
+             run, t);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 78, "launch exit %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "cat %s/r/logs/*.log", t);
+    xdc_test_run(cmd, out, sizeof out);
+    snprintf(log, sizeof log, "%s: metrics_port 65534: its 4 workers would serve ports 65534..65537, beyond 65535",
+             run);
+    XDC_ASSERT_STR_CONTAINS(out, log);
 }
 
 XDC_TEST(topo_alloc_failures_are_clean)

@@ -93,6 +93,31 @@ XDC_TEST(wan_cli_bad_input_exits_with_sysexits_codes)
     XDC_ASSERT_STR_CONTAINS(out, "DURATION@START");
 }
 
+/* Numbers on the command line are parsed whole: trailing bytes or words are refused with the flag named,
+ * instead of atoi's silent prefix (--port abc listened on a random port, --expect eu/abc pinned eu/0). */
+XDC_TEST(wan_cli_integer_flags_are_strict)
+{
+    static const struct {
+        const char *args, *want;
+    } cases[] = {
+        {"listen --port abc", "--port: 'abc' is not an integer in 0..65535"},
+        {"listen --port 70000", "--port: '70000' is not an integer in 0..65535"},
+        {"listen --port 1 --streams 3x", "--streams: '3x' is not an integer in 1..64"},
+        {"send --bytes 1 --to 127.0.0.1:29501abc", "--to: '127.0.0.1:29501abc' is not HOST:PORT"},
+        {"send --bytes 1 --to 127.0.0.1:9 --expect eu/abc", "--expect RANK: 'abc' is not an integer"},
+        {"send --bytes 1 --to 127.0.0.1:9 --expect eu/-1", "--expect RANK: '-1' is not an integer"},
+    };
+    char cmd[1024], out[4096];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s wan %s --cert c.pem --key k.pem --ca ca.pem", xdc_test_bin(), cases[i].args);
+        XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
+        XDC_ASSERT_STR_CONTAINS(out, cases[i].want);
+    }
+    snprintf(cmd, sizeof cmd, "%s launch -t x.yaml -c y.yaml --port 29400x", xdc_test_bin());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
+    XDC_ASSERT_STR_CONTAINS(out, "--port: '29400x' is not an integer");
+}
+
 XDC_TEST(wan_cli_wanemu_check_measures_topology_links)
 {
     const char *t = xdc_test_tmpdir();

@@ -311,8 +311,8 @@ static void server_hello(xdc_wan_engine *eng, wan_stream *s, const wan_frame *f)
             q->id.rank == got.rank && q->fail_err == XDC_OK && !q->closed)
             p = q;
     int resumed = p != NULL;
-    if (p && (uint64_t)p->nstreams != f->msg_len) {
-        wan_stream_break(s, "HELLO names a different stream count than the session");
+    if (wan_frame_check_hello(f, p ? p->nstreams : 0, &d) != XDC_OK) {
+        wan_stream_break(s, d.msg);
         return;
     }
     if (!p) {
@@ -331,6 +331,7 @@ static void server_hello(xdc_wan_engine *eng, wan_stream *s, const wan_frame *f)
     for (wan_stream **pp = &eng->pending; *pp; pp = &(*pp)->next_pending)
         if (*pp == s) {
             *pp = s->next_pending;
+            if (s->listener) s->listener->n_pending--;
             break;
         }
     int idx = (int)f->msg_off;
@@ -359,6 +360,7 @@ static void server_hello(xdc_wan_engine *eng, wan_stream *s, const wan_frame *f)
             l->ready[l->n_ready++] = p;
             XDC_INFO(XDC_SUB_WAN, "accepted %s with %d streams", p->name, p->nstreams);
         } else {
+            p->released = 1; /* nobody will accept it */
             wan_peer_fail(p, XDC_ERR_UNAVAILABLE, "%s refused: %d peers already wait for accept()", p->name,
                           l ? l->n_ready : 0);
         }
@@ -414,8 +416,7 @@ static void stream_progress(xdc_wan_engine *eng, wan_stream *s)
             if (wan_stream_write(s) < 0) return;
             if (hello_read(s, &f) == 1) client_hello_ack(s, &f);
         } else if (hello_read(s, &f) == 1) {
-            if (f.type != WAN_FT_HELLO) wan_stream_break(s, "first frame is not HELLO");
-            else server_hello(eng, s, &f);
+            server_hello(eng, s, &f);
         }
         return;
     case WAN_ST_READY: wan_stream_pump(s); return;
@@ -480,13 +481,65 @@ static void peer_timers(xdc_wan_peer *p)
     }
 }
 
+static int same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family) return 0;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr,
+                      sizeof(struct in6_addr)) == 0;
+    return 1;
+}
+
+/* A connection over the handshake caps: closed at once and counted as refused. Logged when the count
+ * of refusals reaches a power of two, so a flood cannot flood the log as well. */
+static void refuse_early(xdc_wan_listener *l, int fd, const struct sockaddr_storage *a, const char *fmt, int n)
+{
+    char addr[80], why[256];
+    close(fd);
+    addr_text(a, addr, sizeof addr);
+    snprintf(why, sizeof why, fmt, n);
+    l->refused++;
+    snprintf(l->last_refusal, sizeof l->last_refusal, "refused %s: %s", addr, why);
+    if ((l->refused & (l->refused - 1)) == 0)
+        XDC_WARN(XDC_SUB_WAN, "refused connection from %s: %s (%d refused on port %d so far)", addr, why, l->refused,
+                 l->port);
+    pthread_cond_broadcast(&l->eng->cv);
+}
+
+/* accept() failed for want of descriptors or memory: stop polling the listener for a while instead
+ * of spinning on its ever-readable socket (the backlog waits in the kernel meanwhile). */
+static void accept_pause(xdc_wan_listener *l, int err)
+{
+    l->pause_ms = l->pause_ms ? (l->pause_ms * 2 > 1000 ? 1000 : l->pause_ms * 2) : 10;
+    l->paused_until_ns = xdc_now_ns() + (uint64_t)l->pause_ms * XDC_NS_PER_MS;
+    if (l->pause_ms == 10 || l->pause_ms == 1000)
+        XDC_WARN(XDC_SUB_WAN, "accept on port %d: %s; not accepting for %d ms", l->port, strerror(err), l->pause_ms);
+}
+
 static void accept_new(xdc_wan_engine *eng, xdc_wan_listener *l)
 {
     for (int i = 0; i < 64; i++) {
         struct sockaddr_storage a;
         socklen_t alen = sizeof a;
         int fd = accept4(l->fd, (struct sockaddr *)&a, &alen, SOCK_CLOEXEC);
-        if (fd < 0) return;
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) accept_pause(l, errno);
+            return;
+        }
+        l->pause_ms = 0;
+        if (l->n_pending >= eng->cfg.max_pending_handshakes) {
+            refuse_early(l, fd, &a, "%d handshakes already pending on this listener", l->n_pending);
+            continue;
+        }
+        int from_addr = 0;
+        for (const wan_stream *q = eng->pending; q; q = q->next_pending)
+            from_addr += q->listener == l && same_host(&q->from, &a);
+        if (from_addr >= eng->cfg.max_pending_per_addr) {
+            refuse_early(l, fd, &a, "%d handshakes already pending from this address", from_addr);
+            continue;
+        }
         wan_stream *s = stream_new(0);
         if (!s) {
             close(fd);
@@ -494,6 +547,7 @@ static void accept_new(xdc_wan_engine *eng, xdc_wan_listener *l)
         }
         s->fd = fd;
         s->listener = l;
+        s->from = a;
         addr_text(&a, s->peer_addr, sizeof s->peer_addr);
         sock_tune(fd, eng->cfg.sockbuf_bytes);
         if (start_tls(s, eng->srv_ctx) != 0) {
@@ -503,6 +557,7 @@ static void accept_new(xdc_wan_engine *eng, xdc_wan_listener *l)
         }
         s->next_pending = eng->pending;
         eng->pending = s;
+        l->n_pending++;
     }
 }
 
@@ -533,6 +588,33 @@ static int poll_add(poll_set *ps, int fd, short ev, wan_stream *s, xdc_wan_liste
     return 0;
 }
 
+static void peer_free_all(xdc_wan_peer *p)
+{
+    for (int i = 0; i < p->nstreams; i++)
+        if (p->streams[i]) {
+            stream_close_io(p->streams[i]);
+            xdc_free(p->streams[i]);
+        }
+    wan_peer_free(p);
+}
+
+/* Free the peers nobody holds any more: destroyed by their owner, refused before accept(), or server
+ * sessions that failed before they were established (nobody ever saw them), once no request of theirs
+ * is out. Without this every session a listener ever served stayed in memory and in the loop. */
+static void reap_peers(xdc_wan_engine *eng)
+{
+    for (xdc_wan_peer **pp = &eng->peers; *pp;) {
+        xdc_wan_peer *p = *pp;
+        int unowned = p->released || (!p->is_client && !p->accepted && (p->fail_err != XDC_OK || p->closed));
+        if (unowned && p->nreqs == 0) {
+            *pp = p->next;
+            peer_free_all(p);
+        } else {
+            pp = &p->next;
+        }
+    }
+}
+
 static void *engine_main(void *arg)
 {
     xdc_wan_engine *eng = arg;
@@ -545,7 +627,9 @@ static void *engine_main(void *arg)
         ps.n = 0;
         int kick = 0;
         poll_add(&ps, eng->wake_fd, POLLIN, NULL, NULL);
-        for (xdc_wan_listener *l = eng->listeners; l; l = l->next) poll_add(&ps, l->fd, POLLIN, NULL, l);
+        uint64_t t_poll = xdc_now_ns();
+        for (xdc_wan_listener *l = eng->listeners; l; l = l->next)
+            if (t_poll >= l->paused_until_ns) poll_add(&ps, l->fd, POLLIN, NULL, l);
         for (wan_stream *s = eng->pending; s; s = s->next_pending) {
             kick |= s->kick;
             if (s->fd >= 0) poll_add(&ps, s->fd, stream_events(s), s, NULL);
@@ -594,6 +678,7 @@ static void *engine_main(void *arg)
             if (s->state != WAN_ST_DOWN && now - s->since_ns > hs_limit) wan_stream_break(s, "handshake timed out");
             if (s->state == WAN_ST_DOWN) {
                 *pp = s->next_pending;
+                if (s->listener) s->listener->n_pending--;
                 xdc_free(s);
             } else {
                 pp = &s->next_pending;
@@ -609,6 +694,7 @@ static void *engine_main(void *arg)
             eng->dead_listeners = l->next;
             xdc_free(l);
         }
+        reap_peers(eng);
     }
     pthread_mutex_unlock(&eng->mu);
     xdc_free(ps.pfd);
@@ -625,10 +711,11 @@ xdc_err_t xdc_wan_engine_create(const xdc_wan_config *cfg, xdc_wan_engine **out,
     if (cfg->streams < 1 || cfg->streams > XDC_WAN_MAX_STREAMS || cfg->frame_bytes < 1024 ||
         cfg->frame_bytes > XDC_WAN_MAX_FRAME_PAYLOAD || cfg->window_frames < 64 ||
         (cfg->window_frames & (cfg->window_frames - 1)) || cfg->deadline_ms < 1 || cfg->backoff_min_ms < 1 ||
-        cfg->backoff_max_ms < cfg->backoff_min_ms || cfg->ping_interval_ms < 1) {
+        cfg->backoff_max_ms < cfg->backoff_min_ms || cfg->ping_interval_ms < 1 || cfg->max_pending_handshakes < 1 ||
+        cfg->max_pending_per_addr < 1) {
         xdc_diag_set(diag,
                      "WAN config out of range: streams 1..%d, frame_bytes 1 KiB..16 MiB, window a power of "
-                     "two >= 64, positive deadline, backoff and ping interval",
+                     "two >= 64, positive deadline, backoff, ping interval and handshake caps",
                      XDC_WAN_MAX_STREAMS);
         return XDC_ERR_CONFIG;
     }
@@ -702,12 +789,7 @@ void xdc_wan_engine_destroy(xdc_wan_engine *eng)
     while (eng->peers) {
         xdc_wan_peer *p = eng->peers;
         eng->peers = p->next;
-        for (int i = 0; i < p->nstreams; i++)
-            if (p->streams[i]) {
-                stream_close_io(p->streams[i]);
-                xdc_free(p->streams[i]);
-            }
-        wan_peer_free(p);
+        peer_free_all(p);
     }
     xdc_pool_each(&eng->reqs, req_free_owned, NULL); /* copies kept by cancelled sends still pending */
     xdc_pool_destroy(&eng->reqs);
@@ -816,6 +898,11 @@ void xdc_wan_listener_close(xdc_wan_listener *l)
     for (xdc_wan_peer *p = eng->peers; p; p = p->next)
         for (int i = 0; i < p->nstreams; i++)
             if (p->streams[i] && p->streams[i]->listener == l) p->streams[i]->listener = NULL;
+    for (int i = 0; i < l->n_ready; i++) { /* established, never handed out: nobody will close them */
+        l->ready[i]->released = 1;
+        wan_peer_fail(l->ready[i], XDC_ERR_CLOSED, "%s: the listener was closed before accept()", l->ready[i]->name);
+    }
+    l->n_ready = 0;
     close(l->fd);
     l->closed = 1;
     l->next = eng->dead_listeners;
@@ -936,4 +1023,14 @@ void xdc_wan_peer_close(xdc_wan_peer *p)
     pthread_cond_broadcast(&eng->cv);
     pthread_mutex_unlock(&eng->mu);
     wan_engine_wake(eng);
+}
+
+void xdc_wan_peer_destroy(xdc_wan_peer *p)
+{
+    if (!p) return;
+    xdc_wan_peer_close(p);
+    pthread_mutex_lock(&p->eng->mu);
+    p->released = 1;
+    pthread_mutex_unlock(&p->eng->mu);
+    wan_engine_wake(p->eng);
 }

@@ -114,6 +114,12 @@ xdc_err_t wan_frame_decode(const uint8_t in[WAN_FRAME_HDR_BYTES], uint32_t max_p
                          (unsigned long long)f.msg_len);
             return XDC_ERR_PROTO;
         }
+        if (f.msg_len > XDC_WAN_MAX_MESSAGE) {
+            xdc_diag_set(diag, "DATA frame seq %llu announces a message of %llu bytes, above the bound of %llu bytes",
+                         (unsigned long long)f.seq, (unsigned long long)f.msg_len,
+                         (unsigned long long)XDC_WAN_MAX_MESSAGE);
+            return XDC_ERR_PROTO;
+        }
         if (f.payload_len == 0 && f.msg_len != 0) {
             xdc_diag_set(diag, "empty DATA frame for a %llu-byte message", (unsigned long long)f.msg_len);
             return XDC_ERR_PROTO;
@@ -130,5 +136,30 @@ xdc_err_t wan_frame_decode(const uint8_t in[WAN_FRAME_HDR_BYTES], uint32_t max_p
         }
     }
     *out = f;
+    return XDC_OK;
+}
+
+xdc_err_t wan_frame_check_hello(const wan_frame *f, int session_streams, xdc_diag *diag)
+{
+    if (f->type != WAN_FT_HELLO) {
+        xdc_diag_set(diag, "first frame is %s, not HELLO", wan_frame_type_name(f->type));
+        return XDC_ERR_PROTO;
+    }
+    if (session_streams > 0 && f->msg_len != (uint64_t)session_streams) {
+        xdc_diag_set(diag, "HELLO names %llu streams, its session has %d", (unsigned long long)f->msg_len,
+                     session_streams);
+        return XDC_ERR_PROTO;
+    }
+    return XDC_OK;
+}
+
+xdc_err_t wan_frame_check_announce(const wan_frame *f, uint64_t known_len, uint64_t cap, int *oversize, xdc_diag *diag)
+{
+    if (known_len != UINT64_MAX && known_len != f->msg_len) {
+        xdc_diag_set(diag, "message %llu changed length from %llu to %llu bytes", (unsigned long long)f->msg_seq,
+                     (unsigned long long)known_len, (unsigned long long)f->msg_len);
+        return XDC_ERR_PROTO;
+    }
+    *oversize = f->msg_len > cap;
     return XDC_OK;
 }

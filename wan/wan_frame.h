@@ -44,5 +44,12 @@ void wan_frame_encode(const wan_frame *f, uint8_t out[WAN_FRAME_HDR_BYTES]);
  * their message). XDC_ERR_PROTO with the reason in diag on any violation. */
 xdc_err_t wan_frame_decode(const uint8_t in[WAN_FRAME_HDR_BYTES], uint32_t max_payload, wan_frame *out, xdc_diag *diag);
 const char *wan_frame_type_name(unsigned type);
+/* The first frame of a server connection (decoded): a HELLO; when it resumes a session of
+ * `session_streams` streams (0: no such session) it must name the same count. XDC_ERR_PROTO otherwise. */
+xdc_err_t wan_frame_check_hello(const wan_frame *f, int session_streams, xdc_diag *diag);
+/* A decoded DATA header against the receive it matched: an earlier frame of the message announced
+ * `known_len` bytes (UINT64_MAX: this is the first), which this one must repeat (XDC_ERR_PROTO);
+ * *oversize says whether the message is longer than the receive's `cap` bytes. */
+xdc_err_t wan_frame_check_announce(const wan_frame *f, uint64_t known_len, uint64_t cap, int *oversize, xdc_diag *diag);
 
 #endif /* XDC_WAN_FRAME_H */

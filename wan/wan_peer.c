@@ -82,7 +82,8 @@ static void req_release(xdc_wan_request *r)
     r->owned = NULL;
     r->buf = NULL;
     r->state = WAN_REQ_FREE;
-    xdc_pool_put(&r->peer->eng->reqs, r);
+    r->peer->nreqs--;
+    xdc_pool_put(&r->eng->reqs, r);
 }
 
 static int tx_queued(const xdc_wan_peer *p)
@@ -138,7 +139,9 @@ static xdc_err_t req_new(xdc_wan_peer *p, int is_send, xdc_wan_class cls, void *
     xdc_wan_request *r = xdc_pool_get(&p->eng->reqs);
     if (!r) return XDC_ERR_NOMEM;
     memset(r, 0, sizeof *r);
+    r->eng = p->eng;
     r->peer = p;
+    p->nreqs++;
     r->state = WAN_REQ_PENDING;
     r->is_send = is_send;
     r->cls = cls;
@@ -165,7 +168,7 @@ static xdc_err_t req_new(xdc_wan_peer *p, int is_send, xdc_wan_class cls, void *
 xdc_err_t xdc_wan_isend(xdc_wan_peer *p, xdc_wan_class cls, const void *buf, size_t len, uint8_t codec, size_t raw_len,
                         xdc_wan_request **req)
 {
-    if (!p) return XDC_ERR_INVALID;
+    if (!p || len > XDC_WAN_MAX_MESSAGE) return XDC_ERR_INVALID;
     pthread_mutex_lock(&p->eng->mu);
     xdc_err_t rc = req_new(p, 1, cls, (void *)buf, len, req);
     if (rc == XDC_OK) {
@@ -207,7 +210,7 @@ static xdc_err_t req_collect(xdc_wan_request *r, size_t *size, uint8_t *codec, x
 xdc_err_t xdc_wan_test(xdc_wan_request *req, int *done, size_t *size, uint8_t *codec, xdc_diag *diag)
 {
     if (!req || !done) return XDC_ERR_INVALID; /* its state is read under the engine lock below */
-    xdc_wan_engine *eng = req->peer->eng;
+    xdc_wan_engine *eng = req->eng;
     pthread_mutex_lock(&eng->mu);
     if (req->state == WAN_REQ_FREE || req->cancelled) {
         pthread_mutex_unlock(&eng->mu);
@@ -223,7 +226,7 @@ xdc_err_t xdc_wan_test(xdc_wan_request *req, int *done, size_t *size, uint8_t *c
 xdc_err_t xdc_wan_wait(xdc_wan_request *req, int64_t timeout_ms, size_t *size, uint8_t *codec, xdc_diag *diag)
 {
     if (!req) return XDC_ERR_INVALID; /* its state is read under the engine lock below */
-    xdc_wan_engine *eng = req->peer->eng;
+    xdc_wan_engine *eng = req->eng;
     uint64_t deadline = xdc_deadline_ms(timeout_ms);
     pthread_mutex_lock(&eng->mu);
     if (req->state == WAN_REQ_FREE || req->cancelled) {
@@ -333,7 +336,7 @@ static xdc_err_t cancel_send(xdc_wan_request *r)
 xdc_err_t xdc_wan_request_cancel(xdc_wan_request *req)
 {
     if (!req) return XDC_OK;
-    xdc_wan_engine *eng = req->peer->eng;
+    xdc_wan_engine *eng = req->eng;
     pthread_mutex_lock(&eng->mu);
     xdc_err_t rc = XDC_OK;
     if (req->state == WAN_REQ_FREE || req->cancelled) rc = XDC_ERR_INVALID;
@@ -549,13 +552,6 @@ static xdc_wan_request *match_recv(xdc_wan_peer *p, const wan_frame *f)
 static void recv_maybe_done(xdc_wan_request *r)
 {
     if (r->msg_len == UINT64_MAX || r->rx_bytes < r->msg_len) return;
-    if (r->overflow) {
-        char why[256];
-        snprintf(why, sizeof why, "message %llu of class %d from %s is %llu bytes, the receive buffer holds %zu",
-                 (unsigned long long)r->msg_seq, r->cls, r->peer->name, (unsigned long long)r->msg_len, r->cap);
-        wan_req_finish(r, XDC_ERR_RANGE, why);
-        return;
-    }
     if (!r->cancelled) r->peer->st.rx_payload_bytes += r->msg_len; /* a cancelled one was discarded */
     wan_req_finish(r, XDC_OK, NULL);
 }
@@ -583,6 +579,40 @@ static void data_done(wan_stream *s)
         wan_peer_force_ack(p);
     }
     s->rx_req = NULL;
+}
+
+/* The first header of message r announces more than its buffer holds: fail r now (not once the whole,
+ * possibly endless, message went by) and put an engine-owned stand-in in its place in the queue, which
+ * reads and discards the message's bytes and is released when they are all in. NULL (peer failed) when
+ * no stand-in could be allocated. */
+static xdc_wan_request *recv_refuse_oversize(xdc_wan_peer *p, xdc_wan_request *r)
+{
+    xdc_wan_request *t = xdc_pool_get(&p->eng->reqs);
+    if (!t) {
+        wan_peer_fail(p, XDC_ERR_NOMEM, "%s: no memory to discard an oversize message", p->name);
+        return NULL;
+    }
+    memset(t, 0, sizeof *t);
+    t->eng = p->eng;
+    t->peer = p;
+    p->nreqs++;
+    t->state = WAN_REQ_PENDING;
+    t->cls = r->cls;
+    t->msg_seq = r->msg_seq;
+    t->msg_len = r->msg_len;
+    t->codec = r->codec;
+    t->cancelled = 1;
+    xdc_wan_request **head = &p->rxq_head[r->cls];
+    while (*head != r) head = &(*head)->next;
+    *head = t;
+    t->next = r->next;
+    if (p->rxq_tail[r->cls] == r) p->rxq_tail[r->cls] = t;
+    r->next = NULL;
+    char why[256];
+    snprintf(why, sizeof why, "message %llu of class %d from %s is %llu bytes, the receive buffer holds %zu",
+             (unsigned long long)r->msg_seq, r->cls, p->name, (unsigned long long)r->msg_len, r->cap);
+    wan_req_finish(r, XDC_ERR_RANGE, why); /* not in the queue any more: only its state changes */
+    return t;
 }
 
 /* Header complete: decide where the payload goes. Returns 0 to continue, 1 when stalled, -1 on error. */
@@ -616,21 +646,22 @@ static int rx_header(wan_stream *s)
                 s->stalled = 1;
                 return 1;
             }
+            int oversize = 0;
+            if (wan_frame_check_announce(f, r->msg_len, r->cap, &oversize, &d) != XDC_OK) {
+                wan_peer_fail(p, XDC_ERR_PROTO, "protocol error from %s: %s", p->name, d.msg);
+                return -1;
+            }
             if (r->msg_len == UINT64_MAX) { /* the message's first frame: it is arriving from now */
-                r->rx_arriving = 1;
-                if (p->rx_arriving++ == 0) p->rx_busy_since_ns = now;
                 r->msg_len = f->msg_len;
                 r->codec = f->codec;
-                r->overflow = f->msg_len > r->cap;
-            } else if (r->msg_len != f->msg_len) {
-                wan_peer_fail(p, XDC_ERR_PROTO, "protocol error from %s: message %llu changed length", p->name,
-                              (unsigned long long)f->msg_seq);
-                return -1;
+                if (oversize && !(r = recv_refuse_oversize(p, r))) return -1;
+                r->rx_arriving = 1;
+                if (p->rx_arriving++ == 0) p->rx_busy_since_ns = now;
             }
         }
         s->stalled = 0;
         s->rx_req = r;
-        s->rx_dst = r && !r->overflow && !r->cancelled ? r->buf + f->msg_off : NULL;
+        s->rx_dst = r && !r->cancelled ? r->buf + f->msg_off : NULL;
         s->rx_left = f->payload_len;
         s->rx_in_payload = 1;
         snprintf(p->last_heard, sizeof p->last_heard, "DATA seq %llu on stream %d", (unsigned long long)f->seq, s->idx);

@@ -18,8 +18,9 @@ enum wan_req_state { WAN_REQ_FREE = 0, WAN_REQ_PENDING, WAN_REQ_DONE, WAN_REQ_FA
 
 struct xdc_wan_request {
     xdc_wan_request *next; /* class queue of its peer */
-    xdc_wan_peer *peer;
-    int state; /* enum wan_req_state */
+    xdc_wan_engine *eng;   /* kept after release: a stale handle is recognised without touching its peer */
+    xdc_wan_peer *peer;    /* kept alive by the request until it is released (peer->nreqs) */
+    int state;             /* enum wan_req_state */
     int is_send;
     int cls;
     uint8_t *buf;     /* (cap) bytes: send source or receive destination; NULL once cancelled */
@@ -35,7 +36,6 @@ struct xdc_wan_request {
     /* receive side */
     uint64_t msg_len;  /* known from the first frame; UINT64_MAX before */
     uint64_t rx_bytes; /* payload bytes placed */
-    int overflow;      /* message longer than cap: consumed, then failed with XDC_ERR_RANGE */
     int rx_arriving;   /* its first frame was seen and it is counted in its peer's rx_arriving */
     xdc_err_t err;
     char why[384]; /* failure detail copied out by test() */
@@ -80,7 +80,8 @@ typedef struct wan_stream {
     short revents;     /* from the last poll() */
     uint64_t since_ns; /* state entered (handshake timeouts), or next redial time when DOWN */
     int backoff_ms;
-    char peer_addr[80]; /* "host:port" as text, for messages */
+    char peer_addr[80];           /* "host:port" as text, for messages */
+    struct sockaddr_storage from; /* server: the connection's source, for the per-address handshake cap */
     /* transmit: one frame at a time */
     wan_frame ctrl[WAN_CTRL_QUEUE];
     int ctrl_n;
@@ -113,6 +114,8 @@ struct xdc_wan_peer {
     int established; /* every stream was up once */
     int accepted;    /* server: handed to accept() */
     int closed;
+    int released;       /* the owner gave the handle up (xdc_wan_peer_destroy), or nobody will ever get it */
+    int nreqs;          /* requests of this peer not yet released; the peer is freed when released and 0 */
     xdc_err_t fail_err; /* XDC_OK while healthy */
     char fail_why[384];
     char host[64];
@@ -162,7 +165,10 @@ struct xdc_wan_listener {
     xdc_wan_peer *ready[64]; /* accepted peers not yet returned by accept() */
     int n_ready;
     int refused;
-    int closed; /* closed by the caller; freed by the engine thread at the end of a loop turn */
+    int n_pending;            /* connections of this listener before their HELLO (capped) */
+    uint64_t paused_until_ns; /* accept() ran out of file descriptors: not polled until then */
+    int pause_ms;             /* the current back-off, doubling while descriptors stay short */
+    int closed;               /* closed by the caller; freed by the engine thread at the end of a loop turn */
     char last_refusal[512];
 };
 

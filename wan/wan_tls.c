@@ -1,7 +1,9 @@
 /* wan_tls.c — TLS 1.3-only OpenSSL contexts with mutual authentication, certificate identities
  * (SAN URI xdc://RUN/REGION/RANK) and refusal reasons a human can act on. */
 #include "wan/wan_tls.h"
+
 #include "wan/xdc_wan_certs.h"
+#include "common/xdc_parse.h"
 
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
@@ -54,17 +56,15 @@ xdc_err_t xdc_wan_identity_parse(const char *uri, xdc_wan_identity *out, xdc_dia
         xdc_diag_set(diag, "identity '%s' is not xdc://RUN/REGION/RANK (names: letters, digits, - _ .)", uri);
         return XDC_ERR_AUTH;
     }
-    char *end = NULL;
-    errno = 0;
-    long rank = strtol(s2 + 1, &end, 10);
-    if (s2[1] == '\0' || *end != '\0' || errno || rank < 0 || rank > 1000000) {
+    int rank;
+    if (xdc_parse_int(s2 + 1, 0, 1000000, &rank, NULL) != XDC_OK) {
         xdc_diag_set(diag, "identity '%s' has no valid rank (0..1000000)", uri);
         return XDC_ERR_AUTH;
     }
     memset(out, 0, sizeof *out);
     memcpy(out->run, run, (size_t)(s1 - run));
     memcpy(out->region, s1 + 1, (size_t)(s2 - s1 - 1));
-    out->rank = (int)rank;
+    out->rank = rank;
     return XDC_OK;
 }
 

@@ -25,6 +25,9 @@
 #define XDC_WAN_MAX_STREAMS       64
 /* Hard bound on a frame's payload: a header announcing more is a protocol error, never an allocation. */
 #define XDC_WAN_MAX_FRAME_PAYLOAD (16u << 20)
+/* Hard bound on a message's length (1 TiB): a DATA header announcing more fails its peer with a protocol
+ * error as soon as the header arrives; xdc_wan_isend refuses longer messages (XDC_ERR_INVALID). */
+#define XDC_WAN_MAX_MESSAGE       (1ull << 40)
 
 typedef struct xdc_wan_engine xdc_wan_engine;     /* progress thread + TLS credentials */
 typedef struct xdc_wan_listener xdc_wan_listener; /* accepting socket; yields authenticated peers */
@@ -55,13 +58,18 @@ typedef struct xdc_wan_config {
     int backoff_min_ms;    /* reconnect backoff, doubling up to backoff_max_ms */
     int backoff_max_ms;
     int ping_interval_ms; /* RTT probe and keepalive period */
+    /* Server: connections still in their TLS handshake or HELLO, per listener and per source address;
+     * more are closed at once and counted as refused, so a flood of half-open connections cannot use up
+     * descriptors and memory. A peer needs one per stream, so keep per_addr >= the streams of a peer. */
+    int max_pending_handshakes;
+    int max_pending_per_addr;
 } xdc_wan_config;
 
-#define XDC_WAN_CONFIG_INIT                                                                         \
-    {                                                                                               \
-        .cert_path = NULL, .key_path = NULL, .ca_path = NULL, .streams = 4, .sockbuf_bytes = 0,     \
-        .frame_bytes = 1u << 20, .window_frames = 1024, .deadline_ms = 30000, .backoff_min_ms = 20, \
-        .backoff_max_ms = 2000, .ping_interval_ms = 200,                                            \
+#define XDC_WAN_CONFIG_INIT                                                                                          \
+    {                                                                                                                \
+        .cert_path = NULL, .key_path = NULL, .ca_path = NULL, .streams = 4, .sockbuf_bytes = 0,                      \
+        .frame_bytes = 1u << 20, .window_frames = 1024, .deadline_ms = 30000, .backoff_min_ms = 20,                  \
+        .backoff_max_ms = 2000, .ping_interval_ms = 200, .max_pending_handshakes = 256, .max_pending_per_addr = 128, \
     }
 
 /* Per-peer measurements (one direction each where it says so). */
@@ -126,6 +134,11 @@ xdc_err_t xdc_wan_peer_wait_ready(xdc_wan_peer *p, int64_t timeout_ms, xdc_diag 
 const xdc_wan_identity *xdc_wan_peer_identity(const xdc_wan_peer *p);
 /* Statistics snapshot. */
 void xdc_wan_peer_stats(xdc_wan_peer *p, xdc_wan_stats *out);
+/* Close the peer (as xdc_wan_peer_close) and give the handle up: the engine frees the peer once its
+ * requests that are still out (collect them with test/wait, or cancel them) are released. The handle
+ * may not be used afterwards. A long-lived listener must destroy the peers it accepts, or each one
+ * keeps its memory until the engine is destroyed. NULL: no-op. */
+void xdc_wan_peer_destroy(xdc_wan_peer *p);
 /* Send BYE and close the peer's streams; its pending requests fail with XDC_ERR_CLOSED (collect them
  * with xdc_wan_test/xdc_wan_wait, or xdc_wan_request_cancel). Synchronous: when it returns, no buffer
  * of the peer's requests is read or written again, so they may be freed at once. The other side, on the
@@ -144,7 +157,8 @@ xdc_err_t xdc_wan_isend(xdc_wan_peer *p, xdc_wan_class cls, const void *buf, siz
  * message with no posted receive stops reading until one is posted (backpressure, no unbounded
  * buffering), and frames queued behind it on that stream wait too — including the peer's ACKs for our
  * own sends, so do not make posting a receive depend on a send to the same peer completing. A message
- * longer than `cap` fails the receive with XDC_ERR_RANGE (the rest of the stream is unaffected). */
+ * longer than `cap` fails the receive with XDC_ERR_RANGE as soon as its first frame's header arrives; its
+ * bytes are then read and discarded (the rest of the stream is unaffected). */
 xdc_err_t xdc_wan_irecv(xdc_wan_peer *p, xdc_wan_class cls, void *buf, size_t cap, xdc_wan_request **req);
 /* Poll a request. *done = 1 when complete; then the request is released, and for a receive *size is
  * the message length and *codec its codec id (either pointer may be NULL). A failed request returns

@@ -2,6 +2,8 @@
  * xdc://RUN/REGION/RANK is the identity the WAN transport checks. */
 #include "orchestrator/cli/xdc_cli.h"
 
+#include "common/xdc_parse.h"
+
 #include "wan/xdc_wan_certs.h"
 
 #include <errno.h>
@@ -22,14 +24,11 @@ static int certs_usage(FILE *f)
 
 static int parse_int(const char *flag, const char *text, long lo, long hi, int *out)
 {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (!text[0] || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, "xdc certs: %s '%s' is not an integer in %ld..%ld\n", flag, text, lo, hi);
+    xdc_diag d;
+    if (xdc_parse_int(text, (int)lo, (int)hi, out, &d) != XDC_OK) {
+        fprintf(stderr, "xdc certs: %s: %s\n", flag, d.msg);
         return -1;
     }
-    *out = (int)v;
     return 0;
 }
 

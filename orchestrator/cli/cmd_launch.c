@@ -3,6 +3,7 @@
  * sysexits code of the error. */
 #include "orchestrator/cli/xdc_cli.h"
 
+#include "common/xdc_parse.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
 #include "orchestrator/control/orch_launch.h"
@@ -56,8 +57,11 @@ static int launch_option(int c, const char *arg, orch_launch_opts *o)
             return XDC_EX_USAGE;
         }
     } else if (c == 'p') {
-        o->port = atoi(arg);
-        if (o->port < 0 || o->port > 65535) return launch_usage(stderr);
+        xdc_diag d;
+        if (xdc_parse_int(arg, 0, 65535, &o->port, &d) != XDC_OK) {
+            fprintf(stderr, "xdc launch: --port: %s\n", d.msg);
+            return XDC_EX_USAGE;
+        }
     } else if (c == 'o' && parse_outage(arg, o) != 0) {
         fprintf(stderr, "xdc launch: --outage wants DURATION@START such as 5s@10s, got '%s'\n", arg);
         return XDC_EX_USAGE;

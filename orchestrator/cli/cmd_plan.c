@@ -4,6 +4,7 @@
  * and with --explain every candidate considered. Also the input loading `xdc simulate` shares. */
 #include "orchestrator/cli/cmd_plan.h"
 
+#include "common/xdc_parse.h"
 #include "common/xdc_alloc.h"
 #include "orchestrator/control/orch_run_config.h"
 #include "orchestrator/cli/xdc_cli.h"
@@ -251,6 +252,8 @@ int xdc_cmd_plan(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "t:m:jxg:h", opts, NULL)) != -1) {
         char *end = NULL;
+        const char *bad = NULL; /* the integer flag that failed */
+        xdc_diag d;
         switch (c) {
         case 't': topo = optarg; break;
         case 'm': model = optarg; break;
@@ -258,11 +261,15 @@ int xdc_cmd_plan(int argc, char **argv)
         case 'x': expl = 1; break;
         case 'g': global = strtod(optarg, &end); break;
         case 'M': mode = optarg; break;
-        case 'P': stages = (int)strtol(optarg, &end, 10); break;
+        case 'P': bad = xdc_parse_int(optarg, 0, 1 << 20, &stages, &d) != XDC_OK ? "--stages" : NULL; break;
         case 'C': codec = optarg; break;
         case 'f': mfu = strtod(optarg, &end); break;
         case 'h': return plan_usage(stdout);
         default: return plan_usage(stderr);
+        }
+        if (bad) {
+            fprintf(stderr, "xdc plan: %s: %s\n", bad, d.msg);
+            return XDC_EX_USAGE;
         }
         if (end && (*end || end == optarg)) {
             fprintf(stderr, "xdc plan: bad number '%s'\n", optarg);

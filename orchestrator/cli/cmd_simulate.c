@@ -4,6 +4,7 @@
  * the GPU utilisation next to the planner's closed-form prediction. */
 #include "orchestrator/cli/cmd_plan.h"
 
+#include "common/xdc_parse.h"
 #include "common/xdc_time.h"
 #include "orchestrator/cli/xdc_cli.h"
 
@@ -58,18 +59,24 @@ int xdc_cmd_simulate(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "t:m:c:s:jg:h", opts, NULL)) != -1) {
         char *end = NULL;
+        const char *bad = NULL; /* the integer flag that failed */
+        xdc_diag d;
         switch (c) {
         case 't': topo = optarg; break;
         case 'm': model = optarg; break;
         case 'c': run = optarg; break;
-        case 's': steps = (int)strtol(optarg, &end, 10); break;
+        case 's': bad = xdc_parse_int(optarg, 1, 100000, &steps, &d) != XDC_OK ? "--steps" : NULL; break;
         case 'j': json = 1; break;
         case 'g': global = strtod(optarg, &end); break;
         case 'C': measured = strtod(optarg, &end); break;
         case 'W': wan = strtod(optarg, &end); break;
-        case 'H': cores = (int)strtol(optarg, &end, 10); break;
+        case 'H': bad = xdc_parse_int(optarg, 0, 1 << 20, &cores, &d) != XDC_OK ? "--host-cores" : NULL; break;
         case 'h': return sim_usage(stdout);
         default: return sim_usage(stderr);
+        }
+        if (bad) {
+            fprintf(stderr, "xdc simulate: %s: %s\n", bad, d.msg);
+            return XDC_EX_USAGE;
         }
         if (end && (*end || end == optarg)) {
             fprintf(stderr, "xdc simulate: bad number '%s'\n", optarg);

@@ -4,6 +4,7 @@
  * runtime prints over all its stages. */
 #include "orchestrator/cli/xdc_cli.h"
 
+#include "common/xdc_parse.h"
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
 #include "common/xdc_rng.h"
@@ -47,14 +48,13 @@ static void usage(FILE *f)
 
 static int parse_long(const char *flag, const char *text, long lo, long hi, long *out)
 {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || !end || *end || end == text || v < lo || v > hi) {
-        fprintf(stderr, "xdc train: %s must be an integer in [%ld, %ld], got '%s'\n", flag, lo, hi, text);
+    xdc_diag d;
+    int64_t v;
+    if (xdc_parse_i64(text, lo, hi, &v, &d) != XDC_OK) {
+        fprintf(stderr, "xdc train: %s: %s\n", flag, d.msg);
         return XDC_EX_USAGE;
     }
-    *out = v;
+    *out = (long)v;
     return 0;
 }
 
@@ -168,8 +168,12 @@ static int resume(train_run *r)
     }
     xdc_diag d = {{0}};
     xdc_ckpt_meta meta;
-    xdc_err_t rc = xdc_ckpt_load(r->opt.ckpt_dir, 0, r->stage, &meta, &d);
-    if (rc == XDC_OK) rc = xdc_data_set_pos(r->data, meta.data_pos);
+    xdc_err_t rc = xdc_ckpt_load(r->opt.ckpt_dir, 0, r->cfg.steps, r->stage, &meta, &d);
+    if (rc == XDC_OK && xdc_data_set_pos(r->data, meta.data_pos) != XDC_OK) {
+        xdc_diag_set(&d, "%s: field data_batch is %llu; the data has %llu batches per epoch", path,
+                     (unsigned long long)meta.data_pos.batch, (unsigned long long)xdc_data_batches_per_epoch(r->data));
+        rc = XDC_ERR_CORRUPT;
+    }
     if (rc != XDC_OK) return fail("resume", rc, &d);
     r->step = meta.step;
     r->rng = meta.rng;

@@ -7,18 +7,23 @@
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
+#include "common/xdc_parse.h"
 #include "common/xdc_time.h"
 #include "wan/xdc_wan.h"
 
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
-#define WAN_CLI_DEPTH   8 /* messages in flight */
-#define WAN_CLI_WAIT_MS 600000
+#define WAN_CLI_DEPTH    8 /* messages in flight */
+#define WAN_CLI_WAIT_MS  600000
+#define WAN_CLI_HELLO_MS 30000         /* a peer that announces nothing within this is dropped */
+#define WAN_CLI_SESSIONS 64            /* peers served at once by `listen`; more are turned away */
+#define WAN_CLI_MAX_MSG  (64ull << 20) /* largest message a sender may announce */
 
 typedef struct wan_cli_opts {
     xdc_wan_config cfg;
@@ -38,7 +43,8 @@ static int wan_usage(FILE *f)
                "                    [--expect REGION/RANK] [--msg-bytes M] [--sockbuf BYTES]\n"
                "  An iperf3-like pair over the WAN transport (TLS 1.3, mutual auth, K streams). N and M take\n"
                "  K/M/G suffixes (binary). send prints one line: goodput_gbps=... bytes=... seconds=... streams=...\n"
-               "  listen serves peers one after another (--once: the first only) and prints one line per transfer.\n");
+               "  listen serves up to 64 peers at once, each on its own thread (--once: the first peer only),\n"
+               "  and prints one line per transfer.\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -69,6 +75,15 @@ static int parse_size(const char *flag, const char *text, uint64_t *out)
     return 0;
 }
 
+/* A strict integer flag value; 0, or -1 after saying which flag and why. */
+static int parse_flag_int(const char *flag, const char *text, int lo, int hi, int *out)
+{
+    xdc_diag d;
+    if (xdc_parse_int(text, lo, hi, out, &d) == XDC_OK) return 0;
+    fprintf(stderr, "xdc wan: %s: %s\n", flag, d.msg);
+    return -1;
+}
+
 static int parse_opts(int argc, char **argv, wan_cli_opts *o)
 {
     static const struct option opts[] = {
@@ -85,11 +100,15 @@ static int parse_opts(int argc, char **argv, wan_cli_opts *o)
     optind = 1;
     while ((c = getopt_long(argc - 1, argv + 1, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'p': o->port = atoi(optarg); break;
+        case 'p':
+            if (parse_flag_int("--port", optarg, 0, 65535, &o->port)) return XDC_EX_USAGE;
+            break;
         case 'c': o->cfg.cert_path = optarg; break;
         case 'k': o->cfg.key_path = optarg; break;
         case 'a': o->cfg.ca_path = optarg; break;
-        case 's': o->cfg.streams = atoi(optarg); break;
+        case 's':
+            if (parse_flag_int("--streams", optarg, 1, XDC_WAN_MAX_STREAMS, &o->cfg.streams)) return XDC_EX_USAGE;
+            break;
         case 't': o->to = optarg; break;
         case 'e': o->expect = optarg; break;
         case 'H': o->host = optarg; break;
@@ -116,10 +135,6 @@ static int parse_opts(int argc, char **argv, wan_cli_opts *o)
         fprintf(stderr, "xdc wan: --cert, --key and --ca are required\n");
         return XDC_EX_USAGE;
     }
-    if (o->cfg.streams < 1 || o->cfg.streams > XDC_WAN_MAX_STREAMS) {
-        fprintf(stderr, "xdc wan: --streams must be 1..%d\n", XDC_WAN_MAX_STREAMS);
-        return XDC_EX_USAGE;
-    }
     if (o->msg_bytes < 1 || o->msg_bytes > (1ull << 30)) {
         fprintf(stderr, "xdc wan: --msg-bytes must be 1..1G\n");
         return XDC_EX_USAGE;
@@ -138,31 +153,51 @@ typedef struct {
     uint64_t total, msg_bytes;
 } wan_cli_hello;
 
-static xdc_err_t serve_one(xdc_wan_peer *p, uint8_t *bufs, uint64_t cap, xdc_diag *d)
+/* Check a transfer announcement: exactly two u64 words, a message size in 1..cap. */
+static xdc_err_t announce_check(const wan_cli_hello *h, size_t got, uint64_t cap, xdc_diag *d)
+{
+    if (got != sizeof *h || h->msg_bytes == 0 || h->msg_bytes > cap) {
+        xdc_diag_set(d, "bad transfer announcement (%zu bytes, message size %llu, limit %llu)", got,
+                     (unsigned long long)h->msg_bytes, (unsigned long long)cap);
+        return XDC_ERR_PROTO;
+    }
+    return XDC_OK;
+}
+
+/* One transfer from one peer; its receive buffers, (WAN_CLI_DEPTH, msg_bytes) bytes, live as long. */
+static xdc_err_t serve_one(xdc_wan_peer *p, xdc_diag *d)
 {
     wan_cli_hello h;
     xdc_wan_request *r;
     size_t got = 0;
     XDC_CHECK(xdc_wan_irecv(p, XDC_WAN_LATENCY, &h, sizeof h, &r));
-    XDC_CHECK(xdc_wan_wait(r, WAN_CLI_WAIT_MS, &got, NULL, d));
-    if (got != sizeof h || h.msg_bytes == 0 || h.msg_bytes > cap) {
-        xdc_diag_set(d, "bad transfer announcement (%zu bytes, message size %llu, limit %llu)", got,
-                     (unsigned long long)h.msg_bytes, (unsigned long long)cap);
-        return XDC_ERR_PROTO;
-    }
+    xdc_err_t rc = xdc_wan_wait(r, WAN_CLI_HELLO_MS, &got, NULL, d);
+    if (rc == XDC_ERR_TIMEOUT) xdc_wan_request_cancel(r);
+    XDC_CHECK(rc);
+    XDC_CHECK(announce_check(&h, got, WAN_CLI_MAX_MSG, d));
+    uint8_t *bufs = xdc_malloc(h.msg_bytes * WAN_CLI_DEPTH);
+    if (!bufs) return XDC_ERR_NOMEM;
     uint64_t n_msgs = (h.total + h.msg_bytes - 1) / h.msg_bytes, posted = 0, done = 0, bytes = 0;
     xdc_wan_request *q[WAN_CLI_DEPTH];
     uint64_t t0 = xdc_now_ns();
-    while (done < n_msgs) {
-        while (posted < n_msgs && posted - done < WAN_CLI_DEPTH) {
-            XDC_CHECK(xdc_wan_irecv(p, XDC_WAN_BULK, bufs + (posted % WAN_CLI_DEPTH) * h.msg_bytes, h.msg_bytes,
-                                    &q[posted % WAN_CLI_DEPTH]));
-            posted++;
+    while (rc == XDC_OK && done < n_msgs) {
+        while (rc == XDC_OK && posted < n_msgs && posted - done < WAN_CLI_DEPTH) {
+            rc = xdc_wan_irecv(p, XDC_WAN_BULK, bufs + (posted % WAN_CLI_DEPTH) * h.msg_bytes, h.msg_bytes,
+                               &q[posted % WAN_CLI_DEPTH]);
+            posted += rc == XDC_OK;
         }
-        XDC_CHECK(xdc_wan_wait(q[done % WAN_CLI_DEPTH], WAN_CLI_WAIT_MS, &got, NULL, d));
-        bytes += got;
-        done++;
+        if (rc != XDC_OK) break;
+        rc = xdc_wan_wait(q[done % WAN_CLI_DEPTH], WAN_CLI_WAIT_MS, &got, NULL, d);
+        if (rc != XDC_OK && rc != XDC_ERR_TIMEOUT) done++; /* a failed wait released its request */
+        if (rc == XDC_OK) {
+            bytes += got;
+            done++;
+        }
     }
+    /* Receives still out give their buffers up before the buffers go (and let the peer be freed). */
+    for (uint64_t i = done; i < posted; i++) xdc_wan_request_cancel(q[i % WAN_CLI_DEPTH]);
+    xdc_free(bufs);
+    XDC_CHECK(rc);
     double secs = (double)(xdc_now_ns() - t0) / 1e9;
     const xdc_wan_identity *id = xdc_wan_peer_identity(p);
     printf("received bytes=%llu seconds=%.3f goodput_gbps=%.3f from=%s/%d\n", (unsigned long long)bytes, secs,
@@ -171,8 +206,69 @@ static xdc_err_t serve_one(xdc_wan_peer *p, uint8_t *bufs, uint64_t cap, xdc_dia
     wan_cli_hello reply = {bytes, h.msg_bytes};
     XDC_CHECK(xdc_wan_isend(p, XDC_WAN_LATENCY, &reply, sizeof reply, 0, sizeof reply, &r));
     /* The sender closes (BYE) as soon as the reply arrives, possibly before its ACK reaches us. */
-    xdc_err_t rc = xdc_wan_wait(r, WAN_CLI_WAIT_MS, NULL, NULL, d);
+    rc = xdc_wan_wait(r, WAN_CLI_WAIT_MS, NULL, NULL, d);
+    if (rc == XDC_ERR_TIMEOUT) xdc_wan_request_cancel(r);
     return rc == XDC_ERR_CLOSED ? XDC_OK : rc;
+}
+
+/* Sessions being served by `listen`, each on a detached thread of its own, so a peer that stalls (sends
+ * a message nobody receives, or nothing at all) holds up its own thread only. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int active;
+} wan_cli_sessions;
+
+typedef struct {
+    wan_cli_sessions *set;
+    xdc_wan_peer *peer;
+} wan_cli_session;
+
+static void session_serve(xdc_wan_peer *p)
+{
+    xdc_diag d = {{0}};
+    const xdc_wan_identity *id = xdc_wan_peer_identity(p);
+    if (serve_one(p, &d) != XDC_OK)
+        fprintf(stderr, "xdc wan listen: transfer from %s/%d failed: %s\n", id->region, id->rank, d.msg);
+    xdc_wan_peer_destroy(p);
+}
+
+static void *session_main(void *arg)
+{
+    wan_cli_session *ss = arg;
+    wan_cli_sessions *set = ss->set;
+    session_serve(ss->peer);
+    xdc_free(ss);
+    pthread_mutex_lock(&set->mu);
+    set->active--;
+    pthread_cond_broadcast(&set->cv);
+    pthread_mutex_unlock(&set->mu);
+    return NULL;
+}
+
+/* Start a session thread for p; the peer is turned away when WAN_CLI_SESSIONS are busy. */
+static void session_start(wan_cli_sessions *set, xdc_wan_peer *p)
+{
+    wan_cli_session *ss = xdc_malloc(sizeof *ss);
+    pthread_mutex_lock(&set->mu);
+    int ok = ss && set->active < WAN_CLI_SESSIONS;
+    set->active += ok;
+    pthread_mutex_unlock(&set->mu);
+    if (!ok) {
+        const xdc_wan_identity *id = xdc_wan_peer_identity(p);
+        fprintf(stderr, "xdc wan listen: turned %s/%d away: %d transfers in progress\n", id->region, id->rank,
+                WAN_CLI_SESSIONS);
+        xdc_wan_peer_destroy(p);
+        xdc_free(ss);
+        return;
+    }
+    *ss = (wan_cli_session){.set = set, .peer = p};
+    pthread_attr_t at;
+    pthread_t t;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &at, session_main, ss) != 0) session_main(ss); /* serve it here; frees the slot */
+    pthread_attr_destroy(&at);
 }
 
 static int wan_listen(wan_cli_opts *o)
@@ -180,12 +276,10 @@ static int wan_listen(wan_cli_opts *o)
     xdc_diag d = {{0}};
     xdc_wan_engine *eng = NULL;
     xdc_wan_listener *l = NULL;
-    uint64_t cap = 64ull << 20; /* largest message a sender may announce */
-    uint8_t *bufs = NULL;
+    wan_cli_sessions set = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
     xdc_err_t rc = xdc_wan_engine_create(&o->cfg, &eng, &d);
     if (rc != XDC_OK) return fail("listen", rc, &d);
     rc = xdc_wan_listen(eng, o->host, o->port, &l, &d);
-    if (rc == XDC_OK && !(bufs = xdc_malloc(cap * WAN_CLI_DEPTH))) rc = XDC_ERR_NOMEM;
     if (rc != XDC_OK) goto done;
     fprintf(stderr, "xdc wan listen: %s/%d listening on port %d\n", xdc_wan_engine_identity(eng)->region,
             xdc_wan_engine_identity(eng)->rank, xdc_wan_listener_port(l));
@@ -193,12 +287,14 @@ static int wan_listen(wan_cli_opts *o)
         xdc_wan_peer *p;
         rc = xdc_wan_accept(l, -1, &p, &d);
         if (rc != XDC_OK) break;
-        rc = serve_one(p, bufs, cap, &d);
-        if (rc != XDC_OK) fprintf(stderr, "xdc wan listen: transfer failed: %s\n", d.msg);
-        xdc_wan_peer_close(p);
+        if (o->once) session_serve(p);
+        else session_start(&set, p);
     } while (!o->once);
 done:
-    xdc_free(bufs);
+    /* Session threads use the engine: wait for them before it goes. */
+    pthread_mutex_lock(&set.mu);
+    while (set.active) pthread_cond_wait(&set.cv, &set.mu);
+    pthread_mutex_unlock(&set.mu);
     xdc_wan_engine_destroy(eng);
     return rc == XDC_OK ? XDC_EX_OK : fail("listen", rc, &d);
 }
@@ -214,26 +310,27 @@ static double cpu_seconds(void)
 static int wan_send(wan_cli_opts *o)
 {
     char host[256];
-    const char *colon = o->to ? strrchr(o->to, ':') : NULL;
-    int port = colon ? atoi(colon + 1) : 0;
-    if (!colon || (size_t)(colon - o->to) >= sizeof host || port <= 0 || port > 65535 || o->bytes == 0) {
+    int port = 0;
+    xdc_diag d = {{0}};
+    if (!o->to || o->bytes == 0) {
         fprintf(stderr, "xdc wan send: --to HOST:PORT and --bytes N (> 0) are required\n");
         return XDC_EX_USAGE;
     }
-    memcpy(host, o->to, (size_t)(colon - o->to));
-    host[colon - o->to] = '\0';
+    if (xdc_parse_host_port(o->to, host, sizeof host, &port, &d) != XDC_OK) {
+        fprintf(stderr, "xdc wan send: --to: %s\n", d.msg);
+        return XDC_EX_USAGE;
+    }
     char region[XDC_WAN_NAME_MAX] = "";
     int rank = 0;
     if (o->expect) {
         const char *slash = strchr(o->expect, '/');
-        if (!slash || (size_t)(slash - o->expect) >= sizeof region) {
-            fprintf(stderr, "xdc wan send: --expect takes REGION/RANK\n");
+        if (!slash || slash == o->expect || (size_t)(slash - o->expect) >= sizeof region) {
+            fprintf(stderr, "xdc wan send: --expect takes REGION/RANK, got '%s'\n", o->expect);
             return XDC_EX_USAGE;
         }
         memcpy(region, o->expect, (size_t)(slash - o->expect));
-        rank = atoi(slash + 1);
+        if (parse_flag_int("--expect RANK", slash + 1, 0, 1000000, &rank)) return XDC_EX_USAGE;
     }
-    xdc_diag d = {{0}};
     xdc_wan_engine *eng = NULL;
     xdc_wan_peer *p = NULL;
     uint64_t msg = o->msg_bytes < o->bytes ? o->msg_bytes : o->bytes;
@@ -279,7 +376,7 @@ static int wan_send(wan_cli_opts *o)
            (double)o->bytes * 8 / secs / 1e9, (unsigned long long)o->bytes, secs, o->cfg.streams, st.rtt_ms,
            (unsigned long long)st.retransmit_frames, (unsigned long long)st.reconnects, cpu);
 done:
-    xdc_wan_peer_close(p);
+    xdc_wan_peer_destroy(p);
     xdc_wan_engine_destroy(eng);
     xdc_free(buf);
     return rc == XDC_OK ? XDC_EX_OK : fail("send", rc, &d);
@@ -298,9 +395,5 @@ int xdc_cmd_wan(int argc, char **argv)
     o.cfg.sockbuf_bytes = 0;
     int prc = parse_opts(argc, argv, &o);
     if (prc != XDC_EX_OK) return prc < 0 ? XDC_EX_OK : prc;
-    if (listen && (o.port < 0 || o.port > 65535)) {
-        fprintf(stderr, "xdc wan listen: --port must be 0..65535\n");
-        return XDC_EX_USAGE;
-    }
     return listen ? wan_listen(&o) : wan_send(&o);
 }

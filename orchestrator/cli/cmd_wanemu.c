@@ -5,6 +5,7 @@
  * prints configured vs measured RTT and rate. */
 #include "orchestrator/cli/xdc_cli.h"
 
+#include "common/xdc_parse.h"
 #include "common/xdc_alloc.h"
 #include "common/xdc_time.h"
 #include "topology/xdc_topology.h"
@@ -43,15 +44,6 @@ static void link_model(const xdc_link *l, uint64_t seed, xdc_wan_link_model *m)
                               .seed = seed};
 }
 
-static int endpoint_split(const char *ep, char *host, size_t cap, int *port)
-{
-    const char *colon = strrchr(ep, ':');
-    if (!colon || (size_t)(colon - ep) >= cap) return -1;
-    memcpy(host, ep, (size_t)(colon - ep));
-    host[colon - ep] = '\0';
-    *port = atoi(colon + 1);
-    return *port > 0 && *port < 65536 ? 0 : -1;
-}
 
 /* netns: NULL measures each link through a loopback relay, else through the namespace wire. */
 static int run_check(const xdc_topology *t, double seconds, xdc_wan_netns *netns)
@@ -162,12 +154,18 @@ static int wanemu_parse(int argc, char **argv, wanemu_opts *o)
     };
     *o = (wanemu_opts){.offset = 1000, .seconds = 1.5};
     int c;
+    xdc_diag d;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 't': o->topo_path = optarg; break;
-        case 'o': o->offset = atoi(optarg); break;
-        case 'r': o->ranks = atoi(optarg); break;
+        case 'o':
+        case 'r':
+            if (xdc_parse_int(optarg, c == 'o' ? 1 : 0, 65535, c == 'o' ? &o->offset : &o->ranks, &d) != XDC_OK) {
+                fprintf(stderr, "xdc wan-emu: %s: %s\n", c == 'o' ? "--port-offset" : "--ranks", d.msg);
+                return XDC_EX_USAGE;
+            }
+            break;
         case 'u': o->outage = optarg; break;
         case 'd': o->duration = atof(optarg); break;
         case 'c': o->check = 1; break;
@@ -200,7 +198,7 @@ static int start_link_relays(const xdc_topology *t, const wanemu_opts *o, int i,
     const xdc_region *to = &t->regions[l->to];
     char host[256];
     int port;
-    if (endpoint_split(to->wan_endpoint, host, sizeof host, &port) != 0) {
+    if (xdc_parse_host_port(to->wan_endpoint, host, sizeof host, &port, NULL) != XDC_OK) {
         fprintf(stderr, "xdc wan-emu: %s:%d:%d: region %s has no usable wan_endpoint HOST:PORT ('%s')\n", t->path,
                 to->line, to->col, to->name, to->wan_endpoint);
         return XDC_EX_CONFIG;

@@ -11,9 +11,11 @@
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
+#include "common/xdc_parse.h"
 #include "model/xdc_ckpt.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,9 +67,16 @@ xdc_err_t orch_checkpoint_save(orch_worker *w, xdc_diag *diag)
     char manifest[1100], tmp[1200];
     snprintf(manifest, sizeof manifest, "%s/ckpt/step-%08lld/MANIFEST", w->id.run_dir, (long long)w->prog.step);
     snprintf(tmp, sizeof tmp, "%s.tmp", manifest);
-    FILE *f = fopen(tmp, "w");
+    /* Created afresh, never through a link planted at the temp name (a stale one is removed first). */
+    if (unlink(tmp) != 0 && errno != ENOENT) {
+        xdc_diag_set(diag, "cannot remove a stale %s: %s", tmp, strerror(errno));
+        return XDC_ERR_IO;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
-        xdc_diag_set(diag, "cannot write %s", tmp);
+        xdc_diag_set(diag, "cannot write %s: %s", tmp, strerror(errno));
+        if (fd >= 0) close(fd);
         return XDC_ERR_IO;
     }
     fprintf(f, "{\"step\": %lld, \"workers\": %d, \"mode\": \"%s\", \"run\": \"%s\"}\n", (long long)w->prog.step,
@@ -92,8 +101,9 @@ static int64_t newest_complete(const char *run_dir)
     int64_t best = -1;
     struct dirent *e;
     while ((e = readdir(d))) {
-        long long step;
-        if (sscanf(e->d_name, "step-%lld", &step) != 1) continue;
+        int64_t step;
+        if (strncmp(e->d_name, "step-", 5) != 0 || xdc_parse_i64(e->d_name + 5, 0, INT64_MAX, &step, NULL) != XDC_OK)
+            continue;
         char manifest[1400];
         snprintf(manifest, sizeof manifest, "%s/%s/MANIFEST", base, e->d_name);
         if (access(manifest, R_OK) == 0 && step > best) best = step;
@@ -112,8 +122,18 @@ xdc_err_t orch_checkpoint_resume(orch_worker *w, xdc_diag *diag)
     char dir[1024];
     worker_dir(w, step, dir, sizeof dir);
     xdc_ckpt_meta meta;
-    XDC_CHECK(xdc_ckpt_load(dir, w->id.stage, w->model.st, &meta, diag));
-    if (w->model.data) XDC_CHECK(xdc_data_set_pos(w->model.data, meta.data_pos));
+    XDC_CHECK(xdc_ckpt_load(dir, w->id.stage, w->cfg.train.steps, w->model.st, &meta, diag));
+    if (meta.step != step) {
+        xdc_diag_set(diag, "%s: field step is %lld, but the checkpoint lies in the folder of step %lld", dir,
+                     (long long)meta.step, (long long)step);
+        return XDC_ERR_CORRUPT;
+    }
+    if (w->model.data && xdc_data_set_pos(w->model.data, meta.data_pos) != XDC_OK) {
+        xdc_diag_set(diag, "%s: field data_batch is %llu; the data has %llu batches per epoch", dir,
+                     (unsigned long long)meta.data_pos.batch,
+                     (unsigned long long)xdc_data_batches_per_epoch(w->model.data));
+        return XDC_ERR_CORRUPT;
+    }
     if (w->mode->checkpoint_io) XDC_CHECK(w->mode->checkpoint_io(w, w->mode_state, dir, 0, diag));
     w->prog.step = meta.step;
     XDC_INFO(XDC_SUB_ORCH, "resumed from the checkpoint of step %lld (%s)", (long long)step, dir);

@@ -51,6 +51,14 @@ xdc_err_t orch_observe_start(orch_worker *w, xdc_diag *diag)
     }
     XDC_CHECK(orch_steplog_open(path, &w->tele.steps, diag));
     if (w->cfg.metrics_port < 0) return XDC_OK;
+    /* Worker k serves metrics_port + k: the whole range must be ports, or the last workers would bind
+     * wrapped or invalid numbers. */
+    if (w->cfg.metrics_port > 0 && (int64_t)w->cfg.metrics_port + w->id.gsize - 1 > 65535) {
+        xdc_diag_set(diag, "%s: metrics_port %d: its %d workers would serve ports %d..%lld, beyond 65535", w->cfg.path,
+                     w->cfg.metrics_port, w->id.gsize, w->cfg.metrics_port,
+                     (long long)w->cfg.metrics_port + w->id.gsize - 1);
+        return XDC_ERR_CONFIG;
+    }
     char rank[16];
     snprintf(rank, sizeof rank, "%d", w->id.lrank);
     const char *names[3] = {"region", "host", "rank"}, *values[3] = {w->id.region, w->id.node, rank};

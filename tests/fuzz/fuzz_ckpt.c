@@ -33,7 +33,7 @@ XDC_FUZZ_TARGET(ckpt)
     xdc_gpt_stage *stage = fuzz_stage();
     if (!stage) return 0;
     xdc_ckpt_meta meta;
-    xdc_ckpt_decode("fuzz", data, size, 0, stage, &meta, NULL);
+    xdc_ckpt_decode("fuzz", data, size, 0, 1000, stage, &meta, NULL);
     return 0;
 }
 
@@ -44,7 +44,7 @@ XDC_FUZZ_VERDICT(ckpt)
     XDC_REQUIRE(stage != NULL, XDC_ERR_NOMEM);
     xdc_ckpt_meta meta;
     xdc_diag d = {{0}};
-    xdc_err_t rc = xdc_ckpt_decode("corpus", data, size, 0, stage, &meta, &d);
+    xdc_err_t rc = xdc_ckpt_decode("corpus", data, size, 0, 1000, stage, &meta, &d);
     if (rc != XDC_OK) {
         snprintf(summary, cap, "%s", d.msg);
         return rc;
