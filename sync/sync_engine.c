@@ -118,8 +118,8 @@ static xdc_err_t wan_wait(xdc_sync *s, xdc_wan_request **req, size_t *len, uint8
 {
     for (;;) {
         xdc_err_t rc = xdc_wan_wait(*req, 200, len, codec, diag);
-        if (rc != XDC_ERR_TIMEOUT) {
-            *req = NULL; /* completed or failed: the engine released it */
+        if (rc != XDC_ERR_AGAIN) {
+            *req = NULL; /* completed or failed (a silent peer: TIMEOUT): the engine released it */
             return rc;
         }
         if (stopping(s)) {
@@ -550,8 +550,8 @@ static int drain(xdc_wan_request **req, uint64_t deadline_ns)
         uint64_t now = xdc_now_ns();
         if (now >= deadline_ns) return 0;
         xdc_diag ignore;
-        if (xdc_wan_wait(*req, (int64_t)((deadline_ns - now) / 1000000) + 1, NULL, NULL, &ignore) != XDC_ERR_TIMEOUT)
-            *req = NULL;
+        if (xdc_wan_wait(*req, (int64_t)((deadline_ns - now) / 1000000) + 1, NULL, NULL, &ignore) != XDC_ERR_AGAIN)
+            *req = NULL; /* released, whatever its result */
     }
     return 1;
 }

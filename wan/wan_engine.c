@@ -911,6 +911,7 @@ void xdc_wan_peer_stats(xdc_wan_peer *p, xdc_wan_stats *out)
     if (p->first_tx_ns && now > p->first_tx_ns)
         out->goodput_gbps = (double)p->st.tx_payload_bytes * 8.0 / (double)(now - p->first_tx_ns);
     out->rx_busy_seconds = (double)(p->rx_busy_ns + (p->rx_arriving ? now - p->rx_busy_since_ns : 0)) / 1e9;
+    out->silent_seconds = p->last_rx_ns && now > p->last_rx_ns ? (double)(now - p->last_rx_ns) / 1e9 : 0.0;
     pthread_mutex_unlock(&p->eng->mu);
 }
 
