@@ -69,4 +69,9 @@ xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planne
 void orch_plan_describe(const orch_run_config *c, const xdc_plan *p, char *buf, size_t cap);
 const char *orch_mode_name(orch_mode m);
 
+/* Make folder `path` and any missing parents (an existing folder is fine). A failure names the folder and
+ * its errno (a read-only run folder says "Read-only file system" here, not ENOENT at a later open):
+ * XDC_ERR_IO. */
+xdc_err_t orch_mkdirs(const char *path, int mode, xdc_diag *diag);
+
 #endif /* ORCH_RUN_CONFIG_H */

@@ -102,7 +102,8 @@ void orch_observe_finish(orch_worker *w)
     /* Destroying the registry before the worker's other teardown keeps the server from reading freed series. */
     char dir[600], path[700];
     snprintf(dir, sizeof dir, "%s/metrics", w->id.run_dir);
-    mkdir(dir, 0755);
+    xdc_diag d = {{0}};
+    if (orch_mkdirs(dir, 0755, &d) != XDC_OK) XDC_WARN(XDC_SUB_ORCH, "metrics snapshot not written: %s", d.msg);
     snprintf(path, sizeof path, "%s/%s-%d.prom", dir, w->id.region, w->id.lrank);
     char *text = NULL;
     size_t len = 0;

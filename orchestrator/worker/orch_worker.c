@@ -13,6 +13,7 @@
 #include "kernels/xdc_kernels.h"
 #include "kernels/xdc_model_ops.h"
 #include "model/xdc_model_shape.h"
+#include "orchestrator/control/orch_failure.h"
 #include "orchestrator/control/orch_identity.h"
 #include "orchestrator/control/orch_proc.h"
 #include "orchestrator/worker/xdc_worker.h"
@@ -563,16 +564,17 @@ xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
         char dir[600], path[700];
         xdc_diag td = {{0}};
         snprintf(dir, sizeof dir, "%s/traces", w.id.run_dir);
-        mkdir(dir, 0755);
-        if (orch_trace_write_dir(w.tele.trace, dir, path, sizeof path, &td) != XDC_OK)
+        if (orch_mkdirs(dir, 0755, &td) != XDC_OK ||
+            orch_trace_write_dir(w.tele.trace, dir, path, sizeof path, &td) != XDC_OK)
             XDC_WARN(XDC_SUB_ORCH, "trace not written: %s", td.msg);
     }
     if (rc != XDC_OK) {
         XDC_ERROR(XDC_SUB_ORCH, "%s failed: %s: %s", what, xdc_strerror(rc), d.msg);
         if (w.comm.rdzv) {
-            char key[200], val[1024];
+            char key[200], text[900], val[1024];
             snprintf(key, sizeof key, "failed/%s", w.id.member);
-            snprintf(val, sizeof val, "%s: %s: %s", what, xdc_strerror(rc), d.msg);
+            snprintf(text, sizeof text, "%s failed: %s: %s", what, xdc_strerror(rc), d.msg);
+            orch_failure_format(rc, text, val, sizeof val);
             xdc_diag ignore;
             rdzv_set(w.comm.rdzv, key, val, &ignore);
         }
