@@ -56,8 +56,7 @@ int orch_failure_blame(const orch_failure_member *m, int n, double silent_limit_
     int stalled = -1, lost = -1;
     for (int i = 0; i < n; i++) {
         if (m[i].report) continue;
-        if (m[i].connected && m[i].silent_s > silent_limit_s &&
-            (stalled < 0 || m[i].silent_s > m[stalled].silent_s))
+        if (m[i].connected && m[i].silent_s > silent_limit_s && (stalled < 0 || m[i].silent_s > m[stalled].silent_s))
             stalled = i;
         if (!m[i].connected && lost < 0) lost = i;
     }

@@ -162,8 +162,9 @@ static void pump_relays(launch *L)
                     rc = xdc_wan_relay_create("127.0.0.1", 0, host, target, &m, &L->relays[link], &d);
                     if (rc == XDC_OK) {
                         port = xdc_wan_relay_port(L->relays[link]);
-                        if (L->o.outage_ms > 0)
-                            xdc_wan_relay_schedule_outage(L->relays[link], L->o.outage_start_ms, L->o.outage_ms);
+                        for (int o = 0; o < L->o.n_outages; o++) /* at most the relay's capacity: never refused */
+                            xdc_wan_relay_schedule_outage(L->relays[link], L->o.outages[o].start_ms,
+                                                          L->o.outages[o].duration_ms);
                         if (link >= L->n_relays) L->n_relays = link + 1;
                         XDC_DEBUG(XDC_SUB_ORCH, "emulated link %s -> %s (%g Mbit/s, %g ms RTT)", L->t->regions[i].name,
                                   L->t->regions[j].name, m.rate_mbps, m.rtt_ms);

@@ -6,6 +6,7 @@
 #define ORCH_LAUNCH_H
 
 #include "common/xdc_err.h"
+#include "wan/emu/xdc_wan_emu.h"
 
 #include <stdint.h>
 
@@ -18,8 +19,9 @@ typedef struct orch_launch_opts {
     int port;                      /* rendezvous port (0: any) */
     int coordinator;               /* `xdc coordinator`: host the store, start no agents */
     int resume;
-    int64_t outage_start_ms, outage_ms; /* cut every emulated link for outage_ms, starting this late */
-    double degrade;                     /* emulated links run at this fraction of the topology's bandwidth */
+    xdc_wan_outage outages[XDC_WAN_MAX_OUTAGES]; /* cut every emulated link on this schedule (from its relay's start) */
+    int n_outages;
+    double degrade;     /* emulated links run at this fraction of the topology's bandwidth */
     const char *device; /* --device word for every region (NULL: XDC_DEVICE, else the topology); passed to agents */
 } orch_launch_opts;
 
