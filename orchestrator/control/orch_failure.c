@@ -9,17 +9,30 @@ void orch_failure_format(xdc_err_t rc, const char *text, char *out, size_t cap)
     snprintf(out, cap, "%s %s", xdc_errname(rc), text);
 }
 
+/* The error a report starts with; XDC_ERR_INTERNAL for a name no code has. The pinned values are
+ * negative and below 1000 in magnitude (common/xdc_err.h), so trying each finds every name. */
+static xdc_err_t report_err(const char *report)
+{
+    size_t n = strcspn(report, " ");
+    for (int v = -1; v >= -1000; v--) {
+        const char *name = xdc_errname((xdc_err_t)v);
+        if (strlen(name) == n && strncmp(report, name, n) == 0) return (xdc_err_t)v;
+    }
+    return XDC_ERR_INTERNAL;
+}
+
 int orch_failure_waited(const char *report, const char **text)
 {
-    static const xdc_err_t waited[] = {XDC_ERR_TIMEOUT, XDC_ERR_CLOSED, XDC_ERR_PEER_LOST, XDC_ERR_UNAVAILABLE,
-                                       XDC_ERR_INTERRUPTED};
     size_t n = strcspn(report, " ");
     *text = report[n] ? report + n + 1 : report + n;
-    for (size_t i = 0; i < sizeof waited / sizeof waited[0]; i++) {
-        const char *name = xdc_errname(waited[i]);
-        if (strlen(name) == n && strncmp(report, name, n) == 0) return 1;
+    switch (report_err(report)) {
+    case XDC_ERR_TIMEOUT:
+    case XDC_ERR_CLOSED:
+    case XDC_ERR_PEER_LOST:
+    case XDC_ERR_UNAVAILABLE:
+    case XDC_ERR_INTERRUPTED: return 1;
+    default: return 0;
     }
-    return 0;
 }
 
 /* Members that gave up waiting, and the first of them: ", 3 members gave up waiting (first NAME: TEXT)". */
@@ -39,18 +52,22 @@ static void waiters(const orch_failure_member *m, int n, char *out, size_t cap)
                  m[first].name, text);
 }
 
-int orch_failure_blame(const orch_failure_member *m, int n, double silent_limit_s, char *why, size_t cap)
+int orch_failure_blame(const orch_failure_member *m, int n, double silent_limit_s, char *why, size_t cap,
+                       xdc_err_t *err)
 {
     const char *text;
     why[0] = '\0';
+    *err = XDC_OK;
     for (int i = 0; i < n; i++)
         if (m[i].report && !orch_failure_waited(m[i].report, &text)) {
             snprintf(why, cap, "%s: %s", m[i].name, text);
+            *err = report_err(m[i].report);
             return i;
         }
     for (int i = 0; i < n; i++)
         if (!m[i].report && m[i].note) {
             snprintf(why, cap, "%s", m[i].note);
+            *err = XDC_ERR_PEER_LOST;
             return i;
         }
     int stalled = -1, lost = -1;
@@ -65,16 +82,19 @@ int orch_failure_blame(const orch_failure_member *m, int n, double silent_limit_
     if (stalled >= 0) {
         snprintf(why, cap, "%s stopped answering: its connection carried nothing for %.1f s (%s)%s", m[stalled].name,
                  m[stalled].silent_s, m[stalled].detail, tail);
+        *err = XDC_ERR_TIMEOUT;
         return stalled;
     }
     if (lost >= 0 && tail[0]) {
         snprintf(why, cap, "%s ended without a report (%s)%s", m[lost].name, m[lost].detail, tail);
+        *err = XDC_ERR_PEER_LOST;
         return lost;
     }
     for (int i = 0; i < n; i++)
         if (m[i].report) {
             orch_failure_waited(m[i].report, &text);
             snprintf(why, cap, "%s: %s", m[i].name, text);
+            *err = report_err(m[i].report);
             return i;
         }
     return -1;

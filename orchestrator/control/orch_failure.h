@@ -31,8 +31,11 @@ typedef struct orch_failure_member {
 /* The member to blame and why (into why[cap]), in this order: the first with a fault of its own; one
  * that ended without a report and that its agent's note names (killed, crashed); the one without a
  * report whose connection has been silent longest, beyond silent_limit_s (stopped, hung); one that
- * wrote no report and lost its connection; the first that gave up waiting. -1 when no member is known
- * to have failed (why is then ""). */
-int orch_failure_blame(const orch_failure_member *m, int n, double silent_limit_s, char *why, size_t cap);
+ * wrote no report and lost its connection; the first that gave up waiting. *err: what the run ends
+ * with — the blamed report's error, XDC_ERR_TIMEOUT for a silent member (it may come back: a temporary
+ * failure), XDC_ERR_PEER_LOST for one that is gone. -1 when no member is known to have failed (why is
+ * then "", *err XDC_OK). */
+int orch_failure_blame(const orch_failure_member *m, int n, double silent_limit_s, char *why, size_t cap,
+                       xdc_err_t *err);
 
 #endif /* ORCH_FAILURE_H */

@@ -50,6 +50,7 @@ typedef struct {
     int joined;
     orch_device device; /* the override for every region (ORCH_DEVICE_TOPOLOGY: none) */
     orch_procs agents;
+    xdc_err_t blamed; /* the error of the member blamed for the failure; XDC_OK: none */
 } launch;
 
 void orch_launch_opts_default(orch_launch_opts *o, int coordinator)
@@ -250,9 +251,11 @@ static void read_note(const launch *L, int r, int n, char *out, size_t cap)
 }
 
 /* Who caused the failure and why (orch_failure.h), from every member's report and connection and the
- * agents' notes; with no member to blame, the note of agent `agent` (-1: any), else "". */
-static void blame(launch *L, int agent, char *why, size_t cap)
+ * agents' notes; with no member to blame, the note of agent `agent` (-1: any), else "". Returns the
+ * error the run ends with (XDC_OK: no member to blame). */
+static xdc_err_t blame(launch *L, int agent, char *why, size_t cap)
 {
+    xdc_err_t err = XDC_OK;
     int total = xdc_topology_total_workers(L->t), n_agents = L->agents.n;
     orch_failure_member *m = xdc_calloc((size_t)total, sizeof *m);
     rdzv_member_state *st = xdc_calloc((size_t)total, sizeof *st);
@@ -283,7 +286,7 @@ static void blame(launch *L, int agent, char *why, size_t cap)
     }
     /* A member blocked in a wait answers keepalives; one silent for half the operation timeout is not. */
     double limit = (double)L->cfg.op_timeout_ms / 2000.0;
-    if (orch_failure_blame(m, total, limit < 1.0 ? 1.0 : limit, why, cap) < 0)
+    if (orch_failure_blame(m, total, limit < 1.0 ? 1.0 : limit, why, cap, &err) < 0)
         for (int a = 0; a < n_agents && !why[0]; a++)
             if (agent < 0 || a == agent) snprintf(why, cap, "%s", note[a]);
 done:
@@ -291,6 +294,7 @@ done:
     xdc_free(st);
     xdc_free(report);
     xdc_free(note);
+    return err;
 }
 
 /* The coordinator's end of a run: global rank 0 set "finished" after everyone passed the last barrier;
@@ -320,9 +324,9 @@ static xdc_err_t launch_tick(void *ctx, int *done)
     }
     if (L->o.coordinator) {
         if (rdzv_server_find(L->rdzv, "failed/", key, sizeof key, why, sizeof why) == 0) {
-            blame(L, -1, why, sizeof why);
+            xdc_err_t err = blame(L, -1, why, sizeof why);
             fprintf(stderr, "xdc coordinator: run failed: %s\n", why);
-            return XDC_ERR_UNAVAILABLE;
+            return err != XDC_OK ? err : XDC_ERR_UNAVAILABLE;
         }
         if (run_finished(L)) {
             *done = 1;
@@ -342,7 +346,8 @@ static void agent_failed(void *ctx, const orch_procs *g, int i, pid_t pid, int s
     char how[128], why[2048];
     (void)pid;
     orch_proc_describe(status, how, sizeof how);
-    blame(ctx, i, why, sizeof why);
+    launch *L = ctx;
+    L->blamed = blame(L, i, why, sizeof why);
     fprintf(stderr, "xdc launch: run failed: %s\n  (agent %s %s); stopping the other agents\n",
             why[0] ? why : "an agent failed", g->name[i], how);
 }
@@ -366,7 +371,12 @@ static xdc_err_t supervise(launch *L, int *agent_exit)
                            .tick = launch_tick,
                            .failed = agent_failed,
                            .interrupted = launch_interrupted};
-    return orch_procs_supervise(&L->agents, &sup, agent_exit);
+    xdc_err_t rc = orch_procs_supervise(&L->agents, &sup, agent_exit);
+    if (rc == XDC_ERR_PEER_LOST && L->blamed != XDC_OK) { /* the cause's error, not the first agent's exit */
+        rc = L->blamed;
+        *agent_exit = 0;
+    }
+    return rc;
 }
 
 /* Merge the per-rank traces into RUN/trace.json (one timeline for Perfetto); "" when there are none. */

@@ -1,0 +1,154 @@
+/* test_orch_faults.c — failures say what failed: whom the launcher blames (orch_failure_blame) from
+ * reports, agent notes and connection silence; the outage schedule of the emulator's relays; folders
+ * that cannot be made report their errno (a read-only run folder end to end through `xdc launch`). */
+#include "tests/xdc_test.h"
+
+#include "orchestrator/control/orch_failure.h"
+#include "orchestrator/control/orch_run_config.h"
+#include "wan/emu/xdc_wan_emu.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define FAULTS_DATA "/usr/share/games/fortunes"
+#define FAULTS_TOPO "examples/topology/demo-2region.yaml"
+
+XDC_TEST(orch_failure_report_round_trips_and_classifies)
+{
+    char v[256];
+    const char *text;
+    orch_failure_format(XDC_ERR_TIMEOUT, "training failed: deadline exceeded: peer eu-west/1 silent", v, sizeof v);
+    XDC_ASSERT_EQ(orch_failure_waited(v, &text), 1);
+    XDC_ASSERT(strcmp(text, "training failed: deadline exceeded: peer eu-west/1 silent") == 0);
+    orch_failure_format(XDC_ERR_IO, "checkpoint failed: No space left on device", v, sizeof v);
+    XDC_ASSERT_EQ(orch_failure_waited(v, &text), 0);
+    XDC_ASSERT(strcmp(text, "checkpoint failed: No space left on device") == 0);
+    /* A name that only starts like a waited one is not one. */
+    XDC_ASSERT_EQ(orch_failure_waited("XDC_ERR_TIMEOUTX text", &text), 0);
+}
+
+/* The SIGSTOP case: two members gave up waiting, the stopped one wrote nothing and its connection is
+ * silent while a blocked one still answers keepalives. */
+XDC_TEST(orch_failure_blames_the_silent_member_not_the_first_to_give_up)
+{
+    orch_failure_member m[4] = {
+        {.name = "us-east/a:0", .connected = 1, .silent_s = 0.2, .detail = "us-east/a:0 (last heard 1 s ago)"},
+        {.name = "us-east/a:1",
+         .report = "XDC_ERR_TIMEOUT training failed: peer eu-west/1 silent for 5001 ms",
+         .connected = 1,
+         .silent_s = 0.1},
+        {.name = "eu-west/b:0", .report = "XDC_ERR_CLOSED training failed: the peer closed the connection"},
+        {.name = "eu-west/b:1", .connected = 1, .silent_s = 5.3, .detail = "eu-west/b:1 (last heard 5.4 s ago: step 20)"},
+    };
+    char why[1024];
+    xdc_err_t err;
+    XDC_ASSERT_EQ(orch_failure_blame(m, 4, 2.5, why, sizeof why, &err), 3);
+    XDC_ASSERT_ERR(err, XDC_ERR_TIMEOUT); /* stopped, maybe to come back: a temporary failure */
+    XDC_ASSERT_STR_CONTAINS(why, "eu-west/b:1 stopped answering");
+    XDC_ASSERT_STR_CONTAINS(why, "5.3 s");
+    XDC_ASSERT_STR_CONTAINS(why, "2 members gave up waiting (first us-east/a:1: training failed: peer eu-west/1");
+    /* Below the limit nobody is stalled: the first that gave up is named. */
+    m[3].silent_s = 1.0;
+    XDC_ASSERT_EQ(orch_failure_blame(m, 4, 2.5, why, sizeof why, &err), 1);
+    XDC_ASSERT_ERR(err, XDC_ERR_TIMEOUT);
+    XDC_ASSERT_STR_CONTAINS(why, "us-east/a:1: training failed");
+    /* A fault of its own comes first, silence or not. */
+    m[3].silent_s = 9.0;
+    m[0].report = "XDC_ERR_IO checkpoint failed: cannot create folder /r/ckpt: Read-only file system";
+    XDC_ASSERT_EQ(orch_failure_blame(m, 4, 2.5, why, sizeof why, &err), 0);
+    XDC_ASSERT_ERR(err, XDC_ERR_IO);
+    XDC_ASSERT(strcmp(why, "us-east/a:0: checkpoint failed: cannot create folder /r/ckpt: Read-only file system") == 0);
+}
+
+XDC_TEST(orch_failure_blames_a_worker_its_agent_saw_die)
+{
+    orch_failure_member m[3] = {
+        {.name = "us-east/a:0", .report = "XDC_ERR_CLOSED training failed: the peer closed the connection"},
+        {.name = "eu-west/b:0", .connected = 1, .silent_s = 0.1},
+        {.name = "eu-west/b:1", .note = "worker eu-west/b:1 (pid 42) killed by signal 9 (Killed)"},
+    };
+    char why[512];
+    xdc_err_t err;
+    XDC_ASSERT_EQ(orch_failure_blame(m, 3, 1.0, why, sizeof why, &err), 2);
+    XDC_ASSERT_ERR(err, XDC_ERR_PEER_LOST); /* gone */
+    XDC_ASSERT(strcmp(why, "worker eu-west/b:1 (pid 42) killed by signal 9 (Killed)") == 0);
+    /* A note about a worker that reported its own failure is that report's business. */
+    m[2].report = "XDC_ERR_TIMEOUT training failed: intra all_reduce not complete";
+    XDC_ASSERT_EQ(orch_failure_blame(m, 3, 1.0, why, sizeof why, &err), 0);
+    /* Nothing known: nobody blamed. */
+    orch_failure_member quiet[2] = {{.name = "a", .connected = 1}, {.name = "b", .connected = 1}};
+    XDC_ASSERT_EQ(orch_failure_blame(quiet, 2, 1.0, why, sizeof why, &err), -1);
+    XDC_ASSERT_ERR(err, XDC_OK);
+    XDC_ASSERT(why[0] == '\0');
+}
+
+XDC_TEST(wan_emu_outage_schedule_parses_lists_and_repeats)
+{
+    xdc_wan_outage s[XDC_WAN_MAX_OUTAGES];
+    int n = 0;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_wan_outages_parse("3s@1s,12s@20s", s, &n, &d));
+    XDC_ASSERT_OK(xdc_wan_outages_parse("500ms@40s", s, &n, &d)); /* a second flag adds, never replaces */
+    XDC_ASSERT_EQ(n, 3);
+    XDC_ASSERT_EQ(s[0].duration_ms, 3000);
+    XDC_ASSERT_EQ(s[0].start_ms, 1000);
+    XDC_ASSERT_EQ(s[1].duration_ms, 12000);
+    XDC_ASSERT_EQ(s[1].start_ms, 20000);
+    XDC_ASSERT_EQ(s[2].duration_ms, 500);
+    XDC_ASSERT_EQ(s[2].start_ms, 40000);
+    XDC_ASSERT_ERR(xdc_wan_outages_parse("1s@2s,3s", s, &n, &d), XDC_ERR_INVALID);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "'3s' is not DURATION@START");
+    XDC_ASSERT_EQ(n, 3); /* a refused schedule adds nothing */
+    while (n < XDC_WAN_MAX_OUTAGES) XDC_ASSERT_OK(xdc_wan_outages_parse("1s@1s", s, &n, &d));
+    XDC_ASSERT_ERR(xdc_wan_outages_parse("1s@1s", s, &n, &d), XDC_ERR_RANGE);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "more than 16 outages");
+
+    /* The relay keeps every outage it is given, up to its capacity. */
+    xdc_wan_link_model m = {0};
+    xdc_wan_relay *r;
+    XDC_ASSERT_OK(xdc_wan_relay_create("127.0.0.1", 0, "127.0.0.1", 9, &m, &r, &d));
+    for (int i = 0; i < XDC_WAN_MAX_OUTAGES; i++) XDC_ASSERT_OK(xdc_wan_relay_schedule_outage(r, 3600000 - i, 10));
+    XDC_ASSERT_ERR(xdc_wan_relay_schedule_outage(r, 1, 10), XDC_ERR_RANGE);
+    xdc_wan_relay_destroy(r);
+}
+
+XDC_TEST(orch_mkdirs_names_the_folder_and_errno)
+{
+    char file[600], dir[700];
+    xdc_diag d = {{0}};
+    snprintf(file, sizeof file, "%s/plain-file", xdc_test_tmpdir());
+    xdc_test_write_file(file, "x");
+    snprintf(dir, sizeof dir, "%s/a/b", file);
+    XDC_ASSERT_ERR(orch_mkdirs(dir, 0755, &d), XDC_ERR_IO);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "Not a directory");
+    XDC_ASSERT_STR_CONTAINS(d.msg, file);
+    snprintf(dir, sizeof dir, "%s/x/y/z", xdc_test_tmpdir());
+    XDC_ASSERT_OK(orch_mkdirs(dir, 0755, &d));
+    XDC_ASSERT_OK(orch_mkdirs(dir, 0755, &d)); /* there already: fine */
+    XDC_ASSERT(access(dir, W_OK) == 0);
+}
+
+/* A run folder on a read-only file system (a tmpfs mounted read-only in a mount namespace of its own)
+ * fails at once with EROFS and the folder named, exit 74, not with ENOENT for a certificate later. */
+XDC_TEST_T(orch_read_only_run_dir_reports_erofs, 60)
+{
+    if (access(FAULTS_DATA, R_OK) != 0) xdc_test_skip("no corpus at %s (Debian package fortunes)", FAULTS_DATA);
+    char cwd[400], run[600], text[1024], ro[600], cmd[3000], out[8192];
+    if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
+    snprintf(run, sizeof run, "%s/ro.yaml", xdc_test_tmpdir());
+    snprintf(text, sizeof text, "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: sync\nsteps: 2\n", cwd,
+             FAULTS_DATA);
+    xdc_test_write_file(run, text);
+    snprintf(ro, sizeof ro, "%s/ro", xdc_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && unshare -m true 2>/dev/null", ro);
+    if (xdc_test_run(cmd, out, sizeof out) != 0) xdc_test_skip("no mount namespaces here (unshare -m needs root)");
+    snprintf(cmd, sizeof cmd,
+             "unshare -m sh -c 'mount -t tmpfs -o ro tmpfs %s && exec timeout 30 %s launch -t %s -c %s --run-dir "
+             "%s/run'",
+             ro, xdc_test_bin(), FAULTS_TOPO, run, ro);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 74, "launch exited %d, expected 74 (EX_IOERR):\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "Read-only file system");
+    XDC_ASSERT_STR_CONTAINS(out, "/ro/run");
+}
