@@ -217,6 +217,26 @@ static void expect_params_match(const char *dir, int P, xdc_gpt_stage **st)
     XDC_ASSERT_MSG(max_diff <= 1e-6, "parameters differ from the single-process reference by %.3g", max_diff);
 }
 
+/* A clean finish logs no stream going down, on any rank or in the launcher (a stream that just ends
+ * without BYE reads as "TLS error 1: unexpected eof while reading" on the other side). */
+static void expect_quiet_finish(const char *dir, const char *out)
+{
+    XDC_ASSERT_MSG(!strstr(out, " down: "), "the launcher logged a stream down in a clean run:\n%s", out);
+    char logs[700], path[1000];
+    snprintf(logs, sizeof logs, "%s/logs", dir);
+    DIR *d = opendir(logs);
+    XDC_ASSERT_MSG(d != NULL, "no logs in %s", logs);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strstr(e->d_name, ".log")) continue;
+        snprintf(path, sizeof path, "%s/%s", logs, e->d_name);
+        char *text = xdc_test_read_file(path, NULL);
+        const char *down = text ? strstr(text, " down: ") : NULL;
+        XDC_ASSERT_MSG(!down, "%s logged a stream down in a clean run: %.200s", path, down);
+        free(text);
+    }
+    closedir(d);
+}
+
 /* Launch `run` on `topo` (it must dump its parameters), then check them against the serial reference
  * of R regions x D replicas x P stages, 2 microbatches per step. Returns the launch output. */
 static void match_reference(const char *run, const char *topo, int steps, int R, int D, int P, char *out, size_t cap)
@@ -226,6 +246,7 @@ static void match_reference(const char *run, const char *topo, int steps, int R,
     snprintf(cmd, sizeof cmd, "timeout 240 %s launch -t %s -c %s --run-dir %s", xdc_test_bin(), topo, run, dir);
     int rc = xdc_test_run(cmd, out, cap);
     XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
+    expect_quiet_finish(dir, out);
     xdc_gpt_stage *st[4];
     reference_run(steps, 2, R, D, P, st);
     expect_params_match(dir, P, st);
@@ -416,6 +437,9 @@ XDC_TEST_T(orch_wan_outage_mid_run_loses_nothing, 300)
     XDC_ASSERT_MSG(n == 4 && least >= 2, "reconnects: %d series, least %g (total %g)", n, least, reconnects);
     double resent = sum_counter(dir, "xdc_wan_retransmit_frames_total", &least, &n);
     XDC_ASSERT_MSG(n == 4 && resent >= 1, "no frame was resent after the outage (%d series)", n);
+    /* Every worker compared both regions' pace (stragglers): one series per region, each known. */
+    sum_counter(dir, "xdc_region_slowdown_ratio", &least, &n);
+    XDC_ASSERT_MSG(n == 8 && least > 0, "region slowdown: %d series, least %g", n, least);
 }
 
 static pid_t start_launch(const char *run, const char *dir, const char *log)
@@ -494,7 +518,8 @@ static int wait_for_text(const char *path, const char *needle, int tries)
 XDC_TEST_T(orch_stopped_worker_is_a_timeout_naming_it, 120)
 {
     need_corpus();
-    const char *run = write_run("stopped", "sync", 2000, "none", "timeouts: {rendezvous: 30s, operation: 5s}\n");
+    /* The operation deadline outlasts the sync's first "waiting for" line (5 s). */
+    const char *run = write_run("stopped", "sync", 2000, "none", "timeouts: {rendezvous: 30s, operation: 8s}\n");
     char dir[600], log[700], pidfile[800];
     snprintf(dir, sizeof dir, "%s/stopped", xdc_test_tmpdir());
     snprintf(log, sizeof log, "%s/stopped.log", xdc_test_tmpdir());
@@ -514,6 +539,13 @@ XDC_TEST_T(orch_stopped_worker_is_a_timeout_naming_it, 120)
                    status, text);
     XDC_ASSERT_STR_CONTAINS(text, "run failed: eu-west/west-node1:1 stopped answering");
     XDC_ASSERT_STR_CONTAINS(text, "gave up waiting");
+    free(text);
+    /* Its peer in us-east said whom it was waiting for, and for how long, while it waited. */
+    char plog[800];
+    snprintf(plog, sizeof plog, "%s/logs/us-east-east-node1-1.log", dir);
+    text = xdc_test_read_file(plog, NULL);
+    XDC_ASSERT_STR_CONTAINS(text, "waiting for eu-west/1 for ");
+    XDC_ASSERT_STR_CONTAINS(text, "its last rounds kept us waiting ");
     free(text);
 }
 

@@ -5,6 +5,7 @@
 
 #include "orchestrator/control/orch_failure.h"
 #include "orchestrator/control/orch_run_config.h"
+#include "orchestrator/worker/orch_worker.h"
 #include "wan/emu/xdc_wan_emu.h"
 
 #include <stdio.h>
@@ -39,7 +40,10 @@ XDC_TEST(orch_failure_blames_the_silent_member_not_the_first_to_give_up)
          .connected = 1,
          .silent_s = 0.1},
         {.name = "eu-west/b:0", .report = "XDC_ERR_CLOSED training failed: the peer closed the connection"},
-        {.name = "eu-west/b:1", .connected = 1, .silent_s = 5.3, .detail = "eu-west/b:1 (last heard 5.4 s ago: step 20)"},
+        {.name = "eu-west/b:1",
+         .connected = 1,
+         .silent_s = 5.3,
+         .detail = "eu-west/b:1 (last heard 5.4 s ago: step 20)"},
     };
     char why[1024];
     xdc_err_t err;
@@ -151,4 +155,23 @@ XDC_TEST_T(orch_read_only_run_dir_reports_erofs, 60)
     XDC_ASSERT_MSG(rc == 74, "launch exited %d, expected 74 (EX_IOERR):\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "Read-only file system");
     XDC_ASSERT_STR_CONTAINS(out, "/ro/run");
+}
+
+/* A region's slowdown is its compute per step over the median of the others'; unknown stays 0. */
+XDC_TEST(orch_pace_names_the_region_slower_than_the_others)
+{
+    double pace2[2] = {0.015, 0.045}, slow2[2];
+    orch_pace_slowdowns(pace2, 2, slow2);
+    XDC_ASSERT_NEAR(slow2[0], 1.0 / 3.0, 1e-12);
+    XDC_ASSERT_NEAR(slow2[1], 3.0, 1e-12);
+    /* Three regions: each against the median of the other two; one region not heard from yet. */
+    double pace4[4] = {0.010, 0.012, 0.050, 0}, slow4[4];
+    orch_pace_slowdowns(pace4, 4, slow4);
+    XDC_ASSERT_NEAR(slow4[0], 0.010 / 0.031, 1e-12);
+    XDC_ASSERT_NEAR(slow4[1], 0.012 / 0.030, 1e-12);
+    XDC_ASSERT_NEAR(slow4[2], 0.050 / 0.011, 1e-12);
+    XDC_ASSERT(slow4[3] == 0);
+    double alone[1] = {0.02}, slow1[1];
+    orch_pace_slowdowns(alone, 1, slow1);
+    XDC_ASSERT(slow1[0] == 0); /* nobody to compare with */
 }

@@ -46,6 +46,7 @@ static const xdc_cfg_field top_fields[] = {
     RUN_FIELD("metrics_bind", XDC_CFG_STRING, metrics_bind, false, 0, 0),
     RUN_FIELD("dump_params", XDC_CFG_BOOL, dump_params, false, 0, 0),
     RUN_FIELD("replan_every", XDC_CFG_INT, replan_every, false, 0, 100000000),
+    RUN_FIELD("straggler_factor", XDC_CFG_DOUBLE, straggler_factor, false, 1.01, 1000),
 };
 
 static const xdc_cfg_field diloco_fields[] = {
@@ -105,6 +106,7 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     c->metrics_port = -1;
     snprintf(c->metrics_bind, sizeof c->metrics_bind, "127.0.0.1"); /* unauthenticated HTTP: this host only */
     c->replan_every = 50;
+    c->straggler_factor = 2.0;
     xdc_cfg_errors_init(errs, path);
     xdc_cfg_doc *doc;
     XDC_CHECK(xdc_cfg_load_file(path, &doc, errs));

@@ -460,7 +460,7 @@ static void worker_close(orch_worker *w)
 {
     /* Teardown order, and why:
      * 1. stop every sync: once xdc_sync_stop returns, the comm thread runs no job of it any more;
-     * 2. destroy the intra communicators and close the WAN peers: what a stopped round still has posted
+     * 2. destroy the intra communicators and close the WAN peers (the pipeline neighbours too): what a stopped round still has posted
      *    fails, and neither transport writes into a sync's buffers after that;
      * 3. destroy the syncs: they are the sync engine's clients (their jobs live in its queue, and a sync
      *    detaches from the engine when destroyed), so the engine must outlive them;
@@ -475,6 +475,10 @@ static void worker_close(orch_worker *w)
     xdc_intra_destroy(w->comm.pp);
     xdc_intra_destroy(w->comm.region_comm);
     for (int r = 0; w->comm.peers && r < w->id.n_regions; r++) xdc_wan_peer_close(w->comm.peers[r]);
+    /* With BYE, as every peer: left to the engine's destroy, the pipeline neighbours' streams would just
+     * end, and the other side would log each one as down ("unexpected eof"). */
+    xdc_wan_peer_close(w->comm.prev_peer);
+    xdc_wan_peer_close(w->comm.next_peer);
     if (w->mode) w->mode->destroy(w->mode_state); /* its syncs, then its buffers */
     xdc_sync_engine_destroy(w->comm.sync_eng);
     rdzv_client_destroy(w->comm.rdzv);
