@@ -8,8 +8,11 @@
 #include "orchestrator/worker/orch_worker.h"
 #include "wan/emu/xdc_wan_emu.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FAULTS_DATA "/usr/share/games/fortunes"
@@ -174,4 +177,57 @@ XDC_TEST(orch_pace_names_the_region_slower_than_the_others)
     double alone[1] = {0.02}, slow1[1];
     orch_pace_slowdowns(alone, 1, slow1);
     XDC_ASSERT(slow1[0] == 0); /* nobody to compare with */
+}
+
+/* `xdc wan-emu --netns` removes its namespaces however many stop signals arrive, also during the
+ * cleanup (a thread started before main blocked them used to take one and end the process there). */
+XDC_TEST_T(wan_emu_netns_cleanup_survives_repeated_signals, 60)
+{
+    if (geteuid() != 0) xdc_test_skip("netns mode needs root (CAP_NET_ADMIN)");
+    char prefix[32], log[600], cmd[256], out[4096];
+    snprintf(prefix, sizeof prefix, "xdcs%d", (int)getpid());
+    snprintf(log, sizeof log, "%s/wanemu.log", xdc_test_tmpdir());
+    pid_t p = fork();
+    if (p == 0) {
+        FILE *f = freopen(log, "w", stdout);
+        (void)f;
+        dup2(1, 2);
+        execl(xdc_test_bin(), xdc_test_bin(), "wan-emu", "--topology", FAULTS_TOPO, "--netns", prefix, (char *)NULL);
+        _exit(127);
+    }
+    XDC_ASSERT(p > 0);
+    int up = 0, status = 0;
+    pid_t done = 0;
+    for (int i = 0; i < 600 && !up && !done; i++) {
+        char *text = xdc_test_read_file(log, NULL);
+        up = text && strstr(text, "namespaces up");
+        if (!up && text && strstr(text, "unavailable")) {
+            free(text);
+            waitpid(p, &status, 0);
+            xdc_test_skip("netns mode unavailable here");
+        }
+        free(text);
+        if (!up) {
+            done = waitpid(p, &status, WNOHANG);
+            nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
+        }
+    }
+    XDC_ASSERT_MSG(up && !done, "wan-emu --netns did not come up (see %s)", log);
+    /* A signal on every poll until it is gone: some land while it removes the namespaces. */
+    for (int i = 0; i < 20000 && done == 0; i++) {
+        kill(p, SIGTERM);
+        done = waitpid(p, &status, WNOHANG);
+        if (!done) nanosleep(&(struct timespec){0, 1000000L}, NULL);
+    }
+    XDC_ASSERT_MSG(done == p, "wan-emu did not stop");
+    snprintf(cmd, sizeof cmd, "ip netns list | grep -c '^%s' || true", prefix);
+    xdc_test_run(cmd, out, sizeof out);
+    int left = atoi(out);
+    if (left) {
+        snprintf(cmd, sizeof cmd, "for n in $(ip netns list | awk '/^%s/ {print $1}'); do ip netns del $n; done",
+                 prefix);
+        xdc_test_run(cmd, out, sizeof out);
+    }
+    XDC_ASSERT_MSG(WIFEXITED(status), "wan-emu was ended by signal %d during its cleanup", WTERMSIG(status));
+    XDC_ASSERT_MSG(left == 0, "%d namespaces %s-* left behind", left, prefix);
 }

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,6 +250,19 @@ static int run_relays(const xdc_topology *t, const wanemu_opts *o, const sigset_
     return rc;
 }
 
+static pthread_t g_main_thread;
+
+/* A stop signal taken by a thread that does not block it (the OpenBLAS pool starts its threads when
+ * the library loads, before main can block anything) is handed to the main thread, which takes it in
+ * sigwait, or keeps it pending during the cleanup: without this handler its default action would end
+ * the process in the middle of removing the namespaces, and the next start would find them. */
+static void forward_stop_signal(int sig)
+{
+    int saved = errno;
+    pthread_kill(g_main_thread, sig);
+    errno = saved;
+}
+
 int xdc_cmd_wanemu(int argc, char **argv)
 {
     wanemu_opts o;
@@ -261,13 +275,21 @@ int xdc_cmd_wanemu(int argc, char **argv)
         xdc_cfg_errors_print(&errs, stderr);
         return XDC_EX_CONFIG;
     }
-    /* Signals are taken synchronously (sigwait below); emulator threads inherit the blocked mask, so
-     * Ctrl-C always reaches the cleanup. */
+    /* Signals are taken synchronously (sigwait below); emulator threads inherit the blocked mask, and
+     * threads started before it hand them on (forward_stop_signal), so Ctrl-C, or a second one during the
+     * cleanup, always reaches the cleanup and never cuts it short. */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    g_main_thread = pthread_self();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = forward_stop_signal;
+    sa.sa_mask = sigs; /* no nesting: one forward at a time per thread */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     if (o.netns_prefix) rc = run_netns(t, o.netns_prefix, o.check, o.seconds, o.duration, o.n_outages > 0, &sigs);
     else if (o.check) rc = run_check(t, o.seconds, NULL);
     else rc = run_relays(t, &o, &sigs);
