@@ -1,7 +1,8 @@
 /* test_orch.c — the runtime end to end on one machine: `xdc launch` with 2 emulated regions x 2 pipeline
  * stages, against a single-process reference of the same math (sync mode, codec none), run-to-run
- * determinism, a WAN outage mid-run, a worker killed with SIGKILL and resumed from its checkpoint, and
- * DiLoCo / streaming against sync on the tiny model. */
+ * determinism, WAN outages mid-run, a worker killed with SIGKILL and resumed from its checkpoint, a worker
+ * stopped with SIGSTOP (a timeout naming it), a read-only run folder, and DiLoCo / streaming against sync
+ * on the tiny model. */
 #include "tests/xdc_test.h"
 
 #include "common/xdc_alloc.h"
@@ -455,6 +456,17 @@ static pid_t start_launch(const char *run, const char *dir, const char *log)
     return p;
 }
 
+/* Send `sig` to the worker whose pid file is `pidfile`; returns its pid. */
+static pid_t signal_worker(const char *pidfile, int sig)
+{
+    char *pidtext = xdc_test_read_file(pidfile, NULL);
+    XDC_ASSERT_MSG(pidtext != NULL, "no pid file %s", pidfile);
+    pid_t pid = (pid_t)atoi(pidtext);
+    free(pidtext);
+    XDC_ASSERT(pid > 0 && kill(pid, sig) == 0);
+    return pid;
+}
+
 XDC_TEST_T(orch_killed_worker_is_named_and_resume_matches, 420)
 {
     need_corpus();
@@ -475,11 +487,7 @@ XDC_TEST_T(orch_killed_worker_is_named_and_resume_matches, 420)
         if (!seen) nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
     }
     XDC_ASSERT_MSG(seen, "no checkpoint of step 10 appeared");
-    char *pidtext = xdc_test_read_file(pidfile, NULL);
-    XDC_ASSERT(pidtext != NULL);
-    pid_t victim = (pid_t)atoi(pidtext);
-    free(pidtext);
-    XDC_ASSERT(victim > 0 && kill(victim, SIGKILL) == 0);
+    signal_worker(pidfile, SIGKILL);
     int status;
     XDC_ASSERT(waitpid(p, &status, 0) == p);
     XDC_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) != 0, "launch did not fail after a worker was killed");
@@ -526,11 +534,7 @@ XDC_TEST_T(orch_stopped_worker_is_a_timeout_naming_it, 120)
     pid_t p = start_launch(run, dir, log);
     XDC_ASSERT_MSG(wait_for_text(log, "step    10/", 2400), "the run never reached step 10");
     snprintf(pidfile, sizeof pidfile, "%s/pids/eu-west-1.pid", dir);
-    char *pidtext = xdc_test_read_file(pidfile, NULL);
-    XDC_ASSERT(pidtext != NULL);
-    pid_t victim = (pid_t)atoi(pidtext);
-    free(pidtext);
-    XDC_ASSERT(victim > 0 && kill(victim, SIGSTOP) == 0);
+    pid_t victim = signal_worker(pidfile, SIGSTOP);
     int status;
     XDC_ASSERT(waitpid(p, &status, 0) == p);
     kill(victim, SIGCONT); /* already killed by its agent, normally; never left stopped */
@@ -538,6 +542,7 @@ XDC_TEST_T(orch_stopped_worker_is_a_timeout_naming_it, 120)
     XDC_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 75, "launch ended with 0x%x, expected exit 75:\n%s",
                    status, text);
     XDC_ASSERT_STR_CONTAINS(text, "run failed: eu-west/west-node1:1 stopped answering");
+    XDC_ASSERT_STR_CONTAINS(text, "its connection silent for "); /* the store's line tells it from the blocked */
     XDC_ASSERT_STR_CONTAINS(text, "gave up waiting");
     free(text);
     /* Its peer in us-east said whom it was waiting for, and for how long, while it waited. */
@@ -780,4 +785,24 @@ XDC_TEST_T(orch_coordinator_runs_agents_started_elsewhere, 240)
     XDC_ASSERT(strstr(text, "params_xxh64=0 ") == NULL);
     free(text);
     free(coord);
+}
+
+/* A run folder on a read-only file system (a tmpfs mounted read-only in a mount namespace of its own)
+ * fails at once with EROFS and the folder named, exit 74, not with ENOENT for a certificate later. */
+XDC_TEST_T(orch_read_only_run_dir_reports_erofs, 60)
+{
+    need_corpus();
+    const char *run = write_run("ro", "sync", 2, "none", NULL);
+    char ro[600], cmd[3000], out[8192];
+    snprintf(ro, sizeof ro, "%s/ro", xdc_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && unshare -m true 2>/dev/null", ro);
+    if (xdc_test_run(cmd, out, sizeof out) != 0) xdc_test_skip("no mount namespaces here (unshare -m needs root)");
+    snprintf(cmd, sizeof cmd,
+             "unshare -m sh -c 'mount -t tmpfs -o ro tmpfs %s && exec timeout 30 %s launch -t %s -c %s --run-dir "
+             "%s/run'",
+             ro, xdc_test_bin(), TOPO, run, ro);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 74, "launch exited %d, expected 74 (EX_IOERR):\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "Read-only file system");
+    XDC_ASSERT_STR_CONTAINS(out, "/ro/run");
 }

@@ -25,6 +25,7 @@
 #define RDZV_POLL_MS      100   /* a parked wait rechecks its connection and the stop flag this often */
 #define RDZV_REPLY_MS     30000 /* a member must take its reply within this */
 #define RDZV_WHO_MAX      (RDZV_MEMBER_MAX + 96)
+#define RDZV_SILENT_S     1.0 /* a member's line says how long its connection was silent beyond this */
 
 typedef struct {
     char key[RDZV_KEY_MAX];
@@ -295,12 +296,27 @@ static int may_write(const rdzv_server *s, int i, const char *key)
     return 0;
 }
 
+/* Seconds the member's connection has carried nothing (keepalives included), 0 without one. A member
+ * blocked behind another answers keepalives; the one they all wait for, stopped or hung, does not. */
+static double conn_silence(const member *m)
+{
+    if (!m->conn) return 0;
+    xdc_wan_stats st;
+    xdc_wan_peer_stats(m->conn->peer, &st);
+    return st.silent_seconds;
+}
+
 static void describe_member(const rdzv_server *s, const member *m, uint64_t now, char *out, size_t cap)
 {
-    if (!m->joined) snprintf(out, cap, "%s (never joined; waited %.1f s)", m->name, (double)(now - s->start_ns) / 1e9);
-    else
-        snprintf(out, cap, "%s (last heard %.1f s ago: %s)", m->name, (double)(now - m->last_ns) / 1e9,
-                 m->status[0] ? m->status : "joined");
+    if (!m->joined) {
+        snprintf(out, cap, "%s (never joined; waited %.1f s)", m->name, (double)(now - s->start_ns) / 1e9);
+        return;
+    }
+    double silent = conn_silence(m);
+    char quiet[64] = "";
+    if (silent > RDZV_SILENT_S) snprintf(quiet, sizeof quiet, "; its connection silent for %.1f s", silent);
+    snprintf(out, cap, "%s (last heard %.1f s ago: %s%s)", m->name, (double)(now - m->last_ns) / 1e9,
+             m->status[0] ? m->status : "joined", quiet);
 }
 
 static int arrived(const barrier *b, int i)
@@ -824,11 +840,7 @@ int rdzv_server_member(rdzv_server *s, int i, rdzv_member_state *out)
     snprintf(out->name, sizeof out->name, "%s", m->name);
     out->joined = m->joined;
     out->connected = m->conn != NULL;
-    if (m->conn) {
-        xdc_wan_stats st;
-        xdc_wan_peer_stats(m->conn->peer, &st);
-        out->silent_s = st.silent_seconds;
-    }
+    out->silent_s = conn_silence(m);
     describe_member(s, m, xdc_now_ns(), out->detail, sizeof out->detail);
     pthread_mutex_unlock(&s->mu);
     return 0;
