@@ -2,6 +2,7 @@
  * reports, agent notes and connection silence; the outage schedule of the emulator's relays; folders
  * that cannot be made report their errno; region pace; the netns emulator's cleanup under signals. */
 #include "tests/xdc_test.h"
+#include "tests/test_wan_util.h"
 
 #include "orchestrator/control/orch_failure.h"
 #include "orchestrator/control/orch_run_config.h"
@@ -205,4 +206,28 @@ XDC_TEST_T(wan_emu_netns_cleanup_survives_repeated_signals, 60)
     }
     XDC_ASSERT_MSG(WIFEXITED(status), "wan-emu was ended by signal %d during its cleanup", WTERMSIG(status));
     XDC_ASSERT_MSG(left == 0, "%d namespaces %s-* left behind", left, prefix);
+}
+
+/* The wait loop of the sync and the rendezvous: its own timeout (XDC_ERR_AGAIN, the request still
+ * posted, waited on again) is told apart from a request the peer's deadline failed (XDC_ERR_TIMEOUT,
+ * released: waiting on it again was the exit-64 bug, and another thread may hold it by then). */
+XDC_TEST(wan_wait_tells_its_own_timeout_from_a_failed_request)
+{
+    wan_test_pair tp;
+    wan_test_pair_open(&tp, 2, 400, NULL, NULL);
+    uint8_t rx[64];
+    xdc_wan_request *r;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_wan_irecv(tp.cli, XDC_WAN_BULK, rx, sizeof rx, &r));
+    XDC_ASSERT_ERR(xdc_wan_wait(r, 20, NULL, NULL, &d), XDC_ERR_AGAIN); /* nothing sent: still pending */
+    XDC_ASSERT_ERR(xdc_wan_wait(r, 20, NULL, NULL, &d), XDC_ERR_AGAIN); /* and still valid */
+    xdc_wan_engine_destroy(tp.srv_eng); /* the peer goes away: its deadline fails the receive */
+    tp.srv_eng = NULL;
+    xdc_err_t rc;
+    int polls = 0;
+    while ((rc = xdc_wan_wait(r, 50, NULL, NULL, &d)) == XDC_ERR_AGAIN && polls < 400) polls++;
+    XDC_ASSERT_ERR(rc, XDC_ERR_TIMEOUT);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "peer us/0");
+    XDC_ASSERT_ERR(xdc_wan_wait(r, 20, NULL, NULL, &d), XDC_ERR_INVALID); /* released with its result */
+    wan_test_pair_close(&tp);
 }
