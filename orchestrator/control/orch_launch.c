@@ -238,7 +238,7 @@ static xdc_err_t start_agents(launch *L, xdc_diag *diag)
     return XDC_OK;
 }
 
-/* The note agent `a` (region r, node n) left in the run folder, into out[cap] ("" when none). */
+/* The note the agent of region r, node n left in the run folder, into out[cap] ("" when none). */
 static void read_note(const launch *L, int r, int n, char *out, size_t cap)
 {
     char path[1024];
@@ -256,7 +256,8 @@ static void read_note(const launch *L, int r, int n, char *out, size_t cap)
 static xdc_err_t blame(launch *L, int agent, char *why, size_t cap)
 {
     xdc_err_t err = XDC_OK;
-    int total = xdc_topology_total_workers(L->t), n_agents = L->agents.n;
+    int total = xdc_topology_total_workers(L->t), n_agents = 0; /* one per node, ours or (coordinator) not */
+    for (int r = 0; r < L->t->n_regions; r++) n_agents += L->t->regions[r].n_hosts;
     orch_failure_member *m = xdc_calloc((size_t)total, sizeof *m);
     rdzv_member_state *st = xdc_calloc((size_t)total, sizeof *st);
     char(*report)[RDZV_VALUE_MAX] = xdc_calloc((size_t)total, sizeof *report);
@@ -267,8 +268,7 @@ static xdc_err_t blame(launch *L, int agent, char *why, size_t cap)
         goto done;
     }
     for (int r = 0, a = 0; r < L->t->n_regions; r++)
-        for (int k = 0; k < L->t->regions[r].n_hosts && a < n_agents; k++, a++)
-            read_note(L, r, k, note[a], sizeof note[a]);
+        for (int k = 0; k < L->t->regions[r].n_hosts; k++, a++) read_note(L, r, k, note[a], sizeof note[a]);
     for (int i = 0; i < total; i++) {
         rdzv_server_member(L->rdzv, i, &st[i]);
         char key[RDZV_KEY_MAX];

@@ -429,7 +429,7 @@ static void stats_value(orch_worker *w, char *val, size_t cap)
              w->prog.t_step, w->prog.t_compute, w->prog.t_intra, w->prog.t_wan_exposed, (long long)w->prog.step);
 }
 
-/* Region r's compute seconds and step from its stats value; 0 when it posted none (yet). */
+/* Region r's (the same rank's) cumulative compute seconds and steps: 1, or 0 when it posted none yet. */
 static int region_times(orch_worker *w, int r, double *comp, int64_t *step, xdc_diag *diag)
 {
     char key[64], val[512];
@@ -441,9 +441,11 @@ static int region_times(orch_worker *w, int r, double *comp, int64_t *step, xdc_
     unsigned long long tx, raw;
     double t_step, t_intra, t_wan;
     long long st;
-    return rdzv_try_get(w->comm.rdzv, key, val, sizeof val, diag) == XDC_OK &&
-           sscanf(val, "%llu %llu %lf %lf %lf %lf %lld", &tx, &raw, &t_step, comp, &t_intra, &t_wan, &st) == 7 &&
-           (*step = st, 1);
+    if (rdzv_try_get(w->comm.rdzv, key, val, sizeof val, diag) != XDC_OK ||
+        sscanf(val, "%llu %llu %lf %lf %lf %lf %lld", &tx, &raw, &t_step, comp, &t_intra, &t_wan, &st) != 7)
+        return 0;
+    *step = st;
+    return 1;
 }
 
 /* Stragglers. Each worker posts its stats, then reads the same rank's of every other region (without
