@@ -490,7 +490,10 @@ XDC_TEST_T(orch_killed_worker_is_named_and_resume_matches, 420)
     signal_worker(pidfile, SIGKILL);
     int status;
     XDC_ASSERT(waitpid(p, &status, 0) == p);
-    XDC_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) != 0, "launch did not fail after a worker was killed");
+    XDC_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 69,
+                   "launch ended with 0x%x after a worker was killed, "
+                   "expected exit 69 (a member is gone)",
+                   status);
     char *text = xdc_test_read_file(log, NULL);
     XDC_ASSERT_STR_CONTAINS(text, "run failed: worker eu-west/west-node1:1");
     XDC_ASSERT_STR_CONTAINS(text, "killed by signal 9");

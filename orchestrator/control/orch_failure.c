@@ -67,8 +67,7 @@ int orch_failure_blame(const orch_failure_member *m, int n, double silent_limit_
     for (int i = 0; i < n; i++)
         if (!m[i].report && m[i].note) {
             snprintf(why, cap, "%s", m[i].note);
-            *err = XDC_ERR_PEER_LOST;
-            return i;
+            return i; /* *err stays XDC_OK: its agent ends with the worker's own status */
         }
     int stalled = -1, lost = -1;
     for (int i = 0; i < n; i++) {

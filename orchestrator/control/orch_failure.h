@@ -33,8 +33,9 @@ typedef struct orch_failure_member {
  * report whose connection has been silent longest, beyond silent_limit_s (stopped, hung); one that
  * wrote no report and lost its connection; the first that gave up waiting. *err: what the run ends
  * with — the blamed report's error, XDC_ERR_TIMEOUT for a silent member (it may come back: a temporary
- * failure), XDC_ERR_PEER_LOST for one that is gone. -1 when no member is known to have failed (why is
- * then "", *err XDC_OK). */
+ * failure), XDC_ERR_PEER_LOST for one whose connection is gone, XDC_OK for a worker its agent saw end
+ * (the agent's exit status, which is the worker's, says it best). -1 when no member is known to have
+ * failed (why is then "", *err XDC_OK). */
 int orch_failure_blame(const orch_failure_member *m, int n, double silent_limit_s, char *why, size_t cap,
                        xdc_err_t *err);
 

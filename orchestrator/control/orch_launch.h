@@ -32,9 +32,10 @@ void orch_launch_opts_default(orch_launch_opts *o, int coordinator);
 /* Run to the end. XDC_OK after a successful run (its summary printed); XDC_ERR_CONFIG for the topology
  * or run file (errors printed to stderr); a planner or set-up error with diag saying which step;
  * XDC_ERR_UNAVAILABLE when members never joined; when a member failed, the error of the member blamed
- * for it (orch_failure.h: its own error, XDC_ERR_TIMEOUT when it stopped answering, XDC_ERR_PEER_LOST
- * when it died) with *agent_exit 0, or with no member to blame XDC_ERR_PEER_LOST and *agent_exit the
- * failed agent's exit status (0 when a signal ended it) (the coordinator: XDC_ERR_UNAVAILABLE);
+ * for it (orch_failure.h: its own report's error, XDC_ERR_TIMEOUT when it stopped answering) with
+ * *agent_exit 0, or, for a worker its agent saw end and with nobody to blame, XDC_ERR_PEER_LOST and
+ * *agent_exit the failed agent's exit status (0 when a signal ended it) (the coordinator:
+ * XDC_ERR_UNAVAILABLE);
  * XDC_ERR_INTERRUPTED after SIGINT/SIGTERM. Failures are reported on stderr as they happen. */
 xdc_err_t orch_launch_run(const orch_launch_opts *o, int *agent_exit, xdc_diag *diag);
 
