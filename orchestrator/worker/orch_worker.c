@@ -460,8 +460,8 @@ static void worker_close(orch_worker *w)
 {
     /* Teardown order, and why:
      * 1. stop every sync: once xdc_sync_stop returns, the comm thread runs no job of it any more;
-     * 2. destroy the intra communicators and close the WAN peers (the pipeline neighbours too): what a stopped round still has posted
-     *    fails, and neither transport writes into a sync's buffers after that;
+     * 2. destroy the intra communicators and close the WAN peers (the pipeline neighbours too): what a
+     *    stopped round still has posted fails, and neither transport writes into a sync's buffers after that;
      * 3. destroy the syncs: they are the sync engine's clients (their jobs live in its queue, and a sync
      *    detaches from the engine when destroyed), so the engine must outlive them;
      * 4. destroy the sync engine: this joins the comm thread, whose jobs call into the WAN engine, so it
