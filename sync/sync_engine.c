@@ -78,7 +78,15 @@ struct xdc_sync {
     xdc_diag diag;
     xdc_sync_stats st;  /* under eng->mu */
     xdc_sync_stats rst; /* this round's, comm thread only; merged into st when the round ends */
+    /* Comm thread only: seconds its waits for each region's shards and acknowledgements took, this
+     * round's and the last SYNC_HISTORY rounds' (a ring), for a long wait's log line. */
+    double *round_wait; /* (n_regions) */
+    double *waited;     /* (SYNC_HISTORY, n_regions) */
+    int rounds;         /* rounds completed */
 };
+
+#define SYNC_HISTORY 4    /* rounds of wait times kept per region */
+#define SYNC_NAG_MS  5000 /* a wait for a region logs who and since when this often */
 
 static double secs_since(uint64_t t0) { return (double)(xdc_now_ns() - t0) / 1e9; }
 
@@ -111,20 +119,43 @@ static xdc_err_t intra_wait(xdc_sync *s, xdc_err_t rc, xdc_intra_req *req, xdc_d
 /* Where bucket k's padded (dp_size, shard) data lives for the collectives. */
 static float *padded(xdc_sync *s, bucket *k) { return k->plen == k->len ? s->buf + k->lo : s->pad; }
 
-/* Wait for a WAN request without a total deadline: the engine fails it when the peer has been silent
- * for its liveness deadline, so a slow but live peer (another region still computing, a DiLoCo region
- * H steps behind) is waited for. Gives up with XDC_ERR_CLOSED when the sync is being stopped. */
-static xdc_err_t wan_wait(xdc_sync *s, xdc_wan_request **req, size_t *len, uint8_t *codec, xdc_diag *diag)
+/* A wait for region r has lasted `secs`: say who, since when, and how long its last rounds kept us. */
+static void nag(const xdc_sync *s, const bucket *k, int r, double secs)
 {
+    const xdc_wan_identity *id = xdc_wan_peer_identity(s->cfg.peers[r]);
+    char hist[160] = "";
+    int n = s->rounds < SYNC_HISTORY ? s->rounds : SYNC_HISTORY;
+    size_t len = 0;
+    for (int i = 1; i <= n && len < sizeof hist; i++) /* newest first */
+        len += (size_t)snprintf(hist + len, sizeof hist - len, "%s%.3f", i > 1 ? ", " : "",
+                                s->waited[((s->rounds - i) % SYNC_HISTORY) * s->cfg.n_regions + r]);
+    XDC_WARN(XDC_SUB_ORCH, "%s bucket at %zu, round %d: waiting for %s/%d for %.1f s; %s%s%s", s->cfg.name, k->lo,
+             s->rounds + 1, id->region, id->rank, secs, n ? "its last rounds kept us waiting " : "no earlier round",
+             hist, n ? " s" : "");
+}
+
+/* Wait for a WAN request to or from region r without a total deadline: the engine fails it when the
+ * peer has been silent for its liveness deadline, so a slow but live peer (another region still
+ * computing, a DiLoCo region H steps behind) is waited for, and named every SYNC_NAG_MS. Gives up with
+ * XDC_ERR_CLOSED when the sync is being stopped. */
+static xdc_err_t wan_wait(xdc_sync *s, const bucket *k, int r, xdc_wan_request **req, size_t *len, uint8_t *codec,
+                          xdc_diag *diag)
+{
+    uint64_t t0 = xdc_now_ns(), next_nag = t0 + SYNC_NAG_MS * XDC_NS_PER_MS;
     for (;;) {
         xdc_err_t rc = xdc_wan_wait(*req, 200, len, codec, diag);
-        if (rc != XDC_ERR_TIMEOUT) {
-            *req = NULL; /* completed or failed: the engine released it */
+        if (rc != XDC_ERR_AGAIN) {
+            *req = NULL; /* completed or failed (a silent peer: TIMEOUT): the engine released it */
+            s->round_wait[r] += secs_since(t0);
             return rc;
         }
         if (stopping(s)) {
             xdc_diag_set(diag, "sync stopped");
             return XDC_ERR_CLOSED; /* the request stays with the engine, which fails it when destroyed */
+        }
+        if (xdc_now_ns() >= next_nag) {
+            nag(s, k, r, secs_since(t0));
+            next_nag += SYNC_NAG_MS * XDC_NS_PER_MS;
         }
     }
 }
@@ -134,7 +165,7 @@ static xdc_err_t wait_sends(xdc_sync *s, bucket *k, xdc_diag *diag)
 {
     for (int r = 0; r < s->cfg.n_regions; r++) {
         if (!k->sreq[r]) continue;
-        xdc_err_t rc = wan_wait(s, &k->sreq[r], NULL, NULL, diag);
+        xdc_err_t rc = wan_wait(s, k, r, &k->sreq[r], NULL, NULL, diag);
         if (rc != XDC_OK) {
             xdc_diag_prefix(diag, "%s bucket at %zu: send to region %d", s->cfg.name, k->lo, r);
             return rc;
@@ -212,7 +243,7 @@ static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
         for (int r = 0; r < s->cfg.n_regions; r++) {
             if (r == s->cfg.my_region) continue;
             uint8_t codec = 0;
-            xdc_err_t rc = wan_wait(s, &k->rreq[r], &rx_len[r], &codec, diag);
+            xdc_err_t rc = wan_wait(s, k, r, &k->rreq[r], &rx_len[r], &codec, diag);
             if (rc == XDC_OK && codec != (uint8_t)s->cfg.codec.kind) {
                 xdc_diag_set(diag, "region %d sent codec %u, this run uses %u", r, codec, (unsigned)s->cfg.codec.kind);
                 rc = XDC_ERR_PROTO;
@@ -370,8 +401,14 @@ static void *engine_main(void *arg)
         pthread_mutex_unlock(&e->mu);
         xdc_diag d = {{0}};
         memset(&s->rst, 0, sizeof s->rst);
+        memset(s->round_wait, 0, (size_t)s->cfg.n_regions * sizeof *s->round_wait);
         xdc_err_t rc = s->dev->set_stream(s->stream); /* the codec's work queues on the sync's comm stream */
         if (rc == XDC_OK) rc = j->kind == JOB_ROUND ? run_round(s, &d) : switch_codec(s, j->codec, &d);
+        if (rc == XDC_OK && j->kind == JOB_ROUND) { /* into the history ring */
+            memcpy(s->waited + (s->rounds % SYNC_HISTORY) * s->cfg.n_regions, s->round_wait,
+                   (size_t)s->cfg.n_regions * sizeof *s->round_wait);
+            s->rounds++;
+        }
         if (rc != XDC_OK && !d.msg[0]) (void)s->dev->stream_error(s->stream, &d);
         (void)s->dev->set_stream(NULL);
         pthread_mutex_lock(&e->mu);
@@ -481,8 +518,10 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
     size_t bsz = (cfg->bucket_elems + (size_t)s->dp_size - 1) / (size_t)s->dp_size * (size_t)s->dp_size;
     s->n_buckets = (int)((cfg->n_elems + bsz - 1) / bsz);
     s->b = xdc_calloc((size_t)s->n_buckets, sizeof *s->b);
+    s->round_wait = xdc_calloc((size_t)cfg->n_regions, sizeof *s->round_wait);
+    s->waited = xdc_calloc((size_t)SYNC_HISTORY * (size_t)cfg->n_regions, sizeof *s->waited);
     const xdc_device_ops *dev = s->dev;
-    xdc_err_t rc = s->b ? XDC_OK : XDC_ERR_NOMEM;
+    xdc_err_t rc = s->b && s->round_wait && s->waited ? XDC_OK : XDC_ERR_NOMEM;
     if (rc == XDC_OK) rc = dev->stream_create(&s->stream);
     if (rc == XDC_OK) rc = dev->event_create(&s->done_ev);
     if (rc == XDC_OK && s->dp_size > 1) rc = dev->mem_alloc((void **)&s->pad, bsz * sizeof(float)); /* replicas pad */
@@ -550,8 +589,8 @@ static int drain(xdc_wan_request **req, uint64_t deadline_ns)
         uint64_t now = xdc_now_ns();
         if (now >= deadline_ns) return 0;
         xdc_diag ignore;
-        if (xdc_wan_wait(*req, (int64_t)((deadline_ns - now) / 1000000) + 1, NULL, NULL, &ignore) != XDC_ERR_TIMEOUT)
-            *req = NULL;
+        if (xdc_wan_wait(*req, (int64_t)((deadline_ns - now) / 1000000) + 1, NULL, NULL, &ignore) != XDC_ERR_AGAIN)
+            *req = NULL; /* released, whatever its result */
     }
     return 1;
 }
@@ -586,6 +625,8 @@ void xdc_sync_destroy(xdc_sync *s)
         XDC_WARN(XDC_SUB_ORCH, "sync %s: %d buckets still posted with the WAN engine; their wire buffers are kept",
                  s->cfg.name, leaked);
     xdc_free(s->b);
+    xdc_free(s->round_wait);
+    xdc_free(s->waited);
     if (s->dev) {
         s->dev->stream_destroy(s->stream); /* waits for what the comm thread queued on it */
         s->dev->event_destroy(s->done_ev);

@@ -114,7 +114,7 @@ static xdc_err_t raw_call(xdc_wan_peer *p, const void *msg, size_t len, char *re
     if (rc != XDC_OK) return rc;
     rc = raw_send(p, msg, len);
     xdc_err_t got = xdc_wan_wait(r, 10000, &n, NULL, &d);
-    if (got == XDC_ERR_TIMEOUT) xdc_wan_request_cancel(r);
+    if (got == XDC_ERR_AGAIN) xdc_wan_request_cancel(r); /* still posted: give it up */
     if (got == XDC_OK) reply[n] = '\0';
     return got != XDC_OK ? got : rc;
 }

@@ -1,7 +1,8 @@
 /* test_orch.c — the runtime end to end on one machine: `xdc launch` with 2 emulated regions x 2 pipeline
  * stages, against a single-process reference of the same math (sync mode, codec none), run-to-run
- * determinism, a WAN outage mid-run, a worker killed with SIGKILL and resumed from its checkpoint, and
- * DiLoCo / streaming against sync on the tiny model. */
+ * determinism, WAN outages mid-run, a worker killed with SIGKILL and resumed from its checkpoint, a worker
+ * stopped with SIGSTOP (a timeout naming it), a read-only run folder, and DiLoCo / streaming against sync
+ * on the tiny model. */
 #include "tests/xdc_test.h"
 
 #include "common/xdc_alloc.h"
@@ -220,6 +221,26 @@ static void expect_params_match(const char *dir, int P, xdc_gpt_stage **st)
     XDC_ASSERT_MSG(max_diff <= 1e-6, "parameters differ from the single-process reference by %.3g", max_diff);
 }
 
+/* A clean finish logs no stream going down, on any rank or in the launcher (a stream that just ends
+ * without BYE reads as "TLS error 1: unexpected eof while reading" on the other side). */
+static void expect_quiet_finish(const char *dir, const char *out)
+{
+    XDC_ASSERT_MSG(!strstr(out, " down: "), "the launcher logged a stream down in a clean run:\n%s", out);
+    char logs[700], path[1000];
+    snprintf(logs, sizeof logs, "%s/logs", dir);
+    DIR *d = opendir(logs);
+    XDC_ASSERT_MSG(d != NULL, "no logs in %s", logs);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strstr(e->d_name, ".log")) continue;
+        snprintf(path, sizeof path, "%s/%s", logs, e->d_name);
+        char *text = xdc_test_read_file(path, NULL);
+        const char *down = text ? strstr(text, " down: ") : NULL;
+        XDC_ASSERT_MSG(!down, "%s logged a stream down in a clean run: %.200s", path, down);
+        free(text);
+    }
+    closedir(d);
+}
+
 /* Launch `run` on `topo` (it must dump its parameters), then check them against the serial reference
  * of R regions x D replicas x P stages, 2 microbatches per step. Returns the launch output. */
 static void match_reference(const char *run, const char *topo, int steps, int R, int D, int P, char *out, size_t cap)
@@ -229,6 +250,7 @@ static void match_reference(const char *run, const char *topo, int steps, int R,
     snprintf(cmd, sizeof cmd, "timeout 240 %s launch -t %s -c %s --run-dir %s", xdc_test_bin(), topo, run, dir);
     int rc = xdc_test_run(cmd, out, cap);
     XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
+    expect_quiet_finish(dir, out);
     xdc_gpt_stage *st[4];
     reference_run(steps, 2, R, D, P, st);
     expect_params_match(dir, P, st);
@@ -416,19 +438,23 @@ XDC_TEST_T(orch_metrics_snapshot_passes_promtool, 120)
 XDC_TEST_T(orch_wan_outage_mid_run_loses_nothing, 300)
 {
     need_corpus();
-    const char *run = write_run("outage", "sync", 30, "none", "metrics_port: 0\n");
+    const char *run = write_run("outage", "sync", 40, "none", "metrics_port: 0\n");
     char dir[600], out[65536], h1[64], h2[64];
     launch_hash(run, "plain", NULL, out, sizeof out, dir, sizeof dir, h1);
-    launch_hash(run, "cut", "--outage 3s@1s", out, sizeof out, dir, sizeof dir, h2);
-    XDC_ASSERT_MSG(strcmp(h1, h2) == 0, "an outage changed the result: %s vs %s", h1, h2);
-    /* The same hash could come from an outage that missed the run: the counters show that every worker's
-     * streams were cut and came back, and that frames in flight at the cut were sent again. */
+    /* Two outages, one flag each: the second adds to the schedule, it does not replace the first. */
+    launch_hash(run, "cut", "--outage 2s@1s --outage 2s@5s", out, sizeof out, dir, sizeof dir, h2);
+    XDC_ASSERT_MSG(strcmp(h1, h2) == 0, "outages changed the result: %s vs %s", h1, h2);
+    /* The same hash could come from outages that missed the run: the counters show that every worker's
+     * streams were cut and came back after each, and that frames in flight at a cut were sent again. */
     double least;
     int n;
     double reconnects = sum_counter(dir, "xdc_wan_reconnects_total", &least, &n);
-    XDC_ASSERT_MSG(n == 4 && least >= 1, "reconnects: %d series, least %g (total %g)", n, least, reconnects);
+    XDC_ASSERT_MSG(n == 4 && least >= 2, "reconnects: %d series, least %g (total %g)", n, least, reconnects);
     double resent = sum_counter(dir, "xdc_wan_retransmit_frames_total", &least, &n);
     XDC_ASSERT_MSG(n == 4 && resent >= 1, "no frame was resent after the outage (%d series)", n);
+    /* Every worker compared both regions' pace (stragglers): one series per region, each known. */
+    sum_counter(dir, "xdc_region_slowdown_ratio", &least, &n);
+    XDC_ASSERT_MSG(n == 8 && least > 0, "region slowdown: %d series, least %g", n, least);
 }
 
 static pid_t start_launch(const char *run, const char *dir, const char *log)
@@ -442,6 +468,17 @@ static pid_t start_launch(const char *run, const char *dir, const char *log)
         _exit(127);
     }
     return p;
+}
+
+/* Send `sig` to the worker whose pid file is `pidfile`; returns its pid. */
+static pid_t signal_worker(const char *pidfile, int sig)
+{
+    char *pidtext = xdc_test_read_file(pidfile, NULL);
+    XDC_ASSERT_MSG(pidtext != NULL, "no pid file %s", pidfile);
+    pid_t pid = (pid_t)atoi(pidtext);
+    free(pidtext);
+    XDC_ASSERT(pid > 0 && kill(pid, sig) == 0);
+    return pid;
 }
 
 XDC_TEST_T(orch_killed_worker_is_named_and_resume_matches, 420)
@@ -464,19 +501,21 @@ XDC_TEST_T(orch_killed_worker_is_named_and_resume_matches, 420)
         if (!seen) nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
     }
     XDC_ASSERT_MSG(seen, "no checkpoint of step 10 appeared");
-    char *pidtext = xdc_test_read_file(pidfile, NULL);
-    XDC_ASSERT(pidtext != NULL);
-    pid_t victim = (pid_t)atoi(pidtext);
-    free(pidtext);
-    XDC_ASSERT(victim > 0 && kill(victim, SIGKILL) == 0);
+    signal_worker(pidfile, SIGKILL);
     int status;
     XDC_ASSERT(waitpid(p, &status, 0) == p);
-    XDC_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) != 0, "launch did not fail after a worker was killed");
+    XDC_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 69,
+                   "launch ended with 0x%x after a worker was killed, "
+                   "expected exit 69 (a member is gone)",
+                   status);
     char *text = xdc_test_read_file(log, NULL);
     XDC_ASSERT_STR_CONTAINS(text, "run failed: worker eu-west/west-node1:1");
     XDC_ASSERT_STR_CONTAINS(text, "killed by signal 9");
     free(text);
 
+    char note[800];
+    snprintf(note, sizeof note, "%s/failed-eu-west-0", dir);
+    XDC_ASSERT_MSG(access(note, R_OK) == 0, "the agent left no failure note at %s", note);
     int rc = launch(run, dir, "--resume", out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "resume exited %d:\n%s", rc, out);
     final_field(out, "params_xxh64=", got, sizeof got);
@@ -485,6 +524,55 @@ XDC_TEST_T(orch_killed_worker_is_named_and_resume_matches, 420)
     char kept[900];
     snprintf(kept, sizeof kept, "%s/steps/us-east-0.tsv.1", dir);
     XDC_ASSERT_MSG(access(kept, R_OK) == 0, "the step log before the resume was not kept as %s", kept);
+    /* The earlier attempt's note is not this attempt's: the agent removed it when it started. */
+    XDC_ASSERT_MSG(access(note, F_OK) != 0, "the earlier attempt's note %s is still there after --resume", note);
+}
+
+/* Wait (bounded) until `needle` appears in file `path`; 1 when it did. */
+static int wait_for_text(const char *path, const char *needle, int tries)
+{
+    for (int i = 0; i < tries; i++) {
+        char *text = xdc_test_read_file(path, NULL);
+        int seen = text && strstr(text, needle);
+        free(text);
+        if (seen) return 1;
+        nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
+    }
+    return 0;
+}
+
+/* A worker stopped with SIGSTOP mid-run: its peers' waits run into the operation deadline. The run is a
+ * temporary failure (exit 75, not 64 as when a wait went on with a request already released), and the
+ * final line names the stopped member, not the first member that gave up waiting for it. */
+XDC_TEST_T(orch_stopped_worker_is_a_timeout_naming_it, 120)
+{
+    need_corpus();
+    /* The operation deadline outlasts the sync's first "waiting for" line (5 s). */
+    const char *run = write_run("stopped", "sync", 2000, "none", "timeouts: {rendezvous: 30s, operation: 8s}\n");
+    char dir[600], log[700], pidfile[800];
+    snprintf(dir, sizeof dir, "%s/stopped", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/stopped.log", xdc_test_tmpdir());
+    pid_t p = start_launch(run, dir, log);
+    XDC_ASSERT_MSG(wait_for_text(log, "step    10/", 2400), "the run never reached step 10");
+    snprintf(pidfile, sizeof pidfile, "%s/pids/eu-west-1.pid", dir);
+    pid_t victim = signal_worker(pidfile, SIGSTOP);
+    int status;
+    XDC_ASSERT(waitpid(p, &status, 0) == p);
+    kill(victim, SIGCONT); /* already killed by its agent, normally; never left stopped */
+    char *text = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 75, "launch ended with 0x%x, expected exit 75:\n%s",
+                   status, text);
+    XDC_ASSERT_STR_CONTAINS(text, "run failed: eu-west/west-node1:1 stopped answering");
+    XDC_ASSERT_STR_CONTAINS(text, "its connection silent for "); /* the store's line tells it from the blocked */
+    XDC_ASSERT_STR_CONTAINS(text, "gave up waiting");
+    free(text);
+    /* Its peer in us-east said whom it was waiting for, and for how long, while it waited. */
+    char plog[800];
+    snprintf(plog, sizeof plog, "%s/logs/us-east-east-node1-1.log", dir);
+    text = xdc_test_read_file(plog, NULL);
+    XDC_ASSERT_STR_CONTAINS(text, "waiting for eu-west/1 for ");
+    XDC_ASSERT_STR_CONTAINS(text, "its last rounds kept us waiting ");
+    free(text);
 }
 
 XDC_TEST_T(orch_diloco_and_streaming_near_sync, 400)
@@ -718,4 +806,24 @@ XDC_TEST_T(orch_coordinator_runs_agents_started_elsewhere, 240)
     XDC_ASSERT(strstr(text, "params_xxh64=0 ") == NULL);
     free(text);
     free(coord);
+}
+
+/* A run folder on a read-only file system (a tmpfs mounted read-only in a mount namespace of its own)
+ * fails at once with EROFS and the folder named, exit 74, not with ENOENT for a certificate later. */
+XDC_TEST_T(orch_read_only_run_dir_reports_erofs, 60)
+{
+    need_corpus();
+    const char *run = write_run("ro", "sync", 2, "none", NULL);
+    char ro[600], cmd[3000], out[8192];
+    snprintf(ro, sizeof ro, "%s/ro", xdc_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && unshare -m true 2>/dev/null", ro);
+    if (xdc_test_run(cmd, out, sizeof out) != 0) xdc_test_skip("no mount namespaces here (unshare -m needs root)");
+    snprintf(cmd, sizeof cmd,
+             "unshare -m sh -c 'mount -t tmpfs -o ro tmpfs %s && exec timeout 30 %s launch -t %s -c %s --run-dir "
+             "%s/run'",
+             ro, xdc_test_bin(), TOPO, run, ro);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 74, "launch exited %d, expected 74 (EX_IOERR):\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "Read-only file system");
+    XDC_ASSERT_STR_CONTAINS(out, "/ro/run");
 }

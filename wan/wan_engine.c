@@ -997,6 +997,7 @@ void xdc_wan_peer_stats(xdc_wan_peer *p, xdc_wan_stats *out)
     uint64_t now = xdc_now_ns(), busy = p->tx_busy_ns + (p->tx_since_ns ? now - p->tx_since_ns : 0);
     if (busy) out->goodput_gbps = (double)p->st.tx_payload_bytes * 8.0 / (double)busy;
     out->rx_busy_seconds = (double)(p->rx_busy_ns + (p->rx_arriving ? now - p->rx_busy_since_ns : 0)) / 1e9;
+    out->silent_seconds = p->last_rx_ns && now > p->last_rx_ns ? (double)(now - p->last_rx_ns) / 1e9 : 0.0;
     pthread_mutex_unlock(&p->eng->mu);
 }
 

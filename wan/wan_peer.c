@@ -247,7 +247,7 @@ xdc_err_t xdc_wan_wait(xdc_wan_request *req, int64_t timeout_ms, size_t *size, u
     if (req->state == WAN_REQ_PENDING) {
         xdc_diag_set(diag, "request to %s still pending after %lld ms (last heard: %s)", req->peer->name,
                      (long long)timeout_ms, req->peer->last_heard);
-        rc = XDC_ERR_TIMEOUT;
+        rc = XDC_ERR_AGAIN; /* not TIMEOUT: that is a request failed by the peer's deadline, and released */
     } else {
         rc = req_collect(req, size, codec, diag);
     }

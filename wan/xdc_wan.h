@@ -89,8 +89,12 @@ typedef struct xdc_wan_stats {
     uint64_t retransmit_frames; /* DATA frames sent again after a stream broke */
     uint64_t duplicate_frames;  /* DATA frames received twice and dropped */
     uint64_t reconnects;        /* streams re-established after a break */
-    int streams_up;             /* streams currently usable */
-    int streams;                /* streams configured */
+    /* Seconds since anything (a frame, a PING or PONG) last arrived from the peer. The engine answers
+     * keepalives whatever its caller does, so a process blocked in a long wait stays near the ping
+     * interval; a stopped or hung one grows without bound. */
+    double silent_seconds;
+    int streams_up; /* streams currently usable */
+    int streams;    /* streams configured */
 } xdc_wan_stats;
 
 /* ---- engine ------------------------------------------------------------------------------------ */
@@ -164,8 +168,10 @@ xdc_err_t xdc_wan_irecv(xdc_wan_peer *p, xdc_wan_class cls, void *buf, size_t ca
  * the message length and *codec its codec id (either pointer may be NULL). A failed request returns
  * its error (detail in diag, naming the peer and what was last heard) and is released as well. */
 xdc_err_t xdc_wan_test(xdc_wan_request *req, int *done, size_t *size, uint8_t *codec, xdc_diag *diag);
-/* Block until the request completes or fails, or timeout_ms passes (XDC_ERR_TIMEOUT; the request then
- * stays valid). Same release rule as xdc_wan_test. Convenience for tools and tests. */
+/* Block until the request completes or fails, or timeout_ms passes: XDC_ERR_AGAIN, and only then the
+ * request stays valid (wait again, or cancel it). Any other result released it, XDC_ERR_TIMEOUT included
+ * (the peer was silent past the engine's deadline), so a caller waits again only on XDC_ERR_AGAIN. Same
+ * release rule as xdc_wan_test. */
 xdc_err_t xdc_wan_wait(xdc_wan_request *req, int64_t timeout_ms, size_t *size, uint8_t *codec, xdc_diag *diag);
 /* Give a request up; the handle is invalid afterwards (test/wait/cancel on it: XDC_ERR_INVALID, until
  * the engine reuses it). When cancel returns, the request's buffer is never read or written again and

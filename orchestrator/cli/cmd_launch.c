@@ -18,7 +18,7 @@ static int launch_usage(FILE *f)
     fprintf(f,
             "usage: xdc launch -t TOPOLOGY.yaml -c RUN.yaml [--run-dir DIR] [--run-id ID] "
             "[--emulate-wan|--no-emulate-wan]\n"
-            "                  [--outage DURATION@START] [--resume] [--log-format text|json] [--device "
+            "                  [--outage DURATION@START[,...]]... [--resume] [--log-format text|json] [--device "
             "cpu|cuda|cpu-strict]\n"
             "       xdc coordinator -t TOPOLOGY.yaml -c RUN.yaml --run-dir DIR [--host ADDR] [--port P] [--run-id ID]\n"
             "  coordinator: host the rendezvous (default 0.0.0.0:29400) for agents started elsewhere (Slurm, ssh)\n"
@@ -27,23 +27,14 @@ static int launch_usage(FILE *f)
             "  regions are local), one agent per node, one worker per slot. Ends with\n"
             "  final val_loss=<x> params_xxh64=<hex> steps=<n> wan_bytes=<n> exposed_wan_pct=<x>\n"
             "    exposed_wan_pct_max=<x> compute_util=<x> compute_util_min=<x>   (mean and worst over every worker)\n"
-            "  --outage 5s@10s  cut every emulated link for 5 s, 10 s after its relay opened\n"
+            "  --outage 5s@10s  cut every emulated link for 5 s, 10 s after its relay opened; repeat the flag or\n"
+            "                   give a list (3s@10s,12s@40s) for several outages (at most 16)\n"
             "  --degrade-links F  emulated links carry F x the topology's bandwidth (rehearse a degraded WAN)\n"
             "  --resume         continue from the newest complete checkpoint in the run folder\n"
             "  --device D       run every region's workers on D (default: XDC_DEVICE, else the topology: CUDA\n"
             "                   with NCCL inside a region with gpus_per_node > 0, the CPU with shared memory\n"
             "                   where it is 0); passed on to the agents and by them to the workers\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
-}
-
-static int parse_outage(const char *text, orch_launch_opts *o)
-{
-    char dur[64], start[64];
-    const char *at = strchr(text, '@');
-    if (!at || (size_t)(at - text) >= sizeof dur) return -1;
-    snprintf(dur, sizeof dur, "%.*s", (int)(at - text), text);
-    snprintf(start, sizeof start, "%s", at + 1);
-    return xdc_parse_duration_ms(dur, &o->outage_ms) || xdc_parse_duration_ms(start, &o->outage_start_ms) ? -1 : 0;
 }
 
 /* One option with an argument that needs checking; 0 or the exit code. */
@@ -62,9 +53,12 @@ static int launch_option(int c, const char *arg, orch_launch_opts *o)
             fprintf(stderr, "xdc launch: --port: %s\n", d.msg);
             return XDC_EX_USAGE;
         }
-    } else if (c == 'o' && parse_outage(arg, o) != 0) {
-        fprintf(stderr, "xdc launch: --outage wants DURATION@START such as 5s@10s, got '%s'\n", arg);
-        return XDC_EX_USAGE;
+    } else if (c == 'o') {
+        xdc_diag d = {{0}};
+        if (xdc_wan_outages_parse(arg, o->outages, &o->n_outages, &d) != XDC_OK) {
+            fprintf(stderr, "xdc launch: --outage: %s\n", d.msg);
+            return XDC_EX_USAGE;
+        }
     }
     return 0;
 }

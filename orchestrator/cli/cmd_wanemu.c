@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,12 +22,13 @@
 
 static int wanemu_usage(FILE *f)
 {
-    fprintf(f, "usage: xdc wan-emu --topology FILE [--port-offset N] [--ranks N] [--outage DUR@START]\n"
+    fprintf(f, "usage: xdc wan-emu --topology FILE [--port-offset N] [--ranks N] [--outage DUR@START[,...]]...\n"
                "                   [--duration SECONDS] [--check [--seconds S]] [--netns PREFIX]\n"
                "  One relay per (link, destination worker): worker r of region B listens on B's wan_endpoint\n"
                "  port + r; region A (index a, 0-based) reaches it at 127.0.0.1:(port + r + N x (a + 1)),\n"
                "  N = --port-offset (default 1000). --ranks overrides the workers per region (default: topology).\n"
-               "  --outage 30s@10s cuts every relay for 30 s starting 10 s after start. Runs until Ctrl-C or\n"
+               "  --outage 30s@10s cuts every relay for 30 s starting 10 s after start (repeat it, or give a list\n"
+               "  30s@10s,5s@60s, for several). Runs until Ctrl-C or\n"
                "  --duration. --check measures each link for S seconds (default 1.5) and prints configured vs\n"
                "  measured RTT and rate instead of running relays.\n"
                "  --netns PREFIX (root): network namespaces PREFIX-0.. (one per region, address 10.77.0.(i+1) on\n"
@@ -126,21 +128,12 @@ static int run_netns(const xdc_topology *t, const char *prefix, int check, doubl
 }
 
 typedef struct {
-    const char *topo_path, *outage, *netns_prefix;
+    const char *topo_path, *netns_prefix;
     int offset, ranks, check;
     double seconds, duration;
-    int64_t out_ms, at_ms; /* --outage DURATION@START */
+    xdc_wan_outage outages[XDC_WAN_MAX_OUTAGES]; /* --outage, each flag adding to the schedule */
+    int n_outages;
 } wanemu_opts;
-
-static int parse_outage(const char *text, int64_t *out_ms, int64_t *at_ms)
-{
-    char dur[64];
-    const char *at = strchr(text, '@');
-    if (!at || (size_t)(at - text) >= sizeof dur) return -1;
-    memcpy(dur, text, (size_t)(at - text));
-    dur[at - text] = '\0';
-    return xdc_parse_duration_ms(dur, out_ms) != 0 || xdc_parse_duration_ms(at + 1, at_ms) != 0 ? -1 : 0;
-}
 
 /* 0 when the options are complete; else the exit code (-1: --help printed, exit 0). */
 static int wanemu_parse(int argc, char **argv, wanemu_opts *o)
@@ -166,7 +159,14 @@ static int wanemu_parse(int argc, char **argv, wanemu_opts *o)
                 return XDC_EX_USAGE;
             }
             break;
-        case 'u': o->outage = optarg; break;
+        case 'u': {
+            xdc_diag d = {{0}};
+            if (xdc_wan_outages_parse(optarg, o->outages, &o->n_outages, &d) != XDC_OK) {
+                fprintf(stderr, "xdc wan-emu: --outage: %s\n", d.msg);
+                return XDC_EX_USAGE;
+            }
+            break;
+        }
         case 'd': o->duration = atof(optarg); break;
         case 'c': o->check = 1; break;
         case 's': o->seconds = atof(optarg); break;
@@ -177,10 +177,6 @@ static int wanemu_parse(int argc, char **argv, wanemu_opts *o)
     }
     if (!o->topo_path || optind != argc || o->offset < 1 || o->ranks < 0 || o->seconds <= 0 || o->duration < 0) {
         fprintf(stderr, "xdc wan-emu: %s\n", !o->topo_path ? "--topology FILE is required" : "bad option value");
-        return XDC_EX_USAGE;
-    }
-    if (o->outage && parse_outage(o->outage, &o->out_ms, &o->at_ms) != 0) {
-        fprintf(stderr, "xdc wan-emu: --outage '%s' is not DURATION@START (e.g. 30s@10s)\n", o->outage);
         return XDC_EX_USAGE;
     }
     return 0;
@@ -226,7 +222,8 @@ static int start_link_relays(const xdc_topology *t, const wanemu_opts *o, int i,
             fprintf(stderr, "xdc wan-emu: %s->%s rank %d: %s\n", t->regions[l->from].name, to->name, r, d.msg);
             return xdc_cli_exit_code(e);
         }
-        if (o->outage) xdc_wan_relay_schedule_outage(rs->v[rs->n], o->at_ms, o->out_ms);
+        for (int k = 0; k < o->n_outages; k++) /* at most the relay's capacity: never refused */
+            xdc_wan_relay_schedule_outage(rs->v[rs->n], o->outages[k].start_ms, o->outages[k].duration_ms);
         printf("relay %s->%s rank %d: 127.0.0.1:%d -> %s:%d  rate %.1f Mbit/s rtt %.1f ms jitter %.1f ms loss %.3f%%\n",
                t->regions[l->from].name, to->name, r, listen_port, host, port + r, m.rate_mbps, m.rtt_ms, m.jitter_ms,
                m.loss_pct);
@@ -242,13 +239,26 @@ static int run_relays(const xdc_topology *t, const wanemu_opts *o, const sigset_
     int rc = XDC_EX_OK;
     for (int i = 0; i < t->n_links && rc == XDC_EX_OK; i++) rc = start_link_relays(t, o, i, &rs);
     if (rc == XDC_EX_OK) {
-        printf("xdc wan-emu: %d relays up%s; Ctrl-C to stop\n", rs.n, o->outage ? " (outage scheduled)" : "");
+        printf("xdc wan-emu: %d relays up%s; Ctrl-C to stop\n", rs.n, o->n_outages ? " (outages scheduled)" : "");
         fflush(stdout);
         wait_for_stop(sigs, o->duration);
     }
     for (int i = 0; i < rs.n; i++) xdc_wan_relay_destroy(rs.v[i]);
     xdc_free(rs.v);
     return rc;
+}
+
+static pthread_t g_main_thread;
+
+/* A stop signal taken by a thread that does not block it (the OpenBLAS pool starts its threads when
+ * the library loads, before main can block anything) is handed to the main thread, which takes it in
+ * sigwait, or keeps it pending during the cleanup: without this handler its default action would end
+ * the process in the middle of removing the namespaces, and the next start would find them. */
+static void forward_stop_signal(int sig)
+{
+    int saved = errno;
+    pthread_kill(g_main_thread, sig);
+    errno = saved;
 }
 
 int xdc_cmd_wanemu(int argc, char **argv)
@@ -263,14 +273,22 @@ int xdc_cmd_wanemu(int argc, char **argv)
         xdc_cfg_errors_print(&errs, stderr);
         return XDC_EX_CONFIG;
     }
-    /* Signals are taken synchronously (sigwait below); emulator threads inherit the blocked mask, so
-     * Ctrl-C always reaches the cleanup. */
+    /* Signals are taken synchronously (sigwait below); emulator threads inherit the blocked mask, and
+     * threads started before it hand them on (forward_stop_signal), so Ctrl-C, or a second one during the
+     * cleanup, always reaches the cleanup and never cuts it short. */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    if (o.netns_prefix) rc = run_netns(t, o.netns_prefix, o.check, o.seconds, o.duration, o.outage != NULL, &sigs);
+    g_main_thread = pthread_self();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = forward_stop_signal;
+    sa.sa_mask = sigs; /* no nesting: one forward at a time per thread */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    if (o.netns_prefix) rc = run_netns(t, o.netns_prefix, o.check, o.seconds, o.duration, o.n_outages > 0, &sigs);
     else if (o.check) rc = run_check(t, o.seconds, NULL);
     else rc = run_relays(t, &o, &sigs);
     xdc_topology_destroy(t);

@@ -6,13 +6,16 @@
 #include "orchestrator/control/orch_agent.h"
 
 #include "orchestrator/control/orch_proc.h"
+#include "orchestrator/control/orch_run_config.h"
 
 #include "common/xdc_log.h"
 #include "topology/xdc_topology.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define AGENT_MAX_WORKERS 64
 
@@ -29,10 +32,15 @@ typedef struct {
     orch_procs workers;
 } agent;
 
+static void note_path(const agent *a, char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/failed-%s-%d", a->o->run_dir, a->id.region, a->id.node);
+}
+
 static void write_failure(const agent *a, const char *text)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/failed-%s-%d", a->o->run_dir, a->id.region, a->id.node);
+    note_path(a, path, sizeof path);
     FILE *f = fopen(path, "w");
     if (f) {
         fprintf(f, "%s\n", text);
@@ -65,11 +73,17 @@ static xdc_err_t agent_setup(agent *a, xdc_diag *diag)
         return XDC_ERR_CONFIG;
     }
     char dir[1024];
-    mkdir(a->o->run_dir, 0755);
     snprintf(dir, sizeof dir, "%s/pids", a->o->run_dir);
-    mkdir(dir, 0755);
     snprintf(a->logdir, sizeof a->logdir, "%s/logs", a->o->run_dir);
-    mkdir(a->logdir, 0755);
+    XDC_CHECK(orch_mkdirs(a->o->run_dir, 0755, diag));
+    XDC_CHECK(orch_mkdirs(dir, 0755, diag));
+    XDC_CHECK(orch_mkdirs(a->logdir, 0755, diag));
+    /* A note from an earlier attempt in this folder (before --resume) is not this attempt's failure. */
+    note_path(a, dir, sizeof dir);
+    if (unlink(dir) != 0 && errno != ENOENT) {
+        xdc_diag_set(diag, "cannot remove the earlier failure note %s: %s", dir, strerror(errno));
+        return XDC_ERR_IO;
+    }
     return XDC_OK;
 }
 

@@ -6,6 +6,7 @@
 #include "orchestrator/control/orch_launch.h"
 
 #include "orchestrator/control/orch_device.h"
+#include "orchestrator/control/orch_failure.h"
 #include "orchestrator/control/orch_proc.h"
 #include "orchestrator/control/orch_rdzv.h"
 #include "orchestrator/control/orch_run_config.h"
@@ -49,6 +50,7 @@ typedef struct {
     int joined;
     orch_device device; /* the override for every region (ORCH_DEVICE_TOPOLOGY: none) */
     orch_procs agents;
+    xdc_err_t blamed; /* the error of the member blamed for the failure; XDC_OK: none */
 } launch;
 
 void orch_launch_opts_default(orch_launch_opts *o, int coordinator)
@@ -67,7 +69,7 @@ static xdc_err_t make_certs(launch *L, xdc_diag *diag)
     char dir[600], ca[700];
     snprintf(dir, sizeof dir, "%s/certs", L->run_dir);
     snprintf(ca, sizeof ca, "%s/ca.pem", dir);
-    mkdir(dir, 0700);
+    XDC_CHECK(orch_mkdirs(dir, 0700, diag));
     if (access(ca, F_OK) == 0) return XDC_OK;
     xdc_wan_cert_opts co = {.dir = dir, .run = L->run_id, .days = 30};
     XDC_CHECK(xdc_wan_cert_init_ca(&co, diag));
@@ -161,8 +163,9 @@ static void pump_relays(launch *L)
                     rc = xdc_wan_relay_create("127.0.0.1", 0, host, target, &m, &L->relays[link], &d);
                     if (rc == XDC_OK) {
                         port = xdc_wan_relay_port(L->relays[link]);
-                        if (L->o.outage_ms > 0)
-                            xdc_wan_relay_schedule_outage(L->relays[link], L->o.outage_start_ms, L->o.outage_ms);
+                        for (int o = 0; o < L->o.n_outages; o++) /* at most the relay's capacity: never refused */
+                            xdc_wan_relay_schedule_outage(L->relays[link], L->o.outages[o].start_ms,
+                                                          L->o.outages[o].duration_ms);
                         if (link >= L->n_relays) L->n_relays = link + 1;
                         XDC_DEBUG(XDC_SUB_ORCH, "emulated link %s -> %s (%g Mbit/s, %g ms RTT)", L->t->regions[i].name,
                                   L->t->regions[j].name, m.rate_mbps, m.rtt_ms);
@@ -235,24 +238,63 @@ static xdc_err_t start_agents(launch *L, xdc_diag *diag)
     return XDC_OK;
 }
 
-/* The failure note agent `i` left (the one whose exit we are reporting), else the first any agent left,
- * else "". */
-static void read_failure(const launch *L, int i, char *out, size_t cap)
+/* The note the agent of region r, node n left in the run folder, into out[cap] ("" when none). */
+static void read_note(const launch *L, int r, int n, char *out, size_t cap)
 {
+    char path[1024];
     out[0] = '\0';
-    for (int pass = 0; pass < 2 && !out[0]; pass++) {
-        int a = 0;
-        for (int r = 0; r < L->t->n_regions && !out[0]; r++)
-            for (int n = 0; n < L->t->regions[r].n_hosts && !out[0]; n++, a++) {
-                if (pass == 0 && a != i) continue;
-                char path[1024];
-                snprintf(path, sizeof path, "%s/failed-%s-%d", L->run_dir, L->t->regions[r].name, n);
-                FILE *f = fopen(path, "r");
-                if (!f) continue;
-                if (fgets(out, (int)cap, f)) out[strcspn(out, "\n")] = '\0';
-                fclose(f);
-            }
+    snprintf(path, sizeof path, "%s/failed-%s-%d", L->run_dir, L->t->regions[r].name, n);
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    if (fgets(out, (int)cap, f)) out[strcspn(out, "\n")] = '\0';
+    fclose(f);
+}
+
+/* Who caused the failure and why (orch_failure.h), from every member's report and connection and the
+ * agents' notes; with no member to blame, the note of agent `agent` (-1: any), else "". Returns the
+ * error the run ends with (XDC_OK: no member to blame). */
+static xdc_err_t blame(launch *L, int agent, char *why, size_t cap)
+{
+    xdc_err_t err = XDC_OK;
+    int total = xdc_topology_total_workers(L->t), n_agents = 0; /* one per node, ours or (coordinator) not */
+    for (int r = 0; r < L->t->n_regions; r++) n_agents += L->t->regions[r].n_hosts;
+    orch_failure_member *m = xdc_calloc((size_t)total, sizeof *m);
+    rdzv_member_state *st = xdc_calloc((size_t)total, sizeof *st);
+    char(*report)[RDZV_VALUE_MAX] = xdc_calloc((size_t)total, sizeof *report);
+    char(*note)[1024] = xdc_calloc((size_t)(n_agents > 0 ? n_agents : 1), sizeof *note);
+    why[0] = '\0';
+    if (!m || !st || !report || !note) {
+        snprintf(why, cap, "(no memory to find the cause)");
+        goto done;
     }
+    for (int r = 0, a = 0; r < L->t->n_regions; r++)
+        for (int k = 0; k < L->t->regions[r].n_hosts; k++, a++) read_note(L, r, k, note[a], sizeof note[a]);
+    for (int i = 0; i < total; i++) {
+        rdzv_server_member(L->rdzv, i, &st[i]);
+        char key[RDZV_KEY_MAX];
+        snprintf(key, sizeof key, "failed/%s", st[i].name);
+        m[i] = (orch_failure_member){
+            .name = st[i].name,
+            .report = rdzv_server_get(L->rdzv, key, report[i], sizeof report[i]) == 0 ? report[i] : NULL,
+            .connected = st[i].connected,
+            .silent_s = st[i].silent_s,
+            .detail = st[i].detail};
+        char prefix[RDZV_MEMBER_MAX + 16];
+        snprintf(prefix, sizeof prefix, "worker %s (", st[i].name);
+        for (int a = 0; a < n_agents && !m[i].note; a++)
+            if (strncmp(note[a], prefix, strlen(prefix)) == 0) m[i].note = note[a];
+    }
+    /* A member blocked in a wait answers keepalives; one silent for half the operation timeout is not. */
+    double limit = (double)L->cfg.op_timeout_ms / 2000.0;
+    if (orch_failure_blame(m, total, limit < 1.0 ? 1.0 : limit, why, cap, &err) < 0)
+        for (int a = 0; a < n_agents && !why[0]; a++)
+            if (agent < 0 || a == agent) snprintf(why, cap, "%s", note[a]);
+done:
+    xdc_free(m);
+    xdc_free(st);
+    xdc_free(report);
+    xdc_free(note);
+    return err;
 }
 
 /* The coordinator's end of a run: global rank 0 set "finished" after everyone passed the last barrier;
@@ -272,7 +314,7 @@ static xdc_err_t launch_tick(void *ctx, int *done)
 {
     launch *L = ctx;
     if (L->o.emulate) pump_relays(L);
-    char missing[2048], key[256], why[1024];
+    char missing[2048], key[256], why[2048];
     if (!L->joined) {
         L->joined = rdzv_server_missing(L->rdzv, -1, missing, sizeof missing) == 0;
         if (!L->joined && xdc_deadline_passed(L->join_deadline)) {
@@ -282,8 +324,9 @@ static xdc_err_t launch_tick(void *ctx, int *done)
     }
     if (L->o.coordinator) {
         if (rdzv_server_find(L->rdzv, "failed/", key, sizeof key, why, sizeof why) == 0) {
-            fprintf(stderr, "xdc coordinator: run failed: %s: %s\n", key + 7, why);
-            return XDC_ERR_UNAVAILABLE;
+            xdc_err_t err = blame(L, -1, why, sizeof why);
+            fprintf(stderr, "xdc coordinator: run failed: %s\n", why);
+            return err != XDC_OK ? err : XDC_ERR_UNAVAILABLE;
         }
         if (run_finished(L)) {
             *done = 1;
@@ -300,10 +343,11 @@ static xdc_err_t launch_tick(void *ctx, int *done)
 
 static void agent_failed(void *ctx, const orch_procs *g, int i, pid_t pid, int status)
 {
-    char how[128], why[1024];
+    char how[128], why[2048];
     (void)pid;
     orch_proc_describe(status, how, sizeof how);
-    read_failure(ctx, i, why, sizeof why);
+    launch *L = ctx;
+    L->blamed = blame(L, i, why, sizeof why);
     fprintf(stderr, "xdc launch: run failed: %s\n  (agent %s %s); stopping the other agents\n",
             why[0] ? why : "an agent failed", g->name[i], how);
 }
@@ -327,7 +371,12 @@ static xdc_err_t supervise(launch *L, int *agent_exit)
                            .tick = launch_tick,
                            .failed = agent_failed,
                            .interrupted = launch_interrupted};
-    return orch_procs_supervise(&L->agents, &sup, agent_exit);
+    xdc_err_t rc = orch_procs_supervise(&L->agents, &sup, agent_exit);
+    if (rc == XDC_ERR_PEER_LOST && L->blamed != XDC_OK) { /* the cause's error, not the first agent's exit */
+        rc = L->blamed;
+        *agent_exit = 0;
+    }
+    return rc;
 }
 
 /* Merge the per-rank traces into RUN/trace.json (one timeline for Perfetto); "" when there are none. */
@@ -384,8 +433,9 @@ static void print_summary(launch *L, double wall)
             if (rdzv_server_get(L->rdzv, key, val, sizeof val) != 0) continue;
             unsigned long long tx, raw;
             double t_step, t_comp, t_intra, t_wan, t_wall;
-            if (sscanf(val, "%llu %llu %lf %lf %lf %lf %lf", &tx, &raw, &t_step, &t_comp, &t_intra, &t_wan, &t_wall) !=
-                7)
+            long long steps_done;
+            if (sscanf(val, "%llu %llu %lf %lf %lf %lf %lld %lf", &tx, &raw, &t_step, &t_comp, &t_intra, &t_wan,
+                       &steps_done, &t_wall) != 8)
                 continue;
             tx_all += tx;
             raw_all += raw;
@@ -441,24 +491,24 @@ static xdc_err_t launch_load(launch *L, xdc_diag *diag)
 }
 
 /* Run id, run folder, the WAN emulation decision; what agents and workers inherit. */
-static void launch_prepare(launch *L)
+static xdc_err_t launch_prepare(launch *L, xdc_diag *diag)
 {
     if (L->o.run_id) snprintf(L->run_id, sizeof L->run_id, "%s", L->o.run_id);
     else
         snprintf(L->run_id, sizeof L->run_id, "run-%llu-%d", (unsigned long long)(xdc_wall_ns() / 1000000000ull),
                  (int)getpid());
     snprintf(L->run_dir, sizeof L->run_dir, "%s", L->o.run_dir ? L->o.run_dir : "runs");
-    mkdir(L->run_dir, 0755);
     if (!L->o.run_dir) {
         size_t n = strlen(L->run_dir);
         snprintf(L->run_dir + n, sizeof L->run_dir - n, "/%s", L->run_id);
-        mkdir(L->run_dir, 0755);
     }
+    XDC_CHECK(orch_mkdirs(L->run_dir, 0755, diag));
     L->o.run_id = L->run_id;
     L->o.run_dir = L->run_dir;
     if (L->o.emulate < 0) L->o.emulate = !L->o.coordinator && L->t->n_regions > 1; /* all regions on this host */
     if (!L->o.coordinator) setenv("XDC_ADVERTISE_HOST", "127.0.0.1", 1);           /* node names are labels here */
     xdc_log_set_identity("launch", "local", -1);
+    return XDC_OK;
 }
 
 static void print_banner(launch *L)
@@ -507,8 +557,8 @@ xdc_err_t orch_launch_run(const orch_launch_opts *o, int *agent_exit, xdc_diag *
                            "interface)");
         rc = XDC_ERR_INVALID;
     }
+    if (rc == XDC_OK) rc = launch_prepare(&L, diag);
     if (rc == XDC_OK) {
-        launch_prepare(&L);
         orch_proc_catch_stop_signals();
         double t0 = (double)xdc_now_ns() / 1e9;
         rc = launch_start(&L, diag);

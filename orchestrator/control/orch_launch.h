@@ -6,6 +6,7 @@
 #define ORCH_LAUNCH_H
 
 #include "common/xdc_err.h"
+#include "wan/emu/xdc_wan_emu.h"
 
 #include <stdint.h>
 
@@ -18,8 +19,9 @@ typedef struct orch_launch_opts {
     int port;                      /* rendezvous port (0: any) */
     int coordinator;               /* `xdc coordinator`: host the store, start no agents */
     int resume;
-    int64_t outage_start_ms, outage_ms; /* cut every emulated link for outage_ms, starting this late */
-    double degrade;                     /* emulated links run at this fraction of the topology's bandwidth */
+    xdc_wan_outage outages[XDC_WAN_MAX_OUTAGES]; /* cut every emulated link on this schedule (from its relay's start) */
+    int n_outages;
+    double degrade;     /* emulated links run at this fraction of the topology's bandwidth */
     const char *device; /* --device word for every region (NULL: XDC_DEVICE, else the topology); passed to agents */
 } orch_launch_opts;
 
@@ -29,8 +31,11 @@ void orch_launch_opts_default(orch_launch_opts *o, int coordinator);
 
 /* Run to the end. XDC_OK after a successful run (its summary printed); XDC_ERR_CONFIG for the topology
  * or run file (errors printed to stderr); a planner or set-up error with diag saying which step;
- * XDC_ERR_UNAVAILABLE when members never joined or (coordinator) a member reported a failure;
- * XDC_ERR_PEER_LOST when an agent failed, *agent_exit its exit status (0 when a signal ended it);
+ * XDC_ERR_UNAVAILABLE when members never joined; when a member failed, the error of the member blamed
+ * for it (orch_failure.h: its own report's error, XDC_ERR_TIMEOUT when it stopped answering) with
+ * *agent_exit 0, or, for a worker its agent saw end and with nobody to blame, XDC_ERR_PEER_LOST and
+ * *agent_exit the failed agent's exit status (0 when a signal ended it) (the coordinator:
+ * XDC_ERR_UNAVAILABLE);
  * XDC_ERR_INTERRUPTED after SIGINT/SIGTERM. Failures are reported on stderr as they happen. */
 xdc_err_t orch_launch_run(const orch_launch_opts *o, int *agent_exit, xdc_diag *diag);
 

@@ -25,6 +25,7 @@
 #define RDZV_POLL_MS      100   /* a parked wait rechecks its connection and the stop flag this often */
 #define RDZV_REPLY_MS     30000 /* a member must take its reply within this */
 #define RDZV_WHO_MAX      (RDZV_MEMBER_MAX + 96)
+#define RDZV_SILENT_S     1.0 /* a member's line says how long its connection was silent beyond this */
 
 typedef struct {
     char key[RDZV_KEY_MAX];
@@ -295,12 +296,27 @@ static int may_write(const rdzv_server *s, int i, const char *key)
     return 0;
 }
 
+/* Seconds the member's connection has carried nothing (keepalives included), 0 without one. A member
+ * blocked behind another answers keepalives; the one they all wait for, stopped or hung, does not. */
+static double conn_silence(const member *m)
+{
+    if (!m->conn) return 0;
+    xdc_wan_stats st;
+    xdc_wan_peer_stats(m->conn->peer, &st);
+    return st.silent_seconds;
+}
+
 static void describe_member(const rdzv_server *s, const member *m, uint64_t now, char *out, size_t cap)
 {
-    if (!m->joined) snprintf(out, cap, "%s (never joined; waited %.1f s)", m->name, (double)(now - s->start_ns) / 1e9);
-    else
-        snprintf(out, cap, "%s (last heard %.1f s ago: %s)", m->name, (double)(now - m->last_ns) / 1e9,
-                 m->status[0] ? m->status : "joined");
+    if (!m->joined) {
+        snprintf(out, cap, "%s (never joined; waited %.1f s)", m->name, (double)(now - s->start_ns) / 1e9);
+        return;
+    }
+    double silent = conn_silence(m);
+    char quiet[64] = "";
+    if (silent > RDZV_SILENT_S) snprintf(quiet, sizeof quiet, "; its connection silent for %.1f s", silent);
+    snprintf(out, cap, "%s (last heard %.1f s ago: %s%s)", m->name, (double)(now - m->last_ns) / 1e9,
+             m->status[0] ? m->status : "joined", quiet);
 }
 
 static int arrived(const barrier *b, int i)
@@ -526,19 +542,22 @@ static json_t *handle(conn *c)
 }
 
 /* Wait for request r until it completes, `deadline` passes (0: never) or *stop is set (stop NULL: no
- * flag); in the last two cases the request is given up (cancelled) and XDC_ERR_TIMEOUT or XDC_ERR_CLOSED
- * returned. *n: a receive's length. */
-static xdc_err_t await(xdc_wan_request *r, uint64_t deadline, atomic_int *stop, size_t *n, xdc_diag *diag)
+ * flag); in the last two cases the request is given up (cancelled) and XDC_ERR_TIMEOUT (diag: `late`) or
+ * XDC_ERR_CLOSED returned. A request the engine failed (XDC_ERR_TIMEOUT too when the peer went silent) keeps
+ * the engine's reason. *n: a receive's length. */
+static xdc_err_t await(xdc_wan_request *r, uint64_t deadline, atomic_int *stop, size_t *n, const char *late,
+                       xdc_diag *diag)
 {
     for (;;) {
         xdc_err_t rc = xdc_wan_wait(r, RDZV_POLL_MS, n, NULL, diag);
-        if (rc != XDC_ERR_TIMEOUT) return rc;
+        if (rc != XDC_ERR_AGAIN) return rc; /* released: completed, or failed (TIMEOUT: the peer went silent) */
         if ((stop && atomic_load(stop)) || (deadline && xdc_deadline_passed(deadline))) {
             xdc_wan_request_cancel(r);
             if (!deadline || !xdc_deadline_passed(deadline)) {
                 xdc_diag_set(diag, "the rendezvous store is closing");
                 return XDC_ERR_CLOSED;
             }
+            xdc_diag_set(diag, "%s", late);
             return XDC_ERR_TIMEOUT;
         }
     }
@@ -555,9 +574,7 @@ static xdc_err_t send_json(xdc_wan_peer *p, json_t *msg, char *buf, size_t cap, 
     }
     xdc_wan_request *r;
     XDC_CHECK(xdc_wan_isend(p, XDC_WAN_LATENCY, buf, n, 0, n, &r));
-    xdc_err_t rc = await(r, deadline, stop, NULL, diag);
-    if (rc == XDC_ERR_TIMEOUT) xdc_diag_set(diag, "a rendezvous message was not taken within the deadline");
-    return rc;
+    return await(r, deadline, stop, NULL, "a rendezvous message was not taken within the deadline", diag);
 }
 
 /* The next request of connection `c` into c->req, waiting until `deadline` (0: forever) or the stop
@@ -566,9 +583,10 @@ static xdc_err_t next_request(conn *c, uint64_t deadline, xdc_diag *diag)
 {
     size_t n = 0;
     if (!c->rx_req) XDC_CHECK(xdc_wan_irecv(c->peer, XDC_WAN_LATENCY, c->rx, sizeof c->rx, &c->rx_req));
-    xdc_err_t rc = await(c->rx_req, deadline, &c->srv->stop, &n, diag);
+    char late[64];
+    snprintf(late, sizeof late, "no join within %d ms", RDZV_JOIN_MS);
+    xdc_err_t rc = await(c->rx_req, deadline, &c->srv->stop, &n, late, diag);
     c->rx_req = NULL; /* completed, failed or given up: released either way */
-    if (rc == XDC_ERR_TIMEOUT) xdc_diag_set(diag, "no join within %d ms", RDZV_JOIN_MS);
     XDC_CHECK(rc);
     XDC_CHECK(rdzv_request_parse(c->rx, n, &c->req, diag));
     return xdc_wan_irecv(c->peer, XDC_WAN_LATENCY, c->rx, sizeof c->rx, &c->rx_req);
@@ -595,15 +613,19 @@ static void *conn_main(void *arg)
         json_decref(rep);
         if (rc != XDC_OK || c->close) break;
     }
-    xdc_wan_request_cancel(c->rx_req); /* NULL: none posted */
-    xdc_wan_peer_close(c->peer);
+    /* The member lets go of the connection before its peer closes: rdzv_server_member reads the peer of
+     * a member's connection under the lock. */
     pthread_mutex_lock(&s->mu);
-    withdraw(s, c);
     if (c->idx >= 0 && s->members[c->idx].conn == c) {
         member *m = &s->members[c->idx];
         m->conn = NULL;
         if (!atomic_load(&s->stop)) snprintf(m->status, sizeof m->status, "connection lost: %.80s", d.msg);
     }
+    pthread_mutex_unlock(&s->mu);
+    xdc_wan_request_cancel(c->rx_req); /* NULL: none posted */
+    xdc_wan_peer_close(c->peer);
+    pthread_mutex_lock(&s->mu);
+    withdraw(s, c);
     c->ended = 1;
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -809,6 +831,21 @@ int rdzv_server_missing(rdzv_server *s, int64_t silent_ms, char *out, size_t cap
     return n;
 }
 
+int rdzv_server_member(rdzv_server *s, int i, rdzv_member_state *out)
+{
+    memset(out, 0, sizeof *out);
+    if (i < 0 || i >= s->n_expected) return -1;
+    pthread_mutex_lock(&s->mu);
+    const member *m = &s->members[i];
+    snprintf(out->name, sizeof out->name, "%s", m->name);
+    out->joined = m->joined;
+    out->connected = m->conn != NULL;
+    out->silent_s = conn_silence(m);
+    describe_member(s, m, xdc_now_ns(), out->detail, sizeof out->detail);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
 void rdzv_server_destroy(rdzv_server *s)
 {
     if (!s) return;
@@ -848,10 +885,9 @@ static xdc_err_t recv_reply(xdc_wan_peer *p, char *buf, size_t cap, int64_t time
     size_t n = 0;
     *out = NULL;
     XDC_CHECK(xdc_wan_irecv(p, XDC_WAN_LATENCY, buf, cap, &r));
-    xdc_err_t rc = await(r, timeout_ms < 0 ? 0 : xdc_deadline_ms(timeout_ms), NULL, &n, diag);
-    if (rc == XDC_ERR_TIMEOUT)
-        xdc_diag_set(diag, "no reply from the rendezvous server within %lld ms", (long long)timeout_ms);
-    XDC_CHECK(rc);
+    char late[96];
+    snprintf(late, sizeof late, "no reply from the rendezvous server within %lld ms", (long long)timeout_ms);
+    XDC_CHECK(await(r, timeout_ms < 0 ? 0 : xdc_deadline_ms(timeout_ms), NULL, &n, late, diag));
     json_error_t jerr;
     *out = json_loadb(buf, n, 0, &jerr);
     if (!*out || !json_is_object(*out)) {

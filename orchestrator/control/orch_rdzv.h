@@ -83,6 +83,19 @@ int rdzv_server_slots(rdzv_server *s);
 /* One line per expected member that has not joined or has been silent for more than `silent_ms`:
  * "name (never joined)" or "name (last heard 12.3 s ago: <what>)". Returns how many. */
 int rdzv_server_missing(rdzv_server *s, int64_t silent_ms, char *out, size_t cap);
+/* What the store knows of member i (0..n_expected-1, the order given to rdzv_server_create). */
+typedef struct rdzv_member_state {
+    char name[RDZV_MEMBER_MAX];
+    int joined;    /* it joined at some time */
+    int connected; /* its connection is up now */
+    /* connected: seconds since its connection last carried anything. The member's WAN engine answers
+     * keepalives whatever its training thread does, so a member blocked in a long wait stays near the
+     * ping interval; a stopped or hung process grows without bound. */
+    double silent_s;
+    char detail[RDZV_MEMBER_MAX + RDZV_STATUS_MAX + 64]; /* "NAME (last heard 3.2 s ago: step 20)" */
+} rdzv_member_state;
+/* 0 and *out, or -1 when i is out of range. */
+int rdzv_server_member(rdzv_server *s, int i, rdzv_member_state *out);
 void rdzv_server_destroy(rdzv_server *s);
 
 /* ---- client -------------------------------------------------------------------------------------- */

@@ -1,10 +1,12 @@
 /* orch_run_config.c — loading and checking the run file (see orch_run_config.h). */
 #include "orchestrator/control/orch_run_config.h"
 
+#include <errno.h>
 #include <libgen.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *const mode_words[] = {"sync", "diloco", "streaming", NULL};
 static const char *const plan_words[] = {"auto", "off", NULL};
@@ -44,6 +46,7 @@ static const xdc_cfg_field top_fields[] = {
     RUN_FIELD("metrics_bind", XDC_CFG_STRING, metrics_bind, false, 0, 0),
     RUN_FIELD("dump_params", XDC_CFG_BOOL, dump_params, false, 0, 0),
     RUN_FIELD("replan_every", XDC_CFG_INT, replan_every, false, 0, 100000000),
+    RUN_FIELD("straggler_factor", XDC_CFG_DOUBLE, straggler_factor, false, 1.01, 1000),
 };
 
 static const xdc_cfg_field diloco_fields[] = {
@@ -103,6 +106,7 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     c->metrics_port = -1;
     snprintf(c->metrics_bind, sizeof c->metrics_bind, "127.0.0.1"); /* unauthenticated HTTP: this host only */
     c->replan_every = 50;
+    c->straggler_factor = 2.0;
     xdc_cfg_errors_init(errs, path);
     xdc_cfg_doc *doc;
     XDC_CHECK(xdc_cfg_load_file(path, &doc, errs));
@@ -147,5 +151,38 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
         return XDC_ERR_CONFIG;
     }
     *out = *c;
+    return XDC_OK;
+}
+
+/* One folder: made, or already a folder. */
+static int mkdir_one(const char *path, int mode)
+{
+    struct stat sb;
+    if (mkdir(path, (mode_t)mode) == 0) return 0;
+    int err = errno;
+    if (err == EEXIST && stat(path, &sb) == 0) return S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
+    return err;
+}
+
+xdc_err_t orch_mkdirs(const char *path, int mode, xdc_diag *diag)
+{
+    char tmp[1024];
+    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) {
+        xdc_diag_set(diag, "folder path longer than %zu bytes: %.64s...", sizeof tmp - 1, path);
+        return XDC_ERR_RANGE;
+    }
+    int err = 0;
+    char *p = tmp + 1;
+    for (; *p && !err; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        err = mkdir_one(tmp, mode); /* on failure tmp stays cut at the parent that failed */
+        if (!err) *p = '/';
+    }
+    if (!err) err = mkdir_one(tmp, mode);
+    if (err) {
+        xdc_diag_set(diag, "cannot create folder %s: %s", tmp, strerror(err));
+        return XDC_ERR_IO;
+    }
     return XDC_OK;
 }

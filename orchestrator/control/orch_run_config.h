@@ -37,9 +37,12 @@ typedef struct orch_run_config {
     int fragments;        /* streaming: parameter fragments synced at staggered steps */
     int checkpoint_every; /* steps; 0: only at the end */
     int64_t rendezvous_timeout_ms, op_timeout_ms;
-    int metrics_port;          /* -1: off; 0: any free port */
-    char metrics_bind[64];     /* address the metrics endpoints listen on (default 127.0.0.1) */
-    int replan_every;          /* plan: auto: steps between checks of measured WAN goodput against the plan */
+    int metrics_port;      /* -1: off; 0: any free port */
+    char metrics_bind[64]; /* address the metrics endpoints listen on (default 127.0.0.1) */
+    int replan_every;      /* plan: auto: steps between checks of measured WAN goodput against the plan */
+    /* A region whose compute seconds per step exceed this many times the other regions' median is
+     * reported as a straggler (progress line, log, xdc_region_slowdown); default 2. */
+    double straggler_factor;
     bool dump_params;          /* region 0 / replica 0 writes RUN/params-stage-S.f32 at the end (tests) */
     bool plan_auto;            /* `plan: auto`: take the layout and WAN settings from the planner */
     bool mode_set, stages_set; /* the run file set these by hand (constraints for the planner) */
@@ -68,5 +71,10 @@ xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planne
 /* One line for the log: mode, stages and partition, microbatches, codec, predicted step. */
 void orch_plan_describe(const orch_run_config *c, const xdc_plan *p, char *buf, size_t cap);
 const char *orch_mode_name(orch_mode m);
+
+/* Make folder `path` and any missing parents (an existing folder is fine). A failure names the folder and
+ * its errno (a read-only run folder says "Read-only file system" here, not ENOENT at a later open):
+ * XDC_ERR_IO. */
+xdc_err_t orch_mkdirs(const char *path, int mode, xdc_diag *diag);
 
 #endif /* ORCH_RUN_CONFIG_H */

@@ -514,6 +514,10 @@ xdc_err_t orch_metrics_register_std(orch_metrics *m, orch_metrics_std *o, xdc_di
     REG(wan_reconnects, ORCH_M_WAN_RECONNECTS, "Reconnections of WAN streams to a peer region.", C, peer, 1);
     REG(wan_retransmits, ORCH_M_WAN_RETRANSMITS, "DATA frames sent again to a peer region after a stream broke.", C,
         peer, 1);
+    REG(region_slowdown, ORCH_M_REGION_SLOWDOWN,
+        "A region's compute seconds per step over the last window over the median of the other regions' (the same "
+        "rank in each); above the run's straggler_factor the region is reported as a straggler.",
+        G, peer, 1);
 #undef REG
     return XDC_OK;
 }

@@ -27,6 +27,7 @@
 #define ORCH_M_WAN_GOODPUT         "xdc_wan_goodput_bps"             /* gauge{peer}: payload bits/s */
 #define ORCH_M_WAN_RECONNECTS      "xdc_wan_reconnects_total"        /* counter{peer}: reconnections */
 #define ORCH_M_WAN_RETRANSMITS     "xdc_wan_retransmit_frames_total" /* counter{peer}: DATA frames resent */
+#define ORCH_M_REGION_SLOWDOWN     "xdc_region_slowdown_ratio"       /* gauge{peer}: compute/step vs the others */
 
 #define ORCH_METRICS_MAX_LABELS  4   /* label names per family, const labels not counted */
 #define ORCH_METRICS_MAX_CONST   4   /* registry-wide labels (region, host, ...) */
@@ -85,7 +86,8 @@ typedef struct orch_metrics_std {
     orch_metric_family *step_total, *step_seconds, *compute_seconds, *intra_seconds, *wan_exposed_seconds;
     orch_metric_family *loss, *tokens_total;
     orch_metric_family *wan_tx_bytes, *wan_raw_bytes, *wan_rtt, *wan_goodput, *wan_reconnects,
-        *wan_retransmits; /* {peer} */
+        *wan_retransmits;                /* {peer} */
+    orch_metric_family *region_slowdown; /* {peer}: every region, this one included */
 } orch_metrics_std;
 xdc_err_t orch_metrics_register_std(orch_metrics *m, orch_metrics_std *out, xdc_diag *diag);
 

@@ -30,19 +30,9 @@ static void worker_dir(const orch_worker *w, int64_t step, char *out, size_t cap
 
 static xdc_err_t mkdirs(const char *path, xdc_diag *diag)
 {
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        mkdir(tmp, 0755);
-        *p = '/';
-    }
-    if (mkdir(tmp, 0755) != 0 && access(tmp, W_OK) != 0) {
-        xdc_diag_set(diag, "cannot create checkpoint folder %s", tmp);
-        return XDC_ERR_IO;
-    }
-    return XDC_OK;
+    xdc_err_t rc = orch_mkdirs(path, 0755, diag);
+    if (rc != XDC_OK) xdc_diag_prefix(diag, "checkpoint");
+    return rc;
 }
 
 int orch_checkpoint_due(const orch_worker *w)

@@ -16,7 +16,8 @@
 struct orch_observe {
     orch_metric_series *step_total, *step_seconds, *compute, *intra, *wan_exposed, *loss, *tokens;
     orch_metric_series *tx[XDC_TOPO_MAX_REGIONS], *raw[XDC_TOPO_MAX_REGIONS], *rtt[XDC_TOPO_MAX_REGIONS],
-        *goodput[XDC_TOPO_MAX_REGIONS], *reconnects[XDC_TOPO_MAX_REGIONS], *retransmits[XDC_TOPO_MAX_REGIONS];
+        *goodput[XDC_TOPO_MAX_REGIONS], *reconnects[XDC_TOPO_MAX_REGIONS], *retransmits[XDC_TOPO_MAX_REGIONS],
+        *slowdown[XDC_TOPO_MAX_REGIONS];
     /* the peer's cumulative xdc_wan_stats counters at the last step, so each step adds its increase */
     uint64_t last_tx[XDC_TOPO_MAX_REGIONS], last_raw[XDC_TOPO_MAX_REGIONS], last_reconnects[XDC_TOPO_MAX_REGIONS],
         last_retransmits[XDC_TOPO_MAX_REGIONS];
@@ -73,6 +74,8 @@ xdc_err_t orch_observe_start(orch_worker *w, xdc_diag *diag)
     o->wan_exposed = series(w->tele.m.wan_exposed_seconds, NULL, diag);
     o->loss = series(w->tele.m.loss, NULL, diag);
     o->tokens = series(w->tele.m.tokens_total, NULL, diag);
+    for (int r = 0; r < w->id.n_regions && w->id.n_regions > 1 && !w->id.span; r++)
+        o->slowdown[r] = series(w->tele.m.region_slowdown, w->topo->regions[r].name, diag);
     for (int r = 0; r < w->id.n_regions && w->comm.peers; r++) {
         if (!w->comm.peers[r]) continue;
         const char *peer = w->topo->regions[r].name;
@@ -104,6 +107,8 @@ void orch_observe_step(orch_worker *w, double step_s, double compute_s, double i
     orch_metrics_add(o->wan_exposed, wan_s);
     orch_metrics_set(o->loss, loss);
     orch_metrics_add(o->tokens, (double)w->model.B * w->model.T * w->model.M);
+    for (int r = 0; r < w->id.n_regions; r++)
+        if (o->slowdown[r]) orch_metrics_set(o->slowdown[r], w->prog.slowdown[r]);
     for (int r = 0; r < w->id.n_regions && w->comm.peers; r++) {
         if (!w->comm.peers[r]) continue;
         xdc_wan_stats st;
@@ -126,7 +131,7 @@ void orch_observe_finish(orch_worker *w)
     /* Destroying the registry before the worker's other teardown keeps the server from reading freed series. */
     char dir[600], path[700];
     snprintf(dir, sizeof dir, "%s/metrics", w->id.run_dir);
-    mkdir(dir, 0755);
+    if (orch_mkdirs(dir, 0755, &d) != XDC_OK) XDC_WARN(XDC_SUB_ORCH, "metrics snapshot not written: %s", d.msg);
     snprintf(path, sizeof path, "%s/%s-%d.prom", dir, w->id.region, w->id.lrank);
     char *text = NULL;
     size_t len = 0;

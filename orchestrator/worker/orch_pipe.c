@@ -84,6 +84,10 @@ xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag)
         size_t len = 0;
         uint8_t codec = 0;
         rc = xdc_wan_wait(r->wr, w->cfg.op_timeout_ms, &len, &codec, diag);
+        if (rc == XDC_ERR_AGAIN) { /* still posted after the operation timeout: give it up */
+            xdc_wan_request_cancel(r->wr);
+            rc = XDC_ERR_TIMEOUT;
+        }
         r->wr = NULL;
         w->prog.t_wan_exposed += (double)xdc_now_ns() / 1e9 - s0;
         orch_trace_complete(w->tele.trace, r->dst ? ORCH_LANE_WAN_RX : ORCH_LANE_WAN_TX, "pipeline transfer", "wan", t0,

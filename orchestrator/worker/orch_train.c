@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#define ORCH_PACE_STEPS 10 /* steps between looks at every region's pace (stragglers) */
+
 static double now_s(void) { return (double)xdc_now_ns() / 1e9; }
 
 static int is_first(const orch_worker *w) { return w->id.stage == 0; }
@@ -400,6 +402,96 @@ static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
     return XDC_OK;
 }
 
+void orch_pace_slowdowns(const double *pace, int n, double *slowdown)
+{
+    for (int r = 0; r < n; r++) {
+        double others[XDC_TOPO_MAX_REGIONS];
+        int k = 0;
+        for (int q = 0; q < n && q < XDC_TOPO_MAX_REGIONS; q++)
+            if (q != r && pace[q] > 0) {
+                int i = k++;
+                for (; i > 0 && others[i - 1] > pace[q]; i--) others[i] = others[i - 1]; /* kept sorted */
+                others[i] = pace[q];
+            }
+        double median = k ? (k % 2 ? others[k / 2] : 0.5 * (others[k / 2 - 1] + others[k / 2])) : 0;
+        slowdown[r] = pace[r] > 0 && median > 0 ? pace[r] / median : 0;
+    }
+}
+
+/* This worker's stats/<region>/<rank> value: WAN bytes sent and their fp32 size, cumulative step,
+ * compute, intra and exposed WAN seconds, steps done. Written as the run goes (pace) and at its end
+ * (the launcher's summary reads the last one). */
+static void stats_value(orch_worker *w, double wall, char *val, size_t cap)
+{
+    uint64_t tx, raw;
+    wan_totals(w, &tx, &raw);
+    snprintf(val, cap, "%llu %llu %.6f %.6f %.6f %.6f %lld %.6f", (unsigned long long)tx, (unsigned long long)raw,
+             w->prog.t_step, w->prog.t_compute, w->prog.t_intra, w->prog.t_wan_exposed, (long long)w->prog.step, wall);
+}
+
+/* Region r's (the same rank's) cumulative compute seconds and steps: 1, or 0 when it posted none yet. */
+static int region_times(orch_worker *w, int r, double *comp, int64_t *step, xdc_diag *diag)
+{
+    char key[64], val[512];
+    if (r == w->id.region_idx) {
+        *comp = w->prog.t_compute, *step = w->prog.step;
+        return 1;
+    }
+    snprintf(key, sizeof key, "stats/%d/%d", r, w->id.lrank);
+    unsigned long long tx, raw;
+    double t_step, t_intra, t_wan;
+    long long st;
+    if (rdzv_try_get(w->comm.rdzv, key, val, sizeof val, diag) != XDC_OK ||
+        sscanf(val, "%llu %llu %lf %lf %lf %lf %lld", &tx, &raw, &t_step, comp, &t_intra, &t_wan, &st) != 7)
+        return 0;
+    *step = st;
+    return 1;
+}
+
+/* Stragglers. Each worker posts its stats, then reads the same rank's of every other region (without
+ * waiting: a region not heard from yet is left unknown); a region's pace is its compute seconds per step
+ * since the previous look, and its slowdown that pace over the median of the other regions' paces. A
+ * region slower than straggler_factor times the others is logged (and shown in the progress line and
+ * xdc_region_slowdown_ratio by the callers). Compute, not step time: in sync mode every region's step
+ * takes as long as the slowest's, the straggler's compute is what differs. */
+static xdc_err_t pace(orch_worker *w, double wall, xdc_diag *diag)
+{
+    char key[64], val[512];
+    snprintf(key, sizeof key, "stats/%d/%d", w->id.region_idx, w->id.lrank);
+    stats_value(w, wall, val, sizeof val);
+    XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
+    orch_progress *g = &w->prog;
+    int n = w->id.n_regions;
+    for (int r = 0; r < n; r++) {
+        double comp;
+        int64_t step;
+        xdc_diag ignore;
+        if (!region_times(w, r, &comp, &step, &ignore)) continue;
+        if (step > g->pace_step0[r] && g->pace_step0[r] > 0)
+            g->pace[r] = (comp - g->pace_comp0[r]) / (double)(step - g->pace_step0[r]);
+        g->pace_comp0[r] = comp, g->pace_step0[r] = step;
+    }
+    orch_pace_slowdowns(g->pace, n, g->slowdown);
+    for (int r = 0; r < n; r++)
+        if (g->slowdown[r] > w->cfg.straggler_factor && reporter(w))
+            XDC_WARN(XDC_SUB_ORCH,
+                     "region %s is a straggler at step %lld: %.4f s of compute per step, x%.2f the other regions' "
+                     "median (straggler_factor %g)",
+                     w->topo->regions[r].name, (long long)g->step, g->pace[r], g->slowdown[r], w->cfg.straggler_factor);
+    return XDC_OK;
+}
+
+/* "  | straggler eu-west x2.71" for each region slower than straggler_factor, into out ("" when none). */
+static void stragglers(const orch_worker *w, char *out, size_t cap)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (int r = 0; r < w->id.n_regions && len < cap; r++)
+        if (w->prog.slowdown[r] > w->cfg.straggler_factor)
+            len += (size_t)snprintf(out + len, cap - len, "  | straggler %s x%.2f", w->topo->regions[r].name,
+                                    w->prog.slowdown[r]);
+}
+
 static void progress_line(orch_worker *w, float loss, double step_s, double comp, double intra, double wan)
 {
     uint64_t tx, raw;
@@ -413,10 +505,12 @@ static void progress_line(orch_worker *w, float loss, double step_s, double comp
             xdc_wan_peer_stats(w->comm.peers[r], &st);
             goodput += st.goodput_gbps;
         }
+    char slow[256];
+    stragglers(w, slow, sizeof slow);
     printf("step %5lld/%d  loss %.4f  tok/s %7.0f  step %.3fs = compute %.3f + intra %.3f + exposed wan %.3f"
-           "  | wan %.2f MB (x%.1f) goodput %.3f Gb/s\n",
+           "  | wan %.2f MB (x%.1f) goodput %.3f Gb/s%s\n",
            (long long)w->prog.step, w->cfg.train.steps, loss, tokens / step_s, step_s, comp, intra, wan,
-           (double)tx / 1e6, tx ? (double)raw / (double)tx : 0.0, goodput);
+           (double)tx / 1e6, tx ? (double)raw / (double)tx : 0.0, goodput, slow);
     fflush(stdout);
 }
 
@@ -470,6 +564,8 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
         char status[64];
         snprintf(status, sizeof status, "step %lld", (long long)w->prog.step);
         if (w->prog.step % 10 == 0) rdzv_heartbeat(w->comm.rdzv, status, diag);
+        if (w->prog.step % ORCH_PACE_STEPS == 0 && w->id.n_regions > 1 && !w->id.span && w->prog.step < c->steps)
+            XDC_CHECK(pace(w, now_s() - run_t0, diag));
     }
     /* DiLoCo-style modes end on agreed global parameters, so every region reports the same model. */
     XDC_CHECK(w->mode->finish(w, w->mode_state, diag));
@@ -479,11 +575,10 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
                now_s() - run_t0);
     last.val_loss = w->prog.val_loss;
     step_row(w, &last, run_t0);
-    uint64_t hash = 0, tx, raw;
+    uint64_t hash = 0;
     XDC_CHECK(hash_params(w, &hash, diag));
     if (w->cfg.dump_params && (w->id.span || w->id.region_idx == 0) && w->id.replica == 0)
         XDC_CHECK(dump_params(w, diag));
-    wan_totals(w, &tx, &raw);
     double wall = now_s() - run_t0;
     char key[200], val[512];
     /* The result first: a coordinator takes every worker's stats as the end of the run. */
@@ -495,8 +590,7 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
         XDC_CHECK(rdzv_set(w->comm.rdzv, "result", val, diag));
     }
     snprintf(key, sizeof key, "stats/%d/%d", w->id.region_idx, w->id.lrank);
-    snprintf(val, sizeof val, "%llu %llu %.6f %.6f %.6f %.6f %.6f", (unsigned long long)tx, (unsigned long long)raw,
-             w->prog.t_step, w->prog.t_compute, w->prog.t_intra, w->prog.t_wan_exposed, wall);
+    stats_value(w, wall, val, sizeof val);
     XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
     /* Nobody leaves before everyone reported: a departing peer would look like a failure. Then global rank
      * 0 says the run is over, so a coordinator knows it may close the store. */

@@ -13,6 +13,7 @@
 #include "kernels/xdc_kernels.h"
 #include "kernels/xdc_model_ops.h"
 #include "model/xdc_model_shape.h"
+#include "orchestrator/control/orch_failure.h"
 #include "orchestrator/control/orch_identity.h"
 #include "orchestrator/control/orch_proc.h"
 #include "orchestrator/worker/xdc_worker.h"
@@ -459,8 +460,8 @@ static void worker_close(orch_worker *w)
 {
     /* Teardown order, and why:
      * 1. stop every sync: once xdc_sync_stop returns, the comm thread runs no job of it any more;
-     * 2. destroy the intra communicators and close the WAN peers: what a stopped round still has posted
-     *    fails, and neither transport writes into a sync's buffers after that;
+     * 2. destroy the intra communicators and close the WAN peers (the pipeline neighbours too): what a
+     *    stopped round still has posted fails, and neither transport writes into a sync's buffers after that;
      * 3. destroy the syncs: they are the sync engine's clients (their jobs live in its queue, and a sync
      *    detaches from the engine when destroyed), so the engine must outlive them;
      * 4. destroy the sync engine: this joins the comm thread, whose jobs call into the WAN engine, so it
@@ -474,6 +475,10 @@ static void worker_close(orch_worker *w)
     xdc_intra_destroy(w->comm.pp);
     xdc_intra_destroy(w->comm.region_comm);
     for (int r = 0; w->comm.peers && r < w->id.n_regions; r++) xdc_wan_peer_close(w->comm.peers[r]);
+    /* With BYE, as every peer: left to the engine's destroy, the pipeline neighbours' streams would just
+     * end, and the other side would log each one as down ("unexpected eof"). */
+    xdc_wan_peer_close(w->comm.prev_peer);
+    xdc_wan_peer_close(w->comm.next_peer);
     if (w->mode) w->mode->destroy(w->mode_state); /* its syncs, then its buffers */
     xdc_sync_engine_destroy(w->comm.sync_eng);
     rdzv_client_destroy(w->comm.rdzv);
@@ -563,16 +568,17 @@ xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
         char dir[600], path[700];
         xdc_diag td = {{0}};
         snprintf(dir, sizeof dir, "%s/traces", w.id.run_dir);
-        mkdir(dir, 0755);
-        if (orch_trace_write_dir(w.tele.trace, dir, path, sizeof path, &td) != XDC_OK)
+        if (orch_mkdirs(dir, 0755, &td) != XDC_OK ||
+            orch_trace_write_dir(w.tele.trace, dir, path, sizeof path, &td) != XDC_OK)
             XDC_WARN(XDC_SUB_ORCH, "trace not written: %s", td.msg);
     }
     if (rc != XDC_OK) {
         XDC_ERROR(XDC_SUB_ORCH, "%s failed: %s: %s", what, xdc_strerror(rc), d.msg);
         if (w.comm.rdzv) {
-            char key[200], val[1024];
+            char key[200], text[900], val[1024];
             snprintf(key, sizeof key, "failed/%s", w.id.member);
-            snprintf(val, sizeof val, "%s: %s: %s", what, xdc_strerror(rc), d.msg);
+            snprintf(text, sizeof text, "%s failed: %s: %s", what, xdc_strerror(rc), d.msg);
+            orch_failure_format(rc, text, val, sizeof val);
             xdc_diag ignore;
             rdzv_set(w.comm.rdzv, key, val, &ignore);
         }

@@ -115,6 +115,11 @@ typedef struct orch_progress {
     double t_compute, t_intra, t_wan_exposed, t_step;
     double last_loss, val_loss;
     uint64_t tokens_done;
+    /* Stragglers (orch_train.c pace): per region, the same rank's cumulative compute seconds and step at
+     * the last look, its compute seconds per step since the look before, and that pace over the median of
+     * the other regions' (0: not known yet). */
+    double pace_comp0[XDC_TOPO_MAX_REGIONS], pace[XDC_TOPO_MAX_REGIONS], slowdown[XDC_TOPO_MAX_REGIONS];
+    int64_t pace_step0[XDC_TOPO_MAX_REGIONS];
 } orch_progress;
 
 typedef struct orch_worker orch_worker;
@@ -169,6 +174,9 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag);
  * microbatch's backward, then the clipped AdamW step; advances w->prog.step. *loss: the mean loss over
  * the microbatches, summed over the stages. */
 xdc_err_t orch_train_inner_step(orch_worker *w, xdc_sync *grad_sync, float *loss, xdc_diag *diag);
+/* Stragglers: for each of n regions, its pace (compute seconds per step; <= 0: unknown) over the median
+ * of the other regions' known paces, into slowdown[n] (0 where either is unknown). */
+void orch_pace_slowdowns(const double *pace, int n, double *slowdown);
 /* Pipeline-forward the fixed validation batches; every stage returns the same mean loss. */
 xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag);
 

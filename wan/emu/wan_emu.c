@@ -69,7 +69,11 @@ struct xdc_wan_relay {
     pthread_t thread;
     pthread_mutex_t mu;
     int stop, cut;
-    uint64_t outage_start_ns, outage_end_ns; /* scheduled outage; 0 = none */
+    /* Pending outages, ordered by start; [0] is the next or current one. */
+    struct {
+        uint64_t start_ns, end_ns;
+    } outages[XDC_WAN_MAX_OUTAGES];
+    int n_outages;
     emu_conn *conns[EMU_MAX_CONNS];
     int n_conns;
     xdc_rng rng;
@@ -235,13 +239,12 @@ static void *relay_main(void *arg)
     r->refill_ns = xdc_now_ns();
     while (!r->stop) {
         uint64_t now = xdc_now_ns();
-        if (r->outage_start_ns && now >= r->outage_start_ns) {
+        while (r->n_outages && now >= r->outages[0].start_ns) {
             r->cut = 1;
             drop_all(r);
-            if (now >= r->outage_end_ns) {
-                r->cut = 0;
-                r->outage_start_ns = r->outage_end_ns = 0;
-            }
+            if (now < r->outages[0].end_ns) break;
+            r->cut = 0; /* over: the next one may have begun already (overlap), then it cuts again */
+            memmove(&r->outages[0], &r->outages[1], (size_t)--r->n_outages * sizeof r->outages[0]);
         }
         int n = 0;
         uint64_t timeout = 50 * XDC_NS_PER_MS; /* ns: ppoll keeps release times exact to the scheduler */
@@ -271,8 +274,8 @@ static void *relay_main(void *arg)
         }
         /* With a rate limit the bucket refills continuously: come back at 1 ms granularity. */
         if (r->m.rate_mbps > 0 && r->n_conns && timeout > XDC_NS_PER_MS) timeout = XDC_NS_PER_MS;
-        if (r->outage_start_ns) {
-            uint64_t t = r->cut ? r->outage_end_ns : r->outage_start_ns;
+        if (r->n_outages) {
+            uint64_t t = r->cut ? r->outages[0].end_ns : r->outages[0].start_ns;
             if (t - now < timeout) timeout = t > now ? t - now : 0;
         }
         pthread_mutex_unlock(&r->mu);
@@ -427,18 +430,53 @@ void xdc_wan_relay_restore(xdc_wan_relay *r)
 {
     pthread_mutex_lock(&r->mu);
     r->cut = 0;
-    r->outage_start_ns = r->outage_end_ns = 0;
+    r->n_outages = 0;
     pthread_mutex_unlock(&r->mu);
     relay_poke(r);
 }
 
-void xdc_wan_relay_schedule_outage(xdc_wan_relay *r, int64_t start_ms, int64_t duration_ms)
+xdc_err_t xdc_wan_relay_schedule_outage(xdc_wan_relay *r, int64_t start_ms, int64_t duration_ms)
 {
+    uint64_t start = xdc_now_ns() + (uint64_t)(start_ms > 0 ? start_ms : 0) * XDC_NS_PER_MS;
+    uint64_t end = start + (uint64_t)(duration_ms > 0 ? duration_ms : 0) * XDC_NS_PER_MS;
     pthread_mutex_lock(&r->mu);
-    r->outage_start_ns = xdc_now_ns() + (uint64_t)(start_ms > 0 ? start_ms : 0) * XDC_NS_PER_MS;
-    r->outage_end_ns = r->outage_start_ns + (uint64_t)(duration_ms > 0 ? duration_ms : 0) * XDC_NS_PER_MS;
+    int full = r->n_outages == XDC_WAN_MAX_OUTAGES;
+    if (!full) {
+        int i = r->n_outages++;
+        for (; i > 0 && r->outages[i - 1].start_ns > start; i--) r->outages[i] = r->outages[i - 1];
+        r->outages[i].start_ns = start;
+        r->outages[i].end_ns = end;
+    }
     pthread_mutex_unlock(&r->mu);
     relay_poke(r);
+    return full ? XDC_ERR_RANGE : XDC_OK;
+}
+
+xdc_err_t xdc_wan_outages_parse(const char *text, xdc_wan_outage *sched, int *n, xdc_diag *diag)
+{
+    int k = *n;
+    for (const char *p = text;;) {
+        size_t len = strcspn(p, ",");
+        char part[64], *at;
+        if (len >= sizeof part) len = sizeof part - 1;
+        snprintf(part, sizeof part, "%.*s", (int)len, p);
+        at = strchr(part, '@');
+        if (at) *at = '\0';
+        if (k == XDC_WAN_MAX_OUTAGES) {
+            xdc_diag_set(diag, "more than %d outages in the schedule", XDC_WAN_MAX_OUTAGES);
+            return XDC_ERR_RANGE;
+        }
+        if (!at || xdc_parse_duration_ms(part, &sched[k].duration_ms) != 0 ||
+            xdc_parse_duration_ms(at + 1, &sched[k].start_ms) != 0) {
+            xdc_diag_set(diag, "'%.*s' is not DURATION@START (e.g. 5s@10s)", (int)strcspn(p, ","), p);
+            return XDC_ERR_INVALID;
+        }
+        k++;
+        p += strcspn(p, ",");
+        if (!*p++) break;
+    }
+    *n = k;
+    return XDC_OK;
 }
 
 void xdc_wan_relay_counters(xdc_wan_relay *r, uint64_t *conns, uint64_t *bytes)

@@ -36,8 +36,18 @@ xdc_err_t xdc_wan_relay_add_route(xdc_wan_relay *r, const char *listen_host, int
 /* Outage: reset every relayed connection and refuse new ones until restored. */
 void xdc_wan_relay_cut(xdc_wan_relay *r);
 void xdc_wan_relay_restore(xdc_wan_relay *r);
-/* Schedule an outage of duration_ms starting start_ms after now (replaces a pending schedule). */
-void xdc_wan_relay_schedule_outage(xdc_wan_relay *r, int64_t start_ms, int64_t duration_ms);
+/* A schedule of outages: each cuts the link for duration_ms, start_ms after the schedule was given. */
+#define XDC_WAN_MAX_OUTAGES 16
+typedef struct xdc_wan_outage {
+    int64_t start_ms, duration_ms;
+} xdc_wan_outage;
+/* Append "DURATION@START[,DURATION@START...]" (e.g. "3s@10s,12s@40s") to sched[*n] (capacity
+ * XDC_WAN_MAX_OUTAGES). XDC_ERR_INVALID naming the part that is not DURATION@START, XDC_ERR_RANGE when
+ * the schedule is full; *n is unchanged then. */
+xdc_err_t xdc_wan_outages_parse(const char *text, xdc_wan_outage *sched, int *n, xdc_diag *diag);
+/* Add an outage of duration_ms starting start_ms after now to the relay's schedule (outages already
+ * scheduled stay; overlapping ones merge). XDC_ERR_RANGE when XDC_WAN_MAX_OUTAGES are pending. */
+xdc_err_t xdc_wan_relay_schedule_outage(xdc_wan_relay *r, int64_t start_ms, int64_t duration_ms);
 /* Connections accepted so far and bytes forwarded in both directions. */
 void xdc_wan_relay_counters(xdc_wan_relay *r, uint64_t *conns, uint64_t *bytes);
 void xdc_wan_relay_destroy(xdc_wan_relay *r);
