@@ -20,6 +20,7 @@ static int launch_usage(FILE *f)
             "[--emulate-wan|--no-emulate-wan]\n"
             "                  [--outage DURATION@START[,...]]... [--resume] [--log-format text|json] [--device "
             "cpu|cuda|cpu-strict]\n"
+            "                  [--rdzv builtin|etcd://HOST:PORT[/PREFIX]] [--etcd-cacert F --etcd-cert F --etcd-key F]\n"
             "       xdc coordinator -t TOPOLOGY.yaml -c RUN.yaml --run-dir DIR [--host ADDR] [--port P] [--run-id ID]\n"
             "  coordinator: host the rendezvous (default 0.0.0.0:29400) for agents started elsewhere (Slurm, ssh)\n"
             "  and wait for the run to end; the run folder must be shared with the nodes (certificates).\n"
@@ -33,7 +34,8 @@ static int launch_usage(FILE *f)
             "  --resume         continue from the newest complete checkpoint in the run folder\n"
             "  --device D       run every region's workers on D (default: XDC_DEVICE, else the topology: CUDA\n"
             "                   with NCCL inside a region with gpus_per_node > 0, the CPU with shared memory\n"
-            "                   where it is 0); passed on to the agents and by them to the workers\n");
+            "                   where it is 0); passed on to the agents and by them to the workers\n" XDC_CLI_RDZV_USAGE
+            "            with etcd the launcher hosts no store: it reads and writes the run's keys in etcd\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -80,12 +82,14 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
                                          {"degrade-links", required_argument, NULL, 'g'},
                                          {"device", required_argument, NULL, 'D'},
                                          {"help", no_argument, NULL, 'h'},
+                                         XDC_CLI_RDZV_OPTIONS,
                                          {NULL, 0, NULL, 0}};
     orch_launch_opts_default(o, coordinator);
     *log_format = NULL;
     int c, ex;
     optind = 1;
     while ((c = getopt_long(argc, argv, "t:c:d:i:eEo:rl:H:p:g:D:h", opts, NULL)) != -1) {
+        if (xdc_cli_rdzv_flag(c, optarg, &o->rdzv)) continue;
         switch (c) {
         case 't': o->topology = optarg; break;
         case 'c': o->config = optarg; break;

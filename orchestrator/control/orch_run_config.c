@@ -1,6 +1,8 @@
 /* orch_run_config.c — loading and checking the run file (see orch_run_config.h). */
 #include "orchestrator/control/orch_run_config.h"
 
+#include "orchestrator/control/orch_rdzv.h"
+
 #include <errno.h>
 #include <libgen.h>
 #include <stddef.h>
@@ -44,6 +46,7 @@ static const xdc_cfg_field top_fields[] = {
     RUN_FIELD("checkpoint_every", XDC_CFG_INT, checkpoint_every, false, 0, 100000000),
     RUN_FIELD("metrics_port", XDC_CFG_INT, metrics_port, false, -1, 65535),
     RUN_FIELD("metrics_bind", XDC_CFG_STRING, metrics_bind, false, 0, 0),
+    RUN_FIELD("rdzv", XDC_CFG_STRING, rdzv, false, 0, 0),
     RUN_FIELD("dump_params", XDC_CFG_BOOL, dump_params, false, 0, 0),
     RUN_FIELD("replan_every", XDC_CFG_INT, replan_every, false, 0, 100000000),
     RUN_FIELD("straggler_factor", XDC_CFG_DOUBLE, straggler_factor, false, 1.01, 1000),
@@ -143,6 +146,12 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     }
     if (c->span_regions && c->mode != ORCH_MODE_SYNC) {
         xdc_cfg_error_add(errs, 0, 0, "span_regions needs mode sync (a pipeline across regions has one replica)");
+        return XDC_ERR_CONFIG;
+    }
+    rdzv_target rt;
+    xdc_diag rd = {{0}};
+    if (c->rdzv[0] && rdzv_target_parse(c->rdzv, "run", &rt, &rd) != XDC_OK) {
+        xdc_cfg_error_add(errs, 0, 0, "rdzv: %s", rd.msg);
         return XDC_ERR_CONFIG;
     }
     if (c->pipeline_stages > c->train.model.n_layer) {
