@@ -39,6 +39,7 @@
 #define ETCD_B64_KEY      (RDZV_KEY_MAX * 2 * 4 / 3 + 8) /* bytes: base64 of a prefixed key, with NUL */
 #define ETCD_B64_VALUE    (RDZV_VALUE_MAX * 4 / 3 + 8)   /* bytes: base64 of a value, with NUL */
 #define ETCD_TRY_MS       3000            /* the most one HTTP attempt may take */
+#define ETCD_MIN_TRY_MS   500             /* the least one attempt is given, even at its deadline */
 #define ETCD_HOST_MS      2000            /* deadline of the host's (launcher's) operations */
 #define ETCD_BARRIERS     16              /* barrier names one member tracks generations of */
 #define ETCD_INTERNAL     "_rdzv/"
@@ -157,11 +158,12 @@ static xdc_err_t conn_post(etcd_conn *c, const char *path, json_t *body, uint64_
     curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS, c->tx);
     curl_easy_setopt(c->curl, CURLOPT_POSTFIELDSIZE, (long)n);
     int64_t backoff = 20, total = ((int64_t)deadline - (int64_t)xdc_now_ns()) / (int64_t)XDC_NS_PER_MS;
-    char last[CURL_ERROR_SIZE + 64] = "no attempt";
-    for (;;) {
+    char last[CURL_ERROR_SIZE + 64] = "";
+    for (int tries = 0;; tries++) {
+        /* At least one attempt, of at least ETCD_MIN_TRY_MS: a wait's last look may start at its deadline. */
         int64_t left = ((int64_t)deadline - (int64_t)xdc_now_ns()) / (int64_t)XDC_NS_PER_MS;
-        if (left <= 0) break;
-        long try_ms = (long)(left < ETCD_TRY_MS ? left : ETCD_TRY_MS);
+        if (left <= 0 && tries > 0) break;
+        long try_ms = (long)(left < ETCD_MIN_TRY_MS ? ETCD_MIN_TRY_MS : left < ETCD_TRY_MS ? left : ETCD_TRY_MS);
         curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, try_ms);
         curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS, try_ms);
         c->rx_len = 0;
@@ -195,15 +197,17 @@ static xdc_err_t conn_post(etcd_conn *c, const char *path, json_t *body, uint64_
             xdc_diag_set(diag, "%s: %s: reply larger than %u bytes", c->where, what, ETCD_RX_MAX);
             return XDC_ERR_RANGE;
         }
-        if (!transient(rc)) {
+        /* TLS 1.3: a server that refuses our certificate says so in an alert on the first read. */
+        int refused = rc == CURLE_RECV_ERROR && strstr(c->err, "alert") != NULL;
+        if (!transient(rc) || refused) {
             xdc_diag_set(diag, "%s: %s: %s", c->where, what, last);
-            return rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_PEER_FAILED_VERIFICATION ||
+            return refused || rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_PEER_FAILED_VERIFICATION ||
                            rc == CURLE_SSL_CERTPROBLEM || rc == CURLE_SSL_CACERT_BADFILE
                        ? XDC_ERR_TLS
                        : XDC_ERR_UNAVAILABLE;
         }
         left = ((int64_t)deadline - (int64_t)xdc_now_ns()) / (int64_t)XDC_NS_PER_MS;
-        pause_ms(backoff < left ? backoff : left);
+        if (left > 0) pause_ms(backoff < left ? backoff : left);
         backoff = backoff * 2 > 500 ? 500 : backoff * 2;
     }
     xdc_diag_set(diag, "%s did not answer %s within %lld ms (last try: %s)", c->where, what,
@@ -297,6 +301,27 @@ static int range_entry(const etcd_conn *c, json_t *rep, size_t i, char *key, siz
         if (vb && unb64(vb, value, cap) < 0) return -1;
     }
     return 0;
+}
+
+/* Compare-and-set: put `key` = value under `lease` only when the key does not exist (a transaction on
+ * its create revision being 0). *done says whether it was put. */
+static xdc_err_t kv_create(etcd_conn *c, const char *key, const char *value, const char *lease, uint64_t deadline,
+                           const char *what, int *done, xdc_diag *diag)
+{
+    char k[ETCD_B64_KEY], v[ETCD_B64_VALUE];
+    *done = 0;
+    if (strlen(value) >= RDZV_VALUE_MAX) return XDC_ERR_RANGE;
+    full_key(c, key, k, NULL);
+    b64(value, strlen(value), v);
+    json_t *put = json_pack("{s:s, s:s}", "key", k, "value", v), *rep = NULL;
+    if (put && lease) json_object_set_new(put, "lease", json_string(lease));
+    json_t *body = put ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:o}]}", "compare", "key", k, "target", "CREATE",
+                                   "result", "EQUAL", "create_revision", "0", "success", "request_put", put)
+                       : NULL;
+    XDC_CHECK(conn_post(c, "/v3/kv/txn", body, deadline, what, &rep, diag));
+    *done = json_is_true(json_object_get(rep, "succeeded"));
+    json_decref(rep);
+    return XDC_OK;
 }
 
 /* ---- member -------------------------------------------------------------------------------------- */
@@ -508,8 +533,19 @@ xdc_err_t rdzv_etcd_client_create(const rdzv_target *t, const char *member, int6
     }
     if (rc == XDC_OK) snprintf(c->lease, sizeof c->lease, "%s", id);
     json_decref(rep);
+    /* A member joins once: while another process holds `member` alive (its lease), wait for that lease to
+     * end (a restarted member's old process, killed, is gone after its TTL), until the deadline. */
     snprintf(key, sizeof key, ETCD_INTERNAL "alive/%s", member);
-    if (rc == XDC_OK) rc = kv_put(&c->conn, key, "joined", c->lease, deadline, "join", diag);
+    for (int done = 0, backoff = 10; rc == XDC_OK && !done; backoff = backoff * 2 > 250 ? 250 : backoff * 2) {
+        rc = kv_create(&c->conn, key, "joined", c->lease, deadline, "join", &done, diag);
+        if (rc == XDC_OK && !done && xdc_deadline_passed(deadline)) {
+            xdc_diag_set(diag, "another process holds member %s alive in %s (its lease has not ended)", member,
+                         c->conn.where);
+            rc = XDC_ERR_UNAVAILABLE;
+        } else if (rc == XDC_OK && !done) {
+            pause_ms(backoff);
+        }
+    }
     snprintf(key, sizeof key, ETCD_INTERNAL "joined/%s", member);
     if (rc == XDC_OK) rc = kv_put(&c->conn, key, c->lease, NULL, deadline, "join", diag);
     if (rc == XDC_OK && pthread_create(&c->ka, NULL, keepalive_main, c) != 0) rc = XDC_ERR_NOMEM;
