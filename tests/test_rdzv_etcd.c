@@ -27,8 +27,8 @@
 
 typedef struct {
     pid_t pid;
-    int port;
-    char url[128]; /* etcd://127.0.0.1:PORT (no prefix) */
+    int port, peer; /* 0 before the first start; a restart keeps them */
+    char url[128];  /* etcd://127.0.0.1:PORT (no prefix) */
 } etcd_proc;
 
 /* A loopback port nothing listens on right now. */
@@ -69,15 +69,19 @@ static int http_says(const char *url, const char *want, const char *cacert, cons
     return ok;
 }
 
-/* Start etcd in TMP/etcd-<tag> on two free loopback ports and wait (bounded) until /health says true.
+/* Start etcd in TMP/etcd-<tag> on two free loopback ports (e's own again when e->port is set: a restart
+ * on the same data) and wait (bounded) until /health says true.
  * `tls` (NULL: plain): {server cert, server key, CA} and client certificates required. etcd dies with
  * the test process (PR_SET_PDEATHSIG), so a failed assertion does not leave it behind. */
 static void etcd_start(etcd_proc *e, const char *tag, const char *const *tls)
 {
     if (system("command -v etcd >/dev/null 2>&1") != 0)
         xdc_test_skip("no etcd binary (Debian etcd-server; `make deps` installs it)");
-    int peer = free_port();
-    e->port = free_port();
+    if (!e->port) {
+        e->peer = free_port();
+        e->port = free_port();
+    }
+    int peer = e->peer;
     char dir[512], log[600], curl_url[128], purl[128], cluster[160];
     const char *scheme = tls ? "https" : "http";
     snprintf(dir, sizeof dir, "%s/etcd-%s", xdc_test_tmpdir(), tag);
@@ -94,13 +98,18 @@ static void etcd_start(etcd_proc *e, const char *tag, const char *const *tls)
         if (getppid() != parent) _exit(1);
         FILE *f = freopen(log, "w", stdout);
         if (f) dup2(fileno(f), 2);
-        const char *argv[32] = {"etcd", "--name", "t", "--data-dir", dir, "--listen-client-urls", curl_url,
-                                "--advertise-client-urls", curl_url, "--listen-peer-urls", purl,
-                                "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster};
+        const char *argv[32] = {"etcd",   "--name",
+                                "t",      "--data-dir",
+                                dir,      "--listen-client-urls",
+                                curl_url, "--advertise-client-urls",
+                                curl_url, "--listen-peer-urls",
+                                purl,     "--initial-advertise-peer-urls",
+                                purl,     "--initial-cluster",
+                                cluster};
         int n = 15;
         if (tls) {
-            const char *more[] = {"--cert-file", tls[0], "--key-file", tls[1], "--trusted-ca-file", tls[2],
-                                  "--client-cert-auth"};
+            const char *more[] = {"--cert-file",       tls[0], "--key-file",        tls[1],
+                                  "--trusted-ca-file", tls[2], "--client-cert-auth"};
             for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) argv[n++] = more[i];
         }
         argv[n] = NULL;
@@ -151,8 +160,8 @@ XDC_TEST(rdzv_etcd_target_parse)
     XDC_ASSERT(strcmp(t.prefix, "team/a") == 0 && strcmp(t.url, "etcd://h:1/team/a") == 0);
     XDC_ASSERT_OK(rdzv_target_parse("builtin", "r", &t, NULL));
     XDC_ASSERT(t.kind == RDZV_BUILTIN);
-    const char *bad[] = {"etcd://h", "etcd://h:0", "etcd://h:99999", "etcd://:5", "etcd://h:5x", "http://h:5",
-                         "etcd://h:5/a b"};
+    const char *bad[] = {"etcd://h",    "etcd://h:0", "etcd://h:99999", "etcd://:5",
+                         "etcd://h:5x", "http://h:5", "etcd://h:5/a b"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         XDC_ASSERT_ERR(rdzv_target_parse(bad[i], "r", &t, &d), XDC_ERR_CONFIG);
         XDC_ASSERT_STR_CONTAINS(d.msg, bad[i]);
@@ -173,7 +182,7 @@ XDC_TEST(rdzv_etcd_target_parse)
 
 XDC_TEST(rdzv_etcd_store_ops)
 {
-    etcd_proc e;
+    etcd_proc e = {0};
     etcd_start(&e, "ops", NULL);
     rdzv_target t = target(&e, "ops");
     rdzv_server *host;
@@ -250,7 +259,7 @@ static int wait_key(rdzv_server *host, const char *key_prefix)
 
 XDC_TEST_T(rdzv_etcd_barrier_dead_member_expires, 90)
 {
-    etcd_proc e;
+    etcd_proc e = {0};
     etcd_start(&e, "barrier", NULL);
     rdzv_target t = target(&e, "b");
     rdzv_server *host;
@@ -306,7 +315,7 @@ XDC_TEST_T(rdzv_etcd_barrier_dead_member_expires, 90)
 
 XDC_TEST(rdzv_etcd_prefixes_do_not_see_each_other)
 {
-    etcd_proc e;
+    etcd_proc e = {0};
     etcd_start(&e, "prefix", NULL);
     rdzv_target ta = target(&e, "team/a"), tb = target(&e, "team/ab");
     rdzv_server *ha, *hb;
@@ -339,7 +348,7 @@ XDC_TEST(rdzv_etcd_prefixes_do_not_see_each_other)
 
 XDC_TEST(rdzv_etcd_stopped_mid_barrier_is_a_named_timeout)
 {
-    etcd_proc e;
+    etcd_proc e = {0};
     etcd_start(&e, "stop", NULL);
     rdzv_target t = target(&e, "s");
     rdzv_server *host;
@@ -361,6 +370,49 @@ XDC_TEST(rdzv_etcd_stopped_mid_barrier_is_a_named_timeout)
     /* Within the barrier's deadline plus one HTTP attempt's bound (3 s): no hang past it. */
     XDC_ASSERT_MSG(waited < 4.0 + 3.0 + 2.0, "the barrier returned after %.1f s", waited);
     rdzv_server_destroy(host);
+}
+
+typedef struct {
+    rdzv_client *c;
+    xdc_err_t rc;
+    char val[64];
+    xdc_diag d;
+} getter_ctx;
+
+static void *getter_main(void *arg)
+{
+    getter_ctx *g = arg;
+    g->rc = rdzv_get(g->c, "later", 20000, g->val, sizeof g->val, &g->d);
+    return NULL;
+}
+
+XDC_TEST(rdzv_etcd_restart_within_the_deadline_costs_nothing)
+{
+    etcd_proc e = {0};
+    etcd_start(&e, "restart", NULL);
+    rdzv_target t = target(&e, "r");
+    t.lease_ttl_s = 10; /* longer than the outage */
+    rdzv_server *host;
+    xdc_diag d = {{0}};
+    getter_ctx g = {0};
+    XDC_ASSERT_OK(rdzv_server_open(&t, NULL, names, 2, 5000, &host, &d));
+    XDC_ASSERT_OK(rdzv_client_open(&t, NULL, names[0], 5000, &g.c, &d));
+    pthread_t th;
+    XDC_ASSERT(pthread_create(&th, NULL, getter_main, &g) == 0);
+    /* etcd goes away while the member waits for a key, and comes back on the same data and ports. */
+    etcd_stop(&e, SIGKILL);
+    etcd_start(&e, "restart", NULL);
+    rdzv_server_set(host, "later", "after the restart");
+    pthread_join(th, NULL);
+    XDC_ASSERT_MSG(g.rc == XDC_OK, "%s: %s", xdc_strerror(g.rc), g.d.msg);
+    XDC_ASSERT(strcmp(g.val, "after the restart") == 0);
+    /* The member's lease survived: it is still alive, and its next request works. */
+    rdzv_member_state st;
+    XDC_ASSERT(rdzv_server_member(host, 0, &st) == 0 && st.connected);
+    XDC_ASSERT_OK(rdzv_heartbeat(g.c, "step 1", &d));
+    rdzv_client_destroy(g.c);
+    rdzv_server_destroy(host);
+    etcd_stop(&e, SIGTERM);
 }
 
 /* Make a CA, a server certificate for 127.0.0.1 and a client certificate with openssl in dir. */
@@ -392,7 +444,7 @@ XDC_TEST(rdzv_etcd_mutual_tls)
         xdc_test_skip("no etcd binary (Debian etcd-server; `make deps` installs it)");
     make_tls(dir);
     const char *tls[] = {f[0], f[1], f[2], f[3], f[4]};
-    etcd_proc e;
+    etcd_proc e = {0};
     etcd_start(&e, "tls", tls);
     rdzv_target t = target(&e, "tls");
     rdzv_client *c = NULL;
@@ -441,7 +493,7 @@ static void final_hash(const char *out, char *hash, size_t cap)
 XDC_TEST_T(rdzv_etcd_launch_matches_builtin, 240)
 {
     if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian fortunes; `make deps`)");
-    etcd_proc e;
+    etcd_proc e = {0};
     etcd_start(&e, "launch", NULL);
     const char *run = write_run("timeouts: {rendezvous: 30s, operation: 30s}\n");
     static char out[65536];

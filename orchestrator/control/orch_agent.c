@@ -59,21 +59,24 @@ static xdc_err_t agent_setup(agent *a, xdc_diag *diag)
         a->t = NULL;
         return XDC_ERR_CONFIG;
     }
-    orch_run_config cfg;
-    if (orch_run_config_load(a->o->config, &cfg, &errs) != XDC_OK) {
+    /* The store: --rdzv, XDC_RDZV, and only without a coordinator address the run file (the workers read
+     * the run file themselves; a run file they refuse is their failure to report). With etcd, etcd's
+     * address stands for the coordinator. An etcd URL without a prefix is resolved again by each worker. */
+    orch_identity_flags idf = a->o->id;
+    int no_coordinator = !idf.value[ORCH_ID_COORDINATOR] && !getenv("XDC_COORDINATOR");
+    static orch_run_config cfg; /* large; one agent per process */
+    if (no_coordinator && orch_run_config_load(a->o->config, &cfg, &errs) != XDC_OK) {
         xdc_cfg_errors_print(&errs, stderr);
         return XDC_ERR_CONFIG;
     }
-    /* An etcd URL without a prefix takes the run id; each worker resolves it again with its own. */
-    orch_identity_flags idf = a->o->id;
-    XDC_CHECK(rdzv_target_resolve(a->o->rdzv.rdzv, cfg.rdzv, idf.value[ORCH_ID_RUN_ID], &a->rdzv, diag));
+    XDC_CHECK(rdzv_target_resolve(a->o->rdzv.rdzv, no_coordinator ? cfg.rdzv : NULL, idf.value[ORCH_ID_RUN_ID],
+                                  &a->rdzv, diag));
     char etcd_hostport[300];
-    if (a->rdzv.kind == RDZV_ETCD && !idf.value[ORCH_ID_COORDINATOR] && !getenv("XDC_COORDINATOR")) {
+    if (a->rdzv.kind == RDZV_ETCD && no_coordinator) {
         snprintf(etcd_hostport, sizeof etcd_hostport, "%s:%d", a->rdzv.host, a->rdzv.port);
         idf.value[ORCH_ID_COORDINATOR] = etcd_hostport;
     }
-    if (orch_identity_resolve(&idf, NULL, a->t, ORCH_ID_REQUIRE_AGENT, &a->id, diag) != XDC_OK)
-        return XDC_ERR_CONFIG;
+    if (orch_identity_resolve(&idf, NULL, a->t, ORCH_ID_REQUIRE_AGENT, &a->id, diag) != XDC_OK) return XDC_ERR_CONFIG;
     xdc_log_set_identity(a->id.region, a->id.host, -1);
     char desc[1024];
     orch_identity_describe(&a->id, desc, sizeof desc);

@@ -14,8 +14,8 @@ typedef struct orch_agent_opts {
     int emulate_wan, resume;                 /* passed on to the workers */
     orch_identity_flags id;                  /* --region --node --host --coordinator --run-id */
     const char *device;                      /* --device word (NULL: XDC_DEVICE, else the topology) */
-    rdzv_flags rdzv; /* --rdzv (else XDC_RDZV, the run file's rdzv:) and etcd's TLS files; passed on */
-    const orch_device_probe *probe;          /* the kernel registry's answers (NULL: no node check) */
+    rdzv_flags rdzv;                /* --rdzv (else XDC_RDZV, the run file's rdzv:) and etcd's TLS files; passed on */
+    const orch_device_probe *probe; /* the kernel registry's answers (NULL: no node check) */
 } orch_agent_opts;
 
 /* Set up and supervise this node's workers until they end. XDC_OK when every worker exited 0;

@@ -40,8 +40,8 @@ typedef struct {
     orch_run_config cfg;
     xdc_wan_engine *eng;
     rdzv_server *rdzv;
-    rdzv_target store;      /* which store: the built-in one hosted here, or etcd */
-    char coordinator[300]; /* host:port of the store (etcd's with etcd) */
+    rdzv_target store;                        /* which store: the built-in one hosted here, or etcd */
+    char coordinator[300];                    /* host:port of the store (etcd's with etcd) */
     xdc_wan_relay *relays[LAUNCH_MAX_RELAYS]; /* one per pair of regions */
     char relay_done[LAUNCH_MAX_RELAYS];       /* per (pair, worker) route */
     int n_relays;
@@ -544,16 +544,14 @@ static void print_banner(launch *L)
     describe_devices(L, 0, devices, sizeof devices);
     printf("xdc launch: run %s, %d regions, %d workers, %s mode, %s WAN; rendezvous at %s; run folder %s\n", L->run_id,
            L->t->n_regions, xdc_topology_total_workers(L->t), orch_mode_name(L->cfg.mode),
-           L->o.emulate ? "emulated" : "real", L->store.kind == RDZV_ETCD ? L->store.url : L->coordinator,
-           L->run_dir);
+           L->o.emulate ? "emulated" : "real", L->store.kind == RDZV_ETCD ? L->store.url : L->coordinator, L->run_dir);
     printf("devices: %s\n", devices);
     if (L->o.coordinator)
         printf("start one agent per node with:\n  xdc agent --topology %s --config %s --run-dir %s --coordinator %s"
                " --run-id %s --region REGION --node N%s%s%s%s%s\n",
                L->o.topology, L->o.config, L->run_dir, L->coordinator, L->run_id,
                L->store.kind == RDZV_ETCD ? " --rdzv " : "", L->store.kind == RDZV_ETCD ? L->store.url : "",
-               L->o.emulate ? " --emulate-wan" : "",
-               L->device != ORCH_DEVICE_TOPOLOGY ? " --device " : "",
+               L->o.emulate ? " --emulate-wan" : "", L->device != ORCH_DEVICE_TOPOLOGY ? " --device " : "",
                L->device != ORCH_DEVICE_TOPOLOGY ? orch_device_name(L->device) : "");
     fflush(stdout);
 }
@@ -582,7 +580,9 @@ xdc_err_t orch_launch_run(const orch_launch_opts *o, int *agent_exit, xdc_diag *
     *agent_exit = 0;
     orch_procs_init(&L.agents, 2); /* agents stop workers of their own: they get two graces */
     xdc_err_t rc = launch_load(&L, diag);
-    if (rc == XDC_OK && (!o->host || !*o->host)) {
+    rdzv_target store; /* resolved again with the run id in start_rendezvous */
+    if (rc == XDC_OK) rc = rdzv_target_resolve(o->rdzv.rdzv, L.cfg.rdzv, "-", &store, diag);
+    if (rc == XDC_OK && store.kind == RDZV_BUILTIN && (!o->host || !*o->host)) {
         xdc_diag_set(diag, "--host is required: the address agents reach the coordinator at (0.0.0.0: every "
                            "interface)");
         rc = XDC_ERR_INVALID;

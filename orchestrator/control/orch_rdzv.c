@@ -1008,8 +1008,7 @@ static xdc_err_t bc_set(rdzv_client *base, const char *key, const char *value, x
 }
 
 /* timeout_ms 0: answer at once (XDC_ERR_AGAIN when the key is not set). */
-static xdc_err_t bc_get(rdzv_client *base, const char *key, int64_t timeout_ms, char *value, size_t cap,
-                        xdc_diag *diag)
+static xdc_err_t bc_get(rdzv_client *base, const char *key, int64_t timeout_ms, char *value, size_t cap, xdc_diag *diag)
 {
     bclient *c = (bclient *)base;
     json_t *rep, *req = json_pack("{s:s, s:s, s:I}", "op", "get", "key", key, "timeout_ms", (json_int_t)timeout_ms);

@@ -55,8 +55,8 @@ typedef struct rdzv_target {
     rdzv_kind kind;
     char host[256];
     int port;
-    char prefix[RDZV_KEY_MAX]; /* etcd: every key of the run is "<prefix>/<key>"; no leading or trailing '/' */
-    char url[512];             /* etcd: "etcd://host:port/prefix", as the run uses it (to pass on) */
+    char prefix[RDZV_KEY_MAX];       /* etcd: every key of the run is "<prefix>/<key>"; no leading or trailing '/' */
+    char url[512];                   /* etcd: "etcd://host:port/prefix", as the run uses it (to pass on) */
     const char *cacert, *cert, *key; /* etcd TLS files (NULL: plain HTTP; --etcd-cacert/--etcd-cert/--etcd-key) */
     int lease_ttl_s;                 /* etcd member lease (0: RDZV_ETCD_TTL_S) */
     const char *source;              /* where the choice came from: "--rdzv", "XDC_RDZV", "run file", "default" */

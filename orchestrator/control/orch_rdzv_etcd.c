@@ -34,15 +34,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ETCD_TX_MAX       16384           /* bytes of one request body: a key and a value in base64, and JSON */
-#define ETCD_RX_MAX       (4u << 20)      /* bytes of the largest reply taken (a range over every member) */
-#define ETCD_B64_KEY      (RDZV_KEY_MAX * 2 * 4 / 3 + 8) /* bytes: base64 of a prefixed key, with NUL */
-#define ETCD_B64_VALUE    (RDZV_VALUE_MAX * 4 / 3 + 8)   /* bytes: base64 of a value, with NUL */
-#define ETCD_TRY_MS       3000            /* the most one HTTP attempt may take */
-#define ETCD_MIN_TRY_MS   500             /* the least one attempt is given, even at its deadline */
-#define ETCD_HOST_MS      2000            /* deadline of the host's (launcher's) operations */
-#define ETCD_BARRIERS     16              /* barrier names one member tracks generations of */
-#define ETCD_INTERNAL     "_rdzv/"
+#define ETCD_TX_MAX     16384      /* bytes of one request body: a key and a value in base64, and JSON */
+#define ETCD_RX_MAX     (4u << 20) /* bytes of the largest reply taken (a range over every member) */
+#define ETCD_B64_KEY    (RDZV_KEY_MAX * 2 * 4 / 3 + 8) /* bytes: base64 of a prefixed key, with NUL */
+#define ETCD_B64_VALUE  (RDZV_VALUE_MAX * 4 / 3 + 8)   /* bytes: base64 of a value, with NUL */
+#define ETCD_TRY_MS     3000                           /* the most one HTTP attempt may take */
+#define ETCD_MIN_TRY_MS 500                            /* the least one attempt is given, even at its deadline */
+#define ETCD_HOST_MS    2000                           /* deadline of the host's (launcher's) operations */
+#define ETCD_BARRIERS   16                             /* barrier names one member tracks generations of */
+#define ETCD_INTERNAL   "_rdzv/"
 
 /* One HTTP connection to etcd, reused for every request of its owner (one thread). */
 typedef struct {
@@ -53,8 +53,8 @@ typedef struct {
     char prefix[RDZV_KEY_MAX];
     char *rx; /* (rx_cap) bytes: the reply; grows to the largest reply seen, at most ETCD_RX_MAX */
     size_t rx_len, rx_cap;
-    int rx_over;              /* the reply passed ETCD_RX_MAX */
-    char tx[ETCD_TX_MAX];     /* bytes: the request body */
+    int rx_over;          /* the reply passed ETCD_RX_MAX */
+    char tx[ETCD_TX_MAX]; /* bytes: the request body */
     char err[CURL_ERROR_SIZE];
 } etcd_conn;
 
@@ -217,7 +217,10 @@ static xdc_err_t conn_post(etcd_conn *c, const char *path, json_t *body, uint64_
 
 /* ---- keys ---------------------------------------------------------------------------------------- */
 
-static void b64(const char *s, size_t n, char *out) { EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)s, (int)n); }
+static void b64(const char *s, size_t n, char *out)
+{
+    EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)s, (int)n);
+}
 
 /* Base64 `in` into out[cap] as text; -1 when it does not decode or does not fit. */
 static int unb64(const char *in, char *out, size_t cap)
@@ -251,8 +254,8 @@ static xdc_err_t kv_put(etcd_conn *c, const char *key, const char *value, const 
     char k[ETCD_B64_KEY], v[ETCD_B64_VALUE];
     size_t n = strlen(value);
     if (n >= RDZV_VALUE_MAX || strlen(key) >= RDZV_KEY_MAX) {
-        xdc_diag_set(diag, "%s: %s: key or value too long (at most %d and %d bytes)", c->where, what,
-                     RDZV_KEY_MAX - 1, RDZV_VALUE_MAX - 1);
+        xdc_diag_set(diag, "%s: %s: key or value too long (at most %d and %d bytes)", c->where, what, RDZV_KEY_MAX - 1,
+                     RDZV_VALUE_MAX - 1);
         return XDC_ERR_RANGE;
     }
     full_key(c, key, k, NULL);
@@ -286,8 +289,7 @@ static xdc_err_t kv_delete(etcd_conn *c, const char *key, int prefix, uint64_t d
 }
 
 /* Entry i of a range reply: its key without "<prefix>/" and its value, decoded. -1 past the end. */
-static int range_entry(const etcd_conn *c, json_t *rep, size_t i, char *key, size_t key_cap, char *value,
-                       size_t cap)
+static int range_entry(const etcd_conn *c, json_t *rep, size_t i, char *key, size_t key_cap, char *value, size_t cap)
 {
     json_t *e = json_array_get(json_object_get(rep, "kvs"), i);
     if (!e) return -1;
@@ -412,8 +414,7 @@ static xdc_err_t ec_set(rdzv_client *base, const char *key, const char *value, x
     return kv_put(&c->conn, key, value, NULL, xdc_deadline_ms(c->op_ms), what, diag);
 }
 
-static xdc_err_t ec_get(rdzv_client *base, const char *key, int64_t timeout_ms, char *value, size_t cap,
-                        xdc_diag *diag)
+static xdc_err_t ec_get(rdzv_client *base, const char *key, int64_t timeout_ms, char *value, size_t cap, xdc_diag *diag)
 {
     eclient *c = (eclient *)base;
     uint64_t deadline = xdc_deadline_ms(timeout_ms > 0 ? timeout_ms : c->op_ms);
@@ -484,7 +485,8 @@ static xdc_err_t ec_barrier(rdzv_client *base, const char *name, int count, int6
             else if (strncmp(rest, "m/", 2) == 0) {
                 here++;
                 if (len < sizeof arrived)
-                    len += (size_t)snprintf(arrived + len, sizeof arrived - len, "%s%s", here > 1 ? ", " : "", rest + 2);
+                    len += (size_t)snprintf(arrived + len, sizeof arrived - len, "%s%s", here > 1 ? ", " : "",
+                                            rest + 2);
             }
         }
         json_decref(rep);
@@ -524,8 +526,8 @@ xdc_err_t rdzv_etcd_client_create(const rdzv_target *t, const char *member, int6
     xdc_err_t rc = conn_open(&c->conn, t, diag);
     if (rc == XDC_OK) rc = conn_open(&c->ka_conn, t, diag);
     if (rc == XDC_OK)
-        rc = conn_post(&c->conn, "/v3/lease/grant", json_pack("{s:i}", "TTL", c->ttl_s), deadline, "lease grant",
-                       &rep, diag);
+        rc = conn_post(&c->conn, "/v3/lease/grant", json_pack("{s:i}", "TTL", c->ttl_s), deadline, "lease grant", &rep,
+                       diag);
     const char *id = json_string_value(json_object_get(rep, "ID"));
     if (rc == XDC_OK && !id) {
         xdc_diag_set(diag, "%s: lease grant: no lease ID in the reply", c->conn.where);
@@ -736,8 +738,8 @@ static const rdzv_server_ops etcd_server_ops = {.port = es_port,
                                                 .member = es_member,
                                                 .destroy = es_destroy};
 
-xdc_err_t rdzv_etcd_server_create(const rdzv_target *t, const char *const *expected, int n_expected,
-                                  int64_t timeout_ms, rdzv_server **out, xdc_diag *diag)
+xdc_err_t rdzv_etcd_server_create(const rdzv_target *t, const char *const *expected, int n_expected, int64_t timeout_ms,
+                                  rdzv_server **out, xdc_diag *diag)
 {
     *out = NULL;
     eserver *s = xdc_calloc(1, sizeof *s);

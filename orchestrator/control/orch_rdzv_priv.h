@@ -42,8 +42,8 @@ struct rdzv_server {
 /* orch_rdzv_etcd.c */
 xdc_err_t rdzv_etcd_client_create(const rdzv_target *t, const char *member, int64_t timeout_ms, rdzv_client **out,
                                   xdc_diag *diag);
-xdc_err_t rdzv_etcd_server_create(const rdzv_target *t, const char *const *expected, int n_expected,
-                                  int64_t timeout_ms, rdzv_server **out, xdc_diag *diag);
+xdc_err_t rdzv_etcd_server_create(const rdzv_target *t, const char *const *expected, int n_expected, int64_t timeout_ms,
+                                  rdzv_server **out, xdc_diag *diag);
 xdc_err_t rdzv_etcd_ping(const rdzv_target *t, int64_t timeout_ms, xdc_diag *diag);
 
 #endif /* ORCH_RDZV_PRIV_H */
