@@ -335,7 +335,8 @@ typedef struct {
 
 typedef struct eclient {
     rdzv_client base; /* first: the store interface */
-    etcd_conn conn;   /* the member's requests (one thread) */
+    etcd_conn conn;   /* the member's requests, one at a time (op_mu), as the built-in client's */
+    pthread_mutex_t op_mu;
     char member[RDZV_MEMBER_MAX];
     char lease[32]; /* lease ID, decimal as etcd writes it */
     int ttl_s;
@@ -402,11 +403,12 @@ static void ec_destroy(rdzv_client *base)
     conn_close(&c->conn);
     conn_close(&c->ka_conn);
     pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->op_mu);
     pthread_cond_destroy(&c->cv);
     xdc_free(c);
 }
 
-static xdc_err_t ec_set(rdzv_client *base, const char *key, const char *value, xdc_diag *diag)
+static xdc_err_t set_unlocked(rdzv_client *base, const char *key, const char *value, xdc_diag *diag)
 {
     eclient *c = (eclient *)base;
     char what[RDZV_KEY_MAX + 16];
@@ -414,7 +416,8 @@ static xdc_err_t ec_set(rdzv_client *base, const char *key, const char *value, x
     return kv_put(&c->conn, key, value, NULL, xdc_deadline_ms(c->op_ms), what, diag);
 }
 
-static xdc_err_t ec_get(rdzv_client *base, const char *key, int64_t timeout_ms, char *value, size_t cap, xdc_diag *diag)
+static xdc_err_t get_unlocked(rdzv_client *base, const char *key, int64_t timeout_ms, char *value, size_t cap,
+                              xdc_diag *diag)
 {
     eclient *c = (eclient *)base;
     uint64_t deadline = xdc_deadline_ms(timeout_ms > 0 ? timeout_ms : c->op_ms);
@@ -437,7 +440,7 @@ static xdc_err_t ec_get(rdzv_client *base, const char *key, int64_t timeout_ms, 
     return XDC_ERR_TIMEOUT;
 }
 
-static xdc_err_t ec_heartbeat(rdzv_client *base, const char *status, xdc_diag *diag)
+static xdc_err_t heartbeat_unlocked(rdzv_client *base, const char *status, xdc_diag *diag)
 {
     eclient *c = (eclient *)base;
     char key[RDZV_KEY_MAX];
@@ -455,7 +458,7 @@ static int next_gen(eclient *c, const char *name)
     return c->gens[c->n_gens++].gen = 0;
 }
 
-static xdc_err_t ec_barrier(rdzv_client *base, const char *name, int count, int64_t timeout_ms, xdc_diag *diag)
+static xdc_err_t barrier_unlocked(rdzv_client *base, const char *name, int count, int64_t timeout_ms, xdc_diag *diag)
 {
     eclient *c = (eclient *)base;
     int gen = next_gen(c, name);
@@ -505,6 +508,43 @@ static xdc_err_t ec_barrier(rdzv_client *base, const char *name, int count, int6
     return XDC_ERR_UNAVAILABLE;
 }
 
+/* The ops: one request at a time per client (op_mu), as the built-in client. */
+static xdc_err_t ec_set(rdzv_client *base, const char *key, const char *value, xdc_diag *diag)
+{
+    eclient *c = (eclient *)base;
+    pthread_mutex_lock(&c->op_mu);
+    xdc_err_t rc = set_unlocked(base, key, value, diag);
+    pthread_mutex_unlock(&c->op_mu);
+    return rc;
+}
+
+static xdc_err_t ec_get(rdzv_client *base, const char *key, int64_t timeout_ms, char *value, size_t cap, xdc_diag *diag)
+{
+    eclient *c = (eclient *)base;
+    pthread_mutex_lock(&c->op_mu);
+    xdc_err_t rc = get_unlocked(base, key, timeout_ms, value, cap, diag);
+    pthread_mutex_unlock(&c->op_mu);
+    return rc;
+}
+
+static xdc_err_t ec_heartbeat(rdzv_client *base, const char *status, xdc_diag *diag)
+{
+    eclient *c = (eclient *)base;
+    pthread_mutex_lock(&c->op_mu);
+    xdc_err_t rc = heartbeat_unlocked(base, status, diag);
+    pthread_mutex_unlock(&c->op_mu);
+    return rc;
+}
+
+static xdc_err_t ec_barrier(rdzv_client *base, const char *name, int count, int64_t timeout_ms, xdc_diag *diag)
+{
+    eclient *c = (eclient *)base;
+    pthread_mutex_lock(&c->op_mu);
+    xdc_err_t rc = barrier_unlocked(base, name, count, timeout_ms, diag);
+    pthread_mutex_unlock(&c->op_mu);
+    return rc;
+}
+
 static const rdzv_client_ops etcd_client_ops = {
     .set = ec_set, .get = ec_get, .barrier = ec_barrier, .heartbeat = ec_heartbeat, .destroy = ec_destroy};
 
@@ -516,6 +556,7 @@ xdc_err_t rdzv_etcd_client_create(const rdzv_target *t, const char *member, int6
     if (!c) return XDC_ERR_NOMEM;
     c->base.ops = &etcd_client_ops;
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->op_mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     snprintf(c->member, sizeof c->member, "%s", member);
     c->ttl_s = t->lease_ttl_s > 0 ? t->lease_ttl_s : RDZV_ETCD_TTL_S;
