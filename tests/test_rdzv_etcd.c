@@ -354,7 +354,7 @@ XDC_TEST(rdzv_etcd_stopped_mid_barrier_is_a_named_timeout)
     rdzv_server *host;
     xdc_diag d = {{0}};
     XDC_ASSERT_OK(rdzv_server_open(&t, NULL, names, 2, 5000, &host, &d));
-    member_ctx m = {.t = t, .name = names[0], .barrier = "start", .count = 2, .timeout_ms = 4000};
+    member_ctx m = {.t = t, .name = names[0], .barrier = "start", .count = 2, .timeout_ms = 2000};
     pthread_t th;
     uint64_t t0 = xdc_now_ns();
     XDC_ASSERT(pthread_create(&th, NULL, member_main, &m) == 0);
@@ -368,7 +368,7 @@ XDC_TEST(rdzv_etcd_stopped_mid_barrier_is_a_named_timeout)
     XDC_ASSERT_STR_CONTAINS(m.d.msg, where);
     XDC_ASSERT_STR_CONTAINS(m.d.msg, "barrier 'start'");
     /* Within the barrier's deadline plus one HTTP attempt's bound (3 s): no hang past it. */
-    XDC_ASSERT_MSG(waited < 4.0 + 3.0 + 2.0, "the barrier returned after %.1f s", waited);
+    XDC_ASSERT_MSG(waited < 2.0 + 3.0 + 2.0, "the barrier returned after %.1f s", waited);
     rdzv_server_destroy(host);
 }
 
