@@ -530,3 +530,25 @@ XDC_TEST(rdzv_etcd_unreachable_launch_exits_75)
     XDC_ASSERT_STR_CONTAINS(out, where);
     XDC_ASSERT_STR_CONTAINS(out, "clearing the run's prefix");
 }
+
+/* A rendezvous value that is neither builtin nor etcd:// is a configuration error (exit 78) naming its
+ * source: the run file's line and column, or the flag. */
+XDC_TEST(rdzv_etcd_bad_values_are_config_errors)
+{
+    if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian fortunes; `make deps`)");
+    const char *run = write_run("rdzv: zk://a:1\n");
+    char cmd[2048], out[8192], where[700];
+    snprintf(cmd, sizeof cmd, "%s launch -t examples/topology/demo-2region.yaml -c %s --run-dir %s/r", xdc_test_bin(),
+             run, xdc_test_tmpdir());
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 78, "launch exited %d, expected 78:\n%s", rc, out);
+    snprintf(where, sizeof where, "%s:10:7: error: rdzv: rendezvous 'zk://a:1'", run);
+    XDC_ASSERT_STR_CONTAINS(out, where);
+    run = write_run("");
+    snprintf(cmd, sizeof cmd,
+             "%s launch -t examples/topology/demo-2region.yaml -c %s --run-dir %s/r --rdzv etcd://nohost",
+             xdc_test_bin(), run, xdc_test_tmpdir());
+    rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 78, "launch exited %d, expected 78:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "from --rdzv: rendezvous 'etcd://nohost': 'nohost' is not HOST:PORT");
+}

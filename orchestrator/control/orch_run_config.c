@@ -117,6 +117,12 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     if (in.diloco) bad += xdc_cfg_map_fields(in.diloco, diloco_fields, N(diloco_fields), &in, errs);
     if (in.streaming) bad += xdc_cfg_map_fields(in.streaming, streaming_fields, N(streaming_fields), &in, errs);
     if (in.timeouts) bad += xdc_cfg_map_fields(in.timeouts, timeout_fields, N(timeout_fields), &in, errs);
+    rdzv_target rt; /* the store's URL checked here, where its line and column are known */
+    xdc_diag rd = {{0}};
+    if (!bad && c->rdzv[0] && rdzv_target_parse(c->rdzv, "run", &rt, &rd) != XDC_OK) {
+        xdc_cfg_error_at(errs, xdc_cfg_map_get(xdc_cfg_root(doc), "rdzv"), "rdzv: %s", rd.msg);
+        bad++;
+    }
     xdc_cfg_destroy(doc);
     if (bad) return XDC_ERR_CONFIG;
     for (int m = 0; in.mode[0] && mode_words[m]; m++)
@@ -146,12 +152,6 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     }
     if (c->span_regions && c->mode != ORCH_MODE_SYNC) {
         xdc_cfg_error_add(errs, 0, 0, "span_regions needs mode sync (a pipeline across regions has one replica)");
-        return XDC_ERR_CONFIG;
-    }
-    rdzv_target rt;
-    xdc_diag rd = {{0}};
-    if (c->rdzv[0] && rdzv_target_parse(c->rdzv, "run", &rt, &rd) != XDC_OK) {
-        xdc_cfg_error_add(errs, 0, 0, "rdzv: %s", rd.msg);
         return XDC_ERR_CONFIG;
     }
     if (c->pipeline_stages > c->train.model.n_layer) {
