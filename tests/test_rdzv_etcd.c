@@ -552,3 +552,57 @@ XDC_TEST(rdzv_etcd_bad_values_are_config_errors)
     XDC_ASSERT_MSG(rc == 78, "launch exited %d, expected 78:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "from --rdzv: rendezvous 'etcd://nohost': 'nohost' is not HOST:PORT");
 }
+
+/* The multi-host path with etcd: `xdc coordinator --rdzv etcd://...` (no --host: it hosts nothing), then
+ * one agent per node as launch scripts start them, with the store from --rdzv on one and from XDC_RDZV
+ * on the other and no --coordinator on either; the coordinator ends with the run's summary. */
+XDC_TEST_T(rdzv_etcd_coordinator_and_agents_started_elsewhere, 180)
+{
+    if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian fortunes; `make deps`)");
+    etcd_proc e = {0};
+    etcd_start(&e, "coord", NULL);
+    const char *run = write_run("timeouts: {rendezvous: 30s, operation: 30s}\n");
+    char dir[600], log[700], url[200], cmd[4096], out[16384];
+    snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/coord.log", xdc_test_tmpdir());
+    snprintf(url, sizeof url, "%s/teams/coord", e.url);
+    pid_t p = fork();
+    XDC_ASSERT(p >= 0);
+    if (p == 0) {
+        FILE *f = freopen(log, "w", stdout);
+        (void)f;
+        dup2(1, 2);
+        execl(xdc_test_bin(), xdc_test_bin(), "coordinator", "-t", "examples/topology/demo-2region.yaml", "-c", run,
+              "--run-dir", dir, "--run-id", "coord-etcd", "--rdzv", url, (char *)NULL);
+        _exit(127);
+    }
+    /* Agents start once the coordinator has emptied the run's prefix (it says so by printing how to start
+     * them): an agent that joined before would lose its keys to that. */
+    int ready = 0;
+    for (int i = 0; i < 400 && !ready; i++) {
+        char *text = xdc_test_read_file(log, NULL);
+        ready = text && strstr(text, "start one agent per node") != NULL;
+        free(text);
+        if (!ready) poll(NULL, 0, 25);
+    }
+    XDC_ASSERT_MSG(ready, "the coordinator did not start");
+    snprintf(cmd, sizeof cmd,
+             "export XDC_ADVERTISE_HOST=127.0.0.1; "
+             "timeout 120 %1$s agent -t examples/topology/demo-2region.yaml -c %2$s --run-dir %3$s --region us-east "
+             "--node 0 --run-id coord-etcd --rdzv %4$s & "
+             "XDC_RDZV=%4$s timeout 120 %1$s agent -t examples/topology/demo-2region.yaml -c %2$s --run-dir %3$s "
+             "--region eu-west --node 0 --run-id coord-etcd; "
+             "a=$?; wait %%1; b=$?; exit $((a + b))",
+             xdc_test_bin(), run, dir, url);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "agents exited %d:\n%s", rc, out);
+    int status;
+    XDC_ASSERT(waitpid(p, &status, 0) == p);
+    char *text = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "coordinator exited with status 0x%x:\n%s", status,
+                   text);
+    XDC_ASSERT_STR_CONTAINS(text, "final val_loss=");
+    XDC_ASSERT(strstr(text, "params_xxh64=0 ") == NULL);
+    free(text);
+    etcd_stop(&e, SIGTERM);
+}
