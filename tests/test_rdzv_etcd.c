@@ -180,6 +180,27 @@ XDC_TEST(rdzv_etcd_target_parse)
     XDC_ASSERT(t.port == 3);
 }
 
+/* rdzv_ping (for `xdc doctor`) on the built-in store: a listening port answers, a closed one is named. */
+XDC_TEST(rdzv_ping_builtin_names_a_closed_port)
+{
+    rdzv_target t;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(rdzv_target_parse("builtin", "r", &t, NULL));
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    XDC_ASSERT(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 4) == 0);
+    XDC_ASSERT(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    snprintf(t.host, sizeof t.host, "127.0.0.1");
+    t.port = ntohs(a.sin_port);
+    XDC_ASSERT_OK(rdzv_ping(&t, 2000, &d));
+    close(fd);
+    XDC_ASSERT_ERR(rdzv_ping(&t, 2000, &d), XDC_ERR_UNAVAILABLE);
+    char where[64];
+    snprintf(where, sizeof where, "rendezvous 127.0.0.1:%d: Connection refused", t.port);
+    XDC_ASSERT_STR_CONTAINS(d.msg, where);
+}
+
 XDC_TEST(rdzv_etcd_store_ops)
 {
     etcd_proc e = {0};
@@ -369,6 +390,9 @@ XDC_TEST(rdzv_etcd_stopped_mid_barrier_is_a_named_timeout)
     XDC_ASSERT_STR_CONTAINS(m.d.msg, "barrier 'start'");
     /* Within the barrier's deadline plus one HTTP attempt's bound (3 s): no hang past it. */
     XDC_ASSERT_MSG(waited < 2.0 + 3.0 + 2.0, "the barrier returned after %.1f s", waited);
+    /* `xdc doctor`'s check says the same. */
+    XDC_ASSERT_ERR(rdzv_ping(&t, 300, &d), XDC_ERR_TIMEOUT);
+    XDC_ASSERT_STR_CONTAINS(d.msg, where);
     rdzv_server_destroy(host);
 }
 
