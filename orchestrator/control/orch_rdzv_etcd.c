@@ -1,6 +1,7 @@
 /* orch_rdzv_etcd.c — the rendezvous store on etcd (orch_rdzv.h, orch_rdzv_priv.h): libcurl to etcd's v3
  * JSON gateway (POST /v3/kv/put, /v3/kv/range, /v3/kv/txn, /v3/kv/deleterange, /v3/lease/grant,
- * /v3/lease/keepalive, /v3/kv/lease/timetolive; keys and values base64), mutual TLS when configured.
+ * /v3/lease/keepalive, /v3/lease/revoke, /v3/kv/lease/timetolive; keys and values base64), mutual TLS
+ * when configured.
  *
  * Every key of a run is "<prefix>/<key>", so runs share one etcd under different prefixes. Besides the
  * run's own keys (wan/..., failed/..., finished) the store keeps, under "<prefix>/_rdzv/":
