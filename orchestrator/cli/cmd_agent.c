@@ -11,14 +11,16 @@
 static int agent_usage(FILE *f)
 {
     fprintf(
-        f, "usage: xdc agent --topology FILE --config RUN.yaml --run-dir DIR [--region NAME] [--node N] [--host NAME]\n"
-           "                 [--coordinator HOST:PORT] [--run-id ID] [--emulate-wan] [--resume]\n"
-           "                 [--device cpu|cuda|cpu-strict]\n"
-           "  Starts this node's workers. Identity comes from the flags, then XDC_* variables, torchrun, Open MPI,\n"
-           "  PMIx/PMI and Slurm (SLURM_NODEID, SLURM_JOB_NODELIST), then this host's place in the topology;\n"
-           "  the log says which source gave each value.\n"
-           "  --device  run the workers on this device (default: XDC_DEVICE, else the topology: CUDA with NCCL\n"
-           "            where gpus_per_node > 0, the CPU otherwise); the node's GPUs are checked before any starts\n");
+        f,
+        "usage: xdc agent --topology FILE --config RUN.yaml --run-dir DIR [--region NAME] [--node N] [--host NAME]\n"
+        "                 [--coordinator HOST:PORT] [--run-id ID] [--emulate-wan] [--resume]\n"
+        "                 [--device cpu|cuda|cpu-strict] [--rdzv URL] [--etcd-cacert F --etcd-cert F --etcd-key F]\n"
+        "  Starts this node's workers. Identity comes from the flags, then XDC_* variables, torchrun, Open MPI,\n"
+        "  PMIx/PMI and Slurm (SLURM_NODEID, SLURM_JOB_NODELIST), then this host's place in the topology;\n"
+        "  the log says which source gave each value.\n"
+        "  --device  run the workers on this device (default: XDC_DEVICE, else the topology: CUDA with NCCL\n"
+        "            where gpus_per_node > 0, the CPU otherwise); the node's GPUs are checked before any "
+        "starts\n" XDC_CLI_RDZV_USAGE "  with etcd, --coordinator may be left out: etcd's HOST:PORT stands for it\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -37,11 +39,13 @@ static int agent_parse(int argc, char **argv, orch_agent_opts *o)
                                          {"resume", no_argument, NULL, 'R'},
                                          {"device", required_argument, NULL, 'D'},
                                          {"help", no_argument, NULL, 'h'},
+                                         XDC_CLI_RDZV_OPTIONS,
                                          {NULL, 0, NULL, 0}};
     memset(o, 0, sizeof *o);
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "t:c:d:r:n:H:k:i:eRD:h", opts, NULL)) != -1) {
+        if (xdc_cli_rdzv_flag(c, optarg, &o->rdzv)) continue;
         switch (c) {
         case 't': o->topology = optarg; break;
         case 'c': o->config = optarg; break;

@@ -9,27 +9,34 @@
 
 static int worker_usage(FILE *f)
 {
-    fprintf(f, "usage: xdc worker --topology FILE --config RUN.yaml --run-dir DIR [--emulate-wan] [--resume]\n"
-               "                  [--device cpu|cuda|cpu-strict]\n"
-               "  Started by `xdc agent`, one per worker slot; reads its identity from the environment contract\n"
-               "  (RANK, WORLD_SIZE, LOCAL_RANK, XDC_REGION, XDC_REGION_INDEX, XDC_NUM_REGIONS, XDC_GLOBAL_RANK,\n"
-               "  XDC_GLOBAL_WORLD_SIZE, XDC_RUN_ID, XDC_COORDINATOR, XDC_HOST, ...; see docs/observability.md).\n"
-               "  --device: as for `xdc agent` (default XDC_DEVICE, else the topology); on CUDA, LOCAL_RANK picks\n"
-               "  the GPU among the visible ones (CUDA_VISIBLE_DEVICES).\n");
+    fprintf(
+        f,
+        "usage: xdc worker --topology FILE --config RUN.yaml --run-dir DIR [--emulate-wan] [--resume]\n"
+        "                  [--device cpu|cuda|cpu-strict] [--rdzv URL] [--etcd-cacert F --etcd-cert F --etcd-key F]\n"
+        "  Started by `xdc agent`, one per worker slot; reads its identity from the environment contract\n"
+        "  (RANK, WORLD_SIZE, LOCAL_RANK, XDC_REGION, XDC_REGION_INDEX, XDC_NUM_REGIONS, XDC_GLOBAL_RANK,\n"
+        "  XDC_GLOBAL_WORLD_SIZE, XDC_RUN_ID, XDC_COORDINATOR, XDC_HOST, ...; see docs/observability.md).\n"
+        "  --device: as for `xdc agent` (default XDC_DEVICE, else the topology); on CUDA, LOCAL_RANK picks\n"
+        "  the GPU among the visible ones (CUDA_VISIBLE_DEVICES).\n" XDC_CLI_RDZV_USAGE);
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
 int xdc_cmd_worker(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"topology", required_argument, NULL, 't'}, {"config", required_argument, NULL, 'c'},
-        {"run-dir", required_argument, NULL, 'd'},  {"emulate-wan", no_argument, NULL, 'e'},
-        {"resume", no_argument, NULL, 'r'},         {"device", required_argument, NULL, 'D'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"topology", required_argument, NULL, 't'},
+                                         {"config", required_argument, NULL, 'c'},
+                                         {"run-dir", required_argument, NULL, 'd'},
+                                         {"emulate-wan", no_argument, NULL, 'e'},
+                                         {"resume", no_argument, NULL, 'r'},
+                                         {"device", required_argument, NULL, 'D'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         XDC_CLI_RDZV_OPTIONS,
+                                         {NULL, 0, NULL, 0}};
     xdc_worker_opts o = {0};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "t:c:d:erD:h", opts, NULL)) != -1) {
+        if (xdc_cli_rdzv_flag(c, optarg, &o.rdzv)) continue;
         switch (c) {
         case 't': o.topology_path = optarg; break;
         case 'c': o.config_path = optarg; break;

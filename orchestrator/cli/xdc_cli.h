@@ -5,6 +5,7 @@
 
 #include "common/xdc_err.h"
 #include "orchestrator/control/orch_device.h"
+#include "orchestrator/control/orch_rdzv.h"
 
 /* sysexits(3) */
 enum {
@@ -31,6 +32,20 @@ int xdc_cli_run_exit_code(xdc_err_t err, int child_exit);
  * NULL) is the override's device word (NULL: the topology decides). 0, or XDC_EX_USAGE with the bad word named on
  * stderr ("xdc CMD: --device 'x' is not a device ..."). */
 int xdc_cli_device_option(const char *cmd, const char *flag, const char **word);
+/* cli_rdzv.c. The rendezvous options of launch, agent and worker: add XDC_CLI_RDZV_OPTIONS to the
+ * command's getopt_long table and hand each option to xdc_cli_rdzv_flag, which returns 1 when it took it. */
+#define XDC_CLI_RDZV_OPT 0x1000 /* getopt codes XDC_CLI_RDZV_OPT .. +3, out of the way of short options */
+#define XDC_CLI_RDZV_OPTIONS                                            \
+    {"rdzv", required_argument, NULL, XDC_CLI_RDZV_OPT},                \
+        {"etcd-cacert", required_argument, NULL, XDC_CLI_RDZV_OPT + 1}, \
+        {"etcd-cert", required_argument, NULL, XDC_CLI_RDZV_OPT + 2},   \
+    {                                                                   \
+        "etcd-key", required_argument, NULL, XDC_CLI_RDZV_OPT + 3       \
+    }
+#define XDC_CLI_RDZV_USAGE                                                                                      \
+    "  --rdzv builtin|etcd://HOST:PORT[/PREFIX]  the rendezvous store (default XDC_RDZV, else the run file's\n" \
+    "            rdzv:, else the built-in store); --etcd-cacert/--etcd-cert/--etcd-key FILE: TLS to etcd\n"
+int xdc_cli_rdzv_flag(int c, const char *arg, rdzv_flags *f);
 /* The kernel registry's answers for orch_device_check_node. */
 const orch_device_probe *xdc_cli_device_probe(void);
 

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,6 +29,7 @@ typedef struct {
     const char *device_from; /* where the override came from */
     char master[256];
     int master_port;
+    rdzv_target rdzv; /* etcd: passed to the workers as --rdzv (built-in: they find it at the coordinator) */
     char logdir[1024];
     orch_procs workers;
 } agent;
@@ -57,8 +59,24 @@ static xdc_err_t agent_setup(agent *a, xdc_diag *diag)
         a->t = NULL;
         return XDC_ERR_CONFIG;
     }
-    if (orch_identity_resolve(&a->o->id, NULL, a->t, ORCH_ID_REQUIRE_AGENT, &a->id, diag) != XDC_OK)
+    /* The store: --rdzv, XDC_RDZV, and only without a coordinator address the run file (the workers read
+     * the run file themselves; a run file they refuse is their failure to report). With etcd, etcd's
+     * address stands for the coordinator. An etcd URL without a prefix is resolved again by each worker. */
+    orch_identity_flags idf = a->o->id;
+    int no_coordinator = !idf.value[ORCH_ID_COORDINATOR] && !getenv("XDC_COORDINATOR");
+    static orch_run_config cfg; /* large; one agent per process */
+    if (no_coordinator && orch_run_config_load(a->o->config, &cfg, &errs) != XDC_OK) {
+        xdc_cfg_errors_print(&errs, stderr);
         return XDC_ERR_CONFIG;
+    }
+    XDC_CHECK(rdzv_target_resolve(a->o->rdzv.rdzv, no_coordinator ? cfg.rdzv : NULL, idf.value[ORCH_ID_RUN_ID],
+                                  &a->rdzv, diag));
+    char etcd_hostport[300];
+    if (a->rdzv.kind == RDZV_ETCD && no_coordinator) {
+        snprintf(etcd_hostport, sizeof etcd_hostport, "%s:%d", a->rdzv.host, a->rdzv.port);
+        idf.value[ORCH_ID_COORDINATOR] = etcd_hostport;
+    }
+    if (orch_identity_resolve(&idf, NULL, a->t, ORCH_ID_REQUIRE_AGENT, &a->id, diag) != XDC_OK) return XDC_ERR_CONFIG;
     xdc_log_set_identity(a->id.region, a->id.host, -1);
     char desc[1024];
     orch_identity_describe(&a->id, desc, sizeof desc);
@@ -120,7 +138,7 @@ static xdc_err_t start_worker(agent *a, int s, xdc_diag *diag)
         xdc_diag_prefix(diag, "worker environment of slot %d", s);
         return XDC_ERR_CONFIG;
     }
-    char *argv[14];
+    char *argv[14 + RDZV_FLAGS_ARGV];
     int n = 0;
     argv[n++] = "worker";
     argv[n++] = "--topology";
@@ -135,6 +153,8 @@ static xdc_err_t start_worker(agent *a, int s, xdc_diag *diag)
         argv[n++] = "--device";
         argv[n++] = (char *)orch_device_name(a->override);
     }
+    /* The agent's store for the workers: a worker's environment is the contract only, without XDC_RDZV. */
+    rdzv_flags_argv(&a->o->rdzv, a->o->rdzv.rdzv ? NULL : getenv("XDC_RDZV"), argv, &n);
     argv[n] = NULL;
     char logpath[1300], name[ORCH_PROC_NAME_MAX];
     snprintf(logpath, sizeof logpath, "%s/%s-%s-%d.log", a->logdir, a->id.region, a->id.host, lrank);

@@ -40,7 +40,8 @@ typedef struct {
     orch_run_config cfg;
     xdc_wan_engine *eng;
     rdzv_server *rdzv;
-    char coordinator[300];
+    rdzv_target store;                        /* which store: the built-in one hosted here, or etcd */
+    char coordinator[300];                    /* host:port of the store (etcd's with etcd) */
     xdc_wan_relay *relays[LAUNCH_MAX_RELAYS]; /* one per pair of regions */
     char relay_done[LAUNCH_MAX_RELAYS];       /* per (pair, worker) route */
     int n_relays;
@@ -85,7 +86,8 @@ static xdc_err_t make_certs(launch *L, xdc_diag *diag)
     return XDC_OK;
 }
 
-static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
+/* The built-in store's transport: a WAN engine with the coordinator's certificate. */
+static xdc_err_t open_store_engine(launch *L, xdc_diag *diag)
 {
     char cert[700], key[700], ca[700];
     snprintf(cert, sizeof cert, "%s/certs/%s-0.pem", L->run_dir, RDZV_SERVER_REGION);
@@ -96,7 +98,20 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
     wc.key_path = key;
     wc.ca_path = ca;
     wc.streams = 1;
-    XDC_CHECK(xdc_wan_engine_create(&wc, &L->eng, diag));
+    return xdc_wan_engine_create(&wc, &L->eng, diag);
+}
+
+/* The store (built-in: hosted here on L->eng; etcd: the run's prefix, emptied), its members and the
+ * run-wide keys' writers. */
+static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
+{
+    XDC_CHECK(rdzv_target_resolve(L->o.rdzv.rdzv, L->cfg.rdzv, L->run_id, &L->store, diag));
+    rdzv_flags_tls(&L->o.rdzv, &L->store);
+    if (L->store.kind == RDZV_BUILTIN) {
+        snprintf(L->store.host, sizeof L->store.host, "%s", L->o.host);
+        L->store.port = L->o.port;
+        XDC_CHECK(open_store_engine(L, diag));
+    }
     int total = xdc_topology_total_workers(L->t);
     char **names = xdc_calloc((size_t)total, sizeof *names);
     if (!names) return XDC_ERR_NOMEM;
@@ -113,7 +128,8 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
         }
     }
     if (rc == XDC_OK)
-        rc = rdzv_server_create(L->eng, L->o.host, L->o.port, (const char *const *)names, total, &L->rdzv, diag);
+        rc = rdzv_server_open(&L->store, L->eng, (const char *const *)names, total, L->cfg.rendezvous_timeout_ms,
+                              &L->rdzv, diag);
     /* The run-wide keys and who writes them (orch_train.c): global rank 0 ends the run and re-plans; the
      * result comes from the last stage of region 0's first replica, or with span from the last worker. */
     int result_rank = L->cfg.span_regions ? total - 1 : L->cfg.pipeline_stages - 1;
@@ -128,7 +144,8 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
     xdc_free(names);
     XDC_CHECK(rc);
     char me[256] = "127.0.0.1";
-    if (strcmp(L->o.host, "0.0.0.0") == 0) gethostname(me, sizeof me);
+    if (L->store.kind == RDZV_ETCD) snprintf(me, sizeof me, "%s", L->store.host);
+    else if (strcmp(L->o.host, "0.0.0.0") == 0) gethostname(me, sizeof me);
     else snprintf(me, sizeof me, "%s", L->o.host);
     snprintf(L->coordinator, sizeof L->coordinator, "%s:%d", me, rdzv_server_port(L->rdzv));
     return XDC_OK;
@@ -191,28 +208,24 @@ static xdc_err_t start_agent(launch *L, int r, int n, xdc_diag *diag)
     xdc_region *g = &L->t->regions[r];
     char node[16], name[ORCH_PROC_NAME_MAX];
     snprintf(node, sizeof node, "%d", n);
-    char *argv[] = {"agent",
-                    "--topology",
-                    (char *)L->o.topology,
-                    "--config",
-                    (char *)L->o.config,
-                    "--run-dir",
-                    L->run_dir,
-                    "--region",
-                    g->name,
-                    "--node",
-                    node,
-                    "--host",
-                    g->hosts[n],
-                    "--coordinator",
-                    L->coordinator,
-                    "--run-id",
-                    L->run_id,
-                    NULL,
-                    NULL,
-                    NULL,
-                    NULL,
-                    NULL};
+    char *argv[17 + 4 + RDZV_FLAGS_ARGV + 1] = {
+        "agent",
+        "--topology",
+        (char *)L->o.topology,
+        "--config",
+        (char *)L->o.config,
+        "--run-dir",
+        L->run_dir,
+        "--region",
+        g->name,
+        "--node",
+        node,
+        "--host",
+        g->hosts[n],
+        "--coordinator",
+        L->coordinator,
+        "--run-id",
+        L->run_id}; /* the rest NULL: room for the optional flags below and the end */
     int a = 17;
     if (L->o.emulate) argv[a++] = "--emulate-wan";
     if (L->o.resume) argv[a++] = "--resume";
@@ -220,6 +233,8 @@ static xdc_err_t start_agent(launch *L, int r, int n, xdc_diag *diag)
         argv[a++] = "--device";
         argv[a++] = (char *)orch_device_name(L->device);
     }
+    /* With etcd the URL as resolved here, its prefix made explicit, so every process uses this run's keys. */
+    rdzv_flags_argv(&L->o.rdzv, L->store.kind == RDZV_ETCD ? L->store.url : NULL, argv, &a);
     snprintf(name, sizeof name, "%s/%s", g->name, g->hosts[n]);
     return orch_procs_spawn(&L->agents, name, argv, NULL, NULL, NULL, diag);
 }
@@ -517,13 +532,14 @@ static void print_banner(launch *L)
     describe_devices(L, 0, devices, sizeof devices);
     printf("xdc launch: run %s, %d regions, %d workers, %s mode, %s WAN; rendezvous at %s; run folder %s\n", L->run_id,
            L->t->n_regions, xdc_topology_total_workers(L->t), orch_mode_name(L->cfg.mode),
-           L->o.emulate ? "emulated" : "real", L->coordinator, L->run_dir);
+           L->o.emulate ? "emulated" : "real", L->store.kind == RDZV_ETCD ? L->store.url : L->coordinator, L->run_dir);
     printf("devices: %s\n", devices);
     if (L->o.coordinator)
         printf("start one agent per node with:\n  xdc agent --topology %s --config %s --run-dir %s --coordinator %s"
-               " --run-id %s --region REGION --node N%s%s%s\n",
-               L->o.topology, L->o.config, L->run_dir, L->coordinator, L->run_id, L->o.emulate ? " --emulate-wan" : "",
-               L->device != ORCH_DEVICE_TOPOLOGY ? " --device " : "",
+               " --run-id %s --region REGION --node N%s%s%s%s%s\n",
+               L->o.topology, L->o.config, L->run_dir, L->coordinator, L->run_id,
+               L->store.kind == RDZV_ETCD ? " --rdzv " : "", L->store.kind == RDZV_ETCD ? L->store.url : "",
+               L->o.emulate ? " --emulate-wan" : "", L->device != ORCH_DEVICE_TOPOLOGY ? " --device " : "",
                L->device != ORCH_DEVICE_TOPOLOGY ? orch_device_name(L->device) : "");
     fflush(stdout);
 }
@@ -552,7 +568,9 @@ xdc_err_t orch_launch_run(const orch_launch_opts *o, int *agent_exit, xdc_diag *
     *agent_exit = 0;
     orch_procs_init(&L.agents, 2); /* agents stop workers of their own: they get two graces */
     xdc_err_t rc = launch_load(&L, diag);
-    if (rc == XDC_OK && (!o->host || !*o->host)) {
+    rdzv_target store; /* resolved again with the run id in start_rendezvous */
+    if (rc == XDC_OK) rc = rdzv_target_resolve(o->rdzv.rdzv, L.cfg.rdzv, "-", &store, diag);
+    if (rc == XDC_OK && store.kind == RDZV_BUILTIN && (!o->host || !*o->host)) {
         xdc_diag_set(diag, "--host is required: the address agents reach the coordinator at (0.0.0.0: every "
                            "interface)");
         rc = XDC_ERR_INVALID;

@@ -6,6 +6,7 @@
 #define ORCH_LAUNCH_H
 
 #include "common/xdc_err.h"
+#include "orchestrator/control/orch_rdzv.h"
 #include "wan/emu/xdc_wan_emu.h"
 
 #include <stdint.h>
@@ -23,6 +24,7 @@ typedef struct orch_launch_opts {
     int n_outages;
     double degrade;     /* emulated links run at this fraction of the topology's bandwidth */
     const char *device; /* --device word for every region (NULL: XDC_DEVICE, else the topology); passed to agents */
+    rdzv_flags rdzv;    /* --rdzv (else XDC_RDZV, the run file's rdzv:, the built-in store) and etcd's TLS files */
 } orch_launch_opts;
 
 /* The defaults of `xdc launch` (coordinator 0) or `xdc coordinator` (1): bind 127.0.0.1:any or

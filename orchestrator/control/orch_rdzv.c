@@ -3,6 +3,7 @@
  * deadline, so the store is a few hundred lines instead of an event machine. Each connection keeps one
  * receive posted at all times, so a member that leaves while its barrier is parked is seen at once. */
 #include "orchestrator/control/orch_rdzv.h"
+#include "orchestrator/control/orch_rdzv_priv.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
@@ -63,7 +64,7 @@ typedef struct {
 } grant;
 
 typedef struct conn {
-    rdzv_server *srv;
+    struct bserver *srv;
     xdc_wan_peer *peer;
     xdc_wan_identity id;     /* the certificate's, copied: the peer is closed before the slot is freed */
     xdc_wan_request *rx_req; /* the receive posted into rx, NULL when none */
@@ -76,7 +77,8 @@ typedef struct conn {
     char rx[RDZV_MSG_MAX], tx[RDZV_MSG_MAX]; /* bytes: one message each */
 } conn;
 
-struct rdzv_server {
+typedef struct bserver {
+    rdzv_server base; /* first: the store interface (orch_rdzv_priv.h) */
     xdc_wan_engine *eng;
     xdc_wan_listener *lis;
     pthread_t acceptor;
@@ -94,7 +96,7 @@ struct rdzv_server {
     conn *conns[RDZV_MAX_CONNS];
     int n_conns;
     uint64_t start_ns;
-};
+} bserver;
 
 /* ---- messages ------------------------------------------------------------------------------------ */
 
@@ -240,14 +242,14 @@ static int split_member(const char *name, char *region, size_t cap, int *rank)
 
 /* ---- store (under mu) -------------------------------------------------------------------------- */
 
-static kv *find_key(rdzv_server *s, const char *key)
+static kv *find_key(bserver *s, const char *key)
 {
     for (int i = 0; i < s->n_keys; i++)
         if (strcmp(s->keys[i].key, key) == 0) return &s->keys[i];
     return NULL;
 }
 
-static int store_set(rdzv_server *s, const char *key, const char *value)
+static int store_set(bserver *s, const char *key, const char *value)
 {
     kv *k = find_key(s, key);
     if (!k) {
@@ -264,7 +266,7 @@ static int store_set(rdzv_server *s, const char *key, const char *value)
     return 0;
 }
 
-static int find_member(rdzv_server *s, const char *name)
+static int find_member(bserver *s, const char *name)
 {
     for (int i = 0; i < s->n_expected; i++)
         if (strcmp(s->members[i].name, name) == 0) return i;
@@ -272,7 +274,7 @@ static int find_member(rdzv_server *s, const char *name)
 }
 
 /* 1 when member i may write `key`: one of its own keys, or a run-wide key granted to it. */
-static int may_write(const rdzv_server *s, int i, const char *key)
+static int may_write(const bserver *s, int i, const char *key)
 {
     const member *m = &s->members[i];
     char own[7][RDZV_KEY_MAX + 16];
@@ -306,7 +308,7 @@ static double conn_silence(const member *m)
     return st.silent_seconds;
 }
 
-static void describe_member(const rdzv_server *s, const member *m, uint64_t now, char *out, size_t cap)
+static void describe_member(const bserver *s, const member *m, uint64_t now, char *out, size_t cap)
 {
     if (!m->joined) {
         snprintf(out, cap, "%s (never joined; waited %.1f s)", m->name, (double)(now - s->start_ns) / 1e9);
@@ -328,7 +330,7 @@ static int arrived(const barrier *b, int i)
 
 /* Comma list of members not in `present` (a barrier's arrivals) or, with present NULL, of members
  * never joined or silent for silent_ms. */
-static int list_missing(rdzv_server *s, const barrier *present, int64_t silent_ms, char *out, size_t cap)
+static int list_missing(bserver *s, const barrier *present, int64_t silent_ms, char *out, size_t cap)
 {
     uint64_t now = xdc_now_ns();
     int n = 0;
@@ -348,7 +350,7 @@ static int list_missing(rdzv_server *s, const barrier *present, int64_t silent_m
 }
 
 /* The barrier called `name`; a new one takes a free slot or the slot of one nobody is waiting at. */
-static barrier *find_barrier(rdzv_server *s, const char *name)
+static barrier *find_barrier(bserver *s, const char *name)
 {
     barrier *idle = NULL;
     for (int i = 0; i < s->n_barriers; i++) {
@@ -368,7 +370,7 @@ static barrier *find_barrier(rdzv_server *s, const char *name)
 }
 
 /* Take back every arrival `c` made (its wait timed out, or it ended). */
-static void withdraw(rdzv_server *s, const conn *c)
+static void withdraw(bserver *s, const conn *c)
 {
     for (int i = 0; i < s->n_barriers; i++) {
         barrier *b = &s->barriers[i];
@@ -399,10 +401,10 @@ static int conn_alive(conn *c)
 
 /* Park until pred() holds, the deadline passes or the connection ends; logs who is missing every
  * RDZV_NAG_MS. Returns 1 when pred() holds. */
-static int wait_until(conn *c, uint64_t deadline, int (*pred)(rdzv_server *, void *), void *arg, const char *what,
+static int wait_until(conn *c, uint64_t deadline, int (*pred)(bserver *, void *), void *arg, const char *what,
                       const barrier *b)
 {
-    rdzv_server *s = c->srv;
+    bserver *s = c->srv;
     uint64_t next_nag = xdc_now_ns() + RDZV_NAG_MS * XDC_NS_PER_MS;
     while (!pred(s, arg)) {
         if (atomic_load(&s->stop) || xdc_deadline_passed(deadline) || !conn_alive(c)) return 0;
@@ -424,14 +426,14 @@ static int wait_until(conn *c, uint64_t deadline, int (*pred)(rdzv_server *, voi
     return 1;
 }
 
-static int key_present(rdzv_server *s, void *arg) { return find_key(s, arg) != NULL; }
+static int key_present(bserver *s, void *arg) { return find_key(s, arg) != NULL; }
 
 typedef struct {
     barrier *b;
     int generation;
 } barrier_wait;
 
-static int barrier_done(rdzv_server *s, void *arg)
+static int barrier_done(bserver *s, void *arg)
 {
     (void)s;
     barrier_wait *w = arg;
@@ -455,7 +457,7 @@ static json_t *refuse(const char *flag, const char *fmt, ...)
 /* A join: the name must be an expected member whose region and rank the certificate names. */
 static json_t *handle_join(conn *c, const rdzv_request *q)
 {
-    rdzv_server *s = c->srv;
+    bserver *s = c->srv;
     const xdc_wan_identity *id = &c->id;
     char region[XDC_WAN_NAME_MAX];
     int rank, i = find_member(s, q->member);
@@ -484,7 +486,7 @@ static json_t *handle_join(conn *c, const rdzv_request *q)
 
 static json_t *handle_barrier(conn *c, const rdzv_request *q)
 {
-    rdzv_server *s = c->srv;
+    bserver *s = c->srv;
     barrier *b = find_barrier(s, q->key);
     if (!b) return refuse(NULL, "barrier '%s': too many barriers in use", q->key);
     if (q->count != s->n_expected)
@@ -510,7 +512,7 @@ static json_t *handle_barrier(conn *c, const rdzv_request *q)
 
 static json_t *handle(conn *c)
 {
-    rdzv_server *s = c->srv;
+    bserver *s = c->srv;
     const rdzv_request *q = &c->req;
     if (q->op == RDZV_OP_JOIN) return handle_join(c, q);
     if (c->idx < 0) {
@@ -595,7 +597,7 @@ static xdc_err_t next_request(conn *c, uint64_t deadline, xdc_diag *diag)
 static void *conn_main(void *arg)
 {
     conn *c = arg;
-    rdzv_server *s = c->srv;
+    bserver *s = c->srv;
     uint64_t join_by = xdc_deadline_ms(RDZV_JOIN_MS);
     xdc_diag d = {{0}};
     for (;;) {
@@ -632,7 +634,7 @@ static void *conn_main(void *arg)
 }
 
 /* Join the threads of ended connections and free their slots. */
-static void reclaim(rdzv_server *s)
+static void reclaim(bserver *s)
 {
     conn *done[RDZV_MAX_CONNS];
     int n = 0;
@@ -653,7 +655,7 @@ static void reclaim(rdzv_server *s)
 
 /* Take connection `p` into a slot and start its thread; refused when slots or the identity's share run
  * out. */
-static void admit(rdzv_server *s, xdc_wan_peer *p)
+static void admit(bserver *s, xdc_wan_peer *p)
 {
     const xdc_wan_identity *id = xdc_wan_peer_identity(p);
     conn *c = xdc_calloc(1, sizeof *c);
@@ -687,7 +689,7 @@ static void admit(rdzv_server *s, xdc_wan_peer *p)
 
 static void *acceptor_main(void *arg)
 {
-    rdzv_server *s = arg;
+    bserver *s = arg;
     while (!atomic_load(&s->stop)) {
         xdc_wan_peer *p;
         xdc_diag d = {{0}};
@@ -697,6 +699,8 @@ static void *acceptor_main(void *arg)
     }
     return NULL;
 }
+
+static const rdzv_server_ops builtin_server_ops;
 
 xdc_err_t rdzv_server_create(xdc_wan_engine *eng, const char *host, int port, const char *const *expected,
                              int n_expected, rdzv_server **out, xdc_diag *diag)
@@ -710,7 +714,7 @@ xdc_err_t rdzv_server_create(xdc_wan_engine *eng, const char *host, int port, co
         xdc_diag_set(diag, "%d members expected; the built-in store takes 1 to %d", n_expected, RDZV_MAX_CONNS);
         return XDC_ERR_RANGE;
     }
-    rdzv_server *s = xdc_calloc(1, sizeof *s);
+    bserver *s = xdc_calloc(1, sizeof *s);
     member *ms = xdc_calloc((size_t)n_expected, sizeof *ms);
     if (!s || !ms) {
         xdc_free(s);
@@ -749,14 +753,16 @@ xdc_err_t rdzv_server_create(xdc_wan_engine *eng, const char *host, int port, co
         xdc_free(s);
         return rc;
     }
-    *out = s;
+    s->base.ops = &builtin_server_ops;
+    *out = &s->base;
     return XDC_OK;
 }
 
-int rdzv_server_port(const rdzv_server *s) { return xdc_wan_listener_port(s->lis); }
+static int bs_port(const rdzv_server *base) { return xdc_wan_listener_port(((const bserver *)base)->lis); }
 
-xdc_err_t rdzv_server_grant(rdzv_server *s, const char *key, const char *member, xdc_diag *diag)
+static xdc_err_t bs_grant(rdzv_server *base, const char *key, const char *member, xdc_diag *diag)
 {
+    bserver *s = (bserver *)base;
     pthread_mutex_lock(&s->mu);
     int i = find_member(s, member);
     xdc_err_t rc = XDC_ERR_INVALID;
@@ -775,15 +781,17 @@ xdc_err_t rdzv_server_grant(rdzv_server *s, const char *key, const char *member,
     return rc;
 }
 
-void rdzv_server_set(rdzv_server *s, const char *key, const char *value)
+static void bs_set(rdzv_server *base, const char *key, const char *value)
 {
+    bserver *s = (bserver *)base;
     pthread_mutex_lock(&s->mu);
     store_set(s, key, value);
     pthread_mutex_unlock(&s->mu);
 }
 
-int rdzv_server_get(rdzv_server *s, const char *key, char *value, size_t cap)
+static int bs_get(rdzv_server *base, const char *key, char *value, size_t cap)
 {
+    bserver *s = (bserver *)base;
     pthread_mutex_lock(&s->mu);
     kv *k = find_key(s, key);
     if (k) snprintf(value, cap, "%s", k->value);
@@ -791,8 +799,9 @@ int rdzv_server_get(rdzv_server *s, const char *key, char *value, size_t cap)
     return k ? 0 : -1;
 }
 
-int rdzv_server_find(rdzv_server *s, const char *prefix, char *key, size_t key_cap, char *value, size_t cap)
+static int bs_find(rdzv_server *base, const char *prefix, char *key, size_t key_cap, char *value, size_t cap)
 {
+    bserver *s = (bserver *)base;
     int found = -1;
     size_t n = strlen(prefix);
     pthread_mutex_lock(&s->mu);
@@ -806,8 +815,9 @@ int rdzv_server_find(rdzv_server *s, const char *prefix, char *key, size_t key_c
     return found;
 }
 
-int rdzv_server_connections(rdzv_server *s)
+static int bs_connections(rdzv_server *base)
 {
+    bserver *s = (bserver *)base;
     int n = 0;
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->n_conns; i++) n += !s->conns[i]->ended;
@@ -815,24 +825,27 @@ int rdzv_server_connections(rdzv_server *s)
     return n;
 }
 
-int rdzv_server_slots(rdzv_server *s)
+static int bs_slots(rdzv_server *base)
 {
+    bserver *s = (bserver *)base;
     pthread_mutex_lock(&s->mu);
     int n = s->n_conns;
     pthread_mutex_unlock(&s->mu);
     return n;
 }
 
-int rdzv_server_missing(rdzv_server *s, int64_t silent_ms, char *out, size_t cap)
+static int bs_missing(rdzv_server *base, int64_t silent_ms, char *out, size_t cap)
 {
+    bserver *s = (bserver *)base;
     pthread_mutex_lock(&s->mu);
     int n = list_missing(s, NULL, silent_ms, out, cap);
     pthread_mutex_unlock(&s->mu);
     return n;
 }
 
-int rdzv_server_member(rdzv_server *s, int i, rdzv_member_state *out)
+static int bs_member(rdzv_server *base, int i, rdzv_member_state *out)
 {
+    bserver *s = (bserver *)base;
     memset(out, 0, sizeof *out);
     if (i < 0 || i >= s->n_expected) return -1;
     pthread_mutex_lock(&s->mu);
@@ -846,8 +859,9 @@ int rdzv_server_member(rdzv_server *s, int i, rdzv_member_state *out)
     return 0;
 }
 
-void rdzv_server_destroy(rdzv_server *s)
+static void bs_destroy(rdzv_server *base)
 {
+    bserver *s = (bserver *)base;
     if (!s) return;
     atomic_store(&s->stop, 1);
     pthread_mutex_lock(&s->mu);
@@ -868,15 +882,27 @@ void rdzv_server_destroy(rdzv_server *s)
     xdc_free(s);
 }
 
+static const rdzv_server_ops builtin_server_ops = {.port = bs_port,
+                                                   .grant = bs_grant,
+                                                   .set = bs_set,
+                                                   .get = bs_get,
+                                                   .find = bs_find,
+                                                   .connections = bs_connections,
+                                                   .slots = bs_slots,
+                                                   .missing = bs_missing,
+                                                   .member = bs_member,
+                                                   .destroy = bs_destroy};
+
 /* ---- client ------------------------------------------------------------------------------------- */
 
-struct rdzv_client {
+typedef struct bclient {
+    rdzv_client base; /* first: the store interface (orch_rdzv_priv.h) */
     xdc_wan_peer *peer;
     int broken; /* a request failed mid-way: its late reply would answer the next one, so stop here */
     char member[RDZV_MEMBER_MAX];
     char rx[RDZV_MSG_MAX], tx[RDZV_MSG_MAX];
     pthread_mutex_t mu; /* one request at a time */
-};
+} bclient;
 
 /* Receive one reply, waiting up to timeout_ms (< 0: forever). */
 static xdc_err_t recv_reply(xdc_wan_peer *p, char *buf, size_t cap, int64_t timeout_ms, json_t **out, xdc_diag *diag)
@@ -902,7 +928,7 @@ static xdc_err_t recv_reply(xdc_wan_peer *p, char *buf, size_t cap, int64_t time
 /* One request/reply. *rep is the reply object on XDC_OK (caller decrefs). A reply with ok=false comes
  * back as XDC_ERR_UNAVAILABLE (or XDC_ERR_TIMEOUT / XDC_ERR_AGAIN / XDC_ERR_AUTH as flagged) with its text in
  * diag. */
-static xdc_err_t call(rdzv_client *c, json_t *req, int64_t timeout_ms, json_t **rep, xdc_diag *diag)
+static xdc_err_t call(bclient *c, json_t *req, int64_t timeout_ms, json_t **rep, xdc_diag *diag)
 {
     *rep = NULL;
     pthread_mutex_lock(&c->mu);
@@ -934,7 +960,7 @@ static xdc_err_t call(rdzv_client *c, json_t *req, int64_t timeout_ms, json_t **
     return rc;
 }
 
-static xdc_err_t call_simple(rdzv_client *c, json_t *req, int64_t timeout_ms, xdc_diag *diag)
+static xdc_err_t call_simple(bclient *c, json_t *req, int64_t timeout_ms, xdc_diag *diag)
 {
     json_t *rep;
     if (!req) return XDC_ERR_NOMEM;
@@ -943,12 +969,16 @@ static xdc_err_t call_simple(rdzv_client *c, json_t *req, int64_t timeout_ms, xd
     return XDC_OK;
 }
 
+static const rdzv_client_ops builtin_client_ops;
+static void bc_destroy(rdzv_client *base);
+
 xdc_err_t rdzv_client_create(xdc_wan_engine *eng, const char *host, int port, const char *member, int64_t timeout_ms,
                              rdzv_client **out, xdc_diag *diag)
 {
     *out = NULL;
-    rdzv_client *c = xdc_calloc(1, sizeof *c);
+    bclient *c = xdc_calloc(1, sizeof *c);
     if (!c) return XDC_ERR_NOMEM;
+    c->base.ops = &builtin_client_ops;
     pthread_mutex_init(&c->mu, NULL);
     snprintf(c->member, sizeof c->member, "%s", member);
     xdc_err_t rc = xdc_wan_connect(eng, host, port, RDZV_SERVER_REGION, 0, &c->peer, diag);
@@ -956,29 +986,31 @@ xdc_err_t rdzv_client_create(xdc_wan_engine *eng, const char *host, int port, co
     if (rc == XDC_OK) rc = call_simple(c, json_pack("{s:s, s:s}", "op", "join", "member", member), timeout_ms, diag);
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "joining the rendezvous at %s:%d as %s", host, port, member);
-        rdzv_client_destroy(c);
+        bc_destroy(&c->base);
         return rc;
     }
-    *out = c;
+    *out = &c->base;
     return XDC_OK;
 }
 
-void rdzv_client_destroy(rdzv_client *c)
+static void bc_destroy(rdzv_client *base)
 {
-    if (!c) return;
+    bclient *c = (bclient *)base;
     xdc_wan_peer_close(c->peer);
     pthread_mutex_destroy(&c->mu);
     xdc_free(c);
 }
 
-xdc_err_t rdzv_set(rdzv_client *c, const char *key, const char *value, xdc_diag *diag)
+static xdc_err_t bc_set(rdzv_client *base, const char *key, const char *value, xdc_diag *diag)
 {
+    bclient *c = (bclient *)base;
     return call_simple(c, json_pack("{s:s, s:s, s:s}", "op", "set", "key", key, "value", value), 30000, diag);
 }
 
-static xdc_err_t get_common(rdzv_client *c, const char *key, int64_t timeout_ms, char *value, size_t cap,
-                            xdc_diag *diag)
+/* timeout_ms 0: answer at once (XDC_ERR_AGAIN when the key is not set). */
+static xdc_err_t bc_get(rdzv_client *base, const char *key, int64_t timeout_ms, char *value, size_t cap, xdc_diag *diag)
 {
+    bclient *c = (bclient *)base;
     json_t *rep, *req = json_pack("{s:s, s:s, s:I}", "op", "get", "key", key, "timeout_ms", (json_int_t)timeout_ms);
     if (!req) return XDC_ERR_NOMEM;
     xdc_err_t rc = call(c, req, timeout_ms, &rep, diag);
@@ -998,18 +1030,9 @@ static xdc_err_t get_common(rdzv_client *c, const char *key, int64_t timeout_ms,
     return XDC_OK;
 }
 
-xdc_err_t rdzv_get(rdzv_client *c, const char *key, int64_t timeout_ms, char *value, size_t cap, xdc_diag *diag)
+static xdc_err_t bc_barrier(rdzv_client *base, const char *name, int count, int64_t timeout_ms, xdc_diag *diag)
 {
-    return get_common(c, key, timeout_ms < 0 ? INT32_MAX : timeout_ms, value, cap, diag);
-}
-
-xdc_err_t rdzv_try_get(rdzv_client *c, const char *key, char *value, size_t cap, xdc_diag *diag)
-{
-    return get_common(c, key, 0, value, cap, diag);
-}
-
-xdc_err_t rdzv_barrier(rdzv_client *c, const char *name, int count, int64_t timeout_ms, xdc_diag *diag)
-{
+    bclient *c = (bclient *)base;
     xdc_err_t rc = call_simple(c,
                                json_pack("{s:s, s:s, s:i, s:I}", "op", "barrier", "key", name, "count", count,
                                          "timeout_ms", (json_int_t)timeout_ms),
@@ -1018,7 +1041,11 @@ xdc_err_t rdzv_barrier(rdzv_client *c, const char *name, int count, int64_t time
     return rc == XDC_ERR_TIMEOUT ? XDC_ERR_UNAVAILABLE : rc;
 }
 
-xdc_err_t rdzv_heartbeat(rdzv_client *c, const char *status, xdc_diag *diag)
+static xdc_err_t bc_heartbeat(rdzv_client *base, const char *status, xdc_diag *diag)
 {
+    bclient *c = (bclient *)base;
     return call_simple(c, json_pack("{s:s, s:s}", "op", "heartbeat", "status", status), 10000, diag);
 }
+
+static const rdzv_client_ops builtin_client_ops = {
+    .set = bc_set, .get = bc_get, .barrier = bc_barrier, .heartbeat = bc_heartbeat, .destroy = bc_destroy};

@@ -16,7 +16,12 @@
  *   connection ended or whose wait timed out;
  * - a message that does not parse (not JSON, nested, a field of the wrong type or size, longer than
  *   RDZV_MSG_MAX) is logged with the member's identity and its connection closed without a reply.
- * Connections are freed as they end, so the number of sessions over a run's life is unbounded. */
+ * Connections are freed as they end, so the number of sessions over a run's life is unbounded.
+ *
+ * The same interface has a second backend, etcd (orch_rdzv_etcd.c, docs/runtime.md "Rendezvous
+ * backends"): rdzv_target says which store a process uses, rdzv_client_open and rdzv_server_open open
+ * either, and every rdzv_* call below works on both (the built-in's authorization rules are the
+ * built-in's; with etcd, etcd's own auth decides, docs/security.md). */
 #ifndef ORCH_RDZV_H
 #define ORCH_RDZV_H
 
@@ -36,6 +41,54 @@
 
 typedef struct rdzv_server rdzv_server;
 typedef struct rdzv_client rdzv_client;
+
+/* ---- which store --------------------------------------------------------------------------------- */
+
+#define RDZV_ETCD_TTL_S 10 /* default lease of an etcd member: it counts as gone this long after it stops */
+
+typedef enum { RDZV_BUILTIN = 0, RDZV_ETCD = 1 } rdzv_kind;
+
+/* Where the store is. Built-in: host:port of the store (to join) or to listen on (to host). etcd: its
+ * client address and the key prefix of this run; with cacert, https with the server checked against it,
+ * and with cert + key a client certificate (etcd's client-cert auth). */
+typedef struct rdzv_target {
+    rdzv_kind kind;
+    char host[256];
+    int port;
+    char prefix[RDZV_KEY_MAX];       /* etcd: every key of the run is "<prefix>/<key>"; no leading or trailing '/' */
+    char url[512];                   /* etcd: "etcd://host:port/prefix", as the run uses it (to pass on) */
+    const char *cacert, *cert, *key; /* etcd TLS files (NULL: plain HTTP; --etcd-cacert/--etcd-cert/--etcd-key) */
+    int lease_ttl_s;                 /* etcd member lease (0: RDZV_ETCD_TTL_S) */
+    const char *source;              /* where the choice came from: "--rdzv", "XDC_RDZV", "run file", "default" */
+} rdzv_target;
+
+/* The rendezvous options of launch, agent and worker as given (NULL: not given): --rdzv, --etcd-cacert,
+ * --etcd-cert, --etcd-key. Each process passes them on to the processes it starts. */
+typedef struct rdzv_flags {
+    const char *rdzv, *cacert, *cert, *key;
+} rdzv_flags;
+#define RDZV_FLAGS_ARGV 8 /* argv entries rdzv_flags_argv may add */
+
+/* Append the given flags to argv at *n ("--rdzv", value, ...); `rdzv` replaces f->rdzv when not NULL
+ * (the value the parent resolved). */
+void rdzv_flags_argv(const rdzv_flags *f, const char *rdzv, char **argv, int *n);
+/* The TLS files of f into t. */
+void rdzv_flags_tls(const rdzv_flags *f, rdzv_target *t);
+
+/* Parse one value: "builtin" or etcd://HOST:PORT[/PREFIX] (see rdzv_target_resolve). XDC_ERR_CONFIG
+ * with diag saying what is wrong. */
+xdc_err_t rdzv_target_parse(const char *value, const char *run_id, rdzv_target *out, xdc_diag *diag);
+/* Choose the store: `flag` (--rdzv), else the XDC_RDZV variable, else `run_file` (the run file's rdzv:
+ * key); NULL or "" skip a source. The value is "builtin" or etcd://HOST:PORT[/PREFIX]; without a
+ * prefix an etcd run uses "xdc/<run_id>". Nothing given: the built-in store, host and port left for the
+ * caller. XDC_ERR_CONFIG naming the source and the value when it is neither. TLS fields are NULL. */
+xdc_err_t rdzv_target_resolve(const char *flag, const char *run_file, const char *run_id, rdzv_target *out,
+                              xdc_diag *diag);
+
+/* Is the store there? Built-in: a TCP connection to host:port is accepted. etcd: a range read under the
+ * run's prefix answers (over TLS with the client certificate when configured, so auth is checked too). XDC_OK, else XDC_ERR_TIMEOUT / XDC_ERR_UNAVAILABLE with diag
+ * naming the address. For `xdc doctor`. */
+xdc_err_t rdzv_ping(const rdzv_target *t, int64_t timeout_ms, xdc_diag *diag);
 
 /* ---- messages ------------------------------------------------------------------------------------ */
 
@@ -59,14 +112,20 @@ xdc_err_t rdzv_request_parse(const void *buf, size_t len, rdzv_request *out, xdc
 
 /* ---- server -------------------------------------------------------------------------------------- */
 
-/* Start the server on `eng` (host:port, port 0 = any; host NULL or "" is refused: say which address).
+/* Host the run's store as the launcher does: the built-in server on `eng` at t->host:t->port (see
+ * rdzv_server_create), or with etcd a view of t's prefix, emptied first (a prefix belongs to one run at
+ * a time). The rdzv_server_* functions below then work on either; etcd's view is for one thread. */
+xdc_err_t rdzv_server_open(const rdzv_target *t, xdc_wan_engine *eng, const char *const *expected, int n_expected,
+                           int64_t timeout_ms, rdzv_server **out, xdc_diag *diag);
+/* Start the built-in server on `eng` (host:port, port 0 = any; host NULL or "" is refused: say which address).
  * `expected` lists the run's members "region/host:rank" in the topology's order (regions in order, ranks
  * ascending; a member's region index is its region's position in that list); only they may join. */
 xdc_err_t rdzv_server_create(xdc_wan_engine *eng, const char *host, int port, const char *const *expected,
                              int n_expected, rdzv_server **out, xdc_diag *diag);
-int rdzv_server_port(const rdzv_server *s);
+int rdzv_server_port(const rdzv_server *s); /* etcd: etcd's port */
 /* Let expected member `member` write the run-wide `key` (a trailing '/' grants every key under that
- * prefix). XDC_ERR_INVALID when the member is not expected or the table (16 grants) is full. */
+ * prefix). XDC_ERR_INVALID when the member is not expected or the table (16 grants) is full. etcd: a
+ * no-op (etcd's auth decides who writes). */
 xdc_err_t rdzv_server_grant(rdzv_server *s, const char *key, const char *member, xdc_diag *diag);
 /* Set a key from the hosting process (e.g. relay routes). */
 void rdzv_server_set(rdzv_server *s, const char *key, const char *value);
@@ -100,10 +159,16 @@ void rdzv_server_destroy(rdzv_server *s);
 
 /* ---- client -------------------------------------------------------------------------------------- */
 
-/* Connect to the server and join as `member`. */
+/* Join the store t names as `member`: the built-in server at t->host:t->port over `eng`, or etcd (eng
+ * unused; a lease kept alive by the client's own thread marks the member alive). */
+xdc_err_t rdzv_client_open(const rdzv_target *t, xdc_wan_engine *eng, const char *member, int64_t timeout_ms,
+                           rdzv_client **out, xdc_diag *diag);
+/* Connect to the built-in server and join as `member`. */
 xdc_err_t rdzv_client_create(xdc_wan_engine *eng, const char *host, int port, const char *member, int64_t timeout_ms,
                              rdzv_client **out, xdc_diag *diag);
 void rdzv_client_destroy(rdzv_client *c);
+/* etcd only: when etcd does not answer within an operation's deadline (retried with backoff until
+ * then), the operation fails with XDC_ERR_TIMEOUT and diag naming etcd's address and the operation. */
 /* Set one of our keys; XDC_ERR_AUTH when the server says it is not ours to write. */
 xdc_err_t rdzv_set(rdzv_client *c, const char *key, const char *value, xdc_diag *diag);
 /* Wait up to timeout_ms for `key` to be set. */

@@ -1,6 +1,8 @@
 /* orch_run_config.c — loading and checking the run file (see orch_run_config.h). */
 #include "orchestrator/control/orch_run_config.h"
 
+#include "orchestrator/control/orch_rdzv.h"
+
 #include <errno.h>
 #include <libgen.h>
 #include <stddef.h>
@@ -44,6 +46,7 @@ static const xdc_cfg_field top_fields[] = {
     RUN_FIELD("checkpoint_every", XDC_CFG_INT, checkpoint_every, false, 0, 100000000),
     RUN_FIELD("metrics_port", XDC_CFG_INT, metrics_port, false, -1, 65535),
     RUN_FIELD("metrics_bind", XDC_CFG_STRING, metrics_bind, false, 0, 0),
+    RUN_FIELD("rdzv", XDC_CFG_STRING, rdzv, false, 0, 0),
     RUN_FIELD("dump_params", XDC_CFG_BOOL, dump_params, false, 0, 0),
     RUN_FIELD("replan_every", XDC_CFG_INT, replan_every, false, 0, 100000000),
     RUN_FIELD("straggler_factor", XDC_CFG_DOUBLE, straggler_factor, false, 1.01, 1000),
@@ -114,6 +117,12 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     if (in.diloco) bad += xdc_cfg_map_fields(in.diloco, diloco_fields, N(diloco_fields), &in, errs);
     if (in.streaming) bad += xdc_cfg_map_fields(in.streaming, streaming_fields, N(streaming_fields), &in, errs);
     if (in.timeouts) bad += xdc_cfg_map_fields(in.timeouts, timeout_fields, N(timeout_fields), &in, errs);
+    rdzv_target rt; /* the store's URL checked here, where its line and column are known */
+    xdc_diag rd = {{0}};
+    if (!bad && c->rdzv[0] && rdzv_target_parse(c->rdzv, "run", &rt, &rd) != XDC_OK) {
+        xdc_cfg_error_at(errs, xdc_cfg_map_get(xdc_cfg_root(doc), "rdzv"), "rdzv: %s", rd.msg);
+        bad++;
+    }
     xdc_cfg_destroy(doc);
     if (bad) return XDC_ERR_CONFIG;
     for (int m = 0; in.mode[0] && mode_words[m]; m++)

@@ -39,6 +39,7 @@ typedef struct orch_run_config {
     int64_t rendezvous_timeout_ms, op_timeout_ms;
     int metrics_port;      /* -1: off; 0: any free port */
     char metrics_bind[64]; /* address the metrics endpoints listen on (default 127.0.0.1) */
+    char rdzv[512];        /* the rendezvous store: "builtin" or etcd://HOST:PORT[/PREFIX] ("": built-in) */
     int replan_every;      /* plan: auto: steps between checks of measured WAN goodput against the plan */
     /* A region whose compute seconds per step exceed this many times the other regions' median is
      * reported as a straggler (progress line, log, xdc_region_slowdown); default 2. */

@@ -39,8 +39,9 @@ void orch_stage_layers(int n_layer, int n_stages, int s, int *begin, int *end)
     *end = *begin + base + (s < extra ? 1 : 0);
 }
 
-/* Identity from the environment contract that `xdc agent` set (orch_identity.h). */
-static xdc_err_t read_identity(orch_worker *w, xdc_diag *diag)
+/* Identity from the environment contract that `xdc agent` set (orch_identity.h), and the rendezvous
+ * store: --rdzv, XDC_RDZV, the run file's rdzv:, else the built-in store at XDC_COORDINATOR. */
+static xdc_err_t read_identity(orch_worker *w, const xdc_worker_opts *o, xdc_diag *diag)
 {
     orch_identity id;
     XDC_CHECK(orch_identity_resolve(NULL, NULL, w->topo, ORCH_ID_REQUIRE_WORKER, &id, diag));
@@ -59,6 +60,12 @@ static xdc_err_t read_identity(orch_worker *w, xdc_diag *diag)
         return XDC_ERR_CONFIG;
     }
     snprintf(w->id.member, sizeof w->id.member, "%s/%s:%d", w->id.region, w->id.node, w->id.lrank);
+    XDC_CHECK(rdzv_target_resolve(o->rdzv.rdzv, w->cfg.rdzv, w->id.run_id, &w->id.rdzv, diag));
+    if (w->id.rdzv.kind == RDZV_BUILTIN) {
+        snprintf(w->id.rdzv.host, sizeof w->id.rdzv.host, "%s", w->id.coord_host);
+        w->id.rdzv.port = w->id.coord_port;
+    }
+    rdzv_flags_tls(&o->rdzv, &w->id.rdzv);
     return XDC_OK;
 }
 
@@ -243,8 +250,8 @@ static xdc_err_t open_wan(orch_worker *w, xdc_diag *diag)
     for (int i = 0; i < w->topo->n_links; i++)
         if (w->topo->links[i].streams > wc.streams) wc.streams = w->topo->links[i].streams;
     XDC_CHECK(xdc_wan_engine_create(&wc, &w->comm.wan, diag));
-    XDC_CHECK(rdzv_client_create(w->comm.wan, w->id.coord_host, w->id.coord_port, w->id.member,
-                                 w->cfg.rendezvous_timeout_ms, &w->comm.rdzv, diag));
+    XDC_CHECK(
+        rdzv_client_open(&w->id.rdzv, w->comm.wan, w->id.member, w->cfg.rendezvous_timeout_ms, &w->comm.rdzv, diag));
     /* Everyone present before anything else waits on anyone: a missing member is named here. */
     return rdzv_barrier(w->comm.rdzv, "joined", w->id.gsize, w->cfg.rendezvous_timeout_ms, diag);
 }
@@ -529,7 +536,7 @@ xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
         xdc_diag_set(diag, "%s or %s: configuration errors (above)", topo_path, cfg_path);
         return XDC_ERR_CONFIG;
     }
-    xdc_err_t rc = read_identity(&w, &d);
+    xdc_err_t rc = read_identity(&w, o, &d);
     if (rc != XDC_OK) {
         worker_close(&w);
         if (diag) *diag = d;

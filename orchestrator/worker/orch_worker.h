@@ -43,6 +43,7 @@ typedef struct orch_worker_id {
     char run_id[64], region[XDC_NAME_MAX], node[XDC_NAME_MAX], member[RDZV_MEMBER_MAX];
     char run_dir[512], coord_host[256];
     int coord_port;
+    rdzv_target rdzv; /* the store this worker joins (the built-in one at coord_host:coord_port, or etcd) */
     int region_idx, n_regions;
     int lrank, lsize; /* rank and size within the region */
     int local_rank;   /* LOCAL_RANK: index on the node (picks the GPU on CUDA) */

@@ -6,6 +6,7 @@
 #define XDC_WORKER_H
 
 #include "common/xdc_err.h"
+#include "orchestrator/control/orch_rdzv.h"
 
 typedef struct xdc_worker_opts {
     const char *topology_path; /* topology file */
@@ -14,6 +15,7 @@ typedef struct xdc_worker_opts {
     int emulate_wan;           /* dial the other regions through the launcher's relays */
     int resume;                /* continue from the newest complete checkpoint */
     const char *device;        /* --device word (NULL: XDC_DEVICE, else the topology; docs/runtime.md) */
+    rdzv_flags rdzv; /* --rdzv (else XDC_RDZV, the run file's rdzv:, the built-in store) and etcd's TLS files */
 } xdc_worker_opts;
 
 /* Set up, train, report to the rendezvous and tear down. XDC_OK when the run completed; otherwise the

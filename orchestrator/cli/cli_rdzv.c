@@ -1,0 +1,10 @@
+/* cli_rdzv.c — the rendezvous options shared by launch, agent and worker (xdc_cli.h). */
+#include "orchestrator/cli/xdc_cli.h"
+
+int xdc_cli_rdzv_flag(int c, const char *arg, rdzv_flags *f)
+{
+    const char **slot[] = {&f->rdzv, &f->cacert, &f->cert, &f->key};
+    if (c < XDC_CLI_RDZV_OPT || c > XDC_CLI_RDZV_OPT + 3) return 0;
+    *slot[c - XDC_CLI_RDZV_OPT] = arg;
+    return 1;
+}

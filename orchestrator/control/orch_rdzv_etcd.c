@@ -1,0 +1,816 @@
+/* orch_rdzv_etcd.c — the rendezvous store on etcd (orch_rdzv.h, orch_rdzv_priv.h): libcurl to etcd's v3
+ * JSON gateway (POST /v3/kv/put, /v3/kv/range, /v3/kv/txn, /v3/kv/deleterange, /v3/lease/grant,
+ * /v3/lease/keepalive, /v3/lease/revoke, /v3/kv/lease/timetolive; keys and values base64), mutual TLS
+ * when configured.
+ *
+ * Every key of a run is "<prefix>/<key>", so runs share one etcd under different prefixes. Besides the
+ * run's own keys (wan/..., failed/..., finished) the store keeps, under "<prefix>/_rdzv/":
+ * - joined/<member>: the member's lease ID, written once at join (no lease: "it joined at some time");
+ * - alive/<member>: its last heartbeat status, under its lease — gone once the lease expires;
+ * - barrier/<name>/<gen>/m/<member>: an arrival, under the arriving member's lease, so a dead member's
+ *   arrival goes with its lease; <gen> counts the member's entries into barrier <name> (every member
+ *   enters the same barriers in the same order); barrier/<name>/<gen>/open: written, without a lease,
+ *   by the first member that saw every arrival, so a member that passes and leaves (its lease revoked)
+ *   cannot strand one still looking.
+ * A member's lease is kept alive by a thread of its own (its own CURL handle), every third of its TTL,
+ * so a member busy computing stays alive and a killed one is gone after the TTL.
+ *
+ * etcd away: each request is retried with backoff (20 ms doubling to 500 ms) until the operation's
+ * deadline, then the operation fails with XDC_ERR_TIMEOUT naming etcd's address, the operation and the
+ * last transport error. TLS failures and etcd's refusals are not retried. Waits (get, barrier) poll a
+ * range with backoff (10 ms doubling to 250 ms) instead of a watch stream. */
+#include "orchestrator/control/orch_rdzv.h"
+#include "orchestrator/control/orch_rdzv_priv.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_log.h"
+#include "common/xdc_time.h"
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <openssl/evp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ETCD_TX_MAX     16384      /* bytes of one request body: a key and a value in base64, and JSON */
+#define ETCD_RX_MAX     (4u << 20) /* bytes of the largest reply taken (a range over every member) */
+#define ETCD_B64_KEY    (RDZV_KEY_MAX * 2 * 4 / 3 + 8) /* bytes: base64 of a prefixed key, with NUL */
+#define ETCD_B64_VALUE  (RDZV_VALUE_MAX * 4 / 3 + 8)   /* bytes: base64 of a value, with NUL */
+#define ETCD_TRY_MS     3000                           /* the most one HTTP attempt may take */
+#define ETCD_MIN_TRY_MS 500                            /* the least one attempt is given, even at its deadline */
+#define ETCD_HOST_MS    2000                           /* deadline of the host's (launcher's) operations */
+#define ETCD_BARRIERS   16                             /* barrier names one member tracks generations of */
+#define ETCD_INTERNAL   "_rdzv/"
+
+/* One HTTP connection to etcd, reused for every request of its owner (one thread). */
+typedef struct {
+    CURL *curl;
+    struct curl_slist *hdrs;
+    char base[300];  /* "http(s)://host:port" */
+    char where[300]; /* "etcd at host:port", for messages */
+    char prefix[RDZV_KEY_MAX];
+    char *rx; /* (rx_cap) bytes: the reply; grows to the largest reply seen, at most ETCD_RX_MAX */
+    size_t rx_len, rx_cap;
+    int rx_over;          /* the reply passed ETCD_RX_MAX */
+    char tx[ETCD_TX_MAX]; /* bytes: the request body */
+    char err[CURL_ERROR_SIZE];
+} etcd_conn;
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+static void pause_ms(int64_t ms) { poll(NULL, 0, (int)(ms > 1000 ? 1000 : ms)); }
+
+static size_t on_body(char *data, size_t size, size_t n, void *arg)
+{
+    etcd_conn *c = arg;
+    size_t len = size * n;
+    if (c->rx_len + len + 1 > c->rx_cap) {
+        size_t cap = c->rx_cap ? c->rx_cap : 4096;
+        while (cap < c->rx_len + len + 1) cap *= 2;
+        char *p = cap <= ETCD_RX_MAX ? xdc_realloc(c->rx, cap) : NULL;
+        if (!p) {
+            c->rx_over = 1;
+            return 0; /* curl fails the transfer with CURLE_WRITE_ERROR */
+        }
+        c->rx = p;
+        c->rx_cap = cap;
+    }
+    memcpy(c->rx + c->rx_len, data, len);
+    c->rx_len += len;
+    c->rx[c->rx_len] = '\0';
+    return len;
+}
+
+static void conn_close(etcd_conn *c)
+{
+    if (c->curl) curl_easy_cleanup(c->curl);
+    curl_slist_free_all(c->hdrs);
+    xdc_free(c->rx);
+    memset(c, 0, sizeof *c);
+}
+
+static xdc_err_t conn_open(etcd_conn *c, const rdzv_target *t, xdc_diag *diag)
+{
+    memset(c, 0, sizeof *c);
+    pthread_once(&curl_once, curl_init_once);
+    int tls = t->cacert && *t->cacert;
+    snprintf(c->base, sizeof c->base, "%s://%s:%d", tls ? "https" : "http", t->host, t->port);
+    snprintf(c->where, sizeof c->where, "etcd at %s:%d", t->host, t->port);
+    snprintf(c->prefix, sizeof c->prefix, "%s/", t->prefix);
+    c->curl = curl_easy_init();
+    c->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+    if (!c->curl || !c->hdrs) {
+        conn_close(c);
+        return XDC_ERR_NOMEM;
+    }
+    curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, c->hdrs);
+    curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, c);
+    curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, c->err);
+    curl_easy_setopt(c->curl, CURLOPT_PROTOCOLS_STR, tls ? "https" : "http");
+    if (tls) {
+        curl_easy_setopt(c->curl, CURLOPT_CAINFO, t->cacert);
+        curl_easy_setopt(c->curl, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2);
+    }
+    if ((t->cert && *t->cert) != (t->key && *t->key) || (!tls && t->cert && *t->cert)) {
+        xdc_diag_set(diag, "%s: --etcd-cert and --etcd-key go together, and with --etcd-cacert", c->where);
+        conn_close(c);
+        return XDC_ERR_CONFIG;
+    }
+    if (t->cert && *t->cert) {
+        curl_easy_setopt(c->curl, CURLOPT_SSLCERT, t->cert);
+        curl_easy_setopt(c->curl, CURLOPT_SSLKEY, t->key);
+    }
+    return XDC_OK;
+}
+
+/* 1 when a failed transfer may succeed if tried again (etcd down or slow), 0 when it will not (TLS,
+ * a reply too large, a bad URL). */
+static int transient(CURLcode rc)
+{
+    return rc == CURLE_COULDNT_CONNECT || rc == CURLE_OPERATION_TIMEDOUT || rc == CURLE_RECV_ERROR ||
+           rc == CURLE_SEND_ERROR || rc == CURLE_GOT_NOTHING || rc == CURLE_PARTIAL_FILE ||
+           rc == CURLE_COULDNT_RESOLVE_HOST;
+}
+
+/* One request: POST `path` with `body` (decref'd here), retried until `deadline` (xdc_now_ns) while etcd
+ * cannot be reached. XDC_OK with *reply (caller decrefs; NULL reply: not wanted). What is named in
+ * errors: `what`. */
+static xdc_err_t conn_post(etcd_conn *c, const char *path, json_t *body, uint64_t deadline, const char *what,
+                           json_t **reply, xdc_diag *diag)
+{
+    if (reply) *reply = NULL;
+    if (!body) return XDC_ERR_NOMEM;
+    size_t n = json_dumpb(body, c->tx, sizeof c->tx - 1, JSON_COMPACT);
+    json_decref(body);
+    if (n == 0 || n >= sizeof c->tx - 1) {
+        xdc_diag_set(diag, "%s: %s: request larger than %d bytes", c->where, what, ETCD_TX_MAX);
+        return XDC_ERR_RANGE;
+    }
+    c->tx[n] = '\0';
+    char url[400];
+    snprintf(url, sizeof url, "%s%s", c->base, path);
+    curl_easy_setopt(c->curl, CURLOPT_URL, url);
+    curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS, c->tx);
+    curl_easy_setopt(c->curl, CURLOPT_POSTFIELDSIZE, (long)n);
+    int64_t backoff = 20, total = ((int64_t)deadline - (int64_t)xdc_now_ns()) / (int64_t)XDC_NS_PER_MS;
+    char last[CURL_ERROR_SIZE + 64] = "";
+    for (int tries = 0;; tries++) {
+        /* At least one attempt, of at least ETCD_MIN_TRY_MS: a wait's last look may start at its deadline. */
+        int64_t left = ((int64_t)deadline - (int64_t)xdc_now_ns()) / (int64_t)XDC_NS_PER_MS;
+        if (left <= 0 && tries > 0) break;
+        long try_ms = (long)(left < ETCD_MIN_TRY_MS ? ETCD_MIN_TRY_MS : left < ETCD_TRY_MS ? left : ETCD_TRY_MS);
+        curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, try_ms);
+        curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS, try_ms);
+        c->rx_len = 0;
+        c->rx_over = 0;
+        c->err[0] = '\0';
+        CURLcode rc = curl_easy_perform(c->curl);
+        if (rc == CURLE_OK) {
+            long code = 0;
+            curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &code);
+            json_error_t jerr;
+            json_t *rep = json_loadb(c->rx ? c->rx : "", c->rx_len, 0, &jerr);
+            if (!rep || !json_is_object(rep)) {
+                json_decref(rep);
+                xdc_diag_set(diag, "%s: %s: HTTP %ld, reply is not a JSON object", c->where, what, code);
+                return XDC_ERR_PROTO;
+            }
+            if (code == 200) {
+                if (reply) *reply = rep;
+                else json_decref(rep);
+                return XDC_OK;
+            }
+            const char *msg = json_string_value(json_object_get(rep, "error"));
+            xdc_diag_set(diag, "%s refused %s: HTTP %ld: %s", c->where, what, code, msg ? msg : "(no message)");
+            json_int_t grpc = json_integer_value(json_object_get(rep, "code"));
+            json_decref(rep);
+            /* gRPC PermissionDenied (7) or Unauthenticated (16): etcd's auth said no. */
+            return code == 401 || code == 403 || grpc == 7 || grpc == 16 ? XDC_ERR_AUTH : XDC_ERR_UNAVAILABLE;
+        }
+        snprintf(last, sizeof last, "%s", c->err[0] ? c->err : curl_easy_strerror(rc));
+        if (c->rx_over) {
+            xdc_diag_set(diag, "%s: %s: reply larger than %u bytes", c->where, what, ETCD_RX_MAX);
+            return XDC_ERR_RANGE;
+        }
+        /* TLS 1.3: a server that refuses our certificate says so in an alert on the first read. */
+        int refused = rc == CURLE_RECV_ERROR && strstr(c->err, "alert") != NULL;
+        if (!transient(rc) || refused) {
+            xdc_diag_set(diag, "%s: %s: %s", c->where, what, last);
+            return refused || rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_PEER_FAILED_VERIFICATION ||
+                           rc == CURLE_SSL_CERTPROBLEM || rc == CURLE_SSL_CACERT_BADFILE
+                       ? XDC_ERR_TLS
+                       : XDC_ERR_UNAVAILABLE;
+        }
+        left = ((int64_t)deadline - (int64_t)xdc_now_ns()) / (int64_t)XDC_NS_PER_MS;
+        if (left > 0) pause_ms(backoff < left ? backoff : left);
+        backoff = backoff * 2 > 500 ? 500 : backoff * 2;
+    }
+    xdc_diag_set(diag, "%s did not answer %s within %lld ms (last try: %s)", c->where, what,
+                 (long long)(total > 0 ? total : 0), last);
+    return XDC_ERR_TIMEOUT;
+}
+
+/* ---- keys ---------------------------------------------------------------------------------------- */
+
+static void b64(const char *s, size_t n, char *out)
+{
+    EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)s, (int)n);
+}
+
+/* Base64 `in` into out[cap] as text; -1 when it does not decode or does not fit. */
+static int unb64(const char *in, char *out, size_t cap)
+{
+    size_t n = strlen(in);
+    if (n % 4 || n / 4 * 3 + 1 > cap) return -1;
+    int len = EVP_DecodeBlock((unsigned char *)out, (const unsigned char *)in, (int)n);
+    if (len < 0) return -1;
+    for (size_t i = n; i > 0 && in[i - 1] == '='; i--) len--;
+    out[len] = '\0';
+    return len;
+}
+
+/* "<prefix>/<key>" in base64 into out (ETCD_B64_KEY); with range_end, the end of the range of every key
+ * starting with it (its last byte plus one). */
+static void full_key(const etcd_conn *c, const char *key, char *out, char *range_end)
+{
+    char k[RDZV_KEY_MAX * 2];
+    int n = snprintf(k, sizeof k, "%s%s", c->prefix, key);
+    if (n >= (int)sizeof k) n = (int)sizeof k - 1;
+    b64(k, (size_t)n, out);
+    if (range_end) {
+        k[n - 1]++;
+        b64(k, (size_t)n, range_end);
+    }
+}
+
+static xdc_err_t kv_put(etcd_conn *c, const char *key, const char *value, const char *lease, uint64_t deadline,
+                        const char *what, xdc_diag *diag)
+{
+    char k[ETCD_B64_KEY], v[ETCD_B64_VALUE];
+    size_t n = strlen(value);
+    if (n >= RDZV_VALUE_MAX || strlen(key) >= RDZV_KEY_MAX) {
+        xdc_diag_set(diag, "%s: %s: key or value too long (at most %d and %d bytes)", c->where, what, RDZV_KEY_MAX - 1,
+                     RDZV_VALUE_MAX - 1);
+        return XDC_ERR_RANGE;
+    }
+    full_key(c, key, k, NULL);
+    b64(value, n, v);
+    json_t *body = json_pack("{s:s, s:s}", "key", k, "value", v);
+    if (body && lease) json_object_set_new(body, "lease", json_string(lease));
+    return conn_post(c, "/v3/kv/put", body, deadline, what, NULL, diag);
+}
+
+/* Range over `key` (prefix: every key starting with it). *reply holds "kvs" (absent when none). */
+static xdc_err_t kv_range(etcd_conn *c, const char *key, int prefix, int keys_only, int limit, uint64_t deadline,
+                          const char *what, json_t **reply, xdc_diag *diag)
+{
+    char k[ETCD_B64_KEY], end[ETCD_B64_KEY];
+    full_key(c, key, k, prefix ? end : NULL);
+    json_t *body = json_pack("{s:s}", "key", k);
+    if (body && prefix) json_object_set_new(body, "range_end", json_string(end));
+    if (body && keys_only) json_object_set_new(body, "keys_only", json_true());
+    if (body && limit) json_object_set_new(body, "limit", json_integer(limit));
+    return conn_post(c, "/v3/kv/range", body, deadline, what, reply, diag);
+}
+
+static xdc_err_t kv_delete(etcd_conn *c, const char *key, int prefix, uint64_t deadline, const char *what,
+                           xdc_diag *diag)
+{
+    char k[ETCD_B64_KEY], end[ETCD_B64_KEY];
+    full_key(c, key, k, prefix ? end : NULL);
+    json_t *body = json_pack("{s:s}", "key", k);
+    if (body && prefix) json_object_set_new(body, "range_end", json_string(end));
+    return conn_post(c, "/v3/kv/deleterange", body, deadline, what, NULL, diag);
+}
+
+/* Entry i of a range reply: its key without "<prefix>/" and its value, decoded. -1 past the end. */
+static int range_entry(const etcd_conn *c, json_t *rep, size_t i, char *key, size_t key_cap, char *value, size_t cap)
+{
+    json_t *e = json_array_get(json_object_get(rep, "kvs"), i);
+    if (!e) return -1;
+    char k[RDZV_KEY_MAX * 2];
+    const char *kb = json_string_value(json_object_get(e, "key")), *vb = json_string_value(json_object_get(e, "value"));
+    if (!kb || unb64(kb, k, sizeof k) < 0) return -1;
+    size_t pl = strlen(c->prefix);
+    if (key) snprintf(key, key_cap, "%s", strncmp(k, c->prefix, pl) == 0 ? k + pl : k);
+    if (value) {
+        value[0] = '\0';
+        if (vb && unb64(vb, value, cap) < 0) return -1;
+    }
+    return 0;
+}
+
+/* Compare-and-set: put `key` = value under `lease` only when the key does not exist (a transaction on
+ * its create revision being 0). *done says whether it was put. */
+static xdc_err_t kv_create(etcd_conn *c, const char *key, const char *value, const char *lease, uint64_t deadline,
+                           const char *what, int *done, xdc_diag *diag)
+{
+    char k[ETCD_B64_KEY], v[ETCD_B64_VALUE];
+    *done = 0;
+    if (strlen(value) >= RDZV_VALUE_MAX) return XDC_ERR_RANGE;
+    full_key(c, key, k, NULL);
+    b64(value, strlen(value), v);
+    json_t *put = json_pack("{s:s, s:s}", "key", k, "value", v), *rep = NULL;
+    if (put && lease) json_object_set_new(put, "lease", json_string(lease));
+    json_t *body = put ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:o}]}", "compare", "key", k, "target", "CREATE",
+                                   "result", "EQUAL", "create_revision", "0", "success", "request_put", put)
+                       : NULL;
+    XDC_CHECK(conn_post(c, "/v3/kv/txn", body, deadline, what, &rep, diag));
+    *done = json_is_true(json_object_get(rep, "succeeded"));
+    json_decref(rep);
+    return XDC_OK;
+}
+
+/* ---- member -------------------------------------------------------------------------------------- */
+
+typedef struct {
+    char name[RDZV_KEY_MAX];
+    int gen;
+} barrier_gen;
+
+typedef struct eclient {
+    rdzv_client base; /* first: the store interface */
+    etcd_conn conn;   /* the member's requests, one at a time (op_mu), as the built-in client's */
+    pthread_mutex_t op_mu;
+    char member[RDZV_MEMBER_MAX];
+    char lease[32]; /* lease ID, decimal as etcd writes it */
+    int ttl_s;
+    int64_t op_ms; /* deadline of set, heartbeat and one-look get */
+    barrier_gen gens[ETCD_BARRIERS];
+    int n_gens;
+    /* keep-alive thread */
+    etcd_conn ka_conn;
+    pthread_t ka;
+    int ka_started, stop; /* stop under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} eclient;
+
+static void *keepalive_main(void *arg)
+{
+    eclient *c = arg;
+    int failing = 0;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = (int64_t)ts.tv_nsec + (int64_t)c->ttl_s * 1000000000 / 3;
+        ts.tv_sec += (time_t)(ns / 1000000000);
+        ts.tv_nsec = (long)(ns % 1000000000);
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        if (c->stop) break;
+        pthread_mutex_unlock(&c->mu);
+        xdc_diag d = {{0}};
+        json_t *rep = NULL;
+        xdc_err_t rc = conn_post(&c->ka_conn, "/v3/lease/keepalive", json_pack("{s:s}", "ID", c->lease),
+                                 xdc_deadline_ms((int64_t)c->ttl_s * 1000 / 3), "lease keep-alive", &rep, &d);
+        const char *ttl = json_string_value(json_object_get(json_object_get(rep, "result"), "TTL"));
+        if (rc == XDC_OK && (!ttl || atoi(ttl) <= 0)) {
+            rc = XDC_ERR_UNAVAILABLE;
+            xdc_diag_set(&d, "%s: lease %s of %s expired", c->ka_conn.where, c->lease, c->member);
+        }
+        json_decref(rep);
+        if (rc != XDC_OK && !failing) XDC_WARN(XDC_SUB_ORCH, "rendezvous: %s", d.msg);
+        else if (rc == XDC_OK && failing) XDC_INFO(XDC_SUB_ORCH, "rendezvous: %s answers again", c->ka_conn.where);
+        failing = rc != XDC_OK;
+        pthread_mutex_lock(&c->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+static void ec_destroy(rdzv_client *base)
+{
+    eclient *c = (eclient *)base;
+    if (c->ka_started) {
+        pthread_mutex_lock(&c->mu);
+        c->stop = 1;
+        pthread_cond_signal(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        pthread_join(c->ka, NULL);
+    }
+    if (c->lease[0]) { /* a clean leave: the member's alive and arrival keys go at once */
+        xdc_diag d = {{0}};
+        if (conn_post(&c->conn, "/v3/lease/revoke", json_pack("{s:s}", "ID", c->lease), xdc_deadline_ms(1000),
+                      "lease revoke", NULL, &d) != XDC_OK)
+            XDC_DEBUG(XDC_SUB_ORCH, "rendezvous: %s", d.msg);
+    }
+    conn_close(&c->conn);
+    conn_close(&c->ka_conn);
+    pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->op_mu);
+    pthread_cond_destroy(&c->cv);
+    xdc_free(c);
+}
+
+static xdc_err_t set_unlocked(rdzv_client *base, const char *key, const char *value, xdc_diag *diag)
+{
+    eclient *c = (eclient *)base;
+    char what[RDZV_KEY_MAX + 16];
+    snprintf(what, sizeof what, "set '%s'", key);
+    return kv_put(&c->conn, key, value, NULL, xdc_deadline_ms(c->op_ms), what, diag);
+}
+
+static xdc_err_t get_unlocked(rdzv_client *base, const char *key, int64_t timeout_ms, char *value, size_t cap,
+                              xdc_diag *diag)
+{
+    eclient *c = (eclient *)base;
+    uint64_t deadline = xdc_deadline_ms(timeout_ms > 0 ? timeout_ms : c->op_ms);
+    char what[RDZV_KEY_MAX + 16];
+    snprintf(what, sizeof what, "get '%s'", key);
+    for (int64_t backoff = 10;; backoff = backoff * 2 > 250 ? 250 : backoff * 2) {
+        json_t *rep;
+        XDC_CHECK(kv_range(&c->conn, key, 0, 0, 1, deadline, what, &rep, diag));
+        int found = range_entry(&c->conn, rep, 0, NULL, 0, value, cap) == 0;
+        json_decref(rep);
+        if (found) return XDC_OK;
+        if (timeout_ms == 0) {
+            xdc_diag_set(diag, "rendezvous: key '%s' is not set", key);
+            return XDC_ERR_AGAIN;
+        }
+        if (xdc_deadline_passed(deadline)) break;
+        pause_ms(backoff);
+    }
+    xdc_diag_set(diag, "rendezvous: key '%s' was not set within %lld ms", key, (long long)timeout_ms);
+    return XDC_ERR_TIMEOUT;
+}
+
+static xdc_err_t heartbeat_unlocked(rdzv_client *base, const char *status, xdc_diag *diag)
+{
+    eclient *c = (eclient *)base;
+    char key[RDZV_KEY_MAX];
+    snprintf(key, sizeof key, ETCD_INTERNAL "alive/%s", c->member);
+    return kv_put(&c->conn, key, status, c->lease, xdc_deadline_ms(c->op_ms), "heartbeat", diag);
+}
+
+/* This member's next generation of barrier `name`; -1 when ETCD_BARRIERS names are in use. */
+static int next_gen(eclient *c, const char *name)
+{
+    for (int i = 0; i < c->n_gens; i++)
+        if (strcmp(c->gens[i].name, name) == 0) return ++c->gens[i].gen;
+    if (c->n_gens == ETCD_BARRIERS) return -1;
+    snprintf(c->gens[c->n_gens].name, sizeof c->gens[c->n_gens].name, "%s", name);
+    return c->gens[c->n_gens++].gen = 0;
+}
+
+static xdc_err_t barrier_unlocked(rdzv_client *base, const char *name, int count, int64_t timeout_ms, xdc_diag *diag)
+{
+    eclient *c = (eclient *)base;
+    int gen = next_gen(c, name);
+    if (gen < 0) {
+        xdc_diag_set(diag, "rendezvous: more than %d barrier names", ETCD_BARRIERS);
+        return XDC_ERR_RANGE;
+    }
+    char dir[RDZV_KEY_MAX], key[RDZV_KEY_MAX + RDZV_MEMBER_MAX], what[RDZV_KEY_MAX + 16];
+    snprintf(dir, sizeof dir, ETCD_INTERNAL "barrier/%s/%d/", name, gen);
+    snprintf(key, sizeof key, "%sm/%s", dir, c->member);
+    snprintf(what, sizeof what, "barrier '%s'", name);
+    uint64_t deadline = xdc_deadline_ms(timeout_ms);
+    XDC_CHECK(kv_put(&c->conn, key, "1", c->lease, deadline, what, diag));
+    int here = 0;
+    char arrived[1024] = "";
+    for (int64_t backoff = 10;; backoff = backoff * 2 > 250 ? 250 : backoff * 2) {
+        json_t *rep;
+        XDC_CHECK(kv_range(&c->conn, dir, 1, 1, 0, deadline, what, &rep, diag));
+        int open = 0;
+        size_t len = 0, dl = strlen(dir);
+        here = 0;
+        arrived[0] = '\0';
+        char k[RDZV_KEY_MAX * 2];
+        for (size_t i = 0; range_entry(&c->conn, rep, i, k, sizeof k, NULL, 0) == 0; i++) {
+            const char *rest = strlen(k) > dl ? k + dl : "";
+            if (strcmp(rest, "open") == 0) open = 1;
+            else if (strncmp(rest, "m/", 2) == 0) {
+                here++;
+                if (len < sizeof arrived)
+                    len += (size_t)snprintf(arrived + len, sizeof arrived - len, "%s%s", here > 1 ? ", " : "",
+                                            rest + 2);
+            }
+        }
+        json_decref(rep);
+        if (open || here >= count) {
+            snprintf(key, sizeof key, "%sopen", dir);
+            return open ? XDC_OK : kv_put(&c->conn, key, "1", NULL, deadline, what, diag);
+        }
+        if (xdc_deadline_passed(deadline)) break;
+        pause_ms(backoff);
+    }
+    /* Withdraw our arrival, as the built-in store does for a wait that timed out. */
+    xdc_diag ignore;
+    kv_delete(&c->conn, key, 0, xdc_deadline_ms(1000), what, &ignore);
+    xdc_diag_set(diag, "rendezvous: barrier '%s': %d of %d members arrived within %lld ms (arrived: %s)", name, here,
+                 count, (long long)timeout_ms, arrived);
+    return XDC_ERR_UNAVAILABLE;
+}
+
+/* The ops: one request at a time per client (op_mu), as the built-in client. */
+static xdc_err_t ec_set(rdzv_client *base, const char *key, const char *value, xdc_diag *diag)
+{
+    eclient *c = (eclient *)base;
+    pthread_mutex_lock(&c->op_mu);
+    xdc_err_t rc = set_unlocked(base, key, value, diag);
+    pthread_mutex_unlock(&c->op_mu);
+    return rc;
+}
+
+static xdc_err_t ec_get(rdzv_client *base, const char *key, int64_t timeout_ms, char *value, size_t cap, xdc_diag *diag)
+{
+    eclient *c = (eclient *)base;
+    pthread_mutex_lock(&c->op_mu);
+    xdc_err_t rc = get_unlocked(base, key, timeout_ms, value, cap, diag);
+    pthread_mutex_unlock(&c->op_mu);
+    return rc;
+}
+
+static xdc_err_t ec_heartbeat(rdzv_client *base, const char *status, xdc_diag *diag)
+{
+    eclient *c = (eclient *)base;
+    pthread_mutex_lock(&c->op_mu);
+    xdc_err_t rc = heartbeat_unlocked(base, status, diag);
+    pthread_mutex_unlock(&c->op_mu);
+    return rc;
+}
+
+static xdc_err_t ec_barrier(rdzv_client *base, const char *name, int count, int64_t timeout_ms, xdc_diag *diag)
+{
+    eclient *c = (eclient *)base;
+    pthread_mutex_lock(&c->op_mu);
+    xdc_err_t rc = barrier_unlocked(base, name, count, timeout_ms, diag);
+    pthread_mutex_unlock(&c->op_mu);
+    return rc;
+}
+
+static const rdzv_client_ops etcd_client_ops = {
+    .set = ec_set, .get = ec_get, .barrier = ec_barrier, .heartbeat = ec_heartbeat, .destroy = ec_destroy};
+
+xdc_err_t rdzv_etcd_client_create(const rdzv_target *t, const char *member, int64_t timeout_ms, rdzv_client **out,
+                                  xdc_diag *diag)
+{
+    *out = NULL;
+    eclient *c = xdc_calloc(1, sizeof *c);
+    if (!c) return XDC_ERR_NOMEM;
+    c->base.ops = &etcd_client_ops;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->op_mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    snprintf(c->member, sizeof c->member, "%s", member);
+    c->ttl_s = t->lease_ttl_s > 0 ? t->lease_ttl_s : RDZV_ETCD_TTL_S;
+    c->op_ms = timeout_ms > 0 ? timeout_ms : 30000;
+    uint64_t deadline = xdc_deadline_ms(c->op_ms);
+    char key[RDZV_KEY_MAX];
+    json_t *rep = NULL;
+    xdc_err_t rc = conn_open(&c->conn, t, diag);
+    if (rc == XDC_OK) rc = conn_open(&c->ka_conn, t, diag);
+    if (rc == XDC_OK)
+        rc = conn_post(&c->conn, "/v3/lease/grant", json_pack("{s:i}", "TTL", c->ttl_s), deadline, "lease grant", &rep,
+                       diag);
+    const char *id = json_string_value(json_object_get(rep, "ID"));
+    if (rc == XDC_OK && !id) {
+        xdc_diag_set(diag, "%s: lease grant: no lease ID in the reply", c->conn.where);
+        rc = XDC_ERR_PROTO;
+    }
+    if (rc == XDC_OK) snprintf(c->lease, sizeof c->lease, "%s", id);
+    json_decref(rep);
+    /* A member joins once: while another process holds `member` alive (its lease), wait for that lease to
+     * end (a restarted member's old process, killed, is gone after its TTL), until the deadline. */
+    snprintf(key, sizeof key, ETCD_INTERNAL "alive/%s", member);
+    for (int done = 0, backoff = 10; rc == XDC_OK && !done; backoff = backoff * 2 > 250 ? 250 : backoff * 2) {
+        rc = kv_create(&c->conn, key, "joined", c->lease, deadline, "join", &done, diag);
+        if (rc == XDC_OK && !done && xdc_deadline_passed(deadline)) {
+            xdc_diag_set(diag, "another process holds member %s alive in %s (its lease has not ended)", member,
+                         c->conn.where);
+            rc = XDC_ERR_UNAVAILABLE;
+        } else if (rc == XDC_OK && !done) {
+            pause_ms(backoff);
+        }
+    }
+    snprintf(key, sizeof key, ETCD_INTERNAL "joined/%s", member);
+    if (rc == XDC_OK) rc = kv_put(&c->conn, key, c->lease, NULL, deadline, "join", diag);
+    if (rc == XDC_OK && pthread_create(&c->ka, NULL, keepalive_main, c) != 0) rc = XDC_ERR_NOMEM;
+    if (rc != XDC_OK) {
+        xdc_diag_prefix(diag, "joining the rendezvous %s as %s", t->url, member);
+        ec_destroy(&c->base);
+        return rc;
+    }
+    c->ka_started = 1;
+    *out = &c->base;
+    return XDC_OK;
+}
+
+/* ---- host ---------------------------------------------------------------------------------------- */
+
+typedef struct eserver {
+    rdzv_server base; /* first: the store interface */
+    etcd_conn conn;
+    int port;
+    char (*names)[RDZV_MEMBER_MAX]; /* (n) the run's members */
+    int n;
+    int failing; /* the last host request failed (warn once per streak) */
+} eserver;
+
+/* A host request's result: a failure is logged once per streak, and reads as "not there". */
+static int host_ok(eserver *s, xdc_err_t rc, const xdc_diag *d)
+{
+    if (rc != XDC_OK && !s->failing) XDC_WARN(XDC_SUB_ORCH, "rendezvous: %s", d->msg);
+    s->failing = rc != XDC_OK;
+    return rc == XDC_OK;
+}
+
+static int es_port(const rdzv_server *base) { return ((const eserver *)base)->port; }
+
+static xdc_err_t es_grant(rdzv_server *base, const char *key, const char *member, xdc_diag *diag)
+{
+    (void)base, (void)key, (void)member, (void)diag;
+    return XDC_OK; /* etcd's auth decides who writes (docs/security.md) */
+}
+
+static void es_set(rdzv_server *base, const char *key, const char *value)
+{
+    eserver *s = (eserver *)base;
+    xdc_diag d = {{0}};
+    host_ok(s, kv_put(&s->conn, key, value, NULL, xdc_deadline_ms(ETCD_HOST_MS), "set", &d), &d);
+}
+
+/* First key under `key` (prefix) or `key` itself into k/value; 0 when found. */
+static int host_first(eserver *s, const char *key, int prefix, char *k, size_t k_cap, char *value, size_t cap)
+{
+    xdc_diag d = {{0}};
+    json_t *rep = NULL;
+    if (!host_ok(s, kv_range(&s->conn, key, prefix, 0, 1, xdc_deadline_ms(ETCD_HOST_MS), "get", &rep, &d), &d))
+        return -1;
+    int rc = range_entry(&s->conn, rep, 0, k, k_cap, value, cap);
+    json_decref(rep);
+    return rc;
+}
+
+static int es_get(rdzv_server *base, const char *key, char *value, size_t cap)
+{
+    return host_first((eserver *)base, key, 0, NULL, 0, value, cap);
+}
+
+static int es_find(rdzv_server *base, const char *prefix, char *key, size_t key_cap, char *value, size_t cap)
+{
+    return host_first((eserver *)base, prefix, 1, key, key_cap, value, cap);
+}
+
+/* Members with a key under `dir` (joined/ or alive/): present[i] set, status[i] (may be NULL) filled.
+ * -1 when etcd did not answer. */
+static int host_members(eserver *s, const char *dir, char *present, char (*status)[RDZV_STATUS_MAX])
+{
+    xdc_diag d = {{0}};
+    json_t *rep = NULL;
+    if (!host_ok(s, kv_range(&s->conn, dir, 1, !status, 0, xdc_deadline_ms(ETCD_HOST_MS), "members", &rep, &d), &d))
+        return -1;
+    size_t dl = strlen(dir);
+    char k[RDZV_KEY_MAX * 2], v[RDZV_STATUS_MAX];
+    memset(present, 0, (size_t)s->n);
+    for (size_t e = 0; range_entry(&s->conn, rep, e, k, sizeof k, status ? v : NULL, sizeof v) == 0; e++)
+        for (int i = 0; i < s->n; i++)
+            if (strcmp(k + (strlen(k) >= dl ? dl : 0), s->names[i]) == 0) {
+                present[i] = 1;
+                if (status) snprintf(status[i], sizeof status[i], "%s", v);
+            }
+    json_decref(rep);
+    return 0;
+}
+
+static int es_connections(rdzv_server *base)
+{
+    eserver *s = (eserver *)base;
+    char *alive = xdc_calloc((size_t)s->n, 1);
+    int n = 0;
+    if (alive && host_members(s, ETCD_INTERNAL "alive/", alive, NULL) == 0)
+        for (int i = 0; i < s->n; i++) n += alive[i];
+    xdc_free(alive);
+    return n;
+}
+
+/* Member i's line into out. */
+static void describe(const eserver *s, int i, int joined, int alive, const char *status, double silent, char *out,
+                     size_t cap)
+{
+    if (!joined) snprintf(out, cap, "%s (never joined)", s->names[i]);
+    else if (!alive) snprintf(out, cap, "%s (its lease expired or was revoked: gone)", s->names[i]);
+    else snprintf(out, cap, "%s (alive, lease renewed %.1f s ago: %s)", s->names[i], silent, status);
+}
+
+/* Seconds since member i's lease was last renewed (its granted TTL minus what is left); 0 when unknown. */
+static double lease_silence(eserver *s, int i)
+{
+    char key[RDZV_KEY_MAX], id[32];
+    snprintf(key, sizeof key, ETCD_INTERNAL "joined/%s", s->names[i]);
+    if (host_first(s, key, 0, NULL, 0, id, sizeof id) != 0) return 0;
+    xdc_diag d = {{0}};
+    json_t *rep = NULL;
+    if (!host_ok(s,
+                 conn_post(&s->conn, "/v3/kv/lease/timetolive", json_pack("{s:s}", "ID", id),
+                           xdc_deadline_ms(ETCD_HOST_MS), "lease time-to-live", &rep, &d),
+                 &d))
+        return 0;
+    const char *ttl = json_string_value(json_object_get(rep, "TTL")),
+               *granted = json_string_value(json_object_get(rep, "grantedTTL"));
+    double silent = ttl && granted && atoi(ttl) >= 0 ? (double)(atoi(granted) - atoi(ttl)) : 0;
+    json_decref(rep);
+    return silent;
+}
+
+static int es_missing(rdzv_server *base, int64_t silent_ms, char *out, size_t cap)
+{
+    eserver *s = (eserver *)base;
+    (void)silent_ms; /* a lease is the member's liveness: alive or gone, nothing between */
+    char *joined = xdc_calloc((size_t)s->n, 2);
+    int n = 0;
+    out[0] = '\0';
+    if (!joined || host_members(s, ETCD_INTERNAL "joined/", joined, NULL) != 0 ||
+        host_members(s, ETCD_INTERNAL "alive/", joined + s->n, NULL) != 0) {
+        snprintf(out, cap, "(etcd did not answer)");
+        xdc_free(joined);
+        return s->n;
+    }
+    for (int i = 0; i < s->n; i++) {
+        if (joined[i] && joined[s->n + i]) continue;
+        char one[RDZV_MEMBER_MAX + 64];
+        describe(s, i, joined[i], 0, "", 0, one, sizeof one);
+        size_t len = strlen(out);
+        snprintf(out + len, cap - len, "%s%s", n ? ", " : "", one);
+        n++;
+    }
+    xdc_free(joined);
+    return n;
+}
+
+static int es_member(rdzv_server *base, int i, rdzv_member_state *out)
+{
+    eserver *s = (eserver *)base;
+    memset(out, 0, sizeof *out);
+    if (i < 0 || i >= s->n) return -1;
+    snprintf(out->name, sizeof out->name, "%s", s->names[i]);
+    char key[RDZV_KEY_MAX], status[RDZV_STATUS_MAX] = "", id[32];
+    snprintf(key, sizeof key, ETCD_INTERNAL "joined/%s", s->names[i]);
+    out->joined = host_first(s, key, 0, NULL, 0, id, sizeof id) == 0;
+    snprintf(key, sizeof key, ETCD_INTERNAL "alive/%s", s->names[i]);
+    out->connected = out->joined && host_first(s, key, 0, NULL, 0, status, sizeof status) == 0;
+    out->silent_s = out->connected ? lease_silence(s, i) : 0;
+    describe(s, i, out->joined, out->connected, status, out->silent_s, out->detail, sizeof out->detail);
+    return 0;
+}
+
+static void es_destroy(rdzv_server *base)
+{
+    eserver *s = (eserver *)base;
+    conn_close(&s->conn);
+    xdc_free(s->names);
+    xdc_free(s);
+}
+
+static const rdzv_server_ops etcd_server_ops = {.port = es_port,
+                                                .grant = es_grant,
+                                                .set = es_set,
+                                                .get = es_get,
+                                                .find = es_find,
+                                                .connections = es_connections,
+                                                .slots = es_connections,
+                                                .missing = es_missing,
+                                                .member = es_member,
+                                                .destroy = es_destroy};
+
+xdc_err_t rdzv_etcd_server_create(const rdzv_target *t, const char *const *expected, int n_expected, int64_t timeout_ms,
+                                  rdzv_server **out, xdc_diag *diag)
+{
+    *out = NULL;
+    eserver *s = xdc_calloc(1, sizeof *s);
+    if (!s) return XDC_ERR_NOMEM;
+    s->base.ops = &etcd_server_ops;
+    s->port = t->port;
+    s->n = n_expected;
+    s->names = xdc_calloc((size_t)(n_expected > 0 ? n_expected : 1), sizeof *s->names);
+    xdc_err_t rc = s->names ? conn_open(&s->conn, t, diag) : XDC_ERR_NOMEM;
+    for (int i = 0; rc == XDC_OK && i < n_expected; i++) snprintf(s->names[i], sizeof s->names[i], "%s", expected[i]);
+    /* A prefix is one run's: what an earlier run under it left (finished, failed/...) must not end this one. */
+    if (rc == XDC_OK) rc = kv_delete(&s->conn, "", 1, xdc_deadline_ms(timeout_ms), "clearing the run's prefix", diag);
+    if (rc != XDC_OK) {
+        xdc_diag_prefix(diag, "rendezvous %s", t->url);
+        es_destroy(&s->base);
+        return rc;
+    }
+    *out = &s->base;
+    return XDC_OK;
+}
+
+xdc_err_t rdzv_etcd_ping(const rdzv_target *t, int64_t timeout_ms, xdc_diag *diag)
+{
+    etcd_conn c;
+    XDC_CHECK(conn_open(&c, t, diag));
+    json_t *rep = NULL;
+    /* /health is a GET; a range of one key under the prefix also proves the client certificate and auth. */
+    xdc_err_t rc = kv_range(&c, "", 0, 1, 1, xdc_deadline_ms(timeout_ms), "ping (range)", &rep, diag);
+    json_decref(rep);
+    conn_close(&c);
+    return rc;
+}

@@ -1,0 +1,632 @@
+/* test_rdzv_etcd.c — the rendezvous store on etcd (orchestrator/control/orch_rdzv_etcd.c) against a real
+ * etcd started in the test's folder on loopback: store operations (set, get, a one-look get, a get that
+ * times out, a member that joins twice), barriers with a member killed mid-barrier whose lease expires,
+ * two prefixes that do not see each other, etcd stopped while a member waits in a barrier (a TIMEOUT
+ * naming etcd and the barrier), mutual TLS, and a whole `xdc launch --rdzv etcd://...` that ends with
+ * the same params_xxh64 as the built-in store. Without the etcd binary (Debian etcd-server) the etcd
+ * tests skip; the URL parsing and the launcher's exit 75 without etcd need none. */
+#include "tests/xdc_test.h"
+
+#include "common/xdc_time.h"
+#include "orchestrator/control/orch_rdzv.h"
+
+#include <curl/curl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define ETCD_READY_TRIES 200 /* x 50 ms: how long etcd may take to answer /health */
+
+typedef struct {
+    pid_t pid;
+    int port, peer; /* 0 before the first start; a restart keeps them */
+    char url[128];  /* etcd://127.0.0.1:PORT (no prefix) */
+} etcd_proc;
+
+/* A loopback port nothing listens on right now. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    XDC_ASSERT(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    XDC_ASSERT(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static size_t keep_body(char *data, size_t size, size_t n, void *arg)
+{
+    char *buf = arg;
+    size_t have = strlen(buf), len = size * n, room = 255 - have;
+    memcpy(buf + have, data, len < room ? len : room);
+    buf[have + (len < room ? len : room)] = '\0';
+    return len;
+}
+
+/* 1 when GET url answers with `want` in its body. */
+static int http_says(const char *url, const char *want, const char *cacert, const char *cert, const char *key)
+{
+    char body[256] = "";
+    CURL *c = curl_easy_init();
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, keep_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, (void *)body);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 1000L);
+    if (cacert) curl_easy_setopt(c, CURLOPT_CAINFO, cacert);
+    if (cert) curl_easy_setopt(c, CURLOPT_SSLCERT, cert);
+    if (key) curl_easy_setopt(c, CURLOPT_SSLKEY, key);
+    int ok = curl_easy_perform(c) == CURLE_OK && strstr(body, want) != NULL;
+    curl_easy_cleanup(c);
+    return ok;
+}
+
+/* Start etcd in TMP/etcd-<tag> on two free loopback ports (e's own again when e->port is set: a restart
+ * on the same data) and wait (bounded) until /health says true.
+ * `tls` (NULL: plain): {server cert, server key, CA} and client certificates required. etcd dies with
+ * the test process (PR_SET_PDEATHSIG), so a failed assertion does not leave it behind. */
+static void etcd_start(etcd_proc *e, const char *tag, const char *const *tls)
+{
+    if (system("command -v etcd >/dev/null 2>&1") != 0)
+        xdc_test_skip("no etcd binary (Debian etcd-server; `make deps` installs it)");
+    if (!e->port) {
+        e->peer = free_port();
+        e->port = free_port();
+    }
+    int peer = e->peer;
+    char dir[512], log[600], curl_url[128], purl[128], cluster[160];
+    const char *scheme = tls ? "https" : "http";
+    snprintf(dir, sizeof dir, "%s/etcd-%s", xdc_test_tmpdir(), tag);
+    snprintf(log, sizeof log, "%s.log", dir);
+    snprintf(curl_url, sizeof curl_url, "%s://127.0.0.1:%d", scheme, e->port);
+    snprintf(purl, sizeof purl, "http://127.0.0.1:%d", peer);
+    snprintf(cluster, sizeof cluster, "t=%s", purl);
+    snprintf(e->url, sizeof e->url, "etcd://127.0.0.1:%d", e->port);
+    pid_t parent = getpid();
+    e->pid = fork();
+    XDC_ASSERT(e->pid >= 0);
+    if (e->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(1);
+        FILE *f = freopen(log, "w", stdout);
+        if (f) dup2(fileno(f), 2);
+        const char *argv[32] = {"etcd",   "--name",
+                                "t",      "--data-dir",
+                                dir,      "--listen-client-urls",
+                                curl_url, "--advertise-client-urls",
+                                curl_url, "--listen-peer-urls",
+                                purl,     "--initial-advertise-peer-urls",
+                                purl,     "--initial-cluster",
+                                cluster};
+        int n = 15;
+        if (tls) {
+            const char *more[] = {"--cert-file",       tls[0], "--key-file",        tls[1],
+                                  "--trusted-ca-file", tls[2], "--client-cert-auth"};
+            for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) argv[n++] = more[i];
+        }
+        argv[n] = NULL;
+        execvp("etcd", (char *const *)argv);
+        _exit(127);
+    }
+    char health[200];
+    snprintf(health, sizeof health, "%s/health", curl_url);
+    for (int i = 0; i < ETCD_READY_TRIES; i++) {
+        int status;
+        XDC_ASSERT_MSG(waitpid(e->pid, &status, WNOHANG) == 0, "etcd exited at start; see %s", log);
+        if (http_says(health, "\"health\":\"true\"", tls ? tls[2] : NULL, tls ? tls[3] : NULL, tls ? tls[4] : NULL))
+            return;
+        poll(NULL, 0, 50);
+    }
+    XDC_FAIL("etcd did not answer %s within %d tries; see %s", health, ETCD_READY_TRIES, log);
+}
+
+static void etcd_stop(etcd_proc *e, int sig)
+{
+    if (e->pid <= 0) return;
+    kill(e->pid, sig);
+    waitpid(e->pid, NULL, 0);
+    e->pid = 0;
+}
+
+/* The target for prefix `prefix` of e, with a 2 s member lease. */
+static rdzv_target target(const etcd_proc *e, const char *prefix)
+{
+    char url[256];
+    rdzv_target t;
+    snprintf(url, sizeof url, "%s/%s", e->url, prefix);
+    XDC_ASSERT_OK(rdzv_target_parse(url, "unused", &t, NULL));
+    t.lease_ttl_s = 2;
+    return t;
+}
+
+static const char *const names[] = {"r/h:0", "r/h:1", "r/h:2"};
+
+XDC_TEST(rdzv_etcd_target_parse)
+{
+    rdzv_target t;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(rdzv_target_parse("etcd://10.0.0.5:2379", "run-7", &t, NULL));
+    XDC_ASSERT(t.kind == RDZV_ETCD && t.port == 2379 && strcmp(t.host, "10.0.0.5") == 0);
+    XDC_ASSERT_STR_CONTAINS(t.prefix, "xdc/run-7"); /* no prefix: the run id's */
+    XDC_ASSERT_OK(rdzv_target_parse("etcd://h:1/team/a/", "run-7", &t, NULL));
+    XDC_ASSERT(strcmp(t.prefix, "team/a") == 0 && strcmp(t.url, "etcd://h:1/team/a") == 0);
+    XDC_ASSERT_OK(rdzv_target_parse("builtin", "r", &t, NULL));
+    XDC_ASSERT(t.kind == RDZV_BUILTIN);
+    const char *bad[] = {"etcd://h",    "etcd://h:0", "etcd://h:99999", "etcd://:5",
+                         "etcd://h:5x", "http://h:5", "etcd://h:5/a b"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        XDC_ASSERT_ERR(rdzv_target_parse(bad[i], "r", &t, &d), XDC_ERR_CONFIG);
+        XDC_ASSERT_STR_CONTAINS(d.msg, bad[i]);
+    }
+    /* Precedence: --rdzv, then XDC_RDZV, then the run file. */
+    setenv("XDC_RDZV", "etcd://env:2", 1);
+    XDC_ASSERT_OK(rdzv_target_resolve(NULL, "etcd://file:3", "r", &t, NULL));
+    XDC_ASSERT(t.port == 2 && strcmp(t.source, "XDC_RDZV") == 0);
+    XDC_ASSERT_OK(rdzv_target_resolve("etcd://flag:1", "etcd://file:3", "r", &t, NULL));
+    XDC_ASSERT(t.port == 1 && strcmp(t.source, "--rdzv") == 0);
+    setenv("XDC_RDZV", "nonsense", 1);
+    XDC_ASSERT_ERR(rdzv_target_resolve(NULL, NULL, "r", &t, &d), XDC_ERR_CONFIG);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "XDC_RDZV");
+    unsetenv("XDC_RDZV");
+    XDC_ASSERT_OK(rdzv_target_resolve(NULL, "etcd://file:3", "r", &t, NULL));
+    XDC_ASSERT(t.port == 3);
+}
+
+/* rdzv_ping (for `xdc doctor`) on the built-in store: a listening port answers, a closed one is named. */
+XDC_TEST(rdzv_ping_builtin_names_a_closed_port)
+{
+    rdzv_target t;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(rdzv_target_parse("builtin", "r", &t, NULL));
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    XDC_ASSERT(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 4) == 0);
+    XDC_ASSERT(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    snprintf(t.host, sizeof t.host, "127.0.0.1");
+    t.port = ntohs(a.sin_port);
+    XDC_ASSERT_OK(rdzv_ping(&t, 2000, &d));
+    close(fd);
+    XDC_ASSERT_ERR(rdzv_ping(&t, 2000, &d), XDC_ERR_UNAVAILABLE);
+    char where[64];
+    snprintf(where, sizeof where, "rendezvous 127.0.0.1:%d: Connection refused", t.port);
+    XDC_ASSERT_STR_CONTAINS(d.msg, where);
+}
+
+XDC_TEST(rdzv_etcd_store_ops)
+{
+    etcd_proc e = {0};
+    etcd_start(&e, "ops", NULL);
+    rdzv_target t = target(&e, "ops");
+    rdzv_server *host;
+    rdzv_client *a, *again;
+    xdc_diag d = {{0}};
+    char val[RDZV_VALUE_MAX], key[RDZV_KEY_MAX], big[RDZV_VALUE_MAX];
+    XDC_ASSERT_OK(rdzv_ping(&t, 2000, &d));
+    XDC_ASSERT_OK(rdzv_server_open(&t, NULL, names, 2, 5000, &host, &d));
+    XDC_ASSERT_OK(rdzv_client_open(&t, NULL, "r/h:0", 5000, &a, &d));
+    XDC_ASSERT_EQ(rdzv_server_missing(host, -1, val, sizeof val), 1);
+    XDC_ASSERT_STR_CONTAINS(val, "r/h:1 (never joined)");
+    /* set / get / one look / a wait that runs out */
+    XDC_ASSERT_OK(rdzv_set(a, "wan/0/0", "127.0.0.1:5", &d));
+    XDC_ASSERT_OK(rdzv_get(a, "wan/0/0", 1000, val, sizeof val, &d));
+    XDC_ASSERT(strcmp(val, "127.0.0.1:5") == 0);
+    XDC_ASSERT(rdzv_server_get(host, "wan/0/0", val, sizeof val) == 0 && strcmp(val, "127.0.0.1:5") == 0);
+    XDC_ASSERT_ERR(rdzv_try_get(a, "nothing", val, sizeof val, &d), XDC_ERR_AGAIN);
+    XDC_ASSERT_ERR(rdzv_get(a, "nothing", 200, val, sizeof val, &d), XDC_ERR_TIMEOUT);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "'nothing' was not set within 200 ms");
+    for (size_t i = 0; i < sizeof big - 1; i++) big[i] = (char)(' ' + i % 95); /* every printable byte, 4 KiB */
+    big[sizeof big - 1] = '\0';
+    XDC_ASSERT_OK(rdzv_set(a, "stats/0/0", big, &d));
+    XDC_ASSERT_OK(rdzv_get(a, "stats/0/0", 1000, val, sizeof val, &d));
+    XDC_ASSERT(strcmp(val, big) == 0);
+    XDC_ASSERT(rdzv_server_find(host, "wan/", key, sizeof key, val, sizeof val) == 0 && strcmp(key, "wan/0/0") == 0);
+    /* heartbeat: the host sees the member alive with its status */
+    XDC_ASSERT_OK(rdzv_heartbeat(a, "step 12", &d));
+    rdzv_member_state st;
+    XDC_ASSERT(rdzv_server_member(host, 0, &st) == 0 && st.joined && st.connected);
+    XDC_ASSERT_STR_CONTAINS(st.detail, "step 12");
+    /* compare-and-set join: a second process cannot join as a member that is alive ... */
+    XDC_ASSERT_ERR(rdzv_client_open(&t, NULL, "r/h:0", 300, &again, &d), XDC_ERR_UNAVAILABLE);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "holds member r/h:0 alive");
+    /* ... and can once it left (a clean leave revokes the lease at once) */
+    rdzv_client_destroy(a);
+    XDC_ASSERT(rdzv_server_member(host, 0, &st) == 0 && st.joined && !st.connected);
+    XDC_ASSERT_EQ(rdzv_server_connections(host), 0);
+    XDC_ASSERT_OK(rdzv_client_open(&t, NULL, "r/h:0", 2000, &again, &d));
+    XDC_ASSERT_EQ(rdzv_server_connections(host), 1);
+    rdzv_client_destroy(again);
+    rdzv_server_destroy(host);
+    etcd_stop(&e, SIGTERM);
+}
+
+typedef struct {
+    rdzv_target t;
+    const char *name, *barrier;
+    int count;
+    int64_t timeout_ms;
+    xdc_err_t rc;
+    xdc_diag d;
+} member_ctx;
+
+static void *member_main(void *arg)
+{
+    member_ctx *m = arg;
+    rdzv_client *c = NULL;
+    m->rc = rdzv_client_open(&m->t, NULL, m->name, 5000, &c, &m->d);
+    if (m->rc == XDC_OK) m->rc = rdzv_barrier(c, m->barrier, m->count, m->timeout_ms, &m->d);
+    rdzv_client_destroy(c);
+    return NULL;
+}
+
+/* Bounded wait until `key_prefix` has a key in the store (the host's view); 1 when it has. */
+static int wait_key(rdzv_server *host, const char *key_prefix)
+{
+    char k[RDZV_KEY_MAX], v[64];
+    for (int i = 0; i < 400; i++) {
+        if (rdzv_server_find(host, key_prefix, k, sizeof k, v, sizeof v) == 0) return 1;
+        poll(NULL, 0, 25);
+    }
+    return 0;
+}
+
+XDC_TEST_T(rdzv_etcd_barrier_dead_member_expires, 90)
+{
+    etcd_proc e = {0};
+    etcd_start(&e, "barrier", NULL);
+    rdzv_target t = target(&e, "b");
+    rdzv_server *host;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(rdzv_server_open(&t, NULL, names, 3, 5000, &host, &d));
+    /* Three live members pass a barrier, twice (generations). */
+    for (int round = 0; round < 2; round++) {
+        member_ctx m[3];
+        pthread_t th[3];
+        for (int i = 0; i < 3; i++) {
+            m[i] = (member_ctx){.t = t, .name = names[i], .barrier = "live", .count = 3, .timeout_ms = 20000};
+            XDC_ASSERT(pthread_create(&th[i], NULL, member_main, &m[i]) == 0);
+        }
+        for (int i = 0; i < 3; i++) {
+            pthread_join(th[i], NULL);
+            XDC_ASSERT_MSG(m[i].rc == XDC_OK, "round %d member %d: %s", round, i, m[i].d.msg);
+        }
+    }
+    /* Member 2 arrives at barrier "b" in its own process and is killed there. */
+    pid_t dead = fork();
+    XDC_ASSERT(dead >= 0);
+    if (dead == 0) {
+        member_ctx m = {.t = t, .name = names[2], .barrier = "b", .count = 3, .timeout_ms = 60000};
+        member_main(&m);
+        _exit(0);
+    }
+    XDC_ASSERT_MSG(wait_key(host, "_rdzv/barrier/b/0/m/"), "member 2's arrival never showed");
+    kill(dead, SIGKILL);
+    waitpid(dead, NULL, 0);
+    /* Its lease (2 s) runs out: the host sees it gone, with its arrival. */
+    rdzv_member_state st = {0};
+    for (int i = 0; i < 300 && rdzv_server_member(host, 2, &st) == 0 && st.connected; i++) poll(NULL, 0, 50);
+    XDC_ASSERT_MSG(!st.connected && st.joined, "member 2 still alive after its lease: %s", st.detail);
+    char missing[1024];
+    XDC_ASSERT_EQ(rdzv_server_missing(host, -1, missing, sizeof missing), 3); /* 0 and 1 left cleanly */
+    XDC_ASSERT_STR_CONTAINS(missing, "r/h:2 (its lease expired");
+    /* The two live members do not pass a 3-member barrier on the dead one's arrival. */
+    member_ctx m[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        m[i] = (member_ctx){.t = t, .name = names[i], .barrier = "b", .count = 3, .timeout_ms = 1500};
+        XDC_ASSERT(pthread_create(&th[i], NULL, member_main, &m[i]) == 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        XDC_ASSERT_MSG(m[i].rc == XDC_ERR_UNAVAILABLE, "member %d: %s: %s", i, xdc_strerror(m[i].rc), m[i].d.msg);
+        XDC_ASSERT_STR_CONTAINS(m[i].d.msg, "of 3 members arrived");
+        XDC_ASSERT_MSG(strstr(m[i].d.msg, "r/h:2") == NULL, "the dead member counted: %s", m[i].d.msg);
+    }
+    rdzv_server_destroy(host);
+    etcd_stop(&e, SIGTERM);
+}
+
+XDC_TEST(rdzv_etcd_prefixes_do_not_see_each_other)
+{
+    etcd_proc e = {0};
+    etcd_start(&e, "prefix", NULL);
+    rdzv_target ta = target(&e, "team/a"), tb = target(&e, "team/ab");
+    rdzv_server *ha, *hb;
+    rdzv_client *a, *b;
+    xdc_diag d = {{0}};
+    char val[64];
+    XDC_ASSERT_OK(rdzv_server_open(&ta, NULL, names, 1, 5000, &ha, &d));
+    XDC_ASSERT_OK(rdzv_server_open(&tb, NULL, names, 1, 5000, &hb, &d));
+    /* The same member name and key in both runs. */
+    XDC_ASSERT_OK(rdzv_client_open(&ta, NULL, names[0], 5000, &a, &d));
+    XDC_ASSERT_OK(rdzv_client_open(&tb, NULL, names[0], 5000, &b, &d));
+    XDC_ASSERT_OK(rdzv_set(a, "finished", "a", &d));
+    XDC_ASSERT_ERR(rdzv_try_get(b, "finished", val, sizeof val, &d), XDC_ERR_AGAIN);
+    XDC_ASSERT_OK(rdzv_set(b, "finished", "b", &d));
+    XDC_ASSERT(rdzv_server_get(ha, "finished", val, sizeof val) == 0 && strcmp(val, "a") == 0);
+    XDC_ASSERT(rdzv_server_get(hb, "finished", val, sizeof val) == 0 && strcmp(val, "b") == 0);
+    XDC_ASSERT_OK(rdzv_barrier(a, "one", 1, 5000, &d));
+    /* A new run under prefix a empties a, and only a. */
+    rdzv_server_destroy(ha);
+    XDC_ASSERT_OK(rdzv_server_open(&ta, NULL, names, 1, 5000, &ha, &d));
+    XDC_ASSERT(rdzv_server_get(ha, "finished", val, sizeof val) != 0);
+    XDC_ASSERT_OK(rdzv_try_get(b, "finished", val, sizeof val, &d));
+    XDC_ASSERT(strcmp(val, "b") == 0);
+    rdzv_client_destroy(a);
+    rdzv_client_destroy(b);
+    rdzv_server_destroy(ha);
+    rdzv_server_destroy(hb);
+    etcd_stop(&e, SIGTERM);
+}
+
+XDC_TEST(rdzv_etcd_stopped_mid_barrier_is_a_named_timeout)
+{
+    etcd_proc e = {0};
+    etcd_start(&e, "stop", NULL);
+    rdzv_target t = target(&e, "s");
+    rdzv_server *host;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(rdzv_server_open(&t, NULL, names, 2, 5000, &host, &d));
+    member_ctx m = {.t = t, .name = names[0], .barrier = "start", .count = 2, .timeout_ms = 2000};
+    pthread_t th;
+    uint64_t t0 = xdc_now_ns();
+    XDC_ASSERT(pthread_create(&th, NULL, member_main, &m) == 0);
+    XDC_ASSERT_MSG(wait_key(host, "_rdzv/barrier/start/0/m/"), "the arrival never showed");
+    etcd_stop(&e, SIGKILL);
+    pthread_join(th, NULL);
+    double waited = (double)(xdc_now_ns() - t0) / 1e9;
+    XDC_ASSERT_MSG(m.rc == XDC_ERR_TIMEOUT, "%s: %s", xdc_strerror(m.rc), m.d.msg);
+    char where[64];
+    snprintf(where, sizeof where, "etcd at 127.0.0.1:%d", t.port);
+    XDC_ASSERT_STR_CONTAINS(m.d.msg, where);
+    XDC_ASSERT_STR_CONTAINS(m.d.msg, "barrier 'start'");
+    /* Within the barrier's deadline plus one HTTP attempt's bound (3 s): no hang past it. */
+    XDC_ASSERT_MSG(waited < 2.0 + 3.0 + 2.0, "the barrier returned after %.1f s", waited);
+    /* `xdc doctor`'s check says the same. */
+    XDC_ASSERT_ERR(rdzv_ping(&t, 300, &d), XDC_ERR_TIMEOUT);
+    XDC_ASSERT_STR_CONTAINS(d.msg, where);
+    rdzv_server_destroy(host);
+}
+
+typedef struct {
+    rdzv_client *c;
+    xdc_err_t rc;
+    char val[64];
+    xdc_diag d;
+} getter_ctx;
+
+static void *getter_main(void *arg)
+{
+    getter_ctx *g = arg;
+    g->rc = rdzv_get(g->c, "later", 20000, g->val, sizeof g->val, &g->d);
+    return NULL;
+}
+
+XDC_TEST(rdzv_etcd_restart_within_the_deadline_costs_nothing)
+{
+    etcd_proc e = {0};
+    etcd_start(&e, "restart", NULL);
+    rdzv_target t = target(&e, "r");
+    t.lease_ttl_s = 10; /* longer than the outage */
+    rdzv_server *host;
+    xdc_diag d = {{0}};
+    getter_ctx g = {0};
+    XDC_ASSERT_OK(rdzv_server_open(&t, NULL, names, 2, 5000, &host, &d));
+    XDC_ASSERT_OK(rdzv_client_open(&t, NULL, names[0], 5000, &g.c, &d));
+    pthread_t th;
+    XDC_ASSERT(pthread_create(&th, NULL, getter_main, &g) == 0);
+    /* etcd goes away while the member waits for a key, and comes back on the same data and ports. */
+    etcd_stop(&e, SIGKILL);
+    etcd_start(&e, "restart", NULL);
+    rdzv_server_set(host, "later", "after the restart");
+    pthread_join(th, NULL);
+    XDC_ASSERT_MSG(g.rc == XDC_OK, "%s: %s", xdc_strerror(g.rc), g.d.msg);
+    XDC_ASSERT(strcmp(g.val, "after the restart") == 0);
+    /* The member's lease survived: it is still alive, and its next request works. */
+    rdzv_member_state st;
+    XDC_ASSERT(rdzv_server_member(host, 0, &st) == 0 && st.connected);
+    XDC_ASSERT_OK(rdzv_heartbeat(g.c, "step 1", &d));
+    rdzv_client_destroy(g.c);
+    rdzv_server_destroy(host);
+    etcd_stop(&e, SIGTERM);
+}
+
+/* Make a CA, a server certificate for 127.0.0.1 and a client certificate with openssl in dir. */
+static void make_tls(const char *dir)
+{
+    char cmd[4096], out[4096];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=ca "
+             "-keyout ca.key -out ca.pem 2>&1 && "
+             "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=etcd -keyout srv.key "
+             "-out srv.csr 2>&1 && printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' > "
+             "ext && openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile ext "
+             "-out srv.pem 2>&1 && "
+             "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=member -keyout cli.key "
+             "-out cli.csr 2>&1 && printf 'extendedKeyUsage=clientAuth\\n' > ext2 && "
+             "openssl x509 -req -in cli.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile ext2 "
+             "-out cli.pem 2>&1",
+             dir);
+    XDC_ASSERT_MSG(xdc_test_run(cmd, out, sizeof out) == 0, "openssl: %s", out);
+}
+
+XDC_TEST(rdzv_etcd_mutual_tls)
+{
+    char dir[512], f[6][600];
+    snprintf(dir, sizeof dir, "%s", xdc_test_tmpdir());
+    const char *files[] = {"srv.pem", "srv.key", "ca.pem", "cli.pem", "cli.key", "nothing.pem"};
+    for (int i = 0; i < 6; i++) snprintf(f[i], sizeof f[i], "%s/%s", dir, files[i]);
+    if (system("command -v etcd >/dev/null 2>&1") != 0)
+        xdc_test_skip("no etcd binary (Debian etcd-server; `make deps` installs it)");
+    make_tls(dir);
+    const char *tls[] = {f[0], f[1], f[2], f[3], f[4]};
+    etcd_proc e = {0};
+    etcd_start(&e, "tls", tls);
+    rdzv_target t = target(&e, "tls");
+    rdzv_client *c = NULL;
+    xdc_diag d = {{0}};
+    char val[32];
+    /* Plain HTTP to a TLS etcd, and TLS without a client certificate: refused at once, not retried. */
+    XDC_ASSERT(rdzv_client_open(&t, NULL, names[0], 2000, &c, &d) != XDC_OK);
+    t.cacert = f[2];
+    XDC_ASSERT_ERR(rdzv_client_open(&t, NULL, names[0], 2000, &c, &d), XDC_ERR_TLS);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "etcd at 127.0.0.1");
+    t.cert = f[3];
+    XDC_ASSERT_ERR(rdzv_client_open(&t, NULL, names[0], 2000, &c, &d), XDC_ERR_CONFIG); /* a cert needs its key */
+    t.key = f[4];
+    XDC_ASSERT_OK(rdzv_ping(&t, 2000, &d));
+    XDC_ASSERT_OK(rdzv_client_open(&t, NULL, names[0], 5000, &c, &d));
+    XDC_ASSERT_OK(rdzv_set(c, "k", "over tls", &d));
+    XDC_ASSERT_OK(rdzv_get(c, "k", 1000, val, sizeof val, &d));
+    XDC_ASSERT(strcmp(val, "over tls") == 0);
+    rdzv_client_destroy(c);
+    etcd_stop(&e, SIGTERM);
+}
+
+/* A run file for the tiny model, 2 stages, 3 steps, in the test's folder. */
+static const char *write_run(const char *extra)
+{
+    static char path[600];
+    char cwd[400], text[1024];
+    XDC_ASSERT(getcwd(cwd, sizeof cwd) != NULL);
+    snprintf(path, sizeof path, "%s/run.yaml", xdc_test_tmpdir());
+    snprintf(text, sizeof text,
+             "model: %s/examples/models/tiny.yaml\ndata: /usr/share/games/fortunes\nmode: sync\npipeline_stages: 2\n"
+             "microbatches: 2\nsteps: 3\ncodec: none\nbucket_mb: 0.05\nthreads: 1\n%s",
+             cwd, extra);
+    xdc_test_write_file(path, text);
+    return path;
+}
+
+static void final_hash(const char *out, char *hash, size_t cap)
+{
+    const char *h = strstr(out, "params_xxh64=");
+    XDC_ASSERT_MSG(h != NULL, "no params_xxh64 in:\n%s", out);
+    h += strlen("params_xxh64=");
+    snprintf(hash, cap, "%.*s", (int)strcspn(h, " \n"), h);
+}
+
+XDC_TEST_T(rdzv_etcd_launch_matches_builtin, 240)
+{
+    if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian fortunes; `make deps`)");
+    etcd_proc e = {0};
+    etcd_start(&e, "launch", NULL);
+    const char *run = write_run("timeouts: {rendezvous: 30s, operation: 30s}\n");
+    static char out[65536];
+    char cmd[2048], want[64], got[64];
+    snprintf(cmd, sizeof cmd, "timeout 200 %s launch -t examples/topology/demo-2region.yaml -c %s --run-dir %s/builtin",
+             xdc_test_bin(), run, xdc_test_tmpdir());
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "built-in launch exited %d:\n%s", rc, out);
+    final_hash(out, want, sizeof want);
+    snprintf(cmd, sizeof cmd,
+             "timeout 200 %s launch -t examples/topology/demo-2region.yaml -c %s --run-dir %s/etcd --rdzv %s/launch",
+             xdc_test_bin(), run, xdc_test_tmpdir(), e.url);
+    rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "etcd launch exited %d:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "rendezvous at etcd://127.0.0.1:");
+    final_hash(out, got, sizeof got);
+    XDC_ASSERT_MSG(strcmp(want, got) == 0, "etcd run params_xxh64=%s, built-in %s", got, want);
+    etcd_stop(&e, SIGTERM);
+}
+
+XDC_TEST(rdzv_etcd_unreachable_launch_exits_75)
+{
+    if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian fortunes; `make deps`)");
+    const char *run = write_run("timeouts: {rendezvous: 2s, operation: 2s}\n");
+    int port = free_port(); /* nothing listens there */
+    char cmd[2048], out[8192], where[64];
+    snprintf(cmd, sizeof cmd,
+             "timeout 60 %s launch -t examples/topology/demo-2region.yaml -c %s --run-dir %s/r "
+             "--rdzv etcd://127.0.0.1:%d/x",
+             xdc_test_bin(), run, xdc_test_tmpdir(), port);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 75, "launch exited %d, expected 75:\n%s", rc, out);
+    snprintf(where, sizeof where, "etcd at 127.0.0.1:%d did not answer", port);
+    XDC_ASSERT_STR_CONTAINS(out, where);
+    XDC_ASSERT_STR_CONTAINS(out, "clearing the run's prefix");
+}
+
+/* A rendezvous value that is neither builtin nor etcd:// is a configuration error (exit 78) naming its
+ * source: the run file's line and column, or the flag. */
+XDC_TEST(rdzv_etcd_bad_values_are_config_errors)
+{
+    if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian fortunes; `make deps`)");
+    const char *run = write_run("rdzv: zk://a:1\n");
+    char cmd[2048], out[8192], where[700];
+    snprintf(cmd, sizeof cmd, "%s launch -t examples/topology/demo-2region.yaml -c %s --run-dir %s/r", xdc_test_bin(),
+             run, xdc_test_tmpdir());
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 78, "launch exited %d, expected 78:\n%s", rc, out);
+    snprintf(where, sizeof where, "%s:10:7: error: rdzv: rendezvous 'zk://a:1'", run);
+    XDC_ASSERT_STR_CONTAINS(out, where);
+    run = write_run("");
+    snprintf(cmd, sizeof cmd,
+             "%s launch -t examples/topology/demo-2region.yaml -c %s --run-dir %s/r --rdzv etcd://nohost",
+             xdc_test_bin(), run, xdc_test_tmpdir());
+    rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 78, "launch exited %d, expected 78:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "from --rdzv: rendezvous 'etcd://nohost': 'nohost' is not HOST:PORT");
+}
+
+/* The multi-host path with etcd: `xdc coordinator --rdzv etcd://...` (no --host: it hosts nothing), then
+ * one agent per node as launch scripts start them, with the store from --rdzv on one and from XDC_RDZV
+ * on the other and no --coordinator on either; the coordinator ends with the run's summary. */
+XDC_TEST_T(rdzv_etcd_coordinator_and_agents_started_elsewhere, 180)
+{
+    if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian fortunes; `make deps`)");
+    etcd_proc e = {0};
+    etcd_start(&e, "coord", NULL);
+    const char *run = write_run("timeouts: {rendezvous: 30s, operation: 30s}\n");
+    char dir[600], log[700], url[200], cmd[4096], out[16384];
+    snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/coord.log", xdc_test_tmpdir());
+    snprintf(url, sizeof url, "%s/teams/coord", e.url);
+    pid_t p = fork();
+    XDC_ASSERT(p >= 0);
+    if (p == 0) {
+        FILE *f = freopen(log, "w", stdout);
+        (void)f;
+        dup2(1, 2);
+        execl(xdc_test_bin(), xdc_test_bin(), "coordinator", "-t", "examples/topology/demo-2region.yaml", "-c", run,
+              "--run-dir", dir, "--run-id", "coord-etcd", "--rdzv", url, (char *)NULL);
+        _exit(127);
+    }
+    /* Agents start once the coordinator has emptied the run's prefix (it says so by printing how to start
+     * them): an agent that joined before would lose its keys to that. */
+    int ready = 0;
+    for (int i = 0; i < 400 && !ready; i++) {
+        char *text = xdc_test_read_file(log, NULL);
+        ready = text && strstr(text, "start one agent per node") != NULL;
+        free(text);
+        if (!ready) poll(NULL, 0, 25);
+    }
+    XDC_ASSERT_MSG(ready, "the coordinator did not start");
+    snprintf(cmd, sizeof cmd,
+             "export XDC_ADVERTISE_HOST=127.0.0.1; "
+             "timeout 120 %1$s agent -t examples/topology/demo-2region.yaml -c %2$s --run-dir %3$s --region us-east "
+             "--node 0 --run-id coord-etcd --rdzv %4$s & "
+             "XDC_RDZV=%4$s timeout 120 %1$s agent -t examples/topology/demo-2region.yaml -c %2$s --run-dir %3$s "
+             "--region eu-west --node 0 --run-id coord-etcd; "
+             "a=$?; wait %%1; b=$?; exit $((a + b))",
+             xdc_test_bin(), run, dir, url);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "agents exited %d:\n%s", rc, out);
+    int status;
+    XDC_ASSERT(waitpid(p, &status, 0) == p);
+    char *text = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "coordinator exited with status 0x%x:\n%s", status,
+                   text);
+    XDC_ASSERT_STR_CONTAINS(text, "final val_loss=");
+    XDC_ASSERT(strstr(text, "params_xxh64=0 ") == NULL);
+    free(text);
+    etcd_stop(&e, SIGTERM);
+}
