@@ -297,9 +297,14 @@ static xdc_err_t dial(orch_worker *w, int r, int rank, xdc_wan_peer **out, xdc_d
         xdc_diag_set(diag, "rendezvous key %s = '%s' is not host:port", key, val);
         return XDC_ERR_PROTO;
     }
+    uint64_t since = xdc_wall_ns();
     XDC_CHECK(xdc_wan_connect(w->comm.wan, host, port, w->topo->regions[r].name, rank, out, diag));
-    xdc_err_t rc = xdc_wan_peer_wait_ready(*out, w->cfg.rendezvous_timeout_ms, diag);
-    if (rc != XDC_OK) xdc_diag_prefix(diag, "connecting to %s rank %d", w->topo->regions[r].name, rank);
+    xdc_err_t rc = xdc_wan_peer_wait_ready(*out, w->cfg.handshake_timeout_ms, diag);
+    char who[XDC_NAME_MAX + 16];
+    snprintf(who, sizeof who, "%s rank %d", w->topo->regions[r].name, rank);
+    if (rc == XDC_ERR_TIMEOUT)
+        orch_wait_expired(diag, "WAN handshake", who, val, since, w->cfg.handshake_timeout_ms, "handshake");
+    else if (rc != XDC_OK) xdc_diag_prefix(diag, "connecting to %s at %s", who, val);
     return rc;
 }
 
@@ -529,6 +534,7 @@ xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
         xdc_diag_set(diag, "%s or %s: configuration errors (above)", topo_path, cfg_path);
         return XDC_ERR_CONFIG;
     }
+    orch_run_config_scale_timeouts(&w.cfg, w.topo);
     xdc_err_t rc = read_identity(&w, &d);
     if (rc != XDC_OK) {
         worker_close(&w);
