@@ -23,20 +23,19 @@
 
 static int doctor_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: xdc doctor -t TOPO --certs DIR [--region R] [-c RUN] [--json] [--write-topology FILE]\n"
-            "                  [--endpoint REGION=HOST:PORT]... [--rdzv HOST:PORT|etcd://...] [--port P]...\n"
-            "                  [--node N] [--device D] [--pings N] [--probe-seconds S] [--probe-bytes N]\n"
-            "       xdc doctor --serve -t TOPO --certs DIR --region R [--listen HOST:PORT] [--duration S]\n"
-            "       xdc doctor --emulate -t TOPO --certs DIR [--emulate-links TOPO2] [--stop REGION]... [...]\n"
-            "  Checks this node of region R (--region, else XDC_REGION) before a run: every region its region\n"
-            "  links to reachable at its wan_endpoint (or --endpoint), the TLS handshake and identity, RTT,\n"
-            "  clock offset, bandwidth and path MTU per link against the topology (more than 2x off fails),\n"
-            "  this node's GPUs, the ports the run binds (metrics ports of -c RUN for node N, --port) and the\n"
-            "  rendezvous (--rdzv, else XDC_RDZV, else XDC_COORDINATOR). Far ends run `xdc doctor --serve`\n"
-            "  on their wan_endpoint with DIR/REGION-0.pem (xdc certs). --emulate checks every region on this\n"
-            "  machine through relays carrying TOPO2's links (default TOPO's), creating DIR's certificates\n"
-            "  when it has none; --stop R leaves region R's server down. Exit 0: all passed; 69: a check failed.\n");
+    fprintf(f, "usage: xdc doctor -t TOPO --certs DIR [--region R] [-c RUN] [--json] [--write-topology FILE]\n"
+               "                  [--endpoint REGION=HOST:PORT]... [--rdzv HOST:PORT|etcd://...] [--port P]...\n"
+               "                  [--node N] [--device D] [--pings N] [--probe-seconds S] [--probe-bytes N]\n"
+               "       xdc doctor --serve -t TOPO --certs DIR --region R [--listen HOST:PORT] [--duration S]\n"
+               "       xdc doctor --emulate -t TOPO --certs DIR [--emulate-links TOPO2] [--stop REGION]... [...]\n"
+               "  Checks this node of region R (--region, else XDC_REGION) before a run: every region its region\n"
+               "  links to reachable at its wan_endpoint (or --endpoint), the TLS handshake and identity, RTT,\n"
+               "  clock offset, bandwidth and path MTU per link against the topology (more than 2x off fails),\n"
+               "  this node's GPUs, the ports the run binds (metrics ports of -c RUN for node N, --port) and the\n"
+               "  rendezvous (--rdzv, else XDC_RDZV, else XDC_COORDINATOR). Far ends run `xdc doctor --serve`\n"
+               "  on their wan_endpoint with DIR/REGION-0.pem (xdc certs). --emulate checks every region on this\n"
+               "  machine through relays carrying TOPO2's links (default TOPO's), creating DIR's certificates\n"
+               "  when it has none; --stop R leaves region R's server down. Exit 0: all passed; 69: a check failed.\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -65,17 +64,28 @@ static int bad_flag(const char *flag, const xdc_diag *d)
 static int doctor_parse(int argc, char **argv, doctor_cli *c)
 {
     static const struct option opts[] = {
-        {"topology", required_argument, NULL, 't'},      {"config", required_argument, NULL, 'c'},
-        {"certs", required_argument, NULL, 'C'},         {"region", required_argument, NULL, 'r'},
-        {"json", no_argument, NULL, 'j'},                {"write-topology", required_argument, NULL, 'w'},
-        {"endpoint", required_argument, NULL, 'e'},      {"rdzv", required_argument, NULL, 'R'},
-        {"port", required_argument, NULL, 'p'},          {"node", required_argument, NULL, 'n'},
-        {"device", required_argument, NULL, 'd'},        {"pings", required_argument, NULL, 'P'},
-        {"probe-seconds", required_argument, NULL, 's'}, {"probe-bytes", required_argument, NULL, 'b'},
-        {"serve", no_argument, NULL, 'S'},               {"listen", required_argument, NULL, 'l'},
-        {"duration", required_argument, NULL, 'D'},      {"emulate", no_argument, NULL, 'E'},
-        {"emulate-links", required_argument, NULL, 'L'}, {"stop", required_argument, NULL, 'x'},
-        {"help", no_argument, NULL, 'h'},                {NULL, 0, NULL, 0},
+        {"topology", required_argument, NULL, 't'},
+        {"config", required_argument, NULL, 'c'},
+        {"certs", required_argument, NULL, 'C'},
+        {"region", required_argument, NULL, 'r'},
+        {"json", no_argument, NULL, 'j'},
+        {"write-topology", required_argument, NULL, 'w'},
+        {"endpoint", required_argument, NULL, 'e'},
+        {"rdzv", required_argument, NULL, 'R'},
+        {"port", required_argument, NULL, 'p'},
+        {"node", required_argument, NULL, 'n'},
+        {"device", required_argument, NULL, 'd'},
+        {"pings", required_argument, NULL, 'P'},
+        {"probe-seconds", required_argument, NULL, 's'},
+        {"probe-bytes", required_argument, NULL, 'b'},
+        {"serve", no_argument, NULL, 'S'},
+        {"listen", required_argument, NULL, 'l'},
+        {"duration", required_argument, NULL, 'D'},
+        {"emulate", no_argument, NULL, 'E'},
+        {"emulate-links", required_argument, NULL, 'L'},
+        {"stop", required_argument, NULL, 'x'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     int ch, v;
     int64_t i64;
@@ -165,8 +175,9 @@ static int region_arg(const xdc_topology *t, const char *flag, const char *name,
 {
     *out = name ? xdc_topology_region_index(t, name) : -1;
     if (*out >= 0) return 0;
-    fprintf(stderr, "xdc doctor: %s: %s%s%s\n", flag, name ? "no region '" : "which region is this node? (--region, or ",
-            name ? name : "XDC_REGION)", name ? "' in the topology" : "");
+    fprintf(stderr, "xdc doctor: %s: %s%s%s\n", flag,
+            name ? "no region '" : "which region is this node? (--region, or ", name ? name : "XDC_REGION)",
+            name ? "' in the topology" : "");
     return XDC_EX_USAGE;
 }
 

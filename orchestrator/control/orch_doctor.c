@@ -137,7 +137,7 @@ static void *session_main(void *arg)
     if (rc == XDC_ERR_PROTO) {
         const xdc_wan_identity *id = xdc_wan_peer_identity(ss->peer);
         XDC_WARN(XDC_SUB_ORCH, "doctor: %s/%d sent a request that is not a probe; session closed", id->region,
-                     id->rank);
+                 id->rank);
     }
     xdc_free(buf);
     pthread_mutex_lock(&ss->srv->mu);
@@ -186,7 +186,7 @@ static void *acceptor_main(void *arg)
         }
         const xdc_wan_identity *id = xdc_wan_peer_identity(p);
         XDC_WARN(XDC_SUB_ORCH, "doctor: turned %s/%d away: %d probes in progress", id->region, id->rank,
-                     DOCTOR_SESSIONS);
+                 DOCTOR_SESSIONS);
         xdc_wan_peer_destroy(p);
     }
 }
@@ -290,8 +290,8 @@ const orch_doctor_row *orch_doctor_report_find(const orch_doctor_report *r, cons
 }
 
 /* A new row (NULL when out of memory); detail and fix are filled by the caller. */
-static orch_doctor_row *add_row(orch_doctor_report *r, const char *check, const char *subject,
-                                orch_doctor_verdict v, double measured, double expected, const char *unit)
+static orch_doctor_row *add_row(orch_doctor_report *r, const char *check, const char *subject, orch_doctor_verdict v,
+                                double measured, double expected, const char *unit)
 {
     if (r->n_rows == r->cap_rows) {
         int cap = r->cap_rows ? 2 * r->cap_rows : 32;
@@ -483,8 +483,8 @@ static xdc_err_t check_link(doctor_run *R, int li)
         ROW_OR_NOMEM(row = add_row(R->rep, "reach", bname, ORCH_DOCTOR_FAIL, 0, 0, ""));
         snprintf(row->detail, sizeof row->detail, "region %s has no usable wan_endpoint ('%s')", bname, ep ? ep : "");
         snprintf(row->fix, sizeof row->fix,
-                 "set wan_endpoint: HOST:PORT for region %s (%s:%d:%d), where its `xdc doctor --serve` listens",
-                 bname, t->path, t->regions[l->to].line, t->regions[l->to].col);
+                 "set wan_endpoint: HOST:PORT for region %s (%s:%d:%d), where its `xdc doctor --serve` listens", bname,
+                 t->path, t->regions[l->to].line, t->regions[l->to].col);
         return XDC_OK;
     }
     snprintf(where, sizeof where, "%s at %s", bname, ep);
@@ -503,8 +503,8 @@ static xdc_err_t check_link(doctor_run *R, int li)
     snprintf(row->detail, sizeof row->detail, "TCP connect in %.1f ms", connect_ms);
     m->mtu = mtu;
     int mtu_bad = mtu < l->mtu;
-    ROW_OR_NOMEM(row = add_row(R->rep, "mtu", link, mtu_bad ? ORCH_DOCTOR_FAIL : ORCH_DOCTOR_PASS, mtu, l->mtu,
-                               "bytes"));
+    ROW_OR_NOMEM(
+        row = add_row(R->rep, "mtu", link, mtu_bad ? ORCH_DOCTOR_FAIL : ORCH_DOCTOR_PASS, mtu, l->mtu, "bytes"));
     snprintf(row->detail, sizeof row->detail, "path MTU %d bytes (topology: %d)", mtu, l->mtu);
     if (mtu_bad)
         snprintf(row->fix, sizeof row->fix,
@@ -547,16 +547,17 @@ static xdc_err_t check_link(doctor_run *R, int li)
         xdc_wan_peer_destroy(p);
         ROW_OR_NOMEM(row = add_row(R->rep, "rtt", link, ORCH_DOCTOR_FAIL, 0, l->rtt_ms, "ms"));
         snprintf(row->detail, sizeof row->detail, "probe failed: %s", d.msg);
-        snprintf(row->fix, sizeof row->fix, "the far end stopped answering after the handshake: rerun, and check "
-                                            "its `xdc doctor --serve` log");
+        snprintf(row->fix, sizeof row->fix,
+                 "the far end stopped answering after the handshake: rerun, and check "
+                 "its `xdc doctor --serve` log");
         return XDC_OK;
     }
     m->measured = 1;
     m->rtt_ms = rtt;
     m->clock_offset_ms = offset;
     int rtt_bad = is_off(rtt, l->rtt_ms, 1.0);
-    ROW_OR_NOMEM(row = add_row(R->rep, "rtt", link, rtt_bad ? ORCH_DOCTOR_FAIL : ORCH_DOCTOR_PASS, rtt, l->rtt_ms,
-                               "ms"));
+    ROW_OR_NOMEM(
+        row = add_row(R->rep, "rtt", link, rtt_bad ? ORCH_DOCTOR_FAIL : ORCH_DOCTOR_PASS, rtt, l->rtt_ms, "ms"));
     snprintf(row->detail, sizeof row->detail, "smallest of %d round trips %.2f ms (topology: %.2f ms)", o->pings, rtt,
              l->rtt_ms);
     if (rtt_bad)
@@ -565,10 +566,9 @@ static xdc_err_t check_link(doctor_run *R, int li)
                  "figures), or find why the route differs (traceroute)",
                  DOCTOR_OFF_FACTOR, t->path, l->line, l->col);
     int clock_bad = fabs(offset) - rtt / 2 > DOCTOR_CLOCK_MAX_MS;
-    ROW_OR_NOMEM(row = add_row(R->rep, "clock", link, clock_bad ? ORCH_DOCTOR_FAIL : ORCH_DOCTOR_PASS, offset, 0,
-                               "ms"));
-    snprintf(row->detail, sizeof row->detail, "%s's clock is %+.2f ms from ours (+/- %.2f ms)", bname, offset,
-             rtt / 2);
+    ROW_OR_NOMEM(
+        row = add_row(R->rep, "clock", link, clock_bad ? ORCH_DOCTOR_FAIL : ORCH_DOCTOR_PASS, offset, 0, "ms"));
+    snprintf(row->detail, sizeof row->detail, "%s's clock is %+.2f ms from ours (+/- %.2f ms)", bname, offset, rtt / 2);
     if (clock_bad)
         snprintf(row->fix, sizeof row->fix,
                  "synchronise the clocks (chrony or NTP) of %s and %s: logs, traces and certificates compare times "
@@ -584,8 +584,8 @@ static xdc_err_t check_link(doctor_run *R, int li)
     rc = probe_bulk(R, p, bytes, limit_s, &mbps, &timed_out, &d);
     xdc_wan_peer_destroy(p);
     int bw_bad = rc != XDC_OK || timed_out || is_off(mbps, want, 0);
-    ROW_OR_NOMEM(row = add_row(R->rep, "bandwidth", link, bw_bad ? ORCH_DOCTOR_FAIL : ORCH_DOCTOR_PASS, mbps, want,
-                               "Mbit/s"));
+    ROW_OR_NOMEM(
+        row = add_row(R->rep, "bandwidth", link, bw_bad ? ORCH_DOCTOR_FAIL : ORCH_DOCTOR_PASS, mbps, want, "Mbit/s"));
     if (rc != XDC_OK) snprintf(row->detail, sizeof row->detail, "transfer failed: %s", d.msg);
     else if (timed_out)
         snprintf(row->detail, sizeof row->detail,
@@ -657,8 +657,8 @@ static xdc_err_t check_ports(doctor_run *R, const char *node)
         if (fd >= 0) close(fd);
         char subject[160];
         snprintf(subject, sizeof subject, "%s:%d", node, o->ports[i]);
-        ROW_OR_NOMEM(row = add_row(R->rep, "ports", subject, err ? ORCH_DOCTOR_FAIL : ORCH_DOCTOR_PASS, o->ports[i],
-                                   0, ""));
+        ROW_OR_NOMEM(
+            row = add_row(R->rep, "ports", subject, err ? ORCH_DOCTOR_FAIL : ORCH_DOCTOR_PASS, o->ports[i], 0, ""));
         snprintf(row->detail, sizeof row->detail, "port %d (%s) %s%s", o->ports[i],
                  o->port_owners ? o->port_owners[i] : "--port", err ? "cannot be bound: " : "is free",
                  err ? strerror(err) : "");
@@ -813,7 +813,8 @@ xdc_err_t orch_doctor_emulate(const orch_doctor_opts *o, const xdc_topology *emu
         for (int i = 0; i < t->n_links; i++) {
             const xdc_link *l = &t->links[i];
             if (l->from != a) continue;
-            snprintf(ep[l->to], sizeof ep[l->to], "127.0.0.1:%d", relay[i] ? xdc_wan_relay_port(relay[i]) : port[l->to]);
+            snprintf(ep[l->to], sizeof ep[l->to], "127.0.0.1:%d",
+                     relay[i] ? xdc_wan_relay_port(relay[i]) : port[l->to]);
             eps[l->to] = ep[l->to];
         }
         orch_doctor_opts oa = *o;

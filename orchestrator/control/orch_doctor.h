@@ -43,13 +43,13 @@ typedef enum { ORCH_DOCTOR_PASS = 0, ORCH_DOCTOR_FAIL = 1, ORCH_DOCTOR_SKIP = 2 
 
 /* One line of the report. */
 typedef struct orch_doctor_row {
-    char check[16];            /* reach | tls | rtt | clock | bandwidth | mtu | gpus | ports | rendezvous */
-    char subject[160];         /* "us-east->eu-west", "eu-west at 10.0.0.2:29500", "us-east/node1" */
+    char check[16];    /* reach | tls | rtt | clock | bandwidth | mtu | gpus | ports | rendezvous */
+    char subject[160]; /* "us-east->eu-west", "eu-west at 10.0.0.2:29500", "us-east/node1" */
     orch_doctor_verdict verdict;
     double measured, expected; /* in `unit`; expected 0 when the topology gives none */
     char unit[8];              /* "ms", "Mbit/s", "bytes", "" */
     char detail[384];
-    char fix[256];             /* what to do about a failure; empty when it passed */
+    char fix[256]; /* what to do about a failure; empty when it passed */
 } orch_doctor_row;
 
 /* The figures measured on one directional link (indexed like the topology's links). */
@@ -74,24 +74,24 @@ typedef struct orch_doctor_opts {
     const char *certs_dir; /* CERTS/REGION-0.{pem,key}, CERTS/ca.pem */
     /* Where region r's probe server is: endpoints[r] "HOST:PORT", or NULL for its topology wan_endpoint. */
     const char *const *endpoints;
-    int node_checks;       /* also check this node (GPUs, ports, rendezvous), not only its links */
-    orch_device device;    /* ORCH_DEVICE_TOPOLOGY unless overridden */
+    int node_checks;                    /* also check this node (GPUs, ports, rendezvous), not only its links */
+    orch_device device;                 /* ORCH_DEVICE_TOPOLOGY unless overridden */
     const orch_device_probe *gpu_probe; /* NULL: GPUs skipped */
     const int *ports;                   /* (n_ports) ports the run binds on this node */
     const char *const *port_owners;     /* (n_ports) what binds each ("metrics of worker 1", "--port") */
     int n_ports;
-    const char *rdzv; /* "HOST:PORT" of the built-in coordinator, "etcd://..." or NULL (skipped) */
-    int64_t handshake_ms;  /* a handshake (TCP connect, TLS) that takes longer fails */
-    int pings;             /* probe round trips per link (>= 1) */
-    double probe_seconds;  /* bandwidth transfer sized to take this long at the topology's rate */
+    const char *rdzv;         /* "HOST:PORT" of the built-in coordinator, "etcd://..." or NULL (skipped) */
+    int64_t handshake_ms;     /* a handshake (TCP connect, TLS) that takes longer fails */
+    int pings;                /* probe round trips per link (>= 1) */
+    double probe_seconds;     /* bandwidth transfer sized to take this long at the topology's rate */
     uint64_t probe_bytes_max; /* and never more than this many bytes */
 } orch_doctor_opts;
 
-#define ORCH_DOCTOR_OPTS_INIT                                                                                      \
-    {                                                                                                              \
-        .topo = NULL, .region = 0, .certs_dir = NULL, .endpoints = NULL, .node_checks = 1,                         \
-        .device = ORCH_DEVICE_TOPOLOGY, .gpu_probe = NULL, .ports = NULL, .port_owners = NULL, .n_ports = 0,       \
-        .rdzv = NULL, .handshake_ms = 15000, .pings = 10, .probe_seconds = 1.0, .probe_bytes_max = 64u << 20,      \
+#define ORCH_DOCTOR_OPTS_INIT                                                                                 \
+    {                                                                                                         \
+        .topo = NULL, .region = 0, .certs_dir = NULL, .endpoints = NULL, .node_checks = 1,                    \
+        .device = ORCH_DEVICE_TOPOLOGY, .gpu_probe = NULL, .ports = NULL, .port_owners = NULL, .n_ports = 0,  \
+        .rdzv = NULL, .handshake_ms = 15000, .pings = 10, .probe_seconds = 1.0, .probe_bytes_max = 64u << 20, \
     }
 
 /* An empty report for `t` (one orch_doctor_link per topology link). */

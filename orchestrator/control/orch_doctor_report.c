@@ -41,19 +41,21 @@ xdc_err_t orch_doctor_report_json(const orch_doctor_report *r, const xdc_topolog
     json_t *checks = json_array(), *links = json_array();
     for (int i = 0; i < r->n_rows; i++) {
         const orch_doctor_row *w = &r->rows[i];
-        json_array_append_new(checks, json_pack("{s:s, s:s, s:s, s:f, s:f, s:s, s:s, s:s}", "check", w->check,
-                                                "subject", w->subject, "verdict", verdict_json[w->verdict],
-                                                "measured", w->measured, "expected", w->expected, "unit", w->unit,
-                                                "detail", w->detail, "fix", w->fix));
+        json_array_append_new(checks,
+                              json_pack("{s:s, s:s, s:s, s:f, s:f, s:s, s:s, s:s}", "check", w->check, "subject",
+                                        w->subject, "verdict", verdict_json[w->verdict], "measured", w->measured,
+                                        "expected", w->expected, "unit", w->unit, "detail", w->detail, "fix", w->fix));
     }
     for (int i = 0; i < r->n_links; i++) {
         const orch_doctor_link *m = &r->links[i];
-        json_array_append_new(links, json_pack("{s:s, s:s, s:b, s:f, s:f, s:f, s:i}", "from",
-                                               t->regions[t->links[i].from].name, "to", t->regions[t->links[i].to].name,
-                                               "measured", m->measured, "rtt_ms", m->rtt_ms, "bandwidth_gbps",
-                                               m->bandwidth_gbps, "clock_offset_ms", m->clock_offset_ms, "mtu", m->mtu));
+        json_array_append_new(links,
+                              json_pack("{s:s, s:s, s:b, s:f, s:f, s:f, s:i}", "from",
+                                        t->regions[t->links[i].from].name, "to", t->regions[t->links[i].to].name,
+                                        "measured", m->measured, "rtt_ms", m->rtt_ms, "bandwidth_gbps",
+                                        m->bandwidth_gbps, "clock_offset_ms", m->clock_offset_ms, "mtu", m->mtu));
     }
-    json_t *root = json_pack("{s:b, s:o, s:o}", "passed", orch_doctor_report_passed(r), "checks", checks, "links", links);
+    json_t *root = json_pack("{s:b, s:o, s:o}", "passed", orch_doctor_report_passed(r), "checks", checks, "links",
+                             links);
     if (!root) return XDC_ERR_NOMEM;
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(root);

@@ -61,7 +61,12 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
 
 /* ---- timeouts (orch_timeouts.c) ------------------------------------------------------------------- */
 
-enum { ORCH_TIMEOUT_HANDSHAKE = 1u, ORCH_TIMEOUT_RENDEZVOUS = 2u, ORCH_TIMEOUT_OPERATION = 4u, ORCH_TIMEOUT_HEARTBEAT = 8u };
+enum {
+    ORCH_TIMEOUT_HANDSHAKE = 1u,
+    ORCH_TIMEOUT_RENDEZVOUS = 2u,
+    ORCH_TIMEOUT_OPERATION = 4u,
+    ORCH_TIMEOUT_HEARTBEAT = 8u
+};
 
 /* Fill the timeouts the run file left unset (bits not in c->timeouts_set) from the largest RTT R (ms)
  * of t's links (t NULL: R = 0, the flat defaults loading gives):

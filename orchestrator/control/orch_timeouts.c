@@ -12,8 +12,8 @@
 #define MS_FLOOR_HEARTBEAT 1000
 /* Round trips each timeout allows: a handshake is a TCP connect and a TLS 1.3 exchange per stream,
  * retried with backoff; a rendezvous or an operation is many exchanges in a row, on a loaded link. */
-#define RTTS_HANDSHAKE 40.0
-#define RTTS_WAIT      200.0
+#define RTTS_HANDSHAKE     40.0
+#define RTTS_WAIT          200.0
 
 static int64_t at_least(int64_t floor_ms, double rtts, double rtt_ms)
 {
@@ -48,6 +48,7 @@ void orch_wait_expired(xdc_diag *diag, const char *what, const char *who, const 
     char since[16];
     gmtime_r(&s, &tm);
     strftime(since, sizeof since, "%H:%M:%S", &tm);
-    xdc_diag_set(diag, "%s: no answer from %s at %s within %lld ms (waiting since %s UTC; timeouts.%s in the run file)%s%s",
+    xdc_diag_set(diag,
+                 "%s: no answer from %s at %s within %lld ms (waiting since %s UTC; timeouts.%s in the run file)%s%s",
                  what, who, where, (long long)timeout_ms, since, key, below[0] ? ": " : "", below);
 }
