@@ -7,6 +7,7 @@
 
 #include "common/xdc_alloc.h"
 #include "orchestrator/control/orch_doctor.h"
+#include "orchestrator/control/orch_rdzv.h"
 #include "orchestrator/control/orch_run_config.h"
 #include "topology/xdc_topology.h"
 
@@ -288,4 +289,67 @@ XDC_TEST(topology_write_round_trips)
     }
     xdc_topology_destroy(a);
     xdc_topology_destroy(b);
+}
+
+/* The node's own checks: the built-in coordinator answers with its identity (pass), a port held by a
+ * listener fails naming it and its owner, GPUs are skipped without a device probe, and an etcd://
+ * rendezvous is skipped (the etcd backend's hook), never passed. */
+XDC_TEST_T(doctor_node_checks_rendezvous_and_ports, 30)
+{
+    char topo[512], dir[512];
+    snprintf(topo, sizeof topo, "%s/topo.yaml", xdc_test_tmpdir());
+    write_topo(topo, 0.04, 0.04);
+    wan_test_node us, coord;
+    wan_test_issue("certs", "us", 0, 2, -60, &us);
+    wan_test_issue("certs", "coordinator", 0, 2, -60, &coord);
+    snprintf(dir, sizeof dir, "%s/certs", xdc_test_tmpdir());
+    xdc_wan_engine *eng = wan_test_engine(&coord, 1, 10000);
+    const char *members[] = {"us/us1:0", "eu/eu1:0"};
+    rdzv_server *srv = NULL;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(rdzv_server_create(eng, "127.0.0.1", 0, members, 2, &srv, &d));
+    char rdzv[64];
+    snprintf(rdzv, sizeof rdzv, "127.0.0.1:%d", rdzv_server_port(srv));
+    int held = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t len = sizeof a;
+    XDC_ASSERT(held >= 0 && bind(held, (struct sockaddr *)&a, sizeof a) == 0 && listen(held, 1) == 0 &&
+               getsockname(held, (struct sockaddr *)&a, &len) == 0);
+    int ports[1] = {ntohs(a.sin_port)};
+    const char *owners[1] = {"metrics of global rank 0"};
+    xdc_topology *t = NULL;
+    xdc_cfg_errors errs;
+    XDC_ASSERT_OK(xdc_topology_load(topo, &t, &errs));
+    orch_doctor_opts o = ORCH_DOCTOR_OPTS_INIT;
+    o.topo = t;
+    o.certs_dir = dir;
+    o.handshake_ms = 5000;
+    o.ports = ports;
+    o.port_owners = owners;
+    o.n_ports = 1;
+    o.rdzv = rdzv;
+    const char *eps[2] = {NULL, "127.0.0.1:1"}; /* the link fails fast (refused): only the node rows matter */
+    o.endpoints = eps;
+    orch_doctor_report *rep = NULL;
+    XDC_ASSERT_OK(orch_doctor_report_create(t, &rep));
+    XDC_ASSERT_OK(orch_doctor_run(&o, rep, &d));
+    XDC_ASSERT(orch_doctor_report_find(rep, "rendezvous", ORCH_DOCTOR_PASS) != NULL);
+    XDC_ASSERT(orch_doctor_report_find(rep, "gpus", ORCH_DOCTOR_SKIP) != NULL);
+    const orch_doctor_row *row = orch_doctor_report_find(rep, "ports", ORCH_DOCTOR_FAIL);
+    XDC_ASSERT(row != NULL);
+    char want[96];
+    snprintf(want, sizeof want, "port %d (metrics of global rank 0) cannot be bound", ports[0]);
+    XDC_ASSERT_STR_CONTAINS(row->detail, want);
+    orch_doctor_report_destroy(rep);
+
+    o.rdzv = "etcd://127.0.0.1:2379/run";
+    XDC_ASSERT_OK(orch_doctor_report_create(t, &rep));
+    XDC_ASSERT_OK(orch_doctor_run(&o, rep, &d));
+    XDC_ASSERT(orch_doctor_report_find(rep, "rendezvous", ORCH_DOCTOR_SKIP) != NULL);
+    XDC_ASSERT(orch_doctor_report_find(rep, "rendezvous", ORCH_DOCTOR_PASS) == NULL);
+    orch_doctor_report_destroy(rep);
+    close(held);
+    xdc_topology_destroy(t);
+    rdzv_server_destroy(srv);
+    xdc_wan_engine_destroy(eng);
 }
