@@ -11,11 +11,11 @@
 #include "wan/xdc_wan_certs.h"
 
 #include <getopt.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define DOCTOR_MAX_STOPPED 16
@@ -40,7 +40,7 @@ static int doctor_usage(FILE *f)
 }
 
 typedef struct doctor_cli {
-    const char *topo, *run, *certs, *region, *json_out, *write_topo, *listen, *emulate_links, *device, *rdzv;
+    const char *topo, *run, *certs, *region, *write_topo, *listen, *emulate_links, *device, *rdzv;
     int serve, emulate, json, node;
     double duration;
     const char *endpoint_arg[XDC_TOPO_MAX_REGIONS];
@@ -159,8 +159,13 @@ static int doctor_parse(int argc, char **argv, doctor_cli *c)
         fprintf(stderr, "xdc doctor: -t TOPO and --certs DIR are required\n");
         return XDC_EX_USAGE;
     }
-    if (c->serve && c->emulate) {
-        fprintf(stderr, "xdc doctor: --serve and --emulate exclude each other\n");
+    const char *misplaced = c->serve && c->emulate ? "--serve and --emulate exclude each other"
+                            : !c->emulate && (c->n_stopped || c->emulate_links)
+                                ? "--stop and --emulate-links need --emulate"
+                            : !c->serve && (c->listen || c->duration > 0) ? "--listen and --duration need --serve"
+                                                                          : NULL;
+    if (misplaced) {
+        fprintf(stderr, "xdc doctor: %s\n", misplaced);
         return XDC_EX_USAGE;
     }
     if (!c->region) c->region = getenv("XDC_REGION");
@@ -207,10 +212,7 @@ static int doctor_serve(const doctor_cli *c, const xdc_topology *t)
             orch_doctor_server_port(s));
     /* No state to save: the default action of SIGINT/SIGTERM ends the server. */
     uint64_t deadline = c->duration > 0 ? xdc_deadline_ms((int64_t)(c->duration * 1000)) : XDC_DEADLINE_NEVER;
-    while (!xdc_deadline_passed(deadline)) {
-        struct timespec ts = {.tv_sec = 0, .tv_nsec = 200000000};
-        nanosleep(&ts, NULL);
-    }
+    while (!xdc_deadline_passed(deadline)) poll(NULL, 0, xdc_deadline_poll_ms(deadline));
     orch_doctor_server_destroy(s);
     return XDC_EX_OK;
 }
@@ -302,6 +304,11 @@ static int doctor_check(doctor_cli *c, const xdc_topology *t)
     for (int i = 0; i < c->n_stopped; i++) {
         int r;
         if ((rc = region_arg(t, "--stop", c->stopped[i], &r))) return rc;
+    }
+    if (c->write_topo && access(c->write_topo, F_OK) == 0) { /* refused before minutes of probes, not after */
+        fprintf(stderr, "xdc doctor: --write-topology: %s exists; give a new file (it may be the topology itself)\n",
+                c->write_topo);
+        return XDC_EX_IOERR;
     }
     if ((rc = doctor_run_file(c, t, region))) return rc;
     xdc_diag d = {{0}};

@@ -9,9 +9,8 @@
  * - rtt, clock: timestamped ping-pongs, NTP style (t1 sent, t2 received, t3 answered, t4 back): RTT is
  *               the smallest (t4 - t1) - (t3 - t2), the clock offset ((t2 - t1) + (t3 - t4)) / 2 of
  *               that sample;
- * - bandwidth:  one bounded transfer in two messages; the rate is the second message's bytes over the
- *               time between the two messages' acknowledgements, so slow start and the pipe fill stay in
- *               the first;
+ * - bandwidth:  three bounded transfers, each measured by the WAN engine's goodput (bytes over the time
+ *               from send to acknowledgement): an estimate that errs only low, so the best one counts;
  * and then the node itself: GPUs against the topology (orch_device_check_node), ports the run will bind
  * (bind test), the rendezvous (a TLS handshake with the built-in coordinator's identity).
  * Each figure is judged against the topology (more than 2x off fails) and every failure says what to do.
