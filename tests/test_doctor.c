@@ -15,9 +15,12 @@
 #include <jansson.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* Two regions, 10 ms and 40 Mbit/s between them: a probe of 0.15 s moves 750 kB. `rates` (Gbit/s) are the
@@ -355,4 +358,84 @@ XDC_TEST_T(doctor_node_checks_rendezvous_and_ports, 30)
     xdc_topology_destroy(t);
     rdzv_server_destroy(srv);
     xdc_wan_engine_destroy(eng);
+}
+
+XDC_TEST_T(doctor_cli_usage_and_config_errors, 30)
+{
+    static char out[8192];
+    char topo[512], cmd[1400];
+    snprintf(topo, sizeof topo, "%s/topo.yaml", xdc_test_tmpdir());
+    write_topo(topo, 0.04, 0.04);
+    const struct {
+        const char *args;
+        int exit;
+        const char *says;
+    } cases[] = {
+        {"", 64, "-t TOPO and --certs DIR are required"},
+        {"-t %s --certs d", 64, "which region is this node?"},
+        {"-t %s --certs d --region mars", 64, "no region 'mars' in the topology"},
+        {"-t %s --certs d --region us --stop eu", 64, "--stop and --emulate-links need --emulate"},
+        {"-t %s --certs d --region us --serve --emulate", 64, "exclude each other"},
+        {"-t %s --certs d --region us --port 70000", 64, "--port"},
+        {"-t %s --certs d --region us --endpoint eu", 64, "REGION=HOST:PORT"},
+        {"-t %s.missing --certs d --region us", 78, "topo.yaml.missing"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[700];
+        snprintf(args, sizeof args, cases[i].args, topo);
+        snprintf(cmd, sizeof cmd, "%s doctor %s", xdc_test_bin(), args);
+        int rc = xdc_test_run(cmd, out, sizeof out);
+        XDC_ASSERT_MSG(rc == cases[i].exit, "xdc doctor %s: exit %d, expected %d: %s", args, rc, cases[i].exit, out);
+        XDC_ASSERT_MSG(strstr(out, cases[i].says) != NULL, "xdc doctor %s: '%s' not in: %s", args, cases[i].says, out);
+    }
+}
+
+/* `xdc doctor --serve` as a region's node runs it, and `xdc doctor` from the other region dialling it
+ * directly (no relay): reach and TLS pass with the served identity. The server says its port on stderr
+ * once it listens: that line is the synchronisation. */
+XDC_TEST_T(doctor_serve_answers_a_remote_doctor, 30)
+{
+    static char out[65536];
+    char topo[512], certs[512], cmd[1400];
+    snprintf(topo, sizeof topo, "%s/topo.yaml", xdc_test_tmpdir());
+    write_topo(topo, 0.04, 0.04);
+    wan_test_node us, eu;
+    wan_test_issue("certs", "us", 0, 2, -60, &us);
+    wan_test_issue("certs", "eu", 0, 2, -60, &eu);
+    snprintf(certs, sizeof certs, "%s/certs", xdc_test_tmpdir());
+    int fds[2];
+    XDC_ASSERT(pipe(fds) == 0);
+    pid_t pid = fork();
+    XDC_ASSERT(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        execl(xdc_test_bin(), "xdc", "doctor", "--serve", "-t", topo, "--certs", certs, "--region", "eu", "--listen",
+              "127.0.0.1:0", "--duration", "25s", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    FILE *f = fdopen(fds[0], "r");
+    char line[512];
+    int port = 0;
+    while (port == 0 && fgets(line, sizeof line, f)) { /* ends at EOF if the server dies */
+        const char *p = strstr(line, "answering probes on port ");
+        if (p) port = atoi(p + strlen("answering probes on port "));
+    }
+    XDC_ASSERT_MSG(port > 0, "the server never said its port");
+    snprintf(cmd, sizeof cmd,
+             "%s doctor -t %s --certs %s --region us --endpoint eu=127.0.0.1:%d --json " DOCTOR_FLAGS " 2>/dev/null",
+             xdc_test_bin(), topo, certs, port);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    fclose(f);
+    XDC_ASSERT_MSG(rc == 0 || rc == 69, "exit %d: %s", rc, out);
+    json_t *root = parse_json(out);
+    const char *v = json_verdict(root, "reach", "eu at 127.0.0.1:");
+    XDC_ASSERT(v && strcmp(v, "pass") == 0);
+    v = json_verdict(root, "tls", "eu at 127.0.0.1:");
+    XDC_ASSERT(v && strcmp(v, "pass") == 0);
+    XDC_ASSERT_STR_CONTAINS(out, "identity xdc://testrun/eu/0 as expected");
+    json_decref(root);
 }

@@ -26,7 +26,7 @@ static int doctor_usage(FILE *f)
     fprintf(f, "usage: xdc doctor -t TOPO --certs DIR [--region R] [-c RUN] [--json] [--write-topology FILE]\n"
                "                  [--endpoint REGION=HOST:PORT]... [--rdzv HOST:PORT|etcd://...] [--port P]...\n"
                "                  [--node N] [--device D] [--pings N] [--probe-seconds S] [--probe-bytes N]\n"
-               "       xdc doctor --serve -t TOPO --certs DIR --region R [--listen HOST:PORT] [--duration S]\n"
+               "       xdc doctor --serve -t TOPO --certs DIR --region R [--listen HOST:PORT (0: any)] [--duration S]\n"
                "       xdc doctor --emulate -t TOPO --certs DIR [--emulate-links TOPO2] [--stop REGION]... [...]\n"
                "  Checks this node of region R (--region, else XDC_REGION) before a run: every region its region\n"
                "  links to reachable at its wan_endpoint (or --endpoint), the TLS handshake and identity, RTT,\n"
@@ -196,7 +196,11 @@ static int doctor_serve(const doctor_cli *c, const xdc_topology *t)
     char host[256];
     int port;
     xdc_diag d = {{0}};
-    if (xdc_parse_host_port(ep, host, sizeof host, &port, &d) != XDC_OK) {
+    size_t len = strlen(ep);
+    if (c->listen && len > 2 && strcmp(ep + len - 2, ":0") == 0) { /* any free port: the line below names it */
+        snprintf(host, sizeof host, "%.*s", (int)(len - 2), ep);
+        port = 0;
+    } else if (xdc_parse_host_port(ep, host, sizeof host, &port, &d) != XDC_OK) {
         fprintf(stderr, "xdc doctor --serve: %s: %s (set wan_endpoint of region %s, or --listen HOST:PORT)\n",
                 c->listen ? "--listen" : "wan_endpoint", d.msg, t->regions[r].name);
         return XDC_EX_USAGE;
