@@ -67,6 +67,11 @@ const xdc_link *xdc_topology_link(const xdc_topology *t, int from, int to);
 int xdc_topology_region_workers(const xdc_topology *t, int region);
 int xdc_topology_total_workers(const xdc_topology *t);
 
+/* Write `t` as a topology file at `path` (created; an existing file is refused: XDC_ERR_IO naming it), every
+ * default filled in and each link per direction (`symmetric: false`); `header` (may be NULL) becomes
+ * comment lines at the top. xdc_topology_load reads it back to the same figures. topo_write.c. */
+xdc_err_t xdc_topology_write(const xdc_topology *t, const char *header, const char *path, xdc_diag *diag);
+
 /* Normalized topology as a JSON text (jansson); caller frees with xdc_free. */
 xdc_err_t xdc_topology_to_json(const xdc_topology *t, char **out);
 

@@ -8,6 +8,7 @@
 #include "common/xdc_parse.h"
 #include "common/xdc_alloc.h"
 #include "common/xdc_time.h"
+#include "orchestrator/control/orch_launch.h"
 #include "topology/xdc_topology.h"
 #include "wan/emu/xdc_wan_emu.h"
 
@@ -37,15 +38,6 @@ static int wanemu_usage(FILE *f)
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
-static void link_model(const xdc_link *l, uint64_t seed, xdc_wan_link_model *m)
-{
-    *m = (xdc_wan_link_model){.rate_mbps = l->bandwidth_gbps * 1000.0,
-                              .rtt_ms = l->rtt_ms,
-                              .jitter_ms = l->jitter_ms,
-                              .loss_pct = l->loss_pct,
-                              .seed = seed};
-}
-
 
 /* netns: NULL measures each link through a loopback relay, else through the namespace wire. */
 static int run_check(const xdc_topology *t, double seconds, xdc_wan_netns *netns)
@@ -56,7 +48,7 @@ static int run_check(const xdc_topology *t, double seconds, xdc_wan_netns *netns
     for (int i = 0; i < t->n_links; i++) {
         const xdc_link *l = &t->links[i];
         xdc_wan_link_model m;
-        link_model(l, (uint64_t)i + 1, &m);
+        orch_link_model(l, (uint64_t)i + 1, &m);
         double rtt = 0, rate = 0;
         xdc_diag d = {{0}};
         xdc_err_t rc = netns ? xdc_wan_netns_measure(netns, l->from, l->to, m.rate_mbps, seconds, &rtt, &rate, &d)
@@ -100,7 +92,7 @@ static int run_netns(const xdc_topology *t, const char *prefix, int check, doubl
     xdc_wan_link_model *models = xdc_calloc((size_t)n * (size_t)n, sizeof *models);
     if (!models) return XDC_EX_SOFTWARE;
     for (int i = 0; i < t->n_links; i++)
-        link_model(&t->links[i], (uint64_t)i + 1, &models[t->links[i].from * n + t->links[i].to]);
+        orch_link_model(&t->links[i], (uint64_t)i + 1, &models[t->links[i].from * n + t->links[i].to]);
     xdc_wan_netns *w = NULL;
     xdc_diag d = {{0}};
     xdc_err_t e = xdc_wan_netns_create(prefix, n, models, &w, &d);
@@ -215,7 +207,7 @@ static int start_link_relays(const xdc_topology *t, const wanemu_opts *o, int i,
             rs->cap = cap;
         }
         xdc_wan_link_model m;
-        link_model(l, (uint64_t)(i * 4096 + r + 1), &m);
+        orch_link_model(l, (uint64_t)(i * 4096 + r + 1), &m);
         xdc_diag d = {{0}};
         xdc_err_t e = xdc_wan_relay_create("127.0.0.1", listen_port, host, port + r, &m, &rs->v[rs->n], &d);
         if (e != XDC_OK) {

@@ -68,5 +68,6 @@ int xdc_cmd_wan(int argc, char **argv);
 int xdc_cmd_wanemu(int argc, char **argv);
 int xdc_cmd_plan(int argc, char **argv);
 int xdc_cmd_simulate(int argc, char **argv);
+int xdc_cmd_doctor(int argc, char **argv);
 
 #endif /* XDC_CLI_H */

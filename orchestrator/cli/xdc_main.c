@@ -21,6 +21,8 @@ static const xdc_command commands[] = {
     {"report", "plot runs: loss against wall time and WAN bytes, the step-time split (PNG, gnuplot)", xdc_cmd_report},
     {"certs", "create the cluster CA and node certificates", xdc_cmd_certs},
     {"wan", "iperf3-like TLS transfer over the WAN transport (listen|send)", xdc_cmd_wan},
+    {"doctor", "pre-flight check of a node: peers, TLS, RTT, bandwidth, MTU, clocks, GPUs, ports, rendezvous",
+     xdc_cmd_doctor},
     {"wan-emu", "emulate a topology's WAN links with userspace relays (--check measures them)", xdc_cmd_wanemu},
 };
 

@@ -54,6 +54,15 @@ typedef struct {
     xdc_err_t blamed; /* the error of the member blamed for the failure; XDC_OK: none */
 } launch;
 
+void orch_link_model(const xdc_link *l, uint64_t seed, xdc_wan_link_model *m)
+{
+    *m = (xdc_wan_link_model){.rate_mbps = l->bandwidth_gbps * 1000.0,
+                              .rtt_ms = l->rtt_ms,
+                              .jitter_ms = l->jitter_ms,
+                              .loss_pct = l->loss_pct,
+                              .seed = seed};
+}
+
 void orch_launch_opts_default(orch_launch_opts *o, int coordinator)
 {
     memset(o, 0, sizeof *o);
@@ -172,11 +181,9 @@ static void pump_relays(launch *L)
                 xdc_err_t rc;
                 int port = 0;
                 if (!L->relays[link]) {
-                    xdc_wan_link_model m = {.rate_mbps = l->bandwidth_gbps * 1000.0 * L->o.degrade,
-                                            .rtt_ms = l->rtt_ms,
-                                            .jitter_ms = l->jitter_ms,
-                                            .loss_pct = l->loss_pct,
-                                            .seed = (uint64_t)link + 1};
+                    xdc_wan_link_model m;
+                    orch_link_model(l, (uint64_t)link + 1, &m);
+                    m.rate_mbps *= L->o.degrade;
                     rc = xdc_wan_relay_create("127.0.0.1", 0, host, target, &m, &L->relays[link], &d);
                     if (rc == XDC_OK) {
                         port = xdc_wan_relay_port(L->relays[link]);
@@ -299,8 +306,8 @@ static xdc_err_t blame(launch *L, int agent, char *why, size_t cap)
         for (int a = 0; a < n_agents && !m[i].note; a++)
             if (strncmp(note[a], prefix, strlen(prefix)) == 0) m[i].note = note[a];
     }
-    /* A member blocked in a wait answers keepalives; one silent for half the operation timeout is not. */
-    double limit = (double)L->cfg.op_timeout_ms / 2000.0;
+    /* A member blocked in a wait answers keepalives; one silent for the heartbeat timeout is not. */
+    double limit = (double)L->cfg.heartbeat_timeout_ms / 1000.0;
     if (orch_failure_blame(m, total, limit < 1.0 ? 1.0 : limit, why, cap, &err) < 0)
         for (int a = 0; a < n_agents && !why[0]; a++)
             if (agent < 0 || a == agent) snprintf(why, cap, "%s", note[a]);
@@ -496,6 +503,7 @@ static xdc_err_t launch_load(launch *L, xdc_diag *diag)
         xdc_cfg_errors_print(&errs, stderr);
         return XDC_ERR_CONFIG;
     }
+    orch_run_config_scale_timeouts(&L->cfg, L->t);
     if (!L->cfg.plan_auto) return XDC_OK;
     orch_planned plan;
     XDC_CHECK(orch_plan_apply(&L->cfg, L->t, &plan, diag));

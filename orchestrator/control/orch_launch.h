@@ -7,6 +7,7 @@
 
 #include "common/xdc_err.h"
 #include "orchestrator/control/orch_rdzv.h"
+#include "topology/xdc_topology.h"
 #include "wan/emu/xdc_wan_emu.h"
 
 #include <stdint.h>
@@ -26,6 +27,10 @@ typedef struct orch_launch_opts {
     const char *device; /* --device word for every region (NULL: XDC_DEVICE, else the topology); passed to agents */
     rdzv_flags rdzv;    /* --rdzv (else XDC_RDZV, the run file's rdzv:, the built-in store) and etcd's TLS files */
 } orch_launch_opts;
+
+/* The emulator's model of topology link `l` (rate, RTT, jitter, loss; draws seeded by `seed`): what the
+ * launcher's relays, `xdc wan-emu` and `xdc doctor --emulate` carry a link through. */
+void orch_link_model(const xdc_link *l, uint64_t seed, xdc_wan_link_model *m);
 
 /* The defaults of `xdc launch` (coordinator 0) or `xdc coordinator` (1): bind 127.0.0.1:any or
  * 0.0.0.0:29400, emulation decided, full bandwidth. */

@@ -65,6 +65,8 @@ static const xdc_cfg_field streaming_fields[] = {
 static const xdc_cfg_field timeout_fields[] = {
     RUN_FIELD("rendezvous", XDC_CFG_DURATION, rendezvous_timeout_ms, false, 100, 86400000),
     RUN_FIELD("operation", XDC_CFG_DURATION, op_timeout_ms, false, 100, 86400000),
+    RUN_FIELD("handshake", XDC_CFG_DURATION, handshake_timeout_ms, false, 100, 86400000),
+    RUN_FIELD("heartbeat", XDC_CFG_DURATION, heartbeat_timeout_ms, false, 100, 86400000),
 };
 
 #define N(t) (sizeof(t) / sizeof((t)[0]))
@@ -104,8 +106,8 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     c->diloco_inner_steps = 20;
     c->outer_lr = c->outer_momentum = -1; /* unset until orch_run_config_outer_defaults */
     c->fragments = 4;
-    c->rendezvous_timeout_ms = 60000;
-    c->op_timeout_ms = 60000;
+    /* -1: unset, so the file's own values are told apart from the defaults filled in below */
+    c->handshake_timeout_ms = c->rendezvous_timeout_ms = c->op_timeout_ms = c->heartbeat_timeout_ms = -1;
     c->metrics_port = -1;
     snprintf(c->metrics_bind, sizeof c->metrics_bind, "127.0.0.1"); /* unauthenticated HTTP: this host only */
     c->replan_every = 50;
@@ -125,6 +127,11 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     }
     xdc_cfg_destroy(doc);
     if (bad) return XDC_ERR_CONFIG;
+    c->timeouts_set = (c->handshake_timeout_ms >= 0 ? ORCH_TIMEOUT_HANDSHAKE : 0u) |
+                      (c->rendezvous_timeout_ms >= 0 ? ORCH_TIMEOUT_RENDEZVOUS : 0u) |
+                      (c->op_timeout_ms >= 0 ? ORCH_TIMEOUT_OPERATION : 0u) |
+                      (c->heartbeat_timeout_ms >= 0 ? ORCH_TIMEOUT_HEARTBEAT : 0u);
+    orch_run_config_scale_timeouts(c, NULL);
     for (int m = 0; in.mode[0] && mode_words[m]; m++)
         if (strcmp(in.mode, mode_words[m]) == 0) c->mode = (orch_mode)m;
     c->mode_set = in.mode[0] != 0;

@@ -36,7 +36,13 @@ typedef struct orch_run_config {
     bool outer_lr_set, outer_momentum_set;
     int fragments;        /* streaming: parameter fragments synced at staggered steps */
     int checkpoint_every; /* steps; 0: only at the end */
-    int64_t rendezvous_timeout_ms, op_timeout_ms;
+    /* The timeout hierarchy (docs/runtime.md, "Timeouts"; orch_timeouts.c): a WAN handshake, the
+     * rendezvous (joins, barriers and peer addresses at start), one operation (a collective, pipeline
+     * transfer or WAN exchange making no progress), and the silence after which the launcher calls a
+     * member dead (heartbeat). Those the run file leaves unset scale from the topology's RTTs
+     * (orch_run_config_scale_timeouts); timeouts_set has bit ORCH_TIMEOUT_* for each one it set. */
+    int64_t handshake_timeout_ms, rendezvous_timeout_ms, op_timeout_ms, heartbeat_timeout_ms;
+    unsigned timeouts_set;
     int metrics_port;      /* -1: off; 0: any free port */
     char metrics_bind[64]; /* address the metrics endpoints listen on (default 127.0.0.1) */
     char rdzv[512];        /* the rendezvous store: "builtin" or etcd://HOST:PORT[/PREFIX] ("": built-in) */
@@ -53,6 +59,31 @@ typedef struct orch_run_config {
 } orch_run_config;
 
 xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_errors *errs);
+
+/* ---- timeouts (orch_timeouts.c) ------------------------------------------------------------------- */
+
+enum {
+    ORCH_TIMEOUT_HANDSHAKE = 1u,
+    ORCH_TIMEOUT_RENDEZVOUS = 2u,
+    ORCH_TIMEOUT_OPERATION = 4u,
+    ORCH_TIMEOUT_HEARTBEAT = 8u
+};
+
+/* Fill the timeouts the run file left unset (bits not in c->timeouts_set) from the largest RTT R (ms)
+ * of t's links (t NULL: R = 0, the flat defaults loading gives):
+ *   handshake  = min(rendezvous, max(15 s, 40 R))
+ *   rendezvous = max(60 s, 200 R)
+ *   operation  = max(60 s, 200 R)
+ *   heartbeat  = max(1 s, operation / 2)
+ * Every process of a run computes the same values from the same files. */
+void orch_run_config_scale_timeouts(orch_run_config *c, const xdc_topology *t);
+
+/* The message of a wait that ran out: "<what>: no answer from <who> at <where> within <timeout_ms> ms
+ * (waiting since HH:MM:SS UTC; timeouts.<key> in the run file)". `since_wall_ns` is the wall clock
+ * (xdc_wall_ns) when the wait began; `key` the run file key that sets this timeout. Replaces diag's
+ * text; a reason already in diag (the layer below's) is kept after a colon. */
+void orch_wait_expired(xdc_diag *diag, const char *what, const char *who, const char *where, uint64_t since_wall_ns,
+                       int64_t timeout_ms, const char *key);
 /* The outer learning rate and momentum the run file left unset, for its codec: DiLoCo's 0.7 / 0.9, or
  * 1.0 / 0.5 with the sparse codec (the sweep in docs/benchmarks.md). Loading calls it; so does
  * orch_plan_apply once the planner picked the codec. */

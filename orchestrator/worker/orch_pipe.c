@@ -10,6 +10,7 @@
 
 #include "common/xdc_time.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define PIPE_RAW_CODEC 0xff /* codec byte of an uncompressed control message */
@@ -74,6 +75,7 @@ xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag)
     xdc_err_t rc = XDC_OK;
     uint64_t t0 = orch_trace_now_us(w->tele.trace);
     double s0 = (double)xdc_now_ns() / 1e9;
+    uint64_t since = xdc_wall_ns();
     if (r->ir) {
         rc = xdc_intra_wait(r->ir, -1, diag);
         r->ir = NULL;
@@ -85,7 +87,14 @@ xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag)
         uint8_t codec = 0;
         rc = xdc_wan_wait(r->wr, w->cfg.op_timeout_ms, &len, &codec, diag);
         if (rc == XDC_ERR_AGAIN) { /* still posted after the operation timeout: give it up */
+            const xdc_wan_identity *id = xdc_wan_peer_identity(r->peer);
+            char who[XDC_WAN_NAME_MAX + 16], where[2 * XDC_WAN_NAME_MAX + 16];
+            snprintf(who, sizeof who, "%s rank %d", id->region, id->rank);
+            snprintf(where, sizeof where, "WAN link %s->%s", r->dst ? id->region : w->id.region,
+                     r->dst ? w->id.region : id->region);
             xdc_wan_request_cancel(r->wr);
+            orch_wait_expired(diag, r->dst ? "pipeline receive" : "pipeline send", who, where, since,
+                              w->cfg.op_timeout_ms, "operation");
             rc = XDC_ERR_TIMEOUT;
         }
         r->wr = NULL;

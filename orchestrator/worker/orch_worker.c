@@ -297,25 +297,41 @@ static xdc_err_t dial(orch_worker *w, int r, int rank, xdc_wan_peer **out, xdc_d
     char key[200], val[300];
     if (w->id.emulate_wan) snprintf(key, sizeof key, "relay/%d/%d/%d", w->id.region_idx, r, rank);
     else snprintf(key, sizeof key, "wan/%d/%d", r, rank);
-    XDC_CHECK(rdzv_get(w->comm.rdzv, key, w->cfg.rendezvous_timeout_ms, val, sizeof val, diag));
+    char who[XDC_NAME_MAX + 16], coord[300];
+    snprintf(who, sizeof who, "%s rank %d", w->topo->regions[r].name, rank);
+    snprintf(coord, sizeof coord, "the coordinator %s:%d, key %s", w->id.coord_host, w->id.coord_port, key);
+    uint64_t since = xdc_wall_ns();
+    xdc_err_t rc = rdzv_get(w->comm.rdzv, key, w->cfg.rendezvous_timeout_ms, val, sizeof val, diag);
+    if (rc == XDC_ERR_TIMEOUT)
+        orch_wait_expired(diag, "WAN address", who, coord, since, w->cfg.rendezvous_timeout_ms, "rendezvous");
+    XDC_CHECK(rc);
     char host[256];
     int port;
     if (orch_split_hostport(val, host, sizeof host, &port) != 0) {
         xdc_diag_set(diag, "rendezvous key %s = '%s' is not host:port", key, val);
         return XDC_ERR_PROTO;
     }
+    since = xdc_wall_ns();
     XDC_CHECK(xdc_wan_connect(w->comm.wan, host, port, w->topo->regions[r].name, rank, out, diag));
-    xdc_err_t rc = xdc_wan_peer_wait_ready(*out, w->cfg.rendezvous_timeout_ms, diag);
-    if (rc != XDC_OK) xdc_diag_prefix(diag, "connecting to %s rank %d", w->topo->regions[r].name, rank);
+    rc = xdc_wan_peer_wait_ready(*out, w->cfg.handshake_timeout_ms, diag);
+    if (rc == XDC_ERR_TIMEOUT)
+        orch_wait_expired(diag, "WAN handshake", who, val, since, w->cfg.handshake_timeout_ms, "handshake");
+    else if (rc != XDC_OK) xdc_diag_prefix(diag, "connecting to %s at %s", who, val);
     return rc;
 }
 
 /* Accept one peer and check it is region r's rank `rank` (r < 0: any lower region, same rank). */
 static xdc_err_t accept_peer(orch_worker *w, int r, int rank, xdc_wan_peer **out, int *from, xdc_diag *diag)
 {
+    uint64_t since = xdc_wall_ns();
     xdc_err_t rc = xdc_wan_accept(w->comm.lis, w->cfg.rendezvous_timeout_ms, out, diag);
     if (rc != XDC_OK) {
-        xdc_diag_prefix(diag, "waiting for a lower region to connect");
+        char who[XDC_NAME_MAX + 32], where[64];
+        snprintf(who, sizeof who, "rank %d of %s", rank, r >= 0 ? w->topo->regions[r].name : "a lower region");
+        snprintf(where, sizeof where, "our WAN port %d", xdc_wan_listener_port(w->comm.lis));
+        if (rc == XDC_ERR_TIMEOUT)
+            orch_wait_expired(diag, "WAN accept", who, where, since, w->cfg.rendezvous_timeout_ms, "rendezvous");
+        else xdc_diag_prefix(diag, "waiting for %s to connect", who);
         return rc;
     }
     const xdc_wan_identity *id = xdc_wan_peer_identity(*out);
@@ -536,6 +552,7 @@ xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
         xdc_diag_set(diag, "%s or %s: configuration errors (above)", topo_path, cfg_path);
         return XDC_ERR_CONFIG;
     }
+    orch_run_config_scale_timeouts(&w.cfg, w.topo);
     xdc_err_t rc = read_identity(&w, o, &d);
     if (rc != XDC_OK) {
         worker_close(&w);
