@@ -36,6 +36,9 @@ typedef struct orch_run_config {
     bool outer_lr_set, outer_momentum_set;
     int fragments;        /* streaming: parameter fragments synced at staggered steps */
     int checkpoint_every; /* steps; 0: only at the end */
+    /* checkpoint_failure: continue: a checkpoint that cannot be written is logged (path, errno) and the run
+     * goes on without it; stop (the default): the worker fails with the error. */
+    bool checkpoint_continue;
     int64_t rendezvous_timeout_ms, op_timeout_ms;
     int metrics_port;      /* -1: off; 0: any free port */
     char metrics_bind[64]; /* address the metrics endpoints listen on (default 127.0.0.1) */
