@@ -8,6 +8,9 @@
  * its path and errno, or with `checkpoint_failure: continue` is skipped, and the previous one stays. */
 #include "tests/xdc_test.h"
 
+#include "model/xdc_ckpt.h"
+#include "orchestrator/control/orch_manifest.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,7 +93,8 @@ static void resume_matches(const char *body, const char *flags)
     rc = launch(NULL, run, "r", resume_flags, out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "resume exited %d:\n%s", rc, out);
     final_hash(out, resumed);
-    XDC_ASSERT_MSG(logs_saying("r", "resumed from the checkpoint of step 5") == 4, "not every worker resumed at step 5");
+    XDC_ASSERT_MSG(logs_saying("r", "resumed from the checkpoint of step 5") == 4,
+                   "not every worker resumed at step 5");
     XDC_ASSERT_MSG(strcmp(whole, resumed) == 0, "resumed run ends at %s, uninterrupted at %s", resumed, whole);
 }
 
@@ -105,10 +109,7 @@ XDC_TEST_T(resume_sync_int8_matches_uninterrupted, 120)
     XDC_ASSERT_MSG(len > 128, "%s holds %zu bytes", path, len);
 }
 
-XDC_TEST_T(resume_sync_topk_matches_uninterrupted, 120)
-{
-    resume_matches("mode: sync\ncodec: topk:0.05\n", "");
-}
+XDC_TEST_T(resume_sync_topk_matches_uninterrupted, 120) { resume_matches("mode: sync\ncodec: topk:0.05\n", ""); }
 
 XDC_TEST_T(resume_diloco_mid_outer_round_matches_uninterrupted, 120)
 {
@@ -220,4 +221,70 @@ XDC_TEST_T(checkpoint_failure_continue_goes_on_without_it, 120)
     /* No MANIFEST for the torn step (the other workers' files are there); the one before stays. */
     XDC_ASSERT(exists("r", "ckpt/step-00000004/MANIFEST") && !exists("r", "ckpt/step-00000008/MANIFEST"));
     XDC_ASSERT(exists("r", "ckpt/step-00000008/us-east-0/stage-0.ckpt"));
+}
+
+/* The MANIFEST round-trips, a misfit is named with both values, and a file that does not parse is
+ * refused naming the field. */
+XDC_TEST(manifest_round_trips_and_names_a_misfit)
+{
+    char run[600], path[800], cmd[1400], out[256];
+    snprintf(run, sizeof run, "%s/run", xdc_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/ckpt/step-00000007", run);
+    XDC_ASSERT(xdc_test_run(cmd, out, sizeof out) == 0);
+    orch_manifest m = {.step = 7,
+                       .workers = 4,
+                       .mode = "diloco",
+                       .codec = "int8:128",
+                       .topology = "0123456789abcdef",
+                       .run = "r1",
+                       .wan_codec = "topk:0.01",
+                       .period = 10},
+                  got;
+    XDC_ASSERT(orch_manifest_newest(run) == -1);
+    XDC_ASSERT_OK(orch_manifest_write(run, &m, NULL));
+    XDC_ASSERT(orch_manifest_newest(run) == 7);
+    XDC_ASSERT_OK(orch_manifest_read(run, 7, &got, NULL));
+    XDC_ASSERT(got.step == 7 && got.workers == 4 && got.period == 10);
+    XDC_ASSERT(strcmp(got.wan_codec, "topk:0.01") == 0 && strcmp(got.topology, m.topology) == 0);
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(orch_manifest_check(run, &got, &m, &d));
+    orch_manifest want = m;
+    want.workers = 6;
+    XDC_ASSERT_ERR(orch_manifest_check(run, &got, &want, &d), XDC_ERR_CONFIG);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "step-00000007/MANIFEST: the checkpoint was taken with workers 4, this run has "
+                                   "workers 6");
+    snprintf(path, sizeof path, "%s/ckpt/step-00000007/MANIFEST", run);
+    xdc_test_write_file(path, "{\"step\": 7, \"workers\": \"four\"}");
+    XDC_ASSERT_ERR(orch_manifest_read(run, 7, &got, &d), XDC_ERR_CORRUPT);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "field workers is missing or out of range");
+}
+
+/* A state file (residuals, outer state) round-trips; another size is a config misfit, a flipped byte is
+ * corrupt, each with the file named. */
+XDC_TEST(ckpt_state_file_round_trips_and_refuses_misfits)
+{
+    const char *dir = xdc_test_tmpdir();
+    float v[1000], back[1000];
+    for (int i = 0; i < 1000; i++) v[i] = (float)i * 0.25f - 3.0f;
+    XDC_ASSERT_OK(xdc_ckpt_blob_save(dir, "state.ckpt", v, sizeof v, NULL));
+    XDC_ASSERT_OK(xdc_ckpt_blob_load(dir, "state.ckpt", back, sizeof back, NULL));
+    XDC_ASSERT(memcmp(v, back, sizeof v) == 0);
+    xdc_diag d = {{0}};
+    XDC_ASSERT_ERR(xdc_ckpt_blob_load(dir, "state.ckpt", back, 999 * sizeof(float), &d), XDC_ERR_CONFIG);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "state.ckpt: holds 4000 bytes; this run needs 3996");
+    char path[700];
+    snprintf(path, sizeof path, "%s/state.ckpt", dir);
+    size_t len = 0;
+    char *bytes = xdc_test_read_file(path, &len);
+    XDC_ASSERT(bytes && len > 130);
+    bytes[len - 1] ^= 0x40;
+    FILE *f = fopen(path, "wb");
+    XDC_ASSERT(f && fwrite(bytes, 1, len, f) == len);
+    fclose(f);
+    free(bytes);
+    XDC_ASSERT_ERR(xdc_ckpt_blob_load(dir, "state.ckpt", back, sizeof back, &d), XDC_ERR_CORRUPT);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "state.ckpt: checksum mismatch");
+    /* An empty state (an exact codec keeps no residual) is a file of its own too. */
+    XDC_ASSERT_OK(xdc_ckpt_blob_save(dir, "empty.ckpt", v, 0, NULL));
+    XDC_ASSERT_OK(xdc_ckpt_blob_load(dir, "empty.ckpt", back, 0, NULL));
 }

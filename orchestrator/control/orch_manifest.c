@@ -44,8 +44,8 @@ xdc_err_t orch_manifest_write(const char *run_dir, const orch_manifest *m, xdc_d
     manifest_path(run_dir, m->step, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     json_t *o = json_pack("{sI si ss ss ss ss ss si}", "step", (json_int_t)m->step, "workers", m->workers, "mode",
-                          m->mode, "codec", m->codec, "topology", m->topology, "run", m->run, "wan_codec",
-                          m->wan_codec, "period", m->period);
+                          m->mode, "codec", m->codec, "topology", m->topology, "run", m->run, "wan_codec", m->wan_codec,
+                          "period", m->period);
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (!text) return XDC_ERR_NOMEM;
@@ -126,15 +126,15 @@ xdc_err_t orch_manifest_read(const char *run_dir, int64_t step, orch_manifest *o
         return missing ? XDC_ERR_IO : XDC_ERR_CORRUPT;
     }
     int64_t st = 0, workers = 0, period = 0;
-    const char *bad = !get_int(o, "step", 0, INT64_MAX, &st)                      ? "step"
-                      : !get_int(o, "workers", 1, 1 << 20, &workers)              ? "workers"
-                      : !get_str(o, "mode", out->mode, sizeof out->mode)          ? "mode"
-                      : !get_str(o, "codec", out->codec, sizeof out->codec)       ? "codec"
-                      : !get_str(o, "topology", out->topology, sizeof out->topology) ? "topology"
-                      : !get_str(o, "run", out->run, sizeof out->run)             ? "run"
+    const char *bad = !get_int(o, "step", 0, INT64_MAX, &st)                            ? "step"
+                      : !get_int(o, "workers", 1, 1 << 20, &workers)                    ? "workers"
+                      : !get_str(o, "mode", out->mode, sizeof out->mode)                ? "mode"
+                      : !get_str(o, "codec", out->codec, sizeof out->codec)             ? "codec"
+                      : !get_str(o, "topology", out->topology, sizeof out->topology)    ? "topology"
+                      : !get_str(o, "run", out->run, sizeof out->run)                   ? "run"
                       : !get_str(o, "wan_codec", out->wan_codec, sizeof out->wan_codec) ? "wan_codec"
-                      : !get_int(o, "period", 0, 1 << 30, &period)                ? "period"
-                                                                                  : NULL;
+                      : !get_int(o, "period", 0, 1 << 30, &period)                      ? "period"
+                                                                                        : NULL;
     json_decref(o);
     if (!bad && st != step) bad = "step";
     if (bad) {
@@ -166,8 +166,9 @@ xdc_err_t orch_manifest_check(const char *run_dir, const orch_manifest *found, c
         field = "topology hash", was = found->topology, now = want->topology;
     }
     if (!field) return XDC_OK;
-    xdc_diag_set(diag, "--resume: %s: the checkpoint was taken with %s %s, this run has %s %s; resume it with the "
-                       "run file and topology it was taken with",
+    xdc_diag_set(diag,
+                 "--resume: %s: the checkpoint was taken with %s %s, this run has %s %s; resume it with the "
+                 "run file and topology it was taken with",
                  path, field, was, field, now);
     return XDC_ERR_CONFIG;
 }

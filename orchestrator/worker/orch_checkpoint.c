@@ -45,11 +45,12 @@ static xdc_err_t residuals_io(orch_worker *w, const char *dir, int save, xdc_dia
     if (!host) return XDC_ERR_NOMEM;
     xdc_err_t rc = XDC_OK;
     if (!save) rc = xdc_ckpt_blob_load(dir, RESIDUALS_FILE, host, total * sizeof(float), diag);
-    for (int i = 0, off = 0; i < n && rc == XDC_OK; i++) {
+    size_t off = 0;
+    for (int i = 0; i < n && rc == XDC_OK; i++) {
         size_t k = xdc_sync_residual_elems(syncs[i]);
         rc = save ? xdc_sync_residual_get(syncs[i], host + off, k, diag)
                   : xdc_sync_residual_set(syncs[i], host + off, k, diag);
-        off += (int)k;
+        off += k;
     }
     if (save && rc == XDC_OK) rc = xdc_ckpt_blob_save(dir, RESIDUALS_FILE, host, total * sizeof(float), diag);
     xdc_free(host);
@@ -106,8 +107,10 @@ xdc_err_t orch_checkpoint_save(orch_worker *w, xdc_diag *diag)
         return rc;
     }
     if (rc != XDC_OK)
-        XDC_WARN(XDC_SUB_ORCH, "checkpoint of step %lld not written: %s (checkpoint_failure: continue: the run goes on "
-                 "without it)", (long long)w->prog.step, d.msg);
+        XDC_WARN(XDC_SUB_ORCH,
+                 "checkpoint of step %lld not written: %s (checkpoint_failure: continue: the run goes on "
+                 "without it)",
+                 (long long)w->prog.step, d.msg);
     char key[64], val[64];
     snprintf(key, sizeof key, "ckpt/%d/%d", w->id.region_idx, w->id.lrank);
     snprintf(val, sizeof val, "%lld %s", (long long)w->prog.step, rc == XDC_OK ? "ok" : "failed");
@@ -117,8 +120,10 @@ xdc_err_t orch_checkpoint_save(orch_worker *w, xdc_diag *diag)
     if (w->id.grank != 0) return XDC_OK;
     char who[XDC_NAME_MAX + 16];
     if (!all_written(w, who, sizeof who, diag)) {
-        XDC_WARN(XDC_SUB_ORCH, "checkpoint of step %lld incomplete: %s did not write its files; no MANIFEST, the "
-                 "newest complete checkpoint stays the one before", (long long)w->prog.step, who);
+        XDC_WARN(XDC_SUB_ORCH,
+                 "checkpoint of step %lld incomplete: %s did not write its files; no MANIFEST, the "
+                 "newest complete checkpoint stays the one before",
+                 (long long)w->prog.step, who);
         return XDC_OK;
     }
     orch_manifest m;
