@@ -98,7 +98,7 @@ static void resume_matches(const char *body, const char *flags)
     XDC_ASSERT_MSG(strcmp(whole, resumed) == 0, "resumed run ends at %s, uninterrupted at %s", resumed, whole);
 }
 
-XDC_TEST_T(resume_sync_int8_matches_uninterrupted, 120)
+XDC_TEST_T(resume_sync_int8_matches_uninterrupted, 240)
 {
     resume_matches("mode: sync\ncodec: int8\n", "");
     /* The residuals travel: int8 keeps one per bucket shard, so the file holds more than its header. */
@@ -109,21 +109,21 @@ XDC_TEST_T(resume_sync_int8_matches_uninterrupted, 120)
     XDC_ASSERT_MSG(len > 128, "%s holds %zu bytes", path, len);
 }
 
-XDC_TEST_T(resume_sync_topk_matches_uninterrupted, 120) { resume_matches("mode: sync\ncodec: topk:0.05\n", ""); }
+XDC_TEST_T(resume_sync_topk_matches_uninterrupted, 240) { resume_matches("mode: sync\ncodec: topk:0.05\n", ""); }
 
-XDC_TEST_T(resume_diloco_mid_outer_round_matches_uninterrupted, 120)
+XDC_TEST_T(resume_diloco_mid_outer_round_matches_uninterrupted, 240)
 {
     /* H = 3: step 5 lies inside an outer round, where local and global parameters differ. */
     resume_matches("mode: diloco\ncodec: int8\ndiloco: {inner_steps: 3}\n", "");
 }
 
-XDC_TEST_T(resume_streaming_matches_uninterrupted, 120)
+XDC_TEST_T(resume_streaming_matches_uninterrupted, 240)
 {
     /* F = H = 3: a fragment is due after every step, the one of step 5 included. */
     resume_matches("mode: streaming\ncodec: int8\ndiloco: {inner_steps: 3}\nstreaming: {fragments: 3}\n", "");
 }
 
-XDC_TEST_T(resume_after_a_replan_matches_uninterrupted, 120)
+XDC_TEST_T(resume_after_a_replan_matches_uninterrupted, 240)
 {
     /* plan: auto on a link at 5 % of its bandwidth: the check at step 3 re-plans the codec (int8 -> a
      * stronger one); the checkpoint of step 5 must bring it back, residuals and all. */
@@ -131,7 +131,7 @@ XDC_TEST_T(resume_after_a_replan_matches_uninterrupted, 120)
     XDC_ASSERT_MSG(logs_saying("r", "re-planned") == 4, "no worker restored a re-planned codec on resume");
 }
 
-XDC_TEST_T(resume_refuses_a_checkpoint_of_another_layout, 120)
+XDC_TEST_T(resume_refuses_a_checkpoint_of_another_layout, 240)
 {
     need_corpus();
     static char out[65536];
@@ -176,7 +176,7 @@ static void with_mount(const char *dir, const char *sub, const char *opts, char 
              dir, sub);
 }
 
-XDC_TEST_T(checkpoint_disk_full_stops_and_keeps_the_previous_one, 120)
+XDC_TEST_T(checkpoint_disk_full_stops_and_keeps_the_previous_one, 240)
 {
     need_corpus();
     const char *run = write_run("full", 10, 4, "mode: sync\ncodec: int8\n");
@@ -201,7 +201,7 @@ XDC_TEST_T(checkpoint_disk_full_stops_and_keeps_the_previous_one, 120)
     XDC_ASSERT_MSG(strcmp(whole, resumed) == 0, "resumed run ends at %s, uninterrupted at %s", resumed, whole);
 }
 
-XDC_TEST_T(checkpoint_failure_continue_goes_on_without_it, 120)
+XDC_TEST_T(checkpoint_failure_continue_goes_on_without_it, 240)
 {
     need_corpus();
     const char *run = write_run("cont", 10, 4, "mode: sync\ncodec: int8\ncheckpoint_failure: continue\n");
