@@ -40,8 +40,8 @@ typedef struct {
 
 typedef enum { JOB_ROUND, JOB_SET_CODEC, JOB_RESIDUALS } job_kind;
 
-/* One sync has at most one job at a time (a round between begin and its completion, or a codec
- * switch), so the job lives in the sync and posting allocates nothing. */
+/* One sync has at most one job at a time (a round between begin and its completion, a codec switch or
+ * a residual copy), so the job lives in the sync and posting allocates nothing. */
 typedef struct job {
     job_kind kind;
     const xdc_codec_cfg *codec; /* JOB_SET_CODEC */
@@ -382,8 +382,8 @@ static int keeps_residual(const xdc_sync *s, const bucket *k)
 }
 
 /* The residuals of xdc_sync_residual_get/set, on the comm thread: every bucket's, in bucket order, through
- * the sync's comm stream (the one its encodes ran on). Loading goes through the bucket's device scratch
- * (the shard buffer, or the pad) since the codec takes its residual from device memory. */
+ * the sync's comm stream (the one its encodes ran on). Loading goes through a device buffer of the bucket's
+ * shard size, made and freed per bucket, since the codec takes its residual from device memory. */
 static xdc_err_t copy_residuals(xdc_sync *s, float *host, int save)
 {
     size_t off = 0;
