@@ -1,8 +1,9 @@
 /* orch_checkpoint.c — run checkpoints: every worker saves its stage checkpoint (xdc_ckpt.h), the
  * error-feedback residuals of every sync of its mode and the mode's own state (DiLoCo and streaming: the
- * outer global parameters and momentum) under RUN/ckpt/step-NNNNNNNN/<region>-<rank>/, posts whether it
- * managed as ckpt/<R>/<rank>, and all workers meet at a barrier; then global rank 0 writes the MANIFEST
- * (orch_manifest.h) last, and only when every worker wrote its files. A step folder without a MANIFEST is
+ * outer global parameters and momentum) under RUN/ckpt/step-NNNNNNNN/<region>-<rank>/ (with
+ * `checkpoint_failure: continue` it posts whether it managed as ckpt/<R>/<rank>), and all workers meet at
+ * a barrier; then global rank 0 writes the MANIFEST (orch_manifest.h) last, and only when every worker
+ * wrote its files. A step folder without a MANIFEST is
  * incomplete and ignored, so a crash or a full disk in the middle of a checkpoint never leaves a resumable
  * torn state, and the previous complete checkpoint (its own folder) stays as it was.
  *
@@ -111,15 +112,19 @@ xdc_err_t orch_checkpoint_save(orch_worker *w, xdc_diag *diag)
                  "checkpoint of step %lld not written: %s (checkpoint_failure: continue: the run goes on "
                  "without it)",
                  (long long)w->prog.step, d.msg);
-    char key[64], val[64];
-    snprintf(key, sizeof key, "ckpt/%d/%d", w->id.region_idx, w->id.lrank);
-    snprintf(val, sizeof val, "%lld %s", (long long)w->prog.step, rc == XDC_OK ? "ok" : "failed");
-    XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
+    /* With `stop`, a worker that failed never reaches the barrier, so passing it means everyone wrote; with
+     * `continue` each posts its outcome first (rank 0 then reads one key per worker). */
+    if (w->cfg.checkpoint_continue) {
+        char key[64], val[64];
+        snprintf(key, sizeof key, "ckpt/%d/%d", w->id.region_idx, w->id.lrank);
+        snprintf(val, sizeof val, "%lld %s", (long long)w->prog.step, rc == XDC_OK ? "ok" : "failed");
+        XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
+    }
     /* One reusable barrier for every checkpoint: all workers checkpoint at the same steps. */
     XDC_CHECK(rdzv_barrier(w->comm.rdzv, "checkpoint", w->id.gsize, w->cfg.op_timeout_ms, diag));
     if (w->id.grank != 0) return XDC_OK;
     char who[XDC_NAME_MAX + 16];
-    if (!all_written(w, who, sizeof who, diag)) {
+    if (w->cfg.checkpoint_continue && !all_written(w, who, sizeof who, diag)) {
         XDC_WARN(XDC_SUB_ORCH,
                  "checkpoint of step %lld incomplete: %s did not write its files; no MANIFEST, the "
                  "newest complete checkpoint stays the one before",
