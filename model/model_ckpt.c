@@ -17,6 +17,7 @@
 #define CKPT_VERSION      1u
 #define CKPT_HEADER_BYTES 128
 #define CKPT_ZSTD_LEVEL   3
+#define BLOB_MAGIC        "XDCBLOB1"
 
 typedef struct ckpt_header {
     char magic[8];
@@ -35,11 +36,13 @@ void xdc_ckpt_path(const char *dir, int stage, char *buf, size_t cap)
     snprintf(buf, cap, "%s/stage-%d.ckpt", dir, stage);
 }
 
-static uint64_t checksum(const uint8_t *header_bytes, const void *zst, size_t zst_len)
+/* XXH64 over a CKPT_HEADER_BYTES header whose checksum field (at byte `at`) counts as zero, then the
+ * compressed payload. */
+static uint64_t checksum(const uint8_t *header_bytes, size_t at, const void *zst, size_t zst_len)
 {
     uint8_t h[CKPT_HEADER_BYTES];
     memcpy(h, header_bytes, sizeof h);
-    memset(h + offsetof(ckpt_header, checksum), 0, sizeof(uint64_t));
+    memset(h + at, 0, sizeof(uint64_t));
     xdc_hash_state *st = xdc_hash64_create(0);
     if (!st) return 0;
     xdc_hash64_update(st, h, sizeof h);
@@ -62,18 +65,56 @@ static xdc_err_t write_all(int fd, const void *p, size_t n)
     return XDC_OK;
 }
 
+/* Write `len` bytes as `dir`/`name`, atomically. Everything happens relative to the directory opened
+ * once, which must not be a symbolic link, and the temp file is created fresh (O_EXCL | O_NOFOLLOW): a
+ * link planted at NAME.tmp or in place of the directory cannot redirect the write onto another file. A
+ * stale temp file of a crashed save is removed first (unlinking a link removes the link, not its
+ * target). On failure the temp file is removed and an earlier `name` is left as it was. */
+static xdc_err_t write_atomic(const char *dir, const char *name, const void *data, size_t len, xdc_diag *diag)
+{
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", name);
+    xdc_err_t rc = XDC_ERR_IO;
+    int fd = -1, dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) {
+        xdc_diag_set(diag, "%s: cannot open the checkpoint directory%s: %s", dir,
+                     errno == ELOOP || errno == ENOTDIR ? " (it must be a directory, not a symbolic link)" : "",
+                     strerror(errno));
+        return XDC_ERR_IO;
+    }
+    if (unlinkat(dfd, tmp, 0) != 0 && errno != ENOENT) {
+        xdc_diag_set(diag, "%s/%s: cannot remove a stale temp file: %s", dir, tmp, strerror(errno));
+        goto fail;
+    }
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 || write_all(fd, data, len) != XDC_OK || fsync(fd) != 0) {
+        xdc_diag_set(diag, "%s/%s: cannot write: %s", dir, tmp, strerror(errno));
+        goto fail;
+    }
+    close(fd);
+    fd = -1;
+    if (renameat(dfd, tmp, dfd, name) != 0 || fsync(dfd) != 0) {
+        xdc_diag_set(diag, "%s/%s: cannot rename into place or sync %s: %s", dir, tmp, dir, strerror(errno));
+        goto fail;
+    }
+    rc = XDC_OK;
+fail:
+    if (fd >= 0) close(fd);
+    if (rc != XDC_OK) unlinkat(dfd, tmp, 0);
+    close(dfd);
+    return rc;
+}
+
 xdc_err_t xdc_ckpt_save(const char *dir, xdc_gpt_stage *s, const xdc_ckpt_meta *meta, xdc_diag *diag)
 {
-    char path[4096], name[64], tmp[80];
+    char path[4096], name[64];
     xdc_ckpt_path(dir, meta->stage, path, sizeof path);
     snprintf(name, sizeof name, "stage-%d.ckpt", meta->stage);
-    snprintf(tmp, sizeof tmp, "%s.tmp", name);
     size_t n = xdc_gpt_stage_num_params(s), raw_bytes = 3 * n * sizeof(float);
     size_t bound = ZSTD_compressBound(raw_bytes);
     float *raw = xdc_malloc(raw_bytes);
     uint8_t *file = xdc_malloc(CKPT_HEADER_BYTES + bound);
     xdc_err_t rc = XDC_ERR_NOMEM;
-    int fd = -1, dfd = -1;
     if (!raw || !file) goto fail;
     ckpt_header h = {.version = CKPT_VERSION,
                      .stage = (uint32_t)meta->stage,
@@ -95,41 +136,11 @@ xdc_err_t xdc_ckpt_save(const char *dir, xdc_gpt_stage *s, const xdc_ckpt_meta *
     h.zst_bytes = z;
     memset(file, 0, CKPT_HEADER_BYTES);
     memcpy(file, &h, sizeof h);
-    h.checksum = checksum(file, file + CKPT_HEADER_BYTES, z);
+    h.checksum = checksum(file, offsetof(ckpt_header, checksum), file + CKPT_HEADER_BYTES, z);
     memcpy(file + offsetof(ckpt_header, checksum), &h.checksum, sizeof h.checksum);
 
-    /* Everything happens relative to the directory opened once, which must not be a symbolic link, and
-     * the temp file is created fresh (O_EXCL | O_NOFOLLOW): a link planted at stage-K.ckpt.tmp or in
-     * place of the directory cannot redirect the write onto another file. A stale temp file of a
-     * crashed save is removed first (unlinking a link removes the link, not its target). */
-    rc = XDC_ERR_IO;
-    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd < 0) {
-        xdc_diag_set(diag, "%s: cannot open the checkpoint directory%s: %s", dir,
-                     errno == ELOOP || errno == ENOTDIR ? " (it must be a directory, not a symbolic link)" : "",
-                     strerror(errno));
-        goto fail;
-    }
-    if (unlinkat(dfd, tmp, 0) != 0 && errno != ENOENT) {
-        xdc_diag_set(diag, "%s/%s: cannot remove a stale temp file: %s", dir, tmp, strerror(errno));
-        goto fail;
-    }
-    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0 || write_all(fd, file, CKPT_HEADER_BYTES + z) != XDC_OK || fsync(fd) != 0) {
-        xdc_diag_set(diag, "%s/%s: cannot write: %s", dir, tmp, strerror(errno));
-        goto fail;
-    }
-    close(fd);
-    fd = -1;
-    if (renameat(dfd, tmp, dfd, name) != 0 || fsync(dfd) != 0) {
-        xdc_diag_set(diag, "%s/%s: cannot rename into place or sync %s: %s", dir, tmp, dir, strerror(errno));
-        goto fail;
-    }
-    rc = XDC_OK;
+    rc = write_atomic(dir, name, file, CKPT_HEADER_BYTES + z, diag);
 fail:
-    if (fd >= 0) close(fd);
-    if (rc != XDC_OK && dfd >= 0) unlinkat(dfd, tmp, 0);
-    if (dfd >= 0) close(dfd);
     xdc_free(raw);
     xdc_free(file);
     return rc;
@@ -249,7 +260,7 @@ xdc_err_t xdc_ckpt_decode(const char *path, const uint8_t *file, size_t len, int
                      (unsigned long long)h.zst_bytes, len - CKPT_HEADER_BYTES);
         goto fail;
     }
-    uint64_t want = checksum(file, file + CKPT_HEADER_BYTES, len - CKPT_HEADER_BYTES);
+    uint64_t want = checksum(file, offsetof(ckpt_header, checksum), file + CKPT_HEADER_BYTES, len - CKPT_HEADER_BYTES);
     if (want != h.checksum) {
         xdc_diag_set(diag, "%s: checksum mismatch (stored %016llx, computed %016llx): the checkpoint is corrupt", path,
                      (unsigned long long)h.checksum, (unsigned long long)want);
@@ -276,5 +287,63 @@ xdc_err_t xdc_ckpt_decode(const char *path, const uint8_t *file, size_t len, int
     rc = XDC_OK;
 fail:
     xdc_free(raw);
+    return rc;
+}
+
+typedef struct blob_header {
+    char magic[8];
+    uint32_t version, reserved;
+    uint64_t raw_bytes, zst_bytes;
+    uint64_t checksum;
+} blob_header;
+_Static_assert(sizeof(blob_header) <= CKPT_HEADER_BYTES, "blob header outgrew its slot");
+
+xdc_err_t xdc_ckpt_blob_save(const char *dir, const char *name, const void *data, size_t bytes, xdc_diag *diag)
+{
+    size_t bound = ZSTD_compressBound(bytes);
+    uint8_t *file = xdc_calloc(1, CKPT_HEADER_BYTES + bound);
+    if (!file) return XDC_ERR_NOMEM;
+    size_t z = ZSTD_compress(file + CKPT_HEADER_BYTES, bound, data, bytes, CKPT_ZSTD_LEVEL);
+    xdc_err_t rc = XDC_ERR_INTERNAL;
+    if (ZSTD_isError(z)) {
+        xdc_diag_set(diag, "%s/%s: zstd: %s", dir, name, ZSTD_getErrorName(z));
+    } else {
+        blob_header h = {.version = CKPT_VERSION, .raw_bytes = bytes, .zst_bytes = z};
+        memcpy(h.magic, BLOB_MAGIC, 8);
+        memcpy(file, &h, sizeof h);
+        h.checksum = checksum(file, offsetof(blob_header, checksum), file + CKPT_HEADER_BYTES, z);
+        memcpy(file + offsetof(blob_header, checksum), &h.checksum, sizeof h.checksum);
+        rc = write_atomic(dir, name, file, CKPT_HEADER_BYTES + z, diag);
+    }
+    xdc_free(file);
+    return rc;
+}
+
+xdc_err_t xdc_ckpt_blob_load(const char *dir, const char *name, void *data, size_t bytes, xdc_diag *diag)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    uint8_t *file = NULL;
+    size_t len = 0;
+    XDC_CHECK(read_whole(path, CKPT_HEADER_BYTES + ZSTD_compressBound(bytes), &file, &len, diag));
+    blob_header h;
+    memcpy(&h, file, sizeof h);
+    xdc_err_t rc = XDC_ERR_CORRUPT;
+    if (memcmp(h.magic, BLOB_MAGIC, 8) != 0 || h.version != CKPT_VERSION || h.zst_bytes != len - CKPT_HEADER_BYTES) {
+        xdc_diag_set(diag, "%s: not an xdc state file of this version, or truncated", path);
+    } else if (checksum(file, offsetof(blob_header, checksum), file + CKPT_HEADER_BYTES, len - CKPT_HEADER_BYTES) !=
+               h.checksum) {
+        xdc_diag_set(diag, "%s: checksum mismatch: the file is corrupt", path);
+    } else if (h.raw_bytes != bytes) {
+        xdc_diag_set(diag, "%s: holds %llu bytes; this run needs %zu here (another codec, model or layout)", path,
+                     (unsigned long long)h.raw_bytes, bytes);
+        rc = XDC_ERR_CONFIG;
+    } else {
+        size_t got = ZSTD_decompress(data, bytes, file + CKPT_HEADER_BYTES, len - CKPT_HEADER_BYTES);
+        if (ZSTD_isError(got) || got != bytes)
+            xdc_diag_set(diag, "%s: payload does not decompress to %zu bytes", path, bytes);
+        else rc = XDC_OK;
+    }
+    xdc_free(file);
     return rc;
 }

@@ -45,4 +45,13 @@ xdc_err_t xdc_ckpt_load(const char *dir, int stage, int64_t max_step, xdc_gpt_st
 xdc_err_t xdc_ckpt_decode(const char *name, const uint8_t *file, size_t len, int stage, int64_t max_step,
                           xdc_gpt_stage *s, xdc_ckpt_meta *meta, xdc_diag *diag);
 
+/* State kept next to a stage checkpoint (error-feedback residuals, outer optimizer state): `bytes` of
+ * `data` as `<dir>/<name>`, written atomically the same way. Layout: a 128-byte header (magic "XDCBLOB1",
+ * u32 version, u32 reserved, u64 raw bytes, u64 compressed bytes, u64 checksum, zero padding) and a zstd
+ * frame; the checksum is XXH64 over the header (checksum zeroed) and the frame. */
+xdc_err_t xdc_ckpt_blob_save(const char *dir, const char *name, const void *data, size_t bytes, xdc_diag *diag);
+/* Load `<dir>/<name>` into data (exactly `bytes`): XDC_ERR_IO when it cannot be read, XDC_ERR_CONFIG when it
+ * holds another size (another codec, model or layout), XDC_ERR_CORRUPT on a bad magic, checksum or payload. */
+xdc_err_t xdc_ckpt_blob_load(const char *dir, const char *name, void *data, size_t bytes, xdc_diag *diag);
+
 #endif /* XDC_CKPT_H */

@@ -38,13 +38,15 @@ typedef struct {
     xdc_event *ready;               /* recorded on the compute stream when the bucket became final */
 } bucket;
 
-typedef enum { JOB_ROUND, JOB_SET_CODEC } job_kind;
+typedef enum { JOB_ROUND, JOB_SET_CODEC, JOB_RESIDUALS } job_kind;
 
-/* One sync has at most one job at a time (a round between begin and its completion, or a codec
- * switch), so the job lives in the sync and posting allocates nothing. */
+/* One sync has at most one job at a time (a round between begin and its completion, a codec switch or
+ * a residual copy), so the job lives in the sync and posting allocates nothing. */
 typedef struct job {
     job_kind kind;
     const xdc_codec_cfg *codec; /* JOB_SET_CODEC */
+    float *host;                /* JOB_RESIDUALS: (xdc_sync_residual_elems) fp32 host, the checkpoint's copy */
+    int save;                   /* JOB_RESIDUALS: 1 device -> host, 0 host -> device */
     struct job *next;           /* queue link */
 } job;
 
@@ -372,6 +374,39 @@ static xdc_err_t switch_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag 
     return XDC_OK;
 }
 
+/* Does bucket k's codec keep a residual that travels with a checkpoint? Not without a WAN exchange (its
+ * codec never encodes), nor for an exact codec. */
+static int keeps_residual(const xdc_sync *s, const bucket *k)
+{
+    return s->cfg.n_regions > 1 && xdc_codec_residual(k->codec) != NULL;
+}
+
+/* The residuals of xdc_sync_residual_get/set, on the comm thread: every bucket's, in bucket order, through
+ * the sync's comm stream (the one its encodes ran on). Loading goes through a device buffer of the bucket's
+ * shard size, made and freed per bucket, since the codec takes its residual from device memory. */
+static xdc_err_t copy_residuals(xdc_sync *s, float *host, int save)
+{
+    size_t off = 0;
+    for (int i = 0; i < s->n_buckets; i++) {
+        bucket *k = &s->b[i];
+        if (!keeps_residual(s, k)) continue;
+        size_t bytes = k->shard * sizeof(float);
+        if (save) {
+            XDC_CHECK(s->dev->copy_d2h(host + off, xdc_codec_residual(k->codec), bytes, s->stream));
+        } else {
+            float *dev = NULL;
+            XDC_CHECK(s->dev->mem_alloc((void **)&dev, bytes)); /* a resume, once: not a data path */
+            xdc_err_t rc = s->dev->copy_h2d(dev, host + off, bytes, s->stream);
+            if (rc == XDC_OK) rc = s->dev->stream_sync(s->stream);
+            if (rc == XDC_OK) rc = xdc_codec_set_residual(k->codec, dev, k->shard);
+            s->dev->mem_free(dev);
+            XDC_CHECK(rc);
+        }
+        off += k->shard;
+    }
+    return s->dev->stream_sync(s->stream);
+}
+
 /* Under e->mu: the sync's job is over (run, dropped or refused) with `rc`. */
 static void complete(xdc_sync *s, xdc_err_t rc, const xdc_diag *d)
 {
@@ -403,7 +438,10 @@ static void *engine_main(void *arg)
         memset(&s->rst, 0, sizeof s->rst);
         memset(s->round_wait, 0, (size_t)s->cfg.n_regions * sizeof *s->round_wait);
         xdc_err_t rc = s->dev->set_stream(s->stream); /* the codec's work queues on the sync's comm stream */
-        if (rc == XDC_OK) rc = j->kind == JOB_ROUND ? run_round(s, &d) : switch_codec(s, j->codec, &d);
+        if (rc == XDC_OK)
+            rc = j->kind == JOB_ROUND       ? run_round(s, &d)
+                 : j->kind == JOB_SET_CODEC ? switch_codec(s, j->codec, &d)
+                                            : copy_residuals(s, j->host, j->save);
         if (rc == XDC_OK && j->kind == JOB_ROUND) { /* into the history ring */
             memcpy(s->waited + (s->rounds % SYNC_HISTORY) * s->cfg.n_regions, s->round_wait,
                    (size_t)s->cfg.n_regions * sizeof *s->round_wait);
@@ -706,4 +744,45 @@ xdc_err_t xdc_sync_set_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag *
     xdc_err_t rc = wait_done(s, diag);
     pthread_mutex_unlock(&e->mu);
     return rc;
+}
+
+size_t xdc_sync_residual_elems(const xdc_sync *s)
+{
+    size_t n = 0;
+    for (int i = 0; i < s->n_buckets; i++)
+        if (keeps_residual(s, &s->b[i])) n += s->b[i].shard;
+    return n;
+}
+
+/* A residual copy as a job on the engine, waited for: the codec contexts belong to the comm thread. */
+static xdc_err_t residual_job(xdc_sync *s, float *host, size_t n, int save, xdc_diag *diag)
+{
+    xdc_sync_engine *e = s->eng;
+    if (n != xdc_sync_residual_elems(s)) {
+        xdc_diag_set(diag, "sync %s: %zu residual elements given, it keeps %zu", s->cfg.name, n,
+                     xdc_sync_residual_elems(s));
+        return XDC_ERR_INVALID;
+    }
+    pthread_mutex_lock(&e->mu);
+    if (!s->done || s->active || s->stop) {
+        pthread_mutex_unlock(&e->mu);
+        xdc_diag_set(diag, "sync %s: residuals are copied between rounds only", s->cfg.name);
+        return XDC_ERR_INVALID;
+    }
+    s->job.host = host;
+    s->job.save = save;
+    post(s, JOB_RESIDUALS, NULL);
+    xdc_err_t rc = wait_done(s, diag);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+xdc_err_t xdc_sync_residual_get(xdc_sync *s, float *host, size_t n, xdc_diag *diag)
+{
+    return residual_job(s, host, n, 1, diag);
+}
+
+xdc_err_t xdc_sync_residual_set(xdc_sync *s, const float *host, size_t n, xdc_diag *diag)
+{
+    return residual_job(s, (float *)host, n, 0, diag); /* read only: save is 0 */
 }

@@ -116,6 +116,14 @@ xdc_err_t xdc_sync_end(xdc_sync *s, xdc_diag *diag);
  * a new context of the new kind that keeps its error-feedback residual. Every region must switch at
  * the same step. */
 xdc_err_t xdc_sync_set_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag *diag);
+/* Error-feedback residuals, for checkpoints: a resumed run must encode exactly as an uninterrupted one.
+ * How many fp32 elements the sync keeps (every bucket's shard whose codec keeps a residual; 0 for an exact
+ * codec or without other regions), and copies of them to and from host memory (n == that count, bucket
+ * order), each a job on the engine between rounds, waited for. XDC_ERR_INVALID for a wrong n or during a
+ * round. */
+size_t xdc_sync_residual_elems(const xdc_sync *s);
+xdc_err_t xdc_sync_residual_get(xdc_sync *s, float *host, size_t n, xdc_diag *diag);
+xdc_err_t xdc_sync_residual_set(xdc_sync *s, const float *host, size_t n, xdc_diag *diag);
 /* Cumulative statistics. */
 void xdc_sync_get_stats(xdc_sync *s, xdc_sync_stats *out);
 

@@ -208,7 +208,8 @@ XDC_TEST_T(hostile_rdzv_member_writes_only_its_own_keys, 60)
                                          "stats/0/0",     "metrics/us-east/0",
                                          "intra/us-east", "device/us-east",
                                          "relay/0/1/0",   "abort",
-                                         "wan/1/0/x",     "failed/eu-west/west-node1:1"};
+                                         "wan/1/0/x",     "failed/eu-west/west-node1:1",
+                                         "ckpt/0/0"};
     char val[64];
     xdc_diag d = {{0}};
     for (size_t k = 0; k < sizeof theirs / sizeof theirs[0]; k++) {
@@ -220,7 +221,8 @@ XDC_TEST_T(hostile_rdzv_member_writes_only_its_own_keys, 60)
         assert_logged(&h, "eu-west/west-node1:0", what);
     }
     static const char *const mine[] = {
-        "wan/1/0", "stats/1/0", "metrics/eu-west/0", "failed/eu-west/west-node1:0", "intra/eu-west", "device/eu-west"};
+        "wan/1/0",       "stats/1/0",     "ckpt/1/0", "metrics/eu-west/0", "failed/eu-west/west-node1:0",
+        "intra/eu-west", "device/eu-west"};
     for (size_t k = 0; k < sizeof mine / sizeof mine[0]; k++) XDC_ASSERT_OK(rdzv_set(evil, mine[k], "x:1", &d));
     /* A barrier for fewer than the run's members would release the honest ones early. */
     XDC_ASSERT_ERR(rdzv_barrier(evil, "start", 1, 100, &d), XDC_ERR_AUTH);

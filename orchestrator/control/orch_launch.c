@@ -4,6 +4,7 @@
  * worker pair when the WAN is emulated, starts one `xdc agent` per node, and waits. A failure anywhere
  * stops the run with the failed rank named; success ends with one summary line. */
 #include "orchestrator/control/orch_launch.h"
+#include "orchestrator/control/orch_manifest.h"
 
 #include "orchestrator/control/orch_device.h"
 #include "orchestrator/control/orch_failure.h"
@@ -513,6 +514,18 @@ static xdc_err_t launch_load(launch *L, xdc_diag *diag)
     return XDC_OK;
 }
 
+/* --resume: the newest complete checkpoint must have been taken by this run's layout (workers, mode,
+ * codec, topology), refused before anything starts; the workers check it again when they load it. */
+static xdc_err_t check_resume(launch *L, xdc_diag *diag)
+{
+    int64_t step = orch_manifest_newest(L->run_dir);
+    if (step < 0) return XDC_OK; /* nothing to resume: the workers start from step 0 and say so */
+    orch_manifest found, want;
+    XDC_CHECK(orch_manifest_read(L->run_dir, step, &found, diag));
+    XDC_CHECK(orch_manifest_expect(&L->cfg, L->t, &want, diag));
+    return orch_manifest_check(L->run_dir, &found, &want, diag);
+}
+
 /* Run id, run folder, the WAN emulation decision; what agents and workers inherit. */
 static xdc_err_t launch_prepare(launch *L, xdc_diag *diag)
 {
@@ -526,6 +539,7 @@ static xdc_err_t launch_prepare(launch *L, xdc_diag *diag)
         snprintf(L->run_dir + n, sizeof L->run_dir - n, "/%s", L->run_id);
     }
     XDC_CHECK(orch_mkdirs(L->run_dir, 0755, diag));
+    if (L->o.resume) XDC_CHECK(check_resume(L, diag));
     L->o.run_id = L->run_id;
     L->o.run_dir = L->run_dir;
     if (L->o.emulate < 0) L->o.emulate = !L->o.coordinator && L->t->n_regions > 1; /* all regions on this host */

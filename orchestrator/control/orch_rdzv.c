@@ -277,10 +277,11 @@ static int find_member(bserver *s, const char *name)
 static int may_write(const bserver *s, int i, const char *key)
 {
     const member *m = &s->members[i];
-    char own[7][RDZV_KEY_MAX + 16];
+    char own[8][RDZV_KEY_MAX + 16];
     int n = 0;
     snprintf(own[n++], sizeof own[0], "wan/%d/%d", m->region_idx, m->rank);
     snprintf(own[n++], sizeof own[0], "stats/%d/%d", m->region_idx, m->rank);
+    snprintf(own[n++], sizeof own[0], "ckpt/%d/%d", m->region_idx, m->rank); /* its last checkpoint's outcome */
     snprintf(own[n++], sizeof own[0], "metrics/%s/%d", m->region, m->rank);
     snprintf(own[n++], sizeof own[0], "failed/%s", m->name);
     if (m->rank == 0) {

@@ -12,11 +12,12 @@
 
 static const char *const mode_words[] = {"sync", "diloco", "streaming", NULL};
 static const char *const plan_words[] = {"auto", "off", NULL};
+static const char *const ckpt_failure_words[] = {"stop", "continue", NULL};
 
 /* The file's keys land in one struct: the config itself plus the raw words and nested nodes. */
 typedef struct {
     orch_run_config c;
-    char model[512], data[512], mode[16], plan[16];
+    char model[512], data[512], mode[16], plan[16], ckpt_failure[16];
     const xdc_cfg_node *diloco, *streaming, *timeouts;
 } run_in;
 
@@ -44,6 +45,7 @@ static const xdc_cfg_field top_fields[] = {
     RUN_FIELD("bucket_mb", XDC_CFG_DOUBLE, bucket_mb, false, 0.001, 4096),
     RUN_FIELD("threads", XDC_CFG_INT, threads, false, 1, 256),
     RUN_FIELD("checkpoint_every", XDC_CFG_INT, checkpoint_every, false, 0, 100000000),
+    {"checkpoint_failure", XDC_CFG_STRING, offsetof(run_in, ckpt_failure), 16, false, 0, 0, ckpt_failure_words},
     RUN_FIELD("metrics_port", XDC_CFG_INT, metrics_port, false, -1, 65535),
     RUN_FIELD("metrics_bind", XDC_CFG_STRING, metrics_bind, false, 0, 0),
     RUN_FIELD("rdzv", XDC_CFG_STRING, rdzv, false, 0, 0),
@@ -127,6 +129,7 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     }
     xdc_cfg_destroy(doc);
     if (bad) return XDC_ERR_CONFIG;
+    c->checkpoint_continue = strcmp(in.ckpt_failure, "continue") == 0; /* default (unset): stop */
     c->timeouts_set = (c->handshake_timeout_ms >= 0 ? ORCH_TIMEOUT_HANDSHAKE : 0u) |
                       (c->rendezvous_timeout_ms >= 0 ? ORCH_TIMEOUT_RENDEZVOUS : 0u) |
                       (c->op_timeout_ms >= 0 ? ORCH_TIMEOUT_OPERATION : 0u) |

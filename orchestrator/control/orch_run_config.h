@@ -36,6 +36,9 @@ typedef struct orch_run_config {
     bool outer_lr_set, outer_momentum_set;
     int fragments;        /* streaming: parameter fragments synced at staggered steps */
     int checkpoint_every; /* steps; 0: only at the end */
+    /* checkpoint_failure: continue: a checkpoint that cannot be written is logged (path, errno) and the run
+     * goes on without it; stop (the default): the worker fails with the error. */
+    bool checkpoint_continue;
     /* The timeout hierarchy (docs/runtime.md, "Timeouts"; orch_timeouts.c): a WAN handshake, the
      * rendezvous (joins, barriers and peer addresses at start), one operation (a collective, pipeline
      * transfer or WAN exchange making no progress), and the silence after which the launcher calls a

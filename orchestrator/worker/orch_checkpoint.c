@@ -1,114 +1,164 @@
-/* orch_checkpoint.c — run checkpoints: every worker saves its stage checkpoint (xdc_ckpt.h) under
- * RUN/ckpt/step-NNNNNNNN/<region>-<rank>/, all workers meet at a barrier, then global rank 0 writes the
- * MANIFEST last (temp file, fsync, rename). A step folder without a MANIFEST is incomplete and ignored,
- * so a crash in the middle of a checkpoint never leaves a resumable torn state.
+/* orch_checkpoint.c — run checkpoints: every worker saves its stage checkpoint (xdc_ckpt.h), the
+ * error-feedback residuals of every sync of its mode and the mode's own state (DiLoCo and streaming: the
+ * outer global parameters and momentum) under RUN/ckpt/step-NNNNNNNN/<region>-<rank>/ (with
+ * `checkpoint_failure: continue` it posts whether it managed as ckpt/<R>/<rank>), and all workers meet at
+ * a barrier; then global rank 0 writes the MANIFEST (orch_manifest.h) last, and only when every worker
+ * wrote its files. A step folder without a MANIFEST is
+ * incomplete and ignored, so a crash or a full disk in the middle of a checkpoint never leaves a resumable
+ * torn state, and the previous complete checkpoint (its own folder) stays as it was.
  *
- * Limits: the error-feedback residuals of lossy codecs are not saved (a resumed run restarts them from
- * zero; with codec `none` a resumed run is bit-identical to an uninterrupted one). DiLoCo checkpoints
- * are taken at outer-round boundaries only, where local and global parameters agree (the outer momentum
- * is saved as well); streaming mode does not checkpoint. */
+ * What a checkpoint holds is everything a resumed run needs to be bit-identical to an uninterrupted one:
+ * parameters, AdamW moments and step, data position, EF residuals, outer state, and (in the MANIFEST) the
+ * WAN codec and DiLoCo period a re-plan may have changed. Every mode checkpoints at any step: streaming
+ * sends its fragment at the start of the next step (orch_mode_streaming.c), so none is in flight at a step
+ * boundary. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
-#include "common/xdc_parse.h"
 #include "model/xdc_ckpt.h"
+#include "orchestrator/control/orch_manifest.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
+
+#define RESIDUALS_FILE "residuals.ckpt"
 
 static void worker_dir(const orch_worker *w, int64_t step, char *out, size_t cap)
 {
     snprintf(out, cap, "%s/ckpt/step-%08lld/%s-%d", w->id.run_dir, (long long)step, w->id.region, w->id.lrank);
 }
 
-static xdc_err_t mkdirs(const char *path, xdc_diag *diag)
-{
-    xdc_err_t rc = orch_mkdirs(path, 0755, diag);
-    if (rc != XDC_OK) xdc_diag_prefix(diag, "checkpoint");
-    return rc;
-}
-
 int orch_checkpoint_due(const orch_worker *w)
 {
     int every = w->cfg.checkpoint_every;
-    if (every <= 0 || w->prog.step % every != 0 || w->prog.step >= w->cfg.train.steps) return 0;
-    return w->mode->checkpoint_ok(w); /* DiLoCo: outer-round boundaries only; streaming: never */
+    return every > 0 && w->prog.step % every == 0 && w->prog.step < w->cfg.train.steps;
+}
+
+/* The residuals of every sync of the mode, in creation order, as one state file. */
+static xdc_err_t residuals_io(orch_worker *w, const char *dir, int save, xdc_diag *diag)
+{
+    xdc_sync *syncs[ORCH_MAX_SYNCS];
+    int n = orch_worker_syncs(w, syncs, ORCH_MAX_SYNCS);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += xdc_sync_residual_elems(syncs[i]);
+    float *host = xdc_malloc((total ? total : 1) * sizeof(float)); /* (total) fp32, sync after sync */
+    if (!host) return XDC_ERR_NOMEM;
+    xdc_err_t rc = XDC_OK;
+    if (!save) rc = xdc_ckpt_blob_load(dir, RESIDUALS_FILE, host, total * sizeof(float), diag);
+    size_t off = 0;
+    for (int i = 0; i < n && rc == XDC_OK; i++) {
+        size_t k = xdc_sync_residual_elems(syncs[i]);
+        rc = save ? xdc_sync_residual_get(syncs[i], host + off, k, diag)
+                  : xdc_sync_residual_set(syncs[i], host + off, k, diag);
+        off += k;
+    }
+    if (save && rc == XDC_OK) rc = xdc_ckpt_blob_save(dir, RESIDUALS_FILE, host, total * sizeof(float), diag);
+    xdc_free(host);
+    return rc;
+}
+
+/* The WAN codec in use, as the MANIFEST records it: with `plan: auto` the planner's word (what a re-plan
+ * compares with), else the run's codec in canonical form. */
+static void wan_codec_now(const orch_worker *w, char *out, size_t cap)
+{
+    if (w->cfg.plan_auto) snprintf(out, cap, "%s", w->planned.plan.codec);
+    else xdc_codec_format(&w->comm.codec_cfg, out, cap);
+}
+
+/* This worker's files of the checkpoint. */
+static xdc_err_t save_files(orch_worker *w, const char *dir, xdc_diag *diag)
+{
+    XDC_CHECK(orch_mkdirs(dir, 0755, diag));
+    xdc_ckpt_meta meta = {.stage = w->id.stage, .n_stages = w->id.n_stages, .step = w->prog.step};
+    if (w->model.data) meta.data_pos = xdc_data_get_pos(w->model.data);
+    XDC_CHECK(xdc_ckpt_save(dir, w->model.st, &meta, diag));
+    XDC_CHECK(residuals_io(w, dir, 1, diag));
+    return w->mode->checkpoint_io ? w->mode->checkpoint_io(w, w->mode_state, dir, 1, diag) : XDC_OK;
+}
+
+/* Global rank 0, after the barrier: 1 when every worker posted that it wrote this step's files; else the
+ * first one that did not is named in `who`. */
+static int all_written(orch_worker *w, char *who, size_t cap, xdc_diag *diag)
+{
+    for (int r = 0; r < w->id.n_regions; r++)
+        for (int k = 0; k < w->id.lsize; k++) {
+            char key[64], val[128];
+            long long step = -1;
+            char what[16] = "";
+            snprintf(key, sizeof key, "ckpt/%d/%d", r, k);
+            if (rdzv_try_get(w->comm.rdzv, key, val, sizeof val, diag) != XDC_OK ||
+                sscanf(val, "%lld %15s", &step, what) != 2 || step != w->prog.step || strcmp(what, "ok") != 0) {
+                snprintf(who, cap, "%s/%d", w->topo->regions[r].name, k);
+                return 0;
+            }
+        }
+    return 1;
 }
 
 xdc_err_t orch_checkpoint_save(orch_worker *w, xdc_diag *diag)
 {
     char dir[1024];
     worker_dir(w, w->prog.step, dir, sizeof dir);
-    XDC_CHECK(mkdirs(dir, diag));
-    xdc_ckpt_meta meta = {.stage = w->id.stage, .n_stages = w->id.n_stages, .step = w->prog.step};
-    if (w->model.data) meta.data_pos = xdc_data_get_pos(w->model.data);
-    XDC_CHECK(xdc_ckpt_save(dir, w->model.st, &meta, diag));
-    if (w->mode->checkpoint_io) XDC_CHECK(w->mode->checkpoint_io(w, w->mode_state, dir, 1, diag));
+    xdc_diag d = {{0}};
+    xdc_err_t rc = save_files(w, dir, &d);
+    if (rc != XDC_OK && (rc != XDC_ERR_IO || !w->cfg.checkpoint_continue)) {
+        *diag = d;
+        xdc_diag_prefix(diag, "checkpoint of step %lld", (long long)w->prog.step);
+        return rc;
+    }
+    if (rc != XDC_OK)
+        XDC_WARN(XDC_SUB_ORCH,
+                 "checkpoint of step %lld not written: %s (checkpoint_failure: continue: the run goes on "
+                 "without it)",
+                 (long long)w->prog.step, d.msg);
+    /* With `stop`, a worker that failed never reaches the barrier, so passing it means everyone wrote; with
+     * `continue` each posts its outcome first (rank 0 then reads one key per worker). */
+    if (w->cfg.checkpoint_continue) {
+        char key[64], val[64];
+        snprintf(key, sizeof key, "ckpt/%d/%d", w->id.region_idx, w->id.lrank);
+        snprintf(val, sizeof val, "%lld %s", (long long)w->prog.step, rc == XDC_OK ? "ok" : "failed");
+        XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
+    }
     /* One reusable barrier for every checkpoint: all workers checkpoint at the same steps. */
     XDC_CHECK(rdzv_barrier(w->comm.rdzv, "checkpoint", w->id.gsize, w->cfg.op_timeout_ms, diag));
     if (w->id.grank != 0) return XDC_OK;
-    char manifest[1100], tmp[1200];
-    snprintf(manifest, sizeof manifest, "%s/ckpt/step-%08lld/MANIFEST", w->id.run_dir, (long long)w->prog.step);
-    snprintf(tmp, sizeof tmp, "%s.tmp", manifest);
-    /* Created afresh, never through a link planted at the temp name (a stale one is removed first). */
-    if (unlink(tmp) != 0 && errno != ENOENT) {
-        xdc_diag_set(diag, "cannot remove a stale %s: %s", tmp, strerror(errno));
-        return XDC_ERR_IO;
+    char who[XDC_NAME_MAX + 16];
+    if (w->cfg.checkpoint_continue && !all_written(w, who, sizeof who, diag)) {
+        XDC_WARN(XDC_SUB_ORCH,
+                 "checkpoint of step %lld incomplete: %s did not write its files; no MANIFEST, the "
+                 "newest complete checkpoint stays the one before",
+                 (long long)w->prog.step, who);
+        return XDC_OK;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (!f) {
-        xdc_diag_set(diag, "cannot write %s: %s", tmp, strerror(errno));
-        if (fd >= 0) close(fd);
-        return XDC_ERR_IO;
+    orch_manifest m;
+    XDC_CHECK(orch_manifest_expect(&w->cfg, w->topo, &m, diag));
+    m.step = w->prog.step;
+    snprintf(m.run, sizeof m.run, "%s", w->id.run_id);
+    wan_codec_now(w, m.wan_codec, sizeof m.wan_codec);
+    m.period = w->cfg.diloco_inner_steps;
+    rc = orch_manifest_write(w->id.run_dir, &m, diag);
+    if (rc == XDC_ERR_IO && w->cfg.checkpoint_continue) {
+        XDC_WARN(XDC_SUB_ORCH, "checkpoint of step %lld not committed: %s (checkpoint_failure: continue)",
+                 (long long)w->prog.step, diag->msg);
+        return XDC_OK;
     }
-    fprintf(f, "{\"step\": %lld, \"workers\": %d, \"mode\": \"%s\", \"run\": \"%s\"}\n", (long long)w->prog.step,
-            w->id.gsize, orch_mode_name(w->cfg.mode), w->id.run_id);
-    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-    fclose(f);
-    if (!ok || rename(tmp, manifest) != 0) {
-        xdc_diag_set(diag, "cannot commit %s", manifest);
-        return XDC_ERR_IO;
-    }
+    XDC_CHECK(rc);
     XDC_INFO(XDC_SUB_ORCH, "checkpoint of step %lld complete", (long long)w->prog.step);
     return XDC_OK;
 }
 
-/* Newest step with a MANIFEST, or -1. */
-static int64_t newest_complete(const char *run_dir)
-{
-    char base[1024];
-    snprintf(base, sizeof base, "%s/ckpt", run_dir);
-    DIR *d = opendir(base);
-    if (!d) return -1;
-    int64_t best = -1;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        int64_t step;
-        if (strncmp(e->d_name, "step-", 5) != 0 || xdc_parse_i64(e->d_name + 5, 0, INT64_MAX, &step, NULL) != XDC_OK)
-            continue;
-        char manifest[1400];
-        snprintf(manifest, sizeof manifest, "%s/%s/MANIFEST", base, e->d_name);
-        if (access(manifest, R_OK) == 0 && step > best) best = step;
-    }
-    closedir(d);
-    return best;
-}
-
 xdc_err_t orch_checkpoint_resume(orch_worker *w, xdc_diag *diag)
 {
-    int64_t step = newest_complete(w->id.run_dir);
+    int64_t step = orch_manifest_newest(w->id.run_dir);
     if (step < 0) {
         XDC_INFO(XDC_SUB_ORCH, "resume: no complete checkpoint under %s/ckpt; starting from step 0", w->id.run_dir);
         return XDC_OK;
     }
+    orch_manifest found, want;
+    XDC_CHECK(orch_manifest_read(w->id.run_dir, step, &found, diag));
+    XDC_CHECK(orch_manifest_expect(&w->cfg, w->topo, &want, diag));
+    XDC_CHECK(orch_manifest_check(w->id.run_dir, &found, &want, diag));
     char dir[1024];
     worker_dir(w, step, dir, sizeof dir);
     xdc_ckpt_meta meta;
@@ -124,6 +174,16 @@ xdc_err_t orch_checkpoint_resume(orch_worker *w, xdc_diag *diag)
                      (unsigned long long)xdc_data_batches_per_epoch(w->model.data));
         return XDC_ERR_CORRUPT;
     }
+    /* The codec and period a re-plan chose before the checkpoint, before the residuals (their size is the
+     * codec's). */
+    char now[32];
+    wan_codec_now(w, now, sizeof now);
+    if (strcmp(now, found.wan_codec) != 0 || found.period != w->cfg.diloco_inner_steps) {
+        XDC_CHECK(orch_train_switch_wan(w, found.wan_codec, found.period, diag));
+        XDC_INFO(XDC_SUB_ORCH, "resume: the checkpoint ran codec %s, period %d (re-planned)", found.wan_codec,
+                 found.period);
+    }
+    XDC_CHECK(residuals_io(w, dir, 0, diag));
     if (w->mode->checkpoint_io) XDC_CHECK(w->mode->checkpoint_io(w, w->mode_state, dir, 0, diag));
     w->prog.step = meta.step;
     XDC_INFO(XDC_SUB_ORCH, "resumed from the checkpoint of step %lld (%s)", (long long)step, dir);

@@ -2,24 +2,23 @@
  * every H steps the pseudo-gradient `global − local` of the whole stage goes across regions (codec +
  * error feedback) and an outer Nesterov step updates the global parameters: m = μm + Δ;
  * global −= η(Δ + μm); local = global. A run ends with a final outer round so all regions report one
- * model. Checkpoints are taken at outer-round boundaries only, with the outer momentum next to the
- * stage checkpoint. The outer loop (orch_outer_*) is shared with streaming mode. */
+ * model. A checkpoint (any step) carries the outer global parameters and momentum next to the stage
+ * checkpoint. The outer loop (orch_outer_*) is shared with streaming mode. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_time.h"
 #include "kernels/xdc_model_ops.h"
+#include "model/xdc_ckpt.h"
 
-#include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 static double now_s(void) { return (double)xdc_now_ns() / 1e9; }
 
 /* The outer state lives on the stage's device and its arithmetic runs there: the backend's model ops
  * (sub, outer_nesterov, residual_forward) queued on the stage's compute stream, so it is ordered after the
  * optimizer step and before the next forward with no host wait, and each sync's ready event (recorded on
- * that stream) captures it. Only the momentum's checkpoint crosses to the host. */
+ * that stream) captures it. Only a checkpoint's copy crosses to the host. */
 static const xdc_device_ops *dev_of(const orch_worker *w) { return w->model.be->device; }
 static const xdc_model_ops *ops_of(const orch_worker *w) { return w->model.be->model; }
 static xdc_stream *stream_of(const orch_worker *w) { return xdc_gpt_stage_stream(w->model.st); }
@@ -159,36 +158,28 @@ static int diloco_syncs(const void *state, xdc_sync **out, int cap)
 
 static xdc_sync *diloco_replan_sync(const void *state) { return ((const diloco_state *)state)->outer.sync; }
 
-static int diloco_checkpoint_ok(const orch_worker *w) { return w->prog.step % w->cfg.diloco_inner_steps == 0; }
+xdc_err_t orch_outer_checkpoint_io(orch_worker *w, orch_outer *o, const char *dir, int save, xdc_diag *diag)
+{
+    float *dev[2] = {o->global, o->mom};
+    const char *name[2] = {"outer-global.ckpt", "outer-momentum.ckpt"};
+    size_t bytes = w->model.n_params * sizeof(float);
+    for (int i = 0; i < 2; i++) { /* through the pinned staging, one buffer after the other */
+        if (save) {
+            XDC_CHECK(dev_of(w)->copy_d2h(o->host, dev[i], bytes, stream_of(w)));
+            XDC_CHECK(wait_copies(w));
+            XDC_CHECK(xdc_ckpt_blob_save(dir, name[i], o->host, bytes, diag));
+        } else {
+            XDC_CHECK(xdc_ckpt_blob_load(dir, name[i], o->host, bytes, diag));
+            XDC_CHECK(dev_of(w)->copy_h2d(dev[i], o->host, bytes, stream_of(w)));
+            XDC_CHECK(wait_copies(w));
+        }
+    }
+    return XDC_OK;
+}
 
-/* The outer momentum next to the stage checkpoint: raw fp32 (n_params), checked by size. On load the
- * global parameters become the checkpoint's (taken at an outer-round boundary, where local = global). */
 static xdc_err_t diloco_checkpoint_io(orch_worker *w, void *state, const char *dir, int save, xdc_diag *diag)
 {
-    diloco_state *st = state;
-    char path[1200];
-    snprintf(path, sizeof path, "%s/outer-momentum.f32", dir);
-    FILE *f = fopen(path, save ? "wb" : "rb");
-    size_t n = 0, want = w->model.n_params;
-    float *hm = st->outer.host; /* the momentum's staging */
-    if (save) {
-        XDC_CHECK(dev_of(w)->copy_d2h(hm, st->outer.mom, want * sizeof(float), stream_of(w)));
-        XDC_CHECK(wait_copies(w));
-    }
-    if (f) {
-        n = save ? fwrite(hm, sizeof(float), want, f) : fread(hm, sizeof(float), want, f);
-        if (save && fflush(f) == 0) fsync(fileno(f));
-        fclose(f);
-    }
-    if (n != want) {
-        xdc_diag_set(diag, "%s: cannot %s %zu floats", path, save ? "write" : "read", want);
-        return save ? XDC_ERR_IO : XDC_ERR_CORRUPT;
-    }
-    if (save) return XDC_OK;
-    XDC_CHECK(dev_of(w)->copy_h2d(st->outer.mom, hm, want * sizeof(float), stream_of(w)));
-    XDC_CHECK(
-        dev_of(w)->copy_d2d(st->outer.global, xdc_gpt_stage_params(w->model.st), want * sizeof(float), stream_of(w)));
-    return wait_copies(w);
+    return orch_outer_checkpoint_io(w, &((diloco_state *)state)->outer, dir, save, diag);
 }
 
 const orch_mode_ops orch_mode_diloco_ops = {.name = "diloco",
@@ -198,5 +189,4 @@ const orch_mode_ops orch_mode_diloco_ops = {.name = "diloco",
                                             .destroy = diloco_destroy,
                                             .syncs = diloco_syncs,
                                             .replan_sync = diloco_replan_sync,
-                                            .checkpoint_ok = diloco_checkpoint_ok,
                                             .checkpoint_io = diloco_checkpoint_io};

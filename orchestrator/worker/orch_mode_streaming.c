@@ -5,7 +5,8 @@
  * thread's queue the fragment's round is always posted before the next step's gradient round, on every
  * replica and region alike, so the two share the thread without waiting on each other: the gradient
  * round runs once the fragment's exchange is done. A run ends with a final outer round over the whole
- * stage. Streaming does not checkpoint (fragments are in flight across steps) and is not re-planned. */
+ * stage. A fragment is sent at the start of the step after the one it is due at, so none is in flight
+ * between steps: a checkpoint holds the outer state and nothing on the wire. Streaming is not re-planned. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
@@ -116,17 +117,21 @@ static xdc_err_t launch(orch_worker *w, streaming_state *st)
     return XDC_OK;
 }
 
+/* The fragment due after step w->prog.step leaves at the start of the next step (or of the finish), not
+ * at the end of this one: the same operations in the same order on the stage's stream and the comm
+ * thread, but no fragment is in flight between steps, where checkpoints are taken. */
 static xdc_err_t streaming_step(orch_worker *w, void *state, float *loss, xdc_diag *diag)
 {
     streaming_state *st = state;
+    if (w->prog.step > 0) XDC_CHECK(launch(w, st));
     XDC_CHECK(orch_train_inner_step(w, st->grad, loss, diag));
-    XDC_CHECK(land(w, st, diag));
-    return launch(w, st);
+    return land(w, st, diag);
 }
 
 static xdc_err_t streaming_finish(orch_worker *w, void *state, xdc_diag *diag)
 {
     streaming_state *st = state;
+    XDC_CHECK(launch(w, st));
     XDC_CHECK(land(w, st, diag));
     return orch_outer_round(w, &st->outer, diag);
 }
@@ -161,10 +166,10 @@ static xdc_sync *streaming_replan_sync(const void *state)
     return NULL;
 }
 
-static int streaming_checkpoint_ok(const orch_worker *w)
+/* No fragment is in flight between steps (launch waits for the next step), so the outer state is all. */
+static xdc_err_t streaming_checkpoint_io(orch_worker *w, void *state, const char *dir, int save, xdc_diag *diag)
 {
-    (void)w;
-    return 0;
+    return orch_outer_checkpoint_io(w, &((streaming_state *)state)->outer, dir, save, diag);
 }
 
 const orch_mode_ops orch_mode_streaming_ops = {.name = "streaming",
@@ -174,5 +179,4 @@ const orch_mode_ops orch_mode_streaming_ops = {.name = "streaming",
                                                .destroy = streaming_destroy,
                                                .syncs = streaming_syncs,
                                                .replan_sync = streaming_replan_sync,
-                                               .checkpoint_ok = streaming_checkpoint_ok,
-                                               .checkpoint_io = NULL};
+                                               .checkpoint_io = streaming_checkpoint_io};

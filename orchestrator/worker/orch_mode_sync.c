@@ -50,12 +50,6 @@ static int sync_syncs(const void *state, xdc_sync **out, int cap)
 
 static xdc_sync *sync_replan_sync(const void *state) { return ((const sync_state *)state)->grad; }
 
-static int sync_checkpoint_ok(const orch_worker *w)
-{
-    (void)w;
-    return 1;
-}
-
 const orch_mode_ops orch_mode_sync_ops = {.name = "sync",
                                           .setup = sync_setup,
                                           .step = sync_step,
@@ -63,5 +57,4 @@ const orch_mode_ops orch_mode_sync_ops = {.name = "sync",
                                           .destroy = sync_destroy,
                                           .syncs = sync_syncs,
                                           .replan_sync = sync_replan_sync,
-                                          .checkpoint_ok = sync_checkpoint_ok,
                                           .checkpoint_io = NULL};

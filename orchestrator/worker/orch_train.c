@@ -385,9 +385,6 @@ static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
     char codec[32];
     int period;
     if (sscanf(val, "%31s %d %lf %lf", codec, &period, &measured, &planned) != 4) return XDC_OK;
-    xdc_codec_cfg cc = w->comm.codec_cfg;
-    XDC_CHECK(xdc_codec_parse(codec, &cc, diag));
-    XDC_CHECK(xdc_sync_set_codec(sync, &cc, diag));
     XDC_INFO(XDC_SUB_ORCH,
              "re-plan at step %lld: measured WAN goodput %.3f Gbit/s against %.3f planned: codec %s -> %s, "
              "period %d -> %d",
@@ -396,6 +393,15 @@ static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
     if (reporter(w))
         printf("step %5lld  re-plan: goodput %.3f Gbit/s vs %.3f planned: codec %s -> %s\n", (long long)w->prog.step,
                measured, planned, w->planned.plan.codec, codec);
+    return orch_train_switch_wan(w, codec, period, diag);
+}
+
+xdc_err_t orch_train_switch_wan(orch_worker *w, const char *codec, int period, xdc_diag *diag)
+{
+    xdc_sync *sync = w->mode->replan_sync(w->mode_state);
+    xdc_codec_cfg cc = w->comm.codec_cfg;
+    XDC_CHECK(xdc_codec_parse(codec, &cc, diag));
+    if (sync) XDC_CHECK(xdc_sync_set_codec(sync, &cc, diag));
     snprintf(w->planned.plan.codec, sizeof w->planned.plan.codec, "%s", codec);
     w->comm.codec_cfg = cc;
     if (period > 0 && w->cfg.mode == ORCH_MODE_DILOCO) w->cfg.diloco_inner_steps = w->planned.plan.inner_steps = period;
@@ -557,10 +563,11 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
         /* The last step's row waits for the final evaluation below. */
         if (w->prog.step < c->steps) step_row(w, &row, run_t0);
         else last = row;
-        if (orch_checkpoint_due(w)) XDC_CHECK(orch_checkpoint_save(w, diag));
         if (w->cfg.plan_auto && w->cfg.replan_every > 0 && w->id.n_regions > 1 && !w->id.span &&
             w->prog.step % w->cfg.replan_every == 0 && w->prog.step < c->steps)
             XDC_CHECK(replan(w, diag));
+        /* After the re-plan: the checkpoint holds the codec and period the next step runs with. */
+        if (orch_checkpoint_due(w)) XDC_CHECK(orch_checkpoint_save(w, diag));
         char status[64];
         snprintf(status, sizeof status, "step %lld", (long long)w->prog.step);
         if (w->prog.step % 10 == 0) rdzv_heartbeat(w->comm.rdzv, status, diag);

@@ -144,9 +144,8 @@ typedef struct orch_mode_ops {
     /* The sync that carries the WAN traffic a re-plan may switch, or NULL (streaming: fragments are in
      * flight across steps). */
     xdc_sync *(*replan_sync)(const void *state);
-    /* Whether a checkpoint may be taken at w->prog.step, and what the mode saves or loads next to the
-     * stage checkpoint in `dir` (NULL: nothing). */
-    int (*checkpoint_ok)(const orch_worker *w);
+    /* What the mode saves or loads next to the stage checkpoint in `dir` (NULL: nothing); a checkpoint may
+     * be taken after any step. */
     xdc_err_t (*checkpoint_io)(orch_worker *w, void *state, const char *dir, int save, xdc_diag *diag);
 } orch_mode_ops;
 
@@ -178,6 +177,9 @@ xdc_err_t orch_train_inner_step(orch_worker *w, xdc_sync *grad_sync, float *loss
 /* Stragglers: for each of n regions, its pace (compute seconds per step; <= 0: unknown) over the median
  * of the other regions' known paces, into slowdown[n] (0 where either is unknown). */
 void orch_pace_slowdowns(const double *pace, int n, double *slowdown);
+/* Switch the WAN codec (the mode's re-plan sync, its residuals carried over) and, in DiLoCo, the period
+ * (> 0) to a re-plan's choice: at a re-plan, and on resume to what the checkpoint ran with. */
+xdc_err_t orch_train_switch_wan(orch_worker *w, const char *codec, int period, xdc_diag *diag);
 /* Pipeline-forward the fixed validation batches; every stage returns the same mean loss. */
 xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag);
 
@@ -207,8 +209,10 @@ typedef struct orch_outer {
     float *global;  /* device (n_params) the last agreed global parameters */
     float *mom;     /* device (n_params) outer Nesterov momentum */
     float *pseudo;  /* device (n_params) pseudo-gradient: what the sync averages */
-    float *host;    /* pinned host (n_params): the momentum's checkpoint staging */
+    float *host;    /* pinned host (n_params): the checkpoint's staging of global and momentum */
 } orch_outer;
+/* Save (or load) global and mom as state files next to the stage checkpoint in `dir`. */
+xdc_err_t orch_outer_checkpoint_io(orch_worker *w, orch_outer *o, const char *dir, int save, xdc_diag *diag);
 /* Buffers (global = the stage's parameters now) and the pseudo-gradient sync over `dp` and the regions. */
 xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag);
 void orch_outer_destroy(orch_worker *w, orch_outer *o);
