@@ -6,6 +6,7 @@
 #include "common/xdc_parse.h"
 
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/x509v3.h>
 
 #include <errno.h>
@@ -30,7 +31,7 @@ void wan_tls_errq(char *buf, size_t cap)
     }
 }
 
-static int valid_name(const char *s, size_t n)
+int wan_tls_valid_name(const char *s, size_t n)
 {
     if (n == 0 || n >= XDC_WAN_NAME_MAX) return 0;
     for (size_t i = 0; i < n; i++) {
@@ -52,7 +53,7 @@ xdc_err_t xdc_wan_identity_parse(const char *uri, xdc_wan_identity *out, xdc_dia
     const char *run = uri + sizeof prefix - 1;
     const char *s1 = strchr(run, '/');
     const char *s2 = s1 ? strchr(s1 + 1, '/') : NULL;
-    if (!s1 || !s2 || !valid_name(run, (size_t)(s1 - run)) || !valid_name(s1 + 1, (size_t)(s2 - s1 - 1))) {
+    if (!s1 || !s2 || !wan_tls_valid_name(run, (size_t)(s1 - run)) || !wan_tls_valid_name(s1 + 1, (size_t)(s2 - s1 - 1))) {
         xdc_diag_set(diag, "identity '%s' is not xdc://RUN/REGION/RANK (names: letters, digits, - _ .)", uri);
         return XDC_ERR_AUTH;
     }
@@ -89,7 +90,41 @@ xdc_err_t wan_tls_cert_identity(X509 *cert, xdc_wan_identity *out, xdc_diag *dia
     return rc;
 }
 
-static xdc_err_t ctx_new(const xdc_wan_config *cfg, int server, SSL_CTX **out, xdc_diag *diag)
+/* The CRL in cfg->crl_path, checked to be the cluster CA's (signature, issuer) and current, so that a wrong
+ * or stale file is a configuration error at start instead of every handshake failing later. */
+static xdc_err_t crl_read(const xdc_wan_config *cfg, X509_CRL **out, xdc_diag *diag)
+{
+    char why[512];
+    X509 *ca = NULL;
+    FILE *f = fopen(cfg->crl_path, "r");
+    if (!f) {
+        xdc_diag_set(diag, "TLS credentials: CRL %s: %s", cfg->crl_path, strerror(errno));
+        return XDC_ERR_CONFIG;
+    }
+    *out = PEM_read_X509_CRL(f, NULL, NULL, NULL);
+    fclose(f);
+    if ((f = fopen(cfg->ca_path, "r")) != NULL) {
+        ca = PEM_read_X509(f, NULL, NULL, NULL);
+        fclose(f);
+    }
+    const char *bad = NULL;
+    if (!*out) bad = "not a PEM CRL";
+    else if (!ca) bad = "the CA certificate cannot be read to check it";
+    else if (X509_NAME_cmp(X509_CRL_get_issuer(*out), X509_get_subject_name(ca)) != 0 ||
+             X509_CRL_verify(*out, X509_get0_pubkey(ca)) != 1)
+        bad = "not issued by the cluster CA";
+    else if (X509_CRL_get0_nextUpdate(*out) && X509_cmp_current_time(X509_CRL_get0_nextUpdate(*out)) < 0)
+        bad = "expired (its next update is past); revoke again on the CA host to renew it";
+    X509_free(ca);
+    if (!bad) return XDC_OK;
+    wan_tls_errq(why, sizeof why);
+    xdc_diag_set(diag, "TLS credentials: CRL %s: %s%s%s", cfg->crl_path, bad, why[0] ? ": " : "", why);
+    X509_CRL_free(*out);
+    *out = NULL;
+    return XDC_ERR_CONFIG;
+}
+
+static xdc_err_t ctx_new(const xdc_wan_config *cfg, X509_CRL *crl, int server, SSL_CTX **out, xdc_diag *diag)
 {
     char why[512];
     SSL_CTX *ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
@@ -111,6 +146,11 @@ static xdc_err_t ctx_new(const xdc_wan_config *cfg, int server, SSL_CTX **out, x
     if (SSL_CTX_check_private_key(ctx) != 1) goto bad;
     what = cfg->ca_path;
     if (SSL_CTX_load_verify_locations(ctx, cfg->ca_path, NULL) != 1) goto bad;
+    if (crl) { /* the leaf's serial is looked up in the CA's CRL; a listed one fails with "certificate revoked" */
+        X509_STORE *store = SSL_CTX_get_cert_store(ctx);
+        what = cfg->crl_path;
+        if (X509_STORE_add_crl(store, crl) != 1 || X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK) != 1) goto bad;
+    }
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | (server ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), NULL);
     *out = ctx;
     return XDC_OK;
@@ -129,19 +169,23 @@ xdc_err_t wan_tls_create(const xdc_wan_config *cfg, SSL_CTX **server, SSL_CTX **
         return XDC_ERR_CONFIG;
     }
     SSL_CTX *s = NULL, *c = NULL;
+    X509_CRL *crl = NULL;
     xdc_err_t rc;
-    XDC_CHECK_GOTO(ctx_new(cfg, 1, &s, diag), rc, fail);
-    XDC_CHECK_GOTO(ctx_new(cfg, 0, &c, diag), rc, fail);
+    if (cfg->crl_path) XDC_CHECK(crl_read(cfg, &crl, diag));
+    XDC_CHECK_GOTO(ctx_new(cfg, crl, 1, &s, diag), rc, fail);
+    XDC_CHECK_GOTO(ctx_new(cfg, crl, 0, &c, diag), rc, fail);
     rc = wan_tls_cert_identity(SSL_CTX_get0_certificate(s), self, diag);
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "our certificate %s", cfg->cert_path);
         rc = XDC_ERR_CONFIG;
         goto fail;
     }
+    X509_CRL_free(crl); /* each store holds its own reference */
     *server = s;
     *client = c;
     return XDC_OK;
 fail:
+    X509_CRL_free(crl);
     SSL_CTX_free(s);
     SSL_CTX_free(c);
     return rc;

@@ -22,6 +22,8 @@ xdc_err_t wan_tls_check_peer(SSL *ssl, const xdc_wan_identity *self, const char 
  * map it to XDC_ERR_AUTH (a certificate was refused) or XDC_ERR_TLS / XDC_ERR_CLOSED. Clears the
  * OpenSSL error queue of this thread. */
 xdc_err_t wan_tls_explain(SSL *ssl, int ssl_err, xdc_diag *diag);
+/* 1 when s[0..n) is a name an identity may hold: 1..XDC_WAN_NAME_MAX-1 of letters, digits, - _ . */
+int wan_tls_valid_name(const char *s, size_t n);
 /* Reason text for the OpenSSL error queue ("" when empty); clears it. */
 void wan_tls_errq(char *buf, size_t cap);
 
