@@ -23,6 +23,7 @@ typedef struct {
     const orch_agent_opts *o;
     xdc_topology *t;
     orch_identity id;
+    orch_creds creds;        /* the folder, CA and CRL handed to every worker */
     int region;              /* index of id.region in the topology */
     orch_device override;    /* --device, else XDC_DEVICE, else ORCH_DEVICE_TOPOLOGY */
     const char *device_from; /* where the override came from */
@@ -72,6 +73,12 @@ static xdc_err_t agent_setup(agent *a, xdc_diag *diag)
         xdc_diag_set(diag, "the coordinator address is not host:port");
         return XDC_ERR_CONFIG;
     }
+    /* Every worker's key and certificate before any starts: a missing one is named once, here. */
+    XDC_CHECK(orch_creds_resolve(&a->o->creds, a->o->run_dir, &a->creds, diag));
+    int wpn = a->t->regions[a->region].workers_per_node;
+    for (int s = 0; s < wpn; s++) XDC_CHECK(orch_creds_member(&a->creds, a->id.region, a->id.node * wpn + s, diag));
+    XDC_INFO(XDC_SUB_ORCH, "credentials: folder %s (from %s), CA %s, %s%s", a->creds.dir, a->creds.dir_from,
+             a->creds.ca, a->creds.crl[0] ? "CRL " : "no CRL", a->creds.crl);
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/pids", a->o->run_dir);
     snprintf(a->logdir, sizeof a->logdir, "%s/logs", a->o->run_dir);
@@ -120,7 +127,7 @@ static xdc_err_t start_worker(agent *a, int s, xdc_diag *diag)
         xdc_diag_prefix(diag, "worker environment of slot %d", s);
         return XDC_ERR_CONFIG;
     }
-    char *argv[14];
+    char *argv[20];
     int n = 0;
     argv[n++] = "worker";
     argv[n++] = "--topology";
@@ -131,6 +138,7 @@ static xdc_err_t start_worker(agent *a, int s, xdc_diag *diag)
     argv[n++] = (char *)a->o->run_dir;
     if (a->o->emulate_wan) argv[n++] = "--emulate-wan";
     if (a->o->resume) argv[n++] = "--resume";
+    n += orch_creds_argv(&a->creds, argv + n);
     if (a->override != ORCH_DEVICE_TOPOLOGY) { /* the agent's choice, whatever the workers' environment says */
         argv[n++] = "--device";
         argv[n++] = (char *)orch_device_name(a->override);

@@ -5,6 +5,7 @@
 #define ORCH_AGENT_H
 
 #include "common/xdc_err.h"
+#include "orchestrator/control/orch_creds.h"
 #include "orchestrator/control/orch_device.h"
 #include "orchestrator/control/orch_identity.h"
 
@@ -14,10 +15,12 @@ typedef struct orch_agent_opts {
     orch_identity_flags id;                  /* --region --node --host --coordinator --run-id */
     const char *device;                      /* --device word (NULL: XDC_DEVICE, else the topology) */
     const orch_device_probe *probe;          /* the kernel registry's answers (NULL: no node check) */
+    orch_creds_flags creds;                  /* --cert-dir --ca --crl: this node's own credentials */
 } orch_agent_opts;
 
 /* Set up and supervise this node's workers until they end. XDC_OK when every worker exited 0;
- * XDC_ERR_CONFIG for a topology, identity or worker-environment problem (topology errors are printed
+ * XDC_ERR_CONFIG for a topology, identity, credentials (a worker's key or certificate, the CA
+ * or CRL missing) or worker-environment problem (topology errors are printed
  * to stderr, the rest is in diag); XDC_ERR_INVALID for a device word that names no device; before any
  * worker starts, the device check (orch_device_check_node: XDC_ERR_UNAVAILABLE when the node sees fewer
  * GPUs than it needs, the registry's refusal of the device); XDC_ERR_UNAVAILABLE when a worker cannot

@@ -49,6 +49,7 @@ typedef struct {
     uint64_t next_nag;
     int joined;
     orch_device device; /* the override for every region (ORCH_DEVICE_TOPOLOGY: none) */
+    orch_creds creds;   /* the rendezvous's credentials (coordinator/0); their folder, CA, CRL go to agents */
     orch_procs agents;
     xdc_err_t blamed; /* the error of the member blamed for the failure; XDC_OK: none */
 } launch;
@@ -63,9 +64,11 @@ void orch_launch_opts_default(orch_launch_opts *o, int coordinator)
     o->degrade = 1.0;
 }
 
-/* Certificates: the CA, the coordinator's, one per worker (region, local rank). Reused on --resume. */
+/* Certificates: the CA, the coordinator's, one per worker (region, local rank), unless the credentials
+ * were given (then every node brings its own). Reused on --resume. */
 static xdc_err_t make_certs(launch *L, xdc_diag *diag)
 {
+    if (orch_creds_given(&L->o.creds)) return XDC_OK;
     char dir[600], ca[700];
     snprintf(dir, sizeof dir, "%s/certs", L->run_dir);
     snprintf(ca, sizeof ca, "%s/ca.pem", dir);
@@ -87,16 +90,18 @@ static xdc_err_t make_certs(launch *L, xdc_diag *diag)
 
 static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
 {
-    char cert[700], key[700], ca[700];
-    snprintf(cert, sizeof cert, "%s/certs/%s-0.pem", L->run_dir, RDZV_SERVER_REGION);
-    snprintf(key, sizeof key, "%s/certs/%s-0.key", L->run_dir, RDZV_SERVER_REGION);
-    snprintf(ca, sizeof ca, "%s/certs/ca.pem", L->run_dir);
+    XDC_CHECK(orch_creds_resolve(&L->o.creds, L->run_dir, &L->creds, diag));
+    XDC_CHECK(orch_creds_member(&L->creds, RDZV_SERVER_REGION, 0, diag));
     xdc_wan_config wc = XDC_WAN_CONFIG_INIT;
-    wc.cert_path = cert;
-    wc.key_path = key;
-    wc.ca_path = ca;
+    orch_creds_apply(&L->creds, &wc);
     wc.streams = 1;
     XDC_CHECK(xdc_wan_engine_create(&wc, &L->eng, diag));
+    const char *run = xdc_wan_engine_identity(L->eng)->run;
+    if (strcmp(run, L->run_id) != 0) {
+        xdc_diag_set(diag, "%s names run '%s', but this run is '%s' (give --run-id %s)", L->creds.cert, run, L->run_id,
+                     run);
+        return XDC_ERR_CONFIG;
+    }
     int total = xdc_topology_total_workers(L->t);
     char **names = xdc_calloc((size_t)total, sizeof *names);
     if (!names) return XDC_ERR_NOMEM;
@@ -212,8 +217,15 @@ static xdc_err_t start_agent(launch *L, int r, int n, xdc_diag *diag)
                     NULL,
                     NULL,
                     NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
                     NULL};
     int a = 17;
+    a += orch_creds_argv(&L->creds, argv + a);
     if (L->o.emulate) argv[a++] = "--emulate-wan";
     if (L->o.resume) argv[a++] = "--resume";
     if (L->device != ORCH_DEVICE_TOPOLOGY) {
@@ -521,10 +533,11 @@ static void print_banner(launch *L)
     printf("devices: %s\n", devices);
     if (L->o.coordinator)
         printf("start one agent per node with:\n  xdc agent --topology %s --config %s --run-dir %s --coordinator %s"
-               " --run-id %s --region REGION --node N%s%s%s\n",
+               " --run-id %s --region REGION --node N%s%s%s%s\n",
                L->o.topology, L->o.config, L->run_dir, L->coordinator, L->run_id, L->o.emulate ? " --emulate-wan" : "",
                L->device != ORCH_DEVICE_TOPOLOGY ? " --device " : "",
-               L->device != ORCH_DEVICE_TOPOLOGY ? orch_device_name(L->device) : "");
+               L->device != ORCH_DEVICE_TOPOLOGY ? orch_device_name(L->device) : "",
+               orch_creds_given(&L->o.creds) ? " --cert-dir NODE_CERTS --ca ca.pem [--crl crl.pem]" : "");
     fflush(stdout);
 }
 

@@ -6,6 +6,7 @@
 #define ORCH_LAUNCH_H
 
 #include "common/xdc_err.h"
+#include "orchestrator/control/orch_creds.h"
 #include "wan/emu/xdc_wan_emu.h"
 
 #include <stdint.h>
@@ -23,6 +24,10 @@ typedef struct orch_launch_opts {
     int n_outages;
     double degrade;     /* emulated links run at this fraction of the topology's bandwidth */
     const char *device; /* --device word for every region (NULL: XDC_DEVICE, else the topology); passed to agents */
+    /* --cert-dir --ca --crl (orch_creds.h). Not given: the launcher makes a CA and every member's key in
+     * RUN_DIR/certs (one machine, or a run folder shared by the nodes). Given: it makes none and uses
+     * coordinator-0.pem/.key from the folder; each agent brings its own (the launcher's agents get these). */
+    orch_creds_flags creds;
 } orch_launch_opts;
 
 /* The defaults of `xdc launch` (coordinator 0) or `xdc coordinator` (1): bind 127.0.0.1:any or

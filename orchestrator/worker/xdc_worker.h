@@ -6,6 +6,7 @@
 #define XDC_WORKER_H
 
 #include "common/xdc_err.h"
+#include "orchestrator/control/orch_creds.h"
 
 typedef struct xdc_worker_opts {
     const char *topology_path; /* topology file */
@@ -14,6 +15,7 @@ typedef struct xdc_worker_opts {
     int emulate_wan;           /* dial the other regions through the launcher's relays */
     int resume;                /* continue from the newest complete checkpoint */
     const char *device;        /* --device word (NULL: XDC_DEVICE, else the topology; docs/runtime.md) */
+    orch_creds_flags creds;    /* --cert-dir --ca --crl (orch_creds.h: else XDC_*, else RUN_DIR/certs) */
 } xdc_worker_opts;
 
 /* Set up, train, report to the rendezvous and tear down. XDC_OK when the run completed; otherwise the
