@@ -170,7 +170,8 @@ XDC_TEST(certs_node_sign_refuses_bad_requests)
     xdc_diag d = {{0}};
     XDC_ASSERT_OK(xdc_wan_cert_request(&o, csr, sizeof csr, NULL, 0, &d));
     sign_refused(csr, "it is for run 'otherrun'; this CA signs for run 'testrun'");
-    sign_refused(make_csr("malformed", "URI:xdc://testrun/eu west/0", NULL, 0, "P-256"), "is not xdc://RUN/REGION/RANK");
+    sign_refused(make_csr("malformed", "URI:xdc://testrun/eu west/0", NULL, 0, "P-256"),
+                 "is not xdc://RUN/REGION/RANK");
     sign_refused(make_csr("norank", "URI:xdc://testrun/eu/x", NULL, 0, "P-256"), "no valid rank");
     sign_refused(make_csr("dns", "URI:xdc://testrun/eu/0,DNS:evil.example", NULL, 0, "P-256"),
                  "its subjectAltName holds 2 names");
@@ -293,6 +294,69 @@ XDC_TEST(certs_node_revoked_certificate_is_refused_at_the_wan_handshake)
     XDC_ASSERT_STR_CONTAINS(text, "refused connection from 127.0.0.1");
     XDC_ASSERT_STR_CONTAINS(text, "certificate revoked");
     free(text);
+}
+
+/* Dial `lis` as `node` (engine `eng`) expecting us/0; returns both ends once up. */
+static void connect_pair(xdc_wan_engine *eng, xdc_wan_listener *lis, xdc_wan_peer **cli, xdc_wan_peer **srv)
+{
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_wan_connect(eng, "127.0.0.1", xdc_wan_listener_port(lis), "us", 0, cli, &d));
+    XDC_ASSERT_MSG(xdc_wan_peer_wait_ready(*cli, WAIT_MS, &d) == XDC_OK, "ready: %s", d.msg);
+    XDC_ASSERT_MSG(xdc_wan_accept(lis, WAIT_MS, srv, &d) == XDC_OK, "accept: %s", d.msg);
+}
+
+/* One message from a to b must arrive whole. */
+static void exchange(xdc_wan_peer *a, xdc_wan_peer *b)
+{
+    char buf[16];
+    xdc_wan_request *rr, *sr;
+    size_t n = 0;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_wan_irecv(b, XDC_WAN_LATENCY, buf, sizeof buf, &rr));
+    XDC_ASSERT_OK(xdc_wan_isend(a, XDC_WAN_LATENCY, "still here", 10, 0, 10, &sr));
+    XDC_ASSERT_MSG(xdc_wan_wait(sr, WAIT_MS, NULL, NULL, &d) == XDC_OK, "send: %s", d.msg);
+    XDC_ASSERT_MSG(xdc_wan_wait(rr, WAIT_MS, &n, NULL, &d) == XDC_OK, "recv: %s", d.msg);
+    XDC_ASSERT(n == 10 && memcmp(buf, "still here", 10) == 0);
+}
+
+XDC_TEST(certs_node_revoking_cuts_a_live_connection_and_refuses_its_return)
+{
+    wan_test_node us, good, bad;
+    node_enroll("node-us", "us", 0, &us, NULL);
+    node_enroll("node-eu", "eu", 0, &good, NULL);
+    node_enroll("node-eu", "eu", 1, &bad, NULL);
+    /* The server reads the CA's own crl.pem, as a coordinator on the CA host would; it starts with an
+     * unrelated serial in it. */
+    int already;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_wan_cert_revoke(ca_dir(), NULL, "01", &already, NULL, 0, &d));
+    char crl[600];
+    snprintf(crl, sizeof crl, "%s/crl.pem", ca_dir());
+    xdc_wan_engine *se = engine_crl(&us, crl), *ge = engine_crl(&good, NULL), *be = engine_crl(&bad, NULL);
+    xdc_wan_listener *lis;
+    XDC_ASSERT_OK(xdc_wan_listen(se, "127.0.0.1", 0, &lis, &d));
+    xdc_wan_peer *gc, *gs, *bc, *bs;
+    connect_pair(ge, lis, &gc, &gs);
+    connect_pair(be, lis, &bc, &bs);
+    exchange(bc, bs);
+    /* Revoked while connected: the server cuts that connection on its own (it looks at the file once a
+     * second), and the client's attempt to come back is refused at the handshake. */
+    char buf[16];
+    xdc_wan_request *srv_rx, *cli_rx;
+    XDC_ASSERT_OK(xdc_wan_irecv(bs, XDC_WAN_LATENCY, buf, sizeof buf, &srv_rx));
+    XDC_ASSERT_OK(xdc_wan_irecv(bc, XDC_WAN_LATENCY, buf, sizeof buf, &cli_rx));
+    revoke_cert(bad.cert);
+    XDC_ASSERT_ERR(xdc_wan_wait(srv_rx, WAIT_MS, NULL, NULL, &d), XDC_ERR_AUTH);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "certificate revoked");
+    XDC_ASSERT_STR_CONTAINS(d.msg, "connection cut");
+    XDC_ASSERT_ERR(xdc_wan_wait(cli_rx, WAIT_MS, NULL, NULL, &d), XDC_ERR_AUTH);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "certificate revoked");
+    /* The other member is untouched, both ways. */
+    exchange(gc, gs);
+    exchange(gs, gc);
+    xdc_wan_engine_destroy(be);
+    xdc_wan_engine_destroy(ge);
+    xdc_wan_engine_destroy(se);
 }
 
 XDC_TEST(certs_node_revoked_member_is_refused_by_the_rendezvous)

@@ -578,8 +578,8 @@ xdc_err_t xdc_wan_cert_revoke(const char *dir, const char *cert_path, const char
     }
     rev = NULL; /* the CRL owns it */
     if (X509_CRL_set_issuer_name(crl, X509_get_subject_name(ca)) != 1 || X509_CRL_set1_lastUpdate(crl, now) != 1 ||
-        X509_CRL_set1_nextUpdate(crl, X509_get0_notAfter(ca)) != 1 || !crl_bump_number(crl) || X509_CRL_sort(crl) != 1 ||
-        X509_CRL_sign(crl, ca_key, EVP_sha256()) <= 0) {
+        X509_CRL_set1_nextUpdate(crl, X509_get0_notAfter(ca)) != 1 || !crl_bump_number(crl) ||
+        X509_CRL_sort(crl) != 1 || X509_CRL_sign(crl, ca_key, EVP_sha256()) <= 0) {
         openssl_fail(diag, "signing the CRL");
         goto done;
     }

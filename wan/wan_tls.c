@@ -3,6 +3,7 @@
 #include "wan/wan_tls.h"
 
 #include "wan/xdc_wan_certs.h"
+#include "common/xdc_log.h"
 #include "common/xdc_parse.h"
 
 #include <openssl/err.h>
@@ -53,7 +54,8 @@ xdc_err_t xdc_wan_identity_parse(const char *uri, xdc_wan_identity *out, xdc_dia
     const char *run = uri + sizeof prefix - 1;
     const char *s1 = strchr(run, '/');
     const char *s2 = s1 ? strchr(s1 + 1, '/') : NULL;
-    if (!s1 || !s2 || !wan_tls_valid_name(run, (size_t)(s1 - run)) || !wan_tls_valid_name(s1 + 1, (size_t)(s2 - s1 - 1))) {
+    if (!s1 || !s2 || !wan_tls_valid_name(run, (size_t)(s1 - run)) ||
+        !wan_tls_valid_name(s1 + 1, (size_t)(s2 - s1 - 1))) {
         xdc_diag_set(diag, "identity '%s' is not xdc://RUN/REGION/RANK (names: letters, digits, - _ .)", uri);
         return XDC_ERR_AUTH;
     }
@@ -92,18 +94,19 @@ xdc_err_t wan_tls_cert_identity(X509 *cert, xdc_wan_identity *out, xdc_diag *dia
 
 /* The CRL in cfg->crl_path, checked to be the cluster CA's (signature, issuer) and current, so that a wrong
  * or stale file is a configuration error at start instead of every handshake failing later. */
-static xdc_err_t crl_read(const xdc_wan_config *cfg, X509_CRL **out, xdc_diag *diag)
+static xdc_err_t crl_read(const char *crl_path, const char *ca_path, X509_CRL **out, struct stat *st, xdc_diag *diag)
 {
     char why[512];
     X509 *ca = NULL;
-    FILE *f = fopen(cfg->crl_path, "r");
-    if (!f) {
-        xdc_diag_set(diag, "TLS credentials: CRL %s: %s", cfg->crl_path, strerror(errno));
+    FILE *f = fopen(crl_path, "r");
+    if (!f || fstat(fileno(f), st) != 0) {
+        xdc_diag_set(diag, "TLS credentials: CRL %s: %s", crl_path, strerror(errno));
+        if (f) fclose(f);
         return XDC_ERR_CONFIG;
     }
     *out = PEM_read_X509_CRL(f, NULL, NULL, NULL);
     fclose(f);
-    if ((f = fopen(cfg->ca_path, "r")) != NULL) {
+    if ((f = fopen(ca_path, "r")) != NULL) {
         ca = PEM_read_X509(f, NULL, NULL, NULL);
         fclose(f);
     }
@@ -118,10 +121,23 @@ static xdc_err_t crl_read(const xdc_wan_config *cfg, X509_CRL **out, xdc_diag *d
     X509_free(ca);
     if (!bad) return XDC_OK;
     wan_tls_errq(why, sizeof why);
-    xdc_diag_set(diag, "TLS credentials: CRL %s: %s%s%s", cfg->crl_path, bad, why[0] ? ": " : "", why);
+    xdc_diag_set(diag, "TLS credentials: CRL %s: %s%s%s", crl_path, bad, why[0] ? ": " : "", why);
     X509_CRL_free(*out);
     *out = NULL;
     return XDC_ERR_CONFIG;
+}
+
+/* A trust store: the cluster CA and, when crl is not NULL, its CRL checked for every peer's certificate
+ * (a listed one fails verification with "certificate revoked"). */
+static X509_STORE *store_new(const char *ca_path, X509_CRL *crl)
+{
+    X509_STORE *st = X509_STORE_new();
+    if (!st || X509_STORE_load_file(st, ca_path) != 1 ||
+        (crl && (X509_STORE_add_crl(st, crl) != 1 || X509_STORE_set_flags(st, X509_V_FLAG_CRL_CHECK) != 1))) {
+        X509_STORE_free(st);
+        return NULL;
+    }
+    return st;
 }
 
 static xdc_err_t ctx_new(const xdc_wan_config *cfg, X509_CRL *crl, int server, SSL_CTX **out, xdc_diag *diag)
@@ -145,12 +161,9 @@ static xdc_err_t ctx_new(const xdc_wan_config *cfg, X509_CRL *crl, int server, S
     if (SSL_CTX_use_PrivateKey_file(ctx, cfg->key_path, SSL_FILETYPE_PEM) != 1) goto bad;
     if (SSL_CTX_check_private_key(ctx) != 1) goto bad;
     what = cfg->ca_path;
-    if (SSL_CTX_load_verify_locations(ctx, cfg->ca_path, NULL) != 1) goto bad;
-    if (crl) { /* the leaf's serial is looked up in the CA's CRL; a listed one fails with "certificate revoked" */
-        X509_STORE *store = SSL_CTX_get_cert_store(ctx);
-        what = cfg->crl_path;
-        if (X509_STORE_add_crl(store, crl) != 1 || X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK) != 1) goto bad;
-    }
+    X509_STORE *store = store_new(cfg->ca_path, crl);
+    if (!store) goto bad;
+    SSL_CTX_set_cert_store(ctx, store);
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | (server ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), NULL);
     *out = ctx;
     return XDC_OK;
@@ -162,7 +175,7 @@ bad:
 }
 
 xdc_err_t wan_tls_create(const xdc_wan_config *cfg, SSL_CTX **server, SSL_CTX **client, xdc_wan_identity *self,
-                         xdc_diag *diag)
+                         wan_tls_crl *crl_state, xdc_diag *diag)
 {
     if (!cfg->cert_path || !cfg->key_path || !cfg->ca_path) {
         xdc_diag_set(diag, "TLS credentials: certificate, key and CA paths are all required");
@@ -171,7 +184,16 @@ xdc_err_t wan_tls_create(const xdc_wan_config *cfg, SSL_CTX **server, SSL_CTX **
     SSL_CTX *s = NULL, *c = NULL;
     X509_CRL *crl = NULL;
     xdc_err_t rc;
-    if (cfg->crl_path) XDC_CHECK(crl_read(cfg, &crl, diag));
+    memset(crl_state, 0, sizeof *crl_state);
+    if (cfg->crl_path) {
+        if (snprintf(crl_state->path, sizeof crl_state->path, "%s", cfg->crl_path) >= (int)sizeof crl_state->path ||
+            snprintf(crl_state->ca_path, sizeof crl_state->ca_path, "%s", cfg->ca_path) >=
+                (int)sizeof crl_state->ca_path) {
+            xdc_diag_set(diag, "TLS credentials: CRL or CA path longer than %zu bytes", sizeof crl_state->path - 1);
+            return XDC_ERR_CONFIG;
+        }
+        XDC_CHECK(crl_read(cfg->crl_path, cfg->ca_path, &crl, &crl_state->st, diag));
+    }
     XDC_CHECK_GOTO(ctx_new(cfg, crl, 1, &s, diag), rc, fail);
     XDC_CHECK_GOTO(ctx_new(cfg, crl, 0, &c, diag), rc, fail);
     rc = wan_tls_cert_identity(SSL_CTX_get0_certificate(s), self, diag);
@@ -180,7 +202,7 @@ xdc_err_t wan_tls_create(const xdc_wan_config *cfg, SSL_CTX **server, SSL_CTX **
         rc = XDC_ERR_CONFIG;
         goto fail;
     }
-    X509_CRL_free(crl); /* each store holds its own reference */
+    crl_state->crl = crl; /* each store holds a reference of its own too */
     *server = s;
     *client = c;
     return XDC_OK;
@@ -190,6 +212,51 @@ fail:
     SSL_CTX_free(c);
     return rc;
 }
+
+int wan_tls_crl_refresh(wan_tls_crl *c, SSL_CTX *server, SSL_CTX *client, uint64_t now_ns)
+{
+    if (!c->path[0] || now_ns < c->next_check_ns) return 0;
+    c->next_check_ns = now_ns + 1000000000ull;
+    struct stat st;
+    if (stat(c->path, &st) != 0) {
+        XDC_WARN(XDC_SUB_WAN, "CRL %s: %s; the list loaded before stays in force", c->path, strerror(errno));
+        c->next_check_ns = now_ns + 60 * 1000000000ull; /* say it once a minute, not every second */
+        return 0;
+    }
+    if (st.st_dev == c->st.st_dev && st.st_ino == c->st.st_ino && st.st_size == c->st.st_size &&
+        st.st_mtim.tv_sec == c->st.st_mtim.tv_sec && st.st_mtim.tv_nsec == c->st.st_mtim.tv_nsec)
+        return 0;
+    X509_CRL *crl = NULL;
+    xdc_diag d = {{0}};
+    X509_STORE *ss = NULL, *cs = NULL;
+    if (crl_read(c->path, c->ca_path, &crl, &st, &d) != XDC_OK || !(ss = store_new(c->ca_path, crl)) ||
+        !(cs = store_new(c->ca_path, crl))) {
+        XDC_WARN(XDC_SUB_WAN, "new CRL not used, the one loaded before stays in force: %s",
+                 d.msg[0] ? d.msg : "cannot build a trust store");
+        X509_STORE_free(ss);
+        X509_CRL_free(crl);
+        c->st = st; /* this version of the file was judged; look again when it changes */
+        return 0;
+    }
+    /* Only the engine thread makes SSL objects and verifies chains, so nothing uses the old stores past
+     * this point; SSL_CTX_set_cert_store frees them. */
+    SSL_CTX_set_cert_store(server, ss);
+    SSL_CTX_set_cert_store(client, cs);
+    X509_CRL_free(c->crl);
+    c->crl = crl;
+    c->st = st;
+    const STACK_OF(X509_REVOKED) *list = X509_CRL_get_REVOKED(crl);
+    XDC_INFO(XDC_SUB_WAN, "CRL %s reloaded: %d certificates revoked", c->path, list ? sk_X509_REVOKED_num(list) : 0);
+    return 1;
+}
+
+int wan_tls_crl_lists(const wan_tls_crl *c, X509 *cert)
+{
+    X509_REVOKED *rev = NULL;
+    return c->crl && cert && X509_CRL_get0_by_cert(c->crl, &rev, cert) == 1;
+}
+
+void wan_tls_crl_free(wan_tls_crl *c) { X509_CRL_free(c->crl), c->crl = NULL; }
 
 xdc_err_t wan_tls_check_peer(SSL *ssl, const xdc_wan_identity *self, const char *expect_region, int expect_rank,
                              xdc_wan_identity *peer, xdc_diag *diag)

@@ -11,19 +11,20 @@
 static int agent_usage(FILE *f)
 {
     fprintf(
-        f, "usage: xdc agent --topology FILE --config RUN.yaml --run-dir DIR [--region NAME] [--node N] [--host NAME]\n"
-           "                 [--coordinator HOST:PORT] [--run-id ID] [--emulate-wan] [--resume]\n"
-           "                 [--device cpu|cuda|cpu-strict] [--cert-dir DIR] [--ca FILE] [--crl FILE]\n"
-           "  Starts this node's workers. Identity comes from the flags, then XDC_* variables, torchrun, Open MPI,\n"
-           "  PMIx/PMI and Slurm (SLURM_NODEID, SLURM_JOB_NODELIST), then this host's place in the topology;\n"
-           "  the log says which source gave each value.\n"
-           "  --device  run the workers on this device (default: XDC_DEVICE, else the topology: CUDA with NCCL\n"
-           "            where gpus_per_node > 0, the CPU otherwise); the node's GPUs are checked before any starts\n"
-           "  --cert-dir  this node's own keys and certificates, REGION-RANK.key and .pem for each of its workers\n"
-           "            (`xdc certs request` here, `xdc certs sign` on the CA host); default XDC_CERT_DIR, else\n"
-           "            RUN_DIR/certs. No other node's key and not the CA's key is needed.\n"
-           "  --ca      the cluster CA certificate (default XDC_CA, else CERT_DIR/ca.pem)\n"
-           "  --crl     the CA's revocation list (default XDC_CRL, else crl.pem beside the CA certificate if present)\n");
+        f,
+        "usage: xdc agent --topology FILE --config RUN.yaml --run-dir DIR [--region NAME] [--node N] [--host NAME]\n"
+        "                 [--coordinator HOST:PORT] [--run-id ID] [--emulate-wan] [--resume]\n"
+        "                 [--device cpu|cuda|cpu-strict] [--cert-dir DIR] [--ca FILE] [--crl FILE]\n"
+        "  Starts this node's workers. Identity comes from the flags, then XDC_* variables, torchrun, Open MPI,\n"
+        "  PMIx/PMI and Slurm (SLURM_NODEID, SLURM_JOB_NODELIST), then this host's place in the topology;\n"
+        "  the log says which source gave each value.\n"
+        "  --device  run the workers on this device (default: XDC_DEVICE, else the topology: CUDA with NCCL\n"
+        "            where gpus_per_node > 0, the CPU otherwise); the node's GPUs are checked before any starts\n"
+        "  --cert-dir  this node's own keys and certificates, REGION-RANK.key and .pem for each of its workers\n"
+        "            (`xdc certs request` here, `xdc certs sign` on the CA host); default XDC_CERT_DIR, else\n"
+        "            RUN_DIR/certs. No other node's key and not the CA's key is needed.\n"
+        "  --ca      the cluster CA certificate (default XDC_CA, else CERT_DIR/ca.pem)\n"
+        "  --crl     the CA's revocation list (default XDC_CRL, else crl.pem beside the CA certificate if present)\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 

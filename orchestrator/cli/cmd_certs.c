@@ -13,22 +13,21 @@
 
 static int certs_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: xdc certs init    --dir D [--run ID] [--days N]\n"
-            "       xdc certs issue   --dir D --region R --rank N [--run ID] [--days N]\n"
-            "       xdc certs request --dir D --run ID --region R --rank N [--host H]\n"
-            "       xdc certs sign    --dir CA_DIR --csr FILE --out CERT [--days N]\n"
-            "       xdc certs revoke  --dir CA_DIR (--cert FILE | --serial HEX)\n"
-            "  init     create D/ca.pem and D/ca.key (EC P-256 cluster CA; refuses to replace one)\n"
-            "  issue    create D/R-N.pem and D/R-N.key signed by the CA in D, naming xdc://RUN/R/N (RUN defaults\n"
-            "           to the CA's run); the key is made on the CA host: for `xdc launch` on one machine\n"
-            "  request  on the node: create its own key D/R-N.key (mode 0600, never leaves the node) and the\n"
-            "           request D/R-N.csr naming xdc://ID/R/N; H (default: this host's name) is recorded in the CN\n"
-            "  sign     on the CA host: check the request (its signature, one SAN URI of the CA's run, no other\n"
-            "           extension, an accepted key) and write the certificate to CERT; prints its serial\n"
-            "  revoke   on the CA host: add the certificate's serial to CA_DIR/crl.pem (created when absent);\n"
-            "           copy crl.pem to the nodes (--crl, XDC_CRL) so that new handshakes refuse it\n"
-            "  --days defaults to 365 (CA: 3650). A refused request exits 65, a missing or unreadable CA 78.\n");
+    fprintf(f, "usage: xdc certs init    --dir D [--run ID] [--days N]\n"
+               "       xdc certs issue   --dir D --region R --rank N [--run ID] [--days N]\n"
+               "       xdc certs request --dir D --run ID --region R --rank N [--host H]\n"
+               "       xdc certs sign    --dir CA_DIR --csr FILE --out CERT [--days N]\n"
+               "       xdc certs revoke  --dir CA_DIR (--cert FILE | --serial HEX)\n"
+               "  init     create D/ca.pem and D/ca.key (EC P-256 cluster CA; refuses to replace one)\n"
+               "  issue    create D/R-N.pem and D/R-N.key signed by the CA in D, naming xdc://RUN/R/N (RUN defaults\n"
+               "           to the CA's run); the key is made on the CA host: for `xdc launch` on one machine\n"
+               "  request  on the node: create its own key D/R-N.key (mode 0600, never leaves the node) and the\n"
+               "           request D/R-N.csr naming xdc://ID/R/N; H (default: this host's name) is recorded in the CN\n"
+               "  sign     on the CA host: check the request (its signature, one SAN URI of the CA's run, no other\n"
+               "           extension, an accepted key) and write the certificate to CERT; prints its serial\n"
+               "  revoke   on the CA host: add the certificate's serial to CA_DIR/crl.pem (created when absent);\n"
+               "           copy crl.pem to the nodes (--crl, XDC_CRL) so that new handshakes refuse it\n"
+               "  --days defaults to 365 (CA: 3650). A refused request exits 65, a missing or unreadable CA 78.\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -46,7 +45,8 @@ static const char *certs_missing(certs_cmd cmd, const certs_args *a)
     switch (cmd) {
     case CERTS_INIT: return NULL;
     case CERTS_ISSUE: return a->o.region && a->o.rank >= 0 ? NULL : "--region and --rank are required";
-    case CERTS_REQUEST: return a->o.region && a->o.rank >= 0 && a->o.run ? NULL : "--run, --region and --rank are required";
+    case CERTS_REQUEST:
+        return a->o.region && a->o.rank >= 0 && a->o.run ? NULL : "--run, --region and --rank are required";
     case CERTS_SIGN: return a->csr && a->out ? NULL : "--csr and --out are required";
     case CERTS_REVOKE: return (!a->cert) != (!a->serial) ? NULL : "exactly one of --cert and --serial is required";
     case CERTS_N: break;
@@ -140,7 +140,9 @@ int xdc_cmd_certs(int argc, char **argv)
         default: return certs_usage(stderr);
         }
     }
-    const char *missing = optind != argc - 1 ? "unexpected argument" : !a.o.dir ? "--dir is required" : certs_missing(cmd, &a);
+    const char *missing = optind != argc - 1 ? "unexpected argument"
+                          : !a.o.dir         ? "--dir is required"
+                                             : certs_missing(cmd, &a);
     if (missing) {
         fprintf(stderr, "xdc certs %s: %s\n", argv[1], missing);
         return XDC_EX_USAGE;

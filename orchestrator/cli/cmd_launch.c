@@ -21,7 +21,7 @@ static int launch_usage(FILE *f)
             "                  [--outage DURATION@START[,...]]... [--resume] [--log-format text|json] [--device "
             "cpu|cuda|cpu-strict]\n"
             "       xdc coordinator -t TOPOLOGY.yaml -c RUN.yaml --run-dir DIR --host ADDR [--port P] [--run-id ID]\n"
-            "                       [--cert-dir DIR --ca FILE [--crl FILE]]\n"
+            "                       [--cert-dir DIR] [--ca FILE] [--crl FILE]\n"
             "  coordinator: host the rendezvous on ADDR:P (no default address; 0.0.0.0 is every interface, port\n"
             "  29400) for agents started elsewhere (Slurm, ssh) and wait for the run to end. With --cert-dir it\n"
             "  uses DIR/coordinator-0.pem and .key and makes no keys: each node brings its own (xdc certs request\n"

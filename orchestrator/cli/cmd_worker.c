@@ -23,13 +23,17 @@ static int worker_usage(FILE *f)
 
 int xdc_cmd_worker(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"topology", required_argument, NULL, 't'}, {"config", required_argument, NULL, 'c'},
-        {"run-dir", required_argument, NULL, 'd'},  {"emulate-wan", no_argument, NULL, 'e'},
-        {"resume", no_argument, NULL, 'r'},         {"device", required_argument, NULL, 'D'},
-        {"cert-dir", required_argument, NULL, 'C'}, {"ca", required_argument, NULL, 'A'},
-        {"crl", required_argument, NULL, 'L'},      {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"topology", required_argument, NULL, 't'},
+                                         {"config", required_argument, NULL, 'c'},
+                                         {"run-dir", required_argument, NULL, 'd'},
+                                         {"emulate-wan", no_argument, NULL, 'e'},
+                                         {"resume", no_argument, NULL, 'r'},
+                                         {"device", required_argument, NULL, 'D'},
+                                         {"cert-dir", required_argument, NULL, 'C'},
+                                         {"ca", required_argument, NULL, 'A'},
+                                         {"crl", required_argument, NULL, 'L'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
     xdc_worker_opts o = {0};
     int c;
     optind = 1;

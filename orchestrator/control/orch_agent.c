@@ -73,12 +73,6 @@ static xdc_err_t agent_setup(agent *a, xdc_diag *diag)
         xdc_diag_set(diag, "the coordinator address is not host:port");
         return XDC_ERR_CONFIG;
     }
-    /* Every worker's key and certificate before any starts: a missing one is named once, here. */
-    XDC_CHECK(orch_creds_resolve(&a->o->creds, a->o->run_dir, &a->creds, diag));
-    int wpn = a->t->regions[a->region].workers_per_node;
-    for (int s = 0; s < wpn; s++) XDC_CHECK(orch_creds_member(&a->creds, a->id.region, a->id.node * wpn + s, diag));
-    XDC_INFO(XDC_SUB_ORCH, "credentials: folder %s (from %s), CA %s, %s%s", a->creds.dir, a->creds.dir_from,
-             a->creds.ca, a->creds.crl[0] ? "CRL " : "no CRL", a->creds.crl);
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/pids", a->o->run_dir);
     snprintf(a->logdir, sizeof a->logdir, "%s/logs", a->o->run_dir);
@@ -91,6 +85,18 @@ static xdc_err_t agent_setup(agent *a, xdc_diag *diag)
         xdc_diag_set(diag, "cannot remove the earlier failure note %s: %s", dir, strerror(errno));
         return XDC_ERR_IO;
     }
+    return XDC_OK;
+}
+
+/* Every worker's key and certificate, the CA and the CRL before any worker starts: a missing one is named
+ * once, here, instead of by each worker. */
+static xdc_err_t agent_creds(agent *a, xdc_diag *diag)
+{
+    XDC_CHECK(orch_creds_resolve(&a->o->creds, a->o->run_dir, &a->creds, diag));
+    int wpn = a->t->regions[a->region].workers_per_node;
+    for (int s = 0; s < wpn; s++) XDC_CHECK(orch_creds_member(&a->creds, a->id.region, a->id.node * wpn + s, diag));
+    XDC_INFO(XDC_SUB_ORCH, "credentials: folder %s (from %s), CA %s, %s%s", a->creds.dir, a->creds.dir_from,
+             a->creds.ca, a->creds.crl[0] ? "CRL " : "no CRL", a->creds.crl);
     return XDC_OK;
 }
 
@@ -178,7 +184,7 @@ xdc_err_t orch_agent_run(const orch_agent_opts *o, int *worker_exit, xdc_diag *d
     *worker_exit = 0;
     orch_procs_init(&a.workers, 1);
     xdc_err_t rc = agent_setup(&a, diag);
-    if (rc == XDC_OK && (rc = agent_device(&a, diag)) != XDC_OK) {
+    if (rc == XDC_OK && ((rc = agent_creds(&a, diag)) != XDC_OK || (rc = agent_device(&a, diag)) != XDC_OK)) {
         write_failure(&a, diag ? diag->msg : xdc_strerror(rc));
     } else if (rc == XDC_OK) {
         orch_proc_catch_stop_signals();
