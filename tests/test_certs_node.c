@@ -467,7 +467,7 @@ XDC_TEST_T(certs_node_run_with_only_own_keys_on_each_node, 180)
     xdc_test_write_file(run, text);
     /* Enrolment as the docs describe it, with the commands: the CA host makes the CA; each host (the
      * coordinator's and each region's node) makes its own keys and requests; the CA host signs them; each
-     * host gets its certificates and the CA certificate back. Nothing else is copied. */
+     * host gets its certificates, the CA certificate and the CA's (empty) CRL back. Nothing else is copied. */
     const char *t = xdc_test_tmpdir();
     snprintf(cmd, sizeof cmd,
              "set -e; x=%1$s; t=%2$s; mkdir -p $t/cahost $t/coord/certs $t/us/certs $t/eu/certs; "
@@ -480,7 +480,7 @@ XDC_TEST_T(certs_node_run_with_only_own_keys_on_each_node, 180)
              "    >/dev/null; done; "
              "for f in $t/coord/certs/*.csr $t/us/certs/*.csr $t/eu/certs/*.csr; do "
              "  $x certs sign --dir $t/cahost --csr $f --out ${f%%.csr}.pem >/dev/null; done; "
-             "for h in coord us eu; do cp $t/cahost/ca.pem $t/$h/certs/ca.pem; done",
+             "for h in coord us eu; do cp $t/cahost/ca.pem $t/cahost/crl.pem $t/$h/certs/; done",
              xdc_test_bin(), t);
     XDC_ASSERT_MSG(xdc_test_run(cmd, out, sizeof out) == 0, "enrolment failed:\n%s", out);
     char keys[512], dir[600];
@@ -530,6 +530,7 @@ XDC_TEST_T(certs_node_run_with_only_own_keys_on_each_node, 180)
     int rc = xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "agents exited %d:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "from XDC_CERT_DIR");
+    XDC_ASSERT_STR_CONTAINS(out, "eu/certs/crl.pem"); /* beside the CA certificate: checked */
     int status;
     XDC_ASSERT(waitpid(p, &status, 0) == p);
     XDC_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "coordinator exited with status 0x%x", status);

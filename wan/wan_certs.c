@@ -109,19 +109,23 @@ static xdc_err_t check_opts(const xdc_wan_cert_opts *o, int node, xdc_diag *diag
     return xdc_wan_identity_parse(uri, &id, diag) == XDC_OK ? XDC_OK : XDC_ERR_INVALID;
 }
 
+static xdc_err_t crl_write(const char *path, X509 *ca, EVP_PKEY *ca_key, X509_CRL *crl, xdc_diag *diag);
+
 xdc_err_t xdc_wan_cert_init_ca(const xdc_wan_cert_opts *o, xdc_diag *diag)
 {
     XDC_CHECK(check_opts(o, 0, diag));
     const char *run = o->run ? o->run : "run";
-    char cert_path[1024], key_path[1024];
+    char cert_path[1024], key_path[1024], crl_path[1024];
     snprintf(cert_path, sizeof cert_path, "%s/ca.pem", o->dir);
     snprintf(key_path, sizeof key_path, "%s/ca.key", o->dir);
-    if (access(cert_path, F_OK) == 0 || access(key_path, F_OK) == 0) {
+    snprintf(crl_path, sizeof crl_path, "%s/crl.pem", o->dir);
+    if (access(cert_path, F_OK) == 0 || access(key_path, F_OK) == 0 || access(crl_path, F_OK) == 0) {
         xdc_diag_set(diag, "%s: a CA already exists here; refusing to replace it", o->dir);
         return XDC_ERR_INVALID;
     }
     xdc_err_t rc = XDC_OK;
     X509 *x = NULL;
+    X509_CRL *crl = NULL;
     EVP_PKEY *key = EVP_EC_gen("P-256");
     if (!key) return openssl_fail(diag, "EC P-256 key generation");
     char cn[128];
@@ -136,7 +140,16 @@ xdc_err_t xdc_wan_cert_init_ca(const xdc_wan_cert_opts *o, xdc_diag *diag)
     }
     XDC_CHECK_GOTO(write_pem(key_path, PEM_KEY, key, diag), rc, done);
     XDC_CHECK_GOTO(write_pem(cert_path, PEM_CERT, x, diag), rc, done);
+    /* An empty revocation list from the start, handed out with ca.pem: a process that starts with a CRL
+     * picks up every later revocation without a restart (xdc_wan_config.crl_path). */
+    crl = X509_CRL_new();
+    if (!crl || X509_CRL_set_version(crl, 1) != 1) {
+        rc = XDC_ERR_NOMEM;
+        goto done;
+    }
+    rc = crl_write(crl_path, x, key, crl, diag);
 done:
+    X509_CRL_free(crl);
     X509_free(x);
     EVP_PKEY_free(key);
     return rc;
@@ -539,6 +552,29 @@ static int crl_bump_number(X509_CRL *crl)
     return ok;
 }
 
+/* Sign `crl` as the CA's next CRL (issuer, this update now, next update when the CA expires, CRL number
+ * one higher) and put it at `path`: written beside it and renamed over it, so a reader sees the old CRL or
+ * the new one, whole. A temporary file left by a crashed revoke is refused by write_pem (O_EXCL), named. */
+static xdc_err_t crl_write(const char *path, X509 *ca, EVP_PKEY *ca_key, X509_CRL *crl, xdc_diag *diag)
+{
+    ASN1_TIME *now = X509_gmtime_adj(NULL, 0);
+    /* Valid until the CA itself expires: a run never meets a stale CRL, which would refuse every peer. */
+    int ok = now && X509_CRL_set_issuer_name(crl, X509_get_subject_name(ca)) == 1 &&
+             X509_CRL_set1_lastUpdate(crl, now) == 1 && X509_CRL_set1_nextUpdate(crl, X509_get0_notAfter(ca)) == 1 &&
+             crl_bump_number(crl) && X509_CRL_sort(crl) == 1 && X509_CRL_sign(crl, ca_key, EVP_sha256()) > 0;
+    ASN1_TIME_free(now);
+    if (!ok) return openssl_fail(diag, "signing the CRL");
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    XDC_CHECK(write_pem(tmp, PEM_CRL, crl, diag));
+    if (rename(tmp, path) != 0) {
+        xdc_diag_set(diag, "%s -> %s: %m", tmp, path);
+        unlink(tmp);
+        return XDC_ERR_IO;
+    }
+    return XDC_OK;
+}
+
 xdc_err_t xdc_wan_cert_revoke(const char *dir, const char *cert_path, const char *serial_hex, int *already,
                               char *serial_out, size_t serial_cap, xdc_diag *diag)
 {
@@ -554,7 +590,7 @@ xdc_err_t xdc_wan_cert_revoke(const char *dir, const char *cert_path, const char
     ASN1_INTEGER *serial = NULL;
     X509_REVOKED *rev = NULL;
     ASN1_TIME *now = NULL;
-    char run[XDC_WAN_NAME_MAX], path[1024], tmp[1100];
+    char run[XDC_WAN_NAME_MAX], path[1024];
     XDC_CHECK_GOTO(load_ca(dir, &ca, &ca_key, run, sizeof run, diag), rc, done);
     XDC_CHECK_GOTO(revoke_serial(ca, cert_path, serial_hex, &serial, diag), rc, done);
     if (serial_out) hex_of_serial(serial, serial_out, serial_cap);
@@ -577,23 +613,7 @@ xdc_err_t xdc_wan_cert_revoke(const char *dir, const char *cert_path, const char
         goto done;
     }
     rev = NULL; /* the CRL owns it */
-    if (X509_CRL_set_issuer_name(crl, X509_get_subject_name(ca)) != 1 || X509_CRL_set1_lastUpdate(crl, now) != 1 ||
-        X509_CRL_set1_nextUpdate(crl, X509_get0_notAfter(ca)) != 1 || !crl_bump_number(crl) ||
-        X509_CRL_sort(crl) != 1 || X509_CRL_sign(crl, ca_key, EVP_sha256()) <= 0) {
-        openssl_fail(diag, "signing the CRL");
-        goto done;
-    }
-    /* Written beside crl.pem and renamed over it, so a reader sees the old CRL or the new one, whole. A
-     * temporary file left by a crashed revoke is refused by write_pem (O_EXCL) and named. */
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    XDC_CHECK_GOTO(write_pem(tmp, PEM_CRL, crl, diag), rc, done);
-    if (rename(tmp, path) != 0) {
-        xdc_diag_set(diag, "%s -> %s: %m", tmp, path);
-        unlink(tmp);
-        rc = XDC_ERR_IO;
-        goto done;
-    }
-    rc = XDC_OK;
+    rc = crl_write(path, ca, ca_key, crl, diag);
 done:
     ASN1_TIME_free(now);
     X509_REVOKED_free(rev);

@@ -28,7 +28,8 @@ typedef struct xdc_wan_cert_opts {
     int64_t not_before_s; /* start of validity relative to now (negative: in the past) */
 } xdc_wan_cert_opts;
 
-/* Create DIR/ca.pem and DIR/ca.key (EC P-256, self-signed, CA:TRUE). Refuses to overwrite. */
+/* Create DIR/ca.pem, DIR/ca.key (EC P-256, self-signed, CA:TRUE) and DIR/crl.pem, the CA's revocation list,
+ * empty. Refuses to overwrite any of them. */
 xdc_err_t xdc_wan_cert_init_ca(const xdc_wan_cert_opts *o, xdc_diag *diag);
 /* Create DIR/REGION-RANK.pem and DIR/REGION-RANK.key signed by the CA in DIR; the run comes from the
  * CA when o->run is NULL. The paths written are returned in cert_out/key_out (may be NULL). */

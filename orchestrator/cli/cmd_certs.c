@@ -18,7 +18,7 @@ static int certs_usage(FILE *f)
                "       xdc certs request --dir D --run ID --region R --rank N [--host H]\n"
                "       xdc certs sign    --dir CA_DIR --csr FILE --out CERT [--days N]\n"
                "       xdc certs revoke  --dir CA_DIR (--cert FILE | --serial HEX)\n"
-               "  init     create D/ca.pem and D/ca.key (EC P-256 cluster CA; refuses to replace one)\n"
+               "  init     create D/ca.pem, D/ca.key (EC P-256 CA) and D/crl.pem (empty); never replaces them\n"
                "  issue    create D/R-N.pem and D/R-N.key signed by the CA in D, naming xdc://RUN/R/N (RUN defaults\n"
                "           to the CA's run); the key is made on the CA host: for `xdc launch` on one machine\n"
                "  request  on the node: create its own key D/R-N.key (mode 0600, never leaves the node) and the\n"
@@ -61,7 +61,7 @@ static xdc_err_t certs_do(certs_cmd cmd, certs_args *a, xdc_diag *d)
     switch (cmd) {
     case CERTS_INIT:
         if ((rc = xdc_wan_cert_init_ca(&a->o, d)) == XDC_OK)
-            printf("created %s/ca.pem and %s/ca.key (run %s)\n", a->o.dir, a->o.dir, a->o.run ? a->o.run : "run");
+            printf("created %s/ca.pem, ca.key and crl.pem (run %s)\n", a->o.dir, a->o.run ? a->o.run : "run");
         break;
     case CERTS_ISSUE:
         if ((rc = xdc_wan_cert_issue(&a->o, p1, sizeof p1, p2, sizeof p2, d)) == XDC_OK)
