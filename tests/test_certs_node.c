@@ -496,7 +496,15 @@ XDC_TEST_T(certs_node_run_with_only_own_keys_on_each_node, 180)
              xdc_test_bin(), TOPO, run, t, t);
     XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 78);
     XDC_ASSERT_STR_CONTAINS(out, "no key for us-east/0");
-    XDC_ASSERT_STR_CONTAINS(out, "xdc certs request");
+    XDC_ASSERT_STR_CONTAINS(out, "xdc certs request --dir");
+    XDC_ASSERT_STR_CONTAINS(out, "--run node-run --region us-east --rank 0");
+    /* A coordinator told another run id than its certificate's stops and says which. */
+    snprintf(cmd, sizeof cmd,
+             "%s coordinator -t %s -c %s --run-dir %s/coord/run --host 127.0.0.1 --port 0 --run-id other "
+             "--cert-dir %s/coord/certs",
+             xdc_test_bin(), TOPO, run, t, t);
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 78);
+    XDC_ASSERT_STR_CONTAINS(out, "names run 'node-run', but this run is 'other'");
     /* The coordinator with its own key only; each agent with its own folder and run folder. */
     snprintf(log, sizeof log, "%s/coord.log", t);
     pid_t p = fork();

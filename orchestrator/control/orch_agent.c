@@ -94,7 +94,8 @@ static xdc_err_t agent_creds(agent *a, xdc_diag *diag)
 {
     XDC_CHECK(orch_creds_resolve(&a->o->creds, a->o->run_dir, &a->creds, diag));
     int wpn = a->t->regions[a->region].workers_per_node;
-    for (int s = 0; s < wpn; s++) XDC_CHECK(orch_creds_member(&a->creds, a->id.region, a->id.node * wpn + s, diag));
+    for (int s = 0; s < wpn; s++)
+        XDC_CHECK(orch_creds_member(&a->creds, a->id.run_id, a->id.region, a->id.node * wpn + s, diag));
     XDC_INFO(XDC_SUB_ORCH, "credentials: folder %s (from %s), CA %s, %s%s", a->creds.dir, a->creds.dir_from,
              a->creds.ca, a->creds.crl[0] ? "CRL " : "no CRL", a->creds.crl);
     return XDC_OK;

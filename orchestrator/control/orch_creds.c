@@ -61,7 +61,7 @@ xdc_err_t orch_creds_resolve(const orch_creds_flags *f, const char *run_dir, orc
     return XDC_OK;
 }
 
-xdc_err_t orch_creds_member(orch_creds *c, const char *region, int rank, xdc_diag *diag)
+xdc_err_t orch_creds_member(orch_creds *c, const char *run, const char *region, int rank, xdc_diag *diag)
 {
     snprintf(c->cert, sizeof c->cert, "%s/%s-%d.pem", c->dir, region, rank);
     snprintf(c->key, sizeof c->key, "%s/%s-%d.key", c->dir, region, rank);
@@ -73,9 +73,9 @@ xdc_err_t orch_creds_member(orch_creds *c, const char *region, int rank, xdc_dia
         size_t len = strlen(diag ? diag->msg : "");
         if (diag && len < sizeof diag->msg)
             snprintf(diag->msg + len, sizeof diag->msg - len,
-                     " (make it on this node with `xdc certs request --dir %s --region %s --rank %d`, and have the CA "
-                     "host sign the request with `xdc certs sign`)",
-                     c->dir, region, rank);
+                     " (make it on this node with `xdc certs request --dir %s --run %s --region %s --rank %d`, and "
+                     "have the CA host sign the request with `xdc certs sign`)",
+                     c->dir, run, region, rank);
         return rc;
     }
     struct stat st;

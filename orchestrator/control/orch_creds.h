@@ -30,9 +30,9 @@ xdc_err_t orch_creds_resolve(const orch_creds_flags *f, const char *run_dir, orc
  * which `xdc launch` and `xdc coordinator` then fill themselves (a CA and every member's key). */
 int orch_creds_given(const orch_creds_flags *f);
 
-/* The key and certificate of member region/rank in the folder; XDC_ERR_CONFIG, naming the file, where it
+/* The key and certificate of member region/rank of run `run` in the folder; XDC_ERR_CONFIG, naming the file, where it
  * came from and how to make it, when either cannot be read. A key that others may read is logged. */
-xdc_err_t orch_creds_member(orch_creds *c, const char *region, int rank, xdc_diag *diag);
+xdc_err_t orch_creds_member(orch_creds *c, const char *run, const char *region, int rank, xdc_diag *diag);
 
 /* Point a WAN configuration at the member's credentials (c must outlive the engine's creation). */
 void orch_creds_apply(const orch_creds *c, xdc_wan_config *wc);

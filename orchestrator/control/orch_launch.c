@@ -91,7 +91,7 @@ static xdc_err_t make_certs(launch *L, xdc_diag *diag)
 static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
 {
     XDC_CHECK(orch_creds_resolve(&L->o.creds, L->run_dir, &L->creds, diag));
-    XDC_CHECK(orch_creds_member(&L->creds, RDZV_SERVER_REGION, 0, diag));
+    XDC_CHECK(orch_creds_member(&L->creds, L->run_id, RDZV_SERVER_REGION, 0, diag));
     xdc_wan_config wc = XDC_WAN_CONFIG_INIT;
     orch_creds_apply(&L->creds, &wc);
     wc.streams = 1;

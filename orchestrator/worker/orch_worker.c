@@ -232,7 +232,7 @@ static xdc_err_t open_wan(orch_worker *w, xdc_diag *diag)
 {
     orch_creds creds;
     XDC_CHECK(orch_creds_resolve(w->creds, w->id.run_dir, &creds, diag));
-    XDC_CHECK(orch_creds_member(&creds, w->id.region, w->id.lrank, diag));
+    XDC_CHECK(orch_creds_member(&creds, w->id.run_id, w->id.region, w->id.lrank, diag));
     xdc_wan_config wc = XDC_WAN_CONFIG_INIT;
     orch_creds_apply(&creds, &wc);
     wc.deadline_ms = w->cfg.op_timeout_ms;
