@@ -50,6 +50,7 @@ typedef struct {
     int joined;
     orch_device device; /* the override for every region (ORCH_DEVICE_TOPOLOGY: none) */
     orch_creds creds;   /* the rendezvous's credentials (coordinator/0); their folder, CA, CRL go to agents */
+    int run_id_given;   /* --run-id was given: the certificates must name it (else theirs is taken) */
     orch_procs agents;
     xdc_err_t blamed; /* the error of the member blamed for the failure; XDC_OK: none */
 } launch;
@@ -97,7 +98,11 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
     wc.streams = 1;
     XDC_CHECK(xdc_wan_engine_create(&wc, &L->eng, diag));
     const char *run = xdc_wan_engine_identity(L->eng)->run;
-    if (strcmp(run, L->run_id) != 0) {
+    if (strcmp(run, L->run_id) != 0 && !L->run_id_given) {
+        /* --resume in a folder whose certificates an earlier launch made: the run is theirs. */
+        XDC_INFO(XDC_SUB_ORCH, "run id %s, from %s", run, L->creds.cert);
+        snprintf(L->run_id, sizeof L->run_id, "%s", run);
+    } else if (strcmp(run, L->run_id) != 0) {
         xdc_diag_set(diag, "%s names run '%s', but this run is '%s' (give --run-id %s)", L->creds.cert, run, L->run_id,
                      run);
         return XDC_ERR_CONFIG;
@@ -562,6 +567,7 @@ xdc_err_t orch_launch_run(const orch_launch_opts *o, int *agent_exit, xdc_diag *
     static launch L; /* large (relays, children); one run per process */
     memset(&L, 0, sizeof L);
     L.o = *o;
+    L.run_id_given = o->run_id != NULL;
     *agent_exit = 0;
     orch_procs_init(&L.agents, 2); /* agents stop workers of their own: they get two graces */
     xdc_err_t rc = launch_load(&L, diag);
