@@ -272,6 +272,8 @@ XDC_TEST(certs_node_revoked_certificate_is_refused_at_the_wan_handshake)
     XDC_ASSERT_STR_CONTAINS(d.msg, "certificate revoked");
     await_refusal(lis, &d);
     XDC_ASSERT_STR_CONTAINS(d.msg, "certificate revoked");
+    XDC_ASSERT_STR_CONTAINS(d.msg, "xdc://testrun/eu/1 serial "); /* which key to act on */
+    XDC_ASSERT_STR_CONTAINS(d.msg, bad_got.serial);
     xdc_wan_engine_destroy(be);
     /* The unrevoked one still connects. */
     xdc_wan_engine *ge = engine_crl(&good, crl);

@@ -20,13 +20,18 @@ void wan_tls_errq(char *buf, size_t cap)
     buf[0] = '\0';
     unsigned long e;
     size_t used = 0;
-    while ((e = ERR_get_error()) != 0) {
+    const char *data;
+    int flags;
+    while ((e = ERR_get_error_all(NULL, NULL, NULL, &data, &flags)) != 0) {
         char one[256];
         ERR_error_string_n(e, one, sizeof one);
-        /* Keep the reason part: "error:0A000412:SSL routines::sslv3 alert bad certificate". */
+        /* Keep the reason part: "error:0A000412:SSL routines::sslv3 alert bad certificate", and the text
+         * attached to it (verify_note's: which certificate was refused). */
         const char *reason = strrchr(one, ':');
         reason = reason ? reason + 1 : one;
-        int n = snprintf(buf + used, cap - used, "%s%s", used ? "; " : "", reason);
+        int text = (flags & ERR_TXT_STRING) && data && data[0];
+        int n = snprintf(buf + used, cap - used, "%s%s%s%s", used ? "; " : "", reason, text ? ": " : "",
+                         text ? data : "");
         if (n < 0 || (size_t)n >= cap - used) break;
         used += (size_t)n;
     }
@@ -127,6 +132,26 @@ static xdc_err_t crl_read(const char *crl_path, const char *ca_path, X509_CRL **
     return XDC_ERR_CONFIG;
 }
 
+/* Verification callback: when the peer's own certificate is refused, say which one (its identity and
+ * serial) in the error queue, where wan_tls_explain() finds it, so the refusal names the key to act on. */
+static int verify_note(int ok, X509_STORE_CTX *store)
+{
+    if (ok || X509_STORE_CTX_get_error_depth(store) != 0) return ok;
+    X509 *cert = X509_STORE_CTX_get_current_cert(store);
+    xdc_wan_identity id;
+    char serial[64] = "?";
+    BIGNUM *bn = cert ? ASN1_INTEGER_to_BN(X509_get0_serialNumber(cert), NULL) : NULL;
+    char *hex = bn ? BN_bn2hex(bn) : NULL;
+    if (hex) snprintf(serial, sizeof serial, "%s", hex);
+    OPENSSL_free(hex);
+    BN_free(bn);
+    if (cert && wan_tls_cert_identity(cert, &id, NULL) == XDC_OK)
+        ERR_raise_data(ERR_LIB_X509, X509_R_CERTIFICATE_VERIFICATION_FAILED, "xdc://%s/%s/%d serial %s", id.run,
+                       id.region, id.rank, serial);
+    else ERR_raise_data(ERR_LIB_X509, X509_R_CERTIFICATE_VERIFICATION_FAILED, "serial %s", serial);
+    return ok;
+}
+
 /* A trust store: the cluster CA and, when crl is not NULL, its CRL checked for every peer's certificate
  * (a listed one fails verification with "certificate revoked"). */
 static X509_STORE *store_new(const char *ca_path, X509_CRL *crl)
@@ -164,7 +189,7 @@ static xdc_err_t ctx_new(const xdc_wan_config *cfg, X509_CRL *crl, int server, S
     X509_STORE *store = store_new(cfg->ca_path, crl);
     if (!store) goto bad;
     SSL_CTX_set_cert_store(ctx, store);
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | (server ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), NULL);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | (server ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), verify_note);
     *out = ctx;
     return XDC_OK;
 bad:
