@@ -542,7 +542,7 @@ static void print_banner(launch *L)
                L->o.topology, L->o.config, L->run_dir, L->coordinator, L->run_id, L->o.emulate ? " --emulate-wan" : "",
                L->device != ORCH_DEVICE_TOPOLOGY ? " --device " : "",
                L->device != ORCH_DEVICE_TOPOLOGY ? orch_device_name(L->device) : "",
-               orch_creds_given(&L->o.creds) ? " --cert-dir NODE_CERTS --ca ca.pem [--crl crl.pem]" : "");
+               orch_creds_given(&L->o.creds) ? " --cert-dir NODE_CERTS" : "");
     fflush(stdout);
 }
 
