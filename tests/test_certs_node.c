@@ -361,6 +361,32 @@ XDC_TEST(certs_node_revoking_cuts_a_live_connection_and_refuses_its_return)
     xdc_wan_engine_destroy(se);
 }
 
+/* Other refusals of a peer's own certificate name it too: an expired client's (in the listener's
+ * refusal), and a server's of another CA (in the dialling side's error; the client refuses first). */
+XDC_TEST(certs_node_refusals_name_the_refused_certificate)
+{
+    wan_test_node us, expired, foreign;
+    wan_test_issue("pki", "us", 0, 30, 0, &us);
+    wan_test_issue("pki", "eu", 5, 1, -3 * 86400, &expired);
+    wan_test_issue("other-pki", "eu", 6, 30, 0, &foreign);
+    const wan_test_node *bad[] = {&expired, &foreign};
+    for (int i = 0; i < 2; i++) {
+        xdc_wan_engine *se = engine_crl(&us, NULL), *ce = engine_crl(bad[i], NULL);
+        xdc_wan_listener *lis;
+        xdc_wan_peer *p;
+        xdc_diag d = {{0}}, ld = {{0}};
+        XDC_ASSERT_OK(xdc_wan_listen(se, "127.0.0.1", 0, &lis, &d));
+        XDC_ASSERT_OK(xdc_wan_connect(ce, "127.0.0.1", xdc_wan_listener_port(lis), "us", 0, &p, &d));
+        XDC_ASSERT_ERR(xdc_wan_peer_wait_ready(p, WAIT_MS, &d), XDC_ERR_AUTH);
+        await_refusal(lis, &ld);
+        const char *msg = i == 0 ? ld.msg : d.msg;
+        XDC_ASSERT_STR_CONTAINS(msg, i == 0 ? "certificate has expired" : "not issued by our cluster CA");
+        XDC_ASSERT_STR_CONTAINS(msg, i == 0 ? "xdc://testrun/eu/5 serial " : "xdc://testrun/us/0 serial ");
+        xdc_wan_engine_destroy(ce);
+        xdc_wan_engine_destroy(se);
+    }
+}
+
 XDC_TEST(certs_node_revoked_member_is_refused_by_the_rendezvous)
 {
     static const char *const names[] = {"us/h1:0", "us/h1:1"};

@@ -132,12 +132,13 @@ static xdc_err_t crl_read(const char *crl_path, const char *ca_path, X509_CRL **
     return XDC_ERR_CONFIG;
 }
 
-/* Verification callback: when the peer's own certificate is refused, say which one (its identity and
- * serial) in the error queue, where wan_tls_explain() finds it, so the refusal names the key to act on. */
+/* Verification callback: when the peer's chain is refused, say whose it is (the identity and serial of
+ * its own certificate, whichever link failed) in the error queue, where wan_tls_explain() finds it, so
+ * the refusal names the key to act on. Verification stops at the first refusal: one note per handshake. */
 static int verify_note(int ok, X509_STORE_CTX *store)
 {
-    if (ok || X509_STORE_CTX_get_error_depth(store) != 0) return ok;
-    X509 *cert = X509_STORE_CTX_get_current_cert(store);
+    if (ok) return ok;
+    X509 *cert = X509_STORE_CTX_get0_cert(store);
     xdc_wan_identity id;
     char serial[64] = "?";
     BIGNUM *bn = cert ? ASN1_INTEGER_to_BN(X509_get0_serialNumber(cert), NULL) : NULL;
