@@ -262,10 +262,14 @@ XDC_TEST_T(orch_agent_ends_with_its_failed_workers_exit_status, 60)
              SUP_DATA);
     xdc_test_write_file(run, text);
     snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
+    /* The node's own credentials (the agent checks them before it starts a worker). */
     snprintf(cmd, sizeof cmd,
-             "timeout 30 %s agent -t %s -c %s --run-dir %s --region us-east --node 0 --host east-node1 "
+             "x=%1$s; d=%2$s/certs; mkdir -p $d && $x certs init --dir $d --run bad-test >/dev/null && "
+             "$x certs issue --dir $d --region us-east --rank 0 >/dev/null && "
+             "$x certs issue --dir $d --region us-east --rank 1 >/dev/null && "
+             "timeout 30 $x agent -t %3$s -c %4$s --run-dir %2$s --region us-east --node 0 --host east-node1 "
              "--coordinator 127.0.0.1:1 --run-id bad-test",
-             xdc_test_bin(), SUP_TOPO, run, dir);
+             xdc_test_bin(), dir, SUP_TOPO, run);
     int rc = xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(rc == 78, "agent exited %d, expected its worker's 78:\n%s", rc, out);
     snprintf(run, sizeof run, "%s/failed-us-east-0", dir);

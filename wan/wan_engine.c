@@ -615,6 +615,22 @@ static void reap_peers(xdc_wan_engine *eng)
     }
 }
 
+/* A new CRL is in force: connections whose peer certificate it lists end now, not at their next handshake.
+ * Peers fail for good (XDC_ERR_AUTH, their requests with them); streams still before their HELLO break. */
+static void cut_revoked(xdc_wan_engine *eng)
+{
+    for (xdc_wan_peer *p = eng->peers; p; p = p->next)
+        for (int i = 0; i < p->nstreams && p->fail_err == XDC_OK; i++) {
+            wan_stream *s = p->streams[i];
+            if (s && s->ssl && wan_tls_crl_lists(&eng->crl, SSL_get0_peer_certificate(s->ssl)))
+                wan_peer_fail(p, XDC_ERR_AUTH, "%s: certificate revoked (CRL %s); connection cut", p->name,
+                              eng->crl.path);
+        }
+    for (wan_stream *s = eng->pending; s; s = s->next_pending)
+        if (s->ssl && s->state != WAN_ST_DOWN && wan_tls_crl_lists(&eng->crl, SSL_get0_peer_certificate(s->ssl)))
+            wan_stream_break(s, "certificate revoked");
+}
+
 static void *engine_main(void *arg)
 {
     xdc_wan_engine *eng = arg;
@@ -671,6 +687,7 @@ static void *engine_main(void *arg)
             }
             peer_timers(p);
         }
+        if (wan_tls_crl_refresh(&eng->crl, eng->srv_ctx, eng->cli_ctx, now)) cut_revoked(eng);
         /* Reap refused or timed-out handshakes and replaced streams. */
         uint64_t hs_limit = (uint64_t)(eng->cfg.deadline_ms < 10000 ? eng->cfg.deadline_ms : 10000) * XDC_NS_PER_MS;
         for (wan_stream **pp = &eng->pending; *pp;) {
@@ -731,7 +748,7 @@ xdc_err_t xdc_wan_engine_create(const xdc_wan_config *cfg, xdc_wan_engine **out,
     pthread_cond_init(&eng->cv, &ca);
     pthread_condattr_destroy(&ca);
     xdc_err_t rc;
-    XDC_CHECK_GOTO(wan_tls_create(cfg, &eng->srv_ctx, &eng->cli_ctx, &eng->self, diag), rc, fail);
+    XDC_CHECK_GOTO(wan_tls_create(cfg, &eng->srv_ctx, &eng->cli_ctx, &eng->self, &eng->crl, diag), rc, fail);
     eng->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (eng->wake_fd < 0) {
         xdc_diag_set(diag, "eventfd: %m");
@@ -795,6 +812,7 @@ void xdc_wan_engine_destroy(xdc_wan_engine *eng)
     xdc_pool_destroy(&eng->reqs);
     SSL_CTX_free(eng->srv_ctx);
     SSL_CTX_free(eng->cli_ctx);
+    wan_tls_crl_free(&eng->crl);
     if (eng->wake_fd >= 0) close(eng->wake_fd);
     pthread_cond_destroy(&eng->cv);
     pthread_mutex_destroy(&eng->mu);

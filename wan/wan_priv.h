@@ -7,6 +7,7 @@
 
 #include "common/xdc_pool.h"
 #include "wan/wan_frame.h"
+#include "wan/wan_tls.h"
 #include "wan/xdc_wan.h"
 
 #include <openssl/ssl.h>
@@ -176,6 +177,7 @@ struct xdc_wan_engine {
     xdc_wan_config cfg;
     xdc_wan_identity self;
     SSL_CTX *srv_ctx, *cli_ctx;
+    wan_tls_crl crl; /* the revocation list in force (wan_tls.h); its changes cut the peers it lists */
     pthread_t thread;
     int thread_started;
     int stop;

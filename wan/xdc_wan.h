@@ -50,12 +50,16 @@ typedef struct xdc_wan_config {
     const char *cert_path; /* PEM node certificate (with SAN URI xdc://RUN/REGION/RANK) */
     const char *key_path;  /* PEM private key */
     const char *ca_path;   /* PEM cluster CA certificate */
-    int streams;           /* TCP streams per peer pair when dialling (1..XDC_WAN_MAX_STREAMS) */
-    int sockbuf_bytes;     /* SO_SNDBUF/SO_RCVBUF per stream; 0 keeps the kernel's autotuning */
-    uint32_t frame_bytes;  /* payload bytes per DATA frame (<= XDC_WAN_MAX_FRAME_PAYLOAD) */
-    int window_frames;     /* unacknowledged DATA frames per direction (power of two) */
-    int64_t deadline_ms;   /* a peer silent (or unreachable) this long fails its requests */
-    int backoff_min_ms;    /* reconnect backoff, doubling up to backoff_max_ms */
+    /* PEM certificate revocation list of the cluster CA (`xdc certs revoke`), or NULL for none. Read once,
+     * when the engine is created: a peer whose certificate it lists is refused at the handshake (both
+     * ways); connections already up are not cut, and a newer CRL takes effect at the next engine. */
+    const char *crl_path;
+    int streams;          /* TCP streams per peer pair when dialling (1..XDC_WAN_MAX_STREAMS) */
+    int sockbuf_bytes;    /* SO_SNDBUF/SO_RCVBUF per stream; 0 keeps the kernel's autotuning */
+    uint32_t frame_bytes; /* payload bytes per DATA frame (<= XDC_WAN_MAX_FRAME_PAYLOAD) */
+    int window_frames;    /* unacknowledged DATA frames per direction (power of two) */
+    int64_t deadline_ms;  /* a peer silent (or unreachable) this long fails its requests */
+    int backoff_min_ms;   /* reconnect backoff, doubling up to backoff_max_ms */
     int backoff_max_ms;
     int ping_interval_ms; /* RTT probe and keepalive period */
     /* Server: connections still in their TLS handshake or HELLO, per listener and per source address;
@@ -67,7 +71,7 @@ typedef struct xdc_wan_config {
 
 #define XDC_WAN_CONFIG_INIT                                                                                          \
     {                                                                                                                \
-        .cert_path = NULL, .key_path = NULL, .ca_path = NULL, .streams = 4, .sockbuf_bytes = 0,                      \
+        .cert_path = NULL, .key_path = NULL, .ca_path = NULL, .crl_path = NULL, .streams = 4, .sockbuf_bytes = 0,    \
         .frame_bytes = 1u << 20, .window_frames = 1024, .deadline_ms = 30000, .backoff_min_ms = 20,                  \
         .backoff_max_ms = 2000, .ping_interval_ms = 200, .max_pending_handshakes = 256, .max_pending_per_addr = 128, \
     }

@@ -15,12 +15,18 @@ static int agent_usage(FILE *f)
         "usage: xdc agent --topology FILE --config RUN.yaml --run-dir DIR [--region NAME] [--node N] [--host NAME]\n"
         "                 [--coordinator HOST:PORT] [--run-id ID] [--emulate-wan] [--resume]\n"
         "                 [--device cpu|cuda|cpu-strict] [--rdzv URL] [--etcd-cacert F --etcd-cert F --etcd-key F]\n"
+        "                 [--cert-dir DIR] [--ca FILE] [--crl FILE]\n"
         "  Starts this node's workers. Identity comes from the flags, then XDC_* variables, torchrun, Open MPI,\n"
         "  PMIx/PMI and Slurm (SLURM_NODEID, SLURM_JOB_NODELIST), then this host's place in the topology;\n"
         "  the log says which source gave each value.\n"
         "  --device  run the workers on this device (default: XDC_DEVICE, else the topology: CUDA with NCCL\n"
-        "            where gpus_per_node > 0, the CPU otherwise); the node's GPUs are checked before any "
-        "starts\n" XDC_CLI_RDZV_USAGE "  with etcd, --coordinator may be left out: etcd's HOST:PORT stands for it\n");
+        "            where gpus_per_node > 0, the CPU otherwise); the node's GPUs are checked before any starts\n"
+        "  --cert-dir  this node's own keys and certificates, REGION-RANK.key and .pem for each of its workers\n"
+        "            (`xdc certs request` here, `xdc certs sign` on the CA host); default XDC_CERT_DIR, else\n"
+        "            RUN_DIR/certs. No other node's key and not the CA's key is needed.\n"
+        "  --ca      the cluster CA certificate (default XDC_CA, else CERT_DIR/ca.pem)\n"
+        "  --crl     the CA's revocation list (default XDC_CRL, else crl.pem beside the CA certificate if present)\n"
+        XDC_CLI_RDZV_USAGE "  with etcd, --coordinator may be left out: etcd's HOST:PORT stands for it\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -38,6 +44,9 @@ static int agent_parse(int argc, char **argv, orch_agent_opts *o)
                                          {"emulate-wan", no_argument, NULL, 'e'},
                                          {"resume", no_argument, NULL, 'R'},
                                          {"device", required_argument, NULL, 'D'},
+                                         {"cert-dir", required_argument, NULL, 'C'},
+                                         {"ca", required_argument, NULL, 'A'},
+                                         {"crl", required_argument, NULL, 'L'},
                                          {"help", no_argument, NULL, 'h'},
                                          XDC_CLI_RDZV_OPTIONS,
                                          {NULL, 0, NULL, 0}};
@@ -58,6 +67,9 @@ static int agent_parse(int argc, char **argv, orch_agent_opts *o)
         case 'e': o->emulate_wan = 1; break;
         case 'R': o->resume = 1; break;
         case 'D': o->device = optarg; break;
+        case 'C': o->creds.cert_dir = optarg; break;
+        case 'A': o->creds.ca = optarg; break;
+        case 'L': o->creds.crl = optarg; break;
         case 'h': agent_usage(stdout); return -1;
         default: return agent_usage(stderr);
         }

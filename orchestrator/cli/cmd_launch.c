@@ -15,27 +15,34 @@
 
 static int launch_usage(FILE *f)
 {
-    fprintf(
-        f, "usage: xdc launch -t TOPOLOGY.yaml -c RUN.yaml [--run-dir DIR] [--run-id ID] "
-           "[--emulate-wan|--no-emulate-wan]\n"
-           "                  [--outage DURATION@START[,...]]... [--resume] [--log-format text|json] [--device "
-           "cpu|cuda|cpu-strict]\n"
-           "                  [--rdzv builtin|etcd://HOST:PORT[/PREFIX]] [--etcd-cacert F --etcd-cert F --etcd-key F]\n"
-           "       xdc coordinator -t TOPOLOGY.yaml -c RUN.yaml --run-dir DIR [--host ADDR] [--port P] [--run-id ID]\n"
-           "  coordinator: host the rendezvous (default 0.0.0.0:29400) for agents started elsewhere (Slurm, ssh)\n"
-           "  and wait for the run to end; the run folder must be shared with the nodes (certificates).\n"
-           "  Runs every region of the topology on this machine: rendezvous, WAN emulator (default when all\n"
-           "  regions are local), one agent per node, one worker per slot. Ends with\n"
-           "  final val_loss=<x> params_xxh64=<hex> steps=<n> wan_bytes=<n> exposed_wan_pct=<x>\n"
-           "    exposed_wan_pct_max=<x> compute_util=<x> compute_util_min=<x>   (mean and worst over every worker)\n"
-           "  --outage 5s@10s  cut every emulated link for 5 s, 10 s after its relay opened; repeat the flag or\n"
-           "                   give a list (3s@10s,12s@40s) for several outages (at most 16)\n"
-           "  --degrade-links F  emulated links carry F x the topology's bandwidth (rehearse a degraded WAN)\n"
-           "  --resume         continue from the newest complete checkpoint in the run folder\n"
-           "  --device D       run every region's workers on D (default: XDC_DEVICE, else the topology: CUDA\n"
-           "                   with NCCL inside a region with gpus_per_node > 0, the CPU with shared memory\n"
-           "                   where it is 0); passed on to the agents and by them to the workers\n" XDC_CLI_RDZV_USAGE
-           "            with etcd the launcher hosts no store: it reads and writes the run's keys in etcd\n");
+    fprintf(f,
+            "usage: xdc launch -t TOPOLOGY.yaml -c RUN.yaml [--run-dir DIR] [--run-id ID] "
+            "[--emulate-wan|--no-emulate-wan]\n"
+            "                  [--outage DURATION@START[,...]]... [--resume] [--log-format text|json] [--device "
+            "cpu|cuda|cpu-strict]\n"
+            "                  [--rdzv builtin|etcd://HOST:PORT[/PREFIX]] [--etcd-cacert F --etcd-cert F --etcd-key F]\n"
+            "       xdc coordinator -t TOPOLOGY.yaml -c RUN.yaml --run-dir DIR --host ADDR [--port P] [--run-id ID]\n"
+            "                       [--cert-dir DIR] [--ca FILE] [--crl FILE]\n"
+            "  coordinator: host the rendezvous on ADDR:P (no default address; 0.0.0.0 is every interface, port\n"
+            "  29400) for agents started elsewhere (Slurm, ssh) and wait for the run to end. With --cert-dir it\n"
+            "  uses DIR/coordinator-0.pem and .key and makes no keys: each node brings its own (xdc certs request\n"
+            "  + sign; docs/security.md). Without, it makes a CA and every member's key in RUN_DIR/certs, which\n"
+            "  the nodes must then share.\n"
+            "  Runs every region of the topology on this machine: rendezvous, WAN emulator (default when all\n"
+            "  regions are local), one agent per node, one worker per slot. Ends with\n"
+            "  final val_loss=<x> params_xxh64=<hex> steps=<n> wan_bytes=<n> exposed_wan_pct=<x>\n"
+            "    exposed_wan_pct_max=<x> compute_util=<x> compute_util_min=<x>   (mean and worst over every worker)\n"
+            "  --outage 5s@10s  cut every emulated link for 5 s, 10 s after its relay opened; repeat the flag or\n"
+            "                   give a list (3s@10s,12s@40s) for several outages (at most 16)\n"
+            "  --degrade-links F  emulated links carry F x the topology's bandwidth (rehearse a degraded WAN)\n"
+            "  --resume         continue from the newest complete checkpoint in the run folder\n"
+            "  --device D       run every region's workers on D (default: XDC_DEVICE, else the topology: CUDA\n"
+            "                   with NCCL inside a region with gpus_per_node > 0, the CPU with shared memory\n"
+            "                   where it is 0); passed on to the agents and by them to the workers\n"
+            "  --cert-dir DIR --ca FILE --crl FILE  credentials (default XDC_CERT_DIR, XDC_CA, XDC_CRL): the\n"
+            "                   rendezvous uses DIR/coordinator-0.*, and the agents get the same flags\n" XDC_CLI_RDZV_USAGE
+            "            with etcd the launcher hosts no store (and the coordinator needs no --host): it reads and\n"
+            "            writes the run's keys in etcd\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -81,6 +88,9 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
                                          {"port", required_argument, NULL, 'p'},
                                          {"degrade-links", required_argument, NULL, 'g'},
                                          {"device", required_argument, NULL, 'D'},
+                                         {"cert-dir", required_argument, NULL, 'C'},
+                                         {"ca", required_argument, NULL, 'A'},
+                                         {"crl", required_argument, NULL, 'L'},
                                          {"help", no_argument, NULL, 'h'},
                                          XDC_CLI_RDZV_OPTIONS,
                                          {NULL, 0, NULL, 0}};
@@ -101,6 +111,9 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
         case 'l': *log_format = optarg; break;
         case 'H': o->host = optarg; break;
         case 'D': o->device = optarg; break;
+        case 'C': o->creds.cert_dir = optarg; break;
+        case 'A': o->creds.ca = optarg; break;
+        case 'L': o->creds.crl = optarg; break;
         case 'g':
         case 'p':
         case 'o':

@@ -9,15 +9,16 @@
 
 static int worker_usage(FILE *f)
 {
-    fprintf(
-        f,
-        "usage: xdc worker --topology FILE --config RUN.yaml --run-dir DIR [--emulate-wan] [--resume]\n"
-        "                  [--device cpu|cuda|cpu-strict] [--rdzv URL] [--etcd-cacert F --etcd-cert F --etcd-key F]\n"
-        "  Started by `xdc agent`, one per worker slot; reads its identity from the environment contract\n"
-        "  (RANK, WORLD_SIZE, LOCAL_RANK, XDC_REGION, XDC_REGION_INDEX, XDC_NUM_REGIONS, XDC_GLOBAL_RANK,\n"
-        "  XDC_GLOBAL_WORLD_SIZE, XDC_RUN_ID, XDC_COORDINATOR, XDC_HOST, ...; see docs/observability.md).\n"
-        "  --device: as for `xdc agent` (default XDC_DEVICE, else the topology); on CUDA, LOCAL_RANK picks\n"
-        "  the GPU among the visible ones (CUDA_VISIBLE_DEVICES).\n" XDC_CLI_RDZV_USAGE);
+    fprintf(f, "usage: xdc worker --topology FILE --config RUN.yaml --run-dir DIR [--emulate-wan] [--resume]\n"
+               "                  [--device cpu|cuda|cpu-strict] [--cert-dir DIR] [--ca FILE] [--crl FILE]\n"
+               "                  [--rdzv URL] [--etcd-cacert F --etcd-cert F --etcd-key F]\n"
+               "  Started by `xdc agent`, one per worker slot; reads its identity from the environment contract\n"
+               "  (RANK, WORLD_SIZE, LOCAL_RANK, XDC_REGION, XDC_REGION_INDEX, XDC_NUM_REGIONS, XDC_GLOBAL_RANK,\n"
+               "  XDC_GLOBAL_WORLD_SIZE, XDC_RUN_ID, XDC_COORDINATOR, XDC_HOST, ...; see docs/observability.md).\n"
+               "  --device: as for `xdc agent` (default XDC_DEVICE, else the topology); on CUDA, LOCAL_RANK picks\n"
+               "  the GPU among the visible ones (CUDA_VISIBLE_DEVICES).\n"
+               "  --cert-dir, --ca, --crl: its key and certificate (DIR/REGION-RANK.key, .pem), the CA certificate\n"
+               "  and revocation list, as for `xdc agent` (default XDC_CERT_DIR, XDC_CA, XDC_CRL, else RUN/certs).\n" XDC_CLI_RDZV_USAGE);
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -29,6 +30,9 @@ int xdc_cmd_worker(int argc, char **argv)
                                          {"emulate-wan", no_argument, NULL, 'e'},
                                          {"resume", no_argument, NULL, 'r'},
                                          {"device", required_argument, NULL, 'D'},
+                                         {"cert-dir", required_argument, NULL, 'C'},
+                                         {"ca", required_argument, NULL, 'A'},
+                                         {"crl", required_argument, NULL, 'L'},
                                          {"help", no_argument, NULL, 'h'},
                                          XDC_CLI_RDZV_OPTIONS,
                                          {NULL, 0, NULL, 0}};
@@ -44,6 +48,9 @@ int xdc_cmd_worker(int argc, char **argv)
         case 'e': o.emulate_wan = 1; break;
         case 'r': o.resume = 1; break;
         case 'D': o.device = optarg; break;
+        case 'C': o.creds.cert_dir = optarg; break;
+        case 'A': o.creds.ca = optarg; break;
+        case 'L': o.creds.crl = optarg; break;
         case 'h': return worker_usage(stdout);
         default: return worker_usage(stderr);
         }

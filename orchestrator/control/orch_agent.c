@@ -24,6 +24,7 @@ typedef struct {
     const orch_agent_opts *o;
     xdc_topology *t;
     orch_identity id;
+    orch_creds creds;        /* the folder, CA and CRL handed to every worker */
     int region;              /* index of id.region in the topology */
     orch_device override;    /* --device, else XDC_DEVICE, else ORCH_DEVICE_TOPOLOGY */
     const char *device_from; /* where the override came from */
@@ -105,6 +106,19 @@ static xdc_err_t agent_setup(agent *a, xdc_diag *diag)
     return XDC_OK;
 }
 
+/* Every worker's key and certificate, the CA and the CRL before any worker starts: a missing one is named
+ * once, here, instead of by each worker. */
+static xdc_err_t agent_creds(agent *a, xdc_diag *diag)
+{
+    XDC_CHECK(orch_creds_resolve(&a->o->creds, a->o->run_dir, &a->creds, diag));
+    int wpn = a->t->regions[a->region].workers_per_node;
+    for (int s = 0; s < wpn; s++)
+        XDC_CHECK(orch_creds_member(&a->creds, a->id.run_id, a->id.region, a->id.node * wpn + s, diag));
+    XDC_INFO(XDC_SUB_ORCH, "credentials: folder %s (from %s), CA %s, %s%s", a->creds.dir, a->creds.dir_from,
+             a->creds.ca, a->creds.crl[0] ? "CRL " : "no CRL", a->creds.crl);
+    return XDC_OK;
+}
+
 /* The node's device (orch_device.h), checked before any worker starts. */
 static xdc_err_t agent_device(agent *a, xdc_diag *diag)
 {
@@ -138,7 +152,7 @@ static xdc_err_t start_worker(agent *a, int s, xdc_diag *diag)
         xdc_diag_prefix(diag, "worker environment of slot %d", s);
         return XDC_ERR_CONFIG;
     }
-    char *argv[14 + RDZV_FLAGS_ARGV];
+    char *argv[14 + ORCH_CREDS_ARGV + RDZV_FLAGS_ARGV];
     int n = 0;
     argv[n++] = "worker";
     argv[n++] = "--topology";
@@ -149,6 +163,7 @@ static xdc_err_t start_worker(agent *a, int s, xdc_diag *diag)
     argv[n++] = (char *)a->o->run_dir;
     if (a->o->emulate_wan) argv[n++] = "--emulate-wan";
     if (a->o->resume) argv[n++] = "--resume";
+    n += orch_creds_argv(&a->creds, argv + n);
     if (a->override != ORCH_DEVICE_TOPOLOGY) { /* the agent's choice, whatever the workers' environment says */
         argv[n++] = "--device";
         argv[n++] = (char *)orch_device_name(a->override);
@@ -190,7 +205,7 @@ xdc_err_t orch_agent_run(const orch_agent_opts *o, int *worker_exit, xdc_diag *d
     *worker_exit = 0;
     orch_procs_init(&a.workers, 1);
     xdc_err_t rc = agent_setup(&a, diag);
-    if (rc == XDC_OK && (rc = agent_device(&a, diag)) != XDC_OK) {
+    if (rc == XDC_OK && ((rc = agent_creds(&a, diag)) != XDC_OK || (rc = agent_device(&a, diag)) != XDC_OK)) {
         write_failure(&a, diag ? diag->msg : xdc_strerror(rc));
     } else if (rc == XDC_OK) {
         orch_proc_catch_stop_signals();

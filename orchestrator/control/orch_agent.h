@@ -5,6 +5,7 @@
 #define ORCH_AGENT_H
 
 #include "common/xdc_err.h"
+#include "orchestrator/control/orch_creds.h"
 #include "orchestrator/control/orch_device.h"
 #include "orchestrator/control/orch_identity.h"
 #include "orchestrator/control/orch_rdzv.h"
@@ -14,13 +15,15 @@ typedef struct orch_agent_opts {
     int emulate_wan, resume;                 /* passed on to the workers */
     orch_identity_flags id;                  /* --region --node --host --coordinator --run-id */
     const char *device;                      /* --device word (NULL: XDC_DEVICE, else the topology) */
-    rdzv_flags rdzv;                /* --rdzv (else XDC_RDZV, the run file's rdzv:) and etcd's TLS files; passed on */
-    const orch_device_probe *probe; /* the kernel registry's answers (NULL: no node check) */
+    const orch_device_probe *probe;          /* the kernel registry's answers (NULL: no node check) */
+    orch_creds_flags creds;                  /* --cert-dir --ca --crl: this node's own credentials */
+    rdzv_flags rdzv; /* --rdzv (else XDC_RDZV, the run file's rdzv:) and etcd's TLS files; passed on */
 } orch_agent_opts;
 
 /* Set up and supervise this node's workers until they end. XDC_OK when every worker exited 0;
- * XDC_ERR_CONFIG for a topology, run file, rendezvous value (neither builtin nor etcd://), identity or
- * worker-environment problem (with etcd and no coordinator given, etcd's HOST:PORT stands for it) (topology errors are printed
+ * XDC_ERR_CONFIG for a topology, run file, rendezvous value (neither builtin nor etcd://), identity,
+ * credentials (a worker's key or certificate, the CA or CRL missing) or worker-environment problem (with
+ * etcd and no coordinator given, etcd's HOST:PORT stands for it) (topology errors are printed
  * to stderr, the rest is in diag); XDC_ERR_INVALID for a device word that names no device; before any
  * worker starts, the device check (orch_device_check_node: XDC_ERR_UNAVAILABLE when the node sees fewer
  * GPUs than it needs, the registry's refusal of the device); XDC_ERR_UNAVAILABLE when a worker cannot

@@ -51,6 +51,8 @@ typedef struct {
     uint64_t next_nag;
     int joined;
     orch_device device; /* the override for every region (ORCH_DEVICE_TOPOLOGY: none) */
+    orch_creds creds;   /* the rendezvous's credentials (coordinator/0); their folder, CA, CRL go to agents */
+    int run_id_given;   /* --run-id was given: the certificates must name it (else theirs is taken) */
     orch_procs agents;
     xdc_err_t blamed; /* the error of the member blamed for the failure; XDC_OK: none */
 } launch;
@@ -74,9 +76,11 @@ void orch_launch_opts_default(orch_launch_opts *o, int coordinator)
     o->degrade = 1.0;
 }
 
-/* Certificates: the CA, the coordinator's, one per worker (region, local rank). Reused on --resume. */
+/* Certificates: the CA, the coordinator's, one per worker (region, local rank), unless the credentials
+ * were given (then every node brings its own). Reused on --resume. */
 static xdc_err_t make_certs(launch *L, xdc_diag *diag)
 {
+    if (orch_creds_given(&L->o.creds)) return XDC_OK;
     char dir[600], ca[700];
     snprintf(dir, sizeof dir, "%s/certs", L->run_dir);
     snprintf(ca, sizeof ca, "%s/ca.pem", dir);
@@ -99,16 +103,22 @@ static xdc_err_t make_certs(launch *L, xdc_diag *diag)
 /* The built-in store's transport: a WAN engine with the coordinator's certificate. */
 static xdc_err_t open_store_engine(launch *L, xdc_diag *diag)
 {
-    char cert[700], key[700], ca[700];
-    snprintf(cert, sizeof cert, "%s/certs/%s-0.pem", L->run_dir, RDZV_SERVER_REGION);
-    snprintf(key, sizeof key, "%s/certs/%s-0.key", L->run_dir, RDZV_SERVER_REGION);
-    snprintf(ca, sizeof ca, "%s/certs/ca.pem", L->run_dir);
+    XDC_CHECK(orch_creds_member(&L->creds, L->run_id, RDZV_SERVER_REGION, 0, diag));
     xdc_wan_config wc = XDC_WAN_CONFIG_INIT;
-    wc.cert_path = cert;
-    wc.key_path = key;
-    wc.ca_path = ca;
+    orch_creds_apply(&L->creds, &wc);
     wc.streams = 1;
-    return xdc_wan_engine_create(&wc, &L->eng, diag);
+    XDC_CHECK(xdc_wan_engine_create(&wc, &L->eng, diag));
+    const char *run = xdc_wan_engine_identity(L->eng)->run;
+    if (strcmp(run, L->run_id) != 0 && !L->run_id_given) {
+        /* --resume in a folder whose certificates an earlier launch made: the run is theirs. */
+        XDC_INFO(XDC_SUB_ORCH, "run id %s, from %s", run, L->creds.cert);
+        snprintf(L->run_id, sizeof L->run_id, "%s", run);
+    } else if (strcmp(run, L->run_id) != 0) {
+        xdc_diag_set(diag, "%s names run '%s', but this run is '%s' (give --run-id %s)", L->creds.cert, run, L->run_id,
+                     run);
+        return XDC_ERR_CONFIG;
+    }
+    return XDC_OK;
 }
 
 /* The store (built-in: hosted here on L->eng; etcd: the run's prefix, emptied), its members and the
@@ -117,6 +127,7 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
 {
     XDC_CHECK(rdzv_target_resolve(L->o.rdzv.rdzv, L->cfg.rdzv, L->run_id, &L->store, diag));
     rdzv_flags_tls(&L->o.rdzv, &L->store);
+    XDC_CHECK(orch_creds_resolve(&L->o.creds, L->run_dir, &L->creds, diag)); /* for the agents too */
     if (L->store.kind == RDZV_BUILTIN) {
         snprintf(L->store.host, sizeof L->store.host, "%s", L->o.host);
         L->store.port = L->o.port;
@@ -216,7 +227,7 @@ static xdc_err_t start_agent(launch *L, int r, int n, xdc_diag *diag)
     xdc_region *g = &L->t->regions[r];
     char node[16], name[ORCH_PROC_NAME_MAX];
     snprintf(node, sizeof node, "%d", n);
-    char *argv[17 + 4 + RDZV_FLAGS_ARGV + 1] = {
+    char *argv[17 + 4 + ORCH_CREDS_ARGV + RDZV_FLAGS_ARGV + 1] = {
         "agent",
         "--topology",
         (char *)L->o.topology,
@@ -235,6 +246,7 @@ static xdc_err_t start_agent(launch *L, int r, int n, xdc_diag *diag)
         "--run-id",
         L->run_id}; /* the rest NULL: room for the optional flags below and the end */
     int a = 17;
+    a += orch_creds_argv(&L->creds, argv + a);
     if (L->o.emulate) argv[a++] = "--emulate-wan";
     if (L->o.resume) argv[a++] = "--resume";
     if (L->device != ORCH_DEVICE_TOPOLOGY) {
@@ -558,11 +570,12 @@ static void print_banner(launch *L)
     printf("devices: %s\n", devices);
     if (L->o.coordinator)
         printf("start one agent per node with:\n  xdc agent --topology %s --config %s --run-dir %s --coordinator %s"
-               " --run-id %s --region REGION --node N%s%s%s%s%s\n",
+               " --run-id %s --region REGION --node N%s%s%s%s%s%s\n",
                L->o.topology, L->o.config, L->run_dir, L->coordinator, L->run_id,
                L->store.kind == RDZV_ETCD ? " --rdzv " : "", L->store.kind == RDZV_ETCD ? L->store.url : "",
                L->o.emulate ? " --emulate-wan" : "", L->device != ORCH_DEVICE_TOPOLOGY ? " --device " : "",
-               L->device != ORCH_DEVICE_TOPOLOGY ? orch_device_name(L->device) : "");
+               L->device != ORCH_DEVICE_TOPOLOGY ? orch_device_name(L->device) : "",
+               orch_creds_given(&L->o.creds) ? " --cert-dir NODE_CERTS" : "");
     fflush(stdout);
 }
 
@@ -587,6 +600,7 @@ xdc_err_t orch_launch_run(const orch_launch_opts *o, int *agent_exit, xdc_diag *
     static launch L; /* large (relays, children); one run per process */
     memset(&L, 0, sizeof L);
     L.o = *o;
+    L.run_id_given = o->run_id != NULL;
     *agent_exit = 0;
     orch_procs_init(&L.agents, 2); /* agents stop workers of their own: they get two graces */
     xdc_err_t rc = launch_load(&L, diag);

@@ -8,6 +8,7 @@
 #include "common/xdc_err.h"
 #include "orchestrator/control/orch_rdzv.h"
 #include "topology/xdc_topology.h"
+#include "orchestrator/control/orch_creds.h"
 #include "wan/emu/xdc_wan_emu.h"
 
 #include <stdint.h>
@@ -26,6 +27,10 @@ typedef struct orch_launch_opts {
     double degrade;     /* emulated links run at this fraction of the topology's bandwidth */
     const char *device; /* --device word for every region (NULL: XDC_DEVICE, else the topology); passed to agents */
     rdzv_flags rdzv;    /* --rdzv (else XDC_RDZV, the run file's rdzv:, the built-in store) and etcd's TLS files */
+    /* --cert-dir --ca --crl (orch_creds.h). Not given: the launcher makes a CA and every member's key in
+     * RUN_DIR/certs (one machine, or a run folder shared by the nodes). Given: it makes none and uses
+     * coordinator-0.pem/.key from the folder; each agent brings its own (the launcher's agents get these). */
+    orch_creds_flags creds;
 } orch_launch_opts;
 
 /* The emulator's model of topology link `l` (rate, RTT, jitter, loss; draws seeded by `seed`): what the

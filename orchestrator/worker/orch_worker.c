@@ -237,19 +237,23 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
 
 static xdc_err_t open_wan(orch_worker *w, xdc_diag *diag)
 {
-    char cert[700], key[700], ca[700];
-    snprintf(cert, sizeof cert, "%s/certs/%s-%d.pem", w->id.run_dir, w->id.region, w->id.lrank);
-    snprintf(key, sizeof key, "%s/certs/%s-%d.key", w->id.run_dir, w->id.region, w->id.lrank);
-    snprintf(ca, sizeof ca, "%s/certs/ca.pem", w->id.run_dir);
+    orch_creds creds;
+    XDC_CHECK(orch_creds_resolve(w->creds, w->id.run_dir, &creds, diag));
+    XDC_CHECK(orch_creds_member(&creds, w->id.run_id, w->id.region, w->id.lrank, diag));
     xdc_wan_config wc = XDC_WAN_CONFIG_INIT;
-    wc.cert_path = cert;
-    wc.key_path = key;
-    wc.ca_path = ca;
+    orch_creds_apply(&creds, &wc);
     wc.deadline_ms = w->cfg.op_timeout_ms;
     wc.streams = 1; /* the most any link of the topology asks for: one engine dials every peer */
     for (int i = 0; i < w->topo->n_links; i++)
         if (w->topo->links[i].streams > wc.streams) wc.streams = w->topo->links[i].streams;
     XDC_CHECK(xdc_wan_engine_create(&wc, &w->comm.wan, diag));
+    XDC_INFO(XDC_SUB_ORCH, "credentials: %s (folder from %s), CA %s, %s%s", creds.cert, creds.dir_from, creds.ca,
+             creds.crl[0] ? "CRL " : "no CRL", creds.crl);
+    const char *run = xdc_wan_engine_identity(w->comm.wan)->run;
+    if (strcmp(run, w->id.run_id) != 0) {
+        xdc_diag_set(diag, "%s names run '%s', but this worker is of run '%s'", creds.cert, run, w->id.run_id);
+        return XDC_ERR_CONFIG;
+    }
     XDC_CHECK(
         rdzv_client_open(&w->id.rdzv, w->comm.wan, w->id.member, w->cfg.rendezvous_timeout_ms, &w->comm.rdzv, diag));
     /* Everyone present before anything else waits on anyone: a missing member is named here. */
@@ -542,6 +546,7 @@ xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
     snprintf(w.id.run_dir, sizeof w.id.run_dir, "%s", o->run_dir);
     w.id.emulate_wan = o->emulate_wan;
     w.id.resume = o->resume;
+    w.creds = &o->creds;
     const char *topo_path = o->topology_path, *cfg_path = o->config_path;
     xdc_diag d = {{0}};
     xdc_cfg_errors errs;

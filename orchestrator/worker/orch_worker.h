@@ -13,6 +13,7 @@
 #include "model/xdc_gpt.h"
 #include "orchestrator/obs/orch_metrics.h"
 #include "orchestrator/obs/orch_steplog.h"
+#include "orchestrator/control/orch_creds.h"
 #include "orchestrator/control/orch_device.h"
 #include "orchestrator/control/orch_rdzv.h"
 #include "orchestrator/control/orch_run_config.h"
@@ -153,6 +154,7 @@ extern const orch_mode_ops orch_mode_sync_ops, orch_mode_diloco_ops, orch_mode_s
 
 struct orch_worker {
     orch_worker_id id;
+    const orch_creds_flags *creds; /* where its key, certificate, CA and CRL are (orch_creds.h) */
     xdc_topology *topo;
     orch_run_config cfg;
     orch_planned planned; /* with cfg.plan_auto: the plan the run follows */
