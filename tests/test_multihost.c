@@ -1,0 +1,131 @@
+/* test_multihost.c — the launch scripts run for real, as their headers tell a user: examples/launch/
+ * slurm.sbatch submitted once per region to a one-node Slurm cluster brought up for the test
+ * (tests/multihost/slurm.sh), and each region's agent started separately through examples/launch/ssh.sh
+ * on a network host of its own (a namespace behind the netns WAN emulator, examples/launch/netns.sh).
+ * Both runs end with the params hash of `xdc launch` of the same topology and run file. Root only:
+ * skipped otherwise. */
+#include "tests/xdc_test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DATA "/usr/share/games/fortunes"
+
+static void need_root_and_corpus(const char *what)
+{
+    if (geteuid() != 0) xdc_test_skip("%s needs root", what);
+    if (access(DATA, R_OK) != 0) xdc_test_skip("no corpus at %s (Debian package fortunes; `make deps`)", DATA);
+}
+
+/* The tiny model, 2 stages per region, 8 sync steps with the int8 codec: a run of a few seconds. */
+static const char *write_tiny_run(void)
+{
+    static char path[512];
+    char cwd[400], text[1024];
+    if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
+    snprintf(path, sizeof path, "%s/run.yaml", xdc_test_tmpdir());
+    snprintf(text, sizeof text,
+             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: sync\npipeline_stages: 2\nmicrobatches: 2\n"
+             "steps: 8\ncodec: int8\nbucket_mb: 0.05\nthreads: 1\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
+             cwd, DATA);
+    xdc_test_write_file(path, text);
+    return path;
+}
+
+/* The params_xxh64 of the `final ...` line in out, into hash[64]; fails the test when there is none. */
+static void final_hash(const char *out, const char *who, char hash[64])
+{
+    const char *f = strstr(out, "final val_loss=");
+    const char *h = f ? strstr(f, "params_xxh64=") : NULL;
+    XDC_ASSERT_MSG(h != NULL, "%s printed no final line:\n%s", who, out);
+    h += strlen("params_xxh64=");
+    size_t n = strcspn(h, " \n");
+    XDC_ASSERT(n > 0 && n < 64);
+    snprintf(hash, 64, "%.*s", (int)n, h);
+    XDC_ASSERT_MSG(strcmp(hash, "0") != 0, "%s reported no result (params_xxh64=0)", who);
+}
+
+/* `xdc launch` of topo and run on this machine (emulated WAN): the reference hash. */
+static void launch_hash(const char *topo, const char *run, char hash[64])
+{
+    static char out[65536];
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "timeout 120 %s launch -t %s -c %s --run-dir %s/launch", xdc_test_bin(), topo, run,
+             xdc_test_tmpdir());
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "xdc launch exited %d:\n%s", rc, out);
+    final_hash(out, "xdc launch", hash);
+}
+
+XDC_TEST_T(multihost_slurm_sbatch_matches_launch, 240)
+{
+    need_root_and_corpus("a Slurm cluster (munged, slurmctld, slurmd)");
+    const char *topo = "examples/topology/demo-2region.yaml", *run = write_tiny_run();
+    static char out[65536];
+    char cmd[2048], want[64], got[64];
+    launch_hash(topo, run, want);
+    /* The script stops its daemons on SIGTERM; timeout sends it before the harness would kill the test. */
+    snprintf(cmd, sizeof cmd, "timeout 200 bash tests/multihost/slurm.sh %s %s %s %s/slurm", xdc_test_bin(), topo, run,
+             xdc_test_tmpdir());
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    if (rc == 77) xdc_test_skip("%s", out);
+    XDC_ASSERT_MSG(rc == 0, "tests/multihost/slurm.sh exited %d:\n%s", rc, out);
+    /* one job per region, each completed with exit 0:0 */
+    XDC_ASSERT_STR_CONTAINS(out, "region us-east: job");
+    XDC_ASSERT_STR_CONTAINS(out, "region eu-west: job");
+    XDC_ASSERT_MSG(strstr(out, "COMPLETED exit 0:0") && strstr(strstr(out, "COMPLETED exit 0:0") + 1, "COMPLETED"),
+                   "two completed jobs expected:\n%s", out);
+    /* each agent took its identity from the documented variables and Slurm's */
+    const char *regions[2] = {"us-east", "eu-west"};
+    for (int i = 0; i < 2; i++) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/slurm/slurm/job-%s.out", xdc_test_tmpdir(), regions[i]);
+        char *job = xdc_test_read_file(path, NULL);
+        XDC_ASSERT_MSG(job != NULL, "no job output %s", path);
+        XDC_ASSERT_STR_CONTAINS(job, "(XDC_REGION)");
+        XDC_ASSERT_STR_CONTAINS(job, "node=0/1 (SLURM_NODEID, SLURM_NNODES)");
+        XDC_ASSERT_STR_CONTAINS(job, "(XDC_COORDINATOR)");
+        free(job);
+    }
+    final_hash(out, "the Slurm run", got);
+    printf("slurm: params_xxh64 %s, xdc launch %s\n", got, want);
+    XDC_ASSERT_MSG(strcmp(got, want) == 0, "the Slurm run ended with params_xxh64=%s, xdc launch with %s", got, want);
+}
+
+XDC_TEST_T(multihost_netns_agents_match_launch, 240)
+{
+    need_root_and_corpus("network namespaces");
+    const char *topo = "examples/topology/multihost-2region.yaml", *run = write_tiny_run();
+    static char out[65536];
+    char cmd[2048], want[64], got[64];
+    launch_hash(topo, run, want);
+    snprintf(cmd, sizeof cmd, "XDC=%s timeout 200 bash examples/launch/netns.sh run %s %s %s/netns", xdc_test_bin(),
+             topo, run, xdc_test_tmpdir());
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    if (rc == 77) xdc_test_skip("%s", out);
+    XDC_ASSERT_MSG(rc == 0, "examples/launch/netns.sh exited %d:\n%s", rc, out);
+    /* the coordinator listened on its own host's address, and every agent came through ssh.sh */
+    XDC_ASSERT_STR_CONTAINS(out, "rendezvous at 10.77.0.3:29400");
+    /* each agent was started on its own host, by ssh.sh */
+    char path[700];
+    snprintf(path, sizeof path, "%s/netns/agents.log", xdc_test_tmpdir());
+    char *agents = xdc_test_read_file(path, NULL);
+    XDC_ASSERT_MSG(agents != NULL, "no %s", path);
+    XDC_ASSERT_STR_CONTAINS(agents, "host=10.77.0.1 (--host)");
+    XDC_ASSERT_STR_CONTAINS(agents, "host=10.77.0.2 (--host)");
+    free(agents);
+    final_hash(out, "the namespace run", got);
+    printf("netns: params_xxh64 %s, xdc launch %s\n", got, want);
+    XDC_ASSERT_MSG(strcmp(got, want) == 0, "the namespace run ended with params_xxh64=%s, xdc launch with %s", got,
+                   want);
+    /* every namespace of the run is gone */
+    const char *ns = strstr(out, "namespaces xdcmh");
+    XDC_ASSERT_MSG(ns != NULL, "no namespace prefix in:\n%s", out);
+    char prefix[64], list[4096];
+    snprintf(prefix, sizeof prefix, "%.*s", (int)strcspn(ns + strlen("namespaces "), "*"), ns + strlen("namespaces "));
+    snprintf(cmd, sizeof cmd, "ip netns list | grep -c '^%s' || true", prefix);
+    xdc_test_run(cmd, list, sizeof list);
+    XDC_ASSERT_MSG(atoi(list) == 0, "namespaces %s* left behind", prefix);
+}
