@@ -129,3 +129,57 @@ XDC_TEST_T(multihost_netns_agents_match_launch, 240)
     xdc_test_run(cmd, list, sizeof list);
     XDC_ASSERT_MSG(atoi(list) == 0, "namespaces %s* left behind", prefix);
 }
+
+/* What the scripts and commands above rely on, without root: `xdc topo check --hosts` lists every node;
+ * `wan-emu --coordinator` needs --netns; slurm.sbatch and ssh.sh refuse a missing environment or missing
+ * certificates with the fix named; netns.sh refuses node names that are not its hosts' addresses. */
+XDC_TEST_T(multihost_scripts_refuse_what_they_cannot_run, 60)
+{
+    char cmd[2048], out[16384];
+    const char *x = xdc_test_bin();
+    snprintf(cmd, sizeof cmd, "%s topo check --hosts examples/topology/three-region.yaml", x);
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 0);
+    XDC_ASSERT(strncmp(out, "us-east 0 gpu-use1-001\n", 23) == 0);
+    XDC_ASSERT_STR_CONTAINS(out, "\nap-northeast 15 gpu-apne1-016\n");
+    int lines = 0;
+    for (const char *c = out; *c; c++) lines += *c == '\n';
+    XDC_ASSERT_EQ(lines, 48);
+    snprintf(cmd, sizeof cmd, "%s topo check --hosts --json examples/topology/three-region.yaml", x);
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
+
+    snprintf(cmd, sizeof cmd, "%s wan-emu --topology examples/topology/demo-2region.yaml --coordinator", x);
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
+    XDC_ASSERT_STR_CONTAINS(out, "--coordinator adds a namespace: it needs --netns PREFIX");
+
+    /* slurm.sbatch: the documented variables first, then the coordinator's certificates */
+    snprintf(cmd, sizeof cmd, "env -u XDC_REGION bash examples/launch/slurm.sbatch t.yaml r.yaml %s/run",
+             xdc_test_tmpdir());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
+    XDC_ASSERT_STR_CONTAINS(out, "XDC_REGION is not set");
+    snprintf(cmd, sizeof cmd,
+             "XDC_REGION=us-east XDC_COORDINATOR=h:1 XDC_RUN_ID=r bash examples/launch/slurm.sbatch t.yaml r.yaml "
+             "%s/run",
+             xdc_test_tmpdir());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 66);
+    XDC_ASSERT_STR_CONTAINS(out, "certs/ca.pem is not readable here: start the coordinator first");
+
+    /* ssh.sh: an unknown region, then no certificates (nothing is started either time) */
+    snprintf(cmd, sizeof cmd,
+             "XDC=%s XDC_SSH=false bash examples/launch/ssh.sh examples/topology/demo-2region.yaml r.yaml %s/run h:1 "
+             "r mars",
+             x, xdc_test_tmpdir());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
+    XDC_ASSERT_STR_CONTAINS(out, "has no region 'mars'");
+    snprintf(cmd, sizeof cmd,
+             "XDC=%s XDC_SSH=false bash examples/launch/ssh.sh examples/topology/demo-2region.yaml r.yaml %s/run h:1 "
+             "r eu-west",
+             x, xdc_test_tmpdir());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 66);
+    XDC_ASSERT_STR_CONTAINS(out, "certs/ca.pem is not readable: start the coordinator first");
+
+    /* netns.sh: demo-2region's node names are labels, not the namespaces' addresses */
+    snprintf(cmd, sizeof cmd, "XDC=%s bash examples/launch/netns.sh run examples/topology/demo-2region.yaml r.yaml %s/n",
+             x, xdc_test_tmpdir());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 78);
+    XDC_ASSERT_STR_CONTAINS(out, "region us-east node 0 is 'east-node1'");
+}

@@ -76,10 +76,6 @@ netns_cleanup() {
 netns_run() {
     local topo=$1 run=$2 dir=$3 prefix=xdcmh$$ id=netns-$$ xdc
     xdc=$(realpath "${XDC:-build/xdc}")
-    if [ "$(id -u)" != 0 ]; then
-        echo "skip: network namespaces need root (CAP_NET_ADMIN)" >&2
-        return 77
-    fi
     mkdir -p "$dir"
     dir=$(realpath "$dir")
     local nodes n_regions coord_host
@@ -95,6 +91,10 @@ netns_run() {
         fi
     done <<<"$nodes"
     coord_host=10.77.0.$((n_regions + 1))
+    if [ "$(id -u)" != 0 ]; then
+        echo "skip: network namespaces need root (CAP_NET_ADMIN)" >&2
+        return 77
+    fi
 
     local rc=0 crc=0
     netns_dir=$dir netns_prefix=$prefix

@@ -2,8 +2,9 @@
 # ssh.sh — start one agent per node over ssh for a topology whose regions list real host names (or
 # addresses): every node of every region, each started separately on its own host, as an operator would.
 #
-#   examples/launch/ssh.sh TOPOLOGY RUN.yaml RUN_DIR COORDINATOR_HOST:PORT RUN_ID
+#   examples/launch/ssh.sh TOPOLOGY RUN.yaml RUN_DIR COORDINATOR_HOST:PORT RUN_ID [REGION...]
 #
+# With REGIONs, only their nodes (the other regions started some other way, e.g. slurm.sbatch).
 # Start `xdc coordinator -t TOPOLOGY -c RUN.yaml --run-dir RUN_DIR --run-id RUN_ID --host ADDR` first.
 # RUN_DIR, TOPOLOGY and RUN.yaml must be at the same paths on every node (a shared file system).
 # Environment:
@@ -13,11 +14,13 @@
 #   XDC       the xdc binary, here and on the nodes (default: xdc on the PATH)
 # Waits for every agent; exits 0 when all succeeded, else with the first failed agent's status.
 set -euo pipefail
-if [ $# -ne 5 ]; then
-    echo "usage: $0 TOPOLOGY RUN.yaml RUN_DIR COORDINATOR_HOST:PORT RUN_ID" >&2
+if [ $# -lt 5 ]; then
+    echo "usage: $0 TOPOLOGY RUN.yaml RUN_DIR COORDINATOR_HOST:PORT RUN_ID [REGION...]" >&2
     exit 64
 fi
 topo=$1 run=$2 dir=$3 coord=$4 id=$5
+shift 5
+only=" $* "
 remote=${XDC_SSH:-ssh -n}
 xdc=${XDC:-xdc}
 
@@ -37,8 +40,15 @@ agent_cert_flags() {
 
 # "REGION NODE HOST" per node, from the topology (exit 78 with file:line:col when it does not load).
 nodes=$("$xdc" topo check --hosts "$topo")
+for r in $only; do
+    if ! grep -q "^$r " <<<"$nodes"; then
+        echo "ssh.sh: $topo has no region '$r'" >&2
+        exit 64
+    fi
+done
 pids=() names=()
 while read -r region node host; do
+    [ "$only" != "  " ] && [[ $only != *" $region "* ]] && continue
     flags=$(agent_cert_flags "$host")
     # $remote and $flags are word lists on purpose: a command prefix and zero or more flags.
     # shellcheck disable=SC2086
