@@ -6,9 +6,12 @@
  * skipped otherwise. */
 #include "tests/xdc_test.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define DATA "/usr/share/games/fortunes"
@@ -59,19 +62,30 @@ static void launch_hash(const char *topo, const char *run, char hash[64])
     final_hash(out, "xdc launch", hash);
 }
 
+/* Run a rehearsal script to success (its output in out; exit 77, its answer when not root, skips) and
+ * require the params hash of its run's final line to be `xdc launch`'s for the same files. */
+static void run_and_compare(const char *cmd, const char *who, const char *topo, const char *run, char *out, size_t cap)
+{
+    char want[64], got[64];
+    launch_hash(topo, run, want);
+    int rc = xdc_test_run(cmd, out, cap);
+    if (rc == 77) xdc_test_skip("%s", out);
+    XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", who, rc, out);
+    final_hash(out, who, got);
+    printf("%s: params_xxh64 %s, xdc launch %s\n", who, got, want);
+    XDC_ASSERT_MSG(strcmp(got, want) == 0, "%s ended with params_xxh64=%s, xdc launch with %s", who, got, want);
+}
+
 XDC_TEST_T(multihost_slurm_sbatch_matches_launch, 240)
 {
     need_root_and_corpus("a Slurm cluster (munged, slurmctld, slurmd)");
     const char *topo = "examples/topology/demo-2region.yaml", *run = write_tiny_run();
     static char out[65536];
-    char cmd[2048], want[64], got[64];
-    launch_hash(topo, run, want);
+    char cmd[2048];
     /* The script stops its daemons on SIGTERM; timeout sends it before the harness would kill the test. */
     snprintf(cmd, sizeof cmd, "timeout 200 bash tests/multihost/slurm.sh %s %s %s %s/slurm", xdc_test_bin(), topo, run,
              xdc_test_tmpdir());
-    int rc = xdc_test_run(cmd, out, sizeof out);
-    if (rc == 77) xdc_test_skip("%s", out);
-    XDC_ASSERT_MSG(rc == 0, "tests/multihost/slurm.sh exited %d:\n%s", rc, out);
+    run_and_compare(cmd, "tests/multihost/slurm.sh", topo, run, out, sizeof out);
     /* one job per region, each completed with exit 0:0 */
     XDC_ASSERT_STR_CONTAINS(out, "region us-east: job");
     XDC_ASSERT_STR_CONTAINS(out, "region eu-west: job");
@@ -89,9 +103,6 @@ XDC_TEST_T(multihost_slurm_sbatch_matches_launch, 240)
         XDC_ASSERT_STR_CONTAINS(job, "(XDC_COORDINATOR)");
         free(job);
     }
-    final_hash(out, "the Slurm run", got);
-    printf("slurm: params_xxh64 %s, xdc launch %s\n", got, want);
-    XDC_ASSERT_MSG(strcmp(got, want) == 0, "the Slurm run ended with params_xxh64=%s, xdc launch with %s", got, want);
 }
 
 XDC_TEST_T(multihost_netns_agents_match_launch, 240)
@@ -99,13 +110,10 @@ XDC_TEST_T(multihost_netns_agents_match_launch, 240)
     need_root_and_corpus("network namespaces");
     const char *topo = "examples/topology/multihost-2region.yaml", *run = write_tiny_run();
     static char out[65536];
-    char cmd[2048], want[64], got[64];
-    launch_hash(topo, run, want);
+    char cmd[2048];
     snprintf(cmd, sizeof cmd, "XDC=%s timeout 200 bash examples/launch/netns.sh run %s %s %s/netns", xdc_test_bin(),
              topo, run, xdc_test_tmpdir());
-    int rc = xdc_test_run(cmd, out, sizeof out);
-    if (rc == 77) xdc_test_skip("%s", out);
-    XDC_ASSERT_MSG(rc == 0, "examples/launch/netns.sh exited %d:\n%s", rc, out);
+    run_and_compare(cmd, "examples/launch/netns.sh", topo, run, out, sizeof out);
     /* the coordinator listened on its own host's address, and every agent came through ssh.sh */
     XDC_ASSERT_STR_CONTAINS(out, "rendezvous at 10.77.0.3:29400");
     /* each agent was started on its own host, by ssh.sh */
@@ -116,10 +124,6 @@ XDC_TEST_T(multihost_netns_agents_match_launch, 240)
     XDC_ASSERT_STR_CONTAINS(agents, "host=10.77.0.1 (--host)");
     XDC_ASSERT_STR_CONTAINS(agents, "host=10.77.0.2 (--host)");
     free(agents);
-    final_hash(out, "the namespace run", got);
-    printf("netns: params_xxh64 %s, xdc launch %s\n", got, want);
-    XDC_ASSERT_MSG(strcmp(got, want) == 0, "the namespace run ended with params_xxh64=%s, xdc launch with %s", got,
-                   want);
     /* every namespace of the run is gone */
     const char *ns = strstr(out, "namespaces xdcmh");
     XDC_ASSERT_MSG(ns != NULL, "no namespace prefix in:\n%s", out);
@@ -128,6 +132,75 @@ XDC_TEST_T(multihost_netns_agents_match_launch, 240)
     snprintf(cmd, sizeof cmd, "ip netns list | grep -c '^%s' || true", prefix);
     xdc_test_run(cmd, list, sizeof list);
     XDC_ASSERT_MSG(atoi(list) == 0, "namespaces %s* left behind", prefix);
+}
+
+/* netns.sh stopped mid-run (SIGTERM, as Ctrl-C or a CI timeout would) and a run that fails at once (a
+ * run file the coordinator refuses): either way every agent, worker and namespace of the run is gone. */
+XDC_TEST_T(multihost_netns_failure_and_stop_remove_everything, 180)
+{
+    need_root_and_corpus("network namespaces");
+    const char *topo = "examples/topology/multihost-2region.yaml";
+    char cmd[2048], out[16384], dir[600], log[700], bad[600];
+    snprintf(bad, sizeof bad, "%s/bad.yaml", xdc_test_tmpdir());
+    xdc_test_write_file(bad, "data: /nonexistent\nbogus_key: 1\n");
+    snprintf(cmd, sizeof cmd, "XDC=%s timeout 100 bash examples/launch/netns.sh run %s %s %s/bad", xdc_test_bin(), topo,
+             bad, xdc_test_tmpdir());
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 78, "netns.sh with a bad run file exited %d, expected the coordinator's 78:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "unknown key 'bogus_key'");
+
+    /* A long run (300 steps), stopped once its agents are up. */
+    char run[600], text[1024], cwd[400];
+    if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
+    snprintf(run, sizeof run, "%s/long.yaml", xdc_test_tmpdir());
+    snprintf(text, sizeof text,
+             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: sync\npipeline_stages: 2\nmicrobatches: 2\n"
+             "steps: 300\ncodec: int8\nthreads: 1\n",
+             cwd, DATA);
+    xdc_test_write_file(run, text);
+    snprintf(dir, sizeof dir, "%s/stop", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/stop.log", xdc_test_tmpdir());
+    setenv("XDC", xdc_test_bin(), 1);
+    pid_t p = fork();
+    if (p == 0) {
+        FILE *f = freopen(log, "w", stdout);
+        (void)f;
+        dup2(1, 2);
+        execlp("bash", "bash", "examples/launch/netns.sh", "run", topo, run, dir, (char *)NULL);
+        _exit(127);
+    }
+    XDC_ASSERT(p > 0);
+    char agents[700];
+    snprintf(agents, sizeof agents, "%s/agents.log", dir);
+    int up = 0, status = 0;
+    pid_t done = 0;
+    for (int i = 0; i < 1200 && !up && !done; i++) { /* at most 60 s */
+        char *a = xdc_test_read_file(agents, NULL);
+        up = a && strstr(a, "[us-east/10.77.0.1] info  device") && strstr(a, "[eu-west/10.77.0.2] info  device");
+        free(a);
+        if (!up) {
+            done = waitpid(p, &status, WNOHANG);
+            nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
+        }
+    }
+    if (!done) kill(p, SIGTERM);
+    if (!done) waitpid(p, &status, 0);
+    char *logtext = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_MSG(up && !done, "the agents did not come up:\n%s", logtext ? logtext : "");
+    XDC_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 75, "netns.sh ended with status 0x%x after SIGTERM",
+                   status);
+    const char *ns = logtext ? strstr(logtext, "namespaces xdcmh") : NULL;
+    XDC_ASSERT_MSG(ns != NULL, "no namespace prefix in:\n%s", logtext ? logtext : "");
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%.*s", (int)strcspn(ns + strlen("namespaces "), "*"), ns + strlen("namespaces "));
+    free(logtext);
+    snprintf(cmd, sizeof cmd, "ip netns list | grep -c '^%s' || true", prefix);
+    xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(atoi(out) == 0, "namespaces %s* left behind", prefix);
+    /* no process of the run is left: agents and workers name the run folder on their command line */
+    snprintf(cmd, sizeof cmd, "pgrep -fc -- '[-]-run-dir %s' || true", dir);
+    xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(atoi(out) == 0, "%d processes of the stopped run are left", atoi(out));
 }
 
 /* What the scripts and commands above rely on, without root: `xdc topo check --hosts` lists every node;
@@ -178,8 +251,9 @@ XDC_TEST_T(multihost_scripts_refuse_what_they_cannot_run, 60)
     XDC_ASSERT_STR_CONTAINS(out, "certs/ca.pem is not readable: start the coordinator first");
 
     /* netns.sh: demo-2region's node names are labels, not the namespaces' addresses */
-    snprintf(cmd, sizeof cmd, "XDC=%s bash examples/launch/netns.sh run examples/topology/demo-2region.yaml r.yaml %s/n",
-             x, xdc_test_tmpdir());
+    snprintf(cmd, sizeof cmd,
+             "XDC=%s bash examples/launch/netns.sh run examples/topology/demo-2region.yaml r.yaml %s/n", x,
+             xdc_test_tmpdir());
     XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 78);
     XDC_ASSERT_STR_CONTAINS(out, "region us-east node 0 is 'east-node1'");
 }

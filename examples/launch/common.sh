@@ -18,6 +18,24 @@ xdc_wait_for() {
 # xdc_log_has FILE PATTERN: the file exists and has a line matching the extended regex.
 xdc_log_has() { [ -f "$1" ] && grep -Eq -- "$2" "$1"; }
 
+# xdc_wait_started SECONDS PID LOG PATTERN WHAT: wait until LOG (the output of our child PID) has a line
+# matching PATTERN. When PID ends first, say so and return its status (70 when it was 0); 75 after SECONDS.
+xdc_wait_started() {
+    local secs=$1 pid=$2 log=$3 pat=$4 what=$5 i st
+    for ((i = 0; i < secs * 10; i++)); do
+        xdc_log_has "$log" "$pat" && return 0
+        if ! kill -0 "$pid" 2>/dev/null; then
+            st=0
+            wait "$pid" || st=$?
+            echo "$what exited with status $st before it was ready (its output: $log)" >&2
+            return $((st ? st : 70))
+        fi
+        sleep 0.1
+    done
+    echo "gave up after ${secs} s waiting for $what" >&2
+    return 75
+}
+
 # xdc_stop_pids PID...: SIGTERM each live process, wait up to 10 s for all of them to go, then SIGKILL the
 # rest. Only the given PIDs (the caller's own children) are touched.
 xdc_stop_pids() {

@@ -107,12 +107,15 @@ netns_run() {
     (xdc_netns_exec "$prefix" "$coord_host" timeout 600 "$xdc" coordinator -t "$topo" -c "$run" --run-dir "$dir" \
         --run-id "$id" --host "$coord_host" --port 29400) >"$dir/coordinator.log" 2>&1 &
     netns_coord_pid=$!
-    xdc_wait_for 30 "the coordinator at $coord_host" xdc_log_has "$dir/coordinator.log" '--coordinator ' || return $?
+    xdc_wait_started 30 "$netns_coord_pid" "$dir/coordinator.log" '--coordinator ' "the coordinator at $coord_host" ||
+        return $?
     # One agent per host, each started separately in its own namespace: ssh.sh with this script as ssh.
     # setsid: ssh.sh and every agent it starts form one process group, stopped together on failure.
     XDC=$xdc XDC_SSH="$here/netns.sh exec $prefix" setsid "$here/ssh.sh" "$topo" "$run" "$dir" "$coord_host:29400" \
         "$id" >"$dir/agents.log" 2>&1 &
     netns_agents_pid=$!
+    # On a terminal, follow the agents (region 0's first worker prints the progress lines) while they run.
+    [ -t 2 ] && tail --pid="$netns_agents_pid" -n +1 -f "$dir/agents.log" >&2 &
     wait "$netns_agents_pid" || rc=$?
     netns_agents_pid=
     wait "$netns_coord_pid" || crc=$?

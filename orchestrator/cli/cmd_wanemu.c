@@ -154,11 +154,16 @@ static int run_netns(const xdc_topology *t, const wanemu_opts *o, const sigset_t
 static int wanemu_parse(int argc, char **argv, wanemu_opts *o)
 {
     static const struct option opts[] = {
-        {"topology", required_argument, NULL, 't'}, {"port-offset", required_argument, NULL, 'o'},
-        {"ranks", required_argument, NULL, 'r'},    {"outage", required_argument, NULL, 'u'},
-        {"duration", required_argument, NULL, 'd'}, {"check", no_argument, NULL, 'c'},
-        {"seconds", required_argument, NULL, 's'},  {"netns", required_argument, NULL, 'n'},
-        {"coordinator", no_argument, NULL, 'C'},    {"help", no_argument, NULL, 'h'},
+        {"topology", required_argument, NULL, 't'},
+        {"port-offset", required_argument, NULL, 'o'},
+        {"ranks", required_argument, NULL, 'r'},
+        {"outage", required_argument, NULL, 'u'},
+        {"duration", required_argument, NULL, 'd'},
+        {"check", no_argument, NULL, 'c'},
+        {"seconds", required_argument, NULL, 's'},
+        {"netns", required_argument, NULL, 'n'},
+        {"coordinator", no_argument, NULL, 'C'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     *o = (wanemu_opts){.offset = 1000, .seconds = 1.5};

@@ -119,7 +119,7 @@ timeout 300 "$xdc" coordinator -t "$topo" -c "$run" --run-dir "$rundir" --run-id
     >"$s/coordinator.log" 2>&1 &
 coord_pid=$!
 pids+=($coord_pid)
-xdc_wait_for 30 "the coordinator's address" xdc_log_has "$s/coordinator.log" '--coordinator [^ ]+:[0-9]+'
+xdc_wait_started 30 "$coord_pid" "$s/coordinator.log" '--coordinator [^ ]+:[0-9]+' "the coordinator"
 coord=$(sed -n 's/.*--coordinator \([^ ]*:[0-9]*\).*/\1/p' "$s/coordinator.log" | head -n 1)
 
 # 2. slurm.sbatch once per region, with the region's node count and the documented environment. Peers
