@@ -76,7 +76,17 @@ static void run_and_compare(const char *cmd, const char *who, const char *topo, 
     XDC_ASSERT_MSG(strcmp(got, want) == 0, "%s ended with params_xxh64=%s, xdc launch with %s", who, got, want);
 }
 
-XDC_TEST_T(multihost_slurm_sbatch_matches_launch, 240)
+/* No munged, slurmctld or slurmd of the cluster in TMP/<work>/slurm/ is left (their command lines name
+ * files in that folder). */
+static void expect_no_daemons(const char *work)
+{
+    char cmd[1024], out[256];
+    snprintf(cmd, sizeof cmd, "pgrep -fc -- '[/]%s/%s/slurm/' || true", xdc_test_tmpdir() + 1, work);
+    xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(atoi(out) == 0, "%d Slurm or munge daemons of %s are left", atoi(out), work);
+}
+
+XDC_TEST_T(multihost_slurm_sbatch_matches_launch, 300)
 {
     need_root_and_corpus("a Slurm cluster (munged, slurmctld, slurmd)");
     const char *topo = "examples/topology/demo-2region.yaml", *run = write_tiny_run();
@@ -103,6 +113,17 @@ XDC_TEST_T(multihost_slurm_sbatch_matches_launch, 240)
         XDC_ASSERT_STR_CONTAINS(job, "(XDC_COORDINATOR)");
         free(job);
     }
+    expect_no_daemons("slurm");
+    /* A run the coordinator refuses: its error, and the cluster is stopped all the same. */
+    char bad[600];
+    snprintf(bad, sizeof bad, "%s/bad.yaml", xdc_test_tmpdir());
+    xdc_test_write_file(bad, "data: /nonexistent\nbogus_key: 1\n");
+    snprintf(cmd, sizeof cmd, "timeout 100 bash tests/multihost/slurm.sh %s %s %s %s/slurm-bad", xdc_test_bin(), topo,
+             bad, xdc_test_tmpdir());
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 78, "slurm.sh with a bad run file exited %d, expected the coordinator's 78:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "unknown key 'bogus_key'");
+    expect_no_daemons("slurm-bad");
 }
 
 XDC_TEST_T(multihost_netns_agents_match_launch, 240)
