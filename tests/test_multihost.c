@@ -126,6 +126,20 @@ XDC_TEST_T(multihost_slurm_sbatch_matches_launch, 300)
     expect_no_daemons("slurm-bad");
 }
 
+/* No namespace is left of the netns.sh run whose output (it names its prefix: "namespaces xdcmhN-*") is
+ * text. */
+static void expect_no_namespaces(const char *text)
+{
+    const char *ns = text ? strstr(text, "namespaces xdcmh") : NULL;
+    XDC_ASSERT_MSG(ns != NULL, "no namespace prefix in:\n%s", text ? text : "");
+    char prefix[64], cmd[256], out[256];
+    ns += strlen("namespaces ");
+    snprintf(prefix, sizeof prefix, "%.*s", (int)strcspn(ns, "*"), ns);
+    snprintf(cmd, sizeof cmd, "ip netns list | grep -c '^%s' || true", prefix);
+    xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(atoi(out) == 0, "namespaces %s* left behind", prefix);
+}
+
 XDC_TEST_T(multihost_netns_agents_match_launch, 240)
 {
     need_root_and_corpus("network namespaces");
@@ -145,14 +159,7 @@ XDC_TEST_T(multihost_netns_agents_match_launch, 240)
     XDC_ASSERT_STR_CONTAINS(agents, "host=10.77.0.1 (--host)");
     XDC_ASSERT_STR_CONTAINS(agents, "host=10.77.0.2 (--host)");
     free(agents);
-    /* every namespace of the run is gone */
-    const char *ns = strstr(out, "namespaces xdcmh");
-    XDC_ASSERT_MSG(ns != NULL, "no namespace prefix in:\n%s", out);
-    char prefix[64], list[4096];
-    snprintf(prefix, sizeof prefix, "%.*s", (int)strcspn(ns + strlen("namespaces "), "*"), ns + strlen("namespaces "));
-    snprintf(cmd, sizeof cmd, "ip netns list | grep -c '^%s' || true", prefix);
-    xdc_test_run(cmd, list, sizeof list);
-    XDC_ASSERT_MSG(atoi(list) == 0, "namespaces %s* left behind", prefix);
+    expect_no_namespaces(out);
 }
 
 /* netns.sh stopped mid-run (SIGTERM, as Ctrl-C or a CI timeout would) and a run that fails at once (a
@@ -169,6 +176,7 @@ XDC_TEST_T(multihost_netns_failure_and_stop_remove_everything, 180)
     int rc = xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(rc == 78, "netns.sh with a bad run file exited %d, expected the coordinator's 78:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "unknown key 'bogus_key'");
+    expect_no_namespaces(out);
 
     /* A long run (300 steps), stopped once its agents are up. */
     char run[600], text[1024], cwd[400];
@@ -210,14 +218,8 @@ XDC_TEST_T(multihost_netns_failure_and_stop_remove_everything, 180)
     XDC_ASSERT_MSG(up && !done, "the agents did not come up:\n%s", logtext ? logtext : "");
     XDC_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 75, "netns.sh ended with status 0x%x after SIGTERM",
                    status);
-    const char *ns = logtext ? strstr(logtext, "namespaces xdcmh") : NULL;
-    XDC_ASSERT_MSG(ns != NULL, "no namespace prefix in:\n%s", logtext ? logtext : "");
-    char prefix[64];
-    snprintf(prefix, sizeof prefix, "%.*s", (int)strcspn(ns + strlen("namespaces "), "*"), ns + strlen("namespaces "));
+    expect_no_namespaces(logtext);
     free(logtext);
-    snprintf(cmd, sizeof cmd, "ip netns list | grep -c '^%s' || true", prefix);
-    xdc_test_run(cmd, out, sizeof out);
-    XDC_ASSERT_MSG(atoi(out) == 0, "namespaces %s* left behind", prefix);
     /* no process of the run is left: agents and workers name the run folder on their command line */
     snprintf(cmd, sizeof cmd, "pgrep -fc -- '[-]-run-dir %s' || true", dir);
     xdc_test_run(cmd, out, sizeof out);
