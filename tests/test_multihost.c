@@ -5,6 +5,7 @@
  * Both runs end with the params hash of `xdc launch` of the same topology and run file. Root only:
  * skipped otherwise. */
 #include "tests/xdc_test.h"
+#include "tests/test_run_util.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -20,21 +21,6 @@ static void need_root_and_corpus(const char *what)
 {
     if (geteuid() != 0) xdc_test_skip("%s needs root", what);
     if (access(DATA, R_OK) != 0) xdc_test_skip("no corpus at %s (Debian package fortunes; `make deps`)", DATA);
-}
-
-/* The tiny model, 2 stages per region, 8 sync steps with the int8 codec: a run of a few seconds. */
-static const char *write_tiny_run(void)
-{
-    static char path[512];
-    char cwd[400], text[1024];
-    if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
-    snprintf(path, sizeof path, "%s/run.yaml", xdc_test_tmpdir());
-    snprintf(text, sizeof text,
-             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: sync\npipeline_stages: 2\nmicrobatches: 2\n"
-             "steps: 8\ncodec: int8\nbucket_mb: 0.05\nthreads: 1\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
-             cwd, DATA);
-    xdc_test_write_file(path, text);
-    return path;
 }
 
 /* The params_xxh64 of the `final ...` line in out, into hash[64]; fails the test when there is none. */
@@ -76,6 +62,24 @@ static void run_and_compare(const char *cmd, const char *who, const char *topo, 
     XDC_ASSERT_MSG(strcmp(got, want) == 0, "%s ended with params_xxh64=%s, xdc launch with %s", who, got, want);
 }
 
+/* A run file the coordinator refuses (an unknown key), in the test's folder. */
+static const char *write_refused_run(void)
+{
+    static char path[600];
+    snprintf(path, sizeof path, "%s/bad.yaml", xdc_test_tmpdir());
+    xdc_test_write_file(path, "data: /nonexistent\nbogus_key: 1\n");
+    return path;
+}
+
+/* Run a rehearsal script on write_refused_run()'s file: it must end with the coordinator's 78 and its
+ * message (output in out). */
+static void expect_refused(const char *cmd, const char *who, char *out, size_t cap)
+{
+    int rc = xdc_test_run(cmd, out, cap);
+    XDC_ASSERT_MSG(rc == 78, "%s with a refused run file exited %d, expected the coordinator's 78:\n%s", who, rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "unknown key 'bogus_key'");
+}
+
 /* No munged, slurmctld or slurmd of the cluster in TMP/<work>/slurm/ is left (their command lines name
  * files in that folder). */
 static void expect_no_daemons(const char *work)
@@ -89,7 +93,7 @@ static void expect_no_daemons(const char *work)
 XDC_TEST_T(multihost_slurm_sbatch_matches_launch, 300)
 {
     need_root_and_corpus("a Slurm cluster (munged, slurmctld, slurmd)");
-    const char *topo = "examples/topology/demo-2region.yaml", *run = write_tiny_run();
+    const char *topo = "examples/topology/demo-2region.yaml", *run = test_write_tiny_run("run", 8);
     static char out[65536];
     char cmd[2048];
     /* The script stops its daemons on SIGTERM; timeout sends it before the harness would kill the test. */
@@ -115,14 +119,9 @@ XDC_TEST_T(multihost_slurm_sbatch_matches_launch, 300)
     }
     expect_no_daemons("slurm");
     /* A run the coordinator refuses: its error, and the cluster is stopped all the same. */
-    char bad[600];
-    snprintf(bad, sizeof bad, "%s/bad.yaml", xdc_test_tmpdir());
-    xdc_test_write_file(bad, "data: /nonexistent\nbogus_key: 1\n");
     snprintf(cmd, sizeof cmd, "timeout 100 bash tests/multihost/slurm.sh %s %s %s %s/slurm-bad", xdc_test_bin(), topo,
-             bad, xdc_test_tmpdir());
-    int rc = xdc_test_run(cmd, out, sizeof out);
-    XDC_ASSERT_MSG(rc == 78, "slurm.sh with a bad run file exited %d, expected the coordinator's 78:\n%s", rc, out);
-    XDC_ASSERT_STR_CONTAINS(out, "unknown key 'bogus_key'");
+             write_refused_run(), xdc_test_tmpdir());
+    expect_refused(cmd, "slurm.sh", out, sizeof out);
     expect_no_daemons("slurm-bad");
 }
 
@@ -143,7 +142,7 @@ static void expect_no_namespaces(const char *text)
 XDC_TEST_T(multihost_netns_agents_match_launch, 240)
 {
     need_root_and_corpus("network namespaces");
-    const char *topo = "examples/topology/multihost-2region.yaml", *run = write_tiny_run();
+    const char *topo = "examples/topology/multihost-2region.yaml", *run = test_write_tiny_run("run", 8);
     static char out[65536];
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "XDC=%s timeout 200 bash examples/launch/netns.sh run %s %s %s/netns", xdc_test_bin(),
@@ -168,25 +167,14 @@ XDC_TEST_T(multihost_netns_failure_and_stop_remove_everything, 180)
 {
     need_root_and_corpus("network namespaces");
     const char *topo = "examples/topology/multihost-2region.yaml";
-    char cmd[2048], out[16384], dir[600], log[700], bad[600];
-    snprintf(bad, sizeof bad, "%s/bad.yaml", xdc_test_tmpdir());
-    xdc_test_write_file(bad, "data: /nonexistent\nbogus_key: 1\n");
+    char cmd[2048], out[16384], dir[600], log[700];
     snprintf(cmd, sizeof cmd, "XDC=%s timeout 100 bash examples/launch/netns.sh run %s %s %s/bad", xdc_test_bin(), topo,
-             bad, xdc_test_tmpdir());
-    int rc = xdc_test_run(cmd, out, sizeof out);
-    XDC_ASSERT_MSG(rc == 78, "netns.sh with a bad run file exited %d, expected the coordinator's 78:\n%s", rc, out);
-    XDC_ASSERT_STR_CONTAINS(out, "unknown key 'bogus_key'");
+             write_refused_run(), xdc_test_tmpdir());
+    expect_refused(cmd, "netns.sh", out, sizeof out);
     expect_no_namespaces(out);
 
     /* A long run (300 steps), stopped once its agents are up. */
-    char run[600], text[1024], cwd[400];
-    if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
-    snprintf(run, sizeof run, "%s/long.yaml", xdc_test_tmpdir());
-    snprintf(text, sizeof text,
-             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: sync\npipeline_stages: 2\nmicrobatches: 2\n"
-             "steps: 300\ncodec: int8\nthreads: 1\n",
-             cwd, DATA);
-    xdc_test_write_file(run, text);
+    const char *run = test_write_tiny_run("long", 300);
     snprintf(dir, sizeof dir, "%s/stop", xdc_test_tmpdir());
     snprintf(log, sizeof log, "%s/stop.log", xdc_test_tmpdir());
     setenv("XDC", xdc_test_bin(), 1);
