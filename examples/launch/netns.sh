@@ -26,10 +26,10 @@ xdc_netns_up() {
     local prefix=$1 topo=$2 log=$3
     "${XDC:-build/xdc}" wan-emu --topology "$topo" --netns "$prefix" --coordinator >"$log" 2>&1 &
     XDC_NETNS_PID=$!
-    if ! xdc_wait_for 30 "the namespaces of xdc wan-emu --netns $prefix" xdc_log_has "$log" 'namespaces up'; then
-        cat "$log" >&2
-        return 69
-    fi
+    local rc=0
+    xdc_wait_started 30 "$XDC_NETNS_PID" "$log" 'namespaces up' "xdc wan-emu --netns $prefix" || rc=$?
+    [ $rc -eq 0 ] || cat "$log" >&2
+    return $rc
 }
 
 # xdc_netns_down PREFIX: stop the emulator (it removes its namespaces); a namespace still there is removed
