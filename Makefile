@@ -4,6 +4,8 @@
 #   make test       install missing Debian packages, build, run the suite (last line: N passed, N failed, N skipped)
 #   make test SAN=address,undefined     the same under sanitizers (objects in build/san)
 #   make demo       the default one-machine demo
+#   make demo-multihost   the demo with each region on a network host of its own (root: namespaces, the
+#                   netns WAN emulator, agents started one by one through examples/launch/ssh.sh)
 #   make lint       format check (.clang-format), layer check, no positional *_INIT macros; make format fixes the first
 #   make deps       install the Debian packages the project needs (root), or print the apt-get line (exit 69)
 #   make CUDA=0     CPU-only build even where nvcc exists
@@ -81,7 +83,7 @@ TEST_OBJS := $(call obj,$(TEST_SRCS))
 # Numeric folders get -O3 so the vectoriser does its work on the kernels.
 $(BUILD)/obj/kernels/%.o $(BUILD)/obj/compression/%.o $(BUILD)/obj/model/%.o: OPT := -O3
 
-.PHONY: all libs test test-run demo deps deps-bench clean check-layers lint format
+.PHONY: all libs test test-run demo demo-multihost deps deps-bench clean check-layers lint format
 all: $(BUILD)/xdc $(BUILD)/xdc_tests $(BUILD)/xdc_sync_standalone
 libs: $(LIB_FILES)
 
@@ -134,6 +136,11 @@ demo: deps
 	@$(MAKE) --no-print-directory $(BUILD)/xdc
 	@bash examples/demo.sh $(BUILD)/xdc
 
+demo-multihost: deps
+	@$(MAKE) --no-print-directory $(BUILD)/xdc
+	@XDC=$(BUILD)/xdc bash examples/launch/netns.sh run examples/topology/multihost-2region.yaml \
+		examples/train/demo.yaml runs/multihost-$$(date +%s)
+
 # ---- fuzzing (clang, libFuzzer) --------------------------------------------------------------------
 FUZZ_SECONDS ?= 300
 FUZZ_BUILD := build/fuzz
@@ -161,7 +168,8 @@ bench-%: deps deps-bench
 # Build and test needs; deps-bench adds the baselines benchmarks measure against.
 DEB_PACKAGES := gcc make pkg-config openssl libssl-dev libzstd-dev zstd libyaml-dev libjansson-dev \
                 libxxhash-dev libopenblas-dev libmicrohttpd-dev libcurl4-openssl-dev fortunes \
-                iproute2 procps prometheus clang-format gnuplot-nox etcd-server etcd-client
+                iproute2 procps prometheus clang-format gnuplot-nox etcd-server etcd-client slurmctld slurmd \
+                slurm-client munge
 DEB_BENCH_PACKAGES := iperf3 openmpi-bin libopenmpi-dev clang g++ libgloo-dev
 define install_debs
 	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || printf '%s ' $$p; done); \

@@ -6,6 +6,7 @@
  * Written for a machine without a GPU; where CUDA devices are visible the GPU-less expectations skip
  * (tests/gpu/run.sh runs the CUDA side). */
 #include "tests/xdc_test.h"
+#include "tests/test_run_util.h"
 
 #include "kernels/xdc_kernels.h"
 #include "orchestrator/control/orch_device.h"
@@ -158,20 +159,6 @@ static void need_corpus(void)
     if (access(DATA, R_OK) != 0) xdc_test_skip("no corpus at %s (Debian package fortunes; `make deps`)", DATA);
 }
 
-static const char *write_run(const char *name, int steps)
-{
-    static char path[512];
-    char cwd[400], text[1024];
-    if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
-    snprintf(path, sizeof path, "%s/%s.yaml", xdc_test_tmpdir(), name);
-    snprintf(text, sizeof text,
-             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: sync\npipeline_stages: 2\nmicrobatches: 2\n"
-             "steps: %d\ncodec: int8\nbucket_mb: 0.05\nthreads: 1\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
-             cwd, DATA, steps);
-    xdc_test_write_file(path, text);
-    return path;
-}
-
 /* `[ENV] xdc launch -t TOPO -c RUN --run-dir TMP/NAME FLAGS`; its exit code, output in out. */
 static int launch(const char *env, const char *topo, const char *run, const char *name, const char *flags, char *out,
                   size_t cap)
@@ -203,7 +190,7 @@ static void assert_no_training(const char *name)
 XDC_TEST_T(orch_device_cpu_flag_matches_the_default, 300)
 {
     need_corpus();
-    const char *run = write_run("cpu", 6);
+    const char *run = test_write_tiny_run("cpu", 6);
     static char out[65536];
     char h1[64], h2[64];
     int rc = launch("env -u XDC_DEVICE", TOPO, run, "default", NULL, out, sizeof out);
@@ -229,7 +216,7 @@ XDC_TEST_T(orch_device_cuda_without_gpus_stops_before_training, 120)
     static char out[65536];
     char want[64];
     snprintf(want, sizeof want, "found %d visible CUDA devices", xdc_kern_cuda_device_count());
-    const char *run = write_run("cuda", 4);
+    const char *run = test_write_tiny_run("cuda", 4);
     int rc = launch(NULL, TOPO, run, "cuda", "--device cuda", out, sizeof out);
     XDC_ASSERT_MSG(rc == 69, "--device cuda exited %d, expected 69:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "run failed: node ");
@@ -278,7 +265,7 @@ XDC_TEST_T(orch_device_worker_checks_its_node_too, 60)
 XDC_TEST_T(orch_device_bad_word_is_a_usage_error, 60)
 {
     char cmd[2048], out[4096];
-    const char *bin = xdc_test_bin(), *run = write_run("bad", 2);
+    const char *bin = xdc_test_bin(), *run = test_write_tiny_run("bad", 2);
     snprintf(cmd, sizeof cmd, "%s launch -t %s -c %s --run-dir %s/bad --device bogus", bin, TOPO, run,
              xdc_test_tmpdir());
     XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
@@ -305,7 +292,7 @@ XDC_TEST_T(orch_device_cpu_strict_follows_the_registry, 300)
     xdc_diag why = {{0}};
     xdc_err_t reg = xdc_kern_backend_get(XDC_BACKEND_CPU_STRICT, &be, &why);
     static char out[65536];
-    const char *run = write_run("strict", 4);
+    const char *run = test_write_tiny_run("strict", 4);
     int rc = launch(NULL, TOPO, run, "strict", "--device cpu-strict", out, sizeof out);
     if (reg == XDC_OK) {
         /* The registry gives the strict device: the run trains on it, to the cpu run's parameters. */

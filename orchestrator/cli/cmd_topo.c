@@ -1,6 +1,6 @@
-/* cmd_topo.c — `xdc topo check FILE [--json]`: validate a topology file and print a readable summary
- * (regions, nodes, workers, aggregate TFLOP/s, link matrix), the normalized JSON, or every error as
- * file:line:col (exit 78). */
+/* cmd_topo.c — `xdc topo check FILE [--json|--hosts]`: validate a topology file and print a readable
+ * summary (regions, nodes, workers, aggregate TFLOP/s, link matrix), the normalized JSON, one line per
+ * node for launch scripts, or every error as file:line:col (exit 78). */
 #include "orchestrator/cli/xdc_cli.h"
 
 #include "common/xdc_alloc.h"
@@ -60,8 +60,9 @@ static void print_summary(const xdc_topology *t)
 
 static int topo_usage(FILE *f)
 {
-    fprintf(f, "usage: xdc topo check FILE [--json]\n"
-               "  Validate a topology file; print a summary, or with --json the normalized topology.\n"
+    fprintf(f, "usage: xdc topo check FILE [--json|--hosts]\n"
+               "  Validate a topology file; print a summary, or with --json the normalized topology, or with\n"
+               "  --hosts one line per node, `REGION NODE HOST` (node = its index in the region), for launch scripts.\n"
                "  Errors are printed as FILE:LINE:COL: error: ... and exit with 78 (EX_CONFIG).\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
@@ -72,15 +73,17 @@ int xdc_cmd_topo(int argc, char **argv)
         if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) return topo_usage(stdout);
         return topo_usage(stderr);
     }
-    static const struct option opts[] = {{"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {0}};
-    int json = 0, c;
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, 'j'}, {"hosts", no_argument, NULL, 'H'}, {"help", no_argument, NULL, 'h'}, {0}};
+    int json = 0, hosts = 0, c;
     optind = 1;
     while ((c = getopt_long(argc - 1, argv + 1, "jh", opts, NULL)) != -1) {
         if (c == 'j') json = 1;
+        else if (c == 'H') hosts = 1;
         else if (c == 'h') return topo_usage(stdout);
         else return topo_usage(stderr);
     }
-    if (optind != argc - 2) return topo_usage(stderr);
+    if (optind != argc - 2 || (json && hosts)) return topo_usage(stderr);
     const char *path = argv[optind + 1];
     xdc_cfg_errors errs;
     xdc_topology *t;
@@ -95,6 +98,10 @@ int xdc_cmd_topo(int argc, char **argv)
         rc = xdc_topology_to_json(t, &text);
         if (rc == XDC_OK) printf("%s\n", text);
         xdc_free(text);
+    } else if (hosts) {
+        for (int r = 0; r < t->n_regions; r++)
+            for (int i = 0; i < t->regions[r].n_hosts; i++)
+                printf("%s %d %s\n", t->regions[r].name, i, t->regions[r].hosts[i]);
     } else {
         print_summary(t);
     }

@@ -24,7 +24,7 @@
 static int wanemu_usage(FILE *f)
 {
     fprintf(f, "usage: xdc wan-emu --topology FILE [--port-offset N] [--ranks N] [--outage DUR@START[,...]]...\n"
-               "                   [--duration SECONDS] [--check [--seconds S]] [--netns PREFIX]\n"
+               "                   [--duration SECONDS] [--check [--seconds S]] [--netns PREFIX [--coordinator]]\n"
                "  One relay per (link, destination worker): worker r of region B listens on B's wan_endpoint\n"
                "  port + r; region A (index a, 0-based) reaches it at 127.0.0.1:(port + r + N x (a + 1)),\n"
                "  N = --port-offset (default 1000). --ranks overrides the workers per region (default: topology).\n"
@@ -34,7 +34,9 @@ static int wanemu_usage(FILE *f)
                "  measured RTT and rate instead of running relays.\n"
                "  --netns PREFIX (root): network namespaces PREFIX-0.. (one per region, address 10.77.0.(i+1) on\n"
                "  device xw0, `tc tbf` for the rate) joined by a TUN wire with the links' delay, jitter and packet\n"
-               "  loss; run workers with `ip netns exec PREFIX-i`. Removed on exit and on Ctrl-C.\n");
+               "  loss; run workers with `ip netns exec PREFIX-i`. Removed on exit and on Ctrl-C.\n"
+               "  --coordinator: one more namespace PREFIX-N (N regions; address 10.77.0.(N+1)) for the rendezvous,\n"
+               "  placed in the first region's datacenter: no delay to it, the first region's links to the others.\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -81,61 +83,80 @@ static void wait_for_stop(const sigset_t *sigs, double duration)
     } while (sig < 0 && errno == EINTR);
 }
 
-static int run_netns(const xdc_topology *t, const char *prefix, int check, double seconds, double duration, int outage,
-                     const sigset_t *sigs)
+typedef struct {
+    const char *topo_path, *netns_prefix;
+    int offset, ranks, check, coordinator;
+    double seconds, duration;
+    xdc_wan_outage outages[XDC_WAN_MAX_OUTAGES]; /* --outage, each flag adding to the schedule */
+    int n_outages;
+} wanemu_opts;
+
+/* The (n_ns, n_ns) link models of the namespaces: the topology's links between regions; with a coordinator
+ * namespace (index n_regions), the first region's links for it, and none between it and the first region. */
+static xdc_wan_link_model *netns_models(const xdc_topology *t, int n_ns)
 {
-    if (outage) {
+    int n = t->n_regions;
+    xdc_wan_link_model *models = xdc_calloc((size_t)n_ns * (size_t)n_ns, sizeof *models);
+    if (!models) return NULL;
+    for (int i = 0; i < t->n_links; i++)
+        orch_link_model(&t->links[i], (uint64_t)i + 1, &models[t->links[i].from * n_ns + t->links[i].to]);
+    for (int j = 1; j < n && n_ns > n; j++) {
+        models[n * n_ns + j] = models[0 * n_ns + j];
+        models[j * n_ns + n] = models[j * n_ns + 0];
+    }
+    return models;
+}
+
+static int run_netns(const xdc_topology *t, const wanemu_opts *o, const sigset_t *sigs)
+{
+    if (o->n_outages > 0) {
         fprintf(stderr, "xdc wan-emu: --outage works with the relays only, not with --netns\n");
         return XDC_EX_USAGE;
     }
-    int n = t->n_regions;
-    xdc_wan_link_model *models = xdc_calloc((size_t)n * (size_t)n, sizeof *models);
+    int n = t->n_regions, n_ns = n + (o->coordinator ? 1 : 0);
+    xdc_wan_link_model *models = netns_models(t, n_ns);
     if (!models) return XDC_EX_SOFTWARE;
-    for (int i = 0; i < t->n_links; i++)
-        orch_link_model(&t->links[i], (uint64_t)i + 1, &models[t->links[i].from * n + t->links[i].to]);
     xdc_wan_netns *w = NULL;
     xdc_diag d = {{0}};
-    xdc_err_t e = xdc_wan_netns_create(prefix, n, models, &w, &d);
+    xdc_err_t e = xdc_wan_netns_create(o->netns_prefix, n_ns, models, &w, &d);
     xdc_free(models);
     if (e != XDC_OK) {
         fprintf(stderr, "xdc wan-emu --netns: %s\n", d.msg);
         return xdc_cli_exit_code(e);
     }
     int rc = XDC_EX_OK;
-    if (check) {
-        rc = run_check(t, seconds, w);
+    if (o->check) {
+        rc = run_check(t, o->seconds, w);
     } else {
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n_ns; i++) {
             char ns[64], ip[32];
             xdc_wan_netns_addr(i, ip, sizeof ip);
-            printf("region %s: ip netns exec %s ...   address %s (device xw0)\n", t->regions[i].name,
-                   xdc_wan_netns_name(w, i, ns, sizeof ns), ip);
+            printf("%s %s: ip netns exec %s ...   address %s (device xw0)\n", i < n ? "region" : "coordinator",
+                   i < n ? t->regions[i].name : "(rendezvous)", xdc_wan_netns_name(w, i, ns, sizeof ns), ip);
         }
-        printf("xdc wan-emu: %d namespaces up; Ctrl-C to stop and remove them\n", n);
+        printf("xdc wan-emu: %d namespaces up; Ctrl-C to stop and remove them\n", n_ns);
         fflush(stdout);
-        wait_for_stop(sigs, duration);
+        wait_for_stop(sigs, o->duration);
     }
     xdc_wan_netns_destroy(w);
     return rc;
 }
 
-typedef struct {
-    const char *topo_path, *netns_prefix;
-    int offset, ranks, check;
-    double seconds, duration;
-    xdc_wan_outage outages[XDC_WAN_MAX_OUTAGES]; /* --outage, each flag adding to the schedule */
-    int n_outages;
-} wanemu_opts;
-
 /* 0 when the options are complete; else the exit code (-1: --help printed, exit 0). */
 static int wanemu_parse(int argc, char **argv, wanemu_opts *o)
 {
     static const struct option opts[] = {
-        {"topology", required_argument, NULL, 't'}, {"port-offset", required_argument, NULL, 'o'},
-        {"ranks", required_argument, NULL, 'r'},    {"outage", required_argument, NULL, 'u'},
-        {"duration", required_argument, NULL, 'd'}, {"check", no_argument, NULL, 'c'},
-        {"seconds", required_argument, NULL, 's'},  {"netns", required_argument, NULL, 'n'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
+        {"topology", required_argument, NULL, 't'},
+        {"port-offset", required_argument, NULL, 'o'},
+        {"ranks", required_argument, NULL, 'r'},
+        {"outage", required_argument, NULL, 'u'},
+        {"duration", required_argument, NULL, 'd'},
+        {"check", no_argument, NULL, 'c'},
+        {"seconds", required_argument, NULL, 's'},
+        {"netns", required_argument, NULL, 'n'},
+        {"coordinator", no_argument, NULL, 'C'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     *o = (wanemu_opts){.offset = 1000, .seconds = 1.5};
     int c;
@@ -163,12 +184,17 @@ static int wanemu_parse(int argc, char **argv, wanemu_opts *o)
         case 'c': o->check = 1; break;
         case 's': o->seconds = atof(optarg); break;
         case 'n': o->netns_prefix = optarg; break;
+        case 'C': o->coordinator = 1; break;
         case 'h': wanemu_usage(stdout); return -1;
         default: return wanemu_usage(stderr);
         }
     }
     if (!o->topo_path || optind != argc || o->offset < 1 || o->ranks < 0 || o->seconds <= 0 || o->duration < 0) {
         fprintf(stderr, "xdc wan-emu: %s\n", !o->topo_path ? "--topology FILE is required" : "bad option value");
+        return XDC_EX_USAGE;
+    }
+    if (o->coordinator && !o->netns_prefix) {
+        fprintf(stderr, "xdc wan-emu: --coordinator adds a namespace: it needs --netns PREFIX\n");
         return XDC_EX_USAGE;
     }
     return 0;
@@ -280,7 +306,7 @@ int xdc_cmd_wanemu(int argc, char **argv)
     sa.sa_mask = sigs; /* no nesting: one forward at a time per thread */
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    if (o.netns_prefix) rc = run_netns(t, o.netns_prefix, o.check, o.seconds, o.duration, o.n_outages > 0, &sigs);
+    if (o.netns_prefix) rc = run_netns(t, &o, &sigs);
     else if (o.check) rc = run_check(t, o.seconds, NULL);
     else rc = run_relays(t, &o, &sigs);
     xdc_topology_destroy(t);

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# slurm.sh — a real Slurm for examples/launch/slurm.sbatch: bring up a one-node cluster (munged,
+# slurmctld, slurmd) as root in a folder of its own, start `xdc coordinator`, submit slurm.sbatch once per
+# region exactly as its header tells a user, and print the coordinator's final line. Every daemon is
+# stopped by its PID at the end, also on failure. Used by test multihost_slurm_sbatch_matches_launch.
+#
+#   tests/multihost/slurm.sh XDC TOPO.yaml RUN.yaml WORKDIR
+#
+# Exit 0 with the run's `final ... params_xxh64=...` line on stdout; 77 when not root (the test skips);
+# otherwise the failing step's code, with the logs that explain it on stderr.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+. "$here/examples/launch/common.sh"
+
+if [ $# -ne 4 ]; then
+    echo "usage: $0 XDC TOPO.yaml RUN.yaml WORKDIR" >&2
+    exit 64
+fi
+xdc=$(realpath "$1") topo=$(realpath "$2") run=$(realpath "$3") work=$4
+if [ "$(id -u)" != 0 ]; then
+    echo "skip: a Slurm cluster (munged, slurmctld, slurmd) needs root" >&2
+    exit 77
+fi
+for b in munged slurmctld slurmd sbatch scontrol sinfo squeue; do
+    if ! command -v "$b" >/dev/null; then
+        echo "slurm.sh: $b not found: \`make deps\` installs Slurm and munge (slurmctld slurmd slurm-client munge)" >&2
+        exit 69
+    fi
+done
+
+mkdir -p "$work"
+s=$(cd "$work" && pwd)/slurm
+rm -rf "$s"
+mkdir -p "$s"/{munge,state,log}
+chmod 700 "$s/munge" # munged wants its key private to its user
+# ... and every folder on the way to its socket searchable by everyone, which WORKDIR's parents need not
+# be; slurmd's spool holds sockets too, whose paths must fit in 108 bytes. So the sockets, the spool and
+# the PID files go to a short folder of their own under /tmp, removed at the end.
+sock=$(mktemp -d /tmp/xdc-slurm.XXXXXX)
+chmod 711 "$sock"
+mkdir "$sock/spool"
+
+pids=() jobs=()
+cleanup() {
+    local rc=$?
+    if [ ${#jobs[@]} -gt 0 ]; then scancel "${jobs[@]}" 2>/dev/null || true; fi
+    [ ${#pids[@]} -gt 0 ] && xdc_stop_pids "${pids[@]}"
+    rm -rf "$sock"
+    if [ $rc -ne 0 ]; then
+        for f in "$s"/coordinator.log "$s"/job-*.out "$s"/log/*; do
+            [ -f "$f" ] && { echo "---- $f" >&2; tail -n 30 "$f" >&2; }
+        done
+    fi
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 75' INT TERM
+
+# A free TCP port for a daemon, from a PID-derived start so that clusters of concurrent runs differ.
+free_port() {
+    local p=$((20000 + ($$ * 7 + $1) % 20000))
+    while ss -Hltn "sport = :$p" | grep -q .; do p=$((p + 1)); done
+    echo $p
+}
+ctld_port=$(free_port 0)
+slurmd_port=$(free_port 1)
+[ "$slurmd_port" = "$ctld_port" ] && slurmd_port=$((ctld_port + 1))
+
+head -c 1024 /dev/urandom >"$s/munge/munge.key"
+chmod 400 "$s/munge/munge.key"
+munged -F --key-file="$s/munge/munge.key" --socket="$sock/munge.sock" --pid-file="$sock/munged.pid" \
+    --log-file="$s/log/munged.log" --seed-file="$s/munge/seed" >"$s/log/munged.out" 2>&1 &
+pids+=($!)
+xdc_wait_for 10 "munged" test -S "$sock/munge.sock"
+
+# The smallest cluster Slurm accepts: one node (this machine, named xdcnode, addressed on loopback), no
+# cgroups, no accounting, root as every user. OverSubscribe lets one job per region share the node.
+export SLURM_CONF=$s/slurm.conf
+cat >"$SLURM_CONF" <<EOF
+ClusterName=xdctest
+SlurmctldHost=$(hostname -s)(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$sock/munge.sock
+StateSaveLocation=$s/state
+SlurmdSpoolDir=$sock/spool
+SlurmctldPidFile=$sock/slurmctld.pid
+SlurmdPidFile=$sock/slurmd.pid
+SlurmctldLogFile=$s/log/slurmctld.log
+SlurmdLogFile=$s/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+MpiDefault=none
+MailProg=/bin/true
+ReturnToService=2
+NodeName=xdcnode NodeAddr=127.0.0.1 CPUs=4 State=UNKNOWN
+PartitionName=xdc Nodes=xdcnode Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+EOF
+slurmctld -D -f "$SLURM_CONF" >"$s/log/slurmctld.out" 2>&1 &
+pids+=($!)
+slurmd -D -N xdcnode -f "$SLURM_CONF" >"$s/log/slurmd.out" 2>&1 &
+pids+=($!)
+node_idle() { sinfo -h -n xdcnode -o %t | grep -qx idle; }
+xdc_wait_for 30 "slurmctld to answer (scontrol ping)" sh -c 'scontrol ping | grep -q "is UP"'
+xdc_wait_for 30 "node xdcnode to be idle (sinfo)" node_idle
+echo "slurm.sh: cluster up: slurmctld :$ctld_port, slurmd :$slurmd_port, $(sinfo -h -o '%P %D %t %N')" >&2
+
+# 1. The coordinator, as the header of slurm.sbatch says (loopback: every region is on this machine).
+rundir=$s/run-dir
+id=slurm-$$
+timeout 300 "$xdc" coordinator -t "$topo" -c "$run" --run-dir "$rundir" --run-id "$id" --host 127.0.0.1 --port 0 \
+    >"$s/coordinator.log" 2>&1 &
+coord_pid=$!
+pids+=($coord_pid)
+xdc_wait_started 30 "$coord_pid" "$s/coordinator.log" '--coordinator [^ ]+:[0-9]+' "the coordinator"
+coord=$(sed -n 's/.*--coordinator \([^ ]*:[0-9]*\).*/\1/p' "$s/coordinator.log" | head -n 1)
+
+# 2. slurm.sbatch once per region, with the region's node count and the documented environment. Peers
+# reach every node on loopback here, not at the topology's node names: XDC_ADVERTISE_HOST.
+while read -r region nodes; do
+    j=$(cd "$s" && sbatch --parsable --nodes="$nodes" --output="$s/job-$region.out" \
+        --export=ALL,XDC_REGION="$region",XDC_COORDINATOR="$coord",XDC_RUN_ID="$id",XDC="$xdc",XDC_ADVERTISE_HOST=127.0.0.1 \
+        "$here/examples/launch/slurm.sbatch" "$topo" "$run" "$rundir")
+    jobs+=("$j")
+    echo "slurm.sh: region $region: job $j ($nodes node(s))" >&2
+done < <("$xdc" topo check --hosts "$topo" | awk '{n[$1]++; if (!($1 in o)) o[$1] = ++k} END {for (r in o) print o[r], r, n[r]}' | sort -n | cut -d' ' -f2-)
+
+# While the run lasts, a job Slurm could not start (held after a failed launch, failed, cancelled) ends
+# the test at once rather than when the coordinator gives up on its members.
+job_ids=$(IFS=,; echo "${jobs[*]}")
+while kill -0 "$coord_pid" 2>/dev/null; do
+    stuck=$(squeue -h -j "$job_ids" -o '%i %T %r' 2>/dev/null | grep -Ei 'held|FAIL|CANCEL|TIMEOUT|NODE_FAIL' || true)
+    if [ -n "$stuck" ]; then
+        echo "slurm.sh: Slurm could not run a job: $stuck (see $s/log/slurmd.log)" >&2
+        exit 69
+    fi
+    sleep 0.5
+done
+coord_rc=0
+wait "$coord_pid" || coord_rc=$?
+jobs_done() { [ -z "$(squeue -h -j "$job_ids" 2>/dev/null)" ]; }
+xdc_wait_for 60 "the jobs to leave the queue" jobs_done
+bad=0
+for j in "${jobs[@]}"; do
+    line=$(scontrol show job -o "$j")
+    state=$(sed -n 's/.* JobState=\([A-Z_]*\).*/\1/p' <<<"$line")
+    code=$(sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p' <<<"$line")
+    echo "slurm.sh: job $j: $state exit $code" >&2
+    [ "$state" = COMPLETED ] && [ "$code" = 0:0 ] || bad=1
+done
+if [ $coord_rc -ne 0 ] || [ $bad -ne 0 ]; then
+    echo "slurm.sh: the run failed: coordinator exit $coord_rc; jobs ${jobs[*]}" >&2
+    exit $((coord_rc ? coord_rc : 70))
+fi
+grep '^final ' "$s/coordinator.log"
