@@ -89,6 +89,11 @@ typedef struct xdc_wan_stats {
     uint64_t retransmit_frames; /* DATA frames sent again after a stream broke */
     uint64_t duplicate_frames;  /* DATA frames received twice and dropped */
     uint64_t reconnects;        /* streams re-established after a break */
+    /* The most bulk DATA bytes (headers and payload) written to this peer's streams between a latency
+     * message's isend and the write of its last byte: how much bulk went out ahead of an activation on our
+     * side. The latency stream has the first write of each loop turn, so this stays near 0 unless the
+     * latency stream's own socket buffer was full (docs/wan.md, "Traffic classes"). */
+    uint64_t latency_bulk_ahead_bytes;
     /* Seconds since anything (a frame, a PING or PONG) last arrived from the peer. The engine answers
      * keepalives whatever its caller does, so a process blocked in a long wait stays near the ping
      * interval; a stopped or hung one grows without bound. */
