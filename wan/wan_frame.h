@@ -9,10 +9,10 @@
 #include <stdint.h>
 
 #define WAN_FRAME_MAGIC     0x57434458u /* "XDCW" read as little-endian u32 */
-#define WAN_FRAME_VERSION   1
+#define WAN_FRAME_VERSION   2           /* 2: sequence numbers and ACKs per traffic class */
 #define WAN_FRAME_HDR_BYTES 56
 /* Connections of one peer pair: up to XDC_WAN_MAX_STREAMS bulk streams and the latency stream. */
-#define WAN_MAX_CONNS (XDC_WAN_MAX_STREAMS + 1)
+#define WAN_MAX_CONNS       (XDC_WAN_MAX_STREAMS + 1)
 
 enum wan_frame_type {
     WAN_FT_HELLO = 1,     /* client -> server on each new stream: session, stream index, streams */

@@ -599,8 +599,9 @@ xdc_err_t wan_peer_ack(xdc_wan_peer *p, int cls, uint64_t cum)
     /* ACKs of a class may travel on several streams, so an older one may arrive after a newer one: it
      * changes nothing. */
     if (cum > p->tx_next_seq[cls]) {
-        wan_peer_fail(p, XDC_ERR_PROTO, "protocol error from %s: ACK %llu of class %d for frames never sent (next %llu)",
-                      p->name, (unsigned long long)cum, cls, (unsigned long long)p->tx_next_seq[cls]);
+        wan_peer_fail(p, XDC_ERR_PROTO,
+                      "protocol error from %s: ACK %llu of class %d for frames never sent (next %llu)", p->name,
+                      (unsigned long long)cum, cls, (unsigned long long)p->tx_next_seq[cls]);
         return XDC_ERR_PROTO;
     }
     process_ack(p, cls, cum);

@@ -41,7 +41,7 @@ typedef struct xdc_wan_identity {
 } xdc_wan_identity;
 
 typedef enum {
-    XDC_WAN_LATENCY = 0, /* activations: always scheduled ahead of bulk */
+    XDC_WAN_LATENCY = 0, /* activations: a stream of their own, written ahead of bulk (docs/wan.md) */
     XDC_WAN_BULK = 1,    /* gradient chunks */
     XDC_WAN_NUM_CLASSES = 2,
 } xdc_wan_class;
@@ -50,7 +50,8 @@ typedef struct xdc_wan_config {
     const char *cert_path; /* PEM node certificate (with SAN URI xdc://RUN/REGION/RANK) */
     const char *key_path;  /* PEM private key */
     const char *ca_path;   /* PEM cluster CA certificate */
-    int streams;           /* TCP streams per peer pair when dialling (1..XDC_WAN_MAX_STREAMS) */
+    int streams;           /* bulk TCP streams per peer pair when dialling (1..XDC_WAN_MAX_STREAMS); one more
+                            * stream, the first, carries the latency class alone */
     int sockbuf_bytes;     /* SO_SNDBUF/SO_RCVBUF per stream; 0 keeps the kernel's autotuning */
     uint32_t frame_bytes;  /* payload bytes per DATA frame (<= XDC_WAN_MAX_FRAME_PAYLOAD) */
     int window_frames;     /* unacknowledged DATA frames per direction (power of two) */
@@ -60,7 +61,7 @@ typedef struct xdc_wan_config {
     int ping_interval_ms; /* RTT probe and keepalive period */
     /* Server: connections still in their TLS handshake or HELLO, per listener and per source address;
      * more are closed at once and counted as refused, so a flood of half-open connections cannot use up
-     * descriptors and memory. A peer needs one per stream, so keep per_addr >= the streams of a peer. */
+     * descriptors and memory. A peer needs one per stream, so keep per_addr >= the streams of a peer + 1. */
     int max_pending_handshakes;
     int max_pending_per_addr;
 } xdc_wan_config;
@@ -99,7 +100,7 @@ typedef struct xdc_wan_stats {
      * interval; a stopped or hung one grows without bound. */
     double silent_seconds;
     int streams_up; /* streams currently usable */
-    int streams;    /* streams configured */
+    int streams;    /* streams of the peer: the dialler's bulk streams and the latency stream */
 } xdc_wan_stats;
 
 /* ---- engine ------------------------------------------------------------------------------------ */
