@@ -388,6 +388,7 @@ static void client_hello_ack(wan_stream *s, const wan_frame *f)
         return;
     wan_peer_force_ack(p); /* the server may have lost our last ACK with the old stream */
     if (p->established) p->st.reconnects++;
+    p->admitted = 1;
     s->state = WAN_ST_READY;
     s->backoff_ms = p->eng->cfg.backoff_min_ms;
     s->kick = 1;
@@ -469,7 +470,8 @@ static void peer_timers(xdc_wan_peer *p)
     }
     for (int i = 0; i < p->nstreams; i++) {
         wan_stream *s = p->streams[i];
-        if (s && s->is_client && s->state == WAN_ST_DOWN && now >= s->since_ns) stream_dial(s);
+        if (s && s->is_client && s->state == WAN_ST_DOWN && now >= s->since_ns && (i == 0 || p->admitted))
+            stream_dial(s);
     }
     if (now >= p->next_ping_ns) {
         p->next_ping_ns = now + (uint64_t)cfg->ping_interval_ms * XDC_NS_PER_MS;
@@ -1016,7 +1018,9 @@ void xdc_wan_peer_close(xdc_wan_peer *p)
         for (int i = 0; i < p->nstreams; i++) {
             wan_stream *s = p->streams[i];
             if (!s || s->state != WAN_ST_READY) continue;
-            wan_frame bye = {.type = WAN_FT_BYE};
+            /* With our acks: an ACK written on another stream may be read after this BYE. */
+            wan_frame bye = {
+                .type = WAN_FT_BYE, .seq = p->rx_cum[XDC_WAN_LATENCY], .msg_off = p->rx_cum[XDC_WAN_BULK]};
             wan_stream_queue_ctrl(s, &bye);
             wan_stream_write(s); /* best effort: the socket has room for a header almost always */
         }

@@ -21,7 +21,7 @@ enum wan_frame_type {
     WAN_FT_ACK = 4,       /* cumulative: every DATA seq < `seq` of class `cls` was received */
     WAN_FT_PING = 5,      /* RTT probe, timestamp in msg_off */
     WAN_FT_PONG = 6,      /* echo of a PING's timestamp */
-    WAN_FT_BYE = 7,       /* orderly close of the whole peer */
+    WAN_FT_BYE = 7,       /* orderly close of the whole peer, with the closer's acks (as HELLO_ACK) */
     WAN_FT_MAX_ = 7,
 };
 
@@ -34,10 +34,10 @@ typedef struct wan_frame {
     uint16_t flags;
     uint32_t payload_len; /* bytes following the header; DATA only, <= max payload */
     uint64_t seq;         /* DATA: frame sequence number in its class; ACK: cumulative ack of its class;
-                           * HELLO_ACK: cumulative ack of the latency class */
+                           * HELLO_ACK, BYE: cumulative ack of the latency class */
     uint64_t msg_seq;     /* DATA: message index within its class; HELLO*: session id */
     uint64_t msg_off;     /* DATA: byte offset of the payload; HELLO: stream index; PING/PONG: ns;
-                           * HELLO_ACK: cumulative ack of the bulk class */
+                           * HELLO_ACK, BYE: cumulative ack of the bulk class */
     uint64_t msg_len;     /* DATA: total message bytes; HELLO: streams */
 } wan_frame;
 

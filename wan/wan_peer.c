@@ -756,7 +756,11 @@ static int rx_header(wan_stream *s)
         return 0;
     }
     case WAN_FT_BYE:
-        /* Nothing more comes: close our streams too (first, so none points into a buffer), then fail. */
+        /* Its acks first: a send the peer received whole completes, even when the ACK saying so travels on
+         * another stream and is still unread. Then nothing more comes: close our streams too (first, so
+         * none points into a buffer), then fail what is left. */
+        if (wan_peer_ack(p, XDC_WAN_LATENCY, f->seq) != XDC_OK || wan_peer_ack(p, XDC_WAN_BULK, f->msg_off) != XDC_OK)
+            return -1;
         p->closed = 1;
         wan_peer_close_streams(p);
         wan_peer_fail_requests(p, XDC_ERR_CLOSED, "the peer closed the connection (BYE)");

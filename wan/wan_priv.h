@@ -116,6 +116,8 @@ struct xdc_wan_peer {
     wan_stream **streams; /* (nstreams); server: NULL slots until the client dials them */
     uint64_t session;
     int established; /* every stream was up once */
+    int admitted;    /* client: a stream got its HELLO_ACK once; only then do the other streams dial, so a
+                      * refused client costs the server one connection, refused with its reason */
     int accepted;    /* server: handed to accept() */
     int closed;
     int released;       /* the owner gave the handle up (xdc_wan_peer_destroy), or nobody will ever get it */
