@@ -1019,8 +1019,7 @@ void xdc_wan_peer_close(xdc_wan_peer *p)
             wan_stream *s = p->streams[i];
             if (!s || s->state != WAN_ST_READY) continue;
             /* With our acks: an ACK written on another stream may be read after this BYE. */
-            wan_frame bye = {
-                .type = WAN_FT_BYE, .seq = p->rx_cum[XDC_WAN_LATENCY], .msg_off = p->rx_cum[XDC_WAN_BULK]};
+            wan_frame bye = {.type = WAN_FT_BYE, .seq = p->rx_cum[XDC_WAN_LATENCY], .msg_off = p->rx_cum[XDC_WAN_BULK]};
             wan_stream_queue_ctrl(s, &bye);
             wan_stream_write(s); /* best effort: the socket has room for a header almost always */
         }
