@@ -419,6 +419,24 @@ static double sum_counter(const char *run_dir, const char *name, double *min_ser
     return sum;
 }
 
+/* A run with two outages ends at the fault-free hash; the same hash could come from outages that missed
+ * the run, so its counters must show that every worker's streams were cut and came back after each
+ * (reconnects >= 2 on each of the 4 workers) and that frames in flight at a cut were sent again. Puts
+ * the totals (reconnects, resent frames) in `totals` when not NULL. */
+static void expect_cuts_and_resends(const char *dir, double totals[2])
+{
+    double least;
+    int n;
+    double reconnects = sum_counter(dir, "xdc_wan_reconnects_total", &least, &n);
+    XDC_ASSERT_MSG(n == 4 && least >= 2, "reconnects: %d series, least %g (total %g)", n, least, reconnects);
+    double resent = sum_counter(dir, "xdc_wan_retransmit_frames_total", &least, &n);
+    XDC_ASSERT_MSG(n == 4 && resent >= 1, "no frame was resent after the outages (%d series)", n);
+    if (totals) {
+        totals[0] = reconnects;
+        totals[1] = resent;
+    }
+}
+
 XDC_TEST_T(orch_metrics_snapshot_passes_promtool, 120)
 {
     need_corpus();
@@ -444,15 +462,10 @@ XDC_TEST_T(orch_wan_outage_mid_run_loses_nothing, 300)
     /* Two outages, one flag each: the second adds to the schedule, it does not replace the first. */
     launch_hash(run, "cut", "--outage 2s@1s --outage 2s@5s", out, sizeof out, dir, sizeof dir, h2);
     XDC_ASSERT_MSG(strcmp(h1, h2) == 0, "outages changed the result: %s vs %s", h1, h2);
-    /* The same hash could come from outages that missed the run: the counters show that every worker's
-     * streams were cut and came back after each, and that frames in flight at a cut were sent again. */
+    expect_cuts_and_resends(dir, NULL);
+    /* Every worker compared both regions' pace (stragglers): one series per region, each known. */
     double least;
     int n;
-    double reconnects = sum_counter(dir, "xdc_wan_reconnects_total", &least, &n);
-    XDC_ASSERT_MSG(n == 4 && least >= 2, "reconnects: %d series, least %g (total %g)", n, least, reconnects);
-    double resent = sum_counter(dir, "xdc_wan_retransmit_frames_total", &least, &n);
-    XDC_ASSERT_MSG(n == 4 && resent >= 1, "no frame was resent after the outage (%d series)", n);
-    /* Every worker compared both regions' pace (stragglers): one series per region, each known. */
     sum_counter(dir, "xdc_region_slowdown_ratio", &least, &n);
     XDC_ASSERT_MSG(n == 8 && least > 0, "region slowdown: %d series, least %g", n, least);
 }
@@ -605,14 +618,10 @@ XDC_TEST_T(orch_fault_schedule_ends_at_the_fault_free_hash, 300)
     final_field(text, "params_xxh64=", got, sizeof got);
     free(text);
     XDC_ASSERT_MSG(strcmp(want, got) == 0, "the faults changed the result: %s vs %s without them", got, want);
-    double least;
-    int n;
-    double reconnects = sum_counter(dir, "xdc_wan_reconnects_total", &least, &n);
-    XDC_ASSERT_MSG(n == 4 && least >= 2, "reconnects: %d series, least %g (total %g)", n, least, reconnects);
-    double resent = sum_counter(dir, "xdc_wan_retransmit_frames_total", &least, &n);
-    XDC_ASSERT_MSG(n == 4 && resent >= 1, "no frame was resent after the outages (%d series)", n);
+    double totals[2];
+    expect_cuts_and_resends(dir, totals);
     printf("fault schedule: %g stream reconnects, %g frames resent over 4 workers; hash %s as without faults\n",
-           reconnects, resent, got);
+           totals[0], totals[1], got);
 }
 
 XDC_TEST_T(orch_diloco_and_streaming_near_sync, 400)
