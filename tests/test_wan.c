@@ -80,8 +80,8 @@ static void roundtrip_with(int streams)
     XDC_ASSERT(before_rx == 0);
     XDC_ASSERT_MSG(st.rx_busy_seconds > 0 && st.rx_busy_seconds <= window, "busy %g s in a %g s window",
                    st.rx_busy_seconds, window);
-    XDC_ASSERT_EQ(st.streams, streams);
-    XDC_ASSERT_EQ(st.streams_up, streams);
+    XDC_ASSERT_EQ(st.streams, streams + 1); /* the bulk streams and the latency stream */
+    XDC_ASSERT_EQ(st.streams_up, streams + 1);
     uint64_t total = 0;
     for (int i = 0; i < 24; i++) total += sizes[i];
     XDC_ASSERT_EQ(st.tx_payload_bytes, total);
@@ -202,7 +202,7 @@ XDC_TEST(wan_stream_killed_mid_transfer_delivers_exactly_once)
     xdc_wan_stats st;
     xdc_wan_peer_stats(tp.cli, &st);
     XDC_ASSERT(st.reconnects >= 1);
-    XDC_ASSERT_EQ(st.streams_up, 4);
+    XDC_ASSERT_EQ(st.streams_up, 4 + 1);
     xdc_wan_stats ss;
     xdc_wan_peer_stats(tp.srv, &ss);
     XDC_ASSERT_EQ(ss.rx_payload_bytes, (uint64_t)N * LEN + sizeof tail_tx);
@@ -359,7 +359,7 @@ XDC_TEST(wan_listener_accepts_several_peers_and_names_them)
     XDC_ASSERT(strcmp(xdc_wan_peer_identity(p1)->region, "us") == 0); /* learnt from the certificate */
     xdc_wan_stats st;
     xdc_wan_peer_stats(b, &st);
-    XDC_ASSERT_EQ(st.streams, 3); /* the dialler's stream count wins */
+    XDC_ASSERT_EQ(st.streams, 3 + 1); /* the dialler's stream count wins (and its latency stream) */
     char m0[] = "to rank zero", m1[] = "to rank one", r0[32], r1[32];
     xdc_wan_request *q[4];
     XDC_ASSERT_OK(xdc_wan_irecv(p0, XDC_WAN_LATENCY, r0, sizeof r0, &q[0]));

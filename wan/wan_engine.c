@@ -347,9 +347,12 @@ static void server_hello(xdc_wan_engine *eng, wan_stream *s, const wan_frame *f)
     s->state = WAN_ST_READY;
     p->streams[idx] = s;
     p->last_rx_ns = xdc_now_ns();
-    wan_frame ack = {
-        .type = WAN_FT_HELLO_ACK, .msg_seq = p->session, .flags = resumed ? WAN_FLAG_RESUMED : 0, .seq = p->rx_cum};
-    p->ack_sent = p->rx_cum;
+    wan_frame ack = {.type = WAN_FT_HELLO_ACK,
+                     .msg_seq = p->session,
+                     .flags = resumed ? WAN_FLAG_RESUMED : 0,
+                     .seq = p->rx_cum[XDC_WAN_LATENCY],
+                     .msg_off = p->rx_cum[XDC_WAN_BULK]};
+    for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) p->ack_sent[c] = p->rx_cum[c];
     wan_stream_queue_ctrl(s, &ack);
     s->kick = 1;
     peer_update_up(p);
@@ -381,9 +384,11 @@ static void client_hello_ack(wan_stream *s, const wan_frame *f)
                       p->name);
         return;
     }
-    if (wan_peer_ack(p, f->seq) != XDC_OK) return;
+    if (wan_peer_ack(p, XDC_WAN_LATENCY, f->seq) != XDC_OK || wan_peer_ack(p, XDC_WAN_BULK, f->msg_off) != XDC_OK)
+        return;
     wan_peer_force_ack(p); /* the server may have lost our last ACK with the old stream */
     if (p->established) p->st.reconnects++;
+    p->admitted = 1;
     s->state = WAN_ST_READY;
     s->backoff_ms = p->eng->cfg.backoff_min_ms;
     s->kick = 1;
@@ -433,7 +438,7 @@ static short stream_events(const wan_stream *s)
     case WAN_ST_READY: {
         short ev = (short)s->want;
         if (!s->stalled) ev |= POLLIN;
-        if (s->tx_active || s->ctrl_n || (s->state == WAN_ST_READY && wan_peer_has_tx(s->peer))) ev |= POLLOUT;
+        if (wan_stream_wants_write(s)) ev |= POLLOUT;
         return ev;
     }
     default: return 0;
@@ -465,7 +470,8 @@ static void peer_timers(xdc_wan_peer *p)
     }
     for (int i = 0; i < p->nstreams; i++) {
         wan_stream *s = p->streams[i];
-        if (s && s->is_client && s->state == WAN_ST_DOWN && now >= s->since_ns) stream_dial(s);
+        if (s && s->is_client && s->state == WAN_ST_DOWN && now >= s->since_ns && (i == 0 || p->admitted))
+            stream_dial(s);
     }
     if (now >= p->next_ping_ns) {
         p->next_ping_ns = now + (uint64_t)cfg->ping_interval_ms * XDC_NS_PER_MS;
@@ -942,7 +948,7 @@ xdc_err_t xdc_wan_connect(xdc_wan_engine *eng, const char *host, int port, const
         return XDC_ERR_UNAVAILABLE;
     }
     xdc_wan_peer *p;
-    xdc_err_t rc = wan_peer_alloc(eng, eng->cfg.streams, &p);
+    xdc_err_t rc = wan_peer_alloc(eng, eng->cfg.streams + 1, &p); /* stream 0 carries the latency class */
     if (rc != XDC_OK) {
         freeaddrinfo(ai);
         return rc;
@@ -1030,7 +1036,8 @@ void xdc_wan_peer_close(xdc_wan_peer *p)
         for (int i = 0; i < p->nstreams; i++) {
             wan_stream *s = p->streams[i];
             if (!s || s->state != WAN_ST_READY) continue;
-            wan_frame bye = {.type = WAN_FT_BYE};
+            /* With our acks: an ACK written on another stream may be read after this BYE. */
+            wan_frame bye = {.type = WAN_FT_BYE, .seq = p->rx_cum[XDC_WAN_LATENCY], .msg_off = p->rx_cum[XDC_WAN_BULK]};
             wan_stream_queue_ctrl(s, &bye);
             wan_stream_write(s); /* best effort: the socket has room for a header almost always */
         }

@@ -129,9 +129,13 @@ xdc_err_t wan_frame_decode(const uint8_t in[WAN_FRAME_HDR_BYTES], uint32_t max_p
             xdc_diag_set(diag, "%s control frame carries %u payload bytes", wan_frame_type_name(f.type), f.payload_len);
             return XDC_ERR_PROTO;
         }
-        if (f.type == WAN_FT_HELLO && (f.msg_len < 1 || f.msg_len > XDC_WAN_MAX_STREAMS || f.msg_off >= f.msg_len)) {
+        if (f.type == WAN_FT_HELLO && (f.msg_len < 1 || f.msg_len > WAN_MAX_CONNS || f.msg_off >= f.msg_len)) {
             xdc_diag_set(diag, "HELLO for stream %llu of %llu streams is out of range (1..%d streams)",
-                         (unsigned long long)f.msg_off, (unsigned long long)f.msg_len, XDC_WAN_MAX_STREAMS);
+                         (unsigned long long)f.msg_off, (unsigned long long)f.msg_len, WAN_MAX_CONNS);
+            return XDC_ERR_PROTO;
+        }
+        if (f.type == WAN_FT_ACK && f.cls >= XDC_WAN_NUM_CLASSES) {
+            xdc_diag_set(diag, "ACK frame with unknown traffic class %u", f.cls);
             return XDC_ERR_PROTO;
         }
     }

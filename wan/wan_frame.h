@@ -9,17 +9,19 @@
 #include <stdint.h>
 
 #define WAN_FRAME_MAGIC     0x57434458u /* "XDCW" read as little-endian u32 */
-#define WAN_FRAME_VERSION   1
+#define WAN_FRAME_VERSION   2           /* 2: sequence numbers and ACKs per traffic class */
 #define WAN_FRAME_HDR_BYTES 56
+/* Connections of one peer pair: up to XDC_WAN_MAX_STREAMS bulk streams and the latency stream. */
+#define WAN_MAX_CONNS       (XDC_WAN_MAX_STREAMS + 1)
 
 enum wan_frame_type {
     WAN_FT_HELLO = 1,     /* client -> server on each new stream: session, stream index, streams */
     WAN_FT_HELLO_ACK = 2, /* server -> client: session accepted (resumed or new) */
     WAN_FT_DATA = 3,      /* a piece of a message */
-    WAN_FT_ACK = 4,       /* cumulative: every DATA seq < `seq` was received */
+    WAN_FT_ACK = 4,       /* cumulative: every DATA seq < `seq` of class `cls` was received */
     WAN_FT_PING = 5,      /* RTT probe, timestamp in msg_off */
     WAN_FT_PONG = 6,      /* echo of a PING's timestamp */
-    WAN_FT_BYE = 7,       /* orderly close of the whole peer */
+    WAN_FT_BYE = 7,       /* orderly close of the whole peer, with the closer's acks (as HELLO_ACK) */
     WAN_FT_MAX_ = 7,
 };
 
@@ -27,14 +29,16 @@ enum wan_frame_type {
 
 typedef struct wan_frame {
     uint8_t type;
-    uint8_t cls;   /* traffic class (DATA) */
+    uint8_t cls;   /* traffic class (DATA, ACK) */
     uint8_t codec; /* codec id of the message (DATA) */
     uint16_t flags;
     uint32_t payload_len; /* bytes following the header; DATA only, <= max payload */
-    uint64_t seq;         /* DATA: frame sequence number; ACK/HELLO_ACK: cumulative ack */
+    uint64_t seq;         /* DATA: frame sequence number in its class; ACK: cumulative ack of its class;
+                           * HELLO_ACK, BYE: cumulative ack of the latency class */
     uint64_t msg_seq;     /* DATA: message index within its class; HELLO*: session id */
-    uint64_t msg_off;     /* DATA: byte offset of the payload; HELLO: stream index; PING/PONG: ns */
-    uint64_t msg_len;     /* DATA: total message bytes; HELLO: streams; HELLO_ACK: ack seq base */
+    uint64_t msg_off;     /* DATA: byte offset of the payload; HELLO: stream index; PING/PONG: ns;
+                           * HELLO_ACK, BYE: cumulative ack of the bulk class */
+    uint64_t msg_len;     /* DATA: total message bytes; HELLO: streams */
 } wan_frame;
 
 /* Write the header (WAN_FRAME_HDR_BYTES) for `f`, including its check word. */

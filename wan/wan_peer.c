@@ -11,6 +11,7 @@
 #include "common/xdc_time.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -24,9 +25,13 @@ xdc_err_t wan_peer_alloc(xdc_wan_engine *eng, int nstreams, xdc_wan_peer **out)
     p->nstreams = nstreams;
     p->window = eng->cfg.window_frames;
     p->streams = xdc_calloc((size_t)nstreams, sizeof *p->streams);
-    p->txf = xdc_calloc((size_t)p->window, sizeof *p->txf);
-    p->rx_seen = xdc_calloc((size_t)p->window / 64 + 1, sizeof *p->rx_seen);
-    if (!p->streams || !p->txf || !p->rx_seen) {
+    int ok = p->streams != NULL;
+    for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) {
+        p->txf[c] = xdc_calloc((size_t)p->window, sizeof *p->txf[c]);
+        p->rx_seen[c] = xdc_calloc((size_t)p->window / 64 + 1, sizeof *p->rx_seen[c]);
+        ok &= p->txf[c] && p->rx_seen[c];
+    }
+    if (!ok) {
         wan_peer_free(p);
         return XDC_ERR_NOMEM;
     }
@@ -41,8 +46,10 @@ void wan_peer_free(xdc_wan_peer *p)
 {
     if (!p) return;
     xdc_free(p->streams);
-    xdc_free(p->txf);
-    xdc_free(p->rx_seen);
+    for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) {
+        xdc_free(p->txf[c]);
+        xdc_free(p->rx_seen[c]);
+    }
     xdc_free(p);
 }
 
@@ -157,6 +164,7 @@ static xdc_err_t req_new(xdc_wan_peer *p, int is_send, xdc_wan_class cls, void *
     if (is_send) {
         if (!tx_queued(p)) p->tx_since_ns = xdc_now_ns();
         r->msg_seq = p->tx_msgs[cls]++;
+        r->bulk_mark = p->bulk_tx_bytes;
         queue_push(&p->txq_head[cls], &p->txq_tail[cls], r);
     } else {
         r->msg_seq = p->rx_posted[cls]++;
@@ -257,7 +265,7 @@ xdc_err_t xdc_wan_wait(xdc_wan_request *req, int64_t timeout_ms, size_t *size, u
 
 /* ---- cancel -------------------------------------------------------------------------------------- */
 
-static wan_txf *txf_at(xdc_wan_peer *p, uint64_t seq) { return &p->txf[seq & (uint64_t)(p->window - 1)]; }
+static wan_txf *txf_at(xdc_wan_peer *p, int cls, uint64_t seq) { return &p->txf[cls][seq & (uint64_t)(p->window - 1)]; }
 
 /* Where the bytes of a send at message offset `off` are: the caller's buffer, or after a cancel the
  * engine's copy of the part not yet acknowledged. */
@@ -304,8 +312,8 @@ static xdc_err_t cancel_send(xdc_wan_request *r)
     }
     r->cancelled = 1;
     size_t lo = r->framed;
-    for (uint64_t q = p->tx_acked; q < p->tx_next_seq; q++) {
-        const wan_txf *t = txf_at(p, q);
+    for (uint64_t q = p->tx_acked[r->cls]; q < p->tx_next_seq[r->cls]; q++) {
+        const wan_txf *t = txf_at(p, r->cls, q);
         if (t->req == r && t->off < lo) lo = (size_t)t->off;
     }
     for (int i = 0; i < p->nstreams; i++) {
@@ -349,49 +357,83 @@ xdc_err_t xdc_wan_request_cancel(xdc_wan_request *req)
 
 /* ---- transmit ------------------------------------------------------------------------------------ */
 
-/* The next frame to resend (lowest sequence number first), or NULL. */
-static uint64_t find_resend(xdc_wan_peer *p)
+/* The next frame of class `cls` to resend (lowest sequence number first), or UINT64_MAX. */
+static uint64_t find_resend(xdc_wan_peer *p, int cls)
 {
-    if (!p->resend_pending) return UINT64_MAX;
-    for (uint64_t q = p->tx_acked; q < p->tx_next_seq; q++) {
-        wan_txf *f = txf_at(p, q);
+    if (!p->resend_pending[cls]) return UINT64_MAX;
+    for (uint64_t q = p->tx_acked[cls]; q < p->tx_next_seq[cls]; q++) {
+        wan_txf *f = txf_at(p, cls, q);
         if (f->req && f->stream < 0) return q;
     }
-    p->resend_pending = 0;
+    p->resend_pending[cls] = 0;
     return UINT64_MAX;
 }
 
-/* Cut the next frame from the first message with bytes left, latency class first. */
-static uint64_t new_frame(xdc_wan_peer *p)
+/* Cut the next frame of class `cls` from its first message with bytes left, or UINT64_MAX. */
+static uint64_t new_frame(xdc_wan_peer *p, int cls)
 {
-    if (p->tx_next_seq - p->tx_acked >= (uint64_t)p->window) return UINT64_MAX;
-    for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) {
-        for (xdc_wan_request *r = p->txq_head[c]; r; r = r->next) {
-            if (r->framing_done) continue;
-            uint64_t seq = p->tx_next_seq++;
-            wan_txf *f = txf_at(p, seq);
-            size_t left = r->cap - r->framed;
-            f->req = r;
-            f->off = r->framed;
-            f->len = (uint32_t)(left < p->eng->cfg.frame_bytes ? left : p->eng->cfg.frame_bytes);
-            f->stream = -1;
-            r->framed += f->len;
-            r->framing_done = r->framed == r->cap;
-            r->frames_unacked++;
-            return seq;
-        }
+    if (p->tx_next_seq[cls] - p->tx_acked[cls] >= (uint64_t)p->window) return UINT64_MAX;
+    for (xdc_wan_request *r = p->txq_head[cls]; r; r = r->next) {
+        if (r->framing_done) continue;
+        uint64_t seq = p->tx_next_seq[cls]++;
+        wan_txf *f = txf_at(p, cls, seq);
+        size_t left = r->cap - r->framed;
+        f->req = r;
+        f->off = r->framed;
+        f->len = (uint32_t)(left < p->eng->cfg.frame_bytes ? left : p->eng->cfg.frame_bytes);
+        f->stream = -1;
+        r->framed += f->len;
+        r->framing_done = r->framed == r->cap;
+        r->frames_unacked++;
+        return seq;
     }
     return UINT64_MAX;
 }
 
-int wan_peer_has_tx(const xdc_wan_peer *p)
+/* Has class `cls` a DATA frame to resend or cut now (the window allowing)? */
+static int class_has_data(const xdc_wan_peer *p, int cls)
 {
-    if (p->fail_err != XDC_OK || p->closed) return 0;
-    if (p->ack_sent != p->rx_cum || p->resend_pending) return 1;
-    if (p->tx_next_seq - p->tx_acked >= (uint64_t)p->window) return 0;
-    for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++)
-        for (const xdc_wan_request *r = p->txq_head[c]; r; r = r->next)
-            if (!r->framing_done) return 1;
+    if (p->resend_pending[cls]) return 1;
+    if (p->tx_next_seq[cls] - p->tx_acked[cls] >= (uint64_t)p->window) return 0;
+    for (const xdc_wan_request *r = p->txq_head[cls]; r; r = r->next)
+        if (!r->framing_done) return 1;
+    return 0;
+}
+
+/* Which classes a stream carries. With two or more streams, stream 0 belongs to the latency class and the
+ * others to bulk, DATA and ACKs alike: a latency frame never waits behind bulk bytes in a frame, a socket
+ * buffer or a receiver that stopped reading a bulk stream for want of a posted receive. A single stream
+ * (a peer that dialled with one) carries both, latency first. */
+static int stream_carries(const wan_stream *s, int cls)
+{
+    if (s->peer->nstreams < 2) return 1;
+    return (cls == XDC_WAN_LATENCY) == (s->idx == 0);
+}
+
+/* A bulk stream holds back its DATA while the latency stream could write some: the engine then spends
+ * the socket writes of a loop turn on latency bytes first (streams are served in index order, stream 0
+ * first). It writes again as soon as the latency stream has nothing left or its socket is full, so a
+ * latency stream that cannot move (its receiver stopped reading) never holds bulk up. */
+static int stream_yields(const wan_stream *s)
+{
+    const xdc_wan_peer *p = s->peer;
+    if (p->nstreams < 2 || s->idx == 0) return 0;
+    const wan_stream *l = p->streams[0];
+    if (!l || l->state != WAN_ST_READY || (l->want & POLLOUT)) return 0;
+    return (l->tx_active && l->tx_req) || class_has_data(p, XDC_WAN_LATENCY);
+}
+
+int wan_stream_wants_write(const wan_stream *s)
+{
+    if (s->ctrl_n) return 1;
+    if (s->tx_active) return !(s->tx_req && stream_yields(s));
+    const xdc_wan_peer *p = s->peer;
+    if (s->state != WAN_ST_READY || p->fail_err != XDC_OK || p->closed) return 0;
+    for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) {
+        if (!stream_carries(s, c)) continue;
+        if (p->ack_sent[c] != p->rx_cum[c]) return 1;
+        if (class_has_data(p, c) && !stream_yields(s)) return 1;
+    }
     return 0;
 }
 
@@ -412,7 +454,8 @@ static void stage_frame(wan_stream *s, const wan_frame *f, const uint8_t *payloa
     s->tx_active = 1;
 }
 
-/* Choose what this stream writes next: control frames, then an ACK, then a resend, then new DATA. */
+/* Choose what this stream writes next: control frames, then an ACK, then a resend, then new DATA, each of
+ * the classes the stream carries, latency first. */
 static int pick_frame(wan_stream *s)
 {
     xdc_wan_peer *p = s->peer;
@@ -422,17 +465,25 @@ static int pick_frame(wan_stream *s)
         return 1;
     }
     if (s->state != WAN_ST_READY || p->fail_err != XDC_OK || p->closed) return 0;
-    if (p->ack_sent != p->rx_cum) {
-        wan_frame a = {.type = WAN_FT_ACK, .seq = p->rx_cum};
-        p->ack_sent = p->rx_cum;
+    for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) {
+        if (!stream_carries(s, c) || p->ack_sent[c] == p->rx_cum[c]) continue;
+        wan_frame a = {.type = WAN_FT_ACK, .cls = (uint8_t)c, .seq = p->rx_cum[c]};
+        p->ack_sent[c] = p->rx_cum[c];
         stage_frame(s, &a, NULL);
         return 1;
     }
-    uint64_t seq = find_resend(p);
-    int resend = seq != UINT64_MAX;
-    if (!resend) seq = new_frame(p);
+    if (stream_yields(s)) return 0;
+    int cls = 0, resend = 0;
+    uint64_t seq = UINT64_MAX;
+    for (int c = 0; c < XDC_WAN_NUM_CLASSES && seq == UINT64_MAX; c++) {
+        if (!stream_carries(s, c)) continue;
+        cls = c;
+        seq = find_resend(p, c);
+        resend = seq != UINT64_MAX;
+        if (!resend) seq = new_frame(p, c);
+    }
     if (seq == UINT64_MAX) return 0;
-    wan_txf *t = txf_at(p, seq);
+    wan_txf *t = txf_at(p, cls, seq);
     xdc_wan_request *r = t->req;
     wan_frame d = {.type = WAN_FT_DATA,
                    .cls = (uint8_t)r->cls,
@@ -446,6 +497,7 @@ static int pick_frame(wan_stream *s)
     if (resend) p->st.retransmit_frames++;
     stage_frame(s, &d, send_src(r, t->off));
     s->tx_req = r;
+    s->tx_last = t->off + t->len == r->cap;
     r->writers++;
     return 1;
 }
@@ -455,7 +507,14 @@ static void tx_frame_done(wan_stream *s)
     s->tx_active = 0;
     if (s->tx_req) {
         xdc_wan_request *r = s->tx_req;
+        xdc_wan_peer *p = s->peer;
         s->tx_req = NULL;
+        if (s->tx_last && r->cls == XDC_WAN_LATENCY && !r->departed) {
+            /* The message's last byte is in a socket: how much bulk went out while it waited? */
+            uint64_t ahead = p->bulk_tx_bytes - r->bulk_mark;
+            r->departed = 1;
+            if (ahead > p->st.latency_bulk_ahead_bytes) p->st.latency_bulk_ahead_bytes = ahead;
+        }
         r->writers--;
         send_maybe_done(r);
     }
@@ -475,6 +534,7 @@ int wan_stream_write(wan_stream *s)
     size_t budget = PUMP_BUDGET_BYTES;
     while (budget) {
         if (!s->tx_active && !pick_frame(s)) return 0;
+        if (s->tx_req && stream_yields(s)) return 0; /* the rest of this bulk frame waits for the latency one */
         long n;
         if (s->tx_stage_off < s->tx_stage_len) {
             n = tls_write(s, s->tx_stage + s->tx_stage_off, s->tx_stage_len - s->tx_stage_off);
@@ -486,6 +546,7 @@ int wan_stream_write(wan_stream *s)
         if (n < 0) return -1;
         if (n == 0) return 0;
         s->peer->st.tx_wire_bytes += (uint64_t)n;
+        if (s->tx_req && s->tx_req->cls == XDC_WAN_BULK) s->peer->bulk_tx_bytes += (uint64_t)n;
         budget = (size_t)n >= budget ? 0 : budget - (size_t)n;
         if (s->tx_stage_off == s->tx_stage_len && s->tx_payload_off == s->tx_payload_len) tx_frame_done(s);
     }
@@ -495,29 +556,30 @@ int wan_stream_write(wan_stream *s)
 
 /* ---- receive ------------------------------------------------------------------------------------- */
 
-static int seen_test(const xdc_wan_peer *p, uint64_t seq)
+static int seen_test(const xdc_wan_peer *p, int cls, uint64_t seq)
 {
-    if (seq < p->rx_cum) return 1;
+    if (seq < p->rx_cum[cls]) return 1;
     uint64_t i = seq & (uint64_t)(p->window - 1);
-    return (p->rx_seen[i / 64] >> (i % 64)) & 1;
+    return (p->rx_seen[cls][i / 64] >> (i % 64)) & 1;
 }
 
-static void seen_mark(xdc_wan_peer *p, uint64_t seq)
+static void seen_mark(xdc_wan_peer *p, int cls, uint64_t seq)
 {
+    uint64_t *seen = p->rx_seen[cls];
     uint64_t i = seq & (uint64_t)(p->window - 1);
-    p->rx_seen[i / 64] |= UINT64_C(1) << (i % 64);
+    seen[i / 64] |= UINT64_C(1) << (i % 64);
     while (1) {
-        uint64_t j = p->rx_cum & (uint64_t)(p->window - 1);
-        if (!((p->rx_seen[j / 64] >> (j % 64)) & 1)) break;
-        p->rx_seen[j / 64] &= ~(UINT64_C(1) << (j % 64));
-        p->rx_cum++;
+        uint64_t j = p->rx_cum[cls] & (uint64_t)(p->window - 1);
+        if (!((seen[j / 64] >> (j % 64)) & 1)) break;
+        seen[j / 64] &= ~(UINT64_C(1) << (j % 64));
+        p->rx_cum[cls]++;
     }
 }
 
-static void process_ack(xdc_wan_peer *p, uint64_t cum)
+static void process_ack(xdc_wan_peer *p, int cls, uint64_t cum)
 {
-    while (p->tx_acked < cum) {
-        wan_txf *t = txf_at(p, p->tx_acked++);
+    while (p->tx_acked[cls] < cum) {
+        wan_txf *t = txf_at(p, cls, p->tx_acked[cls]++);
         xdc_wan_request *r = t->req;
         t->req = NULL;
         if (r) {
@@ -527,17 +589,22 @@ static void process_ack(xdc_wan_peer *p, uint64_t cum)
     }
 }
 
-void wan_peer_force_ack(xdc_wan_peer *p) { p->ack_sent = UINT64_MAX; }
-
-xdc_err_t wan_peer_ack(xdc_wan_peer *p, uint64_t cum)
+void wan_peer_force_ack(xdc_wan_peer *p)
 {
-    /* ACKs travel on any stream, so an older one may arrive after a newer one: ignore it. */
-    if (cum > p->tx_next_seq) {
-        wan_peer_fail(p, XDC_ERR_PROTO, "protocol error from %s: ACK %llu for frames never sent (next %llu)", p->name,
-                      (unsigned long long)cum, (unsigned long long)p->tx_next_seq);
+    for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) p->ack_sent[c] = UINT64_MAX;
+}
+
+xdc_err_t wan_peer_ack(xdc_wan_peer *p, int cls, uint64_t cum)
+{
+    /* ACKs of a class may travel on several streams, so an older one may arrive after a newer one: it
+     * changes nothing. */
+    if (cum > p->tx_next_seq[cls]) {
+        wan_peer_fail(p, XDC_ERR_PROTO,
+                      "protocol error from %s: ACK %llu of class %d for frames never sent (next %llu)", p->name,
+                      (unsigned long long)cum, cls, (unsigned long long)p->tx_next_seq[cls]);
         return XDC_ERR_PROTO;
     }
-    process_ack(p, cum);
+    process_ack(p, cls, cum);
     return XDC_OK;
 }
 
@@ -561,19 +628,20 @@ static void data_done(wan_stream *s)
 {
     xdc_wan_peer *p = s->peer;
     const wan_frame *f = &s->rx_cur;
-    if (s->rx_req && !seen_test(p, f->seq)) {
-        seen_mark(p, f->seq);
+    if (s->rx_req && !seen_test(p, f->cls, f->seq)) {
+        seen_mark(p, f->cls, f->seq);
         s->rx_req->rx_bytes += f->payload_len;
         /* A copy of this frame half-read on another (broken) stream must not touch the buffer later. */
         for (int i = 0; i < p->nstreams; i++) {
             wan_stream *o = p->streams[i];
-            if (o && o != s && o->rx_in_payload && o->rx_cur.type == WAN_FT_DATA && o->rx_cur.seq == f->seq) {
+            if (o && o != s && o->rx_in_payload && o->rx_cur.type == WAN_FT_DATA && o->rx_cur.cls == f->cls &&
+                o->rx_cur.seq == f->seq) {
                 o->rx_dst = NULL;
                 o->rx_req = NULL;
             }
         }
         recv_maybe_done(s->rx_req);
-    } else if (seen_test(p, f->seq)) {
+    } else if (seen_test(p, f->cls, f->seq)) {
         /* The sender resends what it thinks we lack: our ACK for it was lost with a broken stream. */
         p->st.duplicate_frames++;
         wan_peer_force_ack(p);
@@ -629,13 +697,14 @@ static int rx_header(wan_stream *s)
     p->last_rx_ns = now;
     switch (f->type) {
     case WAN_FT_DATA: {
-        if (f->seq >= p->rx_cum + (uint64_t)p->window) {
-            wan_peer_fail(p, XDC_ERR_PROTO, "protocol error from %s: DATA seq %llu beyond the window [%llu, +%d)",
-                          p->name, (unsigned long long)f->seq, (unsigned long long)p->rx_cum, p->window);
+        if (f->seq >= p->rx_cum[f->cls] + (uint64_t)p->window) {
+            wan_peer_fail(p, XDC_ERR_PROTO,
+                          "protocol error from %s: DATA seq %llu of class %u beyond the window [%llu, +%d)", p->name,
+                          (unsigned long long)f->seq, f->cls, (unsigned long long)p->rx_cum[f->cls], p->window);
             return -1;
         }
         xdc_wan_request *r = NULL;
-        if (!seen_test(p, f->seq)) {
+        if (!seen_test(p, f->cls, f->seq)) {
             r = match_recv(p, f);
             if (!r) {
                 if (f->msg_seq < p->rx_posted[f->cls]) {
@@ -672,8 +741,8 @@ static int rx_header(wan_stream *s)
         return 0;
     }
     case WAN_FT_ACK:
-        if (wan_peer_ack(p, f->seq) != XDC_OK) return -1;
-        snprintf(p->last_heard, sizeof p->last_heard, "ACK %llu", (unsigned long long)f->seq);
+        if (wan_peer_ack(p, f->cls, f->seq) != XDC_OK) return -1;
+        snprintf(p->last_heard, sizeof p->last_heard, "ACK %llu of class %u", (unsigned long long)f->seq, f->cls);
         return 0;
     case WAN_FT_PING: {
         wan_frame pong = {.type = WAN_FT_PONG, .msg_off = f->msg_off};
@@ -687,7 +756,11 @@ static int rx_header(wan_stream *s)
         return 0;
     }
     case WAN_FT_BYE:
-        /* Nothing more comes: close our streams too (first, so none points into a buffer), then fail. */
+        /* Its acks first: a send the peer received whole completes, even when the ACK saying so travels on
+         * another stream and is still unread. Then nothing more comes: close our streams too (first, so
+         * none points into a buffer), then fail what is left. */
+        if (wan_peer_ack(p, XDC_WAN_LATENCY, f->seq) != XDC_OK || wan_peer_ack(p, XDC_WAN_BULK, f->msg_off) != XDC_OK)
+            return -1;
         p->closed = 1;
         wan_peer_close_streams(p);
         wan_peer_fail_requests(p, XDC_ERR_CLOSED, "the peer closed the connection (BYE)");
@@ -766,11 +839,12 @@ void wan_stream_reset_io(wan_stream *s)
     s->rx_dst = NULL;
     s->stalled = 0;
     if (!p) return;
-    for (uint64_t q = p->tx_acked; q < p->tx_next_seq; q++) {
-        wan_txf *t = txf_at(p, q);
-        if (t->req && t->stream == s->idx) {
-            t->stream = -1;
-            p->resend_pending = 1;
+    for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++)
+        for (uint64_t q = p->tx_acked[c]; q < p->tx_next_seq[c]; q++) {
+            wan_txf *t = txf_at(p, c, q);
+            if (t->req && t->stream == s->idx) {
+                t->stream = -1;
+                p->resend_pending[c] = 1;
+            }
         }
-    }
 }

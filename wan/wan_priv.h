@@ -45,6 +45,9 @@ struct xdc_wan_request {
     int cancelled;
     uint8_t *owned; /* engine-owned copy (xdc_malloc), freed on release */
     size_t owned_off;
+    /* latency sends: the peer's bulk_tx_bytes at isend, for xdc_wan_stats.latency_bulk_ahead_bytes */
+    uint64_t bulk_mark;
+    int departed; /* its last byte was written to a stream once */
 };
 
 /* One DATA frame the sender keeps until the peer acknowledges it. Ring slot seq & (window-1). */
@@ -92,6 +95,7 @@ typedef struct wan_stream {
     const uint8_t *tx_payload; /* large payload written after the stage; NULL when none */
     size_t tx_payload_len, tx_payload_off;
     xdc_wan_request *tx_req; /* message whose frame is being written (writers count) */
+    int tx_last;             /* that frame ends its message */
     /* receive: header, then payload into the receive buffer or discarded */
     uint8_t rx_hdr[WAN_FRAME_HDR_BYTES];
     size_t rx_hdr_got;
@@ -113,6 +117,8 @@ struct xdc_wan_peer {
     wan_stream **streams; /* (nstreams); server: NULL slots until the client dials them */
     uint64_t session;
     int established; /* every stream was up once */
+    int admitted;    /* client: a stream got its HELLO_ACK once; only then do the other streams dial, so a
+                      * refused client costs the server one connection, refused with its reason */
     int accepted;    /* server: handed to accept() */
     int closed;
     int released;       /* the owner gave the handle up (xdc_wan_peer_destroy), or nobody will ever get it */
@@ -127,20 +133,23 @@ struct xdc_wan_peer {
     char expect_region[XDC_WAN_NAME_MAX];
     int expect_any; /* dialled without an expected identity: any peer of our run */
     int expect_rank;
+    /* Each traffic class has its own sequence numbers, window and cumulative ACKs (indexed by class), so a
+     * bulk frame the receiver cannot place yet never holds back the acknowledgement of latency frames. */
     /* send */
     xdc_wan_request *txq_head[XDC_WAN_NUM_CLASSES], *txq_tail[XDC_WAN_NUM_CLASSES];
     uint64_t tx_msgs[XDC_WAN_NUM_CLASSES];
-    wan_txf *txf; /* (window) ring */
+    wan_txf *txf[XDC_WAN_NUM_CLASSES]; /* (window) ring per class */
     int window;
-    uint64_t tx_next_seq;
-    uint64_t tx_acked; /* every seq below is acknowledged */
-    int resend_pending;
+    uint64_t tx_next_seq[XDC_WAN_NUM_CLASSES];
+    uint64_t tx_acked[XDC_WAN_NUM_CLASSES]; /* every seq below is acknowledged */
+    int resend_pending[XDC_WAN_NUM_CLASSES];
+    uint64_t bulk_tx_bytes; /* bulk DATA bytes (headers + payload) written to the streams */
     /* receive */
     xdc_wan_request *rxq_head[XDC_WAN_NUM_CLASSES], *rxq_tail[XDC_WAN_NUM_CLASSES];
     uint64_t rx_posted[XDC_WAN_NUM_CLASSES];
-    uint64_t *rx_seen; /* (window / 64) bitmap of seqs in [rx_cum, rx_cum + window) */
-    uint64_t rx_cum;
-    uint64_t ack_sent;         /* rx_cum in the last ACK written; UINT64_MAX forces the next one */
+    uint64_t *rx_seen[XDC_WAN_NUM_CLASSES]; /* (window / 64 + 1) bitmap of seqs in [rx_cum, rx_cum + window) */
+    uint64_t rx_cum[XDC_WAN_NUM_CLASSES];
+    uint64_t ack_sent[XDC_WAN_NUM_CLASSES]; /* rx_cum in the last ACK written; UINT64_MAX forces the next one */
     int rx_arriving;           /* receives between their first frame and their end (xdc_wan_stats.rx_busy_seconds) */
     uint64_t rx_busy_since_ns; /* when rx_arriving last became nonzero */
     uint64_t rx_busy_ns;       /* closed busy intervals */
@@ -227,13 +236,15 @@ void wan_stream_pump(wan_stream *s);
 int wan_stream_write(wan_stream *s);
 /* Send our cumulative ACK again at the next chance (it may have been lost with a broken stream). */
 void wan_peer_force_ack(xdc_wan_peer *p);
-/* Apply a cumulative acknowledgement; XDC_ERR_PROTO (peer failed) when it is out of range. */
-xdc_err_t wan_peer_ack(xdc_wan_peer *p, uint64_t cum);
+/* Apply a cumulative acknowledgement of class `cls`; XDC_ERR_PROTO (peer failed) when it is out of range. */
+xdc_err_t wan_peer_ack(xdc_wan_peer *p, int cls, uint64_t cum);
 /* Reset per-stream frame state (on a fresh connection) and requeue frames it was carrying. */
 void wan_stream_reset_io(wan_stream *s);
 void wan_stream_queue_ctrl(wan_stream *s, const wan_frame *f);
-/* Does the peer have DATA or an ACK that any ready stream could write now? */
-int wan_peer_has_tx(const xdc_wan_peer *p);
+/* Should the poll loop wait for this stream to be writable: it has a frame to finish, or (ready) a control
+ * frame, ACK or DATA frame of a class it carries that it may write now (a bulk stream yields to the
+ * latency stream while that one can write). */
+int wan_stream_wants_write(const wan_stream *s);
 /* End a pending request (unlinked from its queue); a cancelled one is released instead of reported. */
 void wan_req_finish(xdc_wan_request *r, xdc_err_t err, const char *why);
 void wan_peer_fail_requests(xdc_wan_peer *p, xdc_err_t err, const char *why);

@@ -41,7 +41,7 @@ typedef struct xdc_wan_identity {
 } xdc_wan_identity;
 
 typedef enum {
-    XDC_WAN_LATENCY = 0, /* activations: always scheduled ahead of bulk */
+    XDC_WAN_LATENCY = 0, /* activations: a stream of their own, written ahead of bulk (docs/wan.md) */
     XDC_WAN_BULK = 1,    /* gradient chunks */
     XDC_WAN_NUM_CLASSES = 2,
 } xdc_wan_class;
@@ -50,21 +50,22 @@ typedef struct xdc_wan_config {
     const char *cert_path; /* PEM node certificate (with SAN URI xdc://RUN/REGION/RANK) */
     const char *key_path;  /* PEM private key */
     const char *ca_path;   /* PEM cluster CA certificate */
-    /* PEM certificate revocation list of the cluster CA (`xdc certs revoke`), or NULL for none. Read once,
-     * when the engine is created: a peer whose certificate it lists is refused at the handshake (both
-     * ways); connections already up are not cut, and a newer CRL takes effect at the next engine. */
+    /* PEM certificate revocation list of the cluster CA (`xdc certs revoke`), or NULL for none: a peer whose
+     * certificate it lists is refused at the handshake (both ways). The engine re-reads the file when it
+     * changes (looked at once a second) and cuts live connections whose certificate the new list names. */
     const char *crl_path;
-    int streams;          /* TCP streams per peer pair when dialling (1..XDC_WAN_MAX_STREAMS) */
-    int sockbuf_bytes;    /* SO_SNDBUF/SO_RCVBUF per stream; 0 keeps the kernel's autotuning */
-    uint32_t frame_bytes; /* payload bytes per DATA frame (<= XDC_WAN_MAX_FRAME_PAYLOAD) */
-    int window_frames;    /* unacknowledged DATA frames per direction (power of two) */
-    int64_t deadline_ms;  /* a peer silent (or unreachable) this long fails its requests */
-    int backoff_min_ms;   /* reconnect backoff, doubling up to backoff_max_ms */
+    int streams;           /* bulk TCP streams per peer pair when dialling (1..XDC_WAN_MAX_STREAMS); one more
+                            * stream, the first, carries the latency class alone */
+    int sockbuf_bytes;     /* SO_SNDBUF/SO_RCVBUF per stream; 0 keeps the kernel's autotuning */
+    uint32_t frame_bytes;  /* payload bytes per DATA frame (<= XDC_WAN_MAX_FRAME_PAYLOAD) */
+    int window_frames;     /* unacknowledged DATA frames per direction (power of two) */
+    int64_t deadline_ms;   /* a peer silent (or unreachable) this long fails its requests */
+    int backoff_min_ms;    /* reconnect backoff, doubling up to backoff_max_ms */
     int backoff_max_ms;
     int ping_interval_ms; /* RTT probe and keepalive period */
     /* Server: connections still in their TLS handshake or HELLO, per listener and per source address;
      * more are closed at once and counted as refused, so a flood of half-open connections cannot use up
-     * descriptors and memory. A peer needs one per stream, so keep per_addr >= the streams of a peer. */
+     * descriptors and memory. A peer needs one per stream, so keep per_addr >= the streams of a peer + 1. */
     int max_pending_handshakes;
     int max_pending_per_addr;
 } xdc_wan_config;
@@ -93,12 +94,17 @@ typedef struct xdc_wan_stats {
     uint64_t retransmit_frames; /* DATA frames sent again after a stream broke */
     uint64_t duplicate_frames;  /* DATA frames received twice and dropped */
     uint64_t reconnects;        /* streams re-established after a break */
+    /* The most bulk DATA bytes (headers and payload) written to this peer's streams between a latency
+     * message's isend and the write of its last byte: how much bulk went out ahead of an activation on our
+     * side. The latency stream has the first write of each loop turn, so this stays near 0 unless the
+     * latency stream's own socket buffer was full (docs/wan.md, "Traffic classes"). */
+    uint64_t latency_bulk_ahead_bytes;
     /* Seconds since anything (a frame, a PING or PONG) last arrived from the peer. The engine answers
      * keepalives whatever its caller does, so a process blocked in a long wait stays near the ping
      * interval; a stopped or hung one grows without bound. */
     double silent_seconds;
     int streams_up; /* streams currently usable */
-    int streams;    /* streams configured */
+    int streams;    /* streams of the peer: the dialler's bulk streams and the latency stream */
 } xdc_wan_stats;
 
 /* ---- engine ------------------------------------------------------------------------------------ */
