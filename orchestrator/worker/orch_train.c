@@ -456,7 +456,7 @@ static int region_times(orch_worker *w, int r, double *comp, int64_t *step, xdc_
 
 /* Stragglers. Each worker posts its stats, then reads the same rank's of every other region (without
  * waiting: a region not heard from yet is left unknown); a region's pace is its compute seconds per step
- * since the previous look, and its slowdown that pace over the median of the other regions' paces. A
+ * since the previous look (at the first look that sees it, since the start), and its slowdown that pace over the median of the other regions' paces. A
  * region slower than straggler_factor times the others is logged (and shown in the progress line and
  * xdc_region_slowdown_ratio by the callers). Compute, not step time: in sync mode every region's step
  * takes as long as the slowest's, the straggler's compute is what differs. */
@@ -475,6 +475,8 @@ static xdc_err_t pace(orch_worker *w, double wall, xdc_diag *diag)
         if (!region_times(w, r, &comp, &step, &ignore)) continue;
         if (step > g->pace_step0[r] && g->pace_step0[r] > 0)
             g->pace[r] = (comp - g->pace_comp0[r]) / (double)(step - g->pace_step0[r]);
+        else if (g->pace[r] == 0 && step > 0)
+            g->pace[r] = comp / (double)step; /* first sight: its mean so far, so one look already tells */
         g->pace_comp0[r] = comp, g->pace_step0[r] = step;
     }
     orch_pace_slowdowns(g->pace, n, g->slowdown);
