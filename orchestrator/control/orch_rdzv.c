@@ -275,9 +275,10 @@ static int find_member(rdzv_server *s, const char *name)
 static int may_write(const rdzv_server *s, int i, const char *key)
 {
     const member *m = &s->members[i];
-    char own[7][RDZV_KEY_MAX + 16];
+    char own[8][RDZV_KEY_MAX + 16];
     int n = 0;
     snprintf(own[n++], sizeof own[0], "wan/%d/%d", m->region_idx, m->rank);
+    snprintf(own[n++], sizeof own[0], "outer/%d/%d", m->region_idx, m->rank); /* its arrival at an outer round */
     snprintf(own[n++], sizeof own[0], "stats/%d/%d", m->region_idx, m->rank);
     snprintf(own[n++], sizeof own[0], "metrics/%s/%d", m->region, m->rank);
     snprintf(own[n++], sizeof own[0], "failed/%s", m->name);

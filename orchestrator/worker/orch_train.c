@@ -7,6 +7,7 @@
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_hash.h"
+#include "orchestrator/control/orch_quorum.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
 
@@ -577,6 +578,9 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
     step_row(w, &last, run_t0);
     uint64_t hash = 0;
     XDC_CHECK(hash_params(w, &hash, diag));
+    if (w->id.replica == 0 && is_last(w)) /* each region's model, for comparing regions (the result has one) */
+        XDC_INFO(XDC_SUB_ORCH, "final parameters of region %s: params_xxh64=%016llx", w->id.region,
+                 (unsigned long long)hash);
     if (w->cfg.dump_params && (w->id.span || w->id.region_idx == 0) && w->id.replica == 0)
         XDC_CHECK(dump_params(w, diag));
     double wall = now_s() - run_t0;
@@ -593,7 +597,9 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
     stats_value(w, wall, val, sizeof val);
     XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
     /* Nobody leaves before everyone reported: a departing peer would look like a failure. Then global rank
-     * 0 says the run is over, so a coordinator knows it may close the store. */
-    XDC_CHECK(rdzv_barrier(w->comm.rdzv, "done", w->id.gsize, w->cfg.op_timeout_ms, diag));
+     * 0 says the run is over, so a coordinator knows it may close the store. An elastic run ends with a
+     * last quorum round instead: the barrier counts every member, those of the regions that left too. */
+    if (w->elastic.on) XDC_CHECK(orch_elastic_agree(w, ORCH_QUORUM_END, diag));
+    else XDC_CHECK(rdzv_barrier(w->comm.rdzv, "done", w->id.gsize, w->cfg.op_timeout_ms, diag));
     return w->id.grank == 0 ? rdzv_set(w->comm.rdzv, "finished", "1", diag) : XDC_OK;
 }
