@@ -76,7 +76,7 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
 {
     long long step = next_round(q);
     if (step < 0) return XDC_OK;
-    if (step != q->pending) q->pending = step, q->first_at = 0;
+    if (step != q->pending) q->pending = step, q->first_at = 0, q->named = 0;
     char mask[XDC_TOPO_MAX_REGIONS + 1];
     int arrived = 0;
     for (int r = 0; r < q->t->n_regions; r++) {
@@ -86,11 +86,22 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
     mask[q->t->n_regions] = '\0';
     if (!arrived) return XDC_OK;
     if (!q->first_at) q->first_at = xdc_now_ns();
-    int in_grace = xdc_now_ns() - q->first_at < (uint64_t)q->grace_ms * XDC_NS_PER_MS;
-    if (arrived < q->n_live && in_grace) return XDC_OK;
+    uint64_t waited = xdc_now_ns() - q->first_at, grace = (uint64_t)q->grace_ms * XDC_NS_PER_MS;
     char round[64], reason[160];
     if (step == LLONG_MAX) snprintf(round, sizeof round, "the end of the run");
     else snprintf(round, sizeof round, "the outer round at step %lld", step);
+    if (arrived < q->n_live && waited < grace) {
+        if (!q->named && waited >= grace / 2) { /* once per round, half way: who is late, not every jitter */
+            char late[512];
+            for (int r = 0; r < q->t->n_regions; r++)
+                if (!q->live[r]) mask[r] = '1'; /* out of the run: not waited for */
+            names(q, mask, '0', late, sizeof late);
+            XDC_INFO(XDC_SUB_ORCH, "%s: waiting for %s for %.1f s; dropped at %.1f s", round, late,
+                     (double)waited / 1e9, (double)grace / 1e9);
+            q->named = 1;
+        }
+        return XDC_OK;
+    }
     snprintf(reason, sizeof reason, "missed %s (%.1f s grace window)", round, (double)q->grace_ms / 1000.0);
     for (int r = 0; r < q->t->n_regions; r++)
         if (q->live[r] && mask[r] == '0') drop(q, r, reason);

@@ -31,6 +31,7 @@ typedef struct orch_quorum {
     long long decided;  /* step of the last round decided; -1: none */
     long long pending;  /* step of the round being waited for; -1: none */
     uint64_t first_at;  /* xdc_now_ns() when the first region arrived at `pending`; 0: none yet */
+    int named;          /* the regions late for `pending` were logged (half way through the grace window) */
     char dropped[1024]; /* "eu-west (its agent exited with status 69), ..." for the summary */
 } orch_quorum;
 

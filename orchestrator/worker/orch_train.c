@@ -558,8 +558,11 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
         /* The last step's row waits for the final evaluation below. */
         if (w->prog.step < c->steps) step_row(w, &row, run_t0);
         else last = row;
-        if (orch_checkpoint_due(w)) XDC_CHECK(orch_checkpoint_save(w, diag));
-        if (w->cfg.plan_auto && w->cfg.replan_every > 0 && w->id.n_regions > 1 && !w->id.span &&
+        /* After an elastic run lost a region, what waits for every member (the checkpoint barrier, the
+         * re-plan's reports) would wait for it: the survivors (who all hold the same quorum) skip them. */
+        int whole = !w->elastic.on || w->elastic.n_live == w->id.n_regions;
+        if (orch_checkpoint_due(w) && whole) XDC_CHECK(orch_checkpoint_save(w, diag));
+        if (whole && w->cfg.plan_auto && w->cfg.replan_every > 0 && w->id.n_regions > 1 && !w->id.span &&
             w->prog.step % w->cfg.replan_every == 0 && w->prog.step < c->steps)
             XDC_CHECK(replan(w, diag));
         char status[64];

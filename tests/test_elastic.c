@@ -1,0 +1,311 @@
+/* test_elastic.c — elastic DiLoCo regions (docs/runtime.md, "Elastic regions"): the store host's quorum
+ * decisions (orch_quorum) from arrivals, losses and the grace window; end to end on three emulated
+ * regions, a region whose worker is killed or stopped past the grace window is dropped by name and the
+ * other two finish on identical parameters; too few regions left is a named error (exit 69). Faults are
+ * driven by what the run logs, never by sleeping. */
+#include "tests/xdc_test.h"
+#include "tests/test_wan_util.h"
+
+#include "orchestrator/control/orch_quorum.h"
+#include "orchestrator/control/orch_rdzv.h"
+#include "topology/xdc_topology.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TOPO3 "examples/topology/demo-3region.yaml"
+#define DATA  "/usr/share/games/fortunes"
+
+/* ---- the quorum decisions, against a real store ------------------------------------------------ */
+
+typedef struct {
+    xdc_wan_engine *eng;
+    rdzv_server *srv;
+    xdc_topology *t;
+    orch_quorum q;
+} quorum_fixture;
+
+static void fixture_open(quorum_fixture *f, int min_regions, int64_t grace_ms)
+{
+    wan_test_node node;
+    wan_test_issue("certs", RDZV_SERVER_REGION, 0, 30, -60, &node);
+    f->eng = wan_test_engine(&node, 1, 10000);
+    xdc_cfg_errors errs;
+    XDC_ASSERT_OK(xdc_topology_load(TOPO3, &f->t, &errs));
+    const char *expected[3] = {"us-east/east-node1:0", "eu-west/west-node1:0", "ap-south/south-node1:0"};
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(rdzv_server_create(f->eng, "127.0.0.1", 0, expected, 3, &f->srv, &d));
+    orch_quorum_init(&f->q, f->t, f->srv, min_regions, grace_ms);
+}
+
+static void fixture_close(quorum_fixture *f)
+{
+    rdzv_server_destroy(f->srv);
+    xdc_wan_engine_destroy(f->eng);
+    xdc_topology_destroy(f->t);
+}
+
+static void arrive(quorum_fixture *f, int region, const char *round)
+{
+    char key[64];
+    snprintf(key, sizeof key, "outer/%d/0", region);
+    rdzv_server_set(f->srv, key, round);
+}
+
+/* The published decision of `round`, or "" when there is none yet. */
+static const char *decision(quorum_fixture *f, const char *round)
+{
+    static char val[64];
+    char key[64];
+    snprintf(key, sizeof key, "quorum/%s", round);
+    if (rdzv_server_get(f->srv, key, val, sizeof val) != 0) val[0] = '\0';
+    return val;
+}
+
+XDC_TEST(elastic_quorum_waits_for_everyone_then_drops_the_lost_region)
+{
+    quorum_fixture f;
+    fixture_open(&f, 2, 600000); /* a grace window no test run reaches: only arrivals and losses decide */
+    char why[512] = "";
+    arrive(&f, 0, "4");
+    arrive(&f, 1, "4");
+    XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
+    XDC_ASSERT_MSG(decision(&f, "4")[0] == '\0', "decided before ap-south arrived or the grace window ended");
+    arrive(&f, 2, "4");
+    XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
+    XDC_ASSERT(strcmp(decision(&f, "4"), "111") == 0);
+    /* A region lost between rounds is out of the next one at once, named. */
+    arrive(&f, 0, "8");
+    arrive(&f, 1, "8");
+    XDC_ASSERT_OK(orch_quorum_lose(&f.q, 2, "its agent exited with status 69", why, sizeof why));
+    XDC_ASSERT_STR_CONTAINS(f.q.dropped, "ap-south (its agent exited with status 69)");
+    XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
+    XDC_ASSERT(strcmp(decision(&f, "8"), "110") == 0);
+    /* Its late arrival changes nothing, and the end is decided over the two left. */
+    arrive(&f, 2, "8");
+    arrive(&f, 0, ORCH_QUORUM_END);
+    arrive(&f, 1, ORCH_QUORUM_END);
+    XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
+    XDC_ASSERT(strcmp(decision(&f, ORCH_QUORUM_END), "110") == 0);
+    /* One more loss leaves one region, below the minimum of two: a named error. */
+    XDC_ASSERT_ERR(orch_quorum_lose(&f.q, 1, "worker killed", why, sizeof why), XDC_ERR_UNAVAILABLE);
+    XDC_ASSERT_STR_CONTAINS(why, "region eu-west lost (worker killed): 1 of 3 regions left, below "
+                                 "elastic.min_regions 2");
+    fixture_close(&f);
+}
+
+XDC_TEST(elastic_quorum_drops_a_region_late_past_the_grace_window)
+{
+    quorum_fixture f;
+    fixture_open(&f, 3, 1); /* every region needed; a 1 ms window */
+    char why[512] = "";
+    arrive(&f, 0, "4");
+    arrive(&f, 2, "4");
+    xdc_err_t rc = XDC_OK;
+    /* Bounded: the window is 1 ms; the first tick opens it, a later one closes it. */
+    for (int i = 0; i < 2000 && rc == XDC_OK && !decision(&f, "4")[0]; i++) {
+        rc = orch_quorum_tick(&f.q, why, sizeof why);
+        if (rc == XDC_OK) nanosleep(&(struct timespec){0, 1000000L}, NULL);
+    }
+    XDC_ASSERT_ERR(rc, XDC_ERR_UNAVAILABLE);
+    XDC_ASSERT_STR_CONTAINS(why, "outer round at step 4: 2 of 3 regions (us-east, ap-south) arrived");
+    XDC_ASSERT_STR_CONTAINS(why, "below elastic.min_regions 3; missing: eu-west");
+    XDC_ASSERT_STR_CONTAINS(f.q.dropped, "eu-west (missed the outer round at step 4");
+    XDC_ASSERT_MSG(decision(&f, "4")[0] == '\0', "a round below the minimum was published");
+    fixture_close(&f);
+}
+
+/* ---- end to end --------------------------------------------------------------------------------- */
+
+static void need_corpus(void)
+{
+    if (access(DATA, R_OK) != 0) xdc_test_skip("no corpus at %s (Debian package fortunes; `make deps`)", DATA);
+}
+
+/* A DiLoCo run file of the tiny model, one stage, `steps` steps of 4 inner steps, with `elastic`. */
+static const char *write_run(const char *name, int steps, const char *elastic)
+{
+    static char path[512];
+    char cwd[400], text[1024];
+    if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
+    snprintf(path, sizeof path, "%s/%s.yaml", xdc_test_tmpdir(), name);
+    snprintf(text, sizeof text,
+             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: diloco\ndiloco: {inner_steps: 4}\n"
+             "pipeline_stages: 1\nmicrobatches: 1\nsteps: %d\ncodec: none\nthreads: 1\nelastic: %s\n"
+             "timeouts: {rendezvous: 30s, operation: 30s}\n",
+             cwd, DATA, steps, elastic);
+    xdc_test_write_file(path, text);
+    return path;
+}
+
+/* `xdc launch` on the three regions in the background, its output into `log`. */
+static pid_t start_launch(const char *run, const char *dir, const char *log)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        if (!freopen(log, "w", stdout)) _exit(127);
+        dup2(1, 2);
+        execl(xdc_test_bin(), xdc_test_bin(), "launch", "-t", TOPO3, "-c", run, "--run-dir", dir, (char *)NULL);
+        _exit(127);
+    }
+    return p;
+}
+
+/* How many times `needle` occurs in file `path`. */
+static int count_text(const char *path, const char *needle)
+{
+    char *text = xdc_test_read_file(path, NULL);
+    int n = 0;
+    for (const char *p = text; p && (p = strstr(p, needle)); p += strlen(needle)) n++;
+    free(text);
+    return n;
+}
+
+/* Wait (bounded: tries x 50 ms) until `needle` occurs `n` times in file `path`; 1 when it does. */
+static int wait_for_count(const char *path, const char *needle, int n, int tries)
+{
+    for (int i = 0; i < tries; i++) {
+        if (count_text(path, needle) >= n) return 1;
+        nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
+    }
+    return 0;
+}
+
+static int wait_for_text(const char *path, const char *needle) { return wait_for_count(path, needle, 1, 2400); }
+
+static pid_t signal_worker(const char *dir, const char *region, int sig)
+{
+    char pidfile[800];
+    snprintf(pidfile, sizeof pidfile, "%s/pids/%s-0.pid", dir, region);
+    char *text = xdc_test_read_file(pidfile, NULL);
+    XDC_ASSERT_MSG(text != NULL, "no pid file %s", pidfile);
+    pid_t pid = (pid_t)atoi(text);
+    free(text);
+    XDC_ASSERT(pid > 0 && kill(pid, sig) == 0);
+    return pid;
+}
+
+/* Stop ap-south's worker where it is not inside an outer round (a region lost during a round's exchange
+ * fails the round: docs/runtime.md): SIGSTOP it, and keep it stopped once the store host logs that the
+ * next round waits for it, which says it had not arrived there. No such line within twice the 3 s grace
+ * window means it was stopped inside a round, which cannot end without it: continue it, let it pass a
+ * step, and try again. Returns its pid, stopped. */
+static pid_t stop_outside_a_round(const char *dir, const char *log)
+{
+    const char *late = "waiting for ap-south for";
+    for (int attempt = 0; attempt < 8; attempt++) {
+        int before = count_text(log, late), steps = count_text(log, "  loss ");
+        pid_t pid = signal_worker(dir, "ap-south", SIGSTOP);
+        if (wait_for_count(log, late, before + 1, 120)) return pid;
+        kill(pid, SIGCONT);
+        XDC_ASSERT_MSG(wait_for_count(log, "  loss ", steps + 1, 2400), "the run stopped progressing");
+    }
+    XDC_FAIL("ap-south was never stopped outside an outer round in 8 attempts");
+    return -1;
+}
+
+/* The params_xxh64 region `region`'s worker logged at the end, into hash[17]. */
+static void region_hash(const char *dir, const char *region, const char *node, char hash[17])
+{
+    char path[800], needle[128];
+    snprintf(path, sizeof path, "%s/logs/%s-%s-0.log", dir, region, node);
+    snprintf(needle, sizeof needle, "final parameters of region %s: params_xxh64=", region);
+    char *text = xdc_test_read_file(path, NULL);
+    const char *h = text ? strstr(text, needle) : NULL;
+    XDC_ASSERT_MSG(h != NULL, "region %s logged no final parameters in %s", region, path);
+    snprintf(hash, 17, "%.16s", h + strlen(needle));
+    free(text);
+}
+
+/* Wait for the launcher; its exit status. */
+static int launch_exit(pid_t p)
+{
+    int status;
+    XDC_ASSERT(waitpid(p, &status, 0) == p);
+    XDC_ASSERT_MSG(WIFEXITED(status), "launch ended with 0x%x", status);
+    return WEXITSTATUS(status);
+}
+
+/* Lose ap-south (its worker killed, or stopped past the grace window and then continued) after step 20 of
+ * 200: the run finishes with exit 0, names ap-south as dropped, and us-east and eu-west end on the same
+ * parameters, the ones the run reports. */
+static void lose_a_region(const char *name, int stop)
+{
+    need_corpus();
+    const char *run = write_run(name, 200, "{min_regions: 2, grace: 3s}");
+    char dir[600], log[700];
+    snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
+    snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
+    pid_t p = start_launch(run, dir, log);
+    XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
+    pid_t victim = stop_outside_a_round(dir, log);
+    if (!stop) kill(victim, SIGKILL);
+    if (stop) { /* continued once the others went on without it: it learns it was dropped and leaves */
+        XDC_ASSERT_MSG(wait_for_text(log, "region ap-south dropped from the run: missed the outer round"),
+                       "ap-south was not dropped after the grace window");
+        kill(victim, SIGCONT);
+    }
+    int rc = launch_exit(p);
+    char *out = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out ? out : "");
+    XDC_ASSERT_STR_CONTAINS(out, "with 2 of 3 regions (quorum 110)");
+    XDC_ASSERT_STR_CONTAINS(out, "regions dropped: ap-south (");
+    XDC_ASSERT_STR_CONTAINS(out, "steps=200");
+    char a[17], b[17];
+    region_hash(dir, "us-east", "east-node1", a);
+    region_hash(dir, "eu-west", "west-node1", b);
+    XDC_ASSERT_MSG(strcmp(a, b) == 0, "us-east ends at %s, eu-west at %s", a, b);
+    char want[64];
+    snprintf(want, sizeof want, "params_xxh64=%s", a);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+    free(out);
+    if (stop) {
+        char wlog[800];
+        snprintf(wlog, sizeof wlog, "%s/logs/ap-south-south-node1-0.log", dir);
+        char *text = xdc_test_read_file(wlog, NULL);
+        XDC_ASSERT_STR_CONTAINS(text, "region ap-south was dropped from round");
+        free(text);
+    }
+}
+
+XDC_TEST_T(elastic_diloco_goes_on_without_a_killed_region, 180) { lose_a_region("killed", 0); }
+
+XDC_TEST_T(elastic_diloco_drops_a_region_stopped_past_the_grace_window, 180) { lose_a_region("stopped", 1); }
+
+XDC_TEST_T(elastic_diloco_below_min_regions_is_a_named_error, 180)
+{
+    need_corpus();
+    const char *run = write_run("minimum", 2000, "{min_regions: 3, grace: 3s}");
+    char dir[600], log[700];
+    snprintf(dir, sizeof dir, "%s/minimum", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/minimum.log", xdc_test_tmpdir());
+    pid_t p = start_launch(run, dir, log);
+    XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
+    kill(stop_outside_a_round(dir, log), SIGKILL);
+    int rc = launch_exit(p);
+    char *out = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_MSG(rc == 69, "launch exited %d, expected 69 (unavailable):\n%s", rc, out ? out : "");
+    /* Killed while the others waited for it: lost at once (or, on a slow machine, late past the window). */
+    const char *f = out ? strstr(out, "run failed: ") : NULL;
+    XDC_ASSERT_MSG(f != NULL, "no failure line in:\n%s", out ? out : "");
+    XDC_ASSERT_STR_CONTAINS(f, "ap-south");
+    XDC_ASSERT_STR_CONTAINS(f, "below elastic.min_regions 3");
+    free(out);
+}
+
+XDC_TEST(elastic_min_regions_above_the_topology_is_a_config_error)
+{
+    need_corpus();
+    const char *run = write_run("toomany", 8, "{min_regions: 4}");
+    char cmd[1200], out[8192];
+    snprintf(cmd, sizeof cmd, "%s launch -t %s -c %s --run-dir %s/toomany", xdc_test_bin(), TOPO3, run,
+             xdc_test_tmpdir());
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 78, "launch exited %d, expected 78:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "elastic.min_regions is 4 but topology " TOPO3 " has 3 regions");
+}
