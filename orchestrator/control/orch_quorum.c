@@ -56,8 +56,8 @@ static void drop(orch_quorum *q, int r, const char *reason)
 {
     q->live[r] = 0;
     q->n_live--;
-    XDC_WARN(XDC_SUB_ORCH, "region %s dropped from the run: %s; %d of %d regions go on", q->t->regions[r].name,
-             reason, q->n_live, q->t->n_regions);
+    XDC_WARN(XDC_SUB_ORCH, "region %s dropped from the run: %s; %d of %d regions go on", q->t->regions[r].name, reason,
+             q->n_live, q->t->n_regions);
     size_t n = strlen(q->dropped);
     snprintf(q->dropped + n, sizeof q->dropped - n, "%s%s (%s)", n ? ", " : "", q->t->regions[r].name, reason);
 }

@@ -79,7 +79,10 @@ bool orch_quorum_elastic(const orch_run_config *c, int n_regions)
     return c->mode == ORCH_MODE_DILOCO && !c->span_regions && n_regions > 1;
 }
 
-int orch_quorum_min(const orch_run_config *c, int n_regions) { return c->min_regions ? c->min_regions : n_regions / 2 + 1; }
+int orch_quorum_min(const orch_run_config *c, int n_regions)
+{
+    return c->min_regions ? c->min_regions : n_regions / 2 + 1;
+}
 
 /* Relative paths in the run file are relative to the run file's folder. */
 static void resolve(const char *run_path, const char *rel, char *out, size_t cap)

@@ -593,7 +593,10 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
         snprintf(val, sizeof val, "%.4f %016llx %lld %.3f", w->prog.val_loss, (unsigned long long)hash,
                  (long long)w->prog.step,
                  (double)w->prog.step * w->model.B * w->model.T * w->model.M * w->id.n_replicas *
-                     (w->id.span ? 1 : w->id.n_regions) / wall);
+                     (w->id.span      ? 1
+                      : w->elastic.on ? w->elastic.n_live
+                                      : w->id.n_regions) /
+                     wall);
         XDC_CHECK(rdzv_set(w->comm.rdzv, "result", val, diag));
     }
     snprintf(key, sizeof key, "stats/%d/%d", w->id.region_idx, w->id.lrank);
