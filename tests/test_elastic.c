@@ -1,7 +1,7 @@
 /* test_elastic.c — elastic DiLoCo regions (docs/runtime.md, "Elastic regions"): the store host's quorum
  * decisions (orch_quorum) from arrivals, losses and the grace window; end to end on three emulated
  * regions, a region whose worker is killed or stopped past the grace window is dropped by name and the
- * other two finish on identical parameters; too few regions left is a named error (exit 69). Faults are
+ * other two finish on identical parameters (DiLoCo; streaming for a killed one); too few regions left is a named error (exit 69). Faults are
  * driven by what the run logs, never by sleeping. */
 #include "tests/xdc_test.h"
 #include "tests/test_wan_util.h"
@@ -127,18 +127,19 @@ static void need_corpus(void)
     if (access(DATA, R_OK) != 0) xdc_test_skip("no corpus at %s (Debian package fortunes; `make deps`)", DATA);
 }
 
-/* A DiLoCo run file of the tiny model, one stage, `steps` steps of 4 inner steps, with `elastic`. */
-static const char *write_run(const char *name, int steps, const char *elastic)
+/* A run file of the tiny model in `mode` (diloco or streaming with 2 fragments), one stage, `steps` steps
+ * of 4 inner steps, with `elastic`. */
+static const char *write_run(const char *name, const char *mode, int steps, const char *elastic)
 {
     static char path[512];
     char cwd[400], text[1024];
     if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
     snprintf(path, sizeof path, "%s/%s.yaml", xdc_test_tmpdir(), name);
     snprintf(text, sizeof text,
-             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: diloco\ndiloco: {inner_steps: 4}\n"
-             "pipeline_stages: 1\nmicrobatches: 1\nsteps: %d\ncodec: none\nthreads: 1\nelastic: %s\n"
-             "timeouts: {rendezvous: 30s, operation: 30s}\n",
-             cwd, DATA, steps, elastic);
+             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: %s\ndiloco: {inner_steps: 4}\n"
+             "streaming: {fragments: 2}\npipeline_stages: 1\nmicrobatches: 1\nsteps: %d\ncodec: none\nthreads: 1\n"
+             "elastic: %s\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
+             cwd, DATA, mode, steps, elastic);
     xdc_test_write_file(path, text);
     return path;
 }
@@ -234,10 +235,10 @@ static int launch_exit(pid_t p)
 /* Lose ap-south (its worker killed, or stopped past the grace window and then continued) after step 20 of
  * 200: the run finishes with exit 0, names ap-south as dropped, and us-east and eu-west end on the same
  * parameters, the ones the run reports. */
-static void lose_a_region(const char *name, int stop)
+static void lose_a_region(const char *name, const char *mode, int stop)
 {
     need_corpus();
-    const char *run = write_run(name, 200, "{min_regions: 2, grace: 3s}");
+    const char *run = write_run(name, mode, 200, "{min_regions: 2, grace: 3s}");
     char dir[600], log[700];
     snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
     snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
@@ -273,14 +274,17 @@ static void lose_a_region(const char *name, int stop)
     }
 }
 
-XDC_TEST_T(elastic_diloco_goes_on_without_a_killed_region, 180) { lose_a_region("killed", 0); }
+XDC_TEST_T(elastic_diloco_goes_on_without_a_killed_region, 180) { lose_a_region("killed", "diloco", 0); }
 
-XDC_TEST_T(elastic_diloco_drops_a_region_stopped_past_the_grace_window, 180) { lose_a_region("stopped", 1); }
+XDC_TEST_T(elastic_diloco_drops_a_region_stopped_past_the_grace_window, 180) { lose_a_region("stopped", "diloco", 1); }
+
+/* Streaming: each fragment's round goes by quorum too (the fragments still in flight keep theirs). */
+XDC_TEST_T(elastic_streaming_goes_on_without_a_killed_region, 180) { lose_a_region("streaming", "streaming", 0); }
 
 XDC_TEST_T(elastic_diloco_below_min_regions_is_a_named_error, 180)
 {
     need_corpus();
-    const char *run = write_run("minimum", 2000, "{min_regions: 3, grace: 3s}");
+    const char *run = write_run("minimum", "diloco", 2000, "{min_regions: 3, grace: 3s}");
     char dir[600], log[700];
     snprintf(dir, sizeof dir, "%s/minimum", xdc_test_tmpdir());
     snprintf(log, sizeof log, "%s/minimum.log", xdc_test_tmpdir());
@@ -301,7 +305,7 @@ XDC_TEST_T(elastic_diloco_below_min_regions_is_a_named_error, 180)
 XDC_TEST(elastic_min_regions_above_the_topology_is_a_config_error)
 {
     need_corpus();
-    const char *run = write_run("toomany", 8, "{min_regions: 4}");
+    const char *run = write_run("toomany", "diloco", 8, "{min_regions: 4}");
     char cmd[1200], out[8192];
     snprintf(cmd, sizeof cmd, "%s launch -t %s -c %s --run-dir %s/toomany", xdc_test_bin(), TOPO3, run,
              xdc_test_tmpdir());

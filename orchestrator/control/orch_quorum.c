@@ -1,4 +1,4 @@
-/* orch_quorum.c — the outer rounds' quorum of an elastic DiLoCo run, decided by the store's host (see
+/* orch_quorum.c — the outer rounds' quorum of an elastic DiLoCo or streaming run, decided by the store's host (see
  * orch_quorum.h). */
 #include "orchestrator/control/orch_quorum.h"
 

@@ -1,4 +1,4 @@
-/* orch_quorum.h — who takes part in each outer round of an elastic DiLoCo run (docs/runtime.md, "Elastic
+/* orch_quorum.h — who takes part in each outer round of an elastic DiLoCo or streaming run (docs/runtime.md, "Elastic
  * regions"). One owner decides: the process that hosts the rendezvous store (`xdc launch` or `xdc
  * coordinator`), which outlives every region. Each worker posts its arrival at the round of step S as
  * outer/<region index>/<rank> = S; a region has arrived when all its workers have. The round is decided

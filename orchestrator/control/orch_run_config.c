@@ -76,7 +76,7 @@ const char *orch_mode_name(orch_mode m) { return mode_words[m]; }
 
 bool orch_quorum_elastic(const orch_run_config *c, int n_regions)
 {
-    return c->mode == ORCH_MODE_DILOCO && !c->span_regions && n_regions > 1;
+    return (c->mode == ORCH_MODE_DILOCO || c->mode == ORCH_MODE_STREAMING) && !c->span_regions && n_regions > 1;
 }
 
 int orch_quorum_min(const orch_run_config *c, int n_regions)

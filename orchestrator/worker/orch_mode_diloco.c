@@ -57,6 +57,9 @@ xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xd
     XDC_CHECK(dev->host_alloc((void **)&o->host, bytes));
     XDC_CHECK(dev->copy_d2d(o->global, xdc_gpt_stage_params(w->model.st), bytes, stream_of(w)));
     XDC_CHECK(wait_copies(w));
+    w->elastic.on = orch_quorum_elastic(&w->cfg, w->id.n_regions);
+    w->elastic.n_live = w->id.n_regions;
+    memset(w->elastic.live, 1, (size_t)w->id.n_regions);
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 1, &sc);
     orch_sync_device_cfg(w, &sc);
@@ -96,6 +99,7 @@ xdc_err_t orch_outer_pseudo(orch_worker *w, orch_outer *o, size_t lo, size_t hi)
 xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag)
 {
     size_t n = w->model.n_params;
+    XDC_CHECK(orch_outer_quorum(w, o->sync, diag));
     XDC_CHECK(orch_outer_pseudo(w, o, 0, n));
     XDC_CHECK(xdc_sync_begin(o->sync, o->pseudo)); /* xdc_sync_end marks it ready on the stage's stream */
     double t0 = now_s();
@@ -159,16 +163,13 @@ xdc_err_t orch_elastic_agree(orch_worker *w, const char *round, xdc_diag *diag)
     return XDC_OK;
 }
 
-/* A DiLoCo outer round: the quorum first, then the pseudo-gradient average over it. */
-static xdc_err_t diloco_outer(orch_worker *w, orch_outer *o, xdc_diag *diag)
+xdc_err_t orch_outer_quorum(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
 {
-    if (w->elastic.on) {
-        char round[32];
-        snprintf(round, sizeof round, "%lld", (long long)w->prog.step);
-        XDC_CHECK(orch_elastic_agree(w, round, diag));
-        XDC_CHECK(xdc_sync_set_members(o->sync, w->elastic.live, diag));
-    }
-    return orch_outer_round(w, o, diag);
+    if (!w->elastic.on) return XDC_OK;
+    char round[32];
+    snprintf(round, sizeof round, "%lld", (long long)w->prog.step);
+    XDC_CHECK(orch_elastic_agree(w, round, diag));
+    return xdc_sync_set_members(sync, w->elastic.live, diag);
 }
 
 static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
@@ -177,9 +178,6 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
     if (!st) return XDC_ERR_NOMEM;
     *state = st;
     st->w = w;
-    w->elastic.on = orch_quorum_elastic(&w->cfg, w->id.n_regions);
-    w->elastic.n_live = w->id.n_regions;
-    memset(w->elastic.live, 1, (size_t)w->id.n_regions);
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 0, &sc); /* inner steps: the region's replicas, no WAN */
     orch_sync_device_cfg(w, &sc);
@@ -191,14 +189,14 @@ static xdc_err_t diloco_step(orch_worker *w, void *state, float *loss, xdc_diag 
 {
     diloco_state *st = state;
     XDC_CHECK(orch_train_inner_step(w, st->grad, loss, diag));
-    if (w->prog.step % w->cfg.diloco_inner_steps == 0) XDC_CHECK(diloco_outer(w, &st->outer, diag));
+    if (w->prog.step % w->cfg.diloco_inner_steps == 0) XDC_CHECK(orch_outer_round(w, &st->outer, diag));
     return XDC_OK;
 }
 
 static xdc_err_t diloco_finish(orch_worker *w, void *state, xdc_diag *diag)
 {
     diloco_state *st = state;
-    return w->prog.step % w->cfg.diloco_inner_steps != 0 ? diloco_outer(w, &st->outer, diag) : XDC_OK;
+    return w->prog.step % w->cfg.diloco_inner_steps != 0 ? orch_outer_round(w, &st->outer, diag) : XDC_OK;
 }
 
 static void diloco_destroy(void *state)

@@ -96,8 +96,8 @@ static xdc_err_t land(orch_worker *w, streaming_state *st, xdc_diag *diag)
     return XDC_OK;
 }
 
-/* Send the fragment due at this step, if any. */
-static xdc_err_t launch(orch_worker *w, streaming_state *st)
+/* Send the fragment due at this step, if any, to the regions in this step's quorum. */
+static xdc_err_t launch(orch_worker *w, streaming_state *st, xdc_diag *diag)
 {
     int H = w->cfg.diloco_inner_steps, F = st->n_frag;
     float *p = xdc_gpt_stage_params(w->model.st);
@@ -107,6 +107,7 @@ static xdc_err_t launch(orch_worker *w, streaming_state *st)
         fragment_range(w, f, &lo, &hi);
         XDC_CHECK(w->model.be->device->copy_d2d(st->snapshot + lo, p + lo, (hi - lo) * sizeof(float),
                                                 xdc_gpt_stage_stream(w->model.st)));
+        XDC_CHECK(orch_outer_quorum(w, st->frag[f], diag));
         XDC_CHECK(orch_outer_pseudo(w, &st->outer, lo, hi)); /* after the snapshot's copy: one stream */
         XDC_CHECK(xdc_sync_begin(st->frag[f], st->outer.pseudo + lo));
         xdc_sync_mark_ready(st->frag[f], 0);
@@ -121,7 +122,7 @@ static xdc_err_t streaming_step(orch_worker *w, void *state, float *loss, xdc_di
     streaming_state *st = state;
     XDC_CHECK(orch_train_inner_step(w, st->grad, loss, diag));
     XDC_CHECK(land(w, st, diag));
-    return launch(w, st);
+    return launch(w, st, diag);
 }
 
 static xdc_err_t streaming_finish(orch_worker *w, void *state, xdc_diag *diag)

@@ -122,7 +122,7 @@ typedef struct orch_progress {
     int64_t pace_step0[XDC_TOPO_MAX_REGIONS];
 } orch_progress;
 
-/* Elastic DiLoCo (orch_mode_diloco.c, docs/runtime.md): the regions in the last outer round's quorum, as
+/* Elastic DiLoCo and streaming (orch_mode_diloco.c, docs/runtime.md): the regions in the last outer round's quorum, as
  * the rendezvous host decided it (orchestrator/control/orch_quorum.h). */
 typedef struct orch_elastic {
     int on;                             /* orch_quorum_elastic */
@@ -230,7 +230,11 @@ xdc_err_t orch_outer_leave(const orch_worker *w, xdc_stream *prev);
 xdc_err_t orch_outer_pseudo(orch_worker *w, orch_outer *o, size_t lo, size_t hi);
 /* Outer Nesterov step on [lo, hi): pseudo holds the cross-region mean of (global - local). */
 xdc_err_t orch_outer_update(orch_worker *w, orch_outer *o, size_t lo, size_t hi);
-/* An outer round over the whole stage: every region ends on the same global parameters, local = global. */
+/* Elastic rounds: the quorum of the round at this step (orch_elastic_agree) taken into `sync`'s members;
+ * nothing without elastic rounds. Before each sync across regions of an outer round. */
+xdc_err_t orch_outer_quorum(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
+/* An outer round over the whole stage (after its quorum): every member region ends on the same global
+ * parameters, local = global. */
 xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag);
 
 /* Elastic rounds: post this worker's arrival at `round` (a step, or ORCH_QUORUM_END) and take the store
