@@ -233,12 +233,12 @@ static int launch_exit(pid_t p)
 }
 
 /* Lose ap-south (its worker killed, or stopped past the grace window and then continued) after step 20 of
- * 200: the run finishes with exit 0, names ap-south as dropped, and us-east and eu-west end on the same
+ * 100: the run finishes with exit 0, names ap-south as dropped, and us-east and eu-west end on the same
  * parameters, the ones the run reports. */
 static void lose_a_region(const char *name, const char *mode, int stop)
 {
     need_corpus();
-    const char *run = write_run(name, mode, 200, "{min_regions: 2, grace: 3s}");
+    const char *run = write_run(name, mode, 100, "{min_regions: 2, grace: 3s}");
     char dir[600], log[700];
     snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
     snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
@@ -256,7 +256,7 @@ static void lose_a_region(const char *name, const char *mode, int stop)
     XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out ? out : "");
     XDC_ASSERT_STR_CONTAINS(out, "with 2 of 3 regions (quorum 110)");
     XDC_ASSERT_STR_CONTAINS(out, "regions dropped: ap-south (");
-    XDC_ASSERT_STR_CONTAINS(out, "steps=200");
+    XDC_ASSERT_STR_CONTAINS(out, "steps=100");
     char a[17], b[17];
     region_hash(dir, "us-east", "east-node1", a);
     region_hash(dir, "eu-west", "west-node1", b);
