@@ -271,6 +271,9 @@ static void lose_a_region(const char *name, const char *mode, int stop)
         char *text = xdc_test_read_file(wlog, NULL);
         XDC_ASSERT_STR_CONTAINS(text, "region ap-south was dropped from round");
         free(text);
+        text = xdc_test_read_file(log, NULL); /* and its agent's end did not fail the run */
+        XDC_ASSERT_STR_CONTAINS(text, "agent ap-south/south-node1 of region ap-south, out of the run, ended");
+        free(text);
     }
 }
 

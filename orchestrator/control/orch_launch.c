@@ -393,8 +393,12 @@ static int agent_failed(void *ctx, const orch_procs *g, int i, pid_t pid, int st
     launch *L = ctx;
     if (L->elastic) { /* the region leaves the run; the others go on while they are enough */
         char reason[ORCH_PROC_NAME_MAX + 160];
+        int r = agent_region(L, i);
         snprintf(reason, sizeof reason, "its agent %s %s", g->name[i], how);
-        if (orch_quorum_lose(&L->quorum, agent_region(L, i), reason, why, sizeof why) == XDC_OK) return 1;
+        if (r >= 0 && !L->quorum.live[r]) /* dropped earlier: its workers learnt so and left */
+            XDC_INFO(XDC_SUB_ORCH, "agent %s of region %s, out of the run, ended: %s", g->name[i],
+                     L->t->regions[r].name, how);
+        if (orch_quorum_lose(&L->quorum, r, reason, why, sizeof why) == XDC_OK) return 1;
         fprintf(stderr, "xdc launch: run failed: %s; stopping the other agents\n", why);
         L->blamed = XDC_ERR_UNAVAILABLE;
         return 0;
