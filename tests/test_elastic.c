@@ -10,6 +10,7 @@
 #include "orchestrator/control/orch_rdzv.h"
 #include "topology/xdc_topology.h"
 
+#include <glob.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,35 +193,39 @@ static pid_t signal_worker(const char *dir, const char *region, int sig)
 }
 
 /* Stop ap-south's worker where it is not inside an outer round (a region lost during a round's exchange
- * fails the round: docs/runtime.md): SIGSTOP it, and keep it stopped once the store host logs that the
- * next round waits for it, which says it had not arrived there. No such line within twice the 3 s grace
- * window means it was stopped inside a round, which cannot end without it: continue it, let it pass a
- * step, and try again. Returns its pid, stopped. */
-static pid_t stop_outside_a_round(const char *dir, const char *log)
+ * fails the round: docs/runtime.md): SIGSTOP it, and keep it stopped once the store host logs (in
+ * host_log) that the next round waits for it, which says it had not arrived there. No such line within
+ * twice the 3 s grace window means it was stopped inside a round, which cannot end without it: continue
+ * it, let the run pass a progress line (in progress_log), and try again. Returns its pid, stopped. */
+static pid_t stop_outside_a_round(const char *dir, const char *host_log, const char *progress_log)
 {
     const char *late = "waiting for ap-south for";
     for (int attempt = 0; attempt < 8; attempt++) {
-        int before = count_text(log, late), steps = count_text(log, "  loss ");
+        int before = count_text(host_log, late), steps = count_text(progress_log, "  loss ");
         pid_t pid = signal_worker(dir, "ap-south", SIGSTOP);
-        if (wait_for_count(log, late, before + 1, 120)) return pid;
+        if (wait_for_count(host_log, late, before + 1, 120)) return pid;
         kill(pid, SIGCONT);
-        XDC_ASSERT_MSG(wait_for_count(log, "  loss ", steps + 1, 2400), "the run stopped progressing");
+        XDC_ASSERT_MSG(wait_for_count(progress_log, "  loss ", steps + 1, 2400), "the run stopped progressing");
     }
     XDC_FAIL("ap-south was never stopped outside an outer round in 8 attempts");
     return -1;
 }
 
-/* The params_xxh64 region `region`'s worker logged at the end, into hash[17]. */
-static void region_hash(const char *dir, const char *region, const char *node, char hash[17])
+/* The params_xxh64 region `region`'s worker logged at the end (logs/<region>-<host>-0.log: the host is
+ * the node's name, or this machine's when an agent started by hand was not told one), into hash[17]. */
+static void region_hash(const char *dir, const char *region, char hash[17])
 {
-    char path[800], needle[128];
-    snprintf(path, sizeof path, "%s/logs/%s-%s-0.log", dir, region, node);
+    char pattern[800], needle[128];
+    snprintf(pattern, sizeof pattern, "%s/logs/%s-*-0.log", dir, region);
     snprintf(needle, sizeof needle, "final parameters of region %s: params_xxh64=", region);
-    char *text = xdc_test_read_file(path, NULL);
+    glob_t g;
+    XDC_ASSERT_MSG(glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc == 1, "not one log matches %s", pattern);
+    char *text = xdc_test_read_file(g.gl_pathv[0], NULL);
     const char *h = text ? strstr(text, needle) : NULL;
-    XDC_ASSERT_MSG(h != NULL, "region %s logged no final parameters in %s", region, path);
+    XDC_ASSERT_MSG(h != NULL, "region %s logged no final parameters in %s", region, g.gl_pathv[0]);
     snprintf(hash, 17, "%.16s", h + strlen(needle));
     free(text);
+    globfree(&g);
 }
 
 /* Wait for the launcher; its exit status. */
@@ -244,7 +249,7 @@ static void lose_a_region(const char *name, const char *mode, int stop)
     snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
     pid_t p = start_launch(run, dir, log);
     XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
-    pid_t victim = stop_outside_a_round(dir, log);
+    pid_t victim = stop_outside_a_round(dir, log, log);
     if (!stop) kill(victim, SIGKILL);
     if (stop) { /* continued once the others went on without it: it learns it was dropped and leaves */
         XDC_ASSERT_MSG(wait_for_text(log, "region ap-south dropped from the run: missed the outer round"),
@@ -258,8 +263,8 @@ static void lose_a_region(const char *name, const char *mode, int stop)
     XDC_ASSERT_STR_CONTAINS(out, "regions dropped: ap-south (");
     XDC_ASSERT_STR_CONTAINS(out, "steps=100");
     char a[17], b[17];
-    region_hash(dir, "us-east", "east-node1", a);
-    region_hash(dir, "eu-west", "west-node1", b);
+    region_hash(dir, "us-east", a);
+    region_hash(dir, "eu-west", b);
     XDC_ASSERT_MSG(strcmp(a, b) == 0, "us-east ends at %s, eu-west at %s", a, b);
     char want[64];
     snprintf(want, sizeof want, "params_xxh64=%s", a);
@@ -293,7 +298,7 @@ XDC_TEST_T(elastic_diloco_below_min_regions_is_a_named_error, 180)
     snprintf(log, sizeof log, "%s/minimum.log", xdc_test_tmpdir());
     pid_t p = start_launch(run, dir, log);
     XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
-    kill(stop_outside_a_round(dir, log), SIGKILL);
+    kill(stop_outside_a_round(dir, log, log), SIGKILL);
     int rc = launch_exit(p);
     char *out = xdc_test_read_file(log, NULL);
     XDC_ASSERT_MSG(rc == 69, "launch exited %d, expected 69 (unavailable):\n%s", rc, out ? out : "");
@@ -315,4 +320,60 @@ XDC_TEST(elastic_min_regions_above_the_topology_is_a_config_error)
     int rc = xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(rc == 78, "launch exited %d, expected 78:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "elastic.min_regions is 4 but topology " TOPO3 " has 3 regions");
+}
+
+/* The multi-host path: `xdc coordinator` hosts the quorum, the agents are started by hand (as launch
+ * scripts would). ap-south's worker killed: nobody reports it to the store, so it is dropped when it misses
+ * the grace window; its agent exits 69 on its own, the other two finish on the same parameters. */
+XDC_TEST_T(elastic_coordinator_drops_a_region_that_misses_the_window, 180)
+{
+    need_corpus();
+    const char *run = write_run("coord", "diloco", 100, "{min_regions: 2, grace: 3s}");
+    char dir[600], log[700], agents[700], cmd[4096];
+    snprintf(dir, sizeof dir, "%s/coord", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/coord.log", xdc_test_tmpdir());
+    snprintf(agents, sizeof agents, "%s/agents.log", xdc_test_tmpdir());
+    pid_t coord = fork();
+    if (coord == 0) {
+        if (!freopen(log, "w", stdout)) _exit(127);
+        dup2(1, 2);
+        execl(xdc_test_bin(), xdc_test_bin(), "coordinator", "-t", TOPO3, "-c", run, "--run-dir", dir, "--host",
+              "127.0.0.1", "--port", "0", "--run-id", "elastic-coord", (char *)NULL);
+        _exit(127);
+    }
+    XDC_ASSERT_MSG(wait_for_text(log, "--coordinator "), "the coordinator did not start");
+    char *text = xdc_test_read_file(log, NULL);
+    const char *at = strstr(text, "--coordinator ") + strlen("--coordinator ");
+    char where[64];
+    snprintf(where, sizeof where, "%.*s", (int)strcspn(at, " \n"), at);
+    free(text);
+    /* One agent per region, in the background; the shell's status: how many of them failed. */
+    snprintf(cmd, sizeof cmd,
+             "export XDC_ADVERTISE_HOST=127.0.0.1; n=0; for r in us-east eu-west ap-south; do "
+             "timeout 120 %s agent -t %s -c %s --run-dir %s --region $r --node 0 --coordinator %s "
+             "--run-id elastic-coord & done; for j in 1 2 3; do wait -n || n=$((n+1)); done; exit $n",
+             xdc_test_bin(), TOPO3, run, dir, where);
+    pid_t sh = fork();
+    if (sh == 0) {
+        if (!freopen(agents, "w", stdout)) _exit(127);
+        dup2(1, 2);
+        execl("/bin/bash", "bash", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    XDC_ASSERT_MSG(wait_for_text(agents, "step    20/"), "the run never reached step 20");
+    kill(stop_outside_a_round(dir, log, agents), SIGKILL);
+    int failed = launch_exit(sh);
+    XDC_ASSERT_MSG(failed == 1, "%d agents failed, expected ap-south's alone", failed);
+    int rc = launch_exit(coord);
+    char *out = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_MSG(rc == 0, "the coordinator exited %d:\n%s", rc, out ? out : "");
+    XDC_ASSERT_STR_CONTAINS(out, "region ap-south dropped from the run: missed the outer round at step");
+    XDC_ASSERT_STR_CONTAINS(out, "regions dropped: ap-south (missed");
+    char a[17], b[17], want[64];
+    region_hash(dir, "us-east", a);
+    region_hash(dir, "eu-west", b);
+    XDC_ASSERT_MSG(strcmp(a, b) == 0, "us-east ends at %s, eu-west at %s", a, b);
+    snprintf(want, sizeof want, "params_xxh64=%s", a);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+    free(out);
 }
