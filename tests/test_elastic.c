@@ -377,3 +377,17 @@ XDC_TEST_T(elastic_coordinator_drops_a_region_that_misses_the_window, 180)
     XDC_ASSERT_STR_CONTAINS(out, want);
     free(out);
 }
+
+/* Sync mode keeps its all-or-nothing rule, and says so when the run file asks for elastic rounds. */
+XDC_TEST_T(elastic_settings_in_sync_mode_are_named_as_ignored, 120)
+{
+    need_corpus();
+    const char *run = write_run("sync", "sync", 2, "{min_regions: 2}");
+    char cmd[1200], out[16384];
+    snprintf(cmd, sizeof cmd, "timeout 100 %s launch -t %s -c %s --run-dir %s/sync", xdc_test_bin(), TOPO3, run,
+             xdc_test_tmpdir());
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "elastic settings ignored: sync mode over 3 regions keeps every region in every "
+                                 "round");
+}

@@ -544,6 +544,12 @@ static xdc_err_t launch_load(launch *L, xdc_diag *diag)
                      L->cfg.min_regions, L->o.topology, L->t->n_regions);
         return XDC_ERR_CONFIG;
     }
+    if (L->cfg.min_regions && !orch_quorum_elastic(&L->cfg, L->t->n_regions))
+        XDC_WARN(XDC_SUB_ORCH,
+                 "%s: elastic settings ignored: %s mode%s over %d regions keeps every region in every round (only "
+                 "diloco and streaming across regions go by quorum)",
+                 L->o.config, orch_mode_name(L->cfg.mode), L->cfg.span_regions ? " with span_regions" : "",
+                 L->t->n_regions);
     if (!L->cfg.plan_auto) return XDC_OK;
     orch_planned plan;
     XDC_CHECK(orch_plan_apply(&L->cfg, L->t, &plan, diag));
