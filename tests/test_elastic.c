@@ -310,14 +310,21 @@ XDC_TEST_T(elastic_diloco_below_min_regions_is_a_named_error, 180)
     free(out);
 }
 
-XDC_TEST(elastic_min_regions_above_the_topology_is_a_config_error)
+/* `xdc launch` of a short run file (write_run's) to its end; its exit status, its output in out[cap]. */
+static int launch_short(const char *name, const char *mode, int steps, const char *elastic, char *out, size_t cap)
 {
     need_corpus();
-    const char *run = write_run("toomany", "diloco", 8, "{min_regions: 4}");
-    char cmd[1200], out[8192];
-    snprintf(cmd, sizeof cmd, "%s launch -t %s -c %s --run-dir %s/toomany", xdc_test_bin(), TOPO3, run,
-             xdc_test_tmpdir());
-    int rc = xdc_test_run(cmd, out, sizeof out);
+    const char *run = write_run(name, mode, steps, elastic);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "timeout 100 %s launch -t %s -c %s --run-dir %s/%s", xdc_test_bin(), TOPO3, run,
+             xdc_test_tmpdir(), name);
+    return xdc_test_run(cmd, out, cap);
+}
+
+XDC_TEST(elastic_min_regions_above_the_topology_is_a_config_error)
+{
+    char out[8192];
+    int rc = launch_short("toomany", "diloco", 8, "{min_regions: 4}", out, sizeof out);
     XDC_ASSERT_MSG(rc == 78, "launch exited %d, expected 78:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "elastic.min_regions is 4 but topology " TOPO3 " has 3 regions");
 }
@@ -381,12 +388,8 @@ XDC_TEST_T(elastic_coordinator_drops_a_region_that_misses_the_window, 180)
 /* Sync mode keeps its all-or-nothing rule, and says so when the run file asks for elastic rounds. */
 XDC_TEST_T(elastic_settings_in_sync_mode_are_named_as_ignored, 120)
 {
-    need_corpus();
-    const char *run = write_run("sync", "sync", 2, "{min_regions: 2}");
-    char cmd[1200], out[16384];
-    snprintf(cmd, sizeof cmd, "timeout 100 %s launch -t %s -c %s --run-dir %s/sync", xdc_test_bin(), TOPO3, run,
-             xdc_test_tmpdir());
-    int rc = xdc_test_run(cmd, out, sizeof out);
+    char out[16384];
+    int rc = launch_short("sync", "sync", 2, "{min_regions: 2}", out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "elastic settings ignored: sync mode over 3 regions keeps every region in every "
                                  "round");
