@@ -85,6 +85,10 @@ struct xdc_sync {
     double *round_wait; /* (n_regions) */
     double *waited;     /* (SYNC_HISTORY, n_regions) */
     int rounds;         /* rounds completed */
+    /* (n_regions) 1 where the region takes part in the rounds (xdc_sync_set_members; all at first), and
+     * how many do: set between rounds, read by the comm thread during one. */
+    uint8_t *member;
+    int n_members;
 };
 
 #define SYNC_HISTORY 4    /* rounds of wait times kept per region */
@@ -167,6 +171,11 @@ static xdc_err_t wait_sends(xdc_sync *s, bucket *k, xdc_diag *diag)
 {
     for (int r = 0; r < s->cfg.n_regions; r++) {
         if (!k->sreq[r]) continue;
+        if (!s->member[r]) { /* left the rounds (maybe gone): its copy is sent or dropped by the engine */
+            (void)xdc_wan_request_cancel(k->sreq[r]);
+            k->sreq[r] = NULL;
+            continue;
+        }
         xdc_err_t rc = wan_wait(s, k, r, &k->sreq[r], NULL, NULL, diag);
         if (rc != XDC_OK) {
             xdc_diag_prefix(diag, "%s bucket at %zu: send to region %d", s->cfg.name, k->lo, r);
@@ -182,7 +191,7 @@ static xdc_err_t post_receives(xdc_sync *s)
     if (s->cfg.n_regions < 2) return XDC_OK;
     for (int i = s->n_buckets - 1; i >= 0; i--)
         for (int r = 0; r < s->cfg.n_regions; r++)
-            if (r != s->cfg.my_region)
+            if (r != s->cfg.my_region && s->member[r])
                 XDC_CHECK(xdc_wan_irecv(s->cfg.peers[r], XDC_WAN_BULK, s->b[i].rx[r], s->b[i].bound, &s->b[i].rreq[r]));
     return XDC_OK;
 }
@@ -225,14 +234,14 @@ static xdc_err_t stage_a(xdc_sync *s, bucket *k, xdc_diag *diag)
     XDC_CHECK(wait_sends(s, k, diag)); /* last round's sends of this bucket still read k->enc */
     XDC_CHECK(xdc_codec_encode(k->codec, x, k->shard, k->enc, k->bound, &k->enc_len, diag));
     for (int r = 0; r < s->cfg.n_regions; r++) {
-        if (r == s->cfg.my_region) continue;
+        if (r == s->cfg.my_region || !s->member[r]) continue;
         XDC_CHECK(xdc_wan_isend(s->cfg.peers[r], XDC_WAN_BULK, k->enc, k->enc_len, (uint8_t)s->cfg.codec.kind,
                                 k->shard * sizeof(float), &k->sreq[r]));
         s->rst.wan_tx_bytes += k->enc_len;
         s->rst.wan_raw_bytes += k->shard * sizeof(float);
     }
     s->rst.wan_seconds += secs_since(t0);
-    trace(s, XDC_SYNC_PHASE_ENCODE_SEND, t0, k->enc_len * (size_t)(s->cfg.n_regions - 1));
+    trace(s, XDC_SYNC_PHASE_ENCODE_SEND, t0, k->enc_len * (size_t)(s->n_members - 1));
     return XDC_OK;
 }
 
@@ -243,7 +252,7 @@ static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
         uint64_t t0 = xdc_now_ns();
         size_t rx_len[256] = {0};
         for (int r = 0; r < s->cfg.n_regions; r++) {
-            if (r == s->cfg.my_region) continue;
+            if (r == s->cfg.my_region || !s->member[r]) continue;
             uint8_t codec = 0;
             xdc_err_t rc = wan_wait(s, k, r, &k->rreq[r], &rx_len[r], &codec, diag);
             if (rc == XDC_OK && codec != (uint8_t)s->cfg.codec.kind) {
@@ -255,10 +264,11 @@ static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
                 return rc;
             }
         }
-        /* Sum every region's decoded contribution in region order: the same operations on the same bytes
-         * everywhere, so every region holds the same result. */
+        /* Sum every member region's decoded contribution in region order: the same operations on the same
+         * bytes everywhere, so every member holds the same result. */
         XDC_CHECK(s->dev->memset(x, 0, k->shard * sizeof(float), s->stream));
         for (int r = 0; r < s->cfg.n_regions; r++) {
+            if (!s->member[r]) continue;
             const uint8_t *in = r == s->cfg.my_region ? k->enc : k->rx[r];
             size_t len = r == s->cfg.my_region ? k->enc_len : rx_len[r];
             xdc_err_t rc = xdc_codec_decode(k->codec, in, len, x, k->shard, XDC_CODEC_ACCUMULATE, diag);
@@ -267,7 +277,7 @@ static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
                 return rc;
             }
         }
-        XDC_CHECK(scale(s, x, k->shard, 1.0f / (float)s->cfg.n_regions));
+        XDC_CHECK(scale(s, x, k->shard, 1.0f / (float)s->n_members));
         s->rst.wan_seconds += secs_since(t0);
         size_t got = 0;
         for (int r = 0; r < s->cfg.n_regions; r++) got += rx_len[r];
@@ -558,8 +568,11 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
     s->b = xdc_calloc((size_t)s->n_buckets, sizeof *s->b);
     s->round_wait = xdc_calloc((size_t)cfg->n_regions, sizeof *s->round_wait);
     s->waited = xdc_calloc((size_t)SYNC_HISTORY * (size_t)cfg->n_regions, sizeof *s->waited);
+    s->member = xdc_calloc((size_t)cfg->n_regions, sizeof *s->member);
+    if (s->member) memset(s->member, 1, (size_t)cfg->n_regions);
+    s->n_members = cfg->n_regions;
     const xdc_device_ops *dev = s->dev;
-    xdc_err_t rc = s->b && s->round_wait && s->waited ? XDC_OK : XDC_ERR_NOMEM;
+    xdc_err_t rc = s->b && s->round_wait && s->waited && s->member ? XDC_OK : XDC_ERR_NOMEM;
     if (rc == XDC_OK) rc = dev->stream_create(&s->stream);
     if (rc == XDC_OK) rc = dev->event_create(&s->done_ev);
     if (rc == XDC_OK && s->dp_size > 1) rc = dev->mem_alloc((void **)&s->pad, bsz * sizeof(float)); /* replicas pad */
@@ -665,6 +678,7 @@ void xdc_sync_destroy(xdc_sync *s)
     xdc_free(s->b);
     xdc_free(s->round_wait);
     xdc_free(s->waited);
+    xdc_free(s->member);
     if (s->dev) {
         s->dev->stream_destroy(s->stream); /* waits for what the comm thread queued on it */
         s->dev->event_destroy(s->done_ev);
@@ -730,6 +744,27 @@ void xdc_sync_get_stats(xdc_sync *s, xdc_sync_stats *out)
     pthread_mutex_lock(&s->eng->mu);
     *out = s->st;
     pthread_mutex_unlock(&s->eng->mu);
+}
+
+xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, xdc_diag *diag)
+{
+    int n = 0;
+    for (int r = 0; r < s->cfg.n_regions; r++) n += member[r] != 0;
+    if (!member[s->cfg.my_region]) {
+        xdc_diag_set(diag, "sync %s: this region (%d) must be a member of its own rounds", s->cfg.name,
+                     s->cfg.my_region);
+        return XDC_ERR_INVALID;
+    }
+    xdc_sync_engine *e = s->eng;
+    pthread_mutex_lock(&e->mu);
+    int idle = s->done && !s->active;
+    if (idle) {
+        for (int r = 0; r < s->cfg.n_regions; r++) s->member[r] = member[r] != 0;
+        s->n_members = n;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (!idle) xdc_diag_set(diag, "sync %s: members changed during a round", s->cfg.name);
+    return idle ? XDC_OK : XDC_ERR_INVALID;
 }
 
 xdc_err_t xdc_sync_set_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag *diag)

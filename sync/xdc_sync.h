@@ -124,6 +124,12 @@ xdc_err_t xdc_sync_set_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag *
 size_t xdc_sync_residual_elems(const xdc_sync *s);
 xdc_err_t xdc_sync_residual_get(xdc_sync *s, float *host, size_t n, xdc_diag *diag);
 xdc_err_t xdc_sync_residual_set(xdc_sync *s, const float *host, size_t n, xdc_diag *diag);
+/* Which regions take part in the rounds from now on (member: (n_regions), nonzero = takes part; all at
+ * creation): a DiLoCo quorum round. Sends and receives go to members only, a send still pending to a
+ * region that left is cancelled (the engine delivers it whole or not at all), and the result is the mean
+ * over the members, summed in region order, so every member holds the same bytes provided every member
+ * was given the same set. Between rounds only (XDC_ERR_INVALID during one); this region must be a member. */
+xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, xdc_diag *diag);
 /* Cumulative statistics. */
 void xdc_sync_get_stats(xdc_sync *s, xdc_sync_stats *out);
 

@@ -310,12 +310,13 @@ typedef struct {
     char first[ORCH_PROC_NAME_MAX];
 } sup_seen;
 
-static void sup_failed(void *ctx, const orch_procs *g, int i, pid_t pid, int status)
+static int sup_failed(void *ctx, const orch_procs *g, int i, pid_t pid, int status)
 {
     sup_seen *seen = ctx;
     (void)pid;
     (void)status;
     if (!seen->failures++) snprintf(seen->first, sizeof seen->first, "%s", g->name[i]);
+    return 0;
 }
 
 /* Children that exit 0 end the run well; the first failure names its child, passes its status on and

@@ -188,13 +188,14 @@ static xdc_err_t start_worker(agent *a, int s, xdc_diag *diag)
     return XDC_OK;
 }
 
-static void worker_failed(void *ctx, const orch_procs *g, int i, pid_t pid, int status)
+static int worker_failed(void *ctx, const orch_procs *g, int i, pid_t pid, int status)
 {
     char how[128], text[400];
     orch_proc_describe(status, how, sizeof how);
     snprintf(text, sizeof text, "worker %s (pid %d) %s", g->name[i], (int)pid, how);
     XDC_ERROR(XDC_SUB_ORCH, "%s; stopping this node's other workers", text);
     write_failure(ctx, text);
+    return 0; /* a node's workers are one pipeline: the others cannot go on */
 }
 
 xdc_err_t orch_agent_run(const orch_agent_opts *o, int *worker_exit, xdc_diag *diag)

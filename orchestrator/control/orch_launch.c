@@ -9,6 +9,7 @@
 #include "orchestrator/control/orch_device.h"
 #include "orchestrator/control/orch_failure.h"
 #include "orchestrator/control/orch_proc.h"
+#include "orchestrator/control/orch_quorum.h"
 #include "orchestrator/control/orch_rdzv.h"
 #include "orchestrator/control/orch_run_config.h"
 #include "orchestrator/obs/orch_trace.h"
@@ -55,6 +56,8 @@ typedef struct {
     int run_id_given;   /* --run-id was given: the certificates must name it (else theirs is taken) */
     orch_procs agents;
     xdc_err_t blamed; /* the error of the member blamed for the failure; XDC_OK: none */
+    int elastic;      /* orch_quorum_elastic: outer rounds go by quorum, a lost region is not the run's end */
+    orch_quorum quorum;
 } launch;
 
 void orch_link_model(const xdc_link *l, uint64_t seed, xdc_wan_link_model *m)
@@ -169,6 +172,9 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
     else if (strcmp(L->o.host, "0.0.0.0") == 0) gethostname(me, sizeof me);
     else snprintf(me, sizeof me, "%s", L->o.host);
     snprintf(L->coordinator, sizeof L->coordinator, "%s:%d", me, rdzv_server_port(L->rdzv));
+    L->elastic = orch_quorum_elastic(&L->cfg, L->t->n_regions);
+    if (L->elastic)
+        orch_quorum_init(&L->quorum, L->t, L->rdzv, orch_quorum_min(&L->cfg, L->t->n_regions), L->cfg.grace_ms);
     return XDC_OK;
 }
 
@@ -343,6 +349,36 @@ static int run_finished(launch *L)
     return rdzv_server_connections(L->rdzv) == 0 || xdc_deadline_passed(L->finish_at);
 }
 
+/* Coordinator of an elastic run: a region still in the run one of whose members reported a failure
+ * (failed/<member>) leaves it. Error (why[cap]) when too few regions are left. */
+static xdc_err_t lose_reported(launch *L, char *why, size_t cap)
+{
+    for (int r = 0, i = 0; r < L->t->n_regions; r++)
+        for (int k = 0; k < xdc_topology_region_workers(L->t, r); k++, i++) {
+            rdzv_member_state st;
+            char key[RDZV_KEY_MAX], report[RDZV_VALUE_MAX];
+            if (!L->quorum.live[r] || rdzv_server_member(L->rdzv, i, &st) != 0) continue;
+            snprintf(key, sizeof key, "failed/%s", st.name);
+            if (rdzv_server_get(L->rdzv, key, report, sizeof report) != 0) continue;
+            char reason[RDZV_VALUE_MAX + RDZV_MEMBER_MAX];
+            const char *text;
+            (void)orch_failure_waited(report, &text);
+            snprintf(reason, sizeof reason, "%s: %s", st.name, text);
+            XDC_CHECK(orch_quorum_lose(&L->quorum, r, reason, why, cap));
+        }
+    return XDC_OK;
+}
+
+/* The region of the launcher's agent i (agents start region by region, one per node). */
+static int agent_region(const launch *L, int i)
+{
+    for (int r = 0; r < L->t->n_regions; r++) {
+        if (i < L->t->regions[r].n_hosts) return r;
+        i -= L->t->regions[r].n_hosts;
+    }
+    return -1;
+}
+
 /* The supervise loop's periodic work (orch_proc.h): relay routes, members that never join (they fail
  * the run with their names), the coordinator's view of failures and of the end, who is still missing. */
 static xdc_err_t launch_tick(void *ctx, int *done)
@@ -357,8 +393,16 @@ static xdc_err_t launch_tick(void *ctx, int *done)
             return XDC_ERR_UNAVAILABLE;
         }
     }
+    if (L->elastic) {
+        xdc_err_t qrc = L->o.coordinator ? lose_reported(L, why, sizeof why) : XDC_OK;
+        if (qrc == XDC_OK) qrc = orch_quorum_tick(&L->quorum, why, sizeof why);
+        if (qrc != XDC_OK) {
+            fprintf(stderr, "xdc %s: run failed: %s\n", L->o.coordinator ? "coordinator" : "launch", why);
+            return qrc;
+        }
+    }
     if (L->o.coordinator) {
-        if (rdzv_server_find(L->rdzv, "failed/", key, sizeof key, why, sizeof why) == 0) {
+        if (!L->elastic && rdzv_server_find(L->rdzv, "failed/", key, sizeof key, why, sizeof why) == 0) {
             xdc_err_t err = blame(L, -1, why, sizeof why);
             fprintf(stderr, "xdc coordinator: run failed: %s\n", why);
             return err != XDC_OK ? err : XDC_ERR_UNAVAILABLE;
@@ -376,15 +420,28 @@ static xdc_err_t launch_tick(void *ctx, int *done)
     return XDC_OK;
 }
 
-static void agent_failed(void *ctx, const orch_procs *g, int i, pid_t pid, int status)
+static int agent_failed(void *ctx, const orch_procs *g, int i, pid_t pid, int status)
 {
     char how[128], why[2048];
     (void)pid;
     orch_proc_describe(status, how, sizeof how);
     launch *L = ctx;
+    if (L->elastic) { /* the region leaves the run; the others go on while they are enough */
+        char reason[ORCH_PROC_NAME_MAX + 160];
+        int r = agent_region(L, i);
+        snprintf(reason, sizeof reason, "its agent %s %s", g->name[i], how);
+        if (r >= 0 && !L->quorum.live[r]) /* dropped earlier: its workers learnt so and left */
+            XDC_INFO(XDC_SUB_ORCH, "agent %s of region %s, out of the run, ended: %s", g->name[i],
+                     L->t->regions[r].name, how);
+        if (orch_quorum_lose(&L->quorum, r, reason, why, sizeof why) == XDC_OK) return 1;
+        fprintf(stderr, "xdc launch: run failed: %s; stopping the other agents\n", why);
+        L->blamed = XDC_ERR_UNAVAILABLE;
+        return 0;
+    }
     L->blamed = blame(L, i, why, sizeof why);
     fprintf(stderr, "xdc launch: run failed: %s\n  (agent %s %s); stopping the other agents\n",
             why[0] ? why : "an agent failed", g->name[i], how);
+    return 0;
 }
 
 static void launch_interrupted(void *ctx, int sig)
@@ -491,6 +548,7 @@ static void print_summary(launch *L, double wall)
     char devices[1024];
     describe_devices(L, 1, devices, sizeof devices);
     printf("  devices: %s\n", devices);
+    if (L->elastic && L->quorum.dropped[0]) printf("  regions dropped: %s\n", L->quorum.dropped);
     printf("final val_loss=%.4f params_xxh64=%s steps=%lld wan_bytes=%llu exposed_wan_pct=%.1f "
            "exposed_wan_pct_max=%.1f compute_util=%.3f compute_util_min=%.3f\n",
            vl, hash, steps, tx_all, exp_mean, exp_max, util_mean, util_min);
@@ -517,6 +575,17 @@ static xdc_err_t launch_load(launch *L, xdc_diag *diag)
         return XDC_ERR_CONFIG;
     }
     orch_run_config_scale_timeouts(&L->cfg, L->t);
+    if (L->cfg.min_regions > L->t->n_regions) {
+        xdc_diag_set(diag, "%s: elastic.min_regions is %d but topology %s has %d regions", L->o.config,
+                     L->cfg.min_regions, L->o.topology, L->t->n_regions);
+        return XDC_ERR_CONFIG;
+    }
+    if (L->cfg.min_regions && !orch_quorum_elastic(&L->cfg, L->t->n_regions))
+        XDC_WARN(XDC_SUB_ORCH,
+                 "%s: elastic settings ignored: %s mode%s over %d regions keeps every region in every round (only "
+                 "diloco and streaming across regions go by quorum)",
+                 L->o.config, orch_mode_name(L->cfg.mode), L->cfg.span_regions ? " with span_regions" : "",
+                 L->t->n_regions);
     if (!L->cfg.plan_auto) return XDC_OK;
     orch_planned plan;
     XDC_CHECK(orch_plan_apply(&L->cfg, L->t, &plan, diag));

@@ -258,7 +258,7 @@ xdc_err_t orch_procs_supervise(orch_procs *g, const orch_supervisor *s, int *chi
         wait_event(g, g->stopping ? -1 : s->tick_ms > 0 ? s->tick_ms : -1);
         for (int i; (i = reap_one(g, &pid, &status)) >= 0;) {
             if ((WIFEXITED(status) && WEXITSTATUS(status) == 0) || g->stopping) continue;
-            if (s->failed) s->failed(s->ctx, g, i, pid, status);
+            if (s->failed && s->failed(s->ctx, g, i, pid, status)) continue;
             rc = XDC_ERR_PEER_LOST;
             *child_exit = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
             orch_procs_stop(g);

@@ -71,14 +71,15 @@ typedef struct orch_supervisor {
     /* Periodic work while the run is healthy: return an error to fail the run (the children are stopped),
      * or set *done to end it. */
     xdc_err_t (*tick)(void *ctx, int *done);
-    /* Child i (process `pid`) ended with `status` (waitpid) other than exit 0 while the run was healthy: say so. */
-    void (*failed)(void *ctx, const orch_procs *g, int i, pid_t pid, int status);
+    /* Child i (process `pid`) ended with `status` (waitpid) other than exit 0 while the run was healthy: say
+     * so, and return 1 when the run goes on without it (an elastic run that lost a region), 0 to fail it. */
+    int (*failed)(void *ctx, const orch_procs *g, int i, pid_t pid, int status);
     /* A stop signal arrived while the run was healthy. */
     void (*interrupted)(void *ctx, int sig);
 } orch_supervisor;
 
 /* Supervise until every child has ended (and, with linger, until tick ends the run). The first failure
- * stops the others (SIGTERM, SIGKILL after the grace) and later ones are not reported. Returns XDC_OK
+ * that `failed` does not let pass stops the others (SIGTERM, SIGKILL after the grace) and later ones are not reported. Returns XDC_OK
  * when every child exited 0; XDC_ERR_INTERRUPTED after SIGINT/SIGTERM; XDC_ERR_PEER_LOST when a child
  * failed, with *child_exit its exit status (0 when a signal ended it); or tick's error. When called
  * with the children already stopping (a failed start), it only waits for them and returns XDC_OK. */

@@ -280,6 +280,7 @@ static int may_write(const bserver *s, int i, const char *key)
     char own[8][RDZV_KEY_MAX + 16];
     int n = 0;
     snprintf(own[n++], sizeof own[0], "wan/%d/%d", m->region_idx, m->rank);
+    snprintf(own[n++], sizeof own[0], "outer/%d/%d", m->region_idx, m->rank); /* its arrival at an outer round */
     snprintf(own[n++], sizeof own[0], "stats/%d/%d", m->region_idx, m->rank);
     snprintf(own[n++], sizeof own[0], "ckpt/%d/%d", m->region_idx, m->rank); /* its last checkpoint's outcome */
     snprintf(own[n++], sizeof own[0], "metrics/%s/%d", m->region, m->rank);

@@ -9,7 +9,7 @@
  * - a connection does nothing before `join`, and joins once, as the expected member whose region and
  *   rank its certificate names (the host comes from the run's member list, which pins it);
  * - a member writes only its own keys: wan/<region index>/<rank>, stats/<region index>/<rank>,
- *   metrics/<region>/<rank>, failed/<its name>, and with rank 0 intra/<region> and device/<region>;
+ *   outer/<region index>/<rank>, metrics/<region>/<rank>, failed/<its name>, and with rank 0 intra/<region> and device/<region>;
  *   run-wide keys (finished, result, replan/...) only the member rdzv_server_grant named; anything
  *   else (relay/..., abort) only the hosting process;
  * - a barrier counts each member once, for all members of the run, and forgets an arrival whose

@@ -18,7 +18,7 @@ static const char *const ckpt_failure_words[] = {"stop", "continue", NULL};
 typedef struct {
     orch_run_config c;
     char model[512], data[512], mode[16], plan[16], ckpt_failure[16];
-    const xdc_cfg_node *diloco, *streaming, *timeouts;
+    const xdc_cfg_node *diloco, *streaming, *timeouts, *elastic;
 } run_in;
 
 #define RUN_FIELD(key, type, member, req, lo, hi)                                                 \
@@ -34,6 +34,7 @@ static const xdc_cfg_field top_fields[] = {
     {"diloco", XDC_CFG_NODE, offsetof(run_in, diloco), 0, false, 0, 0, NULL},
     {"streaming", XDC_CFG_NODE, offsetof(run_in, streaming), 0, false, 0, 0, NULL},
     {"timeouts", XDC_CFG_NODE, offsetof(run_in, timeouts), 0, false, 0, 0, NULL},
+    {"elastic", XDC_CFG_NODE, offsetof(run_in, elastic), 0, false, 0, 0, NULL},
     RUN_FIELD("pipeline_stages", XDC_CFG_INT, pipeline_stages, false, 1, 64),
     RUN_FIELD("span_regions", XDC_CFG_BOOL, span_regions, false, 0, 0),
     RUN_FIELD("activation_codec", XDC_CFG_STRING, activation_codec, false, 0, 0),
@@ -71,9 +72,24 @@ static const xdc_cfg_field timeout_fields[] = {
     RUN_FIELD("heartbeat", XDC_CFG_DURATION, heartbeat_timeout_ms, false, 100, 86400000),
 };
 
+static const xdc_cfg_field elastic_fields[] = {
+    RUN_FIELD("min_regions", XDC_CFG_INT, min_regions, false, 1, 256),
+    RUN_FIELD("grace", XDC_CFG_DURATION, grace_ms, false, 1, 86400000),
+};
+
 #define N(t) (sizeof(t) / sizeof((t)[0]))
 
 const char *orch_mode_name(orch_mode m) { return mode_words[m]; }
+
+bool orch_quorum_elastic(const orch_run_config *c, int n_regions)
+{
+    return (c->mode == ORCH_MODE_DILOCO || c->mode == ORCH_MODE_STREAMING) && !c->span_regions && n_regions > 1;
+}
+
+int orch_quorum_min(const orch_run_config *c, int n_regions)
+{
+    return c->min_regions ? c->min_regions : n_regions / 2 + 1;
+}
 
 /* Relative paths in the run file are relative to the run file's folder. */
 static void resolve(const char *run_path, const char *rel, char *out, size_t cap)
@@ -114,12 +130,14 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     snprintf(c->metrics_bind, sizeof c->metrics_bind, "127.0.0.1"); /* unauthenticated HTTP: this host only */
     c->replan_every = 50;
     c->straggler_factor = 2.0;
+    c->grace_ms = 60000;
     xdc_cfg_errors_init(errs, path);
     xdc_cfg_doc *doc;
     XDC_CHECK(xdc_cfg_load_file(path, &doc, errs));
     int bad = xdc_cfg_map_fields(xdc_cfg_root(doc), top_fields, N(top_fields), &in, errs);
     if (in.diloco) bad += xdc_cfg_map_fields(in.diloco, diloco_fields, N(diloco_fields), &in, errs);
     if (in.streaming) bad += xdc_cfg_map_fields(in.streaming, streaming_fields, N(streaming_fields), &in, errs);
+    if (in.elastic) bad += xdc_cfg_map_fields(in.elastic, elastic_fields, N(elastic_fields), &in, errs);
     if (in.timeouts) bad += xdc_cfg_map_fields(in.timeouts, timeout_fields, N(timeout_fields), &in, errs);
     rdzv_target rt; /* the store's URL checked here, where its line and column are known */
     xdc_diag rd = {{0}};

@@ -53,6 +53,11 @@ typedef struct orch_run_config {
     /* A region whose compute seconds per step exceed this many times the other regions' median is
      * reported as a straggler (progress line, log, xdc_region_slowdown); default 2. */
     double straggler_factor;
+    /* Elastic regions (DiLoCo and streaming; docs/runtime.md): an outer round goes on with the regions that arrived
+     * within grace_ms of the first one, if they are at least min_regions (0: a majority of the topology's
+     * regions, orch_quorum_min); the others are dropped. */
+    int min_regions;
+    int64_t grace_ms;
     bool dump_params;          /* region 0 / replica 0 writes RUN/params-stage-S.f32 at the end (tests) */
     bool plan_auto;            /* `plan: auto`: take the layout and WAN settings from the planner */
     bool mode_set, stages_set; /* the run file set these by hand (constraints for the planner) */
@@ -106,6 +111,10 @@ xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planne
 /* One line for the log: mode, stages and partition, microbatches, codec, predicted step. */
 void orch_plan_describe(const orch_run_config *c, const xdc_plan *p, char *buf, size_t cap);
 const char *orch_mode_name(orch_mode m);
+/* Whether outer rounds go by quorum (DiLoCo or streaming without span, over several regions), and the quorum's minimum
+ * for n_regions regions: min_regions, or a majority when it is unset. */
+bool orch_quorum_elastic(const orch_run_config *c, int n_regions);
+int orch_quorum_min(const orch_run_config *c, int n_regions);
 
 /* Make folder `path` and any missing parents (an existing folder is fine). A failure names the folder and
  * its errno (a read-only run folder says "Read-only file system" here, not ENOENT at a later open):

@@ -7,6 +7,7 @@
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
+#include "common/xdc_log.h"
 #include "common/xdc_time.h"
 #include "kernels/xdc_model_ops.h"
 #include "model/xdc_ckpt.h"
@@ -55,6 +56,9 @@ xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xd
     XDC_CHECK(dev->host_alloc((void **)&o->host, bytes));
     XDC_CHECK(dev->copy_d2d(o->global, xdc_gpt_stage_params(w->model.st), bytes, stream_of(w)));
     XDC_CHECK(wait_copies(w));
+    w->elastic.on = orch_quorum_elastic(&w->cfg, w->id.n_regions);
+    w->elastic.n_live = w->id.n_regions;
+    memset(w->elastic.live, 1, (size_t)w->id.n_regions);
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 1, &sc);
     orch_sync_device_cfg(w, &sc);
@@ -94,6 +98,7 @@ xdc_err_t orch_outer_pseudo(orch_worker *w, orch_outer *o, size_t lo, size_t hi)
 xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag)
 {
     size_t n = w->model.n_params;
+    XDC_CHECK(orch_outer_quorum(w, o->sync, diag));
     XDC_CHECK(orch_outer_pseudo(w, o, 0, n));
     XDC_CHECK(xdc_sync_begin(o->sync, o->pseudo)); /* xdc_sync_end marks it ready on the stage's stream */
     double t0 = now_s();
@@ -110,6 +115,61 @@ typedef struct {
     xdc_sync *grad; /* replicas only */
     orch_outer outer;
 } diloco_state;
+
+/* Who takes part in round `round` (a step, or ORCH_QUORUM_END; orchestrator/control/orch_quorum.h): post
+ * our arrival and wait for the store host's decision. Every worker reads the one published value, so every
+ * member counts the same regions. A region left out stops (rejoining is not implemented):
+ * XDC_ERR_UNAVAILABLE naming it. */
+xdc_err_t orch_elastic_agree(orch_worker *w, const char *round, xdc_diag *diag)
+{
+    char key[64], val[RDZV_VALUE_MAX];
+    int n = w->id.n_regions;
+    snprintf(key, sizeof key, "outer/%d/%d", w->id.region_idx, w->id.lrank);
+    XDC_CHECK(rdzv_set(w->comm.rdzv, key, round, diag));
+    snprintf(key, sizeof key, "quorum/%s", round);
+    /* The decision comes at most the grace window after the first region arrived; our own region's other
+     * workers may take up to an operation's deadline to get here. */
+    xdc_err_t rc = rdzv_get(w->comm.rdzv, key, w->cfg.grace_ms + w->cfg.op_timeout_ms, val, sizeof val, diag);
+    if (rc != XDC_OK) {
+        xdc_diag_prefix(diag, "round %s: no quorum decision", round);
+        return rc;
+    }
+    if ((int)strlen(val) != n || strspn(val, "01") != (size_t)n) {
+        xdc_diag_set(diag, "round %s: quorum '%.64s' is not one 0/1 per region (%d)", round, val, n);
+        return XDC_ERR_PROTO;
+    }
+    if (val[w->id.region_idx] != '1') {
+        xdc_diag_set(diag,
+                     "region %s was dropped from round %s (it missed the %.1f s grace window or lost a worker); "
+                     "rejoining a running job is not implemented, so this region leaves the run",
+                     w->id.region, round, (double)w->cfg.grace_ms / 1000.0);
+        return XDC_ERR_UNAVAILABLE;
+    }
+    int live = 0;
+    for (int r = 0; r < n; r++) {
+        uint8_t in = val[r] == '1';
+        if (w->elastic.live[r] && !in)
+            XDC_WARN(XDC_SUB_ORCH, "round %s: region %s dropped from the quorum", round, w->topo->regions[r].name);
+        w->elastic.live[r] = in;
+        live += in;
+    }
+    if (live != w->elastic.n_live && w->id.grank == 0) {
+        printf("step %5lld  round %s with %d of %d regions (quorum %s)\n", (long long)w->prog.step, round, live, n,
+               val);
+        fflush(stdout);
+    }
+    w->elastic.n_live = live;
+    return XDC_OK;
+}
+
+xdc_err_t orch_outer_quorum(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
+{
+    if (!w->elastic.on) return XDC_OK;
+    char round[32];
+    snprintf(round, sizeof round, "%lld", (long long)w->prog.step);
+    XDC_CHECK(orch_elastic_agree(w, round, diag));
+    return xdc_sync_set_members(sync, w->elastic.live, diag);
+}
 
 static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
 {

@@ -97,8 +97,8 @@ static xdc_err_t land(orch_worker *w, streaming_state *st, xdc_diag *diag)
     return XDC_OK;
 }
 
-/* Send the fragment due at this step, if any. */
-static xdc_err_t launch(orch_worker *w, streaming_state *st)
+/* Send the fragment due at this step, if any, to the regions in this step's quorum. */
+static xdc_err_t launch(orch_worker *w, streaming_state *st, xdc_diag *diag)
 {
     int H = w->cfg.diloco_inner_steps, F = st->n_frag;
     float *p = xdc_gpt_stage_params(w->model.st);
@@ -108,6 +108,7 @@ static xdc_err_t launch(orch_worker *w, streaming_state *st)
         fragment_range(w, f, &lo, &hi);
         XDC_CHECK(w->model.be->device->copy_d2d(st->snapshot + lo, p + lo, (hi - lo) * sizeof(float),
                                                 xdc_gpt_stage_stream(w->model.st)));
+        XDC_CHECK(orch_outer_quorum(w, st->frag[f], diag));
         XDC_CHECK(orch_outer_pseudo(w, &st->outer, lo, hi)); /* after the snapshot's copy: one stream */
         XDC_CHECK(xdc_sync_begin(st->frag[f], st->outer.pseudo + lo));
         xdc_sync_mark_ready(st->frag[f], 0);
@@ -123,7 +124,7 @@ static xdc_err_t launch(orch_worker *w, streaming_state *st)
 static xdc_err_t streaming_step(orch_worker *w, void *state, float *loss, xdc_diag *diag)
 {
     streaming_state *st = state;
-    if (w->prog.step > 0) XDC_CHECK(launch(w, st));
+    if (w->prog.step > 0) XDC_CHECK(launch(w, st, diag));
     XDC_CHECK(orch_train_inner_step(w, st->grad, loss, diag));
     return land(w, st, diag);
 }
@@ -131,7 +132,7 @@ static xdc_err_t streaming_step(orch_worker *w, void *state, float *loss, xdc_di
 static xdc_err_t streaming_finish(orch_worker *w, void *state, xdc_diag *diag)
 {
     streaming_state *st = state;
-    XDC_CHECK(launch(w, st));
+    XDC_CHECK(launch(w, st, diag));
     XDC_CHECK(land(w, st, diag));
     return orch_outer_round(w, &st->outer, diag);
 }

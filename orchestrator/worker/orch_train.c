@@ -7,6 +7,7 @@
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_hash.h"
+#include "orchestrator/control/orch_quorum.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
 
@@ -565,11 +566,14 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
         /* The last step's row waits for the final evaluation below. */
         if (w->prog.step < c->steps) step_row(w, &row, run_t0);
         else last = row;
-        if (w->cfg.plan_auto && w->cfg.replan_every > 0 && w->id.n_regions > 1 && !w->id.span &&
+        /* After an elastic run lost a region, what waits for every member (the checkpoint barrier, the
+         * re-plan's reports) would wait for it: the survivors (who all hold the same quorum) skip them. */
+        int whole = !w->elastic.on || w->elastic.n_live == w->id.n_regions;
+        if (whole && w->cfg.plan_auto && w->cfg.replan_every > 0 && w->id.n_regions > 1 && !w->id.span &&
             w->prog.step % w->cfg.replan_every == 0 && w->prog.step < c->steps)
             XDC_CHECK(replan(w, diag));
         /* After the re-plan: the checkpoint holds the codec and period the next step runs with. */
-        if (orch_checkpoint_due(w)) XDC_CHECK(orch_checkpoint_save(w, diag));
+        if (orch_checkpoint_due(w) && whole) XDC_CHECK(orch_checkpoint_save(w, diag));
         char status[64];
         snprintf(status, sizeof status, "step %lld", (long long)w->prog.step);
         if (w->prog.step % 10 == 0) rdzv_heartbeat(w->comm.rdzv, status, diag);
@@ -586,6 +590,9 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
     step_row(w, &last, run_t0);
     uint64_t hash = 0;
     XDC_CHECK(hash_params(w, &hash, diag));
+    if (w->id.replica == 0 && is_last(w)) /* each region's model, for comparing regions (the result has one) */
+        XDC_INFO(XDC_SUB_ORCH, "final parameters of region %s: params_xxh64=%016llx", w->id.region,
+                 (unsigned long long)hash);
     if (w->cfg.dump_params && (w->id.span || w->id.region_idx == 0) && w->id.replica == 0)
         XDC_CHECK(dump_params(w, diag));
     double wall = now_s() - run_t0;
@@ -595,14 +602,19 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
         snprintf(val, sizeof val, "%.4f %016llx %lld %.3f", w->prog.val_loss, (unsigned long long)hash,
                  (long long)w->prog.step,
                  (double)w->prog.step * w->model.B * w->model.T * w->model.M * w->id.n_replicas *
-                     (w->id.span ? 1 : w->id.n_regions) / wall);
+                     (w->id.span      ? 1
+                      : w->elastic.on ? w->elastic.n_live
+                                      : w->id.n_regions) /
+                     wall);
         XDC_CHECK(rdzv_set(w->comm.rdzv, "result", val, diag));
     }
     snprintf(key, sizeof key, "stats/%d/%d", w->id.region_idx, w->id.lrank);
     stats_value(w, wall, val, sizeof val);
     XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
     /* Nobody leaves before everyone reported: a departing peer would look like a failure. Then global rank
-     * 0 says the run is over, so a coordinator knows it may close the store. */
-    XDC_CHECK(rdzv_barrier(w->comm.rdzv, "done", w->id.gsize, w->cfg.op_timeout_ms, diag));
+     * 0 says the run is over, so a coordinator knows it may close the store. An elastic run ends with a
+     * last quorum round instead: the barrier counts every member, those of the regions that left too. */
+    if (w->elastic.on) XDC_CHECK(orch_elastic_agree(w, ORCH_QUORUM_END, diag));
+    else XDC_CHECK(rdzv_barrier(w->comm.rdzv, "done", w->id.gsize, w->cfg.op_timeout_ms, diag));
     return w->id.grank == 0 ? rdzv_set(w->comm.rdzv, "finished", "1", diag) : XDC_OK;
 }

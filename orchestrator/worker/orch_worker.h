@@ -124,6 +124,14 @@ typedef struct orch_progress {
     int64_t pace_step0[XDC_TOPO_MAX_REGIONS];
 } orch_progress;
 
+/* Elastic DiLoCo and streaming (orch_mode_diloco.c, docs/runtime.md): the regions in the last outer round's quorum, as
+ * the rendezvous host decided it (orchestrator/control/orch_quorum.h). */
+typedef struct orch_elastic {
+    int on;                             /* orch_quorum_elastic */
+    uint8_t live[XDC_TOPO_MAX_REGIONS]; /* 1: in the last round (all before the first) */
+    int n_live;
+} orch_elastic;
+
 typedef struct orch_worker orch_worker;
 
 /* A training mode (orch_mode_sync.c, orch_mode_diloco.c, orch_mode_streaming.c): the syncs and buffers it
@@ -163,6 +171,7 @@ struct orch_worker {
     orch_comm comm;
     orch_telemetry tele;
     orch_progress prog;
+    orch_elastic elastic;
     const orch_mode_ops *mode; /* chosen by cfg.mode */
     void *mode_state;
     /* re-plan window: per peer region, the WAN counters of its incoming link at the window's start */
@@ -228,8 +237,16 @@ xdc_err_t orch_outer_leave(const orch_worker *w, xdc_stream *prev);
 xdc_err_t orch_outer_pseudo(orch_worker *w, orch_outer *o, size_t lo, size_t hi);
 /* Outer Nesterov step on [lo, hi): pseudo holds the cross-region mean of (global - local). */
 xdc_err_t orch_outer_update(orch_worker *w, orch_outer *o, size_t lo, size_t hi);
-/* An outer round over the whole stage: every region ends on the same global parameters, local = global. */
+/* Elastic rounds: the quorum of the round at this step (orch_elastic_agree) taken into `sync`'s members;
+ * nothing without elastic rounds. Before each sync across regions of an outer round. */
+xdc_err_t orch_outer_quorum(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
+/* An outer round over the whole stage (after its quorum): every member region ends on the same global
+ * parameters, local = global. */
 xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag);
+
+/* Elastic rounds: post this worker's arrival at `round` (a step, or ORCH_QUORUM_END) and take the store
+ * host's decision of who is in it into w->elastic; XDC_ERR_UNAVAILABLE when this region was left out. */
+xdc_err_t orch_elastic_agree(orch_worker *w, const char *round, xdc_diag *diag);
 
 /* orch_observe.c: Prometheus metrics of the worker (metrics_port >= 0) */
 xdc_err_t orch_observe_start(orch_worker *w, xdc_diag *diag);

@@ -1,0 +1,136 @@
+/* orch_quorum.c — the outer rounds' quorum of an elastic DiLoCo or streaming run, decided by the store's host (see
+ * orch_quorum.h). */
+#include "orchestrator/control/orch_quorum.h"
+
+#include "common/xdc_log.h"
+#include "common/xdc_time.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, int min_regions, int64_t grace_ms)
+{
+    memset(q, 0, sizeof *q);
+    q->t = t;
+    q->rdzv = rdzv;
+    q->min_regions = min_regions;
+    q->grace_ms = grace_ms;
+    q->n_live = t->n_regions;
+    memset(q->live, 1, (size_t)t->n_regions);
+    q->decided = q->pending = -1;
+}
+
+/* Worker k of region r's last arrival (outer/r/k): a step, LLONG_MAX for the end, -1 when it posted none. */
+static long long arrival(const orch_quorum *q, int r, int k)
+{
+    char key[64], val[64];
+    snprintf(key, sizeof key, "outer/%d/%d", r, k);
+    if (rdzv_server_get(q->rdzv, key, val, sizeof val) != 0) return -1;
+    return strcmp(val, ORCH_QUORUM_END) == 0 ? LLONG_MAX : strtoll(val, NULL, 10);
+}
+
+/* The round being waited for: the earliest step past the last decided one that a worker of a region still
+ * in the run arrived at (workers wait at a round until it is decided, so no worker is two rounds ahead). */
+static long long next_round(const orch_quorum *q)
+{
+    long long s = -1;
+    for (int r = 0; r < q->t->n_regions; r++)
+        for (int k = 0; q->live[r] && k < xdc_topology_region_workers(q->t, r); k++) {
+            long long a = arrival(q, r, k);
+            if (a > q->decided && (s < 0 || a < s)) s = a;
+        }
+    return s;
+}
+
+static int region_arrived(const orch_quorum *q, int r, long long step)
+{
+    for (int k = 0; k < xdc_topology_region_workers(q->t, r); k++)
+        if (arrival(q, r, k) != step) return 0;
+    return 1;
+}
+
+/* Region r leaves the run; its name and why go to the log and the summary's list. */
+static void drop(orch_quorum *q, int r, const char *reason)
+{
+    q->live[r] = 0;
+    q->n_live--;
+    XDC_WARN(XDC_SUB_ORCH, "region %s dropped from the run: %s; %d of %d regions go on", q->t->regions[r].name, reason,
+             q->n_live, q->t->n_regions);
+    size_t n = strlen(q->dropped);
+    snprintf(q->dropped + n, sizeof q->dropped - n, "%s%s (%s)", n ? ", " : "", q->t->regions[r].name, reason);
+}
+
+/* "us-east, eu-west": the regions whose mask character is `c`. */
+static void names(const orch_quorum *q, const char *mask, char c, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (int r = 0; r < q->t->n_regions && n < cap; r++)
+        if (mask[r] == c) n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? ", " : "", q->t->regions[r].name);
+    if (!out[0]) snprintf(out, cap, "none");
+}
+
+xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
+{
+    long long step = next_round(q);
+    if (step < 0) return XDC_OK;
+    if (step != q->pending) q->pending = step, q->first_at = 0, q->named = 0;
+    char mask[XDC_TOPO_MAX_REGIONS + 1];
+    int arrived = 0;
+    for (int r = 0; r < q->t->n_regions; r++) {
+        mask[r] = q->live[r] && region_arrived(q, r, step) ? '1' : '0';
+        arrived += mask[r] == '1';
+    }
+    mask[q->t->n_regions] = '\0';
+    if (!arrived) return XDC_OK;
+    if (!q->first_at) q->first_at = xdc_now_ns();
+    uint64_t waited = xdc_now_ns() - q->first_at, grace = (uint64_t)q->grace_ms * XDC_NS_PER_MS;
+    char round[64], reason[160];
+    if (step == LLONG_MAX) snprintf(round, sizeof round, "the end of the run");
+    else snprintf(round, sizeof round, "the outer round at step %lld", step);
+    if (arrived < q->n_live && waited < grace) {
+        if (!q->named && waited >= grace / 2) { /* once per round, half way: who is late, not every jitter */
+            char late[512];
+            for (int r = 0; r < q->t->n_regions; r++)
+                if (!q->live[r]) mask[r] = '1'; /* out of the run: not waited for */
+            names(q, mask, '0', late, sizeof late);
+            XDC_INFO(XDC_SUB_ORCH, "%s: waiting for %s for %.1f s; dropped at %.1f s", round, late,
+                     (double)waited / 1e9, (double)grace / 1e9);
+            q->named = 1;
+        }
+        return XDC_OK;
+    }
+    snprintf(reason, sizeof reason, "missed %s (%.1f s grace window)", round, (double)q->grace_ms / 1000.0);
+    for (int r = 0; r < q->t->n_regions; r++)
+        if (q->live[r] && mask[r] == '0') drop(q, r, reason);
+    if (arrived < q->min_regions) {
+        char in[512], out[512];
+        names(q, mask, '1', in, sizeof in);
+        names(q, mask, '0', out, sizeof out);
+        snprintf(why, cap,
+                 "%s: %d of %d regions (%s) arrived within the %.1f s grace window, below elastic.min_regions %d; "
+                 "missing: %s",
+                 round, arrived, q->t->n_regions, in, (double)q->grace_ms / 1000.0, q->min_regions, out);
+        return XDC_ERR_UNAVAILABLE;
+    }
+    char key[64];
+    if (step == LLONG_MAX) snprintf(key, sizeof key, "quorum/%s", ORCH_QUORUM_END);
+    else snprintf(key, sizeof key, "quorum/%lld", step);
+    rdzv_server_set(q->rdzv, key, mask);
+    q->decided = step;
+    q->pending = -1;
+    XDC_DEBUG(XDC_SUB_ORCH, "%s: quorum %s", round, mask);
+    return XDC_OK;
+}
+
+xdc_err_t orch_quorum_lose(orch_quorum *q, int r, const char *reason, char *why, size_t cap)
+{
+    if (r < 0 || r >= q->t->n_regions || !q->live[r]) return XDC_OK;
+    drop(q, r, reason);
+    if (q->n_live >= q->min_regions) return XDC_OK;
+    snprintf(why, cap, "region %s lost (%s): %d of %d regions left, below elastic.min_regions %d",
+             q->t->regions[r].name, reason, q->n_live, q->t->n_regions, q->min_regions);
+    return XDC_ERR_UNAVAILABLE;
+}

@@ -1,0 +1,47 @@
+/* orch_quorum.h — who takes part in each outer round of an elastic DiLoCo or streaming run (docs/runtime.md, "Elastic
+ * regions"). One owner decides: the process that hosts the rendezvous store (`xdc launch` or `xdc
+ * coordinator`), which outlives every region. Each worker posts its arrival at the round of step S as
+ * outer/<region index>/<rank> = S; a region has arrived when all its workers have. The round is decided
+ * when every region still in the run has arrived, or `grace` after the first one did: the decision is
+ * published once as quorum/<S> = one character per region ('1' in the round, '0' not), and every worker
+ * of every region reads that same value, so all members of a round average over the same set. A region
+ * that is not in a round is out of the run for good (rejoining is not implemented); one whose agent or
+ * worker failed is out at once, without waiting for the grace window. Fewer than `min_regions` regions
+ * left ends the run. The end of the run is one more such round, named ORCH_QUORUM_END instead of a step:
+ * it takes the place of the all-members "done" barrier, which would wait for the regions that left. */
+#ifndef ORCH_QUORUM_H
+#define ORCH_QUORUM_H
+
+#include "common/xdc_err.h"
+#include "orchestrator/control/orch_rdzv.h"
+#include "topology/xdc_topology.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ORCH_QUORUM_END "end" /* the arrival a worker posts after its last step; decided as quorum/end */
+
+typedef struct orch_quorum {
+    const xdc_topology *t;
+    rdzv_server *rdzv;
+    int min_regions;
+    int64_t grace_ms;
+    uint8_t live[XDC_TOPO_MAX_REGIONS]; /* 1: still in the run */
+    int n_live;
+    long long decided;  /* step of the last round decided; -1: none */
+    long long pending;  /* step of the round being waited for; -1: none */
+    uint64_t first_at;  /* xdc_now_ns() when the first region arrived at `pending`; 0: none yet */
+    int named;          /* the regions late for `pending` were logged (half way through the grace window) */
+    char dropped[1024]; /* "eu-west (its agent exited with status 69), ..." for the summary */
+} orch_quorum;
+
+/* Every region of `t` in the run, nothing decided. */
+void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, int min_regions, int64_t grace_ms);
+/* Decide the pending round when it is due (the launcher's tick). XDC_ERR_UNAVAILABLE when the regions that
+ * arrived in time are fewer than min_regions, with the round, who arrived and who did not in why[cap]. */
+xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap);
+/* Region r failed (`reason`: how); it leaves the run now, logged with its name. Returns XDC_ERR_UNAVAILABLE
+ * (why[cap] says so) when fewer than min_regions regions are left. A region already out: XDC_OK. */
+xdc_err_t orch_quorum_lose(orch_quorum *q, int r, const char *reason, char *why, size_t cap);
+
+#endif /* ORCH_QUORUM_H */

@@ -1,0 +1,399 @@
+/* test_elastic.c — elastic DiLoCo regions (docs/runtime.md, "Elastic regions"): the store host's quorum
+ * decisions (orch_quorum) from arrivals, losses and the grace window; end to end on three emulated
+ * regions, a region whose worker is killed or stopped past the grace window is dropped by name and the
+ * other two finish on identical parameters (DiLoCo; streaming for a killed one); too few regions left is a named error (exit 69). Faults are
+ * driven by what the run logs, never by sleeping. */
+#include "tests/xdc_test.h"
+#include "tests/test_wan_util.h"
+
+#include "orchestrator/control/orch_quorum.h"
+#include "orchestrator/control/orch_rdzv.h"
+#include "topology/xdc_topology.h"
+
+#include <glob.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TOPO3 "examples/topology/demo-3region.yaml"
+#define DATA  "/usr/share/games/fortunes"
+
+/* ---- the quorum decisions, against a real store ------------------------------------------------ */
+
+typedef struct {
+    xdc_wan_engine *eng;
+    rdzv_server *srv;
+    xdc_topology *t;
+    orch_quorum q;
+} quorum_fixture;
+
+static void fixture_open(quorum_fixture *f, int min_regions, int64_t grace_ms)
+{
+    wan_test_node node;
+    wan_test_issue("certs", RDZV_SERVER_REGION, 0, 30, -60, &node);
+    f->eng = wan_test_engine(&node, 1, 10000);
+    xdc_cfg_errors errs;
+    XDC_ASSERT_OK(xdc_topology_load(TOPO3, &f->t, &errs));
+    const char *expected[3] = {"us-east/east-node1:0", "eu-west/west-node1:0", "ap-south/south-node1:0"};
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(rdzv_server_create(f->eng, "127.0.0.1", 0, expected, 3, &f->srv, &d));
+    orch_quorum_init(&f->q, f->t, f->srv, min_regions, grace_ms);
+}
+
+static void fixture_close(quorum_fixture *f)
+{
+    rdzv_server_destroy(f->srv);
+    xdc_wan_engine_destroy(f->eng);
+    xdc_topology_destroy(f->t);
+}
+
+static void arrive(quorum_fixture *f, int region, const char *round)
+{
+    char key[64];
+    snprintf(key, sizeof key, "outer/%d/0", region);
+    rdzv_server_set(f->srv, key, round);
+}
+
+/* The published decision of `round`, or "" when there is none yet. */
+static const char *decision(quorum_fixture *f, const char *round)
+{
+    static char val[64];
+    char key[64];
+    snprintf(key, sizeof key, "quorum/%s", round);
+    if (rdzv_server_get(f->srv, key, val, sizeof val) != 0) val[0] = '\0';
+    return val;
+}
+
+XDC_TEST(elastic_quorum_waits_for_everyone_then_drops_the_lost_region)
+{
+    quorum_fixture f;
+    fixture_open(&f, 2, 600000); /* a grace window no test run reaches: only arrivals and losses decide */
+    char why[512] = "";
+    arrive(&f, 0, "4");
+    arrive(&f, 1, "4");
+    XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
+    XDC_ASSERT_MSG(decision(&f, "4")[0] == '\0', "decided before ap-south arrived or the grace window ended");
+    arrive(&f, 2, "4");
+    XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
+    XDC_ASSERT(strcmp(decision(&f, "4"), "111") == 0);
+    /* A region lost between rounds is out of the next one at once, named. */
+    arrive(&f, 0, "8");
+    arrive(&f, 1, "8");
+    XDC_ASSERT_OK(orch_quorum_lose(&f.q, 2, "its agent exited with status 69", why, sizeof why));
+    XDC_ASSERT_STR_CONTAINS(f.q.dropped, "ap-south (its agent exited with status 69)");
+    XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
+    XDC_ASSERT(strcmp(decision(&f, "8"), "110") == 0);
+    /* Its late arrival changes nothing, and the end is decided over the two left. */
+    arrive(&f, 2, "8");
+    arrive(&f, 0, ORCH_QUORUM_END);
+    arrive(&f, 1, ORCH_QUORUM_END);
+    XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
+    XDC_ASSERT(strcmp(decision(&f, ORCH_QUORUM_END), "110") == 0);
+    /* One more loss leaves one region, below the minimum of two: a named error. */
+    XDC_ASSERT_ERR(orch_quorum_lose(&f.q, 1, "worker killed", why, sizeof why), XDC_ERR_UNAVAILABLE);
+    XDC_ASSERT_STR_CONTAINS(why, "region eu-west lost (worker killed): 1 of 3 regions left, below "
+                                 "elastic.min_regions 2");
+    fixture_close(&f);
+}
+
+XDC_TEST(elastic_quorum_drops_a_region_late_past_the_grace_window)
+{
+    quorum_fixture f;
+    fixture_open(&f, 3, 1); /* every region needed; a 1 ms window */
+    char why[512] = "";
+    arrive(&f, 0, "4");
+    arrive(&f, 2, "4");
+    xdc_err_t rc = XDC_OK;
+    /* Bounded: the window is 1 ms; the first tick opens it, a later one closes it. */
+    for (int i = 0; i < 2000 && rc == XDC_OK && !decision(&f, "4")[0]; i++) {
+        rc = orch_quorum_tick(&f.q, why, sizeof why);
+        if (rc == XDC_OK) nanosleep(&(struct timespec){0, 1000000L}, NULL);
+    }
+    XDC_ASSERT_ERR(rc, XDC_ERR_UNAVAILABLE);
+    XDC_ASSERT_STR_CONTAINS(why, "outer round at step 4: 2 of 3 regions (us-east, ap-south) arrived");
+    XDC_ASSERT_STR_CONTAINS(why, "below elastic.min_regions 3; missing: eu-west");
+    XDC_ASSERT_STR_CONTAINS(f.q.dropped, "eu-west (missed the outer round at step 4");
+    XDC_ASSERT_MSG(decision(&f, "4")[0] == '\0', "a round below the minimum was published");
+    fixture_close(&f);
+}
+
+/* ---- end to end --------------------------------------------------------------------------------- */
+
+static void need_corpus(void)
+{
+    if (access(DATA, R_OK) != 0) xdc_test_skip("no corpus at %s (Debian package fortunes; `make deps`)", DATA);
+}
+
+/* A run file of the tiny model in `mode` (diloco or streaming with 2 fragments), one stage, `steps` steps
+ * of 4 inner steps, with `elastic`. */
+static const char *write_run(const char *name, const char *mode, int steps, const char *elastic)
+{
+    static char path[512];
+    char cwd[400], text[1024];
+    if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
+    snprintf(path, sizeof path, "%s/%s.yaml", xdc_test_tmpdir(), name);
+    snprintf(text, sizeof text,
+             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: %s\ndiloco: {inner_steps: 4}\n"
+             "streaming: {fragments: 2}\npipeline_stages: 1\nmicrobatches: 1\nsteps: %d\ncodec: none\nthreads: 1\n"
+             "elastic: %s\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
+             cwd, DATA, mode, steps, elastic);
+    xdc_test_write_file(path, text);
+    return path;
+}
+
+/* `xdc launch` on the three regions in the background, its output into `log`. */
+static pid_t start_launch(const char *run, const char *dir, const char *log)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        if (!freopen(log, "w", stdout)) _exit(127);
+        dup2(1, 2);
+        execl(xdc_test_bin(), xdc_test_bin(), "launch", "-t", TOPO3, "-c", run, "--run-dir", dir, (char *)NULL);
+        _exit(127);
+    }
+    return p;
+}
+
+/* How many times `needle` occurs in file `path`. */
+static int count_text(const char *path, const char *needle)
+{
+    char *text = xdc_test_read_file(path, NULL);
+    int n = 0;
+    for (const char *p = text; p && (p = strstr(p, needle)); p += strlen(needle)) n++;
+    free(text);
+    return n;
+}
+
+/* Wait (bounded: tries x 50 ms) until `needle` occurs `n` times in file `path`; 1 when it does. */
+static int wait_for_count(const char *path, const char *needle, int n, int tries)
+{
+    for (int i = 0; i < tries; i++) {
+        if (count_text(path, needle) >= n) return 1;
+        nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
+    }
+    return 0;
+}
+
+static int wait_for_text(const char *path, const char *needle) { return wait_for_count(path, needle, 1, 2400); }
+
+static pid_t signal_worker(const char *dir, const char *region, int sig)
+{
+    char pidfile[800];
+    snprintf(pidfile, sizeof pidfile, "%s/pids/%s-0.pid", dir, region);
+    char *text = xdc_test_read_file(pidfile, NULL);
+    XDC_ASSERT_MSG(text != NULL, "no pid file %s", pidfile);
+    pid_t pid = (pid_t)atoi(text);
+    free(text);
+    XDC_ASSERT(pid > 0 && kill(pid, sig) == 0);
+    return pid;
+}
+
+/* Stop ap-south's worker where it is not inside an outer round (a region lost during a round's exchange
+ * fails the round: docs/runtime.md): SIGSTOP it, and keep it stopped once the store host logs (in
+ * host_log), after the stop, that the next round waits for it, which says it had not arrived there. No such line within
+ * twice the 3 s grace window means it was stopped inside a round, which cannot end without it: continue
+ * it, let the run pass a progress line (in progress_log), and try again. Returns its pid, stopped. */
+static pid_t stop_outside_a_round(const char *dir, const char *host_log, const char *progress_log)
+{
+    const char *late = "waiting for ap-south for";
+    for (int attempt = 0; attempt < 8; attempt++) {
+        /* Count after the stop: a line logged before it may be for a round the worker then joined. */
+        pid_t pid = signal_worker(dir, "ap-south", SIGSTOP);
+        int before = count_text(host_log, late), steps = count_text(progress_log, "  loss ");
+        if (wait_for_count(host_log, late, before + 1, 120)) return pid;
+        kill(pid, SIGCONT);
+        XDC_ASSERT_MSG(wait_for_count(progress_log, "  loss ", steps + 1, 2400), "the run stopped progressing");
+    }
+    XDC_FAIL("ap-south was never stopped outside an outer round in 8 attempts");
+    return -1;
+}
+
+/* The params_xxh64 region `region`'s worker logged at the end (logs/<region>-<host>-0.log: the host is
+ * the node's name, or this machine's when an agent started by hand was not told one), into hash[17]. */
+static void region_hash(const char *dir, const char *region, char hash[17])
+{
+    char pattern[800], needle[128];
+    snprintf(pattern, sizeof pattern, "%s/logs/%s-*-0.log", dir, region);
+    snprintf(needle, sizeof needle, "final parameters of region %s: params_xxh64=", region);
+    glob_t g;
+    XDC_ASSERT_MSG(glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc == 1, "not one log matches %s", pattern);
+    char *text = xdc_test_read_file(g.gl_pathv[0], NULL);
+    const char *h = text ? strstr(text, needle) : NULL;
+    XDC_ASSERT_MSG(h != NULL, "region %s logged no final parameters in %s", region, g.gl_pathv[0]);
+    snprintf(hash, 17, "%.16s", h + strlen(needle));
+    free(text);
+    globfree(&g);
+}
+
+/* Wait for the launcher; its exit status. */
+static int launch_exit(pid_t p)
+{
+    int status;
+    XDC_ASSERT(waitpid(p, &status, 0) == p);
+    XDC_ASSERT_MSG(WIFEXITED(status), "launch ended with 0x%x", status);
+    return WEXITSTATUS(status);
+}
+
+/* Lose ap-south (its worker killed, or stopped past the grace window and then continued) after step 20 of
+ * 100: the run finishes with exit 0, names ap-south as dropped, and us-east and eu-west end on the same
+ * parameters, the ones the run reports. */
+static void lose_a_region(const char *name, const char *mode, int stop)
+{
+    need_corpus();
+    const char *run = write_run(name, mode, 100, "{min_regions: 2, grace: 3s}");
+    char dir[600], log[700];
+    snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
+    snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
+    pid_t p = start_launch(run, dir, log);
+    XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
+    pid_t victim = stop_outside_a_round(dir, log, log);
+    if (!stop) kill(victim, SIGKILL);
+    if (stop) { /* continued once the others went on without it: it learns it was dropped and leaves */
+        XDC_ASSERT_MSG(wait_for_text(log, "region ap-south dropped from the run: missed the outer round"),
+                       "ap-south was not dropped after the grace window");
+        kill(victim, SIGCONT);
+    }
+    int rc = launch_exit(p);
+    char *out = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out ? out : "");
+    XDC_ASSERT_STR_CONTAINS(out, "with 2 of 3 regions (quorum 110)");
+    XDC_ASSERT_STR_CONTAINS(out, "regions dropped: ap-south (");
+    XDC_ASSERT_STR_CONTAINS(out, "steps=100");
+    char a[17], b[17];
+    region_hash(dir, "us-east", a);
+    region_hash(dir, "eu-west", b);
+    XDC_ASSERT_MSG(strcmp(a, b) == 0, "us-east ends at %s, eu-west at %s", a, b);
+    char want[64];
+    snprintf(want, sizeof want, "params_xxh64=%s", a);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+    free(out);
+    if (stop) {
+        char wlog[800];
+        snprintf(wlog, sizeof wlog, "%s/logs/ap-south-south-node1-0.log", dir);
+        char *text = xdc_test_read_file(wlog, NULL);
+        XDC_ASSERT_STR_CONTAINS(text, "region ap-south was dropped from round");
+        free(text);
+        text = xdc_test_read_file(log, NULL); /* and its agent's end did not fail the run */
+        XDC_ASSERT_STR_CONTAINS(text, "agent ap-south/south-node1 of region ap-south, out of the run, ended");
+        free(text);
+    }
+}
+
+XDC_TEST_T(elastic_diloco_goes_on_without_a_killed_region, 180) { lose_a_region("killed", "diloco", 0); }
+
+XDC_TEST_T(elastic_diloco_drops_a_region_stopped_past_the_grace_window, 180) { lose_a_region("stopped", "diloco", 1); }
+
+/* Streaming: each fragment's round goes by quorum too (the fragments still in flight keep theirs). */
+XDC_TEST_T(elastic_streaming_goes_on_without_a_killed_region, 180) { lose_a_region("streaming", "streaming", 0); }
+
+XDC_TEST_T(elastic_diloco_below_min_regions_is_a_named_error, 180)
+{
+    need_corpus();
+    const char *run = write_run("minimum", "diloco", 2000, "{min_regions: 3, grace: 3s}");
+    char dir[600], log[700];
+    snprintf(dir, sizeof dir, "%s/minimum", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/minimum.log", xdc_test_tmpdir());
+    pid_t p = start_launch(run, dir, log);
+    XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
+    kill(stop_outside_a_round(dir, log, log), SIGKILL);
+    int rc = launch_exit(p);
+    char *out = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_MSG(rc == 69, "launch exited %d, expected 69 (unavailable):\n%s", rc, out ? out : "");
+    /* Killed while the others waited for it: lost at once (or, on a slow machine, late past the window). */
+    const char *f = out ? strstr(out, "run failed: ") : NULL;
+    XDC_ASSERT_MSG(f != NULL, "no failure line in:\n%s", out ? out : "");
+    XDC_ASSERT_STR_CONTAINS(f, "ap-south");
+    XDC_ASSERT_STR_CONTAINS(f, "below elastic.min_regions 3");
+    free(out);
+}
+
+/* `xdc launch` of a short run file (write_run's) to its end; its exit status, its output in out[cap]. */
+static int launch_short(const char *name, const char *mode, int steps, const char *elastic, char *out, size_t cap)
+{
+    need_corpus();
+    const char *run = write_run(name, mode, steps, elastic);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "timeout 100 %s launch -t %s -c %s --run-dir %s/%s", xdc_test_bin(), TOPO3, run,
+             xdc_test_tmpdir(), name);
+    return xdc_test_run(cmd, out, cap);
+}
+
+XDC_TEST(elastic_min_regions_above_the_topology_is_a_config_error)
+{
+    char out[8192];
+    int rc = launch_short("toomany", "diloco", 8, "{min_regions: 4}", out, sizeof out);
+    XDC_ASSERT_MSG(rc == 78, "launch exited %d, expected 78:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "elastic.min_regions is 4 but topology " TOPO3 " has 3 regions");
+}
+
+/* The multi-host path: `xdc coordinator` hosts the quorum, the agents are started by hand (as launch
+ * scripts would). ap-south's worker killed: nobody reports it to the store, so it is dropped when it misses
+ * the grace window; its agent exits 69 on its own, the other two finish on the same parameters. */
+XDC_TEST_T(elastic_coordinator_drops_a_region_that_misses_the_window, 180)
+{
+    need_corpus();
+    const char *run = write_run("coord", "diloco", 100, "{min_regions: 2, grace: 3s}");
+    char dir[600], log[700], agents[700], cmd[4096];
+    snprintf(dir, sizeof dir, "%s/coord", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/coord.log", xdc_test_tmpdir());
+    snprintf(agents, sizeof agents, "%s/agents.log", xdc_test_tmpdir());
+    pid_t coord = fork();
+    if (coord == 0) {
+        if (!freopen(log, "w", stdout)) _exit(127);
+        dup2(1, 2);
+        execl(xdc_test_bin(), xdc_test_bin(), "coordinator", "-t", TOPO3, "-c", run, "--run-dir", dir, "--host",
+              "127.0.0.1", "--port", "0", "--run-id", "elastic-coord", (char *)NULL);
+        _exit(127);
+    }
+    XDC_ASSERT_MSG(wait_for_text(log, "--coordinator "), "the coordinator did not start");
+    char *text = xdc_test_read_file(log, NULL);
+    const char *at = strstr(text, "--coordinator ") + strlen("--coordinator ");
+    char where[64];
+    snprintf(where, sizeof where, "%.*s", (int)strcspn(at, " \n"), at);
+    free(text);
+    /* One agent per region, in the background; the shell's status: how many of them failed. */
+    snprintf(cmd, sizeof cmd,
+             "export XDC_ADVERTISE_HOST=127.0.0.1; n=0; for r in us-east eu-west ap-south; do "
+             "timeout 120 %s agent -t %s -c %s --run-dir %s --region $r --node 0 --coordinator %s "
+             "--run-id elastic-coord & done; for j in 1 2 3; do wait -n || n=$((n+1)); done; exit $n",
+             xdc_test_bin(), TOPO3, run, dir, where);
+    pid_t sh = fork();
+    if (sh == 0) {
+        if (!freopen(agents, "w", stdout)) _exit(127);
+        dup2(1, 2);
+        execl("/bin/bash", "bash", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    XDC_ASSERT_MSG(wait_for_text(agents, "step    20/"), "the run never reached step 20");
+    kill(stop_outside_a_round(dir, log, agents), SIGKILL);
+    int failed = launch_exit(sh);
+    char *alog = xdc_test_read_file(agents, NULL);
+    XDC_ASSERT_MSG(failed == 1, "%d agents failed, expected ap-south's alone:\n%s", failed, alog ? alog : "");
+    free(alog);
+    int rc = launch_exit(coord);
+    char *out = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_MSG(rc == 0, "the coordinator exited %d:\n%s", rc, out ? out : "");
+    XDC_ASSERT_STR_CONTAINS(out, "region ap-south dropped from the run: missed the outer round at step");
+    XDC_ASSERT_STR_CONTAINS(out, "regions dropped: ap-south (missed");
+    char a[17], b[17], want[64];
+    region_hash(dir, "us-east", a);
+    region_hash(dir, "eu-west", b);
+    XDC_ASSERT_MSG(strcmp(a, b) == 0, "us-east ends at %s, eu-west at %s", a, b);
+    snprintf(want, sizeof want, "params_xxh64=%s", a);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+    free(out);
+}
+
+/* Sync mode keeps its all-or-nothing rule, and says so when the run file asks for elastic rounds. */
+XDC_TEST_T(elastic_settings_in_sync_mode_are_named_as_ignored, 120)
+{
+    char out[16384];
+    int rc = launch_short("sync", "sync", 2, "{min_regions: 2}", out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "elastic settings ignored: sync mode over 3 regions keeps every region in every "
+                                 "round");
+}
