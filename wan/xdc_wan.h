@@ -54,13 +54,13 @@ typedef struct xdc_wan_config {
      * certificate it lists is refused at the handshake (both ways). The engine re-reads the file when it
      * changes (looked at once a second) and cuts live connections whose certificate the new list names. */
     const char *crl_path;
-    int streams;           /* bulk TCP streams per peer pair when dialling (1..XDC_WAN_MAX_STREAMS); one more
+    int streams;          /* bulk TCP streams per peer pair when dialling (1..XDC_WAN_MAX_STREAMS); one more
                             * stream, the first, carries the latency class alone */
-    int sockbuf_bytes;     /* SO_SNDBUF/SO_RCVBUF per stream; 0 keeps the kernel's autotuning */
-    uint32_t frame_bytes;  /* payload bytes per DATA frame (<= XDC_WAN_MAX_FRAME_PAYLOAD) */
-    int window_frames;     /* unacknowledged DATA frames per direction (power of two) */
-    int64_t deadline_ms;   /* a peer silent (or unreachable) this long fails its requests */
-    int backoff_min_ms;    /* reconnect backoff, doubling up to backoff_max_ms */
+    int sockbuf_bytes;    /* SO_SNDBUF/SO_RCVBUF per stream; 0 keeps the kernel's autotuning */
+    uint32_t frame_bytes; /* payload bytes per DATA frame (<= XDC_WAN_MAX_FRAME_PAYLOAD) */
+    int window_frames;    /* unacknowledged DATA frames per direction (power of two) */
+    int64_t deadline_ms;  /* a peer silent (or unreachable) this long fails its requests */
+    int backoff_min_ms;   /* reconnect backoff, doubling up to backoff_max_ms */
     int backoff_max_ms;
     int ping_interval_ms; /* RTT probe and keepalive period */
     /* Server: connections still in their TLS handshake or HELLO, per listener and per source address;

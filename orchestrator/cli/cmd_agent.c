@@ -25,8 +25,8 @@ static int agent_usage(FILE *f)
         "            (`xdc certs request` here, `xdc certs sign` on the CA host); default XDC_CERT_DIR, else\n"
         "            RUN_DIR/certs. No other node's key and not the CA's key is needed.\n"
         "  --ca      the cluster CA certificate (default XDC_CA, else CERT_DIR/ca.pem)\n"
-        "  --crl     the CA's revocation list (default XDC_CRL, else crl.pem beside the CA certificate if present)\n"
-        XDC_CLI_RDZV_USAGE "  with etcd, --coordinator may be left out: etcd's HOST:PORT stands for it\n");
+        "  --crl     the CA's revocation list (default XDC_CRL, else crl.pem beside the CA certificate if "
+        "present)\n" XDC_CLI_RDZV_USAGE "  with etcd, --coordinator may be left out: etcd's HOST:PORT stands for it\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 

@@ -24,7 +24,8 @@
 static int doctor_usage(FILE *f)
 {
     fprintf(f, "usage: xdc doctor -t TOPO --certs DIR [--region R] [-c RUN] [--json] [--write-topology FILE]\n"
-               "                  [--endpoint REGION=HOST:PORT]... [--rdzv HOST:PORT|etcd://...] [--etcd-cacert F --etcd-cert F --etcd-key F] [--port P]...\n"
+               "                  [--endpoint REGION=HOST:PORT]... [--rdzv HOST:PORT|etcd://...] [--etcd-cacert F "
+               "--etcd-cert F --etcd-key F] [--port P]...\n"
                "                  [--node N] [--device D] [--pings N] [--probe-seconds S] [--probe-bytes N]\n"
                "       xdc doctor --serve -t TOPO --certs DIR --region R [--listen HOST:PORT (0: any)] [--duration S]\n"
                "       xdc doctor --emulate -t TOPO --certs DIR [--emulate-links TOPO2] [--stop REGION]... [...]\n"

@@ -15,34 +15,35 @@
 
 static int launch_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: xdc launch -t TOPOLOGY.yaml -c RUN.yaml [--run-dir DIR] [--run-id ID] "
-            "[--emulate-wan|--no-emulate-wan]\n"
-            "                  [--outage DURATION@START[,...]]... [--resume] [--log-format text|json] [--device "
-            "cpu|cuda|cpu-strict]\n"
-            "                  [--rdzv builtin|etcd://HOST:PORT[/PREFIX]] [--etcd-cacert F --etcd-cert F --etcd-key F]\n"
-            "       xdc coordinator -t TOPOLOGY.yaml -c RUN.yaml --run-dir DIR --host ADDR [--port P] [--run-id ID]\n"
-            "                       [--cert-dir DIR] [--ca FILE] [--crl FILE]\n"
-            "  coordinator: host the rendezvous on ADDR:P (no default address; 0.0.0.0 is every interface, port\n"
-            "  29400) for agents started elsewhere (Slurm, ssh) and wait for the run to end. With --cert-dir it\n"
-            "  uses DIR/coordinator-0.pem and .key and makes no keys: each node brings its own (xdc certs request\n"
-            "  + sign; docs/security.md). Without, it makes a CA and every member's key in RUN_DIR/certs, which\n"
-            "  the nodes must then share.\n"
-            "  Runs every region of the topology on this machine: rendezvous, WAN emulator (default when all\n"
-            "  regions are local), one agent per node, one worker per slot. Ends with\n"
-            "  final val_loss=<x> params_xxh64=<hex> steps=<n> wan_bytes=<n> exposed_wan_pct=<x>\n"
-            "    exposed_wan_pct_max=<x> compute_util=<x> compute_util_min=<x>   (mean and worst over every worker)\n"
-            "  --outage 5s@10s  cut every emulated link for 5 s, 10 s after its relay opened; repeat the flag or\n"
-            "                   give a list (3s@10s,12s@40s) for several outages (at most 16)\n"
-            "  --degrade-links F  emulated links carry F x the topology's bandwidth (rehearse a degraded WAN)\n"
-            "  --resume         continue from the newest complete checkpoint in the run folder\n"
-            "  --device D       run every region's workers on D (default: XDC_DEVICE, else the topology: CUDA\n"
-            "                   with NCCL inside a region with gpus_per_node > 0, the CPU with shared memory\n"
-            "                   where it is 0); passed on to the agents and by them to the workers\n"
-            "  --cert-dir DIR --ca FILE --crl FILE  credentials (default XDC_CERT_DIR, XDC_CA, XDC_CRL): the\n"
-            "                   rendezvous uses DIR/coordinator-0.*, and the agents get the same flags\n" XDC_CLI_RDZV_USAGE
-            "            with etcd the launcher hosts no store (and the coordinator needs no --host): it reads and\n"
-            "            writes the run's keys in etcd\n");
+    fprintf(
+        f,
+        "usage: xdc launch -t TOPOLOGY.yaml -c RUN.yaml [--run-dir DIR] [--run-id ID] "
+        "[--emulate-wan|--no-emulate-wan]\n"
+        "                  [--outage DURATION@START[,...]]... [--resume] [--log-format text|json] [--device "
+        "cpu|cuda|cpu-strict]\n"
+        "                  [--rdzv builtin|etcd://HOST:PORT[/PREFIX]] [--etcd-cacert F --etcd-cert F --etcd-key F]\n"
+        "       xdc coordinator -t TOPOLOGY.yaml -c RUN.yaml --run-dir DIR --host ADDR [--port P] [--run-id ID]\n"
+        "                       [--cert-dir DIR] [--ca FILE] [--crl FILE]\n"
+        "  coordinator: host the rendezvous on ADDR:P (no default address; 0.0.0.0 is every interface, port\n"
+        "  29400) for agents started elsewhere (Slurm, ssh) and wait for the run to end. With --cert-dir it\n"
+        "  uses DIR/coordinator-0.pem and .key and makes no keys: each node brings its own (xdc certs request\n"
+        "  + sign; docs/security.md). Without, it makes a CA and every member's key in RUN_DIR/certs, which\n"
+        "  the nodes must then share.\n"
+        "  Runs every region of the topology on this machine: rendezvous, WAN emulator (default when all\n"
+        "  regions are local), one agent per node, one worker per slot. Ends with\n"
+        "  final val_loss=<x> params_xxh64=<hex> steps=<n> wan_bytes=<n> exposed_wan_pct=<x>\n"
+        "    exposed_wan_pct_max=<x> compute_util=<x> compute_util_min=<x>   (mean and worst over every worker)\n"
+        "  --outage 5s@10s  cut every emulated link for 5 s, 10 s after its relay opened; repeat the flag or\n"
+        "                   give a list (3s@10s,12s@40s) for several outages (at most 16)\n"
+        "  --degrade-links F  emulated links carry F x the topology's bandwidth (rehearse a degraded WAN)\n"
+        "  --resume         continue from the newest complete checkpoint in the run folder\n"
+        "  --device D       run every region's workers on D (default: XDC_DEVICE, else the topology: CUDA\n"
+        "                   with NCCL inside a region with gpus_per_node > 0, the CPU with shared memory\n"
+        "                   where it is 0); passed on to the agents and by them to the workers\n"
+        "  --cert-dir DIR --ca FILE --crl FILE  credentials (default XDC_CERT_DIR, XDC_CA, XDC_CRL): the\n"
+        "                   rendezvous uses DIR/coordinator-0.*, and the agents get the same flags\n" XDC_CLI_RDZV_USAGE
+        "            with etcd the launcher hosts no store (and the coordinator needs no --host): it reads and\n"
+        "            writes the run's keys in etcd\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 

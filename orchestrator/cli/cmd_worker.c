@@ -18,7 +18,8 @@ static int worker_usage(FILE *f)
                "  --device: as for `xdc agent` (default XDC_DEVICE, else the topology); on CUDA, LOCAL_RANK picks\n"
                "  the GPU among the visible ones (CUDA_VISIBLE_DEVICES).\n"
                "  --cert-dir, --ca, --crl: its key and certificate (DIR/REGION-RANK.key, .pem), the CA certificate\n"
-               "  and revocation list, as for `xdc agent` (default XDC_CERT_DIR, XDC_CA, XDC_CRL, else RUN/certs).\n" XDC_CLI_RDZV_USAGE);
+               "  and revocation list, as for `xdc agent` (default XDC_CERT_DIR, XDC_CA, XDC_CRL, else "
+               "RUN/certs).\n" XDC_CLI_RDZV_USAGE);
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 

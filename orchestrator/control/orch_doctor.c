@@ -723,8 +723,8 @@ static xdc_err_t rdzv_check_etcd(doctor_run *R, const char *addr, orch_doctor_ro
     }
     row->verdict = rc == XDC_OK ? ORCH_DOCTOR_PASS : ORCH_DOCTOR_FAIL;
     if (rc == XDC_OK) {
-        snprintf(row->detail, sizeof row->detail, "etcd at %s:%d answered a read under %s%s", t.host, t.port,
-                 t.prefix, t.cacert ? " over TLS" : "");
+        snprintf(row->detail, sizeof row->detail, "etcd at %s:%d answered a read under %s%s", t.host, t.port, t.prefix,
+                 t.cacert ? " over TLS" : "");
     } else {
         snprintf(row->detail, sizeof row->detail, "%s", d.msg);
         snprintf(row->fix, sizeof row->fix,

@@ -88,12 +88,12 @@ typedef struct orch_doctor_opts {
     uint64_t probe_bytes_max; /* and never more than this many bytes */
 } orch_doctor_opts;
 
-#define ORCH_DOCTOR_OPTS_INIT                                                                                 \
-    {                                                                                                         \
-        .topo = NULL, .region = 0, .certs_dir = NULL, .endpoints = NULL, .node_checks = 1,                    \
-        .device = ORCH_DEVICE_TOPOLOGY, .gpu_probe = NULL, .ports = NULL, .port_owners = NULL, .n_ports = 0,  \
-        .rdzv = NULL, .etcd_tls = {.rdzv = NULL}, .handshake_ms = 15000, .pings = 10, .probe_seconds = 1.0, \
-        .probe_bytes_max = 64u << 20, \
+#define ORCH_DOCTOR_OPTS_INIT                                                                                \
+    {                                                                                                        \
+        .topo = NULL, .region = 0, .certs_dir = NULL, .endpoints = NULL, .node_checks = 1,                   \
+        .device = ORCH_DEVICE_TOPOLOGY, .gpu_probe = NULL, .ports = NULL, .port_owners = NULL, .n_ports = 0, \
+        .rdzv = NULL, .etcd_tls = {.rdzv = NULL}, .handshake_ms = 15000, .pings = 10, .probe_seconds = 1.0,  \
+        .probe_bytes_max = 64u << 20,                                                                        \
     }
 
 /* An empty report for `t` (one orch_doctor_link per topology link). */

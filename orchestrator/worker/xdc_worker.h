@@ -16,8 +16,8 @@ typedef struct xdc_worker_opts {
     int emulate_wan;           /* dial the other regions through the launcher's relays */
     int resume;                /* continue from the newest complete checkpoint */
     const char *device;        /* --device word (NULL: XDC_DEVICE, else the topology; docs/runtime.md) */
-    rdzv_flags rdzv; /* --rdzv (else XDC_RDZV, the run file's rdzv:, the built-in store) and etcd's TLS files */
-    orch_creds_flags creds;    /* --cert-dir --ca --crl (orch_creds.h: else XDC_*, else RUN_DIR/certs) */
+    rdzv_flags rdzv;        /* --rdzv (else XDC_RDZV, the run file's rdzv:, the built-in store) and etcd's TLS files */
+    orch_creds_flags creds; /* --cert-dir --ca --crl (orch_creds.h: else XDC_*, else RUN_DIR/certs) */
 } xdc_worker_opts;
 
 /* Set up, train, report to the rendezvous and tear down. XDC_OK when the run completed; otherwise the
