@@ -44,17 +44,15 @@ static int agent_parse(int argc, char **argv, orch_agent_opts *o)
                                          {"emulate-wan", no_argument, NULL, 'e'},
                                          {"resume", no_argument, NULL, 'R'},
                                          {"device", required_argument, NULL, 'D'},
-                                         {"cert-dir", required_argument, NULL, 'C'},
-                                         {"ca", required_argument, NULL, 'A'},
-                                         {"crl", required_argument, NULL, 'L'},
                                          {"help", no_argument, NULL, 'h'},
                                          XDC_CLI_RDZV_OPTIONS,
+                                         XDC_CLI_CREDS_OPTIONS,
                                          {NULL, 0, NULL, 0}};
     memset(o, 0, sizeof *o);
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "t:c:d:r:n:H:k:i:eRD:h", opts, NULL)) != -1) {
-        if (xdc_cli_rdzv_flag(c, optarg, &o->rdzv)) continue;
+        if (xdc_cli_rdzv_flag(c, optarg, &o->rdzv) || xdc_cli_creds_flag(c, optarg, &o->creds)) continue;
         switch (c) {
         case 't': o->topology = optarg; break;
         case 'c': o->config = optarg; break;
@@ -67,9 +65,6 @@ static int agent_parse(int argc, char **argv, orch_agent_opts *o)
         case 'e': o->emulate_wan = 1; break;
         case 'R': o->resume = 1; break;
         case 'D': o->device = optarg; break;
-        case 'C': o->creds.cert_dir = optarg; break;
-        case 'A': o->creds.ca = optarg; break;
-        case 'L': o->creds.crl = optarg; break;
         case 'h': agent_usage(stdout); return -1;
         default: return agent_usage(stderr);
         }

@@ -89,18 +89,16 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
                                          {"port", required_argument, NULL, 'p'},
                                          {"degrade-links", required_argument, NULL, 'g'},
                                          {"device", required_argument, NULL, 'D'},
-                                         {"cert-dir", required_argument, NULL, 'C'},
-                                         {"ca", required_argument, NULL, 'A'},
-                                         {"crl", required_argument, NULL, 'L'},
                                          {"help", no_argument, NULL, 'h'},
                                          XDC_CLI_RDZV_OPTIONS,
+                                         XDC_CLI_CREDS_OPTIONS,
                                          {NULL, 0, NULL, 0}};
     orch_launch_opts_default(o, coordinator);
     *log_format = NULL;
     int c, ex;
     optind = 1;
     while ((c = getopt_long(argc, argv, "t:c:d:i:eEo:rl:H:p:g:D:h", opts, NULL)) != -1) {
-        if (xdc_cli_rdzv_flag(c, optarg, &o->rdzv)) continue;
+        if (xdc_cli_rdzv_flag(c, optarg, &o->rdzv) || xdc_cli_creds_flag(c, optarg, &o->creds)) continue;
         switch (c) {
         case 't': o->topology = optarg; break;
         case 'c': o->config = optarg; break;
@@ -112,9 +110,6 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
         case 'l': *log_format = optarg; break;
         case 'H': o->host = optarg; break;
         case 'D': o->device = optarg; break;
-        case 'C': o->creds.cert_dir = optarg; break;
-        case 'A': o->creds.ca = optarg; break;
-        case 'L': o->creds.crl = optarg; break;
         case 'g':
         case 'p':
         case 'o':

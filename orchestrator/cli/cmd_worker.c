@@ -31,17 +31,15 @@ int xdc_cmd_worker(int argc, char **argv)
                                          {"emulate-wan", no_argument, NULL, 'e'},
                                          {"resume", no_argument, NULL, 'r'},
                                          {"device", required_argument, NULL, 'D'},
-                                         {"cert-dir", required_argument, NULL, 'C'},
-                                         {"ca", required_argument, NULL, 'A'},
-                                         {"crl", required_argument, NULL, 'L'},
                                          {"help", no_argument, NULL, 'h'},
                                          XDC_CLI_RDZV_OPTIONS,
+                                         XDC_CLI_CREDS_OPTIONS,
                                          {NULL, 0, NULL, 0}};
     xdc_worker_opts o = {0};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "t:c:d:erD:h", opts, NULL)) != -1) {
-        if (xdc_cli_rdzv_flag(c, optarg, &o.rdzv)) continue;
+        if (xdc_cli_rdzv_flag(c, optarg, &o.rdzv) || xdc_cli_creds_flag(c, optarg, &o.creds)) continue;
         switch (c) {
         case 't': o.topology_path = optarg; break;
         case 'c': o.config_path = optarg; break;
@@ -49,9 +47,6 @@ int xdc_cmd_worker(int argc, char **argv)
         case 'e': o.emulate_wan = 1; break;
         case 'r': o.resume = 1; break;
         case 'D': o.device = optarg; break;
-        case 'C': o.creds.cert_dir = optarg; break;
-        case 'A': o.creds.ca = optarg; break;
-        case 'L': o.creds.crl = optarg; break;
         case 'h': return worker_usage(stdout);
         default: return worker_usage(stderr);
         }

@@ -5,6 +5,7 @@
 
 #include "common/xdc_err.h"
 #include "orchestrator/control/orch_device.h"
+#include "orchestrator/control/orch_creds.h"
 #include "orchestrator/control/orch_rdzv.h"
 
 /* sysexits(3) */
@@ -42,10 +43,19 @@ int xdc_cli_device_option(const char *cmd, const char *flag, const char **word);
     {                                                                   \
         "etcd-key", required_argument, NULL, XDC_CLI_RDZV_OPT + 3       \
     }
+/* The credential options of launch, coordinator, agent and worker (--cert-dir, --ca, --crl; orch_creds.h):
+ * add XDC_CLI_CREDS_OPTIONS to the table and hand each option to xdc_cli_creds_flag. */
+#define XDC_CLI_CREDS_OPT (XDC_CLI_RDZV_OPT + 4) /* getopt codes XDC_CLI_CREDS_OPT .. +2 */
+#define XDC_CLI_CREDS_OPTIONS                                                                                         \
+    {"cert-dir", required_argument, NULL, XDC_CLI_CREDS_OPT}, {"ca", required_argument, NULL, XDC_CLI_CREDS_OPT + 1}, \
+    {                                                                                                                 \
+        "crl", required_argument, NULL, XDC_CLI_CREDS_OPT + 2                                                         \
+    }
 #define XDC_CLI_RDZV_USAGE                                                                                      \
     "  --rdzv builtin|etcd://HOST:PORT[/PREFIX]  the rendezvous store (default XDC_RDZV, else the run file's\n" \
     "            rdzv:, else the built-in store); --etcd-cacert/--etcd-cert/--etcd-key FILE: TLS to etcd\n"
 int xdc_cli_rdzv_flag(int c, const char *arg, rdzv_flags *f);
+int xdc_cli_creds_flag(int c, const char *arg, orch_creds_flags *f);
 /* The kernel registry's answers for orch_device_check_node. */
 const orch_device_probe *xdc_cli_device_probe(void);
 
