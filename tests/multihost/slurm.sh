@@ -112,18 +112,24 @@ xdc_wait_for 30 "slurmctld to answer (scontrol ping)" sh -c 'scontrol ping | gre
 xdc_wait_for 30 "node xdcnode to be idle (sinfo)" node_idle
 echo "slurm.sh: cluster up: slurmctld :$ctld_port, slurmd :$slurmd_port, $(sinfo -h -o '%P %D %t %N')" >&2
 
-# 1. The coordinator, as the header of slurm.sbatch says (loopback: every region is on this machine).
+# 0. Keys as the header of slurm.sbatch says: the CA in $s/ca (ca.key stays there), the coordinator's own
+# key in $s/coordinator; each region's node keeps its keys in $s/nodes/ID/REGION (XDC_NODE_CERTS).
 rundir=$s/run-dir
 id=slurm-$$
+XDC=$xdc bash "$here/examples/launch/enroll.sh" init "$s/ca" "$id" "$s/coordinator"
+export XDC_SIGN="env XDC=$xdc bash $here/examples/launch/enroll.sh sign $s/ca" XDC_NODE_CERTS=$s/nodes
+
+# 1. The coordinator, as the header of slurm.sbatch says (loopback: every region is on this machine).
 timeout 300 "$xdc" coordinator -t "$topo" -c "$run" --run-dir "$rundir" --run-id "$id" --host 127.0.0.1 --port 0 \
-    >"$s/coordinator.log" 2>&1 &
+    --cert-dir "$s/coordinator" >"$s/coordinator.log" 2>&1 &
 coord_pid=$!
 pids+=($coord_pid)
 xdc_wait_started 30 "$coord_pid" "$s/coordinator.log" '--coordinator [^ ]+:[0-9]+' "the coordinator"
 coord=$(sed -n 's/.*--coordinator \([^ ]*:[0-9]*\).*/\1/p' "$s/coordinator.log" | head -n 1)
 
-# 2. slurm.sbatch once per region, with the region's node count and the documented environment. Peers
-# reach every node on loopback here, not at the topology's node names: XDC_ADVERTISE_HOST.
+# 2. slurm.sbatch once per region, with the region's node count and the documented environment (XDC_SIGN
+# and XDC_NODE_CERTS exported above, carried by --export=ALL). Peers reach every node on loopback here,
+# not at the topology's node names: XDC_ADVERTISE_HOST.
 while read -r region nodes; do
     j=$(cd "$s" && sbatch --parsable --nodes="$nodes" --output="$s/job-$region.out" \
         --export=ALL,XDC_REGION="$region",XDC_COORDINATOR="$coord",XDC_RUN_ID="$id",XDC="$xdc",XDC_ADVERTISE_HOST=127.0.0.1 \
