@@ -100,7 +100,7 @@ cmd_sign() {
 }
 
 cmd_install() {
-    [ $# -ge 1 ] && [ $(($# % 2)) -eq 1 ] || usage
+    if [ $# -lt 1 ] || [ $(($# % 2)) -ne 1 ]; then usage; fi
     local dir=$1 name n=0
     shift
     [ -d "$dir" ] || { echo "$me: no folder $dir: run \`enroll.sh request\` on this node first" >&2; return 66; }

@@ -42,7 +42,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # stdin is /dev/null for $remote: the loop below reads the node list from stdin.
 enroll="$here/enroll.sh"
 agent_cert_flags() {
-    local region=$1 node=$2 host=$3 certs=${XDC_NODE_CERTS:-/var/tmp/xdc-certs}/$id/$region req signed
+    local region=$1 node=$2 host=$3 req signed
+    local certs=${XDC_NODE_CERTS:-/var/tmp/xdc-certs}/$id/$region
     # $remote and $XDC_SIGN are command prefixes (word lists) on purpose; base64 words survive ssh's re-parsing.
     # shellcheck disable=SC2086
     req=$($remote "$host" env XDC="$xdc" bash "$enroll" request "$topo" "$certs" "$id" "$region" "$node" "$host" \
