@@ -155,6 +155,44 @@ XDC_TEST_T(multihost_slurm_sbatch_matches_launch, 300)
     expect_no_daemons("slurm-bad");
 }
 
+/* docs/runtime.md's multi-host example in small: etcd as the rendezvous, `xdc coordinator --rdzv` clearing
+ * the prefix and reporting, us-east under Slurm (slurm.sbatch with XDC_RDZV) and eu-west through ssh.sh
+ * (its rendezvous argument the etcd URL), every node with its own keys; same hash as `xdc launch`. */
+XDC_TEST_T(multihost_slurm_and_ssh_with_etcd_match_launch, 300)
+{
+    need_root_and_corpus("a Slurm cluster (munged, slurmctld, slurmd)");
+    if (system("command -v etcd >/dev/null 2>&1") != 0)
+        xdc_test_skip("no etcd binary (Debian etcd-server; `make deps` installs it)");
+    const char *topo = "examples/topology/demo-2region.yaml", *run = test_write_tiny_run("run", 8);
+    static char out[65536];
+    char cmd[2048], path[700];
+    snprintf(cmd, sizeof cmd, "timeout 200 bash tests/multihost/slurm.sh %s %s %s %s/mixed etcd", xdc_test_bin(), topo,
+             run, xdc_test_tmpdir());
+    run_and_compare(cmd, "tests/multihost/slurm.sh (etcd)", topo, run, out, sizeof out);
+    XDC_ASSERT_STR_CONTAINS(out, "region us-east: job");
+    XDC_ASSERT_STR_CONTAINS(out, "COMPLETED exit 0:0");
+    XDC_ASSERT_STR_CONTAINS(out, "regions eu-west: ssh.sh");
+    XDC_ASSERT_STR_CONTAINS(out, "ssh.sh exit 0");
+    snprintf(path, sizeof path, "%s/mixed/slurm/coordinator.log", xdc_test_tmpdir());
+    char *text = xdc_test_read_file(path, NULL);
+    XDC_ASSERT_MSG(text && strstr(text, "rendezvous at etcd://127.0.0.1:"), "the coordinator did not use etcd:\n%s",
+                   text ? text : "");
+    free(text);
+    snprintf(path, sizeof path, "%s/mixed/slurm/job-us-east.out", xdc_test_tmpdir());
+    text = xdc_test_read_file(path, NULL);
+    XDC_ASSERT_MSG(text && strstr(text, "node=0/1 (SLURM_NODEID, SLURM_NNODES)") &&
+                       strstr(text, "/us-east (from --cert-dir)"),
+                   "us-east's agent:\n%s", text ? text : "");
+    free(text);
+    snprintf(path, sizeof path, "%s/mixed/slurm/ssh.out", xdc_test_tmpdir());
+    text = xdc_test_read_file(path, NULL);
+    XDC_ASSERT_MSG(text && strstr(text, "host=west-node1 (--host)") && strstr(text, "/eu-west (from --cert-dir)"),
+                   "eu-west's agent:\n%s", text ? text : "");
+    free(text);
+    expect_keys_only_with_their_owners("mixed/slurm", "run-dir");
+    expect_no_daemons("mixed");
+}
+
 /* No namespace is left of the netns.sh run whose output (it names its prefix: "namespaces xdcmhN-*") is
  * text. */
 static void expect_no_namespaces(const char *text)

@@ -2,8 +2,10 @@
 # ssh.sh — start one agent per node over ssh for a topology whose regions list real host names (or
 # addresses): every node of every region, each started separately on its own host, as an operator would.
 #
-#   examples/launch/ssh.sh TOPOLOGY RUN.yaml RUN_DIR COORDINATOR_HOST:PORT RUN_ID [REGION...]
+#   examples/launch/ssh.sh TOPOLOGY RUN.yaml RUN_DIR RENDEZVOUS RUN_ID [REGION...]
 #
+# RENDEZVOUS is the coordinator's HOST:PORT, or etcd://HOST:PORT/PREFIX when etcd is the rendezvous (the
+# agents get --rdzv instead of --coordinator; `xdc coordinator --rdzv` the same URL first, without --host).
 # With REGIONs, only their nodes (the other regions started some other way, e.g. slurm.sbatch).
 # Keys: every node makes its own (examples/launch/enroll.sh; docs/security.md). On the CA host, once:
 #   enroll.sh init CA_DIR RUN_ID COORD_DIR     (CA_DIR/ca.key stays there; COORD_DIR: the coordinator's)
@@ -30,6 +32,8 @@ if [ $# -lt 5 ]; then
     exit 64
 fi
 topo=$1 run=$2 dir=$3 coord=$4 id=$5
+rdzv_flag=--coordinator
+[[ $coord == etcd://* ]] && rdzv_flag=--rdzv
 shift 5
 only=" $* "
 remote=${XDC_SSH:-ssh -n}
@@ -77,7 +81,7 @@ while read -r region node host; do
     # $remote and $flags are word lists on purpose: a command prefix and zero or more flags.
     # shellcheck disable=SC2086
     $remote "$host" "$xdc" agent --topology "$topo" --config "$run" --run-dir "$dir" --region "$region" \
-        --node "$node" --host "$host" --coordinator "$coord" --run-id "$id" $flags &
+        --node "$node" --host "$host" "$rdzv_flag" "$coord" --run-id "$id" $flags &
     pids+=($!)
     names+=("$region/$host")
 done <<<"$nodes"
