@@ -155,7 +155,7 @@ fi
 timeout 300 "$xdc" coordinator -t "$topo" -c "$run" --run-dir "$rundir" --run-id "$id" "${rdzv_args[@]}" \
     --cert-dir "$s/coordinator" >"$s/coordinator.log" 2>&1 &
 coord_pid=$!
-pids+=($coord_pid)
+pids+=("$coord_pid")
 xdc_wait_started 30 "$coord_pid" "$s/coordinator.log" '--coordinator [^ ]+:[0-9]+' "the coordinator"
 [ "$mode" = etcd ] || coord=$(sed -n 's/.*--coordinator \([^ ]*:[0-9]*\).*/\1/p' "$s/coordinator.log" | head -n 1)
 
@@ -187,7 +187,7 @@ if [ ${#ssh_regions[@]} -gt 0 ]; then
         bash "$here/examples/launch/ssh.sh" "$topo" "$run" "$rundir" "$coord" "$id" "${ssh_regions[@]}" \
         >"$s/ssh.out" 2>&1 &
     ssh_pid=$!
-    pids+=($ssh_pid)
+    pids+=("$ssh_pid")
     echo "slurm.sh: regions ${ssh_regions[*]}: ssh.sh (pid $ssh_pid)" >&2
 fi
 
