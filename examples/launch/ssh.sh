@@ -74,17 +74,24 @@ for r in $only; do
         exit 64
     fi
 done
-pids=() names=()
+# Every host enrolled before any agent starts: a host that cannot get its keys stops the script with
+# nothing started.
+starts=() flags=()
 while read -r region node host; do
     [ "$only" != "  " ] && [[ $only != *" $region "* ]] && continue
-    flags=$(agent_cert_flags "$region" "$node" "$host")
-    # $remote and $flags are word lists on purpose: a command prefix and zero or more flags.
+    flags+=("$(agent_cert_flags "$region" "$node" "$host")")
+    starts+=("$region $node $host")
+done <<<"$nodes"
+pids=() names=()
+for i in "${!starts[@]}"; do
+    read -r region node host <<<"${starts[$i]}"
+    # $remote and the flags are word lists on purpose: a command prefix and zero or more flags.
     # shellcheck disable=SC2086
     $remote "$host" "$xdc" agent --topology "$topo" --config "$run" --run-dir "$dir" --region "$region" \
-        --node "$node" --host "$host" "$rdzv_flag" "$coord" --run-id "$id" $flags &
+        --node "$node" --host "$host" "$rdzv_flag" "$coord" --run-id "$id" ${flags[$i]} &
     pids+=($!)
     names+=("$region/$host")
-done <<<"$nodes"
+done
 rc=0
 for i in "${!pids[@]}"; do
     st=0

@@ -70,10 +70,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 75' INT TERM
 
-# A free TCP port for a daemon, from a PID-derived start so that clusters of concurrent runs differ.
+# A free TCP port for a daemon, from a PID-derived start so that clusters of concurrent runs differ. Any
+# socket on the port counts (not only listeners): an outgoing connection's local port blocks a bind too.
 free_port() {
     local p=$((20000 + ($$ * 7 + $1) % 20000))
-    while ss -Hltn "sport = :$p" | grep -q .; do p=$((p + 1)); done
+    while ss -Htan "sport = :$p" | grep -q .; do p=$((p + 1)); done
     echo $p
 }
 ctld_port=$(free_port 0)
@@ -137,16 +138,26 @@ export XDC_SIGN="env XDC=$xdc bash $here/examples/launch/enroll.sh sign $s/ca" X
 # etcd, etcd first and the coordinator only clearing the run's prefix and reporting.
 if [ "$mode" = etcd ]; then
     command -v etcd >/dev/null || { echo "slurm.sh: no etcd: \`make deps\` installs etcd-server" >&2; exit 69; }
-    e_port=$(free_port 2)
-    e_peer=$(free_port 3)
-    [ "$e_peer" = "$e_port" ] && e_peer=$((e_port + 1))
-    etcd --name t --data-dir "$s/etcd" --listen-client-urls "http://127.0.0.1:$e_port" \
-        --advertise-client-urls "http://127.0.0.1:$e_port" --listen-peer-urls "http://127.0.0.1:$e_peer" \
-        --initial-advertise-peer-urls "http://127.0.0.1:$e_peer" --initial-cluster "t=http://127.0.0.1:$e_peer" \
-        >"$s/log/etcd.log" 2>&1 &
-    pids+=($!)
     etcd_healthy() { curl -s --max-time 1 "http://127.0.0.1:$e_port/health" | grep -q '"health":"true"'; }
-    xdc_wait_for 30 "etcd to answer /health" etcd_healthy
+    etcd_up() { ! kill -0 "$e_pid" 2>/dev/null || etcd_healthy; } # answered, or stopped
+    # A port found free can be taken before etcd binds it (a busy machine's outgoing connections): up to
+    # three tries on other ports when etcd stops at start.
+    for try in 1 2 3; do
+        e_port=$(free_port $((2 + try * 10)))
+        e_peer=$(free_port $((3 + try * 10)))
+        [ "$e_peer" = "$e_port" ] && e_peer=$((e_port + 1))
+        rm -rf "$s/etcd"
+        etcd --name t --data-dir "$s/etcd" --listen-client-urls "http://127.0.0.1:$e_port" \
+            --advertise-client-urls "http://127.0.0.1:$e_port" --listen-peer-urls "http://127.0.0.1:$e_peer" \
+            --initial-advertise-peer-urls "http://127.0.0.1:$e_peer" --initial-cluster "t=http://127.0.0.1:$e_peer" \
+            >"$s/log/etcd-$try.log" 2>&1 &
+        e_pid=$!
+        pids+=("$e_pid")
+        xdc_wait_for 30 "etcd to answer /health" etcd_up
+        etcd_healthy && break
+        echo "slurm.sh: etcd stopped at start (try $try; $s/log/etcd-$try.log)" >&2
+        [ "$try" = 3 ] && exit 69
+    done
     coord=etcd://127.0.0.1:$e_port/xdc/$id
     rdzv_args=(--rdzv "$coord")
 else
