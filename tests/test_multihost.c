@@ -90,6 +90,30 @@ static void expect_no_daemons(const char *work)
     XDC_ASSERT_MSG(atoi(out) == 0, "%d Slurm or munge daemons of %s are left", atoi(out), work);
 }
 
+/* Per-node keys, under root (a rehearsal's folder: ca/ the CA host's, coordinator/ the coordinator's,
+ * nodes/ID/REGION/ each region's node's): exactly 6 keys (the CA's, the coordinator's, two workers per
+ * region; Slurm's munge key is not ours), each in its owner's folder only, and no RUN_DIR/certs (the shared-folder way: rundir is the run
+ * folder, relative to root). */
+static void expect_keys_only_with_their_owners(const char *root, const char *rundir)
+{
+    char cmd[2048], out[4096];
+    snprintf(cmd, sizeof cmd,
+             "cd %s/%s && find . -path ./munge -prune -o -name '*.key' -print | sort | while read -r f; do "
+             "  d=$(basename \"$(dirname \"$f\")\"); k=$(basename \"$f\" .key); "
+             "  case $d:$k in ca:ca | coordinator:coordinator-0 | us-east:us-east-[0-9]* | eu-west:eu-west-[0-9]*) "
+             "    echo \"ok $f\" ;; *) echo \"MISPLACED $f\" ;; esac; done; "
+             "if [ -e %s/certs ]; then echo 'IN RUN FOLDER certs/'; fi",
+             xdc_test_tmpdir(), root, rundir);
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 0);
+    int keys = 0;
+    for (const char *c = out; (c = strstr(c, "ok ./")) != NULL; c++) keys++;
+    XDC_ASSERT_MSG(keys == 6 && !strstr(out, "MISPLACED") && !strstr(out, "IN RUN FOLDER"),
+                   "keys in %s (6 expected, each with its owner only):\n%s", root, out);
+    XDC_ASSERT_STR_CONTAINS(out, "ok ./ca/ca.key");
+    XDC_ASSERT_STR_CONTAINS(out, "/us-east/us-east-1.key");
+    XDC_ASSERT_STR_CONTAINS(out, "/eu-west/eu-west-1.key");
+}
+
 XDC_TEST_T(multihost_slurm_sbatch_matches_launch, 300)
 {
     need_root_and_corpus("a Slurm cluster (munged, slurmctld, slurmd)");
@@ -115,14 +139,58 @@ XDC_TEST_T(multihost_slurm_sbatch_matches_launch, 300)
         XDC_ASSERT_STR_CONTAINS(job, "(XDC_REGION)");
         XDC_ASSERT_STR_CONTAINS(job, "node=0/1 (SLURM_NODEID, SLURM_NNODES)");
         XDC_ASSERT_STR_CONTAINS(job, "(XDC_COORDINATOR)");
+        /* its keys came from its own folder, made on its node and signed by the CA host */
+        char mine[64];
+        snprintf(mine, sizeof mine, "/%s (from --cert-dir)", regions[i]);
+        XDC_ASSERT_STR_CONTAINS(job, mine);
+        XDC_ASSERT_STR_CONTAINS(job, "enroll.sh: signed");
         free(job);
     }
+    expect_keys_only_with_their_owners("slurm/slurm", "run-dir");
     expect_no_daemons("slurm");
     /* A run the coordinator refuses: its error, and the cluster is stopped all the same. */
     snprintf(cmd, sizeof cmd, "timeout 100 bash tests/multihost/slurm.sh %s %s %s %s/slurm-bad", xdc_test_bin(), topo,
              write_refused_run(), xdc_test_tmpdir());
     expect_refused(cmd, "slurm.sh", out, sizeof out);
     expect_no_daemons("slurm-bad");
+}
+
+/* docs/runtime.md's multi-host example in small: etcd as the rendezvous, `xdc coordinator --rdzv` clearing
+ * the prefix and reporting, us-east under Slurm (slurm.sbatch with XDC_RDZV) and eu-west through ssh.sh
+ * (its rendezvous argument the etcd URL), every node with its own keys; same hash as `xdc launch`. */
+XDC_TEST_T(multihost_slurm_and_ssh_with_etcd_match_launch, 300)
+{
+    need_root_and_corpus("a Slurm cluster (munged, slurmctld, slurmd)");
+    if (system("command -v etcd >/dev/null 2>&1") != 0)
+        xdc_test_skip("no etcd binary (Debian etcd-server; `make deps` installs it)");
+    const char *topo = "examples/topology/demo-2region.yaml", *run = test_write_tiny_run("run", 8);
+    static char out[65536];
+    char cmd[2048], path[700];
+    snprintf(cmd, sizeof cmd, "timeout 200 bash tests/multihost/slurm.sh %s %s %s %s/mixed etcd", xdc_test_bin(), topo,
+             run, xdc_test_tmpdir());
+    run_and_compare(cmd, "tests/multihost/slurm.sh (etcd)", topo, run, out, sizeof out);
+    XDC_ASSERT_STR_CONTAINS(out, "region us-east: job");
+    XDC_ASSERT_STR_CONTAINS(out, "COMPLETED exit 0:0");
+    XDC_ASSERT_STR_CONTAINS(out, "regions eu-west: ssh.sh");
+    XDC_ASSERT_STR_CONTAINS(out, "ssh.sh exit 0");
+    snprintf(path, sizeof path, "%s/mixed/slurm/coordinator.log", xdc_test_tmpdir());
+    char *text = xdc_test_read_file(path, NULL);
+    XDC_ASSERT_MSG(text && strstr(text, "rendezvous at etcd://127.0.0.1:"), "the coordinator did not use etcd:\n%s",
+                   text ? text : "");
+    free(text);
+    snprintf(path, sizeof path, "%s/mixed/slurm/job-us-east.out", xdc_test_tmpdir());
+    text = xdc_test_read_file(path, NULL);
+    XDC_ASSERT_MSG(text && strstr(text, "node=0/1 (SLURM_NODEID, SLURM_NNODES)") &&
+                       strstr(text, "/us-east (from --cert-dir)"),
+                   "us-east's agent:\n%s", text ? text : "");
+    free(text);
+    snprintf(path, sizeof path, "%s/mixed/slurm/ssh.out", xdc_test_tmpdir());
+    text = xdc_test_read_file(path, NULL);
+    XDC_ASSERT_MSG(text && strstr(text, "host=west-node1 (--host)") && strstr(text, "/eu-west (from --cert-dir)"),
+                   "eu-west's agent:\n%s", text ? text : "");
+    free(text);
+    expect_keys_only_with_their_owners("mixed/slurm", "run-dir");
+    expect_no_daemons("mixed");
 }
 
 /* No namespace is left of the netns.sh run whose output (it names its prefix: "namespaces xdcmhN-*") is
@@ -157,7 +225,11 @@ XDC_TEST_T(multihost_netns_agents_match_launch, 240)
     XDC_ASSERT_MSG(agents != NULL, "no %s", path);
     XDC_ASSERT_STR_CONTAINS(agents, "host=10.77.0.1 (--host)");
     XDC_ASSERT_STR_CONTAINS(agents, "host=10.77.0.2 (--host)");
+    /* each with the keys its own host made (nodes/ID/REGION), signed on the coordinator's host */
+    XDC_ASSERT_STR_CONTAINS(agents, "/us-east (from --cert-dir)");
+    XDC_ASSERT_STR_CONTAINS(agents, "/eu-west (from --cert-dir)");
     free(agents);
+    expect_keys_only_with_their_owners("netns", ".");
     expect_no_namespaces(out);
 }
 
@@ -235,7 +307,7 @@ XDC_TEST_T(multihost_scripts_refuse_what_they_cannot_run, 60)
     XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
     XDC_ASSERT_STR_CONTAINS(out, "--coordinator adds a namespace: it needs --netns PREFIX");
 
-    /* slurm.sbatch: the documented variables first, then the coordinator's certificates */
+    /* slurm.sbatch: the documented variables first, then the signing command of the per-node keys */
     snprintf(cmd, sizeof cmd, "env -u XDC_REGION bash examples/launch/slurm.sbatch t.yaml r.yaml %s/run",
              xdc_test_tmpdir());
     XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
@@ -244,22 +316,47 @@ XDC_TEST_T(multihost_scripts_refuse_what_they_cannot_run, 60)
              "XDC_REGION=us-east XDC_COORDINATOR=h:1 XDC_RUN_ID=r bash examples/launch/slurm.sbatch t.yaml r.yaml "
              "%s/run",
              xdc_test_tmpdir());
-    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 66);
-    XDC_ASSERT_STR_CONTAINS(out, "certs/ca.pem is not readable here: start the coordinator first");
-
-    /* ssh.sh: an unknown region, then no certificates (nothing is started either time) */
-    snprintf(cmd, sizeof cmd,
-             "XDC=%s XDC_SSH=false bash examples/launch/ssh.sh examples/topology/demo-2region.yaml r.yaml %s/run h:1 "
-             "r mars",
-             x, xdc_test_tmpdir());
     XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
-    XDC_ASSERT_STR_CONTAINS(out, "has no region 'mars'");
+    XDC_ASSERT_STR_CONTAINS(out, "XDC_SIGN is not set: the command that signs key requests on the CA host");
+
+    /* ssh.sh: no signing command, then an unknown region (nothing is started either time) */
     snprintf(cmd, sizeof cmd,
              "XDC=%s XDC_SSH=false bash examples/launch/ssh.sh examples/topology/demo-2region.yaml r.yaml %s/run h:1 "
              "r eu-west",
              x, xdc_test_tmpdir());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
+    XDC_ASSERT_STR_CONTAINS(out, "XDC_SIGN is not set");
+    snprintf(cmd, sizeof cmd,
+             "XDC=%s XDC_SSH=false XDC_SIGN=false bash examples/launch/ssh.sh examples/topology/demo-2region.yaml "
+             "r.yaml %s/run h:1 r mars",
+             x, xdc_test_tmpdir());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 64);
+    XDC_ASSERT_STR_CONTAINS(out, "has no region 'mars'");
+    /* a host that cannot make its keys: named, and no agent started */
+    snprintf(cmd, sizeof cmd,
+             "XDC=%s XDC_SSH=false XDC_SIGN=false bash examples/launch/ssh.sh examples/topology/demo-2region.yaml "
+             "r.yaml %s/run h:1 r eu-west",
+             x, xdc_test_tmpdir());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 65);
+    XDC_ASSERT_STR_CONTAINS(out, "west-node1 could not make its keys (enroll.sh request)");
+
+    /* enroll.sh: the CA host refuses a request sent under another rank's name, and signs nothing without a CA */
+    const char *t = xdc_test_tmpdir();
+    snprintf(cmd, sizeof cmd,
+             "export XDC=%1$s; e=examples/launch/enroll.sh; set -e; bash $e init %2$s/ca r %2$s/coord 2>/dev/null; "
+             "bash $e request examples/topology/demo-2region.yaml %2$s/node r us-east 0 2>/dev/null | "
+             "sed 's/^us-east-0 /us-east-1 /' | bash $e sign %2$s/ca",
+             x, t);
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 65);
+    XDC_ASSERT_STR_CONTAINS(out, "the request sent as us-east-1 is for another identity");
+    snprintf(cmd, sizeof cmd, "XDC=%s bash examples/launch/enroll.sh sign %s/none </dev/null", x, t);
     XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 66);
-    XDC_ASSERT_STR_CONTAINS(out, "certs/ca.pem is not readable: start the coordinator first");
+    XDC_ASSERT_STR_CONTAINS(out, "none/ca.pem: make the CA first (enroll.sh init)");
+    /* the node's folder has its own keys only: the CA's key and the coordinator's are elsewhere */
+    snprintf(cmd, sizeof cmd, "ls %s/node", t);
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 0);
+    XDC_ASSERT_STR_CONTAINS(out, "us-east-0.key");
+    XDC_ASSERT_MSG(!strstr(out, "ca.key") && !strstr(out, "coordinator"), "node folder holds: %s", out);
 
     /* netns.sh: demo-2region's node names are labels, not the namespaces' addresses */
     snprintf(cmd, sizeof cmd,

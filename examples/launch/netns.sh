@@ -3,7 +3,9 @@
 # its own (a namespace with its own address), the coordinator on another, the WAN between them the
 # topology's links through `xdc wan-emu --netns` (kernel TCP over emulated delay, rate and loss; no
 # loopback relays), and each region's agent started separately through examples/launch/ssh.sh, with
-# this script standing in for ssh. What `make demo-multihost` runs; test multihost_netns_agents_match_launch.
+# this script standing in for ssh, each host with keys of its own (RUN_DIR/nodes/ID/REGION, signed on the
+# coordinator's host, which keeps the CA in RUN_DIR/ca: examples/launch/enroll.sh). What
+# `make demo-multihost` runs; test multihost_netns_agents_match_launch.
 #
 #   examples/launch/netns.sh run TOPOLOGY RUN.yaml RUN_DIR    the whole run; the coordinator's final line
 #   examples/launch/netns.sh exec PREFIX HOST COMMAND...      run COMMAND on emulated host HOST (10.77.0.K
@@ -103,16 +105,23 @@ netns_run() {
     XDC=$xdc xdc_netns_up "$prefix" "$topo" "$dir/wan-emu.log" || return $?
     echo "netns.sh: hosts up: $(grep -c 'ip netns exec' "$dir/wan-emu.log") namespaces $prefix-*," \
         "coordinator at $coord_host" >&2
+    # Per-node keys: the coordinator's host is the CA host (DIR/ca: ca.key; DIR/coordinator: its own key);
+    # each agent's host makes its keys under DIR/nodes/ID/REGION when ssh.sh enrols it, and has them signed
+    # on the coordinator's host (XDC_SIGN below). No host's folder holds another's key.
+    rm -rf "$dir/ca" "$dir/coordinator" "$dir/nodes"
+    XDC=$xdc "$here/enroll.sh" init "$dir/ca" "$id" "$dir/coordinator" 2>"$dir/enroll.log" ||
+        { cat "$dir/enroll.log" >&2; return 78; }
     # The coordinator on its own host, listening on that host's address.
     (xdc_netns_exec "$prefix" "$coord_host" timeout 600 "$xdc" coordinator -t "$topo" -c "$run" --run-dir "$dir" \
-        --run-id "$id" --host "$coord_host" --port 29400) >"$dir/coordinator.log" 2>&1 &
+        --run-id "$id" --host "$coord_host" --port 29400 --cert-dir "$dir/coordinator") >"$dir/coordinator.log" 2>&1 &
     netns_coord_pid=$!
     xdc_wait_started 30 "$netns_coord_pid" "$dir/coordinator.log" '--coordinator ' "the coordinator at $coord_host" ||
         return $?
     # One agent per host, each started separately in its own namespace: ssh.sh with this script as ssh.
     # setsid: ssh.sh and every agent it starts form one process group, stopped together on failure.
-    XDC=$xdc XDC_SSH="$here/netns.sh exec $prefix" setsid "$here/ssh.sh" "$topo" "$run" "$dir" "$coord_host:29400" \
-        "$id" >"$dir/agents.log" 2>&1 &
+    XDC=$xdc XDC_SSH="$here/netns.sh exec $prefix" XDC_NODE_CERTS="$dir/nodes" \
+        XDC_SIGN="$here/netns.sh exec $prefix $coord_host env XDC=$xdc $here/enroll.sh sign $dir/ca" \
+        setsid "$here/ssh.sh" "$topo" "$run" "$dir" "$coord_host:29400" "$id" >"$dir/agents.log" 2>&1 &
     netns_agents_pid=$!
     # On a terminal, follow the agents (region 0's first worker prints the progress lines) while they run.
     [ -t 2 ] && tail --pid="$netns_agents_pid" -n +1 -f "$dir/agents.log" >&2 &

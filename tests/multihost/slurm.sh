@@ -4,7 +4,13 @@
 # region exactly as its header tells a user, and print the coordinator's final line. Every daemon is
 # stopped by its PID at the end, also on failure. Used by test multihost_slurm_sbatch_matches_launch.
 #
-#   tests/multihost/slurm.sh XDC TOPO.yaml RUN.yaml WORKDIR
+#   tests/multihost/slurm.sh XDC TOPO.yaml RUN.yaml WORKDIR [etcd]
+#
+# With `etcd`, the layout of docs/runtime.md's 3-region example: etcd (started here on free loopback
+# ports, data in WORKDIR) is the rendezvous, `xdc coordinator --rdzv` clears the run's prefix and reports,
+# the first region runs under Slurm (XDC_RDZV instead of XDC_COORDINATOR) and the others through
+# examples/launch/ssh.sh (its rendezvous argument the etcd URL; XDC_SSH a stand-in that runs the command
+# here), each node with its own keys either way.
 #
 # Exit 0 with the run's `final ... params_xxh64=...` line on stdout; 77 when not root (the test skips);
 # otherwise the failing step's code, with the logs that explain it on stderr.
@@ -12,11 +18,11 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 . "$here/examples/launch/common.sh"
 
-if [ $# -ne 4 ]; then
-    echo "usage: $0 XDC TOPO.yaml RUN.yaml WORKDIR" >&2
+if [ $# -ne 4 ] && { [ $# -ne 5 ] || [ "$5" != etcd ]; }; then
+    echo "usage: $0 XDC TOPO.yaml RUN.yaml WORKDIR [etcd]" >&2
     exit 64
 fi
-xdc=$(realpath "$1") topo=$(realpath "$2") run=$(realpath "$3") work=$4
+xdc=$(realpath "$1") topo=$(realpath "$2") run=$(realpath "$3") work=$4 mode=${5:-builtin}
 if [ "$(id -u)" != 0 ]; then
     echo "skip: a Slurm cluster (munged, slurmctld, slurmd) needs root" >&2
     exit 77
@@ -27,6 +33,14 @@ for b in munged slurmctld slurmd sbatch scontrol sinfo squeue; do
         exit 69
     fi
 done
+
+# One cluster at a time on this machine: two at once (the suite runs tests in parallel) got in each
+# other's way (a node that never became idle within 30 s). The lock goes with this process.
+exec 9>/tmp/xdc-slurm-test.lock
+if ! flock -w 150 9; then
+    echo "slurm.sh: another test's Slurm cluster held /tmp/xdc-slurm-test.lock for 150 s" >&2
+    exit 75
+fi
 
 mkdir -p "$work"
 s=$(cd "$work" && pwd)/slurm
@@ -47,7 +61,7 @@ cleanup() {
     [ ${#pids[@]} -gt 0 ] && xdc_stop_pids "${pids[@]}"
     rm -rf "$sock"
     if [ $rc -ne 0 ]; then
-        for f in "$s"/coordinator.log "$s"/job-*.out "$s"/log/*; do
+        for f in "$s"/coordinator.log "$s"/job-*.out "$s"/ssh.out "$s"/log/*; do
             [ -f "$f" ] && { echo "---- $f" >&2; tail -n 30 "$f" >&2; }
         done
     fi
@@ -56,10 +70,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 75' INT TERM
 
-# A free TCP port for a daemon, from a PID-derived start so that clusters of concurrent runs differ.
+# A free TCP port for a daemon, from a PID-derived start so that clusters of concurrent runs differ. Any
+# socket on the port counts (not only listeners): an outgoing connection's local port blocks a bind too.
 free_port() {
     local p=$((20000 + ($$ * 7 + $1) % 20000))
-    while ss -Hltn "sport = :$p" | grep -q .; do p=$((p + 1)); done
+    while ss -Htan "sport = :$p" | grep -q .; do p=$((p + 1)); done
     echo $p
 }
 ctld_port=$(free_port 0)
@@ -112,25 +127,80 @@ xdc_wait_for 30 "slurmctld to answer (scontrol ping)" sh -c 'scontrol ping | gre
 xdc_wait_for 30 "node xdcnode to be idle (sinfo)" node_idle
 echo "slurm.sh: cluster up: slurmctld :$ctld_port, slurmd :$slurmd_port, $(sinfo -h -o '%P %D %t %N')" >&2
 
-# 1. The coordinator, as the header of slurm.sbatch says (loopback: every region is on this machine).
+# 0. Keys as the header of slurm.sbatch says: the CA in $s/ca (ca.key stays there), the coordinator's own
+# key in $s/coordinator; each region's node keeps its keys in $s/nodes/ID/REGION (XDC_NODE_CERTS).
 rundir=$s/run-dir
 id=slurm-$$
-timeout 300 "$xdc" coordinator -t "$topo" -c "$run" --run-dir "$rundir" --run-id "$id" --host 127.0.0.1 --port 0 \
-    >"$s/coordinator.log" 2>&1 &
-coord_pid=$!
-pids+=($coord_pid)
-xdc_wait_started 30 "$coord_pid" "$s/coordinator.log" '--coordinator [^ ]+:[0-9]+' "the coordinator"
-coord=$(sed -n 's/.*--coordinator \([^ ]*:[0-9]*\).*/\1/p' "$s/coordinator.log" | head -n 1)
+XDC=$xdc bash "$here/examples/launch/enroll.sh" init "$s/ca" "$id" "$s/coordinator"
+export XDC_SIGN="env XDC=$xdc bash $here/examples/launch/enroll.sh sign $s/ca" XDC_NODE_CERTS=$s/nodes
 
-# 2. slurm.sbatch once per region, with the region's node count and the documented environment. Peers
-# reach every node on loopback here, not at the topology's node names: XDC_ADVERTISE_HOST.
+# 1. The coordinator, as the header of slurm.sbatch says (loopback: every region is on this machine); with
+# etcd, etcd first and the coordinator only clearing the run's prefix and reporting.
+if [ "$mode" = etcd ]; then
+    command -v etcd >/dev/null || { echo "slurm.sh: no etcd: \`make deps\` installs etcd-server" >&2; exit 69; }
+    etcd_healthy() { curl -s --max-time 1 "http://127.0.0.1:$e_port/health" | grep -q '"health":"true"'; }
+    etcd_up() { ! kill -0 "$e_pid" 2>/dev/null || etcd_healthy; } # answered, or stopped
+    # A port found free can be taken before etcd binds it (a busy machine's outgoing connections): up to
+    # three tries on other ports when etcd stops at start.
+    for try in 1 2 3; do
+        e_port=$(free_port $((2 + try * 10)))
+        e_peer=$(free_port $((3 + try * 10)))
+        [ "$e_peer" = "$e_port" ] && e_peer=$((e_port + 1))
+        rm -rf "$s/etcd"
+        etcd --name t --data-dir "$s/etcd" --listen-client-urls "http://127.0.0.1:$e_port" \
+            --advertise-client-urls "http://127.0.0.1:$e_port" --listen-peer-urls "http://127.0.0.1:$e_peer" \
+            --initial-advertise-peer-urls "http://127.0.0.1:$e_peer" --initial-cluster "t=http://127.0.0.1:$e_peer" \
+            >"$s/log/etcd-$try.log" 2>&1 &
+        e_pid=$!
+        pids+=("$e_pid")
+        xdc_wait_for 30 "etcd to answer /health" etcd_up
+        etcd_healthy && break
+        echo "slurm.sh: etcd stopped at start (try $try; $s/log/etcd-$try.log)" >&2
+        [ "$try" = 3 ] && exit 69
+    done
+    coord=etcd://127.0.0.1:$e_port/xdc/$id
+    rdzv_args=(--rdzv "$coord")
+else
+    rdzv_args=(--host 127.0.0.1 --port 0)
+fi
+timeout 300 "$xdc" coordinator -t "$topo" -c "$run" --run-dir "$rundir" --run-id "$id" "${rdzv_args[@]}" \
+    --cert-dir "$s/coordinator" >"$s/coordinator.log" 2>&1 &
+coord_pid=$!
+pids+=("$coord_pid")
+xdc_wait_started 30 "$coord_pid" "$s/coordinator.log" '--coordinator [^ ]+:[0-9]+' "the coordinator"
+[ "$mode" = etcd ] || coord=$(sed -n 's/.*--coordinator \([^ ]*:[0-9]*\).*/\1/p' "$s/coordinator.log" | head -n 1)
+
+# 2. slurm.sbatch once per region, with the region's node count and the documented environment (XDC_SIGN
+# and XDC_NODE_CERTS exported above, carried by --export=ALL). Peers reach every node on loopback here,
+# not at the topology's node names: XDC_ADVERTISE_HOST.
+# With etcd, only the first region goes to Slurm; the others are started through ssh.sh below.
+rdzv_var=XDC_COORDINATOR
+[ "$mode" = etcd ] && rdzv_var=XDC_RDZV
+ssh_regions=()
 while read -r region nodes; do
+    if [ "$mode" = etcd ] && [ ${#jobs[@]} -gt 0 ]; then
+        ssh_regions+=("$region")
+        continue
+    fi
     j=$(cd "$s" && sbatch --parsable --nodes="$nodes" --output="$s/job-$region.out" \
-        --export=ALL,XDC_REGION="$region",XDC_COORDINATOR="$coord",XDC_RUN_ID="$id",XDC="$xdc",XDC_ADVERTISE_HOST=127.0.0.1 \
+        --export=ALL,XDC_REGION="$region","$rdzv_var"="$coord",XDC_RUN_ID="$id",XDC="$xdc",XDC_ADVERTISE_HOST=127.0.0.1 \
         "$here/examples/launch/slurm.sbatch" "$topo" "$run" "$rundir")
     jobs+=("$j")
     echo "slurm.sh: region $region: job $j ($nodes node(s))" >&2
 done < <("$xdc" topo check --hosts "$topo" | awk '{n[$1]++; if (!($1 in o)) o[$1] = ++k} END {for (r in o) print o[r], r, n[r]}' | sort -n | cut -d' ' -f2-)
+
+ssh_pid=
+if [ ${#ssh_regions[@]} -gt 0 ]; then
+    # ssh.sh as an operator runs it, with a stand-in for ssh that runs the command on this machine.
+    printf '#!/bin/sh\nshift\nexec "$@"\n' >"$s/here-ssh"
+    chmod +x "$s/here-ssh"
+    XDC=$xdc XDC_SSH=$s/here-ssh XDC_ADVERTISE_HOST=127.0.0.1 \
+        bash "$here/examples/launch/ssh.sh" "$topo" "$run" "$rundir" "$coord" "$id" "${ssh_regions[@]}" \
+        >"$s/ssh.out" 2>&1 &
+    ssh_pid=$!
+    pids+=("$ssh_pid")
+    echo "slurm.sh: regions ${ssh_regions[*]}: ssh.sh (pid $ssh_pid)" >&2
+fi
 
 # While the run lasts, a job Slurm could not start (held after a failed launch, failed, cancelled) ends
 # the test at once rather than when the coordinator gives up on its members.
@@ -155,6 +225,12 @@ for j in "${jobs[@]}"; do
     echo "slurm.sh: job $j: $state exit $code" >&2
     [ "$state" = COMPLETED ] && [ "$code" = 0:0 ] || bad=1
 done
+if [ -n "$ssh_pid" ]; then
+    ssh_rc=0
+    wait "$ssh_pid" || ssh_rc=$?
+    echo "slurm.sh: ssh.sh exit $ssh_rc" >&2
+    [ $ssh_rc -eq 0 ] || bad=1
+fi
 if [ $coord_rc -ne 0 ] || [ $bad -ne 0 ]; then
     echo "slurm.sh: the run failed: coordinator exit $coord_rc; jobs ${jobs[*]}" >&2
     exit $((coord_rc ? coord_rc : 70))
