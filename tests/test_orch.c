@@ -587,6 +587,8 @@ XDC_TEST_T(orch_stopped_worker_is_a_timeout_naming_it, 120)
     text = xdc_test_read_file(plog, NULL);
     XDC_ASSERT_STR_CONTAINS(text, "waiting for eu-west/1 for ");
     XDC_ASSERT_STR_CONTAINS(text, "its last rounds kept us waiting ");
+    /* and, when it gave up, since when and which key of the run file sets the limit */
+    XDC_ASSERT_STR_CONTAINS(text, "UTC; timeouts.operation = 8000 ms in the run file)");
     free(text);
 }
 

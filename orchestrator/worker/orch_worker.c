@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef XDC_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -539,6 +540,19 @@ static int count_threads(void)
     return n;
 }
 
+/* Append to a TIMEOUT's message when the wait began (now less the timeout, UTC) and the run file's key. */
+static void time_out_hint(xdc_diag *d, int64_t timeout_ms)
+{
+    time_t since = (time_t)((xdc_wall_ns() / XDC_NS_PER_MS - (uint64_t)timeout_ms) / 1000);
+    struct tm tm;
+    char at[16];
+    gmtime_r(&since, &tm);
+    strftime(at, sizeof at, "%H:%M:%S", &tm);
+    size_t len = strlen(d->msg);
+    snprintf(d->msg + len, sizeof d->msg - len, " (waiting since %s UTC; timeouts.operation = %lld ms in the run file)",
+             at, (long long)timeout_ms);
+}
+
 xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
 {
     orch_worker w;
@@ -591,6 +605,9 @@ xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
         what = "training";
         rc = orch_train_run(&w, &d);
         if (rc == XDC_OK) XDC_INFO(XDC_SUB_ORCH, "training done, %d threads", count_threads());
+        /* A wait during training ends at the operation timeout (the WAN engine's peer deadline, a store
+         * get or barrier); the layer below names whom it waited for, this adds since when and the key. */
+        if (rc == XDC_ERR_TIMEOUT) time_out_hint(&d, w.cfg.op_timeout_ms);
     }
     orch_observe_finish(&w);
     if (w.tele.trace) {
