@@ -277,7 +277,7 @@ static int find_member(bserver *s, const char *name)
 static int may_write(const bserver *s, int i, const char *key)
 {
     const member *m = &s->members[i];
-    char own[8][RDZV_KEY_MAX + 16];
+    char own[9][RDZV_KEY_MAX + 16]; /* the 6 keys of every member, 3 more of a region's rank 0 */
     int n = 0;
     snprintf(own[n++], sizeof own[0], "wan/%d/%d", m->region_idx, m->rank);
     snprintf(own[n++], sizeof own[0], "outer/%d/%d", m->region_idx, m->rank); /* its arrival at an outer round */
