@@ -477,7 +477,9 @@ XDC_TEST(rdzv_etcd_mutual_tls)
     /* Plain HTTP to a TLS etcd, and TLS without a client certificate: refused at once, not retried. */
     XDC_ASSERT(rdzv_client_open(&t, NULL, names[0], 2000, &c, &d) != XDC_OK);
     t.cacert = f[2];
-    XDC_ASSERT_ERR(rdzv_client_open(&t, NULL, names[0], 2000, &c, &d), XDC_ERR_TLS);
+    xdc_err_t rc = rdzv_client_open(&t, NULL, names[0], 2000, &c, &d);
+    XDC_ASSERT_MSG(rc == XDC_ERR_TLS, "without a client certificate: %s, expected XDC_ERR_TLS: %s", xdc_strerror(rc),
+                   d.msg);
     XDC_ASSERT_STR_CONTAINS(d.msg, "etcd at 127.0.0.1");
     t.cert = f[3];
     XDC_ASSERT_ERR(rdzv_client_open(&t, NULL, names[0], 2000, &c, &d), XDC_ERR_CONFIG); /* a cert needs its key */

@@ -91,6 +91,11 @@ static void listen_stop(pid_t pid)
  * destroyed peers as well. No timing is asserted; the numbers are printed for the log. */
 XDC_TEST_T(wan_listen_rss_stays_flat_over_1000_sessions, 240)
 {
+#ifdef __SANITIZE_ADDRESS__
+    /* AddressSanitizer keeps freed memory in a quarantine (256 MB by default) before reusing it, so RSS
+     * grows with every freed session buffer; this build's LeakSanitizer checks for leaks instead. */
+    xdc_test_skip("RSS is not a leak measure under AddressSanitizer (its quarantine holds freed memory)");
+#endif
     wan_test_node us, eu;
     wan_test_issue("pki", "us", 0, 30, 0, &us);
     wan_test_issue("pki", "eu", 0, 30, 0, &eu);

@@ -198,8 +198,9 @@ static xdc_err_t conn_post(etcd_conn *c, const char *path, json_t *body, uint64_
             xdc_diag_set(diag, "%s: %s: reply larger than %u bytes", c->where, what, ETCD_RX_MAX);
             return XDC_ERR_RANGE;
         }
-        /* TLS 1.3: a server that refuses our certificate says so in an alert on the first read. */
-        int refused = rc == CURLE_RECV_ERROR && strstr(c->err, "alert") != NULL;
+        /* TLS 1.3: a server that refuses our certificate says so in an alert, which curl reports from the
+         * read or the write that meets it (whichever comes first varies with timing); never transient. */
+        int refused = strstr(c->err, "alert") != NULL;
         if (!transient(rc) || refused) {
             xdc_diag_set(diag, "%s: %s: %s", c->where, what, last);
             return refused || rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_PEER_FAILED_VERIFICATION ||
