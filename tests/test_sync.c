@@ -7,6 +7,7 @@
 #include "common/xdc_rng.h"
 #include "sync/xdc_sync.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,14 +17,28 @@
 #define N_ELEMS   4000
 #define MAX_SYNCS 16
 
-/* Threads of this process, from the kernel's own count (the "Threads:" line of /proc/self/status). */
+/* Live threads of this process: the tasks in /proc/self/task without PF_EXITING (0x4, the 9th field of
+ * their stat line). pthread_join returns when the thread's tid is cleared, which the kernel does during
+ * the thread's exit, before it is reaped; until then "Threads:" in /proc/self/status still counts it, so a
+ * joined thread could be counted. PF_EXITING is set before the tid is cleared. */
 static int count_threads(void)
 {
-    char *status = xdc_test_read_file("/proc/self/status", NULL);
-    XDC_ASSERT(status != NULL);
-    const char *line = strstr(status, "\nThreads:");
-    int n = line ? atoi(line + strlen("\nThreads:")) : -1;
-    free(status);
+    DIR *d = opendir("/proc/self/task");
+    XDC_ASSERT(d != NULL);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.') continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+        char *stat = xdc_test_read_file(path, NULL);
+        if (!stat) continue; /* reaped since readdir */
+        const char *p = strrchr(stat, ')');
+        unsigned long flags = 0;
+        XDC_ASSERT_MSG(p && sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %lu", &flags) == 1, "%s: %s", path, stat);
+        free(stat);
+        if (!(flags & 0x4)) n++;
+    }
+    closedir(d);
     return n;
 }
 
