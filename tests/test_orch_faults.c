@@ -214,7 +214,8 @@ XDC_TEST_T(wan_emu_netns_cleanup_survives_repeated_signals, 60)
 XDC_TEST(wan_wait_tells_its_own_timeout_from_a_failed_request)
 {
     wan_test_pair tp;
-    wan_test_pair_open(&tp, 2, 400, NULL, NULL);
+    /* 3 s: long enough that the two 20 ms polls below end before it even on a loaded machine */
+    wan_test_pair_open(&tp, 2, 3000, NULL, NULL);
     uint8_t rx[64];
     xdc_wan_request *r;
     xdc_diag d = {{0}};

@@ -99,3 +99,10 @@ uint64_t wan_test_fill(uint8_t *buf, size_t len, uint64_t seed)
     for (; i < len; i++) buf[i] = (uint8_t)xdc_rng_u64(&r);
     return xdc_xxh3(buf, len);
 }
+
+void wan_test_assert_shaped(double rtt, double rtt_ms, double rate, double rate_mbps)
+{
+    XDC_ASSERT_MSG(rtt >= 0.95 * rtt_ms && rtt <= 3 * rtt_ms + 50, "rtt %.2f ms vs %.2f ms", rtt, rtt_ms);
+    XDC_ASSERT_MSG(rate <= 1.05 * rate_mbps && rate >= 0.25 * rate_mbps, "rate %.2f Mbit/s vs %.2f Mbit/s", rate,
+                   rate_mbps);
+}

@@ -39,6 +39,12 @@ void wan_test_pair_open(wan_test_pair *tp, int streams, int64_t deadline_ms, int
 void wan_test_pair_open_cfg(wan_test_pair *tp, const xdc_wan_config *cfg, int (*relay)(int port, void *arg), void *arg);
 void wan_test_pair_close(wan_test_pair *tp);
 
+/* Assert what an emulated link must do whatever the machine's load: never deliver faster than `rate_mbps`
+ * (5 % for the measurement's own edges) nor sooner than `rtt_ms` (5 %), and still carry traffic (a
+ * quarter of the rate, within 3 RTTs + 50 ms). How close the figures come to the model on a quiet
+ * machine is for `xdc wan-emu --check` to show on a quiet machine, not for a test to assert. */
+void wan_test_assert_shaped(double rtt, double rtt_ms, double rate, double rate_mbps);
+
 /* Fill `buf` with bytes derived from (seed, len) and return their XXH3. */
 uint64_t wan_test_fill(uint8_t *buf, size_t len, uint64_t seed);
 
