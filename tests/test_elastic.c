@@ -1,8 +1,10 @@
 /* test_elastic.c — elastic DiLoCo regions (docs/runtime.md, "Elastic regions"): the store host's quorum
  * decisions (orch_quorum) from arrivals, losses and the grace window; end to end on three emulated
  * regions, a region whose worker is killed or stopped past the grace window is dropped by name and the
- * other two finish on identical parameters (DiLoCo; streaming for a killed one); too few regions left is a named error (exit 69). Faults are
- * driven by what the run logs, never by sleeping. */
+ * other two finish on identical parameters (DiLoCo; streaming for a killed one), also when the region
+ * lost is region 0 (the result then comes from the lowest region left, under `xdc launch` and `xdc
+ * coordinator`); too few regions left is a named error (exit 69). Faults are driven by what the run logs,
+ * never by sleeping. */
 #include "tests/xdc_test.h"
 #include "tests/test_wan_util.h"
 
@@ -192,23 +194,24 @@ static pid_t signal_worker(const char *dir, const char *region, int sig)
     return pid;
 }
 
-/* Stop ap-south's worker where it is not inside an outer round (a region lost during a round's exchange
+/* Stop `region`'s worker where it is not inside an outer round (a region lost during a round's exchange
  * fails the round: docs/runtime.md): SIGSTOP it, and keep it stopped once the store host logs (in
  * host_log), after the stop, that the next round waits for it, which says it had not arrived there. No such line within
  * twice the 3 s grace window means it was stopped inside a round, which cannot end without it: continue
  * it, let the run pass a progress line (in progress_log), and try again. Returns its pid, stopped. */
-static pid_t stop_outside_a_round(const char *dir, const char *host_log, const char *progress_log)
+static pid_t stop_outside_a_round(const char *dir, const char *region, const char *host_log, const char *progress_log)
 {
-    const char *late = "waiting for ap-south for";
+    char late[128];
+    snprintf(late, sizeof late, "waiting for %s for", region);
     for (int attempt = 0; attempt < 8; attempt++) {
         /* Count after the stop: a line logged before it may be for a round the worker then joined. */
-        pid_t pid = signal_worker(dir, "ap-south", SIGSTOP);
+        pid_t pid = signal_worker(dir, region, SIGSTOP);
         int before = count_text(host_log, late), steps = count_text(progress_log, "  loss ");
         if (wait_for_count(host_log, late, before + 1, 120)) return pid;
         kill(pid, SIGCONT);
         XDC_ASSERT_MSG(wait_for_count(progress_log, "  loss ", steps + 1, 2400), "the run stopped progressing");
     }
-    XDC_FAIL("ap-south was never stopped outside an outer round in 8 attempts");
+    XDC_FAIL("%s was never stopped outside an outer round in 8 attempts", region);
     return -1;
 }
 
@@ -238,38 +241,52 @@ static int launch_exit(pid_t p)
     return WEXITSTATUS(status);
 }
 
-/* Lose ap-south (its worker killed, or stopped past the grace window and then continued) after step 20 of
- * 100: the run finishes with exit 0, names ap-south as dropped, and us-east and eu-west end on the same
- * parameters, the ones the run reports. */
-static void lose_a_region(const char *name, const char *mode, int stop)
+/* Lose region `victim` (its worker killed, or stopped past the grace window and then continued) after step
+ * 20 of 100: the run finishes with exit 0, names the victim as dropped, and the other two end on the same
+ * parameters, the ones the run's final line reports for the regions it names (region 0 lost: the result
+ * comes from the lowest region left). */
+static void lose_a_region(const char *name, const char *mode, int stop, int victim)
 {
+    static const char *const region[3] = {"us-east", "eu-west", "ap-south"};
     need_corpus();
     const char *run = write_run(name, mode, 100, "{min_regions: 2, grace: 3s}");
-    char dir[600], log[700];
+    char dir[600], log[700], text_buf[256];
     snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
     snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
     pid_t p = start_launch(run, dir, log);
     XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
-    pid_t victim = stop_outside_a_round(dir, log, log);
-    if (!stop) kill(victim, SIGKILL);
+    pid_t pid = stop_outside_a_round(dir, region[victim], log, log);
+    if (!stop) kill(pid, SIGKILL);
     if (stop) { /* continued once the others went on without it: it learns it was dropped and leaves */
-        XDC_ASSERT_MSG(wait_for_text(log, "region ap-south dropped from the run: missed the outer round"),
-                       "ap-south was not dropped after the grace window");
-        kill(victim, SIGCONT);
+        snprintf(text_buf, sizeof text_buf, "region %s dropped from the run: missed the outer round", region[victim]);
+        XDC_ASSERT_MSG(wait_for_text(log, text_buf), "%s was not dropped after the grace window", region[victim]);
+        kill(pid, SIGCONT);
     }
     int rc = launch_exit(p);
     char *out = xdc_test_read_file(log, NULL);
     XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out ? out : "");
-    XDC_ASSERT_STR_CONTAINS(out, "with 2 of 3 regions (quorum 110)");
-    XDC_ASSERT_STR_CONTAINS(out, "regions dropped: ap-south (");
+    char quorum[4] = "111", hash[2][17];
+    const char *survivor[2];
+    quorum[victim] = '0';
+    for (int r = 0, n = 0; r < 3; r++)
+        if (r != victim) survivor[n++] = region[r];
+    if (victim != 0) { /* region 0's rank 0 prints the progress lines */
+        snprintf(text_buf, sizeof text_buf, "with 2 of 3 regions (quorum %s)", quorum);
+        XDC_ASSERT_STR_CONTAINS(out, text_buf);
+    }
+    snprintf(text_buf, sizeof text_buf, "regions dropped: %s (", region[victim]);
+    XDC_ASSERT_STR_CONTAINS(out, text_buf);
     XDC_ASSERT_STR_CONTAINS(out, "steps=100");
-    char a[17], b[17];
-    region_hash(dir, "us-east", a);
-    region_hash(dir, "eu-west", b);
-    XDC_ASSERT_MSG(strcmp(a, b) == 0, "us-east ends at %s, eu-west at %s", a, b);
-    char want[64];
-    snprintf(want, sizeof want, "params_xxh64=%s", a);
-    XDC_ASSERT_STR_CONTAINS(out, want);
+    region_hash(dir, survivor[0], hash[0]);
+    region_hash(dir, survivor[1], hash[1]);
+    XDC_ASSERT_MSG(strcmp(hash[0], hash[1]) == 0, "%s ends at %s, %s at %s", survivor[0], hash[0], survivor[1],
+                   hash[1]);
+    const char *final = out ? strstr(out, "\nfinal ") : NULL;
+    XDC_ASSERT_MSG(final != NULL, "no final line in:\n%s", out ? out : "");
+    snprintf(text_buf, sizeof text_buf, "params_xxh64=%s", hash[0]);
+    XDC_ASSERT_STR_CONTAINS(final, text_buf);
+    snprintf(text_buf, sizeof text_buf, " regions=%s,%s\n", survivor[0], survivor[1]);
+    XDC_ASSERT_STR_CONTAINS(final, text_buf);
     free(out);
     if (stop) {
         char wlog[800];
@@ -283,12 +300,18 @@ static void lose_a_region(const char *name, const char *mode, int stop)
     }
 }
 
-XDC_TEST_T(elastic_diloco_goes_on_without_a_killed_region, 180) { lose_a_region("killed", "diloco", 0); }
+XDC_TEST_T(elastic_diloco_goes_on_without_a_killed_region, 180) { lose_a_region("killed", "diloco", 0, 2); }
 
-XDC_TEST_T(elastic_diloco_drops_a_region_stopped_past_the_grace_window, 180) { lose_a_region("stopped", "diloco", 1); }
+XDC_TEST_T(elastic_diloco_drops_a_region_stopped_past_the_grace_window, 180)
+{
+    lose_a_region("stopped", "diloco", 1, 2);
+}
 
 /* Streaming: each fragment's round goes by quorum too (the fragments still in flight keep theirs). */
-XDC_TEST_T(elastic_streaming_goes_on_without_a_killed_region, 180) { lose_a_region("streaming", "streaming", 0); }
+XDC_TEST_T(elastic_streaming_goes_on_without_a_killed_region, 180) { lose_a_region("streaming", "streaming", 0, 2); }
+
+/* Region 0 (us-east) killed: its rank 0 would have posted the result; the lowest region left does. */
+XDC_TEST_T(elastic_diloco_without_region_0_still_has_a_result, 180) { lose_a_region("region0", "diloco", 0, 0); }
 
 XDC_TEST_T(elastic_diloco_below_min_regions_is_a_named_error, 180)
 {
@@ -299,7 +322,7 @@ XDC_TEST_T(elastic_diloco_below_min_regions_is_a_named_error, 180)
     snprintf(log, sizeof log, "%s/minimum.log", xdc_test_tmpdir());
     pid_t p = start_launch(run, dir, log);
     XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
-    kill(stop_outside_a_round(dir, log, log), SIGKILL);
+    kill(stop_outside_a_round(dir, "ap-south", log, log), SIGKILL);
     int rc = launch_exit(p);
     char *out = xdc_test_read_file(log, NULL);
     XDC_ASSERT_MSG(rc == 69, "launch exited %d, expected 69 (unavailable):\n%s", rc, out ? out : "");
@@ -331,8 +354,10 @@ XDC_TEST(elastic_min_regions_above_the_topology_is_a_config_error)
 }
 
 /* The multi-host path: `xdc coordinator` hosts the quorum, the agents are started by hand (as launch
- * scripts would). ap-south's worker killed: nobody reports it to the store, so it is dropped when it misses
- * the grace window; its agent exits 69 on its own, the other two finish on the same parameters. */
+ * scripts would). us-east's worker killed (region 0, whose rank 0 would end a run that is not elastic):
+ * nobody reports it to the store, so it is dropped when it misses the grace window; its agent exits 69 on
+ * its own, the other two finish on the same parameters, and the coordinator ends the run with their
+ * result. */
 XDC_TEST_T(elastic_coordinator_drops_a_region_that_misses_the_window, 180)
 {
     need_corpus();
@@ -369,22 +394,23 @@ XDC_TEST_T(elastic_coordinator_drops_a_region_that_misses_the_window, 180)
         _exit(127);
     }
     XDC_ASSERT_MSG(wait_for_text(agents, "step    20/"), "the run never reached step 20");
-    kill(stop_outside_a_round(dir, log, agents), SIGKILL);
+    kill(stop_outside_a_round(dir, "us-east", log, agents), SIGKILL);
     int failed = launch_exit(sh);
     char *alog = xdc_test_read_file(agents, NULL);
-    XDC_ASSERT_MSG(failed == 1, "%d agents failed, expected ap-south's alone:\n%s", failed, alog ? alog : "");
+    XDC_ASSERT_MSG(failed == 1, "%d agents failed, expected us-east's alone:\n%s", failed, alog ? alog : "");
     free(alog);
     int rc = launch_exit(coord);
     char *out = xdc_test_read_file(log, NULL);
     XDC_ASSERT_MSG(rc == 0, "the coordinator exited %d:\n%s", rc, out ? out : "");
-    XDC_ASSERT_STR_CONTAINS(out, "region ap-south dropped from the run: missed the outer round at step");
-    XDC_ASSERT_STR_CONTAINS(out, "regions dropped: ap-south (missed");
+    XDC_ASSERT_STR_CONTAINS(out, "region us-east dropped from the run: missed the outer round at step");
+    XDC_ASSERT_STR_CONTAINS(out, "regions dropped: us-east (missed");
     char a[17], b[17], want[64];
-    region_hash(dir, "us-east", a);
-    region_hash(dir, "eu-west", b);
-    XDC_ASSERT_MSG(strcmp(a, b) == 0, "us-east ends at %s, eu-west at %s", a, b);
+    region_hash(dir, "eu-west", a);
+    region_hash(dir, "ap-south", b);
+    XDC_ASSERT_MSG(strcmp(a, b) == 0, "eu-west ends at %s, ap-south at %s", a, b);
     snprintf(want, sizeof want, "params_xxh64=%s", a);
     XDC_ASSERT_STR_CONTAINS(out, want);
+    XDC_ASSERT_STR_CONTAINS(out, " regions=eu-west,ap-south\n");
     free(out);
 }
 

@@ -1,8 +1,8 @@
 /* test_orch.c — the runtime end to end on one machine: `xdc launch` with 2 emulated regions x 2 pipeline
  * stages, against a single-process reference of the same math (sync mode, codec none), run-to-run
- * determinism, WAN outages mid-run, a worker killed with SIGKILL and resumed from its checkpoint, a worker
- * stopped with SIGSTOP (a timeout naming it), a read-only run folder, and DiLoCo / streaming against sync
- * on the tiny model. */
+ * determinism, WAN outages mid-run, a fault schedule (outages, a stopped worker, 1 % packet loss), a
+ * worker killed with SIGKILL and resumed from its checkpoint, a worker stopped with SIGSTOP (a timeout
+ * naming it), a read-only run folder, and DiLoCo / streaming against sync on the tiny model. */
 #include "tests/xdc_test.h"
 
 #include "common/xdc_alloc.h"
@@ -592,38 +592,97 @@ XDC_TEST_T(orch_stopped_worker_is_a_timeout_naming_it, 120)
     free(text);
 }
 
+/* Packet loss for a whole `xdc launch`: the TCP packets that leave through the loopback of a network
+ * namespace of the run's own, `pct` in 100 of them dropped at random (nftables; this kernel has no netem,
+ * and tc has no drop action). Every hop of a launch is TCP on loopback (worker to relay, relay to worker,
+ * the rendezvous), so each crossing meets the loss, and kernel TCP retransmits as on a lossy WAN; the
+ * loopback's minimum retransmission timeout is 20 ms there instead of the kernel's 200 ms (a WAN's
+ * follows its RTT; loopback's floor would make every lost packet a 200 ms stall). The namespace is
+ * unshare's, not a named one: it ends with its last process, so a test that fails or times out leaves
+ * nothing behind. Skips where it cannot be made (no root, no nft, no nf_tables). */
+#define LOSS_RULES(pct)                                                                                           \
+    "ip link set lo up && ip route replace local 127.0.0.1 dev lo table local proto kernel scope host src "       \
+    "127.0.0.1 rto_min 20ms && nft add table inet xdcloss && nft add chain inet xdcloss out '{ type filter hook " \
+    "output priority 0; }' && nft add rule inet xdcloss out meta l4proto tcp numgen random mod 100 lt " #pct      \
+    " counter drop"
+
+static void need_lossy_namespace(void)
+{
+    char out[2048];
+    if (geteuid() != 0) xdc_test_skip("packet loss needs root (a network namespace and nftables)");
+    if (xdc_test_run("unshare --net bash -c \"" LOSS_RULES(1) "\"", out, sizeof out) != 0)
+        xdc_test_skip("no nftables packet loss in a namespace here (Debian package nftables; `make deps`): %s", out);
+}
+
+/* start_launch's run in a namespace whose loopback drops 1 % of TCP packets; after the run the log's last
+ * line says how many were dropped ("lossy loopback: N TCP packets dropped"). */
+static pid_t start_lossy_launch(const char *run, const char *dir, const char *log, const char *outage)
+{
+    char script[4096];
+    snprintf(
+        script, sizeof script,
+        LOSS_RULES(
+            1) " || exit 69; timeout 240 %s launch -t %s -c %s --run-dir %s --outage %s; rc=$?; nft list chain inet "
+               "xdcloss out | sed -n 's/.*counter packets \\([0-9]*\\).*/lossy loopback: \\1 TCP packets dropped/p'; "
+               "exit $rc",
+        xdc_test_bin(), TOPO, run, dir, outage);
+    pid_t p = fork();
+    if (p == 0) {
+        FILE *f = freopen(log, "w", stdout);
+        (void)f;
+        dup2(1, 2);
+        execlp("unshare", "unshare", "--net", "bash", "-c", script, (char *)NULL);
+        _exit(127);
+    }
+    return p;
+}
+
 /* A fault schedule nobody tuned the code to (issue 16): in one run (sync, codec none), two outages of
- * different lengths cut every WAN stream, and a worker is stopped with SIGSTOP for 3 s and continued.
- * The run ends at the fault-free hash, and each worker's counters show its streams cut and re-established
- * after both outages and frames in flight sent again. Packet loss is not part of it: `xdc launch`
- * emulates the WAN with its relays, whose loss is a modelled stall, and cannot start its workers in the
- * netns emulator's namespaces (docs/wan.md). */
+ * different lengths cut every WAN stream, a worker is stopped with SIGSTOP for 3 s and continued, and 1 %
+ * of the run's TCP packets are lost throughout (start_lossy_launch). The run ends at the fault-free hash,
+ * each worker's counters show its streams cut and re-established after both outages and frames in flight
+ * sent again, and the loss rule counts the packets it dropped. */
 XDC_TEST_T(orch_fault_schedule_ends_at_the_fault_free_hash, 300)
 {
     need_corpus();
+    need_lossy_namespace();
     const char *run = write_run("schedule", "sync", 80, "none", "metrics_port: 0\n");
-    char dir[600], out[65536], want[64], got[64], log[700], pidfile[800];
-    launch_hash(run, "calm", NULL, out, sizeof out, dir, sizeof dir, want);
+    char dir[600], calm_dir[600], calm_log[700], want[64], got[64], log[700], pidfile[800];
+    /* The fault-free run beside the faulty one (its hash does not depend on timing; most of the faulty
+     * run's time is spent waiting). */
+    snprintf(calm_dir, sizeof calm_dir, "%s/calm", xdc_test_tmpdir());
+    snprintf(calm_log, sizeof calm_log, "%s/calm.log", xdc_test_tmpdir());
+    pid_t calm = start_launch(run, calm_dir, calm_log, NULL);
     snprintf(dir, sizeof dir, "%s/stormy", xdc_test_tmpdir());
     snprintf(log, sizeof log, "%s/stormy.log", xdc_test_tmpdir());
-    pid_t p = start_launch(run, dir, log, "1s@2s,4s@7s");
+    pid_t p = start_lossy_launch(run, dir, log, "1s@2s,4s@7s");
     XDC_ASSERT_MSG(wait_for_text(log, "step    10/", 2400), "the run never reached step 10");
     snprintf(pidfile, sizeof pidfile, "%s/pids/eu-west-1.pid", dir);
     pid_t victim = signal_worker(pidfile, SIGSTOP);
     nanosleep(&(struct timespec){3, 0}, NULL); /* the length of the fault, not a wait for anything */
     kill(victim, SIGCONT);
     int status;
+    XDC_ASSERT(waitpid(calm, &status, 0) == calm);
+    char *text = xdc_test_read_file(calm_log, NULL);
+    XDC_ASSERT_MSG(text && WIFEXITED(status) && WEXITSTATUS(status) == 0, "the fault-free launch ended with 0x%x:\n%s",
+                   status, text ? text : "(no log)");
+    final_field(text, "params_xxh64=", want, sizeof want);
+    free(text);
     XDC_ASSERT(waitpid(p, &status, 0) == p);
-    char *text = xdc_test_read_file(log, NULL);
+    text = xdc_test_read_file(log, NULL);
     XDC_ASSERT_MSG(text && WIFEXITED(status) && WEXITSTATUS(status) == 0, "launch ended with 0x%x:\n%s", status,
                    text ? text : "(no log)");
     final_field(text, "params_xxh64=", got, sizeof got);
+    const char *lost = strstr(text, "lossy loopback: ");
+    long dropped = lost ? atol(lost + strlen("lossy loopback: ")) : -1;
     free(text);
     XDC_ASSERT_MSG(strcmp(want, got) == 0, "the faults changed the result: %s vs %s without them", got, want);
+    XDC_ASSERT_MSG(dropped > 0, "the loss rule dropped no packet (%ld)", dropped);
     double totals[2];
     expect_cuts_and_resends(dir, totals);
-    printf("fault schedule: %g stream reconnects, %g frames resent over 4 workers; hash %s as without faults\n",
-           totals[0], totals[1], got);
+    printf("fault schedule: %g stream reconnects, %g frames resent over 4 workers, %ld TCP packets lost; hash %s as "
+           "without faults\n",
+           totals[0], totals[1], dropped, got);
 }
 
 XDC_TEST_T(orch_diloco_and_streaming_near_sync, 400)

@@ -23,6 +23,7 @@
 #include "wan/xdc_wan_certs.h"
 
 #include <glob.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,15 +156,20 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
         rc = rdzv_server_open(&L->store, L->eng, (const char *const *)names, total, L->cfg.rendezvous_timeout_ms,
                               &L->rdzv, diag);
     /* The run-wide keys and who writes them (orch_train.c): global rank 0 ends the run and re-plans; the
-     * result comes from the last stage of region 0's first replica, or with span from the last worker. */
+     * result comes from the last stage of region 0's first replica, or with span from the last worker; in an
+     * elastic run from that of the lowest region left at the end, so each region's may write it. */
     int result_rank = L->cfg.span_regions ? total - 1 : L->cfg.pipeline_stages - 1;
     if (rc == XDC_OK && (result_rank < 0 || result_rank >= total)) {
         xdc_diag_set(diag, "rendezvous: %d pipeline stages for %d workers", L->cfg.pipeline_stages, total);
         rc = XDC_ERR_CONFIG;
     }
+    L->elastic = orch_quorum_elastic(&L->cfg, L->t->n_regions);
     if (rc == XDC_OK) rc = rdzv_server_grant(L->rdzv, "finished", names[0], diag);
     if (rc == XDC_OK) rc = rdzv_server_grant(L->rdzv, "replan/", names[0], diag);
-    if (rc == XDC_OK) rc = rdzv_server_grant(L->rdzv, "result", names[result_rank], diag);
+    for (int r = 0, first = 0; rc == XDC_OK && r < (L->elastic ? L->t->n_regions : 1); r++) {
+        rc = rdzv_server_grant(L->rdzv, "result", names[first + result_rank], diag);
+        first += xdc_topology_region_workers(L->t, r);
+    }
     for (int i = 0; i < total; i++) xdc_free(names[i]);
     xdc_free(names);
     XDC_CHECK(rc);
@@ -172,7 +178,6 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
     else if (strcmp(L->o.host, "0.0.0.0") == 0) gethostname(me, sizeof me);
     else snprintf(me, sizeof me, "%s", L->o.host);
     snprintf(L->coordinator, sizeof L->coordinator, "%s:%d", me, rdzv_server_port(L->rdzv));
-    L->elastic = orch_quorum_elastic(&L->cfg, L->t->n_regions);
     if (L->elastic)
         orch_quorum_init(&L->quorum, L->t, L->rdzv, orch_quorum_min(&L->cfg, L->t->n_regions), L->cfg.grace_ms);
     return XDC_OK;
@@ -338,13 +343,16 @@ done:
     return err;
 }
 
-/* The coordinator's end of a run: global rank 0 set "finished" after everyone passed the last barrier;
- * then give the members a moment (at most LAUNCH_LEAVE_MS) to take their replies and leave before the
- * store closes under them. */
+/* The coordinator's end of a run: global rank 0 set "finished" after everyone passed the last barrier (an
+ * elastic run: the end's quorum round was decided here and the result posted after it); then give the
+ * members a moment (at most LAUNCH_LEAVE_MS) to take their replies and leave before the store closes under
+ * them. */
 static int run_finished(launch *L)
 {
-    char val[16];
-    if (rdzv_server_get(L->rdzv, "finished", val, sizeof val) != 0) return 0;
+    char val[RDZV_VALUE_MAX];
+    if (L->elastic ? L->quorum.decided != LLONG_MAX || rdzv_server_get(L->rdzv, "result", val, sizeof val) != 0
+                   : rdzv_server_get(L->rdzv, "finished", val, sizeof val) != 0)
+        return 0;
     if (!L->finish_at) L->finish_at = xdc_deadline_ms(LAUNCH_LEAVE_MS);
     return rdzv_server_connections(L->rdzv) == 0 || xdc_deadline_passed(L->finish_at);
 }
@@ -507,12 +515,12 @@ static void print_summary(launch *L, double wall)
 {
     char trace[800];
     merge_traces(L, trace, sizeof trace);
-    char res[512];
+    char res[RDZV_VALUE_MAX], mask[XDC_TOPO_MAX_REGIONS + 1] = "";
     double vl = 0, tok_s = 0;
     char hash[32] = "0";
     long long steps = 0;
     if (rdzv_server_get(L->rdzv, "result", res, sizeof res) == 0)
-        sscanf(res, "%lf %31s %lld %lf", &vl, hash, &steps, &tok_s);
+        sscanf(res, "%lf %31s %lld %lf %256s", &vl, hash, &steps, &tok_s, mask);
     /* Exposed WAN (share of step time) and compute utilisation (compute time over the training loop's wall
      * time) of every worker: the mean and the worst. */
     unsigned long long tx_all = 0, raw_all = 0;
@@ -549,9 +557,15 @@ static void print_summary(launch *L, double wall)
     describe_devices(L, 1, devices, sizeof devices);
     printf("  devices: %s\n", devices);
     if (L->elastic && L->quorum.dropped[0]) printf("  regions dropped: %s\n", L->quorum.dropped);
+    /* An elastic run's result is the last round's members' (orch_train.c): named, comma-separated. */
+    char covers[XDC_TOPO_MAX_REGIONS * XDC_NAME_MAX + 16] = "";
+    for (int r = 0, n_c = 0; r < L->t->n_regions && mask[r]; r++)
+        if (mask[r] == '1')
+            n_c += snprintf(covers + n_c, sizeof covers - (size_t)n_c, "%s%s",
+                            n_c ? "," : " regions=", L->t->regions[r].name);
     printf("final val_loss=%.4f params_xxh64=%s steps=%lld wan_bytes=%llu exposed_wan_pct=%.1f "
-           "exposed_wan_pct_max=%.1f compute_util=%.3f compute_util_min=%.3f\n",
-           vl, hash, steps, tx_all, exp_mean, exp_max, util_mean, util_min);
+           "exposed_wan_pct_max=%.1f compute_util=%.3f compute_util_min=%.3f%s\n",
+           vl, hash, steps, tx_all, exp_mean, exp_max, util_mean, util_min, covers);
     fflush(stdout);
 }
 

@@ -8,6 +8,7 @@
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
+#include "topology/xdc_topology.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -20,9 +21,9 @@
 #define RDZV_MAX_CONNS    1024
 #define RDZV_CONNS_PER_ID 8 /* connections one certificate identity may hold at once */
 #define RDZV_MAX_BARRIERS 16
-#define RDZV_MAX_GRANTS   16
-#define RDZV_JOIN_MS      30000 /* a connection that has not joined by then is closed */
-#define RDZV_NAG_MS       5000  /* how often a parked wait logs who is missing */
+#define RDZV_MAX_GRANTS   (16 + XDC_TOPO_MAX_REGIONS) /* the run-wide keys, and (elastic) `result` per region */
+#define RDZV_JOIN_MS      30000                       /* a connection that has not joined by then is closed */
+#define RDZV_NAG_MS       5000                        /* how often a parked wait logs who is missing */
 #define RDZV_POLL_MS      100   /* a parked wait rechecks its connection and the stop flag this often */
 #define RDZV_REPLY_MS     30000 /* a member must take its reply within this */
 #define RDZV_WHO_MAX      (RDZV_MEMBER_MAX + 96)

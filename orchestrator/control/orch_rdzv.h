@@ -124,8 +124,8 @@ xdc_err_t rdzv_server_create(xdc_wan_engine *eng, const char *host, int port, co
                              int n_expected, rdzv_server **out, xdc_diag *diag);
 int rdzv_server_port(const rdzv_server *s); /* etcd: etcd's port */
 /* Let expected member `member` write the run-wide `key` (a trailing '/' grants every key under that
- * prefix). XDC_ERR_INVALID when the member is not expected or the table (16 grants) is full. etcd: a
- * no-op (etcd's auth decides who writes). */
+ * prefix; a key may be granted to several members). XDC_ERR_INVALID when the member is not expected or
+ * the table (16 grants and one per region) is full. etcd: a no-op (etcd's auth decides who writes). */
 xdc_err_t rdzv_server_grant(rdzv_server *s, const char *key, const char *member, xdc_diag *diag);
 /* Set a key from the hosting process (e.g. relay routes). */
 void rdzv_server_set(rdzv_server *s, const char *key, const char *value);

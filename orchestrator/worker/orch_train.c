@@ -425,6 +425,21 @@ void orch_pace_slowdowns(const double *pace, int n, double *slowdown)
     }
 }
 
+/* The run's result (the launcher's final line): "<val_loss> <params_xxh64> <steps> <tokens/s>", and in an
+ * elastic run the regions it covers, the last round's quorum ("011"). Tokens/s count the regions that
+ * trained (a span pipeline is one model over all of them). */
+static xdc_err_t post_result(orch_worker *w, uint64_t hash, double wall, xdc_diag *diag)
+{
+    char mask[XDC_TOPO_MAX_REGIONS + 1] = "", val[96 + XDC_TOPO_MAX_REGIONS];
+    for (int r = 0; w->elastic.on && r < w->id.n_regions; r++) mask[r] = w->elastic.live[r] ? '1' : '0';
+    int regions = w->id.span ? 1 : w->elastic.on ? w->elastic.n_live : w->id.n_regions;
+    snprintf(val, sizeof val, "%.4f %016llx %lld %.3f%s%s", w->prog.val_loss, (unsigned long long)hash,
+             (long long)w->prog.step,
+             (double)w->prog.step * w->model.B * w->model.T * w->model.M * w->id.n_replicas * regions / wall,
+             mask[0] ? " " : "", mask);
+    return rdzv_set(w->comm.rdzv, "result", val, diag);
+}
+
 /* This worker's stats/<region>/<rank> value: WAN bytes sent and their fp32 size, cumulative step,
  * compute, intra and exposed WAN seconds, steps done. Written as the run goes (pace) and at its end
  * (the launcher's summary reads the last one). */
@@ -598,23 +613,23 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
     double wall = now_s() - run_t0;
     char key[200], val[512];
     /* The result first: a coordinator takes every worker's stats as the end of the run. */
-    if ((w->id.span || w->id.region_idx == 0) && w->id.replica == 0 && is_last(w)) {
-        snprintf(val, sizeof val, "%.4f %016llx %lld %.3f", w->prog.val_loss, (unsigned long long)hash,
-                 (long long)w->prog.step,
-                 (double)w->prog.step * w->model.B * w->model.T * w->model.M * w->id.n_replicas *
-                     (w->id.span      ? 1
-                      : w->elastic.on ? w->elastic.n_live
-                                      : w->id.n_regions) /
-                     wall);
-        XDC_CHECK(rdzv_set(w->comm.rdzv, "result", val, diag));
-    }
+    if (!w->elastic.on && (w->id.span || w->id.region_idx == 0) && w->id.replica == 0 && is_last(w))
+        XDC_CHECK(post_result(w, hash, wall, diag));
     snprintf(key, sizeof key, "stats/%d/%d", w->id.region_idx, w->id.lrank);
     stats_value(w, wall, val, sizeof val);
     XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
     /* Nobody leaves before everyone reported: a departing peer would look like a failure. Then global rank
      * 0 says the run is over, so a coordinator knows it may close the store. An elastic run ends with a
-     * last quorum round instead: the barrier counts every member, those of the regions that left too. */
-    if (w->elastic.on) XDC_CHECK(orch_elastic_agree(w, ORCH_QUORUM_END, diag));
-    else XDC_CHECK(rdzv_barrier(w->comm.rdzv, "done", w->id.gsize, w->cfg.op_timeout_ms, diag));
+     * last quorum round instead (the barrier counts every member, those of the regions that left too), and
+     * its result comes after it, from the lowest region in that round: region 0 may have left, and the
+     * members all hold the same parameters. That round's decision tells the store's host the run is over. */
+    if (w->elastic.on) {
+        XDC_CHECK(orch_elastic_agree(w, ORCH_QUORUM_END, diag));
+        int first = 0;
+        while (!w->elastic.live[first]) first++; /* our own region is in: orch_elastic_agree checked */
+        return first == w->id.region_idx && w->id.replica == 0 && is_last(w) ? post_result(w, hash, wall, diag)
+                                                                             : XDC_OK;
+    }
+    XDC_CHECK(rdzv_barrier(w->comm.rdzv, "done", w->id.gsize, w->cfg.op_timeout_ms, diag));
     return w->id.grank == 0 ? rdzv_set(w->comm.rdzv, "finished", "1", diag) : XDC_OK;
 }
