@@ -56,6 +56,13 @@ xdc_err_t topo_codec_info_get(const char *name, double link_gbps, topo_codec_inf
     return XDC_OK;
 }
 
+xdc_err_t topo_grad_codec_get(const char *name, double link_gbps, const xdc_plan_calib *c, topo_codec_info *out)
+{
+    XDC_CHECK(topo_codec_info_get(name, link_gbps, out));
+    if (c && c->wire_ratio > 0 && strcmp(c->ratio_codec, name) == 0) out->ratio = c->wire_ratio;
+    return XDC_OK;
+}
+
 int topo_codec_ladder(bool activations, char names[][16], int cap)
 {
     int n = 0;

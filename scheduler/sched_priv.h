@@ -34,6 +34,9 @@ typedef struct topo_codec_info {
  * plus the variant's place in TOPO_PLAN_SPARSE_VARIANTS for sparse. XDC_ERR_INVALID for an unknown
  * name. */
 xdc_err_t topo_codec_info_get(const char *name, double link_gbps, topo_codec_info *out);
+/* The codec of a gradient round over a WAN link of link_gbps: topo_codec_info_get's numbers, with the
+ * wire ratio a run measured for that codec (c->wire_ratio when c->ratio_codec names it). */
+xdc_err_t topo_grad_codec_get(const char *name, double link_gbps, const xdc_plan_calib *c, topo_codec_info *out);
 /* The search's codec candidates, weakest first: every codec of the registry (top-k at
  * TOPO_PLAN_TOPK_FRACTION, sparse at each of TOPO_PLAN_SPARSE_VARIANTS), or for activations those the registry marks for_activations. Returns the
  * count written (at most cap). */
