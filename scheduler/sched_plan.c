@@ -232,7 +232,7 @@ static void dp_region_times(search *s, const xdc_plan *p, int r, dp_region *out)
     double c[XDC_PLAN_MAX_STAGES], lat[XDC_PLAN_MAX_STAGES], occ[XDC_PLAN_MAX_STAGES];
     unsigned char in_region[XDC_PLAN_MAX_STAGES];
     double flops = topo_region_flops(s->t, r, &s->o->calib);
-    double xfer = topo_intra_p2p_s(s->t, r, tokens_mb(s) * s->m->boundary_bytes_per_token);
+    double xfer = topo_intra_p2p_s(s->t, r, tokens_mb(s) * s->m->boundary_bytes_per_token, &s->o->calib);
     for (int i = 0; i < p->stages; i++) {
         c[i] = p->stage[i].flops_mb / flops;
         lat[i] = occ[i] = xfer;
@@ -316,7 +316,7 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
     int n_codecs = topo_codec_ladder(false, codecs, MAX_CODECS);
     if (s->o->codec[0] || n_active < 2) /* fixed, or no WAN to cross */
         n_codecs = 1, snprintf(codecs[0], sizeof codecs[0], "%s", s->o->codec[0] ? s->o->codec : "none");
-    double wire[XDC_TOPO_MAX_REGIONS] = {0};
+    double wire[XDC_TOPO_MAX_REGIONS] = {0}, closing = topo_step_allreduce_s(s->t, base, &s->o->calib);
     for (int ci = 0; ci < n_codecs; ci++) {
         const char *codec = codecs[ci];
         xdc_plan p = *base;
@@ -327,7 +327,8 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
             p.inner_steps = p.fragments = 0;
             p.t_intra = n_active < 2 ? round : fmin(intra, round); /* what overlaps the backward is hidden */
             p.t_wan_exposed = round - p.t_intra;
-            p.t_step = t_pipe + round;
+            p.t_intra += closing;
+            p.t_step = t_pipe + round + closing;
             p.fidelity = codec_rank(codec);
             dp_wan_totals(s, &p, wire, 1);
             p.t_compute = compute;
@@ -359,9 +360,9 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
                 double step_inner = t_pipe + inner;
                 double exposed = mode == XDC_PLAN_DILOCO ? round / H : p.fragments * fmax(0, round - step_inner) / H;
                 double outer_intra = mode == XDC_PLAN_DILOCO ? fmin(intra, round) / H : 0;
-                p.t_intra = inner + outer_intra;
+                p.t_intra = inner + outer_intra + closing;
                 p.t_wan_exposed = exposed - outer_intra;
-                p.t_step = step_inner + exposed;
+                p.t_step = step_inner + exposed + closing;
                 p.fidelity = codec_rank(codec) + 3 + (int)h + (mode == XDC_PLAN_DILOCO);
                 dp_wan_totals(s, &p, wire, (mode == XDC_PLAN_STREAMING ? p.fragments : 1) / (double)H);
                 p.t_compute = compute;
@@ -483,7 +484,7 @@ static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, cons
         c[i] = p->stage[i].flops_mb / cs[i].flops;
         if (i + 1 == P) break;
         int a = cs[i].region, b = cs[i + 1].region;
-        lat0[i] = topo_intra_p2p_s(s->t, a, act);
+        lat0[i] = topo_intra_p2p_s(s->t, a, act, &s->o->calib);
         in_region[i] = a == b;
         if (a == b) {
             lat[i] = occ[i] = lat0[i];
@@ -518,11 +519,12 @@ static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, cons
         sync = fmax(sync, tr - last_bwd);
     }
     snprintf(p->codec, sizeof p->codec, "%s", codec);
+    double closing = topo_step_allreduce_s(s->t, p, &s->o->calib);
     p->t_compute = compute;
     p->t_bubble = t_pipe0 - compute;
     p->t_wan_exposed = t_pipe - t_pipe0;
-    p->t_intra = sync;
-    p->t_step = t_pipe + sync;
+    p->t_intra = sync + closing;
+    p->t_step = t_pipe + sync + closing;
     p->fidelity = codec_rank(codec);
     add_cand(s, p);
 }

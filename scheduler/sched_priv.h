@@ -52,8 +52,8 @@ double topo_link_Bps(const xdc_topology *t, int from, int to, const xdc_plan_cal
 double topo_link_owd(const xdc_topology *t, int from, int to);
 /* Ring reduce-scatter (= all-gather) of `bytes` over `ranks` workers of region r, seconds. */
 double topo_intra_collective_s(const xdc_topology *t, int r, int ranks, double bytes);
-/* Point-to-point transfer of `bytes` inside region r, seconds. */
-double topo_intra_p2p_s(const xdc_topology *t, int r, double bytes);
+/* Point-to-point transfer of `bytes` inside region r, seconds (c->intra_p2p_s when measured). */
+double topo_intra_p2p_s(const xdc_topology *t, int r, double bytes, const xdc_plan_calib *c);
 
 /* Forward + backward FLOPs of one microbatch of `tokens` tokens over layers [lb, le) of the model. */
 double topo_stage_flops(const xdc_model_shape *m, int lb, int le, double tokens, int seq_len);
@@ -84,5 +84,10 @@ double topo_sync_round_s(const xdc_topology *t, int r, int ranks, int n_regions,
                          double *wire_bytes);
 
 int topo_plan_n_buckets(double params, double bucket_elems);
+
+/* The all-reduce of the gradient norm and the loss over a replica's stages that closes every step
+ * (orchestrator/worker/orch_train.c, optimizer_step): a pass up the stages and back, 2 (P - 1) hand-offs
+ * of a few bytes, each a WAN one-way delay where the pipeline crosses regions. Seconds, worst replica. */
+double topo_step_allreduce_s(const xdc_topology *t, const xdc_plan *p, const xdc_plan_calib *c);
 
 #endif /* TOPO_PLAN_IMPL_H */

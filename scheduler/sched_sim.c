@@ -174,7 +174,7 @@ static void inst_try(sim *s, int i)
          * (orch_train.c groups "backward + receive the next input", as Megatron's 1F1B does), so the
          * transfer starts now, however early the neighbour sent. */
         *in = IN_MOVING;
-        push(s, s->now + topo_intra_p2p_s(s->t, x->region, boundary_bytes(s)), fwd ? EV_ACT : EV_GRAD, i, mb, 0);
+        push(s, s->now + topo_intra_p2p_s(s->t, x->region, boundary_bytes(s), s->c), fwd ? EV_ACT : EV_GRAD, i, mb, 0);
     }
     if (in && *in != IN_HERE) return;
     if (s->cores_free == 0) { /* every shared core is busy: wait in line */
@@ -517,7 +517,7 @@ xdc_err_t xdc_sim_run(const xdc_topology *t, const xdc_model_shape *m, const xdc
         }
         busiest_total += busiest;
         bubble_total += s.pipe_end - t0 - busiest;
-        t0 = end;
+        t0 = end + topo_step_allreduce_s(t, p, s.c);
     }
     if (rc == XDC_OK) {
         out->steps = steps;
