@@ -504,7 +504,8 @@ static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, cons
         }
     }
     double t_pipe = pipe_time(c, lat, occ, in_region, P, M, &compute);
-    double t_pipe0 = pipe_time(c, lat0, lat0, in_region, P, M, &compute0), total = 0, wan_part = t_pipe - t_pipe0, bubble0 = 0;
+    double t_pipe0 = pipe_time(c, lat0, lat0, in_region, P, M, &compute0), total = 0, wan_part = t_pipe - t_pipe0,
+           bubble0 = 0;
     for (int i = 0; i < P; i++) total += (double)D * M * c[i];
     host_bound(s, total, &t_pipe0, &bubble0);
     t_pipe = t_pipe0 + wan_part;

@@ -168,7 +168,8 @@ static void inst_try(sim *s, int i)
     inst *x = &s->in[i];
     if (x->busy || x->next_op == 2 * s->M) return;
     int fwd, mb = op_at(x->next_op, x->warm, s->M, &fwd);
-    unsigned char *in = fwd ? (x->stage > 0 ? &x->fwd_ready[mb] : NULL) : (x->stage < s->P - 1 ? &x->bwd_ready[mb] : NULL);
+    unsigned char *in = fwd ? (x->stage > 0 ? &x->fwd_ready[mb] : NULL)
+                            : (x->stage < s->P - 1 ? &x->bwd_ready[mb] : NULL);
     if (in && *in == IN_SENT) {
         /* The runtime posts a stage's receive from an in-region neighbour only once the op before has ended
          * (orch_train.c groups "backward + receive the next input", as Megatron's 1F1B does), so the

@@ -189,9 +189,10 @@ XDC_TEST(sim_inregion_receive_is_posted_after_the_op_before)
      * its op before ends (forward + receive dy, backward + receive the next x), so every steady-state
      * microbatch pays d on the busiest stage: (M + 1)(c + d) per step, where an early send alone would give
      * (M + 1) c + 2 d. The gradient-norm all-reduce between the two stages closes the step: 2 hand-offs. */
-    xdc_topology *t = test_plan_parse_topo("name: one\nregions:\n  - {name: a, nodes: a1, gpus_per_node: 2, gpu: {model: "
-                                           "x, bf16_tflops: 100, memory_gib: 80}, intra: {bandwidth_gbps: 1000000, "
-                                           "latency_us: 100}}\n");
+    xdc_topology *t = test_plan_parse_topo(
+        "name: one\nregions:\n  - {name: a, nodes: a1, gpus_per_node: 2, gpu: {model: "
+        "x, bf16_tflops: 100, memory_gib: 80}, intra: {bandwidth_gbps: 1000000, "
+        "latency_us: 100}}\n");
     xdc_model_shape m;
     flat_model(8, &m);
     for (int M = 1; M <= 8; M *= 2) {
