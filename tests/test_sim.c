@@ -1,7 +1,9 @@
 /* test_sim.c — the discrete-event simulator against closed forms: one stage without WAN is M x (fwd+bwd);
  * a P-stage pipeline of equal stages has the 1F1B bubble (P-1)/(M+P-1); an activation crossing B bytes
  * at bandwidth W and RTT R takes B/W + R/2, and so does a gradient bucket; buckets handed over during the
- * last backward hide the exchange behind it; an 8-region x 1,024-GPU plan finishes with sane numbers;
+ * last backward hide the exchange behind it; an in-region receive posted after the op before costs every
+ * steady-state microbatch its transfer; a measured wire ratio prices the bytes of the codec it was
+ * measured with; an 8-region x 1,024-GPU plan finishes with sane numbers;
  * the simulator and the planner's closed form agree on the demo configurations. (`xdc simulate` is
  * tested in test_plan.c.) */
 #include "tests/xdc_test.h"
