@@ -1,7 +1,7 @@
 /* cmd_simulate.c — `xdc simulate -t TOPOLOGY (-m MODEL.yaml | -c RUN.yaml) [--steps N] [--json]
- * [--calibrate-compute S] [--calibrate-ratio R] [--calibrate-p2p S] [--wan-gbps G]`: plan (or take the run file's configuration as constraints),
- * then replay the plan in the discrete-event simulator and print the predicted step time, its split and
- * the GPU utilisation next to the planner's closed-form prediction. */
+ * [--calibrate-compute S] [--calibrate-ratio R] [--calibrate-p2p S] [--wan-gbps G]`: plan (or take the run
+ * file's configuration as constraints), then replay the plan in the discrete-event simulator and print the
+ * predicted step time, its split and the GPU utilisation next to the planner's closed-form prediction. */
 #include "orchestrator/cli/cmd_plan.h"
 
 #include "common/xdc_parse.h"
