@@ -56,6 +56,13 @@ xdc_err_t topo_codec_info_get(const char *name, double link_gbps, topo_codec_inf
     return XDC_OK;
 }
 
+xdc_err_t topo_grad_codec_get(const char *name, double link_gbps, const xdc_plan_calib *c, topo_codec_info *out)
+{
+    XDC_CHECK(topo_codec_info_get(name, link_gbps, out));
+    if (c && c->wire_ratio > 0 && strcmp(c->ratio_codec, name) == 0) out->ratio = c->wire_ratio;
+    return XDC_OK;
+}
+
 int topo_codec_ladder(bool activations, char names[][16], int cap)
 {
     int n = 0;
@@ -112,8 +119,9 @@ double topo_link_owd(const xdc_topology *t, int from, int to)
     return l ? l->rtt_ms / 2e3 : 0;
 }
 
-double topo_intra_p2p_s(const xdc_topology *t, int r, double bytes)
+double topo_intra_p2p_s(const xdc_topology *t, int r, double bytes, const xdc_plan_calib *c)
 {
+    if (c && c->intra_p2p_s > 0) return c->intra_p2p_s;
     const xdc_region *g = &t->regions[r];
     double bw = g->intra_bandwidth_gbps > 0 ? g->intra_bandwidth_gbps * 1e9 / 8 : 1e10;
     return g->intra_latency_us * 1e-6 + bytes / bw;
@@ -140,6 +148,21 @@ void topo_bucket_cost_get(const xdc_topology *t, int r, int ranks, int n_regions
         out->t_b += n_regions * shard / ci->dec_Bps;
         out->wire = shard * ci->ratio;
     }
+}
+
+double topo_step_allreduce_s(const xdc_topology *t, const xdc_plan *p, const xdc_plan_calib *c)
+{
+    double worst = 0, s = 0;
+    if (p->mode == XDC_PLAN_PIPELINE) {
+        for (int i = 0; i + 1 < p->stages; i++) {
+            int a = p->stage[i].region, b = p->stage[i + 1].region;
+            s += 2 * (a == b ? topo_intra_p2p_s(t, a, 8, c) : topo_link_owd(t, a, b) + TOPO_PLAN_MSG_OVERHEAD_S);
+        }
+        return s;
+    }
+    for (int r = 0; r < t->n_regions; r++)
+        if (p->replicas[r] > 0) worst = fmax(worst, 2 * (p->stages - 1) * topo_intra_p2p_s(t, r, 8, c));
+    return worst;
 }
 
 int topo_plan_n_buckets(double params, double bucket_elems)

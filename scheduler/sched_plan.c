@@ -78,19 +78,24 @@ static int microbatches_for(const search *s, int replicas)
 
 /* 1F1B over stages with per-microbatch compute c[s], boundary latency lat[s] (s -> s+1) and boundary
  * occupancy occ[s] (link time per microbatch per direction): fill + drain cross every stage and
- * boundary twice, and the steady state advances one microbatch per slowest stage or link. */
-static double pipe_time(const double *c, const double *lat, const double *occ, int P, int M, double *compute)
+ * boundary twice, and the steady state advances one microbatch per slowest stage cycle or link. A stage
+ * posts its receive from an in-region neighbour (in_region[s]: boundary s -> s+1) only when its op before
+ * ends (orch_train.c's 1F1B groups), so each such receive adds its latency to every steady-state cycle of
+ * the stage; WAN receives are posted when the step begins. */
+static double pipe_time(const double *c, const double *lat, const double *occ, const unsigned char *in_region, int P,
+                        int M, double *compute)
 {
     double sum = 0, cmax = 0, period = 0;
     for (int i = 0; i < P; i++) {
         sum += c[i];
         if (c[i] > cmax) cmax = c[i];
+        double cycle = c[i] + (i > 0 && in_region[i - 1] ? lat[i - 1] : 0) + (i + 1 < P && in_region[i] ? lat[i] : 0);
+        if (cycle > period) period = cycle;
         if (i + 1 < P) {
             sum += 2 * lat[i];
             if (occ[i] > period) period = occ[i];
         }
     }
-    if (cmax > period) period = cmax;
     *compute = M * cmax;
     return sum + (M - 1) * period;
 }
@@ -225,13 +230,15 @@ static int dp_fits(search *s, xdc_plan *p, int mode_extra)
 static void dp_region_times(search *s, const xdc_plan *p, int r, dp_region *out)
 {
     double c[XDC_PLAN_MAX_STAGES], lat[XDC_PLAN_MAX_STAGES], occ[XDC_PLAN_MAX_STAGES];
+    unsigned char in_region[XDC_PLAN_MAX_STAGES];
     double flops = topo_region_flops(s->t, r, &s->o->calib);
-    double xfer = topo_intra_p2p_s(s->t, r, tokens_mb(s) * s->m->boundary_bytes_per_token);
+    double xfer = topo_intra_p2p_s(s->t, r, tokens_mb(s) * s->m->boundary_bytes_per_token, &s->o->calib);
     for (int i = 0; i < p->stages; i++) {
         c[i] = p->stage[i].flops_mb / flops;
         lat[i] = occ[i] = xfer;
+        in_region[i] = 1;
     }
-    out->t_pipe = pipe_time(c, lat, occ, p->stages, p->microbatches, &out->compute);
+    out->t_pipe = pipe_time(c, lat, occ, in_region, p->stages, p->microbatches, &out->compute);
     out->bubble = out->t_pipe - out->compute;
     out->link_Bps = 1e30;
     out->owd = 0;
@@ -258,7 +265,7 @@ static double dp_round(search *s, const xdc_plan *p, const dp_region *dr, int n_
         const xdc_link *l = NULL;
         for (int q = 0; q < s->t->n_regions && !l; q++)
             if (q != r && p->replicas[q] > 0) l = xdc_topology_link(s->t, r, q);
-        topo_codec_info_get(codec, l ? l->bandwidth_gbps : 100, &ci);
+        topo_grad_codec_get(codec, l ? l->bandwidth_gbps : 100, &s->o->calib, &ci);
         double wire = 0;
         for (int i = 0; i < p->stages; i++) {
             double in, w,
@@ -309,7 +316,7 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
     int n_codecs = topo_codec_ladder(false, codecs, MAX_CODECS);
     if (s->o->codec[0] || n_active < 2) /* fixed, or no WAN to cross */
         n_codecs = 1, snprintf(codecs[0], sizeof codecs[0], "%s", s->o->codec[0] ? s->o->codec : "none");
-    double wire[XDC_TOPO_MAX_REGIONS] = {0};
+    double wire[XDC_TOPO_MAX_REGIONS] = {0}, closing = topo_step_allreduce_s(s->t, base, &s->o->calib);
     for (int ci = 0; ci < n_codecs; ci++) {
         const char *codec = codecs[ci];
         xdc_plan p = *base;
@@ -320,7 +327,8 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
             p.inner_steps = p.fragments = 0;
             p.t_intra = n_active < 2 ? round : fmin(intra, round); /* what overlaps the backward is hidden */
             p.t_wan_exposed = round - p.t_intra;
-            p.t_step = t_pipe + round;
+            p.t_intra += closing;
+            p.t_step = t_pipe + round + closing;
             p.fidelity = codec_rank(codec);
             dp_wan_totals(s, &p, wire, 1);
             p.t_compute = compute;
@@ -352,9 +360,9 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
                 double step_inner = t_pipe + inner;
                 double exposed = mode == XDC_PLAN_DILOCO ? round / H : p.fragments * fmax(0, round - step_inner) / H;
                 double outer_intra = mode == XDC_PLAN_DILOCO ? fmin(intra, round) / H : 0;
-                p.t_intra = inner + outer_intra;
+                p.t_intra = inner + outer_intra + closing;
                 p.t_wan_exposed = exposed - outer_intra;
-                p.t_step = step_inner + exposed;
+                p.t_step = step_inner + exposed + closing;
                 p.fidelity = codec_rank(codec) + 3 + (int)h + (mode == XDC_PLAN_DILOCO);
                 dp_wan_totals(s, &p, wire, (mode == XDC_PLAN_STREAMING ? p.fragments : 1) / (double)H);
                 p.t_compute = compute;
@@ -469,13 +477,15 @@ static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, cons
 {
     int P = p->stages, M = p->microbatches;
     double c[XDC_PLAN_MAX_STAGES], lat[XDC_PLAN_MAX_STAGES], occ[XDC_PLAN_MAX_STAGES], lat0[XDC_PLAN_MAX_STAGES];
+    unsigned char in_region[XDC_PLAN_MAX_STAGES];
     double act = tokens_mb(s) * s->m->boundary_bytes_per_token, compute, compute0;
     p->wan_bytes = p->egress_usd = 0;
     for (int i = 0; i < P; i++) {
         c[i] = p->stage[i].flops_mb / cs[i].flops;
         if (i + 1 == P) break;
         int a = cs[i].region, b = cs[i + 1].region;
-        lat0[i] = topo_intra_p2p_s(s->t, a, act);
+        lat0[i] = topo_intra_p2p_s(s->t, a, act, &s->o->calib);
+        in_region[i] = a == b;
         if (a == b) {
             lat[i] = occ[i] = lat0[i];
             continue;
@@ -493,8 +503,9 @@ static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, cons
             p->egress_usd += bytes / 1e9 * (l ? l->cost_usd_per_gb : 0);
         }
     }
-    double t_pipe = pipe_time(c, lat, occ, P, M, &compute);
-    double t_pipe0 = pipe_time(c, lat0, lat0, P, M, &compute0), total = 0, wan_part = t_pipe - t_pipe0, bubble0 = 0;
+    double t_pipe = pipe_time(c, lat, occ, in_region, P, M, &compute);
+    double t_pipe0 = pipe_time(c, lat0, lat0, in_region, P, M, &compute0), total = 0, wan_part = t_pipe - t_pipe0,
+           bubble0 = 0;
     for (int i = 0; i < P; i++) total += (double)D * M * c[i];
     host_bound(s, total, &t_pipe0, &bubble0);
     t_pipe = t_pipe0 + wan_part;
@@ -509,11 +520,12 @@ static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, cons
         sync = fmax(sync, tr - last_bwd);
     }
     snprintf(p->codec, sizeof p->codec, "%s", codec);
+    double closing = topo_step_allreduce_s(s->t, p, &s->o->calib);
     p->t_compute = compute;
     p->t_bubble = t_pipe0 - compute;
     p->t_wan_exposed = t_pipe - t_pipe0;
-    p->t_intra = sync;
-    p->t_step = t_pipe + sync;
+    p->t_intra = sync + closing;
+    p->t_step = t_pipe + sync + closing;
     p->fidelity = codec_rank(codec);
     add_cand(s, p);
 }
@@ -860,7 +872,8 @@ void xdc_plan_link_codec(const xdc_topology *t, const xdc_model_shape *m, const 
     const xdc_link *l = xdc_topology_link(t, from, to);
     for (int i = 0; i < n; i++) {
         topo_codec_info ci;
-        topo_codec_info_get(ladder[i], pipeline ? 100 : l->bandwidth_gbps, &ci);
+        if (pipeline) topo_codec_info_get(ladder[i], 100, &ci);
+        else topo_grad_codec_get(ladder[i], l->bandwidth_gbps, c, &ci);
         *seconds = raw * ci.ratio / bw + latency;
         snprintf(codec, 16, "%s", ladder[i]);
         if (*seconds <= tolerance * hide) break;

@@ -34,6 +34,9 @@ typedef struct topo_codec_info {
  * plus the variant's place in TOPO_PLAN_SPARSE_VARIANTS for sparse. XDC_ERR_INVALID for an unknown
  * name. */
 xdc_err_t topo_codec_info_get(const char *name, double link_gbps, topo_codec_info *out);
+/* The codec of a gradient round over a WAN link of link_gbps: topo_codec_info_get's numbers, with the
+ * wire ratio a run measured for that codec (c->wire_ratio when c->ratio_codec names it). */
+xdc_err_t topo_grad_codec_get(const char *name, double link_gbps, const xdc_plan_calib *c, topo_codec_info *out);
 /* The search's codec candidates, weakest first: every codec of the registry (top-k at
  * TOPO_PLAN_TOPK_FRACTION, sparse at each of TOPO_PLAN_SPARSE_VARIANTS), or for activations those the registry marks for_activations. Returns the
  * count written (at most cap). */
@@ -49,8 +52,8 @@ double topo_link_Bps(const xdc_topology *t, int from, int to, const xdc_plan_cal
 double topo_link_owd(const xdc_topology *t, int from, int to);
 /* Ring reduce-scatter (= all-gather) of `bytes` over `ranks` workers of region r, seconds. */
 double topo_intra_collective_s(const xdc_topology *t, int r, int ranks, double bytes);
-/* Point-to-point transfer of `bytes` inside region r, seconds. */
-double topo_intra_p2p_s(const xdc_topology *t, int r, double bytes);
+/* Point-to-point transfer of `bytes` inside region r, seconds (c->intra_p2p_s when measured). */
+double topo_intra_p2p_s(const xdc_topology *t, int r, double bytes, const xdc_plan_calib *c);
 
 /* Forward + backward FLOPs of one microbatch of `tokens` tokens over layers [lb, le) of the model. */
 double topo_stage_flops(const xdc_model_shape *m, int lb, int le, double tokens, int seq_len);
@@ -81,5 +84,10 @@ double topo_sync_round_s(const xdc_topology *t, int r, int ranks, int n_regions,
                          double *wire_bytes);
 
 int topo_plan_n_buckets(double params, double bucket_elems);
+
+/* The all-reduce of the gradient norm and the loss over a replica's stages that closes every step
+ * (orchestrator/worker/orch_train.c, optimizer_step): a pass up the stages and back, 2 (P - 1) hand-offs
+ * of a few bytes, each a WAN one-way delay where the pipeline crosses regions. Seconds, worst replica. */
+double topo_step_allreduce_s(const xdc_topology *t, const xdc_plan *p, const xdc_plan_calib *c);
 
 #endif /* TOPO_PLAN_IMPL_H */

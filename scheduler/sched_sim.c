@@ -13,6 +13,10 @@
 
 enum { EV_OP_DONE, EV_ACT, EV_GRAD, EV_ENGINE_DONE, EV_BUCKET, EV_WAKE };
 
+/* Where a stage's input for one microbatch (activation or its gradient) is: not sent yet; sent by an
+ * in-region neighbour, waiting for this stage to post its receive; moving; here. */
+enum { IN_NONE = 0, IN_SENT, IN_MOVING, IN_HERE };
+
 typedef struct event {
     double t;
     unsigned long long seq; /* ties resolve in push order: the run is deterministic */
@@ -23,7 +27,7 @@ typedef struct inst {
     int region, stage, warm, queued;
     int next_op, busy;
     double op_dur, busy_s;
-    unsigned char *fwd_ready, *bwd_ready; /* (M) flags */
+    unsigned char *fwd_ready, *bwd_ready; /* (M) input states, IN_* */
 } inst;
 
 typedef struct sync_round {
@@ -126,10 +130,16 @@ static double wan_send(sim *s, int a, int b, double wire)
     return *free_at + topo_link_owd(s->t, a, b) + TOPO_PLAN_MSG_OVERHEAD_S;
 }
 
-static double boundary_arrival(sim *s, int from, int to)
+static double boundary_bytes(const sim *s)
 {
-    double act = (double)s->p->micro_batch * s->p->seq_len * s->m->boundary_bytes_per_token;
-    if (from == to) return s->now + topo_intra_p2p_s(s->t, from, act);
+    return (double)s->p->micro_batch * s->p->seq_len * s->m->boundary_bytes_per_token;
+}
+
+/* Arrival of a boundary tensor sent now from region `from` over the WAN to region `to` (the receiving
+ * stage posted its WAN receives when the step began). */
+static double wan_boundary_arrival(sim *s, int from, int to)
+{
+    double act = boundary_bytes(s);
     topo_codec_info ci;
     topo_codec_info_get(s->p->codec, 100, &ci);
     return wan_send(s, from, to, act * ci.ratio) + act / ci.enc_Bps + act / ci.dec_Bps;
@@ -158,8 +168,16 @@ static void inst_try(sim *s, int i)
     inst *x = &s->in[i];
     if (x->busy || x->next_op == 2 * s->M) return;
     int fwd, mb = op_at(x->next_op, x->warm, s->M, &fwd);
-    if (fwd && x->stage > 0 && !x->fwd_ready[mb]) return;
-    if (!fwd && x->stage < s->P - 1 && !x->bwd_ready[mb]) return;
+    unsigned char *in = fwd ? (x->stage > 0 ? &x->fwd_ready[mb] : NULL)
+                            : (x->stage < s->P - 1 ? &x->bwd_ready[mb] : NULL);
+    if (in && *in == IN_SENT) {
+        /* The runtime posts a stage's receive from an in-region neighbour only once the op before has ended
+         * (orch_train.c groups "backward + receive the next input", as Megatron's 1F1B does), so the
+         * transfer starts now, however early the neighbour sent. */
+        *in = IN_MOVING;
+        push(s, s->now + topo_intra_p2p_s(s->t, x->region, boundary_bytes(s), s->c), fwd ? EV_ACT : EV_GRAD, i, mb, 0);
+    }
+    if (in && *in != IN_HERE) return;
     if (s->cores_free == 0) { /* every shared core is busy: wait in line */
         if (!x->queued) s->core_queue[(s->q_head + s->q_len++) % s->n_inst] = i;
         x->queued = 1;
@@ -198,13 +216,14 @@ static void inst_done(sim *s, const event *ev)
     x->busy = 0;
     x->busy_s += x->op_dur;
     x->next_op++;
-    int q = ev->a / s->P;
-    if (ev->c && x->stage < s->P - 1) {
-        int to = q * s->P + x->stage + 1;
-        push(s, boundary_arrival(s, x->region, s->in[to].region), EV_ACT, to, ev->b, 0);
-    } else if (!ev->c && x->stage > 0) {
-        int to = q * s->P + x->stage - 1;
-        push(s, boundary_arrival(s, x->region, s->in[to].region), EV_GRAD, to, ev->b, 0);
+    int q = ev->a / s->P, to = -1;
+    if (ev->c && x->stage < s->P - 1) to = q * s->P + x->stage + 1;
+    else if (!ev->c && x->stage > 0) to = q * s->P + x->stage - 1;
+    if (to >= 0 && s->in[to].region != x->region) {
+        push(s, wan_boundary_arrival(s, x->region, s->in[to].region), ev->c ? EV_ACT : EV_GRAD, to, ev->b, 0);
+    } else if (to >= 0) {
+        (ev->c ? s->in[to].fwd_ready : s->in[to].bwd_ready)[ev->b] = IN_SENT;
+        inst_try(s, to);
     }
     if (x->next_op == 2 * s->M && s->now > s->pipe_end) s->pipe_end = s->now;
     if (s->cores_free >= 0) {
@@ -406,12 +425,12 @@ static void plan_rounds(sim *s, int i)
             if (q != e->region && s->region_group0[q] >= 0) l = xdc_topology_link(s->t, e->region, q);
         double gbps = l ? l->bandwidth_gbps : 100, params = p->stage[e->stage].params;
         sync_round inner = {params, p->mode == XDC_PLAN_SYNC ? R : 1, {0, 0, 0, 0}};
-        topo_codec_info_get(p->mode == XDC_PLAN_SYNC ? p->codec : "none", gbps, &inner.ci);
+        topo_grad_codec_get(p->mode == XDC_PLAN_SYNC ? p->codec : "none", gbps, s->c, &inner.ci);
         e->rounds[0] = inner;
         e->n_rounds = 1;
         if (p->mode == XDC_PLAN_DILOCO && (i + 1) % H == 0) {
             e->rounds[1] = (sync_round){params, R, {0, 0, 0, 0}};
-            topo_codec_info_get(p->codec, gbps, &e->rounds[1].ci);
+            topo_grad_codec_get(p->codec, gbps, s->c, &e->rounds[1].ci);
             e->n_rounds = 2;
         }
         e->started = fr->started = e->waking = fr->waking = 0;
@@ -419,7 +438,7 @@ static void plan_rounds(sim *s, int i)
         fr->cur = 0;
         if (frag_now) {
             fr->rounds[0] = (sync_round){params / F, R, {0, 0, 0, 0}};
-            topo_codec_info_get(p->codec, gbps, &fr->rounds[0].ci);
+            topo_grad_codec_get(p->codec, gbps, s->c, &fr->rounds[0].ci);
         }
         for (int k = 0; k < 2; k++) {
             memset(e->arrived[k], 0, (size_t)e->cap * sizeof(int));
@@ -437,7 +456,7 @@ xdc_err_t xdc_sim_run(const xdc_topology *t, const xdc_model_shape *m, const xdc
         xdc_diag_set(diag, "simulate: need at least one step, 1..%d stages and a microbatch", XDC_PLAN_MAX_STAGES);
         return XDC_ERR_INVALID;
     }
-    xdc_plan_calib none = {0.4, 1.0, 0, 0};
+    xdc_plan_calib none = {.mfu = 0.4, .compute_scale = 1.0};
     sim s = {.t = t, .m = m, .p = p, .c = c ? c : &none};
     xdc_err_t rc = build(&s);
     double t0 = 0, busy_total = 0, busiest_total = 0, bubble_total = 0;
@@ -461,11 +480,11 @@ xdc_err_t xdc_sim_run(const xdc_topology *t, const xdc_model_shape *m, const xdc
             switch (ev.type) {
             case EV_OP_DONE: inst_done(&s, &ev); break;
             case EV_ACT:
-                s.in[ev.a].fwd_ready[ev.b] = 1;
+                s.in[ev.a].fwd_ready[ev.b] = IN_HERE;
                 inst_try(&s, ev.a);
                 break;
             case EV_GRAD:
-                s.in[ev.a].bwd_ready[ev.b] = 1;
+                s.in[ev.a].bwd_ready[ev.b] = IN_HERE;
                 inst_try(&s, ev.a);
                 break;
             case EV_ENGINE_DONE: engine_done(&s, &ev); break;
@@ -499,7 +518,7 @@ xdc_err_t xdc_sim_run(const xdc_topology *t, const xdc_model_shape *m, const xdc
         }
         busiest_total += busiest;
         bubble_total += s.pipe_end - t0 - busiest;
-        t0 = end;
+        t0 = end + topo_step_allreduce_s(t, p, s.c);
     }
     if (rc == XDC_OK) {
         out->steps = steps;

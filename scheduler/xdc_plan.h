@@ -41,6 +41,15 @@ typedef struct xdc_plan_calib {
     double compute_scale; /* multiplies every predicted compute time (from a measured run) */
     double wan_gbps;      /* measured WAN goodput per link, Gbit/s */
     int host_cores;       /* > 0: every worker shares this many cores (an emulated run on one machine) */
+    /* Measured WAN wire bytes per fp32 byte of the gradients (or DiLoCo pseudo-gradients) a run sent with
+     * codec `ratio_codec`: replaces that codec's table ratio for gradient rounds. How far zstd shrinks
+     * int8 or bf16 output depends on the model's gradients, which no table knows (0: the table's). */
+    double wire_ratio;
+    char ratio_codec[16];
+    /* Measured seconds of one activation (or its gradient) handed between neighbouring stages in a region,
+     * from the receiver posting its receive to the data being there (0: the topology's intra latency +
+     * bytes / bandwidth). On one emulating host it is thread wake-ups more than bytes. */
+    double intra_p2p_s;
 } xdc_plan_calib;
 
 /* Constraints: a zero / negative / empty field leaves the choice to the planner. */

@@ -608,6 +608,18 @@ XDC_TEST(sim_cli_prints_step_and_exit_codes)
         run_xdc("simulate -t examples/topology/demo-2region.yaml -c examples/train/demo.yaml", out, sizeof out), 0);
     XDC_ASSERT_STR_CONTAINS(out, "2 stages per replica");
     XDC_ASSERT_EQ(run_xdc("simulate -t examples/topology/demo-2region.yaml", out, sizeof out), 64);
+    /* A measured wire ratio belongs to a run's codec: it needs the run file. */
+    XDC_ASSERT_EQ(run_xdc("simulate " DEMO " --calibrate-ratio 0.3", out, sizeof out), 64);
+    XDC_ASSERT_STR_CONTAINS(out, "--calibrate-ratio needs -c");
+    XDC_ASSERT_EQ(run_xdc("simulate -t examples/topology/demo-2region.yaml -c examples/train/demo.yaml "
+                          "--calibrate-ratio 3 --json",
+                          out, sizeof out),
+                  64);
+    XDC_ASSERT_EQ(run_xdc("simulate -t examples/topology/demo-2region.yaml -c examples/train/demo.yaml "
+                          "--calibrate-ratio 0.3 --calibrate-p2p 0.001 --json",
+                          out, sizeof out),
+                  0);
+    XDC_ASSERT_STR_CONTAINS(out, "\"step_s\"");
 }
 
 XDC_TEST(plan_codec_link_is_the_lossiest_codec_a_link_names)

@@ -1,7 +1,9 @@
 /* test_sim.c — the discrete-event simulator against closed forms: one stage without WAN is M x (fwd+bwd);
  * a P-stage pipeline of equal stages has the 1F1B bubble (P-1)/(M+P-1); an activation crossing B bytes
  * at bandwidth W and RTT R takes B/W + R/2, and so does a gradient bucket; buckets handed over during the
- * last backward hide the exchange behind it; an 8-region x 1,024-GPU plan finishes with sane numbers;
+ * last backward hide the exchange behind it; an in-region receive posted after the op before costs every
+ * steady-state microbatch its transfer; a measured wire ratio prices the bytes of the codec it was
+ * measured with; an 8-region x 1,024-GPU plan finishes with sane numbers;
  * the simulator and the planner's closed form agree on the demo configurations. (`xdc simulate` is
  * tested in test_plan.c.) */
 #include "tests/xdc_test.h"
@@ -9,6 +11,7 @@
 #include "tests/test_plan_util.h"
 
 #include "common/xdc_alloc.h"
+#include "compression/xdc_codec.h"
 #include "scheduler/xdc_plan.h"
 
 #include <stdio.h>
@@ -47,7 +50,7 @@ static xdc_sim_result simulate(const xdc_topology *t, const xdc_model_shape *m, 
 {
     xdc_sim_result r;
     xdc_diag d = {{0}};
-    xdc_plan_calib c = {0.5, 1.0, 0, 0};
+    xdc_plan_calib c = {.mfu = 0.5, .compute_scale = 1.0};
     xdc_err_t rc = xdc_sim_run(t, m, p, &c, steps, &r, &d);
     XDC_ASSERT_MSG(rc == XDC_OK, "simulate: %s", d.msg);
     return r;
@@ -104,7 +107,8 @@ XDC_TEST(sim_pipeline_bubble_matches_1f1b)
 XDC_TEST(sim_wan_transfer_takes_bytes_over_bandwidth_plus_half_rtt)
 {
     /* A pipeline over two regions, one microbatch: the activation and its gradient each cross once, and
-     * each crossing of B bytes takes B/W + R/2 (plus the per-message overhead, encode and decode). */
+     * each crossing of B bytes takes B/W + R/2 (plus the per-message overhead, encode and decode). The
+     * step then closes with the all-reduce of the gradient norm up the chain and back: 2 (R/2 + overhead). */
     xdc_topology *t = test_plan_parse_topo(TWO_REGIONS("bandwidth_gbps: 0.1, rtt_ms: 60"));
     xdc_model_shape m;
     flat_model(2, &m);
@@ -113,7 +117,7 @@ XDC_TEST(sim_wan_transfer_takes_bytes_over_bandwidth_plus_half_rtt)
     xdc_sim_result r = simulate(t, &m, &p, 1);
     double act = 128.0 * m.boundary_bytes_per_token, crossing = act / (0.1e9 / 8) + 0.030;
     double compute = (p.stage[0].flops_mb + p.stage[1].flops_mb) / (100e12 * 0.5);
-    double comm = r.t_step - compute;
+    double closing = 2 * (0.030 + 2e-4), comm = r.t_step - compute - closing;
     XDC_ASSERT_MSG(comm >= 2 * crossing && comm <= 2 * crossing * 1.02 + 1e-3,
                    "two crossings took %.6f s, 2 (B/W + R/2) = %.6f s", comm, 2 * crossing);
     XDC_ASSERT_NEAR(r.wan_bytes, 2 * act, 1);
@@ -178,6 +182,74 @@ XDC_TEST(sim_buckets_overlap_the_last_backward)
         xdc_plan_set_destroy(s);
     }
     XDC_ASSERT_MSG(step[1] < 0.9 * step[0], "many buckets %.4f s, one bucket %.4f s", step[1], step[0]);
+    xdc_topology_destroy(t);
+}
+
+XDC_TEST(sim_inregion_receive_is_posted_after_the_op_before)
+{
+    /* Two equal stages in one region, transfers of d seconds. The runtime posts a stage's receive only when
+     * its op before ends (forward + receive dy, backward + receive the next x), so every steady-state
+     * microbatch pays d on the busiest stage: (M + 1)(c + d) per step, where an early send alone would give
+     * (M + 1) c + 2 d. The gradient-norm all-reduce between the two stages closes the step: 2 hand-offs. */
+    xdc_topology *t = test_plan_parse_topo(
+        "name: one\nregions:\n  - {name: a, nodes: a1, gpus_per_node: 2, gpu: {model: "
+        "x, bf16_tflops: 100, memory_gib: 80}, intra: {bandwidth_gbps: 1000000, "
+        "latency_us: 100}}\n");
+    xdc_model_shape m;
+    flat_model(8, &m);
+    for (int M = 1; M <= 8; M *= 2) {
+        xdc_plan p = plan_for(t, &m, 2, M, NULL, XDC_PLAN_SYNC);
+        XDC_ASSERT_EQ(p.stages, 2);
+        xdc_sim_result r = simulate(t, &m, &p, 1);
+        double c = p.stage[0].flops_mb / (100e12 * 0.5), d = 100e-6 + 128.0 * m.boundary_bytes_per_token / 1.25e14;
+        double pipe = r.t_step - 2 * (100e-6 + 8 / 1.25e14);
+        XDC_ASSERT_NEAR(p.stage[1].flops_mb, p.stage[0].flops_mb, 1e-9 * p.stage[0].flops_mb);
+        XDC_ASSERT_MSG(fabs(pipe - (M + 1) * (c + d)) <= 1e-6 * r.t_step, "M=%d: pipeline %.6f s, (M+1)(c+d) = %.6f s",
+                       M, pipe, (M + 1) * (c + d));
+        XDC_ASSERT_NEAR(pipe - ((M + 1) * c + 2 * d), (M - 1) * d, 1e-6 * r.t_step);
+        XDC_ASSERT_NEAR(p.t_step, r.t_step, 1e-6 * r.t_step); /* the planner's closed form agrees */
+    }
+    xdc_topology_destroy(t);
+}
+
+XDC_TEST(sim_measured_wire_ratio_replaces_the_codec_table)
+{
+    /* How far zstd shrinks int8 depends on the gradients: a ratio measured in a run (calib.wire_ratio)
+     * prices the bytes of the codec it was measured with, and only that codec. */
+    xdc_topology *t = test_plan_parse_topo(TWO_REGIONS("bandwidth_gbps: 0.1, rtt_ms: 60"));
+    xdc_model_shape m;
+    flat_model(2, &m);
+    double bytes = 4 * m.params, wan[3], step[3];
+    const char *measured_with[3] = {"", "int8", "int4"};
+    for (int k = 0; k < 3; k++) {
+        xdc_batch_shape b = {1, 128, 0};
+        xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+        o.calib.mfu = 0.5;
+        o.calib.wire_ratio = k ? 0.3 : 0;
+        snprintf(o.calib.ratio_codec, sizeof o.calib.ratio_codec, "%s", measured_with[k]);
+        o.all_regions = 1;
+        o.stages = 1;
+        o.microbatches = 1;
+        o.mode = XDC_PLAN_SYNC;
+        o.bucket_mb = 1024;
+        snprintf(o.codec, sizeof o.codec, "int8");
+        xdc_plan_set *s = NULL;
+        xdc_diag d = {{0}};
+        XDC_ASSERT_MSG(xdc_plan_search(t, &m, &b, &o, &s, &d) == XDC_OK, "%s", d.msg);
+        xdc_sim_result r;
+        XDC_ASSERT_OK(xdc_sim_run(t, &m, &s->best, &o.calib, 1, &r, &d));
+        XDC_ASSERT_NEAR(s->best.wan_bytes, r.wan_bytes, 1);
+        wan[k] = r.wan_bytes;
+        step[k] = r.t_step;
+        xdc_plan_set_destroy(s);
+    }
+    xdc_codec_estimate table;
+    XDC_ASSERT_OK(xdc_codec_estimate_for("int8", 0.1, &table, NULL));
+    XDC_ASSERT_NEAR(wan[0], 2 * bytes * table.ratio, 1);
+    XDC_ASSERT_NEAR(wan[1], 2 * bytes * 0.3, 1);
+    XDC_ASSERT_NEAR(wan[2], wan[0], 1); /* measured with another codec: the table's */
+    /* The extra bytes cross the 0.1 Gbit/s link: the step grows by their time. */
+    XDC_ASSERT_NEAR(step[1] - step[0], bytes * (0.3 - table.ratio) / (0.1e9 / 8), 0.02 * (step[1] - step[0]));
     xdc_topology_destroy(t);
 }
 

@@ -2,9 +2,13 @@
 # bench/sim/run.sh — the simulator against measured runs. For each demo configuration (the demo run file,
 # and variants with codec none and with mode diloco) it trains on the emulated WAN of
 # examples/topology/demo-2region.yaml, takes the mean measured step time and stage-0 compute time over the
-# steady steps, then runs `xdc simulate -c RUN` calibrated with that compute time only (every other term
-# — stage 1's compute, pipeline bubble, intra, WAN bytes and rate, RTT, codec time — is predicted) and
-# prints the error. A fourth row, wanbound, does the same in bench-e2e's WAN-bound regime
+# steady steps, then runs `xdc simulate -c RUN` calibrated with three measurements of that run: the
+# compute time; the wire ratio its codec reached on its gradients (the launch summary's "WAN X MB sent for
+# Y MB of fp32": X/Y; how far zstd shrinks them depends on the model's gradients); and the time of one
+# stage-to-stage hand-off in a region (p2p: from the Chrome traces, the last stage's wait between its
+# backward of microbatch 0 and its forward of microbatch 1, whose input arrived long before: the receive
+# is posted after that backward; on one host it is thread wake-ups). Every other term — stage 1's compute,
+# the pipeline's shape, intra collectives, WAN rate, RTT, codec time — is predicted. Prints the error. A fourth row, wanbound, does the same in bench-e2e's WAN-bound regime
 # (bench/e2e/two-region.yaml, bench/e2e/gpt1m.yaml, sync int8). Then it times `xdc simulate` on the
 # 8-region x 1,024-GPU topology.
 # Last line: sim_error_pct_max=<x> sim_8x1024_seconds=<x>
@@ -46,7 +50,8 @@ bucket_mb: 0.25
 threads: 1
 EOT
 
-printf '%-8s %10s %10s %10s %10s %8s\n' config measured_s compute_s sim_s planner_s error%
+printf '%-8s %10s %10s %6s %8s %10s %10s %8s %9s %9s\n' config measured_s compute_s wire p2p_ms sim_s planner_s \
+    error% busiest_s sim_bus_s
 worst=0
 for cfg in demo none diloco wanbound; do
     topo=examples/topology/demo-2region.yaml n=$steps sk=$skip
@@ -60,13 +65,34 @@ for cfg in demo none diloco wanbound; do
             sub(/s$/, "", st); s += st; cs += c; k++ }
         END { if (k) printf "%.6f %.6f %d\n", s / k, cs / k, k; else print "0 0 0" }' "$tmp/$cfg.log")
     [ "$k" -gt 0 ] || { echo "bench-sim: no progress lines in the $cfg run" >&2; exit 70; }
-    "$XDC" simulate -t "$topo" -c "$tmp/$cfg.yaml" --steps $((n - sk)) --calibrate-compute "$comp" --json \
-        >"$tmp/$cfg.sim.json"
+    # "... WAN 14.96 MB sent for 65.74 MB of fp32 (x4.4) ..." -> wire bytes per fp32 byte, every worker
+    wire=$(awk '/^run .* finished in/ { for (i = 1; i < NF; i++) if ($i == "sent" && $(i-1) == "MB") {
+            printf "%.4f", $(i-2) / $(i+2); exit } }' "$tmp/$cfg.log")
+    [ -n "$wire" ] || { echo "bench-sim: no WAN total in the $cfg run's summary" >&2; exit 70; }
+    # Per-rank traces, one event a line: the last stage's gap from "backward" of microbatch 0 ending to
+    # "forward" of microbatch 1 starting, mean over the steady steps (0 with one stage)
+    p2p=$(awk -v skip="$sk" '/"cat":"compute"/ {
+            line = $0; gsub(/[{}"]/, "", line); n = split(line, f, /[,:]/); ts = dur = 0; name = ""; mb = -1
+            for (i = 1; i < n; i++) {
+                if (f[i] == "ts") ts = f[i+1]; else if (f[i] == "dur") dur = f[i+1]
+                else if (f[i] == "name") name = f[i+1]; else if (f[i] == "microbatch") mb = f[i+1] }
+            if (name == "forward" && mb == 1 && prev[FILENAME] == "backward0" && ++seen[FILENAME] > skip) {
+                s += ts - end[FILENAME]; k++ }
+            prev[FILENAME] = name mb; end[FILENAME] = ts + dur }
+        END { printf "%.6f", k ? s / k / 1e6 : 0 }' "$tmp/run-$cfg"/traces/*.json)
+    "$XDC" simulate -t "$topo" -c "$tmp/$cfg.yaml" --steps $((n - sk)) --calibrate-compute "$comp" \
+        --calibrate-ratio "$wire" --calibrate-p2p "$p2p" --json >"$tmp/$cfg.sim.json"
     sim=$(awk -F': ' '/"step_s"/ { gsub(/,/, "", $2); print $2 }' "$tmp/$cfg.sim.json")
     plan=$(awk -F': ' '/"planner_step_s"/ { gsub(/,/, "", $2); print $2 }' "$tmp/$cfg.sim.json")
+    # Not used by the simulation, shown to tell its errors apart: the busiest worker's measured compute per
+    # step (every worker's steps/*.tsv, column 4) against the simulated busiest (stage 1 from FLOP ratios)
+    bus=$(awk -v skip="$sk" 'FNR > 1 && $1 > skip { s[FILENAME] += $4; k[FILENAME]++ }
+        END { for (f in s) if (s[f] / k[f] > m) m = s[f] / k[f]; printf "%.4f", m }' "$tmp/run-$cfg"/steps/*.tsv)
+    simbus=$(awk -F': ' '/"compute_s"/ { gsub(/,/, "", $2); printf "%.4f", $2 }' "$tmp/$cfg.sim.json")
     err=$(awk -v a="$sim" -v b="$meas" 'BEGIN { d = (a - b) / b * 100; printf "%.1f", d < 0 ? -d : d }')
     worst=$(awk -v a="$err" -v b="$worst" 'BEGIN { print (a > b ? a : b) }')
-    printf '%-8s %10.4f %10.4f %10.4f %10.4f %8s\n' "$cfg" "$meas" "$comp" "$sim" "$plan" "$err"
+    printf '%-8s %10.4f %10.4f %6.3f %8.2f %10.4f %10.4f %8s %9s %9s\n' "$cfg" "$meas" "$comp" "$wire" \
+        "$(awk -v s="$p2p" 'BEGIN { print s * 1e3 }')" "$sim" "$plan" "$err" "$bus" "$simbus"
 done
 
 # Scale: plan + simulate one step of a 7B-shaped model on 8 regions x 1,024 GPUs, whole command timed.

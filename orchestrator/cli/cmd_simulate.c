@@ -1,7 +1,7 @@
 /* cmd_simulate.c — `xdc simulate -t TOPOLOGY (-m MODEL.yaml | -c RUN.yaml) [--steps N] [--json]
- * [--calibrate-compute S] [--wan-gbps G]`: plan (or take the run file's configuration as constraints),
- * then replay the plan in the discrete-event simulator and print the predicted step time, its split and
- * the GPU utilisation next to the planner's closed-form prediction. */
+ * [--calibrate-compute S] [--calibrate-ratio R] [--calibrate-p2p S] [--wan-gbps G]`: plan (or take the run
+ * file's configuration as constraints), then replay the plan in the discrete-event simulator and print the
+ * predicted step time, its split and the GPU utilisation next to the planner's closed-form prediction. */
 #include "orchestrator/cli/cmd_plan.h"
 
 #include "common/xdc_parse.h"
@@ -15,12 +15,16 @@
 static int sim_usage(FILE *f)
 {
     fprintf(f, "usage: xdc simulate -t TOPOLOGY.yaml (-m MODEL.yaml | -c RUN.yaml) [--steps N] [--json]\n"
-               "                    [--global-batch TOKENS] [--calibrate-compute SECONDS] [--wan-gbps G]\n"
-               "                    [--host-cores N]\n"
+               "                    [--global-batch TOKENS] [--calibrate-compute SECONDS] [--calibrate-ratio R]\n"
+               "                    [--calibrate-p2p SECONDS] [--wan-gbps G] [--host-cores N]\n"
                "  Replay the planned schedule (with -c: the run file's mode, stages, microbatches, codec, bucket)\n"
                "  as a discrete-event model: 1F1B per replica, bucketed sync, WAN links with bandwidth and RTT.\n"
                "  --calibrate-compute  measured compute seconds per step of stage 0 (from a run's progress lines);\n"
                "                       scales every compute time; everything else stays predicted\n"
+               "  --calibrate-ratio    with -c: WAN wire bytes per fp32 byte the run's codec measured (its summary's\n"
+               "                       'WAN X MB sent for Y MB of fp32': X/Y) instead of the codec table's ratio\n"
+               "  --calibrate-p2p      measured seconds of one in-region stage-to-stage transfer, from the receive\n"
+               "                       being posted to the data being there (e.g. from a run's trace)\n"
                "  --wan-gbps           measured WAN goodput per link instead of the topology's bandwidth\n"
                "  --host-cores         every worker shares N cores (an emulated run on one machine)\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
@@ -49,13 +53,15 @@ int xdc_cmd_simulate(int argc, char **argv)
                                          {"json", no_argument, NULL, 'j'},
                                          {"global-batch", required_argument, NULL, 'g'},
                                          {"calibrate-compute", required_argument, NULL, 'C'},
+                                         {"calibrate-ratio", required_argument, NULL, 'R'},
+                                         {"calibrate-p2p", required_argument, NULL, 'P'},
                                          {"wan-gbps", required_argument, NULL, 'W'},
                                          {"host-cores", required_argument, NULL, 'H'},
                                          {"help", no_argument, NULL, 'h'},
                                          {0}};
     const char *topo = NULL, *model = NULL, *run = NULL;
     int json = 0, steps = 3, cores = 0, c;
-    double global = 0, measured = 0, wan = 0;
+    double global = 0, measured = 0, ratio = 0, p2p = 0, wan = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "t:m:c:s:jg:h", opts, NULL)) != -1) {
         char *end = NULL;
@@ -69,6 +75,8 @@ int xdc_cmd_simulate(int argc, char **argv)
         case 'j': json = 1; break;
         case 'g': global = strtod(optarg, &end); break;
         case 'C': measured = strtod(optarg, &end); break;
+        case 'R': ratio = strtod(optarg, &end); break;
+        case 'P': p2p = strtod(optarg, &end); break;
         case 'W': wan = strtod(optarg, &end); break;
         case 'H': bad = xdc_parse_int(optarg, 0, 1 << 20, &cores, &d) != XDC_OK ? "--host-cores" : NULL; break;
         case 'h': return sim_usage(stdout);
@@ -84,9 +92,14 @@ int xdc_cmd_simulate(int argc, char **argv)
         }
     }
     if (!topo || !model == !run || optind != argc) return sim_usage(stderr);
-    if (steps < 1 || steps > 100000 || global < 0 || measured < 0 || wan < 0 || cores < 0) {
-        fprintf(stderr, "xdc simulate: --steps in 1..100000; --global-batch, --calibrate-compute, --wan-gbps, "
-                        "--host-cores >= 0\n");
+    if (steps < 1 || steps > 100000 || global < 0 || measured < 0 || wan < 0 || cores < 0 || ratio < 0 || ratio > 2 ||
+        !(p2p >= 0 && p2p <= 10)) {
+        fprintf(stderr, "xdc simulate: --steps in 1..100000; --calibrate-ratio in 0..2; --calibrate-p2p in 0..10; "
+                        "--global-batch, --calibrate-compute, --wan-gbps, --host-cores >= 0\n");
+        return XDC_EX_USAGE;
+    }
+    if (ratio > 0 && !run) {
+        fprintf(stderr, "xdc simulate: --calibrate-ratio needs -c RUN.yaml (the run whose codec it measured)\n");
         return XDC_EX_USAGE;
     }
     plan_inputs in;
@@ -94,6 +107,9 @@ int xdc_cmd_simulate(int argc, char **argv)
     if (ex != XDC_EX_OK) return ex;
     in.opts.calib.wan_gbps = wan;
     in.opts.calib.host_cores = cores;
+    in.opts.calib.wire_ratio = ratio;
+    in.opts.calib.intra_p2p_s = p2p;
+    snprintf(in.opts.calib.ratio_codec, sizeof in.opts.calib.ratio_codec, "%s", in.opts.codec);
     xdc_plan_set *set = NULL;
     ex = plan_inputs_search(&in, &set);
     if (ex == XDC_EX_OK && measured > 0) {
