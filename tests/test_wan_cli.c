@@ -63,6 +63,33 @@ XDC_TEST(wan_cli_listen_send_pair_prints_one_result_line)
     free(lis);
 }
 
+/* `--crl` on the pair: once the CA has revoked the sender's certificate, the listener refuses it, and the
+ * sender's error names the refusal. */
+XDC_TEST(wan_cli_listen_refuses_a_revoked_sender)
+{
+    const char *t = xdc_test_tmpdir();
+    make_pki(t);
+    char cmd[4096], out[8192];
+    snprintf(cmd, sizeof cmd, "%s certs revoke --dir %s --cert %s/eu-2.pem", xdc_test_bin(), t, t);
+    XDC_ASSERT_MSG(xdc_test_run(cmd, out, sizeof out) == 0, "revoke: %s", out);
+    int port = free_port();
+    snprintf(cmd, sizeof cmd,
+             "%1$s wan listen --port %3$d --cert %2$s/us-0.pem --key %2$s/us-0.key --ca %2$s/ca.pem "
+             "--crl %2$s/crl.pem --once >%2$s/listen.out 2>&1 & lis=$!; "
+             "timeout 60 %1$s wan send --to 127.0.0.1:%3$d --bytes 1M --expect us/0 "
+             "--cert %2$s/eu-2.pem --key %2$s/eu-2.key --ca %2$s/ca.pem; rc=$?; kill $lis; wait; exit $rc",
+             xdc_test_bin(), t, port);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    char path[512];
+    snprintf(path, sizeof path, "%s/listen.out", t);
+    char *lis = xdc_test_read_file(path, NULL);
+    printf("send: exit %d: %s\nlisten: %s\n", rc, out, lis ? lis : "");
+    XDC_ASSERT_MSG(rc != 0 && rc != 124, "send exit %d: %s", rc, out);
+    XDC_ASSERT(strstr(lis ? lis : "", "received bytes=") == NULL);
+    XDC_ASSERT_STR_CONTAINS(lis ? lis : "", "revoked");
+    free(lis);
+}
+
 XDC_TEST(wan_cli_bad_input_exits_with_sysexits_codes)
 {
     const char *t = xdc_test_tmpdir();

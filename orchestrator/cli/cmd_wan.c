@@ -38,13 +38,14 @@ typedef struct wan_cli_opts {
 
 static int wan_usage(FILE *f)
 {
-    fprintf(f, "usage: xdc wan listen --port P --cert C --key K --ca CA [--streams K] [--host ADDR] [--once]\n"
-               "       xdc wan send --to HOST:P --bytes N --cert C --key K --ca CA [--streams K]\n"
+    fprintf(f, "usage: xdc wan listen --port P --cert C --key K --ca CA [--crl CRL] [--streams K] [--host ADDR]\n"
+               "                      [--once]\n"
+               "       xdc wan send --to HOST:P --bytes N --cert C --key K --ca CA [--crl CRL] [--streams K]\n"
                "                    [--expect REGION/RANK] [--msg-bytes M] [--sockbuf BYTES]\n"
                "  An iperf3-like pair over the WAN transport (TLS 1.3, mutual auth, K streams). N and M take\n"
                "  K/M/G suffixes (binary). send prints one line: goodput_gbps=... bytes=... seconds=... streams=...\n"
                "  listen serves up to 64 peers at once, each on its own thread (--once: the first peer only),\n"
-               "  and prints one line per transfer.\n");
+               "  and prints one line per transfer. --crl (e.g. CA_DIR/crl.pem): refuse peers it revokes.\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -87,13 +88,21 @@ static int parse_flag_int(const char *flag, const char *text, int lo, int hi, in
 static int parse_opts(int argc, char **argv, wan_cli_opts *o)
 {
     static const struct option opts[] = {
-        {"port", required_argument, NULL, 'p'},    {"cert", required_argument, NULL, 'c'},
-        {"key", required_argument, NULL, 'k'},     {"ca", required_argument, NULL, 'a'},
-        {"streams", required_argument, NULL, 's'}, {"to", required_argument, NULL, 't'},
-        {"bytes", required_argument, NULL, 'b'},   {"msg-bytes", required_argument, NULL, 'm'},
-        {"expect", required_argument, NULL, 'e'},  {"host", required_argument, NULL, 'H'},
-        {"sockbuf", required_argument, NULL, 'B'}, {"once", no_argument, NULL, '1'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+        {"port", required_argument, NULL, 'p'},
+        {"cert", required_argument, NULL, 'c'},
+        {"key", required_argument, NULL, 'k'},
+        {"ca", required_argument, NULL, 'a'},
+        {"streams", required_argument, NULL, 's'},
+        {"to", required_argument, NULL, 't'},
+        {"bytes", required_argument, NULL, 'b'},
+        {"msg-bytes", required_argument, NULL, 'm'},
+        {"expect", required_argument, NULL, 'e'},
+        {"host", required_argument, NULL, 'H'},
+        {"sockbuf", required_argument, NULL, 'B'},
+        {"once", no_argument, NULL, '1'},
+        {"crl", required_argument, NULL, 'r'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     int c;
     uint64_t v;
@@ -106,6 +115,7 @@ static int parse_opts(int argc, char **argv, wan_cli_opts *o)
         case 'c': o->cfg.cert_path = optarg; break;
         case 'k': o->cfg.key_path = optarg; break;
         case 'a': o->cfg.ca_path = optarg; break;
+        case 'r': o->cfg.crl_path = optarg; break;
         case 's':
             if (parse_flag_int("--streams", optarg, 1, XDC_WAN_MAX_STREAMS, &o->cfg.streams)) return XDC_EX_USAGE;
             break;
