@@ -171,6 +171,15 @@ int topo_plan_n_buckets(double params, double bucket_elems)
     return n < 1 ? 1 : n > 1e9 ? 1000000000 : (int)n;
 }
 
+/* The engine thread's time once it has finished (B) buckets fin..n-1 from `thread`, bucket j's shards
+ * landing at arr[j] (bucket 0 is the tail). */
+static double finish_from(double thread, const double *arr, int fin, int n, const topo_bucket_cost *tail,
+                          const topo_bucket_cost *full)
+{
+    for (int j = fin; j < n; j++) thread = fmax(thread, arr[j]) + (j == 0 ? tail : full)->t_b;
+    return thread;
+}
+
 double topo_sync_round_s(const xdc_topology *t, int r, int ranks, int n_regions, double params, double bucket_elems,
                          double overlap_s, const topo_codec_info *ci, double link_Bps, double owd, double *intra_s,
                          double *wire_bytes)
@@ -186,35 +195,39 @@ double topo_sync_round_s(const xdc_topology *t, int r, int ranks, int n_regions,
                2 * topo_intra_collective_s(t, r, ranks, 4 * last);
     /* Buckets go from the top of the arena (the short tail bucket first) down to offset 0, in the order
      * the last backward finishes their gradients: bucket j is ready once the backward has covered the
-     * parameters above its start (proportional to parameters, over overlap_s). The engine thread runs
-     * A(0), then A(j), B(j-1) for j = 1..k-1 (B(j-1) before A(j) when bucket j is not ready, see below),
-     * then B(k-1); B(j) waits for bucket j from the other regions,
-     * which left when their A(j) ended (symmetric regions), queued on the link behind earlier buckets,
-     * and landed one-way later. Past 4096 buckets the period is steady: extrapolate. */
-    double thread = 0, link = 0, arr_prev = 0, t_half = 0, t_lim = 0;
-    int lim = k < 4096 ? k : 4096;
+     * parameters above its start (proportional to parameters, over overlap_s). The engine thread
+     * (sync/sync_engine.c run_round) runs A(j) once bucket j is ready. With in-region replicas its order is
+     * fixed: A(0), then A(j), B(j-1) for j = 1..k-1, then B(k-1). Without, a send never waits for another
+     * region: while bucket j is not ready the thread finishes the oldest bucket in flight only if its
+     * shards have landed, and the rest after the last A. B(j) waits for bucket j from the other regions,
+     * which left when their A(j) ended (symmetric regions), queued on the link behind earlier buckets, and
+     * landed one-way later. Past 4096 buckets the period is steady: extrapolate. */
+    double arr[4096]; /* (lim) when bucket j's shards landed, s */
+    double thread = 0, link = 0, t_half = 0;
+    int lim = k < 4096 ? k : 4096, fin = 0; /* fin: the oldest bucket not finished (B) yet */
     for (int j = 0; j < lim; j++) {
-        const topo_bucket_cost *c = j == 0 ? &tail : &full, *prev = j == 1 ? &tail : &full;
+        const topo_bucket_cost *c = j == 0 ? &tail : &full;
         double above = j == 0 ? last : last + (double)j * bucket_elems;
         double ready = k == 1 ? overlap_s : overlap_s * (above < params ? above : params) / params;
-        /* Without in-region replicas the thread finishes the previous bucket early while this one is not
-         * ready (sync/sync_engine.c run_round): its send then waits for that B, one-way delay included. */
-        int early = j > 0 && ranks == 1 && ready > thread;
-        if (early) thread = (thread > arr_prev ? thread : arr_prev) + prev->t_b;
+        while (ranks == 1 && fin < j && fmax(thread, arr[fin]) < ready) {
+            thread = fmax(thread, arr[fin]) + (fin == 0 ? tail.t_b : full.t_b);
+            fin++;
+        }
         if (ready > thread) thread = ready;
         thread += c->t_a;
-        double arr = thread;
+        arr[j] = thread;
         if (n_regions > 1) {
             double start = thread > link ? thread : link;
             link = start + c->wire * ranks / link_Bps;
-            arr = link + owd + TOPO_PLAN_MSG_OVERHEAD_S;
+            arr[j] = link + owd + TOPO_PLAN_MSG_OVERHEAD_S;
         }
-        if (j > 0 && !early) thread = (thread > arr_prev ? thread : arr_prev) + prev->t_b;
-        arr_prev = arr;
-        if (j == lim / 2 - 1) t_half = thread;
-        if (j == lim - 1) t_lim = thread;
+        if (ranks > 1 && j > 0) {
+            thread = fmax(thread, arr[j - 1]) + (j == 1 ? tail.t_b : full.t_b);
+            fin = j;
+        }
+        if (j == lim / 2 - 1) t_half = finish_from(thread, arr, fin, j + 1, &tail, &full);
     }
-    thread = (thread > arr_prev ? thread : arr_prev) + (k == 1 ? tail.t_b : full.t_b);
-    if (k > lim) thread += (double)(k - lim) * (t_lim - t_half) / (lim - lim / 2);
-    return thread;
+    double end = finish_from(thread, arr, fin, lim, &tail, &full);
+    if (k > lim) end += (double)(k - lim) * (end - t_half) / (lim - lim / 2);
+    return end;
 }

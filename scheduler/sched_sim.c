@@ -40,10 +40,10 @@ typedef struct engine {
     int region, stage, ranks, group;
     sync_round rounds[2];
     int started, n_rounds, cur, j, busy, k; /* current round, ops done in it, buckets in the round */
-    /* The thread's order (sync/sync_engine.c run_round): A of bucket `next_a`; after it, B of the bucket
-     * still pending (`pend_b`) while the one just sent waits in `held`. Without in-region replicas a B is
-     * done early (`early`) when the next bucket is not ready yet — and then the next A waits for that B. */
-    int next_a, pend_b, held, early;
+    /* The thread's order (sync/sync_engine.c run_round): A of bucket `next_a` once it is ready, B of `fin`
+     * (the oldest in flight) after it — with in-region replicas once the bucket after `fin` was sent, without
+     * them early only when `fin`'s shards are in while `next_a` is not ready, else after the last A. */
+    int next_a, fin;
     int waking;             /* a wake-up for a bucket's readiness is queued */
     double ready0, overlap; /* round 0's buckets are handed over from ready0 during `overlap` seconds */
     double bucket_elems, tail_elems;
@@ -204,8 +204,7 @@ static void engine_start(sim *s, int e, int n_rounds, double overlap)
     g->started = 1;
     g->ready0 = s->now;
     g->overlap = overlap;
-    g->cur = g->j = g->busy = g->next_a = g->early = 0;
-    g->pend_b = g->held = -1;
+    g->cur = g->j = g->busy = g->next_a = g->fin = 0;
     g->end = s->now;
     engine_try(s, e);
 }
@@ -253,12 +252,18 @@ static void engine_round_setup(sim *s, engine *g)
     topo_bucket_cost_get(s->t, g->region, g->ranks, r->n_regions, tail, &r->ci, &g->tail);
 }
 
+/* Has every other region's shard of `bucket` of the current round come in? */
+static int shards_in(const engine *g, int bucket)
+{
+    const sync_round *r = &g->rounds[g->cur];
+    return r->n_regions < 2 || g->arrived[g->cur][bucket] >= r->n_regions - 1;
+}
+
 /* Start A (a = 1) or B of `bucket` now; B first waits for every other region's shard of it. */
 static void engine_op(sim *s, int e, int bucket, int a)
 {
     engine *g = &s->eng[e];
-    const sync_round *r = &g->rounds[g->cur];
-    if (!a && r->n_regions > 1 && g->arrived[g->cur][bucket] < r->n_regions - 1) return;
+    if (!a && !shards_in(g, bucket)) return;
     const topo_bucket_cost *c = bucket == 0 ? &g->tail : &g->full;
     g->busy = 1;
     push(s, s->now + (a ? c->t_a : c->t_b), EV_ENGINE_DONE, e, bucket, a);
@@ -270,8 +275,9 @@ static void engine_try(sim *s, int e)
     if (!g->started || g->busy || g->cur >= g->n_rounds) return;
     if (g->j == 0) engine_round_setup(s, g);
     const sync_round *r = &g->rounds[g->cur];
-    if (g->held >= 0 || g->early || g->next_a == g->k) {
-        engine_op(s, e, g->pend_b, 0);
+    int in_flight = g->fin < g->next_a;
+    if (in_flight && (g->next_a == g->k || (g->ranks > 1 && g->fin < g->next_a - 1))) {
+        engine_op(s, e, g->fin, 0);
         return;
     }
     if (g->cur == 0 && g->overlap > 0) {
@@ -279,9 +285,8 @@ static void engine_try(sim *s, int e)
         double above = g->tail_elems + (double)g->next_a * g->bucket_elems;
         double ready = g->ready0 + g->overlap * (g->k == 1 || above >= r->params ? 1.0 : above / r->params);
         if (ready > s->now) {
-            if (g->pend_b >= 0 && g->ranks == 1) {
-                g->early = 1;
-                engine_op(s, e, g->pend_b, 0);
+            if (in_flight && g->ranks == 1 && shards_in(g, g->fin)) {
+                engine_op(s, e, g->fin, 0);
                 return;
             }
             if (!g->waking) push(s, ready, EV_WAKE, e, 0, 0);
@@ -306,18 +311,10 @@ static void engine_done(sim *s, const event *ev)
             push(s, wan_send(s, g->region, q, c->wire * g->ranks), EV_BUCKET, peer, ev->b, g->cur);
         }
     }
-    if (ev->c) { /* A done: B of the pending bucket comes next, if there is one */
-        if (g->pend_b >= 0) g->held = ev->b;
-        else g->pend_b = ev->b;
-        g->next_a++;
-    } else {
-        g->pend_b = g->held;
-        g->held = -1;
-        g->early = 0;
-    }
+    if (ev->c) g->next_a++;
+    else g->fin++;
     if (++g->j == 2 * g->k) {
-        g->j = g->next_a = 0;
-        g->pend_b = g->held = -1;
+        g->j = g->next_a = g->fin = 0;
         g->cur++;
         g->end = s->now;
     }

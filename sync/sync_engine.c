@@ -4,6 +4,15 @@
  *   B: wait for the other regions' shards, decode and sum every region's contribution, intra all-gather.
  * A of bucket k+1 runs while bucket k is on the wire, so the encoder and the link work at once.
  *
+ * The order of the two stages (run_round). With in-region replicas it is fixed, since their collectives
+ * must come in the same order on every replica whatever each one's timing: A(n-1), A(n-2), B(n-1),
+ * A(n-3), B(n-2), ..., A(0), B(1), B(0) (buckets go from the end of the buffer). Without replicas a send
+ * is never held behind a wait for another region: A of the next bucket runs as soon as it is ready;
+ * while it is not, B of the oldest bucket in flight runs only once every other region's shard of it has
+ * come in (polled, SYNC_POLL_MS); B waits for shards only when every bucket has been sent. A step then
+ * exposes about one one-way delay plus the last buckets' transfer after its last backward, not one
+ * one-way delay per bucket the backward hands over late.
+ *
  * Every WAN receive of a round is posted when the round starts, and nothing waits for a send to
  * complete before posting a receive: a WAN stream whose next frame has no posted receive stops
  * reading, and the acknowledgements of our own sends queue behind it (docs/wan.md). A send's buffer is
@@ -21,10 +30,12 @@
 #include "common/xdc_time.h"
 #include "kernels/xdc_quant.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     size_t lo, len;     /* slice of the buffer, fp32 elements */
@@ -33,6 +44,7 @@ typedef struct {
     uint8_t *enc;       /* pinned host (bound) bytes: this rank's encoded shard */
     size_t enc_len, bound;
     uint8_t **rx;                   /* (n_regions) pinned host (bound) bytes received from each region; NULL at mine */
+    size_t *rx_len;                 /* (n_regions) bytes this round's message from each region holds */
     xdc_wan_request **sreq, **rreq; /* (n_regions) */
     float *shard_buf;               /* device (shard) fp32 */
     xdc_event *ready;               /* recorded on the compute stream when the bucket became final */
@@ -93,6 +105,10 @@ struct xdc_sync {
 
 #define SYNC_HISTORY 4    /* rounds of wait times kept per region */
 #define SYNC_NAG_MS  5000 /* a wait for a region logs who and since when this often */
+/* While the next bucket is not ready and one is in flight, the comm thread looks whether the other regions'
+ * shards of the oldest have come in this often (the WAN engine has no completion callback). A late look
+ * only delays that bucket's decode, never a send: a bucket becoming ready wakes the thread at once. */
+#define SYNC_POLL_MS 1
 
 static double secs_since(uint64_t t0) { return (double)(xdc_now_ns() - t0) / 1e9; }
 
@@ -245,24 +261,55 @@ static xdc_err_t stage_a(xdc_sync *s, bucket *k, xdc_diag *diag)
     return XDC_OK;
 }
 
+/* Region r's shard of bucket k came in with `rc` (its receive is released): keep its length, check its
+ * codec. */
+static xdc_err_t shard_in(xdc_sync *s, bucket *k, int r, xdc_err_t rc, size_t len, uint8_t codec, xdc_diag *diag)
+{
+    if (rc == XDC_OK && codec != (uint8_t)s->cfg.codec.kind) {
+        xdc_diag_set(diag, "region %d sent codec %u, this run uses %u", r, codec, (unsigned)s->cfg.codec.kind);
+        rc = XDC_ERR_PROTO;
+    }
+    if (rc != XDC_OK) {
+        xdc_diag_prefix(diag, "%s bucket at %zu: WAN exchange with region %d", s->cfg.name, k->lo, r);
+        return rc;
+    }
+    k->rx_len[r] = len;
+    return XDC_OK;
+}
+
+/* Without waiting: *all = 1 when every other member region's shard of bucket k has come in (a receive
+ * completed is collected here and its request cleared). */
+static xdc_err_t shards_in(xdc_sync *s, bucket *k, int *all, xdc_diag *diag)
+{
+    *all = 1;
+    for (int r = 0; r < s->cfg.n_regions; r++) {
+        if (r == s->cfg.my_region || !s->member[r] || !k->rreq[r]) continue;
+        int done = 0;
+        size_t len = 0;
+        uint8_t codec = 0;
+        xdc_err_t rc = xdc_wan_test(k->rreq[r], &done, &len, &codec, diag);
+        if (rc == XDC_OK && !done) {
+            *all = 0;
+            continue;
+        }
+        k->rreq[r] = NULL; /* completed or failed: the engine released it */
+        XDC_CHECK(shard_in(s, k, r, rc, len, codec, diag));
+    }
+    return XDC_OK;
+}
+
 static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
 {
     float *x = s->dp_size > 1 ? k->shard_buf : s->buf + k->lo;
     if (s->cfg.n_regions > 1) {
         uint64_t t0 = xdc_now_ns();
-        size_t rx_len[256] = {0};
         for (int r = 0; r < s->cfg.n_regions; r++) {
-            if (r == s->cfg.my_region || !s->member[r]) continue;
+            /* a cleared receive of a member came in already (shards_in) */
+            if (r == s->cfg.my_region || !s->member[r] || !k->rreq[r]) continue;
+            size_t len = 0;
             uint8_t codec = 0;
-            xdc_err_t rc = wan_wait(s, k, r, &k->rreq[r], &rx_len[r], &codec, diag);
-            if (rc == XDC_OK && codec != (uint8_t)s->cfg.codec.kind) {
-                xdc_diag_set(diag, "region %d sent codec %u, this run uses %u", r, codec, (unsigned)s->cfg.codec.kind);
-                rc = XDC_ERR_PROTO;
-            }
-            if (rc != XDC_OK) {
-                xdc_diag_prefix(diag, "%s bucket at %zu: WAN exchange with region %d", s->cfg.name, k->lo, r);
-                return rc;
-            }
+            xdc_err_t rc = wan_wait(s, k, r, &k->rreq[r], &len, &codec, diag);
+            XDC_CHECK(shard_in(s, k, r, rc, len, codec, diag));
         }
         /* Sum every member region's decoded contribution in region order: the same operations on the same
          * bytes everywhere, so every member holds the same result. */
@@ -270,7 +317,7 @@ static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
         for (int r = 0; r < s->cfg.n_regions; r++) {
             if (!s->member[r]) continue;
             const uint8_t *in = r == s->cfg.my_region ? k->enc : k->rx[r];
-            size_t len = r == s->cfg.my_region ? k->enc_len : rx_len[r];
+            size_t len = r == s->cfg.my_region ? k->enc_len : k->rx_len[r];
             xdc_err_t rc = xdc_codec_decode(k->codec, in, len, x, k->shard, XDC_CODEC_ACCUMULATE, diag);
             if (rc != XDC_OK) {
                 xdc_diag_prefix(diag, "%s bucket at %zu from region %d", s->cfg.name, k->lo, r);
@@ -280,7 +327,8 @@ static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
         XDC_CHECK(scale(s, x, k->shard, 1.0f / (float)s->n_members));
         s->rst.wan_seconds += secs_since(t0);
         size_t got = 0;
-        for (int r = 0; r < s->cfg.n_regions; r++) got += rx_len[r];
+        for (int r = 0; r < s->cfg.n_regions; r++)
+            if (r != s->cfg.my_region && s->member[r]) got += k->rx_len[r];
         trace(s, XDC_SYNC_PHASE_WAIT_DECODE, t0, got);
     }
     if (s->dp_size > 1) {
@@ -310,35 +358,63 @@ static xdc_err_t bucket_codec_create(const xdc_sync *s, const xdc_codec_cfg *cod
     return xdc_codec_create(&cc, out, diag);
 }
 
+/* Wait until bucket k is ready, or `poll_ms` passed (< 0: no limit); XDC_ERR_CLOSED when the sync stops. */
+static xdc_err_t wait_ready(xdc_sync *s, const bucket *k, int poll_ms, xdc_diag *diag)
+{
+    xdc_sync_engine *e = s->eng;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* e->cv's clock */
+    ts.tv_nsec += (long)poll_ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_mutex_lock(&e->mu);
+    int timed_out = 0;
+    while (!bucket_ready(s, k) && !s->stop && !e->stop && !timed_out) {
+        if (poll_ms < 0) pthread_cond_wait(&e->cv, &e->mu);
+        else timed_out = pthread_cond_timedwait(&e->cv, &e->mu, &ts) == ETIMEDOUT;
+    }
+    int stop = s->stop || e->stop;
+    pthread_mutex_unlock(&e->mu);
+    if (!stop) return XDC_OK;
+    xdc_diag_set(diag, "sync %s stopped", s->cfg.name);
+    return XDC_ERR_CLOSED;
+}
+
+/* One round, in the order the file comment gives. */
 static xdc_err_t run_round(xdc_sync *s, xdc_diag *diag)
 {
     xdc_sync_engine *e = s->eng;
-    int prev = -1;
     XDC_CHECK(post_receives(s));
-    for (int i = s->n_buckets - 1; i >= 0; i--) {
-        bucket *k = &s->b[i];
-        pthread_mutex_lock(&e->mu);
-        int ready = bucket_ready(s, k);
-        pthread_mutex_unlock(&e->mu);
-        /* Finish the previous bucket early while this one is not ready yet — only without replicas: their
-         * collectives must come in the same order on every replica, whatever each one's timing. */
-        if (!ready && prev >= 0 && s->dp_size == 1) {
-            XDC_CHECK(stage_b(s, &s->b[prev], diag));
-            prev = -1;
+    /* Buckets go from the last to the first: `next` is the next to send (A), `fin` the next to finish (B);
+     * fin..next+1 are in flight. */
+    int next = s->n_buckets - 1, fin = s->n_buckets - 1;
+    while (fin >= 0) {
+        int in_flight = fin > next;
+        /* Every bucket sent, or (replicas) the one after `fin` sent: B(fin) now, waiting for the shards. */
+        if (in_flight && (next < 0 || (s->dp_size > 1 && fin > next + 1))) {
+            XDC_CHECK(stage_b(s, &s->b[fin--], diag));
+            continue;
         }
         pthread_mutex_lock(&e->mu);
-        while (!bucket_ready(s, k) && !s->stop && !e->stop) pthread_cond_wait(&e->cv, &e->mu);
-        int stop = s->stop || e->stop;
+        int ready = bucket_ready(s, &s->b[next]);
         pthread_mutex_unlock(&e->mu);
-        if (stop) {
-            xdc_diag_set(diag, "sync %s stopped", s->cfg.name);
-            return XDC_ERR_CLOSED;
+        if (ready) {
+            XDC_CHECK(stage_a(s, &s->b[next--], diag));
+            continue;
         }
-        XDC_CHECK(stage_a(s, k, diag));
-        if (prev >= 0) XDC_CHECK(stage_b(s, &s->b[prev], diag));
-        prev = i;
+        /* Bucket `next` is not ready. Without replicas, finish the oldest bucket in flight meanwhile, but only
+         * once its shards are in: waiting for them here would hold the next send behind a WAN delay. */
+        int poll = in_flight && s->dp_size == 1;
+        if (poll) {
+            int all = 0;
+            XDC_CHECK(shards_in(s, &s->b[fin], &all, diag));
+            if (all) {
+                XDC_CHECK(stage_b(s, &s->b[fin--], diag));
+                continue;
+            }
+        }
+        XDC_CHECK(wait_ready(s, &s->b[next], poll ? SYNC_POLL_MS : -1, diag));
     }
-    if (prev >= 0) XDC_CHECK(stage_b(s, &s->b[prev], diag));
     return s->dev->event_record(s->done_ev, s->stream); /* xdc_sync_end makes the compute stream wait for it */
 }
 
@@ -477,7 +553,11 @@ xdc_err_t xdc_sync_engine_create(xdc_sync_engine **out, xdc_diag *diag)
     xdc_sync_engine *e = xdc_calloc(1, sizeof *e);
     if (!e) return XDC_ERR_NOMEM;
     pthread_mutex_init(&e->mu, NULL);
-    pthread_cond_init(&e->cv, NULL);
+    pthread_condattr_t ca; /* the comm thread's timed waits (wait_ready) count on the monotonic clock */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->cv, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_cond_init(&e->done_cv, NULL);
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         xdc_diag_set(diag, "sync engine: cannot start the comm thread");
@@ -587,7 +667,8 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
         k->rx = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rx);
         k->sreq = xdc_calloc((size_t)cfg->n_regions, sizeof *k->sreq);
         k->rreq = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rreq);
-        if (!k->rx || !k->sreq || !k->rreq) rc = XDC_ERR_NOMEM;
+        k->rx_len = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rx_len);
+        if (!k->rx || !k->sreq || !k->rreq || !k->rx_len) rc = XDC_ERR_NOMEM;
         if (rc == XDC_OK) rc = dev->event_create(&k->ready);
         if (rc == XDC_OK) rc = dev->host_alloc((void **)&k->enc, k->bound);
         if (rc == XDC_OK && s->dp_size > 1) rc = dev->mem_alloc((void **)&k->shard_buf, k->shard * sizeof(float));
@@ -669,6 +750,7 @@ void xdc_sync_destroy(xdc_sync *s)
         xdc_free(k->rx);
         xdc_free(k->sreq);
         xdc_free(k->rreq);
+        xdc_free(k->rx_len);
         s->dev->mem_free(k->shard_buf);
         s->dev->event_destroy(k->ready);
     }

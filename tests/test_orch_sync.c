@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define N_ELEMS 70464 /* the demo's first stage */
 #define ROUNDS  40
@@ -336,4 +337,95 @@ XDC_TEST_T(xdc_sync_stage_gradients_on_the_strict_device_match_cpu, 120)
     XDC_ASSERT(hash[0][0] == hash[0][1]); /* the regions agree */
     XDC_ASSERT(hash[1][0] == hash[1][1]);
     XDC_ASSERT(hash[0][0] == hash[1][0]); /* and strict is cpu, bit for bit */
+}
+
+/* ---- the order without replicas: a bucket that becomes ready is sent at once, even while an earlier one
+ * still waits for the other region's shard. Region 0 marks its three buckets ready one at a time, each only
+ * after the previous one was sent, while region 1 has not begun its round (so none of its shards can come
+ * in): all three sends must still happen. An engine that finished the first bucket before sending the next
+ * (waiting for region 1) never sends the second. Then region 1 takes part and both get (a + b) / 2. */
+
+#define ORDER_BUCKET 1024
+#define ORDER_ELEMS  (3 * ORDER_BUCKET)
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int sends; /* ENCODE_SEND phases traced so far */
+} send_count;
+
+static void count_sends(void *ctx, const char *name, xdc_sync_phase phase, uint64_t t0, uint64_t dur, size_t bytes)
+{
+    (void)name, (void)t0, (void)dur, (void)bytes;
+    send_count *c = ctx;
+    if (phase != XDC_SYNC_PHASE_ENCODE_SEND) return;
+    pthread_mutex_lock(&c->mu);
+    c->sends++;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Wait (10 s at most) until `want` sends were traced; how many were. */
+static int wait_sends_traced(send_count *c, int want)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* the condition variable's default clock */
+    ts.tv_sec += 10;
+    pthread_mutex_lock(&c->mu);
+    while (c->sends < want && pthread_cond_timedwait(&c->cv, &c->mu, &ts) == 0) {
+    }
+    int n = c->sends;
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
+XDC_TEST_T(xdc_sync_sends_ready_buckets_while_the_peer_is_silent, 60)
+{
+    wan_test_pair tp;
+    wan_test_pair_open(&tp, 2, 20000, NULL, NULL);
+    xdc_wan_peer *peers[2][2] = {{NULL, tp.srv}, {tp.cli, NULL}};
+    send_count cnt = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    xdc_sync_engine *eng[2];
+    xdc_sync *sync[2];
+    float *buf[2], *want = malloc(ORDER_ELEMS * sizeof(float));
+    for (int s = 0; s < 2; s++) {
+        xdc_sync_cfg cfg = {.n_elems = ORDER_ELEMS,
+                            .bucket_elems = ORDER_BUCKET,
+                            .peers = peers[s],
+                            .n_regions = 2,
+                            .my_region = s,
+                            .name = "order",
+                            .trace = s == 0 ? count_sends : NULL,
+                            .trace_ctx = &cnt};
+        cfg.codec = (xdc_codec_cfg)XDC_CODEC_CFG_INIT;
+        XDC_ASSERT_OK(xdc_codec_parse("none", &cfg.codec, NULL));
+        XDC_ASSERT_OK(xdc_sync_engine_create(&eng[s], NULL));
+        XDC_ASSERT_OK(xdc_sync_create(eng[s], &cfg, &sync[s], NULL));
+        buf[s] = malloc(ORDER_ELEMS * sizeof(float));
+        for (size_t i = 0; i < ORDER_ELEMS; i++) buf[s][i] = (float)(i % 97) * (s ? -0.25f : 1.5f) + (float)s;
+    }
+    for (size_t i = 0; i < ORDER_ELEMS; i++) want[i] = ((0.0f + buf[0][i]) + buf[1][i]) * 0.5f;
+    XDC_ASSERT_OK(xdc_sync_begin(sync[0], buf[0]));
+    int sent = 0;
+    for (int k = 2; k >= 0; k--) { /* bucket k = elements [k * ORDER_BUCKET, ...) */
+        xdc_sync_mark_ready(sync[0], (size_t)k * ORDER_BUCKET);
+        sent = wait_sends_traced(&cnt, 3 - k);
+        if (sent < 3 - k) break;
+    }
+    /* Region 1 takes part now either way, and region 0 has everything ready, so that a failure below still
+     * ends both rounds. */
+    xdc_sync_mark_ready(sync[0], 0);
+    XDC_ASSERT_OK(xdc_sync_begin(sync[1], buf[1]));
+    xdc_diag d[2] = {{{0}}};
+    XDC_ASSERT_OK(xdc_sync_end(sync[1], &d[1]));
+    XDC_ASSERT_OK(xdc_sync_end(sync[0], &d[0]));
+    XDC_ASSERT_MSG(sent == 3, "region 0 sent %d of its 3 ready buckets before region 1 began", sent);
+    for (int s = 0; s < 2; s++) {
+        XDC_ASSERT_MSG(memcmp(buf[s], want, ORDER_ELEMS * sizeof(float)) == 0, "region %d: not (a + b) / 2", s);
+        xdc_sync_destroy(sync[s]);
+        xdc_sync_engine_destroy(eng[s]);
+        free(buf[s]);
+    }
+    wan_test_pair_close(&tp);
+    free(want);
 }
