@@ -5,8 +5,11 @@
  * when every region still in the run has arrived, or `grace` after the first one did: the decision is
  * published once as quorum/<S> = one character per region ('1' in the round, '0' not), and every worker
  * of every region reads that same value, so all members of a round average over the same set. A region
- * that is not in a round is out of the run for good (rejoining is not implemented); one whose agent or
- * worker failed is out at once, without waiting for the grace window. Fewer than `min_regions` regions
+ * that is not in a round is out of the run until it rejoins; one whose agent or worker failed is out at once,
+ * without waiting for the grace window. A region out of the run comes back when every one of its workers
+ * (restarted) posted outer/<region>/<rank> = "join:<nonce>": the next round decided names it 'j' (joining:
+ * not in this round's average; the members' lowest region hands it the round's outer state), publishes the
+ * round's step as rejoin/<nonce> for each of its workers, and counts it in the run again from the next round. Fewer than `min_regions` regions
  * left ends the run. The end of the run is one more such round, named ORCH_QUORUM_END instead of a step:
  * it takes the place of the all-members "done" barrier, which would wait for the regions that left. */
 #ifndef ORCH_QUORUM_H
@@ -19,7 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ORCH_QUORUM_END "end" /* the arrival a worker posts after its last step; decided as quorum/end */
+#define ORCH_QUORUM_END  "end"   /* the arrival a worker posts after its last step; decided as quorum/end */
+#define ORCH_QUORUM_JOIN "join:" /* the prefix of a restarted worker's request to rejoin, then its nonce */
 
 typedef struct orch_quorum {
     const xdc_topology *t;
