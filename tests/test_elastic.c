@@ -108,6 +108,7 @@ XDC_TEST(elastic_quorum_takes_a_region_that_asks_to_rejoin)
     fixture_open(&f, 2, 600000);
     char why[512] = "", val[64];
     XDC_ASSERT_OK(orch_quorum_lose(&f.q, 2, "its agent exited with status 69", why, sizeof why));
+    XDC_ASSERT(rdzv_server_get(f.srv, "left/2", val, sizeof val) == 0 && strcmp(val, "1") == 0);
     arrive(&f, 0, "8");
     arrive(&f, 1, "8");
     XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
@@ -245,21 +246,30 @@ static pid_t stop_outside_a_round(const char *dir, const char *host_log, const c
     return -1;
 }
 
-/* The params_xxh64 region `region`'s worker logged at the end (logs/<region>-<host>-0.log: the host is
- * the node's name, or this machine's when an agent started by hand was not told one), into hash[17]. */
-static void region_hash(const char *dir, const char *region, char hash[17])
+/* The log of region `region`'s worker (logs/<region>-<host>-0.log: the host is the node's name, or this
+ * machine's when an agent started by hand was not told one; a restarted worker appends to it), malloc'd. */
+static char *region_log(const char *dir, const char *region)
 {
-    char pattern[800], needle[128];
+    char pattern[800];
     snprintf(pattern, sizeof pattern, "%s/logs/%s-*-0.log", dir, region);
-    snprintf(needle, sizeof needle, "final parameters of region %s: params_xxh64=", region);
     glob_t g;
     XDC_ASSERT_MSG(glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc == 1, "not one log matches %s", pattern);
     char *text = xdc_test_read_file(g.gl_pathv[0], NULL);
-    const char *h = text ? strstr(text, needle) : NULL;
-    XDC_ASSERT_MSG(h != NULL, "region %s logged no final parameters in %s", region, g.gl_pathv[0]);
+    XDC_ASSERT_MSG(text != NULL, "cannot read %s", g.gl_pathv[0]);
+    globfree(&g);
+    return text;
+}
+
+/* The params_xxh64 region `region`'s worker logged at the end, into hash[17]. */
+static void region_hash(const char *dir, const char *region, char hash[17])
+{
+    char needle[128];
+    snprintf(needle, sizeof needle, "final parameters of region %s: params_xxh64=", region);
+    char *text = region_log(dir, region);
+    const char *h = strstr(text, needle);
+    XDC_ASSERT_MSG(h != NULL, "region %s logged no final parameters", region);
     snprintf(hash, 17, "%.16s", h + strlen(needle));
     free(text);
-    globfree(&g);
 }
 
 /* Wait for the launcher; its exit status. */
@@ -448,7 +458,7 @@ XDC_TEST_T(elastic_coordinator_drops_a_region_that_misses_the_window, 180)
 }
 
 /* Rejoining (docs/runtime.md): ap-south's worker killed, the region dropped at the grace window; its agent
- * started again by hand, it rejoins at an outer round with the state a member sends it (hash-checked) and
+ * started again by hand a few rounds later, it rejoins at an outer round with the state a member sends it (hash-checked) and
  * is a member from the next round on. All three regions end on the same parameters, the run's. */
 XDC_TEST_T(elastic_coordinator_takes_a_restarted_region_back, 180)
 {
@@ -464,6 +474,9 @@ XDC_TEST_T(elastic_coordinator_takes_a_restarted_region_back, 180)
     XDC_ASSERT_MSG(wait_for_text(agents, "step    20/"), "the run never reached step 20");
     kill(stop_outside_a_round(dir, log, agents), SIGKILL);
     XDC_ASSERT_MSG(wait_for_text(log, "region ap-south dropped from the run"), "ap-south was not dropped");
+    /* Out for several rounds: two more progress lines (log_interval steps each) before its agent is back. */
+    int lines = count_text(agents, "  loss ");
+    XDC_ASSERT_MSG(wait_for_count(agents, "  loss ", lines + 2, 2400), "the run stopped without ap-south");
     pid_t back = start_agents(run, dir, where, "elastic-rejoin", "ap-south", 1, again);
     int failed = launch_exit(sh), failed_again = launch_exit(back);
     char *alog = xdc_test_read_file(agents, NULL), *blog = xdc_test_read_file(again, NULL);
@@ -478,15 +491,46 @@ XDC_TEST_T(elastic_coordinator_takes_a_restarted_region_back, 180)
     XDC_ASSERT_STR_CONTAINS(out, "steps=160");
     expect_one_model(dir, out, 3);
     free(out);
-    char pattern[800];
-    glob_t g;
-    snprintf(pattern, sizeof pattern, "%s/logs/ap-south-*-0.log", dir);
-    XDC_ASSERT_MSG(glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc == 1, "not one log matches %s", pattern);
-    char *wlog = xdc_test_read_file(g.gl_pathv[0], NULL);
-    globfree(&g);
+    char *wlog = region_log(dir, "ap-south");
     XDC_ASSERT_STR_CONTAINS(wlog, "hashes checked");
     XDC_ASSERT_STR_CONTAINS(wlog, "region ap-south rejoined at round");
     free(wlog);
+}
+
+/* Streaming cannot take a region back (fragments are in flight across rounds): the restarted agent's worker
+ * says so and exits 69; the run goes on without the region. */
+XDC_TEST_T(elastic_streaming_refuses_a_restarted_region_by_name, 180)
+{
+    need_corpus();
+    const char *run = write_run("norejoin", "streaming", 100, "{min_regions: 2, grace: 3s}");
+    char dir[600], log[700], agents[700], again[700], where[64];
+    snprintf(dir, sizeof dir, "%s/norejoin", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/norejoin.log", xdc_test_tmpdir());
+    snprintf(agents, sizeof agents, "%s/norejoin-agents.log", xdc_test_tmpdir());
+    snprintf(again, sizeof again, "%s/norejoin-again.log", xdc_test_tmpdir());
+    pid_t coord = start_coordinator(run, dir, log, "elastic-norejoin", where, sizeof where);
+    pid_t sh = start_agents(run, dir, where, "elastic-norejoin", "us-east eu-west ap-south", 3, agents);
+    XDC_ASSERT_MSG(wait_for_text(agents, "step    20/"), "the run never reached step 20");
+    kill(stop_outside_a_round(dir, log, agents), SIGKILL);
+    XDC_ASSERT_MSG(wait_for_text(log, "region ap-south dropped from the run"), "ap-south was not dropped");
+    pid_t back = start_agents(run, dir, where, "elastic-norejoin", "ap-south", 1, again);
+    XDC_ASSERT_EQ(launch_exit(back), 1);
+    char *blog = xdc_test_read_file(again, NULL), *wlog = region_log(dir, "ap-south");
+    XDC_ASSERT_STR_CONTAINS(blog, "exited with status 69");
+    XDC_ASSERT_STR_CONTAINS(wlog, "region ap-south: the run is under way");
+    XDC_ASSERT_STR_CONTAINS(wlog, "rejoining a streaming run is not implemented");
+    free(blog);
+    free(wlog);
+    int failed = launch_exit(sh);
+    char *alog = xdc_test_read_file(agents, NULL);
+    XDC_ASSERT_MSG(failed == 1, "%d agents failed, expected ap-south's first alone:\n%s", failed, alog ? alog : "");
+    free(alog);
+    int rc = launch_exit(coord);
+    char *out = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_MSG(rc == 0, "the coordinator exited %d:\n%s", rc, out ? out : "");
+    XDC_ASSERT_MSG(strstr(out, "rejoins the run") == NULL, "streaming took a region back:\n%s", out);
+    expect_one_model(dir, out, 2);
+    free(out);
 }
 
 /* Sync mode keeps its all-or-nothing rule, and says so when the run file asks for elastic rounds. */

@@ -100,6 +100,10 @@ static void drop(orch_quorum *q, int r, const char *reason)
 {
     q->live[r] = 0;
     q->n_live--;
+    char key[64], val[16];
+    snprintf(key, sizeof key, "left/%d", r);
+    snprintf(val, sizeof val, "%d", ++q->left[r]);
+    rdzv_server_set(q->rdzv, key, val);
     XDC_WARN(XDC_SUB_ORCH, "region %s dropped from the run: %s; %d of %d regions go on", q->t->regions[r].name, reason,
              q->n_live, q->t->n_regions);
     size_t n = strlen(q->dropped);

@@ -9,7 +9,9 @@
  * without waiting for the grace window. A region out of the run comes back when every one of its workers
  * (restarted) posted outer/<region>/<rank> = "join:<nonce>": the next round decided names it 'j' (joining:
  * not in this round's average; the members' lowest region hands it the round's outer state), publishes the
- * round's step as rejoin/<nonce> for each of its workers, and counts it in the run again from the next round. Fewer than `min_regions` regions
+ * round's step as rejoin/<nonce> for each of its workers, and counts it in the run again from the next round.
+ * Each time a region leaves, left/<region index> = how many times it did: its restarted workers wait for it
+ * and name their region's new intra bootstrap key with it (the earlier one is stale). Fewer than `min_regions` regions
  * left ends the run. The end of the run is one more such round, named ORCH_QUORUM_END instead of a step:
  * it takes the place of the all-members "done" barrier, which would wait for the regions that left. */
 #ifndef ORCH_QUORUM_H
@@ -37,6 +39,7 @@ typedef struct orch_quorum {
     uint64_t first_at;  /* xdc_now_ns() when the first region arrived at `pending`; 0: none yet */
     int named;          /* the regions late for `pending` were logged (half way through the grace window) */
     char dropped[1024]; /* "eu-west (its agent exited with status 69), ..." for the summary */
+    int left[XDC_TOPO_MAX_REGIONS]; /* times each region left the run, published as left/<region index> */
 } orch_quorum;
 
 /* Every region of `t` in the run, nothing decided. */

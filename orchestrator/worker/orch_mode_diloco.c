@@ -117,7 +117,7 @@ xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag)
                  (double)(now - w->elastic.started) / 1e9, (long long)w->elastic.rejoin_round);
         w->elastic.rejoin_round = -1;
     }
-    return orch_rejoin_give(w, o, diag);
+    return orch_rejoin_give(w, o);
 }
 
 typedef struct {

@@ -37,9 +37,17 @@ xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag)
                      w->id.region, key, val, why);
         return XDC_ERR_UNAVAILABLE;
     }
-    w->elastic.rejoin = 1;
     XDC_INFO(XDC_SUB_ORCH, "the run is under way (an earlier process of ours published %s = %s): rejoining it", key,
              val);
+    /* The store host names our region gone once it missed a round (or its agent's failure was reported). */
+    snprintf(key, sizeof key, "left/%d", w->id.region_idx);
+    xdc_err_t rc = rdzv_get(w->comm.rdzv, key, w->cfg.rendezvous_timeout_ms + w->cfg.grace_ms, val, sizeof val, diag);
+    if (rc != XDC_OK) {
+        xdc_diag_prefix(diag, "region %s: the run is under way but did not let it go (%s)", w->id.region, key);
+        return rc;
+    }
+    w->elastic.rejoin = 1;
+    w->elastic.left = atoi(val);
     return XDC_OK;
 }
 
@@ -72,7 +80,7 @@ static xdc_err_t recv_all(xdc_wan_peer *p, void *buf, size_t len, xdc_diag *diag
     return XDC_OK;
 }
 
-/* Device buffer `dev` (n_params fp32) through the pinned staging o->host to peer p; *hash: its xxh64. */
+/* Device buffer `dev` (n_params fp32) into the pinned staging o->host; *hash: its xxh64. */
 static xdc_err_t stage_out(orch_worker *w, orch_outer *o, const float *dev, uint64_t *hash)
 {
     const xdc_device_ops *d = w->model.be->device;
@@ -85,11 +93,13 @@ static xdc_err_t stage_out(orch_worker *w, orch_outer *o, const float *dev, uint
 }
 
 /* Send joiner peer p the round's state: header, global parameters, momentum (one after the other through
- * the one staging buffer). */
-static xdc_err_t give_state(orch_worker *w, orch_outer *o, xdc_wan_peer *p, xdc_diag *diag)
+ * the one staging buffer). A device failure is ours (an error); a joiner that does not take it is only
+ * named: it misses the next round and is dropped again. */
+static xdc_err_t give_state(orch_worker *w, orch_outer *o, xdc_wan_peer *p)
 {
     size_t bytes = w->model.n_params * sizeof(float);
-    uint64_t hdr[HDR_N] = {[HDR_STEP] = (uint64_t)w->prog.step, [HDR_PARAMS] = w->model.n_params};
+    const xdc_wan_identity *id = xdc_wan_peer_identity(p);
+    uint64_t hdr[HDR_N] = {[HDR_STEP] = (uint64_t)w->prog.step, [HDR_PARAMS] = w->model.n_params}, h;
     if (w->model.data) {
         xdc_data_pos pos = xdc_data_get_pos(w->model.data);
         hdr[HDR_EPOCH] = pos.epoch, hdr[HDR_BATCH] = pos.batch;
@@ -97,46 +107,56 @@ static xdc_err_t give_state(orch_worker *w, orch_outer *o, xdc_wan_peer *p, xdc_
     /* Both hashes go in the header, so momentum is hashed once for it and staged again to be sent. */
     XDC_CHECK(stage_out(w, o, o->mom, &hdr[HDR_HASH_MOM]));
     XDC_CHECK(stage_out(w, o, o->global, &hdr[HDR_HASH_GLOBAL]));
-    XDC_CHECK(send_all(p, hdr, sizeof hdr, diag));
-    XDC_CHECK(send_all(p, o->host, bytes, diag));
-    uint64_t h;
-    XDC_CHECK(stage_out(w, o, o->mom, &h));
-    return send_all(p, o->host, bytes, diag);
+    xdc_diag d = {{0}};
+    xdc_err_t rc = send_all(p, hdr, sizeof hdr, &d);
+    if (rc == XDC_OK) rc = send_all(p, o->host, bytes, &d);
+    if (rc == XDC_OK) {
+        XDC_CHECK(stage_out(w, o, o->mom, &h));
+        rc = send_all(p, o->host, bytes, &d);
+    }
+    if (rc == XDC_OK)
+        XDC_INFO(XDC_SUB_ORCH, "round %lld: sent region %s rank %d the outer state (%zu parameters)",
+                 (long long)w->prog.step, id->region, id->rank, w->model.n_params);
+    else
+        XDC_WARN(XDC_SUB_ORCH, "round %lld: region %s rank %d did not take the outer state (%s: %s)",
+                 (long long)w->prog.step, id->region, id->rank, xdc_strerror(rc), d.msg);
+    return XDC_OK;
 }
 
-xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o, xdc_diag *diag)
+xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
 {
     int n = w->id.n_regions, lowest = -1, want = 0;
     for (int r = 0; r < n; r++) {
         if (lowest < 0 && w->elastic.live[r]) lowest = r;
         want += w->elastic.joining[r];
     }
-    /* Accept each joiner's connection (they dial once they know the round) and drop the dead process's peer. */
+    /* Accept each joiner's connection (it dials once it read the round) in place of the dead process's peer. A
+     * joiner that never comes or takes no state is not waited for again: it misses the next round and the
+     * store host drops it, so every member agrees on the set all the same. */
+    xdc_diag d = {{0}};
     while (want > 0) {
         xdc_wan_peer *p;
-        xdc_err_t rc = xdc_wan_accept(w->comm.lis, w->cfg.rendezvous_timeout_ms, &p, diag);
+        xdc_err_t rc = xdc_wan_accept(w->comm.lis, w->cfg.handshake_timeout_ms, &p, &d);
         if (rc != XDC_OK) {
-            xdc_diag_prefix(diag, "waiting for a rejoining region's rank %d to connect", w->id.lrank);
-            return rc;
+            XDC_WARN(XDC_SUB_ORCH, "round %lld: a rejoining region's rank %d did not connect (%s: %s); it will miss "
+                     "the next round", (long long)w->prog.step, w->id.lrank, xdc_strerror(rc), d.msg);
+            break;
         }
         const xdc_wan_identity *id = xdc_wan_peer_identity(p);
         int r = xdc_topology_region_index(w->topo, id->region);
         if (r < 0 || r >= n || !w->elastic.joining[r] || id->rank != w->id.lrank) {
-            xdc_diag_set(diag, "unexpected WAN peer %s/%d (expected rank %d of a rejoining region)", id->region,
-                         id->rank, w->id.lrank);
+            XDC_WARN(XDC_SUB_ORCH, "round %lld: unexpected WAN peer %s/%d (expected rank %d of a rejoining region); "
+                     "closed", (long long)w->prog.step, id->region, id->rank, w->id.lrank);
             xdc_wan_peer_destroy(p);
-            return XDC_ERR_AUTH;
+            continue;
         }
         xdc_wan_peer_destroy(w->comm.peers[r]); /* the earlier process's: its sequence numbers died with it */
         w->comm.peers[r] = p;
         w->elastic.joining[r] = 0;
         want--;
-        if (w->id.region_idx == lowest) {
-            XDC_CHECK(give_state(w, o, p, diag));
-            XDC_INFO(XDC_SUB_ORCH, "round %lld: sent region %s rank %d the outer state (%zu parameters)",
-                     (long long)w->prog.step, id->region, id->rank, w->model.n_params);
-        }
+        if (w->id.region_idx == lowest) XDC_CHECK(give_state(w, o, p));
     }
+    memset(w->elastic.joining, 0, sizeof w->elastic.joining);
     return XDC_OK;
 }
 

@@ -270,6 +270,8 @@ static xdc_err_t open_intra(orch_worker *w, xdc_diag *diag)
 {
     char key[160], boot[XDC_INTRA_BOOTSTRAP_MAX];
     snprintf(key, sizeof key, "intra/%s", w->id.region);
+    if (w->elastic.rejoin) /* the earlier bootstrap is stale: the one of this return (orch_quorum.h) */
+        snprintf(key, sizeof key, "intra/%s/%d", w->id.region, w->elastic.left);
     if (w->id.lrank == 0) {
         XDC_CHECK(xdc_intra_bootstrap_create(w->model.intra, boot, sizeof boot, diag));
         XDC_CHECK(rdzv_set(w->comm.rdzv, key, boot, diag));

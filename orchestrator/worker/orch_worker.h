@@ -134,6 +134,7 @@ typedef struct orch_elastic {
     /* This process is a restarted worker of a region that left a running job (orch_rejoin.c): it found its
      * own WAN address of an earlier process in the store. */
     int rejoin;
+    int left;             /* the rejoiner's region left the run this many times (left/<region>, orch_quorum.h) */
     uint64_t started;     /* xdc_now_ns() when this worker process began (xdc_worker_run) */
     uint64_t rejoin_t0;   /* xdc_now_ns() when it asked to rejoin */
     int64_t rejoin_round; /* the round whose state it took; -1 once its first round as a member was logged */
@@ -267,8 +268,10 @@ xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag);
  * local = global, the step and the data position are the round's. */
 xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, xdc_diag *diag);
 /* A member, after a round that named joining regions: accept each joiner's new WAN peer in place of the
- * dead one, and, in the lowest member region, send it the round's global parameters and momentum. */
-xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o, xdc_diag *diag);
+ * dead one, and, in the lowest member region, send it the round's global parameters and momentum. A joiner
+ * that does not connect or take the state is named and not waited for again (the store host drops it at
+ * the next round); errors are the device's. */
+xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o);
 /* orch_worker.c: dial region r's rank `rank` (directly, or through the launcher's relay). */
 xdc_err_t orch_worker_dial(orch_worker *w, int r, int rank, xdc_wan_peer **out, xdc_diag *diag);
 
