@@ -396,8 +396,8 @@ static pid_t start_coordinator(const char *run, const char *dir, const char *log
 
 /* `xdc agent` (node 0) of each of the `n` regions in `regions` (space-separated), started by hand as launch
  * scripts would, in the background, their output into `log`. The shell's exit status: how many failed. */
-static pid_t start_agents(const char *run, const char *dir, const char *where, const char *run_id,
-                          const char *regions, int n, const char *log)
+static pid_t start_agents(const char *run, const char *dir, const char *where, const char *run_id, const char *regions,
+                          int n, const char *log)
 {
     char cmd[4096];
     snprintf(cmd, sizeof cmd,

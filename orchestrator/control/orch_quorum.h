@@ -34,11 +34,11 @@ typedef struct orch_quorum {
     int64_t grace_ms;
     uint8_t live[XDC_TOPO_MAX_REGIONS]; /* 1: still in the run */
     int n_live;
-    long long decided;  /* step of the last round decided; -1: none */
-    long long pending;  /* step of the round being waited for; -1: none */
-    uint64_t first_at;  /* xdc_now_ns() when the first region arrived at `pending`; 0: none yet */
-    int named;          /* the regions late for `pending` were logged (half way through the grace window) */
-    char dropped[1024]; /* "eu-west (its agent exited with status 69), ..." for the summary */
+    long long decided;              /* step of the last round decided; -1: none */
+    long long pending;              /* step of the round being waited for; -1: none */
+    uint64_t first_at;              /* xdc_now_ns() when the first region arrived at `pending`; 0: none yet */
+    int named;                      /* the regions late for `pending` were logged (half way through the grace window) */
+    char dropped[1024];             /* "eu-west (its agent exited with status 69), ..." for the summary */
     int left[XDC_TOPO_MAX_REGIONS]; /* times each region left the run, published as left/<region index> */
 } orch_quorum;
 

@@ -29,9 +29,9 @@ xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag)
     snprintf(key, sizeof key, "wan/%d/%d", w->id.region_idx, w->id.lrank);
     if (rdzv_try_get(w->comm.rdzv, key, val, sizeof val, diag) != XDC_OK) return XDC_OK; /* a fresh start */
     const char *why = w->cfg.mode != ORCH_MODE_DILOCO ? "rejoining a streaming run is not implemented"
-                      : w->id.emulate_wan              ? "rejoining over the emulated WAN is not implemented (its relay "
-                                                         "routes lead to the earlier process)"
-                                                       : NULL;
+                      : w->id.emulate_wan             ? "rejoining over the emulated WAN is not implemented (its relay "
+                                                        "routes lead to the earlier process)"
+                                                      : NULL;
     if (why) {
         xdc_diag_set(diag, "region %s: the run is under way (%s was %s) and %s; start this region with the next run",
                      w->id.region, key, val, why);
@@ -138,15 +138,19 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
         xdc_wan_peer *p;
         xdc_err_t rc = xdc_wan_accept(w->comm.lis, w->cfg.handshake_timeout_ms, &p, &d);
         if (rc != XDC_OK) {
-            XDC_WARN(XDC_SUB_ORCH, "round %lld: a rejoining region's rank %d did not connect (%s: %s); it will miss "
-                     "the next round", (long long)w->prog.step, w->id.lrank, xdc_strerror(rc), d.msg);
+            XDC_WARN(XDC_SUB_ORCH,
+                     "round %lld: a rejoining region's rank %d did not connect (%s: %s); it will miss "
+                     "the next round",
+                     (long long)w->prog.step, w->id.lrank, xdc_strerror(rc), d.msg);
             break;
         }
         const xdc_wan_identity *id = xdc_wan_peer_identity(p);
         int r = xdc_topology_region_index(w->topo, id->region);
         if (r < 0 || r >= n || !w->elastic.joining[r] || id->rank != w->id.lrank) {
-            XDC_WARN(XDC_SUB_ORCH, "round %lld: unexpected WAN peer %s/%d (expected rank %d of a rejoining region); "
-                     "closed", (long long)w->prog.step, id->region, id->rank, w->id.lrank);
+            XDC_WARN(XDC_SUB_ORCH,
+                     "round %lld: unexpected WAN peer %s/%d (expected rank %d of a rejoining region); "
+                     "closed",
+                     (long long)w->prog.step, id->region, id->rank, w->id.lrank);
             xdc_wan_peer_destroy(p);
             continue;
         }
@@ -162,8 +166,8 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
 
 /* Take buffer `dev` (n_params fp32) from peer p through the staging; XDC_ERR_CORRUPT when its xxh64 is not
  * `hash`. */
-static xdc_err_t stage_in(orch_worker *w, orch_outer *o, xdc_wan_peer *p, float *dev, uint64_t hash,
-                          const char *what, xdc_diag *diag)
+static xdc_err_t stage_in(orch_worker *w, orch_outer *o, xdc_wan_peer *p, float *dev, uint64_t hash, const char *what,
+                          xdc_diag *diag)
 {
     const xdc_device_ops *d = w->model.be->device;
     size_t bytes = w->model.n_params * sizeof(float);
@@ -193,7 +197,8 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, xdc_diag *diag)
     XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
     /* The next round decided takes us: within the others' inner steps of a period plus the grace window. */
     snprintf(key, sizeof key, "rejoin/%s", nonce);
-    xdc_err_t rc = rdzv_get(w->comm.rdzv, key, w->cfg.rendezvous_timeout_ms + w->cfg.op_timeout_ms, val, sizeof val, diag);
+    xdc_err_t rc = rdzv_get(w->comm.rdzv, key, w->cfg.rendezvous_timeout_ms + w->cfg.op_timeout_ms, val, sizeof val,
+                            diag);
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "region %s asked to rejoin (%s): no round took it", w->id.region, key);
         return rc;

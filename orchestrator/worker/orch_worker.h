@@ -3,7 +3,7 @@
  * identity and layout (orch_worker_id), the model stage and its step buffers (orch_model), pipeline
  * transfers (orch_pipe), connections (orch_comm: WAN engine, intra communicators, sync engine),
  * telemetry, progress, and the mode (orch_mode_ops + its own state). Files: orch_worker.c (set-up,
- * teardown), orch_train.c (the 1F1B loop, the training loop), orch_pipe.c, orch_checkpoint.c,
+ * teardown), orch_train.c (the 1F1B loop, the training loop), orch_pipe.c, orch_checkpoint.c, orch_rejoin.c,
  * orch_observe.c, and one orch_mode_*.c per mode. */
 #ifndef ORCH_WORKER_H
 #define ORCH_WORKER_H
