@@ -373,6 +373,23 @@ XDC_TEST(elastic_min_regions_above_the_topology_is_a_config_error)
     XDC_ASSERT_STR_CONTAINS(out, "elastic.min_regions is 4 but topology " TOPO3 " has 3 regions");
 }
 
+/* Print the lines of `path` that say what went wrong or who left and came back (kept in the test's output
+ * when it fails: the run folder is removed). */
+static void print_story(const char *path)
+{
+    char *text = xdc_test_read_file(path, NULL);
+    static const char *const words[] = {"error", "failed", "dropped", "rejoin", "took the state", "did not", "exited"};
+    printf("---- %s\n", path);
+    for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n"))
+        for (size_t k = 0; k < sizeof words / sizeof words[0]; k++)
+            if (strstr(line, words[k])) {
+                printf("%s\n", line);
+                break;
+            }
+    free(text);
+    fflush(stdout); /* a failed assertion ends the test process without flushing */
+}
+
 /* `xdc coordinator` of run file `run` (run id `run_id`) in the background, its output into `log`; the address
  * it tells the agents to use into where[cap]. */
 static pid_t start_coordinator(const char *run, const char *dir, const char *log, const char *run_id, char *where,
@@ -463,7 +480,9 @@ XDC_TEST_T(elastic_coordinator_drops_a_region_that_misses_the_window, 180)
 XDC_TEST_T(elastic_coordinator_takes_a_restarted_region_back, 180)
 {
     need_corpus();
-    const char *run = write_run("rejoin", "diloco", 160, "{min_regions: 2, grace: 3s}");
+    /* A wider window than the other tests': on a loaded machine a member late past 3 s (seen once) would
+     * leave too, and the run would not end with three regions. */
+    const char *run = write_run("rejoin", "diloco", 128, "{min_regions: 2, grace: 5s}");
     char dir[600], log[700], agents[700], again[700], where[64];
     snprintf(dir, sizeof dir, "%s/rejoin", xdc_test_tmpdir());
     snprintf(log, sizeof log, "%s/rejoin.log", xdc_test_tmpdir());
@@ -479,6 +498,15 @@ XDC_TEST_T(elastic_coordinator_takes_a_restarted_region_back, 180)
     XDC_ASSERT_MSG(wait_for_count(agents, "  loss ", lines + 2, 2400), "the run stopped without ap-south");
     pid_t back = start_agents(run, dir, where, "elastic-rejoin", "ap-south", 1, again);
     int failed = launch_exit(sh), failed_again = launch_exit(back);
+    print_story(log);
+    print_story(agents);
+    print_story(again);
+    char pattern[800];
+    glob_t g;
+    snprintf(pattern, sizeof pattern, "%s/logs/*.log", dir);
+    if (glob(pattern, 0, NULL, &g) == 0)
+        for (size_t i = 0; i < g.gl_pathc; i++) print_story(g.gl_pathv[i]);
+    globfree(&g);
     char *alog = xdc_test_read_file(agents, NULL), *blog = xdc_test_read_file(again, NULL);
     XDC_ASSERT_MSG(failed == 1, "%d agents failed, expected ap-south's first alone:\n%s", failed, alog ? alog : "");
     XDC_ASSERT_MSG(failed_again == 0, "ap-south's second agent failed:\n%s", blog ? blog : "");
@@ -488,7 +516,7 @@ XDC_TEST_T(elastic_coordinator_takes_a_restarted_region_back, 180)
     char *out = xdc_test_read_file(log, NULL);
     XDC_ASSERT_MSG(rc == 0, "the coordinator exited %d:\n%s", rc, out ? out : "");
     XDC_ASSERT_STR_CONTAINS(out, "region ap-south rejoins the run at the outer round at step");
-    XDC_ASSERT_STR_CONTAINS(out, "steps=160");
+    XDC_ASSERT_STR_CONTAINS(out, "steps=128");
     expect_one_model(dir, out, 3);
     free(out);
     char *wlog = region_log(dir, "ap-south");
@@ -502,7 +530,7 @@ XDC_TEST_T(elastic_coordinator_takes_a_restarted_region_back, 180)
 XDC_TEST_T(elastic_streaming_refuses_a_restarted_region_by_name, 180)
 {
     need_corpus();
-    const char *run = write_run("norejoin", "streaming", 100, "{min_regions: 2, grace: 3s}");
+    const char *run = write_run("norejoin", "streaming", 100, "{min_regions: 2, grace: 5s}");
     char dir[600], log[700], agents[700], again[700], where[64];
     snprintf(dir, sizeof dir, "%s/norejoin", xdc_test_tmpdir());
     snprintf(log, sizeof log, "%s/norejoin.log", xdc_test_tmpdir());

@@ -25,9 +25,11 @@ enum { HDR_STEP, HDR_EPOCH, HDR_BATCH, HDR_PARAMS, HDR_HASH_GLOBAL, HDR_HASH_MOM
 xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag)
 {
     char key[64], val[300];
-    if (!orch_quorum_elastic(&w->cfg, w->id.n_regions) || w->id.span) return XDC_OK;
+    if (!orch_quorum_elastic(&w->cfg, w->id.n_regions)) return XDC_OK; /* sync and span runs: all or nothing */
     snprintf(key, sizeof key, "wan/%d/%d", w->id.region_idx, w->id.lrank);
-    if (rdzv_try_get(w->comm.rdzv, key, val, sizeof val, diag) != XDC_OK) return XDC_OK; /* a fresh start */
+    xdc_err_t rc = rdzv_try_get(w->comm.rdzv, key, val, sizeof val, diag);
+    if (rc == XDC_ERR_AGAIN) return XDC_OK; /* a fresh start */
+    XDC_CHECK(rc);
     const char *why = w->cfg.mode != ORCH_MODE_DILOCO ? "rejoining a streaming run is not implemented"
                       : w->id.emulate_wan             ? "rejoining over the emulated WAN is not implemented (its relay "
                                                         "routes lead to the earlier process)"
@@ -41,7 +43,7 @@ xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag)
              val);
     /* The store host names our region gone once it missed a round (or its agent's failure was reported). */
     snprintf(key, sizeof key, "left/%d", w->id.region_idx);
-    xdc_err_t rc = rdzv_get(w->comm.rdzv, key, w->cfg.rendezvous_timeout_ms + w->cfg.grace_ms, val, sizeof val, diag);
+    rc = rdzv_get(w->comm.rdzv, key, w->cfg.rendezvous_timeout_ms + w->cfg.grace_ms, val, sizeof val, diag);
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "region %s: the run is under way but did not let it go (%s)", w->id.region, key);
         return rc;

@@ -260,8 +260,8 @@ xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag);
 xdc_err_t orch_elastic_agree(orch_worker *w, const char *round, xdc_diag *diag);
 
 /* orch_rejoin.c: a region that left an elastic DiLoCo run comes back (docs/runtime.md, "Rejoining"). */
-/* At start: is this worker a restarted one of a running elastic job (w->elastic.rejoin)? Streaming, span and
- * the emulated WAN cannot rejoin: XDC_ERR_UNAVAILABLE saying so. */
+/* At start: is this worker a restarted one of a running elastic job (w->elastic.rejoin)? Then wait until the
+ * store host let its region go. Streaming and the emulated WAN cannot rejoin: XDC_ERR_UNAVAILABLE saying so. */
 xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag);
 /* The joiner, before its first step: ask to rejoin, wait for the round that takes it, dial that round's
  * members and take the round's global parameters and outer momentum from the lowest one (hash-checked);
