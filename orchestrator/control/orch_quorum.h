@@ -3,7 +3,7 @@
  * coordinator`), which outlives every region. Each worker posts its arrival at the round of step S as
  * outer/<region index>/<rank> = S; a region has arrived when all its workers have. The round is decided
  * when every region still in the run has arrived, or `grace` after the first one did: the decision is
- * published once as quorum/<S> = one character per region ('1' in the round, '0' not), and every worker
+ * published once as quorum/<S> = one character per region ('1' in the round, '0' not, 'j' joining: below), and every worker
  * of every region reads that same value, so all members of a round average over the same set. A region
  * that is not in a round is out of the run until it rejoins; one whose agent or worker failed is out at once,
  * without waiting for the grace window. A region out of the run comes back when every one of its workers
