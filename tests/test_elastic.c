@@ -102,6 +102,40 @@ XDC_TEST(elastic_quorum_waits_for_everyone_then_drops_the_lost_region)
     fixture_close(&f);
 }
 
+/* A region out of the run whose workers all asked to rejoin is named joining ('j') in the next round decided,
+ * each worker's nonce gets that round's step, and the region is waited for again from the round after. */
+XDC_TEST(elastic_quorum_takes_a_region_that_asks_to_rejoin)
+{
+    quorum_fixture f;
+    fixture_open(&f, 2, 600000);
+    char why[512] = "", val[64];
+    XDC_ASSERT_OK(orch_quorum_lose(&f.q, 2, "its agent exited with status 69", why, sizeof why));
+    XDC_ASSERT(rdzv_server_get(f.srv, "left/2", val, sizeof val) == 0 && strcmp(val, "1") == 0);
+    arrive(&f, 0, "8");
+    arrive(&f, 1, "8");
+    XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
+    XDC_ASSERT(strcmp(decision(&f, "8"), "110") == 0);
+    /* Its restarted worker asks while the others train: taken at the next round, not before. */
+    arrive(&f, 2, ORCH_QUORUM_JOIN "n1");
+    XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
+    XDC_ASSERT_MSG(rdzv_server_get(f.srv, "rejoin/n1", val, sizeof val) != 0, "taken back between rounds");
+    arrive(&f, 0, "12");
+    arrive(&f, 1, "12");
+    XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
+    XDC_ASSERT(strcmp(decision(&f, "12"), "11j") == 0);
+    XDC_ASSERT(rdzv_server_get(f.srv, "rejoin/n1", val, sizeof val) == 0 && strcmp(val, "12") == 0);
+    XDC_ASSERT_STR_CONTAINS(f.q.dropped, "then ap-south rejoined at the outer round at step 12");
+    /* A member again: the next round waits for it. */
+    arrive(&f, 0, "16");
+    arrive(&f, 1, "16");
+    XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
+    XDC_ASSERT_MSG(decision(&f, "16")[0] == '\0', "decided without the region that rejoined");
+    arrive(&f, 2, "16");
+    XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
+    XDC_ASSERT(strcmp(decision(&f, "16"), "111") == 0);
+    fixture_close(&f);
+}
+
 XDC_TEST(elastic_quorum_drops_a_region_late_past_the_grace_window)
 {
     quorum_fixture f;
@@ -215,21 +249,30 @@ static pid_t stop_outside_a_round(const char *dir, const char *region, const cha
     return -1;
 }
 
-/* The params_xxh64 region `region`'s worker logged at the end (logs/<region>-<host>-0.log: the host is
- * the node's name, or this machine's when an agent started by hand was not told one), into hash[17]. */
-static void region_hash(const char *dir, const char *region, char hash[17])
+/* The log of region `region`'s worker (logs/<region>-<host>-0.log: the host is the node's name, or this
+ * machine's when an agent started by hand was not told one; a restarted worker appends to it), malloc'd. */
+static char *region_log(const char *dir, const char *region)
 {
-    char pattern[800], needle[128];
+    char pattern[800];
     snprintf(pattern, sizeof pattern, "%s/logs/%s-*-0.log", dir, region);
-    snprintf(needle, sizeof needle, "final parameters of region %s: params_xxh64=", region);
     glob_t g;
     XDC_ASSERT_MSG(glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc == 1, "not one log matches %s", pattern);
     char *text = xdc_test_read_file(g.gl_pathv[0], NULL);
-    const char *h = text ? strstr(text, needle) : NULL;
-    XDC_ASSERT_MSG(h != NULL, "region %s logged no final parameters in %s", region, g.gl_pathv[0]);
+    XDC_ASSERT_MSG(text != NULL, "cannot read %s", g.gl_pathv[0]);
+    globfree(&g);
+    return text;
+}
+
+/* The params_xxh64 region `region`'s worker logged at the end, into hash[17]. */
+static void region_hash(const char *dir, const char *region, char hash[17])
+{
+    char needle[128];
+    snprintf(needle, sizeof needle, "final parameters of region %s: params_xxh64=", region);
+    char *text = region_log(dir, region);
+    const char *h = strstr(text, needle);
+    XDC_ASSERT_MSG(h != NULL, "region %s logged no final parameters", region);
     snprintf(hash, 17, "%.16s", h + strlen(needle));
     free(text);
-    globfree(&g);
 }
 
 /* Wait for the launcher; its exit status. */
@@ -353,6 +396,79 @@ XDC_TEST(elastic_min_regions_above_the_topology_is_a_config_error)
     XDC_ASSERT_STR_CONTAINS(out, "elastic.min_regions is 4 but topology " TOPO3 " has 3 regions");
 }
 
+/* Print the lines of `path` that say what went wrong or who left and came back (kept in the test's output
+ * when it fails: the run folder is removed). */
+static void print_story(const char *path)
+{
+    char *text = xdc_test_read_file(path, NULL);
+    static const char *const words[] = {"error", "failed", "dropped", "rejoin", "took the state", "did not", "exited"};
+    printf("---- %s\n", path);
+    for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n"))
+        for (size_t k = 0; k < sizeof words / sizeof words[0]; k++)
+            if (strstr(line, words[k])) {
+                printf("%s\n", line);
+                break;
+            }
+    free(text);
+    fflush(stdout); /* a failed assertion ends the test process without flushing */
+}
+
+/* `xdc coordinator` of run file `run` (run id `run_id`) in the background, its output into `log`; the address
+ * it tells the agents to use into where[cap]. */
+static pid_t start_coordinator(const char *run, const char *dir, const char *log, const char *run_id, char *where,
+                               size_t cap)
+{
+    pid_t coord = fork();
+    if (coord == 0) {
+        if (!freopen(log, "w", stdout)) _exit(127);
+        dup2(1, 2);
+        execl(xdc_test_bin(), xdc_test_bin(), "coordinator", "-t", TOPO3, "-c", run, "--run-dir", dir, "--host",
+              "127.0.0.1", "--port", "0", "--run-id", run_id, (char *)NULL);
+        _exit(127);
+    }
+    XDC_ASSERT_MSG(wait_for_text(log, "--coordinator "), "the coordinator did not start");
+    char *text = xdc_test_read_file(log, NULL);
+    const char *at = strstr(text, "--coordinator ") + strlen("--coordinator ");
+    snprintf(where, cap, "%.*s", (int)strcspn(at, " \n"), at);
+    free(text);
+    return coord;
+}
+
+/* `xdc agent` (node 0) of each of the `n` regions in `regions` (space-separated), started by hand as launch
+ * scripts would, in the background, their output into `log`. The shell's exit status: how many failed. */
+static pid_t start_agents(const char *run, const char *dir, const char *where, const char *run_id, const char *regions,
+                          int n, const char *log)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "export XDC_ADVERTISE_HOST=127.0.0.1; n=0; for r in %s; do "
+             "timeout 120 %s agent -t %s -c %s --run-dir %s --region $r --node 0 --coordinator %s "
+             "--run-id %s & done; for j in $(seq %d); do wait -n || n=$((n+1)); done; exit $n",
+             regions, xdc_test_bin(), TOPO3, run, dir, where, run_id, n);
+    pid_t sh = fork();
+    if (sh == 0) {
+        if (!freopen(log, "w", stdout)) _exit(127);
+        dup2(1, 2);
+        execl("/bin/bash", "bash", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return sh;
+}
+
+/* The three regions' final params_xxh64 agree, and the coordinator's summary (`out`) reports it. */
+static void expect_one_model(const char *dir, const char *out, int n_regions)
+{
+    const char *regions[3] = {"us-east", "eu-west", "ap-south"};
+    char first[17], h[17], want[64];
+    region_hash(dir, regions[0], first);
+    for (int r = 1; r < n_regions; r++) {
+        region_hash(dir, regions[r], h);
+        XDC_ASSERT_MSG(strcmp(first, h) == 0, "us-east ends at %s, %s at %s", first, regions[r], h);
+    }
+    snprintf(want, sizeof want, "params_xxh64=%s", first);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+}
+
 /* The multi-host path: `xdc coordinator` hosts the quorum, the agents are started by hand (as launch
  * scripts would). us-east's worker killed (region 0, whose rank 0 would end a run that is not elastic):
  * nobody reports it to the store, so it is dropped when it misses the grace window; its agent exits 69 on
@@ -362,37 +478,12 @@ XDC_TEST_T(elastic_coordinator_drops_a_region_that_misses_the_window, 180)
 {
     need_corpus();
     const char *run = write_run("coord", "diloco", 100, "{min_regions: 2, grace: 3s}");
-    char dir[600], log[700], agents[700], cmd[4096];
+    char dir[600], log[700], agents[700], where[64];
     snprintf(dir, sizeof dir, "%s/coord", xdc_test_tmpdir());
     snprintf(log, sizeof log, "%s/coord.log", xdc_test_tmpdir());
     snprintf(agents, sizeof agents, "%s/agents.log", xdc_test_tmpdir());
-    pid_t coord = fork();
-    if (coord == 0) {
-        if (!freopen(log, "w", stdout)) _exit(127);
-        dup2(1, 2);
-        execl(xdc_test_bin(), xdc_test_bin(), "coordinator", "-t", TOPO3, "-c", run, "--run-dir", dir, "--host",
-              "127.0.0.1", "--port", "0", "--run-id", "elastic-coord", (char *)NULL);
-        _exit(127);
-    }
-    XDC_ASSERT_MSG(wait_for_text(log, "--coordinator "), "the coordinator did not start");
-    char *text = xdc_test_read_file(log, NULL);
-    const char *at = strstr(text, "--coordinator ") + strlen("--coordinator ");
-    char where[64];
-    snprintf(where, sizeof where, "%.*s", (int)strcspn(at, " \n"), at);
-    free(text);
-    /* One agent per region, in the background; the shell's status: how many of them failed. */
-    snprintf(cmd, sizeof cmd,
-             "export XDC_ADVERTISE_HOST=127.0.0.1; n=0; for r in us-east eu-west ap-south; do "
-             "timeout 120 %s agent -t %s -c %s --run-dir %s --region $r --node 0 --coordinator %s "
-             "--run-id elastic-coord & done; for j in 1 2 3; do wait -n || n=$((n+1)); done; exit $n",
-             xdc_test_bin(), TOPO3, run, dir, where);
-    pid_t sh = fork();
-    if (sh == 0) {
-        if (!freopen(agents, "w", stdout)) _exit(127);
-        dup2(1, 2);
-        execl("/bin/bash", "bash", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
+    pid_t coord = start_coordinator(run, dir, log, "elastic-coord", where, sizeof where);
+    pid_t sh = start_agents(run, dir, where, "elastic-coord", "us-east eu-west ap-south", 3, agents);
     XDC_ASSERT_MSG(wait_for_text(agents, "step    20/"), "the run never reached step 20");
     kill(stop_outside_a_round(dir, "us-east", log, agents), SIGKILL);
     int failed = launch_exit(sh);
@@ -411,6 +502,95 @@ XDC_TEST_T(elastic_coordinator_drops_a_region_that_misses_the_window, 180)
     snprintf(want, sizeof want, "params_xxh64=%s", a);
     XDC_ASSERT_STR_CONTAINS(out, want);
     XDC_ASSERT_STR_CONTAINS(out, " regions=eu-west,ap-south\n");
+    free(out);
+}
+
+/* Rejoining (docs/runtime.md): ap-south's worker killed, the region dropped at the grace window; its agent
+ * started again by hand a few rounds later, it rejoins at an outer round with the state a member sends it (hash-checked) and
+ * is a member from the next round on. All three regions end on the same parameters, the run's. */
+XDC_TEST_T(elastic_coordinator_takes_a_restarted_region_back, 180)
+{
+    need_corpus();
+    /* A wider window than the other tests': on a loaded machine a member late past 3 s (seen once) would
+     * leave too, and the run would not end with three regions. */
+    const char *run = write_run("rejoin", "diloco", 128, "{min_regions: 2, grace: 5s}");
+    char dir[600], log[700], agents[700], again[700], where[64];
+    snprintf(dir, sizeof dir, "%s/rejoin", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/rejoin.log", xdc_test_tmpdir());
+    snprintf(agents, sizeof agents, "%s/rejoin-agents.log", xdc_test_tmpdir());
+    snprintf(again, sizeof again, "%s/rejoin-again.log", xdc_test_tmpdir());
+    pid_t coord = start_coordinator(run, dir, log, "elastic-rejoin", where, sizeof where);
+    pid_t sh = start_agents(run, dir, where, "elastic-rejoin", "us-east eu-west ap-south", 3, agents);
+    XDC_ASSERT_MSG(wait_for_text(agents, "step    20/"), "the run never reached step 20");
+    kill(stop_outside_a_round(dir, "ap-south", log, agents), SIGKILL);
+    XDC_ASSERT_MSG(wait_for_text(log, "region ap-south dropped from the run"), "ap-south was not dropped");
+    /* Out for several rounds: two more progress lines (log_interval steps each) before its agent is back. */
+    int lines = count_text(agents, "  loss ");
+    XDC_ASSERT_MSG(wait_for_count(agents, "  loss ", lines + 2, 2400), "the run stopped without ap-south");
+    pid_t back = start_agents(run, dir, where, "elastic-rejoin", "ap-south", 1, again);
+    int failed = launch_exit(sh), failed_again = launch_exit(back);
+    print_story(log);
+    print_story(agents);
+    print_story(again);
+    char pattern[800];
+    glob_t g;
+    snprintf(pattern, sizeof pattern, "%s/logs/*.log", dir);
+    if (glob(pattern, 0, NULL, &g) == 0)
+        for (size_t i = 0; i < g.gl_pathc; i++) print_story(g.gl_pathv[i]);
+    globfree(&g);
+    char *alog = xdc_test_read_file(agents, NULL), *blog = xdc_test_read_file(again, NULL);
+    XDC_ASSERT_MSG(failed == 1, "%d agents failed, expected ap-south's first alone:\n%s", failed, alog ? alog : "");
+    XDC_ASSERT_MSG(failed_again == 0, "ap-south's second agent failed:\n%s", blog ? blog : "");
+    free(alog);
+    free(blog);
+    int rc = launch_exit(coord);
+    char *out = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_MSG(rc == 0, "the coordinator exited %d:\n%s", rc, out ? out : "");
+    XDC_ASSERT_STR_CONTAINS(out, "region ap-south rejoins the run at the outer round at step");
+    XDC_ASSERT_STR_CONTAINS(out, "steps=128");
+    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
+    expect_one_model(dir, out, 3);
+    free(out);
+    char *wlog = region_log(dir, "ap-south");
+    XDC_ASSERT_STR_CONTAINS(wlog, "hashes checked");
+    XDC_ASSERT_STR_CONTAINS(wlog, "region ap-south rejoined at round");
+    free(wlog);
+}
+
+/* Streaming cannot take a region back (fragments are in flight across rounds): the restarted agent's worker
+ * says so and exits 69; the run goes on without the region. */
+XDC_TEST_T(elastic_streaming_refuses_a_restarted_region_by_name, 180)
+{
+    need_corpus();
+    const char *run = write_run("norejoin", "streaming", 100, "{min_regions: 2, grace: 5s}");
+    char dir[600], log[700], agents[700], again[700], where[64];
+    snprintf(dir, sizeof dir, "%s/norejoin", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/norejoin.log", xdc_test_tmpdir());
+    snprintf(agents, sizeof agents, "%s/norejoin-agents.log", xdc_test_tmpdir());
+    snprintf(again, sizeof again, "%s/norejoin-again.log", xdc_test_tmpdir());
+    pid_t coord = start_coordinator(run, dir, log, "elastic-norejoin", where, sizeof where);
+    pid_t sh = start_agents(run, dir, where, "elastic-norejoin", "us-east eu-west ap-south", 3, agents);
+    XDC_ASSERT_MSG(wait_for_text(agents, "step    20/"), "the run never reached step 20");
+    kill(stop_outside_a_round(dir, "ap-south", log, agents), SIGKILL);
+    XDC_ASSERT_MSG(wait_for_text(log, "region ap-south dropped from the run"), "ap-south was not dropped");
+    pid_t back = start_agents(run, dir, where, "elastic-norejoin", "ap-south", 1, again);
+    XDC_ASSERT_EQ(launch_exit(back), 1);
+    char *blog = xdc_test_read_file(again, NULL), *wlog = region_log(dir, "ap-south");
+    XDC_ASSERT_STR_CONTAINS(blog, "exited with status 69");
+    XDC_ASSERT_STR_CONTAINS(wlog, "region ap-south: the run is under way");
+    XDC_ASSERT_STR_CONTAINS(wlog, "rejoining a streaming run is not implemented");
+    free(blog);
+    free(wlog);
+    int failed = launch_exit(sh);
+    char *alog = xdc_test_read_file(agents, NULL);
+    XDC_ASSERT_MSG(failed == 1, "%d agents failed, expected ap-south's first alone:\n%s", failed, alog ? alog : "");
+    free(alog);
+    int rc = launch_exit(coord);
+    char *out = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_MSG(rc == 0, "the coordinator exited %d:\n%s", rc, out ? out : "");
+    XDC_ASSERT_MSG(strstr(out, "rejoins the run") == NULL, "streaming took a region back:\n%s", out);
+    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west\n");
+    expect_one_model(dir, out, 2);
     free(out);
 }
 

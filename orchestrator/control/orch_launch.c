@@ -367,7 +367,7 @@ static xdc_err_t lose_reported(launch *L, char *why, size_t cap)
             char key[RDZV_KEY_MAX], report[RDZV_VALUE_MAX];
             if (!L->quorum.live[r] || rdzv_server_member(L->rdzv, i, &st) != 0) continue;
             snprintf(key, sizeof key, "failed/%s", st.name);
-            if (rdzv_server_get(L->rdzv, key, report, sizeof report) != 0) continue;
+            if (rdzv_server_get(L->rdzv, key, report, sizeof report) != 0 || !report[0]) continue; /* "": rejoined */
             char reason[RDZV_VALUE_MAX + RDZV_MEMBER_MAX];
             const char *text;
             (void)orch_failure_waited(report, &text);

@@ -28,7 +28,51 @@ static long long arrival(const orch_quorum *q, int r, int k)
     char key[64], val[64];
     snprintf(key, sizeof key, "outer/%d/%d", r, k);
     if (rdzv_server_get(q->rdzv, key, val, sizeof val) != 0) return -1;
-    return strcmp(val, ORCH_QUORUM_END) == 0 ? LLONG_MAX : strtoll(val, NULL, 10);
+    if (strcmp(val, ORCH_QUORUM_END) == 0) return LLONG_MAX;
+    char *end;
+    long long step = strtoll(val, &end, 10);
+    return end != val && !*end ? step : -1; /* a rejoin request is no arrival */
+}
+
+/* Worker k of region r's rejoin request (outer/r/k = "join:<nonce>"): its nonce into nonce[cap], or 0 when
+ * it posted none. */
+static int join_request(const orch_quorum *q, int r, int k, char *nonce, size_t cap)
+{
+    char key[64], val[128];
+    size_t pre = strlen(ORCH_QUORUM_JOIN);
+    snprintf(key, sizeof key, "outer/%d/%d", r, k);
+    if (rdzv_server_get(q->rdzv, key, val, sizeof val) != 0 || strncmp(val, ORCH_QUORUM_JOIN, pre) != 0) return 0;
+    snprintf(nonce, cap, "%s", val + pre);
+    return 1;
+}
+
+/* Take the first region out of the run all of whose workers asked to rejoin into the round at `step` as
+ * joining ('j' in mask; not at the end of the run): each worker learns the round from rejoin/<nonce>; it
+ * counts again from the next round. One a round: a joiner dials the round's members only, so two joining
+ * at once would have no peers to each other. */
+static void admit_joiners(orch_quorum *q, long long step, char *mask)
+{
+    char nonce[128], key[RDZV_KEY_MAX], val[32];
+    for (int r = 0; r < q->t->n_regions && step != LLONG_MAX; r++) {
+        int n = xdc_topology_region_workers(q->t, r), k = 0;
+        while (!q->live[r] && k < n && join_request(q, r, k, nonce, sizeof nonce)) k++;
+        if (q->live[r] || k < n) continue;
+        snprintf(val, sizeof val, "%lld", step);
+        for (k = 0; k < n; k++) {
+            join_request(q, r, k, nonce, sizeof nonce);
+            snprintf(key, sizeof key, "rejoin/%s", nonce);
+            rdzv_server_set(q->rdzv, key, val);
+        }
+        mask[r] = 'j';
+        q->live[r] = 1;
+        q->n_live++;
+        size_t len = strlen(q->dropped);
+        snprintf(q->dropped + len, sizeof q->dropped - len, ", then %s rejoined at the outer round at step %lld",
+                 q->t->regions[r].name, step);
+        XDC_WARN(XDC_SUB_ORCH, "region %s rejoins the run at the outer round at step %lld; %d of %d regions",
+                 q->t->regions[r].name, step, q->n_live, q->t->n_regions);
+        return;
+    }
 }
 
 /* The round being waited for: the earliest step past the last decided one that a worker of a region still
@@ -56,6 +100,10 @@ static void drop(orch_quorum *q, int r, const char *reason)
 {
     q->live[r] = 0;
     q->n_live--;
+    char key[64], val[16];
+    snprintf(key, sizeof key, "left/%d", r);
+    snprintf(val, sizeof val, "%d", ++q->left[r]);
+    rdzv_server_set(q->rdzv, key, val);
     XDC_WARN(XDC_SUB_ORCH, "region %s dropped from the run: %s; %d of %d regions go on", q->t->regions[r].name, reason,
              q->n_live, q->t->n_regions);
     size_t n = strlen(q->dropped);
@@ -115,6 +163,7 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
                  round, arrived, q->t->n_regions, in, (double)q->grace_ms / 1000.0, q->min_regions, out);
         return XDC_ERR_UNAVAILABLE;
     }
+    admit_joiners(q, step, mask);
     char key[64];
     if (step == LLONG_MAX) snprintf(key, sizeof key, "quorum/%s", ORCH_QUORUM_END);
     else snprintf(key, sizeof key, "quorum/%lld", step);

@@ -3,10 +3,15 @@
  * coordinator`), which outlives every region. Each worker posts its arrival at the round of step S as
  * outer/<region index>/<rank> = S; a region has arrived when all its workers have. The round is decided
  * when every region still in the run has arrived, or `grace` after the first one did: the decision is
- * published once as quorum/<S> = one character per region ('1' in the round, '0' not), and every worker
+ * published once as quorum/<S> = one character per region ('1' in the round, '0' not, 'j' joining: below), and every worker
  * of every region reads that same value, so all members of a round average over the same set. A region
- * that is not in a round is out of the run for good (rejoining is not implemented); one whose agent or
- * worker failed is out at once, without waiting for the grace window. Fewer than `min_regions` regions
+ * that is not in a round is out of the run until it rejoins; one whose agent or worker failed is out at once,
+ * without waiting for the grace window. A region out of the run comes back when every one of its workers
+ * (restarted) posted outer/<region>/<rank> = "join:<nonce>": the next round decided names it 'j' (joining:
+ * not in this round's average; the members' lowest region hands it the round's outer state), publishes the
+ * round's step as rejoin/<nonce> for each of its workers, and counts it in the run again from the next round.
+ * Each time a region leaves, left/<region index> = how many times it did: its restarted workers wait for it
+ * and name their region's new intra bootstrap key with it (the earlier one is stale). Fewer than `min_regions` regions
  * left ends the run. The end of the run is one more such round, named ORCH_QUORUM_END instead of a step:
  * it takes the place of the all-members "done" barrier, which would wait for the regions that left. */
 #ifndef ORCH_QUORUM_H
@@ -19,7 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ORCH_QUORUM_END "end" /* the arrival a worker posts after its last step; decided as quorum/end */
+#define ORCH_QUORUM_END  "end"   /* the arrival a worker posts after its last step; decided as quorum/end */
+#define ORCH_QUORUM_JOIN "join:" /* the prefix of a restarted worker's request to rejoin, then its nonce */
 
 typedef struct orch_quorum {
     const xdc_topology *t;
@@ -28,11 +34,12 @@ typedef struct orch_quorum {
     int64_t grace_ms;
     uint8_t live[XDC_TOPO_MAX_REGIONS]; /* 1: still in the run */
     int n_live;
-    long long decided;  /* step of the last round decided; -1: none */
-    long long pending;  /* step of the round being waited for; -1: none */
-    uint64_t first_at;  /* xdc_now_ns() when the first region arrived at `pending`; 0: none yet */
-    int named;          /* the regions late for `pending` were logged (half way through the grace window) */
-    char dropped[1024]; /* "eu-west (its agent exited with status 69), ..." for the summary */
+    long long decided;              /* step of the last round decided; -1: none */
+    long long pending;              /* step of the round being waited for; -1: none */
+    uint64_t first_at;              /* xdc_now_ns() when the first region arrived at `pending`; 0: none yet */
+    int named;                      /* the regions late for `pending` were logged (half way through the grace window) */
+    char dropped[1024];             /* "eu-west (its agent exited with status 69), ..." for the summary */
+    int left[XDC_TOPO_MAX_REGIONS]; /* times each region left the run, published as left/<region index> */
 } orch_quorum;
 
 /* Every region of `t` in the run, nothing decided. */

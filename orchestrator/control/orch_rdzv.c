@@ -293,6 +293,11 @@ static int may_write(const bserver *s, int i, const char *key)
     }
     for (int k = 0; k < n; k++)
         if (strcmp(own[k], key) == 0) return 1;
+    /* A rejoining region's bootstrap, intra/<region>/<times it left> (orch_quorum.h). */
+    size_t len = strlen(own[6]);
+    if (m->rank == 0 && strncmp(key, own[6], len) == 0 && key[len] == '/' && key[len + 1] &&
+        strspn(key + len + 1, "0123456789") == strlen(key + len + 1))
+        return 1;
     for (int g = 0; g < s->n_grants; g++) {
         const grant *gr = &s->grants[g];
         if (gr->member == i && (gr->prefix ? strncmp(key, gr->key, strlen(gr->key)) == 0 : strcmp(key, gr->key) == 0))

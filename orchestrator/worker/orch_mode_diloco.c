@@ -107,7 +107,17 @@ xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag)
     XDC_CHECK(rc);
     XDC_CHECK(orch_outer_update(w, o, 0, n));
     XDC_CHECK(dev_of(w)->copy_d2d(xdc_gpt_stage_params(w->model.st), o->global, n * sizeof(float), stream_of(w)));
-    return wait_copies(w); /* once per round: a failure shows at the round that caused it */
+    XDC_CHECK(wait_copies(w)); /* once per round: a failure shows at the round that caused it */
+    if (w->elastic.rejoin && w->elastic.rejoin_round >= 0) { /* our first round as a member again */
+        uint64_t now = xdc_now_ns();
+        XDC_WARN(XDC_SUB_ORCH,
+                 "region %s rejoined at round %lld (%.2f s after its rejoin request, %.2f s after this worker started; "
+                 "state of round %lld)",
+                 w->id.region, (long long)w->prog.step, (double)(now - w->elastic.rejoin_t0) / 1e9,
+                 (double)(now - w->elastic.started) / 1e9, (long long)w->elastic.rejoin_round);
+        w->elastic.rejoin_round = -1;
+    }
+    return orch_rejoin_give(w, o);
 }
 
 typedef struct {
@@ -118,8 +128,8 @@ typedef struct {
 
 /* Who takes part in round `round` (a step, or ORCH_QUORUM_END; orchestrator/control/orch_quorum.h): post
  * our arrival and wait for the store host's decision. Every worker reads the one published value, so every
- * member counts the same regions. A region left out stops (rejoining is not implemented):
- * XDC_ERR_UNAVAILABLE naming it. */
+ * member counts the same regions ('1'), and knows who rejoins at this round ('j'). A region left out stops:
+ * XDC_ERR_UNAVAILABLE naming it (its agent, restarted, may bring it back). */
 xdc_err_t orch_elastic_agree(orch_worker *w, const char *round, xdc_diag *diag)
 {
     char key[64], val[RDZV_VALUE_MAX];
@@ -134,14 +144,14 @@ xdc_err_t orch_elastic_agree(orch_worker *w, const char *round, xdc_diag *diag)
         xdc_diag_prefix(diag, "round %s: no quorum decision", round);
         return rc;
     }
-    if ((int)strlen(val) != n || strspn(val, "01") != (size_t)n) {
-        xdc_diag_set(diag, "round %s: quorum '%.64s' is not one 0/1 per region (%d)", round, val, n);
+    if ((int)strlen(val) != n || strspn(val, "01j") != (size_t)n) {
+        xdc_diag_set(diag, "round %s: quorum '%.64s' is not one 0/1/j per region (%d)", round, val, n);
         return XDC_ERR_PROTO;
     }
     if (val[w->id.region_idx] != '1') {
         xdc_diag_set(diag,
-                     "region %s was dropped from round %s (it missed the %.1f s grace window or lost a worker); "
-                     "rejoining a running job is not implemented, so this region leaves the run",
+                     "region %s was dropped from round %s (it missed the %.1f s grace window or lost a worker), so "
+                     "it leaves the run; restarting its agents brings it back at a later outer round",
                      w->id.region, round, (double)w->cfg.grace_ms / 1000.0);
         return XDC_ERR_UNAVAILABLE;
     }
@@ -151,6 +161,7 @@ xdc_err_t orch_elastic_agree(orch_worker *w, const char *round, xdc_diag *diag)
         if (w->elastic.live[r] && !in)
             XDC_WARN(XDC_SUB_ORCH, "round %s: region %s dropped from the quorum", round, w->topo->regions[r].name);
         w->elastic.live[r] = in;
+        w->elastic.joining[r] = val[r] == 'j';
         live += in;
     }
     if (live != w->elastic.n_live && w->id.grank == 0) {
@@ -207,6 +218,11 @@ static void diloco_destroy(void *state)
     xdc_free(st);
 }
 
+static xdc_err_t diloco_rejoin(orch_worker *w, void *state, xdc_diag *diag)
+{
+    return orch_rejoin_take(w, &((diloco_state *)state)->outer, diag);
+}
+
 static int diloco_syncs(const void *state, xdc_sync **out, int cap)
 {
     const diloco_state *st = state;
@@ -249,4 +265,5 @@ const orch_mode_ops orch_mode_diloco_ops = {.name = "diloco",
                                             .destroy = diloco_destroy,
                                             .syncs = diloco_syncs,
                                             .replan_sync = diloco_replan_sync,
-                                            .checkpoint_io = diloco_checkpoint_io};
+                                            .checkpoint_io = diloco_checkpoint_io,
+                                            .rejoin = diloco_rejoin};

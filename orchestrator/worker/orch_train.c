@@ -550,7 +550,8 @@ static void step_row(orch_worker *w, orch_steplog_row *row, double run_t0)
 xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
 {
     const xdc_train_config *c = &w->cfg.train;
-    if (w->id.resume) XDC_CHECK(orch_checkpoint_resume(w, diag));
+    if (w->id.resume && !w->elastic.rejoin) XDC_CHECK(orch_checkpoint_resume(w, diag));
+    if (w->elastic.rejoin) XDC_CHECK(w->mode->rejoin(w, w->mode_state, diag)); /* the running job's state */
     double run_t0 = now_s();
     orch_steplog_row last = {.step = w->prog.step, .val_loss = NAN};
     while (w->prog.step < c->steps) {

@@ -257,6 +257,9 @@ static xdc_err_t open_wan(orch_worker *w, xdc_diag *diag)
     }
     XDC_CHECK(
         rdzv_client_open(&w->id.rdzv, w->comm.wan, w->id.member, w->cfg.rendezvous_timeout_ms, &w->comm.rdzv, diag));
+    /* A restarted worker of a running elastic job skips the barriers the others passed long ago. */
+    XDC_CHECK(orch_rejoin_detect(w, diag));
+    if (w->elastic.rejoin) return XDC_OK;
     /* Everyone present before anything else waits on anyone: a missing member is named here. */
     return rdzv_barrier(w->comm.rdzv, "joined", w->id.gsize, w->cfg.rendezvous_timeout_ms, diag);
 }
@@ -267,6 +270,8 @@ static xdc_err_t open_intra(orch_worker *w, xdc_diag *diag)
 {
     char key[160], boot[XDC_INTRA_BOOTSTRAP_MAX];
     snprintf(key, sizeof key, "intra/%s", w->id.region);
+    if (w->elastic.rejoin) /* the earlier bootstrap is stale: the one of this return (orch_quorum.h) */
+        snprintf(key, sizeof key, "intra/%s/%d", w->id.region, w->elastic.left);
     if (w->id.lrank == 0) {
         XDC_CHECK(xdc_intra_bootstrap_create(w->model.intra, boot, sizeof boot, diag));
         XDC_CHECK(rdzv_set(w->comm.rdzv, key, boot, diag));
@@ -296,8 +301,7 @@ static xdc_err_t open_intra(orch_worker *w, xdc_diag *diag)
     return XDC_OK;
 }
 
-/* Dial region r's rank `rank` (directly, or through the launcher's relay for link my_region -> r). */
-static xdc_err_t dial(orch_worker *w, int r, int rank, xdc_wan_peer **out, xdc_diag *diag)
+xdc_err_t orch_worker_dial(orch_worker *w, int r, int rank, xdc_wan_peer **out, xdc_diag *diag)
 {
     char key[200], val[300];
     if (w->id.emulate_wan) snprintf(key, sizeof key, "relay/%d/%d/%d", w->id.region_idx, r, rank);
@@ -364,10 +368,11 @@ static xdc_err_t open_peers(orch_worker *w, xdc_diag *diag)
     snprintf(key, sizeof key, "wan/%d/%d", w->id.region_idx, w->id.lrank);
     snprintf(val, sizeof val, "%s:%d", adv, xdc_wan_listener_port(w->comm.lis));
     XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
+    if (w->elastic.rejoin) return XDC_OK; /* it dials the members of the round that takes it back */
     if (w->id.span) {
         int from;
         if (w->id.lrank == w->id.lsize - 1 && w->id.region_idx < w->id.n_regions - 1)
-            XDC_CHECK(dial(w, w->id.region_idx + 1, 0, &w->comm.next_peer, diag));
+            XDC_CHECK(orch_worker_dial(w, w->id.region_idx + 1, 0, &w->comm.next_peer, diag));
         if (w->id.lrank == 0 && w->id.region_idx > 0)
             XDC_CHECK(accept_peer(w, w->id.region_idx - 1,
                                   xdc_topology_region_workers(w->topo, w->id.region_idx - 1) - 1, &w->comm.prev_peer,
@@ -375,7 +380,7 @@ static xdc_err_t open_peers(orch_worker *w, xdc_diag *diag)
         return XDC_OK;
     }
     for (int r = w->id.region_idx + 1; r < w->id.n_regions; r++)
-        XDC_CHECK(dial(w, r, w->id.lrank, &w->comm.peers[r], diag));
+        XDC_CHECK(orch_worker_dial(w, r, w->id.lrank, &w->comm.peers[r], diag));
     for (int n = 0; n < w->id.region_idx; n++) {
         xdc_wan_peer *p;
         int r;
@@ -557,6 +562,7 @@ xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
 {
     orch_worker w;
     memset(&w, 0, sizeof w);
+    w.elastic.started = xdc_now_ns();
     snprintf(w.id.run_dir, sizeof w.id.run_dir, "%s", o->run_dir);
     w.id.emulate_wan = o->emulate_wan;
     w.id.resume = o->resume;
@@ -596,7 +602,7 @@ xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
     if (rc == XDC_OK) what = "activation codec", rc = open_pipe_codec(&w, &d);
     if (rc == XDC_OK) what = "comm engine", rc = open_sync(&w, &d);
     if (rc == XDC_OK) what = "metrics", rc = orch_observe_start(&w, &d);
-    if (rc == XDC_OK)
+    if (rc == XDC_OK && !w.elastic.rejoin)
         what = "start barrier", rc = rdzv_barrier(w.comm.rdzv, "start", w.id.gsize, w.cfg.rendezvous_timeout_ms, &d);
     if (rc == XDC_OK) {
         XDC_INFO(XDC_SUB_ORCH, "stage %d/%d (layers %d-%d, %zu params) of replica %d/%d, %s mode, %d threads",

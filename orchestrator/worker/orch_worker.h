@@ -3,7 +3,7 @@
  * identity and layout (orch_worker_id), the model stage and its step buffers (orch_model), pipeline
  * transfers (orch_pipe), connections (orch_comm: WAN engine, intra communicators, sync engine),
  * telemetry, progress, and the mode (orch_mode_ops + its own state). Files: orch_worker.c (set-up,
- * teardown), orch_train.c (the 1F1B loop, the training loop), orch_pipe.c, orch_checkpoint.c,
+ * teardown), orch_train.c (the 1F1B loop, the training loop), orch_pipe.c, orch_checkpoint.c, orch_rejoin.c,
  * orch_observe.c, and one orch_mode_*.c per mode. */
 #ifndef ORCH_WORKER_H
 #define ORCH_WORKER_H
@@ -127,9 +127,17 @@ typedef struct orch_progress {
 /* Elastic DiLoCo and streaming (orch_mode_diloco.c, docs/runtime.md): the regions in the last outer round's quorum, as
  * the rendezvous host decided it (orchestrator/control/orch_quorum.h). */
 typedef struct orch_elastic {
-    int on;                             /* orch_quorum_elastic */
-    uint8_t live[XDC_TOPO_MAX_REGIONS]; /* 1: in the last round (all before the first) */
+    int on;                                /* orch_quorum_elastic */
+    uint8_t live[XDC_TOPO_MAX_REGIONS];    /* 1: in the last round (all before the first) */
+    uint8_t joining[XDC_TOPO_MAX_REGIONS]; /* 1: rejoins at the last round (it gets the round's outer state) */
     int n_live;
+    /* This process is a restarted worker of a region that left a running job (orch_rejoin.c): it found its
+     * own WAN address of an earlier process in the store. */
+    int rejoin;
+    int left;             /* the rejoiner's region left the run this many times (left/<region>, orch_quorum.h) */
+    uint64_t started;     /* xdc_now_ns() when this worker process began (xdc_worker_run) */
+    uint64_t rejoin_t0;   /* xdc_now_ns() when it asked to rejoin */
+    int64_t rejoin_round; /* the round whose state it took; -1 once its first round as a member was logged */
 } orch_elastic;
 
 typedef struct orch_worker orch_worker;
@@ -156,6 +164,9 @@ typedef struct orch_mode_ops {
     /* What the mode saves or loads next to the stage checkpoint in `dir` (NULL: nothing); a checkpoint may
      * be taken after any step. */
     xdc_err_t (*checkpoint_io)(orch_worker *w, void *state, const char *dir, int save, xdc_diag *diag);
+    /* A restarted worker of a region that left takes the running job's state (NULL: the mode cannot
+     * rejoin; orch_rejoin_detect refuses it). */
+    xdc_err_t (*rejoin)(orch_worker *w, void *state, xdc_diag *diag);
 } orch_mode_ops;
 
 extern const orch_mode_ops orch_mode_sync_ops, orch_mode_diloco_ops, orch_mode_streaming_ops;
@@ -247,6 +258,22 @@ xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag);
 /* Elastic rounds: post this worker's arrival at `round` (a step, or ORCH_QUORUM_END) and take the store
  * host's decision of who is in it into w->elastic; XDC_ERR_UNAVAILABLE when this region was left out. */
 xdc_err_t orch_elastic_agree(orch_worker *w, const char *round, xdc_diag *diag);
+
+/* orch_rejoin.c: a region that left an elastic DiLoCo run comes back (docs/runtime.md, "Rejoining"). */
+/* At start: is this worker a restarted one of a running elastic job (w->elastic.rejoin)? Then wait until the
+ * store host let its region go. Streaming and the emulated WAN cannot rejoin: XDC_ERR_UNAVAILABLE saying so. */
+xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag);
+/* The joiner, before its first step: ask to rejoin, wait for the round that takes it, dial that round's
+ * members and take the round's global parameters and outer momentum from the lowest one (hash-checked);
+ * local = global, the step and the data position are the round's. */
+xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, xdc_diag *diag);
+/* A member, after a round that named joining regions: accept each joiner's new WAN peer in place of the
+ * dead one, and, in the lowest member region, send it the round's global parameters and momentum. A joiner
+ * that does not connect or take the state is named and not waited for again (the store host drops it at
+ * the next round); errors are the device's. */
+xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o);
+/* orch_worker.c: dial region r's rank `rank` (directly, or through the launcher's relay). */
+xdc_err_t orch_worker_dial(orch_worker *w, int r, int rank, xdc_wan_peer **out, xdc_diag *diag);
 
 /* orch_observe.c: Prometheus metrics of the worker (metrics_port >= 0) */
 xdc_err_t orch_observe_start(orch_worker *w, xdc_diag *diag);

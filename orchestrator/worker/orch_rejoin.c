@@ -1,0 +1,258 @@
+/* orch_rejoin.c — a region that left an elastic DiLoCo run comes back (docs/runtime.md, "Rejoining"). Its
+ * restarted workers find their earlier process's WAN address in the store (the job is running), skip the
+ * joined/start barriers, post outer/<region>/<rank> = "join:<nonce>" and wait for rejoin/<nonce>: the step
+ * of the round the store host names them joining in (orchestrator/control/orch_quorum.c). They dial that
+ * round's members; after the round, each member accepts its joiner's connection in place of the dead
+ * process's peer, and rank k of the lowest member region sends rank k of the joiner a header (the step, its
+ * data position, the xxh64 of each buffer) then the round's global parameters and outer momentum. The
+ * joiner checks both hashes, sets local = global, takes the step and the data position, and is a member
+ * from the next round on. */
+#include "orchestrator/worker/orch_worker.h"
+
+#include "common/xdc_hash.h"
+#include "common/xdc_log.h"
+#include "common/xdc_time.h"
+#include "orchestrator/control/orch_quorum.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The header ahead of the state (host byte order: the hosts of a run share one architecture). */
+enum { HDR_STEP, HDR_EPOCH, HDR_BATCH, HDR_PARAMS, HDR_HASH_GLOBAL, HDR_HASH_MOM, HDR_N };
+
+xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag)
+{
+    char key[64], val[300];
+    if (!orch_quorum_elastic(&w->cfg, w->id.n_regions)) return XDC_OK; /* sync and span runs: all or nothing */
+    snprintf(key, sizeof key, "wan/%d/%d", w->id.region_idx, w->id.lrank);
+    xdc_err_t rc = rdzv_try_get(w->comm.rdzv, key, val, sizeof val, diag);
+    if (rc == XDC_ERR_AGAIN) return XDC_OK; /* a fresh start */
+    XDC_CHECK(rc);
+    const char *why = w->cfg.mode != ORCH_MODE_DILOCO ? "rejoining a streaming run is not implemented"
+                      : w->id.emulate_wan             ? "rejoining over the emulated WAN is not implemented (its relay "
+                                                        "routes lead to the earlier process)"
+                                                      : NULL;
+    if (why) {
+        xdc_diag_set(diag, "region %s: the run is under way (%s was %s) and %s; start this region with the next run",
+                     w->id.region, key, val, why);
+        return XDC_ERR_UNAVAILABLE;
+    }
+    XDC_INFO(XDC_SUB_ORCH, "the run is under way (an earlier process of ours published %s = %s): rejoining it", key,
+             val);
+    /* The store host names our region gone once it missed a round (or its agent's failure was reported). */
+    snprintf(key, sizeof key, "left/%d", w->id.region_idx);
+    rc = rdzv_get(w->comm.rdzv, key, w->cfg.rendezvous_timeout_ms + w->cfg.grace_ms, val, sizeof val, diag);
+    if (rc != XDC_OK) {
+        xdc_diag_prefix(diag, "region %s: the run is under way but did not let it go (%s)", w->id.region, key);
+        return rc;
+    }
+    w->elastic.rejoin = 1;
+    w->elastic.left = atoi(val);
+    return XDC_OK;
+}
+
+/* Complete a WAN request; the engine fails it when the peer is silent past the operation deadline. */
+static xdc_err_t finish(xdc_wan_request *req, size_t *size, xdc_diag *diag)
+{
+    for (;;) {
+        xdc_err_t rc = xdc_wan_wait(req, 1000, size, NULL, diag);
+        if (rc != XDC_ERR_AGAIN) return rc;
+    }
+}
+
+static xdc_err_t send_all(xdc_wan_peer *p, const void *buf, size_t len, xdc_diag *diag)
+{
+    xdc_wan_request *req;
+    XDC_CHECK(xdc_wan_isend(p, XDC_WAN_BULK, buf, len, 0, len, &req));
+    return finish(req, NULL, diag);
+}
+
+static xdc_err_t recv_all(xdc_wan_peer *p, void *buf, size_t len, xdc_diag *diag)
+{
+    xdc_wan_request *req;
+    size_t got = 0;
+    XDC_CHECK(xdc_wan_irecv(p, XDC_WAN_BULK, buf, len, &req));
+    XDC_CHECK(finish(req, &got, diag));
+    if (got != len) {
+        xdc_diag_set(diag, "rejoin: a message of %zu bytes where %zu were due", got, len);
+        return XDC_ERR_PROTO;
+    }
+    return XDC_OK;
+}
+
+/* Device buffer `dev` (n_params fp32) into the pinned staging o->host; *hash: its xxh64. */
+static xdc_err_t stage_out(orch_worker *w, orch_outer *o, const float *dev, uint64_t *hash)
+{
+    const xdc_device_ops *d = w->model.be->device;
+    size_t bytes = w->model.n_params * sizeof(float);
+    xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
+    XDC_CHECK(d->copy_d2h(o->host, dev, bytes, s));
+    XDC_CHECK(d->stream_sync(s));
+    *hash = xdc_xxh64(o->host, bytes, 0);
+    return XDC_OK;
+}
+
+/* Send joiner peer p the round's state: header, global parameters, momentum (one after the other through
+ * the one staging buffer). A device failure is ours (an error); a joiner that does not take it is only
+ * named: it misses the next round and is dropped again. */
+static xdc_err_t give_state(orch_worker *w, orch_outer *o, xdc_wan_peer *p)
+{
+    size_t bytes = w->model.n_params * sizeof(float);
+    const xdc_wan_identity *id = xdc_wan_peer_identity(p);
+    uint64_t hdr[HDR_N] = {[HDR_STEP] = (uint64_t)w->prog.step, [HDR_PARAMS] = w->model.n_params}, h;
+    if (w->model.data) {
+        xdc_data_pos pos = xdc_data_get_pos(w->model.data);
+        hdr[HDR_EPOCH] = pos.epoch, hdr[HDR_BATCH] = pos.batch;
+    }
+    /* Both hashes go in the header, so momentum is hashed once for it and staged again to be sent. */
+    XDC_CHECK(stage_out(w, o, o->mom, &hdr[HDR_HASH_MOM]));
+    XDC_CHECK(stage_out(w, o, o->global, &hdr[HDR_HASH_GLOBAL]));
+    xdc_diag d = {{0}};
+    xdc_err_t rc = send_all(p, hdr, sizeof hdr, &d);
+    if (rc == XDC_OK) rc = send_all(p, o->host, bytes, &d);
+    if (rc == XDC_OK) {
+        XDC_CHECK(stage_out(w, o, o->mom, &h));
+        rc = send_all(p, o->host, bytes, &d);
+    }
+    if (rc == XDC_OK)
+        XDC_INFO(XDC_SUB_ORCH, "round %lld: sent region %s rank %d the outer state (%zu parameters)",
+                 (long long)w->prog.step, id->region, id->rank, w->model.n_params);
+    else
+        XDC_WARN(XDC_SUB_ORCH, "round %lld: region %s rank %d did not take the outer state (%s: %s)",
+                 (long long)w->prog.step, id->region, id->rank, xdc_strerror(rc), d.msg);
+    return XDC_OK;
+}
+
+xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
+{
+    int n = w->id.n_regions, lowest = -1, want = 0;
+    for (int r = 0; r < n; r++) {
+        if (lowest < 0 && w->elastic.live[r]) lowest = r;
+        want += w->elastic.joining[r];
+    }
+    /* Accept each joiner's connection (it dials once it read the round) in place of the dead process's peer. A
+     * joiner that never comes or takes no state is not waited for again: it misses the next round and the
+     * store host drops it, so every member agrees on the set all the same. */
+    xdc_diag d = {{0}};
+    while (want > 0) {
+        xdc_wan_peer *p;
+        xdc_err_t rc = xdc_wan_accept(w->comm.lis, w->cfg.handshake_timeout_ms, &p, &d);
+        if (rc != XDC_OK) {
+            XDC_WARN(XDC_SUB_ORCH,
+                     "round %lld: a rejoining region's rank %d did not connect (%s: %s); it will miss "
+                     "the next round",
+                     (long long)w->prog.step, w->id.lrank, xdc_strerror(rc), d.msg);
+            break;
+        }
+        const xdc_wan_identity *id = xdc_wan_peer_identity(p);
+        int r = xdc_topology_region_index(w->topo, id->region);
+        if (r < 0 || r >= n || !w->elastic.joining[r] || id->rank != w->id.lrank) {
+            XDC_WARN(XDC_SUB_ORCH,
+                     "round %lld: unexpected WAN peer %s/%d (expected rank %d of a rejoining region); "
+                     "closed",
+                     (long long)w->prog.step, id->region, id->rank, w->id.lrank);
+            xdc_wan_peer_destroy(p);
+            continue;
+        }
+        xdc_wan_peer_destroy(w->comm.peers[r]); /* the earlier process's: its sequence numbers died with it */
+        w->comm.peers[r] = p;
+        w->elastic.joining[r] = 0;
+        want--;
+        if (w->id.region_idx == lowest) XDC_CHECK(give_state(w, o, p));
+    }
+    memset(w->elastic.joining, 0, sizeof w->elastic.joining);
+    return XDC_OK;
+}
+
+/* Take buffer `dev` (n_params fp32) from peer p through the staging; XDC_ERR_CORRUPT when its xxh64 is not
+ * `hash`. */
+static xdc_err_t stage_in(orch_worker *w, orch_outer *o, xdc_wan_peer *p, float *dev, uint64_t hash, const char *what,
+                          xdc_diag *diag)
+{
+    const xdc_device_ops *d = w->model.be->device;
+    size_t bytes = w->model.n_params * sizeof(float);
+    xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
+    XDC_CHECK(recv_all(p, o->host, bytes, diag));
+    uint64_t got = xdc_xxh64(o->host, bytes, 0);
+    if (got != hash) {
+        xdc_diag_set(diag, "rejoin: the %s received hash to %016llx, the sender's is %016llx", what,
+                     (unsigned long long)got, (unsigned long long)hash);
+        return XDC_ERR_CORRUPT;
+    }
+    XDC_CHECK(d->copy_h2d(dev, o->host, bytes, s));
+    return d->stream_sync(s);
+}
+
+xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, xdc_diag *diag)
+{
+    char key[RDZV_KEY_MAX], nonce[64], val[RDZV_VALUE_MAX];
+    int n = w->id.n_regions, lowest = -1;
+    snprintf(nonce, sizeof nonce, "%d-%llu", (int)getpid(), (unsigned long long)xdc_wall_ns());
+    /* A report of the earlier process would make a coordinator drop the region again. */
+    snprintf(key, sizeof key, "failed/%s", w->id.member);
+    XDC_CHECK(rdzv_set(w->comm.rdzv, key, "", diag));
+    w->elastic.rejoin_t0 = xdc_now_ns();
+    snprintf(key, sizeof key, "outer/%d/%d", w->id.region_idx, w->id.lrank);
+    snprintf(val, sizeof val, "%s%s", ORCH_QUORUM_JOIN, nonce);
+    XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
+    /* The next round decided takes us: within the others' inner steps of a period plus the grace window. */
+    snprintf(key, sizeof key, "rejoin/%s", nonce);
+    xdc_err_t rc = rdzv_get(w->comm.rdzv, key, w->cfg.rendezvous_timeout_ms + w->cfg.op_timeout_ms, val, sizeof val,
+                            diag);
+    if (rc != XDC_OK) {
+        xdc_diag_prefix(diag, "region %s asked to rejoin (%s): no round took it", w->id.region, key);
+        return rc;
+    }
+    char round[32], mask[XDC_TOPO_MAX_REGIONS + 1];
+    snprintf(round, sizeof round, "%s", val);
+    snprintf(key, sizeof key, "quorum/%s", round);
+    XDC_CHECK(rdzv_get(w->comm.rdzv, key, w->cfg.op_timeout_ms, mask, sizeof mask, diag));
+    if ((int)strlen(mask) != n || strspn(mask, "01j") != (size_t)n || mask[w->id.region_idx] != 'j') {
+        xdc_diag_set(diag, "round %s: quorum '%s' does not name region %s as joining", round, mask, w->id.region);
+        return XDC_ERR_PROTO;
+    }
+    w->elastic.n_live = 0;
+    for (int r = 0; r < n; r++) {
+        w->elastic.live[r] = mask[r] != '0'; /* from the next round on, us and the others joining with us */
+        w->elastic.n_live += w->elastic.live[r];
+        if (mask[r] != '1') continue;
+        if (lowest < 0) lowest = r;
+        XDC_CHECK(orch_worker_dial(w, r, w->id.lrank, &w->comm.peers[r], diag));
+    }
+    if (lowest < 0) {
+        xdc_diag_set(diag, "round %s: quorum '%s' names no member to take the state from", round, mask);
+        return XDC_ERR_PROTO;
+    }
+    uint64_t hdr[HDR_N];
+    xdc_wan_peer *from = w->comm.peers[lowest];
+    XDC_CHECK(recv_all(from, hdr, sizeof hdr, diag));
+    if (hdr[HDR_PARAMS] != w->model.n_params || hdr[HDR_STEP] != (uint64_t)strtoll(round, NULL, 10)) {
+        xdc_diag_set(diag, "rejoin: %s sent the state of step %llu with %llu parameters; expected step %s, %zu",
+                     w->topo->regions[lowest].name, (unsigned long long)hdr[HDR_STEP],
+                     (unsigned long long)hdr[HDR_PARAMS], round, w->model.n_params);
+        return XDC_ERR_PROTO;
+    }
+    XDC_CHECK(stage_in(w, o, from, o->global, hdr[HDR_HASH_GLOBAL], "global parameters", diag));
+    XDC_CHECK(stage_in(w, o, from, o->mom, hdr[HDR_HASH_MOM], "outer momentum", diag));
+    const xdc_device_ops *d = w->model.be->device;
+    xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
+    XDC_CHECK(d->copy_d2d(xdc_gpt_stage_params(w->model.st), o->global, w->model.n_params * sizeof(float), s));
+    XDC_CHECK(d->stream_sync(s));
+    if (w->model.data &&
+        xdc_data_set_pos(w->model.data, (xdc_data_pos){.epoch = hdr[HDR_EPOCH], .batch = hdr[HDR_BATCH]}) != XDC_OK) {
+        xdc_diag_set(diag, "rejoin: %s's data position (epoch %llu, batch %llu) is not one of our shard",
+                     w->topo->regions[lowest].name, (unsigned long long)hdr[HDR_EPOCH],
+                     (unsigned long long)hdr[HDR_BATCH]);
+        return XDC_ERR_PROTO;
+    }
+    w->prog.step = (int64_t)hdr[HDR_STEP];
+    w->elastic.rejoin_round = w->prog.step;
+    XDC_WARN(XDC_SUB_ORCH,
+             "region %s took the state of round %s from %s (global parameters %016llx and momentum %016llx, hashes "
+             "checked) %.2f s after its rejoin request; a member from the next round",
+             w->id.region, round, w->topo->regions[lowest].name, (unsigned long long)hdr[HDR_HASH_GLOBAL],
+             (unsigned long long)hdr[HDR_HASH_MOM], (double)(xdc_now_ns() - w->elastic.rejoin_t0) / 1e9);
+    return XDC_OK;
+}
