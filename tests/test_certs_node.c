@@ -558,10 +558,10 @@ XDC_TEST_T(certs_node_run_with_only_own_keys_on_each_node, 180)
     snprintf(cmd, sizeof cmd,
              "export XDC_ADVERTISE_HOST=127.0.0.1; x=%1$s; t=%4$s; "
              "timeout 120 $x agent -t %2$s -c %3$s --run-dir $t/us/run --region us-east --node 0 --coordinator %5$s "
-             "--run-id node-run --cert-dir $t/us/certs & "
+             "--run-id node-run --cert-dir $t/us/certs & p=$!; "
              "XDC_CERT_DIR=$t/eu/certs timeout 120 $x agent -t %2$s -c %3$s --run-dir $t/eu/run --region eu-west "
              "--node 0 --coordinator %5$s --run-id node-run; "
-             "a=$?; wait %%1; b=$?; exit $((a + b))",
+             "a=$?; wait $p; b=$?; exit $((a + b))",
              xdc_test_bin(), TOPO, run, t, coord);
     int rc = xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "agents exited %d:\n%s", rc, out);

@@ -901,10 +901,10 @@ XDC_TEST_T(orch_coordinator_runs_agents_started_elsewhere, 240)
     snprintf(cmd, sizeof cmd,
              "export XDC_ADVERTISE_HOST=127.0.0.1; "
              "timeout 120 %1$s agent -t %2$s -c %3$s --run-dir %4$s --region us-east --node 0 --coordinator %5$s "
-             "--run-id coord-test & "
+             "--run-id coord-test & p=$!; "
              "timeout 120 %1$s agent -t %2$s -c %3$s --run-dir %4$s --region eu-west --node 0 --coordinator %5$s "
              "--run-id coord-test; "
-             "a=$?; wait %%1; b=$?; exit $((a + b))",
+             "a=$?; wait $p; b=$?; exit $((a + b))",
              xdc_test_bin(), TOPO, run, dir, coord);
     int rc = xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "agents exited %d:\n%s", rc, out);

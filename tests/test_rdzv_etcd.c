@@ -615,10 +615,10 @@ XDC_TEST_T(rdzv_etcd_coordinator_and_agents_started_elsewhere, 180)
     snprintf(cmd, sizeof cmd,
              "export XDC_ADVERTISE_HOST=127.0.0.1; "
              "timeout 120 %1$s agent -t examples/topology/demo-2region.yaml -c %2$s --run-dir %3$s --region us-east "
-             "--node 0 --run-id coord-etcd --rdzv %4$s & "
+             "--node 0 --run-id coord-etcd --rdzv %4$s & p=$!; "
              "XDC_RDZV=%4$s timeout 120 %1$s agent -t examples/topology/demo-2region.yaml -c %2$s --run-dir %3$s "
              "--region eu-west --node 0 --run-id coord-etcd; "
-             "a=$?; wait %%1; b=$?; exit $((a + b))",
+             "a=$?; wait $p; b=$?; exit $((a + b))",
              xdc_test_bin(), run, dir, url);
     int rc = xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "agents exited %d:\n%s", rc, out);
