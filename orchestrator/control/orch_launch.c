@@ -343,18 +343,41 @@ done:
     return err;
 }
 
+/* How many members of regions still in the run hold their connection to the store; their names into
+ * who[cap]. Members of regions that left are not counted: a killed process's connection lives on in the
+ * store until the WAN deadline (its engine may yet reconnect), and a rejoined region's member has a new one. */
+static int members_connected(launch *L, char *who, size_t cap)
+{
+    int n = 0;
+    size_t len = 0;
+    who[0] = '\0';
+    for (int r = 0, i = 0; r < L->t->n_regions; r++)
+        for (int k = 0; k < xdc_topology_region_workers(L->t, r); k++, i++) {
+            rdzv_member_state st;
+            if (L->elastic && !L->quorum.live[r]) continue;
+            if (rdzv_server_member(L->rdzv, i, &st) != 0 || !st.connected) continue;
+            if (len < cap) len += (size_t)snprintf(who + len, cap - len, "%s%s", n ? ", " : "", st.name);
+            n++;
+        }
+    return n;
+}
+
 /* The coordinator's end of a run: global rank 0 set "finished" after everyone passed the last barrier (an
  * elastic run: the end's quorum round was decided here and the result posted after it); then give the
  * members a moment (at most LAUNCH_LEAVE_MS) to take their replies and leave before the store closes under
  * them. */
 static int run_finished(launch *L)
 {
-    char val[RDZV_VALUE_MAX];
+    char val[RDZV_VALUE_MAX], who[1024];
     if (L->elastic ? L->quorum.decided != LLONG_MAX || rdzv_server_get(L->rdzv, "result", val, sizeof val) != 0
                    : rdzv_server_get(L->rdzv, "finished", val, sizeof val) != 0)
         return 0;
     if (!L->finish_at) L->finish_at = xdc_deadline_ms(LAUNCH_LEAVE_MS);
-    return rdzv_server_connections(L->rdzv) == 0 || xdc_deadline_passed(L->finish_at);
+    int n = members_connected(L, who, sizeof who);
+    if (n && xdc_deadline_passed(L->finish_at))
+        XDC_WARN(XDC_SUB_ORCH, "the run finished %d s ago but %d members still hold the store: %s; closing it",
+                 LAUNCH_LEAVE_MS / 1000, n, who);
+    return !n || xdc_deadline_passed(L->finish_at);
 }
 
 /* Coordinator of an elastic run: a region still in the run one of whose members reported a failure
