@@ -108,15 +108,7 @@ xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag)
     XDC_CHECK(orch_outer_update(w, o, 0, n));
     XDC_CHECK(dev_of(w)->copy_d2d(xdc_gpt_stage_params(w->model.st), o->global, n * sizeof(float), stream_of(w)));
     XDC_CHECK(wait_copies(w)); /* once per round: a failure shows at the round that caused it */
-    if (w->elastic.rejoin && w->elastic.rejoin_round >= 0) { /* our first round as a member again */
-        uint64_t now = xdc_now_ns();
-        XDC_WARN(XDC_SUB_ORCH,
-                 "region %s rejoined at round %lld (%.2f s after its rejoin request, %.2f s after this worker started; "
-                 "state of round %lld)",
-                 w->id.region, (long long)w->prog.step, (double)(now - w->elastic.rejoin_t0) / 1e9,
-                 (double)(now - w->elastic.started) / 1e9, (long long)w->elastic.rejoin_round);
-        w->elastic.rejoin_round = -1;
-    }
+    orch_rejoin_member(w, w->prog.step);
     return orch_rejoin_give(w, o);
 }
 
@@ -220,7 +212,7 @@ static void diloco_destroy(void *state)
 
 static xdc_err_t diloco_rejoin(orch_worker *w, void *state, xdc_diag *diag)
 {
-    return orch_rejoin_take(w, &((diloco_state *)state)->outer, diag);
+    return orch_rejoin_take(w, &((diloco_state *)state)->outer, 0, diag); /* handed over after the round */
 }
 
 static int diloco_syncs(const void *state, xdc_sync **out, int cap)

@@ -6,7 +6,10 @@
  * replica and region alike, so the two share the thread without waiting on each other: the gradient
  * round runs once the fragment's exchange is done. A run ends with a final outer round over the whole
  * stage. A fragment is sent at the start of the step after the one it is due at, so none is in flight
- * between steps: a checkpoint holds the outer state and nothing on the wire. Streaming is not re-planned. */
+ * between steps: a checkpoint holds the outer state and nothing on the wire. For the same reason a region
+ * that rejoins (orch_rejoin.c) is handed the outer state once the fragment of the round that took it back
+ * landed, at the end of that step: global parameters and momentum are then all there is, the same on every
+ * member. Streaming is not re-planned. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
@@ -23,6 +26,7 @@ typedef struct {
     int n_frag;
     float *snapshot; /* device (n_params) local parameters when a fragment was sent */
     int inflight;    /* the fragment on the wire, or -1 */
+    int64_t sent_at; /* the step of its round (it left at the start of the next step, or at the finish) */
 } streaming_state;
 
 /* Fragment f of this stage's parameters is [lo, hi). */
@@ -94,6 +98,7 @@ static xdc_err_t land(orch_worker *w, streaming_state *st, xdc_diag *diag)
     ops->residual_forward(p + lo, st->outer.global + lo, st->snapshot + lo, hi - lo);
     XDC_CHECK(orch_outer_leave(w, prev));
     st->inflight = -1;
+    orch_rejoin_member(w, st->sent_at);
     return XDC_OK;
 }
 
@@ -113,6 +118,7 @@ static xdc_err_t launch(orch_worker *w, streaming_state *st, xdc_diag *diag)
         XDC_CHECK(xdc_sync_begin(st->frag[f], st->outer.pseudo + lo));
         xdc_sync_mark_ready(st->frag[f], 0);
         st->inflight = f;
+        st->sent_at = w->prog.step;
         break; /* one fragment in flight at a time: F <= H keeps them staggered */
     }
     return XDC_OK;
@@ -126,7 +132,8 @@ static xdc_err_t streaming_step(orch_worker *w, void *state, float *loss, xdc_di
     streaming_state *st = state;
     if (w->prog.step > 0) XDC_CHECK(launch(w, st, diag));
     XDC_CHECK(orch_train_inner_step(w, st->grad, loss, diag));
-    return land(w, st, diag);
+    XDC_CHECK(land(w, st, diag));
+    return orch_rejoin_give(w, &st->outer); /* to a region the round of the fragment that landed took back */
 }
 
 static xdc_err_t streaming_finish(orch_worker *w, void *state, xdc_diag *diag)
@@ -135,6 +142,12 @@ static xdc_err_t streaming_finish(orch_worker *w, void *state, xdc_diag *diag)
     XDC_CHECK(launch(w, st, diag));
     XDC_CHECK(land(w, st, diag));
     return orch_outer_round(w, &st->outer, diag);
+}
+
+/* The state is handed over a step after the round that takes the joiner back (streaming_step). */
+static xdc_err_t streaming_rejoin(orch_worker *w, void *state, xdc_diag *diag)
+{
+    return orch_rejoin_take(w, &((streaming_state *)state)->outer, 1, diag);
 }
 
 static void streaming_destroy(void *state)
@@ -180,4 +193,5 @@ const orch_mode_ops orch_mode_streaming_ops = {.name = "streaming",
                                                .destroy = streaming_destroy,
                                                .syncs = streaming_syncs,
                                                .replan_sync = streaming_replan_sync,
-                                               .checkpoint_io = streaming_checkpoint_io};
+                                               .checkpoint_io = streaming_checkpoint_io,
+                                               .rejoin = streaming_rejoin};

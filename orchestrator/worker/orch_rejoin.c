@@ -1,12 +1,13 @@
-/* orch_rejoin.c — a region that left an elastic DiLoCo run comes back (docs/runtime.md, "Rejoining"). Its
- * restarted workers find their earlier process's WAN address in the store (the job is running), skip the
- * joined/start barriers, post outer/<region>/<rank> = "join:<nonce>" and wait for rejoin/<nonce>: the step
- * of the round the store host names them joining in (orchestrator/control/orch_quorum.c). They dial that
- * round's members; after the round, each member accepts its joiner's connection in place of the dead
- * process's peer, and rank k of the lowest member region sends rank k of the joiner a header (the step, its
- * data position, the xxh64 of each buffer) then the round's global parameters and outer momentum. The
- * joiner checks both hashes, sets local = global, takes the step and the data position, and is a member
- * from the next round on. */
+/* orch_rejoin.c — a region that left an elastic DiLoCo or streaming run comes back (docs/runtime.md,
+ * "Rejoining"). Its restarted workers find their earlier process's WAN address in the store (the job is
+ * running), skip the joined/start barriers, post outer/<region>/<rank> = "join:<nonce>" and wait for
+ * rejoin/<nonce>: the step of the round the store host names them joining in
+ * (orchestrator/control/orch_quorum.c). They dial that round's members; once the round's exchange is done
+ * (DiLoCo: after the round; streaming: after its fragment landed, one step later, when nothing is on the
+ * wire), each member accepts its joiner's connection in place of the dead process's peer, and rank k of the
+ * lowest member region sends rank k of the joiner a header (the step, its data position, the xxh64 of each
+ * buffer) then the global parameters and outer momentum. The joiner checks both hashes, sets local =
+ * global, takes the step and the data position, and is a member from the next round on. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_hash.h"
@@ -30,13 +31,11 @@ xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag)
     xdc_err_t rc = rdzv_try_get(w->comm.rdzv, key, val, sizeof val, diag);
     if (rc == XDC_ERR_AGAIN) return XDC_OK; /* a fresh start */
     XDC_CHECK(rc);
-    const char *why = w->cfg.mode != ORCH_MODE_DILOCO ? "rejoining a streaming run is not implemented"
-                      : w->id.emulate_wan             ? "rejoining over the emulated WAN is not implemented (its relay "
-                                                        "routes lead to the earlier process)"
-                                                      : NULL;
-    if (why) {
-        xdc_diag_set(diag, "region %s: the run is under way (%s was %s) and %s; start this region with the next run",
-                     w->id.region, key, val, why);
+    if (w->id.emulate_wan) {
+        xdc_diag_set(diag,
+                     "region %s: the run is under way (%s was %s) and rejoining over the emulated WAN is not "
+                     "implemented (its relay routes lead to the earlier process); start this region with the next run",
+                     w->id.region, key, val);
         return XDC_ERR_UNAVAILABLE;
     }
     XDC_INFO(XDC_SUB_ORCH, "the run is under way (an earlier process of ours published %s = %s): rejoining it", key,
@@ -185,7 +184,7 @@ static xdc_err_t stage_in(orch_worker *w, orch_outer *o, xdc_wan_peer *p, float 
     return d->stream_sync(s);
 }
 
-xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, xdc_diag *diag)
+xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *diag)
 {
     char key[RDZV_KEY_MAX], nonce[64], val[RDZV_VALUE_MAX];
     int n = w->id.n_regions, lowest = -1;
@@ -225,13 +224,15 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, xdc_diag *diag)
         xdc_diag_set(diag, "round %s: quorum '%s' names no member to take the state from", round, mask);
         return XDC_ERR_PROTO;
     }
+    /* The run's last round is the finish's: its state is handed over at once. */
+    long long at = strtoll(round, NULL, 10), want = at < w->cfg.train.steps ? at + lag : at;
     uint64_t hdr[HDR_N];
     xdc_wan_peer *from = w->comm.peers[lowest];
     XDC_CHECK(recv_all(from, hdr, sizeof hdr, diag));
-    if (hdr[HDR_PARAMS] != w->model.n_params || hdr[HDR_STEP] != (uint64_t)strtoll(round, NULL, 10)) {
-        xdc_diag_set(diag, "rejoin: %s sent the state of step %llu with %llu parameters; expected step %s, %zu",
+    if (hdr[HDR_PARAMS] != w->model.n_params || hdr[HDR_STEP] != (uint64_t)want) {
+        xdc_diag_set(diag, "rejoin: %s sent the state of step %llu with %llu parameters; expected step %lld, %zu",
                      w->topo->regions[lowest].name, (unsigned long long)hdr[HDR_STEP],
-                     (unsigned long long)hdr[HDR_PARAMS], round, w->model.n_params);
+                     (unsigned long long)hdr[HDR_PARAMS], want, w->model.n_params);
         return XDC_ERR_PROTO;
     }
     XDC_CHECK(stage_in(w, o, from, o->global, hdr[HDR_HASH_GLOBAL], "global parameters", diag));
@@ -248,11 +249,23 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, xdc_diag *diag)
         return XDC_ERR_PROTO;
     }
     w->prog.step = (int64_t)hdr[HDR_STEP];
-    w->elastic.rejoin_round = w->prog.step;
+    w->elastic.rejoin_round = at;
     XDC_WARN(XDC_SUB_ORCH,
-             "region %s took the state of round %s from %s (global parameters %016llx and momentum %016llx, hashes "
-             "checked) %.2f s after its rejoin request; a member from the next round",
-             w->id.region, round, w->topo->regions[lowest].name, (unsigned long long)hdr[HDR_HASH_GLOBAL],
+             "region %s took the state of round %s (step %lld) from %s (global parameters %016llx and momentum "
+             "%016llx, hashes checked) %.2f s after its rejoin request; a member from the next round",
+             w->id.region, round, want, w->topo->regions[lowest].name, (unsigned long long)hdr[HDR_HASH_GLOBAL],
              (unsigned long long)hdr[HDR_HASH_MOM], (double)(xdc_now_ns() - w->elastic.rejoin_t0) / 1e9);
     return XDC_OK;
+}
+
+void orch_rejoin_member(orch_worker *w, int64_t round)
+{
+    if (!w->elastic.rejoin || w->elastic.rejoin_round < 0) return;
+    uint64_t now = xdc_now_ns();
+    XDC_WARN(XDC_SUB_ORCH,
+             "region %s rejoined at round %lld (%.2f s after its rejoin request, %.2f s after this worker started; "
+             "state of round %lld)",
+             w->id.region, (long long)round, (double)(now - w->elastic.rejoin_t0) / 1e9,
+             (double)(now - w->elastic.started) / 1e9, (long long)w->elastic.rejoin_round);
+    w->elastic.rejoin_round = -1;
 }

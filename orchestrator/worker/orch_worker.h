@@ -137,7 +137,7 @@ typedef struct orch_elastic {
     int left;             /* the rejoiner's region left the run this many times (left/<region>, orch_quorum.h) */
     uint64_t started;     /* xdc_now_ns() when this worker process began (xdc_worker_run) */
     uint64_t rejoin_t0;   /* xdc_now_ns() when it asked to rejoin */
-    int64_t rejoin_round; /* the round whose state it took; -1 once its first round as a member was logged */
+    int64_t rejoin_round; /* the round that took it back; -1 once its first round as a member was logged */
 } orch_elastic;
 
 typedef struct orch_worker orch_worker;
@@ -164,8 +164,8 @@ typedef struct orch_mode_ops {
     /* What the mode saves or loads next to the stage checkpoint in `dir` (NULL: nothing); a checkpoint may
      * be taken after any step. */
     xdc_err_t (*checkpoint_io)(orch_worker *w, void *state, const char *dir, int save, xdc_diag *diag);
-    /* A restarted worker of a region that left takes the running job's state (NULL: the mode cannot
-     * rejoin; orch_rejoin_detect refuses it). */
+    /* A restarted worker of a region that left takes the running job's state (orch_rejoin_take; NULL in
+     * sync mode, which is never elastic). */
     xdc_err_t (*rejoin)(orch_worker *w, void *state, xdc_diag *diag);
 } orch_mode_ops;
 
@@ -259,16 +259,23 @@ xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag);
  * host's decision of who is in it into w->elastic; XDC_ERR_UNAVAILABLE when this region was left out. */
 xdc_err_t orch_elastic_agree(orch_worker *w, const char *round, xdc_diag *diag);
 
-/* orch_rejoin.c: a region that left an elastic DiLoCo run comes back (docs/runtime.md, "Rejoining"). */
+/* orch_rejoin.c: a region that left an elastic DiLoCo or streaming run comes back (docs/runtime.md,
+ * "Rejoining"). */
 /* At start: is this worker a restarted one of a running elastic job (w->elastic.rejoin)? Then wait until the
- * store host let its region go. Streaming and the emulated WAN cannot rejoin: XDC_ERR_UNAVAILABLE saying so. */
+ * store host let its region go. The emulated WAN cannot rejoin: XDC_ERR_UNAVAILABLE saying so. */
 xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag);
 /* The joiner, before its first step: ask to rejoin, wait for the round that takes it, dial that round's
- * members and take the round's global parameters and outer momentum from the lowest one (hash-checked);
- * local = global, the step and the data position are the round's. */
-xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, xdc_diag *diag);
-/* A member, after a round that named joining regions: accept each joiner's new WAN peer in place of the
- * dead one, and, in the lowest member region, send it the round's global parameters and momentum. A joiner
+ * members and take the global parameters and outer momentum from the lowest one (hash-checked; XDC_ERR_CORRUPT
+ * on a mismatch); local = global, the step and the data position are the sender's. `lag`: how many steps
+ * after a round the members hand its state over (DiLoCo 0; streaming 1, once the round's fragment landed);
+ * the run's last round hands it over at once. */
+xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *diag);
+/* After the exchange of the round at step `round`: the first one a rejoined worker took part in is logged with
+ * the time it took. */
+void orch_rejoin_member(orch_worker *w, int64_t round);
+/* A member, once the exchange of a round that named joining regions is done (nothing on the wire): accept each
+ * joiner's new WAN peer in place of the dead one, and, in the lowest member region, send it the global
+ * parameters and momentum, with this worker's step and data position. A joiner
  * that does not connect or take the state is named and not waited for again (the store host drops it at
  * the next round); errors are the device's. */
 xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o);
