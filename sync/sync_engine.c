@@ -50,7 +50,7 @@ typedef struct {
     xdc_event *ready;               /* recorded on the compute stream when the bucket became final */
 } bucket;
 
-typedef enum { JOB_ROUND, JOB_SET_CODEC, JOB_RESIDUALS } job_kind;
+typedef enum { JOB_ROUND, JOB_SET_CODEC, JOB_RESIDUALS, JOB_RESUM } job_kind;
 
 /* One sync has at most one job at a time (a round between begin and its completion, a codec switch or
  * a residual copy), so the job lives in the sync and posting allocates nothing. */
@@ -59,6 +59,7 @@ typedef struct job {
     const xdc_codec_cfg *codec; /* JOB_SET_CODEC */
     float *host;                /* JOB_RESIDUALS: (xdc_sync_residual_elems) fp32 host, the checkpoint's copy */
     int save;                   /* JOB_RESIDUALS: 1 device -> host, 0 host -> device */
+    const uint8_t *set;         /* JOB_RESUM: (n_regions) the regions to sum over */
     struct job *next;           /* queue link */
 } job;
 
@@ -101,6 +102,9 @@ struct xdc_sync {
      * how many do: set between rounds, read by the comm thread during one. */
     uint8_t *member;
     int n_members;
+    /* (n_regions) 1 where xdc_sync_lose said the region left (any thread writes, the comm thread reads;
+     * atomics), and 1 where this round gave up on a shard of the region because it had left (comm thread). */
+    uint8_t *lost, *missed;
 };
 
 #define SYNC_HISTORY 4    /* rounds of wait times kept per region */
@@ -111,6 +115,9 @@ struct xdc_sync {
 #define SYNC_POLL_MS 1
 
 static double secs_since(uint64_t t0) { return (double)(xdc_now_ns() - t0) / 1e9; }
+
+/* Whether xdc_sync_lose named region r gone. */
+static int gone(const xdc_sync *s, int r) { return __atomic_load_n(&s->lost[r], __ATOMIC_ACQUIRE); }
 
 /* The sync or its whole engine is being stopped: a wait of the comm thread gives up. */
 static int stopping(xdc_sync *s)
@@ -159,15 +166,22 @@ static void nag(const xdc_sync *s, const bucket *k, int r, double secs)
 /* Wait for a WAN request to or from region r without a total deadline: the engine fails it when the
  * peer has been silent for its liveness deadline, so a slow but live peer (another region still
  * computing, a DiLoCo region H steps behind) is waited for, and named every SYNC_NAG_MS. Gives up with
- * XDC_ERR_CLOSED when the sync is being stopped. */
+ * XDC_ERR_CLOSED when the sync is being stopped, and with XDC_ERR_PEER_LOST (the request cancelled) once
+ * region r is gone (xdc_sync_lose) and the request has not completed. */
 static xdc_err_t wan_wait(xdc_sync *s, const bucket *k, int r, xdc_wan_request **req, size_t *len, uint8_t *codec,
                           xdc_diag *diag)
 {
     uint64_t t0 = xdc_now_ns(), next_nag = t0 + SYNC_NAG_MS * XDC_NS_PER_MS;
     for (;;) {
-        xdc_err_t rc = xdc_wan_wait(*req, 200, len, codec, diag);
-        if (rc != XDC_ERR_AGAIN) {
-            *req = NULL; /* completed or failed (a silent peer: TIMEOUT): the engine released it */
+        int left = gone(s, r); /* looked at before the wait: what came in by then still counts */
+        xdc_err_t rc = xdc_wan_wait(*req, left ? 0 : 200, len, codec, diag);
+        if (rc != XDC_ERR_AGAIN || left) {
+            if (rc == XDC_ERR_AGAIN) {
+                (void)xdc_wan_request_cancel(*req);
+                xdc_diag_set(diag, "region %d left during the round", r);
+                rc = XDC_ERR_PEER_LOST;
+            }
+            *req = NULL; /* completed, failed (a silent peer: TIMEOUT) or cancelled: released */
             s->round_wait[r] += secs_since(t0);
             return rc;
         }
@@ -193,7 +207,7 @@ static xdc_err_t wait_sends(xdc_sync *s, bucket *k, xdc_diag *diag)
             continue;
         }
         xdc_err_t rc = wan_wait(s, k, r, &k->sreq[r], NULL, NULL, diag);
-        if (rc != XDC_OK) {
+        if (rc != XDC_OK && !gone(s, r)) {
             xdc_diag_prefix(diag, "%s bucket at %zu: send to region %d", s->cfg.name, k->lo, r);
             return rc;
         }
@@ -250,7 +264,7 @@ static xdc_err_t stage_a(xdc_sync *s, bucket *k, xdc_diag *diag)
     XDC_CHECK(wait_sends(s, k, diag)); /* last round's sends of this bucket still read k->enc */
     XDC_CHECK(xdc_codec_encode(k->codec, x, k->shard, k->enc, k->bound, &k->enc_len, diag));
     for (int r = 0; r < s->cfg.n_regions; r++) {
-        if (r == s->cfg.my_region || !s->member[r]) continue;
+        if (r == s->cfg.my_region || !s->member[r] || gone(s, r)) continue;
         XDC_CHECK(xdc_wan_isend(s->cfg.peers[r], XDC_WAN_BULK, k->enc, k->enc_len, (uint8_t)s->cfg.codec.kind,
                                 k->shard * sizeof(float), &k->sreq[r]));
         s->rst.wan_tx_bytes += k->enc_len;
@@ -265,6 +279,10 @@ static xdc_err_t stage_a(xdc_sync *s, bucket *k, xdc_diag *diag)
  * codec. */
 static xdc_err_t shard_in(xdc_sync *s, bucket *k, int r, xdc_err_t rc, size_t len, uint8_t codec, xdc_diag *diag)
 {
+    if (rc != XDC_OK && gone(s, r)) { /* it left: this round goes on without its contribution */
+        s->missed[r] = 1;
+        return XDC_OK;
+    }
     if (rc == XDC_OK && codec != (uint8_t)s->cfg.codec.kind) {
         xdc_diag_set(diag, "region %d sent codec %u, this run uses %u", r, codec, (unsigned)s->cfg.codec.kind);
         rc = XDC_ERR_PROTO;
@@ -288,7 +306,10 @@ static xdc_err_t shards_in(xdc_sync *s, bucket *k, int *all, xdc_diag *diag)
         size_t len = 0;
         uint8_t codec = 0;
         xdc_err_t rc = xdc_wan_test(k->rreq[r], &done, &len, &codec, diag);
-        if (rc == XDC_OK && !done) {
+        if (rc == XDC_OK && !done && gone(s, r)) {
+            (void)xdc_wan_request_cancel(k->rreq[r]);
+            rc = XDC_ERR_PEER_LOST;
+        } else if (rc == XDC_OK && !done) {
             *all = 0;
             continue;
         }
@@ -298,9 +319,50 @@ static xdc_err_t shards_in(xdc_sync *s, bucket *k, int *all, xdc_diag *diag)
     return XDC_OK;
 }
 
+/* Where bucket k's shard of the average is summed: the reduce-scattered shard with replicas, else the
+ * bucket's slice of the buffer. */
+static float *shard_of(xdc_sync *s, bucket *k) { return s->dp_size > 1 ? k->shard_buf : s->buf + k->lo; }
+
+/* x = the mean of the decoded contributions of the regions in `set` (their encoded shards: ours in k->enc,
+ * the others' as received), summed in region order: the same operations on the same bytes everywhere, so
+ * every region that sums over the same set holds the same result. */
+static xdc_err_t sum_over(xdc_sync *s, bucket *k, const uint8_t *set, float *x, xdc_diag *diag)
+{
+    int n = 0;
+    XDC_CHECK(s->dev->memset(x, 0, k->shard * sizeof(float), s->stream));
+    for (int r = 0; r < s->cfg.n_regions; r++) {
+        if (!set[r]) continue;
+        const uint8_t *in = r == s->cfg.my_region ? k->enc : k->rx[r];
+        size_t len = r == s->cfg.my_region ? k->enc_len : k->rx_len[r];
+        xdc_err_t rc = xdc_codec_decode(k->codec, in, len, x, k->shard, XDC_CODEC_ACCUMULATE, diag);
+        if (rc != XDC_OK) {
+            xdc_diag_prefix(diag, "%s bucket at %zu from region %d", s->cfg.name, k->lo, r);
+            return rc;
+        }
+        n++;
+    }
+    return scale(s, x, k->shard, 1.0f / (float)n);
+}
+
+/* With replicas: all-gather bucket k's averaged shard x back into the buffer. */
+static xdc_err_t gather(xdc_sync *s, bucket *k, float *x, xdc_diag *diag)
+{
+    if (s->dp_size == 1) return XDC_OK;
+    uint64_t t0 = xdc_now_ns();
+    float *dst = padded(s, k);
+    xdc_intra_req *req = NULL;
+    XDC_CHECK(s->dev->stream_sync(s->stream)); /* the decoded shard is complete */
+    xdc_err_t rc = xdc_intra_all_gather(s->cfg.dp, x, dst, k->shard, XDC_INTRA_F32, &req);
+    XDC_CHECK(intra_wait(s, rc, req, diag));
+    if (dst == s->pad) XDC_CHECK(s->dev->copy_d2d(s->buf + k->lo, s->pad, k->len * sizeof(float), s->stream));
+    s->rst.intra_seconds += secs_since(t0);
+    trace(s, XDC_SYNC_PHASE_ALL_GATHER, t0, 0);
+    return XDC_OK;
+}
+
 static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
 {
-    float *x = s->dp_size > 1 ? k->shard_buf : s->buf + k->lo;
+    float *x = shard_of(s, k);
     if (s->cfg.n_regions > 1) {
         uint64_t t0 = xdc_now_ns();
         for (int r = 0; r < s->cfg.n_regions; r++) {
@@ -311,38 +373,29 @@ static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
             xdc_err_t rc = wan_wait(s, k, r, &k->rreq[r], &len, &codec, diag);
             XDC_CHECK(shard_in(s, k, r, rc, len, codec, diag));
         }
-        /* Sum every member region's decoded contribution in region order: the same operations on the same
-         * bytes everywhere, so every member holds the same result. */
-        XDC_CHECK(s->dev->memset(x, 0, k->shard * sizeof(float), s->stream));
-        for (int r = 0; r < s->cfg.n_regions; r++) {
-            if (!s->member[r]) continue;
-            const uint8_t *in = r == s->cfg.my_region ? k->enc : k->rx[r];
-            size_t len = r == s->cfg.my_region ? k->enc_len : k->rx_len[r];
-            xdc_err_t rc = xdc_codec_decode(k->codec, in, len, x, k->shard, XDC_CODEC_ACCUMULATE, diag);
-            if (rc != XDC_OK) {
-                xdc_diag_prefix(diag, "%s bucket at %zu from region %d", s->cfg.name, k->lo, r);
-                return rc;
-            }
-        }
-        XDC_CHECK(scale(s, x, k->shard, 1.0f / (float)s->n_members));
+        /* The members, less those given up on (they left during the round): xdc_sync_resum sums again over the
+         * set every region agreed on. */
+        uint8_t set[XDC_SYNC_MAX_REGIONS];
+        for (int r = 0; r < s->cfg.n_regions; r++) set[r] = s->member[r] && !s->missed[r];
+        XDC_CHECK(sum_over(s, k, set, x, diag));
         s->rst.wan_seconds += secs_since(t0);
         size_t got = 0;
         for (int r = 0; r < s->cfg.n_regions; r++)
-            if (r != s->cfg.my_region && s->member[r]) got += k->rx_len[r];
+            if (r != s->cfg.my_region && set[r]) got += k->rx_len[r];
         trace(s, XDC_SYNC_PHASE_WAIT_DECODE, t0, got);
     }
-    if (s->dp_size > 1) {
-        uint64_t t0 = xdc_now_ns();
-        float *dst = padded(s, k);
-        xdc_intra_req *req = NULL;
-        XDC_CHECK(s->dev->stream_sync(s->stream)); /* the decoded shard is complete */
-        xdc_err_t rc = xdc_intra_all_gather(s->cfg.dp, x, dst, k->shard, XDC_INTRA_F32, &req);
-        XDC_CHECK(intra_wait(s, rc, req, diag));
-        if (dst == s->pad) XDC_CHECK(s->dev->copy_d2d(s->buf + k->lo, s->pad, k->len * sizeof(float), s->stream));
-        s->rst.intra_seconds += secs_since(t0);
-        trace(s, XDC_SYNC_PHASE_ALL_GATHER, t0, 0);
+    return gather(s, k, x, diag);
+}
+
+/* The last round's every bucket summed again over `set` (JOB_RESUM), in the round's bucket order so that
+ * replicas issue their all-gathers alike. */
+static xdc_err_t resum(xdc_sync *s, const uint8_t *set, xdc_diag *diag)
+{
+    for (int i = s->n_buckets - 1; i >= 0; i--) {
+        XDC_CHECK(sum_over(s, &s->b[i], set, shard_of(s, &s->b[i]), diag));
+        XDC_CHECK(gather(s, &s->b[i], shard_of(s, &s->b[i]), diag));
     }
-    return XDC_OK;
+    return s->dev->event_record(s->done_ev, s->stream);
 }
 
 static int bucket_ready(xdc_sync *s, const bucket *k) { return s->ready_from <= k->lo; }
@@ -358,15 +411,23 @@ static xdc_err_t bucket_codec_create(const xdc_sync *s, const xdc_codec_cfg *cod
     return xdc_codec_create(&cc, out, diag);
 }
 
+/* `ms` from now on the monotonic clock, the engine's condition variables' clock. */
+static struct timespec after_ms(int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    return ts;
+}
+
 /* Wait until bucket k is ready, or `poll_ms` passed (< 0: no limit); XDC_ERR_CLOSED when the sync stops. */
 static xdc_err_t wait_ready(xdc_sync *s, const bucket *k, int poll_ms, xdc_diag *diag)
 {
     xdc_sync_engine *e = s->eng;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts); /* e->cv's clock */
-    ts.tv_nsec += (long)poll_ms * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
+    struct timespec ts = after_ms(poll_ms);
     pthread_mutex_lock(&e->mu);
     int timed_out = 0;
     while (!bucket_ready(s, k) && !s->stop && !e->stop && !timed_out) {
@@ -384,6 +445,7 @@ static xdc_err_t wait_ready(xdc_sync *s, const bucket *k, int poll_ms, xdc_diag 
 static xdc_err_t run_round(xdc_sync *s, xdc_diag *diag)
 {
     xdc_sync_engine *e = s->eng;
+    memset(s->missed, 0, (size_t)s->cfg.n_regions);
     XDC_CHECK(post_receives(s));
     /* Buckets go from the last to the first: `next` is the next to send (A), `fin` the next to finish (B);
      * fin..next+1 are in flight. */
@@ -527,6 +589,7 @@ static void *engine_main(void *arg)
         if (rc == XDC_OK)
             rc = j->kind == JOB_ROUND       ? run_round(s, &d)
                  : j->kind == JOB_SET_CODEC ? switch_codec(s, j->codec, &d)
+                 : j->kind == JOB_RESUM     ? resum(s, j->set, &d)
                                             : copy_residuals(s, j->host, j->save);
         if (rc == XDC_OK && j->kind == JOB_ROUND) { /* into the history ring */
             memcpy(s->waited + (s->rounds % SYNC_HISTORY) * s->cfg.n_regions, s->round_wait,
@@ -557,8 +620,8 @@ xdc_err_t xdc_sync_engine_create(xdc_sync_engine **out, xdc_diag *diag)
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&e->cv, &ca);
+    pthread_cond_init(&e->done_cv, &ca); /* so do the callers' (xdc_sync_wait) */
     pthread_condattr_destroy(&ca);
-    pthread_cond_init(&e->done_cv, NULL);
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         xdc_diag_set(diag, "sync engine: cannot start the comm thread");
         pthread_mutex_destroy(&e->mu);
@@ -618,18 +681,26 @@ static void post(xdc_sync *s, job_kind kind, const xdc_codec_cfg *codec)
     pthread_cond_broadcast(&e->cv);
 }
 
-/* Under e->mu: wait for the sync's job to end; its result. */
-static xdc_err_t wait_done(xdc_sync *s, xdc_diag *diag)
+/* Under e->mu: wait for the sync's job to end, at most timeout_ms (< 0: no limit); its result, or
+ * XDC_ERR_AGAIN when it is still running. */
+static xdc_err_t wait_done(xdc_sync *s, int64_t timeout_ms, xdc_diag *diag)
 {
-    while (!s->done) pthread_cond_wait(&s->eng->done_cv, &s->eng->mu);
+    struct timespec ts = after_ms(timeout_ms < 0 ? 0 : timeout_ms);
+    int timed_out = 0;
+    while (!s->done && !timed_out) {
+        if (timeout_ms < 0) pthread_cond_wait(&s->eng->done_cv, &s->eng->mu);
+        else timed_out = pthread_cond_timedwait(&s->eng->done_cv, &s->eng->mu, &ts) == ETIMEDOUT;
+    }
+    if (!s->done) return XDC_ERR_AGAIN;
     if (s->err != XDC_OK && diag) *diag = s->diag;
-    return s->err;
+    return s->err == XDC_ERR_AGAIN ? XDC_ERR_INTERNAL : s->err; /* AGAIN says "still running" only */
 }
 
 xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_sync **out, xdc_diag *diag)
 {
     *out = NULL;
-    if (!engine || cfg->n_elems == 0 || cfg->bucket_elems == 0 || cfg->n_regions < 1 || cfg->n_regions > 256) {
+    if (!engine || cfg->n_elems == 0 || cfg->bucket_elems == 0 || cfg->n_regions < 1 ||
+        cfg->n_regions > XDC_SYNC_MAX_REGIONS) {
         xdc_diag_set(diag, "sync: no engine, empty buffer, zero bucket size or bad region count");
         return XDC_ERR_INVALID;
     }
@@ -651,8 +722,10 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
     s->member = xdc_calloc((size_t)cfg->n_regions, sizeof *s->member);
     if (s->member) memset(s->member, 1, (size_t)cfg->n_regions);
     s->n_members = cfg->n_regions;
+    s->lost = xdc_calloc((size_t)cfg->n_regions, sizeof *s->lost);
+    s->missed = xdc_calloc((size_t)cfg->n_regions, sizeof *s->missed);
     const xdc_device_ops *dev = s->dev;
-    xdc_err_t rc = s->b && s->round_wait && s->waited && s->member ? XDC_OK : XDC_ERR_NOMEM;
+    xdc_err_t rc = s->b && s->round_wait && s->waited && s->member && s->lost && s->missed ? XDC_OK : XDC_ERR_NOMEM;
     if (rc == XDC_OK) rc = dev->stream_create(&s->stream);
     if (rc == XDC_OK) rc = dev->event_create(&s->done_ev);
     if (rc == XDC_OK && s->dp_size > 1) rc = dev->mem_alloc((void **)&s->pad, bsz * sizeof(float)); /* replicas pad */
@@ -761,6 +834,8 @@ void xdc_sync_destroy(xdc_sync *s)
     xdc_free(s->round_wait);
     xdc_free(s->waited);
     xdc_free(s->member);
+    xdc_free(s->lost);
+    xdc_free(s->missed);
     if (s->dev) {
         s->dev->stream_destroy(s->stream); /* waits for what the comm thread queued on it */
         s->dev->event_destroy(s->done_ev);
@@ -809,13 +884,16 @@ void xdc_sync_mark_ready(xdc_sync *s, size_t from)
     pthread_mutex_unlock(&e->mu);
 }
 
-xdc_err_t xdc_sync_end(xdc_sync *s, xdc_diag *diag)
+xdc_err_t xdc_sync_end(xdc_sync *s, xdc_diag *diag) { return xdc_sync_wait(s, -1, diag); }
+
+xdc_err_t xdc_sync_wait(xdc_sync *s, int64_t timeout_ms, xdc_diag *diag)
 {
     xdc_sync_mark_ready(s, 0);
     pthread_mutex_lock(&s->eng->mu);
-    xdc_err_t rc = wait_done(s, diag);
-    s->active = 0;
+    xdc_err_t rc = wait_done(s, timeout_ms, diag);
+    if (rc != XDC_ERR_AGAIN) s->active = 0;
     pthread_mutex_unlock(&s->eng->mu);
+    if (rc == XDC_ERR_AGAIN) return rc;
     /* comm -> compute: what is queued on the compute stream from now on runs after the round's last copy */
     if (rc == XDC_OK) rc = s->dev->stream_wait_event(s->cfg.compute, s->done_ev);
     return rc;
@@ -841,12 +919,50 @@ xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, xdc_diag *dia
     pthread_mutex_lock(&e->mu);
     int idle = s->done && !s->active;
     if (idle) {
-        for (int r = 0; r < s->cfg.n_regions; r++) s->member[r] = member[r] != 0;
+        for (int r = 0; r < s->cfg.n_regions; r++) {
+            s->member[r] = member[r] != 0;
+            if (s->member[r]) __atomic_store_n(&s->lost[r], 0, __ATOMIC_RELEASE); /* back (a rejoin) */
+        }
         s->n_members = n;
     }
     pthread_mutex_unlock(&e->mu);
     if (!idle) xdc_diag_set(diag, "sync %s: members changed during a round", s->cfg.name);
     return idle ? XDC_OK : XDC_ERR_INVALID;
+}
+
+void xdc_sync_lose(xdc_sync *s, int region)
+{
+    if (region >= 0 && region < s->cfg.n_regions && region != s->cfg.my_region)
+        __atomic_store_n(&s->lost[region], 1, __ATOMIC_RELEASE);
+}
+
+void xdc_sync_received(xdc_sync *s, uint8_t *set)
+{
+    pthread_mutex_lock(&s->eng->mu); /* the round's `missed`, written by the comm thread before it completed */
+    for (int r = 0; r < s->cfg.n_regions; r++) set[r] = s->member[r] && !s->missed[r];
+    pthread_mutex_unlock(&s->eng->mu);
+}
+
+xdc_err_t xdc_sync_resum(xdc_sync *s, const uint8_t *set, xdc_diag *diag)
+{
+    xdc_sync_engine *e = s->eng;
+    pthread_mutex_lock(&e->mu);
+    const char *why = !s->done || s->active || s->stop ? "a round is summed again only after it ended"
+                      : !set[s->cfg.my_region]         ? "the set leaves this region out"
+                                                       : NULL;
+    for (int r = 0; r < s->cfg.n_regions && !why; r++)
+        if (set[r] && (!s->member[r] || s->missed[r])) why = "the set names a region whose contribution is not here";
+    if (why) {
+        pthread_mutex_unlock(&e->mu);
+        xdc_diag_set(diag, "sync %s: %s", s->cfg.name, why);
+        return XDC_ERR_INVALID;
+    }
+    s->job.set = set; /* stays valid: this call waits for the job */
+    post(s, JOB_RESUM, NULL);
+    xdc_err_t rc = wait_done(s, -1, diag);
+    pthread_mutex_unlock(&e->mu);
+    /* comm -> compute, as xdc_sync_end: work queued there from now on reads the new sums */
+    return rc == XDC_OK ? s->dev->stream_wait_event(s->cfg.compute, s->done_ev) : rc;
 }
 
 xdc_err_t xdc_sync_set_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag *diag)
@@ -858,7 +974,7 @@ xdc_err_t xdc_sync_set_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag *
         return XDC_ERR_INVALID;
     }
     post(s, JOB_SET_CODEC, codec); /* `codec` stays valid: this call waits for the job */
-    xdc_err_t rc = wait_done(s, diag);
+    xdc_err_t rc = wait_done(s, -1, diag);
     pthread_mutex_unlock(&e->mu);
     return rc;
 }
@@ -889,7 +1005,7 @@ static xdc_err_t residual_job(xdc_sync *s, float *host, size_t n, int save, xdc_
     s->job.host = host;
     s->job.save = save;
     post(s, JOB_RESIDUALS, NULL);
-    xdc_err_t rc = wait_done(s, diag);
+    xdc_err_t rc = wait_done(s, -1, diag);
     pthread_mutex_unlock(&e->mu);
     return rc;
 }

@@ -37,6 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define XDC_SYNC_MAX_REGIONS 256 /* xdc_sync_cfg.n_regions at most */
+
 /* The phases of one bucket, for a timeline (xdc_sync_cfg.trace). */
 typedef enum {
     XDC_SYNC_PHASE_REDUCE_SCATTER = 0, /* intra reduce-scatter over the replicas */
@@ -112,6 +114,10 @@ void xdc_sync_mark_ready(xdc_sync *s, size_t from);
  * a corrupt chunk. On success the compute stream waits for the round's completion event (the host
  * does not): work queued there from now on sees the result. */
 xdc_err_t xdc_sync_end(xdc_sync *s, xdc_diag *diag);
+/* xdc_sync_end with a deadline: timeout_ms < 0 waits as long as xdc_sync_end; otherwise, when the round has not
+ * completed within timeout_ms, XDC_ERR_AGAIN and the round goes on (wait again, or end it; meanwhile the
+ * caller may name regions gone with xdc_sync_lose); 0 only looks. */
+xdc_err_t xdc_sync_wait(xdc_sync *s, int64_t timeout_ms, xdc_diag *diag);
 /* Switch the WAN codec between rounds (a re-plan; a job on the engine, waited for): every bucket gets
  * a new context of the new kind that keeps its error-feedback residual. Every region must switch at
  * the same step. */
@@ -130,6 +136,22 @@ xdc_err_t xdc_sync_residual_set(xdc_sync *s, const float *host, size_t n, xdc_di
  * over the members, summed in region order, so every member holds the same bytes provided every member
  * was given the same set. Between rounds only (XDC_ERR_INVALID during one); this region must be a member. */
 xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, xdc_diag *diag);
+/* A member region left during the round (the store's host dropped it; docs/runtime.md, "Leaving during a
+ * round"): the round stops waiting for its shards and acknowledgements (within 200 ms of a wait), cancels what
+ * it still had for it, and goes on without its contribution from the bucket where a shard of it was missing.
+ * Any thread, any time; it holds until xdc_sync_set_members names the region a member again. Regions that
+ * left mid-round can leave members with sums over different sets (one got the region's shard, another not):
+ * xdc_sync_received says which set this round used in every bucket, and xdc_sync_resum makes every member's
+ * result the sum over one agreed set. */
+void xdc_sync_lose(xdc_sync *s, int region);
+/* After the round (xdc_sync_end returned): set[n_regions] = 1 for each region whose contribution every bucket
+ * of it summed (the members, less those whose shard of some bucket never came because they left). */
+void xdc_sync_received(xdc_sync *s, uint8_t *set);
+/* Sum every bucket of the last round again over `set` (a subset of what xdc_sync_received gave; this region
+ * in it), from the encoded shards the round kept (no resend), and gather it with replicas as the round did:
+ * every replica must make the same call. As xdc_sync_end, the compute stream then waits for the result.
+ * XDC_ERR_INVALID during a round or for a set the round cannot sum. */
+xdc_err_t xdc_sync_resum(xdc_sync *s, const uint8_t *set, xdc_diag *diag);
 /* Cumulative statistics. */
 void xdc_sync_get_stats(xdc_sync *s, xdc_sync_stats *out);
 

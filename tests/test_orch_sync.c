@@ -429,3 +429,95 @@ XDC_TEST_T(xdc_sync_sends_ready_buckets_while_the_peer_is_silent, 60)
     wan_test_pair_close(&tp);
     free(want);
 }
+
+/* ---- a region lost during a round (docs/runtime.md, "Leaving during a round"): three regions A, B, D; D
+ * sends its shards to A and never to B, as a region that died between its sends would. B is told D is gone
+ * while it waits and finishes without D; A summed D in. The two learn the final set (what both received: A
+ * and B) and sum again over it: both end on (a + b) / 2, bit for bit, and the next round between them runs
+ * as usual. */
+
+#define LOST_ELEMS  16384
+#define LOST_BUCKET 4096
+
+static void lost_fill(float *x, int region, int round)
+{
+    for (size_t i = 0; i < LOST_ELEMS; i++) x[i] = (float)((i * 7 + (size_t)round) % 101) * 0.125f - (float)region;
+}
+
+XDC_TEST_T(xdc_sync_region_lost_mid_round_ends_on_one_sum, 60)
+{
+    enum { A, B, D, N };
+    wan_test_pair ab, ad, bd; /* the first region of each pair listens (srv), the second dials (cli) */
+    wan_test_pair_open(&ab, 2, 20000, NULL, NULL);
+    wan_test_pair_open(&ad, 2, 20000, NULL, NULL);
+    wan_test_pair_open(&bd, 2, 20000, NULL, NULL);
+    xdc_wan_peer *peers[N][N] = {{NULL, ab.srv, ad.srv}, {ab.cli, NULL, bd.srv}, {ad.cli, bd.cli, NULL}};
+    xdc_sync_engine *eng[N];
+    xdc_sync *sync[N];
+    float *buf[N], *want = malloc(LOST_ELEMS * sizeof(float));
+    for (int r = 0; r < N; r++) {
+        xdc_sync_cfg cfg = {.n_elems = LOST_ELEMS,
+                            .bucket_elems = LOST_BUCKET,
+                            .peers = peers[r],
+                            .n_regions = N,
+                            .my_region = r,
+                            .name = "lost"};
+        cfg.codec = (xdc_codec_cfg)XDC_CODEC_CFG_INIT;
+        XDC_ASSERT_OK(xdc_codec_parse("none", &cfg.codec, NULL));
+        XDC_ASSERT_OK(xdc_sync_engine_create(&eng[r], NULL));
+        XDC_ASSERT_OK(xdc_sync_create(eng[r], &cfg, &sync[r], NULL));
+        buf[r] = malloc(LOST_ELEMS * sizeof(float));
+        lost_fill(buf[r], r, 0);
+    }
+    for (size_t i = 0; i < LOST_ELEMS; i++) want[i] = ((0.0f + buf[A][i]) + buf[B][i]) * 0.5f;
+    const uint8_t d_talks_to_a[N] = {1, 0, 1};
+    XDC_ASSERT_OK(xdc_sync_set_members(sync[D], d_talks_to_a, NULL));
+    xdc_diag d = {{0}};
+    for (int r = 0; r < N; r++) { /* every bucket ready at once: the rounds run while this thread waits on one */
+        XDC_ASSERT_OK(xdc_sync_begin(sync[r], buf[r]));
+        xdc_sync_mark_ready(sync[r], 0);
+    }
+    XDC_ASSERT_OK(xdc_sync_end(sync[D], &d));
+    XDC_ASSERT_OK(xdc_sync_end(sync[A], &d));
+    /* B cannot finish: D's shards never come. Told D is gone while it waits, it goes on without them. */
+    XDC_ASSERT_ERR(xdc_sync_wait(sync[B], 300, &d), XDC_ERR_AGAIN);
+    xdc_sync_lose(sync[B], D);
+    XDC_ASSERT_OK(xdc_sync_end(sync[B], &d));
+    uint8_t got[N][N];
+    for (int r = A; r <= B; r++) xdc_sync_received(sync[r], got[r]);
+    XDC_ASSERT_MSG(got[A][A] && got[A][B] && got[A][D], "A received %d%d%d, expected 111", got[A][A], got[A][B],
+                   got[A][D]);
+    XDC_ASSERT_MSG(got[B][A] && got[B][B] && !got[B][D], "B received %d%d%d, expected 110", got[B][A], got[B][B],
+                   got[B][D]);
+    XDC_ASSERT_MSG(memcmp(buf[A], buf[B], LOST_ELEMS * sizeof(float)) != 0, "A and B agree before the final set");
+    /* A set with D in it cannot be summed where D's shards are missing. */
+    const uint8_t all[N] = {1, 1, 1}, final[N] = {1, 1, 0};
+    XDC_ASSERT_ERR(xdc_sync_resum(sync[B], all, &d), XDC_ERR_INVALID);
+    for (int r = A; r <= B; r++) {
+        XDC_ASSERT_OK(xdc_sync_resum(sync[r], final, &d));
+        XDC_ASSERT_MSG(memcmp(buf[r], want, LOST_ELEMS * sizeof(float)) == 0, "region %d: not (a + b) / 2", r);
+    }
+    /* D is out from now on: the next round between A and B is theirs alone. */
+    for (int r = A; r <= B; r++) {
+        XDC_ASSERT_OK(xdc_sync_set_members(sync[r], final, &d));
+        lost_fill(buf[r], r, 1);
+    }
+    for (size_t i = 0; i < LOST_ELEMS; i++) want[i] = ((0.0f + buf[A][i]) + buf[B][i]) * 0.5f;
+    for (int r = A; r <= B; r++) {
+        XDC_ASSERT_OK(xdc_sync_begin(sync[r], buf[r]));
+        xdc_sync_mark_ready(sync[r], 0);
+    }
+    for (int r = A; r <= B; r++) {
+        XDC_ASSERT_OK(xdc_sync_end(sync[r], &d));
+        XDC_ASSERT_MSG(memcmp(buf[r], want, LOST_ELEMS * sizeof(float)) == 0, "round 2, region %d: not (a + b) / 2", r);
+    }
+    for (int r = 0; r < N; r++) {
+        xdc_sync_destroy(sync[r]);
+        xdc_sync_engine_destroy(eng[r]);
+        free(buf[r]);
+    }
+    wan_test_pair_close(&ab);
+    wan_test_pair_close(&ad);
+    wan_test_pair_close(&bd);
+    free(want);
+}

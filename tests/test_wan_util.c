@@ -62,11 +62,20 @@ void wan_test_pair_open(wan_test_pair *tp, int streams, int64_t deadline_ms, int
     wan_test_pair_open_cfg(tp, &cfg, relay, arg);
 }
 
+/* The pairs' credentials for `region`/0, issued by the first pair of the test and shared by the others. */
+static void pair_node(const char *region, wan_test_node *out)
+{
+    snprintf(out->cert, sizeof out->cert, "%s/pki/%s-0.pem", xdc_test_tmpdir(), region);
+    snprintf(out->key, sizeof out->key, "%s/pki/%s-0.key", xdc_test_tmpdir(), region);
+    snprintf(out->ca, sizeof out->ca, "%s/pki/ca.pem", xdc_test_tmpdir());
+    if (access(out->key, F_OK) != 0) wan_test_issue("pki", region, 0, 30, 0, out);
+}
+
 void wan_test_pair_open_cfg(wan_test_pair *tp, const xdc_wan_config *cfg, int (*relay)(int port, void *arg), void *arg)
 {
     wan_test_node us, eu;
-    wan_test_issue("pki", "us", 0, 30, 0, &us);
-    wan_test_issue("pki", "eu", 0, 30, 0, &eu);
+    pair_node("us", &us);
+    pair_node("eu", &eu);
     tp->srv_eng = wan_test_engine_cfg(&us, cfg);
     tp->cli_eng = wan_test_engine_cfg(&eu, cfg);
     xdc_diag d = {{0}};

@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, int min_regions, int64_t grace_ms)
+void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, int min_regions, int64_t grace_ms,
+                      int finals, int64_t silent_ms)
 {
     memset(q, 0, sizeof *q);
     q->t = t;
@@ -20,6 +21,9 @@ void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, 
     q->n_live = t->n_regions;
     memset(q->live, 1, (size_t)t->n_regions);
     q->decided = q->pending = -1;
+    q->finals = finals;
+    q->silent_ms = silent_ms;
+    q->open = -1;
 }
 
 /* Worker k of region r's last arrival (outer/r/k): a step, LLONG_MAX for the end, -1 when it posted none. */
@@ -108,6 +112,59 @@ static void drop(orch_quorum *q, int r, const char *reason)
              q->n_live, q->t->n_regions);
     size_t n = strlen(q->dropped);
     snprintf(q->dropped + n, sizeof q->dropped - n, "%s%s (%s)", n ? ", " : "", q->t->regions[r].name, reason);
+    if (q->open >= 0 && q->open_set[r] == '1') { /* its round's members stop waiting for it */
+        q->lost_set[r] = '1';
+        snprintf(key, sizeof key, "lost/%lld", q->open);
+        rdzv_server_set(q->rdzv, key, q->lost_set);
+        XDC_WARN(XDC_SUB_ORCH, "region %s left during the exchange of the outer round at step %lld",
+                 q->t->regions[r].name, q->open);
+    }
+}
+
+/* While an exchange is open: a member region one of whose workers went silent on the store (or whose
+ * connection ended) leaves the run. */
+static void drop_silent(orch_quorum *q)
+{
+    if (q->open < 0 || q->silent_ms <= 0) return;
+    for (int r = 0, i = 0; r < q->t->n_regions; r++)
+        for (int k = 0; k < xdc_topology_region_workers(q->t, r); k++, i++) {
+            rdzv_member_state st;
+            if (q->open_set[r] != '1' || !q->live[r] || rdzv_server_member(q->rdzv, i, &st) != 0 || !st.joined ||
+                (st.connected && st.silent_s * 1000.0 < (double)q->silent_ms))
+                continue;
+            char reason[RDZV_MEMBER_MAX + 96];
+            if (st.connected)
+                snprintf(reason, sizeof reason, "%s silent for %.1f s during its exchange", st.name, st.silent_s);
+            else snprintf(reason, sizeof reason, "%s's connection ended during its exchange", st.name);
+            drop(q, r, reason);
+        }
+}
+
+/* The open round's final set, once every worker of each of its member regions still in the run posted
+ * which regions it summed (xchg/<region>/<rank> = "<step>:<set>"): the regions all of them summed, published
+ * as final/<step>. */
+static void finalize(orch_quorum *q)
+{
+    if (q->open < 0) return;
+    int n = q->t->n_regions;
+    char set[XDC_TOPO_MAX_REGIONS + 1], key[64], val[XDC_TOPO_MAX_REGIONS + 32];
+    memcpy(set, q->open_set, (size_t)n + 1);
+    for (int r = 0; r < n; r++)
+        for (int k = 0; q->open_set[r] == '1' && q->live[r] && k < xdc_topology_region_workers(q->t, r); k++) {
+            snprintf(key, sizeof key, "xchg/%d/%d", r, k);
+            char *rest;
+            if (rdzv_server_get(q->rdzv, key, val, sizeof val) != 0 || strtoll(val, &rest, 10) != q->open ||
+                *rest != ':' || strlen(rest + 1) != (size_t)n)
+                return; /* not posted yet (or still the last round's) */
+            for (int i = 0; i < n; i++)
+                if (rest[1 + i] != '1') set[i] = '0';
+        }
+    snprintf(key, sizeof key, "final/%lld", q->open);
+    rdzv_server_set(q->rdzv, key, set);
+    if (strcmp(set, q->open_set) != 0)
+        XDC_WARN(XDC_SUB_ORCH, "the outer round at step %lld: final set %s (it began with %s; left during it: %s)",
+                 q->open, set, q->open_set, q->lost_set);
+    q->open = -1;
 }
 
 /* "us-east, eu-west": the regions whose mask character is `c`. */
@@ -122,6 +179,15 @@ static void names(const orch_quorum *q, const char *mask, char c, char *out, siz
 
 xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
 {
+    drop_silent(q);
+    if (q->n_live < q->min_regions) {
+        snprintf(why, cap,
+                 "%d of %d regions left during the exchange of the outer round at step %lld, below "
+                 "elastic.min_regions %d: %s",
+                 q->n_live, q->t->n_regions, q->open, q->min_regions, q->dropped);
+        return XDC_ERR_UNAVAILABLE;
+    }
+    finalize(q);
     long long step = next_round(q);
     if (step < 0) return XDC_OK;
     if (step != q->pending) q->pending = step, q->first_at = 0, q->named = 0;
@@ -170,6 +236,12 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
     rdzv_server_set(q->rdzv, key, mask);
     q->decided = step;
     q->pending = -1;
+    if (q->finals && step != LLONG_MAX) { /* its exchange is under way: its final set comes after it */
+        q->open = step;
+        for (int r = 0; r <= q->t->n_regions; r++) q->open_set[r] = mask[r] == 'j' ? '0' : mask[r];
+        memset(q->lost_set, '0', (size_t)q->t->n_regions);
+        q->lost_set[q->t->n_regions] = '\0';
+    }
     XDC_DEBUG(XDC_SUB_ORCH, "%s: quorum %s", round, mask);
     return XDC_OK;
 }

@@ -278,10 +278,11 @@ static int find_member(bserver *s, const char *name)
 static int may_write(const bserver *s, int i, const char *key)
 {
     const member *m = &s->members[i];
-    char own[9][RDZV_KEY_MAX + 16]; /* the 6 keys of every member, 3 more of a region's rank 0 */
+    char own[10][RDZV_KEY_MAX + 16]; /* the 7 keys of every member, 3 more of a region's rank 0 */
     int n = 0;
     snprintf(own[n++], sizeof own[0], "wan/%d/%d", m->region_idx, m->rank);
     snprintf(own[n++], sizeof own[0], "outer/%d/%d", m->region_idx, m->rank); /* its arrival at an outer round */
+    snprintf(own[n++], sizeof own[0], "xchg/%d/%d", m->region_idx, m->rank);  /* what its round summed */
     snprintf(own[n++], sizeof own[0], "stats/%d/%d", m->region_idx, m->rank);
     snprintf(own[n++], sizeof own[0], "ckpt/%d/%d", m->region_idx, m->rank); /* its last checkpoint's outcome */
     snprintf(own[n++], sizeof own[0], "metrics/%s/%d", m->region, m->rank);
@@ -294,8 +295,8 @@ static int may_write(const bserver *s, int i, const char *key)
     for (int k = 0; k < n; k++)
         if (strcmp(own[k], key) == 0) return 1;
     /* A rejoining region's bootstrap, intra/<region>/<times it left> (orch_quorum.h). */
-    size_t len = strlen(own[6]);
-    if (m->rank == 0 && strncmp(key, own[6], len) == 0 && key[len] == '/' && key[len + 1] &&
+    size_t len = strlen(own[7]);
+    if (m->rank == 0 && strncmp(key, own[7], len) == 0 && key[len] == '/' && key[len + 1] &&
         strspn(key + len + 1, "0123456789") == strlen(key + len + 1))
         return 1;
     for (int g = 0; g < s->n_grants; g++) {

@@ -95,6 +95,75 @@ xdc_err_t orch_outer_pseudo(orch_worker *w, orch_outer *o, size_t lo, size_t hi)
     return orch_outer_leave(w, prev);
 }
 
+/* How often a worker whose round's exchange is under way looks whether a member left during it (lost/<S>). */
+#define ORCH_LOST_POLL_MS 200
+
+/* The exchange of an elastic round (orchestrator/control/orch_quorum.h; docs/runtime.md, "Leaving during a
+ * round"): while it runs, a member region the store's host names gone in lost/<S> is no longer waited for;
+ * after it, post which regions' contributions this worker summed and take the round's final set, summing
+ * again over it unless it is the set the round began with (then every bucket of every member used it). */
+static xdc_err_t elastic_exchange(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
+{
+    int n = w->id.n_regions;
+    long long step = (long long)w->prog.step;
+    char key[64], val[RDZV_VALUE_MAX], post[XDC_TOPO_MAX_REGIONS + 32];
+    uint8_t told[XDC_TOPO_MAX_REGIONS] = {0}, got[XDC_TOPO_MAX_REGIONS], final[XDC_TOPO_MAX_REGIONS];
+    snprintf(key, sizeof key, "lost/%lld", step);
+    xdc_err_t rc;
+    while ((rc = xdc_sync_wait(sync, ORCH_LOST_POLL_MS, diag)) == XDC_ERR_AGAIN) {
+        xdc_err_t g = rdzv_try_get(w->comm.rdzv, key, val, sizeof val, diag);
+        if (g == XDC_ERR_AGAIN) continue; /* nobody left */
+        XDC_CHECK(g);
+        for (int r = 0; r < n && val[r]; r++)
+            if (val[r] == '1' && !told[r] && r != w->id.region_idx) { /* ours: the final set says so */
+                told[r] = 1;
+                xdc_sync_lose(sync, r);
+                XDC_WARN(XDC_SUB_ORCH,
+                         "outer round at step %lld: region %s left during the exchange; not waiting for it", step,
+                         w->topo->regions[r].name);
+            }
+    }
+    XDC_CHECK(rc);
+    xdc_sync_received(sync, got);
+    int len = snprintf(post, sizeof post, "%lld:", step);
+    for (int r = 0; r < n; r++) post[len + r] = got[r] ? '1' : '0';
+    post[len + n] = '\0';
+    snprintf(key, sizeof key, "xchg/%d/%d", w->id.region_idx, w->id.lrank);
+    XDC_CHECK(rdzv_set(w->comm.rdzv, key, post, diag));
+    snprintf(key, sizeof key, "final/%lld", step);
+    rc = rdzv_get(w->comm.rdzv, key, w->cfg.op_timeout_ms + w->cfg.grace_ms, val, sizeof val, diag);
+    if (rc != XDC_OK) {
+        xdc_diag_prefix(diag, "outer round at step %lld: no final set", step);
+        return rc;
+    }
+    int same = 1;
+    for (int r = 0; r < n; r++) {
+        final[r] = val[r] == '1';
+        same &= final[r] == w->elastic.live[r];
+    }
+    if ((int)strlen(val) != n || strspn(val, "01") != (size_t)n) {
+        xdc_diag_set(diag, "outer round at step %lld: final set '%.64s' is not one 0/1 per region (%d)", step, val, n);
+        return XDC_ERR_PROTO;
+    }
+    if (!final[w->id.region_idx]) {
+        xdc_diag_set(
+            diag,
+            "region %s left the run during the exchange of the outer round at step %lld (it was silent or lost "
+            "a worker), so it leaves; restarting its agents brings it back at a later outer round",
+            w->id.region, step);
+        return XDC_ERR_UNAVAILABLE;
+    }
+    if (same) return XDC_OK;
+    char began[XDC_TOPO_MAX_REGIONS + 1];
+    for (int r = 0; r < n; r++) began[r] = w->elastic.live[r] ? '1' : '0';
+    began[n] = '\0';
+    XDC_WARN(XDC_SUB_ORCH,
+             "outer round at step %lld: summing again over the final set %s (the round began with %s; this worker "
+             "summed %s)",
+             step, val, began, post + len);
+    return xdc_sync_resum(sync, final, diag);
+}
+
 xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag)
 {
     size_t n = w->model.n_params;
@@ -102,7 +171,8 @@ xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag)
     XDC_CHECK(orch_outer_pseudo(w, o, 0, n));
     XDC_CHECK(xdc_sync_begin(o->sync, o->pseudo)); /* xdc_sync_end marks it ready on the stage's stream */
     double t0 = now_s();
-    xdc_err_t rc = xdc_sync_end(o->sync, diag);
+    xdc_err_t rc = orch_quorum_finals(&w->cfg, w->id.n_regions) ? elastic_exchange(w, o->sync, diag)
+                                                                : xdc_sync_end(o->sync, diag);
     w->prog.t_wan_exposed += now_s() - t0;
     XDC_CHECK(rc);
     XDC_CHECK(orch_outer_update(w, o, 0, n));
