@@ -809,10 +809,25 @@ void xdc_sync_mark_ready(xdc_sync *s, size_t from)
     pthread_mutex_unlock(&e->mu);
 }
 
-xdc_err_t xdc_sync_end(xdc_sync *s, xdc_diag *diag)
+xdc_err_t xdc_sync_end(xdc_sync *s, xdc_diag *diag) { return xdc_sync_wait(s, -1, diag); }
+
+xdc_err_t xdc_sync_wait(xdc_sync *s, int64_t timeout_ms, xdc_diag *diag)
 {
     xdc_sync_mark_ready(s, 0);
     pthread_mutex_lock(&s->eng->mu);
+    if (timeout_ms >= 0) { /* done_cv counts on the realtime clock (pthread_cond_init's default) */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += (time_t)(timeout_ms / 1000);
+        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        while (!s->done && pthread_cond_timedwait(&s->eng->done_cv, &s->eng->mu, &until) != ETIMEDOUT) {
+        }
+        if (!s->done) { /* the round goes on; a later wait completes it */
+            pthread_mutex_unlock(&s->eng->mu);
+            return XDC_ERR_AGAIN;
+        }
+    }
     xdc_err_t rc = wait_done(s, diag);
     s->active = 0;
     pthread_mutex_unlock(&s->eng->mu);

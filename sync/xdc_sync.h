@@ -112,6 +112,10 @@ void xdc_sync_mark_ready(xdc_sync *s, size_t from);
  * a corrupt chunk. On success the compute stream waits for the round's completion event (the host
  * does not): work queued there from now on sees the result. */
 xdc_err_t xdc_sync_end(xdc_sync *s, xdc_diag *diag);
+/* xdc_sync_end with a deadline: timeout_ms < 0 waits as long as xdc_sync_end; otherwise, when the round
+ * has not completed within timeout_ms, XDC_ERR_AGAIN and the round goes on (wait again, or end it);
+ * 0 only looks. */
+xdc_err_t xdc_sync_wait(xdc_sync *s, int64_t timeout_ms, xdc_diag *diag);
 /* Switch the WAN codec between rounds (a re-plan; a job on the engine, waited for): every bucket gets
  * a new context of the new kind that keeps its error-feedback residual. Every region must switch at
  * the same step. */
