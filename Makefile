@@ -81,6 +81,9 @@ SYNC_STANDALONE_SRC := tests/sync_standalone.c
 TEST_SRCS := $(filter-out $(SYNC_STANDALONE_SRC),$(wildcard tests/*.c) $(wildcard tests/fuzz/*.c))
 TEST_OBJS := $(call obj,$(TEST_SRCS))
 
+# test_api.c builds programs against the installed libxdc with the sanitizers the library was built with.
+$(BUILD)/obj/tests/test_api.o: EXTRA_CFLAGS += -DXDC_TEST_SAN='"$(SAN)"'
+
 # Numeric folders get -O3 so the vectoriser does its work on the kernels.
 $(BUILD)/obj/kernels/%.o $(BUILD)/obj/compression/%.o $(BUILD)/obj/model/%.o: OPT := -O3
 

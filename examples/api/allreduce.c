@@ -1,7 +1,7 @@
 /* allreduce.c — a complete program on libxdc (docs/api.md): every member of a run all-reduces a buffer a
  * few times and checks the result against the exact mean it can compute itself.
  *
- *   cc allreduce.c $(pkg-config --cflags --libs xdc) -o allreduce
+ *   cc allreduce.c $(pkg-config --cflags --libs xdc) -lm -o allreduce
  *   xdc launch -t TOPOLOGY.yaml -c RUN.yaml --exec -- ./allreduce [COUNT [ROUNDS [TOLERANCE]]]
  *
  * Member r of n fills value i of round k with r + ((i + k) % 8) / 4, so the mean is (n - 1) / 2 +

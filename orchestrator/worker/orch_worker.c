@@ -585,8 +585,11 @@ xdc_err_t orch_worker_load(orch_worker *w, const xdc_worker_opts *o, xdc_diag *d
         orch_run_config_load(o->config_path, &w->cfg, &errs) != XDC_OK) {
         xdc_cfg_errors_print(&errs, stderr);
         const xdc_cfg_error *e = &errs.items[0]; /* the first, named; every one printed */
-        if (errs.count > 0)
-            xdc_diag_set(diag, "%s:%d:%d: %s (%d configuration errors, above)", errs.path, e->line, e->col, e->msg,
+        if (errs.count > 0 && e->line > 0)
+            xdc_diag_set(diag, "%s:%d:%d: %s (%d errors in all, printed above)", errs.path, e->line, e->col, e->msg,
+                         errs.count + errs.dropped);
+        else if (errs.count > 0)
+            xdc_diag_set(diag, "%s: %s (%d errors in all, printed above)", errs.path, e->msg,
                          errs.count + errs.dropped);
         else xdc_diag_set(diag, "%s or %s: configuration errors (above)", o->topology_path, o->config_path);
         return XDC_ERR_CONFIG;
