@@ -125,6 +125,17 @@ int xdc_request_test(xdc_request *req);
  * finished: a further wait or test returns XDC_STATUS_INVALID. */
 int xdc_request_wait(xdc_request *req, int64_t timeout_ms);
 
+/* DiLoCo outer rounds over a parameter list (n_params buffers of counts[i] fp32, host memory): each region
+ * trains on its own between rounds; a round averages the pseudo-gradient (the parameters at the last round
+ * minus now) over every member with the run file's codec and error feedback, takes an outer Nesterov step
+ * with the run file's diloco.outer_lr and diloco.outer_momentum (m = mu m + delta; global -= lr (delta +
+ * mu m)), and writes the new global parameters into every buffer: every member ends with the same values.
+ * xdc_outer_init takes the starting point (the parameters now) and allocates the tag's state once;
+ * xdc_outer_round (collective, blocking) runs one round, with the same list shape (the buffers may move).
+ * The tag is then an outer tag: xdc_allreduce on it is XDC_STATUS_INVALID. */
+int xdc_outer_init(xdc_comm *comm, int tag, int n_params, float *const *params, const size_t *counts);
+int xdc_outer_round(xdc_comm *comm, int tag, float *const *params);
+
 #ifdef __cplusplus
 }
 #endif

@@ -20,7 +20,7 @@
 #define TOPO "examples/topology/demo-2region.yaml"
 
 /* TMP/<name>.yaml: a run file for libxdc programs (the launcher reads the model and data keys; the program
- * only the codec, bucket size and timeouts). Returns its path in out. */
+ * the codec, bucket size, outer settings and timeouts). Returns its path in out. */
 static void write_run(const char *name, const char *codec, char *out, size_t cap)
 {
     char cwd[400], text[1024];
@@ -28,7 +28,8 @@ static void write_run(const char *name, const char *codec, char *out, size_t cap
     snprintf(out, cap, "%s/%s.yaml", xdc_test_tmpdir(), name);
     snprintf(text, sizeof text,
              "model: %s/examples/models/tiny.yaml\ndata: /usr/share/games/fortunes\nmode: sync\npipeline_stages: 1\n"
-             "codec: %s\nbucket_mb: 0.01\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
+             "codec: %s\nbucket_mb: 0.01\ndiloco: {outer_lr: 0.5, outer_momentum: 0.5}\n"
+             "timeouts: {rendezvous: 30s, operation: 30s}\n",
              cwd, codec);
     xdc_test_write_file(out, text);
 }
@@ -164,6 +165,22 @@ XDC_TEST_T(api_wait_deadline_times_out_then_completes, 120)
     XDC_ASSERT_STR_CONTAINS(out, "nonblocking: region 1: timeout then complete, mean ok");
 }
 
+/* DiLoCo outer rounds over a parameter list (tests/api/outer.c): exact with codec none on 2 x 2 members. */
+XDC_TEST_T(api_outer_rounds_take_the_nesterov_step_everywhere, 120)
+{
+    char prog[700], src[600], run[700];
+    static char out[1 << 16];
+    build_against_install(xdc_test_src("tests/api/outer.c", src, sizeof src), "outer", prog, sizeof prog);
+    write_run("outer", "none", run, sizeof run);
+    int rc = launch_exec(TOPO, run, "outer-run", prog, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch --exec exited %d:\n%s", rc, out);
+    for (int r = 0; r < 4; r++) {
+        char want[64];
+        snprintf(want, sizeof want, "outer: rank %d: 2 rounds exact (0.4921875)", r);
+        XDC_ASSERT_STR_CONTAINS(out, want);
+    }
+}
+
 /* xdc_comm_create's refusals, each with a diagnostic naming what is wrong. */
 XDC_TEST(api_create_errors_name_the_problem)
 {
@@ -202,4 +219,14 @@ XDC_TEST(api_create_errors_name_the_problem)
     XDC_ASSERT_STR_CONTAINS(err, "identity and configuration failed");
     XDC_ASSERT_STR_CONTAINS(err, "XDC_REGION");
     printf("diagnostic: %s\n", err);
+}
+
+/* docs/api.md shows the example program as it is in examples/api/. */
+XDC_TEST(api_doc_holds_the_example)
+{
+    char *doc = xdc_test_read_file("docs/api.md", NULL), *ex = xdc_test_read_file("examples/api/allreduce.c", NULL);
+    XDC_ASSERT(doc && ex);
+    XDC_ASSERT_MSG(strstr(doc, ex) != NULL, "docs/api.md does not hold examples/api/allreduce.c verbatim");
+    free(doc);
+    free(ex);
 }

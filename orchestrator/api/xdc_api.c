@@ -23,10 +23,20 @@ struct xdc_request {
     int pending; /* a round was posted and not yet completed by test or wait */
 };
 
-/* The tags in use: (XDC_MAX_TAGS) requests by tag, NULL until first use, and the syncs in creation order
- * (orch_mode_ops.syncs). */
+/* A tag's DiLoCo outer state (orch_outer, the worker's own): the caller's parameter list is copied into
+ * outer.local, one after the other, around each round. */
+typedef struct api_outer {
+    orch_outer outer;
+    int n_params;
+    size_t *counts; /* (n_params) fp32 elements of each parameter */
+} api_outer;
+
+/* The tags in use: (XDC_MAX_TAGS) by tag, NULL until first use, an all-reduce or an outer state; the syncs
+ * of both in creation order (orch_mode_ops.syncs). */
 typedef struct api_tags {
+    orch_worker *w;
     xdc_request *by_tag[XDC_MAX_TAGS];
+    api_outer *outer[XDC_MAX_TAGS];
     xdc_sync *order[XDC_MAX_TAGS];
     int n;
 } api_tags;
@@ -50,8 +60,16 @@ static int tags_syncs(const void *state, xdc_sync **out, int cap)
 static void tags_destroy(void *state)
 {
     api_tags *t = state;
-    for (int i = 0; i < t->n; i++) xdc_sync_destroy(t->order[i]);
-    for (int i = 0; i < XDC_MAX_TAGS; i++) xdc_free(t->by_tag[i]);
+    for (int i = 0; i < XDC_MAX_TAGS; i++) {
+        if (t->by_tag[i]) xdc_sync_destroy(t->by_tag[i]->sync);
+        xdc_free(t->by_tag[i]);
+        api_outer *a = t->outer[i];
+        if (!a) continue;
+        t->w->model.be->device->mem_free(a->outer.local);
+        orch_outer_destroy(t->w, &a->outer); /* its sync too */
+        xdc_free(a->counts);
+        xdc_free(a);
+    }
     memset(t, 0, sizeof *t);
 }
 
@@ -193,6 +211,7 @@ int xdc_comm_create(const xdc_comm_options *opts, xdc_comm **out, char *err, siz
     if (rc == XDC_OK) rc = orch_worker_connect(&c->w, &what, &d);
     if (rc == XDC_OK) what = "comm engine", rc = orch_worker_comm_engine(&c->w, &d);
     if (rc == XDC_OK) {
+        c->tags.w = &c->w;
         c->w.mode = &api_tags_ops;
         c->w.mode_state = &c->tags;
         what = "start barrier";
@@ -240,6 +259,10 @@ static xdc_err_t tag_state(xdc_comm *c, int tag, size_t count, xdc_request **out
 {
     if (tag < 0 || tag >= XDC_MAX_TAGS || count == 0) {
         xdc_diag_set(diag, "tag %d, count %zu: a tag is 0..%d and a count at least 1", tag, count, XDC_MAX_TAGS - 1);
+        return XDC_ERR_INVALID;
+    }
+    if (c->tags.outer[tag]) {
+        xdc_diag_set(diag, "tag %d holds outer rounds (xdc_outer_init), not an all-reduce", tag);
         return XDC_ERR_INVALID;
     }
     xdc_request *r = c->tags.by_tag[tag];
@@ -330,4 +353,87 @@ int xdc_allreduce(xdc_comm *c, int tag, float *buf, size_t count)
     xdc_request *r;
     int st = xdc_iallreduce(c, tag, buf, count, &r);
     return st == XDC_SUCCESS ? xdc_request_wait(r, -1) : st;
+}
+
+/* The caller's parameters into the staging (to_local) or back. */
+static void outer_copy(api_outer *a, float *const *params, int to_local)
+{
+    size_t off = 0;
+    for (int i = 0; i < a->n_params; i++) {
+        size_t bytes = a->counts[i] * sizeof(float);
+        if (to_local) memcpy(a->outer.local + off, params[i], bytes);
+        else memcpy(params[i], a->outer.local + off, bytes);
+        off += a->counts[i];
+    }
+}
+
+static xdc_err_t outer_init(xdc_comm *c, int tag, int n_params, float *const *params, const size_t *counts,
+                            xdc_diag *diag)
+{
+    if (tag < 0 || tag >= XDC_MAX_TAGS || n_params < 1 || !params || !counts) {
+        xdc_diag_set(diag, "tag %d, %d parameters: a tag is 0..%d, and at least one parameter with its count", tag,
+                     n_params, XDC_MAX_TAGS - 1);
+        return XDC_ERR_INVALID;
+    }
+    if (c->tags.outer[tag] || c->tags.by_tag[tag]) {
+        xdc_diag_set(diag, "tag %d is in use already (outer rounds are set up once per tag)", tag);
+        return XDC_ERR_INVALID;
+    }
+    size_t n = 0;
+    for (int i = 0; i < n_params; i++) {
+        if (!params[i] || counts[i] == 0) {
+            xdc_diag_set(diag, "parameter %d: no buffer or a count of 0", i);
+            return XDC_ERR_INVALID;
+        }
+        n += counts[i];
+    }
+    api_outer *a = xdc_calloc(1, sizeof *a);
+    if (!a) return XDC_ERR_NOMEM;
+    c->tags.outer[tag] = a; /* from here on tags_destroy frees whatever was made */
+    a->counts = xdc_malloc((size_t)n_params * sizeof *a->counts);
+    if (!a->counts) return XDC_ERR_NOMEM;
+    memcpy(a->counts, counts, (size_t)n_params * sizeof *counts);
+    a->n_params = n_params;
+    a->outer.n = n;
+    XDC_CHECK(c->w.model.be->device->mem_alloc((void **)&a->outer.local, n * sizeof(float)));
+    outer_copy(a, params, 1); /* the start of the first inner phase: global = these */
+    xdc_intra_comm *dp = xdc_intra_size(c->w.comm.region_comm) > 1 ? c->w.comm.region_comm : NULL;
+    XDC_CHECK(orch_outer_open(&c->w, &a->outer, dp, diag));
+    c->tags.order[c->tags.n++] = a->outer.sync;
+    return XDC_OK;
+}
+
+int xdc_outer_init(xdc_comm *c, int tag, int n_params, float *const *params, const size_t *counts)
+{
+    if (!c) return XDC_STATUS_INVALID;
+    xdc_diag d = {{0}};
+    xdc_err_t rc = outer_init(c, tag, n_params, params, counts, &d);
+    return rc == XDC_OK ? XDC_SUCCESS : fail(c, rc, &d);
+}
+
+int xdc_outer_round(xdc_comm *c, int tag, float *const *params)
+{
+    if (!c) return XDC_STATUS_INVALID;
+    xdc_diag d = {{0}};
+    api_outer *a = tag >= 0 && tag < XDC_MAX_TAGS ? c->tags.outer[tag] : NULL;
+    if (!a || !a->outer.sync || !params) {
+        xdc_diag_set(&d, "tag %d: no outer rounds set up on it (xdc_outer_init first), or no parameters", tag);
+        return fail(c, XDC_ERR_INVALID, &d);
+    }
+    for (int i = 0; i < a->n_params; i++)
+        if (!params[i]) {
+            xdc_diag_set(&d, "tag %d: parameter %d is NULL", tag, i);
+            return fail(c, XDC_ERR_INVALID, &d);
+        }
+    outer_copy(a, params, 1);
+    xdc_err_t rc = orch_outer_round(&c->w, &a->outer, &d); /* pseudo, mean, Nesterov step, local = global */
+    if (rc != XDC_OK) {
+        char what[32];
+        snprintf(what, sizeof what, "outer round of tag %d", tag);
+        orch_worker_report_failure(&c->w, what, rc, d.msg);
+        xdc_diag_prefix(&d, "%s", what);
+        return fail(c, rc, &d);
+    }
+    outer_copy(a, params, 0);
+    return XDC_SUCCESS;
 }

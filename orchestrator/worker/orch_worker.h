@@ -228,16 +228,24 @@ xdc_err_t orch_pipe_wait_small(orch_worker *w, int peer, float *v, int n, int ro
 
 /* orch_mode_diloco.c: the outer loop DiLoCo and streaming share. */
 typedef struct orch_outer {
-    xdc_sync *sync; /* pseudo-gradients across regions (codec + error feedback) */
-    float *global;  /* device (n_params) the last agreed global parameters */
-    float *mom;     /* device (n_params) outer Nesterov momentum */
-    float *pseudo;  /* device (n_params) pseudo-gradient: what the sync averages */
-    float *host;    /* pinned host (n_params): the checkpoint's staging of global and momentum */
+    xdc_sync *sync;     /* pseudo-gradients across regions (codec + error feedback) */
+    float *local;       /* device (n) the parameters the rounds update (the stage's; libxdc: its staging) */
+    size_t n;           /* parameters, fp32 */
+    xdc_stream *stream; /* where the outer arithmetic and copies queue (the stage's compute stream) */
+    float *global;      /* device (n) the last agreed global parameters */
+    float *mom;         /* device (n) outer Nesterov momentum */
+    float *pseudo;      /* device (n) pseudo-gradient: what the sync averages */
+    float *host;        /* pinned host (n): the checkpoint's staging of global and momentum */
 } orch_outer;
 /* Save (or load) global and mom as state files next to the stage checkpoint in `dir`. */
 xdc_err_t orch_outer_checkpoint_io(orch_worker *w, orch_outer *o, const char *dir, int save, xdc_diag *diag);
-/* Buffers (global = the stage's parameters now) and the pseudo-gradient sync over `dp` and the regions. */
+/* Buffers (global = the stage's parameters now) and the pseudo-gradient sync over `dp` and the regions;
+ * elastic rounds as the run file says. */
 xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag);
+/* The same over o->local (o->n fp32 device memory of w's backend; global = its values now), its arithmetic
+ * on o->stream (NULL: the calling thread's current stream), without elastic rounds: libxdc's outer rounds
+ * over a user's parameters. */
+xdc_err_t orch_outer_open(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag);
 void orch_outer_destroy(orch_worker *w, orch_outer *o);
 /* The device and compute stream of the worker's stage in `sc` (every sync of the modes). */
 void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc);
@@ -245,7 +253,7 @@ void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc);
  * there); leave restores `prev` and reports that stream's sticky error. */
 xdc_err_t orch_outer_enter(const orch_worker *w, xdc_stream **prev);
 xdc_err_t orch_outer_leave(const orch_worker *w, xdc_stream *prev);
-/* pseudo = global - local on [lo, hi). */
+/* pseudo = global - local on [lo, hi) (local: o->local). */
 xdc_err_t orch_outer_pseudo(orch_worker *w, orch_outer *o, size_t lo, size_t hi);
 /* Outer Nesterov step on [lo, hi): pseudo holds the cross-region mean of (global - local). */
 xdc_err_t orch_outer_update(orch_worker *w, orch_outer *o, size_t lo, size_t hi);
