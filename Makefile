@@ -91,12 +91,20 @@ $(BUILD)/obj/kernels/%.o $(BUILD)/obj/compression/%.o $(BUILD)/obj/model/%.o: OP
 all: $(BUILD)/xdc $(BUILD)/xdc_tests $(BUILD)/xdc_sync_standalone $(BUILD)/libxdc.so
 libs: $(LIB_FILES)
 
-$(BUILD)/obj/%.o: %.c
+# Objects depend on the flags they were built with: changed flags (-fPIC, CUDA on or off) rebuild them all,
+# instead of linking objects of the old flags (libxdc.so cannot take objects built without -fPIC).
+FLAGS_STAMP := $(BUILD)/obj/.flags-$(shell printf '%s\n' "$(subst ",,$(subst ',,$(CFLAGS_ALL) $(NVFLAGS)))" | cksum | cut -d' ' -f1)
+$(FLAGS_STAMP):
+	@mkdir -p $(dir $@)
+	@rm -f $(BUILD)/obj/.flags-*
+	@touch $@
+
+$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
 	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
 
-$(BUILD)/obj/%.cu.o: %.cu
+$(BUILD)/obj/%.cu.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(call say,NVCC,$<)
 	$(Q)$(NVCC) $(NVFLAGS) -c $< -o $@
