@@ -11,13 +11,14 @@
 #   make CUDA=0     CPU-only build even where nvcc exists
 #   make fuzz-NAME [FUZZ_SECONDS=300]   libFuzzer run of tests/fuzz/fuzz_NAME.c (clang)
 #   make bench-NAME                     build bench/NAME/*.c and run bench/NAME/run.sh
+#   make install [PREFIX=/usr/local]    install libxdc.so, include/xdc.h and xdc.pc (pkg-config; docs/api.md)
 #
 # One static library per folder (subfolders such as wan/emu and orchestrator/cli are libraries of their
 # own). LAYERS lists them from the top of the dependency graph to the bottom; the link line follows it,
 # so a lower layer that calls up into a higher one fails to link (docs/design.md writes the rule down,
 # tests/check_layers.sh checks the includes against the same table).
 
-LAYERS := orchestrator/cli orchestrator/worker orchestrator/control orchestrator/obs scheduler sync model \
+LAYERS := orchestrator/cli orchestrator/api orchestrator/worker orchestrator/control orchestrator/obs scheduler sync model \
           intra wan/emu wan compression topology config kernels common
 MAIN_SRC := orchestrator/cli/xdc_main.c
 
@@ -41,7 +42,7 @@ endif
 
 CC ?= cc
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-error=deprecated-declarations -Wno-format-truncation \
-               -g $(OPT) -march=native -pthread -I. -MMD -MP
+               -g $(OPT) -march=native -pthread -fPIC -I. -Iinclude -MMD -MP
 CFLAGS_ALL = $(CFLAGS_BASE) $(SANFLAGS) $(EXTRA_CFLAGS) $(CUDA_CFLAGS) -DXDC_BIN_PATH='"$(BUILD)/xdc"'
 LDLIBS := -lssl -lcrypto -lzstd -lyaml -ljansson -lxxhash -lopenblas -lmicrohttpd -lcurl -lm -pthread
 
@@ -80,19 +81,30 @@ SYNC_STANDALONE_SRC := tests/sync_standalone.c
 TEST_SRCS := $(filter-out $(SYNC_STANDALONE_SRC),$(wildcard tests/*.c) $(wildcard tests/fuzz/*.c))
 TEST_OBJS := $(call obj,$(TEST_SRCS))
 
+# test_api.c builds programs against the installed libxdc with the sanitizers the library was built with.
+$(BUILD)/obj/tests/test_api.o: EXTRA_CFLAGS += -DXDC_TEST_SAN='"$(SAN)"'
+
 # Numeric folders get -O3 so the vectoriser does its work on the kernels.
 $(BUILD)/obj/kernels/%.o $(BUILD)/obj/compression/%.o $(BUILD)/obj/model/%.o: OPT := -O3
 
 .PHONY: all libs test test-run demo demo-multihost deps deps-bench clean check-layers lint format
-all: $(BUILD)/xdc $(BUILD)/xdc_tests $(BUILD)/xdc_sync_standalone
+all: $(BUILD)/xdc $(BUILD)/xdc_tests $(BUILD)/xdc_sync_standalone $(BUILD)/libxdc.so
 libs: $(LIB_FILES)
 
-$(BUILD)/obj/%.o: %.c
+# Objects depend on the flags they were built with: changed flags (-fPIC, CUDA on or off) rebuild them all,
+# instead of linking objects of the old flags (libxdc.so cannot take objects built without -fPIC).
+FLAGS_STAMP := $(BUILD)/obj/.flags-$(shell printf '%s\n' "$(subst ",,$(subst ',,$(CFLAGS_ALL) $(NVFLAGS)))" | cksum | cut -d' ' -f1)
+$(FLAGS_STAMP):
+	@mkdir -p $(dir $@)
+	@rm -f $(BUILD)/obj/.flags-*
+	@touch $@
+
+$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
 	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
 
-$(BUILD)/obj/%.cu.o: %.cu
+$(BUILD)/obj/%.cu.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(call say,NVCC,$<)
 	$(Q)$(NVCC) $(NVFLAGS) -c $< -o $@
@@ -121,6 +133,28 @@ SYNC_STANDALONE_LIBS := $(foreach l,sync intra wan compression kernels common,$(
 $(BUILD)/xdc_sync_standalone: $(call obj,$(SYNC_STANDALONE_SRC)) $(SYNC_STANDALONE_LIBS)
 	$(call say,LINK,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $< $(SYNC_STANDALONE_LIBS) $(LDLIBS)
+
+# ---- libxdc: the C API (include/xdc.h) as a shared library -----------------------------------------
+# Every object is built -fPIC, so the archives link into it as they are; orchestrator/api whole, the layers
+# below as it needs them. The version script exports the calls of xdc.h and hides everything else.
+API_MAJOR := $(shell sed -n 's/^\#define XDC_API_VERSION_MAJOR *\([0-9]*\).*/\1/p' include/xdc.h)
+API_MINOR := $(shell sed -n 's/^\#define XDC_API_VERSION_MINOR *\([0-9]*\).*/\1/p' include/xdc.h)
+$(BUILD)/libxdc.so: $(LIB_FILES) orchestrator/api/libxdc.map
+	$(call say,LINK,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) -shared -Wl,-soname,libxdc.so.$(API_MAJOR) -Wl,--version-script=orchestrator/api/libxdc.map \
+		-o $@ -Wl,--whole-archive $(call lib_file,orchestrator/api) -Wl,--no-whole-archive $(LIB_FILES) $(LDLIBS)
+
+PREFIX ?= /usr/local
+.PHONY: install
+install: $(BUILD)/libxdc.so
+	@install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	@install -m 0755 $(BUILD)/libxdc.so $(DESTDIR)$(PREFIX)/lib/libxdc.so.$(API_MAJOR).$(API_MINOR)
+	@ln -sf libxdc.so.$(API_MAJOR).$(API_MINOR) $(DESTDIR)$(PREFIX)/lib/libxdc.so.$(API_MAJOR)
+	@ln -sf libxdc.so.$(API_MAJOR) $(DESTDIR)$(PREFIX)/lib/libxdc.so
+	@install -m 0644 include/xdc.h $(DESTDIR)$(PREFIX)/include/xdc.h
+	@sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(API_MAJOR).$(API_MINOR)|' orchestrator/api/xdc.pc.in \
+		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/xdc.pc
+	@echo "installed libxdc $(API_MAJOR).$(API_MINOR) in $(DESTDIR)$(PREFIX)"
 
 # ---- tests -----------------------------------------------------------------------------------------
 TEST_JOBS ?= 1

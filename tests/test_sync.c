@@ -172,6 +172,43 @@ XDC_TEST(sync_engine_stop_drops_a_queued_round)
     xdc_sync_engine_destroy(eng);
 }
 
+/* A wait with a deadline before the other region began its round: XDC_ERR_AGAIN, the round still in place;
+ * once the other side posts, a plain wait completes it with the exact mean. */
+XDC_TEST(sync_wait_deadline_leaves_the_round_running)
+{
+    wan_test_pair tp;
+    wan_test_pair_open(&tp, 1, 20000, NULL, NULL);
+    xdc_wan_peer *peers[2][2] = {{NULL, tp.srv}, {tp.cli, NULL}};
+    xdc_sync_engine *eng[2];
+    xdc_sync *s[2];
+    float *buf[2];
+    for (int i = 0; i < 2; i++) {
+        XDC_ASSERT_OK(xdc_sync_engine_create(&eng[i], NULL));
+        xdc_sync_cfg cfg = {
+            .n_elems = N_ELEMS, .bucket_elems = 1000, .peers = peers[i], .n_regions = 2, .my_region = i, .name = "t"};
+        cfg.codec = (xdc_codec_cfg)XDC_CODEC_CFG_INIT;
+        XDC_ASSERT_OK(xdc_codec_parse("none", &cfg.codec, NULL));
+        XDC_ASSERT_OK(xdc_sync_create(eng[i], &cfg, &s[i], NULL));
+        buf[i] = malloc(N_ELEMS * sizeof(float));
+        for (size_t k = 0; k < N_ELEMS; k++) buf[i][k] = (float)(i * 4 + 2);
+    }
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_sync_begin(s[0], buf[0]));
+    XDC_ASSERT_ERR(xdc_sync_wait(s[0], 0, &d), XDC_ERR_AGAIN);     /* region 1 has posted nothing */
+    XDC_ASSERT_ERR(xdc_sync_wait(s[0], 20, &d), XDC_ERR_AGAIN);    /* still nothing: the deadline passes */
+    XDC_ASSERT_ERR(xdc_sync_begin(s[0], buf[0]), XDC_ERR_INVALID); /* the round is still in place */
+    XDC_ASSERT_OK(xdc_sync_begin(s[1], buf[1]));
+    XDC_ASSERT_OK(xdc_sync_wait(s[1], -1, &d));
+    XDC_ASSERT_OK(xdc_sync_wait(s[0], -1, &d));
+    for (int i = 0; i < 2; i++) {
+        XDC_ASSERT(buf[i][0] == 4.0f && buf[i][N_ELEMS - 1] == 4.0f); /* (2 + 6) / 2 */
+        xdc_sync_destroy(s[i]);
+        xdc_sync_engine_destroy(eng[i]);
+        free(buf[i]);
+    }
+    wan_test_pair_close(&tp);
+}
+
 #define DATA "/usr/share/games/fortunes"
 #define TOPO "examples/topology/demo-2region.yaml"
 

@@ -1,5 +1,5 @@
 /* cmd_agent.c — `xdc agent`: the options of the node agent (orchestrator/control/orch_agent.c) and its
- * exit code: a failed worker's own status, else the sysexits code of the error. */
+ * exit code: a failed worker's (or --exec program's) own status, else the sysexits code of the error. */
 #include "orchestrator/cli/xdc_cli.h"
 
 #include "orchestrator/control/orch_agent.h"
@@ -15,10 +15,13 @@ static int agent_usage(FILE *f)
         "usage: xdc agent --topology FILE --config RUN.yaml --run-dir DIR [--region NAME] [--node N] [--host NAME]\n"
         "                 [--coordinator HOST:PORT] [--run-id ID] [--emulate-wan] [--resume]\n"
         "                 [--device cpu|cuda|cpu-strict] [--rdzv URL] [--etcd-cacert F --etcd-cert F --etcd-key F]\n"
-        "                 [--cert-dir DIR] [--ca FILE] [--crl FILE]\n"
+        "                 [--cert-dir DIR] [--ca FILE] [--crl FILE] [--exec -- PROG [ARGS...]]\n"
         "  Starts this node's workers. Identity comes from the flags, then XDC_* variables, torchrun, Open MPI,\n"
         "  PMIx/PMI and Slurm (SLURM_NODEID, SLURM_JOB_NODELIST), then this host's place in the topology;\n"
         "  the log says which source gave each value.\n"
+        "  --exec -- PROG ARGS  each worker slot runs PROG (a program on libxdc, docs/api.md) instead of\n"
+        "            `xdc worker`, with the same environment contract plus XDC_TOPOLOGY XDC_CONFIG XDC_RUN_DIR\n"
+        "            XDC_EMULATE_WAN XDC_CERT_DIR XDC_CA XDC_CRL; supervised and named as workers are\n"
         "  --device  run the workers on this device (default: XDC_DEVICE, else the topology: CUDA with NCCL\n"
         "            where gpus_per_node > 0, the CPU otherwise); the node's GPUs are checked before any starts\n"
         "  --cert-dir  this node's own keys and certificates, REGION-RANK.key and .pem for each of its workers\n"
@@ -44,12 +47,13 @@ static int agent_parse(int argc, char **argv, orch_agent_opts *o)
                                          {"emulate-wan", no_argument, NULL, 'e'},
                                          {"resume", no_argument, NULL, 'R'},
                                          {"device", required_argument, NULL, 'D'},
+                                         {"exec", no_argument, NULL, 'x'},
                                          {"help", no_argument, NULL, 'h'},
                                          XDC_CLI_RDZV_OPTIONS,
                                          XDC_CLI_CREDS_OPTIONS,
                                          {NULL, 0, NULL, 0}};
     memset(o, 0, sizeof *o);
-    int c;
+    int c, exec = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "t:c:d:r:n:H:k:i:eRD:h", opts, NULL)) != -1) {
         if (xdc_cli_rdzv_flag(c, optarg, &o->rdzv) || xdc_cli_creds_flag(c, optarg, &o->creds)) continue;
@@ -65,11 +69,13 @@ static int agent_parse(int argc, char **argv, orch_agent_opts *o)
         case 'e': o->emulate_wan = 1; break;
         case 'R': o->resume = 1; break;
         case 'D': o->device = optarg; break;
+        case 'x': exec = 1; break;
         case 'h': agent_usage(stdout); return -1;
         default: return agent_usage(stderr);
         }
     }
-    if (!o->topology || !o->config || !o->run_dir || optind != argc) return agent_usage(stderr);
+    if (!o->topology || !o->config || !o->run_dir) return agent_usage(stderr);
+    if (xdc_cli_exec_tail("agent", exec, argc, argv, optind, &o->exec_argv) != 0) return agent_usage(stderr);
     o->probe = xdc_cli_device_probe();
     return xdc_cli_device_option("agent", o->device, NULL);
 }

@@ -22,6 +22,7 @@ static int launch_usage(FILE *f)
         "                  [--outage DURATION@START[,...]]... [--resume] [--log-format text|json] [--device "
         "cpu|cuda|cpu-strict]\n"
         "                  [--rdzv builtin|etcd://HOST:PORT[/PREFIX]] [--etcd-cacert F --etcd-cert F --etcd-key F]\n"
+        "                  [--exec -- PROG [ARGS...]]\n"
         "       xdc coordinator -t TOPOLOGY.yaml -c RUN.yaml --run-dir DIR --host ADDR [--port P] [--run-id ID]\n"
         "                       [--cert-dir DIR] [--ca FILE] [--crl FILE]\n"
         "  coordinator: host the rendezvous on ADDR:P (no default address; 0.0.0.0 is every interface, port\n"
@@ -37,6 +38,8 @@ static int launch_usage(FILE *f)
         "                   give a list (3s@10s,12s@40s) for several outages (at most 16)\n"
         "  --degrade-links F  emulated links carry F x the topology's bandwidth (rehearse a degraded WAN)\n"
         "  --resume         continue from the newest complete checkpoint in the run folder\n"
+        "  --exec -- PROG ARGS  every worker slot runs PROG (a program on libxdc, docs/api.md) instead of\n"
+        "                   `xdc worker`; it ends with a line naming how many members exited 0\n"
         "  --device D       run every region's workers on D (default: XDC_DEVICE, else the topology: CUDA\n"
         "                   with NCCL inside a region with gpus_per_node > 0, the CPU with shared memory\n"
         "                   where it is 0); passed on to the agents and by them to the workers\n"
@@ -89,13 +92,14 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
                                          {"port", required_argument, NULL, 'p'},
                                          {"degrade-links", required_argument, NULL, 'g'},
                                          {"device", required_argument, NULL, 'D'},
+                                         {"exec", no_argument, NULL, 'x'},
                                          {"help", no_argument, NULL, 'h'},
                                          XDC_CLI_RDZV_OPTIONS,
                                          XDC_CLI_CREDS_OPTIONS,
                                          {NULL, 0, NULL, 0}};
     orch_launch_opts_default(o, coordinator);
     *log_format = NULL;
-    int c, ex;
+    int c, ex, exec = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "t:c:d:i:eEo:rl:H:p:g:D:h", opts, NULL)) != -1) {
         if (xdc_cli_rdzv_flag(c, optarg, &o->rdzv) || xdc_cli_creds_flag(c, optarg, &o->creds)) continue;
@@ -110,6 +114,7 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
         case 'l': *log_format = optarg; break;
         case 'H': o->host = optarg; break;
         case 'D': o->device = optarg; break;
+        case 'x': exec = 1; break;
         case 'g':
         case 'p':
         case 'o':
@@ -119,7 +124,10 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
         default: return launch_usage(stderr);
         }
     }
-    if (!o->topology || !o->config || optind != argc || (coordinator && !o->run_dir)) return launch_usage(stderr);
+    if (!o->topology || !o->config || (coordinator && !o->run_dir)) return launch_usage(stderr);
+    if (xdc_cli_exec_tail(coordinator ? "coordinator" : "launch", exec && !coordinator, argc, argv, optind,
+                          &o->exec_argv) != 0)
+        return launch_usage(stderr);
     /* the flag, else XDC_DEVICE: one word for every region, checked before anything starts */
     return xdc_cli_device_option(coordinator ? "coordinator" : "launch", o->device, &o->device);
 }

@@ -29,6 +29,10 @@ int xdc_cli_exit_code(xdc_err_t err);
 /* A supervised run's exit code: a failed child's own exit status (child_exit > 0) passes through as is,
  * else the error's code. */
 int xdc_cli_run_exit_code(xdc_err_t err, int child_exit);
+/* cli_exec.c. After getopt: with `exec` (the --exec flag), the program and its arguments after "--" into
+ * *out (argv + optind); without, no operand may be left. 0, or XDC_EX_USAGE (with --exec and no
+ * "-- PROG", a line on stderr naming the form). */
+int xdc_cli_exec_tail(const char *cmd, int exec, int argc, char **argv, int optind_now, char *const **out);
 /* cli_device.c. `--device` of launch, agent and worker: the flag, else XDC_DEVICE, checked; *word (word may be
  * NULL) is the override's device word (NULL: the topology decides). 0, or XDC_EX_USAGE with the bad word named on
  * stderr ("xdc CMD: --device 'x' is not a device ..."). */

@@ -1,8 +1,8 @@
 /* orch_agent.c — what a per-region launch script runs on each node (`srun xdc agent ...`). It works out
- * which node of which region it is, starts one `xdc worker` per worker slot with the environment
- * contract of DESIGN.md, sends each worker's output to a per-rank log, and watches them: when one
- * fails, it names it, stops the others and fails, leaving a failure note in the run folder for the
- * launcher. */
+ * which node of which region it is, starts one `xdc worker` (or the --exec program) per worker slot with
+ * the environment contract of DESIGN.md, sends each worker's output to a per-rank log, and watches them:
+ * when one fails, it names it, stops the others and fails, leaving a failure note in the run folder for
+ * the launcher. */
 #include "orchestrator/control/orch_agent.h"
 
 #include "orchestrator/control/orch_proc.h"
@@ -143,12 +143,38 @@ static void write_pidfile(const agent *a, int lrank, pid_t pid)
     }
 }
 
+/* With --exec: what `xdc worker` gets as flags, as the environment libxdc reads (docs/api.md), into
+ * buf/env (NULL-terminated). */
+#define EXEC_ENV_MAX (5 + ORCH_CREDS_ENV)
+static void exec_env(const agent *a, char (*buf)[ORCH_CREDS_ENV_LEN], const char **env)
+{
+    int n = 0;
+    const char *rdzv = a->o->rdzv.rdzv ? a->o->rdzv.rdzv : getenv("XDC_RDZV");
+    const char *const pairs[][2] = {{"XDC_TOPOLOGY", a->o->topology},
+                                    {"XDC_CONFIG", a->o->config},
+                                    {"XDC_RUN_DIR", a->o->run_dir},
+                                    {"XDC_EMULATE_WAN", a->o->emulate_wan ? "1" : "0"},
+                                    {"XDC_RDZV", rdzv}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
+        if (pairs[i][1]) {
+            snprintf(buf[n], ORCH_CREDS_ENV_LEN, "%s=%s", pairs[i][0], pairs[i][1]);
+            env[n] = buf[n];
+            n++;
+        }
+    n += orch_creds_env(&a->creds, buf + n, env + n);
+    env[n] = NULL;
+}
+
 /* Worker slot s: its environment, its log, its pid file. */
 static xdc_err_t start_worker(agent *a, int s, xdc_diag *diag)
 {
     int lrank = a->id.node * a->t->regions[a->region].workers_per_node + s;
     char **envp = NULL;
-    if (orch_identity_worker_env(&a->id, a->t, s, a->master, a->master_port, NULL, &envp, diag) != XDC_OK) {
+    static char exec_buf[EXEC_ENV_MAX][ORCH_CREDS_ENV_LEN];
+    const char *exec_vars[EXEC_ENV_MAX + 1];
+    if (a->o->exec_argv) exec_env(a, exec_buf, exec_vars);
+    if (orch_identity_worker_env(&a->id, a->t, s, a->master, a->master_port, a->o->exec_argv ? exec_vars : NULL, &envp,
+                                 diag) != XDC_OK) {
         xdc_diag_prefix(diag, "worker environment of slot %d", s);
         return XDC_ERR_CONFIG;
     }
@@ -176,7 +202,9 @@ static xdc_err_t start_worker(agent *a, int s, xdc_diag *diag)
     snprintf(name, sizeof name, "%s/%s:%d", a->id.region, a->id.host, lrank);
     /* Region 0's first rank prints the progress lines to the launcher's terminal. */
     int reporter = a->region == 0 && lrank == 0;
-    xdc_err_t rc = orch_procs_spawn(&a->workers, name, argv, envp, reporter ? NULL : logpath, logpath, diag);
+    const char *program = a->o->exec_argv ? a->o->exec_argv[0] : NULL;
+    xdc_err_t rc = orch_procs_spawn(&a->workers, name, program, a->o->exec_argv ? a->o->exec_argv : argv, envp,
+                                    reporter ? NULL : logpath, logpath, diag);
     orch_identity_env_free(envp);
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "cannot start worker %s", name);

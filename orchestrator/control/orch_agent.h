@@ -1,6 +1,6 @@
 /* orch_agent.h — the node agent behind `xdc agent` (option parsing lives in orchestrator/cli/cmd_agent.c):
- * work out which node of which region this is, start one `xdc worker` per worker slot with the
- * environment contract, and supervise them (orch_proc.h). */
+ * work out which node of which region this is, start one `xdc worker` (or, with --exec, the user's
+ * program on libxdc) per worker slot with the environment contract, and supervise them (orch_proc.h). */
 #ifndef ORCH_AGENT_H
 #define ORCH_AGENT_H
 
@@ -18,6 +18,11 @@ typedef struct orch_agent_opts {
     const orch_device_probe *probe;          /* the kernel registry's answers (NULL: no node check) */
     orch_creds_flags creds;                  /* --cert-dir --ca --crl: this node's own credentials */
     rdzv_flags rdzv; /* --rdzv (else XDC_RDZV, the run file's rdzv:) and etcd's TLS files; passed on */
+    /* --exec -- PROG ARGS: each worker slot runs this program (NULL-terminated argv, [0] the program) instead
+     * of `xdc worker`, with the environment contract and XDC_TOPOLOGY XDC_CONFIG XDC_RUN_DIR
+     * XDC_EMULATE_WAN XDC_CERT_DIR XDC_CA XDC_CRL XDC_RDZV (libxdc reads them; docs/api.md).
+     * NULL: `xdc worker`. */
+    char *const *exec_argv;
 } orch_agent_opts;
 
 /* Set up and supervise this node's workers until they end. XDC_OK when every worker exited 0;

@@ -106,3 +106,20 @@ int orch_creds_argv(const orch_creds *c, char **argv)
     }
     return n;
 }
+
+int orch_creds_env(const orch_creds *c, char (*buf)[ORCH_CREDS_ENV_LEN], const char **env)
+{
+    int n = 0;
+    snprintf(buf[n], ORCH_CREDS_ENV_LEN, "XDC_CERT_DIR=%s", c->dir);
+    env[n] = buf[n];
+    n++;
+    snprintf(buf[n], ORCH_CREDS_ENV_LEN, "XDC_CA=%s", c->ca);
+    env[n] = buf[n];
+    n++;
+    if (c->crl[0]) {
+        snprintf(buf[n], ORCH_CREDS_ENV_LEN, "XDC_CRL=%s", c->crl);
+        env[n] = buf[n];
+        n++;
+    }
+    return n;
+}

@@ -41,5 +41,11 @@ void orch_creds_apply(const orch_creds *c, xdc_wan_config *wc);
  * `xdc launch` -> `xdc agent`): up to ORCH_CREDS_ARGV entries written to argv; returns how many. */
 #define ORCH_CREDS_ARGV 6
 int orch_creds_argv(const orch_creds *c, char **argv);
+/* The same as environment entries (XDC_CERT_DIR, XDC_CA, XDC_CRL), for a program that reads them there
+ * (`xdc agent --exec`): up to ORCH_CREDS_ENV entries written to buf and pointed at from env; returns how
+ * many. */
+#define ORCH_CREDS_ENV     3
+#define ORCH_CREDS_ENV_LEN 720
+int orch_creds_env(const orch_creds *c, char (*buf)[ORCH_CREDS_ENV_LEN], const char **env);
 
 #endif /* ORCH_CREDS_H */

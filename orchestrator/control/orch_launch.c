@@ -239,24 +239,28 @@ static xdc_err_t start_agent(launch *L, int r, int n, xdc_diag *diag)
     xdc_region *g = &L->t->regions[r];
     char node[16], name[ORCH_PROC_NAME_MAX];
     snprintf(node, sizeof node, "%d", n);
-    char *argv[17 + 4 + ORCH_CREDS_ARGV + RDZV_FLAGS_ARGV + 1] = {
-        "agent",
-        "--topology",
-        (char *)L->o.topology,
-        "--config",
-        (char *)L->o.config,
-        "--run-dir",
-        L->run_dir,
-        "--region",
-        g->name,
-        "--node",
-        node,
-        "--host",
-        g->hosts[n],
-        "--coordinator",
-        L->coordinator,
-        "--run-id",
-        L->run_id}; /* the rest NULL: room for the optional flags below and the end */
+    int n_exec = 0;
+    while (L->o.exec_argv && L->o.exec_argv[n_exec]) n_exec++;
+    char **argv = xdc_calloc(17 + 4 + ORCH_CREDS_ARGV + RDZV_FLAGS_ARGV + 2 + (size_t)n_exec + 1, sizeof *argv);
+    if (!argv) return XDC_ERR_NOMEM;
+    char *const head[17] = {"agent",
+                            "--topology",
+                            (char *)L->o.topology,
+                            "--config",
+                            (char *)L->o.config,
+                            "--run-dir",
+                            L->run_dir,
+                            "--region",
+                            g->name,
+                            "--node",
+                            node,
+                            "--host",
+                            g->hosts[n],
+                            "--coordinator",
+                            L->coordinator,
+                            "--run-id",
+                            L->run_id};
+    memcpy(argv, head, sizeof head); /* the rest NULL: room for the optional flags below and the end */
     int a = 17;
     a += orch_creds_argv(&L->creds, argv + a);
     if (L->o.emulate) argv[a++] = "--emulate-wan";
@@ -267,8 +271,15 @@ static xdc_err_t start_agent(launch *L, int r, int n, xdc_diag *diag)
     }
     /* With etcd the URL as resolved here, its prefix made explicit, so every process uses this run's keys. */
     rdzv_flags_argv(&L->o.rdzv, L->store.kind == RDZV_ETCD ? L->store.url : NULL, argv, &a);
+    if (n_exec) {
+        argv[a++] = "--exec";
+        argv[a++] = "--";
+        memcpy(argv + a, L->o.exec_argv, (size_t)n_exec * sizeof *argv);
+    }
     snprintf(name, sizeof name, "%s/%s", g->name, g->hosts[n]);
-    return orch_procs_spawn(&L->agents, name, argv, NULL, NULL, NULL, diag);
+    xdc_err_t rc = orch_procs_spawn(&L->agents, name, NULL, argv, NULL, NULL, NULL, diag);
+    xdc_free(argv);
+    return rc;
 }
 
 static xdc_err_t start_agents(launch *L, xdc_diag *diag)
@@ -725,7 +736,11 @@ xdc_err_t orch_launch_run(const orch_launch_opts *o, int *agent_exit, xdc_diag *
         rc = launch_start(&L, diag);
         if (rc != XDC_OK) orch_procs_kill(&L.agents);
         else rc = supervise(&L, agent_exit);
-        if (rc == XDC_OK) print_summary(&L, (double)xdc_now_ns() / 1e9 - t0);
+        double wall = (double)xdc_now_ns() / 1e9 - t0;
+        if (rc == XDC_OK && o->exec_argv) /* the programs' own output says what they did */
+            printf("\nrun %s finished in %.1f s: %d members of %d regions ran %s and exited 0\n", L.run_id, wall,
+                   xdc_topology_total_workers(L.t), L.t->n_regions, o->exec_argv[0]);
+        else if (rc == XDC_OK) print_summary(&L, wall);
     }
     launch_close(&L);
     return rc;

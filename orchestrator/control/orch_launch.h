@@ -31,6 +31,10 @@ typedef struct orch_launch_opts {
      * RUN_DIR/certs (one machine, or a run folder shared by the nodes). Given: it makes none and uses
      * coordinator-0.pem/.key from the folder; each agent brings its own (the launcher's agents get these). */
     orch_creds_flags creds;
+    /* --exec -- PROG ARGS (NULL-terminated, [0] the program): the agents run it in every worker slot instead
+     * of `xdc worker` (orch_agent.h); the run ends with a line counting the members instead of the training
+     * summary. NULL: `xdc worker`. */
+    char *const *exec_argv;
 } orch_launch_opts;
 
 /* The emulator's model of topology link `l` (rate, RTT, jitter, loss; draws seeded by `seed`): what the

@@ -35,12 +35,16 @@ static void redirect(const char *path, int fd)
     close(f);
 }
 
-xdc_err_t orch_proc_spawn(char *const argv[], char *const env[], const char *stdout_path, const char *stderr_path,
-                          pid_t *pid, xdc_diag *diag)
+xdc_err_t orch_proc_spawn(const char *program, char *const argv[], char *const env[], const char *stdout_path,
+                          const char *stderr_path, pid_t *pid, xdc_diag *diag)
 {
+    if (program && strchr(program, '/') && access(program, X_OK) != 0) {
+        xdc_diag_set(diag, "cannot execute %s: %s", program, strerror(errno));
+        return XDC_ERR_UNAVAILABLE;
+    }
     const char *self = orch_proc_self();
     /* Build the child's argv before fork: the parent has threads, so the child must not allocate. argv[0]
-     * of the child is the binary; the caller's argv starts at the subcommand. */
+     * of this binary's child is the binary; the caller's argv starts at the subcommand. */
     int n = 0;
     while (argv[n]) n++;
     char **full = calloc((size_t)n + 2, sizeof *full);
@@ -64,9 +68,15 @@ xdc_err_t orch_proc_spawn(char *const argv[], char *const env[], const char *std
         for (int i = 0; env && env[i]; i++) putenv(env[i]);
         if (stdout_path) redirect(stdout_path, 1);
         if (stderr_path) redirect(stderr_path, 2);
-        execv(self, full);
-        static const char msg[] = "xdc: cannot execute this binary again (execv failed)\n";
+        if (program) execvp(program, argv);
+        else execv(self, full);
+        static const char msg[] = "xdc: cannot execute the program (exec failed): ";
+        const char *why = strerror(errno);
         ssize_t w = write(2, msg, sizeof msg - 1);
+        w = write(2, program ? program : self, strlen(program ? program : self));
+        w = write(2, ": ", 2);
+        w = write(2, why, strlen(why));
+        w = write(2, "\n", 1);
         (void)w;
         _exit(69);
     }
@@ -149,7 +159,7 @@ static int pidfd_of(pid_t pid)
 #endif
 }
 
-xdc_err_t orch_procs_spawn(orch_procs *g, const char *name, char *const argv[], char *const env[],
+xdc_err_t orch_procs_spawn(orch_procs *g, const char *name, const char *program, char *const argv[], char *const env[],
                            const char *stdout_path, const char *stderr_path, xdc_diag *diag)
 {
     if (g->n == ORCH_PROCS_MAX) {
@@ -157,7 +167,7 @@ xdc_err_t orch_procs_spawn(orch_procs *g, const char *name, char *const argv[], 
         return XDC_ERR_RANGE;
     }
     pid_t pid;
-    XDC_CHECK(orch_proc_spawn(argv, env, stdout_path, stderr_path, &pid, diag));
+    XDC_CHECK(orch_proc_spawn(program, argv, env, stdout_path, stderr_path, &pid, diag));
     int i = g->n++;
     g->pid[i] = pid;
     g->pidfd[i] = pidfd_of(pid);

@@ -12,11 +12,14 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* Start this binary with argv (argv[0] is the subcommand, NULL-terminated) and `env` (NULL-terminated
+/* Start `program` with argv (NULL-terminated, argv[0] the program's name; a program without '/' is looked
+ * up in PATH), or with program NULL this binary with argv[0] the subcommand, and `env` (NULL-terminated
  * "KEY=VALUE" strings added to our own environment). stdout_path / stderr_path: NULL inherits ours;
- * the same path for both shares one file (appended). */
-xdc_err_t orch_proc_spawn(char *const argv[], char *const env[], const char *stdout_path, const char *stderr_path,
-                          pid_t *pid, xdc_diag *diag);
+ * the same path for both shares one file (appended). A program path that is not executable is
+ * XDC_ERR_UNAVAILABLE naming it; an exec that fails in the child ends it with status 69 and a line on its
+ * stderr. */
+xdc_err_t orch_proc_spawn(const char *program, char *const argv[], char *const env[], const char *stdout_path,
+                          const char *stderr_path, pid_t *pid, xdc_diag *diag);
 /* Signal a child's process group. */
 void orch_proc_signal(pid_t pid, int sig);
 /* "exited with status 3" / "killed by signal 9 (Killed)". */
@@ -48,7 +51,7 @@ typedef struct orch_procs {
  * agents): the grace is levels x ORCH_PROC_GRACE_MS. */
 void orch_procs_init(orch_procs *g, int levels);
 /* orch_proc_spawn() plus bookkeeping; `name` names the child in messages. */
-xdc_err_t orch_procs_spawn(orch_procs *g, const char *name, char *const argv[], char *const env[],
+xdc_err_t orch_procs_spawn(orch_procs *g, const char *name, const char *program, char *const argv[], char *const env[],
                            const char *stdout_path, const char *stderr_path, xdc_diag *diag);
 /* SIGTERM to every live child's process group; SIGKILL follows after the grace (in the supervise loop). */
 void orch_procs_stop(orch_procs *g);

@@ -25,20 +25,22 @@ static const xdc_model_ops *ops_of(const orch_worker *w) { return w->model.be->m
 static xdc_stream *stream_of(const orch_worker *w) { return xdc_gpt_stage_stream(w->model.st); }
 static xdc_err_t wait_copies(const orch_worker *w) { return dev_of(w)->stream_sync(stream_of(w)); }
 
-/* The model ops queue on the calling thread's current stream: orch_outer_enter makes it the stage's and
- * returns the caller's; orch_outer_leave restores it and reports the stage stream's sticky error (the ops
- * return nothing; a failed launch or a cpu-strict refusal shows here). */
-xdc_err_t orch_outer_enter(const orch_worker *w, xdc_stream **prev)
+/* The model ops queue on the calling thread's current stream: enter makes it `s` and returns the caller's;
+ * leave restores it and reports s's sticky error (the ops return nothing; a failed launch or a cpu-strict
+ * refusal shows here). */
+static xdc_err_t enter(const orch_worker *w, xdc_stream *s, xdc_stream **prev)
 {
     XDC_CHECK(dev_of(w)->get_stream(prev));
-    return dev_of(w)->set_stream(stream_of(w));
+    return dev_of(w)->set_stream(s);
 }
-xdc_err_t orch_outer_leave(const orch_worker *w, xdc_stream *prev)
+static xdc_err_t leave(const orch_worker *w, xdc_stream *s, xdc_stream *prev)
 {
     xdc_err_t rc = dev_of(w)->set_stream(prev);
-    xdc_err_t rs = dev_of(w)->stream_error(stream_of(w), NULL);
+    xdc_err_t rs = dev_of(w)->stream_error(s, NULL);
     return rs != XDC_OK ? rs : rc;
 }
+xdc_err_t orch_outer_enter(const orch_worker *w, xdc_stream **prev) { return enter(w, stream_of(w), prev); }
+xdc_err_t orch_outer_leave(const orch_worker *w, xdc_stream *prev) { return leave(w, stream_of(w), prev); }
 
 void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc)
 {
@@ -46,25 +48,35 @@ void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc)
     sc->compute = stream_of(w); /* the buffers are written and read by work on the stage's stream */
 }
 
-xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag)
+xdc_err_t orch_outer_open(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag)
 {
-    size_t n = w->model.n_params, bytes = n * sizeof(float);
+    size_t bytes = o->n * sizeof(float);
     const xdc_device_ops *dev = dev_of(w);
     XDC_CHECK(dev->mem_alloc((void **)&o->global, bytes));
     XDC_CHECK(dev->mem_alloc((void **)&o->mom, bytes)); /* zero-filled */
     XDC_CHECK(dev->mem_alloc((void **)&o->pseudo, bytes));
     XDC_CHECK(dev->host_alloc((void **)&o->host, bytes));
-    XDC_CHECK(dev->copy_d2d(o->global, xdc_gpt_stage_params(w->model.st), bytes, stream_of(w)));
-    XDC_CHECK(wait_copies(w));
-    w->elastic.on = orch_quorum_elastic(&w->cfg, w->id.n_regions);
-    w->elastic.n_live = w->id.n_regions;
-    memset(w->elastic.live, 1, (size_t)w->id.n_regions);
+    XDC_CHECK(dev->copy_d2d(o->global, o->local, bytes, o->stream));
+    XDC_CHECK(dev->stream_sync(o->stream));
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 1, &sc);
-    orch_sync_device_cfg(w, &sc);
+    sc.n_elems = o->n;
+    sc.backend = w->model.be;
+    sc.compute = o->stream;
     sc.dp = dp;
     sc.name = "pseudo-gradients";
     return xdc_sync_create(w->comm.sync_eng, &sc, &o->sync, diag);
+}
+
+xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag)
+{
+    o->local = xdc_gpt_stage_params(w->model.st);
+    o->n = w->model.n_params;
+    o->stream = stream_of(w);
+    w->elastic.on = orch_quorum_elastic(&w->cfg, w->id.n_regions);
+    w->elastic.n_live = w->id.n_regions;
+    memset(w->elastic.live, 1, (size_t)w->id.n_regions);
+    return orch_outer_open(w, o, dp, diag);
 }
 
 void orch_outer_destroy(orch_worker *w, orch_outer *o)
@@ -81,18 +93,18 @@ void orch_outer_destroy(orch_worker *w, orch_outer *o)
 xdc_err_t orch_outer_update(orch_worker *w, orch_outer *o, size_t lo, size_t hi)
 {
     xdc_stream *prev = NULL;
-    XDC_CHECK(orch_outer_enter(w, &prev));
+    XDC_CHECK(enter(w, o->stream, &prev));
     ops_of(w)->outer_nesterov(o->global + lo, o->mom + lo, o->pseudo + lo, hi - lo, (float)w->cfg.outer_lr,
                               (float)w->cfg.outer_momentum);
-    return orch_outer_leave(w, prev);
+    return leave(w, o->stream, prev);
 }
 
 xdc_err_t orch_outer_pseudo(orch_worker *w, orch_outer *o, size_t lo, size_t hi)
 {
     xdc_stream *prev = NULL;
-    XDC_CHECK(orch_outer_enter(w, &prev));
-    ops_of(w)->sub(o->pseudo + lo, o->global + lo, xdc_gpt_stage_params(w->model.st) + lo, hi - lo);
-    return orch_outer_leave(w, prev);
+    XDC_CHECK(enter(w, o->stream, &prev));
+    ops_of(w)->sub(o->pseudo + lo, o->global + lo, o->local + lo, hi - lo);
+    return leave(w, o->stream, prev);
 }
 
 /* How often a worker whose round's exchange is under way looks whether a member left during it (lost/<S>). */
@@ -166,7 +178,7 @@ static xdc_err_t elastic_exchange(orch_worker *w, xdc_sync *sync, xdc_diag *diag
 
 xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag)
 {
-    size_t n = w->model.n_params;
+    size_t n = o->n;
     XDC_CHECK(orch_outer_quorum(w, o->sync, diag));
     XDC_CHECK(orch_outer_pseudo(w, o, 0, n));
     XDC_CHECK(xdc_sync_begin(o->sync, o->pseudo)); /* xdc_sync_end marks it ready on the stage's stream */
@@ -176,8 +188,8 @@ xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag)
     w->prog.t_wan_exposed += now_s() - t0;
     XDC_CHECK(rc);
     XDC_CHECK(orch_outer_update(w, o, 0, n));
-    XDC_CHECK(dev_of(w)->copy_d2d(xdc_gpt_stage_params(w->model.st), o->global, n * sizeof(float), stream_of(w)));
-    XDC_CHECK(wait_copies(w)); /* once per round: a failure shows at the round that caused it */
+    XDC_CHECK(dev_of(w)->copy_d2d(o->local, o->global, n * sizeof(float), o->stream));
+    XDC_CHECK(dev_of(w)->stream_sync(o->stream)); /* once per round: a failure shows at the round that caused it */
     orch_rejoin_member(w, w->prog.step);
     return orch_rejoin_give(w, o);
 }

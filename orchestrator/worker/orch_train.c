@@ -632,6 +632,5 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
         return first == w->id.region_idx && w->id.replica == 0 && is_last(w) ? post_result(w, hash, wall, diag)
                                                                              : XDC_OK;
     }
-    XDC_CHECK(rdzv_barrier(w->comm.rdzv, "done", w->id.gsize, w->cfg.op_timeout_ms, diag));
-    return w->id.grank == 0 ? rdzv_set(w->comm.rdzv, "finished", "1", diag) : XDC_OK;
+    return orch_worker_end_barrier(w, diag);
 }

@@ -81,8 +81,7 @@ static void stage_layers(orch_worker *w)
     orch_stage_layers(w->cfg.train.model.n_layer, w->id.n_stages, w->id.stage, &w->id.layer_begin, &w->id.layer_end);
 }
 
-/* Check the identity against the topology and derive this worker's place in the layout. */
-static xdc_err_t place(orch_worker *w, xdc_diag *diag)
+xdc_err_t orch_worker_place(orch_worker *w, xdc_diag *diag)
 {
     const xdc_topology *t = w->topo;
     int r = xdc_topology_region_index(t, w->id.region);
@@ -394,6 +393,16 @@ static xdc_err_t open_peers(orch_worker *w, xdc_diag *diag)
     return XDC_OK;
 }
 
+xdc_err_t orch_worker_connect(orch_worker *w, const char **what, xdc_diag *diag)
+{
+    *what = "WAN engine and rendezvous";
+    XDC_CHECK(open_wan(w, diag));
+    *what = "intra-region communicators";
+    XDC_CHECK(open_intra(w, diag));
+    *what = "WAN peers";
+    return open_peers(w, diag);
+}
+
 /* Activation codec for stages that talk across the WAN (no error feedback: each tensor is used once). */
 static xdc_err_t open_pipe_codec(orch_worker *w, xdc_diag *diag)
 {
@@ -475,11 +484,16 @@ static const orch_mode_ops *mode_ops(orch_mode m)
                                       : &orch_mode_sync_ops;
 }
 
+xdc_err_t orch_worker_comm_engine(orch_worker *w, xdc_diag *diag)
+{
+    XDC_CHECK(codec_config(w, &w->comm.codec_cfg, diag));
+    return xdc_sync_engine_create(&w->comm.sync_eng, diag);
+}
+
 /* The comm thread, then the mode's syncs and buffers on it. */
 static xdc_err_t open_sync(orch_worker *w, xdc_diag *diag)
 {
-    XDC_CHECK(codec_config(w, &w->comm.codec_cfg, diag));
-    XDC_CHECK(xdc_sync_engine_create(&w->comm.sync_eng, diag));
+    XDC_CHECK(orch_worker_comm_engine(w, diag));
     w->mode = mode_ops(w->cfg.mode);
     return w->mode->setup(w, &w->mode_state, diag);
 }
@@ -489,7 +503,7 @@ int orch_worker_syncs(const orch_worker *w, xdc_sync **out, int cap)
     return w->mode && w->mode_state ? w->mode->syncs(w->mode_state, out, cap) : 0;
 }
 
-static void worker_close(orch_worker *w)
+void orch_worker_close(orch_worker *w)
 {
     /* Teardown order, and why:
      * 1. stop every sync: once xdc_sync_stop returns, the comm thread runs no job of it any more;
@@ -558,47 +572,74 @@ static void time_out_hint(xdc_diag *d, int64_t timeout_ms)
              at, (long long)timeout_ms);
 }
 
-xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
+xdc_err_t orch_worker_load(orch_worker *w, const xdc_worker_opts *o, xdc_diag *diag)
 {
-    orch_worker w;
-    memset(&w, 0, sizeof w);
-    w.elastic.started = xdc_now_ns();
-    snprintf(w.id.run_dir, sizeof w.id.run_dir, "%s", o->run_dir);
-    w.id.emulate_wan = o->emulate_wan;
-    w.id.resume = o->resume;
-    w.creds = &o->creds;
-    const char *topo_path = o->topology_path, *cfg_path = o->config_path;
-    xdc_diag d = {{0}};
+    memset(w, 0, sizeof *w);
+    w->elastic.started = xdc_now_ns();
+    snprintf(w->id.run_dir, sizeof w->id.run_dir, "%s", o->run_dir);
+    w->id.emulate_wan = o->emulate_wan;
+    w->id.resume = o->resume;
+    w->creds = &o->creds;
     xdc_cfg_errors errs;
-    if (xdc_topology_load(topo_path, &w.topo, &errs) != XDC_OK ||
-        orch_run_config_load(cfg_path, &w.cfg, &errs) != XDC_OK) {
+    if (xdc_topology_load(o->topology_path, &w->topo, &errs) != XDC_OK ||
+        orch_run_config_load(o->config_path, &w->cfg, &errs) != XDC_OK) {
         xdc_cfg_errors_print(&errs, stderr);
-        worker_close(&w);
-        xdc_diag_set(diag, "%s or %s: configuration errors (above)", topo_path, cfg_path);
+        const xdc_cfg_error *e = &errs.items[0]; /* the first, named; every one printed */
+        if (errs.count > 0 && e->line > 0)
+            xdc_diag_set(diag, "%s:%d:%d: %s (%d errors in all, printed above)", errs.path, e->line, e->col, e->msg,
+                         errs.count + errs.dropped);
+        else if (errs.count > 0)
+            xdc_diag_set(diag, "%s: %s (%d errors in all, printed above)", errs.path, e->msg,
+                         errs.count + errs.dropped);
+        else xdc_diag_set(diag, "%s or %s: configuration errors (above)", o->topology_path, o->config_path);
         return XDC_ERR_CONFIG;
     }
-    orch_run_config_scale_timeouts(&w.cfg, w.topo);
-    xdc_err_t rc = read_identity(&w, o, &d);
-    if (rc != XDC_OK) {
-        worker_close(&w);
+    orch_run_config_scale_timeouts(&w->cfg, w->topo);
+    xdc_diag d = {{0}};
+    if (read_identity(w, o, &d) != XDC_OK) {
         if (diag) *diag = d;
         return XDC_ERR_CONFIG; /* whatever the cause: the environment contract does not hold */
     }
-    if (w.cfg.plan_auto && (rc = orch_plan_apply(&w.cfg, w.topo, &w.planned, &d)) != XDC_OK) {
-        worker_close(&w);
+    if (w->cfg.plan_auto) XDC_CHECK(orch_plan_apply(&w->cfg, w->topo, &w->planned, diag));
+    xdc_log_set_identity(w->id.region, w->id.node, w->id.lrank);
+    return XDC_OK;
+}
+
+void orch_worker_report_failure(orch_worker *w, const char *what, xdc_err_t rc, const char *msg)
+{
+    XDC_ERROR(XDC_SUB_ORCH, "%s failed: %s: %s", what, xdc_strerror(rc), msg);
+    if (!w->comm.rdzv) return;
+    char key[200], text[900], val[1024];
+    snprintf(key, sizeof key, "failed/%s", w->id.member);
+    snprintf(text, sizeof text, "%s failed: %s: %s", what, xdc_strerror(rc), msg);
+    orch_failure_format(rc, text, val, sizeof val);
+    xdc_diag ignore;
+    rdzv_set(w->comm.rdzv, key, val, &ignore);
+}
+
+xdc_err_t orch_worker_end_barrier(orch_worker *w, xdc_diag *diag)
+{
+    XDC_CHECK(rdzv_barrier(w->comm.rdzv, "done", w->id.gsize, w->cfg.op_timeout_ms, diag));
+    return w->id.grank == 0 ? rdzv_set(w->comm.rdzv, "finished", "1", diag) : XDC_OK;
+}
+
+xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
+{
+    orch_worker w;
+    xdc_diag d = {{0}};
+    xdc_err_t rc = orch_worker_load(&w, o, &d);
+    if (rc != XDC_OK) {
+        orch_worker_close(&w);
         if (diag) *diag = d;
         return rc;
     }
-    xdc_log_set_identity(w.id.region, w.id.node, w.id.lrank);
     if (orch_trace_create(w.id.grank, w.id.member, ORCH_TRACE_DEFAULT_CAPACITY, &w.tele.trace) != XDC_OK)
         XDC_WARN(XDC_SUB_ORCH, "no memory for the trace buffer; tracing off");
     const char *what = "layout";
-    rc = place(&w, &d);
+    rc = orch_worker_place(&w, &d);
     if (rc == XDC_OK) what = "device", rc = choose_device(&w, o->device, &d);
     if (rc == XDC_OK) what = "model and data", rc = open_model_and_data(&w, &d);
-    if (rc == XDC_OK) what = "WAN engine and rendezvous", rc = open_wan(&w, &d);
-    if (rc == XDC_OK) what = "intra-region communicators", rc = open_intra(&w, &d);
-    if (rc == XDC_OK) what = "WAN peers", rc = open_peers(&w, &d);
+    if (rc == XDC_OK) rc = orch_worker_connect(&w, &what, &d);
     if (rc == XDC_OK) what = "activation codec", rc = open_pipe_codec(&w, &d);
     if (rc == XDC_OK) what = "comm engine", rc = open_sync(&w, &d);
     if (rc == XDC_OK) what = "metrics", rc = orch_observe_start(&w, &d);
@@ -624,18 +665,8 @@ xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
             orch_trace_write_dir(w.tele.trace, dir, path, sizeof path, &td) != XDC_OK)
             XDC_WARN(XDC_SUB_ORCH, "trace not written: %s", td.msg);
     }
-    if (rc != XDC_OK) {
-        XDC_ERROR(XDC_SUB_ORCH, "%s failed: %s: %s", what, xdc_strerror(rc), d.msg);
-        if (w.comm.rdzv) {
-            char key[200], text[900], val[1024];
-            snprintf(key, sizeof key, "failed/%s", w.id.member);
-            snprintf(text, sizeof text, "%s failed: %s: %s", what, xdc_strerror(rc), d.msg);
-            orch_failure_format(rc, text, val, sizeof val);
-            xdc_diag ignore;
-            rdzv_set(w.comm.rdzv, key, val, &ignore);
-        }
-    }
-    worker_close(&w);
+    if (rc != XDC_OK) orch_worker_report_failure(&w, what, rc, d.msg);
+    orch_worker_close(&w);
     if (rc != XDC_OK) xdc_diag_set(diag, "%s failed: %s", what, d.msg);
     return rc;
 }

@@ -22,6 +22,7 @@
 #include "model/xdc_data.h"
 #include "topology/xdc_topology.h"
 #include "wan/xdc_wan.h"
+#include "orchestrator/worker/xdc_worker.h"
 
 #include <stdint.h>
 
@@ -154,7 +155,7 @@ typedef struct orch_mode_ops {
     xdc_err_t (*step)(orch_worker *w, void *state, float *loss, xdc_diag *diag);
     /* After the last step: what the mode needs so every region ends on one model. */
     xdc_err_t (*finish)(orch_worker *w, void *state, xdc_diag *diag);
-    /* Free the state and destroy its syncs (stopped before, see worker_close). NULL state: no-op. */
+    /* Free the state and destroy its syncs (stopped before, see orch_worker_close). NULL state: no-op. */
     void (*destroy)(void *state);
     /* The mode's syncs, in creation order; returns how many (at most cap). */
     int (*syncs)(const void *state, xdc_sync **out, int cap);
@@ -227,16 +228,24 @@ xdc_err_t orch_pipe_wait_small(orch_worker *w, int peer, float *v, int n, int ro
 
 /* orch_mode_diloco.c: the outer loop DiLoCo and streaming share. */
 typedef struct orch_outer {
-    xdc_sync *sync; /* pseudo-gradients across regions (codec + error feedback) */
-    float *global;  /* device (n_params) the last agreed global parameters */
-    float *mom;     /* device (n_params) outer Nesterov momentum */
-    float *pseudo;  /* device (n_params) pseudo-gradient: what the sync averages */
-    float *host;    /* pinned host (n_params): the checkpoint's staging of global and momentum */
+    xdc_sync *sync;     /* pseudo-gradients across regions (codec + error feedback) */
+    float *local;       /* device (n) the parameters the rounds update (the stage's; libxdc: its staging) */
+    size_t n;           /* parameters, fp32 */
+    xdc_stream *stream; /* where the outer arithmetic and copies queue (the stage's compute stream) */
+    float *global;      /* device (n) the last agreed global parameters */
+    float *mom;         /* device (n) outer Nesterov momentum */
+    float *pseudo;      /* device (n) pseudo-gradient: what the sync averages */
+    float *host;        /* pinned host (n): the checkpoint's staging of global and momentum */
 } orch_outer;
 /* Save (or load) global and mom as state files next to the stage checkpoint in `dir`. */
 xdc_err_t orch_outer_checkpoint_io(orch_worker *w, orch_outer *o, const char *dir, int save, xdc_diag *diag);
-/* Buffers (global = the stage's parameters now) and the pseudo-gradient sync over `dp` and the regions. */
+/* Buffers (global = the stage's parameters now) and the pseudo-gradient sync over `dp` and the regions;
+ * elastic rounds as the run file says. */
 xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag);
+/* The same over o->local (o->n fp32 device memory of w's backend; global = its values now), its arithmetic
+ * on o->stream (NULL: the calling thread's current stream), without elastic rounds: libxdc's outer rounds
+ * over a user's parameters. */
+xdc_err_t orch_outer_open(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag);
 void orch_outer_destroy(orch_worker *w, orch_outer *o);
 /* The device and compute stream of the worker's stage in `sc` (every sync of the modes). */
 void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc);
@@ -244,7 +253,7 @@ void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc);
  * there); leave restores `prev` and reports that stream's sticky error. */
 xdc_err_t orch_outer_enter(const orch_worker *w, xdc_stream **prev);
 xdc_err_t orch_outer_leave(const orch_worker *w, xdc_stream *prev);
-/* pseudo = global - local on [lo, hi). */
+/* pseudo = global - local on [lo, hi) (local: o->local). */
 xdc_err_t orch_outer_pseudo(orch_worker *w, orch_outer *o, size_t lo, size_t hi);
 /* Outer Nesterov step on [lo, hi): pseudo holds the cross-region mean of (global - local). */
 xdc_err_t orch_outer_update(orch_worker *w, orch_outer *o, size_t lo, size_t hi);
@@ -294,7 +303,28 @@ xdc_err_t orch_checkpoint_save(orch_worker *w, xdc_diag *diag);
 /* Load the newest complete checkpoint of the run, if any (w->step stays 0 without one). */
 xdc_err_t orch_checkpoint_resume(orch_worker *w, xdc_diag *diag);
 
-/* orch_worker.c */
+/* orch_worker.c: the set-up and teardown every member process of a run shares, the worker (xdc_worker_run)
+ * and a user program on libxdc (orchestrator/api). In this order: load, place, the device (the worker's
+ * choice; libxdc: the CPU), connect, comm engine; close after any of them. */
+/* Zero w; load the topology and run file (every error printed to stderr, the first in diag with
+ * file:line:col: XDC_ERR_CONFIG), resolve the identity from the environment contract (XDC_ERR_CONFIG
+ * naming what is missing and where it looked), apply the plan with `plan: auto`. */
+xdc_err_t orch_worker_load(orch_worker *w, const xdc_worker_opts *o, xdc_diag *diag);
+/* Check the identity against the topology and derive this process's place in the layout. */
+xdc_err_t orch_worker_place(orch_worker *w, xdc_diag *diag);
+/* The WAN engine with the member's credentials, the rendezvous join (and the "joined" barrier), the intra
+ * communicators, the WAN peers. *what names the step that failed. */
+xdc_err_t orch_worker_connect(orch_worker *w, const char **what, xdc_diag *diag);
+/* The run's WAN codec (w->comm.codec_cfg) and the sync engine, the comm thread every sync runs on. */
+xdc_err_t orch_worker_comm_engine(orch_worker *w, xdc_diag *diag);
+/* Log "<what> failed" and post failed/<member> to the rendezvous, for the launcher to name. */
+void orch_worker_report_failure(orch_worker *w, const char *what, xdc_err_t rc, const char *msg);
+/* The end of a run: nobody leaves before everyone is done (the "done" barrier), then global rank 0 posts
+ * "finished" so a coordinator may close the store. */
+xdc_err_t orch_worker_end_barrier(orch_worker *w, xdc_diag *diag);
+/* Tear down whatever was set up, in the order docs/design.md gives (the mode's syncs through w->mode). */
+void orch_worker_close(orch_worker *w);
+
 #define ORCH_MAX_SYNCS (2 + 1024) /* gradients, pseudo-gradients, streaming fragments */
 /* Every sync of this worker's mode, in creation order; returns how many (at most cap). */
 int orch_worker_syncs(const orch_worker *w, xdc_sync **out, int cap);

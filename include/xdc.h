@@ -1,0 +1,143 @@
+/* xdc.h — libxdc, the stable C API of xdc: a cross-region communicator for a program of your own (a
+ * training loop in C, or a framework through a thin binding), and the hierarchical all-reduce xdc's own
+ * workers run: the mean over the replicas of a region (shared memory), then over the regions (the WAN:
+ * compressed with error feedback, TLS 1.3), bit-identical on every rank. docs/api.md is the manual: every
+ * call, the threading rules, the environment a process reads its identity from, the status codes and
+ * the versioning rule, and a complete example (examples/api/allreduce.c).
+ *
+ * Plain C types only: opaque handles, int status codes, NUL-terminated strings, fp32 host buffers, and
+ * one options structure that carries its own size, so a binding (Python ctypes) can call every function.
+ * Build with `pkg-config --cflags --libs xdc`. */
+#ifndef XDC_H
+#define XDC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The API version this header declares: major in the high 16 bits, minor in the low 16. A program built
+ * against major M runs with any library of major M and a minor at least its own; a new major may change
+ * or remove calls. */
+#define XDC_API_VERSION_MAJOR 0
+#define XDC_API_VERSION_MINOR 1
+#define XDC_API_VERSION       ((XDC_API_VERSION_MAJOR << 16) | XDC_API_VERSION_MINOR)
+
+/* The version of the library loaded at run time (compare its major, version >> 16, with the header's). */
+int xdc_api_version(void);
+
+/* Status codes: every call that can fail returns one. The values are stable across versions; a new
+ * version may add codes, never renumber one. */
+enum {
+    XDC_SUCCESS = 0,
+    XDC_STATUS_INVALID = 1,      /* a bad argument, or a call out of order (a second round on a tag in flight) */
+    XDC_STATUS_NOMEM = 2,        /* out of memory */
+    XDC_STATUS_IO = 3,           /* a file could not be read or written */
+    XDC_STATUS_CONFIG = 4,       /* the topology, the run file or the identity from the environment */
+    XDC_STATUS_PROTOCOL = 5,     /* a peer or the rendezvous answered something unexpected */
+    XDC_STATUS_CORRUPT = 6,      /* data failed its checksum or format check */
+    XDC_STATUS_RANGE = 7,        /* a value out of range */
+    XDC_STATUS_TIMEOUT = 8,      /* xdc_request_wait: the deadline passed, the request is still pending */
+    XDC_STATUS_IN_PROGRESS = 9,  /* xdc_request_test: not complete yet */
+    XDC_STATUS_CLOSED = 10,      /* the communicator or a connection was closed */
+    XDC_STATUS_UNAVAILABLE = 11, /* a peer, the rendezvous or a resource is not there */
+    XDC_STATUS_PEER_LOST = 12,   /* a peer failed */
+    XDC_STATUS_TLS = 13,         /* TLS failure */
+    XDC_STATUS_AUTH = 14,        /* a peer's certificate was refused, or names another member than expected */
+    XDC_STATUS_UNSUPPORTED = 15, /* not supported by this build or this version */
+    XDC_STATUS_DEVICE = 16,      /* CUDA or NCCL error */
+    XDC_STATUS_INTERNAL = 17,    /* a bug in xdc */
+    XDC_STATUS_INTERRUPTED = 18  /* interrupted by a signal */
+};
+
+/* A short text for a status code ("deadline passed; the request is still pending"); never NULL. */
+const char *xdc_status_string(int status);
+
+/* A member of a run: this process's place among the regions, its connections and its all-reduce state. */
+typedef struct xdc_comm xdc_comm;
+/* The all-reduce in flight on one tag of a communicator (owned by the communicator). */
+typedef struct xdc_request xdc_request;
+
+/* Where a communicator comes from. Every field left NULL / -1 is read from the environment the launcher
+ * sets (`xdc launch --exec`, `xdc agent --exec`; docs/api.md). */
+typedef struct xdc_comm_options {
+    uint32_t struct_size; /* sizeof(xdc_comm_options), as compiled into the caller */
+    uint32_t api_version; /* XDC_API_VERSION, as compiled into the caller */
+    const char *topology; /* topology file; NULL: $XDC_TOPOLOGY */
+    const char *config;   /* run file (codec, bucket size, timeouts); NULL: $XDC_CONFIG */
+    const char *run_dir;  /* run folder (its certs/ holds the credentials by default); NULL: $XDC_RUN_DIR */
+    int emulate_wan;      /* 1: dial the other regions through the launcher's relays; -1: $XDC_EMULATE_WAN */
+} xdc_comm_options;
+
+#define XDC_COMM_OPTIONS_INIT                                                                                      \
+    {                                                                                                              \
+        .struct_size = sizeof(xdc_comm_options), .api_version = XDC_API_VERSION, .topology = NULL, .config = NULL, \
+        .run_dir = NULL, .emulate_wan = -1                                                                         \
+    }
+
+/* Join the run: read the identity (region, rank, coordinator) from the environment contract, connect to
+ * the rendezvous, the other members of this region (shared memory) and the same rank of every other
+ * region (TLS), and wait until every member of the run has joined. Collective: every member calls it.
+ * opts may be NULL (everything from the environment). On failure *out is NULL, and the diagnostic (which
+ * file:line:col, which variable, which peer) is written to err[err_cap] when err is not NULL. */
+int xdc_comm_create(const xdc_comm_options *opts, xdc_comm **out, char *err, size_t err_cap);
+
+/* The run's end for this member: wait until every member reached its own xdc_comm_finalize (so no peer
+ * leaves while another still exchanges with it). Collective; call it before xdc_comm_destroy on success. */
+int xdc_comm_finalize(xdc_comm *comm);
+
+/* Tear down (connections, the comm thread, every tag's state). Without xdc_comm_finalize first the
+ * other members see this one leave (a failure, as a crash would be). NULL: no-op. */
+void xdc_comm_destroy(xdc_comm *comm);
+
+/* The diagnostic of the last call on comm that failed ("" if none): what failed and why, naming the peer,
+ * file or variable. Valid until the next call on comm. */
+const char *xdc_comm_last_error(const xdc_comm *comm);
+
+/* This member's place: global rank and size over every region; its region's index, name and count. */
+int xdc_comm_rank(const xdc_comm *comm);
+int xdc_comm_size(const xdc_comm *comm);
+int xdc_comm_region(const xdc_comm *comm);
+int xdc_comm_num_regions(const xdc_comm *comm);
+const char *xdc_comm_region_name(const xdc_comm *comm);
+
+/* All-reduce `count` fp32 values of `buf` (host memory) in place to their mean over every member of the
+ * run, with the run file's WAN codec. `tag` (0 <= tag < XDC_MAX_TAGS) names a buffer: its first use fixes
+ * its count and allocates its state (buckets, codec contexts, the error-feedback residual, which carries
+ * over from one call to the next); later calls on the tag must pass the same count. Every member calls
+ * with the same tags in the same order. Blocks until the mean is in buf. */
+#define XDC_MAX_TAGS 1024
+int xdc_allreduce(xdc_comm *comm, int tag, float *buf, size_t count);
+
+/* The same without waiting: the round starts at once (on the communicator's comm thread) and *req names
+ * it. buf must not be touched until the request completed. One round per tag at a time. */
+int xdc_iallreduce(xdc_comm *comm, int tag, float *buf, size_t count, xdc_request **req);
+
+/* XDC_SUCCESS when the request completed (the mean is in its buffer), XDC_STATUS_IN_PROGRESS when not yet,
+ * or the round's error. Does not block. */
+int xdc_request_test(xdc_request *req);
+
+/* Wait for the request at most timeout_ms milliseconds (< 0: no deadline; a peer silent past the run
+ * file's operation timeout still fails the round). XDC_SUCCESS when it completed; XDC_STATUS_TIMEOUT when
+ * the deadline passed first: the round goes on, wait or test again. After completion the request is
+ * finished: a further wait or test returns XDC_STATUS_INVALID. */
+int xdc_request_wait(xdc_request *req, int64_t timeout_ms);
+
+/* DiLoCo outer rounds over a parameter list (n_params buffers of counts[i] fp32, host memory): each region
+ * trains on its own between rounds; a round averages the pseudo-gradient (the parameters at the last round
+ * minus now) over every member with the run file's codec and error feedback, takes an outer Nesterov step
+ * with the run file's diloco.outer_lr and diloco.outer_momentum (m = mu m + delta; global -= lr (delta +
+ * mu m)), and writes the new global parameters into every buffer: every member ends with the same values.
+ * xdc_outer_init takes the starting point (the parameters now) and allocates the tag's state once;
+ * xdc_outer_round (collective, blocking) runs one round, with the same list shape (the buffers may move).
+ * The tag is then an outer tag: xdc_allreduce on it is XDC_STATUS_INVALID. */
+int xdc_outer_init(xdc_comm *comm, int tag, int n_params, float *const *params, const size_t *counts);
+int xdc_outer_round(xdc_comm *comm, int tag, float *const *params);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* XDC_H */

@@ -1,0 +1,232 @@
+/* test_api.c — libxdc (include/xdc.h, docs/api.md) as a user sees it: `make install PREFIX=tmp`, the
+ * example program built against the installed copy with `pkg-config --cflags --libs xdc` and run by
+ * `xdc launch --exec` over two emulated regions (every member ends with the same buffer, the exact mean
+ * with codec none, within int8's error with int8); a non-blocking all-reduce whose wait runs out before
+ * the other region posts (tests/api/nonblocking.c); and the errors of xdc_comm_create, called in this
+ * process. */
+#include "tests/xdc_test.h"
+
+#include <xdc.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef XDC_TEST_SAN
+#define XDC_TEST_SAN "" /* the Makefile passes SAN: programs built here use the library's sanitizers */
+#endif
+#define TOPO "examples/topology/demo-2region.yaml"
+
+/* TMP/<name>.yaml: a run file for libxdc programs (the launcher reads the model and data keys; the program
+ * the codec, bucket size, outer settings and timeouts). Returns its path in out. */
+static void write_run(const char *name, const char *codec, char *out, size_t cap)
+{
+    char cwd[400], text[1024];
+    if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
+    snprintf(out, cap, "%s/%s.yaml", xdc_test_tmpdir(), name);
+    snprintf(text, sizeof text,
+             "model: %s/examples/models/tiny.yaml\ndata: /usr/share/games/fortunes\nmode: sync\npipeline_stages: 1\n"
+             "codec: %s\nbucket_mb: 0.01\ndiloco: {outer_lr: 0.5, outer_momentum: 0.5}\n"
+             "timeouts: {rendezvous: 30s, operation: 30s}\n",
+             cwd, codec);
+    xdc_test_write_file(out, text);
+}
+
+/* Install libxdc into TMP/prefix (once per test) and build `src` against it with pkg-config into TMP/<exe>. */
+static void build_against_install(const char *src, const char *exe, char *path, size_t cap)
+{
+    static char prefix[600];
+    char cmd[4096], out[16384], bin[600];
+    snprintf(prefix, sizeof prefix, "%s/prefix", xdc_test_tmpdir());
+    snprintf(bin, sizeof bin, "%s", xdc_test_bin());
+    char *slash = strrchr(bin, '/');
+    if (slash) *slash = '\0';
+    struct stat st;
+    if (stat(prefix, &st) != 0) {
+        snprintf(cmd, sizeof cmd, "make --no-print-directory -s install PREFIX=%s BUILD=%s SAN=%s", prefix,
+                 slash ? bin : ".", XDC_TEST_SAN);
+        int rc = xdc_test_run(cmd, out, sizeof out);
+        XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", cmd, rc, out);
+    }
+    snprintf(path, cap, "%s/%s", xdc_test_tmpdir(), exe);
+    char san[128] = "";
+    if (XDC_TEST_SAN[0]) snprintf(san, sizeof san, "-fsanitize=%s -fno-sanitize-recover=all", XDC_TEST_SAN);
+    snprintf(cmd, sizeof cmd,
+             "export PKG_CONFIG_PATH=%s/lib/pkgconfig; cc -std=c11 -Wall -Wextra -Werror %s %s -o %s "
+             "$(pkg-config --cflags --libs xdc) -Wl,-rpath,$(pkg-config --variable=libdir xdc) -lm",
+             prefix, san, src, path);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", cmd, rc, out);
+}
+
+/* Launch `prog` under `run` on `topo` into TMP/<name>; its output (launcher and every member's log) in out. */
+static int launch_exec(const char *topo, const char *run, const char *name, const char *prog, char *out, size_t cap)
+{
+    char cmd[4096], dir[600];
+    snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
+    snprintf(cmd, sizeof cmd,
+             "timeout 120 %s launch -t %s -c %s --run-dir %s --exec -- %s; rc=$?; cat %s/logs/*.log; exit $rc",
+             xdc_test_bin(), topo, run, dir, prog, dir);
+    return xdc_test_run(cmd, out, cap);
+}
+
+/* Every member printed one line with its error and hash; all four hashes equal, every error <= tol. */
+static void check_members(const char *out, int members, double tol)
+{
+    char hash0[32] = "";
+    int n = 0;
+    for (const char *p = out; (p = strstr(p, "allreduce: rank ")) != NULL; p++) {
+        int rank, size;
+        double err;
+        char hash[32];
+        XDC_ASSERT_MSG(sscanf(p,
+                              "allreduce: rank %d of %d (region %*[^)]): %*d rounds of %*u values, max error %lf, "
+                              "hash %31s",
+                              &rank, &size, &err, hash) == 4,
+                       "unparsed line: %.200s", p);
+        XDC_ASSERT_EQ(size, members);
+        XDC_ASSERT_MSG(err <= tol, "rank %d: max error %g > %g", rank, err, tol);
+        if (!hash0[0]) snprintf(hash0, sizeof hash0, "%s", hash);
+        XDC_ASSERT_MSG(strcmp(hash, hash0) == 0, "rank %d ends with hash %s, another with %s", rank, hash, hash0);
+        n++;
+    }
+    XDC_ASSERT_MSG(n == members, "%d member lines, want %d:\n%s", n, members, out);
+}
+
+XDC_TEST_T(api_example_installed_averages_across_two_regions, 180)
+{
+    char prog[700], src[600], run[700], cmdline[900];
+    static char out[1 << 16];
+    build_against_install(xdc_test_src("examples/api/allreduce.c", src, sizeof src), "allreduce", prog, sizeof prog);
+    /* codec none: every value a multiple of 1/8, so the mean is exact on every member */
+    write_run("none", "none", run, sizeof run);
+    snprintf(cmdline, sizeof cmdline, "%s 20000 3 0", prog);
+    int rc = launch_exec(TOPO, run, "none", cmdline, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch --exec exited %d:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "4 members of 2 regions ran");
+    check_members(out, 4, 0.0);
+    /* int8 with error feedback: within the quantiser's step, still identical everywhere */
+    write_run("int8", "int8", run, sizeof run);
+    snprintf(cmdline, sizeof cmdline, "%s 5000 3 0.05", prog);
+    rc = launch_exec(TOPO, run, "int8", cmdline, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch --exec (int8) exited %d:\n%s", rc, out);
+    check_members(out, 4, 0.05);
+}
+
+/* A member that fails is named by the launcher as a failed worker is: the program's exit status, its
+ * member name, the run stopped. */
+XDC_TEST_T(api_exec_failure_is_named, 120)
+{
+    char run[700], cmdline[900];
+    static char out[1 << 16];
+    write_run("fail", "none", run, sizeof run);
+    snprintf(cmdline, sizeof cmdline, "/bin/sh -c 'exit 3'");
+    int rc = launch_exec(TOPO, run, "fail", cmdline, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 3, "launch --exec of a failing program exited %d, want its status 3:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "exited with status 3");
+    /* no program: refused before anything starts */
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s launch -t %s -c %s --exec 2>&1", xdc_test_bin(), TOPO, run);
+    rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_EQ(rc, 64);
+    XDC_ASSERT_STR_CONTAINS(out, "--exec -- PROG");
+}
+
+XDC_TEST_T(api_wait_deadline_times_out_then_completes, 120)
+{
+    char prog[700], src[600], run[700], cmdline[1600], fifo[700], topo[700], text[2048];
+    static char out[1 << 16];
+    build_against_install(xdc_test_src("tests/api/nonblocking.c", src, sizeof src), "nonblocking", prog, sizeof prog);
+    /* two regions of one member each: the demo topology with one worker per node */
+    char *demo = xdc_test_read_file(TOPO, NULL);
+    XDC_ASSERT(demo != NULL);
+    snprintf(topo, sizeof topo, "%s/one-each.yaml", xdc_test_tmpdir());
+    size_t n = 0;
+    for (const char *p = demo; *p && n + 2 < sizeof text; p++) {
+        if (strncmp(p, "workers_per_node: 2", 19) == 0) {
+            n += (size_t)snprintf(text + n, sizeof text - n, "workers_per_node: 1");
+            p += 18;
+        } else text[n++] = *p;
+    }
+    text[n] = '\0';
+    free(demo);
+    xdc_test_write_file(topo, text);
+    snprintf(fifo, sizeof fifo, "%s/order.fifo", xdc_test_tmpdir());
+    XDC_ASSERT(mkfifo(fifo, 0600) == 0);
+    write_run("nb", "none", run, sizeof run);
+    snprintf(cmdline, sizeof cmdline, "%s %s 3000", prog, fifo);
+    int rc = launch_exec(topo, run, "nb", cmdline, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch --exec exited %d:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "wait with 50 ms: deadline passed; the request is still pending (tag 7: not "
+                                 "complete within 50 ms");
+    XDC_ASSERT_STR_CONTAINS(out, "nonblocking: region 0: timeout then complete, mean ok");
+    XDC_ASSERT_STR_CONTAINS(out, "nonblocking: region 1: timeout then complete, mean ok");
+}
+
+/* DiLoCo outer rounds over a parameter list (tests/api/outer.c): exact with codec none on 2 x 2 members. */
+XDC_TEST_T(api_outer_rounds_take_the_nesterov_step_everywhere, 120)
+{
+    char prog[700], src[600], run[700];
+    static char out[1 << 16];
+    build_against_install(xdc_test_src("tests/api/outer.c", src, sizeof src), "outer", prog, sizeof prog);
+    write_run("outer", "none", run, sizeof run);
+    int rc = launch_exec(TOPO, run, "outer-run", prog, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch --exec exited %d:\n%s", rc, out);
+    for (int r = 0; r < 4; r++) {
+        char want[64];
+        snprintf(want, sizeof want, "outer: rank %d: 2 rounds exact (0.4921875)", r);
+        XDC_ASSERT_STR_CONTAINS(out, want);
+    }
+}
+
+/* xdc_comm_create's refusals, each with a diagnostic naming what is wrong. */
+XDC_TEST(api_create_errors_name_the_problem)
+{
+    char err[1024], run[700], dir[700];
+    xdc_comm *c = (xdc_comm *)1;
+    XDC_ASSERT_EQ(xdc_api_version(), XDC_API_VERSION);
+    XDC_ASSERT_STR_CONTAINS(xdc_status_string(XDC_STATUS_TIMEOUT), "deadline");
+    XDC_ASSERT_STR_CONTAINS(xdc_status_string(99), "unknown");
+    /* nothing given, nothing in the environment */
+    unsetenv("XDC_TOPOLOGY");
+    XDC_ASSERT_EQ(xdc_comm_create(NULL, &c, err, sizeof err), XDC_STATUS_CONFIG);
+    XDC_ASSERT(c == NULL);
+    XDC_ASSERT_STR_CONTAINS(err, "XDC_TOPOLOGY");
+    /* options from a caller built against another layout */
+    xdc_comm_options o = XDC_COMM_OPTIONS_INIT;
+    o.struct_size = 4;
+    XDC_ASSERT_EQ(xdc_comm_create(&o, &c, err, sizeof err), XDC_STATUS_INVALID);
+    XDC_ASSERT_STR_CONTAINS(err, "XDC_COMM_OPTIONS_INIT");
+    /* a topology file that is not there */
+    write_run("err", "none", run, sizeof run);
+    snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
+    o = (xdc_comm_options)XDC_COMM_OPTIONS_INIT;
+    o.topology = "/nonexistent/topology.yaml";
+    o.config = run;
+    o.run_dir = dir;
+    XDC_ASSERT_EQ(xdc_comm_create(&o, &c, err, sizeof err), XDC_STATUS_CONFIG);
+    XDC_ASSERT_STR_CONTAINS(err, "/nonexistent/topology.yaml");
+    /* good files, no identity: the environment contract is missing, and the diagnostic says which part */
+    static const char *const contract[] = {"XDC_REGION",   "XDC_COORDINATOR", "XDC_RUN_ID",
+                                           "RANK",         "WORLD_SIZE",      "LOCAL_RANK",
+                                           "SLURM_PROCID", "SLURM_NODEID",    "OMPI_COMM_WORLD_RANK"};
+    for (size_t i = 0; i < sizeof contract / sizeof contract[0]; i++) unsetenv(contract[i]);
+    o.topology = TOPO;
+    XDC_ASSERT_EQ(xdc_comm_create(&o, &c, err, sizeof err), XDC_STATUS_CONFIG);
+    XDC_ASSERT(c == NULL);
+    XDC_ASSERT_STR_CONTAINS(err, "identity and configuration failed");
+    XDC_ASSERT_STR_CONTAINS(err, "XDC_REGION");
+    printf("diagnostic: %s\n", err);
+}
+
+/* docs/api.md shows the example program as it is in examples/api/. */
+XDC_TEST(api_doc_holds_the_example)
+{
+    char *doc = xdc_test_read_file("docs/api.md", NULL), *ex = xdc_test_read_file("examples/api/allreduce.c", NULL);
+    XDC_ASSERT(doc && ex);
+    XDC_ASSERT_MSG(strstr(doc, ex) != NULL, "docs/api.md does not hold examples/api/allreduce.c verbatim");
+    free(doc);
+    free(ex);
+}
