@@ -2,8 +2,9 @@
  * example program built against the installed copy with `pkg-config --cflags --libs xdc` and run by
  * `xdc launch --exec` over two emulated regions (every member ends with the same buffer, the exact mean
  * with codec none, within int8's error with int8); a non-blocking all-reduce whose wait runs out before
- * the other region posts (tests/api/nonblocking.c); and the errors of xdc_comm_create, called in this
- * process. */
+ * the other region posts (tests/api/nonblocking.c); the errors of xdc_comm_create, called in this
+ * process; and the Python package (python/) pip-installed into a venv, its example run the same way and its
+ * errors raised as xdc.Error. */
 #include "tests/xdc_test.h"
 
 #include <xdc.h>
@@ -34,8 +35,8 @@ static void write_run(const char *name, const char *codec, char *out, size_t cap
     xdc_test_write_file(out, text);
 }
 
-/* Install libxdc into TMP/prefix (once per test) and build `src` against it with pkg-config into TMP/<exe>. */
-static void build_against_install(const char *src, const char *exe, char *path, size_t cap)
+/* Install libxdc into TMP/prefix (once per test); returns the prefix. */
+static const char *install_prefix(void)
 {
     static char prefix[600];
     char cmd[4096], out[16384], bin[600];
@@ -50,6 +51,14 @@ static void build_against_install(const char *src, const char *exe, char *path, 
         int rc = xdc_test_run(cmd, out, sizeof out);
         XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", cmd, rc, out);
     }
+    return prefix;
+}
+
+/* Build `src` against the installed libxdc with pkg-config into TMP/<exe>. */
+static void build_against_install(const char *src, const char *exe, char *path, size_t cap)
+{
+    const char *prefix = install_prefix();
+    char cmd[4096], out[16384];
     snprintf(path, cap, "%s/%s", xdc_test_tmpdir(), exe);
     char san[128] = "";
     if (XDC_TEST_SAN[0]) snprintf(san, sizeof san, "-fsanitize=%s -fno-sanitize-recover=all", XDC_TEST_SAN);
@@ -219,6 +228,81 @@ XDC_TEST(api_create_errors_name_the_problem)
     XDC_ASSERT_STR_CONTAINS(err, "identity and configuration failed");
     XDC_ASSERT_STR_CONTAINS(err, "XDC_REGION");
     printf("diagnostic: %s\n", err);
+}
+
+/* The Python package (python/, docs/api.md "Python") in a venv of TMP, installed offline over the system's
+ * setuptools, finding TMP/prefix's libxdc through pkg-config; the venv's python path in py. */
+static void python_venv(char *py, size_t cap)
+{
+    char cmd[4096], src[600];
+    static char out[1 << 14];
+    if (XDC_TEST_SAN[0])
+        xdc_test_skip("libxdc.so is built with SAN=%s: python3 cannot load it without the sanitizer runtime first",
+                      XDC_TEST_SAN);
+    if (access("/usr/bin/python3", X_OK) != 0) xdc_test_skip("no /usr/bin/python3 (Debian package python3)");
+    if (xdc_test_run("/usr/bin/python3 -c 'import ensurepip, setuptools, wheel' 2>&1", out, sizeof out) != 0)
+        xdc_test_skip("python3 lacks venv, setuptools or wheel (Debian packages python3-venv, python3-setuptools, "
+                      "python3-wheel): %s",
+                      out);
+    const char *prefix = install_prefix();
+    snprintf(cmd, sizeof cmd, "%s/lib/pkgconfig", prefix);
+    setenv("PKG_CONFIG_PATH", cmd, 1);
+    unsetenv("XDC_LIB");
+    /* a copy of python/: pip writes its build/ and egg-info next to the sources */
+    snprintf(cmd, sizeof cmd,
+             "cp -r %1$s %2$s/pysrc && /usr/bin/python3 -m venv --system-site-packages %2$s/venv && "
+             "%2$s/venv/bin/pip install -q --no-index --no-build-isolation %2$s/pysrc 2>&1",
+             xdc_test_src("python", src, sizeof src), xdc_test_tmpdir());
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", cmd, rc, out);
+    snprintf(py, cap, "%s/venv/bin/python", xdc_test_tmpdir());
+}
+
+XDC_TEST_T(api_python_example_averages_across_two_regions, 180)
+{
+    char py[700], src[600], run[700], cmdline[1600];
+    static char out[1 << 16];
+    python_venv(py, sizeof py);
+    /* codec none: the exact mean on every member (rounds 1 and 2 through iallreduce and wait) */
+    write_run("pynone", "none", run, sizeof run);
+    snprintf(cmdline, sizeof cmdline, "%s %s 2000 3 0", py, xdc_test_src("examples/api/allreduce.py", src, sizeof src));
+    int rc = launch_exec(TOPO, run, "pynone", cmdline, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch --exec of the Python example exited %d:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "4 members of 2 regions ran");
+    check_members(out, 4, 0.0);
+}
+
+/* A bad topology raises xdc.Error with the status name and the library's diagnostic (the example exits 1
+ * with it); a library that is not there says where it was looked for. */
+XDC_TEST_T(api_python_errors_raise_xdc_error, 120)
+{
+    char py[700], src[600], run[700], cmd[4096];
+    static char out[1 << 14];
+    python_venv(py, sizeof py);
+    write_run("pyerr", "none", run, sizeof run);
+    snprintf(cmd, sizeof cmd,
+             "XDC_TOPOLOGY=/nonexistent/topology.yaml XDC_CONFIG=%s XDC_RUN_DIR=%s/pyerr-run %s %s 10 1 0 2>&1", run,
+             xdc_test_tmpdir(), py, xdc_test_src("examples/api/allreduce.py", src, sizeof src));
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 1, "the example with a bad topology exited %d, want 1:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "allreduce: XDC_STATUS_CONFIG: ");
+    XDC_ASSERT_STR_CONTAINS(out, "/nonexistent/topology.yaml");
+    /* the exception's fields, from options rather than the environment */
+    snprintf(cmd, sizeof cmd,
+             "%s -c 'import xdc\ntry:\n    xdc.Comm(topology=\"/nonexistent/topology.yaml\", config=\"%s\", "
+             "run_dir=\"%s/pyerr-run\")\nexcept xdc.Error as e:\n    print(type(e).__name__, e.status, e.name, "
+             "\"[\" + e.message + \"]\")' 2>&1",
+             py, run, xdc_test_tmpdir());
+    rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", cmd, rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "Error 4 XDC_STATUS_CONFIG [");
+    XDC_ASSERT_STR_CONTAINS(out, "/nonexistent/topology.yaml");
+    /* XDC_LIB names a library that is not there: no other copy is tried, and the error says so */
+    snprintf(cmd, sizeof cmd, "XDC_LIB=/nonexistent/libxdc.so %s -c 'import xdc; xdc.api_version()' 2>&1", py);
+    rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 1, "a missing XDC_LIB: exit %d, want 1:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "xdc.LibraryNotFound: XDC_STATUS_UNAVAILABLE: libxdc.so not found; tried $XDC_LIB: ");
+    XDC_ASSERT_STR_CONTAINS(out, "/nonexistent/libxdc.so");
 }
 
 /* docs/api.md shows the example program as it is in examples/api/. */
