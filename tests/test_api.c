@@ -258,18 +258,52 @@ static void python_venv(char *py, size_t cap)
     snprintf(py, cap, "%s/venv/bin/python", xdc_test_tmpdir());
 }
 
+/* Run the Python program `script ARGS` (a path in the tree) on the venv's python in every slot of TOPO under
+ * a codec-none run file TMP/<name>.yaml (its path in run) into TMP/<name>; output in out. */
+static int launch_python(const char *script, const char *args, const char *name, char *run, size_t run_cap, char *out,
+                         size_t cap)
+{
+    char py[700], src[600], cmdline[1600];
+    python_venv(py, sizeof py);
+    write_run(name, "none", run, run_cap);
+    snprintf(cmdline, sizeof cmdline, "%s %s %s", py, xdc_test_src(script, src, sizeof src), args);
+    return launch_exec(TOPO, run, name, cmdline, out, cap);
+}
+
 XDC_TEST_T(api_python_example_averages_across_two_regions, 180)
 {
-    char py[700], src[600], run[700], cmdline[1600];
+    char src[600], run[700], cmdline[1600];
     static char out[1 << 16];
-    python_venv(py, sizeof py);
     /* codec none: the exact mean on every member (rounds 1 and 2 through iallreduce and wait) */
-    write_run("pynone", "none", run, sizeof run);
-    snprintf(cmdline, sizeof cmdline, "%s %s 2000 3 0", py, xdc_test_src("examples/api/allreduce.py", src, sizeof src));
-    int rc = launch_exec(TOPO, run, "pynone", cmdline, out, sizeof out);
+    int rc = launch_python("examples/api/allreduce.py", "2000 3 0", "pynone", run, sizeof run, out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "launch --exec of the Python example exited %d:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "4 members of 2 regions ran");
     check_members(out, 4, 0.0);
+    /* the C example with the same arguments ends with the same bytes */
+    const char *h = strstr(out, ", hash ");
+    XDC_ASSERT(h != NULL);
+    char hash[40], prog[700];
+    snprintf(hash, sizeof hash, "%.23s", h);
+    build_against_install(xdc_test_src("examples/api/allreduce.c", src, sizeof src), "allreduce", prog, sizeof prog);
+    snprintf(cmdline, sizeof cmdline, "%s 2000 3 0", prog);
+    rc = launch_exec(TOPO, run, "cnone", cmdline, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch --exec of the C example exited %d:\n%s", rc, out);
+    XDC_ASSERT_MSG(strstr(out, hash) != NULL, "the C example does not end with the Python one's%s:\n%s", hash, out);
+}
+
+/* tests/api/outer.py: outer rounds over a list of buffers, exact with codec none on 2 x 2 members, and the
+ * binding's buffer checks (read-only, float64, a buffer held by a request in flight, a slice). */
+XDC_TEST_T(api_python_outer_rounds_and_buffers, 180)
+{
+    char run[700];
+    static char out[1 << 16];
+    int rc = launch_python("tests/api/outer.py", "", "pyouter", run, sizeof run, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch --exec of tests/api/outer.py exited %d:\n%s", rc, out);
+    for (int r = 0; r < 4; r++) {
+        char want[64];
+        snprintf(want, sizeof want, "outer.py: rank %d: 2 rounds exact (0.4921875)", r);
+        XDC_ASSERT_STR_CONTAINS(out, want);
+    }
 }
 
 /* A bad topology raises xdc.Error with the status name and the library's diagnostic (the example exits 1
@@ -305,12 +339,17 @@ XDC_TEST_T(api_python_errors_raise_xdc_error, 120)
     XDC_ASSERT_STR_CONTAINS(out, "/nonexistent/libxdc.so");
 }
 
-/* docs/api.md shows the example program as it is in examples/api/. */
+/* docs/api.md shows the example programs as they are in examples/api/. */
 XDC_TEST(api_doc_holds_the_example)
 {
-    char *doc = xdc_test_read_file("docs/api.md", NULL), *ex = xdc_test_read_file("examples/api/allreduce.c", NULL);
-    XDC_ASSERT(doc && ex);
-    XDC_ASSERT_MSG(strstr(doc, ex) != NULL, "docs/api.md does not hold examples/api/allreduce.c verbatim");
+    char *doc = xdc_test_read_file("docs/api.md", NULL);
+    XDC_ASSERT(doc != NULL);
+    static const char *const examples[] = {"examples/api/allreduce.c", "examples/api/allreduce.py"};
+    for (size_t i = 0; i < sizeof examples / sizeof examples[0]; i++) {
+        char *ex = xdc_test_read_file(examples[i], NULL);
+        XDC_ASSERT(ex != NULL);
+        XDC_ASSERT_MSG(strstr(doc, ex) != NULL, "docs/api.md does not hold %s verbatim", examples[i]);
+        free(ex);
+    }
     free(doc);
-    free(ex);
 }
