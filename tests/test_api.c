@@ -143,15 +143,14 @@ XDC_TEST_T(api_exec_failure_is_named, 120)
     XDC_ASSERT_STR_CONTAINS(out, "--exec -- PROG");
 }
 
-XDC_TEST_T(api_wait_deadline_times_out_then_completes, 120)
+/* TMP/one-each.yaml, two regions of one member each (the demo topology with one worker per node), and the
+ * FIFO TMP/order.fifo that orders them (tests/api/nonblocking.c and .py). */
+static void one_each_with_fifo(char *topo, size_t topo_cap, char *fifo, size_t fifo_cap)
 {
-    char prog[700], src[600], run[700], cmdline[1600], fifo[700], topo[700], text[2048];
-    static char out[1 << 16];
-    build_against_install(xdc_test_src("tests/api/nonblocking.c", src, sizeof src), "nonblocking", prog, sizeof prog);
-    /* two regions of one member each: the demo topology with one worker per node */
+    char text[2048];
     char *demo = xdc_test_read_file(TOPO, NULL);
     XDC_ASSERT(demo != NULL);
-    snprintf(topo, sizeof topo, "%s/one-each.yaml", xdc_test_tmpdir());
+    snprintf(topo, topo_cap, "%s/one-each.yaml", xdc_test_tmpdir());
     size_t n = 0;
     for (const char *p = demo; *p && n + 2 < sizeof text; p++) {
         if (strncmp(p, "workers_per_node: 2", 19) == 0) {
@@ -162,8 +161,16 @@ XDC_TEST_T(api_wait_deadline_times_out_then_completes, 120)
     text[n] = '\0';
     free(demo);
     xdc_test_write_file(topo, text);
-    snprintf(fifo, sizeof fifo, "%s/order.fifo", xdc_test_tmpdir());
+    snprintf(fifo, fifo_cap, "%s/order.fifo", xdc_test_tmpdir());
     XDC_ASSERT(mkfifo(fifo, 0600) == 0);
+}
+
+XDC_TEST_T(api_wait_deadline_times_out_then_completes, 120)
+{
+    char prog[700], src[600], run[700], cmdline[1600], fifo[700], topo[700];
+    static char out[1 << 16];
+    build_against_install(xdc_test_src("tests/api/nonblocking.c", src, sizeof src), "nonblocking", prog, sizeof prog);
+    one_each_with_fifo(topo, sizeof topo, fifo, sizeof fifo);
     write_run("nb", "none", run, sizeof run);
     snprintf(cmdline, sizeof cmdline, "%s %s 3000", prog, fifo);
     int rc = launch_exec(topo, run, "nb", cmdline, out, sizeof out);
@@ -266,16 +273,16 @@ static void python_venv(char *py, size_t cap)
     else snprintf(py, cap, "%s/venv/bin/python", xdc_test_tmpdir());
 }
 
-/* Run the Python program `script ARGS` (a path in the tree) on the venv's python in every slot of TOPO under
+/* Run the Python program `script ARGS` (a path in the tree) on the venv's python in every slot of topo under
  * a codec-none run file TMP/<name>.yaml (its path in run) into TMP/<name>; output in out. */
-static int launch_python(const char *script, const char *args, const char *name, char *run, size_t run_cap, char *out,
-                         size_t cap)
+static int launch_python(const char *topo, const char *script, const char *args, const char *name, char *run,
+                         size_t run_cap, char *out, size_t cap)
 {
     char py[700], src[600], cmdline[1600];
     python_venv(py, sizeof py);
     write_run(name, "none", run, run_cap);
     snprintf(cmdline, sizeof cmdline, "%s %s %s", py, xdc_test_src(script, src, sizeof src), args);
-    return launch_exec(TOPO, run, name, cmdline, out, cap);
+    return launch_exec(topo, run, name, cmdline, out, cap);
 }
 
 XDC_TEST_T(api_python_example_averages_across_two_regions, 180)
@@ -283,7 +290,7 @@ XDC_TEST_T(api_python_example_averages_across_two_regions, 180)
     char src[600], run[700], cmdline[1600];
     static char out[1 << 16];
     /* codec none: the exact mean on every member (rounds 1 and 2 through iallreduce and wait) */
-    int rc = launch_python("examples/api/allreduce.py", "2000 3 0", "pynone", run, sizeof run, out, sizeof out);
+    int rc = launch_python(TOPO, "examples/api/allreduce.py", "2000 3 0", "pynone", run, sizeof run, out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "launch --exec of the Python example exited %d:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "4 members of 2 regions ran");
     check_members(out, 4, 0.0);
@@ -305,13 +312,29 @@ XDC_TEST_T(api_python_outer_rounds_and_buffers, 180)
 {
     char run[700];
     static char out[1 << 16];
-    int rc = launch_python("tests/api/outer.py", "", "pyouter", run, sizeof run, out, sizeof out);
+    int rc = launch_python(TOPO, "tests/api/outer.py", "", "pyouter", run, sizeof run, out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "launch --exec of tests/api/outer.py exited %d:\n%s", rc, out);
     for (int r = 0; r < 4; r++) {
         char want[64];
         snprintf(want, sizeof want, "outer.py: rank %d: 2 rounds exact (0.4921875)", r);
         XDC_ASSERT_STR_CONTAINS(out, want);
     }
+}
+
+/* tests/api/nonblocking.py: Request.wait's deadline raises xdc.Timeout while the other region has not
+ * posted (ordered by a FIFO, not by time), test() says pending, then both complete with the mean. */
+XDC_TEST_T(api_python_wait_deadline_raises_timeout, 180)
+{
+    char run[700], fifo[700], topo[700], args[800];
+    static char out[1 << 16];
+    one_each_with_fifo(topo, sizeof topo, fifo, sizeof fifo);
+    snprintf(args, sizeof args, "%s 3000", fifo);
+    int rc = launch_python(topo, "tests/api/nonblocking.py", args, "pynb", run, sizeof run, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch --exec of tests/api/nonblocking.py exited %d:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "nonblocking.py: region 0: wait with 50 ms: XDC_STATUS_TIMEOUT: tag 7: not complete "
+                                 "within 50 ms");
+    XDC_ASSERT_STR_CONTAINS(out, "nonblocking.py: region 0: timeout then complete, mean ok");
+    XDC_ASSERT_STR_CONTAINS(out, "nonblocking.py: region 1: timeout then complete, mean ok");
 }
 
 /* A bad topology raises xdc.Error with the status name and the library's diagnostic (the example exits 1
