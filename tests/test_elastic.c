@@ -34,7 +34,7 @@ typedef struct {
     orch_quorum q;
 } quorum_fixture;
 
-static void fixture_open(quorum_fixture *f, int min_regions, int64_t grace_ms, int finals)
+static void fixture_open(quorum_fixture *f, int min_regions, int64_t grace_ms)
 {
     wan_test_node node;
     wan_test_issue("certs", RDZV_SERVER_REGION, 0, 30, -60, &node);
@@ -44,7 +44,7 @@ static void fixture_open(quorum_fixture *f, int min_regions, int64_t grace_ms, i
     const char *expected[3] = {"us-east/east-node1:0", "eu-west/west-node1:0", "ap-south/south-node1:0"};
     xdc_diag d = {{0}};
     XDC_ASSERT_OK(rdzv_server_create(f->eng, "127.0.0.1", 0, expected, 3, &f->srv, &d));
-    orch_quorum_init(&f->q, f->t, f->srv, min_regions, grace_ms, finals, 600000);
+    orch_quorum_init(&f->q, f->t, f->srv, min_regions, grace_ms, 600000);
 }
 
 static void fixture_close(quorum_fixture *f)
@@ -74,7 +74,7 @@ static const char *decision(quorum_fixture *f, const char *round)
 XDC_TEST(elastic_quorum_waits_for_everyone_then_drops_the_lost_region)
 {
     quorum_fixture f;
-    fixture_open(&f, 2, 600000, 0); /* a grace window no test run reaches: only arrivals and losses decide */
+    fixture_open(&f, 2, 600000); /* a grace window no test run reaches: only arrivals and losses decide */
     char why[512] = "";
     arrive(&f, 0, "4");
     arrive(&f, 1, "4");
@@ -108,7 +108,7 @@ XDC_TEST(elastic_quorum_waits_for_everyone_then_drops_the_lost_region)
 XDC_TEST(elastic_quorum_takes_a_region_that_asks_to_rejoin)
 {
     quorum_fixture f;
-    fixture_open(&f, 2, 600000, 0);
+    fixture_open(&f, 2, 600000);
     char why[512] = "", val[64];
     XDC_ASSERT_OK(orch_quorum_lose(&f.q, 2, "its agent exited with status 69", why, sizeof why));
     XDC_ASSERT(rdzv_server_get(f.srv, "left/2", val, sizeof val) == 0 && strcmp(val, "1") == 0);
@@ -160,7 +160,7 @@ static const char *key_value(quorum_fixture *f, const char *key)
 XDC_TEST(elastic_quorum_final_set_is_what_every_member_summed)
 {
     quorum_fixture f;
-    fixture_open(&f, 2, 600000, 1);
+    fixture_open(&f, 2, 600000);
     char why[512] = "";
     for (int r = 0; r < 3; r++) arrive(&f, r, "4");
     XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
@@ -190,7 +190,7 @@ XDC_TEST(elastic_quorum_final_set_is_what_every_member_summed)
 XDC_TEST(elastic_quorum_drops_a_region_late_past_the_grace_window)
 {
     quorum_fixture f;
-    fixture_open(&f, 3, 1, 0); /* every region needed; a 1 ms window */
+    fixture_open(&f, 3, 1); /* every region needed; a 1 ms window */
     char why[512] = "";
     arrive(&f, 0, "4");
     arrive(&f, 2, "4");
@@ -313,9 +313,10 @@ static pid_t signal_worker(const char *dir, const char *region, int sig)
     return pid;
 }
 
-/* Stop `region`'s worker where it is not inside an outer round (streaming's fragments cannot lose a region
- * during their exchange, and the drop tests want the grace window's path: docs/runtime.md): SIGSTOP it, and keep it stopped once the store host logs (in
- * host_log), after the stop, that the next round waits for it, which says it had not arrived there. No such line within
+/* Stop `region`'s worker where it is not inside an outer round (inside an exchange it would be dropped only
+ * after `timeouts.heartbeat` of silence, and the drop tests want the grace window's path: docs/runtime.md):
+ * SIGSTOP it, and keep it stopped once the store host logs (in host_log), after the stop, that the next round
+ * waits for it, which says it had not arrived there. No such line within
  * twice the 3 s grace window means it was stopped inside a round, which cannot end without it: continue
  * it, let the run pass a progress line (in progress_log), and try again. Returns its pid, stopped. */
 static pid_t stop_outside_a_round(const char *dir, const char *region, const char *host_log, const char *progress_log)
@@ -470,25 +471,30 @@ XDC_TEST_T(elastic_diloco_below_min_regions_is_a_named_error, 180)
 }
 
 /* A region lost while a round's exchange waits for its shards (docs/runtime.md, "Leaving during a round").
- * ap-south's links run at 0.4 Mbit/s, so its shards (the tiny model's 137k fp32 pseudo-gradients) take about
- * 10 s to cross: us-east's first round says, 5 s into its wait, that it is still waiting for ap-south's shard
- * (the sync's "waiting for ap-south/0"), and ap-south's worker is lost then, inside the exchange of a round
- * whose quorum counted it: killed (its agent fails: the host drops the region at once), or stopped (silent on
- * the store past `timeouts.heartbeat`, 2 s here: dropped for that, and continued once the others went on). The
- * run finishes without it: lost/<step> tells the members, each says what it summed, and the final set (the
- * two left) is what both sum again over, so both end on one model. */
-static void lose_during_an_exchange(const char *name, int stop)
+ * ap-south's links run at 0.2 Mbit/s, so its shards (the tiny model's 137k fp32 pseudo-gradients; streaming
+ * with one fragment, its whole stage) take about 20 s to cross: us-east's
+ * first round says, 5 s into its wait, that it is still waiting for ap-south's shard (the sync's "waiting for
+ * ap-south/0"), and ap-south's worker is lost then, inside the exchange of a round whose quorum counted it
+ * (streaming: while its fragment is on the wire, the others computing the next step): killed (its agent
+ * fails: the host drops the region at once), or stopped (silent on the store past `timeouts.heartbeat`, 4 s
+ * here: a live worker's engine answers the store's keepalives every 200 ms, but on a loaded 2-core machine a
+ * busy one was once seen 3.4 s late: dropped for that, and continued once the others went on). The run finishes without it: lost/<step>
+ * tells the members, each says what it summed, and the final set (the two left) is what both sum again
+ * over, so both end on one model. */
+static void lose_during_an_exchange(const char *name, const char *mode, int stop)
 {
     need_corpus();
     char run[600], topo[600], dir[600], log[700], east[800], pattern[800];
-    snprintf(run, sizeof run, "%s", write_run(name, "diloco", 40, "{min_regions: 2, grace: 20s}"));
+    snprintf(run, sizeof run, "%s", write_run(name, mode, 40, "{min_regions: 2, grace: 20s}"));
     char *text = xdc_test_read_file(run, NULL);
     XDC_ASSERT(text != NULL);
     FILE *f = fopen(run, "w");
     XDC_ASSERT(f != NULL);
-    const char *op = "operation: 30s}", *at = strstr(text, op);
-    XDC_ASSERT(at != NULL);
-    fprintf(f, "%.*soperation: 30s, heartbeat: 2s}%s", (int)(at - text), text, at + strlen(op));
+    const char *op = "operation: 30s}", *at = strstr(text, op), *frag = strstr(text, "fragments: 2");
+    XDC_ASSERT(at != NULL && frag != NULL && frag < at);
+    /* one fragment: the whole pseudo-gradient, too large for the sockets' buffers to hold all of it */
+    fprintf(f, "%.*sfragments: 1%.*soperation: 30s, heartbeat: 4s}%s", (int)(frag - text), text,
+            (int)(at - frag - strlen("fragments: 2")), frag + strlen("fragments: 2"), at + strlen(op));
     fclose(f);
     free(text);
     snprintf(topo, sizeof topo, "%s/%s-topology.yaml", xdc_test_tmpdir(), name);
@@ -497,8 +503,8 @@ static void lose_during_an_exchange(const char *name, int stop)
     f = fopen(topo, "w");
     XDC_ASSERT(f != NULL);
     const char *fast = "to: ap-south, bandwidth_gbps: 1,", *hit;
-    for (at = text; (hit = strstr(at, fast)); at = hit + strlen(fast)) /* ap-south's two links at 0.4 Mbit/s */
-        fprintf(f, "%.*sto: ap-south, bandwidth_gbps: 0.0004,", (int)(hit - at), at);
+    for (at = text; (hit = strstr(at, fast)); at = hit + strlen(fast)) /* ap-south's two links at 0.2 Mbit/s */
+        fprintf(f, "%.*sto: ap-south, bandwidth_gbps: 0.0002,", (int)(hit - at), at);
     fputs(at, f);
     fclose(f);
     free(text);
@@ -535,12 +541,22 @@ static void lose_during_an_exchange(const char *name, int stop)
 
 XDC_TEST_T(elastic_diloco_region_killed_during_an_exchange_leaves_one_model, 180)
 {
-    lose_during_an_exchange("midx-kill", 0);
+    lose_during_an_exchange("midx-kill", "diloco", 0);
 }
 
 XDC_TEST_T(elastic_diloco_region_silent_during_an_exchange_leaves_one_model, 180)
 {
-    lose_during_an_exchange("midx-stop", 1);
+    lose_during_an_exchange("midx-stop", "diloco", 1);
+}
+
+XDC_TEST_T(elastic_streaming_region_killed_while_its_fragment_is_on_the_wire_leaves_one_model, 180)
+{
+    lose_during_an_exchange("sfrag-kill", "streaming", 0);
+}
+
+XDC_TEST_T(elastic_streaming_region_silent_while_its_fragment_is_on_the_wire_leaves_one_model, 180)
+{
+    lose_during_an_exchange("sfrag-stop", "streaming", 1);
 }
 
 /* `xdc launch` of a short run file (write_run's) to its end; its exit status, its output in out[cap]. */

@@ -180,7 +180,7 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
     snprintf(L->coordinator, sizeof L->coordinator, "%s:%d", me, rdzv_server_port(L->rdzv));
     if (L->elastic)
         orch_quorum_init(&L->quorum, L->t, L->rdzv, orch_quorum_min(&L->cfg, L->t->n_regions), L->cfg.grace_ms,
-                         orch_quorum_finals(&L->cfg, L->t->n_regions), L->cfg.heartbeat_timeout_ms);
+                         L->cfg.heartbeat_timeout_ms);
     return XDC_OK;
 }
 

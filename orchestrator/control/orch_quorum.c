@@ -11,7 +11,7 @@
 #include <string.h>
 
 void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, int min_regions, int64_t grace_ms,
-                      int finals, int64_t silent_ms)
+                      int64_t silent_ms)
 {
     memset(q, 0, sizeof *q);
     q->t = t;
@@ -21,7 +21,6 @@ void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, 
     q->n_live = t->n_regions;
     memset(q->live, 1, (size_t)t->n_regions);
     q->decided = q->pending = -1;
-    q->finals = finals;
     q->silent_ms = silent_ms;
     q->open = -1;
 }
@@ -236,7 +235,7 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
     rdzv_server_set(q->rdzv, key, mask);
     q->decided = step;
     q->pending = -1;
-    if (q->finals && step != LLONG_MAX) { /* its exchange is under way: its final set comes after it */
+    if (step != LLONG_MAX) { /* its exchange is under way: its final set comes after it */
         q->open = step;
         for (int r = 0; r <= q->t->n_regions; r++) q->open_set[r] = mask[r] == 'j' ? '0' : mask[r];
         memset(q->lost_set, '0', (size_t)q->t->n_regions);

@@ -15,7 +15,8 @@
  * left ends the run. The end of the run is one more such round, named ORCH_QUORUM_END instead of a step:
  * it takes the place of the all-members "done" barrier, which would wait for the regions that left.
  *
- * A region can also leave while a round's exchange is under way (DiLoCo; orch_quorum_init's `finals`). The
+ * A region can also leave while a round's exchange is under way (a DiLoCo round's, or a streaming fragment's:
+ * one fragment is on the wire at a time, and its workers take its final set when it lands). The
  * host then publishes lost/<S> (one character per region, '1': left during round S's exchange) so that
  * members stop waiting for its shards, and each worker of the round's member regions posts which regions'
  * contributions it summed, xchg/<region index>/<rank> = "<S>:<set>". Once every worker of each member
@@ -48,19 +49,18 @@ typedef struct orch_quorum {
     int named;                      /* the regions late for `pending` were logged (half way through the grace window) */
     char dropped[1024];             /* "eu-west (its agent exited with status 69), ..." for the summary */
     int left[XDC_TOPO_MAX_REGIONS]; /* times each region left the run, published as left/<region index> */
-    int finals;                     /* rounds end with a final set (DiLoCo) */
-    int64_t silent_ms;              /* finals: a member silent this long during an exchange is lost */
-    long long open;                 /* finals: the round whose final set is not published yet; -1: none */
+    int64_t silent_ms;              /* a member silent this long during an exchange is lost */
+    long long open;                 /* the round whose final set is not published yet; -1: none */
     char open_set[XDC_TOPO_MAX_REGIONS + 1]; /* its members ('1') */
     char lost_set[XDC_TOPO_MAX_REGIONS + 1]; /* those that left during its exchange ('1'), lost/<open> */
 } orch_quorum;
 
-/* Every region of `t` in the run, nothing decided; `finals`: each round's exchange ends with a final set, and a
+/* Every region of `t` in the run, nothing decided. Each round's exchange ends with a final set, and a
  * member region one of whose workers is silent on the store for `silent_ms` while its exchange is under way
  * (killed or stopped: a live worker's engine answers keepalives whatever it computes) leaves the run then, not
  * at the next round's grace window, which its members could not reach. */
 void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, int min_regions, int64_t grace_ms,
-                      int finals, int64_t silent_ms);
+                      int64_t silent_ms);
 /* Decide the pending round when it is due (the launcher's tick). XDC_ERR_UNAVAILABLE when the regions that
  * arrived in time are fewer than min_regions, with the round, who arrived and who did not in why[cap]. */
 xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap);

@@ -86,11 +86,6 @@ bool orch_quorum_elastic(const orch_run_config *c, int n_regions)
     return (c->mode == ORCH_MODE_DILOCO || c->mode == ORCH_MODE_STREAMING) && !c->span_regions && n_regions > 1;
 }
 
-bool orch_quorum_finals(const orch_run_config *c, int n_regions)
-{
-    return c->mode == ORCH_MODE_DILOCO && orch_quorum_elastic(c, n_regions);
-}
-
 int orch_quorum_min(const orch_run_config *c, int n_regions)
 {
     return c->min_regions ? c->min_regions : n_regions / 2 + 1;

@@ -115,9 +115,6 @@ const char *orch_mode_name(orch_mode m);
  * for n_regions regions: min_regions, or a majority when it is unset. */
 bool orch_quorum_elastic(const orch_run_config *c, int n_regions);
 int orch_quorum_min(const orch_run_config *c, int n_regions);
-/* Whether an elastic round's exchange ends with a final set (orchestrator/control/orch_quorum.h): DiLoCo's
- * rounds. Streaming's fragments are not covered (docs/runtime.md, "Leaving during a round"). */
-bool orch_quorum_finals(const orch_run_config *c, int n_regions);
 
 /* Make folder `path` and any missing parents (an existing folder is fine). A failure names the folder and
  * its errno (a read-only run folder says "Read-only file system" here, not ENOENT at a later open):

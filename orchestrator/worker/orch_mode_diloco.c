@@ -110,31 +110,52 @@ xdc_err_t orch_outer_pseudo(orch_worker *w, orch_outer *o, size_t lo, size_t hi)
 /* How often a worker whose round's exchange is under way looks whether a member left during it (lost/<S>). */
 #define ORCH_LOST_POLL_MS 200
 
+void orch_outer_opened(orch_worker *w, xdc_sync *sync, int64_t step)
+{
+    if (!w->elastic.on) return;
+    w->elastic.open = sync;
+    w->elastic.open_step = step;
+    memset(w->elastic.told, 0, sizeof w->elastic.told);
+}
+
+/* The open round's lost/<step>, if the store's host published it: each member region it names that the
+ * round was not told of yet is no longer waited for. */
+static xdc_err_t poll_lost(orch_worker *w, xdc_diag *diag)
+{
+    char key[64], val[RDZV_VALUE_MAX];
+    snprintf(key, sizeof key, "lost/%lld", (long long)w->elastic.open_step);
+    xdc_err_t g = rdzv_try_get(w->comm.rdzv, key, val, sizeof val, diag);
+    if (g == XDC_ERR_AGAIN) return XDC_OK; /* nobody left */
+    XDC_CHECK(g);
+    for (int r = 0; r < w->id.n_regions && val[r]; r++)
+        if (val[r] == '1' && !w->elastic.told[r] && r != w->id.region_idx) { /* ours: the final set says so */
+            w->elastic.told[r] = 1;
+            xdc_sync_lose(w->elastic.open, r);
+            XDC_WARN(XDC_SUB_ORCH, "outer round at step %lld: region %s left during the exchange; not waiting for it",
+                     (long long)w->elastic.open_step, w->topo->regions[r].name);
+        }
+    return XDC_OK;
+}
+
+xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
+{
+    if (!w->elastic.open) return xdc_sync_end(sync, diag);
+    xdc_err_t rc;
+    while ((rc = xdc_sync_wait(sync, ORCH_LOST_POLL_MS, diag)) == XDC_ERR_AGAIN) XDC_CHECK(poll_lost(w, diag));
+    return rc;
+}
+
 /* The exchange of an elastic round (orchestrator/control/orch_quorum.h; docs/runtime.md, "Leaving during a
- * round"): while it runs, a member region the store's host names gone in lost/<S> is no longer waited for;
- * after it, post which regions' contributions this worker summed and take the round's final set, summing
- * again over it unless it is the set the round began with (then every bucket of every member used it). */
-static xdc_err_t elastic_exchange(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
+ * round"), open on `sync` since orch_outer_opened: wait for it as orch_elastic_wait does; after it, post which
+ * regions' contributions this worker summed and take the round's final set, summing again over it unless it
+ * is the set the round began with (then every bucket of every member used it). */
+static xdc_err_t elastic_exchange(orch_worker *w, xdc_sync *sync, long long step, xdc_diag *diag)
 {
     int n = w->id.n_regions;
-    long long step = (long long)w->prog.step;
     char key[64], val[RDZV_VALUE_MAX], post[XDC_TOPO_MAX_REGIONS + 32];
-    uint8_t told[XDC_TOPO_MAX_REGIONS] = {0}, got[XDC_TOPO_MAX_REGIONS], final[XDC_TOPO_MAX_REGIONS];
-    snprintf(key, sizeof key, "lost/%lld", step);
-    xdc_err_t rc;
-    while ((rc = xdc_sync_wait(sync, ORCH_LOST_POLL_MS, diag)) == XDC_ERR_AGAIN) {
-        xdc_err_t g = rdzv_try_get(w->comm.rdzv, key, val, sizeof val, diag);
-        if (g == XDC_ERR_AGAIN) continue; /* nobody left */
-        XDC_CHECK(g);
-        for (int r = 0; r < n && val[r]; r++)
-            if (val[r] == '1' && !told[r] && r != w->id.region_idx) { /* ours: the final set says so */
-                told[r] = 1;
-                xdc_sync_lose(sync, r);
-                XDC_WARN(XDC_SUB_ORCH,
-                         "outer round at step %lld: region %s left during the exchange; not waiting for it", step,
-                         w->topo->regions[r].name);
-            }
-    }
+    uint8_t got[XDC_TOPO_MAX_REGIONS], final[XDC_TOPO_MAX_REGIONS];
+    xdc_err_t rc = orch_elastic_wait(w, sync, diag);
+    w->elastic.open = NULL;
     XDC_CHECK(rc);
     xdc_sync_received(sync, got);
     int len = snprintf(post, sizeof post, "%lld:", step);
@@ -176,17 +197,22 @@ static xdc_err_t elastic_exchange(orch_worker *w, xdc_sync *sync, xdc_diag *diag
     return xdc_sync_resum(sync, final, diag);
 }
 
+xdc_err_t orch_outer_end(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag)
+{
+    double t0 = now_s();
+    xdc_err_t rc = w->elastic.on ? elastic_exchange(w, sync, (long long)step, diag) : xdc_sync_end(sync, diag);
+    w->prog.t_wan_exposed += now_s() - t0;
+    return rc;
+}
+
 xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag)
 {
     size_t n = o->n;
     XDC_CHECK(orch_outer_quorum(w, o->sync, diag));
     XDC_CHECK(orch_outer_pseudo(w, o, 0, n));
-    XDC_CHECK(xdc_sync_begin(o->sync, o->pseudo)); /* xdc_sync_end marks it ready on the stage's stream */
-    double t0 = now_s();
-    xdc_err_t rc = orch_quorum_finals(&w->cfg, w->id.n_regions) ? elastic_exchange(w, o->sync, diag)
-                                                                : xdc_sync_end(o->sync, diag);
-    w->prog.t_wan_exposed += now_s() - t0;
-    XDC_CHECK(rc);
+    XDC_CHECK(xdc_sync_begin(o->sync, o->pseudo)); /* ending it marks it ready on the stage's stream */
+    orch_outer_opened(w, o->sync, w->prog.step);
+    XDC_CHECK(orch_outer_end(w, o->sync, w->prog.step, diag));
     XDC_CHECK(orch_outer_update(w, o, 0, n));
     XDC_CHECK(dev_of(w)->copy_d2d(o->local, o->global, n * sizeof(float), o->stream));
     XDC_CHECK(dev_of(w)->stream_sync(o->stream)); /* once per round: a failure shows at the round that caused it */

@@ -13,10 +13,7 @@
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
-#include "common/xdc_time.h"
 #include "kernels/xdc_model_ops.h"
-
-static double now_s(void) { return (double)xdc_now_ns() / 1e9; }
 
 typedef struct {
     orch_worker *w;   /* for destroy: the device that holds the state */
@@ -86,10 +83,7 @@ static xdc_err_t land(orch_worker *w, streaming_state *st, xdc_diag *diag)
     float *p = xdc_gpt_stage_params(w->model.st);
     size_t lo, hi;
     fragment_range(w, f, &lo, &hi);
-    double t0 = now_s();
-    xdc_err_t rc = xdc_sync_end(st->frag[f], diag);
-    w->prog.t_wan_exposed += now_s() - t0;
-    XDC_CHECK(rc);
+    XDC_CHECK(orch_outer_end(w, st->frag[f], st->sent_at, diag));
     XDC_CHECK(orch_outer_update(w, &st->outer, lo, hi));
     const xdc_model_ops *ops = w->model.be->model;
     xdc_stream *prev = NULL;
@@ -117,6 +111,7 @@ static xdc_err_t launch(orch_worker *w, streaming_state *st, xdc_diag *diag)
         XDC_CHECK(orch_outer_pseudo(w, &st->outer, lo, hi)); /* after the snapshot's copy: one stream */
         XDC_CHECK(xdc_sync_begin(st->frag[f], st->outer.pseudo + lo));
         xdc_sync_mark_ready(st->frag[f], 0);
+        orch_outer_opened(w, st->frag[f], w->prog.step);
         st->inflight = f;
         st->sent_at = w->prog.step;
         break; /* one fragment in flight at a time: F <= H keeps them staggered */
@@ -136,12 +131,12 @@ static xdc_err_t streaming_step(orch_worker *w, void *state, float *loss, xdc_di
     return orch_rejoin_give(w, &st->outer); /* to a region the round of the fragment that landed took back */
 }
 
+/* The final round over the whole stage. A fragment due at the last step is not sent on its own first: the
+ * whole-stage round carries its pseudo-gradient once (sending it too would step its momentum twice), and the
+ * round's step stays one round's, so an elastic run's quorum and final set at that step are this round's. */
 static xdc_err_t streaming_finish(orch_worker *w, void *state, xdc_diag *diag)
 {
-    streaming_state *st = state;
-    XDC_CHECK(launch(w, st, diag));
-    XDC_CHECK(land(w, st, diag));
-    return orch_outer_round(w, &st->outer, diag);
+    return orch_outer_round(w, &((streaming_state *)state)->outer, diag);
 }
 
 /* The state is handed over a step after the round that takes the joiner back (streaming_step). */

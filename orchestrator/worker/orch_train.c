@@ -181,7 +181,7 @@ static xdc_err_t pipeline_step(orch_worker *w, xdc_sync *sync, float *loss, xdc_
     }
     double t0 = now_s();
     uint64_t u0 = orch_trace_now_us(w->tele.trace);
-    xdc_err_t rc = xdc_sync_end(sync, diag);
+    xdc_err_t rc = orch_elastic_wait(w, sync, diag); /* a streaming fragment's exchange may be open */
     w->prog.t_wan_exposed += now_s() - t0;
     orch_trace_complete(w->tele.trace, ORCH_LANE_WAN_RX, "wait for gradient sync", "wan", u0,
                         orch_trace_now_us(w->tele.trace) - u0, NULL, 0);

@@ -139,6 +139,11 @@ typedef struct orch_elastic {
     uint64_t started;     /* xdc_now_ns() when this worker process began (xdc_worker_run) */
     uint64_t rejoin_t0;   /* xdc_now_ns() when it asked to rejoin */
     int64_t rejoin_round; /* the round that took it back; -1 once its first round as a member was logged */
+    /* The round whose exchange is under way (a streaming fragment's is, across the next inner step): its
+     * sync, NULL when none, its step, and the regions already named lost to it (lost/<step>). */
+    xdc_sync *open;
+    int64_t open_step;
+    uint8_t told[XDC_TOPO_MAX_REGIONS];
 } orch_elastic;
 
 typedef struct orch_worker orch_worker;
@@ -260,6 +265,17 @@ xdc_err_t orch_outer_update(orch_worker *w, orch_outer *o, size_t lo, size_t hi)
 /* Elastic rounds: the quorum of the round at this step (orch_elastic_agree) taken into `sync`'s members;
  * nothing without elastic rounds. Before each sync across regions of an outer round. */
 xdc_err_t orch_outer_quorum(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
+/* Elastic rounds (docs/runtime.md, "Leaving during a round"): the exchange of the outer round at `step` is
+ * under way on `sync` (begun); until orch_outer_end, every orch_elastic_wait tells it the member regions the
+ * store's host names lost during it. Nothing without elastic rounds. */
+void orch_outer_opened(orch_worker *w, xdc_sync *sync, int64_t step);
+/* End `sync`'s round (as xdc_sync_end) while a round's exchange is open: looking every 200 ms whether a member
+ * region left during it, and telling the open round's sync (xdc_sync_lose), which may be what `sync` waits
+ * behind on the comm thread. Without an open exchange, xdc_sync_end. */
+xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
+/* End the exchange of `sync`'s round, the outer round at `step` (its time counted as exposed WAN). Elastic
+ * rounds: orch_elastic_wait, then the round ends on its final set; otherwise xdc_sync_end. */
+xdc_err_t orch_outer_end(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag);
 /* An outer round over the whole stage (after its quorum): every member region ends on the same global
  * parameters, local = global. */
 xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag);
