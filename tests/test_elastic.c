@@ -216,7 +216,9 @@ static void need_corpus(void)
 }
 
 /* A run file of the tiny model in `mode` (diloco or streaming with 2 fragments), one stage, `steps` steps
- * of 4 inner steps, with `elastic`. */
+ * of 4 inner steps, with `elastic`. The heartbeat is the operation's deadline: a region stopped inside an
+ * exchange is dropped only after it (tests that want that path set their own), and a loaded machine that
+ * stretches a 6 s stop does not drop it. */
 static const char *write_run(const char *name, const char *mode, int steps, const char *elastic)
 {
     static char path[512];
@@ -226,7 +228,7 @@ static const char *write_run(const char *name, const char *mode, int steps, cons
     snprintf(text, sizeof text,
              "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: %s\ndiloco: {inner_steps: 4}\n"
              "streaming: {fragments: 2}\npipeline_stages: 1\nmicrobatches: 1\nsteps: %d\ncodec: none\nthreads: 1\n"
-             "elastic: %s\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
+             "elastic: %s\ntimeouts: {rendezvous: 30s, operation: 30s, heartbeat: 30s}\n",
              cwd, DATA, mode, steps, elastic);
     xdc_test_write_file(path, text);
     return path;
@@ -265,15 +267,16 @@ static void print_stories(const char *dir, const char *host_log, const char *age
     globfree(&g);
 }
 
-/* `xdc launch` on the three regions of topology `topo` (NULL: TOPO3) in the background, its output into `log`. */
-static pid_t start_launch(const char *run, const char *topo, const char *dir, const char *log)
+/* `xdc launch` on the three regions of topology `topo` (NULL: TOPO3) in the background, its output into `log`;
+ * `restarts`: its --max-restarts (NULL: none). */
+static pid_t start_launch(const char *run, const char *topo, const char *dir, const char *log, const char *restarts)
 {
     pid_t p = fork();
     if (p == 0) {
         if (!freopen(log, "w", stdout)) _exit(127);
         dup2(1, 2);
         execl(xdc_test_bin(), xdc_test_bin(), "launch", "-t", topo ? topo : TOPO3, "-c", run, "--run-dir", dir,
-              (char *)NULL);
+              restarts ? "--max-restarts" : (char *)NULL, restarts, (char *)NULL);
         _exit(127);
     }
     return p;
@@ -398,7 +401,7 @@ static void lose_a_region(const char *name, const char *mode, int stop, int vict
     char dir[600], log[700], text_buf[256];
     snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
     snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
-    pid_t p = start_launch(run, NULL, dir, log);
+    pid_t p = start_launch(run, NULL, dir, log, NULL);
     XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
     pid_t pid = stop_outside_a_round(dir, region[victim], log, log);
     if (!stop) kill(pid, SIGKILL);
@@ -456,7 +459,7 @@ XDC_TEST_T(elastic_diloco_below_min_regions_is_a_named_error, 180)
     char dir[600], log[700];
     snprintf(dir, sizeof dir, "%s/minimum", xdc_test_tmpdir());
     snprintf(log, sizeof log, "%s/minimum.log", xdc_test_tmpdir());
-    pid_t p = start_launch(run, NULL, dir, log);
+    pid_t p = start_launch(run, NULL, dir, log, NULL);
     XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
     kill(stop_outside_a_round(dir, "ap-south", log, log), SIGKILL);
     int rc = launch_exit(p);
@@ -468,6 +471,18 @@ XDC_TEST_T(elastic_diloco_below_min_regions_is_a_named_error, 180)
     XDC_ASSERT_STR_CONTAINS(f, "ap-south");
     XDC_ASSERT_STR_CONTAINS(f, "below elastic.min_regions 3");
     free(out);
+}
+
+/* Wait for `xdc launch` (process p, run folder dir, output in log) to end, print its story lines, and assert
+ * it exited 0; its output, malloc'd. */
+static char *launch_succeeded(pid_t p, const char *dir, const char *log)
+{
+    int rc = launch_exit(p);
+    print_stories(dir, log, NULL, NULL);
+    XDC_ASSERT_MSG(rc == 0, "launch exited %d", rc);
+    char *out = xdc_test_read_file(log, NULL);
+    XDC_ASSERT(out != NULL);
+    return out;
 }
 
 /* A region lost while a round's exchange waits for its shards (docs/runtime.md, "Leaving during a round").
@@ -490,10 +505,10 @@ static void lose_during_an_exchange(const char *name, const char *mode, int stop
     XDC_ASSERT(text != NULL);
     FILE *f = fopen(run, "w");
     XDC_ASSERT(f != NULL);
-    const char *op = "operation: 30s}", *at = strstr(text, op), *frag = strstr(text, "fragments: 2");
+    const char *op = "heartbeat: 30s}", *at = strstr(text, op), *frag = strstr(text, "fragments: 2");
     XDC_ASSERT(at != NULL && frag != NULL && frag < at);
     /* one fragment: the whole pseudo-gradient, too large for the sockets' buffers to hold all of it */
-    fprintf(f, "%.*sfragments: 1%.*soperation: 30s, heartbeat: 4s}%s", (int)(frag - text), text,
+    fprintf(f, "%.*sfragments: 1%.*sheartbeat: 4s}%s", (int)(frag - text), text,
             (int)(at - frag - strlen("fragments: 2")), frag + strlen("fragments: 2"), at + strlen(op));
     fclose(f);
     free(text);
@@ -510,7 +525,7 @@ static void lose_during_an_exchange(const char *name, const char *mode, int stop
     free(text);
     snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
     snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
-    pid_t p = start_launch(run, topo, dir, log);
+    pid_t p = start_launch(run, topo, dir, log, NULL);
     snprintf(pattern, sizeof pattern, "%s/logs/us-east-*-0.log", dir);
     glob_t g = {0};
     for (int i = 0; i < 2400 && g.gl_pathc == 0; i++) { /* the log appears when the agent starts the worker */
@@ -526,10 +541,7 @@ static void lose_during_an_exchange(const char *name, const char *mode, int stop
         XDC_ASSERT_MSG(wait_for_text(log, "south-node1:0 silent for"), "ap-south was not dropped for its silence");
         kill(victim, SIGCONT);
     }
-    int rc = launch_exit(p);
-    print_stories(dir, log, NULL, NULL);
-    char *out = xdc_test_read_file(log, NULL);
-    XDC_ASSERT_MSG(rc == 0, "launch exited %d", rc);
+    char *out = launch_succeeded(p, dir, log);
     XDC_ASSERT_STR_CONTAINS(out, "region ap-south left during the exchange of the outer round at step");
     XDC_ASSERT_STR_CONTAINS(out, "steps=40");
     expect_survivors(dir, out, "us-east", "eu-west");
@@ -559,21 +571,23 @@ XDC_TEST_T(elastic_streaming_region_silent_while_its_fragment_is_on_the_wire_lea
     lose_during_an_exchange("sfrag-stop", "streaming", 1);
 }
 
-/* `xdc launch` of a short run file (write_run's) to its end; its exit status, its output in out[cap]. */
-static int launch_short(const char *name, const char *mode, int steps, const char *elastic, char *out, size_t cap)
+/* `xdc launch` of a short run file (write_run's) to its end, with `flags` added; its exit status, its output
+ * in out[cap]. */
+static int launch_short(const char *name, const char *mode, int steps, const char *elastic, const char *flags,
+                        char *out, size_t cap)
 {
     need_corpus();
     const char *run = write_run(name, mode, steps, elastic);
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "timeout 100 %s launch -t %s -c %s --run-dir %s/%s", xdc_test_bin(), TOPO3, run,
-             xdc_test_tmpdir(), name);
+    snprintf(cmd, sizeof cmd, "timeout 100 %s launch -t %s -c %s --run-dir %s/%s %s 2>&1", xdc_test_bin(), TOPO3, run,
+             xdc_test_tmpdir(), name, flags);
     return xdc_test_run(cmd, out, cap);
 }
 
 XDC_TEST(elastic_min_regions_above_the_topology_is_a_config_error)
 {
     char out[8192];
-    int rc = launch_short("toomany", "diloco", 8, "{min_regions: 4}", out, sizeof out);
+    int rc = launch_short("toomany", "diloco", 8, "{min_regions: 4}", "", out, sizeof out);
     XDC_ASSERT_MSG(rc == 78, "launch exited %d, expected 78:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "elastic.min_regions is 4 but topology " TOPO3 " has 3 regions");
 }
@@ -666,6 +680,21 @@ XDC_TEST_T(elastic_coordinator_drops_a_region_that_misses_the_window, 180)
     free(out);
 }
 
+/* The end of a 128-step run that took ap-south back (its output `out`, freed here): the host took it, the run
+ * ends with all three regions on one model, and ap-south's worker checked the state it got. */
+static void expect_rejoined(const char *dir, char *out)
+{
+    XDC_ASSERT_STR_CONTAINS(out, "region ap-south rejoins the run at the outer round at step");
+    XDC_ASSERT_STR_CONTAINS(out, "steps=128");
+    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
+    expect_one_model(dir, out, 3);
+    free(out);
+    char *wlog = region_log(dir, "ap-south");
+    XDC_ASSERT_STR_CONTAINS(wlog, "hashes checked");
+    XDC_ASSERT_STR_CONTAINS(wlog, "region ap-south rejoined at round");
+    free(wlog);
+}
+
 /* Rejoining (docs/runtime.md) in `mode`: ap-south's worker killed, the region dropped at the grace window; its
  * agent started again by hand a few rounds later, it rejoins at an outer round with the state a member sends
  * it (hash-checked) and is a member from the next round on. All three regions end on the same parameters, the
@@ -701,16 +730,8 @@ static void take_a_region_back(const char *name, const char *mode)
     int rc = launch_exit(coord);
     char *out = xdc_test_read_file(log, NULL);
     XDC_ASSERT_MSG(rc == 0, "the coordinator exited %d:\n%s", rc, out ? out : "");
-    XDC_ASSERT_STR_CONTAINS(out, "region ap-south rejoins the run at the outer round at step");
-    XDC_ASSERT_STR_CONTAINS(out, "steps=128");
-    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
     XDC_ASSERT_MSG(!strstr(out, "still hold the store"), "the coordinator waited for members:\n%s", out);
-    expect_one_model(dir, out, 3);
-    free(out);
-    char *wlog = region_log(dir, "ap-south");
-    XDC_ASSERT_STR_CONTAINS(wlog, "hashes checked");
-    XDC_ASSERT_STR_CONTAINS(wlog, "region ap-south rejoined at round");
-    free(wlog);
+    expect_rejoined(dir, out);
 }
 
 XDC_TEST_T(elastic_coordinator_takes_a_restarted_region_back, 180) { take_a_region_back("rejoin", "diloco"); }
@@ -719,12 +740,60 @@ XDC_TEST_T(elastic_coordinator_takes_a_restarted_region_back, 180) { take_a_regi
  * (no fragment on the wire then); its first round as a member is the next fragment's. */
 XDC_TEST_T(elastic_streaming_takes_a_restarted_region_back, 180) { take_a_region_back("srejoin", "streaming"); }
 
+/* `xdc launch --max-restarts 1` in `mode` over its emulated WAN: ap-south's worker killed after step 20, its
+ * agent exits and the region leaves; the launcher starts its agent again, whose worker rejoins at an outer
+ * round through the relay routes opened for it to dial the lower regions, with the hash-checked state of a
+ * member. The run ends with exit 0 and all three regions on the run's parameters. */
+static void launch_takes_a_region_back(const char *name, const char *mode)
+{
+    need_corpus();
+    const char *run = write_run(name, mode, 128, "{min_regions: 2, grace: 5s}");
+    char dir[600], log[700];
+    snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
+    snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
+    pid_t p = start_launch(run, NULL, dir, log, "1");
+    XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
+    kill(stop_outside_a_round(dir, "ap-south", log, log), SIGKILL);
+    char *out = launch_succeeded(p, dir, log);
+    XDC_ASSERT_STR_CONTAINS(out, "starting region ap-south's agents again (restart 1 of --max-restarts 1)");
+    expect_rejoined(dir, out);
+}
+
+XDC_TEST_T(elastic_launch_restarts_a_killed_region_and_it_rejoins, 180)
+{
+    launch_takes_a_region_back("lrejoin", "diloco");
+}
+
+XDC_TEST_T(elastic_launch_restarts_a_killed_streaming_region_and_it_rejoins, 180)
+{
+    launch_takes_a_region_back("lsrejoin", "streaming");
+}
+
 /* Sync mode keeps its all-or-nothing rule, and says so when the run file asks for elastic rounds. */
 XDC_TEST_T(elastic_settings_in_sync_mode_are_named_as_ignored, 120)
 {
     char out[16384];
-    int rc = launch_short("sync", "sync", 2, "{min_regions: 2}", out, sizeof out);
+    int rc = launch_short("sync", "sync", 2, "{min_regions: 2}", "", out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "elastic settings ignored: sync mode over 3 regions keeps every region in every "
                                  "round");
+}
+
+/* --max-restarts: a number of restarts, `xdc launch`'s alone (the coordinator starts no agents), and named
+ * as ignored where no outer round could take a region back. */
+XDC_TEST_T(elastic_max_restarts_is_checked_and_named_where_it_does_nothing, 120)
+{
+    char out[16384], cmd[1200];
+    need_corpus();
+    int rc = launch_short("restarts-bad", "diloco", 2, "{min_regions: 2}", "--max-restarts -1", out, sizeof out);
+    XDC_ASSERT_MSG(rc == 64, "launch exited %d, expected 64:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "xdc launch: --max-restarts:");
+    snprintf(cmd, sizeof cmd, "%s coordinator -t %s -c %s --run-dir %s/coord --host 127.0.0.1 --max-restarts 1 2>&1",
+             xdc_test_bin(), TOPO3, write_run("restarts-coord", "diloco", 2, "{}"), xdc_test_tmpdir());
+    rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 64, "coordinator exited %d, expected 64:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "the coordinator starts no agents");
+    rc = launch_short("restarts-sync", "sync", 2, "{}", "--max-restarts 1", out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "--max-restarts 1 ignored: sync mode over 3 regions has no outer round to rejoin at");
 }

@@ -632,3 +632,51 @@ XDC_TEST_T(rdzv_etcd_coordinator_and_agents_started_elsewhere, 180)
     free(text);
     etcd_stop(&e, SIGTERM);
 }
+
+/* Rejoining with etcd as the store (docs/runtime.md, "Rejoining"): `xdc launch --rdzv etcd://... --max-restarts
+ * 1` of an elastic DiLoCo run over three regions; ap-south's worker is killed after step 20 (in a round's
+ * exchange or between rounds: either way the region leaves). The launcher starts its agent again, and its
+ * worker finds its earlier process's keys in etcd, waits for the killed process's lease to end (up to its
+ * 10 s TTL: hence 400 steps, so the run is still going), asks to rejoin and is taken back at an outer round:
+ * the run ends with exit 0 and every region on the run's parameters. Its own lease is kept alive during that
+ * wait (it once ran out there, and the host then dropped the region again for a gone member). */
+XDC_TEST_T(rdzv_etcd_elastic_region_killed_restarted_and_rejoined, 240)
+{
+    if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian fortunes; `make deps`)");
+    etcd_proc e = {0};
+    etcd_start(&e, "rejoin", NULL);
+    char run[600], cwd[400], text[1024], cmd[4096];
+    static char out[65536];
+    XDC_ASSERT(getcwd(cwd, sizeof cwd) != NULL);
+    snprintf(run, sizeof run, "%s/elastic.yaml", xdc_test_tmpdir());
+    snprintf(text, sizeof text,
+             "model: %s/examples/models/tiny.yaml\ndata: /usr/share/games/fortunes\nmode: diloco\n"
+             "diloco: {inner_steps: 4}\npipeline_stages: 1\nmicrobatches: 1\nsteps: 400\ncodec: none\nthreads: 1\n"
+             "elastic: {min_regions: 2, grace: 5s}\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
+             cwd);
+    xdc_test_write_file(run, text);
+    /* The launch in the background; the worker killed once step 20 is printed (bounded: 2400 x 50 ms). */
+    snprintf(cmd, sizeof cmd,
+             "d=%1$s/run; timeout 200 %2$s launch -t examples/topology/demo-3region.yaml -c %3$s --run-dir $d "
+             "--rdzv %4$s/rejoin --max-restarts 1 >%1$s/launch.log 2>&1 & p=$!; "
+             "for i in $(seq 2400); do grep -q 'step    20/' %1$s/launch.log && break; sleep 0.05; done; "
+             "kill -9 $(cat $d/pids/ap-south-0.pid); wait $p; echo \"launch exited $?\"; cat %1$s/launch.log; "
+             "grep -h 'final parameters of region' $d/logs/*.log",
+             xdc_test_tmpdir(), xdc_test_bin(), run, e.url);
+    xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(strstr(out, "launch exited 0\n") != NULL, "launch failed:\n%s", out);
+    XDC_ASSERT_STR_CONTAINS(out, "starting region ap-south's agents again (restart 1 of --max-restarts 1)");
+    XDC_ASSERT_STR_CONTAINS(out, "region ap-south rejoins the run at the outer round at step");
+    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
+    char want[64], needle[96];
+    const char *fin = strstr(out, "\nfinal ");
+    XDC_ASSERT_MSG(fin != NULL, "no final line in:\n%s", out);
+    final_hash(fin, want, sizeof want);
+    for (int r = 0; r < 3; r++) {
+        static const char *const region[3] = {"us-east", "eu-west", "ap-south"};
+        snprintf(needle, sizeof needle, "final parameters of region %s: params_xxh64=%s\n", region[r], want);
+        XDC_ASSERT_MSG(strstr(out, needle) != NULL, "region %s does not end on the run's %s:\n%s", region[r], want,
+                       out);
+    }
+    etcd_stop(&e, SIGTERM);
+}

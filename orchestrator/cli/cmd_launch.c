@@ -22,7 +22,7 @@ static int launch_usage(FILE *f)
         "                  [--outage DURATION@START[,...]]... [--resume] [--log-format text|json] [--device "
         "cpu|cuda|cpu-strict]\n"
         "                  [--rdzv builtin|etcd://HOST:PORT[/PREFIX]] [--etcd-cacert F --etcd-cert F --etcd-key F]\n"
-        "                  [--exec -- PROG [ARGS...]]\n"
+        "                  [--max-restarts N] [--exec -- PROG [ARGS...]]\n"
         "       xdc coordinator -t TOPOLOGY.yaml -c RUN.yaml --run-dir DIR --host ADDR [--port P] [--run-id ID]\n"
         "                       [--cert-dir DIR] [--ca FILE] [--crl FILE]\n"
         "  coordinator: host the rendezvous on ADDR:P (no default address; 0.0.0.0 is every interface, port\n"
@@ -38,6 +38,8 @@ static int launch_usage(FILE *f)
         "                   give a list (3s@10s,12s@40s) for several outages (at most 16)\n"
         "  --degrade-links F  emulated links carry F x the topology's bandwidth (rehearse a degraded WAN)\n"
         "  --resume         continue from the newest complete checkpoint in the run folder\n"
+        "  --max-restarts N elastic DiLoCo/streaming: start a region that left the run again (its agents), at\n"
+        "                   most N times per region; it rejoins at an outer round (docs/runtime.md, Rejoining)\n"
         "  --exec -- PROG ARGS  every worker slot runs PROG (a program on libxdc, docs/api.md) instead of\n"
         "                   `xdc worker`; it ends with a line naming how many members exited 0\n"
         "  --device D       run every region's workers on D (default: XDC_DEVICE, else the topology: CUDA\n"
@@ -64,6 +66,12 @@ static int launch_option(int c, const char *arg, orch_launch_opts *o)
         xdc_diag d;
         if (xdc_parse_int(arg, 0, 65535, &o->port, &d) != XDC_OK) {
             fprintf(stderr, "xdc launch: --port: %s\n", d.msg);
+            return XDC_EX_USAGE;
+        }
+    } else if (c == 'R') {
+        xdc_diag d;
+        if (xdc_parse_int(arg, 0, 1000, &o->max_restarts, &d) != XDC_OK) {
+            fprintf(stderr, "xdc launch: --max-restarts: %s\n", d.msg);
             return XDC_EX_USAGE;
         }
     } else if (c == 'o') {
@@ -93,6 +101,7 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
                                          {"degrade-links", required_argument, NULL, 'g'},
                                          {"device", required_argument, NULL, 'D'},
                                          {"exec", no_argument, NULL, 'x'},
+                                         {"max-restarts", required_argument, NULL, 'R'},
                                          {"help", no_argument, NULL, 'h'},
                                          XDC_CLI_RDZV_OPTIONS,
                                          XDC_CLI_CREDS_OPTIONS,
@@ -117,6 +126,7 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
         case 'x': exec = 1; break;
         case 'g':
         case 'p':
+        case 'R':
         case 'o':
             if ((ex = launch_option(c, optarg, o)) != 0) return ex;
             break;
@@ -125,6 +135,11 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
         }
     }
     if (!o->topology || !o->config || (coordinator && !o->run_dir)) return launch_usage(stderr);
+    if (coordinator && o->max_restarts) {
+        fprintf(stderr, "xdc coordinator: --max-restarts: the coordinator starts no agents; restart a region's agent "
+                        "where it ran (by hand, Slurm, systemd) and it rejoins\n");
+        return XDC_EX_USAGE;
+    }
     if (xdc_cli_exec_tail(coordinator ? "coordinator" : "launch", exec && !coordinator, argc, argv, optind,
                           &o->exec_argv) != 0)
         return launch_usage(stderr);

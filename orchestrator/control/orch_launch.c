@@ -24,6 +24,7 @@
 
 #include <glob.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,8 @@ typedef struct {
     rdzv_target store;                        /* which store: the built-in one hosted here, or etcd */
     char coordinator[300];                    /* host:port of the store (etcd's with etcd) */
     xdc_wan_relay *relays[LAUNCH_MAX_RELAYS]; /* one per pair of regions */
-    char relay_done[LAUNCH_MAX_RELAYS];       /* per (pair, worker) route */
+    char relay_done[LAUNCH_MAX_RELAYS];       /* per (pair i < j, worker of j) route: i dials j */
+    char relay_back_done[LAUNCH_MAX_RELAYS];  /* per (pair i < j, worker of i) route: a rejoining j dials i */
     int n_relays;
     uint64_t finish_at;     /* coordinator: when to stop waiting for members to leave */
     uint64_t join_deadline; /* members that have not joined by then fail the run */
@@ -56,8 +58,12 @@ typedef struct {
     orch_creds creds;   /* the rendezvous's credentials (coordinator/0); their folder, CA, CRL go to agents */
     int run_id_given;   /* --run-id was given: the certificates must name it (else theirs is taken) */
     orch_procs agents;
-    xdc_err_t blamed; /* the error of the member blamed for the failure; XDC_OK: none */
-    int elastic;      /* orch_quorum_elastic: outer rounds go by quorum, a lost region is not the run's end */
+    int agent_region[LAUNCH_MAX_AGENTS];       /* the region of each agent slot (restarts add slots) */
+    int restarts[XDC_TOPO_MAX_REGIONS];        /* --max-restarts: each region's agents started again so far */
+    uint8_t restart_due[XDC_TOPO_MAX_REGIONS]; /* out of the run: start its agents again once all ended */
+    uint8_t released[XDC_TOPO_MAX_REGIONS];    /* its restarted agents were stopped: the run ended first */
+    xdc_err_t blamed;                          /* the error of the member blamed for the failure; XDC_OK: none */
+    int elastic; /* orch_quorum_elastic: outer rounds go by quorum, a lost region is not the run's end */
     orch_quorum quorum;
 } launch;
 
@@ -186,56 +192,73 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
 
 /* Emulated WAN: one relay per pair of regions i < j (link i->j's model), with one route per worker of j
  * that someone in i dials: once worker (j, rank) has published its listening port, a route to it opens
- * and its port is published as relay/i/j/rank. All routes of a link share its rate, as on a real link. */
-static void pump_relays(launch *L)
+ * and its port is published as relay/i/j/rank. All routes of a link share its rate, as on a real link.
+ * A region j that left an elastic run gets routes the other way too, relay/j/i/rank to each worker of each
+ * lower region i: its restarted workers rejoin by dialing every member (orch_rejoin.c), while members
+ * only ever dial higher regions. They share the link's relay, so the joiner's traffic to i is paced with
+ * i's traffic to j (the topology's links are symmetric in rate). */
+static int open_route(launch *L, int link, int from, int to, int rank)
 {
-    int idx = 0, link = 0;
-    for (int i = 0; i < L->t->n_regions; i++)
-        for (int j = i + 1; j < L->t->n_regions; j++, link++)
-            for (int k = 0; k < xdc_topology_region_workers(L->t, j); k++, idx++) {
-                if (idx >= LAUNCH_MAX_RELAYS || link >= LAUNCH_MAX_RELAYS || L->relay_done[idx]) continue;
-                char key[128], val[300];
-                snprintf(key, sizeof key, "wan/%d/%d", j, k);
-                if (rdzv_server_get(L->rdzv, key, val, sizeof val) != 0) continue;
-                char host[256];
-                int target;
-                const xdc_link *l = xdc_topology_link(L->t, i, j);
-                if (orch_split_hostport(val, host, sizeof host, &target) != 0 || !l) continue;
-                xdc_diag d = {{0}};
-                xdc_err_t rc;
-                int port = 0;
-                if (!L->relays[link]) {
-                    xdc_wan_link_model m;
-                    orch_link_model(l, (uint64_t)link + 1, &m);
-                    m.rate_mbps *= L->o.degrade;
-                    rc = xdc_wan_relay_create("127.0.0.1", 0, host, target, &m, &L->relays[link], &d);
-                    if (rc == XDC_OK) {
-                        port = xdc_wan_relay_port(L->relays[link]);
-                        for (int o = 0; o < L->o.n_outages; o++) /* at most the relay's capacity: never refused */
-                            xdc_wan_relay_schedule_outage(L->relays[link], L->o.outages[o].start_ms,
-                                                          L->o.outages[o].duration_ms);
-                        if (link >= L->n_relays) L->n_relays = link + 1;
-                        XDC_DEBUG(XDC_SUB_ORCH, "emulated link %s -> %s (%g Mbit/s, %g ms RTT)", L->t->regions[i].name,
-                                  L->t->regions[j].name, m.rate_mbps, m.rtt_ms);
-                    }
-                } else {
-                    rc = xdc_wan_relay_add_route(L->relays[link], "127.0.0.1", 0, host, target, &port, &d);
-                }
-                if (rc != XDC_OK) {
-                    XDC_WARN(XDC_SUB_ORCH, "relay for %s -> %s rank %d: %s", L->t->regions[i].name,
-                             L->t->regions[j].name, k, d.msg);
-                    continue;
-                }
-                L->relay_done[idx] = 1;
-                snprintf(key, sizeof key, "relay/%d/%d/%d", i, j, k);
-                snprintf(val, sizeof val, "127.0.0.1:%d", port);
-                rdzv_server_set(L->rdzv, key, val);
-            }
+    char key[128], val[300], host[256];
+    int target, port = 0, lo = from < to ? from : to, hi = from < to ? to : from;
+    snprintf(key, sizeof key, "wan/%d/%d", to, rank);
+    const xdc_link *l = xdc_topology_link(L->t, lo, hi);
+    if (rdzv_server_get(L->rdzv, key, val, sizeof val) != 0 || !l ||
+        orch_split_hostport(val, host, sizeof host, &target) != 0)
+        return 0;
+    xdc_diag d = {{0}};
+    xdc_err_t rc;
+    if (!L->relays[link]) {
+        xdc_wan_link_model m;
+        orch_link_model(l, (uint64_t)link + 1, &m);
+        m.rate_mbps *= L->o.degrade;
+        rc = xdc_wan_relay_create("127.0.0.1", 0, host, target, &m, &L->relays[link], &d);
+        if (rc == XDC_OK) {
+            port = xdc_wan_relay_port(L->relays[link]);
+            for (int o = 0; o < L->o.n_outages; o++) /* at most the relay's capacity: never refused */
+                xdc_wan_relay_schedule_outage(L->relays[link], L->o.outages[o].start_ms, L->o.outages[o].duration_ms);
+            if (link >= L->n_relays) L->n_relays = link + 1;
+            XDC_DEBUG(XDC_SUB_ORCH, "emulated link %s -> %s (%g Mbit/s, %g ms RTT)", L->t->regions[lo].name,
+                      L->t->regions[hi].name, m.rate_mbps, m.rtt_ms);
+        }
+    } else {
+        rc = xdc_wan_relay_add_route(L->relays[link], "127.0.0.1", 0, host, target, &port, &d);
+    }
+    if (rc != XDC_OK) {
+        XDC_WARN(XDC_SUB_ORCH, "relay for %s -> %s rank %d: %s", L->t->regions[from].name, L->t->regions[to].name, rank,
+                 d.msg);
+        return 0;
+    }
+    snprintf(key, sizeof key, "relay/%d/%d/%d", from, to, rank);
+    snprintf(val, sizeof val, "127.0.0.1:%d", port);
+    rdzv_server_set(L->rdzv, key, val);
+    return 1;
 }
 
-/* Node n of region r: `xdc agent` with the run's files and this node's identity. */
+static void pump_relays(launch *L)
+{
+    int fwd = 0, back = 0, link = 0;
+    for (int i = 0; i < L->t->n_regions; i++)
+        for (int j = i + 1; j < L->t->n_regions && link < LAUNCH_MAX_RELAYS; j++, link++) {
+            for (int k = 0; k < xdc_topology_region_workers(L->t, j); k++, fwd++)
+                if (fwd < LAUNCH_MAX_RELAYS && !L->relay_done[fwd])
+                    L->relay_done[fwd] = (char)open_route(L, link, i, j, k);
+            for (int k = 0; k < xdc_topology_region_workers(L->t, i); k++, back++)
+                if (back < LAUNCH_MAX_RELAYS && !L->relay_back_done[back] && L->elastic && !L->quorum.live[j] &&
+                    L->relays[link])
+                    L->relay_back_done[back] = (char)open_route(L, link, j, i, k);
+        }
+}
+
+/* Node n of region r: `xdc agent` with the run's files and this node's identity, in the next agent slot. */
 static xdc_err_t start_agent(launch *L, int r, int n, xdc_diag *diag)
 {
+    if (L->agents.n == LAUNCH_MAX_AGENTS) {
+        xdc_diag_set(diag, "more than %d agents (nodes and restarts): launch the agents with your scheduler instead",
+                     LAUNCH_MAX_AGENTS);
+        return XDC_ERR_RANGE;
+    }
+    L->agent_region[L->agents.n] = r;
     xdc_region *g = &L->t->regions[r];
     char node[16], name[ORCH_PROC_NAME_MAX];
     snprintf(node, sizeof node, "%d", n);
@@ -285,14 +308,7 @@ static xdc_err_t start_agent(launch *L, int r, int n, xdc_diag *diag)
 static xdc_err_t start_agents(launch *L, xdc_diag *diag)
 {
     for (int r = 0; r < L->t->n_regions; r++)
-        for (int n = 0; n < L->t->regions[r].n_hosts; n++) {
-            if (L->agents.n == LAUNCH_MAX_AGENTS) {
-                xdc_diag_set(diag, "more than %d nodes: launch the agents with your scheduler instead",
-                             LAUNCH_MAX_AGENTS);
-                return XDC_ERR_RANGE;
-            }
-            XDC_CHECK(start_agent(L, r, n, diag));
-        }
+        for (int n = 0; n < L->t->regions[r].n_hosts; n++) XDC_CHECK(start_agent(L, r, n, diag));
     return XDC_OK;
 }
 
@@ -412,14 +428,41 @@ static xdc_err_t lose_reported(launch *L, char *why, size_t cap)
     return XDC_OK;
 }
 
-/* The region of the launcher's agent i (agents start region by region, one per node). */
-static int agent_region(const launch *L, int i)
+/* --max-restarts: start the agents of each region that is due again once every earlier agent of it ended
+ * (its workers then learnt it left and exited); they rejoin at an outer round (orch_rejoin.c). Once the
+ * run's end round is decided nobody can rejoin: restarted agents of a region still out of the run are
+ * stopped instead of waiting out their rejoin deadline. */
+static xdc_err_t restart_regions(launch *L)
 {
+    int ended = L->elastic && L->quorum.decided == LLONG_MAX;
     for (int r = 0; r < L->t->n_regions; r++) {
-        if (i < L->t->regions[r].n_hosts) return r;
-        i -= L->t->regions[r].n_hosts;
+        int alive = 0;
+        for (int i = 0; i < L->agents.n; i++) alive += L->agent_region[i] == r && L->agents.pid[i] != 0;
+        if (ended && L->restarts[r] && !L->quorum.live[r] && alive && !L->released[r]) {
+            XDC_WARN(XDC_SUB_ORCH, "the run ended before region %s rejoined: stopping its restarted agents",
+                     L->t->regions[r].name);
+            for (int i = 0; i < L->agents.n; i++)
+                if (L->agent_region[i] == r && L->agents.pid[i] != 0) orch_proc_signal(L->agents.pid[i], SIGTERM);
+            L->released[r] = 1;
+        }
+        if (ended) L->restart_due[r] = 0;
+        if (!L->restart_due[r] || alive) continue;
+        L->restart_due[r] = 0;
+        L->restarts[r]++;
+        XDC_WARN(XDC_SUB_ORCH,
+                 "starting region %s's agents again (restart %d of --max-restarts %d): it rejoins at an "
+                 "outer round",
+                 L->t->regions[r].name, L->restarts[r], L->o.max_restarts);
+        xdc_diag d = {{0}};
+        for (int n = 0; n < L->t->regions[r].n_hosts; n++) {
+            xdc_err_t rc = start_agent(L, r, n, &d);
+            if (rc != XDC_OK) {
+                fprintf(stderr, "xdc launch: run failed: restarting region %s: %s\n", L->t->regions[r].name, d.msg);
+                return rc;
+            }
+        }
     }
-    return -1;
+    return XDC_OK;
 }
 
 /* The supervise loop's periodic work (orch_proc.h): relay routes, members that never join (they fail
@@ -428,6 +471,7 @@ static xdc_err_t launch_tick(void *ctx, int *done)
 {
     launch *L = ctx;
     if (L->o.emulate) pump_relays(L);
+    XDC_CHECK(restart_regions(L));
     char missing[2048], key[256], why[2048];
     if (!L->joined) {
         L->joined = rdzv_server_missing(L->rdzv, -1, missing, sizeof missing) == 0;
@@ -471,12 +515,15 @@ static int agent_failed(void *ctx, const orch_procs *g, int i, pid_t pid, int st
     launch *L = ctx;
     if (L->elastic) { /* the region leaves the run; the others go on while they are enough */
         char reason[ORCH_PROC_NAME_MAX + 160];
-        int r = agent_region(L, i);
+        int r = L->agent_region[i];
         snprintf(reason, sizeof reason, "its agent %s %s", g->name[i], how);
-        if (r >= 0 && !L->quorum.live[r]) /* dropped earlier: its workers learnt so and left */
+        if (!L->quorum.live[r]) /* dropped earlier: its workers learnt so and left */
             XDC_INFO(XDC_SUB_ORCH, "agent %s of region %s, out of the run, ended: %s", g->name[i],
                      L->t->regions[r].name, how);
-        if (orch_quorum_lose(&L->quorum, r, reason, why, sizeof why) == XDC_OK) return 1;
+        if (orch_quorum_lose(&L->quorum, r, reason, why, sizeof why) == XDC_OK) {
+            if (L->restarts[r] < L->o.max_restarts) L->restart_due[r] = 1;
+            return 1;
+        }
         fprintf(stderr, "xdc launch: run failed: %s; stopping the other agents\n", why);
         L->blamed = XDC_ERR_UNAVAILABLE;
         return 0;
@@ -629,12 +676,21 @@ static xdc_err_t launch_load(launch *L, xdc_diag *diag)
                      L->cfg.min_regions, L->o.topology, L->t->n_regions);
         return XDC_ERR_CONFIG;
     }
-    if (L->cfg.min_regions && !orch_quorum_elastic(&L->cfg, L->t->n_regions))
-        XDC_WARN(XDC_SUB_ORCH,
-                 "%s: elastic settings ignored: %s mode%s over %d regions keeps every region in every round (only "
-                 "diloco and streaming across regions go by quorum)",
-                 L->o.config, orch_mode_name(L->cfg.mode), L->cfg.span_regions ? " with span_regions" : "",
-                 L->t->n_regions);
+    if (!orch_quorum_elastic(&L->cfg, L->t->n_regions)) {
+        char run[128];
+        snprintf(run, sizeof run, "%s mode%s over %d regions", orch_mode_name(L->cfg.mode),
+                 L->cfg.span_regions ? " with span_regions" : "", L->t->n_regions);
+        if (L->cfg.min_regions)
+            XDC_WARN(XDC_SUB_ORCH,
+                     "%s: elastic settings ignored: %s keeps every region in every round (only diloco and streaming "
+                     "across regions go by quorum)",
+                     L->o.config, run);
+        if (L->o.max_restarts)
+            XDC_WARN(XDC_SUB_ORCH,
+                     "--max-restarts %d ignored: %s has no outer round to rejoin at (a lost region ends the run; "
+                     "--resume continues it)",
+                     L->o.max_restarts, run);
+    }
     if (!L->cfg.plan_auto) return XDC_OK;
     orch_planned plan;
     XDC_CHECK(orch_plan_apply(&L->cfg, L->t, &plan, diag));

@@ -35,6 +35,9 @@ typedef struct orch_launch_opts {
      * of `xdc worker` (orch_agent.h); the run ends with a line counting the members instead of the training
      * summary. NULL: `xdc worker`. */
     char *const *exec_argv;
+    /* --max-restarts N (`xdc launch`, elastic runs): a region that left the run has its agents started again,
+     * at most N times per region, and rejoins at an outer round. 0: a region that left stays out. */
+    int max_restarts;
 } orch_launch_opts;
 
 /* The emulator's model of topology link `l` (rate, RTT, jitter, loss; draws seeded by `seed`): what the

@@ -578,6 +578,12 @@ xdc_err_t rdzv_etcd_client_create(const rdzv_target *t, const char *member, int6
     }
     if (rc == XDC_OK) snprintf(c->lease, sizeof c->lease, "%s", id);
     json_decref(rep);
+    /* The lease is kept alive from now on: the wait below can outlast its TTL (a restarted member waits up to
+     * its old process's TTL), and a lease that ran out meanwhile would take the new alive key with it. */
+    if (rc == XDC_OK) {
+        if (pthread_create(&c->ka, NULL, keepalive_main, c) != 0) rc = XDC_ERR_NOMEM;
+        else c->ka_started = 1;
+    }
     /* A member joins once: while another process holds `member` alive (its lease), wait for that lease to
      * end (a restarted member's old process, killed, is gone after its TTL), until the deadline. */
     snprintf(key, sizeof key, ETCD_INTERNAL "alive/%s", member);
@@ -593,13 +599,11 @@ xdc_err_t rdzv_etcd_client_create(const rdzv_target *t, const char *member, int6
     }
     snprintf(key, sizeof key, ETCD_INTERNAL "joined/%s", member);
     if (rc == XDC_OK) rc = kv_put(&c->conn, key, c->lease, NULL, deadline, "join", diag);
-    if (rc == XDC_OK && pthread_create(&c->ka, NULL, keepalive_main, c) != 0) rc = XDC_ERR_NOMEM;
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "joining the rendezvous %s as %s", t->url, member);
         ec_destroy(&c->base);
         return rc;
     }
-    c->ka_started = 1;
     *out = &c->base;
     return XDC_OK;
 }

@@ -31,13 +31,6 @@ xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag)
     xdc_err_t rc = rdzv_try_get(w->comm.rdzv, key, val, sizeof val, diag);
     if (rc == XDC_ERR_AGAIN) return XDC_OK; /* a fresh start */
     XDC_CHECK(rc);
-    if (w->id.emulate_wan) {
-        xdc_diag_set(diag,
-                     "region %s: the run is under way (%s was %s) and rejoining over the emulated WAN is not "
-                     "implemented (its relay routes lead to the earlier process); start this region with the next run",
-                     w->id.region, key, val);
-        return XDC_ERR_UNAVAILABLE;
-    }
     XDC_INFO(XDC_SUB_ORCH, "the run is under way (an earlier process of ours published %s = %s): rejoining it", key,
              val);
     /* The store host names our region gone once it missed a round (or its agent's failure was reported). */

@@ -287,7 +287,8 @@ xdc_err_t orch_elastic_agree(orch_worker *w, const char *round, xdc_diag *diag);
 /* orch_rejoin.c: a region that left an elastic DiLoCo or streaming run comes back (docs/runtime.md,
  * "Rejoining"). */
 /* At start: is this worker a restarted one of a running elastic job (w->elastic.rejoin)? Then wait until the
- * store host let its region go. The emulated WAN cannot rejoin: XDC_ERR_UNAVAILABLE saying so. */
+ * store host let its region go. Over the emulated WAN the launcher opened the
+ * routes a joiner needs to dial lower regions once the region left (orch_launch.c, pump_relays). */
 xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag);
 /* The joiner, before its first step: ask to rejoin, wait for the round that takes it, dial that round's
  * members and take the global parameters and outer momentum from the lowest one (hash-checked; XDC_ERR_CORRUPT
