@@ -403,8 +403,10 @@ static void lose_a_region(const char *name, const char *mode, int stop, int vict
     snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
     pid_t p = start_launch(run, NULL, dir, log, NULL);
     XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
-    pid_t pid = stop_outside_a_round(dir, region[victim], log, log);
-    if (!stop) kill(pid, SIGKILL);
+    /* Killed: wherever it is (in a round's exchange or between rounds), its agent's failure drops the region
+     * at once. Stopped: between rounds, for the grace window's path. */
+    pid_t pid = stop ? stop_outside_a_round(dir, region[victim], log, log)
+                     : signal_worker(dir, region[victim], SIGKILL);
     if (stop) { /* continued once the others went on without it: it learns it was dropped and leaves */
         snprintf(text_buf, sizeof text_buf, "region %s dropped from the run: missed the outer round", region[victim]);
         XDC_ASSERT_MSG(wait_for_text(log, text_buf), "%s was not dropped after the grace window", region[victim]);
@@ -753,7 +755,7 @@ static void launch_takes_a_region_back(const char *name, const char *mode)
     snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
     pid_t p = start_launch(run, NULL, dir, log, "1");
     XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
-    kill(stop_outside_a_round(dir, "ap-south", log, log), SIGKILL);
+    signal_worker(dir, "ap-south", SIGKILL); /* in an exchange or not: its agent's failure drops it at once */
     char *out = launch_succeeded(p, dir, log);
     XDC_ASSERT_STR_CONTAINS(out, "starting region ap-south's agents again (restart 1 of --max-restarts 1)");
     expect_rejoined(dir, out);
