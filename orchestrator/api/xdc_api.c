@@ -437,3 +437,21 @@ int xdc_outer_round(xdc_comm *c, int tag, float *const *params)
     outer_copy(a, params, 0);
     return XDC_SUCCESS;
 }
+
+int xdc_comm_get_stats(const xdc_comm *c, xdc_comm_stats *out)
+{
+    if (!c || !out || out->struct_size < sizeof(uint32_t)) return XDC_STATUS_INVALID;
+    xdc_comm_stats s = {.struct_size = out->struct_size};
+    for (int r = 0; r < c->w.id.n_regions && c->w.comm.peers; r++) {
+        if (!c->w.comm.peers[r]) continue; /* this member's own region */
+        xdc_wan_stats st;
+        xdc_wan_peer_stats(c->w.comm.peers[r], &st);
+        s.wan_tx_bytes += st.tx_payload_bytes;
+        s.wan_rx_bytes += st.rx_payload_bytes;
+        s.wan_raw_bytes += st.tx_raw_bytes;
+        s.wan_wire_bytes += st.tx_wire_bytes;
+    }
+    /* a caller built against an older, smaller struct gets the fields it knows */
+    memcpy(out, &s, out->struct_size < sizeof s ? out->struct_size : sizeof s);
+    return XDC_SUCCESS;
+}
