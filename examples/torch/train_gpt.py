@@ -47,7 +47,7 @@ def main():
         torch.manual_seed(args.seed)
         model = GPT()
         say = print if rank == 0 else (lambda *a, **k: None)
-        print("train_gpt: rank %d (region %s): start hash %s" % (rank, comm.region_name, xdc.torch.param_hash(model)),
+        print("train_gpt: rank %d: start hash %s (region %s)" % (rank, xdc.torch.param_hash(model), comm.region_name),
               flush=True)
         val0 = data.val_loss(model)
         say("train_gpt: %d members of %d regions, %s, %d steps; val loss at start %.4f"
