@@ -147,8 +147,11 @@ typedef struct xdc_comm_stats {
     uint64_t wan_wire_bytes; /* frame headers + payload written, retransmissions included (before TLS) */
 } xdc_comm_stats;
 
-#define XDC_COMM_STATS_INIT {.struct_size = sizeof(xdc_comm_stats)}
-int xdc_comm_get_stats(const xdc_comm *comm, xdc_comm_stats *out);
+#define XDC_COMM_STATS_INIT                   \
+    {                                         \
+        .struct_size = sizeof(xdc_comm_stats) \
+    }
+int xdc_comm_get_stats(xdc_comm *comm, xdc_comm_stats *out);
 
 #ifdef __cplusplus
 }

@@ -438,9 +438,15 @@ int xdc_outer_round(xdc_comm *c, int tag, float *const *params)
     return XDC_SUCCESS;
 }
 
-int xdc_comm_get_stats(const xdc_comm *c, xdc_comm_stats *out)
+int xdc_comm_get_stats(xdc_comm *c, xdc_comm_stats *out)
 {
-    if (!c || !out || out->struct_size < sizeof(uint32_t)) return XDC_STATUS_INVALID;
+    if (!c) return XDC_STATUS_INVALID;
+    if (!out || out->struct_size < sizeof(uint32_t)) {
+        xdc_diag d = {{0}};
+        xdc_diag_set(&d, "xdc_comm_get_stats: %s (initialise the struct with XDC_COMM_STATS_INIT)",
+                     out ? "struct_size is 0" : "out is NULL");
+        return fail(c, XDC_ERR_INVALID, &d);
+    }
     xdc_comm_stats s = {.struct_size = out->struct_size};
     for (int r = 0; r < c->w.id.n_regions && c->w.comm.peers; r++) {
         if (!c->w.comm.peers[r]) continue; /* this member's own region */
