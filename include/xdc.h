@@ -153,6 +153,13 @@ typedef struct xdc_comm_stats {
     }
 int xdc_comm_get_stats(xdc_comm *comm, xdc_comm_stats *out);
 
+/* Since 0.2. Check that every member passed the same value (collective, blocking; e.g. a hash of the
+ * parameters every member starts from): XDC_SUCCESS when they did, XDC_STATUS_CORRUPT when not (on every
+ * member; the diagnostic says which digit differed, not which member). An all-reduce of the value's digits
+ * and their squares with codec none, whatever the run file's codec, on a state of its own (no tag); it is
+ * ordered with the rounds posted before it as any round is. */
+int xdc_comm_check_same(xdc_comm *comm, uint64_t value);
+
 #ifdef __cplusplus
 }
 #endif

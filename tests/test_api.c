@@ -484,6 +484,23 @@ XDC_TEST_T(api_torch_diloco_same_parameters_everywhere, 300)
         XDC_ASSERT(strncmp(rank_line(out, "torch_checks: diloco: ", r, "ok,"), "8 rounds", 8) == 0);
 }
 
+/* DiLoCo's start check (xdc_comm_check_same) on 2 x 2 members with int8: one member seeded otherwise makes
+ * every member raise xdc.Error XDC_STATUS_CORRUPT; check_same passes equal values and refuses unequal ones. */
+XDC_TEST_T(api_torch_diloco_refuses_different_starts, 300)
+{
+    char run[700];
+    static char out[1 << 16];
+    int rc = launch_python(TOPO, "tests/api/torch_checks.py", "mismatch", "tm", "int8", 1, run, sizeof run, out,
+                           sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "torch_checks.py mismatch exited %d:\n%s", rc, out);
+    for (int r = 0; r < 4; r++) {
+        char want[64];
+        snprintf(want, sizeof want, "torch_checks: mismatch: rank %d: ok", r);
+        XDC_ASSERT_STR_CONTAINS(out, want);
+        XDC_ASSERT(strncmp(rank_line(out, "torch_checks: mismatch: ", r, "refused:"), "xdc.torch.DiLoCo: ", 18) == 0);
+    }
+}
+
 /* Streaming with H = 4, F = 2 on 2 x 2 members: fragment 0 synced after steps 2 and 6, fragment 1 after 4
  * and 8 (torch_checks.py checks the schedule); after each, the synced fragment is the same on every member
  * and the other is not (each member trained it on its own batches since its last round). */

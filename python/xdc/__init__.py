@@ -141,6 +141,7 @@ def _declare(lib):
         "xdc_outer_init": (c_int, [c_void_p, c_int, c_int, ctypes.POINTER(c_void_p), ctypes.POINTER(c_size_t)]),
         "xdc_outer_round": (c_int, [c_void_p, c_int, ctypes.POINTER(c_void_p)]),
         "xdc_comm_get_stats": (c_int, [c_void_p, ctypes.POINTER(_Stats)]),
+        "xdc_comm_check_same": (c_int, [c_void_p, ctypes.c_uint64]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -334,6 +335,11 @@ class Comm:
         st = _Stats(struct_size=ctypes.sizeof(_Stats))
         self._check(_library().xdc_comm_get_stats(self._live(), ctypes.byref(st)))
         return {name: getattr(st, name) for name, _ in _Stats._fields_[1:]}
+
+    def check_same(self, value):
+        """Collective: raises xdc.Error XDC_STATUS_CORRUPT (on every member) unless every member passed the
+        same value, an int of 64 bits (e.g. a hash of the starting parameters). Exact whatever the codec."""
+        self._check(_library().xdc_comm_check_same(self._live(), value & 0xFFFFFFFFFFFFFFFF))
 
     def finalize(self):
         """The end of the run for this member (collective): returns when every member reached it."""

@@ -24,6 +24,8 @@ import os
 import torch
 import torch.distributed
 
+import xdc
+
 # Tags: DiLoCo's fragments take OUTER_TAG, OUTER_TAG + 1, ...; the DDP hook's buckets DDP_TAG up to OUTER_TAG - 1.
 DDP_TAG = 0
 OUTER_TAG = 512
@@ -71,8 +73,9 @@ class DiLoCo:
     compute (each sync moves 1/F of the model, which is what fragments buy here).
 
     The members must start from the same parameters: build the model with the same seed everywhere (the
-    wrapper does not broadcast). ``initial_hash`` is ``param_hash(model)`` at construction, to compare
-    across members.
+    wrapper does not broadcast). The constructor checks it (collective): ``initial_hash``, ``param_hash(model)``
+    then, must be the same on every member (``Comm.check_same``), else xdc.Error XDC_STATUS_CORRUPT on every
+    member.
     """
 
     def __init__(self, comm, model, inner_optimizer, sync_every, fragments=1, tag=OUTER_TAG):
@@ -89,6 +92,11 @@ class DiLoCo:
         self.last_sync = [0] * fragments  # the step each fragment was last synced at
         self.outer_rounds = 0
         self.initial_hash = param_hash(model)
+        try:  # an outer round cannot bring different starts together: each member's global starts as its own
+            comm.check_same(int(self.initial_hash, 16))
+        except xdc.Error as e:
+            raise xdc.Error(e.status, "xdc.torch.DiLoCo: the members start from different parameters (build the "
+                            "model from the same seed everywhere): " + e.message) from None
         for f, frag in enumerate(self.fragment_params):
             comm.outer_init(tag + f, frag)  # checks every tensor: CPU, float32, contiguous
 

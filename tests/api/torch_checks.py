@@ -9,6 +9,8 @@ xdc launch --exec on every member under a run file with codec none.
     torch_checks.py fragments streaming with H=4, F=2: fragment 0 synced after steps 2 and 6, 1 after 4 and 8;
                               after each sync the hashes of both fragments are printed (the suite checks that
                               the synced one is equal everywhere and the other is not)
+    torch_checks.py mismatch  DiLoCo refuses members started from different parameters (xdc.Error
+                              XDC_STATUS_CORRUPT on every member); Comm.check_same of equal and unequal values
     torch_checks.py ddp       DDP with xdc.torch.ddp_hook over several buckets: every gradient equals the
                               exact mean over the members (inputs chosen so that the float sums are exact)
 
@@ -124,6 +126,31 @@ def diloco(comm):
           flush=True)
 
 
+def mismatch(comm):
+    """DiLoCo refuses members that start apart (here one of them seeded otherwise), on every member; the same
+    start passes, and equal and unequal values through Comm.check_same."""
+    rank = comm.rank
+    torch.manual_seed(8 if rank == comm.size - 1 else 7)
+    model = torch.nn.Linear(16, 4)
+    try:
+        xdc.torch.DiLoCo(comm, model, torch.optim.SGD(model.parameters(), lr=0.1), sync_every=2)
+        fail("rank %d: DiLoCo took members with different parameters" % rank)
+    except xdc.Error as e:
+        if e.name != "XDC_STATUS_CORRUPT" or "start from different parameters" not in e.message:
+            fail("rank %d: %s" % (rank, e))
+        print("torch_checks: mismatch: rank %d: refused: %s" % (rank, e.message), flush=True)
+    comm.check_same(0xFEDCBA9876543210)
+    try:
+        comm.check_same(rank)  # 0, 1, 2, 3: the lowest digit differs
+        fail("rank %d: check_same took different values" % rank)
+    except xdc.Error as e:
+        if e.name != "XDC_STATUS_CORRUPT":
+            fail("rank %d: check_same of different values: %s" % (rank, e))
+    model = small_model()
+    xdc.torch.DiLoCo(comm, model, torch.optim.SGD(model.parameters(), lr=0.1), sync_every=2, tag=600)
+    print("torch_checks: mismatch: rank %d: ok" % rank, flush=True)
+
+
 def fragment_hash(params):
     h = hashlib.sha256()
     for p in params:
@@ -200,7 +227,7 @@ def ddp(comm):
 
 def main():
     torch.set_num_threads(1)
-    modes = {"tensors": tensors, "diloco": diloco, "fragments": fragments, "ddp": ddp}
+    modes = {"tensors": tensors, "diloco": diloco, "fragments": fragments, "ddp": ddp, "mismatch": mismatch}
     if len(sys.argv) != 2 or sys.argv[1] not in modes:
         print("usage: torch_checks.py %s" % "|".join(modes), file=sys.stderr)
         return 64
