@@ -6,11 +6,12 @@
  *   round 2: m = 0.5 m + delta, global -= 0.5 (delta + 0.5 m).
  * Also: an all-reduce on the outer tag and a round on a tag never set up are XDC_STATUS_INVALID;
  * xdc_comm_get_stats counts bytes after the rounds, fills only what a shorter (older) struct covers, and
- * refuses a struct_size of 0. Prints
+ * refuses a struct_size of 0; xdc_comm_check_same passes equal values and refuses the ranks. Prints
  * "outer: rank R: 2 rounds exact" and exits 0, or says what differed and exits 1. */
 #include <xdc.h>
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -69,6 +70,10 @@ int main(void)
     }
     xdc_comm_stats none = {.struct_size = 0};
     if ((st = xdc_comm_get_stats(c, &none)) != XDC_STATUS_INVALID) return fail(c, "get_stats of size 0", st);
+    /* every member holds 42; then each its own rank, which differ: refused on every member */
+    if ((st = xdc_comm_check_same(c, 42)) != XDC_SUCCESS) return fail(c, "check_same of equal values", st);
+    if ((st = xdc_comm_check_same(c, (uint64_t)rank)) != XDC_STATUS_CORRUPT)
+        return fail(c, "check_same of different values", st);
     if ((st = xdc_comm_finalize(c)) != XDC_SUCCESS) return fail(c, "finalize", st);
     printf("outer: rank %d: 2 rounds exact (%.9g)\n", rank, global);
     xdc_comm_destroy(c);
