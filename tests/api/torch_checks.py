@@ -1,9 +1,9 @@
 """torch_checks.py — xdc.torch and tensor buffers, for the suite (tests/test_api.c, api_torch_*), run by
-xdc launch --exec on every member under a run file with codec none.
+xdc launch --exec on every member under a run file with codec none (mismatch: int8).
 
     torch_checks.py tensors   tensors as buffers: the exact mean in the tensor's own memory; a float64, a
-                              non-contiguous or an empty tensor refused; a request keeps its tensor alive;
-                              Comm.stats() counts the WAN bytes of the rounds (one member per region)
+                              non-contiguous, a non-CPU (meta) or an empty tensor refused; a request keeps
+                              its tensor alive; Comm.stats() counts the WAN bytes of the rounds (one member per region)
     torch_checks.py diloco    DiLoCo on a small model: the loss falls; the hash of the parameters after each
                               outer round, printed by every member (the suite compares them)
     torch_checks.py fragments streaming with H=4, F=2: fragment 0 synced after steps 2 and 6, 1 after 4 and 8;
@@ -54,6 +54,9 @@ def tensors(comm):
     expect_type_error(lambda: comm.allreduce(torch.zeros(8, dtype=torch.float64), tag=2), "a float64 tensor",
                       "dtype torch.float64")
     expect_type_error(lambda: comm.allreduce(torch.zeros(8, 4).t(), tag=2), "a transposed tensor", "not contiguous")
+    # no GPU here: a tensor on the meta device takes the path a CUDA one would (refused by its device)
+    expect_type_error(lambda: comm.allreduce(torch.zeros(8, device="meta"), tag=2), "a meta tensor",
+                      "only CPU tensors are supported")
     expect_type_error(lambda: comm.outer_init(3, [torch.zeros(4, dtype=torch.float16)]), "a float16 parameter",
                       "dtype torch.float16")
     try:
