@@ -500,7 +500,11 @@ static xdc_err_t check_same(xdc_comm *c, uint64_t value, xdc_diag *diag)
         c->check_buf[i] = d;
         c->check_buf[CHECK_DIGITS + i] = d * d;
     }
-    XDC_CHECK(xdc_sync_begin(c->tags.check, c->check_buf));
+    xdc_err_t rc = xdc_sync_begin(c->tags.check, c->check_buf);
+    if (rc != XDC_OK) {
+        xdc_diag_set(diag, "check_same: the communicator takes no more rounds (it was stopped)");
+        return rc;
+    }
     xdc_sync_mark_ready(c->tags.check, 0);
     XDC_CHECK(xdc_sync_wait(c->tags.check, -1, diag));
     double tol = 0.25 / ((double)c->w.id.n_regions * c->w.id.gsize);
@@ -522,5 +526,6 @@ int xdc_comm_check_same(xdc_comm *c, uint64_t value)
     if (!c) return XDC_STATUS_INVALID;
     xdc_diag d = {{0}};
     xdc_err_t rc = check_same(c, value, &d);
+    if (rc != XDC_OK && rc != XDC_ERR_CORRUPT) orch_worker_report_failure(&c->w, "check_same", rc, d.msg);
     return rc == XDC_OK ? XDC_SUCCESS : fail(c, rc, &d);
 }
