@@ -7,7 +7,8 @@
 #   make demo-multihost   the demo with each region on a network host of its own (root: namespaces, the
 #                   netns WAN emulator, agents started one by one through examples/launch/ssh.sh)
 #   make lint       format check (.clang-format), layer check, no positional *_INIT macros; make format fixes the first
-#   make deps       install the Debian packages the project needs (root), or print the apt-get line (exit 69)
+#   make deps       install the Debian packages the project needs (root), or print the apt-get line (exit 69),
+#                   and the PyTorch venv XDC_TORCH_VENV (default ~/.cache/xdc/torch-venv) of the xdc.torch tests
 #   make CUDA=0     CPU-only build even where nvcc exists
 #   make fuzz-NAME [FUZZ_SECONDS=300]   libFuzzer run of tests/fuzz/fuzz_NAME.c (clang)
 #   make bench-NAME                     build bench/NAME/*.c and run bench/NAME/run.sh
@@ -163,7 +164,7 @@ test: deps
 	@$(MAKE) --no-print-directory test-run
 
 test-run:
-	@XDC_BIN=$(BUILD)/xdc $(BUILD)/xdc_tests -j $(TEST_JOBS) $(T)
+	@XDC_BIN=$(BUILD)/xdc XDC_TORCH_VENV=$(XDC_TORCH_VENV) $(BUILD)/xdc_tests -j $(TEST_JOBS) $(T)
 
 # ---- demo ------------------------------------------------------------------------------------------
 demo: deps
@@ -214,8 +215,18 @@ define install_debs
 	apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
 		|| { echo "xdc: apt-get install $$missing failed" >&2; exit 69; }
 endef
+# The venv with PyTorch (PyPI's torch and numpy) for xdc.torch, its example and the api_torch_* tests, which
+# find it by the same variable (XDC_TORCH_VENV= skips it; those tests then skip, saying so). Never the
+# system Python: a venv of /usr/bin/python3, made when it does not import torch yet.
+XDC_TORCH_VENV ?= $(HOME)/.cache/xdc/torch-venv
 deps:
 	$(call install_debs,$(DEB_PACKAGES))
+	@if [ -n "$(XDC_TORCH_VENV)" ] && ! $(XDC_TORCH_VENV)/bin/python -c 'import torch' 2>/dev/null; then \
+		echo "xdc: installing torch and numpy (PyPI) into the venv $(XDC_TORCH_VENV)"; \
+		/usr/bin/python3 -m venv $(XDC_TORCH_VENV) && $(XDC_TORCH_VENV)/bin/pip install -q torch numpy \
+			&& $(XDC_TORCH_VENV)/bin/python -c 'import torch' \
+		|| { echo "xdc: pip install torch numpy into $(XDC_TORCH_VENV) failed (no PyPI?); make deps XDC_TORCH_VENV= skips it" >&2; exit 69; }; \
+	fi
 deps-bench:
 	$(call install_debs,$(DEB_BENCH_PACKAGES))
 

@@ -22,7 +22,7 @@ extern "C" {
  * against major M runs with any library of major M and a minor at least its own; a new major may change
  * or remove calls. */
 #define XDC_API_VERSION_MAJOR 0
-#define XDC_API_VERSION_MINOR 1
+#define XDC_API_VERSION_MINOR 2
 #define XDC_API_VERSION       ((XDC_API_VERSION_MAJOR << 16) | XDC_API_VERSION_MINOR)
 
 /* The version of the library loaded at run time (compare its major, version >> 16, with the header's). */
@@ -135,6 +135,30 @@ int xdc_request_wait(xdc_request *req, int64_t timeout_ms);
  * The tag is then an outer tag: xdc_allreduce on it is XDC_STATUS_INVALID. */
 int xdc_outer_init(xdc_comm *comm, int tag, int n_params, float *const *params, const size_t *counts);
 int xdc_outer_round(xdc_comm *comm, int tag, float *const *params);
+
+/* Since 0.2. What this member's WAN connections carried so far (to and from the same rank of every other
+ * region, every tag and outer round included; the intra-region shared memory is not WAN). Initialise with
+ * XDC_COMM_STATS_INIT: the library writes only the fields the caller's struct_size covers. */
+typedef struct xdc_comm_stats {
+    uint32_t struct_size;    /* sizeof(xdc_comm_stats), as compiled into the caller */
+    uint64_t wan_tx_bytes;   /* payload bytes sent and acknowledged (after the codec) */
+    uint64_t wan_rx_bytes;   /* payload bytes received */
+    uint64_t wan_raw_bytes;  /* the fp32 bytes the sent payload stands for (before the codec) */
+    uint64_t wan_wire_bytes; /* frame headers + payload written, retransmissions included (before TLS) */
+} xdc_comm_stats;
+
+#define XDC_COMM_STATS_INIT                   \
+    {                                         \
+        .struct_size = sizeof(xdc_comm_stats) \
+    }
+int xdc_comm_get_stats(xdc_comm *comm, xdc_comm_stats *out);
+
+/* Since 0.2. Check that every member passed the same value (collective, blocking; e.g. a hash of the
+ * parameters every member starts from): XDC_SUCCESS when they did, XDC_STATUS_CORRUPT when not (on every
+ * member; the diagnostic says which digit differed, not which member). An all-reduce of the value's digits
+ * and their squares with codec none, whatever the run file's codec, on a state of its own (no tag); it is
+ * ordered with the rounds posted before it as any round is. */
+int xdc_comm_check_same(xdc_comm *comm, uint64_t value);
 
 #ifdef __cplusplus
 }

@@ -30,7 +30,7 @@ static void write_run(const char *name, const char *codec, char *out, size_t cap
     snprintf(text, sizeof text,
              "model: %s/examples/models/tiny.yaml\ndata: /usr/share/games/fortunes\nmode: sync\npipeline_stages: 1\n"
              "codec: %s\nbucket_mb: 0.01\ndiloco: {outer_lr: 0.5, outer_momentum: 0.5}\n"
-             "timeouts: {rendezvous: 30s, operation: 30s}\n",
+             "timeouts: {rendezvous: 120s, operation: 30s}\n",
              cwd, codec);
     xdc_test_write_file(out, text);
 }
@@ -70,15 +70,22 @@ static void build_against_install(const char *src, const char *exe, char *path, 
     XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", cmd, rc, out);
 }
 
-/* Launch `prog` under `run` on `topo` into TMP/<name>; its output (launcher and every member's log) in out. */
-static int launch_exec(const char *topo, const char *run, const char *name, const char *prog, char *out, size_t cap)
+/* Launch `prog` under `run` on `topo` into TMP/<name>, stopped after limit_s seconds; its output (launcher and
+ * every member's log) in out. */
+static int launch_exec_limit(const char *topo, const char *run, const char *name, const char *prog, int limit_s,
+                             char *out, size_t cap)
 {
     char cmd[4096], dir[600];
     snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
     snprintf(cmd, sizeof cmd,
-             "timeout 120 %s launch -t %s -c %s --run-dir %s --exec -- %s; rc=$?; cat %s/logs/*.log; exit $rc",
+             "timeout %d %s launch -t %s -c %s --run-dir %s --exec -- %s; rc=$?; cat %s/logs/*.log; exit $rc", limit_s,
              xdc_test_bin(), topo, run, dir, prog, dir);
     return xdc_test_run(cmd, out, cap);
+}
+
+static int launch_exec(const char *topo, const char *run, const char *name, const char *prog, char *out, size_t cap)
+{
+    return launch_exec_limit(topo, run, name, prog, 120, out, cap);
 }
 
 /* Every member printed one line with its error and hash; all four hashes equal, every error <= tol. */
@@ -143,9 +150,8 @@ XDC_TEST_T(api_exec_failure_is_named, 120)
     XDC_ASSERT_STR_CONTAINS(out, "--exec -- PROG");
 }
 
-/* TMP/one-each.yaml, two regions of one member each (the demo topology with one worker per node), and the
- * FIFO TMP/order.fifo that orders them (tests/api/nonblocking.c and .py). */
-static void one_each_with_fifo(char *topo, size_t topo_cap, char *fifo, size_t fifo_cap)
+/* TMP/one-each.yaml, two regions of one member each (the demo topology with one worker per node). */
+static void one_each(char *topo, size_t topo_cap)
 {
     char text[2048];
     char *demo = xdc_test_read_file(TOPO, NULL);
@@ -161,6 +167,12 @@ static void one_each_with_fifo(char *topo, size_t topo_cap, char *fifo, size_t f
     text[n] = '\0';
     free(demo);
     xdc_test_write_file(topo, text);
+}
+
+/* one_each, and the FIFO TMP/order.fifo that orders the two members (tests/api/nonblocking.c and .py). */
+static void one_each_with_fifo(char *topo, size_t topo_cap, char *fifo, size_t fifo_cap)
+{
+    one_each(topo, topo_cap);
     snprintf(fifo, fifo_cap, "%s/order.fifo", xdc_test_tmpdir());
     XDC_ASSERT(mkfifo(fifo, 0600) == 0);
 }
@@ -237,10 +249,27 @@ XDC_TEST(api_create_errors_name_the_problem)
     printf("diagnostic: %s\n", err);
 }
 
+/* The venv with torch (XDC_TORCH_VENV, else the Makefile's default, which `make deps` creates): its
+ * site-packages, for a .pth line in the test's venv. Skips the test when it does not import torch. */
+static void torch_site(char *site, size_t cap)
+{
+    char venv[512], cmd[1200];
+    const char *v = getenv("XDC_TORCH_VENV"), *home = getenv("HOME");
+    if (v && *v) snprintf(venv, sizeof venv, "%s", v);
+    else snprintf(venv, sizeof venv, "%s/.cache/xdc/torch-venv", home ? home : "/root");
+    snprintf(cmd, sizeof cmd,
+             "%s/bin/python -c 'import sysconfig, torch; print(sysconfig.get_paths()[\"purelib\"], end=\"\")' 2>&1",
+             venv);
+    if (xdc_test_run(cmd, site, cap) != 0)
+        xdc_test_skip("no torch in the venv %s (make deps creates it; XDC_TORCH_VENV names another): %.300s", venv,
+                      site);
+}
+
 /* The Python package (python/, docs/api.md "Python") in a venv of TMP, installed offline over the system's
- * setuptools, finding TMP/prefix's libxdc through pkg-config; in py the shell words that run the venv's
- * python (with the sanitizer runtimes preloaded under SAN). */
-static void python_venv(char *py, size_t cap)
+ * setuptools, finding TMP/prefix's libxdc through pkg-config; with_torch: the torch venv's packages seen
+ * through a .pth file (torch_site). In py the shell words that run the venv's python (with the sanitizer
+ * runtimes preloaded under SAN). */
+static void python_venv(char *py, size_t cap, int with_torch)
 {
     char cmd[4096], src[600];
     static char out[1 << 14];
@@ -256,6 +285,8 @@ static void python_venv(char *py, size_t cap)
         xdc_test_skip("python3 lacks venv, setuptools or wheel (Debian packages python3-venv, python3-setuptools, "
                       "python3-wheel): %s",
                       out);
+    char site[1024] = "";
+    if (with_torch) torch_site(site, sizeof site);
     const char *prefix = install_prefix();
     snprintf(cmd, sizeof cmd, "%s/lib/pkgconfig", prefix);
     setenv("PKG_CONFIG_PATH", cmd, 1);
@@ -267,22 +298,32 @@ static void python_venv(char *py, size_t cap)
              xdc_test_src("python", src, sizeof src), xdc_test_tmpdir());
     int rc = xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", cmd, rc, out);
+    if (site[0]) { /* the venv's python is /usr/bin/python3's, as the torch venv's: the same site layout */
+        snprintf(cmd, sizeof cmd, "%s/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'",
+                 xdc_test_tmpdir());
+        char own[1024];
+        XDC_ASSERT(xdc_test_run(cmd, own, sizeof own) == 0);
+        own[strcspn(own, "\n")] = '\0';
+        snprintf(cmd, sizeof cmd, "%s/xdc-torch-venv.pth", own);
+        xdc_test_write_file(cmd, site);
+    }
     if (preload[0])
         snprintf(py, cap, "env \"LD_PRELOAD=%s\" ASAN_OPTIONS=detect_leaks=0 %s/venv/bin/python", preload + 1,
                  xdc_test_tmpdir());
     else snprintf(py, cap, "%s/venv/bin/python", xdc_test_tmpdir());
 }
 
-/* Run the Python program `script ARGS` (a path in the tree) on the venv's python in every slot of topo under
- * a codec-none run file TMP/<name>.yaml (its path in run) into TMP/<name>; output in out. */
-static int launch_python(const char *topo, const char *script, const char *args, const char *name, char *run,
-                         size_t run_cap, char *out, size_t cap)
+/* Run the Python program `script ARGS` (a path in the tree) on the venv's python (python_venv) in every slot
+ * of topo under a run file TMP/<name>.yaml of `codec` (its path in run) into TMP/<name>; output in out. */
+static int launch_python(const char *topo, const char *script, const char *args, const char *name, const char *codec,
+                         int with_torch, char *run, size_t run_cap, char *out, size_t cap)
 {
     char py[700], src[600], cmdline[1600];
-    python_venv(py, sizeof py);
-    write_run(name, "none", run, run_cap);
+    python_venv(py, sizeof py, with_torch);
+    write_run(name, codec, run, run_cap);
     snprintf(cmdline, sizeof cmdline, "%s %s %s", py, xdc_test_src(script, src, sizeof src), args);
-    return launch_exec(topo, run, name, cmdline, out, cap);
+    /* 4 processes importing torch take seconds each on a quiet machine, minutes on a loaded one */
+    return launch_exec_limit(topo, run, name, cmdline, with_torch ? 240 : 120, out, cap);
 }
 
 XDC_TEST_T(api_python_example_averages_across_two_regions, 180)
@@ -290,7 +331,8 @@ XDC_TEST_T(api_python_example_averages_across_two_regions, 180)
     char src[600], run[700], cmdline[1600];
     static char out[1 << 16];
     /* codec none: the exact mean on every member (rounds 1 and 2 through iallreduce and wait) */
-    int rc = launch_python(TOPO, "examples/api/allreduce.py", "2000 3 0", "pynone", run, sizeof run, out, sizeof out);
+    int rc = launch_python(TOPO, "examples/api/allreduce.py", "2000 3 0", "pynone", "none", 0, run, sizeof run, out,
+                           sizeof out);
     XDC_ASSERT_MSG(rc == 0, "launch --exec of the Python example exited %d:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "4 members of 2 regions ran");
     check_members(out, 4, 0.0);
@@ -312,7 +354,7 @@ XDC_TEST_T(api_python_outer_rounds_and_buffers, 180)
 {
     char run[700];
     static char out[1 << 16];
-    int rc = launch_python(TOPO, "tests/api/outer.py", "", "pyouter", run, sizeof run, out, sizeof out);
+    int rc = launch_python(TOPO, "tests/api/outer.py", "", "pyouter", "none", 0, run, sizeof run, out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "launch --exec of tests/api/outer.py exited %d:\n%s", rc, out);
     for (int r = 0; r < 4; r++) {
         char want[64];
@@ -329,7 +371,7 @@ XDC_TEST_T(api_python_wait_deadline_raises_timeout, 180)
     static char out[1 << 16];
     one_each_with_fifo(topo, sizeof topo, fifo, sizeof fifo);
     snprintf(args, sizeof args, "%s 3000", fifo);
-    int rc = launch_python(topo, "tests/api/nonblocking.py", args, "pynb", run, sizeof run, out, sizeof out);
+    int rc = launch_python(topo, "tests/api/nonblocking.py", args, "pynb", "none", 0, run, sizeof run, out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "launch --exec of tests/api/nonblocking.py exited %d:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "nonblocking.py: region 0: wait with 50 ms: XDC_STATUS_TIMEOUT: tag 7: not complete "
                                  "within 50 ms");
@@ -343,7 +385,7 @@ XDC_TEST_T(api_python_errors_raise_xdc_error, 120)
 {
     char py[700], src[600], run[700], cmd[4096];
     static char out[1 << 14];
-    python_venv(py, sizeof py);
+    python_venv(py, sizeof py, 0);
     write_run("pyerr", "none", run, sizeof run);
     snprintf(cmd, sizeof cmd,
              "XDC_TOPOLOGY=/nonexistent/topology.yaml XDC_CONFIG=%s XDC_RUN_DIR=%s/pyerr-run %s %s 10 1 0 2>&1", run,
@@ -384,3 +426,148 @@ XDC_TEST(api_doc_holds_the_example)
     }
     free(doc);
 }
+
+/* ---- xdc.torch (python/xdc/torch.py; tests/api/torch_checks.py, examples/torch/train_gpt.py) ---------- */
+
+/* The text after "<prefix>rank <r>: <what> " in out (the first such line), for r's line. */
+static const char *rank_line(const char *out, const char *prefix, int r, const char *what)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%srank %d: %s ", prefix, r, what);
+    const char *p = strstr(out, key);
+    XDC_ASSERT_MSG(p != NULL, "no line \"%s\" in:\n%s", key, out);
+    return p + strlen(key);
+}
+
+/* The word after "<prefix>rank R: <what> " is the same for every rank R of members. */
+static void same_on_every_rank(const char *out, const char *prefix, const char *what, int members)
+{
+    char first[64] = "", word[64];
+    for (int r = 0; r < members; r++) {
+        XDC_ASSERT(sscanf(rank_line(out, prefix, r, what), "%63s", word) == 1);
+        if (r == 0) snprintf(first, sizeof first, "%s", word);
+        XDC_ASSERT_MSG(strcmp(word, first) == 0, "%s: rank %d has %s, rank 0 %s:\n%s", what, r, word, first, out);
+    }
+}
+
+/* Tensors as buffers on two regions of one member: the exact mean in the tensor's memory, float64 and
+ * non-contiguous tensors refused with TypeError, a request holding its tensor, Comm.stats() counting the
+ * raw bytes of the rounds exactly (xdc_comm_get_stats). */
+XDC_TEST_T(api_torch_tensors_and_stats, 300)
+{
+    char run[700], topo[700];
+    static char out[1 << 16];
+    one_each(topo, sizeof topo);
+    int rc = launch_python(topo, "tests/api/torch_checks.py", "tensors", "tt", "none", 1, run, sizeof run, out,
+                           sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "torch_checks.py tensors exited %d:\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "torch_checks: tensors: rank 0: ok");
+    XDC_ASSERT_STR_CONTAINS(out, "torch_checks: tensors: rank 1: ok");
+}
+
+/* xdc.torch.DiLoCo on 2 x 2 members, codec none: the same parameters everywhere at the start and after each
+ * of the 8 outer rounds (hashes compared across members), the loss at most half its start on every member. */
+XDC_TEST_T(api_torch_diloco_same_parameters_everywhere, 300)
+{
+    char run[700];
+    static char out[1 << 17];
+    int rc = launch_python(TOPO, "tests/api/torch_checks.py", "diloco", "td", "none", 1, run, sizeof run, out,
+                           sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "torch_checks.py diloco exited %d:\n%s", rc, out);
+    same_on_every_rank(out, "torch_checks: diloco: ", "start", 4);
+    for (int k = 1; k <= 8; k++) {
+        char what[32];
+        snprintf(what, sizeof what, "round %d hash", k);
+        same_on_every_rank(out, "torch_checks: diloco: ", what, 4);
+    }
+    for (int r = 0; r < 4; r++)
+        XDC_ASSERT(strncmp(rank_line(out, "torch_checks: diloco: ", r, "ok,"), "8 rounds", 8) == 0);
+}
+
+/* DiLoCo's start check (xdc_comm_check_same) on 2 x 2 members with int8: one member seeded otherwise makes
+ * every member raise xdc.Error XDC_STATUS_CORRUPT; check_same passes equal values and refuses unequal ones. */
+XDC_TEST_T(api_torch_diloco_refuses_different_starts, 300)
+{
+    char run[700];
+    static char out[1 << 16];
+    int rc = launch_python(TOPO, "tests/api/torch_checks.py", "mismatch", "tm", "int8", 1, run, sizeof run, out,
+                           sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "torch_checks.py mismatch exited %d:\n%s", rc, out);
+    for (int r = 0; r < 4; r++) {
+        char want[64];
+        snprintf(want, sizeof want, "torch_checks: mismatch: rank %d: ok", r);
+        XDC_ASSERT_STR_CONTAINS(out, want);
+        XDC_ASSERT(strncmp(rank_line(out, "torch_checks: mismatch: ", r, "refused:"), "xdc.torch.DiLoCo: ", 18) == 0);
+    }
+}
+
+/* Streaming with H = 4, F = 2 on 2 x 2 members: fragment 0 synced after steps 2 and 6, fragment 1 after 4
+ * and 8 (torch_checks.py checks the schedule); after each, the synced fragment is the same on every member
+ * and the other is not (each member trained it on its own batches since its last round). */
+XDC_TEST_T(api_torch_fragments_sync_on_schedule, 300)
+{
+    char run[700];
+    static char out[1 << 17];
+    int rc = launch_python(TOPO, "tests/api/torch_checks.py", "fragments", "tf", "none", 1, run, sizeof run, out,
+                           sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "torch_checks.py fragments exited %d:\n%s", rc, out);
+    for (int step = 2; step <= 8; step += 2) {
+        int synced = step % 4 == 2 ? 0 : 1;
+        char what[64], hash[4][2][32];
+        snprintf(what, sizeof what, "step %d synced %d: f0", step, synced);
+        int differ = 0;
+        for (int r = 0; r < 4; r++) {
+            XDC_ASSERT(sscanf(rank_line(out, "torch_checks: fragments: ", r, what), "%31s f1 %31s", hash[r][0],
+                              hash[r][1]) == 2);
+            XDC_ASSERT_MSG(strcmp(hash[r][synced], hash[0][synced]) == 0,
+                           "step %d: synced fragment %d differs between rank %d and rank 0:\n%s", step, synced, r, out);
+            differ |= strcmp(hash[r][1 - synced], hash[0][1 - synced]) != 0;
+        }
+        XDC_ASSERT_MSG(differ, "step %d: fragment %d, not synced, is the same on every member:\n%s", step, 1 - synced,
+                       out);
+    }
+}
+
+/* DDP with xdc.torch.ddp_hook on 2 x 2 members, codec none: every gradient is the exact mean over the
+ * members, for 3 iterations (across DDP's bucket rebuild), with at least two buckets. */
+XDC_TEST_T(api_torch_ddp_hook_gives_the_exact_mean, 300)
+{
+    char run[700];
+    static char out[1 << 16];
+    int rc = launch_python(TOPO, "tests/api/torch_checks.py", "ddp", "tddp", "none", 1, run, sizeof run, out,
+                           sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "torch_checks.py ddp exited %d:\n%s", rc, out);
+    for (int r = 0; r < 4; r++) {
+        char want[80];
+        snprintf(want, sizeof want, "torch_checks: ddp: rank %d: ok, exact mean over 4 members", r);
+        XDC_ASSERT_STR_CONTAINS(out, want);
+    }
+}
+
+/* examples/torch/train_gpt.py on 2 x 2 members with int8 (args): the validation loss ends at least `margin`
+ * below its start, every member ends with the same parameters, and WAN bytes were sent (fewer than the fp32
+ * bytes they stand for). */
+static void train_gpt(const char *name, const char *args, double margin)
+{
+    char run[700];
+    static char out[1 << 17];
+    int rc = launch_python(TOPO, "examples/torch/train_gpt.py", args, name, "int8", 1, run, sizeof run, out,
+                           sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "train_gpt.py %s exited %d:\n%s", args, rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "4 members of 2 regions ran");
+    double v0, v1;
+    const char *p = strstr(out, "train_gpt: val loss ");
+    XDC_ASSERT_MSG(p && sscanf(p, "train_gpt: val loss %lf -> %lf", &v0, &v1) == 2, "no validation loss:\n%s", out);
+    XDC_ASSERT_MSG(v1 < v0 - margin, "validation loss %.4f -> %.4f: not %.2f lower:\n%s", v0, v1, margin, out);
+    same_on_every_rank(out, "train_gpt: ", "start hash", 4);
+    same_on_every_rank(out, "train_gpt: ", "end hash", 4);
+    unsigned long long tx, rx, raw;
+    p = strstr(rank_line(out, "train_gpt: ", 0, "end hash"), "WAN bytes sent ");
+    XDC_ASSERT(p && sscanf(p, "WAN bytes sent %llu received %llu (fp32 %llu)", &tx, &rx, &raw) == 3);
+    XDC_ASSERT_MSG(tx > 0 && rx > 0 && tx < raw, "WAN bytes sent %llu received %llu of fp32 %llu", tx, rx, raw);
+    printf("train_gpt.py %s: val loss %.4f -> %.4f, rank 0 sent %llu WAN bytes (fp32 %llu)\n", args, v0, v1, tx, raw);
+}
+
+XDC_TEST_T(api_torch_example_diloco_loss_falls, 300) { train_gpt("tgd", "--steps 60 --sync-every 10", 1.5); }
+
+XDC_TEST_T(api_torch_example_ddp_loss_falls, 300) { train_gpt("tgs", "--ddp --steps 30", 1.5); }

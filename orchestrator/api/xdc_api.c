@@ -10,6 +10,7 @@
 #include "common/xdc_log.h"
 #include "orchestrator/worker/orch_worker.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,13 +32,19 @@ typedef struct api_outer {
     size_t *counts; /* (n_params) fp32 elements of each parameter */
 } api_outer;
 
+/* xdc_comm_check_same: the value as CHECK_DIGITS 4-bit digits d, then their squares, fp32 ((2 * CHECK_DIGITS)
+ * values), averaged with codec none (small integers: the mean is exact up to rounding far below the gap a
+ * differing member makes). */
+#define CHECK_DIGITS 16
+
 /* The tags in use: (XDC_MAX_TAGS) by tag, NULL until first use, an all-reduce or an outer state; the syncs
- * of both in creation order (orch_mode_ops.syncs). */
+ * of both, and of the check, in creation order (orch_mode_ops.syncs). */
 typedef struct api_tags {
     orch_worker *w;
     xdc_request *by_tag[XDC_MAX_TAGS];
     api_outer *outer[XDC_MAX_TAGS];
-    xdc_sync *order[XDC_MAX_TAGS];
+    xdc_sync *check; /* xdc_comm_check_same's, made at its first call */
+    xdc_sync *order[XDC_MAX_TAGS + 1];
     int n;
 } api_tags;
 
@@ -46,7 +53,8 @@ struct xdc_comm {
     xdc_worker_opts opts; /* w.creds points into it */
     char topology[512], config[512], run_dir[512];
     api_tags tags;
-    xdc_diag err; /* the last failed call's diagnostic */
+    float check_buf[2 * CHECK_DIGITS]; /* xdc_comm_check_same's digits and squares */
+    xdc_diag err;                      /* the last failed call's diagnostic */
 };
 
 static int tags_syncs(const void *state, xdc_sync **out, int cap)
@@ -60,6 +68,7 @@ static int tags_syncs(const void *state, xdc_sync **out, int cap)
 static void tags_destroy(void *state)
 {
     api_tags *t = state;
+    xdc_sync_destroy(t->check);
     for (int i = 0; i < XDC_MAX_TAGS; i++) {
         if (t->by_tag[i]) xdc_sync_destroy(t->by_tag[i]->sync);
         xdc_free(t->by_tag[i]);
@@ -436,4 +445,87 @@ int xdc_outer_round(xdc_comm *c, int tag, float *const *params)
     }
     outer_copy(a, params, 0);
     return XDC_SUCCESS;
+}
+
+int xdc_comm_get_stats(xdc_comm *c, xdc_comm_stats *out)
+{
+    if (!c) return XDC_STATUS_INVALID;
+    if (!out || out->struct_size < sizeof(uint32_t)) {
+        xdc_diag d = {{0}};
+        xdc_diag_set(&d, "xdc_comm_get_stats: %s (initialise the struct with XDC_COMM_STATS_INIT)",
+                     out ? "struct_size is 0" : "out is NULL");
+        return fail(c, XDC_ERR_INVALID, &d);
+    }
+    xdc_comm_stats s = {.struct_size = out->struct_size};
+    for (int r = 0; r < c->w.id.n_regions && c->w.comm.peers; r++) {
+        if (!c->w.comm.peers[r]) continue; /* this member's own region */
+        xdc_wan_stats st;
+        xdc_wan_peer_stats(c->w.comm.peers[r], &st);
+        s.wan_tx_bytes += st.tx_payload_bytes;
+        s.wan_rx_bytes += st.rx_payload_bytes;
+        s.wan_raw_bytes += st.tx_raw_bytes;
+        s.wan_wire_bytes += st.tx_wire_bytes;
+    }
+    /* a caller built against an older, smaller struct gets the fields it knows */
+    memcpy(out, &s, out->struct_size < sizeof s ? out->struct_size : sizeof s);
+    return XDC_SUCCESS;
+}
+
+/* The check's sync: codec none and no error feedback, whatever the run file says, so the mean is exact. */
+static xdc_err_t check_sync(xdc_comm *c, xdc_diag *diag)
+{
+    if (c->tags.check) return XDC_OK;
+    xdc_sync_cfg sc;
+    orch_worker_sync_cfg(&c->w, 1, &sc);
+    sc.n_elems = 2 * CHECK_DIGITS;
+    sc.dp = xdc_intra_size(c->w.comm.region_comm) > 1 ? c->w.comm.region_comm : NULL;
+    sc.name = "libxdc check";
+    sc.codec.kind = XDC_CODEC_NONE;
+    sc.codec.error_feedback = false;
+    XDC_CHECK(xdc_sync_create(c->w.comm.sync_eng, &sc, &c->tags.check, diag));
+    c->tags.order[c->tags.n++] = c->tags.check;
+    return XDC_OK;
+}
+
+/* Every member's value equal: then each digit's mean m is this member's digit and the mean of the squares
+ * minus m^2 (the digits' variance) is 0. The mean weighs each member at least w = 1 / (regions x members),
+ * so with a member whose digit differs (by 1 or more) either m is off this member's digit by more than w / 4,
+ * or every differing digit is at least 3/4 from m and the variance at least w / 2. Rounding (values <= 225)
+ * stays far below w / 4 for any run of fewer than some 10^4 regions x members. */
+static xdc_err_t check_same(xdc_comm *c, uint64_t value, xdc_diag *diag)
+{
+    XDC_CHECK(check_sync(c, diag));
+    for (int i = 0; i < CHECK_DIGITS; i++) {
+        float d = (float)((value >> (4 * i)) & 15);
+        c->check_buf[i] = d;
+        c->check_buf[CHECK_DIGITS + i] = d * d;
+    }
+    xdc_err_t rc = xdc_sync_begin(c->tags.check, c->check_buf);
+    if (rc != XDC_OK) {
+        xdc_diag_set(diag, "check_same: the communicator takes no more rounds (it was stopped)");
+        return rc;
+    }
+    xdc_sync_mark_ready(c->tags.check, 0);
+    XDC_CHECK(xdc_sync_wait(c->tags.check, -1, diag));
+    double tol = 0.25 / ((double)c->w.id.n_regions * c->w.id.gsize);
+    for (int i = 0; i < CHECK_DIGITS; i++) {
+        double d = (double)((value >> (4 * i)) & 15), m = c->check_buf[i];
+        if (fabs(m - d) > tol || c->check_buf[CHECK_DIGITS + i] - m * m > tol) {
+            xdc_diag_set(diag,
+                         "check_same: the members passed different values (this one %016llx; 4-bit digit %d: "
+                         "mean %.6g, mean square %.6g)",
+                         (unsigned long long)value, i, c->check_buf[i], c->check_buf[CHECK_DIGITS + i]);
+            return XDC_ERR_CORRUPT;
+        }
+    }
+    return XDC_OK;
+}
+
+int xdc_comm_check_same(xdc_comm *c, uint64_t value)
+{
+    if (!c) return XDC_STATUS_INVALID;
+    xdc_diag d = {{0}};
+    xdc_err_t rc = check_same(c, value, &d);
+    if (rc != XDC_OK && rc != XDC_ERR_CORRUPT) orch_worker_report_failure(&c->w, "check_same", rc, d.msg);
+    return rc == XDC_OK ? XDC_SUCCESS : fail(c, rc, &d);
 }

@@ -20,7 +20,7 @@ import subprocess
 # The libxdc API this binding was written against (include/xdc.h): a library of the same major and a minor
 # at least this one has every call used here.
 API_VERSION_MAJOR = 0
-API_VERSION_MINOR = 1
+API_VERSION_MINOR = 2
 API_VERSION = (API_VERSION_MAJOR << 16) | API_VERSION_MINOR
 
 # include/xdc.h's status codes, by value (part of the API: never renumbered).
@@ -114,6 +114,13 @@ class _Options(ctypes.Structure):
                 ("config", ctypes.c_char_p), ("run_dir", ctypes.c_char_p), ("emulate_wan", ctypes.c_int)]
 
 
+class _Stats(ctypes.Structure):
+    """xdc_comm_stats (include/xdc.h, since 0.2)."""
+
+    _fields_ = [("struct_size", ctypes.c_uint32), ("wan_tx_bytes", ctypes.c_uint64), ("wan_rx_bytes", ctypes.c_uint64),
+                ("wan_raw_bytes", ctypes.c_uint64), ("wan_wire_bytes", ctypes.c_uint64)]
+
+
 def _declare(lib):
     c_int, c_char_p, c_void_p, c_size_t = ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t
     sigs = {
@@ -133,6 +140,8 @@ def _declare(lib):
         "xdc_request_wait": (c_int, [c_void_p, ctypes.c_int64]),
         "xdc_outer_init": (c_int, [c_void_p, c_int, c_int, ctypes.POINTER(c_void_p), ctypes.POINTER(c_size_t)]),
         "xdc_outer_round": (c_int, [c_void_p, c_int, ctypes.POINTER(c_void_p)]),
+        "xdc_comm_get_stats": (c_int, [c_void_p, ctypes.POINTER(_Stats)]),
+        "xdc_comm_check_same": (c_int, [c_void_p, ctypes.c_uint64]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -163,10 +172,35 @@ def status_string(status):
     return _library().xdc_status_string(status).decode()
 
 
+def _tensor_float32(t):
+    """(ctypes view of t's memory, count) for a tensor-like object (torch.Tensor: data_ptr(), numel(), dtype):
+    CPU, float32, contiguous. No torch import here: only the object's own methods are used. The view keeps a
+    reference to t, so its storage lives as long as the view (a request in flight)."""
+    dtype = str(getattr(t, "dtype", "?"))
+    device = getattr(t, "device", None)
+    kind = getattr(device, "type", "cpu") if device is not None else "cpu"
+    if kind != "cpu":
+        raise TypeError("xdc: a tensor on %s: only CPU tensors are supported (CUDA tensors are not yet)" % device)
+    if dtype not in ("torch.float32", "float32"):
+        raise TypeError("xdc: want a float32 tensor, got dtype %s" % dtype)
+    if not t.is_contiguous():
+        raise TypeError("xdc: the tensor is not contiguous (shape %s, strides %s): pass t.contiguous() and copy "
+                        "the result back" % (tuple(t.shape), tuple(t.stride())))
+    count = t.numel()
+    if count == 0:
+        raise ValueError("xdc: the buffer is empty")
+    view = (ctypes.c_float * count).from_address(t.data_ptr())
+    view.tensor = t  # t's storage outlives every use of the view
+    return view, count
+
+
 def _float32(buf):
     """(ctypes view pinning buf, count) for a writable, C-contiguous buffer of float32 (array('f'), a
-    memoryview, a numpy float32 array). The view holds buf's buffer export: buf cannot be resized or freed
+    memoryview, a numpy float32 array) or a CPU float32 contiguous tensor (anything with data_ptr() and
+    numel()). The view holds buf's buffer export, or the tensor: buf cannot be resized (a buffer) or freed
     while it lives."""
+    if hasattr(buf, "data_ptr") and hasattr(buf, "numel"):
+        return _tensor_float32(buf)
     mv = memoryview(buf)
     if mv.readonly:
         raise TypeError("xdc: the buffer is read-only; the all-reduce writes the mean into it")
@@ -293,6 +327,19 @@ class Comm:
         views = [_float32(p)[0] for p in params]
         ptrs = (ctypes.c_void_p * len(views))(*[ctypes.addressof(v) for v in views])
         self._check(_library().xdc_outer_round(self._live(), tag, ptrs))
+
+    def stats(self):
+        """What this member's WAN connections carried so far (xdc_comm_get_stats), in bytes: a dict with
+        wan_tx_bytes (sent, after the codec), wan_rx_bytes (received), wan_raw_bytes (the fp32 bytes the sent
+        payload stands for) and wan_wire_bytes (frame headers included)."""
+        st = _Stats(struct_size=ctypes.sizeof(_Stats))
+        self._check(_library().xdc_comm_get_stats(self._live(), ctypes.byref(st)))
+        return {name: getattr(st, name) for name, _ in _Stats._fields_[1:]}
+
+    def check_same(self, value):
+        """Collective: raises xdc.Error XDC_STATUS_CORRUPT (on every member) unless every member passed the
+        same value, an int of 64 bits (e.g. a hash of the starting parameters). Exact whatever the codec."""
+        self._check(_library().xdc_comm_check_same(self._live(), value & 0xFFFFFFFFFFFFFFFF))
 
     def finalize(self):
         """The end of the run for this member (collective): returns when every member reached it."""

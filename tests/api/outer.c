@@ -4,10 +4,14 @@
  * exactly (all values are multiples of 1/128):
  *   delta = mean (rank + 1) / 8 = (size + 1) / 16; round 1: m = delta, global = 1 - 0.5 (delta + 0.5 m);
  *   round 2: m = 0.5 m + delta, global -= 0.5 (delta + 0.5 m).
- * Also: an all-reduce on the outer tag and a round on a tag never set up are XDC_STATUS_INVALID. Prints
+ * Also: an all-reduce on the outer tag and a round on a tag never set up are XDC_STATUS_INVALID;
+ * xdc_comm_get_stats counts bytes after the rounds, fills only what a shorter (older) struct covers, and
+ * refuses a struct_size of 0; xdc_comm_check_same passes equal values and refuses the ranks. Prints
  * "outer: rank R: 2 rounds exact" and exits 0, or says what differed and exits 1. */
 #include <xdc.h>
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -50,6 +54,26 @@ int main(void)
             }
         }
     }
+    /* the WAN bytes of those rounds; a caller's older, shorter struct gets only the fields it has */
+    xdc_comm_stats full = XDC_COMM_STATS_INIT, old = {.struct_size = offsetof(xdc_comm_stats, wan_rx_bytes)};
+    old.wan_rx_bytes = 12345;
+    if ((st = xdc_comm_get_stats(c, &full)) != XDC_SUCCESS) return fail(c, "get_stats", st);
+    if ((st = xdc_comm_get_stats(c, &old)) != XDC_SUCCESS) return fail(c, "get_stats (short struct)", st);
+    if (full.wan_tx_bytes == 0 || full.wan_rx_bytes == 0 || full.wan_raw_bytes == 0 ||
+        full.wan_wire_bytes <= full.wan_tx_bytes || old.wan_tx_bytes == 0 || old.wan_rx_bytes != 12345 ||
+        old.struct_size != offsetof(xdc_comm_stats, wan_rx_bytes)) {
+        fprintf(stderr, "outer: rank %d: stats tx %llu rx %llu raw %llu wire %llu; short struct tx %llu rx %llu\n",
+                rank, (unsigned long long)full.wan_tx_bytes, (unsigned long long)full.wan_rx_bytes,
+                (unsigned long long)full.wan_raw_bytes, (unsigned long long)full.wan_wire_bytes,
+                (unsigned long long)old.wan_tx_bytes, (unsigned long long)old.wan_rx_bytes);
+        return 1;
+    }
+    xdc_comm_stats none = {.struct_size = 0};
+    if ((st = xdc_comm_get_stats(c, &none)) != XDC_STATUS_INVALID) return fail(c, "get_stats of size 0", st);
+    /* every member holds 42; then each its own rank, which differ: refused on every member */
+    if ((st = xdc_comm_check_same(c, 42)) != XDC_SUCCESS) return fail(c, "check_same of equal values", st);
+    if ((st = xdc_comm_check_same(c, (uint64_t)rank)) != XDC_STATUS_CORRUPT)
+        return fail(c, "check_same of different values", st);
     if ((st = xdc_comm_finalize(c)) != XDC_SUCCESS) return fail(c, "finalize", st);
     printf("outer: rank %d: 2 rounds exact (%.9g)\n", rank, global);
     xdc_comm_destroy(c);
