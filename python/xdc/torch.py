@@ -182,8 +182,9 @@ def ddp_hook(comm, tag=DDP_TAG, max_tags=OUTER_TAG - DDP_TAG):
 
 def init_process_group(comm, init_method=None, timeout=None):
     """The gloo process group DDP needs, over the same members (rank comm.rank of comm.size). With the hook
-    it carries DDP's start (the broadcast of the parameters and buffers from rank 0, the bucket order after
-    the first iteration), not the gradients. init_method None: a FileStore in the run folder
+    it carries DDP's control traffic (the shape check and the broadcast of rank 0's parameters and buffers
+    at construction, the bucket order after the first iteration, the buffers at every forward when DDP
+    broadcasts them), not the gradients. init_method None: a FileStore in the run folder
     ($XDC_RUN_DIR/torch-gloo-store), which every member reaches on one host or a shared file system; on
     separate hosts give another (``tcp://HOST:PORT``)."""
     if init_method is None:
