@@ -810,7 +810,7 @@ static int final_hashes(const char *dir, char hash[][17], int cap)
 /* diloco.keep_unsent with a sparse codec and diloco.final_codec int8: the unsent part of each round stays in
  * each region's parameters, yet the last round (int8, so more bytes than the sparse run without the two
  * options) leaves both regions on one model; the run differs from the plain one. keep_unsent outside DiLoCo
- * and an unknown final codec are refused at load, named (exit 78). */
+ * or with replicas, and an unknown final codec, are refused at load, named (exit 78). */
 XDC_TEST_T(orch_diloco_keep_unsent_ends_on_one_model, 300)
 {
     need_corpus();
@@ -834,6 +834,10 @@ XDC_TEST_T(orch_diloco_keep_unsent_ends_on_one_model, 300)
     snprintf(dir, sizeof dir, "%s/keep-streaming", xdc_test_tmpdir());
     XDC_ASSERT_EQ(launch(bad, dir, NULL, out, sizeof out), 78);
     XDC_ASSERT_STR_CONTAINS(out, "diloco.keep_unsent needs mode diloco");
+    bad = write_run_p("keep-replicas", "diloco", 20, "sparse:0.02:2", 1, "diloco: {keep_unsent: true}\n");
+    snprintf(dir, sizeof dir, "%s/keep-replicas", xdc_test_tmpdir());
+    XDC_ASSERT_EQ(launch(bad, dir, NULL, out, sizeof out), 78); /* 2 workers, 1 stage: 2 replicas per region */
+    XDC_ASSERT_STR_CONTAINS(out, "needs one replica per stage in each region, but region");
     bad = write_run("final-bad", "diloco", 20, "int8", "diloco: {final_codec: int9}\n");
     snprintf(dir, sizeof dir, "%s/final-bad", xdc_test_tmpdir());
     XDC_ASSERT_EQ(launch(bad, dir, NULL, out, sizeof out), 78);
