@@ -197,7 +197,6 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
                           c->keep_unsent ? "keep_unsent" : "final_codec", mode_words[c->mode]);
         return XDC_ERR_CONFIG;
     }
-
     if (c->span_regions && c->mode != ORCH_MODE_SYNC) {
         xdc_cfg_error_add(errs, 0, 0, "span_regions needs mode sync (a pipeline across regions has one replica)");
         return XDC_ERR_CONFIG;

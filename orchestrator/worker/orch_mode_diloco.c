@@ -283,7 +283,11 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
  * final validation loss 2.3407 against 2.4122 with its outer lr 1.0 and momentum 0.5). */
 static xdc_err_t last_round(orch_worker *w, diloco_state *st, xdc_diag *diag)
 {
-    if (w->cfg.final_codec[0]) XDC_CHECK(orch_train_switch_wan(w, w->cfg.final_codec, 0, diag));
+    if (w->cfg.final_codec[0]) {
+        XDC_INFO(XDC_SUB_ORCH, "last outer round (step %lld) in codec %s%s", (long long)w->prog.step,
+                 w->cfg.final_codec, w->cfg.keep_unsent ? ", to the mean of the regions' parameters" : "");
+        XDC_CHECK(orch_train_switch_wan(w, w->cfg.final_codec, 0, diag));
+    }
     st->outer.mean = w->cfg.keep_unsent;
     return orch_outer_round(w, &st->outer, diag);
 }
