@@ -28,6 +28,7 @@
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
+#include "kernels/xdc_model_ops.h"
 #include "kernels/xdc_quant.h"
 
 #include <errno.h>
@@ -50,7 +51,7 @@ typedef struct {
     xdc_event *ready;               /* recorded on the compute stream when the bucket became final */
 } bucket;
 
-typedef enum { JOB_ROUND, JOB_SET_CODEC, JOB_RESIDUALS, JOB_RESUM } job_kind;
+typedef enum { JOB_ROUND, JOB_SET_CODEC, JOB_RESIDUALS, JOB_RESUM, JOB_TAKE } job_kind;
 
 /* One sync has at most one job at a time (a round between begin and its completion, a codec switch or
  * a residual copy), so the job lives in the sync and posting allocates nothing. */
@@ -59,6 +60,7 @@ typedef struct job {
     const xdc_codec_cfg *codec; /* JOB_SET_CODEC */
     float *host;                /* JOB_RESIDUALS: (xdc_sync_residual_elems) fp32 host, the checkpoint's copy */
     int save;                   /* JOB_RESIDUALS: 1 device -> host, 0 host -> device */
+    float *dst;                 /* JOB_TAKE: (n_elems) fp32 device, the buffer the residuals are moved into */
     const uint8_t *set;         /* JOB_RESUM: (n_regions) the regions to sum over */
     struct job *next;           /* queue link */
 } job;
@@ -529,6 +531,20 @@ static int keeps_residual(const xdc_sync *s, const bucket *k)
     return s->cfg.n_regions > 1 && xdc_codec_residual(k->codec) != NULL;
 }
 
+/* xdc_sync_residual_take on the comm thread: each bucket's residual (its shard is the whole bucket: no
+ * replicas) is subtracted from its slice of dst and zeroed, on the comm stream, synchronized before the job
+ * completes so that the caller's next work on dst sees it. */
+static xdc_err_t take_residuals(xdc_sync *s, float *dst)
+{
+    for (int i = 0; i < s->n_buckets; i++) {
+        bucket *k = &s->b[i];
+        if (!keeps_residual(s, k)) continue;
+        s->cfg.backend->model->sub(dst + k->lo, dst + k->lo, xdc_codec_residual(k->codec), k->len);
+        XDC_CHECK(xdc_codec_set_residual(k->codec, NULL, k->shard));
+    }
+    return s->dev->stream_sync(s->stream);
+}
+
 /* The residuals of xdc_sync_residual_get/set, on the comm thread: every bucket's, in bucket order, through
  * the sync's comm stream (the one its encodes ran on). Loading goes through a device buffer of the bucket's
  * shard size, made and freed per bucket, since the codec takes its residual from device memory. */
@@ -590,6 +606,7 @@ static void *engine_main(void *arg)
             rc = j->kind == JOB_ROUND       ? run_round(s, &d)
                  : j->kind == JOB_SET_CODEC ? switch_codec(s, j->codec, &d)
                  : j->kind == JOB_RESUM     ? resum(s, j->set, &d)
+                 : j->kind == JOB_TAKE      ? take_residuals(s, j->dst)
                                             : copy_residuals(s, j->host, j->save);
         if (rc == XDC_OK && j->kind == JOB_ROUND) { /* into the history ring */
             memcpy(s->waited + (s->rounds % SYNC_HISTORY) * s->cfg.n_regions, s->round_wait,
@@ -1018,4 +1035,23 @@ xdc_err_t xdc_sync_residual_get(xdc_sync *s, float *host, size_t n, xdc_diag *di
 xdc_err_t xdc_sync_residual_set(xdc_sync *s, const float *host, size_t n, xdc_diag *diag)
 {
     return residual_job(s, (float *)host, n, 0, diag); /* read only: save is 0 */
+}
+
+xdc_err_t xdc_sync_residual_take(xdc_sync *s, float *dst, xdc_diag *diag)
+{
+    xdc_sync_engine *e = s->eng;
+    pthread_mutex_lock(&e->mu);
+    const char *why = !s->done || s->active || s->stop ? "residuals are taken between rounds only"
+                      : s->dp_size > 1 ? "residuals are taken only without replicas (each replica keeps a shard's)"
+                                       : NULL;
+    if (why) {
+        pthread_mutex_unlock(&e->mu);
+        xdc_diag_set(diag, "sync %s: %s", s->cfg.name, why);
+        return XDC_ERR_INVALID;
+    }
+    s->job.dst = dst; /* stays valid: this call waits for the job */
+    post(s, JOB_TAKE, NULL);
+    xdc_err_t rc = wait_done(s, -1, diag);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
 }

@@ -130,6 +130,12 @@ xdc_err_t xdc_sync_set_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag *
 size_t xdc_sync_residual_elems(const xdc_sync *s);
 xdc_err_t xdc_sync_residual_get(xdc_sync *s, float *host, size_t n, xdc_diag *diag);
 xdc_err_t xdc_sync_residual_set(xdc_sync *s, const float *host, size_t n, xdc_diag *diag);
+/* Move the residuals into `dst` (n_elems fp32 device memory, written by work already complete): dst -= every
+ * bucket's residual, in its slice, and the residual becomes 0. DiLoCo's keep_unsent: the part of a region's
+ * pseudo-gradient the codec did not send stays in that region's parameters instead of the codec. A job on the
+ * engine between rounds, waited for; nothing to move for an exact codec or without other regions.
+ * XDC_ERR_INVALID during a round or with replicas (a replica keeps only its shard's residual). */
+xdc_err_t xdc_sync_residual_take(xdc_sync *s, float *dst, xdc_diag *diag);
 /* Which regions take part in the rounds from now on (member: (n_regions), nonzero = takes part; all at
  * creation): a DiLoCo quorum round. Sends and receives go to members only, a send still pending to a
  * region that left is cancelled (the engine delivers it whole or not at all), and the result is the mean

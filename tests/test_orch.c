@@ -786,6 +786,64 @@ XDC_TEST_T(orch_sparse_codec_runs_diloco_and_streaming, 300)
                    "WAN bytes int8 %g, sparse diloco %g, streaming %g", bytes[0], bytes[1], bytes[2]);
 }
 
+/* The params_xxh64 every worker logged as its region's final parameters (at most 8, into hash[][17]); how
+ * many. */
+static int final_hashes(const char *dir, char hash[][17], int cap)
+{
+    char logs[700], path[1000];
+    snprintf(logs, sizeof logs, "%s/logs", dir);
+    DIR *d = opendir(logs);
+    XDC_ASSERT_MSG(d != NULL, "no logs in %s", logs);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) && n < cap;) {
+        if (!strstr(e->d_name, ".log")) continue;
+        snprintf(path, sizeof path, "%s/%s", logs, e->d_name);
+        char *text = xdc_test_read_file(path, NULL);
+        const char *h = text ? strstr(text, "final parameters of region ") : NULL;
+        if (h && (h = strstr(h, "params_xxh64="))) snprintf(hash[n++], 17, "%.16s", h + strlen("params_xxh64="));
+        free(text);
+    }
+    closedir(d);
+    return n;
+}
+
+/* diloco.keep_unsent with a sparse codec and diloco.final_codec int8: the unsent part of each round stays in
+ * each region's parameters, yet the last round (int8, so more bytes than the sparse run without the two
+ * options) leaves both regions on one model; the run differs from the plain one. keep_unsent outside DiLoCo
+ * or with replicas, and an unknown final codec, are refused at load, named (exit 78). */
+XDC_TEST_T(orch_diloco_keep_unsent_ends_on_one_model, 300)
+{
+    need_corpus();
+    static char out[65536];
+    static const char *const extra[2] = {"diloco: {inner_steps: 10}\n",
+                                         "diloco: {inner_steps: 10, keep_unsent: true, final_codec: int8}\n"};
+    char hash[2][64], h[8][17], dir[600], bytes[2][64];
+    for (int i = 0; i < 2; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "keep-%d", i);
+        launch_hash(write_run(name, "diloco", 40, "sparse:0.02:2", extra[i]), name, NULL, out, sizeof out, dir,
+                    sizeof dir, hash[i]);
+        final_field(out, "wan_bytes=", bytes[i], sizeof bytes[i]);
+        int n = final_hashes(dir, h, 8);
+        XDC_ASSERT_MSG(n >= 2, "%s: %d workers logged final parameters", name, n);
+        for (int k = 1; k < n; k++) XDC_ASSERT_MSG(strcmp(h[k], h[0]) == 0, "%s: %s against %s", name, h[k], h[0]);
+    }
+    XDC_ASSERT_MSG(strcmp(hash[0], hash[1]) != 0, "keep_unsent changed nothing (%s)", hash[0]);
+    XDC_ASSERT_MSG(atof(bytes[1]) > atof(bytes[0]), "final int8 round: %s bytes, all sparse %s", bytes[1], bytes[0]);
+    const char *bad = write_run("keep-streaming", "streaming", 20, "sparse:0.02:2", "diloco: {keep_unsent: true}\n");
+    snprintf(dir, sizeof dir, "%s/keep-streaming", xdc_test_tmpdir());
+    XDC_ASSERT_EQ(launch(bad, dir, NULL, out, sizeof out), 78);
+    XDC_ASSERT_STR_CONTAINS(out, "diloco.keep_unsent needs mode diloco");
+    bad = write_run_p("keep-replicas", "diloco", 20, "sparse:0.02:2", 1, "diloco: {keep_unsent: true}\n");
+    snprintf(dir, sizeof dir, "%s/keep-replicas", xdc_test_tmpdir());
+    XDC_ASSERT_EQ(launch(bad, dir, NULL, out, sizeof out), 78); /* 2 workers, 1 stage: 2 replicas per region */
+    XDC_ASSERT_STR_CONTAINS(out, "needs one replica per stage in each region, but region");
+    bad = write_run("final-bad", "diloco", 20, "int8", "diloco: {final_codec: int9}\n");
+    snprintf(dir, sizeof dir, "%s/final-bad", xdc_test_tmpdir());
+    XDC_ASSERT_EQ(launch(bad, dir, NULL, out, sizeof out), 78);
+    XDC_ASSERT_STR_CONTAINS(out, "diloco.final_codec:");
+}
+
 /* A `plan: auto` sync run re-planning every 3 steps on the demo link, emulated at `degrade` x its
  * bandwidth ("1" = as the topology says); the launcher's output in out. */
 static void replan_run(const char *degrade, char *out, size_t cap)

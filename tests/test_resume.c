@@ -117,6 +117,16 @@ XDC_TEST_T(resume_diloco_mid_outer_round_matches_uninterrupted, 240)
     resume_matches("mode: diloco\ncodec: int8\ndiloco: {inner_steps: 3}\n", "");
 }
 
+XDC_TEST_T(resume_diloco_keep_unsent_matches_uninterrupted, 240)
+{
+    /* keep_unsent (one replica per stage: 2 workers, 2 stages per region): after the round of step 3 each
+     * region's parameters hold its unsent part (global - residual)
+     * and the codec's residual is 0; the checkpoint of step 5 must carry both as they are. */
+    resume_matches("mode: diloco\npipeline_stages: 2\ncodec: sparse:0.05:2\ndiloco: {inner_steps: 3, keep_unsent: "
+                   "true, final_codec: int8}\n",
+                   "");
+}
+
 XDC_TEST_T(resume_streaming_matches_uninterrupted, 240)
 {
     /* F = H = 3: a fragment is due after every step, the one of step 5 included. */

@@ -8,6 +8,7 @@
 #include "sync/xdc_sync.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,6 +207,59 @@ XDC_TEST(sync_wait_deadline_leaves_the_round_running)
         xdc_sync_engine_destroy(eng[i]);
         free(buf[i]);
     }
+    wan_test_pair_close(&tp);
+}
+
+/* xdc_sync_residual_take (DiLoCo's keep_unsent): after a sparse round, what region 0's codec did not send
+ * leaves its residual into the buffer given (dst -= residual), so with region 1 sending zeros
+ * 2 * mean - dst is region 0's input again; the residual is then zero, and a take during a round is refused. */
+XDC_TEST(sync_residual_take_moves_the_unsent_part_into_the_buffer)
+{
+    wan_test_pair tp;
+    wan_test_pair_open(&tp, 1, 20000, NULL, NULL);
+    xdc_wan_peer *peers[2][2] = {{NULL, tp.srv}, {tp.cli, NULL}};
+    xdc_sync_engine *eng[2];
+    xdc_sync *s[2];
+    float *buf[2], *x = malloc(N_ELEMS * sizeof(float)), *dst = calloc(N_ELEMS, sizeof(float));
+    float *res = malloc(N_ELEMS * sizeof(float));
+    for (int i = 0; i < 2; i++) {
+        XDC_ASSERT_OK(xdc_sync_engine_create(&eng[i], NULL));
+        xdc_sync_cfg cfg = {
+            .n_elems = N_ELEMS, .bucket_elems = 1000, .peers = peers[i], .n_regions = 2, .my_region = i, .name = "t"};
+        cfg.codec = (xdc_codec_cfg)XDC_CODEC_CFG_INIT;
+        XDC_ASSERT_OK(xdc_codec_parse("sparse:0.05:2", &cfg.codec, NULL));
+        XDC_ASSERT_OK(xdc_sync_create(eng[i], &cfg, &s[i], NULL));
+        buf[i] = calloc(N_ELEMS, sizeof(float));
+    }
+    fill(x, 0, 0);
+    memcpy(buf[0], x, N_ELEMS * sizeof(float));
+    xdc_diag d = {{0}};
+    for (int i = 0; i < 2; i++) {
+        XDC_ASSERT_OK(xdc_sync_begin(s[i], buf[i]));
+        xdc_sync_mark_ready(s[i], 0);
+    }
+    XDC_ASSERT_ERR(xdc_sync_residual_take(s[0], dst, &d), XDC_ERR_INVALID); /* region 0's round is under way */
+    for (int i = 0; i < 2; i++) XDC_ASSERT_OK(xdc_sync_wait(s[i], -1, &d));
+    XDC_ASSERT_OK(xdc_sync_residual_take(s[0], dst, &d));
+    XDC_ASSERT_EQ(xdc_sync_residual_elems(s[0]), (size_t)N_ELEMS);
+    XDC_ASSERT_OK(xdc_sync_residual_get(s[0], res, N_ELEMS, &d));
+    size_t unsent = 0;
+    for (size_t k = 0; k < N_ELEMS; k++) {
+        unsent += dst[k] != 0.0f;
+        XDC_ASSERT_MSG(res[k] == 0.0f, "residual[%zu] = %g after the take", k, (double)res[k]);
+        float back = 2.0f * buf[0][k] - dst[k]; /* decoded + residual = the input */
+        XDC_ASSERT_MSG(fabsf(back - x[k]) <= 1e-5f * (1.0f + fabsf(x[k])), "element %zu: %g, input %g", k, (double)back,
+                       (double)x[k]);
+    }
+    XDC_ASSERT(unsent > N_ELEMS / 2); /* 5 % sent: most of the input was left for later */
+    for (int i = 0; i < 2; i++) {
+        xdc_sync_destroy(s[i]);
+        xdc_sync_engine_destroy(eng[i]);
+        free(buf[i]);
+    }
+    free(x);
+    free(dst);
+    free(res);
     wan_test_pair_close(&tp);
 }
 

@@ -676,6 +676,15 @@ static xdc_err_t launch_load(launch *L, xdc_diag *diag)
                      L->cfg.min_regions, L->o.topology, L->t->n_regions);
         return XDC_ERR_CONFIG;
     }
+    for (int r = 0; L->cfg.keep_unsent && r < L->t->n_regions; r++) /* a plan: auto layout: the workers check */
+        if (xdc_topology_region_workers(L->t, r) > L->cfg.pipeline_stages) {
+            xdc_diag_set(diag,
+                         "%s: diloco.keep_unsent needs one replica per stage in each region, but region %s has %d "
+                         "workers for %d pipeline stages",
+                         L->o.config, L->t->regions[r].name, xdc_topology_region_workers(L->t, r),
+                         L->cfg.pipeline_stages);
+            return XDC_ERR_CONFIG;
+        }
     if (!orch_quorum_elastic(&L->cfg, L->t->n_regions)) {
         char run[128];
         snprintf(run, sizeof run, "%s mode%s over %d regions", orch_mode_name(L->cfg.mode),

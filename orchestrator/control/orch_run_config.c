@@ -3,6 +3,8 @@
 
 #include "orchestrator/control/orch_rdzv.h"
 
+#include "compression/xdc_codec.h"
+
 #include <errno.h>
 #include <libgen.h>
 #include <stddef.h>
@@ -59,6 +61,8 @@ static const xdc_cfg_field diloco_fields[] = {
     RUN_FIELD("inner_steps", XDC_CFG_INT, diloco_inner_steps, false, 1, 100000),
     RUN_FIELD("outer_lr", XDC_CFG_DOUBLE, outer_lr, false, 1e-6, 10),
     RUN_FIELD("outer_momentum", XDC_CFG_DOUBLE, outer_momentum, false, 0, 0.999),
+    RUN_FIELD("keep_unsent", XDC_CFG_BOOL, keep_unsent, false, 0, 0),
+    RUN_FIELD("final_codec", XDC_CFG_STRING, final_codec, false, 0, 0),
 };
 
 static const xdc_cfg_field streaming_fields[] = {
@@ -145,6 +149,11 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
         xdc_cfg_error_at(errs, xdc_cfg_map_get(xdc_cfg_root(doc), "rdzv"), "rdzv: %s", rd.msg);
         bad++;
     }
+    xdc_codec_cfg fc = XDC_CODEC_CFG_INIT; /* the final round's codec, checked where its position is known */
+    if (!bad && c->final_codec[0] && xdc_codec_parse(c->final_codec, &fc, &rd) != XDC_OK) {
+        xdc_cfg_error_at(errs, xdc_cfg_map_get(in.diloco, "final_codec"), "diloco.final_codec: %s", rd.msg);
+        bad++;
+    }
     xdc_cfg_destroy(doc);
     if (bad) return XDC_ERR_CONFIG;
     c->checkpoint_continue = strcmp(in.ckpt_failure, "continue") == 0; /* default (unset): stop */
@@ -176,6 +185,11 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
                           "streaming.fragments (%d) must not exceed diloco.inner_steps (%d): each fragment "
                           "needs its own step of the period",
                           c->fragments, c->diloco_inner_steps);
+        return XDC_ERR_CONFIG;
+    }
+    if ((c->keep_unsent || c->final_codec[0]) && c->mode != ORCH_MODE_DILOCO) {
+        xdc_cfg_error_add(errs, 0, 0, "diloco.%s needs mode diloco (this run's mode is %s)",
+                          c->keep_unsent ? "keep_unsent" : "final_codec", mode_words[c->mode]);
         return XDC_ERR_CONFIG;
     }
     if (c->span_regions && c->mode != ORCH_MODE_SYNC) {

@@ -34,6 +34,10 @@ typedef struct orch_run_config {
     int diloco_inner_steps;          /* H */
     double outer_lr, outer_momentum; /* outer Nesterov; unset: orch_run_config_outer_defaults */
     bool outer_lr_set, outer_momentum_set;
+    /* DiLoCo: what the codec did not send of a region's pseudo-gradient stays in that region's parameters
+     * (local = global - residual after each outer round but the last) instead of in the codec's residual */
+    bool keep_unsent;
+    char final_codec[32]; /* DiLoCo: the codec of the last outer round ("": the run's) */
     int fragments;        /* streaming: parameter fragments synced at staggered steps */
     int checkpoint_every; /* steps; 0: only at the end */
     /* checkpoint_failure: continue: a checkpoint that cannot be written is logged (path, errno) and the run

@@ -241,6 +241,7 @@ typedef struct orch_outer {
     float *mom;         /* device (n) outer Nesterov momentum */
     float *pseudo;      /* device (n) pseudo-gradient: what the sync averages */
     float *host;        /* pinned host (n): the checkpoint's staging of global and momentum */
+    bool mean;          /* the next outer step is the plain mean (η = 1, μ = 0): keep_unsent's last round */
 } orch_outer;
 /* Save (or load) global and mom as state files next to the stage checkpoint in `dir`. */
 xdc_err_t orch_outer_checkpoint_io(orch_worker *w, orch_outer *o, const char *dir, int save, xdc_diag *diag);
