@@ -25,8 +25,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 xdc=$(realpath "${XDC_BIN:-build/xdc}")
-steps=${PEERS_STEPS:-300}
-factor=${PEERS_STEP_FACTOR:-1.5}
+steps=${PEERS_STEPS:-100}
+factor=${PEERS_STEP_FACTOR:-3}
 H=${PEERS_H:-10}
 evalint=${PEERS_EVAL:-10}
 tol=${PEERS_TOL:-0.01}
@@ -131,11 +131,14 @@ row_failed() {
     echo "bench-peers: $row failed: $(cat "$work/$row.why")" >&2
 }
 
+# region_name I: the name of the topology's region I (0-based).
+region_name() { awk -v k=$(($1 + 1)) '/^  - name:/ && ++i == k {print $3}' "$topo"; }
+
 # The xdc row: per-host keys (examples/launch/enroll.sh: the CA and the coordinator's key in the
 # coordinator's host, each region's key made in its own folder), the coordinator in namespace 2 and one
 # `xdc agent --exec` per region namespace, its member running peer.py with this repo's python/.
 run_xdc() {
-    local n=$1 id=peers-$$ dir=$work/xdc rc=0 st r host region cpid apids=()
+    local n=$1 id=peers-$$ dir=$work/xdc rc=0 st r region cpid apids=()
     mkdir -p "$dir"
     cat >"$dir/run.yaml" <<EOT
 model: $PWD/examples/models/tiny.yaml
@@ -148,12 +151,12 @@ codec: link
 EOT
     XDC=$xdc examples/launch/enroll.sh init "$dir/ca" "$id" "$dir/coordinator" 2>"$dir/enroll.log"
     for r in 0 1; do
-        region=$(awk -v k=$((r + 1)) '/^  - name:/ && ++i == k {print $3}' "$topo")
-        host=10.77.0.$((r + 1))
+        region=$(region_name "$r")
         # shellcheck disable=SC2046 # the certificate lines are NAME BASE64 word pairs
         XDC=$xdc examples/launch/enroll.sh install "$dir/nodes/$region" $(
-            XDC=$xdc examples/launch/enroll.sh request "$topo" "$dir/nodes/$region" "$id" "$region" 0 "$host" |
-                XDC=$xdc examples/launch/enroll.sh sign "$dir/ca") 2>>"$dir/enroll.log"
+            XDC=$xdc examples/launch/enroll.sh request "$topo" "$dir/nodes/$region" "$id" "$region" 0 \
+                "10.77.0.$((r + 1))" 2>>"$dir/enroll.log" |
+                XDC=$xdc examples/launch/enroll.sh sign "$dir/ca" 2>>"$dir/enroll.log") >>"$dir/enroll.log" 2>&1
     done
     ip netns exec "$(ns 2)" timeout "$row_timeout" "$xdc" coordinator -t "$topo" -c "$dir/run.yaml" --run-dir "$dir" \
         --run-id "$id" --host 10.77.0.3 --port 29400 --cert-dir "$dir/coordinator" >"$work/xdc-coordinator.log" 2>&1 &
@@ -164,7 +167,7 @@ EOT
         return
     }
     for r in 0 1; do
-        region=$(awk -v k=$((r + 1)) '/^  - name:/ && ++i == k {print $3}' "$topo")
+        region=$(region_name "$r")
         ip netns exec "$(ns "$r")" env PYTHONPATH="$xdc_python" XDC_LIB="$xdc_lib" \
             timeout "$row_timeout" "$xdc" agent --topology "$topo" --config "$dir/run.yaml" --run-dir "$dir" \
             --region "$region" --node 0 --host "10.77.0.$((r + 1))" --coordinator 10.77.0.3:29400 --run-id "$id" \
