@@ -124,7 +124,7 @@ run_row() {
 # row_failed ROW STATUS: the reason, from the members' error files or the last line of their logs.
 row_failed() {
     local row=$1 rc=$2 reason
-    reason=$(cat "$work/$row"-error-*.txt 2>/dev/null | head -1 || true)
+    reason=$(awk 'FNR == 1 {print; exit}' "$work/$row"-error-*.txt 2>/dev/null || true)
     [ -n "$reason" ] || reason=$(tail -n 1 "$work/$row"-0.log "$work/$row"-1.log 2>/dev/null | grep -v '^==>' | grep . | head -1 || true)
     [ "$rc" = 124 ] && reason="timed out after $row_timeout s: $reason"
     echo "exit $rc: $reason" | cut -c1-200 >"$work/$row.why"
