@@ -51,7 +51,7 @@ cleanup() {
     local st=$?
     [ ${#pids[@]} -gt 0 ] && xdc_stop_pids "${pids[@]}"
     xdc_netns_down "$prefix" || st=70
-    [ -n "${PEERS_KEEP:-}" ] && echo "bench-peers: kept $work" >&2 || rm -rf "$work"
+    if [ -n "${PEERS_KEEP:-}" ]; then echo "bench-peers: kept $work" >&2; else rm -rf "$work"; fi
     trap - EXIT
     exit $st
 }
@@ -64,7 +64,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 py=$venv/bin/python
 site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-if [ -d "$torch_venv" ] && [ ! -f "$site/peers-torch.pth" ]; then
+if [ -x "$torch_venv/bin/python" ] && [ ! -f "$site/peers-torch.pth" ]; then
     "$torch_venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' >"$site/peers-torch.pth"
 fi
 declare -A why
@@ -198,5 +198,6 @@ for row in $rows; do
     fi
     run_row "$row" "$n"
 done
+# shellcheck disable=SC2086 # the rows are a word list
 "$py" bench/peers/report.py "$work" "$tol" $rows
 echo "bench-peers: $(($(date +%s) - t_start)) s for the rows, load average $(cut -d' ' -f1-3 /proc/loadavg)"
