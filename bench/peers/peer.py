@@ -236,7 +236,7 @@ def row_xdc(args, rank, corpus):
     run = Run(args, rank, corpus)
     train(run, model, step, args.steps, args.eval_every)
     diloco.flush()
-    stats = comm.stats()  # libxdc's own count (payload), next to the device's (packets, headers, TLS)
+    stats = comm.stats()  # libxdc's own count, next to the device's
     comm.finalize()
     comm.close()
     return run, {"xdc_wan_tx_bytes": stats.get("wan_tx_bytes"), "xdc_wan_rx_bytes": stats.get("wan_rx_bytes")}
