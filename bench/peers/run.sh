@@ -24,6 +24,7 @@
 # example's venv), else from PyPI. Smoke run: PEERS_STEPS=20 PEERS_ROWS="ddp xdc" make bench-peers
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+export PYTHONDONTWRITEBYTECODE=1 # the bench leaves nothing in the tree
 xdc=$(realpath "${XDC_BIN:-build/xdc}")
 steps=${PEERS_STEPS:-100}
 factor=${PEERS_STEP_FACTOR:-3}
