@@ -937,8 +937,18 @@ xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, xdc_diag *dia
     int idle = s->done && !s->active;
     if (idle) {
         for (int r = 0; r < s->cfg.n_regions; r++) {
+            int back = member[r] && (!s->member[r] || gone(s, r));
             s->member[r] = member[r] != 0;
-            if (s->member[r]) __atomic_store_n(&s->lost[r], 0, __ATOMIC_RELEASE); /* back (a rejoin) */
+            if (!back) continue;
+            /* Back (a rejoin): a send of an earlier round to it may still be pending, on the peer of a process
+             * that died (and may be destroyed since, its requests failed); this sync's rounds never waited for
+             * it (the region left, or this sync had no round while it was out), and its bytes are no one's now. */
+            __atomic_store_n(&s->lost[r], 0, __ATOMIC_RELEASE);
+            for (int i = 0; i < s->n_buckets; i++)
+                if (s->b[i].sreq[r]) {
+                    (void)xdc_wan_request_cancel(s->b[i].sreq[r]);
+                    s->b[i].sreq[r] = NULL;
+                }
         }
         s->n_members = n;
     }

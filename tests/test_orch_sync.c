@@ -11,6 +11,7 @@
 #include "model/xdc_gpt.h"
 #include "sync/xdc_sync.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -520,4 +521,69 @@ XDC_TEST_T(xdc_sync_region_lost_mid_round_ends_on_one_sum, 60)
     wan_test_pair_close(&ad);
     wan_test_pair_close(&bd);
     free(want);
+}
+
+/* A region that died with this sync's sends to it still pending, and came back (a rejoin: orch_rejoin_give
+ * destroys the old peer and takes the new process's connection): A's round told D gone never waited for its
+ * send to D (sends are waited for at the bucket's next round), and the old peer's destruction failed it. The
+ * next round with D a member again drops that send instead of failing on it ("send to region 1: the peer was
+ * closed locally"), as a streaming fragment's sync did when its next round was the one that took D back. */
+XDC_TEST_T(xdc_sync_region_back_after_a_lost_round_drops_its_stale_sends, 60)
+{
+    enum { A, D, N };
+    wan_test_pair old, back; /* A listens (srv), D dials (cli) */
+    wan_test_pair_open(&old, 2, 20000, NULL, NULL);
+    xdc_wan_peer *peers[N][N] = {{NULL, old.srv}, {old.cli, NULL}};
+    xdc_sync_engine *eng[N];
+    xdc_sync *sync[N] = {NULL, NULL};
+    float *buf[N];
+    xdc_sync_cfg cfg[N];
+    for (int r = 0; r < N; r++) {
+        cfg[r] = (xdc_sync_cfg){.n_elems = LOST_ELEMS,
+                                .bucket_elems = LOST_BUCKET,
+                                .peers = peers[r],
+                                .n_regions = N,
+                                .my_region = r,
+                                .name = "back"};
+        cfg[r].codec = (xdc_codec_cfg)XDC_CODEC_CFG_INIT;
+        XDC_ASSERT_OK(xdc_codec_parse("none", &cfg[r].codec, NULL));
+        XDC_ASSERT_OK(xdc_sync_engine_create(&eng[r], NULL));
+        buf[r] = malloc(LOST_ELEMS * sizeof(float));
+    }
+    XDC_ASSERT_OK(xdc_sync_create(eng[A], &cfg[A], &sync[A], NULL));
+    /* D's process dies before the round: its end of the connection goes; A's sends to it stay pending. */
+    xdc_wan_engine_destroy(old.cli_eng);
+    old.cli_eng = NULL;
+    xdc_diag d = {{0}};
+    lost_fill(buf[A], A, 0);
+    XDC_ASSERT_OK(xdc_sync_begin(sync[A], buf[A]));
+    xdc_sync_mark_ready(sync[A], 0);
+    XDC_ASSERT_ERR(xdc_sync_wait(sync[A], 300, &d), XDC_ERR_AGAIN);
+    xdc_sync_lose(sync[A], D);
+    XDC_ASSERT_OK(xdc_sync_end(sync[A], &d));
+    /* D's new process: A replaces its peer, the old one destroyed (its pending send fails with it). */
+    wan_test_pair_open(&back, 2, 20000, NULL, NULL);
+    xdc_wan_peer_destroy(peers[A][D]);
+    peers[A][D] = back.srv;
+    peers[D][A] = back.cli;
+    XDC_ASSERT_OK(xdc_sync_create(eng[D], &cfg[D], &sync[D], NULL));
+    const uint8_t all[N] = {1, 1};
+    for (int r = 0; r < N; r++) {
+        XDC_ASSERT_OK(xdc_sync_set_members(sync[r], all, &d));
+        lost_fill(buf[r], r, 1);
+        XDC_ASSERT_OK(xdc_sync_begin(sync[r], buf[r]));
+        xdc_sync_mark_ready(sync[r], 0);
+    }
+    for (int r = 0; r < N; r++) XDC_ASSERT_MSG(xdc_sync_end(sync[r], &d) == XDC_OK, "region %d: %s", r, d.msg);
+    for (size_t i = 0; i < LOST_ELEMS; i++) { /* D's value at i is x - 1, A's x: the mean x - 0.5 */
+        float want = ((float)((i * 7 + 1) % 101) * 0.125f) - 0.5f;
+        XDC_ASSERT_MSG(buf[A][i] == want, "at %zu: A holds %g, not the mean %g", i, buf[A][i], want);
+    }
+    for (int r = 0; r < N; r++) {
+        xdc_sync_destroy(sync[r]);
+        xdc_sync_engine_destroy(eng[r]);
+        free(buf[r]);
+    }
+    xdc_wan_engine_destroy(old.srv_eng);
+    wan_test_pair_close(&back);
 }
