@@ -88,7 +88,7 @@ $(BUILD)/obj/tests/test_api.o: EXTRA_CFLAGS += -DXDC_TEST_SAN='"$(SAN)"'
 # Numeric folders get -O3 so the vectoriser does its work on the kernels.
 $(BUILD)/obj/kernels/%.o $(BUILD)/obj/compression/%.o $(BUILD)/obj/model/%.o: OPT := -O3
 
-.PHONY: all libs test test-run demo demo-multihost deps deps-bench clean check-layers lint format
+.PHONY: all libs test test-run demo demo-multihost deps deps-debian deps-bench clean check-layers lint format
 all: $(BUILD)/xdc $(BUILD)/xdc_tests $(BUILD)/xdc_sync_standalone $(BUILD)/libxdc.so
 libs: $(LIB_FILES)
 
@@ -167,11 +167,11 @@ test-run:
 	@XDC_BIN=$(BUILD)/xdc XDC_TORCH_VENV=$(XDC_TORCH_VENV) $(BUILD)/xdc_tests -j $(TEST_JOBS) $(T)
 
 # ---- demo ------------------------------------------------------------------------------------------
-demo: deps
+demo: deps-debian
 	@$(MAKE) --no-print-directory $(BUILD)/xdc
 	@bash examples/demo.sh $(BUILD)/xdc
 
-demo-multihost: deps
+demo-multihost: deps-debian
 	@$(MAKE) --no-print-directory $(BUILD)/xdc
 	@XDC=$(BUILD)/xdc bash examples/launch/netns.sh run examples/topology/multihost-2region.yaml \
 		examples/train/demo.yaml runs/multihost-$$(date +%s)
@@ -219,8 +219,10 @@ endef
 # find it by the same variable (XDC_TORCH_VENV= skips it; those tests then skip, saying so). Never the
 # system Python: a venv of /usr/bin/python3, made when it does not import torch yet.
 XDC_TORCH_VENV ?= $(HOME)/.cache/xdc/torch-venv
-deps:
+# deps-debian alone is what the demos and lint need: `make demo` on a fresh machine does not wait for torch.
+deps-debian:
 	$(call install_debs,$(DEB_PACKAGES))
+deps: deps-debian
 	@if [ -n "$(XDC_TORCH_VENV)" ] && ! $(XDC_TORCH_VENV)/bin/python -c 'import torch' 2>/dev/null; then \
 		echo "xdc: installing torch and numpy (PyPI) into the venv $(XDC_TORCH_VENV)"; \
 		/usr/bin/python3 -m venv $(XDC_TORCH_VENV) && $(XDC_TORCH_VENV)/bin/pip install -q torch numpy \
@@ -234,7 +236,7 @@ check-layers:
 	@bash tests/check_layers.sh
 
 # Format check (.clang-format, clang-format 14), the layer rule and the designated-initializer rule.
-lint: deps
+lint: deps-debian
 	@bash tests/lint.sh && echo "lint: clean"
 format:
 	@git ls-files '*.c' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
