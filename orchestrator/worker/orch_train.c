@@ -233,8 +233,14 @@ xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag)
         }
         const float *y = NULL;
         float l = 0;
+        /* Evaluation is the device computing, like a training step's passes: it counts as compute, so the
+         * run's compute utilisation says how long the device waited, not how often it evaluated. */
+        double t0 = now_s();
+        uint64_t u0 = orch_trace_now_us(w->tele.trace);
         XDC_CHECK(xdc_gpt_stage_forward(w->model.st, 0, w->model.tokens, w->model.x_in, w->model.targets,
                                         is_last(w) ? NULL : &y, &l));
+        w->prog.t_compute += now_s() - t0;
+        trace_span(w, "eval forward", u0, i);
         if (!is_last(w)) {
             XDC_CHECK(orch_pipe_send(w, w->id.stage + 1, y, btc, wire(w, 2, 0), &req, diag));
             XDC_CHECK(orch_pipe_wait(w, &req, diag));
