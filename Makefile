@@ -86,7 +86,7 @@ TEST_OBJS := $(call obj,$(TEST_SRCS))
 $(BUILD)/obj/tests/test_api.o: EXTRA_CFLAGS += -DXDC_TEST_SAN='"$(SAN)"'
 
 # Numeric folders get -O3 so the vectoriser does its work on the kernels.
-$(BUILD)/obj/kernels/%.o $(BUILD)/obj/compression/%.o $(BUILD)/obj/model/%.o: OPT := -O3
+$(BUILD)/obj/kernels/%.o $(BUILD)/obj/compression/%.o $(BUILD)/obj/model/%.o $(BUILD)/obj/intra/intra_reduce.o: OPT := -O3
 
 .PHONY: all libs test test-run demo demo-multihost deps deps-debian deps-bench clean check-layers lint format
 all: $(BUILD)/xdc $(BUILD)/xdc_tests $(BUILD)/xdc_sync_standalone $(BUILD)/libxdc.so
@@ -190,7 +190,9 @@ fuzz-%:
 		$(FUZZ_BUILD)/corpus-$* tests/fuzz/corpus/$*
 
 # ---- benchmarks ------------------------------------------------------------------------------------
-$(BUILD)/bench_%: $(LIB_FILES) $(BUILD)/xdc
+# A bench binary is rebuilt when its own sources change too (second expansion: the stem in a wildcard).
+.SECONDEXPANSION:
+$(BUILD)/bench_%: $(LIB_FILES) $(BUILD)/xdc $$(wildcard bench/$$*/*.c)
 	@mkdir -p $(BUILD)
 	$(call say,LINK,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $(wildcard bench/$*/*.c) $(LIB_FILES) $(LDLIBS)

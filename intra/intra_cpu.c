@@ -28,9 +28,12 @@
 #include "common/xdc_time.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define P2P_SLICE_MS 10
@@ -41,6 +44,19 @@
  * messages take the staging path, whose single step costs less than the two steps of a direct one. */
 #define DIRECT_MIN   ((size_t)64 << 10)
 #define DIRECT_PIECE ((size_t)64 << 10)
+/* Peers' shared allocations mapped into this process (buffers from xdc_shared_alloc: the CPU device's and
+ * xdc_intra_mem_alloc's). A mapped buffer is read and written in place: no system call, no page pinning,
+ * no copy through scratch. Least recently used first out; a stale entry only keeps its pages alive. */
+#define PEER_MAPS    16
+
+typedef struct peer_map {
+    pid_t pid;
+    int fd;
+    unsigned long long ino;
+    uint8_t *base; /* NULL: free entry */
+    size_t bytes;
+    uint64_t used; /* operation count at the last use */
+} peer_map;
 
 typedef struct req_queue {
     xdc_intra_req *head, *tail;
@@ -59,6 +75,8 @@ typedef struct cpu_comm {
     uint64_t splits;               /* splits made from this communicator, names the child segments */
     int direct;                    /* single-copy collectives: -1 not decided yet, 0 no, 1 yes (coll thread) */
     uint8_t *scratch;              /* (size, DIRECT_PIECE) bytes: pieces read from each peer */
+    peer_map maps[PEER_MAPS];      /* collective thread only */
+    uint64_t map_clock;
     /* NCCL semantics (under comm->lock): units waiting for the stream, and the unit running */
     xdc_intra_req *stream_head, *stream_tail; /* linked by stream_next */
     int inflight;                             /* requests of the running unit not complete yet */
@@ -275,13 +293,14 @@ static xdc_err_t run_broadcast(coll_ctx *x)
 
 /* The n inputs of elements [off, off + len) of buffer slot 0 at element offset `base`: this rank's own,
  * the peers' read into scratch. */
-static xdc_err_t direct_gather_piece(coll_ctx *x, const uint64_t *bufs, size_t base, size_t len, const void **in)
+static xdc_err_t direct_gather_piece(coll_ctx *x, const uint64_t *bufs, uint8_t *const *mapped, size_t base, size_t len,
+                                     const void **in)
 {
     intra_shm *s = &x->cc->shm;
     size_t es = xdc_intra_dtype_size(x->req->dtype);
     for (int k = 0; k < s->size; k++) {
-        if (k == s->rank) {
-            in[k] = (const uint8_t *)x->req->sendbuf + base * es;
+        if (k == s->rank || mapped[2 * k]) {
+            in[k] = (k == s->rank ? (const uint8_t *)x->req->sendbuf : mapped[2 * k]) + base * es;
             continue;
         }
         uint8_t *tmp = x->cc->scratch + (size_t)k * DIRECT_PIECE;
@@ -291,7 +310,7 @@ static xdc_err_t direct_gather_piece(coll_ctx *x, const uint64_t *bufs, size_t b
     return XDC_OK;
 }
 
-static xdc_err_t direct_reduce(coll_ctx *x, const uint64_t *bufs)
+static xdc_err_t direct_reduce(coll_ctx *x, const uint64_t *bufs, uint8_t *const *mapped)
 {
     xdc_intra_req *q = x->req;
     intra_shm *s = &x->cc->shm;
@@ -302,31 +321,87 @@ static xdc_err_t direct_reduce(coll_ctx *x, const uint64_t *bufs)
     const void *in[64];
     for (size_t off = lo; off < hi; off += piece) {
         size_t len = hi - off < piece ? hi - off : piece;
-        XDC_CHECK(direct_gather_piece(x, bufs, in_base + off, len, in));
+        XDC_CHECK(direct_gather_piece(x, bufs, mapped, in_base + off, len, in));
         uint8_t *out = (uint8_t *)q->recvbuf + off * es;
         intra_reduce_host(out, in, n, len, q->dtype, q->redop);
-        for (int k = 0; k < n && !rs; k++)
-            if (k != me)
-                XDC_CHECK(intra_shm_peer_copy(s, k, out, bufs[2 * k + 1] + off * es, len * es, 1, x->msg, x->cap));
+        for (int k = 0; k < n && !rs; k++) {
+            if (k == me) continue;
+            if (mapped[2 * k + 1]) memcpy(mapped[2 * k + 1] + off * es, out, len * es);
+            else XDC_CHECK(intra_shm_peer_copy(s, k, out, bufs[2 * k + 1] + off * es, len * es, 1, x->msg, x->cap));
+        }
     }
     return XDC_OK;
 }
 
-static xdc_err_t direct_gather(coll_ctx *x, const uint64_t *bufs)
+/* Read `bytes` of peer k's buffer `which` (0 send, 1 recv) into dst: in place when it is mapped. */
+static xdc_err_t direct_read(coll_ctx *x, const uint64_t *bufs, uint8_t *const *mapped, int k, int which, void *dst,
+                             size_t bytes)
+{
+    if (!mapped[2 * k + which])
+        return intra_shm_peer_copy(&x->cc->shm, k, dst, bufs[2 * k + which], bytes, 0, x->msg, x->cap);
+    memcpy(dst, mapped[2 * k + which], bytes);
+    return XDC_OK;
+}
+
+static xdc_err_t direct_gather(coll_ctx *x, const uint64_t *bufs, uint8_t *const *mapped)
 {
     xdc_intra_req *q = x->req;
     intra_shm *s = &x->cc->shm;
     size_t bytes = q->count * xdc_intra_dtype_size(q->dtype);
     if (q->kind == INTRA_OP_BROADCAST)
-        return s->rank == q->peer
-                   ? XDC_OK
-                   : intra_shm_peer_copy(s, q->peer, q->recvbuf, bufs[2 * q->peer + 1], bytes, 0, x->msg, x->cap);
+        return s->rank == q->peer ? XDC_OK : direct_read(x, bufs, mapped, q->peer, 1, q->recvbuf, bytes);
     for (int k = 0; k < s->size; k++) {
         uint8_t *dst = (uint8_t *)q->recvbuf + (size_t)k * bytes;
-        if (k != s->rank) XDC_CHECK(intra_shm_peer_copy(s, k, dst, bufs[2 * k], bytes, 0, x->msg, x->cap));
+        if (k != s->rank) XDC_CHECK(direct_read(x, bufs, mapped, k, 0, dst, bytes));
         else if (dst != q->sendbuf) memcpy(dst, q->sendbuf, bytes);
     }
     return XDC_OK;
+}
+
+/* Peer k's buffer `which` mapped into this process when it lies in one of the peer's shared allocations
+ * and at least `need` bytes of it do; NULL otherwise (the caller copies with process_vm_readv/writev). */
+static uint8_t *peer_mapped(coll_ctx *x, int k, int which, size_t need)
+{
+    cpu_comm *cc = x->cc;
+    const intra_shm_slot *sl = &cc->shm.slots[k];
+    int fd = atomic_load_explicit(&sl->shared_fd[which], memory_order_relaxed);
+    if (fd < 0) return NULL;
+    pid_t pid = (pid_t)atomic_load(&sl->pid);
+    unsigned long long ino = atomic_load_explicit(&sl->shared_ino[which], memory_order_relaxed),
+                       off = atomic_load_explicit(&sl->shared_off[which], memory_order_relaxed);
+    peer_map *m = NULL, *victim = &cc->maps[0];
+    for (int i = 0; i < PEER_MAPS && !m; i++) {
+        peer_map *e = &cc->maps[i];
+        if (e->base && e->pid == pid && e->fd == fd && e->ino == ino) m = e;
+        else if (!e->base || (victim->base && e->used < victim->used)) victim = e;
+    }
+    if (!m) { /* open the peer's memfd through /proc, check it is the same file, map all of it */
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)pid, fd);
+        int f = open(path, O_RDWR | O_CLOEXEC);
+        struct stat st;
+        void *p = MAP_FAILED;
+        if (f >= 0 && fstat(f, &st) == 0 && (unsigned long long)st.st_ino == ino && st.st_size > 0)
+            p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+        if (f >= 0) close(f);
+        if (p == MAP_FAILED) return NULL;
+        if (victim->base) munmap(victim->base, victim->bytes);
+        *victim = (peer_map){pid, fd, ino, p, (size_t)st.st_size, 0};
+        m = victim;
+    }
+    m->used = ++cc->map_clock;
+    return off + need <= m->bytes ? m->base + off : NULL;
+}
+
+/* Publish where buffer `which` of this rank lies in a shared allocation, for peer_mapped. */
+static void publish_shared(intra_shm_slot *me, int which, const void *buf)
+{
+    int fd = -1;
+    unsigned long long ino = 0, off = 0;
+    if (!xdc_shared_find(buf, &fd, &ino, &off)) fd = -1;
+    atomic_store_explicit(&me->shared_fd[which], fd, memory_order_relaxed);
+    atomic_store_explicit(&me->shared_ino[which], ino, memory_order_relaxed);
+    atomic_store_explicit(&me->shared_off[which], off, memory_order_relaxed);
 }
 
 /* Runs the operation single-copy when every rank can reach the others' memory (*done = 1); the first
@@ -341,18 +416,28 @@ static xdc_err_t run_direct(coll_ctx *x, int *done)
     intra_shm_slot *me = &cc->shm.slots[cc->shm.rank];
     atomic_store_explicit(&me->buf[0], (uint64_t)(uintptr_t)q->sendbuf, memory_order_relaxed);
     atomic_store_explicit(&me->buf[1], (uint64_t)(uintptr_t)q->recvbuf, memory_order_relaxed);
+    publish_shared(me, 0, q->sendbuf);
+    publish_shared(me, 1, q->recvbuf);
     int h;
     XDC_CHECK(coll_step(x, &h)); /* its release/acquire publishes the addresses */
     if (cc->direct < 0) cc->direct = intra_shm_direct(&cc->shm);
     if (!cc->direct) return XDC_OK;
-    uint64_t bufs[2 * 64]; /* (size, 2): every rank's send and recv address */
-    for (int k = 0; k < cc->shm.size; k++) {
+    uint64_t bufs[2 * 64];   /* (size, 2): every rank's send and recv address */
+    uint8_t *mapped[2 * 64]; /* (size, 2): the same buffers mapped here, or NULL */
+    int n = cc->shm.size, me_r = cc->shm.rank, can_map = 2 * (n - 1) <= PEER_MAPS; /* no eviction mid-operation */
+    /* Bytes of a peer's buffers this rank may touch: reduce_scatter's input and all_gather's output hold
+     * one block per rank, the others one block. */
+    size_t send_bytes = q->kind == INTRA_OP_REDUCE_SCATTER ? block * (size_t)n : block,
+           recv_bytes = q->kind == INTRA_OP_ALL_GATHER ? block * (size_t)n : block;
+    for (int k = 0; k < n; k++) {
         bufs[2 * k] = atomic_load_explicit(&cc->shm.slots[k].buf[0], memory_order_relaxed);
         bufs[2 * k + 1] = atomic_load_explicit(&cc->shm.slots[k].buf[1], memory_order_relaxed);
+        mapped[2 * k] = k == me_r || !can_map ? NULL : peer_mapped(x, k, 0, send_bytes);
+        mapped[2 * k + 1] = k == me_r || !can_map ? NULL : peer_mapped(x, k, 1, recv_bytes);
     }
     *done = 1;
     int reduce = q->kind == INTRA_OP_ALL_REDUCE || q->kind == INTRA_OP_REDUCE_SCATTER;
-    XDC_CHECK(reduce ? direct_reduce(x, bufs) : direct_gather(x, bufs));
+    XDC_CHECK(reduce ? direct_reduce(x, bufs, mapped) : direct_gather(x, bufs, mapped));
     return coll_step(x, &h); /* every rank is done with every buffer */
 }
 
@@ -630,6 +715,8 @@ static void cpu_destroy(xdc_intra_comm *comm)
     if (cc->p2p_started) pthread_join(cc->p2p_thread, NULL);
     intra_shm_leave(&cc->shm);
     pthread_cond_destroy(&cc->work_cond);
+    for (int i = 0; i < PEER_MAPS; i++)
+        if (cc->maps[i].base) munmap(cc->maps[i].base, cc->maps[i].bytes);
     xdc_free(cc->scratch);
     xdc_free(cc->sendq);
     xdc_free(cc->recvq);
@@ -791,7 +878,7 @@ static int cpu_available(xdc_diag *diag)
 
 static xdc_err_t cpu_mem_alloc(size_t bytes, void **out, xdc_diag *diag)
 {
-    *out = xdc_aligned_alloc(64, bytes ? bytes : 64);
+    *out = xdc_shared_alloc(bytes); /* peers' collectives reduce straight in it */
     if (!*out) {
         xdc_diag_set(diag, "intra cpu: allocating %zu bytes failed", bytes);
         return XDC_ERR_NOMEM;
@@ -819,6 +906,6 @@ const intra_backend_ops intra_cpu_ops = {
     .bootstrap_create = cpu_bootstrap_create,
     .available = cpu_available,
     .mem_alloc = cpu_mem_alloc,
-    .mem_free = xdc_free,
+    .mem_free = xdc_shared_free,
     .mem_copy = cpu_mem_copy,
 };

@@ -40,8 +40,22 @@ static void load_block(float *acc, const void *src, size_t off, size_t len, xdc_
     }
 }
 
+/* fp32 from two ranks: one pass, out[i] = (in0[i] + in1[i]) [* 1/2], the same bits as the general loop below.
+ * out may be either input (in place), which an element-by-element loop allows. */
+static void reduce_f32_pair(float *out, const float *a, const float *b, size_t count, int avg)
+{
+    if (avg)
+        for (size_t i = 0; i < count; i++) out[i] = (a[i] + b[i]) * 0.5f;
+    else
+        for (size_t i = 0; i < count; i++) out[i] = a[i] + b[i];
+}
+
 void intra_reduce_host(void *out, const void *const *in, int n, size_t count, xdc_intra_dtype dtype, xdc_intra_redop op)
 {
+    if (dtype == XDC_INTRA_F32 && n == 2) {
+        reduce_f32_pair(out, in[0], in[1], count, op == XDC_INTRA_AVG);
+        return;
+    }
     float acc[REDUCE_BLOCK];
     float inv_n = 1.0f / (float)n;
     for (size_t off = 0; off < count; off += REDUCE_BLOCK) {

@@ -27,7 +27,12 @@ typedef struct intra_shm_slot {
     _Atomic uint32_t direct;    /* INTRA_DIRECT_*: whether this rank can read and write every peer's memory */
     _Atomic uint64_t probe[2];  /* address and value of a word in this process peers read to test direct access */
     _Atomic uint64_t buf[2];    /* single-copy collectives: this rank's send and recv buffer addresses */
+    /* ... and where each lies in a shared allocation (xdc_shared_alloc): its memfd's descriptor in this
+     * process (-1: not shared), inode and byte offset. Peers map such a buffer and use it in place. */
+    _Atomic int32_t shared_fd[2];
+    _Atomic uint64_t shared_ino[2], shared_off[2];
 } __attribute__((aligned(128))) intra_shm_slot;
+_Static_assert(sizeof(intra_shm_slot) == 128, "a rank's slot is one 128-byte block (docs/intra.md)");
 
 /* slot.direct: unknown until the rank joined, then whether process_vm_readv of every peer worked. */
 enum { INTRA_DIRECT_UNKNOWN, INTRA_DIRECT_YES, INTRA_DIRECT_NO };

@@ -18,17 +18,21 @@ struct xdc_event {
 static struct xdc_stream main_stream;
 static _Thread_local struct xdc_stream *current;
 
+/* Buffers of a message's size and up come from xdc_shared_alloc: the CPU intra backend's collectives then
+ * reduce straight in a peer's buffer (docs/intra.md, single copy). */
+#define CPU_SHARED_MIN ((size_t)64 << 10)
+
 static xdc_err_t cpu_mem_alloc(void **out, size_t bytes)
 {
-    size_t rounded = (bytes + 255) & ~(size_t)255;
-    void *p = xdc_aligned_alloc(256, rounded ? rounded : 256);
+    size_t rounded = bytes ? (bytes + 255) & ~(size_t)255 : 256;
+    void *p = rounded >= CPU_SHARED_MIN ? xdc_shared_alloc(rounded) : xdc_aligned_alloc(256, rounded);
     if (!p) return XDC_ERR_NOMEM;
-    memset(p, 0, rounded ? rounded : 256);
+    if (rounded < CPU_SHARED_MIN) memset(p, 0, rounded); /* shared allocations come zeroed */
     *out = p;
     return XDC_OK;
 }
 
-static void cpu_mem_free(void *p) { xdc_free(p); }
+static void cpu_mem_free(void *p) { xdc_shared_free(p); /* frees an ordinary allocation too */ }
 
 static xdc_err_t cpu_stream_create(xdc_stream **out)
 {

@@ -1,7 +1,8 @@
 /* test_intra_direct.c — the CPU backend's single-copy collectives (messages of 64 KiB and more go
  * straight between the ranks' buffers) against the staging path: at 2, 3 and 4 ranks, with inputs whose
  * sums round differently in other orders, all_reduce and reduce_scatter must give every rank the bits of
- * a serial sum in rank order on both paths; and a group where one rank cannot (here: will not) copy
+ * a serial sum in rank order on both paths, with plain buffers, buffers in shared allocations (which the
+ * peers map and reduce in place) and a mix of the two; and a group where one rank cannot (here: will not) copy
  * directly must fall back to staging on every rank alike instead of mismatching steps. */
 #include "tests/test_intra_ranks.h"
 
@@ -58,25 +59,58 @@ static int check_rank_order(xdc_intra_comm *comm, intra_test_rank *tr, float *bu
     return 0;
 }
 
+/* Mappings of shared allocations (xdc_shared_alloc's memfds) in this process: its own and its peers'. */
+static int shared_mappings(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f)) n += strstr(line, "memfd:xdc-shared") != NULL;
+    if (f) fclose(f);
+    return n;
+}
+
+/* arg: how the ranks allocate their buffers. Shared ones are reduced in place by the peers (mapped);
+ * plain ones are copied with process_vm_readv/writev; "mixed" has both in one operation. */
+typedef enum { BUF_PLAIN, BUF_SHARED, BUF_MIXED } buf_kind;
+
 static int rank_direct(xdc_intra_comm *comm, intra_test_rank *tr, const void *arg)
 {
-    (void)arg;
-    int n = xdc_intra_size(comm);
-    float *buf = xdc_malloc(sizeof(float) * DIRECT_COUNT * (size_t)n), *out = xdc_malloc(sizeof(float) * DIRECT_COUNT);
+    buf_kind kind = *(const buf_kind *)arg;
+    int n = xdc_intra_size(comm), me = xdc_intra_rank(comm);
+    int shared = kind == BUF_SHARED || (kind == BUF_MIXED && me % 2 == 0);
+    size_t buf_bytes = sizeof(float) * DIRECT_COUNT * (size_t)n, out_bytes = sizeof(float) * DIRECT_COUNT;
+    float *buf = shared ? xdc_shared_alloc(buf_bytes) : xdc_malloc(buf_bytes),
+          *out = shared ? xdc_shared_alloc(out_bytes) : xdc_malloc(out_bytes);
     RCHECK(buf && out, tr, "no memory");
-    if (check_rank_order(comm, tr, buf, out, "single-copy")) return -1;
+    int own = shared_mappings();
+    if (check_rank_order(comm, tr, buf, out, kind == BUF_PLAIN ? "single-copy" : "single-copy, mapped")) return -1;
+    /* A rank whose peers allocated shared buffers used them in place: it mapped at least one of them. */
+    int peers_shared = kind == BUF_SHARED || (kind == BUF_MIXED && (me % 2 == 1 || n > 2));
+    RCHECK(
+        !peers_shared || shared_mappings() > own, tr,
+        "rank %d of %d: no peer's shared buffer is mapped here (%d shared mappings before the collectives, %d after)",
+        me, n, own, shared_mappings());
     /* A sub-group (all ranks) where rank 1 turns direct copies off when it joins: everyone stages. */
     if (xdc_intra_rank(comm) == 1) setenv("XDC_INTRA_SINGLE_COPY", "0", 1);
     xdc_intra_comm *staged = NULL;
     RCHECK_OK(xdc_intra_split(comm, 0, xdc_intra_rank(comm), &staged, &tr->diag), tr);
     if (check_rank_order(staged, tr, buf, out, "staging")) return -1;
     xdc_intra_destroy(staged);
-    xdc_free(buf);
-    xdc_free(out);
+    xdc_shared_free(buf); /* frees a plain allocation too */
+    xdc_shared_free(out);
     return 0;
 }
 
 XDC_TEST(intra_cpu_single_copy_and_staging_sum_in_rank_order_at_2_3_4_ranks)
 {
-    for (int n = 2; n <= 4; n++) intra_test_ranks(XDC_INTRA_CPU, n, rank_direct, NULL, NULL);
+    buf_kind kind = BUF_PLAIN;
+    for (int n = 2; n <= 4; n++) intra_test_ranks(XDC_INTRA_CPU, n, rank_direct, &kind, NULL);
+}
+
+XDC_TEST(intra_cpu_single_copy_in_peers_shared_buffers_sums_in_rank_order_at_2_3_4_ranks)
+{
+    buf_kind kinds[] = {BUF_SHARED, BUF_MIXED};
+    for (int k = 0; k < 2; k++)
+        for (int n = 2; n <= 4; n++) intra_test_ranks(XDC_INTRA_CPU, n, rank_direct, &kinds[k], NULL);
 }

@@ -82,7 +82,12 @@ static int rank_main(const char *id, int rank, int n, int p2p, size_t min_b, siz
         fprintf(stderr, "bench_intra: rank %d: %s\n", rank, d.msg);
         return 1;
     }
-    float *buf = xdc_aligned_alloc(4096, max_b); /* (max_b / 4,) fp32 */
+    /* (max_b / 4,) fp32, in memory the backend works on, as the worker's buffers are (the CPU device's
+     * large allocations are shared too); XDC_BENCH_PLAIN_BUFFERS=1 times a plain host allocation. */
+    int plain = getenv("XDC_BENCH_PLAIN_BUFFERS") && atoi(getenv("XDC_BENCH_PLAIN_BUFFERS"));
+    float *buf = NULL;
+    if (plain) buf = xdc_aligned_alloc(4096, max_b);
+    else if (xdc_intra_mem_alloc(XDC_INTRA_CPU, max_b, (void **)&buf, &d) != XDC_OK) buf = NULL;
     if (!buf) return 1;
     for (size_t i = 0; i < max_b / 4; i++) buf[i] = 0; /* first touch outside the timed loop */
     int rc = 0;
@@ -106,7 +111,8 @@ static int rank_main(const char *id, int rank, int n, int p2p, size_t min_b, siz
             fflush(stdout);
         }
     }
-    xdc_free(buf);
+    if (plain) xdc_free(buf);
+    else xdc_intra_mem_free(XDC_INTRA_CPU, buf);
     xdc_intra_destroy(c);
     return rc ? 1 : 0;
 }
