@@ -2,6 +2,8 @@
 # bench/intra/run.sh — all_reduce bandwidth of the intra CPU backend (built by `make bench-intra` into
 # $XDC_BENCH_BIN) at 2, 3 and 4 ranks next to two baselines measured in the same run, Open MPI's
 # MPI_Allreduce and Gloo's ring allreduce, plus memcpy; then send/recv throughput between 2 ranks.
+# xdc's buffers come from xdc_intra_mem_alloc, as the worker's come from the CPU device: shared
+# allocations the peers reduce in place (docs/intra.md); XDC_BENCH_PLAIN_BUFFERS=1 times plain ones.
 # The machine may be shared, so the three are interleaved: for every rank count and size, xdc, MPI and
 # Gloo run back to back (each fastest of 3 trials), INTRA_BENCH_ROUNDS times over all of them, and each
 # keeps its best round per size.
