@@ -97,6 +97,12 @@ double topo_region_flops(const xdc_topology *t, int r, const xdc_plan_calib *c)
     return t->regions[r].gpu_bf16_tflops * 1e12 * mfu / scale;
 }
 
+double topo_stage_compute_s(const xdc_topology *t, int r, int stage, double flops, const xdc_plan_calib *c)
+{
+    double f = c && stage >= 0 && stage < XDC_PLAN_MAX_STAGES && c->stage_scale[stage] > 0 ? c->stage_scale[stage] : 1;
+    return flops / topo_region_flops(t, r, c) * f;
+}
+
 double topo_link_Bps(const xdc_topology *t, int from, int to, const xdc_plan_calib *c)
 {
     const xdc_link *l = xdc_topology_link(t, from, to);

@@ -231,10 +231,9 @@ static void dp_region_times(search *s, const xdc_plan *p, int r, dp_region *out)
 {
     double c[XDC_PLAN_MAX_STAGES], lat[XDC_PLAN_MAX_STAGES], occ[XDC_PLAN_MAX_STAGES];
     unsigned char in_region[XDC_PLAN_MAX_STAGES];
-    double flops = topo_region_flops(s->t, r, &s->o->calib);
     double xfer = topo_intra_p2p_s(s->t, r, tokens_mb(s) * s->m->boundary_bytes_per_token, &s->o->calib);
     for (int i = 0; i < p->stages; i++) {
-        c[i] = p->stage[i].flops_mb / flops;
+        c[i] = topo_stage_compute_s(s->t, r, i, p->stage[i].flops_mb, &s->o->calib);
         lat[i] = occ[i] = xfer;
         in_region[i] = 1;
     }
@@ -269,7 +268,7 @@ static double dp_round(search *s, const xdc_plan *p, const dp_region *dr, int n_
         double wire = 0;
         for (int i = 0; i < p->stages; i++) {
             double in, w,
-                last_bwd = overlap ? p->stage[i].flops_mb * 2 / 3 / topo_region_flops(s->t, r, &s->o->calib) : 0;
+                last_bwd = overlap ? topo_stage_compute_s(s->t, r, i, p->stage[i].flops_mb * 2 / 3, &s->o->calib) : 0;
             double tr = topo_sync_round_s(s->t, r, p->replicas[r], n_active, p->stage[i].params * frac,
                                           p->bucket_mb * 1048576.0 / 4, last_bwd, &ci, dr[r].link_Bps, dr[r].owd, &in,
                                           &w) -
@@ -403,8 +402,8 @@ static void search_dp(search *s, const unsigned char *in)
             dp_region_times(s, &base, r, &dr[r]);
             if (dr[r].t_pipe > t_pipe) t_pipe = dr[r].t_pipe, compute = dr[r].compute, bubble = dr[r].bubble;
             for (int i = 0; i < P; i++)
-                total += (double)base.replicas[r] * base.microbatches * base.stage[i].flops_mb /
-                         topo_region_flops(t, r, &s->o->calib);
+                total += (double)base.replicas[r] * base.microbatches *
+                         topo_stage_compute_s(t, r, i, base.stage[i].flops_mb, &s->o->calib);
         }
         host_bound(s, total, &t_pipe, &bubble);
         for (size_t bi = 0; bi < sizeof bucket_mbs / sizeof *bucket_mbs; bi++) {
@@ -481,7 +480,7 @@ static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, cons
     double act = tokens_mb(s) * s->m->boundary_bytes_per_token, compute, compute0;
     p->wan_bytes = p->egress_usd = 0;
     for (int i = 0; i < P; i++) {
-        c[i] = p->stage[i].flops_mb / cs[i].flops;
+        c[i] = topo_stage_compute_s(s->t, cs[i].region, i, p->stage[i].flops_mb, &s->o->calib);
         if (i + 1 == P) break;
         int a = cs[i].region, b = cs[i + 1].region;
         lat0[i] = topo_intra_p2p_s(s->t, a, act, &s->o->calib);
@@ -800,12 +799,26 @@ void xdc_plan_set_destroy(xdc_plan_set *s)
     xdc_free(s);
 }
 
-void xdc_plan_calibrate_compute(const xdc_topology *t, const xdc_plan *p, double measured_s, xdc_plan_calib *calib)
+xdc_err_t xdc_plan_calibrate_compute(const xdc_topology *t, const xdc_plan *p, const double *measured_s, int n,
+                                     xdc_plan_calib *calib)
 {
+    if (n < 1 || (n != 1 && n != p->stages)) return XDC_ERR_INVALID;
+    for (int i = 0; i < n; i++)
+        if (!(measured_s[i] > 0)) return XDC_ERR_INVALID;
     int r = p->stage[0].region >= 0 ? p->stage[0].region : 0;
-    calib->compute_scale = 1.0;
-    double predicted = p->microbatches * p->stage[0].flops_mb / topo_region_flops(t, r, calib);
-    if (predicted > 0 && measured_s > 0) calib->compute_scale = measured_s / predicted;
+    xdc_plan_calib unit = *calib; /* the topology's speed: predicted seconds per step of each stage */
+    unit.compute_scale = 1.0;
+    memset(unit.stage_scale, 0, sizeof unit.stage_scale);
+    double pred[XDC_PLAN_MAX_STAGES];
+    for (int i = 0; i < n; i++) {
+        pred[i] = p->microbatches *
+                  topo_stage_compute_s(t, p->stage[i].region >= 0 ? p->stage[i].region : r, i, p->stage[i].flops_mb, &unit);
+        if (!(pred[i] > 0)) return XDC_ERR_INVALID;
+    }
+    calib->compute_scale = measured_s[0] / pred[0];
+    memset(calib->stage_scale, 0, sizeof calib->stage_scale);
+    for (int i = 1; i < n; i++) calib->stage_scale[i] = measured_s[i] / pred[i] / calib->compute_scale;
+    return XDC_OK;
 }
 
 xdc_err_t xdc_plan_replan_wan(const xdc_topology *t, const xdc_model_shape *m, const xdc_batch_shape *b,

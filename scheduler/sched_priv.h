@@ -46,6 +46,9 @@ void topo_codec_names(char *buf, size_t cap);
 
 /* Effective FLOP/s of one worker of region r. */
 double topo_region_flops(const xdc_topology *t, int r, const xdc_plan_calib *c);
+/* Seconds a worker of region r takes for `flops` of pipeline stage `stage`: at the region's effective
+ * speed, times the stage's measured factor (c->stage_scale). Every stage compute time goes through here. */
+double topo_stage_compute_s(const xdc_topology *t, int r, int stage, double flops, const xdc_plan_calib *c);
 /* Goodput of the directed WAN link (bytes/s; the loss-limited TCP rate when lower) and its one-way delay
  * (s). Regions without a direct link get 0 bytes/s. */
 double topo_link_Bps(const xdc_topology *t, int from, int to, const xdc_plan_calib *c);
