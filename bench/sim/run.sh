@@ -104,7 +104,7 @@ for cfg in demo none diloco wanbound; do
     err=$(awk -v a="$sim" -v b="$meas" 'BEGIN { d = (a - b) / b * 100; printf "%.1f", d < 0 ? -d : d }')
     worst=$(awk -v a="$err" -v b="$worst" 'BEGIN { print (a > b ? a : b) }')
     printf '%-8s %10.4f %15s %6.3f %8.2f %10.4f %10.4f %8s %9s %9s\n' "$cfg" "$meas" \
-        "$(awk -v c="$comp" 'BEGIN { n = split(c, v, ","); for (i = 1; i <= n; i++) printf "%s%.4f", i > 1 ? "," : "", v[i] }')" "$wire" \
+        "$(awk -v c="$comp" 'BEGIN { n = split(c, v, ","); for (i = 1; i <= n; i++) printf "%s%.4f", (i > 1 ? "," : ""), v[i] }')" "$wire" \
         "$(awk -v s="$p2p" 'BEGIN { print s * 1e3 }')" "$sim" "$plan" "$err" "$bus" "$simbus"
 done
 
