@@ -45,6 +45,13 @@ static int sparse_variant(const char *param)
     return i;
 }
 
+int topo_sparse_variant(const char *name)
+{
+    const char *param = strncmp(name, "sparse:", 7) == 0 ? name + 7 : NULL;
+    int i = param ? sparse_variant(param) : 0;
+    return i < N_SPARSE_VARIANTS ? i : N_SPARSE_VARIANTS;
+}
+
 xdc_err_t topo_codec_info_get(const char *name, double link_gbps, topo_codec_info *out)
 {
     xdc_codec_estimate e;

@@ -15,10 +15,14 @@
 #define TOPO_PLAN_TOPK_FRACTION 0.01 /* the top-k fraction the search tries */
 /* The sparse codec's density:bits the search tries, weakest first (the densest with the most bits is
  * the most faithful; each next one counts one step lossier). From the sweep in docs/benchmarks.md. */
-#define TOPO_PLAN_SPARSE_VARIANTS    \
-    {                                \
-        "0.03:4", "0.02:2", "0.01:2" \
+#define TOPO_PLAN_SPARSE_VARIANTS              \
+    {                                          \
+        "0.05:2", "0.03:4", "0.02:2", "0.01:2" \
     }
+/* Sparse DiLoCo with keep_unsent as bench-e2e measured it best (docs/benchmarks.md, "keep_unsent"): the
+ * last round's codec and the outer learning rate (momentum: the sparse default, 0.5). */
+#define TOPO_PLAN_KEEP_UNSENT_FINAL_CODEC "int4"
+#define TOPO_PLAN_KEEP_UNSENT_OUTER_LR    1.5
 
 /* One codec's wire size and single-core speed: compression's estimate (xdc_codec_estimate_for) for the
  * link, and its lossiness. */
@@ -29,6 +33,8 @@ typedef struct topo_codec_info {
     int rank;       /* lossiness: 0 exact, higher = lossier */
 } topo_codec_info;
 
+/* The place of a sparse codec's "F:B" in TOPO_PLAN_SPARSE_VARIANTS (0 the densest); 0 for other codecs. */
+int topo_sparse_variant(const char *name);
 /* Fills *out for "none", "bf16", "int8", "int4", "topk:F", "sparse:F:B" (compression's registry);
  * link_gbps picks the zstd stage the runtime adds on slow links. The rank is the registry's lossiness,
  * plus the variant's place in TOPO_PLAN_SPARSE_VARIANTS for sparse. XDC_ERR_INVALID for an unknown
