@@ -842,8 +842,8 @@ xdc_err_t xdc_plan_calibrate_compute(const xdc_topology *t, const xdc_plan *p, c
     memset(unit.stage_scale, 0, sizeof unit.stage_scale);
     double pred[XDC_PLAN_MAX_STAGES];
     for (int i = 0; i < n; i++) {
-        pred[i] = p->microbatches *
-                  topo_stage_compute_s(t, p->stage[i].region >= 0 ? p->stage[i].region : r, i, p->stage[i].flops_mb, &unit);
+        pred[i] = p->microbatches * topo_stage_compute_s(t, p->stage[i].region >= 0 ? p->stage[i].region : r, i,
+                                                         p->stage[i].flops_mb, &unit);
         if (!(pred[i] > 0)) return XDC_ERR_INVALID;
     }
     calib->compute_scale = measured_s[0] / pred[0];

@@ -67,10 +67,10 @@ typedef struct xdc_plan_opts {
     int fragments;    /* streaming F */
     double bucket_mb; /* gradient bucket, MiB of fp32 */
     double tolerance; /* a more faithful plan wins if at most this much slower per token (0.10) */
+    int all_regions;  /* 1: every region with workers takes part (as `xdc launch` runs them) */
     /* DiLoCo's keep_unsent (xdc_plan.keep_unsent): 0 the search may choose it, 1 only plans with it (a run
      * file that sets it), -1 none (a run file as written without it). */
     int keep_unsent;
-    int all_regions;  /* 1: every region with workers takes part (as `xdc launch` runs them) */
 } xdc_plan_opts;
 #define XDC_PLAN_OPTS_INIT                                                                      \
     {                                                                                           \
@@ -99,13 +99,13 @@ typedef struct xdc_plan {
     double bucket_mb;
     char codec[16];             /* WAN codec: gradients (sync/diloco/streaming), activations (pipeline) */
     int inner_steps, fragments; /* H, F (diloco / streaming) */
+    int fidelity;               /* 0 = exact sync; higher = lossier codec or longer period */
     /* diloco: what a round's codec leaves unsent stays in each region's parameters (the run file's
      * diloco.keep_unsent), the run's last round in final_codec; outer_lr the outer learning rate the
      * evidence for it was measured with (0: the run's default). */
     int keep_unsent;
     char final_codec[16];
     double outer_lr;
-    int fidelity;               /* 0 = exact sync; higher = lossier codec or longer period */
     /* predictions per optimizer step */
     double t_step, t_compute, t_intra, t_wan_exposed, t_bubble; /* seconds */
     double tokens, wan_bytes, egress_usd;

@@ -121,8 +121,9 @@ void plan_print(FILE *f, const xdc_topology *t, const xdc_plan *p)
     if (p->inner_steps) fprintf(f, "  outer period H = %d inner steps\n", p->inner_steps);
     if (p->fragments) fprintf(f, "  streaming fragments F = %d\n", p->fragments);
     if (p->keep_unsent)
-        fprintf(f, "  keep_unsent: what a round does not send stays in each region's parameters; last round in %s, "
-                   "outer lr %g\n",
+        fprintf(f,
+                "  keep_unsent: what a round does not send stays in each region's parameters; last round in %s, "
+                "outer lr %g\n",
                 p->final_codec, p->outer_lr);
     fprintf(f, "  replicas per region:");
     for (int r = 0; r < t->n_regions; r++) fprintf(f, " %s=%d", t->regions[r].name, p->replicas[r]);

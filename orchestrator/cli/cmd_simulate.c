@@ -178,7 +178,8 @@ int xdc_cmd_simulate(int argc, char **argv)
             for (int i = 0; i < n_measured && n_measured > 1; i++)
                 printf("  calibrated: stage %d's compute set to the measured %.4f s per step (x%.3f its FLOPs' time)\n",
                        i, measured[i],
-                       in.opts.calib.compute_scale * (in.opts.calib.stage_scale[i] > 0 ? in.opts.calib.stage_scale[i] : 1));
+                       in.opts.calib.compute_scale *
+                           (in.opts.calib.stage_scale[i] > 0 ? in.opts.calib.stage_scale[i] : 1));
             printf("simulated step %.4f s = compute %.4f + bubble %.4f + exposed comm %.4f; utilisation %.1f%%; "
                    "WAN %.3f MB/step\n",
                    r.t_step, r.t_compute, r.t_bubble, r.t_comm_exposed, 100 * r.utilisation, r.wan_bytes / 1e6);
