@@ -703,6 +703,16 @@ XDC_TEST(plan_cli_prints_json_and_exit_codes)
     XDC_ASSERT_EQ(run_xdc("plan " DEMO " --stages 3", out, sizeof out), 69);
     XDC_ASSERT_STR_CONTAINS(out, "no plan");
     XDC_ASSERT_EQ(run_xdc("plan -t examples/topology/demo-2region.yaml", out, sizeof out), 64);
+    /* bench-e2e's WAN-bound pair: keep_unsent sparse DiLoCo, and --explain shows what it was weighed against. */
+    XDC_ASSERT_EQ(run_xdc("plan -t bench/e2e/two-region.yaml -m bench/e2e/gpt1m.yaml --explain", out, sizeof out), 0);
+    XDC_ASSERT_STR_CONTAINS(out, "chosen: diloco, codec sparse:0.05:2");
+    XDC_ASSERT_STR_CONTAINS(out, "keep_unsent: what a round does not send stays in each region's parameters");
+    XDC_ASSERT_STR_CONTAINS(out, "compared, the best of each kind:");
+    XDC_ASSERT_STR_CONTAINS(out, "    streaming             codec bf16");
+    XDC_ASSERT_STR_CONTAINS(out, "    diloco + keep_unsent  codec sparse:0.05:2");
+    XDC_ASSERT_EQ(run_xdc("plan -t bench/e2e/two-region.yaml -m bench/e2e/gpt1m.yaml --json", out, sizeof out), 0);
+    XDC_ASSERT_STR_CONTAINS(out, "\"keep_unsent\": true");
+    XDC_ASSERT_STR_CONTAINS(out, "\"final_codec\": \"int4\"");
 }
 
 XDC_TEST(sim_cli_prints_step_and_exit_codes)

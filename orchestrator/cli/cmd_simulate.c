@@ -16,8 +16,7 @@ static int sim_usage(FILE *f)
 {
     fprintf(f, "usage: xdc simulate -t TOPOLOGY.yaml (-m MODEL.yaml | -c RUN.yaml) [--steps N] [--json]\n"
                "                    [--global-batch TOKENS] [--calibrate-compute SECONDS[,SECONDS...]]\n"
-               "                    [--calibrate-ratio R]\n"
-               "                    [--calibrate-p2p SECONDS] [--wan-gbps G] [--host-cores N]\n"
+               "                    [--calibrate-ratio R] [--calibrate-p2p SECONDS] [--wan-gbps G] [--host-cores N]\n"
                "  Replay the planned schedule (with -c: the run file's mode, stages, microbatches, codec, bucket)\n"
                "  as a discrete-event model: 1F1B per replica, bucketed sync, WAN links with bandwidth and RTT.\n"
                "  --calibrate-compute  measured compute seconds per step of stage 0 (from a run's progress lines);\n"
