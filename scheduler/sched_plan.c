@@ -302,11 +302,12 @@ static int codec_allowed(const search *s, const char *codec)
 
 static int mode_allowed(const search *s, xdc_plan_mode m) { return s->o->mode < 0 || s->o->mode == (int)m; }
 
-/* DiLoCo keeps what a round's codec did not send in each region's parameters (diloco.keep_unsent) where
- * the runtime can (one replica per stage in every region: a replica's codec keeps only its shard's
- * residual) and the run asks for it or the codec is sparse: there, in the codec's residual, the unsent 95 %
- * is re-learned from the old point and applied late, and the run never reaches the reference's loss; kept
- * in the parameters it does, in fewer steps than int8 DiLoCo (docs/benchmarks.md, "keep_unsent"). */
+/* Whether a DiLoCo candidate keeps what a round's codec did not send in each region's parameters
+ * (diloco.keep_unsent): only where the runtime can (one replica per stage in every region: a replica's
+ * codec keeps only its shard's residual), and then when the run asks for it or the codec is sparse. Left
+ * in a sparse codec's residual the unsent 95 % is re-learned from the old point and applied late, and
+ * bench-e2e's sparse row never reached the reference's loss; kept in the parameters it did, in fewer steps
+ * than int8 DiLoCo (docs/benchmarks.md, "keep_unsent"). */
 static int keep_unsent_for(const search *s, const xdc_plan *base, const char *codec)
 {
     if (s->o->keep_unsent < 0) return 0;

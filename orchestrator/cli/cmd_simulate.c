@@ -151,9 +151,12 @@ int xdc_cmd_simulate(int argc, char **argv)
         xdc_err_t rc = xdc_plan_calibrate_compute(in.topo, &set->best, measured, n_measured, &in.opts.calib);
         xdc_plan_set_destroy(set);
         set = NULL;
-        if (rc == XDC_OK) ex = plan_inputs_search(&in, &set);
-        else fprintf(stderr, "xdc simulate: --calibrate-compute: the plan's stages predict no compute to scale\n");
-        if (rc != XDC_OK) ex = XDC_EX_USAGE;
+        if (rc == XDC_OK) {
+            ex = plan_inputs_search(&in, &set);
+        } else {
+            fprintf(stderr, "xdc simulate: --calibrate-compute: the plan's stages predict no compute to scale\n");
+            ex = XDC_EX_USAGE;
+        }
     }
     if (ex == XDC_EX_OK) {
         xdc_sim_result r;
