@@ -45,6 +45,13 @@ static int sparse_variant(const char *param)
     return i;
 }
 
+int topo_sparse_variant(const char *name)
+{
+    const char *param = strncmp(name, "sparse:", 7) == 0 ? name + 7 : NULL;
+    int i = param ? sparse_variant(param) : 0;
+    return i < N_SPARSE_VARIANTS ? i : N_SPARSE_VARIANTS;
+}
+
 xdc_err_t topo_codec_info_get(const char *name, double link_gbps, topo_codec_info *out)
 {
     xdc_codec_estimate e;
@@ -95,6 +102,12 @@ double topo_region_flops(const xdc_topology *t, int r, const xdc_plan_calib *c)
     double mfu = c && c->mfu > 0 ? c->mfu : 0.4;
     double scale = c && c->compute_scale > 0 ? c->compute_scale : 1.0;
     return t->regions[r].gpu_bf16_tflops * 1e12 * mfu / scale;
+}
+
+double topo_stage_compute_s(const xdc_topology *t, int r, int stage, double flops, const xdc_plan_calib *c)
+{
+    double f = c && stage >= 0 && stage < XDC_PLAN_MAX_STAGES && c->stage_scale[stage] > 0 ? c->stage_scale[stage] : 1;
+    return flops / topo_region_flops(t, r, c) * f;
 }
 
 double topo_link_Bps(const xdc_topology *t, int from, int to, const xdc_plan_calib *c)

@@ -15,10 +15,14 @@
 #define TOPO_PLAN_TOPK_FRACTION 0.01 /* the top-k fraction the search tries */
 /* The sparse codec's density:bits the search tries, weakest first (the densest with the most bits is
  * the most faithful; each next one counts one step lossier). From the sweep in docs/benchmarks.md. */
-#define TOPO_PLAN_SPARSE_VARIANTS    \
-    {                                \
-        "0.03:4", "0.02:2", "0.01:2" \
+#define TOPO_PLAN_SPARSE_VARIANTS              \
+    {                                          \
+        "0.05:2", "0.03:4", "0.02:2", "0.01:2" \
     }
+/* Sparse DiLoCo with keep_unsent as bench-e2e measured it best (docs/benchmarks.md, "keep_unsent"): the
+ * last round's codec and the outer learning rate (momentum: the sparse default, 0.5). */
+#define TOPO_PLAN_KEEP_UNSENT_FINAL_CODEC "int4"
+#define TOPO_PLAN_KEEP_UNSENT_OUTER_LR    1.5
 
 /* One codec's wire size and single-core speed: compression's estimate (xdc_codec_estimate_for) for the
  * link, and its lossiness. */
@@ -29,6 +33,8 @@ typedef struct topo_codec_info {
     int rank;       /* lossiness: 0 exact, higher = lossier */
 } topo_codec_info;
 
+/* The place of a sparse codec's "F:B" in TOPO_PLAN_SPARSE_VARIANTS (0 the densest); 0 for other codecs. */
+int topo_sparse_variant(const char *name);
 /* Fills *out for "none", "bf16", "int8", "int4", "topk:F", "sparse:F:B" (compression's registry);
  * link_gbps picks the zstd stage the runtime adds on slow links. The rank is the registry's lossiness,
  * plus the variant's place in TOPO_PLAN_SPARSE_VARIANTS for sparse. XDC_ERR_INVALID for an unknown
@@ -46,6 +52,9 @@ void topo_codec_names(char *buf, size_t cap);
 
 /* Effective FLOP/s of one worker of region r. */
 double topo_region_flops(const xdc_topology *t, int r, const xdc_plan_calib *c);
+/* Seconds a worker of region r takes for `flops` of pipeline stage `stage`: at the region's effective
+ * speed, times the stage's measured factor (c->stage_scale). Every stage compute time goes through here. */
+double topo_stage_compute_s(const xdc_topology *t, int r, int stage, double flops, const xdc_plan_calib *c);
 /* Goodput of the directed WAN link (bytes/s; the loss-limited TCP rate when lower) and its one-way delay
  * (s). Regions without a direct link get 0 bytes/s. */
 double topo_link_Bps(const xdc_topology *t, int from, int to, const xdc_plan_calib *c);

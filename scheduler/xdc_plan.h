@@ -50,6 +50,10 @@ typedef struct xdc_plan_calib {
      * from the receiver posting its receive to the data being there (0: the topology's intra latency +
      * bytes / bandwidth). On one emulating host it is thread wake-ups more than bytes. */
     double intra_p2p_s;
+    /* Per stage i, a factor on top of compute_scale for that stage's compute times (0: 1). How the stages'
+     * measured speeds differ from their FLOP ratio (the LM head's softmax, caches, a core shared unevenly)
+     * only a run can say; xdc_plan_calibrate_compute sets it from one measurement per stage. */
+    double stage_scale[XDC_PLAN_MAX_STAGES];
 } xdc_plan_calib;
 
 /* Constraints: a zero / negative / empty field leaves the choice to the planner. */
@@ -64,6 +68,9 @@ typedef struct xdc_plan_opts {
     double bucket_mb; /* gradient bucket, MiB of fp32 */
     double tolerance; /* a more faithful plan wins if at most this much slower per token (0.10) */
     int all_regions;  /* 1: every region with workers takes part (as `xdc launch` runs them) */
+    /* DiLoCo's keep_unsent (xdc_plan.keep_unsent): 0 the search may choose it, 1 only plans with it (a run
+     * file that sets it), -1 none (a run file as written without it). */
+    int keep_unsent;
 } xdc_plan_opts;
 #define XDC_PLAN_OPTS_INIT                                                                      \
     {                                                                                           \
@@ -93,6 +100,12 @@ typedef struct xdc_plan {
     char codec[16];             /* WAN codec: gradients (sync/diloco/streaming), activations (pipeline) */
     int inner_steps, fragments; /* H, F (diloco / streaming) */
     int fidelity;               /* 0 = exact sync; higher = lossier codec or longer period */
+    /* diloco: what a round's codec leaves unsent stays in each region's parameters (the run file's
+     * diloco.keep_unsent), the run's last round in final_codec; outer_lr the outer learning rate the
+     * evidence for it was measured with (0: the run's default). */
+    int keep_unsent;
+    char final_codec[16];
+    double outer_lr;
     /* predictions per optimizer step */
     double t_step, t_compute, t_intra, t_wan_exposed, t_bubble; /* seconds */
     double tokens, wan_bytes, egress_usd;
@@ -135,9 +148,13 @@ void xdc_plan_link_codec(const xdc_topology *t, const xdc_model_shape *m, const 
  * planner both resolve "link" here, so a plan describes the codec the run will use. */
 const char *xdc_plan_codec_of_links(const xdc_topology *t);
 
-/* Scale calib->compute_scale so that the plan's predicted compute time of stage 0 per step equals
- * measured_s (seconds, e.g. from a run's progress lines). */
-void xdc_plan_calibrate_compute(const xdc_topology *t, const xdc_plan *p, double measured_s, xdc_plan_calib *calib);
+/* Calibrate compute times from measured_s[0..n) (seconds of compute per step, e.g. from a run's progress
+ * lines or step logs). n = 1: calib->compute_scale so that stage 0's predicted compute per step equals
+ * measured_s[0], every stage following by its FLOPs (stage_scale cleared). n = p->stages: stage i's equals
+ * measured_s[i] (compute_scale from stage 0, stage_scale[i] the rest). XDC_ERR_INVALID (calib untouched)
+ * for any other n or a value that is not positive. */
+xdc_err_t xdc_plan_calibrate_compute(const xdc_topology *t, const xdc_plan *p, const double *measured_s, int n,
+                                     xdc_plan_calib *calib);
 
 /* The plan (with each used link's advisory codec, see xdc_plan_link_codec) and the runners-up, up to
  * `max_alt`, as JSON text; caller frees with xdc_free. */

@@ -1,9 +1,10 @@
 /* test_plan.c — the planner on cases worked out by hand: a region twice as fast gets twice the layers, a
  * model too big for one region is cut at the cheapest link, a slow link gets a stronger codec or a longer
- * period, no candidate exceeds GPU memory, an impossible topology is refused with its reason, the search
+ * period, a WAN-bound pair of regions gets sparse DiLoCo with keep_unsent (and `plan: auto` runs it) where a
+ * fast link syncs every step, no candidate exceeds GPU memory, an impossible topology is refused with its reason, the search
  * is deterministic, the planner's parameter counts are what real stages allocate, its activation memory is
  * the high-water mark a real 1F1B run reaches on every stage, and `xdc plan` /
- * `xdc simulate` print, emit JSON and exit with sysexits codes. */
+ * `xdc simulate` print, emit JSON, calibrate each stage and exit with sysexits codes. */
 #include "tests/xdc_test.h"
 
 #include "tests/test_plan_util.h"
@@ -14,10 +15,12 @@
 #include "model/xdc_gpt.h"
 #include "model/xdc_model_config.h"
 #include "model/xdc_model_shape.h"
+#include "orchestrator/control/orch_run_config.h"
 #include "scheduler/xdc_plan.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Two regions of `gpus` GPUs each; the link is written out in full. */
 static xdc_topology *two_regions(int gpus, double tflops_a, double tflops_b, double mem_gib, const char *link)
@@ -178,6 +181,113 @@ XDC_TEST(plan_wan_bound_goes_sparse_or_streaming_and_compute_bound_syncs)
     xdc_topology_destroy(fast);
     xdc_topology_destroy(wan);
     xdc_topology_destroy(thin);
+}
+
+/* bench-e2e's WAN-bound regime (bench/e2e/two-region.yaml: one worker per region, 10 Mbit/s; the 0.87M GPT of
+ * bench/e2e/gpt1m.yaml) as `plan: auto` searches it: sparse DiLoCo that keeps the unsent part in the
+ * parameters, with the density, last-round codec and outer lr bench-e2e measured best, its rounds hidden
+ * within the tolerance and ~1/600 of flat's bytes; the same regions on a 10 Gbit/s link sync every step.
+ * keep_unsent needs one replica per stage in each region, so the demo (two replicas) never gets it, and a
+ * run file without it (-1) or one that pins it to another mode is respected. */
+XDC_TEST(plan_wan_bound_keeps_unsent_sparse_and_compute_bound_syncs)
+{
+    xdc_model_shape m;
+    xdc_model_shape_gpt(4, 4, 128, 64, 256, &m);
+    xdc_batch_shape b = {16, 64, 16.0 * 64 * 2}; /* plan: auto: microbatches 1 x batch x sequence x workers */
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    o.all_regions = 1;
+    xdc_topology *wan = test_plan_load_topo("bench/e2e/two-region.yaml");
+    xdc_plan_set *sw = search_ok(wan, &m, &b, &o);
+    const xdc_plan *p = &sw->best;
+    XDC_ASSERT_MSG(p->mode == XDC_PLAN_DILOCO && p->keep_unsent, "WAN-bound: %s %s keep_unsent %d",
+                   xdc_plan_mode_name(p->mode), p->codec, p->keep_unsent);
+    XDC_ASSERT_MSG(strcmp(p->codec, "sparse:0.05:2") == 0, "codec %s", p->codec);
+    XDC_ASSERT_MSG(strcmp(p->final_codec, "int4") == 0, "final codec %s", p->final_codec);
+    XDC_ASSERT_NEAR(p->outer_lr, 1.5, 1e-12);
+    XDC_ASSERT(p->t_wan_exposed <= 0.1 * p->t_step);
+    double flat = 0; /* flat fp32 sync of the same layout, for the bytes */
+    for (int i = 0; i < sw->n_cands; i++)
+        if (sw->cands[i].mode == XDC_PLAN_SYNC && strcmp(sw->cands[i].codec, "none") == 0)
+            flat = sw->cands[i].wan_bytes;
+    XDC_ASSERT_MSG(flat > 100 * p->wan_bytes, "flat %g bytes per step, chosen %g", flat, p->wan_bytes);
+    /* The streaming plan it beat hides its WAN as well, but loses on fidelity. */
+    int streaming = 0;
+    for (int i = 1; i < sw->n_cands && !streaming; i++)
+        if (sw->cands[i].mode == XDC_PLAN_STREAMING) {
+            streaming = 1;
+            XDC_ASSERT(sw->cands[i].fidelity > p->fidelity);
+        }
+    XDC_ASSERT(streaming);
+    /* A run file without keep_unsent (-1): no candidate has it. One that pins it to sync: refused. */
+    o.keep_unsent = -1;
+    xdc_plan_set *sn = search_ok(wan, &m, &b, &o);
+    for (int i = 0; i < sn->n_cands; i++) XDC_ASSERT(!sn->cands[i].keep_unsent);
+    o.keep_unsent = 1;
+    o.mode = XDC_PLAN_SYNC;
+    xdc_plan_set *bad = NULL;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_ERR(xdc_plan_search(wan, &m, &b, &o, &bad, &d), XDC_ERR_INVALID);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "keep_unsent needs mode diloco");
+    /* Compute-bound: the same regions on a fast link. */
+    o = (xdc_plan_opts)XDC_PLAN_OPTS_INIT;
+    o.all_regions = 1;
+    xdc_topology *fast = test_plan_parse_topo(
+        "name: fast\nregions:\n"
+        "  - {name: east, nodes: e1, gpus_per_node: 0, workers_per_node: 1, gpu: {model: cpu, bf16_tflops: 0.05,"
+        " memory_gib: 4}}\n"
+        "  - {name: west, nodes: w1, gpus_per_node: 0, workers_per_node: 1, gpu: {model: cpu, bf16_tflops: 0.05,"
+        " memory_gib: 4}}\n"
+        "links:\n  - {from: east, to: west, bandwidth_gbps: 10, rtt_ms: 4}\n");
+    xdc_plan_set *sf = search_ok(fast, &m, &b, &o);
+    XDC_ASSERT_MSG(sf->best.mode == XDC_PLAN_SYNC && !sf->best.keep_unsent, "compute-bound: %s %s",
+                   xdc_plan_mode_name(sf->best.mode), sf->best.codec);
+    /* Two replicas per region (the demo's 2 workers, one stage): the runtime cannot keep unsent parts. */
+    xdc_model_shape tiny;
+    xdc_topology *demo = test_plan_demo(&tiny);
+    xdc_batch_shape bd = {16, 64, 16.0 * 64 * 4};
+    o.stages = 1;
+    xdc_plan_set *sd = search_ok(demo, &tiny, &bd, &o);
+    for (int i = 0; i < sd->n_cands; i++) XDC_ASSERT(!sd->cands[i].keep_unsent);
+    xdc_plan_set_destroy(sw);
+    xdc_plan_set_destroy(sn);
+    xdc_plan_set_destroy(sf);
+    xdc_plan_set_destroy(sd);
+    xdc_topology_destroy(wan);
+    xdc_topology_destroy(fast);
+    xdc_topology_destroy(demo);
+}
+
+/* `plan: auto` on bench-e2e's WAN-bound topology: the run takes the plan's keep_unsent, last-round codec and
+ * outer lr, and keeps an outer lr set by hand. */
+XDC_TEST(plan_auto_runs_the_chosen_keep_unsent_settings)
+{
+    char cwd[512], path[1024];
+    XDC_ASSERT(getcwd(cwd, sizeof cwd) != NULL);
+    xdc_topology *t = test_plan_load_topo("bench/e2e/two-region.yaml");
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/auto%d.yaml", xdc_test_tmpdir(), k);
+        FILE *f = fopen(path, "w");
+        XDC_ASSERT(f != NULL);
+        fprintf(f, "model: %s/bench/e2e/gpt1m.yaml\ndata: /usr/share/games/fortunes\nplan: auto\n%s", cwd,
+                k ? "diloco: {outer_lr: 0.9}\n" : "");
+        fclose(f);
+        orch_run_config c;
+        xdc_cfg_errors errs;
+        xdc_err_t rc = orch_run_config_load(path, &c, &errs);
+        if (rc != XDC_OK) xdc_cfg_errors_print(&errs, stderr);
+        XDC_ASSERT_OK(rc);
+        orch_planned pl;
+        xdc_diag d = {{0}};
+        XDC_ASSERT_MSG(orch_plan_apply(&c, t, &pl, &d) == XDC_OK, "%s", d.msg);
+        XDC_ASSERT_EQ(c.mode, ORCH_MODE_DILOCO);
+        XDC_ASSERT(c.keep_unsent);
+        XDC_ASSERT_MSG(strcmp(c.codec, "sparse:0.05:2") == 0, "codec %s", c.codec);
+        XDC_ASSERT_MSG(strcmp(c.final_codec, "int4") == 0, "final codec %s", c.final_codec);
+        XDC_ASSERT_NEAR(c.outer_lr, k ? 0.9 : 1.5, 1e-12);
+        XDC_ASSERT_NEAR(c.outer_momentum, 0.5, 1e-12); /* the sparse default */
+        XDC_ASSERT_EQ(c.diloco_inner_steps, pl.plan.inner_steps);
+    }
+    xdc_topology_destroy(t);
 }
 
 /* Data-parallel stages on the heterogeneous topology (H100, A100, L40S; the regions that sync together
@@ -593,6 +703,16 @@ XDC_TEST(plan_cli_prints_json_and_exit_codes)
     XDC_ASSERT_EQ(run_xdc("plan " DEMO " --stages 3", out, sizeof out), 69);
     XDC_ASSERT_STR_CONTAINS(out, "no plan");
     XDC_ASSERT_EQ(run_xdc("plan -t examples/topology/demo-2region.yaml", out, sizeof out), 64);
+    /* bench-e2e's WAN-bound pair: keep_unsent sparse DiLoCo, and --explain shows what it was weighed against. */
+    XDC_ASSERT_EQ(run_xdc("plan -t bench/e2e/two-region.yaml -m bench/e2e/gpt1m.yaml --explain", out, sizeof out), 0);
+    XDC_ASSERT_STR_CONTAINS(out, "chosen: diloco, codec sparse:0.05:2");
+    XDC_ASSERT_STR_CONTAINS(out, "keep_unsent: what a round does not send stays in each region's parameters");
+    XDC_ASSERT_STR_CONTAINS(out, "compared, the best of each kind:");
+    XDC_ASSERT_STR_CONTAINS(out, "    streaming             codec bf16");
+    XDC_ASSERT_STR_CONTAINS(out, "    diloco + keep_unsent  codec sparse:0.05:2");
+    XDC_ASSERT_EQ(run_xdc("plan -t bench/e2e/two-region.yaml -m bench/e2e/gpt1m.yaml --json", out, sizeof out), 0);
+    XDC_ASSERT_STR_CONTAINS(out, "\"keep_unsent\": true");
+    XDC_ASSERT_STR_CONTAINS(out, "\"final_codec\": \"int4\"");
 }
 
 XDC_TEST(sim_cli_prints_step_and_exit_codes)
@@ -620,6 +740,30 @@ XDC_TEST(sim_cli_prints_step_and_exit_codes)
                           out, sizeof out),
                   0);
     XDC_ASSERT_STR_CONTAINS(out, "\"step_s\"");
+}
+
+/* --calibrate-compute with one value per stage: each stage's measured compute; a bad list is a usage error
+ * (64) that names the flag. */
+XDC_TEST(sim_cli_calibrates_each_stage)
+{
+    static char out[16384];
+#define SIM_DEMO_RUN "simulate -t examples/topology/demo-2region.yaml -c examples/train/demo.yaml "
+    XDC_ASSERT_EQ(run_xdc(SIM_DEMO_RUN "--calibrate-compute 0.06,0.02", out, sizeof out), 0);
+    XDC_ASSERT_STR_CONTAINS(out, "stage 0's compute set to the measured 0.0600 s per step");
+    XDC_ASSERT_STR_CONTAINS(out, "stage 1's compute set to the measured 0.0200 s per step");
+    XDC_ASSERT_STR_CONTAINS(out, "compute 0.0600 +"); /* the busiest stage is the one given 0.06 s */
+    XDC_ASSERT_EQ(run_xdc(SIM_DEMO_RUN "--calibrate-compute 0.04,x", out, sizeof out), 64);
+    XDC_ASSERT_STR_CONTAINS(out, "--calibrate-compute: '0.04,x': each value must be a positive number of seconds");
+    XDC_ASSERT_EQ(run_xdc(SIM_DEMO_RUN "--calibrate-compute 0.04,-0.01", out, sizeof out), 64);
+    XDC_ASSERT_EQ(run_xdc(SIM_DEMO_RUN "--calibrate-compute 0.04,", out, sizeof out), 64);
+    XDC_ASSERT_EQ(run_xdc(SIM_DEMO_RUN "--calibrate-compute 0", out, sizeof out), 64);
+    XDC_ASSERT_EQ(run_xdc(SIM_DEMO_RUN "--calibrate-compute 0.01,0.02,0.03", out, sizeof out), 64);
+    XDC_ASSERT_STR_CONTAINS(out, "has 3 values, one per stage, but examples/train/demo.yaml runs 2 stages");
+    /* Without a run file the list pins the stages. */
+    XDC_ASSERT_EQ(run_xdc("simulate " DEMO " --calibrate-compute 0.05,0.04", out, sizeof out), 0);
+    XDC_ASSERT_STR_CONTAINS(out, "2 stages per replica");
+    XDC_ASSERT_STR_CONTAINS(out, "compute 0.0500 +");
+#undef SIM_DEMO_RUN
 }
 
 XDC_TEST(plan_codec_link_is_the_lossiest_codec_a_link_names)

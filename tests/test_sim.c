@@ -3,7 +3,7 @@
  * at bandwidth W and RTT R takes B/W + R/2, and so does a gradient bucket; buckets handed over during the
  * last backward hide the exchange behind it; an in-region receive posted after the op before costs every
  * steady-state microbatch its transfer; a measured wire ratio prices the bytes of the codec it was
- * measured with; an 8-region x 1,024-GPU plan finishes with sane numbers;
+ * measured with; one measured compute time per stage is each stage's time; an 8-region x 1,024-GPU plan finishes with sane numbers;
  * the simulator and the planner's closed form agree on the demo configurations. (`xdc simulate` is
  * tested in test_plan.c.) */
 #include "tests/xdc_test.h"
@@ -14,7 +14,9 @@
 #include "compression/xdc_codec.h"
 #include "scheduler/xdc_plan.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 /* L equal layers with no embedding or head, so every stage of an even split costs the same. */
 static void flat_model(int layers, xdc_model_shape *m)
@@ -250,6 +252,65 @@ XDC_TEST(sim_measured_wire_ratio_replaces_the_codec_table)
     XDC_ASSERT_NEAR(wan[2], wan[0], 1); /* measured with another codec: the table's */
     /* The extra bytes cross the 0.1 Gbit/s link: the step grows by their time. */
     XDC_ASSERT_NEAR(step[1] - step[0], bytes * (0.3 - table.ratio) / (0.1e9 / 8), 0.02 * (step[1] - step[0]));
+    xdc_topology_destroy(t);
+}
+
+/* One measured compute time per stage (xdc_plan_calibrate_compute with n = P): each stage runs the time it
+ * was given per step, where one value for stage 0 derives the others by FLOP ratio. */
+XDC_TEST(sim_per_stage_calibration_gives_each_stage_its_measured_time)
+{
+    xdc_model_shape m;
+    xdc_topology *t = test_plan_demo(&m); /* the tiny GPT: stage 1 holds the LM head, ~1.3x stage 0's FLOPs */
+    xdc_batch_shape b = {16, 64, 0};
+    static const double cases[][2] = {{0.04, 0.04}, {0.06, 0.02}, {0.03, 0.05}};
+    for (int k = 0; k < 4; k++) {
+        xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+        o.stages = 2;
+        o.microbatches = 4;
+        o.mode = XDC_PLAN_SYNC;
+        o.all_regions = 1;
+        o.bucket_mb = 0.25;
+        snprintf(o.codec, sizeof o.codec, "int8");
+        xdc_plan_set *s = NULL;
+        xdc_diag d = {{0}};
+        XDC_ASSERT_MSG(xdc_plan_search(t, &m, &b, &o, &s, &d) == XDC_OK, "%s", d.msg);
+        double ratio = s->best.stage[1].flops_mb / s->best.stage[0].flops_mb;
+        XDC_ASSERT(ratio > 1.1);
+        int n = k < 3 ? 2 : 1;
+        const double *want = k < 3 ? cases[k] : (const double[]){0.04, 0.04 * ratio};
+        XDC_ASSERT_OK(xdc_plan_calibrate_compute(t, &s->best, want, n, &o.calib));
+        xdc_plan_set_destroy(s);
+        XDC_ASSERT_MSG(xdc_plan_search(t, &m, &b, &o, &s, &d) == XDC_OK, "%s", d.msg);
+        xdc_sim_result r;
+        XDC_ASSERT_OK(xdc_sim_run(t, &m, &s->best, &o.calib, 3, &r, &d));
+        /* The busiest worker's compute per step is the larger of the two stages', in the simulator and in the
+         * planner's closed form; with one value, stage 1 follows by FLOP ratio. */
+        double busiest = want[0] > want[1] ? want[0] : want[1];
+        XDC_ASSERT_MSG(fabs(r.t_compute - busiest) <= 1e-9, "case %d: simulated busiest %.6f s, want %.6f s", k,
+                       r.t_compute, busiest);
+        XDC_ASSERT_NEAR(s->best.t_compute, busiest, 1e-9);
+        /* Each stage's op times: the simulated utilisation is the two stages' compute over two workers' steps. */
+        XDC_ASSERT_NEAR(r.utilisation * r.t_step * 2, want[0] + want[1], 1e-6);
+        xdc_plan_set_destroy(s);
+    }
+    /* A count that is neither 1 nor the plan's stages, or a value that is not positive: refused, calib kept. */
+    xdc_plan p;
+    {
+        xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+        o.stages = 2;
+        o.microbatches = 4;
+        xdc_plan_set *s = NULL;
+        xdc_diag d = {{0}};
+        XDC_ASSERT_MSG(xdc_plan_search(t, &m, &b, &o, &s, &d) == XDC_OK, "%s", d.msg);
+        p = s->best;
+        xdc_plan_set_destroy(s);
+    }
+    xdc_plan_calib c = {.mfu = 0.4, .compute_scale = 2.0}, before = c;
+    static const double three[] = {0.1, 0.1, 0.1}, zero[] = {0.1, 0};
+    XDC_ASSERT_ERR(xdc_plan_calibrate_compute(t, &p, three, 3, &c), XDC_ERR_INVALID);
+    XDC_ASSERT_ERR(xdc_plan_calibrate_compute(t, &p, zero, 2, &c), XDC_ERR_INVALID);
+    XDC_ASSERT_ERR(xdc_plan_calibrate_compute(t, &p, three, 0, &c), XDC_ERR_INVALID);
+    XDC_ASSERT(memcmp(&c, &before, sizeof c) == 0);
     xdc_topology_destroy(t);
 }
 

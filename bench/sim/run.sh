@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # bench/sim/run.sh — the simulator against measured runs. For each demo configuration (the demo run file,
 # and variants with codec none and with mode diloco) it trains on the emulated WAN of
-# examples/topology/demo-2region.yaml, takes the mean measured step time and stage-0 compute time over the
-# steady steps, then runs `xdc simulate -c RUN` calibrated with three measurements of that run: the
-# compute time; the wire ratio its codec reached on its gradients (the launch summary's "WAN X MB sent for
+# examples/topology/demo-2region.yaml, takes the mean measured step time over the steady steps, then runs
+# `xdc simulate -c RUN` calibrated with three measurements of that run: each stage's compute time per step
+# (every worker's step log; per stage the slowest region's, which the sync and the outer rounds wait
+# for); the wire ratio its codec reached on its gradients (the launch summary's "WAN X MB sent for
 # Y MB of fp32": X/Y; how far zstd shrinks them depends on the model's gradients); and the time of one
 # stage-to-stage hand-off in a region (p2p: from the Chrome traces, the last stage's wait between its
 # backward of microbatch 0 and its forward of microbatch 1, whose input arrived long before: the receive
-# is posted after that backward; on one host it is thread wake-ups). Every other term — stage 1's compute,
-# the pipeline's shape, intra collectives, WAN rate, RTT, codec time — is predicted. Prints the error. A fourth row, wanbound, does the same in bench-e2e's WAN-bound regime
+# is posted after that backward; on one host it is thread wake-ups). Every other term — the pipeline's shape, intra collectives, WAN rate, RTT, codec time — is predicted. Prints the error. A fourth row, wanbound, does the same in bench-e2e's WAN-bound regime
 # (bench/e2e/two-region.yaml, bench/e2e/gpt1m.yaml, sync int8). Then it times `xdc simulate` on the
 # 8-region x 1,024-GPU topology.
 # Last line: sim_error_pct_max=<x> sim_8x1024_seconds=<x>
@@ -50,7 +50,7 @@ bucket_mb: 0.25
 threads: 1
 EOT
 
-printf '%-8s %10s %10s %6s %8s %10s %10s %8s %9s %9s\n' config measured_s compute_s wire p2p_ms sim_s planner_s \
+printf '%-8s %10s %15s %6s %8s %10s %10s %8s %9s %9s\n' config measured_s compute_s wire p2p_ms sim_s planner_s \
     error% busiest_s sim_bus_s
 worst=0
 for cfg in demo none diloco wanbound; do
@@ -58,13 +58,22 @@ for cfg in demo none diloco wanbound; do
     [ "$cfg" = wanbound ] && topo=bench/e2e/two-region.yaml n=${SIM_BENCH_WAN_STEPS:-30} sk=5
     "$XDC" launch -t "$topo" -c "$tmp/$cfg.yaml" --run-dir "$tmp/run-$cfg" >"$tmp/$cfg.log" 2>&1 || {
         echo "bench-sim: the $cfg run failed:" >&2; tail -20 "$tmp/$cfg.log" >&2; exit 70; }
-    # "step    12/60  loss ... step 0.110s = compute 0.041 + intra ..." -> mean step and compute time
-    read -r meas comp k < <(awk -v skip="$sk" '$1 == "step" && $2 ~ /\// {
+    # "step    12/60  loss ... step 0.110s = compute 0.041 + intra ..." -> mean step time
+    read -r meas k < <(awk -v skip="$sk" '$1 == "step" && $2 ~ /\// {
             split($2, a, "/"); if (a[1] + 0 <= skip) next
-            for (i = 1; i <= NF; i++) { if ($i == "step" && $(i+1) ~ /s$/) st = $(i+1); if ($i == "compute") c = $(i+1) }
-            sub(/s$/, "", st); s += st; cs += c; k++ }
-        END { if (k) printf "%.6f %.6f %d\n", s / k, cs / k, k; else print "0 0 0" }' "$tmp/$cfg.log")
+            for (i = 1; i <= NF; i++) if ($i == "step" && $(i+1) ~ /s$/) st = $(i+1)
+            sub(/s$/, "", st); s += st; k++ }
+        END { if (k) printf "%.6f %d\n", s / k, k; else print "0 0" }' "$tmp/$cfg.log")
     [ "$k" -gt 0 ] || { echo "bench-sim: no progress lines in the $cfg run" >&2; exit 70; }
+    # Each stage's compute per step: every worker's steps/<region>-<rank>.tsv (column 4; stage = rank mod P),
+    # the mean over the steady steps, per stage the largest over the regions (the sync and the outer rounds
+    # wait for the slowest); "c0,c1,..." stage 0 first. Stage 1 runs the LM head: its measured time is not
+    # stage 0's times the FLOP ratio (docs/benchmarks.md, sim: the quiet DiLoCo rows).
+    P=$(awk '/^pipeline_stages:/ { print $2 }' "$tmp/$cfg.yaml")
+    comp=$(awk -v skip="$sk" -v P="${P:-1}" 'FNR > 1 && $1 > skip {
+            f = FILENAME; sub(/.*-/, "", f); sub(/\.tsv$/, "", f); s[FILENAME] += $4; k[FILENAME]++; st[FILENAME] = f % P }
+        END { for (f in s) if (s[f] / k[f] > m[st[f]]) m[st[f]] = s[f] / k[f]
+              for (i = 0; i < P; i++) printf "%s%.6f", i ? "," : "", m[i] }' "$tmp/run-$cfg"/steps/*.tsv)
     # "... WAN 14.96 MB sent for 65.74 MB of fp32 (x4.4) ..." -> wire bytes per fp32 byte, every worker
     wire=$(awk '/^run .* finished in/ { for (i = 1; i < NF; i++) if ($i == "sent" && $(i-1) == "MB") {
             printf "%.4f", $(i-2) / $(i+2); exit } }' "$tmp/$cfg.log")
@@ -87,14 +96,15 @@ for cfg in demo none diloco wanbound; do
         --calibrate-ratio "$wire" --calibrate-p2p "$p2p" --json >"$tmp/$cfg.sim.json"
     sim=$(awk -F': ' '/"step_s"/ { gsub(/,/, "", $2); print $2 }' "$tmp/$cfg.sim.json")
     plan=$(awk -F': ' '/"planner_step_s"/ { gsub(/,/, "", $2); print $2 }' "$tmp/$cfg.sim.json")
-    # Not used by the simulation, shown to tell its errors apart: the busiest worker's measured compute per
-    # step (every worker's steps/*.tsv, column 4) against the simulated busiest (stage 1 from FLOP ratios)
+    # The busiest worker's measured compute per step against the simulated busiest: equal but for rounding
+    # now that every stage is calibrated (before, stage 1 came from stage 0 by FLOP ratio).
     bus=$(awk -v skip="$sk" 'FNR > 1 && $1 > skip { s[FILENAME] += $4; k[FILENAME]++ }
         END { for (f in s) if (s[f] / k[f] > m) m = s[f] / k[f]; printf "%.4f", m }' "$tmp/run-$cfg"/steps/*.tsv)
     simbus=$(awk -F': ' '/"compute_s"/ { gsub(/,/, "", $2); printf "%.4f", $2 }' "$tmp/$cfg.sim.json")
     err=$(awk -v a="$sim" -v b="$meas" 'BEGIN { d = (a - b) / b * 100; printf "%.1f", d < 0 ? -d : d }')
     worst=$(awk -v a="$err" -v b="$worst" 'BEGIN { print (a > b ? a : b) }')
-    printf '%-8s %10.4f %10.4f %6.3f %8.2f %10.4f %10.4f %8s %9s %9s\n' "$cfg" "$meas" "$comp" "$wire" \
+    printf '%-8s %10.4f %15s %6.3f %8.2f %10.4f %10.4f %8s %9s %9s\n' "$cfg" "$meas" \
+        "$(awk -v c="$comp" 'BEGIN { n = split(c, v, ","); for (i = 1; i <= n; i++) printf "%s%.4f", (i > 1 ? "," : ""), v[i] }')" "$wire" \
         "$(awk -v s="$p2p" 'BEGIN { print s * 1e3 }')" "$sim" "$plan" "$err" "$bus" "$simbus"
 done
 

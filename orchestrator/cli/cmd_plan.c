@@ -58,6 +58,7 @@ int plan_inputs_load(const char *topo_path, const char *model_path, const char *
         o->bucket_mb = run.bucket_mb;
         if (run.mode != ORCH_MODE_SYNC) o->inner_steps = run.diloco_inner_steps;
         if (run.mode == ORCH_MODE_STREAMING) o->fragments = run.fragments;
+        o->keep_unsent = run.keep_unsent ? 1 : -1; /* the run as written */
     } else {
         rc = xdc_model_config_load(model_path, &tc, &errs);
         if (rc != XDC_OK) return config_failed(in, model_path, rc, &errs);
@@ -105,6 +106,7 @@ static void plan_oneline(FILE *f, const xdc_topology *t, const xdc_plan *p)
                  p->codec, p->bucket_mb);
         if (p->inner_steps) snprintf(what + strlen(what), sizeof what - strlen(what), " H=%d", p->inner_steps);
         if (p->fragments) snprintf(what + strlen(what), sizeof what - strlen(what), " F=%d", p->fragments);
+        if (p->keep_unsent) snprintf(what + strlen(what), sizeof what - strlen(what), " keep_unsent");
     }
     fprintf(f, "%-58s M=%-4d step %8.4fs  tok/s %10.0f  wan %.3g MB  fid %d", what, p->microbatches, p->t_step,
             p->tokens / p->t_step, p->wan_bytes / 1e6, p->fidelity);
@@ -118,6 +120,11 @@ void plan_print(FILE *f, const xdc_topology *t, const xdc_plan *p)
     else fprintf(f, ", WAN codec %s, bucket %g MiB\n", p->codec, p->bucket_mb);
     if (p->inner_steps) fprintf(f, "  outer period H = %d inner steps\n", p->inner_steps);
     if (p->fragments) fprintf(f, "  streaming fragments F = %d\n", p->fragments);
+    if (p->keep_unsent)
+        fprintf(f,
+                "  keep_unsent: what a round does not send stays in each region's parameters; last round in %s, "
+                "outer lr %g\n",
+                p->final_codec, p->outer_lr);
     fprintf(f, "  replicas per region:");
     for (int r = 0; r < t->n_regions; r++) fprintf(f, " %s=%d", t->regions[r].name, p->replicas[r]);
     fprintf(f, "\n  stages:\n");
@@ -212,6 +219,23 @@ static void explain_regime(const xdc_topology *t, const xdc_plan_set *s)
     printf(", %.4f s exposed of a %.4f s step; %.1f%% slower per token than the fastest candidate (%s %s)\n",
            b->t_wan_exposed, b->t_step, (b->t_step / b->tokens / (fast->t_step / fast->tokens) - 1) * 100,
            xdc_plan_mode_name(fast->mode), fast->codec);
+    /* The best of each kind (candidates are in pick order): the numbers the choice weighed. */
+    printf("  compared, the best of each kind:\n");
+    for (int kind = 0; kind <= XDC_PLAN_PIPELINE + 1; kind++) {
+        xdc_plan_mode mode = kind > XDC_PLAN_PIPELINE ? XDC_PLAN_DILOCO : (xdc_plan_mode)kind;
+        int keep = kind > XDC_PLAN_PIPELINE;
+        for (int i = 0; i < s->n_cands; i++) {
+            const xdc_plan *p = &s->cands[i];
+            if (p->mode != mode || p->keep_unsent != keep) continue;
+            printf("    %-21s codec %-13s", keep ? "diloco + keep_unsent" : xdc_plan_mode_name(mode), p->codec);
+            if (p->inner_steps) printf(" H=%-3d", p->inner_steps);
+            else printf("      ");
+            printf(" step %.4f s (%+.1f%% per token), exposed WAN %.4f s, %.3g MB/step, fidelity %d: %s\n", p->t_step,
+                   (p->t_step / p->tokens / (b->t_step / b->tokens) - 1) * 100, p->t_wan_exposed, p->wan_bytes / 1e6,
+                   p->fidelity, i == 0 ? "chosen" : p->why);
+            break;
+        }
+    }
 }
 
 static void explain(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan_opts *o)

@@ -40,6 +40,7 @@ static void plan_inputs(const orch_run_config *c, const xdc_topology *t, xdc_mod
     if (c->mode_set) o->mode = c->span_regions ? XDC_PLAN_PIPELINE : (int)c->mode;
     if (c->stages_set) o->stages = c->pipeline_stages;
     if (strcmp(c->codec, "link") != 0) snprintf(o->codec, sizeof o->codec, "%s", c->codec);
+    if (c->keep_unsent) o->keep_unsent = 1; /* else the search may choose it */
 }
 
 xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planned *out, xdc_diag *diag)
@@ -69,6 +70,11 @@ xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planne
     if (p->mode == XDC_PLAN_PIPELINE) snprintf(c->activation_codec, sizeof c->activation_codec, "%s", p->codec);
     else snprintf(c->codec, sizeof c->codec, "%s", p->codec);
     orch_run_config_outer_defaults(c);
+    if (p->keep_unsent) { /* keys set by hand stay */
+        c->keep_unsent = true;
+        if (!c->final_codec[0]) snprintf(c->final_codec, sizeof c->final_codec, "%s", p->final_codec);
+        if (!c->outer_lr_set && p->outer_lr > 0) c->outer_lr = p->outer_lr;
+    }
     if (p->inner_steps > 0) c->diloco_inner_steps = p->inner_steps;
     if (p->fragments > 0) c->fragments = p->fragments;
     /* The plan's layer partition (faster GPUs get more layers). */
@@ -87,9 +93,10 @@ void orch_plan_describe(const orch_run_config *c, const xdc_plan *p, char *buf, 
         n += (size_t)snprintf(buf + n, cap - n, " %d-%d", c->stage_layer_begin[s], c->stage_layer_begin[s + 1] - 1);
     if (n < cap)
         snprintf(buf + n, cap - n,
-                 "), %d microbatches, codec %s, bucket %.2g MiB%s; predicted step %.3f s "
+                 "), %d microbatches, codec %s, bucket %.2g MiB%s%s; predicted step %.3f s "
                  "(compute %.3f, exposed WAN %.3f)",
                  p->microbatches, p->codec, c->bucket_mb,
-                 p->mode == XDC_PLAN_DILOCO || p->mode == XDC_PLAN_STREAMING ? ", with an outer period" : "", p->t_step,
-                 p->t_compute, p->t_wan_exposed);
+                 p->mode == XDC_PLAN_DILOCO || p->mode == XDC_PLAN_STREAMING ? ", with an outer period" : "",
+                 p->keep_unsent ? ", keep_unsent (last round in the final codec)" : "", p->t_step, p->t_compute,
+                 p->t_wan_exposed);
 }
