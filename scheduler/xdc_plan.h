@@ -79,6 +79,7 @@ typedef struct xdc_plan_stage {
     int inflight;     /* microbatches this stage keeps in flight (1F1B: min(M, P − s); + RTT cover upstream
                         of a WAN cut) */
     double act_bytes; /* activation high-water mark per GPU: inflight × one microbatch's activation slot */
+    double boundary_bytes; /* pipeline boundary buffers per GPU (xdc_model_shape_boundary_bytes), bytes */
 } xdc_plan_stage;
 
 typedef struct xdc_plan {
