@@ -582,8 +582,8 @@ static void eval_chain(search *s, const int *chain, int n)
             double need = 0;
             for (int i = 0; i < P; i++) {
                 int lo = s->m->layers * i / P, hi = s->m->layers * (i + 1) / P;
-                need = fmax(need, topo_stage_mem_gib(s->m, lo, hi > lo ? hi : lo + 1, cs[i].inflight,
-                                                     s->b->micro_batch, s->b->seq_len, 0));
+                need = fmax(need, topo_stage_mem_gib(s->m, lo, hi > lo ? hi : lo + 1, cs[i].inflight, s->b->micro_batch,
+                                                     s->b->seq_len, 0));
             }
             char where[128];
             snprintf(where, sizeof where, "a pipeline over %d region%s with %d stages", n, n > 1 ? "s" : "", P);
@@ -601,8 +601,8 @@ static void eval_chain(search *s, const int *chain, int n)
             st->inflight = cs[i].inflight;
             st->act_bytes = topo_stage_act_bytes(s->m, lb[i], lb[i + 1], st->inflight, s->b->micro_batch,
                                                  s->b->seq_len);
-            st->boundary_bytes =
-                xdc_model_shape_boundary_bytes(s->m, lb[i], lb[i + 1], s->b->micro_batch, s->b->seq_len);
+            st->boundary_bytes = xdc_model_shape_boundary_bytes(s->m, lb[i], lb[i + 1], s->b->micro_batch,
+                                                                s->b->seq_len);
             st->mem_gib = topo_stage_mem_gib(s->m, lb[i], lb[i + 1], st->inflight, s->b->micro_batch, s->b->seq_len, 0);
             p.mem_gib_max = fmax(p.mem_gib_max, st->mem_gib);
             if (i > 0 && cs[i].region != cs[i - 1].region) p.cut_layer[cut++] = lb[i];

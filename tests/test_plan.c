@@ -624,8 +624,8 @@ XDC_TEST(plan_boundary_buffers_are_what_the_worker_allocates)
             XDC_ASSERT_OK(orch_model_alloc_boundary(&om, &reported));
             fprintf(stderr, "M %d stage %d: planner %.0f bytes, worker allocated %zu (reported %zu)\n", M, s,
                     p->stage[s].boundary_bytes, g_counted, reported);
-            XDC_ASSERT_MSG((double)g_counted == p->stage[s].boundary_bytes, "M %d stage %d: allocated %zu, planner %.0f",
-                           M, s, g_counted, p->stage[s].boundary_bytes);
+            XDC_ASSERT_MSG((double)g_counted == p->stage[s].boundary_bytes,
+                           "M %d stage %d: allocated %zu, planner %.0f", M, s, g_counted, p->stage[s].boundary_bytes);
             XDC_ASSERT_EQ(reported, g_counted);
             /* x_in and dx_out except on the first stage, dy_in except on the last: one microbatch each */
             XDC_ASSERT_EQ(p->stage[s].boundary_bytes, one * ((s > 0 ? 2 : 0) + (s < P - 1 ? 1 : 0)));

@@ -91,8 +91,7 @@ static xdc_err_t backward_mb(orch_worker *w, int mb, xdc_sync *sync, xdc_diag *d
      * receive is posted already (in steady state in the group that sent us x of microbatch mb + warm-up,
      * in cool-down once the previous stage's backward of mb − 2 had our dx), so this waits for no later
      * posting. A WAN send encoded it before returning. */
-    if (mb > 0 && intra_neighbour(w, w->id.stage - 1))
-        XDC_CHECK(orch_pipe_wait(w, &w->pipe.dx_req[mb - 1], diag));
+    if (mb > 0 && intra_neighbour(w, w->id.stage - 1)) XDC_CHECK(orch_pipe_wait(w, &w->pipe.dx_req[mb - 1], diag));
     const xdc_device_ops *dev = w->model.be->device;
     xdc_stream *cs = xdc_gpt_stage_stream(w->model.st);
     XDC_CHECK(dev->copy_d2d(w->model.dx_out, dx, btc * sizeof(float), cs));
