@@ -1,9 +1,10 @@
 /* xdc_model_shape.h — the GPT's shape as numbers, written down once: parameters of the embedding tables,
  * of one block and of the final norm + LM head (so of any stage), forward FLOPs per token, the bytes of
  * one microbatch's activation slot and of the backward scratch, boundary bytes per token and of a stage's
- * pipeline boundary buffers, and 1F1B's bound on the microbatches a stage holds at once. The model counts its own parameters with it (xdc_gpt_config_num_params)
- * and the planner and simulator (scheduler/) price stages with it; tests/test_model.c and
- * tests/test_plan.c tie both to the parameter arenas real stages allocate (model/gpt_stage.c). */
+ * pipeline boundary buffers, and 1F1B's bound on the microbatches a stage holds at once. The model counts
+ * its own parameters with it (xdc_gpt_config_num_params) and the planner and simulator (scheduler/) price
+ * stages with it; tests/test_model.c and tests/test_plan.c tie both to the parameter arenas real stages
+ * allocate (model/gpt_stage.c). */
 #ifndef XDC_MODEL_SHAPE_H
 #define XDC_MODEL_SHAPE_H
 

@@ -236,7 +236,7 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
     w->model.tokens = xdc_malloc(M * bt * sizeof(int32_t));
     w->model.targets = xdc_malloc(M * bt * sizeof(int32_t));
     XDC_CHECK(orch_model_alloc_boundary(&w->model, &boundary));
-    XDC_INFO(XDC_SUB_ORCH, "activation memory: %d slots of %zu bytes, pipeline boundary buffers %zu bytes", slots,
+    XDC_INFO(XDC_SUB_ORCH, "activation memory: slots %d x %zu bytes, pipeline boundary buffers %zu bytes", slots,
              xdc_gpt_stage_slot_bytes(w->model.st), boundary);
     const xdc_device_ops *dev = w->model.be->device;
     XDC_CHECK(dev->mem_alloc((void **)&w->pipe.scalars, ORCH_PIPE_SCALAR_ROWS * ORCH_PIPE_MAX_SCALARS * sizeof(float)));
