@@ -79,6 +79,12 @@ double xdc_model_shape_scratch_bytes(const xdc_model_shape *m, int lb, int le, i
     return bytes;
 }
 
+double xdc_model_shape_boundary_bytes(const xdc_model_shape *m, int lb, int le, int batch, int seq_len)
+{
+    double one = (double)batch * seq_len * m->boundary_bytes_per_token; /* (B*T*C) fp32 */
+    return ((lb > 0 ? 2 : 0) + (le < m->layers ? 1 : 0)) * one;         /* x_in and dx_out; dy_in */
+}
+
 int xdc_model_shape_1f1b_inflight(int stages, int stage, int microbatches)
 {
     int k = stages - stage;

@@ -1,9 +1,10 @@
 /* xdc_model_shape.h — the GPT's shape as numbers, written down once: parameters of the embedding tables,
  * of one block and of the final norm + LM head (so of any stage), forward FLOPs per token, the bytes of
- * one microbatch's activation slot and of the backward scratch, boundary bytes per token, and 1F1B's
- * bound on the microbatches a stage holds at once. The model counts its own parameters with it (xdc_gpt_config_num_params)
- * and the planner and simulator (scheduler/) price stages with it; tests/test_model.c and
- * tests/test_plan.c tie both to the parameter arenas real stages allocate (model/gpt_stage.c). */
+ * one microbatch's activation slot and of the backward scratch, boundary bytes per token and of a stage's
+ * pipeline boundary buffers, and 1F1B's bound on the microbatches a stage holds at once. The model counts
+ * its own parameters with it (xdc_gpt_config_num_params) and the planner and simulator (scheduler/) price
+ * stages with it; tests/test_model.c and tests/test_plan.c tie both to the parameter arenas real stages
+ * allocate (model/gpt_stage.c). */
 #ifndef XDC_MODEL_SHAPE_H
 #define XDC_MODEL_SHAPE_H
 
@@ -46,6 +47,12 @@ double xdc_model_shape_slot_bytes(const xdc_model_shape *m, int lb, int le, int 
  * projection output, residual and layernorm gradients, attention (N C, N C, N C, N C, 3 N C, batch·NH·
  * seq_len²), the MLP's two gradients (2 · 4 N C), and the logits (N V) on the last stage. */
 double xdc_model_shape_scratch_bytes(const xdc_model_shape *m, int lb, int le, int batch, int seq_len);
+/* Bytes of the pipeline boundary buffers a runtime stage of layers [lb, le) keeps on the device
+ * (orchestrator/worker/orch_worker.c): one microbatch (batch·seq_len·width fp32) each of the received input
+ * and the sent input gradient when lb > 0, and of the received output gradient when le < layers. 1F1B
+ * never has two microbatches in one of them (docs/runtime.md derives it), so the figure does not grow with
+ * the microbatch count. */
+double xdc_model_shape_boundary_bytes(const xdc_model_shape *m, int lb, int le, int batch, int seq_len);
 /* 1F1B's memory bound: stage `stage` (0-based) of a `stages`-stage pipeline running `microbatches` per
  * step holds at most min(M, P − s) microbatches' activations at once — the warm-up forwards P − s − 1
  * plus the one in the steady phase's forward, each freed by its backward. The runtime creates a stage with

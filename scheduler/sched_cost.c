@@ -20,17 +20,17 @@ double topo_stage_act_bytes(const xdc_model_shape *m, int lb, int le, int inflig
     return inflight * xdc_model_shape_slot_bytes(m, lb, le, batch, seq_len);
 }
 
-double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int microbatches, int batch,
-                          int seq_len, int mode_extra)
+double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int batch, int seq_len,
+                          int mode_extra)
 {
-    double p = xdc_model_shape_stage_params(m, lb, le), tokens_mb = (double)batch * seq_len;
+    double p = xdc_model_shape_stage_params(m, lb, le);
     double bytes = p * (m->bytes_per_param + m->optim_bytes_per_param);
     if (mode_extra) bytes += p * 16; /* global params, outer momentum, pseudo-gradient, snapshot (fp32) */
     /* The activation slots of the microbatches in flight, and the one backward scratch. */
     bytes += topo_stage_act_bytes(m, lb, le, inflight, batch, seq_len);
     bytes += xdc_model_shape_scratch_bytes(m, lb, le, batch, seq_len);
-    /* The runtime keeps every microbatch's boundary input, output gradient and input gradient. */
-    bytes += 3.0 * microbatches * tokens_mb * m->boundary_bytes_per_token;
+    /* The pipeline boundary buffers: one microbatch each, whatever the microbatch count. */
+    bytes += xdc_model_shape_boundary_bytes(m, lb, le, batch, seq_len);
     return bytes / (1024.0 * 1024.0 * 1024.0);
 }
 

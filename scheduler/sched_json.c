@@ -12,11 +12,11 @@ static json_t *plan_json(const xdc_topology *t, const xdc_plan *p)
     json_t *stages = json_array(), *replicas = json_object(), *cuts = json_array();
     for (int i = 0; i < p->stages; i++) {
         const xdc_plan_stage *s = &p->stage[i];
-        json_array_append_new(stages,
-                              json_pack("{s:s, s:i, s:i, s:f, s:f, s:i, s:f}", "region",
-                                        s->region >= 0 ? t->regions[s->region].name : "*", "layer_begin",
-                                        s->layer_begin, "layer_end", s->layer_end, "params", s->params, "memory_gib",
-                                        s->mem_gib, "inflight", s->inflight, "activation_bytes", s->act_bytes));
+        json_array_append_new(stages, json_pack("{s:s, s:i, s:i, s:f, s:f, s:i, s:f, s:f}", "region",
+                                                s->region >= 0 ? t->regions[s->region].name : "*", "layer_begin",
+                                                s->layer_begin, "layer_end", s->layer_end, "params", s->params,
+                                                "memory_gib", s->mem_gib, "inflight", s->inflight, "activation_bytes",
+                                                s->act_bytes, "boundary_bytes", s->boundary_bytes));
     }
     for (int r = 0; r < t->n_regions; r++)
         if (p->replicas[r] > 0) json_object_set_new(replicas, t->regions[r].name, json_integer(p->replicas[r]));

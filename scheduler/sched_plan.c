@@ -126,24 +126,24 @@ static double stage_time(const search *s, const chain_stage *cs, int lb, int le)
     return topo_stage_flops(s->m, lb, le, tokens_mb(s), s->b->seq_len) / cs->flops;
 }
 
-static int stage_fits(const search *s, const chain_stage *cs, int lb, int le, int M)
+static int stage_fits(const search *s, const chain_stage *cs, int lb, int le)
 {
-    return topo_stage_mem_gib(s->m, lb, le, cs->inflight, M, s->b->micro_batch, s->b->seq_len, 0) <= cs->mem_limit;
+    return topo_stage_mem_gib(s->m, lb, le, cs->inflight, s->b->micro_batch, s->b->seq_len, 0) <= cs->mem_limit;
 }
 
 /* Greedy fill under a time cap: each stage takes the most layers it can run within cap and hold in
  * memory, leaving at least one layer for each later stage. 1 when every layer found a stage. */
-static int partition_under(const search *s, const chain_stage *cs, int P, int M, double cap, int *lb)
+static int partition_under(const search *s, const chain_stage *cs, int P, double cap, int *lb)
 {
     int L = s->m->layers, at = 0;
     for (int i = 0; i < P; i++) {
         lb[i] = at;
         int most = L - at - (P - i - 1), k = i == P - 1 ? most : 0;
         if (i < P - 1)
-            while (k < most && stage_time(s, &cs[i], at, at + k + 1) <= cap && stage_fits(s, &cs[i], at, at + k + 1, M))
+            while (k < most && stage_time(s, &cs[i], at, at + k + 1) <= cap && stage_fits(s, &cs[i], at, at + k + 1))
                 k++;
         if (k < 1) return 0;
-        if (stage_time(s, &cs[i], at, at + k) > cap || !stage_fits(s, &cs[i], at, at + k, M)) return 0;
+        if (stage_time(s, &cs[i], at, at + k) > cap || !stage_fits(s, &cs[i], at, at + k)) return 0;
         at += k;
     }
     lb[P] = L;
@@ -151,18 +151,18 @@ static int partition_under(const search *s, const chain_stage *cs, int P, int M,
 }
 
 /* Smallest bottleneck time over layer partitions (binary search on the cap); 0 when memory forbids. */
-static int partition_layers(const search *s, const chain_stage *cs, int P, int M, int *lb)
+static int partition_layers(const search *s, const chain_stage *cs, int P, int *lb)
 {
     double hi = 0;
     for (int i = 0; i < P; i++) hi = fmax(hi, stage_time(s, &cs[i], 0, s->m->layers));
-    if (!partition_under(s, cs, P, M, hi * 1.0001, lb)) return 0;
+    if (!partition_under(s, cs, P, hi * 1.0001, lb)) return 0;
     double lo = 0;
     for (int it = 0; it < 60; it++) {
         double mid = 0.5 * (lo + hi);
-        if (partition_under(s, cs, P, M, mid, lb)) hi = mid;
+        if (partition_under(s, cs, P, mid, lb)) hi = mid;
         else lo = mid;
     }
-    return partition_under(s, cs, P, M, hi, lb);
+    return partition_under(s, cs, P, hi, lb);
 }
 
 /* ---- data-parallel structures: every region runs whole replicas, regions sync gradients ---------- */
@@ -189,7 +189,7 @@ static void fill_stages(search *s, xdc_plan *p, int P, int M)
         cs[i] = (chain_stage){
             .region = -1, .flops = flops, .mem_limit = mem, .inflight = xdc_model_shape_1f1b_inflight(P, i, M)};
     int lb[XDC_PLAN_MAX_STAGES + 1];
-    int balanced = partition_layers(s, cs, P, M, lb);
+    int balanced = partition_layers(s, cs, P, lb);
     p->stages = P;
     for (int i = 0; i < P; i++) {
         xdc_plan_stage *st = &p->stage[i];
@@ -202,6 +202,8 @@ static void fill_stages(search *s, xdc_plan *p, int P, int M)
         st->inflight = cs[i].inflight;
         st->act_bytes = topo_stage_act_bytes(s->m, st->layer_begin, st->layer_end, st->inflight, s->b->micro_batch,
                                              s->b->seq_len);
+        st->boundary_bytes = xdc_model_shape_boundary_bytes(s->m, st->layer_begin, st->layer_end, s->b->micro_batch,
+                                                            s->b->seq_len);
     }
 }
 
@@ -215,8 +217,8 @@ static int dp_fits(search *s, xdc_plan *p, int mode_extra)
             p->mem_gib_limit = s->t->regions[r].gpu_memory_gib;
     for (int i = 0; i < p->stages; i++) {
         xdc_plan_stage *st = &p->stage[i];
-        st->mem_gib = topo_stage_mem_gib(s->m, st->layer_begin, st->layer_end, st->inflight, p->microbatches,
-                                         s->b->micro_batch, s->b->seq_len, mode_extra);
+        st->mem_gib = topo_stage_mem_gib(s->m, st->layer_begin, st->layer_end, st->inflight, s->b->micro_batch,
+                                         s->b->seq_len, mode_extra);
         if (st->mem_gib > p->mem_gib_max) p->mem_gib_max = st->mem_gib;
     }
     if (p->mem_gib_max <= TOPO_PLAN_MEM_HEADROOM * p->mem_gib_limit) return 1;
@@ -603,12 +605,12 @@ static void eval_chain(search *s, const int *chain, int n)
                 p.mem_gib_limit = s->t->regions[chain[i]].gpu_memory_gib;
         }
         int lb[XDC_PLAN_MAX_STAGES + 1];
-        if (!partition_layers(s, cs, P, p.microbatches, lb)) {
+        if (!partition_layers(s, cs, P, lb)) {
             double need = 0;
             for (int i = 0; i < P; i++) {
                 int lo = s->m->layers * i / P, hi = s->m->layers * (i + 1) / P;
-                need = fmax(need, topo_stage_mem_gib(s->m, lo, hi > lo ? hi : lo + 1, cs[i].inflight, p.microbatches,
-                                                     s->b->micro_batch, s->b->seq_len, 0));
+                need = fmax(need, topo_stage_mem_gib(s->m, lo, hi > lo ? hi : lo + 1, cs[i].inflight, s->b->micro_batch,
+                                                     s->b->seq_len, 0));
             }
             char where[128];
             snprintf(where, sizeof where, "a pipeline over %d region%s with %d stages", n, n > 1 ? "s" : "", P);
@@ -626,8 +628,9 @@ static void eval_chain(search *s, const int *chain, int n)
             st->inflight = cs[i].inflight;
             st->act_bytes = topo_stage_act_bytes(s->m, lb[i], lb[i + 1], st->inflight, s->b->micro_batch,
                                                  s->b->seq_len);
-            st->mem_gib = topo_stage_mem_gib(s->m, lb[i], lb[i + 1], st->inflight, p.microbatches, s->b->micro_batch,
-                                             s->b->seq_len, 0);
+            st->boundary_bytes = xdc_model_shape_boundary_bytes(s->m, lb[i], lb[i + 1], s->b->micro_batch,
+                                                                s->b->seq_len);
+            st->mem_gib = topo_stage_mem_gib(s->m, lb[i], lb[i + 1], st->inflight, s->b->micro_batch, s->b->seq_len, 0);
             p.mem_gib_max = fmax(p.mem_gib_max, st->mem_gib);
             if (i > 0 && cs[i].region != cs[i - 1].region) p.cut_layer[cut++] = lb[i];
         }

@@ -71,8 +71,8 @@ double topo_stage_flops(const xdc_model_shape *m, int lb, int le, double tokens,
  * (xdc_gpt_stage_activation_bytes) after a 1F1B step. */
 double topo_stage_act_bytes(const xdc_model_shape *m, int lb, int le, int inflight, int batch, int seq_len);
 /* Memory per GPU of a stage, GiB. `mode_extra` adds DiLoCo/streaming copies of the parameters. */
-double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int microbatches, int batch,
-                          int seq_len, int mode_extra);
+double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int batch, int seq_len,
+                          int mode_extra);
 
 /* Durations of one gradient bucket in the comm engine's two-stage pipeline (orchestrator/xdc_sync.c):
  * A = reduce-scatter over `ranks` + encode the shard; B = decode every region's shard + all-gather.

@@ -86,6 +86,8 @@ typedef struct xdc_plan_stage {
     int inflight;     /* microbatches this stage keeps in flight (1F1B: min(M, P − s); + RTT cover upstream
                         of a WAN cut) */
     double act_bytes; /* activation high-water mark per GPU: inflight × one microbatch's activation slot */
+    /* pipeline boundary buffers per GPU, bytes: xdc_model_shape_boundary_bytes, whatever the microbatches */
+    double boundary_bytes;
 } xdc_plan_stage;
 
 typedef struct xdc_plan {

@@ -212,10 +212,15 @@ typedef struct onef1b {
     intra_test_rank *tr;
     int s, P, M, step;
     size_t c;
-    int64_t wait_ms;        /* timeout of the waits for x and dy (-1: op_timeout_ms) */
-    xdc_intra_backend be;   /* x, dy, y, dx are its memory (device memory for NCCL) */
-    float *x, *dy, *y, *dx; /* (M, c) each */
-    float *h;               /* (c) host copy the "compute" runs on */
+    int64_t wait_ms;      /* timeout of the waits for x and dy (-1: op_timeout_ms) */
+    xdc_intra_backend be; /* x, dy, y, dx are its memory (device memory for NCCL) */
+    /* Microbatch mb uses x, dy and dx buffer mb % nb and y buffer mb % ny. Grouped, as orch_train.c: one
+     * each of x, dy, dx (the boundary buffers) and min(M, P − s) of y (the activation slots); a buffer's
+     * previous send is waited for before it is rewritten. The ungrouped schedule (the old one): M each. */
+    int nb, ny;
+    float *x, *dy, *dx; /* (nb, c) each */
+    float *y;           /* (ny, c) */
+    float *h;           /* (c) host copy the "compute" runs on */
     xdc_intra_req **xr, **dyr, **yr, **dxr;
 } onef1b;
 
@@ -225,20 +230,21 @@ static int seed_of(const onef1b *p, int mb) { return p->step * 100 + mb; }
 
 static int post_x(onef1b *p, int f)
 {
-    if (p->s > 0) RCHECK_OK(xdc_intra_recv(p->comm, p->x + f * p->c, p->c, XDC_INTRA_F32, p->s - 1, &p->xr[f]), p->tr);
+    if (p->s > 0)
+        RCHECK_OK(xdc_intra_recv(p->comm, p->x + f % p->nb * p->c, p->c, XDC_INTRA_F32, p->s - 1, &p->xr[f]), p->tr);
     return 0;
 }
 
 static int post_dy(onef1b *p, int b)
 {
     if (p->s < p->P - 1)
-        RCHECK_OK(xdc_intra_recv(p->comm, p->dy + b * p->c, p->c, XDC_INTRA_F32, p->s + 1, &p->dyr[b]), p->tr);
+        RCHECK_OK(xdc_intra_recv(p->comm, p->dy + b % p->nb * p->c, p->c, XDC_INTRA_F32, p->s + 1, &p->dyr[b]), p->tr);
     return 0;
 }
 
 static int fwd(onef1b *p, int f)
 {
-    float *x = p->x + f * p->c, *y = p->y + f * p->c;
+    float *x = p->x + f % p->nb * p->c, *y = p->y + f % p->ny * p->c;
     size_t bytes = p->c * 4;
     if (p->s == 0) {
         fill(p->h, seed_of(p, f), 0, p->c);
@@ -249,6 +255,7 @@ static int fwd(onef1b *p, int f)
     }
     RCHECK(equal(p->h, seed_of(p, f), (float)p->s, p->c), p->tr, "stage %d: x of microbatch %d differs", p->s, f);
     for (size_t i = 0; i < p->c; i++) p->h[i] += 1;
+    if (p->s < p->P - 1 && f >= p->ny) RCHECK_OK(xdc_intra_wait(p->yr[f - p->ny], -1, &p->tr->diag), p->tr);
     RCHECK_OK(xdc_intra_mem_upload(p->be, y, p->h, bytes), p->tr);
     if (p->s < p->P - 1) RCHECK_OK(xdc_intra_send(p->comm, y, p->c, XDC_INTRA_F32, p->s + 1, &p->yr[f]), p->tr);
     return 0;
@@ -256,7 +263,7 @@ static int fwd(onef1b *p, int f)
 
 static int bwd(onef1b *p, int b)
 {
-    float *dy = p->dy + b * p->c, *dx = p->dx + b * p->c;
+    float *dy = p->dy + b % p->nb * p->c, *dx = p->dx + b % p->nb * p->c;
     size_t bytes = p->c * 4;
     if (p->s < p->P - 1) {
         RCHECK_OK(xdc_intra_wait(p->dyr[b], p->wait_ms, &p->tr->diag), p->tr);
@@ -264,9 +271,10 @@ static int bwd(onef1b *p, int b)
         RCHECK(equal(p->h, seed_of(p, b), (float)(2 * p->P - 2 - p->s), p->c), p->tr,
                "stage %d: dy of microbatch %d differs", p->s, b);
     } else {
-        RCHECK_OK(xdc_intra_mem_download(p->be, p->h, p->x + b * p->c, bytes), p->tr);
+        RCHECK_OK(xdc_intra_mem_download(p->be, p->h, p->x + b % p->nb * p->c, bytes), p->tr);
     }
     for (size_t i = 0; i < p->c; i++) p->h[i] += 1;
+    if (p->s > 0 && b >= p->nb) RCHECK_OK(xdc_intra_wait(p->dxr[b - p->nb], -1, &p->tr->diag), p->tr);
     RCHECK_OK(xdc_intra_mem_upload(p->be, dx, p->h, bytes), p->tr);
     if (p->s > 0) RCHECK_OK(xdc_intra_send(p->comm, dx, p->c, XDC_INTRA_F32, p->s - 1, &p->dxr[b]), p->tr);
     return 0;
@@ -320,10 +328,13 @@ static int rank_1f1b(xdc_intra_comm *comm, intra_test_rank *tr, const void *arg)
     onef1b p = {.comm = comm, .tr = tr, .s = xdc_intra_rank(comm), .P = xdc_intra_size(comm), .M = k->M, .c = k->count};
     /* the ungrouped run waits past its op deadline, so the watchdog's error is the one reported */
     p.wait_ms = k->grouped ? -1 : 5000;
-    size_t bytes = (size_t)k->M * k->count * 4 + 4;
+    p.nb = k->grouped ? 1 : k->M;
+    p.ny = k->grouped && p.P - p.s < k->M ? p.P - p.s : k->M;
     p.be = tr->backend;
     void *bufs[4] = {NULL, NULL, NULL, NULL};
-    for (int i = 0; i < 4; i++) RCHECK_OK(xdc_intra_mem_alloc(p.be, bytes, &bufs[i], &tr->diag), tr);
+    for (int i = 0; i < 4; i++)
+        RCHECK_OK(xdc_intra_mem_alloc(p.be, (size_t)(i == 2 ? p.ny : p.nb) * k->count * 4 + 4, &bufs[i], &tr->diag),
+                  tr);
     p.x = bufs[0];
     p.dy = bufs[1];
     p.y = bufs[2];

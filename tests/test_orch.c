@@ -25,14 +25,15 @@
 
 #define DATA "/usr/share/games/fortunes"
 #define TOPO "examples/topology/demo-2region.yaml"
+#define TINY "examples/models/tiny.yaml"
 
 static void need_corpus(void)
 {
     if (access(DATA, R_OK) != 0) xdc_test_skip("no corpus at %s (Debian package fortunes; `make deps`)", DATA);
 }
 
-/* A run file in the test's folder: the tiny model with 2 pipeline stages and the given mode, steps,
- * codec and extras. */
+/* A run file in the test's folder: the tiny model with 2 pipeline stages, 2 microbatches and the given
+ * mode, steps, codec and extras (an `extra` that names its own model or microbatches replaces those). */
 static const char *write_run_pb(const char *name, const char *mode, int steps, const char *codec, int stages,
                                 double bucket_mb, const char *extra)
 {
@@ -44,9 +45,10 @@ static const char *write_run_pb(const char *name, const char *mode, int steps, c
     if (!(extra && strstr(extra, "model:")))
         snprintf(model, sizeof model, "model: %s/examples/models/tiny.yaml\n", cwd);
     snprintf(text, sizeof text,
-             "%sdata: %s\nmode: %s\npipeline_stages: %d\nmicrobatches: 2\n"
+             "%sdata: %s\nmode: %s\npipeline_stages: %d\n%s"
              "steps: %d\ncodec: %s\nbucket_mb: %g\nthreads: 1\n%s%s",
-             model, DATA, mode, stages, steps, codec, bucket_mb,
+             model, DATA, mode, stages, extra && strstr(extra, "microbatches:") ? "" : "microbatches: 2\n", steps,
+             codec, bucket_mb,
              extra && strstr(extra, "timeouts:") ? "" : "timeouts: {rendezvous: 30s, operation: 30s}\n",
              extra ? extra : "");
     xdc_test_write_file(path, text);
@@ -103,16 +105,33 @@ static float *read_f32(const char *path, size_t *n)
     return p;
 }
 
+/* The tiny model with `layers` (1-9) layers and `batch` (10-99) sequences per microbatch, written into
+ * the test's folder; returns its path (a static buffer). */
+static const char *write_tiny(int layers, int batch)
+{
+    static char path[600];
+    char *text = xdc_test_read_file("examples/models/tiny.yaml", NULL);
+    char *l = text ? strstr(text, "layers: 2") : NULL, *b = text ? strstr(text, "batch_size: 16") : NULL;
+    XDC_ASSERT(l && b && layers >= 1 && layers <= 9 && batch >= 10 && batch <= 99);
+    l[8] = (char)('0' + layers);
+    b[12] = (char)('0' + batch / 10);
+    b[13] = (char)('0' + batch % 10);
+    snprintf(path, sizeof path, "%s/tiny-%d-%d.yaml", xdc_test_tmpdir(), layers, batch);
+    xdc_test_write_file(path, text);
+    free(text);
+    return path;
+}
+
 /* The distributed sync step written out serially, for R regions x D replicas x P stages: each replica
  * (global index q = region * D + replica) accumulates M microbatches through the stages; each region
  * averages its replicas in order ((g0 + g1 + ...) * 1/D, as the intra reduce-scatter does), then the
  * regions are summed in region order and scaled by 1/R (as the comm engine does); the gradient norm is
  * summed over stages in float; AdamW. Leaves the final stage parameters in st[0..P). */
-static void reference_run(int steps, int M, int R, int D, int P, xdc_gpt_stage **st)
+static void reference_run(int steps, int M, const char *model, int R, int D, int P, xdc_gpt_stage **st)
 {
     xdc_train_config c;
     xdc_cfg_errors errs;
-    XDC_ASSERT_OK(xdc_model_config_load("examples/models/tiny.yaml", &c, &errs));
+    XDC_ASSERT_OK(xdc_model_config_load(model, &c, &errs));
     const xdc_kern_backend *be;
     XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CPU, &be, NULL));
     be->model->set_threads(1);
@@ -242,8 +261,10 @@ static void expect_quiet_finish(const char *dir, const char *out)
 }
 
 /* Launch `run` on `topo` (it must dump its parameters), then check them against the serial reference
- * of R regions x D replicas x P stages, 2 microbatches per step. Returns the launch output. */
-static void match_reference(const char *run, const char *topo, int steps, int R, int D, int P, char *out, size_t cap)
+ * of R regions x D replicas x P stages of `model` (the run's), M microbatches per step. Returns the
+ * launch output. */
+static void match_reference(const char *run, const char *topo, const char *model, int steps, int M, int R, int D, int P,
+                            char *out, size_t cap)
 {
     char dir[600], cmd[2048];
     snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
@@ -252,7 +273,7 @@ static void match_reference(const char *run, const char *topo, int steps, int R,
     XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
     expect_quiet_finish(dir, out);
     xdc_gpt_stage *st[4];
-    reference_run(steps, 2, R, D, P, st);
+    reference_run(steps, M, model, R, D, P, st);
     expect_params_match(dir, P, st);
 }
 
@@ -261,7 +282,7 @@ XDC_TEST_T(xdc_sync_matches_single_process_reference, 300)
     need_corpus();
     char out[65536];
     const char *run = write_run("sync", "sync", 12, "none", "dump_params: true\n");
-    match_reference(run, TOPO, 12, 2, 1, 2, out, sizeof out);
+    match_reference(run, TOPO, TINY, 12, 2, 2, 1, 2, out, sizeof out);
 }
 
 XDC_TEST_T(orch_replicas_in_regions_match_single_process, 300)
@@ -271,7 +292,7 @@ XDC_TEST_T(orch_replicas_in_regions_match_single_process, 300)
      * exchange of the shards, intra all-gather. */
     char out[65536];
     const char *run = write_run_p("dp", "sync", 10, "none", 1, "dump_params: true\n");
-    match_reference(run, TOPO, 10, 2, 2, 1, out, sizeof out);
+    match_reference(run, TOPO, TINY, 10, 2, 2, 2, 1, out, sizeof out);
 }
 
 XDC_TEST_T(orch_pipeline_across_regions_matches_single_process, 300)
@@ -281,9 +302,38 @@ XDC_TEST_T(orch_pipeline_across_regions_matches_single_process, 300)
     char out[65536], bytes[64];
     const char *run = write_run("span", "sync", 8, "none",
                                 "dump_params: true\nspan_regions: true\nactivation_codec: none\n");
-    match_reference(run, "examples/topology/span-2region.yaml", 8, 1, 1, 2, out, sizeof out);
+    match_reference(run, "examples/topology/span-2region.yaml", TINY, 8, 2, 1, 1, 2, out, sizeof out);
     final_field(out, "wan_bytes=", bytes, sizeof bytes);
     XDC_ASSERT_MSG(atoll(bytes) > 0, "no activation crossed the WAN");
+}
+
+XDC_TEST_T(orch_1f1b_boundary_buffers_match_single_process, 300)
+{
+    need_corpus();
+    /* 8 microbatches through one pipeline of 4 stages over both regions' 2 workers each: boundaries in a
+     * region (stages 0-1, 2-3) and across the WAN (1-2). Each stage's x_in, dy_in and dx_out hold one
+     * microbatch and are reused by every microbatch of the steady 1F1B phase (orch_train.c); 48 sequences
+     * per microbatch make an activation (768 KiB) larger than the CPU intra ring (512 KiB), so a transfer
+     * is not done when its send is posted. The parameters
+     * match the serial reference, and a cpu-strict run with the intra backend's NCCL semantics ends at the
+     * same params_xxh64. */
+    static char out[65536], extra[1024];
+    const char *model = write_tiny(4, 48);
+    snprintf(extra, sizeof extra,
+             "model: %s\nspan_regions: true\nactivation_codec: none\nmicrobatches: 8\ndump_params: true\n", model);
+    const char *run = write_run_pb("reuse", "sync", 3, "none", 4, 0.05, extra);
+    match_reference(run, TOPO, model, 3, 8, 1, 1, 4, out, sizeof out);
+    char cpu[64], strict[64], dir[600], cmd[2048];
+    final_field(out, "params_xxh64=", cpu, sizeof cpu);
+    snprintf(dir, sizeof dir, "%s/reuse-strict", xdc_test_tmpdir());
+    snprintf(cmd, sizeof cmd,
+             "XDC_INTRA_NCCL_SEMANTICS=1 timeout 240 %s launch -t %s -c %s --run-dir %s --device cpu-strict",
+             xdc_test_bin(), TOPO, run, dir);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "cpu-strict exited %d:\n%s", rc, out);
+    final_field(out, "params_xxh64=", strict, sizeof strict);
+    printf("cpu %s, cpu-strict under NCCL semantics %s\n", cpu, strict);
+    XDC_ASSERT_MSG(strcmp(cpu, strict) == 0, "cpu-strict ends at params_xxh64=%s, cpu at %s", strict, cpu);
 }
 
 XDC_TEST_T(orch_modes_on_cpu_strict_match_cpu, 300)
@@ -310,14 +360,7 @@ XDC_TEST_T(orch_modes_on_cpu_strict_match_cpu, 300)
     static char out[65536], span4[1024];
     /* A pipeline of 4 stages over both regions' 2 workers each: its scalar chain (loss, gradient norm) has an
      * in-region neighbour at every stage, so those messages go through device memory (orch_pipe.c). */
-    char *tiny4 = xdc_test_read_file("examples/models/tiny.yaml", NULL), *layers = strstr(tiny4, "layers: 2");
-    XDC_ASSERT(layers != NULL);
-    layers[8] = '4';
-    char model4[600];
-    snprintf(model4, sizeof model4, "%s/tiny4.yaml", xdc_test_tmpdir());
-    xdc_test_write_file(model4, tiny4);
-    free(tiny4);
-    snprintf(span4, sizeof span4, "model: %s\nspan_regions: true\nactivation_codec: int8\n", model4);
+    snprintf(span4, sizeof span4, "model: %s\nspan_regions: true\nactivation_codec: int8\n", write_tiny(4, 16));
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         const char *run = write_run_pb(runs[i].name, runs[i].mode, runs[i].steps, runs[i].codec, runs[i].stages, 0.05,
                                        runs[i].extra ? runs[i].extra : span4);

@@ -16,6 +16,7 @@
 #include "model/xdc_model_config.h"
 #include "model/xdc_model_shape.h"
 #include "orchestrator/control/orch_run_config.h"
+#include "orchestrator/worker/orch_worker.h"
 #include "scheduler/xdc_plan.h"
 
 #include <stdio.h>
@@ -671,6 +672,81 @@ XDC_TEST(plan_activation_memory_is_the_1f1b_high_water_mark)
         xdc_gpt_stage_destroy(all[s]);
     }
     xdc_plan_set_destroy(set);
+    xdc_topology_destroy(t);
+}
+
+/* Device memory the worker asks for through counting_alloc (the CPU device's, counted). */
+static size_t g_counted;
+static const xdc_device_ops *g_cpu_dev;
+
+static xdc_err_t counting_alloc(void **out, size_t bytes)
+{
+    xdc_err_t rc = g_cpu_dev->mem_alloc(out, bytes);
+    if (rc == XDC_OK) g_counted += bytes;
+    return rc;
+}
+
+XDC_TEST(plan_boundary_buffers_are_what_the_worker_allocates)
+{
+    /* 4 stages of the tiny shape (4 layers) on one region of 4 GPUs, 8 and then 16 microbatches per step:
+     * each stage's pipeline boundary buffers in the plan are the bytes the worker's allocation asks the
+     * device for (orch_model_alloc_boundary, counted), and neither grows with the microbatch count. */
+    xdc_train_config c;
+    xdc_cfg_errors errs;
+    XDC_ASSERT_OK(xdc_model_config_load("examples/models/tiny.yaml", &c, &errs));
+    c.model.n_layer = 4;
+    const int P = 4;
+    xdc_model_shape m;
+    xdc_model_shape_of(&c.model, &m);
+    xdc_topology *t = test_plan_parse_topo(
+        "name: one\nregions:\n"
+        "  - {name: a, nodes: a1, gpus_per_node: 4, gpu: {model: x, bf16_tflops: 100, memory_gib: 80},"
+        " intra: {bandwidth_gbps: 1000, latency_us: 2}}\n");
+    const xdc_kern_backend *cpu;
+    XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CPU, &cpu, NULL));
+    g_cpu_dev = cpu->device;
+    xdc_device_ops dev = *cpu->device;
+    dev.mem_alloc = counting_alloc;
+    xdc_kern_backend counting = *cpu;
+    counting.device = &dev;
+    double one = (double)c.batch_size * c.seq_len * c.model.n_embd * sizeof(float), first[4] = {0};
+    for (int M = 8; M <= 16; M *= 2) {
+        xdc_batch_shape b = {c.batch_size, c.seq_len, (double)M * c.batch_size * c.seq_len};
+        xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+        o.stages = P;
+        xdc_plan_set *set = search_ok(t, &m, &b, &o);
+        const xdc_plan *p = &set->best;
+        XDC_ASSERT_EQ(p->stages, P);
+        XDC_ASSERT_EQ(p->microbatches, M);
+        for (int s = 0; s < P; s++) {
+            xdc_gpt_stage_config sc = {.model = c.model,
+                                       .layer_begin = p->stage[s].layer_begin,
+                                       .layer_end = p->stage[s].layer_end,
+                                       .batch = c.batch_size,
+                                       .seq_len = c.seq_len,
+                                       .max_inflight = p->stage[s].inflight,
+                                       .seed = (uint64_t)c.seed,
+                                       .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}};
+            orch_model om = {.be = &counting, .B = c.batch_size, .T = c.seq_len, .C = c.model.n_embd, .M = M};
+            XDC_ASSERT_OK(xdc_gpt_stage_create(cpu->model, &sc, &om.st, NULL));
+            size_t reported = 0;
+            g_counted = 0;
+            XDC_ASSERT_OK(orch_model_alloc_boundary(&om, &reported));
+            fprintf(stderr, "M %d stage %d: planner %.0f bytes, worker allocated %zu (reported %zu)\n", M, s,
+                    p->stage[s].boundary_bytes, g_counted, reported);
+            XDC_ASSERT_MSG((double)g_counted == p->stage[s].boundary_bytes,
+                           "M %d stage %d: allocated %zu, planner %.0f", M, s, g_counted, p->stage[s].boundary_bytes);
+            XDC_ASSERT_EQ(reported, g_counted);
+            /* x_in and dx_out except on the first stage, dy_in except on the last: one microbatch each */
+            XDC_ASSERT_EQ(p->stage[s].boundary_bytes, one * ((s > 0 ? 2 : 0) + (s < P - 1 ? 1 : 0)));
+            if (M == 8) first[s] = p->stage[s].boundary_bytes;
+            else XDC_ASSERT_EQ(p->stage[s].boundary_bytes, first[s]);
+            const void *bufs[] = {om.x_in, om.dy_in, om.dx_out};
+            for (int i = 0; i < 3; i++) cpu->device->mem_free((void *)bufs[i]);
+            xdc_gpt_stage_destroy(om.st);
+        }
+        xdc_plan_set_destroy(set);
+    }
     xdc_topology_destroy(t);
 }
 

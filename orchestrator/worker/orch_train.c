@@ -34,9 +34,19 @@ static void trace_span(orch_worker *w, const char *name, uint64_t t0, int mb)
                         "microbatch", mb);
 }
 
+/* Whether pipeline stage `stage` of this replica is in this worker's region: then transfers with it go
+ * over the intra communicator. */
+static int intra_neighbour(const orch_worker *w, int stage)
+{
+    int region, pp_rank;
+    orch_pipe_locate(w, stage, &region, &pp_rank);
+    return region == w->id.region_idx;
+}
+
 static xdc_err_t forward_mb(orch_worker *w, int mb, float *loss_sum, xdc_diag *diag)
 {
     size_t bt = (size_t)w->model.B * w->model.T, btc = bt * (size_t)w->model.C;
+    /* x_in holds microbatch mb from here until the forward has copied it into the slot (recv_x). */
     if (!is_first(w)) XDC_CHECK(orch_pipe_wait(w, &w->pipe.x_req[mb], diag));
     /* 1F1B frees slot mb % slots with the backward of mb − slots; that microbatch's output may still be
      * on its way out of the slot. */
@@ -46,7 +56,7 @@ static xdc_err_t forward_mb(orch_worker *w, int mb, float *loss_sum, xdc_diag *d
     float loss = 0;
     double t0 = now_s();
     uint64_t u0 = orch_trace_now_us(w->tele.trace);
-    XDC_CHECK(xdc_gpt_stage_forward(w->model.st, slot, w->model.tokens + mb * bt, w->model.x_in + mb * btc,
+    XDC_CHECK(xdc_gpt_stage_forward(w->model.st, slot, w->model.tokens + mb * bt, w->model.x_in,
                                     w->model.targets + mb * bt, is_last(w) ? NULL : &y, &loss));
     w->prog.t_compute += now_s() - t0;
     trace_span(w, "forward", u0, mb);
@@ -71,46 +81,44 @@ static xdc_err_t backward_mb(orch_worker *w, int mb, xdc_sync *sync, xdc_diag *d
     const float *dx = NULL;
     double t0 = now_s();
     uint64_t u0 = orch_trace_now_us(w->tele.trace);
-    XDC_CHECK(xdc_gpt_stage_backward(w->model.st, xdc_gpt_stage_slot_of(w->model.st, mb), w->model.dy_in + mb * btc,
+    XDC_CHECK(xdc_gpt_stage_backward(w->model.st, xdc_gpt_stage_slot_of(w->model.st, mb), w->model.dy_in,
                                      1.0f / (float)w->model.M, is_first(w) ? NULL : &dx));
-    if (!is_first(w)) { /* dx lives only until the next backward; the send reads the copy once it ran */
-        const xdc_device_ops *dev = w->model.be->device;
-        xdc_stream *cs = xdc_gpt_stage_stream(w->model.st);
-        XDC_CHECK(dev->copy_d2d(w->model.dx_out + mb * btc, dx, btc * sizeof(float), cs));
-        XDC_CHECK(dev->stream_sync(cs));
-    }
     w->prog.t_compute += now_s() - t0;
     trace_span(w, "backward", u0, mb);
-    if (!is_first(w))
-        XDC_CHECK(orch_pipe_send(w, w->id.stage - 1, w->model.dx_out + mb * btc, btc, wire(w, 3, mb),
-                                 &w->pipe.dx_req[mb], diag));
-    return XDC_OK;
-}
-
-/* Whether pipeline stage `stage` of this replica is in this worker's region: then transfers with it go
- * over the intra communicator. */
-static int intra_neighbour(const orch_worker *w, int stage)
-{
-    int region, pp_rank;
-    orch_pipe_locate(w, stage, &region, &pp_rank);
-    return region == w->id.region_idx;
+    if (is_first(w)) return XDC_OK;
+    /* dx lives only until the next backward; the send reads the copy in dx_out once it ran. dx_out holds
+     * one microbatch: an intra send reads it until it completes, so the previous one must be done. Its
+     * receive is posted already (in steady state in the group that sent us x of microbatch mb + warm-up,
+     * in cool-down once the previous stage's backward of mb − 2 had our dx), so this waits for no later
+     * posting. A WAN send encoded it before returning. */
+    if (mb > 0 && intra_neighbour(w, w->id.stage - 1)) XDC_CHECK(orch_pipe_wait(w, &w->pipe.dx_req[mb - 1], diag));
+    const xdc_device_ops *dev = w->model.be->device;
+    xdc_stream *cs = xdc_gpt_stage_stream(w->model.st);
+    XDC_CHECK(dev->copy_d2d(w->model.dx_out, dx, btc * sizeof(float), cs));
+    XDC_CHECK(dev->stream_sync(cs));
+    return orch_pipe_send(w, w->id.stage - 1, w->model.dx_out, btc, wire(w, 3, mb), &w->pipe.dx_req[mb], diag);
 }
 
 /* Post the receive of microbatch mb's input x (from the previous stage) or its output gradient dy (from
- * the next), if that neighbour is over the WAN (`wan`) or in this region (`!wan`). */
+ * the next), if that neighbour is over the WAN (`wan`) or in this region (`!wan`).
+ *
+ * Both land in a buffer of one microbatch (x_in, dy_in), which the schedule never has two microbatches in:
+ * an intra receive is posted in the schedule step after the one whose forward (x) or backward (dy) read
+ * the buffer's previous microbatch, and that read ran (the stage's calls return synchronised); a WAN
+ * receive, posted early, lands in its own wire buffer and is decoded into x_in or dy_in only when the
+ * forward or backward waits for it. */
 static xdc_err_t recv_x(orch_worker *w, int mb, int wan, xdc_diag *diag)
 {
     size_t btc = (size_t)w->model.B * w->model.T * (size_t)w->model.C;
     if (is_first(w) || intra_neighbour(w, w->id.stage - 1) == wan) return XDC_OK;
-    return orch_pipe_recv(w, w->id.stage - 1, w->model.x_in + mb * btc, btc, wire(w, 0, mb), &w->pipe.x_req[mb], diag);
+    return orch_pipe_recv(w, w->id.stage - 1, w->model.x_in, btc, wire(w, 0, mb), &w->pipe.x_req[mb], diag);
 }
 
 static xdc_err_t recv_dy(orch_worker *w, int mb, int wan, xdc_diag *diag)
 {
     size_t btc = (size_t)w->model.B * w->model.T * (size_t)w->model.C;
     if (is_last(w) || intra_neighbour(w, w->id.stage + 1) == wan) return XDC_OK;
-    return orch_pipe_recv(w, w->id.stage + 1, w->model.dy_in + mb * btc, btc, wire(w, 1, mb), &w->pipe.dy_req[mb],
-                          diag);
+    return orch_pipe_recv(w, w->id.stage + 1, w->model.dy_in, btc, wire(w, 1, mb), &w->pipe.dy_req[mb], diag);
 }
 
 /* Close the schedule step's group: its intra sends and receives are issued together. */

@@ -183,6 +183,22 @@ static xdc_err_t choose_device(orch_worker *w, const char *flag, xdc_diag *diag)
     return XDC_OK;
 }
 
+xdc_err_t orch_model_alloc_boundary(orch_model *m, size_t *bytes)
+{
+    /* On the device: the stage reads x_in and dy_in there, and the intra communicator reaches all three
+     * through the device's comm_view. */
+    size_t one = (size_t)m->B * (size_t)m->T * (size_t)m->C * sizeof(float);
+    bool first = xdc_gpt_stage_is_first(m->st), last = xdc_gpt_stage_is_last(m->st);
+    float **buf[] = {first ? NULL : &m->x_in, last ? NULL : &m->dy_in, first ? NULL : &m->dx_out};
+    *bytes = 0;
+    for (size_t i = 0; i < sizeof buf / sizeof buf[0]; i++) {
+        if (!buf[i]) continue;
+        XDC_CHECK(m->be->device->mem_alloc((void **)buf[i], one));
+        *bytes += one;
+    }
+    return XDC_OK;
+}
+
 static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
 {
     const xdc_train_config *c = &w->cfg.train;
@@ -216,15 +232,13 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
         dc.world = 1;
         XDC_CHECK(xdc_data_open(w->cfg.data_path, &dc, &w->model.val, diag));
     }
-    size_t bt = (size_t)w->model.B * (size_t)w->model.T, btc = bt * (size_t)w->model.C, M = (size_t)w->model.M;
+    size_t bt = (size_t)w->model.B * (size_t)w->model.T, M = (size_t)w->model.M, boundary;
     w->model.tokens = xdc_malloc(M * bt * sizeof(int32_t));
     w->model.targets = xdc_malloc(M * bt * sizeof(int32_t));
-    /* Activations live on the device: the stage reads x_in and dy_in there, and the intra communicator
-     * reaches them through the device's comm_view. */
+    XDC_CHECK(orch_model_alloc_boundary(&w->model, &boundary));
+    XDC_INFO(XDC_SUB_ORCH, "activation memory: slots %d x %zu bytes, pipeline boundary buffers %zu bytes", slots,
+             xdc_gpt_stage_slot_bytes(w->model.st), boundary);
     const xdc_device_ops *dev = w->model.be->device;
-    float **act[] = {&w->model.x_in, &w->model.dy_in, &w->model.dx_out};
-    for (size_t i = 0; i < sizeof act / sizeof act[0]; i++)
-        XDC_CHECK(dev->mem_alloc((void **)act[i], M * btc * sizeof(float)));
     XDC_CHECK(dev->mem_alloc((void **)&w->pipe.scalars, ORCH_PIPE_SCALAR_ROWS * ORCH_PIPE_MAX_SCALARS * sizeof(float)));
     w->pipe.x_req = xdc_calloc(M, sizeof *w->pipe.x_req);
     w->pipe.dy_req = xdc_calloc(M, sizeof *w->pipe.dy_req);

@@ -68,10 +68,17 @@ typedef struct orch_model {
     xdc_data *val;  /* validation batches, the same on every replica (first and last stage) */
     int B, T, C, M;
     int32_t *tokens, *targets; /* (M, B*T) */
-    float *x_in;               /* (M, B*T*C) activations received from the previous stage */
-    float *dy_in;              /* (M, B*T*C) gradients received from the next stage */
-    float *dx_out;             /* (M, B*T*C) copies of the input gradients we send, so sends never wait */
+    /* Pipeline boundary buffers, device memory, one microbatch each: 1F1B never has two microbatches in
+     * one (orch_train.c, docs/runtime.md). NULL where the stage has no such neighbour. */
+    float *x_in;   /* (B*T*C) fp32 activation received from the previous stage */
+    float *dy_in;  /* (B*T*C) fp32 gradient received from the next stage */
+    float *dx_out; /* (B*T*C) fp32 copy of the input gradient being sent: the send outlives the next backward */
 } orch_model;
+
+/* Allocates m's boundary buffers (x_in, dy_in, dx_out) for the stage m->st on m->be's device, one
+ * microbatch of m->B × m->T × m->C each, those the stage uses only; *bytes: their total, what the planner
+ * counts (xdc_model_shape_boundary_bytes; tests/test_plan.c compares). Freed by the worker's teardown. */
+xdc_err_t orch_model_alloc_boundary(orch_model *m, size_t *bytes);
 
 /* Pipeline transfers between neighbouring stages (orch_pipe.c). */
 typedef struct orch_pipe {
