@@ -67,7 +67,7 @@ static xdc_err_t sync_finish(orch_worker *w, void *state, xdc_diag *diag)
 {
     sync_state *st = state;
     if (!st->pending) return XDC_OK; /* every step ended agreed */
-    float loss = 0, *left; /* no step's loss to report */
+    float loss = 0, *left;           /* no step's loss to report */
     return apply_pending(w, st, &loss, w->prog.step - 1, &left, diag);
 }
 
