@@ -64,6 +64,7 @@ typedef struct xdc_plan_opts {
     double bucket_mb; /* gradient bucket, MiB of fp32 */
     double tolerance; /* a more faithful plan wins if at most this much slower per token (0.10) */
     int all_regions;  /* 1: every region with workers takes part (as `xdc launch` runs them) */
+    int delay_steps;  /* sync: 1 averages a step's gradients while the next step computes (sync.delay_steps) */
 } xdc_plan_opts;
 #define XDC_PLAN_OPTS_INIT                                                                      \
     {                                                                                           \
@@ -92,6 +93,7 @@ typedef struct xdc_plan {
     double bucket_mb;
     char codec[16];             /* WAN codec: gradients (sync/diloco/streaming), activations (pipeline) */
     int inner_steps, fragments; /* H, F (diloco / streaming) */
+    int delay_steps;            /* sync: 1 = each step applies the previous step's average (opts.delay_steps) */
     int fidelity;               /* 0 = exact sync; higher = lossier codec or longer period */
     /* predictions per optimizer step */
     double t_step, t_compute, t_intra, t_wan_exposed, t_bubble; /* seconds */

@@ -58,6 +58,7 @@ int plan_inputs_load(const char *topo_path, const char *model_path, const char *
         o->bucket_mb = run.bucket_mb;
         if (run.mode != ORCH_MODE_SYNC) o->inner_steps = run.diloco_inner_steps;
         if (run.mode == ORCH_MODE_STREAMING) o->fragments = run.fragments;
+        o->delay_steps = run.delay_steps;
     } else {
         rc = xdc_model_config_load(model_path, &tc, &errs);
         if (rc != XDC_OK) return config_failed(in, model_path, rc, &errs);
@@ -105,6 +106,7 @@ static void plan_oneline(FILE *f, const xdc_topology *t, const xdc_plan *p)
                  p->codec, p->bucket_mb);
         if (p->inner_steps) snprintf(what + strlen(what), sizeof what - strlen(what), " H=%d", p->inner_steps);
         if (p->fragments) snprintf(what + strlen(what), sizeof what - strlen(what), " F=%d", p->fragments);
+        if (p->delay_steps) snprintf(what + strlen(what), sizeof what - strlen(what), " delay=%d", p->delay_steps);
     }
     fprintf(f, "%-58s M=%-4d step %8.4fs  tok/s %10.0f  wan %.3g MB  fid %d", what, p->microbatches, p->t_step,
             p->tokens / p->t_step, p->wan_bytes / 1e6, p->fidelity);
@@ -118,6 +120,7 @@ void plan_print(FILE *f, const xdc_topology *t, const xdc_plan *p)
     else fprintf(f, ", WAN codec %s, bucket %g MiB\n", p->codec, p->bucket_mb);
     if (p->inner_steps) fprintf(f, "  outer period H = %d inner steps\n", p->inner_steps);
     if (p->fragments) fprintf(f, "  streaming fragments F = %d\n", p->fragments);
+    if (p->delay_steps) fprintf(f, "  gradients averaged while the next step computes, applied one step late\n");
     fprintf(f, "  replicas per region:");
     for (int r = 0; r < t->n_regions; r++) fprintf(f, " %s=%d", t->regions[r].name, p->replicas[r]);
     fprintf(f, "\n  stages:\n");
