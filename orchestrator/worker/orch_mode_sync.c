@@ -13,6 +13,7 @@
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
+#include "common/xdc_time.h"
 
 typedef struct {
     xdc_sync *grad; /* replicas + regions */
@@ -68,7 +69,11 @@ static xdc_err_t sync_finish(orch_worker *w, void *state, xdc_diag *diag)
     sync_state *st = state;
     if (!st->pending) return XDC_OK; /* every step ended agreed */
     float loss = 0, *left;           /* no step's loss to report */
-    return apply_pending(w, st, &loss, w->prog.step - 1, &left, diag);
+    uint64_t t0 = xdc_now_ns();
+    xdc_err_t rc = apply_pending(w, st, &loss, w->prog.step - 1, &left, diag);
+    /* The last step's tail: its wait counts as exposed WAN, so its time counts as step time too. */
+    w->prog.t_step += (double)(xdc_now_ns() - t0) / 1e9;
+    return rc;
 }
 
 static void sync_destroy(void *state)
