@@ -324,8 +324,8 @@ XDC_TEST_T(orch_pipeline_across_regions_matches_single_process, 300)
 
 static int final_hashes(const char *dir, char hash[][17], int cap);
 
-/* sync.delay_steps 1, codec none, 2 regions x 2 replicas and 2 regions x 2 stages: the runs end where the
- * serial stale-by-one reference does (step t applies the average of step t-1), and that is not where the
+/* sync.delay_steps 1, codec none, 2 regions x 2 replicas, a pipeline across 2 regions and 2 regions x 2
+ * stages: the runs end where the serial stale-by-one reference does (step t applies the average of step t-1), and that is not where the
  * undelayed reference ends, so a run applying any other step's gradients fails one of the two. */
 XDC_TEST_T(orch_sync_delay_matches_stale_by_one_reference, 300)
 {
@@ -334,6 +334,10 @@ XDC_TEST_T(orch_sync_delay_matches_stale_by_one_reference, 300)
     /* Replicas in each region (1 stage, 2 workers): the one round averages them and the regions, delayed. */
     const char *run = write_run_p("delay-dp", "sync", 6, "none", 1, "dump_params: true\nsync: {delay_steps: 1}\n");
     match_reference_delayed(run, TOPO, 6, 2, 2, 1, 1, out, sizeof out);
+    /* A pipeline across regions: the step-0 loss sum and the gradient norm cross the WAN between stages. */
+    run = write_run("delay-span", "sync", 6, "none",
+                    "dump_params: true\nspan_regions: true\nactivation_codec: none\nsync: {delay_steps: 1}\n");
+    match_reference_delayed(run, "examples/topology/span-2region.yaml", 6, 1, 1, 2, 1, out, sizeof out);
     run = write_run("delay", "sync", 8, "none", "dump_params: true\nsync: {delay_steps: 1}\n");
     match_reference_delayed(run, TOPO, 8, 2, 1, 2, 1, out, sizeof out);
     snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
