@@ -351,7 +351,8 @@ XDC_TEST_T(orch_sync_delay_matches_stale_by_one_reference, 300)
 
 /* The delayed run with the int8 codec on 2 regions: every worker of both regions ends on one model, the
  * validation loss falls, and cpu-strict (device memory only through the backend, real events between the
- * compute and comm streams) ends on the cpu run's parameters. Bad values of the key are named (exit 78). */
+ * compute and comm streams) ends on the cpu run's parameters. Bad values of the key, and resuming a
+ * checkpoint with it, are named (exit 78). */
 XDC_TEST_T(orch_sync_delay_two_regions_agree_on_cpu_and_strict, 300)
 {
     need_corpus();
@@ -392,6 +393,14 @@ XDC_TEST_T(orch_sync_delay_two_regions_agree_on_cpu_and_strict, 300)
     snprintf(dir, sizeof dir, "%s/delay-diloco", xdc_test_tmpdir());
     XDC_ASSERT_EQ(launch(path, dir, NULL, out, sizeof out), 78);
     XDC_ASSERT_STR_CONTAINS(out, "sync.delay_steps needs mode sync (this run's mode is diloco)");
+    /* A checkpoint of an undelayed run, resumed with the delay: refused by the workers, the key named. */
+    path = write_run("delay-ckpt", "sync", 4, "int8", "checkpoint_every: 2\n");
+    snprintf(dir, sizeof dir, "%s/delay-ckpt", xdc_test_tmpdir());
+    int rc = launch(path, dir, NULL, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "undelayed run with checkpoints exited %d:\n%s", rc, out);
+    path = write_run("delay-ckpt", "sync", 4, "int8", "sync: {delay_steps: 1}\n");
+    XDC_ASSERT_EQ(launch(path, dir, "--resume", out, sizeof out), 78);
+    XDC_ASSERT_STR_CONTAINS(out, "resume: sync.delay_steps 1 in ");
 }
 
 XDC_TEST_T(orch_modes_on_cpu_strict_match_cpu, 300)
