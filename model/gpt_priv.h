@@ -101,7 +101,8 @@ struct xdc_gpt_stage {
     bool first, last;
     size_t num_params;
     float *param_arena; /* (num_params) backend */
-    float *grad_arena;  /* (num_params) backend */
+    float *grad_arena;  /* (num_params) backend: the current gradients (grads views into it) */
+    float *grad_spare;  /* (num_params) backend: grad_buffers 2's other arena (xdc_gpt_stage_swap_grads), or NULL */
     float *m_arena;     /* (num_params) backend: AdamW first moment */
     float *v_arena;     /* (num_params) backend: AdamW second moment */
     float *host_stage;  /* (num_params) pinned host staging for init, hashing, the loss and state transfer */

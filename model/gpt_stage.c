@@ -139,6 +139,7 @@ static xdc_err_t check_config(const xdc_gpt_stage_config *c, xdc_diag *diag)
     else if (c->batch < 1 || c->seq_len < 1 || c->seq_len > m->max_seq_len)
         why = "batch must be >= 1 and seq_len within [1, max_seq_len]";
     else if (c->max_inflight < 1) why = "max_inflight must be >= 1";
+    else if (c->grad_buffers < 0 || c->grad_buffers > 2) why = "grad_buffers must be 0, 1 or 2";
     if (!why) return XDC_OK;
     xdc_diag_set(diag, "gpt stage: %s (L=%d NH=%d C=%d maxT=%d V=%d layers [%d,%d) B=%d T=%d inflight=%d)", why,
                  m->n_layer, m->n_head, m->n_embd, m->max_seq_len, m->vocab_size, c->layer_begin, c->layer_end,
@@ -212,6 +213,7 @@ xdc_err_t xdc_gpt_stage_create(const xdc_model_ops *ops, const xdc_gpt_stage_con
     XDC_CHECK_GOTO(dev->host_alloc((void **)&s->host_stage, pbytes), rc, fail);
     XDC_CHECK_GOTO(dev->mem_alloc((void **)&s->param_arena, pbytes), rc, fail);
     XDC_CHECK_GOTO(dev->mem_alloc((void **)&s->grad_arena, pbytes), rc, fail);
+    if (cfg->grad_buffers == 2) XDC_CHECK_GOTO(dev->mem_alloc((void **)&s->grad_spare, pbytes), rc, fail);
     XDC_CHECK_GOTO(dev->mem_alloc((void **)&s->m_arena, pbytes), rc, fail);
     XDC_CHECK_GOTO(dev->mem_alloc((void **)&s->v_arena, pbytes), rc, fail);
     param_walk wp = {.base = s->param_arena, .tensors = s->tensors};
@@ -260,6 +262,7 @@ void xdc_gpt_stage_destroy(xdc_gpt_stage *s)
     dev->mem_free(s->scratch.arena);
     dev->mem_free(s->param_arena);
     dev->mem_free(s->grad_arena);
+    dev->mem_free(s->grad_spare);
     dev->mem_free(s->m_arena);
     dev->mem_free(s->v_arena);
     dev->host_free(s->host_stage);
@@ -284,6 +287,17 @@ bool xdc_gpt_stage_is_last(const xdc_gpt_stage *s) { return s->last; }
 size_t xdc_gpt_stage_num_params(const xdc_gpt_stage *s) { return s->num_params; }
 float *xdc_gpt_stage_params(xdc_gpt_stage *s) { return s->param_arena; }
 float *xdc_gpt_stage_grads(xdc_gpt_stage *s) { return s->grad_arena; }
+
+float *xdc_gpt_stage_swap_grads(xdc_gpt_stage *s)
+{
+    if (!s->grad_spare) return NULL;
+    float *left = s->grad_arena;
+    s->grad_arena = s->grad_spare;
+    s->grad_spare = left;
+    param_walk wg = {.base = s->grad_arena}; /* the typed views backward writes through */
+    walk_params(&s->cfg, &wg, &s->grads);
+    return left;
+}
 
 xdc_stream *xdc_gpt_stage_stream(const xdc_gpt_stage *s) { return s->stream; }
 const xdc_kern_backend *xdc_gpt_stage_backend(const xdc_gpt_stage *s) { return s->be; }

@@ -63,6 +63,7 @@ typedef struct xdc_gpt_stage_config {
     int layer_begin, layer_end; /* [begin, end) */
     int batch, seq_len;         /* microbatch shape B, T (T <= maxT) */
     int max_inflight;           /* activation slots (>= 1) */
+    int grad_buffers;           /* gradient arenas: 2 for xdc_gpt_stage_swap_grads; 0 or 1: one */
     uint64_t seed;              /* parameter init */
     xdc_adamw_config adamw;
 } xdc_gpt_stage_config;
@@ -98,6 +99,11 @@ size_t xdc_gpt_stage_num_params(const xdc_gpt_stage *s);
  * all-reduce; the parameter arena is what DiLoCo-style outer steps read and write. */
 float *xdc_gpt_stage_params(xdc_gpt_stage *s);
 float *xdc_gpt_stage_grads(xdc_gpt_stage *s);
+/* With grad_buffers 2: make the spare gradient arena the one zero_grad, backward, grad_sumsq and the
+ * optimizer use from now on, and return the arena used so far, which the stage does not touch until the
+ * next swap makes it current again (delayed averaging: a sync reads and writes it while the next step's
+ * backward fills the other). No copy, no allocation. NULL with one arena. */
+float *xdc_gpt_stage_swap_grads(xdc_gpt_stage *s);
 /* The stage's compute stream (its model ops run there) and the backend that owns its memory. */
 xdc_stream *xdc_gpt_stage_stream(const xdc_gpt_stage *s);
 const xdc_kern_backend *xdc_gpt_stage_backend(const xdc_gpt_stage *s);

@@ -340,10 +340,14 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
             double intra, round = dp_round(s, &p, dr, n_active, codec, 1.0, 1, &intra, wire);
             p.mode = XDC_PLAN_SYNC;
             p.inner_steps = p.fragments = 0;
-            p.t_intra = n_active < 2 ? round : fmin(intra, round); /* what overlaps the backward is hidden */
-            p.t_wan_exposed = round - p.t_intra;
+            p.delay_steps = s->o->delay_steps;
+            /* Delayed averaging: the round runs while the next step's pipeline computes, so only what
+             * outlasts that pass shows: step = max(pass, round) + closing. */
+            double shown = p.delay_steps ? fmax(0, round - t_pipe) : round;
+            p.t_intra = n_active < 2 ? shown : fmin(intra, shown); /* what overlaps the backward is hidden */
+            p.t_wan_exposed = shown - p.t_intra;
             p.t_intra += closing;
-            p.t_step = t_pipe + round + closing;
+            p.t_step = t_pipe + shown + closing;
             p.fidelity = codec_rank(codec);
             dp_wan_totals(s, &p, wire, 1);
             p.t_compute = compute;

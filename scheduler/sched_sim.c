@@ -163,6 +163,11 @@ static int op_at(int k, int warm, int M, int *fwd)
 static void engine_try(sim *s, int e);
 static void engine_start(sim *s, int e, int n_rounds, double overlap);
 
+/* Sync with delayed averaging: a step's round starts with the next step, its buckets all final, and
+ * overlaps that step's pipeline pass; step 0 has no round (the run's last one, after the last step, is
+ * not simulated). */
+static int delayed(const sim *s) { return s->p->mode == XDC_PLAN_SYNC && s->p->delay_steps > 0; }
+
 static void inst_try(sim *s, int i)
 {
     inst *x = &s->in[i];
@@ -192,7 +197,7 @@ static void inst_try(sim *s, int i)
     /* The last backward hands its gradients to the comm engine layer by layer (orch_train.c): the
      * group's sync starts once every replica of the stage is in it. */
     int g = s->group_of[i];
-    if (x->next_op == 2 * s->M - 1 && --s->group_left[g] == 0)
+    if (x->next_op == 2 * s->M - 1 && --s->group_left[g] == 0 && !delayed(s))
         engine_start(s, 2 * g, s->eng[2 * g].n_rounds, x->op_dur);
 }
 
@@ -442,6 +447,8 @@ static void plan_rounds(sim *s, int i)
             memset(fr->arrived[k], 0, (size_t)fr->cap * sizeof(int));
         }
         if (frag_now) engine_start(s, 2 * g + 1, 1, 0);
+        if (delayed(s) && i == 0) e->n_rounds = 0;
+        if (delayed(s) && i > 0) engine_start(s, 2 * g, 1, 0);
     }
 }
 

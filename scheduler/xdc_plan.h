@@ -71,6 +71,7 @@ typedef struct xdc_plan_opts {
     /* DiLoCo's keep_unsent (xdc_plan.keep_unsent): 0 the search may choose it, 1 only plans with it (a run
      * file that sets it), -1 none (a run file as written without it). */
     int keep_unsent;
+    int delay_steps; /* sync: 1 averages a step's gradients while the next step computes (sync.delay_steps) */
 } xdc_plan_opts;
 #define XDC_PLAN_OPTS_INIT                                                                      \
     {                                                                                           \
@@ -101,6 +102,7 @@ typedef struct xdc_plan {
     double bucket_mb;
     char codec[16];             /* WAN codec: gradients (sync/diloco/streaming), activations (pipeline) */
     int inner_steps, fragments; /* H, F (diloco / streaming) */
+    int delay_steps;            /* sync: 1 = each step applies the previous step's average (opts.delay_steps) */
     int fidelity;               /* 0 = exact sync; higher = lossier codec or longer period */
     /* diloco: what a round's codec leaves unsent stays in each region's parameters (the run file's
      * diloco.keep_unsent), the run's last round in final_codec; outer_lr the outer learning rate the

@@ -11,6 +11,7 @@
 #include "kernels/xdc_model_ops.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 extern const xdc_model_ops xdc_model_cpu_ops;
 static const xdc_model_ops *cpu = &xdc_model_cpu_ops;
@@ -219,6 +220,48 @@ XDC_TEST(model_rejects_bad_shapes_and_inputs)
     XDC_ASSERT_ERR(xdc_gpt_stage_backward(s, 0, NULL, 1.0f, NULL), XDC_ERR_INVALID); /* nothing forwarded */
     xdc_gpt_stage_destroy(s);
     xdc_gpt_stage_destroy(NULL);
+}
+
+/* grad_buffers 2: swap_grads hands over the arena backward filled and re-points the typed views, so the
+ * next backward fills the other arena (the same gradients a one-arena stage computes) and leaves the
+ * handed-over one as it was. One arena: NULL. */
+XDC_TEST(model_swap_grads_hands_over_the_filled_arena)
+{
+    xdc_gpt_stage *two = NULL, *one = NULL;
+    xdc_gpt_stage_config c = tiny_cfg(0, 3, 1);
+    XDC_ASSERT_OK(xdc_gpt_stage_create(cpu, &c, &one, NULL));
+    c.grad_buffers = 3;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_ERR(xdc_gpt_stage_create(cpu, &c, &two, &d), XDC_ERR_INVALID);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "grad_buffers");
+    c.grad_buffers = 2;
+    XDC_ASSERT_OK(xdc_gpt_stage_create(cpu, &c, &two, NULL));
+    XDC_ASSERT(xdc_gpt_stage_swap_grads(one) == NULL);
+    size_t n = xdc_gpt_stage_num_params(two);
+    float *g0 = xdc_malloc(n * sizeof(float)); /* (n) fp32: the first batch's gradients */
+    int32_t tok[12], tgt[12];
+    float loss;
+    for (int b = 0; b < 2; b++) {
+        make_batch(b, tok, tgt, 12);
+        xdc_gpt_stage *st[2] = {two, one};
+        for (int k = 0; k < 2; k++) {
+            xdc_gpt_stage_zero_grad(st[k]);
+            XDC_ASSERT_OK(xdc_gpt_stage_forward(st[k], 0, tok, NULL, tgt, NULL, &loss));
+            XDC_ASSERT_OK(xdc_gpt_stage_backward(st[k], 0, NULL, 1.0f, NULL));
+        }
+        XDC_ASSERT(memcmp(xdc_gpt_stage_grads(two), xdc_gpt_stage_grads(one), n * sizeof(float)) == 0);
+        if (b) break;
+        float *first = xdc_gpt_stage_grads(two);
+        memcpy(g0, first, n * sizeof(float));
+        XDC_ASSERT(xdc_gpt_stage_swap_grads(two) == first);
+        XDC_ASSERT(xdc_gpt_stage_grads(two) != first);
+    }
+    float *second = xdc_gpt_stage_grads(two), *first = xdc_gpt_stage_swap_grads(two);
+    XDC_ASSERT(first == second);
+    XDC_ASSERT(memcmp(xdc_gpt_stage_grads(two), g0, n * sizeof(float)) == 0); /* untouched by batch 1 */
+    xdc_free(g0);
+    xdc_gpt_stage_destroy(two);
+    xdc_gpt_stage_destroy(one);
 }
 
 XDC_TEST(model_create_survives_every_allocation_failure)

@@ -122,12 +122,31 @@ static const char *write_tiny(int layers, int batch)
     return path;
 }
 
+/* Clip the averaged gradients avg[0..P) (the gradient norm summed over stages in float, as the pipeline's
+ * scalar sum does) and take the AdamW step at the learning rate of step lr_step on every stage. */
+static void reference_update(xdc_gpt_stage **st, int P, float *const *avg, const size_t *np, const xdc_train_config *c,
+                             int lr_step)
+{
+    xdc_lr_schedule sch = {(float)c->lr, (float)c->min_lr_frac, c->warmup_steps, c->steps};
+    float sumsq = 0;
+    for (int s = 0; s < P; s++) {
+        memcpy(xdc_gpt_stage_grads(st[s]), avg[s], np[s] * 4);
+        double ss = 0;
+        XDC_ASSERT_OK(xdc_gpt_stage_grad_sumsq(st[s], &ss));
+        sumsq += (float)ss;
+    }
+    float scale = xdc_gpt_clip_scale(sumsq, (float)c->grad_clip);
+    for (int s = 0; s < P; s++) XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(st[s], xdc_lr_at(&sch, lr_step), scale));
+}
+
 /* The distributed sync step written out serially, for R regions x D replicas x P stages: each replica
  * (global index q = region * D + replica) accumulates M microbatches through the stages; each region
  * averages its replicas in order ((g0 + g1 + ...) * 1/D, as the intra reduce-scatter does), then the
  * regions are summed in region order and scaled by 1/R (as the comm engine does); the gradient norm is
- * summed over stages in float; AdamW. Leaves the final stage parameters in st[0..P). */
-static void reference_run(int steps, int M, const char *model, int R, int D, int P, xdc_gpt_stage **st)
+ * summed over stages in float; AdamW. With `delay` (sync.delay_steps 1) step t applies the average of
+ * step t-1 at step t-1's learning rate, step 0 applies nothing and the end applies the last step's.
+ * Leaves the final stage parameters in st[0..P). */
+static void reference_run(int steps, int M, const char *model, int R, int D, int P, int delay, xdc_gpt_stage **st)
 {
     xdc_train_config c;
     xdc_cfg_errors errs;
@@ -149,7 +168,7 @@ static void reference_run(int steps, int M, const char *model, int R, int D, int
         XDC_ASSERT_OK(xdc_data_open(DATA, &dc, &data[q], NULL));
     }
     size_t np[4], btc = (size_t)c.batch_size * c.seq_len * c.model.n_embd, bt = (size_t)c.batch_size * c.seq_len;
-    float *reg[4], *tot[4];
+    float *reg[4], *tot[4], *prev[4]; /* (np[s]) fp32: one replica's sum, the regions' sum, the delayed average */
     for (int s = 0; s < P; s++) {
         xdc_gpt_stage_config sc = {.model = c.model,
                                    .batch = c.batch_size,
@@ -162,10 +181,10 @@ static void reference_run(int steps, int M, const char *model, int R, int D, int
         np[s] = xdc_gpt_stage_num_params(st[s]);
         reg[s] = xdc_malloc(np[s] * 4);
         tot[s] = xdc_malloc(np[s] * 4);
+        prev[s] = xdc_malloc(np[s] * 4);
     }
     int32_t *tok = xdc_malloc(bt * 4), *tgt = xdc_malloc(bt * 4);
     float *act = xdc_malloc(btc * 4), *dy = xdc_malloc(btc * 4);
-    xdc_lr_schedule sch = {(float)c.lr, (float)c.min_lr_frac, c.warmup_steps, c.steps};
     for (int step = 0; step < steps; step++) {
         for (int s = 0; s < P; s++) memset(tot[s], 0, np[s] * 4);
         for (int r = 0; r < R; r++) {
@@ -194,20 +213,23 @@ static void reference_run(int steps, int M, const char *model, int R, int D, int
             for (int s = 0; s < P; s++)
                 for (size_t i = 0; i < np[s]; i++) tot[s][i] += D > 1 ? reg[s][i] * (1.0f / (float)D) : reg[s][i];
         }
-        float sumsq = 0;
-        for (int s = 0; s < P; s++) {
-            float *g = xdc_gpt_stage_grads(st[s]);
-            for (size_t i = 0; i < np[s]; i++) g[i] = tot[s][i] * (1.0f / (float)R);
-            double ss = 0;
-            XDC_ASSERT_OK(xdc_gpt_stage_grad_sumsq(st[s], &ss));
-            sumsq += (float)ss;
+        for (int s = 0; s < P; s++)
+            for (size_t i = 0; i < np[s]; i++) tot[s][i] *= 1.0f / (float)R;
+        if (!delay) {
+            reference_update(st, P, tot, np, &c, step);
+            continue;
         }
-        float scale = xdc_gpt_clip_scale(sumsq, (float)c.grad_clip);
-        for (int s = 0; s < P; s++) XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(st[s], xdc_lr_at(&sch, step), scale));
+        if (step > 0) reference_update(st, P, prev, np, &c, step - 1);
+        for (int s = 0; s < P; s++) { /* this step's average waits for the next step */
+            float *t = prev[s];
+            prev[s] = tot[s], tot[s] = t;
+        }
     }
+    if (delay) reference_update(st, P, prev, np, &c, steps - 1);
     for (int s = 0; s < P; s++) {
         xdc_free(reg[s]);
         xdc_free(tot[s]);
+        xdc_free(prev[s]);
     }
     xdc_free(tok);
     xdc_free(tgt);
@@ -216,11 +238,9 @@ static void reference_run(int steps, int M, const char *model, int R, int D, int
     for (int q = 0; q < Q; q++) xdc_data_destroy(data[q]);
 }
 
-/* Compare the parameters a run dumped (run_dir/params-stage-S.f32) with the reference's. */
-static void expect_params_match(const char *dir, int P, xdc_gpt_stage **st)
+/* The largest difference between the parameters a run dumped (run_dir/params-stage-S.f32) and st[0..P)'s. */
+static double params_max_diff(const char *dir, int P, xdc_gpt_stage **st)
 {
-    /* Tolerance: the same operations in the same order give identical floats; allow float rounding in case
-     * a reduction order differs (1e-6 relative to the parameter scale, far below one step's update). */
     double max_diff = 0;
     for (int s = 0; s < P; s++) {
         char path[700];
@@ -234,8 +254,17 @@ static void expect_params_match(const char *dir, int P, xdc_gpt_stage **st)
             if (d > max_diff) max_diff = d;
         }
         free(got);
-        xdc_gpt_stage_destroy(st[s]);
     }
+    return max_diff;
+}
+
+/* Compare the parameters a run dumped with the reference's, and free the reference. */
+static void expect_params_match(const char *dir, int P, xdc_gpt_stage **st)
+{
+    /* Tolerance: the same operations in the same order give identical floats; allow float rounding in case
+     * a reduction order differs (1e-6 relative to the parameter scale, far below one step's update). */
+    double max_diff = params_max_diff(dir, P, st);
+    for (int s = 0; s < P; s++) xdc_gpt_stage_destroy(st[s]);
     printf("max |distributed - reference| = %.3g\n", max_diff);
     XDC_ASSERT_MSG(max_diff <= 1e-6, "parameters differ from the single-process reference by %.3g", max_diff);
 }
@@ -261,10 +290,10 @@ static void expect_quiet_finish(const char *dir, const char *out)
 }
 
 /* Launch `run` on `topo` (it must dump its parameters), then check them against the serial reference
- * of R regions x D replicas x P stages of `model` (the run's), M microbatches per step. Returns the
- * launch output. */
-static void match_reference(const char *run, const char *topo, const char *model, int steps, int M, int R, int D, int P,
-                            char *out, size_t cap)
+ * of R regions x D replicas x P stages of `model` (the run's), M microbatches per step, averages applied
+ * `delay` steps late. Returns the launch output. */
+static void match_reference_delayed(const char *run, const char *topo, const char *model, int steps, int M, int R,
+                                    int D, int P, int delay, char *out, size_t cap)
 {
     char dir[600], cmd[2048];
     snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
@@ -273,8 +302,14 @@ static void match_reference(const char *run, const char *topo, const char *model
     XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
     expect_quiet_finish(dir, out);
     xdc_gpt_stage *st[4];
-    reference_run(steps, M, model, R, D, P, st);
+    reference_run(steps, M, model, R, D, P, delay, st);
     expect_params_match(dir, P, st);
+}
+
+static void match_reference(const char *run, const char *topo, const char *model, int steps, int M, int R, int D, int P,
+                            char *out, size_t cap)
+{
+    match_reference_delayed(run, topo, model, steps, M, R, D, P, 0, out, cap);
 }
 
 XDC_TEST_T(xdc_sync_matches_single_process_reference, 300)
@@ -334,6 +369,87 @@ XDC_TEST_T(orch_1f1b_boundary_buffers_match_single_process, 300)
     final_field(out, "params_xxh64=", strict, sizeof strict);
     printf("cpu %s, cpu-strict under NCCL semantics %s\n", cpu, strict);
     XDC_ASSERT_MSG(strcmp(cpu, strict) == 0, "cpu-strict ends at params_xxh64=%s, cpu at %s", strict, cpu);
+}
+
+static int final_hashes(const char *dir, char hash[][17], int cap);
+
+/* sync.delay_steps 1, codec none, 2 regions x 2 replicas, a pipeline across 2 regions and 2 regions x 2
+ * stages: the runs end where the serial stale-by-one reference does (step t applies the average of step t-1), and that is not where the
+ * undelayed reference ends, so a run applying any other step's gradients fails one of the two. */
+XDC_TEST_T(orch_sync_delay_matches_stale_by_one_reference, 300)
+{
+    need_corpus();
+    char out[65536], dir[600];
+    /* Replicas in each region (1 stage, 2 workers): the one round averages them and the regions, delayed. */
+    const char *run = write_run_p("delay-dp", "sync", 6, "none", 1, "dump_params: true\nsync: {delay_steps: 1}\n");
+    match_reference_delayed(run, TOPO, TINY, 6, 2, 2, 2, 1, 1, out, sizeof out);
+    /* A pipeline across regions: the step-0 loss sum and the gradient norm cross the WAN between stages. */
+    run = write_run("delay-span", "sync", 6, "none",
+                    "dump_params: true\nspan_regions: true\nactivation_codec: none\nsync: {delay_steps: 1}\n");
+    match_reference_delayed(run, "examples/topology/span-2region.yaml", TINY, 6, 2, 1, 1, 2, 1, out, sizeof out);
+    run = write_run("delay", "sync", 8, "none", "dump_params: true\nsync: {delay_steps: 1}\n");
+    match_reference_delayed(run, TOPO, TINY, 8, 2, 2, 1, 2, 1, out, sizeof out);
+    snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
+    xdc_gpt_stage *st[2];
+    reference_run(8, 2, TINY, 2, 1, 2, 0, st);
+    double d = params_max_diff(dir, 2, st);
+    for (int s = 0; s < 2; s++) xdc_gpt_stage_destroy(st[s]);
+    printf("max |delayed run - undelayed reference| = %.3g\n", d);
+    XDC_ASSERT_MSG(d > 1e-4, "the delayed run ends %.3g from the undelayed reference: no delay applied", d);
+}
+
+/* The delayed run with the int8 codec on 2 regions: every worker of both regions ends on one model, the
+ * validation loss falls, and cpu-strict (device memory only through the backend, real events between the
+ * compute and comm streams) ends on the cpu run's parameters. Bad values of the key, and resuming a
+ * checkpoint with it, are named (exit 78). */
+XDC_TEST_T(orch_sync_delay_two_regions_agree_on_cpu_and_strict, 300)
+{
+    need_corpus();
+    static char out[65536];
+    const char *run = write_run("delay8", "sync", 12, "int8", "eval_interval: 4\nsync: {delay_steps: 1}\n");
+    char hash[2][64], h[8][17], dir[600];
+    for (int d = 0; d < 2; d++) {
+        char name[32];
+        snprintf(name, sizeof name, "delay-%s", d ? "strict" : "cpu");
+        launch_hash(run, name, d ? "--device cpu-strict" : "--device cpu", out, sizeof out, dir, sizeof dir, hash[d]);
+        int n = final_hashes(dir, h, 8);
+        XDC_ASSERT_MSG(n == 2, "%s: %d workers logged their region's final parameters, expected 2", name, n);
+        XDC_ASSERT_MSG(strcmp(h[0], h[1]) == 0, "%s: the regions end on %s and %s", name, h[0], h[1]);
+        XDC_ASSERT_MSG(strncmp(h[0], hash[d], 16) == 0, "%s: logged %s, result %s", name, h[0], hash[d]);
+        const char *v4 = strstr(out, "step     4  val_loss ");
+        char last[32];
+        final_field(out, "val_loss=", last, sizeof last);
+        XDC_ASSERT_MSG(v4 != NULL, "%s: no validation at step 4", name);
+        double first = atof(v4 + strlen("step     4  val_loss "));
+        XDC_ASSERT_MSG(atof(last) < first - 0.1, "%s: val_loss %.4f at step 4, %s at the end", name, first, last);
+    }
+    XDC_ASSERT_MSG(strcmp(hash[0], hash[1]) == 0, "cpu-strict ends at %s, cpu at %s", hash[1], hash[0]);
+    static const char *const bad[][2] = {
+        {"sync: {delay_steps: 2}\n", "delay_steps: 2 is out of range"},
+        {"sync: {delay_steps: 1}\ncheckpoint_every: 2\n", "cannot be combined"},
+    };
+    for (int i = 0; i < 2; i++) {
+        char name[32], where[64];
+        snprintf(name, sizeof name, "delay-bad-%d", i);
+        const char *path = write_run(name, "sync", 4, "int8", bad[i][0]);
+        snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
+        XDC_ASSERT_EQ(launch(path, dir, NULL, out, sizeof out), 78);
+        snprintf(where, sizeof where, "%s.yaml:11:21:", name); /* the value's line:col */
+        XDC_ASSERT_STR_CONTAINS(out, where);
+        XDC_ASSERT_STR_CONTAINS(out, bad[i][1]);
+    }
+    const char *path = write_run("delay-diloco", "diloco", 4, "int8", "sync: {delay_steps: 1}\n");
+    snprintf(dir, sizeof dir, "%s/delay-diloco", xdc_test_tmpdir());
+    XDC_ASSERT_EQ(launch(path, dir, NULL, out, sizeof out), 78);
+    XDC_ASSERT_STR_CONTAINS(out, "sync.delay_steps needs mode sync (this run's mode is diloco)");
+    /* A checkpoint of an undelayed run, resumed with the delay: refused by the workers, the key named. */
+    path = write_run("delay-ckpt", "sync", 4, "int8", "checkpoint_every: 2\n");
+    snprintf(dir, sizeof dir, "%s/delay-ckpt", xdc_test_tmpdir());
+    int rc = launch(path, dir, NULL, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "undelayed run with checkpoints exited %d:\n%s", rc, out);
+    path = write_run("delay-ckpt", "sync", 4, "int8", "sync: {delay_steps: 1}\n");
+    XDC_ASSERT_EQ(launch(path, dir, "--resume", out, sizeof out), 78);
+    XDC_ASSERT_STR_CONTAINS(out, "resume: sync.delay_steps 1 in ");
 }
 
 XDC_TEST_T(orch_modes_on_cpu_strict_match_cpu, 300)

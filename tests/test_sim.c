@@ -1,7 +1,7 @@
 /* test_sim.c — the discrete-event simulator against closed forms: one stage without WAN is M x (fwd+bwd);
  * a P-stage pipeline of equal stages has the 1F1B bubble (P-1)/(M+P-1); an activation crossing B bytes
  * at bandwidth W and RTT R takes B/W + R/2, and so does a gradient bucket; buckets handed over during the
- * last backward hide the exchange behind it; an in-region receive posted after the op before costs every
+ * last backward hide the exchange behind it, and delayed averaging behind the next step; an in-region receive posted after the op before costs every
  * steady-state microbatch its transfer; a measured wire ratio prices the bytes of the codec it was
  * measured with; one measured compute time per stage is each stage's time; an 8-region x 1,024-GPU plan finishes with sane numbers;
  * the simulator and the planner's closed form agree on the demo configurations. (`xdc simulate` is
@@ -184,6 +184,50 @@ XDC_TEST(sim_buckets_overlap_the_last_backward)
         xdc_plan_set_destroy(s);
     }
     XDC_ASSERT_MSG(step[1] < 0.9 * step[0], "many buckets %.4f s, one bucket %.4f s", step[1], step[0]);
+    xdc_topology_destroy(t);
+}
+
+XDC_TEST(sim_delayed_sync_hides_the_round_behind_the_next_step)
+{
+    /* The link of the test above, one bucket, 4 microbatches: the exchange takes about one backward of one
+     * microbatch. Undelayed, the whole round shows after the last backward; with delay_steps 1 it runs
+     * while the next step computes and nothing shows. The planner's closed form (step = pass + max(0,
+     * round - pass) + closing) agrees with the simulation in both. */
+    xdc_topology *t = test_plan_parse_topo("name: two\nregions:\n"
+                                           "  - {name: a, nodes: a1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: "
+                                           "0.2, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
+                                           "  - {name: b, nodes: b1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: "
+                                           "0.2, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
+                                           "links:\n  - {from: a, to: b, bandwidth_gbps: 10, rtt_ms: 2}\n");
+    xdc_model_shape m;
+    flat_model(16, &m);
+    xdc_sim_result r[2];
+    for (int delay = 0; delay < 2; delay++) {
+        xdc_batch_shape b = {1, 128, 0};
+        xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+        o.calib.mfu = 0.5;
+        o.all_regions = 1;
+        o.stages = 1;
+        o.microbatches = 4;
+        o.mode = XDC_PLAN_SYNC;
+        o.bucket_mb = 1024;
+        o.delay_steps = delay;
+        snprintf(o.codec, sizeof o.codec, "none");
+        xdc_plan_set *s = NULL;
+        xdc_diag d = {{0}};
+        XDC_ASSERT_MSG(xdc_plan_search(t, &m, &b, &o, &s, &d) == XDC_OK, "%s", d.msg);
+        XDC_ASSERT_EQ(s->best.delay_steps, delay);
+        r[delay] = simulate(t, &m, &s->best, 4);
+        printf("delay %d: planned %.4f s (exposed WAN %.4f), simulated %.4f s (exposed %.4f)\n", delay, s->best.t_step,
+               s->best.t_wan_exposed, r[delay].t_step, r[delay].t_comm_exposed);
+        XDC_ASSERT_NEAR(s->best.t_step, r[delay].t_step, 0.05 * r[delay].t_step);
+        if (delay) XDC_ASSERT(s->best.t_wan_exposed == 0);
+        xdc_plan_set_destroy(s);
+    }
+    XDC_ASSERT_MSG(r[0].t_comm_exposed > 0.1 * r[0].t_step, "undelayed: %.4f s exposed of %.4f", r[0].t_comm_exposed,
+                   r[0].t_step);
+    XDC_ASSERT_MSG(r[1].t_comm_exposed < 0.01 * r[1].t_step, "delayed: %.4f s exposed of %.4f", r[1].t_comm_exposed,
+                   r[1].t_step);
     xdc_topology_destroy(t);
 }
 

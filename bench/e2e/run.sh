@@ -17,7 +17,10 @@
 #              outer_lr 1.5)
 #   three      streaming on three regions (bench/e2e/three-region.yaml: one link at half the bandwidth)
 #   sync_cb    sync with E2E_CB_MICROBATCHES microbatches per step, so compute >= WAN time: the setting of
-#              the exposed-WAN target ("sync mode <= 5 % exposed WAN whenever its WAN time <= compute")
+#              the exposed-WAN target ("sync mode <= 5 % exposed WAN whenever its WAN time <= compute"),
+#              with sync.delay_steps E2E_CB_DELAY (1): each step's average crosses the WAN while the next
+#              step computes and is applied one step late - stale by one, not bit-exact like `sync`
+#              (docs/runtime.md, "Delayed averaging"); E2E_CB_DELAY=0 runs it exact
 # The xdc rows train E2E_XDC_STEP_FACTOR x the reference's steps (their own cosine schedule) so a mode
 # that needs more steps can still reach the target; time to the target is the first validation (every
 # E2E_EVAL steps) at or below reference x (1 + E2E_TOL). Per row: time and WAN bytes to the target,
@@ -45,14 +48,16 @@ sparse_diloco=${E2E_SPARSE_DILOCO-keep_unsent: true, final_codec: int4, outer_lr
 [ "$sparse_mode" = diloco ] || sparse_diloco=
 cb_mb=${E2E_CB_MICROBATCHES:-16}
 cb_steps=${E2E_CB_STEPS:-20}
+cb_delay=${E2E_CB_DELAY:-1}
 plots=${E2E_PLOTS:-docs/bench-e2e}
 xsteps=$(awk -v s="$steps" -v f="$factor" 'BEGIN { printf "%d", s * f + 0.5 }')
 work=$(mktemp -d /tmp/xdc-bench-e2e-XXXXXX)
 trap '[ -n "${E2E_KEEP:-}" ] || rm -rf "$work"' EXIT
 t_start=$(date +%s)
 
-run() { # name topology mode codec steps [microbatches [eval_interval [diloco options]]]
+run() { # name topology mode codec steps [microbatches [eval_interval [diloco options [sync.delay_steps]]]]
   local name=$1 topo=bench/e2e/$2.yaml mode=$3 codec=$4 nsteps=$5 mb=${6:-1} ev=${7:-$evalint} dopt=${8:+, $8}
+  local delay=${9:-0}
   cat > "$work/$name.yaml" <<EOT
 model: $PWD/bench/e2e/gpt1m.yaml
 data: /usr/share/games/fortunes
@@ -66,6 +71,7 @@ bucket_mb: 0.25
 threads: 1
 diloco: {inner_steps: $H$dopt}
 streaming: {fragments: $fragments}
+sync: {delay_steps: $delay}
 EOT
   echo "running $name ($mode, codec $codec, $nsteps steps, $(basename "$topo"))..." >&2
   "$xdc" launch -t "$topo" -c "$work/$name.yaml" --run-dir "$work/$name" > "$work/$name.out" 2>&1 || {
@@ -80,11 +86,12 @@ run diloco two-region diloco int8 "$xsteps"
 run streaming two-region streaming int8 "$xsteps"
 run sparse two-region "$sparse_mode" "$sparse_codec" "$xsteps" 1 "$evalint" "$sparse_diloco"
 run three three-region streaming int8 "$xsteps"
-run sync_cb two-region sync int8 "$cb_steps" "$cb_mb" 100000
+run sync_cb two-region sync int8 "$cb_steps" "$cb_mb" 100000 "" "$cb_delay"
 
-python3 - "$work" "$steps" "$tol" "$sparse_codec" <<'PY'
+python3 - "$work" "$steps" "$tol" "$sparse_codec" "$cb_delay" <<'PY'
 import glob, math, os, re, sys
 work, ref_steps, tol, sparse_codec = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+cb_delay = int(sys.argv[5])
 
 def load(name):
     """Rows of every worker's step log, aligned by step, plus the launch's final line."""
@@ -155,7 +162,7 @@ cb = R["sync_cb"]
 cb_rows = cb[0][1:] or cb[0]
 cb_comp = sum(r["compute"] for r in cb_rows) / len(cb_rows)
 cb_step = sum(r["step_s"] for r in cb_rows) / len(cb_rows)
-print(f"sync_cb (sync int8, more microbatches): step {cb_step:.3f} s, compute {cb_comp:.3f} s, exposed WAN "
+print(f"sync_cb (sync int8, more microbatches, delay_steps {cb_delay}): step {cb_step:.3f} s, compute {cb_comp:.3f} s, exposed WAN "
       f"{cb[1]['exposed_wan_pct']} % mean, {cb[1]['exposed_wan_pct_max']} % worst worker")
 two = [n for n in ["sync", "diloco", "streaming", "sparse"] if res[n][0] is not None]
 if two:

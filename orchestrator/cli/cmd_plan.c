@@ -59,6 +59,7 @@ int plan_inputs_load(const char *topo_path, const char *model_path, const char *
         if (run.mode != ORCH_MODE_SYNC) o->inner_steps = run.diloco_inner_steps;
         if (run.mode == ORCH_MODE_STREAMING) o->fragments = run.fragments;
         o->keep_unsent = run.keep_unsent ? 1 : -1; /* the run as written */
+        o->delay_steps = run.delay_steps;
     } else {
         rc = xdc_model_config_load(model_path, &tc, &errs);
         if (rc != XDC_OK) return config_failed(in, model_path, rc, &errs);
@@ -107,6 +108,7 @@ static void plan_oneline(FILE *f, const xdc_topology *t, const xdc_plan *p)
         if (p->inner_steps) snprintf(what + strlen(what), sizeof what - strlen(what), " H=%d", p->inner_steps);
         if (p->fragments) snprintf(what + strlen(what), sizeof what - strlen(what), " F=%d", p->fragments);
         if (p->keep_unsent) snprintf(what + strlen(what), sizeof what - strlen(what), " keep_unsent");
+        if (p->delay_steps) snprintf(what + strlen(what), sizeof what - strlen(what), " delay=%d", p->delay_steps);
     }
     fprintf(f, "%-58s M=%-4d step %8.4fs  tok/s %10.0f  wan %.3g MB  fid %d", what, p->microbatches, p->t_step,
             p->tokens / p->t_step, p->wan_bytes / 1e6, p->fidelity);
@@ -125,6 +127,7 @@ void plan_print(FILE *f, const xdc_topology *t, const xdc_plan *p)
                 "  keep_unsent: what a round does not send stays in each region's parameters; last round in %s, "
                 "outer lr %g\n",
                 p->final_codec, p->outer_lr);
+    if (p->delay_steps) fprintf(f, "  gradients averaged while the next step computes, applied one step late\n");
     fprintf(f, "  replicas per region:");
     for (int r = 0; r < t->n_regions; r++) fprintf(f, " %s=%d", t->regions[r].name, p->replicas[r]);
     fprintf(f, "\n  stages:\n");

@@ -38,6 +38,8 @@ static void plan_inputs(const orch_run_config *c, const xdc_topology *t, xdc_mod
     o->all_regions = 1;
     /* Keys the run file set by hand bind the search. */
     if (c->mode_set) o->mode = c->span_regions ? XDC_PLAN_PIPELINE : (int)c->mode;
+    if (c->delay_steps && !c->span_regions) o->mode = XDC_PLAN_SYNC; /* the option is sync mode's */
+    o->delay_steps = c->delay_steps;
     if (c->stages_set) o->stages = c->pipeline_stages;
     if (strcmp(c->codec, "link") != 0) snprintf(o->codec, sizeof o->codec, "%s", c->codec);
     if (c->keep_unsent) o->keep_unsent = 1; /* else the search may choose it */

@@ -20,7 +20,7 @@ static const char *const ckpt_failure_words[] = {"stop", "continue", NULL};
 typedef struct {
     orch_run_config c;
     char model[512], data[512], mode[16], plan[16], ckpt_failure[16];
-    const xdc_cfg_node *diloco, *streaming, *timeouts, *elastic;
+    const xdc_cfg_node *diloco, *streaming, *timeouts, *elastic, *sync;
 } run_in;
 
 #define RUN_FIELD(key, type, member, req, lo, hi)                                                 \
@@ -37,6 +37,7 @@ static const xdc_cfg_field top_fields[] = {
     {"streaming", XDC_CFG_NODE, offsetof(run_in, streaming), 0, false, 0, 0, NULL},
     {"timeouts", XDC_CFG_NODE, offsetof(run_in, timeouts), 0, false, 0, 0, NULL},
     {"elastic", XDC_CFG_NODE, offsetof(run_in, elastic), 0, false, 0, 0, NULL},
+    {"sync", XDC_CFG_NODE, offsetof(run_in, sync), 0, false, 0, 0, NULL},
     RUN_FIELD("pipeline_stages", XDC_CFG_INT, pipeline_stages, false, 1, 64),
     RUN_FIELD("span_regions", XDC_CFG_BOOL, span_regions, false, 0, 0),
     RUN_FIELD("activation_codec", XDC_CFG_STRING, activation_codec, false, 0, 0),
@@ -67,6 +68,10 @@ static const xdc_cfg_field diloco_fields[] = {
 
 static const xdc_cfg_field streaming_fields[] = {
     RUN_FIELD("fragments", XDC_CFG_INT, fragments, false, 1, 1024),
+};
+
+static const xdc_cfg_field sync_fields[] = {
+    RUN_FIELD("delay_steps", XDC_CFG_INT, delay_steps, false, 0, 1),
 };
 
 static const xdc_cfg_field timeout_fields[] = {
@@ -142,6 +147,7 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     if (in.diloco) bad += xdc_cfg_map_fields(in.diloco, diloco_fields, N(diloco_fields), &in, errs);
     if (in.streaming) bad += xdc_cfg_map_fields(in.streaming, streaming_fields, N(streaming_fields), &in, errs);
     if (in.elastic) bad += xdc_cfg_map_fields(in.elastic, elastic_fields, N(elastic_fields), &in, errs);
+    if (in.sync) bad += xdc_cfg_map_fields(in.sync, sync_fields, N(sync_fields), &in, errs);
     if (in.timeouts) bad += xdc_cfg_map_fields(in.timeouts, timeout_fields, N(timeout_fields), &in, errs);
     rdzv_target rt; /* the store's URL checked here, where its line and column are known */
     xdc_diag rd = {{0}};
@@ -152,6 +158,20 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     xdc_codec_cfg fc = XDC_CODEC_CFG_INIT; /* the final round's codec, checked where its position is known */
     if (!bad && c->final_codec[0] && xdc_codec_parse(c->final_codec, &fc, &rd) != XDC_OK) {
         xdc_cfg_error_at(errs, xdc_cfg_map_get(in.diloco, "final_codec"), "diloco.final_codec: %s", rd.msg);
+        bad++;
+    }
+    /* Delayed averaging is sync mode's, and a checkpoint would miss the average in flight at its step. */
+    const char *mode_word = in.mode[0] ? in.mode : "sync";
+    if (!bad && c->delay_steps && strcmp(mode_word, "sync") != 0) {
+        xdc_cfg_error_at(errs, xdc_cfg_map_get(in.sync, "delay_steps"),
+                         "sync.delay_steps needs mode sync (this run's mode is %s)", mode_word);
+        bad++;
+    }
+    if (!bad && c->delay_steps && c->checkpoint_every) {
+        xdc_cfg_error_at(errs, xdc_cfg_map_get(in.sync, "delay_steps"),
+                         "sync.delay_steps %d and checkpoint_every %d cannot be combined: at every step boundary a "
+                         "gradient average is still crossing the WAN, and a checkpoint does not hold it",
+                         c->delay_steps, c->checkpoint_every);
         bad++;
     }
     xdc_cfg_destroy(doc);

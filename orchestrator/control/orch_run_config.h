@@ -39,6 +39,9 @@ typedef struct orch_run_config {
     bool keep_unsent;
     char final_codec[32]; /* DiLoCo: the codec of the last outer round ("": the run's) */
     int fragments;        /* streaming: parameter fragments synced at staggered steps */
+    /* sync: 1 averages step t's gradients across regions while step t+1 computes and applies them at its
+     * end (stale by one step); 0: every step applies its own average (docs/runtime.md, "Delayed averaging") */
+    int delay_steps;
     int checkpoint_every; /* steps; 0: only at the end */
     /* checkpoint_failure: continue: a checkpoint that cannot be written is logged (path, errno) and the run
      * goes on without it; stop (the default): the worker fails with the error. */

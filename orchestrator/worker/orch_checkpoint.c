@@ -155,6 +155,13 @@ xdc_err_t orch_checkpoint_resume(orch_worker *w, xdc_diag *diag)
         XDC_INFO(XDC_SUB_ORCH, "resume: no complete checkpoint under %s/ckpt; starting from step 0", w->id.run_dir);
         return XDC_OK;
     }
+    if (w->cfg.delay_steps) { /* run_config refuses checkpoints with it, not a checkpoint of an earlier run */
+        xdc_diag_set(diag,
+                     "resume: sync.delay_steps %d in %s: the checkpoint of step %lld under %s/ckpt holds no gradient "
+                     "average in flight, which a delayed run would apply next; resume with sync.delay_steps 0",
+                     w->cfg.delay_steps, w->cfg.path, (long long)step, w->id.run_dir);
+        return XDC_ERR_CONFIG;
+    }
     orch_manifest found, want;
     XDC_CHECK(orch_manifest_read(w->id.run_dir, step, &found, diag));
     XDC_CHECK(orch_manifest_expect(&w->cfg, w->topo, &want, diag));

@@ -1,13 +1,23 @@
 /* orch_mode_sync.c — sync mode: every step's gradients are averaged over the region's replicas and
  * across regions (one gradient sync, started during the last microbatch's backward) before the optimizer
  * step, so every region holds the same model after every step. With span_regions there is one pipeline
- * through every region and each stage exists once: the sync then averages over the replicas only. */
+ * through every region and each stage exists once: the sync then averages over the replicas only.
+ *
+ * sync.delay_steps 1 (docs/runtime.md, "Delayed averaging"): step t's gradients are averaged while step t+1
+ * computes, and step t+1 ends by applying them: θ_{t+1} = θ_t − AdamW(avg g_{t−1}). The stage has two
+ * gradient arenas; at the end of a step the round of the previous step's gradients (on the spare arena) is
+ * waited for, the arenas swap, the new spare (this step's gradients) goes to the sync, and the optimizer
+ * applies the current one (the average). Step 0 has nothing to apply; the finish waits for the last round
+ * and applies it, so a run still takes `steps` optimizer steps, each at the learning rate of the step whose
+ * gradients it applies, and every region ends on the same parameters. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
+#include "common/xdc_time.h"
 
 typedef struct {
     xdc_sync *grad; /* replicas + regions */
+    bool pending;   /* delay_steps 1: the round of the last step's gradients (the spare arena) is in flight */
 } sync_state;
 
 static xdc_err_t sync_setup(orch_worker *w, void **state, xdc_diag *diag)
@@ -21,17 +31,49 @@ static xdc_err_t sync_setup(orch_worker *w, void **state, xdc_diag *diag)
     return xdc_sync_create(w->comm.sync_eng, &sc, &st->grad, diag);
 }
 
+/* Delayed averaging: wait for the round in flight (the gradients of step `lr_step`), make its averaged
+ * arena the current one and apply it; the arena left (this step's gradients, or nothing at the finish) is
+ * returned in *left. */
+static xdc_err_t apply_pending(orch_worker *w, sync_state *st, float *loss, int64_t lr_step, float **left,
+                               xdc_diag *diag)
+{
+    XDC_CHECK(orch_train_wait_sync(w, st->grad, diag));
+    st->pending = false;
+    *left = xdc_gpt_stage_swap_grads(w->model.st);
+    return orch_train_update(w, loss, lr_step, diag);
+}
+
 static xdc_err_t sync_step(orch_worker *w, void *state, float *loss, xdc_diag *diag)
 {
-    return orch_train_inner_step(w, ((sync_state *)state)->grad, loss, diag);
+    sync_state *st = state;
+    if (!w->cfg.delay_steps) return orch_train_inner_step(w, st->grad, loss, diag);
+    XDC_CHECK(orch_train_pass(w, NULL, loss, diag)); /* this step's gradients, into the current arena */
+    float *mine;
+    if (st->pending) {
+        XDC_CHECK(apply_pending(w, st, loss, w->prog.step - 1, &mine, diag));
+    } else { /* step 0: nothing to apply yet; the loss still sums over the stages */
+        mine = xdc_gpt_stage_swap_grads(w->model.st);
+        XDC_CHECK(orch_pipe_allreduce_sum(w, loss, 1, diag));
+    }
+    /* The backward that wrote `mine` is queued on the compute stream: mark_ready's events order the comm
+     * stream's reads after it, and the next step's backward writes the other arena. */
+    XDC_CHECK(xdc_sync_begin(st->grad, mine));
+    xdc_sync_mark_ready(st->grad, 0);
+    st->pending = true;
+    w->prog.step++;
+    return XDC_OK;
 }
 
 static xdc_err_t sync_finish(orch_worker *w, void *state, xdc_diag *diag)
 {
-    (void)w;
-    (void)state;
-    (void)diag;
-    return XDC_OK; /* every step ended agreed */
+    sync_state *st = state;
+    if (!st->pending) return XDC_OK; /* every step ended agreed */
+    float loss = 0, *left;           /* no step's loss to report */
+    uint64_t t0 = xdc_now_ns();
+    xdc_err_t rc = apply_pending(w, st, &loss, w->prog.step - 1, &left, diag);
+    /* The last step's tail: its wait counts as exposed WAN, so its time counts as step time too. */
+    w->prog.t_step += (double)(xdc_now_ns() - t0) / 1e9;
+    return rc;
 }
 
 static void sync_destroy(void *state)

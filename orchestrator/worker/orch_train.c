@@ -72,7 +72,7 @@ static xdc_err_t backward_mb(orch_worker *w, int mb, xdc_sync *sync, xdc_diag *d
 {
     size_t btc = (size_t)w->model.B * w->model.T * (size_t)w->model.C;
     if (!is_last(w)) XDC_CHECK(orch_pipe_wait(w, &w->pipe.dy_req[mb], diag));
-    if (mb == w->model.M - 1) {
+    if (sync && mb == w->model.M - 1) {
         /* The last microbatch: each layer's gradients are final as its backward ends, and its buckets
          * start crossing the WAN while the earlier layers are still computing. */
         XDC_CHECK(xdc_sync_begin(sync, xdc_gpt_stage_grads(w->model.st)));
@@ -130,16 +130,27 @@ static xdc_err_t group_end(orch_worker *w, xdc_err_t rc, xdc_diag *diag)
     return rc != XDC_OK ? rc : e;
 }
 
-/* One pipeline pass of M microbatches with gradients accumulated; the gradient sync of `sync` starts
- * during the last microbatch's backward, layer by layer. *loss = mean loss over the microbatches (last
- * stage only).
+xdc_err_t orch_train_wait_sync(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
+{
+    double t0 = now_s();
+    uint64_t u0 = orch_trace_now_us(w->tele.trace);
+    xdc_err_t rc = orch_elastic_wait(w, sync, diag); /* a streaming fragment's exchange may be open */
+    w->prog.t_wan_exposed += now_s() - t0;
+    orch_trace_complete(w->tele.trace, ORCH_LANE_WAN_RX, "wait for gradient sync", "wan", u0,
+                        orch_trace_now_us(w->tele.trace) - u0, NULL, 0);
+    return rc;
+}
+
+/* One pipeline pass of M microbatches with gradients accumulated; the gradient sync of `sync` (NULL: none)
+ * starts during the last microbatch's backward, layer by layer. *loss = mean loss over the microbatches
+ * (last stage only).
  *
  * Transfers follow Megatron's non-interleaved 1F1B: each schedule step's intra sends and receives are one
  * group (recv x | forward, send y | forward, send y + recv dy | backward, send dx + recv next x), so the
  * step also works where the communicator's operations run in start order, as on NCCL (docs/intra.md).
  * Receives from a WAN neighbour are all posted at the start of the step instead: a WAN stream waits for
  * a message's receive to be posted (docs/wan.md). */
-static xdc_err_t pipeline_step(orch_worker *w, xdc_sync *sync, float *loss, xdc_diag *diag)
+xdc_err_t orch_train_pass(orch_worker *w, xdc_sync *sync, float *loss, xdc_diag *diag)
 {
     size_t bt = (size_t)w->model.B * w->model.T;
     int M = w->model.M, P = w->id.n_stages, s = w->id.stage;
@@ -181,24 +192,17 @@ static xdc_err_t pipeline_step(orch_worker *w, xdc_sync *sync, float *loss, xdc_
         XDC_CHECK(xdc_intra_group_start(pp));
         XDC_CHECK(group_end(w, backward_mb(w, b, sync, diag), diag));
     }
-    xdc_sync_mark_ready(sync, 0);
+    if (sync) xdc_sync_mark_ready(sync, 0);
     /* Sends must land before their buffers are reused next step; this overlaps the gradient sync. */
     for (int mb = 0; mb < M; mb++) {
         XDC_CHECK(orch_pipe_wait(w, &w->pipe.y_req[mb], diag));
         XDC_CHECK(orch_pipe_wait(w, &w->pipe.dx_req[mb], diag));
     }
-    double t0 = now_s();
-    uint64_t u0 = orch_trace_now_us(w->tele.trace);
-    xdc_err_t rc = orch_elastic_wait(w, sync, diag); /* a streaming fragment's exchange may be open */
-    w->prog.t_wan_exposed += now_s() - t0;
-    orch_trace_complete(w->tele.trace, ORCH_LANE_WAN_RX, "wait for gradient sync", "wan", u0,
-                        orch_trace_now_us(w->tele.trace) - u0, NULL, 0);
     *loss = loss_sum / (float)M;
-    return rc;
+    return sync ? orch_train_wait_sync(w, sync, diag) : XDC_OK;
 }
 
-/* Clip by the global gradient norm (over all stages) and take one AdamW step. */
-static xdc_err_t optimizer_step(orch_worker *w, float *loss, xdc_diag *diag)
+xdc_err_t orch_train_update(orch_worker *w, float *loss, int64_t lr_step, xdc_diag *diag)
 {
     double sumsq = 0;
     XDC_CHECK(xdc_gpt_stage_grad_sumsq(w->model.st, &sumsq));
@@ -208,7 +212,7 @@ static xdc_err_t optimizer_step(orch_worker *w, float *loss, xdc_diag *diag)
     const xdc_train_config *c = &w->cfg.train;
     xdc_lr_schedule sch = {(float)c->lr, (float)c->min_lr_frac, c->warmup_steps, c->steps};
     double t0 = now_s();
-    XDC_CHECK(xdc_gpt_stage_optimizer_step(w->model.st, xdc_lr_at(&sch, (int)w->prog.step),
+    XDC_CHECK(xdc_gpt_stage_optimizer_step(w->model.st, xdc_lr_at(&sch, (int)lr_step),
                                            xdc_gpt_clip_scale(v[0], (float)c->grad_clip)));
     w->prog.t_compute += now_s() - t0;
     return XDC_OK;
@@ -216,8 +220,8 @@ static xdc_err_t optimizer_step(orch_worker *w, float *loss, xdc_diag *diag)
 
 xdc_err_t orch_train_inner_step(orch_worker *w, xdc_sync *grad_sync, float *loss, xdc_diag *diag)
 {
-    XDC_CHECK(pipeline_step(w, grad_sync, loss, diag));
-    XDC_CHECK(optimizer_step(w, loss, diag));
+    XDC_CHECK(orch_train_pass(w, grad_sync, loss, diag));
+    XDC_CHECK(orch_train_update(w, loss, w->prog.step, diag));
     w->prog.step++;
     return XDC_OK;
 }
@@ -416,6 +420,9 @@ xdc_err_t orch_train_switch_wan(orch_worker *w, const char *codec, int period, x
     xdc_sync *sync = w->mode->replan_sync(w->mode_state);
     xdc_codec_cfg cc = w->comm.codec_cfg;
     XDC_CHECK(xdc_codec_parse(codec, &cc, diag));
+    /* Delayed averaging keeps a round in flight across the step boundary: it ends on the codec it began
+     * with (the next step's wait for it then returns at once), and the switch comes between rounds. */
+    if (sync && w->cfg.delay_steps) XDC_CHECK(orch_train_wait_sync(w, sync, diag));
     if (sync) XDC_CHECK(xdc_sync_set_codec(sync, &cc, diag));
     snprintf(w->planned.plan.codec, sizeof w->planned.plan.codec, "%s", codec);
     w->comm.codec_cfg = cc;

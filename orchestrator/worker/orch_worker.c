@@ -210,6 +210,8 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
                                .batch = c->batch_size,
                                .seq_len = c->seq_len,
                                .max_inflight = slots,
+                               /* delayed averaging: the sync holds one arena while backward fills the other */
+                               .grad_buffers = w->cfg.delay_steps ? 2 : 1,
                                .seed = (uint64_t)c->seed,
                                .adamw = {(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay}};
     XDC_CHECK(xdc_gpt_stage_create(w->model.be->model, &sc, &w->model.st, diag));

@@ -209,6 +209,16 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag);
  * microbatch's backward, then the clipped AdamW step; advances w->prog.step. *loss: the mean loss over
  * the microbatches, summed over the stages. */
 xdc_err_t orch_train_inner_step(orch_worker *w, xdc_sync *grad_sync, float *loss, xdc_diag *diag);
+/* The two halves of it. The pipeline pass into the stage's current gradient arena, with the round of
+ * `grad_sync` begun during the last microbatch's backward and waited for at the end (NULL: no sync; the
+ * arena holds this replica's own gradients); *loss: this stage's mean microbatch loss. */
+xdc_err_t orch_train_pass(orch_worker *w, xdc_sync *grad_sync, float *loss, xdc_diag *diag);
+/* Clip the current gradient arena by the global gradient norm (over all stages) and take one AdamW step at
+ * the learning rate of step `lr_step`; *loss is summed over the stages on the way. */
+xdc_err_t orch_train_update(orch_worker *w, float *loss, int64_t lr_step, xdc_diag *diag);
+/* Wait for the round of `sync` to end (xdc_sync_end, or the elastic wait), counted as exposed WAN time
+ * and drawn on the trace's WAN lane. */
+xdc_err_t orch_train_wait_sync(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
 /* Stragglers: for each of n regions, its pace (compute seconds per step; <= 0: unknown) over the median
  * of the other regions' known paces, into slowdown[n] (0 where either is unknown). */
 void orch_pace_slowdowns(const double *pace, int n, double *slowdown);
