@@ -201,8 +201,7 @@ static void fill_stages(search *s, xdc_plan *p, int P, int M)
         st->params = xdc_model_shape_stage_params(s->m, st->layer_begin, st->layer_end);
         st->flops_mb = topo_stage_flops(s->m, st->layer_begin, st->layer_end, tokens_mb(s), s->b->seq_len);
         st->inflight = cs[i].inflight;
-        st->act_bytes = topo_stage_act_bytes(s->m, st->layer_begin, st->layer_end, st->inflight, s->mb,
-                                             s->b->seq_len);
+        st->act_bytes = topo_stage_act_bytes(s->m, st->layer_begin, st->layer_end, st->inflight, s->mb, s->b->seq_len);
     }
 }
 
@@ -275,9 +274,9 @@ static double dp_round(search *s, const xdc_plan *p, const dp_region *dr, int n_
         double wire = 0;
         for (int i = 0; i < p->stages; i++) {
             double in, w,
-                last_bwd = overlap ? topo_stage_compute_s(s->t, r, i, p->stage[i].flops_mb * 2 / 3,
-                                                            tokens_mb(s), &s->o->calib)
-                                    : 0;
+                last_bwd = overlap ? topo_stage_compute_s(s->t, r, i, p->stage[i].flops_mb * 2 / 3, tokens_mb(s),
+                                                          &s->o->calib)
+                                   : 0;
             double tr = topo_sync_round_s(s->t, r, p->replicas[r], n_active, p->stage[i].params * frac,
                                           p->bucket_mb * 1048576.0 / 4, last_bwd, &ci, dr[r].link_Bps, dr[r].owd, &in,
                                           &w) -
@@ -446,8 +445,8 @@ static int dp_price(search *s, xdc_plan *base, int P, int D, int b, dp_region *d
  * hold larger activation slots. The shortest pipeline phase that fits in memory wins, ties to the larger
  * b; none fitting, the smallest b (dp_fits then names the miss). A pinned b (opts.micro_batch), a pinned
  * M (opts.microbatches) or a global batch that is no whole number of sequences per replica keeps b. */
-static void dp_pick_micro_batch(search *s, xdc_plan *base, int P, int D, dp_region *dr, double *t_pipe,
-                                double *compute, double *bubble)
+static void dp_pick_micro_batch(search *s, xdc_plan *base, int P, int D, dp_region *dr, double *t_pipe, double *compute,
+                                double *bubble)
 {
     double seqs = s->global_tokens / ((double)s->b->seq_len * D);
     int pinned = s->o->micro_batch > 0 || s->o->microbatches > 0 || !(seqs >= 1 && seqs <= 1 << 20) ||
@@ -687,10 +686,9 @@ static void eval_chain(search *s, const int *chain, int n)
             st->params = xdc_model_shape_stage_params(s->m, lb[i], lb[i + 1]);
             st->flops_mb = topo_stage_flops(s->m, lb[i], lb[i + 1], tokens_mb(s), s->b->seq_len);
             st->inflight = cs[i].inflight;
-            st->act_bytes = topo_stage_act_bytes(s->m, lb[i], lb[i + 1], st->inflight, s->mb,
-                                                 s->b->seq_len);
-            st->mem_gib = topo_stage_mem_gib(s->m, lb[i], lb[i + 1], st->inflight, p.microbatches, s->mb,
-                                             s->b->seq_len, 0);
+            st->act_bytes = topo_stage_act_bytes(s->m, lb[i], lb[i + 1], st->inflight, s->mb, s->b->seq_len);
+            st->mem_gib = topo_stage_mem_gib(s->m, lb[i], lb[i + 1], st->inflight, p.microbatches, s->mb, s->b->seq_len,
+                                             0);
             p.mem_gib_max = fmax(p.mem_gib_max, st->mem_gib);
             if (i > 0 && cs[i].region != cs[i - 1].region) p.cut_layer[cut++] = lb[i];
         }

@@ -333,7 +333,7 @@ XDC_TEST(plan_data_parallel_split_is_uneven_where_the_stages_cost_differ)
 XDC_TEST(plan_picks_microbatches_between_bubble_and_per_microbatch_cost)
 {
     xdc_model_shape m;
-    xdc_model_shape_gpt(12, 12, 768, 1024, 256, &m);      /* ~85M parameters */
+    xdc_model_shape_gpt(12, 12, 768, 1024, 256, &m);    /* ~85M parameters */
     xdc_batch_shape b = {1, 1024, 1024.0 * 8 * 16 * 4}; /* 128 sequences per replica of 4 stages */
     xdc_topology *t = two_regions(8, 300, 300, 80, "bandwidth_gbps: 400, rtt_ms: 2");
     xdc_plan_opts o = XDC_PLAN_OPTS_INIT;

@@ -251,7 +251,8 @@ static void explain_microbatches(const xdc_plan *b)
         return;
     }
     const xdc_plan_mb_option *c = &b->mb_pick[0], *few = &b->mb_pick[1], *most = &b->mb_pick[2];
-    printf("  microbatches: M = %d of b = %d sequences per replica (%d sizes tried for the same %d sequences per replica per step): "
+    printf("  microbatches: M = %d of b = %d sequences per replica (%d sizes tried for the same %d sequences per "
+           "replica per step): "
            "pipeline phase %.4g s = compute %.4g (per-microbatch cost %.3g of it) + bubble %.3g\n",
            c->microbatches, c->micro_batch, b->mb_tried, c->microbatches * c->micro_batch, c->t_pipe, c->t_compute,
            c->t_mb_cost, c->t_bubble);
@@ -263,7 +264,8 @@ static void explain_microbatches(const xdc_plan *b)
                    i ? "the most microbatches" : "the fewest", alt[i]->microbatches, alt[i]->micro_batch,
                    alt[i]->t_pipe, (alt[i]->t_pipe / c->t_pipe - 1) * 100, alt[i]->t_compute, alt[i]->t_mb_cost,
                    alt[i]->t_bubble);
-    if (b->stages == 1) printf("    one stage: no bubble for more microbatches to shrink, so the largest b fits best\n");
+    if (b->stages == 1)
+        printf("    one stage: no bubble for more microbatches to shrink, so the largest b fits best\n");
     else if (c->microbatches == few->microbatches)
         printf("    more microbatches would shrink the bubble by less than their per-microbatch cost\n");
     else if (c->microbatches == most->microbatches)
@@ -291,8 +293,8 @@ static void explain_split(const xdc_plan *b)
                "region twice as fast takes twice the layers)\n");
     else
         printf(": %s\n", uneven ? "uneven, to balance the stages' compute on the slowest taking-part region's GPUs "
-                                   "(the stage with the LM head takes fewer layers)"
-                                 : "even: it balances the stages' compute");
+                                  "(the stage with the LM head takes fewer layers)"
+                                : "even: it balances the stages' compute");
 }
 
 static void explain(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan_opts *o)
