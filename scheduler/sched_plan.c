@@ -435,7 +435,7 @@ static int dp_price(search *s, xdc_plan *base, int P, int D, int b, dp_region *d
     }
     host_bound(s, total, &o->t_pipe, &o->t_bubble);
     o->t_mb_cost = o->t_compute * half / (tokens_mb(s) + half); /* what c(tau) = w (tau + h) adds: w h each */
-    return dp_mem(s, base, 0);
+    return o->fits = dp_mem(s, base, 0);
 }
 
 /* The microbatch size of a data-parallel structure. The tokens per step stay the global batch's; with

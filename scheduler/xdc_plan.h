@@ -92,6 +92,7 @@ typedef struct xdc_plan_stage {
 /* One microbatch size the search priced for a data-parallel structure: its pipeline phase per step. */
 typedef struct xdc_plan_mb_option {
     int micro_batch, microbatches;      /* b sequences per microbatch, M per replica per step */
+    int fits;                           /* 1: every stage fits in the GPUs' memory */
     double t_pipe, t_compute, t_bubble; /* pipeline phase = compute + bubble, seconds per step (slowest region) */
     double t_mb_cost;                   /* of that compute, what the per-microbatch cost adds, seconds */
 } xdc_plan_mb_option;

@@ -348,6 +348,7 @@ XDC_TEST(plan_picks_microbatches_between_bubble_and_per_microbatch_cost)
     XDC_ASSERT_EQ(p->mb_tried, 8); /* the divisors of 128 */
     XDC_ASSERT_EQ(p->mb_pick[1].microbatches, 1);
     XDC_ASSERT_EQ(p->mb_pick[2].microbatches, S);
+    XDC_ASSERT(p->mb_pick[0].fits && p->mb_pick[1].fits && p->mb_pick[2].fits);
     /* Either end, pinned, is slower per step: the bubble at one microbatch, the per-microbatch cost at 128. */
     double ends[2];
     for (int k = 0; k < 2; k++) {
@@ -799,6 +800,19 @@ XDC_TEST(plan_cli_prints_json_and_exit_codes)
     XDC_ASSERT_STR_CONTAINS(out, "compared, the best of each kind:");
     XDC_ASSERT_STR_CONTAINS(out, "    streaming             codec bf16");
     XDC_ASSERT_STR_CONTAINS(out, "    diloco + keep_unsent  codec sparse:0.05:2");
+    /* ... and which microbatch size won: one stage, all 16 sequences in one microbatch. */
+    XDC_ASSERT_STR_CONTAINS(out, "microbatches: M = 1 of b = 16 sequences per replica");
+    XDC_ASSERT_STR_CONTAINS(out, "one stage: no bubble for more microbatches to shrink");
+    /* A deep pipeline on the heterogeneous topology: a size between the ends, and the split's reason. */
+    XDC_ASSERT_EQ(run_xdc("plan -t examples/topology/heterogeneous.yaml -m examples/models/small10m.yaml --stages 4 "
+                          "--mode sync --explain",
+                          out, sizeof out),
+                  0);
+    XDC_ASSERT_STR_CONTAINS(out, "the fewest: M = 1 of b = 56");
+    XDC_ASSERT_STR_CONTAINS(out, "the most microbatches: M = 56 of b = 1");
+    XDC_ASSERT_STR_CONTAINS(out, "between the two: fewer leave a larger bubble");
+    XDC_ASSERT_STR_CONTAINS(out, "layer split: 2 2 1 1 layers per stage: uneven");
+    XDC_ASSERT_EQ(run_xdc("plan " DEMO " --micro-batch 0", out, sizeof out), 64);
     XDC_ASSERT_EQ(run_xdc("plan -t bench/e2e/two-region.yaml -m bench/e2e/gpt1m.yaml --json", out, sizeof out), 0);
     XDC_ASSERT_STR_CONTAINS(out, "\"keep_unsent\": true");
     XDC_ASSERT_STR_CONTAINS(out, "\"final_codec\": \"int4\"");

@@ -260,10 +260,10 @@ static void explain_microbatches(const xdc_plan *b)
     for (int i = 0; i < 2; i++)
         if (alt[i]->micro_batch != c->micro_batch)
             printf("    %s: M = %d of b = %d: %.4g s (%+.1f%%) = compute %.4g (per-microbatch cost %.3g) + bubble "
-                   "%.3g\n",
+                   "%.3g%s\n",
                    i ? "the most microbatches" : "the fewest", alt[i]->microbatches, alt[i]->micro_batch,
                    alt[i]->t_pipe, (alt[i]->t_pipe / c->t_pipe - 1) * 100, alt[i]->t_compute, alt[i]->t_mb_cost,
-                   alt[i]->t_bubble);
+                   alt[i]->t_bubble, alt[i]->fits ? "" : "; does not fit in memory");
     if (b->stages == 1)
         printf("    one stage: no bubble for more microbatches to shrink, so the largest b fits best\n");
     else if (c->microbatches == few->microbatches)
