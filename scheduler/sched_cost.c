@@ -104,10 +104,16 @@ double topo_region_flops(const xdc_topology *t, int r, const xdc_plan_calib *c)
     return t->regions[r].gpu_bf16_tflops * 1e12 * mfu / scale;
 }
 
-double topo_stage_compute_s(const xdc_topology *t, int r, int stage, double flops, const xdc_plan_calib *c)
+double topo_region_half_tokens(const xdc_topology *t, int r)
+{
+    return t->regions[r].gpus_per_node > 0 ? TOPO_PLAN_GPU_HALF_TOKENS : TOPO_PLAN_CPU_HALF_TOKENS;
+}
+
+double topo_stage_compute_s(const xdc_topology *t, int r, int stage, double flops, double tokens,
+                            const xdc_plan_calib *c)
 {
     double f = c && stage >= 0 && stage < XDC_PLAN_MAX_STAGES && c->stage_scale[stage] > 0 ? c->stage_scale[stage] : 1;
-    return flops / topo_region_flops(t, r, c) * f;
+    return flops / topo_region_flops(t, r, c) * (1 + topo_region_half_tokens(t, r) / tokens) * f;
 }
 
 double topo_link_Bps(const xdc_topology *t, int from, int to, const xdc_plan_calib *c)

@@ -18,6 +18,7 @@ typedef struct search {
     const xdc_batch_shape *b;
     const xdc_plan_opts *o;
     double global_tokens;
+    int mb;          /* sequences per microbatch of the structure being priced */
     xdc_plan *cands; /* (cap) */
     int n, cap;
     int n_eval, n_rej;
@@ -71,7 +72,7 @@ static void add_cand(search *s, const xdc_plan *p)
 static int microbatches_for(const search *s, int replicas)
 {
     if (s->o->microbatches > 0) return s->o->microbatches;
-    double per_mb = (double)s->b->micro_batch * s->b->seq_len * replicas;
+    double per_mb = (double)s->mb * s->b->seq_len * replicas;
     int m = (int)ceil(s->global_tokens / per_mb - 1e-9);
     return m < 1 ? 1 : m;
 }
@@ -100,7 +101,7 @@ static double pipe_time(const double *c, const double *lat, const double *occ, c
     return sum + (M - 1) * period;
 }
 
-static double tokens_mb(const search *s) { return (double)s->b->micro_batch * s->b->seq_len; }
+static double tokens_mb(const search *s) { return (double)s->mb * s->b->seq_len; }
 
 /* Emulated on one machine (calib.host_cores): every worker's compute shares the host's cores, so the
  * pipeline phase lasts at least the step's total compute over the cores; the wait counts as bubble. */
@@ -128,7 +129,7 @@ static double stage_time(const search *s, const chain_stage *cs, int lb, int le)
 
 static int stage_fits(const search *s, const chain_stage *cs, int lb, int le)
 {
-    return topo_stage_mem_gib(s->m, lb, le, cs->inflight, s->b->micro_batch, s->b->seq_len, 0) <= cs->mem_limit;
+    return topo_stage_mem_gib(s->m, lb, le, cs->inflight, s->mb, s->b->seq_len, 0) <= cs->mem_limit;
 }
 
 /* Greedy fill under a time cap: each stage takes the most layers it can run within cap and hold in
@@ -200,15 +201,13 @@ static void fill_stages(search *s, xdc_plan *p, int P, int M)
         st->params = xdc_model_shape_stage_params(s->m, st->layer_begin, st->layer_end);
         st->flops_mb = topo_stage_flops(s->m, st->layer_begin, st->layer_end, tokens_mb(s), s->b->seq_len);
         st->inflight = cs[i].inflight;
-        st->act_bytes = topo_stage_act_bytes(s->m, st->layer_begin, st->layer_end, st->inflight, s->b->micro_batch,
-                                             s->b->seq_len);
-        st->boundary_bytes = xdc_model_shape_boundary_bytes(s->m, st->layer_begin, st->layer_end, s->b->micro_batch,
-                                                            s->b->seq_len);
+        st->act_bytes = topo_stage_act_bytes(s->m, st->layer_begin, st->layer_end, st->inflight, s->mb, s->b->seq_len);
+        st->boundary_bytes = xdc_model_shape_boundary_bytes(s->m, st->layer_begin, st->layer_end, s->mb, s->b->seq_len);
     }
 }
 
-/* Memory check for a data-parallel plan: every region holds every stage. */
-static int dp_fits(search *s, xdc_plan *p, int mode_extra)
+/* Memory per GPU of a data-parallel plan (every region holds every stage): 1 when the worst stage fits. */
+static int dp_mem(const search *s, xdc_plan *p, int mode_extra)
 {
     p->mem_gib_max = 0;
     p->mem_gib_limit = 1e30;
@@ -217,11 +216,17 @@ static int dp_fits(search *s, xdc_plan *p, int mode_extra)
             p->mem_gib_limit = s->t->regions[r].gpu_memory_gib;
     for (int i = 0; i < p->stages; i++) {
         xdc_plan_stage *st = &p->stage[i];
-        st->mem_gib = topo_stage_mem_gib(s->m, st->layer_begin, st->layer_end, st->inflight, s->b->micro_batch,
+        st->mem_gib = topo_stage_mem_gib(s->m, st->layer_begin, st->layer_end, st->inflight, p->micro_batch,
                                          s->b->seq_len, mode_extra);
         if (st->mem_gib > p->mem_gib_max) p->mem_gib_max = st->mem_gib;
     }
-    if (p->mem_gib_max <= TOPO_PLAN_MEM_HEADROOM * p->mem_gib_limit) return 1;
+    return p->mem_gib_max <= TOPO_PLAN_MEM_HEADROOM * p->mem_gib_limit;
+}
+
+/* Memory check for a data-parallel plan; a miss is counted as a rejection. */
+static int dp_fits(search *s, xdc_plan *p, int mode_extra)
+{
+    if (dp_mem(s, p, mode_extra)) return 1;
     char where[128];
     snprintf(where, sizeof where, "%s with %d stage%s per replica", xdc_plan_mode_name(p->mode), p->stages,
              p->stages > 1 ? "s" : "");
@@ -235,7 +240,7 @@ static void dp_region_times(search *s, const xdc_plan *p, int r, dp_region *out)
     unsigned char in_region[XDC_PLAN_MAX_STAGES];
     double xfer = topo_intra_p2p_s(s->t, r, tokens_mb(s) * s->m->boundary_bytes_per_token, &s->o->calib);
     for (int i = 0; i < p->stages; i++) {
-        c[i] = topo_stage_compute_s(s->t, r, i, p->stage[i].flops_mb, &s->o->calib);
+        c[i] = topo_stage_compute_s(s->t, r, i, p->stage[i].flops_mb, tokens_mb(s), &s->o->calib);
         lat[i] = occ[i] = xfer;
         in_region[i] = 1;
     }
@@ -270,7 +275,9 @@ static double dp_round(search *s, const xdc_plan *p, const dp_region *dr, int n_
         double wire = 0;
         for (int i = 0; i < p->stages; i++) {
             double in, w,
-                last_bwd = overlap ? topo_stage_compute_s(s->t, r, i, p->stage[i].flops_mb * 2 / 3, &s->o->calib) : 0;
+                last_bwd = overlap ? topo_stage_compute_s(s->t, r, i, p->stage[i].flops_mb * 2 / 3, tokens_mb(s),
+                                                          &s->o->calib)
+                                   : 0;
             double tr = topo_sync_round_s(s->t, r, p->replicas[r], n_active, p->stage[i].params * frac,
                                           p->bucket_mb * 1048576.0 / 4, last_bwd, &ci, dr[r].link_Bps, dr[r].owd, &in,
                                           &w) -
@@ -406,6 +413,72 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
     }
 }
 
+/* Price the pipeline phase of a data-parallel structure (P stages, D replicas over the regions of `base`)
+ * with microbatches of b sequences: fills base's batch fields and stages, dr per region, and the slowest
+ * region's pipeline phase, its compute and bubble. 1 when every stage fits in memory (without the
+ * DiLoCo/streaming copies, which each mode checks). */
+static int dp_price(search *s, xdc_plan *base, int P, int D, int b, dp_region *dr, xdc_plan_mb_option *o)
+{
+    const xdc_topology *t = s->t;
+    s->mb = b;
+    base->microbatches = microbatches_for(s, D);
+    base->micro_batch = b;
+    base->seq_len = s->b->seq_len;
+    base->tokens = (double)base->microbatches * tokens_mb(s) * D;
+    fill_stages(s, base, P, base->microbatches);
+    double total = 0, half = 0;
+    *o = (xdc_plan_mb_option){.micro_batch = b, .microbatches = base->microbatches};
+    for (int r = 0; r < t->n_regions; r++) {
+        if (!base->replicas[r]) continue;
+        dp_region_times(s, base, r, &dr[r]);
+        if (dr[r].t_pipe > o->t_pipe)
+            o->t_pipe = dr[r].t_pipe, o->t_compute = dr[r].compute, o->t_bubble = dr[r].bubble,
+            half = topo_region_half_tokens(t, r);
+        for (int i = 0; i < P; i++)
+            total += (double)base->replicas[r] * base->microbatches *
+                     topo_stage_compute_s(t, r, i, base->stage[i].flops_mb, tokens_mb(s), &s->o->calib);
+    }
+    host_bound(s, total, &o->t_pipe, &o->t_bubble);
+    o->t_mb_cost = o->t_compute * half / (tokens_mb(s) + half); /* what c(tau) = w (tau + h) adds: w h each */
+    return o->fits = dp_mem(s, base, 0);
+}
+
+/* The microbatch size of a data-parallel structure. The tokens per step stay the global batch's; with
+ * S = global batch / (D x seq_len) sequences per replica, every divisor b of S is a candidate (M = S / b).
+ * More microbatches shrink the 1F1B bubble ((P-1)/(M+P-1)) but each pays the per-microbatch cost (the
+ * efficiency of topo_stage_compute_s, the in-region hand-offs) and holds more boundary buffers; fewer
+ * hold larger activation slots. The shortest pipeline phase that fits in memory wins, ties to the larger
+ * b; none fitting, the smallest b (dp_fits then names the miss). A pinned b (opts.micro_batch), a pinned
+ * M (opts.microbatches) or a global batch that is no whole number of sequences per replica keeps b. */
+static void dp_pick_micro_batch(search *s, xdc_plan *base, int P, int D, dp_region *dr, double *t_pipe, double *compute,
+                                double *bubble)
+{
+    double seqs = s->global_tokens / ((double)s->b->seq_len * D);
+    int pinned = s->o->micro_batch > 0 || s->o->microbatches > 0 || !(seqs >= 1 && seqs <= 1 << 20) ||
+                 fabs(seqs - round(seqs)) > 1e-9;
+    int S = pinned ? 0 : (int)round(seqs), fixed = s->o->micro_batch > 0 ? s->o->micro_batch : s->b->micro_batch;
+    xdc_plan_mb_option opt, best = {0}, most = {0};
+    int best_b = 0, best_fits = 0, tried = 0;
+    for (int b = pinned ? fixed : S; b >= 1; b--) {
+        if (!pinned && S % b) continue;
+        int fits = dp_price(s, base, P, D, b, dr, &opt);
+        tried++;
+        most = opt;
+        if (tried == 1) base->mb_pick[1] = opt; /* the fewest microbatches */
+        if (!best_b || (fits && !best_fits) || (fits == best_fits && opt.t_pipe < best.t_pipe * (1 - 1e-9)) ||
+            (!fits && !best_fits))
+            best = opt, best_b = b, best_fits = fits;
+        if (pinned) break;
+    }
+    base->mb_pick[2] = most;
+    base->mb_tried = pinned ? 0 : tried;
+    if (best_b != most.micro_batch) dp_price(s, base, P, D, best_b, dr, &opt);
+    base->mb_pick[0] = best;
+    *t_pipe = best.t_pipe;
+    *compute = best.t_compute;
+    *bubble = best.t_bubble;
+}
+
 /* Data-parallel structures over the regions in `in` (1 = takes part). */
 static void search_dp(search *s, const unsigned char *in)
 {
@@ -424,22 +497,9 @@ static void search_dp(search *s, const unsigned char *in)
             D += base.replicas[r];
         }
         if (!ok || D == 0) continue;
-        base.microbatches = microbatches_for(s, D);
-        base.micro_batch = s->b->micro_batch;
-        base.seq_len = s->b->seq_len;
-        base.tokens = (double)base.microbatches * tokens_mb(s) * D;
-        fill_stages(s, &base, P, base.microbatches);
         dp_region dr[XDC_TOPO_MAX_REGIONS];
-        double t_pipe = 0, compute = 0, bubble = 0, total = 0;
-        for (int r = 0; r < t->n_regions; r++) {
-            if (!base.replicas[r]) continue;
-            dp_region_times(s, &base, r, &dr[r]);
-            if (dr[r].t_pipe > t_pipe) t_pipe = dr[r].t_pipe, compute = dr[r].compute, bubble = dr[r].bubble;
-            for (int i = 0; i < P; i++)
-                total += (double)base.replicas[r] * base.microbatches *
-                         topo_stage_compute_s(t, r, i, base.stage[i].flops_mb, &s->o->calib);
-        }
-        host_bound(s, total, &t_pipe, &bubble);
+        double t_pipe, compute, bubble;
+        dp_pick_micro_batch(s, &base, P, D, dr, &t_pipe, &compute, &bubble);
         for (size_t bi = 0; bi < sizeof bucket_mbs / sizeof *bucket_mbs; bi++) {
             base.bucket_mb = s->o->bucket_mb > 0 ? s->o->bucket_mb : bucket_mbs[bi];
             dp_comm_settings(s, &base, dr, n_active, t_pipe, compute, bubble);
@@ -514,7 +574,7 @@ static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, cons
     double act = tokens_mb(s) * s->m->boundary_bytes_per_token, compute, compute0;
     p->wan_bytes = p->egress_usd = 0;
     for (int i = 0; i < P; i++) {
-        c[i] = topo_stage_compute_s(s->t, cs[i].region, i, p->stage[i].flops_mb, &s->o->calib);
+        c[i] = topo_stage_compute_s(s->t, cs[i].region, i, p->stage[i].flops_mb, tokens_mb(s), &s->o->calib);
         if (i + 1 == P) break;
         int a = cs[i].region, b = cs[i + 1].region;
         lat0[i] = topo_intra_p2p_s(s->t, a, act, &s->o->calib);
@@ -565,6 +625,7 @@ static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, cons
 
 static void eval_chain(search *s, const int *chain, int n)
 {
+    s->mb = s->o->micro_batch > 0 ? s->o->micro_batch : s->b->micro_batch; /* chains keep the given b */
     int g = 0, with = 0;
     for (int r = 0; r < s->t->n_regions; r++) with += workers(s, r) > 0;
     if (s->o->all_regions && n < with) return;
@@ -581,7 +642,7 @@ static void eval_chain(search *s, const int *chain, int n)
         p.stages = P;
         p.n_chain = n;
         p.microbatches = microbatches_for(s, D);
-        p.micro_batch = s->b->micro_batch;
+        p.micro_batch = s->mb;
         p.seq_len = s->b->seq_len;
         p.tokens = (double)p.microbatches * tokens_mb(s) * D;
         p.bucket_mb = s->o->bucket_mb > 0 ? s->o->bucket_mb : 16;
@@ -613,8 +674,8 @@ static void eval_chain(search *s, const int *chain, int n)
             double need = 0;
             for (int i = 0; i < P; i++) {
                 int lo = s->m->layers * i / P, hi = s->m->layers * (i + 1) / P;
-                need = fmax(need, topo_stage_mem_gib(s->m, lo, hi > lo ? hi : lo + 1, cs[i].inflight, s->b->micro_batch,
-                                                     s->b->seq_len, 0));
+                need = fmax(
+                    need, topo_stage_mem_gib(s->m, lo, hi > lo ? hi : lo + 1, cs[i].inflight, s->mb, s->b->seq_len, 0));
             }
             char where[128];
             snprintf(where, sizeof where, "a pipeline over %d region%s with %d stages", n, n > 1 ? "s" : "", P);
@@ -630,11 +691,9 @@ static void eval_chain(search *s, const int *chain, int n)
             st->params = xdc_model_shape_stage_params(s->m, lb[i], lb[i + 1]);
             st->flops_mb = topo_stage_flops(s->m, lb[i], lb[i + 1], tokens_mb(s), s->b->seq_len);
             st->inflight = cs[i].inflight;
-            st->act_bytes = topo_stage_act_bytes(s->m, lb[i], lb[i + 1], st->inflight, s->b->micro_batch,
-                                                 s->b->seq_len);
-            st->boundary_bytes = xdc_model_shape_boundary_bytes(s->m, lb[i], lb[i + 1], s->b->micro_batch,
-                                                                s->b->seq_len);
-            st->mem_gib = topo_stage_mem_gib(s->m, lb[i], lb[i + 1], st->inflight, s->b->micro_batch, s->b->seq_len, 0);
+            st->act_bytes = topo_stage_act_bytes(s->m, lb[i], lb[i + 1], st->inflight, s->mb, s->b->seq_len);
+            st->boundary_bytes = xdc_model_shape_boundary_bytes(s->m, lb[i], lb[i + 1], s->mb, s->b->seq_len);
+            st->mem_gib = topo_stage_mem_gib(s->m, lb[i], lb[i + 1], st->inflight, s->mb, s->b->seq_len, 0);
             p.mem_gib_max = fmax(p.mem_gib_max, st->mem_gib);
             if (i > 0 && cs[i].region != cs[i - 1].region) p.cut_layer[cut++] = lb[i];
         }
@@ -851,7 +910,8 @@ xdc_err_t xdc_plan_calibrate_compute(const xdc_topology *t, const xdc_plan *p, c
     double pred[XDC_PLAN_MAX_STAGES];
     for (int i = 0; i < n; i++) {
         pred[i] = p->microbatches * topo_stage_compute_s(t, p->stage[i].region >= 0 ? p->stage[i].region : r, i,
-                                                         p->stage[i].flops_mb, &unit);
+                                                         p->stage[i].flops_mb, (double)p->micro_batch * p->seq_len,
+                                                         &unit);
         if (!(pred[i] > 0)) return XDC_ERR_INVALID;
     }
     calib->compute_scale = measured_s[0] / pred[0];
@@ -873,6 +933,7 @@ xdc_err_t xdc_plan_replan_wan(const xdc_topology *t, const xdc_model_shape *m, c
     ro.calib.wan_gbps = measured_gbps;
     ro.stages = cur->stages;
     ro.microbatches = cur->microbatches;
+    ro.micro_batch = cur->micro_batch;
     ro.bucket_mb = cur->bucket_mb;
     ro.all_regions = 0;
     if (cur->mode == XDC_PLAN_PIPELINE) ro.mode = XDC_PLAN_PIPELINE;

@@ -52,9 +52,22 @@ void topo_codec_names(char *buf, size_t cap);
 
 /* Effective FLOP/s of one worker of region r. */
 double topo_region_flops(const xdc_topology *t, int r, const xdc_plan_calib *c);
-/* Seconds a worker of region r takes for `flops` of pipeline stage `stage`: at the region's effective
- * speed, times the stage's measured factor (c->stage_scale). Every stage compute time goes through here. */
-double topo_stage_compute_s(const xdc_topology *t, int r, int stage, double flops, const xdc_plan_calib *c);
+/* Per-microbatch efficiency (docs/planner.md, "Per-microbatch cost"): a microbatch of tau tokens runs at
+ * tau / (tau + h) of the region's effective speed, h the region's half-efficiency tokens. Every
+ * microbatch re-reads the stage's weights and launches the same kernels whatever its size, which costs
+ * as much as h more tokens of work: on a GPU h is its bf16 FLOP/s over its memory bandwidth (the GEMM's
+ * ops:byte balance point: H100 SXM 989 TFLOP/s / 3.35 TB/s = 295, A100 312 / 1.56 = 200; NVIDIA's "GPU
+ * Performance Background" and "Matrix Multiplication Background" guides), taken as 256 for every GPU
+ * region; on CPU workers (gpus_per_node: 0) OpenBLAS sgemm of the GPT's widths (128, 256 -> 4C) measured
+ * on the project's 2-core VM runs 64 GFLOP/s at 16 rows and ~85 from 64 rows on, so h is ~8. */
+#define TOPO_PLAN_GPU_HALF_TOKENS 256.0
+#define TOPO_PLAN_CPU_HALF_TOKENS 8.0
+double topo_region_half_tokens(const xdc_topology *t, int r);
+/* Seconds a worker of region r takes for `flops` of pipeline stage `stage` spent on microbatches of
+ * `tokens` tokens: at the region's effective speed times its per-microbatch efficiency, times the
+ * stage's measured factor (c->stage_scale). Every stage compute time goes through here. */
+double topo_stage_compute_s(const xdc_topology *t, int r, int stage, double flops, double tokens,
+                            const xdc_plan_calib *c);
 /* Goodput of the directed WAN link (bytes/s; the loss-limited TCP rate when lower) and its one-way delay
  * (s). Regions without a direct link get 0 bytes/s. */
 double topo_link_Bps(const xdc_topology *t, int from, int to, const xdc_plan_calib *c);

@@ -190,7 +190,9 @@ static void inst_try(sim *s, int i)
     }
     if (s->cores_free > 0) s->cores_free--;
     const xdc_plan_stage *st = &s->p->stage[x->stage];
-    double t = topo_stage_compute_s(s->t, x->region, x->stage, st->flops_mb, s->c) / 3;
+    double t = topo_stage_compute_s(s->t, x->region, x->stage, st->flops_mb, (double)s->p->micro_batch * s->p->seq_len,
+                                    s->c) /
+               3;
     x->op_dur = fwd ? t : 2 * t;
     x->busy = 1;
     push(s, s->now + x->op_dur, EV_OP_DONE, i, mb, fwd);

@@ -62,6 +62,7 @@ typedef struct xdc_plan_opts {
     int mode;         /* -1: any; else an xdc_plan_mode */
     int stages;       /* pipeline stages per replica */
     int microbatches; /* per replica per step (instead of global_batch_tokens) */
+    int micro_batch;  /* sequences per microbatch (else the search picks one for data-parallel plans) */
     char codec[16];   /* WAN codec: none|bf16|int8|int4|topk:F */
     int inner_steps;  /* DiLoCo / streaming H */
     int fragments;    /* streaming F */
@@ -91,6 +92,14 @@ typedef struct xdc_plan_stage {
     double boundary_bytes;
 } xdc_plan_stage;
 
+/* One microbatch size the search priced for a data-parallel structure: its pipeline phase per step. */
+typedef struct xdc_plan_mb_option {
+    int micro_batch, microbatches;      /* b sequences per microbatch, M per replica per step */
+    int fits;                           /* 1: every stage fits in the GPUs' memory */
+    double t_pipe, t_compute, t_bubble; /* pipeline phase = compute + bubble, seconds per step (slowest region) */
+    double t_mb_cost;                   /* of that compute, what the per-microbatch cost adds, seconds */
+} xdc_plan_mb_option;
+
 typedef struct xdc_plan {
     xdc_plan_mode mode;
     int stages; /* P per replica */
@@ -99,6 +108,10 @@ typedef struct xdc_plan {
     int chain[XDC_PLAN_MAX_CHAIN], n_chain; /* pipeline mode: regions in stage order */
     int cut_layer[XDC_PLAN_MAX_CHAIN];      /* pipeline mode: first layer after each WAN cut */
     int microbatches, micro_batch, seq_len;
+    /* How b was chosen (data-parallel plans): mb_tried sizes priced (0: b was given or pinned); mb_pick[0]
+     * the chosen, [1] the fewest microbatches, [2] the most. */
+    int mb_tried;
+    xdc_plan_mb_option mb_pick[3];
     double bucket_mb;
     char codec[16];             /* WAN codec: gradients (sync/diloco/streaming), activations (pipeline) */
     int inner_steps, fragments; /* H, F (diloco / streaming) */

@@ -1041,15 +1041,18 @@ XDC_TEST_T(orch_plan_auto_keeps_its_plan_on_a_healthy_link, 300)
     char out[65536];
     replan_run("1", out, sizeof out);
     XDC_ASSERT_MSG(strstr(out, "re-plan") == NULL, "a healthy link re-planned:\n%s", out);
-    /* The planner picked the microbatches: the run file's 2 per worker make 2 x 4 per step, cut for the
-     * P stages per replica it chose (4 / P replicas: 2 P microbatches each). */
+    /* The planner picked the microbatches: the run file's 2 of tiny's 16 sequences per worker make 2 x 16 x 4
+     * sequences per step, cut for the P stages per replica it chose (4 / P replicas: 32 P sequences each) into
+     * M microbatches of b; one stage has no bubble to shrink, so one microbatch. */
     const char *plan = strstr(out, "plan: sync, ");
-    int P = 0, M = 0;
+    int P = 0, M = 0, b = 0;
     XDC_ASSERT(plan && sscanf(plan, "plan: sync, %d stage", &P) == 1);
-    const char *mb = strstr(plan, " microbatches");
+    const char *mb = strstr(plan, " microbatches of ");
+    XDC_ASSERT(mb != NULL);
     while (mb > plan && mb[-1] >= '0' && mb[-1] <= '9') mb--;
-    XDC_ASSERT(mb && sscanf(mb, "%d microbatches", &M) == 1);
-    XDC_ASSERT_MSG(M == 2 * P, "%d stages per replica, %d microbatches", P, M);
+    XDC_ASSERT(sscanf(mb, "%d microbatches of %d sequences", &M, &b) == 2);
+    XDC_ASSERT_MSG(M * b == 32 * P, "%d stages per replica, %d microbatches of %d sequences", P, M, b);
+    if (P == 1) XDC_ASSERT_EQ(M, 1);
 }
 
 XDC_TEST_T(orch_killing_the_launcher_leaves_no_workers, 120)

@@ -327,6 +327,96 @@ XDC_TEST(plan_data_parallel_split_is_uneven_where_the_stages_cost_differ)
     xdc_topology_destroy(t);
 }
 
+/* The microbatch size (docs/planner.md, "Per-microbatch cost"): with the tokens per step fixed, a deep
+ * pipeline on a fast link trades the 1F1B bubble against the per-microbatch cost, so it picks more than one
+ * microbatch and fewer than the most, and beats both ends; one stage has no bubble, so the largest b; a
+ * pinned b stays. */
+XDC_TEST(plan_picks_microbatches_between_bubble_and_per_microbatch_cost)
+{
+    xdc_model_shape m;
+    xdc_model_shape_gpt(12, 12, 768, 1024, 256, &m);    /* ~85M parameters */
+    xdc_batch_shape b = {1, 1024, 1024.0 * 8 * 16 * 4}; /* 128 sequences per replica of 4 stages */
+    xdc_topology *t = two_regions(8, 300, 300, 80, "bandwidth_gbps: 400, rtt_ms: 2");
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    o.stages = 4;
+    o.mode = XDC_PLAN_SYNC;
+    xdc_plan_set *s = search_ok(t, &m, &b, &o);
+    const xdc_plan *p = &s->best;
+    int S = 128;
+    XDC_ASSERT_EQ(p->microbatches * p->micro_batch, S);
+    XDC_ASSERT_NEAR(p->tokens, b.global_batch_tokens, 1e-9 * p->tokens);
+    XDC_ASSERT_MSG(p->microbatches > 1 && p->microbatches < S, "M = %d of b = %d", p->microbatches, p->micro_batch);
+    XDC_ASSERT_EQ(p->mb_tried, 8); /* the divisors of 128 */
+    XDC_ASSERT_EQ(p->mb_pick[1].microbatches, 1);
+    XDC_ASSERT_EQ(p->mb_pick[2].microbatches, S);
+    XDC_ASSERT(p->mb_pick[0].fits && p->mb_pick[1].fits && p->mb_pick[2].fits);
+    /* Either end, pinned, is slower per step: the bubble at one microbatch, the per-microbatch cost at 128. */
+    double ends[2];
+    for (int k = 0; k < 2; k++) {
+        xdc_plan_opts pin = o;
+        pin.micro_batch = k ? 1 : S;
+        xdc_plan_set *e = search_ok(t, &m, &b, &pin);
+        XDC_ASSERT_EQ(e->best.micro_batch, pin.micro_batch);
+        XDC_ASSERT_EQ(e->best.mb_tried, 0);
+        XDC_ASSERT_NEAR(e->best.tokens, p->tokens, 1e-9 * p->tokens);
+        ends[k] = e->best.t_step;
+        XDC_ASSERT_MSG(e->best.t_step > p->t_step, "b = %d: %g s per step, chosen b = %d: %g s", pin.micro_batch,
+                       e->best.t_step, p->micro_batch, p->t_step);
+        xdc_plan_set_destroy(e);
+    }
+    XDC_ASSERT(p->mb_pick[1].t_bubble > p->mb_pick[0].t_bubble);   /* one microbatch: the larger bubble */
+    XDC_ASSERT(p->mb_pick[2].t_mb_cost > p->mb_pick[0].t_mb_cost); /* the most: the larger per-microbatch cost */
+    XDC_ASSERT(ends[0] > 0 && ends[1] > 0);
+    /* One stage per replica: 8 sequences per replica in one microbatch. */
+    xdc_batch_shape b1 = {1, 1024, 1024.0 * 8 * 16};
+    o.stages = 1;
+    xdc_plan_set *s1 = search_ok(t, &m, &b1, &o);
+    XDC_ASSERT_MSG(s1->best.microbatches == 1 && s1->best.micro_batch == 8, "P = 1: M = %d of b = %d",
+                   s1->best.microbatches, s1->best.micro_batch);
+    /* Pinned: b = 2 stays, the same tokens cut into 4 microbatches. */
+    o.micro_batch = 2;
+    xdc_plan_set *s2 = search_ok(t, &m, &b1, &o);
+    XDC_ASSERT_EQ(s2->best.micro_batch, 2);
+    XDC_ASSERT_EQ(s2->best.microbatches, 4);
+    xdc_plan_set_destroy(s);
+    xdc_plan_set_destroy(s1);
+    xdc_plan_set_destroy(s2);
+    xdc_topology_destroy(t);
+}
+
+/* `plan: auto` runs the planner's microbatch size (one stage per replica on bench-e2e's pair: all of a
+ * replica's sequences in one microbatch, the evaluation keeping its sequences) unless the run file sets
+ * batch_size. */
+XDC_TEST(plan_auto_runs_the_chosen_microbatch_size_unless_pinned)
+{
+    char cwd[512], path[1024];
+    XDC_ASSERT(getcwd(cwd, sizeof cwd) != NULL);
+    xdc_topology *t = test_plan_load_topo("bench/e2e/two-region.yaml");
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/mb%d.yaml", xdc_test_tmpdir(), k);
+        FILE *f = fopen(path, "w");
+        XDC_ASSERT(f != NULL);
+        fprintf(f, "model: %s/bench/e2e/gpt1m.yaml\ndata: /usr/share/games/fortunes\nplan: auto\nmicrobatches: 4\n%s",
+                cwd, k ? "batch_size: 4\n" : "");
+        fclose(f);
+        orch_run_config c;
+        xdc_cfg_errors errs;
+        xdc_err_t rc = orch_run_config_load(path, &c, &errs);
+        if (rc != XDC_OK) xdc_cfg_errors_print(&errs, stderr);
+        XDC_ASSERT_OK(rc);
+        int eval_seqs = c.train.eval_batches * c.train.batch_size;
+        orch_planned pl;
+        xdc_diag d = {{0}};
+        XDC_ASSERT_MSG(orch_plan_apply(&c, t, &pl, &d) == XDC_OK, "%s", d.msg);
+        /* gpt1m: 16 sequences per microbatch; the file's 4 microbatches make 64 per worker (pinned: 4 x 4). */
+        XDC_ASSERT_EQ(c.train.batch_size, k ? 4 : 64);
+        XDC_ASSERT_EQ(c.train.microbatches, k ? 4 : 1);
+        XDC_ASSERT_EQ(pl.plan.micro_batch, c.train.batch_size);
+        XDC_ASSERT_EQ(c.train.eval_batches * c.train.batch_size, eval_seqs);
+    }
+    xdc_topology_destroy(t);
+}
+
 XDC_TEST(plan_replan_for_measured_goodput_keeps_the_partition)
 {
     xdc_model_shape m;
@@ -786,6 +876,19 @@ XDC_TEST(plan_cli_prints_json_and_exit_codes)
     XDC_ASSERT_STR_CONTAINS(out, "compared, the best of each kind:");
     XDC_ASSERT_STR_CONTAINS(out, "    streaming             codec bf16");
     XDC_ASSERT_STR_CONTAINS(out, "    diloco + keep_unsent  codec sparse:0.05:2");
+    /* ... and which microbatch size won: one stage, all 16 sequences in one microbatch. */
+    XDC_ASSERT_STR_CONTAINS(out, "microbatches: M = 1 of b = 16 sequences per replica");
+    XDC_ASSERT_STR_CONTAINS(out, "one stage: no bubble for more microbatches to shrink");
+    /* A deep pipeline on the heterogeneous topology: a size between the ends, and the split's reason. */
+    XDC_ASSERT_EQ(run_xdc("plan -t examples/topology/heterogeneous.yaml -m examples/models/small10m.yaml --stages 4 "
+                          "--mode sync --explain",
+                          out, sizeof out),
+                  0);
+    XDC_ASSERT_STR_CONTAINS(out, "the fewest: M = 1 of b = 56");
+    XDC_ASSERT_STR_CONTAINS(out, "the most microbatches: M = 56 of b = 1");
+    XDC_ASSERT_STR_CONTAINS(out, "between the two: fewer leave a larger bubble");
+    XDC_ASSERT_STR_CONTAINS(out, "layer split: 2 2 1 1 layers per stage: uneven");
+    XDC_ASSERT_EQ(run_xdc("plan " DEMO " --micro-batch 0", out, sizeof out), 64);
     XDC_ASSERT_EQ(run_xdc("plan -t bench/e2e/two-region.yaml -m bench/e2e/gpt1m.yaml --json", out, sizeof out), 0);
     XDC_ASSERT_STR_CONTAINS(out, "\"keep_unsent\": true");
     XDC_ASSERT_STR_CONTAINS(out, "\"final_codec\": \"int4\"");

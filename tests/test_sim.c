@@ -12,6 +12,7 @@
 
 #include "common/xdc_alloc.h"
 #include "compression/xdc_codec.h"
+#include "scheduler/sched_priv.h"
 #include "scheduler/xdc_plan.h"
 
 #include <math.h>
@@ -58,6 +59,14 @@ static xdc_sim_result simulate(const xdc_topology *t, const xdc_model_shape *m, 
     return r;
 }
 
+/* Seconds of one stage's forward + backward on one microbatch at simulate()'s 100 TFLOP/s x 0.5: its FLOPs at
+ * the per-microbatch efficiency of a GPU region (tau / (tau + TOPO_PLAN_GPU_HALF_TOKENS)). */
+static double mb_seconds(const xdc_plan *p, int stage)
+{
+    double tokens = (double)p->micro_batch * p->seq_len;
+    return p->stage[stage].flops_mb / (100e12 * 0.5) * (1 + TOPO_PLAN_GPU_HALF_TOKENS / tokens);
+}
+
 #define ONE_REGION(workers)                                                                                        \
     "name: one\nregions:\n  - {name: a, nodes: a1, gpus_per_node: " #workers ", gpu: {model: x, bf16_tflops: 100," \
     " memory_gib: 80}, intra: {bandwidth_gbps: 1000000, latency_us: 0}}\n"
@@ -69,7 +78,7 @@ XDC_TEST(sim_one_stage_no_wan_is_m_times_fwd_bwd)
     flat_model(4, &m);
     xdc_plan p = plan_for(t, &m, 1, 6, NULL, XDC_PLAN_SYNC);
     xdc_sim_result r = simulate(t, &m, &p, 2);
-    double per_mb = p.stage[0].flops_mb / (100e12 * 0.5);
+    double per_mb = mb_seconds(&p, 0);
     XDC_ASSERT_NEAR(r.t_step, 6 * per_mb, 1e-9 * r.t_step + 1e-12);
     XDC_ASSERT_NEAR(r.t_compute, 6 * per_mb, 1e-9 * r.t_step + 1e-12);
     XDC_ASSERT_NEAR(r.utilisation, 1.0, 1e-9);
@@ -87,7 +96,7 @@ XDC_TEST(sim_pipeline_bubble_matches_1f1b)
         xdc_plan p = plan_for(t, &m, 4, M, NULL, XDC_PLAN_SYNC);
         XDC_ASSERT_EQ(p.stages, 4);
         xdc_sim_result r = simulate(t, &m, &p, 1);
-        double stage = p.stage[0].flops_mb / (100e12 * 0.5), P = 4;
+        double stage = mb_seconds(&p, 0), P = 4;
         /* (M + P - 1) slots of fwd+bwd; the bubble is (P-1)/(M+P-1) of the step (transfers ~0 here). */
         XDC_ASSERT_NEAR(r.t_step, (M + P - 1) * stage, 1e-4 * r.t_step);
         XDC_ASSERT_NEAR(r.t_bubble / r.t_step, (P - 1) / (M + P - 1), 1e-4);
@@ -247,7 +256,7 @@ XDC_TEST(sim_inregion_receive_is_posted_after_the_op_before)
         xdc_plan p = plan_for(t, &m, 2, M, NULL, XDC_PLAN_SYNC);
         XDC_ASSERT_EQ(p.stages, 2);
         xdc_sim_result r = simulate(t, &m, &p, 1);
-        double c = p.stage[0].flops_mb / (100e12 * 0.5), d = 100e-6 + 128.0 * m.boundary_bytes_per_token / 1.25e14;
+        double c = mb_seconds(&p, 0), d = 100e-6 + 128.0 * m.boundary_bytes_per_token / 1.25e14;
         double pipe = r.t_step - 2 * (100e-6 + 8 / 1.25e14);
         XDC_ASSERT_NEAR(p.stage[1].flops_mb, p.stage[0].flops_mb, 1e-9 * p.stage[0].flops_mb);
         XDC_ASSERT_MSG(fabs(pipe - (M + 1) * (c + d)) <= 1e-6 * r.t_step, "M=%d: pipeline %.6f s, (M+1)(c+d) = %.6f s",

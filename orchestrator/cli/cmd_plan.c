@@ -174,10 +174,13 @@ static void print_link_codecs(const plan_inputs *in, const xdc_plan *p)
 static int plan_usage(FILE *f)
 {
     fprintf(f, "usage: xdc plan -t TOPOLOGY.yaml -m MODEL.yaml [--json] [--explain] [--global-batch TOKENS]\n"
-               "                [--mode sync|diloco|streaming|pipeline] [--stages P] [--codec C] [--mfu F]\n"
+               "                [--mode sync|diloco|streaming|pipeline] [--stages P] [--micro-batch B] [--codec C]\n"
+               "                [--mfu F]\n"
                "  Choose how to train the model on the topology: mode, stages and replicas per region, layer\n"
                "  partition, WAN cut, microbatches, bucket, codec and DiLoCo period, with the predicted step time.\n"
                "  --global-batch  tokens per optimizer step (default: microbatch x microbatches x workers)\n"
+               "  --micro-batch   sequences per microbatch (default: the planner picks a divisor of the sequences\n"
+               "                  per replica per step for data-parallel plans)\n"
                "  --explain       every candidate considered and the selection rule\n"
                "  Exit 78 on a config error, 69 when no plan fits (the reason is printed).\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
@@ -241,6 +244,62 @@ static void explain_regime(const xdc_topology *t, const xdc_plan_set *s)
     }
 }
 
+/* Why the microbatch size: the pipeline phase of the chosen b against one microbatch and the most. */
+static void explain_microbatches(const xdc_plan *b)
+{
+    if (b->mb_tried == 0) {
+        printf("  microbatches: %d of %d sequences per replica, b as given (pinned, a cross-region pipeline, or a "
+               "global batch that is no whole number of sequences per replica)\n",
+               b->microbatches, b->micro_batch);
+        return;
+    }
+    const xdc_plan_mb_option *c = &b->mb_pick[0], *few = &b->mb_pick[1], *most = &b->mb_pick[2];
+    printf("  microbatches: M = %d of b = %d sequences per replica (%d sizes tried for the same %d sequences per "
+           "replica per step): "
+           "pipeline phase %.4g s = compute %.4g (per-microbatch cost %.3g of it) + bubble %.3g\n",
+           c->microbatches, c->micro_batch, b->mb_tried, c->microbatches * c->micro_batch, c->t_pipe, c->t_compute,
+           c->t_mb_cost, c->t_bubble);
+    const xdc_plan_mb_option *alt[2] = {few, most};
+    for (int i = 0; i < 2; i++)
+        if (alt[i]->micro_batch != c->micro_batch)
+            printf("    %s: M = %d of b = %d: %.4g s (%+.1f%%) = compute %.4g (per-microbatch cost %.3g) + bubble "
+                   "%.3g%s\n",
+                   i ? "the most microbatches" : "the fewest", alt[i]->microbatches, alt[i]->micro_batch,
+                   alt[i]->t_pipe, (alt[i]->t_pipe / c->t_pipe - 1) * 100, alt[i]->t_compute, alt[i]->t_mb_cost,
+                   alt[i]->t_bubble, alt[i]->fits ? "" : "; does not fit in memory");
+    if (b->stages == 1)
+        printf("    one stage: no bubble for more microbatches to shrink, so the largest b fits best\n");
+    else if (c->microbatches == few->microbatches)
+        printf("    more microbatches would shrink the bubble by less than their per-microbatch cost\n");
+    else if (c->microbatches == most->microbatches)
+        printf("    the most microbatches: the bubble they shrink outweighs their per-microbatch cost\n");
+    else
+        printf("    between the two: fewer leave a larger bubble, more pay more per-microbatch cost than the bubble "
+               "they save\n");
+}
+
+/* Why the layer split: data-parallel stages balance compute on the slowest taking-part GPUs (the LM head's
+ * stage gets fewer layers); a cross-region pipeline gives each region layers in proportion to its speed. */
+static void explain_split(const xdc_plan *b)
+{
+    if (b->stages < 2) return;
+    int uneven = 0;
+    printf("  layer split:");
+    for (int i = 0; i < b->stages; i++) {
+        int n = b->stage[i].layer_end - b->stage[i].layer_begin;
+        uneven |= n != b->stage[0].layer_end - b->stage[0].layer_begin;
+        if (i < 16) printf(" %d", n);
+    }
+    printf("%s layers per stage", b->stages > 16 ? " ..." : "");
+    if (b->mode == XDC_PLAN_PIPELINE)
+        printf(": each stage on its own region's GPUs, split so the slowest stage is as fast as memory allows (a "
+               "region twice as fast takes twice the layers)\n");
+    else
+        printf(": %s\n", uneven ? "uneven, to balance the stages' compute on the slowest taking-part region's GPUs "
+                                  "(the stage with the LM head takes fewer layers)"
+                                : "even: it balances the stages' compute");
+}
+
 static void explain(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan_opts *o)
 {
     printf("\nhow the plan was chosen:\n"
@@ -251,6 +310,8 @@ static void explain(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan
            s->n_evaluated, s->n_rejected, s->reject_reason[0] ? "; closest miss: " : "", s->reject_reason,
            o->tolerance * 100);
     explain_regime(t, s);
+    explain_microbatches(&s->best);
+    explain_split(&s->best);
     for (int i = 0; i < s->n_cands && i < 60; i++) {
         printf("  %3d. ", i + 1);
         plan_oneline(stdout, t, &s->cands[i]);
@@ -269,12 +330,13 @@ int xdc_cmd_plan(int argc, char **argv)
                                          {"global-batch", required_argument, NULL, 'g'},
                                          {"mode", required_argument, NULL, 'M'},
                                          {"stages", required_argument, NULL, 'P'},
+                                         {"micro-batch", required_argument, NULL, 'b'},
                                          {"codec", required_argument, NULL, 'C'},
                                          {"mfu", required_argument, NULL, 'f'},
                                          {"help", no_argument, NULL, 'h'},
                                          {0}};
     const char *topo = NULL, *model = NULL, *mode = NULL, *codec = NULL;
-    int json = 0, expl = 0, stages = 0, c;
+    int json = 0, expl = 0, stages = 0, micro_batch = 0, c;
     double global = 0, mfu = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "t:m:jxg:h", opts, NULL)) != -1) {
@@ -289,6 +351,7 @@ int xdc_cmd_plan(int argc, char **argv)
         case 'g': global = strtod(optarg, &end); break;
         case 'M': mode = optarg; break;
         case 'P': bad = xdc_parse_int(optarg, 0, 1 << 20, &stages, &d) != XDC_OK ? "--stages" : NULL; break;
+        case 'b': bad = xdc_parse_int(optarg, 1, 1 << 20, &micro_batch, &d) != XDC_OK ? "--micro-batch" : NULL; break;
         case 'C': codec = optarg; break;
         case 'f': mfu = strtod(optarg, &end); break;
         case 'h': return plan_usage(stdout);
@@ -316,6 +379,7 @@ int xdc_cmd_plan(int argc, char **argv)
     if (codec) snprintf(in.opts.codec, sizeof in.opts.codec, "%s", codec);
     if (mfu > 0) in.opts.calib.mfu = mfu;
     in.opts.stages = stages;
+    in.opts.micro_batch = micro_batch;
     xdc_plan_set *set = NULL;
     ex = plan_inputs_search(&in, &set);
     if (ex == XDC_EX_OK && json) {

@@ -1,6 +1,6 @@
 /* orch_plan.c — the runtime following the planner. With `plan: auto` in the run file, every process
  * (launcher, workers) runs the same deterministic search over the topology and the model file and takes
- * the mode, stages per replica, layer partition, microbatches, WAN codec, bucket size and DiLoCo period
+ * the mode, stages per replica, layer partition, microbatches and their size, WAN codec, bucket size and DiLoCo period
  * from the best plan the runtime can execute (every worker busy: replicas x stages = each region's
  * workers; a cross-region pipeline over all workers). Hand-set keys in the run file are constraints the
  * search respects. */
@@ -41,6 +41,7 @@ static void plan_inputs(const orch_run_config *c, const xdc_topology *t, xdc_mod
     if (c->delay_steps && !c->span_regions) o->mode = XDC_PLAN_SYNC; /* the option is sync mode's */
     o->delay_steps = c->delay_steps;
     if (c->stages_set) o->stages = c->pipeline_stages;
+    if (c->batch_size) o->micro_batch = c->batch_size;
     if (strcmp(c->codec, "link") != 0) snprintf(o->codec, sizeof o->codec, "%s", c->codec);
     if (c->keep_unsent) o->keep_unsent = 1; /* else the search may choose it */
 }
@@ -68,6 +69,11 @@ xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planne
     c->span_regions = p->mode == XDC_PLAN_PIPELINE;
     c->pipeline_stages = p->stages;
     c->microbatches = c->train.microbatches = p->microbatches;
+    if (p->micro_batch != c->train.batch_size) { /* the planner's microbatch size; evaluation keeps its sequences */
+        int eval_seqs = c->train.eval_batches * c->train.batch_size;
+        c->train.batch_size = p->micro_batch;
+        c->train.eval_batches = (eval_seqs + p->micro_batch - 1) / p->micro_batch;
+    }
     if (p->bucket_mb > 0) c->bucket_mb = p->bucket_mb;
     if (p->mode == XDC_PLAN_PIPELINE) snprintf(c->activation_codec, sizeof c->activation_codec, "%s", p->codec);
     else snprintf(c->codec, sizeof c->codec, "%s", p->codec);
@@ -95,9 +101,9 @@ void orch_plan_describe(const orch_run_config *c, const xdc_plan *p, char *buf, 
         n += (size_t)snprintf(buf + n, cap - n, " %d-%d", c->stage_layer_begin[s], c->stage_layer_begin[s + 1] - 1);
     if (n < cap)
         snprintf(buf + n, cap - n,
-                 "), %d microbatches, codec %s, bucket %.2g MiB%s%s; predicted step %.3f s "
+                 "), %d microbatches of %d sequences, codec %s, bucket %.2g MiB%s%s; predicted step %.3f s "
                  "(compute %.3f, exposed WAN %.3f)",
-                 p->microbatches, p->codec, c->bucket_mb,
+                 p->microbatches, p->micro_batch, p->codec, c->bucket_mb,
                  p->mode == XDC_PLAN_DILOCO || p->mode == XDC_PLAN_STREAMING ? ", with an outer period" : "",
                  p->keep_unsent ? ", keep_unsent (last round in the final codec)" : "", p->t_step, p->t_compute,
                  p->t_wan_exposed);

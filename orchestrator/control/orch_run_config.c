@@ -42,6 +42,7 @@ static const xdc_cfg_field top_fields[] = {
     RUN_FIELD("span_regions", XDC_CFG_BOOL, span_regions, false, 0, 0),
     RUN_FIELD("activation_codec", XDC_CFG_STRING, activation_codec, false, 0, 0),
     RUN_FIELD("microbatches", XDC_CFG_INT, microbatches, false, 1, 1024),
+    RUN_FIELD("batch_size", XDC_CFG_INT, batch_size, false, 1, 65536),
     RUN_FIELD("steps", XDC_CFG_INT, steps, false, 1, 100000000),
     RUN_FIELD("eval_interval", XDC_CFG_INT, eval_interval, false, 1, 100000000),
     RUN_FIELD("codec", XDC_CFG_STRING, codec, false, 0, 0),
@@ -196,6 +197,7 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     if (xdc_model_config_load(c->model_path, &c->train, errs) != XDC_OK) return XDC_ERR_CONFIG;
     xdc_cfg_errors_init(errs, path);
     if (c->microbatches) c->train.microbatches = c->microbatches;
+    if (c->batch_size) c->train.batch_size = c->batch_size;
     if (c->steps) c->train.steps = c->steps;
     if (c->eval_interval) c->train.eval_interval = c->eval_interval;
     c->microbatches = c->train.microbatches;

@@ -25,6 +25,7 @@ typedef struct orch_run_config {
     bool span_regions;               /* one pipeline over every worker of every region (stages cross the WAN) */
     char activation_codec[32];       /* codec of activations crossing the WAN: none|bf16|int8 */
     int microbatches;                /* per replica per step (overrides the model file when set) */
+    int batch_size;                  /* sequences per microbatch, when set (plan: auto: pins it) */
     int steps;                       /* overrides the model file when set */
     int eval_interval;               /* overrides the model file when set */
     char codec[32];                  /* WAN gradient codec ("int8", "topk:0.01", ..., "link": each link's own) */
