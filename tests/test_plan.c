@@ -804,6 +804,7 @@ XDC_TEST(plan_boundary_buffers_are_what_the_worker_allocates)
         xdc_batch_shape b = {c.batch_size, c.seq_len, (double)M * c.batch_size * c.seq_len};
         xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
         o.stages = P;
+        o.micro_batch = c.batch_size; /* the worker's microbatch, so M is the global batch's count */
         xdc_plan_set *set = search_ok(t, &m, &b, &o);
         const xdc_plan *p = &set->best;
         XDC_ASSERT_EQ(p->stages, P);

@@ -198,8 +198,8 @@ XDC_TEST(sim_buckets_overlap_the_last_backward)
 
 XDC_TEST(sim_delayed_sync_hides_the_round_behind_the_next_step)
 {
-    /* The link of the test above, one bucket, 4 microbatches: the exchange takes about one backward of one
-     * microbatch. Undelayed, the whole round shows after the last backward; with delay_steps 1 it runs
+    /* The link of the test above at 3 Gbit/s, one bucket, 4 microbatches: the exchange takes about one
+     * backward of one microbatch (at 128 tokens a microbatch runs at 128/(128+256) of the GPU's speed). Undelayed, the whole round shows after the last backward; with delay_steps 1 it runs
      * while the next step computes and nothing shows. The planner's closed form (step = pass + max(0,
      * round - pass) + closing) agrees with the simulation in both. */
     xdc_topology *t = test_plan_parse_topo("name: two\nregions:\n"
@@ -207,7 +207,7 @@ XDC_TEST(sim_delayed_sync_hides_the_round_behind_the_next_step)
                                            "0.2, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
                                            "  - {name: b, nodes: b1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: "
                                            "0.2, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
-                                           "links:\n  - {from: a, to: b, bandwidth_gbps: 10, rtt_ms: 2}\n");
+                                           "links:\n  - {from: a, to: b, bandwidth_gbps: 3, rtt_ms: 2}\n");
     xdc_model_shape m;
     flat_model(16, &m);
     xdc_sim_result r[2];
