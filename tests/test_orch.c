@@ -374,8 +374,9 @@ XDC_TEST_T(orch_1f1b_boundary_buffers_match_single_process, 300)
 static int final_hashes(const char *dir, char hash[][17], int cap);
 
 /* sync.delay_steps 1, codec none, 2 regions x 2 replicas, a pipeline across 2 regions and 2 regions x 2
- * stages: the runs end where the serial stale-by-one reference does (step t applies the average of step t-1), and that is not where the
- * undelayed reference ends, so a run applying any other step's gradients fails one of the two. */
+ * stages: the runs end where the serial stale-by-one reference does (step t applies the average of step
+ * t-1), and that is not where the undelayed reference ends, so a run applying any other step's gradients
+ * fails one of the two. */
 XDC_TEST_T(orch_sync_delay_matches_stale_by_one_reference, 300)
 {
     need_corpus();

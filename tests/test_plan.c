@@ -258,28 +258,37 @@ XDC_TEST(plan_wan_bound_keeps_unsent_sparse_and_compute_bound_syncs)
     xdc_topology_destroy(demo);
 }
 
+/* A `plan: auto` run file of bench-e2e's model with `extra` lines, written as NAME.yaml, loaded and its plan
+ * applied on `t`. *eval_seqs: the evaluation's sequences as the file has them, before the plan. */
+static void apply_auto_run(const char *name, const char *extra, xdc_topology *t, orch_run_config *c, orch_planned *pl,
+                           int *eval_seqs)
+{
+    char cwd[512], path[1024];
+    XDC_ASSERT(getcwd(cwd, sizeof cwd) != NULL);
+    snprintf(path, sizeof path, "%s/%s.yaml", xdc_test_tmpdir(), name);
+    FILE *f = fopen(path, "w");
+    XDC_ASSERT(f != NULL);
+    fprintf(f, "model: %s/bench/e2e/gpt1m.yaml\ndata: /usr/share/games/fortunes\nplan: auto\n%s", cwd, extra);
+    fclose(f);
+    xdc_cfg_errors errs;
+    xdc_err_t rc = orch_run_config_load(path, c, &errs);
+    if (rc != XDC_OK) xdc_cfg_errors_print(&errs, stderr);
+    XDC_ASSERT_OK(rc);
+    *eval_seqs = c->train.eval_batches * c->train.batch_size;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_MSG(orch_plan_apply(c, t, pl, &d) == XDC_OK, "%s", d.msg);
+}
+
 /* `plan: auto` on bench-e2e's WAN-bound topology: the run takes the plan's keep_unsent, last-round codec and
  * outer lr, and keeps an outer lr set by hand. */
 XDC_TEST(plan_auto_runs_the_chosen_keep_unsent_settings)
 {
-    char cwd[512], path[1024];
-    XDC_ASSERT(getcwd(cwd, sizeof cwd) != NULL);
     xdc_topology *t = test_plan_load_topo("bench/e2e/two-region.yaml");
     for (int k = 0; k < 2; k++) {
-        snprintf(path, sizeof path, "%s/auto%d.yaml", xdc_test_tmpdir(), k);
-        FILE *f = fopen(path, "w");
-        XDC_ASSERT(f != NULL);
-        fprintf(f, "model: %s/bench/e2e/gpt1m.yaml\ndata: /usr/share/games/fortunes\nplan: auto\n%s", cwd,
-                k ? "diloco: {outer_lr: 0.9}\n" : "");
-        fclose(f);
         orch_run_config c;
-        xdc_cfg_errors errs;
-        xdc_err_t rc = orch_run_config_load(path, &c, &errs);
-        if (rc != XDC_OK) xdc_cfg_errors_print(&errs, stderr);
-        XDC_ASSERT_OK(rc);
         orch_planned pl;
-        xdc_diag d = {{0}};
-        XDC_ASSERT_MSG(orch_plan_apply(&c, t, &pl, &d) == XDC_OK, "%s", d.msg);
+        int eval_seqs;
+        apply_auto_run(k ? "auto1" : "auto0", k ? "diloco: {outer_lr: 0.9}\n" : "", t, &c, &pl, &eval_seqs);
         XDC_ASSERT_EQ(c.mode, ORCH_MODE_DILOCO);
         XDC_ASSERT(c.keep_unsent);
         XDC_ASSERT_MSG(strcmp(c.codec, "sparse:0.05:2") == 0, "codec %s", c.codec);
@@ -389,25 +398,13 @@ XDC_TEST(plan_picks_microbatches_between_bubble_and_per_microbatch_cost)
  * batch_size. */
 XDC_TEST(plan_auto_runs_the_chosen_microbatch_size_unless_pinned)
 {
-    char cwd[512], path[1024];
-    XDC_ASSERT(getcwd(cwd, sizeof cwd) != NULL);
     xdc_topology *t = test_plan_load_topo("bench/e2e/two-region.yaml");
     for (int k = 0; k < 2; k++) {
-        snprintf(path, sizeof path, "%s/mb%d.yaml", xdc_test_tmpdir(), k);
-        FILE *f = fopen(path, "w");
-        XDC_ASSERT(f != NULL);
-        fprintf(f, "model: %s/bench/e2e/gpt1m.yaml\ndata: /usr/share/games/fortunes\nplan: auto\nmicrobatches: 4\n%s",
-                cwd, k ? "batch_size: 4\n" : "");
-        fclose(f);
         orch_run_config c;
-        xdc_cfg_errors errs;
-        xdc_err_t rc = orch_run_config_load(path, &c, &errs);
-        if (rc != XDC_OK) xdc_cfg_errors_print(&errs, stderr);
-        XDC_ASSERT_OK(rc);
-        int eval_seqs = c.train.eval_batches * c.train.batch_size;
         orch_planned pl;
-        xdc_diag d = {{0}};
-        XDC_ASSERT_MSG(orch_plan_apply(&c, t, &pl, &d) == XDC_OK, "%s", d.msg);
+        int eval_seqs;
+        apply_auto_run(k ? "mb1" : "mb0", k ? "microbatches: 4\nbatch_size: 4\n" : "microbatches: 4\n", t, &c, &pl,
+                       &eval_seqs);
         /* gpt1m: 16 sequences per microbatch; the file's 4 microbatches make 64 per worker (pinned: 4 x 4). */
         XDC_ASSERT_EQ(c.train.batch_size, k ? 4 : 64);
         XDC_ASSERT_EQ(c.train.microbatches, k ? 4 : 1);

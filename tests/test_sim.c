@@ -161,29 +161,46 @@ XDC_TEST(sim_gradient_exchange_takes_bytes_over_bandwidth_plus_half_rtt)
     xdc_topology_destroy(t);
 }
 
+/* Two regions of one 0.2 TFLOP/s GPU each, linked at `gbps` with a 2 ms RTT. */
+static xdc_topology *two_gpus_linked(double gbps)
+{
+    char text[600];
+    snprintf(text, sizeof text,
+             "name: two\nregions:\n"
+             "  - {name: a, nodes: a1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: 0.2, memory_gib: 80}, intra: "
+             "{bandwidth_gbps: 1000}}\n"
+             "  - {name: b, nodes: b1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: 0.2, memory_gib: 80}, intra: "
+             "{bandwidth_gbps: 1000}}\n"
+             "links:\n  - {from: a, to: b, bandwidth_gbps: %g, rtt_ms: 2}\n",
+             gbps);
+    return test_plan_parse_topo(text);
+}
+
+/* Exact sync of one stage per region without a codec, M microbatches, buckets of bucket_mb, at MFU 0.5. */
+static xdc_plan_opts one_stage_sync(int microbatches, double bucket_mb)
+{
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    o.calib.mfu = 0.5;
+    o.all_regions = 1;
+    o.stages = 1;
+    o.microbatches = microbatches;
+    o.mode = XDC_PLAN_SYNC;
+    o.bucket_mb = bucket_mb;
+    snprintf(o.codec, sizeof o.codec, "none");
+    return o;
+}
+
 XDC_TEST(sim_buckets_overlap_the_last_backward)
 {
     /* 16 layers at 0.1 TFLOP/s and a link that needs about as long as the backward for the gradients:
      * small buckets leave during the last backward and hide most of the exchange; one bucket cannot. */
-    xdc_topology *t = test_plan_parse_topo("name: two\nregions:\n"
-                                           "  - {name: a, nodes: a1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: "
-                                           "0.2, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
-                                           "  - {name: b, nodes: b1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: "
-                                           "0.2, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
-                                           "links:\n  - {from: a, to: b, bandwidth_gbps: 10, rtt_ms: 2}\n");
+    xdc_topology *t = two_gpus_linked(10);
     xdc_model_shape m;
     flat_model(16, &m);
     double step[2];
     for (int k = 0; k < 2; k++) {
         xdc_batch_shape b = {1, 128, 0};
-        xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
-        o.calib.mfu = 0.5;
-        o.all_regions = 1;
-        o.stages = 1;
-        o.microbatches = 1;
-        o.mode = XDC_PLAN_SYNC;
-        o.bucket_mb = k ? 2 : 1024;
-        snprintf(o.codec, sizeof o.codec, "none");
+        xdc_plan_opts o = one_stage_sync(1, k ? 2 : 1024);
         xdc_plan_set *s = NULL;
         xdc_diag d = {{0}};
         XDC_ASSERT_MSG(xdc_plan_search(t, &m, &b, &o, &s, &d) == XDC_OK, "%s", d.msg);
@@ -199,29 +216,18 @@ XDC_TEST(sim_buckets_overlap_the_last_backward)
 XDC_TEST(sim_delayed_sync_hides_the_round_behind_the_next_step)
 {
     /* The link of the test above at 3 Gbit/s, one bucket, 4 microbatches: the exchange takes about one
-     * backward of one microbatch (at 128 tokens a microbatch runs at 128/(128+256) of the GPU's speed). Undelayed, the whole round shows after the last backward; with delay_steps 1 it runs
-     * while the next step computes and nothing shows. The planner's closed form (step = pass + max(0,
-     * round - pass) + closing) agrees with the simulation in both. */
-    xdc_topology *t = test_plan_parse_topo("name: two\nregions:\n"
-                                           "  - {name: a, nodes: a1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: "
-                                           "0.2, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
-                                           "  - {name: b, nodes: b1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: "
-                                           "0.2, memory_gib: 80}, intra: {bandwidth_gbps: 1000}}\n"
-                                           "links:\n  - {from: a, to: b, bandwidth_gbps: 3, rtt_ms: 2}\n");
+     * backward of one microbatch (at 128 tokens a microbatch runs at 128/(128+256) of the GPU's speed).
+     * Undelayed, the whole round shows after the last backward; with delay_steps 1 it runs while the next
+     * step computes and nothing shows. The planner's closed form (step = pass + max(0, round - pass) +
+     * closing) agrees with the simulation in both. */
+    xdc_topology *t = two_gpus_linked(3);
     xdc_model_shape m;
     flat_model(16, &m);
     xdc_sim_result r[2];
     for (int delay = 0; delay < 2; delay++) {
         xdc_batch_shape b = {1, 128, 0};
-        xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
-        o.calib.mfu = 0.5;
-        o.all_regions = 1;
-        o.stages = 1;
-        o.microbatches = 4;
-        o.mode = XDC_PLAN_SYNC;
-        o.bucket_mb = 1024;
+        xdc_plan_opts o = one_stage_sync(4, 1024);
         o.delay_steps = delay;
-        snprintf(o.codec, sizeof o.codec, "none");
         xdc_plan_set *s = NULL;
         xdc_diag d = {{0}};
         XDC_ASSERT_MSG(xdc_plan_search(t, &m, &b, &o, &s, &d) == XDC_OK, "%s", d.msg);
