@@ -1,4 +1,5 @@
-/* xdc_alloc.c — allocation wrappers with an "fail the Nth call" switch for error-path tests. */
+/* xdc_alloc.c — allocation wrappers with an "fail the Nth call" switch for error-path tests, and shared
+ * allocations (a memfd each) that the CPU intra backend's peers map and use in place. */
 #include "common/xdc_alloc.h"
 
 #include <pthread.h>

@@ -36,18 +36,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define P2P_SLICE_MS 10
-#define HDR_BYTES    sizeof(uint64_t)
+#define P2P_SLICE_MS  10
+#define HDR_BYTES     sizeof(uint64_t)
 /* Single-copy collectives: messages of at least DIRECT_MIN bytes (per rank block for reduce_scatter and
  * all_gather) go straight between the ranks' buffers; a peer's input is read DIRECT_PIECE bytes at a time
  * into this rank's scratch, so a piece of every rank's input stays in L2 while it is reduced. Smaller
  * messages take the staging path, whose single step costs less than the two steps of a direct one. */
-#define DIRECT_MIN   ((size_t)64 << 10)
-#define DIRECT_PIECE ((size_t)64 << 10)
+#define DIRECT_MIN    ((size_t)64 << 10)
+#define DIRECT_PIECE  ((size_t)64 << 10)
 /* Peers' shared allocations mapped into this process (buffers from xdc_shared_alloc: the CPU device's and
  * xdc_intra_mem_alloc's). A mapped buffer is read and written in place: no system call, no page pinning,
- * no copy through scratch. Least recently used first out; a stale entry only keeps its pages alive. */
-#define PEER_MAPS    16
+ * no copy through scratch. Least recently used first out. A mapping keeps the peer's pages alive after the
+ * peer freed them, so one not used in PEER_MAP_IDLE lookups is dropped at the next lookup. */
+#define PEER_MAPS     16
+#define PEER_MAP_IDLE 256
 
 typedef struct peer_map {
     pid_t pid;
@@ -372,6 +374,10 @@ static uint8_t *peer_mapped(coll_ctx *x, int k, int which, size_t need)
     peer_map *m = NULL, *victim = &cc->maps[0];
     for (int i = 0; i < PEER_MAPS && !m; i++) {
         peer_map *e = &cc->maps[i];
+        if (e->base && cc->map_clock - e->used > PEER_MAP_IDLE) { /* idle: maybe memory its peer freed */
+            munmap(e->base, e->bytes);
+            e->base = NULL;
+        }
         if (e->base && e->pid == pid && e->fd == fd && e->ino == ino) m = e;
         else if (!e->base || (victim->base && e->used < victim->used)) victim = e;
     }
@@ -425,6 +431,9 @@ static xdc_err_t run_direct(coll_ctx *x, int *done)
     uint64_t bufs[2 * 64];   /* (size, 2): every rank's send and recv address */
     uint8_t *mapped[2 * 64]; /* (size, 2): the same buffers mapped here, or NULL */
     int n = cc->shm.size, me_r = cc->shm.rank, can_map = 2 * (n - 1) <= PEER_MAPS; /* no eviction mid-operation */
+    /* The peers' buffers this operation touches: every input but a broadcast's, every output of an
+     * all_reduce (it writes its reduced slice there), the root's output of a broadcast. */
+    int bcast = q->kind == INTRA_OP_BROADCAST, use_send = !bcast, use_recv = bcast || q->kind == INTRA_OP_ALL_REDUCE;
     /* Bytes of a peer's buffers this rank may touch: reduce_scatter's input and all_gather's output hold
      * one block per rank, the others one block. */
     size_t send_bytes = q->kind == INTRA_OP_REDUCE_SCATTER ? block * (size_t)n : block,
@@ -432,8 +441,9 @@ static xdc_err_t run_direct(coll_ctx *x, int *done)
     for (int k = 0; k < n; k++) {
         bufs[2 * k] = atomic_load_explicit(&cc->shm.slots[k].buf[0], memory_order_relaxed);
         bufs[2 * k + 1] = atomic_load_explicit(&cc->shm.slots[k].buf[1], memory_order_relaxed);
-        mapped[2 * k] = k == me_r || !can_map ? NULL : peer_mapped(x, k, 0, send_bytes);
-        mapped[2 * k + 1] = k == me_r || !can_map ? NULL : peer_mapped(x, k, 1, recv_bytes);
+        int peer = k != me_r && can_map && (!bcast || k == q->peer);
+        mapped[2 * k] = peer && use_send ? peer_mapped(x, k, 0, send_bytes) : NULL;
+        mapped[2 * k + 1] = peer && use_recv ? peer_mapped(x, k, 1, recv_bytes) : NULL;
     }
     *done = 1;
     int reduce = q->kind == INTRA_OP_ALL_REDUCE || q->kind == INTRA_OP_REDUCE_SCATTER;

@@ -21,11 +21,10 @@ double topo_stage_act_bytes(const xdc_model_shape *m, int lb, int le, int inflig
 }
 
 double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int batch, int seq_len,
-                          int mode_extra)
+                          double extra_bytes_per_param)
 {
     double p = xdc_model_shape_stage_params(m, lb, le);
-    double bytes = p * (m->bytes_per_param + m->optim_bytes_per_param);
-    if (mode_extra) bytes += p * 16; /* global params, outer momentum, pseudo-gradient, snapshot (fp32) */
+    double bytes = p * (m->bytes_per_param + m->optim_bytes_per_param + extra_bytes_per_param);
     /* The activation slots of the microbatches in flight, and the one backward scratch. */
     bytes += topo_stage_act_bytes(m, lb, le, inflight, batch, seq_len);
     bytes += xdc_model_shape_scratch_bytes(m, lb, le, batch, seq_len);

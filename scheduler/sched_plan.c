@@ -127,9 +127,13 @@ static double stage_time(const search *s, const chain_stage *cs, int lb, int le)
     return topo_stage_flops(s->m, lb, le, tokens_mb(s), s->b->seq_len) / cs->flops;
 }
 
+/* What a sync plan keeps per parameter beyond the weights and AdamW: delayed averaging's second gradient
+ * arena (the stage's grad_buffers 2, orch_worker.c). */
+static double sync_extra_bytes(const search *s) { return s->o->delay_steps ? TOPO_DELAY_BYTES_PER_PARAM : 0; }
+
 static int stage_fits(const search *s, const chain_stage *cs, int lb, int le)
 {
-    return topo_stage_mem_gib(s->m, lb, le, cs->inflight, s->mb, s->b->seq_len, 0) <= cs->mem_limit;
+    return topo_stage_mem_gib(s->m, lb, le, cs->inflight, s->mb, s->b->seq_len, sync_extra_bytes(s)) <= cs->mem_limit;
 }
 
 /* Greedy fill under a time cap: each stage takes the most layers it can run within cap and hold in
@@ -207,7 +211,7 @@ static void fill_stages(search *s, xdc_plan *p, int P, int M)
 }
 
 /* Memory per GPU of a data-parallel plan (every region holds every stage): 1 when the worst stage fits. */
-static int dp_mem(const search *s, xdc_plan *p, int mode_extra)
+static int dp_mem(const search *s, xdc_plan *p, double extra_bytes_per_param)
 {
     p->mem_gib_max = 0;
     p->mem_gib_limit = 1e30;
@@ -217,16 +221,16 @@ static int dp_mem(const search *s, xdc_plan *p, int mode_extra)
     for (int i = 0; i < p->stages; i++) {
         xdc_plan_stage *st = &p->stage[i];
         st->mem_gib = topo_stage_mem_gib(s->m, st->layer_begin, st->layer_end, st->inflight, p->micro_batch,
-                                         s->b->seq_len, mode_extra);
+                                         s->b->seq_len, extra_bytes_per_param);
         if (st->mem_gib > p->mem_gib_max) p->mem_gib_max = st->mem_gib;
     }
     return p->mem_gib_max <= TOPO_PLAN_MEM_HEADROOM * p->mem_gib_limit;
 }
 
 /* Memory check for a data-parallel plan; a miss is counted as a rejection. */
-static int dp_fits(search *s, xdc_plan *p, int mode_extra)
+static int dp_fits(search *s, xdc_plan *p, double extra_bytes_per_param)
 {
-    if (dp_mem(s, p, mode_extra)) return 1;
+    if (dp_mem(s, p, extra_bytes_per_param)) return 1;
     char where[128];
     snprintf(where, sizeof where, "%s with %d stage%s per replica", xdc_plan_mode_name(p->mode), p->stages,
              p->stages > 1 ? "s" : "");
@@ -343,7 +347,8 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
         const char *codec = codecs[ci];
         xdc_plan p = *base;
         snprintf(p.codec, sizeof p.codec, "%s", codec);
-        if (mode_allowed(s, XDC_PLAN_SYNC) && s->o->inner_steps <= 0 && s->o->keep_unsent <= 0 && dp_fits(s, &p, 0)) {
+        if (mode_allowed(s, XDC_PLAN_SYNC) && s->o->inner_steps <= 0 && s->o->keep_unsent <= 0 &&
+            dp_fits(s, &p, sync_extra_bytes(s))) {
             double intra, round = dp_round(s, &p, dr, n_active, codec, 1.0, 1, &intra, wire);
             p.mode = XDC_PLAN_SYNC;
             p.inner_steps = p.fragments = 0;
@@ -383,7 +388,7 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
                     snprintf(p.final_codec, sizeof p.final_codec, "%s", TOPO_PLAN_KEEP_UNSENT_FINAL_CODEC);
                     p.outer_lr = TOPO_PLAN_KEEP_UNSENT_OUTER_LR;
                 }
-                if (!dp_fits(s, &p, 1)) continue;
+                if (!dp_fits(s, &p, TOPO_OUTER_BYTES_PER_PARAM)) continue;
                 p.inner_steps = H;
                 p.fragments = mode == XDC_PLAN_STREAMING ? (s->o->fragments > 0 ? s->o->fragments : (H < 4 ? H : 4))
                                                          : 0;
@@ -440,7 +445,7 @@ static int dp_price(search *s, xdc_plan *base, int P, int D, int b, dp_region *d
     }
     host_bound(s, total, &o->t_pipe, &o->t_bubble);
     o->t_mb_cost = o->t_compute * half / (tokens_mb(s) + half); /* what c(tau) = w (tau + h) adds: w h each */
-    return o->fits = dp_mem(s, base, 0);
+    return o->fits = dp_mem(s, base, sync_extra_bytes(s));
 }
 
 /* The microbatch size of a data-parallel structure. The tokens per step stay the global batch's; with
@@ -674,8 +679,8 @@ static void eval_chain(search *s, const int *chain, int n)
             double need = 0;
             for (int i = 0; i < P; i++) {
                 int lo = s->m->layers * i / P, hi = s->m->layers * (i + 1) / P;
-                need = fmax(
-                    need, topo_stage_mem_gib(s->m, lo, hi > lo ? hi : lo + 1, cs[i].inflight, s->mb, s->b->seq_len, 0));
+                need = fmax(need, topo_stage_mem_gib(s->m, lo, hi > lo ? hi : lo + 1, cs[i].inflight, s->mb,
+                                                     s->b->seq_len, sync_extra_bytes(s)));
             }
             char where[128];
             snprintf(where, sizeof where, "a pipeline over %d region%s with %d stages", n, n > 1 ? "s" : "", P);
@@ -693,7 +698,8 @@ static void eval_chain(search *s, const int *chain, int n)
             st->inflight = cs[i].inflight;
             st->act_bytes = topo_stage_act_bytes(s->m, lb[i], lb[i + 1], st->inflight, s->mb, s->b->seq_len);
             st->boundary_bytes = xdc_model_shape_boundary_bytes(s->m, lb[i], lb[i + 1], s->mb, s->b->seq_len);
-            st->mem_gib = topo_stage_mem_gib(s->m, lb[i], lb[i + 1], st->inflight, s->mb, s->b->seq_len, 0);
+            st->mem_gib = topo_stage_mem_gib(s->m, lb[i], lb[i + 1], st->inflight, s->mb, s->b->seq_len,
+                                             sync_extra_bytes(s));
             p.mem_gib_max = fmax(p.mem_gib_max, st->mem_gib);
             if (i > 0 && cs[i].region != cs[i - 1].region) p.cut_layer[cut++] = lb[i];
         }

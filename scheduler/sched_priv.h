@@ -83,9 +83,13 @@ double topo_stage_flops(const xdc_model_shape *m, int lb, int le, double tokens,
  * at once, bytes: inflight × xdc_model_shape_slot_bytes — what the model's stage reports
  * (xdc_gpt_stage_activation_bytes) after a 1F1B step. */
 double topo_stage_act_bytes(const xdc_model_shape *m, int lb, int le, int inflight, int batch, int seq_len);
-/* Memory per GPU of a stage, GiB. `mode_extra` adds DiLoCo/streaming copies of the parameters. */
+/* Bytes per parameter a mode keeps beyond the weights and AdamW's state: DiLoCo/streaming's global
+ * parameters, outer momentum, pseudo-gradient and snapshot; delayed sync's second gradient arena (fp32). */
+#define TOPO_OUTER_BYTES_PER_PARAM 16.0
+#define TOPO_DELAY_BYTES_PER_PARAM 4.0
+/* Memory per GPU of a stage, GiB, with `extra_bytes_per_param` (the TOPO_*_BYTES_PER_PARAM of its mode). */
 double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int batch, int seq_len,
-                          int mode_extra);
+                          double extra_bytes_per_param);
 
 /* Durations of one gradient bucket in the comm engine's two-stage pipeline (orchestrator/xdc_sync.c):
  * A = reduce-scatter over `ranks` + encode the shard; B = decode every region's shard + all-gather.

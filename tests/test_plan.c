@@ -773,6 +773,37 @@ static xdc_err_t counting_alloc(void **out, size_t bytes)
     return rc;
 }
 
+/* Delayed averaging keeps a second fp32 gradient arena per stage (the worker creates the stage with
+ * grad_buffers 2): the planner's memory per GPU of the same sync plan grows by exactly 4 bytes per
+ * parameter of its largest stage. */
+XDC_TEST(plan_delayed_sync_counts_the_second_gradient_arena)
+{
+    xdc_model_shape m;
+    xdc_model_shape_gpt(12, 12, 768, 1024, 256, &m);
+    xdc_batch_shape b = {8, 1024, 8.0 * 1024 * 16 * 32};
+    xdc_topology *t = two_regions(8, 300, 300, 80, "bandwidth_gbps: 400, rtt_ms: 2");
+    xdc_plan_set *set[2];
+    for (int delay = 0; delay < 2; delay++) {
+        xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+        o.mode = XDC_PLAN_SYNC;
+        o.stages = 2;
+        o.micro_batch = 8;
+        o.delay_steps = delay;
+        set[delay] = search_ok(t, &m, &b, &o);
+        XDC_ASSERT_EQ(set[delay]->best.delay_steps, delay);
+    }
+    const xdc_plan *p0 = &set[0]->best, *p1 = &set[1]->best;
+    XDC_ASSERT_EQ(p0->stages, p1->stages);
+    for (int i = 0; i < p0->stages; i++) {
+        double params = xdc_model_shape_stage_params(&m, p0->stage[i].layer_begin, p0->stage[i].layer_end);
+        XDC_ASSERT_EQ(p0->stage[i].layer_begin, p1->stage[i].layer_begin);
+        XDC_ASSERT_NEAR(p1->stage[i].mem_gib - p0->stage[i].mem_gib, params * 4 / (1024.0 * 1024 * 1024), 1e-9);
+    }
+    xdc_plan_set_destroy(set[0]);
+    xdc_plan_set_destroy(set[1]);
+    xdc_topology_destroy(t);
+}
+
 XDC_TEST(plan_boundary_buffers_are_what_the_worker_allocates)
 {
     /* 4 stages of the tiny shape (4 layers) on one region of 4 GPUs, 8 and then 16 microbatches per step:

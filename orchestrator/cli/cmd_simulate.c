@@ -147,8 +147,11 @@ int xdc_cmd_simulate(int argc, char **argv)
     xdc_plan_set *set = NULL;
     ex = plan_inputs_search(&in, &set);
     if (ex == XDC_EX_OK && n_measured > 0) {
-        /* Calibrate on the chosen structure, then plan again so the prediction uses the measured speed. */
+        /* Calibrate on the chosen structure, then plan again so the prediction uses the measured speed. The
+         * stages and the microbatch size stay those the measurement was taken on. */
         xdc_err_t rc = xdc_plan_calibrate_compute(in.topo, &set->best, measured, n_measured, &in.opts.calib);
+        in.opts.stages = set->best.stages;
+        if (in.opts.micro_batch <= 0) in.opts.micro_batch = set->best.micro_batch;
         xdc_plan_set_destroy(set);
         set = NULL;
         if (rc == XDC_OK) {

@@ -31,16 +31,15 @@ static xdc_err_t sync_setup(orch_worker *w, void **state, xdc_diag *diag)
     return xdc_sync_create(w->comm.sync_eng, &sc, &st->grad, diag);
 }
 
-/* Delayed averaging: wait for the round in flight (the gradients of step `lr_step`), make its averaged
- * arena the current one and apply it; the arena left (this step's gradients, or nothing at the finish) is
- * returned in *left. */
-static xdc_err_t apply_pending(orch_worker *w, sync_state *st, float *loss, int64_t lr_step, float **left,
-                               xdc_diag *diag)
+/* Delayed averaging: wait for the round in flight (the gradients of the step before) and make its averaged
+ * arena the current one, which the update then applies; returns the arena left in *left (this step's
+ * gradients, or nothing at the finish). */
+static xdc_err_t take_pending(orch_worker *w, sync_state *st, float **left, xdc_diag *diag)
 {
     XDC_CHECK(orch_train_wait_sync(w, st->grad, diag));
     st->pending = false;
     *left = xdc_gpt_stage_swap_grads(w->model.st);
-    return orch_train_update(w, loss, lr_step, diag);
+    return XDC_OK;
 }
 
 static xdc_err_t sync_step(orch_worker *w, void *state, float *loss, xdc_diag *diag)
@@ -48,18 +47,18 @@ static xdc_err_t sync_step(orch_worker *w, void *state, float *loss, xdc_diag *d
     sync_state *st = state;
     if (!w->cfg.delay_steps) return orch_train_inner_step(w, st->grad, loss, diag);
     XDC_CHECK(orch_train_pass(w, NULL, loss, diag)); /* this step's gradients, into the current arena */
+    int had_pending = st->pending;
     float *mine;
-    if (st->pending) {
-        XDC_CHECK(apply_pending(w, st, loss, w->prog.step - 1, &mine, diag));
-    } else { /* step 0: nothing to apply yet; the loss still sums over the stages */
-        mine = xdc_gpt_stage_swap_grads(w->model.st);
-        XDC_CHECK(orch_pipe_allreduce_sum(w, loss, 1, diag));
-    }
-    /* The backward that wrote `mine` is queued on the compute stream: mark_ready's events order the comm
-     * stream's reads after it, and the next step's backward writes the other arena. */
+    if (had_pending) XDC_CHECK(take_pending(w, st, &mine, diag));
+    else mine = xdc_gpt_stage_swap_grads(w->model.st); /* step 0: nothing to apply yet */
+    /* This step's round starts before the update, which reads only the other arena. The backward that wrote
+     * `mine` is queued on the compute stream: mark_ready's events order the comm stream's reads after it,
+     * and the next step's backward writes the other arena. */
     XDC_CHECK(xdc_sync_begin(st->grad, mine));
     xdc_sync_mark_ready(st->grad, 0);
     st->pending = true;
+    if (had_pending) XDC_CHECK(orch_train_update(w, loss, w->prog.step - 1, diag));
+    else XDC_CHECK(orch_pipe_allreduce_sum(w, loss, 1, diag)); /* the loss still sums over the stages */
     w->prog.step++;
     return XDC_OK;
 }
@@ -70,7 +69,8 @@ static xdc_err_t sync_finish(orch_worker *w, void *state, xdc_diag *diag)
     if (!st->pending) return XDC_OK; /* every step ended agreed */
     float loss = 0, *left;           /* no step's loss to report */
     uint64_t t0 = xdc_now_ns();
-    xdc_err_t rc = apply_pending(w, st, &loss, w->prog.step - 1, &left, diag);
+    xdc_err_t rc = take_pending(w, st, &left, diag);
+    if (rc == XDC_OK) rc = orch_train_update(w, &loss, w->prog.step - 1, diag);
     /* The last step's tail: its wait counts as exposed WAN, so its time counts as step time too. */
     w->prog.t_step += (double)(xdc_now_ns() - t0) / 1e9;
     return rc;
