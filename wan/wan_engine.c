@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define LOOP_TICK_MS 20 /* timer resolution: pings, redials, deadlines */
@@ -61,10 +62,23 @@ static void addr_text(const struct sockaddr_storage *a, char *buf, size_t cap)
     snprintf(buf, cap, "%s:%d", host, port);
 }
 
+/* Bytes of unread input discarded before a close, at most: a peer keeps sending for one RTT at most. */
+#define CLOSE_DRAIN_MAX ((size_t)1 << 20)
+
 static void stream_close_io(wan_stream *s)
 {
     if (s->ssl) SSL_free(s->ssl);
-    if (s->fd >= 0) close(s->fd);
+    if (s->fd >= 0) {
+        /* close() with unread input queued resets the connection instead of ending it, and a reset makes
+         * the peer (or a relay on the way) drop what it has not read yet: our BYE, written just before. So
+         * what the peer sent that nobody will read (its own BYE, an ack) is discarded first. */
+        char sink[4096];
+        ssize_t n;
+        size_t drained = 0;
+        while (drained < CLOSE_DRAIN_MAX && (n = recv(s->fd, sink, sizeof sink, MSG_DONTWAIT)) > 0)
+            drained += (size_t)n;
+        close(s->fd);
+    }
     s->ssl = NULL;
     s->fd = -1;
 }
