@@ -8,7 +8,7 @@
 #include "tests/xdc_test.h"
 
 #include "common/xdc_log.h"
-#include "orchestrator/control/orch_rdzv.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
 #include "wan/xdc_wan_certs.h"
 
 #include <openssl/evp.h>

@@ -1,4 +1,4 @@
-/* test_device_select.c — which device a region's workers run on (orchestrator/control/orch_device.h,
+/* test_device_select.c — which device a region's workers run on (orchestrator/launch/orch_device.h,
  * docs/runtime.md "Devices"): the rule itself (override, topology, GPUs needed, the node check with a
  * fake registry), the device words against the kernel registry's, and `xdc launch|agent|worker` end to
  * end on this machine: `--device cpu` changes nothing, CUDA on a node without enough GPUs and the
@@ -9,7 +9,7 @@
 #include "tests/test_run_util.h"
 
 #include "kernels/xdc_kernels.h"
-#include "orchestrator/control/orch_device.h"
+#include "orchestrator/launch/orch_device.h"
 #include "topology/xdc_topology.h"
 
 #include <stdio.h>
@@ -60,7 +60,7 @@ static const orch_device_probe fake_probe = {.cuda_devices = fake_cuda_devices, 
 
 XDC_TEST(orch_device_names_are_the_kernel_registry)
 {
-    /* control/ may not ask kernels/, so it keeps its own words; they must be the registry's. */
+    /* launch/ may not ask kernels/, so it keeps its own words; they must be the registry's. */
     const orch_device all[] = {ORCH_DEVICE_CPU, ORCH_DEVICE_CUDA, ORCH_DEVICE_CPU_STRICT};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         xdc_backend_kind k;

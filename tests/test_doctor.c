@@ -6,9 +6,9 @@
 #include "tests/xdc_test.h"
 
 #include "common/xdc_alloc.h"
-#include "orchestrator/control/orch_doctor.h"
-#include "orchestrator/control/orch_rdzv.h"
-#include "orchestrator/control/orch_run_config.h"
+#include "orchestrator/doctor/orch_doctor.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
+#include "orchestrator/runcfg/orch_run_config.h"
 #include "topology/xdc_topology.h"
 
 #include <arpa/inet.h>

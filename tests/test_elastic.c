@@ -9,8 +9,8 @@
 #include "tests/xdc_test.h"
 #include "tests/test_wan_util.h"
 
-#include "orchestrator/control/orch_quorum.h"
-#include "orchestrator/control/orch_rdzv.h"
+#include "orchestrator/elastic/orch_quorum.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
 #include "topology/xdc_topology.h"
 
 #include <glob.h>

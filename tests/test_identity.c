@@ -5,7 +5,7 @@
 #include "tests/xdc_test.h"
 
 #include "common/xdc_log.h"
-#include "orchestrator/control/orch_identity.h"
+#include "orchestrator/launch/orch_identity.h"
 
 #include <stdio.h>
 #include <stdlib.h>

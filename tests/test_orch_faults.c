@@ -4,8 +4,8 @@
 #include "tests/xdc_test.h"
 #include "tests/test_wan_util.h"
 
-#include "orchestrator/control/orch_failure.h"
-#include "orchestrator/control/orch_run_config.h"
+#include "orchestrator/launch/orch_failure.h"
+#include "orchestrator/runcfg/orch_run_config.h"
 #include "orchestrator/worker/orch_worker.h"
 #include "wan/emu/xdc_wan_emu.h"
 

@@ -15,7 +15,7 @@
 #include "model/xdc_gpt.h"
 #include "model/xdc_model_config.h"
 #include "model/xdc_model_shape.h"
-#include "orchestrator/control/orch_run_config.h"
+#include "orchestrator/runcfg/orch_run_config.h"
 #include "orchestrator/worker/orch_worker.h"
 #include "scheduler/xdc_plan.h"
 

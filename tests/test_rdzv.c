@@ -2,14 +2,14 @@
  * set, a reusable barrier runs many generations, a member whose certificate names another region is
  * refused, and a barrier that times out names the member missing (tests/test_hostile_rdzv.c tries the
  * attacks). Then the supervise loop around it
- * (orchestrator/control/orch_proc.c): SIGTERM to an agent and to a coordinator (each after a SIGPIPE it
+ * (orchestrator/launch/orch_proc.c): SIGTERM to an agent and to a coordinator (each after a SIGPIPE it
  * must ignore), SIGINT to a launcher, each ending with exit 75 and no worker left behind. */
 #include "tests/test_wan_util.h"
 #include "tests/xdc_test.h"
 
 #include "common/xdc_time.h"
-#include "orchestrator/control/orch_proc.h"
-#include "orchestrator/control/orch_rdzv.h"
+#include "orchestrator/launch/orch_proc.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
 
 #include <pthread.h>
 #include <signal.h>

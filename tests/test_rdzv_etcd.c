@@ -1,4 +1,4 @@
-/* test_rdzv_etcd.c — the rendezvous store on etcd (orchestrator/control/orch_rdzv_etcd.c) against a real
+/* test_rdzv_etcd.c — the rendezvous store on etcd (orchestrator/rdzv/orch_rdzv_etcd.c) against a real
  * etcd started in the test's folder on loopback: store operations (set, get, a one-look get, a get that
  * times out, a member that joins twice), barriers with a member killed mid-barrier whose lease expires,
  * two prefixes that do not see each other, etcd stopped while a member waits in a barrier (a TIMEOUT
@@ -8,7 +8,7 @@
 #include "tests/xdc_test.h"
 
 #include "common/xdc_time.h"
-#include "orchestrator/control/orch_rdzv.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
 
 #include <curl/curl.h>
 #include <netinet/in.h>

@@ -9,7 +9,7 @@
 #include "tests/xdc_test.h"
 
 #include "model/xdc_ckpt.h"
-#include "orchestrator/control/orch_manifest.h"
+#include "orchestrator/launch/orch_manifest.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* cli_device.c — `--device` for launch, agent and worker: the word (and XDC_DEVICE) checked before
- * anything starts, and the kernel registry's answers for the node check (orchestrator/control/
- * orch_device.h), which control/ may not ask itself. */
+ * anything starts, and the kernel registry's answers for the node check (orchestrator/launch/
+ * orch_device.h), which launch/ may not ask itself. */
 #include "orchestrator/cli/xdc_cli.h"
 
 #include "kernels/xdc_kernels.h"

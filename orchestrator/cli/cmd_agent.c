@@ -1,8 +1,8 @@
-/* cmd_agent.c — `xdc agent`: the options of the node agent (orchestrator/control/orch_agent.c) and its
+/* cmd_agent.c — `xdc agent`: the options of the node agent (orchestrator/launch/orch_agent.c) and its
  * exit code: a failed worker's (or --exec program's) own status, else the sysexits code of the error. */
 #include "orchestrator/cli/xdc_cli.h"
 
-#include "orchestrator/control/orch_agent.h"
+#include "orchestrator/launch/orch_agent.h"
 
 #include <getopt.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* cmd_doctor.c — `xdc doctor`: the pre-flight check of a node (orchestrator/control/orch_doctor.h), the
+/* cmd_doctor.c — `xdc doctor`: the pre-flight check of a node (orchestrator/doctor/orch_doctor.h), the
  * probe server every region runs for it (`--serve`), and the one-machine mode through the emulator's
  * relays (`--emulate`). Exit 0 only when every check passed; 69 when one failed. */
 #include "orchestrator/cli/xdc_cli.h"
@@ -6,8 +6,8 @@
 #include "common/xdc_alloc.h"
 #include "common/xdc_parse.h"
 #include "common/xdc_time.h"
-#include "orchestrator/control/orch_doctor.h"
-#include "orchestrator/control/orch_run_config.h"
+#include "orchestrator/doctor/orch_doctor.h"
+#include "orchestrator/runcfg/orch_run_config.h"
 #include "wan/xdc_wan_certs.h"
 
 #include <getopt.h>

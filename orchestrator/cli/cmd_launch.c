@@ -1,12 +1,12 @@
 /* cmd_launch.c — `xdc launch` and `xdc coordinator`: their options (the launcher itself is
- * orchestrator/control/orch_launch.c) and their exit code: a failed agent's own status, else the
+ * orchestrator/launch/orch_launch.c) and their exit code: a failed agent's own status, else the
  * sysexits code of the error. */
 #include "orchestrator/cli/xdc_cli.h"
 
 #include "common/xdc_parse.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
-#include "orchestrator/control/orch_launch.h"
+#include "orchestrator/launch/orch_launch.h"
 
 #include <getopt.h>
 #include <stdio.h>

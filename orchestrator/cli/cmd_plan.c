@@ -6,7 +6,7 @@
 
 #include "common/xdc_parse.h"
 #include "common/xdc_alloc.h"
-#include "orchestrator/control/orch_run_config.h"
+#include "orchestrator/runcfg/orch_run_config.h"
 #include "orchestrator/cli/xdc_cli.h"
 
 #include <getopt.h>

@@ -8,7 +8,7 @@
 #include "common/xdc_parse.h"
 #include "common/xdc_alloc.h"
 #include "common/xdc_time.h"
-#include "orchestrator/control/orch_launch.h"
+#include "orchestrator/launch/orch_launch.h"
 #include "topology/xdc_topology.h"
 #include "wan/emu/xdc_wan_emu.h"
 

@@ -4,9 +4,9 @@
 #define XDC_CLI_H
 
 #include "common/xdc_err.h"
-#include "orchestrator/control/orch_device.h"
-#include "orchestrator/control/orch_creds.h"
-#include "orchestrator/control/orch_rdzv.h"
+#include "orchestrator/launch/orch_device.h"
+#include "orchestrator/launch/orch_creds.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
 
 /* sysexits(3) */
 enum {

@@ -17,7 +17,7 @@
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
 #include "model/xdc_ckpt.h"
-#include "orchestrator/control/orch_manifest.h"
+#include "orchestrator/launch/orch_manifest.h"
 
 #include <stdio.h>
 #include <string.h>

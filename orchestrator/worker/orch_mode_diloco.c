@@ -145,7 +145,7 @@ xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
     return rc;
 }
 
-/* The exchange of an elastic round (orchestrator/control/orch_quorum.h; docs/runtime.md, "Leaving during a
+/* The exchange of an elastic round (orchestrator/elastic/orch_quorum.h; docs/runtime.md, "Leaving during a
  * round"), open on `sync` since orch_outer_opened: wait for it as orch_elastic_wait does; after it, post which
  * regions' contributions this worker summed and take the round's final set, summing again over it unless it
  * is the set the round began with (then every bucket of every member used it). */
@@ -226,7 +226,7 @@ typedef struct {
     orch_outer outer;
 } diloco_state;
 
-/* Who takes part in round `round` (a step, or ORCH_QUORUM_END; orchestrator/control/orch_quorum.h): post
+/* Who takes part in round `round` (a step, or ORCH_QUORUM_END; orchestrator/elastic/orch_quorum.h): post
  * our arrival and wait for the store host's decision. Every worker reads the one published value, so every
  * member counts the same regions ('1'), and knows who rejoins at this round ('j'). A region left out stops:
  * XDC_ERR_UNAVAILABLE naming it (its agent, restarted, may bring it back). */

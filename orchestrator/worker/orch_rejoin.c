@@ -2,7 +2,7 @@
  * "Rejoining"). Its restarted workers find their earlier process's WAN address in the store (the job is
  * running), skip the joined/start barriers, post outer/<region>/<rank> = "join:<nonce>" and wait for
  * rejoin/<nonce>: the step of the round the store host names them joining in
- * (orchestrator/control/orch_quorum.c). They dial that round's members; once the round's exchange is done
+ * (orchestrator/elastic/orch_quorum.c). They dial that round's members; once the round's exchange is done
  * (DiLoCo: after the round; streaming: after its fragment landed, one step later, when nothing is on the
  * wire), each member accepts its joiner's connection in place of the dead process's peer, and rank k of the
  * lowest member region sends rank k of the joiner a header (the step, its data position, the xxh64 of each
@@ -13,7 +13,7 @@
 #include "common/xdc_hash.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
-#include "orchestrator/control/orch_quorum.h"
+#include "orchestrator/elastic/orch_quorum.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_hash.h"
-#include "orchestrator/control/orch_quorum.h"
+#include "orchestrator/elastic/orch_quorum.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
 

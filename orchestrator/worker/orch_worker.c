@@ -4,7 +4,7 @@
  * communicators (region, pipeline group, data-parallel group) and the WAN peers (the same local rank in
  * every other region, through the emulator's relays when asked), then runs the training loop
  * (orch_train.c) and reports its result to the rendezvous. Its device (CPU, CUDA, cpu-strict) follows
- * orchestrator/control/orch_device.h: chosen and checked before any set-up. */
+ * orchestrator/launch/orch_device.h: chosen and checked before any set-up. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
@@ -13,9 +13,9 @@
 #include "kernels/xdc_kernels.h"
 #include "kernels/xdc_model_ops.h"
 #include "model/xdc_model_shape.h"
-#include "orchestrator/control/orch_failure.h"
-#include "orchestrator/control/orch_identity.h"
-#include "orchestrator/control/orch_proc.h"
+#include "orchestrator/launch/orch_failure.h"
+#include "orchestrator/launch/orch_identity.h"
+#include "orchestrator/launch/orch_proc.h"
 #include "orchestrator/worker/xdc_worker.h"
 
 #include <dirent.h>

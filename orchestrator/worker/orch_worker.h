@@ -13,10 +13,10 @@
 #include "model/xdc_gpt.h"
 #include "orchestrator/obs/orch_metrics.h"
 #include "orchestrator/obs/orch_steplog.h"
-#include "orchestrator/control/orch_creds.h"
-#include "orchestrator/control/orch_device.h"
-#include "orchestrator/control/orch_rdzv.h"
-#include "orchestrator/control/orch_run_config.h"
+#include "orchestrator/launch/orch_creds.h"
+#include "orchestrator/launch/orch_device.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
+#include "orchestrator/runcfg/orch_run_config.h"
 #include "sync/xdc_sync.h"
 #include "orchestrator/obs/orch_trace.h"
 #include "model/xdc_data.h"
@@ -133,7 +133,7 @@ typedef struct orch_progress {
 } orch_progress;
 
 /* Elastic DiLoCo and streaming (orch_mode_diloco.c, docs/runtime.md): the regions in the last outer round's quorum, as
- * the rendezvous host decided it (orchestrator/control/orch_quorum.h). */
+ * the rendezvous host decided it (orchestrator/elastic/orch_quorum.h). */
 typedef struct orch_elastic {
     int on;                                /* orch_quorum_elastic */
     uint8_t live[XDC_TOPO_MAX_REGIONS];    /* 1: in the last round (all before the first) */

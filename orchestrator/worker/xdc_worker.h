@@ -6,8 +6,8 @@
 #define XDC_WORKER_H
 
 #include "common/xdc_err.h"
-#include "orchestrator/control/orch_rdzv.h"
-#include "orchestrator/control/orch_creds.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
+#include "orchestrator/launch/orch_creds.h"
 
 typedef struct xdc_worker_opts {
     const char *topology_path; /* topology file */
@@ -25,7 +25,7 @@ typedef struct xdc_worker_opts {
  * with file:line:col) and return XDC_ERR_CONFIG, as does an identity the environment does not give. A
  * device word that names no device is XDC_ERR_INVALID; a node with fewer GPUs than its device needs is
  * XDC_ERR_UNAVAILABLE, and a device the kernel registry refuses returns the registry's error, both
- * before any set-up (orchestrator/control/orch_device.h). */
+ * before any set-up (orchestrator/launch/orch_device.h). */
 xdc_err_t xdc_worker_run(const xdc_worker_opts *opts, xdc_diag *diag);
 
 #endif /* XDC_WORKER_H */

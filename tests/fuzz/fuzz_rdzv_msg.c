@@ -6,7 +6,7 @@
 #include "tests/fuzz/xdc_fuzz.h"
 
 #include "common/xdc_hash.h"
-#include "orchestrator/control/orch_rdzv.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
 
 #include <jansson.h>
 #include <stdint.h>

@@ -3,15 +3,15 @@
  * hosts the rendezvous store, makes the topology's links real with one userspace relay per link and
  * worker pair when the WAN is emulated, starts one `xdc agent` per node, and waits. A failure anywhere
  * stops the run with the failed rank named; success ends with one summary line. */
-#include "orchestrator/control/orch_launch.h"
-#include "orchestrator/control/orch_manifest.h"
+#include "orchestrator/launch/orch_launch.h"
+#include "orchestrator/launch/orch_manifest.h"
 
-#include "orchestrator/control/orch_device.h"
-#include "orchestrator/control/orch_failure.h"
-#include "orchestrator/control/orch_proc.h"
-#include "orchestrator/control/orch_quorum.h"
-#include "orchestrator/control/orch_rdzv.h"
-#include "orchestrator/control/orch_run_config.h"
+#include "orchestrator/launch/orch_device.h"
+#include "orchestrator/launch/orch_failure.h"
+#include "orchestrator/launch/orch_proc.h"
+#include "orchestrator/elastic/orch_quorum.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
+#include "orchestrator/runcfg/orch_run_config.h"
 #include "orchestrator/obs/orch_trace.h"
 
 #include "common/xdc_alloc.h"

@@ -19,8 +19,8 @@
  * deadline, then the operation fails with XDC_ERR_TIMEOUT naming etcd's address, the operation and the
  * last transport error. TLS failures and etcd's refusals are not retried. Waits (get, barrier) poll a
  * range with backoff (10 ms doubling to 250 ms) instead of a watch stream. */
-#include "orchestrator/control/orch_rdzv.h"
-#include "orchestrator/control/orch_rdzv_priv.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
+#include "orchestrator/rdzv/orch_rdzv_priv.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"

@@ -1,7 +1,7 @@
 /* orch_timeouts.c — the timeout hierarchy of a run (docs/runtime.md, "Timeouts"): defaults that scale
  * from the topology's RTTs when the run file does not set them, and the one wording of a wait that ran
  * out (who was waited for, where, since when, and which key changes the limit). */
-#include "orchestrator/control/orch_run_config.h"
+#include "orchestrator/runcfg/orch_run_config.h"
 
 #include <stdio.h>
 #include <string.h>

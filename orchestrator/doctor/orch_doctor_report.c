@@ -1,6 +1,6 @@
 /* orch_doctor_report.c — the output of `xdc doctor` (orch_doctor.h): the table with every failure's
  * remedy, the same verdicts as JSON (jansson), and a copy of the topology carrying the measured links. */
-#include "orchestrator/control/orch_doctor.h"
+#include "orchestrator/doctor/orch_doctor.h"
 
 #include "common/xdc_alloc.h"
 

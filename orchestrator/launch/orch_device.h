@@ -4,7 +4,7 @@
  * worker) and XDC_DEVICE override it for every region: the flag beats the variable beats the topology,
  * and the launcher passes its choice to the agents, the agents to the workers.
  *
- * control/ may not call kernels/ (docs/design.md), so the device words here mirror the kernel
+ * launch/ may not call kernels/ (docs/design.md), so the device words here mirror the kernel
  * registry's (xdc_backend_name; test orch_device_names_are_the_kernel_registry) and what only the
  * registry knows (visible GPUs, whether it gives a device's kernels) comes in through an
  * orch_device_probe filled by a layer that may ask it (cli/, worker/). */

@@ -1,6 +1,6 @@
 /* orch_manifest.c — the checkpoint MANIFEST (orch_manifest.h): what layout took a checkpoint, the run-wide
  * state a resume restores, and the refusal of a checkpoint of another layout. */
-#include "orchestrator/control/orch_manifest.h"
+#include "orchestrator/launch/orch_manifest.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_hash.h"

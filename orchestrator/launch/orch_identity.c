@@ -3,7 +3,7 @@
  * launcher variables, this host's position in a Slurm hostlist or in the topology, gethostname); the
  * first one present wins, the rest are only compared with it to report disagreements. Then the values
  * are checked against each other and the topology. The worker environment builder is the inverse. */
-#include "orchestrator/control/orch_identity.h"
+#include "orchestrator/launch/orch_identity.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"

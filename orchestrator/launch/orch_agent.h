@@ -5,10 +5,10 @@
 #define ORCH_AGENT_H
 
 #include "common/xdc_err.h"
-#include "orchestrator/control/orch_creds.h"
-#include "orchestrator/control/orch_device.h"
-#include "orchestrator/control/orch_identity.h"
-#include "orchestrator/control/orch_rdzv.h"
+#include "orchestrator/launch/orch_creds.h"
+#include "orchestrator/launch/orch_device.h"
+#include "orchestrator/launch/orch_identity.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
 
 typedef struct orch_agent_opts {
     const char *topology, *config, *run_dir; /* required */

@@ -4,7 +4,7 @@
  * from the best plan the runtime can execute (every worker busy: replicas x stages = each region's
  * workers; a cross-region pipeline over all workers). Hand-set keys in the run file are constraints the
  * search respects. */
-#include "orchestrator/control/orch_run_config.h"
+#include "orchestrator/runcfg/orch_run_config.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"

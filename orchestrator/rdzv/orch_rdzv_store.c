@@ -1,8 +1,8 @@
 /* orch_rdzv_store.c — the rendezvous store interface (orch_rdzv.h): which store a process uses
  * (rdzv_target_resolve), opening it, and the rdzv_* calls dispatched to the backend's table
  * (orch_rdzv_priv.h): the built-in store (orch_rdzv.c) or etcd (orch_rdzv_etcd.c). */
-#include "orchestrator/control/orch_rdzv.h"
-#include "orchestrator/control/orch_rdzv_priv.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
+#include "orchestrator/rdzv/orch_rdzv_priv.h"
 
 #include "common/xdc_time.h"
 

@@ -1,7 +1,7 @@
 /* orch_run_config.c — loading and checking the run file (see orch_run_config.h). */
-#include "orchestrator/control/orch_run_config.h"
+#include "orchestrator/runcfg/orch_run_config.h"
 
-#include "orchestrator/control/orch_rdzv.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
 
 #include "compression/xdc_codec.h"
 

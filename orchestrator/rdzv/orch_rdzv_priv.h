@@ -1,11 +1,11 @@
 /* orch_rdzv_priv.h — the rendezvous store interface behind orch_rdzv.h, private to
- * orchestrator/control: a table of functions per backend. The built-in store (orch_rdzv.c) and etcd
+ * orchestrator/rdzv: a table of functions per backend. The built-in store (orch_rdzv.c) and etcd
  * (orch_rdzv_etcd.c) each embed the base struct first in their own and fill its ops; the public
  * rdzv_* functions (orch_rdzv_store.c) dispatch through it. */
 #ifndef ORCH_RDZV_PRIV_H
 #define ORCH_RDZV_PRIV_H
 
-#include "orchestrator/control/orch_rdzv.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
 
 /* A member's view: what a worker does with the store. */
 typedef struct rdzv_client_ops {

@@ -3,10 +3,10 @@
  * the environment contract of DESIGN.md, sends each worker's output to a per-rank log, and watches them:
  * when one fails, it names it, stops the others and fails, leaving a failure note in the run folder for
  * the launcher. */
-#include "orchestrator/control/orch_agent.h"
+#include "orchestrator/launch/orch_agent.h"
 
-#include "orchestrator/control/orch_proc.h"
-#include "orchestrator/control/orch_run_config.h"
+#include "orchestrator/launch/orch_proc.h"
+#include "orchestrator/runcfg/orch_run_config.h"
 
 #include "common/xdc_log.h"
 #include "topology/xdc_topology.h"

@@ -12,7 +12,7 @@
 #define ORCH_MANIFEST_H
 
 #include "common/xdc_err.h"
-#include "orchestrator/control/orch_run_config.h"
+#include "orchestrator/runcfg/orch_run_config.h"
 #include "topology/xdc_topology.h"
 
 #include <stdint.h>

@@ -2,8 +2,8 @@
  * thread and one thread per connection; waits (get, barrier) park on one condition variable with a
  * deadline, so the store is a few hundred lines instead of an event machine. Each connection keeps one
  * receive posted at all times, so a member that leaves while its barrier is parked is seen at once. */
-#include "orchestrator/control/orch_rdzv.h"
-#include "orchestrator/control/orch_rdzv_priv.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
+#include "orchestrator/rdzv/orch_rdzv_priv.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"

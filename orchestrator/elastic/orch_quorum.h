@@ -27,7 +27,7 @@
 #define ORCH_QUORUM_H
 
 #include "common/xdc_err.h"
-#include "orchestrator/control/orch_rdzv.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
 #include "topology/xdc_topology.h"
 
 #include <stddef.h>

@@ -1,6 +1,6 @@
 /* orch_quorum.c — the outer rounds' quorum of an elastic DiLoCo or streaming run, decided by the store's host (see
  * orch_quorum.h). */
-#include "orchestrator/control/orch_quorum.h"
+#include "orchestrator/elastic/orch_quorum.h"
 
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"

@@ -1,15 +1,15 @@
 /* orch_doctor.c — the checks of `xdc doctor` (orch_doctor.h): the probe server every region runs, the
  * probes a node sends over the WAN transport to measure its links, the checks of the node itself, and
  * the one-machine mode through the emulator's relays. The report's output is orch_doctor_report.c. */
-#include "orchestrator/control/orch_doctor.h"
+#include "orchestrator/doctor/orch_doctor.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
 #include "common/xdc_parse.h"
 #include "common/xdc_time.h"
-#include "orchestrator/control/orch_launch.h"
-#include "orchestrator/control/orch_rdzv.h"
-#include "orchestrator/control/orch_run_config.h"
+#include "orchestrator/launch/orch_launch.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
+#include "orchestrator/runcfg/orch_run_config.h"
 #include "wan/emu/xdc_wan_emu.h"
 #include "wan/xdc_wan.h"
 

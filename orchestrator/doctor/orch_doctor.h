@@ -19,8 +19,8 @@
 #define ORCH_DOCTOR_H
 
 #include "common/xdc_err.h"
-#include "orchestrator/control/orch_device.h"
-#include "orchestrator/control/orch_rdzv.h"
+#include "orchestrator/launch/orch_device.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
 #include "topology/xdc_topology.h"
 
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /* orch_creds.c — a process's TLS credentials: its own key and certificate, the cluster CA and the CRL
  * (the lookup order is in orch_creds.h). */
-#include "orchestrator/control/orch_creds.h"
+#include "orchestrator/launch/orch_creds.h"
 
 #include "common/xdc_log.h"
 

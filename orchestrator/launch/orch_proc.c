@@ -1,5 +1,5 @@
 /* orch_proc.c — spawning and supervising child processes (see orch_proc.h). */
-#include "orchestrator/control/orch_proc.h"
+#include "orchestrator/launch/orch_proc.h"
 
 #include "common/xdc_time.h"
 

@@ -6,9 +6,9 @@
 #define ORCH_LAUNCH_H
 
 #include "common/xdc_err.h"
-#include "orchestrator/control/orch_rdzv.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
 #include "topology/xdc_topology.h"
-#include "orchestrator/control/orch_creds.h"
+#include "orchestrator/launch/orch_creds.h"
 #include "wan/emu/xdc_wan_emu.h"
 
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* orch_failure.c — failure reports and the choice of whom to blame (see orch_failure.h). */
-#include "orchestrator/control/orch_failure.h"
+#include "orchestrator/launch/orch_failure.h"
 
 #include <stdio.h>
 #include <string.h>

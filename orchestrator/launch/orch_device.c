@@ -1,6 +1,6 @@
 /* orch_device.c — the device rule of orch_device.h: the override (flag, then XDC_DEVICE), the region's
  * device from the topology, the node check (enough visible GPUs, a device the kernel registry gives). */
-#include "orchestrator/control/orch_device.h"
+#include "orchestrator/launch/orch_device.h"
 
 #include <stdio.h>
 #include <stdlib.h>
