@@ -250,8 +250,10 @@ XDC_TEST(layering_check_catches_an_upward_include)
              "cd %1$s && rm common/xdc_up.h topology/xdc_lost.h && "
              "sed -i 's#^LAYERS := .*#LAYERS := common kernels config topology compression wan wan/emu intra model "
              "sync scheduler "
-             "orchestrator/obs orchestrator/rdzv orchestrator/runcfg orchestrator/elastic orchestrator/launch orchestrator/worker "
-             "orchestrator/doctor orchestrator/api orchestrator/cli#; /^          orchestrator\\/runcfg/d; /^          intra wan/d' "
+             "orchestrator/obs orchestrator/rdzv orchestrator/runcfg orchestrator/elastic orchestrator/launch "
+             "orchestrator/worker "
+             "orchestrator/doctor orchestrator/api orchestrator/cli#; /^          orchestrator\\/runcfg/d; /^          "
+             "intra wan/d' "
              "Makefile",
              t);
     XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 0);
