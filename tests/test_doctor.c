@@ -231,10 +231,10 @@ XDC_TEST(timeouts_defaults_scale_with_the_topology_rtt)
     orch_run_config c;
     memset(&c, 0, sizeof c);
     orch_run_config_scale_timeouts(&c, NULL); /* no topology: the flat defaults */
-    XDC_ASSERT_EQ(c.handshake_timeout_ms, 15000);
-    XDC_ASSERT_EQ(c.rendezvous_timeout_ms, 60000);
-    XDC_ASSERT_EQ(c.op_timeout_ms, 60000);
-    XDC_ASSERT_EQ(c.heartbeat_timeout_ms, 30000);
+    XDC_ASSERT_EQ(c.timeouts.handshake_ms, 15000);
+    XDC_ASSERT_EQ(c.timeouts.rendezvous_ms, 60000);
+    XDC_ASSERT_EQ(c.timeouts.operation_ms, 60000);
+    XDC_ASSERT_EQ(c.timeouts.heartbeat_ms, 30000);
     const char *far = "name: far\nregions:\n"
                       "  - {name: a, nodes: a1, gpus_per_node: 0, workers_per_node: 1,\n"
                       "     gpu: {model: cpu, bf16_tflops: 1, memory_gib: 1}}\n"
@@ -246,20 +246,20 @@ XDC_TEST(timeouts_defaults_scale_with_the_topology_rtt)
     XDC_ASSERT_OK(xdc_topology_parse(far, strlen(far), "far.yaml", &t, &errs));
     memset(&c, 0, sizeof c);
     orch_run_config_scale_timeouts(&c, t); /* R = 1 s */
-    XDC_ASSERT_EQ(c.handshake_timeout_ms, 40000);
-    XDC_ASSERT_EQ(c.rendezvous_timeout_ms, 200000);
-    XDC_ASSERT_EQ(c.op_timeout_ms, 200000);
-    XDC_ASSERT_EQ(c.heartbeat_timeout_ms, 100000);
+    XDC_ASSERT_EQ(c.timeouts.handshake_ms, 40000);
+    XDC_ASSERT_EQ(c.timeouts.rendezvous_ms, 200000);
+    XDC_ASSERT_EQ(c.timeouts.operation_ms, 200000);
+    XDC_ASSERT_EQ(c.timeouts.heartbeat_ms, 100000);
     /* What the run file set stays; what depends on it follows it. */
     memset(&c, 0, sizeof c);
-    c.op_timeout_ms = 10000;
-    c.rendezvous_timeout_ms = 5000;
-    c.timeouts_set = ORCH_TIMEOUT_OPERATION | ORCH_TIMEOUT_RENDEZVOUS;
+    c.timeouts.operation_ms = 10000;
+    c.timeouts.rendezvous_ms = 5000;
+    c.timeouts.set = ORCH_TIMEOUT_OPERATION | ORCH_TIMEOUT_RENDEZVOUS;
     orch_run_config_scale_timeouts(&c, t);
-    XDC_ASSERT_EQ(c.op_timeout_ms, 10000);
-    XDC_ASSERT_EQ(c.rendezvous_timeout_ms, 5000);
-    XDC_ASSERT_EQ(c.heartbeat_timeout_ms, 5000);
-    XDC_ASSERT_EQ(c.handshake_timeout_ms, 5000); /* never longer than the rendezvous it is part of */
+    XDC_ASSERT_EQ(c.timeouts.operation_ms, 10000);
+    XDC_ASSERT_EQ(c.timeouts.rendezvous_ms, 5000);
+    XDC_ASSERT_EQ(c.timeouts.heartbeat_ms, 5000);
+    XDC_ASSERT_EQ(c.timeouts.handshake_ms, 5000); /* never longer than the rendezvous it is part of */
     xdc_topology_destroy(t);
 }
 

@@ -290,12 +290,12 @@ XDC_TEST(plan_auto_runs_the_chosen_keep_unsent_settings)
         int eval_seqs;
         apply_auto_run(k ? "auto1" : "auto0", k ? "diloco: {outer_lr: 0.9}\n" : "", t, &c, &pl, &eval_seqs);
         XDC_ASSERT_EQ(c.mode, ORCH_MODE_DILOCO);
-        XDC_ASSERT(c.keep_unsent);
+        XDC_ASSERT(c.diloco.keep_unsent);
         XDC_ASSERT_MSG(strcmp(c.codec, "sparse:0.05:2") == 0, "codec %s", c.codec);
-        XDC_ASSERT_MSG(strcmp(c.final_codec, "int4") == 0, "final codec %s", c.final_codec);
-        XDC_ASSERT_NEAR(c.outer_lr, k ? 0.9 : 1.5, 1e-12);
-        XDC_ASSERT_NEAR(c.outer_momentum, 0.5, 1e-12); /* the sparse default */
-        XDC_ASSERT_EQ(c.diloco_inner_steps, pl.plan.inner_steps);
+        XDC_ASSERT_MSG(strcmp(c.diloco.final_codec, "int4") == 0, "final codec %s", c.diloco.final_codec);
+        XDC_ASSERT_NEAR(c.diloco.outer_lr, k ? 0.9 : 1.5, 1e-12);
+        XDC_ASSERT_NEAR(c.diloco.outer_momentum, 0.5, 1e-12); /* the sparse default */
+        XDC_ASSERT_EQ(c.diloco.inner_steps, pl.plan.inner_steps);
     }
     xdc_topology_destroy(t);
 }

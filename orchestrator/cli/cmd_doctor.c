@@ -255,7 +255,7 @@ static int doctor_run_file(doctor_cli *c, const xdc_topology *t, int region)
         }
     }
     orch_run_config_scale_timeouts(&run, t);
-    c->o.handshake_ms = run.handshake_timeout_ms;
+    c->o.handshake_ms = run.timeouts.handshake_ms;
     if (!c->run || run.metrics_port <= 0) return 0;
     int base = 0, wpn = t->regions[region].workers_per_node;
     for (int r = 0; r < region; r++) base += xdc_topology_region_workers(t, r);

@@ -56,10 +56,10 @@ int plan_inputs_load(const char *topo_path, const char *model_path, const char *
         o->microbatches = run.microbatches;
         codec_constraint(in, run.span_regions ? run.activation_codec : run.codec, o->codec, sizeof o->codec);
         o->bucket_mb = run.bucket_mb;
-        if (run.mode != ORCH_MODE_SYNC) o->inner_steps = run.diloco_inner_steps;
-        if (run.mode == ORCH_MODE_STREAMING) o->fragments = run.fragments;
-        o->keep_unsent = run.keep_unsent ? 1 : -1; /* the run as written */
-        o->delay_steps = run.delay_steps;
+        if (run.mode != ORCH_MODE_SYNC) o->inner_steps = run.diloco.inner_steps;
+        if (run.mode == ORCH_MODE_STREAMING) o->fragments = run.streaming.fragments;
+        o->keep_unsent = run.diloco.keep_unsent ? 1 : -1; /* the run as written */
+        o->delay_steps = run.sync.delay_steps;
     } else {
         rc = xdc_model_config_load(model_path, &tc, &errs);
         if (rc != XDC_OK) return config_failed(in, model_path, rc, &errs);

@@ -159,7 +159,7 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
         }
     }
     if (rc == XDC_OK)
-        rc = rdzv_server_open(&L->store, L->eng, (const char *const *)names, total, L->cfg.rendezvous_timeout_ms,
+        rc = rdzv_server_open(&L->store, L->eng, (const char *const *)names, total, L->cfg.timeouts.rendezvous_ms,
                               &L->rdzv, diag);
     /* The run-wide keys and who writes them (orch_train.c): global rank 0 ends the run and re-plans; the
      * result comes from the last stage of region 0's first replica, or with span from the last worker; in an
@@ -185,8 +185,8 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
     else snprintf(me, sizeof me, "%s", L->o.host);
     snprintf(L->coordinator, sizeof L->coordinator, "%s:%d", me, rdzv_server_port(L->rdzv));
     if (L->elastic)
-        orch_quorum_init(&L->quorum, L->t, L->rdzv, orch_quorum_min(&L->cfg, L->t->n_regions), L->cfg.grace_ms,
-                         L->cfg.heartbeat_timeout_ms);
+        orch_quorum_init(&L->quorum, L->t, L->rdzv, orch_quorum_min(&L->cfg, L->t->n_regions), L->cfg.elastic.grace_ms,
+                         L->cfg.timeouts.heartbeat_ms);
     return XDC_OK;
 }
 
@@ -359,7 +359,7 @@ static xdc_err_t blame(launch *L, int agent, char *why, size_t cap)
             if (strncmp(note[a], prefix, strlen(prefix)) == 0) m[i].note = note[a];
     }
     /* A member blocked in a wait answers keepalives; one silent for the heartbeat timeout is not. */
-    double limit = (double)L->cfg.heartbeat_timeout_ms / 1000.0;
+    double limit = (double)L->cfg.timeouts.heartbeat_ms / 1000.0;
     if (orch_failure_blame(m, total, limit < 1.0 ? 1.0 : limit, why, cap, &err) < 0)
         for (int a = 0; a < n_agents && !why[0]; a++)
             if (agent < 0 || a == agent) snprintf(why, cap, "%s", note[a]);
@@ -546,7 +546,7 @@ static void launch_interrupted(void *ctx, int sig)
 static xdc_err_t supervise(launch *L, int *agent_exit)
 {
     L->next_nag = xdc_now_ns() + LAUNCH_NAG_MS * XDC_NS_PER_MS;
-    L->join_deadline = xdc_deadline_ms(L->cfg.rendezvous_timeout_ms + 5000);
+    L->join_deadline = xdc_deadline_ms(L->cfg.timeouts.rendezvous_ms + 5000);
     orch_supervisor sup = {.ctx = L,
                            .tick_ms = LAUNCH_TICK_MS,
                            .linger = L->o.coordinator,
@@ -671,12 +671,12 @@ static xdc_err_t launch_load(launch *L, xdc_diag *diag)
         return XDC_ERR_CONFIG;
     }
     orch_run_config_scale_timeouts(&L->cfg, L->t);
-    if (L->cfg.min_regions > L->t->n_regions) {
+    if (L->cfg.elastic.min_regions > L->t->n_regions) {
         xdc_diag_set(diag, "%s: elastic.min_regions is %d but topology %s has %d regions", L->o.config,
-                     L->cfg.min_regions, L->o.topology, L->t->n_regions);
+                     L->cfg.elastic.min_regions, L->o.topology, L->t->n_regions);
         return XDC_ERR_CONFIG;
     }
-    for (int r = 0; L->cfg.keep_unsent && r < L->t->n_regions; r++) /* a plan: auto layout: the workers check */
+    for (int r = 0; L->cfg.diloco.keep_unsent && r < L->t->n_regions; r++) /* a plan: auto layout: the workers check */
         if (xdc_topology_region_workers(L->t, r) > L->cfg.pipeline_stages) {
             xdc_diag_set(diag,
                          "%s: diloco.keep_unsent needs one replica per stage in each region, but region %s has %d "
@@ -689,7 +689,7 @@ static xdc_err_t launch_load(launch *L, xdc_diag *diag)
         char run[128];
         snprintf(run, sizeof run, "%s mode%s over %d regions", orch_mode_name(L->cfg.mode),
                  L->cfg.span_regions ? " with span_regions" : "", L->t->n_regions);
-        if (L->cfg.min_regions)
+        if (L->cfg.elastic.min_regions)
             XDC_WARN(XDC_SUB_ORCH,
                      "%s: elastic settings ignored: %s keeps every region in every round (only diloco and streaming "
                      "across regions go by quorum)",

@@ -38,12 +38,12 @@ static void plan_inputs(const orch_run_config *c, const xdc_topology *t, xdc_mod
     o->all_regions = 1;
     /* Keys the run file set by hand bind the search. */
     if (c->mode_set) o->mode = c->span_regions ? XDC_PLAN_PIPELINE : (int)c->mode;
-    if (c->delay_steps && !c->span_regions) o->mode = XDC_PLAN_SYNC; /* the option is sync mode's */
-    o->delay_steps = c->delay_steps;
+    if (c->sync.delay_steps && !c->span_regions) o->mode = XDC_PLAN_SYNC; /* the option is sync mode's */
+    o->delay_steps = c->sync.delay_steps;
     if (c->stages_set) o->stages = c->pipeline_stages;
     if (c->batch_size) o->micro_batch = c->batch_size;
     if (strcmp(c->codec, "link") != 0) snprintf(o->codec, sizeof o->codec, "%s", c->codec);
-    if (c->keep_unsent) o->keep_unsent = 1; /* else the search may choose it */
+    if (c->diloco.keep_unsent) o->keep_unsent = 1; /* else the search may choose it */
 }
 
 xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planned *out, xdc_diag *diag)
@@ -79,12 +79,13 @@ xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planne
     else snprintf(c->codec, sizeof c->codec, "%s", p->codec);
     orch_run_config_outer_defaults(c);
     if (p->keep_unsent) { /* keys set by hand stay */
-        c->keep_unsent = true;
-        if (!c->final_codec[0]) snprintf(c->final_codec, sizeof c->final_codec, "%s", p->final_codec);
-        if (!c->outer_lr_set && p->outer_lr > 0) c->outer_lr = p->outer_lr;
+        c->diloco.keep_unsent = true;
+        if (!c->diloco.final_codec[0])
+            snprintf(c->diloco.final_codec, sizeof c->diloco.final_codec, "%s", p->final_codec);
+        if (!c->diloco.outer_lr_set && p->outer_lr > 0) c->diloco.outer_lr = p->outer_lr;
     }
-    if (p->inner_steps > 0) c->diloco_inner_steps = p->inner_steps;
-    if (p->fragments > 0) c->fragments = p->fragments;
+    if (p->inner_steps > 0) c->diloco.inner_steps = p->inner_steps;
+    if (p->fragments > 0) c->streaming.fragments = p->fragments;
     /* The plan's layer partition (faster GPUs get more layers). */
     c->n_split = p->stages <= ORCH_MAX_STAGES ? p->stages : 0;
     for (int s = 0; s < c->n_split; s++) c->stage_layer_begin[s] = p->stage[s].layer_begin;

@@ -60,31 +60,31 @@ static const xdc_cfg_field top_fields[] = {
 };
 
 static const xdc_cfg_field diloco_fields[] = {
-    RUN_FIELD("inner_steps", XDC_CFG_INT, diloco_inner_steps, false, 1, 100000),
-    RUN_FIELD("outer_lr", XDC_CFG_DOUBLE, outer_lr, false, 1e-6, 10),
-    RUN_FIELD("outer_momentum", XDC_CFG_DOUBLE, outer_momentum, false, 0, 0.999),
-    RUN_FIELD("keep_unsent", XDC_CFG_BOOL, keep_unsent, false, 0, 0),
-    RUN_FIELD("final_codec", XDC_CFG_STRING, final_codec, false, 0, 0),
+    RUN_FIELD("inner_steps", XDC_CFG_INT, diloco.inner_steps, false, 1, 100000),
+    RUN_FIELD("outer_lr", XDC_CFG_DOUBLE, diloco.outer_lr, false, 1e-6, 10),
+    RUN_FIELD("outer_momentum", XDC_CFG_DOUBLE, diloco.outer_momentum, false, 0, 0.999),
+    RUN_FIELD("keep_unsent", XDC_CFG_BOOL, diloco.keep_unsent, false, 0, 0),
+    RUN_FIELD("final_codec", XDC_CFG_STRING, diloco.final_codec, false, 0, 0),
 };
 
 static const xdc_cfg_field streaming_fields[] = {
-    RUN_FIELD("fragments", XDC_CFG_INT, fragments, false, 1, 1024),
+    RUN_FIELD("fragments", XDC_CFG_INT, streaming.fragments, false, 1, 1024),
 };
 
 static const xdc_cfg_field sync_fields[] = {
-    RUN_FIELD("delay_steps", XDC_CFG_INT, delay_steps, false, 0, 1),
+    RUN_FIELD("delay_steps", XDC_CFG_INT, sync.delay_steps, false, 0, 1),
 };
 
 static const xdc_cfg_field timeout_fields[] = {
-    RUN_FIELD("rendezvous", XDC_CFG_DURATION, rendezvous_timeout_ms, false, 100, 86400000),
-    RUN_FIELD("operation", XDC_CFG_DURATION, op_timeout_ms, false, 100, 86400000),
-    RUN_FIELD("handshake", XDC_CFG_DURATION, handshake_timeout_ms, false, 100, 86400000),
-    RUN_FIELD("heartbeat", XDC_CFG_DURATION, heartbeat_timeout_ms, false, 100, 86400000),
+    RUN_FIELD("rendezvous", XDC_CFG_DURATION, timeouts.rendezvous_ms, false, 100, 86400000),
+    RUN_FIELD("operation", XDC_CFG_DURATION, timeouts.operation_ms, false, 100, 86400000),
+    RUN_FIELD("handshake", XDC_CFG_DURATION, timeouts.handshake_ms, false, 100, 86400000),
+    RUN_FIELD("heartbeat", XDC_CFG_DURATION, timeouts.heartbeat_ms, false, 100, 86400000),
 };
 
 static const xdc_cfg_field elastic_fields[] = {
-    RUN_FIELD("min_regions", XDC_CFG_INT, min_regions, false, 1, 256),
-    RUN_FIELD("grace", XDC_CFG_DURATION, grace_ms, false, 1, 86400000),
+    RUN_FIELD("min_regions", XDC_CFG_INT, elastic.min_regions, false, 1, 256),
+    RUN_FIELD("grace", XDC_CFG_DURATION, elastic.grace_ms, false, 1, 86400000),
 };
 
 #define N(t) (sizeof(t) / sizeof((t)[0]))
@@ -98,7 +98,7 @@ bool orch_quorum_elastic(const orch_run_config *c, int n_regions)
 
 int orch_quorum_min(const orch_run_config *c, int n_regions)
 {
-    return c->min_regions ? c->min_regions : n_regions / 2 + 1;
+    return c->elastic.min_regions ? c->elastic.min_regions : n_regions / 2 + 1;
 }
 
 /* Relative paths in the run file are relative to the run file's folder. */
@@ -116,8 +116,8 @@ static void resolve(const char *run_path, const char *rel, char *out, size_t cap
 void orch_run_config_outer_defaults(orch_run_config *c)
 {
     bool sparse = strncmp(c->codec, "sparse", 6) == 0;
-    if (!c->outer_lr_set) c->outer_lr = sparse ? 1.0 : 0.7;
-    if (!c->outer_momentum_set) c->outer_momentum = sparse ? 0.5 : 0.9;
+    if (!c->diloco.outer_lr_set) c->diloco.outer_lr = sparse ? 1.0 : 0.7;
+    if (!c->diloco.outer_momentum_set) c->diloco.outer_momentum = sparse ? 0.5 : 0.9;
 }
 
 xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_errors *errs)
@@ -131,16 +131,16 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     c->zstd_level = -1;
     c->bucket_mb = 1.0;
     c->threads = 1;
-    c->diloco_inner_steps = 20;
-    c->outer_lr = c->outer_momentum = -1; /* unset until orch_run_config_outer_defaults */
-    c->fragments = 4;
+    c->diloco.inner_steps = 20;
+    c->diloco.outer_lr = c->diloco.outer_momentum = -1; /* unset until orch_run_config_outer_defaults */
+    c->streaming.fragments = 4;
     /* -1: unset, so the file's own values are told apart from the defaults filled in below */
-    c->handshake_timeout_ms = c->rendezvous_timeout_ms = c->op_timeout_ms = c->heartbeat_timeout_ms = -1;
+    c->timeouts.handshake_ms = c->timeouts.rendezvous_ms = c->timeouts.operation_ms = c->timeouts.heartbeat_ms = -1;
     c->metrics_port = -1;
     snprintf(c->metrics_bind, sizeof c->metrics_bind, "127.0.0.1"); /* unauthenticated HTTP: this host only */
     c->replan_every = 50;
     c->straggler_factor = 2.0;
-    c->grace_ms = 60000;
+    c->elastic.grace_ms = 60000;
     xdc_cfg_errors_init(errs, path);
     xdc_cfg_doc *doc;
     XDC_CHECK(xdc_cfg_load_file(path, &doc, errs));
@@ -157,37 +157,37 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
         bad++;
     }
     xdc_codec_cfg fc = XDC_CODEC_CFG_INIT; /* the final round's codec, checked where its position is known */
-    if (!bad && c->final_codec[0] && xdc_codec_parse(c->final_codec, &fc, &rd) != XDC_OK) {
+    if (!bad && c->diloco.final_codec[0] && xdc_codec_parse(c->diloco.final_codec, &fc, &rd) != XDC_OK) {
         xdc_cfg_error_at(errs, xdc_cfg_map_get(in.diloco, "final_codec"), "diloco.final_codec: %s", rd.msg);
         bad++;
     }
     /* Delayed averaging is sync mode's, and a checkpoint would miss the average in flight at its step. */
     const char *mode_word = in.mode[0] ? in.mode : "sync";
-    if (!bad && c->delay_steps && strcmp(mode_word, "sync") != 0) {
+    if (!bad && c->sync.delay_steps && strcmp(mode_word, "sync") != 0) {
         xdc_cfg_error_at(errs, xdc_cfg_map_get(in.sync, "delay_steps"),
                          "sync.delay_steps needs mode sync (this run's mode is %s)", mode_word);
         bad++;
     }
-    if (!bad && c->delay_steps && c->checkpoint_every) {
+    if (!bad && c->sync.delay_steps && c->checkpoint_every) {
         xdc_cfg_error_at(errs, xdc_cfg_map_get(in.sync, "delay_steps"),
                          "sync.delay_steps %d and checkpoint_every %d cannot be combined: at every step boundary a "
                          "gradient average is still crossing the WAN, and a checkpoint does not hold it",
-                         c->delay_steps, c->checkpoint_every);
+                         c->sync.delay_steps, c->checkpoint_every);
         bad++;
     }
     xdc_cfg_destroy(doc);
     if (bad) return XDC_ERR_CONFIG;
     c->checkpoint_continue = strcmp(in.ckpt_failure, "continue") == 0; /* default (unset): stop */
-    c->timeouts_set = (c->handshake_timeout_ms >= 0 ? ORCH_TIMEOUT_HANDSHAKE : 0u) |
-                      (c->rendezvous_timeout_ms >= 0 ? ORCH_TIMEOUT_RENDEZVOUS : 0u) |
-                      (c->op_timeout_ms >= 0 ? ORCH_TIMEOUT_OPERATION : 0u) |
-                      (c->heartbeat_timeout_ms >= 0 ? ORCH_TIMEOUT_HEARTBEAT : 0u);
+    c->timeouts.set = (c->timeouts.handshake_ms >= 0 ? ORCH_TIMEOUT_HANDSHAKE : 0u) |
+                      (c->timeouts.rendezvous_ms >= 0 ? ORCH_TIMEOUT_RENDEZVOUS : 0u) |
+                      (c->timeouts.operation_ms >= 0 ? ORCH_TIMEOUT_OPERATION : 0u) |
+                      (c->timeouts.heartbeat_ms >= 0 ? ORCH_TIMEOUT_HEARTBEAT : 0u);
     orch_run_config_scale_timeouts(c, NULL);
     for (int m = 0; in.mode[0] && mode_words[m]; m++)
         if (strcmp(in.mode, mode_words[m]) == 0) c->mode = (orch_mode)m;
     c->mode_set = in.mode[0] != 0;
-    c->outer_lr_set = c->outer_lr >= 0;
-    c->outer_momentum_set = c->outer_momentum >= 0;
+    c->diloco.outer_lr_set = c->diloco.outer_lr >= 0;
+    c->diloco.outer_momentum_set = c->diloco.outer_momentum >= 0;
     orch_run_config_outer_defaults(c);
     c->stages_set = c->pipeline_stages != 0;
     if (!c->stages_set) c->pipeline_stages = 1;
@@ -202,16 +202,16 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     if (c->eval_interval) c->train.eval_interval = c->eval_interval;
     c->microbatches = c->train.microbatches;
     c->steps = c->train.steps;
-    if (c->mode == ORCH_MODE_STREAMING && c->fragments > c->diloco_inner_steps) {
+    if (c->mode == ORCH_MODE_STREAMING && c->streaming.fragments > c->diloco.inner_steps) {
         xdc_cfg_error_add(errs, 0, 0,
                           "streaming.fragments (%d) must not exceed diloco.inner_steps (%d): each fragment "
                           "needs its own step of the period",
-                          c->fragments, c->diloco_inner_steps);
+                          c->streaming.fragments, c->diloco.inner_steps);
         return XDC_ERR_CONFIG;
     }
-    if ((c->keep_unsent || c->final_codec[0]) && c->mode != ORCH_MODE_DILOCO) {
+    if ((c->diloco.keep_unsent || c->diloco.final_codec[0]) && c->mode != ORCH_MODE_DILOCO) {
         xdc_cfg_error_add(errs, 0, 0, "diloco.%s needs mode diloco (this run's mode is %s)",
-                          c->keep_unsent ? "keep_unsent" : "final_codec", mode_words[c->mode]);
+                          c->diloco.keep_unsent ? "keep_unsent" : "final_codec", mode_words[c->mode]);
         return XDC_ERR_CONFIG;
     }
     if (c->span_regions && c->mode != ORCH_MODE_SYNC) {

@@ -15,6 +15,45 @@ typedef enum { ORCH_MODE_SYNC = 0, ORCH_MODE_DILOCO = 1, ORCH_MODE_STREAMING = 2
 
 #define ORCH_MAX_STAGES 64
 
+/* The run file's sections, one struct each, named as in the YAML (docs/config.md). */
+typedef struct orch_diloco_config {
+    int inner_steps;                 /* H */
+    double outer_lr, outer_momentum; /* outer Nesterov; unset: orch_run_config_outer_defaults */
+    bool outer_lr_set, outer_momentum_set;
+    /* What the codec did not send of a region's pseudo-gradient stays in that region's parameters
+     * (local = global - residual after each outer round but the last) instead of in the codec's residual */
+    bool keep_unsent;
+    char final_codec[32]; /* the codec of the last outer round ("": the run's) */
+} orch_diloco_config;
+
+typedef struct orch_streaming_config {
+    int fragments; /* parameter fragments synced at staggered steps */
+} orch_streaming_config;
+
+typedef struct orch_sync_config {
+    /* 1 averages step t's gradients across regions while step t+1 computes and applies them at its end
+     * (stale by one step); 0: every step applies its own average (docs/runtime.md, "Delayed averaging") */
+    int delay_steps;
+} orch_sync_config;
+
+/* The timeout hierarchy (docs/runtime.md, "Timeouts"; orch_timeouts.c): a WAN handshake, the rendezvous
+ * (joins, barriers and peer addresses at start), one operation (a collective, pipeline transfer or WAN
+ * exchange making no progress), and the silence after which the launcher calls a member dead (heartbeat).
+ * Those the run file leaves unset scale from the topology's RTTs (orch_run_config_scale_timeouts); `set`
+ * has bit ORCH_TIMEOUT_* for each one it set. */
+typedef struct orch_timeouts_config {
+    int64_t handshake_ms, rendezvous_ms, operation_ms, heartbeat_ms;
+    unsigned set;
+} orch_timeouts_config;
+
+/* Elastic regions (DiLoCo and streaming; docs/runtime.md): an outer round goes on with the regions that
+ * arrived within grace_ms of the first one, if they are at least min_regions (0: a majority of the
+ * topology's regions, orch_quorum_min); the others are dropped. */
+typedef struct orch_elastic_config {
+    int min_regions;
+    int64_t grace_ms;
+} orch_elastic_config;
+
 typedef struct orch_run_config {
     char path[512];
     char model_path[512]; /* resolved relative to the run file */
@@ -32,43 +71,25 @@ typedef struct orch_run_config {
     int zstd_level;                  /* -1: chosen from the link bandwidth */
     double bucket_mb;                /* gradient bucket size, MiB of fp32 */
     int threads;                     /* BLAS threads per worker */
-    int diloco_inner_steps;          /* H */
-    double outer_lr, outer_momentum; /* outer Nesterov; unset: orch_run_config_outer_defaults */
-    bool outer_lr_set, outer_momentum_set;
-    /* DiLoCo: what the codec did not send of a region's pseudo-gradient stays in that region's parameters
-     * (local = global - residual after each outer round but the last) instead of in the codec's residual */
-    bool keep_unsent;
-    char final_codec[32]; /* DiLoCo: the codec of the last outer round ("": the run's) */
-    int fragments;        /* streaming: parameter fragments synced at staggered steps */
-    /* sync: 1 averages step t's gradients across regions while step t+1 computes and applies them at its
-     * end (stale by one step); 0: every step applies its own average (docs/runtime.md, "Delayed averaging") */
-    int delay_steps;
-    int checkpoint_every; /* steps; 0: only at the end */
+    orch_diloco_config diloco;       /* diloco: (streaming reads it too) */
+    orch_streaming_config streaming; /* streaming: */
+    orch_sync_config sync;           /* sync: */
+    int checkpoint_every;            /* steps; 0: only at the end */
     /* checkpoint_failure: continue: a checkpoint that cannot be written is logged (path, errno) and the run
      * goes on without it; stop (the default): the worker fails with the error. */
     bool checkpoint_continue;
-    /* The timeout hierarchy (docs/runtime.md, "Timeouts"; orch_timeouts.c): a WAN handshake, the
-     * rendezvous (joins, barriers and peer addresses at start), one operation (a collective, pipeline
-     * transfer or WAN exchange making no progress), and the silence after which the launcher calls a
-     * member dead (heartbeat). Those the run file leaves unset scale from the topology's RTTs
-     * (orch_run_config_scale_timeouts); timeouts_set has bit ORCH_TIMEOUT_* for each one it set. */
-    int64_t handshake_timeout_ms, rendezvous_timeout_ms, op_timeout_ms, heartbeat_timeout_ms;
-    unsigned timeouts_set;
-    int metrics_port;      /* -1: off; 0: any free port */
-    char metrics_bind[64]; /* address the metrics endpoints listen on (default 127.0.0.1) */
-    char rdzv[512];        /* the rendezvous store: "builtin" or etcd://HOST:PORT[/PREFIX] ("": built-in) */
-    int replan_every;      /* plan: auto: steps between checks of measured WAN goodput against the plan */
+    orch_timeouts_config timeouts; /* timeouts: */
+    int metrics_port;              /* -1: off; 0: any free port */
+    char metrics_bind[64];         /* address the metrics endpoints listen on (default 127.0.0.1) */
+    char rdzv[512];                /* the rendezvous store: "builtin" or etcd://HOST:PORT[/PREFIX] ("": built-in) */
+    int replan_every;              /* plan: auto: steps between checks of measured WAN goodput against the plan */
     /* A region whose compute seconds per step exceed this many times the other regions' median is
      * reported as a straggler (progress line, log, xdc_region_slowdown); default 2. */
     double straggler_factor;
-    /* Elastic regions (DiLoCo and streaming; docs/runtime.md): an outer round goes on with the regions that arrived
-     * within grace_ms of the first one, if they are at least min_regions (0: a majority of the topology's
-     * regions, orch_quorum_min); the others are dropped. */
-    int min_regions;
-    int64_t grace_ms;
-    bool dump_params;          /* region 0 / replica 0 writes RUN/params-stage-S.f32 at the end (tests) */
-    bool plan_auto;            /* `plan: auto`: take the layout and WAN settings from the planner */
-    bool mode_set, stages_set; /* the run file set these by hand (constraints for the planner) */
+    orch_elastic_config elastic; /* elastic: */
+    bool dump_params;            /* region 0 / replica 0 writes RUN/params-stage-S.f32 at the end (tests) */
+    bool plan_auto;              /* `plan: auto`: take the layout and WAN settings from the planner */
+    bool mode_set, stages_set;   /* the run file set these by hand (constraints for the planner) */
     /* Layer partition: stage s owns [stage_layer_begin[s], stage_layer_begin[s+1]); n_split = 0: even. */
     int stage_layer_begin[ORCH_MAX_STAGES + 1];
     int n_split;
@@ -85,7 +106,7 @@ enum {
     ORCH_TIMEOUT_HEARTBEAT = 8u
 };
 
-/* Fill the timeouts the run file left unset (bits not in c->timeouts_set) from the largest RTT R (ms)
+/* Fill the timeouts the run file left unset (bits not in c->timeouts.set) from the largest RTT R (ms)
  * of t's links (t NULL: R = 0, the flat defaults loading gives):
  *   handshake  = min(rendezvous, max(15 s, 40 R))
  *   rendezvous = max(60 s, 200 R)

@@ -26,15 +26,16 @@ void orch_run_config_scale_timeouts(orch_run_config *c, const xdc_topology *t)
     double r = 0;
     for (int i = 0; t && i < t->n_links; i++)
         if (t->links[i].rtt_ms > r) r = t->links[i].rtt_ms;
-    unsigned set = c->timeouts_set;
-    if (!(set & ORCH_TIMEOUT_RENDEZVOUS)) c->rendezvous_timeout_ms = at_least(MS_FLOOR_WAIT, RTTS_WAIT, r);
-    if (!(set & ORCH_TIMEOUT_OPERATION)) c->op_timeout_ms = at_least(MS_FLOOR_WAIT, RTTS_WAIT, r);
+    unsigned set = c->timeouts.set;
+    if (!(set & ORCH_TIMEOUT_RENDEZVOUS)) c->timeouts.rendezvous_ms = at_least(MS_FLOOR_WAIT, RTTS_WAIT, r);
+    if (!(set & ORCH_TIMEOUT_OPERATION)) c->timeouts.operation_ms = at_least(MS_FLOOR_WAIT, RTTS_WAIT, r);
     if (!(set & ORCH_TIMEOUT_HANDSHAKE)) {
-        c->handshake_timeout_ms = at_least(MS_FLOOR_HANDSHAKE, RTTS_HANDSHAKE, r);
-        if (c->handshake_timeout_ms > c->rendezvous_timeout_ms) c->handshake_timeout_ms = c->rendezvous_timeout_ms;
+        c->timeouts.handshake_ms = at_least(MS_FLOOR_HANDSHAKE, RTTS_HANDSHAKE, r);
+        if (c->timeouts.handshake_ms > c->timeouts.rendezvous_ms) c->timeouts.handshake_ms = c->timeouts.rendezvous_ms;
     }
     if (!(set & ORCH_TIMEOUT_HEARTBEAT))
-        c->heartbeat_timeout_ms = c->op_timeout_ms / 2 > MS_FLOOR_HEARTBEAT ? c->op_timeout_ms / 2 : MS_FLOOR_HEARTBEAT;
+        c->timeouts.heartbeat_ms = c->timeouts.operation_ms / 2 > MS_FLOOR_HEARTBEAT ? c->timeouts.operation_ms / 2
+                                                                                     : MS_FLOOR_HEARTBEAT;
 }
 
 void orch_wait_expired(xdc_diag *diag, const char *what, const char *who, const char *where, uint64_t since_wall_ns,

@@ -121,7 +121,7 @@ xdc_err_t orch_checkpoint_save(orch_worker *w, xdc_diag *diag)
         XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
     }
     /* One reusable barrier for every checkpoint: all workers checkpoint at the same steps. */
-    XDC_CHECK(rdzv_barrier(w->comm.rdzv, "checkpoint", w->id.gsize, w->cfg.op_timeout_ms, diag));
+    XDC_CHECK(rdzv_barrier(w->comm.rdzv, "checkpoint", w->id.gsize, w->cfg.timeouts.operation_ms, diag));
     if (w->id.grank != 0) return XDC_OK;
     char who[XDC_NAME_MAX + 16];
     if (w->cfg.checkpoint_continue && !all_written(w, who, sizeof who, diag)) {
@@ -136,7 +136,7 @@ xdc_err_t orch_checkpoint_save(orch_worker *w, xdc_diag *diag)
     m.step = w->prog.step;
     snprintf(m.run, sizeof m.run, "%s", w->id.run_id);
     wan_codec_now(w, m.wan_codec, sizeof m.wan_codec);
-    m.period = w->cfg.diloco_inner_steps;
+    m.period = w->cfg.diloco.inner_steps;
     rc = orch_manifest_write(w->id.run_dir, &m, diag);
     if (rc == XDC_ERR_IO && w->cfg.checkpoint_continue) {
         XDC_WARN(XDC_SUB_ORCH, "checkpoint of step %lld not committed: %s (checkpoint_failure: continue)",
@@ -155,11 +155,11 @@ xdc_err_t orch_checkpoint_resume(orch_worker *w, xdc_diag *diag)
         XDC_INFO(XDC_SUB_ORCH, "resume: no complete checkpoint under %s/ckpt; starting from step 0", w->id.run_dir);
         return XDC_OK;
     }
-    if (w->cfg.delay_steps) { /* run_config refuses checkpoints with it, not a checkpoint of an earlier run */
+    if (w->cfg.sync.delay_steps) { /* run_config refuses checkpoints with it, not a checkpoint of an earlier run */
         xdc_diag_set(diag,
                      "resume: sync.delay_steps %d in %s: the checkpoint of step %lld under %s/ckpt holds no gradient "
                      "average in flight, which a delayed run would apply next; resume with sync.delay_steps 0",
-                     w->cfg.delay_steps, w->cfg.path, (long long)step, w->id.run_dir);
+                     w->cfg.sync.delay_steps, w->cfg.path, (long long)step, w->id.run_dir);
         return XDC_ERR_CONFIG;
     }
     orch_manifest found, want;
@@ -185,7 +185,7 @@ xdc_err_t orch_checkpoint_resume(orch_worker *w, xdc_diag *diag)
      * codec's). */
     char now[32];
     wan_codec_now(w, now, sizeof now);
-    if (strcmp(now, found.wan_codec) != 0 || found.period != w->cfg.diloco_inner_steps) {
+    if (strcmp(now, found.wan_codec) != 0 || found.period != w->cfg.diloco.inner_steps) {
         XDC_CHECK(orch_train_switch_wan(w, found.wan_codec, found.period, diag));
         XDC_INFO(XDC_SUB_ORCH, "resume: the checkpoint ran codec %s, period %d (re-planned)", found.wan_codec,
                  found.period);

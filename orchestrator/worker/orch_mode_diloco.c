@@ -95,7 +95,8 @@ xdc_err_t orch_outer_update(orch_worker *w, orch_outer *o, size_t lo, size_t hi)
     xdc_stream *prev = NULL;
     XDC_CHECK(enter(w, o->stream, &prev));
     ops_of(w)->outer_nesterov(o->global + lo, o->mom + lo, o->pseudo + lo, hi - lo,
-                              o->mean ? 1.0f : (float)w->cfg.outer_lr, o->mean ? 0.0f : (float)w->cfg.outer_momentum);
+                              o->mean ? 1.0f : (float)w->cfg.diloco.outer_lr,
+                              o->mean ? 0.0f : (float)w->cfg.diloco.outer_momentum);
     return leave(w, o->stream, prev);
 }
 
@@ -164,7 +165,7 @@ static xdc_err_t elastic_exchange(orch_worker *w, xdc_sync *sync, long long step
     snprintf(key, sizeof key, "xchg/%d/%d", w->id.region_idx, w->id.lrank);
     XDC_CHECK(rdzv_set(w->comm.rdzv, key, post, diag));
     snprintf(key, sizeof key, "final/%lld", step);
-    rc = rdzv_get(w->comm.rdzv, key, w->cfg.op_timeout_ms + w->cfg.grace_ms, val, sizeof val, diag);
+    rc = rdzv_get(w->comm.rdzv, key, w->cfg.timeouts.operation_ms + w->cfg.elastic.grace_ms, val, sizeof val, diag);
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "outer round at step %lld: no final set", step);
         return rc;
@@ -239,7 +240,8 @@ xdc_err_t orch_elastic_agree(orch_worker *w, const char *round, xdc_diag *diag)
     snprintf(key, sizeof key, "quorum/%s", round);
     /* The decision comes at most the grace window after the first region arrived; our own region's other
      * workers may take up to an operation's deadline to get here. */
-    xdc_err_t rc = rdzv_get(w->comm.rdzv, key, w->cfg.grace_ms + w->cfg.op_timeout_ms, val, sizeof val, diag);
+    xdc_err_t rc = rdzv_get(w->comm.rdzv, key, w->cfg.elastic.grace_ms + w->cfg.timeouts.operation_ms, val, sizeof val,
+                            diag);
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "round %s: no quorum decision", round);
         return rc;
@@ -252,7 +254,7 @@ xdc_err_t orch_elastic_agree(orch_worker *w, const char *round, xdc_diag *diag)
         xdc_diag_set(diag,
                      "region %s was dropped from round %s (it missed the %.1f s grace window or lost a worker), so "
                      "it leaves the run; restarting its agents brings it back at a later outer round",
-                     w->id.region, round, (double)w->cfg.grace_ms / 1000.0);
+                     w->id.region, round, (double)w->cfg.elastic.grace_ms / 1000.0);
         return XDC_ERR_UNAVAILABLE;
     }
     int live = 0;
@@ -292,7 +294,7 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
     orch_worker_sync_cfg(w, 0, &sc); /* inner steps: the region's replicas, no WAN */
     orch_sync_device_cfg(w, &sc);
     XDC_CHECK(xdc_sync_create(w->comm.sync_eng, &sc, &st->grad, diag));
-    if (w->cfg.keep_unsent && sc.dp) {
+    if (w->cfg.diloco.keep_unsent && sc.dp) {
         xdc_diag_set(diag,
                      "diloco.keep_unsent needs one replica per stage in each region (this region has %d): a "
                      "replica's codec keeps only its shard's residual",
@@ -309,12 +311,13 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
  * final validation loss 2.3407 against 2.4122 with its outer lr 1.0 and momentum 0.5). */
 static xdc_err_t last_round(orch_worker *w, diloco_state *st, xdc_diag *diag)
 {
-    if (w->cfg.final_codec[0]) {
+    if (w->cfg.diloco.final_codec[0]) {
         XDC_INFO(XDC_SUB_ORCH, "last outer round (step %lld) in codec %s%s", (long long)w->prog.step,
-                 w->cfg.final_codec, w->cfg.keep_unsent ? ", to the mean of the regions' parameters" : "");
-        XDC_CHECK(orch_train_switch_wan(w, w->cfg.final_codec, 0, diag));
+                 w->cfg.diloco.final_codec,
+                 w->cfg.diloco.keep_unsent ? ", to the mean of the regions' parameters" : "");
+        XDC_CHECK(orch_train_switch_wan(w, w->cfg.diloco.final_codec, 0, diag));
     }
-    st->outer.mean = w->cfg.keep_unsent;
+    st->outer.mean = w->cfg.diloco.keep_unsent;
     return orch_outer_round(w, &st->outer, diag);
 }
 
@@ -322,20 +325,20 @@ static xdc_err_t diloco_step(orch_worker *w, void *state, float *loss, xdc_diag 
 {
     diloco_state *st = state;
     XDC_CHECK(orch_train_inner_step(w, st->grad, loss, diag));
-    if (w->prog.step % w->cfg.diloco_inner_steps != 0) return XDC_OK;
+    if (w->prog.step % w->cfg.diloco.inner_steps != 0) return XDC_OK;
     if (w->prog.step == w->cfg.train.steps) return last_round(w, st, diag);
     XDC_CHECK(orch_outer_round(w, &st->outer, diag));
     /* keep_unsent: local = global - residual, so the next inner steps start from where this region got to
      * less what the round carried, and its next pseudo-gradient holds the unsent part again (not after the
      * last round: every region ends on the one global model). */
-    if (w->cfg.keep_unsent) XDC_CHECK(xdc_sync_residual_take(st->outer.sync, st->outer.local, diag));
+    if (w->cfg.diloco.keep_unsent) XDC_CHECK(xdc_sync_residual_take(st->outer.sync, st->outer.local, diag));
     return XDC_OK;
 }
 
 static xdc_err_t diloco_finish(orch_worker *w, void *state, xdc_diag *diag)
 {
     diloco_state *st = state;
-    return w->prog.step % w->cfg.diloco_inner_steps != 0 ? last_round(w, st, diag) : XDC_OK;
+    return w->prog.step % w->cfg.diloco.inner_steps != 0 ? last_round(w, st, diag) : XDC_OK;
 }
 
 static void diloco_destroy(void *state)

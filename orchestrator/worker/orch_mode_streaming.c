@@ -29,8 +29,8 @@ typedef struct {
 /* Fragment f of this stage's parameters is [lo, hi). */
 static void fragment_range(const orch_worker *w, int f, size_t *lo, size_t *hi)
 {
-    *lo = w->model.n_params * (size_t)f / (size_t)w->cfg.fragments;
-    *hi = w->model.n_params * (size_t)(f + 1) / (size_t)w->cfg.fragments;
+    *lo = w->model.n_params * (size_t)f / (size_t)w->cfg.streaming.fragments;
+    *hi = w->model.n_params * (size_t)(f + 1) / (size_t)w->cfg.streaming.fragments;
 }
 
 static xdc_err_t streaming_setup(orch_worker *w, void **state, xdc_diag *diag)
@@ -52,7 +52,7 @@ static xdc_err_t streaming_setup(orch_worker *w, void **state, xdc_diag *diag)
         dp = w->comm.dp_wan;
     }
     XDC_CHECK(orch_outer_setup(w, &st->outer, dp, diag));
-    int F = w->cfg.fragments;
+    int F = w->cfg.streaming.fragments;
     if ((size_t)F > w->model.n_params) {
         xdc_diag_set(diag, "streaming.fragments (%d) exceeds this stage's %zu parameters", F, w->model.n_params);
         return XDC_ERR_CONFIG;
@@ -99,7 +99,7 @@ static xdc_err_t land(orch_worker *w, streaming_state *st, xdc_diag *diag)
 /* Send the fragment due at this step, if any, to the regions in this step's quorum. */
 static xdc_err_t launch(orch_worker *w, streaming_state *st, xdc_diag *diag)
 {
-    int H = w->cfg.diloco_inner_steps, F = st->n_frag;
+    int H = w->cfg.diloco.inner_steps, F = st->n_frag;
     float *p = xdc_gpt_stage_params(w->model.st);
     for (int f = 0; f < F; f++) {
         if (w->prog.step % H != (int64_t)f * H / F) continue;

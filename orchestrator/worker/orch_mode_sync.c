@@ -45,7 +45,7 @@ static xdc_err_t take_pending(orch_worker *w, sync_state *st, float **left, xdc_
 static xdc_err_t sync_step(orch_worker *w, void *state, float *loss, xdc_diag *diag)
 {
     sync_state *st = state;
-    if (!w->cfg.delay_steps) return orch_train_inner_step(w, st->grad, loss, diag);
+    if (!w->cfg.sync.delay_steps) return orch_train_inner_step(w, st->grad, loss, diag);
     XDC_CHECK(orch_train_pass(w, NULL, loss, diag)); /* this step's gradients, into the current arena */
     int had_pending = st->pending;
     float *mine;

@@ -85,7 +85,7 @@ xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag)
     } else if (r->wr) {
         size_t len = 0;
         uint8_t codec = 0;
-        rc = xdc_wan_wait(r->wr, w->cfg.op_timeout_ms, &len, &codec, diag);
+        rc = xdc_wan_wait(r->wr, w->cfg.timeouts.operation_ms, &len, &codec, diag);
         if (rc == XDC_ERR_AGAIN) { /* still posted after the operation timeout: give it up */
             const xdc_wan_identity *id = xdc_wan_peer_identity(r->peer);
             char who[XDC_WAN_NAME_MAX + 16], where[2 * XDC_WAN_NAME_MAX + 16];
@@ -94,7 +94,7 @@ xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag)
                      r->dst ? w->id.region : id->region);
             xdc_wan_request_cancel(r->wr);
             orch_wait_expired(diag, r->dst ? "pipeline receive" : "pipeline send", who, where, since,
-                              w->cfg.op_timeout_ms, "operation");
+                              w->cfg.timeouts.operation_ms, "operation");
             rc = XDC_ERR_TIMEOUT;
         }
         r->wr = NULL;

@@ -35,7 +35,7 @@ xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag)
              val);
     /* The store host names our region gone once it missed a round (or its agent's failure was reported). */
     snprintf(key, sizeof key, "left/%d", w->id.region_idx);
-    rc = rdzv_get(w->comm.rdzv, key, w->cfg.rendezvous_timeout_ms + w->cfg.grace_ms, val, sizeof val, diag);
+    rc = rdzv_get(w->comm.rdzv, key, w->cfg.timeouts.rendezvous_ms + w->cfg.elastic.grace_ms, val, sizeof val, diag);
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "region %s: the run is under way but did not let it go (%s)", w->id.region, key);
         return rc;
@@ -130,7 +130,7 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
     xdc_diag d = {{0}};
     while (want > 0) {
         xdc_wan_peer *p;
-        xdc_err_t rc = xdc_wan_accept(w->comm.lis, w->cfg.handshake_timeout_ms, &p, &d);
+        xdc_err_t rc = xdc_wan_accept(w->comm.lis, w->cfg.timeouts.handshake_ms, &p, &d);
         if (rc != XDC_OK) {
             XDC_WARN(XDC_SUB_ORCH,
                      "round %lld: a rejoining region's rank %d did not connect (%s: %s); it will miss "
@@ -191,8 +191,8 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
     XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
     /* The next round decided takes us: within the others' inner steps of a period plus the grace window. */
     snprintf(key, sizeof key, "rejoin/%s", nonce);
-    xdc_err_t rc = rdzv_get(w->comm.rdzv, key, w->cfg.rendezvous_timeout_ms + w->cfg.op_timeout_ms, val, sizeof val,
-                            diag);
+    xdc_err_t rc = rdzv_get(w->comm.rdzv, key, w->cfg.timeouts.rendezvous_ms + w->cfg.timeouts.operation_ms, val,
+                            sizeof val, diag);
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "region %s asked to rejoin (%s): no round took it", w->id.region, key);
         return rc;
@@ -200,7 +200,7 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
     char round[32], mask[XDC_TOPO_MAX_REGIONS + 1];
     snprintf(round, sizeof round, "%s", val);
     snprintf(key, sizeof key, "quorum/%s", round);
-    XDC_CHECK(rdzv_get(w->comm.rdzv, key, w->cfg.op_timeout_ms, mask, sizeof mask, diag));
+    XDC_CHECK(rdzv_get(w->comm.rdzv, key, w->cfg.timeouts.operation_ms, mask, sizeof mask, diag));
     if ((int)strlen(mask) != n || strspn(mask, "01j") != (size_t)n || mask[w->id.region_idx] != 'j') {
         xdc_diag_set(diag, "round %s: quorum '%s' does not name region %s as joining", round, mask, w->id.region);
         return XDC_ERR_PROTO;

@@ -382,7 +382,7 @@ static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
             char rk[64], rv[128];
             double q, g, p;
             snprintf(rk, sizeof rk, "replan/link/%d", r);
-            XDC_CHECK(rdzv_get(w->comm.rdzv, rk, w->cfg.op_timeout_ms, rv, sizeof rv, diag));
+            XDC_CHECK(rdzv_get(w->comm.rdzv, rk, w->cfg.timeouts.operation_ms, rv, sizeof rv, diag));
             if (sscanf(rv, "%lf %lf %lf", &q, &g, &p) == 3 && q > 0 && (ratio == 0 || q < ratio))
                 ratio = q, measured = g, planned = p;
         }
@@ -399,7 +399,7 @@ static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
         }
         XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
     } else {
-        XDC_CHECK(rdzv_get(w->comm.rdzv, key, w->cfg.op_timeout_ms, val, sizeof val, diag));
+        XDC_CHECK(rdzv_get(w->comm.rdzv, key, w->cfg.timeouts.operation_ms, val, sizeof val, diag));
     }
     char codec[32];
     int period;
@@ -407,8 +407,8 @@ static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
     XDC_INFO(XDC_SUB_ORCH,
              "re-plan at step %lld: measured WAN goodput %.3f Gbit/s against %.3f planned: codec %s -> %s, "
              "period %d -> %d",
-             (long long)w->prog.step, measured, planned, w->planned.plan.codec, codec, w->cfg.diloco_inner_steps,
-             period > 0 ? period : w->cfg.diloco_inner_steps);
+             (long long)w->prog.step, measured, planned, w->planned.plan.codec, codec, w->cfg.diloco.inner_steps,
+             period > 0 ? period : w->cfg.diloco.inner_steps);
     if (reporter(w))
         printf("step %5lld  re-plan: goodput %.3f Gbit/s vs %.3f planned: codec %s -> %s\n", (long long)w->prog.step,
                measured, planned, w->planned.plan.codec, codec);
@@ -422,11 +422,11 @@ xdc_err_t orch_train_switch_wan(orch_worker *w, const char *codec, int period, x
     XDC_CHECK(xdc_codec_parse(codec, &cc, diag));
     /* Delayed averaging keeps a round in flight across the step boundary: it ends on the codec it began
      * with (the next step's wait for it then returns at once), and the switch comes between rounds. */
-    if (sync && w->cfg.delay_steps) XDC_CHECK(orch_train_wait_sync(w, sync, diag));
+    if (sync && w->cfg.sync.delay_steps) XDC_CHECK(orch_train_wait_sync(w, sync, diag));
     if (sync) XDC_CHECK(xdc_sync_set_codec(sync, &cc, diag));
     snprintf(w->planned.plan.codec, sizeof w->planned.plan.codec, "%s", codec);
     w->comm.codec_cfg = cc;
-    if (period > 0 && w->cfg.mode == ORCH_MODE_DILOCO) w->cfg.diloco_inner_steps = w->planned.plan.inner_steps = period;
+    if (period > 0 && w->cfg.mode == ORCH_MODE_DILOCO) w->cfg.diloco.inner_steps = w->planned.plan.inner_steps = period;
     return XDC_OK;
 }
 

@@ -211,7 +211,7 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
                                .seq_len = c->seq_len,
                                .max_inflight = slots,
                                /* delayed averaging: the sync holds one arena while backward fills the other */
-                               .grad_buffers = w->cfg.delay_steps ? 2 : 1,
+                               .grad_buffers = w->cfg.sync.delay_steps ? 2 : 1,
                                .seed = (uint64_t)c->seed,
                                .adamw = {(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay}};
     XDC_CHECK(xdc_gpt_stage_create(w->model.be->model, &sc, &w->model.st, diag));
@@ -258,7 +258,7 @@ static xdc_err_t open_wan(orch_worker *w, xdc_diag *diag)
     XDC_CHECK(orch_creds_member(&creds, w->id.run_id, w->id.region, w->id.lrank, diag));
     xdc_wan_config wc = XDC_WAN_CONFIG_INIT;
     orch_creds_apply(&creds, &wc);
-    wc.deadline_ms = w->cfg.op_timeout_ms;
+    wc.deadline_ms = w->cfg.timeouts.operation_ms;
     wc.streams = 1; /* the most any link of the topology asks for: one engine dials every peer */
     for (int i = 0; i < w->topo->n_links; i++)
         if (w->topo->links[i].streams > wc.streams) wc.streams = w->topo->links[i].streams;
@@ -271,12 +271,12 @@ static xdc_err_t open_wan(orch_worker *w, xdc_diag *diag)
         return XDC_ERR_CONFIG;
     }
     XDC_CHECK(
-        rdzv_client_open(&w->id.rdzv, w->comm.wan, w->id.member, w->cfg.rendezvous_timeout_ms, &w->comm.rdzv, diag));
+        rdzv_client_open(&w->id.rdzv, w->comm.wan, w->id.member, w->cfg.timeouts.rendezvous_ms, &w->comm.rdzv, diag));
     /* A restarted worker of a running elastic job skips the barriers the others passed long ago. */
     XDC_CHECK(orch_rejoin_detect(w, diag));
     if (w->elastic.rejoin) return XDC_OK;
     /* Everyone present before anything else waits on anyone: a missing member is named here. */
-    return rdzv_barrier(w->comm.rdzv, "joined", w->id.gsize, w->cfg.rendezvous_timeout_ms, diag);
+    return rdzv_barrier(w->comm.rdzv, "joined", w->id.gsize, w->cfg.timeouts.rendezvous_ms, diag);
 }
 
 /* Intra communicators: the region, then its split into pipeline groups (one per replica) and
@@ -296,7 +296,7 @@ static xdc_err_t open_intra(orch_worker *w, xdc_diag *diag)
         orch_device_describe(w->model.device, -1, desc, sizeof desc);
         XDC_CHECK(rdzv_set(w->comm.rdzv, dkey, desc, diag));
     } else {
-        XDC_CHECK(rdzv_get(w->comm.rdzv, key, w->cfg.rendezvous_timeout_ms, boot, sizeof boot, diag));
+        XDC_CHECK(rdzv_get(w->comm.rdzv, key, w->cfg.timeouts.rendezvous_ms, boot, sizeof boot, diag));
     }
     xdc_intra_config ic = XDC_INTRA_CONFIG_INIT;
     ic.backend = w->model.intra;
@@ -304,8 +304,8 @@ static xdc_err_t open_intra(orch_worker *w, xdc_diag *diag)
     ic.rank = w->id.lrank;
     ic.size = w->id.lsize;
     ic.bootstrap = boot;
-    ic.create_timeout_ms = w->cfg.rendezvous_timeout_ms;
-    ic.op_timeout_ms = w->cfg.op_timeout_ms;
+    ic.create_timeout_ms = w->cfg.timeouts.rendezvous_ms;
+    ic.op_timeout_ms = w->cfg.timeouts.operation_ms;
     ic.dev_ops = w->model.be->device; /* activations and gradient buckets are device memory */
     XDC_CHECK(xdc_intra_create(&ic, &w->comm.region_comm, diag));
     /* With span the region's workers are consecutive stages of the one pipeline. */
@@ -325,9 +325,9 @@ xdc_err_t orch_worker_dial(orch_worker *w, int r, int rank, xdc_wan_peer **out, 
     snprintf(who, sizeof who, "%s rank %d", w->topo->regions[r].name, rank);
     snprintf(coord, sizeof coord, "the coordinator %s:%d, key %s", w->id.coord_host, w->id.coord_port, key);
     uint64_t since = xdc_wall_ns();
-    xdc_err_t rc = rdzv_get(w->comm.rdzv, key, w->cfg.rendezvous_timeout_ms, val, sizeof val, diag);
+    xdc_err_t rc = rdzv_get(w->comm.rdzv, key, w->cfg.timeouts.rendezvous_ms, val, sizeof val, diag);
     if (rc == XDC_ERR_TIMEOUT)
-        orch_wait_expired(diag, "WAN address", who, coord, since, w->cfg.rendezvous_timeout_ms, "rendezvous");
+        orch_wait_expired(diag, "WAN address", who, coord, since, w->cfg.timeouts.rendezvous_ms, "rendezvous");
     XDC_CHECK(rc);
     char host[256];
     int port;
@@ -337,9 +337,9 @@ xdc_err_t orch_worker_dial(orch_worker *w, int r, int rank, xdc_wan_peer **out, 
     }
     since = xdc_wall_ns();
     XDC_CHECK(xdc_wan_connect(w->comm.wan, host, port, w->topo->regions[r].name, rank, out, diag));
-    rc = xdc_wan_peer_wait_ready(*out, w->cfg.handshake_timeout_ms, diag);
+    rc = xdc_wan_peer_wait_ready(*out, w->cfg.timeouts.handshake_ms, diag);
     if (rc == XDC_ERR_TIMEOUT)
-        orch_wait_expired(diag, "WAN handshake", who, val, since, w->cfg.handshake_timeout_ms, "handshake");
+        orch_wait_expired(diag, "WAN handshake", who, val, since, w->cfg.timeouts.handshake_ms, "handshake");
     else if (rc != XDC_OK) xdc_diag_prefix(diag, "connecting to %s at %s", who, val);
     return rc;
 }
@@ -348,13 +348,13 @@ xdc_err_t orch_worker_dial(orch_worker *w, int r, int rank, xdc_wan_peer **out, 
 static xdc_err_t accept_peer(orch_worker *w, int r, int rank, xdc_wan_peer **out, int *from, xdc_diag *diag)
 {
     uint64_t since = xdc_wall_ns();
-    xdc_err_t rc = xdc_wan_accept(w->comm.lis, w->cfg.rendezvous_timeout_ms, out, diag);
+    xdc_err_t rc = xdc_wan_accept(w->comm.lis, w->cfg.timeouts.rendezvous_ms, out, diag);
     if (rc != XDC_OK) {
         char who[XDC_NAME_MAX + 32], where[64];
         snprintf(who, sizeof who, "rank %d of %s", rank, r >= 0 ? w->topo->regions[r].name : "a lower region");
         snprintf(where, sizeof where, "our WAN port %d", xdc_wan_listener_port(w->comm.lis));
         if (rc == XDC_ERR_TIMEOUT)
-            orch_wait_expired(diag, "WAN accept", who, where, since, w->cfg.rendezvous_timeout_ms, "rendezvous");
+            orch_wait_expired(diag, "WAN accept", who, where, since, w->cfg.timeouts.rendezvous_ms, "rendezvous");
         else xdc_diag_prefix(diag, "waiting for %s to connect", who);
         return rc;
     }
@@ -635,7 +635,7 @@ void orch_worker_report_failure(orch_worker *w, const char *what, xdc_err_t rc, 
 
 xdc_err_t orch_worker_end_barrier(orch_worker *w, xdc_diag *diag)
 {
-    XDC_CHECK(rdzv_barrier(w->comm.rdzv, "done", w->id.gsize, w->cfg.op_timeout_ms, diag));
+    XDC_CHECK(rdzv_barrier(w->comm.rdzv, "done", w->id.gsize, w->cfg.timeouts.operation_ms, diag));
     return w->id.grank == 0 ? rdzv_set(w->comm.rdzv, "finished", "1", diag) : XDC_OK;
 }
 
@@ -660,7 +660,7 @@ xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
     if (rc == XDC_OK) what = "comm engine", rc = open_sync(&w, &d);
     if (rc == XDC_OK) what = "metrics", rc = orch_observe_start(&w, &d);
     if (rc == XDC_OK && !w.elastic.rejoin)
-        what = "start barrier", rc = rdzv_barrier(w.comm.rdzv, "start", w.id.gsize, w.cfg.rendezvous_timeout_ms, &d);
+        what = "start barrier", rc = rdzv_barrier(w.comm.rdzv, "start", w.id.gsize, w.cfg.timeouts.rendezvous_ms, &d);
     if (rc == XDC_OK) {
         XDC_INFO(XDC_SUB_ORCH, "stage %d/%d (layers %d-%d, %zu params) of replica %d/%d, %s mode, %d threads",
                  w.id.stage, w.id.n_stages, w.id.layer_begin, w.id.layer_end - 1, w.model.n_params, w.id.replica,
@@ -670,7 +670,7 @@ xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
         if (rc == XDC_OK) XDC_INFO(XDC_SUB_ORCH, "training done, %d threads", count_threads());
         /* A wait during training ends at the operation timeout (the WAN engine's peer deadline, a store
          * get or barrier); the layer below names whom it waited for, this adds since when and the key. */
-        if (rc == XDC_ERR_TIMEOUT) time_out_hint(&d, w.cfg.op_timeout_ms);
+        if (rc == XDC_ERR_TIMEOUT) time_out_hint(&d, w.cfg.timeouts.operation_ms);
     }
     orch_observe_finish(&w);
     if (w.tele.trace) {
