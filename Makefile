@@ -80,7 +80,7 @@ LIB_FILES := $(foreach l,$(LAYERS),$(call lib_file,$(l)))
 
 # tests/sync_standalone.c is a program of its own (below), not part of the test binary.
 SYNC_STANDALONE_SRC := tests/sync_standalone.c
-TEST_SRCS := $(filter-out $(SYNC_STANDALONE_SRC),$(wildcard tests/*.c) $(wildcard tests/fuzz/*.c))
+TEST_SRCS := $(filter-out $(SYNC_STANDALONE_SRC),$(wildcard tests/*.c) $(wildcard tests/*/test_*.c) $(wildcard tests/fuzz/*.c))
 TEST_OBJS := $(call obj,$(TEST_SRCS))
 
 # test_api.c builds programs against the installed libxdc with the sanitizers the library was built with.
