@@ -19,7 +19,7 @@
 # so a lower layer that calls up into a higher one fails to link (docs/design.md writes the rule down,
 # tests/check_layers.sh checks the includes against the same table).
 
-LAYERS := orchestrator/cli orchestrator/api orchestrator/doctor orchestrator/worker orchestrator/launch orchestrator/elastic \
+LAYERS := orchestrator/cli orchestrator/api orchestrator/doctor orchestrator/worker orchestrator/member orchestrator/launch orchestrator/elastic \
           orchestrator/runcfg orchestrator/rdzv orchestrator/obs scheduler sync model \
           intra wan/emu wan compression topology config kernels common
 MAIN_SRC := orchestrator/cli/xdc_main.c

@@ -1,14 +1,15 @@
-/* xdc_api.c — libxdc (include/xdc.h): a user program as a member of a run. A communicator is the worker's
- * own set-up without the model (orchestrator/worker/orch_worker.h: load, place, connect, comm engine,
- * close), on the CPU device: the caller's buffers are host memory. Each tag is one xdc_sync on the comm
- * engine, created at the tag's first use and kept (its codec contexts hold the error-feedback residual);
- * the tags are the communicator's "mode" (orch_mode_ops), so the worker's teardown stops and frees them
- * in the order docs/design.md gives. */
+/* xdc_api.c — libxdc (include/xdc.h): a user program as a member of a run. A communicator is a member
+ * (orchestrator/member/orch_member.h: load, place, connect, comm engine, teardown), the worker's own
+ * set-up without the model, on the CPU device: the caller's buffers are host memory. Each tag is one
+ * xdc_sync on the comm engine, created at the tag's first use and kept (its codec contexts hold the
+ * error-feedback residual); the teardown stops and frees them in the order docs/design.md gives. Outer
+ * rounds are the worker's (orchestrator/worker/orch_outer.h), on a worker without a model. */
 #include <xdc.h>
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
-#include "orchestrator/worker/orch_worker.h"
+#include "orchestrator/member/orch_member.h"
+#include "orchestrator/worker/orch_outer.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -38,9 +39,10 @@ typedef struct api_outer {
 #define CHECK_DIGITS 16
 
 /* The tags in use: (XDC_MAX_TAGS) by tag, NULL until first use, an all-reduce or an outer state; the syncs
- * of both, and of the check, in creation order (orch_mode_ops.syncs). */
+ * of both, and of the check, in creation order (the teardown stops them in it). */
 typedef struct api_tags {
-    orch_worker *w;
+    orch_member *m;
+    orch_worker *outer_w; /* the outer rounds' worker without a model (orch_outer.h) */
     xdc_request *by_tag[XDC_MAX_TAGS];
     api_outer *outer[XDC_MAX_TAGS];
     xdc_sync *check; /* xdc_comm_check_same's, made at its first call */
@@ -49,41 +51,50 @@ typedef struct api_tags {
 } api_tags;
 
 struct xdc_comm {
-    orch_worker w;
-    xdc_worker_opts opts; /* w.creds points into it */
+    orch_member *m;
+    orch_worker *outer_w; /* orch_worker_bare_create: the outer rounds run on it */
+    orch_member_opts opts;
     char topology[512], config[512], run_dir[512];
     api_tags tags;
     float check_buf[2 * CHECK_DIGITS]; /* xdc_comm_check_same's digits and squares */
     xdc_diag err;                      /* the last failed call's diagnostic */
 };
 
-static int tags_syncs(const void *state, xdc_sync **out, int cap)
+static const orch_member_id *id_of(const xdc_comm *c) { return orch_member_identity(c->m); }
+
+/* Every member of the region is a replica of the tag's values: the region's communicator, NULL alone. */
+static xdc_intra_comm *region_replicas(const xdc_comm *c)
 {
-    const api_tags *t = state;
-    int n = t->n < cap ? t->n : cap;
-    memcpy(out, t->order, (size_t)n * sizeof *out);
-    return n;
+    xdc_intra_comm *rc = orch_member_region_comm(c->m);
+    return xdc_intra_size(rc) > 1 ? rc : NULL;
 }
 
-static void tags_destroy(void *state)
+static void tags_destroy(api_tags *t)
 {
-    api_tags *t = state;
     xdc_sync_destroy(t->check);
     for (int i = 0; i < XDC_MAX_TAGS; i++) {
         if (t->by_tag[i]) xdc_sync_destroy(t->by_tag[i]->sync);
         xdc_free(t->by_tag[i]);
         api_outer *a = t->outer[i];
         if (!a) continue;
-        t->w->model.be->device->mem_free(a->outer.local);
-        orch_outer_destroy(t->w, &a->outer); /* its sync too */
+        orch_member_backend(t->m)->device->mem_free(a->outer.local);
+        orch_outer_destroy(t->outer_w, &a->outer); /* its sync too */
         xdc_free(a->counts);
         xdc_free(a);
     }
     memset(t, 0, sizeof *t);
 }
 
-/* The communicator's tags, torn down by orch_worker_close like a training mode's syncs. */
-static const orch_mode_ops api_tags_ops = {.name = "libxdc", .destroy = tags_destroy, .syncs = tags_syncs};
+/* Tear down whatever xdc_comm_create set up (orch_member.h): stop every tag's sync, disconnect, destroy
+ * the syncs, then the member (the sync engine, the rendezvous client, the WAN engine). */
+static void close_comm(xdc_comm *c)
+{
+    for (int i = 0; i < c->tags.n; i++) xdc_sync_stop(c->tags.order[i]);
+    orch_member_disconnect(c->m);
+    tags_destroy(&c->tags);
+    orch_worker_bare_destroy(c->outer_w);
+    orch_member_destroy(c->m);
+}
 
 /* No default: a code added to common/xdc_err.h without its public value here is a -Wswitch error. */
 static int status_of(xdc_err_t e)
@@ -183,21 +194,10 @@ static xdc_err_t read_options(const xdc_comm_options *opts, xdc_comm *c, xdc_dia
     XDC_CHECK(option_path(o.config, "XDC_CONFIG", "run file", c->config, sizeof c->config, diag));
     XDC_CHECK(option_path(o.run_dir, "XDC_RUN_DIR", "run folder", c->run_dir, sizeof c->run_dir, diag));
     const char *emu = getenv("XDC_EMULATE_WAN");
-    c->opts = (xdc_worker_opts){.topology_path = c->topology,
-                                .config_path = c->config,
-                                .run_dir = c->run_dir,
-                                .emulate_wan = o.emulate_wan >= 0 ? o.emulate_wan : emu && strcmp(emu, "1") == 0};
-    return XDC_OK;
-}
-
-/* The caller's buffers are host memory: the CPU device and the shared-memory intra backend, whatever
- * device the topology gives the region. */
-static xdc_err_t host_device(orch_worker *w, xdc_diag *diag)
-{
-    XDC_CHECK(xdc_kern_backend_get(XDC_BACKEND_CPU, &w->model.be, diag));
-    w->model.device = ORCH_DEVICE_CPU;
-    w->model.intra = XDC_INTRA_CPU;
-    w->model.cuda_device = -1;
+    c->opts = (orch_member_opts){.topology_path = c->topology,
+                                 .config_path = c->config,
+                                 .run_dir = c->run_dir,
+                                 .emulate_wan = o.emulate_wan >= 0 ? o.emulate_wan : emu && strcmp(emu, "1") == 0};
     return XDC_OK;
 }
 
@@ -214,28 +214,30 @@ int xdc_comm_create(const xdc_comm_options *opts, xdc_comm **out, char *err, siz
     xdc_diag d = {{0}};
     const char *what = "options";
     xdc_err_t rc = read_options(opts, c, &d);
-    if (rc == XDC_OK) what = "identity and configuration", rc = orch_worker_load(&c->w, &c->opts, &d);
-    if (rc == XDC_OK) what = "layout", rc = orch_worker_place(&c->w, &d);
-    if (rc == XDC_OK) what = "device", rc = host_device(&c->w, &d);
-    if (rc == XDC_OK) rc = orch_worker_connect(&c->w, &what, &d);
-    if (rc == XDC_OK) what = "comm engine", rc = orch_worker_comm_engine(&c->w, &d);
+    if (rc == XDC_OK) what = "identity and configuration", rc = orch_member_create(&c->opts, &c->m, &d);
+    if (rc == XDC_OK) what = "layout", rc = orch_member_place(c->m, &d);
+    if (rc == XDC_OK) what = "device", rc = orch_member_use_host(c->m, &d);
+    if (rc == XDC_OK) what = "WAN engine and rendezvous", rc = orch_member_open_wan(c->m, &d);
+    if (rc == XDC_OK) rc = orch_member_connect(c->m, &what, &d);
+    if (rc == XDC_OK) what = "comm engine", rc = orch_member_comm_engine(c->m, &d);
+    if (rc == XDC_OK) rc = orch_worker_bare_create(c->m, &c->outer_w);
     if (rc == XDC_OK) {
-        c->tags.w = &c->w;
-        c->w.mode = &api_tags_ops;
-        c->w.mode_state = &c->tags;
+        c->tags.m = c->m;
+        c->tags.outer_w = c->outer_w;
         what = "start barrier";
-        rc = rdzv_barrier(c->w.comm.rdzv, "start", c->w.id.gsize, c->w.cfg.timeouts.rendezvous_ms, &d);
+        rc = rdzv_barrier(orch_member_rdzv(c->m), "start", id_of(c)->gsize,
+                          orch_member_config(c->m)->timeouts.rendezvous_ms, &d);
     }
     if (rc != XDC_OK) {
-        orch_worker_report_failure(&c->w, what, rc, d.msg);
+        orch_member_report_failure(c->m, what, rc, d.msg);
         if (err && err_cap) snprintf(err, err_cap, "%s failed: %s", what, d.msg);
-        orch_worker_close(&c->w);
+        close_comm(c);
         xdc_free(c);
         return status_of(rc);
     }
     XDC_INFO(XDC_SUB_ORCH, "libxdc %d.%d: member %s, global rank %d of %d, region %d of %d, codec %s",
-             XDC_API_VERSION_MAJOR, XDC_API_VERSION_MINOR, c->w.id.member, c->w.id.grank, c->w.id.gsize,
-             c->w.id.region_idx, c->w.id.n_regions, c->w.cfg.codec);
+             XDC_API_VERSION_MAJOR, XDC_API_VERSION_MINOR, id_of(c)->member, id_of(c)->grank, id_of(c)->gsize,
+             id_of(c)->region_idx, id_of(c)->n_regions, orch_member_config(c->m)->codec);
     *out = c;
     return XDC_SUCCESS;
 }
@@ -244,7 +246,7 @@ int xdc_comm_finalize(xdc_comm *c)
 {
     if (!c) return XDC_STATUS_INVALID;
     xdc_diag d = {{0}};
-    xdc_err_t rc = orch_worker_end_barrier(&c->w, &d);
+    xdc_err_t rc = orch_member_end_barrier(c->m, &d);
     if (rc != XDC_OK) xdc_diag_prefix(&d, "finalize");
     return rc == XDC_OK ? XDC_SUCCESS : fail(c, rc, &d);
 }
@@ -252,16 +254,16 @@ int xdc_comm_finalize(xdc_comm *c)
 void xdc_comm_destroy(xdc_comm *c)
 {
     if (!c) return;
-    orch_worker_close(&c->w);
+    close_comm(c);
     xdc_free(c);
 }
 
 const char *xdc_comm_last_error(const xdc_comm *c) { return c ? c->err.msg : "no communicator"; }
-int xdc_comm_rank(const xdc_comm *c) { return c ? c->w.id.grank : -1; }
-int xdc_comm_size(const xdc_comm *c) { return c ? c->w.id.gsize : -1; }
-int xdc_comm_region(const xdc_comm *c) { return c ? c->w.id.region_idx : -1; }
-int xdc_comm_num_regions(const xdc_comm *c) { return c ? c->w.id.n_regions : -1; }
-const char *xdc_comm_region_name(const xdc_comm *c) { return c ? c->w.id.region : ""; }
+int xdc_comm_rank(const xdc_comm *c) { return c ? id_of(c)->grank : -1; }
+int xdc_comm_size(const xdc_comm *c) { return c ? id_of(c)->gsize : -1; }
+int xdc_comm_region(const xdc_comm *c) { return c ? id_of(c)->region_idx : -1; }
+int xdc_comm_num_regions(const xdc_comm *c) { return c ? id_of(c)->n_regions : -1; }
+const char *xdc_comm_region_name(const xdc_comm *c) { return c ? id_of(c)->region : ""; }
 
 /* The tag's state, created at its first use (the only allocation of an all-reduce). */
 static xdc_err_t tag_state(xdc_comm *c, int tag, size_t count, xdc_request **out, xdc_diag *diag)
@@ -288,11 +290,11 @@ static xdc_err_t tag_state(xdc_comm *c, int tag, size_t count, xdc_request **out
     r = xdc_calloc(1, sizeof *r);
     if (!r) return XDC_ERR_NOMEM;
     xdc_sync_cfg sc;
-    orch_worker_sync_cfg(&c->w, 1, &sc);
+    orch_member_sync_cfg(c->m, 1, &sc);
     sc.n_elems = count;
-    sc.dp = xdc_intra_size(c->w.comm.region_comm) > 1 ? c->w.comm.region_comm : NULL; /* every member a replica */
+    sc.dp = region_replicas(c); /* every member a replica */
     sc.name = "libxdc";
-    xdc_err_t rc = xdc_sync_create(c->w.comm.sync_eng, &sc, &r->sync, diag);
+    xdc_err_t rc = xdc_sync_create(orch_member_sync_engine(c->m), &sc, &r->sync, diag);
     if (rc != XDC_OK) {
         xdc_free(r);
         return rc;
@@ -349,7 +351,7 @@ static int settle(xdc_request *r, int64_t timeout_ms, int not_yet)
     if (rc == XDC_OK) return XDC_SUCCESS;
     char what[32];
     snprintf(what, sizeof what, "all-reduce of tag %d", r->tag);
-    orch_worker_report_failure(&c->w, what, rc, d.msg);
+    orch_member_report_failure(c->m, what, rc, d.msg);
     xdc_diag_prefix(&d, "%s", what);
     return fail(c, rc, &d);
 }
@@ -404,10 +406,10 @@ static xdc_err_t outer_init(xdc_comm *c, int tag, int n_params, float *const *pa
     memcpy(a->counts, counts, (size_t)n_params * sizeof *counts);
     a->n_params = n_params;
     a->outer.n = n;
-    XDC_CHECK(c->w.model.be->device->mem_alloc((void **)&a->outer.local, n * sizeof(float)));
+    XDC_CHECK(orch_member_backend(c->m)->device->mem_alloc((void **)&a->outer.local, n * sizeof(float)));
     outer_copy(a, params, 1); /* the start of the first inner phase: global = these */
-    xdc_intra_comm *dp = xdc_intra_size(c->w.comm.region_comm) > 1 ? c->w.comm.region_comm : NULL;
-    XDC_CHECK(orch_outer_open(&c->w, &a->outer, dp, diag));
+    xdc_intra_comm *dp = region_replicas(c);
+    XDC_CHECK(orch_outer_open(c->outer_w, &a->outer, dp, diag));
     c->tags.order[c->tags.n++] = a->outer.sync;
     return XDC_OK;
 }
@@ -435,11 +437,11 @@ int xdc_outer_round(xdc_comm *c, int tag, float *const *params)
             return fail(c, XDC_ERR_INVALID, &d);
         }
     outer_copy(a, params, 1);
-    xdc_err_t rc = orch_outer_round(&c->w, &a->outer, &d); /* pseudo, mean, Nesterov step, local = global */
+    xdc_err_t rc = orch_outer_round(c->outer_w, &a->outer, &d); /* pseudo, mean, Nesterov step, local = global */
     if (rc != XDC_OK) {
         char what[32];
         snprintf(what, sizeof what, "outer round of tag %d", tag);
-        orch_worker_report_failure(&c->w, what, rc, d.msg);
+        orch_member_report_failure(c->m, what, rc, d.msg);
         xdc_diag_prefix(&d, "%s", what);
         return fail(c, rc, &d);
     }
@@ -457,10 +459,11 @@ int xdc_comm_get_stats(xdc_comm *c, xdc_comm_stats *out)
         return fail(c, XDC_ERR_INVALID, &d);
     }
     xdc_comm_stats s = {.struct_size = out->struct_size};
-    for (int r = 0; r < c->w.id.n_regions && c->w.comm.peers; r++) {
-        if (!c->w.comm.peers[r]) continue; /* this member's own region */
+    xdc_wan_peer **peers = orch_member_peers(c->m);
+    for (int r = 0; r < id_of(c)->n_regions && peers; r++) {
+        if (!peers[r]) continue; /* this member's own region */
         xdc_wan_stats st;
-        xdc_wan_peer_stats(c->w.comm.peers[r], &st);
+        xdc_wan_peer_stats(peers[r], &st);
         s.wan_tx_bytes += st.tx_payload_bytes;
         s.wan_rx_bytes += st.rx_payload_bytes;
         s.wan_raw_bytes += st.tx_raw_bytes;
@@ -476,13 +479,13 @@ static xdc_err_t check_sync(xdc_comm *c, xdc_diag *diag)
 {
     if (c->tags.check) return XDC_OK;
     xdc_sync_cfg sc;
-    orch_worker_sync_cfg(&c->w, 1, &sc);
+    orch_member_sync_cfg(c->m, 1, &sc);
     sc.n_elems = 2 * CHECK_DIGITS;
-    sc.dp = xdc_intra_size(c->w.comm.region_comm) > 1 ? c->w.comm.region_comm : NULL;
+    sc.dp = region_replicas(c);
     sc.name = "libxdc check";
     sc.codec.kind = XDC_CODEC_NONE;
     sc.codec.error_feedback = false;
-    XDC_CHECK(xdc_sync_create(c->w.comm.sync_eng, &sc, &c->tags.check, diag));
+    XDC_CHECK(xdc_sync_create(orch_member_sync_engine(c->m), &sc, &c->tags.check, diag));
     c->tags.order[c->tags.n++] = c->tags.check;
     return XDC_OK;
 }
@@ -507,7 +510,7 @@ static xdc_err_t check_same(xdc_comm *c, uint64_t value, xdc_diag *diag)
     }
     xdc_sync_mark_ready(c->tags.check, 0);
     XDC_CHECK(xdc_sync_wait(c->tags.check, -1, diag));
-    double tol = 0.25 / ((double)c->w.id.n_regions * c->w.id.gsize);
+    double tol = 0.25 / ((double)id_of(c)->n_regions * id_of(c)->gsize);
     for (int i = 0; i < CHECK_DIGITS; i++) {
         double d = (double)((value >> (4 * i)) & 15), m = c->check_buf[i];
         if (fabs(m - d) > tol || c->check_buf[CHECK_DIGITS + i] - m * m > tol) {
@@ -526,6 +529,6 @@ int xdc_comm_check_same(xdc_comm *c, uint64_t value)
     if (!c) return XDC_STATUS_INVALID;
     xdc_diag d = {{0}};
     xdc_err_t rc = check_same(c, value, &d);
-    if (rc != XDC_OK && rc != XDC_ERR_CORRUPT) orch_worker_report_failure(&c->w, "check_same", rc, d.msg);
+    if (rc != XDC_OK && rc != XDC_ERR_CORRUPT) orch_member_report_failure(c->m, "check_same", rc, d.msg);
     return rc == XDC_OK ? XDC_SUCCESS : fail(c, rc, &d);
 }

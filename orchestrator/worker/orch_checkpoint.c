@@ -26,13 +26,13 @@
 
 static void worker_dir(const orch_worker *w, int64_t step, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s/ckpt/step-%08lld/%s-%d", w->id.run_dir, (long long)step, w->id.region, w->id.lrank);
+    snprintf(out, cap, "%s/ckpt/step-%08lld/%s-%d", w->id->run_dir, (long long)step, w->id->region, w->id->lrank);
 }
 
 int orch_checkpoint_due(const orch_worker *w)
 {
-    int every = w->cfg.checkpoint_every;
-    return every > 0 && w->prog.step % every == 0 && w->prog.step < w->cfg.train.steps;
+    int every = w->cfg->checkpoint_every;
+    return every > 0 && w->prog.step % every == 0 && w->prog.step < w->cfg->train.steps;
 }
 
 /* The residuals of every sync of the mode, in creation order, as one state file. */
@@ -62,15 +62,15 @@ static xdc_err_t residuals_io(orch_worker *w, const char *dir, int save, xdc_dia
  * compares with), else the run's codec in canonical form. */
 static void wan_codec_now(const orch_worker *w, char *out, size_t cap)
 {
-    if (w->cfg.plan_auto) snprintf(out, cap, "%s", w->planned.plan.codec);
-    else xdc_codec_format(&w->comm.codec_cfg, out, cap);
+    if (w->cfg->plan_auto) snprintf(out, cap, "%s", w->planned->plan.codec);
+    else xdc_codec_format(orch_member_codec(w->member), out, cap);
 }
 
 /* This worker's files of the checkpoint. */
 static xdc_err_t save_files(orch_worker *w, const char *dir, xdc_diag *diag)
 {
     XDC_CHECK(orch_mkdirs(dir, 0755, diag));
-    xdc_ckpt_meta meta = {.stage = w->id.stage, .n_stages = w->id.n_stages, .step = w->prog.step};
+    xdc_ckpt_meta meta = {.stage = w->id->stage, .n_stages = w->id->n_stages, .step = w->prog.step};
     if (w->model.data) meta.data_pos = xdc_data_get_pos(w->model.data);
     XDC_CHECK(xdc_ckpt_save(dir, w->model.st, &meta, diag));
     XDC_CHECK(residuals_io(w, dir, 1, diag));
@@ -81,13 +81,13 @@ static xdc_err_t save_files(orch_worker *w, const char *dir, xdc_diag *diag)
  * first one that did not is named in `who`. */
 static int all_written(orch_worker *w, char *who, size_t cap, xdc_diag *diag)
 {
-    for (int r = 0; r < w->id.n_regions; r++)
-        for (int k = 0; k < w->id.lsize; k++) {
+    for (int r = 0; r < w->id->n_regions; r++)
+        for (int k = 0; k < w->id->lsize; k++) {
             char key[64], val[128];
             long long step = -1;
             char what[16] = "";
             snprintf(key, sizeof key, "ckpt/%d/%d", r, k);
-            if (rdzv_try_get(w->comm.rdzv, key, val, sizeof val, diag) != XDC_OK ||
+            if (rdzv_try_get(orch_member_rdzv(w->member), key, val, sizeof val, diag) != XDC_OK ||
                 sscanf(val, "%lld %15s", &step, what) != 2 || step != w->prog.step || strcmp(what, "ok") != 0) {
                 snprintf(who, cap, "%s/%d", w->topo->regions[r].name, k);
                 return 0;
@@ -102,7 +102,7 @@ xdc_err_t orch_checkpoint_save(orch_worker *w, xdc_diag *diag)
     worker_dir(w, w->prog.step, dir, sizeof dir);
     xdc_diag d = {{0}};
     xdc_err_t rc = save_files(w, dir, &d);
-    if (rc != XDC_OK && (rc != XDC_ERR_IO || !w->cfg.checkpoint_continue)) {
+    if (rc != XDC_OK && (rc != XDC_ERR_IO || !w->cfg->checkpoint_continue)) {
         *diag = d;
         xdc_diag_prefix(diag, "checkpoint of step %lld", (long long)w->prog.step);
         return rc;
@@ -114,17 +114,18 @@ xdc_err_t orch_checkpoint_save(orch_worker *w, xdc_diag *diag)
                  (long long)w->prog.step, d.msg);
     /* With `stop`, a worker that failed never reaches the barrier, so passing it means everyone wrote; with
      * `continue` each posts its outcome first (rank 0 then reads one key per worker). */
-    if (w->cfg.checkpoint_continue) {
+    if (w->cfg->checkpoint_continue) {
         char key[64], val[64];
-        snprintf(key, sizeof key, "ckpt/%d/%d", w->id.region_idx, w->id.lrank);
+        snprintf(key, sizeof key, "ckpt/%d/%d", w->id->region_idx, w->id->lrank);
         snprintf(val, sizeof val, "%lld %s", (long long)w->prog.step, rc == XDC_OK ? "ok" : "failed");
-        XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
+        XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), key, val, diag));
     }
     /* One reusable barrier for every checkpoint: all workers checkpoint at the same steps. */
-    XDC_CHECK(rdzv_barrier(w->comm.rdzv, "checkpoint", w->id.gsize, w->cfg.timeouts.operation_ms, diag));
-    if (w->id.grank != 0) return XDC_OK;
+    XDC_CHECK(
+        rdzv_barrier(orch_member_rdzv(w->member), "checkpoint", w->id->gsize, w->cfg->timeouts.operation_ms, diag));
+    if (w->id->grank != 0) return XDC_OK;
     char who[XDC_NAME_MAX + 16];
-    if (w->cfg.checkpoint_continue && !all_written(w, who, sizeof who, diag)) {
+    if (w->cfg->checkpoint_continue && !all_written(w, who, sizeof who, diag)) {
         XDC_WARN(XDC_SUB_ORCH,
                  "checkpoint of step %lld incomplete: %s did not write its files; no MANIFEST, the "
                  "newest complete checkpoint stays the one before",
@@ -132,13 +133,13 @@ xdc_err_t orch_checkpoint_save(orch_worker *w, xdc_diag *diag)
         return XDC_OK;
     }
     orch_manifest m;
-    XDC_CHECK(orch_manifest_expect(&w->cfg, w->topo, &m, diag));
+    XDC_CHECK(orch_manifest_expect(w->cfg, w->topo, &m, diag));
     m.step = w->prog.step;
-    snprintf(m.run, sizeof m.run, "%s", w->id.run_id);
+    snprintf(m.run, sizeof m.run, "%s", w->id->run_id);
     wan_codec_now(w, m.wan_codec, sizeof m.wan_codec);
-    m.period = w->cfg.diloco.inner_steps;
-    rc = orch_manifest_write(w->id.run_dir, &m, diag);
-    if (rc == XDC_ERR_IO && w->cfg.checkpoint_continue) {
+    m.period = w->cfg->diloco.inner_steps;
+    rc = orch_manifest_write(w->id->run_dir, &m, diag);
+    if (rc == XDC_ERR_IO && w->cfg->checkpoint_continue) {
         XDC_WARN(XDC_SUB_ORCH, "checkpoint of step %lld not committed: %s (checkpoint_failure: continue)",
                  (long long)w->prog.step, diag->msg);
         return XDC_OK;
@@ -150,26 +151,26 @@ xdc_err_t orch_checkpoint_save(orch_worker *w, xdc_diag *diag)
 
 xdc_err_t orch_checkpoint_resume(orch_worker *w, xdc_diag *diag)
 {
-    int64_t step = orch_manifest_newest(w->id.run_dir);
+    int64_t step = orch_manifest_newest(w->id->run_dir);
     if (step < 0) {
-        XDC_INFO(XDC_SUB_ORCH, "resume: no complete checkpoint under %s/ckpt; starting from step 0", w->id.run_dir);
+        XDC_INFO(XDC_SUB_ORCH, "resume: no complete checkpoint under %s/ckpt; starting from step 0", w->id->run_dir);
         return XDC_OK;
     }
-    if (w->cfg.sync.delay_steps) { /* run_config refuses checkpoints with it, not a checkpoint of an earlier run */
+    if (w->cfg->sync.delay_steps) { /* run_config refuses checkpoints with it, not a checkpoint of an earlier run */
         xdc_diag_set(diag,
                      "resume: sync.delay_steps %d in %s: the checkpoint of step %lld under %s/ckpt holds no gradient "
                      "average in flight, which a delayed run would apply next; resume with sync.delay_steps 0",
-                     w->cfg.sync.delay_steps, w->cfg.path, (long long)step, w->id.run_dir);
+                     w->cfg->sync.delay_steps, w->cfg->path, (long long)step, w->id->run_dir);
         return XDC_ERR_CONFIG;
     }
     orch_manifest found, want;
-    XDC_CHECK(orch_manifest_read(w->id.run_dir, step, &found, diag));
-    XDC_CHECK(orch_manifest_expect(&w->cfg, w->topo, &want, diag));
-    XDC_CHECK(orch_manifest_check(w->id.run_dir, &found, &want, diag));
+    XDC_CHECK(orch_manifest_read(w->id->run_dir, step, &found, diag));
+    XDC_CHECK(orch_manifest_expect(w->cfg, w->topo, &want, diag));
+    XDC_CHECK(orch_manifest_check(w->id->run_dir, &found, &want, diag));
     char dir[1024];
     worker_dir(w, step, dir, sizeof dir);
     xdc_ckpt_meta meta;
-    XDC_CHECK(xdc_ckpt_load(dir, w->id.stage, w->cfg.train.steps, w->model.st, &meta, diag));
+    XDC_CHECK(xdc_ckpt_load(dir, w->id->stage, w->cfg->train.steps, w->model.st, &meta, diag));
     if (meta.step != step) {
         xdc_diag_set(diag, "%s: field step is %lld, but the checkpoint lies in the folder of step %lld", dir,
                      (long long)meta.step, (long long)step);
@@ -185,7 +186,7 @@ xdc_err_t orch_checkpoint_resume(orch_worker *w, xdc_diag *diag)
      * codec's). */
     char now[32];
     wan_codec_now(w, now, sizeof now);
-    if (strcmp(now, found.wan_codec) != 0 || found.period != w->cfg.diloco.inner_steps) {
+    if (strcmp(now, found.wan_codec) != 0 || found.period != w->cfg->diloco.inner_steps) {
         XDC_CHECK(orch_train_switch_wan(w, found.wan_codec, found.period, diag));
         XDC_INFO(XDC_SUB_ORCH, "resume: the checkpoint ran codec %s, period %d (re-planned)", found.wan_codec,
                  found.period);

@@ -65,7 +65,7 @@ xdc_err_t orch_outer_open(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc
     sc.compute = o->stream;
     sc.dp = dp;
     sc.name = "pseudo-gradients";
-    return xdc_sync_create(w->comm.sync_eng, &sc, &o->sync, diag);
+    return xdc_sync_create(orch_member_sync_engine(w->member), &sc, &o->sync, diag);
 }
 
 xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag)
@@ -73,9 +73,9 @@ xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xd
     o->local = xdc_gpt_stage_params(w->model.st);
     o->n = w->model.n_params;
     o->stream = stream_of(w);
-    w->elastic.on = orch_quorum_elastic(&w->cfg, w->id.n_regions);
-    w->elastic.n_live = w->id.n_regions;
-    memset(w->elastic.live, 1, (size_t)w->id.n_regions);
+    w->elastic.on = orch_quorum_elastic(w->cfg, w->id->n_regions);
+    w->elastic.n_live = w->id->n_regions;
+    memset(w->elastic.live, 1, (size_t)w->id->n_regions);
     return orch_outer_open(w, o, dp, diag);
 }
 
@@ -95,8 +95,8 @@ xdc_err_t orch_outer_update(orch_worker *w, orch_outer *o, size_t lo, size_t hi)
     xdc_stream *prev = NULL;
     XDC_CHECK(enter(w, o->stream, &prev));
     ops_of(w)->outer_nesterov(o->global + lo, o->mom + lo, o->pseudo + lo, hi - lo,
-                              o->mean ? 1.0f : (float)w->cfg.diloco.outer_lr,
-                              o->mean ? 0.0f : (float)w->cfg.diloco.outer_momentum);
+                              o->mean ? 1.0f : (float)w->cfg->diloco.outer_lr,
+                              o->mean ? 0.0f : (float)w->cfg->diloco.outer_momentum);
     return leave(w, o->stream, prev);
 }
 
@@ -125,11 +125,11 @@ static xdc_err_t poll_lost(orch_worker *w, xdc_diag *diag)
 {
     char key[64], val[RDZV_VALUE_MAX];
     snprintf(key, sizeof key, "lost/%lld", (long long)w->elastic.open_step);
-    xdc_err_t g = rdzv_try_get(w->comm.rdzv, key, val, sizeof val, diag);
+    xdc_err_t g = rdzv_try_get(orch_member_rdzv(w->member), key, val, sizeof val, diag);
     if (g == XDC_ERR_AGAIN) return XDC_OK; /* nobody left */
     XDC_CHECK(g);
-    for (int r = 0; r < w->id.n_regions && val[r]; r++)
-        if (val[r] == '1' && !w->elastic.told[r] && r != w->id.region_idx) { /* ours: the final set says so */
+    for (int r = 0; r < w->id->n_regions && val[r]; r++)
+        if (val[r] == '1' && !w->elastic.told[r] && r != w->id->region_idx) { /* ours: the final set says so */
             w->elastic.told[r] = 1;
             xdc_sync_lose(w->elastic.open, r);
             XDC_WARN(XDC_SUB_ORCH, "outer round at step %lld: region %s left during the exchange; not waiting for it",
@@ -152,7 +152,7 @@ xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
  * is the set the round began with (then every bucket of every member used it). */
 static xdc_err_t elastic_exchange(orch_worker *w, xdc_sync *sync, long long step, xdc_diag *diag)
 {
-    int n = w->id.n_regions;
+    int n = w->id->n_regions;
     char key[64], val[RDZV_VALUE_MAX], post[XDC_TOPO_MAX_REGIONS + 32];
     uint8_t got[XDC_TOPO_MAX_REGIONS], final[XDC_TOPO_MAX_REGIONS];
     xdc_err_t rc = orch_elastic_wait(w, sync, diag);
@@ -162,10 +162,11 @@ static xdc_err_t elastic_exchange(orch_worker *w, xdc_sync *sync, long long step
     int len = snprintf(post, sizeof post, "%lld:", step);
     for (int r = 0; r < n; r++) post[len + r] = got[r] ? '1' : '0';
     post[len + n] = '\0';
-    snprintf(key, sizeof key, "xchg/%d/%d", w->id.region_idx, w->id.lrank);
-    XDC_CHECK(rdzv_set(w->comm.rdzv, key, post, diag));
+    snprintf(key, sizeof key, "xchg/%d/%d", w->id->region_idx, w->id->lrank);
+    XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), key, post, diag));
     snprintf(key, sizeof key, "final/%lld", step);
-    rc = rdzv_get(w->comm.rdzv, key, w->cfg.timeouts.operation_ms + w->cfg.elastic.grace_ms, val, sizeof val, diag);
+    rc = rdzv_get(orch_member_rdzv(w->member), key, w->cfg->timeouts.operation_ms + w->cfg->elastic.grace_ms, val,
+                  sizeof val, diag);
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "outer round at step %lld: no final set", step);
         return rc;
@@ -179,12 +180,12 @@ static xdc_err_t elastic_exchange(orch_worker *w, xdc_sync *sync, long long step
         xdc_diag_set(diag, "outer round at step %lld: final set '%.64s' is not one 0/1 per region (%d)", step, val, n);
         return XDC_ERR_PROTO;
     }
-    if (!final[w->id.region_idx]) {
+    if (!final[w->id->region_idx]) {
         xdc_diag_set(
             diag,
             "region %s left the run during the exchange of the outer round at step %lld (it was silent or lost "
             "a worker), so it leaves; restarting its agents brings it back at a later outer round",
-            w->id.region, step);
+            w->id->region, step);
         return XDC_ERR_UNAVAILABLE;
     }
     if (same) return XDC_OK;
@@ -234,14 +235,14 @@ typedef struct {
 xdc_err_t orch_elastic_agree(orch_worker *w, const char *round, xdc_diag *diag)
 {
     char key[64], val[RDZV_VALUE_MAX];
-    int n = w->id.n_regions;
-    snprintf(key, sizeof key, "outer/%d/%d", w->id.region_idx, w->id.lrank);
-    XDC_CHECK(rdzv_set(w->comm.rdzv, key, round, diag));
+    int n = w->id->n_regions;
+    snprintf(key, sizeof key, "outer/%d/%d", w->id->region_idx, w->id->lrank);
+    XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), key, round, diag));
     snprintf(key, sizeof key, "quorum/%s", round);
     /* The decision comes at most the grace window after the first region arrived; our own region's other
      * workers may take up to an operation's deadline to get here. */
-    xdc_err_t rc = rdzv_get(w->comm.rdzv, key, w->cfg.elastic.grace_ms + w->cfg.timeouts.operation_ms, val, sizeof val,
-                            diag);
+    xdc_err_t rc = rdzv_get(orch_member_rdzv(w->member), key, w->cfg->elastic.grace_ms + w->cfg->timeouts.operation_ms,
+                            val, sizeof val, diag);
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "round %s: no quorum decision", round);
         return rc;
@@ -250,11 +251,11 @@ xdc_err_t orch_elastic_agree(orch_worker *w, const char *round, xdc_diag *diag)
         xdc_diag_set(diag, "round %s: quorum '%.64s' is not one 0/1/j per region (%d)", round, val, n);
         return XDC_ERR_PROTO;
     }
-    if (val[w->id.region_idx] != '1') {
+    if (val[w->id->region_idx] != '1') {
         xdc_diag_set(diag,
                      "region %s was dropped from round %s (it missed the %.1f s grace window or lost a worker), so "
                      "it leaves the run; restarting its agents brings it back at a later outer round",
-                     w->id.region, round, (double)w->cfg.elastic.grace_ms / 1000.0);
+                     w->id->region, round, (double)w->cfg->elastic.grace_ms / 1000.0);
         return XDC_ERR_UNAVAILABLE;
     }
     int live = 0;
@@ -266,7 +267,7 @@ xdc_err_t orch_elastic_agree(orch_worker *w, const char *round, xdc_diag *diag)
         w->elastic.joining[r] = val[r] == 'j';
         live += in;
     }
-    if (live != w->elastic.n_live && w->id.grank == 0) {
+    if (live != w->elastic.n_live && w->id->grank == 0) {
         printf("step %5lld  round %s with %d of %d regions (quorum %s)\n", (long long)w->prog.step, round, live, n,
                val);
         fflush(stdout);
@@ -293,8 +294,8 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 0, &sc); /* inner steps: the region's replicas, no WAN */
     orch_sync_device_cfg(w, &sc);
-    XDC_CHECK(xdc_sync_create(w->comm.sync_eng, &sc, &st->grad, diag));
-    if (w->cfg.diloco.keep_unsent && sc.dp) {
+    XDC_CHECK(xdc_sync_create(orch_member_sync_engine(w->member), &sc, &st->grad, diag));
+    if (w->cfg->diloco.keep_unsent && sc.dp) {
         xdc_diag_set(diag,
                      "diloco.keep_unsent needs one replica per stage in each region (this region has %d): a "
                      "replica's codec keeps only its shard's residual",
@@ -311,13 +312,13 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
  * final validation loss 2.3407 against 2.4122 with its outer lr 1.0 and momentum 0.5). */
 static xdc_err_t last_round(orch_worker *w, diloco_state *st, xdc_diag *diag)
 {
-    if (w->cfg.diloco.final_codec[0]) {
+    if (w->cfg->diloco.final_codec[0]) {
         XDC_INFO(XDC_SUB_ORCH, "last outer round (step %lld) in codec %s%s", (long long)w->prog.step,
-                 w->cfg.diloco.final_codec,
-                 w->cfg.diloco.keep_unsent ? ", to the mean of the regions' parameters" : "");
-        XDC_CHECK(orch_train_switch_wan(w, w->cfg.diloco.final_codec, 0, diag));
+                 w->cfg->diloco.final_codec,
+                 w->cfg->diloco.keep_unsent ? ", to the mean of the regions' parameters" : "");
+        XDC_CHECK(orch_train_switch_wan(w, w->cfg->diloco.final_codec, 0, diag));
     }
-    st->outer.mean = w->cfg.diloco.keep_unsent;
+    st->outer.mean = w->cfg->diloco.keep_unsent;
     return orch_outer_round(w, &st->outer, diag);
 }
 
@@ -325,20 +326,20 @@ static xdc_err_t diloco_step(orch_worker *w, void *state, float *loss, xdc_diag 
 {
     diloco_state *st = state;
     XDC_CHECK(orch_train_inner_step(w, st->grad, loss, diag));
-    if (w->prog.step % w->cfg.diloco.inner_steps != 0) return XDC_OK;
-    if (w->prog.step == w->cfg.train.steps) return last_round(w, st, diag);
+    if (w->prog.step % w->cfg->diloco.inner_steps != 0) return XDC_OK;
+    if (w->prog.step == w->cfg->train.steps) return last_round(w, st, diag);
     XDC_CHECK(orch_outer_round(w, &st->outer, diag));
     /* keep_unsent: local = global - residual, so the next inner steps start from where this region got to
      * less what the round carried, and its next pseudo-gradient holds the unsent part again (not after the
      * last round: every region ends on the one global model). */
-    if (w->cfg.diloco.keep_unsent) XDC_CHECK(xdc_sync_residual_take(st->outer.sync, st->outer.local, diag));
+    if (w->cfg->diloco.keep_unsent) XDC_CHECK(xdc_sync_residual_take(st->outer.sync, st->outer.local, diag));
     return XDC_OK;
 }
 
 static xdc_err_t diloco_finish(orch_worker *w, void *state, xdc_diag *diag)
 {
     diloco_state *st = state;
-    return w->prog.step % w->cfg.diloco.inner_steps != 0 ? last_round(w, st, diag) : XDC_OK;
+    return w->prog.step % w->cfg->diloco.inner_steps != 0 ? last_round(w, st, diag) : XDC_OK;
 }
 
 static void diloco_destroy(void *state)

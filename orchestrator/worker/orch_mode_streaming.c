@@ -29,8 +29,8 @@ typedef struct {
 /* Fragment f of this stage's parameters is [lo, hi). */
 static void fragment_range(const orch_worker *w, int f, size_t *lo, size_t *hi)
 {
-    *lo = w->model.n_params * (size_t)f / (size_t)w->cfg.streaming.fragments;
-    *hi = w->model.n_params * (size_t)(f + 1) / (size_t)w->cfg.streaming.fragments;
+    *lo = w->model.n_params * (size_t)f / (size_t)w->cfg->streaming.fragments;
+    *hi = w->model.n_params * (size_t)(f + 1) / (size_t)w->cfg->streaming.fragments;
 }
 
 static xdc_err_t streaming_setup(orch_worker *w, void **state, xdc_diag *diag)
@@ -43,16 +43,16 @@ static xdc_err_t streaming_setup(orch_worker *w, void **state, xdc_diag *diag)
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 0, &sc); /* inner steps: the region's replicas, no WAN */
     orch_sync_device_cfg(w, &sc);
-    XDC_CHECK(xdc_sync_create(w->comm.sync_eng, &sc, &st->grad, diag));
+    XDC_CHECK(xdc_sync_create(orch_member_sync_engine(w->member), &sc, &st->grad, diag));
     xdc_intra_comm *dp = sc.dp;
     if (dp) {
         /* The fragment syncs get a replicas' communicator of their own, so their collectives never share
          * one with the gradient sync's. */
-        XDC_CHECK(xdc_intra_split(w->comm.dp, 0, w->id.replica, &w->comm.dp_wan, diag));
+        XDC_CHECK(xdc_intra_split(orch_member_dp(w->member), 0, w->id->replica, &w->comm.dp_wan, diag));
         dp = w->comm.dp_wan;
     }
     XDC_CHECK(orch_outer_setup(w, &st->outer, dp, diag));
-    int F = w->cfg.streaming.fragments;
+    int F = w->cfg->streaming.fragments;
     if ((size_t)F > w->model.n_params) {
         xdc_diag_set(diag, "streaming.fragments (%d) exceeds this stage's %zu parameters", F, w->model.n_params);
         return XDC_ERR_CONFIG;
@@ -69,7 +69,7 @@ static xdc_err_t streaming_setup(orch_worker *w, void **state, xdc_diag *diag)
         size_t lo, hi;
         fragment_range(w, f, &lo, &hi);
         sc.n_elems = hi - lo;
-        XDC_CHECK(xdc_sync_create(w->comm.sync_eng, &sc, &st->frag[f], diag));
+        XDC_CHECK(xdc_sync_create(orch_member_sync_engine(w->member), &sc, &st->frag[f], diag));
     }
     return XDC_OK;
 }
@@ -99,7 +99,7 @@ static xdc_err_t land(orch_worker *w, streaming_state *st, xdc_diag *diag)
 /* Send the fragment due at this step, if any, to the regions in this step's quorum. */
 static xdc_err_t launch(orch_worker *w, streaming_state *st, xdc_diag *diag)
 {
-    int H = w->cfg.diloco.inner_steps, F = st->n_frag;
+    int H = w->cfg->diloco.inner_steps, F = st->n_frag;
     float *p = xdc_gpt_stage_params(w->model.st);
     for (int f = 0; f < F; f++) {
         if (w->prog.step % H != (int64_t)f * H / F) continue;

@@ -28,7 +28,7 @@ static xdc_err_t sync_setup(orch_worker *w, void **state, xdc_diag *diag)
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 1, &sc);
     orch_sync_device_cfg(w, &sc); /* the stage's device and compute stream */
-    return xdc_sync_create(w->comm.sync_eng, &sc, &st->grad, diag);
+    return xdc_sync_create(orch_member_sync_engine(w->member), &sc, &st->grad, diag);
 }
 
 /* Delayed averaging: wait for the round in flight (the gradients of the step before) and make its averaged
@@ -45,7 +45,7 @@ static xdc_err_t take_pending(orch_worker *w, sync_state *st, float **left, xdc_
 static xdc_err_t sync_step(orch_worker *w, void *state, float *loss, xdc_diag *diag)
 {
     sync_state *st = state;
-    if (!w->cfg.sync.delay_steps) return orch_train_inner_step(w, st->grad, loss, diag);
+    if (!w->cfg->sync.delay_steps) return orch_train_inner_step(w, st->grad, loss, diag);
     XDC_CHECK(orch_train_pass(w, NULL, loss, diag)); /* this step's gradients, into the current arena */
     int had_pending = st->pending;
     float *mine;

@@ -4,7 +4,7 @@
  * the activation codec (bf16 or int8 with scales, no error feedback: each tensor is used once); small
  * control messages (loss, gradient norm, the parameter-hash state) travel raw, to an in-region neighbour
  * from a device row (orch_pipe_*_small). Intra sends and receives
- * started inside an intra group (xdc_intra_group_start on w->comm.pp, as the 1F1B loop of orch_train.c
+ * started inside an intra group (xdc_intra_group_start on orch_member_pp(w->member), as the 1F1B loop of orch_train.c
  * does per schedule step) are issued at its end; WAN ones are posted at once. */
 #include "orchestrator/worker/orch_worker.h"
 
@@ -17,8 +17,8 @@
 
 void orch_pipe_locate(const orch_worker *w, int stage, int *region, int *pp_rank)
 {
-    if (!w->id.span) {
-        *region = w->id.region_idx;
+    if (!w->id->span) {
+        *region = w->id->region_idx;
         *pp_rank = stage;
         return;
     }
@@ -31,7 +31,7 @@ void orch_pipe_locate(const orch_worker *w, int stage, int *region, int *pp_rank
 
 static xdc_wan_peer *neighbour_peer(const orch_worker *w, int stage)
 {
-    return stage < w->id.stage ? w->comm.prev_peer : w->comm.next_peer;
+    return stage < w->id->stage ? orch_member_prev_peer(w->member) : orch_member_next_peer(w->member);
 }
 
 xdc_err_t orch_pipe_send(orch_worker *w, int to_stage, const float *buf, size_t n, uint8_t *wire, orch_pipe_req *r,
@@ -40,7 +40,8 @@ xdc_err_t orch_pipe_send(orch_worker *w, int to_stage, const float *buf, size_t 
     int region, rank;
     orch_pipe_locate(w, to_stage, &region, &rank);
     memset(r, 0, sizeof *r);
-    if (region == w->id.region_idx) return xdc_intra_send(w->comm.pp, buf, n, XDC_INTRA_F32, rank, &r->ir);
+    if (region == w->id->region_idx)
+        return xdc_intra_send(orch_member_pp(w->member), buf, n, XDC_INTRA_F32, rank, &r->ir);
     xdc_wan_peer *p = neighbour_peer(w, to_stage);
     if (n != w->pipe.elems || !wire)
         return xdc_wan_isend(p, XDC_WAN_LATENCY, buf, n * sizeof(float), PIPE_RAW_CODEC, n * sizeof(float), &r->wr);
@@ -63,7 +64,8 @@ xdc_err_t orch_pipe_recv(orch_worker *w, int from_stage, float *buf, size_t n, u
     memset(r, 0, sizeof *r);
     r->dst = buf;
     r->n = n;
-    if (region == w->id.region_idx) return xdc_intra_recv(w->comm.pp, buf, n, XDC_INTRA_F32, rank, &r->ir);
+    if (region == w->id->region_idx)
+        return xdc_intra_recv(orch_member_pp(w->member), buf, n, XDC_INTRA_F32, rank, &r->ir);
     r->wire = n == w->pipe.elems && wire ? wire : NULL;
     r->peer = neighbour_peer(w, from_stage);
     if (r->wire) return xdc_wan_irecv(r->peer, XDC_WAN_LATENCY, wire, w->pipe.bound, &r->wr);
@@ -85,16 +87,16 @@ xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag)
     } else if (r->wr) {
         size_t len = 0;
         uint8_t codec = 0;
-        rc = xdc_wan_wait(r->wr, w->cfg.timeouts.operation_ms, &len, &codec, diag);
+        rc = xdc_wan_wait(r->wr, w->cfg->timeouts.operation_ms, &len, &codec, diag);
         if (rc == XDC_ERR_AGAIN) { /* still posted after the operation timeout: give it up */
             const xdc_wan_identity *id = xdc_wan_peer_identity(r->peer);
             char who[XDC_WAN_NAME_MAX + 16], where[2 * XDC_WAN_NAME_MAX + 16];
             snprintf(who, sizeof who, "%s rank %d", id->region, id->rank);
-            snprintf(where, sizeof where, "WAN link %s->%s", r->dst ? id->region : w->id.region,
-                     r->dst ? w->id.region : id->region);
+            snprintf(where, sizeof where, "WAN link %s->%s", r->dst ? id->region : w->id->region,
+                     r->dst ? w->id->region : id->region);
             xdc_wan_request_cancel(r->wr);
             orch_wait_expired(diag, r->dst ? "pipeline receive" : "pipeline send", who, where, since,
-                              w->cfg.timeouts.operation_ms, "operation");
+                              w->cfg->timeouts.operation_ms, "operation");
             rc = XDC_ERR_TIMEOUT;
         }
         r->wr = NULL;
@@ -136,7 +138,7 @@ static bool in_region(const orch_worker *w, int stage)
 {
     int region, rank;
     orch_pipe_locate(w, stage, &region, &rank);
-    return region == w->id.region_idx;
+    return region == w->id->region_idx;
 }
 
 xdc_err_t orch_pipe_send_small(orch_worker *w, int to, const float *v, int n, int row, orch_pipe_req *r, xdc_diag *diag)
@@ -166,37 +168,37 @@ xdc_err_t orch_pipe_allreduce_sum(orch_worker *w, float *v, int n, xdc_diag *dia
 {
     orch_pipe_req r;
     if (n > ORCH_PIPE_MAX_SCALARS) return XDC_ERR_RANGE;
-    if (!w->id.span) {
+    if (!w->id->span) {
         XDC_CHECK(scalars_copy(w, scalar_row(w, 0), v, n, true));
-        XDC_CHECK(xdc_intra_all_reduce(w->comm.pp, scalar_row(w, 0), scalar_row(w, 0), (size_t)n, XDC_INTRA_F32,
-                                       XDC_INTRA_SUM, &r.ir));
+        XDC_CHECK(xdc_intra_all_reduce(orch_member_pp(w->member), scalar_row(w, 0), scalar_row(w, 0), (size_t)n,
+                                       XDC_INTRA_F32, XDC_INTRA_SUM, &r.ir));
         r.wr = NULL;
         XDC_CHECK(orch_pipe_wait(w, &r, diag));
         return scalars_copy(w, v, scalar_row(w, 0), n, false);
     }
     float part[ORCH_PIPE_MAX_SCALARS];
-    int below = w->id.stage - 1, above = w->id.stage + 1;
-    if (w->id.stage > 0) {
+    int below = w->id->stage - 1, above = w->id->stage + 1;
+    if (w->id->stage > 0) {
         XDC_CHECK(orch_pipe_recv_small(w, below, part, n, 0, &r, diag));
         XDC_CHECK(orch_pipe_wait_small(w, below, part, n, 0, &r, diag));
         for (int i = 0; i < n; i++) v[i] += part[i];
     }
-    if (above < w->id.n_stages) {
+    if (above < w->id->n_stages) {
         /* Post the receive of the total before waiting for our send: over the WAN a reply with no posted
          * receive would hold up the acknowledgement of that send (docs/wan.md); within a region the two
          * are one group, as NCCL needs. */
         orch_pipe_req back;
         memcpy(part, v, (size_t)n * sizeof(float));
-        XDC_CHECK(xdc_intra_group_start(w->comm.pp));
+        XDC_CHECK(xdc_intra_group_start(orch_member_pp(w->member)));
         xdc_err_t rc = orch_pipe_send_small(w, above, part, n, 1, &r, diag);
         if (rc == XDC_OK) rc = orch_pipe_recv_small(w, above, v, n, 2, &back, diag);
-        xdc_err_t e = xdc_intra_group_end(w->comm.pp);
+        xdc_err_t e = xdc_intra_group_end(orch_member_pp(w->member));
         XDC_CHECK(rc);
         XDC_CHECK(e);
         XDC_CHECK(orch_pipe_wait_small(w, above, NULL, n, 1, &r, diag));
         XDC_CHECK(orch_pipe_wait_small(w, above, v, n, 2, &back, diag));
     }
-    if (w->id.stage > 0) {
+    if (w->id->stage > 0) {
         XDC_CHECK(orch_pipe_send_small(w, below, v, n, 0, &r, diag));
         XDC_CHECK(orch_pipe_wait_small(w, below, NULL, n, 0, &r, diag));
     }

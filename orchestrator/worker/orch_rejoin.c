@@ -26,18 +26,19 @@ enum { HDR_STEP, HDR_EPOCH, HDR_BATCH, HDR_PARAMS, HDR_HASH_GLOBAL, HDR_HASH_MOM
 xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag)
 {
     char key[64], val[300];
-    if (!orch_quorum_elastic(&w->cfg, w->id.n_regions)) return XDC_OK; /* sync and span runs: all or nothing */
-    snprintf(key, sizeof key, "wan/%d/%d", w->id.region_idx, w->id.lrank);
-    xdc_err_t rc = rdzv_try_get(w->comm.rdzv, key, val, sizeof val, diag);
+    if (!orch_quorum_elastic(w->cfg, w->id->n_regions)) return XDC_OK; /* sync and span runs: all or nothing */
+    snprintf(key, sizeof key, "wan/%d/%d", w->id->region_idx, w->id->lrank);
+    xdc_err_t rc = rdzv_try_get(orch_member_rdzv(w->member), key, val, sizeof val, diag);
     if (rc == XDC_ERR_AGAIN) return XDC_OK; /* a fresh start */
     XDC_CHECK(rc);
     XDC_INFO(XDC_SUB_ORCH, "the run is under way (an earlier process of ours published %s = %s): rejoining it", key,
              val);
     /* The store host names our region gone once it missed a round (or its agent's failure was reported). */
-    snprintf(key, sizeof key, "left/%d", w->id.region_idx);
-    rc = rdzv_get(w->comm.rdzv, key, w->cfg.timeouts.rendezvous_ms + w->cfg.elastic.grace_ms, val, sizeof val, diag);
+    snprintf(key, sizeof key, "left/%d", w->id->region_idx);
+    rc = rdzv_get(orch_member_rdzv(w->member), key, w->cfg->timeouts.rendezvous_ms + w->cfg->elastic.grace_ms, val,
+                  sizeof val, diag);
     if (rc != XDC_OK) {
-        xdc_diag_prefix(diag, "region %s: the run is under way but did not let it go (%s)", w->id.region, key);
+        xdc_diag_prefix(diag, "region %s: the run is under way but did not let it go (%s)", w->id->region, key);
         return rc;
     }
     w->elastic.rejoin = 1;
@@ -119,7 +120,7 @@ static xdc_err_t give_state(orch_worker *w, orch_outer *o, xdc_wan_peer *p)
 
 xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
 {
-    int n = w->id.n_regions, lowest = -1, want = 0;
+    int n = w->id->n_regions, lowest = -1, want = 0;
     for (int r = 0; r < n; r++) {
         if (lowest < 0 && w->elastic.live[r]) lowest = r;
         want += w->elastic.joining[r];
@@ -130,29 +131,30 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
     xdc_diag d = {{0}};
     while (want > 0) {
         xdc_wan_peer *p;
-        xdc_err_t rc = xdc_wan_accept(w->comm.lis, w->cfg.timeouts.handshake_ms, &p, &d);
+        xdc_err_t rc = xdc_wan_accept(orch_member_listener(w->member), w->cfg->timeouts.handshake_ms, &p, &d);
         if (rc != XDC_OK) {
             XDC_WARN(XDC_SUB_ORCH,
                      "round %lld: a rejoining region's rank %d did not connect (%s: %s); it will miss "
                      "the next round",
-                     (long long)w->prog.step, w->id.lrank, xdc_strerror(rc), d.msg);
+                     (long long)w->prog.step, w->id->lrank, xdc_strerror(rc), d.msg);
             break;
         }
         const xdc_wan_identity *id = xdc_wan_peer_identity(p);
         int r = xdc_topology_region_index(w->topo, id->region);
-        if (r < 0 || r >= n || !w->elastic.joining[r] || id->rank != w->id.lrank) {
+        if (r < 0 || r >= n || !w->elastic.joining[r] || id->rank != w->id->lrank) {
             XDC_WARN(XDC_SUB_ORCH,
                      "round %lld: unexpected WAN peer %s/%d (expected rank %d of a rejoining region); "
                      "closed",
-                     (long long)w->prog.step, id->region, id->rank, w->id.lrank);
+                     (long long)w->prog.step, id->region, id->rank, w->id->lrank);
             xdc_wan_peer_destroy(p);
             continue;
         }
-        xdc_wan_peer_destroy(w->comm.peers[r]); /* the earlier process's: its sequence numbers died with it */
-        w->comm.peers[r] = p;
+        xdc_wan_peer_destroy(
+            orch_member_peers(w->member)[r]); /* the earlier process's: its sequence numbers died with it */
+        orch_member_peers(w->member)[r] = p;
         w->elastic.joining[r] = 0;
         want--;
-        if (w->id.region_idx == lowest) XDC_CHECK(give_state(w, o, p));
+        if (w->id->region_idx == lowest) XDC_CHECK(give_state(w, o, p));
     }
     memset(w->elastic.joining, 0, sizeof w->elastic.joining);
     return XDC_OK;
@@ -180,29 +182,29 @@ static xdc_err_t stage_in(orch_worker *w, orch_outer *o, xdc_wan_peer *p, float 
 xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *diag)
 {
     char key[RDZV_KEY_MAX], nonce[64], val[RDZV_VALUE_MAX];
-    int n = w->id.n_regions, lowest = -1;
+    int n = w->id->n_regions, lowest = -1;
     snprintf(nonce, sizeof nonce, "%d-%llu", (int)getpid(), (unsigned long long)xdc_wall_ns());
     /* A report of the earlier process would make a coordinator drop the region again. */
-    snprintf(key, sizeof key, "failed/%s", w->id.member);
-    XDC_CHECK(rdzv_set(w->comm.rdzv, key, "", diag));
+    snprintf(key, sizeof key, "failed/%s", w->id->member);
+    XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), key, "", diag));
     w->elastic.rejoin_t0 = xdc_now_ns();
-    snprintf(key, sizeof key, "outer/%d/%d", w->id.region_idx, w->id.lrank);
+    snprintf(key, sizeof key, "outer/%d/%d", w->id->region_idx, w->id->lrank);
     snprintf(val, sizeof val, "%s%s", ORCH_QUORUM_JOIN, nonce);
-    XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
+    XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), key, val, diag));
     /* The next round decided takes us: within the others' inner steps of a period plus the grace window. */
     snprintf(key, sizeof key, "rejoin/%s", nonce);
-    xdc_err_t rc = rdzv_get(w->comm.rdzv, key, w->cfg.timeouts.rendezvous_ms + w->cfg.timeouts.operation_ms, val,
-                            sizeof val, diag);
+    xdc_err_t rc = rdzv_get(orch_member_rdzv(w->member), key,
+                            w->cfg->timeouts.rendezvous_ms + w->cfg->timeouts.operation_ms, val, sizeof val, diag);
     if (rc != XDC_OK) {
-        xdc_diag_prefix(diag, "region %s asked to rejoin (%s): no round took it", w->id.region, key);
+        xdc_diag_prefix(diag, "region %s asked to rejoin (%s): no round took it", w->id->region, key);
         return rc;
     }
     char round[32], mask[XDC_TOPO_MAX_REGIONS + 1];
     snprintf(round, sizeof round, "%s", val);
     snprintf(key, sizeof key, "quorum/%s", round);
-    XDC_CHECK(rdzv_get(w->comm.rdzv, key, w->cfg.timeouts.operation_ms, mask, sizeof mask, diag));
-    if ((int)strlen(mask) != n || strspn(mask, "01j") != (size_t)n || mask[w->id.region_idx] != 'j') {
-        xdc_diag_set(diag, "round %s: quorum '%s' does not name region %s as joining", round, mask, w->id.region);
+    XDC_CHECK(rdzv_get(orch_member_rdzv(w->member), key, w->cfg->timeouts.operation_ms, mask, sizeof mask, diag));
+    if ((int)strlen(mask) != n || strspn(mask, "01j") != (size_t)n || mask[w->id->region_idx] != 'j') {
+        xdc_diag_set(diag, "round %s: quorum '%s' does not name region %s as joining", round, mask, w->id->region);
         return XDC_ERR_PROTO;
     }
     w->elastic.n_live = 0;
@@ -211,16 +213,16 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
         w->elastic.n_live += w->elastic.live[r];
         if (mask[r] != '1') continue;
         if (lowest < 0) lowest = r;
-        XDC_CHECK(orch_worker_dial(w, r, w->id.lrank, &w->comm.peers[r], diag));
+        XDC_CHECK(orch_member_dial(w->member, r, w->id->lrank, &orch_member_peers(w->member)[r], diag));
     }
     if (lowest < 0) {
         xdc_diag_set(diag, "round %s: quorum '%s' names no member to take the state from", round, mask);
         return XDC_ERR_PROTO;
     }
     /* The run's last round is the finish's: its state is handed over at once. */
-    long long at = strtoll(round, NULL, 10), want = at < w->cfg.train.steps ? at + lag : at;
+    long long at = strtoll(round, NULL, 10), want = at < w->cfg->train.steps ? at + lag : at;
     uint64_t hdr[HDR_N];
-    xdc_wan_peer *from = w->comm.peers[lowest];
+    xdc_wan_peer *from = orch_member_peers(w->member)[lowest];
     XDC_CHECK(recv_all(from, hdr, sizeof hdr, diag));
     if (hdr[HDR_PARAMS] != w->model.n_params || hdr[HDR_STEP] != (uint64_t)want) {
         xdc_diag_set(diag, "rejoin: %s sent the state of step %llu with %llu parameters; expected step %lld, %zu",
@@ -246,7 +248,7 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
     XDC_WARN(XDC_SUB_ORCH,
              "region %s took the state of round %s (step %lld) from %s (global parameters %016llx and momentum "
              "%016llx, hashes checked) %.2f s after its rejoin request; a member from the next round",
-             w->id.region, round, want, w->topo->regions[lowest].name, (unsigned long long)hdr[HDR_HASH_GLOBAL],
+             w->id->region, round, want, w->topo->regions[lowest].name, (unsigned long long)hdr[HDR_HASH_GLOBAL],
              (unsigned long long)hdr[HDR_HASH_MOM], (double)(xdc_now_ns() - w->elastic.rejoin_t0) / 1e9);
     return XDC_OK;
 }
@@ -258,7 +260,7 @@ void orch_rejoin_member(orch_worker *w, int64_t round)
     XDC_WARN(XDC_SUB_ORCH,
              "region %s rejoined at round %lld (%.2f s after its rejoin request, %.2f s after this worker started; "
              "state of round %lld)",
-             w->id.region, (long long)round, (double)(now - w->elastic.rejoin_t0) / 1e9,
+             w->id->region, (long long)round, (double)(now - w->elastic.rejoin_t0) / 1e9,
              (double)(now - w->elastic.started) / 1e9, (long long)w->elastic.rejoin_round);
     w->elastic.rejoin_round = -1;
 }

@@ -19,8 +19,8 @@
 
 static double now_s(void) { return (double)xdc_now_ns() / 1e9; }
 
-static int is_first(const orch_worker *w) { return w->id.stage == 0; }
-static int is_last(const orch_worker *w) { return w->id.stage == w->id.n_stages - 1; }
+static int is_first(const orch_worker *w) { return w->id->stage == 0; }
+static int is_last(const orch_worker *w) { return w->id->stage == w->id->n_stages - 1; }
 
 /* Encoded-activation buffer k of microbatch mb (k: 0 x, 1 dy, 2 y, 3 dx), or NULL within a region. */
 static uint8_t *wire(const orch_worker *w, int k, int mb)
@@ -40,7 +40,7 @@ static int intra_neighbour(const orch_worker *w, int stage)
 {
     int region, pp_rank;
     orch_pipe_locate(w, stage, &region, &pp_rank);
-    return region == w->id.region_idx;
+    return region == w->id->region_idx;
 }
 
 static xdc_err_t forward_mb(orch_worker *w, int mb, float *loss_sum, xdc_diag *diag)
@@ -62,7 +62,7 @@ static xdc_err_t forward_mb(orch_worker *w, int mb, float *loss_sum, xdc_diag *d
     trace_span(w, "forward", u0, mb);
     if (is_last(w)) *loss_sum += loss;
     /* y stays valid in the slot until its next forward, which first waits for this send. */
-    if (!is_last(w)) XDC_CHECK(orch_pipe_send(w, w->id.stage + 1, y, btc, wire(w, 2, mb), &w->pipe.y_req[mb], diag));
+    if (!is_last(w)) XDC_CHECK(orch_pipe_send(w, w->id->stage + 1, y, btc, wire(w, 2, mb), &w->pipe.y_req[mb], diag));
     return XDC_OK;
 }
 
@@ -91,12 +91,12 @@ static xdc_err_t backward_mb(orch_worker *w, int mb, xdc_sync *sync, xdc_diag *d
      * receive is posted already (in steady state in the group that sent us x of microbatch mb + warm-up,
      * in cool-down once the previous stage's backward of mb − 2 had our dx), so this waits for no later
      * posting. A WAN send encoded it before returning. */
-    if (mb > 0 && intra_neighbour(w, w->id.stage - 1)) XDC_CHECK(orch_pipe_wait(w, &w->pipe.dx_req[mb - 1], diag));
+    if (mb > 0 && intra_neighbour(w, w->id->stage - 1)) XDC_CHECK(orch_pipe_wait(w, &w->pipe.dx_req[mb - 1], diag));
     const xdc_device_ops *dev = w->model.be->device;
     xdc_stream *cs = xdc_gpt_stage_stream(w->model.st);
     XDC_CHECK(dev->copy_d2d(w->model.dx_out, dx, btc * sizeof(float), cs));
     XDC_CHECK(dev->stream_sync(cs));
-    return orch_pipe_send(w, w->id.stage - 1, w->model.dx_out, btc, wire(w, 3, mb), &w->pipe.dx_req[mb], diag);
+    return orch_pipe_send(w, w->id->stage - 1, w->model.dx_out, btc, wire(w, 3, mb), &w->pipe.dx_req[mb], diag);
 }
 
 /* Post the receive of microbatch mb's input x (from the previous stage) or its output gradient dy (from
@@ -110,35 +110,25 @@ static xdc_err_t backward_mb(orch_worker *w, int mb, xdc_sync *sync, xdc_diag *d
 static xdc_err_t recv_x(orch_worker *w, int mb, int wan, xdc_diag *diag)
 {
     size_t btc = (size_t)w->model.B * w->model.T * (size_t)w->model.C;
-    if (is_first(w) || intra_neighbour(w, w->id.stage - 1) == wan) return XDC_OK;
-    return orch_pipe_recv(w, w->id.stage - 1, w->model.x_in, btc, wire(w, 0, mb), &w->pipe.x_req[mb], diag);
+    if (is_first(w) || intra_neighbour(w, w->id->stage - 1) == wan) return XDC_OK;
+    return orch_pipe_recv(w, w->id->stage - 1, w->model.x_in, btc, wire(w, 0, mb), &w->pipe.x_req[mb], diag);
 }
 
 static xdc_err_t recv_dy(orch_worker *w, int mb, int wan, xdc_diag *diag)
 {
     size_t btc = (size_t)w->model.B * w->model.T * (size_t)w->model.C;
-    if (is_last(w) || intra_neighbour(w, w->id.stage + 1) == wan) return XDC_OK;
-    return orch_pipe_recv(w, w->id.stage + 1, w->model.dy_in, btc, wire(w, 1, mb), &w->pipe.dy_req[mb], diag);
+    if (is_last(w) || intra_neighbour(w, w->id->stage + 1) == wan) return XDC_OK;
+    return orch_pipe_recv(w, w->id->stage + 1, w->model.dy_in, btc, wire(w, 1, mb), &w->pipe.dy_req[mb], diag);
 }
 
 /* Close the schedule step's group: its intra sends and receives are issued together. */
 static xdc_err_t group_end(orch_worker *w, xdc_err_t rc, xdc_diag *diag)
 {
-    xdc_err_t e = xdc_intra_group_end(w->comm.pp);
+    xdc_err_t e = xdc_intra_group_end(orch_member_pp(w->member));
     if (rc == XDC_OK && e != XDC_OK)
-        xdc_diag_set(diag, "pipeline transfer: issuing a schedule step's group: %s", xdc_intra_error(w->comm.pp));
+        xdc_diag_set(diag, "pipeline transfer: issuing a schedule step's group: %s",
+                     xdc_intra_error(orch_member_pp(w->member)));
     return rc != XDC_OK ? rc : e;
-}
-
-xdc_err_t orch_train_wait_sync(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
-{
-    double t0 = now_s();
-    uint64_t u0 = orch_trace_now_us(w->tele.trace);
-    xdc_err_t rc = orch_elastic_wait(w, sync, diag); /* a streaming fragment's exchange may be open */
-    w->prog.t_wan_exposed += now_s() - t0;
-    orch_trace_complete(w->tele.trace, ORCH_LANE_WAN_RX, "wait for gradient sync", "wan", u0,
-                        orch_trace_now_us(w->tele.trace) - u0, NULL, 0);
-    return rc;
 }
 
 /* One pipeline pass of M microbatches with gradients accumulated; the gradient sync of `sync` (NULL: none)
@@ -153,8 +143,8 @@ xdc_err_t orch_train_wait_sync(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
 xdc_err_t orch_train_pass(orch_worker *w, xdc_sync *sync, float *loss, xdc_diag *diag)
 {
     size_t bt = (size_t)w->model.B * w->model.T;
-    int M = w->model.M, P = w->id.n_stages, s = w->id.stage;
-    xdc_intra_comm *pp = w->comm.pp;
+    int M = w->model.M, P = w->id->n_stages, s = w->id->stage;
+    xdc_intra_comm *pp = orch_member_pp(w->member);
     xdc_gpt_stage_zero_grad(w->model.st);
     if (w->model.data)
         for (int mb = 0; mb < M; mb++)
@@ -209,7 +199,7 @@ xdc_err_t orch_train_update(orch_worker *w, float *loss, int64_t lr_step, xdc_di
     float v[2] = {(float)sumsq, *loss};
     XDC_CHECK(orch_pipe_allreduce_sum(w, v, 2, diag));
     *loss = v[1];
-    const xdc_train_config *c = &w->cfg.train;
+    const xdc_train_config *c = &w->cfg->train;
     xdc_lr_schedule sch = {(float)c->lr, (float)c->min_lr_frac, c->warmup_steps, c->steps};
     double t0 = now_s();
     XDC_CHECK(xdc_gpt_stage_optimizer_step(w->model.st, xdc_lr_at(&sch, (int)lr_step),
@@ -229,7 +219,7 @@ xdc_err_t orch_train_inner_step(orch_worker *w, xdc_sync *grad_sync, float *loss
 xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag)
 {
     size_t bt = (size_t)w->model.B * w->model.T, btc = bt * (size_t)w->model.C;
-    int n = w->cfg.train.eval_batches;
+    int n = w->cfg->train.eval_batches;
     if (w->model.val && n > xdc_data_val_batches(w->model.val)) n = xdc_data_val_batches(w->model.val);
     /* Only the first and last stage hold data; agree on the batch count through the pipeline. */
     float cnt[1] = {w->model.val && is_first(w) ? (float)n : 0};
@@ -240,7 +230,7 @@ xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag)
         orch_pipe_req req;
         if (w->model.val) XDC_CHECK(xdc_data_val_batch(w->model.val, i, w->model.tokens, w->model.targets));
         if (!is_first(w)) {
-            XDC_CHECK(orch_pipe_recv(w, w->id.stage - 1, w->model.x_in, btc, wire(w, 0, 0), &req, diag));
+            XDC_CHECK(orch_pipe_recv(w, w->id->stage - 1, w->model.x_in, btc, wire(w, 0, 0), &req, diag));
             XDC_CHECK(orch_pipe_wait(w, &req, diag));
         }
         const float *y = NULL;
@@ -254,7 +244,7 @@ xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag)
         w->prog.t_compute += now_s() - t0;
         trace_span(w, "eval forward", u0, i);
         if (!is_last(w)) {
-            XDC_CHECK(orch_pipe_send(w, w->id.stage + 1, y, btc, wire(w, 2, 0), &req, diag));
+            XDC_CHECK(orch_pipe_send(w, w->id->stage + 1, y, btc, wire(w, 2, 0), &req, diag));
             XDC_CHECK(orch_pipe_wait(w, &req, diag));
         }
         sum += l;
@@ -273,7 +263,7 @@ static xdc_err_t hash_params(orch_worker *w, uint64_t *out, xdc_diag *diag)
     if (!h) return XDC_ERR_NOMEM;
     xdc_err_t rc = XDC_OK;
     orch_pipe_req req;
-    int n = (int)(XDC_HASH_STATE_BYTES / sizeof(float)), below = w->id.stage - 1, above = w->id.stage + 1;
+    int n = (int)(XDC_HASH_STATE_BYTES / sizeof(float)), below = w->id->stage - 1, above = w->id->stage + 1;
     if (!is_first(w)) {
         rc = orch_pipe_recv_small(w, below, blob, n, 0, &req, diag);
         if (rc == XDC_OK) rc = orch_pipe_wait_small(w, below, blob, n, 0, &req, diag);
@@ -294,7 +284,7 @@ static xdc_err_t hash_params(orch_worker *w, uint64_t *out, xdc_diag *diag)
 static xdc_err_t dump_params(orch_worker *w, xdc_diag *diag)
 {
     char path[700];
-    snprintf(path, sizeof path, "%s/params-stage-%d.f32", w->id.run_dir, w->id.stage);
+    snprintf(path, sizeof path, "%s/params-stage-%d.f32", w->id->run_dir, w->id->stage);
     /* The arena is device memory: download it first. */
     const xdc_device_ops *dev = w->model.be->device;
     xdc_stream *cs = xdc_gpt_stage_stream(w->model.st);
@@ -304,7 +294,7 @@ static xdc_err_t dump_params(orch_worker *w, xdc_diag *diag)
     if (rc == XDC_OK) rc = dev->stream_sync(cs);
     if (rc != XDC_OK) {
         xdc_free(host);
-        xdc_diag_set(diag, "downloading the parameters of stage %d for %s", w->id.stage, path);
+        xdc_diag_set(diag, "downloading the parameters of stage %d for %s", w->id->stage, path);
         return rc;
     }
     FILE *f = fopen(path, "wb");
@@ -332,7 +322,7 @@ static void wan_totals(orch_worker *w, uint64_t *tx, uint64_t *raw)
     }
 }
 
-static int reporter(const orch_worker *w) { return w->id.region_idx == 0 && w->id.lrank == 0; }
+static int reporter(const orch_worker *w) { return w->id->region_idx == 0 && w->id->lrank == 0; }
 
 /* The slowest incoming link of this worker over the last re-plan window, as measured against the
  * topology: *ratio = goodput / planned bandwidth of the link with the lowest ratio, *gbps its goodput
@@ -341,14 +331,14 @@ static int reporter(const orch_worker *w) { return w->id.region_idx == 0 && w->i
 static void slowest_link(orch_worker *w, double *ratio, double *gbps, double *planned)
 {
     *ratio = *gbps = *planned = 0;
-    for (int r = 0; r < w->id.n_regions; r++) {
-        if (r == w->id.region_idx || !w->comm.peers || !w->comm.peers[r]) continue;
+    for (int r = 0; r < w->id->n_regions; r++) {
+        if (r == w->id->region_idx || !orch_member_peers(w->member) || !orch_member_peers(w->member)[r]) continue;
         xdc_wan_stats st;
-        xdc_wan_peer_stats(w->comm.peers[r], &st);
+        xdc_wan_peer_stats(orch_member_peers(w->member)[r], &st);
         double bytes = (double)(st.rx_payload_bytes - w->replan_rx0[r]), secs = st.rx_busy_seconds - w->replan_busy0[r];
         w->replan_rx0[r] = st.rx_payload_bytes;
         w->replan_busy0[r] = st.rx_busy_seconds;
-        const xdc_link *l = xdc_topology_link(w->topo, r, w->id.region_idx);
+        const xdc_link *l = xdc_topology_link(w->topo, r, w->id->region_idx);
         if (!(bytes > 0 && secs > 0 && l && l->bandwidth_gbps > 0)) continue;
         double g = bytes * 8 / secs / 1e9, q = g / l->bandwidth_gbps;
         if (*ratio == 0 || q < *ratio) *ratio = q, *gbps = g, *planned = l->bandwidth_gbps;
@@ -370,19 +360,19 @@ static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
     if (!sync) return XDC_OK;
     char key[64], val[256];
     double ratio = 0, measured = 0, planned = 0;
-    if (w->id.lrank == 0) slowest_link(w, &ratio, &measured, &planned);
-    if (w->id.lrank == 0 && !reporter(w)) {
-        snprintf(key, sizeof key, "replan/link/%d", w->id.region_idx);
+    if (w->id->lrank == 0) slowest_link(w, &ratio, &measured, &planned);
+    if (w->id->lrank == 0 && !reporter(w)) {
+        snprintf(key, sizeof key, "replan/link/%d", w->id->region_idx);
         snprintf(val, sizeof val, "%.9g %.9g %.9g", ratio, measured, planned);
-        XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
+        XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), key, val, diag));
     }
     snprintf(key, sizeof key, "replan/%lld", (long long)w->prog.step);
     if (reporter(w)) {
-        for (int r = 1; r < w->id.n_regions; r++) {
+        for (int r = 1; r < w->id->n_regions; r++) {
             char rk[64], rv[128];
             double q, g, p;
             snprintf(rk, sizeof rk, "replan/link/%d", r);
-            XDC_CHECK(rdzv_get(w->comm.rdzv, rk, w->cfg.timeouts.operation_ms, rv, sizeof rv, diag));
+            XDC_CHECK(rdzv_get(orch_member_rdzv(w->member), rk, w->cfg->timeouts.operation_ms, rv, sizeof rv, diag));
             if (sscanf(rv, "%lf %lf %lf", &q, &g, &p) == 3 && q > 0 && (ratio == 0 || q < ratio))
                 ratio = q, measured = g, planned = p;
         }
@@ -392,14 +382,14 @@ static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
         if (ratio > 0 && ratio < 0.5) {
             xdc_plan next;
             xdc_diag pd = {{0}};
-            if (xdc_plan_replan_wan(w->topo, &w->planned.m, &w->planned.b, &w->planned.o, &w->planned.plan, measured,
-                                    &next, &pd) == XDC_OK &&
-                (strcmp(next.codec, w->planned.plan.codec) != 0 || next.inner_steps != w->planned.plan.inner_steps))
+            if (xdc_plan_replan_wan(w->topo, &w->planned->m, &w->planned->b, &w->planned->o, &w->planned->plan,
+                                    measured, &next, &pd) == XDC_OK &&
+                (strcmp(next.codec, w->planned->plan.codec) != 0 || next.inner_steps != w->planned->plan.inner_steps))
                 snprintf(val, sizeof val, "%s %d %.4f %.4f", next.codec, next.inner_steps, measured, planned);
         }
-        XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
+        XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), key, val, diag));
     } else {
-        XDC_CHECK(rdzv_get(w->comm.rdzv, key, w->cfg.timeouts.operation_ms, val, sizeof val, diag));
+        XDC_CHECK(rdzv_get(orch_member_rdzv(w->member), key, w->cfg->timeouts.operation_ms, val, sizeof val, diag));
     }
     char codec[32];
     int period;
@@ -407,27 +397,12 @@ static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
     XDC_INFO(XDC_SUB_ORCH,
              "re-plan at step %lld: measured WAN goodput %.3f Gbit/s against %.3f planned: codec %s -> %s, "
              "period %d -> %d",
-             (long long)w->prog.step, measured, planned, w->planned.plan.codec, codec, w->cfg.diloco.inner_steps,
-             period > 0 ? period : w->cfg.diloco.inner_steps);
+             (long long)w->prog.step, measured, planned, w->planned->plan.codec, codec, w->cfg->diloco.inner_steps,
+             period > 0 ? period : w->cfg->diloco.inner_steps);
     if (reporter(w))
         printf("step %5lld  re-plan: goodput %.3f Gbit/s vs %.3f planned: codec %s -> %s\n", (long long)w->prog.step,
-               measured, planned, w->planned.plan.codec, codec);
+               measured, planned, w->planned->plan.codec, codec);
     return orch_train_switch_wan(w, codec, period, diag);
-}
-
-xdc_err_t orch_train_switch_wan(orch_worker *w, const char *codec, int period, xdc_diag *diag)
-{
-    xdc_sync *sync = w->mode->replan_sync(w->mode_state);
-    xdc_codec_cfg cc = w->comm.codec_cfg;
-    XDC_CHECK(xdc_codec_parse(codec, &cc, diag));
-    /* Delayed averaging keeps a round in flight across the step boundary: it ends on the codec it began
-     * with (the next step's wait for it then returns at once), and the switch comes between rounds. */
-    if (sync && w->cfg.sync.delay_steps) XDC_CHECK(orch_train_wait_sync(w, sync, diag));
-    if (sync) XDC_CHECK(xdc_sync_set_codec(sync, &cc, diag));
-    snprintf(w->planned.plan.codec, sizeof w->planned.plan.codec, "%s", codec);
-    w->comm.codec_cfg = cc;
-    if (period > 0 && w->cfg.mode == ORCH_MODE_DILOCO) w->cfg.diloco.inner_steps = w->planned.plan.inner_steps = period;
-    return XDC_OK;
 }
 
 void orch_pace_slowdowns(const double *pace, int n, double *slowdown)
@@ -452,13 +427,13 @@ void orch_pace_slowdowns(const double *pace, int n, double *slowdown)
 static xdc_err_t post_result(orch_worker *w, uint64_t hash, double wall, xdc_diag *diag)
 {
     char mask[XDC_TOPO_MAX_REGIONS + 1] = "", val[96 + XDC_TOPO_MAX_REGIONS];
-    for (int r = 0; w->elastic.on && r < w->id.n_regions; r++) mask[r] = w->elastic.live[r] ? '1' : '0';
-    int regions = w->id.span ? 1 : w->elastic.on ? w->elastic.n_live : w->id.n_regions;
+    for (int r = 0; w->elastic.on && r < w->id->n_regions; r++) mask[r] = w->elastic.live[r] ? '1' : '0';
+    int regions = w->id->span ? 1 : w->elastic.on ? w->elastic.n_live : w->id->n_regions;
     snprintf(val, sizeof val, "%.4f %016llx %lld %.3f%s%s", w->prog.val_loss, (unsigned long long)hash,
              (long long)w->prog.step,
-             (double)w->prog.step * w->model.B * w->model.T * w->model.M * w->id.n_replicas * regions / wall,
+             (double)w->prog.step * w->model.B * w->model.T * w->model.M * w->id->n_replicas * regions / wall,
              mask[0] ? " " : "", mask);
-    return rdzv_set(w->comm.rdzv, "result", val, diag);
+    return rdzv_set(orch_member_rdzv(w->member), "result", val, diag);
 }
 
 /* This worker's stats/<region>/<rank> value: WAN bytes sent and their fp32 size, cumulative step,
@@ -476,15 +451,15 @@ static void stats_value(orch_worker *w, double wall, char *val, size_t cap)
 static int region_times(orch_worker *w, int r, double *comp, int64_t *step, xdc_diag *diag)
 {
     char key[64], val[512];
-    if (r == w->id.region_idx) {
+    if (r == w->id->region_idx) {
         *comp = w->prog.t_compute, *step = w->prog.step;
         return 1;
     }
-    snprintf(key, sizeof key, "stats/%d/%d", r, w->id.lrank);
+    snprintf(key, sizeof key, "stats/%d/%d", r, w->id->lrank);
     unsigned long long tx, raw;
     double t_step, t_intra, t_wan;
     long long st;
-    if (rdzv_try_get(w->comm.rdzv, key, val, sizeof val, diag) != XDC_OK ||
+    if (rdzv_try_get(orch_member_rdzv(w->member), key, val, sizeof val, diag) != XDC_OK ||
         sscanf(val, "%llu %llu %lf %lf %lf %lf %lld", &tx, &raw, &t_step, comp, &t_intra, &t_wan, &st) != 7)
         return 0;
     *step = st;
@@ -500,11 +475,11 @@ static int region_times(orch_worker *w, int r, double *comp, int64_t *step, xdc_
 static xdc_err_t pace(orch_worker *w, double wall, xdc_diag *diag)
 {
     char key[64], val[512];
-    snprintf(key, sizeof key, "stats/%d/%d", w->id.region_idx, w->id.lrank);
+    snprintf(key, sizeof key, "stats/%d/%d", w->id->region_idx, w->id->lrank);
     stats_value(w, wall, val, sizeof val);
-    XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
+    XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), key, val, diag));
     orch_progress *g = &w->prog;
-    int n = w->id.n_regions;
+    int n = w->id->n_regions;
     for (int r = 0; r < n; r++) {
         double comp;
         int64_t step;
@@ -518,11 +493,12 @@ static xdc_err_t pace(orch_worker *w, double wall, xdc_diag *diag)
     }
     orch_pace_slowdowns(g->pace, n, g->slowdown);
     for (int r = 0; r < n; r++)
-        if (g->slowdown[r] > w->cfg.straggler_factor && reporter(w))
+        if (g->slowdown[r] > w->cfg->straggler_factor && reporter(w))
             XDC_WARN(XDC_SUB_ORCH,
                      "region %s is a straggler at step %lld: %.4f s of compute per step, x%.2f the other regions' "
                      "median (straggler_factor %g)",
-                     w->topo->regions[r].name, (long long)g->step, g->pace[r], g->slowdown[r], w->cfg.straggler_factor);
+                     w->topo->regions[r].name, (long long)g->step, g->pace[r], g->slowdown[r],
+                     w->cfg->straggler_factor);
     return XDC_OK;
 }
 
@@ -531,8 +507,8 @@ static void stragglers(const orch_worker *w, char *out, size_t cap)
 {
     size_t len = 0;
     out[0] = '\0';
-    for (int r = 0; r < w->id.n_regions && len < cap; r++)
-        if (w->prog.slowdown[r] > w->cfg.straggler_factor)
+    for (int r = 0; r < w->id->n_regions && len < cap; r++)
+        if (w->prog.slowdown[r] > w->cfg->straggler_factor)
             len += (size_t)snprintf(out + len, cap - len, "  | straggler %s x%.2f", w->topo->regions[r].name,
                                     w->prog.slowdown[r]);
 }
@@ -541,20 +517,20 @@ static void progress_line(orch_worker *w, float loss, double step_s, double comp
 {
     uint64_t tx, raw;
     wan_totals(w, &tx, &raw);
-    double tokens = (double)w->model.B * w->model.T * w->model.M * w->id.n_replicas *
-                    (w->id.span ? 1 : w->id.n_regions);
+    double tokens = (double)w->model.B * w->model.T * w->model.M * w->id->n_replicas *
+                    (w->id->span ? 1 : w->id->n_regions);
     double goodput = 0;
-    for (int r = 0; r < w->id.n_regions; r++)
-        if (w->comm.peers && w->comm.peers[r]) {
+    for (int r = 0; r < w->id->n_regions; r++)
+        if (orch_member_peers(w->member) && orch_member_peers(w->member)[r]) {
             xdc_wan_stats st;
-            xdc_wan_peer_stats(w->comm.peers[r], &st);
+            xdc_wan_peer_stats(orch_member_peers(w->member)[r], &st);
             goodput += st.goodput_gbps;
         }
     char slow[256];
     stragglers(w, slow, sizeof slow);
     printf("step %5lld/%d  loss %.4f  tok/s %7.0f  step %.3fs = compute %.3f + intra %.3f + exposed wan %.3f"
            "  | wan %.2f MB (x%.1f) goodput %.3f Gb/s%s\n",
-           (long long)w->prog.step, w->cfg.train.steps, loss, tokens / step_s, step_s, comp, intra, wan,
+           (long long)w->prog.step, w->cfg->train.steps, loss, tokens / step_s, step_s, comp, intra, wan,
            (double)tx / 1e6, tx ? (double)raw / (double)tx : 0.0, goodput, slow);
     fflush(stdout);
 }
@@ -570,8 +546,8 @@ static void step_row(orch_worker *w, orch_steplog_row *row, double run_t0)
 
 xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
 {
-    const xdc_train_config *c = &w->cfg.train;
-    if (w->id.resume && !w->elastic.rejoin) XDC_CHECK(orch_checkpoint_resume(w, diag));
+    const xdc_train_config *c = &w->cfg->train;
+    if (w->id->resume && !w->elastic.rejoin) XDC_CHECK(orch_checkpoint_resume(w, diag));
     if (w->elastic.rejoin) XDC_CHECK(w->mode->rejoin(w, w->mode_state, diag)); /* the running job's state */
     double run_t0 = now_s();
     orch_steplog_row last = {.step = w->prog.step, .val_loss = NAN};
@@ -605,16 +581,16 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
         else last = row;
         /* After an elastic run lost a region, what waits for every member (the checkpoint barrier, the
          * re-plan's reports) would wait for it: the survivors (who all hold the same quorum) skip them. */
-        int whole = !w->elastic.on || w->elastic.n_live == w->id.n_regions;
-        if (whole && w->cfg.plan_auto && w->cfg.replan_every > 0 && w->id.n_regions > 1 && !w->id.span &&
-            w->prog.step % w->cfg.replan_every == 0 && w->prog.step < c->steps)
+        int whole = !w->elastic.on || w->elastic.n_live == w->id->n_regions;
+        if (whole && w->cfg->plan_auto && w->cfg->replan_every > 0 && w->id->n_regions > 1 && !w->id->span &&
+            w->prog.step % w->cfg->replan_every == 0 && w->prog.step < c->steps)
             XDC_CHECK(replan(w, diag));
         /* After the re-plan: the checkpoint holds the codec and period the next step runs with. */
         if (orch_checkpoint_due(w) && whole) XDC_CHECK(orch_checkpoint_save(w, diag));
         char status[64];
         snprintf(status, sizeof status, "step %lld", (long long)w->prog.step);
-        if (w->prog.step % 10 == 0) rdzv_heartbeat(w->comm.rdzv, status, diag);
-        if (w->prog.step % ORCH_PACE_STEPS == 0 && w->id.n_regions > 1 && !w->id.span && w->prog.step < c->steps)
+        if (w->prog.step % 10 == 0) rdzv_heartbeat(orch_member_rdzv(w->member), status, diag);
+        if (w->prog.step % ORCH_PACE_STEPS == 0 && w->id->n_regions > 1 && !w->id->span && w->prog.step < c->steps)
             XDC_CHECK(pace(w, now_s() - run_t0, diag));
     }
     /* DiLoCo-style modes end on agreed global parameters, so every region reports the same model. A region
@@ -628,19 +604,19 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
     step_row(w, &last, run_t0);
     uint64_t hash = 0;
     XDC_CHECK(hash_params(w, &hash, diag));
-    if (w->id.replica == 0 && is_last(w)) /* each region's model, for comparing regions (the result has one) */
-        XDC_INFO(XDC_SUB_ORCH, "final parameters of region %s: params_xxh64=%016llx", w->id.region,
+    if (w->id->replica == 0 && is_last(w)) /* each region's model, for comparing regions (the result has one) */
+        XDC_INFO(XDC_SUB_ORCH, "final parameters of region %s: params_xxh64=%016llx", w->id->region,
                  (unsigned long long)hash);
-    if (w->cfg.dump_params && (w->id.span || w->id.region_idx == 0) && w->id.replica == 0)
+    if (w->cfg->dump_params && (w->id->span || w->id->region_idx == 0) && w->id->replica == 0)
         XDC_CHECK(dump_params(w, diag));
     double wall = now_s() - run_t0;
     char key[200], val[512];
     /* The result first: a coordinator takes every worker's stats as the end of the run. */
-    if (!w->elastic.on && (w->id.span || w->id.region_idx == 0) && w->id.replica == 0 && is_last(w))
+    if (!w->elastic.on && (w->id->span || w->id->region_idx == 0) && w->id->replica == 0 && is_last(w))
         XDC_CHECK(post_result(w, hash, wall, diag));
-    snprintf(key, sizeof key, "stats/%d/%d", w->id.region_idx, w->id.lrank);
+    snprintf(key, sizeof key, "stats/%d/%d", w->id->region_idx, w->id->lrank);
     stats_value(w, wall, val, sizeof val);
-    XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
+    XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), key, val, diag));
     /* Nobody leaves before everyone reported: a departing peer would look like a failure. Then global rank
      * 0 says the run is over, so a coordinator knows it may close the store. An elastic run ends with a
      * last quorum round instead (the barrier counts every member, those of the regions that left too), and
@@ -650,8 +626,8 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
         XDC_CHECK(orch_elastic_agree(w, ORCH_QUORUM_END, diag));
         int first = 0;
         while (!w->elastic.live[first]) first++; /* our own region is in: orch_elastic_agree checked */
-        return first == w->id.region_idx && w->id.replica == 0 && is_last(w) ? post_result(w, hash, wall, diag)
-                                                                             : XDC_OK;
+        return first == w->id->region_idx && w->id->replica == 0 && is_last(w) ? post_result(w, hash, wall, diag)
+                                                                               : XDC_OK;
     }
-    return orch_worker_end_barrier(w, diag);
+    return orch_member_end_barrier(w->member, diag);
 }

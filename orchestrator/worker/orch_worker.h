@@ -1,10 +1,11 @@
-/* orch_worker.h — private to the worker runtime (the entry point is xdc_worker.h). One worker process
- * runs one pipeline stage of one data-parallel replica in one region. Its state is split by concern:
- * identity and layout (orch_worker_id), the model stage and its step buffers (orch_model), pipeline
- * transfers (orch_pipe), connections (orch_comm: WAN engine, intra communicators, sync engine),
- * telemetry, progress, and the mode (orch_mode_ops + its own state). Files: orch_worker.c (set-up,
- * teardown), orch_train.c (the 1F1B loop, the training loop), orch_pipe.c, orch_checkpoint.c, orch_rejoin.c,
- * orch_observe.c, and one orch_mode_*.c per mode. */
+/* orch_worker.h — private to the worker runtime (the entry point is xdc_worker.h; libxdc reaches the outer
+ * round through orch_outer.h). One worker process runs one pipeline stage of one data-parallel replica in
+ * one region, on a member of the run (orchestrator/member/orch_member.h: identity and layout, run file,
+ * device, connections, sync engine). Its own state is split by concern: the model stage and its step
+ * buffers (orch_model), pipeline transfers (orch_pipe), telemetry, progress, elastic rounds, and the mode
+ * (orch_mode_ops + its own state). Files: orch_worker.c (set-up, teardown), orch_worker_sync.c (the
+ * worker's syncs), orch_train.c (the 1F1B loop, the training loop), orch_pipe.c, orch_checkpoint.c,
+ * orch_rejoin.c, orch_observe.c, and one orch_mode_*.c per mode. */
 #ifndef ORCH_WORKER_H
 #define ORCH_WORKER_H
 
@@ -13,8 +14,7 @@
 #include "model/xdc_gpt.h"
 #include "orchestrator/obs/orch_metrics.h"
 #include "orchestrator/obs/orch_steplog.h"
-#include "orchestrator/launch/orch_creds.h"
-#include "orchestrator/launch/orch_device.h"
+#include "orchestrator/member/orch_member.h"
 #include "orchestrator/rdzv/orch_rdzv.h"
 #include "orchestrator/runcfg/orch_run_config.h"
 #include "sync/xdc_sync.h"
@@ -22,6 +22,7 @@
 #include "model/xdc_data.h"
 #include "topology/xdc_topology.h"
 #include "wan/xdc_wan.h"
+#include "orchestrator/worker/orch_outer.h"
 #include "orchestrator/worker/xdc_worker.h"
 
 #include <stdint.h>
@@ -38,30 +39,9 @@ typedef struct orch_pipe_req {
 
 typedef struct orch_observe orch_observe; /* orch_observe.c: the worker's metric series */
 
-/* Who this worker is and where it sits (environment contract, DESIGN.md), fixed after set-up. Layout:
- * lrank = replica * n_stages + stage; with span, one pipeline over every worker of every region in
- * order (stage = global rank). */
-typedef struct orch_worker_id {
-    char run_id[64], region[XDC_NAME_MAX], node[XDC_NAME_MAX], member[RDZV_MEMBER_MAX];
-    char run_dir[512], coord_host[256];
-    int coord_port;
-    rdzv_target rdzv; /* the store this worker joins (the built-in one at coord_host:coord_port, or etcd) */
-    int region_idx, n_regions;
-    int lrank, lsize; /* rank and size within the region */
-    int local_rank;   /* LOCAL_RANK: index on the node (picks the GPU on CUDA) */
-    int grank, gsize; /* global */
-    int emulate_wan, resume;
-    int span;
-    int stage, n_stages, replica, n_replicas;
-    int layer_begin, layer_end;
-} orch_worker_id;
-
 /* The model stage this worker computes, its data and its step buffers (allocated once). */
 typedef struct orch_model {
-    const xdc_kern_backend *be;
-    orch_device device;      /* the region's device (orch_device.h): be's kind */
-    int cuda_device;         /* CUDA ordinal among the visible devices (LOCAL_RANK); -1 on the CPU devices */
-    xdc_intra_backend intra; /* NCCL on CUDA, the shared-memory backend otherwise */
+    const xdc_kern_backend *be; /* the member's device (orch_member_backend): a static table, it outlives the member */
     xdc_gpt_stage *st;
     size_t n_params;
     xdc_data *data; /* training shard of this replica (first and last stage only) */
@@ -95,18 +75,9 @@ typedef struct orch_pipe {
 #define ORCH_PIPE_MAX_SCALARS 32 /* fp32 one small message carries (loss, norm, counts; the 128-byte hash state) */
 #define ORCH_PIPE_SCALAR_ROWS 3  /* small messages in flight at once: the sum's from below, up, from above */
 
-/* Every connection of the worker: the WAN engine and its peers, the rendezvous, the intra communicators,
- * and the sync engine (the one comm thread that runs every sync of the mode, in posting order). */
+/* The worker's own connections; the member holds the rest (orch_member_rdzv, orch_member_peers, ...). */
 typedef struct orch_comm {
-    xdc_wan_engine *wan;
-    xdc_wan_listener *lis;
-    xdc_wan_peer **peers;                /* (n_regions) same lrank in every other region */
-    xdc_wan_peer *prev_peer, *next_peer; /* span: neighbouring stages across a region boundary */
-    rdzv_client *rdzv;
-    xdc_intra_comm *region_comm, *pp, *dp;
     xdc_intra_comm *dp_wan; /* streaming with replicas: the fragment syncs' own replicas communicator */
-    xdc_sync_engine *sync_eng;
-    xdc_codec_cfg codec_cfg; /* the WAN codec in use */
 } orch_comm;
 
 /* Metrics and trace. */
@@ -153,14 +124,12 @@ typedef struct orch_elastic {
     uint8_t told[XDC_TOPO_MAX_REGIONS];
 } orch_elastic;
 
-typedef struct orch_worker orch_worker;
-
 /* A training mode (orch_mode_sync.c, orch_mode_diloco.c, orch_mode_streaming.c): the syncs and buffers it
  * needs live in its own state, made by setup and freed by destroy. The span layout (one pipeline across
  * regions) is sync mode with nothing to average across regions. */
 typedef struct orch_mode_ops {
     const char *name;
-    /* Create the mode's syncs (clients of w->comm.sync_eng) and buffers, once the comm is up. */
+    /* Create the mode's syncs (clients of the member's sync engine) and buffers, once the comm is up. */
     xdc_err_t (*setup)(orch_worker *w, void **state, xdc_diag *diag);
     /* One training step: the pipeline pass with its gradient sync, the optimizer step (advancing
      * w->prog.step), and the mode's outer work due at the new step. */
@@ -185,11 +154,12 @@ typedef struct orch_mode_ops {
 extern const orch_mode_ops orch_mode_sync_ops, orch_mode_diloco_ops, orch_mode_streaming_ops;
 
 struct orch_worker {
-    orch_worker_id id;
-    const orch_creds_flags *creds; /* where its key, certificate, CA and CRL are (orch_creds.h) */
+    orch_member *member; /* load, place, device, connections, the sync engine: what libxdc shares */
+    /* Views into the member, set once it is loaded (orch_member.h; the member owns them): */
+    const orch_member_id *id;
     xdc_topology *topo;
-    orch_run_config cfg;
-    orch_planned planned; /* with cfg.plan_auto: the plan the run follows */
+    orch_run_config *cfg;
+    orch_planned *planned;
     orch_model model;
     orch_pipe pipe;
     orch_comm comm;
@@ -203,7 +173,7 @@ struct orch_worker {
     double replan_busy0[XDC_TOPO_MAX_REGIONS]; /* seconds they were arriving */
 };
 
-/* orch_train.c */
+/* orch_train.c: the training loop and the 1F1B pass. */
 xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag);
 /* One pipeline pass of M microbatches with the gradient sync of `grad_sync` started during the last
  * microbatch's backward, then the clipped AdamW step; advances w->prog.step. *loss: the mean loss over
@@ -216,15 +186,9 @@ xdc_err_t orch_train_pass(orch_worker *w, xdc_sync *grad_sync, float *loss, xdc_
 /* Clip the current gradient arena by the global gradient norm (over all stages) and take one AdamW step at
  * the learning rate of step `lr_step`; *loss is summed over the stages on the way. */
 xdc_err_t orch_train_update(orch_worker *w, float *loss, int64_t lr_step, xdc_diag *diag);
-/* Wait for the round of `sync` to end (xdc_sync_end, or the elastic wait), counted as exposed WAN time
- * and drawn on the trace's WAN lane. */
-xdc_err_t orch_train_wait_sync(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
 /* Stragglers: for each of n regions, its pace (compute seconds per step; <= 0: unknown) over the median
  * of the other regions' known paces, into slowdown[n] (0 where either is unknown). */
 void orch_pace_slowdowns(const double *pace, int n, double *slowdown);
-/* Switch the WAN codec (the mode's re-plan sync, its residuals carried over) and, in DiLoCo, the period
- * (> 0) to a re-plan's choice: at a re-plan, and on resume to what the checkpoint ran with. */
-xdc_err_t orch_train_switch_wan(orch_worker *w, const char *codec, int period, xdc_diag *diag);
 /* Pipeline-forward the fixed validation batches; every stage returns the same mean loss. */
 xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag);
 
@@ -248,28 +212,13 @@ xdc_err_t orch_pipe_send_small(orch_worker *w, int peer, const float *v, int n, 
 xdc_err_t orch_pipe_recv_small(orch_worker *w, int peer, float *v, int n, int row, orch_pipe_req *r, xdc_diag *diag);
 xdc_err_t orch_pipe_wait_small(orch_worker *w, int peer, float *v, int n, int row, orch_pipe_req *r, xdc_diag *diag);
 
-/* orch_mode_diloco.c: the outer loop DiLoCo and streaming share. */
-typedef struct orch_outer {
-    xdc_sync *sync;     /* pseudo-gradients across regions (codec + error feedback) */
-    float *local;       /* device (n) the parameters the rounds update (the stage's; libxdc: its staging) */
-    size_t n;           /* parameters, fp32 */
-    xdc_stream *stream; /* where the outer arithmetic and copies queue (the stage's compute stream) */
-    float *global;      /* device (n) the last agreed global parameters */
-    float *mom;         /* device (n) outer Nesterov momentum */
-    float *pseudo;      /* device (n) pseudo-gradient: what the sync averages */
-    float *host;        /* pinned host (n): the checkpoint's staging of global and momentum */
-    bool mean;          /* the next outer step is the plain mean (η = 1, μ = 0): keep_unsent's last round */
-} orch_outer;
+/* orch_mode_diloco.c: the outer loop DiLoCo and streaming share (orch_outer, orch_outer_open, _round and
+ * _destroy: orch_outer.h). */
 /* Save (or load) global and mom as state files next to the stage checkpoint in `dir`. */
 xdc_err_t orch_outer_checkpoint_io(orch_worker *w, orch_outer *o, const char *dir, int save, xdc_diag *diag);
 /* Buffers (global = the stage's parameters now) and the pseudo-gradient sync over `dp` and the regions;
  * elastic rounds as the run file says. */
 xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag);
-/* The same over o->local (o->n fp32 device memory of w's backend; global = its values now), its arithmetic
- * on o->stream (NULL: the calling thread's current stream), without elastic rounds: libxdc's outer rounds
- * over a user's parameters. */
-xdc_err_t orch_outer_open(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag);
-void orch_outer_destroy(orch_worker *w, orch_outer *o);
 /* The device and compute stream of the worker's stage in `sc` (every sync of the modes). */
 void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc);
 /* Make the stage's compute stream the calling thread's current one (the outer arithmetic's model ops run
@@ -294,10 +243,6 @@ xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
 /* End the exchange of `sync`'s round, the outer round at `step` (its time counted as exposed WAN). Elastic
  * rounds: orch_elastic_wait, then the round ends on its final set; otherwise xdc_sync_end. */
 xdc_err_t orch_outer_end(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag);
-/* An outer round over the whole stage (after its quorum): every member region ends on the same global
- * parameters, local = global. */
-xdc_err_t orch_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag);
-
 /* Elastic rounds: post this worker's arrival at `round` (a step, or ORCH_QUORUM_END) and take the store
  * host's decision of who is in it into w->elastic; XDC_ERR_UNAVAILABLE when this region was left out. */
 xdc_err_t orch_elastic_agree(orch_worker *w, const char *round, xdc_diag *diag);
@@ -323,9 +268,6 @@ void orch_rejoin_member(orch_worker *w, int64_t round);
  * that does not connect or take the state is named and not waited for again (the store host drops it at
  * the next round); errors are the device's. */
 xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o);
-/* orch_worker.c: dial region r's rank `rank` (directly, or through the launcher's relay). */
-xdc_err_t orch_worker_dial(orch_worker *w, int r, int rank, xdc_wan_peer **out, xdc_diag *diag);
-
 /* orch_observe.c: Prometheus metrics of the worker (metrics_port >= 0) */
 xdc_err_t orch_observe_start(orch_worker *w, xdc_diag *diag);
 void orch_observe_step(orch_worker *w, double step_s, double compute_s, double intra_s, double wan_s, float loss);
@@ -338,36 +280,18 @@ xdc_err_t orch_checkpoint_save(orch_worker *w, xdc_diag *diag);
 /* Load the newest complete checkpoint of the run, if any (w->step stays 0 without one). */
 xdc_err_t orch_checkpoint_resume(orch_worker *w, xdc_diag *diag);
 
-/* orch_worker.c: the set-up and teardown every member process of a run shares, the worker (xdc_worker_run)
- * and a user program on libxdc (orchestrator/api). In this order: load, place, the device (the worker's
- * choice; libxdc: the CPU), connect, comm engine; close after any of them. */
-/* Zero w; load the topology and run file (every error printed to stderr, the first in diag with
- * file:line:col: XDC_ERR_CONFIG), resolve the identity from the environment contract (XDC_ERR_CONFIG
- * naming what is missing and where it looked), apply the plan with `plan: auto`. */
-xdc_err_t orch_worker_load(orch_worker *w, const xdc_worker_opts *o, xdc_diag *diag);
-/* Check the identity against the topology and derive this process's place in the layout. */
-xdc_err_t orch_worker_place(orch_worker *w, xdc_diag *diag);
-/* The WAN engine with the member's credentials, the rendezvous join (and the "joined" barrier), the intra
- * communicators, the WAN peers. *what names the step that failed. */
-xdc_err_t orch_worker_connect(orch_worker *w, const char **what, xdc_diag *diag);
-/* The run's WAN codec (w->comm.codec_cfg) and the sync engine, the comm thread every sync runs on. */
-xdc_err_t orch_worker_comm_engine(orch_worker *w, xdc_diag *diag);
-/* Log "<what> failed" and post failed/<member> to the rendezvous, for the launcher to name. */
-void orch_worker_report_failure(orch_worker *w, const char *what, xdc_err_t rc, const char *msg);
-/* The end of a run: nobody leaves before everyone is done (the "done" barrier), then global rank 0 posts
- * "finished" so a coordinator may close the store. */
-xdc_err_t orch_worker_end_barrier(orch_worker *w, xdc_diag *diag);
-/* Tear down whatever was set up, in the order docs/design.md gives (the mode's syncs through w->mode). */
-void orch_worker_close(orch_worker *w);
-
+/* orch_worker_sync.c: the worker's syncs. */
 #define ORCH_MAX_SYNCS (2 + 1024) /* gradients, pseudo-gradients, streaming fragments */
 /* Every sync of this worker's mode, in creation order; returns how many (at most cap). */
 int orch_worker_syncs(const orch_worker *w, xdc_sync **out, int cap);
-/* The configuration every sync of the worker starts from: this stage's parameters, the run's bucket
- * size and WAN codec, the replicas, the trace hook, and with `across_regions` the other regions (none
- * with span: each stage exists once). */
+/* The configuration every sync of the worker starts from (orch_member_sync_cfg): this stage's parameters,
+ * named "gradients", the trace hook. */
 void orch_worker_sync_cfg(orch_worker *w, int across_regions, xdc_sync_cfg *out);
-/* Layers of stage s of n: an even split, the first stages taking one more when it does not divide. */
-void orch_stage_layers(int n_layer, int n_stages, int s, int *begin, int *end);
+/* Wait for the round of `sync` to end (xdc_sync_end, or the elastic wait), counted as exposed WAN time
+ * and drawn on the trace's WAN lane. */
+xdc_err_t orch_train_wait_sync(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
+/* Switch the WAN codec (the mode's re-plan sync, its residuals carried over) and, in DiLoCo, the period
+ * (> 0) to a re-plan's choice: at a re-plan, and on resume to what the checkpoint ran with. */
+xdc_err_t orch_train_switch_wan(orch_worker *w, const char *codec, int period, xdc_diag *diag);
 
 #endif /* ORCH_WORKER_H */

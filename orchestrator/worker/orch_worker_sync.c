@@ -1,0 +1,69 @@
+/* orch_worker_sync.c — the worker's syncs: the configuration each starts from (the member's, with this
+ * stage's parameters and the trace hook), the list of the mode's, the wait for a round (exposed WAN time),
+ * and the switch of the WAN codec and DiLoCo period a re-plan or a resume makes. Below orch_train.c,
+ * orch_checkpoint.c and the modes, which all use it. */
+#include "orchestrator/worker/orch_worker.h"
+
+#include "common/xdc_time.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static double now_s(void) { return (double)xdc_now_ns() / 1e9; }
+
+/* The comm thread's timeline: each bucket phase of every sync on the worker's trace lanes. */
+static void sync_trace(void *ctx, const char *sync_name, xdc_sync_phase phase, uint64_t start_ns, uint64_t dur_ns,
+                       size_t bytes)
+{
+    orch_worker *w = ctx;
+    static const char *const what[] = {"reduce-scatter", "encode+send", "wait+decode", "all-gather"};
+    static const orch_trace_lane lane[] = {ORCH_LANE_INTRA, ORCH_LANE_CODEC, ORCH_LANE_WAN_RX, ORCH_LANE_INTRA};
+    if (!w->tele.trace) return;
+    uint64_t now_us = orch_trace_now_us(w->tele.trace), ago_us = (xdc_now_ns() - start_ns) / 1000;
+    char name[ORCH_TRACE_NAME_MAX];
+    snprintf(name, sizeof name, "%s %s", sync_name, what[phase]);
+    orch_trace_complete(w->tele.trace, lane[phase], name,
+                        phase == XDC_SYNC_PHASE_REDUCE_SCATTER || phase == XDC_SYNC_PHASE_ALL_GATHER ? "intra" : "wan",
+                        now_us > ago_us ? now_us - ago_us : 0, dur_ns / 1000, "bytes", (double)bytes);
+}
+
+void orch_worker_sync_cfg(orch_worker *w, int across_regions, xdc_sync_cfg *out)
+{
+    orch_member_sync_cfg(w->member, across_regions, out);
+    out->n_elems = w->model.n_params;
+    out->name = "gradients";
+    out->trace = sync_trace;
+    out->trace_ctx = w;
+}
+
+int orch_worker_syncs(const orch_worker *w, xdc_sync **out, int cap)
+{
+    return w->mode && w->mode_state ? w->mode->syncs(w->mode_state, out, cap) : 0;
+}
+
+xdc_err_t orch_train_wait_sync(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
+{
+    double t0 = now_s();
+    uint64_t u0 = orch_trace_now_us(w->tele.trace);
+    xdc_err_t rc = orch_elastic_wait(w, sync, diag); /* a streaming fragment's exchange may be open */
+    w->prog.t_wan_exposed += now_s() - t0;
+    orch_trace_complete(w->tele.trace, ORCH_LANE_WAN_RX, "wait for gradient sync", "wan", u0,
+                        orch_trace_now_us(w->tele.trace) - u0, NULL, 0);
+    return rc;
+}
+
+xdc_err_t orch_train_switch_wan(orch_worker *w, const char *codec, int period, xdc_diag *diag)
+{
+    xdc_sync *sync = w->mode->replan_sync(w->mode_state);
+    xdc_codec_cfg cc = *orch_member_codec(w->member);
+    XDC_CHECK(xdc_codec_parse(codec, &cc, diag));
+    /* Delayed averaging keeps a round in flight across the step boundary: it ends on the codec it began
+     * with (the next step's wait for it then returns at once), and the switch comes between rounds. */
+    if (sync && w->cfg->sync.delay_steps) XDC_CHECK(orch_train_wait_sync(w, sync, diag));
+    if (sync) XDC_CHECK(xdc_sync_set_codec(sync, &cc, diag));
+    snprintf(w->planned->plan.codec, sizeof w->planned->plan.codec, "%s", codec);
+    orch_member_set_codec(w->member, &cc);
+    if (period > 0 && w->cfg->mode == ORCH_MODE_DILOCO)
+        w->cfg->diloco.inner_steps = w->planned->plan.inner_steps = period;
+    return XDC_OK;
+}
