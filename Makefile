@@ -6,7 +6,8 @@
 #   make demo       the default one-machine demo
 #   make demo-multihost   the demo with each region on a network host of its own (root: namespaces, the
 #                   netns WAN emulator, agents started one by one through examples/launch/ssh.sh)
-#   make lint       format check (.clang-format), layer check, no positional *_INIT macros; make format fixes the first
+#   make lint       format check (.clang-format), layer check, no symbol cycle among the orchestrator's objects,
+#                   no positional *_INIT macros; make format fixes the first
 #   make deps       install the Debian packages the project needs (root), or print the apt-get line (exit 69),
 #                   and the PyTorch venv XDC_TORCH_VENV (default ~/.cache/xdc/torch-venv) of the xdc.torch tests
 #   make CUDA=0     CPU-only build even where nvcc exists
@@ -238,9 +239,10 @@ deps-bench:
 check-layers:
 	@bash tests/check_layers.sh
 
-# Format check (.clang-format, clang-format 14), the layer rule and the designated-initializer rule.
-lint: deps-debian
-	@bash tests/lint.sh && echo "lint: clean"
+# Format check (.clang-format, clang-format 14), the layer rule, no symbol cycle among the orchestrator's
+# objects (built first: the check reads them with nm) and the designated-initializer rule.
+lint: deps-debian libs
+	@XDC_LINT_OBJ=$(BUILD)/obj bash tests/lint.sh && echo "lint: clean"
 format:
 	@git ls-files '*.c' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
 

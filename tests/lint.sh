@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # lint.sh — what `make lint` checks (and .ci/run runs): every C/CUDA file formatted by .clang-format
-# (clang-format 14), the layer rule of docs/design.md (tests/check_layers.sh), and no positional `*_INIT`
-# initializer macro: each one must name its fields (`.field = value`) so a struct change cannot shift
-# values into the wrong members silently. Prints every finding; exits 1 if any.
+# (clang-format 14), the layer rule of docs/design.md (tests/check_layers.sh), no cycle among the
+# orchestrator's object files (tests/check_symbol_cycles.sh, on the objects `make lint` builds first, under
+# XDC_LINT_OBJ), and no positional `*_INIT` initializer macro: each one must name its fields
+# (`.field = value`) so a struct change cannot shift values into the wrong members silently. Prints every
+# finding; exits 1 if any.
 set -u
 cd "$(dirname "$0")/.."
 bad=0
@@ -16,6 +18,7 @@ if ! out=$(clang-format --dry-run -Werror $files 2>&1); then
   bad=1
 fi
 bash tests/check_layers.sh || bad=1
+bash tests/check_symbol_cycles.sh "${XDC_LINT_OBJ:-build/obj}/orchestrator" || bad=1
 # An *_INIT macro's body (with its continuation lines) must contain designators and no bare leading value.
 inits=$(for f in $files; do
   # One line per *_INIT macro: "file:line:body" with continuation lines joined.

@@ -251,7 +251,7 @@ XDC_TEST(layering_check_catches_an_upward_include)
              "sed -i 's#^LAYERS := .*#LAYERS := common kernels config topology compression wan wan/emu intra model "
              "sync scheduler "
              "orchestrator/obs orchestrator/rdzv orchestrator/runcfg orchestrator/elastic orchestrator/launch "
-             "orchestrator/worker "
+             "orchestrator/member orchestrator/worker "
              "orchestrator/doctor orchestrator/api orchestrator/cli#; /^          orchestrator\\/runcfg/d; /^          "
              "intra wan/d' "
              "Makefile",
