@@ -16,7 +16,7 @@ XDC_TEST(layering_orchestrator_objects_have_no_symbol_cycle)
 }
 
 /* Three objects in a cycle (a uses b's, b uses c's, c uses a's), one that only uses them, a symbol defined
- * by the allow-listed orch_rejoin.o in a cycle of its own, and a file-local definition that draws no edge. */
+ * by the allow-listed orch_mode_diloco.o in a cycle of its own, and a file-local definition that draws no edge. */
 XDC_TEST(layering_symbol_cycle_check_catches_a_planted_cycle)
 {
     char path[600], cmd[1024], out[8192];
@@ -34,9 +34,9 @@ XDC_TEST(layering_symbol_cycle_check_catches_a_planted_cycle)
           "obj/x/top.o:                 U local_fn\n"
           "obj/x/d.o:0000000000000000 t local_fn\n"
           "obj/x/d.o:0000000000000000 T d_fn\n"
-          "obj/x/d.o:                 U orch_rejoin_fn\n"
-          "obj/x/orch_rejoin.o:0000000000000000 T orch_rejoin_fn\n"
-          "obj/x/orch_rejoin.o:                 U d_fn\n",
+          "obj/x/d.o:                 U orch_mode_diloco_fn\n"
+          "obj/x/orch_mode_diloco.o:0000000000000000 T orch_mode_diloco_fn\n"
+          "obj/x/orch_mode_diloco.o:                 U d_fn\n",
           f);
     XDC_ASSERT(fclose(f) == 0);
     snprintf(cmd, sizeof cmd, "bash tests/check_symbol_cycles.sh --nm %s", path);
