@@ -226,7 +226,7 @@ gpu-bundle:
 # Build and test needs; deps-bench adds the baselines benchmarks measure against.
 DEB_PACKAGES := gcc make pkg-config openssl libssl-dev libzstd-dev zstd libyaml-dev libjansson-dev \
                 libxxhash-dev libopenblas-dev libmicrohttpd-dev libcurl4-openssl-dev fortunes \
-                iproute2 procps prometheus clang-format gnuplot-nox etcd-server etcd-client slurmctld slurmd \
+                iproute2 procps prometheus clang-format patchelf gnuplot-nox etcd-server etcd-client slurmctld slurmd \
                 slurm-client munge nftables python3 python3-venv python3-setuptools python3-wheel
 DEB_BENCH_PACKAGES := iperf3 openmpi-bin libopenmpi-dev clang g++ libgloo-dev
 define install_debs
