@@ -30,7 +30,7 @@ _xdc_env() {
   add=$u
   echo "env: bundle $b ($(sed -n 's/^cuda=/cuda=/p' "$b/MANIFEST"), built on $(sed -n 's/^built_on=//p' "$b/MANIFEST"))"
   echo "env: glibc here $(getconf GNU_LIBC_VERSION 2>/dev/null | cut -d' ' -f2), the bundle needs >= $(sed -n 's/^glibc_needed=//p' "$b/MANIFEST")"
-  echo "env: before: LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-(unset)}; bin/xdc unresolved: $(ldd "$b/bin/xdc" 2>&1 | awk '/not found/ {printf "%s ", $1}')"
+  echo "env: before: LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-(unset)}; bin/xdc unresolved: $(ldd "$b/bin/xdc" 2>&1 | awk '/not found/ && !seen[$1]++ {printf "%s ", $1}')"
 
   # The wheels: every nvidia/*/lib folder of the python3 that holds torch, and the named modules' folders.
   if command -v python3 >/dev/null; then

@@ -104,7 +104,7 @@ else
     awk '/calling init:/ { print $NF }' "$L/ld-debug.log" | sort -u | while read -r f; do echo "  $(readlink -f "$f")"; done
   } | tee -a "$OUT/env.txt"
 fi
-echo "== GPUs: $NGPU listed; CUDA steps: ${NOGPU:+NOT TESTED ($NOGPU)}${NOGPU:-run}" | tee -a "$OUT/env.txt"
+echo "== GPUs: $NGPU listed; CUDA steps: $([ -n "$NOGPU" ] && echo "NOT TESTED ($NOGPU)" || echo run)" | tee -a "$OUT/env.txt"
 
 # ---- step machinery ----------------------------------------------------------------------------------
 VERDICT=""
