@@ -14,6 +14,7 @@
 #   make fuzz-NAME [FUZZ_SECONDS=300]   libFuzzer run of tests/fuzz/fuzz_NAME.c (clang)
 #   make bench-NAME                     build bench/NAME/*.c and run bench/NAME/run.sh
 #   make install [PREFIX=/usr/local]    install libxdc.so, include/xdc.h and xdc.pc (pkg-config; docs/api.md)
+#   make gpu-bundle                     build/gpu-bundle: xdc, tests, bench_gpu and their libraries for the GPU machine (docs/device.md)
 #
 # One static library per folder (subfolders such as wan/emu and orchestrator/cli are libraries of their
 # own). LAYERS lists them from the top of the dependency graph to the bottom; the link line follows it,
@@ -203,11 +204,30 @@ bench-%: deps deps-bench
 	@$(MAKE) --no-print-directory $(BUILD)/xdc $(if $(wildcard bench/$*/*.c),$(BUILD)/bench_$*)
 	@XDC_BIN=$(BUILD)/xdc XDC_BENCH_BIN=$(BUILD)/bench_$* bash bench/$*/run.sh
 
+# ---- the GPU machine's bundle (docs/device.md) ----------------------------------------------------------
+# `make gpu-bundle` builds xdc, the test binary and bench_gpu in a tree of their own (GPU_BUNDLE_BUILD) for
+# the GPU machine's image: any x86-64-v3 CPU (not -march=native: that machine's CPU is not this one's),
+# -lineinfo for compute-sanitizer, CUDA headers under -isystem (a newer gcc's warnings in them must not
+# stop -Werror), and then tests/gpu/bundle.sh puts them with every library they need that the image lacks,
+# a corpus and the scripts into GPU_BUNDLE (<= 40 MiB), the binaries' rpath $ORIGIN/../lib. Without nvcc
+# it is the CPU-only bundle, and its MANIFEST says so.
+GPU_BUNDLE ?= build/gpu-bundle
+GPU_BUNDLE_BUILD ?= build/gpu-bundle-obj
+GPU_BUNDLE_VARS := BUILD=$(GPU_BUNDLE_BUILD) CUDA=$(CUDA) EXTRA_CFLAGS=-march=x86-64-v3
+ifeq ($(CUDA),1)
+GPU_BUNDLE_VARS += CUDA_CFLAGS="-DXDC_HAVE_CUDA=1 -DXDC_HAVE_NCCL=1 -isystem $(CUDA_HOME)/include" NVFLAGS="$(NVFLAGS) -lineinfo"
+endif
+.PHONY: gpu-bundle
+gpu-bundle:
+	$(call install_debs,patchelf)
+	@$(MAKE) --no-print-directory $(GPU_BUNDLE_VARS) $(GPU_BUNDLE_BUILD)/xdc $(GPU_BUNDLE_BUILD)/xdc_tests $(GPU_BUNDLE_BUILD)/bench_gpu
+	@bash tests/gpu/bundle.sh $(GPU_BUNDLE_BUILD) $(GPU_BUNDLE) $(CUDA)
+
 # ---- Debian packages -------------------------------------------------------------------------------
 # Build and test needs; deps-bench adds the baselines benchmarks measure against.
 DEB_PACKAGES := gcc make pkg-config openssl libssl-dev libzstd-dev zstd libyaml-dev libjansson-dev \
                 libxxhash-dev libopenblas-dev libmicrohttpd-dev libcurl4-openssl-dev fortunes \
-                iproute2 procps prometheus clang-format gnuplot-nox etcd-server etcd-client slurmctld slurmd \
+                iproute2 procps prometheus clang-format patchelf gnuplot-nox etcd-server etcd-client slurmctld slurmd \
                 slurm-client munge nftables python3 python3-venv python3-setuptools python3-wheel
 DEB_BENCH_PACKAGES := iperf3 openmpi-bin libopenmpi-dev clang g++ libgloo-dev
 define install_debs

@@ -1,157 +1,328 @@
 #!/usr/bin/env bash
-# tests/gpu/run.sh — the GPU check, prepared: one script for one machine with an NVIDIA GPU (sized for
-# one H200, at most ~8 minutes), as the device tool would run it.
+# tests/gpu/run.sh — one prepared window on the GPU machine: the checks and measurements of the CUDA/NCCL
+# path, all from the bundle (`make gpu-bundle`; docs/device.md says how to send it there), no make, no
+# packages, no network.
 #
-#   *** NOT RUN YET. Written on a machine without a GPU: every CUDA path below has only been compiled
-#   *** (nvcc, sm_90) and, for the CPU halves, run on the CPU. Nothing here has run on a GPU.
+#   *** NOT RUN ON A GPU YET. Written and rehearsed on machines without one (tests/gpu/test_gpu_bundle.c
+#   *** runs it with a stub nvidia-smi): every verdict below about CUDA is still to be earned.
 #
-# Checks, one summary line each ("CHECK <name>: PASS|FAIL ..."), numbers in $OUT (or build/gpu/out):
-#   1 build       the tree with CUDA and NCCL into build/gpu (xdc, xdc_tests, bench_gpu)
-#   2 cuda-tests  `xdc_tests cuda intra_nccl`: CUDA kernels and the CUDA model stage against the CPU
-#                 references, the NCCL intra backend against the serial reference; a GPU test that skips
-#                 on a GPU machine is a failure (orch_device_* may skip: they test GPU-less behaviour)
-#   3 model-step  `xdc train --single` of the tiny model, CUDA (GEMMs in TF32) against CPU (fp32): final
-#                 val_loss within MODEL_TOL (0.02 nats; the tolerances: docs/device.md, "Precision")
-#   4 launch      `xdc launch` of two emulated regions x one GPU worker each, sharing the one GPU
-#                 (tests/gpu/two-regions-one-gpu.yaml: gpus_per_node: 1, so CUDA with a 1-rank NCCL
-#                 communicator per region), over the emulated WAN; val_loss within LAUNCH_TOL (0.05) of
-#                 the same run with --device cpu. Until the worker's model and sync memory live on the
-#                 device (issue #12, other parts), expect this one to fail in set-up or the first sync.
-#   5 gpt2-124m   tokens/s and MFU of examples/models/gpt2-124m.yaml on one GPU (bench/gpu/bench_gpu.c)
-#                 against the cuBLAS sgemm peak measured in the same run
-#   6 codec       device codec GB/s (int8 + error feedback, bf16, byte planes) next to device memcpy
+#   usage: tests/gpu/run.sh [--only STEP,...] [--bundle DIR] [--deadline S] [--list]
+#     --only      run these steps alone (a rerun skips what passed); the environment is printed always
+#     --bundle    the bundle folder (default build/gpu-bundle)
+#     --deadline  seconds of work in all (default XDC_GPU_DEADLINE or 330; at most 330): each step gets
+#                 min(its own budget, what is left); a step with under 5 s left is "NOT RUN (deadline)"
+#     --list      print the steps with their budgets and exit
+#   env: OUT (default build/gpu-out): summary.txt, env.txt, run.log, logs.tgz (every step's log and the
+#        launches' worker logs) come back from there — 4 files, under the device tool's 8
 #
-# Machine set-up it copes with (the device machine has no package registry): with XDC_GPU_DEBS (default
-# .gpu-debs, carried) holding .deb files of the build's Debian packages (make deps's list: libssl-dev
-# libzstd-dev libyaml-dev libjansson-dev libxxhash-dev libopenblas-dev libmicrohttpd-dev
-# libcurl4-openssl-dev fortunes and their runtime libraries), they are unpacked under /opt/xdc-deps (not
-# /) and put on CPATH / LIBRARY_PATH / LD_LIBRARY_PATH; the corpus is looked for there too. NCCL comes
-# from the system or from the Python nvidia-nccl wheel (PyTorch's).
-#   usage: tests/gpu/run.sh     (env: BUILD, OUT, XDC_GPU_DEBS, MODEL_TOL, LAUNCH_TOL)
+# Verdicts, one line per step in OUT/summary.txt: PASS / FAIL (a check with its figures), MEASURED
+# (figures only: a measurement passes nothing), NOT TESTED (why: no GPU, 1 GPU, gVisor, CPU-only bundle),
+# NOT AVAILABLE (no binary in the bundle offers the check yet), NOT RUN (deadline). A failed step never
+# stops the window. Without a GPU each CUDA step says NOT TESTED and, where it is cheap, runs its own
+# command lines on the CPU backend ("cpu rehearsal") so a wrong path or flag shows here, not in the window;
+# a rehearsal that fails is "REHEARSAL FAILED" and makes the exit status 1.
+# Exit: 0 when no step failed, 1 otherwise, 64 usage, 69 no bundle.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 70
-BUILD=${BUILD:-build/gpu}
-OUT=${OUT:-$BUILD/out}
-MODEL_TOL=${MODEL_TOL:-0.02}
-LAUNCH_TOL=${LAUNCH_TOL:-0.05}
-mkdir -p "$OUT" "$BUILD"
-SUMMARY=$OUT/gpu-summary.txt
+REPO=$PWD
+
+# ---- the steps, in the order they run (the cheap correctness checks first, the sanitizer last) --------
+STEPS=(cuda-tests model-step determinism sync-cuda codec-wire launch-sync launch-diloco launch-streaming
+  launch-span nccl gemm-peak gpt2-step codec-speed sanitizer)
+declare -A BUDGET=([cuda-tests]=60 [model-step]=30 [determinism]=30 [sync-cuda]=30 [codec-wire]=30
+  [launch-sync]=30 [launch-diloco]=30 [launch-streaming]=30 [launch-span]=30 [nccl]=30 [gemm-peak]=20
+  [gpt2-step]=60 [codec-speed]=20 [sanitizer]=120)
+
+BUNDLE=build/gpu-bundle ONLY="" DEADLINE=${XDC_GPU_DEADLINE:-330}
+while [ $# -gt 0 ]; do
+  case $1 in
+  --only) ONLY=,${2:-},; shift 2 ;;
+  --bundle) BUNDLE=${2:-}; shift 2 ;;
+  --deadline) DEADLINE=${2:-}; shift 2 ;;
+  --list) for s in "${STEPS[@]}"; do printf '%-17s %4d s\n' "$s" "${BUDGET[$s]}"; done; exit 0 ;;
+  *) sed -n '9,16p' "$0" >&2; exit 64 ;;
+  esac
+done
+[[ $DEADLINE =~ ^[0-9]+$ ]] && [ "$DEADLINE" -le 330 ] || { echo "run.sh: --deadline takes 1..330 seconds" >&2; exit 64; }
+for s in ${ONLY//,/ }; do
+  [ -n "${BUDGET[$s]:-}" ] || { echo "run.sh: --only: no step '$s' (--list names them)" >&2; exit 64; }
+done
+[ -f "$BUNDLE/MANIFEST" ] || { echo "run.sh: no bundle at $BUNDLE (make gpu-bundle; docs/device.md)" >&2; exit 69; }
+
+OUT=${OUT:-build/gpu-out}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd -P)
+L=$OUT/logs
+rm -rf "$L" && mkdir -p "$L"
+SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
-status=0
+exec > >(tee "$OUT/run.log") 2>&1
 T0=$(date +%s)
-check() { # name PASS|FAIL text...
-  local name=$1 verdict=$2
-  shift 2
-  local line
-  line=$(printf 'CHECK %-10s %s (%ss) %s' "$name:" "$verdict" "$(($(date +%s) - T0))" "$*")
-  echo "$line" | tee -a "$SUMMARY"
-  [ "$verdict" = PASS ] || status=1
-}
-within() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d <= t) }'; }
+elapsed() { echo $(($(date +%s) - T0)); }
+status=0
 
-nvidia-smi -L >"$OUT/nvidia-smi.txt" 2>&1 || { echo "tests/gpu/run.sh: no NVIDIA GPU visible (nvidia-smi failed)" >&2; exit 69; }
-
-# ---- machine set-up ---------------------------------------------------------------------------------
-DEBS=${XDC_GPU_DEBS:-.gpu-debs}
-if ls "$DEBS"/*.deb >/dev/null 2>&1; then
-  mkdir -p /opt/xdc-deps
-  for f in "$DEBS"/*.deb; do dpkg -x "$f" /opt/xdc-deps; done
-  export CPATH=/opt/xdc-deps/usr/include:/opt/xdc-deps/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}
-  libs=/opt/xdc-deps/usr/lib/x86_64-linux-gnu:/opt/xdc-deps/usr/lib/x86_64-linux-gnu/openblas-pthread
-  export LIBRARY_PATH=$libs${LIBRARY_PATH:+:$LIBRARY_PATH} LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
-if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so '; then
-  nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null ||
-    python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "nccl"))' 2>/dev/null || true)
-  if [ -n "$nccl" ] && [ -d "$nccl/lib" ]; then
-    mkdir -p /tmp/xdc-nccl && ln -sf "$(ls "$nccl"/lib/libnccl.so* | head -1)" /tmp/xdc-nccl/libnccl.so
-    export CPATH=$nccl/include${CPATH:+:$CPATH}
-    export LIBRARY_PATH=/tmp/xdc-nccl:$nccl/lib${LIBRARY_PATH:+:$LIBRARY_PATH}
-    export LD_LIBRARY_PATH=$nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  fi
-fi
-DATA=/usr/share/games/fortunes
-[ -e "$DATA" ] || DATA=/opt/xdc-deps/usr/share/games/fortunes
-
-# ---- 1 build ----------------------------------------------------------------------------------------
-if timeout 300 make BUILD="$BUILD" CUDA=1 -j"$(nproc)" "$BUILD/xdc" "$BUILD/xdc_tests" >"$OUT/build.log" 2>&1 &&
-  rm -f "$BUILD/bench_gpu" && timeout 120 make BUILD="$BUILD" CUDA=1 "$BUILD/bench_gpu" >>"$OUT/build.log" 2>&1; then
-  check build PASS "$BUILD/xdc, xdc_tests, bench_gpu with CUDA"
-else
-  tail -40 "$OUT/build.log" >&2
-  check build FAIL "see build.log"
-  exit 70
-fi
-X=$BUILD/xdc
-
-# ---- 2 the CUDA tests -------------------------------------------------------------------------------
-out=$(timeout 180 "$BUILD/xdc_tests" cuda intra_nccl 2>&1)
-rc=$?
-echo "$out" >"$OUT/cuda-tests.log"
-skipped=$(grep '^SKIP' <<<"$out" | grep -v '^SKIP orch_device' | awk '{printf "%s ", $2}' || true)
-if [ $rc -eq 0 ] && [ -z "$skipped" ]; then check cuda-tests PASS "$(tail -1 <<<"$out")"
-else check cuda-tests FAIL "rc=$rc $(tail -1 <<<"$out")${skipped:+; skipped on a GPU machine: $skipped}"; fi
-
-# ---- 3 a model step, CUDA against CPU ---------------------------------------------------------------
-train() { timeout 120 "$X" train --single -c examples/models/tiny.yaml --data "$DATA" --steps 20 --backend "$1" 2>&1; }
-cpu=$(train cpu)
-cuda=$(train cuda)
-printf '%s\n---- cuda ----\n%s\n' "$cpu" "$cuda" >"$OUT/model-step.log"
-vc=$(grep -o 'final val_loss=[0-9.]*' <<<"$cpu" | cut -d= -f2)
-vg=$(grep -o 'final val_loss=[0-9.]*' <<<"$cuda" | cut -d= -f2)
-if within "$vg" "$vc" "$MODEL_TOL"; then check model-step PASS "val_loss cuda=$vg cpu=$vc (tol $MODEL_TOL)"
-else check model-step FAIL "val_loss cuda=${vg:-none} cpu=${vc:-none} (tol $MODEL_TOL); see model-step.log"; fi
-
-# ---- 4 xdc launch: 2 emulated regions x 1 GPU worker, one shared GPU ---------------------------------
-TMP=$(mktemp -d)
-cat >"$TMP/run.yaml" <<EOF
-model: $PWD/examples/models/tiny.yaml
-data: $DATA
-mode: sync
-pipeline_stages: 1
-microbatches: 2
-steps: 30
-codec: int8
-bucket_mb: 0.05
-threads: 1
-timeouts: {rendezvous: 60s, operation: 60s}
-EOF
-G=tests/gpu/two-regions-one-gpu.yaml
-lg=$(env -u XDC_DEVICE timeout 150 "$X" launch -t $G -c "$TMP/run.yaml" --run-dir "$TMP/cuda" 2>&1)
-rg=$?
-lc=$(timeout 150 "$X" launch -t $G -c "$TMP/run.yaml" --run-dir "$TMP/cpu" --device cpu 2>&1)
-rcpu=$?
+# ---- environment (always; before any step) -------------------------------------------------------------
 {
-  echo "$lg"
-  echo "---- worker logs (cuda) ----"
-  cat "$TMP"/cuda/logs/*.log 2>/dev/null | tail -60
-  echo "---- --device cpu ----"
-  echo "$lc"
-} >"$OUT/launch.log"
-vg=$(grep -o 'final val_loss=[0-9.]*' <<<"$lg" | cut -d= -f2)
-vc=$(grep -o 'final val_loss=[0-9.]*' <<<"$lc" | cut -d= -f2)
-dev=$(grep -o '^  devices: .*' <<<"$lg" | tail -1 | sed 's/^  //')
-if [ $rg -eq 0 ] && [ $rcpu -eq 0 ] && grep -q 'us-east cuda (NCCL intra), eu-west cuda (NCCL intra)' <<<"$dev" &&
-  within "$vg" "$vc" "$LAUNCH_TOL"; then
-  check launch PASS "val_loss cuda=$vg cpu=$vc (tol $LAUNCH_TOL); $dev"
+  echo "== run.sh $(date -u +%Y-%m-%dT%H:%M:%SZ), deadline ${DEADLINE}s, steps: ${ONLY:-all}"
+  echo "== host: $(uname -srm); $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"); $(nproc) CPUs"
+  case $(uname -r) in 4.4.0*) echo "== runtime: gVisor (kernel 4.4.0): compute-sanitizer and ncu cannot run" ;; esac
+  echo "== nvidia-smi -L:"
+  nvidia-smi -L 2>&1
+  echo "== nvidia-smi query:"
+  nvidia-smi --query-gpu=name,driver_version,pstate,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,mig.mode.current,memory.total,power.limit,temperature.gpu,compute_mode --format=csv 2>&1
+  echo "== nvcc: $(nvcc --version 2>&1 | tail -1)"
+  echo "== gcc: $(gcc --version 2>&1 | head -1)"
+  echo "== python3: $(python3 --version 2>&1)"
+  echo "== compute-sanitizer: $(compute-sanitizer --version 2>&1 | tail -1)"
+} 2>&1 | tee "$OUT/env.txt"
+# shellcheck source=tests/gpu/env.sh
+. "$BUNDLE/env.sh" | tee -a "$OUT/env.txt" # in a pipe: a subshell; sourced again below for its exports
+. "$BUNDLE/env.sh" >/dev/null
+B=$XDC_BUNDLE/bin
+X=$B/xdc
+DATA=$XDC_DATA
+MODELS=$XDC_BUNDLE/models
+export XDC_BIN=$X
+CUDA_BUNDLE=$(sed -n 's/^cuda=//p' "$XDC_BUNDLE/MANIFEST")
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+
+# Is there a GPU the CUDA runtime can use? One CUDA test answers it (PASS, or SKIP with the reason), and
+# the loader's record of that run says which library files were loaded (libcuda and NCCL come by dlopen).
+NOGPU=""
+if [ "$XDC_ENV_OK" != 1 ]; then NOGPU="the bundle's libraries do not resolve (env.txt)"
+elif [ "$CUDA_BUNDLE" != 1 ]; then NOGPU="CPU-only bundle"
+elif [ "$NGPU" -lt 1 ]; then NOGPU="no GPU (nvidia-smi lists none)"
 else
-  check launch FAIL "exit cuda=$rg cpu=$rcpu val_loss cuda=${vg:-none} cpu=${vc:-none}; ${dev:-no devices line}; see launch.log"
+  probe=$(LD_DEBUG=libs timeout 60 "$B/xdc_tests" device_cuda_copies_round_trip 2>"$L/ld-debug.log")
+  echo "$probe" >"$L/probe.log"
+  case $probe in
+  *"PASS device_cuda_copies_round_trip"*) ;;
+  *SKIP*) NOGPU="no GPU: $(grep '^SKIP' <<<"$probe" | sed -e 's/^SKIP *[a-z_]* *//' -e 's/^no GPU: //' | head -1)" ;;
+  *) NOGPU="the CUDA probe failed: $(tail -1 <<<"$probe")" ;;
+  esac
+  {
+    echo "== library files loaded by a CUDA test (LD_DEBUG=libs):"
+    awk '/calling init:/ { print $NF }' "$L/ld-debug.log" | sort -u | while read -r f; do echo "  $(readlink -f "$f")"; done
+  } | tee -a "$OUT/env.txt"
 fi
-rm -rf "$TMP"
+echo "== GPUs: $NGPU listed; CUDA steps: $([ -n "$NOGPU" ] && echo "NOT TESTED ($NOGPU)" || echo run)" | tee -a "$OUT/env.txt"
 
-# ---- 5 GPT-2-124M-shaped model on one GPU: tokens/s, MFU against the measured cuBLAS peak -----------
-b=$(timeout 240 "$BUILD/bench_gpu" model examples/models/gpt2-124m.yaml --steps 10 2>&1)
-rb=$?
-# ---- 6 the codec on the device next to device memcpy ------------------------------------------------
-c=$(timeout 60 "$BUILD/bench_gpu" codec --mib 256 2>&1)
-rcod=$?
-printf '%s\n%s\n' "$b" "$c" >"$OUT/bench-gpu.log"
-last=$(grep 'gpu_model tokens_per_s' <<<"$b")
-if [ $rb -eq 0 ] && [ -n "$last" ]; then check gpt2-124m PASS "${last#gpu_model }"
-else check gpt2-124m FAIL "exit $rb: $(tail -1 <<<"$b")"; fi
-last=$(grep 'gpu_codec memcpy_gbs' <<<"$c")
-if [ $rcod -eq 0 ] && [ -n "$last" ]; then check codec PASS "${last#gpu_codec }"
-else check codec FAIL "exit $rcod: $(tail -1 <<<"$c")"; fi
+# ---- step machinery ----------------------------------------------------------------------------------
+VERDICT=""
+verdict() { VERDICT=$*; } # a step's last call wins
+run_step() {             # name: runs step_<name> with T = min(budget, what is left) seconds
+  local name=$1 left t v0
+  if [ -n "$ONLY" ] && [[ $ONLY != *",$name,"* ]]; then return; fi
+  left=$((DEADLINE - $(elapsed)))
+  t=$((BUDGET[$name] < left ? BUDGET[$name] : left))
+  [ "$t" -lt 0 ] && t=0
+  v0=$(elapsed)
+  if [ "$t" -lt 5 ]; then
+    VERDICT="NOT RUN (deadline: ${left}s left of ${DEADLINE}s)"
+  else
+    VERDICT="FAIL (the step gave no verdict)"
+    echo "-- $name (budget ${t}s)"
+    T=$t "step_${name//-/_}" >"$L/$name.log" 2>&1 </dev/null
+    VERDICT=$(cat "$L/.verdict" 2>/dev/null || echo "$VERDICT")
+    rm -f "$L/.verdict"
+  fi
+  case $VERDICT in FAIL* | TIMEOUT* | "REHEARSAL FAILED"*) status=1 ;; esac
+  printf 'STEP %-17s %s  [%ss of %ss]\n' "$name" "$VERDICT" "$(($(elapsed) - v0))" "$t" | tee -a "$SUMMARY"
+}
+# Steps run with their output in their log; the verdict travels back through a file.
+say() { echo "$*" >"$L/.verdict"; }
+tmo() { timeout -k 5 "$T" "$@"; } # every command of a step: killed at the step's budget
+last_line() { grep -o "$1" "$2" | tail -1; }
+has_test() { "$B/xdc_tests" -l | awk '{print $1}' | grep -E "$1"; }
 
-echo "tests/gpu/run.sh: $(grep -c PASS "$SUMMARY") passed, $(grep -c FAIL "$SUMMARY") failed in $(($(date +%s) - T0)) s; files in $OUT"
+# One `xdc_tests -v` run of the tests whose names match PATTERN (an ERE), turned into a verdict: a test that
+# skips for want of a second GPU is NOT TESTED (1 GPU); any other skip on a GPU machine is a failure.
+tests_verdict() { # pattern label
+  local names n f nt ns
+  names=$(has_test "$1") || { say "NOT AVAILABLE (xdc_tests has no test matching /$1/: $2)"; return; }
+  # shellcheck disable=SC2086
+  tmo "$B/xdc_tests" -v -j 1 $names >"$L/tests.out" 2>&1
+  local rc=$?
+  cat "$L/tests.out"
+  n=$(grep -c '^PASS ' "$L/tests.out")
+  f=$(grep -c '^FAIL ' "$L/tests.out")
+  nt=$(grep '^SKIP' "$L/tests.out" | grep -E 'needs [2-9] CUDA devices' | awk '{printf "%s ", $2}')
+  ns=$(grep '^SKIP' "$L/tests.out" | grep -vE 'needs [2-9] CUDA devices' | awk '{printf "%s ", $2}')
+  local figs
+  figs=$(grep -ohE '(max_abs|max_rel|maxabs|maxrel)[=:][^ ]+' "$L/tests.out" | head -8 | tr '\n' ' ')
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then say "TIMEOUT after ${T}s: $n passed before it"
+  elif [ "$f" -gt 0 ] || [ -n "$ns" ]; then say "FAIL ($n passed, $f failed${ns:+, skipped on a GPU machine: $ns}) $figs"
+  else say "PASS ($n passed: $(echo $names | tr '\n' ' ')) ${nt:+; NOT TESTED (1 GPU): $nt}$figs"; fi
+}
+
+# Training runs: `xdc train --single` of the tiny model on BACKEND, its final line.
+train() { # backend steps log
+  tmo "$X" train --single -c "$MODELS/tiny.yaml" --data "$DATA" --steps "$2" --backend "$1" >"$3" 2>&1
+  grep '^final ' "$3" | tail -1
+}
+
+# ---- the steps ---------------------------------------------------------------------------------------
+step_cuda_tests() {
+  [ -n "$NOGPU" ] && { say "NOT TESTED ($NOGPU)"; return; }
+  tests_verdict '^(device_cuda|kern_cuda|quant_cuda)' "the CUDA device, op and quant tables against the CPU"
+}
+
+# CUDA (TF32 GEMMs) against CPU fp32: final val_loss within MODEL_TOL (docs/device.md, "Precision").
+step_model_step() {
+  local tol=${MODEL_TOL:-0.02} c g
+  c=$(train cpu 20 "$L/model-step-cpu.log")
+  if [ -n "$NOGPU" ]; then
+    [ -n "$c" ] && say "NOT TESTED ($NOGPU); cpu rehearsal ok: $c" || say "REHEARSAL FAILED: cpu train: $(tail -1 "$L/model-step-cpu.log")"
+    return
+  fi
+  g=$(train cuda 20 "$L/model-step-cuda.log")
+  local vc vg
+  vc=$(grep -o 'val_loss=[0-9.]*' <<<"$c" | cut -d= -f2)
+  vg=$(grep -o 'val_loss=[0-9.]*' <<<"$g" | cut -d= -f2)
+  if awk -v a="$vg" -v b="$vc" -v t="$tol" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d <= t) }'; then
+    say "PASS val_loss cuda=$vg cpu=$vc |diff|=$(awk -v a="$vg" -v b="$vc" 'BEGIN { d = a - b; print d < 0 ? -d : d }') tol=$tol"
+  else say "FAIL val_loss cuda=${vg:-none} cpu=${vc:-none} tol=$tol"; fi
+}
+
+# Two CUDA runs of the same seed must end on the same params_xxh64 (the kernels are deterministic).
+step_determinism() {
+  local be=cuda a b
+  [ -n "$NOGPU" ] && be=cpu
+  a=$(train $be 10 "$L/determinism-1.log" | grep -o 'params_xxh64=[0-9a-f]*')
+  b=$(train $be 10 "$L/determinism-2.log" | grep -o 'params_xxh64=[0-9a-f]*')
+  if [ -n "$NOGPU" ]; then
+    [ -n "$a" ] && [ "$a" = "$b" ] && say "NOT TESTED ($NOGPU); cpu rehearsal ok: $a twice" || say "REHEARSAL FAILED: cpu runs: '$a' '$b'"
+  elif [ -n "$a" ] && [ "$a" = "$b" ]; then say "PASS two cuda runs: $a both"
+  else say "FAIL two cuda runs: '${a:-none}' '${b:-none}'"; fi
+}
+
+step_sync_cuda() {
+  [ -n "$NOGPU" ] && { say "NOT TESTED ($NOGPU)"; return; }
+  tests_verdict '(sync.*cuda|cuda.*sync)' "the in-process two-region sync on CUDA"
+}
+
+step_codec_wire() {
+  [ -n "$NOGPU" ] && { say "NOT TESTED ($NOGPU)"; return; }
+  if has_test '(wire|codec).*cuda|cuda.*(wire|codec)' >/dev/null; then
+    tests_verdict '(wire|codec).*cuda|cuda.*(wire|codec)' "codec wire bytes CUDA = CPU"
+  else
+    tests_verdict '^quant_cuda' "the quant tables"
+    sed -i 's/$/; (the quant tables only: no test compares whole wire bytes per codec x zstd on CUDA yet)/' "$L/.verdict"
+  fi
+}
+
+# xdc launch: two emulated regions, one GPU worker each, sharing the one GPU; both regions on one hash.
+launch_mode() { # mode
+  local mode=$1 dev=cuda run=$L/launch-$1
+  [ -n "$NOGPU" ] && dev=cpu
+  mkdir -p "$run"
+  {
+    echo "model: $MODELS/tiny.yaml"
+    echo "data: $DATA"
+    echo "steps: 12"
+    echo "threads: 1"
+    echo "bucket_mb: 0.05"
+    echo "timeouts: {rendezvous: 60s, operation: 60s}"
+    case $mode in
+    sync) printf 'mode: sync\npipeline_stages: 1\nmicrobatches: 2\ncodec: int8\n' ;;
+    diloco) printf 'mode: diloco\npipeline_stages: 1\nmicrobatches: 2\ncodec: int8\ndiloco: {inner_steps: 4}\n' ;;
+    streaming) printf 'mode: streaming\npipeline_stages: 1\nmicrobatches: 2\ncodec: int8\ndiloco: {inner_steps: 4}\nstreaming: {fragments: 2}\n' ;;
+    span) printf 'mode: sync\nspan_regions: true\npipeline_stages: 2\nactivation_codec: bf16\nmicrobatches: 4\n' ;;
+    esac
+  } >"$run/run.yaml"
+  tmo "$X" launch -t "$MODELS/two-regions-one-gpu.yaml" -c "$run/run.yaml" --run-dir "$run/dir" --device $dev >"$run/launch.log" 2>&1
+  local rc=$? fin hashes devs
+  cat "$run/launch.log"
+  mkdir -p "$run/worker-logs" && cp "$run"/dir/logs/*.log "$run/worker-logs/" 2>/dev/null
+  rm -rf "$run/dir"
+  fin=$(grep '^final ' "$run/launch.log" | tail -1 | grep -o 'val_loss=[^ ]* params_xxh64=[^ ]* steps=[^ ]*')
+  hashes=$(cat "$run"/worker-logs/*.log 2>/dev/null | grep -o 'final parameters of region [^:]*: params_xxh64=[0-9a-f]*' | awk '{print $NF}' | sort -u)
+  devs=$(grep -o 'devices: .*' "$run/launch.log" | tail -1)
+  local one=yes
+  [ "$mode" != span ] && [ "$(grep -c . <<<"$hashes")" -ne 1 ] && one=no
+  if [ -n "$NOGPU" ]; then
+    [ $rc -eq 0 ] && [ -n "$fin" ] && [ $one = yes ] && say "NOT TESTED ($NOGPU); cpu rehearsal ok: $fin" ||
+      say "REHEARSAL FAILED: exit $rc, ${fin:-no final line}, region hashes: $(echo $hashes)"
+  elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then say "TIMEOUT after ${T}s"
+  elif [ $rc -eq 0 ] && [ -n "$fin" ] && [ $one = yes ] && [[ $devs == *cuda* ]]; then
+    say "PASS $fin; ${mode/span/span (one pipeline across the regions)}: region hashes $(echo $hashes); $devs"
+  else say "FAIL exit $rc, ${fin:-no final line}, region hashes: $(echo $hashes); ${devs:-no devices line}"; fi
+}
+step_launch_sync() { launch_mode sync; }
+step_launch_diloco() { launch_mode diloco; }
+step_launch_streaming() { launch_mode streaming; }
+step_launch_span() { launch_mode span; }
+
+# NCCL on one rank: init and split (intra_nccl_collectives_match_reference), abort (the 1F1B deadline
+# test, which needs 2 GPUs: NOT TESTED on one). NCCL_DEBUG=VERSION makes NCCL print its version.
+step_nccl() {
+  [ -n "$NOGPU" ] && { say "NOT TESTED ($NOGPU)"; return; }
+  NCCL_DEBUG=VERSION tests_verdict '^intra_nccl' "NCCL"
+  local v
+  v=$(grep -o 'NCCL version [^ ]*' "$L/tests.out" | head -1)
+  sed -i "s/\$/; ${v:-NCCL version not printed}/" "$L/.verdict"
+}
+
+bench_has() { "$B/bench_gpu" 2>&1 | grep -q "bench_gpu $1"; }
+step_gemm_peak() {
+  [ -n "$NOGPU" ] && { say "NOT TESTED ($NOGPU)"; return; }
+  [ -x "$B/bench_gpu" ] || { say "NOT AVAILABLE (no bench_gpu in the bundle)"; return; }
+  if bench_has gemm; then
+    tmo "$B/bench_gpu" gemm
+    local l=$?
+    say "MEASURED $(grep '^gpu_gemm' "$L/gemm-peak.log" | tail -3 | tr '\n' ' ') (exit $l)"
+  else
+    say "NOT AVAILABLE (bench_gpu has no gemm mode; gpt2-step prints the sgemm peak it measures)"
+  fi
+}
+
+step_gpt2_step() {
+  [ -n "$NOGPU" ] && { say "NOT TESTED ($NOGPU)"; return; }
+  [ -x "$B/bench_gpu" ] || { say "NOT AVAILABLE (no bench_gpu in the bundle)"; return; }
+  tmo "$B/bench_gpu" model "$MODELS/gpt2-124m.yaml" --steps 10 >"$L/gpt2.out" 2>&1
+  local rc=$?
+  cat "$L/gpt2.out"
+  local fig
+  fig=$(grep -E '^gpu_(model|op)' "$L/gpt2.out" | tail -12 | tr '\n' ' ')
+  if [ -n "$fig" ]; then say "MEASURED $fig(exit $rc)"; else say "FAIL exit $rc: $(tail -1 "$L/gpt2.out")"; fi
+  bench_has ops || sed -i 's/$/; per-op timings: NOT AVAILABLE (bench_gpu has no ops mode)/' "$L/.verdict"
+}
+
+step_codec_speed() {
+  [ -n "$NOGPU" ] && { say "NOT TESTED ($NOGPU)"; return; }
+  [ -x "$B/bench_gpu" ] || { say "NOT AVAILABLE (no bench_gpu in the bundle)"; return; }
+  tmo "$B/bench_gpu" codec --mib 256 >"$L/codec.out" 2>&1
+  local rc=$?
+  cat "$L/codec.out"
+  local fig
+  fig=$(grep '^gpu_codec' "$L/codec.out" | tail -4 | tr '\n' ' ')
+  if [ -n "$fig" ]; then say "MEASURED $fig(exit $rc)"; else say "FAIL exit $rc: $(tail -1 "$L/codec.out")"; fi
+}
+
+# compute-sanitizer memcheck and racecheck over the CUDA unit tests (built with -lineinfo), half the
+# budget each. On gVisor it refuses the device (KINDS.md): NOT TESTED (gVisor).
+step_sanitizer() {
+  [ -n "$NOGPU" ] && { say "NOT TESTED ($NOGPU)"; return; }
+  command -v compute-sanitizer >/dev/null || { say "NOT TESTED (no compute-sanitizer on PATH)"; return; }
+  case $(uname -r) in 4.4.0*) say "NOT TESTED (gVisor)"; return ;; esac
+  local names res="" tool half=$((T / 2)) bad=0 rc errs
+  names=$(has_test '^(device_cuda|kern_cuda|quant_cuda)' | tr '\n' ' ')
+  for tool in memcheck racecheck; do
+    # shellcheck disable=SC2086
+    T=$half tmo compute-sanitizer --tool $tool --target-processes all --error-exitcode 3 "$B/xdc_tests" -j 1 $names >"$L/san-$tool.out" 2>&1
+    rc=$?
+    cat "$L/san-$tool.out"
+    if grep -q 'Device not supported' "$L/san-$tool.out"; then say "NOT TESTED (gVisor: compute-sanitizer: Device not supported)"; return; fi
+    errs=$(grep -o 'ERROR SUMMARY: [0-9]* error' "$L/san-$tool.out" | awk '{ s += $3 } END { print s + 0 }')
+    res="$res $tool: $errs errors, exit $rc$([ $rc -eq 124 ] && echo ' (timed out)');"
+    [ $rc -eq 0 ] && [ "$errs" -eq 0 ] || bad=1
+  done
+  if [ $bad -eq 0 ]; then say "PASS$res"; else say "FAIL$res"; fi
+}
+
+for s in "${STEPS[@]}"; do run_step "$s"; done
+
+# ---- what comes back: summary.txt, env.txt, run.log, logs.tgz ---------------------------------------
+tar -czf "$OUT/logs.tgz" -C "$OUT" logs 2>/dev/null && rm -rf "$L"
+c() { grep -c "^STEP [^ ]* *$1" "$SUMMARY"; }
+echo "run.sh: $(c PASS) passed, $(c FAIL) failed, $(c TIMEOUT) timed out, $(c MEASURED) measured, $(c 'NOT TESTED') not tested, $(c 'NOT AVAILABLE') not available, $(c 'NOT RUN') not run, $(c 'REHEARSAL FAILED') rehearsals failed; $(elapsed)s of ${DEADLINE}s; files in $OUT" | tee -a "$SUMMARY"
 exit $status
