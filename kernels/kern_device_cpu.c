@@ -34,6 +34,14 @@ static xdc_err_t cpu_mem_alloc(void **out, size_t bytes)
 
 static void cpu_mem_free(void *p) { xdc_shared_free(p); /* frees an ordinary allocation too */ }
 
+/* One device: the host. */
+static xdc_err_t cpu_set_device(int ordinal) { return ordinal == 0 ? XDC_OK : XDC_ERR_INVALID; }
+static xdc_err_t cpu_get_device(int *out)
+{
+    *out = 0;
+    return XDC_OK;
+}
+
 static xdc_err_t cpu_stream_create(xdc_stream **out)
 {
     xdc_stream *s = xdc_calloc(1, sizeof *s);
@@ -141,6 +149,8 @@ const xdc_device_ops xdc_device_cpu_ops = {
     .stream_error = cpu_stream_error,
     .set_stream = cpu_set_stream,
     .get_stream = cpu_get_stream,
+    .set_device = cpu_set_device,
+    .get_device = cpu_get_device,
     .copy_h2d = cpu_copy,
     .copy_d2h = cpu_copy,
     .copy_d2d = cpu_copy,

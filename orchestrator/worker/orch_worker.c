@@ -163,11 +163,13 @@ static xdc_err_t choose_device(orch_worker *w, const char *flag, xdc_diag *diag)
     const char *from;
     XDC_CHECK(orch_device_override(flag, &over, &from, diag));
     orch_device d = orch_device_of_region(over, w->topo, w->id.region_idx);
-    XDC_CHECK(orch_device_check_node(d, from, w->topo, w->id.region_idx, w->id.node, &registry_probe, diag));
+    XDC_CHECK(orch_device_check_worker(d, from, w->topo, w->id.region_idx, w->id.node, &registry_probe, diag));
     XDC_CHECK(xdc_kern_backend_get((xdc_backend_kind)d, &w->model.be, diag));
     w->model.device = d;
     w->model.intra = orch_device_uses_nccl(d) ? XDC_INTRA_NCCL : XDC_INTRA_CPU;
-    w->model.cuda_device = d == ORCH_DEVICE_CUDA ? w->id.local_rank : -1;
+    w->model.cuda_device = d == ORCH_DEVICE_CUDA
+                               ? orch_device_cuda_ordinal(w->id.local_rank, xdc_kern_cuda_device_count())
+                               : -1;
     if (w->model.cuda_device >= 0) {
         int visible = xdc_kern_cuda_device_count();
         if (w->model.cuda_device >= visible) {
