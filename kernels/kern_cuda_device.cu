@@ -56,6 +56,7 @@ struct xdc_stream {
 };
 struct xdc_event {
     cudaEvent_t e;
+    bool timed;
 };
 
 #define MAX_DEVICES 64 /* main streams kept; a process seeing more GPUs than this uses the first 64 */
@@ -345,6 +346,7 @@ static xdc_err_t cu_event_create(xdc_event **out)
 {
     xdc_event *e = new (std::nothrow) xdc_event;
     if (!e) return XDC_ERR_NOMEM;
+    e->timed = false;
     xdc_err_t err = status(cudaEventCreateWithFlags(&e->e, cudaEventDisableTiming));
     if (err != XDC_OK) {
         delete e;
@@ -352,6 +354,30 @@ static xdc_err_t cu_event_create(xdc_event **out)
     }
     *out = e;
     return XDC_OK;
+}
+
+static xdc_err_t cu_event_create_timed(xdc_event **out)
+{
+    xdc_event *e = new (std::nothrow) xdc_event;
+    if (!e) return XDC_ERR_NOMEM;
+    xdc_err_t err = status(cudaEventCreate(&e->e));
+    if (err != XDC_OK) {
+        delete e;
+        return err;
+    }
+    e->timed = true;
+    *out = e;
+    return XDC_OK;
+}
+
+static xdc_err_t cu_event_elapsed(xdc_event *start, xdc_event *end, double *ms)
+{
+    if (!start->timed || !end->timed) return XDC_ERR_INVALID;
+    xdc_err_t err = status(cudaEventSynchronize(end->e));
+    float f = 0.0f;
+    if (err == XDC_OK) err = status(cudaEventElapsedTime(&f, start->e, end->e));
+    if (err == XDC_OK) *ms = (double)f;
+    return err;
 }
 
 static void cu_event_destroy(xdc_event *e)
@@ -419,6 +445,8 @@ static xdc_device_ops make_ops(void)
     o.memset = cu_memset;
     o.event_create = cu_event_create;
     o.event_destroy = cu_event_destroy;
+    o.event_create_timed = cu_event_create_timed;
+    o.event_elapsed = cu_event_elapsed;
     o.event_record = cu_event_record;
     o.stream_wait_event = cu_stream_wait_event;
     o.event_sync = cu_event_sync;

@@ -27,6 +27,7 @@
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
+#include "common/xdc_time.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -94,6 +95,8 @@ struct xdc_stream {
 
 struct xdc_event {
     bool recorded;
+    bool timed;
+    _Atomic uint64_t t_ns; /* timed: host clock when the stream thread ran the record's stamp */
     int id;
     uint64_t seq;
     uint64_t vc[MAX_STREAMS];
@@ -722,13 +725,14 @@ static bool translate(const strict_op *o, const strict_arg *a, void **p, resolve
 
 static xdc_err_t run_copy(strict_op *o);
 static xdc_err_t run_memset(strict_op *o);
+static xdc_err_t run_stamp(strict_op *o);
 
 /* The device rule for an op (a kernel; copies and memsets may cross devices): the calling thread is bound
  * to the stream's device and every device argument is that device's memory (g_lock held, after translate). */
 static bool same_device(const strict_op *o, const strict_arg *args, const resolved *r, int n, const xdc_stream *s,
                         char *msg, size_t cap)
 {
-    if (o->fn == run_copy || o->fn == run_memset) return true;
+    if (o->fn == run_copy || o->fn == run_memset || o->fn == run_stamp) return true;
     if (s->dev != bound_dev) {
         snprintf(msg, cap, "%s launched on stream %d of device %d from a thread bound to device %d (set_device)",
                  o->name, s->id, s->dev, bound_dev);
@@ -876,10 +880,32 @@ static xdc_err_t strict_event_create(xdc_event **out)
 
 static void strict_event_destroy(xdc_event *e) { xdc_free(e); }
 
+static xdc_err_t strict_event_create_timed(xdc_event **out)
+{
+    XDC_CHECK(strict_event_create(out));
+    (*out)->timed = true;
+    return XDC_OK;
+}
+
+/* A timed record's stamp: an item of the stream (p[0] the event, no device arguments) that runs when the
+ * stream reaches it. */
+static xdc_err_t run_stamp(strict_op *o)
+{
+    atomic_store(&((xdc_event *)o->p[0])->t_ns, xdc_now_ns());
+    return XDC_OK;
+}
+
 static xdc_err_t strict_event_record(xdc_event *e, xdc_stream *s)
 {
     xdc_err_t err = resolve(&s);
     if (err == XDC_OK) err = injected("event_record", s); /* the event keeps its earlier capture, if any */
+    if (err == XDC_OK && e->timed) {
+        xdc_stream *prev = current;
+        current = s;
+        strict_op o = {.name = "event_record", .fn = run_stamp, .p = {e}};
+        err = strict_submit(&o, NULL, 0, false);
+        current = prev;
+    }
     if (err != XDC_OK) return err;
     pthread_mutex_lock(&g_lock);
     join(s->vc, host_vc);
@@ -961,6 +987,15 @@ static xdc_err_t strict_event_query(xdc_event *e, bool *done)
     return sticky_upto(id, seq, NULL);
 }
 
+static xdc_err_t strict_event_elapsed(xdc_event *start, xdc_event *end, double *ms)
+{
+    if (!start->timed || !end->timed || !start->recorded || !end->recorded) return XDC_ERR_INVALID;
+    XDC_CHECK(strict_event_sync(start));
+    XDC_CHECK(strict_event_sync(end));
+    *ms = ((double)atomic_load(&end->t_ns) - (double)atomic_load(&start->t_ns)) / 1e6;
+    return XDC_OK;
+}
+
 const xdc_device_ops xdc_device_strict_ops = {
     .name = "cpu-strict",
     .mem_alloc = strict_mem_alloc,
@@ -981,6 +1016,8 @@ const xdc_device_ops xdc_device_strict_ops = {
     .memset = strict_memset,
     .event_create = strict_event_create,
     .event_destroy = strict_event_destroy,
+    .event_create_timed = strict_event_create_timed,
+    .event_elapsed = strict_event_elapsed,
     .event_record = strict_event_record,
     .stream_wait_event = strict_stream_wait_event,
     .event_sync = strict_event_sync,

@@ -140,6 +140,20 @@ typedef struct xdc_device_ops {
      *  A new event, complete until first recorded (CUDA: cudaEventDisableTiming).
      *  @return XDC_OK and *out, XDC_ERR_NOMEM, XDC_ERR_CUDA. */
     xdc_err_t (*event_create)(xdc_event **out);
+    /* event_create_timed() :
+     *  As event_create, and the event also keeps when its capture completed, for event_elapsed (CUDA: an
+     *  event with timing; cpu: the host clock at record, the work having run; cpu-strict: the host clock
+     *  when the stream thread reached the record). Timing costs a little per record: events that only
+     *  order streams use event_create.
+     *  @return XDC_OK and *out, XDC_ERR_NOMEM, XDC_ERR_CUDA. */
+    xdc_err_t (*event_create_timed)(xdc_event **out);
+    /* event_elapsed() :
+     *  *ms = milliseconds from the completion of `start`'s capture to that of `end`'s (both timed events,
+     *  recorded; waits for `end`). The device's own clock, so host scheduling between the two records does
+     *  not count (CUDA: cudaEventElapsedTime, about 0.5 us resolution).
+     *  @return XDC_OK and *ms, XDC_ERR_INVALID (an event not timed or not recorded), or the recording
+     *          stream's sticky error. */
+    xdc_err_t (*event_elapsed)(xdc_event *start, xdc_event *end, double *ms);
     /* event_destroy() : releases an event; NULL is a no-op. Waits already queued on it still hold. */
     void (*event_destroy)(xdc_event *e);
     /* event_record() :

@@ -397,3 +397,40 @@ XDC_TEST(device_cuda_failed_enqueue_is_sticky_on_its_stream_only)
     dev->stream_destroy(b);
     dev->mem_free(x);
 }
+
+/* ---- timed events (bench/gpu's clock) ----------------------------------------------------------------- */
+
+static void timed_events(xdc_backend_kind kind)
+{
+    const xdc_kern_backend *be = NULL;
+    XDC_ASSERT_OK(xdc_kern_backend_get(kind, &be, NULL));
+    const xdc_device_ops *dev = be->device;
+    xdc_event *a = NULL, *b = NULL, *plain = NULL;
+    float *x = NULL;
+    XDC_ASSERT_OK(dev->event_create_timed(&a));
+    XDC_ASSERT_OK(dev->event_create_timed(&b));
+    XDC_ASSERT_OK(dev->event_create(&plain));
+    XDC_ASSERT_OK(dev->mem_alloc((void **)&x, 1 << 20));
+    double ms = -1;
+    XDC_ASSERT_ERR(dev->event_elapsed(a, b, &ms), XDC_ERR_INVALID); /* not recorded yet */
+    XDC_ASSERT_OK(dev->event_record(a, NULL));
+    XDC_ASSERT_OK(be->quant->scale(x, (1 << 20) / 4, 2.0f));
+    XDC_ASSERT_OK(dev->event_record(b, NULL));
+    XDC_ASSERT_OK(dev->event_record(plain, NULL));
+    XDC_ASSERT_OK(dev->event_elapsed(a, b, &ms));
+    XDC_ASSERT_MSG(ms >= 0, "elapsed %g ms", ms); /* end completed after start: never negative */
+    XDC_ASSERT_ERR(dev->event_elapsed(a, plain, &ms), XDC_ERR_INVALID);
+    XDC_ASSERT_OK(dev->stream_sync(NULL));
+    dev->mem_free(x);
+    dev->event_destroy(a);
+    dev->event_destroy(b);
+    dev->event_destroy(plain);
+}
+
+XDC_TEST(device_cpu_timed_events_measure_between_records) { timed_events(XDC_BACKEND_CPU); }
+XDC_TEST(device_strict_timed_events_measure_between_records) { timed_events(XDC_BACKEND_CPU_STRICT); }
+XDC_TEST(device_cuda_timed_events_measure_between_records)
+{
+    cuda_or_skip();
+    timed_events(XDC_BACKEND_CUDA);
+}
