@@ -121,8 +121,10 @@ static xdc_err_t nccl_wrap(xdc_intra_comm *comm, ncclComm_t nc, int device, xdc_
         ce = cudaMalloc((void **)&n->scratch, sizeof(float));
     }
     if (ce == cudaSuccess) {
-        what = "cudaMemset";
-        ce = cudaMemset(n->scratch, 0, sizeof(float));
+        /* On the communicator's own stream, which every collective of this communicator is queued on after
+         * it: a blocking cudaMemset goes to the legacy stream, which a non-blocking stream does not wait for. */
+        what = "cudaMemsetAsync";
+        ce = cudaMemsetAsync(n->scratch, 0, sizeof(float), n->stream);
     }
     if (ce != cudaSuccess) {
         xdc_diag_set(diag, "intra nccl: rank %d/%d on device %d: %s: %s", comm->rank, comm->size, device, what,
@@ -503,11 +505,23 @@ static xdc_err_t nccl_mem_alloc(size_t bytes, void **out, xdc_diag *diag)
 
 static void nccl_mem_free(void *p) { warn_cuda(cudaFree(p), "cudaFree"); }
 
+/* A test's upload or download. cudaMemcpy would run on the legacy stream, and a host-to-device copy from
+ * pageable memory may return before its DMA is done, while the collectives run on the communicator's
+ * non-blocking stream, which does not wait for the legacy one: the collective could read stale bytes.
+ * So the copy goes to this thread's per-thread stream and the host waits for it: once this returns the
+ * bytes are in place for whatever is queued afterwards on any stream (downloads: the caller waited for
+ * the request that wrote them first). */
 static xdc_err_t nccl_mem_copy(void *dst, const void *src, size_t bytes, int to_backend)
 {
-    cudaError_t ce = cudaMemcpy(dst, src, bytes, to_backend ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+    const char *what = "cudaMemcpyAsync";
+    cudaError_t ce = cudaMemcpyAsync(dst, src, bytes, to_backend ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                                     cudaStreamPerThread);
+    if (ce == cudaSuccess) {
+        what = "cudaStreamSynchronize";
+        ce = cudaStreamSynchronize(cudaStreamPerThread);
+    }
     if (ce == cudaSuccess) return XDC_OK;
-    XDC_WARN(XDC_SUB_INTRA, "intra nccl: cudaMemcpy of %zu bytes: %s", bytes, cudaGetErrorString(ce));
+    XDC_WARN(XDC_SUB_INTRA, "intra nccl: %s of %zu bytes: %s", what, bytes, cudaGetErrorString(ce));
     return XDC_ERR_CUDA;
 }
 

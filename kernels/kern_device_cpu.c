@@ -5,6 +5,10 @@
 #include "kernels/xdc_device.h"
 
 #include "common/xdc_alloc.h"
+#include "common/xdc_time.h"
+
+#include <stdbool.h>
+#include <stdint.h>
 
 #include <string.h>
 
@@ -12,7 +16,8 @@ struct xdc_stream {
     int dummy;
 };
 struct xdc_event {
-    int dummy;
+    bool timed, recorded;
+    uint64_t t_ns; /* host clock at the last record (timed events) */
 };
 
 static struct xdc_stream main_stream;
@@ -33,6 +38,14 @@ static xdc_err_t cpu_mem_alloc(void **out, size_t bytes)
 }
 
 static void cpu_mem_free(void *p) { xdc_shared_free(p); /* frees an ordinary allocation too */ }
+
+/* One device: the host. */
+static xdc_err_t cpu_set_device(int ordinal) { return ordinal == 0 ? XDC_OK : XDC_ERR_INVALID; }
+static xdc_err_t cpu_get_device(int *out)
+{
+    *out = 0;
+    return XDC_OK;
+}
 
 static xdc_err_t cpu_stream_create(xdc_stream **out)
 {
@@ -96,10 +109,26 @@ static xdc_err_t cpu_event_create(xdc_event **out)
 
 static void cpu_event_destroy(xdc_event *e) { xdc_free(e); }
 
+static xdc_err_t cpu_event_create_timed(xdc_event **out)
+{
+    XDC_CHECK(cpu_event_create(out));
+    (*out)->timed = true;
+    return XDC_OK;
+}
+
+/* Every op ran before it returned: the host clock now is when the captured work completed. */
 static xdc_err_t cpu_event_record(xdc_event *e, xdc_stream *s)
 {
-    (void)e;
     (void)s;
+    e->recorded = true;
+    if (e->timed) e->t_ns = xdc_now_ns();
+    return XDC_OK;
+}
+
+static xdc_err_t cpu_event_elapsed(xdc_event *start, xdc_event *end, double *ms)
+{
+    if (!start->timed || !end->timed || !start->recorded || !end->recorded) return XDC_ERR_INVALID;
+    *ms = ((double)end->t_ns - (double)start->t_ns) / 1e6;
     return XDC_OK;
 }
 
@@ -141,12 +170,16 @@ const xdc_device_ops xdc_device_cpu_ops = {
     .stream_error = cpu_stream_error,
     .set_stream = cpu_set_stream,
     .get_stream = cpu_get_stream,
+    .set_device = cpu_set_device,
+    .get_device = cpu_get_device,
     .copy_h2d = cpu_copy,
     .copy_d2h = cpu_copy,
     .copy_d2d = cpu_copy,
     .memset = cpu_memset,
     .event_create = cpu_event_create,
     .event_destroy = cpu_event_destroy,
+    .event_create_timed = cpu_event_create_timed,
+    .event_elapsed = cpu_event_elapsed,
     .event_record = cpu_event_record,
     .stream_wait_event = cpu_stream_wait_event,
     .event_sync = cpu_event_sync,

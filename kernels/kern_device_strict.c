@@ -16,11 +16,18 @@
  *    bytes another stream read or wrote, without that stream's entry being in its clock, is refused at
  *    enqueue time (only overlapping bytes count): the stream fails with a message naming the op, the
  *    argument, the buffer, the bytes and both streams. The check runs on the order in
- *    which the host queued the work, so a missing event fails every run, not only unlucky ones. */
+ *    which the host queued the work, so a missing event fails every run, not only unlucky ones.
+ *  - Devices: XDC_STRICT_DEVICES pretend GPUs. A thread is bound to one (set_device; 0 at first); streams
+ *    and allocations belong to the device of the thread that made them, each device has its own main
+ *    stream, and an op (not a copy) is refused when the calling thread is bound to another device than its
+ *    stream's, or when an argument is another device's memory: what CUDA refuses or faults on.
+ *  - Failure injection (xdc_device_strict_fail_next): a thread's next call of a named device function
+ *    fails without doing its work and fails its stream, as a refused CUDA call does. */
 #include "kernels/kern_strict_priv.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
+#include "common/xdc_time.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -59,6 +66,7 @@ typedef struct {
     _Atomic size_t mapped;
     size_t bytes;
     char *alias;
+    int dev; /* the device of the thread that allocated it */
     block_state *blocks;
 } slot_t;
 
@@ -75,6 +83,8 @@ typedef struct item {
 struct xdc_stream {
     uint32_t magic;
     int id;
+    int dev;      /* the device of the thread that created it */
+    bool is_main; /* a device's main stream: never destroyed */
     pthread_t thr;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -85,6 +95,8 @@ struct xdc_stream {
 
 struct xdc_event {
     bool recorded;
+    bool timed;
+    _Atomic uint64_t t_ns; /* timed: host clock when the stream thread ran the record's stamp */
     int id;
     uint64_t seq;
     uint64_t vc[MAX_STREAMS];
@@ -108,10 +120,15 @@ static xdc_err_t id_err[MAX_STREAMS];
 static uint64_t id_fail_seq[MAX_STREAMS]; /* the item at which the stream failed */
 static char id_msg[MAX_STREAMS][512];
 
-static pthread_once_t main_once = PTHREAD_ONCE_INIT;
-static xdc_stream *main_stream;
-static xdc_err_t main_err;
+/* Each device's main stream, made on first use under main_lock. */
+static pthread_mutex_t main_lock = PTHREAD_MUTEX_INITIALIZER;
+static xdc_stream *main_streams[XDC_STRICT_DEVICES];
 static _Thread_local xdc_stream *current;
+static _Thread_local int bound_dev; /* set_device */
+
+/* xdc_device_strict_fail_next: the calling thread's next call of fail_fn fails with fail_err. */
+static _Thread_local const char *fail_fn;
+static _Thread_local xdc_err_t fail_err;
 
 /* ---- the fault handler ---------------------------------------------------------------------------- */
 
@@ -267,6 +284,7 @@ static xdc_err_t strict_stream_create(xdc_stream **out)
     xdc_stream *s = xdc_calloc(1, sizeof *s);
     if (!s) return XDC_ERR_NOMEM;
     s->magic = STREAM_MAGIC;
+    s->dev = bound_dev;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_lock(&g_lock);
@@ -300,8 +318,6 @@ static xdc_err_t strict_stream_create(xdc_stream **out)
     return XDC_OK;
 }
 
-static void main_init(void) { main_err = strict_stream_create(&main_stream); }
-
 static xdc_err_t resolve(xdc_stream **s)
 {
     if (*s) return (*s)->magic == STREAM_MAGIC ? XDC_OK : XDC_ERR_INVALID;
@@ -309,9 +325,45 @@ static xdc_err_t resolve(xdc_stream **s)
         *s = current;
         return XDC_OK;
     }
-    pthread_once(&main_once, main_init);
-    if (main_err != XDC_OK) return main_err;
-    *s = main_stream;
+    xdc_err_t err = XDC_OK;
+    pthread_mutex_lock(&main_lock);
+    if (!main_streams[bound_dev] && (err = strict_stream_create(&main_streams[bound_dev])) == XDC_OK)
+        main_streams[bound_dev]->is_main = true;
+    *s = main_streams[bound_dev];
+    pthread_mutex_unlock(&main_lock);
+    return err;
+}
+
+/* The injected failure, if the calling thread armed one for `fn`: disarmed, and stream s failed with it at
+ * its next item, as a refused enqueue fails a CUDA stream here (docs/device.md). */
+static xdc_err_t injected(const char *fn, xdc_stream *s)
+{
+    if (!fail_fn || strcmp(fail_fn, fn) != 0) return XDC_OK;
+    xdc_err_t err = fail_err;
+    fail_fn = NULL;
+    pthread_mutex_lock(&g_lock);
+    uint64_t at = id_seq[s->id] + 1;
+    pthread_mutex_unlock(&g_lock);
+    fail_stream(s->id, at, err, "%s: injected failure (xdc_device_strict_fail_next)", fn);
+    return err;
+}
+
+void xdc_device_strict_fail_next(const char *fn, xdc_err_t err)
+{
+    fail_fn = err != XDC_OK ? fn : NULL;
+    fail_err = err;
+}
+
+static xdc_err_t strict_set_device(int ordinal)
+{
+    if (ordinal < 0 || ordinal >= XDC_STRICT_DEVICES) return XDC_ERR_INVALID;
+    bound_dev = ordinal;
+    return XDC_OK;
+}
+
+static xdc_err_t strict_get_device(int *out)
+{
+    *out = bound_dev;
     return XDC_OK;
 }
 
@@ -343,7 +395,7 @@ static xdc_err_t strict_stream_sync(xdc_stream *s)
 
 static void strict_stream_destroy(xdc_stream *s)
 {
-    if (!s || s == main_stream || s->magic != STREAM_MAGIC) return;
+    if (!s || s->is_main || s->magic != STREAM_MAGIC) return;
     strict_stream_sync(s);
     pthread_mutex_lock(&s->mu);
     s->stop = true;
@@ -369,7 +421,7 @@ static xdc_err_t strict_stream_error(xdc_stream *s, xdc_diag *diag)
 static xdc_err_t strict_set_stream(xdc_stream *s)
 {
     if (s && s->magic != STREAM_MAGIC) return XDC_ERR_INVALID;
-    current = s == main_stream ? NULL : s;
+    current = s && s->is_main ? NULL : s;
     return XDC_OK;
 }
 
@@ -427,6 +479,7 @@ static xdc_err_t strict_mem_alloc(void **out, size_t bytes)
     if (k >= 0) {
         slots[k].bytes = bytes;
         slots[k].alias = alias;
+        slots[k].dev = bound_dev;
         slots[k].blocks = blocks;
         atomic_store(&slots[k].mapped, mapped);
         atomic_store(&slots[k].view, (uintptr_t)view);
@@ -670,6 +723,30 @@ static bool translate(const strict_op *o, const strict_arg *a, void **p, resolve
     return true;
 }
 
+static xdc_err_t run_copy(strict_op *o);
+static xdc_err_t run_memset(strict_op *o);
+static xdc_err_t run_stamp(strict_op *o);
+
+/* The device rule for an op (a kernel; copies and memsets may cross devices): the calling thread is bound
+ * to the stream's device and every device argument is that device's memory (g_lock held, after translate). */
+static bool same_device(const strict_op *o, const strict_arg *args, const resolved *r, int n, const xdc_stream *s,
+                        char *msg, size_t cap)
+{
+    if (o->fn == run_copy || o->fn == run_memset || o->fn == run_stamp) return true;
+    if (s->dev != bound_dev) {
+        snprintf(msg, cap, "%s launched on stream %d of device %d from a thread bound to device %d (set_device)",
+                 o->name, s->id, s->dev, bound_dev);
+        return false;
+    }
+    for (int k = 0; k < n; k++)
+        if (r[k].slot && r[k].slot->dev != s->dev) {
+            snprintf(msg, cap, "%s on stream %d of device %d: argument %s is memory of device %d", o->name, s->id,
+                     s->dev, args[k].name, r[k].slot->dev);
+            return false;
+        }
+    return true;
+}
+
 xdc_err_t strict_submit(strict_op *o, const strict_arg *args, int n, bool wait)
 {
     xdc_stream *s = NULL;
@@ -698,6 +775,10 @@ xdc_err_t strict_submit(strict_op *o, const strict_arg *args, int n, bool wait)
             err = XDC_ERR_INVALID;
             goto failed;
         }
+    if (!same_device(o, args, r, n, s, msg, sizeof msg)) {
+        err = XDC_ERR_INVALID;
+        goto failed;
+    }
     for (int k = 0; k < n; k++)
         if (!hazard_free(o, &args[k], &r[k], s->id, s->vc, msg, sizeof msg)) {
             err = XDC_ERR_INVALID;
@@ -749,7 +830,10 @@ static xdc_err_t queue_copy(const char *name, void *dst, int dmode, const void *
     }
     strict_op o = {.name = name, .fn = run_copy, .z = {bytes}};
     strict_arg a[2] = {{dst, "dst", bytes, dmode}, {src, "src", bytes, smode}};
-    xdc_err_t err = bytes ? strict_submit(&o, a, 2, false) : strict_stream_error(NULL, NULL);
+    xdc_stream *on = NULL;
+    xdc_err_t err = resolve(&on);
+    if (err == XDC_OK) err = injected(name, on);
+    if (err == XDC_OK) err = bytes ? strict_submit(&o, a, 2, false) : strict_stream_error(NULL, NULL);
     current = prev;
     return err;
 }
@@ -776,7 +860,10 @@ static xdc_err_t strict_memset(void *dst, int value, size_t bytes, xdc_stream *s
     }
     strict_op o = {.name = "memset", .fn = run_memset, .z = {bytes}, .i = {value}};
     strict_arg a[1] = {{dst, "dst", bytes, STRICT_W}};
-    xdc_err_t err = bytes ? strict_submit(&o, a, 1, false) : strict_stream_error(NULL, NULL);
+    xdc_stream *on = NULL;
+    xdc_err_t err = resolve(&on);
+    if (err == XDC_OK) err = injected("memset", on);
+    if (err == XDC_OK) err = bytes ? strict_submit(&o, a, 1, false) : strict_stream_error(NULL, NULL);
     current = prev;
     return err;
 }
@@ -793,9 +880,32 @@ static xdc_err_t strict_event_create(xdc_event **out)
 
 static void strict_event_destroy(xdc_event *e) { xdc_free(e); }
 
+static xdc_err_t strict_event_create_timed(xdc_event **out)
+{
+    XDC_CHECK(strict_event_create(out));
+    (*out)->timed = true;
+    return XDC_OK;
+}
+
+/* A timed record's stamp: an item of the stream (p[0] the event, no device arguments) that runs when the
+ * stream reaches it. */
+static xdc_err_t run_stamp(strict_op *o)
+{
+    atomic_store(&((xdc_event *)o->p[0])->t_ns, xdc_now_ns());
+    return XDC_OK;
+}
+
 static xdc_err_t strict_event_record(xdc_event *e, xdc_stream *s)
 {
     xdc_err_t err = resolve(&s);
+    if (err == XDC_OK) err = injected("event_record", s); /* the event keeps its earlier capture, if any */
+    if (err == XDC_OK && e->timed) {
+        xdc_stream *prev = current;
+        current = s;
+        strict_op o = {.name = "event_record", .fn = run_stamp, .p = {e}};
+        err = strict_submit(&o, NULL, 0, false);
+        current = prev;
+    }
     if (err != XDC_OK) return err;
     pthread_mutex_lock(&g_lock);
     join(s->vc, host_vc);
@@ -810,6 +920,7 @@ static xdc_err_t strict_event_record(xdc_event *e, xdc_stream *s)
 static xdc_err_t strict_stream_wait_event(xdc_stream *s, xdc_event *e)
 {
     xdc_err_t err = resolve(&s);
+    if (err == XDC_OK) err = injected("stream_wait_event", s);
     if (err != XDC_OK) return err;
     item *it = xdc_calloc(1, sizeof *it);
     if (!it) return XDC_ERR_NOMEM;
@@ -876,6 +987,15 @@ static xdc_err_t strict_event_query(xdc_event *e, bool *done)
     return sticky_upto(id, seq, NULL);
 }
 
+static xdc_err_t strict_event_elapsed(xdc_event *start, xdc_event *end, double *ms)
+{
+    if (!start->timed || !end->timed || !start->recorded || !end->recorded) return XDC_ERR_INVALID;
+    XDC_CHECK(strict_event_sync(start));
+    XDC_CHECK(strict_event_sync(end));
+    *ms = ((double)atomic_load(&end->t_ns) - (double)atomic_load(&start->t_ns)) / 1e6;
+    return XDC_OK;
+}
+
 const xdc_device_ops xdc_device_strict_ops = {
     .name = "cpu-strict",
     .mem_alloc = strict_mem_alloc,
@@ -888,12 +1008,16 @@ const xdc_device_ops xdc_device_strict_ops = {
     .stream_error = strict_stream_error,
     .set_stream = strict_set_stream,
     .get_stream = strict_get_stream,
+    .set_device = strict_set_device,
+    .get_device = strict_get_device,
     .copy_h2d = strict_copy_h2d,
     .copy_d2h = strict_copy_d2h,
     .copy_d2d = strict_copy_d2d,
     .memset = strict_memset,
     .event_create = strict_event_create,
     .event_destroy = strict_event_destroy,
+    .event_create_timed = strict_event_create_timed,
+    .event_elapsed = strict_event_elapsed,
     .event_record = strict_event_record,
     .stream_wait_event = strict_stream_wait_event,
     .event_sync = strict_event_sync,

@@ -2,13 +2,15 @@
  * cores, fp32 storage and accumulation), simple kernels for the rest. Every kernel gives each output element to one thread and sums in a fixed order (no
  * atomics), so results are deterministic run to run; they are checked against kern_model_cpu.c with
  * tolerances by tests/test_kern_model.c. Every launch, copy and cuBLAS call goes to the calling thread's
- * current stream (xdc_device_cuda_ops.set_stream; never the legacy default stream); `sync` waits for it
- * and reports launch errors and failed cuBLAS calls. The cuBLAS handle is created on first use (a failure
- * is an error that every later GEMM reports, never a NULL handle) and kept for the life of the process;
- * a mutex covers cublasSetStream + the GEMM, since several threads may launch on their own streams.
- * Compiled and linked on the development VM; it has not run on a GPU. */
-#include "kernels/xdc_model_ops.h"
+ * current stream (xdc_device_cuda_ops.set_stream; never the legacy default stream); a launch error or a
+ * failed cuBLAS call is noted on that stream at once (sticky), and `sync` waits for the stream and reports
+ * it. A launch over zero elements is skipped (a zero-block grid is a launch error, and there is no work).
+ * The cuBLAS handle is the current stream's (kern_cuda_device.cu: one per stream, so per device, its
+ * workspace ordered by that stream). Compiled and linked on the development VM; it has not run on a GPU. */
+extern "C" {
 #include "kernels/xdc_device.h"
+#include "kernels/xdc_model_ops.h"
+}
 
 #include "kernels/kern_cuda_priv.h"
 
@@ -24,54 +26,35 @@
 
 #define ST xdc_cuda_current_stream()
 
-static std::mutex blas_mu;
-static cublasHandle_t blas_h;
-static bool blas_failed;
-
 /* The GEMMs' precision (docs/device.md, "Precision"): TF32 tensor cores — fp32 in memory, inputs rounded to
- * TF32's 10-bit mantissa inside the tensor core, fp32 accumulation — set once on the handle, so every
- * cublasSgemm below runs in it. Parameters, gradients, optimizer state and activations stay fp32. */
-static bool blas_create(void)
-{
-    if (cublasCreate(&blas_h) != CUBLAS_STATUS_SUCCESS) {
-        blas_h = NULL;
-        return false;
-    }
-    if (cublasSetMathMode(blas_h, CUBLAS_TF32_TENSOR_OP_MATH) != CUBLAS_STATUS_SUCCESS) {
-        cublasDestroy(blas_h);
-        blas_h = NULL;
-        return false;
-    }
-    return true;
-}
-
-/* Locks the handle, binds it to the current stream; false (error noted) when cuBLAS is unusable. */
-static bool blas_begin(std::unique_lock<std::mutex> &lk, cudaStream_t st)
-{
-    lk = std::unique_lock<std::mutex>(blas_mu);
-    if (!blas_h && !blas_failed && !blas_create()) blas_failed = true;
-    if (!blas_h || cublasSetStream(blas_h, st) != CUBLAS_STATUS_SUCCESS) {
-        xdc_cuda_note_error(XDC_ERR_CUDA);
-        return false;
-    }
-    return true;
-}
-
+ * TF32's 10-bit mantissa inside the tensor core, fp32 accumulation — set on each stream's handle when it is
+ * made (xdc_cuda_current_blas). Parameters, gradients, optimizer state and activations stay fp32. */
 static void blas_check(cublasStatus_t s)
 {
-    if (s != CUBLAS_STATUS_SUCCESS) xdc_cuda_note_error(XDC_ERR_CUDA);
+    if (s != CUBLAS_STATUS_SUCCESS) xdc_cuda_note_error(XDC_ERR_CUDA, "cublasSgemm");
 }
 
 static unsigned blocks_for(size_t n) { return (unsigned)((n + THREADS - 1) / THREADS); }
+
+/* Kernel k over n elements (one thread each, THREADS a block) on the current stream; nothing for n == 0;
+ * a launch error is noted on the stream. */
+#define LAUNCH(k, n, ...)                                       \
+    do {                                                        \
+        size_t n_ = (n);                                        \
+        if (n_) {                                               \
+            k<<<blocks_for(n_), THREADS, 0, ST>>>(__VA_ARGS__); \
+            (void)xdc_cuda_launched(#k);                        \
+        }                                                       \
+    } while (0)
 
 /* ---- memory: the device table's allocation; copies on the current stream ---- */
 static xdc_err_t cu_alloc(void **out, size_t bytes) { return xdc_device_cuda_ops.mem_alloc(out, bytes); }
 static void cu_free(void *p) { xdc_device_cuda_ops.mem_free(p); }
 static xdc_err_t cu_copy_sync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
 {
-    cudaStream_t st = ST;
-    if (bytes && cudaMemcpyAsync(dst, src, bytes, kind, st) != cudaSuccess) return XDC_ERR_CUDA;
-    return cudaStreamSynchronize(st) == cudaSuccess ? XDC_OK : XDC_ERR_CUDA;
+    xdc_err_t err = kind == cudaMemcpyHostToDevice ? xdc_device_cuda_ops.copy_h2d(dst, src, bytes, NULL)
+                                                   : xdc_device_cuda_ops.copy_d2h(dst, src, bytes, NULL);
+    return err != XDC_OK ? err : xdc_cuda_sync_current();
 }
 static xdc_err_t cu_upload(void *dst, const void *src, size_t bytes)
 {
@@ -83,20 +66,13 @@ static xdc_err_t cu_download(void *dst, const void *src, size_t bytes)
 }
 static void cu_copy(void *dst, const void *src, size_t bytes)
 {
-    if (bytes && cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ST) != cudaSuccess)
-        xdc_cuda_note_error(XDC_ERR_CUDA);
+    (void)xdc_device_cuda_ops.copy_d2d(dst, src, bytes, NULL); /* a failure is sticky on the stream */
 }
 static void cu_zero(void *p, size_t bytes)
 {
-    if (bytes && cudaMemsetAsync(p, 0, bytes, ST) != cudaSuccess) xdc_cuda_note_error(XDC_ERR_CUDA);
+    (void)xdc_device_cuda_ops.memset(p, 0, bytes, NULL); /* a failure is sticky on the stream */
 }
-static xdc_err_t cu_sync(void)
-{
-    cudaError_t e = cudaStreamSynchronize(ST);
-    if (e == cudaSuccess) e = cudaGetLastError();
-    xdc_err_t noted = xdc_cuda_take_error();
-    return e != cudaSuccess ? XDC_ERR_CUDA : noted;
-}
+static xdc_err_t cu_sync(void) { return xdc_cuda_sync_current(); }
 static void cu_set_threads(int n) { (void)n; }
 
 /* ---- encoder ---- */
@@ -122,11 +98,11 @@ static void cu_encoder_forward(float *out, const int32_t *tokens, const float *w
                                int C)
 {
     size_t n = (size_t)B * T * C;
-    k_encoder_fwd<<<blocks_for(n), THREADS, 0, ST>>>(out, tokens, wte, wpe, B * T, T, C);
+    LAUNCH(k_encoder_fwd, n, out, tokens, wte, wpe, B * T, T, C);
 }
 static void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B, int T, int C)
 {
-    k_encoder_bwd<<<blocks_for((size_t)C), THREADS, 0, ST>>>(dwte, dwpe, dout, tokens, B * T, T, C);
+    LAUNCH(k_encoder_bwd, (size_t)C, dwte, dwpe, dout, tokens, B * T, T, C);
 }
 
 /* ---- layernorm ---- */
@@ -182,13 +158,13 @@ __global__ void k_ln_bwd_params(float *dw, float *db, const float *dout, const f
 static void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
                                  int N, int C)
 {
-    k_ln_fwd<<<blocks_for((size_t)N), THREADS, 0, ST>>>(out, mean, rstd, inp, w, b, N, C);
+    LAUNCH(k_ln_fwd, (size_t)N, out, mean, rstd, inp, w, b, N, C);
 }
 static void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                   const float *w, const float *mean, const float *rstd, int N, int C)
 {
-    k_ln_bwd_inp<<<blocks_for((size_t)N), THREADS, 0, ST>>>(dinp, dout, inp, w, mean, rstd, N, C);
-    k_ln_bwd_params<<<blocks_for((size_t)C), THREADS, 0, ST>>>(dw, db, dout, inp, mean, rstd, N, C);
+    LAUNCH(k_ln_bwd_inp, (size_t)N, dinp, dout, inp, w, mean, rstd, N, C);
+    LAUNCH(k_ln_bwd_params, (size_t)C, dw, db, dout, inp, mean, rstd, N, C);
 }
 
 /* ---- matmul (cuBLAS is column-major: a row-major (R,K) matrix is its column-major transpose) ---- */
@@ -205,29 +181,32 @@ __global__ void k_bias_bwd(float *dbias, const float *dout, int N, int OC)
     for (int i = 0; i < N; i++) s += dout[(size_t)i * OC + j];
     dbias[j] += s;
 }
+/* An empty output (N or OC zero) is no work; an empty inner dimension (C zero) makes out zero (cuBLAS
+ * refuses a leading dimension of 0). */
 static void cu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC)
 {
     const float one = 1.0f, zero = 0.0f;
-    cudaStream_t st = ST;
-    {
-        std::unique_lock<std::mutex> lk;
-        if (!blas_begin(lk, st)) return;
-        blas_check(cublasSgemm(blas_h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, w, C, inp, C, &zero, out, OC));
+    if (N <= 0 || OC <= 0) return;
+    if (C <= 0) {
+        cu_zero(out, (size_t)N * OC * sizeof(float));
+    } else {
+        cublasHandle_t h = xdc_cuda_current_blas();
+        if (!h) return;
+        blas_check(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, w, C, inp, C, &zero, out, OC));
     }
-    if (bias) k_add_bias<<<blocks_for((size_t)N * OC), THREADS, 0, st>>>(out, bias, N, OC);
+    if (bias) LAUNCH(k_add_bias, (size_t)N * OC, out, bias, N, OC);
 }
 static void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                                const float *w, int N, int C, int OC)
 {
     const float one = 1.0f;
-    cudaStream_t st = ST;
-    {
-        std::unique_lock<std::mutex> lk;
-        if (!blas_begin(lk, st)) return;
-        blas_check(cublasSgemm(blas_h, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, w, C, dout, OC, &one, dinp, C));
-        blas_check(cublasSgemm(blas_h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC, &one, dw, C));
+    if (N > 0 && C > 0 && OC > 0) { /* otherwise dinp and dw are empty or receive zero */
+        cublasHandle_t h = xdc_cuda_current_blas();
+        if (!h) return;
+        blas_check(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, w, C, dout, OC, &one, dinp, C));
+        blas_check(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC, &one, dw, C));
     }
-    if (dbias) k_bias_bwd<<<blocks_for((size_t)OC), THREADS, 0, st>>>(dbias, dout, N, OC);
+    if (dbias) LAUNCH(k_bias_bwd, (size_t)OC, dbias, dout, N, OC);
 }
 
 /* ---- attention: scores, causal softmax, weighted sum; backward in the same pieces ---- */
@@ -314,16 +293,16 @@ __global__ void k_att_dqkv(float *dqkv, const float *ds, const float *dout, cons
 static void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
-    k_att_scores<<<blocks_for((size_t)B * NH * T * T), THREADS, 0, ST>>>(att, qkv, B, T, C, NH, scale);
-    k_att_softmax<<<blocks_for((size_t)B * NH * T), THREADS, 0, ST>>>(att, B * NH * T, T);
-    k_att_out<<<blocks_for((size_t)B * T * C), THREADS, 0, ST>>>(out, att, qkv, B, T, C, NH);
+    LAUNCH(k_att_scores, (size_t)B * NH * T * T, att, qkv, B, T, C, NH, scale);
+    LAUNCH(k_att_softmax, (size_t)B * NH * T, att, B * NH * T, T);
+    LAUNCH(k_att_out, (size_t)B * T * C, out, att, qkv, B, T, C, NH);
 }
 static void cu_attention_backward(float *dqkv, float *datt_scratch, const float *dout, const float *qkv,
                                   const float *att, int B, int T, int C, int NH)
 {
     float scale = 1.0f / sqrtf((float)(C / NH));
-    k_att_dscores<<<blocks_for((size_t)B * NH * T), THREADS, 0, ST>>>(datt_scratch, dout, qkv, att, B, T, C, NH, scale);
-    k_att_dqkv<<<blocks_for((size_t)B * T * 3 * C), THREADS, 0, ST>>>(dqkv, datt_scratch, dout, qkv, att, B, T, C, NH);
+    LAUNCH(k_att_dscores, (size_t)B * NH * T, datt_scratch, dout, qkv, att, B, T, C, NH, scale);
+    LAUNCH(k_att_dqkv, (size_t)B * T * 3 * C, dqkv, datt_scratch, dout, qkv, att, B, T, C, NH);
 }
 
 /* ---- pointwise ---- */
@@ -347,22 +326,16 @@ __global__ void k_add(float *out, const float *a, const float *b, size_t n)
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = a[i] + b[i];
 }
-static void cu_gelu_forward(float *out, const float *inp, size_t n)
-{
-    k_gelu_fwd<<<blocks_for(n), THREADS, 0, ST>>>(out, inp, n);
-}
+static void cu_gelu_forward(float *out, const float *inp, size_t n) { LAUNCH(k_gelu_fwd, n, out, inp, n); }
 static void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 {
-    k_gelu_bwd<<<blocks_for(n), THREADS, 0, ST>>>(dinp, inp, dout, n);
+    LAUNCH(k_gelu_bwd, n, dinp, inp, dout, n);
 }
 static void cu_residual_forward(float *out, const float *a, const float *b, size_t n)
 {
-    k_add<<<blocks_for(n), THREADS, 0, ST>>>(out, a, b, n);
+    LAUNCH(k_add, n, out, a, b, n);
 }
-static void cu_accumulate(float *acc, const float *x, size_t n)
-{
-    k_add<<<blocks_for(n), THREADS, 0, ST>>>(acc, acc, x, n);
-}
+static void cu_accumulate(float *acc, const float *x, size_t n) { LAUNCH(k_add, n, acc, acc, x, n); }
 
 /* ---- loss ---- */
 __global__ void k_ce_fwd(float *losses, float *probs, const float *logits, const int32_t *targets, int N, int V)
@@ -391,41 +364,70 @@ __global__ void k_ce_bwd(float *dlogits, const float *probs, const int32_t *targ
 static void cu_crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *targets, int N,
                                     int V)
 {
-    k_ce_fwd<<<blocks_for((size_t)N), THREADS, 0, ST>>>(losses, probs, logits, targets, N, V);
+    LAUNCH(k_ce_fwd, (size_t)N, losses, probs, logits, targets, N, V);
 }
 static void cu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N,
                                      int V)
 {
-    k_ce_bwd<<<blocks_for((size_t)N * V), THREADS, 0, ST>>>(dlogits, probs, targets, dloss, N, V);
+    LAUNCH(k_ce_bwd, (size_t)N * V, dlogits, probs, targets, dloss, N, V);
 }
 
 /* ---- optimizer ---- */
+/* The sum of squares (the gradient norm) as a deterministic two-pass reduction: SUMSQ_BLOCKS blocks,
+ * whatever n is, thread t of block b summing elements b*THREADS + t, then every SUMSQ_BLOCKS*THREADS-th,
+ * in order, in double; each block's threads combine in a fixed tree into one partial per block; one block
+ * then adds the partials in a fixed order (thread t: partials t, t + THREADS, ...; then the same tree).
+ * No atomics and no dependence on timing or on how many blocks ran at once: bit-identical run to run on
+ * one GPU model. It differs from the CPU's sequential sum by rounding only (doubles of fp32 squares).
+ * One partial-sum table per device (a __device__ array exists once per device); the mutex keeps two
+ * streams' reductions on one device from sharing it at once. */
+#define SUMSQ_BLOCKS 1024
+__device__ double d_sumsq_part[SUMSQ_BLOCKS];
 __device__ double d_sumsq_out;
-__global__ void k_sumsq(const float *x, size_t n)
+__device__ void block_tree(double *part)
 {
-    __shared__ double part[THREADS];
-    double s = 0.0;
-    for (size_t i = threadIdx.x; i < n; i += THREADS) s += (double)x[i] * (double)x[i];
-    part[threadIdx.x] = s;
     __syncthreads();
     for (int w = THREADS / 2; w > 0; w /= 2) {
         if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
         __syncthreads();
     }
+}
+__global__ void k_sumsq_part(const float *x, size_t n)
+{
+    __shared__ double part[THREADS];
+    double s = 0.0;
+    for (size_t i = (size_t)blockIdx.x * THREADS + threadIdx.x; i < n; i += (size_t)SUMSQ_BLOCKS * THREADS)
+        s += (double)x[i] * (double)x[i];
+    part[threadIdx.x] = s;
+    block_tree(part);
+    if (threadIdx.x == 0) d_sumsq_part[blockIdx.x] = part[0];
+}
+__global__ void k_sumsq_final(void)
+{
+    __shared__ double part[THREADS];
+    double s = 0.0;
+    for (int b = threadIdx.x; b < SUMSQ_BLOCKS; b += THREADS) s += d_sumsq_part[b];
+    part[threadIdx.x] = s;
+    block_tree(part);
     if (threadIdx.x == 0) d_sumsq_out = part[0];
 }
 static xdc_err_t cu_sumsq(const float *x, size_t n, double *acc)
 {
-    /* d_sumsq_out is one cell for the process: the mutex keeps two streams' sums apart. */
+    if (!n) return xdc_cuda_sync_current(); /* nothing to add; still reports the stream's state */
     static std::mutex mu;
     std::lock_guard<std::mutex> lk(mu);
     cudaStream_t st = ST;
     double s = 0.0;
-    k_sumsq<<<1, THREADS, 0, st>>>(x, n);
-    if (cudaGetLastError() != cudaSuccess) return XDC_ERR_CUDA;
-    if (cudaMemcpyFromSymbolAsync(&s, d_sumsq_out, sizeof s, 0, cudaMemcpyDeviceToHost, st) != cudaSuccess ||
-        cudaStreamSynchronize(st) != cudaSuccess)
-        return XDC_ERR_CUDA;
+    k_sumsq_part<<<SUMSQ_BLOCKS, THREADS, 0, st>>>(x, n);
+    XDC_CHECK(xdc_cuda_launched("k_sumsq_part"));
+    k_sumsq_final<<<1, THREADS, 0, st>>>();
+    XDC_CHECK(xdc_cuda_launched("k_sumsq_final"));
+    cudaError_t e = cudaMemcpyFromSymbolAsync(&s, d_sumsq_out, sizeof s, 0, cudaMemcpyDeviceToHost, st);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        xdc_cuda_note_error(XDC_ERR_CUDA, "cudaMemcpyFromSymbolAsync");
+    }
+    XDC_CHECK(xdc_cuda_sync_current());
     *acc += s;
     return XDC_OK;
 }
@@ -443,8 +445,7 @@ static void cu_adamw(float *p, const float *g, float *m, float *v, size_t n, flo
                      float eps, float weight_decay, float grad_scale, int t)
 {
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
-    k_adamw<<<blocks_for(n), THREADS, 0, ST>>>(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1,
-                                               bc2);
+    LAUNCH(k_adamw, n, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2);
 }
 
 /* ---- outer optimizer: the intrinsics round each operation once and never fuse, as the CPU loop does ---- */
@@ -453,10 +454,7 @@ __global__ void k_sub(float *out, const float *a, const float *b, size_t n)
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = __fsub_rn(a[i], b[i]);
 }
-static void cu_sub(float *out, const float *a, const float *b, size_t n)
-{
-    if (n) k_sub<<<blocks_for(n), THREADS, 0, ST>>>(out, a, b, n);
-}
+static void cu_sub(float *out, const float *a, const float *b, size_t n) { LAUNCH(k_sub, n, out, a, b, n); }
 __global__ void k_outer_nesterov(float *g, float *m, const float *d, size_t n, float lr, float mu)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -467,7 +465,7 @@ __global__ void k_outer_nesterov(float *g, float *m, const float *d, size_t n, f
 }
 static void cu_outer_nesterov(float *g, float *m, const float *d, size_t n, float lr, float mu)
 {
-    if (n) k_outer_nesterov<<<blocks_for(n), THREADS, 0, ST>>>(g, m, d, n, lr, mu);
+    LAUNCH(k_outer_nesterov, n, g, m, d, n, lr, mu);
 }
 
 static xdc_model_ops make_cuda_ops(void)

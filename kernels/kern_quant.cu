@@ -22,7 +22,17 @@ static_assert(sizeof(size_t) == sizeof(unsigned long long), "count_out_of_range 
 #define QT_HIST     2048
 #define QT_TILE     1024 /* top-k compaction tile: QT_THREADS threads x 4 consecutive elements */
 
-static xdc_err_t launched(void) { return cudaGetLastError() == cudaSuccess ? XDC_OK : XDC_ERR_CUDA; }
+/* After the launches of an op: a launch error, noted on the current stream (sticky) and returned. */
+static xdc_err_t launched(void) { return xdc_cuda_launched("quant kernel"); }
+
+/* An async runtime call of an op: a failure is noted on the current stream too (sticky), then returned. */
+static xdc_err_t queued(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess) return XDC_OK;
+    cudaGetLastError();
+    xdc_cuda_note_error(XDC_ERR_CUDA, what);
+    return XDC_ERR_CUDA;
+}
 
 static unsigned grid_for(size_t n)
 {
@@ -411,7 +421,7 @@ static xdc_err_t cuda_topk_select(const float *x, float *r, size_t n, size_t k, 
     static const uint32_t width[3] = {2048, 2048, 1024};
     k_topk_init<<<1, 1, 0, ST>>>(&s->st, k);
     for (int p = 0; p < 3; p++) {
-        if (cudaMemsetAsync(s->hist, 0, width[p] * sizeof(uint32_t), ST) != cudaSuccess) return XDC_ERR_CUDA;
+        XDC_CHECK(queued(cudaMemsetAsync(s->hist, 0, width[p] * sizeof(uint32_t), ST), "cudaMemsetAsync"));
         k_topk_hist<<<grid_for(n), QT_THREADS, 0, ST>>>(x, n, &s->st, shift[p], width[p], s->hist);
         k_topk_pick<<<1, 1, 0, ST>>>(s->hist, shift[p], width[p], &s->st);
     }
@@ -424,7 +434,7 @@ static xdc_err_t cuda_topk_select(const float *x, float *r, size_t n, size_t k, 
 
 static xdc_err_t cuda_count_out_of_range(const float *x, size_t n, float max_abs, size_t *count)
 {
-    if (cudaMemsetAsync(count, 0, sizeof *count, ST) != cudaSuccess) return XDC_ERR_CUDA;
+    XDC_CHECK(queued(cudaMemsetAsync(count, 0, sizeof *count, ST), "cudaMemsetAsync"));
     if (n == 0) return XDC_OK;
     uint32_t limit;
     memcpy(&limit, &max_abs, 4);
@@ -471,8 +481,9 @@ static xdc_err_t planes(const uint8_t *in, size_t n_bytes, size_t elem, uint8_t 
     if (elem < 1 || elem > 16) return XDC_ERR_INVALID;
     size_t ne = n_bytes / elem, tail = n_bytes - ne * elem;
     if (ne) k_planes<<<grid_for(ne * elem), QT_THREADS, 0, ST>>>(in, ne, elem, out, forward);
-    if (tail && cudaMemcpyAsync(out + ne * elem, in + ne * elem, tail, cudaMemcpyDeviceToDevice, ST) != cudaSuccess)
-        return XDC_ERR_CUDA;
+    if (tail)
+        XDC_CHECK(queued(cudaMemcpyAsync(out + ne * elem, in + ne * elem, tail, cudaMemcpyDeviceToDevice, ST),
+                         "cudaMemcpyAsync"));
     return launched();
 }
 

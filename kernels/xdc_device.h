@@ -19,8 +19,18 @@
  *  - errors inside a stream (a failed kernel, a cpu-strict hazard) are sticky: the stream stops running
  *    work, and every later call that reports on it (stream_sync, the quant ops, xdc_model_ops.sync)
  *    returns the error; stream_error gives the message;
+ *  - a failed enqueue (a copy, memset, event record or launch the backend refused) is sticky on its stream
+ *    as a failed op is, even when the caller ignores the return: the stream's next report says it. Errors
+ *    belong to a stream, never to the process: one thread's failure never surfaces in the report of a
+ *    stream it did not use;
  *  - nothing runs on CUDA's legacy default stream: a thread that never called set_stream runs on the
- *    backend's main stream (one per process, created on first use; CUDA: cudaStreamNonBlocking).
+ *    backend's main stream of its bound device (one per device, created on first use; CUDA:
+ *    cudaStreamNonBlocking);
+ *  - devices: each thread is bound to one device (set_device; device 0 until it calls it), as CUDA binds
+ *    each host thread to one GPU. Streams and memory belong to the device of the thread that created them;
+ *    an op (a kernel) runs only on a stream of the calling thread's device and only on that device's
+ *    memory. Copies may cross devices. A thread the caller starts (a comm thread) binds the creator's
+ *    device before its first call (get_device on the creating thread, set_device on the new one).
  *
  * The op families (xdc_model_ops, xdc_quant_ops) of the same backend queue their work on the calling
  * thread's current stream. Their pointer arguments must be device memory from mem_alloc (cpu-strict
@@ -96,6 +106,18 @@ typedef struct xdc_device_ops {
      *  @return XDC_OK and *out, or XDC_ERR_NOMEM / XDC_ERR_CUDA when the main stream cannot be created. */
     xdc_err_t (*get_stream)(xdc_stream **out);
 
+    /* ---- the bound device (per thread) ---- */
+    /* set_device() :
+     *  Binds the calling thread to device `ordinal` (CUDA: cudaSetDevice): the streams and memory it
+     *  creates from now on belong to it, its ops must run on that device's streams and memory, and with
+     *  no current stream it uses that device's main stream. cpu: only device 0; cpu-strict: devices
+     *  0 to XDC_STRICT_DEVICES - 1, which share the host but refuse to mix as GPUs do.
+     *  @return XDC_OK, XDC_ERR_INVALID (no such device), XDC_ERR_CUDA. */
+    xdc_err_t (*set_device)(int ordinal);
+    /* get_device() : the calling thread's bound device (0 when it never called set_device).
+     *  @return XDC_OK and *out, or XDC_ERR_CUDA. */
+    xdc_err_t (*get_device)(int *out);
+
     /* ---- asynchronous copies (queued on `s`; NULL: current) ---- */
     /* copy_h2d() :
      *  Copies `bytes` from host memory `src` to device memory `dst`. `src` must stay valid and unchanged
@@ -118,6 +140,20 @@ typedef struct xdc_device_ops {
      *  A new event, complete until first recorded (CUDA: cudaEventDisableTiming).
      *  @return XDC_OK and *out, XDC_ERR_NOMEM, XDC_ERR_CUDA. */
     xdc_err_t (*event_create)(xdc_event **out);
+    /* event_create_timed() :
+     *  As event_create, and the event also keeps when its capture completed, for event_elapsed (CUDA: an
+     *  event with timing; cpu: the host clock at record, the work having run; cpu-strict: the host clock
+     *  when the stream thread reached the record). Timing costs a little per record: events that only
+     *  order streams use event_create.
+     *  @return XDC_OK and *out, XDC_ERR_NOMEM, XDC_ERR_CUDA. */
+    xdc_err_t (*event_create_timed)(xdc_event **out);
+    /* event_elapsed() :
+     *  *ms = milliseconds from the completion of `start`'s capture to that of `end`'s (both timed events,
+     *  recorded; waits for `end`). The device's own clock, so host scheduling between the two records does
+     *  not count (CUDA: cudaEventElapsedTime, about 0.5 us resolution).
+     *  @return XDC_OK and *ms, XDC_ERR_INVALID (an event not timed or not recorded), or the recording
+     *          stream's sticky error. */
+    xdc_err_t (*event_elapsed)(xdc_event *start, xdc_event *end, double *ms);
     /* event_destroy() : releases an event; NULL is a no-op. Waits already queued on it still hold. */
     void (*event_destroy)(xdc_event *e);
     /* event_record() :
@@ -155,6 +191,15 @@ typedef struct xdc_device_ops {
 extern const xdc_device_ops xdc_device_cpu_ops;
 extern const xdc_device_ops xdc_device_strict_ops;
 extern const xdc_device_ops xdc_device_cuda_ops;
+
+/* Devices the cpu-strict backend pretends to have (set_device). */
+#define XDC_STRICT_DEVICES 4
+
+/* cpu-strict only, for tests: the calling thread's next call of the device function named `fn`
+ * ("event_record", "stream_wait_event", "memset", "copy_h2d", "copy_d2h", "copy_d2d") fails with `err`
+ * without doing its work, as a CUDA call the driver refuses does, and the failure is sticky on the
+ * stream it named. Once per call of this function; err XDC_OK or fn NULL cancels. */
+void xdc_device_strict_fail_next(const char *fn, xdc_err_t err);
 
 #ifdef __cplusplus
 }

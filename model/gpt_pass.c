@@ -7,8 +7,8 @@ static xdc_err_t check_slot(const xdc_gpt_stage *s, int slot)
     return slot >= 0 && slot < s->cfg.max_inflight ? XDC_OK : XDC_ERR_INVALID;
 }
 
-/* Zero device memory on the current (the stage's) stream; an error is sticky on the stream and comes back
- * from the call's last stream_sync. */
+/* Zero device memory on the current (the stage's) stream; a failed enqueue is sticky on the stream on every
+ * device (xdc_device.h) and comes back from the next stream_error / stream_sync of the pass. */
 static void zero(const xdc_gpt_stage *s, void *p, size_t bytes) { (void)s->dev->memset(p, 0, bytes, NULL); }
 
 /* One block: x (N,C) -> a->res3 (N,C). */
@@ -128,7 +128,9 @@ static xdc_err_t grads_ready_from(xdc_gpt_stage *s, const float *first)
     if (!s->ready_fn) return XDC_OK;
     XDC_CHECK(s->dev->stream_error(NULL, NULL));
     s->ready_fn(s->ready_ctx, (size_t)(first - s->grad_arena));
-    return XDC_OK;
+    /* The listener's event record is queued on this stream and a failed one is sticky here (and fails the
+     * listener's round): backward stops at once instead of computing gradients nobody may read. */
+    return s->dev->stream_error(NULL, NULL);
 }
 
 static xdc_err_t backward(xdc_gpt_stage *s, gpt_slot *sl, const float *dy, float loss_scale, const float **dx_out)

@@ -304,7 +304,9 @@ const xdc_kern_backend *xdc_gpt_stage_backend(const xdc_gpt_stage *s) { return s
 
 void xdc_gpt_stage_zero_grad(xdc_gpt_stage *s)
 {
-    (void)s->dev->memset(s->grad_arena, 0, s->num_params * sizeof(float), s->stream); /* sticky on error */
+    /* A failed enqueue is sticky on the stage's stream on every device (xdc_device.h): the next pass's
+     * stream_error or stream_sync reports it, before any gradient is handed on. */
+    (void)s->dev->memset(s->grad_arena, 0, s->num_params * sizeof(float), s->stream);
 }
 
 xdc_err_t xdc_gpt_stage_state_get(xdc_gpt_stage *s, float *params, float *m, float *v, int64_t *adam_t)

@@ -22,7 +22,14 @@
  * the sync's comm stream (current on the comm thread while the job runs). A bucket's reads wait for its
  * ready event (recorded on the compute stream by xdc_sync_mark_ready); the comm stream is synchronized
  * before the host side (the intra collectives, the WAN) touches anything; the round's completion event is
- * what the compute stream waits for in xdc_sync_end. */
+ * what the compute stream waits for in xdc_sync_end.
+ *
+ * Devices: a sync belongs to the device its creating thread was bound to (get_device at xdc_sync_create);
+ * the comm thread binds that device (set_device) before each job, before any device call, so its stream
+ * work, its kernels and its allocations land on the GPU of the worker (LOCAL_RANK), not on GPU 0. A ready
+ * event whose record failed fails the round before the comm stream touches the bucket: waiting on an event
+ * that was never recorded (or still holds last round's capture) would read gradients before backward wrote
+ * them. */
 #include "sync/xdc_sync.h"
 
 #include "common/xdc_alloc.h"
@@ -82,6 +89,7 @@ struct xdc_sync {
     bucket *b; /* (n_buckets) */
     int n_buckets;
     const xdc_device_ops *dev; /* the backend's device table */
+    int device;                /* the creating thread's bound device: the comm thread binds it per job */
     xdc_stream *stream;        /* the comm stream: this sync's device work on the comm thread */
     xdc_event *done_ev;        /* recorded on the comm stream when a round's last bucket is gathered */
     float *pad; /* device (max plen) fp32 scratch for buckets whose length is not a multiple of dp_size */
@@ -91,6 +99,8 @@ struct xdc_sync {
     float *buf;
     int queued, active, done;
     size_t ready_from;
+    xdc_err_t ready_err; /* a ready event's record failed this round (xdc_sync_mark_ready): the round fails */
+    xdc_diag ready_diag;
     xdc_err_t err;
     xdc_diag diag;
     xdc_sync_stats st;  /* under eng->mu */
@@ -400,7 +410,8 @@ static xdc_err_t resum(xdc_sync *s, const uint8_t *set, xdc_diag *diag)
     return s->dev->event_record(s->done_ev, s->stream);
 }
 
-static int bucket_ready(xdc_sync *s, const bucket *k) { return s->ready_from <= k->lo; }
+/* Under e->mu. A failed ready event counts as ready: the waits end and the round stops on it. */
+static int bucket_ready(xdc_sync *s, const bucket *k) { return s->ready_from <= k->lo || s->ready_err != XDC_OK; }
 
 /* A codec context for bucket k's shard: the run's codec, sized to the shard. */
 static xdc_err_t bucket_codec_create(const xdc_sync *s, const xdc_codec_cfg *codec, const bucket *k, xdc_codec **out,
@@ -461,7 +472,10 @@ static xdc_err_t run_round(xdc_sync *s, xdc_diag *diag)
         }
         pthread_mutex_lock(&e->mu);
         int ready = bucket_ready(s, &s->b[next]);
+        xdc_err_t rerr = s->ready_err;
+        if (rerr != XDC_OK) *diag = s->ready_diag;
         pthread_mutex_unlock(&e->mu);
+        if (rerr != XDC_OK) return rerr; /* before the comm stream reads a bucket nothing ordered */
         if (ready) {
             XDC_CHECK(stage_a(s, &s->b[next--], diag));
             continue;
@@ -601,7 +615,11 @@ static void *engine_main(void *arg)
         xdc_diag d = {{0}};
         memset(&s->rst, 0, sizeof s->rst);
         memset(s->round_wait, 0, (size_t)s->cfg.n_regions * sizeof *s->round_wait);
-        xdc_err_t rc = s->dev->set_stream(s->stream); /* the codec's work queues on the sync's comm stream */
+        /* The sync's device first (cudaSetDevice: this thread's kernels, allocations and stream calls then
+         * go to the worker's GPU), then its comm stream, where the codec's work queues. */
+        xdc_err_t rc = s->dev->set_device(s->device);
+        if (rc != XDC_OK) xdc_diag_set(&d, "sync %s: comm thread cannot bind device %d", s->cfg.name, s->device);
+        if (rc == XDC_OK) rc = s->dev->set_stream(s->stream);
         if (rc == XDC_OK)
             rc = j->kind == JOB_ROUND       ? run_round(s, &d)
                  : j->kind == JOB_SET_CODEC ? switch_codec(s, j->codec, &d)
@@ -743,6 +761,7 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
     s->missed = xdc_calloc((size_t)cfg->n_regions, sizeof *s->missed);
     const xdc_device_ops *dev = s->dev;
     xdc_err_t rc = s->b && s->round_wait && s->waited && s->member && s->lost && s->missed ? XDC_OK : XDC_ERR_NOMEM;
+    if (rc == XDC_OK) rc = dev->get_device(&s->device); /* the streams and memory below are made on it too */
     if (rc == XDC_OK) rc = dev->stream_create(&s->stream);
     if (rc == XDC_OK) rc = dev->event_create(&s->done_ev);
     if (rc == XDC_OK && s->dp_size > 1) rc = dev->mem_alloc((void **)&s->pad, bsz * sizeof(float)); /* replicas pad */
@@ -877,6 +896,7 @@ xdc_err_t xdc_sync_begin(xdc_sync *s, float *buf)
     }
     s->buf = buf;
     s->ready_from = s->cfg.n_elems;
+    s->ready_err = XDC_OK;
     s->active = 1;
     post(s, JOB_ROUND, NULL);
     pthread_mutex_unlock(&e->mu);
@@ -890,12 +910,27 @@ void xdc_sync_mark_ready(xdc_sync *s, size_t from)
     size_t was = s->ready_from; /* moved only by this (the compute) thread */
     pthread_mutex_unlock(&e->mu);
     /* Each bucket that becomes final gets its event on the producer's stream before the comm thread can
-     * see it ready. A failed record is sticky on that stream: the optimizer's next sync reports it. */
-    for (int i = 0; i < s->n_buckets && from < was; i++)
-        if (s->b[i].lo >= from && s->b[i].lo < was) (void)s->dev->event_record(s->b[i].ready, s->cfg.compute);
+     * see it ready. A failed record leaves the event without this round's capture: the round must fail
+     * (rerr, published with the readiness) rather than let the comm stream wait on the stale capture and
+     * read gradients backward has not written. The failure is also sticky on the producer's stream. */
+    xdc_err_t rerr = XDC_OK;
+    xdc_diag rd = {{0}};
+    for (int i = 0; i < s->n_buckets && from < was && rerr == XDC_OK; i++)
+        if (s->b[i].lo >= from && s->b[i].lo < was &&
+            (rerr = s->dev->event_record(s->b[i].ready, s->cfg.compute)) != XDC_OK) {
+            xdc_diag why = {{0}};
+            (void)s->dev->stream_error(s->cfg.compute, &why);
+            xdc_diag_set(&rd, "sync %s bucket at %zu: recording its ready event on the compute stream failed (%s)%s%s",
+                         s->cfg.name, s->b[i].lo, xdc_strerror(rerr), why.msg[0] ? ": " : "", why.msg);
+            XDC_ERROR(XDC_SUB_ORCH, "%s", rd.msg);
+        }
     pthread_mutex_lock(&e->mu);
-    if (from < s->ready_from) {
-        s->ready_from = from;
+    if (rerr != XDC_OK && s->ready_err == XDC_OK) {
+        s->ready_err = rerr;
+        s->ready_diag = rd;
+    }
+    if (from < s->ready_from || rerr != XDC_OK) {
+        if (from < s->ready_from) s->ready_from = from;
         if (e->running == s) pthread_cond_broadcast(&e->cv);
     }
     pthread_mutex_unlock(&e->mu);

@@ -6,17 +6,25 @@
  *       the backend's own matmul (cuBLAS sgemm on TF32 tensor cores, as the model's) of the model's largest layer shape
  *       and of 8192^3, the better of the two kept as the peak.
  *   bench_gpu codec [--mib M]                 the CUDA quantize ops on device memory (int8 blockwise
- *       with error feedback, bf16 with error feedback, byte planes) in GB/s of fp32 input, next to a
- *       device-to-device memcpy of the same bytes (GB/s counted once, as bytes copied).
+ *       with error feedback, bf16 with error feedback, byte planes) in GB/s of bytes read plus bytes
+ *       written (each op's minimum traffic: every input read once, every output written once; an op that
+ *       passes over its input twice moves more than it is credited with), next to a device-to-device
+ *       memcpy of the same fp32 buffer counted the same way (read + written = twice its size), the
+ *       ceiling an elementwise op can reach.
  *
  * `--backend cpu` (after the mode's arguments) runs the same code on the CPU backend: a dry run of the
  * bench itself on a machine without a GPU (its numbers are not the point).
  *
  * Each mode's last line is key=value, e.g. `gpu_model tokens_per_s=... step_tflops=... peak_tflops=...
  * mfu=...`. FLOPs per step count the matmuls (as bench/model): forward 2·N·(12·L·C² + V·C) + 4·B·L·T²·C,
- * backward twice that. Times are the best of the timed repetitions, each ended by the backend's sync. */
+ * backward twice that. Times are device times between two timed events on the stream the work runs on
+ * (xdc_device_ops.event_create_timed / event_elapsed: cudaEventElapsedTime on CUDA), the best of the
+ * timed repetitions after warm-up; the host clock would add launch and synchronisation latency, which on a
+ * GEMM of a few hundred microseconds is a large share. A step is timed from before its first op to after
+ * its optimizer's last on the stage's stream, so host gaps inside the step (its forward's and backward's
+ * own waits) count, as they do in training; MFU is computed from that time. */
 #include "common/xdc_rng.h"
-#include "common/xdc_time.h"
+#include "kernels/xdc_device.h"
 #include "kernels/xdc_kernels.h"
 #include "kernels/xdc_model_ops.h"
 #include "kernels/xdc_quant.h"
@@ -29,6 +37,7 @@
 #include <string.h>
 
 static const xdc_kern_backend *be;
+static xdc_event *ev_start, *ev_end; /* timed events (event_create_timed) */
 
 static void die(int code, const char *what)
 {
@@ -54,7 +63,21 @@ static void fill_random(void *dev, size_t n_floats, uint64_t seed)
     free(h);
 }
 
-/* Best of `reps` of out (M,OC) = inp (M,C) · w^T (OC,C) through the backend, in TFLOP/s. */
+/* Records the start (start = 1) or end event on stream s (NULL: the current one). */
+static void mark(int start, xdc_stream *s)
+{
+    if (be->device->event_record(start ? ev_start : ev_end, s) != XDC_OK) die(70, "event record failed");
+}
+
+/* Device milliseconds between the last start and end marks (waits for the end). */
+static double elapsed_ms(void)
+{
+    double ms = 0;
+    if (be->device->event_elapsed(ev_start, ev_end, &ms) != XDC_OK) die(70, "event timing failed");
+    return ms;
+}
+
+/* Best of `reps` of out (M,OC) = inp (M,C) · w^T (OC,C) through the backend, in TFLOP/s of device time. */
 static double matmul_tflops(int M, int C, int OC, int reps)
 {
     const xdc_model_ops *m = be->model;
@@ -63,10 +86,12 @@ static double matmul_tflops(int M, int C, int OC, int reps)
     fill_random(w, (size_t)OC * C, 2);
     double best = 0;
     for (int i = -2; i < reps; i++) {
-        uint64_t t0 = xdc_now_ns();
+        mark(1, NULL);
         m->matmul_forward(out, inp, w, NULL, M, C, OC);
+        mark(0, NULL);
         if (m->sync() != XDC_OK) die(70, "matmul failed");
-        double tf = 2.0 * M * (double)C * OC / (double)(xdc_now_ns() - t0) / 1e3;
+        double ms = elapsed_ms();
+        double tf = ms > 0 ? 2.0 * M * (double)C * OC / ms / 1e9 : 0;
         if (i >= 0 && tf > best) best = tf;
     }
     m->free(inp), m->free(w), m->free(out);
@@ -104,30 +129,32 @@ static int bench_model(const char *path, int steps)
     for (size_t i = 0; i < n; i++)
         tok[i] = (int32_t)xdc_rng_below(&r, (uint64_t)c.model.vocab_size),
         tgt[i] = (int32_t)xdc_rng_below(&r, (uint64_t)c.model.vocab_size);
-    uint64_t best_ns = UINT64_MAX, all_ns = 0;
+    double best_ms = 1e300, all_ms = 0;
     float loss = 0;
+    xdc_stream *st = xdc_gpt_stage_stream(s);
     for (int i = -2; i < steps; i++) { /* two warm-up steps */
-        uint64_t t0 = xdc_now_ns();
         double sumsq = 0;
+        mark(1, st);
         xdc_gpt_stage_zero_grad(s);
         if (xdc_gpt_stage_forward(s, 0, tok, NULL, tgt, NULL, &loss) != XDC_OK ||
             xdc_gpt_stage_backward(s, 0, NULL, 1.0f, NULL) != XDC_OK || xdc_gpt_stage_grad_sumsq(s, &sumsq) != XDC_OK ||
             xdc_gpt_stage_optimizer_step(s, 1e-4f, xdc_gpt_clip_scale(sumsq, 1.0f)) != XDC_OK ||
             be->model->sync() != XDC_OK)
             die(70, "training step failed");
-        uint64_t dt = xdc_now_ns() - t0;
+        mark(0, st);
+        double ms = elapsed_ms();
         if (i < 0) continue;
-        all_ns += dt;
-        if (dt < best_ns) best_ns = dt;
+        all_ms += ms;
+        if (ms < best_ms) best_ms = ms;
     }
     double B = c.batch_size, T = c.seq_len, N = B * T, C = c.model.n_embd, L = c.model.n_layer, V = c.model.vocab_size;
     double flops = 3.0 * (2.0 * N * (12.0 * L * C * C + V * C) + 4.0 * B * L * T * T * C);
-    double secs = (double)best_ns / 1e9, step_tf = flops / secs / 1e12;
+    double secs = best_ms / 1e3, step_tf = flops / secs / 1e12;
     double layer_tf = matmul_tflops((int)n, c.model.n_embd, 4 * c.model.n_embd, 20);
     double big_tf = be->kind == XDC_BACKEND_CUDA ? matmul_tflops(8192, 8192, 8192, 10) : 0;
     double peak = layer_tf > big_tf ? layer_tf : big_tf;
     printf("gpu_model config=%s params=%zu B=%d T=%d steps=%d best_step_ms=%.2f mean_step_ms=%.2f loss=%.3f\n", path,
-           xdc_gpt_stage_num_params(s), c.batch_size, c.seq_len, steps, secs * 1e3, (double)all_ns / 1e6 / steps, loss);
+           xdc_gpt_stage_num_params(s), c.batch_size, c.seq_len, steps, secs * 1e3, all_ms / steps, loss);
     printf("gpu_model matmul_tflops layer(M=%zu,K=%d,N=%d)=%.1f 8192^3=%.1f\n", n, c.model.n_embd, 4 * c.model.n_embd,
            layer_tf, big_tf);
     printf("gpu_model tokens_per_s=%.0f step_tflops=%.2f peak_tflops=%.2f mfu=%.3f\n", N / secs, step_tf, peak,
@@ -137,16 +164,21 @@ static int bench_model(const char *path, int steps)
     return 0;
 }
 
-#define TIMED(label, reps, bytes, call)                                                     \
-    do {                                                                                    \
-        double best_ = 0;                                                                   \
-        for (int i_ = -1; i_ < (reps); i_++) {                                              \
-            uint64_t t0_ = xdc_now_ns();                                                    \
-            if ((call) != XDC_OK || be->model->sync() != XDC_OK) die(70, #label " failed"); \
-            double g_ = (double)(bytes) / (double)(xdc_now_ns() - t0_);                     \
-            if (i_ >= 0 && g_ > best_) best_ = g_;                                          \
-        }                                                                                   \
-        label##_gbs = best_;                                                                \
+/* label##_gbs = the best of `reps` (after one warm-up) of `bytes` (read + written) over the device time
+ * of `call` on the current stream, in GB/s. */
+#define TIMED(label, reps, bytes, call)                                                  \
+    do {                                                                                 \
+        double best_ = 0;                                                                \
+        for (int i_ = -1; i_ < (reps); i_++) {                                           \
+            mark(1, NULL);                                                               \
+            xdc_err_t rc_ = (call);                                                      \
+            mark(0, NULL);                                                               \
+            if (rc_ != XDC_OK || be->model->sync() != XDC_OK) die(70, #label " failed"); \
+            double ms_ = elapsed_ms();                                                   \
+            double g_ = ms_ > 0 ? (double)(bytes) / ms_ / 1e6 : 0;                       \
+            if (i_ >= 0 && g_ > best_) best_ = g_;                                       \
+        }                                                                                \
+        label##_gbs = best_;                                                             \
     } while (0)
 
 static xdc_err_t copy_op(void *dst, const void *src, size_t bytes)
@@ -165,13 +197,21 @@ static int bench_codec(size_t mib)
     uint16_t *b16 = dev_alloc(n * 2);
     uint8_t *planes = dev_alloc(bytes);
     fill_random(x, n, 3);
+    /* Bytes each op reads plus writes (fp32 4 B, int8 1 B, bf16 2 B, one fp32 scale per block). */
+    size_t nb = (n + block - 1) / block * 4;
+    size_t memcpy_bytes = 2 * bytes;           /* x read, copy written */
+    size_t int8_bytes = 3 * bytes + n + nb;    /* x, r read; r, q, scales written */
+    size_t dequant_bytes = n + nb + 2 * bytes; /* q, scales, y read; y written */
+    size_t bf16_bytes = 3 * bytes + 2 * n;     /* x, r read; r, y written */
+    size_t shuffle_bytes = 2 * bytes;          /* in read, planes written */
     double memcpy_gbs, int8_gbs, dequant_gbs, bf16_gbs, shuffle_gbs;
-    TIMED(memcpy, 10, bytes, copy_op(copy, x, bytes));
-    TIMED(int8, 10, bytes, q->quantize_int8(x, res, n, block, q8, scales));
-    TIMED(dequant, 10, bytes, q->dequantize_int8(q8, scales, n, block, copy, true));
-    TIMED(bf16, 10, bytes, q->fp32_to_bf16(x, res, n, b16));
-    TIMED(shuffle, 10, bytes, q->byte_shuffle((const uint8_t *)x, bytes, 4, planes));
-    printf("gpu_codec n=%zu (%zu MiB fp32) block=%zu\n", n, mib, block);
+    TIMED(memcpy, 10, memcpy_bytes, copy_op(copy, x, bytes));
+    TIMED(int8, 10, int8_bytes, q->quantize_int8(x, res, n, block, q8, scales));
+    TIMED(dequant, 10, dequant_bytes, q->dequantize_int8(q8, scales, n, block, copy, true));
+    TIMED(bf16, 10, bf16_bytes, q->fp32_to_bf16(x, res, n, b16));
+    TIMED(shuffle, 10, shuffle_bytes, q->byte_shuffle((const uint8_t *)x, bytes, 4, planes));
+    printf("gpu_codec n=%zu (%zu MiB fp32) block=%zu; GB/s of bytes read + written, device (event) time\n", n, mib,
+           block);
     printf("gpu_codec memcpy_gbs=%.1f int8_ef_gbs=%.1f int8_decode_add_gbs=%.1f bf16_ef_gbs=%.1f "
            "byte_planes_gbs=%.1f int8_vs_memcpy=%.3f\n",
            memcpy_gbs, int8_gbs, dequant_gbs, bf16_gbs, shuffle_gbs, int8_gbs / memcpy_gbs);
@@ -202,5 +242,7 @@ int main(int argc, char **argv)
         return 69;
     }
     if (steps < 1 || mib < 1) die(64, "--steps and --mib want positive numbers");
+    if (be->device->event_create_timed(&ev_start) != XDC_OK || be->device->event_create_timed(&ev_end) != XDC_OK)
+        die(70, "cannot create timed events");
     return strcmp(argv[1], "model") == 0 ? bench_model(argv[2], steps) : bench_codec(mib);
 }

@@ -1,5 +1,6 @@
 /* orch_device.c — the device rule of orch_device.h: the override (flag, then XDC_DEVICE), the region's
- * device from the topology, the node check (enough visible GPUs, a device the kernel registry gives). */
+ * device from the topology, the node and worker checks (enough visible GPUs, a device the kernel registry
+ * gives), and which visible GPU a worker takes. */
 #include "orchestrator/launch/orch_device.h"
 
 #include <stdio.h>
@@ -57,8 +58,15 @@ int orch_device_gpus_needed(orch_device d, const xdc_topology *t, int r)
     return d == ORCH_DEVICE_CUDA ? t->regions[r].workers_per_node : 0;
 }
 
-xdc_err_t orch_device_check_node(orch_device d, const char *source, const xdc_topology *t, int r, const char *host,
-                                 const orch_device_probe *probe, xdc_diag *diag)
+int orch_device_cuda_ordinal(int local_rank, int visible)
+{
+    if (visible <= 0 || local_rank < 0) return -1;
+    return local_rank % visible;
+}
+
+/* The node check with `least` GPUs enough (need for a node, 1 for a worker); messages name `need`. */
+static xdc_err_t check_gpus(orch_device d, const char *source, const xdc_topology *t, int r, const char *host,
+                            const orch_device_probe *probe, int worker, xdc_diag *diag)
 {
     if (!probe) return XDC_OK;
     const xdc_region *g = &t->regions[r];
@@ -67,7 +75,7 @@ xdc_err_t orch_device_check_node(orch_device d, const char *source, const xdc_to
     int need = orch_device_gpus_needed(d, t, r);
     if (need > 0) {
         int found = probe->cuda_devices();
-        if (found < need) {
+        if (found < (worker ? 1 : need)) {
             char from[96], vis[160] = "";
             if (g->gpus_per_node > 0)
                 snprintf(from, sizeof from, "gpus_per_node: %d in the topology", g->gpus_per_node);
@@ -86,6 +94,18 @@ xdc_err_t orch_device_check_node(orch_device d, const char *source, const xdc_to
         return krc;
     }
     return XDC_OK;
+}
+
+xdc_err_t orch_device_check_node(orch_device d, const char *source, const xdc_topology *t, int r, const char *host,
+                                 const orch_device_probe *probe, xdc_diag *diag)
+{
+    return check_gpus(d, source, t, r, host, probe, 0, diag);
+}
+
+xdc_err_t orch_device_check_worker(orch_device d, const char *source, const xdc_topology *t, int r, const char *host,
+                                   const orch_device_probe *probe, xdc_diag *diag)
+{
+    return check_gpus(d, source, t, r, host, probe, 1, diag);
 }
 
 void orch_device_describe(orch_device d, int ordinal, char *buf, size_t cap)

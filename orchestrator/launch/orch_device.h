@@ -61,6 +61,18 @@ typedef struct orch_device_probe {
 xdc_err_t orch_device_check_node(orch_device d, const char *source, const xdc_topology *t, int r, const char *host,
                                  const orch_device_probe *probe, xdc_diag *diag);
 
+/* The CUDA ordinal of the worker with LOCAL_RANK `local_rank` on a node where this process sees `visible`
+ * CUDA devices: local_rank when it sees enough, else local_rank mod visible: under Slurm
+ * `--gpus-per-task=1` each task sees only its own GPU, as ordinal 0, and several workers that see fewer
+ * GPUs than they are share them round-robin. -1 when visible <= 0 or local_rank < 0. */
+int orch_device_cuda_ordinal(int local_rank, int visible);
+
+/* The check a worker makes for itself (the node check is the agent's): as orch_device_check_node, except
+ * that on CUDA one visible GPU is enough (orch_device_cuda_ordinal picks it); the message when none is
+ * visible is the node check's. */
+xdc_err_t orch_device_check_worker(orch_device d, const char *source, const xdc_topology *t, int r, const char *host,
+                                   const orch_device_probe *probe, xdc_diag *diag);
+
 /* One phrase for logs and the summary: "cuda:0 (NCCL intra)" (ordinal >= 0), "cuda (NCCL intra)",
  * "cpu (shared-memory intra)", "cpu-strict (shared-memory intra)". */
 void orch_device_describe(orch_device d, int ordinal, char *buf, size_t cap);

@@ -192,28 +192,21 @@ static xdc_err_t set_cuda_device(int ordinal, xdc_diag *diag)
 }
 
 /* The device (orch_device.h: --device, else XDC_DEVICE, else the topology), checked on this node before
- * anything is set up: enough visible GPUs, kernels the registry gives; on CUDA, LOCAL_RANK picks the GPU
- * among the visible ones. One log line names it. */
+ * anything is set up: a visible GPU, kernels the registry gives; on CUDA, LOCAL_RANK mod the visible GPUs
+ * picks the GPU (a Slurm task with --gpus-per-task=1 sees one). One log line names it. */
 xdc_err_t orch_member_choose_device(orch_member *m, const char *flag, xdc_diag *diag)
 {
     orch_device over;
     const char *from;
     XDC_CHECK(orch_device_override(flag, &over, &from, diag));
     orch_device d = orch_device_of_region(over, m->topo, m->id.region_idx);
-    XDC_CHECK(orch_device_check_node(d, from, m->topo, m->id.region_idx, m->id.node, &registry_probe, diag));
+    XDC_CHECK(orch_device_check_worker(d, from, m->topo, m->id.region_idx, m->id.node, &registry_probe, diag));
     XDC_CHECK(xdc_kern_backend_get((xdc_backend_kind)d, &m->be, diag));
     m->device = d;
     m->intra = orch_device_uses_nccl(d) ? XDC_INTRA_NCCL : XDC_INTRA_CPU;
-    m->cuda_device = d == ORCH_DEVICE_CUDA ? m->id.local_rank : -1;
-    if (m->cuda_device >= 0) {
-        int visible = xdc_kern_cuda_device_count();
-        if (m->cuda_device >= visible) {
-            xdc_diag_set(diag, "node %s/%s: LOCAL_RANK=%d picks GPU %d, found %d visible CUDA devices", m->id.region,
-                         m->id.node, m->id.local_rank, m->cuda_device, visible);
-            return XDC_ERR_UNAVAILABLE;
-        }
-        XDC_CHECK(set_cuda_device(m->cuda_device, diag));
-    }
+    m->cuda_device = d == ORCH_DEVICE_CUDA ? orch_device_cuda_ordinal(m->id.local_rank, xdc_kern_cuda_device_count())
+                                           : -1;
+    if (m->cuda_device >= 0) XDC_CHECK(set_cuda_device(m->cuda_device, diag));
     char desc[64];
     orch_device_describe(d, m->cuda_device, desc, sizeof desc);
     XDC_INFO(XDC_SUB_ORCH, "device %s (from %s)", desc, from);

@@ -55,7 +55,7 @@ typedef struct orch_member_id {
     rdzv_target rdzv; /* the store this member joins (the built-in one at coord_host:coord_port, or etcd) */
     int region_idx, n_regions;
     int lrank, lsize; /* rank and size within the region */
-    int local_rank;   /* LOCAL_RANK: index on the node (picks the GPU on CUDA) */
+    int local_rank;   /* LOCAL_RANK: index on the node (mod the visible GPUs, picks the GPU on CUDA) */
     int grank, gsize; /* global */
     int emulate_wan, resume;
     int span;
@@ -73,7 +73,7 @@ xdc_err_t orch_member_create(const orch_member_opts *o, orch_member **out, xdc_d
 /* Check the identity against the topology and derive this process's place in the layout. */
 xdc_err_t orch_member_place(orch_member *m, xdc_diag *diag);
 /* The worker's device (orch_device.h: `flag`, else XDC_DEVICE, else the topology), checked on this node
- * before anything is set up; on CUDA, LOCAL_RANK picks the GPU and it becomes this thread's. */
+ * before anything is set up; on CUDA, LOCAL_RANK mod the visible GPUs picks the GPU and it becomes this thread's. */
 xdc_err_t orch_member_choose_device(orch_member *m, const char *flag, xdc_diag *diag);
 /* libxdc: the caller's buffers are host memory, so the CPU device and the shared-memory intra backend,
  * whatever device the topology gives the region. */

@@ -15,8 +15,8 @@ struct orch_member {
     orch_planned planned; /* with cfg.plan_auto: the plan the run follows */
     /* The device: the worker's choice, or the CPU for libxdc. */
     const xdc_kern_backend *be;
-    orch_device device;      /* the region's device (orch_device.h): be's kind */
-    int cuda_device;         /* CUDA ordinal among the visible devices (LOCAL_RANK); -1 on the CPU devices */
+    orch_device device; /* the region's device (orch_device.h): be's kind */
+    int cuda_device; /* CUDA ordinal among the visible devices (LOCAL_RANK mod the visible count); -1 on the CPU devices */
     xdc_intra_backend intra; /* NCCL on CUDA, the shared-memory backend otherwise */
     int rejoin, left;        /* orch_member_set_rejoin */
     /* Connections, and the sync engine (the one comm thread that runs every sync, in posting order). */
