@@ -419,7 +419,7 @@ static int stream_yields(const wan_stream *s)
     const xdc_wan_peer *p = s->peer;
     if (p->nstreams < 2 || s->idx == 0) return 0;
     const wan_stream *l = p->streams[0];
-    if (!l || l->state != WAN_ST_READY || (l->want & POLLOUT)) return 0;
+    if (!l || l->state != WAN_ST_READY || ((l->io.want | l->io.hold) & POLLOUT)) return 0;
     return (l->tx_active && l->tx_req) || class_has_data(p, XDC_WAN_LATENCY);
 }
 
@@ -520,11 +520,11 @@ static void tx_frame_done(wan_stream *s)
     }
 }
 
-/* Returns bytes written, 0 when the socket is full (s->want set), -1 after breaking the stream. */
+/* Returns bytes written, 0 when the socket is full (s->io.want set), -1 after breaking the stream. */
 static long tls_write(wan_stream *s, const uint8_t *buf, size_t len)
 {
     size_t n = 0;
-    int io = wan_stream_tls_io(s, WAN_TLS_WRITE, (void *)buf, len, &n);
+    int io = wan_stream_io(s, WAN_IO_WRITE, (void *)buf, len, &n);
     return io == WAN_IO_DONE ? (long)n : io;
 }
 
@@ -796,7 +796,7 @@ static int pump_rx(wan_stream *s)
             if (want > (1u << 30)) want = 1u << 30;
         }
         size_t n = 0;
-        int io = wan_stream_tls_io(s, WAN_TLS_READ, dst, want, &n);
+        int io = wan_stream_io(s, WAN_IO_READ, dst, want, &n);
         if (io != WAN_IO_DONE) return io;
         budget = n >= budget ? 0 : budget - n;
         if (!s->rx_in_payload) {
