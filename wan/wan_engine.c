@@ -171,8 +171,8 @@ static void handshake_done(wan_stream *s)
     if (s->is_client) {
         xdc_wan_peer *p = s->peer;
         xdc_wan_identity got;
-        if (wan_io_tls_check_peer(&s->io, &eng->self, p->expect_any ? NULL : p->expect_region, p->expect_rank, &got, &d) !=
-            XDC_OK) {
+        if (wan_io_tls_check_peer(&s->io, &eng->self, p->expect_any ? NULL : p->expect_region, p->expect_rank, &got,
+                                  &d) != XDC_OK) {
             wan_peer_fail(p, XDC_ERR_AUTH, "refused peer at %s:%d: %s", p->host, p->port, d.msg);
             return;
         }

@@ -60,9 +60,9 @@ typedef struct wan_txf {
 } wan_txf;
 
 enum wan_stream_state {
-    WAN_ST_DOWN = 0,   /* client: waiting out the backoff; server: waiting for the client to redial */
-    WAN_ST_HANDSHAKE,  /* the I/O stack's handshake: TCP connect (client), then TLS */
-    WAN_ST_HELLO,      /* authenticated; HELLO / HELLO_ACK exchange */
+    WAN_ST_DOWN = 0,  /* client: waiting out the backoff; server: waiting for the client to redial */
+    WAN_ST_HANDSHAKE, /* the I/O stack's handshake: TCP connect (client), then TLS */
+    WAN_ST_HELLO,     /* authenticated; HELLO / HELLO_ACK exchange */
     WAN_ST_READY,
 };
 
@@ -75,7 +75,7 @@ typedef struct wan_stream {
     xdc_wan_listener *listener;      /* server: where it came in */
     int idx;
     int is_client;
-    int state; /* enum wan_stream_state */
+    int state;         /* enum wan_stream_state */
     wan_io_stack io;   /* the connection: TCP -> TLS (-> fault, in tests) layers; io.fd for poll() */
     int kick;          /* progress without waiting for poll (buffered TLS data, budget ran out) */
     short revents;     /* from the last poll() */
