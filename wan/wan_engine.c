@@ -298,9 +298,9 @@ static void server_hello(xdc_wan_engine *eng, wan_stream *s, const wan_frame *f)
     wan_frame ack = {.type = WAN_FT_HELLO_ACK,
                      .msg_seq = p->session,
                      .flags = resumed ? WAN_FLAG_RESUMED : 0,
-                     .seq = p->rx_cum[XDC_WAN_LATENCY],
-                     .msg_off = p->rx_cum[XDC_WAN_BULK]};
-    for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) p->ack_sent[c] = p->rx_cum[c];
+                     .seq = p->rel.rx_cum[XDC_WAN_LATENCY],
+                     .msg_off = p->rel.rx_cum[XDC_WAN_BULK]};
+    for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) p->rel.ack_sent[c] = p->rel.rx_cum[c];
     wan_stream_queue_ctrl(s, &ack);
     s->kick = 1;
     peer_update_up(p);
@@ -972,7 +972,8 @@ void xdc_wan_peer_close(xdc_wan_peer *p)
             wan_stream *s = p->streams[i];
             if (!s || s->state != WAN_ST_READY) continue;
             /* With our acks: an ACK written on another stream may be read after this BYE. */
-            wan_frame bye = {.type = WAN_FT_BYE, .seq = p->rx_cum[XDC_WAN_LATENCY], .msg_off = p->rx_cum[XDC_WAN_BULK]};
+            wan_frame bye = {
+                .type = WAN_FT_BYE, .seq = p->rel.rx_cum[XDC_WAN_LATENCY], .msg_off = p->rel.rx_cum[XDC_WAN_BULK]};
             wan_stream_queue_ctrl(s, &bye);
             wan_stream_write(s); /* best effort: the socket has room for a header almost always */
         }

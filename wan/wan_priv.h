@@ -104,12 +104,35 @@ typedef struct wan_stream {
     int stalled; /* next DATA frame's message has no posted receive yet */
 } wan_stream;
 
+/* The reliability half of a peer (the other half, I/O, is its streams: each one's layer stack and frame
+ * buffers). Each traffic class has its own sequence numbers, window and cumulative ACKs (indexed by class),
+ * so a bulk frame the receiver cannot place yet never holds back the acknowledgement of latency frames.
+ * Nothing here knows a stream or a socket: wan_peer.c cuts frames from it, hands them to whichever stream
+ * can write, and applies what the streams read. */
+typedef struct wan_rel {
+    /* send */
+    xdc_wan_request *txq_head[XDC_WAN_NUM_CLASSES], *txq_tail[XDC_WAN_NUM_CLASSES];
+    uint64_t tx_msgs[XDC_WAN_NUM_CLASSES];
+    wan_txf *txf[XDC_WAN_NUM_CLASSES]; /* (window) ring per class: the resend queue */
+    int window;
+    uint64_t tx_next_seq[XDC_WAN_NUM_CLASSES];
+    uint64_t tx_acked[XDC_WAN_NUM_CLASSES]; /* every seq below is acknowledged */
+    int resend_pending[XDC_WAN_NUM_CLASSES];
+    /* receive */
+    xdc_wan_request *rxq_head[XDC_WAN_NUM_CLASSES], *rxq_tail[XDC_WAN_NUM_CLASSES];
+    uint64_t rx_posted[XDC_WAN_NUM_CLASSES];
+    uint64_t *rx_seen[XDC_WAN_NUM_CLASSES]; /* (window / 64 + 1) bitmap of seqs in [rx_cum, rx_cum + window) */
+    uint64_t rx_cum[XDC_WAN_NUM_CLASSES];
+    uint64_t ack_sent[XDC_WAN_NUM_CLASSES]; /* rx_cum in the last ACK written; UINT64_MAX forces the next one */
+} wan_rel;
+
 struct xdc_wan_peer {
     xdc_wan_peer *next;
     xdc_wan_engine *eng;
     xdc_wan_identity id;
     char name[192]; /* "region/rank (host:port)" for messages */
     int is_client;
+    /* I/O: the streams, each with its layer stack (wan_io.h) and frame buffers */
     int nstreams;
     wan_stream **streams; /* (nstreams); server: NULL slots until the client dials them */
     uint64_t session;
@@ -130,23 +153,8 @@ struct xdc_wan_peer {
     char expect_region[XDC_WAN_NAME_MAX];
     int expect_any; /* dialled without an expected identity: any peer of our run */
     int expect_rank;
-    /* Each traffic class has its own sequence numbers, window and cumulative ACKs (indexed by class), so a
-     * bulk frame the receiver cannot place yet never holds back the acknowledgement of latency frames. */
-    /* send */
-    xdc_wan_request *txq_head[XDC_WAN_NUM_CLASSES], *txq_tail[XDC_WAN_NUM_CLASSES];
-    uint64_t tx_msgs[XDC_WAN_NUM_CLASSES];
-    wan_txf *txf[XDC_WAN_NUM_CLASSES]; /* (window) ring per class */
-    int window;
-    uint64_t tx_next_seq[XDC_WAN_NUM_CLASSES];
-    uint64_t tx_acked[XDC_WAN_NUM_CLASSES]; /* every seq below is acknowledged */
-    int resend_pending[XDC_WAN_NUM_CLASSES];
-    uint64_t bulk_tx_bytes; /* bulk DATA bytes (headers + payload) written to the streams */
-    /* receive */
-    xdc_wan_request *rxq_head[XDC_WAN_NUM_CLASSES], *rxq_tail[XDC_WAN_NUM_CLASSES];
-    uint64_t rx_posted[XDC_WAN_NUM_CLASSES];
-    uint64_t *rx_seen[XDC_WAN_NUM_CLASSES]; /* (window / 64 + 1) bitmap of seqs in [rx_cum, rx_cum + window) */
-    uint64_t rx_cum[XDC_WAN_NUM_CLASSES];
-    uint64_t ack_sent[XDC_WAN_NUM_CLASSES]; /* rx_cum in the last ACK written; UINT64_MAX forces the next one */
+    wan_rel rel;               /* reliability: sequence numbers, ACKs, the resend queue (no I/O) */
+    uint64_t bulk_tx_bytes;    /* bulk DATA bytes (headers + payload) written to the streams */
     int rx_arriving;           /* receives between their first frame and their end (xdc_wan_stats.rx_busy_seconds) */
     uint64_t rx_busy_since_ns; /* when rx_arriving last became nonzero */
     uint64_t rx_busy_ns;       /* closed busy intervals */

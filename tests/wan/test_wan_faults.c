@@ -79,8 +79,7 @@ XDC_TEST(wan_faults_reset_mid_frame_resends_from_the_last_ack)
     for (int i = 10; i < N; i++) XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, rx[i], LEN, &rreq[i]));
     for (int i = 0; i < N; i++) {
         size_t got = LEN;
-        if (i != 9)
-            XDC_ASSERT_MSG(xdc_wan_wait(rreq[i], WAIT_MS, &got, NULL, &d) == XDC_OK, "recv %d: %s", i, d.msg);
+        if (i != 9) XDC_ASSERT_MSG(xdc_wan_wait(rreq[i], WAIT_MS, &got, NULL, &d) == XDC_OK, "recv %d: %s", i, d.msg);
         XDC_ASSERT_EQ(got, LEN);
         XDC_ASSERT_MSG(xdc_xxh3(rx[i], LEN) == h[i], "message %d differs", i);
         XDC_ASSERT_MSG(xdc_wan_wait(sreq[i], WAIT_MS, NULL, NULL, &d) == XDC_OK, "send %d: %s", i, d.msg);
@@ -222,8 +221,7 @@ XDC_TEST(wan_faults_black_hole_fails_both_sides_with_named_errors)
     XDC_ASSERT_STR_CONTAINS(d.msg, "peer eu/0");
     XDC_ASSERT_STR_CONTAINS(d.msg, "silent for");
     xdc_err_t rc = xdc_wan_wait(s, WAIT_MS, NULL, NULL, &d);
-    XDC_ASSERT_MSG(rc == XDC_ERR_PEER_LOST || rc == XDC_ERR_TIMEOUT, "send ended with %s: %s", xdc_strerror(rc),
-                   d.msg);
+    XDC_ASSERT_MSG(rc == XDC_ERR_PEER_LOST || rc == XDC_ERR_TIMEOUT, "send ended with %s: %s", xdc_strerror(rc), d.msg);
     XDC_ASSERT_STR_CONTAINS(d.msg, "peer us/0");
     wan_test_pair_close(&tp);
 }
