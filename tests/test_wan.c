@@ -175,8 +175,8 @@ XDC_TEST(wan_stream_killed_mid_transfer_delivers_exactly_once)
     xdc_wan_engine *eng = tp.cli_eng;
     pthread_mutex_lock(&eng->mu);
     wan_stream *s = tp.cli->streams[2];
-    XDC_ASSERT(s->state == WAN_ST_READY && s->fd >= 0);
-    shutdown(s->fd, SHUT_RDWR);
+    XDC_ASSERT(s->state == WAN_ST_READY && s->io.fd >= 0);
+    shutdown(s->io.fd, SHUT_RDWR);
     pthread_mutex_unlock(&eng->mu);
     for (int i = 10; i < N; i++) XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, m[i].rx, LEN, &m[i].rreq));
     for (int i = 0; i < N; i++) {

@@ -1,5 +1,6 @@
-/* wan_engine.c — the progress engine of the WAN transport: one thread polls every socket, drives
- * non-blocking TCP connects and TLS handshakes, the HELLO exchange that binds a stream to its peer
+/* wan_engine.c — the progress engine of the WAN transport: one thread polls every socket, drives each
+ * stream's I/O stack (wan_io.h: TCP connect, TLS handshake, reads and writes) without ever calling
+ * OpenSSL itself, the HELLO exchange that binds a stream to its peer
  * session (so a redialled stream resumes the same peer), keepalive/RTT pings, redials with backoff
  * and the liveness deadline. Also the public engine, listener and peer lifecycle calls. */
 #include "wan/wan_priv.h"
@@ -7,16 +8,13 @@
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
+#include "wan/wan_io.h"
 #include "wan/wan_tls.h"
-
-#include <openssl/rand.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -35,17 +33,6 @@ void wan_engine_wake(xdc_wan_engine *eng)
     (void)n; /* a full eventfd counter already means "wake up" */
 }
 
-static void sock_tune(int fd, int bufsz)
-{
-    int one = 1;
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (bufsz > 0) {
-        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bufsz, sizeof bufsz);
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bufsz, sizeof bufsz);
-    }
-}
-
 static void addr_text(const struct sockaddr_storage *a, char *buf, size_t cap)
 {
     char host[64] = "?";
@@ -62,26 +49,9 @@ static void addr_text(const struct sockaddr_storage *a, char *buf, size_t cap)
     snprintf(buf, cap, "%s:%d", host, port);
 }
 
-/* Bytes of unread input discarded before a close, at most: a peer keeps sending for one RTT at most. */
-#define CLOSE_DRAIN_MAX ((size_t)1 << 20)
-
-static void stream_close_io(wan_stream *s)
-{
-    if (s->ssl) SSL_free(s->ssl);
-    if (s->fd >= 0) {
-        /* close() with unread input queued resets the connection instead of ending it, and a reset makes
-         * the peer (or a relay on the way) drop what it has not read yet: our BYE, written just before. So
-         * what the peer sent that nobody will read (its own BYE, an ack) is discarded first. */
-        char sink[4096];
-        ssize_t n;
-        size_t drained = 0;
-        while (drained < CLOSE_DRAIN_MAX && (n = recv(s->fd, sink, sizeof sink, MSG_DONTWAIT)) > 0)
-            drained += (size_t)n;
-        close(s->fd);
-    }
-    s->ssl = NULL;
-    s->fd = -1;
-}
+/* Close a stream's connection: drain unread input (so the close does not reset what we wrote last), free
+ * the layers. */
+static void stream_close_io(wan_stream *s) { wan_io_stack_close(&s->io, 0); }
 
 static void peer_update_up(xdc_wan_peer *p)
 {
@@ -152,41 +122,40 @@ static wan_stream *stream_new(int is_client)
 {
     wan_stream *s = xdc_calloc(1, sizeof *s);
     if (!s) return NULL;
-    s->fd = -1;
+    wan_io_stack_init(&s->io);
     s->is_client = is_client;
     return s;
 }
 
-static int start_tls(wan_stream *s, SSL_CTX *ctx)
+/* Complete the I/O stack over a fresh TCP connection: TLS, and in tests the fault layer on top (armed
+ * from the first byte for the dials wan_fault_next_dials() named). Then the handshake starts. */
+static int stream_stack(xdc_wan_engine *eng, wan_stream *s)
 {
-    s->ssl = SSL_new(ctx);
-    if (!s->ssl || SSL_set_fd(s->ssl, s->fd) != 1) return -1;
-    if (s->is_client) SSL_set_connect_state(s->ssl);
-    else SSL_set_accept_state(s->ssl);
-    s->state = WAN_ST_TLS;
+    if (wan_io_tls_push(&s->io, s->is_client ? eng->cli_ctx : eng->srv_ctx, s->is_client) != XDC_OK) return -1;
+    if (eng->faults.on) {
+        const wan_fault *f = NULL;
+        if (s->is_client && eng->faults.next_dials > 0) {
+            eng->faults.next_dials--;
+            f = &eng->faults.next;
+        }
+        if (wan_io_fault_push(&s->io, f) != XDC_OK) return -1;
+    }
+    s->state = WAN_ST_HANDSHAKE;
     s->since_ns = xdc_now_ns();
-    s->want = s->is_client ? POLLOUT : POLLIN;
-    s->kick = s->is_client;
+    s->kick = 1;
     return 0;
 }
 
-/* Client: open a fresh TCP connection for stream s. */
+/* Client: open a fresh connection for stream s. */
 static void stream_dial(wan_stream *s)
 {
     xdc_wan_peer *p = s->peer;
-    s->fd = socket(p->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s->fd < 0) {
-        wan_stream_break(s, "socket() failed");
-        return;
-    }
-    sock_tune(s->fd, p->eng->cfg.sockbuf_bytes);
-    s->state = WAN_ST_CONNECTING;
-    s->since_ns = xdc_now_ns();
-    if (connect(s->fd, (struct sockaddr *)&p->addr, p->addr_len) == 0 || errno == EINPROGRESS) return;
-    char why[160];
-    snprintf(why, sizeof why, "connect to %s:%d: %s", p->host, p->port, strerror(errno));
-    s->state = WAN_ST_CONNECTING; /* so break() runs its bookkeeping */
-    wan_stream_break(s, why);
+    char where[96], why[sizeof s->io.why];
+    snprintf(where, sizeof where, "%s:%d", p->host, p->port);
+    int ok = wan_io_tcp_dial(&s->io, &p->addr, p->addr_len, p->eng->cfg.sockbuf_bytes, where) == WAN_IO_DONE;
+    snprintf(why, sizeof why, "%s", ok ? "out of memory for a TLS session" : s->io.why);
+    s->state = WAN_ST_HANDSHAKE; /* so break() runs its bookkeeping */
+    if (!ok || stream_stack(p->eng, s) != 0) wan_stream_break(s, why);
 }
 
 static void peer_set_name(xdc_wan_peer *p, const char *addr)
@@ -202,8 +171,8 @@ static void handshake_done(wan_stream *s)
     if (s->is_client) {
         xdc_wan_peer *p = s->peer;
         xdc_wan_identity got;
-        if (wan_tls_check_peer(s->ssl, &eng->self, p->expect_any ? NULL : p->expect_region, p->expect_rank, &got, &d) !=
-            XDC_OK) {
+        if (wan_io_tls_check_peer(&s->io, &eng->self, p->expect_any ? NULL : p->expect_region, p->expect_rank, &got,
+                                  &d) != XDC_OK) {
             wan_peer_fail(p, XDC_ERR_AUTH, "refused peer at %s:%d: %s", p->host, p->port, d.msg);
             return;
         }
@@ -226,7 +195,7 @@ static void handshake_done(wan_stream *s)
         wan_stream_queue_ctrl(s, &h);
     } else {
         xdc_wan_identity got;
-        if (wan_tls_check_peer(s->ssl, &eng->self, NULL, 0, &got, &d) != XDC_OK) {
+        if (wan_io_tls_check_peer(&s->io, &eng->self, NULL, 0, &got, &d) != XDC_OK) {
             wan_stream_break(s, d.msg);
             return;
         }
@@ -235,64 +204,29 @@ static void handshake_done(wan_stream *s)
     s->kick = 1;
 }
 
-int wan_stream_tls_io(wan_stream *s, enum wan_tls_op op, void *buf, size_t len, size_t *n)
+int wan_stream_io(wan_stream *s, enum wan_io_op op, void *buf, size_t len, size_t *n)
 {
-    if (n) *n = 0;
-    int chunk = (int)(len > (1u << 30) ? (1u << 30) : len);
-    int rc;
-    switch (op) {
-    case WAN_TLS_HANDSHAKE: rc = SSL_do_handshake(s->ssl); break;
-    case WAN_TLS_READ: rc = SSL_read(s->ssl, buf, chunk); break;
-    default: rc = SSL_write(s->ssl, buf, chunk); break;
-    }
-    if (rc > 0) {
-        if (n && op != WAN_TLS_HANDSHAKE) *n = (size_t)rc;
-        return WAN_IO_DONE;
-    }
-    int e = SSL_get_error(s->ssl, rc);
-    if (e == SSL_ERROR_WANT_READ) {
-        s->want |= POLLIN;
-        return WAN_IO_AGAIN;
-    }
-    if (e == SSL_ERROR_WANT_WRITE) {
-        s->want |= POLLOUT;
-        return WAN_IO_AGAIN;
-    }
-    xdc_diag d;
-    xdc_err_t err = wan_tls_explain(s->ssl, e, &d);
+    size_t moved = 0;
+    int r = op == WAN_IO_HANDSHAKE ? wan_io_handshake(&s->io)
+            : op == WAN_IO_READ    ? wan_io_read(&s->io, buf, len, &moved)
+                                   : wan_io_write(&s->io, buf, len, &moved);
+    if (n) *n = moved;
+    if (r != WAN_IO_FAILED) return r;
+    char why[sizeof s->io.why]; /* the stack is reset by what follows */
+    snprintf(why, sizeof why, "%s", s->io.why[0] ? s->io.why : "connection failed");
+    xdc_err_t err = s->io.err;
     xdc_wan_peer *p = s->peer;
-    if (s->is_client && err == XDC_ERR_AUTH && op == WAN_TLS_HANDSHAKE)
-        wan_peer_fail(p, XDC_ERR_AUTH, "refused peer at %s:%d: %s", p->host, p->port, d.msg);
-    else if (s->is_client && err == XDC_ERR_AUTH && op == WAN_TLS_READ && s->state == WAN_ST_HELLO)
-        wan_peer_fail(p, XDC_ERR_AUTH, "refused by peer at %s:%d: %s", p->host, p->port, d.msg);
-    else wan_stream_break(s, d.msg);
+    if (s->is_client && err == XDC_ERR_AUTH && op == WAN_IO_HANDSHAKE)
+        wan_peer_fail(p, XDC_ERR_AUTH, "refused peer at %s:%d: %s", p->host, p->port, why);
+    else if (s->is_client && err == XDC_ERR_AUTH && op == WAN_IO_READ && s->state == WAN_ST_HELLO)
+        wan_peer_fail(p, XDC_ERR_AUTH, "refused by peer at %s:%d: %s", p->host, p->port, why);
+    else wan_stream_break(s, why);
     return WAN_IO_FAILED;
 }
 
 static void handshake_step(wan_stream *s)
 {
-    if (!s->is_client && !s->peeked) {
-        /* A TLS connection starts with a handshake record (content type 22); anything else is a
-         * plaintext or foreign client, refused with a reason instead of an opaque TLS error. */
-        uint8_t b;
-        ssize_t n = recv(s->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            s->want = POLLIN;
-            return;
-        }
-        if (n <= 0) {
-            wan_stream_break(s, "closed before the TLS handshake");
-            return;
-        }
-        if (b != 0x16) {
-            char why[128];
-            snprintf(why, sizeof why, "plaintext client: first byte 0x%02x is not a TLS handshake record", b);
-            wan_stream_break(s, why);
-            return;
-        }
-        s->peeked = 1;
-    }
-    if (wan_stream_tls_io(s, WAN_TLS_HANDSHAKE, NULL, 0, NULL) == WAN_IO_DONE) handshake_done(s);
+    if (wan_stream_io(s, WAN_IO_HANDSHAKE, NULL, 0, NULL) == WAN_IO_DONE) handshake_done(s);
 }
 
 /* Read one control header during the HELLO exchange. 1: complete, 0: need more, -1: stream gone. */
@@ -300,7 +234,7 @@ static int hello_read(wan_stream *s, wan_frame *f)
 {
     while (s->rx_hdr_got < WAN_FRAME_HDR_BYTES) {
         size_t n = 0;
-        int io = wan_stream_tls_io(s, WAN_TLS_READ, s->rx_hdr + s->rx_hdr_got, WAN_FRAME_HDR_BYTES - s->rx_hdr_got, &n);
+        int io = wan_stream_io(s, WAN_IO_READ, s->rx_hdr + s->rx_hdr_got, WAN_FRAME_HDR_BYTES - s->rx_hdr_got, &n);
         if (io != WAN_IO_DONE) return io;
         s->rx_hdr_got += n;
     }
@@ -318,7 +252,7 @@ static void server_hello(xdc_wan_engine *eng, wan_stream *s, const wan_frame *f)
 {
     xdc_wan_identity got;
     xdc_diag d;
-    wan_tls_check_peer(s->ssl, &eng->self, NULL, 0, &got, &d);
+    wan_io_tls_check_peer(&s->io, &eng->self, NULL, 0, &got, &d);
     xdc_wan_peer *p = NULL;
     for (xdc_wan_peer *q = eng->peers; q; q = q->next)
         if (!q->is_client && q->session == f->msg_seq && strcmp(q->id.region, got.region) == 0 &&
@@ -364,9 +298,9 @@ static void server_hello(xdc_wan_engine *eng, wan_stream *s, const wan_frame *f)
     wan_frame ack = {.type = WAN_FT_HELLO_ACK,
                      .msg_seq = p->session,
                      .flags = resumed ? WAN_FLAG_RESUMED : 0,
-                     .seq = p->rx_cum[XDC_WAN_LATENCY],
-                     .msg_off = p->rx_cum[XDC_WAN_BULK]};
-    for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) p->ack_sent[c] = p->rx_cum[c];
+                     .seq = p->rel.rx_cum[XDC_WAN_LATENCY],
+                     .msg_off = p->rel.rx_cum[XDC_WAN_BULK]};
+    for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) p->rel.ack_sent[c] = p->rel.rx_cum[c];
     wan_stream_queue_ctrl(s, &ack);
     s->kick = 1;
     peer_update_up(p);
@@ -416,20 +350,7 @@ static void stream_progress(xdc_wan_engine *eng, wan_stream *s)
 {
     wan_frame f;
     switch (s->state) {
-    case WAN_ST_CONNECTING: {
-        int err = 0;
-        socklen_t len = sizeof err;
-        getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        if (err) {
-            char why[160];
-            snprintf(why, sizeof why, "connect to %s:%d: %s", s->peer->host, s->peer->port, strerror(err));
-            wan_stream_break(s, why);
-        } else if (s->revents & (POLLOUT | POLLERR | POLLHUP)) {
-            if (start_tls(s, eng->cli_ctx) != 0) wan_stream_break(s, "SSL_new failed");
-        }
-        return;
-    }
-    case WAN_ST_TLS: handshake_step(s); return;
+    case WAN_ST_HANDSHAKE: handshake_step(s); return;
     case WAN_ST_HELLO:
         if (s->is_client) {
             if (wan_stream_write(s) < 0) return;
@@ -446,14 +367,13 @@ static void stream_progress(xdc_wan_engine *eng, wan_stream *s)
 static short stream_events(const wan_stream *s)
 {
     switch (s->state) {
-    case WAN_ST_CONNECTING: return POLLOUT;
-    case WAN_ST_TLS: return (short)(s->want ? s->want : POLLIN);
+    case WAN_ST_HANDSHAKE: return (short)((s->io.want ? s->io.want : POLLIN) & ~s->io.hold);
     case WAN_ST_HELLO:
     case WAN_ST_READY: {
-        short ev = (short)s->want;
+        short ev = s->io.want;
         if (!s->stalled) ev |= POLLIN;
         if (wan_stream_wants_write(s)) ev |= POLLOUT;
-        return ev;
+        return (short)(ev & ~s->io.hold); /* a direction a layer holds still waits for time (retry_ns) */
     }
     default: return 0;
     }
@@ -565,12 +485,14 @@ static void accept_new(xdc_wan_engine *eng, xdc_wan_listener *l)
             close(fd);
             return;
         }
-        s->fd = fd;
         s->listener = l;
         s->from = a;
         addr_text(&a, s->peer_addr, sizeof s->peer_addr);
-        sock_tune(fd, eng->cfg.sockbuf_bytes);
-        if (start_tls(s, eng->srv_ctx) != 0) {
+        if (wan_io_tcp_adopt(&s->io, fd, eng->cfg.sockbuf_bytes) != XDC_OK) {
+            xdc_free(s);
+            continue;
+        }
+        if (stream_stack(eng, s) != 0) {
             stream_close_io(s);
             xdc_free(s);
             continue;
@@ -642,13 +564,25 @@ static void cut_revoked(xdc_wan_engine *eng)
     for (xdc_wan_peer *p = eng->peers; p; p = p->next)
         for (int i = 0; i < p->nstreams && p->fail_err == XDC_OK; i++) {
             wan_stream *s = p->streams[i];
-            if (s && s->ssl && wan_tls_crl_lists(&eng->crl, SSL_get0_peer_certificate(s->ssl)))
+            if (s && s->io.top && wan_io_tls_revoked(&s->io, &eng->crl))
                 wan_peer_fail(p, XDC_ERR_AUTH, "%s: certificate revoked (CRL %s); connection cut", p->name,
                               eng->crl.path);
         }
     for (wan_stream *s = eng->pending; s; s = s->next_pending)
-        if (s->ssl && s->state != WAN_ST_DOWN && wan_tls_crl_lists(&eng->crl, SSL_get0_peer_certificate(s->ssl)))
+        if (s->io.top && s->state != WAN_ST_DOWN && wan_io_tls_revoked(&s->io, &eng->crl))
             wan_stream_break(s, "certificate revoked");
+}
+
+/* Progress a stream that poll() found ready, that asked to run again (kick), or whose I/O stack waits for
+ * a time that has come (a fault layer's delay). */
+static void stream_turn(xdc_wan_engine *eng, wan_stream *s, uint64_t now)
+{
+    if (!s->revents && !s->kick && !(s->io.retry_ns && now >= s->io.retry_ns)) return;
+    s->kick = 0;
+    s->io.want = s->io.hold = 0;
+    s->io.retry_ns = 0;
+    stream_progress(eng, s);
+    s->revents = 0;
 }
 
 static void *engine_main(void *arg)
@@ -668,14 +602,14 @@ static void *engine_main(void *arg)
             if (t_poll >= l->paused_until_ns) poll_add(&ps, l->fd, POLLIN, NULL, l);
         for (wan_stream *s = eng->pending; s; s = s->next_pending) {
             kick |= s->kick;
-            if (s->fd >= 0) poll_add(&ps, s->fd, stream_events(s), s, NULL);
+            if (s->io.fd >= 0) poll_add(&ps, s->io.fd, stream_events(s), s, NULL);
         }
         for (xdc_wan_peer *p = eng->peers; p; p = p->next)
             for (int i = 0; i < p->nstreams; i++) {
                 wan_stream *s = p->streams[i];
-                if (!s || s->fd < 0) continue;
+                if (!s || s->io.fd < 0) continue;
                 kick |= s->kick;
-                poll_add(&ps, s->fd, stream_events(s), s, NULL);
+                poll_add(&ps, s->io.fd, stream_events(s), s, NULL);
             }
         pthread_mutex_unlock(&eng->mu);
         poll(ps.pfd, (nfds_t)ps.n, kick ? 0 : LOOP_TICK_MS);
@@ -686,25 +620,14 @@ static void *engine_main(void *arg)
             if (ps.who[i]) ps.who[i]->revents = ps.pfd[i].revents;
             else if (ps.lis[i] && ps.pfd[i].revents && !ps.lis[i]->closed) accept_new(eng, ps.lis[i]);
         }
+        uint64_t now = xdc_now_ns();
         for (wan_stream *s = eng->pending, *nx; s; s = nx) {
             nx = s->next_pending;
-            if (s->revents || s->kick) {
-                s->kick = 0;
-                s->want = 0;
-                stream_progress(eng, s);
-                s->revents = 0;
-            }
+            stream_turn(eng, s, now);
         }
-        uint64_t now = xdc_now_ns();
         for (xdc_wan_peer *p = eng->peers; p; p = p->next) {
-            for (int i = 0; i < p->nstreams; i++) {
-                wan_stream *s = p->streams[i];
-                if (!s || s->fd < 0 || !(s->revents || s->kick)) continue;
-                s->kick = 0;
-                s->want = 0;
-                stream_progress(eng, s);
-                s->revents = 0;
-            }
+            for (int i = 0; i < p->nstreams; i++)
+                if (p->streams[i] && p->streams[i]->io.fd >= 0) stream_turn(eng, p->streams[i], now);
             peer_timers(p);
         }
         if (wan_tls_crl_refresh(&eng->crl, eng->srv_ctx, eng->cli_ctx, now)) cut_revoked(eng);
@@ -830,9 +753,7 @@ void xdc_wan_engine_destroy(xdc_wan_engine *eng)
     }
     xdc_pool_each(&eng->reqs, req_free_owned, NULL); /* copies kept by cancelled sends still pending */
     xdc_pool_destroy(&eng->reqs);
-    SSL_CTX_free(eng->srv_ctx);
-    SSL_CTX_free(eng->cli_ctx);
-    wan_tls_crl_free(&eng->crl);
+    wan_tls_destroy(eng->srv_ctx, eng->cli_ctx, &eng->crl);
     if (eng->wake_fd >= 0) close(eng->wake_fd);
     pthread_cond_destroy(&eng->cv);
     pthread_mutex_destroy(&eng->mu);
@@ -982,7 +903,7 @@ xdc_err_t xdc_wan_connect(xdc_wan_engine *eng, const char *host, int port, const
     char addr[96];
     snprintf(addr, sizeof addr, "%s:%d", host, port);
     peer_set_name(p, addr);
-    if (RAND_bytes((unsigned char *)&p->session, sizeof p->session) != 1) p->session = xdc_now_ns();
+    if (wan_tls_random(&p->session, sizeof p->session) != XDC_OK) p->session = xdc_now_ns();
     for (int i = 0; i < p->nstreams; i++) {
         wan_stream *s = stream_new(1);
         if (!s) {
@@ -1051,7 +972,8 @@ void xdc_wan_peer_close(xdc_wan_peer *p)
             wan_stream *s = p->streams[i];
             if (!s || s->state != WAN_ST_READY) continue;
             /* With our acks: an ACK written on another stream may be read after this BYE. */
-            wan_frame bye = {.type = WAN_FT_BYE, .seq = p->rx_cum[XDC_WAN_LATENCY], .msg_off = p->rx_cum[XDC_WAN_BULK]};
+            wan_frame bye = {
+                .type = WAN_FT_BYE, .seq = p->rel.rx_cum[XDC_WAN_LATENCY], .msg_off = p->rel.rx_cum[XDC_WAN_BULK]};
             wan_stream_queue_ctrl(s, &bye);
             wan_stream_write(s); /* best effort: the socket has room for a header almost always */
         }

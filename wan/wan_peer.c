@@ -23,13 +23,13 @@ xdc_err_t wan_peer_alloc(xdc_wan_engine *eng, int nstreams, xdc_wan_peer **out)
     if (!p) return XDC_ERR_NOMEM;
     p->eng = eng;
     p->nstreams = nstreams;
-    p->window = eng->cfg.window_frames;
+    p->rel.window = eng->cfg.window_frames;
     p->streams = xdc_calloc((size_t)nstreams, sizeof *p->streams);
     int ok = p->streams != NULL;
     for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) {
-        p->txf[c] = xdc_calloc((size_t)p->window, sizeof *p->txf[c]);
-        p->rx_seen[c] = xdc_calloc((size_t)p->window / 64 + 1, sizeof *p->rx_seen[c]);
-        ok &= p->txf[c] && p->rx_seen[c];
+        p->rel.txf[c] = xdc_calloc((size_t)p->rel.window, sizeof *p->rel.txf[c]);
+        p->rel.rx_seen[c] = xdc_calloc((size_t)p->rel.window / 64 + 1, sizeof *p->rel.rx_seen[c]);
+        ok &= p->rel.txf[c] && p->rel.rx_seen[c];
     }
     if (!ok) {
         wan_peer_free(p);
@@ -47,8 +47,8 @@ void wan_peer_free(xdc_wan_peer *p)
     if (!p) return;
     xdc_free(p->streams);
     for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) {
-        xdc_free(p->txf[c]);
-        xdc_free(p->rx_seen[c]);
+        xdc_free(p->rel.txf[c]);
+        xdc_free(p->rel.rx_seen[c]);
     }
     xdc_free(p);
 }
@@ -96,7 +96,7 @@ static void req_release(xdc_wan_request *r)
 static int tx_queued(const xdc_wan_peer *p)
 {
     for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++)
-        if (p->txq_head[c]) return 1;
+        if (p->rel.txq_head[c]) return 1;
     return 0;
 }
 
@@ -105,12 +105,12 @@ void wan_req_finish(xdc_wan_request *r, xdc_err_t err, const char *why)
     if (r->state != WAN_REQ_PENDING) return;
     xdc_wan_peer *p = r->peer;
     if (r->is_send) {
-        queue_remove(&p->txq_head[r->cls], &p->txq_tail[r->cls], r);
+        queue_remove(&p->rel.txq_head[r->cls], &p->rel.txq_tail[r->cls], r);
         if (p->tx_since_ns && !tx_queued(p)) {
             p->tx_busy_ns += xdc_now_ns() - p->tx_since_ns;
             p->tx_since_ns = 0;
         }
-    } else queue_remove(&p->rxq_head[r->cls], &p->rxq_tail[r->cls], r);
+    } else queue_remove(&p->rel.rxq_head[r->cls], &p->rel.rxq_tail[r->cls], r);
     if (r->rx_arriving && --p->rx_arriving == 0) p->rx_busy_ns += xdc_now_ns() - p->rx_busy_since_ns;
     if (r->cancelled) { /* nobody holds the handle any more */
         req_release(r);
@@ -125,8 +125,8 @@ void wan_req_finish(xdc_wan_request *r, xdc_err_t err, const char *why)
 void wan_peer_fail_requests(xdc_wan_peer *p, xdc_err_t err, const char *why)
 {
     for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) {
-        while (p->txq_head[c]) wan_req_finish(p->txq_head[c], err, why);
-        while (p->rxq_head[c]) wan_req_finish(p->rxq_head[c], err, why);
+        while (p->rel.txq_head[c]) wan_req_finish(p->rel.txq_head[c], err, why);
+        while (p->rel.rxq_head[c]) wan_req_finish(p->rel.rxq_head[c], err, why);
     }
 }
 
@@ -163,12 +163,12 @@ static xdc_err_t req_new(xdc_wan_peer *p, int is_send, xdc_wan_class cls, void *
     }
     if (is_send) {
         if (!tx_queued(p)) p->tx_since_ns = xdc_now_ns();
-        r->msg_seq = p->tx_msgs[cls]++;
+        r->msg_seq = p->rel.tx_msgs[cls]++;
         r->bulk_mark = p->bulk_tx_bytes;
-        queue_push(&p->txq_head[cls], &p->txq_tail[cls], r);
+        queue_push(&p->rel.txq_head[cls], &p->rel.txq_tail[cls], r);
     } else {
-        r->msg_seq = p->rx_posted[cls]++;
-        queue_push(&p->rxq_head[cls], &p->rxq_tail[cls], r);
+        r->msg_seq = p->rel.rx_posted[cls]++;
+        queue_push(&p->rel.rxq_head[cls], &p->rel.rxq_tail[cls], r);
     }
     return XDC_OK;
 }
@@ -265,7 +265,10 @@ xdc_err_t xdc_wan_wait(xdc_wan_request *req, int64_t timeout_ms, size_t *size, u
 
 /* ---- cancel -------------------------------------------------------------------------------------- */
 
-static wan_txf *txf_at(xdc_wan_peer *p, int cls, uint64_t seq) { return &p->txf[cls][seq & (uint64_t)(p->window - 1)]; }
+static wan_txf *txf_at(xdc_wan_peer *p, int cls, uint64_t seq)
+{
+    return &p->rel.txf[cls][seq & (uint64_t)(p->rel.window - 1)];
+}
 
 /* Where the bytes of a send at message offset `off` are: the caller's buffer, or after a cancel the
  * engine's copy of the part not yet acknowledged. */
@@ -301,18 +304,18 @@ static xdc_err_t cancel_send(xdc_wan_request *r)
     for (const xdc_wan_request *q = r->next; unframed && q; q = q->next) unframed = q->framed == 0 && !q->framing_done;
     if (unframed) {
         int renumber = 0;
-        for (xdc_wan_request *q = p->txq_head[r->cls]; q; q = q->next) {
+        for (xdc_wan_request *q = p->rel.txq_head[r->cls]; q; q = q->next) {
             if (renumber) q->msg_seq--;
             renumber |= q == r;
         }
-        p->tx_msgs[r->cls]--;
-        queue_remove(&p->txq_head[r->cls], &p->txq_tail[r->cls], r);
+        p->rel.tx_msgs[r->cls]--;
+        queue_remove(&p->rel.txq_head[r->cls], &p->rel.txq_tail[r->cls], r);
         req_release(r);
         return XDC_OK;
     }
     r->cancelled = 1;
     size_t lo = r->framed;
-    for (uint64_t q = p->tx_acked[r->cls]; q < p->tx_next_seq[r->cls]; q++) {
+    for (uint64_t q = p->rel.tx_acked[r->cls]; q < p->rel.tx_next_seq[r->cls]; q++) {
         const wan_txf *t = txf_at(p, r->cls, q);
         if (t->req == r && t->off < lo) lo = (size_t)t->off;
     }
@@ -360,22 +363,22 @@ xdc_err_t xdc_wan_request_cancel(xdc_wan_request *req)
 /* The next frame of class `cls` to resend (lowest sequence number first), or UINT64_MAX. */
 static uint64_t find_resend(xdc_wan_peer *p, int cls)
 {
-    if (!p->resend_pending[cls]) return UINT64_MAX;
-    for (uint64_t q = p->tx_acked[cls]; q < p->tx_next_seq[cls]; q++) {
+    if (!p->rel.resend_pending[cls]) return UINT64_MAX;
+    for (uint64_t q = p->rel.tx_acked[cls]; q < p->rel.tx_next_seq[cls]; q++) {
         wan_txf *f = txf_at(p, cls, q);
         if (f->req && f->stream < 0) return q;
     }
-    p->resend_pending[cls] = 0;
+    p->rel.resend_pending[cls] = 0;
     return UINT64_MAX;
 }
 
 /* Cut the next frame of class `cls` from its first message with bytes left, or UINT64_MAX. */
 static uint64_t new_frame(xdc_wan_peer *p, int cls)
 {
-    if (p->tx_next_seq[cls] - p->tx_acked[cls] >= (uint64_t)p->window) return UINT64_MAX;
-    for (xdc_wan_request *r = p->txq_head[cls]; r; r = r->next) {
+    if (p->rel.tx_next_seq[cls] - p->rel.tx_acked[cls] >= (uint64_t)p->rel.window) return UINT64_MAX;
+    for (xdc_wan_request *r = p->rel.txq_head[cls]; r; r = r->next) {
         if (r->framing_done) continue;
-        uint64_t seq = p->tx_next_seq[cls]++;
+        uint64_t seq = p->rel.tx_next_seq[cls]++;
         wan_txf *f = txf_at(p, cls, seq);
         size_t left = r->cap - r->framed;
         f->req = r;
@@ -393,9 +396,9 @@ static uint64_t new_frame(xdc_wan_peer *p, int cls)
 /* Has class `cls` a DATA frame to resend or cut now (the window allowing)? */
 static int class_has_data(const xdc_wan_peer *p, int cls)
 {
-    if (p->resend_pending[cls]) return 1;
-    if (p->tx_next_seq[cls] - p->tx_acked[cls] >= (uint64_t)p->window) return 0;
-    for (const xdc_wan_request *r = p->txq_head[cls]; r; r = r->next)
+    if (p->rel.resend_pending[cls]) return 1;
+    if (p->rel.tx_next_seq[cls] - p->rel.tx_acked[cls] >= (uint64_t)p->rel.window) return 0;
+    for (const xdc_wan_request *r = p->rel.txq_head[cls]; r; r = r->next)
         if (!r->framing_done) return 1;
     return 0;
 }
@@ -419,7 +422,7 @@ static int stream_yields(const wan_stream *s)
     const xdc_wan_peer *p = s->peer;
     if (p->nstreams < 2 || s->idx == 0) return 0;
     const wan_stream *l = p->streams[0];
-    if (!l || l->state != WAN_ST_READY || (l->want & POLLOUT)) return 0;
+    if (!l || l->state != WAN_ST_READY || ((l->io.want | l->io.hold) & POLLOUT)) return 0;
     return (l->tx_active && l->tx_req) || class_has_data(p, XDC_WAN_LATENCY);
 }
 
@@ -431,7 +434,7 @@ int wan_stream_wants_write(const wan_stream *s)
     if (s->state != WAN_ST_READY || p->fail_err != XDC_OK || p->closed) return 0;
     for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) {
         if (!stream_carries(s, c)) continue;
-        if (p->ack_sent[c] != p->rx_cum[c]) return 1;
+        if (p->rel.ack_sent[c] != p->rel.rx_cum[c]) return 1;
         if (class_has_data(p, c) && !stream_yields(s)) return 1;
     }
     return 0;
@@ -466,9 +469,9 @@ static int pick_frame(wan_stream *s)
     }
     if (s->state != WAN_ST_READY || p->fail_err != XDC_OK || p->closed) return 0;
     for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) {
-        if (!stream_carries(s, c) || p->ack_sent[c] == p->rx_cum[c]) continue;
-        wan_frame a = {.type = WAN_FT_ACK, .cls = (uint8_t)c, .seq = p->rx_cum[c]};
-        p->ack_sent[c] = p->rx_cum[c];
+        if (!stream_carries(s, c) || p->rel.ack_sent[c] == p->rel.rx_cum[c]) continue;
+        wan_frame a = {.type = WAN_FT_ACK, .cls = (uint8_t)c, .seq = p->rel.rx_cum[c]};
+        p->rel.ack_sent[c] = p->rel.rx_cum[c];
         stage_frame(s, &a, NULL);
         return 1;
     }
@@ -520,11 +523,11 @@ static void tx_frame_done(wan_stream *s)
     }
 }
 
-/* Returns bytes written, 0 when the socket is full (s->want set), -1 after breaking the stream. */
+/* Returns bytes written, 0 when the socket is full (s->io.want set), -1 after breaking the stream. */
 static long tls_write(wan_stream *s, const uint8_t *buf, size_t len)
 {
     size_t n = 0;
-    int io = wan_stream_tls_io(s, WAN_TLS_WRITE, (void *)buf, len, &n);
+    int io = wan_stream_io(s, WAN_IO_WRITE, (void *)buf, len, &n);
     return io == WAN_IO_DONE ? (long)n : io;
 }
 
@@ -558,28 +561,28 @@ int wan_stream_write(wan_stream *s)
 
 static int seen_test(const xdc_wan_peer *p, int cls, uint64_t seq)
 {
-    if (seq < p->rx_cum[cls]) return 1;
-    uint64_t i = seq & (uint64_t)(p->window - 1);
-    return (p->rx_seen[cls][i / 64] >> (i % 64)) & 1;
+    if (seq < p->rel.rx_cum[cls]) return 1;
+    uint64_t i = seq & (uint64_t)(p->rel.window - 1);
+    return (p->rel.rx_seen[cls][i / 64] >> (i % 64)) & 1;
 }
 
 static void seen_mark(xdc_wan_peer *p, int cls, uint64_t seq)
 {
-    uint64_t *seen = p->rx_seen[cls];
-    uint64_t i = seq & (uint64_t)(p->window - 1);
+    uint64_t *seen = p->rel.rx_seen[cls];
+    uint64_t i = seq & (uint64_t)(p->rel.window - 1);
     seen[i / 64] |= UINT64_C(1) << (i % 64);
     while (1) {
-        uint64_t j = p->rx_cum[cls] & (uint64_t)(p->window - 1);
+        uint64_t j = p->rel.rx_cum[cls] & (uint64_t)(p->rel.window - 1);
         if (!((seen[j / 64] >> (j % 64)) & 1)) break;
         seen[j / 64] &= ~(UINT64_C(1) << (j % 64));
-        p->rx_cum[cls]++;
+        p->rel.rx_cum[cls]++;
     }
 }
 
 static void process_ack(xdc_wan_peer *p, int cls, uint64_t cum)
 {
-    while (p->tx_acked[cls] < cum) {
-        wan_txf *t = txf_at(p, cls, p->tx_acked[cls]++);
+    while (p->rel.tx_acked[cls] < cum) {
+        wan_txf *t = txf_at(p, cls, p->rel.tx_acked[cls]++);
         xdc_wan_request *r = t->req;
         t->req = NULL;
         if (r) {
@@ -591,17 +594,17 @@ static void process_ack(xdc_wan_peer *p, int cls, uint64_t cum)
 
 void wan_peer_force_ack(xdc_wan_peer *p)
 {
-    for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) p->ack_sent[c] = UINT64_MAX;
+    for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++) p->rel.ack_sent[c] = UINT64_MAX;
 }
 
 xdc_err_t wan_peer_ack(xdc_wan_peer *p, int cls, uint64_t cum)
 {
     /* ACKs of a class may travel on several streams, so an older one may arrive after a newer one: it
      * changes nothing. */
-    if (cum > p->tx_next_seq[cls]) {
+    if (cum > p->rel.tx_next_seq[cls]) {
         wan_peer_fail(p, XDC_ERR_PROTO,
                       "protocol error from %s: ACK %llu of class %d for frames never sent (next %llu)", p->name,
-                      (unsigned long long)cum, cls, (unsigned long long)p->tx_next_seq[cls]);
+                      (unsigned long long)cum, cls, (unsigned long long)p->rel.tx_next_seq[cls]);
         return XDC_ERR_PROTO;
     }
     process_ack(p, cls, cum);
@@ -611,7 +614,7 @@ xdc_err_t wan_peer_ack(xdc_wan_peer *p, int cls, uint64_t cum)
 /* Find the posted receive for a DATA frame; NULL when it is not posted yet. */
 static xdc_wan_request *match_recv(xdc_wan_peer *p, const wan_frame *f)
 {
-    for (xdc_wan_request *r = p->rxq_head[f->cls]; r; r = r->next)
+    for (xdc_wan_request *r = p->rel.rxq_head[f->cls]; r; r = r->next)
         if (r->msg_seq == f->msg_seq) return r;
     return NULL;
 }
@@ -670,11 +673,11 @@ static xdc_wan_request *recv_refuse_oversize(xdc_wan_peer *p, xdc_wan_request *r
     t->msg_len = r->msg_len;
     t->codec = r->codec;
     t->cancelled = 1;
-    xdc_wan_request **head = &p->rxq_head[r->cls];
+    xdc_wan_request **head = &p->rel.rxq_head[r->cls];
     while (*head != r) head = &(*head)->next;
     *head = t;
     t->next = r->next;
-    if (p->rxq_tail[r->cls] == r) p->rxq_tail[r->cls] = t;
+    if (p->rel.rxq_tail[r->cls] == r) p->rel.rxq_tail[r->cls] = t;
     r->next = NULL;
     char why[256];
     snprintf(why, sizeof why, "message %llu of class %d from %s is %llu bytes, the receive buffer holds %zu",
@@ -697,17 +700,17 @@ static int rx_header(wan_stream *s)
     p->last_rx_ns = now;
     switch (f->type) {
     case WAN_FT_DATA: {
-        if (f->seq >= p->rx_cum[f->cls] + (uint64_t)p->window) {
+        if (f->seq >= p->rel.rx_cum[f->cls] + (uint64_t)p->rel.window) {
             wan_peer_fail(p, XDC_ERR_PROTO,
                           "protocol error from %s: DATA seq %llu of class %u beyond the window [%llu, +%d)", p->name,
-                          (unsigned long long)f->seq, f->cls, (unsigned long long)p->rx_cum[f->cls], p->window);
+                          (unsigned long long)f->seq, f->cls, (unsigned long long)p->rel.rx_cum[f->cls], p->rel.window);
             return -1;
         }
         xdc_wan_request *r = NULL;
         if (!seen_test(p, f->cls, f->seq)) {
             r = match_recv(p, f);
             if (!r) {
-                if (f->msg_seq < p->rx_posted[f->cls]) {
+                if (f->msg_seq < p->rel.rx_posted[f->cls]) {
                     wan_peer_fail(p, XDC_ERR_PROTO, "protocol error from %s: DATA for finished message %llu", p->name,
                                   (unsigned long long)f->msg_seq);
                     return -1;
@@ -796,7 +799,7 @@ static int pump_rx(wan_stream *s)
             if (want > (1u << 30)) want = 1u << 30;
         }
         size_t n = 0;
-        int io = wan_stream_tls_io(s, WAN_TLS_READ, dst, want, &n);
+        int io = wan_stream_io(s, WAN_IO_READ, dst, want, &n);
         if (io != WAN_IO_DONE) return io;
         budget = n >= budget ? 0 : budget - n;
         if (!s->rx_in_payload) {
@@ -840,11 +843,11 @@ void wan_stream_reset_io(wan_stream *s)
     s->stalled = 0;
     if (!p) return;
     for (int c = 0; c < XDC_WAN_NUM_CLASSES; c++)
-        for (uint64_t q = p->tx_acked[c]; q < p->tx_next_seq[c]; q++) {
+        for (uint64_t q = p->rel.tx_acked[c]; q < p->rel.tx_next_seq[c]; q++) {
             wan_txf *t = txf_at(p, c, q);
             if (t->req && t->stream == s->idx) {
                 t->stream = -1;
-                p->resend_pending[c] = 1;
+                p->rel.resend_pending[c] = 1;
             }
         }
 }

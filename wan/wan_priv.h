@@ -6,11 +6,12 @@
 #define XDC_WAN_PRIV_H
 
 #include "common/xdc_pool.h"
+#include "wan/wan_fault.h"
 #include "wan/wan_frame.h"
+#include "wan/wan_io.h"
 #include "wan/wan_tls.h"
 #include "wan/xdc_wan.h"
 
-#include <openssl/ssl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -59,10 +60,9 @@ typedef struct wan_txf {
 } wan_txf;
 
 enum wan_stream_state {
-    WAN_ST_DOWN = 0,   /* client: waiting out the backoff; server: waiting for the client to redial */
-    WAN_ST_CONNECTING, /* client: non-blocking connect() */
-    WAN_ST_TLS,        /* handshake in progress */
-    WAN_ST_HELLO,      /* authenticated; HELLO / HELLO_ACK exchange */
+    WAN_ST_DOWN = 0,  /* client: waiting out the backoff; server: waiting for the client to redial */
+    WAN_ST_HANDSHAKE, /* the I/O stack's handshake: TCP connect (client), then TLS */
+    WAN_ST_HELLO,     /* authenticated; HELLO / HELLO_ACK exchange */
     WAN_ST_READY,
 };
 
@@ -75,11 +75,8 @@ typedef struct wan_stream {
     xdc_wan_listener *listener;      /* server: where it came in */
     int idx;
     int is_client;
-    int state; /* enum wan_stream_state */
-    int fd;
-    SSL *ssl;
-    int peeked;        /* server: first byte checked to be a TLS record */
-    int want;          /* POLLIN/POLLOUT the last SSL call asked for */
+    int state;         /* enum wan_stream_state */
+    wan_io_stack io;   /* the connection: TCP -> TLS (-> fault, in tests) layers; io.fd for poll() */
     int kick;          /* progress without waiting for poll (buffered TLS data, budget ran out) */
     short revents;     /* from the last poll() */
     uint64_t since_ns; /* state entered (handshake timeouts), or next redial time when DOWN */
@@ -107,12 +104,35 @@ typedef struct wan_stream {
     int stalled; /* next DATA frame's message has no posted receive yet */
 } wan_stream;
 
+/* The reliability half of a peer (the other half, I/O, is its streams: each one's layer stack and frame
+ * buffers). Each traffic class has its own sequence numbers, window and cumulative ACKs (indexed by class),
+ * so a bulk frame the receiver cannot place yet never holds back the acknowledgement of latency frames.
+ * Nothing here knows a stream or a socket: wan_peer.c cuts frames from it, hands them to whichever stream
+ * can write, and applies what the streams read. */
+typedef struct wan_rel {
+    /* send */
+    xdc_wan_request *txq_head[XDC_WAN_NUM_CLASSES], *txq_tail[XDC_WAN_NUM_CLASSES];
+    uint64_t tx_msgs[XDC_WAN_NUM_CLASSES];
+    wan_txf *txf[XDC_WAN_NUM_CLASSES]; /* (window) ring per class: the resend queue */
+    int window;
+    uint64_t tx_next_seq[XDC_WAN_NUM_CLASSES];
+    uint64_t tx_acked[XDC_WAN_NUM_CLASSES]; /* every seq below is acknowledged */
+    int resend_pending[XDC_WAN_NUM_CLASSES];
+    /* receive */
+    xdc_wan_request *rxq_head[XDC_WAN_NUM_CLASSES], *rxq_tail[XDC_WAN_NUM_CLASSES];
+    uint64_t rx_posted[XDC_WAN_NUM_CLASSES];
+    uint64_t *rx_seen[XDC_WAN_NUM_CLASSES]; /* (window / 64 + 1) bitmap of seqs in [rx_cum, rx_cum + window) */
+    uint64_t rx_cum[XDC_WAN_NUM_CLASSES];
+    uint64_t ack_sent[XDC_WAN_NUM_CLASSES]; /* rx_cum in the last ACK written; UINT64_MAX forces the next one */
+} wan_rel;
+
 struct xdc_wan_peer {
     xdc_wan_peer *next;
     xdc_wan_engine *eng;
     xdc_wan_identity id;
     char name[192]; /* "region/rank (host:port)" for messages */
     int is_client;
+    /* I/O: the streams, each with its layer stack (wan_io.h) and frame buffers */
     int nstreams;
     wan_stream **streams; /* (nstreams); server: NULL slots until the client dials them */
     uint64_t session;
@@ -133,23 +153,8 @@ struct xdc_wan_peer {
     char expect_region[XDC_WAN_NAME_MAX];
     int expect_any; /* dialled without an expected identity: any peer of our run */
     int expect_rank;
-    /* Each traffic class has its own sequence numbers, window and cumulative ACKs (indexed by class), so a
-     * bulk frame the receiver cannot place yet never holds back the acknowledgement of latency frames. */
-    /* send */
-    xdc_wan_request *txq_head[XDC_WAN_NUM_CLASSES], *txq_tail[XDC_WAN_NUM_CLASSES];
-    uint64_t tx_msgs[XDC_WAN_NUM_CLASSES];
-    wan_txf *txf[XDC_WAN_NUM_CLASSES]; /* (window) ring per class */
-    int window;
-    uint64_t tx_next_seq[XDC_WAN_NUM_CLASSES];
-    uint64_t tx_acked[XDC_WAN_NUM_CLASSES]; /* every seq below is acknowledged */
-    int resend_pending[XDC_WAN_NUM_CLASSES];
-    uint64_t bulk_tx_bytes; /* bulk DATA bytes (headers + payload) written to the streams */
-    /* receive */
-    xdc_wan_request *rxq_head[XDC_WAN_NUM_CLASSES], *rxq_tail[XDC_WAN_NUM_CLASSES];
-    uint64_t rx_posted[XDC_WAN_NUM_CLASSES];
-    uint64_t *rx_seen[XDC_WAN_NUM_CLASSES]; /* (window / 64 + 1) bitmap of seqs in [rx_cum, rx_cum + window) */
-    uint64_t rx_cum[XDC_WAN_NUM_CLASSES];
-    uint64_t ack_sent[XDC_WAN_NUM_CLASSES]; /* rx_cum in the last ACK written; UINT64_MAX forces the next one */
+    wan_rel rel;               /* reliability: sequence numbers, ACKs, the resend queue (no I/O) */
+    uint64_t bulk_tx_bytes;    /* bulk DATA bytes (headers + payload) written to the streams */
     int rx_arriving;           /* receives between their first frame and their end (xdc_wan_stats.rx_busy_seconds) */
     uint64_t rx_busy_since_ns; /* when rx_arriving last became nonzero */
     uint64_t rx_busy_ns;       /* closed busy intervals */
@@ -199,26 +204,25 @@ struct xdc_wan_engine {
     wan_stream *graveyard;            /* replaced streams, freed at the end of a loop turn */
     xdc_wan_listener *dead_listeners; /* closed listeners, freed the same way (poll may still name them) */
     xdc_pool reqs;                    /* xdc_wan_request objects, allocated once and reused, freed with the engine */
+    struct {                          /* tests only (wan_fault.h): fault layers in this engine's connections */
+        int on;                       /* every new connection gets a fault layer */
+        int next_dials;               /* so many more dials get `next` armed from their first byte */
+        wan_fault next;
+    } faults;
 };
 
 /* wan_engine.c */
 void wan_engine_wake(xdc_wan_engine *eng);
 
-/* The one place an SSL call of a stream is made and its SSL_get_error() result is interpreted. */
-enum wan_tls_op { WAN_TLS_HANDSHAKE, WAN_TLS_READ, WAN_TLS_WRITE };
-enum wan_io_result {
-    WAN_IO_FAILED = -1, /* the stream broke, or (client, refused during TLS/HELLO) the peer failed */
-    WAN_IO_AGAIN = 0,   /* WANT_READ / WANT_WRITE: s->want got POLLIN / POLLOUT; call again when polled */
-    WAN_IO_DONE = 1,    /* the handshake completed, or *n > 0 bytes were read / written */
-};
-/* Run SSL_do_handshake, SSL_read(buf, len) or SSL_write(buf, len) (len clamped to 1 GiB) on s.
- * WANT_READ / WANT_WRITE become poll interest. Every other outcome (EOF, SYSCALL, SSL errors) is
- * explained by wan_tls_explain() and becomes one result, WAN_IO_FAILED, after acting on it: a client
- * whose handshake, or whose first read after it (the HELLO_ACK), ends in a refusal (XDC_ERR_AUTH)
- * fails its peer for good ("refused peer at HOST:PORT: ...", "refused by peer at HOST:PORT: ..."); any
- * other failure breaks the stream with the reason (a server's pre-HELLO stream counts as a refusal).
- * `n` (may be NULL for the handshake) receives the bytes moved. */
-int wan_stream_tls_io(wan_stream *s, enum wan_tls_op op, void *buf, size_t len, size_t *n);
+/* The one place a stream's I/O stack is called and a failure acted on. */
+enum wan_io_op { WAN_IO_HANDSHAKE, WAN_IO_READ, WAN_IO_WRITE };
+/* Run the stack's handshake, read(buf, len) or write(buf, len) (wan_io.h). Waiting becomes the stack's
+ * poll interest (WAN_IO_AGAIN). A failure (WAN_IO_FAILED) is acted on with the reason the stack
+ * recorded: a client whose handshake, or whose first read after it (the HELLO_ACK), ends in a refusal
+ * (XDC_ERR_AUTH) fails its peer for good ("refused peer at HOST:PORT: ...", "refused by peer at
+ * HOST:PORT: ..."); any other failure breaks the stream with the reason (a server's pre-HELLO stream
+ * counts as a refusal). `n` (may be NULL for the handshake) receives the bytes moved. */
+int wan_stream_io(wan_stream *s, enum wan_io_op op, void *buf, size_t len, size_t *n);
 /* A stream failed: log, close, requeue its unacknowledged frames; the client redials after backoff. */
 void wan_stream_break(wan_stream *s, const char *why);
 /* Fail the peer: every pending request ends with `err`, streams close, no more redials. */

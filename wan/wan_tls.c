@@ -6,6 +6,7 @@
 #include "common/xdc_log.h"
 #include "common/xdc_parse.h"
 
+#include <openssl/rand.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
@@ -283,6 +284,15 @@ int wan_tls_crl_lists(const wan_tls_crl *c, X509 *cert)
 }
 
 void wan_tls_crl_free(wan_tls_crl *c) { X509_CRL_free(c->crl), c->crl = NULL; }
+
+void wan_tls_destroy(SSL_CTX *server, SSL_CTX *client, wan_tls_crl *crl)
+{
+    SSL_CTX_free(server);
+    SSL_CTX_free(client);
+    wan_tls_crl_free(crl);
+}
+
+xdc_err_t wan_tls_random(void *buf, size_t n) { return RAND_bytes(buf, (int)n) == 1 ? XDC_OK : XDC_ERR_TLS; }
 
 xdc_err_t wan_tls_check_peer(SSL *ssl, const xdc_wan_identity *self, const char *expect_region, int expect_rank,
                              xdc_wan_identity *peer, xdc_diag *diag)

@@ -31,6 +31,10 @@ int wan_tls_crl_refresh(wan_tls_crl *c, SSL_CTX *server, SSL_CTX *client, uint64
 /* 1 when the list in force names this certificate. */
 int wan_tls_crl_lists(const wan_tls_crl *c, X509 *cert);
 void wan_tls_crl_free(wan_tls_crl *c);
+/* Free both contexts and the revocation list (each may be NULL / empty). */
+void wan_tls_destroy(SSL_CTX *server, SSL_CTX *client, wan_tls_crl *crl);
+/* Fill buf with n bytes from OpenSSL's CSPRNG (session ids). */
+xdc_err_t wan_tls_random(void *buf, size_t n);
 /* The identity (SAN URI xdc://RUN/REGION/RANK) named by a certificate. */
 xdc_err_t wan_tls_cert_identity(X509 *cert, xdc_wan_identity *out, xdc_diag *diag);
 /* After a completed handshake: read the peer's identity and refuse (XDC_ERR_AUTH) when its run differs
