@@ -270,7 +270,7 @@ void orch_member_disconnect(orch_member *m)
         m->peers[r] = NULL;
     }
     /* With BYE, as every peer: left to the engine's destroy, the pipeline neighbours' streams would just
-     * end, and the other side would log each one as down ("unexpected eof"). */
+     * end, and the other side would log each one as down ("connection closed by the peer"). */
     xdc_wan_peer_close(m->prev_peer);
     xdc_wan_peer_close(m->next_peer);
     m->prev_peer = m->next_peer = NULL;
