@@ -8,6 +8,7 @@
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
 #include "orchestrator/worker/orch_worker.h"
 
 #include <math.h>
@@ -224,7 +225,7 @@ int xdc_comm_create(const xdc_comm_options *opts, xdc_comm **out, char *err, siz
         c->w.mode = &api_tags_ops;
         c->w.mode_state = &c->tags;
         what = "start barrier";
-        rc = rdzv_barrier(c->w.comm.rdzv, "start", c->w.id.gsize, c->w.cfg.timeouts.rendezvous_ms, &d);
+        rc = rdzv_barrier(c->w.comm.rdzv, RDZV_BARRIER_START, c->w.id.gsize, c->w.cfg.timeouts.rendezvous_ms, &d);
     }
     if (rc != XDC_OK) {
         orch_worker_report_failure(&c->w, what, rc, d.msg);

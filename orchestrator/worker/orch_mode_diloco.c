@@ -11,6 +11,7 @@
 #include "common/xdc_time.h"
 #include "kernels/xdc_model_ops.h"
 #include "model/xdc_ckpt.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
 
 #include <string.h>
 
@@ -74,8 +75,8 @@ xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xd
     o->n = w->model.n_params;
     o->stream = stream_of(w);
     w->elastic.on = orch_quorum_elastic(&w->cfg, w->id.n_regions);
-    w->elastic.n_live = w->id.n_regions;
-    memset(w->elastic.live, 1, (size_t)w->id.n_regions);
+    orch_elastic_member_init(&w->elastic.m, w->comm.rdzv, w->topo, w->id.region_idx, w->id.lrank,
+                             w->cfg.elastic.grace_ms, w->cfg.timeouts.operation_ms);
     return orch_outer_open(w, o, dp, diag);
 }
 
@@ -115,26 +116,18 @@ void orch_outer_opened(orch_worker *w, xdc_sync *sync, int64_t step)
 {
     if (!w->elastic.on) return;
     w->elastic.open = sync;
-    w->elastic.open_step = step;
-    memset(w->elastic.told, 0, sizeof w->elastic.told);
+    orch_elastic_opened(&w->elastic.m, (long long)step);
 }
 
-/* The open round's lost/<step>, if the store's host published it: each member region it names that the
- * round was not told of yet is no longer waited for. */
+/* The member regions the store's host named lost during the open round's exchange since the last look are
+ * no longer waited for. */
 static xdc_err_t poll_lost(orch_worker *w, xdc_diag *diag)
 {
-    char key[64], val[RDZV_VALUE_MAX];
-    snprintf(key, sizeof key, "lost/%lld", (long long)w->elastic.open_step);
-    xdc_err_t g = rdzv_try_get(w->comm.rdzv, key, val, sizeof val, diag);
-    if (g == XDC_ERR_AGAIN) return XDC_OK; /* nobody left */
-    XDC_CHECK(g);
-    for (int r = 0; r < w->id.n_regions && val[r]; r++)
-        if (val[r] == '1' && !w->elastic.told[r] && r != w->id.region_idx) { /* ours: the final set says so */
-            w->elastic.told[r] = 1;
-            xdc_sync_lose(w->elastic.open, r);
-            XDC_WARN(XDC_SUB_ORCH, "outer round at step %lld: region %s left during the exchange; not waiting for it",
-                     (long long)w->elastic.open_step, w->topo->regions[r].name);
-        }
+    uint8_t lost[XDC_TOPO_MAX_REGIONS];
+    int n;
+    XDC_CHECK(orch_elastic_lost(&w->elastic.m, lost, &n, diag));
+    for (int r = 0; n > 0 && r < w->id.n_regions; r++)
+        if (lost[r]) xdc_sync_lose(w->elastic.open, r);
     return XDC_OK;
 }
 
@@ -146,56 +139,20 @@ xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
     return rc;
 }
 
-/* The exchange of an elastic round (orchestrator/elastic/orch_quorum.h; docs/runtime.md, "Leaving during a
- * round"), open on `sync` since orch_outer_opened: wait for it as orch_elastic_wait does; after it, post which
- * regions' contributions this worker summed and take the round's final set, summing again over it unless it
- * is the set the round began with (then every bucket of every member used it). */
+/* The exchange of an elastic round (orchestrator/elastic/orch_elastic_member.h; docs/runtime.md, "Leaving
+ * during a round"), open on `sync` since orch_outer_opened: wait for it as orch_elastic_wait does; after it,
+ * settle the round on its final set, summing again over it unless it is the set the round began with (then
+ * every bucket of every member used it). */
 static xdc_err_t elastic_exchange(orch_worker *w, xdc_sync *sync, long long step, xdc_diag *diag)
 {
-    int n = w->id.n_regions;
-    char key[64], val[RDZV_VALUE_MAX], post[XDC_TOPO_MAX_REGIONS + 32];
     uint8_t got[XDC_TOPO_MAX_REGIONS], final[XDC_TOPO_MAX_REGIONS];
+    int resum;
     xdc_err_t rc = orch_elastic_wait(w, sync, diag);
     w->elastic.open = NULL;
     XDC_CHECK(rc);
     xdc_sync_received(sync, got);
-    int len = snprintf(post, sizeof post, "%lld:", step);
-    for (int r = 0; r < n; r++) post[len + r] = got[r] ? '1' : '0';
-    post[len + n] = '\0';
-    snprintf(key, sizeof key, "xchg/%d/%d", w->id.region_idx, w->id.lrank);
-    XDC_CHECK(rdzv_set(w->comm.rdzv, key, post, diag));
-    snprintf(key, sizeof key, "final/%lld", step);
-    rc = rdzv_get(w->comm.rdzv, key, w->cfg.timeouts.operation_ms + w->cfg.elastic.grace_ms, val, sizeof val, diag);
-    if (rc != XDC_OK) {
-        xdc_diag_prefix(diag, "outer round at step %lld: no final set", step);
-        return rc;
-    }
-    int same = 1;
-    for (int r = 0; r < n; r++) {
-        final[r] = val[r] == '1';
-        same &= final[r] == w->elastic.live[r];
-    }
-    if ((int)strlen(val) != n || strspn(val, "01") != (size_t)n) {
-        xdc_diag_set(diag, "outer round at step %lld: final set '%.64s' is not one 0/1 per region (%d)", step, val, n);
-        return XDC_ERR_PROTO;
-    }
-    if (!final[w->id.region_idx]) {
-        xdc_diag_set(
-            diag,
-            "region %s left the run during the exchange of the outer round at step %lld (it was silent or lost "
-            "a worker), so it leaves; restarting its agents brings it back at a later outer round",
-            w->id.region, step);
-        return XDC_ERR_UNAVAILABLE;
-    }
-    if (same) return XDC_OK;
-    char began[XDC_TOPO_MAX_REGIONS + 1];
-    for (int r = 0; r < n; r++) began[r] = w->elastic.live[r] ? '1' : '0';
-    began[n] = '\0';
-    XDC_WARN(XDC_SUB_ORCH,
-             "outer round at step %lld: summing again over the final set %s (the round began with %s; this worker "
-             "summed %s)",
-             step, val, began, post + len);
-    return xdc_sync_resum(sync, final, diag);
+    XDC_CHECK(orch_elastic_settle(&w->elastic.m, step, got, final, &resum, diag));
+    return resum ? xdc_sync_resum(sync, final, diag) : XDC_OK;
 }
 
 xdc_err_t orch_outer_end(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag)
@@ -227,61 +184,26 @@ typedef struct {
     orch_outer outer;
 } diloco_state;
 
-/* Who takes part in round `round` (a step, or ORCH_QUORUM_END; orchestrator/elastic/orch_quorum.h): post
- * our arrival and wait for the store host's decision. Every worker reads the one published value, so every
- * member counts the same regions ('1'), and knows who rejoins at this round ('j'). A region left out stops:
- * XDC_ERR_UNAVAILABLE naming it (its agent, restarted, may bring it back). */
-xdc_err_t orch_elastic_agree(orch_worker *w, const char *round, xdc_diag *diag)
+/* Who takes part in round `round` (a step, or RDZV_ROUND_END; orchestrator/elastic/orch_quorum.h): the store
+ * host's decision (orch_elastic_arrive). The run's first rank says when the number of regions changes. */
+xdc_err_t orch_elastic_agree(orch_worker *w, long long round, xdc_diag *diag)
 {
-    char key[64], val[RDZV_VALUE_MAX];
-    int n = w->id.n_regions;
-    snprintf(key, sizeof key, "outer/%d/%d", w->id.region_idx, w->id.lrank);
-    XDC_CHECK(rdzv_set(w->comm.rdzv, key, round, diag));
-    snprintf(key, sizeof key, "quorum/%s", round);
-    /* The decision comes at most the grace window after the first region arrived; our own region's other
-     * workers may take up to an operation's deadline to get here. */
-    xdc_err_t rc = rdzv_get(w->comm.rdzv, key, w->cfg.elastic.grace_ms + w->cfg.timeouts.operation_ms, val, sizeof val,
-                            diag);
-    if (rc != XDC_OK) {
-        xdc_diag_prefix(diag, "round %s: no quorum decision", round);
-        return rc;
-    }
-    if ((int)strlen(val) != n || strspn(val, "01j") != (size_t)n) {
-        xdc_diag_set(diag, "round %s: quorum '%.64s' is not one 0/1/j per region (%d)", round, val, n);
-        return XDC_ERR_PROTO;
-    }
-    if (val[w->id.region_idx] != '1') {
-        xdc_diag_set(diag,
-                     "region %s was dropped from round %s (it missed the %.1f s grace window or lost a worker), so "
-                     "it leaves the run; restarting its agents brings it back at a later outer round",
-                     w->id.region, round, (double)w->cfg.elastic.grace_ms / 1000.0);
-        return XDC_ERR_UNAVAILABLE;
-    }
-    int live = 0;
-    for (int r = 0; r < n; r++) {
-        uint8_t in = val[r] == '1';
-        if (w->elastic.live[r] && !in)
-            XDC_WARN(XDC_SUB_ORCH, "round %s: region %s dropped from the quorum", round, w->topo->regions[r].name);
-        w->elastic.live[r] = in;
-        w->elastic.joining[r] = val[r] == 'j';
-        live += in;
-    }
-    if (live != w->elastic.n_live && w->id.grank == 0) {
-        printf("step %5lld  round %s with %d of %d regions (quorum %s)\n", (long long)w->prog.step, round, live, n,
-               val);
+    orch_elastic_member *m = &w->elastic.m;
+    int before = m->n_live;
+    XDC_CHECK(orch_elastic_arrive(m, round, diag));
+    if (m->n_live != before && w->id.grank == 0) {
+        printf("step %5lld  round %s with %d of %d regions (quorum %s)\n", (long long)w->prog.step,
+               rdzv_val_round(round).s, m->n_live, w->id.n_regions, m->quorum);
         fflush(stdout);
     }
-    w->elastic.n_live = live;
     return XDC_OK;
 }
 
 xdc_err_t orch_outer_quorum(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
 {
     if (!w->elastic.on) return XDC_OK;
-    char round[32];
-    snprintf(round, sizeof round, "%lld", (long long)w->prog.step);
-    XDC_CHECK(orch_elastic_agree(w, round, diag));
-    return xdc_sync_set_members(sync, w->elastic.live, diag);
+    XDC_CHECK(orch_elastic_agree(w, (long long)w->prog.step, diag));
+    return xdc_sync_set_members(sync, w->elastic.m.live, diag);
 }
 
 static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)

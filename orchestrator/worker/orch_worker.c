@@ -16,6 +16,7 @@
 #include "orchestrator/launch/orch_failure.h"
 #include "orchestrator/launch/orch_identity.h"
 #include "orchestrator/launch/orch_proc.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
 #include "orchestrator/worker/xdc_worker.h"
 
 #include <dirent.h>
@@ -276,27 +277,26 @@ static xdc_err_t open_wan(orch_worker *w, xdc_diag *diag)
     XDC_CHECK(orch_rejoin_detect(w, diag));
     if (w->elastic.rejoin) return XDC_OK;
     /* Everyone present before anything else waits on anyone: a missing member is named here. */
-    return rdzv_barrier(w->comm.rdzv, "joined", w->id.gsize, w->cfg.timeouts.rendezvous_ms, diag);
+    return rdzv_barrier(w->comm.rdzv, RDZV_BARRIER_JOINED, w->id.gsize, w->cfg.timeouts.rendezvous_ms, diag);
 }
 
 /* Intra communicators: the region, then its split into pipeline groups (one per replica) and
  * data-parallel groups (one per stage). Rank 0 of the region makes the bootstrap id. */
 static xdc_err_t open_intra(orch_worker *w, xdc_diag *diag)
 {
-    char key[160], boot[XDC_INTRA_BOOTSTRAP_MAX];
-    snprintf(key, sizeof key, "intra/%s", w->id.region);
-    if (w->elastic.rejoin) /* the earlier bootstrap is stale: the one of this return (orch_quorum.h) */
-        snprintf(key, sizeof key, "intra/%s/%d", w->id.region, w->elastic.left);
+    char boot[XDC_INTRA_BOOTSTRAP_MAX];
+    /* A rejoiner's earlier bootstrap is stale: the one of this return (orch_quorum.h). */
+    rdzv_key key = w->elastic.rejoin ? rdzv_key_intra_after(w->id.region, w->elastic.left)
+                                     : rdzv_key_intra(w->id.region);
     if (w->id.lrank == 0) {
         XDC_CHECK(xdc_intra_bootstrap_create(w->model.intra, boot, sizeof boot, diag));
-        XDC_CHECK(rdzv_set(w->comm.rdzv, key, boot, diag));
+        XDC_CHECK(rdzv_set(w->comm.rdzv, key.s, boot, diag));
         /* The region's device, for the launcher's summary. */
-        char dkey[160], desc[64];
-        snprintf(dkey, sizeof dkey, "device/%s", w->id.region);
+        char desc[64];
         orch_device_describe(w->model.device, -1, desc, sizeof desc);
-        XDC_CHECK(rdzv_set(w->comm.rdzv, dkey, desc, diag));
+        XDC_CHECK(rdzv_set(w->comm.rdzv, rdzv_key_device(w->id.region).s, desc, diag));
     } else {
-        XDC_CHECK(rdzv_get(w->comm.rdzv, key, w->cfg.timeouts.rendezvous_ms, boot, sizeof boot, diag));
+        XDC_CHECK(rdzv_get(w->comm.rdzv, key.s, w->cfg.timeouts.rendezvous_ms, boot, sizeof boot, diag));
     }
     xdc_intra_config ic = XDC_INTRA_CONFIG_INIT;
     ic.backend = w->model.intra;
@@ -318,21 +318,20 @@ static xdc_err_t open_intra(orch_worker *w, xdc_diag *diag)
 
 xdc_err_t orch_worker_dial(orch_worker *w, int r, int rank, xdc_wan_peer **out, xdc_diag *diag)
 {
-    char key[200], val[300];
-    if (w->id.emulate_wan) snprintf(key, sizeof key, "relay/%d/%d/%d", w->id.region_idx, r, rank);
-    else snprintf(key, sizeof key, "wan/%d/%d", r, rank);
+    char val[300];
+    rdzv_key key = w->id.emulate_wan ? rdzv_key_relay(w->id.region_idx, r, rank) : rdzv_key_wan(r, rank);
     char who[XDC_NAME_MAX + 16], coord[300];
     snprintf(who, sizeof who, "%s rank %d", w->topo->regions[r].name, rank);
-    snprintf(coord, sizeof coord, "the coordinator %s:%d, key %s", w->id.coord_host, w->id.coord_port, key);
+    snprintf(coord, sizeof coord, "the coordinator %s:%d, key %s", w->id.coord_host, w->id.coord_port, key.s);
     uint64_t since = xdc_wall_ns();
-    xdc_err_t rc = rdzv_get(w->comm.rdzv, key, w->cfg.timeouts.rendezvous_ms, val, sizeof val, diag);
+    xdc_err_t rc = rdzv_get(w->comm.rdzv, key.s, w->cfg.timeouts.rendezvous_ms, val, sizeof val, diag);
     if (rc == XDC_ERR_TIMEOUT)
         orch_wait_expired(diag, "WAN address", who, coord, since, w->cfg.timeouts.rendezvous_ms, "rendezvous");
     XDC_CHECK(rc);
     char host[256];
     int port;
     if (orch_split_hostport(val, host, sizeof host, &port) != 0) {
-        xdc_diag_set(diag, "rendezvous key %s = '%s' is not host:port", key, val);
+        xdc_diag_set(diag, "rendezvous key %s = '%s' is not host:port", key.s, val);
         return XDC_ERR_PROTO;
     }
     since = xdc_wall_ns();
@@ -375,14 +374,13 @@ static xdc_err_t open_peers(orch_worker *w, xdc_diag *diag)
     w->comm.peers = xdc_calloc((size_t)w->id.n_regions, sizeof *w->comm.peers);
     if (!w->comm.peers) return XDC_ERR_NOMEM;
     if (w->id.n_regions < 2) return XDC_OK;
-    char key[200], val[300];
+    char val[300];
     /* Local runs advertise loopback (XDC_ADVERTISE_HOST, set by xdc launch); across hosts, the node name. */
     const char *adv = getenv("XDC_ADVERTISE_HOST");
     if (!adv || !*adv) adv = w->id.node;
     XDC_CHECK(xdc_wan_listen(w->comm.wan, strcmp(adv, "127.0.0.1") == 0 ? "127.0.0.1" : NULL, 0, &w->comm.lis, diag));
-    snprintf(key, sizeof key, "wan/%d/%d", w->id.region_idx, w->id.lrank);
     snprintf(val, sizeof val, "%s:%d", adv, xdc_wan_listener_port(w->comm.lis));
-    XDC_CHECK(rdzv_set(w->comm.rdzv, key, val, diag));
+    XDC_CHECK(rdzv_set(w->comm.rdzv, rdzv_key_wan(w->id.region_idx, w->id.lrank).s, val, diag));
     if (w->elastic.rejoin) return XDC_OK; /* it dials the members of the round that takes it back */
     if (w->id.span) {
         int from;
@@ -625,18 +623,17 @@ void orch_worker_report_failure(orch_worker *w, const char *what, xdc_err_t rc, 
 {
     XDC_ERROR(XDC_SUB_ORCH, "%s failed: %s: %s", what, xdc_strerror(rc), msg);
     if (!w->comm.rdzv) return;
-    char key[200], text[900], val[1024];
-    snprintf(key, sizeof key, "failed/%s", w->id.member);
+    char text[900], val[1024];
     snprintf(text, sizeof text, "%s failed: %s: %s", what, xdc_strerror(rc), msg);
     orch_failure_format(rc, text, val, sizeof val);
     xdc_diag ignore;
-    rdzv_set(w->comm.rdzv, key, val, &ignore);
+    rdzv_set(w->comm.rdzv, rdzv_key_failed(w->id.member).s, val, &ignore);
 }
 
 xdc_err_t orch_worker_end_barrier(orch_worker *w, xdc_diag *diag)
 {
-    XDC_CHECK(rdzv_barrier(w->comm.rdzv, "done", w->id.gsize, w->cfg.timeouts.operation_ms, diag));
-    return w->id.grank == 0 ? rdzv_set(w->comm.rdzv, "finished", "1", diag) : XDC_OK;
+    XDC_CHECK(rdzv_barrier(w->comm.rdzv, RDZV_BARRIER_DONE, w->id.gsize, w->cfg.timeouts.operation_ms, diag));
+    return w->id.grank == 0 ? rdzv_set(w->comm.rdzv, RDZV_KEY_FINISHED, "1", diag) : XDC_OK;
 }
 
 xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
@@ -660,7 +657,8 @@ xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
     if (rc == XDC_OK) what = "comm engine", rc = open_sync(&w, &d);
     if (rc == XDC_OK) what = "metrics", rc = orch_observe_start(&w, &d);
     if (rc == XDC_OK && !w.elastic.rejoin)
-        what = "start barrier", rc = rdzv_barrier(w.comm.rdzv, "start", w.id.gsize, w.cfg.timeouts.rendezvous_ms, &d);
+        what = "start barrier",
+        rc = rdzv_barrier(w.comm.rdzv, RDZV_BARRIER_START, w.id.gsize, w.cfg.timeouts.rendezvous_ms, &d);
     if (rc == XDC_OK) {
         XDC_INFO(XDC_SUB_ORCH, "stage %d/%d (layers %d-%d, %zu params) of replica %d/%d, %s mode, %d threads",
                  w.id.stage, w.id.n_stages, w.id.layer_begin, w.id.layer_end - 1, w.model.n_params, w.id.replica,
