@@ -63,7 +63,8 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
     int live = 0;
     for (int r = 0; r < n; r++) {
         uint8_t in = val[r] == '1';
-        if (m->live[r] && !in) XDC_WARN(XDC_SUB_ORCH, "round %s: region %s dropped from the quorum", name.s, region_name(m, r));
+        if (m->live[r] && !in)
+            XDC_WARN(XDC_SUB_ORCH, "round %s: region %s dropped from the quorum", name.s, region_name(m, r));
         m->live[r] = in;
         m->joining[r] = val[r] == 'j';
         live += in;

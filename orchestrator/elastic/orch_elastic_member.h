@@ -30,8 +30,8 @@ typedef struct orch_elastic_member {
     uint8_t joining[XDC_TOPO_MAX_REGIONS]; /* 1: rejoins at the last round (it gets the round's outer state) */
     int n_live;
     char quorum[XDC_TOPO_MAX_REGIONS + 1]; /* the last decision as published, one '0'/'1'/'j' per region */
-    long long open;                     /* the round whose exchange is under way; -1: none */
-    uint8_t told[XDC_TOPO_MAX_REGIONS]; /* the regions lost/<open> named that orch_elastic_lost reported */
+    long long open;                        /* the round whose exchange is under way; -1: none */
+    uint8_t told[XDC_TOPO_MAX_REGIONS];    /* the regions lost/<open> named that orch_elastic_lost reported */
 } orch_elastic_member;
 
 /* Every region of t in, no round open. */

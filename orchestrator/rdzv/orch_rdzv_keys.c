@@ -32,10 +32,7 @@ rdzv_key rdzv_key_ckpt(int region_idx, int rank) { return key_fmt("ckpt/%d/%d", 
 rdzv_key rdzv_key_metrics(const char *region, int rank) { return key_fmt("metrics/%s/%d", region, rank); }
 rdzv_key rdzv_key_failed(const char *member) { return key_fmt(RDZV_PREFIX_FAILED "%s", member); }
 rdzv_key rdzv_key_intra(const char *region) { return key_fmt("intra/%s", region); }
-rdzv_key rdzv_key_intra_after(const char *region, int times_left)
-{
-    return key_fmt("intra/%s/%d", region, times_left);
-}
+rdzv_key rdzv_key_intra_after(const char *region, int times_left) { return key_fmt("intra/%s/%d", region, times_left); }
 rdzv_key rdzv_key_device(const char *region) { return key_fmt("device/%s", region); }
 rdzv_key rdzv_key_replan_link(int region_idx) { return key_fmt(RDZV_PREFIX_REPLAN "link/%d", region_idx); }
 rdzv_key rdzv_key_replan(long long step) { return key_fmt(RDZV_PREFIX_REPLAN "%lld", step); }
@@ -199,8 +196,7 @@ int rdzv_key_owned_by(const char *key, const char *member, const char *region, i
     case RDZV_KIND_OUTER: /* its arrival at an outer round */
     case RDZV_KIND_XCHG:  /* what its round summed */
     case RDZV_KIND_STATS:
-    case RDZV_KIND_CKPT: /* its last checkpoint's outcome */
-        return p.region_idx == region_idx && p.rank == rank;
+    case RDZV_KIND_CKPT: /* its last checkpoint's outcome */ return p.region_idx == region_idx && p.rank == rank;
     case RDZV_KIND_METRICS: return p.rank == rank && strcmp(p.name, region) == 0;
     case RDZV_KIND_FAILED: return strcmp(p.name, member) == 0;
     case RDZV_KIND_INTRA:

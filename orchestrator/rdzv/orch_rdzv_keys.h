@@ -37,12 +37,12 @@
 
 #define RDZV_ROUND_END      LLONG_MAX /* the round that ends an elastic run ... */
 #define RDZV_ROUND_END_NAME "end"     /* ... by its name in keys and arrivals */
-#define RDZV_NONCE_MAX     64        /* bytes of a rejoin nonce, with its NUL: [A-Za-z0-9._-] */
-#define RDZV_VAL_JOIN      "join:"   /* outer/<region index>/<rank> = "join:<nonce>": a request to rejoin */
-#define RDZV_KEY_RESULT    "result"
-#define RDZV_KEY_FINISHED  "finished"
-#define RDZV_PREFIX_REPLAN "replan/" /* granted as a prefix: every replan/ key */
-#define RDZV_PREFIX_FAILED "failed/"
+#define RDZV_NONCE_MAX      64        /* bytes of a rejoin nonce, with its NUL: [A-Za-z0-9._-] */
+#define RDZV_VAL_JOIN       "join:"   /* outer/<region index>/<rank> = "join:<nonce>": a request to rejoin */
+#define RDZV_KEY_RESULT     "result"
+#define RDZV_KEY_FINISHED   "finished"
+#define RDZV_PREFIX_REPLAN  "replan/" /* granted as a prefix: every replan/ key */
+#define RDZV_PREFIX_FAILED  "failed/"
 
 #define RDZV_BARRIER_JOINED     "joined"     /* every member joined the store */
 #define RDZV_BARRIER_START      "start"      /* every member is set up */
