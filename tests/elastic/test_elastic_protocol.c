@@ -61,7 +61,7 @@ struct fixture {
     int64_t grace_ms;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int phase; /* set by the main thread; members wait for it */
+    int phase;            /* set by the main thread; members wait for it */
     int stage[N_REGIONS]; /* set by the members as they get on */
 };
 
@@ -86,8 +86,8 @@ static void fixture_open(fixture *f, int min_regions, int64_t grace_ms)
         m->region = r;
         wan_test_issue("certs", f->t->regions[r].name, 0, 30, -60, &node);
         m->eng = wan_test_engine(&node, 1, 10000);
-        XDC_ASSERT_OK(rdzv_client_create(m->eng, "127.0.0.1", rdzv_server_port(f->srv), member_names[r], 10000,
-                                         &m->rdzv, &d));
+        XDC_ASSERT_OK(
+            rdzv_client_create(m->eng, "127.0.0.1", rdzv_server_port(f->srv), member_names[r], 10000, &m->rdzv, &d));
         orch_elastic_member_init(&m->m, m->rdzv, f->t, r, 0, grace_ms, MEMBER_OPS);
     }
 }
@@ -289,8 +289,7 @@ static const char *key_value(fixture *f, const char *key)
     return val;
 }
 
-#define ASSERT_MEMBER_OK(f, r) \
-    XDC_ASSERT_MSG((f)->mem[r].rc == XDC_OK, "region %d: %s", r, (f)->mem[r].why)
+#define ASSERT_MEMBER_OK(f, r) XDC_ASSERT_MSG((f)->mem[r].rc == XDC_OK, "region %d: %s", r, (f)->mem[r].why)
 
 /* ---- a region leaves before the exchange ---------------------------------------------------------- */
 
@@ -448,8 +447,7 @@ static void rejoin_joiner(void *self)
 {
     member *m = self;
     xdc_diag d = {{0}};
-    if (failed(m,
-               orch_elastic_rejoin_detect(m->rdzv, "ap-south", 2, 0, MEMBER_OPS, &m->rejoin, &m->left, &d), &d,
+    if (failed(m, orch_elastic_rejoin_detect(m->rdzv, "ap-south", 2, 0, MEMBER_OPS, &m->rejoin, &m->left, &d), &d,
                "detect"))
         return;
     long long round = -1;
@@ -497,7 +495,8 @@ XDC_TEST_T(elastic_protocol_a_region_rejoins, 30)
     XDC_ASSERT(j->in_round[0] && j->in_round[1] && !j->in_round[2]); /* whom it dials */
     XDC_ASSERT_EQ(j->from, 0);                                       /* who hands it the state */
     char val[64];
-    XDC_ASSERT(rdzv_server_get(f.srv, "failed/ap-south/south-node1:0", val, sizeof val) == 0 && !val[0]); /* withdrawn */
+    XDC_ASSERT(rdzv_server_get(f.srv, "failed/ap-south/south-node1:0", val, sizeof val) == 0 &&
+               !val[0]); /* withdrawn */
     /* Round 12 is all three's, and every member ends it on the same final set. */
     XDC_ASSERT(strcmp(key_value(&f, "quorum/12"), "111") == 0);
     for (int r = 0; r < N_REGIONS; r++) {
@@ -532,7 +531,7 @@ static int arrived_at_4(fixture *f, void *arg)
 XDC_TEST_T(elastic_protocol_a_quorum_not_met_decides_nothing, 30)
 {
     fixture f;
-    fixture_open(&f, 3, 1); /* every region needed; a 1 ms grace window */
+    fixture_open(&f, 3, 1);                                    /* every region needed; a 1 ms grace window */
     for (int r = 0; r < 2; r++) f.mem[r].m.operation_ms = 200; /* the members' wait: bounded and short */
     char why[512] = "";
     start(&f, 0, unmet_member);
