@@ -209,20 +209,12 @@ int rdzv_key_owned_by(const char *key, const char *member, const char *region, i
 
 /* ---- values -------------------------------------------------------------------------------------- */
 
-static rdzv_val val_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static rdzv_val val_fmt(const char *fmt, ...)
-{
-    rdzv_val v;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(v.s, sizeof v.s, fmt, ap);
-    va_end(ap);
-    return v;
-}
-
 rdzv_val rdzv_val_round(long long round)
 {
-    return round == RDZV_ROUND_END ? val_fmt("%s", RDZV_ROUND_END_NAME) : val_fmt("%lld", round);
+    rdzv_val v;
+    if (round == RDZV_ROUND_END) snprintf(v.s, sizeof v.s, "%s", RDZV_ROUND_END_NAME);
+    else snprintf(v.s, sizeof v.s, "%lld", round);
+    return v;
 }
 
 xdc_err_t rdzv_val_round_parse(const char *text, long long *round)
@@ -235,7 +227,12 @@ xdc_err_t rdzv_val_round_parse(const char *text, long long *round)
     return rest && !*rest ? XDC_OK : XDC_ERR_PROTO;
 }
 
-rdzv_val rdzv_val_join(const char *nonce) { return val_fmt(RDZV_VAL_JOIN "%s", nonce); }
+rdzv_val rdzv_val_join(const char *nonce)
+{
+    rdzv_val v;
+    snprintf(v.s, sizeof v.s, RDZV_VAL_JOIN "%s", nonce);
+    return v;
+}
 
 xdc_err_t rdzv_val_outer_parse(const char *val, long long *round, char *nonce)
 {
@@ -250,8 +247,8 @@ xdc_err_t rdzv_val_outer_parse(const char *val, long long *round, char *nonce)
 
 rdzv_val rdzv_val_xchg(long long step, const uint8_t *got, int n)
 {
-    rdzv_val v = val_fmt("%lld:", step);
-    size_t len = strlen(v.s);
+    rdzv_val v;
+    size_t len = (size_t)snprintf(v.s, sizeof v.s, "%lld:", step);
     for (int r = 0; r < n && len + 1 < sizeof v.s; r++) v.s[len++] = got[r] ? '1' : '0';
     v.s[len] = '\0';
     return v;
