@@ -9,6 +9,7 @@
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
 #include "orchestrator/member/orch_member.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
 #include "orchestrator/worker/orch_outer.h"
 
 #include <math.h>
@@ -225,7 +226,7 @@ int xdc_comm_create(const xdc_comm_options *opts, xdc_comm **out, char *err, siz
         c->tags.m = c->m;
         c->tags.outer_w = c->outer_w;
         what = "start barrier";
-        rc = rdzv_barrier(orch_member_rdzv(c->m), "start", id_of(c)->gsize,
+        rc = rdzv_barrier(orch_member_rdzv(c->m), RDZV_BARRIER_START, id_of(c)->gsize,
                           orch_member_config(c->m)->timeouts.rendezvous_ms, &d);
     }
     if (rc != XDC_OK) {

@@ -28,25 +28,22 @@ void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, 
 /* Worker k of region r's last arrival (outer/r/k): a step, LLONG_MAX for the end, -1 when it posted none. */
 static long long arrival(const orch_quorum *q, int r, int k)
 {
-    char key[64], val[64];
-    snprintf(key, sizeof key, "outer/%d/%d", r, k);
-    if (rdzv_server_get(q->rdzv, key, val, sizeof val) != 0) return -1;
-    if (strcmp(val, ORCH_QUORUM_END) == 0) return LLONG_MAX;
-    char *end;
-    long long step = strtoll(val, &end, 10);
-    return end != val && !*end ? step : -1; /* a rejoin request is no arrival */
+    char val[64], nonce[RDZV_NONCE_MAX];
+    long long step;
+    if (rdzv_server_get(q->rdzv, rdzv_key_outer(r, k).s, val, sizeof val) != 0 ||
+        rdzv_val_outer_parse(val, &step, nonce) != XDC_OK)
+        return -1;
+    return step; /* a rejoin request (-1) is no arrival */
 }
 
-/* Worker k of region r's rejoin request (outer/r/k = "join:<nonce>"): its nonce into nonce[cap], or 0 when
+/* Worker k of region r's rejoin request (outer/r/k = join:<nonce>): its nonce into nonce[RDZV_NONCE_MAX], or 0 when
  * it posted none. */
-static int join_request(const orch_quorum *q, int r, int k, char *nonce, size_t cap)
+static int join_request(const orch_quorum *q, int r, int k, char *nonce)
 {
-    char key[64], val[128];
-    size_t pre = strlen(ORCH_QUORUM_JOIN);
-    snprintf(key, sizeof key, "outer/%d/%d", r, k);
-    if (rdzv_server_get(q->rdzv, key, val, sizeof val) != 0 || strncmp(val, ORCH_QUORUM_JOIN, pre) != 0) return 0;
-    snprintf(nonce, cap, "%s", val + pre);
-    return 1;
+    char val[128];
+    long long step;
+    return rdzv_server_get(q->rdzv, rdzv_key_outer(r, k).s, val, sizeof val) == 0 &&
+           rdzv_val_outer_parse(val, &step, nonce) == XDC_OK && nonce[0];
 }
 
 /* Take the first region out of the run all of whose workers asked to rejoin into the round at `step` as
@@ -55,16 +52,14 @@ static int join_request(const orch_quorum *q, int r, int k, char *nonce, size_t 
  * at once would have no peers to each other. */
 static void admit_joiners(orch_quorum *q, long long step, char *mask)
 {
-    char nonce[128], key[RDZV_KEY_MAX], val[32];
+    char nonce[RDZV_NONCE_MAX];
     for (int r = 0; r < q->t->n_regions && step != LLONG_MAX; r++) {
         int n = xdc_topology_region_workers(q->t, r), k = 0;
-        while (!q->live[r] && k < n && join_request(q, r, k, nonce, sizeof nonce)) k++;
+        while (!q->live[r] && k < n && join_request(q, r, k, nonce)) k++;
         if (q->live[r] || k < n) continue;
-        snprintf(val, sizeof val, "%lld", step);
         for (k = 0; k < n; k++) {
-            join_request(q, r, k, nonce, sizeof nonce);
-            snprintf(key, sizeof key, "rejoin/%s", nonce);
-            rdzv_server_set(q->rdzv, key, val);
+            join_request(q, r, k, nonce);
+            rdzv_server_set(q->rdzv, rdzv_key_rejoin(nonce).s, rdzv_val_round(step).s);
         }
         mask[r] = 'j';
         q->live[r] = 1;
@@ -103,18 +98,16 @@ static void drop(orch_quorum *q, int r, const char *reason)
 {
     q->live[r] = 0;
     q->n_live--;
-    char key[64], val[16];
-    snprintf(key, sizeof key, "left/%d", r);
+    char val[16];
     snprintf(val, sizeof val, "%d", ++q->left[r]);
-    rdzv_server_set(q->rdzv, key, val);
+    rdzv_server_set(q->rdzv, rdzv_key_left(r).s, val);
     XDC_WARN(XDC_SUB_ORCH, "region %s dropped from the run: %s; %d of %d regions go on", q->t->regions[r].name, reason,
              q->n_live, q->t->n_regions);
     size_t n = strlen(q->dropped);
     snprintf(q->dropped + n, sizeof q->dropped - n, "%s%s (%s)", n ? ", " : "", q->t->regions[r].name, reason);
     if (q->open >= 0 && q->open_set[r] == '1') { /* its round's members stop waiting for it */
         q->lost_set[r] = '1';
-        snprintf(key, sizeof key, "lost/%lld", q->open);
-        rdzv_server_set(q->rdzv, key, q->lost_set);
+        rdzv_server_set(q->rdzv, rdzv_key_lost(q->open).s, q->lost_set);
         XDC_WARN(XDC_SUB_ORCH, "region %s left during the exchange of the outer round at step %lld",
                  q->t->regions[r].name, q->open);
     }
@@ -146,20 +139,18 @@ static void finalize(orch_quorum *q)
 {
     if (q->open < 0) return;
     int n = q->t->n_regions;
-    char set[XDC_TOPO_MAX_REGIONS + 1], key[64], val[XDC_TOPO_MAX_REGIONS + 32];
+    char set[XDC_TOPO_MAX_REGIONS + 1], val[XDC_TOPO_MAX_REGIONS + 32], got[XDC_TOPO_MAX_REGIONS + 1];
+    long long step;
     memcpy(set, q->open_set, (size_t)n + 1);
     for (int r = 0; r < n; r++)
         for (int k = 0; q->open_set[r] == '1' && q->live[r] && k < xdc_topology_region_workers(q->t, r); k++) {
-            snprintf(key, sizeof key, "xchg/%d/%d", r, k);
-            char *rest;
-            if (rdzv_server_get(q->rdzv, key, val, sizeof val) != 0 || strtoll(val, &rest, 10) != q->open ||
-                *rest != ':' || strlen(rest + 1) != (size_t)n)
+            if (rdzv_server_get(q->rdzv, rdzv_key_xchg(r, k).s, val, sizeof val) != 0 ||
+                rdzv_val_xchg_parse(val, n, &step, got) != XDC_OK || step != q->open)
                 return; /* not posted yet (or still the last round's) */
             for (int i = 0; i < n; i++)
-                if (rest[1 + i] != '1') set[i] = '0';
+                if (got[i] != '1') set[i] = '0';
         }
-    snprintf(key, sizeof key, "final/%lld", q->open);
-    rdzv_server_set(q->rdzv, key, set);
+    rdzv_server_set(q->rdzv, rdzv_key_final(q->open).s, set);
     if (strcmp(set, q->open_set) != 0)
         XDC_WARN(XDC_SUB_ORCH, "the outer round at step %lld: final set %s (it began with %s; left during it: %s)",
                  q->open, set, q->open_set, q->lost_set);
@@ -229,10 +220,7 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
         return XDC_ERR_UNAVAILABLE;
     }
     admit_joiners(q, step, mask);
-    char key[64];
-    if (step == LLONG_MAX) snprintf(key, sizeof key, "quorum/%s", ORCH_QUORUM_END);
-    else snprintf(key, sizeof key, "quorum/%lld", step);
-    rdzv_server_set(q->rdzv, key, mask);
+    rdzv_server_set(q->rdzv, rdzv_key_quorum(step).s, mask);
     q->decided = step;
     q->pending = -1;
     if (step != LLONG_MAX) { /* its exchange is under way: its final set comes after it */

@@ -7,7 +7,7 @@
  * of every region reads that same value, so all members of a round average over the same set. A region
  * that is not in a round is out of the run until it rejoins; one whose agent or worker failed is out at once,
  * without waiting for the grace window. A region out of the run comes back when every one of its workers
- * (restarted) posted outer/<region>/<rank> = "join:<nonce>": the next round decided names it 'j' (joining:
+ * (restarted) posted outer/<region>/<rank> = join:<nonce>: the next round decided names it 'j' (joining:
  * not in this round's average; the members' lowest region hands it the round's outer state), publishes the
  * round's step as rejoin/<nonce> for each of its workers, and counts it in the run again from the next round.
  * Each time a region leaves, left/<region index> = how many times it did: its restarted workers wait for it
@@ -28,13 +28,16 @@
 
 #include "common/xdc_err.h"
 #include "orchestrator/rdzv/orch_rdzv.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
 #include "topology/xdc_topology.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define ORCH_QUORUM_END  "end"   /* the arrival a worker posts after its last step; decided as quorum/end */
-#define ORCH_QUORUM_JOIN "join:" /* the prefix of a restarted worker's request to rejoin, then its nonce */
+/* The round a worker arrives at after its last step (decided as quorum/end), and the prefix of a restarted
+ * worker's request to rejoin (then its nonce): orch_rdzv_keys.h builds and parses both. */
+#define ORCH_QUORUM_END  RDZV_ROUND_END_NAME
+#define ORCH_QUORUM_JOIN RDZV_VAL_JOIN
 
 typedef struct orch_quorum {
     const xdc_topology *t;

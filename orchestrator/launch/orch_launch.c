@@ -11,6 +11,7 @@
 #include "orchestrator/launch/orch_proc.h"
 #include "orchestrator/elastic/orch_quorum.h"
 #include "orchestrator/rdzv/orch_rdzv.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
 #include "orchestrator/runcfg/orch_run_config.h"
 #include "orchestrator/obs/orch_trace.h"
 
@@ -170,10 +171,10 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
         rc = XDC_ERR_CONFIG;
     }
     L->elastic = orch_quorum_elastic(&L->cfg, L->t->n_regions);
-    if (rc == XDC_OK) rc = rdzv_server_grant(L->rdzv, "finished", names[0], diag);
-    if (rc == XDC_OK) rc = rdzv_server_grant(L->rdzv, "replan/", names[0], diag);
+    if (rc == XDC_OK) rc = rdzv_server_grant(L->rdzv, RDZV_KEY_FINISHED, names[0], diag);
+    if (rc == XDC_OK) rc = rdzv_server_grant(L->rdzv, RDZV_PREFIX_REPLAN, names[0], diag);
     for (int r = 0, first = 0; rc == XDC_OK && r < (L->elastic ? L->t->n_regions : 1); r++) {
-        rc = rdzv_server_grant(L->rdzv, "result", names[first + result_rank], diag);
+        rc = rdzv_server_grant(L->rdzv, RDZV_KEY_RESULT, names[first + result_rank], diag);
         first += xdc_topology_region_workers(L->t, r);
     }
     for (int i = 0; i < total; i++) xdc_free(names[i]);
@@ -199,11 +200,10 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
  * i's traffic to j (the topology's links are symmetric in rate). */
 static int open_route(launch *L, int link, int from, int to, int rank)
 {
-    char key[128], val[300], host[256];
+    char val[300], host[256];
     int target, port = 0, lo = from < to ? from : to, hi = from < to ? to : from;
-    snprintf(key, sizeof key, "wan/%d/%d", to, rank);
     const xdc_link *l = xdc_topology_link(L->t, lo, hi);
-    if (rdzv_server_get(L->rdzv, key, val, sizeof val) != 0 || !l ||
+    if (rdzv_server_get(L->rdzv, rdzv_key_wan(to, rank).s, val, sizeof val) != 0 || !l ||
         orch_split_hostport(val, host, sizeof host, &target) != 0)
         return 0;
     xdc_diag d = {{0}};
@@ -229,9 +229,8 @@ static int open_route(launch *L, int link, int from, int to, int rank)
                  d.msg);
         return 0;
     }
-    snprintf(key, sizeof key, "relay/%d/%d/%d", from, to, rank);
     snprintf(val, sizeof val, "127.0.0.1:%d", port);
-    rdzv_server_set(L->rdzv, key, val);
+    rdzv_server_set(L->rdzv, rdzv_key_relay(from, to, rank).s, val);
     return 1;
 }
 
@@ -345,11 +344,11 @@ static xdc_err_t blame(launch *L, int agent, char *why, size_t cap)
         for (int k = 0; k < L->t->regions[r].n_hosts; k++, a++) read_note(L, r, k, note[a], sizeof note[a]);
     for (int i = 0; i < total; i++) {
         rdzv_server_member(L->rdzv, i, &st[i]);
-        char key[RDZV_KEY_MAX];
-        snprintf(key, sizeof key, "failed/%s", st[i].name);
         m[i] = (orch_failure_member){
             .name = st[i].name,
-            .report = rdzv_server_get(L->rdzv, key, report[i], sizeof report[i]) == 0 ? report[i] : NULL,
+            .report = rdzv_server_get(L->rdzv, rdzv_key_failed(st[i].name).s, report[i], sizeof report[i]) == 0
+                          ? report[i]
+                          : NULL,
             .connected = st[i].connected,
             .silent_s = st[i].silent_s,
             .detail = st[i].detail};
@@ -397,8 +396,8 @@ static int members_connected(launch *L, char *who, size_t cap)
 static int run_finished(launch *L)
 {
     char val[RDZV_VALUE_MAX], who[1024];
-    if (L->elastic ? L->quorum.decided != LLONG_MAX || rdzv_server_get(L->rdzv, "result", val, sizeof val) != 0
-                   : rdzv_server_get(L->rdzv, "finished", val, sizeof val) != 0)
+    if (L->elastic ? L->quorum.decided != LLONG_MAX || rdzv_server_get(L->rdzv, RDZV_KEY_RESULT, val, sizeof val) != 0
+                   : rdzv_server_get(L->rdzv, RDZV_KEY_FINISHED, val, sizeof val) != 0)
         return 0;
     if (!L->finish_at) L->finish_at = xdc_deadline_ms(LAUNCH_LEAVE_MS);
     int n = members_connected(L, who, sizeof who);
@@ -415,10 +414,10 @@ static xdc_err_t lose_reported(launch *L, char *why, size_t cap)
     for (int r = 0, i = 0; r < L->t->n_regions; r++)
         for (int k = 0; k < xdc_topology_region_workers(L->t, r); k++, i++) {
             rdzv_member_state st;
-            char key[RDZV_KEY_MAX], report[RDZV_VALUE_MAX];
+            char report[RDZV_VALUE_MAX];
             if (!L->quorum.live[r] || rdzv_server_member(L->rdzv, i, &st) != 0) continue;
-            snprintf(key, sizeof key, "failed/%s", st.name);
-            if (rdzv_server_get(L->rdzv, key, report, sizeof report) != 0 || !report[0]) continue; /* "": rejoined */
+            if (rdzv_server_get(L->rdzv, rdzv_key_failed(st.name).s, report, sizeof report) != 0 || !report[0])
+                continue; /* "": rejoined */
             char reason[RDZV_VALUE_MAX + RDZV_MEMBER_MAX];
             const char *text;
             (void)orch_failure_waited(report, &text);
@@ -489,7 +488,7 @@ static xdc_err_t launch_tick(void *ctx, int *done)
         }
     }
     if (L->o.coordinator) {
-        if (!L->elastic && rdzv_server_find(L->rdzv, "failed/", key, sizeof key, why, sizeof why) == 0) {
+        if (!L->elastic && rdzv_server_find(L->rdzv, RDZV_PREFIX_FAILED, key, sizeof key, why, sizeof why) == 0) {
             xdc_err_t err = blame(L, -1, why, sizeof why);
             fprintf(stderr, "xdc coordinator: run failed: %s\n", why);
             return err != XDC_OK ? err : XDC_ERR_UNAVAILABLE;
@@ -585,9 +584,8 @@ static void describe_devices(launch *L, int ran, char *out, size_t cap)
     size_t n = 0;
     out[0] = '\0';
     for (int r = 0; r < L->t->n_regions && n < cap; r++) {
-        char key[300], val[256];
-        snprintf(key, sizeof key, "device/%s", L->t->regions[r].name);
-        if (!ran || rdzv_server_get(L->rdzv, key, val, sizeof val) != 0)
+        char val[256];
+        if (!ran || rdzv_server_get(L->rdzv, rdzv_key_device(L->t->regions[r].name).s, val, sizeof val) != 0)
             orch_device_describe(orch_device_of_region(L->device, L->t, r), -1, val, sizeof val);
         n += (size_t)snprintf(out + n, cap - n, "%s%s %s", r ? ", " : "", L->t->regions[r].name, val);
     }
@@ -601,7 +599,7 @@ static void print_summary(launch *L, double wall)
     double vl = 0, tok_s = 0;
     char hash[32] = "0";
     long long steps = 0;
-    if (rdzv_server_get(L->rdzv, "result", res, sizeof res) == 0)
+    if (rdzv_server_get(L->rdzv, RDZV_KEY_RESULT, res, sizeof res) == 0)
         sscanf(res, "%lf %31s %lld %lf %256s", &vl, hash, &steps, &tok_s, mask);
     /* Exposed WAN (share of step time) and compute utilisation (compute time over the training loop's wall
      * time) of every worker: the mean and the worst. */
@@ -610,9 +608,8 @@ static void print_summary(launch *L, double wall)
     int n = 0;
     for (int r = 0; r < L->t->n_regions; r++)
         for (int k = 0; k < xdc_topology_region_workers(L->t, r); k++) {
-            char key[64], val[512];
-            snprintf(key, sizeof key, "stats/%d/%d", r, k);
-            if (rdzv_server_get(L->rdzv, key, val, sizeof val) != 0) continue;
+            char val[512];
+            if (rdzv_server_get(L->rdzv, rdzv_key_stats(r, k).s, val, sizeof val) != 0) continue;
             unsigned long long tx, raw;
             double t_step, t_comp, t_intra, t_wan, t_wall;
             long long steps_done;

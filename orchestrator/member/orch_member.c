@@ -11,6 +11,7 @@
 #include "orchestrator/launch/orch_failure.h"
 #include "orchestrator/launch/orch_identity.h"
 #include "orchestrator/launch/orch_proc.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -243,18 +244,17 @@ void orch_member_report_failure(orch_member *m, const char *what, xdc_err_t rc, 
 {
     XDC_ERROR(XDC_SUB_ORCH, "%s failed: %s: %s", what, xdc_strerror(rc), msg);
     if (!m || !m->rdzv) return;
-    char key[200], text[900], val[1024];
-    snprintf(key, sizeof key, "failed/%s", m->id.member);
+    char text[900], val[1024];
     snprintf(text, sizeof text, "%s failed: %s: %s", what, xdc_strerror(rc), msg);
     orch_failure_format(rc, text, val, sizeof val);
     xdc_diag ignore;
-    rdzv_set(m->rdzv, key, val, &ignore);
+    rdzv_set(m->rdzv, rdzv_key_failed(m->id.member).s, val, &ignore);
 }
 
 xdc_err_t orch_member_end_barrier(orch_member *m, xdc_diag *diag)
 {
-    XDC_CHECK(rdzv_barrier(m->rdzv, "done", m->id.gsize, m->cfg.timeouts.operation_ms, diag));
-    return m->id.grank == 0 ? rdzv_set(m->rdzv, "finished", "1", diag) : XDC_OK;
+    XDC_CHECK(rdzv_barrier(m->rdzv, RDZV_BARRIER_DONE, m->id.gsize, m->cfg.timeouts.operation_ms, diag));
+    return m->id.grank == 0 ? rdzv_set(m->rdzv, RDZV_KEY_FINISHED, "1", diag) : XDC_OK;
 }
 
 

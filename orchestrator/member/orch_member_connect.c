@@ -9,6 +9,7 @@
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
 #include "orchestrator/launch/orch_proc.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
 #include "scheduler/xdc_plan.h"
 
 #include <stdio.h>
@@ -41,20 +42,18 @@ xdc_err_t orch_member_open_wan(orch_member *m, xdc_diag *diag)
  * data-parallel groups (one per stage). Rank 0 of the region makes the bootstrap id. */
 static xdc_err_t open_intra(orch_member *m, xdc_diag *diag)
 {
-    char key[160], boot[XDC_INTRA_BOOTSTRAP_MAX];
-    snprintf(key, sizeof key, "intra/%s", m->id.region);
-    if (m->rejoin) /* the earlier bootstrap is stale: the one of this return (orch_quorum.h) */
-        snprintf(key, sizeof key, "intra/%s/%d", m->id.region, m->left);
+    char boot[XDC_INTRA_BOOTSTRAP_MAX];
+    /* A rejoiner's earlier bootstrap is stale: the one of this return (orch_quorum.h). */
+    rdzv_key key = m->rejoin ? rdzv_key_intra_after(m->id.region, m->left) : rdzv_key_intra(m->id.region);
     if (m->id.lrank == 0) {
         XDC_CHECK(xdc_intra_bootstrap_create(m->intra, boot, sizeof boot, diag));
-        XDC_CHECK(rdzv_set(m->rdzv, key, boot, diag));
+        XDC_CHECK(rdzv_set(m->rdzv, key.s, boot, diag));
         /* The region's device, for the launcher's summary. */
-        char dkey[160], desc[64];
-        snprintf(dkey, sizeof dkey, "device/%s", m->id.region);
+        char desc[64];
         orch_device_describe(m->device, -1, desc, sizeof desc);
-        XDC_CHECK(rdzv_set(m->rdzv, dkey, desc, diag));
+        XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_device(m->id.region).s, desc, diag));
     } else {
-        XDC_CHECK(rdzv_get(m->rdzv, key, m->cfg.timeouts.rendezvous_ms, boot, sizeof boot, diag));
+        XDC_CHECK(rdzv_get(m->rdzv, key.s, m->cfg.timeouts.rendezvous_ms, boot, sizeof boot, diag));
     }
     xdc_intra_config ic = XDC_INTRA_CONFIG_INIT;
     ic.backend = m->intra;
@@ -74,21 +73,20 @@ static xdc_err_t open_intra(orch_member *m, xdc_diag *diag)
 
 xdc_err_t orch_member_dial(orch_member *m, int r, int rank, xdc_wan_peer **out, xdc_diag *diag)
 {
-    char key[200], val[300];
-    if (m->id.emulate_wan) snprintf(key, sizeof key, "relay/%d/%d/%d", m->id.region_idx, r, rank);
-    else snprintf(key, sizeof key, "wan/%d/%d", r, rank);
+    char val[300];
+    rdzv_key key = m->id.emulate_wan ? rdzv_key_relay(m->id.region_idx, r, rank) : rdzv_key_wan(r, rank);
     char who[XDC_NAME_MAX + 16], coord[300];
     snprintf(who, sizeof who, "%s rank %d", m->topo->regions[r].name, rank);
-    snprintf(coord, sizeof coord, "the coordinator %s:%d, key %s", m->id.coord_host, m->id.coord_port, key);
+    snprintf(coord, sizeof coord, "the coordinator %s:%d, key %s", m->id.coord_host, m->id.coord_port, key.s);
     uint64_t since = xdc_wall_ns();
-    xdc_err_t rc = rdzv_get(m->rdzv, key, m->cfg.timeouts.rendezvous_ms, val, sizeof val, diag);
+    xdc_err_t rc = rdzv_get(m->rdzv, key.s, m->cfg.timeouts.rendezvous_ms, val, sizeof val, diag);
     if (rc == XDC_ERR_TIMEOUT)
         orch_wait_expired(diag, "WAN address", who, coord, since, m->cfg.timeouts.rendezvous_ms, "rendezvous");
     XDC_CHECK(rc);
     char host[256];
     int port;
     if (orch_split_hostport(val, host, sizeof host, &port) != 0) {
-        xdc_diag_set(diag, "rendezvous key %s = '%s' is not host:port", key, val);
+        xdc_diag_set(diag, "rendezvous key %s = '%s' is not host:port", key.s, val);
         return XDC_ERR_PROTO;
     }
     since = xdc_wall_ns();
@@ -131,14 +129,13 @@ static xdc_err_t open_peers(orch_member *m, xdc_diag *diag)
     m->peers = xdc_calloc((size_t)m->id.n_regions, sizeof *m->peers);
     if (!m->peers) return XDC_ERR_NOMEM;
     if (m->id.n_regions < 2) return XDC_OK;
-    char key[200], val[300];
+    char val[300];
     /* Local runs advertise loopback (XDC_ADVERTISE_HOST, set by xdc launch); across hosts, the node name. */
     const char *adv = getenv("XDC_ADVERTISE_HOST");
     if (!adv || !*adv) adv = m->id.node;
     XDC_CHECK(xdc_wan_listen(m->wan, strcmp(adv, "127.0.0.1") == 0 ? "127.0.0.1" : NULL, 0, &m->lis, diag));
-    snprintf(key, sizeof key, "wan/%d/%d", m->id.region_idx, m->id.lrank);
     snprintf(val, sizeof val, "%s:%d", adv, xdc_wan_listener_port(m->lis));
-    XDC_CHECK(rdzv_set(m->rdzv, key, val, diag));
+    XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_wan(m->id.region_idx, m->id.lrank).s, val, diag));
     if (m->rejoin) return XDC_OK; /* it dials the members of the round that takes it back */
     if (m->id.span) {
         int from;
@@ -176,7 +173,8 @@ xdc_err_t orch_member_connect(orch_member *m, const char **what, xdc_diag *diag)
     *what = "WAN engine and rendezvous";
     /* Everyone present before anything else waits on anyone: a missing member is named here. A restarted
      * member of a running elastic job skips the barriers the others passed long ago. */
-    if (!m->rejoin) XDC_CHECK(rdzv_barrier(m->rdzv, "joined", m->id.gsize, m->cfg.timeouts.rendezvous_ms, diag));
+    if (!m->rejoin)
+        XDC_CHECK(rdzv_barrier(m->rdzv, RDZV_BARRIER_JOINED, m->id.gsize, m->cfg.timeouts.rendezvous_ms, diag));
     *what = "intra-region communicators";
     XDC_CHECK(open_intra(m, diag));
     *what = "WAN peers";

@@ -4,6 +4,7 @@
  * receive posted at all times, so a member that leaves while its barrier is parked is seen at once. */
 #include "orchestrator/rdzv/orch_rdzv.h"
 #include "orchestrator/rdzv/orch_rdzv_priv.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
@@ -274,31 +275,11 @@ static int find_member(bserver *s, const char *name)
     return -1;
 }
 
-/* 1 when member i may write `key`: one of its own keys, or a run-wide key granted to it. */
+/* 1 when member i may write `key`: one of its own keys (orch_rdzv_keys.h), or a run-wide key granted to it. */
 static int may_write(const bserver *s, int i, const char *key)
 {
     const member *m = &s->members[i];
-    char own[10][RDZV_KEY_MAX + 16]; /* the 7 keys of every member, 3 more of a region's rank 0 */
-    int n = 0;
-    snprintf(own[n++], sizeof own[0], "wan/%d/%d", m->region_idx, m->rank);
-    snprintf(own[n++], sizeof own[0], "outer/%d/%d", m->region_idx, m->rank); /* its arrival at an outer round */
-    snprintf(own[n++], sizeof own[0], "xchg/%d/%d", m->region_idx, m->rank);  /* what its round summed */
-    snprintf(own[n++], sizeof own[0], "stats/%d/%d", m->region_idx, m->rank);
-    snprintf(own[n++], sizeof own[0], "ckpt/%d/%d", m->region_idx, m->rank); /* its last checkpoint's outcome */
-    snprintf(own[n++], sizeof own[0], "metrics/%s/%d", m->region, m->rank);
-    snprintf(own[n++], sizeof own[0], "failed/%s", m->name);
-    if (m->rank == 0) {
-        snprintf(own[n++], sizeof own[0], "intra/%s", m->region);
-        snprintf(own[n++], sizeof own[0], "device/%s", m->region);
-        snprintf(own[n++], sizeof own[0], "replan/link/%d", m->region_idx); /* its incoming links' rate */
-    }
-    for (int k = 0; k < n; k++)
-        if (strcmp(own[k], key) == 0) return 1;
-    /* A rejoining region's bootstrap, intra/<region>/<times it left> (orch_quorum.h). */
-    size_t len = strlen(own[7]);
-    if (m->rank == 0 && strncmp(key, own[7], len) == 0 && key[len] == '/' && key[len + 1] &&
-        strspn(key + len + 1, "0123456789") == strlen(key + len + 1))
-        return 1;
+    if (rdzv_key_owned_by(key, m->name, m->region, m->region_idx, m->rank)) return 1;
     for (int g = 0; g < s->n_grants; g++) {
         const grant *gr = &s->grants[g];
         if (gr->member == i && (gr->prefix ? strncmp(key, gr->key, strlen(gr->key)) == 0 : strcmp(key, gr->key) == 0))

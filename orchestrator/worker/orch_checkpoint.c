@@ -18,6 +18,7 @@
 #include "common/xdc_log.h"
 #include "model/xdc_ckpt.h"
 #include "orchestrator/launch/orch_manifest.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -83,11 +84,10 @@ static int all_written(orch_worker *w, char *who, size_t cap, xdc_diag *diag)
 {
     for (int r = 0; r < w->id->n_regions; r++)
         for (int k = 0; k < w->id->lsize; k++) {
-            char key[64], val[128];
+            char val[128];
             long long step = -1;
             char what[16] = "";
-            snprintf(key, sizeof key, "ckpt/%d/%d", r, k);
-            if (rdzv_try_get(orch_member_rdzv(w->member), key, val, sizeof val, diag) != XDC_OK ||
+            if (rdzv_try_get(orch_member_rdzv(w->member), rdzv_key_ckpt(r, k).s, val, sizeof val, diag) != XDC_OK ||
                 sscanf(val, "%lld %15s", &step, what) != 2 || step != w->prog.step || strcmp(what, "ok") != 0) {
                 snprintf(who, cap, "%s/%d", w->topo->regions[r].name, k);
                 return 0;
@@ -115,14 +115,13 @@ xdc_err_t orch_checkpoint_save(orch_worker *w, xdc_diag *diag)
     /* With `stop`, a worker that failed never reaches the barrier, so passing it means everyone wrote; with
      * `continue` each posts its outcome first (rank 0 then reads one key per worker). */
     if (w->cfg->checkpoint_continue) {
-        char key[64], val[64];
-        snprintf(key, sizeof key, "ckpt/%d/%d", w->id->region_idx, w->id->lrank);
+        char val[64];
         snprintf(val, sizeof val, "%lld %s", (long long)w->prog.step, rc == XDC_OK ? "ok" : "failed");
-        XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), key, val, diag));
+        XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), rdzv_key_ckpt(w->id->region_idx, w->id->lrank).s, val, diag));
     }
     /* One reusable barrier for every checkpoint: all workers checkpoint at the same steps. */
-    XDC_CHECK(
-        rdzv_barrier(orch_member_rdzv(w->member), "checkpoint", w->id->gsize, w->cfg->timeouts.operation_ms, diag));
+    XDC_CHECK(rdzv_barrier(orch_member_rdzv(w->member), RDZV_BARRIER_CHECKPOINT, w->id->gsize,
+                           w->cfg->timeouts.operation_ms, diag));
     if (w->id->grank != 0) return XDC_OK;
     char who[XDC_NAME_MAX + 16];
     if (w->cfg->checkpoint_continue && !all_written(w, who, sizeof who, diag)) {

@@ -7,6 +7,7 @@
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -89,11 +90,10 @@ xdc_err_t orch_observe_start(orch_worker *w, xdc_diag *diag)
     int port = w->cfg->metrics_port ? w->cfg->metrics_port + w->id->grank : 0; /* regions may share a host */
     const char *adv = getenv("XDC_ADVERTISE_HOST");
     XDC_CHECK(orch_metrics_server_start(w->tele.metrics, w->cfg->metrics_bind, port, &w->tele.srv, diag));
-    char key[160], val[300];
-    snprintf(key, sizeof key, "metrics/%s/%d", w->id->region, w->id->lrank);
+    char val[300];
     snprintf(val, sizeof val, "%s:%d", adv && *adv ? adv : w->id->node, orch_metrics_server_port(w->tele.srv));
     XDC_INFO(XDC_SUB_ORCH, "metrics on http://%s/metrics", val);
-    return rdzv_set(orch_member_rdzv(w->member), key, val, diag);
+    return rdzv_set(orch_member_rdzv(w->member), rdzv_key_metrics(w->id->region, w->id->lrank).s, val, diag);
 }
 
 void orch_observe_step(orch_worker *w, double step_s, double compute_s, double intra_s, double wan_s, float loss)

@@ -1,7 +1,7 @@
-/* orch_outer.h — the outer round of DiLoCo (orch_mode_diloco.c), as libxdc's xdc_outer_round uses it over a
- * user's parameters: the part of orchestrator/worker/ that orchestrator/api reaches, on a worker without a
- * model made around the libxdc program's member. The outer round moves to orchestrator/member/ (the section
- * of orch_member.h that names what both need once) after the elastic member client left orch_mode_diloco.c;
+/* orch_outer.h — the outer round of DiLoCo and streaming (orch_outer.c), as libxdc's xdc_outer_round uses it
+ * over a user's parameters: the part of orchestrator/worker/ that orchestrator/api reaches, on a worker
+ * without a model made around the libxdc program's member. The outer round moves to orchestrator/member/
+ * (the section of orch_member.h that names what both need once) when its overlapped form is built there;
  * then this header goes. */
 #ifndef ORCH_OUTER_H
 #define ORCH_OUTER_H

@@ -1,19 +1,21 @@
 /* orch_rejoin.c — a region that left an elastic DiLoCo or streaming run comes back (docs/runtime.md,
  * "Rejoining"). Its restarted workers find their earlier process's WAN address in the store (the job is
- * running), skip the joined/start barriers, post outer/<region>/<rank> = "join:<nonce>" and wait for
+ * running), skip the joined/start barriers, post outer/<region>/<rank> = join:<nonce> and wait for
  * rejoin/<nonce>: the step of the round the store host names them joining in
  * (orchestrator/elastic/orch_quorum.c). They dial that round's members; once the round's exchange is done
  * (DiLoCo: after the round; streaming: after its fragment landed, one step later, when nothing is on the
  * wire), each member accepts its joiner's connection in place of the dead process's peer, and rank k of the
  * lowest member region sends rank k of the joiner a header (the step, its data position, the xxh64 of each
  * buffer) then the global parameters and outer momentum. The joiner checks both hashes, sets local =
- * global, takes the step and the data position, and is a member from the next round on. */
+ * global, takes the step and the data position, and is a member from the next round on. The store's side of
+ * the handshake (the request, the round that takes it, who to dial) is the round protocol's member half,
+ * orchestrator/elastic/orch_elastic_member.c; this file moves the model state. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_hash.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
-#include "orchestrator/elastic/orch_quorum.h"
+#include "orchestrator/elastic/orch_elastic_member.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,25 +27,10 @@ enum { HDR_STEP, HDR_EPOCH, HDR_BATCH, HDR_PARAMS, HDR_HASH_GLOBAL, HDR_HASH_MOM
 
 xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag)
 {
-    char key[64], val[300];
     if (!orch_quorum_elastic(w->cfg, w->id->n_regions)) return XDC_OK; /* sync and span runs: all or nothing */
-    snprintf(key, sizeof key, "wan/%d/%d", w->id->region_idx, w->id->lrank);
-    xdc_err_t rc = rdzv_try_get(orch_member_rdzv(w->member), key, val, sizeof val, diag);
-    if (rc == XDC_ERR_AGAIN) return XDC_OK; /* a fresh start */
-    XDC_CHECK(rc);
-    XDC_INFO(XDC_SUB_ORCH, "the run is under way (an earlier process of ours published %s = %s): rejoining it", key,
-             val);
-    /* The store host names our region gone once it missed a round (or its agent's failure was reported). */
-    snprintf(key, sizeof key, "left/%d", w->id->region_idx);
-    rc = rdzv_get(orch_member_rdzv(w->member), key, w->cfg->timeouts.rendezvous_ms + w->cfg->elastic.grace_ms, val,
-                  sizeof val, diag);
-    if (rc != XDC_OK) {
-        xdc_diag_prefix(diag, "region %s: the run is under way but did not let it go (%s)", w->id->region, key);
-        return rc;
-    }
-    w->elastic.rejoin = 1;
-    w->elastic.left = atoi(val);
-    return XDC_OK;
+    return orch_elastic_rejoin_detect(orch_member_rdzv(w->member), w->id->region, w->id->region_idx, w->id->lrank,
+                                      w->cfg->timeouts.rendezvous_ms + w->cfg->elastic.grace_ms, &w->elastic.rejoin,
+                                      &w->elastic.left, diag);
 }
 
 /* Complete a WAN request; the engine fails it when the peer is silent past the operation deadline. */
@@ -122,8 +109,8 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
 {
     int n = w->id->n_regions, lowest = -1, want = 0;
     for (int r = 0; r < n; r++) {
-        if (lowest < 0 && w->elastic.live[r]) lowest = r;
-        want += w->elastic.joining[r];
+        if (lowest < 0 && w->elastic.m.live[r]) lowest = r;
+        want += w->elastic.m.joining[r];
     }
     /* Accept each joiner's connection (it dials once it read the round) in place of the dead process's peer. A
      * joiner that never comes or takes no state is not waited for again: it misses the next round and the
@@ -141,7 +128,7 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
         }
         const xdc_wan_identity *id = xdc_wan_peer_identity(p);
         int r = xdc_topology_region_index(w->topo, id->region);
-        if (r < 0 || r >= n || !w->elastic.joining[r] || id->rank != w->id->lrank) {
+        if (r < 0 || r >= n || !w->elastic.m.joining[r] || id->rank != w->id->lrank) {
             XDC_WARN(XDC_SUB_ORCH,
                      "round %lld: unexpected WAN peer %s/%d (expected rank %d of a rejoining region); "
                      "closed",
@@ -152,11 +139,11 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
         xdc_wan_peer_destroy(
             orch_member_peers(w->member)[r]); /* the earlier process's: its sequence numbers died with it */
         orch_member_peers(w->member)[r] = p;
-        w->elastic.joining[r] = 0;
+        w->elastic.m.joining[r] = 0;
         want--;
         if (w->id->region_idx == lowest) XDC_CHECK(give_state(w, o, p));
     }
-    memset(w->elastic.joining, 0, sizeof w->elastic.joining);
+    memset(w->elastic.m.joining, 0, sizeof w->elastic.m.joining);
     return XDC_OK;
 }
 
@@ -181,46 +168,18 @@ static xdc_err_t stage_in(orch_worker *w, orch_outer *o, xdc_wan_peer *p, float 
 
 xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *diag)
 {
-    char key[RDZV_KEY_MAX], nonce[64], val[RDZV_VALUE_MAX];
-    int n = w->id->n_regions, lowest = -1;
-    snprintf(nonce, sizeof nonce, "%d-%llu", (int)getpid(), (unsigned long long)xdc_wall_ns());
-    /* A report of the earlier process would make a coordinator drop the region again. */
-    snprintf(key, sizeof key, "failed/%s", w->id->member);
-    XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), key, "", diag));
+    uint8_t in_round[XDC_TOPO_MAX_REGIONS];
+    int lowest;
+    long long at;
     w->elastic.rejoin_t0 = xdc_now_ns();
-    snprintf(key, sizeof key, "outer/%d/%d", w->id->region_idx, w->id->lrank);
-    snprintf(val, sizeof val, "%s%s", ORCH_QUORUM_JOIN, nonce);
-    XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), key, val, diag));
-    /* The next round decided takes us: within the others' inner steps of a period plus the grace window. */
-    snprintf(key, sizeof key, "rejoin/%s", nonce);
-    xdc_err_t rc = rdzv_get(orch_member_rdzv(w->member), key,
-                            w->cfg->timeouts.rendezvous_ms + w->cfg->timeouts.operation_ms, val, sizeof val, diag);
-    if (rc != XDC_OK) {
-        xdc_diag_prefix(diag, "region %s asked to rejoin (%s): no round took it", w->id->region, key);
-        return rc;
-    }
-    char round[32], mask[XDC_TOPO_MAX_REGIONS + 1];
-    snprintf(round, sizeof round, "%s", val);
-    snprintf(key, sizeof key, "quorum/%s", round);
-    XDC_CHECK(rdzv_get(orch_member_rdzv(w->member), key, w->cfg->timeouts.operation_ms, mask, sizeof mask, diag));
-    if ((int)strlen(mask) != n || strspn(mask, "01j") != (size_t)n || mask[w->id->region_idx] != 'j') {
-        xdc_diag_set(diag, "round %s: quorum '%s' does not name region %s as joining", round, mask, w->id->region);
-        return XDC_ERR_PROTO;
-    }
-    w->elastic.n_live = 0;
-    for (int r = 0; r < n; r++) {
-        w->elastic.live[r] = mask[r] != '0'; /* from the next round on, us and the others joining with us */
-        w->elastic.n_live += w->elastic.live[r];
-        if (mask[r] != '1') continue;
-        if (lowest < 0) lowest = r;
-        XDC_CHECK(orch_member_dial(w->member, r, w->id->lrank, &orch_member_peers(w->member)[r], diag));
-    }
-    if (lowest < 0) {
-        xdc_diag_set(diag, "round %s: quorum '%s' names no member to take the state from", round, mask);
-        return XDC_ERR_PROTO;
-    }
+    XDC_CHECK(orch_elastic_rejoin_ask(&w->elastic.m, w->id->member,
+                                      w->cfg->timeouts.rendezvous_ms + w->cfg->timeouts.operation_ms, &at, in_round,
+                                      &lowest, diag));
+    for (int r = 0; r < w->id->n_regions; r++)
+        if (in_round[r])
+            XDC_CHECK(orch_member_dial(w->member, r, w->id->lrank, &orch_member_peers(w->member)[r], diag));
     /* The run's last round is the finish's: its state is handed over at once. */
-    long long at = strtoll(round, NULL, 10), want = at < w->cfg->train.steps ? at + lag : at;
+    long long want = at < w->cfg->train.steps ? at + lag : at;
     uint64_t hdr[HDR_N];
     xdc_wan_peer *from = orch_member_peers(w->member)[lowest];
     XDC_CHECK(recv_all(from, hdr, sizeof hdr, diag));
@@ -246,9 +205,9 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
     w->prog.step = (int64_t)hdr[HDR_STEP];
     w->elastic.rejoin_round = at;
     XDC_WARN(XDC_SUB_ORCH,
-             "region %s took the state of round %s (step %lld) from %s (global parameters %016llx and momentum "
+             "region %s took the state of round %lld (step %lld) from %s (global parameters %016llx and momentum "
              "%016llx, hashes checked) %.2f s after its rejoin request; a member from the next round",
-             w->id->region, round, want, w->topo->regions[lowest].name, (unsigned long long)hdr[HDR_HASH_GLOBAL],
+             w->id->region, at, want, w->topo->regions[lowest].name, (unsigned long long)hdr[HDR_HASH_GLOBAL],
              (unsigned long long)hdr[HDR_HASH_MOM], (double)(xdc_now_ns() - w->elastic.rejoin_t0) / 1e9);
     return XDC_OK;
 }

@@ -7,9 +7,9 @@
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_hash.h"
-#include "orchestrator/elastic/orch_quorum.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -358,21 +358,20 @@ static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
 {
     xdc_sync *sync = w->mode->replan_sync(w->mode_state);
     if (!sync) return XDC_OK;
-    char key[64], val[256];
+    char val[256];
     double ratio = 0, measured = 0, planned = 0;
     if (w->id->lrank == 0) slowest_link(w, &ratio, &measured, &planned);
     if (w->id->lrank == 0 && !reporter(w)) {
-        snprintf(key, sizeof key, "replan/link/%d", w->id->region_idx);
         snprintf(val, sizeof val, "%.9g %.9g %.9g", ratio, measured, planned);
-        XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), key, val, diag));
+        XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), rdzv_key_replan_link(w->id->region_idx).s, val, diag));
     }
-    snprintf(key, sizeof key, "replan/%lld", (long long)w->prog.step);
+    rdzv_key key = rdzv_key_replan((long long)w->prog.step);
     if (reporter(w)) {
         for (int r = 1; r < w->id->n_regions; r++) {
-            char rk[64], rv[128];
+            char rv[128];
             double q, g, p;
-            snprintf(rk, sizeof rk, "replan/link/%d", r);
-            XDC_CHECK(rdzv_get(orch_member_rdzv(w->member), rk, w->cfg->timeouts.operation_ms, rv, sizeof rv, diag));
+            XDC_CHECK(rdzv_get(orch_member_rdzv(w->member), rdzv_key_replan_link(r).s, w->cfg->timeouts.operation_ms,
+                               rv, sizeof rv, diag));
             if (sscanf(rv, "%lf %lf %lf", &q, &g, &p) == 3 && q > 0 && (ratio == 0 || q < ratio))
                 ratio = q, measured = g, planned = p;
         }
@@ -387,9 +386,9 @@ static xdc_err_t replan(orch_worker *w, xdc_diag *diag)
                 (strcmp(next.codec, w->planned->plan.codec) != 0 || next.inner_steps != w->planned->plan.inner_steps))
                 snprintf(val, sizeof val, "%s %d %.4f %.4f", next.codec, next.inner_steps, measured, planned);
         }
-        XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), key, val, diag));
+        XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), key.s, val, diag));
     } else {
-        XDC_CHECK(rdzv_get(orch_member_rdzv(w->member), key, w->cfg->timeouts.operation_ms, val, sizeof val, diag));
+        XDC_CHECK(rdzv_get(orch_member_rdzv(w->member), key.s, w->cfg->timeouts.operation_ms, val, sizeof val, diag));
     }
     char codec[32];
     int period;
@@ -427,13 +426,13 @@ void orch_pace_slowdowns(const double *pace, int n, double *slowdown)
 static xdc_err_t post_result(orch_worker *w, uint64_t hash, double wall, xdc_diag *diag)
 {
     char mask[XDC_TOPO_MAX_REGIONS + 1] = "", val[96 + XDC_TOPO_MAX_REGIONS];
-    for (int r = 0; w->elastic.on && r < w->id->n_regions; r++) mask[r] = w->elastic.live[r] ? '1' : '0';
-    int regions = w->id->span ? 1 : w->elastic.on ? w->elastic.n_live : w->id->n_regions;
+    for (int r = 0; w->elastic.on && r < w->id->n_regions; r++) mask[r] = w->elastic.m.live[r] ? '1' : '0';
+    int regions = w->id->span ? 1 : w->elastic.on ? w->elastic.m.n_live : w->id->n_regions;
     snprintf(val, sizeof val, "%.4f %016llx %lld %.3f%s%s", w->prog.val_loss, (unsigned long long)hash,
              (long long)w->prog.step,
              (double)w->prog.step * w->model.B * w->model.T * w->model.M * w->id->n_replicas * regions / wall,
              mask[0] ? " " : "", mask);
-    return rdzv_set(orch_member_rdzv(w->member), "result", val, diag);
+    return rdzv_set(orch_member_rdzv(w->member), RDZV_KEY_RESULT, val, diag);
 }
 
 /* This worker's stats/<region>/<rank> value: WAN bytes sent and their fp32 size, cumulative step,
@@ -450,16 +449,15 @@ static void stats_value(orch_worker *w, double wall, char *val, size_t cap)
 /* Region r's (the same rank's) cumulative compute seconds and steps: 1, or 0 when it posted none yet. */
 static int region_times(orch_worker *w, int r, double *comp, int64_t *step, xdc_diag *diag)
 {
-    char key[64], val[512];
+    char val[512];
     if (r == w->id->region_idx) {
         *comp = w->prog.t_compute, *step = w->prog.step;
         return 1;
     }
-    snprintf(key, sizeof key, "stats/%d/%d", r, w->id->lrank);
     unsigned long long tx, raw;
     double t_step, t_intra, t_wan;
     long long st;
-    if (rdzv_try_get(orch_member_rdzv(w->member), key, val, sizeof val, diag) != XDC_OK ||
+    if (rdzv_try_get(orch_member_rdzv(w->member), rdzv_key_stats(r, w->id->lrank).s, val, sizeof val, diag) != XDC_OK ||
         sscanf(val, "%llu %llu %lf %lf %lf %lf %lld", &tx, &raw, &t_step, comp, &t_intra, &t_wan, &st) != 7)
         return 0;
     *step = st;
@@ -474,10 +472,9 @@ static int region_times(orch_worker *w, int r, double *comp, int64_t *step, xdc_
  * takes as long as the slowest's, the straggler's compute is what differs. */
 static xdc_err_t pace(orch_worker *w, double wall, xdc_diag *diag)
 {
-    char key[64], val[512];
-    snprintf(key, sizeof key, "stats/%d/%d", w->id->region_idx, w->id->lrank);
+    char val[512];
     stats_value(w, wall, val, sizeof val);
-    XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), key, val, diag));
+    XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), rdzv_key_stats(w->id->region_idx, w->id->lrank).s, val, diag));
     orch_progress *g = &w->prog;
     int n = w->id->n_regions;
     for (int r = 0; r < n; r++) {
@@ -581,7 +578,7 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
         else last = row;
         /* After an elastic run lost a region, what waits for every member (the checkpoint barrier, the
          * re-plan's reports) would wait for it: the survivors (who all hold the same quorum) skip them. */
-        int whole = !w->elastic.on || w->elastic.n_live == w->id->n_regions;
+        int whole = !w->elastic.on || w->elastic.m.n_live == w->id->n_regions;
         if (whole && w->cfg->plan_auto && w->cfg->replan_every > 0 && w->id->n_regions > 1 && !w->id->span &&
             w->prog.step % w->cfg->replan_every == 0 && w->prog.step < c->steps)
             XDC_CHECK(replan(w, diag));
@@ -610,22 +607,21 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
     if (w->cfg->dump_params && (w->id->span || w->id->region_idx == 0) && w->id->replica == 0)
         XDC_CHECK(dump_params(w, diag));
     double wall = now_s() - run_t0;
-    char key[200], val[512];
+    char val[512];
     /* The result first: a coordinator takes every worker's stats as the end of the run. */
     if (!w->elastic.on && (w->id->span || w->id->region_idx == 0) && w->id->replica == 0 && is_last(w))
         XDC_CHECK(post_result(w, hash, wall, diag));
-    snprintf(key, sizeof key, "stats/%d/%d", w->id->region_idx, w->id->lrank);
     stats_value(w, wall, val, sizeof val);
-    XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), key, val, diag));
+    XDC_CHECK(rdzv_set(orch_member_rdzv(w->member), rdzv_key_stats(w->id->region_idx, w->id->lrank).s, val, diag));
     /* Nobody leaves before everyone reported: a departing peer would look like a failure. Then global rank
      * 0 says the run is over, so a coordinator knows it may close the store. An elastic run ends with a
      * last quorum round instead (the barrier counts every member, those of the regions that left too), and
      * its result comes after it, from the lowest region in that round: region 0 may have left, and the
      * members all hold the same parameters. That round's decision tells the store's host the run is over. */
     if (w->elastic.on) {
-        XDC_CHECK(orch_elastic_agree(w, ORCH_QUORUM_END, diag));
+        XDC_CHECK(orch_elastic_agree(w, RDZV_ROUND_END, diag));
         int first = 0;
-        while (!w->elastic.live[first]) first++; /* our own region is in: orch_elastic_agree checked */
+        while (!w->elastic.m.live[first]) first++; /* our own region is in: orch_elastic_agree checked */
         return first == w->id->region_idx && w->id->replica == 0 && is_last(w) ? post_result(w, hash, wall, diag)
                                                                                : XDC_OK;
     }

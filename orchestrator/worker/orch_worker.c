@@ -17,6 +17,7 @@
 #include "orchestrator/launch/orch_identity.h"
 #include "orchestrator/launch/orch_proc.h"
 #include "orchestrator/worker/xdc_worker.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -265,7 +266,7 @@ xdc_err_t xdc_worker_run(const xdc_worker_opts *o, xdc_diag *diag)
     if (rc == XDC_OK) what = "metrics", rc = orch_observe_start(&w, &d);
     if (rc == XDC_OK && !w.elastic.rejoin)
         what = "start barrier",
-        rc = rdzv_barrier(orch_member_rdzv(m), "start", w.id->gsize, w.cfg->timeouts.rendezvous_ms, &d);
+        rc = rdzv_barrier(orch_member_rdzv(m), RDZV_BARRIER_START, w.id->gsize, w.cfg->timeouts.rendezvous_ms, &d);
     if (rc == XDC_OK) {
         XDC_INFO(XDC_SUB_ORCH, "stage %d/%d (layers %d-%d, %zu params) of replica %d/%d, %s mode, %d threads",
                  w.id->stage, w.id->n_stages, w.id->layer_begin, w.id->layer_end - 1, w.model.n_params, w.id->replica,

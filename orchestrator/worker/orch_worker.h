@@ -12,6 +12,7 @@
 #include "compression/xdc_codec.h"
 #include "intra/xdc_intra.h"
 #include "model/xdc_gpt.h"
+#include "orchestrator/elastic/orch_elastic_member.h"
 #include "orchestrator/obs/orch_metrics.h"
 #include "orchestrator/obs/orch_steplog.h"
 #include "orchestrator/member/orch_member.h"
@@ -103,13 +104,12 @@ typedef struct orch_progress {
     int64_t pace_step0[XDC_TOPO_MAX_REGIONS];
 } orch_progress;
 
-/* Elastic DiLoCo and streaming (orch_mode_diloco.c, docs/runtime.md): the regions in the last outer round's quorum, as
- * the rendezvous host decided it (orchestrator/elastic/orch_quorum.h). */
+/* Elastic DiLoCo and streaming (orch_mode_diloco.c, docs/runtime.md): the worker's side of the round protocol
+ * (orchestrator/elastic/orch_elastic_member.h: the regions in the last outer round's quorum, as the rendezvous
+ * host decided it) and what the worker keeps beside it. */
 typedef struct orch_elastic {
-    int on;                                /* orch_quorum_elastic */
-    uint8_t live[XDC_TOPO_MAX_REGIONS];    /* 1: in the last round (all before the first) */
-    uint8_t joining[XDC_TOPO_MAX_REGIONS]; /* 1: rejoins at the last round (it gets the round's outer state) */
-    int n_live;
+    int on;                /* orch_quorum_elastic */
+    orch_elastic_member m; /* live, joining, n_live: the last round's decision */
     /* This process is a restarted worker of a region that left a running job (orch_rejoin.c): it found its
      * own WAN address of an earlier process in the store. */
     int rejoin;
@@ -117,11 +117,9 @@ typedef struct orch_elastic {
     uint64_t started;     /* xdc_now_ns() when this worker process began (xdc_worker_run) */
     uint64_t rejoin_t0;   /* xdc_now_ns() when it asked to rejoin */
     int64_t rejoin_round; /* the round that took it back; -1 once its first round as a member was logged */
-    /* The round whose exchange is under way (a streaming fragment's is, across the next inner step): its
-     * sync, NULL when none, its step, and the regions already named lost to it (lost/<step>). */
+    /* The sync of the round whose exchange is under way (a streaming fragment's is, across the next inner
+     * step), NULL when none; m.open is its step. */
     xdc_sync *open;
-    int64_t open_step;
-    uint8_t told[XDC_TOPO_MAX_REGIONS];
 } orch_elastic;
 
 /* A training mode (orch_mode_sync.c, orch_mode_diloco.c, orch_mode_streaming.c): the syncs and buffers it
@@ -243,9 +241,10 @@ xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
 /* End the exchange of `sync`'s round, the outer round at `step` (its time counted as exposed WAN). Elastic
  * rounds: orch_elastic_wait, then the round ends on its final set; otherwise xdc_sync_end. */
 xdc_err_t orch_outer_end(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag);
-/* Elastic rounds: post this worker's arrival at `round` (a step, or ORCH_QUORUM_END) and take the store
- * host's decision of who is in it into w->elastic; XDC_ERR_UNAVAILABLE when this region was left out. */
-xdc_err_t orch_elastic_agree(orch_worker *w, const char *round, xdc_diag *diag);
+/* Elastic rounds: post this worker's arrival at `round` (a step, or RDZV_ROUND_END) and take the store
+ * host's decision of who is in it into w->elastic.m (orch_elastic_arrive); XDC_ERR_UNAVAILABLE when this
+ * region was left out. */
+xdc_err_t orch_elastic_agree(orch_worker *w, long long round, xdc_diag *diag);
 
 /* orch_rejoin.c: a region that left an elastic DiLoCo or streaming run comes back (docs/runtime.md,
  * "Rejoining"). */

@@ -1,6 +1,7 @@
 /* orch_worker_sync.c — the worker's syncs: the configuration each starts from (the member's, with this
  * stage's parameters and the trace hook), the list of the mode's, the wait for a round (exposed WAN time),
- * and the switch of the WAN codec and DiLoCo period a re-plan or a resume makes. Below orch_train.c,
+ * the wait on an open elastic round (regions the store's host names lost), and the switch of the WAN codec
+ * and DiLoCo period a re-plan or a resume makes. Below orch_train.c,
  * orch_checkpoint.c and the modes, which all use it. */
 #include "orchestrator/worker/orch_worker.h"
 
@@ -40,6 +41,30 @@ int orch_worker_syncs(const orch_worker *w, xdc_sync **out, int cap)
 {
     return w->mode && w->mode_state ? w->mode->syncs(w->mode_state, out, cap) : 0;
 }
+
+/* How often a worker whose round's exchange is under way looks whether a member left during it (lost/<S>). */
+#define ORCH_LOST_POLL_MS 200
+
+/* The member regions the store's host named lost during the open round's exchange since the last look are
+ * no longer waited for. */
+static xdc_err_t poll_lost(orch_worker *w, xdc_diag *diag)
+{
+    uint8_t lost[XDC_TOPO_MAX_REGIONS];
+    int n;
+    XDC_CHECK(orch_elastic_lost(&w->elastic.m, lost, &n, diag));
+    for (int r = 0; n > 0 && r < w->id->n_regions; r++)
+        if (lost[r]) xdc_sync_lose(w->elastic.open, r);
+    return XDC_OK;
+}
+
+xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
+{
+    if (!w->elastic.open) return xdc_sync_end(sync, diag);
+    xdc_err_t rc;
+    while ((rc = xdc_sync_wait(sync, ORCH_LOST_POLL_MS, diag)) == XDC_ERR_AGAIN) XDC_CHECK(poll_lost(w, diag));
+    return rc;
+}
+
 
 xdc_err_t orch_train_wait_sync(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
 {

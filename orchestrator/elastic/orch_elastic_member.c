@@ -1,0 +1,213 @@
+/* orch_elastic_member.c — a worker's half of the elastic round protocol: arrivals and decisions, the
+ * bookkeeping of a round's exchange (lost regions, what was summed, the final set), and the rejoin
+ * handshake's store side (see orch_elastic_member.h; the protocol: orch_quorum.h). */
+#include "orchestrator/elastic/orch_elastic_member.h"
+
+#include "common/xdc_log.h"
+#include "common/xdc_time.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void orch_elastic_member_init(orch_elastic_member *m, rdzv_client *rdzv, const xdc_topology *t, int region_idx,
+                              int rank, int64_t grace_ms, int64_t operation_ms)
+{
+    memset(m, 0, sizeof *m);
+    m->rdzv = rdzv;
+    m->t = t;
+    m->region_idx = region_idx;
+    m->rank = rank;
+    m->grace_ms = grace_ms;
+    m->operation_ms = operation_ms;
+    m->n_live = t->n_regions;
+    memset(m->live, 1, (size_t)t->n_regions);
+    m->open = -1;
+}
+
+static const char *region_name(const orch_elastic_member *m, int r) { return m->t->regions[r].name; }
+
+/* 1 when `set` is one character of `allowed` per region. */
+static int is_region_set(const orch_elastic_member *m, const char *set, const char *allowed)
+{
+    size_t n = (size_t)m->t->n_regions;
+    return strlen(set) == n && strspn(set, allowed) == n;
+}
+
+xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag *diag)
+{
+    char val[RDZV_VALUE_MAX];
+    int n = m->t->n_regions;
+    rdzv_val name = rdzv_val_round(round);
+    XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_outer(m->region_idx, m->rank).s, name.s, diag));
+    /* The decision comes at most the grace window after the first region arrived; our own region's other
+     * workers may take up to an operation's deadline to get here. */
+    xdc_err_t rc = rdzv_get(m->rdzv, rdzv_key_quorum(round).s, m->grace_ms + m->operation_ms, val, sizeof val, diag);
+    if (rc != XDC_OK) {
+        xdc_diag_prefix(diag, "round %s: no quorum decision", name.s);
+        return rc;
+    }
+    if (!is_region_set(m, val, "01j")) {
+        xdc_diag_set(diag, "round %s: quorum '%.64s' is not one 0/1/j per region (%d)", name.s, val, n);
+        return XDC_ERR_PROTO;
+    }
+    if (val[m->region_idx] != '1') {
+        xdc_diag_set(diag,
+                     "region %s was dropped from round %s (it missed the %.1f s grace window or lost a worker), so "
+                     "it leaves the run; restarting its agents brings it back at a later outer round",
+                     region_name(m, m->region_idx), name.s, (double)m->grace_ms / 1000.0);
+        return XDC_ERR_UNAVAILABLE;
+    }
+    int live = 0;
+    for (int r = 0; r < n; r++) {
+        uint8_t in = val[r] == '1';
+        if (m->live[r] && !in)
+            XDC_WARN(XDC_SUB_ORCH, "round %s: region %s dropped from the quorum", name.s, region_name(m, r));
+        m->live[r] = in;
+        m->joining[r] = val[r] == 'j';
+        live += in;
+    }
+    m->n_live = live;
+    memcpy(m->quorum, val, (size_t)n + 1);
+    return XDC_OK;
+}
+
+void orch_elastic_opened(orch_elastic_member *m, long long step)
+{
+    m->open = step;
+    memset(m->told, 0, sizeof m->told);
+}
+
+xdc_err_t orch_elastic_lost(orch_elastic_member *m, uint8_t lost[XDC_TOPO_MAX_REGIONS], int *n, xdc_diag *diag)
+{
+    char val[RDZV_VALUE_MAX];
+    memset(lost, 0, XDC_TOPO_MAX_REGIONS);
+    *n = 0;
+    if (m->open < 0) return XDC_OK;
+    xdc_err_t g = rdzv_try_get(m->rdzv, rdzv_key_lost(m->open).s, val, sizeof val, diag);
+    if (g == XDC_ERR_AGAIN) return XDC_OK; /* nobody left */
+    XDC_CHECK(g);
+    for (int r = 0; r < m->t->n_regions && val[r]; r++)
+        if (val[r] == '1' && !m->told[r] && r != m->region_idx) { /* ours: the final set says so */
+            m->told[r] = lost[r] = 1;
+            (*n)++;
+            XDC_WARN(XDC_SUB_ORCH, "outer round at step %lld: region %s left during the exchange; not waiting for it",
+                     m->open, region_name(m, r));
+        }
+    return XDC_OK;
+}
+
+xdc_err_t orch_elastic_settle(orch_elastic_member *m, long long step, const uint8_t *got, uint8_t *final, int *resum,
+                              xdc_diag *diag)
+{
+    int n = m->t->n_regions;
+    char val[RDZV_VALUE_MAX];
+    rdzv_val post = rdzv_val_xchg(step, got, n);
+    m->open = -1;
+    *resum = 0;
+    XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_xchg(m->region_idx, m->rank).s, post.s, diag));
+    xdc_err_t rc = rdzv_get(m->rdzv, rdzv_key_final(step).s, m->operation_ms + m->grace_ms, val, sizeof val, diag);
+    if (rc != XDC_OK) {
+        xdc_diag_prefix(diag, "outer round at step %lld: no final set", step);
+        return rc;
+    }
+    if (!is_region_set(m, val, "01")) {
+        xdc_diag_set(diag, "outer round at step %lld: final set '%.64s' is not one 0/1 per region (%d)", step, val, n);
+        return XDC_ERR_PROTO;
+    }
+    int same = 1;
+    for (int r = 0; r < n; r++) {
+        final[r] = val[r] == '1';
+        same &= final[r] == m->live[r];
+    }
+    if (!final[m->region_idx]) {
+        xdc_diag_set(
+            diag,
+            "region %s left the run during the exchange of the outer round at step %lld (it was silent or lost "
+            "a worker), so it leaves; restarting its agents brings it back at a later outer round",
+            region_name(m, m->region_idx), step);
+        return XDC_ERR_UNAVAILABLE;
+    }
+    if (same) return XDC_OK;
+    char began[XDC_TOPO_MAX_REGIONS + 1];
+    for (int r = 0; r < n; r++) began[r] = m->live[r] ? '1' : '0';
+    began[n] = '\0';
+    XDC_WARN(XDC_SUB_ORCH,
+             "outer round at step %lld: summing again over the final set %s (the round began with %s; this worker "
+             "summed %s)",
+             step, val, began, strchr(post.s, ':') + 1);
+    *resum = 1;
+    return XDC_OK;
+}
+
+xdc_err_t orch_elastic_rejoin_detect(rdzv_client *rdzv, const char *region, int region_idx, int rank,
+                                     int64_t timeout_ms, int *rejoin, int *left, xdc_diag *diag)
+{
+    char val[300];
+    *rejoin = 0;
+    rdzv_key key = rdzv_key_wan(region_idx, rank);
+    xdc_err_t rc = rdzv_try_get(rdzv, key.s, val, sizeof val, diag);
+    if (rc == XDC_ERR_AGAIN) return XDC_OK; /* a fresh start */
+    XDC_CHECK(rc);
+    XDC_INFO(XDC_SUB_ORCH, "the run is under way (an earlier process of ours published %s = %s): rejoining it", key.s,
+             val);
+    /* The store host names our region gone once it missed a round (or its agent's failure was reported). */
+    key = rdzv_key_left(region_idx);
+    rc = rdzv_get(rdzv, key.s, timeout_ms, val, sizeof val, diag);
+    if (rc != XDC_OK) {
+        xdc_diag_prefix(diag, "region %s: the run is under way but did not let it go (%s)", region, key.s);
+        return rc;
+    }
+    long long times;
+    if (rdzv_val_round_parse(val, &times) != XDC_OK || times > INT32_MAX) {
+        xdc_diag_set(diag, "region %s: %s = '%.32s' is not a count", region, key.s, val);
+        return XDC_ERR_PROTO;
+    }
+    *rejoin = 1;
+    *left = (int)times;
+    return XDC_OK;
+}
+
+xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, int64_t timeout_ms, long long *round,
+                                  uint8_t in_round[XDC_TOPO_MAX_REGIONS], int *from, xdc_diag *diag)
+{
+    char nonce[RDZV_NONCE_MAX], val[RDZV_VALUE_MAX], mask[XDC_TOPO_MAX_REGIONS + 1];
+    int n = m->t->n_regions;
+    const char *us = region_name(m, m->region_idx);
+    snprintf(nonce, sizeof nonce, "%d-%llu", (int)getpid(), (unsigned long long)xdc_wall_ns());
+    /* A report of the earlier process would make a coordinator drop the region again. */
+    XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_failed(member).s, "", diag));
+    XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_outer(m->region_idx, m->rank).s, rdzv_val_join(nonce).s, diag));
+    /* The next round decided takes us: within the others' inner steps of a period plus the grace window. */
+    rdzv_key key = rdzv_key_rejoin(nonce);
+    xdc_err_t rc = rdzv_get(m->rdzv, key.s, timeout_ms, val, sizeof val, diag);
+    if (rc != XDC_OK) {
+        xdc_diag_prefix(diag, "region %s asked to rejoin (%s): no round took it", us, key.s);
+        return rc;
+    }
+    if (rdzv_val_round_parse(val, round) != XDC_OK) {
+        xdc_diag_set(diag, "region %s asked to rejoin: %s = '%.32s' is not a round", us, key.s, val);
+        return XDC_ERR_PROTO;
+    }
+    rdzv_val name = rdzv_val_round(*round);
+    XDC_CHECK(rdzv_get(m->rdzv, rdzv_key_quorum(*round).s, m->operation_ms, mask, sizeof mask, diag));
+    if (!is_region_set(m, mask, "01j") || mask[m->region_idx] != 'j') {
+        xdc_diag_set(diag, "round %s: quorum '%s' does not name region %s as joining", name.s, mask, us);
+        return XDC_ERR_PROTO;
+    }
+    m->n_live = 0;
+    *from = -1;
+    for (int r = 0; r < n; r++) {
+        m->live[r] = mask[r] != '0'; /* from the next round on, us and the others joining with us */
+        m->n_live += m->live[r];
+        in_round[r] = mask[r] == '1';
+        if (in_round[r] && *from < 0) *from = r;
+    }
+    if (*from < 0) {
+        xdc_diag_set(diag, "round %s: quorum '%s' names no member to take the state from", name.s, mask);
+        return XDC_ERR_PROTO;
+    }
+    return XDC_OK;
+}

@@ -1,0 +1,75 @@
+/* orch_elastic_member.h — the member half of the elastic round protocol (the host half and the protocol
+ * itself: orch_quorum.h; the keys: orchestrator/rdzv/orch_rdzv_keys.h). One worker's view of its rounds,
+ * on its rendezvous client and plain values, with no model state: the worker (orchestrator/worker/) moves
+ * the parameters and the sums, this half says who is in each round and which contributions count.
+ *
+ * A round of a worker: orch_elastic_arrive posts its arrival and takes the host's decision (live: who is
+ * in, joining: who rejoins at it); once its exchange is under way (orch_elastic_opened) orch_elastic_lost
+ * says which member regions the host names lost during it, so the worker stops waiting for their shards;
+ * after it, orch_elastic_settle posts what the worker summed and takes the round's final set. A restarted
+ * worker of a region that left finds the run under way (orch_elastic_rejoin_detect), asks to rejoin and
+ * learns the round that takes it back (orch_elastic_rejoin_ask); the worker then dials that round's members
+ * and takes the state from the lowest one. */
+#ifndef ORCH_ELASTIC_MEMBER_H
+#define ORCH_ELASTIC_MEMBER_H
+
+#include "common/xdc_err.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
+#include "topology/xdc_topology.h"
+
+#include <stdint.h>
+
+typedef struct orch_elastic_member {
+    rdzv_client *rdzv;
+    const xdc_topology *t; /* the regions, by index; their names for the log */
+    int region_idx, rank;  /* this worker: its region and its rank in it */
+    /* A decision comes at most the grace window after the first region arrived, a final set the grace
+     * window after the last member's exchange; a member's own region may take an operation's deadline. */
+    int64_t grace_ms, operation_ms;
+    uint8_t live[XDC_TOPO_MAX_REGIONS];    /* 1: in the last round decided (all before the first) */
+    uint8_t joining[XDC_TOPO_MAX_REGIONS]; /* 1: rejoins at the last round (it gets the round's outer state) */
+    int n_live;
+    char quorum[XDC_TOPO_MAX_REGIONS + 1]; /* the last decision as published, one '0'/'1'/'j' per region */
+    long long open;                        /* the round whose exchange is under way; -1: none */
+    uint8_t told[XDC_TOPO_MAX_REGIONS];    /* the regions lost/<open> named that orch_elastic_lost reported */
+} orch_elastic_member;
+
+/* Every region of t in, no round open. */
+void orch_elastic_member_init(orch_elastic_member *m, rdzv_client *rdzv, const xdc_topology *t, int region_idx,
+                              int rank, int64_t grace_ms, int64_t operation_ms);
+
+/* Arrive at `round` (a step, or RDZV_ROUND_END) and wait for the host's decision: m->live, m->joining,
+ * m->n_live follow it, so every member counts the same regions. XDC_ERR_UNAVAILABLE naming the region when
+ * ours is not in it (it leaves the run; its agent, restarted, may bring it back), XDC_ERR_PROTO when the
+ * decision (m->quorum) is not one '0'/'1'/'j' per region; the wait's error when none came. */
+xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag *diag);
+
+/* The exchange of the round at `step` is under way. */
+void orch_elastic_opened(orch_elastic_member *m, long long step);
+/* The open round's lost/<step>, if the host published one: lost[r] = 1 for each member region it names that
+ * no earlier call reported (never ours: the final set says so), logged; *n: how many. Without an open round
+ * or a loss, none. */
+xdc_err_t orch_elastic_lost(orch_elastic_member *m, uint8_t lost[XDC_TOPO_MAX_REGIONS], int *n, xdc_diag *diag);
+/* After the exchange of the round at `step` (got[r]: region r's contributions were summed): post them as
+ * xchg/<region index>/<rank> and wait for the round's final set into final[r]. *resum = 1 when it is not
+ * the set the round began with (m->live): the worker sums again over it (logged here). The round is closed.
+ * XDC_ERR_UNAVAILABLE when our own region is not in it (it left during the exchange), XDC_ERR_PROTO when the
+ * set is not one '0'/'1' per region. */
+xdc_err_t orch_elastic_settle(orch_elastic_member *m, long long step, const uint8_t *got, uint8_t *final, int *resum,
+                              xdc_diag *diag);
+
+/* At a worker's start: is the run under way already, an earlier process of this worker's having published
+ * its WAN address (region: its region's name, for the message)? Then wait (up to timeout_ms) until the host let its region go: *rejoin = 1 and *left =
+ * how many times the region left (its new intra bootstrap is named with it). A fresh start: *rejoin = 0. */
+xdc_err_t orch_elastic_rejoin_detect(rdzv_client *rdzv, const char *region, int region_idx, int rank,
+                                     int64_t timeout_ms, int *rejoin, int *left, xdc_diag *diag);
+/* A restarted worker (member: its name "region/host:rank") asks to rejoin: its earlier process's failure
+ * report is withdrawn, the request posted, and it waits up to timeout_ms for the round that takes it back,
+ * *round. m->live then holds the regions of the run from the next round on (us and any joining with us),
+ * in_round[r] = 1 for the round's members, whom the worker dials, and *from is the lowest of them, whose
+ * worker of our rank hands over the state. XDC_ERR_PROTO when the decision does not name us joining or names
+ * no member. */
+xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, int64_t timeout_ms, long long *round,
+                                  uint8_t in_round[XDC_TOPO_MAX_REGIONS], int *from, xdc_diag *diag);
+
+#endif /* ORCH_ELASTIC_MEMBER_H */
