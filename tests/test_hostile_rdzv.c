@@ -7,10 +7,13 @@
 #include "tests/xdc_test.h"
 
 #include "common/xdc_log.h"
+#include "common/xdc_time.h"
 #include "orchestrator/rdzv/orch_rdzv.h"
+#include "orchestrator/rdzv/orch_rdzv_quota.h"
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -476,6 +479,8 @@ XDC_TEST_T(hostile_rdzv_coordinator_process_survives_2000_sessions, 300)
     printf("xdc coordinator after 2000 sessions: threads %ld -> %ld, RSS %ld -> %ld kB\n", threads0, threads1, rss0,
            rss1);
     XDC_ASSERT_MSG(threads1 <= threads0 + 4, "coordinator threads grew from %ld to %ld", threads0, threads1);
+    /* Every session's peer is freed (before: +89 MiB over these 2,000, about 45 KiB each). */
+    XDC_ASSERT_MSG(rss1 - rss0 <= 5 * 1024, "coordinator RSS grew by %ld kB over 2000 sessions", rss1 - rss0);
     rdzv_client *c = member(&h, 2);
     xdc_diag d = {{0}};
     XDC_ASSERT_OK(rdzv_set(c, "wan/1/0", "127.0.0.1:1", &d));
@@ -488,5 +493,150 @@ XDC_TEST_T(hostile_rdzv_coordinator_process_survives_2000_sessions, 300)
     XDC_ASSERT_STR_CONTAINS(out, "certificate us-east/0 (not joined) sent set before joining; closing");
     XDC_ASSERT_STR_CONTAINS(out, "closing the connection of eu-west/west-node1:1: nested value");
     free(out);
+    hostile_close(&h);
+}
+
+/* Sessions from env XDC_HOSTILE_SESSIONS (a manual run shows the 3,000), else `dflt`. */
+static int hostile_sessions(int dflt)
+{
+    const char *v = getenv("XDC_HOSTILE_SESSIONS");
+    return v && atoi(v) > 0 ? atoi(v) : dflt;
+}
+
+/* Log lines holding `what`. */
+static int count_logged(hostile *h, const char *what)
+{
+    char *text = xdc_test_read_file(h->log, NULL);
+    int n = 0;
+    for (const char *at = text; at && (at = strstr(at, what)); at++) n++;
+    free(text);
+    return n;
+}
+
+/* The store engine's counters once they settle (bounded wait: the engine reaps on its own thread). */
+static xdc_wan_counts settled_counts(xdc_wan_engine *eng, int peers)
+{
+    xdc_wan_counts c = {0};
+    for (int t = 0; t < 2000; t++) {
+        xdc_wan_engine_counts(eng, &c);
+        if (c.peers <= peers) break;
+        nanosleep(&(struct timespec){0, 5 * 1000000L}, NULL);
+    }
+    return c;
+}
+
+/* Sessions from one member certificate, served (joined, wrote, left), refused before join, and refused by
+ * the certificate's share of connections (9 at once, 8 allowed): the store's engine frees every peer, so
+ * its peer count comes back to the members still connected (before: every session ever made stayed,
+ * ~45 KiB each). */
+XDC_TEST_T(hostile_rdzv_store_frees_every_peer_it_served_or_refused, 60)
+{
+    hostile h;
+    hostile_open(&h);
+    rdzv_client *honest = member(&h, 2); /* one live member throughout */
+    int sessions = hostile_sessions(50), refused_by_cap = 0;
+    long rss0 = proc_status(0, "VmRSS");
+    for (int s = 0; s < sessions; s += 10) {
+        xdc_wan_peer *p[9];
+        for (int i = 0; i < 9; i++) {
+            xdc_diag d = {{0}};
+            XDC_ASSERT_OK(xdc_wan_connect(h.eng[1], "127.0.0.1", h.port, RDZV_SERVER_REGION, 0, &p[i], &d));
+            (void)xdc_wan_peer_wait_ready(p[i], 10000, &d); /* the one over the share may be closed at once */
+        }
+        await_connections(&h, 1 + 8); /* the honest member and the certificate's share; the ninth refused */
+        for (int t = 0; t < 2000 && count_logged(&h, "its certificate holds too many connections") <= s / 10; t++)
+            nanosleep(&(struct timespec){0, 5 * 1000000L}, NULL);
+        for (int i = 0; i < 9; i++) xdc_wan_peer_destroy(p[i]);
+        await_connections(&h, 1);
+        char reply[512];
+        xdc_wan_peer *q = raw_join(&h, 1); /* the tenth: served */
+        XDC_ASSERT_OK(raw_text(q, "{\"op\":\"set\",\"key\":\"wan/0/1\",\"value\":\"x\"}", reply, sizeof reply));
+        XDC_ASSERT_STR_CONTAINS(reply, "\"ok\":true");
+        xdc_wan_peer_destroy(q);
+        await_connections(&h, 1);
+    }
+    refused_by_cap = count_logged(&h, "its certificate holds too many connections");
+    xdc_wan_counts c = settled_counts(h.srv_eng, 1);
+    long rss1 = proc_status(0, "VmRSS");
+    printf("%d sessions from one certificate (%d refused by its share): store engine holds %d peers, %d requests; "
+           "RSS %ld -> %ld kB\n",
+           sessions, refused_by_cap, c.peers, c.requests, rss0, rss1);
+    XDC_ASSERT_EQ(refused_by_cap, (sessions + 9) / 10); /* one of each 9 at once */
+    XDC_ASSERT_MSG(c.peers == 1, "the store's engine holds %d peers for 1 live member", c.peers);
+    assert_logged(&h, "certificate us-east/1", "its certificate holds too many connections");
+    rdzv_client_destroy(honest);
+    hostile_close(&h);
+}
+
+/* A region's rank 0 writing rejoin bootstraps intra/<region>/<n> without end is refused at its quota, named
+ * in the reply and in the store's log with its certificate; another member's writes still succeed (before:
+ * the store filled at 4,096 keys and an innocent member's write failed with "store full"). */
+XDC_TEST_T(hostile_rdzv_member_over_its_quota_is_refused_and_named, 60)
+{
+    hostile h;
+    hostile_open(&h);
+    xdc_wan_peer *p = raw_join(&h, 0);
+    char msg[1024], reply[512];
+    int written = 0;
+    for (int n = 0; n < 1000; n++) {
+        snprintf(msg, sizeof msg, "{\"op\":\"set\",\"key\":\"intra/us-east/%d\",\"value\":\"%0512d\"}", n, n);
+        XDC_ASSERT_OK(raw_text(p, msg, reply, sizeof reply));
+        if (!strstr(reply, "\"ok\":true")) break;
+        written++;
+    }
+    XDC_ASSERT_EQ(written, RDZV_QUOTA_REJOINS);
+    XDC_ASSERT_STR_CONTAINS(reply, "us-east/east-node1:0 is over its quota of 64 keys");
+    assert_logged(&h, "us-east/east-node1:0", "(certificate us-east/0): over its quota");
+    /* Overwriting its own key stays within the quota. */
+    XDC_ASSERT_OK(raw_text(p, "{\"op\":\"set\",\"key\":\"intra/us-east/3\",\"value\":\"again\"}", reply, sizeof reply));
+    XDC_ASSERT_STR_CONTAINS(reply, "\"ok\":true");
+    xdc_wan_peer_destroy(p);
+    rdzv_client *c = member(&h, 1);
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(rdzv_set(c, "wan/0/1", "127.0.0.1:1", &d));
+    XDC_ASSERT_OK(rdzv_set(c, "metrics/us-east/1", "{}", &d));
+    rdzv_client_destroy(c);
+    pass_barrier_together(&h);
+    hostile_close(&h);
+}
+
+typedef struct {
+    xdc_wan_peer *p;
+    atomic_int stop;
+    int sent;
+} busy_member;
+
+/* Heartbeats back to back, each reply taken, until the store closes the connection or `stop`. */
+static void *busy_main(void *arg)
+{
+    busy_member *b = arg;
+    char reply[512];
+    while (!atomic_load(&b->stop) &&
+           raw_text(b->p, "{\"op\":\"heartbeat\",\"status\":\"busy\"}", reply, sizeof reply) == XDC_OK)
+        b->sent++;
+    return NULL;
+}
+
+/* A member sending requests back to back when the store closes: rdzv_server_destroy returns (each
+ * connection thread sees the stop flag at every request, not only while idle) and the log names the
+ * connections that still held the store (before: destroy waited on that thread as long as the member kept
+ * sending, 39 s past the final line of a launch). */
+XDC_TEST_T(hostile_rdzv_busy_member_does_not_hold_the_store_open, 30)
+{
+    hostile h;
+    hostile_open(&h);
+    busy_member b = {.p = raw_join(&h, 3)};
+    pthread_t t;
+    XDC_ASSERT(pthread_create(&t, NULL, busy_main, &b) == 0);
+    while (b.sent < 50) nanosleep(&(struct timespec){0, 1000000L}, NULL); /* it is busy now */
+    uint64_t t0 = xdc_now_ns();
+    rdzv_server_destroy(h.srv);
+    h.srv = NULL;
+    double took = (double)(xdc_now_ns() - t0) / 1e9;
+    atomic_store(&b.stop, 1);
+    pthread_join(t, NULL);
+    printf("store closed in %.2f s under a member that sent %d heartbeats\n", took, b.sent);
+    assert_logged(&h, "eu-west/west-node1:1", "still held it");
+    xdc_wan_peer_destroy(b.p);
     hostile_close(&h);
 }

@@ -470,10 +470,7 @@ static uint64_t handshake_limit_ns(const xdc_wan_engine *eng)
 }
 
 /* 1 while p is a server session some of whose announced streams never opened: it holds a handshake slot. */
-static int half_open(const xdc_wan_peer *p)
-{
-    return p->via && !p->established && p->fail_err == XDC_OK && !p->closed;
-}
+static int half_open(const xdc_wan_peer *p) { return p->via && !p->established && p->fail_err == XDC_OK && !p->closed; }
 
 static void peer_timers(xdc_wan_peer *p)
 {
@@ -483,8 +480,8 @@ static void peer_timers(xdc_wan_peer *p)
     uint64_t limit = (uint64_t)cfg->deadline_ms * XDC_NS_PER_MS;
     if (half_open(p) && p->down_since_ns && now - p->down_since_ns > handshake_limit_ns(p->eng)) {
         /* A HELLO that announces streams it never opens holds a session's memory: no longer than a handshake. */
-        wan_peer_fail(p, XDC_ERR_TIMEOUT, "%s: %d of the %d streams its HELLO announced opened within %lld ms",
-                      p->name, p->st.streams_up, p->nstreams, (long long)(handshake_limit_ns(p->eng) / XDC_NS_PER_MS));
+        wan_peer_fail(p, XDC_ERR_TIMEOUT, "%s: %d of the %d streams its HELLO announced opened within %lld ms", p->name,
+                      p->st.streams_up, p->nstreams, (long long)(handshake_limit_ns(p->eng) / XDC_NS_PER_MS));
         return;
     }
     if (p->down_since_ns && now - p->down_since_ns > limit) {

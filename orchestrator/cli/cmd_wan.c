@@ -90,22 +90,14 @@ static int parse_flag_int(const char *flag, const char *text, int lo, int hi, in
 static int parse_opts(int argc, char **argv, wan_cli_opts *o)
 {
     static const struct option opts[] = {
-        {"port", required_argument, NULL, 'p'},
-        {"cert", required_argument, NULL, 'c'},
-        {"key", required_argument, NULL, 'k'},
-        {"ca", required_argument, NULL, 'a'},
-        {"streams", required_argument, NULL, 's'},
-        {"to", required_argument, NULL, 't'},
-        {"bytes", required_argument, NULL, 'b'},
-        {"msg-bytes", required_argument, NULL, 'm'},
-        {"expect", required_argument, NULL, 'e'},
-        {"host", required_argument, NULL, 'H'},
-        {"sockbuf", required_argument, NULL, 'B'},
-        {"once", no_argument, NULL, '1'},
-        {"crl", required_argument, NULL, 'r'},
-        {"announce-timeout", required_argument, NULL, 'A'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"port", required_argument, NULL, 'p'},    {"cert", required_argument, NULL, 'c'},
+        {"key", required_argument, NULL, 'k'},     {"ca", required_argument, NULL, 'a'},
+        {"streams", required_argument, NULL, 's'}, {"to", required_argument, NULL, 't'},
+        {"bytes", required_argument, NULL, 'b'},   {"msg-bytes", required_argument, NULL, 'm'},
+        {"expect", required_argument, NULL, 'e'},  {"host", required_argument, NULL, 'H'},
+        {"sockbuf", required_argument, NULL, 'B'}, {"once", no_argument, NULL, '1'},
+        {"crl", required_argument, NULL, 'r'},     {"announce-timeout", required_argument, NULL, 'A'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     int c;
     uint64_t v;

@@ -93,7 +93,7 @@ typedef struct bserver {
     kv *keys; /* (cap_keys); grows: members are bounded by `quota`, the host by RDZV_HOST_KEYS */
     int n_keys, cap_keys, n_host_keys;
     rdzv_quota quota; /* of each member */
-    member *members; /* (n_expected) */
+    member *members;  /* (n_expected) */
     int n_expected;
     barrier barriers[RDZV_MAX_BARRIERS];
     int n_barriers;
@@ -923,8 +923,7 @@ static void bs_destroy(rdzv_server *base)
     for (int i = 0; i < s->n_conns; i++) {
         const conn *c = s->conns[i];
         size_t len = strlen(who);
-        if (!c->ended && len < sizeof who)
-            snprintf(who + len, sizeof who - len, "%s%s", held++ ? ", " : "", c->who);
+        if (!c->ended && len < sizeof who) snprintf(who + len, sizeof who - len, "%s%s", held++ ? ", " : "", c->who);
     }
     pthread_mutex_unlock(&s->mu);
     /* Each connection thread sees the flag within a poll period, whatever its member sends. */
