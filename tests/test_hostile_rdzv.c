@@ -374,6 +374,13 @@ XDC_TEST_T(hostile_rdzv_malformed_messages_close_the_connection, 60)
     hostile_close(&h);
 }
 
+/* Sessions from env XDC_HOSTILE_SESSIONS (a manual run shows the 3,000), else `dflt`. */
+static int hostile_sessions(int dflt)
+{
+    const char *v = getenv("XDC_HOSTILE_SESSIONS");
+    return v && atoi(v) > 0 ? atoi(v) : dflt;
+}
+
 /* A field of /proc/PID/status ("Threads", "VmRSS" in kB) of process `pid` (0: this one). */
 static long proc_status(pid_t pid, const char *field)
 {
@@ -465,7 +472,8 @@ XDC_TEST_T(hostile_rdzv_coordinator_process_survives_2000_sessions, 300)
     }
     XDC_ASSERT_MSG(h.port > 0, "the coordinator did not start (log %s)", log);
     long threads0 = proc_status(coord, "Threads"), rss0 = proc_status(coord, "VmRSS");
-    for (int s = 0; s < 2000; s++) {
+    int sessions = hostile_sessions(2000);
+    for (int s = 0; s < sessions; s++) {
         xdc_wan_peer *p = s % 2 ? raw_join(&h, s % N) : raw_open(&h, s % N);
         char reply[512];
         xdc_err_t rc = s % 2
@@ -476,8 +484,8 @@ XDC_TEST_T(hostile_rdzv_coordinator_process_survives_2000_sessions, 300)
         xdc_wan_peer_close(p);
     }
     long threads1 = proc_status(coord, "Threads"), rss1 = proc_status(coord, "VmRSS");
-    printf("xdc coordinator after 2000 sessions: threads %ld -> %ld, RSS %ld -> %ld kB\n", threads0, threads1, rss0,
-           rss1);
+    printf("xdc coordinator after %d sessions: threads %ld -> %ld, RSS %ld -> %ld kB\n", sessions, threads0, threads1,
+           rss0, rss1);
     XDC_ASSERT_MSG(threads1 <= threads0 + 4, "coordinator threads grew from %ld to %ld", threads0, threads1);
     /* Every session's peer is freed (before: +89 MiB over these 2,000, about 45 KiB each). */
     XDC_ASSERT_MSG(rss1 - rss0 <= 5 * 1024, "coordinator RSS grew by %ld kB over 2000 sessions", rss1 - rss0);
@@ -496,12 +504,6 @@ XDC_TEST_T(hostile_rdzv_coordinator_process_survives_2000_sessions, 300)
     hostile_close(&h);
 }
 
-/* Sessions from env XDC_HOSTILE_SESSIONS (a manual run shows the 3,000), else `dflt`. */
-static int hostile_sessions(int dflt)
-{
-    const char *v = getenv("XDC_HOSTILE_SESSIONS");
-    return v && atoi(v) > 0 ? atoi(v) : dflt;
-}
 
 /* Log lines holding `what`. */
 static int count_logged(hostile *h, const char *what)
