@@ -3,6 +3,7 @@
  * as someone else, writes of other members' and run-wide keys, barrier arrivals that die or repeat,
  * malformed messages, thousands of sessions. Each attack must be refused or contained, leave a log line
  * naming the member, and leave the store serving the honest members. */
+#include "tests/test_run_util.h"
 #include "tests/test_wan_util.h"
 #include "tests/xdc_test.h"
 
@@ -581,12 +582,15 @@ XDC_TEST_T(hostile_rdzv_member_over_its_quota_is_refused_and_named, 60)
     char msg[1024], reply[512];
     int written = 0;
     for (int n = 0; n < 1000; n++) {
-        snprintf(msg, sizeof msg, "{\"op\":\"set\",\"key\":\"intra/us-east/%d\",\"value\":\"%0512d\"}", n, n);
+        /* A bootstrap's size (XDC_INTRA_BOOTSTRAP_MAX is 320): the key count runs out, not the bytes. */
+        snprintf(msg, sizeof msg, "{\"op\":\"set\",\"key\":\"intra/us-east/%d\",\"value\":\"%0300d\"}", n, n);
         XDC_ASSERT_OK(raw_text(p, msg, reply, sizeof reply));
         if (!strstr(reply, "\"ok\":true")) break;
         written++;
     }
-    XDC_ASSERT_EQ(written, RDZV_QUOTA_REJOINS);
+    rdzv_quota q;
+    rdzv_quota_init(&q); /* the store's: its host gave no shape */
+    XDC_ASSERT_EQ(written, q.keys[RDZV_KEY_REJOIN]);
     XDC_ASSERT_STR_CONTAINS(reply, "us-east/east-node1:0 is over its quota of 64 keys");
     assert_logged(&h, "us-east/east-node1:0", "(certificate us-east/0): over its quota");
     /* Overwriting its own key stays within the quota. */
@@ -604,8 +608,8 @@ XDC_TEST_T(hostile_rdzv_member_over_its_quota_is_refused_and_named, 60)
 
 typedef struct {
     xdc_wan_peer *p;
-    atomic_int stop;
-    int sent;
+    atomic_int stop, sent, ended;
+    xdc_err_t rc; /* what ended it: the store closing the connection is XDC_ERR_CLOSED */
 } busy_member;
 
 /* Heartbeats back to back, each reply taken, until the store closes the connection or `stop`. */
@@ -613,9 +617,12 @@ static void *busy_main(void *arg)
 {
     busy_member *b = arg;
     char reply[512];
+    xdc_err_t rc = XDC_OK;
     while (!atomic_load(&b->stop) &&
-           raw_text(b->p, "{\"op\":\"heartbeat\",\"status\":\"busy\"}", reply, sizeof reply) == XDC_OK)
-        b->sent++;
+           (rc = raw_text(b->p, "{\"op\":\"heartbeat\",\"status\":\"busy\"}", reply, sizeof reply)) == XDC_OK)
+        atomic_fetch_add(&b->sent, 1);
+    b->rc = rc;
+    atomic_store(&b->ended, 1);
     return NULL;
 }
 
@@ -630,15 +637,153 @@ XDC_TEST_T(hostile_rdzv_busy_member_does_not_hold_the_store_open, 30)
     busy_member b = {.p = raw_join(&h, 3)};
     pthread_t t;
     XDC_ASSERT(pthread_create(&t, NULL, busy_main, &b) == 0);
-    while (b.sent < 50) nanosleep(&(struct timespec){0, 1000000L}, NULL); /* it is busy now */
+    while (atomic_load(&b.sent) < 50) nanosleep(&(struct timespec){0, 1000000L}, NULL); /* it is busy now */
     uint64_t t0 = xdc_now_ns();
     rdzv_server_destroy(h.srv);
     h.srv = NULL;
     double took = (double)(xdc_now_ns() - t0) / 1e9;
     atomic_store(&b.stop, 1);
     pthread_join(t, NULL);
-    printf("store closed in %.2f s under a member that sent %d heartbeats\n", took, b.sent);
+    printf("store closed in %.2f s under a member that sent %d heartbeats\n", took, atomic_load(&b.sent));
     assert_logged(&h, "eu-west/west-node1:1", "still held it");
     xdc_wan_peer_destroy(b.p);
     hostile_close(&h);
+}
+
+/* ---- through a real `xdc launch` ------------------------------------------------------------------ */
+
+/* `xdc launch` of the tiny sync run (8 steps) into TMP/<name>, output to TMP/<name>.log; with h, under run
+ * id testrun with the certificates hostile_certs issues into its certs folder, which the test then holds
+ * too, and h->port the store's once it listens. Returns the launcher's pid. */
+static pid_t start_tiny_launch(const char *name, hostile *h)
+{
+    char dir[600], log[700], certs[700];
+    const char *run = test_write_tiny_run(name, 8);
+    snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
+    snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
+    if (h) {
+        mkdir(dir, 0755);
+        snprintf(certs, sizeof certs, "%s/certs", name);
+        hostile_certs(h, certs); /* the run id of the test certificates is "testrun" */
+    }
+    pid_t pid = fork();
+    XDC_ASSERT(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(xdc_test_bin(), xdc_test_bin(), "launch", "-t", "examples/topology/demo-2region.yaml", "-c", run,
+              "--run-dir", dir, "--run-id", "testrun", (char *)NULL);
+        _exit(127);
+    }
+    for (int t = 0; h && t < 3000 && !h->port; t++) { /* bounded: 30 s */
+        char *out = xdc_test_read_file(log, NULL);
+        const char *at = out ? strstr(out, "rendezvous at 127.0.0.1:") : NULL;
+        h->port = at ? atoi(at + strlen("rendezvous at 127.0.0.1:")) : 0;
+        free(out);
+        if (!h->port) nanosleep(&(struct timespec){0, 10 * 1000000L}, NULL);
+    }
+    XDC_ASSERT_MSG(!h || h->port > 0, "the launcher's store did not start (log %s)", log);
+    return pid;
+}
+
+/* Wait for launcher `pid` of TMP/<name>: it must exit 0; its final params_xxh64 into hash[64], its output
+ * (malloc'd) returned. */
+static char *end_tiny_launch(const char *name, pid_t pid, char hash[64])
+{
+    char log[700];
+    snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
+    int status = 0;
+    XDC_ASSERT(waitpid(pid, &status, 0) == pid);
+    char *out = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_MSG(out && WIFEXITED(status) && WEXITSTATUS(status) == 0, "launch %s ended with 0x%x:\n%s", name, status,
+                   out ? out : "(no log)");
+    const char *f = strstr(out, "params_xxh64=");
+    XDC_ASSERT_MSG(f != NULL, "no final line in:\n%s", out);
+    snprintf(hash, 64, "%.16s", f + strlen("params_xxh64="));
+    return out;
+}
+
+/* During a real `xdc launch`, a member holding us-east rank 0's certificate writes rejoin bootstraps
+ * intra/us-east/<n> until refused: the store refuses it at the quota the launcher sized from the run (a sync
+ * run never rejoins: the margin's 8 keys), names it in the reply and in the launcher's log with its
+ * certificate, and the run ends with the parameters of the same run without it (launched beside it). */
+XDC_TEST_T(hostile_rdzv_quota_in_a_real_launch_is_named_and_changes_nothing, 120)
+{
+    if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian package fortunes)");
+    hostile h;
+    pid_t calm = start_tiny_launch("calm", NULL);
+    pid_t evil = start_tiny_launch("quota", &h);
+    xdc_wan_peer *p = raw_join(&h, 0);
+    char msg[512], reply[512];
+    int written = 0;
+    for (int n = 0; n < 1000; n++) {
+        snprintf(msg, sizeof msg, "{\"op\":\"set\",\"key\":\"intra/us-east/%d\",\"value\":\"%0300d\"}", n, n);
+        XDC_ASSERT_OK(raw_text(p, msg, reply, sizeof reply));
+        if (!strstr(reply, "\"ok\":true")) break;
+        written++;
+    }
+    XDC_ASSERT_MSG(waitpid(evil, NULL, WNOHANG) == 0, "the run ended before the member had filled its quota");
+    xdc_wan_peer_destroy(p);
+    printf("a member of a real launch wrote %d rejoin bootstraps, then: %s\n", written, reply);
+    XDC_ASSERT_EQ(written, RDZV_QUOTA_MARGIN); /* a sync run: rejoins 0 */
+    XDC_ASSERT_STR_CONTAINS(reply, "us-east/east-node1:0 is over its quota of 8 keys");
+    char want[64], got[64];
+    free(end_tiny_launch("calm", calm, want));
+    char *out = end_tiny_launch("quota", evil, got);
+    XDC_ASSERT_STR_CONTAINS(out,
+                            "refused us-east/east-node1:0's write of key 'intra/us-east/8' (certificate us-east/0): "
+                            "over its quota of 8 keys");
+    free(out);
+    XDC_ASSERT_MSG(strcmp(want, got) == 0, "the run ended at params_xxh64=%s, without the member's writes at %s", got,
+                   want);
+    for (int i = 0; i < N; i++) xdc_wan_engine_destroy(h.eng[i]);
+}
+
+/* A member holding eu-west rank 1's certificate sends heartbeats back to back from the run's start through
+ * its end: `xdc launch` still exits once its final line is out (the store closes that connection at once,
+ * and says it did), within the 10 s a coordinator gives members to leave (docs/runtime.md). */
+XDC_TEST_T(hostile_rdzv_busy_member_does_not_hold_a_real_launch_open, 120)
+{
+    if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian package fortunes)");
+    hostile h;
+    pid_t pid = start_tiny_launch("busy", &h);
+    busy_member b = {.p = raw_join(&h, 3)};
+    pthread_t t;
+    XDC_ASSERT(pthread_create(&t, NULL, busy_main, &b) == 0);
+    char log[700];
+    snprintf(log, sizeof log, "%s/busy.log", xdc_test_tmpdir());
+    int final = 0, exited = 0;
+    for (int i = 0; i < 12000 && !final; i++) { /* bounded: 120 s for the run */
+        char *out = xdc_test_read_file(log, NULL);
+        final = out && strstr(out, "final val_loss=") != NULL;
+        free(out);
+        if (!final && waitpid(pid, NULL, WNOHANG) == pid) XDC_FAIL("the launch ended without a final line (%s)", log);
+        if (!final) nanosleep(&(struct timespec){0, 10 * 1000000L}, NULL);
+    }
+    XDC_ASSERT_MSG(final, "no final line (%s)", log);
+    /* The cap: a launcher still running 10 s after its final line is held by the member. */
+    for (int i = 0; i < 1000 && !exited; i++) {
+        exited = waitpid(pid, NULL, WNOHANG) == pid;
+        if (!exited) nanosleep(&(struct timespec){0, 10 * 1000000L}, NULL);
+    }
+    if (!exited) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    atomic_store(&b.stop, 1);
+    pthread_join(t, NULL);
+    XDC_ASSERT_MSG(exited, "xdc launch still ran 10 s after its final line, held by a member sending heartbeats");
+    char *out = xdc_test_read_file(log, NULL);
+    printf("the member sent %d heartbeats; its connection ended with %s\n", atomic_load(&b.sent), xdc_errname(b.rc));
+    XDC_ASSERT_ERR(b.rc, XDC_ERR_CLOSED); /* the store ended it, not the member */
+    /* It held the store when the store closed (after the final line), and the store let it go. The workers'
+     * own connections may not have ended yet: other names may be on the line. */
+    int named = 0;
+    for (char *line = strtok(out, "\n"); line && !named; line = strtok(NULL, "\n"))
+        named = strstr(line, "connections still held it:") && strstr(line, "eu-west/west-node1:1");
+    XDC_ASSERT_MSG(named, "the launcher did not name the member that held its store (%s)", log);
+    free(out);
+    xdc_wan_peer_destroy(b.p);
+    for (int i = 0; i < N; i++) xdc_wan_engine_destroy(h.eng[i]);
 }

@@ -833,6 +833,14 @@ static xdc_err_t bs_grant(rdzv_server *base, const char *key, const char *member
     return rc;
 }
 
+static void bs_quota(rdzv_server *base, const rdzv_quota *q)
+{
+    bserver *s = (bserver *)base;
+    pthread_mutex_lock(&s->mu);
+    s->quota = *q;
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void bs_set(rdzv_server *base, const char *key, const char *value)
 {
     bserver *s = (bserver *)base;
@@ -946,6 +954,7 @@ static void bs_destroy(rdzv_server *base)
 
 static const rdzv_server_ops builtin_server_ops = {.port = bs_port,
                                                    .grant = bs_grant,
+                                                   .quota = bs_quota,
                                                    .set = bs_set,
                                                    .get = bs_get,
                                                    .find = bs_find,

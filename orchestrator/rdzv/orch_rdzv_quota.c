@@ -3,7 +3,9 @@
 
 #include "orchestrator/rdzv/orch_rdzv.h"
 
+#include <limits.h>
 #include <stdio.h>
+#include <string.h>
 
 static const char *const class_names[RDZV_KEY_CLASSES] = {
     [RDZV_KEY_OWN] = "its own keys",
@@ -12,17 +14,34 @@ static const char *const class_names[RDZV_KEY_CLASSES] = {
     [RDZV_KEY_PREFIX] = "keys under the prefixes granted to it",
 };
 
-void rdzv_quota_init(rdzv_quota *q)
+void rdzv_quota_for_run(rdzv_quota *q, const rdzv_run_shape *shape)
 {
     *q = (rdzv_quota){0};
     q->keys[RDZV_KEY_OWN] = RDZV_QUOTA_OWN_KEYS;
     q->bytes[RDZV_KEY_OWN] = (size_t)RDZV_QUOTA_OWN_KEYS * RDZV_VALUE_MAX;
     q->keys[RDZV_KEY_GRANT] = RDZV_QUOTA_GRANT_KEYS;
     q->bytes[RDZV_KEY_GRANT] = (size_t)RDZV_QUOTA_GRANT_KEYS * RDZV_VALUE_MAX;
-    q->keys[RDZV_KEY_REJOIN] = RDZV_QUOTA_REJOINS;
-    q->bytes[RDZV_KEY_REJOIN] = (size_t)RDZV_QUOTA_REJOINS * RDZV_VALUE_MAX;
-    q->keys[RDZV_KEY_PREFIX] = RDZV_QUOTA_PREFIX_KEYS;
-    q->bytes[RDZV_KEY_PREFIX] = (size_t)RDZV_QUOTA_PREFIX_KEYS * RDZV_QUOTA_PREFIX_VALUE;
+    /* The counts come from the run file (steps up to INT_MAX): clamp before they become int key counts. */
+    long rejoins = shape->rejoins < 0 ? 0 : shape->rejoins > INT_MAX / 2 ? INT_MAX / 2 : shape->rejoins;
+    long replans = shape->replans < 0 ? 0 : shape->replans > INT_MAX / 2 ? INT_MAX / 2 : shape->replans;
+    q->keys[RDZV_KEY_REJOIN] = (int)rejoins + RDZV_QUOTA_MARGIN;
+    q->bytes[RDZV_KEY_REJOIN] = (size_t)q->keys[RDZV_KEY_REJOIN] * RDZV_QUOTA_PREFIX_VALUE;
+    q->keys[RDZV_KEY_PREFIX] = (int)replans + RDZV_QUOTA_MARGIN;
+    q->bytes[RDZV_KEY_PREFIX] = (size_t)q->keys[RDZV_KEY_PREFIX] * RDZV_QUOTA_PREFIX_VALUE;
+}
+
+void rdzv_quota_init(rdzv_quota *q) { rdzv_quota_for_run(q, &RDZV_SHAPE_DEFAULT); }
+
+rdzv_key_class rdzv_quota_classify(const char *member, const char *key)
+{
+    size_t region = strcspn(member, "/");
+    if (strncmp(key, "intra/", 6) == 0 && strncmp(key + 6, member, region) == 0 && key[6 + region] == '/') {
+        const char *n = key + 6 + region + 1;
+        if (*n && strspn(n, "0123456789") == strlen(n)) return RDZV_KEY_REJOIN;
+    }
+    if (strncmp(key, "replan/", 7) == 0 && strncmp(key, "replan/link/", 12) != 0) return RDZV_KEY_PREFIX;
+    if (strcmp(key, "finished") == 0 || strcmp(key, "result") == 0) return RDZV_KEY_GRANT;
+    return RDZV_KEY_OWN;
 }
 
 int rdzv_quota_check(const rdzv_quota *q, const rdzv_usage *u, rdzv_key_class cls, int is_new, size_t old_bytes,

@@ -19,11 +19,20 @@ typedef enum {
     RDZV_KEY_CLASSES
 } rdzv_key_class;
 
-#define RDZV_QUOTA_OWN_KEYS     10   /* may_write's fixed keys of a region's rank 0; others have 7 */
-#define RDZV_QUOTA_GRANT_KEYS   (16) /* run-wide keys one member may be granted (RDZV_MAX_GRANTS of a run) */
-#define RDZV_QUOTA_REJOINS      64   /* times a region may come back into an elastic run: one bootstrap each */
-#define RDZV_QUOTA_PREFIX_KEYS  8192 /* keys under a granted prefix: one per re-plan check (steps / replan_every) */
-#define RDZV_QUOTA_PREFIX_VALUE 512  /* average bytes of a value under a prefix (a rejoin bootstrap, a re-plan) */
+#define RDZV_QUOTA_OWN_KEYS     10  /* may_write's fixed keys of a region's rank 0; others have 7 */
+#define RDZV_QUOTA_GRANT_KEYS   16  /* run-wide keys one member may be granted (RDZV_MAX_GRANTS of a run) */
+#define RDZV_QUOTA_MARGIN       8   /* keys over what the run's shape counts, under each prefix */
+#define RDZV_QUOTA_PREFIX_VALUE 512 /* bytes a value under a prefix holds on average (a bootstrap, a re-plan) */
+
+/* What the run's shape lets its members write under the prefixes of many keys. Every process of a run
+ * computes it from the same files (orch_run_config_rdzv_shape): the store host to enforce it, an etcd member
+ * to check its own writes. */
+typedef struct rdzv_run_shape {
+    long rejoins; /* times a region may leave and come back: one bootstrap intra/<region>/<n> each */
+    long replans; /* re-plan checks: one replan/<step> each, written by global rank 0 */
+} rdzv_run_shape;
+/* The shape of a store whose host says nothing of its run (rdzv_server_create alone, tests, tools). */
+#define RDZV_SHAPE_DEFAULT ((rdzv_run_shape){.rejoins = 56, .replans = 8184})
 
 typedef struct rdzv_quota {
     int keys[RDZV_KEY_CLASSES];     /* keys of each class one member may hold */
@@ -36,7 +45,12 @@ typedef struct rdzv_usage {
     size_t bytes[RDZV_KEY_CLASSES];
 } rdzv_usage;
 
-/* The quota of a member of a run (the same for every member: a class it may not write stays unused). */
+/* The quota of a member of a run of this shape (the same for every member: a class it may not write stays
+ * unused): its 10 own keys and 16 granted ones of up to RDZV_VALUE_MAX bytes each; rejoins + margin keys
+ * intra/<region>/<n> and replans + margin keys under a granted prefix, RDZV_QUOTA_PREFIX_VALUE bytes each
+ * on average. */
+void rdzv_quota_for_run(rdzv_quota *q, const rdzv_run_shape *shape);
+/* rdzv_quota_for_run of RDZV_SHAPE_DEFAULT. */
 void rdzv_quota_init(rdzv_quota *q);
 /* 0 when `u` may write a key of class `cls` of new_bytes value bytes, replacing old_bytes of its own
  * (is_new: the key is not the member's yet); -1 with the reason in why[cap] ("12 keys under intra/..."). */
@@ -44,6 +58,10 @@ int rdzv_quota_check(const rdzv_quota *q, const rdzv_usage *u, rdzv_key_class cl
                      size_t new_bytes, char *why, size_t cap);
 /* Charge (sign +1) or refund (sign -1) one key of `bytes` value bytes of class cls to u. */
 void rdzv_quota_charge(rdzv_usage *u, rdzv_key_class cls, int sign, size_t bytes);
+/* The class of a key `member` ("region/host:rank") writes, as its own client sees it (etcd: no store host
+ * checks): intra/<region>/<digits> a rejoin, replan/<...> but replan/link/<r> a prefix key, finished and
+ * result granted, any other one of its own keys. */
+rdzv_key_class rdzv_quota_classify(const char *member, const char *key);
 /* Keys the store must hold for n_members members of n_regions regions and n_grants grants, quotas full. */
 long rdzv_quota_store_keys(const rdzv_quota *q, int n_members, int n_regions, int n_grants);
 

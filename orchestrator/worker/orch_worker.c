@@ -272,6 +272,11 @@ static xdc_err_t open_wan(orch_worker *w, xdc_diag *diag)
     }
     XDC_CHECK(
         rdzv_client_open(&w->id.rdzv, w->comm.wan, w->id.member, w->cfg.timeouts.rendezvous_ms, &w->comm.rdzv, diag));
+    rdzv_run_shape shape; /* the launcher's: etcd has no host to hold us to it, so we do */
+    rdzv_quota quota;
+    orch_run_config_rdzv_shape(&w->cfg, w->id.n_regions, &shape);
+    rdzv_quota_for_run(&quota, &shape);
+    rdzv_client_quota(w->comm.rdzv, &quota);
     /* A restarted worker of a running elastic job skips the barriers the others passed long ago. */
     XDC_CHECK(orch_rejoin_detect(w, diag));
     if (w->elastic.rejoin) return XDC_OK;
