@@ -536,15 +536,18 @@ XDC_TEST_T(hostile_rdzv_store_frees_every_peer_it_served_or_refused, 60)
 {
     hostile h;
     hostile_open(&h);
-    rdzv_client *honest = member(&h, 2); /* one live member throughout */
-    int sessions = hostile_sessions(50), refused_by_cap = 0;
+    rdzv_client *honest = member(&h, 2);                       /* one live member throughout */
+    int sessions = hostile_sessions(3000), refused_by_cap = 0; /* issue 31's count, about 15 s */
     long rss0 = proc_status(0, "VmRSS");
     for (int s = 0; s < sessions; s += 10) {
         xdc_wan_peer *p[9];
         for (int i = 0; i < 9; i++) {
             xdc_diag d = {{0}};
             XDC_ASSERT_OK(xdc_wan_connect(h.eng[1], "127.0.0.1", h.port, RDZV_SERVER_REGION, 0, &p[i], &d));
-            (void)xdc_wan_peer_wait_ready(p[i], 10000, &d); /* the one over the share may be closed at once */
+            /* Not the ninth: the store drops it once its handshake is done, without a word the client's engine
+             * would take for an answer, so that engine redials it until its own deadline and a wait for it
+             * to be ready lasts up to that (10 s). The store's log says when it was refused. */
+            if (i < 8) XDC_ASSERT_OK(xdc_wan_peer_wait_ready(p[i], 10000, &d));
         }
         await_connections(&h, 1 + 8); /* the honest member and the certificate's share; the ninth refused */
         for (int t = 0; t < 2000 && count_logged(&h, "its certificate holds too many connections") <= s / 10; t++)
