@@ -1108,9 +1108,10 @@ void xdc_wan_peer_close(xdc_wan_peer *p)
 void xdc_wan_peer_destroy(xdc_wan_peer *p)
 {
     if (!p) return;
+    xdc_wan_engine *eng = p->eng; /* once released, the engine thread may free p at any moment */
     xdc_wan_peer_close(p);
-    pthread_mutex_lock(&p->eng->mu);
+    pthread_mutex_lock(&eng->mu);
     p->released = 1;
-    pthread_mutex_unlock(&p->eng->mu);
-    wan_engine_wake(p->eng);
+    pthread_mutex_unlock(&eng->mu);
+    wan_engine_wake(eng);
 }
