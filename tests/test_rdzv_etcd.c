@@ -248,6 +248,58 @@ XDC_TEST(rdzv_etcd_store_ops)
     etcd_stop(&e, SIGTERM);
 }
 
+/* With etcd no store host sees a member's writes: its own client holds it to the quota the run's shape gives
+ * (rdzv_client_quota), refusing a write over it with the built-in store's error naming the member; the key is
+ * not written, overwrites of its own keys stay within it, and another member writes on. */
+XDC_TEST(rdzv_etcd_member_quota_is_checked_on_its_own_side)
+{
+    etcd_proc e = {0};
+    etcd_start(&e, "quota", NULL);
+    rdzv_target t = target(&e, "quota");
+    rdzv_server *host;
+    rdzv_client *a, *b;
+    xdc_diag d = {{0}};
+    char key[RDZV_KEY_MAX], val[64];
+    XDC_ASSERT_OK(rdzv_server_open(&t, NULL, names, 2, 5000, &host, &d));
+    XDC_ASSERT_OK(rdzv_client_open(&t, NULL, "r/h:0", 5000, &a, &d));
+    XDC_ASSERT_OK(rdzv_client_open(&t, NULL, "r/h:1", 5000, &b, &d));
+    rdzv_quota q;
+    rdzv_quota_for_run(&q, &(rdzv_run_shape){.rejoins = 2, .replans = 3});
+    rdzv_client_quota(a, &q);
+    int n = 0;
+    xdc_err_t rc = XDC_OK;
+    for (; n < 100 && rc == XDC_OK; n++) {
+        snprintf(key, sizeof key, "intra/r/%d", n);
+        rc = rdzv_set(a, key, "bootstrap", &d);
+    }
+    XDC_ASSERT_ERR(rc, XDC_ERR_AUTH);
+    XDC_ASSERT_EQ(n - 1, 2 + RDZV_QUOTA_MARGIN);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "key 'intra/r/10': r/h:0 is over its quota of 10 keys");
+    XDC_ASSERT(rdzv_server_get(host, "intra/r/10", val, sizeof val) == -1);
+    XDC_ASSERT(rdzv_server_get(host, "intra/r/9", val, sizeof val) == 0);
+    XDC_ASSERT_OK(rdzv_set(a, "intra/r/3", "again", &d)); /* its own key again: no new key */
+    for (n = 0, rc = XDC_OK; n < 100 && rc == XDC_OK; n++) {
+        snprintf(key, sizeof key, "replan/%d", n * 50);
+        rc = rdzv_set(a, key, "-", &d);
+    }
+    XDC_ASSERT_EQ(n - 1, 3 + RDZV_QUOTA_MARGIN);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "r/h:0 is over its quota of 11 keys: keys under the prefixes granted to it");
+    /* Any other key is one of its own: a member has 10 at most. */
+    for (n = 0, rc = XDC_OK; n < 100 && rc == XDC_OK; n++) {
+        snprintf(key, sizeof key, "stats/0/%d", n);
+        rc = rdzv_set(a, key, "1", &d);
+    }
+    XDC_ASSERT_EQ(n - 1, RDZV_QUOTA_OWN_KEYS);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "r/h:0 is over its quota of 10 keys: its own keys");
+    /* The other member's writes are its own business. */
+    XDC_ASSERT_OK(rdzv_set(b, "wan/0/1", "127.0.0.1:7", &d));
+    XDC_ASSERT_OK(rdzv_set(b, "intra/r/1", "x", &d));
+    rdzv_client_destroy(a);
+    rdzv_client_destroy(b);
+    rdzv_server_destroy(host);
+    etcd_stop(&e, SIGTERM);
+}
+
 typedef struct {
     rdzv_target t;
     const char *name, *barrier;

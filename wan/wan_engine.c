@@ -270,6 +270,8 @@ static void server_hello(xdc_wan_engine *eng, wan_stream *s, const wan_frame *f)
         }
         p->session = f->msg_seq;
         p->id = got;
+        p->via = s->listener; /* half-open until every stream it announced is up: counted as a handshake */
+        p->addr = s->from;
         p->next_ping_ns = xdc_now_ns();
         peer_set_name(p, s->peer_addr);
         p->next = eng->peers;
@@ -304,6 +306,7 @@ static void server_hello(xdc_wan_engine *eng, wan_stream *s, const wan_frame *f)
     wan_stream_queue_ctrl(s, &ack);
     s->kick = 1;
     peer_update_up(p);
+    if (p->established) p->via = NULL;
     if (p->established && !p->accepted) {
         p->accepted = 1;
         xdc_wan_listener *l = s->listener;
@@ -379,12 +382,28 @@ static short stream_events(const wan_stream *s)
     }
 }
 
+/* How long a connection may take from accept() to its HELLO, and a server session from its first HELLO
+ * to its last stream: min(deadline, 10 s). */
+static uint64_t handshake_limit_ns(const xdc_wan_engine *eng)
+{
+    return (uint64_t)(eng->cfg.deadline_ms < 10000 ? eng->cfg.deadline_ms : 10000) * XDC_NS_PER_MS;
+}
+
+/* 1 while p is a server session some of whose announced streams never opened: it holds a handshake slot. */
+static int half_open(const xdc_wan_peer *p) { return p->via && !p->established && p->fail_err == XDC_OK && !p->closed; }
+
 static void peer_timers(xdc_wan_peer *p)
 {
     uint64_t now = xdc_now_ns(); /* after the streams ran: their timestamps are not in the future */
     if (p->fail_err != XDC_OK || p->closed) return;
     const xdc_wan_config *cfg = &p->eng->cfg;
     uint64_t limit = (uint64_t)cfg->deadline_ms * XDC_NS_PER_MS;
+    if (half_open(p) && p->down_since_ns && now - p->down_since_ns > handshake_limit_ns(p->eng)) {
+        /* A HELLO that announces streams it never opens holds a session's memory: no longer than a handshake. */
+        wan_peer_fail(p, XDC_ERR_TIMEOUT, "%s: %d of the %d streams its HELLO announced opened within %lld ms", p->name,
+                      p->st.streams_up, p->nstreams, (long long)(handshake_limit_ns(p->eng) / XDC_NS_PER_MS));
+        return;
+    }
     if (p->down_since_ns && now - p->down_since_ns > limit) {
         wan_peer_fail(p, XDC_ERR_TIMEOUT,
                       "%s unreachable: %d of %d streams down for %lld ms (deadline %lld ms); last heard %.1f s ago: %s;"
@@ -469,11 +488,17 @@ static void accept_new(xdc_wan_engine *eng, xdc_wan_listener *l)
             return;
         }
         l->pause_ms = 0;
-        if (l->n_pending >= eng->cfg.max_pending_handshakes) {
-            refuse_early(l, fd, &a, "%d handshakes already pending on this listener", l->n_pending);
+        /* Half-open sessions count as one handshake each, so announcing streams one never opens is capped too. */
+        int on_listener = l->n_pending, from_addr = 0;
+        for (const xdc_wan_peer *q = eng->peers; q; q = q->next)
+            if (half_open(q) && q->via == l) {
+                on_listener++;
+                from_addr += same_host(&q->addr, &a);
+            }
+        if (on_listener >= eng->cfg.max_pending_handshakes) {
+            refuse_early(l, fd, &a, "%d handshakes already pending on this listener", on_listener);
             continue;
         }
-        int from_addr = 0;
         for (const wan_stream *q = eng->pending; q; q = q->next_pending)
             from_addr += q->listener == l && same_host(&q->from, &a);
         if (from_addr >= eng->cfg.max_pending_per_addr) {
@@ -632,7 +657,7 @@ static void *engine_main(void *arg)
         }
         if (wan_tls_crl_refresh(&eng->crl, eng->srv_ctx, eng->cli_ctx, now)) cut_revoked(eng);
         /* Reap refused or timed-out handshakes and replaced streams. */
-        uint64_t hs_limit = (uint64_t)(eng->cfg.deadline_ms < 10000 ? eng->cfg.deadline_ms : 10000) * XDC_NS_PER_MS;
+        uint64_t hs_limit = handshake_limit_ns(eng);
         for (wan_stream **pp = &eng->pending; *pp;) {
             wan_stream *s = *pp;
             if (s->state != WAN_ST_DOWN && now - s->since_ns > hs_limit) wan_stream_break(s, "handshake timed out");
@@ -712,6 +737,19 @@ fail:
 }
 
 const xdc_wan_identity *xdc_wan_engine_identity(const xdc_wan_engine *eng) { return &eng->self; }
+
+void xdc_wan_engine_counts(xdc_wan_engine *eng, xdc_wan_counts *out)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&eng->mu);
+    for (const xdc_wan_peer *p = eng->peers; p; p = p->next) {
+        out->peers++;
+        out->pending += half_open(p);
+    }
+    for (const wan_stream *s = eng->pending; s; s = s->next_pending) out->pending++;
+    out->requests = (int)(xdc_pool_allocated(&eng->reqs) - xdc_pool_free_count(&eng->reqs));
+    pthread_mutex_unlock(&eng->mu);
+}
 
 static void req_free_owned(void *obj, void *arg)
 {
@@ -854,9 +892,11 @@ void xdc_wan_listener_close(xdc_wan_listener *l)
         }
     for (wan_stream *s = eng->pending; s; s = s->next_pending)
         if (s->listener == l) wan_stream_break(s, "listener closed");
-    for (xdc_wan_peer *p = eng->peers; p; p = p->next)
+    for (xdc_wan_peer *p = eng->peers; p; p = p->next) {
+        if (p->via == l) p->via = NULL;
         for (int i = 0; i < p->nstreams; i++)
             if (p->streams[i] && p->streams[i]->listener == l) p->streams[i]->listener = NULL;
+    }
     for (int i = 0; i < l->n_ready; i++) { /* established, never handed out: nobody will close them */
         l->ready[i]->released = 1;
         wan_peer_fail(l->ready[i], XDC_ERR_CLOSED, "%s: the listener was closed before accept()", l->ready[i]->name);
@@ -990,9 +1030,10 @@ void xdc_wan_peer_close(xdc_wan_peer *p)
 void xdc_wan_peer_destroy(xdc_wan_peer *p)
 {
     if (!p) return;
+    xdc_wan_engine *eng = p->eng; /* once released, the engine thread may free p at any moment */
     xdc_wan_peer_close(p);
-    pthread_mutex_lock(&p->eng->mu);
+    pthread_mutex_lock(&eng->mu);
     p->released = 1;
-    pthread_mutex_unlock(&p->eng->mu);
-    wan_engine_wake(p->eng);
+    pthread_mutex_unlock(&eng->mu);
+    wan_engine_wake(eng);
 }

@@ -147,7 +147,8 @@ struct xdc_wan_peer {
     char fail_why[384];
     char host[64];
     int port;
-    struct sockaddr_storage addr; /* client: resolved once when dialling */
+    struct sockaddr_storage addr; /* client: resolved once when dialling; server: where its first stream came from */
+    xdc_wan_listener *via;        /* server, until established: the listener whose handshake caps it counts against */
     socklen_t addr_len;
     char last_err[256]; /* why a stream last went down */
     char expect_region[XDC_WAN_NAME_MAX];

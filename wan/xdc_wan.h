@@ -117,6 +117,13 @@ xdc_err_t xdc_wan_engine_create(const xdc_wan_config *cfg, xdc_wan_engine **out,
 void xdc_wan_engine_destroy(xdc_wan_engine *eng);
 /* Our identity as read from our certificate. */
 const xdc_wan_identity *xdc_wan_engine_identity(const xdc_wan_engine *eng);
+/* What the engine holds now, for leak checks and the store's logs. */
+typedef struct xdc_wan_counts {
+    int peers;    /* sessions not yet freed: dialled, accepted, or refused and not yet reaped */
+    int pending;  /* connections before their HELLO, and server sessions whose announced streams are not all up */
+    int requests; /* requests not yet released */
+} xdc_wan_counts;
+void xdc_wan_engine_counts(xdc_wan_engine *eng, xdc_wan_counts *out);
 
 /* ---- listening ----------------------------------------------------------------------------------- */
 

@@ -32,6 +32,7 @@ typedef struct wan_cli_opts {
     const char *host;   /* listen: bind address */
     int port;
     int once;
+    int announce_ms; /* listen: a peer that announces no transfer within this is dropped */
     uint64_t bytes;
     uint64_t msg_bytes;
 } wan_cli_opts;
@@ -39,13 +40,14 @@ typedef struct wan_cli_opts {
 static int wan_usage(FILE *f)
 {
     fprintf(f, "usage: xdc wan listen --port P --cert C --key K --ca CA [--crl CRL] [--streams K] [--host ADDR]\n"
-               "                      [--once]\n"
+               "                      [--once] [--announce-timeout MS]\n"
                "       xdc wan send --to HOST:P --bytes N --cert C --key K --ca CA [--crl CRL] [--streams K]\n"
                "                    [--expect REGION/RANK] [--msg-bytes M] [--sockbuf BYTES]\n"
                "  An iperf3-like pair over the WAN transport (TLS 1.3, mutual auth, K streams). N and M take\n"
                "  K/M/G suffixes (binary). send prints one line: goodput_gbps=... bytes=... seconds=... streams=...\n"
                "  listen serves up to 64 peers at once, each on its own thread (--once: the first peer only),\n"
-               "  and prints one line per transfer. --crl (e.g. CA_DIR/crl.pem): refuse peers it revokes.\n");
+               "  and prints one line per transfer. --crl (e.g. CA_DIR/crl.pem): refuse peers it revokes.\n"
+               "  --announce-timeout: drop a peer that announces no transfer within MS (default 30000).\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -88,21 +90,14 @@ static int parse_flag_int(const char *flag, const char *text, int lo, int hi, in
 static int parse_opts(int argc, char **argv, wan_cli_opts *o)
 {
     static const struct option opts[] = {
-        {"port", required_argument, NULL, 'p'},
-        {"cert", required_argument, NULL, 'c'},
-        {"key", required_argument, NULL, 'k'},
-        {"ca", required_argument, NULL, 'a'},
-        {"streams", required_argument, NULL, 's'},
-        {"to", required_argument, NULL, 't'},
-        {"bytes", required_argument, NULL, 'b'},
-        {"msg-bytes", required_argument, NULL, 'm'},
-        {"expect", required_argument, NULL, 'e'},
-        {"host", required_argument, NULL, 'H'},
-        {"sockbuf", required_argument, NULL, 'B'},
-        {"once", no_argument, NULL, '1'},
-        {"crl", required_argument, NULL, 'r'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"port", required_argument, NULL, 'p'},    {"cert", required_argument, NULL, 'c'},
+        {"key", required_argument, NULL, 'k'},     {"ca", required_argument, NULL, 'a'},
+        {"streams", required_argument, NULL, 's'}, {"to", required_argument, NULL, 't'},
+        {"bytes", required_argument, NULL, 'b'},   {"msg-bytes", required_argument, NULL, 'm'},
+        {"expect", required_argument, NULL, 'e'},  {"host", required_argument, NULL, 'H'},
+        {"sockbuf", required_argument, NULL, 'B'}, {"once", no_argument, NULL, '1'},
+        {"crl", required_argument, NULL, 'r'},     {"announce-timeout", required_argument, NULL, 'A'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     int c;
     uint64_t v;
@@ -123,6 +118,9 @@ static int parse_opts(int argc, char **argv, wan_cli_opts *o)
         case 'e': o->expect = optarg; break;
         case 'H': o->host = optarg; break;
         case '1': o->once = 1; break;
+        case 'A':
+            if (parse_flag_int("--announce-timeout", optarg, 1, 3600000, &o->announce_ms)) return XDC_EX_USAGE;
+            break;
         case 'b':
             if (parse_size("--bytes", optarg, &o->bytes)) return XDC_EX_USAGE;
             break;
@@ -174,15 +172,26 @@ static xdc_err_t announce_check(const wan_cli_hello *h, size_t got, uint64_t cap
     return XDC_OK;
 }
 
+/* Wait for r up to timeout_ms. Only XDC_ERR_AGAIN leaves the request ours, and only then is it cancelled
+ * (XDC_ERR_TIMEOUT: `what` within the time); any other result already released it to the engine, which may
+ * have handed it to another session since, so it is never touched again. */
+static xdc_err_t wait_or_cancel(xdc_wan_request *r, int64_t timeout_ms, size_t *got, const char *what, xdc_diag *d)
+{
+    xdc_err_t rc = xdc_wan_wait(r, timeout_ms, got, NULL, d);
+    if (rc != XDC_ERR_AGAIN) return rc;
+    xdc_wan_request_cancel(r);
+    xdc_diag_set(d, "%s within %lld ms", what, (long long)timeout_ms);
+    return XDC_ERR_TIMEOUT;
+}
+
 /* One transfer from one peer; its receive buffers, (WAN_CLI_DEPTH, msg_bytes) bytes, live as long. */
-static xdc_err_t serve_one(xdc_wan_peer *p, xdc_diag *d)
+static xdc_err_t serve_one(xdc_wan_peer *p, int announce_ms, xdc_diag *d)
 {
     wan_cli_hello h;
     xdc_wan_request *r;
     size_t got = 0;
     XDC_CHECK(xdc_wan_irecv(p, XDC_WAN_LATENCY, &h, sizeof h, &r));
-    xdc_err_t rc = xdc_wan_wait(r, WAN_CLI_HELLO_MS, &got, NULL, d);
-    if (rc == XDC_ERR_TIMEOUT) xdc_wan_request_cancel(r);
+    xdc_err_t rc = wait_or_cancel(r, announce_ms, &got, "no transfer announcement", d);
     XDC_CHECK(rc);
     XDC_CHECK(announce_check(&h, got, WAN_CLI_MAX_MSG, d));
     uint8_t *bufs = xdc_malloc(h.msg_bytes * WAN_CLI_DEPTH);
@@ -198,11 +207,14 @@ static xdc_err_t serve_one(xdc_wan_peer *p, xdc_diag *d)
         }
         if (rc != XDC_OK) break;
         rc = xdc_wan_wait(q[done % WAN_CLI_DEPTH], WAN_CLI_WAIT_MS, &got, NULL, d);
-        if (rc != XDC_OK && rc != XDC_ERR_TIMEOUT) done++; /* a failed wait released its request */
-        if (rc == XDC_OK) {
-            bytes += got;
-            done++;
+        if (rc == XDC_ERR_AGAIN) { /* still ours: cancelled with the others below */
+            xdc_diag_set(d, "message %llu of %llu did not arrive within %d ms", (unsigned long long)done,
+                         (unsigned long long)n_msgs, WAN_CLI_WAIT_MS);
+            rc = XDC_ERR_TIMEOUT;
+            break;
         }
+        bytes += rc == XDC_OK ? got : 0;
+        done++; /* completed or failed (XDC_ERR_TIMEOUT too: the peer went silent): released either way */
     }
     /* Receives still out give their buffers up before the buffers go (and let the peer be freed). */
     for (uint64_t i = done; i < posted; i++) xdc_wan_request_cancel(q[i % WAN_CLI_DEPTH]);
@@ -216,8 +228,7 @@ static xdc_err_t serve_one(xdc_wan_peer *p, xdc_diag *d)
     wan_cli_hello reply = {bytes, h.msg_bytes};
     XDC_CHECK(xdc_wan_isend(p, XDC_WAN_LATENCY, &reply, sizeof reply, 0, sizeof reply, &r));
     /* The sender closes (BYE) as soon as the reply arrives, possibly before its ACK reaches us. */
-    rc = xdc_wan_wait(r, WAN_CLI_WAIT_MS, NULL, NULL, d);
-    if (rc == XDC_ERR_TIMEOUT) xdc_wan_request_cancel(r);
+    rc = wait_or_cancel(r, WAN_CLI_WAIT_MS, NULL, "the completion reply was not taken", d);
     return rc == XDC_ERR_CLOSED ? XDC_OK : rc;
 }
 
@@ -227,6 +238,7 @@ typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int active;
+    int announce_ms;
 } wan_cli_sessions;
 
 typedef struct {
@@ -234,11 +246,11 @@ typedef struct {
     xdc_wan_peer *peer;
 } wan_cli_session;
 
-static void session_serve(xdc_wan_peer *p)
+static void session_serve(xdc_wan_peer *p, int announce_ms)
 {
     xdc_diag d = {{0}};
     const xdc_wan_identity *id = xdc_wan_peer_identity(p);
-    if (serve_one(p, &d) != XDC_OK)
+    if (serve_one(p, announce_ms, &d) != XDC_OK)
         fprintf(stderr, "xdc wan listen: transfer from %s/%d failed: %s\n", id->region, id->rank, d.msg);
     xdc_wan_peer_destroy(p);
 }
@@ -247,7 +259,7 @@ static void *session_main(void *arg)
 {
     wan_cli_session *ss = arg;
     wan_cli_sessions *set = ss->set;
-    session_serve(ss->peer);
+    session_serve(ss->peer, set->announce_ms);
     xdc_free(ss);
     pthread_mutex_lock(&set->mu);
     set->active--;
@@ -286,7 +298,8 @@ static int wan_listen(wan_cli_opts *o)
     xdc_diag d = {{0}};
     xdc_wan_engine *eng = NULL;
     xdc_wan_listener *l = NULL;
-    wan_cli_sessions set = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    wan_cli_sessions set = {
+        .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .announce_ms = o->announce_ms};
     xdc_err_t rc = xdc_wan_engine_create(&o->cfg, &eng, &d);
     if (rc != XDC_OK) return fail("listen", rc, &d);
     rc = xdc_wan_listen(eng, o->host, o->port, &l, &d);
@@ -297,7 +310,7 @@ static int wan_listen(wan_cli_opts *o)
         xdc_wan_peer *p;
         rc = xdc_wan_accept(l, -1, &p, &d);
         if (rc != XDC_OK) break;
-        if (o->once) session_serve(p);
+        if (o->once) session_serve(p, o->announce_ms);
         else session_start(&set, p);
     } while (!o->once);
 done:
@@ -401,7 +414,7 @@ int xdc_cmd_wan(int argc, char **argv)
         fprintf(stderr, "xdc wan: unknown subcommand '%s'\n", argv[1]);
         return wan_usage(stderr);
     }
-    wan_cli_opts o = {.cfg = XDC_WAN_CONFIG_INIT, .msg_bytes = 4u << 20};
+    wan_cli_opts o = {.cfg = XDC_WAN_CONFIG_INIT, .msg_bytes = 4u << 20, .announce_ms = WAN_CLI_HELLO_MS};
     o.cfg.sockbuf_bytes = 0;
     int prc = parse_opts(argc, argv, &o);
     if (prc != XDC_EX_OK) return prc < 0 ? XDC_EX_OK : prc;

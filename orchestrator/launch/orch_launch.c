@@ -171,6 +171,15 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
         rc = XDC_ERR_CONFIG;
     }
     L->elastic = orch_quorum_elastic(&L->cfg, L->t->n_regions);
+    if (rc == XDC_OK) { /* before any member joins: what each may write, from the run's shape */
+        rdzv_run_shape shape;
+        rdzv_quota q;
+        orch_run_config_rdzv_shape(&L->cfg, L->t->n_regions, &shape);
+        rdzv_quota_for_run(&q, &shape);
+        rdzv_server_quota(L->rdzv, &q);
+        XDC_DEBUG(XDC_SUB_ORCH, "rendezvous: member quota %d rejoin bootstraps, %d keys under a granted prefix",
+                  q.keys[RDZV_KEY_REJOIN], q.keys[RDZV_KEY_PREFIX]);
+    }
     if (rc == XDC_OK) rc = rdzv_server_grant(L->rdzv, RDZV_KEY_FINISHED, names[0], diag);
     if (rc == XDC_OK) rc = rdzv_server_grant(L->rdzv, RDZV_PREFIX_REPLAN, names[0], diag);
     for (int r = 0, first = 0; rc == XDC_OK && r < (L->elastic ? L->t->n_regions : 1); r++) {

@@ -35,7 +35,13 @@ xdc_err_t orch_member_open_wan(orch_member *m, xdc_diag *diag)
         xdc_diag_set(diag, "%s names run '%s', but this member is of run '%s'", creds.cert, run, m->id.run_id);
         return XDC_ERR_CONFIG;
     }
-    return rdzv_client_open(&m->id.rdzv, m->wan, m->id.member, m->cfg.timeouts.rendezvous_ms, &m->rdzv, diag);
+    XDC_CHECK(rdzv_client_open(&m->id.rdzv, m->wan, m->id.member, m->cfg.timeouts.rendezvous_ms, &m->rdzv, diag));
+    rdzv_run_shape shape; /* the launcher's: etcd has no host to hold us to it, so we do */
+    rdzv_quota quota;
+    orch_run_config_rdzv_shape(&m->cfg, m->id.n_regions, &shape);
+    rdzv_quota_for_run(&quota, &shape);
+    rdzv_client_quota(m->rdzv, &quota);
+    return XDC_OK;
 }
 
 /* Intra communicators: the region, then its split into pipeline groups (one per replica) and

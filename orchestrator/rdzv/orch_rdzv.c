@@ -5,6 +5,7 @@
 #include "orchestrator/rdzv/orch_rdzv.h"
 #include "orchestrator/rdzv/orch_rdzv_priv.h"
 #include "orchestrator/rdzv/orch_rdzv_keys.h"
+#include "orchestrator/rdzv/orch_rdzv_quota.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
@@ -18,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RDZV_MAX_KEYS     4096
+#define RDZV_HOST_KEYS    4096 /* keys the host itself may set; members' keys are bounded by their quotas */
 #define RDZV_MAX_CONNS    1024
 #define RDZV_CONNS_PER_ID 8 /* connections one certificate identity may hold at once */
 #define RDZV_MAX_BARRIERS 16
@@ -33,6 +34,8 @@
 typedef struct {
     char key[RDZV_KEY_MAX];
     char *value;
+    int owner;          /* the member that wrote it last (its quota holds it), -1: the host */
+    rdzv_key_class cls; /* the rule that let the owner write it */
 } kv;
 
 struct conn;
@@ -45,6 +48,7 @@ typedef struct {
     uint64_t last_ns;
     char status[RDZV_STATUS_MAX];
     struct conn *conn; /* the connection it joined on last */
+    rdzv_usage use;    /* what its keys hold of its quota */
 } member;
 
 typedef struct {
@@ -87,9 +91,10 @@ typedef struct bserver {
     atomic_int stop; /* set by rdzv_server_destroy, read by the acceptor and connection threads */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    kv keys[RDZV_MAX_KEYS];
-    int n_keys;
-    member *members; /* (n_expected) */
+    kv *keys; /* (cap_keys); grows: members are bounded by `quota`, the host by RDZV_HOST_KEYS */
+    int n_keys, cap_keys, n_host_keys;
+    rdzv_quota quota; /* of each member */
+    member *members;  /* (n_expected) */
     int n_expected;
     barrier barriers[RDZV_MAX_BARRIERS];
     int n_barriers;
@@ -251,17 +256,34 @@ static kv *find_key(bserver *s, const char *key)
     return NULL;
 }
 
-static int store_set(bserver *s, const char *key, const char *value)
+/* Set key to value on behalf of member `owner` (-1: the host) under rule cls: the key's quota charge moves
+ * to its new writer. The caller checked the writer's quota. */
+static int store_set(bserver *s, const char *key, const char *value, int owner, rdzv_key_class cls)
 {
     kv *k = find_key(s, key);
-    if (!k) {
-        if (s->n_keys == RDZV_MAX_KEYS) return -1;
-        k = &s->keys[s->n_keys++];
-        snprintf(k->key, sizeof k->key, "%s", key);
-        k->value = NULL;
+    if (!k && owner < 0 && s->n_host_keys == RDZV_HOST_KEYS) return -1;
+    if (!k && s->n_keys == s->cap_keys) {
+        int cap = s->cap_keys ? 2 * s->cap_keys : 256;
+        kv *keys = xdc_realloc(s->keys, (size_t)cap * sizeof *keys);
+        if (!keys) return -1;
+        s->keys = keys;
+        s->cap_keys = cap;
     }
     char *v = xdc_strdup(value);
     if (!v) return -1;
+    if (!k) {
+        k = &s->keys[s->n_keys++];
+        snprintf(k->key, sizeof k->key, "%s", key);
+        k->value = NULL;
+    } else if (k->owner >= 0) {
+        rdzv_quota_charge(&s->members[k->owner].use, k->cls, -1, strlen(k->value));
+    } else {
+        s->n_host_keys--;
+    }
+    if (owner >= 0) rdzv_quota_charge(&s->members[owner].use, cls, +1, strlen(v));
+    else s->n_host_keys++;
+    k->owner = owner;
+    k->cls = cls;
     xdc_free(k->value);
     k->value = v;
     pthread_cond_broadcast(&s->cv);
@@ -275,17 +297,19 @@ static int find_member(bserver *s, const char *name)
     return -1;
 }
 
-/* 1 when member i may write `key`: one of its own keys (orch_rdzv_keys.h), or a run-wide key granted to it. */
-static int may_write(const bserver *s, int i, const char *key)
+/* Whether member i may write `key`, and by which rule (its quota counts the key there): one of its own
+ * keys (orch_rdzv_keys.h; a rejoining region's bootstrap intra/<region>/<n> among them, counted apart), or a
+ * run-wide key or prefix granted to it. */
+static rdzv_key_class may_write(const bserver *s, int i, const char *key)
 {
     const member *m = &s->members[i];
-    if (rdzv_key_owned_by(key, m->name, m->region, m->region_idx, m->rank)) return 1;
+    if (rdzv_key_owned_by(key, m->name, m->region, m->region_idx, m->rank)) return rdzv_quota_classify(m->name, key);
     for (int g = 0; g < s->n_grants; g++) {
         const grant *gr = &s->grants[g];
         if (gr->member == i && (gr->prefix ? strncmp(key, gr->key, strlen(gr->key)) == 0 : strcmp(key, gr->key) == 0))
-            return 1;
+            return gr->prefix ? RDZV_KEY_PREFIX : RDZV_KEY_GRANT;
     }
-    return 0;
+    return RDZV_KEY_DENIED;
 }
 
 /* Seconds the member's connection has carried nothing (keepalives included), 0 without one. A member
@@ -514,13 +538,25 @@ static json_t *handle(conn *c)
     m->last_ns = xdc_now_ns();
     if (q->status[0]) snprintf(m->status, sizeof m->status, "%s", q->status);
     switch (q->op) {
-    case RDZV_OP_SET:
-        if (!may_write(s, c->idx, q->key)) {
+    case RDZV_OP_SET: {
+        rdzv_key_class cls = may_write(s, c->idx, q->key);
+        if (!cls) {
             XDC_WARN(XDC_SUB_ORCH, "rendezvous: refused %s's write of key '%s': not its key", c->who, q->key);
             return refuse("denied", "key '%s' is not %s's to write", q->key, c->who);
         }
-        if (store_set(s, q->key, q->value) != 0) return refuse(NULL, "store full");
+        const kv *k = find_key(s, q->key);
+        int mine = k && k->owner == c->idx && k->cls == cls;
+        char why[160];
+        if (rdzv_quota_check(&s->quota, &m->use, cls, !mine, mine ? strlen(k->value) : 0, strlen(q->value), why,
+                             sizeof why) != 0) {
+            /* Its own refusal, named with its certificate: nobody else's write fails for it. */
+            XDC_WARN(XDC_SUB_ORCH, "rendezvous: refused %s's write of key '%s' (certificate %s/%d): %s", c->who, q->key,
+                     c->id.region, c->id.rank, why);
+            return refuse("denied", "key '%s': %s is %s", q->key, c->who, why);
+        }
+        if (store_set(s, q->key, q->value, c->idx, cls) != 0) return refuse(NULL, "no memory for key '%s'", q->key);
         return json_pack("{s:b}", "ok", 1);
+    }
     case RDZV_OP_GET: {
         char what[RDZV_KEY_MAX + 16];
         snprintf(what, sizeof what, "get of key '%s'", q->key);
@@ -590,8 +626,14 @@ static void *conn_main(void *arg)
     bserver *s = c->srv;
     uint64_t join_by = xdc_deadline_ms(RDZV_JOIN_MS);
     xdc_diag d = {{0}};
-    for (;;) {
+    /* The stop flag is checked at every turn: a member that sends requests back to back completes a receive
+     * at every wait and would otherwise hold the store open (and rdzv_server_destroy with it). */
+    while (!atomic_load(&s->stop)) {
         xdc_err_t rc = next_request(c, c->idx < 0 ? join_by : 0, &d);
+        if (rc == XDC_OK && atomic_load(&s->stop)) {
+            xdc_diag_set(&d, "the rendezvous store is closing");
+            break;
+        }
         if (rc != XDC_OK) {
             /* A peer that leaves ends with CLOSED; anything else is the member's fault and worth a line. */
             if (rc == XDC_ERR_PROTO || rc == XDC_ERR_RANGE || rc == XDC_ERR_TIMEOUT)
@@ -615,7 +657,7 @@ static void *conn_main(void *arg)
     }
     pthread_mutex_unlock(&s->mu);
     xdc_wan_request_cancel(c->rx_req); /* NULL: none posted */
-    xdc_wan_peer_close(c->peer);
+    xdc_wan_peer_destroy(c->peer);     /* the engine frees it: every session ever served would stay otherwise */
     pthread_mutex_lock(&s->mu);
     withdraw(s, c);
     c->ended = 1;
@@ -673,7 +715,7 @@ static void admit(bserver *s, xdc_wan_peer *p)
         XDC_WARN(XDC_SUB_ORCH, "rendezvous: refused a connection from certificate %s/%d: %s", id->region, id->rank,
                  why);
         xdc_free(c);
-        xdc_wan_peer_close(p);
+        xdc_wan_peer_destroy(p);
     }
 }
 
@@ -713,6 +755,7 @@ xdc_err_t rdzv_server_create(xdc_wan_engine *eng, const char *host, int port, co
     }
     s->members = ms;
     s->eng = eng;
+    rdzv_quota_init(&s->quota);
     s->start_ns = xdc_now_ns();
     int regions = 0;
     for (int i = 0; i < n_expected; i++) {
@@ -771,11 +814,19 @@ static xdc_err_t bs_grant(rdzv_server *base, const char *key, const char *member
     return rc;
 }
 
+static void bs_quota(rdzv_server *base, const rdzv_quota *q)
+{
+    bserver *s = (bserver *)base;
+    pthread_mutex_lock(&s->mu);
+    s->quota = *q;
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void bs_set(rdzv_server *base, const char *key, const char *value)
 {
     bserver *s = (bserver *)base;
     pthread_mutex_lock(&s->mu);
-    store_set(s, key, value);
+    store_set(s, key, value, -1, RDZV_KEY_DENIED);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -856,7 +907,16 @@ static void bs_destroy(rdzv_server *base)
     atomic_store(&s->stop, 1);
     pthread_mutex_lock(&s->mu);
     pthread_cond_broadcast(&s->cv);
+    char who[1024] = "";
+    int held = 0;
+    for (int i = 0; i < s->n_conns; i++) {
+        const conn *c = s->conns[i];
+        size_t len = strlen(who);
+        if (!c->ended && len < sizeof who) snprintf(who + len, sizeof who - len, "%s%s", held++ ? ", " : "", c->who);
+    }
     pthread_mutex_unlock(&s->mu);
+    /* Each connection thread sees the flag within a poll period, whatever its member sends. */
+    if (held) XDC_INFO(XDC_SUB_ORCH, "rendezvous: closing the store; %d connections still held it: %s", held, who);
     pthread_join(s->acceptor, NULL);
     xdc_wan_listener_close(s->lis);
     /* Every connection thread sees the stop flag within a poll period and closes its own peer. */
@@ -865,6 +925,7 @@ static void bs_destroy(rdzv_server *base)
         xdc_free(s->conns[i]);
     }
     for (int i = 0; i < s->n_keys; i++) xdc_free(s->keys[i].value);
+    xdc_free(s->keys);
     for (int i = 0; i < s->n_barriers; i++) xdc_free(s->barriers[i].arrived);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
@@ -874,6 +935,7 @@ static void bs_destroy(rdzv_server *base)
 
 static const rdzv_server_ops builtin_server_ops = {.port = bs_port,
                                                    .grant = bs_grant,
+                                                   .quota = bs_quota,
                                                    .set = bs_set,
                                                    .get = bs_get,
                                                    .find = bs_find,

@@ -12,6 +12,8 @@
  *   outer/<region index>/<rank>, metrics/<region>/<rank>, failed/<its name>, and with rank 0 intra/<region> and device/<region>;
  *   run-wide keys (finished, result, replan/...) only the member rdzv_server_grant named; anything
  *   else (relay/..., abort) only the hosting process;
+ * - a member's keys stay within its quota (orch_rdzv_quota.h), sized from the run's shape by the host
+ *   (rdzv_server_quota); a write over it is refused naming the member;
  * - a barrier counts each member once, for all members of the run, and forgets an arrival whose
  *   connection ended or whose wait timed out;
  * - a message that does not parse (not JSON, nested, a field of the wrong type or size, longer than
@@ -26,6 +28,7 @@
 #define ORCH_RDZV_H
 
 #include "common/xdc_err.h"
+#include "orchestrator/rdzv/orch_rdzv_quota.h"
 #include "wan/xdc_wan.h"
 
 #include <stddef.h>
@@ -127,6 +130,9 @@ int rdzv_server_port(const rdzv_server *s); /* etcd: etcd's port */
  * prefix; a key may be granted to several members). XDC_ERR_INVALID when the member is not expected or
  * the table (16 grants and one per region) is full. etcd: a no-op (etcd's auth decides who writes). */
 xdc_err_t rdzv_server_grant(rdzv_server *s, const char *key, const char *member, xdc_diag *diag);
+/* Every member's quota from now on (before members join: the launcher sizes it from the run's shape; until
+ * then rdzv_quota_init's). etcd: a no-op (each member's client checks its own, rdzv_client_quota). */
+void rdzv_server_quota(rdzv_server *s, const rdzv_quota *q);
 /* Set a key from the hosting process (e.g. relay routes). */
 void rdzv_server_set(rdzv_server *s, const char *key, const char *value);
 /* Copy a key's value; returns 0 when present, -1 when not. */
@@ -167,6 +173,10 @@ xdc_err_t rdzv_client_open(const rdzv_target *t, xdc_wan_engine *eng, const char
 xdc_err_t rdzv_client_create(xdc_wan_engine *eng, const char *host, int port, const char *member, int64_t timeout_ms,
                              rdzv_client **out, xdc_diag *diag);
 void rdzv_client_destroy(rdzv_client *c);
+/* etcd: every later rdzv_set of ours is checked against q on our side (no store host sees them; until then
+ * rdzv_quota_init's), refused with XDC_ERR_AUTH and the built-in store's message naming us. Built-in: a
+ * no-op (the store checks the quota its host set). */
+void rdzv_client_quota(rdzv_client *c, const rdzv_quota *q);
 /* etcd only: when etcd does not answer within an operation's deadline (retried with backoff until
  * then), the operation fails with XDC_ERR_TIMEOUT and diag naming etcd's address and the operation. */
 /* Set one of our keys; XDC_ERR_AUTH when the server says it is not ours to write. */

@@ -335,6 +335,13 @@ typedef struct {
     int gen;
 } barrier_gen;
 
+/* A key this member wrote, as its quota counts it. */
+typedef struct {
+    char *key;
+    rdzv_key_class cls;
+    size_t bytes; /* of its value */
+} written_key;
+
 typedef struct eclient {
     rdzv_client base; /* first: the store interface */
     etcd_conn conn;   /* the member's requests, one at a time (op_mu), as the built-in client's */
@@ -345,6 +352,12 @@ typedef struct eclient {
     int64_t op_ms; /* deadline of set, heartbeat and one-look get */
     barrier_gen gens[ETCD_BARRIERS];
     int n_gens;
+    /* No store host sees an etcd member's writes: its own client holds it to its quota (orch_rdzv_quota.h).
+     * written: (n_written of cap_written) the keys it holds, at most the quota's sum. */
+    rdzv_quota quota;
+    rdzv_usage use;
+    written_key *written;
+    int n_written, cap_written;
     /* keep-alive thread */
     etcd_conn ka_conn;
     pthread_t ka;
@@ -404,18 +417,61 @@ static void ec_destroy(rdzv_client *base)
     }
     conn_close(&c->conn);
     conn_close(&c->ka_conn);
+    for (int i = 0; i < c->n_written; i++) xdc_free(c->written[i].key);
+    xdc_free(c->written);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->op_mu);
     pthread_cond_destroy(&c->cv);
     xdc_free(c);
 }
 
+/* The entry of `key` among the keys we wrote, or a new one (key NULL) when it is new and memory allows;
+ * NULL without memory. */
+static written_key *written_entry(eclient *c, const char *key)
+{
+    for (int i = 0; i < c->n_written; i++)
+        if (strcmp(c->written[i].key, key) == 0) return &c->written[i];
+    if (c->n_written == c->cap_written) {
+        int cap = c->cap_written ? 2 * c->cap_written : 16;
+        written_key *w = xdc_realloc(c->written, (size_t)cap * sizeof *w);
+        if (!w) return NULL;
+        c->written = w;
+        c->cap_written = cap;
+    }
+    written_key *w = &c->written[c->n_written];
+    *w = (written_key){0};
+    return w;
+}
+
 static xdc_err_t set_unlocked(rdzv_client *base, const char *key, const char *value, xdc_diag *diag)
 {
     eclient *c = (eclient *)base;
-    char what[RDZV_KEY_MAX + 16];
+    char what[RDZV_KEY_MAX + 16], why[160];
     snprintf(what, sizeof what, "set '%s'", key);
-    return kv_put(&c->conn, key, value, NULL, xdc_deadline_ms(c->op_ms), what, diag);
+    /* The built-in store's quota check and message, on our side: etcd bounds only its whole database. */
+    rdzv_key_class cls = rdzv_quota_classify(c->member, key);
+    written_key *w = written_entry(c, key);
+    if (!w) return XDC_ERR_NOMEM;
+    int mine = w->key != NULL; /* its class is the key's own: classify looks at the key alone */
+    size_t len = strlen(value);
+    if (rdzv_quota_check(&c->quota, &c->use, cls, !mine, mine ? w->bytes : 0, len, why, sizeof why) != 0) {
+        XDC_WARN(XDC_SUB_ORCH, "rendezvous: refused %s's write of key '%s' on its own side (etcd): %s", c->member, key,
+                 why);
+        xdc_diag_set(diag, "rendezvous: key '%s': %s is %s", key, c->member, why);
+        return XDC_ERR_AUTH;
+    }
+    XDC_CHECK(kv_put(&c->conn, key, value, NULL, xdc_deadline_ms(c->op_ms), what, diag));
+    if (w->key) {
+        rdzv_quota_charge(&c->use, w->cls, -1, w->bytes);
+    } else {
+        w->key = xdc_strdup(key);
+        if (!w->key) return XDC_OK; /* written, uncounted: the quota errs towards the member */
+        c->n_written++;
+    }
+    rdzv_quota_charge(&c->use, cls, +1, len);
+    w->cls = cls;
+    w->bytes = len;
+    return XDC_OK;
 }
 
 static xdc_err_t get_unlocked(rdzv_client *base, const char *key, int64_t timeout_ms, char *value, size_t cap,
@@ -547,8 +603,20 @@ static xdc_err_t ec_barrier(rdzv_client *base, const char *name, int count, int6
     return rc;
 }
 
-static const rdzv_client_ops etcd_client_ops = {
-    .set = ec_set, .get = ec_get, .barrier = ec_barrier, .heartbeat = ec_heartbeat, .destroy = ec_destroy};
+static void ec_quota(rdzv_client *base, const rdzv_quota *q)
+{
+    eclient *c = (eclient *)base;
+    pthread_mutex_lock(&c->op_mu);
+    c->quota = *q;
+    pthread_mutex_unlock(&c->op_mu);
+}
+
+static const rdzv_client_ops etcd_client_ops = {.set = ec_set,
+                                                .get = ec_get,
+                                                .barrier = ec_barrier,
+                                                .heartbeat = ec_heartbeat,
+                                                .quota = ec_quota,
+                                                .destroy = ec_destroy};
 
 xdc_err_t rdzv_etcd_client_create(const rdzv_target *t, const char *member, int64_t timeout_ms, rdzv_client **out,
                                   xdc_diag *diag)
@@ -561,6 +629,7 @@ xdc_err_t rdzv_etcd_client_create(const rdzv_target *t, const char *member, int6
     pthread_mutex_init(&c->op_mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     snprintf(c->member, sizeof c->member, "%s", member);
+    rdzv_quota_init(&c->quota);
     c->ttl_s = t->lease_ttl_s > 0 ? t->lease_ttl_s : RDZV_ETCD_TTL_S;
     c->op_ms = timeout_ms > 0 ? timeout_ms : 30000;
     uint64_t deadline = xdc_deadline_ms(c->op_ms);

@@ -14,7 +14,8 @@ typedef struct rdzv_client_ops {
     xdc_err_t (*get)(rdzv_client *c, const char *key, int64_t timeout_ms, char *value, size_t cap, xdc_diag *diag);
     xdc_err_t (*barrier)(rdzv_client *c, const char *name, int count, int64_t timeout_ms, xdc_diag *diag);
     xdc_err_t (*heartbeat)(rdzv_client *c, const char *status, xdc_diag *diag);
-    void (*destroy)(rdzv_client *c); /* never called with NULL */
+    void (*quota)(rdzv_client *c, const rdzv_quota *q); /* NULL: the store host checks quotas */
+    void (*destroy)(rdzv_client *c);                    /* never called with NULL */
 } rdzv_client_ops;
 
 struct rdzv_client {
@@ -25,6 +26,7 @@ struct rdzv_client {
 typedef struct rdzv_server_ops {
     int (*port)(const rdzv_server *s);
     xdc_err_t (*grant)(rdzv_server *s, const char *key, const char *member, xdc_diag *diag);
+    void (*quota)(rdzv_server *s, const rdzv_quota *q); /* NULL: members check their own quotas */
     void (*set)(rdzv_server *s, const char *key, const char *value);
     int (*get)(rdzv_server *s, const char *key, char *value, size_t cap);
     int (*find)(rdzv_server *s, const char *prefix, char *key, size_t key_cap, char *value, size_t cap);

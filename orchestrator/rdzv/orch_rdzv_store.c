@@ -158,6 +158,11 @@ xdc_err_t rdzv_server_grant(rdzv_server *s, const char *key, const char *member,
     return s->ops->grant(s, key, member, diag);
 }
 
+void rdzv_server_quota(rdzv_server *s, const rdzv_quota *q)
+{
+    if (s->ops->quota) s->ops->quota(s, q);
+}
+
 void rdzv_server_set(rdzv_server *s, const char *key, const char *value) { s->ops->set(s, key, value); }
 
 int rdzv_server_get(rdzv_server *s, const char *key, char *value, size_t cap)
@@ -198,6 +203,11 @@ xdc_err_t rdzv_client_open(const rdzv_target *t, xdc_wan_engine *eng, const char
 void rdzv_client_destroy(rdzv_client *c)
 {
     if (c) c->ops->destroy(c);
+}
+
+void rdzv_client_quota(rdzv_client *c, const rdzv_quota *q)
+{
+    if (c->ops->quota) c->ops->quota(c, q);
 }
 
 xdc_err_t rdzv_set(rdzv_client *c, const char *key, const char *value, xdc_diag *diag)

@@ -101,6 +101,21 @@ int orch_quorum_min(const orch_run_config *c, int n_regions)
     return c->elastic.min_regions ? c->elastic.min_regions : n_regions / 2 + 1;
 }
 
+void orch_run_config_rdzv_shape(const orch_run_config *c, int n_regions, rdzv_run_shape *out)
+{
+    long steps = c->train.steps > 0 ? c->train.steps : 0;
+    *out = (rdzv_run_shape){0};
+    if (orch_quorum_elastic(c, n_regions)) {
+        long period = c->plan_auto || c->diloco.inner_steps < 1 ? 1 : c->diloco.inner_steps;
+        long per = 1;
+        if (c->mode == ORCH_MODE_STREAMING && c->streaming.fragments > 1)
+            per = c->streaming.fragments < period ? c->streaming.fragments : period;
+        out->rejoins = (steps * per + period - 1) / period + 1;
+    }
+    if (c->plan_auto && c->replan_every > 0 && n_regions > 1 && !c->span_regions)
+        out->replans = steps / c->replan_every;
+}
+
 /* Relative paths in the run file are relative to the run file's folder. */
 static void resolve(const char *run_path, const char *rel, char *out, size_t cap)
 {

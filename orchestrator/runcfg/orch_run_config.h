@@ -6,6 +6,7 @@
 #define ORCH_RUN_CONFIG_H
 
 #include "model/xdc_model_config.h"
+#include "orchestrator/rdzv/orch_rdzv_quota.h"
 #include "scheduler/xdc_plan.h"
 
 #include <stdbool.h>
@@ -144,6 +145,13 @@ const char *orch_mode_name(orch_mode m);
  * for n_regions regions: min_regions, or a majority when it is unset. */
 bool orch_quorum_elastic(const orch_run_config *c, int n_regions);
 int orch_quorum_min(const orch_run_config *c, int n_regions);
+/* What the run writes to the rendezvous under its prefixes of many keys (docs/security.md, "Quotas"), from
+ * the run file alone, so the store host and every member get the same:
+ *   rejoins = elastic ? ceil(steps * per_period / period) + 1 : 0, a region leaving at most once per outer
+ *             round and at the end; period = diloco.inner_steps (1 with plan: auto, whose re-plans may
+ *             shorten it), per_period = 1 (DiLoCo) or min(streaming.fragments, period) (streaming);
+ *   replans = plan: auto over several regions without span ? steps / replan_every : 0. */
+void orch_run_config_rdzv_shape(const orch_run_config *c, int n_regions, rdzv_run_shape *out);
 
 /* Make folder `path` and any missing parents (an existing folder is fine). A failure names the folder and
  * its errno (a read-only run folder says "Read-only file system" here, not ENOENT at a later open):
