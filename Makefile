@@ -1,6 +1,6 @@
 # xdc — top-level build (GNU make).
 #
-#   make            build every library, build/xdc and the test binary
+#   make            build every library, build/xdc, the test binary and bench_gpu (its modes are tested on the CPU)
 #   make test       install missing Debian packages, build, run the suite (last line: N passed, N failed, N skipped)
 #   make test SAN=address,undefined     the same under sanitizers (objects in build/san)
 #   make demo       the default one-machine demo
@@ -92,7 +92,7 @@ $(BUILD)/obj/tests/test_api.o: EXTRA_CFLAGS += -DXDC_TEST_SAN='"$(SAN)"'
 $(BUILD)/obj/kernels/%.o $(BUILD)/obj/compression/%.o $(BUILD)/obj/model/%.o $(BUILD)/obj/intra/intra_reduce.o: OPT := -O3
 
 .PHONY: all libs test test-run demo demo-multihost deps deps-debian deps-bench clean check-layers lint format
-all: $(BUILD)/xdc $(BUILD)/xdc_tests $(BUILD)/xdc_sync_standalone $(BUILD)/libxdc.so
+all: $(BUILD)/xdc $(BUILD)/xdc_tests $(BUILD)/xdc_sync_standalone $(BUILD)/libxdc.so $(BUILD)/bench_gpu
 libs: $(LIB_FILES)
 
 # Objects depend on the flags they were built with: changed flags (-fPIC, CUDA on or off) rebuild them all,
