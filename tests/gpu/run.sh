@@ -140,8 +140,10 @@ tests_verdict() { # pattern label
   local names n f nt ns
   names=$(has_test "$1") || { say "NOT AVAILABLE (xdc_tests has no test matching /$1/: $2)"; return; }
   # shellcheck disable=SC2086
-  tmo "$B/xdc_tests" -v -j 1 $names >"$L/tests.out" 2>&1
+  tmo "$B/xdc_tests" -v -j 1 $names >"$L/tests.raw" 2>&1
   local rc=$?
+  # -v prints the line after a test with no output behind "    | ": the verdict lines back to column 0
+  sed -E 's/^    \| (PASS|FAIL|SKIP) /\1 /' "$L/tests.raw" >"$L/tests.out" && rm -f "$L/tests.raw"
   cat "$L/tests.out"
   n=$(grep -c '^PASS ' "$L/tests.out")
   f=$(grep -c '^FAIL ' "$L/tests.out")
@@ -195,19 +197,24 @@ step_determinism() {
   else say "FAIL two cuda runs: '${a:-none}' '${b:-none}'"; fi
 }
 
+# tests/gpu/test_sync_cuda.c: two regions in one process on CUDA (a buffer with none and int8, a tiny GPT
+# stage with its gradients synced); each prints both regions' hashes and the max difference from the CPU.
 step_sync_cuda() {
   [ -n "$NOGPU" ] && { say "NOT TESTED ($NOGPU)"; return; }
-  tests_verdict '(sync.*cuda|cuda.*sync)' "the in-process two-region sync on CUDA"
+  tests_verdict '^xdc_sync_.*_on_cuda_' "the in-process two-region sync on CUDA"
+  local h
+  h=$(grep -ohE '(codec=[a-z0-9]+ .*regions_identical=[a-zA-Z]+|params_xxh64=[0-9a-f]+)' "$L/tests.out" | sed -E 's/elems=[0-9]+ rounds=[0-9]+ //; s/cpu_xxh64=[0-9a-f]+ //' | tr '\n' ' ')
+  sed -i "s/\$/; ${h:-no hash printed}/" "$L/.verdict"
 }
 
+# tests/gpu/test_codec_wire_cuda.c: every codec x zstd {0, 3}, wire bytes CUDA = CPU (sizes, first differing
+# offset, decode max_abs/max_rel per pair in the log).
 step_codec_wire() {
   [ -n "$NOGPU" ] && { say "NOT TESTED ($NOGPU)"; return; }
-  if has_test '(wire|codec).*cuda|cuda.*(wire|codec)' >/dev/null; then
-    tests_verdict '(wire|codec).*cuda|cuda.*(wire|codec)' "codec wire bytes CUDA = CPU"
-  else
-    tests_verdict '^quant_cuda' "the quant tables"
-    sed -i 's/$/; (the quant tables only: no test compares whole wire bytes per codec x zstd on CUDA yet)/' "$L/.verdict"
-  fi
+  tests_verdict '^codec_wire_bytes_on_cuda' "codec wire bytes CUDA = CPU"
+  local w
+  w=$(grep -oE 'codec_wire cuda: .*|first_diff=[0-9][^ ]* \(round [0-9]\)' "$L/tests.out" | head -3 | tr '\n' ' ')
+  sed -i "s/\$/; ${w:-no codec_wire summary printed}/" "$L/.verdict"
 }
 
 # xdc launch: two emulated regions, one GPU worker each, sharing the one GPU; both regions on one hash.
@@ -262,34 +269,62 @@ step_nccl() {
   sed -i "s/\$/; ${v:-NCCL version not printed}/" "$L/.verdict"
 }
 
-bench_has() { "$B/bench_gpu" 2>&1 | grep -q "bench_gpu $1"; }
-step_gemm_peak() {
-  [ -n "$NOGPU" ] && { say "NOT TESTED ($NOGPU)"; return; }
-  [ -x "$B/bench_gpu" ] || { say "NOT AVAILABLE (no bench_gpu in the bundle)"; return; }
-  if bench_has gemm; then
-    tmo "$B/bench_gpu" gemm
-    local l=$?
-    say "MEASURED $(grep '^gpu_gemm' "$L/gemm-peak.log" | tail -3 | tr '\n' ' ') (exit $l)"
-  else
-    say "NOT AVAILABLE (bench_gpu has no gemm mode; gpt2-step prints the sgemm peak it measures)"
-  fi
+# Does bench_gpu offer mode $1? Its usage (exit 64) names every mode; read whole, as under pipefail a pipe
+# from it would carry its exit status.
+bench_has() { grep -q "bench_gpu $1 " <<<"$("$B/bench_gpu" 2>&1)"; }
+# A bench mode's run on the CPU backend with tiny sizes (no GPU): "cpu rehearsal ok: LAST LINE" or
+# "REHEARSAL FAILED: ...". bench_gpu ARGS...
+bench_rehearsal() {
+  local out rc
+  out=$(tmo "$B/bench_gpu" "$@" --backend cpu 2>&1)
+  rc=$?
+  echo "$out"
+  if [ $rc -eq 0 ]; then say "NOT TESTED ($NOGPU); cpu rehearsal ok: $(tail -1 <<<"$out")"
+  else say "REHEARSAL FAILED: bench_gpu $* --backend cpu: exit $rc: $(tail -1 <<<"$out")"; fi
 }
 
-step_gpt2_step() {
-  [ -n "$NOGPU" ] && { say "NOT TESTED ($NOGPU)"; return; }
+# The matmul peak (TF32 on CUDA; the kernels have no bf16 GEMM, the line says so): 8192^3 forward and
+# backward, and GPT-2's layer shapes with 8192 rows, each in device time between timed events.
+step_gemm_peak() {
   [ -x "$B/bench_gpu" ] || { say "NOT AVAILABLE (no bench_gpu in the bundle)"; return; }
-  tmo "$B/bench_gpu" model "$MODELS/gpt2-124m.yaml" --steps 10 >"$L/gpt2.out" 2>&1
-  local rc=$?
+  bench_has gemm || { say "NOT AVAILABLE (bench_gpu has no gemm mode)"; return; }
+  [ -n "$NOGPU" ] && { bench_rehearsal gemm --size 64; return; }
+  tmo "$B/bench_gpu" gemm --size 8192 >"$L/gemm.out" 2>&1
+  local rc=$? fig
+  cat "$L/gemm.out"
+  fig=$(grep '^gpu_gemm' "$L/gemm.out" | grep -E 'forward M=K=N|peak_' | tr '\n' ' ')
+  if [ -n "$fig" ]; then say "MEASURED $fig(exit $rc)"; else say "FAIL exit $rc: $(tail -1 "$L/gemm.out")"; fi
+}
+
+# One GPT-2 124M step: the whole step through the model (tokens/s, MFU), then the time per op family
+# (bench_gpu ops: GEMMs, attention, layernorm, GELU, softmax + cross-entropy, embedding, residual, AdamW,
+# sumsq; forward and backward), half the budget each.
+step_gpt2_step() {
+  [ -x "$B/bench_gpu" ] || { say "NOT AVAILABLE (no bench_gpu in the bundle)"; return; }
+  if [ -n "$NOGPU" ]; then
+    if bench_has ops; then bench_rehearsal ops "$MODELS/tiny.yaml" --steps 1; else say "NOT TESTED ($NOGPU)"; fi
+    return
+  fi
+  local half=$((T / 2)) rc rc2 fig ops
+  T=$half tmo "$B/bench_gpu" model "$MODELS/gpt2-124m.yaml" --steps 10 >"$L/gpt2.out" 2>&1
+  rc=$?
   cat "$L/gpt2.out"
-  local fig
-  fig=$(grep -E '^gpu_(model|op)' "$L/gpt2.out" | tail -12 | tr '\n' ' ')
-  if [ -n "$fig" ]; then say "MEASURED $fig(exit $rc)"; else say "FAIL exit $rc: $(tail -1 "$L/gpt2.out")"; fi
-  bench_has ops || sed -i 's/$/; per-op timings: NOT AVAILABLE (bench_gpu has no ops mode)/' "$L/.verdict"
+  fig=$(grep -E '^gpu_model' "$L/gpt2.out" | tail -1 | tr '\n' ' ')
+  if bench_has ops; then
+    T=$half tmo "$B/bench_gpu" ops "$MODELS/gpt2-124m.yaml" --steps 5 >"$L/gpt2-ops.out" 2>&1
+    rc2=$?
+    cat "$L/gpt2-ops.out"
+    ops=$(awk '/^gpu_op / { printf "%s=%sms ", $2, $5 } /^gpu_ops ops_sum_ms/ { sub(/^gpu_ops /, ""); printf "%s ", $0 }' "$L/gpt2-ops.out")
+    ops="per-op (exit $rc2): ${ops:-none printed: $(tail -1 "$L/gpt2-ops.out")}"
+  else
+    ops="per-op timings: NOT AVAILABLE (bench_gpu has no ops mode)"
+  fi
+  if [ -n "$fig" ]; then say "MEASURED $fig(exit $rc); $ops"; else say "FAIL exit $rc: $(tail -1 "$L/gpt2.out"); $ops"; fi
 }
 
 step_codec_speed() {
-  [ -n "$NOGPU" ] && { say "NOT TESTED ($NOGPU)"; return; }
   [ -x "$B/bench_gpu" ] || { say "NOT AVAILABLE (no bench_gpu in the bundle)"; return; }
+  [ -n "$NOGPU" ] && { bench_rehearsal codec --mib 1; return; }
   tmo "$B/bench_gpu" codec --mib 256 >"$L/codec.out" 2>&1
   local rc=$?
   cat "$L/codec.out"
