@@ -165,8 +165,8 @@ install: $(BUILD)/libxdc.so
 
 # ---- tests -----------------------------------------------------------------------------------------
 # Two tiers (docs/design.md, "Tests"): unit tests in tests/<library>/, end-to-end tests in tests/e2e/.
-# TEST_JOBS tests run at once, at most TEST_E2E_JOBS of them end-to-end; the runner never runs two
-# serial tests (XDC_TEST_SERIAL: namespaces, Slurm, etcd, fixed ports) at once.
+# TEST_JOBS tests run at once, at most TEST_E2E_JOBS of them end-to-end; the runner runs each serial
+# test (XDC_TEST_SERIAL: namespaces, Slurm, etcd, fixed ports) alone.
 TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 TEST_E2E_JOBS ?= $(TEST_JOBS)
 TEST_ENV = XDC_BIN=$(BUILD)/xdc XDC_TORCH_VENV=$(XDC_TORCH_VENV)

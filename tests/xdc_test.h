@@ -18,8 +18,9 @@ typedef void (*xdc_test_fn)(void);
  * folder holds unit tests (one process, seconds, safe to run beside each other: `make check`). */
 typedef enum { XDC_TIER_UNIT, XDC_TIER_E2E } xdc_test_tier;
 
-/* A serial test holds something the machine has one of (a fixed port, a namespace address, a Slurm
- * cluster, a loopback port picked before the server binds it): the runner never runs two at once. */
+/* A serial test holds something the machine has one of (a fixed port, a namespace set, a Slurm cluster,
+ * a loopback port picked before its server binds it, one that another test's port 0 could take): the
+ * runner runs it alone, never beside another test. */
 #define XDC_TEST_SERIAL_FLAG 1u
 
 void xdc_test_register(const char *name, xdc_test_fn fn, int timeout_s, const char *file, unsigned flags);
@@ -31,8 +32,8 @@ void xdc_test_register(const char *name, xdc_test_fn fn, int timeout_s, const ch
         xdc_test_register(#name, name, (timeout_s), __FILE__, (flags)); \
     }                                                                   \
     static void name(void)
-/* Define a test with a timeout in seconds (XDC_TEST uses 60 s); XDC_TEST_SERIAL: one never run beside
- * another serial test. */
+/* Define a test with a timeout in seconds (XDC_TEST uses 60 s); XDC_TEST_SERIAL: one the runner runs
+ * alone. */
 #define XDC_TEST_T(name, timeout_s)      XDC_TEST_REGISTER_(name, timeout_s, 0u)
 #define XDC_TEST_SERIAL(name, timeout_s) XDC_TEST_REGISTER_(name, timeout_s, XDC_TEST_SERIAL_FLAG)
 #define XDC_TEST(name)                   XDC_TEST_T(name, 60)

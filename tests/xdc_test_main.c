@@ -4,8 +4,9 @@
  * (with a reason). Ends with exactly one line "N passed, N failed, N skipped".
  *
  * Up to -j N tests run at once (at most --e2e-jobs M of them end-to-end), unit tests first, then the
- * end-to-end tier (a test's tier is its folder, xdc_test.h); a serial test never runs beside another
- * serial one. A test waiting for the serial slot lets the tests behind it start.
+ * end-to-end tier (a test's tier is its folder, xdc_test.h). A serial test runs alone: it starts when
+ * nothing runs, and nothing starts while it runs; the tests behind it go first meanwhile, so the serial
+ * tests of a run end up one after another once the parallel ones are done.
  *
  * usage: xdc_tests [-v] [-l] [-j N] [--e2e-jobs M] [--tier unit|e2e] [substring...]
  *        (XDC_TEST_FILTER also selects by substring) */
@@ -351,13 +352,16 @@ static void usage(const char *argv0)
     fprintf(stderr, "usage: %s [-v] [-l] [-j N] [--e2e-jobs M] [--tier unit|e2e] [substring...]\n", argv0);
 }
 
-/* The queue index of the next test that may start now, or -1: not started, within the end-to-end limit,
- * and not serial while a serial test runs. Tests behind one that must wait may go first. */
-static int next_startable(const int *queue, const char *started, int nq, int from, int serial_running, int e2e_room)
+/* The queue index of the next test that may start now, or -1: not started, within the end-to-end limit;
+ * nothing while a serial test runs, and a serial test only when nothing runs. Tests behind one that must
+ * wait may go first. */
+static int next_startable(const int *queue, const char *started, int nq, int from, int active, int serial_running,
+                          int e2e_room)
 {
+    if (serial_running) return -1;
     for (int q = from; q < nq; q++) {
         const test_case *t = &g_tests[queue[q]];
-        if (started[q] || (t->serial && serial_running) || (t->tier == XDC_TIER_E2E && !e2e_room)) continue;
+        if (started[q] || (t->serial && active) || (t->tier == XDC_TIER_E2E && !e2e_room)) continue;
         return q;
     }
     return -1;
@@ -425,7 +429,7 @@ int main(int argc, char **argv)
     for (;;) {
         while (done_prefix < nq && started[done_prefix]) done_prefix++;
         while (active < jobs) {
-            int q = next_startable(queue, started, nq, done_prefix, serial_running, e2e_active < e2e_jobs);
+            int q = next_startable(queue, started, nq, done_prefix, active, serial_running, e2e_active < e2e_jobs);
             if (q < 0) break;
             const test_case *t = &g_tests[queue[q]];
             for (int s = 0; s < jobs; s++)
