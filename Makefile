@@ -1,8 +1,11 @@
 # xdc — top-level build (GNU make).
 #
 #   make            build every library, build/xdc, the test binary and bench_gpu (its modes are tested on the CPU)
-#   make test       install missing Debian packages, build, run the suite (last line: N passed, N failed, N skipped)
+#   make check      build, run the unit tier in parallel (tests/<library>/; about 2 minutes on 2 cores)
+#   make test       install missing Debian packages, build, run the whole suite: the unit tier, then the
+#                   end-to-end tier (tests/e2e/) (last line: N passed, N failed, N skipped)
 #   make test SAN=address,undefined     the same under sanitizers (objects in build/san)
+#   make test T='NAME...'               the tests whose names contain one of the substrings
 #   make demo       the default one-machine demo
 #   make demo-multihost   the demo with each region on a network host of its own (root: namespaces, the
 #                   netns WAN emulator, agents started one by one through examples/launch/ssh.sh)
@@ -80,18 +83,20 @@ lib_objs = $(call obj,$(call lib_srcs,$(1))) $(if $(filter 1,$(CUDA)),$(call cuo
 lib_file = $(BUILD)/libxdc_$(subst /,_,$(1)).a
 LIB_FILES := $(foreach l,$(LAYERS),$(call lib_file,$(l)))
 
-# tests/sync_standalone.c is a program of its own (below), not part of the test binary.
+# The test binary: the runner and the fixtures shared across folders (tests/*.c), each library's tests
+# and a folder's own fixtures (tests/<library>/test_*.c), the end-to-end tests (tests/e2e/test_*.c) and
+# the fuzz targets' replays. tests/sync_standalone.c is a program of its own (below).
 SYNC_STANDALONE_SRC := tests/sync_standalone.c
 TEST_SRCS := $(filter-out $(SYNC_STANDALONE_SRC),$(wildcard tests/*.c) $(wildcard tests/*/test_*.c) $(wildcard tests/fuzz/*.c))
 TEST_OBJS := $(call obj,$(TEST_SRCS))
 
 # test_api.c builds programs against the installed libxdc with the sanitizers the library was built with.
-$(BUILD)/obj/tests/test_api.o: EXTRA_CFLAGS += -DXDC_TEST_SAN='"$(SAN)"'
+$(BUILD)/obj/tests/e2e/test_api.o: EXTRA_CFLAGS += -DXDC_TEST_SAN='"$(SAN)"'
 
 # Numeric folders get -O3 so the vectoriser does its work on the kernels.
 $(BUILD)/obj/kernels/%.o $(BUILD)/obj/compression/%.o $(BUILD)/obj/model/%.o $(BUILD)/obj/intra/intra_reduce.o: OPT := -O3
 
-.PHONY: all libs test test-run demo demo-multihost deps deps-debian deps-bench clean check-layers lint format
+.PHONY: all libs check test test-run demo demo-multihost deps deps-debian deps-bench clean check-layers lint format
 all: $(BUILD)/xdc $(BUILD)/xdc_tests $(BUILD)/xdc_sync_standalone $(BUILD)/libxdc.so $(BUILD)/bench_gpu
 libs: $(LIB_FILES)
 
@@ -161,13 +166,21 @@ install: $(BUILD)/libxdc.so
 	@echo "installed libxdc $(API_MAJOR).$(API_MINOR) in $(DESTDIR)$(PREFIX)"
 
 # ---- tests -----------------------------------------------------------------------------------------
-TEST_JOBS ?= 1
+# Two tiers (docs/design.md, "Tests"): unit tests in tests/<library>/, end-to-end tests in tests/e2e/.
+# TEST_JOBS tests run at once, at most TEST_E2E_JOBS of them end-to-end; the runner runs each serial
+# test (XDC_TEST_SERIAL: namespaces, Slurm, etcd, fixed ports) alone.
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+TEST_E2E_JOBS ?= $(TEST_JOBS)
+TEST_ENV = XDC_BIN=$(BUILD)/xdc XDC_TORCH_VENV=$(XDC_TORCH_VENV)
+check: all
+	@$(TEST_ENV) $(BUILD)/xdc_tests -j $(TEST_JOBS) --tier unit $(T)
+
 test: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory test-run
 
 test-run:
-	@XDC_BIN=$(BUILD)/xdc XDC_TORCH_VENV=$(XDC_TORCH_VENV) $(BUILD)/xdc_tests -j $(TEST_JOBS) $(T)
+	@$(TEST_ENV) $(BUILD)/xdc_tests -j $(TEST_JOBS) --e2e-jobs $(TEST_E2E_JOBS) $(T)
 
 # ---- demo ------------------------------------------------------------------------------------------
 demo: deps-debian

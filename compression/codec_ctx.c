@@ -15,7 +15,7 @@
  * zstd. Sparse sends a u16 gap and B bits per kept element, (16 + B) / 32 f, plus 8 bytes of scales per
  * 4096 elements; zstd takes it to ~0.33 f (bench/codec, 2026-12-03). Its speeds were measured on a VM loaded
  * by a parallel build and scaled by top-k's quiet / loaded ratio (encode ~9x slower than top-k: a top-k
- * select per 4096-element block and the quantization error spread back into the residual). tests/test_codec.c checks every ratio without zstd against what the encoder sends. */
+ * select per 4096-element block and the quantization error spread back into the residual). tests/compression/test_codec.c checks every ratio without zstd against what the encoder sends. */
 static const xdc_codec_info registry[] = {
     {.name = "none",
      .kind = XDC_CODEC_NONE,

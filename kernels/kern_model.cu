@@ -1,7 +1,7 @@
 /* kern_model.cu — the CUDA model ops (xdc_model_cuda_ops): cuBLAS for the linear layers (TF32 tensor
  * cores, fp32 storage and accumulation), simple kernels for the rest. Every kernel gives each output element to one thread and sums in a fixed order (no
  * atomics), so results are deterministic run to run; they are checked against kern_model_cpu.c with
- * tolerances by tests/test_kern_model.c. Every launch, copy and cuBLAS call goes to the calling thread's
+ * tolerances by tests/kernels/test_kern_model.c. Every launch, copy and cuBLAS call goes to the calling thread's
  * current stream (xdc_device_cuda_ops.set_stream; never the legacy default stream); a launch error or a
  * failed cuBLAS call is noted on that stream at once (sticky), and `sync` waits for the stream and reports
  * it. A launch over zero elements is skipped (a zero-block grid is a launch error, and there is no work).

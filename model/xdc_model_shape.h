@@ -3,7 +3,7 @@
  * one microbatch's activation slot and of the backward scratch, boundary bytes per token and of a stage's
  * pipeline boundary buffers, and 1F1B's bound on the microbatches a stage holds at once. The model counts
  * its own parameters with it (xdc_gpt_config_num_params) and the planner and simulator (scheduler/) price
- * stages with it; tests/test_model.c and tests/test_plan.c tie both to the parameter arenas real stages
+ * stages with it; tests/model/test_model.c and tests/scheduler/test_plan.c tie both to the parameter arenas real stages
  * allocate (model/gpt_stage.c). */
 #ifndef XDC_MODEL_SHAPE_H
 #define XDC_MODEL_SHAPE_H
@@ -41,7 +41,7 @@ double xdc_model_shape_fwd_flops_per_token(const xdc_model_shape *m, int lb, int
  * the softmax rows (batch·NH·seq_len²); the stage input (N C); tokens (N int32) on the first stage;
  * targets (N int32), final layernorm (N C + 2 N), probabilities (N V) and losses (N) on the last. Each
  * tensor is rounded up to 64 bytes, as model/gpt_stage.c lays them out: this is exactly the size of one
- * slot of a real stage (xdc_gpt_stage_slot_bytes; tests/test_model.c checks both agree). */
+ * slot of a real stage (xdc_gpt_stage_slot_bytes; tests/model/test_model.c checks both agree). */
 double xdc_model_shape_slot_bytes(const xdc_model_shape *m, int lb, int le, int batch, int seq_len);
 /* Bytes of the stage's backward scratch, one per stage whatever the slots (xdc_gpt_stage_scratch_bytes):
  * projection output, residual and layernorm gradients, attention (N C, N C, N C, N C, 3 N C, batch·NH·

@@ -13,17 +13,30 @@
 
 typedef void (*xdc_test_fn)(void);
 
-void xdc_test_register(const char *name, xdc_test_fn fn, int timeout_s, const char *file);
+/* A test's tier is its file's folder: tests/e2e/ holds the end-to-end tests (they start `xdc launch`,
+ * `xdc train`, agents, coordinators, etcd, Slurm or network namespaces, or take minutes); every other
+ * folder holds unit tests (one process, seconds, safe to run beside each other: `make check`). */
+typedef enum { XDC_TIER_UNIT, XDC_TIER_E2E } xdc_test_tier;
 
-/* Define a test with a timeout in seconds (XDC_TEST uses 60 s). */
-#define XDC_TEST_T(name, timeout_s)                                \
-    static void name(void);                                        \
-    __attribute__((constructor)) static void name##_register(void) \
-    {                                                              \
-        xdc_test_register(#name, name, (timeout_s), __FILE__);     \
-    }                                                              \
+/* A serial test holds something the machine has one of (a fixed port, a namespace set, a Slurm cluster,
+ * a loopback port picked before its server binds it, one that another test's port 0 could take): the
+ * runner runs it alone, never beside another test. */
+#define XDC_TEST_SERIAL_FLAG 1u
+
+void xdc_test_register(const char *name, xdc_test_fn fn, int timeout_s, const char *file, unsigned flags);
+
+#define XDC_TEST_REGISTER_(name, timeout_s, flags)                      \
+    static void name(void);                                             \
+    __attribute__((constructor)) static void name##_register(void)      \
+    {                                                                   \
+        xdc_test_register(#name, name, (timeout_s), __FILE__, (flags)); \
+    }                                                                   \
     static void name(void)
-#define XDC_TEST(name) XDC_TEST_T(name, 60)
+/* Define a test with a timeout in seconds (XDC_TEST uses 60 s); XDC_TEST_SERIAL: one the runner runs
+ * alone. */
+#define XDC_TEST_T(name, timeout_s)      XDC_TEST_REGISTER_(name, timeout_s, 0u)
+#define XDC_TEST_SERIAL(name, timeout_s) XDC_TEST_REGISTER_(name, timeout_s, XDC_TEST_SERIAL_FLAG)
+#define XDC_TEST(name)                   XDC_TEST_T(name, 60)
 
 _Noreturn void xdc_test_fail_at(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* End the test as skipped, saying why ("no GPU", "no CAP_NET_ADMIN"). */

@@ -3,7 +3,13 @@
  * and reads the verdict from a pipe: pass (with its assertion count), fail (with a message) or skip
  * (with a reason). Ends with exactly one line "N passed, N failed, N skipped".
  *
- * usage: xdc_tests [-v] [-l] [-j N] [substring...]   (XDC_TEST_FILTER also selects by substring) */
+ * Up to -j N tests run at once (at most --e2e-jobs M of them end-to-end), unit tests first, then the
+ * end-to-end tier (a test's tier is its folder, xdc_test.h). A serial test runs alone: it starts when
+ * nothing runs, and nothing starts while it runs; the tests behind it go first meanwhile, so the serial
+ * tests of a run end up one after another once the parallel ones are done.
+ *
+ * usage: xdc_tests [-v] [-l] [-j N] [--e2e-jobs M] [--tier unit|e2e] [substring...]
+ *        (XDC_TEST_FILTER also selects by substring) */
 #include "tests/xdc_test.h"
 
 #include "common/xdc_time.h"
@@ -38,7 +44,12 @@ typedef struct {
     xdc_test_fn fn;
     int timeout_s;
     const char *file;
+    xdc_test_tier tier;
+    int serial;
+    int seq; /* registration order */
 } test_case;
+
+static const char *const TIER_NAMES[] = {[XDC_TIER_UNIT] = "unit", [XDC_TIER_E2E] = "e2e"};
 
 static test_case *g_tests;
 static int g_n_tests, g_cap_tests;
@@ -48,14 +59,16 @@ static int g_verdict_fd = -1;
 static long g_assertions;
 static char g_tmpdir[256];
 
-void xdc_test_register(const char *name, xdc_test_fn fn, int timeout_s, const char *file)
+void xdc_test_register(const char *name, xdc_test_fn fn, int timeout_s, const char *file, unsigned flags)
 {
     if (g_n_tests == g_cap_tests) {
         g_cap_tests = g_cap_tests ? 2 * g_cap_tests : 64;
         g_tests = realloc(g_tests, (size_t)g_cap_tests * sizeof *g_tests);
         if (!g_tests) abort(); /* registration runs before main; nothing to recover */
     }
-    g_tests[g_n_tests++] = (test_case){name, fn, timeout_s, file};
+    xdc_test_tier tier = strstr(file, "tests/e2e/") ? XDC_TIER_E2E : XDC_TIER_UNIT;
+    g_tests[g_n_tests] = (test_case){name, fn, timeout_s, file, tier, (flags & XDC_TEST_SERIAL_FLAG) != 0, g_n_tests};
+    g_n_tests++;
 }
 
 static void verdict(char kind, const char *msg)
@@ -299,53 +312,109 @@ static void finish_test(running *r, int status)
     fflush(stdout);
 }
 
-static int selected(const char *name, int argc, char **argv, int first)
+static int g_tier = -1; /* --tier: that tier's tests only; -1: both */
+
+static int selected(const test_case *t, int argc, char **argv, int first)
 {
+    if (g_tier >= 0 && (int)t->tier != g_tier) return 0;
     const char *env = getenv("XDC_TEST_FILTER");
-    if (env && *env && !strstr(name, env)) return 0;
+    if (env && *env && !strstr(t->name, env)) return 0;
     if (first >= argc) return 1;
     for (int i = first; i < argc; i++)
-        if (strstr(name, argv[i])) return 1;
+        if (strstr(t->name, argv[i])) return 1;
     return 0;
 }
 
-static int by_file_then_order(const void *a, const void *b)
+/* Unit tests first (quick: a failure shows early), then the end-to-end tier; by file, and within a file
+ * in registration order (constructors run in link order, so seq keeps a file's own order). */
+static int by_tier_file_order(const void *a, const void *b)
 {
     const test_case *x = a, *y = b;
+    if (x->tier != y->tier) return x->tier < y->tier ? -1 : 1;
     int c = strcmp(x->file, y->file);
     if (c) return c;
-    return (x < y) ? -1 : (x > y);
+    return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+/* XDC_TEST_SCHED_LOG=FILE: the runner appends "start NAME" and "end NAME" as it starts and reaps tests,
+ * so a test of the runner can check the order (test_harness.c: no two serial tests overlap). */
+static FILE *g_sched_log;
+
+static void sched_note(const char *what, const test_case *t)
+{
+    if (!g_sched_log) return;
+    fprintf(g_sched_log, "%s %s\n", what, t->name);
+    fflush(g_sched_log);
+}
+
+static void usage(const char *argv0)
+{
+    fprintf(stderr, "usage: %s [-v] [-l] [-j N] [--e2e-jobs M] [--tier unit|e2e] [substring...]\n", argv0);
+}
+
+/* The queue index of the next test that may start now, or -1: not started, within the end-to-end limit;
+ * nothing while a serial test runs, and a serial test only when nothing runs. Tests behind one that must
+ * wait may go first. */
+static int next_startable(const int *queue, const char *started, int nq, int from, int active, int serial_running,
+                          int e2e_room)
+{
+    if (serial_running) return -1;
+    for (int q = from; q < nq; q++) {
+        const test_case *t = &g_tests[queue[q]];
+        if (started[q] || (t->serial && active) || (t->tier == XDC_TIER_E2E && !e2e_room)) continue;
+        return q;
+    }
+    return -1;
 }
 
 int main(int argc, char **argv)
 {
-    int jobs = 1, list = 0, first = 1;
+    int jobs = 1, e2e_jobs = 0, list = 0, first = 1;
     while (first < argc && argv[first][0] == '-') {
-        if (strcmp(argv[first], "-v") == 0) g_verbose = 1;
-        else if (strcmp(argv[first], "-l") == 0) list = 1;
-        else if (strcmp(argv[first], "-j") == 0 && first + 1 < argc) jobs = atoi(argv[++first]);
-        else {
-            fprintf(stderr, "usage: %s [-v] [-l] [-j N] [substring...]\n", argv[0]);
+        const char *a = argv[first];
+        if (strcmp(a, "-v") == 0) g_verbose = 1;
+        else if (strcmp(a, "-l") == 0) list = 1;
+        else if (strcmp(a, "-j") == 0 && first + 1 < argc) jobs = atoi(argv[++first]);
+        else if (strcmp(a, "--e2e-jobs") == 0 && first + 1 < argc) e2e_jobs = atoi(argv[++first]);
+        else if (strcmp(a, "--tier") == 0 && first + 1 < argc) {
+            const char *name = argv[++first];
+            g_tier = strcmp(name, "unit") == 0 ? XDC_TIER_UNIT : strcmp(name, "e2e") == 0 ? XDC_TIER_E2E : -2;
+            if (g_tier == -2) {
+                fprintf(stderr, "%s: --tier: '%s' is not unit or e2e\n", argv[0], name);
+                return 64;
+            }
+        } else {
+            usage(argv[0]);
             return 64;
         }
         first++;
     }
     if (jobs < 1) jobs = 1;
-    /* Constructors ran in link order; sort by file, stable within a file (registration order). */
-    qsort(g_tests, (size_t)g_n_tests, sizeof *g_tests, by_file_then_order);
-    int n_selected = 0;
-    for (int i = 0; i < g_n_tests; i++) n_selected += selected(g_tests[i].name, argc, argv, first);
+    if (jobs > 64) jobs = 64; /* the poll set below */
+    if (e2e_jobs < 1 || e2e_jobs > jobs) e2e_jobs = jobs;
+    qsort(g_tests, (size_t)g_n_tests, sizeof *g_tests, by_tier_file_order);
+    int *queue = calloc((size_t)g_n_tests + 1, sizeof *queue), nq = 0;
+    if (!queue) return 70;
+    for (int i = 0; i < g_n_tests; i++)
+        if (selected(&g_tests[i], argc, argv, first)) queue[nq++] = i;
     /* A filter that names no test is a typo, not a pass: say so and fail, so a CI step that runs
      * `xdc_tests wan_tsl` cannot go green on zero tests. */
-    if (n_selected == 0) {
+    if (nq == 0) {
         fprintf(stderr, "%s: no test matches the filter (-l lists the tests)\n", argv[0]);
         printf("0 passed, 0 failed\n");
         return 1;
     }
     if (list) {
-        for (int i = 0; i < g_n_tests; i++)
-            if (selected(g_tests[i].name, argc, argv, first)) printf("%s\t%s\n", g_tests[i].name, g_tests[i].file);
+        for (int q = 0; q < nq; q++) {
+            const test_case *t = &g_tests[queue[q]];
+            printf("%s\t%s\t%s%s\n", t->name, t->file, TIER_NAMES[t->tier], t->serial ? "\tserial" : "");
+        }
         return 0;
+    }
+    const char *sched = getenv("XDC_TEST_SCHED_LOG");
+    if (sched && *sched && !(g_sched_log = fopen(sched, "a"))) {
+        perror(sched);
+        return 70;
     }
     signal(SIGPIPE, SIG_IGN);
     char outdir[] = "/tmp/xdc-tests-XXXXXX";
@@ -354,25 +423,30 @@ int main(int argc, char **argv)
         return 70;
     }
     running *slots = calloc((size_t)jobs, sizeof *slots);
-    int next = 0, active = 0;
+    char *started = calloc((size_t)nq, 1);
+    if (!slots || !started) return 70;
+    int done_prefix = 0, active = 0, e2e_active = 0, serial_running = 0;
     for (;;) {
-        while (active < jobs && next < g_n_tests) {
-            if (!selected(g_tests[next].name, argc, argv, first)) {
-                next++;
-                continue;
-            }
+        while (done_prefix < nq && started[done_prefix]) done_prefix++;
+        while (active < jobs) {
+            int q = next_startable(queue, started, nq, done_prefix, active, serial_running, e2e_active < e2e_jobs);
+            if (q < 0) break;
+            const test_case *t = &g_tests[queue[q]];
             for (int s = 0; s < jobs; s++)
                 if (slots[s].pid == 0) {
-                    start_test(&slots[s], next, outdir);
-                    active++;
+                    sched_note("start", t);
+                    start_test(&slots[s], queue[q], outdir);
                     break;
                 }
-            next++;
+            started[q] = 1;
+            active++;
+            e2e_active += t->tier == XDC_TIER_E2E;
+            serial_running += t->serial;
         }
         if (active == 0) break;
         struct pollfd pfd[64];
         int np = 0, map[64];
-        for (int s = 0; s < jobs && np < 64; s++)
+        for (int s = 0; s < jobs; s++)
             if (slots[s].pid && slots[s].fd >= 0) {
                 pfd[np] = (struct pollfd){.fd = slots[s].fd, .events = POLLIN};
                 map[np++] = s;
@@ -410,13 +484,20 @@ int main(int argc, char **argv)
                     close(r->fd);
                     r->fd = -1;
                 }
+                const test_case *t = &g_tests[r->idx];
                 finish_test(r, status);
+                sched_note("end", t);
                 r->pid = 0;
                 active--;
+                e2e_active -= t->tier == XDC_TIER_E2E;
+                serial_running -= t->serial;
             }
         }
     }
     free(slots);
+    free(started);
+    free(queue);
+    if (g_sched_log) fclose(g_sched_log);
     if (g_fail == 0) nftw(outdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     printf("%d passed, %d failed, %d skipped\n", g_pass, g_fail, g_skip);
     return g_fail ? 1 : 0;

@@ -58,7 +58,7 @@ typedef struct orch_model {
 
 /* Allocates m's boundary buffers (x_in, dy_in, dx_out) for the stage m->st on m->be's device, one
  * microbatch of m->B × m->T × m->C each, those the stage uses only; *bytes: their total, what the planner
- * counts (xdc_model_shape_boundary_bytes; tests/test_plan.c compares). Freed by the worker's teardown. */
+ * counts (xdc_model_shape_boundary_bytes; tests/scheduler/test_plan.c compares). Freed by the worker's teardown. */
 xdc_err_t orch_model_alloc_boundary(orch_model *m, size_t *bytes);
 
 /* Pipeline transfers between neighbouring stages (orch_pipe.c). */

@@ -1,4 +1,4 @@
-/* nonblocking.c — a libxdc program for the suite (tests/test_api.c builds it against the installed
+/* nonblocking.c — a libxdc program for the suite (tests/e2e/test_api.c builds it against the installed
  * library): two regions of one member each, and a FIFO that orders them without any sleep.
  *
  *   nonblocking FIFO COUNT

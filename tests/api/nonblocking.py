@@ -1,4 +1,4 @@
-"""nonblocking.py — tests/api/nonblocking.c on the Python package, for the suite (tests/test_api.c): two
+"""nonblocking.py — tests/api/nonblocking.c on the Python package, for the suite (tests/e2e/test_api.c): two
 regions of one member each, and a FIFO that orders them without any sleep.
 
     nonblocking.py FIFO COUNT

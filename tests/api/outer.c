@@ -1,4 +1,4 @@
-/* outer.c — a libxdc program for the suite (tests/test_api.c): DiLoCo outer rounds over a list of two
+/* outer.c — a libxdc program for the suite (tests/e2e/test_api.c): DiLoCo outer rounds over a list of two
  * parameters. Every member starts from 1.0, each "inner phase" moves its parameters by -(rank + 1) / 8,
  * and with the run file's codec none, diloco.outer_lr 0.5 and outer_momentum 0.5 the two rounds must give
  * exactly (all values are multiples of 1/128):

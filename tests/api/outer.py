@@ -1,4 +1,4 @@
-"""outer.py — tests/api/outer.c on the Python package, for the suite (tests/test_api.c): DiLoCo outer rounds
+"""outer.py — tests/api/outer.c on the Python package, for the suite (tests/e2e/test_api.c): DiLoCo outer rounds
 over a list of two float32 buffers, and what the binding does with buffers.
 
 Every member starts from 1.0, each "inner phase" moves its parameters by -(rank + 1) / 8; with codec none,

@@ -1,4 +1,4 @@
-"""torch_checks.py — xdc.torch and tensor buffers, for the suite (tests/test_api.c, api_torch_*), run by
+"""torch_checks.py — xdc.torch and tensor buffers, for the suite (tests/e2e/test_api.c, api_torch_*), run by
 xdc launch --exec on every member under a run file with codec none (mismatch: int8).
 
     torch_checks.py tensors   tensors as buffers: the exact mean in the tensor's own memory; a float64, a

@@ -13,7 +13,7 @@
 #   models/     examples/models/*.yaml;  tests/gpu/*.yaml beside them
 #   env.sh      sourced on the machine: unpacks lib/*.gz, finds NCCL / cuBLAS / cudart (the Python wheels
 #               first, then ldconfig, then /usr/local/cuda), exports LD_LIBRARY_PATH and prints what it chose
-#   closure.sh  the closure check (tests/gpu/test_gpu_bundle.c and env.sh run it)
+#   closure.sh  the closure check (tests/e2e/test_gpu_bundle.c and env.sh run it)
 #   MANIFEST    cuda=0|1, the build's gcc / nvcc / Debian versions, the newest GLIBC_ symbol version the
 #               files need, each library with its origin here and its size
 # Allowed (left to the machine): glibc's libraries and loader, libcuda (the driver's), libcudart, libcublas,

@@ -3,7 +3,7 @@
 # path, all from the bundle (`make gpu-bundle`; docs/device.md says how to send it there), no make, no
 # packages, no network.
 #
-#   *** NOT RUN ON A GPU YET. Written and rehearsed on machines without one (tests/gpu/test_gpu_bundle.c
+#   *** NOT RUN ON A GPU YET. Written and rehearsed on machines without one (tests/e2e/test_gpu_bundle.c
 #   *** runs it with a stub nvidia-smi): every verdict below about CUDA is still to be earned.
 #
 #   usage: tests/gpu/run.sh [--only STEP,...] [--bundle DIR] [--deadline S] [--list]

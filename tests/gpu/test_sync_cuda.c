@@ -1,4 +1,4 @@
-/* test_sync_cuda.c — the in-process two-region sync (tests/test_orch_sync.c's) on the CUDA backend, for the
+/* test_sync_cuda.c — the in-process two-region sync (tests/sync/test_orch_sync.c's) on the CUDA backend, for the
  * GPU window (tests/gpu/run.sh, step sync-cuda): two WAN engines on a loopback pair, one sync engine each,
  * the buffers in device memory written piece by piece on a producer stream that the host never waits for
  * before marking a piece ready, the codec's quantizer and residual on the device.

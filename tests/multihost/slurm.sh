@@ -72,8 +72,10 @@ trap 'exit 75' INT TERM
 
 # A free TCP port for a daemon, from a PID-derived start so that clusters of concurrent runs differ. Any
 # socket on the port counts (not only listeners): an outgoing connection's local port blocks a bind too.
+# Below Linux's ephemeral range (32768 and up), so a port-0 bind elsewhere cannot take it before the
+# daemon binds it.
 free_port() {
-    local p=$((20000 + ($$ * 7 + $1) % 20000))
+    local p=$((20000 + ($$ * 7 + $1) % 12000))
     while ss -Htan "sport = :$p" | grep -q .; do p=$((p + 1)); done
     echo $p
 }

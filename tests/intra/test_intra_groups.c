@@ -3,7 +3,7 @@
  * posting pattern the 1F1B loop used before groups (every receive of a step first, ungrouped) must fail
  * there with the op deadline naming the rank, as it would hang on NCCL; the same exchange in groups, and
  * the 1F1B schedule of orch_train.c with each schedule step's sends and receives in one group, must pass. */
-#include "tests/test_intra_ranks.h"
+#include "tests/intra/test_intra_ranks.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_time.h"

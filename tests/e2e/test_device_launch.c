@@ -1,16 +1,13 @@
-/* test_device_select.c — which device a region's workers run on (orchestrator/launch/orch_device.h,
- * docs/runtime.md "Devices"): the rule itself (override, topology, GPUs needed, the node check with a
- * fake registry), the device words against the kernel registry's, and `xdc launch|agent|worker` end to
- * end on this machine: `--device cpu` changes nothing, CUDA on a node without enough GPUs and the
- * registry's refusal of cpu-strict stop before training with exit 69, a bad word is a usage error (64).
- * Written for a machine without a GPU; where CUDA devices are visible the GPU-less expectations skip
- * (tests/gpu/run.sh runs the CUDA side). */
+/* test_device_launch.c — which device a region's workers run on, end to end through `xdc launch|agent|
+ * worker` on this machine (docs/runtime.md "Devices"; the rule itself: tests/launch/test_device_select.c):
+ * `--device cpu` changes nothing, CUDA on a node without enough GPUs and the registry's refusal of
+ * cpu-strict stop before training with exit 69, a bad word is a usage error (64). Written for a machine
+ * without a GPU; where CUDA devices are visible the GPU-less expectations skip (tests/gpu/run.sh runs the
+ * CUDA side). */
 #include "tests/xdc_test.h"
 #include "tests/test_run_util.h"
 
 #include "kernels/xdc_kernels.h"
-#include "orchestrator/launch/orch_device.h"
-#include "topology/xdc_topology.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,140 +16,6 @@
 
 #define DATA "/usr/share/games/fortunes"
 #define TOPO "examples/topology/demo-2region.yaml"
-
-static xdc_topology *load_topo(const char *path)
-{
-    xdc_topology *t = NULL;
-    xdc_cfg_errors errs;
-    XDC_ASSERT_MSG(xdc_topology_load(path, &t, &errs) == XDC_OK, "cannot load %s", path);
-    return t;
-}
-
-/* The demo topology with every region's gpus_per_node set to `gpus` (workers_per_node follows it). */
-static const char *write_gpu_topology(int gpus)
-{
-    static char path[512];
-    char src[256], *text = xdc_test_read_file(xdc_test_src(TOPO, src, sizeof src), NULL), out[8192];
-    XDC_ASSERT(text != NULL);
-    size_t n = 0;
-    for (char *line = strtok(text, "\n"); line && n < sizeof out - 200; line = strtok(NULL, "\n")) {
-        if (strstr(line, "workers_per_node:")) continue;
-        if (strstr(line, "gpus_per_node:"))
-            n += (size_t)snprintf(out + n, sizeof out - n, "    gpus_per_node: %d\n", gpus);
-        else n += (size_t)snprintf(out + n, sizeof out - n, "%s\n", line);
-    }
-    free(text);
-    snprintf(path, sizeof path, "%s/gpus-%d.yaml", xdc_test_tmpdir(), gpus);
-    xdc_test_write_file(path, out);
-    return path;
-}
-
-static int fake_visible;
-static xdc_err_t fake_refusal = XDC_OK;
-static int fake_cuda_devices(void) { return fake_visible; }
-static xdc_err_t fake_kernels(orch_device d, xdc_diag *diag)
-{
-    if (d == ORCH_DEVICE_CPU || fake_refusal == XDC_OK) return XDC_OK;
-    xdc_diag_set(diag, "fake registry says no to %s", orch_device_name(d));
-    return fake_refusal;
-}
-static const orch_device_probe fake_probe = {.cuda_devices = fake_cuda_devices, .kernels = fake_kernels};
-
-XDC_TEST(orch_device_names_are_the_kernel_registry)
-{
-    /* launch/ may not ask kernels/, so it keeps its own words; they must be the registry's. */
-    const orch_device all[] = {ORCH_DEVICE_CPU, ORCH_DEVICE_CUDA, ORCH_DEVICE_CPU_STRICT};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-        xdc_backend_kind k;
-        XDC_ASSERT_OK(xdc_backend_parse(orch_device_name(all[i]), &k));
-        XDC_ASSERT_EQ(k, all[i]);
-        XDC_ASSERT_MSG(strcmp(xdc_backend_name(k), orch_device_name(all[i])) == 0, "%s vs %s", xdc_backend_name(k),
-                       orch_device_name(all[i]));
-        orch_device back;
-        XDC_ASSERT_EQ(orch_device_parse(xdc_backend_name(k), &back), 0);
-        XDC_ASSERT_EQ(back, all[i]);
-    }
-    orch_device d;
-    XDC_ASSERT_EQ(orch_device_parse("gpu", &d), -1);
-    XDC_ASSERT_EQ(orch_device_parse("topology", &d), -1);
-}
-
-XDC_TEST(orch_device_flag_beats_env_beats_topology)
-{
-    orch_device d;
-    const char *from;
-    xdc_diag diag = {{0}};
-    unsetenv("XDC_DEVICE");
-    XDC_ASSERT_OK(orch_device_override(NULL, &d, &from, &diag));
-    XDC_ASSERT_EQ(d, ORCH_DEVICE_TOPOLOGY);
-    XDC_ASSERT_STR_CONTAINS(from, "topology");
-    setenv("XDC_DEVICE", "cpu-strict", 1);
-    XDC_ASSERT_OK(orch_device_override(NULL, &d, &from, &diag));
-    XDC_ASSERT_EQ(d, ORCH_DEVICE_CPU_STRICT);
-    XDC_ASSERT_STR_CONTAINS(from, "XDC_DEVICE");
-    XDC_ASSERT_OK(orch_device_override("cuda", &d, &from, &diag));
-    XDC_ASSERT_EQ(d, ORCH_DEVICE_CUDA);
-    XDC_ASSERT_STR_CONTAINS(from, "--device");
-    setenv("XDC_DEVICE", "bogus", 1);
-    XDC_ASSERT_ERR(orch_device_override(NULL, &d, &from, &diag), XDC_ERR_INVALID);
-    XDC_ASSERT_STR_CONTAINS(diag.msg, "XDC_DEVICE='bogus'");
-    XDC_ASSERT_OK(orch_device_override("cpu", &d, &from, &diag)); /* the flag wins over a bad variable */
-    XDC_ASSERT_EQ(d, ORCH_DEVICE_CPU);
-    XDC_ASSERT_ERR(orch_device_override("tpu", &d, &from, &diag), XDC_ERR_INVALID);
-    XDC_ASSERT_STR_CONTAINS(diag.msg, "--device 'tpu'");
-    unsetenv("XDC_DEVICE");
-
-    char src[256];
-    xdc_topology *cpu = load_topo(xdc_test_src(TOPO, src, sizeof src)), *gpu = load_topo(write_gpu_topology(2));
-    XDC_ASSERT_EQ(orch_device_of_region(ORCH_DEVICE_TOPOLOGY, cpu, 0), ORCH_DEVICE_CPU);
-    XDC_ASSERT_EQ(orch_device_of_region(ORCH_DEVICE_TOPOLOGY, gpu, 1), ORCH_DEVICE_CUDA);
-    XDC_ASSERT_EQ(orch_device_of_region(ORCH_DEVICE_CPU, gpu, 1), ORCH_DEVICE_CPU);
-    XDC_ASSERT_EQ(orch_device_of_region(ORCH_DEVICE_CUDA, cpu, 0), ORCH_DEVICE_CUDA);
-    XDC_ASSERT_EQ(orch_device_gpus_needed(ORCH_DEVICE_CUDA, gpu, 0), 2);
-    XDC_ASSERT_EQ(orch_device_gpus_needed(ORCH_DEVICE_CUDA, cpu, 0), 2); /* one per worker */
-    XDC_ASSERT_EQ(orch_device_gpus_needed(ORCH_DEVICE_CPU, gpu, 0), 0);
-    XDC_ASSERT_EQ(orch_device_gpus_needed(ORCH_DEVICE_CPU_STRICT, gpu, 0), 0);
-    XDC_ASSERT(orch_device_uses_nccl(ORCH_DEVICE_CUDA) && !orch_device_uses_nccl(ORCH_DEVICE_CPU) &&
-               !orch_device_uses_nccl(ORCH_DEVICE_CPU_STRICT));
-    char desc[64];
-    orch_device_describe(ORCH_DEVICE_CUDA, 1, desc, sizeof desc);
-    XDC_ASSERT_STR_CONTAINS(desc, "cuda:1 (NCCL intra)");
-    orch_device_describe(ORCH_DEVICE_CPU, -1, desc, sizeof desc);
-    XDC_ASSERT_STR_CONTAINS(desc, "cpu (shared-memory intra)");
-    xdc_topology_destroy(cpu);
-    xdc_topology_destroy(gpu);
-}
-
-XDC_TEST(orch_device_node_check_names_node_expected_and_found)
-{
-    xdc_topology *gpu = load_topo(write_gpu_topology(2));
-    xdc_diag diag = {{0}};
-    fake_visible = 1;
-    fake_refusal = XDC_OK;
-    XDC_ASSERT_ERR(orch_device_check_node(ORCH_DEVICE_CUDA, "the topology", gpu, 1, "west-node1", &fake_probe, &diag),
-                   XDC_ERR_UNAVAILABLE);
-    XDC_ASSERT_STR_CONTAINS(diag.msg, "node eu-west/west-node1");
-    XDC_ASSERT_STR_CONTAINS(diag.msg, "expected 2 GPUs");
-    XDC_ASSERT_STR_CONTAINS(diag.msg, "gpus_per_node: 2");
-    XDC_ASSERT_STR_CONTAINS(diag.msg, "found 1 visible");
-    fake_visible = 2;
-    XDC_ASSERT_OK(orch_device_check_node(ORCH_DEVICE_CUDA, "the topology", gpu, 1, "west-node1", &fake_probe, &diag));
-    XDC_ASSERT_OK(orch_device_check_node(ORCH_DEVICE_CPU, "--device", gpu, 1, "west-node1", &fake_probe, &diag));
-    /* The registry's refusal passes through with its own error and message, the device and node named. */
-    fake_refusal = XDC_ERR_UNSUPPORTED;
-    XDC_ASSERT_ERR(orch_device_check_node(ORCH_DEVICE_CPU_STRICT, "--device", gpu, 0, "east-node1", &fake_probe, &diag),
-                   XDC_ERR_UNSUPPORTED);
-    XDC_ASSERT_STR_CONTAINS(diag.msg, "node us-east/east-node1: device cpu-strict (from --device)");
-    XDC_ASSERT_STR_CONTAINS(diag.msg, "fake registry says no to cpu-strict");
-    fake_visible = 0; /* too few GPUs and a refusing registry: the count first, the registry's reason after */
-    XDC_ASSERT_ERR(orch_device_check_node(ORCH_DEVICE_CUDA, "the topology", gpu, 0, "east-node1", &fake_probe, &diag),
-                   XDC_ERR_UNAVAILABLE);
-    XDC_ASSERT_STR_CONTAINS(diag.msg, "found 0 visible CUDA devices: fake registry says no to cuda");
-    XDC_ASSERT_OK(orch_device_check_node(ORCH_DEVICE_CUDA, "the topology", gpu, 0, "east-node1", NULL, &diag));
-    xdc_topology_destroy(gpu);
-}
-
-/* ---- end to end through the binary ---------------------------------------------------------------- */
 
 static void need_corpus(void)
 {
@@ -230,7 +93,7 @@ XDC_TEST_T(orch_device_cuda_without_gpus_stops_before_training, 120)
     XDC_ASSERT_STR_CONTAINS(out, "device cuda expected 2 GPUs");
 
     /* A topology that says 2 GPUs per node, on this machine. */
-    rc = launch("env -u XDC_DEVICE", write_gpu_topology(2), run, "gpus2", NULL, out, sizeof out);
+    rc = launch("env -u XDC_DEVICE", test_write_gpu_topology(2), run, "gpus2", NULL, out, sizeof out);
     XDC_ASSERT_MSG(rc == 69, "gpus_per_node: 2 exited %d, expected 69:\n%s", rc, out);
     /* Both regions' agents check at once; the run names whichever failed first. */
     XDC_ASSERT_MSG(strstr(out, "node us-east/east-node1: device cuda") ||
@@ -240,7 +103,7 @@ XDC_TEST_T(orch_device_cuda_without_gpus_stops_before_training, 120)
     XDC_ASSERT_STR_CONTAINS(out, want);
     assert_no_training("gpus2");
     /* ... which --device cpu runs on the CPU. */
-    rc = launch(NULL, write_gpu_topology(2), run, "gpus2-cpu", "--device cpu", out, sizeof out);
+    rc = launch(NULL, test_write_gpu_topology(2), run, "gpus2-cpu", "--device cpu", out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "gpus_per_node: 2 with --device cpu exited %d:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "devices: us-east cpu (shared-memory intra), eu-west cpu (shared-memory intra)");
 }
@@ -255,7 +118,7 @@ XDC_TEST_T(orch_device_worker_checks_its_node_too, 60)
              "MASTER_PORT=1 XDC_RUN_ID=r XDC_REGION=eu-west XDC_REGION_INDEX=1 XDC_NUM_REGIONS=2 XDC_GLOBAL_RANK=3 "
              "XDC_GLOBAL_WORLD_SIZE=4 XDC_COORDINATOR=127.0.0.1:1 XDC_NODE_RANK=0 XDC_NUM_NODES=1 XDC_HOST=west-node1 "
              "timeout 60 %s worker --topology %s --config %s --run-dir %s",
-             xdc_test_bin(), write_gpu_topology(2), xdc_test_src("examples/train/demo.yaml", src, sizeof src),
+             xdc_test_bin(), test_write_gpu_topology(2), xdc_test_src("examples/train/demo.yaml", src, sizeof src),
              xdc_test_tmpdir());
     int rc = xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(rc == 69, "worker exited %d, expected 69:\n%s", rc, out);

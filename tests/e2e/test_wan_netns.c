@@ -22,7 +22,7 @@ static xdc_wan_netns *netns_or_skip(const char *prefix, const xdc_wan_link_model
     return w;
 }
 
-XDC_TEST(wan_netns_wire_matches_the_model_and_cleans_up)
+XDC_TEST_SERIAL(wan_netns_wire_matches_the_model_and_cleans_up, 60)
 {
     char prefix[32], name[64], cmd[256], out[4096];
     snprintf(prefix, sizeof prefix, "xdct%d", (int)getpid());

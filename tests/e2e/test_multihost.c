@@ -114,7 +114,7 @@ static void expect_keys_only_with_their_owners(const char *root, const char *run
     XDC_ASSERT_STR_CONTAINS(out, "/eu-west/eu-west-1.key");
 }
 
-XDC_TEST_T(multihost_slurm_sbatch_matches_launch, 300)
+XDC_TEST_SERIAL(multihost_slurm_sbatch_matches_launch, 300)
 {
     need_root_and_corpus("a Slurm cluster (munged, slurmctld, slurmd)");
     const char *topo = "examples/topology/demo-2region.yaml", *run = test_write_tiny_run("run", 8);
@@ -158,7 +158,7 @@ XDC_TEST_T(multihost_slurm_sbatch_matches_launch, 300)
 /* docs/runtime.md's multi-host example in small: etcd as the rendezvous, `xdc coordinator --rdzv` clearing
  * the prefix and reporting, us-east under Slurm (slurm.sbatch with XDC_RDZV) and eu-west through ssh.sh
  * (its rendezvous argument the etcd URL), every node with its own keys; same hash as `xdc launch`. */
-XDC_TEST_T(multihost_slurm_and_ssh_with_etcd_match_launch, 300)
+XDC_TEST_SERIAL(multihost_slurm_and_ssh_with_etcd_match_launch, 300)
 {
     need_root_and_corpus("a Slurm cluster (munged, slurmctld, slurmd)");
     if (system("command -v etcd >/dev/null 2>&1") != 0)
@@ -207,7 +207,7 @@ static void expect_no_namespaces(const char *text)
     XDC_ASSERT_MSG(atoi(out) == 0, "namespaces %s* left behind", prefix);
 }
 
-XDC_TEST_T(multihost_netns_agents_match_launch, 240)
+XDC_TEST_SERIAL(multihost_netns_agents_match_launch, 240)
 {
     need_root_and_corpus("network namespaces");
     const char *topo = "examples/topology/multihost-2region.yaml", *run = test_write_tiny_run("run", 8);
@@ -235,7 +235,7 @@ XDC_TEST_T(multihost_netns_agents_match_launch, 240)
 
 /* netns.sh stopped mid-run (SIGTERM, as Ctrl-C or a CI timeout would) and a run that fails at once (a
  * run file the coordinator refuses): either way every agent, worker and namespace of the run is gone. */
-XDC_TEST_T(multihost_netns_failure_and_stop_remove_everything, 180)
+XDC_TEST_SERIAL(multihost_netns_failure_and_stop_remove_everything, 180)
 {
     need_root_and_corpus("network namespaces");
     const char *topo = "examples/topology/multihost-2region.yaml";
@@ -289,7 +289,7 @@ XDC_TEST_T(multihost_netns_failure_and_stop_remove_everything, 180)
 /* What the scripts and commands above rely on, without root: `xdc topo check --hosts` lists every node;
  * `wan-emu --coordinator` needs --netns; slurm.sbatch and ssh.sh refuse a missing environment or missing
  * certificates with the fix named; netns.sh refuses node names that are not its hosts' addresses. */
-XDC_TEST_T(multihost_scripts_refuse_what_they_cannot_run, 60)
+XDC_TEST_SERIAL(multihost_scripts_refuse_what_they_cannot_run, 60)
 {
     char cmd[2048], out[16384];
     const char *x = xdc_test_bin();

@@ -4,7 +4,7 @@
  * a serial sum in rank order on both paths, with plain buffers, buffers in shared allocations (which the
  * peers map and reduce in place) and a mix of the two; and a group where one rank cannot (here: will not) copy
  * directly must fall back to staging on every rank alike instead of mismatching steps. */
-#include "tests/test_intra_ranks.h"
+#include "tests/intra/test_intra_ranks.h"
 
 #include "common/xdc_alloc.h"
 

@@ -299,7 +299,7 @@ XDC_TEST(topology_write_round_trips)
 
 /* The node's own checks: the built-in coordinator answers with its identity (pass), a port held by a
  * listener fails naming it and its owner, GPUs are skipped without a device probe, and an etcd://
- * rendezvous where nothing listens fails naming etcd's address (rdzv_ping; tests/test_rdzv_etcd.c runs
+ * rendezvous where nothing listens fails naming etcd's address (rdzv_ping; tests/e2e/test_rdzv_etcd.c runs
  * it against a live etcd). */
 XDC_TEST_T(doctor_node_checks_rendezvous_and_ports, 30)
 {

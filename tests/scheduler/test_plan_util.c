@@ -1,5 +1,5 @@
 /* test_plan_util.c — helpers shared by the planner and simulator tests (test_plan_util.h). */
-#include "tests/test_plan_util.h"
+#include "tests/scheduler/test_plan_util.h"
 
 #include "tests/xdc_test.h"
 

@@ -145,7 +145,7 @@ XDC_TEST(wan_cli_integer_flags_are_strict)
     XDC_ASSERT_STR_CONTAINS(out, "--port: '29400x' is not an integer");
 }
 
-XDC_TEST(wan_cli_wanemu_check_measures_topology_links)
+XDC_TEST_SERIAL(wan_cli_wanemu_check_measures_topology_links, 60)
 {
     const char *t = xdc_test_tmpdir();
     char topo[512];

@@ -3,7 +3,7 @@
  * fp32 and bf16, in place; send/recv larger than the rings in both directions at once; sub-groups; many
  * operations in flight with one thread starting and another waiting; and failures: a rank that dies, a
  * rank that never arrives, mismatched operations — the others fail within their deadline naming it. */
-#include "tests/test_intra_ranks.h"
+#include "tests/intra/test_intra_ranks.h"
 
 #include "common/xdc_alloc.h"
 #include "kernels/xdc_kernels.h"

@@ -7,7 +7,7 @@
  * `xdc simulate` print, emit JSON, calibrate each stage and exit with sysexits codes. */
 #include "tests/xdc_test.h"
 
-#include "tests/test_plan_util.h"
+#include "tests/scheduler/test_plan_util.h"
 
 #include "common/xdc_alloc.h"
 #include "kernels/xdc_model_ops.h"

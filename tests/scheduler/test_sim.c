@@ -8,7 +8,7 @@
  * tested in test_plan.c.) */
 #include "tests/xdc_test.h"
 
-#include "tests/test_plan_util.h"
+#include "tests/scheduler/test_plan_util.h"
 
 #include "common/xdc_alloc.h"
 #include "compression/xdc_codec.h"

@@ -26,7 +26,7 @@ static int phase(const char *out, const char *name, char *buf, size_t cap)
     return rc;
 }
 
-XDC_TEST_T(multihost_doctor_on_namespaces_passes_then_names_the_fault, 60)
+XDC_TEST_SERIAL(multihost_doctor_on_namespaces_passes_then_names_the_fault, 60)
 {
     if (geteuid() != 0) xdc_test_skip("network namespaces need root");
     static char out[65536], part[16384];

@@ -1,5 +1,5 @@
 /* test_intra_ranks.c — the forked-ranks driver of the intra tests (see test_intra_ranks.h). */
-#include "tests/test_intra_ranks.h"
+#include "tests/intra/test_intra_ranks.h"
 
 #include "kernels/xdc_kernels.h"
 

@@ -201,7 +201,7 @@ XDC_TEST(rdzv_ping_builtin_names_a_closed_port)
     XDC_ASSERT_STR_CONTAINS(d.msg, where);
 }
 
-XDC_TEST(rdzv_etcd_store_ops)
+XDC_TEST_SERIAL(rdzv_etcd_store_ops, 60)
 {
     etcd_proc e = {0};
     etcd_start(&e, "ops", NULL);
@@ -330,7 +330,7 @@ static int wait_key(rdzv_server *host, const char *key_prefix)
     return 0;
 }
 
-XDC_TEST_T(rdzv_etcd_barrier_dead_member_expires, 90)
+XDC_TEST_SERIAL(rdzv_etcd_barrier_dead_member_expires, 90)
 {
     etcd_proc e = {0};
     etcd_start(&e, "barrier", NULL);
@@ -386,7 +386,7 @@ XDC_TEST_T(rdzv_etcd_barrier_dead_member_expires, 90)
     etcd_stop(&e, SIGTERM);
 }
 
-XDC_TEST(rdzv_etcd_prefixes_do_not_see_each_other)
+XDC_TEST_SERIAL(rdzv_etcd_prefixes_do_not_see_each_other, 60)
 {
     etcd_proc e = {0};
     etcd_start(&e, "prefix", NULL);
@@ -419,7 +419,7 @@ XDC_TEST(rdzv_etcd_prefixes_do_not_see_each_other)
     etcd_stop(&e, SIGTERM);
 }
 
-XDC_TEST(rdzv_etcd_stopped_mid_barrier_is_a_named_timeout)
+XDC_TEST_SERIAL(rdzv_etcd_stopped_mid_barrier_is_a_named_timeout, 60)
 {
     etcd_proc e = {0};
     etcd_start(&e, "stop", NULL);
@@ -462,7 +462,7 @@ static void *getter_main(void *arg)
     return NULL;
 }
 
-XDC_TEST(rdzv_etcd_restart_within_the_deadline_costs_nothing)
+XDC_TEST_SERIAL(rdzv_etcd_restart_within_the_deadline_costs_nothing, 60)
 {
     etcd_proc e = {0};
     etcd_start(&e, "restart", NULL);
@@ -510,7 +510,7 @@ static void make_tls(const char *dir)
     XDC_ASSERT_MSG(xdc_test_run(cmd, out, sizeof out) == 0, "openssl: %s", out);
 }
 
-XDC_TEST(rdzv_etcd_mutual_tls)
+XDC_TEST_SERIAL(rdzv_etcd_mutual_tls, 60)
 {
     char dir[512], f[6][600];
     snprintf(dir, sizeof dir, "%s", xdc_test_tmpdir());
@@ -568,7 +568,7 @@ static void final_hash(const char *out, char *hash, size_t cap)
     snprintf(hash, cap, "%.*s", (int)strcspn(h, " \n"), h);
 }
 
-XDC_TEST_T(rdzv_etcd_launch_matches_builtin, 240)
+XDC_TEST_SERIAL(rdzv_etcd_launch_matches_builtin, 240)
 {
     if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian fortunes; `make deps`)");
     etcd_proc e = {0};
@@ -592,7 +592,7 @@ XDC_TEST_T(rdzv_etcd_launch_matches_builtin, 240)
     etcd_stop(&e, SIGTERM);
 }
 
-XDC_TEST(rdzv_etcd_unreachable_launch_exits_75)
+XDC_TEST_SERIAL(rdzv_etcd_unreachable_launch_exits_75, 60)
 {
     if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian fortunes; `make deps`)");
     const char *run = write_run("timeouts: {rendezvous: 2s, operation: 2s}\n");
@@ -634,7 +634,7 @@ XDC_TEST(rdzv_etcd_bad_values_are_config_errors)
 /* The multi-host path with etcd: `xdc coordinator --rdzv etcd://...` (no --host: it hosts nothing), then
  * one agent per node as launch scripts start them, with the store from --rdzv on one and from XDC_RDZV
  * on the other and no --coordinator on either; the coordinator ends with the run's summary. */
-XDC_TEST_T(rdzv_etcd_coordinator_and_agents_started_elsewhere, 180)
+XDC_TEST_SERIAL(rdzv_etcd_coordinator_and_agents_started_elsewhere, 180)
 {
     if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian fortunes; `make deps`)");
     etcd_proc e = {0};
@@ -692,7 +692,7 @@ XDC_TEST_T(rdzv_etcd_coordinator_and_agents_started_elsewhere, 180)
  * 10 s TTL: hence 400 steps, so the run is still going), asks to rejoin and is taken back at an outer round:
  * the run ends with exit 0 and every region on the run's parameters. Its own lease is kept alive during that
  * wait (it once ran out there, and the host then dropped the region again for a gone member). */
-XDC_TEST_T(rdzv_etcd_elastic_region_killed_restarted_and_rejoined, 240)
+XDC_TEST_SERIAL(rdzv_etcd_elastic_region_killed_restarted_and_rejoined, 240)
 {
     if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian fortunes; `make deps`)");
     etcd_proc e = {0};

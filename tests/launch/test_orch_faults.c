@@ -157,7 +157,7 @@ XDC_TEST(orch_pace_names_the_region_slower_than_the_others)
 
 /* `xdc wan-emu --netns` removes its namespaces however many stop signals arrive, also during the
  * cleanup (a thread started before main blocked them used to take one and end the process there). */
-XDC_TEST_T(wan_emu_netns_cleanup_survives_repeated_signals, 60)
+XDC_TEST_SERIAL(wan_emu_netns_cleanup_survives_repeated_signals, 60)
 {
     if (geteuid() != 0) xdc_test_skip("netns mode needs root (CAP_NET_ADMIN)");
     char prefix[32], log[600], cmd[256], out[4096];

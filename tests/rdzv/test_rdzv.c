@@ -1,6 +1,6 @@
 /* test_rdzv.c — the rendezvous store on its own: members join over mutual TLS, a get waits for a later
  * set, a reusable barrier runs many generations, a member whose certificate names another region is
- * refused, and a barrier that times out names the member missing (tests/test_hostile_rdzv.c tries the
+ * refused, and a barrier that times out names the member missing (tests/e2e/test_hostile_rdzv.c tries the
  * attacks). Then the supervise loop around it
  * (orchestrator/launch/orch_proc.c): SIGTERM to an agent and to a coordinator (each after a SIGPIPE it
  * must ignore), SIGINT to a launcher, each ending with exit 75 and no worker left behind. */
