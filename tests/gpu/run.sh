@@ -197,7 +197,7 @@ step_determinism() {
   else say "FAIL two cuda runs: '${a:-none}' '${b:-none}'"; fi
 }
 
-# tests/gpu/test_sync_cuda.c: two regions in one process on CUDA (a buffer with none and int8, a tiny GPT
+# tests/sync/test_sync_device.c: two regions in one process on CUDA (a buffer with none and int8, a tiny GPT
 # stage with its gradients synced); each prints both regions' hashes and the max difference from the CPU.
 step_sync_cuda() {
   [ -n "$NOGPU" ] && { say "NOT TESTED ($NOGPU)"; return; }

@@ -1,4 +1,4 @@
-/* test_sync_cuda.c — the in-process two-region sync (tests/sync/test_orch_sync.c's) on the CUDA backend, for the
+/* test_sync_device.c — the in-process two-region sync (test_orch_sync.c's) on the CUDA backend, for the
  * GPU window (tests/gpu/run.sh, step sync-cuda): two WAN engines on a loopback pair, one sync engine each,
  * the buffers in device memory written piece by piece on a producer stream that the host never waits for
  * before marking a piece ready, the codec's quantizer and residual on the device.
@@ -11,8 +11,9 @@
  * trained three steps with its gradients synced) only prints its difference from the CPU, which TF32
  * GEMMs make non-zero.
  *
- * Without a GPU the CUDA tests skip; the same code runs here on cpu-strict (the *_on_strict twins), so a
- * mistake in this file shows before the window. */
+ * Without a GPU the CUDA tests skip; the same code runs here on cpu-strict (the strict twins: the buffer
+ * sync with its figures, and the stage sync, which is also the proof that cpu-strict trains bit for bit as
+ * cpu), so a mistake in this file shows before the window. */
 #include "tests/xdc_test.h"
 #include "tests/test_wan_util.h"
 
@@ -197,8 +198,14 @@ XDC_TEST_T(xdc_sync_two_regions_on_cuda_identical_bits, 120) { sync_on_device_ma
 
 XDC_TEST_T(xdc_sync_two_regions_on_strict_with_figures, 120) { sync_on_device_matches_cpu(XDC_BACKEND_CPU_STRICT); }
 
-/* ---- a stage trained with its gradients synced: the backward's kernels write the buckets the comm stream
- * reads, ordered only by the ready events ------------------------------------------------------------------ */
+/* ---- a stage and its gradient sync together, as a worker runs them (on CUDA, and on cpu-strict beside cpu): each region trains the tiny GPT for
+ * three steps of two microbatches, the last backward marking buckets ready through the gradient-ready
+ * hook while earlier layers are still computing, the int8 round overlapping it, the optimizer stepping on
+ * the averaged gradients. On cpu-strict the only ordering between the backward's kernels and the comm
+ * stream's reads is the ready event of each bucket (the backward does not drain its stream before the
+ * hook), and the optimizer's reads follow the round through the done event. Both regions, on both
+ * backends, end with the same params_xxh64. Buckets are 0.05 MiB (13106 fp32): their edges fall inside
+ * the strict device's 64 KiB blocks, which its byte-range hazard rule must tell apart. */
 
 typedef struct {
     const xdc_kern_backend *be;
@@ -325,4 +332,7 @@ static void stage_sync_on_device(xdc_backend_kind kind)
 
 XDC_TEST_T(xdc_sync_stage_gradients_on_cuda_one_hash_in_both_regions, 120) { stage_sync_on_device(XDC_BACKEND_CUDA); }
 
-XDC_TEST_T(xdc_sync_stage_gradients_on_strict_with_figures, 120) { stage_sync_on_device(XDC_BACKEND_CPU_STRICT); }
+XDC_TEST_T(xdc_sync_stage_gradients_on_the_strict_device_match_cpu, 120)
+{
+    stage_sync_on_device(XDC_BACKEND_CPU_STRICT);
+}
