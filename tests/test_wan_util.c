@@ -1,6 +1,7 @@
 /* test_wan_util.c — fixtures shared by the WAN tests (see test_wan_util.h). */
 #include "tests/test_wan_util.h"
 
+#include "common/xdc_alloc.h"
 #include "common/xdc_hash.h"
 #include "common/xdc_rng.h"
 #include "tests/xdc_test.h"
@@ -114,4 +115,67 @@ void wan_test_assert_shaped(double rtt, double rtt_ms, double rate, double rate_
     XDC_ASSERT_MSG(rtt >= 0.95 * rtt_ms && rtt <= 3 * rtt_ms + 50, "rtt %.2f ms vs %.2f ms", rtt, rtt_ms);
     XDC_ASSERT_MSG(rate <= 1.05 * rate_mbps && rate >= 0.25 * rate_mbps, "rate %.2f Mbit/s vs %.2f Mbit/s", rate,
                    rate_mbps);
+}
+
+void wan_test_send_tail(wan_test_pair *tp, int64_t wait_ms)
+{
+    uint8_t tail_tx[WAN_TEST_TAIL_LEN], tail_rx[WAN_TEST_TAIL_LEN];
+    uint64_t th = wan_test_fill(tail_tx, sizeof tail_tx, 5);
+    xdc_wan_request *ts, *tr;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_wan_irecv(tp->srv, XDC_WAN_BULK, tail_rx, sizeof tail_rx, &tr));
+    XDC_ASSERT_OK(xdc_wan_isend(tp->cli, XDC_WAN_BULK, tail_tx, sizeof tail_tx, 0, sizeof tail_tx, &ts));
+    size_t got = 0;
+    XDC_ASSERT_OK(xdc_wan_wait(tr, wait_ms, &got, NULL, &d));
+    XDC_ASSERT_EQ(got, sizeof tail_tx);
+    XDC_ASSERT(xdc_xxh3(tail_rx, got) == th);
+    XDC_ASSERT_OK(xdc_wan_wait(ts, wait_ms, NULL, NULL, &d));
+}
+
+void wan_test_both_ways_through_outages(wan_test_pair *tp, int64_t wait_ms, void (*outage)(void *arg), void *arg,
+                                        xdc_wan_stats *cli, xdc_wan_stats *srv)
+{
+    enum { N = 30, LEN = 200000 };
+    xdc_wan_peer *from[2] = {tp->cli, tp->srv}, *to[2] = {tp->srv, tp->cli};
+    uint8_t *tx[2][N], *rx[2][N]; /* (direction, message) LEN bytes each */
+    uint64_t h[2][N];
+    xdc_wan_request *sr[2][N], *rr[2][N];
+    xdc_diag d = {{0}};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < N; i++) {
+            tx[k][i] = xdc_malloc(LEN);
+            rx[k][i] = xdc_calloc(1, LEN);
+            h[k][i] = wan_test_fill(tx[k][i], LEN, 77 + (uint64_t)(k * N + i));
+            XDC_ASSERT_OK(xdc_wan_isend(from[k], XDC_WAN_BULK, tx[k][i], LEN, 0, LEN, &sr[k][i]));
+        }
+    for (int slice = 0; slice < 3; slice++) {
+        int lo = slice * N / 3, hi = (slice + 1) * N / 3;
+        for (int k = 0; k < 2; k++)
+            for (int i = lo; i < hi; i++) XDC_ASSERT_OK(xdc_wan_irecv(to[k], XDC_WAN_BULK, rx[k][i], LEN, &rr[k][i]));
+        for (int k = 0; k < 2; k++)
+            for (int i = lo; i < hi; i++) {
+                size_t got = 0;
+                XDC_ASSERT_MSG(xdc_wan_wait(rr[k][i], wait_ms, &got, NULL, &d) == XDC_OK, "recv %d/%d: %s", k, i,
+                               d.msg);
+                XDC_ASSERT_EQ(got, LEN);
+                XDC_ASSERT_MSG(xdc_xxh3(rx[k][i], LEN) == h[k][i], "message %d/%d differs", k, i);
+            }
+        if (slice < 2) outage(arg);
+    }
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < N; i++)
+            XDC_ASSERT_MSG(xdc_wan_wait(sr[k][i], wait_ms, NULL, NULL, &d) == XDC_OK, "send %d/%d: %s", k, i, d.msg);
+    XDC_ASSERT_OK(xdc_wan_peer_wait_ready(tp->cli, wait_ms, &d));
+    xdc_wan_peer_stats(tp->cli, cli);
+    xdc_wan_peer_stats(tp->srv, srv);
+    XDC_ASSERT(cli->reconnects >= 3);
+    XDC_ASSERT_EQ(srv->rx_payload_bytes, (uint64_t)N * LEN);
+    XDC_ASSERT_EQ(cli->rx_payload_bytes, (uint64_t)N * LEN);
+    XDC_ASSERT_EQ(cli->tx_payload_bytes, (uint64_t)N * LEN);
+    XDC_ASSERT_EQ(srv->tx_payload_bytes, (uint64_t)N * LEN);
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < N; i++) {
+            xdc_free(tx[k][i]);
+            xdc_free(rx[k][i]);
+        }
 }

@@ -45,6 +45,18 @@ void wan_test_pair_close(wan_test_pair *tp);
  * machine is for `xdc wan-emu --check` to show on a quiet machine, not for a test to assert. */
 void wan_test_assert_shaped(double rtt, double rtt_ms, double rate, double rate_mbps);
 
+/* After a transfer that lived through reconnects: one more message client -> server (bulk,
+ * WAN_TEST_TAIL_LEN bytes) arrives whole and first, so nothing extra (a duplicate) waits in front of it. */
+#define WAN_TEST_TAIL_LEN 100
+void wan_test_send_tail(wan_test_pair *tp, int64_t wait_ms);
+
+/* 30 messages of 200,000 bytes each way at once, received in three slices with outage(arg) called after
+ * each of the first two while the rest is in flight; every message arrives whole and once, every send
+ * completes, the client reconnected at least 3 times and each side sent and received exactly 30 x 200,000
+ * payload bytes. The stats after it in *cli and *srv, for the caller's own checks. */
+void wan_test_both_ways_through_outages(wan_test_pair *tp, int64_t wait_ms, void (*outage)(void *arg), void *arg,
+                                        xdc_wan_stats *cli, xdc_wan_stats *srv);
+
 /* Fill `buf` with bytes derived from (seed, len) and return their XXH3. */
 uint64_t wan_test_fill(uint8_t *buf, size_t len, uint64_t seed);
 

@@ -187,17 +187,7 @@ XDC_TEST(wan_stream_killed_mid_transfer_delivers_exactly_once)
         XDC_ASSERT_MSG(xdc_xxh3(m[i].rx, LEN) == m[i].hash, "message %d differs", i);
         XDC_ASSERT_MSG(xdc_wan_wait(m[i].sreq, WAIT_MS, NULL, NULL, &d) == XDC_OK, "send %d: %s", i, d.msg);
     }
-    /* One more message per class: nothing extra (a duplicate) is waiting in front of it. */
-    uint8_t tail_tx[100], tail_rx[100];
-    uint64_t th = wan_test_fill(tail_tx, sizeof tail_tx, 5);
-    xdc_wan_request *ts, *tr;
-    XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, tail_rx, sizeof tail_rx, &tr));
-    XDC_ASSERT_OK(xdc_wan_isend(tp.cli, XDC_WAN_BULK, tail_tx, sizeof tail_tx, 0, sizeof tail_tx, &ts));
-    size_t got = 0;
-    XDC_ASSERT_OK(xdc_wan_wait(tr, WAIT_MS, &got, NULL, &d));
-    XDC_ASSERT_EQ(got, sizeof tail_tx);
-    XDC_ASSERT(xdc_xxh3(tail_rx, got) == th);
-    XDC_ASSERT_OK(xdc_wan_wait(ts, WAIT_MS, NULL, NULL, &d));
+    wan_test_send_tail(&tp, WAIT_MS);
     XDC_ASSERT_OK(xdc_wan_peer_wait_ready(tp.cli, WAIT_MS, &d));
     xdc_wan_stats st;
     xdc_wan_peer_stats(tp.cli, &st);
@@ -205,7 +195,7 @@ XDC_TEST(wan_stream_killed_mid_transfer_delivers_exactly_once)
     XDC_ASSERT_EQ(st.streams_up, 4 + 1);
     xdc_wan_stats ss;
     xdc_wan_peer_stats(tp.srv, &ss);
-    XDC_ASSERT_EQ(ss.rx_payload_bytes, (uint64_t)N * LEN + sizeof tail_tx);
+    XDC_ASSERT_EQ(ss.rx_payload_bytes, (uint64_t)N * LEN + WAN_TEST_TAIL_LEN);
     wan_test_pair_close(&tp);
     for (int i = 0; i < N; i++) {
         xdc_free(m[i].tx);

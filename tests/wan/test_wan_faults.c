@@ -84,17 +84,7 @@ XDC_TEST(wan_faults_reset_mid_frame_resends_from_the_last_ack)
         XDC_ASSERT_MSG(xdc_xxh3(rx[i], LEN) == h[i], "message %d differs", i);
         XDC_ASSERT_MSG(xdc_wan_wait(sreq[i], WAIT_MS, NULL, NULL, &d) == XDC_OK, "send %d: %s", i, d.msg);
     }
-    /* One more message: nothing extra (a duplicate) is waiting in front of it. */
-    uint8_t tail_tx[100], tail_rx[100];
-    uint64_t th = wan_test_fill(tail_tx, sizeof tail_tx, 5);
-    xdc_wan_request *ts, *tr;
-    XDC_ASSERT_OK(xdc_wan_irecv(tp.srv, XDC_WAN_BULK, tail_rx, sizeof tail_rx, &tr));
-    XDC_ASSERT_OK(xdc_wan_isend(tp.cli, XDC_WAN_BULK, tail_tx, sizeof tail_tx, 0, sizeof tail_tx, &ts));
-    size_t got = 0;
-    XDC_ASSERT_OK(xdc_wan_wait(tr, WAIT_MS, &got, NULL, &d));
-    XDC_ASSERT_EQ(got, sizeof tail_tx);
-    XDC_ASSERT(xdc_xxh3(tail_rx, got) == th);
-    XDC_ASSERT_OK(xdc_wan_wait(ts, WAIT_MS, NULL, NULL, &d));
+    wan_test_send_tail(&tp, WAIT_MS);
     XDC_ASSERT_OK(xdc_wan_peer_wait_ready(tp.cli, WAIT_MS, &d));
     xdc_wan_stats st, ss;
     xdc_wan_peer_stats(tp.cli, &st);
@@ -102,8 +92,8 @@ XDC_TEST(wan_faults_reset_mid_frame_resends_from_the_last_ack)
     XDC_ASSERT(st.reconnects >= 1);
     XDC_ASSERT_EQ(st.streams_up, 4 + 1);
     XDC_ASSERT_MSG(st.retransmit_frames >= 1, "the frame cut in half was not sent again");
-    XDC_ASSERT_EQ(ss.rx_payload_bytes, (uint64_t)N * LEN + sizeof tail_tx);
-    XDC_ASSERT_EQ(st.tx_payload_bytes, (uint64_t)N * LEN + sizeof tail_tx);
+    XDC_ASSERT_EQ(ss.rx_payload_bytes, (uint64_t)N * LEN + WAN_TEST_TAIL_LEN);
+    XDC_ASSERT_EQ(st.tx_payload_bytes, (uint64_t)N * LEN + WAN_TEST_TAIL_LEN);
     char why[256];
     last_stream_error(tp.srv, why, sizeof why);
     XDC_ASSERT_STR_CONTAINS(why, "stream 2: connection reset by the fault layer (rx, after 100000 bytes)");
@@ -114,69 +104,31 @@ XDC_TEST(wan_faults_reset_mid_frame_resends_from_the_last_ack)
     }
 }
 
-/* In-process twin of wan_emu_outage_mid_transfer_delivers_exactly_once (same transfer, same assertions):
- * each outage resets every stream of both sides at its next byte either way, and the client's next three
- * dials are cut in their handshake, so the outage lasts several redials. Besides: both sides resent. */
+/* In-process twin of wan_emu_outage_mid_transfer_delivers_exactly_once (the same transfer and assertions,
+ * wan_test_both_ways_through_outages): the outage lasts several redials. Besides: both sides resent.
+ * Each outage: every stream of both sides reset at its next byte either way, and the client's next three
+ * dials cut in their handshake. */
+static void fault_outage(void *arg)
+{
+    wan_test_pair *tp = arg;
+    wan_fault reset = {.dir = {{.kind = WAN_FAULT_RESET}, {.kind = WAN_FAULT_RESET}}};
+    wan_fault_next_dials(tp->cli_eng, 3, &reset);
+    XDC_ASSERT_OK(wan_fault_arm(tp->cli, -1, &reset));
+    XDC_ASSERT_OK(wan_fault_arm(tp->srv, -1, &reset));
+}
+
 XDC_TEST(wan_faults_outage_both_ways_resends_and_loses_nothing)
 {
-    enum { N = 30, LEN = 200000 };
     wan_test_pair tp;
     fault_pair_open(&tp, 3, WAIT_MS);
-    xdc_wan_peer *from[2] = {tp.cli, tp.srv}, *to[2] = {tp.srv, tp.cli};
-    uint8_t *tx[2][N], *rx[2][N];
-    uint64_t h[2][N];
-    xdc_wan_request *sr[2][N], *rr[2][N];
-    xdc_diag d = {{0}};
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < N; i++) {
-            tx[k][i] = xdc_malloc(LEN);
-            rx[k][i] = xdc_calloc(1, LEN);
-            h[k][i] = wan_test_fill(tx[k][i], LEN, 77 + (uint64_t)(k * N + i));
-            XDC_ASSERT_OK(xdc_wan_isend(from[k], XDC_WAN_BULK, tx[k][i], LEN, 0, LEN, &sr[k][i]));
-        }
-    wan_fault reset = {.dir = {{.kind = WAN_FAULT_RESET}, {.kind = WAN_FAULT_RESET}}};
-    /* Receive in three slices with an outage after each of the first two: the rest is in flight each time. */
-    for (int slice = 0; slice < 3; slice++) {
-        int lo = slice * N / 3, hi = (slice + 1) * N / 3;
-        for (int k = 0; k < 2; k++)
-            for (int i = lo; i < hi; i++) XDC_ASSERT_OK(xdc_wan_irecv(to[k], XDC_WAN_BULK, rx[k][i], LEN, &rr[k][i]));
-        for (int k = 0; k < 2; k++)
-            for (int i = lo; i < hi; i++) {
-                size_t got = 0;
-                XDC_ASSERT_MSG(xdc_wan_wait(rr[k][i], WAIT_MS, &got, NULL, &d) == XDC_OK, "recv %d/%d: %s", k, i,
-                               d.msg);
-                XDC_ASSERT_EQ(got, LEN);
-                XDC_ASSERT_MSG(xdc_xxh3(rx[k][i], LEN) == h[k][i], "message %d/%d differs", k, i);
-            }
-        if (slice < 2) {
-            wan_fault_next_dials(tp.cli_eng, 3, &reset);
-            XDC_ASSERT_OK(wan_fault_arm(tp.cli, -1, &reset));
-            XDC_ASSERT_OK(wan_fault_arm(tp.srv, -1, &reset));
-        }
-    }
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < N; i++)
-            XDC_ASSERT_MSG(xdc_wan_wait(sr[k][i], WAIT_MS, NULL, NULL, &d) == XDC_OK, "send %d/%d: %s", k, i, d.msg);
-    XDC_ASSERT_OK(xdc_wan_peer_wait_ready(tp.cli, WAIT_MS, &d));
     xdc_wan_stats st, ss;
-    xdc_wan_peer_stats(tp.cli, &st);
-    xdc_wan_peer_stats(tp.srv, &ss);
-    XDC_ASSERT(st.reconnects >= 3);
-    XDC_ASSERT_EQ(ss.rx_payload_bytes, (uint64_t)N * LEN);
-    XDC_ASSERT_EQ(st.rx_payload_bytes, (uint64_t)N * LEN);
-    XDC_ASSERT_EQ(st.tx_payload_bytes, (uint64_t)N * LEN);
-    XDC_ASSERT_EQ(ss.tx_payload_bytes, (uint64_t)N * LEN);
+    wan_test_both_ways_through_outages(&tp, WAIT_MS, fault_outage, &tp, &st, &ss);
     XDC_ASSERT_MSG(st.retransmit_frames >= 1 && ss.retransmit_frames >= 1, "resent: client %llu, server %llu frames",
                    (unsigned long long)st.retransmit_frames, (unsigned long long)ss.retransmit_frames);
     char why[256];
     last_stream_error(tp.cli, why, sizeof why);
     XDC_ASSERT_STR_CONTAINS(why, "connection reset by the fault layer");
     wan_test_pair_close(&tp);
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < N; i++) {
-            xdc_free(tx[k][i]);
-            xdc_free(rx[k][i]);
-        }
 }
 
 /* Nothing more arrives on any stream (TCP alive, the path dead): the pending requests fail once the
