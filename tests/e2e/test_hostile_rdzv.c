@@ -577,6 +577,22 @@ XDC_TEST_T(hostile_rdzv_store_frees_every_peer_it_served_or_refused, 60)
     hostile_close(&h);
 }
 
+/* us-east's rank 0 writes rejoin bootstraps intra/us-east/<n> until the store refuses one (at most 1,000), each
+ * of a bootstrap's size (XDC_INTRA_BOOTSTRAP_MAX is 320): the key count runs out, not the bytes. Returns how
+ * many were accepted; the refusal is in reply[cap]. */
+static int fill_rejoin_keys(xdc_wan_peer *p, char *reply, size_t cap)
+{
+    char msg[512];
+    int written = 0;
+    for (int n = 0; n < 1000; n++) {
+        snprintf(msg, sizeof msg, "{\"op\":\"set\",\"key\":\"intra/us-east/%d\",\"value\":\"%0300d\"}", n, n);
+        XDC_ASSERT_OK(raw_text(p, msg, reply, cap));
+        if (!strstr(reply, "\"ok\":true")) break;
+        written++;
+    }
+    return written;
+}
+
 /* A region's rank 0 writing rejoin bootstraps intra/<region>/<n> without end is refused at its quota, named
  * in the reply and in the store's log with its certificate; another member's writes still succeed (before:
  * the store filled at 4,096 keys and an innocent member's write failed with "store full"). */
@@ -585,15 +601,8 @@ XDC_TEST_T(hostile_rdzv_member_over_its_quota_is_refused_and_named, 60)
     hostile h;
     hostile_open(&h);
     xdc_wan_peer *p = raw_join(&h, 0);
-    char msg[1024], reply[512];
-    int written = 0;
-    for (int n = 0; n < 1000; n++) {
-        /* A bootstrap's size (XDC_INTRA_BOOTSTRAP_MAX is 320): the key count runs out, not the bytes. */
-        snprintf(msg, sizeof msg, "{\"op\":\"set\",\"key\":\"intra/us-east/%d\",\"value\":\"%0300d\"}", n, n);
-        XDC_ASSERT_OK(raw_text(p, msg, reply, sizeof reply));
-        if (!strstr(reply, "\"ok\":true")) break;
-        written++;
-    }
+    char reply[512];
+    int written = fill_rejoin_keys(p, reply, sizeof reply);
     rdzv_quota q;
     rdzv_quota_init(&q); /* the store's: its host gave no shape */
     XDC_ASSERT_EQ(written, q.keys[RDZV_KEY_REJOIN]);
@@ -721,14 +730,8 @@ XDC_TEST_T(hostile_rdzv_quota_in_a_real_launch_is_named_and_changes_nothing, 120
     pid_t calm = start_tiny_launch("calm", NULL);
     pid_t evil = start_tiny_launch("quota", &h);
     xdc_wan_peer *p = raw_join(&h, 0);
-    char msg[512], reply[512];
-    int written = 0;
-    for (int n = 0; n < 1000; n++) {
-        snprintf(msg, sizeof msg, "{\"op\":\"set\",\"key\":\"intra/us-east/%d\",\"value\":\"%0300d\"}", n, n);
-        XDC_ASSERT_OK(raw_text(p, msg, reply, sizeof reply));
-        if (!strstr(reply, "\"ok\":true")) break;
-        written++;
-    }
+    char reply[512];
+    int written = fill_rejoin_keys(p, reply, sizeof reply);
     XDC_ASSERT_MSG(waitpid(evil, NULL, WNOHANG) == 0, "the run ended before the member had filled its quota");
     xdc_wan_peer_destroy(p);
     printf("a member of a real launch wrote %d rejoin bootstraps, then: %s\n", written, reply);

@@ -1,7 +1,8 @@
 /* test_orch_sync.c — the comm engine between two "regions" in one process: two WAN engines on a
  * loopback peer pair, one sync engine and one xdc_sync each, rounds whose buckets become ready in pieces at different
  * moments on each side (as backward produces them). Every round must end with both sides holding the
- * same average, bit for bit, with codec none equal to (a + b) / 2. */
+ * same average, bit for bit, with codec none equal to (a + b) / 2. The same sync on device memory
+ * (cpu-strict, CUDA) is test_sync_device.c. */
 #include "tests/xdc_test.h"
 #include "tests/test_wan_util.h"
 
@@ -110,125 +111,6 @@ XDC_TEST_T(xdc_sync_two_regions_average_every_round, 120)
     free(want);
     free(a);
     free(b);
-}
-
-/* ---- the same on the cpu-strict device: the buffer is device memory the host cannot touch, written piece
- * by piece by asynchronous copies on a producer stream (as backward's kernels would be) that the host
- * never waits for before marking the piece ready. Only the ready events order the comm stream after the
- * writes: without the wait in stage_a the device's hazard check fails the round ("missing event"). */
-
-typedef struct {
-    const xdc_device_ops *dev;
-    xdc_stream *producer;
-    xdc_sync_engine *eng;
-    xdc_sync *sync;
-    float *dbuf;          /* device (N_ELEMS) */
-    float *host, *result; /* pinned host (N_ELEMS): the round's input and what came back */
-    const float *want;    /* (ROUNDS, N_ELEMS) */
-    int side;
-    xdc_err_t rc;
-    char why[512];
-} strict_side;
-
-static void *strict_side_main(void *arg)
-{
-    strict_side *c = arg;
-    xdc_rng r;
-    xdc_rng_seed(&r, (uint64_t)c->side + 91);
-    size_t f = sizeof(float);
-    for (int round = 0; round < ROUNDS / 4 && c->rc == XDC_OK; round++) {
-        fill(c->host, c->side, round);
-        c->rc = xdc_sync_begin(c->sync, c->dbuf);
-        size_t from = N_ELEMS;
-        while (from > 0 && c->rc == XDC_OK) {
-            size_t step = 1 + (size_t)xdc_rng_below(&r, N_ELEMS / 3), to = from;
-            from = from > step ? from - step : 0;
-            c->rc = c->dev->copy_h2d(c->dbuf + from, c->host + from, (to - from) * f, c->producer);
-            xdc_sync_mark_ready(c->sync, from);
-            for (int y = (int)xdc_rng_below(&r, 50); y > 0; y--) sched_yield();
-        }
-        xdc_diag d = {{0}};
-        if (c->rc == XDC_OK) c->rc = xdc_sync_end(c->sync, &d);
-        if (c->rc == XDC_OK) c->rc = c->dev->copy_d2h(c->result, c->dbuf, N_ELEMS * f, c->producer);
-        if (c->rc == XDC_OK) c->rc = c->dev->stream_sync(c->producer);
-        if (c->rc != XDC_OK) {
-            if (!d.msg[0]) c->dev->stream_error(c->producer, &d);
-            snprintf(c->why, sizeof c->why, "round %d: %s", round, d.msg);
-            break;
-        }
-        if (c->want && memcmp(c->result, c->want + (size_t)round * N_ELEMS, N_ELEMS * f) != 0) {
-            snprintf(c->why, sizeof c->why, "round %d: result differs from (a + b) / 2", round);
-            c->rc = XDC_ERR_CORRUPT;
-        }
-    }
-    return NULL;
-}
-
-/* Two regions on cpu-strict with int8 (device quantizer, residual on the device, host zstd) and with
- * none: both sides agree bit for bit, and with none the result is (a + b) / 2 exactly. */
-static void strict_two_regions(wan_test_pair *tpp, const char *codec)
-{
-    const xdc_kern_backend *be = NULL;
-    XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CPU_STRICT, &be, NULL));
-    const xdc_device_ops *dev = be->device;
-    wan_test_pair tp = *tpp;
-    int exact = strcmp(codec, "none") == 0;
-    float *want = malloc((size_t)ROUNDS * N_ELEMS * sizeof(float)), *a = malloc(N_ELEMS * sizeof(float)),
-          *b = malloc(N_ELEMS * sizeof(float));
-    for (int round = 0; round < ROUNDS; round++) {
-        fill(a, 0, round);
-        fill(b, 1, round);
-        for (size_t i = 0; i < N_ELEMS; i++) want[(size_t)round * N_ELEMS + i] = ((0.0f + a[i]) + b[i]) * 0.5f;
-    }
-    strict_side ctx[2];
-    pthread_t th[2];
-    xdc_wan_peer *peers[2][2] = {{NULL, tp.srv}, {tp.cli, NULL}};
-    for (int s = 0; s < 2; s++) {
-        ctx[s] = (strict_side){.dev = dev, .want = want, .side = s};
-        XDC_ASSERT_OK(dev->stream_create(&ctx[s].producer));
-        XDC_ASSERT_OK(dev->mem_alloc((void **)&ctx[s].dbuf, N_ELEMS * sizeof(float)));
-        XDC_ASSERT_OK(dev->host_alloc((void **)&ctx[s].host, N_ELEMS * sizeof(float)));
-        XDC_ASSERT_OK(dev->host_alloc((void **)&ctx[s].result, N_ELEMS * sizeof(float)));
-        xdc_sync_cfg cfg = {.n_elems = N_ELEMS,
-                            .bucket_elems = 13106,
-                            .peers = peers[s],
-                            .n_regions = 2,
-                            .my_region = s,
-                            .name = "strict",
-                            .backend = be,
-                            .compute = ctx[s].producer};
-        cfg.codec = (xdc_codec_cfg)XDC_CODEC_CFG_INIT;
-        XDC_ASSERT_OK(xdc_codec_parse(codec, &cfg.codec, NULL));
-        XDC_ASSERT_OK(xdc_sync_engine_create(&ctx[s].eng, NULL));
-        XDC_ASSERT_OK(xdc_sync_create(ctx[s].eng, &cfg, &ctx[s].sync, NULL));
-    }
-    if (!exact) ctx[0].want = ctx[1].want = NULL; /* int8 is not (a + b) / 2: the sides must agree instead */
-    for (int s = 0; s < 2; s++) pthread_create(&th[s], NULL, strict_side_main, &ctx[s]);
-    for (int s = 0; s < 2; s++) pthread_join(th[s], NULL);
-    for (int s = 0; s < 2; s++)
-        XDC_ASSERT_MSG(ctx[s].rc == XDC_OK, "%s side %d: %s: %s", codec, s, xdc_errname(ctx[s].rc), ctx[s].why);
-    if (!exact) XDC_ASSERT(memcmp(ctx[0].result, ctx[1].result, N_ELEMS * sizeof(float)) == 0);
-    for (int s = 0; s < 2; s++) {
-        xdc_sync_destroy(ctx[s].sync);
-        xdc_sync_engine_destroy(ctx[s].eng);
-        XDC_ASSERT_OK(dev->stream_error(ctx[s].producer, NULL));
-        dev->stream_destroy(ctx[s].producer);
-        dev->mem_free(ctx[s].dbuf);
-        dev->host_free(ctx[s].host);
-        dev->host_free(ctx[s].result);
-    }
-    free(want);
-    free(a);
-    free(b);
-}
-
-XDC_TEST_T(xdc_sync_two_regions_on_the_strict_device, 120)
-{
-    wan_test_pair tp; /* one pair for both: the sends of one run complete before the next posts */
-    wan_test_pair_open(&tp, 2, 20000, NULL, NULL);
-    strict_two_regions(&tp, "none");
-    strict_two_regions(&tp, "int8");
-    wan_test_pair_close(&tp);
 }
 
 /* ---- the order without replicas: a bucket that becomes ready is sent at once, even while an earlier one

@@ -12,7 +12,7 @@
  * GEMMs make non-zero.
  *
  * Without a GPU the CUDA tests skip; the same code runs here on cpu-strict (the strict twins: the buffer
- * sync with its figures, and the stage sync, which is also the proof that cpu-strict trains bit for bit as
+ * sync, and the stage sync, which is also the proof that cpu-strict trains bit for bit as
  * cpu), so a mistake in this file shows before the window. */
 #include "tests/xdc_test.h"
 #include "tests/test_wan_util.h"
@@ -196,7 +196,11 @@ static void sync_on_device_matches_cpu(xdc_backend_kind kind)
 
 XDC_TEST_T(xdc_sync_two_regions_on_cuda_identical_bits, 120) { sync_on_device_matches_cpu(XDC_BACKEND_CUDA); }
 
-XDC_TEST_T(xdc_sync_two_regions_on_strict_with_figures, 120) { sync_on_device_matches_cpu(XDC_BACKEND_CPU_STRICT); }
+/* On the cpu-strict device the buffer is device memory the host cannot touch, written piece by piece by
+ * asynchronous copies on a producer stream (as backward's kernels would be) that the host never waits for
+ * before marking the piece ready. Only the ready events order the comm stream after the writes: without the
+ * wait in stage_a the device's hazard check fails the round ("missing event"). */
+XDC_TEST_T(xdc_sync_two_regions_on_the_strict_device, 120) { sync_on_device_matches_cpu(XDC_BACKEND_CPU_STRICT); }
 
 /* ---- a stage and its gradient sync together, as a worker runs them (on CUDA, and on cpu-strict beside cpu): each region trains the tiny GPT for
  * three steps of two microbatches, the last backward marking buckets ready through the gradient-ready

@@ -95,19 +95,31 @@ static void listen_stop(pid_t pid)
     waitpid(pid, &st, 0);
 }
 
+/* RSS is the measure of the tests that count memory; AddressSanitizer keeps freed memory in a quarantine
+ * (256 MB by default) before reusing it, so RSS grows with every freed session buffer there (this build's
+ * LeakSanitizer checks for leaks instead). */
+static void skip_rss_under_asan(void)
+{
+#ifdef __SANITIZE_ADDRESS__
+    xdc_test_skip("RSS is not a leak measure under AddressSanitizer (its quarantine holds freed memory)");
+#endif
+}
+
+/* The listener's node us/0 and the dialler's eu/0, of one CA. */
+static void issue_us_eu(wan_test_node *us, wan_test_node *eu)
+{
+    wan_test_issue("pki", "us", 0, 30, 0, us);
+    wan_test_issue("pki", "eu", 0, 30, 0, eu);
+}
+
 /* The done-when figure of the trust issue: 1,000 sessions leave `wan listen` within 5 MB of where it
  * stood after a warm-up (before the fix: +38 MB, never given back). The dialling engine frees its
  * destroyed peers as well. No timing is asserted; the numbers are printed for the log. */
 XDC_TEST_T(wan_listen_rss_stays_flat_over_1000_sessions, 240)
 {
-#ifdef __SANITIZE_ADDRESS__
-    /* AddressSanitizer keeps freed memory in a quarantine (256 MB by default) before reusing it, so RSS
-     * grows with every freed session buffer; this build's LeakSanitizer checks for leaks instead. */
-    xdc_test_skip("RSS is not a leak measure under AddressSanitizer (its quarantine holds freed memory)");
-#endif
+    skip_rss_under_asan();
     wan_test_node us, eu;
-    wan_test_issue("pki", "us", 0, 30, 0, &us);
-    wan_test_issue("pki", "eu", 0, 30, 0, &eu);
+    issue_us_eu(&us, &eu);
     int port;
     pid_t pid = listen_spawn(&us, &port);
     xdc_wan_engine *eng = wan_test_engine(&eu, 1, 30000);
@@ -170,8 +182,7 @@ static int raw_connect(int port)
 static void pending_cap_case(int per_listener, int per_addr, const char *want)
 {
     wan_test_node us, eu;
-    wan_test_issue("pki", "us", 0, 30, 0, &us);
-    wan_test_issue("pki", "eu", 0, 30, 0, &eu);
+    issue_us_eu(&us, &eu);
     xdc_wan_config cfg = wan_test_config(1, 60000);
     cfg.max_pending_handshakes = per_listener;
     cfg.max_pending_per_addr = per_addr;
@@ -250,8 +261,7 @@ static void raw_close(raw_peer *r)
 XDC_TEST(wan_announced_length_is_refused_at_the_header)
 {
     wan_test_node us, eu;
-    wan_test_issue("pki", "us", 0, 30, 0, &us);
-    wan_test_issue("pki", "eu", 0, 30, 0, &eu);
+    issue_us_eu(&us, &eu);
     xdc_wan_engine *srv = wan_test_engine(&us, 1, 60000);
     xdc_wan_listener *l = NULL;
     xdc_diag d = {{0}};
@@ -316,12 +326,9 @@ static int raw_until_eof(raw_peer *r)
  * never reaped, ~42 KiB a session without bound). RSS within 5 MiB of where it stood after a warm-up. */
 XDC_TEST_T(wan_listen_frees_sessions_that_time_out_or_reset_mid_frame, 60)
 {
-#ifdef __SANITIZE_ADDRESS__
-    xdc_test_skip("RSS is not a leak measure under AddressSanitizer (its quarantine holds freed memory)");
-#endif
+    skip_rss_under_asan();
     wan_test_node us, eu;
-    wan_test_issue("pki", "us", 0, 30, 0, &us);
-    wan_test_issue("pki", "eu", 0, 30, 0, &eu);
+    issue_us_eu(&us, &eu);
     int port, sessions = hostile_sessions(600), timed_out = 0;
     pid_t pid = listen_spawn_timeout(&us, 100, &port);
     long rss0 = 0;
@@ -364,8 +371,7 @@ XDC_TEST_T(wan_listen_frees_sessions_that_time_out_or_reset_mid_frame, 60)
 XDC_TEST_T(wan_half_open_sessions_count_as_handshakes_and_are_freed, 60)
 {
     wan_test_node us, eu;
-    wan_test_issue("pki", "us", 0, 30, 0, &us);
-    wan_test_issue("pki", "eu", 0, 30, 0, &eu);
+    issue_us_eu(&us, &eu);
     xdc_wan_config cfg = wan_test_config(1, 1500); /* handshake limit 1.5 s */
     cfg.max_pending_per_addr = 16;
     xdc_wan_engine *srv = wan_test_engine_cfg(&us, &cfg), *cli = wan_test_engine(&eu, 1, 30000);
