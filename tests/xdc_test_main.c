@@ -402,6 +402,7 @@ int main(int argc, char **argv)
     if (nq == 0) {
         fprintf(stderr, "%s: no test matches the filter (-l lists the tests)\n", argv[0]);
         printf("0 passed, 0 failed\n");
+        free(queue); /* a sanitizer build's leak check would end the process with its own status */
         return 1;
     }
     if (list) {
@@ -409,11 +410,13 @@ int main(int argc, char **argv)
             const test_case *t = &g_tests[queue[q]];
             printf("%s\t%s\t%s%s\n", t->name, t->file, TIER_NAMES[t->tier], t->serial ? "\tserial" : "");
         }
+        free(queue);
         return 0;
     }
     const char *sched = getenv("XDC_TEST_SCHED_LOG");
     if (sched && *sched && !(g_sched_log = fopen(sched, "a"))) {
         perror(sched);
+        free(queue);
         return 70;
     }
     signal(SIGPIPE, SIG_IGN);
