@@ -12,7 +12,7 @@
  * round's step as rejoin/<nonce> for each of its workers, and counts it in the run again from the next round.
  * Each time a region leaves, left/<region index> = how many times it did: its restarted workers wait for it
  * and name their region's new intra bootstrap key with it (the earlier one is stale). Fewer than `min_regions` regions
- * left ends the run. The end of the run is one more such round, named ORCH_QUORUM_END instead of a step:
+ * left ends the run. The end of the run is one more such round, named RDZV_ROUND_END_NAME ("end", orch_rdzv_keys.h) instead of a step:
  * it takes the place of the all-members "done" barrier, which would wait for the regions that left.
  *
  * A region can also leave while a round's exchange is under way (a DiLoCo round's, or a streaming fragment's:
@@ -33,11 +33,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
-/* The round a worker arrives at after its last step (decided as quorum/end), and the prefix of a restarted
- * worker's request to rejoin (then its nonce): orch_rdzv_keys.h builds and parses both. */
-#define ORCH_QUORUM_END  RDZV_ROUND_END_NAME
-#define ORCH_QUORUM_JOIN RDZV_VAL_JOIN
 
 typedef struct orch_quorum {
     const xdc_topology *t;

@@ -303,7 +303,9 @@ static int find_member(bserver *s, const char *name)
 static rdzv_key_class may_write(const bserver *s, int i, const char *key)
 {
     const member *m = &s->members[i];
-    if (rdzv_key_owned_by(key, m->name, m->region, m->region_idx, m->rank)) return rdzv_quota_classify(m->name, key);
+    rdzv_key_kind kind;
+    if (rdzv_key_owned_by(key, m->name, m->region, m->region_idx, m->rank, &kind))
+        return kind == RDZV_KIND_INTRA_AFTER ? RDZV_KEY_REJOIN : RDZV_KEY_OWN;
     for (int g = 0; g < s->n_grants; g++) {
         const grant *gr = &s->grants[g];
         if (gr->member == i && (gr->prefix ? strncmp(key, gr->key, strlen(gr->key)) == 0 : strcmp(key, gr->key) == 0))

@@ -187,24 +187,31 @@ xdc_err_t rdzv_key_parse(const char *key, rdzv_key_parts *out)
     return XDC_OK;
 }
 
-int rdzv_key_owned_by(const char *key, const char *member, const char *region, int region_idx, int rank)
+static int owned(const rdzv_key_parts *k, const char *member, const char *region, int region_idx, int rank)
 {
-    rdzv_key_parts p;
-    if (rdzv_key_parse(key, &p) != XDC_OK) return 0;
-    switch (p.kind) {
+    switch (k->kind) {
     case RDZV_KIND_WAN:
     case RDZV_KIND_OUTER: /* its arrival at an outer round */
     case RDZV_KIND_XCHG:  /* what its round summed */
     case RDZV_KIND_STATS:
-    case RDZV_KIND_CKPT: /* its last checkpoint's outcome */ return p.region_idx == region_idx && p.rank == rank;
-    case RDZV_KIND_METRICS: return p.rank == rank && strcmp(p.name, region) == 0;
-    case RDZV_KIND_FAILED: return strcmp(p.name, member) == 0;
+    case RDZV_KIND_CKPT: /* its last checkpoint's outcome */ return k->region_idx == region_idx && k->rank == rank;
+    case RDZV_KIND_METRICS: return k->rank == rank && strcmp(k->name, region) == 0;
+    case RDZV_KIND_FAILED: return strcmp(k->name, member) == 0;
     case RDZV_KIND_INTRA:
     case RDZV_KIND_INTRA_AFTER: /* a rejoining region's bootstrap, intra/<region>/<times it left> */
-    case RDZV_KIND_DEVICE: return rank == 0 && strcmp(p.name, region) == 0;
-    case RDZV_KIND_REPLAN_LINK: return rank == 0 && p.region_idx == region_idx; /* its incoming links' rate */
+    case RDZV_KIND_DEVICE: return rank == 0 && strcmp(k->name, region) == 0;
+    case RDZV_KIND_REPLAN_LINK: return rank == 0 && k->region_idx == region_idx; /* its incoming links' rate */
     default: return 0;
     }
+}
+
+int rdzv_key_owned_by(const char *key, const char *member, const char *region, int region_idx, int rank,
+                      rdzv_key_kind *kind)
+{
+    rdzv_key_parts p;
+    if (rdzv_key_parse(key, &p) != XDC_OK || !owned(&p, member, region, region_idx, rank)) return 0;
+    if (kind) *kind = p.kind;
+    return 1;
 }
 
 /* ---- values -------------------------------------------------------------------------------------- */

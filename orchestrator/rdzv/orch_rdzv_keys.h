@@ -113,8 +113,10 @@ xdc_err_t rdzv_key_parse(const char *key, rdzv_key_parts *out);
 
 /* 1 when `key` is one of the member's own keys: its wan/, outer/, xchg/, stats/, ckpt/, metrics/ and
  * failed/ keys, and with rank 0 its region's intra/ (both forms), device/ and replan/link/ keys. The
- * member: its name "region/host:rank", its region's name and index, its rank. The store's admission rule. */
-int rdzv_key_owned_by(const char *key, const char *member, const char *region, int region_idx, int rank);
+ * member: its name "region/host:rank", its region's name and index, its rank; *kind (NULL: not wanted) the
+ * key's kind when it is. The store's admission rule. */
+int rdzv_key_owned_by(const char *key, const char *member, const char *region, int region_idx, int rank,
+                      rdzv_key_kind *kind);
 
 /* ---- values -------------------------------------------------------------------------------------- */
 

@@ -92,10 +92,10 @@ XDC_TEST(elastic_quorum_waits_for_everyone_then_drops_the_lost_region)
     XDC_ASSERT(strcmp(decision(&f, "8"), "110") == 0);
     /* Its late arrival changes nothing, and the end is decided over the two left. */
     arrive(&f, 2, "8");
-    arrive(&f, 0, ORCH_QUORUM_END);
-    arrive(&f, 1, ORCH_QUORUM_END);
+    arrive(&f, 0, RDZV_ROUND_END_NAME);
+    arrive(&f, 1, RDZV_ROUND_END_NAME);
     XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
-    XDC_ASSERT(strcmp(decision(&f, ORCH_QUORUM_END), "110") == 0);
+    XDC_ASSERT(strcmp(decision(&f, RDZV_ROUND_END_NAME), "110") == 0);
     /* One more loss leaves one region, below the minimum of two: a named error. */
     XDC_ASSERT_ERR(orch_quorum_lose(&f.q, 1, "worker killed", why, sizeof why), XDC_ERR_UNAVAILABLE);
     XDC_ASSERT_STR_CONTAINS(why, "region eu-west lost (worker killed): 1 of 3 regions left, below "
@@ -117,7 +117,7 @@ XDC_TEST(elastic_quorum_takes_a_region_that_asks_to_rejoin)
     XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
     XDC_ASSERT(strcmp(decision(&f, "8"), "110") == 0);
     /* Its restarted worker asks while the others train: taken at the next round, not before. */
-    arrive(&f, 2, ORCH_QUORUM_JOIN "n1");
+    arrive(&f, 2, RDZV_VAL_JOIN "n1");
     XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
     XDC_ASSERT_MSG(rdzv_server_get(f.srv, "rejoin/n1", val, sizeof val) != 0, "taken back between rounds");
     arrive(&f, 0, "12");

@@ -95,13 +95,13 @@ XDC_TEST(rdzv_keys_a_member_owns_its_own_keys_only)
         "intra/us-east", "replan/link/0", "replan/5",  "result",    "finished",          "quorum/4",
         "final/4",       "lost/4",        "left/1",    "rejoin/n1", "relay/1/0/0",       "abort"};
     for (size_t k = 0; k < sizeof mine / sizeof mine[0]; k++)
-        XDC_ASSERT_MSG(rdzv_key_owned_by(mine[k], me, region, 1, 0), "%s is not owned", mine[k]);
+        XDC_ASSERT_MSG(rdzv_key_owned_by(mine[k], me, region, 1, 0, NULL), "%s is not owned", mine[k]);
     for (size_t k = 0; k < sizeof theirs / sizeof theirs[0]; k++)
-        XDC_ASSERT_MSG(!rdzv_key_owned_by(theirs[k], me, region, 1, 0), "%s is owned", theirs[k]);
+        XDC_ASSERT_MSG(!rdzv_key_owned_by(theirs[k], me, region, 1, 0, NULL), "%s is owned", theirs[k]);
     /* A rank other than 0 owns none of its region's keys. */
-    XDC_ASSERT(!rdzv_key_owned_by("intra/eu-west", "eu-west/west-node1:1", region, 1, 1));
-    XDC_ASSERT(!rdzv_key_owned_by("device/eu-west", "eu-west/west-node1:1", region, 1, 1));
-    XDC_ASSERT(rdzv_key_owned_by("wan/1/1", "eu-west/west-node1:1", region, 1, 1));
+    XDC_ASSERT(!rdzv_key_owned_by("intra/eu-west", "eu-west/west-node1:1", region, 1, 1, NULL));
+    XDC_ASSERT(!rdzv_key_owned_by("device/eu-west", "eu-west/west-node1:1", region, 1, 1, NULL));
+    XDC_ASSERT(rdzv_key_owned_by("wan/1/1", "eu-west/west-node1:1", region, 1, 1, NULL));
 }
 
 XDC_TEST(rdzv_keys_elastic_values_round_trip_and_refuse_malformed_text)
