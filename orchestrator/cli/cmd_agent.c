@@ -76,7 +76,7 @@ static int agent_parse(int argc, char **argv, orch_agent_opts *o)
     }
     if (!o->topology || !o->config || !o->run_dir) return agent_usage(stderr);
     if (xdc_cli_exec_tail("agent", exec, argc, argv, optind, &o->exec_argv) != 0) return agent_usage(stderr);
-    o->probe = xdc_cli_device_probe();
+    o->probe = orch_member_device_probe();
     return xdc_cli_device_option("agent", o->device, NULL);
 }
 

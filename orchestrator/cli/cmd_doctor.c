@@ -325,7 +325,7 @@ static int doctor_check(doctor_cli *c, const xdc_topology *t)
     c->o.certs_dir = c->certs;
     c->o.endpoints = eps;
     c->o.device = dev;
-    c->o.gpu_probe = xdc_cli_device_probe();
+    c->o.gpu_probe = orch_member_device_probe();
     c->o.ports = c->ports;
     c->o.port_owners = c->owners;
     c->o.n_ports = c->n_ports;

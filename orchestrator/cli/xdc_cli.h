@@ -5,6 +5,7 @@
 
 #include "common/xdc_err.h"
 #include "orchestrator/launch/orch_device.h"
+#include "orchestrator/member/orch_member.h"
 #include "orchestrator/launch/orch_creds.h"
 #include "orchestrator/rdzv/orch_rdzv.h"
 
@@ -60,8 +61,6 @@ int xdc_cli_device_option(const char *cmd, const char *flag, const char **word);
     "            rdzv:, else the built-in store); --etcd-cacert/--etcd-cert/--etcd-key FILE: TLS to etcd\n"
 int xdc_cli_rdzv_flag(int c, const char *arg, rdzv_flags *f);
 int xdc_cli_creds_flag(int c, const char *arg, orch_creds_flags *f);
-/* The kernel registry's answers for orch_device_check_node. */
-const orch_device_probe *xdc_cli_device_probe(void);
 
 typedef struct {
     const char *name;

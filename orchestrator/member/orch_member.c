@@ -16,10 +16,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#ifdef XDC_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 _Static_assert((int)ORCH_DEVICE_CPU == (int)XDC_BACKEND_CPU && (int)ORCH_DEVICE_CUDA == (int)XDC_BACKEND_CUDA &&
                    (int)ORCH_DEVICE_CPU_STRICT == (int)XDC_BACKEND_CPU_STRICT,
                "orch_device and xdc_backend_kind share their values");
@@ -166,7 +162,7 @@ xdc_err_t orch_member_place(orch_member *m, xdc_diag *diag)
     return XDC_OK;
 }
 
-/* The registry's answers for the node check (orch_device_check_node). */
+/* The kernel registry's answers for the device checks (orch_device.h), which launch/ may not ask itself. */
 static xdc_err_t registry_kernels(orch_device d, xdc_diag *diag)
 {
     const xdc_kern_backend *be;
@@ -175,22 +171,7 @@ static xdc_err_t registry_kernels(orch_device d, xdc_diag *diag)
 static const orch_device_probe registry_probe = {.cuda_devices = xdc_kern_cuda_device_count,
                                                  .kernels = registry_kernels};
 
-/* Make `ordinal` this thread's CUDA device; the model stage's memory and kernels land there. (Other
- * threads set it for themselves: the NCCL backend before each operation.) */
-static xdc_err_t set_cuda_device(int ordinal, xdc_diag *diag)
-{
-#ifdef XDC_HAVE_CUDA
-    cudaError_t e = cudaSetDevice(ordinal);
-    if (e != cudaSuccess) {
-        xdc_diag_set(diag, "cudaSetDevice(%d): %s", ordinal, cudaGetErrorString(e));
-        return XDC_ERR_CUDA;
-    }
-#else
-    (void)ordinal;
-    (void)diag; /* unreachable: the registry refuses CUDA in a build without it */
-#endif
-    return XDC_OK;
-}
+const orch_device_probe *orch_member_device_probe(void) { return &registry_probe; }
 
 /* The device (orch_device.h: --device, else XDC_DEVICE, else the topology), checked on this node before
  * anything is set up: a visible GPU, kernels the registry gives; on CUDA, LOCAL_RANK mod the visible GPUs
@@ -207,7 +188,11 @@ xdc_err_t orch_member_choose_device(orch_member *m, const char *flag, xdc_diag *
     m->intra = orch_device_uses_nccl(d) ? XDC_INTRA_NCCL : XDC_INTRA_CPU;
     m->cuda_device = d == ORCH_DEVICE_CUDA ? orch_device_cuda_ordinal(m->id.local_rank, xdc_kern_cuda_device_count())
                                            : -1;
-    if (m->cuda_device >= 0) XDC_CHECK(set_cuda_device(m->cuda_device, diag));
+    if (m->cuda_device >= 0 && m->be->device->set_device(m->cuda_device) != XDC_OK) {
+        /* this thread's: the model stage's memory and kernels land there; other threads bind their own */
+        xdc_diag_set(diag, "node %s/%s: cannot bind GPU %d", m->id.region, m->id.node, m->cuda_device);
+        return XDC_ERR_CUDA;
+    }
     char desc[64];
     orch_device_describe(d, m->cuda_device, desc, sizeof desc);
     XDC_INFO(XDC_SUB_ORCH, "device %s (from %s)", desc, from);

@@ -24,6 +24,7 @@
 #include "intra/xdc_intra.h"
 #include "kernels/xdc_kernels.h"
 #include "orchestrator/launch/orch_creds.h"
+#include "orchestrator/launch/orch_device.h"
 #include "orchestrator/rdzv/orch_rdzv.h"
 #include "orchestrator/runcfg/orch_run_config.h"
 #include "sync/xdc_sync.h"
@@ -75,6 +76,9 @@ xdc_err_t orch_member_place(orch_member *m, xdc_diag *diag);
 /* The worker's device (orch_device.h: `flag`, else XDC_DEVICE, else the topology), checked on this node
  * before anything is set up; on CUDA, LOCAL_RANK mod the visible GPUs picks the GPU and it becomes this thread's. */
 xdc_err_t orch_member_choose_device(orch_member *m, const char *flag, xdc_diag *diag);
+/* The kernel registry's answers (visible GPUs, kernels per device) for the device checks of orch_device.h:
+ * the worker's, `xdc agent`'s and `xdc doctor`'s. */
+const orch_device_probe *orch_member_device_probe(void);
 /* libxdc: the caller's buffers are host memory, so the CPU device and the shared-memory intra backend,
  * whatever device the topology gives the region. */
 xdc_err_t orch_member_use_host(orch_member *m, xdc_diag *diag);

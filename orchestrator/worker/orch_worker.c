@@ -26,10 +26,6 @@
 #include <string.h>
 #include <time.h>
 
-#ifdef XDC_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 xdc_err_t orch_model_alloc_boundary(orch_model *m, size_t *bytes)
 {
     /* On the device: the stage reads x_in and dy_in there, and the intra communicator reaches all three
