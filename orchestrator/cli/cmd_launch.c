@@ -24,12 +24,15 @@ static int launch_usage(FILE *f)
         "                  [--rdzv builtin|etcd://HOST:PORT[/PREFIX]] [--etcd-cacert F --etcd-cert F --etcd-key F]\n"
         "                  [--max-restarts N] [--exec -- PROG [ARGS...]]\n"
         "       xdc coordinator -t TOPOLOGY.yaml -c RUN.yaml --run-dir DIR --host ADDR [--port P] [--run-id ID]\n"
-        "                       [--cert-dir DIR] [--ca FILE] [--crl FILE]\n"
+        "                       [--cert-dir DIR] [--ca FILE] [--crl FILE] [--standby] [--decider-ttl S]\n"
         "  coordinator: host the rendezvous on ADDR:P (no default address; 0.0.0.0 is every interface, port\n"
         "  29400) for agents started elsewhere (Slurm, ssh) and wait for the run to end. With --cert-dir it\n"
         "  uses DIR/coordinator-0.pem and .key and makes no keys: each node brings its own (xdc certs request\n"
         "  + sign; docs/security.md). Without, it makes a CA and every member's key in RUN_DIR/certs, which\n"
         "  the nodes must then share.\n"
+        "  --standby        (etcd) join a live run's store as it is and take over deciding its rounds should\n"
+        "                   the coordinator deciding them go (docs/runtime.md, Who decides)\n"
+        "  --decider-ttl S  (etcd) the deciding role's lease: a holder silent this long is replaced (default 10)\n"
         "  Runs every region of the topology on this machine: rendezvous, WAN emulator (default when all\n"
         "  regions are local), one agent per node, one worker per slot. Ends with\n"
         "  final val_loss=<x> params_xxh64=<hex> steps=<n> wan_bytes=<n> exposed_wan_pct=<x>\n"
@@ -74,6 +77,12 @@ static int launch_option(int c, const char *arg, orch_launch_opts *o)
             fprintf(stderr, "xdc launch: --max-restarts: %s\n", d.msg);
             return XDC_EX_USAGE;
         }
+    } else if (c == 'T') {
+        xdc_diag d;
+        if (xdc_parse_int(arg, 1, 3600, &o->decider_ttl_s, &d) != XDC_OK) {
+            fprintf(stderr, "xdc launch: --decider-ttl: %s\n", d.msg);
+            return XDC_EX_USAGE;
+        }
     } else if (c == 'o') {
         xdc_diag d = {{0}};
         if (xdc_wan_outages_parse(arg, o->outages, &o->n_outages, &d) != XDC_OK) {
@@ -102,6 +111,8 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
                                          {"device", required_argument, NULL, 'D'},
                                          {"exec", no_argument, NULL, 'x'},
                                          {"max-restarts", required_argument, NULL, 'R'},
+                                         {"standby", no_argument, NULL, 'S'},
+                                         {"decider-ttl", required_argument, NULL, 'T'},
                                          {"help", no_argument, NULL, 'h'},
                                          XDC_CLI_RDZV_OPTIONS,
                                          XDC_CLI_CREDS_OPTIONS,
@@ -124,7 +135,9 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
         case 'H': o->host = optarg; break;
         case 'D': o->device = optarg; break;
         case 'x': exec = 1; break;
+        case 'S': o->standby = 1; break;
         case 'g':
+        case 'T':
         case 'p':
         case 'R':
         case 'o':
@@ -135,6 +148,10 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
         }
     }
     if (!o->topology || !o->config || (coordinator && !o->run_dir)) return launch_usage(stderr);
+    if (!coordinator && o->standby) {
+        fprintf(stderr, "xdc launch: --standby is `xdc coordinator`'s: a launch starts its run's agents\n");
+        return XDC_EX_USAGE;
+    }
     if (coordinator && o->max_restarts) {
         fprintf(stderr, "xdc coordinator: --max-restarts: the coordinator starts no agents; restart a region's agent "
                         "where it ran (by hand, Slurm, systemd) and it rejoins\n");

@@ -98,6 +98,8 @@ static void drop(orch_quorum *q, int r, const char *reason)
 {
     q->live[r] = 0;
     q->n_live--;
+    int lost = q->open >= 0 && q->open_set[r] == '1';
+    if (lost) q->lost_set[r] = '1'; /* before any write: each carries the state to a next decider (orch_decider.h) */
     char val[16];
     snprintf(val, sizeof val, "%d", ++q->left[r]);
     rdzv_server_set(q->rdzv, rdzv_key_left(r).s, val);
@@ -105,8 +107,7 @@ static void drop(orch_quorum *q, int r, const char *reason)
              q->n_live, q->t->n_regions);
     size_t n = strlen(q->dropped);
     snprintf(q->dropped + n, sizeof q->dropped - n, "%s%s (%s)", n ? ", " : "", q->t->regions[r].name, reason);
-    if (q->open >= 0 && q->open_set[r] == '1') { /* its round's members stop waiting for it */
-        q->lost_set[r] = '1';
+    if (lost) { /* its round's members stop waiting for it */
         rdzv_server_set(q->rdzv, rdzv_key_lost(q->open).s, q->lost_set);
         XDC_WARN(XDC_SUB_ORCH, "region %s left during the exchange of the outer round at step %lld",
                  q->t->regions[r].name, q->open);
@@ -150,11 +151,12 @@ static void finalize(orch_quorum *q)
             for (int i = 0; i < n; i++)
                 if (got[i] != '1') set[i] = '0';
         }
-    rdzv_server_set(q->rdzv, rdzv_key_final(q->open).s, set);
+    long long step_done = q->open;
+    q->open = -1; /* before the write, which carries the state to a next decider */
+    rdzv_server_set(q->rdzv, rdzv_key_final(step_done).s, set);
     if (strcmp(set, q->open_set) != 0)
         XDC_WARN(XDC_SUB_ORCH, "the outer round at step %lld: final set %s (it began with %s; left during it: %s)",
-                 q->open, set, q->open_set, q->lost_set);
-    q->open = -1;
+                 step_done, set, q->open_set, q->lost_set);
 }
 
 /* "us-east, eu-west": the regions whose mask character is `c`. */
@@ -220,8 +222,7 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
         return XDC_ERR_UNAVAILABLE;
     }
     admit_joiners(q, step, mask);
-    rdzv_server_set(q->rdzv, rdzv_key_quorum(step).s, mask);
-    q->decided = step;
+    q->decided = step; /* before the write, which carries the state to a next decider (orch_decider.h) */
     q->pending = -1;
     if (step != LLONG_MAX) { /* its exchange is under way: its final set comes after it */
         q->open = step;
@@ -229,6 +230,7 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
         memset(q->lost_set, '0', (size_t)q->t->n_regions);
         q->lost_set[q->t->n_regions] = '\0';
     }
+    rdzv_server_set(q->rdzv, rdzv_key_quorum(step).s, mask);
     XDC_DEBUG(XDC_SUB_ORCH, "%s: quorum %s", round, mask);
     return XDC_OK;
 }

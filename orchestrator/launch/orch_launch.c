@@ -9,6 +9,7 @@
 #include "orchestrator/launch/orch_device.h"
 #include "orchestrator/launch/orch_failure.h"
 #include "orchestrator/launch/orch_proc.h"
+#include "orchestrator/elastic/orch_decider.h"
 #include "orchestrator/elastic/orch_quorum.h"
 #include "orchestrator/rdzv/orch_rdzv.h"
 #include "orchestrator/rdzv/orch_rdzv_keys.h"
@@ -66,6 +67,7 @@ typedef struct {
     xdc_err_t blamed;                          /* the error of the member blamed for the failure; XDC_OK: none */
     int elastic; /* orch_quorum_elastic: outer rounds go by quorum, a lost region is not the run's end */
     orch_quorum quorum;
+    orch_decider decider; /* whether this process decides the quorum's rounds now */
 } launch;
 
 void orch_link_model(const xdc_link *l, uint64_t seed, xdc_wan_link_model *m)
@@ -138,6 +140,7 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
 {
     XDC_CHECK(rdzv_target_resolve(L->o.rdzv.rdzv, L->cfg.rdzv, L->run_id, &L->store, diag));
     rdzv_flags_tls(&L->o.rdzv, &L->store);
+    L->store.attach = L->o.standby;
     XDC_CHECK(orch_creds_resolve(&L->o.creds, L->run_dir, &L->creds, diag)); /* for the agents too */
     if (L->store.kind == RDZV_BUILTIN) {
         snprintf(L->store.host, sizeof L->store.host, "%s", L->o.host);
@@ -197,6 +200,7 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
     if (L->elastic)
         orch_quorum_init(&L->quorum, L->t, L->rdzv, orch_quorum_min(&L->cfg, L->t->n_regions), L->cfg.elastic.grace_ms,
                          L->cfg.timeouts.heartbeat_ms);
+    orch_decider_init(&L->decider, &L->quorum, L->o.decider_ttl_s);
     return XDC_OK;
 }
 
@@ -405,9 +409,15 @@ static int members_connected(launch *L, char *who, size_t cap)
 static int run_finished(launch *L)
 {
     char val[RDZV_VALUE_MAX], who[1024];
-    if (L->elastic ? L->quorum.decided != LLONG_MAX || rdzv_server_get(L->rdzv, RDZV_KEY_RESULT, val, sizeof val) != 0
+    if (L->elastic ? rdzv_server_get(L->rdzv, rdzv_key_quorum(RDZV_ROUND_END).s, val, sizeof val) != 0 ||
+                         rdzv_server_get(L->rdzv, RDZV_KEY_RESULT, val, sizeof val) != 0
                    : rdzv_server_get(L->rdzv, RDZV_KEY_FINISHED, val, sizeof val) != 0)
         return 0;
+    xdc_diag d = {{0}};
+    if (!L->finish_at && L->elastic && !L->decider.held && /* the summary's regions dropped: the decider's */
+        rdzv_server_get(L->rdzv, RDZV_KEY_DECIDER_STATE, val, sizeof val) == 0 &&
+        orch_decider_load(&L->quorum, val, &d) != XDC_OK)
+        XDC_WARN(XDC_SUB_ORCH, "%s", d.msg);
     if (!L->finish_at) L->finish_at = xdc_deadline_ms(LAUNCH_LEAVE_MS);
     int n = members_connected(L, who, sizeof who);
     if (n && xdc_deadline_passed(L->finish_at))
@@ -489,8 +499,14 @@ static xdc_err_t launch_tick(void *ctx, int *done)
         }
     }
     if (L->elastic) {
-        xdc_err_t qrc = L->o.coordinator ? lose_reported(L, why, sizeof why) : XDC_OK;
-        if (qrc == XDC_OK) qrc = orch_quorum_tick(&L->quorum, why, sizeof why);
+        int held = 0;
+        xdc_diag dd = {{0}};
+        xdc_err_t qrc = orch_decider_tick(&L->decider, &held, &dd);
+        if (qrc != XDC_OK) snprintf(why, sizeof why, "%s", dd.msg);
+        if (qrc == XDC_OK && held && L->o.coordinator) qrc = lose_reported(L, why, sizeof why);
+        if (qrc == XDC_OK && held) qrc = orch_quorum_tick(&L->quorum, why, sizeof why);
+        if (qrc != XDC_OK && held && orch_decider_tick(&L->decider, &held, &dd) == XDC_OK && !held)
+            qrc = XDC_OK; /* deposed during the tick: etcd refused what it decided, the run is not its to end */
         if (qrc != XDC_OK) {
             fprintf(stderr, "xdc %s: run failed: %s\n", L->o.coordinator ? "coordinator" : "launch", why);
             return qrc;
@@ -521,6 +537,10 @@ static int agent_failed(void *ctx, const orch_procs *g, int i, pid_t pid, int st
     (void)pid;
     orch_proc_describe(status, how, sizeof how);
     launch *L = ctx;
+    int held = 0;
+    xdc_diag dd = {{0}};
+    if (L->elastic && orch_decider_tick(&L->decider, &held, &dd) == XDC_OK && !held)
+        return 1;     /* another process decides: it sees the region's members go */
     if (L->elastic) { /* the region leaves the run; the others go on while they are enough */
         char reason[ORCH_PROC_NAME_MAX + 160];
         int r = L->agent_region[i];
@@ -757,7 +777,10 @@ static void print_banner(launch *L)
            L->t->n_regions, xdc_topology_total_workers(L->t), orch_mode_name(L->cfg.mode),
            L->o.emulate ? "emulated" : "real", L->store.kind == RDZV_ETCD ? L->store.url : L->coordinator, L->run_dir);
     printf("devices: %s\n", devices);
-    if (L->o.coordinator)
+    if (L->o.standby)
+        printf("standing by to decide the run's rounds (%s under a %d s lease) should its holder go\n",
+               RDZV_KEY_DECIDER, L->decider.ttl_s);
+    else if (L->o.coordinator)
         printf("start one agent per node with:\n  xdc agent --topology %s --config %s --run-dir %s --coordinator %s"
                " --run-id %s --region REGION --node N%s%s%s%s%s%s\n",
                L->o.topology, L->o.config, L->run_dir, L->coordinator, L->run_id,
@@ -795,6 +818,11 @@ xdc_err_t orch_launch_run(const orch_launch_opts *o, int *agent_exit, xdc_diag *
     xdc_err_t rc = launch_load(&L, diag);
     rdzv_target store; /* resolved again with the run id in start_rendezvous */
     if (rc == XDC_OK) rc = rdzv_target_resolve(o->rdzv.rdzv, L.cfg.rdzv, "-", &store, diag);
+    if (rc == XDC_OK && store.kind == RDZV_BUILTIN && o->standby) {
+        xdc_diag_set(diag, "--standby needs --rdzv etcd://...: the built-in store lives in one process, whose "
+                           "decider cannot move (docs/runtime.md, \"Who decides\")");
+        rc = XDC_ERR_INVALID;
+    }
     if (rc == XDC_OK && store.kind == RDZV_BUILTIN && (!o->host || !*o->host)) {
         xdc_diag_set(diag, "--host is required: the address agents reach the coordinator at (0.0.0.0: every "
                            "interface)");

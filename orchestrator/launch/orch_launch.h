@@ -38,6 +38,9 @@ typedef struct orch_launch_opts {
     /* --max-restarts N (`xdc launch`, elastic runs): a region that left the run has its agents started again,
      * at most N times per region, and rejoins at an outer round. 0: a region that left stays out. */
     int max_restarts;
+    /* The round decider's role (orch_decider.h, etcd): --standby (`xdc coordinator`): join a live run's store
+     * as it is and stand by for the role; --decider-ttl S: its lease (0: RDZV_ETCD_TTL_S). */
+    int standby, decider_ttl_s;
 } orch_launch_opts;
 
 /* The emulator's model of topology link `l` (rate, RTT, jitter, loss; draws seeded by `seed`): what the

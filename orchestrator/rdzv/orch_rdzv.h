@@ -62,7 +62,8 @@ typedef struct rdzv_target {
     char url[512];                   /* etcd: "etcd://host:port/prefix", as the run uses it (to pass on) */
     const char *cacert, *cert, *key; /* etcd TLS files (NULL: plain HTTP; --etcd-cacert/--etcd-cert/--etcd-key) */
     int lease_ttl_s;                 /* etcd member lease (0: RDZV_ETCD_TTL_S) */
-    const char *source;              /* where the choice came from: "--rdzv", "XDC_RDZV", "run file", "default" */
+    int attach;         /* etcd, rdzv_server_open: a view of a live run's prefix as it is (a standby), not emptied */
+    const char *source; /* where the choice came from: "--rdzv", "XDC_RDZV", "run file", "default" */
 } rdzv_target;
 
 /* The rendezvous options of launch, agent and worker as given (NULL: not given): --rdzv, --etcd-cacert,
@@ -161,6 +162,18 @@ typedef struct rdzv_member_state {
 } rdzv_member_state;
 /* 0 and *out, or -1 when i is out of range. */
 int rdzv_server_member(rdzv_server *s, int i, rdzv_member_state *out);
+/* A role one process of the run holds at a time (the round decider, orch_decider.h), with etcd taken and
+ * moved under a lease: `key` is created under a lease of ttl_s that this view keeps alive, with the value
+ * `holder`, when no one holds it; *held says whether this view holds it now. While it does, every
+ * rdzv_server_set of this view is one transaction that also writes state(ctx) (when it gives > 0 bytes) to
+ * `state_key`, both only while `key` is still under this view's lease: a holder deposed while it was
+ * stopped or cut off (its lease ended, another process took the role) has its writes refused by etcd, is
+ * told so in the log, and holds the role no more (the next call tries to take it again). Destroying the
+ * view gives the role up at once. Built-in: the host is the only process that can hold it (held, always).
+ * An error when etcd did not answer (not held). */
+typedef size_t (*rdzv_role_state_fn)(void *ctx, char *out, size_t cap);
+xdc_err_t rdzv_server_role(rdzv_server *s, const char *key, const char *holder, int ttl_s, const char *state_key,
+                           rdzv_role_state_fn state, void *ctx, int *held, xdc_diag *diag);
 void rdzv_server_destroy(rdzv_server *s);
 
 /* ---- client -------------------------------------------------------------------------------------- */

@@ -328,6 +328,100 @@ static xdc_err_t kv_create(etcd_conn *c, const char *key, const char *value, con
     return XDC_OK;
 }
 
+/* ---- leases ------------------------------------------------------------------------------------- */
+
+/* A lease and the thread that keeps it alive every third of its TTL on a connection of its own, so its
+ * owner (a member, or the decider's holder) stays alive however long it computes, and is gone TTL after it
+ * stops (killed, or stopped with SIGSTOP: the thread stops with it). */
+typedef struct {
+    etcd_conn conn;
+    char id[32]; /* lease ID, decimal as etcd writes it; "" before the grant */
+    int ttl_s;
+    const char *owner; /* who holds it, for messages */
+    pthread_t th;
+    int started, stop; /* stop under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} etcd_lease;
+
+static void *keepalive_main(void *arg)
+{
+    etcd_lease *l = arg;
+    int failing = 0;
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = (int64_t)ts.tv_nsec + (int64_t)l->ttl_s * 1000000000 / 3;
+        ts.tv_sec += (time_t)(ns / 1000000000);
+        ts.tv_nsec = (long)(ns % 1000000000);
+        pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+        if (l->stop) break;
+        pthread_mutex_unlock(&l->mu);
+        xdc_diag d = {{0}};
+        json_t *rep = NULL;
+        xdc_err_t rc = conn_post(&l->conn, "/v3/lease/keepalive", json_pack("{s:s}", "ID", l->id),
+                                 xdc_deadline_ms((int64_t)l->ttl_s * 1000 / 3), "lease keep-alive", &rep, &d);
+        const char *ttl = json_string_value(json_object_get(json_object_get(rep, "result"), "TTL"));
+        if (rc == XDC_OK && (!ttl || atoi(ttl) <= 0)) {
+            rc = XDC_ERR_UNAVAILABLE;
+            xdc_diag_set(&d, "%s: lease %s of %s expired", l->conn.where, l->id, l->owner);
+        }
+        json_decref(rep);
+        if (rc != XDC_OK && !failing) XDC_WARN(XDC_SUB_ORCH, "rendezvous: %s", d.msg);
+        else if (rc == XDC_OK && failing) XDC_INFO(XDC_SUB_ORCH, "rendezvous: %s answers again", l->conn.where);
+        failing = rc != XDC_OK;
+        pthread_mutex_lock(&l->mu);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+/* Grant a lease of ttl_s for `owner` (a string that outlives the lease) and keep it alive from now on. */
+static xdc_err_t lease_start(etcd_lease *l, const rdzv_target *t, int ttl_s, const char *owner, uint64_t deadline,
+                             xdc_diag *diag)
+{
+    memset(l, 0, sizeof *l);
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+    l->ttl_s = ttl_s;
+    l->owner = owner;
+    json_t *rep = NULL;
+    XDC_CHECK(conn_open(&l->conn, t, diag));
+    XDC_CHECK(
+        conn_post(&l->conn, "/v3/lease/grant", json_pack("{s:i}", "TTL", ttl_s), deadline, "lease grant", &rep, diag));
+    const char *id = json_string_value(json_object_get(rep, "ID"));
+    if (id) snprintf(l->id, sizeof l->id, "%s", id);
+    json_decref(rep);
+    if (!l->id[0]) {
+        xdc_diag_set(diag, "%s: lease grant: no lease ID in the reply", l->conn.where);
+        return XDC_ERR_PROTO;
+    }
+    if (pthread_create(&l->th, NULL, keepalive_main, l) != 0) return XDC_ERR_NOMEM;
+    l->started = 1;
+    return XDC_OK;
+}
+
+/* Stop keeping the lease alive and revoke it (its keys go at once); a lease_start that failed half way too. */
+static void lease_stop(etcd_lease *l)
+{
+    if (l->started) {
+        pthread_mutex_lock(&l->mu);
+        l->stop = 1;
+        pthread_cond_signal(&l->cv);
+        pthread_mutex_unlock(&l->mu);
+        pthread_join(l->th, NULL);
+    }
+    xdc_diag d = {{0}};
+    if (l->id[0] && conn_post(&l->conn, "/v3/lease/revoke", json_pack("{s:s}", "ID", l->id), xdc_deadline_ms(1000),
+                              "lease revoke", NULL, &d) != XDC_OK)
+        XDC_DEBUG(XDC_SUB_ORCH, "rendezvous: %s", d.msg);
+    conn_close(&l->conn);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+    memset(l, 0, sizeof *l);
+}
+
 /* ---- member -------------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -347,9 +441,8 @@ typedef struct eclient {
     etcd_conn conn;   /* the member's requests, one at a time (op_mu), as the built-in client's */
     pthread_mutex_t op_mu;
     char member[RDZV_MEMBER_MAX];
-    char lease[32]; /* lease ID, decimal as etcd writes it */
-    int ttl_s;
-    int64_t op_ms; /* deadline of set, heartbeat and one-look get */
+    etcd_lease lease; /* the member's liveness */
+    int64_t op_ms;    /* deadline of set, heartbeat and one-look get */
     barrier_gen gens[ETCD_BARRIERS];
     int n_gens;
     /* No store host sees an etcd member's writes: its own client holds it to its quota (orch_rdzv_quota.h).
@@ -358,70 +451,16 @@ typedef struct eclient {
     rdzv_usage use;
     written_key *written;
     int n_written, cap_written;
-    /* keep-alive thread */
-    etcd_conn ka_conn;
-    pthread_t ka;
-    int ka_started, stop; /* stop under mu */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
 } eclient;
-
-static void *keepalive_main(void *arg)
-{
-    eclient *c = arg;
-    int failing = 0;
-    pthread_mutex_lock(&c->mu);
-    while (!c->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t ns = (int64_t)ts.tv_nsec + (int64_t)c->ttl_s * 1000000000 / 3;
-        ts.tv_sec += (time_t)(ns / 1000000000);
-        ts.tv_nsec = (long)(ns % 1000000000);
-        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
-        if (c->stop) break;
-        pthread_mutex_unlock(&c->mu);
-        xdc_diag d = {{0}};
-        json_t *rep = NULL;
-        xdc_err_t rc = conn_post(&c->ka_conn, "/v3/lease/keepalive", json_pack("{s:s}", "ID", c->lease),
-                                 xdc_deadline_ms((int64_t)c->ttl_s * 1000 / 3), "lease keep-alive", &rep, &d);
-        const char *ttl = json_string_value(json_object_get(json_object_get(rep, "result"), "TTL"));
-        if (rc == XDC_OK && (!ttl || atoi(ttl) <= 0)) {
-            rc = XDC_ERR_UNAVAILABLE;
-            xdc_diag_set(&d, "%s: lease %s of %s expired", c->ka_conn.where, c->lease, c->member);
-        }
-        json_decref(rep);
-        if (rc != XDC_OK && !failing) XDC_WARN(XDC_SUB_ORCH, "rendezvous: %s", d.msg);
-        else if (rc == XDC_OK && failing) XDC_INFO(XDC_SUB_ORCH, "rendezvous: %s answers again", c->ka_conn.where);
-        failing = rc != XDC_OK;
-        pthread_mutex_lock(&c->mu);
-    }
-    pthread_mutex_unlock(&c->mu);
-    return NULL;
-}
 
 static void ec_destroy(rdzv_client *base)
 {
     eclient *c = (eclient *)base;
-    if (c->ka_started) {
-        pthread_mutex_lock(&c->mu);
-        c->stop = 1;
-        pthread_cond_signal(&c->cv);
-        pthread_mutex_unlock(&c->mu);
-        pthread_join(c->ka, NULL);
-    }
-    if (c->lease[0]) { /* a clean leave: the member's alive and arrival keys go at once */
-        xdc_diag d = {{0}};
-        if (conn_post(&c->conn, "/v3/lease/revoke", json_pack("{s:s}", "ID", c->lease), xdc_deadline_ms(1000),
-                      "lease revoke", NULL, &d) != XDC_OK)
-            XDC_DEBUG(XDC_SUB_ORCH, "rendezvous: %s", d.msg);
-    }
+    lease_stop(&c->lease); /* a clean leave: the member's alive and arrival keys go at once */
     conn_close(&c->conn);
-    conn_close(&c->ka_conn);
     for (int i = 0; i < c->n_written; i++) xdc_free(c->written[i].key);
     xdc_free(c->written);
-    pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->op_mu);
-    pthread_cond_destroy(&c->cv);
     xdc_free(c);
 }
 
@@ -503,7 +542,7 @@ static xdc_err_t heartbeat_unlocked(rdzv_client *base, const char *status, xdc_d
     eclient *c = (eclient *)base;
     char key[RDZV_KEY_MAX];
     snprintf(key, sizeof key, ETCD_INTERNAL "alive/%s", c->member);
-    return kv_put(&c->conn, key, status, c->lease, xdc_deadline_ms(c->op_ms), "heartbeat", diag);
+    return kv_put(&c->conn, key, status, c->lease.id, xdc_deadline_ms(c->op_ms), "heartbeat", diag);
 }
 
 /* This member's next generation of barrier `name`; -1 when ETCD_BARRIERS names are in use. */
@@ -529,7 +568,7 @@ static xdc_err_t barrier_unlocked(rdzv_client *base, const char *name, int count
     snprintf(key, sizeof key, "%sm/%s", dir, c->member);
     snprintf(what, sizeof what, "barrier '%s'", name);
     uint64_t deadline = xdc_deadline_ms(timeout_ms);
-    XDC_CHECK(kv_put(&c->conn, key, "1", c->lease, deadline, what, diag));
+    XDC_CHECK(kv_put(&c->conn, key, "1", c->lease.id, deadline, what, diag));
     int here = 0;
     char arrived[1024] = "";
     for (int64_t backoff = 10;; backoff = backoff * 2 > 250 ? 250 : backoff * 2) {
@@ -625,39 +664,23 @@ xdc_err_t rdzv_etcd_client_create(const rdzv_target *t, const char *member, int6
     eclient *c = xdc_calloc(1, sizeof *c);
     if (!c) return XDC_ERR_NOMEM;
     c->base.ops = &etcd_client_ops;
-    pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->op_mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
     snprintf(c->member, sizeof c->member, "%s", member);
     rdzv_quota_init(&c->quota);
-    c->ttl_s = t->lease_ttl_s > 0 ? t->lease_ttl_s : RDZV_ETCD_TTL_S;
     c->op_ms = timeout_ms > 0 ? timeout_ms : 30000;
     uint64_t deadline = xdc_deadline_ms(c->op_ms);
     char key[RDZV_KEY_MAX];
-    json_t *rep = NULL;
     xdc_err_t rc = conn_open(&c->conn, t, diag);
-    if (rc == XDC_OK) rc = conn_open(&c->ka_conn, t, diag);
-    if (rc == XDC_OK)
-        rc = conn_post(&c->conn, "/v3/lease/grant", json_pack("{s:i}", "TTL", c->ttl_s), deadline, "lease grant", &rep,
-                       diag);
-    const char *id = json_string_value(json_object_get(rep, "ID"));
-    if (rc == XDC_OK && !id) {
-        xdc_diag_set(diag, "%s: lease grant: no lease ID in the reply", c->conn.where);
-        rc = XDC_ERR_PROTO;
-    }
-    if (rc == XDC_OK) snprintf(c->lease, sizeof c->lease, "%s", id);
-    json_decref(rep);
     /* The lease is kept alive from now on: the wait below can outlast its TTL (a restarted member waits up to
      * its old process's TTL), and a lease that ran out meanwhile would take the new alive key with it. */
-    if (rc == XDC_OK) {
-        if (pthread_create(&c->ka, NULL, keepalive_main, c) != 0) rc = XDC_ERR_NOMEM;
-        else c->ka_started = 1;
-    }
+    if (rc == XDC_OK)
+        rc = lease_start(&c->lease, t, t->lease_ttl_s > 0 ? t->lease_ttl_s : RDZV_ETCD_TTL_S, c->member, deadline,
+                         diag);
     /* A member joins once: while another process holds `member` alive (its lease), wait for that lease to
      * end (a restarted member's old process, killed, is gone after its TTL), until the deadline. */
     snprintf(key, sizeof key, ETCD_INTERNAL "alive/%s", member);
     for (int done = 0, backoff = 10; rc == XDC_OK && !done; backoff = backoff * 2 > 250 ? 250 : backoff * 2) {
-        rc = kv_create(&c->conn, key, "joined", c->lease, deadline, "join", &done, diag);
+        rc = kv_create(&c->conn, key, "joined", c->lease.id, deadline, "join", &done, diag);
         if (rc == XDC_OK && !done && xdc_deadline_passed(deadline)) {
             xdc_diag_set(diag, "another process holds member %s alive in %s (its lease has not ended)", member,
                          c->conn.where);
@@ -667,7 +690,7 @@ xdc_err_t rdzv_etcd_client_create(const rdzv_target *t, const char *member, int6
         }
     }
     snprintf(key, sizeof key, ETCD_INTERNAL "joined/%s", member);
-    if (rc == XDC_OK) rc = kv_put(&c->conn, key, c->lease, NULL, deadline, "join", diag);
+    if (rc == XDC_OK) rc = kv_put(&c->conn, key, c->lease.id, NULL, deadline, "join", diag);
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "joining the rendezvous %s as %s", t->url, member);
         ec_destroy(&c->base);
@@ -682,10 +705,17 @@ xdc_err_t rdzv_etcd_client_create(const rdzv_target *t, const char *member, int6
 typedef struct eserver {
     rdzv_server base; /* first: the store interface */
     etcd_conn conn;
+    rdzv_target t;
     int port;
     char (*names)[RDZV_MEMBER_MAX]; /* (n) the run's members */
     int n;
     int failing; /* the last host request failed (warn once per streak) */
+    /* The role (rdzv_server_role): held while `held`; every write is then fenced on the role key's lease. */
+    etcd_lease role_lease;
+    int held;
+    char role_key[RDZV_KEY_MAX], state_key[RDZV_KEY_MAX], holder[RDZV_MEMBER_MAX];
+    rdzv_role_state_fn state;
+    void *state_ctx;
 } eserver;
 
 /* A host request's result: a failure is logged once per streak, and reads as "not there". */
@@ -704,13 +734,6 @@ static xdc_err_t es_grant(rdzv_server *base, const char *key, const char *member
     return XDC_OK; /* etcd's auth decides who writes (docs/security.md) */
 }
 
-static void es_set(rdzv_server *base, const char *key, const char *value)
-{
-    eserver *s = (eserver *)base;
-    xdc_diag d = {{0}};
-    host_ok(s, kv_put(&s->conn, key, value, NULL, xdc_deadline_ms(ETCD_HOST_MS), "set", &d), &d);
-}
-
 /* First key under `key` (prefix) or `key` itself into k/value; 0 when found. */
 static int host_first(eserver *s, const char *key, int prefix, char *k, size_t k_cap, char *value, size_t cap)
 {
@@ -721,6 +744,51 @@ static int host_first(eserver *s, const char *key, int prefix, char *k, size_t k
     int rc = range_entry(&s->conn, rep, 0, k, k_cap, value, cap);
     json_decref(rep);
     return rc;
+}
+
+/* A write of the role's holder: one transaction that puts key = value, and the role's state with it, only
+ * while the role key is still under this holder's lease. A holder deposed while it was stopped or cut off
+ * (its lease expired, another process took the role) writes nothing: etcd refuses, and it holds the role
+ * no more. */
+static void role_put(eserver *s, const char *key, const char *value)
+{
+    char rk[ETCD_B64_KEY], k[ETCD_B64_KEY], v[ETCD_B64_VALUE], state[RDZV_VALUE_MAX] = "";
+    if (strlen(value) >= RDZV_VALUE_MAX) return;
+    full_key(&s->conn, s->role_key, rk, NULL);
+    full_key(&s->conn, key, k, NULL);
+    b64(value, strlen(value), v);
+    json_t *puts = json_pack("[{s:{s:s, s:s}}]", "request_put", "key", k, "value", v), *rep = NULL;
+    if (puts && s->state && s->state(s->state_ctx, state, sizeof state) > 0) {
+        char sk[ETCD_B64_KEY], sv[ETCD_B64_VALUE];
+        full_key(&s->conn, s->state_key, sk, NULL);
+        b64(state, strlen(state), sv);
+        json_array_append_new(puts, json_pack("{s:{s:s, s:s}}", "request_put", "key", sk, "value", sv));
+    }
+    json_t *body = puts ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:o}", "compare", "key", rk, "target", "LEASE",
+                                    "result", "EQUAL", "lease", s->role_lease.id, "success", puts)
+                        : NULL;
+    xdc_diag d = {{0}};
+    if (!host_ok(s, conn_post(&s->conn, "/v3/kv/txn", body, xdc_deadline_ms(ETCD_HOST_MS), "set", &rep, &d), &d))
+        return;
+    int done = json_is_true(json_object_get(rep, "succeeded"));
+    json_decref(rep);
+    if (done) return;
+    char now[RDZV_MEMBER_MAX] = "nobody";
+    host_first(s, s->role_key, 0, NULL, 0, now, sizeof now);
+    XDC_WARN(XDC_SUB_ORCH,
+             "rendezvous: %s refused %s's write of '%s': %s no longer holds '%s' (its lease %s ended; held by %s): "
+             "standing down",
+             s->conn.where, s->holder, key, s->holder, s->role_key, s->role_lease.id, now);
+    s->held = 0;
+    lease_stop(&s->role_lease); /* the next try takes a new lease */
+}
+
+static void es_set(rdzv_server *base, const char *key, const char *value)
+{
+    eserver *s = (eserver *)base;
+    xdc_diag d = {{0}};
+    if (s->role_key[0]) role_put(s, key, value);
+    else host_ok(s, kv_put(&s->conn, key, value, NULL, xdc_deadline_ms(ETCD_HOST_MS), "set", &d), &d);
 }
 
 static int es_get(rdzv_server *base, const char *key, char *value, size_t cap)
@@ -835,9 +903,35 @@ static int es_member(rdzv_server *base, int i, rdzv_member_state *out)
     return 0;
 }
 
+/* Take the role when it is free: create its key under a lease of our own (granted once per try to hold it). */
+static xdc_err_t es_role(rdzv_server *base, const char *key, const char *holder, int ttl_s, const char *state_key,
+                         rdzv_role_state_fn state, void *ctx, int *held, xdc_diag *diag)
+{
+    eserver *s = (eserver *)base;
+    *held = s->held;
+    if (s->held) return XDC_OK;
+    snprintf(s->role_key, sizeof s->role_key, "%s", key);
+    snprintf(s->state_key, sizeof s->state_key, "%s", state_key);
+    snprintf(s->holder, sizeof s->holder, "%s", holder);
+    s->state = state;
+    s->state_ctx = ctx;
+    uint64_t deadline = xdc_deadline_ms(ETCD_HOST_MS);
+    if (!s->role_lease.id[0]) {
+        xdc_err_t rc = lease_start(&s->role_lease, &s->t, ttl_s, s->holder, deadline, diag);
+        if (rc != XDC_OK) {
+            lease_stop(&s->role_lease);
+            return rc;
+        }
+    }
+    XDC_CHECK(kv_create(&s->conn, key, holder, s->role_lease.id, deadline, "taking the role", &s->held, diag));
+    *held = s->held;
+    return XDC_OK;
+}
+
 static void es_destroy(rdzv_server *base)
 {
     eserver *s = (eserver *)base;
+    lease_stop(&s->role_lease); /* the role's key goes at once: a standby takes it without waiting out the TTL */
     conn_close(&s->conn);
     xdc_free(s->names);
     xdc_free(s);
@@ -852,6 +946,7 @@ static const rdzv_server_ops etcd_server_ops = {.port = es_port,
                                                 .slots = es_connections,
                                                 .missing = es_missing,
                                                 .member = es_member,
+                                                .role = es_role,
                                                 .destroy = es_destroy};
 
 xdc_err_t rdzv_etcd_server_create(const rdzv_target *t, const char *const *expected, int n_expected, int64_t timeout_ms,
@@ -862,12 +957,16 @@ xdc_err_t rdzv_etcd_server_create(const rdzv_target *t, const char *const *expec
     if (!s) return XDC_ERR_NOMEM;
     s->base.ops = &etcd_server_ops;
     s->port = t->port;
+    s->t = *t;
     s->n = n_expected;
     s->names = xdc_calloc((size_t)(n_expected > 0 ? n_expected : 1), sizeof *s->names);
     xdc_err_t rc = s->names ? conn_open(&s->conn, t, diag) : XDC_ERR_NOMEM;
     for (int i = 0; rc == XDC_OK && i < n_expected; i++) snprintf(s->names[i], sizeof s->names[i], "%s", expected[i]);
     /* A prefix is one run's: what an earlier run under it left (finished, failed/...) must not end this one. */
-    if (rc == XDC_OK) rc = kv_delete(&s->conn, "", 1, xdc_deadline_ms(timeout_ms), "clearing the run's prefix", diag);
+    if (rc == XDC_OK && !t->attach)
+        rc = kv_delete(&s->conn, "", 1, xdc_deadline_ms(timeout_ms), "clearing the run's prefix", diag);
+    else if (rc == XDC_OK) /* a live run's (a standby): it answers, and what it holds stays */
+        rc = rdzv_etcd_ping(t, timeout_ms, diag);
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "rendezvous %s", t->url);
         es_destroy(&s->base);

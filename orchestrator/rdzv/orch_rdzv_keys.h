@@ -22,6 +22,8 @@
  *   final/<step>, lost/<step>            a round's final set; who left during it     the host
  *   left/<region index>                  how many times the region left the run      the host
  *   rejoin/<nonce>                       the round that takes a rejoining worker     the host
+ *   decider/holder, decider/state        who decides rounds (etcd: under its lease); the quorum's state
+ *                                        written with each of its writes (orch_decider.h)     the host
  * and the barriers "joined", "start", "checkpoint", "done". Numbers are decimal without sign or leading
  * zero; names have no '/'. */
 #ifndef ORCH_RDZV_KEYS_H
@@ -35,14 +37,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RDZV_ROUND_END      LLONG_MAX /* the round that ends an elastic run ... */
-#define RDZV_ROUND_END_NAME "end"     /* ... by its name in keys and arrivals */
-#define RDZV_NONCE_MAX      64        /* bytes of a rejoin nonce, with its NUL: [A-Za-z0-9._-] */
-#define RDZV_VAL_JOIN       "join:"   /* outer/<region index>/<rank> = "join:<nonce>": a request to rejoin */
-#define RDZV_KEY_RESULT     "result"
-#define RDZV_KEY_FINISHED   "finished"
-#define RDZV_PREFIX_REPLAN  "replan/" /* granted as a prefix: every replan/ key */
-#define RDZV_PREFIX_FAILED  "failed/"
+#define RDZV_ROUND_END         LLONG_MAX /* the round that ends an elastic run ... */
+#define RDZV_ROUND_END_NAME    "end"     /* ... by its name in keys and arrivals */
+#define RDZV_NONCE_MAX         64        /* bytes of a rejoin nonce, with its NUL: [A-Za-z0-9._-] */
+#define RDZV_VAL_JOIN          "join:"   /* outer/<region index>/<rank> = "join:<nonce>": a request to rejoin */
+#define RDZV_KEY_RESULT        "result"
+#define RDZV_KEY_FINISHED      "finished"
+#define RDZV_PREFIX_REPLAN     "replan/" /* granted as a prefix: every replan/ key */
+#define RDZV_PREFIX_FAILED     "failed/"
+#define RDZV_KEY_DECIDER       "decider/holder" /* etcd: the round decider's role, under its lease */
+#define RDZV_KEY_DECIDER_STATE "decider/state"  /* the quorum's state, with each write of the decider */
 
 #define RDZV_BARRIER_JOINED     "joined"     /* every member joined the store */
 #define RDZV_BARRIER_START      "start"      /* every member is set up */

@@ -186,6 +186,13 @@ int rdzv_server_missing(rdzv_server *s, int64_t silent_ms, char *out, size_t cap
 
 int rdzv_server_member(rdzv_server *s, int i, rdzv_member_state *out) { return s->ops->member(s, i, out); }
 
+xdc_err_t rdzv_server_role(rdzv_server *s, const char *key, const char *holder, int ttl_s, const char *state_key,
+                           rdzv_role_state_fn state, void *ctx, int *held, xdc_diag *diag)
+{
+    *held = 1;
+    return s->ops->role ? s->ops->role(s, key, holder, ttl_s, state_key, state, ctx, held, diag) : XDC_OK;
+}
+
 void rdzv_server_destroy(rdzv_server *s)
 {
     if (s) s->ops->destroy(s);

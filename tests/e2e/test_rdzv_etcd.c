@@ -9,6 +9,7 @@
 
 #include "common/xdc_time.h"
 #include "orchestrator/rdzv/orch_rdzv.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
 
 #include <curl/curl.h>
 #include <netinet/in.h>
@@ -731,4 +732,201 @@ XDC_TEST_SERIAL(rdzv_etcd_elastic_region_killed_restarted_and_rejoined, 240)
                        out);
     }
     etcd_stop(&e, SIGTERM);
+}
+
+/* The round decider under an etcd lease (docs/runtime.md, "Who decides"; orch_decider.h): an elastic DiLoCo run
+ * over two regions with two `xdc coordinator`s on one prefix, the first deciding and the second --standby, both
+ * with a 2 s lease on the role, and one agent per region started elsewhere. The tests act on the first one from
+ * what the store says (decider/state: "v1 <decided> <open> ..."), never on time. */
+typedef struct {
+    etcd_proc e;
+    char url[200], dir[600], log[2][700], agents_log[700];
+    pid_t coord[2], agents;
+    rdzv_server *view; /* the test's own look at the run's keys (attached: nothing emptied) */
+} decider_run;
+
+static pid_t spawn_logged(const char *log, char *const *argv)
+{
+    pid_t p = fork();
+    XDC_ASSERT(p >= 0);
+    if (p == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        FILE *f = freopen(log, "w", stdout);
+        (void)f;
+        dup2(1, 2);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return p;
+}
+
+/* Wait (bounded: 400 x 25 ms) until `log` says `what`. */
+static void wait_log(const char *log, const char *what)
+{
+    int ready = 0;
+    for (int i = 0; i < 400 && !ready; i++) {
+        char *text = xdc_test_read_file(log, NULL);
+        ready = text && strstr(text, what) != NULL;
+        free(text);
+        if (!ready) poll(NULL, 0, 25);
+    }
+    XDC_ASSERT_MSG(ready, "%s never says '%s'", log, what);
+}
+
+static void decider_start(decider_run *d, const char *tag)
+{
+    if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian fortunes; `make deps`)");
+    memset(d, 0, sizeof *d);
+    etcd_start(&d->e, tag, NULL);
+    char run[600], cwd[400], text[1024], cmd[4096];
+    XDC_ASSERT(getcwd(cwd, sizeof cwd) != NULL);
+    snprintf(run, sizeof run, "%s/elastic.yaml", xdc_test_tmpdir());
+    snprintf(text, sizeof text,
+             "model: %s/examples/models/tiny.yaml\ndata: /usr/share/games/fortunes\nmode: diloco\n"
+             "diloco: {inner_steps: 4}\npipeline_stages: 1\nmicrobatches: 1\nsteps: 48\ncodec: none\nthreads: 1\n"
+             "elastic: {min_regions: 2, grace: 5s}\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
+             cwd);
+    xdc_test_write_file(run, text);
+    snprintf(d->url, sizeof d->url, "%s/%s", d->e.url, tag);
+    snprintf(d->dir, sizeof d->dir, "%s/run", xdc_test_tmpdir());
+    for (int i = 0; i < 2; i++) {
+        snprintf(d->log[i], sizeof d->log[i], "%s/coord-%d.log", xdc_test_tmpdir(), i);
+        char *argv[] = {(char *)xdc_test_bin(),
+                        "coordinator",
+                        "-t",
+                        "examples/topology/demo-2region.yaml",
+                        "-c",
+                        run,
+                        "--run-dir",
+                        d->dir,
+                        "--run-id",
+                        "decider",
+                        "--rdzv",
+                        d->url,
+                        "--decider-ttl",
+                        "2",
+                        i ? "--standby" : NULL,
+                        NULL};
+        d->coord[i] = spawn_logged(d->log[i], argv);
+        wait_log(d->log[i], i ? "standing by to decide" : "start one agent per node"); /* the prefix emptied */
+    }
+    rdzv_target t = target(&d->e, tag);
+    t.attach = 1;
+    XDC_ASSERT_OK(rdzv_server_open(&t, NULL, NULL, 0, 5000, &d->view, NULL));
+    snprintf(d->agents_log, sizeof d->agents_log, "%s/agents.log", xdc_test_tmpdir());
+    snprintf(cmd, sizeof cmd,
+             "export XDC_ADVERTISE_HOST=127.0.0.1; for r in us-east eu-west; do timeout 150 %1$s agent -t "
+             "examples/topology/demo-2region.yaml -c %2$s --run-dir %3$s --region $r --node 0 --run-id decider "
+             "--rdzv %4$s & done; s=0; for p in $(jobs -p); do wait $p || s=1; done; exit $s",
+             xdc_test_bin(), run, d->dir, d->url);
+    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    d->agents = spawn_logged(d->agents_log, argv);
+}
+
+/* The decider's state as the store has it: 0 with the last round decided and the open one (-1: none). */
+static int decider_state(decider_run *d, long long *decided, long long *open)
+{
+    char val[RDZV_VALUE_MAX];
+    return rdzv_server_get(d->view, RDZV_KEY_DECIDER_STATE, val, sizeof val) == 0 &&
+                   sscanf(val, "v1 %lld %lld", decided, open) == 2
+               ? 0
+               : -1;
+}
+
+/* Every process ends 0, and the run on one model: each region's final parameters are the summary's. Returns
+ * the log of the coordinator that stood by (read with xdc_test_read_file: the caller frees it). */
+static char *decider_finish(decider_run *d, int expect_first)
+{
+    int status;
+    XDC_ASSERT(waitpid(d->agents, &status, 0) == d->agents);
+    char *agents = xdc_test_read_file(d->agents_log, NULL);
+    XDC_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "agents ended 0x%x:\n%s", status, agents);
+    free(agents);
+    char *text[2] = {NULL, NULL}, want[64], needle[128], cmd[1024];
+    static char finals[8192];
+    for (int i = 0; i < 2; i++) {
+        XDC_ASSERT(waitpid(d->coord[i], &status, 0) == d->coord[i]);
+        text[i] = xdc_test_read_file(d->log[i], NULL);
+        if (i == 0 && !expect_first) continue; /* killed */
+        XDC_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "coordinator %d ended 0x%x:\n%s", i, status,
+                       text[i]);
+    }
+    const char *fin = strstr(text[1], "\nfinal ");
+    XDC_ASSERT_MSG(fin != NULL, "no final line in:\n%s", text[1]);
+    final_hash(fin, want, sizeof want);
+    snprintf(cmd, sizeof cmd, "grep -h 'final parameters of region' %s/logs/*.log", d->dir);
+    xdc_test_run(cmd, finals, sizeof finals);
+    for (int r = 0; r < 2; r++) {
+        static const char *const region[2] = {"us-east", "eu-west"};
+        snprintf(needle, sizeof needle, "final parameters of region %s: params_xxh64=%s\n", region[r], want);
+        XDC_ASSERT_MSG(strstr(finals, needle) != NULL, "region %s does not end on the run's %s:\n%s", region[r], want,
+                       finals);
+    }
+    free(text[0]);
+    rdzv_server_destroy(d->view);
+    etcd_stop(&d->e, SIGTERM);
+    return text[1];
+}
+
+/* The deciding coordinator is killed during a round's exchange (its quorum published, its final set not: the
+ * store's state says the round is open, checked again once the holder is stopped, so it cannot have moved
+ * on); the standby takes the role when the lease ends, reads the open round from the store, finishes it and
+ * the rest of the run, which ends on one model. */
+XDC_TEST_SERIAL(rdzv_etcd_decider_killed_mid_round_is_taken_over, 150)
+{
+    decider_run d;
+    decider_start(&d, "deckill");
+    long long decided = -1, open = -1, killed = -1;
+    for (int i = 0; i < 20000 && killed < 0; i++) {
+        if (decider_state(&d, &decided, &open) == 0 && decided >= 8 && open >= 0) {
+            kill(d.coord[0], SIGSTOP);
+            long long again = -1;
+            if (decider_state(&d, &decided, &again) == 0 && again == open) {
+                kill(d.coord[0], SIGKILL);
+                killed = open;
+                break;
+            }
+            kill(d.coord[0], SIGCONT);
+        }
+        XDC_ASSERT_MSG(decided != RDZV_ROUND_END, "the run ended before a round was caught open");
+        poll(NULL, 0, 2);
+    }
+    XDC_ASSERT_MSG(killed >= 0, "no open round seen in the store");
+    char *text = decider_finish(&d, 0), want[160];
+    snprintf(want, sizeof want,
+             "took over deciding the run's rounds from the store: last decided %lld, the outer "
+             "round at step %lld open",
+             killed, killed);
+    XDC_ASSERT_STR_CONTAINS(text, want);
+    free(text);
+}
+
+/* The deciding coordinator is stopped (SIGSTOP) past its lease; once the store names the standby as the
+ * holder it is resumed, and its next write, from a state that is no longer the run's, is refused by etcd
+ * (the transaction's compare on its lease fails): it says so and stands by; the run ends on one model. */
+XDC_TEST_SERIAL(rdzv_etcd_decider_stopped_past_its_lease_is_refused, 150)
+{
+    decider_run d;
+    decider_start(&d, "decstop");
+    long long decided = -1, open = -1;
+    char holder[RDZV_VALUE_MAX] = "", first[RDZV_VALUE_MAX] = "";
+    for (int i = 0; i < 20000 && !(decider_state(&d, &decided, &open) == 0 && decided >= 8); i++) poll(NULL, 0, 2);
+    XDC_ASSERT_MSG(decided >= 8 && decided != RDZV_ROUND_END, "decided %lld", decided);
+    XDC_ASSERT(rdzv_server_get(d.view, RDZV_KEY_DECIDER, first, sizeof first) == 0);
+    kill(d.coord[0], SIGSTOP);
+    char standby[64];
+    snprintf(standby, sizeof standby, ":%d", (int)d.coord[1]);
+    for (int i = 0; i < 6000; i++) { /* the holder's lease ends (2 s) and the standby takes the role */
+        if (rdzv_server_get(d.view, RDZV_KEY_DECIDER, holder, sizeof holder) == 0 && strstr(holder, standby)) break;
+        poll(NULL, 0, 5);
+    }
+    XDC_ASSERT_MSG(strstr(holder, standby) != NULL, "the role is held by '%s', not the standby (pid %d)", holder,
+                   (int)d.coord[1]);
+    kill(d.coord[0], SIGCONT);
+    free(decider_finish(&d, 1));
+    char *text = xdc_test_read_file(d.log[0], NULL), want[RDZV_VALUE_MAX + 64];
+    snprintf(want, sizeof want, "refused %s's write of '", first);
+    XDC_ASSERT_STR_CONTAINS(text, want);
+    XDC_ASSERT_STR_CONTAINS(text, "no longer holds 'decider/holder'");
+    free(text);
 }
