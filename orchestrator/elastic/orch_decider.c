@@ -33,7 +33,8 @@ size_t orch_decider_state(void *arg, char *out, size_t cap)
     live[n] = '\0';
     size_t len = (size_t)snprintf(out, cap, "v1 %lld %lld %s %s %s ", q->decided, q->open,
                                   q->open >= 0 ? q->open_set : "-", q->open >= 0 ? q->lost_set : "-", live);
-    for (int r = 0; r < n && len < cap; r++) len += (size_t)snprintf(out + len, cap - len, "%s%d", r ? "," : "", q->left[r]);
+    for (int r = 0; r < n && len < cap; r++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%d", r ? "," : "", q->left[r]);
     if (len < cap) len += (size_t)snprintf(out + len, cap - len, " %s", q->dropped);
     return len < cap ? len : 0; /* too long for one value: nothing rather than a cut state */
 }

@@ -24,10 +24,10 @@
 #include <stddef.h>
 
 typedef struct orch_decider {
-    orch_quorum *q;                  /* the quorum it decides with (orch_quorum_init'ed) */
-    char holder[RDZV_MEMBER_MAX];    /* this process, as the role key names it: "<host>:<pid>" */
-    int ttl_s;                       /* the role's lease (etcd) */
-    int held;                        /* this process decides now */
+    orch_quorum *q;               /* the quorum it decides with (orch_quorum_init'ed) */
+    char holder[RDZV_MEMBER_MAX]; /* this process, as the role key names it: "<host>:<pid>" */
+    int ttl_s;                    /* the role's lease (etcd) */
+    int held;                     /* this process decides now */
 } orch_decider;
 
 /* Stand for deciding with q (its store, its topology) under a lease of ttl_s (0: RDZV_ETCD_TTL_S). */

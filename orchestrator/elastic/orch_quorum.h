@@ -1,6 +1,6 @@
 /* orch_quorum.h — who takes part in each outer round of an elastic DiLoCo or streaming run (docs/runtime.md, "Elastic
  * regions"). One owner decides: the process that hosts the rendezvous store (`xdc launch` or `xdc
- * coordinator`), which outlives every region. Each worker posts its arrival at the round of step S as
+ * coordinator`), which outlives every region; with etcd whichever of them holds the role (orch_decider.h). Each worker posts its arrival at the round of step S as
  * outer/<region index>/<rank> = S; a region has arrived when all its workers have. The round is decided
  * when every region still in the run has arrived, or `grace` after the first one did: the decision is
  * published once as quorum/<S> = one character per region ('1' in the round, '0' not, 'j' joining: below), and every worker
