@@ -546,19 +546,26 @@ XDC_TEST_SERIAL(rdzv_etcd_mutual_tls, 60)
     etcd_stop(&e, SIGTERM);
 }
 
-/* A run file for the tiny model, 2 stages, 3 steps, in the test's folder. */
-static const char *write_run(const char *extra)
+/* The run file `name` in the test's folder: the tiny model on the fortunes corpus, then `rest`. */
+static const char *write_run_file(const char *name, const char *rest)
 {
     static char path[600];
     char cwd[400], text[1024];
     XDC_ASSERT(getcwd(cwd, sizeof cwd) != NULL);
-    snprintf(path, sizeof path, "%s/run.yaml", xdc_test_tmpdir());
-    snprintf(text, sizeof text,
-             "model: %s/examples/models/tiny.yaml\ndata: /usr/share/games/fortunes\nmode: sync\npipeline_stages: 2\n"
-             "microbatches: 2\nsteps: 3\ncodec: none\nbucket_mb: 0.05\nthreads: 1\n%s",
-             cwd, extra);
+    snprintf(path, sizeof path, "%s/%s", xdc_test_tmpdir(), name);
+    snprintf(text, sizeof text, "model: %s/examples/models/tiny.yaml\ndata: /usr/share/games/fortunes\n%s", cwd, rest);
     xdc_test_write_file(path, text);
     return path;
+}
+
+/* A sync run, 2 stages, 3 steps. */
+static const char *write_run(const char *extra)
+{
+    char rest[512];
+    snprintf(rest, sizeof rest,
+             "mode: sync\npipeline_stages: 2\nmicrobatches: 2\nsteps: 3\ncodec: none\nbucket_mb: 0.05\nthreads: 1\n%s",
+             extra);
+    return write_run_file("run.yaml", rest);
 }
 
 static void final_hash(const char *out, char *hash, size_t cap)
@@ -686,6 +693,18 @@ XDC_TEST_SERIAL(rdzv_etcd_coordinator_and_agents_started_elsewhere, 180)
     etcd_stop(&e, SIGTERM);
 }
 
+/* An elastic DiLoCo run file of `steps` steps (the tiny model, 4 inner steps, 2 regions at least) in the test's
+ * folder. */
+static const char *write_elastic_run(int steps)
+{
+    char rest[512];
+    snprintf(rest, sizeof rest,
+             "mode: diloco\ndiloco: {inner_steps: 4}\npipeline_stages: 1\nmicrobatches: 1\nsteps: %d\ncodec: none\n"
+             "threads: 1\nelastic: {min_regions: 2, grace: 5s}\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
+             steps);
+    return write_run_file("elastic.yaml", rest);
+}
+
 /* Rejoining with etcd as the store (docs/runtime.md, "Rejoining"): `xdc launch --rdzv etcd://... --max-restarts
  * 1` of an elastic DiLoCo run over three regions; ap-south's worker is killed after step 20 (in a round's
  * exchange or between rounds: either way the region leaves). The launcher starts its agent again, and its
@@ -698,16 +717,9 @@ XDC_TEST_SERIAL(rdzv_etcd_elastic_region_killed_restarted_and_rejoined, 240)
     if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian fortunes; `make deps`)");
     etcd_proc e = {0};
     etcd_start(&e, "rejoin", NULL);
-    char run[600], cwd[400], text[1024], cmd[4096];
+    const char *run = write_elastic_run(400);
+    char cmd[4096];
     static char out[65536];
-    XDC_ASSERT(getcwd(cwd, sizeof cwd) != NULL);
-    snprintf(run, sizeof run, "%s/elastic.yaml", xdc_test_tmpdir());
-    snprintf(text, sizeof text,
-             "model: %s/examples/models/tiny.yaml\ndata: /usr/share/games/fortunes\nmode: diloco\n"
-             "diloco: {inner_steps: 4}\npipeline_stages: 1\nmicrobatches: 1\nsteps: 400\ncodec: none\nthreads: 1\n"
-             "elastic: {min_regions: 2, grace: 5s}\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
-             cwd);
-    xdc_test_write_file(run, text);
     /* The launch in the background; the worker killed once step 20 is printed (bounded: 2400 x 50 ms). */
     snprintf(cmd, sizeof cmd,
              "d=%1$s/run; timeout 200 %2$s launch -t examples/topology/demo-3region.yaml -c %3$s --run-dir $d "
@@ -778,15 +790,7 @@ static void decider_start(decider_run *d, const char *tag)
     if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian fortunes; `make deps`)");
     memset(d, 0, sizeof *d);
     etcd_start(&d->e, tag, NULL);
-    char run[600], cwd[400], text[1024], cmd[4096];
-    XDC_ASSERT(getcwd(cwd, sizeof cwd) != NULL);
-    snprintf(run, sizeof run, "%s/elastic.yaml", xdc_test_tmpdir());
-    snprintf(text, sizeof text,
-             "model: %s/examples/models/tiny.yaml\ndata: /usr/share/games/fortunes\nmode: diloco\n"
-             "diloco: {inner_steps: 4}\npipeline_stages: 1\nmicrobatches: 1\nsteps: 48\ncodec: none\nthreads: 1\n"
-             "elastic: {min_regions: 2, grace: 5s}\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
-             cwd);
-    xdc_test_write_file(run, text);
+    char *run = (char *)write_elastic_run(48), cmd[4096];
     snprintf(d->url, sizeof d->url, "%s/%s", d->e.url, tag);
     snprintf(d->dir, sizeof d->dir, "%s/run", xdc_test_tmpdir());
     for (int i = 0; i < 2; i++) {
