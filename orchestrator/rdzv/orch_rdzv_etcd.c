@@ -923,9 +923,10 @@ static xdc_err_t es_role(rdzv_server *base, const char *key, const char *holder,
             return rc;
         }
     }
-    XDC_CHECK(kv_create(&s->conn, key, holder, s->role_lease.id, deadline, "taking the role", &s->held, diag));
+    xdc_err_t rc = kv_create(&s->conn, key, holder, s->role_lease.id, deadline, "taking the role", &s->held, diag);
+    if (rc != XDC_OK) lease_stop(&s->role_lease); /* etcd away, or the lease ended (we were stopped): a new one */
     *held = s->held;
-    return XDC_OK;
+    return rc;
 }
 
 static void es_destroy(rdzv_server *base)
