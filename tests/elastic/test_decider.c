@@ -39,12 +39,12 @@ XDC_TEST(decider_state_round_trips_and_refuses_what_does_not_fit)
     XDC_ASSERT(b.decided == RDZV_ROUND_END && b.open == -1);
     xdc_diag d = {{0}};
     static const char *const bad[] = {
-        "v1 8 8 11 00 111 0,0,0 ",       /* sets of 2 for 3 regions */
-        "v1 8 -1 - - 111 0,0 ",          /* 2 counts */
-        "v1 8 -1 - - 1x1 0,0,0 ",        /* not a live mask */
-        "v2 8 -1 - - 111 0,0,0 ",        /* another version */
-        "v1 8 -1 110 000 111 0,0,0 ",    /* sets with no round open */
-        "v1 -7 -1 - - 111 0,0,0 ",       /* no such round */
+        "v1 8 8 11 00 111 0,0,0 ",    /* sets of 2 for 3 regions */
+        "v1 8 -1 - - 111 0,0 ",       /* 2 counts */
+        "v1 8 -1 - - 1x1 0,0,0 ",     /* not a live mask */
+        "v2 8 -1 - - 111 0,0,0 ",     /* another version */
+        "v1 8 -1 110 000 111 0,0,0 ", /* sets with no round open */
+        "v1 -7 -1 - - 111 0,0,0 ",    /* no such round */
         "",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
