@@ -34,8 +34,8 @@ typedef struct {
      * each one's weight in the round's outer mean (tokens processed over the fewest any member processed) */
     int steps[XDC_TOPO_MAX_REGIONS];
     float weight[XDC_TOPO_MAX_REGIONS];
-    /* Counters for the run's report: inner steps run, rounds, and seconds of compute (inner steps) and of the
-     * waits at the rounds' boundaries (arrival, decision and exchange of the outer rounds) */
+    /* Counters for the run's report: inner steps run, rounds, and wall seconds of the inner steps and of the
+     * rounds' boundaries (arrival, decision and exchange of the outer rounds) */
     long long inner_run, rounds;
     double inner_s, boundary_s;
 } diloco_state;
@@ -125,7 +125,7 @@ static xdc_err_t last_round(orch_worker *w, diloco_state *st, xdc_diag *diag)
  * own, counted as compute (it stands for a slower device). */
 static xdc_err_t inner_step(orch_worker *w, diloco_state *st, float *loss, xdc_diag *diag)
 {
-    double c0 = w->prog.t_compute;
+    double c0 = w->prog.t_compute, t0 = (double)xdc_now_ns() / 1e9;
     XDC_CHECK(orch_train_inner_step(w, st->grad, loss, diag));
     double extra = (st->slowdown - 1.0) * (w->prog.t_compute - c0);
     if (extra > 0) {
@@ -134,7 +134,7 @@ static xdc_err_t inner_step(orch_worker *w, diloco_state *st, float *loss, xdc_d
         w->prog.t_compute += extra;
     }
     st->inner_run++;
-    st->inner_s += w->prog.t_compute - c0;
+    st->inner_s += (double)xdc_now_ns() / 1e9 - t0;
     return XDC_OK;
 }
 
