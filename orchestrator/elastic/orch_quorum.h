@@ -22,7 +22,10 @@
  * contributions it summed, xchg/<region index>/<rank> = "<S>:<set>". Once every worker of each member
  * region still in the run has, the host publishes final/<S>: the regions all of them summed. A member whose
  * round used another set sums again over it (xdc_sync_resum), so every member ends the round on the same
- * bytes whoever got which shard before the region went. */
+ * bytes whoever got which shard before the region went.
+ *
+ * With DiLoCo's nobody waits (orch_quorum_pace), each decision quorum/<S> comes after steps/<S>: the inner
+ * steps each region runs in the round after S (orch_elastic_steps reads it). */
 #ifndef ORCH_QUORUM_H
 #define ORCH_QUORUM_H
 

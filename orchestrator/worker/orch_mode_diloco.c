@@ -42,20 +42,6 @@ typedef struct {
 
 #define STEPS_FILE "diloco-round-steps.ckpt" /* (n_regions) int32: the round's inner steps, nobody waits */
 
-/* The inner steps of the round after `step` as its decider counted them (steps/<step>, orch_quorum_pace). */
-static xdc_err_t read_steps(orch_worker *w, diloco_state *st, long long step, xdc_diag *diag)
-{
-    char val[RDZV_VALUE_MAX];
-    rdzv_key key = rdzv_key_steps(step);
-    XDC_CHECK(rdzv_get(orch_member_rdzv(w->member), key.s, w->cfg->timeouts.operation_ms, val, sizeof val, diag));
-    if (rdzv_val_steps_parse(val, w->id->n_regions, st->steps) != XDC_OK) {
-        xdc_diag_set(diag, "%s = '%.64s' is not one count per region (%d)", key.s, val, w->id->n_regions);
-        return XDC_ERR_PROTO;
-    }
-    XDC_DEBUG(XDC_SUB_ORCH, "the round after step %lld: inner steps %s", step, val);
-    return XDC_OK;
-}
-
 /* Before the outer round that ends the round under way at w->prog.step: each region's weight, the tokens it
  * processed (its inner steps in the round, cut at the run's end, times the tokens of an inner step, which are
  * equal across regions: the layouts are) over the fewest tokens of any region the decider gave steps, so
@@ -101,7 +87,7 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
     XDC_CHECK(orch_outer_setup(w, &st->outer, sc.dp, diag));
     for (int r = 0; r < w->id->n_regions; r++) st->steps[r] = w->cfg->diloco.inner_steps;
     /* A resumed run takes the round's counts from its checkpoint instead; steps/0 is there either way. */
-    return nobody_waits(w) ? read_steps(w, st, 0, diag) : XDC_OK;
+    return nobody_waits(w) ? orch_elastic_steps(&w->elastic.m, 0, st->steps, diag) : XDC_OK;
 }
 
 /* The run's last outer round, in diloco.final_codec when set: a denser codec there carries what the rounds
@@ -162,7 +148,7 @@ static xdc_err_t diloco_step(orch_worker *w, void *state, float *loss, xdc_diag 
     if (w->prog.step % w->cfg->diloco.inner_steps != 0) return XDC_OK;
     if (w->prog.step == w->cfg->train.steps) return outer_round(w, st, 1, diag);
     XDC_CHECK(outer_round(w, st, 0, diag));
-    if (nobody_waits(w)) XDC_CHECK(read_steps(w, st, (long long)w->prog.step, diag));
+    if (nobody_waits(w)) XDC_CHECK(orch_elastic_steps(&w->elastic.m, (long long)w->prog.step, st->steps, diag));
     /* keep_unsent: local = global - residual, so the next inner steps start from where this region got to
      * less what the round carried, and its next pseudo-gradient holds the unsent part again (not after the
      * last round: every region ends on the one global model). */
@@ -198,7 +184,7 @@ static xdc_err_t diloco_rejoin(orch_worker *w, void *state, xdc_diag *diag)
 {
     diloco_state *st = state;
     XDC_CHECK(orch_rejoin_take(w, &st->outer, 0, diag)); /* handed over after the round */
-    return nobody_waits(w) ? read_steps(w, st, (long long)w->prog.step, diag) : XDC_OK;
+    return nobody_waits(w) ? orch_elastic_steps(&w->elastic.m, (long long)w->prog.step, st->steps, diag) : XDC_OK;
 }
 
 static int diloco_syncs(const void *state, xdc_sync **out, int cap)

@@ -1,7 +1,8 @@
 /* test_nobody_waits.c — DiLoCo's "nobody waits" under `xdc launch` (2 emulated regions, eu-west made 3x slower
  * by diloco.slowdown): the fast region runs the whole period of inner steps, the slow one what the budget buys
  * (the decider's counts), both end every round on one model, and a resume from a checkpoint taken while the slow
- * region was half way through its count ends on the uninterrupted run's parameters. The waits at the rounds'
+ * region was half way through its count ends on the uninterrupted run's parameters, as does the run on
+ * cpu-strict. The waits at the rounds'
  * boundaries (in inner steps) are printed beside those of the same run where everybody waits, not asserted:
  * they are timings. */
 #include "tests/xdc_test.h"
@@ -52,6 +53,11 @@ XDC_TEST_T(diloco_nobody_waits_slow_region_holds_no_one, 240)
     snprintf(cmd, sizeof cmd, "grep -l 'resumed from the checkpoint of step 7' %s/logs/*.log | wc -l", dir);
     xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(atoi(out) == 4, "expected 4 workers resumed from step 7, got %s", out);
+    /* On cpu-strict (device memory only through the backend, the weighted sum's ops on the comm stream): the cpu
+     * run's parameters. */
+    char strict[64];
+    e2e_launch_hash(run, "nobody-waits-strict", "--device cpu-strict", out, sizeof out, dir, sizeof dir, strict);
+    XDC_ASSERT_MSG(strcmp(strict, hash) == 0, "cpu-strict ends at %s, cpu at %s", strict, hash);
     /* The same slow region with everybody waiting, for the printout. */
     const char *all = e2e_write_run("all-wait", "diloco", 12, "int8", "diloco: {inner_steps: 6, slowdown: [1, 3]}\n");
     char base[64], base_util[32];
