@@ -93,7 +93,9 @@ struct xdc_sync {
     xdc_stream *stream;        /* the comm stream: this sync's device work on the comm thread */
     xdc_event *done_ev;        /* recorded on the comm stream when a round's last bucket is gathered */
     float *pad; /* device (max plen) fp32 scratch for buckets whose length is not a multiple of dp_size */
-    float *dec; /* device (max shard) fp32 scratch: a contribution of weight other than 1, decoded to be weighed */
+    /* device (bucket 0's shard: the longest) fp32 scratch, a contribution of weight other than 1 decoded to be
+     * weighed; allocated by the comm thread at the first weighted sum (NULL until then) */
+    float *dec;
     job job;
     int stop; /* set under eng->mu, read by the thread's waits without it */
     /* current round, under eng->mu */
@@ -358,8 +360,11 @@ static xdc_err_t sum_over(xdc_sync *s, bucket *k, const uint8_t *set, float *x, 
         const uint8_t *in = r == s->cfg.my_region ? k->enc : k->rx[r];
         size_t len = r == s->cfg.my_region ? k->enc_len : k->rx_len[r];
         float w = s->weight[r];
+        xdc_err_t rc = XDC_OK;
+        if (w != 1.0f && !s->dec) /* the first weighted sum: bucket 0's shard is the longest */
+            rc = s->dev->mem_alloc((void **)&s->dec, s->b[0].shard * sizeof(float));
         float *into = w == 1.0f ? x : s->dec;
-        xdc_err_t rc = into == x ? XDC_OK : s->dev->memset(into, 0, k->shard * sizeof(float), s->stream);
+        if (rc == XDC_OK && into != x) rc = s->dev->memset(into, 0, k->shard * sizeof(float), s->stream);
         if (rc == XDC_OK) rc = xdc_codec_decode(k->codec, in, len, into, k->shard, XDC_CODEC_ACCUMULATE, diag);
         if (rc != XDC_OK) {
             xdc_diag_prefix(diag, "%s bucket at %zu from region %d", s->cfg.name, k->lo, r);
@@ -783,8 +788,6 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
     if (rc == XDC_OK) rc = dev->stream_create(&s->stream);
     if (rc == XDC_OK) rc = dev->event_create(&s->done_ev);
     if (rc == XDC_OK && s->dp_size > 1) rc = dev->mem_alloc((void **)&s->pad, bsz * sizeof(float)); /* replicas pad */
-    if (rc == XDC_OK && cfg->n_regions > 1)
-        rc = dev->mem_alloc((void **)&s->dec, bsz / (size_t)s->dp_size * sizeof(float));
     for (int i = 0; i < s->n_buckets && rc == XDC_OK; i++) {
         bucket *k = &s->b[i];
         k->lo = (size_t)i * bsz;
