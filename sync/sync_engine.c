@@ -93,6 +93,9 @@ struct xdc_sync {
     xdc_stream *stream;        /* the comm stream: this sync's device work on the comm thread */
     xdc_event *done_ev;        /* recorded on the comm stream when a round's last bucket is gathered */
     float *pad; /* device (max plen) fp32 scratch for buckets whose length is not a multiple of dp_size */
+    /* device (bucket 0's shard: the longest) fp32 scratch, a contribution of weight other than 1 decoded to be
+     * weighed; allocated by the comm thread at the first weighted sum (NULL until then) */
+    float *dec;
     job job;
     int stop; /* set under eng->mu, read by the thread's waits without it */
     /* current round, under eng->mu */
@@ -110,8 +113,10 @@ struct xdc_sync {
     double *round_wait; /* (n_regions) */
     double *waited;     /* (SYNC_HISTORY, n_regions) */
     int rounds;         /* rounds completed */
-    /* (n_regions) 1 where the region takes part in the rounds (xdc_sync_set_members; all at first), and
-     * how many do: set between rounds, read by the comm thread during one. */
+    /* (n_regions) each region's weight in the mean (xdc_sync_set_weights; 1 for all at first), 1 where it is
+     * above 0 (the region takes part in the rounds), and how many do: set between rounds, read by the comm
+     * thread during one. */
+    float *weight;
     uint8_t *member;
     int n_members;
     /* (n_regions) 1 where xdc_sync_lose said the region left (any thread writes, the comm thread reads;
@@ -238,17 +243,21 @@ static xdc_err_t post_receives(xdc_sync *s)
     return XDC_OK;
 }
 
-/* x (n fp32, device) *= a on the comm stream, by the backend's scale op (the quant ops run on the calling
- * thread's current stream). */
-static xdc_err_t scale(xdc_sync *s, float *x, size_t n, float a)
+/* On the comm stream, by the backend's quant ops (which run on the calling thread's current stream): x (n fp32,
+ * device) *= a, then, with y, y += x. */
+static xdc_err_t on_comm_stream(xdc_sync *s, float *x, float *y, size_t n, float a)
 {
     xdc_stream *prev = NULL;
     XDC_CHECK(s->dev->get_stream(&prev));
     XDC_CHECK(s->dev->set_stream(s->stream));
     xdc_err_t rc = s->cfg.backend->quant->scale(x, n, a);
+    if (rc == XDC_OK && y) rc = s->cfg.backend->quant->accumulate(x, n, y);
     xdc_err_t rc2 = s->dev->set_stream(prev);
     return rc != XDC_OK ? rc : rc2;
 }
+
+/* x += w·d (n fp32, device; d is scaled in place): a weighted contribution into the sum. */
+static xdc_err_t weigh_in(xdc_sync *s, float *d, size_t n, float w, float *x) { return on_comm_stream(s, d, x, n, w); }
 
 static xdc_err_t stage_a(xdc_sync *s, bucket *k, xdc_diag *diag)
 {
@@ -335,25 +344,36 @@ static xdc_err_t shards_in(xdc_sync *s, bucket *k, int *all, xdc_diag *diag)
  * bucket's slice of the buffer. */
 static float *shard_of(xdc_sync *s, bucket *k) { return s->dp_size > 1 ? k->shard_buf : s->buf + k->lo; }
 
-/* x = the mean of the decoded contributions of the regions in `set` (their encoded shards: ours in k->enc,
- * the others' as received), summed in region order: the same operations on the same bytes everywhere, so
- * every region that sums over the same set holds the same result. */
+/* x = the weighted mean Σ w_r·d_r / Σ w_r of the decoded contributions d_r of the regions in `set` (their
+ * encoded shards: ours in k->enc, the others' as received), summed in region order: the same operations on
+ * the same bytes everywhere, so every region that sums over the same set with the same weights holds the same
+ * result. A contribution of weight 1 is decoded straight into the sum (the plain mean's arithmetic, exactly
+ * as before weights existed); any other is decoded into s->dec, scaled by its weight (one rounded multiply)
+ * and added. The weights apply after decoding, so each region's codec and error feedback see its own
+ * unweighted contribution whatever its weight this round. */
 static xdc_err_t sum_over(xdc_sync *s, bucket *k, const uint8_t *set, float *x, xdc_diag *diag)
 {
-    int n = 0;
+    float total = 0; /* Σ w_r in region order, fp32: n for n members of weight 1, as the plain mean's 1/n */
     XDC_CHECK(s->dev->memset(x, 0, k->shard * sizeof(float), s->stream));
     for (int r = 0; r < s->cfg.n_regions; r++) {
         if (!set[r]) continue;
         const uint8_t *in = r == s->cfg.my_region ? k->enc : k->rx[r];
         size_t len = r == s->cfg.my_region ? k->enc_len : k->rx_len[r];
-        xdc_err_t rc = xdc_codec_decode(k->codec, in, len, x, k->shard, XDC_CODEC_ACCUMULATE, diag);
+        float w = s->weight[r];
+        xdc_err_t rc = XDC_OK;
+        if (w != 1.0f && !s->dec) /* the first weighted sum: bucket 0's shard is the longest */
+            rc = s->dev->mem_alloc((void **)&s->dec, s->b[0].shard * sizeof(float));
+        float *into = w == 1.0f ? x : s->dec;
+        if (rc == XDC_OK && into != x) rc = s->dev->memset(into, 0, k->shard * sizeof(float), s->stream);
+        if (rc == XDC_OK) rc = xdc_codec_decode(k->codec, in, len, into, k->shard, XDC_CODEC_ACCUMULATE, diag);
         if (rc != XDC_OK) {
             xdc_diag_prefix(diag, "%s bucket at %zu from region %d", s->cfg.name, k->lo, r);
             return rc;
         }
-        n++;
+        if (into != x) XDC_CHECK(weigh_in(s, into, k->shard, w, x));
+        total += w;
     }
-    return scale(s, x, k->shard, 1.0f / (float)n);
+    return on_comm_stream(s, x, NULL, k->shard, 1.0f / total);
 }
 
 /* With replicas: all-gather bucket k's averaged shard x back into the buffer. */
@@ -756,11 +776,14 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
     s->waited = xdc_calloc((size_t)SYNC_HISTORY * (size_t)cfg->n_regions, sizeof *s->waited);
     s->member = xdc_calloc((size_t)cfg->n_regions, sizeof *s->member);
     if (s->member) memset(s->member, 1, (size_t)cfg->n_regions);
+    s->weight = xdc_calloc((size_t)cfg->n_regions, sizeof *s->weight);
+    for (int r = 0; s->weight && r < cfg->n_regions; r++) s->weight[r] = 1.0f;
     s->n_members = cfg->n_regions;
     s->lost = xdc_calloc((size_t)cfg->n_regions, sizeof *s->lost);
     s->missed = xdc_calloc((size_t)cfg->n_regions, sizeof *s->missed);
     const xdc_device_ops *dev = s->dev;
-    xdc_err_t rc = s->b && s->round_wait && s->waited && s->member && s->lost && s->missed ? XDC_OK : XDC_ERR_NOMEM;
+    xdc_err_t rc = s->b && s->round_wait && s->waited && s->member && s->weight && s->lost && s->missed ? XDC_OK
+                                                                                                        : XDC_ERR_NOMEM;
     if (rc == XDC_OK) rc = dev->get_device(&s->device); /* the streams and memory below are made on it too */
     if (rc == XDC_OK) rc = dev->stream_create(&s->stream);
     if (rc == XDC_OK) rc = dev->event_create(&s->done_ev);
@@ -870,12 +893,14 @@ void xdc_sync_destroy(xdc_sync *s)
     xdc_free(s->round_wait);
     xdc_free(s->waited);
     xdc_free(s->member);
+    xdc_free(s->weight);
     xdc_free(s->lost);
     xdc_free(s->missed);
     if (s->dev) {
         s->dev->stream_destroy(s->stream); /* waits for what the comm thread queued on it */
         s->dev->event_destroy(s->done_ev);
         s->dev->mem_free(s->pad);
+        s->dev->mem_free(s->dec);
     }
     if (s->eng) {
         pthread_mutex_lock(&s->eng->mu);
@@ -958,11 +983,18 @@ void xdc_sync_get_stats(xdc_sync *s, xdc_sync_stats *out)
     pthread_mutex_unlock(&s->eng->mu);
 }
 
-xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, xdc_diag *diag)
+xdc_err_t xdc_sync_set_weights(xdc_sync *s, const float *weight, xdc_diag *diag)
 {
     int n = 0;
-    for (int r = 0; r < s->cfg.n_regions; r++) n += member[r] != 0;
-    if (!member[s->cfg.my_region]) {
+    for (int r = 0; r < s->cfg.n_regions; r++) {
+        if (!(weight[r] >= 0.0f && weight[r] <= XDC_SYNC_MAX_WEIGHT)) { /* NaN fails too */
+            xdc_diag_set(diag, "sync %s: region %d's weight %g is not in [0, %g]", s->cfg.name, r, (double)weight[r],
+                         (double)XDC_SYNC_MAX_WEIGHT);
+            return XDC_ERR_INVALID;
+        }
+        n += weight[r] > 0.0f;
+    }
+    if (!(weight[s->cfg.my_region] > 0.0f)) {
         xdc_diag_set(diag, "sync %s: this region (%d) must be a member of its own rounds", s->cfg.name,
                      s->cfg.my_region);
         return XDC_ERR_INVALID;
@@ -972,8 +1004,9 @@ xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, xdc_diag *dia
     int idle = s->done && !s->active;
     if (idle) {
         for (int r = 0; r < s->cfg.n_regions; r++) {
-            int back = member[r] && (!s->member[r] || gone(s, r));
-            s->member[r] = member[r] != 0;
+            int in = weight[r] > 0.0f, back = in && (!s->member[r] || gone(s, r));
+            s->weight[r] = weight[r];
+            s->member[r] = (uint8_t)in;
             if (!back) continue;
             /* Back (a rejoin): a send of an earlier round to it may still be pending, on the peer of a process
              * that died (and may be destroyed since, its requests failed); this sync's rounds never waited for
@@ -990,6 +1023,13 @@ xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, xdc_diag *dia
     pthread_mutex_unlock(&e->mu);
     if (!idle) xdc_diag_set(diag, "sync %s: members changed during a round", s->cfg.name);
     return idle ? XDC_OK : XDC_ERR_INVALID;
+}
+
+xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, xdc_diag *diag)
+{
+    float w[XDC_SYNC_MAX_REGIONS];
+    for (int r = 0; r < s->cfg.n_regions; r++) w[r] = member[r] ? 1.0f : 0.0f;
+    return xdc_sync_set_weights(s, w, diag);
 }
 
 void xdc_sync_lose(xdc_sync *s, int region)

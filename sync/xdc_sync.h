@@ -136,16 +136,27 @@ xdc_err_t xdc_sync_residual_set(xdc_sync *s, const float *host, size_t n, xdc_di
  * engine between rounds, waited for; nothing to move for an exact codec or without other regions.
  * XDC_ERR_INVALID during a round or with replicas (a replica keeps only its shard's residual). */
 xdc_err_t xdc_sync_residual_take(xdc_sync *s, float *dst, xdc_diag *diag);
-/* Which regions take part in the rounds from now on (member: (n_regions), nonzero = takes part; all at
- * creation): a DiLoCo quorum round. Sends and receives go to members only, a send still pending to a
- * region that left is cancelled (the engine delivers it whole or not at all), and the result is the mean
- * over the members, summed in region order, so every member holds the same bytes provided every member
- * was given the same set. Between rounds only (XDC_ERR_INVALID during one); this region must be a member. */
+/* Each region's weight in the rounds from now on (weight: (n_regions), each in [0, XDC_SYNC_MAX_WEIGHT]; 1 for
+ * all at creation): the result is Σ w_r·x_r / Σ w_r over the regions of weight above 0, the members, summed in
+ * region order, so every member holds the same bytes provided every member was given the same weights. A
+ * weight of 0 means the region is not a member: sends and receives go to members only, and a send still
+ * pending to a region that left is cancelled (the engine delivers it whole or not at all). Equal weights give
+ * the plain mean bit for bit (weight 1: the contribution is decoded straight into the sum; any other is
+ * decoded, multiplied by its weight and added). The weight applies after decoding: each region encodes its
+ * own unweighted contribution, so its error-feedback residual (and DiLoCo's keep_unsent, which moves that
+ * residual into its parameters) is what it would be with equal weights; what the weights change is only how
+ * much of each region's sent contribution the mean holds. DiLoCo's "nobody waits" rounds weigh each region's
+ * pseudo-gradient by the tokens it processed (docs/runtime.md); an elastic quorum round gives 1 or 0.
+ * Between rounds only (XDC_ERR_INVALID during one); this region must be a member. */
+#define XDC_SYNC_MAX_WEIGHT 1e30f
+xdc_err_t xdc_sync_set_weights(xdc_sync *s, const float *weight, xdc_diag *diag);
+/* xdc_sync_set_weights with weight 1 for each nonzero member[r] (n_regions) and 0 for the others: the plain
+ * mean over the members (a DiLoCo quorum round). */
 xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, xdc_diag *diag);
 /* A member region left during the round (the store's host dropped it; docs/runtime.md, "Leaving during a
  * round"): the round stops waiting for its shards and acknowledgements (within 200 ms of a wait), cancels what
  * it still had for it, and goes on without its contribution from the bucket where a shard of it was missing.
- * Any thread, any time; it holds until xdc_sync_set_members names the region a member again. Regions that
+ * Any thread, any time; it holds until xdc_sync_set_weights names the region a member again. Regions that
  * left mid-round can leave members with sums over different sets (one got the region's shard, another not):
  * xdc_sync_received says which set this round used in every bucket, and xdc_sync_resum makes every member's
  * result the sum over one agreed set. */

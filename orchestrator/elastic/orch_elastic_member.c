@@ -74,6 +74,20 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
     return XDC_OK;
 }
 
+xdc_err_t orch_elastic_steps(orch_elastic_member *m, long long step, int *h, xdc_diag *diag)
+{
+    char val[RDZV_VALUE_MAX];
+    rdzv_key key = rdzv_key_steps(step);
+    /* Published before the round's decision, which this worker already has (or, for step 0, at the launch). */
+    XDC_CHECK(rdzv_get(m->rdzv, key.s, m->operation_ms, val, sizeof val, diag));
+    if (rdzv_val_steps_parse(val, m->t->n_regions, h) != XDC_OK) {
+        xdc_diag_set(diag, "%s = '%.64s' is not one count per region (%d)", key.s, val, m->t->n_regions);
+        return XDC_ERR_PROTO;
+    }
+    XDC_DEBUG(XDC_SUB_ORCH, "the round after step %lld: inner steps %s", step, val);
+    return XDC_OK;
+}
+
 void orch_elastic_opened(orch_elastic_member *m, long long step)
 {
     m->open = step;

@@ -44,6 +44,11 @@ void orch_elastic_member_init(orch_elastic_member *m, rdzv_client *rdzv, const x
  * decision (m->quorum) is not one '0'/'1'/'j' per region; the wait's error when none came. */
 xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag *diag);
 
+/* DiLoCo's nobody waits: the inner steps of each region in the round after `step` (step 0: the first round),
+ * steps/<step> as the host published it (orch_quorum_pace) with the decision of that round, into h[n_regions].
+ * XDC_ERR_PROTO when it is not one count per region; the wait's error when none came. */
+xdc_err_t orch_elastic_steps(orch_elastic_member *m, long long step, int *h, xdc_diag *diag);
+
 /* The exchange of the round at `step` is under way. */
 void orch_elastic_opened(orch_elastic_member *m, long long step);
 /* The open round's lost/<step>, if the host published one: lost[r] = 1 for each member region it names that

@@ -6,6 +6,7 @@
 #include "common/xdc_time.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +170,34 @@ static void names(const orch_quorum *q, const char *mask, char c, char *out, siz
     if (!out[0]) snprintf(out, cap, "none");
 }
 
+/* steps/<step>: the inner steps of each region in the round after `step`, those in `mask` (not '0') running
+ * what the budget buys at their slowdown (orch_quorum_pace). */
+static void publish_steps(const orch_quorum *q, long long step, const char *mask)
+{
+    if (q->pace_steps <= 0) return;
+    int h[XDC_TOPO_MAX_REGIONS];
+    char val[RDZV_VALUE_MAX];
+    for (int r = 0; r < q->t->n_regions; r++) {
+        int n = (int)floor((double)q->pace_steps / q->slowdown[r] + 1e-9);
+        h[r] = mask[r] == '0' ? 0 : n < 1 ? 1 : n;
+    }
+    rdzv_val_steps(h, q->t->n_regions, val, sizeof val);
+    rdzv_server_set(q->rdzv, rdzv_key_steps(step).s, val);
+    XDC_DEBUG(XDC_SUB_ORCH, "the round after step %lld: inner steps %s", step, val);
+}
+
+void orch_quorum_pace(orch_quorum *q, int budget, const double *slowdown)
+{
+    char all[XDC_TOPO_MAX_REGIONS + 1];
+    q->pace_steps = budget;
+    for (int r = 0; r < q->t->n_regions; r++) {
+        q->slowdown[r] = slowdown[r] >= 1.0 ? slowdown[r] : 1.0;
+        all[r] = '1';
+    }
+    all[q->t->n_regions] = '\0';
+    publish_steps(q, 0, all);
+}
+
 xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
 {
     drop_silent(q);
@@ -222,6 +251,7 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
         return XDC_ERR_UNAVAILABLE;
     }
     admit_joiners(q, step, mask);
+    if (step != LLONG_MAX) publish_steps(q, step, mask); /* before the decision its members wait for */
     q->decided = step; /* before the write, which carries the state to a next decider (orch_decider.h) */
     q->pending = -1;
     if (step != LLONG_MAX) { /* its exchange is under way: its final set comes after it */

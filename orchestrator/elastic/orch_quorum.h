@@ -22,7 +22,10 @@
  * contributions it summed, xchg/<region index>/<rank> = "<S>:<set>". Once every worker of each member
  * region still in the run has, the host publishes final/<S>: the regions all of them summed. A member whose
  * round used another set sums again over it (xdc_sync_resum), so every member ends the round on the same
- * bytes whoever got which shard before the region went. */
+ * bytes whoever got which shard before the region went.
+ *
+ * With DiLoCo's nobody waits (orch_quorum_pace), each decision quorum/<S> comes after steps/<S>: the inner
+ * steps each region runs in the round after S (orch_elastic_steps reads it). */
 #ifndef ORCH_QUORUM_H
 #define ORCH_QUORUM_H
 
@@ -51,6 +54,10 @@ typedef struct orch_quorum {
     long long open;                 /* the round whose final set is not published yet; -1: none */
     char open_set[XDC_TOPO_MAX_REGIONS + 1]; /* its members ('1') */
     char lost_set[XDC_TOPO_MAX_REGIONS + 1]; /* those that left during its exchange ('1'), lost/<open> */
+    /* DiLoCo's "nobody waits" (orch_quorum_pace): a round's time budget in inner steps of a region of slowdown
+     * 1 (0: off, every region runs the period), and each region's cost of one inner step relative to that */
+    int pace_steps;
+    double slowdown[XDC_TOPO_MAX_REGIONS];
 } orch_quorum;
 
 /* Every region of `t` in the run, nothing decided. Each round's exchange ends with a final set, and a
@@ -59,6 +66,11 @@ typedef struct orch_quorum {
  * at the next round's grace window, which its members could not reach. */
 void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, int min_regions, int64_t grace_ms,
                       int64_t silent_ms);
+/* DiLoCo's "nobody waits" (docs/runtime.md): from now on each round's decision also says how many inner steps
+ * each region runs in the round after it, steps/<step> (rdzv_val_steps): a region in the round runs
+ * max(1, floor(budget / slowdown[r])) of them, where budget is the period in inner steps (every region of
+ * slowdown 1 runs all of it); one out of it runs 0. steps/0, the first round's, is published now. */
+void orch_quorum_pace(orch_quorum *q, int budget, const double *slowdown);
 /* Decide the pending round when it is due (the launcher's tick). XDC_ERR_UNAVAILABLE when the regions that
  * arrived in time are fewer than min_regions, with the round, who arrived and who did not in why[cap]. */
 xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap);

@@ -39,6 +39,7 @@ rdzv_key rdzv_key_replan(long long step) { return key_fmt(RDZV_PREFIX_REPLAN "%l
 rdzv_key rdzv_key_quorum(long long round) { return key_fmt("quorum/%s", rdzv_val_round(round).s); }
 rdzv_key rdzv_key_final(long long step) { return key_fmt("final/%lld", step); }
 rdzv_key rdzv_key_lost(long long step) { return key_fmt("lost/%lld", step); }
+rdzv_key rdzv_key_steps(long long step) { return key_fmt("steps/%lld", step); }
 rdzv_key rdzv_key_left(int region_idx) { return key_fmt("left/%d", region_idx); }
 rdzv_key rdzv_key_rejoin(const char *nonce) { return key_fmt("rejoin/%s", nonce); }
 
@@ -98,7 +99,7 @@ static const struct {
 static const struct {
     const char *prefix;
     rdzv_key_kind kind;
-} step_keys[] = {{"final/", RDZV_KIND_FINAL}, {"lost/", RDZV_KIND_LOST}};
+} step_keys[] = {{"final/", RDZV_KIND_FINAL}, {"lost/", RDZV_KIND_LOST}, {"steps/", RDZV_KIND_STEPS}};
 
 /* `key` minus `prefix` when it starts with it, else NULL. */
 static const char *after(const char *key, const char *prefix)
@@ -268,4 +269,21 @@ xdc_err_t rdzv_val_xchg_parse(const char *val, int n, long long *step, char *set
         return XDC_ERR_PROTO;
     memcpy(set, rest + 1, (size_t)n + 1);
     return XDC_OK;
+}
+
+void rdzv_val_steps(const int *h, int n, char *out, size_t cap)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (int r = 0; r < n && len < cap; r++) len += (size_t)snprintf(out + len, cap - len, "%s%d", r ? "," : "", h[r]);
+}
+
+xdc_err_t rdzv_val_steps_parse(const char *val, int n, int *h)
+{
+    const char *p = val;
+    for (int r = 0; r < n; r++) {
+        if (r && (p = *p == ',' ? p + 1 : NULL) == NULL) return XDC_ERR_PROTO;
+        if (!(p = take_int(p, &h[r]))) return XDC_ERR_PROTO;
+    }
+    return *p ? XDC_ERR_PROTO : XDC_OK;
 }

@@ -20,6 +20,7 @@
  *   result, finished                     the run's result; the run is over           granted
  *   quorum/<step>, quorum/end            who is in an outer round ('1', '0', 'j')    the host (orch_quorum.h)
  *   final/<step>, lost/<step>            a round's final set; who left during it     the host
+ *   steps/<step>                         inner steps per region in the round after it the host (nobody waits)
  *   left/<region index>                  how many times the region left the run      the host
  *   rejoin/<nonce>                       the round that takes a rejoining worker     the host
  *   decider/holder, decider/state        who decides rounds (etcd: under its lease); the quorum's state
@@ -75,6 +76,7 @@ rdzv_key rdzv_key_replan(long long step);
 rdzv_key rdzv_key_quorum(long long round); /* RDZV_ROUND_END: quorum/end */
 rdzv_key rdzv_key_final(long long step);
 rdzv_key rdzv_key_lost(long long step);
+rdzv_key rdzv_key_steps(long long step);
 rdzv_key rdzv_key_left(int region_idx);
 rdzv_key rdzv_key_rejoin(const char *nonce);
 
@@ -99,15 +101,16 @@ typedef enum rdzv_key_kind {
     RDZV_KIND_LOST,
     RDZV_KIND_LEFT,
     RDZV_KIND_REJOIN,
+    RDZV_KIND_STEPS,
 } rdzv_key_kind;
 
 /* A key taken apart. Fields its kind does not have are -1 / "". */
 typedef struct rdzv_key_parts {
     rdzv_key_kind kind;
-    int region_idx;             /* wan, outer, xchg, stats, ckpt, replan/link, left; relay: from */
-    int to;                     /* relay */
-    int rank;                   /* wan, relay, outer, xchg, stats, ckpt, metrics */
-    long long num;              /* replan, quorum (RDZV_ROUND_END: end), final, lost: the step; intra/<r>/<n>: n */
+    int region_idx; /* wan, outer, xchg, stats, ckpt, replan/link, left; relay: from */
+    int to;         /* relay */
+    int rank;       /* wan, relay, outer, xchg, stats, ckpt, metrics */
+    long long num;  /* replan, quorum (RDZV_ROUND_END: end), final, lost, steps: the step; intra/<r>/<n>: n */
     char name[RDZV_MEMBER_MAX]; /* metrics, intra, device: the region; failed: the member; rejoin: the nonce */
 } rdzv_key_parts;
 
@@ -145,5 +148,11 @@ rdzv_val rdzv_val_xchg(long long step, const uint8_t *got, int n);
 /* Its parts: *step and set[n + 1] (n characters '0'/'1' and a NUL); XDC_ERR_PROTO unless the value is one
  * step, a ':' and exactly n of them. */
 xdc_err_t rdzv_val_xchg_parse(const char *val, int n, long long *step, char *set);
+
+/* The inner steps each of n regions runs in a DiLoCo round ("nobody waits", docs/runtime.md): "<h0>,<h1>,...",
+ * one decimal count per region (0: not in the round), into out[cap] (RDZV_VALUE_MAX holds any n). */
+void rdzv_val_steps(const int *h, int n, char *out, size_t cap);
+/* Its counts into h[n]; XDC_ERR_PROTO unless the value is exactly n counts of at most 9 digits. */
+xdc_err_t rdzv_val_steps_parse(const char *val, int n, int *h);
 
 #endif /* ORCH_RDZV_KEYS_H */

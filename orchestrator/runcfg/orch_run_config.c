@@ -9,6 +9,7 @@
 #include <libgen.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -20,7 +21,7 @@ static const char *const ckpt_failure_words[] = {"stop", "continue", NULL};
 typedef struct {
     orch_run_config c;
     char model[512], data[512], mode[16], plan[16], ckpt_failure[16];
-    const xdc_cfg_node *diloco, *streaming, *timeouts, *elastic, *sync;
+    const xdc_cfg_node *diloco, *streaming, *timeouts, *elastic, *sync, *slowdown;
 } run_in;
 
 #define RUN_FIELD(key, type, member, req, lo, hi)                                                 \
@@ -65,6 +66,8 @@ static const xdc_cfg_field diloco_fields[] = {
     RUN_FIELD("outer_momentum", XDC_CFG_DOUBLE, diloco.outer_momentum, false, 0, 0.999),
     RUN_FIELD("keep_unsent", XDC_CFG_BOOL, diloco.keep_unsent, false, 0, 0),
     RUN_FIELD("final_codec", XDC_CFG_STRING, diloco.final_codec, false, 0, 0),
+    RUN_FIELD("nobody_waits", XDC_CFG_BOOL, diloco.nobody_waits, false, 0, 0),
+    {"slowdown", XDC_CFG_NODE, offsetof(run_in, slowdown), 0, false, 0, 0, NULL},
 };
 
 static const xdc_cfg_field streaming_fields[] = {
@@ -90,6 +93,40 @@ static const xdc_cfg_field elastic_fields[] = {
 #define N(t) (sizeof(t) / sizeof((t)[0]))
 
 const char *orch_mode_name(orch_mode m) { return mode_words[m]; }
+
+/* diloco.slowdown: a list of numbers in [1, 1000], one per region; the errors it has. */
+static int parse_slowdown(const xdc_cfg_node *seq, orch_diloco_config *d, xdc_cfg_errors *errs)
+{
+    int n = xdc_cfg_seq_len(seq);
+    if (xdc_cfg_node_kind(seq) != XDC_CFG_SEQUENCE || n < 1 || n > ORCH_MAX_SLOWDOWN) {
+        xdc_cfg_error_at(errs, seq, "diloco.slowdown: a list of 1 to %d numbers (one per region) expected",
+                         ORCH_MAX_SLOWDOWN);
+        return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        const char *text = xdc_cfg_scalar(xdc_cfg_seq_item(seq, i));
+        char *end = NULL;
+        double v = text ? strtod(text, &end) : 0;
+        if (!text || end == text || *end || !(v >= 1.0 && v <= 1000.0)) {
+            xdc_cfg_error_at(errs, xdc_cfg_seq_item(seq, i), "diloco.slowdown[%d]: a number in [1, 1000] expected", i);
+            return 1;
+        }
+        d->slowdown[i] = v;
+    }
+    d->n_slowdown = n;
+    return 0;
+}
+
+xdc_err_t orch_run_config_slowdown(const orch_run_config *c, int n_regions, double *out, xdc_diag *diag)
+{
+    if (c->diloco.n_slowdown && c->diloco.n_slowdown != n_regions) {
+        xdc_diag_set(diag, "diloco.slowdown in %s has %d entries; the topology has %d regions", c->path,
+                     c->diloco.n_slowdown, n_regions);
+        return XDC_ERR_CONFIG;
+    }
+    for (int r = 0; r < n_regions; r++) out[r] = c->diloco.n_slowdown ? c->diloco.slowdown[r] : 1.0;
+    return XDC_OK;
+}
 
 bool orch_quorum_elastic(const orch_run_config *c, int n_regions)
 {
@@ -161,6 +198,7 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     XDC_CHECK(xdc_cfg_load_file(path, &doc, errs));
     int bad = xdc_cfg_map_fields(xdc_cfg_root(doc), top_fields, N(top_fields), &in, errs);
     if (in.diloco) bad += xdc_cfg_map_fields(in.diloco, diloco_fields, N(diloco_fields), &in, errs);
+    if (in.slowdown) bad += parse_slowdown(in.slowdown, &c->diloco, errs);
     if (in.streaming) bad += xdc_cfg_map_fields(in.streaming, streaming_fields, N(streaming_fields), &in, errs);
     if (in.elastic) bad += xdc_cfg_map_fields(in.elastic, elastic_fields, N(elastic_fields), &in, errs);
     if (in.sync) bad += xdc_cfg_map_fields(in.sync, sync_fields, N(sync_fields), &in, errs);
@@ -227,6 +265,17 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     if ((c->diloco.keep_unsent || c->diloco.final_codec[0]) && c->mode != ORCH_MODE_DILOCO) {
         xdc_cfg_error_add(errs, 0, 0, "diloco.%s needs mode diloco (this run's mode is %s)",
                           c->diloco.keep_unsent ? "keep_unsent" : "final_codec", mode_words[c->mode]);
+        return XDC_ERR_CONFIG;
+    }
+    if ((c->diloco.nobody_waits || c->diloco.n_slowdown) && c->mode != ORCH_MODE_DILOCO) {
+        xdc_cfg_error_add(errs, 0, 0, "diloco.%s needs mode diloco (this run's mode is %s)",
+                          c->diloco.nobody_waits ? "nobody_waits" : "slowdown", mode_words[c->mode]);
+        return XDC_ERR_CONFIG;
+    }
+    if (c->diloco.nobody_waits && c->plan_auto) {
+        xdc_cfg_error_add(errs, 0, 0,
+                          "diloco.nobody_waits needs plan: off: the round's budget is diloco.inner_steps, which a "
+                          "re-plan would change under the decider");
         return XDC_ERR_CONFIG;
     }
     if (c->span_regions && c->mode != ORCH_MODE_SYNC) {

@@ -14,7 +14,8 @@
 
 typedef enum { ORCH_MODE_SYNC = 0, ORCH_MODE_DILOCO = 1, ORCH_MODE_STREAMING = 2 } orch_mode;
 
-#define ORCH_MAX_STAGES 64
+#define ORCH_MAX_STAGES   64
+#define ORCH_MAX_SLOWDOWN 256 /* diloco.slowdown entries: one per region at most (XDC_TOPO_MAX_REGIONS) */
 
 /* The run file's sections, one struct each, named as in the YAML (docs/config.md). */
 typedef struct orch_diloco_config {
@@ -25,6 +26,15 @@ typedef struct orch_diloco_config {
      * (local = global - residual after each outer round but the last) instead of in the codec's residual */
     bool keep_unsent;
     char final_codec[32]; /* the codec of the last outer round ("": the run's) */
+    /* Nobody waits (docs/runtime.md): each region runs the inner steps it manages in a round's budget (the
+     * period, in inner steps of a region of slowdown 1), as the round's decider counts them, and the outer step
+     * weighs each region's pseudo-gradient by the tokens it processed */
+    bool nobody_waits;
+    /* A simulated slowness per region, in the topology's order (n_slowdown of them; 0: none): each inner step
+     * of region r costs slowdown[r] times its compute (the extra as a sleep counted as compute). Deterministic,
+     * for tests and benches on one machine, where real speed differences do not reproduce. */
+    double slowdown[ORCH_MAX_SLOWDOWN];
+    int n_slowdown;
 } orch_diloco_config;
 
 typedef struct orch_streaming_config {
@@ -144,6 +154,9 @@ const char *orch_mode_name(orch_mode m);
 /* Whether outer rounds go by quorum (DiLoCo or streaming without span, over several regions), and the quorum's minimum
  * for n_regions regions: min_regions, or a majority when it is unset. */
 bool orch_quorum_elastic(const orch_run_config *c, int n_regions);
+/* Each of n_regions regions' diloco.slowdown into out[n_regions] (1 where the run file gives none);
+ * XDC_ERR_CONFIG, said in diag, when the file gives a list of another length. */
+xdc_err_t orch_run_config_slowdown(const orch_run_config *c, int n_regions, double *out, xdc_diag *diag);
 int orch_quorum_min(const orch_run_config *c, int n_regions);
 /* What the run writes to the rendezvous under its prefixes of many keys (docs/security.md, "Quotas"), from
  * the run file alone, so the store host and every member get the same:

@@ -3,7 +3,15 @@
  * error feedback) and an outer Nesterov step updates the global parameters: m = μm + Δ;
  * global −= η(Δ + μm); local = global. A run ends with a final outer round so all regions report one
  * model. A checkpoint (any step) carries the outer global parameters and momentum next to the stage
- * checkpoint. The outer loop (orch_outer_*, orch_outer.c) is shared with streaming mode. */
+ * checkpoint. The outer loop (orch_outer_*, orch_outer.c) is shared with streaming mode.
+ *
+ * Nobody waits (diloco.nobody_waits; docs/runtime.md): a round is still H steps of the run, but region r runs
+ * an inner step only in the first h_r of them, h_r as the round's decider counted it (steps/<step>, published
+ * with the quorum decision that opened the round; the first round's at the launch; kept in checkpoints); the
+ * other steps of the round are slots it lets pass without computing, the time its slower steps took. The outer
+ * mean weighs each region's pseudo-gradient by the tokens it processed in the round (xdc_sync_set_weights).
+ * diloco.slowdown makes every inner step of a region cost that many times its compute (a sleep, counted as
+ * compute): a slow region for tests and benches on one machine. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
@@ -13,13 +21,48 @@
 #include "model/xdc_ckpt.h"
 #include "orchestrator/rdzv/orch_rdzv_keys.h"
 
+#include <math.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     orch_worker *w; /* for destroy: the device that holds the outer state */
     xdc_sync *grad; /* replicas only */
     orch_outer outer;
+    double slowdown; /* this region's diloco.slowdown (1: none) */
+    /* Nobody waits: (n_regions) the inner steps each region runs in the round under way (0: not in it), and
+     * each one's weight in the round's outer mean (tokens processed over the fewest any member processed) */
+    int steps[XDC_TOPO_MAX_REGIONS];
+    float weight[XDC_TOPO_MAX_REGIONS];
+    /* Counters for the run's report: inner steps run, rounds, and wall seconds of the inner steps and of the
+     * rounds' boundaries (arrival, decision and exchange of the outer rounds) */
+    long long inner_run, rounds;
+    double inner_s, boundary_s;
 } diloco_state;
+
+#define STEPS_FILE "diloco-round-steps.ckpt" /* (n_regions) int32: the round's inner steps, nobody waits */
+
+/* Before the outer round that ends the round under way at w->prog.step: each region's weight, the tokens it
+ * processed (its inner steps in the round, cut at the run's end, times the tokens of an inner step, which are
+ * equal across regions: the layouts are) over the fewest tokens of any region the decider gave steps, so
+ * equal work weighs 1 and the mean is the plain one bit for bit. Every member computes it from the same
+ * decision, so all hold the same weights; the quorum then gives the regions out of the round 0. */
+static void weigh_round(orch_worker *w, diloco_state *st)
+{
+    int period = w->cfg->diloco.inner_steps;
+    long long slots = w->prog.step - (w->prog.step - 1) / period * period; /* steps of the round, the last cut */
+    double tokens_per_step = (double)w->model.B * w->model.T * w->model.M * w->id->n_replicas, fewest = 0;
+    double tokens[XDC_TOPO_MAX_REGIONS];
+    for (int r = 0; r < w->id->n_regions; r++) {
+        long long h = st->steps[r] < slots ? st->steps[r] : slots;
+        tokens[r] = (double)(h > 1 ? h : 1) * tokens_per_step;
+        if (st->steps[r] > 0 && (fewest == 0 || tokens[r] < fewest)) fewest = tokens[r]; /* the round's regions */
+    }
+    for (int r = 0; r < w->id->n_regions; r++) st->weight[r] = (float)(tokens[r] / fewest);
+    w->elastic.weight = st->weight;
+}
+
+static int nobody_waits(const orch_worker *w) { return w->cfg->diloco.nobody_waits && w->elastic.on; }
 
 static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
 {
@@ -27,6 +70,9 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
     if (!st) return XDC_ERR_NOMEM;
     *state = st;
     st->w = w;
+    double slowdown[XDC_TOPO_MAX_REGIONS];
+    XDC_CHECK(orch_run_config_slowdown(w->cfg, w->id->n_regions, slowdown, diag));
+    st->slowdown = slowdown[w->id->region_idx];
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 0, &sc); /* inner steps: the region's replicas, no WAN */
     orch_sync_device_cfg(w, &sc);
@@ -38,7 +84,10 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
                      xdc_intra_size(sc.dp));
         return XDC_ERR_CONFIG;
     }
-    return orch_outer_setup(w, &st->outer, sc.dp, diag);
+    XDC_CHECK(orch_outer_setup(w, &st->outer, sc.dp, diag));
+    for (int r = 0; r < w->id->n_regions; r++) st->steps[r] = w->cfg->diloco.inner_steps;
+    /* A resumed run takes the round's counts from its checkpoint instead; steps/0 is there either way. */
+    return nobody_waits(w) ? orch_elastic_steps(&w->elastic.m, 0, st->steps, diag) : XDC_OK;
 }
 
 /* The run's last outer round, in diloco.final_codec when set: a denser codec there carries what the rounds
@@ -58,13 +107,48 @@ static xdc_err_t last_round(orch_worker *w, diloco_state *st, xdc_diag *diag)
     return orch_outer_round(w, &st->outer, diag);
 }
 
+/* One inner step, slowed by diloco.slowdown: the extra compute is a sleep of (slowdown − 1) times the step's
+ * own, counted as compute (it stands for a slower device). */
+static xdc_err_t inner_step(orch_worker *w, diloco_state *st, float *loss, xdc_diag *diag)
+{
+    double c0 = w->prog.t_compute, t0 = (double)xdc_now_ns() / 1e9;
+    XDC_CHECK(orch_train_inner_step(w, st->grad, loss, diag));
+    double extra = (st->slowdown - 1.0) * (w->prog.t_compute - c0);
+    if (extra > 0) {
+        struct timespec ts = {(time_t)extra, (long)((extra - floor(extra)) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0) continue; /* a signal: sleep the rest */
+        w->prog.t_compute += extra;
+    }
+    st->inner_run++;
+    st->inner_s += (double)xdc_now_ns() / 1e9 - t0;
+    return XDC_OK;
+}
+
+/* The outer round at w->prog.step, timed as the wait at the round's boundary. */
+static xdc_err_t outer_round(orch_worker *w, diloco_state *st, int last, xdc_diag *diag)
+{
+    double t0 = (double)xdc_now_ns() / 1e9;
+    if (nobody_waits(w)) weigh_round(w, st);
+    xdc_err_t rc = last ? last_round(w, st, diag) : orch_outer_round(w, &st->outer, diag);
+    st->boundary_s += (double)xdc_now_ns() / 1e9 - t0;
+    st->rounds++;
+    return rc;
+}
+
 static xdc_err_t diloco_step(orch_worker *w, void *state, float *loss, xdc_diag *diag)
 {
     diloco_state *st = state;
-    XDC_CHECK(orch_train_inner_step(w, st->grad, loss, diag));
+    /* Nobody waits: past its count of the round, the region lets the step pass (its loss stays the last). */
+    if (w->prog.step % w->cfg->diloco.inner_steps < st->steps[w->id->region_idx]) {
+        XDC_CHECK(inner_step(w, st, loss, diag));
+    } else {
+        *loss = (float)w->prog.last_loss;
+        w->prog.step++;
+    }
     if (w->prog.step % w->cfg->diloco.inner_steps != 0) return XDC_OK;
-    if (w->prog.step == w->cfg->train.steps) return last_round(w, st, diag);
-    XDC_CHECK(orch_outer_round(w, &st->outer, diag));
+    if (w->prog.step == w->cfg->train.steps) return outer_round(w, st, 1, diag);
+    XDC_CHECK(outer_round(w, st, 0, diag));
+    if (nobody_waits(w)) XDC_CHECK(orch_elastic_steps(&w->elastic.m, (long long)w->prog.step, st->steps, diag));
     /* keep_unsent: local = global - residual, so the next inner steps start from where this region got to
      * less what the round carried, and its next pseudo-gradient holds the unsent part again (not after the
      * last round: every region ends on the one global model). */
@@ -75,7 +159,16 @@ static xdc_err_t diloco_step(orch_worker *w, void *state, float *loss, xdc_diag 
 static xdc_err_t diloco_finish(orch_worker *w, void *state, xdc_diag *diag)
 {
     diloco_state *st = state;
-    return w->prog.step % w->cfg->diloco.inner_steps != 0 ? last_round(w, st, diag) : XDC_OK;
+    if (w->prog.step % w->cfg->diloco.inner_steps != 0) XDC_CHECK(outer_round(w, st, 1, diag));
+    /* The compute a region did against the rounds' waits, in its own inner steps: with nobody waiting, a fast
+     * region runs the whole period and waits about one slow step at a boundary (docs/runtime.md). */
+    double per_step = st->inner_run ? st->inner_s / (double)st->inner_run : 0;
+    XDC_INFO(XDC_SUB_ORCH,
+             "region %s ran %lld inner steps in %lld steps of the run (%lld outer rounds); waited %.2f inner steps "
+             "per round at the boundaries",
+             w->id->region, st->inner_run, (long long)w->prog.step, st->rounds,
+             per_step > 0 && st->rounds ? st->boundary_s / (double)st->rounds / per_step : 0.0);
+    return XDC_OK;
 }
 
 static void diloco_destroy(void *state)
@@ -89,7 +182,9 @@ static void diloco_destroy(void *state)
 
 static xdc_err_t diloco_rejoin(orch_worker *w, void *state, xdc_diag *diag)
 {
-    return orch_rejoin_take(w, &((diloco_state *)state)->outer, 0, diag); /* handed over after the round */
+    diloco_state *st = state;
+    XDC_CHECK(orch_rejoin_take(w, &st->outer, 0, diag)); /* handed over after the round */
+    return nobody_waits(w) ? orch_elastic_steps(&w->elastic.m, (long long)w->prog.step, st->steps, diag) : XDC_OK;
 }
 
 static int diloco_syncs(const void *state, xdc_sync **out, int cap)
@@ -105,7 +200,17 @@ static xdc_sync *diloco_replan_sync(const void *state) { return ((const diloco_s
 
 static xdc_err_t diloco_checkpoint_io(orch_worker *w, void *state, const char *dir, int save, xdc_diag *diag)
 {
-    return orch_outer_checkpoint_io(w, &((diloco_state *)state)->outer, dir, save, diag);
+    diloco_state *st = state;
+    XDC_CHECK(orch_outer_checkpoint_io(w, &st->outer, dir, save, diag));
+    if (!nobody_waits(w)) return XDC_OK;
+    /* The round under way's counts: the resumed run lets the same steps pass as the uninterrupted one. */
+    int32_t h[XDC_TOPO_MAX_REGIONS];
+    size_t bytes = (size_t)w->id->n_regions * sizeof h[0];
+    for (int r = 0; save && r < w->id->n_regions; r++) h[r] = st->steps[r];
+    if (save) return xdc_ckpt_blob_save(dir, STEPS_FILE, h, bytes, diag);
+    XDC_CHECK(xdc_ckpt_blob_load(dir, STEPS_FILE, h, bytes, diag));
+    for (int r = 0; r < w->id->n_regions; r++) st->steps[r] = h[r] < 0 ? 0 : h[r];
+    return XDC_OK;
 }
 
 const orch_mode_ops orch_mode_diloco_ops = {.name = "diloco",

@@ -173,7 +173,10 @@ xdc_err_t orch_outer_quorum(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
 {
     if (!w->elastic.on) return XDC_OK;
     XDC_CHECK(orch_elastic_agree(w, (long long)w->prog.step, diag));
-    return xdc_sync_set_members(sync, w->elastic.m.live, diag);
+    float weight[XDC_TOPO_MAX_REGIONS];
+    for (int r = 0; r < w->id->n_regions; r++)
+        weight[r] = !w->elastic.m.live[r] ? 0.0f : w->elastic.weight ? w->elastic.weight[r] : 1.0f;
+    return xdc_sync_set_weights(sync, weight, diag);
 }
 
 xdc_err_t orch_outer_checkpoint_io(orch_worker *w, orch_outer *o, const char *dir, int save, xdc_diag *diag)

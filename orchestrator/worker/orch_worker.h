@@ -120,6 +120,9 @@ typedef struct orch_elastic {
     /* The sync of the round whose exchange is under way (a streaming fragment's is, across the next inner
      * step), NULL when none; m.open is its step. */
     xdc_sync *open;
+    /* (n_regions) each member region's weight in the next outer round's mean (DiLoCo's nobody waits: the tokens
+     * it processed, orch_mode_diloco.c); NULL: 1 each. Regions out of the round weigh 0 whatever it says. */
+    const float *weight;
 } orch_elastic;
 
 /* A training mode (orch_mode_sync.c, orch_mode_diloco.c, orch_mode_streaming.c): the syncs and buffers it

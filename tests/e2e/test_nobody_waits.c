@@ -1,0 +1,74 @@
+/* test_nobody_waits.c — DiLoCo's "nobody waits" under `xdc launch` (2 emulated regions, eu-west made 3x slower
+ * by diloco.slowdown): the fast region runs the whole period of inner steps, the slow one what the budget buys
+ * (the decider's counts), both end every round on one model, and a resume from a checkpoint taken while the slow
+ * region was half way through its count ends on the uninterrupted run's parameters, as does the run on
+ * cpu-strict. The waits at the rounds'
+ * boundaries (in inner steps) are printed beside those of the same run where everybody waits, not asserted:
+ * they are timings. */
+#include "tests/xdc_test.h"
+#include "tests/e2e/test_orch_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The inner steps region `region` ran and its wait per round at the boundaries (in its inner steps), from its
+ * first stage's log of the run in `dir`. */
+static void counters(const char *dir, const char *region, long long *steps, double *wait)
+{
+    char cmd[1024], out[512];
+    snprintf(cmd, sizeof cmd, "cat %s/logs/*.log | grep -m1 'region %s ran '", dir, region);
+    xdc_test_run(cmd, out, sizeof out);
+    const char *p = strstr(out, " ran "), *q = strstr(out, "waited ");
+    XDC_ASSERT_MSG(p && q, "%s: no counters of region %s in its logs: %s", dir, region, out);
+    *steps = atoll(p + 5);
+    *wait = atof(q + 7);
+}
+
+XDC_TEST_T(diloco_nobody_waits_slow_region_holds_no_one, 240)
+{
+    e2e_need_corpus();
+    static char out[65536];
+    const char *pace = "diloco: {inner_steps: 6, nobody_waits: true, slowdown: [1, 3]}\ncheckpoint_every: 7\n";
+    const char *run = e2e_write_run("nobody-waits", "diloco", 12, "int8", pace);
+    char hash[64], resumed[64], dir[600], h[8][17];
+    e2e_launch_hash(run, "nobody-waits", NULL, out, sizeof out, dir, sizeof dir, hash);
+    int n = e2e_final_hashes(dir, h, 8);
+    XDC_ASSERT_MSG(n == 2 && strcmp(h[0], h[1]) == 0 && strncmp(h[0], hash, 16) == 0,
+                   "the regions end on %s and %s, the result is %s", h[0], n > 1 ? h[1] : "-", hash);
+    /* 2 rounds of 6 steps: us-east runs all 6 of each, eu-west (3x slower) the 2 that its budget buys. */
+    long long fast, slow;
+    double fast_wait, slow_wait;
+    counters(dir, "us-east", &fast, &fast_wait);
+    counters(dir, "eu-west", &slow, &slow_wait);
+    XDC_ASSERT_MSG(fast == 12 && slow == 4, "inner steps: us-east %lld (want 12), eu-west %lld (want 4)", fast, slow);
+    char util[32];
+    e2e_final_field(out, "compute_util_min=", util, sizeof util);
+    /* Resumed from the checkpoint of step 7 (eu-west had run 1 of its 2 steps of that round): the same model. */
+    int rc = e2e_launch(run, dir, "--resume", out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "the resume exited %d:\n%s", rc, out);
+    e2e_final_field(out, "params_xxh64=", resumed, sizeof resumed);
+    XDC_ASSERT_MSG(strcmp(resumed, hash) == 0, "resumed run ends at %s, the uninterrupted one at %s", resumed, hash);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "grep -l 'resumed from the checkpoint of step 7' %s/logs/*.log | wc -l", dir);
+    xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(atoi(out) == 4, "expected 4 workers resumed from step 7, got %s", out);
+    /* On cpu-strict (device memory only through the backend, the weighted sum's ops on the comm stream): the cpu
+     * run's parameters. */
+    char strict[64];
+    e2e_launch_hash(run, "nobody-waits-strict", "--device cpu-strict", out, sizeof out, dir, sizeof dir, strict);
+    XDC_ASSERT_MSG(strcmp(strict, hash) == 0, "cpu-strict ends at %s, cpu at %s", strict, hash);
+    /* The same slow region with everybody waiting, for the printout. */
+    const char *all = e2e_write_run("all-wait", "diloco", 12, "int8", "diloco: {inner_steps: 6, slowdown: [1, 3]}\n");
+    char base[64], base_util[32];
+    e2e_launch_hash(all, "all-wait", NULL, out, sizeof out, dir, sizeof dir, base);
+    e2e_final_field(out, "compute_util_min=", base_util, sizeof base_util);
+    long long bf, bs;
+    double bf_wait, bs_wait;
+    counters(dir, "us-east", &bf, &bf_wait);
+    counters(dir, "eu-west", &bs, &bs_wait);
+    XDC_ASSERT_MSG(bf == 12 && bs == 12, "everybody waiting: inner steps %lld and %lld, want 12 each", bf, bs);
+    printf("nobody waits: us-east %lld inner steps (waited %.2f steps/round), eu-west %lld (%.2f), "
+           "compute_util_min %s; everybody waits: us-east waited %.2f steps/round, compute_util_min %s\n",
+           fast, fast_wait, slow, slow_wait, util, bf_wait, base_util);
+}

@@ -1,0 +1,192 @@
+/* test_sync_weights.c — the per-member weighting of the cross-region mean (xdc_sync_set_weights): three
+ * "regions" in one process on loopback WAN pairs, each with its own comm engine. The weighted result equals a
+ * serial reference Σ w_r·x_r / Σ w_r summed in region order, bit for bit; with a lossy codec every member
+ * holds the same bytes and each region's error-feedback residual is the one equal weights leave (the weight
+ * applies after decoding); a weight of 0 leaves the region out as a non-member; equal weights are the plain
+ * mean. */
+#include "tests/xdc_test.h"
+#include "tests/test_wan_util.h"
+
+#include "sync/xdc_sync.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define W_ELEMS  12288
+#define W_BUCKET 4096
+
+enum { A, B, D, N };
+
+typedef struct {
+    wan_test_pair ab, ad, bd;
+    xdc_sync_engine *eng[N];
+    xdc_sync *sync[N];
+    xdc_wan_peer *peers[N][N]; /* per region: the others' peers (the syncs keep the pointer) */
+    float *buf[N];             /* (W_ELEMS) each region's contribution, then the round's result */
+} mesh;
+
+static void mesh_open(mesh *m, const char *codec)
+{
+    wan_test_pair_open(&m->ab, 2, 20000, NULL, NULL);
+    wan_test_pair_open(&m->ad, 2, 20000, NULL, NULL);
+    wan_test_pair_open(&m->bd, 2, 20000, NULL, NULL);
+    xdc_wan_peer *peers[N][N] = {
+        {NULL, m->ab.srv, m->ad.srv}, {m->ab.cli, NULL, m->bd.srv}, {m->ad.cli, m->bd.cli, NULL}};
+    memcpy(m->peers, peers, sizeof peers);
+    for (int r = 0; r < N; r++) {
+        xdc_sync_cfg cfg = {.n_elems = W_ELEMS,
+                            .bucket_elems = W_BUCKET,
+                            .peers = m->peers[r],
+                            .n_regions = N,
+                            .my_region = r,
+                            .name = "weights"};
+        cfg.codec = (xdc_codec_cfg)XDC_CODEC_CFG_INIT;
+        XDC_ASSERT_OK(xdc_codec_parse(codec, &cfg.codec, NULL));
+        XDC_ASSERT_OK(xdc_sync_engine_create(&m->eng[r], NULL));
+        XDC_ASSERT_OK(xdc_sync_create(m->eng[r], &cfg, &m->sync[r], NULL));
+        m->buf[r] = malloc(W_ELEMS * sizeof(float));
+    }
+}
+
+static void mesh_close(mesh *m)
+{
+    for (int r = 0; r < N; r++) {
+        xdc_sync_destroy(m->sync[r]);
+        xdc_sync_engine_destroy(m->eng[r]);
+        free(m->buf[r]);
+    }
+    wan_test_pair_close(&m->ab);
+    wan_test_pair_close(&m->ad);
+    wan_test_pair_close(&m->bd);
+}
+
+/* Region r's contribution in round `round`: distinct per region and round, not exactly representable by int8. */
+static void fill(float *x, int r, int round)
+{
+    for (size_t i = 0; i < W_ELEMS; i++)
+        x[i] = (float)((i * 13 + (size_t)(r * 31 + round * 7)) % 97) * 0.0371f - 1.5f + 0.25f * (float)r;
+}
+
+/* One round of the regions whose weight (w, the same on every member) is above 0, all buckets ready at once. */
+static void round_of(mesh *m, const float *w, int round)
+{
+    xdc_diag d = {{0}};
+    for (int r = 0; r < N; r++) {
+        if (w[r] <= 0.0f) continue;
+        XDC_ASSERT_MSG(xdc_sync_set_weights(m->sync[r], w, &d) == XDC_OK, "region %d: %s", r, d.msg);
+        fill(m->buf[r], r, round);
+        XDC_ASSERT_OK(xdc_sync_begin(m->sync[r], m->buf[r]));
+        xdc_sync_mark_ready(m->sync[r], 0);
+    }
+    for (int r = 0; r < N; r++)
+        if (w[r] > 0.0f) {
+            xdc_err_t rc = xdc_sync_end(m->sync[r], &d);
+            XDC_ASSERT_MSG(rc == XDC_OK, "region %d: %s: %s", r, xdc_errname(rc), d.msg);
+        }
+}
+
+/* The serial reference of codec none: Σ w_r·x_r / Σ w_r in region order, a weight of 1 added as it is. */
+static void reference(const float *w, int round, float *want)
+{
+    float *x = malloc((size_t)N * W_ELEMS * sizeof(float)), total = 0; /* (N, W_ELEMS) */
+    for (int r = 0; r < N; r++) {
+        fill(x + (size_t)r * W_ELEMS, r, round);
+        total += w[r];
+    }
+    for (size_t i = 0; i < W_ELEMS; i++) {
+        float s = 0;
+        for (int r = 0; r < N; r++) {
+            float xi = x[(size_t)r * W_ELEMS + i];
+            if (w[r] > 0.0f) s += w[r] == 1.0f ? xi : w[r] * xi;
+        }
+        want[i] = s * (1.0f / total);
+    }
+    free(x);
+}
+
+XDC_TEST_T(xdc_sync_weighted_mean_matches_a_serial_reference, 60)
+{
+    mesh m;
+    mesh_open(&m, "none");
+    float *want = malloc(W_ELEMS * sizeof(float));
+    const float w[2][N] = {{3.0f, 1.0f, 0.5f}, {1.0f, 7.0f, 2.0f}}; /* tokens each region processed, say */
+    for (int round = 0; round < 2; round++) {
+        round_of(&m, w[round], round);
+        reference(w[round], round, want);
+        for (int r = 0; r < N; r++)
+            XDC_ASSERT_MSG(memcmp(m.buf[r], want, W_ELEMS * sizeof(float)) == 0,
+                           "round %d, region %d: not the serial weighted mean", round, r);
+    }
+    /* Equal weights are the plain mean, bit for bit: ((a + b) + d) / 3 as the unweighted rounds sum. */
+    const float ones[N] = {1, 1, 1};
+    round_of(&m, ones, 2);
+    float *x[N];
+    for (int r = 0; r < N; r++) fill(x[r] = malloc(W_ELEMS * sizeof(float)), r, 2);
+    for (size_t i = 0; i < W_ELEMS; i++) want[i] = (((0.0f + x[A][i]) + x[B][i]) + x[D][i]) * (1.0f / 3.0f);
+    XDC_ASSERT_MSG(memcmp(m.buf[A], want, W_ELEMS * sizeof(float)) == 0, "equal weights: not the plain mean");
+    for (int r = 0; r < N; r++) free(x[r]);
+    mesh_close(&m);
+    free(want);
+}
+
+XDC_TEST_T(xdc_sync_weight_zero_is_not_a_member, 60)
+{
+    mesh m;
+    mesh_open(&m, "none");
+    float *want = malloc(W_ELEMS * sizeof(float));
+    /* D has weight 0: it runs no round and A and B neither send to it nor wait for it. */
+    const float w[N] = {2.0f, 5.0f, 0.0f};
+    round_of(&m, w, 0);
+    reference(w, 0, want);
+    for (int r = A; r <= B; r++)
+        XDC_ASSERT_MSG(memcmp(m.buf[r], want, W_ELEMS * sizeof(float)) == 0, "region %d: not (2a + 5b) / 7", r);
+    uint8_t got[N];
+    xdc_sync_received(m.sync[A], got);
+    XDC_ASSERT_MSG(got[A] && got[B] && !got[D], "A summed %d%d%d, expected 110", got[A], got[B], got[D]);
+    /* A region's own weight must be above 0, and no weight is negative or NaN. */
+    xdc_diag d = {{0}};
+    const float own_zero[N] = {0.0f, 1.0f, 1.0f}, negative[N] = {1.0f, -1.0f, 1.0f};
+    XDC_ASSERT_ERR(xdc_sync_set_weights(m.sync[A], own_zero, &d), XDC_ERR_INVALID);
+    XDC_ASSERT_ERR(xdc_sync_set_weights(m.sync[A], negative, &d), XDC_ERR_INVALID);
+    /* Back to all three, weighted: D takes part again. */
+    const float all[N] = {1.0f, 2.0f, 4.0f};
+    round_of(&m, all, 1);
+    reference(all, 1, want);
+    for (int r = 0; r < N; r++)
+        XDC_ASSERT_MSG(memcmp(m.buf[r], want, W_ELEMS * sizeof(float)) == 0, "round 2, region %d", r);
+    mesh_close(&m);
+    free(want);
+}
+
+/* With a lossy codec (int8 with error feedback): unequal weights leave every member on the same bytes, and
+ * each region's residual is the one equal weights leave, round after round: the codec sees each region's
+ * own contribution, the weight only its decoded copy. */
+XDC_TEST_T(xdc_sync_weights_keep_error_feedback_per_region, 60)
+{
+    mesh eq, wt;
+    mesh_open(&eq, "int8");
+    mesh_open(&wt, "int8");
+    const float ones[N] = {1, 1, 1}, w[N] = {10.0f, 3.0f, 1.0f};
+    size_t n = xdc_sync_residual_elems(wt.sync[A]);
+    XDC_ASSERT_MSG(n == W_ELEMS, "int8 keeps a residual of %zu elements, not %d", n, W_ELEMS);
+    float *re = malloc(n * sizeof(float)), *rw = malloc(n * sizeof(float));
+    for (int round = 0; round < 3; round++) {
+        round_of(&eq, ones, round);
+        round_of(&wt, w, round);
+        for (int r = 1; r < N; r++)
+            XDC_ASSERT_MSG(memcmp(wt.buf[r], wt.buf[A], W_ELEMS * sizeof(float)) == 0,
+                           "round %d: region %d's weighted mean differs from region A's", round, r);
+        XDC_ASSERT_MSG(memcmp(wt.buf[A], eq.buf[A], W_ELEMS * sizeof(float)) != 0,
+                       "round %d: the weights changed nothing", round);
+        for (int r = 0; r < N; r++) {
+            XDC_ASSERT_OK(xdc_sync_residual_get(eq.sync[r], re, n, NULL));
+            XDC_ASSERT_OK(xdc_sync_residual_get(wt.sync[r], rw, n, NULL));
+            XDC_ASSERT_MSG(memcmp(re, rw, n * sizeof(float)) == 0,
+                           "round %d, region %d: the weights changed its error-feedback residual", round, r);
+        }
+    }
+    free(re);
+    free(rw);
+    mesh_close(&eq);
+    mesh_close(&wt);
+}
