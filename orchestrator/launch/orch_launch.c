@@ -307,8 +307,11 @@ static xdc_err_t start_agent(launch *L, int r, int n, xdc_diag *diag)
         argv[a++] = "--";
         memcpy(argv + a, L->o.exec_argv, (size_t)n_exec * sizeof *argv);
     }
+    /* Its workers' claim to their names in an etcd store: a restarted one revokes its predecessor's lease. */
+    char gen[48], *env[] = {gen, NULL};
+    snprintf(gen, sizeof gen, "XDC_RDZV_GENERATION=%d", L->restarts[r]);
     snprintf(name, sizeof name, "%s/%s", g->name, g->hosts[n]);
-    xdc_err_t rc = orch_procs_spawn(&L->agents, name, NULL, argv, NULL, NULL, NULL, diag);
+    xdc_err_t rc = orch_procs_spawn(&L->agents, name, NULL, argv, env, NULL, NULL, diag);
     xdc_free(argv);
     return rc;
 }

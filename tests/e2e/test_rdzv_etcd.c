@@ -243,6 +243,17 @@ XDC_TEST_SERIAL(rdzv_etcd_store_ops, 60)
     XDC_ASSERT_EQ(rdzv_server_connections(host), 0);
     XDC_ASSERT_OK(rdzv_client_open(&t, NULL, "r/h:0", 2000, &again, &d));
     XDC_ASSERT_EQ(rdzv_server_connections(host), 1);
+    /* A later generation of the member (a restart: XDC_RDZV_GENERATION, the same certificate, none here) takes
+     * the name over while the earlier one's lease still holds it: within 2 s, not its 10 s TTL; the same
+     * generation again cannot. */
+    rdzv_client *later, *twin;
+    setenv("XDC_RDZV_GENERATION", "1", 1);
+    XDC_ASSERT_OK(rdzv_client_open(&t, NULL, "r/h:0", 2000, &later, &d));
+    XDC_ASSERT(rdzv_server_member(host, 0, &st) == 0 && st.connected);
+    XDC_ASSERT_ERR(rdzv_client_open(&t, NULL, "r/h:0", 300, &twin, &d), XDC_ERR_UNAVAILABLE);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "holds member r/h:0 alive");
+    unsetenv("XDC_RDZV_GENERATION");
+    rdzv_client_destroy(later);
     rdzv_client_destroy(again);
     rdzv_server_destroy(host);
     etcd_stop(&e, SIGTERM);
