@@ -51,6 +51,8 @@ typedef struct orch_quorum {
     long long open;                 /* the round whose final set is not published yet; -1: none */
     char open_set[XDC_TOPO_MAX_REGIONS + 1]; /* its members ('1') */
     char lost_set[XDC_TOPO_MAX_REGIONS + 1]; /* those that left during its exchange ('1'), lost/<open> */
+    long long rejoin_at; /* test hook XDC_TEST_REJOIN_AT=<step>: take regions back at that round only, which
+                          * waits until every region out of the run asked; -1: unset */
 } orch_quorum;
 
 /* Every region of `t` in the run, nothing decided. Each round's exchange ends with a final set, and a
