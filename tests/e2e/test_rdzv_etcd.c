@@ -698,11 +698,11 @@ XDC_TEST_SERIAL(rdzv_etcd_coordinator_and_agents_started_elsewhere, 180)
 
 /* Rejoining with etcd as the store (docs/runtime.md, "Rejoining"): `xdc launch --rdzv etcd://... --max-restarts
  * 1` of an elastic DiLoCo run over three regions; ap-south's worker is killed after step 20 (in a round's
- * exchange or between rounds: either way the region leaves). The launcher starts its agent again, and its
- * worker finds its earlier process's keys in etcd, waits for the killed process's lease to end (up to its
- * 10 s TTL: hence 400 steps, so the run is still going), asks to rejoin and is taken back at an outer round:
- * the run ends with exit 0 and every region on the run's parameters. Its own lease is kept alive during that
- * wait (it once ran out there, and the host then dropped the region again for a gone member). */
+ * exchange or between rounds: either way the region leaves). The launcher starts its agent again
+ * (XDC_RDZV_GENERATION=1), and its worker takes its member name over from the killed process (the same
+ * certificate, none here, and a later generation: it revokes that lease instead of waiting out its 10 s
+ * TTL), finds its earlier process's keys in etcd, asks to rejoin and is taken back at an outer round: the
+ * run ends with exit 0 and every region on the run's parameters. */
 XDC_TEST_SERIAL(rdzv_etcd_elastic_region_killed_restarted_and_rejoined, 240)
 {
     if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian fortunes; `make deps`)");
@@ -714,7 +714,7 @@ XDC_TEST_SERIAL(rdzv_etcd_elastic_region_killed_restarted_and_rejoined, 240)
     snprintf(run, sizeof run, "%s/elastic.yaml", xdc_test_tmpdir());
     snprintf(text, sizeof text,
              "model: %s/examples/models/tiny.yaml\ndata: /usr/share/games/fortunes\nmode: diloco\n"
-             "diloco: {inner_steps: 4}\npipeline_stages: 1\nmicrobatches: 1\nsteps: 400\ncodec: none\nthreads: 1\n"
+             "diloco: {inner_steps: 4}\npipeline_stages: 1\nmicrobatches: 1\nsteps: 200\ncodec: none\nthreads: 1\n"
              "elastic: {min_regions: 2, grace: 5s}\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
              cwd);
     xdc_test_write_file(run, text);
@@ -724,13 +724,15 @@ XDC_TEST_SERIAL(rdzv_etcd_elastic_region_killed_restarted_and_rejoined, 240)
              "--rdzv %4$s/rejoin --max-restarts 1 >%1$s/launch.log 2>&1 & p=$!; "
              "for i in $(seq 2400); do grep -q 'step    20/' %1$s/launch.log && break; sleep 0.05; done; "
              "kill -9 $(cat $d/pids/ap-south-0.pid); wait $p; echo \"launch exited $?\"; cat %1$s/launch.log; "
-             "grep -h 'final parameters of region' $d/logs/*.log",
+             "grep -h 'final parameters of region\\|takes its name over' $d/logs/*.log",
              xdc_test_tmpdir(), xdc_test_bin(), run, e.url);
     xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(strstr(out, "launch exited 0\n") != NULL, "launch failed:\n%s", out);
     XDC_ASSERT_STR_CONTAINS(out, "starting region ap-south's agents again (restart 1 of --max-restarts 1)");
     XDC_ASSERT_STR_CONTAINS(out, "region ap-south rejoins the run at the outer round at step");
     XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
+    XDC_ASSERT_STR_CONTAINS(out, "rendezvous: member ap-south/south-node1:0, generation 1, takes its name over from "
+                                 "generation 0 (the same certificate)");
     char want[64], needle[96];
     const char *fin = strstr(out, "\nfinal ");
     XDC_ASSERT_MSG(fin != NULL, "no final line in:\n%s", out);
