@@ -8,7 +8,7 @@
  * that is not in a round is out of the run until it rejoins; one whose agent or worker failed is out at once,
  * without waiting for the grace window. A region out of the run comes back when every one of its workers
  * (restarted) posted outer/<region>/<rank> = join:<nonce>: the next round decided names it 'j' (joining:
- * not in this round's average; the members' lowest region hands it the round's outer state), publishes the
+ * not in this round's average; each member region hands it a slice of the round's state), publishes the
  * round's step as rejoin/<nonce> for each of its workers, and counts it in the run again from the next round.
  * Each time a region leaves, left/<region index> = how many times it did: its restarted workers wait for it
  * and name their region's new intra bootstrap key with it (the earlier one is stale). Fewer than `min_regions` regions
