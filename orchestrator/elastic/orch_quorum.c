@@ -50,10 +50,10 @@ static int join_request(const orch_quorum *q, int r, int k, char *nonce)
            rdzv_server_get(q->rdzv, rdzv_key_rejoin(nonce).s, val, sizeof val) != 0;
 }
 
-/* Take the first region out of the run all of whose workers asked to rejoin into the round at `step` as
- * joining ('j' in mask; not at the end of the run): each worker learns the round from rejoin/<nonce>; it
- * counts again from the next round. One a round: a joiner dials the round's members only, so two joining
- * at once would have no peers to each other. */
+/* Take every region out of the run all of whose workers asked to rejoin into the round at `step` as joining
+ * ('j' in mask; not at the end of the run): each worker learns the round from rejoin/<nonce>; it counts
+ * again from the next round. Joiners of one round connect to each other too (the higher dials the lower,
+ * orch_rejoin.c). */
 static void admit_joiners(orch_quorum *q, long long step, char *mask)
 {
     char nonce[RDZV_NONCE_MAX];
@@ -73,7 +73,6 @@ static void admit_joiners(orch_quorum *q, long long step, char *mask)
                  q->t->regions[r].name, step);
         XDC_WARN(XDC_SUB_ORCH, "region %s rejoins the run at the outer round at step %lld; %d of %d regions",
                  q->t->regions[r].name, step, q->n_live, q->t->n_regions);
-        return;
     }
 }
 

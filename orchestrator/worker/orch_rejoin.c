@@ -329,6 +329,35 @@ static xdc_err_t take_slices(orch_worker *w, orch_outer *o, donor_in *dn, int k,
     return rc;
 }
 
+/* Joiners of one round are members of the next together: each dials the lower ones, then accepts the higher
+ * ones (no wait goes up the region order, so none waits in a circle). */
+static xdc_err_t link_joiners(orch_worker *w, const char *mask, xdc_diag *diag)
+{
+    xdc_wan_peer **peers = orch_member_peers(w->member);
+    int us = w->id->region_idx, higher = 0;
+    for (int r = 0; mask[r]; r++) {
+        if (mask[r] != 'j' || r == us) continue;
+        if (r > us) higher++;
+        else XDC_CHECK(orch_member_dial(w->member, r, w->id->lrank, &peers[r], diag));
+    }
+    while (higher > 0) {
+        xdc_wan_peer *p;
+        XDC_CHECK(xdc_wan_accept(orch_member_listener(w->member), w->cfg->timeouts.handshake_ms, &p, diag));
+        const xdc_wan_identity *id = xdc_wan_peer_identity(p);
+        int r = xdc_topology_region_index(w->topo, id->region);
+        if (r <= us || r >= w->id->n_regions || mask[r] != 'j' || peers[r] || id->rank != w->id->lrank) {
+            XDC_WARN(XDC_SUB_ORCH,
+                     "rejoin: unexpected WAN peer %s/%d (expected rank %d of a higher joining region); closed",
+                     id->region, id->rank, w->id->lrank);
+            xdc_wan_peer_destroy(p);
+            continue;
+        }
+        peers[r] = p;
+        higher--;
+    }
+    return XDC_OK;
+}
+
 xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *diag)
 {
     uint8_t in_round[XDC_TOPO_MAX_REGIONS];
@@ -350,6 +379,7 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
             XDC_CHECK(orch_member_dial(w->member, r, w->id->lrank, &orch_member_peers(w->member)[r], diag));
             dn[k++].region = r;
         }
+    XDC_CHECK(link_joiners(w, w->elastic.m.quorum, diag));
     /* The run's last round is the finish's: its state is handed over at once. */
     long long want = at < w->cfg->train.steps ? at + lag : at;
     const xdc_device_ops *d = w->model.be->device;
@@ -370,12 +400,14 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
     }
     w->prog.step = (int64_t)h[HDR_STEP];
     w->elastic.rejoin_round = at;
-    XDC_WARN(XDC_SUB_ORCH,
-             "region %s took the state of round %lld (step %lld, data epoch %llu batch %llu, %llu AdamW steps) in %d "
-             "slices from the round's members (global parameters, outer momentum and AdamW moments, hashes checked) "
-             "%.2f s after its rejoin request; a member from the next round",
-             w->id->region, at, want, (unsigned long long)h[HDR_EPOCH], (unsigned long long)h[HDR_BATCH],
-             (unsigned long long)h[HDR_ADAM_T], k, (double)(xdc_now_ns() - w->elastic.rejoin_t0) / 1e9);
+    XDC_WARN(
+        XDC_SUB_ORCH,
+        "region %s took the state of round %lld (step %lld, data epoch %llu batch %llu, %llu AdamW steps) from the "
+        "round's %d member regions, a slice from each (global parameters, outer momentum and AdamW moments, hashes "
+        "checked) "
+        "%.2f s after its rejoin request; a member from the next round",
+        w->id->region, at, want, (unsigned long long)h[HDR_EPOCH], (unsigned long long)h[HDR_BATCH],
+        (unsigned long long)h[HDR_ADAM_T], k, (double)(xdc_now_ns() - w->elastic.rejoin_t0) / 1e9);
     return XDC_OK;
 }
 

@@ -137,6 +137,36 @@ XDC_TEST(elastic_quorum_takes_a_region_that_asks_to_rejoin)
     fixture_close(&f);
 }
 
+/* Two regions out of the run that both asked are taken back at one round; a joiner dropped again before it
+ * became a member is not taken again on the request that round answered, only on its restart's new one. */
+XDC_TEST(elastic_quorum_takes_two_regions_back_at_one_round)
+{
+    quorum_fixture f;
+    fixture_open(&f, 1, 600000);
+    char why[512] = "", val[64];
+    XDC_ASSERT_OK(orch_quorum_lose(&f.q, 1, "its agent exited with status 69", why, sizeof why));
+    XDC_ASSERT_OK(orch_quorum_lose(&f.q, 2, "its agent exited with status 69", why, sizeof why));
+    arrive(&f, 1, RDZV_VAL_JOIN "w1");
+    arrive(&f, 2, RDZV_VAL_JOIN "s1");
+    arrive(&f, 0, "8");
+    XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
+    XDC_ASSERT(strcmp(decision(&f, "8"), "1jj") == 0);
+    XDC_ASSERT(rdzv_server_get(f.srv, "rejoin/w1", val, sizeof val) == 0 && strcmp(val, "8") == 0);
+    XDC_ASSERT(rdzv_server_get(f.srv, "rejoin/s1", val, sizeof val) == 0 && strcmp(val, "8") == 0);
+    /* ap-south's joiner fails before its first round: its old request is not a new one. */
+    XDC_ASSERT_OK(orch_quorum_lose(&f.q, 2, "its agent exited with status 65", why, sizeof why));
+    arrive(&f, 0, "12");
+    arrive(&f, 1, "12");
+    XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
+    XDC_ASSERT(strcmp(decision(&f, "12"), "110") == 0);
+    arrive(&f, 2, RDZV_VAL_JOIN "s2");
+    arrive(&f, 0, "16");
+    arrive(&f, 1, "16");
+    XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
+    XDC_ASSERT(strcmp(decision(&f, "16"), "11j") == 0);
+    fixture_close(&f);
+}
+
 /* Worker 0 of `region` summed the regions in `set` in the round at `step` (xchg/<region>/0). */
 static void exchanged(quorum_fixture *f, int region, const char *step, const char *set)
 {
@@ -713,7 +743,7 @@ static void expect_rejoined(const char *dir, char *out, int at_last)
                   5);
     XDC_ASSERT_MSG(epoch == 0 && batch == step && adam_t == step,
                    "state of step %lld at epoch %lld batch %lld, %lld AdamW steps", step, epoch, batch, adam_t);
-    XDC_ASSERT_STR_CONTAINS(took, "in 2 slices from the round's members");
+    XDC_ASSERT_STR_CONTAINS(took, "from the round's 2 member regions, a slice from each");
     XDC_ASSERT_STR_CONTAINS(took, "hashes checked");
     if (at_last) XDC_ASSERT_MSG(round == 128 && step == 128, "taken back at round %lld, not the last", round);
     else XDC_ASSERT_STR_CONTAINS(wlog, "region ap-south rejoined at round");
@@ -837,6 +867,43 @@ XDC_TEST_T(elastic_launch_restarts_a_killed_region_and_it_rejoins, 180)
 XDC_TEST_T(elastic_launch_restarts_a_killed_streaming_region_and_it_rejoins, 180)
 {
     launch_takes_a_region_back("lsrejoin", "streaming", "miss@eu-west", "eu-west");
+}
+
+/* Two regions back at one round: `xdc launch --max-restarts 1` with `elastic.min_regions: 1`, eu-west's and
+ * ap-south's workers killed after step 20; us-east goes on alone, and with XDC_TEST_REJOIN_AT=64 (the host
+ * takes regions back at that round only, waiting there until both asked) both restarted regions are taken
+ * back at round 64: each takes the whole state from us-east, and ap-south dials eu-west (the higher joiner
+ * dials the lower, through a relay route the launcher opened again to eu-west's new process). All three end
+ * on one model. */
+XDC_TEST_T(elastic_launch_takes_two_regions_back_at_one_round, 180)
+{
+    need_corpus();
+    const char *run = write_run_timeouts("ltwo", "diloco", 128, "{min_regions: 1, grace: 5s}", ", handshake: 5s");
+    char dir[600], log[700];
+    snprintf(dir, sizeof dir, "%s/ltwo", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/ltwo.log", xdc_test_tmpdir());
+    setenv("XDC_TEST_REJOIN_AT", "64", 1);
+    pid_t p = start_launch(run, NULL, dir, log, "1");
+    unsetenv("XDC_TEST_REJOIN_AT");
+    XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
+    signal_worker(dir, "eu-west", SIGKILL);
+    signal_worker(dir, "ap-south", SIGKILL);
+    char *out = launch_succeeded(p, dir, log);
+    XDC_ASSERT_STR_CONTAINS(out, "region eu-west rejoins the run at the outer round at step 64");
+    XDC_ASSERT_STR_CONTAINS(out, "region ap-south rejoins the run at the outer round at step 64");
+    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
+    expect_one_model(dir, out, 3);
+    free(out);
+    static const char *const back[2] = {"eu-west", "ap-south"};
+    for (int i = 0; i < 2; i++) {
+        char *wlog = region_log(dir, back[i]), want[200];
+        snprintf(want, sizeof want,
+                 "region %s took the state of round 64 (step 64, data epoch 0 batch 64, 64 AdamW steps) from the "
+                 "round's 1 member regions",
+                 back[i]);
+        XDC_ASSERT_STR_CONTAINS(wlog, want);
+        free(wlog);
+    }
 }
 
 /* Sync mode keeps its all-or-nothing rule, and says so when the run file asks for elastic rounds. */
