@@ -21,15 +21,14 @@
  * <region> closes the joiner's connection instead of sending its slice). */
 #include "orchestrator/worker/orch_worker.h"
 
+#include "common/xdc_alloc.h"
 #include "common/xdc_hash.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
 #include "orchestrator/elastic/orch_elastic_member.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* The parts of a slice, one after the other in its message. */
 enum { PART_GLOBAL, PART_MOM, PART_M, PART_V, N_PART };
@@ -114,7 +113,7 @@ static void settle_sends(orch_worker *w, int wait)
     }
     if (left) return;
     w->model.be->device->host_free(g->host);
-    free(g);
+    xdc_free(g);
     w->elastic.give = NULL;
 }
 
@@ -128,11 +127,11 @@ static xdc_err_t stage_slice(orch_worker *w, orch_outer *o, struct orch_rejoin_o
     size_t lo, hi;
     slice_of(w->model.n_params, w->elastic.m.quorum, w->id->region_idx, &lo, &hi);
     size_t len = hi - lo, bytes = len * sizeof(float);
-    struct orch_rejoin_out *g = calloc(1, sizeof *g);
+    struct orch_rejoin_out *g = xdc_calloc(1, sizeof *g);
     if (!g) return XDC_ERR_NOMEM;
     xdc_err_t rc = d->host_alloc((void **)&g->host, N_PART * bytes + 1); /* + 1: a slice may be empty */
     if (rc != XDC_OK) {
-        free(g);
+        xdc_free(g);
         return rc;
     }
     *out = g;
