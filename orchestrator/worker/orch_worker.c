@@ -158,6 +158,7 @@ static void close_worker(orch_worker *w)
     int n_syncs = orch_worker_syncs(w, syncs, ORCH_MAX_SYNCS);
     for (int i = 0; i < n_syncs; i++) xdc_sync_stop(syncs[i]);
     xdc_intra_destroy(w->comm.dp_wan);
+    orch_rejoin_drain(w); /* a hand-over's sends complete before their peers close */
     orch_member_disconnect(w->member);
     if (w->mode) w->mode->destroy(w->mode_state); /* its syncs, then its buffers */
     orch_member_destroy(w->member);

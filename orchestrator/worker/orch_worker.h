@@ -117,6 +117,8 @@ typedef struct orch_elastic {
     uint64_t started;     /* xdc_now_ns() when this worker process began (xdc_worker_run) */
     uint64_t rejoin_t0;   /* xdc_now_ns() when it asked to rejoin */
     int64_t rejoin_round; /* the round that took it back; -1 once its first round as a member was logged */
+    struct orch_rejoin_out *give; /* a member's last hand-over of its slice of the state, its sends not all
+                                   * settled (orch_rejoin.c); NULL: none */
     /* The sync of the round whose exchange is under way (a streaming fragment's is, across the next inner
      * step), NULL when none; m.open is its step. */
     xdc_sync *open;
@@ -256,20 +258,24 @@ xdc_err_t orch_elastic_agree(orch_worker *w, long long round, xdc_diag *diag);
  * routes a joiner needs to dial lower regions once the region left (orch_launch.c, pump_relays). */
 xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag);
 /* The joiner, before its first step: ask to rejoin, wait for the round that takes it, dial that round's
- * members and take the global parameters and outer momentum from the lowest one (hash-checked; XDC_ERR_CORRUPT
- * on a mismatch); local = global, the step and the data position are the sender's. `lag`: how many steps
- * after a round the members hand its state over (DiLoCo 0; streaming 1, once the round's fragment landed);
- * the run's last round hands it over at once. */
+ * members and take a slice of the state from each, all at once: the global parameters, outer momentum and
+ * AdamW moments (hash-checked; XDC_ERR_CORRUPT naming the part and the member on a mismatch); local =
+ * global, the step, the AdamW step count and the data position are the members' (XDC_ERR_PROTO when they
+ * disagree). `lag`: how many steps after a round the members hand its state over (DiLoCo 0; streaming 1,
+ * once the round's fragment landed); the run's last round hands it over at once. */
 xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *diag);
 /* After the exchange of the round at step `round`: the first one a rejoined worker took part in is logged with
  * the time it took. */
 void orch_rejoin_member(orch_worker *w, int64_t round);
-/* A member, once the exchange of a round that named joining regions is done (nothing on the wire): accept each
- * joiner's new WAN peer in place of the dead one, and, in the lowest member region, send it the global
- * parameters and momentum, with this worker's step and data position. A joiner
- * that does not connect or take the state is named and not waited for again (the store host drops it at
- * the next round); errors are the device's. */
+/* A member, once the exchange of a round that named joining regions is done (nothing on the wire): stage this
+ * member's slice of the state (with its step, data position and AdamW step count), accept each joiner's new
+ * WAN peer in place of the dead one and post the slice to it on the comm engine, which sends it while this
+ * worker trains on; each call settles the sends of the last hand-over that completed. A joiner that does not
+ * connect or take the state is named and not waited for again (the store host drops it at the next round);
+ * errors are the device's. */
 xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o);
+/* At teardown: wait for the last hand-over's sends (the engine ends those to a silent joiner) and free it. */
+void orch_rejoin_drain(orch_worker *w);
 /* orch_observe.c: Prometheus metrics of the worker (metrics_port >= 0) */
 xdc_err_t orch_observe_start(orch_worker *w, xdc_diag *diag);
 void orch_observe_step(orch_worker *w, double step_s, double compute_s, double intra_s, double wan_s, float loss);
