@@ -3,14 +3,14 @@
  * set-up without the model, on the CPU device: the caller's buffers are host memory. Each tag is one
  * xdc_sync on the comm engine, created at the tag's first use and kept (its codec contexts hold the
  * error-feedback residual); the teardown stops and frees them in the order docs/design.md gives. Outer
- * rounds are the worker's (orchestrator/worker/orch_outer.h), on a worker without a model. */
+ * rounds are the member's (orchestrator/member/orch_outer.h), as the training worker's DiLoCo runs them. */
 #include <xdc.h>
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
 #include "orchestrator/member/orch_member.h"
 #include "orchestrator/rdzv/orch_rdzv_keys.h"
-#include "orchestrator/worker/orch_outer.h"
+#include "orchestrator/member/orch_outer.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -26,7 +26,7 @@ struct xdc_request {
     int pending; /* a round was posted and not yet completed by test or wait */
 };
 
-/* A tag's DiLoCo outer state (orch_outer, the worker's own): the caller's parameter list is copied into
+/* A tag's DiLoCo outer state (orch_outer, as the worker's DiLoCo has): the caller's parameter list is copied into
  * outer.local, one after the other, around each round. */
 typedef struct api_outer {
     orch_outer outer;
@@ -43,7 +43,6 @@ typedef struct api_outer {
  * of both, and of the check, in creation order (the teardown stops them in it). */
 typedef struct api_tags {
     orch_member *m;
-    orch_worker *outer_w; /* the outer rounds' worker without a model (orch_outer.h) */
     xdc_request *by_tag[XDC_MAX_TAGS];
     api_outer *outer[XDC_MAX_TAGS];
     xdc_sync *check; /* xdc_comm_check_same's, made at its first call */
@@ -53,7 +52,6 @@ typedef struct api_tags {
 
 struct xdc_comm {
     orch_member *m;
-    orch_worker *outer_w; /* orch_worker_bare_create: the outer rounds run on it */
     orch_member_opts opts;
     char topology[512], config[512], run_dir[512];
     api_tags tags;
@@ -79,7 +77,7 @@ static void tags_destroy(api_tags *t)
         api_outer *a = t->outer[i];
         if (!a) continue;
         orch_member_backend(t->m)->device->mem_free(a->outer.local);
-        orch_outer_destroy(t->outer_w, &a->outer); /* its sync too */
+        orch_outer_destroy(&a->outer); /* its sync too */
         xdc_free(a->counts);
         xdc_free(a);
     }
@@ -93,7 +91,6 @@ static void close_comm(xdc_comm *c)
     for (int i = 0; i < c->tags.n; i++) xdc_sync_stop(c->tags.order[i]);
     orch_member_disconnect(c->m);
     tags_destroy(&c->tags);
-    orch_worker_bare_destroy(c->outer_w);
     orch_member_destroy(c->m);
 }
 
@@ -221,10 +218,8 @@ int xdc_comm_create(const xdc_comm_options *opts, xdc_comm **out, char *err, siz
     if (rc == XDC_OK) what = "WAN engine and rendezvous", rc = orch_member_open_wan(c->m, &d);
     if (rc == XDC_OK) rc = orch_member_connect(c->m, &what, &d);
     if (rc == XDC_OK) what = "comm engine", rc = orch_member_comm_engine(c->m, &d);
-    if (rc == XDC_OK) rc = orch_worker_bare_create(c->m, &c->outer_w);
     if (rc == XDC_OK) {
         c->tags.m = c->m;
-        c->tags.outer_w = c->outer_w;
         what = "start barrier";
         rc = rdzv_barrier(orch_member_rdzv(c->m), RDZV_BARRIER_START, id_of(c)->gsize,
                           orch_member_config(c->m)->timeouts.rendezvous_ms, &d);
@@ -409,8 +404,11 @@ static xdc_err_t outer_init(xdc_comm *c, int tag, int n_params, float *const *pa
     a->outer.n = n;
     XDC_CHECK(orch_member_backend(c->m)->device->mem_alloc((void **)&a->outer.local, n * sizeof(float)));
     outer_copy(a, params, 1); /* the start of the first inner phase: global = these */
-    xdc_intra_comm *dp = region_replicas(c);
-    XDC_CHECK(orch_outer_open(c->outer_w, &a->outer, dp, diag));
+    xdc_sync_cfg sc;
+    orch_member_sync_cfg(c->m, 1, &sc);
+    sc.dp = region_replicas(c);
+    sc.name = "pseudo-gradients";
+    XDC_CHECK(orch_outer_open(c->m, &a->outer, &sc, diag));
     c->tags.order[c->tags.n++] = a->outer.sync;
     return XDC_OK;
 }
@@ -438,7 +436,7 @@ int xdc_outer_round(xdc_comm *c, int tag, float *const *params)
             return fail(c, XDC_ERR_INVALID, &d);
         }
     outer_copy(a, params, 1);
-    xdc_err_t rc = orch_outer_round(c->outer_w, &a->outer, &d); /* pseudo, mean, Nesterov step, local = global */
+    xdc_err_t rc = orch_outer_round(&a->outer, 0, &d); /* pseudo, mean, Nesterov step, local = global */
     if (rc != XDC_OK) {
         char what[32];
         snprintf(what, sizeof what, "outer round of tag %d", tag);

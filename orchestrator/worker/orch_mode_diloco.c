@@ -3,20 +3,13 @@
  * error feedback) and an outer Nesterov step updates the global parameters: m = μm + Δ;
  * global −= η(Δ + μm); local = global. A run ends with a final outer round so all regions report one
  * model. A checkpoint (any step) carries the outer global parameters and momentum next to the stage
- * checkpoint. The outer loop (orch_outer_*, orch_outer.c) is shared with streaming mode. */
+ * checkpoint. The outer loop (orchestrator/member/orch_outer.h) is shared with streaming mode and libxdc. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
-#include "common/xdc_time.h"
-#include "kernels/xdc_model_ops.h"
-#include "model/xdc_ckpt.h"
-#include "orchestrator/rdzv/orch_rdzv_keys.h"
-
-#include <string.h>
 
 typedef struct {
-    orch_worker *w; /* for destroy: the device that holds the outer state */
     xdc_sync *grad; /* replicas only */
     orch_outer outer;
 } diloco_state;
@@ -26,7 +19,6 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
     diloco_state *st = xdc_calloc(1, sizeof *st);
     if (!st) return XDC_ERR_NOMEM;
     *state = st;
-    st->w = w;
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 0, &sc); /* inner steps: the region's replicas, no WAN */
     orch_sync_device_cfg(w, &sc);
@@ -38,6 +30,7 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
                      xdc_intra_size(sc.dp));
         return XDC_ERR_CONFIG;
     }
+    st->outer.keep_unsent = w->cfg->diloco.keep_unsent;
     return orch_outer_setup(w, &st->outer, sc.dp, diag);
 }
 
@@ -55,7 +48,7 @@ static xdc_err_t last_round(orch_worker *w, diloco_state *st, xdc_diag *diag)
         XDC_CHECK(orch_train_switch_wan(w, w->cfg->diloco.final_codec, 0, diag));
     }
     st->outer.mean = w->cfg->diloco.keep_unsent;
-    return orch_outer_round(w, &st->outer, diag);
+    return orch_worker_outer_round(w, &st->outer, diag);
 }
 
 static xdc_err_t diloco_step(orch_worker *w, void *state, float *loss, xdc_diag *diag)
@@ -64,12 +57,7 @@ static xdc_err_t diloco_step(orch_worker *w, void *state, float *loss, xdc_diag 
     XDC_CHECK(orch_train_inner_step(w, st->grad, loss, diag));
     if (w->prog.step % w->cfg->diloco.inner_steps != 0) return XDC_OK;
     if (w->prog.step == w->cfg->train.steps) return last_round(w, st, diag);
-    XDC_CHECK(orch_outer_round(w, &st->outer, diag));
-    /* keep_unsent: local = global - residual, so the next inner steps start from where this region got to
-     * less what the round carried, and its next pseudo-gradient holds the unsent part again (not after the
-     * last round: every region ends on the one global model). */
-    if (w->cfg->diloco.keep_unsent) XDC_CHECK(xdc_sync_residual_take(st->outer.sync, st->outer.local, diag));
-    return XDC_OK;
+    return orch_worker_outer_round(w, &st->outer, diag); /* with keep_unsent, local = global - residual */
 }
 
 static xdc_err_t diloco_finish(orch_worker *w, void *state, xdc_diag *diag)
@@ -83,7 +71,7 @@ static void diloco_destroy(void *state)
     diloco_state *st = state;
     if (!st) return;
     xdc_sync_destroy(st->grad);
-    orch_outer_destroy(st->w, &st->outer);
+    orch_outer_destroy(&st->outer);
     xdc_free(st);
 }
 
@@ -105,7 +93,8 @@ static xdc_sync *diloco_replan_sync(const void *state) { return ((const diloco_s
 
 static xdc_err_t diloco_checkpoint_io(orch_worker *w, void *state, const char *dir, int save, xdc_diag *diag)
 {
-    return orch_outer_checkpoint_io(w, &((diloco_state *)state)->outer, dir, save, diag);
+    (void)w;
+    return orch_outer_checkpoint_io(&((diloco_state *)state)->outer, dir, save, diag);
 }
 
 const orch_mode_ops orch_mode_diloco_ops = {.name = "diloco",
