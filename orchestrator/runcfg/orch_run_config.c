@@ -65,6 +65,7 @@ static const xdc_cfg_field diloco_fields[] = {
     RUN_FIELD("outer_momentum", XDC_CFG_DOUBLE, diloco.outer_momentum, false, 0, 0.999),
     RUN_FIELD("keep_unsent", XDC_CFG_BOOL, diloco.keep_unsent, false, 0, 0),
     RUN_FIELD("final_codec", XDC_CFG_STRING, diloco.final_codec, false, 0, 0),
+    RUN_FIELD("overlap_steps", XDC_CFG_INT, diloco.overlap_steps, false, 0, 100000),
 };
 
 static const xdc_cfg_field streaming_fields[] = {
@@ -227,6 +228,23 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     if ((c->diloco.keep_unsent || c->diloco.final_codec[0]) && c->mode != ORCH_MODE_DILOCO) {
         xdc_cfg_error_add(errs, 0, 0, "diloco.%s needs mode diloco (this run's mode is %s)",
                           c->diloco.keep_unsent ? "keep_unsent" : "final_codec", mode_words[c->mode]);
+        return XDC_ERR_CONFIG;
+    }
+    if (c->diloco.overlap_steps && c->mode != ORCH_MODE_DILOCO) {
+        xdc_cfg_error_add(errs, 0, 0,
+                          "diloco.overlap_steps needs mode diloco (this run's mode is %s; streaming's fragments "
+                          "are always applied one step after they leave)",
+                          mode_words[c->mode]);
+        return XDC_ERR_CONFIG;
+    }
+    const orch_diloco_config *dc = &c->diloco;
+    if (dc->overlap_steps &&
+        (dc->overlap_steps > dc->inner_steps || c->checkpoint_every % dc->inner_steps != 0 || c->plan_auto)) {
+        xdc_cfg_error_add(errs, 0, 0,
+                          "diloco.overlap_steps %d needs at most diloco.inner_steps (%d), checkpoint_every a "
+                          "multiple of it (it is %d) and plan: off: a round in flight is in no checkpoint, and the "
+                          "planner's period and re-plans do not count it",
+                          dc->overlap_steps, dc->inner_steps, c->checkpoint_every);
         return XDC_ERR_CONFIG;
     }
     if (c->span_regions && c->mode != ORCH_MODE_SYNC) {

@@ -25,6 +25,9 @@ typedef struct orch_diloco_config {
      * (local = global - residual after each outer round but the last) instead of in the codec's residual */
     bool keep_unsent;
     char final_codec[32]; /* the codec of the last outer round ("": the run's) */
+    /* d > 0: the round due at step S begins at the start of step S+1 and is applied at the end of step S+d,
+     * keeping the local progress of those d steps (docs/runtime.md, "Overlapped outer rounds"); 0: at once */
+    int overlap_steps;
 } orch_diloco_config;
 
 typedef struct orch_streaming_config {

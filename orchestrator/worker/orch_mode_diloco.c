@@ -3,7 +3,11 @@
  * error feedback) and an outer Nesterov step updates the global parameters: m = μm + Δ;
  * global −= η(Δ + μm); local = global. A run ends with a final outer round so all regions report one
  * model. A checkpoint (any step) carries the outer global parameters and momentum next to the stage
- * checkpoint. The outer loop (orchestrator/member/orch_outer.h) is shared with streaming mode and libxdc. */
+ * checkpoint. The outer loop (orchestrator/member/orch_outer.h) is shared with streaming mode and libxdc.
+ * With diloco.overlap_steps = d the round due at step S begins at the start of step S+1 (as a streaming
+ * fragment leaves) and is applied at the end of step S+d, the d inner steps between running while it is on
+ * the wire; with d <= H and checkpoints at multiples of H, no round is in flight where a checkpoint is
+ * taken, and the round's step follows from the step count, so a resumed run begins it again alike. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
@@ -34,6 +38,12 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
     return orch_outer_setup(w, &st->outer, sc.dp, diag);
 }
 
+/* The overlapped round in flight is applied: local = global' + the progress since it began. */
+static xdc_err_t apply(orch_worker *w, diloco_state *st, xdc_diag *diag)
+{
+    return orch_worker_outer_apply(w, &st->outer, st->outer.sync, 0, st->outer.n, diag);
+}
+
 /* The run's last outer round, in diloco.final_codec when set: a denser codec there carries what the rounds
  * before left unsent (in the codec's residual, or with keep_unsent in the parameters) into the one model
  * every region ends on. With keep_unsent that model is the mean of the regions' parameters (η = 1, μ = 0):
@@ -41,12 +51,16 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
  * final validation loss 2.3407 against 2.4122 with its outer lr 1.0 and momentum 0.5). */
 static xdc_err_t last_round(orch_worker *w, diloco_state *st, xdc_diag *diag)
 {
+    if (st->outer.begun_at >= 0) XDC_CHECK(apply(w, st, diag)); /* a run shorter than the round's d steps */
     if (w->cfg->diloco.final_codec[0]) {
         XDC_INFO(XDC_SUB_ORCH, "last outer round (step %lld) in codec %s%s", (long long)w->prog.step,
                  w->cfg->diloco.final_codec,
                  w->cfg->diloco.keep_unsent ? ", to the mean of the regions' parameters" : "");
         XDC_CHECK(orch_train_switch_wan(w, w->cfg->diloco.final_codec, 0, diag));
     }
+    if (w->cfg->diloco.overlap_steps)
+        XDC_INFO(XDC_SUB_ORCH, "overlapped outer rounds: %llu inner steps ran while a round was on the wire",
+                 (unsigned long long)st->outer.steps_in_flight);
     st->outer.mean = w->cfg->diloco.keep_unsent;
     return orch_worker_outer_round(w, &st->outer, diag);
 }
@@ -54,9 +68,15 @@ static xdc_err_t last_round(orch_worker *w, diloco_state *st, xdc_diag *diag)
 static xdc_err_t diloco_step(orch_worker *w, void *state, float *loss, xdc_diag *diag)
 {
     diloco_state *st = state;
+    int H = w->cfg->diloco.inner_steps, d = w->cfg->diloco.overlap_steps;
+    if (d && w->prog.step > 0 && w->prog.step % H == 0) /* the round due after the last step leaves now */
+        XDC_CHECK(orch_outer_begin(&st->outer, st->outer.sync, 0, st->outer.n, w->prog.step, true, diag));
     XDC_CHECK(orch_train_inner_step(w, st->grad, loss, diag));
-    if (w->prog.step % w->cfg->diloco.inner_steps != 0) return XDC_OK;
+    orch_outer_stepped(&st->outer);
+    if (st->outer.begun_at >= 0 && w->prog.step == st->outer.begun_at + d) XDC_CHECK(apply(w, st, diag));
+    if (w->prog.step % H != 0) return XDC_OK;
     if (w->prog.step == w->cfg->train.steps) return last_round(w, st, diag);
+    if (d) return XDC_OK;
     return orch_worker_outer_round(w, &st->outer, diag); /* with keep_unsent, local = global - residual */
 }
 
@@ -77,7 +97,8 @@ static void diloco_destroy(void *state)
 
 static xdc_err_t diloco_rejoin(orch_worker *w, void *state, xdc_diag *diag)
 {
-    return orch_rejoin_take(w, &((diloco_state *)state)->outer, 0, diag); /* handed over after the round */
+    /* handed over once the round is applied: at once, or diloco.overlap_steps later */
+    return orch_rejoin_take(w, &((diloco_state *)state)->outer, w->cfg->diloco.overlap_steps, diag);
 }
 
 static int diloco_syncs(const void *state, xdc_sync **out, int cap)

@@ -79,8 +79,7 @@ xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xd
     return orch_outer_open(w->member, o, &sc, diag);
 }
 
-xdc_err_t orch_worker_outer_apply(orch_worker *w, orch_outer *o, xdc_sync *sync, size_t lo, size_t hi,
-                                  xdc_diag *diag)
+xdc_err_t orch_worker_outer_apply(orch_worker *w, orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, xdc_diag *diag)
 {
     int64_t step = o->begun_at;
     XDC_CHECK(orch_outer_apply(o, sync, lo, hi, diag));
