@@ -209,6 +209,27 @@ XDC_TEST_T(api_outer_rounds_take_the_nesterov_step_everywhere, 120)
     }
 }
 
+/* Overlapped outer rounds with keep_unsent and the sparse codec against a serial reference of the same
+ * schedule, bit for bit (tests/api/overlap.c), on one member per region; the inner steps between begin and
+ * apply counted; the last round in int8 leaves one model. */
+XDC_TEST_T(api_outer_overlapped_rounds_equal_the_serial_reference, 120)
+{
+    char prog[700], src[600], run[700], topo[700];
+    static char out[1 << 16];
+    build_against_install(xdc_test_src("tests/api/overlap.c", src, sizeof src), "overlap", prog, sizeof prog);
+    one_each(topo, sizeof topo);
+    write_run("overlap", "sparse:0.02:2", run, sizeof run);
+    int rc = launch_exec(topo, run, "overlap-run", prog, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch --exec exited %d:\n%s", rc, out);
+    for (int r = 0; r < 2; r++) {
+        char want[128];
+        snprintf(want, sizeof want,
+                 "overlap: rank %d: 3 rounds equal to the serial reference, 9 inner steps while a round was in flight",
+                 r);
+        XDC_ASSERT_STR_CONTAINS(out, want);
+    }
+}
+
 /* xdc_comm_create's refusals, each with a diagnostic naming what is wrong. */
 XDC_TEST(api_create_errors_name_the_problem)
 {
