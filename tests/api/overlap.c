@@ -20,11 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N0 3000
-#define N1 1096
-#define N (N0 + N1)
+#define N0     3000
+#define N1     1096
+#define N      (N0 + N1)
 #define ROUNDS 3
-#define D 3 /* inner steps between begin and apply */
+#define D      3 /* inner steps between begin and apply */
 
 static int fail(xdc_comm *c, const char *what, int st)
 {
@@ -50,8 +50,8 @@ static int differ(const char *what, int rank, int round, const float *got, const
 {
     for (int i = 0; i < N; i++)
         if (memcmp(&got[i], &want[i], sizeof(float)) != 0) {
-            fprintf(stderr, "overlap: rank %d round %d: %s[%d] is %.9g, the serial reference %.9g\n", rank, round,
-                    what, i, got[i], want[i]);
+            fprintf(stderr, "overlap: rank %d round %d: %s[%d] is %.9g, the serial reference %.9g\n", rank, round, what,
+                    i, got[i], want[i]);
             return 1;
         }
     return 0;
@@ -105,7 +105,8 @@ int main(void)
         int unsent = 0; /* the sparse codec leaves most of the pseudo-gradient unsent: r is not 0 */
         for (int i = 0; i < N; i++) unsent += r[1][i] != 0.0f;
         if (unsent < N / 2) {
-            fprintf(stderr, "overlap: rank %d round %d: only %d of %d residual values nonzero\n", rank, round, unsent, N);
+            fprintf(stderr, "overlap: rank %d round %d: only %d of %d residual values nonzero\n", rank, round, unsent,
+                    N);
             return 1;
         }
         for (int i = 0; i < N; i++) {

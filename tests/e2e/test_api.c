@@ -505,6 +505,28 @@ XDC_TEST_T(api_torch_diloco_same_parameters_everywhere, 300)
         XDC_ASSERT(strncmp(rank_line(out, "torch_checks: diloco: ", r, "ok,"), "8 rounds", 8) == 0);
 }
 
+/* xdc.torch.DiLoCo(overlap=2, keep_unsent, final_codec int8) on one member per region with the sparse
+ * codec: the global parameters after each applied round and the model after flush the same on both members,
+ * the inner steps in flight counted, state_dict / load_state_dict round-tripping (tests/api/torch_checks.py). */
+XDC_TEST_T(api_torch_diloco_overlap_keep_unsent_and_state, 300)
+{
+    char run[700], topo[700];
+    static char out[1 << 16];
+    one_each(topo, sizeof topo);
+    int rc = launch_python(topo, "tests/api/torch_checks.py", "overlap", "to", "sparse:0.05:2", 1, run, sizeof run, out,
+                           sizeof out);
+    size_t len = strlen(out);
+    XDC_ASSERT_MSG(rc == 0, "torch_checks.py overlap exited %d, its output ending:\n%s", rc,
+                   out + (len > 3000 ? len - 3000 : 0));
+    for (int step = 7; step <= 27; step += 5) {
+        char what[32];
+        snprintf(what, sizeof what, "step %d global", step);
+        same_on_every_rank(out, "torch_checks: overlap: ", what, 2);
+    }
+    same_on_every_rank(out, "torch_checks: overlap: ", "flushed", 2);
+    XDC_ASSERT_STR_CONTAINS(out, "torch_checks: overlap: rank 0: flushed");
+}
+
 /* DiLoCo's start check (xdc_comm_check_same) on 2 x 2 members with int8: one member seeded otherwise makes
  * every member raise xdc.Error XDC_STATUS_CORRUPT; check_same passes equal values and refuses unequal ones. */
 XDC_TEST_T(api_torch_diloco_refuses_different_starts, 300)
