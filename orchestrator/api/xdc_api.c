@@ -439,6 +439,10 @@ typedef enum { OUTER_ROUND, OUTER_LAST, OUTER_BEGIN, OUTER_APPLY } outer_op;
 /* The last round: the final codec, and with keep_unsent the plain mean (orch_outer.h: mean). */
 static xdc_err_t last_round(xdc_comm *c, api_outer *a, xdc_diag *diag)
 {
+    if (a->outer.begun_at >= 0) {
+        xdc_diag_set(diag, "a round is in flight (xdc_outer_apply first)");
+        return XDC_ERR_INVALID;
+    }
     if (a->final_codec[0]) {
         xdc_codec_cfg cc = *orch_member_codec(c->m);
         XDC_CHECK(xdc_codec_parse(a->final_codec, &cc, diag));

@@ -95,6 +95,7 @@ int main(void)
             if ((st = xdc_outer_get_state(c, 1, g[0], m[0], r[0])) != XDC_STATUS_INVALID)
                 return fail(c, "get_state in flight", st);
             if ((st = xdc_outer_configure(c, 1, &o)) != XDC_STATUS_INVALID) return fail(c, "late configure", st);
+            if ((st = xdc_outer_last_round(c, 1, px)) != XDC_STATUS_INVALID) return fail(c, "last round in flight", st);
         }
         for (int k = 0; k < D; k++, in_flight_steps++) inner_step(x, rank, step++); /* while on the wire */
         memcpy(L, x, sizeof L);
