@@ -188,16 +188,6 @@ static void attach(orch_worker *w, orch_member *m)
     w->model.be = orch_member_backend(m);
 }
 
-xdc_err_t orch_worker_bare_create(orch_member *m, orch_worker **out)
-{
-    *out = xdc_calloc(1, sizeof **out);
-    if (!*out) return XDC_ERR_NOMEM;
-    attach(*out, m);
-    return XDC_OK;
-}
-
-void orch_worker_bare_destroy(orch_worker *w) { xdc_free(w); }
-
 /* The member's options from the worker's. */
 static orch_member_opts member_opts(const xdc_worker_opts *o)
 {

@@ -245,10 +245,11 @@ static void need_corpus(void)
     if (access(DATA, R_OK) != 0) xdc_test_skip("no corpus at %s (Debian package fortunes; `make deps`)", DATA);
 }
 
-/* A run file of the tiny model in `mode` (diloco or streaming with 2 fragments), one stage, `steps` steps
- * of 4 inner steps, with `elastic` and `timeouts` (", handshake: 5s": more of the timeouts map; "" none). The
- * heartbeat is the operation's deadline: a region stopped inside an exchange is dropped only after it (tests
- * that want that path set their own), and a loaded machine that stretches a 6 s stop does not drop it. */
+/* A run file of the tiny model in `mode` (diloco, diloco-overlap: diloco with overlap_steps 2, or streaming with
+ * 2 fragments), one stage, `steps` steps of 4 inner steps, with `elastic` and `timeouts` (", handshake: 5s": more
+ * of the timeouts map; "" none). The heartbeat is the operation's deadline: a region stopped inside an exchange
+ * is dropped only after it (tests that want that path set their own), and a loaded machine that stretches a 6 s
+ * stop does not drop it. */
 static const char *write_run_timeouts(const char *name, const char *mode, int steps, const char *elastic,
                                       const char *timeouts)
 {
@@ -256,11 +257,12 @@ static const char *write_run_timeouts(const char *name, const char *mode, int st
     char cwd[400], text[1024];
     if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
     snprintf(path, sizeof path, "%s/%s.yaml", xdc_test_tmpdir(), name);
+    int overlap = strcmp(mode, "diloco-overlap") == 0; /* DiLoCo with diloco.overlap_steps 2 */
     snprintf(text, sizeof text,
-             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: %s\ndiloco: {inner_steps: 4}\n"
+             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: %s\ndiloco: {inner_steps: 4%s}\n"
              "streaming: {fragments: 2}\npipeline_stages: 1\nmicrobatches: 1\nsteps: %d\ncodec: none\nthreads: 1\n"
              "elastic: %s\ntimeouts: {rendezvous: 30s, operation: 30s, heartbeat: 30s%s}\n",
-             cwd, DATA, mode, steps, elastic, timeouts);
+             cwd, DATA, overlap ? "diloco" : mode, overlap ? ", overlap_steps: 2" : "", steps, elastic, timeouts);
     xdc_test_write_file(path, text);
     return path;
 }
@@ -598,6 +600,13 @@ XDC_TEST_T(elastic_diloco_region_killed_during_an_exchange_leaves_one_model, 180
 XDC_TEST_T(elastic_diloco_region_silent_during_an_exchange_leaves_one_model, 180)
 {
     lose_during_an_exchange("midx-stop", "diloco", 1);
+}
+
+/* The same with overlapped DiLoCo rounds (diloco.overlap_steps 2): the region dies while a round is on the
+ * wire and the others take their next inner steps. */
+XDC_TEST_T(elastic_diloco_overlapped_region_killed_during_an_exchange_leaves_one_model, 180)
+{
+    lose_during_an_exchange("ovx-kill", "diloco-overlap", 0);
 }
 
 XDC_TEST_T(elastic_streaming_region_killed_while_its_fragment_is_on_the_wire_leaves_one_model, 180)
