@@ -307,6 +307,77 @@ static size_t count_above(const float *v, size_t m, uint32_t t)
     return c;
 }
 
+/* The k-th largest of key (m u32, 1 <= k <= m, reordered in place) by quickselect with three-way
+ * partitions, so runs of equal keys (an all-zero block) end it at once; *greater gets how many keys
+ * exceed it. Gives up (false) after `rounds` partitions, which only an input built against the
+ * median-of-three pivot reaches; the caller then selects by radix. */
+static bool quick_kth_key(uint32_t *key, size_t m, size_t k, int rounds, uint32_t *kth, size_t *greater)
+{
+    size_t lo = 0, hi = m, want = k - 1; /* invariant: key[0, lo) > key[lo, hi) > key[hi, m) */
+    while (hi - lo > 1) {
+        if (rounds-- == 0) return false;
+        uint32_t a = key[lo], b = key[lo + (hi - lo) / 2], c = key[hi - 1];
+        uint32_t pivot = a < b ? (b < c ? b : a < c ? c : a) : (a < c ? a : b < c ? c : b);
+        size_t gt = lo, i = lo, lt = hi; /* [lo, gt) > pivot, [gt, i) == pivot, [lt, hi) < pivot */
+        while (i < lt) {
+            uint32_t v = key[i];
+            if (v > pivot) {
+                key[i++] = key[gt];
+                key[gt++] = v;
+            } else if (v < pivot) {
+                key[i] = key[--lt];
+                key[lt] = v;
+            } else {
+                i++;
+            }
+        }
+        if (want < gt) {
+            hi = gt;
+        } else if (want >= lt) {
+            lo = lt;
+        } else {
+            *kth = pivot;
+            *greater = gt;
+            return true;
+        }
+    }
+    *kth = key[lo];
+    *greater = lo;
+    return true;
+}
+
+/* Blocks up to XDC_QUANT_BLOCK_MAX elements (the sparse codec's) select without histograms: the
+ * threshold estimate is a quickselect over every TOPK_SMALL_STRIDE-th |y|, one branch-free pass then
+ * collects the candidates at or above it (positions and keys, so the candidate buffer holds n), and a
+ * quickselect among those finds the k-th key. An estimate that catches fewer than k entries (a block
+ * whose large values avoid the sampled positions) is replaced by 0, which catches all n. */
+#define TOPK_SMALL_STRIDE 16u
+
+static void topk_small(const float *y, size_t n, size_t k, uint32_t *idx, float *val, uint32_t *sample,
+                       uint32_t *cand, uint32_t *cand_key, uint32_t *hist)
+{
+    uint32_t t_low = 0, t = 0;
+    size_t s = n / TOPK_SMALL_STRIDE, greater = 0, c = 0;
+    if (k < n / 4 && s >= 64) {
+        for (size_t j = 0; j < s; j++) sample[j] = abs_key(y[j * TOPK_SMALL_STRIDE + TOPK_SMALL_STRIDE / 2]);
+        size_t rank = k * s / n + k * s / (4 * n) + 4; /* 1.25 k s / n, plus slack for small k */
+        if (!quick_kth_key(sample, s, rank, 64, &t_low, &greater)) t_low = 0;
+    }
+    for (int attempt = 0; attempt < 2 && c < k; attempt++, t_low = 0) {
+        c = 0;
+        for (size_t i = 0; i < n; i++) {
+            cand[c] = (uint32_t)i;
+            c += abs_key(y[i]) >= t_low;
+        }
+    }
+    for (size_t j = 0; j < c; j++) cand_key[j] = abs_key(y[cand[j]]);
+    if (!quick_kth_key(cand_key, c, k, 64, &t, &greater)) {
+        t = radix_kth_key(y, n, k, hist);
+        greater = count_above(y, n, t);
+    }
+    topk_emit(y, cand, c, t, k - greater, idx, val);
+}
+
 /* With error feedback the first pass writes r = x + r and the selection then reads r; the selected
  * entries are zeroed at the end. */
 static xdc_err_t cpu_topk_select(const float *x, float *r, size_t n, size_t k, uint32_t *idx, float *val, void *scratch)
@@ -320,7 +391,12 @@ static xdc_err_t cpu_topk_select(const float *x, float *r, size_t n, size_t k, u
     const float *y = r ? r : x;
     bool done = false;
 
-    if (n > 4 * (size_t)TOPK_SAMPLE && k < n / 4) {
+    if (n <= XDC_QUANT_BLOCK_MAX) { /* cap == n: every entry fits the candidate buffer */
+        if (r)
+            for (size_t i = 0; i < n; i++) r[i] += x[i];
+        if (k > 0) topk_small(y, n, k, idx, val, (uint32_t *)sample, cand, (uint32_t *)cand_val, hist);
+        done = true;
+    } else if (n > 4 * (size_t)TOPK_SAMPLE && k < n / 4) {
         size_t stride = n / TOPK_SAMPLE;
         for (size_t s = 0; s < TOPK_SAMPLE; s++) {
             size_t i = s * stride + stride / 2;
