@@ -1,5 +1,6 @@
 /* kern_quant_cpu.c — the CPU table of xdc_quant.h: blockwise int8/int4, bf16, top-k by sampled
- * threshold estimation plus radix select, error feedback and byte planes. Inner loops are written as
+ * threshold estimation plus radix select (for blocks of up to 4096, the sparse codec's, a strided
+ * sample and one branch-free candidate pass), error feedback and byte planes. Inner loops are written as
  * branch-free integer/float loops over one block so gcc -O3 -march=native vectorizes them: min/max
  * reductions run on integer keys of the float bits (float max reductions need -ffast-math), rounding
  * adds a signed half and truncates. */
@@ -283,85 +284,73 @@ static uint32_t radix_kth_key(const float *v, size_t m, size_t k, uint32_t *hist
     return prefix;
 }
 
-/* Writes the k entries of x (positions pos[0..m) when pos != NULL, else 0..m) with key > t, plus the
- * first `ties` (in index order) with key == t. */
-static void topk_emit(const float *x, const uint32_t *pos, size_t m, uint32_t t, size_t ties, uint32_t *idx, float *val)
+/* Writes the k entries of x (positions pos[0..m) when pos != NULL, else 0..m) whose key is above t, then
+ * as many with key == t as are still missing, the lowest indices first. Branch-free: the ties are
+ * counted first, and every entry is written where the next one goes (the loop stops at k). */
+static void topk_emit(const float *x, const uint32_t *pos, size_t m, uint32_t t, size_t k, uint32_t *idx, float *val)
 {
+    size_t ties = k;
+    for (size_t j = 0; j < m; j++) ties -= abs_key(x[pos ? pos[j] : j]) > t;
     size_t o = 0;
-    for (size_t j = 0; j < m; j++) {
-        uint32_t i = pos ? pos[j] : (uint32_t)j;
-        uint32_t key = abs_key(x[i]);
-        if (key > t || (key == t && ties > 0)) {
-            ties -= key == t;
-            idx[o] = i;
-            val[o] = x[i];
-            o++;
-        }
+    for (size_t j = 0; j < m && o < k; j++) {
+        uint32_t i = pos ? pos[j] : (uint32_t)j, key = abs_key(x[i]);
+        size_t tie = key == t && ties > 0;
+        ties -= tie;
+        idx[o] = i;
+        val[o] = x[i];
+        o += key > t || tie;
     }
 }
 
-static size_t count_above(const float *v, size_t m, uint32_t t)
-{
-    size_t c = 0;
-    for (size_t i = 0; i < m; i++) c += abs_key(v[i]) > t;
-    return c;
-}
+/* The k-th largest of key (m u32, 1 <= k <= m; reordered and overwritten, where radix_kth_key only
+ * reads): radix select over 8-bit digits of the offset within [min, max] of the keys still in play, so
+ * keys bunched above one threshold (the candidates of a block) take one or two passes. Each pass moves
+ * the keys of the bin that holds the k-th to the front; it ends when the k-th is the largest or the
+ * smallest of them. hist holds 256 counters. */
+#define TOPK_RANGE_BITS 8
 
-/* The k-th largest of key (m u32, 1 <= k <= m, reordered in place) by quickselect with three-way
- * partitions, so runs of equal keys (an all-zero block) end it at once; *greater gets how many keys
- * exceed it. Gives up (false) after `rounds` partitions, which only an input built against the
- * median-of-three pivot reaches; the caller then selects by radix. */
-static bool quick_kth_key(uint32_t *key, size_t m, size_t k, int rounds, uint32_t *kth, size_t *greater)
+static uint32_t range_kth_key(uint32_t *key, size_t m, size_t k, uint32_t *hist)
 {
-    size_t lo = 0, hi = m, want = k - 1; /* invariant: key[0, lo) > key[lo, hi) > key[hi, m) */
-    while (hi - lo > 1) {
-        if (rounds-- == 0) return false;
-        uint32_t a = key[lo], b = key[lo + (hi - lo) / 2], c = key[hi - 1];
-        uint32_t pivot = a < b ? (b < c ? b : a < c ? c : a) : (a < c ? a : b < c ? c : b);
-        size_t gt = lo, i = lo, lt = hi; /* [lo, gt) > pivot, [gt, i) == pivot, [lt, hi) < pivot */
-        while (i < lt) {
+    for (;;) {
+        uint32_t lo = UINT32_MAX, hi = 0;
+        for (size_t i = 0; i < m; i++) {
+            lo = key[i] < lo ? key[i] : lo;
+            hi = key[i] > hi ? key[i] : hi;
+        }
+        if (k == 1 || lo == hi) return hi;
+        if (k == m) return lo;
+        int bits = 32 - __builtin_clz(hi - lo), shift = bits > TOPK_RANGE_BITS ? bits - TOPK_RANGE_BITS : 0;
+        uint32_t d = ((hi - lo) >> shift) + 1;
+        memset(hist, 0, d * sizeof(uint32_t));
+        for (size_t i = 0; i < m; i++) hist[(key[i] - lo) >> shift]++;
+        while (hist[--d] < k) k -= hist[d];
+        size_t c = 0;
+        for (size_t i = 0; i < m; i++) {
             uint32_t v = key[i];
-            if (v > pivot) {
-                key[i++] = key[gt];
-                key[gt++] = v;
-            } else if (v < pivot) {
-                key[i] = key[--lt];
-                key[lt] = v;
-            } else {
-                i++;
-            }
+            key[c] = v;
+            c += (v - lo) >> shift == d;
         }
-        if (want < gt) {
-            hi = gt;
-        } else if (want >= lt) {
-            lo = lt;
-        } else {
-            *kth = pivot;
-            *greater = gt;
-            return true;
-        }
+        m = c;
     }
-    *kth = key[lo];
-    *greater = lo;
-    return true;
 }
 
-/* Blocks up to XDC_QUANT_BLOCK_MAX elements (the sparse codec's) select without histograms: the
- * threshold estimate is a quickselect over every TOPK_SMALL_STRIDE-th |y|, one branch-free pass then
- * collects the candidates at or above it (positions and keys, so the candidate buffer holds n), and a
- * quickselect among those finds the k-th key. An estimate that catches fewer than k entries (a block
- * whose large values avoid the sampled positions) is replaced by 0, which catches all n. */
+/* Blocks up to XDC_QUANT_BLOCK_MAX elements (the sparse codec's 4096) take a shorter path than larger
+ * inputs, for which a 16384-entry sample and 2048-counter histograms would outweigh the block: the
+ * threshold estimate is the matching rank among every TOPK_SMALL_STRIDE-th |y|; one branch-free pass
+ * collects the positions at or above it (the candidate buffer holds n); range_kth_key among their keys
+ * finds the k-th. An estimate that catches fewer than k entries (a block whose large values sit at the
+ * sampled positions) is replaced by 0, which catches all n. */
 #define TOPK_SMALL_STRIDE 16u
 
-static void topk_small(const float *y, size_t n, size_t k, uint32_t *idx, float *val, uint32_t *sample,
-                       uint32_t *cand, uint32_t *cand_key, uint32_t *hist)
+static void topk_small(const float *y, size_t n, size_t k, uint32_t *idx, float *val, uint32_t *sample, uint32_t *cand,
+                       uint32_t *cand_key, uint32_t *hist)
 {
-    uint32_t t_low = 0, t = 0;
-    size_t s = n / TOPK_SMALL_STRIDE, greater = 0, c = 0;
+    uint32_t t_low = 0;
+    size_t s = n / TOPK_SMALL_STRIDE, c = 0;
     if (k < n / 4 && s >= 64) {
         for (size_t j = 0; j < s; j++) sample[j] = abs_key(y[j * TOPK_SMALL_STRIDE + TOPK_SMALL_STRIDE / 2]);
         size_t rank = k * s / n + k * s / (4 * n) + 4; /* 1.25 k s / n, plus slack for small k */
-        if (!quick_kth_key(sample, s, rank, 64, &t_low, &greater)) t_low = 0;
+        t_low = range_kth_key(sample, s, rank, hist);
     }
     for (int attempt = 0; attempt < 2 && c < k; attempt++, t_low = 0) {
         c = 0;
@@ -371,11 +360,7 @@ static void topk_small(const float *y, size_t n, size_t k, uint32_t *idx, float 
         }
     }
     for (size_t j = 0; j < c; j++) cand_key[j] = abs_key(y[cand[j]]);
-    if (!quick_kth_key(cand_key, c, k, 64, &t, &greater)) {
-        t = radix_kth_key(y, n, k, hist);
-        greater = count_above(y, n, t);
-    }
-    topk_emit(y, cand, c, t, k - greater, idx, val);
+    topk_emit(y, cand, c, range_kth_key(cand_key, c, k, hist), k, idx, val);
 }
 
 /* With error feedback the first pass writes r = x + r and the selection then reads r; the selected
@@ -426,7 +411,7 @@ static xdc_err_t cpu_topk_select(const float *x, float *r, size_t n, size_t k, u
         }
         if (!overflow && c >= k && k > 0) {
             uint32_t t = radix_kth_key(cand_val, c, k, hist);
-            topk_emit(y, cand, c, t, k - count_above(cand_val, c, t), idx, val);
+            topk_emit(y, cand, c, t, k, idx, val);
             done = true;
         }
     } else if (r) {
@@ -434,7 +419,7 @@ static xdc_err_t cpu_topk_select(const float *x, float *r, size_t n, size_t k, u
     }
     if (!done && k > 0) {
         uint32_t t = radix_kth_key(y, n, k, hist);
-        topk_emit(y, NULL, n, t, k - count_above(y, n, t), idx, val);
+        topk_emit(y, NULL, n, t, k, idx, val);
     }
     if (r)
         for (size_t i = 0; i < k; i++) r[idx[i]] = 0.0f;
