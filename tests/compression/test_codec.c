@@ -1,7 +1,7 @@
 /* test_codec.c — compression/xdc_codec.h: the codec registry, name parsing, per-codec error bounds (docs/compression.md),
  * error-feedback conservation, byte-identical output for identical input, the NaN/Inf/huge/denormal
- * policy, corrupted chunks, accumulate mode, chunk-at-a-time pipelining, residual checkpoints, and a
- * least-squares problem trained through every codec, and the sparse encoder's wire bytes pinned. */
+ * policy, corrupted chunks, the sparse encoder's wire bytes (pinned), accumulate mode, chunk-at-a-time
+ * pipelining, residual checkpoints, and a least-squares problem trained through every codec. */
 #include "tests/xdc_test.h"
 
 #include "common/xdc_alloc.h"
