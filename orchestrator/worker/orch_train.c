@@ -85,8 +85,7 @@ static xdc_err_t forward_mb(orch_worker *w, int mb, float *loss_sum, xdc_diag *d
     /* x_in holds microbatch mb from here until the forward has copied it into the slot (recv_x). */
     if (!is_first(w)) XDC_CHECK(orch_pipe_wait(w, &w->pipe.x_req[mb], diag));
     /* From a WAN neighbour x(mb) is decoded and its wire buffer free for microbatch mb + wire_n[0]. */
-    if (w->pipe.wire_n[0] && mb + w->pipe.wire_n[0] < w->model.M)
-        XDC_CHECK(recv_x(w, mb + w->pipe.wire_n[0], 1, diag));
+    if (w->pipe.wire_n[0] && mb + w->pipe.wire_n[0] < w->model.M) XDC_CHECK(recv_x(w, mb + w->pipe.wire_n[0], 1, diag));
     /* 1F1B frees slot mb % slots with the backward of mb − slots; that microbatch's output may still be
      * on its way out of the slot. */
     int slot = xdc_gpt_stage_slot_of(w->model.st, mb), prev = mb - xdc_gpt_stage_slots(w->model.st);

@@ -66,8 +66,8 @@ typedef struct orch_pipe {
     orch_pipe_req *x_req, *dy_req, *y_req, *dx_req; /* (M) */
     uint8_t *wire; /* span: encoded activations, wire_n[k] × bound bytes per kind k (x, dy, y, dx), in turn */
     int wire_n[4]; /* encoded buffers per kind: what can be in flight (orch_pipe_wire_counts), 0 within a region */
-    xdc_codec *enc, *dec;                           /* span: activation codec (no error feedback) */
-    size_t elems, bound;                            /* elements of one activation (B*T*C); encoded bytes bound */
+    xdc_codec *enc, *dec; /* span: activation codec (no error feedback) */
+    size_t elems, bound;  /* elements of one activation (B*T*C); encoded bytes bound */
     int codec_kind;
     uint64_t tx_bytes, raw_bytes;
     float *scalars; /* (ORCH_PIPE_SCALAR_ROWS, ORCH_PIPE_MAX_SCALARS) fp32, device: in-region small messages

@@ -782,7 +782,8 @@ XDC_TEST(plan_cross_region_memory_is_what_the_runtime_holds)
     o.micro_batch = c.batch_size;
     double t_pipe[2];
     for (int slow = 0; slow < 2; slow++) {
-        xdc_topology *t = two_regions(2, 100, 100, 80, slow ? "bandwidth_gbps: 10, rtt_ms: 150" : "bandwidth_gbps: 10, rtt_ms: 0.1");
+        xdc_topology *t = two_regions(2, 100, 100, 80,
+                                      slow ? "bandwidth_gbps: 10, rtt_ms: 150" : "bandwidth_gbps: 10, rtt_ms: 0.1");
         xdc_plan_set *set = search_ok(t, &m, &b, &o);
         const xdc_plan *p = &set->best;
         XDC_ASSERT_EQ(p->mode, XDC_PLAN_PIPELINE);
@@ -802,7 +803,8 @@ XDC_TEST(plan_cross_region_memory_is_what_the_runtime_holds)
             xdc_gpt_stage *st;
             XDC_ASSERT_OK(xdc_gpt_stage_create(&xdc_model_cpu_ops, &sc, &st, NULL));
             double held = (double)xdc_gpt_stage_slots(st) * (double)xdc_gpt_stage_slot_bytes(st);
-            fprintf(stderr, "rtt %s stage %d (region %d): planner %d in flight, %.0f bytes; runtime %d slots, %.0f bytes\n",
+            fprintf(stderr,
+                    "rtt %s stage %d (region %d): planner %d in flight, %.0f bytes; runtime %d slots, %.0f bytes\n",
                     slow ? "150 ms" : "0.1 ms", s, p->stage[s].region, p->stage[s].inflight, p->stage[s].act_bytes,
                     xdc_gpt_stage_slots(st), held);
             XDC_ASSERT_EQ(p->stage[s].inflight, xdc_gpt_stage_slots(st));
