@@ -97,16 +97,17 @@ static double pipe_time(const double *c, const double *lat, const double *occ, c
             if (occ[i] > period) period = occ[i];
         }
     }
-    /* Upstream of a WAN cut the 1F1B slots, min(M, P - i) (what the runtime holds), bound the period:
-     * a microbatch holds its slot for the round trip through the later stages and back. */
+    /* Upstream of a WAN cut the 1F1B slots, P - i when M exceeds them (what the runtime holds), bound the
+     * period: a microbatch holds its slot for the round trip through the later stages and back, and
+     * microbatch f + P - i waits for it. With M <= P - i every microbatch has a slot: no such wait. */
     for (int i = 0; i + 1 < P; i++) {
+        if (M <= P - i) continue;
         int cut = 0;
         for (int j = i; j + 1 < P && !cut; j++) cut = !in_region[j];
         if (!cut) break;
         double trip = c[i];
         for (int j = i + 1; j < P; j++) trip += c[j] + 2 * lat[j - 1];
-        int slots = P - i < M ? P - i : M;
-        if (trip / slots > period) period = trip / slots;
+        if (trip / (P - i) > period) period = trip / (P - i);
     }
     *compute = M * cmax;
     return sum + (M - 1) * period;
