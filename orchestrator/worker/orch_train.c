@@ -160,8 +160,9 @@ static xdc_err_t group_end(orch_worker *w, xdc_err_t rc, xdc_diag *diag)
  * Transfers follow Megatron's non-interleaved 1F1B: each schedule step's intra sends and receives are one
  * group (recv x | forward, send y | forward, send y + recv dy | backward, send dx + recv next x), so the
  * step also works where the communicator's operations run in start order, as on NCCL (docs/intra.md).
- * Receives from a WAN neighbour are all posted at the start of the step instead: a WAN stream waits for
- * a message's receive to be posted (docs/wan.md). */
+ * Receives from a WAN neighbour are posted ahead instead, a window of wire_n of them from the start of the
+ * step, each decode posting the next: a WAN stream waits for a message's receive to be posted
+ * (docs/wan.md), and the sender is never further ahead than the window (docs/runtime.md). */
 xdc_err_t orch_train_pass(orch_worker *w, xdc_sync *sync, float *loss, xdc_diag *diag)
 {
     size_t bt = (size_t)w->model.B * w->model.T;
