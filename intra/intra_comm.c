@@ -151,6 +151,13 @@ static void *comm_addr(const xdc_intra_comm *comm, const void *p)
     return (void *)(uintptr_t)p;
 }
 
+/* The host saw the request end (or it never started): the device may reuse its buffer. */
+static void release_hold(xdc_intra_req *r)
+{
+    if (r->hold) r->comm->dev_ops->comm_release(r->hold);
+    r->hold = 0;
+}
+
 static xdc_err_t req_start(xdc_intra_comm *comm, intra_op_kind kind, const void *sendbuf, void *recvbuf, size_t count,
                            xdc_intra_dtype dtype, xdc_intra_redop redop, int peer, xdc_intra_req **out)
 {
@@ -183,6 +190,10 @@ static xdc_err_t req_start(xdc_intra_comm *comm, intra_op_kind kind, const void 
 
     r->comm = comm;
     r->kind = kind;
+    r->hold = 0;
+    if ((kind == INTRA_OP_SEND || kind == INTRA_OP_RECV) && comm->dev_ops && comm->dev_ops->comm_hold)
+        comm->dev_ops->comm_hold(kind == INTRA_OP_SEND ? sendbuf : recvbuf, count * xdc_intra_dtype_size(dtype),
+                                 kind == INTRA_OP_RECV, kind == INTRA_OP_SEND ? "intra send" : "intra recv", &r->hold);
     r->sendbuf = comm_addr(comm, sendbuf);
     r->recvbuf = comm_addr(comm, recvbuf);
     r->count = count;
@@ -212,6 +223,7 @@ static xdc_err_t req_start(xdc_intra_comm *comm, intra_op_kind kind, const void 
     }
     xdc_err_t rc = comm->ops->start(comm, r);
     if (rc != XDC_OK) {
+        release_hold(r);
         pthread_mutex_lock(&comm->lock);
         xdc_pool_put(&comm->reqs, r);
         pthread_mutex_unlock(&comm->lock);
@@ -309,6 +321,7 @@ void intra_req_complete(xdc_intra_req *req, xdc_err_t rc, const char *msg)
 static xdc_err_t req_finish(xdc_intra_req *req, xdc_diag *diag)
 {
     xdc_intra_comm *comm = req->comm;
+    release_hold(req);
     pthread_mutex_lock(&comm->lock);
     xdc_err_t rc = req->rc;
     if (rc != XDC_OK) xdc_diag_set(diag, "%s", req->msg);

@@ -32,8 +32,9 @@ struct xdc_intra_req {
     size_t count; /* elements: per rank block for reduce_scatter/all_gather */
     xdc_intra_dtype dtype;
     xdc_intra_redop redop;
-    int peer;     /* send/recv peer, broadcast root */
-    uint64_t seq; /* start order on this communicator, for messages */
+    int peer;      /* send/recv peer, broadcast root */
+    uint64_t seq;  /* start order on this communicator, for messages */
+    uint64_t hold; /* send/recv on device memory: dev_ops->comm_hold's token, released when the host saw it done */
     uint64_t start_ns;
     int done; /* set last, with __atomic release; read with acquire */
     xdc_err_t rc;

@@ -38,7 +38,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define MAX_STREAMS  64 /* live streams at once (ids are reused; sequence numbers continue) */
+#define MAX_STREAMS  64 /* clock entries: stream ids, then comm hold ids (ids are reused; sequence numbers continue) */
+#define STREAM_IDS   48 /* live streams at once: ids 1 .. STREAM_IDS - 1 */
 #define MAX_ALLOCS   4096
 #define BLOCK_SHIFT  16 /* 64 KiB blocks index the recorded byte ranges */
 #define BLOCK_BYTES  ((size_t)1 << BLOCK_SHIFT)
@@ -289,7 +290,7 @@ static xdc_err_t strict_stream_create(xdc_stream **out)
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_lock(&g_lock);
     int id = 0;
-    for (int i = 1; i < MAX_STREAMS && !id; i++)
+    for (int i = 1; i < STREAM_IDS && !id; i++)
         if (!id_used[i]) id = i;
     if (id) {
         id_used[id] = true;
@@ -303,7 +304,7 @@ static xdc_err_t strict_stream_create(xdc_stream **out)
     }
     pthread_mutex_unlock(&g_lock);
     if (!id) {
-        XDC_ERROR(XDC_SUB_KERN, "cpu-strict: more than %d streams at once", MAX_STREAMS - 1);
+        XDC_ERROR(XDC_SUB_KERN, "cpu-strict: more than %d streams at once", STREAM_IDS - 1);
         xdc_free(s);
         return XDC_ERR_NOMEM;
     }
@@ -504,7 +505,7 @@ static void device_idle(void)
     pthread_mutex_lock(&g_lock);
     memcpy(snap, id_seq, sizeof snap);
     pthread_mutex_unlock(&g_lock);
-    for (int i = 1; i < MAX_STREAMS; i++) wait_done(i, snap[i]);
+    for (int i = 1; i < STREAM_IDS; i++) wait_done(i, snap[i]);
 }
 
 static void strict_mem_free(void *p)
@@ -721,6 +722,47 @@ static bool translate(const strict_op *o, const strict_arg *a, void **p, resolve
     r->ext = ext;
     *p = s->alias + off;
     return true;
+}
+
+/* ---- communication holds --------------------------------------------------------------------------- */
+
+/* An operation of a communication library (an intra send or receive) reads or writes device memory from
+ * its start until the host saw it complete: each hold is one access of a clock id of its own (ids
+ * STREAM_IDS .. MAX_STREAMS - 1, one hold at a time each, so a release orders exactly that hold), which
+ * the host clock takes in at the release. A stream op queued before that conflicts with it under the
+ * hazard rule: rewriting a buffer a send still reads fails every run, not only when the send is slow. */
+static bool hold_busy[MAX_STREAMS]; /* g_lock */
+
+static void strict_comm_hold(const void *dev_ptr, size_t bytes, bool write, const char *what, uint64_t *token)
+{
+    *token = 0;
+    pthread_mutex_lock(&g_lock);
+    slot_t *sl = find_slot(dev_ptr);
+    int id = 0;
+    for (int i = STREAM_IDS; i < MAX_STREAMS && !id && sl && bytes; i++)
+        if (!hold_busy[i]) id = i;
+    if (id) { /* else host memory, or every hold id busy: not tracked */
+        size_t off = (uintptr_t)dev_ptr - atomic_load(&sl->view);
+        resolved r = {sl, off, bytes < sl->bytes - off ? bytes : sl->bytes - off};
+        strict_op o = {.name = what};
+        strict_arg a = {.ptr = dev_ptr, .name = "buffer", .bytes = r.ext, .mode = write ? STRICT_W : STRICT_R};
+        hold_busy[id] = true;
+        uint64_t seq = ++id_seq[id];
+        mark(&o, &a, &r, id, seq);
+        *token = (uint64_t)id << 56 | seq;
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+static void strict_comm_release(uint64_t token)
+{
+    if (!token) return;
+    int id = (int)(token >> 56);
+    uint64_t seq = token & (((uint64_t)1 << 56) - 1);
+    pthread_mutex_lock(&g_lock);
+    if (host_vc[id] < seq) host_vc[id] = seq;
+    hold_busy[id] = false;
+    pthread_mutex_unlock(&g_lock);
 }
 
 static xdc_err_t run_copy(strict_op *o);
@@ -1023,4 +1065,6 @@ const xdc_device_ops xdc_device_strict_ops = {
     .event_sync = strict_event_sync,
     .event_query = strict_event_query,
     .comm_view = strict_comm_view,
+    .comm_hold = strict_comm_hold,
+    .comm_release = strict_comm_release,
 };

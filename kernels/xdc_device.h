@@ -41,6 +41,7 @@
 #include "common/xdc_err.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -184,6 +185,15 @@ typedef struct xdc_device_ops {
      *  may go through the view. A pointer into the middle of an allocation maps to the same offset.
      *  @return XDC_OK and *out, or XDC_ERR_INVALID (cpu-strict: not device memory). */
     xdc_err_t (*comm_view)(const void *dev_ptr, void **out);
+    /* comm_hold() / comm_release() :
+     *  Optional (NULL: nothing tracked; cpu-strict only). A communication operation's access to `bytes` of
+     *  device memory at `dev_ptr` (`write`: it writes them), from its start until the host saw it
+     *  complete (comm_release(*token)): until then a stream op that writes bytes it reads, or touches bytes
+     *  it writes, is refused (cpu-strict's hazard rule, the message naming `what`), as such a race on a GPU
+     *  would corrupt the transfer. *token 0: not tracked (host memory). The intra communicator holds
+     *  the buffers of its sends and receives (intra/intra_comm.c). */
+    void (*comm_hold)(const void *dev_ptr, size_t bytes, bool write, const char *what, uint64_t *token);
+    void (*comm_release)(uint64_t token);
 } xdc_device_ops;
 
 /* kern_device_cpu.c, kern_device_strict.c; kern_cuda_device.cu (CUDA builds only). Reach them through

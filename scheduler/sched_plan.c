@@ -97,6 +97,18 @@ static double pipe_time(const double *c, const double *lat, const double *occ, c
             if (occ[i] > period) period = occ[i];
         }
     }
+    /* Upstream of a WAN cut the 1F1B slots, P - i when M exceeds them (what the runtime holds), bound the
+     * period: a microbatch holds its slot for the round trip through the later stages and back, and
+     * microbatch f + P - i waits for it. With M <= P - i every microbatch has a slot: no such wait. */
+    for (int i = 0; i + 1 < P; i++) {
+        if (M <= P - i) continue;
+        int cut = 0;
+        for (int j = i; j + 1 < P && !cut; j++) cut = !in_region[j];
+        if (!cut) break;
+        double trip = c[i];
+        for (int j = i + 1; j < P; j++) trip += c[j] + 2 * lat[j - 1];
+        if (trip / (P - i) > period) period = trip / (P - i);
+    }
     *compute = M * cmax;
     return sum + (M - 1) * period;
 }
@@ -652,12 +664,9 @@ static void eval_chain(search *s, const int *chain, int n)
         p.tokens = (double)p.microbatches * tokens_mb(s) * D;
         p.bucket_mb = s->o->bucket_mb > 0 ? s->o->bucket_mb : 16;
         p.mem_gib_limit = 1e30;
-        /* Microbatches in flight: the 1F1B warm-up (P - s) plus, upstream of each WAN cut, enough to
-         * cover its round trip at the expected per-microbatch period. */
-        double total_flops = topo_stage_flops(s->m, 0, s->m->layers, tokens_mb(s), s->b->seq_len), speed = 0;
-        for (int i = 0; i < n; i++) speed += topo_region_flops(s->t, chain[i], &s->o->calib) * workers(s, chain[i]) / D;
-        double period = total_flops / speed;
-        int k = 0, cover = 0;
+        /* Microbatches in flight: the 1F1B bound min(M, P - s), what the runtime creates the stage with
+         * (orch_worker.c): a WAN cut's round trip is exposed time in the cost, not extra slots. */
+        int k = 0;
         for (int i = n - 1; i >= 0; i--) {
             int ps = workers(s, chain[i]) / D;
             for (int j = 0; j < ps; j++) {
@@ -665,10 +674,8 @@ static void eval_chain(search *s, const int *chain, int n)
                 cs[idx].region = chain[i];
                 cs[idx].flops = topo_region_flops(s->t, chain[i], &s->o->calib);
                 cs[idx].mem_limit = TOPO_PLAN_MEM_HEADROOM * s->t->regions[chain[i]].gpu_memory_gib;
-                int inflight = xdc_model_shape_1f1b_inflight(P, idx, p.microbatches) + cover;
-                cs[idx].inflight = inflight < p.microbatches ? inflight : p.microbatches;
+                cs[idx].inflight = xdc_model_shape_1f1b_inflight(P, idx, p.microbatches);
             }
-            if (i > 0) cover += (int)ceil(2 * topo_link_owd(s->t, chain[i - 1], chain[i]) / period);
             p.chain[i] = chain[i];
             p.replicas[chain[i]] = D;
             if (s->t->regions[chain[i]].gpu_memory_gib < p.mem_gib_limit)

@@ -85,8 +85,7 @@ typedef struct xdc_plan_stage {
     double params;    /* count */
     double flops_mb;  /* forward + backward FLOPs of one microbatch */
     double mem_gib;   /* per GPU, worst region */
-    int inflight;     /* microbatches this stage keeps in flight (1F1B: min(M, P − s); + RTT cover upstream
-                        of a WAN cut) */
+    int inflight;     /* microbatches this stage keeps in flight: 1F1B's min(M, P − s), as the runtime */
     double act_bytes; /* activation high-water mark per GPU: inflight × one microbatch's activation slot */
     /* pipeline boundary buffers per GPU, bytes: xdc_model_shape_boundary_bytes, whatever the microbatches */
     double boundary_bytes;

@@ -22,10 +22,24 @@ static double now_s(void) { return (double)xdc_now_ns() / 1e9; }
 static int is_first(const orch_worker *w) { return w->id->stage == 0; }
 static int is_last(const orch_worker *w) { return w->id->stage == w->id->n_stages - 1; }
 
-/* Encoded-activation buffer k of microbatch mb (k: 0 x, 1 dy, 2 y, 3 dx), or NULL within a region. */
+void orch_pipe_wire_counts(int stages, int stage, int microbatches, bool prev_wan, bool next_wan, int n[4])
+{
+    int before = stage > 0 ? xdc_model_shape_1f1b_inflight(stages, stage - 1, microbatches) : 0;
+    int own = xdc_model_shape_1f1b_inflight(stages, stage, microbatches);
+    n[0] = prev_wan ? before : 0;
+    n[1] = next_wan ? own : 0;
+    n[2] = next_wan ? own : 0;
+    n[3] = prev_wan ? before : 0;
+}
+
+/* Encoded-activation buffer k (0 x, 1 dy, 2 y, 3 dx) of microbatch mb: microbatches take the kind's
+ * wire_n[k] buffers in turn. NULL where that neighbour is in this region. */
 static uint8_t *wire(const orch_worker *w, int k, int mb)
 {
-    return w->pipe.wire ? w->pipe.wire + ((size_t)k * w->model.M + mb) * w->pipe.bound : NULL;
+    if (!w->pipe.wire || !w->pipe.wire_n[k]) return NULL;
+    size_t at = (size_t)(mb % w->pipe.wire_n[k]);
+    for (int i = 0; i < k; i++) at += (size_t)w->pipe.wire_n[i];
+    return w->pipe.wire + at * w->pipe.bound;
 }
 
 static void trace_span(orch_worker *w, const char *name, uint64_t t0, int mb)
@@ -41,62 +55,6 @@ static int intra_neighbour(const orch_worker *w, int stage)
     int region, pp_rank;
     orch_pipe_locate(w, stage, &region, &pp_rank);
     return region == w->id->region_idx;
-}
-
-static xdc_err_t forward_mb(orch_worker *w, int mb, float *loss_sum, xdc_diag *diag)
-{
-    size_t bt = (size_t)w->model.B * w->model.T, btc = bt * (size_t)w->model.C;
-    /* x_in holds microbatch mb from here until the forward has copied it into the slot (recv_x). */
-    if (!is_first(w)) XDC_CHECK(orch_pipe_wait(w, &w->pipe.x_req[mb], diag));
-    /* 1F1B frees slot mb % slots with the backward of mb − slots; that microbatch's output may still be
-     * on its way out of the slot. */
-    int slot = xdc_gpt_stage_slot_of(w->model.st, mb), prev = mb - xdc_gpt_stage_slots(w->model.st);
-    if (!is_last(w) && prev >= 0) XDC_CHECK(orch_pipe_wait(w, &w->pipe.y_req[prev], diag));
-    const float *y = NULL;
-    float loss = 0;
-    double t0 = now_s();
-    uint64_t u0 = orch_trace_now_us(w->tele.trace);
-    XDC_CHECK(xdc_gpt_stage_forward(w->model.st, slot, w->model.tokens + mb * bt, w->model.x_in,
-                                    w->model.targets + mb * bt, is_last(w) ? NULL : &y, &loss));
-    w->prog.t_compute += now_s() - t0;
-    trace_span(w, "forward", u0, mb);
-    if (is_last(w)) *loss_sum += loss;
-    /* y stays valid in the slot until its next forward, which first waits for this send. */
-    if (!is_last(w)) XDC_CHECK(orch_pipe_send(w, w->id->stage + 1, y, btc, wire(w, 2, mb), &w->pipe.y_req[mb], diag));
-    return XDC_OK;
-}
-
-static void on_grads_ready(void *ctx, size_t from) { xdc_sync_mark_ready(ctx, from); }
-
-static xdc_err_t backward_mb(orch_worker *w, int mb, xdc_sync *sync, xdc_diag *diag)
-{
-    size_t btc = (size_t)w->model.B * w->model.T * (size_t)w->model.C;
-    if (!is_last(w)) XDC_CHECK(orch_pipe_wait(w, &w->pipe.dy_req[mb], diag));
-    if (sync && mb == w->model.M - 1) {
-        /* The last microbatch: each layer's gradients are final as its backward ends, and its buckets
-         * start crossing the WAN while the earlier layers are still computing. */
-        XDC_CHECK(xdc_sync_begin(sync, xdc_gpt_stage_grads(w->model.st)));
-        xdc_gpt_stage_arm_grad_ready(w->model.st, on_grads_ready, sync);
-    }
-    const float *dx = NULL;
-    double t0 = now_s();
-    uint64_t u0 = orch_trace_now_us(w->tele.trace);
-    XDC_CHECK(xdc_gpt_stage_backward(w->model.st, xdc_gpt_stage_slot_of(w->model.st, mb), w->model.dy_in,
-                                     1.0f / (float)w->model.M, is_first(w) ? NULL : &dx));
-    w->prog.t_compute += now_s() - t0;
-    trace_span(w, "backward", u0, mb);
-    if (is_first(w)) return XDC_OK;
-    /* dx lives only until the next backward; the send reads the copy in dx_out once it ran. dx_out holds
-     * one microbatch: an intra send reads it until it completes, so the previous one must be done. Its
-     * receive is posted already (in steady state in the group that sent us x of microbatch mb + warm-up,
-     * in cool-down once the previous stage's backward of mb − 2 had our dx), so this waits for no later
-     * posting. A WAN send encoded it before returning. */
-    if (mb > 0 && intra_neighbour(w, w->id->stage - 1)) XDC_CHECK(orch_pipe_wait(w, &w->pipe.dx_req[mb - 1], diag));
-    const xdc_device_ops *dev = w->model.be->device;
-    xdc_stream *cs = xdc_gpt_stage_stream(w->model.st);
-    XDC_CHECK(dev->copy_d2d(w->model.dx_out, dx, btc * sizeof(float), cs));
-    XDC_CHECK(dev->stream_sync(cs));
-    return orch_pipe_send(w, w->id->stage - 1, w->model.dx_out, btc, wire(w, 3, mb), &w->pipe.dx_req[mb], diag);
 }
 
 /* Post the receive of microbatch mb's input x (from the previous stage) or its output gradient dy (from
@@ -121,6 +79,70 @@ static xdc_err_t recv_dy(orch_worker *w, int mb, int wan, xdc_diag *diag)
     return orch_pipe_recv(w, w->id->stage + 1, w->model.dy_in, btc, wire(w, 1, mb), &w->pipe.dy_req[mb], diag);
 }
 
+static xdc_err_t forward_mb(orch_worker *w, int mb, float *loss_sum, xdc_diag *diag)
+{
+    size_t bt = (size_t)w->model.B * w->model.T, btc = bt * (size_t)w->model.C;
+    /* x_in holds microbatch mb from here until the forward has copied it into the slot (recv_x). */
+    if (!is_first(w)) XDC_CHECK(orch_pipe_wait(w, &w->pipe.x_req[mb], diag));
+    /* From a WAN neighbour x(mb) is decoded and its wire buffer free for microbatch mb + wire_n[0]. */
+    if (w->pipe.wire_n[0] && mb + w->pipe.wire_n[0] < w->model.M) XDC_CHECK(recv_x(w, mb + w->pipe.wire_n[0], 1, diag));
+    /* 1F1B frees slot mb % slots with the backward of mb − slots; that microbatch's output may still be
+     * on its way out of the slot. */
+    int slot = xdc_gpt_stage_slot_of(w->model.st, mb), prev = mb - xdc_gpt_stage_slots(w->model.st);
+    if (!is_last(w) && prev >= 0) XDC_CHECK(orch_pipe_wait(w, &w->pipe.y_req[prev], diag));
+    const float *y = NULL;
+    float loss = 0;
+    double t0 = now_s();
+    uint64_t u0 = orch_trace_now_us(w->tele.trace);
+    XDC_CHECK(xdc_gpt_stage_forward(w->model.st, slot, w->model.tokens + mb * bt, w->model.x_in,
+                                    w->model.targets + mb * bt, is_last(w) ? NULL : &y, &loss));
+    w->prog.t_compute += now_s() - t0;
+    trace_span(w, "forward", u0, mb);
+    if (is_last(w)) *loss_sum += loss;
+    /* y stays valid in the slot until its next forward, which first waits for this send. */
+    if (!is_last(w)) XDC_CHECK(orch_pipe_send(w, w->id->stage + 1, y, btc, wire(w, 2, mb), &w->pipe.y_req[mb], diag));
+    return XDC_OK;
+}
+
+static void on_grads_ready(void *ctx, size_t from) { xdc_sync_mark_ready(ctx, from); }
+
+static xdc_err_t backward_mb(orch_worker *w, int mb, xdc_sync *sync, xdc_diag *diag)
+{
+    size_t btc = (size_t)w->model.B * w->model.T * (size_t)w->model.C;
+    if (!is_last(w)) XDC_CHECK(orch_pipe_wait(w, &w->pipe.dy_req[mb], diag));
+    if (w->pipe.wire_n[1] && mb + w->pipe.wire_n[1] < w->model.M)
+        XDC_CHECK(recv_dy(w, mb + w->pipe.wire_n[1], 1, diag));
+    if (sync && mb == w->model.M - 1) {
+        /* The last microbatch: each layer's gradients are final as its backward ends, and its buckets
+         * start crossing the WAN while the earlier layers are still computing. */
+        XDC_CHECK(xdc_sync_begin(sync, xdc_gpt_stage_grads(w->model.st)));
+        xdc_gpt_stage_arm_grad_ready(w->model.st, on_grads_ready, sync);
+    }
+    const float *dx = NULL;
+    double t0 = now_s();
+    uint64_t u0 = orch_trace_now_us(w->tele.trace);
+    XDC_CHECK(xdc_gpt_stage_backward(w->model.st, xdc_gpt_stage_slot_of(w->model.st, mb), w->model.dy_in,
+                                     1.0f / (float)w->model.M, is_first(w) ? NULL : &dx));
+    w->prog.t_compute += now_s() - t0;
+    trace_span(w, "backward", u0, mb);
+    if (is_first(w)) return XDC_OK;
+    /* dx lives only until the next backward; the send reads the copy in dx_out once it ran. dx_out holds
+     * one microbatch: an intra send reads it until it completes, so the previous one must be done. Its
+     * receive is posted already (in steady state in the group that sent us x of microbatch mb + warm-up,
+     * in cool-down once the previous stage's backward of mb − 2 had our dx), so this waits for no later
+     * posting. A WAN send encoded it before returning, into the wire buffer of mb − wire_n[3], whose
+     * send must be done: the previous stage posted its receive already (it ran the backward of mb −
+     * wire_n[3] before the forward of mb that sent us x(mb), and posts dy(j + wire_n[3]) as it decodes
+     * dy(j)), so only the network holds it up. */
+    int reuse = intra_neighbour(w, w->id->stage - 1) ? 1 : w->pipe.wire_n[3];
+    if (mb >= reuse) XDC_CHECK(orch_pipe_wait(w, &w->pipe.dx_req[mb - reuse], diag));
+    const xdc_device_ops *dev = w->model.be->device;
+    xdc_stream *cs = xdc_gpt_stage_stream(w->model.st);
+    XDC_CHECK(dev->copy_d2d(w->model.dx_out, dx, btc * sizeof(float), cs));
+    XDC_CHECK(dev->stream_sync(cs));
+    return orch_pipe_send(w, w->id->stage - 1, w->model.dx_out, btc, wire(w, 3, mb), &w->pipe.dx_req[mb], diag);
+}
+
 /* Close the schedule step's group: its intra sends and receives are issued together. */
 static xdc_err_t group_end(orch_worker *w, xdc_err_t rc, xdc_diag *diag)
 {
@@ -138,8 +160,9 @@ static xdc_err_t group_end(orch_worker *w, xdc_err_t rc, xdc_diag *diag)
  * Transfers follow Megatron's non-interleaved 1F1B: each schedule step's intra sends and receives are one
  * group (recv x | forward, send y | forward, send y + recv dy | backward, send dx + recv next x), so the
  * step also works where the communicator's operations run in start order, as on NCCL (docs/intra.md).
- * Receives from a WAN neighbour are all posted at the start of the step instead: a WAN stream waits for
- * a message's receive to be posted (docs/wan.md). */
+ * Receives from a WAN neighbour are posted ahead instead, a window of wire_n of them from the start of the
+ * step, each decode posting the next: a WAN stream waits for a message's receive to be posted
+ * (docs/wan.md), and the sender is never further ahead than the window (docs/runtime.md). */
 xdc_err_t orch_train_pass(orch_worker *w, xdc_sync *sync, float *loss, xdc_diag *diag)
 {
     size_t bt = (size_t)w->model.B * w->model.T;
@@ -149,10 +172,9 @@ xdc_err_t orch_train_pass(orch_worker *w, xdc_sync *sync, float *loss, xdc_diag 
     if (w->model.data)
         for (int mb = 0; mb < M; mb++)
             XDC_CHECK(xdc_data_next_train(w->model.data, w->model.tokens + mb * bt, w->model.targets + mb * bt));
-    for (int mb = 0; mb < M; mb++) {
-        XDC_CHECK(recv_x(w, mb, 1, diag));
-        XDC_CHECK(recv_dy(w, mb, 1, diag));
-    }
+    /* The first wire_n receives from a WAN neighbour; each decode posts the next (forward_mb, backward_mb). */
+    for (int mb = 0; mb < w->pipe.wire_n[0]; mb++) XDC_CHECK(recv_x(w, mb, 1, diag));
+    for (int mb = 0; mb < w->pipe.wire_n[1]; mb++) XDC_CHECK(recv_dy(w, mb, 1, diag));
     int warm = P - s - 1 < M ? P - s - 1 : M, f = 0, b = 0;
     float loss_sum = 0;
     xdc_err_t st;

@@ -122,7 +122,13 @@ static xdc_err_t open_pipe_codec(orch_worker *w, xdc_diag *diag)
     XDC_CHECK(xdc_codec_create(&cc, &w->pipe.enc, diag));
     XDC_CHECK(xdc_codec_create(&cc, &w->pipe.dec, diag));
     w->pipe.bound = xdc_codec_bound(w->pipe.enc, w->pipe.elems);
-    w->pipe.wire = xdc_malloc(4 * (size_t)w->model.M * w->pipe.bound);
+    orch_pipe_wire_counts(w->id->n_stages, w->id->stage, w->model.M, orch_member_prev_peer(w->member) != NULL,
+                          orch_member_next_peer(w->member) != NULL, w->pipe.wire_n);
+    size_t n = 0;
+    for (int k = 0; k < 4; k++) n += (size_t)w->pipe.wire_n[k];
+    XDC_INFO(XDC_SUB_ORCH, "activation wire buffers: %zu x %zu bytes (x %d, dy %d, y %d, dx %d)", n, w->pipe.bound,
+             w->pipe.wire_n[0], w->pipe.wire_n[1], w->pipe.wire_n[2], w->pipe.wire_n[3]);
+    w->pipe.wire = xdc_malloc(n * w->pipe.bound);
     return w->pipe.wire ? XDC_OK : XDC_ERR_NOMEM;
 }
 

@@ -64,9 +64,10 @@ xdc_err_t orch_model_alloc_boundary(orch_model *m, size_t *bytes);
 /* Pipeline transfers between neighbouring stages (orch_pipe.c). */
 typedef struct orch_pipe {
     orch_pipe_req *x_req, *dy_req, *y_req, *dx_req; /* (M) */
-    uint8_t *wire;                                  /* span: (4, M, bound) encoded activations: x, dy, y, dx */
-    xdc_codec *enc, *dec;                           /* span: activation codec (no error feedback) */
-    size_t elems, bound;                            /* elements of one activation (B*T*C); encoded bytes bound */
+    uint8_t *wire; /* span: encoded activations, wire_n[k] × bound bytes per kind k (x, dy, y, dx), in turn */
+    int wire_n[4]; /* encoded buffers per kind: what can be in flight (orch_pipe_wire_counts), 0 within a region */
+    xdc_codec *enc, *dec; /* span: activation codec (no error feedback) */
+    size_t elems, bound;  /* elements of one activation (B*T*C); encoded bytes bound */
     int codec_kind;
     uint64_t tx_bytes, raw_bytes;
     float *scalars; /* (ORCH_PIPE_SCALAR_ROWS, ORCH_PIPE_MAX_SCALARS) fp32, device: in-region small messages
@@ -175,6 +176,12 @@ struct orch_worker {
     uint64_t replan_rx0[XDC_TOPO_MAX_REGIONS]; /* bytes received */
     double replan_busy0[XDC_TOPO_MAX_REGIONS]; /* seconds they were arriving */
 };
+
+/* Encoded-activation buffers a stage of a span pipeline needs per kind (x, dy, y, dx) into n[4]: what the
+ * 1F1B pass can have in flight with a neighbour over the WAN (`prev_wan`, `next_wan`), 0 for an in-region
+ * one. x and dx: the previous stage's slots, min(M, P − s + 1); dy and y: this stage's, min(M, P − s)
+ * (orch_train.c says why none is overwritten while in flight), where there were M of each before. */
+void orch_pipe_wire_counts(int stages, int stage, int microbatches, bool prev_wan, bool next_wan, int n[4]);
 
 /* orch_train.c: the training loop and the 1F1B pass. */
 xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag);

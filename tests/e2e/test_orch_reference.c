@@ -279,6 +279,13 @@ XDC_TEST_T(orch_1f1b_boundary_buffers_match_single_process, 300)
     e2e_final_field(out, "params_xxh64=", strict, sizeof strict);
     printf("cpu %s, cpu-strict under NCCL semantics %s\n", cpu, strict);
     XDC_ASSERT_MSG(strcmp(cpu, strict) == 0, "cpu-strict ends at params_xxh64=%s, cpu at %s", strict, cpu);
+    /* The two stages at the cut keep encoded buffers for what 1F1B has in flight there, the sender's
+     * slots (3 of stage 1), not the 8 microbatches: stage 1 dy and y, stage 2 x and dx. */
+    snprintf(cmd, sizeof cmd, "cat %s/logs/*.log | grep -o 'activation wire buffers: .*' | sort", dir);
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 0);
+    printf("%s", out);
+    XDC_ASSERT_STR_CONTAINS(out, "(x 0, dy 3, y 3, dx 0)");
+    XDC_ASSERT_STR_CONTAINS(out, "(x 3, dy 0, y 0, dx 3)");
 }
 
 /* sync.delay_steps 1, codec none, 2 regions x 2 replicas, a pipeline across 2 regions and 2 regions x 2

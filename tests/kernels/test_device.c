@@ -354,6 +354,42 @@ XDC_TEST(device_strict_missing_event_write_after_read_is_reported)
     two_close(&t);
 }
 
+/* A communication hold (what the intra communicator takes for a send or a receive on device memory):
+ * rewriting a buffer a send still reads is refused until the host saw the send end (comm_release), as
+ * the 1F1B loop's dx_out must wait for the previous send (orch_train.c); a stream reading a buffer a
+ * receive still writes is refused the same way; after the release both go through; host memory is not
+ * tracked. */
+XDC_TEST(device_strict_comm_hold_refuses_reuse_before_release)
+{
+    two_streams t;
+    two_open(&t);
+    uint64_t send = 0, recv = 0, host = 1;
+    t.D->comm_hold(t.dx, t.n * 4, false, "intra send", &send);
+    t.D->comm_hold(t.host, t.n * 4, false, "intra send", &host);
+    XDC_ASSERT(send != 0);
+    XDC_ASSERT_EQ(host, 0);
+    (void)t.D->copy_d2d(t.dx, t.dy, t.n * 4, t.sa); /* the next backward's copy into dx_out, too early */
+    xdc_diag d = {{0}};
+    XDC_ASSERT_ERR(t.D->stream_sync(t.sa), XDC_ERR_INVALID);
+    XDC_ASSERT_ERR(t.D->stream_error(t.sa, &d), XDC_ERR_INVALID);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "copy_d2d on stream");
+    XDC_ASSERT_STR_CONTAINS(d.msg, "still being read by stream");
+    XDC_ASSERT_STR_CONTAINS(d.msg, "intra send");
+    t.D->comm_hold(t.dy, t.n * 4, true, "intra recv", &recv);
+    (void)t.D->copy_d2h(t.host, t.dy, t.n * 4, t.sb); /* the forward reading x_in before the receive ended */
+    XDC_ASSERT_ERR(t.D->stream_sync(t.sb), XDC_ERR_INVALID);
+    XDC_ASSERT_ERR(t.D->stream_error(t.sb, &d), XDC_ERR_INVALID);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "last written by intra recv");
+    t.D->comm_release(send);
+    t.D->comm_release(recv);
+    xdc_stream *sc = NULL;
+    XDC_ASSERT_OK(t.D->stream_create(&sc));
+    XDC_ASSERT_OK(t.D->copy_d2d(t.dx, t.dy, t.n * 4, sc));
+    XDC_ASSERT_OK(t.D->stream_sync(sc));
+    t.D->stream_destroy(sc);
+    two_close(&t);
+}
+
 /* The orderings that are enough: an event (A -> B), or the host waiting for A before queueing on B. */
 XDC_TEST(device_strict_event_or_host_wait_satisfies_the_rule)
 {

@@ -694,17 +694,35 @@ static float run_1f1b_step(xdc_gpt_stage **st, int P, int M, int B, int T, int C
     return loss_sum / (float)M;
 }
 
+/* The tiny model's shape (examples/models/tiny.yaml) with 4 layers, so that 4 stages hold one each. */
+static void tiny_4_layers(xdc_train_config *c, xdc_model_shape *m)
+{
+    xdc_cfg_errors errs;
+    XDC_ASSERT_OK(xdc_model_config_load("examples/models/tiny.yaml", c, &errs));
+    c->model.n_layer = 4;
+    xdc_model_shape_of(&c->model, m);
+}
+
+/* Stage `st` of plan p as the worker creates it, with `slots` activation slots. */
+static xdc_gpt_stage_config tiny_stage(const xdc_train_config *c, const xdc_plan_stage *st, int slots)
+{
+    return (xdc_gpt_stage_config){.model = c->model,
+                                  .layer_begin = st->layer_begin,
+                                  .layer_end = st->layer_end,
+                                  .batch = c->batch_size,
+                                  .seq_len = c->seq_len,
+                                  .max_inflight = slots,
+                                  .seed = (uint64_t)c->seed,
+                                  .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}};
+}
+
 XDC_TEST(plan_activation_memory_is_the_1f1b_high_water_mark)
 {
-    /* The tiny model's shape (examples/models/tiny.yaml) with 4 layers, so that 4 stages hold one each;
-     * 8 microbatches per step on one region of 4 GPUs. */
+    /* The tiny shape with 4 layers, 8 microbatches per step on one region of 4 GPUs. */
     xdc_train_config c;
-    xdc_cfg_errors errs;
-    XDC_ASSERT_OK(xdc_model_config_load("examples/models/tiny.yaml", &c, &errs));
-    c.model.n_layer = 4;
-    const int P = 4, M = 8;
     xdc_model_shape m;
-    xdc_model_shape_of(&c.model, &m);
+    tiny_4_layers(&c, &m);
+    const int P = 4, M = 8;
     xdc_topology *t = test_plan_parse_topo(
         "name: one\nregions:\n"
         "  - {name: a, nodes: a1, gpus_per_node: 4, gpu: {model: x, bf16_tflops: 100, memory_gib: 80},"
@@ -721,14 +739,7 @@ XDC_TEST(plan_activation_memory_is_the_1f1b_high_water_mark)
      * runtime before the bound). Same losses and parameters bit for bit: only the slots differ. */
     xdc_gpt_stage *st[4], *all[4];
     for (int s = 0; s < P; s++) {
-        xdc_gpt_stage_config sc = {.model = c.model,
-                                   .layer_begin = p->stage[s].layer_begin,
-                                   .layer_end = p->stage[s].layer_end,
-                                   .batch = c.batch_size,
-                                   .seq_len = c.seq_len,
-                                   .max_inflight = xdc_model_shape_1f1b_inflight(P, s, M),
-                                   .seed = (uint64_t)c.seed,
-                                   .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}};
+        xdc_gpt_stage_config sc = tiny_stage(&c, &p->stage[s], xdc_model_shape_1f1b_inflight(P, s, M));
         XDC_ASSERT_OK(xdc_gpt_stage_create(&xdc_model_cpu_ops, &sc, &st[s], NULL));
         sc.max_inflight = M;
         XDC_ASSERT_OK(xdc_gpt_stage_create(&xdc_model_cpu_ops, &sc, &all[s], NULL));
@@ -760,6 +771,53 @@ XDC_TEST(plan_activation_memory_is_the_1f1b_high_water_mark)
     }
     xdc_plan_set_destroy(set);
     xdc_topology_destroy(t);
+}
+
+/* A pipeline cut across a 150 ms round trip: each stage's activation memory in the plan is what the
+ * worker's stage holds, the slots it is created with (orch_worker.c: xdc_model_shape_1f1b_inflight of its
+ * stage) times one slot, upstream of the cut too; the round trip the slots cannot cover is time (a
+ * longer period than the same chain with a fast link), not memory. */
+XDC_TEST(plan_cross_region_memory_is_what_the_runtime_holds)
+{
+    xdc_train_config c;
+    xdc_model_shape m;
+    tiny_4_layers(&c, &m);
+    const int P = 4, M = 8;
+    xdc_batch_shape b = {c.batch_size, c.seq_len, (double)M * c.batch_size * c.seq_len};
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    o.mode = XDC_PLAN_PIPELINE;
+    o.stages = P;
+    o.micro_batch = c.batch_size;
+    double t_pipe[2];
+    for (int slow = 0; slow < 2; slow++) {
+        xdc_topology *t = two_regions(2, 100, 100, 80,
+                                      slow ? "bandwidth_gbps: 10, rtt_ms: 150" : "bandwidth_gbps: 10, rtt_ms: 0.1");
+        xdc_plan_set *set = search_ok(t, &m, &b, &o);
+        const xdc_plan *p = &set->best;
+        XDC_ASSERT_EQ(p->mode, XDC_PLAN_PIPELINE);
+        XDC_ASSERT_EQ(p->stages, P);
+        XDC_ASSERT_EQ(p->microbatches, M);
+        XDC_ASSERT(p->stage[1].region != p->stage[2].region);
+        t_pipe[slow] = p->t_compute + p->t_bubble + p->t_wan_exposed;
+        for (int s = 0; s < P; s++) {
+            xdc_gpt_stage_config sc = tiny_stage(&c, &p->stage[s], xdc_model_shape_1f1b_inflight(P, s, M));
+            xdc_gpt_stage *st;
+            XDC_ASSERT_OK(xdc_gpt_stage_create(&xdc_model_cpu_ops, &sc, &st, NULL));
+            double held = (double)xdc_gpt_stage_slots(st) * (double)xdc_gpt_stage_slot_bytes(st);
+            fprintf(stderr,
+                    "rtt %s stage %d (region %d): planner %d in flight, %.0f bytes; runtime %d slots, %.0f bytes\n",
+                    slow ? "150 ms" : "0.1 ms", s, p->stage[s].region, p->stage[s].inflight, p->stage[s].act_bytes,
+                    xdc_gpt_stage_slots(st), held);
+            XDC_ASSERT_EQ(p->stage[s].inflight, xdc_gpt_stage_slots(st));
+            XDC_ASSERT_MSG(p->stage[s].act_bytes == held, "stage %d: planner %.0f bytes, runtime %.0f", s,
+                           p->stage[s].act_bytes, held);
+            xdc_gpt_stage_destroy(st);
+        }
+        xdc_plan_set_destroy(set);
+        xdc_topology_destroy(t);
+    }
+    XDC_ASSERT_MSG(t_pipe[1] > t_pipe[0] + 0.15, "the 150 ms round trip costs %.3f s of pipeline time",
+                   t_pipe[1] - t_pipe[0]);
 }
 
 /* Device memory the worker asks for through counting_alloc (the CPU device's, counted). */
@@ -810,12 +868,9 @@ XDC_TEST(plan_boundary_buffers_are_what_the_worker_allocates)
      * each stage's pipeline boundary buffers in the plan are the bytes the worker's allocation asks the
      * device for (orch_model_alloc_boundary, counted), and neither grows with the microbatch count. */
     xdc_train_config c;
-    xdc_cfg_errors errs;
-    XDC_ASSERT_OK(xdc_model_config_load("examples/models/tiny.yaml", &c, &errs));
-    c.model.n_layer = 4;
-    const int P = 4;
     xdc_model_shape m;
-    xdc_model_shape_of(&c.model, &m);
+    tiny_4_layers(&c, &m);
+    const int P = 4;
     xdc_topology *t = test_plan_parse_topo(
         "name: one\nregions:\n"
         "  - {name: a, nodes: a1, gpus_per_node: 4, gpu: {model: x, bf16_tflops: 100, memory_gib: 80},"
@@ -838,14 +893,7 @@ XDC_TEST(plan_boundary_buffers_are_what_the_worker_allocates)
         XDC_ASSERT_EQ(p->stages, P);
         XDC_ASSERT_EQ(p->microbatches, M);
         for (int s = 0; s < P; s++) {
-            xdc_gpt_stage_config sc = {.model = c.model,
-                                       .layer_begin = p->stage[s].layer_begin,
-                                       .layer_end = p->stage[s].layer_end,
-                                       .batch = c.batch_size,
-                                       .seq_len = c.seq_len,
-                                       .max_inflight = p->stage[s].inflight,
-                                       .seed = (uint64_t)c.seed,
-                                       .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}};
+            xdc_gpt_stage_config sc = tiny_stage(&c, &p->stage[s], p->stage[s].inflight);
             orch_model om = {.be = &counting, .B = c.batch_size, .T = c.seq_len, .C = c.model.n_embd, .M = M};
             XDC_ASSERT_OK(xdc_gpt_stage_create(cpu->model, &sc, &om.st, NULL));
             size_t reported = 0;
