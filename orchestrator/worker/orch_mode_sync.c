@@ -9,7 +9,13 @@
  * waited for, the arenas swap, the new spare (this step's gradients) goes to the sync, and the optimizer
  * applies the current one (the average). Step 0 has nothing to apply; the finish waits for the last round
  * and applies it, so a run still takes `steps` optimizer steps, each at the learning rate of the step whose
- * gradients it applies, and every region ends on the same parameters. */
+ * gradients it applies, and every region ends on the same parameters.
+ *
+ * Elastic sync mode (`elastic:` in the run file, delay_steps 0; docs/runtime.md, "Elastic regions"): every step
+ * is a round of the elastic protocol. Before its pass a worker takes the step's quorum into the gradient
+ * sync's weights (1 for each region in it, 0 for the others: the mean over the regions present), a region
+ * lost during the exchange is let go as in DiLoCo's rounds, and the optimizer applies the mean over the
+ * round's final set, so the survivors stay on one model. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
@@ -28,6 +34,7 @@ static xdc_err_t sync_setup(orch_worker *w, void **state, xdc_diag *diag)
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 1, &sc);
     orch_sync_device_cfg(w, &sc); /* the stage's device and compute stream */
+    orch_elastic_setup(w);
     return xdc_sync_create(orch_member_sync_engine(w->member), &sc, &st->grad, diag);
 }
 
@@ -42,9 +49,23 @@ static xdc_err_t take_pending(orch_worker *w, sync_state *st, float **left, xdc_
     return XDC_OK;
 }
 
+/* One step as a round of the elastic protocol: its quorum, the pass with the exchange open (a member region lost
+ * during it is no longer waited for), the round ended on its final set, then the update. */
+static xdc_err_t elastic_step(orch_worker *w, sync_state *st, float *loss, xdc_diag *diag)
+{
+    XDC_CHECK(orch_outer_quorum(w, st->grad, diag));
+    orch_outer_opened(w, st->grad, w->prog.step); /* the pass begins the round; its wait polls for lost regions */
+    XDC_CHECK(orch_train_pass(w, st->grad, loss, diag));
+    XDC_CHECK(orch_outer_end(w, st->grad, w->prog.step, diag));
+    XDC_CHECK(orch_train_update(w, loss, w->prog.step, diag));
+    w->prog.step++;
+    return XDC_OK;
+}
+
 static xdc_err_t sync_step(orch_worker *w, void *state, float *loss, xdc_diag *diag)
 {
     sync_state *st = state;
+    if (w->elastic.on) return elastic_step(w, st, loss, diag); /* orch_quorum_elastic: never delayed */
     if (!w->cfg->sync.delay_steps) return orch_train_inner_step(w, st->grad, loss, diag);
     XDC_CHECK(orch_train_pass(w, NULL, loss, diag)); /* this step's gradients, into the current arena */
     int had_pending = st->pending;

@@ -73,9 +73,7 @@ xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xd
     o->local = xdc_gpt_stage_params(w->model.st);
     o->n = w->model.n_params;
     o->stream = stream_of(w);
-    w->elastic.on = orch_quorum_elastic(w->cfg, w->id->n_regions);
-    orch_elastic_member_init(&w->elastic.m, orch_member_rdzv(w->member), w->topo, w->id->region_idx, w->id->lrank,
-                             w->cfg->elastic.grace_ms, w->cfg->timeouts.operation_ms);
+    orch_elastic_setup(w);
     return orch_outer_open(w, o, dp, diag);
 }
 

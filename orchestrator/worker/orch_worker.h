@@ -230,6 +230,9 @@ xdc_err_t orch_outer_leave(const orch_worker *w, xdc_stream *prev);
 xdc_err_t orch_outer_pseudo(orch_worker *w, orch_outer *o, size_t lo, size_t hi);
 /* Outer Nesterov step on [lo, hi): pseudo holds the cross-region mean of (global - local). */
 xdc_err_t orch_outer_update(orch_worker *w, orch_outer *o, size_t lo, size_t hi);
+/* At a mode's setup: w->elastic.on (orch_quorum_elastic) and its member half of the round protocol, no round
+ * open (orch_worker_sync.c). */
+void orch_elastic_setup(orch_worker *w);
 /* Elastic rounds: the quorum of the round at this step (orch_elastic_agree) taken into `sync`'s members;
  * nothing without elastic rounds. Before each sync across regions of an outer round. */
 xdc_err_t orch_outer_quorum(orch_worker *w, xdc_sync *sync, xdc_diag *diag);

@@ -443,6 +443,10 @@ static void lose_a_region(const char *name, const char *mode, int stop, int vict
 
 XDC_TEST_T(elastic_diloco_goes_on_without_a_killed_region, 180) { lose_a_region("killed", "diloco", 0, 2); }
 
+/* Elastic sync mode: every step is a round; ap-south killed, the survivors' mean is over the two regions left
+ * (xdc_sync_set_weights) and they end on one model. */
+XDC_TEST_T(elastic_sync_goes_on_without_a_killed_region, 180) { lose_a_region("sync-killed", "sync", 0, 2); }
+
 XDC_TEST_T(elastic_diloco_drops_a_region_stopped_past_the_grace_window, 180)
 {
     lose_a_region("stopped", "diloco", 1, 2);
@@ -771,11 +775,12 @@ XDC_TEST_T(elastic_launch_restarts_a_killed_streaming_region_and_it_rejoins, 180
     launch_takes_a_region_back("lsrejoin", "streaming");
 }
 
-/* Sync mode keeps its all-or-nothing rule, and says so when the run file asks for elastic rounds. */
+/* Sync mode with delayed averaging keeps its all-or-nothing rule (a round is open across every step boundary),
+ * and says so when the run file asks for elastic rounds. */
 XDC_TEST_T(elastic_settings_in_sync_mode_are_named_as_ignored, 120)
 {
     char out[16384];
-    int rc = launch_short("sync", "sync", 2, "{min_regions: 2}", "", out, sizeof out);
+    int rc = launch_short("sync", "sync", 2, "{min_regions: 2}\nsync: {delay_steps: 1}", "", out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "elastic settings ignored: sync mode over 3 regions keeps every region in every "
                                  "round");
@@ -797,5 +802,6 @@ XDC_TEST_T(elastic_max_restarts_is_checked_and_named_where_it_does_nothing, 120)
     XDC_ASSERT_STR_CONTAINS(out, "the coordinator starts no agents");
     rc = launch_short("restarts-sync", "sync", 2, "{}", "--max-restarts 1", out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
-    XDC_ASSERT_STR_CONTAINS(out, "--max-restarts 1 ignored: sync mode over 3 regions has no outer round to rejoin at");
+    XDC_ASSERT_STR_CONTAINS(out, "--max-restarts 1 ignored: in elastic sync mode a lost region leaves and the "
+                                 "survivors go on, but it does not rejoin");
 }
