@@ -8,6 +8,7 @@
  * never by sleeping. */
 #include "tests/xdc_test.h"
 #include "tests/test_wan_util.h"
+#include "tests/e2e/test_orch_util.h"
 
 #include "orchestrator/elastic/orch_quorum.h"
 #include "orchestrator/rdzv/orch_rdzv.h"
@@ -389,6 +390,38 @@ static void expect_survivors(const char *dir, const char *out, const char *a, co
     XDC_ASSERT_STR_CONTAINS(final, want);
 }
 
+/* Elastic sync mode against the serial reference of the same membership history: region `victim` is in every
+ * step's mean before the first step it is out of, C, and out from it on. The run's first rank prints
+ * "step S  round S with 2 of 3 regions" at the first round decided without it; a region killed during the
+ * exchange of round S - 1 may still be in that round's final set (every member got its shards) or not (the
+ * members sum again without it, and say so): then C = S - 1. The survivors' parameters (region 0's dump) are
+ * the reference's, bit for bit. */
+static void expect_sync_reference(const char *dir, const char *out, int victim, int steps)
+{
+    const char *at = strstr(out, " with 2 of 3 regions (quorum ");
+    XDC_ASSERT_MSG(at != NULL, "no round without region %d in:\n%s", victim, out);
+    while (at > out && at[-1] != '\n') at--;
+    long long s = -1, resum = -1;
+    XDC_ASSERT_MSG(sscanf(at, "step %lld", &s) == 1 && s > 0 && s < steps, "no step in '%.80s'", at);
+    char *log = region_log(dir, "us-east");
+    const char *again = strstr(log, "summing again over the final set");
+    while (again && again > log && strncmp(again, "outer round at step ", 20) != 0) again--;
+    if (again && again > log) resum = atoll(again + 20);
+    free(log);
+    long long c = resum == s - 1 ? resum : s;
+    uint8_t *present = malloc((size_t)steps * 3);
+    XDC_ASSERT(present != NULL);
+    for (int t = 0; t < steps; t++)
+        for (int r = 0; r < 3; r++) present[t * 3 + r] = r != victim || t < c;
+    xdc_gpt_stage *st[1];
+    e2e_reference_run(steps, 1, TINY, 3, 1, 1, 0, present, st);
+    double diff = e2e_params_max_diff(dir, 1, st);
+    xdc_gpt_stage_destroy(st[0]);
+    free(present);
+    printf("region %d out from step %lld: max |survivors - reference| = %.3g\n", victim, c, diff);
+    XDC_ASSERT_MSG(diff == 0.0, "the survivors differ from the serial reference by %.3g", diff);
+}
+
 /* Lose region `victim` (its worker killed, or stopped past the grace window and then continued) after step
  * 20 of 100: the run finishes with exit 0, names the victim as dropped, and the other two end on the same
  * parameters, the ones the run's final line reports for the regions it names (region 0 lost: the result
@@ -397,7 +430,9 @@ static void lose_a_region(const char *name, const char *mode, int stop, int vict
 {
     static const char *const region[3] = {"us-east", "eu-west", "ap-south"};
     need_corpus();
-    const char *run = write_run(name, mode, 100, "{min_regions: 2, grace: 3s}");
+    int sync = strcmp(mode, "sync") == 0; /* checked against the serial reference: its parameters dumped */
+    const char *run = write_run(
+        name, mode, 100, sync ? "{min_regions: 2, grace: 3s}\ndump_params: true" : "{min_regions: 2, grace: 3s}");
     char dir[600], log[700], text_buf[256];
     snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
     snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
@@ -428,6 +463,7 @@ static void lose_a_region(const char *name, const char *mode, int stop, int vict
     XDC_ASSERT_STR_CONTAINS(out, text_buf);
     XDC_ASSERT_STR_CONTAINS(out, "steps=100");
     expect_survivors(dir, out, survivor[0], survivor[1]);
+    if (sync) expect_sync_reference(dir, out, victim, 100);
     free(out);
     if (stop) {
         char wlog[800];
