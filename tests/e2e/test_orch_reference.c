@@ -5,16 +5,9 @@
 #include "tests/xdc_test.h"
 #include "tests/e2e/test_orch_util.h"
 
-#include "common/xdc_alloc.h"
-#include "kernels/xdc_kernels.h"
-#include "kernels/xdc_model_ops.h"
-#include "model/xdc_data.h"
 #include "model/xdc_gpt.h"
-#include "model/xdc_model_config.h"
-#include "orchestrator/worker/orch_worker.h"
 
 #include <dirent.h>
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
