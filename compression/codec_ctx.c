@@ -54,8 +54,8 @@ static const xdc_codec_info registry[] = {
      .param = "fraction[:bits]",
      .param_in_size = true,
      .lossiness = 6,
-     .plain = {.ratio = 0.5625, .enc_Bps = 0.27e9, .dec_Bps = 4.0e9},
-     .zstd = {.ratio = 0.33, .enc_Bps = 0.25e9, .dec_Bps = 2.0e9}},
+     .plain = {.ratio = 0.5625, .enc_Bps = 2.4e9, .dec_Bps = 4.0e9},
+     .zstd = {.ratio = 0.33, .enc_Bps = 2.4e9, .dec_Bps = 2.0e9}},
 };
 #define N_CODECS (sizeof registry / sizeof registry[0])
 

@@ -22,7 +22,7 @@ extern "C" {
  * against major M runs with any library of major M and a minor at least its own; a new major may change
  * or remove calls. */
 #define XDC_API_VERSION_MAJOR 0
-#define XDC_API_VERSION_MINOR 2
+#define XDC_API_VERSION_MINOR 3
 #define XDC_API_VERSION       ((XDC_API_VERSION_MAJOR << 16) | XDC_API_VERSION_MINOR)
 
 /* The version of the library loaded at run time (compare its major, version >> 16, with the header's). */
@@ -135,6 +135,43 @@ int xdc_request_wait(xdc_request *req, int64_t timeout_ms);
  * The tag is then an outer tag: xdc_allreduce on it is XDC_STATUS_INVALID. */
 int xdc_outer_init(xdc_comm *comm, int tag, int n_params, float *const *params, const size_t *counts);
 int xdc_outer_round(xdc_comm *comm, int tag, float *const *params);
+
+/* Since 0.3. What a tag's outer rounds do beyond xdc_outer_round's default (call before its first round;
+ * initialise with XDC_OUTER_OPTIONS_INIT). keep_unsent: what the codec did not send of this member's
+ * pseudo-gradient stays in its parameters (params = global - residual after each round but the last)
+ * instead of in the codec's error-feedback residual, as the C runtime's diloco.keep_unsent; needs one member
+ * per region (XDC_STATUS_INVALID otherwise). final_codec: the codec of xdc_outer_last_round ("": the run's;
+ * NULL: the run file's diloco.final_codec), a codec name as in the run file. */
+typedef struct xdc_outer_options {
+    uint32_t struct_size;    /* sizeof(xdc_outer_options), as compiled into the caller */
+    int keep_unsent;         /* 0 (default) or 1 */
+    const char *final_codec; /* read during the call */
+} xdc_outer_options;
+
+#define XDC_OUTER_OPTIONS_INIT                                                          \
+    {                                                                                   \
+        .struct_size = sizeof(xdc_outer_options), .keep_unsent = 0, .final_codec = NULL \
+    }
+int xdc_outer_configure(xdc_comm *comm, int tag, const xdc_outer_options *opts);
+/* Since 0.3. The tag's last round (collective, blocking): in the final codec, and with keep_unsent the
+ * plain mean of the members' parameters (lr 1, momentum 0: they hold their unsent parts); every member
+ * ends with the same values. The tag takes no round after it (XDC_STATUS_INVALID). */
+int xdc_outer_last_round(xdc_comm *comm, int tag, float *const *params);
+/* Since 0.3. An outer round overlapped with the caller's next inner steps (docs/api.md, "Overlapped outer
+ * rounds"): xdc_outer_begin takes the pseudo-gradient of params now and posts its exchange, and returns;
+ * the caller trains on; xdc_outer_apply (collective, blocking until the exchange is done) takes the outer
+ * step and writes global' + (params - params at begin) (- residual with keep_unsent) into params: the
+ * progress since begin is kept, the global parameters are the same on every member. One round in flight
+ * per tag; xdc_outer_round and xdc_outer_last_round need none in flight. */
+int xdc_outer_begin(xdc_comm *comm, int tag, float *const *params);
+int xdc_outer_apply(xdc_comm *comm, int tag, float *const *params);
+/* Since 0.3. The tag's outer state, for checkpoints (between rounds): *n_params fp32 each of the global
+ * parameters and the momentum, and *n_residual fp32 of the codec's error-feedback residual (0 for an exact
+ * codec or one region). get copies them into the caller's host buffers, set from them (residual may be
+ * NULL when *n_residual is 0); a resumed program that sets what a run got encodes exactly as it would have. */
+int xdc_outer_state_size(xdc_comm *comm, int tag, size_t *n_params, size_t *n_residual);
+int xdc_outer_get_state(xdc_comm *comm, int tag, float *global, float *momentum, float *residual);
+int xdc_outer_set_state(xdc_comm *comm, int tag, const float *global, const float *momentum, const float *residual);
 
 /* Since 0.2. What this member's WAN connections carried so far (to and from the same rank of every other
  * region, every tag and outer round included; the intra-region shared memory is not WAN). Initialise with

@@ -1,5 +1,6 @@
 /* kern_quant_cpu.c — the CPU table of xdc_quant.h: blockwise int8/int4, bf16, top-k by sampled
- * threshold estimation plus radix select, error feedback and byte planes. Inner loops are written as
+ * threshold estimation plus radix select (for blocks of up to 4096, the sparse codec's, a strided
+ * sample and one branch-free candidate pass), error feedback and byte planes. Inner loops are written as
  * branch-free integer/float loops over one block so gcc -O3 -march=native vectorizes them: min/max
  * reductions run on integer keys of the float bits (float max reductions need -ffast-math), rounding
  * adds a signed half and truncates. */
@@ -283,28 +284,83 @@ static uint32_t radix_kth_key(const float *v, size_t m, size_t k, uint32_t *hist
     return prefix;
 }
 
-/* Writes the k entries of x (positions pos[0..m) when pos != NULL, else 0..m) with key > t, plus the
- * first `ties` (in index order) with key == t. */
-static void topk_emit(const float *x, const uint32_t *pos, size_t m, uint32_t t, size_t ties, uint32_t *idx, float *val)
+/* Writes the k entries of x (positions pos[0..m) when pos != NULL, else 0..m) whose key is above t, then
+ * as many with key == t as are still missing, the lowest indices first. Branch-free: the ties are
+ * counted first, and every entry is written where the next one goes (the loop stops at k). */
+static void topk_emit(const float *x, const uint32_t *pos, size_t m, uint32_t t, size_t k, uint32_t *idx, float *val)
 {
+    size_t ties = k;
+    for (size_t j = 0; j < m; j++) ties -= abs_key(x[pos ? pos[j] : j]) > t;
     size_t o = 0;
-    for (size_t j = 0; j < m; j++) {
-        uint32_t i = pos ? pos[j] : (uint32_t)j;
-        uint32_t key = abs_key(x[i]);
-        if (key > t || (key == t && ties > 0)) {
-            ties -= key == t;
-            idx[o] = i;
-            val[o] = x[i];
-            o++;
-        }
+    for (size_t j = 0; j < m && o < k; j++) {
+        uint32_t i = pos ? pos[j] : (uint32_t)j, key = abs_key(x[i]);
+        size_t tie = key == t && ties > 0;
+        ties -= tie;
+        idx[o] = i;
+        val[o] = x[i];
+        o += key > t || tie;
     }
 }
 
-static size_t count_above(const float *v, size_t m, uint32_t t)
+/* The k-th largest of key (m u32, 1 <= k <= m; reordered and overwritten, where radix_kth_key only
+ * reads): radix select over 8-bit digits of the offset within [min, max] of the keys still in play, so
+ * keys bunched above one threshold (the candidates of a block) take one or two passes. Each pass moves
+ * the keys of the bin that holds the k-th to the front; it ends when the k-th is the largest or the
+ * smallest of them. hist holds 256 counters. */
+#define TOPK_RANGE_BITS 8
+
+static uint32_t range_kth_key(uint32_t *key, size_t m, size_t k, uint32_t *hist)
 {
-    size_t c = 0;
-    for (size_t i = 0; i < m; i++) c += abs_key(v[i]) > t;
-    return c;
+    for (;;) {
+        uint32_t lo = UINT32_MAX, hi = 0;
+        for (size_t i = 0; i < m; i++) {
+            lo = key[i] < lo ? key[i] : lo;
+            hi = key[i] > hi ? key[i] : hi;
+        }
+        if (k == 1 || lo == hi) return hi;
+        if (k == m) return lo;
+        int bits = 32 - __builtin_clz(hi - lo), shift = bits > TOPK_RANGE_BITS ? bits - TOPK_RANGE_BITS : 0;
+        uint32_t d = ((hi - lo) >> shift) + 1;
+        memset(hist, 0, d * sizeof(uint32_t));
+        for (size_t i = 0; i < m; i++) hist[(key[i] - lo) >> shift]++;
+        while (hist[--d] < k) k -= hist[d];
+        size_t c = 0;
+        for (size_t i = 0; i < m; i++) {
+            uint32_t v = key[i];
+            key[c] = v;
+            c += (v - lo) >> shift == d;
+        }
+        m = c;
+    }
+}
+
+/* Blocks up to XDC_QUANT_BLOCK_MAX elements (the sparse codec's 4096) take a shorter path than larger
+ * inputs, for which a 16384-entry sample and 2048-counter histograms would outweigh the block: the
+ * threshold estimate is the matching rank among every TOPK_SMALL_STRIDE-th |y|; one branch-free pass
+ * collects the positions at or above it (the candidate buffer holds n); range_kth_key among their keys
+ * finds the k-th. An estimate that catches fewer than k entries (a block whose large values sit at the
+ * sampled positions) is replaced by 0, which catches all n. */
+#define TOPK_SMALL_STRIDE 16u
+
+static void topk_small(const float *y, size_t n, size_t k, uint32_t *idx, float *val, uint32_t *sample, uint32_t *cand,
+                       uint32_t *cand_key, uint32_t *hist)
+{
+    uint32_t t_low = 0;
+    size_t s = n / TOPK_SMALL_STRIDE, c = 0;
+    if (k < n / 4 && s >= 64) {
+        for (size_t j = 0; j < s; j++) sample[j] = abs_key(y[j * TOPK_SMALL_STRIDE + TOPK_SMALL_STRIDE / 2]);
+        size_t rank = k * s / n + k * s / (4 * n) + 4; /* 1.25 k s / n, plus slack for small k */
+        t_low = range_kth_key(sample, s, rank, hist);
+    }
+    for (int attempt = 0; attempt < 2 && c < k; attempt++, t_low = 0) {
+        c = 0;
+        for (size_t i = 0; i < n; i++) {
+            cand[c] = (uint32_t)i;
+            c += abs_key(y[i]) >= t_low;
+        }
+    }
+    for (size_t j = 0; j < c; j++) cand_key[j] = abs_key(y[cand[j]]);
+    topk_emit(y, cand, c, range_kth_key(cand_key, c, k, hist), k, idx, val);
 }
 
 /* With error feedback the first pass writes r = x + r and the selection then reads r; the selected
@@ -320,7 +376,12 @@ static xdc_err_t cpu_topk_select(const float *x, float *r, size_t n, size_t k, u
     const float *y = r ? r : x;
     bool done = false;
 
-    if (n > 4 * (size_t)TOPK_SAMPLE && k < n / 4) {
+    if (n <= XDC_QUANT_BLOCK_MAX) { /* cap == n: every entry fits the candidate buffer */
+        if (r)
+            for (size_t i = 0; i < n; i++) r[i] += x[i];
+        if (k > 0) topk_small(y, n, k, idx, val, (uint32_t *)sample, cand, (uint32_t *)cand_val, hist);
+        done = true;
+    } else if (n > 4 * (size_t)TOPK_SAMPLE && k < n / 4) {
         size_t stride = n / TOPK_SAMPLE;
         for (size_t s = 0; s < TOPK_SAMPLE; s++) {
             size_t i = s * stride + stride / 2;
@@ -350,7 +411,7 @@ static xdc_err_t cpu_topk_select(const float *x, float *r, size_t n, size_t k, u
         }
         if (!overflow && c >= k && k > 0) {
             uint32_t t = radix_kth_key(cand_val, c, k, hist);
-            topk_emit(y, cand, c, t, k - count_above(cand_val, c, t), idx, val);
+            topk_emit(y, cand, c, t, k, idx, val);
             done = true;
         }
     } else if (r) {
@@ -358,7 +419,7 @@ static xdc_err_t cpu_topk_select(const float *x, float *r, size_t n, size_t k, u
     }
     if (!done && k > 0) {
         uint32_t t = radix_kth_key(y, n, k, hist);
-        topk_emit(y, NULL, n, t, k - count_above(y, n, t), idx, val);
+        topk_emit(y, NULL, n, t, k, idx, val);
     }
     if (r)
         for (size_t i = 0; i < k; i++) r[idx[i]] = 0.0f;

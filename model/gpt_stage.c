@@ -309,27 +309,40 @@ void xdc_gpt_stage_zero_grad(xdc_gpt_stage *s)
     (void)s->dev->memset(s->grad_arena, 0, s->num_params * sizeof(float), s->stream);
 }
 
-xdc_err_t xdc_gpt_stage_state_get(xdc_gpt_stage *s, float *params, float *m, float *v, int64_t *adam_t)
+xdc_err_t xdc_gpt_stage_moments_get(xdc_gpt_stage *s, size_t lo, size_t hi, float *m, float *v, int64_t *adam_t)
 {
-    size_t bytes = s->num_params * sizeof(float);
-    XDC_CHECK(s->dev->copy_d2h(params, s->param_arena, bytes, s->stream));
-    XDC_CHECK(s->dev->copy_d2h(m, s->m_arena, bytes, s->stream));
-    XDC_CHECK(s->dev->copy_d2h(v, s->v_arena, bytes, s->stream));
+    XDC_REQUIRE(lo <= hi && hi <= s->num_params, XDC_ERR_INVALID);
+    size_t bytes = (hi - lo) * sizeof(float);
+    XDC_CHECK(s->dev->copy_d2h(m, s->m_arena + lo, bytes, s->stream));
+    XDC_CHECK(s->dev->copy_d2h(v, s->v_arena + lo, bytes, s->stream));
     XDC_CHECK(s->dev->stream_sync(s->stream));
     *adam_t = s->adam_t;
     return XDC_OK;
 }
 
-xdc_err_t xdc_gpt_stage_state_set(xdc_gpt_stage *s, const float *params, const float *m, const float *v, int64_t adam_t)
+xdc_err_t xdc_gpt_stage_moments_set(xdc_gpt_stage *s, size_t lo, size_t hi, const float *m, const float *v,
+                                    int64_t adam_t)
 {
-    size_t bytes = s->num_params * sizeof(float);
-    XDC_REQUIRE(adam_t >= 0, XDC_ERR_INVALID);
-    XDC_CHECK(s->dev->copy_h2d(s->param_arena, params, bytes, s->stream));
-    XDC_CHECK(s->dev->copy_h2d(s->m_arena, m, bytes, s->stream));
-    XDC_CHECK(s->dev->copy_h2d(s->v_arena, v, bytes, s->stream));
+    XDC_REQUIRE(lo <= hi && hi <= s->num_params && adam_t >= 0, XDC_ERR_INVALID);
+    size_t bytes = (hi - lo) * sizeof(float);
+    XDC_CHECK(s->dev->copy_h2d(s->m_arena + lo, m, bytes, s->stream));
+    XDC_CHECK(s->dev->copy_h2d(s->v_arena + lo, v, bytes, s->stream));
     XDC_CHECK(s->dev->stream_sync(s->stream)); /* the host buffers may change once this returns */
     s->adam_t = adam_t;
     return XDC_OK;
+}
+
+xdc_err_t xdc_gpt_stage_state_get(xdc_gpt_stage *s, float *params, float *m, float *v, int64_t *adam_t)
+{
+    XDC_CHECK(s->dev->copy_d2h(params, s->param_arena, s->num_params * sizeof(float), s->stream));
+    return xdc_gpt_stage_moments_get(s, 0, s->num_params, m, v, adam_t); /* on the same stream, then synced */
+}
+
+xdc_err_t xdc_gpt_stage_state_set(xdc_gpt_stage *s, const float *params, const float *m, const float *v, int64_t adam_t)
+{
+    XDC_REQUIRE(adam_t >= 0, XDC_ERR_INVALID);
+    XDC_CHECK(s->dev->copy_h2d(s->param_arena, params, s->num_params * sizeof(float), s->stream));
+    return xdc_gpt_stage_moments_set(s, 0, s->num_params, m, v, adam_t);
 }
 
 xdc_err_t xdc_gpt_stage_hash_update(xdc_gpt_stage *s, xdc_hash_state *h)

@@ -155,6 +155,12 @@ float xdc_lr_at(const xdc_lr_schedule *sch, int step);
 xdc_err_t xdc_gpt_stage_state_get(xdc_gpt_stage *s, float *params, float *m, float *v, int64_t *adam_t);
 xdc_err_t xdc_gpt_stage_state_set(xdc_gpt_stage *s, const float *params, const float *m, const float *v,
                                   int64_t adam_t);
+/* The AdamW moments of parameters [lo, hi) (arena order) into / from host buffers of hi - lo floats each, and
+ * the optimizer steps taken: the inner optimizer state a rejoining region takes from the members, a slice from
+ * each (orchestrator/worker/orch_rejoin.c). set takes adam_t as the stage's step count. */
+xdc_err_t xdc_gpt_stage_moments_get(xdc_gpt_stage *s, size_t lo, size_t hi, float *m, float *v, int64_t *adam_t);
+xdc_err_t xdc_gpt_stage_moments_set(xdc_gpt_stage *s, size_t lo, size_t hi, const float *m, const float *v,
+                                    int64_t adam_t);
 /* Stream this stage's parameter arena into `h` (see the arena order above). */
 xdc_err_t xdc_gpt_stage_hash_update(xdc_gpt_stage *s, xdc_hash_state *h);
 /* params_xxh64 over stages[0..n) in order. */

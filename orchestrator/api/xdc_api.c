@@ -3,14 +3,14 @@
  * set-up without the model, on the CPU device: the caller's buffers are host memory. Each tag is one
  * xdc_sync on the comm engine, created at the tag's first use and kept (its codec contexts hold the
  * error-feedback residual); the teardown stops and frees them in the order docs/design.md gives. Outer
- * rounds are the worker's (orchestrator/worker/orch_outer.h), on a worker without a model. */
+ * rounds are the member's (orchestrator/member/orch_outer.h), as the training worker's DiLoCo runs them. */
 #include <xdc.h>
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
 #include "orchestrator/member/orch_member.h"
 #include "orchestrator/rdzv/orch_rdzv_keys.h"
-#include "orchestrator/worker/orch_outer.h"
+#include "orchestrator/member/orch_outer.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -26,12 +26,15 @@ struct xdc_request {
     int pending; /* a round was posted and not yet completed by test or wait */
 };
 
-/* A tag's DiLoCo outer state (orch_outer, the worker's own): the caller's parameter list is copied into
+/* A tag's DiLoCo outer state (orch_outer, as the worker's DiLoCo has): the caller's parameter list is copied into
  * outer.local, one after the other, around each round. */
 typedef struct api_outer {
     orch_outer outer;
     int n_params;
-    size_t *counts; /* (n_params) fp32 elements of each parameter */
+    size_t *counts;       /* (n_params) fp32 elements of each parameter */
+    char final_codec[32]; /* xdc_outer_last_round's codec ("": the tag's) */
+    int rounds;           /* begun so far: xdc_outer_configure only before the first */
+    int finished;         /* xdc_outer_last_round ran: no round after it */
 } api_outer;
 
 /* xdc_comm_check_same: the value as CHECK_DIGITS 4-bit digits d, then their squares, fp32 ((2 * CHECK_DIGITS)
@@ -43,7 +46,6 @@ typedef struct api_outer {
  * of both, and of the check, in creation order (the teardown stops them in it). */
 typedef struct api_tags {
     orch_member *m;
-    orch_worker *outer_w; /* the outer rounds' worker without a model (orch_outer.h) */
     xdc_request *by_tag[XDC_MAX_TAGS];
     api_outer *outer[XDC_MAX_TAGS];
     xdc_sync *check; /* xdc_comm_check_same's, made at its first call */
@@ -53,7 +55,6 @@ typedef struct api_tags {
 
 struct xdc_comm {
     orch_member *m;
-    orch_worker *outer_w; /* orch_worker_bare_create: the outer rounds run on it */
     orch_member_opts opts;
     char topology[512], config[512], run_dir[512];
     api_tags tags;
@@ -79,7 +80,7 @@ static void tags_destroy(api_tags *t)
         api_outer *a = t->outer[i];
         if (!a) continue;
         orch_member_backend(t->m)->device->mem_free(a->outer.local);
-        orch_outer_destroy(t->outer_w, &a->outer); /* its sync too */
+        orch_outer_destroy(&a->outer); /* its sync too */
         xdc_free(a->counts);
         xdc_free(a);
     }
@@ -93,7 +94,6 @@ static void close_comm(xdc_comm *c)
     for (int i = 0; i < c->tags.n; i++) xdc_sync_stop(c->tags.order[i]);
     orch_member_disconnect(c->m);
     tags_destroy(&c->tags);
-    orch_worker_bare_destroy(c->outer_w);
     orch_member_destroy(c->m);
 }
 
@@ -221,10 +221,8 @@ int xdc_comm_create(const xdc_comm_options *opts, xdc_comm **out, char *err, siz
     if (rc == XDC_OK) what = "WAN engine and rendezvous", rc = orch_member_open_wan(c->m, &d);
     if (rc == XDC_OK) rc = orch_member_connect(c->m, &what, &d);
     if (rc == XDC_OK) what = "comm engine", rc = orch_member_comm_engine(c->m, &d);
-    if (rc == XDC_OK) rc = orch_worker_bare_create(c->m, &c->outer_w);
     if (rc == XDC_OK) {
         c->tags.m = c->m;
-        c->tags.outer_w = c->outer_w;
         what = "start barrier";
         rc = rdzv_barrier(orch_member_rdzv(c->m), RDZV_BARRIER_START, id_of(c)->gsize,
                           orch_member_config(c->m)->timeouts.rendezvous_ms, &d);
@@ -409,8 +407,11 @@ static xdc_err_t outer_init(xdc_comm *c, int tag, int n_params, float *const *pa
     a->outer.n = n;
     XDC_CHECK(orch_member_backend(c->m)->device->mem_alloc((void **)&a->outer.local, n * sizeof(float)));
     outer_copy(a, params, 1); /* the start of the first inner phase: global = these */
-    xdc_intra_comm *dp = region_replicas(c);
-    XDC_CHECK(orch_outer_open(c->outer_w, &a->outer, dp, diag));
+    xdc_sync_cfg sc;
+    orch_member_sync_cfg(c->m, 1, &sc);
+    sc.dp = region_replicas(c);
+    sc.name = "pseudo-gradients";
+    XDC_CHECK(orch_outer_open(c->m, &a->outer, &sc, diag));
     c->tags.order[c->tags.n++] = a->outer.sync;
     return XDC_OK;
 }
@@ -423,31 +424,178 @@ int xdc_outer_init(xdc_comm *c, int tag, int n_params, float *const *params, con
     return rc == XDC_OK ? XDC_SUCCESS : fail(c, rc, &d);
 }
 
-int xdc_outer_round(xdc_comm *c, int tag, float *const *params)
+/* The tag's outer state, or NULL with diag set (no outer rounds on it, or finished by its last round). */
+static api_outer *outer_of(xdc_comm *c, int tag, xdc_diag *diag)
+{
+    api_outer *a = tag >= 0 && tag < XDC_MAX_TAGS ? c->tags.outer[tag] : NULL;
+    if (!a || !a->outer.sync) xdc_diag_set(diag, "tag %d: no outer rounds set up on it (xdc_outer_init first)", tag);
+    else if (a->finished) xdc_diag_set(diag, "tag %d: its last round ran (xdc_outer_last_round)", tag);
+    else return a;
+    return NULL;
+}
+
+typedef enum { OUTER_ROUND, OUTER_LAST, OUTER_BEGIN, OUTER_APPLY } outer_op;
+
+/* The last round: the final codec, and with keep_unsent the plain mean (orch_outer.h: mean). */
+static xdc_err_t last_round(xdc_comm *c, api_outer *a, xdc_diag *diag)
+{
+    if (a->outer.begun_at >= 0) {
+        xdc_diag_set(diag, "a round is in flight (xdc_outer_apply first)");
+        return XDC_ERR_INVALID;
+    }
+    if (a->final_codec[0]) {
+        xdc_codec_cfg cc = *orch_member_codec(c->m);
+        XDC_CHECK(xdc_codec_parse(a->final_codec, &cc, diag));
+        XDC_CHECK(xdc_sync_set_codec(a->outer.sync, &cc, diag));
+    }
+    a->outer.mean = a->outer.keep_unsent;
+    a->finished = 1;
+    return orch_outer_round(&a->outer, a->rounds, diag);
+}
+
+/* One of the outer calls over the caller's parameters: into the staging, the member's outer round
+ * (orchestrator/member/orch_outer.h), back (begin leaves the parameters as they are). */
+static int outer_call(xdc_comm *c, int tag, float *const *params, outer_op op)
 {
     if (!c) return XDC_STATUS_INVALID;
+    static const char *const what_op[] = {"outer round", "last outer round", "outer begin", "outer apply"};
     xdc_diag d = {{0}};
-    api_outer *a = tag >= 0 && tag < XDC_MAX_TAGS ? c->tags.outer[tag] : NULL;
-    if (!a || !a->outer.sync || !params) {
-        xdc_diag_set(&d, "tag %d: no outer rounds set up on it (xdc_outer_init first), or no parameters", tag);
+    api_outer *a = outer_of(c, tag, &d);
+    if (!a) return fail(c, XDC_ERR_INVALID, &d);
+    for (int i = 0; params && i < a->n_params; i++)
+        if (!params[i]) params = NULL;
+    if (!params) {
+        xdc_diag_set(&d, "tag %d: no parameters, or one of them NULL", tag);
         return fail(c, XDC_ERR_INVALID, &d);
     }
-    for (int i = 0; i < a->n_params; i++)
-        if (!params[i]) {
-            xdc_diag_set(&d, "tag %d: parameter %d is NULL", tag, i);
-            return fail(c, XDC_ERR_INVALID, &d);
-        }
     outer_copy(a, params, 1);
-    xdc_err_t rc = orch_outer_round(c->outer_w, &a->outer, &d); /* pseudo, mean, Nesterov step, local = global */
+    xdc_err_t rc;
+    switch (op) {
+    case OUTER_ROUND: rc = orch_outer_round(&a->outer, a->rounds++, &d); break;
+    case OUTER_LAST: rc = last_round(c, a, &d); break;
+    case OUTER_BEGIN: rc = orch_outer_begin(&a->outer, a->outer.sync, 0, a->outer.n, a->rounds++, true, &d); break;
+    case OUTER_APPLY: rc = orch_outer_apply(&a->outer, a->outer.sync, 0, a->outer.n, &d); break;
+    }
     if (rc != XDC_OK) {
-        char what[32];
-        snprintf(what, sizeof what, "outer round of tag %d", tag);
-        orch_member_report_failure(c->m, what, rc, d.msg);
+        char what[48];
+        snprintf(what, sizeof what, "%s of tag %d", what_op[op], tag);
+        if (rc != XDC_ERR_INVALID) orch_member_report_failure(c->m, what, rc, d.msg);
         xdc_diag_prefix(&d, "%s", what);
         return fail(c, rc, &d);
     }
-    outer_copy(a, params, 0);
+    if (op != OUTER_BEGIN) outer_copy(a, params, 0);
     return XDC_SUCCESS;
+}
+
+/* pseudo, mean, Nesterov step, local = global */
+int xdc_outer_round(xdc_comm *c, int tag, float *const *params) { return outer_call(c, tag, params, OUTER_ROUND); }
+int xdc_outer_last_round(xdc_comm *c, int tag, float *const *params) { return outer_call(c, tag, params, OUTER_LAST); }
+int xdc_outer_begin(xdc_comm *c, int tag, float *const *params) { return outer_call(c, tag, params, OUTER_BEGIN); }
+int xdc_outer_apply(xdc_comm *c, int tag, float *const *params) { return outer_call(c, tag, params, OUTER_APPLY); }
+
+static xdc_err_t outer_configure(xdc_comm *c, int tag, const xdc_outer_options *o, xdc_diag *diag)
+{
+    api_outer *a = outer_of(c, tag, diag);
+    if (!a) return XDC_ERR_INVALID;
+    if (!o || o->struct_size < sizeof *o) {
+        xdc_diag_set(diag, "xdc_outer_configure: %s (initialise the struct with XDC_OUTER_OPTIONS_INIT)",
+                     o ? "struct_size too small" : "opts is NULL");
+        return XDC_ERR_INVALID;
+    }
+    if (a->rounds) {
+        xdc_diag_set(diag, "tag %d: configured after its first round", tag);
+        return XDC_ERR_INVALID;
+    }
+    if (o->keep_unsent && region_replicas(c)) {
+        xdc_diag_set(diag,
+                     "tag %d: keep_unsent needs one member per region (a replica's codec keeps only its "
+                     "shard's residual)",
+                     tag);
+        return XDC_ERR_INVALID;
+    }
+    const char *fc = o->final_codec ? o->final_codec : orch_member_config(c->m)->diloco.final_codec;
+    xdc_codec_cfg cc = *orch_member_codec(c->m);
+    if (fc[0] && xdc_codec_parse(fc, &cc, diag) != XDC_OK) return XDC_ERR_INVALID;
+    if (strlen(fc) >= sizeof a->final_codec) {
+        xdc_diag_set(diag, "final codec '%s' is too long", fc);
+        return XDC_ERR_INVALID;
+    }
+    snprintf(a->final_codec, sizeof a->final_codec, "%s", fc);
+    a->outer.keep_unsent = o->keep_unsent != 0;
+    return XDC_OK;
+}
+
+int xdc_outer_configure(xdc_comm *c, int tag, const xdc_outer_options *opts)
+{
+    if (!c) return XDC_STATUS_INVALID;
+    xdc_diag d = {{0}};
+    xdc_err_t rc = outer_configure(c, tag, opts, &d);
+    return rc == XDC_OK ? XDC_SUCCESS : fail(c, rc, &d);
+}
+
+/* The tag's outer state if it may be read or written now (between rounds, the buffers given: residual only
+ * when the codec keeps one, *nr elements), else NULL. */
+static api_outer *state_of(xdc_comm *c, int tag, const float *global, const float *mom, const float *residual,
+                           size_t *nr, xdc_diag *diag)
+{
+    api_outer *a = outer_of(c, tag, diag);
+    *nr = a ? xdc_sync_residual_elems(a->outer.sync) : 0;
+    if (a && a->outer.begun_at >= 0) xdc_diag_set(diag, "tag %d: a round is in flight (xdc_outer_apply first)", tag);
+    else if (a && (!global || !mom || (*nr && !residual)))
+        xdc_diag_set(diag, "tag %d: global, momentum (and with a residual, residual) are needed", tag);
+    else return a;
+    return NULL;
+}
+
+static xdc_err_t get_state(xdc_comm *c, int tag, float *global, float *mom, float *residual, xdc_diag *diag)
+{
+    size_t nr;
+    api_outer *a = state_of(c, tag, global, mom, residual, &nr, diag);
+    if (!a) return XDC_ERR_INVALID;
+    XDC_CHECK(orch_outer_get(&a->outer, ORCH_OUTER_GLOBAL, global));
+    XDC_CHECK(orch_outer_get(&a->outer, ORCH_OUTER_MOMENTUM, mom));
+    return nr ? xdc_sync_residual_get(a->outer.sync, residual, nr, diag) : XDC_OK;
+}
+
+static xdc_err_t set_state(xdc_comm *c, int tag, const float *global, const float *mom, const float *residual,
+                           xdc_diag *diag)
+{
+    size_t nr;
+    api_outer *a = state_of(c, tag, global, mom, residual, &nr, diag);
+    if (!a) return XDC_ERR_INVALID;
+    XDC_CHECK(orch_outer_set(&a->outer, ORCH_OUTER_GLOBAL, global));
+    XDC_CHECK(orch_outer_set(&a->outer, ORCH_OUTER_MOMENTUM, mom));
+    return nr ? xdc_sync_residual_set(a->outer.sync, residual, nr, diag) : XDC_OK;
+}
+
+int xdc_outer_state_size(xdc_comm *c, int tag, size_t *n_params, size_t *n_residual)
+{
+    if (!c) return XDC_STATUS_INVALID;
+    xdc_diag d = {{0}};
+    api_outer *a = outer_of(c, tag, &d);
+    if (!a || !n_params || !n_residual) {
+        if (a) xdc_diag_set(&d, "xdc_outer_state_size: n_params and n_residual are needed");
+        return fail(c, XDC_ERR_INVALID, &d);
+    }
+    *n_params = a->outer.n;
+    *n_residual = xdc_sync_residual_elems(a->outer.sync);
+    return XDC_SUCCESS;
+}
+
+int xdc_outer_get_state(xdc_comm *c, int tag, float *global, float *momentum, float *residual)
+{
+    if (!c) return XDC_STATUS_INVALID;
+    xdc_diag d = {{0}};
+    xdc_err_t rc = get_state(c, tag, global, momentum, residual, &d);
+    return rc == XDC_OK ? XDC_SUCCESS : fail(c, rc, &d);
+}
+
+int xdc_outer_set_state(xdc_comm *c, int tag, const float *global, const float *momentum, const float *residual)
+{
+    if (!c) return XDC_STATUS_INVALID;
+    xdc_diag d = {{0}};
+    xdc_err_t rc = set_state(c, tag, global, momentum, residual, &d);
+    return rc == XDC_OK ? XDC_SUCCESS : fail(c, rc, &d);
 }
 
 int xdc_comm_get_stats(xdc_comm *c, xdc_comm_stats *out)

@@ -211,6 +211,7 @@ xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, in
         xdc_diag_set(diag, "round %s: quorum '%s' does not name region %s as joining", name.s, mask, us);
         return XDC_ERR_PROTO;
     }
+    memcpy(m->quorum, mask, (size_t)n + 1); /* its members split the state between them (orch_rejoin.c) */
     m->n_live = 0;
     *from = -1;
     for (int r = 0; r < n; r++) {

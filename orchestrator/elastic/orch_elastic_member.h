@@ -9,7 +9,7 @@
  * after it, orch_elastic_settle posts what the worker summed and takes the round's final set. A restarted
  * worker of a region that left finds the run under way (orch_elastic_rejoin_detect), asks to rejoin and
  * learns the round that takes it back (orch_elastic_rejoin_ask); the worker then dials that round's members
- * and takes the state from the lowest one. */
+ * and takes a slice of the state from each (m->quorum: the round's decision says who they are). */
 #ifndef ORCH_ELASTIC_MEMBER_H
 #define ORCH_ELASTIC_MEMBER_H
 
@@ -71,9 +71,9 @@ xdc_err_t orch_elastic_rejoin_detect(rdzv_client *rdzv, const char *region, int 
 /* A restarted worker (member: its name "region/host:rank") asks to rejoin: its earlier process's failure
  * report is withdrawn, the request posted, and it waits up to timeout_ms for the round that takes it back,
  * *round. m->live then holds the regions of the run from the next round on (us and any joining with us),
- * in_round[r] = 1 for the round's members, whom the worker dials, and *from is the lowest of them, whose
- * worker of our rank hands over the state. XDC_ERR_PROTO when the decision does not name us joining or names
- * no member. */
+ * in_round[r] = 1 for the round's members, whom the worker dials and who each hand over a slice of the
+ * state, *from the lowest of them, and m->quorum the round's decision. XDC_ERR_PROTO when the decision does
+ * not name us joining or names no member. */
 xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, int64_t timeout_ms, long long *round,
                                   uint8_t in_round[XDC_TOPO_MAX_REGIONS], int *from, xdc_diag *diag);
 

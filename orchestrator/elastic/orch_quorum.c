@@ -24,6 +24,8 @@ void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, 
     q->decided = q->pending = -1;
     q->silent_ms = silent_ms;
     q->open = -1;
+    const char *at = getenv("XDC_TEST_REJOIN_AT"); /* tests/e2e/test_elastic.c: a return at a chosen round */
+    q->rejoin_at = at ? strtoll(at, NULL, 10) : -1;
 }
 
 /* Worker k of region r's last arrival (outer/r/k): a step, LLONG_MAX for the end, -1 when it posted none. */
@@ -38,23 +40,25 @@ static long long arrival(const orch_quorum *q, int r, int k)
 }
 
 /* Worker k of region r's rejoin request (outer/r/k = join:<nonce>): its nonce into nonce[RDZV_NONCE_MAX], or 0 when
- * it posted none. */
+ * it posted none, or one a round took already (rejoin/<nonce> is set): that joiner was dropped again before it
+ * became a member (it never came, or took no state), and waits for nothing; only its restart asks anew. */
 static int join_request(const orch_quorum *q, int r, int k, char *nonce)
 {
     char val[128];
     long long step;
     return rdzv_server_get(q->rdzv, rdzv_key_outer(r, k).s, val, sizeof val) == 0 &&
-           rdzv_val_outer_parse(val, &step, nonce) == XDC_OK && nonce[0];
+           rdzv_val_outer_parse(val, &step, nonce) == XDC_OK && nonce[0] &&
+           rdzv_server_get(q->rdzv, rdzv_key_rejoin(nonce).s, val, sizeof val) != 0;
 }
 
-/* Take the first region out of the run all of whose workers asked to rejoin into the round at `step` as
- * joining ('j' in mask; not at the end of the run): each worker learns the round from rejoin/<nonce>; it
- * counts again from the next round. One a round: a joiner dials the round's members only, so two joining
- * at once would have no peers to each other. */
+/* Take every region out of the run all of whose workers asked to rejoin into the round at `step` as joining
+ * ('j' in mask; not at the end of the run): each worker learns the round from rejoin/<nonce>; it counts
+ * again from the next round. Joiners of one round connect to each other too (the higher dials the lower,
+ * orch_rejoin.c). */
 static void admit_joiners(orch_quorum *q, long long step, char *mask)
 {
     char nonce[RDZV_NONCE_MAX];
-    for (int r = 0; r < q->t->n_regions && step != LLONG_MAX; r++) {
+    for (int r = 0; r < q->t->n_regions && step != LLONG_MAX && (q->rejoin_at < 0 || step == q->rejoin_at); r++) {
         int n = xdc_topology_region_workers(q->t, r), k = 0;
         while (!q->live[r] && k < n && join_request(q, r, k, nonce)) k++;
         if (q->live[r] || k < n) continue;
@@ -70,8 +74,17 @@ static void admit_joiners(orch_quorum *q, long long step, char *mask)
                  q->t->regions[r].name, step);
         XDC_WARN(XDC_SUB_ORCH, "region %s rejoins the run at the outer round at step %lld; %d of %d regions",
                  q->t->regions[r].name, step, q->n_live, q->t->n_regions);
-        return;
     }
+}
+
+/* 1 when every worker of each region out of the run asked to rejoin. */
+static int all_asked(const orch_quorum *q)
+{
+    char nonce[RDZV_NONCE_MAX];
+    for (int r = 0; r < q->t->n_regions; r++)
+        for (int k = 0; !q->live[r] && k < xdc_topology_region_workers(q->t, r); k++)
+            if (!join_request(q, r, k, nonce)) return 0;
+    return 1;
 }
 
 /* The round being waited for: the earliest step past the last decided one that a worker of a region still
@@ -219,7 +232,7 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
         arrived += mask[r] == '1';
     }
     mask[q->t->n_regions] = '\0';
-    if (!arrived) return XDC_OK;
+    if (!arrived || (step == q->rejoin_at && !all_asked(q))) return XDC_OK;
     if (!q->first_at) q->first_at = xdc_now_ns();
     uint64_t waited = xdc_now_ns() - q->first_at, grace = (uint64_t)q->grace_ms * XDC_NS_PER_MS;
     char round[64], reason[160];

@@ -8,7 +8,7 @@
  * that is not in a round is out of the run until it rejoins; one whose agent or worker failed is out at once,
  * without waiting for the grace window. A region out of the run comes back when every one of its workers
  * (restarted) posted outer/<region>/<rank> = join:<nonce>: the next round decided names it 'j' (joining:
- * not in this round's average; the members' lowest region hands it the round's outer state), publishes the
+ * not in this round's average; each member region hands it a slice of the round's state), publishes the
  * round's step as rejoin/<nonce> for each of its workers, and counts it in the run again from the next round.
  * Each time a region leaves, left/<region index> = how many times it did: its restarted workers wait for it
  * and name their region's new intra bootstrap key with it (the earlier one is stale). Fewer than `min_regions` regions
@@ -58,6 +58,8 @@ typedef struct orch_quorum {
      * 1 (0: off, every region runs the period), and each region's cost of one inner step relative to that */
     int pace_steps;
     double slowdown[XDC_TOPO_MAX_REGIONS];
+    long long rejoin_at; /* test hook XDC_TEST_REJOIN_AT=<step>: take regions back at that round only, which
+                          * waits until every region out of the run asked; -1: unset */
 } orch_quorum;
 
 /* Every region of `t` in the run, nothing decided. Each round's exchange ends with a final set, and a

@@ -50,7 +50,9 @@ typedef struct {
     char coordinator[300];                    /* host:port of the store (etcd's with etcd) */
     xdc_wan_relay *relays[LAUNCH_MAX_RELAYS]; /* one per pair of regions */
     char relay_done[LAUNCH_MAX_RELAYS];       /* per (pair i < j, worker of j) route: i dials j */
-    char relay_back_done[LAUNCH_MAX_RELAYS];  /* per (pair i < j, worker of i) route: a rejoining j dials i */
+    /* per (pair i < j, worker of i) route a rejoining j dials i: the address of i's worker it leads to ("":
+     * not open); opened again to a restarted worker of i (i rejoining at the same round as j) */
+    char relay_back_to[LAUNCH_MAX_RELAYS][64];
     int n_relays;
     uint64_t finish_at;     /* coordinator: when to stop waiting for members to leave */
     uint64_t join_deadline; /* members that have not joined by then fail the run */
@@ -215,8 +217,10 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
  * A region j that left an elastic run gets routes the other way too, relay/j/i/rank to each worker of each
  * lower region i: its restarted workers rejoin by dialing every member (orch_rejoin.c), while members
  * only ever dial higher regions. They share the link's relay, so the joiner's traffic to i is paced with
- * i's traffic to j (the topology's links are symmetric in rate). */
-static int open_route(launch *L, int link, int from, int to, int rank)
+ * i's traffic to j (the topology's links are symmetric in rate); such a route follows worker (i, rank) to
+ * a new process (regions that left both, rejoining at one round: j dials i). `to_addr` (cap 64; NULL: not
+ * kept): the address the route leads to. */
+static int open_route(launch *L, int link, int from, int to, int rank, char *to_addr)
 {
     char val[300], host[256];
     int target, port = 0, lo = from < to ? from : to, hi = from < to ? to : from;
@@ -247,9 +251,17 @@ static int open_route(launch *L, int link, int from, int to, int rank)
                  d.msg);
         return 0;
     }
+    if (to_addr) snprintf(to_addr, 64, "%s", val);
     snprintf(val, sizeof val, "127.0.0.1:%d", port);
     rdzv_server_set(L->rdzv, rdzv_key_relay(from, to, rank).s, val);
     return 1;
+}
+
+/* The back route to worker (i, rank) leads to `to_addr`, and that worker's address is another by now. */
+static int back_route_stale(const launch *L, int i, int rank, const char *to_addr)
+{
+    char val[300];
+    return rdzv_server_get(L->rdzv, rdzv_key_wan(i, rank).s, val, sizeof val) == 0 && strcmp(val, to_addr) != 0;
 }
 
 static void pump_relays(launch *L)
@@ -259,11 +271,11 @@ static void pump_relays(launch *L)
         for (int j = i + 1; j < L->t->n_regions && link < LAUNCH_MAX_RELAYS; j++, link++) {
             for (int k = 0; k < xdc_topology_region_workers(L->t, j); k++, fwd++)
                 if (fwd < LAUNCH_MAX_RELAYS && !L->relay_done[fwd])
-                    L->relay_done[fwd] = (char)open_route(L, link, i, j, k);
+                    L->relay_done[fwd] = (char)open_route(L, link, i, j, k, NULL);
             for (int k = 0; k < xdc_topology_region_workers(L->t, i); k++, back++)
-                if (back < LAUNCH_MAX_RELAYS && !L->relay_back_done[back] && L->elastic && !L->quorum.live[j] &&
-                    L->relays[link])
-                    L->relay_back_done[back] = (char)open_route(L, link, j, i, k);
+                if (back < LAUNCH_MAX_RELAYS && L->elastic && !L->quorum.live[j] && L->relays[link] &&
+                    back_route_stale(L, i, k, L->relay_back_to[back]))
+                    open_route(L, link, j, i, k, L->relay_back_to[back]);
         }
 }
 
@@ -316,8 +328,11 @@ static xdc_err_t start_agent(launch *L, int r, int n, xdc_diag *diag)
         argv[a++] = "--";
         memcpy(argv + a, L->o.exec_argv, (size_t)n_exec * sizeof *argv);
     }
+    /* Its workers' claim to their names in an etcd store: a restarted one revokes its predecessor's lease. */
+    char gen[48], *env[] = {gen, NULL};
+    snprintf(gen, sizeof gen, "XDC_RDZV_GENERATION=%d", L->restarts[r]);
     snprintf(name, sizeof name, "%s/%s", g->name, g->hosts[n]);
-    xdc_err_t rc = orch_procs_spawn(&L->agents, name, NULL, argv, NULL, NULL, NULL, diag);
+    xdc_err_t rc = orch_procs_spawn(&L->agents, name, NULL, argv, env, NULL, NULL, diag);
     xdc_free(argv);
     return rc;
 }

@@ -138,16 +138,12 @@ xdc_sync_engine *orch_member_sync_engine(const orch_member *m);
 const xdc_codec_cfg *orch_member_codec(const orch_member *m);
 void orch_member_set_codec(orch_member *m, const xdc_codec_cfg *cc);
 
-/* ---- what both the C runtime and libxdc need once (to be built here) -------------------------------
- * The outer round is still the worker's (orch_outer_*, orchestrator/worker/orch_mode_diloco.c; libxdc
- * reaches it through orchestrator/worker/orch_outer.h with a worker without a model), because the elastic
- * protocol's member client is being moved out of it (issue 26, item 2). This section is where the parts
- * that both the training worker and libxdc's xdc_outer_round need are built once, on a member:
- *   - the overlapped outer round: the pseudo-gradient exchange of round k in flight on the comm engine while
- *     the inner steps of round k+1 run (streaming's fragments do this today for the worker only), and
- *   - a per-member weighting of means: each member's contribution to a mean weighed (tokens seen, a
- *     straggler's shorter round) instead of 1/R, carried in the sync configuration above.
- * Once the outer round lives here, orchestrator/api depends on member/ and no longer on worker/. */
+/* ---- what both the C runtime and libxdc need once -----------------------------------------------
+ * The outer round (orch_outer.h: the outer state, the pseudo-gradient, the outer Nesterov step and the
+ * round's exchange, at once or overlapped with the next inner steps) is built here once, on a member: the
+ * training worker's DiLoCo and streaming and libxdc's xdc_outer_* run it; the worker's elastic rounds plug
+ * in through its hooks. A per-member weighting of means (each member's contribution weighed by tokens
+ * seen instead of 1/R) belongs in the sync configuration above. */
 
 /* ---- teardown ------------------------------------------------------------------------------------- */
 

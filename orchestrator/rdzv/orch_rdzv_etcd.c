@@ -5,7 +5,10 @@
  *
  * Every key of a run is "<prefix>/<key>", so runs share one etcd under different prefixes. Besides the
  * run's own keys (wan/..., failed/..., finished) the store keeps, under "<prefix>/_rdzv/":
- * - joined/<member>: the member's lease ID, written once at join (no lease: "it joined at some time");
+ * - joined/<member>: who holds the member's name (rdzv_holder, orch_rdzv_keys.h: its generation, lease ID and
+ *   certificate digest), written at each join (no lease: "it joined at some time"). A restarted process of
+ *   the member (a higher generation, the same client certificate) revokes the lease of the one it replaces
+ *   instead of waiting out its TTL;
  * - alive/<member>: its last heartbeat status, under its lease — gone once the lease expires;
  * - barrier/<name>/<gen>/m/<member>: an arrival, under the arriving member's lease, so a dead member's
  *   arrival goes with its lease; <gen> counts the member's entries into barrier <name> (every member
@@ -20,6 +23,7 @@
  * last transport error. TLS failures and etcd's refusals are not retried. Waits (get, barrier) poll a
  * range with backoff (10 ms doubling to 250 ms) instead of a watch stream. */
 #include "orchestrator/rdzv/orch_rdzv.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
 #include "orchestrator/rdzv/orch_rdzv_priv.h"
 
 #include "common/xdc_alloc.h"
@@ -657,6 +661,57 @@ static const rdzv_client_ops etcd_client_ops = {.set = ec_set,
                                                 .quota = ec_quota,
                                                 .destroy = ec_destroy};
 
+/* This process's claim to its member's name: its generation (XDC_RDZV_GENERATION, set by `xdc launch` on a
+ * region's restarted agents; 0 when unset), its lease, and the SHA-256 of its client certificate file ('-'
+ * without one; one that cannot be read is TLS set-up's to name). */
+static void holder_of(const eclient *c, const rdzv_target *t, rdzv_holder *h)
+{
+    const char *gen = getenv("XDC_RDZV_GENERATION");
+    h->generation = gen ? strtoll(gen, NULL, 10) : 0;
+    snprintf(h->lease, sizeof h->lease, "%s", c->lease.id);
+    snprintf(h->cert, sizeof h->cert, "-");
+    FILE *f = t->cert ? fopen(t->cert, "rb") : NULL;
+    if (!f) return;
+    enum { PEM_MAX = 64 * 1024 }; /* bytes: a certificate chain's PEM */
+    unsigned char *pem = xdc_malloc(PEM_MAX), md[EVP_MAX_MD_SIZE];
+    size_t n = pem ? fread(pem, 1, PEM_MAX, f) : 0;
+    fclose(f);
+    unsigned int len = 0;
+    int ok = pem && EVP_Digest(pem, n, md, &len, EVP_sha256(), NULL);
+    xdc_free(pem);
+    if (!ok) return;
+    for (unsigned int i = 0; i < len && 2 * i + 2 < sizeof h->cert; i++) sprintf(h->cert + 2 * i, "%02x", md[i]);
+}
+
+/* The member's name is held alive by another lease: if the holder's record names an earlier generation with
+ * the same certificate (a killed process of this member, which would hold the name until its TTL ran out),
+ * revoke its lease; *took says so. Anything else (another certificate, not an earlier generation, no record)
+ * is left to the lease. */
+static xdc_err_t take_over(eclient *c, const rdzv_holder *me, uint64_t deadline, int *took, xdc_diag *diag)
+{
+    char key[RDZV_KEY_MAX], val[sizeof(rdzv_holder_text) * 2];
+    json_t *rep = NULL;
+    rdzv_holder prev;
+    *took = 0;
+    snprintf(key, sizeof key, ETCD_INTERNAL "joined/%s", c->member);
+    XDC_CHECK(kv_range(&c->conn, key, 0, 0, 1, deadline, "join", &rep, diag));
+    int found = range_entry(&c->conn, rep, 0, NULL, 0, val, sizeof val) == 0;
+    json_decref(rep);
+    if (!found || rdzv_val_holder_parse(val, &prev) != XDC_OK || strcmp(prev.cert, me->cert) != 0 ||
+        prev.generation >= me->generation)
+        return XDC_OK;
+    xdc_diag d = {{0}}; /* refused: the lease ended meanwhile, and the name is free all the same */
+    if (conn_post(&c->conn, "/v3/lease/revoke", json_pack("{s:s}", "ID", prev.lease), deadline, "lease revoke", NULL,
+                  &d) != XDC_OK)
+        XDC_DEBUG(XDC_SUB_ORCH, "rendezvous: %s", d.msg);
+    XDC_WARN(XDC_SUB_ORCH,
+             "rendezvous: member %s, generation %lld, takes its name over from generation %lld (the same "
+             "certificate): lease %s revoked",
+             c->member, me->generation, prev.generation, prev.lease);
+    *took = 1;
+    return XDC_OK;
+}
+
 xdc_err_t rdzv_etcd_client_create(const rdzv_target *t, const char *member, int64_t timeout_ms, rdzv_client **out,
                                   xdc_diag *diag)
 {
@@ -676,11 +731,20 @@ xdc_err_t rdzv_etcd_client_create(const rdzv_target *t, const char *member, int6
     if (rc == XDC_OK)
         rc = lease_start(&c->lease, t, t->lease_ttl_s > 0 ? t->lease_ttl_s : RDZV_ETCD_TTL_S, c->member, deadline,
                          diag);
-    /* A member joins once: while another process holds `member` alive (its lease), wait for that lease to
-     * end (a restarted member's old process, killed, is gone after its TTL), until the deadline. */
+    /* A member joins once: while another process holds `member` alive (its lease), it takes the name over if
+     * it is a later generation of the same member (take_over), else waits for that lease to end, until the
+     * deadline. */
+    rdzv_holder me;
+    holder_of(c, t, &me);
     snprintf(key, sizeof key, ETCD_INTERNAL "alive/%s", member);
-    for (int done = 0, backoff = 10; rc == XDC_OK && !done; backoff = backoff * 2 > 250 ? 250 : backoff * 2) {
+    for (int done = 0, tried = 0, backoff = 10; rc == XDC_OK && !done;
+         backoff = backoff * 2 > 250 ? 250 : backoff * 2) {
         rc = kv_create(&c->conn, key, "joined", c->lease.id, deadline, "join", &done, diag);
+        if (rc == XDC_OK && !done && !tried++) {
+            int took = 0;
+            rc = take_over(c, &me, deadline, &took, diag);
+            if (took) continue;
+        }
         if (rc == XDC_OK && !done && xdc_deadline_passed(deadline)) {
             xdc_diag_set(diag, "another process holds member %s alive in %s (its lease has not ended)", member,
                          c->conn.where);
@@ -690,7 +754,7 @@ xdc_err_t rdzv_etcd_client_create(const rdzv_target *t, const char *member, int6
         }
     }
     snprintf(key, sizeof key, ETCD_INTERNAL "joined/%s", member);
-    if (rc == XDC_OK) rc = kv_put(&c->conn, key, c->lease.id, NULL, deadline, "join", diag);
+    if (rc == XDC_OK) rc = kv_put(&c->conn, key, rdzv_val_holder(&me).s, NULL, deadline, "join", diag);
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "joining the rendezvous %s as %s", t->url, member);
         ec_destroy(&c->base);
@@ -845,13 +909,14 @@ static void describe(const eserver *s, int i, int joined, int alive, const char 
 /* Seconds since member i's lease was last renewed (its granted TTL minus what is left); 0 when unknown. */
 static double lease_silence(eserver *s, int i)
 {
-    char key[RDZV_KEY_MAX], id[32];
+    char key[RDZV_KEY_MAX], rec[sizeof(rdzv_holder_text) * 2];
+    rdzv_holder h;
     snprintf(key, sizeof key, ETCD_INTERNAL "joined/%s", s->names[i]);
-    if (host_first(s, key, 0, NULL, 0, id, sizeof id) != 0) return 0;
+    if (host_first(s, key, 0, NULL, 0, rec, sizeof rec) != 0 || rdzv_val_holder_parse(rec, &h) != XDC_OK) return 0;
     xdc_diag d = {{0}};
     json_t *rep = NULL;
     if (!host_ok(s,
-                 conn_post(&s->conn, "/v3/kv/lease/timetolive", json_pack("{s:s}", "ID", id),
+                 conn_post(&s->conn, "/v3/kv/lease/timetolive", json_pack("{s:s}", "ID", h.lease),
                            xdc_deadline_ms(ETCD_HOST_MS), "lease time-to-live", &rep, &d),
                  &d))
         return 0;
@@ -893,9 +958,9 @@ static int es_member(rdzv_server *base, int i, rdzv_member_state *out)
     memset(out, 0, sizeof *out);
     if (i < 0 || i >= s->n) return -1;
     snprintf(out->name, sizeof out->name, "%s", s->names[i]);
-    char key[RDZV_KEY_MAX], status[RDZV_STATUS_MAX] = "", id[32];
+    char key[RDZV_KEY_MAX], status[RDZV_STATUS_MAX] = "", rec[sizeof(rdzv_holder_text) * 2];
     snprintf(key, sizeof key, ETCD_INTERNAL "joined/%s", s->names[i]);
-    out->joined = host_first(s, key, 0, NULL, 0, id, sizeof id) == 0;
+    out->joined = host_first(s, key, 0, NULL, 0, rec, sizeof rec) == 0;
     snprintf(key, sizeof key, ETCD_INTERNAL "alive/%s", s->names[i]);
     out->connected = out->joined && host_first(s, key, 0, NULL, 0, status, sizeof status) == 0;
     out->silent_s = out->connected ? lease_silence(s, i) : 0;

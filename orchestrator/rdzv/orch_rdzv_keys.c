@@ -287,3 +287,24 @@ xdc_err_t rdzv_val_steps_parse(const char *val, int n, int *h)
     }
     return *p ? XDC_ERR_PROTO : XDC_OK;
 }
+
+rdzv_holder_text rdzv_val_holder(const rdzv_holder *h)
+{
+    rdzv_holder_text v;
+    snprintf(v.s, sizeof v.s, "%lld:%s:%s", h->generation, h->lease, h->cert);
+    return v;
+}
+
+xdc_err_t rdzv_val_holder_parse(const char *val, rdzv_holder *out)
+{
+    const char *lease = take_num(val, STEP_DIGITS, &out->generation);
+    if (!lease || *lease++ != ':') return XDC_ERR_PROTO;
+    const char *cert = strchr(lease, ':');
+    size_t n_lease = cert ? (size_t)(cert - lease) : 0;
+    if (n_lease == 0 || n_lease >= sizeof out->lease || strspn(lease, "0123456789") != n_lease) return XDC_ERR_PROTO;
+    cert++;
+    if (strcmp(cert, "-") != 0 && (strlen(cert) != 64 || strspn(cert, "0123456789abcdef") != 64)) return XDC_ERR_PROTO;
+    snprintf(out->lease, sizeof out->lease, "%.*s", (int)n_lease, lease);
+    snprintf(out->cert, sizeof out->cert, "%s", cert);
+    return XDC_OK;
+}

@@ -154,5 +154,20 @@ xdc_err_t rdzv_val_xchg_parse(const char *val, int n, long long *step, char *set
 void rdzv_val_steps(const int *h, int n, char *out, size_t cap);
 /* Its counts into h[n]; XDC_ERR_PROTO unless the value is exactly n counts of at most 9 digits. */
 xdc_err_t rdzv_val_steps_parse(const char *val, int n, int *h);
+/* Who holds an etcd member's name (orch_rdzv_etcd.c's _rdzv/joined/<member>, written by each process of the
+ * member when it joins, read by the next one and by the host): its generation (XDC_RDZV_GENERATION: the
+ * launcher's restart count of the member's region, 0 the first), its lease ID, and the SHA-256 of its client
+ * certificate in hex ('-' without one). Text: "<generation>:<lease>:<certificate>". */
+typedef struct rdzv_holder {
+    long long generation;
+    char lease[24]; /* decimal, as etcd writes it */
+    char cert[72];
+} rdzv_holder;
+typedef struct rdzv_holder_text {
+    char s[128];
+} rdzv_holder_text;
+rdzv_holder_text rdzv_val_holder(const rdzv_holder *h);
+/* Its parts; XDC_ERR_PROTO unless the text is a generation, a lease ID and a certificate's digest (or '-'). */
+xdc_err_t rdzv_val_holder_parse(const char *val, rdzv_holder *out);
 
 #endif /* ORCH_RDZV_KEYS_H */

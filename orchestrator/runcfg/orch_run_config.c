@@ -68,6 +68,7 @@ static const xdc_cfg_field diloco_fields[] = {
     RUN_FIELD("final_codec", XDC_CFG_STRING, diloco.final_codec, false, 0, 0),
     RUN_FIELD("nobody_waits", XDC_CFG_BOOL, diloco.nobody_waits, false, 0, 0),
     {"slowdown", XDC_CFG_NODE, offsetof(run_in, slowdown), 0, false, 0, 0, NULL},
+    RUN_FIELD("overlap_steps", XDC_CFG_INT, diloco.overlap_steps, false, 0, 100000),
 };
 
 static const xdc_cfg_field streaming_fields[] = {
@@ -281,6 +282,29 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
         xdc_cfg_error_add(errs, 0, 0,
                           "diloco.nobody_waits needs plan: off: the round's budget is diloco.inner_steps, which a "
                           "re-plan would change under the decider");
+        return XDC_ERR_CONFIG;
+    }
+    if (c->diloco.overlap_steps && c->mode != ORCH_MODE_DILOCO) {
+        xdc_cfg_error_add(errs, 0, 0,
+                          "diloco.overlap_steps needs mode diloco (this run's mode is %s; streaming's fragments "
+                          "are always applied one step after they leave)",
+                          mode_words[c->mode]);
+        return XDC_ERR_CONFIG;
+    }
+    const orch_diloco_config *dc = &c->diloco;
+    if (dc->overlap_steps && dc->nobody_waits) {
+        xdc_cfg_error_add(errs, 0, 0,
+                          "diloco.overlap_steps and diloco.nobody_waits together are not built: an overlapped "
+                          "round's weights would count steps of the next round");
+        return XDC_ERR_CONFIG;
+    }
+    if (dc->overlap_steps &&
+        (dc->overlap_steps > dc->inner_steps || c->checkpoint_every % dc->inner_steps != 0 || c->plan_auto)) {
+        xdc_cfg_error_add(errs, 0, 0,
+                          "diloco.overlap_steps %d needs at most diloco.inner_steps (%d), checkpoint_every a "
+                          "multiple of it (it is %d) and plan: off: a round in flight is in no checkpoint, and the "
+                          "planner's period and re-plans do not count it",
+                          dc->overlap_steps, dc->inner_steps, c->checkpoint_every);
         return XDC_ERR_CONFIG;
     }
     if (c->span_regions && c->mode != ORCH_MODE_SYNC) {

@@ -35,6 +35,9 @@ typedef struct orch_diloco_config {
      * for tests and benches on one machine, where real speed differences do not reproduce. */
     double slowdown[ORCH_MAX_SLOWDOWN];
     int n_slowdown;
+    /* d > 0: the round due at step S begins at the start of step S+1 and is applied at the end of step S+d,
+     * keeping the local progress of those d steps (docs/runtime.md, "Overlapped outer rounds"); 0: at once */
+    int overlap_steps;
 } orch_diloco_config;
 
 typedef struct orch_streaming_config {

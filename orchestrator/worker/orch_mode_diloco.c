@@ -3,7 +3,11 @@
  * error feedback) and an outer Nesterov step updates the global parameters: m = μm + Δ;
  * global −= η(Δ + μm); local = global. A run ends with a final outer round so all regions report one
  * model. A checkpoint (any step) carries the outer global parameters and momentum next to the stage
- * checkpoint. The outer loop (orch_outer_*, orch_outer.c) is shared with streaming mode.
+ * checkpoint. The outer loop (orchestrator/member/orch_outer.h) is shared with streaming mode and libxdc.
+ * With diloco.overlap_steps = d the round due at step S begins at the start of step S+1 (as a streaming
+ * fragment leaves) and is applied at the end of step S+d, the d inner steps between running while it is on
+ * the wire; with d <= H and checkpoints at multiples of H, no round is in flight where a checkpoint is
+ * taken, and the round's step follows from the step count, so a resumed run begins it again alike.
  *
  * Nobody waits (diloco.nobody_waits; docs/runtime.md): a round is still H steps of the run, but region r runs
  * an inner step only in the first h_r of them, h_r as the round's decider counted it (steps/<step>, published
@@ -17,16 +21,12 @@
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
-#include "kernels/xdc_model_ops.h"
 #include "model/xdc_ckpt.h"
-#include "orchestrator/rdzv/orch_rdzv_keys.h"
 
 #include <math.h>
-#include <string.h>
 #include <time.h>
 
 typedef struct {
-    orch_worker *w; /* for destroy: the device that holds the outer state */
     xdc_sync *grad; /* replicas only */
     orch_outer outer;
     double slowdown; /* this region's diloco.slowdown (1: none) */
@@ -69,7 +69,6 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
     diloco_state *st = xdc_calloc(1, sizeof *st);
     if (!st) return XDC_ERR_NOMEM;
     *state = st;
-    st->w = w;
     double slowdown[XDC_TOPO_MAX_REGIONS];
     XDC_CHECK(orch_run_config_slowdown(w->cfg, w->id->n_regions, slowdown, diag));
     st->slowdown = slowdown[w->id->region_idx];
@@ -84,10 +83,17 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
                      xdc_intra_size(sc.dp));
         return XDC_ERR_CONFIG;
     }
+    st->outer.keep_unsent = w->cfg->diloco.keep_unsent;
     XDC_CHECK(orch_outer_setup(w, &st->outer, sc.dp, diag));
     for (int r = 0; r < w->id->n_regions; r++) st->steps[r] = w->cfg->diloco.inner_steps;
     /* A resumed run takes the round's counts from its checkpoint instead; steps/0 is there either way. */
     return nobody_waits(w) ? orch_elastic_steps(&w->elastic.m, 0, st->steps, diag) : XDC_OK;
+}
+
+/* The overlapped round in flight is applied: local = global' + the progress since it began. */
+static xdc_err_t apply(orch_worker *w, diloco_state *st, xdc_diag *diag)
+{
+    return orch_worker_outer_apply(w, &st->outer, st->outer.sync, 0, st->outer.n, diag);
 }
 
 /* The run's last outer round, in diloco.final_codec when set: a denser codec there carries what the rounds
@@ -97,14 +103,18 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
  * final validation loss 2.3407 against 2.4122 with its outer lr 1.0 and momentum 0.5). */
 static xdc_err_t last_round(orch_worker *w, diloco_state *st, xdc_diag *diag)
 {
+    if (st->outer.begun_at >= 0) XDC_CHECK(apply(w, st, diag)); /* a run shorter than the round's d steps */
     if (w->cfg->diloco.final_codec[0]) {
         XDC_INFO(XDC_SUB_ORCH, "last outer round (step %lld) in codec %s%s", (long long)w->prog.step,
                  w->cfg->diloco.final_codec,
                  w->cfg->diloco.keep_unsent ? ", to the mean of the regions' parameters" : "");
         XDC_CHECK(orch_train_switch_wan(w, w->cfg->diloco.final_codec, 0, diag));
     }
+    if (w->cfg->diloco.overlap_steps)
+        XDC_INFO(XDC_SUB_ORCH, "overlapped outer rounds: %llu inner steps ran while a round was on the wire",
+                 (unsigned long long)st->outer.steps_in_flight);
     st->outer.mean = w->cfg->diloco.keep_unsent;
-    return orch_outer_round(w, &st->outer, diag);
+    return orch_worker_outer_round(w, &st->outer, diag);
 }
 
 /* One inner step, slowed by diloco.slowdown: the extra compute is a sleep of (slowdown − 1) times the step's
@@ -129,7 +139,7 @@ static xdc_err_t outer_round(orch_worker *w, diloco_state *st, int last, xdc_dia
 {
     double t0 = (double)xdc_now_ns() / 1e9;
     if (nobody_waits(w)) weigh_round(w, st);
-    xdc_err_t rc = last ? last_round(w, st, diag) : orch_outer_round(w, &st->outer, diag);
+    xdc_err_t rc = last ? last_round(w, st, diag) : orch_worker_outer_round(w, &st->outer, diag);
     st->boundary_s += (double)xdc_now_ns() / 1e9 - t0;
     st->rounds++;
     return rc;
@@ -138,22 +148,23 @@ static xdc_err_t outer_round(orch_worker *w, diloco_state *st, int last, xdc_dia
 static xdc_err_t diloco_step(orch_worker *w, void *state, float *loss, xdc_diag *diag)
 {
     diloco_state *st = state;
+    int H = w->cfg->diloco.inner_steps, d = w->cfg->diloco.overlap_steps;
+    if (d && w->prog.step > 0 && w->prog.step % H == 0) /* the round due after the last step leaves now */
+        XDC_CHECK(orch_outer_begin(&st->outer, st->outer.sync, 0, st->outer.n, w->prog.step, true, diag));
     /* Nobody waits: past its count of the round, the region lets the step pass (its loss stays the last). */
-    if (w->prog.step % w->cfg->diloco.inner_steps < st->steps[w->id->region_idx]) {
+    if (w->prog.step % H < st->steps[w->id->region_idx]) {
         XDC_CHECK(inner_step(w, st, loss, diag));
     } else {
         *loss = (float)w->prog.last_loss;
         w->prog.step++;
     }
-    if (w->prog.step % w->cfg->diloco.inner_steps != 0) return XDC_OK;
+    orch_outer_stepped(&st->outer);
+    if (st->outer.begun_at >= 0 && w->prog.step == st->outer.begun_at + d) XDC_CHECK(apply(w, st, diag));
+    if (w->prog.step % H != 0) return XDC_OK;
     if (w->prog.step == w->cfg->train.steps) return outer_round(w, st, 1, diag);
-    XDC_CHECK(outer_round(w, st, 0, diag));
-    if (nobody_waits(w)) XDC_CHECK(orch_elastic_steps(&w->elastic.m, (long long)w->prog.step, st->steps, diag));
-    /* keep_unsent: local = global - residual, so the next inner steps start from where this region got to
-     * less what the round carried, and its next pseudo-gradient holds the unsent part again (not after the
-     * last round: every region ends on the one global model). */
-    if (w->cfg->diloco.keep_unsent) XDC_CHECK(xdc_sync_residual_take(st->outer.sync, st->outer.local, diag));
-    return XDC_OK;
+    if (d) return XDC_OK;
+    XDC_CHECK(outer_round(w, st, 0, diag)); /* with keep_unsent, local = global - residual */
+    return nobody_waits(w) ? orch_elastic_steps(&w->elastic.m, (long long)w->prog.step, st->steps, diag) : XDC_OK;
 }
 
 static xdc_err_t diloco_finish(orch_worker *w, void *state, xdc_diag *diag)
@@ -176,14 +187,15 @@ static void diloco_destroy(void *state)
     diloco_state *st = state;
     if (!st) return;
     xdc_sync_destroy(st->grad);
-    orch_outer_destroy(st->w, &st->outer);
+    orch_outer_destroy(&st->outer);
     xdc_free(st);
 }
 
 static xdc_err_t diloco_rejoin(orch_worker *w, void *state, xdc_diag *diag)
 {
     diloco_state *st = state;
-    XDC_CHECK(orch_rejoin_take(w, &st->outer, 0, diag)); /* handed over after the round */
+    /* handed over once the round is applied: at once, or diloco.overlap_steps later */
+    XDC_CHECK(orch_rejoin_take(w, &st->outer, w->cfg->diloco.overlap_steps, diag));
     return nobody_waits(w) ? orch_elastic_steps(&w->elastic.m, (long long)w->prog.step, st->steps, diag) : XDC_OK;
 }
 
@@ -201,7 +213,7 @@ static xdc_sync *diloco_replan_sync(const void *state) { return ((const diloco_s
 static xdc_err_t diloco_checkpoint_io(orch_worker *w, void *state, const char *dir, int save, xdc_diag *diag)
 {
     diloco_state *st = state;
-    XDC_CHECK(orch_outer_checkpoint_io(w, &st->outer, dir, save, diag));
+    XDC_CHECK(orch_outer_checkpoint_io(&st->outer, dir, save, diag));
     if (!nobody_waits(w)) return XDC_OK;
     /* The round under way's counts: the resumed run lets the same steps pass as the uninterrupted one. */
     int32_t h[XDC_TOPO_MAX_REGIONS];

@@ -13,17 +13,13 @@
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
-#include "kernels/xdc_model_ops.h"
 
 typedef struct {
-    orch_worker *w;   /* for destroy: the device that holds the state */
     xdc_sync *grad;   /* replicas only */
     orch_outer outer; /* pseudo-gradients of the whole stage: the final agreement */
     xdc_sync **frag;  /* (n_frag) one per fragment */
     int n_frag;
-    float *snapshot; /* device (n_params) local parameters when a fragment was sent */
-    int inflight;    /* the fragment on the wire, or -1 */
-    int64_t sent_at; /* the step of its round (it left at the start of the next step, or at the finish) */
+    int inflight; /* the fragment on the wire (an overlapped round of `outer`), or -1 */
 } streaming_state;
 
 /* Fragment f of this stage's parameters is [lo, hi). */
@@ -38,7 +34,6 @@ static xdc_err_t streaming_setup(orch_worker *w, void **state, xdc_diag *diag)
     streaming_state *st = xdc_calloc(1, sizeof *st);
     if (!st) return XDC_ERR_NOMEM;
     *state = st;
-    st->w = w;
     st->inflight = -1;
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 0, &sc); /* inner steps: the region's replicas, no WAN */
@@ -57,7 +52,6 @@ static xdc_err_t streaming_setup(orch_worker *w, void **state, xdc_diag *diag)
         xdc_diag_set(diag, "streaming.fragments (%d) exceeds this stage's %zu parameters", F, w->model.n_params);
         return XDC_ERR_CONFIG;
     }
-    XDC_CHECK(w->model.be->device->mem_alloc((void **)&st->snapshot, w->model.n_params * sizeof(float)));
     st->frag = xdc_calloc((size_t)F, sizeof *st->frag);
     if (!st->frag) return XDC_ERR_NOMEM;
     st->n_frag = F;
@@ -74,46 +68,28 @@ static xdc_err_t streaming_setup(orch_worker *w, void **state, xdc_diag *diag)
     return XDC_OK;
 }
 
-/* The fragment in flight lands: new global value plus the local progress made meanwhile, on the device:
- * snapshot = local - snapshot, local = global + snapshot (the stage's stream, after the outer step). */
+/* The fragment in flight lands (orch_outer_apply of its overlapped round): new global value plus the
+ * local progress made meanwhile; then, to a region the round took back, the outer state. */
 static xdc_err_t land(orch_worker *w, streaming_state *st, xdc_diag *diag)
 {
-    if (st->inflight < 0) return XDC_OK;
+    if (st->inflight < 0) return orch_rejoin_give(w, &st->outer);
     int f = st->inflight;
-    float *p = xdc_gpt_stage_params(w->model.st);
     size_t lo, hi;
     fragment_range(w, f, &lo, &hi);
-    XDC_CHECK(orch_outer_end(w, st->frag[f], st->sent_at, diag));
-    XDC_CHECK(orch_outer_update(w, &st->outer, lo, hi));
-    const xdc_model_ops *ops = w->model.be->model;
-    xdc_stream *prev = NULL;
-    XDC_CHECK(orch_outer_enter(w, &prev));
-    ops->sub(st->snapshot + lo, p + lo, st->snapshot + lo, hi - lo);
-    ops->residual_forward(p + lo, st->outer.global + lo, st->snapshot + lo, hi - lo);
-    XDC_CHECK(orch_outer_leave(w, prev));
     st->inflight = -1;
-    orch_rejoin_member(w, st->sent_at);
-    return XDC_OK;
+    return orch_worker_outer_apply(w, &st->outer, st->frag[f], lo, hi, diag);
 }
 
 /* Send the fragment due at this step, if any, to the regions in this step's quorum. */
 static xdc_err_t launch(orch_worker *w, streaming_state *st, xdc_diag *diag)
 {
     int H = w->cfg->diloco.inner_steps, F = st->n_frag;
-    float *p = xdc_gpt_stage_params(w->model.st);
     for (int f = 0; f < F; f++) {
         if (w->prog.step % H != (int64_t)f * H / F) continue;
         size_t lo, hi;
         fragment_range(w, f, &lo, &hi);
-        XDC_CHECK(w->model.be->device->copy_d2d(st->snapshot + lo, p + lo, (hi - lo) * sizeof(float),
-                                                xdc_gpt_stage_stream(w->model.st)));
-        XDC_CHECK(orch_outer_quorum(w, st->frag[f], diag));
-        XDC_CHECK(orch_outer_pseudo(w, &st->outer, lo, hi)); /* after the snapshot's copy: one stream */
-        XDC_CHECK(xdc_sync_begin(st->frag[f], st->outer.pseudo + lo));
-        xdc_sync_mark_ready(st->frag[f], 0);
-        orch_outer_opened(w, st->frag[f], w->prog.step);
+        XDC_CHECK(orch_outer_begin(&st->outer, st->frag[f], lo, hi, w->prog.step, true, diag));
         st->inflight = f;
-        st->sent_at = w->prog.step;
         break; /* one fragment in flight at a time: F <= H keeps them staggered */
     }
     return XDC_OK;
@@ -127,8 +103,8 @@ static xdc_err_t streaming_step(orch_worker *w, void *state, float *loss, xdc_di
     streaming_state *st = state;
     if (w->prog.step > 0) XDC_CHECK(launch(w, st, diag));
     XDC_CHECK(orch_train_inner_step(w, st->grad, loss, diag));
-    XDC_CHECK(land(w, st, diag));
-    return orch_rejoin_give(w, &st->outer); /* to a region the round of the fragment that landed took back */
+    orch_outer_stepped(&st->outer);
+    return land(w, st, diag);
 }
 
 /* The final round over the whole stage. A fragment due at the last step is not sent on its own first: the
@@ -136,7 +112,7 @@ static xdc_err_t streaming_step(orch_worker *w, void *state, float *loss, xdc_di
  * round's step stays one round's, so an elastic run's quorum and final set at that step are this round's. */
 static xdc_err_t streaming_finish(orch_worker *w, void *state, xdc_diag *diag)
 {
-    return orch_outer_round(w, &((streaming_state *)state)->outer, diag);
+    return orch_worker_outer_round(w, &((streaming_state *)state)->outer, diag);
 }
 
 /* The state is handed over a step after the round that takes the joiner back (streaming_step). */
@@ -150,10 +126,9 @@ static void streaming_destroy(void *state)
     streaming_state *st = state;
     if (!st) return;
     xdc_sync_destroy(st->grad);
-    orch_outer_destroy(st->w, &st->outer);
+    orch_outer_destroy(&st->outer);
     for (int f = 0; st->frag && f < st->n_frag; f++) xdc_sync_destroy(st->frag[f]);
     xdc_free(st->frag);
-    st->w->model.be->device->mem_free(st->snapshot);
     xdc_free(st);
 }
 
@@ -178,7 +153,8 @@ static xdc_sync *streaming_replan_sync(const void *state)
 /* No fragment is in flight between steps (launch waits for the next step), so the outer state is all. */
 static xdc_err_t streaming_checkpoint_io(orch_worker *w, void *state, const char *dir, int save, xdc_diag *diag)
 {
-    return orch_outer_checkpoint_io(w, &((streaming_state *)state)->outer, dir, save, diag);
+    (void)w;
+    return orch_outer_checkpoint_io(&((streaming_state *)state)->outer, dir, save, diag);
 }
 
 const orch_mode_ops orch_mode_streaming_ops = {.name = "streaming",

@@ -53,10 +53,10 @@ static xdc_err_t take_pending(orch_worker *w, sync_state *st, float **left, xdc_
  * during it is no longer waited for), the round ended on its final set, then the update. */
 static xdc_err_t elastic_step(orch_worker *w, sync_state *st, float *loss, xdc_diag *diag)
 {
-    XDC_CHECK(orch_outer_quorum(w, st->grad, diag));
-    orch_outer_opened(w, st->grad, w->prog.step); /* the pass begins the round; its wait polls for lost regions */
+    XDC_CHECK(orch_elastic_quorum(w, st->grad, w->prog.step, diag));
+    orch_elastic_open(w, st->grad, w->prog.step); /* the pass begins the round; its wait polls for lost regions */
     XDC_CHECK(orch_train_pass(w, st->grad, loss, diag));
-    XDC_CHECK(orch_outer_end(w, st->grad, w->prog.step, diag));
+    XDC_CHECK(orch_elastic_end(w, st->grad, w->prog.step, diag));
     XDC_CHECK(orch_train_update(w, loss, w->prog.step, diag));
     w->prog.step++;
     return XDC_OK;

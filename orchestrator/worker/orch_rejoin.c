@@ -4,26 +4,58 @@
  * rejoin/<nonce>: the step of the round the store host names them joining in
  * (orchestrator/elastic/orch_quorum.c). They dial that round's members; once the round's exchange is done
  * (DiLoCo: after the round; streaming: after its fragment landed, one step later, when nothing is on the
- * wire), each member accepts its joiner's connection in place of the dead process's peer, and rank k of the
- * lowest member region sends rank k of the joiner a header (the step, its data position, the xxh64 of each
- * buffer) then the global parameters and outer momentum. The joiner checks both hashes, sets local =
- * global, takes the step and the data position, and is a member from the next round on. The store's side of
- * the handshake (the request, the round that takes it, who to dial) is the round protocol's member half,
- * orchestrator/elastic/orch_elastic_member.c; this file moves the model state. */
+ * wire), each member accepts its joiner's connection in place of the dead process's peer and rank k of each
+ * of the round's k' member regions sends rank k of the joiner its slice of the state: a header (the step,
+ * the data position, the AdamW step count, the slice's bounds and the xxh64 of each part) then the slice of
+ * the global parameters, the outer momentum and the AdamW moments. The member stages its slice on its
+ * training thread (a device copy: the round's state, before the next step changes it) and posts the sends
+ * to the comm engine, which moves them while the member trains on; they are settled at a later call. The
+ * joiner receives every slice at once, checks each hash, sets local = global, takes the step, the moments
+ * and the data position, and is a member from the next round on. The store's side of the handshake (the
+ * request, the round that takes it, who to dial) is the round protocol's member half,
+ * orchestrator/elastic/orch_elastic_member.c; this file moves the model state.
+ *
+ * The test hook XDC_TEST_REJOIN=<fault>@<region> (tests/e2e/test_elastic.c) fires once per process, at the
+ * run's own events: corrupt (a member of <region> changes one value of its slice after hashing it),
+ * absent (the joiner of <region> gives up after learning its round, before it dials), miss (a member of
+ * <region> closes the joiner's connection instead of sending its slice). */
 #include "orchestrator/worker/orch_worker.h"
 
+#include "common/xdc_alloc.h"
 #include "common/xdc_hash.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
 #include "orchestrator/elastic/orch_elastic_member.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-/* The header ahead of the state (host byte order: the hosts of a run share one architecture). */
-enum { HDR_STEP, HDR_EPOCH, HDR_BATCH, HDR_PARAMS, HDR_HASH_GLOBAL, HDR_HASH_MOM, HDR_N };
+/* The parts of a slice, one after the other in its message. */
+enum { PART_GLOBAL, PART_MOM, PART_M, PART_V, N_PART };
+static const char *const part_name[N_PART] = {"global parameters", "outer momentum", "AdamW first moment",
+                                              "AdamW second moment"};
+/* The header ahead of a slice (host byte order: the hosts of a run share one architecture). */
+enum { HDR_STEP, HDR_EPOCH, HDR_BATCH, HDR_PARAMS, HDR_ADAM_T, HDR_LO, HDR_HI, HDR_HASH, HDR_N = HDR_HASH + N_PART };
+
+/* A member's hand-over of its slice to the regions one round took back, on the comm engine. */
+struct orch_rejoin_out {
+    float *host;         /* pinned (N_PART * (hi - lo)) fp32: the slice, staged once for every joiner */
+    uint64_t hdr[HDR_N]; /* its header */
+    xdc_wan_request *req[2 * XDC_TOPO_MAX_REGIONS]; /* header and slice to each joiner; NULL once settled */
+    int n_req;
+};
+
+/* XDC_TEST_REJOIN names `fault` at our region, and has not fired in this process yet. */
+static int test_fault(const orch_worker *w, const char *fault)
+{
+    static int fired;
+    const char *v = getenv("XDC_TEST_REJOIN"), *at = v ? strchr(v, '@') : NULL;
+    if (fired || !at || strncmp(v, fault, (size_t)(at - v)) != 0 || strlen(fault) != (size_t)(at - v) ||
+        strcmp(at + 1, w->id->region) != 0)
+        return 0;
+    XDC_WARN(XDC_SUB_ORCH, "test hook XDC_TEST_REJOIN=%s fires in region %s", v, w->id->region);
+    return fired = 1;
+}
 
 xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag)
 {
@@ -42,76 +74,116 @@ static xdc_err_t finish(xdc_wan_request *req, size_t *size, xdc_diag *diag)
     }
 }
 
-static xdc_err_t send_all(xdc_wan_peer *p, const void *buf, size_t len, xdc_diag *diag)
+/* The round's donors are its member regions ('1' in its quorum `mask`), in region order; the k-th of n hands
+ * over parameters [*lo, *hi). */
+static void slice_of(size_t n_params, const char *mask, int region, size_t *lo, size_t *hi)
 {
-    xdc_wan_request *req;
-    XDC_CHECK(xdc_wan_isend(p, XDC_WAN_BULK, buf, len, 0, len, &req));
-    return finish(req, NULL, diag);
-}
-
-static xdc_err_t recv_all(xdc_wan_peer *p, void *buf, size_t len, xdc_diag *diag)
-{
-    xdc_wan_request *req;
-    size_t got = 0;
-    XDC_CHECK(xdc_wan_irecv(p, XDC_WAN_BULK, buf, len, &req));
-    XDC_CHECK(finish(req, &got, diag));
-    if (got != len) {
-        xdc_diag_set(diag, "rejoin: a message of %zu bytes where %zu were due", got, len);
-        return XDC_ERR_PROTO;
+    size_t k = 0, n = 0;
+    for (int r = 0; mask[r]; r++) {
+        if (mask[r] != '1') continue;
+        if (r < region) k++;
+        n++;
     }
-    return XDC_OK;
+    *lo = n_params * k / n;
+    *hi = n_params * (k + 1) / n;
 }
 
-/* Device buffer `dev` (n_params fp32) into the pinned staging o->host; *hash: its xxh64. */
-static xdc_err_t stage_out(orch_worker *w, orch_outer *o, const float *dev, uint64_t *hash)
+/* Settle the sends of the last hand-over: those done (or failed: a joiner that took nothing is only named; it
+ * misses the next round and the store host drops it), and with `wait` all of them. Its staging goes with the
+ * last. */
+static void settle_sends(orch_worker *w, int wait)
+{
+    struct orch_rejoin_out *g = w->elastic.give;
+    if (!g) return;
+    int left = 0;
+    for (int i = 0; i < g->n_req; i++) {
+        if (!g->req[i]) continue;
+        xdc_diag d = {{0}};
+        int done = 1;
+        xdc_err_t rc = wait ? finish(g->req[i], NULL, &d) : xdc_wan_test(g->req[i], &done, NULL, NULL, &d);
+        if (rc == XDC_OK && !done) {
+            left++;
+            continue;
+        }
+        g->req[i] = NULL;
+        if (rc != XDC_OK)
+            XDC_WARN(XDC_SUB_ORCH,
+                     "round %llu: a rejoining region did not take this member's slice of the state (%s: %s)",
+                     (unsigned long long)g->hdr[HDR_STEP], xdc_strerror(rc), d.msg);
+    }
+    if (left) return;
+    w->model.be->device->host_free(g->host);
+    xdc_free(g);
+    w->elastic.give = NULL;
+}
+
+void orch_rejoin_drain(orch_worker *w) { settle_sends(w, 1); }
+
+/* Stage this member's slice of the round's state into a new hand-over: the global parameters and outer
+ * momentum (o), the AdamW moments (the stage's), each part's xxh64 in the header. */
+static xdc_err_t stage_slice(orch_worker *w, orch_outer *o, struct orch_rejoin_out **out)
 {
     const xdc_device_ops *d = w->model.be->device;
-    size_t bytes = w->model.n_params * sizeof(float);
+    size_t lo, hi;
+    slice_of(w->model.n_params, w->elastic.m.quorum, w->id->region_idx, &lo, &hi);
+    size_t len = hi - lo, bytes = len * sizeof(float);
+    struct orch_rejoin_out *g = xdc_calloc(1, sizeof *g);
+    if (!g) return XDC_ERR_NOMEM;
+    xdc_err_t rc = d->host_alloc((void **)&g->host, N_PART * bytes + 1); /* + 1: a slice may be empty */
+    if (rc != XDC_OK) {
+        xdc_free(g);
+        return rc;
+    }
+    *out = g;
+    float *part[N_PART];
+    for (int p = 0; p < N_PART; p++) part[p] = g->host + (size_t)p * len;
+    int64_t adam_t;
     xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
-    XDC_CHECK(d->copy_d2h(o->host, dev, bytes, s));
-    XDC_CHECK(d->stream_sync(s));
-    *hash = xdc_xxh64(o->host, bytes, 0);
+    XDC_CHECK(d->copy_d2h(part[PART_GLOBAL], o->global + lo, bytes, s));
+    XDC_CHECK(d->copy_d2h(part[PART_MOM], o->mom + lo, bytes, s));
+    /* On the same stream, which it waits for. */
+    XDC_CHECK(xdc_gpt_stage_moments_get(w->model.st, lo, hi, part[PART_M], part[PART_V], &adam_t));
+    uint64_t *h = g->hdr;
+    h[HDR_STEP] = (uint64_t)w->prog.step, h[HDR_PARAMS] = w->model.n_params, h[HDR_ADAM_T] = (uint64_t)adam_t;
+    h[HDR_LO] = lo, h[HDR_HI] = hi;
+    if (w->model.data) {
+        xdc_data_pos pos = xdc_data_get_pos(w->model.data);
+        h[HDR_EPOCH] = pos.epoch, h[HDR_BATCH] = pos.batch;
+    }
+    for (int p = 0; p < N_PART; p++) h[HDR_HASH + p] = xdc_xxh64(part[p], bytes, 0);
+    if (len && test_fault(w, "corrupt")) part[PART_MOM][0] += 1.0f;
     return XDC_OK;
 }
 
-/* Send joiner peer p the round's state: header, global parameters, momentum (one after the other through
- * the one staging buffer). A device failure is ours (an error); a joiner that does not take it is only
- * named: it misses the next round and is dropped again. */
-static xdc_err_t give_state(orch_worker *w, orch_outer *o, xdc_wan_peer *p)
+/* Post the hand-over's header and slice to joiner peer p; the engine sends them while we train on. */
+static void give_slice(orch_worker *w, struct orch_rejoin_out *g, xdc_wan_peer *p)
 {
-    size_t bytes = w->model.n_params * sizeof(float);
     const xdc_wan_identity *id = xdc_wan_peer_identity(p);
-    uint64_t hdr[HDR_N] = {[HDR_STEP] = (uint64_t)w->prog.step, [HDR_PARAMS] = w->model.n_params}, h;
-    if (w->model.data) {
-        xdc_data_pos pos = xdc_data_get_pos(w->model.data);
-        hdr[HDR_EPOCH] = pos.epoch, hdr[HDR_BATCH] = pos.batch;
-    }
-    /* Both hashes go in the header, so momentum is hashed once for it and staged again to be sent. */
-    XDC_CHECK(stage_out(w, o, o->mom, &hdr[HDR_HASH_MOM]));
-    XDC_CHECK(stage_out(w, o, o->global, &hdr[HDR_HASH_GLOBAL]));
-    xdc_diag d = {{0}};
-    xdc_err_t rc = send_all(p, hdr, sizeof hdr, &d);
-    if (rc == XDC_OK) rc = send_all(p, o->host, bytes, &d);
-    if (rc == XDC_OK) {
-        XDC_CHECK(stage_out(w, o, o->mom, &h));
-        rc = send_all(p, o->host, bytes, &d);
-    }
+    size_t bytes = N_PART * (g->hdr[HDR_HI] - g->hdr[HDR_LO]) * sizeof(float);
+    xdc_err_t rc = xdc_wan_isend(p, XDC_WAN_BULK, g->hdr, sizeof g->hdr, 0, sizeof g->hdr, &g->req[g->n_req]);
+    if (rc == XDC_OK) g->n_req++, rc = xdc_wan_isend(p, XDC_WAN_BULK, g->host, bytes, 0, bytes, &g->req[g->n_req]);
+    if (rc == XDC_OK) g->n_req++;
     if (rc == XDC_OK)
-        XDC_INFO(XDC_SUB_ORCH, "round %lld: sent region %s rank %d the outer state (%zu parameters)",
-                 (long long)w->prog.step, id->region, id->rank, w->model.n_params);
+        XDC_INFO(XDC_SUB_ORCH, "round %lld: sending region %s rank %d parameters [%llu, %llu) of the state",
+                 (long long)w->prog.step, id->region, id->rank, (unsigned long long)g->hdr[HDR_LO],
+                 (unsigned long long)g->hdr[HDR_HI]);
     else
-        XDC_WARN(XDC_SUB_ORCH, "round %lld: region %s rank %d did not take the outer state (%s: %s)",
-                 (long long)w->prog.step, id->region, id->rank, xdc_strerror(rc), d.msg);
-    return XDC_OK;
+        XDC_WARN(XDC_SUB_ORCH, "round %lld: region %s rank %d: its slice of the state not sent (%s)",
+                 (long long)w->prog.step, id->region, id->rank, xdc_strerror(rc));
 }
 
 xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
 {
-    int n = w->id->n_regions, lowest = -1, want = 0;
-    for (int r = 0; r < n; r++) {
-        if (lowest < 0 && w->elastic.m.live[r]) lowest = r;
-        want += w->elastic.m.joining[r];
-    }
+    int n = w->id->n_regions, want = 0;
+    settle_sends(w, 0);
+    for (int r = 0; r < n; r++) want += w->elastic.m.joining[r];
+    if (!want) return XDC_OK;
+    /* The last hand-over's sends had a round to complete; each round's slice gets a staging of its own. */
+    settle_sends(w, 1);
+    struct orch_rejoin_out *g = NULL;
+    xdc_err_t rs = stage_slice(w, o, &g);
+    w->elastic.give = g;
+    XDC_CHECK(rs);
     /* Accept each joiner's connection (it dials once it read the round) in place of the dead process's peer. A
      * joiner that never comes or takes no state is not waited for again: it misses the next round and the
      * store host drops it, so every member agrees on the set all the same. */
@@ -136,79 +208,205 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
             xdc_wan_peer_destroy(p);
             continue;
         }
+        w->elastic.m.joining[r] = 0;
+        want--;
+        if (test_fault(w, "miss")) { /* as if its connection never reached us */
+            xdc_wan_peer_destroy(p);
+            continue;
+        }
         xdc_wan_peer_destroy(
             orch_member_peers(w->member)[r]); /* the earlier process's: its sequence numbers died with it */
         orch_member_peers(w->member)[r] = p;
-        w->elastic.m.joining[r] = 0;
-        want--;
-        if (w->id->region_idx == lowest) XDC_CHECK(give_state(w, o, p));
+        give_slice(w, g, p);
     }
     memset(w->elastic.m.joining, 0, sizeof w->elastic.m.joining);
+    settle_sends(w, 0); /* nothing to send (no joiner came): the staging goes now */
     return XDC_OK;
 }
 
-/* Take buffer `dev` (n_params fp32) from peer p through the staging; XDC_ERR_CORRUPT when its xxh64 is not
- * `hash`. */
-static xdc_err_t stage_in(orch_worker *w, orch_outer *o, xdc_wan_peer *p, float *dev, uint64_t hash, const char *what,
-                          xdc_diag *diag)
+/* The joiner's side of one donor: its header, then its slice into `host` at 4 * lo (each part hi - lo floats). */
+typedef struct {
+    int region;
+    uint64_t hdr[HDR_N];
+    xdc_wan_request *req[2];
+} donor_in;
+
+/* Check donor `dn`'s header against the step due, the model and the first donor's (step, data position and
+ * AdamW steps agree across members: they took the same steps over the same global batches), and its slice
+ * bounds against the round's split. */
+static xdc_err_t check_header(orch_worker *w, const donor_in *dn, const donor_in *first, long long want,
+                              const char *mask, xdc_diag *diag)
+{
+    const uint64_t *h = dn->hdr;
+    size_t lo, hi;
+    slice_of(w->model.n_params, mask, dn->region, &lo, &hi);
+    const char *from = w->topo->regions[dn->region].name;
+    if (h[HDR_PARAMS] != w->model.n_params || h[HDR_STEP] != (uint64_t)want || h[HDR_LO] != lo || h[HDR_HI] != hi) {
+        xdc_diag_set(diag,
+                     "rejoin: %s sent parameters [%llu, %llu) of step %llu of a model of %llu; expected [%zu, %zu) of "
+                     "step %lld, %zu",
+                     from, (unsigned long long)h[HDR_LO], (unsigned long long)h[HDR_HI],
+                     (unsigned long long)h[HDR_STEP], (unsigned long long)h[HDR_PARAMS], lo, hi, want,
+                     w->model.n_params);
+        return XDC_ERR_PROTO;
+    }
+    if (h[HDR_EPOCH] != first->hdr[HDR_EPOCH] || h[HDR_BATCH] != first->hdr[HDR_BATCH] ||
+        h[HDR_ADAM_T] != first->hdr[HDR_ADAM_T]) {
+        xdc_diag_set(diag,
+                     "rejoin: %s is at data epoch %llu batch %llu after %llu AdamW steps, %s at epoch %llu batch %llu "
+                     "after %llu: the members disagree",
+                     from, (unsigned long long)h[HDR_EPOCH], (unsigned long long)h[HDR_BATCH],
+                     (unsigned long long)h[HDR_ADAM_T], w->topo->regions[first->region].name,
+                     (unsigned long long)first->hdr[HDR_EPOCH], (unsigned long long)first->hdr[HDR_BATCH],
+                     (unsigned long long)first->hdr[HDR_ADAM_T]);
+        return XDC_ERR_PROTO;
+    }
+    return XDC_OK;
+}
+
+/* Donor dn's slice, received into `host` (N_PART * (hi - lo) fp32 from its offset): each part's xxh64 against
+ * the header's (XDC_ERR_CORRUPT naming the part and the donor), then into the global parameters, the outer
+ * momentum and the AdamW moments. */
+static xdc_err_t take_slice(orch_worker *w, orch_outer *o, const donor_in *dn, float *host, xdc_diag *diag)
 {
     const xdc_device_ops *d = w->model.be->device;
-    size_t bytes = w->model.n_params * sizeof(float);
-    xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
-    XDC_CHECK(recv_all(p, o->host, bytes, diag));
-    uint64_t got = xdc_xxh64(o->host, bytes, 0);
-    if (got != hash) {
-        xdc_diag_set(diag, "rejoin: the %s received hash to %016llx, the sender's is %016llx", what,
-                     (unsigned long long)got, (unsigned long long)hash);
-        return XDC_ERR_CORRUPT;
+    size_t lo = dn->hdr[HDR_LO], len = dn->hdr[HDR_HI] - lo, bytes = len * sizeof(float);
+    float *part[N_PART];
+    for (int p = 0; p < N_PART; p++) {
+        part[p] = host + (size_t)p * len;
+        uint64_t got = xdc_xxh64(part[p], bytes, 0);
+        if (got != dn->hdr[HDR_HASH + p]) {
+            xdc_diag_set(diag,
+                         "rejoin: the %s (parameters [%zu, %zu)) from %s hash to %016llx, the sender's is %016llx",
+                         part_name[p], lo, lo + len, w->topo->regions[dn->region].name, (unsigned long long)got,
+                         (unsigned long long)dn->hdr[HDR_HASH + p]);
+            return XDC_ERR_CORRUPT;
+        }
     }
-    XDC_CHECK(d->copy_h2d(dev, o->host, bytes, s));
-    return d->stream_sync(s);
+    xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
+    XDC_CHECK(d->copy_h2d(o->global + lo, part[PART_GLOBAL], bytes, s));
+    XDC_CHECK(d->copy_h2d(o->mom + lo, part[PART_MOM], bytes, s));
+    return xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, part[PART_M], part[PART_V],
+                                     (int64_t)dn->hdr[HDR_ADAM_T]); /* on the same stream, which it waits for */
+}
+
+/* Receive every donor's header and slice at once (all posted before any is waited for), into host
+ * (N_PART * n_params fp32); check and take them. */
+static xdc_err_t take_slices(orch_worker *w, orch_outer *o, donor_in *dn, int k, long long want, const char *mask,
+                             float *host, xdc_diag *diag)
+{
+    xdc_wan_peer **peers = orch_member_peers(w->member);
+    xdc_err_t rc = XDC_OK;
+    for (int i = 0; i < k && rc == XDC_OK; i++) {
+        size_t lo, hi;
+        slice_of(w->model.n_params, mask, dn[i].region, &lo, &hi);
+        rc = xdc_wan_irecv(peers[dn[i].region], XDC_WAN_BULK, dn[i].hdr, sizeof dn[i].hdr, &dn[i].req[0]);
+        if (rc == XDC_OK)
+            rc = xdc_wan_irecv(peers[dn[i].region], XDC_WAN_BULK, host + N_PART * lo,
+                               N_PART * (hi - lo) * sizeof(float), &dn[i].req[1]);
+    }
+    for (int i = 0; i < k; i++)
+        for (int j = 0; j < 2; j++) {
+            if (!dn[i].req[j]) continue;
+            size_t got = 0;
+            xdc_diag d = {{0}};
+            xdc_err_t r = rc == XDC_OK ? finish(dn[i].req[j], &got, &d) : xdc_wan_request_cancel(dn[i].req[j]);
+            dn[i].req[j] = NULL;
+            if (rc != XDC_OK) continue;
+            if (r == XDC_OK && j == 0 && got != sizeof dn[i].hdr) {
+                xdc_diag_set(&d, "a header of %zu bytes where %zu were due", got, sizeof dn[i].hdr);
+                r = XDC_ERR_PROTO;
+            }
+            if (r != XDC_OK) {
+                xdc_diag_set(diag, "rejoin: no state from %s: %s", w->topo->regions[dn[i].region].name, d.msg);
+                rc = r;
+            } else if (j == 0) {
+                rc = check_header(w, &dn[i], &dn[0], want, mask, diag);
+            }
+        }
+    for (int i = 0; i < k && rc == XDC_OK; i++) rc = take_slice(w, o, &dn[i], host + N_PART * dn[i].hdr[HDR_LO], diag);
+    return rc;
+}
+
+/* Joiners of one round are members of the next together: each dials the lower ones, then accepts the higher
+ * ones (no wait goes up the region order, so none waits in a circle). */
+static xdc_err_t link_joiners(orch_worker *w, const char *mask, xdc_diag *diag)
+{
+    xdc_wan_peer **peers = orch_member_peers(w->member);
+    int us = w->id->region_idx, higher = 0;
+    for (int r = 0; mask[r]; r++) {
+        if (mask[r] != 'j' || r == us) continue;
+        if (r > us) higher++;
+        else XDC_CHECK(orch_member_dial(w->member, r, w->id->lrank, &peers[r], diag));
+    }
+    while (higher > 0) {
+        xdc_wan_peer *p;
+        XDC_CHECK(xdc_wan_accept(orch_member_listener(w->member), w->cfg->timeouts.handshake_ms, &p, diag));
+        const xdc_wan_identity *id = xdc_wan_peer_identity(p);
+        int r = xdc_topology_region_index(w->topo, id->region);
+        if (r <= us || r >= w->id->n_regions || mask[r] != 'j' || peers[r] || id->rank != w->id->lrank) {
+            XDC_WARN(XDC_SUB_ORCH,
+                     "rejoin: unexpected WAN peer %s/%d (expected rank %d of a higher joining region); closed",
+                     id->region, id->rank, w->id->lrank);
+            xdc_wan_peer_destroy(p);
+            continue;
+        }
+        peers[r] = p;
+        higher--;
+    }
+    return XDC_OK;
 }
 
 xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *diag)
 {
     uint8_t in_round[XDC_TOPO_MAX_REGIONS];
-    int lowest;
+    int lowest, k = 0;
     long long at;
     w->elastic.rejoin_t0 = xdc_now_ns();
     XDC_CHECK(orch_elastic_rejoin_ask(&w->elastic.m, w->id->member,
                                       w->cfg->timeouts.rendezvous_ms + w->cfg->timeouts.operation_ms, &at, in_round,
                                       &lowest, diag));
+    if (test_fault(w, "absent")) {
+        xdc_diag_set(diag, "rejoin: region %s gives up before it dials the round at step %lld (test hook)",
+                     w->id->region, at);
+        return XDC_ERR_UNAVAILABLE;
+    }
+    donor_in dn[XDC_TOPO_MAX_REGIONS];
+    memset(dn, 0, sizeof dn);
     for (int r = 0; r < w->id->n_regions; r++)
-        if (in_round[r])
+        if (in_round[r]) {
             XDC_CHECK(orch_member_dial(w->member, r, w->id->lrank, &orch_member_peers(w->member)[r], diag));
+            dn[k++].region = r;
+        }
+    XDC_CHECK(link_joiners(w, w->elastic.m.quorum, diag));
     /* The run's last round is the finish's: its state is handed over at once. */
     long long want = at < w->cfg->train.steps ? at + lag : at;
-    uint64_t hdr[HDR_N];
-    xdc_wan_peer *from = orch_member_peers(w->member)[lowest];
-    XDC_CHECK(recv_all(from, hdr, sizeof hdr, diag));
-    if (hdr[HDR_PARAMS] != w->model.n_params || hdr[HDR_STEP] != (uint64_t)want) {
-        xdc_diag_set(diag, "rejoin: %s sent the state of step %llu with %llu parameters; expected step %lld, %zu",
-                     w->topo->regions[lowest].name, (unsigned long long)hdr[HDR_STEP],
-                     (unsigned long long)hdr[HDR_PARAMS], want, w->model.n_params);
-        return XDC_ERR_PROTO;
-    }
-    XDC_CHECK(stage_in(w, o, from, o->global, hdr[HDR_HASH_GLOBAL], "global parameters", diag));
-    XDC_CHECK(stage_in(w, o, from, o->mom, hdr[HDR_HASH_MOM], "outer momentum", diag));
     const xdc_device_ops *d = w->model.be->device;
+    float *host;
+    XDC_CHECK(d->host_alloc((void **)&host, N_PART * w->model.n_params * sizeof(float)));
+    xdc_err_t rc = take_slices(w, o, dn, k, want, w->elastic.m.quorum, host, diag);
+    d->host_free(host);
+    XDC_CHECK(rc);
     xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
     XDC_CHECK(d->copy_d2d(xdc_gpt_stage_params(w->model.st), o->global, w->model.n_params * sizeof(float), s));
     XDC_CHECK(d->stream_sync(s));
+    const uint64_t *h = dn[0].hdr;
     if (w->model.data &&
-        xdc_data_set_pos(w->model.data, (xdc_data_pos){.epoch = hdr[HDR_EPOCH], .batch = hdr[HDR_BATCH]}) != XDC_OK) {
+        xdc_data_set_pos(w->model.data, (xdc_data_pos){.epoch = h[HDR_EPOCH], .batch = h[HDR_BATCH]}) != XDC_OK) {
         xdc_diag_set(diag, "rejoin: %s's data position (epoch %llu, batch %llu) is not one of our shard",
-                     w->topo->regions[lowest].name, (unsigned long long)hdr[HDR_EPOCH],
-                     (unsigned long long)hdr[HDR_BATCH]);
+                     w->topo->regions[lowest].name, (unsigned long long)h[HDR_EPOCH], (unsigned long long)h[HDR_BATCH]);
         return XDC_ERR_PROTO;
     }
-    w->prog.step = (int64_t)hdr[HDR_STEP];
+    w->prog.step = (int64_t)h[HDR_STEP];
     w->elastic.rejoin_round = at;
-    XDC_WARN(XDC_SUB_ORCH,
-             "region %s took the state of round %lld (step %lld) from %s (global parameters %016llx and momentum "
-             "%016llx, hashes checked) %.2f s after its rejoin request; a member from the next round",
-             w->id->region, at, want, w->topo->regions[lowest].name, (unsigned long long)hdr[HDR_HASH_GLOBAL],
-             (unsigned long long)hdr[HDR_HASH_MOM], (double)(xdc_now_ns() - w->elastic.rejoin_t0) / 1e9);
+    XDC_WARN(
+        XDC_SUB_ORCH,
+        "region %s took the state of round %lld (step %lld, data epoch %llu batch %llu, %llu AdamW steps) from the "
+        "round's %d member regions, a slice from each (global parameters, outer momentum and AdamW moments, hashes "
+        "checked) "
+        "%.2f s after its rejoin request; a member from the next round",
+        w->id->region, at, want, (unsigned long long)h[HDR_EPOCH], (unsigned long long)h[HDR_BATCH],
+        (unsigned long long)h[HDR_ADAM_T], k, (double)(xdc_now_ns() - w->elastic.rejoin_t0) / 1e9);
     return XDC_OK;
 }
 

@@ -165,6 +165,7 @@ static void close_worker(orch_worker *w)
     int n_syncs = orch_worker_syncs(w, syncs, ORCH_MAX_SYNCS);
     for (int i = 0; i < n_syncs; i++) xdc_sync_stop(syncs[i]);
     xdc_intra_destroy(w->comm.dp_wan);
+    orch_rejoin_drain(w); /* a hand-over's sends complete before their peers close */
     orch_member_disconnect(w->member);
     if (w->mode) w->mode->destroy(w->mode_state); /* its syncs, then its buffers */
     orch_member_destroy(w->member);
@@ -193,16 +194,6 @@ static void attach(orch_worker *w, orch_member *m)
     w->planned = orch_member_planned(m);
     w->model.be = orch_member_backend(m);
 }
-
-xdc_err_t orch_worker_bare_create(orch_member *m, orch_worker **out)
-{
-    *out = xdc_calloc(1, sizeof **out);
-    if (!*out) return XDC_ERR_NOMEM;
-    attach(*out, m);
-    return XDC_OK;
-}
-
-void orch_worker_bare_destroy(orch_worker *w) { xdc_free(w); }
 
 /* The member's options from the worker's. */
 static orch_member_opts member_opts(const xdc_worker_opts *o)

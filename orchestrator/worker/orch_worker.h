@@ -1,10 +1,9 @@
-/* orch_worker.h — private to the worker runtime (the entry point is xdc_worker.h; libxdc reaches the outer
- * round through orch_outer.h). One worker process runs one pipeline stage of one data-parallel replica in
+/* orch_worker.h — private to the worker runtime (the entry point is xdc_worker.h). One worker process runs one pipeline stage of one data-parallel replica in
  * one region, on a member of the run (orchestrator/member/orch_member.h: identity and layout, run file,
  * device, connections, sync engine). Its own state is split by concern: the model stage and its step
  * buffers (orch_model), pipeline transfers (orch_pipe), telemetry, progress, elastic rounds, and the mode
  * (orch_mode_ops + its own state). Files: orch_worker.c (set-up, teardown), orch_worker_sync.c (the
- * worker's syncs), orch_train.c (the 1F1B loop, the training loop), orch_pipe.c, orch_checkpoint.c,
+ * worker's syncs), orch_worker_outer.c (its side of the outer round), orch_train.c (the 1F1B loop, the training loop), orch_pipe.c, orch_checkpoint.c,
  * orch_rejoin.c, orch_observe.c, and one orch_mode_*.c per mode. */
 #ifndef ORCH_WORKER_H
 #define ORCH_WORKER_H
@@ -23,7 +22,7 @@
 #include "model/xdc_data.h"
 #include "topology/xdc_topology.h"
 #include "wan/xdc_wan.h"
-#include "orchestrator/worker/orch_outer.h"
+#include "orchestrator/member/orch_outer.h"
 #include "orchestrator/worker/xdc_worker.h"
 
 #include <stdint.h>
@@ -38,6 +37,7 @@ typedef struct orch_pipe_req {
     size_t n;
 } orch_pipe_req;
 
+typedef struct orch_worker orch_worker;
 typedef struct orch_observe orch_observe; /* orch_observe.c: the worker's metric series */
 
 /* The model stage this worker computes, its data and its step buffers (allocated once). */
@@ -117,6 +117,8 @@ typedef struct orch_elastic {
     uint64_t started;     /* xdc_now_ns() when this worker process began (xdc_worker_run) */
     uint64_t rejoin_t0;   /* xdc_now_ns() when it asked to rejoin */
     int64_t rejoin_round; /* the round that took it back; -1 once its first round as a member was logged */
+    struct orch_rejoin_out *give; /* a member's last hand-over of its slice of the state, its sends not all
+                                   * settled (orch_rejoin.c); NULL: none */
     /* The sync of the round whose exchange is under way (a streaming fragment's is, across the next inner
      * step), NULL when none; m.open is its step. */
     xdc_sync *open;
@@ -213,40 +215,36 @@ xdc_err_t orch_pipe_send_small(orch_worker *w, int peer, const float *v, int n, 
 xdc_err_t orch_pipe_recv_small(orch_worker *w, int peer, float *v, int n, int row, orch_pipe_req *r, xdc_diag *diag);
 xdc_err_t orch_pipe_wait_small(orch_worker *w, int peer, float *v, int n, int row, orch_pipe_req *r, xdc_diag *diag);
 
-/* orch_mode_diloco.c: the outer loop DiLoCo and streaming share (orch_outer, orch_outer_open, _round and
- * _destroy: orch_outer.h). */
+/* orch_worker_outer.c: the worker's side of the outer loop DiLoCo and streaming share
+ * (orchestrator/member/orch_outer.h). */
 /* Save (or load) global and mom as state files next to the stage checkpoint in `dir`. */
-xdc_err_t orch_outer_checkpoint_io(orch_worker *w, orch_outer *o, const char *dir, int save, xdc_diag *diag);
-/* Buffers (global = the stage's parameters now) and the pseudo-gradient sync over `dp` and the regions;
- * elastic rounds as the run file says. */
+xdc_err_t orch_outer_checkpoint_io(orch_outer *o, const char *dir, int save, xdc_diag *diag);
+/* The outer state over the stage's parameters on its compute stream, the pseudo-gradient sync over `dp` and
+ * the regions, the worker's hooks (elastic rounds as the run file says, exposed WAN time). */
 xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag);
 /* The device and compute stream of the worker's stage in `sc` (every sync of the modes). */
 void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc);
-/* Make the stage's compute stream the calling thread's current one (the outer arithmetic's model ops run
- * there); leave restores `prev` and reports that stream's sticky error. */
-xdc_err_t orch_outer_enter(const orch_worker *w, xdc_stream **prev);
-xdc_err_t orch_outer_leave(const orch_worker *w, xdc_stream *prev);
-/* pseudo = global - local on [lo, hi) (local: o->local). */
-xdc_err_t orch_outer_pseudo(orch_worker *w, orch_outer *o, size_t lo, size_t hi);
-/* Outer Nesterov step on [lo, hi): pseudo holds the cross-region mean of (global - local). */
-xdc_err_t orch_outer_update(orch_worker *w, orch_outer *o, size_t lo, size_t hi);
+/* orch_outer_apply of the round in flight, then the rejoin's part (orch_rejoin_member, orch_rejoin_give). */
+xdc_err_t orch_worker_outer_apply(orch_worker *w, orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, xdc_diag *diag);
+/* A whole-stage round at the step now, at once (orch_outer_round with the rejoin's part). */
+xdc_err_t orch_worker_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag);
 /* At a mode's setup: w->elastic.on (orch_quorum_elastic) and its member half of the round protocol, no round
- * open (orch_worker_sync.c). */
+ * open. */
 void orch_elastic_setup(orch_worker *w);
-/* Elastic rounds: the quorum of the round at this step (orch_elastic_agree) taken into `sync`'s members;
- * nothing without elastic rounds. Before each sync across regions of an outer round. */
-xdc_err_t orch_outer_quorum(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
-/* Elastic rounds (docs/runtime.md, "Leaving during a round"): the exchange of the outer round at `step` is
- * under way on `sync` (begun); until orch_outer_end, every orch_elastic_wait tells it the member regions the
- * store's host names lost during it. Nothing without elastic rounds. */
-void orch_outer_opened(orch_worker *w, xdc_sync *sync, int64_t step);
+/* Elastic rounds (nothing without them): the quorum of the round at `step` (orch_elastic_agree) into `sync`'s
+ * weights (0 out; 1 in, or with nobody waiting the tokens each region processed: w->elastic.weight), before
+ * its exchange; orch_elastic_open: that exchange is under way on `sync` (begun), and until orch_elastic_end
+ * every orch_elastic_wait tells it the member regions the store's host names lost during it (docs/runtime.md,
+ * "Leaving during a round"). The outer rounds' hooks, and each step of elastic sync mode. */
+xdc_err_t orch_elastic_quorum(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag);
+void orch_elastic_open(orch_worker *w, xdc_sync *sync, int64_t step);
+/* End the exchange of `sync`'s round at `step` (its time counted as exposed WAN). Elastic rounds:
+ * orch_elastic_wait, then the round ends on its final set; otherwise xdc_sync_end. */
+xdc_err_t orch_elastic_end(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag);
 /* End `sync`'s round (as xdc_sync_end) while a round's exchange is open: looking every 200 ms whether a member
  * region left during it, and telling the open round's sync (xdc_sync_lose), which may be what `sync` waits
  * behind on the comm thread. Without an open exchange, xdc_sync_end. */
 xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
-/* End the exchange of `sync`'s round, the outer round at `step` (its time counted as exposed WAN). Elastic
- * rounds: orch_elastic_wait, then the round ends on its final set; otherwise xdc_sync_end. */
-xdc_err_t orch_outer_end(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag);
 /* Elastic rounds: post this worker's arrival at `round` (a step, or RDZV_ROUND_END) and take the store
  * host's decision of who is in it into w->elastic.m (orch_elastic_arrive); XDC_ERR_UNAVAILABLE when this
  * region was left out. */
@@ -259,20 +257,24 @@ xdc_err_t orch_elastic_agree(orch_worker *w, long long round, xdc_diag *diag);
  * routes a joiner needs to dial lower regions once the region left (orch_launch.c, pump_relays). */
 xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag);
 /* The joiner, before its first step: ask to rejoin, wait for the round that takes it, dial that round's
- * members and take the global parameters and outer momentum from the lowest one (hash-checked; XDC_ERR_CORRUPT
- * on a mismatch); local = global, the step and the data position are the sender's. `lag`: how many steps
- * after a round the members hand its state over (DiLoCo 0; streaming 1, once the round's fragment landed);
- * the run's last round hands it over at once. */
+ * members and take a slice of the state from each, all at once: the global parameters, outer momentum and
+ * AdamW moments (hash-checked; XDC_ERR_CORRUPT naming the part and the member on a mismatch); local =
+ * global, the step, the AdamW step count and the data position are the members' (XDC_ERR_PROTO when they
+ * disagree). `lag`: how many steps after a round the members hand its state over (DiLoCo 0; streaming 1,
+ * once the round's fragment landed); the run's last round hands it over at once. */
 xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *diag);
 /* After the exchange of the round at step `round`: the first one a rejoined worker took part in is logged with
  * the time it took. */
 void orch_rejoin_member(orch_worker *w, int64_t round);
-/* A member, once the exchange of a round that named joining regions is done (nothing on the wire): accept each
- * joiner's new WAN peer in place of the dead one, and, in the lowest member region, send it the global
- * parameters and momentum, with this worker's step and data position. A joiner
- * that does not connect or take the state is named and not waited for again (the store host drops it at
- * the next round); errors are the device's. */
+/* A member, once the exchange of a round that named joining regions is done (nothing on the wire): stage this
+ * member's slice of the state (with its step, data position and AdamW step count), accept each joiner's new
+ * WAN peer in place of the dead one and post the slice to it on the comm engine, which sends it while this
+ * worker trains on; each call settles the sends of the last hand-over that completed. A joiner that does not
+ * connect or take the state is named and not waited for again (the store host drops it at the next round);
+ * errors are the device's. */
 xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o);
+/* At teardown: wait for the last hand-over's sends (the engine ends those to a silent joiner) and free it. */
+void orch_rejoin_drain(orch_worker *w);
 /* orch_observe.c: Prometheus metrics of the worker (metrics_port >= 0) */
 xdc_err_t orch_observe_start(orch_worker *w, xdc_diag *diag);
 void orch_observe_step(orch_worker *w, double step_s, double compute_s, double intra_s, double wan_s, float loss);

@@ -20,7 +20,7 @@ import subprocess
 # The libxdc API this binding was written against (include/xdc.h): a library of the same major and a minor
 # at least this one has every call used here.
 API_VERSION_MAJOR = 0
-API_VERSION_MINOR = 2
+API_VERSION_MINOR = 3
 API_VERSION = (API_VERSION_MAJOR << 16) | API_VERSION_MINOR
 
 # include/xdc.h's status codes, by value (part of the API: never renumbered).
@@ -114,6 +114,12 @@ class _Options(ctypes.Structure):
                 ("config", ctypes.c_char_p), ("run_dir", ctypes.c_char_p), ("emulate_wan", ctypes.c_int)]
 
 
+class _OuterOptions(ctypes.Structure):
+    """xdc_outer_options (include/xdc.h, since 0.3)."""
+
+    _fields_ = [("struct_size", ctypes.c_uint32), ("keep_unsent", ctypes.c_int), ("final_codec", ctypes.c_char_p)]
+
+
 class _Stats(ctypes.Structure):
     """xdc_comm_stats (include/xdc.h, since 0.2)."""
 
@@ -142,6 +148,13 @@ def _declare(lib):
         "xdc_outer_round": (c_int, [c_void_p, c_int, ctypes.POINTER(c_void_p)]),
         "xdc_comm_get_stats": (c_int, [c_void_p, ctypes.POINTER(_Stats)]),
         "xdc_comm_check_same": (c_int, [c_void_p, ctypes.c_uint64]),
+        "xdc_outer_configure": (c_int, [c_void_p, c_int, ctypes.POINTER(_OuterOptions)]),
+        "xdc_outer_last_round": (c_int, [c_void_p, c_int, ctypes.POINTER(c_void_p)]),
+        "xdc_outer_begin": (c_int, [c_void_p, c_int, ctypes.POINTER(c_void_p)]),
+        "xdc_outer_apply": (c_int, [c_void_p, c_int, ctypes.POINTER(c_void_p)]),
+        "xdc_outer_state_size": (c_int, [c_void_p, c_int, ctypes.POINTER(c_size_t), ctypes.POINTER(c_size_t)]),
+        "xdc_outer_get_state": (c_int, [c_void_p, c_int, c_void_p, c_void_p, c_void_p]),
+        "xdc_outer_set_state": (c_int, [c_void_p, c_int, c_void_p, c_void_p, c_void_p]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -321,12 +334,62 @@ class Comm:
         counts = (ctypes.c_size_t * len(views))(*[n for _, n in views])
         self._check(_library().xdc_outer_init(self._live(), tag, len(views), ptrs, counts))
 
+    def _outer(self, fn, tag, params):
+        views = [_float32(p)[0] for p in params]
+        ptrs = (ctypes.c_void_p * len(views))(*[ctypes.addressof(v) for v in views])
+        self._check(fn(self._live(), tag, ptrs))
+
     def outer_round(self, tag, params):
         """One outer round (collective, blocking) over params, a list of the shape given to outer_init:
         every member ends with the same values in every buffer."""
-        views = [_float32(p)[0] for p in params]
-        ptrs = (ctypes.c_void_p * len(views))(*[ctypes.addressof(v) for v in views])
-        self._check(_library().xdc_outer_round(self._live(), tag, ptrs))
+        self._outer(_library().xdc_outer_round, tag, params)
+
+    def outer_configure(self, tag, keep_unsent=False, final_codec=None):
+        """Before the tag's first round (xdc_outer_configure): keep_unsent (the codec's unsent part stays in
+        the parameters; one member per region), and the codec of outer_last_round (None: the run file's
+        diloco.final_codec; "": the run's codec)."""
+        o = _OuterOptions(struct_size=ctypes.sizeof(_OuterOptions), keep_unsent=1 if keep_unsent else 0,
+                          final_codec=None if final_codec is None else final_codec.encode())
+        self._check(_library().xdc_outer_configure(self._live(), tag, ctypes.byref(o)))
+
+    def outer_last_round(self, tag, params):
+        """The tag's last round (collective, blocking), in its final codec (with keep_unsent the plain mean):
+        every member ends with the same values; the tag takes no round after it."""
+        self._outer(_library().xdc_outer_last_round, tag, params)
+
+    def outer_begin(self, tag, params):
+        """Begin an overlapped outer round over params now (returns at once; train on, then outer_apply)."""
+        self._outer(_library().xdc_outer_begin, tag, params)
+
+    def outer_apply(self, tag, params):
+        """Apply the round in flight (collective, waits for its exchange): params = new global + the progress
+        made since outer_begin (- the unsent part with keep_unsent)."""
+        self._outer(_library().xdc_outer_apply, tag, params)
+
+    def outer_state_size(self, tag):
+        """(parameters, residual): the float32 counts of the tag's outer state (global and momentum have the
+        first each; the codec's error-feedback residual the second, 0 for an exact codec or one region)."""
+        n, r = ctypes.c_size_t(), ctypes.c_size_t()
+        self._check(_library().xdc_outer_state_size(self._live(), tag, ctypes.byref(n), ctypes.byref(r)))
+        return n.value, r.value
+
+    def outer_get_state(self, tag, global_params, momentum, residual):
+        """Copy the tag's outer state (between rounds) into three writable float32 buffers of the sizes
+        outer_state_size gives (residual may be None when it is 0)."""
+        self._outer_state(_library().xdc_outer_get_state, tag, global_params, momentum, residual)
+
+    def outer_set_state(self, tag, global_params, momentum, residual):
+        """Set the tag's outer state (between rounds) from three float32 buffers, as outer_get_state gave them."""
+        self._outer_state(_library().xdc_outer_set_state, tag, global_params, momentum, residual)
+
+    def _outer_state(self, fn, tag, global_params, momentum, residual):
+        n, r = self.outer_state_size(tag)
+        views = [_float32(b) if b is not None else (None, 0) for b in (global_params, momentum, residual)]
+        if [c for _, c in views] != [n, n, r]:
+            raise ValueError("xdc: outer state of tag %d: want %d, %d and %d float32 values, got %s"
+                             % (tag, n, n, r, [c for _, c in views]))
+        ptrs = [ctypes.addressof(v) if v is not None else None for v, _ in views]
+        self._check(fn(self._live(), tag, *ptrs))
 
     def stats(self):
         """What this member's WAN connections carried so far (xdc_comm_get_stats), in bytes: a dict with

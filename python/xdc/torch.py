@@ -69,8 +69,18 @@ class DiLoCo:
     outer Nesterov step, and the new global parameters written into the model, the same on every member.
     With F fragments the parameters are cut into F runs of consecutive parameters of about equal size, each
     on its own outer tag (``tag + f``), and one fragment is synced every H / F steps: fragment f at steps
-    k * H + (f + 1) * H / F (step counted from 1). The rounds are blocking: nothing is overlapped with
-    compute (each sync moves 1/F of the model, which is what fragments buy here).
+    k * H + (f + 1) * H / F (step counted from 1). The rounds block ``step()`` unless ``overlap``.
+
+    ``overlap=d`` (True: 1; at most H / F): a round is begun at its step (``Comm.outer_begin``: the
+    pseudo-gradient taken, its exchange posted) and applied d steps later (``Comm.outer_apply``): the
+    fragment becomes the new global parameters plus the progress made since the round began, so the d inner
+    steps run while the round is on the wire (``steps_in_flight`` counts them). The global parameters (in
+    ``state_dict()``) are the same on every member after each applied round; the parameters differ by each
+    member's own last d steps. ``keep_unsent``: what the codec did not send stays in the parameters (one
+    member per region). ``final_codec``: the codec of ``flush()``'s last rounds (None: the run file's
+    ``diloco.final_codec``). ``flush()`` ends the outer rounds: every member on one model.
+    ``state_dict()`` / ``load_state_dict()``: the schedule and each fragment's outer state (global
+    parameters, momentum, the codec's residual), taken with no round in flight.
 
     The members must start from the same parameters: build the model with the same seed everywhere (the
     wrapper does not broadcast). The constructor checks it (collective): ``initial_hash``, ``param_hash(model)``
@@ -78,10 +88,15 @@ class DiLoCo:
     member.
     """
 
-    def __init__(self, comm, model, inner_optimizer, sync_every, fragments=1, tag=OUTER_TAG):
+    def __init__(self, comm, model, inner_optimizer, sync_every, fragments=1, tag=OUTER_TAG, overlap=False,
+                 keep_unsent=False, final_codec=None):
         if sync_every < 1 or fragments < 1 or sync_every % fragments != 0:
             raise ValueError("xdc.torch.DiLoCo: sync_every %d, fragments %d: want sync_every >= 1 a multiple of "
                              "fragments >= 1" % (sync_every, fragments))
+        self.overlap = int(overlap)  # True: 1
+        if not 0 <= self.overlap <= sync_every // fragments:
+            raise ValueError("xdc.torch.DiLoCo: overlap %d: want 0..sync_every / fragments (%d), one round in "
+                             "flight at a time" % (self.overlap, sync_every // fragments))
         params = list(model.parameters())
         if len(params) < fragments:
             raise ValueError("xdc.torch.DiLoCo: %d fragments of %d parameters" % (fragments, len(params)))
@@ -97,8 +112,12 @@ class DiLoCo:
         except xdc.Error as e:
             raise xdc.Error(e.status, "xdc.torch.DiLoCo: the members start from different parameters (build the "
                             "model from the same seed everywhere): " + e.message) from None
+        self.keep_unsent = keep_unsent
+        self.in_flight = None  # (fragment, step it began at) of the overlapped round on the wire
+        self.steps_in_flight = 0  # inner steps taken while a round was on the wire
         for f, frag in enumerate(self.fragment_params):
             comm.outer_init(tag + f, frag)  # checks every tensor: CPU, float32, contiguous
+            comm.outer_configure(tag + f, keep_unsent=keep_unsent, final_codec=final_codec)
 
     def fragment_due(self, step):
         """The fragment synced after inner step `step` (counted from 1), or None."""
@@ -106,26 +125,73 @@ class DiLoCo:
         return None if step % every else (step // every - 1) % self.fragments
 
     def sync(self, fragment):
-        """One outer round of `fragment` now (collective: every member calls it at the same point)."""
-        self.comm.outer_round(self.tag + fragment, self.fragment_params[fragment])
+        """One outer round of `fragment` now (collective: every member calls it at the same point); with
+        overlap it is begun now and applied `overlap` steps later."""
+        if self.overlap:
+            self.comm.outer_begin(self.tag + fragment, self.fragment_params[fragment])
+            self.in_flight = (fragment, self.step_count)
+        else:
+            self.comm.outer_round(self.tag + fragment, self.fragment_params[fragment])
         self.last_sync[fragment] = self.step_count
         self.outer_rounds += 1
 
+    def _apply(self):
+        f, _ = self.in_flight
+        self.in_flight = None
+        self.comm.outer_apply(self.tag + f, self.fragment_params[f])
+
     def step(self):
-        """inner_optimizer.step(), then the outer round that is due; returns the fragment synced, or None."""
+        """inner_optimizer.step(), then the outer round that is due (applying the overlapped one in flight
+        when its steps are done); returns the fragment synced, or None."""
         self.inner_optimizer.step()
         self.step_count += 1
+        if self.in_flight is not None:
+            self.steps_in_flight += 1
+            if self.step_count == self.in_flight[1] + self.overlap:
+                self._apply()
         f = self.fragment_due(self.step_count)
         if f is not None:
             self.sync(f)
         return f
 
     def flush(self):
-        """An outer round of every fragment not synced at this step, so that every member ends with the same
-        parameters (streaming leaves the others trained on since their last round). Collective."""
+        """The last round of every fragment (``Comm.outer_last_round``, in the final codec) whose parameters
+        may differ across members: each one not synced at this step, and every one with overlap or
+        keep_unsent (the round in flight applied first). Every member then holds the same parameters; the
+        outer rounds are over. Collective."""
+        if self.in_flight is not None:
+            self._apply()
         for f in range(self.fragments):
-            if self.last_sync[f] != self.step_count:
-                self.sync(f)
+            if self.overlap or self.keep_unsent or self.last_sync[f] != self.step_count:
+                self.comm.outer_last_round(self.tag + f, self.fragment_params[f])
+                self.outer_rounds += 1
+
+    def state_dict(self):
+        """The schedule and each fragment's outer state (float32 CPU tensors: global parameters, momentum,
+        the codec's error-feedback residual), with no round in flight (a checkpoint)."""
+        if self.in_flight is not None:
+            raise RuntimeError("xdc.torch.DiLoCo.state_dict: a round is in flight (take it at a step where none "
+                               "is: overlap steps after a round)")
+        frags = []
+        for f in range(self.fragments):
+            n, r = self.comm.outer_state_size(self.tag + f)
+            st = {"global": torch.empty(n), "momentum": torch.empty(n), "residual": torch.empty(r)}
+            self.comm.outer_get_state(self.tag + f, st["global"], st["momentum"], st["residual"] if r else None)
+            frags.append(st)
+        return {"step_count": self.step_count, "last_sync": list(self.last_sync), "outer_rounds": self.outer_rounds,
+                "fragments": frags}
+
+    def load_state_dict(self, state):
+        """Take what state_dict() gave (the same model shape, fragments and codec), with no round in flight."""
+        if self.in_flight is not None or len(state["fragments"]) != self.fragments:
+            raise ValueError("xdc.torch.DiLoCo.load_state_dict: %d fragments in the state, %d here%s"
+                             % (len(state["fragments"]), self.fragments,
+                                "; a round is in flight" if self.in_flight is not None else ""))
+        for f, st in enumerate(state["fragments"]):
+            res = st["residual"].contiguous() if st["residual"].numel() else None
+            self.comm.outer_set_state(self.tag + f, st["global"].contiguous(), st["momentum"].contiguous(), res)
+        self.step_count, self.outer_rounds = state["step_count"], state["outer_rounds"]
+        self.last_sync = list(state["last_sync"])
 
 
 class _HookState:

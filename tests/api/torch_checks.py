@@ -228,9 +228,49 @@ def ddp(comm):
           flush=True)
 
 
+def overlap(comm):
+    """DiLoCo(overlap=2, keep_unsent, final_codec int8) on one member per region with the run's sparse codec:
+    every round applied 2 steps after it began, the global parameters the same everywhere after each applied
+    round (state_dict), the inner steps taken while a round was in flight counted, state_dict /
+    load_state_dict round-tripping into a second wrapper, one model after flush, the loss falling."""
+    rank = comm.rank
+    model = small_model()
+    inner = torch.optim.SGD(model.parameters(), lr=0.05)
+    dl = xdc.torch.DiLoCo(comm, model, inner, sync_every=5, overlap=2, keep_unsent=True, final_codec="int8")
+    xv, yv = regression_batch(9999, 0)
+    first = torch.nn.functional.mse_loss(model(xv), yv).item()
+    for step in range(1, 33):
+        x, y = regression_batch(rank, step)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        dl.step()
+        inner.zero_grad()
+        if step % 5 == 2 and step > 5:  # the round of step - 2 was applied at this step
+            sd = dl.state_dict()
+            print("torch_checks: overlap: rank %d: step %d global %s" % (rank, step, fragment_hash(
+                [sd["fragments"][0]["global"]])), flush=True)
+    if dl.steps_in_flight != 6 * 2:  # rounds begun at 5, 10, ..., 30, each applied 2 steps later
+        fail("rank %d: %d inner steps while a round was in flight, want 12" % (rank, dl.steps_in_flight))
+    sd = dl.state_dict()
+    other = xdc.torch.DiLoCo(comm, small_model(), inner, sync_every=5, tag=xdc.torch.OUTER_TAG + 8)
+    other.load_state_dict(sd)
+    back = other.state_dict()
+    for k in ("global", "momentum", "residual"):
+        if not torch.equal(back["fragments"][0][k], sd["fragments"][0][k]):
+            fail("rank %d: state_dict %s did not round-trip" % (rank, k))
+    if back["step_count"] != 32 or sd["fragments"][0]["residual"].numel() == 0:
+        fail("rank %d: step %d, residual of %d values" % (rank, back["step_count"], sd["fragments"][0]["residual"].numel()))
+    dl.flush()
+    last = torch.nn.functional.mse_loss(model(xv), yv).item()
+    if not last < first:
+        fail("rank %d: validation loss %.4f -> %.4f" % (rank, first, last))
+    print("torch_checks: overlap: rank %d: flushed %s, %d steps in flight, loss %.4f -> %.4f"
+          % (rank, xdc.torch.param_hash(model), dl.steps_in_flight, first, last), flush=True)
+
+
 def main():
     torch.set_num_threads(1)
-    modes = {"tensors": tensors, "diloco": diloco, "fragments": fragments, "ddp": ddp, "mismatch": mismatch}
+    modes = {"tensors": tensors, "diloco": diloco, "fragments": fragments, "ddp": ddp, "mismatch": mismatch,
+             "overlap": overlap}
     if len(sys.argv) != 2 or sys.argv[1] not in modes:
         print("usage: torch_checks.py %s" % "|".join(modes), file=sys.stderr)
         return 64

@@ -1,7 +1,7 @@
 /* test_codec.c — compression/xdc_codec.h: the codec registry, name parsing, per-codec error bounds (docs/compression.md),
  * error-feedback conservation, byte-identical output for identical input, the NaN/Inf/huge/denormal
- * policy, corrupted chunks, accumulate mode, chunk-at-a-time pipelining, residual checkpoints, and a
- * least-squares problem trained through every codec. */
+ * policy, corrupted chunks, the sparse encoder's wire bytes (pinned), accumulate mode, chunk-at-a-time
+ * pipelining, residual checkpoints, and a least-squares problem trained through every codec. */
 #include "tests/xdc_test.h"
 
 #include "common/xdc_alloc.h"
@@ -458,6 +458,48 @@ XDC_TEST(codec_sparse_decoder_refuses_malformed_chunks)
     XDC_ASSERT_OK(xdc_codec_decode(c, buf, len, y, n, XDC_CODEC_WRITE, NULL)); /* the original still decodes */
     xdc_codec_destroy(c);
     xdc_free(x), xdc_free(y), xdc_free(keep), xdc_free(buf), xdc_free(bad);
+}
+
+/* The sparse encoder's wire bytes and residuals, pinned: the hashes were computed by the first encoder
+ * (a top-k select per block, then host-side coding) before it was rewritten for speed, so any later
+ * encoder is proven to send the same bytes. The input covers what selection and coding can disagree
+ * on: ties of equal |x| with both signs, an all-zero block, a block of one magnitude (step 0),
+ * denormals, blocks 10^6 apart in scale, short tail blocks (1808 and 3 elements), k from 1 to half a
+ * block, 2 to 8 bits, three rounds of error feedback and one run without. zstd is off: its output
+ * depends on the zstd library's version, and its input is the payload pinned here. */
+XDC_TEST(codec_sparse_wire_bytes_match_the_first_encoder)
+{
+    size_t n = 30003, chunk = 10000, bytes = n * sizeof(float);
+    float *x = xdc_malloc(bytes);
+    static const char *const specs[] = {"sparse:0.02:2", "sparse:0.001:3", "sparse:0.5:5", "sparse:0.05:8"};
+    xdc_hash_state *wire = xdc_hash64_create(0), *resid = xdc_hash64_create(0);
+    for (size_t s = 0; s < 5; s++) { /* the fifth run: specs[0] without error feedback */
+        bool ef = s < 4;
+        xdc_codec *c = make(specs[s % 4], n, chunk, 0, ef);
+        size_t cap = xdc_codec_bound(c, n), len = 0;
+        uint8_t *buf = xdc_malloc(cap);
+        for (int round = 0; round < 3; round++) {
+            fill_grad(x, n, 500 + (uint64_t)round);
+            for (size_t i = 4096; i < 4096 + 300; i++) x[i] = i % 3 ? 0.05f : -0.05f; /* ties, both signs */
+            memset(x + 8192, 0, 1808 * sizeof(float));                                /* an all-zero block */
+            for (size_t i = 10000; i < 14096; i++) x[i] = i % 2 ? 1e-3f : -1e-3f;     /* one magnitude */
+            for (size_t i = 14096; i < 18192; i++) x[i] *= 1e6f;                      /* scales far apart */
+            for (size_t i = 18192; i < 22288; i++) x[i] *= 1e-6f;
+            for (size_t i = 22288; i < 22400; i++) x[i] = (float)(i - 22288) * 1e-41f; /* denormals */
+            xdc_diag d = {{0}};
+            XDC_ASSERT_MSG(xdc_codec_encode(c, x, n, buf, cap, &len, &d) == XDC_OK, "%s: %s", specs[s % 4], d.msg);
+            xdc_hash64_update(wire, &len, sizeof len);
+            xdc_hash64_update(wire, buf, len);
+        }
+        if (ef) xdc_hash64_update(resid, xdc_codec_residual(c), bytes);
+        xdc_free(buf);
+        xdc_codec_destroy(c);
+    }
+    uint64_t hw = xdc_hash64_digest(wire), hr = xdc_hash64_digest(resid);
+    XDC_ASSERT_MSG(hw == 0x356d58884d742780ull, "wire bytes hash 0x%016llx", (unsigned long long)hw);
+    XDC_ASSERT_MSG(hr == 0x030cff09ac269511ull, "residuals hash 0x%016llx", (unsigned long long)hr);
+    xdc_hash64_destroy(wire), xdc_hash64_destroy(resid);
+    xdc_free(x);
 }
 
 XDC_TEST(codec_accumulate_mode_adds_and_chunks_pipeline)

@@ -209,6 +209,27 @@ XDC_TEST_T(api_outer_rounds_take_the_nesterov_step_everywhere, 120)
     }
 }
 
+/* Overlapped outer rounds with keep_unsent and the sparse codec against a serial reference of the same
+ * schedule, bit for bit (tests/api/overlap.c), on one member per region; the inner steps between begin and
+ * apply counted; the last round in int8 leaves one model. */
+XDC_TEST_T(api_outer_overlapped_rounds_equal_the_serial_reference, 120)
+{
+    char prog[700], src[600], run[700], topo[700];
+    static char out[1 << 16];
+    build_against_install(xdc_test_src("tests/api/overlap.c", src, sizeof src), "overlap", prog, sizeof prog);
+    one_each(topo, sizeof topo);
+    write_run("overlap", "sparse:0.02:2", run, sizeof run);
+    int rc = launch_exec(topo, run, "overlap-run", prog, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch --exec exited %d:\n%s", rc, out);
+    for (int r = 0; r < 2; r++) {
+        char want[128];
+        snprintf(want, sizeof want,
+                 "overlap: rank %d: 3 rounds equal to the serial reference, 9 inner steps while a round was in flight",
+                 r);
+        XDC_ASSERT_STR_CONTAINS(out, want);
+    }
+}
+
 /* xdc_comm_create's refusals, each with a diagnostic naming what is wrong. */
 XDC_TEST(api_create_errors_name_the_problem)
 {
@@ -482,6 +503,28 @@ XDC_TEST_T(api_torch_diloco_same_parameters_everywhere, 300)
     }
     for (int r = 0; r < 4; r++)
         XDC_ASSERT(strncmp(rank_line(out, "torch_checks: diloco: ", r, "ok,"), "8 rounds", 8) == 0);
+}
+
+/* xdc.torch.DiLoCo(overlap=2, keep_unsent, final_codec int8) on one member per region with the sparse
+ * codec: the global parameters after each applied round and the model after flush the same on both members,
+ * the inner steps in flight counted, state_dict / load_state_dict round-tripping (tests/api/torch_checks.py). */
+XDC_TEST_T(api_torch_diloco_overlap_keep_unsent_and_state, 300)
+{
+    char run[700], topo[700];
+    static char out[1 << 16];
+    one_each(topo, sizeof topo);
+    int rc = launch_python(topo, "tests/api/torch_checks.py", "overlap", "to", "sparse:0.05:2", 1, run, sizeof run, out,
+                           sizeof out);
+    size_t len = strlen(out);
+    XDC_ASSERT_MSG(rc == 0, "torch_checks.py overlap exited %d, its output ending:\n%s", rc,
+                   out + (len > 3000 ? len - 3000 : 0));
+    for (int step = 7; step <= 27; step += 5) {
+        char what[32];
+        snprintf(what, sizeof what, "step %d global", step);
+        same_on_every_rank(out, "torch_checks: overlap: ", what, 2);
+    }
+    same_on_every_rank(out, "torch_checks: overlap: ", "flushed", 2);
+    XDC_ASSERT_STR_CONTAINS(out, "torch_checks: overlap: rank 0: flushed");
 }
 
 /* DiLoCo's start check (xdc_comm_check_same) on 2 x 2 members with int8: one member seeded otherwise makes

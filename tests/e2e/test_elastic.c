@@ -138,6 +138,36 @@ XDC_TEST(elastic_quorum_takes_a_region_that_asks_to_rejoin)
     fixture_close(&f);
 }
 
+/* Two regions out of the run that both asked are taken back at one round; a joiner dropped again before it
+ * became a member is not taken again on the request that round answered, only on its restart's new one. */
+XDC_TEST(elastic_quorum_takes_two_regions_back_at_one_round)
+{
+    quorum_fixture f;
+    fixture_open(&f, 1, 600000);
+    char why[512] = "", val[64];
+    XDC_ASSERT_OK(orch_quorum_lose(&f.q, 1, "its agent exited with status 69", why, sizeof why));
+    XDC_ASSERT_OK(orch_quorum_lose(&f.q, 2, "its agent exited with status 69", why, sizeof why));
+    arrive(&f, 1, RDZV_VAL_JOIN "w1");
+    arrive(&f, 2, RDZV_VAL_JOIN "s1");
+    arrive(&f, 0, "8");
+    XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
+    XDC_ASSERT(strcmp(decision(&f, "8"), "1jj") == 0);
+    XDC_ASSERT(rdzv_server_get(f.srv, "rejoin/w1", val, sizeof val) == 0 && strcmp(val, "8") == 0);
+    XDC_ASSERT(rdzv_server_get(f.srv, "rejoin/s1", val, sizeof val) == 0 && strcmp(val, "8") == 0);
+    /* ap-south's joiner fails before its first round: its old request is not a new one. */
+    XDC_ASSERT_OK(orch_quorum_lose(&f.q, 2, "its agent exited with status 65", why, sizeof why));
+    arrive(&f, 0, "12");
+    arrive(&f, 1, "12");
+    XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
+    XDC_ASSERT(strcmp(decision(&f, "12"), "110") == 0);
+    arrive(&f, 2, RDZV_VAL_JOIN "s2");
+    arrive(&f, 0, "16");
+    arrive(&f, 1, "16");
+    XDC_ASSERT_OK(orch_quorum_tick(&f.q, why, sizeof why));
+    XDC_ASSERT(strcmp(decision(&f, "16"), "11j") == 0);
+    fixture_close(&f);
+}
+
 /* Worker 0 of `region` summed the regions in `set` in the round at `step` (xchg/<region>/0). */
 static void exchanged(quorum_fixture *f, int region, const char *step, const char *set)
 {
@@ -216,23 +246,32 @@ static void need_corpus(void)
     if (access(DATA, R_OK) != 0) xdc_test_skip("no corpus at %s (Debian package fortunes; `make deps`)", DATA);
 }
 
-/* A run file of the tiny model in `mode` (diloco or streaming with 2 fragments), one stage, `steps` steps
- * of 4 inner steps, with `elastic`. The heartbeat is the operation's deadline: a region stopped inside an
- * exchange is dropped only after it (tests that want that path set their own), and a loaded machine that
- * stretches a 6 s stop does not drop it. */
-static const char *write_run(const char *name, const char *mode, int steps, const char *elastic)
+/* A run file of the tiny model in `mode` (diloco, diloco-overlap: diloco with overlap_steps 2, or streaming with
+ * 2 fragments), one stage, `steps` steps of 4 inner steps, with `elastic` and `timeouts` (", handshake: 5s": more
+ * of the timeouts map; "" none). The heartbeat is the operation's deadline: a region stopped inside an exchange
+ * is dropped only after it (tests that want that path set their own), and a loaded machine that stretches a 6 s
+ * stop does not drop it. */
+static const char *write_run_timeouts(const char *name, const char *mode, int steps, const char *elastic,
+                                      const char *timeouts)
 {
     static char path[512];
     char cwd[400], text[1024];
     if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
     snprintf(path, sizeof path, "%s/%s.yaml", xdc_test_tmpdir(), name);
+    int overlap = strcmp(mode, "diloco-overlap") == 0; /* DiLoCo with diloco.overlap_steps 2 */
     snprintf(text, sizeof text,
-             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: %s\ndiloco: {inner_steps: 4}\n"
+             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: %s\ndiloco: {inner_steps: 4%s}\n"
              "streaming: {fragments: 2}\npipeline_stages: 1\nmicrobatches: 1\nsteps: %d\ncodec: none\nthreads: 1\n"
-             "elastic: %s\ntimeouts: {rendezvous: 30s, operation: 30s, heartbeat: 30s}\n",
-             cwd, DATA, mode, steps, elastic);
+             "elastic: %s\ntimeouts: {rendezvous: 30s, operation: 30s, heartbeat: 30s%s}\n",
+             cwd, DATA, overlap ? "diloco" : mode, overlap ? ", overlap_steps: 2" : "", steps, elastic, timeouts);
     xdc_test_write_file(path, text);
     return path;
+}
+
+/* The same with the default timeouts. */
+static const char *write_run(const char *name, const char *mode, int steps, const char *elastic)
+{
+    return write_run_timeouts(name, mode, steps, elastic, "");
 }
 
 /* Print the lines of `path` that say what went wrong or who left and came back (kept in the test's output
@@ -603,6 +642,13 @@ XDC_TEST_T(elastic_diloco_region_silent_during_an_exchange_leaves_one_model, 180
     lose_during_an_exchange("midx-stop", "diloco", 1);
 }
 
+/* The same with overlapped DiLoCo rounds (diloco.overlap_steps 2): the region dies while a round is on the
+ * wire and the others take their next inner steps. */
+XDC_TEST_T(elastic_diloco_overlapped_region_killed_during_an_exchange_leaves_one_model, 180)
+{
+    lose_during_an_exchange("ovx-kill", "diloco-overlap", 0);
+}
+
 XDC_TEST_T(elastic_streaming_region_killed_while_its_fragment_is_on_the_wire_leaves_one_model, 180)
 {
     lose_during_an_exchange("sfrag-kill", "streaming", 0);
@@ -723,37 +769,64 @@ XDC_TEST_T(elastic_coordinator_drops_a_region_that_misses_the_window, 180)
 }
 
 /* The end of a 128-step run that took ap-south back (its output `out`, freed here): the host took it, the run
- * ends with all three regions on one model, and ap-south's worker checked the state it got. */
-static void expect_rejoined(const char *dir, char *out)
+ * ends with all three regions on one model, and ap-south's worker checked the state it got: at the same data
+ * batch and AdamW step count as the step it continues from (no batch behind, none twice: every member is at
+ * that global batch), in one slice from each of the two members. `at_last`: at the run's last round, which
+ * is the finish's (no later round to be a member of). */
+static void expect_rejoined(const char *dir, char *out, int at_last)
 {
-    XDC_ASSERT_STR_CONTAINS(out, "region ap-south rejoins the run at the outer round at step");
+    XDC_ASSERT_STR_CONTAINS(out, at_last ? "region ap-south rejoins the run at the outer round at step 128"
+                                         : "region ap-south rejoins the run at the outer round at step");
     XDC_ASSERT_STR_CONTAINS(out, "steps=128");
     XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
     expect_one_model(dir, out, 3);
     free(out);
     char *wlog = region_log(dir, "ap-south");
-    XDC_ASSERT_STR_CONTAINS(wlog, "hashes checked");
-    XDC_ASSERT_STR_CONTAINS(wlog, "region ap-south rejoined at round");
+    const char *took = strstr(wlog, "region ap-south took the state of round ");
+    XDC_ASSERT_MSG(took != NULL, "ap-south took no state:\n%s", wlog);
+    long long round, step, epoch, batch, adam_t;
+    XDC_ASSERT_EQ(sscanf(took,
+                         "region ap-south took the state of round %lld (step %lld, data epoch %lld batch %lld, "
+                         "%lld AdamW steps)",
+                         &round, &step, &epoch, &batch, &adam_t),
+                  5);
+    XDC_ASSERT_MSG(epoch == 0 && batch == step && adam_t == step,
+                   "state of step %lld at epoch %lld batch %lld, %lld AdamW steps", step, epoch, batch, adam_t);
+    XDC_ASSERT_STR_CONTAINS(took, "from the round's 2 member regions, a slice from each");
+    XDC_ASSERT_STR_CONTAINS(took, "hashes checked");
+    if (at_last) XDC_ASSERT_MSG(round == 128 && step == 128, "taken back at round %lld, not the last", round);
+    else XDC_ASSERT_STR_CONTAINS(wlog, "region ap-south rejoined at round");
     free(wlog);
 }
 
 /* Rejoining (docs/runtime.md) in `mode`: ap-south's worker killed, the region dropped at the grace window; its
- * agent started again by hand a few rounds later, it rejoins at an outer round with the state a member sends
+ * agent started again by hand a few rounds later, it rejoins at an outer round with the state the members send
  * it (hash-checked) and is a member from the next round on. All three regions end on the same parameters, the
- * run's. Files and the run id are named after `name`. */
-static void take_a_region_back(const char *name, const char *mode)
+ * run's. Files and the run id are named after `name`. `how` (the test hooks of orch_rejoin.c and orch_quorum.c,
+ * faults fired by the run's own events):
+ * - "absent": the first agent started again has XDC_TEST_REJOIN=absent@ap-south: its worker learns its round,
+ *   then gives up before it dials (a joiner that never connects); the members wait for it for their
+ *   handshake deadline (5 s here), name it and go on; the region is dropped again, and a second agent started
+ *   by hand rejoins;
+ * - "last": the coordinator has XDC_TEST_REJOIN_AT=128: the region is taken back at the run's last round
+ *   only (which waits for its request), and takes that round's state, the run's result;
+ * - NULL: neither. */
+static void take_a_region_back(const char *name, const char *mode, const char *how)
 {
     need_corpus();
     /* A wider window than the other tests': on a loaded machine a member late past 3 s (seen once) would
      * leave too, and the run would not end with three regions. */
-    const char *run = write_run(name, mode, 128, "{min_regions: 2, grace: 5s}");
+    const char *run = write_run_timeouts(name, mode, 128, "{min_regions: 2, grace: 5s}", ", handshake: 5s");
+    int absent = how && strcmp(how, "absent") == 0, last = how && strcmp(how, "last") == 0;
     char dir[600], log[700], agents[700], again[700], where[64], run_id[64];
     snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
     snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
     snprintf(agents, sizeof agents, "%s/%s-agents.log", xdc_test_tmpdir(), name);
     snprintf(again, sizeof again, "%s/%s-again.log", xdc_test_tmpdir(), name);
     snprintf(run_id, sizeof run_id, "elastic-%s", name);
+    if (last) setenv("XDC_TEST_REJOIN_AT", "128", 1);
     pid_t coord = start_coordinator(run, dir, log, run_id, where, sizeof where);
+    unsetenv("XDC_TEST_REJOIN_AT");
     pid_t sh = start_agents(run, dir, where, run_id, "us-east eu-west ap-south", agents);
     XDC_ASSERT_MSG(wait_for_text(agents, "step    20/"), "the run never reached step 20");
     kill(stop_outside_a_round(dir, "ap-south", log, agents), SIGKILL);
@@ -761,54 +834,125 @@ static void take_a_region_back(const char *name, const char *mode)
     /* Out for several rounds: two more progress lines (log_interval steps each) before its agent is back. */
     int lines = count_text(agents, "  loss ");
     XDC_ASSERT_MSG(wait_for_count(agents, "  loss ", lines + 2, 2400), "the run stopped without ap-south");
+    if (absent) {
+        setenv("XDC_TEST_REJOIN", "absent@ap-south", 1);
+        pid_t gone = start_agents(run, dir, where, run_id, "ap-south", again);
+        unsetenv("XDC_TEST_REJOIN");
+        XDC_ASSERT_MSG(launch_exit(gone) == 1, "the agent whose worker gave up did not fail");
+        char *wlog = region_log(dir, "ap-south");
+        XDC_ASSERT_STR_CONTAINS(wlog, "rejoin: region ap-south gives up before it dials the round at step");
+        free(wlog);
+        XDC_ASSERT_MSG(wait_for_count(log, "region ap-south dropped from the run", 2, 2400),
+                       "ap-south was not dropped again");
+    }
     pid_t back = start_agents(run, dir, where, run_id, "ap-south", again);
     int failed = launch_exit(sh), failed_again = launch_exit(back);
     print_stories(dir, log, agents, again);
     char *alog = xdc_test_read_file(agents, NULL), *blog = xdc_test_read_file(again, NULL);
     XDC_ASSERT_MSG(failed == 1, "%d agents failed, expected ap-south's first alone:\n%s", failed, alog ? alog : "");
-    XDC_ASSERT_MSG(failed_again == 0, "ap-south's second agent failed:\n%s", blog ? blog : "");
+    XDC_ASSERT_MSG(failed_again == 0, "ap-south's last agent failed:\n%s", blog ? blog : "");
     free(alog);
     free(blog);
     int rc = launch_exit(coord);
     char *out = xdc_test_read_file(log, NULL);
     XDC_ASSERT_MSG(rc == 0, "the coordinator exited %d:\n%s", rc, out ? out : "");
     XDC_ASSERT_MSG(!strstr(out, "still hold the store"), "the coordinator waited for members:\n%s", out);
-    expect_rejoined(dir, out);
+    if (absent) {
+        char *elog = region_log(dir, "us-east");
+        XDC_ASSERT_STR_CONTAINS(elog, "a rejoining region's rank 0 did not connect");
+        free(elog);
+    }
+    expect_rejoined(dir, out, last);
 }
 
-XDC_TEST_T(elastic_coordinator_takes_a_restarted_region_back, 180) { take_a_region_back("rejoin", "diloco"); }
+XDC_TEST_T(elastic_coordinator_takes_a_restarted_region_back, 180) { take_a_region_back("rejoin", "diloco", "absent"); }
 
 /* Streaming: the joiner is handed the outer state once the fragment of the round that took it back landed
- * (no fragment on the wire then); its first round as a member is the next fragment's. */
-XDC_TEST_T(elastic_streaming_takes_a_restarted_region_back, 180) { take_a_region_back("srejoin", "streaming"); }
+ * (no fragment on the wire then); here at the run's last round, the finish's whole-stage round, whose state
+ * it takes at once. */
+XDC_TEST_T(elastic_streaming_takes_a_restarted_region_back, 180) { take_a_region_back("srejoin", "streaming", "last"); }
 
-/* `xdc launch --max-restarts 1` in `mode` over its emulated WAN: ap-south's worker killed after step 20, its
+/* `xdc launch --max-restarts` in `mode` over its emulated WAN: ap-south's worker killed after step 20, its
  * agent exits and the region leaves; the launcher starts its agent again, whose worker rejoins at an outer
- * round through the relay routes opened for it to dial the lower regions, with the hash-checked state of a
- * member. The run ends with exit 0 and all three regions on the run's parameters. */
-static void launch_takes_a_region_back(const char *name, const char *mode)
+ * round through the relay routes opened for it to dial the lower regions, with the hash-checked state of the
+ * members. With `fault` (XDC_TEST_REJOIN=<fault>@<region>, orch_rejoin.c: fired once, in a member's process)
+ * its first return fails, named, and a second restart brings it back:
+ * - corrupt@us-east: us-east changes its slice after hashing it; the joiner names the part, the member and
+ *   both hashes, and exits 65 (data error);
+ * - miss@eu-west: eu-west closes the joiner's connection instead of sending its slice (a member that misses
+ *   the joiner); the joiner names eu-west (its handshake or its slice, whichever the close cut) and exits.
+ * The run ends with exit 0 and all three regions on the run's parameters. */
+static void launch_takes_a_region_back(const char *name, const char *mode, const char *fault, const char *named)
 {
     need_corpus();
-    const char *run = write_run(name, mode, 128, "{min_regions: 2, grace: 5s}");
+    const char *run = write_run_timeouts(name, mode, 128, "{min_regions: 2, grace: 5s}", ", handshake: 5s");
     char dir[600], log[700];
     snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
     snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
-    pid_t p = start_launch(run, NULL, dir, log, "1");
+    if (fault) setenv("XDC_TEST_REJOIN", fault, 1);
+    pid_t p = start_launch(run, NULL, dir, log, fault ? "2" : "1");
+    unsetenv("XDC_TEST_REJOIN");
     XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
     signal_worker(dir, "ap-south", SIGKILL); /* in an exchange or not: its agent's failure drops it at once */
     char *out = launch_succeeded(p, dir, log);
-    XDC_ASSERT_STR_CONTAINS(out, "starting region ap-south's agents again (restart 1 of --max-restarts 1)");
-    expect_rejoined(dir, out);
+    XDC_ASSERT_STR_CONTAINS(out, fault ? "starting region ap-south's agents again (restart 2 of --max-restarts 2)"
+                                       : "starting region ap-south's agents again (restart 1 of --max-restarts 1)");
+    if (fault) { /* the first joiner's worker failed, naming the member */
+        char *wlog = region_log(dir, "ap-south");
+        const char *failed = strstr(wlog, "xdc worker: training failed: ");
+        XDC_ASSERT_MSG(failed != NULL, "ap-south's first joiner did not fail:\n%s", wlog);
+        XDC_ASSERT_MSG(strstr(failed, named) && strstr(failed, named) < strchr(failed, '\n'),
+                       "ap-south's first joiner failed without naming '%s':\n%s", named, failed);
+        free(wlog);
+    }
+    expect_rejoined(dir, out, 0);
 }
 
 XDC_TEST_T(elastic_launch_restarts_a_killed_region_and_it_rejoins, 180)
 {
-    launch_takes_a_region_back("lrejoin", "diloco");
+    launch_takes_a_region_back("lrejoin", "diloco", "corrupt@us-east", "rejoin: the outer momentum (parameters [0, ");
 }
 
 XDC_TEST_T(elastic_launch_restarts_a_killed_streaming_region_and_it_rejoins, 180)
 {
-    launch_takes_a_region_back("lsrejoin", "streaming");
+    launch_takes_a_region_back("lsrejoin", "streaming", "miss@eu-west", "eu-west");
+}
+
+/* Two regions back at one round: `xdc launch --max-restarts 1` with `elastic.min_regions: 1`, eu-west's and
+ * ap-south's workers killed after step 20; us-east goes on alone, and with XDC_TEST_REJOIN_AT=64 (the host
+ * takes regions back at that round only, waiting there until both asked) both restarted regions are taken
+ * back at round 64: each takes the whole state from us-east, and ap-south dials eu-west (the higher joiner
+ * dials the lower, through a relay route the launcher opened again to eu-west's new process). All three end
+ * on one model. */
+XDC_TEST_T(elastic_launch_takes_two_regions_back_at_one_round, 180)
+{
+    need_corpus();
+    const char *run = write_run_timeouts("ltwo", "diloco", 128, "{min_regions: 1, grace: 5s}", ", handshake: 5s");
+    char dir[600], log[700];
+    snprintf(dir, sizeof dir, "%s/ltwo", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/ltwo.log", xdc_test_tmpdir());
+    setenv("XDC_TEST_REJOIN_AT", "64", 1);
+    pid_t p = start_launch(run, NULL, dir, log, "1");
+    unsetenv("XDC_TEST_REJOIN_AT");
+    XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
+    signal_worker(dir, "eu-west", SIGKILL);
+    signal_worker(dir, "ap-south", SIGKILL);
+    char *out = launch_succeeded(p, dir, log);
+    XDC_ASSERT_STR_CONTAINS(out, "region eu-west rejoins the run at the outer round at step 64");
+    XDC_ASSERT_STR_CONTAINS(out, "region ap-south rejoins the run at the outer round at step 64");
+    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
+    expect_one_model(dir, out, 3);
+    free(out);
+    static const char *const back[2] = {"eu-west", "ap-south"};
+    for (int i = 0; i < 2; i++) {
+        char *wlog = region_log(dir, back[i]), want[200];
+        snprintf(want, sizeof want,
+                 "region %s took the state of round 64 (step 64, data epoch 0 batch 64, 64 AdamW steps) from the "
+                 "round's 1 member regions",
+                 back[i]);
+        XDC_ASSERT_STR_CONTAINS(wlog, want);
+        free(wlog);
+    }
 }
 
 /* Sync mode with delayed averaging keeps its all-or-nothing rule (a round is open across every step boundary),

@@ -270,6 +270,45 @@ XDC_TEST_T(orch_diloco_keep_unsent_ends_on_one_model, 300)
     XDC_ASSERT_STR_CONTAINS(out, "diloco.final_codec:");
 }
 
+/* diloco.overlap_steps 3 with the sparse codec, keep_unsent and an int8 last round: each round is applied 3
+ * inner steps after it left, those steps counted in every worker's log (the loop ran while the round was on
+ * the wire), and every worker still ends on one model, another than the serial schedule's. overlap_steps
+ * above inner_steps, or in streaming, is refused (exit 78). */
+XDC_TEST_T(orch_diloco_overlapped_rounds_end_on_one_model, 300)
+{
+    e2e_need_corpus();
+    static char out[65536];
+    static const char *const extra[2] = {
+        "diloco: {inner_steps: 10, keep_unsent: true, final_codec: int8}\n",
+        "diloco: {inner_steps: 10, keep_unsent: true, final_codec: int8, overlap_steps: 3}\n"};
+    char hash[2][64], h[8][17], dir[600];
+    for (int i = 0; i < 2; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "overlap-%d", i);
+        e2e_launch_hash(e2e_write_run(name, "diloco", 35, "sparse:0.02:2", extra[i]), name, NULL, out, sizeof out, dir,
+                        sizeof dir, hash[i]);
+        int n = e2e_final_hashes(dir, h, 8);
+        XDC_ASSERT_MSG(n >= 2, "%s: %d workers logged final parameters", name, n);
+        for (int k = 1; k < n; k++) XDC_ASSERT_MSG(strcmp(h[k], h[0]) == 0, "%s: %s against %s", name, h[k], h[0]);
+    }
+    XDC_ASSERT_MSG(strcmp(hash[0], hash[1]) != 0, "overlap changed nothing (%s)", hash[0]);
+    /* rounds at 10, 20, 30 applied at 13, 23, 33: 9 inner steps in flight on every worker */
+    char logs[700];
+    snprintf(logs, sizeof logs, "grep -h 'overlapped outer rounds' %s/logs/*.log", dir);
+    char got[4096];
+    XDC_ASSERT_EQ(xdc_test_run(logs, got, sizeof got), 0);
+    XDC_ASSERT_STR_CONTAINS(got, "overlapped outer rounds: 9 inner steps ran while a round was on the wire");
+    const char *bad = e2e_write_run("overlap-long", "diloco", 20, "int8",
+                                    "diloco: {inner_steps: 5, overlap_steps: 6}\n");
+    snprintf(dir, sizeof dir, "%s/overlap-long", xdc_test_tmpdir());
+    XDC_ASSERT_EQ(e2e_launch(bad, dir, NULL, out, sizeof out), 78);
+    XDC_ASSERT_STR_CONTAINS(out, "diloco.overlap_steps 6 needs at most diloco.inner_steps (5)");
+    bad = e2e_write_run("overlap-streaming", "streaming", 20, "int8", "diloco: {overlap_steps: 1}\n");
+    snprintf(dir, sizeof dir, "%s/overlap-streaming", xdc_test_tmpdir());
+    XDC_ASSERT_EQ(e2e_launch(bad, dir, NULL, out, sizeof out), 78);
+    XDC_ASSERT_STR_CONTAINS(out, "diloco.overlap_steps needs mode diloco");
+}
+
 /* A `plan: auto` sync run re-planning every 3 steps on the demo link, emulated at `degrade` x its
  * bandwidth ("1" = as the topology says); the launcher's output in out. */
 static void replan_run(const char *degrade, char *out, size_t cap)

@@ -244,6 +244,17 @@ XDC_TEST_SERIAL(rdzv_etcd_store_ops, 60)
     XDC_ASSERT_EQ(rdzv_server_connections(host), 0);
     XDC_ASSERT_OK(rdzv_client_open(&t, NULL, "r/h:0", 2000, &again, &d));
     XDC_ASSERT_EQ(rdzv_server_connections(host), 1);
+    /* A later generation of the member (a restart: XDC_RDZV_GENERATION, the same certificate, none here) takes
+     * the name over while the earlier one's lease still holds it: within 2 s, not its 10 s TTL; the same
+     * generation again cannot. */
+    rdzv_client *later, *twin;
+    setenv("XDC_RDZV_GENERATION", "1", 1);
+    XDC_ASSERT_OK(rdzv_client_open(&t, NULL, "r/h:0", 2000, &later, &d));
+    XDC_ASSERT(rdzv_server_member(host, 0, &st) == 0 && st.connected);
+    XDC_ASSERT_ERR(rdzv_client_open(&t, NULL, "r/h:0", 300, &twin, &d), XDC_ERR_UNAVAILABLE);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "holds member r/h:0 alive");
+    unsetenv("XDC_RDZV_GENERATION");
+    rdzv_client_destroy(later);
     rdzv_client_destroy(again);
     rdzv_server_destroy(host);
     etcd_stop(&e, SIGTERM);
@@ -707,17 +718,17 @@ static const char *write_elastic_run(int steps)
 
 /* Rejoining with etcd as the store (docs/runtime.md, "Rejoining"): `xdc launch --rdzv etcd://... --max-restarts
  * 1` of an elastic DiLoCo run over three regions; ap-south's worker is killed after step 20 (in a round's
- * exchange or between rounds: either way the region leaves). The launcher starts its agent again, and its
- * worker finds its earlier process's keys in etcd, waits for the killed process's lease to end (up to its
- * 10 s TTL: hence 400 steps, so the run is still going), asks to rejoin and is taken back at an outer round:
- * the run ends with exit 0 and every region on the run's parameters. Its own lease is kept alive during that
- * wait (it once ran out there, and the host then dropped the region again for a gone member). */
+ * exchange or between rounds: either way the region leaves). The launcher starts its agent again
+ * (XDC_RDZV_GENERATION=1), and its worker takes its member name over from the killed process (the same
+ * certificate, none here, and a later generation: it revokes that lease instead of waiting out its 10 s
+ * TTL), finds its earlier process's keys in etcd, asks to rejoin and is taken back at an outer round: the
+ * run ends with exit 0 and every region on the run's parameters. */
 XDC_TEST_SERIAL(rdzv_etcd_elastic_region_killed_restarted_and_rejoined, 240)
 {
     if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian fortunes; `make deps`)");
     etcd_proc e = {0};
     etcd_start(&e, "rejoin", NULL);
-    const char *run = write_elastic_run(400);
+    const char *run = write_elastic_run(200);
     char cmd[4096];
     static char out[65536];
     /* The launch in the background; the worker killed once step 20 is printed (bounded: 2400 x 50 ms). */
@@ -726,13 +737,15 @@ XDC_TEST_SERIAL(rdzv_etcd_elastic_region_killed_restarted_and_rejoined, 240)
              "--rdzv %4$s/rejoin --max-restarts 1 >%1$s/launch.log 2>&1 & p=$!; "
              "for i in $(seq 2400); do grep -q 'step    20/' %1$s/launch.log && break; sleep 0.05; done; "
              "kill -9 $(cat $d/pids/ap-south-0.pid); wait $p; echo \"launch exited $?\"; cat %1$s/launch.log; "
-             "grep -h 'final parameters of region' $d/logs/*.log",
+             "grep -h 'final parameters of region\\|takes its name over' $d/logs/*.log",
              xdc_test_tmpdir(), xdc_test_bin(), run, e.url);
     xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(strstr(out, "launch exited 0\n") != NULL, "launch failed:\n%s", out);
     XDC_ASSERT_STR_CONTAINS(out, "starting region ap-south's agents again (restart 1 of --max-restarts 1)");
     XDC_ASSERT_STR_CONTAINS(out, "region ap-south rejoins the run at the outer round at step");
     XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
+    XDC_ASSERT_STR_CONTAINS(out, "rendezvous: member ap-south/south-node1:0, generation 1, takes its name over from "
+                                 "generation 0 (the same certificate)");
     char want[64], needle[96];
     const char *fin = strstr(out, "\nfinal ");
     XDC_ASSERT_MSG(fin != NULL, "no final line in:\n%s", out);

@@ -166,6 +166,19 @@ XDC_TEST(quant_topk_matches_sort_reference_with_ties)
     check_topk(x, n, 1);
     check_topk(x, n, n / 2); /* too large for sampling: radix select over everything */
     check_topk(x, 1000, 10); /* small n */
+    /* Blocks of up to 4096 (the sparse codec's): the sampled estimate, and an estimate that catches
+     * fewer than k because the large values sit exactly at the sampled positions (16 j + 8). */
+    static const size_t block_k[] = {1, 4, 82, 1000, 2048};
+    for (size_t i = 0; i < 5; i++) check_topk(x, 4096, block_k[i]);
+    float *b = xdc_malloc(4096 * sizeof(float));
+    for (size_t i = 0; i < 4096; i++) b[i] = i % 16 == 8 ? 1.0f : (float)(i % 5) * 1e-3f;
+    check_topk(b, 4096, 1000);
+    check_topk(b, 4096, 300);
+    for (size_t i = 0; i < 4096; i++) b[i] = (float)(i % 7) - 3.0f;
+    check_topk(b, 4096, 82);
+    memset(b, 0, 4096 * sizeof(float));
+    check_topk(b, 4096, 82);
+    xdc_free(b);
     for (size_t i = 0; i < n; i++) x[i] = (float)(i % 7) - 3.0f; /* massive ties: lower index wins */
     check_topk(x, n, 5000);
     for (size_t i = 0; i < n; i++) x[i] = 0.0f;
@@ -176,8 +189,8 @@ XDC_TEST(quant_topk_matches_sort_reference_with_ties)
 
 XDC_TEST(quant_topk_error_feedback_selects_from_input_plus_residual)
 {
-    static const size_t sizes[] = {1000, 150000}; /* fallback and sampled paths */
-    for (int si = 0; si < 2; si++) {
+    static const size_t sizes[] = {1000, 4096, 150000}; /* unsampled, small-block and sampled paths */
+    for (int si = 0; si < 3; si++) {
         size_t n = sizes[si], k = n / 100;
         float *x = grad_like(n, 6), *r = grad_like(n, 7), *y = xdc_malloc(n * 4), *val = xdc_malloc(k * 4);
         uint32_t *idx = xdc_malloc(k * 4), *ref = xdc_malloc(k * 4);

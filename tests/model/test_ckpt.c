@@ -80,6 +80,40 @@ XDC_TEST(ckpt_save_load_continue_matches_never_stopping)
     xdc_gpt_stage_destroy(straight), xdc_gpt_stage_destroy(first), xdc_gpt_stage_destroy(second);
 }
 
+/* A rejoining region's inner optimizer state (orchestrator/worker/orch_rejoin.c) comes in slices, one from each
+ * member: a stage given another's parameters and its AdamW moments slice by slice (with its step count)
+ * continues bit for bit as that one does; without the moments (zeros, step 0: what a joiner had before) it
+ * does not. A slice out of the arena is refused. */
+XDC_TEST(model_moments_in_slices_continue_as_the_giver_does)
+{
+    xdc_gpt_stage *giver = make_stage(0, 2), *taker = make_stage(0, 2), *bare = make_stage(0, 2);
+    train_steps(giver, 0, 4);
+    size_t n = xdc_gpt_stage_num_params(giver), cut[3] = {0, n / 3, n};
+    float *p = calloc(n, sizeof *p), *m = calloc(n, sizeof *m), *v = calloc(n, sizeof *v),
+          *zero = calloc(n, sizeof *zero);
+    XDC_ASSERT(p && m && v && zero);
+    int64_t t = 0, got = 0;
+    XDC_ASSERT_OK(xdc_gpt_stage_state_get(giver, p, m, v, &t));
+    XDC_ASSERT_EQ(t, 4);
+    XDC_ASSERT_OK(xdc_gpt_stage_state_set(taker, p, zero, zero, 0));
+    XDC_ASSERT_OK(xdc_gpt_stage_state_set(bare, p, zero, zero, 0));
+    for (int k = 0; k < 2; k++) { /* each slice from the giver's arena, as a member stages it */
+        size_t lo = cut[k], hi = cut[k + 1];
+        float *sm = calloc(hi - lo, sizeof *sm), *sv = calloc(hi - lo, sizeof *sv);
+        XDC_ASSERT_OK(xdc_gpt_stage_moments_get(giver, lo, hi, sm, sv, &got));
+        XDC_ASSERT(got == 4 && memcmp(sm, m + lo, (hi - lo) * sizeof *sm) == 0);
+        XDC_ASSERT_OK(xdc_gpt_stage_moments_set(taker, lo, hi, sm, sv, got));
+        free(sm), free(sv);
+    }
+    XDC_ASSERT_ERR(xdc_gpt_stage_moments_get(giver, n / 2, n + 1, m, v, &got), XDC_ERR_INVALID);
+    XDC_ASSERT_ERR(xdc_gpt_stage_moments_set(taker, 0, 1, m, v, -1), XDC_ERR_INVALID);
+    train_steps(giver, 4, 8), train_steps(taker, 4, 8), train_steps(bare, 4, 8);
+    XDC_ASSERT_MSG(hash_of(taker) == hash_of(giver), "the taker diverged from the giver");
+    XDC_ASSERT_MSG(hash_of(bare) != hash_of(giver), "zero moments made no difference");
+    free(p), free(m), free(v), free(zero);
+    xdc_gpt_stage_destroy(giver), xdc_gpt_stage_destroy(taker), xdc_gpt_stage_destroy(bare);
+}
+
 XDC_TEST(ckpt_corruption_and_mismatch_are_refused_naming_the_file)
 {
     const char *dir = xdc_test_tmpdir();

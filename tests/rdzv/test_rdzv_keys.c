@@ -126,4 +126,14 @@ XDC_TEST(rdzv_keys_elastic_values_round_trip_and_refuse_malformed_text)
     static const char *const bad_xchg[] = {"8:10", "8:1011", "8;101", ":101", "8:1j1", "08:101", "8:"};
     for (size_t i = 0; i < sizeof bad_xchg / sizeof bad_xchg[0]; i++)
         XDC_ASSERT_MSG(rdzv_val_xchg_parse(bad_xchg[i], 3, &round, set) == XDC_ERR_PROTO, "'%s' parsed", bad_xchg[i]);
+    /* An etcd member's holder record: generation, lease, certificate digest ('-': none). */
+    rdzv_holder h = {.generation = 2, .lease = "7587888"}, back;
+    memset(h.cert, 'a', 64);
+    XDC_ASSERT_OK(rdzv_val_holder_parse(rdzv_val_holder(&h).s, &back));
+    XDC_ASSERT(back.generation == 2 && strcmp(back.lease, h.lease) == 0 && strcmp(back.cert, h.cert) == 0);
+    XDC_ASSERT_OK(rdzv_val_holder_parse("0:12:-", &back));
+    XDC_ASSERT(back.generation == 0 && strcmp(back.cert, "-") == 0);
+    static const char *const bad_holder[] = {"7587888", "1:12", "1::-", "-1:12:-", "1:1x:-", "1:12:abc", "01:12:-"};
+    for (size_t i = 0; i < sizeof bad_holder / sizeof bad_holder[0]; i++)
+        XDC_ASSERT_MSG(rdzv_val_holder_parse(bad_holder[i], &back) == XDC_ERR_PROTO, "'%s' parsed", bad_holder[i]);
 }

@@ -1,0 +1,143 @@
+/* orch_outer.c — the outer loop DiLoCo and streaming share (orch_outer.h), on a member: the outer state on
+ * the member's device, the pseudo-gradient and the outer Nesterov step, the round's exchange, at once or
+ * overlapped with the next inner steps. The worker's modes and libxdc's xdc_outer_* run the same rounds;
+ * the worker's elastic rounds come in through the hooks (orchestrator/worker/orch_worker_outer.c). */
+#include "orchestrator/member/orch_outer.h"
+
+#include "kernels/xdc_model_ops.h"
+
+#include <string.h>
+
+/* The outer state lives on the member's device and its arithmetic runs there: the backend's model ops
+ * (sub, outer_nesterov, residual_forward) queued on o->stream (the stage's compute stream), so it is ordered
+ * after the optimizer step and before the next forward with no host wait, and each sync's ready event
+ * (recorded on that stream) captures it. Only a checkpoint's copy crosses to the host. */
+static const xdc_device_ops *dev_of(const orch_outer *o) { return o->be->device; }
+
+/* The model ops queue on the calling thread's current stream: enter makes it o->stream and returns the
+ * caller's; leave restores it and reports o->stream's sticky error (the ops return nothing; a failed launch
+ * or a cpu-strict refusal shows here). */
+static xdc_err_t enter(const orch_outer *o, xdc_stream **prev)
+{
+    XDC_CHECK(dev_of(o)->get_stream(prev));
+    return dev_of(o)->set_stream(o->stream);
+}
+static xdc_err_t leave(const orch_outer *o, xdc_stream *prev)
+{
+    xdc_err_t rc = dev_of(o)->set_stream(prev);
+    xdc_err_t rs = dev_of(o)->stream_error(o->stream, NULL);
+    return rs != XDC_OK ? rs : rc;
+}
+
+xdc_err_t orch_outer_open(orch_member *m, orch_outer *o, const xdc_sync_cfg *sc, xdc_diag *diag)
+{
+    const orch_run_config *cfg = orch_member_config(m);
+    o->be = orch_member_backend(m);
+    o->lr = (float)cfg->diloco.outer_lr;
+    o->momentum = (float)cfg->diloco.outer_momentum;
+    o->begun_at = -1;
+    size_t bytes = o->n * sizeof(float);
+    const xdc_device_ops *dev = dev_of(o);
+    XDC_CHECK(dev->mem_alloc((void **)&o->global, bytes));
+    XDC_CHECK(dev->mem_alloc((void **)&o->mom, bytes)); /* zero-filled */
+    XDC_CHECK(dev->mem_alloc((void **)&o->pseudo, bytes));
+    XDC_CHECK(dev->host_alloc((void **)&o->host, bytes));
+    XDC_CHECK(dev->copy_d2d(o->global, o->local, bytes, o->stream));
+    XDC_CHECK(dev->stream_sync(o->stream));
+    xdc_sync_cfg c = *sc;
+    c.n_elems = o->n;
+    c.backend = o->be;
+    c.compute = o->stream;
+    return xdc_sync_create(orch_member_sync_engine(m), &c, &o->sync, diag);
+}
+
+void orch_outer_destroy(orch_outer *o)
+{
+    xdc_sync_destroy(o->sync);
+    if (o->be) {
+        const xdc_device_ops *dev = dev_of(o);
+        dev->mem_free(o->global);
+        dev->mem_free(o->mom);
+        dev->mem_free(o->pseudo);
+        dev->mem_free(o->snapshot);
+        dev->host_free(o->host);
+    }
+    memset(o, 0, sizeof *o);
+}
+
+xdc_err_t orch_outer_begin(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, int64_t step, bool overlap,
+                           xdc_diag *diag)
+{
+    if (o->begun_at >= 0) {
+        xdc_diag_set(diag, "an outer round (step %lld) is still in flight", (long long)o->begun_at);
+        return XDC_ERR_INVALID;
+    }
+    const xdc_device_ops *dev = dev_of(o);
+    if (overlap && !o->snapshot) XDC_CHECK(dev->mem_alloc((void **)&o->snapshot, o->n * sizeof(float)));
+    if (overlap) XDC_CHECK(dev->copy_d2d(o->snapshot + lo, o->local + lo, (hi - lo) * sizeof(float), o->stream));
+    if (o->hooks.quorum) XDC_CHECK(o->hooks.quorum(o->hooks.ctx, sync, step, diag));
+    xdc_stream *prev = NULL;
+    XDC_CHECK(enter(o, &prev));
+    o->be->model->sub(o->pseudo + lo, o->global + lo, o->local + lo, hi - lo); /* after the snapshot: one stream */
+    XDC_CHECK(leave(o, prev));
+    XDC_CHECK(xdc_sync_begin(sync, o->pseudo + lo));
+    xdc_sync_mark_ready(sync, 0); /* on the wire now, while the caller steps on */
+    if (o->hooks.opened) o->hooks.opened(o->hooks.ctx, sync, step);
+    o->begun_at = step;
+    o->overlapped = overlap;
+    return XDC_OK;
+}
+
+void orch_outer_stepped(orch_outer *o)
+{
+    if (o->begun_at >= 0) o->steps_in_flight++;
+}
+
+xdc_err_t orch_outer_apply(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, xdc_diag *diag)
+{
+    if (o->begun_at < 0) {
+        xdc_diag_set(diag, "no outer round in flight to apply");
+        return XDC_ERR_INVALID;
+    }
+    int64_t step = o->begun_at;
+    o->begun_at = -1;
+    XDC_CHECK(o->hooks.end ? o->hooks.end(o->hooks.ctx, sync, step, diag) : xdc_sync_end(sync, diag));
+    const xdc_model_ops *ops = o->be->model;
+    size_t n = hi - lo;
+    xdc_stream *prev = NULL;
+    XDC_CHECK(enter(o, &prev));
+    ops->outer_nesterov(o->global + lo, o->mom + lo, o->pseudo + lo, n, o->mean ? 1.0f : o->lr,
+                        o->mean ? 0.0f : o->momentum);
+    if (o->overlapped) { /* snapshot = the progress since the round began; local = global' + it */
+        ops->sub(o->snapshot + lo, o->local + lo, o->snapshot + lo, n);
+        ops->residual_forward(o->local + lo, o->global + lo, o->snapshot + lo, n);
+    }
+    XDC_CHECK(leave(o, prev));
+    if (!o->overlapped) XDC_CHECK(dev_of(o)->copy_d2d(o->local + lo, o->global + lo, n * sizeof(float), o->stream));
+    XDC_CHECK(dev_of(o)->stream_sync(o->stream)); /* once per round: a failure shows at the round that caused it */
+    /* keep_unsent: local −= residual, so the next inner steps start from where this region got to less what
+     * the round carried, and its next pseudo-gradient holds the unsent part again (not after a mean round,
+     * the last: every region ends on the one global model). */
+    if (o->keep_unsent && !o->mean) XDC_CHECK(xdc_sync_residual_take(sync, o->local + lo, diag));
+    return XDC_OK;
+}
+
+xdc_err_t orch_outer_round(orch_outer *o, int64_t step, xdc_diag *diag)
+{
+    XDC_CHECK(orch_outer_begin(o, o->sync, 0, o->n, step, false, diag));
+    return orch_outer_apply(o, o->sync, 0, o->n, diag);
+}
+
+xdc_err_t orch_outer_get(orch_outer *o, orch_outer_part part, float *host)
+{
+    XDC_CHECK(
+        dev_of(o)->copy_d2h(host, part == ORCH_OUTER_GLOBAL ? o->global : o->mom, o->n * sizeof(float), o->stream));
+    return dev_of(o)->stream_sync(o->stream);
+}
+
+xdc_err_t orch_outer_set(orch_outer *o, orch_outer_part part, const float *host)
+{
+    XDC_CHECK(
+        dev_of(o)->copy_h2d(part == ORCH_OUTER_GLOBAL ? o->global : o->mom, host, o->n * sizeof(float), o->stream));
+    return dev_of(o)->stream_sync(o->stream);
+}

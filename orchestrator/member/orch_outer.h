@@ -1,0 +1,83 @@
+/* orch_outer.h — the outer round of DiLoCo and streaming (orch_outer.c), on a member: what the training
+ * worker's modes and libxdc's xdc_outer_* share. The outer state (global parameters, momentum,
+ * pseudo-gradient) on the member's device, the pseudo-gradient `global − local`, the outer Nesterov step and
+ * the round's exchange on a sync of the member's engine; a round runs at once (orch_outer_round) or
+ * overlapped with the next inner steps (orch_outer_begin ... orch_outer_apply: docs/runtime.md,
+ * "Overlapped outer rounds"). What only the worker has (elastic rounds, rejoin, exposed-WAN accounting)
+ * it plugs in through orch_outer_hooks; libxdc passes none. */
+#ifndef ORCH_OUTER_H
+#define ORCH_OUTER_H
+
+#include "intra/xdc_intra.h"
+#include "kernels/xdc_kernels.h"
+#include "orchestrator/member/orch_member.h"
+#include "sync/xdc_sync.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* What the round's owner does around the exchange of a round at `step` on `sync` (the worker: elastic
+ * rounds, docs/runtime.md "Leaving during a round"). NULL hooks: the sync's own members, xdc_sync_end. */
+typedef struct orch_outer_hooks {
+    void *ctx;
+    /* Who takes part in this round, taken into sync's members (before its pseudo-gradient is taken). */
+    xdc_err_t (*quorum)(void *ctx, xdc_sync *sync, int64_t step, xdc_diag *diag);
+    /* The exchange is posted on the engine (begun and marked ready). */
+    void (*opened)(void *ctx, xdc_sync *sync, int64_t step);
+    /* Wait for the exchange to end (as xdc_sync_end). */
+    xdc_err_t (*end)(void *ctx, xdc_sync *sync, int64_t step, xdc_diag *diag);
+} orch_outer_hooks;
+
+/* One outer loop's state: the parameters it updates, and the global parameters, momentum and
+ * pseudo-gradient on the same device. The caller sets local, n, stream, hooks and keep_unsent before
+ * orch_outer_open. */
+typedef struct orch_outer {
+    float *local;           /* device (n) the parameters the rounds update (the stage's; libxdc: its staging) */
+    size_t n;               /* parameters, fp32 */
+    xdc_stream *stream;     /* where the outer arithmetic and copies queue (the stage's compute stream) */
+    orch_outer_hooks hooks; /* zero: none */
+    bool keep_unsent; /* after each round but a `mean` one: local −= the codec's residual (diloco.keep_unsent) */
+    const xdc_kern_backend *be; /* the member's: the device that holds the state and its model ops */
+    xdc_sync *sync;             /* pseudo-gradients across regions (codec + error feedback) */
+    float *global;              /* device (n) the last agreed global parameters */
+    float *mom;                 /* device (n) outer Nesterov momentum */
+    float *pseudo;              /* device (n) pseudo-gradient: what the sync averages */
+    float *snapshot;            /* device (n) local when an overlapped round began; made at its first */
+    float *host;                /* pinned host (n): staging of global and momentum (checkpoints, rejoin) */
+    float lr, momentum;         /* outer Nesterov η, μ (the run file's diloco section) */
+    bool mean;                  /* the next outer step is the plain mean (η = 1, μ = 0): keep_unsent's last round */
+    bool overlapped;            /* the round in flight began with orch_outer_begin(..., overlap = true) */
+    int64_t begun_at;           /* the step of the round in flight, or -1 */
+    uint64_t steps_in_flight;   /* inner steps counted (orch_outer_stepped) while a round was in flight, in total */
+} orch_outer;
+
+/* The outer loop over o->local (o->n fp32 device memory of m's backend; global = its values now), its
+ * exchange a sync made from `sc` (the caller's configuration: n_elems, dp, codec, name; the device fields
+ * are set here), its arithmetic on o->stream. The outer lr and momentum from m's run file. */
+xdc_err_t orch_outer_open(orch_member *m, orch_outer *o, const xdc_sync_cfg *sc, xdc_diag *diag);
+/* Its sync, buffers; o zeroed. */
+void orch_outer_destroy(orch_outer *o);
+
+/* An outer round over the whole of local at `step`, at once: every member region ends on the same global
+ * parameters, local = global (less the codec's residual with keep_unsent, but not after a `mean` round). */
+xdc_err_t orch_outer_round(orch_outer *o, int64_t step, xdc_diag *diag);
+
+/* The overlapped round, on [lo, hi) of local with `sync` (n_elems hi − lo: o->sync over the whole, or a
+ * streaming fragment's): begin takes the pseudo-gradient of local now and posts its exchange; the caller
+ * keeps stepping; apply waits for the exchange, takes the outer step on [lo, hi) and, when the round began
+ * with `overlap`, keeps the local progress since: local = global' + (local − snapshot) (− residual with
+ * keep_unsent); without it local = global' (orch_outer_round). One round in flight per state. */
+xdc_err_t orch_outer_begin(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, int64_t step, bool overlap,
+                           xdc_diag *diag);
+xdc_err_t orch_outer_apply(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, xdc_diag *diag);
+/* An inner step was taken: counted in steps_in_flight while a round is in flight (the proof that the loop
+ * kept stepping while a round was on the wire). */
+void orch_outer_stepped(orch_outer *o);
+
+/* The outer state to and from host memory (n fp32 each, between rounds): global parameters, momentum. */
+typedef enum { ORCH_OUTER_GLOBAL = 0, ORCH_OUTER_MOMENTUM = 1 } orch_outer_part;
+xdc_err_t orch_outer_get(orch_outer *o, orch_outer_part part, float *host);
+xdc_err_t orch_outer_set(orch_outer *o, orch_outer_part part, const float *host);
+
+#endif /* ORCH_OUTER_H */

@@ -1,0 +1,130 @@
+/* orch_worker_outer.c — the worker's side of the outer round (orchestrator/member/orch_outer.h): the outer
+ * state over the stage's parameters on its compute stream, and the hooks the worker plugs into every round
+ * of its modes: elastic rounds (its arrival and the store host's decision through
+ * orchestrator/elastic/orch_elastic_member.h, regions lost during an exchange), the exposed-WAN accounting,
+ * and rejoining regions once a round is applied. */
+#include "orchestrator/worker/orch_worker.h"
+
+#include "common/xdc_log.h"
+#include "common/xdc_time.h"
+#include "model/xdc_ckpt.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
+
+static double now_s(void) { return (double)xdc_now_ns() / 1e9; }
+
+void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc)
+{
+    sc->backend = w->model.be;
+    sc->compute = xdc_gpt_stage_stream(w->model.st); /* the buffers are written and read there */
+}
+
+xdc_err_t orch_elastic_quorum(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag)
+{
+    if (!w->elastic.on) return XDC_OK;
+    XDC_CHECK(orch_elastic_agree(w, (long long)step, diag));
+    float weight[XDC_TOPO_MAX_REGIONS];
+    for (int r = 0; r < w->id->n_regions; r++)
+        weight[r] = !w->elastic.m.live[r] ? 0.0f : w->elastic.weight ? w->elastic.weight[r] : 1.0f;
+    return xdc_sync_set_weights(sync, weight, diag);
+}
+
+void orch_elastic_open(orch_worker *w, xdc_sync *sync, int64_t step)
+{
+    if (!w->elastic.on) return;
+    w->elastic.open = sync;
+    orch_elastic_opened(&w->elastic.m, (long long)step);
+}
+
+/* The exchange of an elastic round, open on `sync` since orch_elastic_open: wait for it as orch_elastic_wait does;
+ * after it, settle the round on its final set, summing again over it unless it is the set the round began
+ * with (then every bucket of every member used it). */
+static xdc_err_t elastic_exchange(orch_worker *w, xdc_sync *sync, long long step, xdc_diag *diag)
+{
+    uint8_t got[XDC_TOPO_MAX_REGIONS], final[XDC_TOPO_MAX_REGIONS];
+    int resum;
+    xdc_err_t rc = orch_elastic_wait(w, sync, diag);
+    w->elastic.open = NULL;
+    XDC_CHECK(rc);
+    xdc_sync_received(sync, got);
+    XDC_CHECK(orch_elastic_settle(&w->elastic.m, step, got, final, &resum, diag));
+    return resum ? xdc_sync_resum(sync, final, diag) : XDC_OK;
+}
+
+xdc_err_t orch_elastic_end(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag)
+{
+    double t0 = now_s();
+    xdc_err_t rc = w->elastic.on ? elastic_exchange(w, sync, (long long)step, diag) : xdc_sync_end(sync, diag);
+    w->prog.t_wan_exposed += now_s() - t0;
+    return rc;
+}
+
+/* The outer rounds' hooks (orch_outer_hooks, ctx: the worker): the worker's elastic rounds. */
+static xdc_err_t hook_quorum(void *ctx, xdc_sync *sync, int64_t step, xdc_diag *diag)
+{
+    return orch_elastic_quorum(ctx, sync, step, diag);
+}
+static void hook_opened(void *ctx, xdc_sync *sync, int64_t step) { orch_elastic_open(ctx, sync, step); }
+static xdc_err_t hook_end(void *ctx, xdc_sync *sync, int64_t step, xdc_diag *diag)
+{
+    return orch_elastic_end(ctx, sync, step, diag);
+}
+
+xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag)
+{
+    o->local = xdc_gpt_stage_params(w->model.st);
+    o->n = w->model.n_params;
+    o->stream = xdc_gpt_stage_stream(w->model.st);
+    o->hooks = (orch_outer_hooks){.ctx = w, .quorum = hook_quorum, .opened = hook_opened, .end = hook_end};
+    orch_elastic_setup(w);
+    xdc_sync_cfg sc;
+    orch_worker_sync_cfg(w, 1, &sc);
+    sc.dp = dp;
+    sc.name = "pseudo-gradients";
+    return orch_outer_open(w->member, o, &sc, diag);
+}
+
+xdc_err_t orch_worker_outer_apply(orch_worker *w, orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, xdc_diag *diag)
+{
+    int64_t step = o->begun_at;
+    XDC_CHECK(orch_outer_apply(o, sync, lo, hi, diag));
+    orch_rejoin_member(w, step);
+    return orch_rejoin_give(w, o);
+}
+
+xdc_err_t orch_worker_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag)
+{
+    XDC_CHECK(orch_outer_begin(o, o->sync, 0, o->n, w->prog.step, false, diag));
+    return orch_worker_outer_apply(w, o, o->sync, 0, o->n, diag);
+}
+
+/* Who takes part in round `round` (a step, or RDZV_ROUND_END; orchestrator/elastic/orch_quorum.h): the store
+ * host's decision (orch_elastic_arrive). The run's first rank says when the number of regions changes. */
+xdc_err_t orch_elastic_agree(orch_worker *w, long long round, xdc_diag *diag)
+{
+    orch_elastic_member *m = &w->elastic.m;
+    int before = m->n_live;
+    XDC_CHECK(orch_elastic_arrive(m, round, diag));
+    if (m->n_live != before && w->id->grank == 0) {
+        printf("step %5lld  round %s with %d of %d regions (quorum %s)\n", (long long)w->prog.step,
+               rdzv_val_round(round).s, m->n_live, w->id->n_regions, m->quorum);
+        fflush(stdout);
+    }
+    return XDC_OK;
+}
+
+xdc_err_t orch_outer_checkpoint_io(orch_outer *o, const char *dir, int save, xdc_diag *diag)
+{
+    const orch_outer_part part[2] = {ORCH_OUTER_GLOBAL, ORCH_OUTER_MOMENTUM};
+    const char *name[2] = {"outer-global.ckpt", "outer-momentum.ckpt"};
+    size_t bytes = o->n * sizeof(float);
+    for (int i = 0; i < 2; i++) { /* through the pinned staging, one buffer after the other */
+        if (save) {
+            XDC_CHECK(orch_outer_get(o, part[i], o->host));
+            XDC_CHECK(xdc_ckpt_blob_save(dir, name[i], o->host, bytes, diag));
+        } else {
+            XDC_CHECK(xdc_ckpt_blob_load(dir, name[i], o->host, bytes, diag));
+            XDC_CHECK(orch_outer_set(o, part[i], o->host));
+        }
+    }
+    return XDC_OK;
+}
