@@ -731,13 +731,6 @@ static xdc_err_t launch_load(launch *L, xdc_diag *diag)
                          L->cfg.pipeline_stages);
             return XDC_ERR_CONFIG;
         }
-    if (orch_quorum_elastic(&L->cfg, L->t->n_regions) && L->cfg.mode == ORCH_MODE_SYNC && L->o.max_restarts) {
-        XDC_WARN(XDC_SUB_ORCH,
-                 "--max-restarts %d ignored: in elastic sync mode a lost region leaves and the survivors go on, but "
-                 "it does not rejoin",
-                 L->o.max_restarts);
-        L->o.max_restarts = 0;
-    }
     if (!orch_quorum_elastic(&L->cfg, L->t->n_regions)) {
         char run[128];
         snprintf(run, sizeof run, "%s mode%s over %d regions", orch_mode_name(L->cfg.mode),

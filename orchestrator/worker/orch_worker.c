@@ -102,13 +102,6 @@ static xdc_err_t connect(orch_worker *w, const char **what, xdc_diag *diag)
     *what = "WAN engine and rendezvous";
     XDC_CHECK(orch_member_open_wan(w->member, diag));
     XDC_CHECK(orch_rejoin_detect(w, diag));
-    if (w->elastic.rejoin && w->cfg->mode == ORCH_MODE_SYNC) { /* xdc launch does not restart one (orch_launch.c) */
-        xdc_diag_set(diag,
-                     "region %s left this elastic sync-mode run; sync mode's survivors go on without it, and "
-                     "it does not rejoin (docs/runtime.md, \"Elastic regions\")",
-                     w->id->region);
-        return XDC_ERR_UNAVAILABLE;
-    }
     if (w->elastic.rejoin) orch_member_set_rejoin(w->member, w->elastic.left);
     return orch_member_connect(w->member, what, diag);
 }
