@@ -222,12 +222,19 @@ void e2e_reference_run(int steps, int M, const char *model, int R, int D, int P,
     int32_t *tok = xdc_malloc(bt * 4), *tgt = xdc_malloc(bt * 4);
     float *act = xdc_malloc(btc * 4), *dy = xdc_malloc(btc * 4);
     for (int step = 0; step < steps; step++) {
-        const uint8_t *in = present ? present + (size_t)step * R : NULL;
-        int n_in = 0;
+        const uint8_t *in = present ? present + (size_t)step * R : NULL, *was = in && step ? in - R : NULL;
+        int n_in = 0, stayed = 0;
+        while (was && stayed < R && !(was[stayed] && in[stayed])) stayed++;
+        xdc_data_pos ref[8]; /* (D) the position of a region that stayed, before this step's batch */
+        for (int d = 0; was && stayed < R && d < D; d++) ref[d] = xdc_data_get_pos(data[stayed * D + d]);
         for (int s = 0; s < P; s++) memset(tot[s], 0, np[s] * 4);
         for (int r = 0; r < R; r++) {
             if (in && !in[r]) continue; /* out of the run at this step: its shard is not read */
             n_in++;
+            /* Back in the run: its shard continues at the data position of the regions that stayed, as a
+             * rejoining region takes theirs. */
+            for (int d = 0; was && !was[r] && stayed < R && d < D; d++)
+                XDC_ASSERT_OK(xdc_data_set_pos(data[r * D + d], ref[d]));
             for (int d = 0; d < D; d++) {
                 for (int s = 0; s < P; s++) xdc_gpt_stage_zero_grad(st[s]);
                 for (int mb = 0; mb < M; mb++) {

@@ -45,7 +45,8 @@ char *e2e_start_coordinator(const char *run, const char *dir, const char *log, c
  * reduce-scatter does), then the regions present are summed in region order and scaled by 1/(their number),
  * as the comm engine's mean over the members does; the gradient norm is summed over stages in float; AdamW.
  * `present` ((steps x R), NULL: every region at every step): the regions in each step's round (elastic sync
- * mode); a region out of a step reads no batch. With `delay` (sync.delay_steps 1) step t applies the average
+ * mode); a region out of a step reads no batch, and one back in the run continues its shard at the data
+ * position of one that stayed (as a rejoining region takes the members'). With `delay` (sync.delay_steps 1) step t applies the average
  * of step t-1 at step t-1's learning rate, step 0 applies nothing and the end applies the last step's.
  * Leaves the final stage parameters in st[0..P) (the caller destroys them). */
 void e2e_reference_run(int steps, int M, const char *model, int R, int D, int P, int delay, const uint8_t *present,
