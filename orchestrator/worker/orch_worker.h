@@ -250,7 +250,7 @@ xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
  * region was left out. */
 xdc_err_t orch_elastic_agree(orch_worker *w, long long round, xdc_diag *diag);
 
-/* orch_rejoin.c: a region that left an elastic DiLoCo or streaming run comes back (docs/runtime.md,
+/* orch_rejoin.c: a region that left an elastic DiLoCo, streaming or sync run comes back (docs/runtime.md,
  * "Rejoining"). */
 /* At start: is this worker a restarted one of a running elastic job (w->elastic.rejoin)? Then wait until the
  * store host let its region go. Over the emulated WAN the launcher opened the
