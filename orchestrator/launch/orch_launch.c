@@ -735,10 +735,10 @@ static xdc_err_t launch_load(launch *L, xdc_diag *diag)
         char run[128];
         snprintf(run, sizeof run, "%s mode%s over %d regions", orch_mode_name(L->cfg.mode),
                  L->cfg.span_regions ? " with span_regions" : "", L->t->n_regions);
-        if (L->cfg.elastic.min_regions)
+        if (L->cfg.elastic.set)
             XDC_WARN(XDC_SUB_ORCH,
-                     "%s: elastic settings ignored: %s keeps every region in every round (only diloco and streaming "
-                     "across regions go by quorum)",
+                     "%s: elastic settings ignored: %s keeps every region in every round (diloco, streaming, and "
+                     "sync without delay_steps across regions go by quorum)",
                      L->o.config, run);
         if (L->o.max_restarts)
             XDC_WARN(XDC_SUB_ORCH,

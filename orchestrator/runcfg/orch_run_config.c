@@ -131,7 +131,10 @@ xdc_err_t orch_run_config_slowdown(const orch_run_config *c, int n_regions, doub
 
 bool orch_quorum_elastic(const orch_run_config *c, int n_regions)
 {
-    return (c->mode == ORCH_MODE_DILOCO || c->mode == ORCH_MODE_STREAMING) && !c->span_regions && n_regions > 1;
+    /* Sync mode's rounds are its steps; delayed averaging keeps a round open across the step boundary where a
+     * region would leave or rejoin, so it stays all or nothing. */
+    bool sync = c->mode == ORCH_MODE_SYNC && c->elastic.set && !c->sync.delay_steps;
+    return (c->mode == ORCH_MODE_DILOCO || c->mode == ORCH_MODE_STREAMING || sync) && !c->span_regions && n_regions > 1;
 }
 
 int orch_quorum_min(const orch_run_config *c, int n_regions)
@@ -144,7 +147,8 @@ void orch_run_config_rdzv_shape(const orch_run_config *c, int n_regions, rdzv_ru
     long steps = c->train.steps > 0 ? c->train.steps : 0;
     *out = (rdzv_run_shape){0};
     if (orch_quorum_elastic(c, n_regions)) {
-        long period = c->plan_auto || c->diloco.inner_steps < 1 ? 1 : c->diloco.inner_steps;
+        long period = c->mode == ORCH_MODE_SYNC || c->plan_auto || c->diloco.inner_steps < 1 ? 1
+                                                                                             : c->diloco.inner_steps;
         long per = 1;
         if (c->mode == ORCH_MODE_STREAMING && c->streaming.fragments > 1)
             per = c->streaming.fragments < period ? c->streaming.fragments : period;
@@ -202,6 +206,7 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     if (in.slowdown) bad += parse_slowdown(in.slowdown, &c->diloco, errs);
     if (in.streaming) bad += xdc_cfg_map_fields(in.streaming, streaming_fields, N(streaming_fields), &in, errs);
     if (in.elastic) bad += xdc_cfg_map_fields(in.elastic, elastic_fields, N(elastic_fields), &in, errs);
+    c->elastic.set = in.elastic != NULL;
     if (in.sync) bad += xdc_cfg_map_fields(in.sync, sync_fields, N(sync_fields), &in, errs);
     if (in.timeouts) bad += xdc_cfg_map_fields(in.timeouts, timeout_fields, N(timeout_fields), &in, errs);
     rdzv_target rt; /* the store's URL checked here, where its line and column are known */

@@ -60,12 +60,14 @@ typedef struct orch_timeouts_config {
     unsigned set;
 } orch_timeouts_config;
 
-/* Elastic regions (DiLoCo and streaming; docs/runtime.md): an outer round goes on with the regions that
- * arrived within grace_ms of the first one, if they are at least min_regions (0: a majority of the
- * topology's regions, orch_quorum_min); the others are dropped. */
+/* Elastic regions (DiLoCo and streaming; sync mode when the run file has `elastic:`; docs/runtime.md): an
+ * outer round (sync mode: a step) goes on with the regions that arrived within grace_ms of the first one, if
+ * they are at least min_regions (0: a majority of the topology's regions, orch_quorum_min); the others are
+ * dropped. */
 typedef struct orch_elastic_config {
     int min_regions;
     int64_t grace_ms;
+    bool set; /* the run file has `elastic:` (what makes sync mode elastic) */
 } orch_elastic_config;
 
 typedef struct orch_run_config {
@@ -154,7 +156,8 @@ xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planne
 /* One line for the log: mode, stages and partition, microbatches, codec, predicted step. */
 void orch_plan_describe(const orch_run_config *c, const xdc_plan *p, char *buf, size_t cap);
 const char *orch_mode_name(orch_mode m);
-/* Whether outer rounds go by quorum (DiLoCo or streaming without span, over several regions), and the quorum's minimum
+/* Whether outer rounds go by quorum (DiLoCo, streaming, or sync mode with `elastic:` and no delayed averaging,
+ * without span, over several regions; sync mode's rounds are its steps), and the quorum's minimum
  * for n_regions regions: min_regions, or a majority when it is unset. */
 bool orch_quorum_elastic(const orch_run_config *c, int n_regions);
 /* Each of n_regions regions' diloco.slowdown into out[n_regions] (1 where the run file gives none);
@@ -164,8 +167,8 @@ int orch_quorum_min(const orch_run_config *c, int n_regions);
 /* What the run writes to the rendezvous under its prefixes of many keys (docs/security.md, "Quotas"), from
  * the run file alone, so the store host and every member get the same:
  *   rejoins = elastic ? ceil(steps * per_period / period) + 1 : 0, a region leaving at most once per outer
- *             round and at the end; period = diloco.inner_steps (1 with plan: auto, whose re-plans may
- *             shorten it), per_period = 1 (DiLoCo) or min(streaming.fragments, period) (streaming);
+ *             round and at the end; period = diloco.inner_steps (1 in sync mode, and with plan: auto, whose
+ *             re-plans may shorten it), per_period = 1 (DiLoCo) or min(streaming.fragments, period) (streaming);
  *   replans = plan: auto over several regions without span ? steps / replan_every : 0. */
 void orch_run_config_rdzv_shape(const orch_run_config *c, int n_regions, rdzv_run_shape *out);
 

@@ -9,7 +9,13 @@
  * waited for, the arenas swap, the new spare (this step's gradients) goes to the sync, and the optimizer
  * applies the current one (the average). Step 0 has nothing to apply; the finish waits for the last round
  * and applies it, so a run still takes `steps` optimizer steps, each at the learning rate of the step whose
- * gradients it applies, and every region ends on the same parameters. */
+ * gradients it applies, and every region ends on the same parameters.
+ *
+ * Elastic sync mode (`elastic:` in the run file, delay_steps 0; docs/runtime.md, "Elastic regions"): every step
+ * is a round of the elastic protocol. Before its pass a worker takes the step's quorum into the gradient
+ * sync's weights (1 for each region in it, 0 for the others: the mean over the regions present), a region
+ * lost during the exchange is let go as in DiLoCo's rounds, and the optimizer applies the mean over the
+ * round's final set, so the survivors stay on one model. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
@@ -18,6 +24,10 @@
 typedef struct {
     xdc_sync *grad; /* replicas + regions */
     bool pending;   /* delay_steps 1: the round of the last step's gradients (the spare arena) is in flight */
+    /* Elastic: the hand-over to a rejoining region (orch_rejoin.c, which moves an outer round's state) sees the
+     * live parameters as the global ones and zeros as the outer momentum: global, mom device (n_params) fp32,
+     * allocated at the first hand-over (the joiner takes the parameters through global); NULL before. */
+    orch_outer view;
 } sync_state;
 
 static xdc_err_t sync_setup(orch_worker *w, void **state, xdc_diag *diag)
@@ -28,6 +38,7 @@ static xdc_err_t sync_setup(orch_worker *w, void **state, xdc_diag *diag)
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 1, &sc);
     orch_sync_device_cfg(w, &sc); /* the stage's device and compute stream */
+    orch_elastic_setup(w);
     return xdc_sync_create(orch_member_sync_engine(w->member), &sc, &st->grad, diag);
 }
 
@@ -42,9 +53,63 @@ static xdc_err_t take_pending(orch_worker *w, sync_state *st, float **left, xdc_
     return XDC_OK;
 }
 
+/* The rejoin view's buffers, once (zero-filled: the outer momentum sync mode does not have). */
+static xdc_err_t rejoin_view(orch_worker *w, sync_state *st)
+{
+    const xdc_device_ops *d = w->model.be->device;
+    size_t bytes = w->model.n_params * sizeof(float);
+    st->view.be = w->model.be; /* orch_outer_destroy frees the buffers on its device */
+    st->view.n = w->model.n_params;
+    st->view.local = xdc_gpt_stage_params(w->model.st);
+    if (!st->view.global) XDC_CHECK(d->mem_alloc((void **)&st->view.global, bytes));
+    if (!st->view.mom) XDC_CHECK(d->mem_alloc((void **)&st->view.mom, bytes));
+    return XDC_OK;
+}
+
+/* After the update of the round that named regions joining: the step's state (the parameters, the AdamW
+ * moments, the next step and the data position) to each of them. */
+static xdc_err_t give(orch_worker *w, sync_state *st)
+{
+    int joining = 0;
+    for (int r = 0; r < w->id->n_regions; r++) joining |= w->elastic.m.joining[r];
+    if (!joining) return XDC_OK;
+    XDC_CHECK(rejoin_view(w, st));
+    const xdc_device_ops *d = w->model.be->device;
+    xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
+    XDC_CHECK(d->copy_d2d(st->view.global, st->view.local, st->view.n * sizeof(float), s));
+    XDC_CHECK(d->stream_sync(s));
+    return orch_rejoin_give(w, &st->view);
+}
+
+/* One step as a round of the elastic protocol: its quorum, the pass with the exchange open (a member region lost
+ * during it is no longer waited for), the round ended on its final set, then the update, and the hand-over to
+ * regions the round took back (members from the next step on). */
+static xdc_err_t elastic_step(orch_worker *w, sync_state *st, float *loss, xdc_diag *diag)
+{
+    int64_t step = w->prog.step;
+    XDC_CHECK(orch_elastic_quorum(w, st->grad, step, diag));
+    orch_elastic_open(w, st->grad, step); /* the pass begins the round; its wait polls for lost regions */
+    XDC_CHECK(orch_train_pass(w, st->grad, loss, diag));
+    XDC_CHECK(orch_elastic_end(w, st->grad, step, diag));
+    XDC_CHECK(orch_train_update(w, loss, step, diag));
+    w->prog.step++;
+    orch_rejoin_member(w, step);
+    return give(w, st);
+}
+
+/* A restarted worker of a region that left: the state of the step after the round that takes it back (lag 1),
+ * parameters through the view's global. */
+static xdc_err_t sync_rejoin(orch_worker *w, void *state, xdc_diag *diag)
+{
+    sync_state *st = state;
+    XDC_CHECK(rejoin_view(w, st));
+    return orch_rejoin_take(w, &st->view, 1, diag);
+}
+
 static xdc_err_t sync_step(orch_worker *w, void *state, float *loss, xdc_diag *diag)
 {
     sync_state *st = state;
+    if (w->elastic.on) return elastic_step(w, st, loss, diag); /* orch_quorum_elastic: never delayed */
     if (!w->cfg->sync.delay_steps) return orch_train_inner_step(w, st->grad, loss, diag);
     XDC_CHECK(orch_train_pass(w, NULL, loss, diag)); /* this step's gradients, into the current arena */
     int had_pending = st->pending;
@@ -81,6 +146,7 @@ static void sync_destroy(void *state)
     sync_state *st = state;
     if (!st) return;
     xdc_sync_destroy(st->grad);
+    orch_outer_destroy(&st->view); /* its buffers, if a hand-over made them */
     xdc_free(st);
 }
 
@@ -99,4 +165,5 @@ const orch_mode_ops orch_mode_sync_ops = {.name = "sync",
                                           .destroy = sync_destroy,
                                           .syncs = sync_syncs,
                                           .replan_sync = sync_replan_sync,
-                                          .checkpoint_io = NULL};
+                                          .checkpoint_io = NULL,
+                                          .rejoin = sync_rejoin};

@@ -1,4 +1,4 @@
-/* orch_rejoin.c — a region that left an elastic DiLoCo or streaming run comes back (docs/runtime.md,
+/* orch_rejoin.c — a region that left an elastic DiLoCo, streaming or sync run comes back (docs/runtime.md,
  * "Rejoining"). Its restarted workers find their earlier process's WAN address in the store (the job is
  * running), skip the joined/start barriers, post outer/<region>/<rank> = join:<nonce> and wait for
  * rejoin/<nonce>: the step of the round the store host names them joining in
@@ -59,7 +59,7 @@ static int test_fault(const orch_worker *w, const char *fault)
 
 xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag)
 {
-    if (!orch_quorum_elastic(w->cfg, w->id->n_regions)) return XDC_OK; /* sync and span runs: all or nothing */
+    if (!orch_quorum_elastic(w->cfg, w->id->n_regions)) return XDC_OK; /* not elastic: all or nothing */
     return orch_elastic_rejoin_detect(orch_member_rdzv(w->member), w->id->region, w->id->region_idx, w->id->lrank,
                                       w->cfg->timeouts.rendezvous_ms + w->cfg->elastic.grace_ms, &w->elastic.rejoin,
                                       &w->elastic.left, diag);

@@ -235,6 +235,19 @@ void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc);
 xdc_err_t orch_worker_outer_apply(orch_worker *w, orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, xdc_diag *diag);
 /* A whole-stage round at the step now, at once (orch_outer_round with the rejoin's part). */
 xdc_err_t orch_worker_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag);
+/* At a mode's setup: w->elastic.on (orch_quorum_elastic) and its member half of the round protocol, no round
+ * open. */
+void orch_elastic_setup(orch_worker *w);
+/* Elastic rounds (nothing without them): the quorum of the round at `step` (orch_elastic_agree) into `sync`'s
+ * weights (0 out; 1 in, or with nobody waiting the tokens each region processed: w->elastic.weight), before
+ * its exchange; orch_elastic_open: that exchange is under way on `sync` (begun), and until orch_elastic_end
+ * every orch_elastic_wait tells it the member regions the store's host names lost during it (docs/runtime.md,
+ * "Leaving during a round"). The outer rounds' hooks, and each step of elastic sync mode. */
+xdc_err_t orch_elastic_quorum(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag);
+void orch_elastic_open(orch_worker *w, xdc_sync *sync, int64_t step);
+/* End the exchange of `sync`'s round at `step` (its time counted as exposed WAN). Elastic rounds:
+ * orch_elastic_wait, then the round ends on its final set; otherwise xdc_sync_end. */
+xdc_err_t orch_elastic_end(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag);
 /* End `sync`'s round (as xdc_sync_end) while a round's exchange is open: looking every 200 ms whether a member
  * region left during it, and telling the open round's sync (xdc_sync_lose), which may be what `sync` waits
  * behind on the comm thread. Without an open exchange, xdc_sync_end. */
@@ -244,7 +257,7 @@ xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
  * region was left out. */
 xdc_err_t orch_elastic_agree(orch_worker *w, long long round, xdc_diag *diag);
 
-/* orch_rejoin.c: a region that left an elastic DiLoCo or streaming run comes back (docs/runtime.md,
+/* orch_rejoin.c: a region that left an elastic DiLoCo, streaming or sync run comes back (docs/runtime.md,
  * "Rejoining"). */
 /* At start: is this worker a restarted one of a running elastic job (w->elastic.rejoin)? Then wait until the
  * store host let its region go. Over the emulated WAN the launcher opened the

@@ -18,11 +18,8 @@ void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc)
     sc->compute = xdc_gpt_stage_stream(w->model.st); /* the buffers are written and read there */
 }
 
-/* Who takes part in the round at `step` (elastic rounds): the store host's decision, into the sync's weights
- * (0 out; 1 in, or with nobody waiting the tokens each region processed: w->elastic.weight). */
-static xdc_err_t hook_quorum(void *ctx, xdc_sync *sync, int64_t step, xdc_diag *diag)
+xdc_err_t orch_elastic_quorum(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag)
 {
-    orch_worker *w = ctx;
     if (!w->elastic.on) return XDC_OK;
     XDC_CHECK(orch_elastic_agree(w, (long long)step, diag));
     float weight[XDC_TOPO_MAX_REGIONS];
@@ -31,18 +28,14 @@ static xdc_err_t hook_quorum(void *ctx, xdc_sync *sync, int64_t step, xdc_diag *
     return xdc_sync_set_weights(sync, weight, diag);
 }
 
-/* Elastic rounds (docs/runtime.md, "Leaving during a round"): the exchange of the round at `step` is under
- * way on `sync`; until it ends, every orch_elastic_wait tells it the member regions the store's host names
- * lost during it. */
-static void hook_opened(void *ctx, xdc_sync *sync, int64_t step)
+void orch_elastic_open(orch_worker *w, xdc_sync *sync, int64_t step)
 {
-    orch_worker *w = ctx;
     if (!w->elastic.on) return;
     w->elastic.open = sync;
     orch_elastic_opened(&w->elastic.m, (long long)step);
 }
 
-/* The exchange of an elastic round, open on `sync` since hook_opened: wait for it as orch_elastic_wait does;
+/* The exchange of an elastic round, open on `sync` since orch_elastic_open: wait for it as orch_elastic_wait does;
  * after it, settle the round on its final set, summing again over it unless it is the set the round began
  * with (then every bucket of every member used it). */
 static xdc_err_t elastic_exchange(orch_worker *w, xdc_sync *sync, long long step, xdc_diag *diag)
@@ -57,14 +50,23 @@ static xdc_err_t elastic_exchange(orch_worker *w, xdc_sync *sync, long long step
     return resum ? xdc_sync_resum(sync, final, diag) : XDC_OK;
 }
 
-/* The wait for the exchange, counted as exposed WAN time. */
-static xdc_err_t hook_end(void *ctx, xdc_sync *sync, int64_t step, xdc_diag *diag)
+xdc_err_t orch_elastic_end(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag)
 {
-    orch_worker *w = ctx;
     double t0 = now_s();
     xdc_err_t rc = w->elastic.on ? elastic_exchange(w, sync, (long long)step, diag) : xdc_sync_end(sync, diag);
     w->prog.t_wan_exposed += now_s() - t0;
     return rc;
+}
+
+/* The outer rounds' hooks (orch_outer_hooks, ctx: the worker): the worker's elastic rounds. */
+static xdc_err_t hook_quorum(void *ctx, xdc_sync *sync, int64_t step, xdc_diag *diag)
+{
+    return orch_elastic_quorum(ctx, sync, step, diag);
+}
+static void hook_opened(void *ctx, xdc_sync *sync, int64_t step) { orch_elastic_open(ctx, sync, step); }
+static xdc_err_t hook_end(void *ctx, xdc_sync *sync, int64_t step, xdc_diag *diag)
+{
+    return orch_elastic_end(ctx, sync, step, diag);
 }
 
 xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag)
@@ -73,9 +75,7 @@ xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xd
     o->n = w->model.n_params;
     o->stream = xdc_gpt_stage_stream(w->model.st);
     o->hooks = (orch_outer_hooks){.ctx = w, .quorum = hook_quorum, .opened = hook_opened, .end = hook_end};
-    w->elastic.on = orch_quorum_elastic(w->cfg, w->id->n_regions);
-    orch_elastic_member_init(&w->elastic.m, orch_member_rdzv(w->member), w->topo, w->id->region_idx, w->id->lrank,
-                             w->cfg->elastic.grace_ms, w->cfg->timeouts.operation_ms);
+    orch_elastic_setup(w);
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 1, &sc);
     sc.dp = dp;

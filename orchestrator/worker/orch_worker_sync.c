@@ -1,6 +1,6 @@
 /* orch_worker_sync.c — the worker's syncs: the configuration each starts from (the member's, with this
  * stage's parameters and the trace hook), the list of the mode's, the wait for a round (exposed WAN time),
- * the wait on an open elastic round (regions the store's host names lost), and the switch of the WAN codec
+ * the worker's elastic setup and the wait on an open elastic round (regions the store's host names lost), and the switch of the WAN codec
  * and DiLoCo period a re-plan or a resume makes. Below orch_train.c,
  * orch_checkpoint.c and the modes, which all use it. */
 #include "orchestrator/worker/orch_worker.h"
@@ -55,6 +55,13 @@ static xdc_err_t poll_lost(orch_worker *w, xdc_diag *diag)
     for (int r = 0; n > 0 && r < w->id->n_regions; r++)
         if (lost[r]) xdc_sync_lose(w->elastic.open, r);
     return XDC_OK;
+}
+
+void orch_elastic_setup(orch_worker *w)
+{
+    w->elastic.on = orch_quorum_elastic(w->cfg, w->id->n_regions);
+    orch_elastic_member_init(&w->elastic.m, orch_member_rdzv(w->member), w->topo, w->id->region_idx, w->id->lrank,
+                             w->cfg->elastic.grace_ms, w->cfg->timeouts.operation_ms);
 }
 
 xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag)

@@ -8,6 +8,7 @@
  * never by sleeping. */
 #include "tests/xdc_test.h"
 #include "tests/test_wan_util.h"
+#include "tests/e2e/test_orch_util.h"
 
 #include "orchestrator/elastic/orch_quorum.h"
 #include "orchestrator/rdzv/orch_rdzv.h"
@@ -428,6 +429,43 @@ static void expect_survivors(const char *dir, const char *out, const char *a, co
     XDC_ASSERT_STR_CONTAINS(final, want);
 }
 
+/* Elastic sync mode against the serial reference of the same membership history: region `victim` is in every
+ * step's mean before the first step it is out of, C, and out from it on until it rejoins. The run's first rank
+ * prints "step S  round S with 2 of 3 regions" at the first round decided without it; a region killed during the
+ * exchange of round S - 1 may still be in that round's final set (every member got its shards) or not (the
+ * members sum again without it, and say so): then C = S - 1. Taken back at round J (the host's "rejoins the run
+ * at the outer round at step J"), it is in the means from step J + 1 on. Region 0's parameters (its dump) are
+ * the reference's, bit for bit. */
+static void expect_sync_reference(const char *dir, const char *out, const char *victim_name, int victim, int steps)
+{
+    const char *at = strstr(out, " with 2 of 3 regions (quorum ");
+    XDC_ASSERT_MSG(at != NULL, "no round without region %d in:\n%s", victim, out);
+    while (at > out && at[-1] != '\n') at--;
+    long long s = -1, resum = -1;
+    XDC_ASSERT_MSG(sscanf(at, "step %lld", &s) == 1 && s > 0 && s < steps, "no step in '%.80s'", at);
+    char *log = region_log(dir, "us-east");
+    const char *again = strstr(log, "summing again over the final set");
+    while (again && again > log && strncmp(again, "outer round at step ", 20) != 0) again--;
+    if (again && again > log) resum = atoll(again + 20);
+    free(log);
+    long long c = resum == s - 1 ? resum : s, j = steps;
+    char back[160];
+    snprintf(back, sizeof back, "region %s rejoins the run at the outer round at step ", victim_name);
+    const char *b = strstr(out, back);
+    if (b) j = atoll(b + strlen(back));
+    uint8_t *present = malloc((size_t)steps * 3);
+    XDC_ASSERT(present != NULL);
+    for (int t = 0; t < steps; t++)
+        for (int r = 0; r < 3; r++) present[t * 3 + r] = r != victim || t < c || t > j;
+    xdc_gpt_stage *st[1];
+    e2e_reference_run(steps, 1, TINY, 3, 1, 1, 0, present, st);
+    double diff = e2e_params_max_diff(dir, 1, st);
+    xdc_gpt_stage_destroy(st[0]);
+    free(present);
+    printf("region %d out from step %lld, back from %lld: max |run - reference| = %.3g\n", victim, c, j + 1, diff);
+    XDC_ASSERT_MSG(diff == 0.0, "the run differs from the serial reference by %.3g", diff);
+}
+
 /* Lose region `victim` (its worker killed, or stopped past the grace window and then continued) after step
  * 20 of 100: the run finishes with exit 0, names the victim as dropped, and the other two end on the same
  * parameters, the ones the run's final line reports for the regions it names (region 0 lost: the result
@@ -436,7 +474,9 @@ static void lose_a_region(const char *name, const char *mode, int stop, int vict
 {
     static const char *const region[3] = {"us-east", "eu-west", "ap-south"};
     need_corpus();
-    const char *run = write_run(name, mode, 100, "{min_regions: 2, grace: 3s}");
+    int sync = strcmp(mode, "sync") == 0; /* checked against the serial reference: its parameters dumped */
+    const char *run = write_run(
+        name, mode, 100, sync ? "{min_regions: 2, grace: 3s}\ndump_params: true" : "{min_regions: 2, grace: 3s}");
     char dir[600], log[700], text_buf[256];
     snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
     snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
@@ -467,6 +507,7 @@ static void lose_a_region(const char *name, const char *mode, int stop, int vict
     XDC_ASSERT_STR_CONTAINS(out, text_buf);
     XDC_ASSERT_STR_CONTAINS(out, "steps=100");
     expect_survivors(dir, out, survivor[0], survivor[1]);
+    if (sync) expect_sync_reference(dir, out, region[victim], victim, 100);
     free(out);
     if (stop) {
         char wlog[800];
@@ -481,6 +522,10 @@ static void lose_a_region(const char *name, const char *mode, int stop, int vict
 }
 
 XDC_TEST_T(elastic_diloco_goes_on_without_a_killed_region, 180) { lose_a_region("killed", "diloco", 0, 2); }
+
+/* Elastic sync mode: every step is a round; ap-south killed, the survivors' mean is over the two regions left
+ * (xdc_sync_set_weights) and they end on one model. */
+XDC_TEST_T(elastic_sync_goes_on_without_a_killed_region, 180) { lose_a_region("sync-killed", "sync", 0, 2); }
 
 XDC_TEST_T(elastic_diloco_drops_a_region_stopped_past_the_grace_window, 180)
 {
@@ -845,7 +890,10 @@ XDC_TEST_T(elastic_streaming_takes_a_restarted_region_back, 180) { take_a_region
 static void launch_takes_a_region_back(const char *name, const char *mode, const char *fault, const char *named)
 {
     need_corpus();
-    const char *run = write_run_timeouts(name, mode, 128, "{min_regions: 2, grace: 5s}", ", handshake: 5s");
+    int sync = strcmp(mode, "sync") == 0; /* checked against the serial reference: its parameters dumped */
+    const char *run = write_run_timeouts(
+        name, mode, 128, sync ? "{min_regions: 2, grace: 5s}\ndump_params: true" : "{min_regions: 2, grace: 5s}",
+        ", handshake: 5s");
     char dir[600], log[700];
     snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
     snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
@@ -865,6 +913,7 @@ static void launch_takes_a_region_back(const char *name, const char *mode, const
                        "ap-south's first joiner failed without naming '%s':\n%s", named, failed);
         free(wlog);
     }
+    if (sync) expect_sync_reference(dir, out, "ap-south", 2, 128);
     expect_rejoined(dir, out, 0);
 }
 
@@ -876,6 +925,13 @@ XDC_TEST_T(elastic_launch_restarts_a_killed_region_and_it_rejoins, 180)
 XDC_TEST_T(elastic_launch_restarts_a_killed_streaming_region_and_it_rejoins, 180)
 {
     launch_takes_a_region_back("lsrejoin", "streaming", "miss@eu-west", "eu-west");
+}
+
+/* Elastic sync mode: the round that takes ap-south back is a step; after its update the members hand the joiner
+ * the live parameters, the AdamW moments and the data position of the next step, and it averages from there on. */
+XDC_TEST_T(elastic_launch_restarts_a_killed_sync_region_and_it_rejoins, 180)
+{
+    launch_takes_a_region_back("lsyrejoin", "sync", NULL, NULL);
 }
 
 /* Two regions back at one round: `xdc launch --max-restarts 1` with `elastic.min_regions: 1`, eu-west's and
@@ -915,11 +971,12 @@ XDC_TEST_T(elastic_launch_takes_two_regions_back_at_one_round, 180)
     }
 }
 
-/* Sync mode keeps its all-or-nothing rule, and says so when the run file asks for elastic rounds. */
+/* Sync mode with delayed averaging keeps its all-or-nothing rule (a round is open across every step boundary),
+ * and says so when the run file asks for elastic rounds. */
 XDC_TEST_T(elastic_settings_in_sync_mode_are_named_as_ignored, 120)
 {
     char out[16384];
-    int rc = launch_short("sync", "sync", 2, "{min_regions: 2}", "", out, sizeof out);
+    int rc = launch_short("sync", "sync", 2, "{min_regions: 2}\nsync: {delay_steps: 1}", "", out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "elastic settings ignored: sync mode over 3 regions keeps every region in every "
                                  "round");
@@ -939,7 +996,8 @@ XDC_TEST_T(elastic_max_restarts_is_checked_and_named_where_it_does_nothing, 120)
     rc = xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(rc == 64, "coordinator exited %d, expected 64:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "the coordinator starts no agents");
-    rc = launch_short("restarts-sync", "sync", 2, "{}", "--max-restarts 1", out, sizeof out);
+    /* sync with delayed averaging: all or nothing, whatever its elastic settings */
+    rc = launch_short("restarts-sync", "sync", 2, "{}\nsync: {delay_steps: 1}", "--max-restarts 1", out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "--max-restarts 1 ignored: sync mode over 3 regions has no outer round to rejoin at");
 }

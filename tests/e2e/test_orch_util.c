@@ -4,6 +4,13 @@
 
 #include "tests/xdc_test.h"
 
+#include "common/xdc_alloc.h"
+#include "kernels/xdc_kernels.h"
+#include "kernels/xdc_model_ops.h"
+#include "model/xdc_data.h"
+#include "model/xdc_model_config.h"
+#include "orchestrator/worker/orch_worker.h"
+
 #include <dirent.h>
 #include <math.h>
 #include <signal.h>
@@ -145,4 +152,154 @@ int e2e_final_hashes(const char *dir, char hash[][17], int cap)
     }
     closedir(d);
     return n;
+}
+
+static float *read_f32(const char *path, size_t *n)
+{
+    size_t bytes;
+    float *p = (float *)xdc_test_read_file(path, &bytes);
+    XDC_ASSERT_MSG(p != NULL, "cannot read %s", path);
+    *n = bytes / sizeof(float);
+    return p;
+}
+
+/* Clip the averaged gradients avg[0..P) (the gradient norm summed over stages in float, as the pipeline's
+ * scalar sum does) and take the AdamW step at the learning rate of step lr_step on every stage. */
+static void reference_update(xdc_gpt_stage **st, int P, float *const *avg, const size_t *np, const xdc_train_config *c,
+                             int lr_step)
+{
+    xdc_lr_schedule sch = {(float)c->lr, (float)c->min_lr_frac, c->warmup_steps, c->steps};
+    float sumsq = 0;
+    for (int s = 0; s < P; s++) {
+        memcpy(xdc_gpt_stage_grads(st[s]), avg[s], np[s] * 4);
+        double ss = 0;
+        XDC_ASSERT_OK(xdc_gpt_stage_grad_sumsq(st[s], &ss));
+        sumsq += (float)ss;
+    }
+    float scale = xdc_gpt_clip_scale(sumsq, (float)c->grad_clip);
+    for (int s = 0; s < P; s++) XDC_ASSERT_OK(xdc_gpt_stage_optimizer_step(st[s], xdc_lr_at(&sch, lr_step), scale));
+}
+
+void e2e_reference_run(int steps, int M, const char *model, int R, int D, int P, int delay, const uint8_t *present,
+                       xdc_gpt_stage **st)
+{
+    xdc_train_config c;
+    xdc_cfg_errors errs;
+    XDC_ASSERT_OK(xdc_model_config_load(model, &c, &errs));
+    c.steps = steps; /* the run's steps replace the model file's, and the learning-rate schedule spans them */
+    const xdc_kern_backend *be;
+    XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CPU, &be, NULL));
+    be->model->set_threads(1);
+    int Q = R * D;
+    xdc_data *data[8];
+    XDC_ASSERT(Q <= 8 && P <= 4);
+    for (int q = 0; q < Q; q++) {
+        xdc_data_config dc = {.batch = c.batch_size,
+                              .seq_len = c.seq_len,
+                              .val_fraction = c.val_fraction,
+                              .seed = (uint64_t)c.seed,
+                              .rank = q,
+                              .world = Q,
+                              .vocab_size = c.model.vocab_size};
+        XDC_ASSERT_OK(xdc_data_open(DATA, &dc, &data[q], NULL));
+    }
+    size_t np[4], btc = (size_t)c.batch_size * c.seq_len * c.model.n_embd, bt = (size_t)c.batch_size * c.seq_len;
+    float *reg[4], *tot[4], *prev[4]; /* (np[s]) fp32: one replica's sum, the regions' sum, the delayed average */
+    for (int s = 0; s < P; s++) {
+        xdc_gpt_stage_config sc = {.model = c.model,
+                                   .batch = c.batch_size,
+                                   .seq_len = c.seq_len,
+                                   .max_inflight = M,
+                                   .seed = (uint64_t)c.seed,
+                                   .adamw = {(float)c.beta1, (float)c.beta2, (float)c.eps, (float)c.weight_decay}};
+        orch_stage_layers(c.model.n_layer, P, s, &sc.layer_begin, &sc.layer_end);
+        XDC_ASSERT_OK(xdc_gpt_stage_create(be->model, &sc, &st[s], NULL));
+        np[s] = xdc_gpt_stage_num_params(st[s]);
+        reg[s] = xdc_malloc(np[s] * 4);
+        tot[s] = xdc_malloc(np[s] * 4);
+        prev[s] = xdc_malloc(np[s] * 4);
+    }
+    int32_t *tok = xdc_malloc(bt * 4), *tgt = xdc_malloc(bt * 4);
+    float *act = xdc_malloc(btc * 4), *dy = xdc_malloc(btc * 4);
+    for (int step = 0; step < steps; step++) {
+        const uint8_t *in = present ? present + (size_t)step * R : NULL, *was = in && step ? in - R : NULL;
+        int n_in = 0, stayed = 0;
+        while (was && stayed < R && !(was[stayed] && in[stayed])) stayed++;
+        xdc_data_pos ref[8]; /* (D) the position of a region that stayed, before this step's batch */
+        for (int d = 0; was && stayed < R && d < D; d++) ref[d] = xdc_data_get_pos(data[stayed * D + d]);
+        for (int s = 0; s < P; s++) memset(tot[s], 0, np[s] * 4);
+        for (int r = 0; r < R; r++) {
+            if (in && !in[r]) continue; /* out of the run at this step: its shard is not read */
+            n_in++;
+            /* Back in the run: its shard continues at the data position of the regions that stayed, as a
+             * rejoining region takes theirs. */
+            for (int d = 0; was && !was[r] && stayed < R && d < D; d++)
+                XDC_ASSERT_OK(xdc_data_set_pos(data[r * D + d], ref[d]));
+            for (int d = 0; d < D; d++) {
+                for (int s = 0; s < P; s++) xdc_gpt_stage_zero_grad(st[s]);
+                for (int mb = 0; mb < M; mb++) {
+                    const float *y = NULL, *dx = NULL;
+                    float loss;
+                    XDC_ASSERT_OK(xdc_data_next_train(data[r * D + d], tok, tgt));
+                    for (int s = 0; s < P; s++) {
+                        XDC_ASSERT_OK(
+                            xdc_gpt_stage_forward(st[s], mb, tok, s ? act : NULL, tgt, s < P - 1 ? &y : NULL, &loss));
+                        if (s < P - 1) memcpy(act, y, btc * 4);
+                    }
+                    for (int s = P - 1; s >= 0; s--) {
+                        XDC_ASSERT_OK(
+                            xdc_gpt_stage_backward(st[s], mb, s < P - 1 ? dy : NULL, 1.0f / (float)M, s ? &dx : NULL));
+                        if (s) memcpy(dy, dx, btc * 4);
+                    }
+                }
+                for (int s = 0; s < P; s++) {
+                    const float *g = xdc_gpt_stage_grads(st[s]);
+                    for (size_t i = 0; i < np[s]; i++) reg[s][i] = d ? reg[s][i] + g[i] : g[i];
+                }
+            }
+            for (int s = 0; s < P; s++)
+                for (size_t i = 0; i < np[s]; i++) tot[s][i] += D > 1 ? reg[s][i] * (1.0f / (float)D) : reg[s][i];
+        }
+        for (int s = 0; s < P; s++)
+            for (size_t i = 0; i < np[s]; i++) tot[s][i] *= 1.0f / (float)n_in;
+        if (!delay) {
+            reference_update(st, P, tot, np, &c, step);
+            continue;
+        }
+        if (step > 0) reference_update(st, P, prev, np, &c, step - 1);
+        for (int s = 0; s < P; s++) { /* this step's average waits for the next step */
+            float *t = prev[s];
+            prev[s] = tot[s], tot[s] = t;
+        }
+    }
+    if (delay) reference_update(st, P, prev, np, &c, steps - 1);
+    for (int s = 0; s < P; s++) {
+        xdc_free(reg[s]);
+        xdc_free(tot[s]);
+        xdc_free(prev[s]);
+    }
+    xdc_free(tok);
+    xdc_free(tgt);
+    xdc_free(act);
+    xdc_free(dy);
+    for (int q = 0; q < Q; q++) xdc_data_destroy(data[q]);
+}
+
+double e2e_params_max_diff(const char *dir, int P, xdc_gpt_stage **st)
+{
+    double max_diff = 0;
+    for (int s = 0; s < P; s++) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/params-stage-%d.f32", dir, s);
+        size_t n;
+        float *got = read_f32(path, &n);
+        XDC_ASSERT_EQ(n, xdc_gpt_stage_num_params(st[s]));
+        const float *want = xdc_gpt_stage_params(st[s]);
+        for (size_t i = 0; i < n; i++) {
+            double d = fabs((double)got[i] - want[i]);
+            if (d > max_diff) max_diff = d;
+        }
+        free(got);
+    }
+    return max_diff;
 }

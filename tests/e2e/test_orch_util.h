@@ -3,7 +3,10 @@
 #ifndef TEST_ORCH_UTIL_H
 #define TEST_ORCH_UTIL_H
 
+#include "model/xdc_gpt.h"
+
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #define DATA "/usr/share/games/fortunes"
@@ -36,5 +39,19 @@ int e2e_final_hashes(const char *dir, char hash[][17], int cap);
 /* `xdc coordinator` of `run` in the background (output into `log`, pid in *pid); returns the
  * `--coordinator` address it printed (malloc'd). */
 char *e2e_start_coordinator(const char *run, const char *dir, const char *log, const char *run_id, pid_t *pid);
+/* The distributed sync step written out serially, for R regions x D replicas x P stages of `model` (the run's),
+ * M microbatches per step: each replica (global index q = region * D + replica) accumulates M microbatches
+ * through the stages; each region averages its replicas in order ((g0 + g1 + ...) * 1/D, as the intra
+ * reduce-scatter does), then the regions present are summed in region order and scaled by 1/(their number),
+ * as the comm engine's mean over the members does; the gradient norm is summed over stages in float; AdamW.
+ * `present` ((steps x R), NULL: every region at every step): the regions in each step's round (elastic sync
+ * mode); a region out of a step reads no batch, and one back in the run continues its shard at the data
+ * position of one that stayed (as a rejoining region takes the members'). With `delay` (sync.delay_steps 1) step t applies the average
+ * of step t-1 at step t-1's learning rate, step 0 applies nothing and the end applies the last step's.
+ * Leaves the final stage parameters in st[0..P) (the caller destroys them). */
+void e2e_reference_run(int steps, int M, const char *model, int R, int D, int P, int delay, const uint8_t *present,
+                       xdc_gpt_stage **st);
+/* The largest difference between the parameters a run dumped (run_dir/params-stage-S.f32) and st[0..P)'s. */
+double e2e_params_max_diff(const char *dir, int P, xdc_gpt_stage **st);
 
 #endif /* TEST_ORCH_UTIL_H */

@@ -1,6 +1,7 @@
 /* test_run_config_pace.c — the run file's keys of DiLoCo's "nobody waits": diloco.nobody_waits and
  * diloco.slowdown load, the slowdown list is matched against the topology's regions, and each misuse is named
- * (a factor out of range with its line and column, the wrong mode, plan: auto). */
+ * (a factor out of range with its line and column, the wrong mode, plan: auto); and the `elastic:` key that
+ * makes sync mode go by quorum. */
 #include "tests/xdc_test.h"
 
 #include "orchestrator/runcfg/orch_run_config.h"
@@ -54,4 +55,20 @@ XDC_TEST(run_config_nobody_waits_and_slowdown_load_and_name_misuse)
     names(&errs, "diloco.nobody_waits needs mode diloco (this run's mode is sync)");
     XDC_ASSERT_ERR(load("auto", "mode: diloco\nplan: auto\ndiloco: {nobody_waits: true}\n", &c, &errs), XDC_ERR_CONFIG);
     names(&errs, "diloco.nobody_waits needs plan: off");
+}
+
+/* `elastic:` in a sync-mode run file, any settings, makes its steps rounds of the elastic protocol across
+ * regions; without it, or with delayed averaging, sync mode is all or nothing. */
+XDC_TEST(run_config_elastic_key_makes_sync_mode_elastic)
+{
+    static orch_run_config c;
+    xdc_cfg_errors errs;
+    XDC_ASSERT_OK(load("esync", "mode: sync\nelastic: {}\n", &c, &errs));
+    XDC_ASSERT(c.elastic.set && orch_quorum_elastic(&c, 3) && !orch_quorum_elastic(&c, 1));
+    XDC_ASSERT_OK(load("ssync", "mode: sync\n", &c, &errs));
+    XDC_ASSERT(!c.elastic.set && !orch_quorum_elastic(&c, 3));
+    XDC_ASSERT_OK(load("dsync", "mode: sync\nelastic: {min_regions: 2}\nsync: {delay_steps: 1}\n", &c, &errs));
+    XDC_ASSERT(c.elastic.set && !orch_quorum_elastic(&c, 3));
+    XDC_ASSERT_OK(load("ediloco", "mode: diloco\n", &c, &errs)); /* DiLoCo goes by quorum without the key */
+    XDC_ASSERT(orch_quorum_elastic(&c, 3));
 }

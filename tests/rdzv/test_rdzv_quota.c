@@ -27,6 +27,13 @@ XDC_TEST(rdzv_quota_sized_from_the_runs_shape)
     orch_run_config c = shape_cfg(ORCH_MODE_SYNC, 1000, 0);
     orch_run_config_rdzv_shape(&c, 2, &sh);
     XDC_ASSERT(sh.rejoins == 0 && sh.replans == 0);
+    /* sync with `elastic:`: every step a round, and the end; with delayed averaging all or nothing again */
+    c.elastic.set = true;
+    orch_run_config_rdzv_shape(&c, 2, &sh);
+    XDC_ASSERT_EQ(sh.rejoins, 1001);
+    c.sync.delay_steps = 1;
+    orch_run_config_rdzv_shape(&c, 2, &sh);
+    XDC_ASSERT_EQ(sh.rejoins, 0);
     /* DiLoCo, 1000 steps of H = 30: 34 rounds, and the end */
     c = shape_cfg(ORCH_MODE_DILOCO, 1000, 30);
     orch_run_config_rdzv_shape(&c, 3, &sh);
