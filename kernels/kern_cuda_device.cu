@@ -10,6 +10,7 @@ extern "C" {
 #include "kernels/kern_cuda_priv.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <cublas_v2.h>
@@ -263,6 +264,30 @@ static void cu_stream_destroy(xdc_stream *s)
     delete s;
 }
 
+/* A cell around the caller's cudaStream_t (1 and NULL: the legacy default stream, 2: the per-thread one), on
+ * the calling thread's device; unwrap frees the cell only. */
+static xdc_err_t cu_stream_wrap(void *native, xdc_stream **out)
+{
+    int dev = 0;
+    xdc_err_t err = status(cudaGetDevice(&dev));
+    if (err != XDC_OK) return err;
+    xdc_stream *s = new (std::nothrow) xdc_stream;
+    if (!s) return XDC_ERR_NOMEM;
+    s->device = dev;
+    uintptr_t v = (uintptr_t)native;
+    s->s = v == 0 || v == 1 ? cudaStreamLegacy : v == 2 ? cudaStreamPerThread : (cudaStream_t)native;
+    *out = s;
+    return XDC_OK;
+}
+
+static void cu_stream_unwrap(xdc_stream *s)
+{
+    if (!s || s->is_main) return;
+    if (s->blas) cublasDestroy(s->blas);
+    if (current == s) current = nullptr;
+    delete s;
+}
+
 static xdc_err_t cu_stream_sync(xdc_stream *s)
 {
     s = resolve(s);
@@ -433,6 +458,8 @@ static xdc_device_ops make_ops(void)
     o.host_free = cu_host_free;
     o.stream_create = cu_stream_create;
     o.stream_destroy = cu_stream_destroy;
+    o.stream_wrap = cu_stream_wrap;
+    o.stream_unwrap = cu_stream_unwrap;
     o.stream_sync = cu_stream_sync;
     o.stream_error = cu_stream_error;
     o.set_stream = cu_set_stream;

@@ -3,7 +3,12 @@
  * set-up without the model, on the CPU device: the caller's buffers are host memory. Each tag is one
  * xdc_sync on the comm engine, created at the tag's first use and kept (its codec contexts hold the
  * error-feedback residual); the teardown stops and frees them in the order docs/design.md gives. Outer
- * rounds are the worker's (orchestrator/worker/orch_outer.h), on a worker without a model. */
+ * rounds are the worker's (orchestrator/worker/orch_outer.h), on a worker without a model.
+ *
+ * The device entry points (*_device) take device memory of the device table XDC_DEVICE names (cuda by
+ * default) and the caller's stream: a device tag's sync, codec and outer state live on that device (only
+ * encoded bytes in pinned host memory), its work runs on xdc's own streams, ordered after the caller's
+ * stream by an event recorded there, and the caller's stream waits on xdc's completion event. */
 #include <xdc.h>
 
 #include "common/xdc_alloc.h"
@@ -23,15 +28,22 @@ struct xdc_request {
     xdc_sync *sync; /* the tag's: its buckets, codec contexts and residual */
     size_t count;   /* fp32 elements, fixed at the tag's first use */
     int tag;
-    int pending; /* a round was posted and not yet completed by test or wait */
+    int pending;                /* a round was posted and not yet completed by test or wait */
+    int device;                 /* the device entry points' ordinal the tag lives on; -1: host memory */
+    const xdc_kern_backend *be; /* the device's table (device >= 0) */
+    xdc_stream *caller;         /* device: the caller's stream of the round in flight (stream_wrap) */
 };
 
 /* A tag's DiLoCo outer state (orch_outer, the worker's own): the caller's parameter list is copied into
- * outer.local, one after the other, around each round. */
+ * outer.local, one after the other, around each round (on outer.stream, xdc's own, for a device tag). */
 typedef struct api_outer {
     orch_outer outer;
+    orch_worker *w;             /* the bare worker the rounds run on: host or the device's */
+    const xdc_kern_backend *be; /* w's backend, which holds the state */
     int n_params;
-    size_t *counts; /* (n_params) fp32 elements of each parameter */
+    size_t *counts;          /* (n_params) fp32 elements of each parameter */
+    int device;              /* as xdc_request.device */
+    xdc_event *ready, *done; /* device: the caller's stream before xdc's, xdc's before the caller's */
 } api_outer;
 
 /* xdc_comm_check_same: the value as CHECK_DIGITS 4-bit digits d, then their squares, fp32 ((2 * CHECK_DIGITS)
@@ -53,7 +65,9 @@ typedef struct api_tags {
 
 struct xdc_comm {
     orch_member *m;
-    orch_worker *outer_w; /* orch_worker_bare_create: the outer rounds run on it */
+    orch_worker *outer_w;           /* orch_worker_bare_create: the outer rounds run on it */
+    orch_worker *dev_w;             /* the same on dev_be: the outer rounds of device tags (at the first) */
+    const xdc_kern_backend *dev_be; /* the device entry points' table (XDC_DEVICE; at the first call) */
     orch_member_opts opts;
     char topology[512], config[512], run_dir[512];
     api_tags tags;
@@ -74,12 +88,21 @@ static void tags_destroy(api_tags *t)
 {
     xdc_sync_destroy(t->check);
     for (int i = 0; i < XDC_MAX_TAGS; i++) {
-        if (t->by_tag[i]) xdc_sync_destroy(t->by_tag[i]->sync);
-        xdc_free(t->by_tag[i]);
+        xdc_request *r = t->by_tag[i];
+        if (r) xdc_sync_destroy(r->sync);
+        if (r && r->be) r->be->device->stream_unwrap(r->caller);
+        xdc_free(r);
         api_outer *a = t->outer[i];
         if (!a) continue;
-        orch_member_backend(t->m)->device->mem_free(a->outer.local);
-        orch_outer_destroy(t->outer_w, &a->outer); /* its sync too */
+        if (a->w) { /* what outer_init got to */
+            const xdc_device_ops *dev = a->be->device;
+            xdc_stream *own = a->outer.stream;
+            dev->mem_free(a->outer.local);
+            orch_outer_destroy(a->w, &a->outer); /* its sync too */
+            dev->stream_destroy(own);            /* NULL (host): a no-op */
+            dev->event_destroy(a->ready);
+            dev->event_destroy(a->done);
+        }
         xdc_free(a->counts);
         xdc_free(a);
     }
@@ -94,6 +117,7 @@ static void close_comm(xdc_comm *c)
     orch_member_disconnect(c->m);
     tags_destroy(&c->tags);
     orch_worker_bare_destroy(c->outer_w);
+    orch_worker_bare_destroy(c->dev_w);
     orch_member_destroy(c->m);
 }
 
@@ -221,7 +245,7 @@ int xdc_comm_create(const xdc_comm_options *opts, xdc_comm **out, char *err, siz
     if (rc == XDC_OK) what = "WAN engine and rendezvous", rc = orch_member_open_wan(c->m, &d);
     if (rc == XDC_OK) rc = orch_member_connect(c->m, &what, &d);
     if (rc == XDC_OK) what = "comm engine", rc = orch_member_comm_engine(c->m, &d);
-    if (rc == XDC_OK) rc = orch_worker_bare_create(c->m, &c->outer_w);
+    if (rc == XDC_OK) rc = orch_worker_bare_create(c->m, NULL, &c->outer_w);
     if (rc == XDC_OK) {
         c->tags.m = c->m;
         c->tags.outer_w = c->outer_w;
@@ -266,8 +290,77 @@ int xdc_comm_region(const xdc_comm *c) { return c ? id_of(c)->region_idx : -1; }
 int xdc_comm_num_regions(const xdc_comm *c) { return c ? id_of(c)->n_regions : -1; }
 const char *xdc_comm_region_name(const xdc_comm *c) { return c ? id_of(c)->region : ""; }
 
-/* The tag's state, created at its first use (the only allocation of an all-reduce). */
-static xdc_err_t tag_state(xdc_comm *c, int tag, size_t count, xdc_request **out, xdc_diag *diag)
+/* ---- device scope -------------------------------------------------------------------------------------- */
+
+/* A device call's scope: the device table (XDC_DEVICE, cuda by default, found at the first device call), the
+ * calling thread bound to `device` for the call (its own binding back at the end: the caller's framework keeps
+ * its current device), and the caller's stream wrapped (stream_wrap) when `stream` is not DEV_NO_STREAM. */
+typedef struct api_dev {
+    const xdc_kern_backend *be;
+    int prev;           /* the calling thread's device before the call */
+    xdc_stream *caller; /* the caller's stream; NULL until wrapped */
+} api_dev;
+
+#define DEV_NO_STREAM ((void *)-1) /* device_enter: bind only */
+
+static xdc_err_t device_enter(xdc_comm *c, int device, void *stream, api_dev *d, xdc_diag *diag)
+{
+    if (!c->dev_be) {
+        const char *word = getenv("XDC_DEVICE");
+        xdc_backend_kind kind = XDC_BACKEND_CUDA;
+        if (word && *word && xdc_backend_parse(word, &kind) != XDC_OK) {
+            xdc_diag_set(diag, "XDC_DEVICE='%s' is not a device (cuda, cpu-strict or cpu)", word);
+            return XDC_ERR_CONFIG;
+        }
+        XDC_CHECK(xdc_kern_backend_get(kind, &c->dev_be, diag));
+    }
+    const xdc_device_ops *dev = c->dev_be->device;
+    *d = (api_dev){.be = c->dev_be};
+    XDC_CHECK(dev->get_device(&d->prev));
+    if (dev->set_device(device) != XDC_OK) {
+        xdc_diag_set(diag, "%s device %d: no such device", c->dev_be->name, device);
+        return XDC_ERR_INVALID;
+    }
+    xdc_err_t rc = stream == DEV_NO_STREAM ? XDC_OK : dev->stream_wrap(stream, &d->caller);
+    if (rc != XDC_OK) {
+        xdc_diag_set(diag, "%s device %d: the caller's stream %p is not one of it", c->dev_be->name, device, stream);
+        (void)dev->set_device(d->prev);
+    }
+    return rc;
+}
+
+/* The end of device_enter's scope (its wrapped stream released unless the caller took it: NULL). */
+static void device_leave(api_dev *d)
+{
+    d->be->device->stream_unwrap(d->caller);
+    (void)d->be->device->set_device(d->prev);
+}
+
+/* Work queued on `after` from now on runs after the work queued on `before` so far (ev recorded there). */
+static xdc_err_t order(const xdc_device_ops *dev, xdc_event *ev, xdc_stream *before, xdc_stream *after)
+{
+    XDC_CHECK(dev->event_record(ev, before));
+    return dev->stream_wait_event(after, ev);
+}
+
+/* A device tag's buffers are device memory the member's region communicator (host shared memory) cannot
+ * read: with replicas in the region, refused. */
+static xdc_err_t device_alone(xdc_comm *c, const xdc_kern_backend *be, int tag, xdc_diag *diag)
+{
+    if (!be || be->kind == orch_member_backend(c->m)->kind || !region_replicas(c)) return XDC_OK;
+    xdc_diag_set(diag,
+                 "tag %d: %s device memory with %d members in this region: the region's communicator is host shared "
+                 "memory (device buffers take one member per region for now)",
+                 tag, be->name, xdc_intra_size(orch_member_region_comm(c->m)));
+    return XDC_ERR_UNSUPPORTED;
+}
+
+/* ---- all-reduce ---------------------------------------------------------------------------------------- */
+
+/* The tag's state, created at its first use (the only allocation of an all-reduce), on `be` device `device`
+ * (be NULL, device -1: host memory); later calls must name the same place. */
+static xdc_err_t tag_state(xdc_comm *c, int tag, size_t count, const xdc_kern_backend *be, int device,
+                           xdc_request **out, xdc_diag *diag)
 {
     if (tag < 0 || tag >= XDC_MAX_TAGS || count == 0) {
         xdc_diag_set(diag, "tag %d, count %zu: a tag is 0..%d and a count at least 1", tag, count, XDC_MAX_TAGS - 1);
@@ -285,9 +378,15 @@ static xdc_err_t tag_state(xdc_comm *c, int tag, size_t count, xdc_request **out
                          r->count, count);
             return XDC_ERR_INVALID;
         }
+        if (r->device != device) {
+            xdc_diag_set(diag, "tag %d lives on %s %d; this call passes %s %d (fixed at the tag's first use)", tag,
+                         r->device < 0 ? "host" : "device", r->device, device < 0 ? "host" : "device", device);
+            return XDC_ERR_INVALID;
+        }
         *out = r;
         return XDC_OK;
     }
+    XDC_CHECK(device_alone(c, be, tag, diag));
     r = xdc_calloc(1, sizeof *r);
     if (!r) return XDC_ERR_NOMEM;
     xdc_sync_cfg sc;
@@ -295,7 +394,8 @@ static xdc_err_t tag_state(xdc_comm *c, int tag, size_t count, xdc_request **out
     sc.n_elems = count;
     sc.dp = region_replicas(c); /* every member a replica */
     sc.name = "libxdc";
-    xdc_err_t rc = xdc_sync_create(orch_member_sync_engine(c->m), &sc, &r->sync, diag);
+    sc.backend = be; /* the codec runs there too; compute NULL: the calling thread's current stream */
+    xdc_err_t rc = xdc_sync_create(orch_member_sync_engine(c->m), &sc, &r->sync, diag); /* on the bound device */
     if (rc != XDC_OK) {
         xdc_free(r);
         return rc;
@@ -303,10 +403,34 @@ static xdc_err_t tag_state(xdc_comm *c, int tag, size_t count, xdc_request **out
     r->comm = c;
     r->count = count;
     r->tag = tag;
+    r->device = device;
+    r->be = be;
     c->tags.by_tag[tag] = r;
     c->tags.order[c->tags.n++] = r->sync;
     *out = r;
     return XDC_OK;
+}
+
+/* Post the round on r: the whole buffer final once the work queued so far on `caller` ran (device: the
+ * calling thread's current stream made `caller` for the mark, so the ready event is recorded there). */
+static xdc_err_t post(xdc_request *r, float *buf, xdc_stream *caller, xdc_diag *diag)
+{
+    if (r->pending) {
+        xdc_diag_set(diag, "tag %d: the round posted before is not complete (wait for its request first)", r->tag);
+        return XDC_ERR_INVALID;
+    }
+    if (xdc_sync_begin(r->sync, buf) != XDC_OK) {
+        xdc_diag_set(diag, "tag %d: the communicator takes no more rounds (it was stopped)", r->tag);
+        return XDC_ERR_CLOSED;
+    }
+    const xdc_device_ops *dev = r->be ? r->be->device : NULL;
+    xdc_stream *prev = NULL;
+    xdc_err_t rc = dev ? dev->get_stream(&prev) : XDC_OK;
+    if (rc == XDC_OK && dev) rc = dev->set_stream(caller);
+    xdc_sync_mark_ready(r->sync, 0); /* the whole buffer is final: the comm thread starts at once */
+    if (dev) (void)dev->set_stream(prev);
+    r->pending = 1;
+    return rc;
 }
 
 int xdc_iallreduce(xdc_comm *c, int tag, float *buf, size_t count, xdc_request **req)
@@ -315,20 +439,52 @@ int xdc_iallreduce(xdc_comm *c, int tag, float *buf, size_t count, xdc_request *
     *req = NULL;
     xdc_diag d = {{0}};
     xdc_request *r;
-    xdc_err_t rc = tag_state(c, tag, count, &r, &d);
+    xdc_err_t rc = tag_state(c, tag, count, NULL, -1, &r, &d);
+    if (rc == XDC_OK) rc = post(r, buf, NULL, &d);
     if (rc != XDC_OK) return fail(c, rc, &d);
-    if (r->pending) {
-        xdc_diag_set(&d, "tag %d: the round posted before is not complete (wait for its request first)", tag);
-        return fail(c, XDC_ERR_INVALID, &d);
-    }
-    if ((rc = xdc_sync_begin(r->sync, buf)) != XDC_OK) {
-        xdc_diag_set(&d, "tag %d: the communicator takes no more rounds (it was stopped)", tag);
-        return fail(c, rc, &d);
-    }
-    xdc_sync_mark_ready(r->sync, 0); /* the whole buffer is final: the comm thread starts at once */
-    r->pending = 1;
     *req = r;
     return XDC_SUCCESS;
+}
+
+int xdc_iallreduce_device(xdc_comm *c, int tag, float *buf, size_t count, int device, void *stream, xdc_request **req)
+{
+    if (!c || !req || !buf) return XDC_STATUS_INVALID;
+    *req = NULL;
+    xdc_diag d = {{0}};
+    api_dev dv;
+    xdc_request *r;
+    xdc_err_t rc = device_enter(c, device, stream, &dv, &d);
+    if (rc != XDC_OK) return fail(c, rc, &d);
+    rc = tag_state(c, tag, count, dv.be, device, &r, &d);
+    if (rc == XDC_OK) rc = post(r, buf, dv.caller, &d);
+    if (rc == XDC_OK) {
+        r->caller = dv.caller; /* held until the round completed: the result is ordered before it then */
+        dv.caller = NULL;
+    }
+    device_leave(&dv);
+    if (rc != XDC_OK) return fail(c, rc, &d);
+    *req = r;
+    return XDC_SUCCESS;
+}
+
+/* xdc_sync_wait on r; a device round's completion event made a wait of the caller's stream (its current
+ * stream for the call, on the tag's device). */
+static xdc_err_t wait_round(xdc_request *r, int64_t timeout_ms, xdc_diag *diag)
+{
+    if (!r->be) return xdc_sync_wait(r->sync, timeout_ms, diag);
+    const xdc_device_ops *dev = r->be->device;
+    int prev_dev = 0;
+    xdc_stream *prev = NULL;
+    XDC_CHECK(dev->get_device(&prev_dev));
+    xdc_err_t rc = dev->set_device(r->device);
+    if (rc == XDC_OK) rc = dev->get_stream(&prev);
+    if (rc == XDC_OK) rc = dev->set_stream(r->caller);
+    if (rc == XDC_OK) {
+        rc = xdc_sync_wait(r->sync, timeout_ms, diag);
+        (void)dev->set_stream(prev);
+    }
+    (void)dev->set_device(prev_dev);
+    return rc;
 }
 
 /* Complete r within timeout_ms, or say `not_yet` (the round goes on). */
@@ -341,7 +497,7 @@ static int settle(xdc_request *r, int64_t timeout_ms, int not_yet)
         xdc_diag_set(&d, "tag %d: no round in flight (its request completed before)", r->tag);
         return fail(c, XDC_ERR_INVALID, &d);
     }
-    xdc_err_t rc = xdc_sync_wait(r->sync, timeout_ms, &d);
+    xdc_err_t rc = wait_round(r, timeout_ms, &d);
     if (rc == XDC_ERR_AGAIN) {
         if (not_yet == XDC_STATUS_IN_PROGRESS) return not_yet; /* a look, not a failure */
         xdc_diag_set(&d, "tag %d: not complete within %lld ms (still in flight)", r->tag, (long long)timeout_ms);
@@ -349,6 +505,8 @@ static int settle(xdc_request *r, int64_t timeout_ms, int not_yet)
         return not_yet;
     }
     r->pending = 0;
+    if (r->be) r->be->device->stream_unwrap(r->caller);
+    r->caller = NULL;
     if (rc == XDC_OK) return XDC_SUCCESS;
     char what[32];
     snprintf(what, sizeof what, "all-reduce of tag %d", r->tag);
@@ -367,20 +525,53 @@ int xdc_allreduce(xdc_comm *c, int tag, float *buf, size_t count)
     return st == XDC_SUCCESS ? xdc_request_wait(r, -1) : st;
 }
 
-/* The caller's parameters into the staging (to_local) or back. */
-static void outer_copy(api_outer *a, float *const *params, int to_local)
+int xdc_allreduce_device(xdc_comm *c, int tag, float *buf, size_t count, int device, void *stream)
 {
+    xdc_request *r;
+    int st = xdc_iallreduce_device(c, tag, buf, count, device, stream, &r);
+    return st == XDC_SUCCESS ? xdc_request_wait(r, -1) : st;
+}
+
+/* ---- outer rounds -------------------------------------------------------------------------------------- */
+
+/* The caller's parameters into the staging (to_local) or back, queued on the outer stream (host: at once). */
+static xdc_err_t outer_copy(api_outer *a, float *const *params, int to_local)
+{
+    const xdc_device_ops *dev = a->be->device;
     size_t off = 0;
     for (int i = 0; i < a->n_params; i++) {
         size_t bytes = a->counts[i] * sizeof(float);
-        if (to_local) memcpy(a->outer.local + off, params[i], bytes);
-        else memcpy(params[i], a->outer.local + off, bytes);
+        float *local = a->outer.local + off;
+        XDC_CHECK(dev->copy_d2d(to_local ? local : params[i], to_local ? params[i] : local, bytes, a->outer.stream));
         off += a->counts[i];
     }
+    return XDC_OK;
 }
 
+/* A round's (or the set-up's) work on a device tag ordered between the caller's stream and xdc's: `before`
+ * the caller's work so far, then (!before) the caller's later work after xdc's. Host tags: nothing. */
+static xdc_err_t outer_order(api_outer *a, xdc_stream *caller, int before)
+{
+    if (a->device < 0) return XDC_OK;
+    const xdc_device_ops *dev = a->be->device;
+    return before ? order(dev, a->ready, caller, a->outer.stream) : order(dev, a->done, a->outer.stream, caller);
+}
+
+/* The device tag's own stream and events, made on the bound device. */
+static xdc_err_t outer_device_state(xdc_comm *c, api_outer *a, const api_dev *dv)
+{
+    const xdc_device_ops *dev = dv->be->device;
+    if (!c->dev_w) XDC_CHECK(orch_worker_bare_create(c->m, dv->be, &c->dev_w));
+    a->w = c->dev_w;
+    a->be = dv->be;
+    XDC_CHECK(dev->stream_create(&a->outer.stream));
+    XDC_CHECK(dev->event_create(&a->ready));
+    return dev->event_create(&a->done);
+}
+
+/* dv NULL: host memory on the member's device. */
 static xdc_err_t outer_init(xdc_comm *c, int tag, int n_params, float *const *params, const size_t *counts,
-                            xdc_diag *diag)
+                            const api_dev *dv, int device, xdc_diag *diag)
 {
     if (tag < 0 || tag >= XDC_MAX_TAGS || n_params < 1 || !params || !counts) {
         xdc_diag_set(diag, "tag %d, %d parameters: a tag is 0..%d, and at least one parameter with its count", tag,
@@ -399,6 +590,7 @@ static xdc_err_t outer_init(xdc_comm *c, int tag, int n_params, float *const *pa
         }
         n += counts[i];
     }
+    if (dv) XDC_CHECK(device_alone(c, dv->be, tag, diag));
     api_outer *a = xdc_calloc(1, sizeof *a);
     if (!a) return XDC_ERR_NOMEM;
     c->tags.outer[tag] = a; /* from here on tags_destroy frees whatever was made */
@@ -407,47 +599,139 @@ static xdc_err_t outer_init(xdc_comm *c, int tag, int n_params, float *const *pa
     memcpy(a->counts, counts, (size_t)n_params * sizeof *counts);
     a->n_params = n_params;
     a->outer.n = n;
-    XDC_CHECK(orch_member_backend(c->m)->device->mem_alloc((void **)&a->outer.local, n * sizeof(float)));
-    outer_copy(a, params, 1); /* the start of the first inner phase: global = these */
-    xdc_intra_comm *dp = region_replicas(c);
-    XDC_CHECK(orch_outer_open(c->outer_w, &a->outer, dp, diag));
+    a->device = device;
+    a->w = c->outer_w;
+    a->be = orch_member_backend(c->m);
+    if (dv) XDC_CHECK(outer_device_state(c, a, dv));
+    XDC_CHECK(a->be->device->mem_alloc((void **)&a->outer.local, n * sizeof(float)));
+    xdc_stream *caller = dv ? dv->caller : NULL;
+    XDC_CHECK(outer_order(a, caller, 1));
+    XDC_CHECK(outer_copy(a, params, 1)); /* the start of the first inner phase: global = these */
+    XDC_CHECK(orch_outer_open(a->w, &a->outer, region_replicas(c), diag));
     c->tags.order[c->tags.n++] = a->outer.sync;
-    return XDC_OK;
+    return outer_order(a, caller, 0); /* the caller overwrites its parameters only after they were read */
 }
 
 int xdc_outer_init(xdc_comm *c, int tag, int n_params, float *const *params, const size_t *counts)
 {
     if (!c) return XDC_STATUS_INVALID;
     xdc_diag d = {{0}};
-    xdc_err_t rc = outer_init(c, tag, n_params, params, counts, &d);
+    xdc_err_t rc = outer_init(c, tag, n_params, params, counts, NULL, -1, &d);
     return rc == XDC_OK ? XDC_SUCCESS : fail(c, rc, &d);
+}
+
+int xdc_outer_init_device(xdc_comm *c, int tag, int n_params, float *const *params, const size_t *counts, int device,
+                          void *stream)
+{
+    if (!c) return XDC_STATUS_INVALID;
+    xdc_diag d = {{0}};
+    api_dev dv;
+    xdc_err_t rc = device_enter(c, device, stream, &dv, &d);
+    if (rc != XDC_OK) return fail(c, rc, &d);
+    rc = outer_init(c, tag, n_params, params, counts, &dv, device, &d);
+    device_leave(&dv);
+    return rc == XDC_OK ? XDC_SUCCESS : fail(c, rc, &d);
+}
+
+/* One round over params: the caller's parameters in, the outer round, the new global parameters back. */
+static xdc_err_t outer_round(api_outer *a, float *const *params, xdc_stream *caller, xdc_diag *diag)
+{
+    XDC_CHECK(outer_order(a, caller, 1));
+    XDC_CHECK(outer_copy(a, params, 1));
+    XDC_CHECK(orch_outer_round(a->w, &a->outer, diag)); /* pseudo, mean, Nesterov step, local = global */
+    XDC_CHECK(outer_copy(a, params, 0));
+    return outer_order(a, caller, 0);
+}
+
+/* The tag's outer state after the checks every round call makes (NULL: refused, diag says why). */
+static api_outer *outer_of(xdc_comm *c, int tag, float *const *params, int device, xdc_diag *diag)
+{
+    api_outer *a = tag >= 0 && tag < XDC_MAX_TAGS ? c->tags.outer[tag] : NULL;
+    if (!a || !a->outer.sync || !params) {
+        xdc_diag_set(diag, "tag %d: no outer rounds set up on it (xdc_outer_init first), or no parameters", tag);
+        return NULL;
+    }
+    if ((a->device < 0) != (device < 0)) {
+        xdc_diag_set(diag, "tag %d holds %s parameters (set up by %s)", tag, a->device < 0 ? "host" : "device",
+                     a->device < 0 ? "xdc_outer_init: call xdc_outer_round"
+                                   : "xdc_outer_init_device: call xdc_outer_round_device");
+        return NULL;
+    }
+    for (int i = 0; i < a->n_params; i++)
+        if (!params[i]) {
+            xdc_diag_set(diag, "tag %d: parameter %d is NULL", tag, i);
+            return NULL;
+        }
+    return a;
+}
+
+/* A round's failure: reported to the launcher, prefixed, on the communicator. */
+static int outer_failed(xdc_comm *c, int tag, xdc_err_t rc, xdc_diag *d)
+{
+    char what[32];
+    snprintf(what, sizeof what, "outer round of tag %d", tag);
+    orch_member_report_failure(c->m, what, rc, d->msg);
+    xdc_diag_prefix(d, "%s", what);
+    return fail(c, rc, d);
 }
 
 int xdc_outer_round(xdc_comm *c, int tag, float *const *params)
 {
     if (!c) return XDC_STATUS_INVALID;
     xdc_diag d = {{0}};
-    api_outer *a = tag >= 0 && tag < XDC_MAX_TAGS ? c->tags.outer[tag] : NULL;
-    if (!a || !a->outer.sync || !params) {
-        xdc_diag_set(&d, "tag %d: no outer rounds set up on it (xdc_outer_init first), or no parameters", tag);
-        return fail(c, XDC_ERR_INVALID, &d);
-    }
-    for (int i = 0; i < a->n_params; i++)
-        if (!params[i]) {
-            xdc_diag_set(&d, "tag %d: parameter %d is NULL", tag, i);
-            return fail(c, XDC_ERR_INVALID, &d);
-        }
-    outer_copy(a, params, 1);
-    xdc_err_t rc = orch_outer_round(c->outer_w, &a->outer, &d); /* pseudo, mean, Nesterov step, local = global */
-    if (rc != XDC_OK) {
-        char what[32];
-        snprintf(what, sizeof what, "outer round of tag %d", tag);
-        orch_member_report_failure(c->m, what, rc, d.msg);
-        xdc_diag_prefix(&d, "%s", what);
-        return fail(c, rc, &d);
-    }
-    outer_copy(a, params, 0);
-    return XDC_SUCCESS;
+    api_outer *a = outer_of(c, tag, params, -1, &d);
+    if (!a) return fail(c, XDC_ERR_INVALID, &d);
+    xdc_err_t rc = outer_round(a, params, NULL, &d);
+    return rc == XDC_OK ? XDC_SUCCESS : outer_failed(c, tag, rc, &d);
+}
+
+int xdc_outer_round_device(xdc_comm *c, int tag, float *const *params, void *stream)
+{
+    if (!c) return XDC_STATUS_INVALID;
+    xdc_diag d = {{0}};
+    api_outer *a = outer_of(c, tag, params, 0, &d);
+    if (!a) return fail(c, XDC_ERR_INVALID, &d);
+    api_dev dv;
+    xdc_err_t rc = device_enter(c, a->device, stream, &dv, &d);
+    if (rc != XDC_OK) return fail(c, rc, &d);
+    rc = outer_round(a, params, dv.caller, &d);
+    device_leave(&dv);
+    return rc == XDC_OK ? XDC_SUCCESS : outer_failed(c, tag, rc, &d);
+}
+
+/* ---- device memory for programs without a runtime of their own ---------------------------------------- */
+
+int xdc_device_alloc(xdc_comm *c, int device, size_t bytes, void **out)
+{
+    if (!c || !out) return XDC_STATUS_INVALID;
+    xdc_diag d = {{0}};
+    api_dev dv;
+    xdc_err_t rc = device_enter(c, device, DEV_NO_STREAM, &dv, &d);
+    if (rc != XDC_OK) return fail(c, rc, &d);
+    rc = dv.be->device->mem_alloc(out, bytes);
+    device_leave(&dv);
+    if (rc != XDC_OK) xdc_diag_set(&d, "%s device %d: cannot allocate %zu bytes", dv.be->name, device, bytes);
+    return rc == XDC_OK ? XDC_SUCCESS : fail(c, rc, &d);
+}
+
+void xdc_device_free(xdc_comm *c, void *p)
+{
+    if (c && c->dev_be) c->dev_be->device->mem_free(p);
+}
+
+int xdc_device_copy(xdc_comm *c, int device, void *dst, const void *src, size_t bytes, int to_device, void *stream)
+{
+    if (!c || !dst || !src) return XDC_STATUS_INVALID;
+    xdc_diag d = {{0}};
+    api_dev dv;
+    xdc_err_t rc = device_enter(c, device, stream, &dv, &d);
+    if (rc != XDC_OK) return fail(c, rc, &d);
+    const xdc_device_ops *dev = dv.be->device;
+    rc = to_device ? dev->copy_h2d(dst, src, bytes, dv.caller) : dev->copy_d2h(dst, src, bytes, dv.caller);
+    if (rc == XDC_OK) rc = dev->stream_sync(dv.caller);
+    if (rc != XDC_OK) (void)dev->stream_error(dv.caller, &d);
+    device_leave(&dv);
+    return rc == XDC_OK ? XDC_SUCCESS : fail(c, rc, &d);
 }
 
 int xdc_comm_get_stats(xdc_comm *c, xdc_comm_stats *out)

@@ -31,9 +31,10 @@ typedef struct orch_outer {
 } orch_outer;
 
 /* A worker without a model on member m (loaded, placed, its device chosen, connected, its comm engine
- * running; m stays the caller's): enough for the outer rounds below, never elastic. Destroy frees it only
+ * running; m stays the caller's): enough for the outer rounds below, never elastic. Its outer state lives on
+ * `be` (NULL: the member's backend; libxdc's device entry points: the caller's device). Destroy frees it only
  * (NULL: no-op). */
-xdc_err_t orch_worker_bare_create(orch_member *m, orch_worker **out);
+xdc_err_t orch_worker_bare_create(orch_member *m, const xdc_kern_backend *be, orch_worker **out);
 void orch_worker_bare_destroy(orch_worker *w);
 
 /* The outer loop over o->local (o->n fp32 device memory of w's backend; global = its values now), its

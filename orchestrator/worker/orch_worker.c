@@ -187,11 +187,12 @@ static void attach(orch_worker *w, orch_member *m)
     w->model.be = orch_member_backend(m);
 }
 
-xdc_err_t orch_worker_bare_create(orch_member *m, orch_worker **out)
+xdc_err_t orch_worker_bare_create(orch_member *m, const xdc_kern_backend *be, orch_worker **out)
 {
     *out = xdc_calloc(1, sizeof **out);
     if (!*out) return XDC_ERR_NOMEM;
     attach(*out, m);
+    if (be) (*out)->model.be = be;
     return XDC_OK;
 }
 

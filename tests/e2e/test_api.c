@@ -571,3 +571,22 @@ static void train_gpt(const char *name, const char *args, double margin)
 XDC_TEST_T(api_torch_example_diloco_loss_falls, 300) { train_gpt("tgd", "--steps 60 --sync-every 10", 1.5); }
 
 XDC_TEST_T(api_torch_example_ddp_loss_falls, 300) { train_gpt("tgs", "--ddp --steps 30", 1.5); }
+
+/* tests/api/device.c: the device entry points on cpu-strict memory (the host cannot touch it), one member per
+ * region: outer rounds and an all-reduce exact with codec none, a host call on a device tag refused. */
+XDC_TEST_T(api_device_entry_points_on_strict_memory, 120)
+{
+    char prog[700], src[600], run[700], topo[700], cmdline[900];
+    static char out[1 << 16];
+    build_against_install(xdc_test_src("tests/api/device.c", src, sizeof src), "device", prog, sizeof prog);
+    one_each(topo, sizeof topo);
+    write_run("dev", "none", run, sizeof run);
+    snprintf(cmdline, sizeof cmdline, "env XDC_DEVICE=cpu-strict %s", prog);
+    int rc = launch_exec(topo, run, "dev-run", cmdline, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch --exec exited %d:\n%s", rc, out);
+    for (int r = 0; r < 2; r++) {
+        char want[80];
+        snprintf(want, sizeof want, "device: rank %d: 2 rounds exact (0.6953125), mean exact", r);
+        XDC_ASSERT_STR_CONTAINS(out, want);
+    }
+}
