@@ -590,3 +590,33 @@ XDC_TEST_T(api_device_entry_points_on_strict_memory, 120)
         XDC_ASSERT_STR_CONTAINS(out, want);
     }
 }
+
+/* tests/api/device_checks.py shim: xdc.torch.DiLoCo over shim objects whose __cuda_array_interface__ points
+ * at cpu-strict device memory, one member per region: libxdc's device path (streams, events, the codec on the
+ * device, pinned staging) gives the exact outer step and the same parameters everywhere; an all-reduce of
+ * device memory the exact mean; parameter lists on two devices refused naming the tensors. */
+XDC_TEST_T(api_torch_device_path_on_strict_memory, 300)
+{
+    char run[700], topo[700];
+    static char out[1 << 16];
+    one_each(topo, sizeof topo);
+    int rc = launch_python(topo, "tests/api/device_checks.py", "shim", "tds", "none", 1, run, sizeof run, out,
+                           sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "device_checks.py shim exited %d:\n%s", rc, out);
+    same_on_every_rank(out, "device_checks: shim: ", "ok, 2 rounds exact (0.6953125), mean exact, hash", 2);
+}
+
+/* tests/api/device_checks.py host: DiLoCo with offload=True over float32 CPU tensors and over bfloat16 CPU
+ * tensors, one member per region: the same parameters on every member after the last round. */
+XDC_TEST_T(api_torch_offload_and_bf16_same_parameters, 300)
+{
+    char run[700], topo[700];
+    static char out[1 << 16];
+    one_each(topo, sizeof topo);
+    int rc = launch_python(topo, "tests/api/device_checks.py", "host", "tdh", "none", 1, run, sizeof run, out,
+                           sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "device_checks.py host exited %d:\n%s", rc, out);
+    same_on_every_rank(out, "device_checks: host: ", "offload hash", 2);
+    same_on_every_rank(out, "device_checks: host: ", "bf16 hash", 2);
+    XDC_ASSERT_STR_CONTAINS(out, "device_checks: host: rank 1: ok");
+}
