@@ -5,8 +5,9 @@
  * call, the threading rules, the environment a process reads its identity from, the status codes and
  * the versioning rule, and a complete example (examples/api/allreduce.c).
  *
- * Plain C types only: opaque handles, int status codes, NUL-terminated strings, fp32 host buffers, and
- * one options structure that carries its own size, so a binding (Python ctypes) can call every function.
+ * Plain C types only: opaque handles, int status codes, NUL-terminated strings, fp32 host (or, since 0.3,
+ * device) buffers, and one options structure that carries its own size, so a binding (Python ctypes) can
+ * call every function.
  * Build with `pkg-config --cflags --libs xdc`. */
 #ifndef XDC_H
 #define XDC_H
