@@ -236,7 +236,8 @@ static void cu_host_free(void *p)
     if (p && cudaFreeHost(p) != cudaSuccess) xdc_cuda_note_error(XDC_ERR_CUDA, "cudaFreeHost");
 }
 
-static xdc_err_t cu_stream_create(xdc_stream **out)
+/* A new cell on the calling thread's device around `st`: a stream of ours, or (borrowed) the caller's. */
+static xdc_err_t new_cell(cudaStream_t st, bool create, xdc_stream **out)
 {
     int dev = 0;
     xdc_err_t err = status(cudaGetDevice(&dev));
@@ -244,13 +245,24 @@ static xdc_err_t cu_stream_create(xdc_stream **out)
     xdc_stream *s = new (std::nothrow) xdc_stream;
     if (!s) return XDC_ERR_NOMEM;
     s->device = dev;
-    if ((err = status(cudaStreamCreateWithFlags(&s->s, cudaStreamNonBlocking))) != XDC_OK) {
+    s->s = st;
+    if (create && (err = status(cudaStreamCreateWithFlags(&s->s, cudaStreamNonBlocking))) != XDC_OK) {
         delete s;
         return err;
     }
     *out = s;
     return XDC_OK;
 }
+
+/* The cell alone (its stream, ours or the caller's, is handled by the caller). */
+static void free_cell(xdc_stream *s)
+{
+    if (s->blas) cublasDestroy(s->blas);
+    if (current == s) current = nullptr;
+    delete s;
+}
+
+static xdc_err_t cu_stream_create(xdc_stream **out) { return new_cell(nullptr, true, out); }
 
 static void cu_stream_destroy(xdc_stream *s)
 {
@@ -259,33 +271,23 @@ static void cu_stream_destroy(xdc_stream *s)
         cudaGetLastError();
         XDC_ERROR(XDC_SUB_KERN, "CUDA: destroying a stream of device %d failed", s->device);
     }
-    if (s->blas) cublasDestroy(s->blas);
-    if (current == s) current = nullptr;
-    delete s;
+    free_cell(s);
 }
 
 /* A cell around the caller's cudaStream_t (1 and NULL: the legacy default stream, 2: the per-thread one), on
  * the calling thread's device; unwrap frees the cell only. */
 static xdc_err_t cu_stream_wrap(void *native, xdc_stream **out)
 {
-    int dev = 0;
-    xdc_err_t err = status(cudaGetDevice(&dev));
-    if (err != XDC_OK) return err;
-    xdc_stream *s = new (std::nothrow) xdc_stream;
-    if (!s) return XDC_ERR_NOMEM;
-    s->device = dev;
     uintptr_t v = (uintptr_t)native;
-    s->s = v == 0 || v == 1 ? cudaStreamLegacy : v == 2 ? cudaStreamPerThread : (cudaStream_t)native;
-    *out = s;
-    return XDC_OK;
+    return new_cell(v == 0 || v == 1 ? cudaStreamLegacy
+                    : v == 2         ? cudaStreamPerThread
+                                     : (cudaStream_t)native,
+                    false, out);
 }
 
 static void cu_stream_unwrap(xdc_stream *s)
 {
-    if (!s || s->is_main) return;
-    if (s->blas) cublasDestroy(s->blas);
-    if (current == s) current = nullptr;
-    delete s;
+    if (s && !s->is_main) free_cell(s);
 }
 
 static xdc_err_t cu_stream_sync(xdc_stream *s)
