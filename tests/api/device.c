@@ -3,11 +3,14 @@
  * device table), one member per region. The outer rounds of tests/api/outer.c over two parameters in device
  * memory (the same exact values with codec none, diloco.outer_lr 0.5, outer_momentum 0.5), an all-reduce of a
  * device buffer to its exact mean, and the refusals: a host call on a device tag, a device that does not
- * exist. Prints "device: rank R: 2 rounds exact, mean exact" and exits 0, or says what differed and exits 1. */
+ * exist. Prints "device: rank R: 2 rounds exact, mean exact" and exits 0, or says what differed and exits 1.
+ * With the argument `replicas` (several members per region): the device calls are refused with
+ * XDC_STATUS_UNSUPPORTED (the region's communicator is host memory); prints "device: rank R: refused". */
 #include <xdc.h>
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define NA 100
 #define NB 37
@@ -19,7 +22,23 @@ static int fail(xdc_comm *c, const char *what, int st)
     return 1;
 }
 
-int main(void)
+/* Several members in the region: a device all-reduce and device outer rounds refused, naming why. */
+static int replicas(xdc_comm *c, float *dev)
+{
+    size_t count = 64;
+    int st = xdc_allreduce_device(c, 4, dev, count, 0, NULL);
+    if (st != XDC_STATUS_UNSUPPORTED) return fail(c, "all-reduce with replicas", st);
+    if (!strstr(xdc_comm_last_error(c), "members in this region")) return fail(c, "its diagnostic", st);
+    if ((st = xdc_outer_init_device(c, 3, 1, &dev, &count, 0, NULL)) != XDC_STATUS_UNSUPPORTED)
+        return fail(c, "outer_init with replicas", st);
+    if ((st = xdc_comm_finalize(c)) != XDC_SUCCESS) return fail(c, "finalize", st);
+    printf("device: rank %d: refused\n", xdc_comm_rank(c));
+    xdc_device_free(c, dev);
+    xdc_comm_destroy(c);
+    return 0;
+}
+
+int main(int argc, char **argv)
 {
     char err[1024];
     xdc_comm *c;
@@ -37,6 +56,7 @@ int main(void)
         (st = xdc_device_alloc(c, 0, NB * sizeof(float), &pb)) != XDC_SUCCESS ||
         (st = xdc_device_alloc(c, 0, NR * sizeof(float), &pr)) != XDC_SUCCESS)
         return fail(c, "device_alloc", st);
+    if (argc > 1 && strcmp(argv[1], "replicas") == 0) return replicas(c, pr);
     params[0] = pa;
     params[1] = pb;
     for (int i = 0; i < NA + NB; i++) host[i] = 1.0f;

@@ -573,7 +573,8 @@ XDC_TEST_T(api_torch_example_diloco_loss_falls, 300) { train_gpt("tgd", "--steps
 XDC_TEST_T(api_torch_example_ddp_loss_falls, 300) { train_gpt("tgs", "--ddp --steps 30", 1.5); }
 
 /* tests/api/device.c: the device entry points on cpu-strict memory (the host cannot touch it), one member per
- * region: outer rounds and an all-reduce exact with codec none, a host call on a device tag refused. */
+ * region: outer rounds and an all-reduce exact with codec none, a host call on a device tag refused; with two
+ * members per region, device calls refused (XDC_STATUS_UNSUPPORTED). */
 XDC_TEST_T(api_device_entry_points_on_strict_memory, 120)
 {
     char prog[700], src[600], run[700], topo[700], cmdline[900];
@@ -587,6 +588,15 @@ XDC_TEST_T(api_device_entry_points_on_strict_memory, 120)
     for (int r = 0; r < 2; r++) {
         char want[80];
         snprintf(want, sizeof want, "device: rank %d: 2 rounds exact (0.6953125), mean exact", r);
+        XDC_ASSERT_STR_CONTAINS(out, want);
+    }
+    /* 2 x 2 members: the region's communicator is host shared memory, so device buffers are refused */
+    snprintf(cmdline, sizeof cmdline, "env XDC_DEVICE=cpu-strict %s replicas", prog);
+    rc = launch_exec(TOPO, run, "dev-replicas", cmdline, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch --exec (replicas) exited %d:\n%s", rc, out);
+    for (int r = 0; r < 4; r++) {
+        char want[80];
+        snprintf(want, sizeof want, "device: rank %d: refused", r);
         XDC_ASSERT_STR_CONTAINS(out, want);
     }
 }
