@@ -590,6 +590,12 @@ XDC_TEST_T(api_device_entry_points_on_strict_memory, 120)
         snprintf(want, sizeof want, "device: rank %d: 2 rounds exact (0.6953125), mean exact", r);
         XDC_ASSERT_STR_CONTAINS(out, want);
     }
+    /* int8: the codec (and its error feedback) on the device, the same results on both members */
+    write_run("dev8", "int8", run, sizeof run);
+    snprintf(cmdline, sizeof cmdline, "env XDC_DEVICE=cpu-strict %s lossy", prog);
+    rc = launch_exec(topo, run, "dev-int8", cmdline, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch --exec (int8) exited %d:\n%s", rc, out);
+    same_on_every_rank(out, "device: ", "lossy within 0.05, hash", 2);
     /* 2 x 2 members: the region's communicator is host shared memory, so device buffers are refused */
     snprintf(cmdline, sizeof cmdline, "env XDC_DEVICE=cpu-strict %s replicas", prog);
     rc = launch_exec(TOPO, run, "dev-replicas", cmdline, out, sizeof out);
