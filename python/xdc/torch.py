@@ -13,9 +13,10 @@ DiLoCo / streaming DiLoCo around any ``torch.nn.Module`` and inner optimizer::
 
 and a DDP communication hook for sync mode (``ddp_hook``), whose gradient average is libxdc's hierarchical
 compressed all-reduce. Tensors on the CPU or on a GPU (CUDA tensors, or any object with
-``__cuda_array_interface__``, taken on their device and stream by libxdc's device calls), float32 or bfloat16
-(staged through float32: the outer state is float32); one device per parameter list. The outer optimizer (Nesterov with the run file's ``diloco.outer_lr`` and ``diloco.outer_momentum``),
-the codec (the run file's ``codec:``, or the link's) and its error feedback are the library's.
+``__cuda_array_interface__``, taken on their device and stream by libxdc's device calls), float32 or
+bfloat16 (staged through float32: the outer state is float32); one device per parameter list. The outer
+optimizer (Nesterov with the run file's ``diloco.outer_lr`` and ``diloco.outer_momentum``), the codec (the
+run file's ``codec:``, or the link's) and its error feedback are the library's.
 """
 
 import ctypes
@@ -62,6 +63,10 @@ def _numel(p):
     return p.numel() if isinstance(p, torch.Tensor) else xdc.DeviceBuffer(p).count
 
 
+def _where(device):
+    return "the CPU" if device is None else "device %d" % device
+
+
 def _one_device(named):
     """The device of every (name, tensor) of named; a second device refused naming both tensors."""
     name0, dev0 = None, None
@@ -70,9 +75,8 @@ def _one_device(named):
         if i == 0:
             name0, dev0 = name, dev
         elif dev != dev0:
-            where = lambda d: "the CPU" if d is None else "device %d" % d
             raise ValueError("xdc.torch: parameter %s is on %s, parameter %s on %s: every parameter on one device "
-                             "(move the model with model.to(device))" % (name, where(dev), name0, where(dev0)))
+                             "(move the model with model.to(device))" % (name, _where(dev), name0, _where(dev0)))
     return dev0
 
 
@@ -154,7 +158,6 @@ class DiLoCo:
         self.comm, self.model, self.inner_optimizer = comm, model, inner_optimizer
         self.sync_every, self.fragments, self.tag = sync_every, fragments, tag
         self.fragment_params = _split(params, fragments)
-        self.offload = offload
         self.staged = [_staged(frag, offload) for frag in self.fragment_params]  # (buffers, pairs) per fragment
         self.step_count = 0
         self.last_sync = [0] * fragments  # the step each fragment was last synced at
