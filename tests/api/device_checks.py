@@ -120,16 +120,18 @@ def shim(comm):
 
 def overlapped(comm, rank, size):
     """DiLoCo(overlap=1) on device tags (xdc_outer_begin/apply/last_round_device): begun at steps 2 and 4,
-    applied a step later (params = global' - that step's move), state_dict() of the device state between them,
-    flush()'s last round: the exact values everywhere."""
+    applied a step later (params = global' - that step's move), state_dict() of the device state between them
+    and load_state_dict() of it shifted by 0.25 (the next round takes it), flush()'s last round: the exact values
+    everywhere."""
     params = [Shim(comm, [1.0] * 100), Shim(comm, [1.0] * 37)]
     diloco = xdc.torch.DiLoCo(comm, ShimModel(params), ShimInner(params, rank), sync_every=2, tag=520, overlap=1)
-    delta, m, g = (size + 1) / 16, 0.0, 1.0
+    delta, m, g, shift = (size + 1) / 16, 0.0, 1.0, 0.0
     for step in range(1, 6):
         diloco.step()
-        if step in (3, 5):  # the round begun a step before applied
-            m = 0.5 * m + delta
-            g -= 0.5 * (delta + 0.5 * m)
+        if step in (3, 5):  # the round begun a step before applied (its pseudo-gradient taken from global + shift)
+            m = 0.5 * m + delta + shift
+            g -= 0.5 * (delta + shift + 0.5 * m)
+            shift = 0.0
             want = g - (rank + 1) / 16
             got = [v for p in params for v in p.get()]
             if any(v != want for v in got):
@@ -139,6 +141,11 @@ def overlapped(comm, rank, size):
             if set(st["global"].tolist()) != {g} or set(st["momentum"].tolist()) != {m}:
                 fail("overlap: rank %d: state_dict global %s momentum %s, want %r and %r" % (
                     rank, sorted(set(st["global"].tolist()))[:4], sorted(set(st["momentum"].tolist()))[:4], g, m))
+            state = diloco.state_dict()
+            shift = 0.25  # load_state_dict sets the device state: the next round starts from global + 0.25
+            state["fragments"][0]["global"] += shift
+            diloco.load_state_dict(state)
+            g += shift
     diloco.flush()
     last = (size + 1) / 32  # the mean of one step's move
     m = 0.5 * m + last
