@@ -17,7 +17,7 @@
 #   make fuzz-NAME [FUZZ_SECONDS=300]   libFuzzer run of tests/fuzz/fuzz_NAME.c (clang)
 #   make bench-NAME                     build bench/NAME/*.c and run bench/NAME/run.sh
 #   make install [PREFIX=/usr/local]    install libxdc.so, include/xdc.h and xdc.pc (pkg-config; docs/api.md)
-#   make gpu-bundle                     build/gpu-bundle: xdc, tests, bench_gpu and their libraries for the GPU machine (docs/device.md)
+#   make gpu-bundle                     build/gpu-bundle: xdc, tests, bench_gpu, libxdc and xdc.torch, their libraries, for the GPU machine (docs/device.md)
 #
 # One static library per folder (subfolders such as wan/emu and orchestrator/cli are libraries of their
 # own). LAYERS lists them from the top of the dependency graph to the bottom; the link line follows it,
@@ -233,7 +233,8 @@ endif
 .PHONY: gpu-bundle
 gpu-bundle:
 	$(call install_debs,patchelf)
-	@$(MAKE) --no-print-directory $(GPU_BUNDLE_VARS) $(GPU_BUNDLE_BUILD)/xdc $(GPU_BUNDLE_BUILD)/xdc_tests $(GPU_BUNDLE_BUILD)/bench_gpu
+	@$(MAKE) --no-print-directory $(GPU_BUNDLE_VARS) $(GPU_BUNDLE_BUILD)/xdc $(GPU_BUNDLE_BUILD)/xdc_tests $(GPU_BUNDLE_BUILD)/bench_gpu \
+		$(GPU_BUNDLE_BUILD)/libxdc.so
 	@bash tests/gpu/bundle.sh $(GPU_BUNDLE_BUILD) $(GPU_BUNDLE) $(CUDA)
 
 # ---- Debian packages -------------------------------------------------------------------------------

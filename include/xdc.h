@@ -5,8 +5,9 @@
  * call, the threading rules, the environment a process reads its identity from, the status codes and
  * the versioning rule, and a complete example (examples/api/allreduce.c).
  *
- * Plain C types only: opaque handles, int status codes, NUL-terminated strings, fp32 host buffers, and
- * one options structure that carries its own size, so a binding (Python ctypes) can call every function.
+ * Plain C types only: opaque handles, int status codes, NUL-terminated strings, fp32 host (or, since 0.3,
+ * device) buffers, and one options structure that carries its own size, so a binding (Python ctypes) can
+ * call every function.
  * Build with `pkg-config --cflags --libs xdc`. */
 #ifndef XDC_H
 #define XDC_H
@@ -196,6 +197,43 @@ int xdc_comm_get_stats(xdc_comm *comm, xdc_comm_stats *out);
  * and their squares with codec none, whatever the run file's codec, on a state of its own (no tag); it is
  * ordered with the rounds posted before it as any round is. */
 int xdc_comm_check_same(xdc_comm *comm, uint64_t value);
+
+/* ---- Since 0.3: device memory ---------------------------------------------------------------------------
+ * The same calls over buffers in device memory, with the caller's stream. The device is the one the
+ * environment variable XDC_DEVICE names, read at the first device call: "cuda" (the default) or "cpu-strict"
+ * (xdc's strict CPU stand-in for a GPU, for tests without one); `device` is its ordinal (CUDA: the GPU the
+ * buffers are on). `stream` is the caller's stream the buffers are written and read on, as
+ * __cuda_array_interface__ gives it (CUDA: a cudaStream_t; NULL or 1 the legacy default stream, 2 the
+ * per-thread default stream; cpu-strict: NULL, the calling thread's current stream). The tag's state (codec
+ * contexts, error-feedback residual, the outer state: global parameters and momentum, fp32) lives on that
+ * device and its work (the codec included) runs on streams of xdc's own, after the work queued on `stream`
+ * so far (an event recorded there); only the encoded bytes cross to pinned host memory for the WAN. When a
+ * call returns (a request completes), `stream` waits on xdc's completion event: work queued there afterwards
+ * reads the result, and the host is not blocked by it (read on the host only after synchronizing `stream`).
+ * The calling thread's bound device is left as it was. A tag is host or device from its first use; with more
+ * than one member in a region the device calls are XDC_STATUS_UNSUPPORTED (the region's communicator is host
+ * shared memory). Not yet run on a GPU (docs/api.md). */
+int xdc_allreduce_device(xdc_comm *comm, int tag, float *buf, size_t count, int device, void *stream);
+int xdc_iallreduce_device(xdc_comm *comm, int tag, float *buf, size_t count, int device, void *stream,
+                          xdc_request **req);
+int xdc_outer_init_device(xdc_comm *comm, int tag, int n_params, float *const *params, const size_t *counts, int device,
+                          void *stream);
+/* On the tag's device (the one given to xdc_outer_init_device): as xdc_outer_round, xdc_outer_last_round,
+ * xdc_outer_begin and xdc_outer_apply. xdc_outer_configure and the outer state calls (host buffers) take host
+ * and device tags alike. A host tag refuses the *_device calls, a device tag the host ones
+ * (XDC_STATUS_INVALID). */
+int xdc_outer_round_device(xdc_comm *comm, int tag, float *const *params, void *stream);
+int xdc_outer_last_round_device(xdc_comm *comm, int tag, float *const *params, void *stream);
+int xdc_outer_begin_device(xdc_comm *comm, int tag, float *const *params, void *stream);
+int xdc_outer_apply_device(xdc_comm *comm, int tag, float *const *params, void *stream);
+
+/* Since 0.3. Device memory of XDC_DEVICE's device `device` for a program without a runtime of its own (and
+ * the tests on cpu-strict): allocate `bytes` (zero-filled), free (NULL: no-op), and copy `bytes` between host
+ * memory and it (to_device: src host, dst device; else the other way), queued on `stream` (as above) and
+ * waited for. */
+int xdc_device_alloc(xdc_comm *comm, int device, size_t bytes, void **out);
+void xdc_device_free(xdc_comm *comm, void *p);
+int xdc_device_copy(xdc_comm *comm, int device, void *dst, const void *src, size_t bytes, int to_device, void *stream);
 
 #ifdef __cplusplus
 }

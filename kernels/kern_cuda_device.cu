@@ -10,6 +10,7 @@ extern "C" {
 #include "kernels/kern_cuda_priv.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <cublas_v2.h>
@@ -235,7 +236,8 @@ static void cu_host_free(void *p)
     if (p && cudaFreeHost(p) != cudaSuccess) xdc_cuda_note_error(XDC_ERR_CUDA, "cudaFreeHost");
 }
 
-static xdc_err_t cu_stream_create(xdc_stream **out)
+/* A new cell on the calling thread's device around `st`: a stream of ours, or (borrowed) the caller's. */
+static xdc_err_t new_cell(cudaStream_t st, bool create, xdc_stream **out)
 {
     int dev = 0;
     xdc_err_t err = status(cudaGetDevice(&dev));
@@ -243,13 +245,24 @@ static xdc_err_t cu_stream_create(xdc_stream **out)
     xdc_stream *s = new (std::nothrow) xdc_stream;
     if (!s) return XDC_ERR_NOMEM;
     s->device = dev;
-    if ((err = status(cudaStreamCreateWithFlags(&s->s, cudaStreamNonBlocking))) != XDC_OK) {
+    s->s = st;
+    if (create && (err = status(cudaStreamCreateWithFlags(&s->s, cudaStreamNonBlocking))) != XDC_OK) {
         delete s;
         return err;
     }
     *out = s;
     return XDC_OK;
 }
+
+/* The cell alone (its stream, ours or the caller's, is handled by the caller). */
+static void free_cell(xdc_stream *s)
+{
+    if (s->blas) cublasDestroy(s->blas);
+    if (current == s) current = nullptr;
+    delete s;
+}
+
+static xdc_err_t cu_stream_create(xdc_stream **out) { return new_cell(nullptr, true, out); }
 
 static void cu_stream_destroy(xdc_stream *s)
 {
@@ -258,9 +271,23 @@ static void cu_stream_destroy(xdc_stream *s)
         cudaGetLastError();
         XDC_ERROR(XDC_SUB_KERN, "CUDA: destroying a stream of device %d failed", s->device);
     }
-    if (s->blas) cublasDestroy(s->blas);
-    if (current == s) current = nullptr;
-    delete s;
+    free_cell(s);
+}
+
+/* A cell around the caller's cudaStream_t (1 and NULL: the legacy default stream, 2: the per-thread one), on
+ * the calling thread's device; unwrap frees the cell only. */
+static xdc_err_t cu_stream_wrap(void *native, xdc_stream **out)
+{
+    uintptr_t v = (uintptr_t)native;
+    return new_cell(v == 0 || v == 1 ? cudaStreamLegacy
+                    : v == 2         ? cudaStreamPerThread
+                                     : (cudaStream_t)native,
+                    false, out);
+}
+
+static void cu_stream_unwrap(xdc_stream *s)
+{
+    if (s && !s->is_main) free_cell(s);
 }
 
 static xdc_err_t cu_stream_sync(xdc_stream *s)
@@ -433,6 +460,8 @@ static xdc_device_ops make_ops(void)
     o.host_free = cu_host_free;
     o.stream_create = cu_stream_create;
     o.stream_destroy = cu_stream_destroy;
+    o.stream_wrap = cu_stream_wrap;
+    o.stream_unwrap = cu_stream_unwrap;
     o.stream_sync = cu_stream_sync;
     o.stream_error = cu_stream_error;
     o.set_stream = cu_set_stream;

@@ -60,6 +60,15 @@ static void cpu_stream_destroy(xdc_stream *s)
     if (s && s != &main_stream) xdc_free(s);
 }
 
+static xdc_err_t cpu_stream_wrap(void *native, xdc_stream **out)
+{
+    (void)native; /* synchronous: every stream is ordered with every other */
+    *out = &main_stream;
+    return XDC_OK;
+}
+
+static void cpu_stream_unwrap(xdc_stream *s) { (void)s; }
+
 static xdc_err_t cpu_stream_sync(xdc_stream *s)
 {
     (void)s;
@@ -166,6 +175,8 @@ const xdc_device_ops xdc_device_cpu_ops = {
     .host_free = cpu_mem_free,
     .stream_create = cpu_stream_create,
     .stream_destroy = cpu_stream_destroy,
+    .stream_wrap = cpu_stream_wrap,
+    .stream_unwrap = cpu_stream_unwrap,
     .stream_sync = cpu_stream_sync,
     .stream_error = cpu_stream_error,
     .set_stream = cpu_set_stream,

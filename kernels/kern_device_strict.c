@@ -413,6 +413,17 @@ static void strict_stream_destroy(xdc_stream *s)
     xdc_free(s);
 }
 
+/* The caller's stream is one of this backend's (the test stand-in for a framework's CUDA stream): itself. */
+static xdc_err_t strict_stream_wrap(void *native, xdc_stream **out)
+{
+    xdc_stream *s = native;
+    XDC_CHECK(resolve(&s));
+    *out = s;
+    return XDC_OK;
+}
+
+static void strict_stream_unwrap(xdc_stream *s) { (void)s; }
+
 static xdc_err_t strict_stream_error(xdc_stream *s, xdc_diag *diag)
 {
     xdc_err_t err = resolve(&s);
@@ -1046,6 +1057,8 @@ const xdc_device_ops xdc_device_strict_ops = {
     .host_free = strict_host_free,
     .stream_create = strict_stream_create,
     .stream_destroy = strict_stream_destroy,
+    .stream_wrap = strict_stream_wrap,
+    .stream_unwrap = strict_stream_unwrap,
     .stream_sync = strict_stream_sync,
     .stream_error = strict_stream_error,
     .set_stream = strict_set_stream,

@@ -95,6 +95,19 @@ typedef struct xdc_device_ops {
      *  non-NULL diag, copies the message ("<op>: ...") when there is an error. */
     xdc_err_t (*stream_error)(xdc_stream *s, xdc_diag *diag);
 
+    /* stream_wrap() :
+     *  An xdc_stream for a stream the caller's own runtime made, so work of this backend can be ordered
+     *  with it (event_record, stream_wait_event, stream_sync; libxdc's device entry points take the
+     *  caller's stream this way). `native`: CUDA: a cudaStream_t, NULL or 1 the legacy default stream, 2
+     *  the per-thread default stream (the values of __cuda_array_interface__'s "stream"); cpu-strict: an
+     *  xdc_stream of this backend, NULL the calling thread's current stream; cpu: ignored (the main
+     *  stream). It belongs to the calling thread's device. Release it with stream_unwrap, never
+     *  stream_destroy (the caller's stream stays the caller's).
+     *  @return XDC_OK and *out, XDC_ERR_INVALID (cpu-strict: not a stream), XDC_ERR_NOMEM, XDC_ERR_CUDA. */
+    xdc_err_t (*stream_wrap)(void *native, xdc_stream **out);
+    /* stream_unwrap() : releases what stream_wrap made (not the caller's stream); NULL is a no-op. */
+    void (*stream_unwrap)(xdc_stream *s);
+
     /* ---- the current stream (per thread) ---- */
     /* set_stream() :
      *  Makes `s` the calling thread's current stream: the model and quant ops of this backend called from

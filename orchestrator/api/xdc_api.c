@@ -3,7 +3,12 @@
  * set-up without the model, on the CPU device: the caller's buffers are host memory. Each tag is one
  * xdc_sync on the comm engine, created at the tag's first use and kept (its codec contexts hold the
  * error-feedback residual); the teardown stops and frees them in the order docs/design.md gives. Outer
- * rounds are the member's (orchestrator/member/orch_outer.h), as the training worker's DiLoCo runs them. */
+ * rounds are the member's (orchestrator/member/orch_outer.h), as the training worker's DiLoCo runs them.
+ *
+ * The device entry points (*_device) take device memory of the device table XDC_DEVICE names (cuda by
+ * default) and the caller's stream: a device tag's sync, codec and outer state live on that device (only
+ * encoded bytes in pinned host memory), its work runs on xdc's own streams, ordered after the caller's
+ * stream by an event recorded there, and the caller's stream waits on xdc's completion event. */
 #include <xdc.h>
 
 #include "common/xdc_alloc.h"
@@ -23,18 +28,24 @@ struct xdc_request {
     xdc_sync *sync; /* the tag's: its buckets, codec contexts and residual */
     size_t count;   /* fp32 elements, fixed at the tag's first use */
     int tag;
-    int pending; /* a round was posted and not yet completed by test or wait */
+    int pending;                /* a round was posted and not yet completed by test or wait */
+    int device;                 /* the device entry points' ordinal the tag lives on; -1: host memory */
+    const xdc_kern_backend *be; /* the device's table (device >= 0) */
+    xdc_stream *caller;         /* device: the caller's stream of the round in flight (stream_wrap) */
 };
 
-/* A tag's DiLoCo outer state (orch_outer, as the worker's DiLoCo has): the caller's parameter list is copied into
- * outer.local, one after the other, around each round. */
+/* A tag's DiLoCo outer state (orch_outer, as the worker's DiLoCo has): the caller's parameter list is copied
+ * into outer.local, one after the other, around each round (on outer.stream, xdc's own, for a device tag;
+ * outer.be is the device table that holds the state). */
 typedef struct api_outer {
     orch_outer outer;
     int n_params;
-    size_t *counts;       /* (n_params) fp32 elements of each parameter */
-    char final_codec[32]; /* xdc_outer_last_round's codec ("": the tag's) */
-    int rounds;           /* begun so far: xdc_outer_configure only before the first */
-    int finished;         /* xdc_outer_last_round ran: no round after it */
+    size_t *counts;          /* (n_params) fp32 elements of each parameter */
+    char final_codec[32];    /* xdc_outer_last_round's codec ("": the tag's) */
+    int rounds;              /* begun so far: xdc_outer_configure only before the first */
+    int finished;            /* xdc_outer_last_round ran: no round after it */
+    int device;              /* as xdc_request.device */
+    xdc_event *ready, *done; /* device: the caller's stream before xdc's, xdc's before the caller's */
 } api_outer;
 
 /* xdc_comm_check_same: the value as CHECK_DIGITS 4-bit digits d, then their squares, fp32 ((2 * CHECK_DIGITS)
@@ -55,6 +66,7 @@ typedef struct api_tags {
 
 struct xdc_comm {
     orch_member *m;
+    const xdc_kern_backend *dev_be; /* the device entry points' table (XDC_DEVICE; at the first call) */
     orch_member_opts opts;
     char topology[512], config[512], run_dir[512];
     api_tags tags;
@@ -75,12 +87,21 @@ static void tags_destroy(api_tags *t)
 {
     xdc_sync_destroy(t->check);
     for (int i = 0; i < XDC_MAX_TAGS; i++) {
-        if (t->by_tag[i]) xdc_sync_destroy(t->by_tag[i]->sync);
-        xdc_free(t->by_tag[i]);
+        xdc_request *r = t->by_tag[i];
+        if (r) xdc_sync_destroy(r->sync);
+        if (r && r->be) r->be->device->stream_unwrap(r->caller);
+        xdc_free(r);
         api_outer *a = t->outer[i];
         if (!a) continue;
-        orch_member_backend(t->m)->device->mem_free(a->outer.local);
-        orch_outer_destroy(&a->outer); /* its sync too */
+        if (a->outer.be) { /* what outer_init got to */
+            const xdc_device_ops *dev = a->outer.be->device;
+            xdc_stream *own = a->outer.stream;
+            dev->mem_free(a->outer.local);
+            orch_outer_destroy(&a->outer); /* its sync too */
+            dev->stream_destroy(own);      /* NULL (host): a no-op */
+            dev->event_destroy(a->ready);
+            dev->event_destroy(a->done);
+        }
         xdc_free(a->counts);
         xdc_free(a);
     }
@@ -264,8 +285,79 @@ int xdc_comm_region(const xdc_comm *c) { return c ? id_of(c)->region_idx : -1; }
 int xdc_comm_num_regions(const xdc_comm *c) { return c ? id_of(c)->n_regions : -1; }
 const char *xdc_comm_region_name(const xdc_comm *c) { return c ? id_of(c)->region : ""; }
 
-/* The tag's state, created at its first use (the only allocation of an all-reduce). */
-static xdc_err_t tag_state(xdc_comm *c, int tag, size_t count, xdc_request **out, xdc_diag *diag)
+/* ---- device scope -------------------------------------------------------------------------------------- */
+
+/* A device call's scope: the device table (XDC_DEVICE, cuda by default, found at the first device call), the
+ * calling thread bound to `device` for the call (its own binding back at the end: the caller's framework keeps
+ * its current device), and the caller's stream wrapped (stream_wrap) when `stream` is not DEV_NO_STREAM. */
+typedef struct api_dev {
+    const xdc_kern_backend *be;
+    int prev;           /* the calling thread's device before the call */
+    xdc_stream *caller; /* the caller's stream; NULL until wrapped */
+} api_dev;
+
+#define DEV_NO_STREAM ((void *)-1) /* device_enter: bind only */
+
+static xdc_err_t device_enter(xdc_comm *c, int device, void *stream, api_dev *d, xdc_diag *diag)
+{
+    if (!c->dev_be) {
+        const char *word = getenv("XDC_DEVICE");
+        xdc_backend_kind kind = XDC_BACKEND_CUDA;
+        if (word && *word && xdc_backend_parse(word, &kind) != XDC_OK) {
+            xdc_diag_set(diag, "XDC_DEVICE='%s' is not a device (cuda, cpu-strict or cpu)", word);
+            return XDC_ERR_CONFIG;
+        }
+        XDC_CHECK(xdc_kern_backend_get(kind, &c->dev_be, diag));
+    }
+    const xdc_device_ops *dev = c->dev_be->device;
+    *d = (api_dev){.be = c->dev_be};
+    XDC_CHECK(dev->get_device(&d->prev));
+    if (dev->set_device(device) != XDC_OK) {
+        xdc_diag_set(diag, "%s device %d: no such device", c->dev_be->name, device);
+        return XDC_ERR_INVALID;
+    }
+    xdc_err_t rc = stream == DEV_NO_STREAM ? XDC_OK : dev->stream_wrap(stream, &d->caller);
+    if (rc != XDC_OK) {
+        xdc_diag_set(diag, "%s device %d: the caller's stream %p is not one of it", c->dev_be->name, device, stream);
+        (void)dev->set_device(d->prev);
+    }
+    return rc;
+}
+
+/* The end of device_enter's scope (its wrapped stream released unless the caller took it: NULL); nothing
+ * after outer_enter's host scope. */
+static void device_leave(api_dev *d)
+{
+    if (!d->be) return;
+    d->be->device->stream_unwrap(d->caller);
+    (void)d->be->device->set_device(d->prev);
+}
+
+/* Work queued on `after` from now on runs after the work queued on `before` so far (ev recorded there). */
+static xdc_err_t order(const xdc_device_ops *dev, xdc_event *ev, xdc_stream *before, xdc_stream *after)
+{
+    XDC_CHECK(dev->event_record(ev, before));
+    return dev->stream_wait_event(after, ev);
+}
+
+/* A device tag's buffers are device memory the member's region communicator (host shared memory) cannot
+ * read: with replicas in the region, refused. */
+static xdc_err_t device_alone(xdc_comm *c, const xdc_kern_backend *be, int tag, xdc_diag *diag)
+{
+    if (!be || be->kind == orch_member_backend(c->m)->kind || !region_replicas(c)) return XDC_OK;
+    xdc_diag_set(diag,
+                 "tag %d: %s device memory with %d members in this region: the region's communicator is host shared "
+                 "memory (device buffers take one member per region for now)",
+                 tag, be->name, xdc_intra_size(orch_member_region_comm(c->m)));
+    return XDC_ERR_UNSUPPORTED;
+}
+
+/* ---- all-reduce ---------------------------------------------------------------------------------------- */
+
+/* The tag's state, created at its first use (the only allocation of an all-reduce), on `be` device `device`
+ * (be NULL, device -1: host memory); later calls must name the same place. */
+static xdc_err_t tag_state(xdc_comm *c, int tag, size_t count, const xdc_kern_backend *be, int device,
+                           xdc_request **out, xdc_diag *diag)
 {
     if (tag < 0 || tag >= XDC_MAX_TAGS || count == 0) {
         xdc_diag_set(diag, "tag %d, count %zu: a tag is 0..%d and a count at least 1", tag, count, XDC_MAX_TAGS - 1);
@@ -283,9 +375,15 @@ static xdc_err_t tag_state(xdc_comm *c, int tag, size_t count, xdc_request **out
                          r->count, count);
             return XDC_ERR_INVALID;
         }
+        if (r->device != device) {
+            xdc_diag_set(diag, "tag %d lives on %s %d; this call passes %s %d (fixed at the tag's first use)", tag,
+                         r->device < 0 ? "host" : "device", r->device, device < 0 ? "host" : "device", device);
+            return XDC_ERR_INVALID;
+        }
         *out = r;
         return XDC_OK;
     }
+    XDC_CHECK(device_alone(c, be, tag, diag));
     r = xdc_calloc(1, sizeof *r);
     if (!r) return XDC_ERR_NOMEM;
     xdc_sync_cfg sc;
@@ -293,7 +391,8 @@ static xdc_err_t tag_state(xdc_comm *c, int tag, size_t count, xdc_request **out
     sc.n_elems = count;
     sc.dp = region_replicas(c); /* every member a replica */
     sc.name = "libxdc";
-    xdc_err_t rc = xdc_sync_create(orch_member_sync_engine(c->m), &sc, &r->sync, diag);
+    sc.backend = be; /* the codec runs there too; compute NULL: the calling thread's current stream */
+    xdc_err_t rc = xdc_sync_create(orch_member_sync_engine(c->m), &sc, &r->sync, diag); /* on the bound device */
     if (rc != XDC_OK) {
         xdc_free(r);
         return rc;
@@ -301,10 +400,34 @@ static xdc_err_t tag_state(xdc_comm *c, int tag, size_t count, xdc_request **out
     r->comm = c;
     r->count = count;
     r->tag = tag;
+    r->device = device;
+    r->be = be;
     c->tags.by_tag[tag] = r;
     c->tags.order[c->tags.n++] = r->sync;
     *out = r;
     return XDC_OK;
+}
+
+/* Post the round on r: the whole buffer final once the work queued so far on `caller` ran (device: the
+ * calling thread's current stream made `caller` for the mark, so the ready event is recorded there). */
+static xdc_err_t post(xdc_request *r, float *buf, xdc_stream *caller, xdc_diag *diag)
+{
+    if (r->pending) {
+        xdc_diag_set(diag, "tag %d: the round posted before is not complete (wait for its request first)", r->tag);
+        return XDC_ERR_INVALID;
+    }
+    if (xdc_sync_begin(r->sync, buf) != XDC_OK) {
+        xdc_diag_set(diag, "tag %d: the communicator takes no more rounds (it was stopped)", r->tag);
+        return XDC_ERR_CLOSED;
+    }
+    const xdc_device_ops *dev = r->be ? r->be->device : NULL;
+    xdc_stream *prev = NULL;
+    xdc_err_t rc = dev ? dev->get_stream(&prev) : XDC_OK;
+    if (rc == XDC_OK && dev) rc = dev->set_stream(caller);
+    xdc_sync_mark_ready(r->sync, 0); /* the whole buffer is final: the comm thread starts at once */
+    if (dev) (void)dev->set_stream(prev);
+    r->pending = 1;
+    return rc;
 }
 
 int xdc_iallreduce(xdc_comm *c, int tag, float *buf, size_t count, xdc_request **req)
@@ -313,20 +436,52 @@ int xdc_iallreduce(xdc_comm *c, int tag, float *buf, size_t count, xdc_request *
     *req = NULL;
     xdc_diag d = {{0}};
     xdc_request *r;
-    xdc_err_t rc = tag_state(c, tag, count, &r, &d);
+    xdc_err_t rc = tag_state(c, tag, count, NULL, -1, &r, &d);
+    if (rc == XDC_OK) rc = post(r, buf, NULL, &d);
     if (rc != XDC_OK) return fail(c, rc, &d);
-    if (r->pending) {
-        xdc_diag_set(&d, "tag %d: the round posted before is not complete (wait for its request first)", tag);
-        return fail(c, XDC_ERR_INVALID, &d);
-    }
-    if ((rc = xdc_sync_begin(r->sync, buf)) != XDC_OK) {
-        xdc_diag_set(&d, "tag %d: the communicator takes no more rounds (it was stopped)", tag);
-        return fail(c, rc, &d);
-    }
-    xdc_sync_mark_ready(r->sync, 0); /* the whole buffer is final: the comm thread starts at once */
-    r->pending = 1;
     *req = r;
     return XDC_SUCCESS;
+}
+
+int xdc_iallreduce_device(xdc_comm *c, int tag, float *buf, size_t count, int device, void *stream, xdc_request **req)
+{
+    if (!c || !req || !buf) return XDC_STATUS_INVALID;
+    *req = NULL;
+    xdc_diag d = {{0}};
+    api_dev dv;
+    xdc_request *r;
+    xdc_err_t rc = device_enter(c, device, stream, &dv, &d);
+    if (rc != XDC_OK) return fail(c, rc, &d);
+    rc = tag_state(c, tag, count, dv.be, device, &r, &d);
+    if (rc == XDC_OK) rc = post(r, buf, dv.caller, &d);
+    if (rc == XDC_OK) {
+        r->caller = dv.caller; /* held until the round completed: the result is ordered before it then */
+        dv.caller = NULL;
+    }
+    device_leave(&dv);
+    if (rc != XDC_OK) return fail(c, rc, &d);
+    *req = r;
+    return XDC_SUCCESS;
+}
+
+/* xdc_sync_wait on r; a device round's completion event made a wait of the caller's stream (its current
+ * stream for the call, on the tag's device). */
+static xdc_err_t wait_round(xdc_request *r, int64_t timeout_ms, xdc_diag *diag)
+{
+    if (!r->be) return xdc_sync_wait(r->sync, timeout_ms, diag);
+    const xdc_device_ops *dev = r->be->device;
+    int prev_dev = 0;
+    xdc_stream *prev = NULL;
+    XDC_CHECK(dev->get_device(&prev_dev));
+    xdc_err_t rc = dev->set_device(r->device);
+    if (rc == XDC_OK) rc = dev->get_stream(&prev);
+    if (rc == XDC_OK) rc = dev->set_stream(r->caller);
+    if (rc == XDC_OK) {
+        rc = xdc_sync_wait(r->sync, timeout_ms, diag);
+        (void)dev->set_stream(prev);
+    }
+    (void)dev->set_device(prev_dev);
+    return rc;
 }
 
 /* Complete r within timeout_ms, or say `not_yet` (the round goes on). */
@@ -339,7 +494,7 @@ static int settle(xdc_request *r, int64_t timeout_ms, int not_yet)
         xdc_diag_set(&d, "tag %d: no round in flight (its request completed before)", r->tag);
         return fail(c, XDC_ERR_INVALID, &d);
     }
-    xdc_err_t rc = xdc_sync_wait(r->sync, timeout_ms, &d);
+    xdc_err_t rc = wait_round(r, timeout_ms, &d);
     if (rc == XDC_ERR_AGAIN) {
         if (not_yet == XDC_STATUS_IN_PROGRESS) return not_yet; /* a look, not a failure */
         xdc_diag_set(&d, "tag %d: not complete within %lld ms (still in flight)", r->tag, (long long)timeout_ms);
@@ -347,6 +502,8 @@ static int settle(xdc_request *r, int64_t timeout_ms, int not_yet)
         return not_yet;
     }
     r->pending = 0;
+    if (r->be) r->be->device->stream_unwrap(r->caller);
+    r->caller = NULL;
     if (rc == XDC_OK) return XDC_SUCCESS;
     char what[32];
     snprintf(what, sizeof what, "all-reduce of tag %d", r->tag);
@@ -365,20 +522,42 @@ int xdc_allreduce(xdc_comm *c, int tag, float *buf, size_t count)
     return st == XDC_SUCCESS ? xdc_request_wait(r, -1) : st;
 }
 
-/* The caller's parameters into the staging (to_local) or back. */
-static void outer_copy(api_outer *a, float *const *params, int to_local)
+int xdc_allreduce_device(xdc_comm *c, int tag, float *buf, size_t count, int device, void *stream)
 {
+    xdc_request *r;
+    int st = xdc_iallreduce_device(c, tag, buf, count, device, stream, &r);
+    return st == XDC_SUCCESS ? xdc_request_wait(r, -1) : st;
+}
+
+/* ---- outer rounds -------------------------------------------------------------------------------------- */
+
+/* The caller's parameters into the staging (to_local) or back, queued on the outer stream (host: at once). */
+static xdc_err_t outer_copy(api_outer *a, float *const *params, int to_local)
+{
+    const xdc_device_ops *dev = a->outer.be->device;
     size_t off = 0;
     for (int i = 0; i < a->n_params; i++) {
         size_t bytes = a->counts[i] * sizeof(float);
-        if (to_local) memcpy(a->outer.local + off, params[i], bytes);
-        else memcpy(params[i], a->outer.local + off, bytes);
+        float *local = a->outer.local + off;
+        XDC_CHECK(dev->copy_d2d(to_local ? local : params[i], to_local ? params[i] : local, bytes, a->outer.stream));
         off += a->counts[i];
     }
+    return XDC_OK;
 }
 
+/* A call's (or the set-up's) work on a device tag ordered between the caller's stream and xdc's: `before`
+ * the caller's work so far, then (!before) the caller's later work after xdc's. Host tags: nothing. */
+static xdc_err_t outer_order(api_outer *a, xdc_stream *caller, int before)
+{
+    if (a->device < 0) return XDC_OK;
+    const xdc_device_ops *dev = a->outer.be->device;
+    return before ? order(dev, a->ready, caller, a->outer.stream) : order(dev, a->done, a->outer.stream, caller);
+}
+
+/* dv NULL: host memory on the member's device; else the outer state on dv's device (orch_outer_open honours
+ * outer.be), with a stream and events of its own made on the bound device. */
 static xdc_err_t outer_init(xdc_comm *c, int tag, int n_params, float *const *params, const size_t *counts,
-                            xdc_diag *diag)
+                            const api_dev *dv, int device, xdc_diag *diag)
 {
     if (tag < 0 || tag >= XDC_MAX_TAGS || n_params < 1 || !params || !counts) {
         xdc_diag_set(diag, "tag %d, %d parameters: a tag is 0..%d, and at least one parameter with its count", tag,
@@ -397,6 +576,7 @@ static xdc_err_t outer_init(xdc_comm *c, int tag, int n_params, float *const *pa
         }
         n += counts[i];
     }
+    if (dv) XDC_CHECK(device_alone(c, dv->be, tag, diag));
     api_outer *a = xdc_calloc(1, sizeof *a);
     if (!a) return XDC_ERR_NOMEM;
     c->tags.outer[tag] = a; /* from here on tags_destroy frees whatever was made */
@@ -405,22 +585,45 @@ static xdc_err_t outer_init(xdc_comm *c, int tag, int n_params, float *const *pa
     memcpy(a->counts, counts, (size_t)n_params * sizeof *counts);
     a->n_params = n_params;
     a->outer.n = n;
-    XDC_CHECK(orch_member_backend(c->m)->device->mem_alloc((void **)&a->outer.local, n * sizeof(float)));
-    outer_copy(a, params, 1); /* the start of the first inner phase: global = these */
+    a->device = device;
+    a->outer.be = dv ? dv->be : orch_member_backend(c->m);
+    const xdc_device_ops *dev = a->outer.be->device;
+    if (dv) {
+        XDC_CHECK(dev->stream_create(&a->outer.stream));
+        XDC_CHECK(dev->event_create(&a->ready));
+        XDC_CHECK(dev->event_create(&a->done));
+    }
+    XDC_CHECK(dev->mem_alloc((void **)&a->outer.local, n * sizeof(float)));
+    xdc_stream *caller = dv ? dv->caller : NULL;
+    XDC_CHECK(outer_order(a, caller, 1));
+    XDC_CHECK(outer_copy(a, params, 1)); /* the start of the first inner phase: global = these */
     xdc_sync_cfg sc;
     orch_member_sync_cfg(c->m, 1, &sc);
     sc.dp = region_replicas(c);
     sc.name = "pseudo-gradients";
     XDC_CHECK(orch_outer_open(c->m, &a->outer, &sc, diag));
     c->tags.order[c->tags.n++] = a->outer.sync;
-    return XDC_OK;
+    return outer_order(a, caller, 0); /* the caller overwrites its parameters only after they were read */
 }
 
 int xdc_outer_init(xdc_comm *c, int tag, int n_params, float *const *params, const size_t *counts)
 {
     if (!c) return XDC_STATUS_INVALID;
     xdc_diag d = {{0}};
-    xdc_err_t rc = outer_init(c, tag, n_params, params, counts, &d);
+    xdc_err_t rc = outer_init(c, tag, n_params, params, counts, NULL, -1, &d);
+    return rc == XDC_OK ? XDC_SUCCESS : fail(c, rc, &d);
+}
+
+int xdc_outer_init_device(xdc_comm *c, int tag, int n_params, float *const *params, const size_t *counts, int device,
+                          void *stream)
+{
+    if (!c) return XDC_STATUS_INVALID;
+    xdc_diag d = {{0}};
+    api_dev dv;
+    xdc_err_t rc = device_enter(c, device, stream, &dv, &d);
+    if (rc != XDC_OK) return fail(c, rc, &d);
+    rc = outer_init(c, tag, n_params, params, counts, &dv, device, &d);
+    device_leave(&dv);
     return rc == XDC_OK ? XDC_SUCCESS : fail(c, rc, &d);
 }
 
@@ -432,6 +635,14 @@ static api_outer *outer_of(xdc_comm *c, int tag, xdc_diag *diag)
     else if (a->finished) xdc_diag_set(diag, "tag %d: its last round ran (xdc_outer_last_round)", tag);
     else return a;
     return NULL;
+}
+
+/* The scope of a call on a's state: a device tag's device bound and `stream` wrapped (device_enter); a host
+ * tag's nothing (dv->be NULL). */
+static xdc_err_t outer_enter(xdc_comm *c, const api_outer *a, void *stream, api_dev *dv, xdc_diag *diag)
+{
+    *dv = (api_dev){0};
+    return a->device < 0 ? XDC_OK : device_enter(c, a->device, stream, dv, diag);
 }
 
 typedef enum { OUTER_ROUND, OUTER_LAST, OUTER_BEGIN, OUTER_APPLY } outer_op;
@@ -453,29 +664,43 @@ static xdc_err_t last_round(xdc_comm *c, api_outer *a, xdc_diag *diag)
     return orch_outer_round(&a->outer, a->rounds, diag);
 }
 
-/* One of the outer calls over the caller's parameters: into the staging, the member's outer round
- * (orchestrator/member/orch_outer.h), back (begin leaves the parameters as they are). */
-static int outer_call(xdc_comm *c, int tag, float *const *params, outer_op op)
+/* op on the tag's state over the caller's parameters (host: xdc_outer_<op>, device: xdc_outer_<op>_device with
+ * the caller's stream): ordered after the caller's stream, into the staging, the member's outer round
+ * (orchestrator/member/orch_outer.h), back (begin leaves the parameters as they are), the caller's stream
+ * ordered after it. */
+static int outer_call(xdc_comm *c, int tag, float *const *params, outer_op op, bool device, void *stream)
 {
     if (!c) return XDC_STATUS_INVALID;
     static const char *const what_op[] = {"outer round", "last outer round", "outer begin", "outer apply"};
+    static const char *const fn_op[] = {"round", "last_round", "begin", "apply"};
     xdc_diag d = {{0}};
     api_outer *a = outer_of(c, tag, &d);
     if (!a) return fail(c, XDC_ERR_INVALID, &d);
+    if ((a->device >= 0) != device) {
+        xdc_diag_set(&d, "tag %d holds %s parameters (set up by xdc_outer_init%s): call xdc_outer_%s%s", tag,
+                     device ? "host" : "device", device ? "" : "_device", fn_op[op], device ? "" : "_device");
+        return fail(c, XDC_ERR_INVALID, &d);
+    }
     for (int i = 0; params && i < a->n_params; i++)
         if (!params[i]) params = NULL;
     if (!params) {
         xdc_diag_set(&d, "tag %d: no parameters, or one of them NULL", tag);
         return fail(c, XDC_ERR_INVALID, &d);
     }
-    outer_copy(a, params, 1);
-    xdc_err_t rc;
-    switch (op) {
-    case OUTER_ROUND: rc = orch_outer_round(&a->outer, a->rounds++, &d); break;
-    case OUTER_LAST: rc = last_round(c, a, &d); break;
-    case OUTER_BEGIN: rc = orch_outer_begin(&a->outer, a->outer.sync, 0, a->outer.n, a->rounds++, true, &d); break;
-    case OUTER_APPLY: rc = orch_outer_apply(&a->outer, a->outer.sync, 0, a->outer.n, &d); break;
-    }
+    api_dev dv;
+    xdc_err_t rc = outer_enter(c, a, stream, &dv, &d);
+    if (rc != XDC_OK) return fail(c, rc, &d);
+    rc = outer_order(a, dv.caller, 1);
+    if (rc == XDC_OK) rc = outer_copy(a, params, 1);
+    if (rc == XDC_OK) switch (op) {
+        case OUTER_ROUND: rc = orch_outer_round(&a->outer, a->rounds++, &d); break;
+        case OUTER_LAST: rc = last_round(c, a, &d); break;
+        case OUTER_BEGIN: rc = orch_outer_begin(&a->outer, a->outer.sync, 0, a->outer.n, a->rounds++, true, &d); break;
+        case OUTER_APPLY: rc = orch_outer_apply(&a->outer, a->outer.sync, 0, a->outer.n, &d); break;
+        }
+    if (rc == XDC_OK && op != OUTER_BEGIN) rc = outer_copy(a, params, 0);
+    if (rc == XDC_OK) rc = outer_order(a, dv.caller, 0);
+    device_leave(&dv);
     if (rc != XDC_OK) {
         char what[48];
         snprintf(what, sizeof what, "%s of tag %d", what_op[op], tag);
@@ -483,15 +708,42 @@ static int outer_call(xdc_comm *c, int tag, float *const *params, outer_op op)
         xdc_diag_prefix(&d, "%s", what);
         return fail(c, rc, &d);
     }
-    if (op != OUTER_BEGIN) outer_copy(a, params, 0);
     return XDC_SUCCESS;
 }
 
 /* pseudo, mean, Nesterov step, local = global */
-int xdc_outer_round(xdc_comm *c, int tag, float *const *params) { return outer_call(c, tag, params, OUTER_ROUND); }
-int xdc_outer_last_round(xdc_comm *c, int tag, float *const *params) { return outer_call(c, tag, params, OUTER_LAST); }
-int xdc_outer_begin(xdc_comm *c, int tag, float *const *params) { return outer_call(c, tag, params, OUTER_BEGIN); }
-int xdc_outer_apply(xdc_comm *c, int tag, float *const *params) { return outer_call(c, tag, params, OUTER_APPLY); }
+int xdc_outer_round(xdc_comm *c, int tag, float *const *params)
+{
+    return outer_call(c, tag, params, OUTER_ROUND, false, NULL);
+}
+int xdc_outer_last_round(xdc_comm *c, int tag, float *const *params)
+{
+    return outer_call(c, tag, params, OUTER_LAST, false, NULL);
+}
+int xdc_outer_begin(xdc_comm *c, int tag, float *const *params)
+{
+    return outer_call(c, tag, params, OUTER_BEGIN, false, NULL);
+}
+int xdc_outer_apply(xdc_comm *c, int tag, float *const *params)
+{
+    return outer_call(c, tag, params, OUTER_APPLY, false, NULL);
+}
+int xdc_outer_round_device(xdc_comm *c, int tag, float *const *params, void *stream)
+{
+    return outer_call(c, tag, params, OUTER_ROUND, true, stream);
+}
+int xdc_outer_last_round_device(xdc_comm *c, int tag, float *const *params, void *stream)
+{
+    return outer_call(c, tag, params, OUTER_LAST, true, stream);
+}
+int xdc_outer_begin_device(xdc_comm *c, int tag, float *const *params, void *stream)
+{
+    return outer_call(c, tag, params, OUTER_BEGIN, true, stream);
+}
+int xdc_outer_apply_device(xdc_comm *c, int tag, float *const *params, void *stream)
+{
+    return outer_call(c, tag, params, OUTER_APPLY, true, stream);
+}
 
 static xdc_err_t outer_configure(xdc_comm *c, int tag, const xdc_outer_options *o, xdc_diag *diag)
 {
@@ -547,25 +799,23 @@ static api_outer *state_of(xdc_comm *c, int tag, const float *global, const floa
     return NULL;
 }
 
-static xdc_err_t get_state(xdc_comm *c, int tag, float *global, float *mom, float *residual, xdc_diag *diag)
+/* The tag's outer state to the caller's host buffers (save) or from them, on the tag's device. */
+static xdc_err_t state_copy(xdc_comm *c, int tag, float *global, float *mom, float *residual, int save, xdc_diag *diag)
 {
     size_t nr;
     api_outer *a = state_of(c, tag, global, mom, residual, &nr, diag);
     if (!a) return XDC_ERR_INVALID;
-    XDC_CHECK(orch_outer_get(&a->outer, ORCH_OUTER_GLOBAL, global));
-    XDC_CHECK(orch_outer_get(&a->outer, ORCH_OUTER_MOMENTUM, mom));
-    return nr ? xdc_sync_residual_get(a->outer.sync, residual, nr, diag) : XDC_OK;
-}
-
-static xdc_err_t set_state(xdc_comm *c, int tag, const float *global, const float *mom, const float *residual,
-                           xdc_diag *diag)
-{
-    size_t nr;
-    api_outer *a = state_of(c, tag, global, mom, residual, &nr, diag);
-    if (!a) return XDC_ERR_INVALID;
-    XDC_CHECK(orch_outer_set(&a->outer, ORCH_OUTER_GLOBAL, global));
-    XDC_CHECK(orch_outer_set(&a->outer, ORCH_OUTER_MOMENTUM, mom));
-    return nr ? xdc_sync_residual_set(a->outer.sync, residual, nr, diag) : XDC_OK;
+    api_dev dv;
+    XDC_CHECK(outer_enter(c, a, DEV_NO_STREAM, &dv, diag));
+    orch_outer *o = &a->outer;
+    xdc_err_t rc = save ? orch_outer_get(o, ORCH_OUTER_GLOBAL, global) : orch_outer_set(o, ORCH_OUTER_GLOBAL, global);
+    if (rc == XDC_OK)
+        rc = save ? orch_outer_get(o, ORCH_OUTER_MOMENTUM, mom) : orch_outer_set(o, ORCH_OUTER_MOMENTUM, mom);
+    if (rc == XDC_OK && nr)
+        rc = save ? xdc_sync_residual_get(o->sync, residual, nr, diag)
+                  : xdc_sync_residual_set(o->sync, residual, nr, diag);
+    device_leave(&dv);
+    return rc;
 }
 
 int xdc_outer_state_size(xdc_comm *c, int tag, size_t *n_params, size_t *n_residual)
@@ -586,7 +836,7 @@ int xdc_outer_get_state(xdc_comm *c, int tag, float *global, float *momentum, fl
 {
     if (!c) return XDC_STATUS_INVALID;
     xdc_diag d = {{0}};
-    xdc_err_t rc = get_state(c, tag, global, momentum, residual, &d);
+    xdc_err_t rc = state_copy(c, tag, global, momentum, residual, 1, &d);
     return rc == XDC_OK ? XDC_SUCCESS : fail(c, rc, &d);
 }
 
@@ -594,7 +844,43 @@ int xdc_outer_set_state(xdc_comm *c, int tag, const float *global, const float *
 {
     if (!c) return XDC_STATUS_INVALID;
     xdc_diag d = {{0}};
-    xdc_err_t rc = set_state(c, tag, global, momentum, residual, &d);
+    /* read only: save is 0 */
+    xdc_err_t rc = state_copy(c, tag, (float *)global, (float *)momentum, (float *)residual, 0, &d);
+    return rc == XDC_OK ? XDC_SUCCESS : fail(c, rc, &d);
+}
+
+/* ---- device memory for programs without a runtime of their own ---------------------------------------- */
+
+int xdc_device_alloc(xdc_comm *c, int device, size_t bytes, void **out)
+{
+    if (!c || !out) return XDC_STATUS_INVALID;
+    xdc_diag d = {{0}};
+    api_dev dv;
+    xdc_err_t rc = device_enter(c, device, DEV_NO_STREAM, &dv, &d);
+    if (rc != XDC_OK) return fail(c, rc, &d);
+    rc = dv.be->device->mem_alloc(out, bytes);
+    device_leave(&dv);
+    if (rc != XDC_OK) xdc_diag_set(&d, "%s device %d: cannot allocate %zu bytes", dv.be->name, device, bytes);
+    return rc == XDC_OK ? XDC_SUCCESS : fail(c, rc, &d);
+}
+
+void xdc_device_free(xdc_comm *c, void *p)
+{
+    if (c && c->dev_be) c->dev_be->device->mem_free(p);
+}
+
+int xdc_device_copy(xdc_comm *c, int device, void *dst, const void *src, size_t bytes, int to_device, void *stream)
+{
+    if (!c || !dst || !src) return XDC_STATUS_INVALID;
+    xdc_diag d = {{0}};
+    api_dev dv;
+    xdc_err_t rc = device_enter(c, device, stream, &dv, &d);
+    if (rc != XDC_OK) return fail(c, rc, &d);
+    const xdc_device_ops *dev = dv.be->device;
+    rc = to_device ? dev->copy_h2d(dst, src, bytes, dv.caller) : dev->copy_d2h(dst, src, bytes, dv.caller);
+    if (rc == XDC_OK) rc = dev->stream_sync(dv.caller);
+    if (rc != XDC_OK) (void)dev->stream_error(dv.caller, &d);
+    device_leave(&dv);
     return rc == XDC_OK ? XDC_SUCCESS : fail(c, rc, &d);
 }
 

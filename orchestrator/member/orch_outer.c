@@ -8,7 +8,8 @@
 
 #include <string.h>
 
-/* The outer state lives on the member's device and its arithmetic runs there: the backend's model ops
+/* The outer state lives on the member's device (or the one the caller set in o->be: libxdc's device tags)
+ * and its arithmetic runs there: the backend's model ops
  * (sub, outer_nesterov, residual_forward) queued on o->stream (the stage's compute stream), so it is ordered
  * after the optimizer step and before the next forward with no host wait, and each sync's ready event
  * (recorded on that stream) captures it. Only a checkpoint's copy crosses to the host. */
@@ -32,7 +33,7 @@ static xdc_err_t leave(const orch_outer *o, xdc_stream *prev)
 xdc_err_t orch_outer_open(orch_member *m, orch_outer *o, const xdc_sync_cfg *sc, xdc_diag *diag)
 {
     const orch_run_config *cfg = orch_member_config(m);
-    o->be = orch_member_backend(m);
+    if (!o->be) o->be = orch_member_backend(m);
     o->lr = (float)cfg->diloco.outer_lr;
     o->momentum = (float)cfg->diloco.outer_momentum;
     o->begun_at = -1;

@@ -31,14 +31,15 @@ typedef struct orch_outer_hooks {
 
 /* One outer loop's state: the parameters it updates, and the global parameters, momentum and
  * pseudo-gradient on the same device. The caller sets local, n, stream, hooks and keep_unsent before
- * orch_outer_open. */
+ * orch_outer_open, and be where the state lives elsewhere than on the member's device (libxdc's device
+ * tags: the device table XDC_DEVICE names, its device bound by the caller around every call). */
 typedef struct orch_outer {
     float *local;           /* device (n) the parameters the rounds update (the stage's; libxdc: its staging) */
     size_t n;               /* parameters, fp32 */
     xdc_stream *stream;     /* where the outer arithmetic and copies queue (the stage's compute stream) */
     orch_outer_hooks hooks; /* zero: none */
     bool keep_unsent; /* after each round but a `mean` one: local −= the codec's residual (diloco.keep_unsent) */
-    const xdc_kern_backend *be; /* the member's: the device that holds the state and its model ops */
+    const xdc_kern_backend *be; /* the device that holds the state and its model ops (NULL at open: the member's) */
     xdc_sync *sync;             /* pseudo-gradients across regions (codec + error feedback) */
     float *global;              /* device (n) the last agreed global parameters */
     float *mom;                 /* device (n) outer Nesterov momentum */
@@ -52,9 +53,10 @@ typedef struct orch_outer {
     uint64_t steps_in_flight;   /* inner steps counted (orch_outer_stepped) while a round was in flight, in total */
 } orch_outer;
 
-/* The outer loop over o->local (o->n fp32 device memory of m's backend; global = its values now), its
- * exchange a sync made from `sc` (the caller's configuration: n_elems, dp, codec, name; the device fields
- * are set here), its arithmetic on o->stream. The outer lr and momentum from m's run file. */
+/* The outer loop over o->local (o->n fp32 device memory of o->be, the member's backend when NULL; global =
+ * its values now), its exchange a sync made from `sc` (the caller's configuration: n_elems, dp, codec, name;
+ * the device fields are set here: o->be and o->stream), its arithmetic on o->stream. The outer lr and
+ * momentum from m's run file. */
 xdc_err_t orch_outer_open(orch_member *m, orch_outer *o, const xdc_sync_cfg *sc, xdc_diag *diag);
 /* Its sync, buffers; o zeroed. */
 void orch_outer_destroy(orch_outer *o);

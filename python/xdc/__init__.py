@@ -10,12 +10,16 @@ and averages float32 buffers over every member of every region::
 
 A failed call raises ``xdc.Error`` (``xdc.Timeout`` for XDC_STATUS_TIMEOUT) with the status name and the
 library's diagnostic.
+
+Device memory: an object with ``__cuda_array_interface__`` (a torch CUDA tensor, a CuPy array) is taken as
+device memory on its device and its stream (libxdc's ``*_device`` calls; docs/api.md, "Device memory").
 """
 
 import ctypes
 import ctypes.util
 import os
 import subprocess
+import sys
 
 # The libxdc API this binding was written against (include/xdc.h): a library of the same major and a minor
 # at least this one has every call used here.
@@ -155,6 +159,18 @@ def _declare(lib):
         "xdc_outer_state_size": (c_int, [c_void_p, c_int, ctypes.POINTER(c_size_t), ctypes.POINTER(c_size_t)]),
         "xdc_outer_get_state": (c_int, [c_void_p, c_int, c_void_p, c_void_p, c_void_p]),
         "xdc_outer_set_state": (c_int, [c_void_p, c_int, c_void_p, c_void_p, c_void_p]),
+        "xdc_allreduce_device": (c_int, [c_void_p, c_int, c_void_p, c_size_t, c_int, c_void_p]),
+        "xdc_iallreduce_device": (c_int, [c_void_p, c_int, c_void_p, c_size_t, c_int, c_void_p,
+                                          ctypes.POINTER(c_void_p)]),
+        "xdc_outer_init_device": (c_int, [c_void_p, c_int, c_int, ctypes.POINTER(c_void_p),
+                                          ctypes.POINTER(c_size_t), c_int, c_void_p]),
+        "xdc_outer_round_device": (c_int, [c_void_p, c_int, ctypes.POINTER(c_void_p), c_void_p]),
+        "xdc_outer_last_round_device": (c_int, [c_void_p, c_int, ctypes.POINTER(c_void_p), c_void_p]),
+        "xdc_outer_begin_device": (c_int, [c_void_p, c_int, ctypes.POINTER(c_void_p), c_void_p]),
+        "xdc_outer_apply_device": (c_int, [c_void_p, c_int, ctypes.POINTER(c_void_p), c_void_p]),
+        "xdc_device_alloc": (c_int, [c_void_p, c_int, c_size_t, ctypes.POINTER(c_void_p)]),
+        "xdc_device_free": (None, [c_void_p, c_void_p]),
+        "xdc_device_copy": (c_int, [c_void_p, c_int, c_void_p, c_void_p, c_size_t, c_int, c_void_p]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -185,6 +201,59 @@ def status_string(status):
     return _library().xdc_status_string(status).decode()
 
 
+class DeviceBuffer:
+    """float32 device memory as libxdc's device calls take it, from an object's ``__cuda_array_interface__``:
+    ``ptr``, ``count``, ``device`` (the ordinal: the object's ``device`` as an int, a ``.index`` (torch) or
+    an ``.id`` (CuPy); 0 without one) and ``stream`` (the interface's, None: NULL, the legacy default stream).
+    Keeps the object alive (a request in flight)."""
+
+    __slots__ = ("obj", "ptr", "count", "device", "stream")
+
+    def __init__(self, obj):
+        cai = obj.__cuda_array_interface__
+        shape = tuple(cai["shape"])
+        count = 1
+        for n in shape:
+            count *= n
+        if cai["typestr"] != "<f4":
+            raise TypeError("xdc: want float32 device memory (typestr '<f4'), got %r" % cai["typestr"])
+        strides = cai.get("strides")
+        if strides is not None and tuple(strides) != tuple(4 * _prod(shape[i + 1:]) for i in range(len(shape))):
+            raise TypeError("xdc: the device buffer is not C-contiguous (shape %s, strides %s)" % (shape, strides))
+        ptr, readonly = cai["data"]
+        if readonly:
+            raise TypeError("xdc: the device buffer is read-only; the call writes into it")
+        if count == 0:
+            raise ValueError("xdc: the buffer is empty")
+        self.obj, self.ptr, self.count = obj, ptr, count
+        self.device = device_of(obj)
+        self.stream = cai.get("stream")
+        if "stream" not in cai and "torch" in sys.modules and isinstance(obj, sys.modules["torch"].Tensor):
+            # torch's interface (version 2) names no stream: the work on it is queued on torch's current one
+            self.stream = sys.modules["torch"].cuda.current_stream(self.device).cuda_stream or None
+
+
+def _prod(xs):
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def device_of(obj):
+    """The device ordinal of device memory obj (see DeviceBuffer), or None for host memory (no
+    ``__cuda_array_interface__``, or a tensor whose device type is cpu)."""
+    dev = getattr(obj, "device", None)
+    if getattr(dev, "type", None) == "cpu" or not hasattr(obj, "__cuda_array_interface__"):
+        return None
+    if isinstance(dev, int):
+        return dev
+    for field in ("index", "id"):
+        if isinstance(getattr(dev, field, None), int):
+            return getattr(dev, field)
+    return 0
+
+
 def _tensor_float32(t):
     """(ctypes view of t's memory, count) for a tensor-like object (torch.Tensor: data_ptr(), numel(), dtype):
     CPU, float32, contiguous. No torch import here: only the object's own methods are used. The view keeps a
@@ -193,7 +262,8 @@ def _tensor_float32(t):
     device = getattr(t, "device", None)
     kind = getattr(device, "type", "cpu") if device is not None else "cpu"
     if kind != "cpu":
-        raise TypeError("xdc: a tensor on %s: only CPU tensors are supported (CUDA tensors are not yet)" % device)
+        raise TypeError("xdc: a tensor on %s: host memory here, or device memory through __cuda_array_interface__ "
+                        "(a CUDA tensor)" % device)
     if dtype not in ("torch.float32", "float32"):
         raise TypeError("xdc: want a float32 tensor, got dtype %s" % dtype)
     if not t.is_contiguous():
@@ -231,7 +301,7 @@ class Request:
     alive here, until the request completed: ``test()`` returned True, ``wait()`` returned, or either
     raised an error other than ``wait``'s own deadline."""
 
-    __slots__ = ("_comm", "_handle", "_view", "done")
+    __slots__ = ("_comm", "_handle", "_view", "done")  # _view: the buffer's ctypes view or DeviceBuffer
 
     def __init__(self, comm, handle, view):
         self._comm, self._handle, self._view = comm, handle, view
@@ -315,34 +385,69 @@ class Comm:
         return _library().xdc_comm_region_name(self._live()).decode()
 
     def allreduce(self, buffer, tag=0):
-        """buffer (writable float32) becomes the mean over every member, in place; blocks."""
+        """buffer (writable float32) becomes the mean over every member, in place; blocks. Device memory
+        (``__cuda_array_interface__``): ordered on its stream, which reads the mean after the call."""
+        if device_of(buffer) is not None:
+            self.iallreduce(buffer, tag).wait()
+            return
         view, count = _float32(buffer)
         self._check(_library().xdc_allreduce(self._live(), tag, view, count))
 
     def iallreduce(self, buffer, tag=0):
         """The same round, started at once; returns a Request that keeps buffer until it completed."""
-        view, count = _float32(buffer)
         req = ctypes.c_void_p()
-        self._check(_library().xdc_iallreduce(self._live(), tag, view, count, ctypes.byref(req)))
+        if device_of(buffer) is not None:
+            view = DeviceBuffer(buffer)
+            self._check(_library().xdc_iallreduce_device(self._live(), tag, view.ptr, view.count, view.device,
+                                                         view.stream, ctypes.byref(req)))
+        else:
+            view, count = _float32(buffer)
+            self._check(_library().xdc_iallreduce(self._live(), tag, view, count, ctypes.byref(req)))
         return Request(self, req, view)
+
+    @staticmethod
+    def _params(params):
+        """(pointers, counts, views, device) of a parameter list: host buffers (device None) or device memory
+        of one device; a list that mixes them, or devices, is refused naming the first parameter that
+        differs."""
+        devices = [device_of(p) for p in params]
+        for i, d in enumerate(devices):
+            if d != devices[0]:
+                raise ValueError("xdc: parameter %d is on %s, parameter 0 on %s: one device per parameter list"
+                                 % (i, _place(d), _place(devices[0])))
+        if devices and devices[0] is not None:
+            views = [DeviceBuffer(p) for p in params]
+            ptrs, counts = [v.ptr for v in views], [v.count for v in views]
+        else:
+            pairs = [_float32(p) for p in params]
+            views = [v for v, _ in pairs]
+            ptrs, counts = [ctypes.addressof(v) for v in views], [n for _, n in pairs]
+        return ((ctypes.c_void_p * len(ptrs))(*ptrs), (ctypes.c_size_t * len(counts))(*counts), views,
+                devices[0] if devices else None)
 
     def outer_init(self, tag, params):
         """DiLoCo outer state on tag for the list of float32 buffers params (their values now: the global
-        parameters); allocates once in the library."""
-        views = [_float32(p) for p in params]
-        ptrs = (ctypes.c_void_p * len(views))(*[ctypes.addressof(v) for v, _ in views])
-        counts = (ctypes.c_size_t * len(views))(*[n for _, n in views])
-        self._check(_library().xdc_outer_init(self._live(), tag, len(views), ptrs, counts))
+        parameters); allocates once in the library. Device memory: the outer state on its device."""
+        ptrs, counts, views, device = self._params(params)
+        if device is None:
+            self._check(_library().xdc_outer_init(self._live(), tag, len(views), ptrs, counts))
+        else:
+            self._check(_library().xdc_outer_init_device(self._live(), tag, len(views), ptrs, counts, device,
+                                                         views[0].stream))
 
-    def _outer(self, fn, tag, params):
-        views = [_float32(p)[0] for p in params]
-        ptrs = (ctypes.c_void_p * len(views))(*[ctypes.addressof(v) for v in views])
-        self._check(fn(self._live(), tag, ptrs))
+    def _outer(self, name, tag, params):
+        """xdc_<name> over params: host buffers, or device memory of one device (xdc_<name>_device, on the
+        first parameter's stream)."""
+        ptrs, _, views, device = self._params(params)
+        if device is None:
+            self._check(getattr(_library(), "xdc_" + name)(self._live(), tag, ptrs))
+        else:
+            self._check(getattr(_library(), "xdc_" + name + "_device")(self._live(), tag, ptrs, views[0].stream))
 
     def outer_round(self, tag, params):
         """One outer round (collective, blocking) over params, a list of the shape given to outer_init:
-        every member ends with the same values in every buffer."""
-        self._outer(_library().xdc_outer_round, tag, params)
+        every member ends with the same values in every buffer (device memory: on its stream)."""
+        self._outer("outer_round", tag, params)
 
     def outer_configure(self, tag, keep_unsent=False, final_codec=None):
         """Before the tag's first round (xdc_outer_configure): keep_unsent (the codec's unsent part stays in
@@ -355,16 +460,16 @@ class Comm:
     def outer_last_round(self, tag, params):
         """The tag's last round (collective, blocking), in its final codec (with keep_unsent the plain mean):
         every member ends with the same values; the tag takes no round after it."""
-        self._outer(_library().xdc_outer_last_round, tag, params)
+        self._outer("outer_last_round", tag, params)
 
     def outer_begin(self, tag, params):
         """Begin an overlapped outer round over params now (returns at once; train on, then outer_apply)."""
-        self._outer(_library().xdc_outer_begin, tag, params)
+        self._outer("outer_begin", tag, params)
 
     def outer_apply(self, tag, params):
         """Apply the round in flight (collective, waits for its exchange): params = new global + the progress
         made since outer_begin (- the unsent part with keep_unsent)."""
-        self._outer(_library().xdc_outer_apply, tag, params)
+        self._outer("outer_apply", tag, params)
 
     def outer_state_size(self, tag):
         """(parameters, residual): the float32 counts of the tag's outer state (global and momentum have the
@@ -390,6 +495,21 @@ class Comm:
                              % (tag, n, n, r, [c for _, c in views]))
         ptrs = [ctypes.addressof(v) if v is not None else None for v, _ in views]
         self._check(fn(self._live(), tag, *ptrs))
+
+    def device_alloc(self, nbytes, device=0):
+        """Device memory of XDC_DEVICE's device (zero-filled): its address, for a program without a runtime
+        of its own (xdc_device_alloc; free it with device_free)."""
+        out = ctypes.c_void_p()
+        self._check(_library().xdc_device_alloc(self._live(), device, nbytes, ctypes.byref(out)))
+        return out.value
+
+    def device_free(self, ptr):
+        _library().xdc_device_free(self._live(), ptr)
+
+    def device_copy(self, dst, src, nbytes, to_device, device=0, stream=None):
+        """Copy nbytes between host and device memory (addresses; to_device: src is host), waited for."""
+        self._check(_library().xdc_device_copy(self._live(), device, dst, src, nbytes, int(bool(to_device)),
+                                               stream))
 
     def stats(self):
         """What this member's WAN connections carried so far (xdc_comm_get_stats), in bytes: a dict with
@@ -425,6 +545,10 @@ class Comm:
         finally:
             self.close()
         return False
+
+
+def _place(device):
+    return "the host" if device is None else "device %d" % device
 
 
 def _bytes(s):

@@ -12,9 +12,11 @@ DiLoCo / streaming DiLoCo around any ``torch.nn.Module`` and inner optimizer::
     diloco.flush(); comm.finalize()
 
 and a DDP communication hook for sync mode (``ddp_hook``), whose gradient average is libxdc's hierarchical
-compressed all-reduce. CPU float32 tensors only: libxdc takes host memory (CUDA tensors are not supported
-yet). The outer optimizer (Nesterov with the run file's ``diloco.outer_lr`` and ``diloco.outer_momentum``),
-the codec (the run file's ``codec:``, or the link's) and its error feedback are the library's.
+compressed all-reduce. Tensors on the CPU or on a GPU (CUDA tensors, or any object with
+``__cuda_array_interface__``, taken on their device and stream by libxdc's device calls), float32 or
+bfloat16 (staged through float32: the outer state is float32); one device per parameter list. The outer
+optimizer (Nesterov with the run file's ``diloco.outer_lr`` and ``diloco.outer_momentum``), the codec (the
+run file's ``codec:``, or the link's) and its error feedback are the library's.
 """
 
 import ctypes
@@ -36,21 +38,80 @@ def param_hash(model):
     two members, equal hashes."""
     h = hashlib.sha256()
     for p in model.parameters():
-        t = p.detach()
-        if not t.is_contiguous():
-            t = t.contiguous()
-        h.update(ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()))
+        h.update(_host_bytes(p))
     return h.hexdigest()[:16]
+
+
+def _host_bytes(p):
+    """The bytes of parameter p, read on the host (a device tensor copied; an object with
+    ``__cuda_array_interface__`` that is no tensor through its ``get()``, as CuPy's)."""
+    if not isinstance(p, torch.Tensor):
+        return bytes(memoryview(p.get()).cast("B"))
+    t = p.detach().cpu().contiguous()
+    return ctypes.string_at(t.data_ptr(), t.numel() * t.element_size())
+
+
+def _device(p):
+    """Where p lives: None (host) or the device ordinal (xdc.device_of)."""
+    if isinstance(p, torch.Tensor):
+        return p.device.index if p.is_cuda else None
+    return xdc.device_of(p)
+
+
+def _numel(p):
+    """Elements of p: a tensor, or another framework's device memory (__cuda_array_interface__)."""
+    return p.numel() if isinstance(p, torch.Tensor) else xdc.DeviceBuffer(p).count
+
+
+def _where(device):
+    return "the CPU" if device is None else "device %d" % device
+
+
+def _one_device(named):
+    """The device of every (name, tensor) of named; a second device refused naming both tensors."""
+    name0, dev0 = None, None
+    for i, (name, p) in enumerate(named):
+        dev = _device(p)
+        if i == 0:
+            name0, dev0 = name, dev
+        elif dev != dev0:
+            raise ValueError("xdc.torch: parameter %s is on %s, parameter %s on %s: every parameter on one device "
+                             "(move the model with model.to(device))" % (name, _where(dev), name0, _where(dev0)))
+    return dev0
+
+
+def _staged(params, offload):
+    """The float32 contiguous buffers libxdc runs over for params, and the (tensor, buffer) pairs copied into
+    the buffers before each round and back after it: a float32 contiguous tensor is its own buffer (no copy),
+    a bfloat16 or non-contiguous one gets a float32 buffer on its device, and with offload every tensor gets
+    one in host memory (pinned where CUDA is there), so the outer state lives on the host."""
+    bufs, pairs = [], []
+    for p in params:
+        if not isinstance(p, torch.Tensor):  # another framework's device memory: taken as it is
+            bufs.append(p)
+            continue
+        t = p.detach()
+        if offload:
+            b = torch.empty(t.numel(), dtype=torch.float32, pin_memory=torch.cuda.is_available())
+        elif t.dtype != torch.float32 or not t.is_contiguous():
+            b = torch.empty(t.numel(), dtype=torch.float32, device=t.device)
+        else:
+            bufs.append(t)
+            continue
+        b.copy_(t.reshape(-1))
+        bufs.append(b)
+        pairs.append((t, b))
+    return bufs, pairs
 
 
 def _split(params, fragments):
     """params (in model order) cut into `fragments` runs of consecutive parameters of about equal element
     counts (each at least one parameter)."""
-    total = sum(p.numel() for p in params)
+    total = sum(_numel(p) for p in params)
     out, cur, done = [], [], 0
     for i, p in enumerate(params):
         cur.append(p)
-        done += p.numel()
+        done += _numel(p)
         left_params, left_frags = len(params) - i - 1, fragments - len(out) - 1
         # close this fragment once it holds its share, or when the rest are needed one per fragment
         if left_frags > 0 and (done >= total * (len(out) + 1) / fragments or left_params == left_frags):
@@ -82,6 +143,13 @@ class DiLoCo:
     ``state_dict()`` / ``load_state_dict()``: the schedule and each fragment's outer state (global
     parameters, momentum, the codec's residual), taken with no round in flight.
 
+    Parameters on a GPU: the outer rounds run on their device, ordered on torch's current stream (libxdc's
+    device calls), the outer state (global parameters, momentum, error-feedback residual) on the GPU; with
+    ``offload=True`` the outer state is kept in host memory instead (the parameters copied to and from pinned
+    float32 buffers around each round). bfloat16 parameters are staged through float32 buffers. Every
+    parameter on one device (else ValueError naming the tensors). ``overlap``, ``keep_unsent``,
+    ``final_codec`` and ``state_dict()`` work the same there (the state is copied to CPU tensors).
+
     The members must start from the same parameters: build the model with the same seed everywhere (the
     wrapper does not broadcast). The constructor checks it (collective): ``initial_hash``, ``param_hash(model)``
     then, must be the same on every member (``Comm.check_same``), else xdc.Error XDC_STATUS_CORRUPT on every
@@ -89,7 +157,7 @@ class DiLoCo:
     """
 
     def __init__(self, comm, model, inner_optimizer, sync_every, fragments=1, tag=OUTER_TAG, overlap=False,
-                 keep_unsent=False, final_codec=None):
+                 keep_unsent=False, final_codec=None, offload=False):
         if sync_every < 1 or fragments < 1 or sync_every % fragments != 0:
             raise ValueError("xdc.torch.DiLoCo: sync_every %d, fragments %d: want sync_every >= 1 a multiple of "
                              "fragments >= 1" % (sync_every, fragments))
@@ -97,12 +165,16 @@ class DiLoCo:
         if not 0 <= self.overlap <= sync_every // fragments:
             raise ValueError("xdc.torch.DiLoCo: overlap %d: want 0..sync_every / fragments (%d), one round in "
                              "flight at a time" % (self.overlap, sync_every // fragments))
-        params = list(model.parameters())
+        named = list(model.named_parameters()) if hasattr(model, "named_parameters") else \
+            [(str(i), p) for i, p in enumerate(model.parameters())]
+        _one_device(named)
+        params = [p for _, p in named]
         if len(params) < fragments:
             raise ValueError("xdc.torch.DiLoCo: %d fragments of %d parameters" % (fragments, len(params)))
         self.comm, self.model, self.inner_optimizer = comm, model, inner_optimizer
         self.sync_every, self.fragments, self.tag = sync_every, fragments, tag
         self.fragment_params = _split(params, fragments)
+        self.staged = [_staged(frag, offload) for frag in self.fragment_params]  # (buffers, pairs) per fragment
         self.step_count = 0
         self.last_sync = [0] * fragments  # the step each fragment was last synced at
         self.outer_rounds = 0
@@ -115,8 +187,8 @@ class DiLoCo:
         self.keep_unsent = keep_unsent
         self.in_flight = None  # (fragment, step it began at) of the overlapped round on the wire
         self.steps_in_flight = 0  # inner steps taken while a round was on the wire
-        for f, frag in enumerate(self.fragment_params):
-            comm.outer_init(tag + f, frag)  # checks every tensor: CPU, float32, contiguous
+        for f, (bufs, _) in enumerate(self.staged):
+            comm.outer_init(tag + f, bufs)  # checks every buffer: float32, contiguous, one device
             comm.outer_configure(tag + f, keep_unsent=keep_unsent, final_codec=final_codec)
 
     def fragment_due(self, step):
@@ -128,17 +200,27 @@ class DiLoCo:
         """One outer round of `fragment` now (collective: every member calls it at the same point); with
         overlap it is begun now and applied `overlap` steps later."""
         if self.overlap:
-            self.comm.outer_begin(self.tag + fragment, self.fragment_params[fragment])
+            self._outer(self.comm.outer_begin, fragment, back=False)
             self.in_flight = (fragment, self.step_count)
         else:
-            self.comm.outer_round(self.tag + fragment, self.fragment_params[fragment])
+            self._outer(self.comm.outer_round, fragment)
         self.last_sync[fragment] = self.step_count
         self.outer_rounds += 1
+
+    def _outer(self, call, fragment, back=True):
+        """call (a Comm outer call) over fragment's float32 buffers: the staged tensors copied into them first,
+        and back after it unless not `back` (outer_begin leaves the parameters as they are)."""
+        bufs, pairs = self.staged[fragment]
+        for t, b in pairs:
+            b.copy_(t.reshape(-1))
+        call(self.tag + fragment, bufs)
+        for t, b in pairs if back else ():
+            t.copy_(b.view_as(t))
 
     def _apply(self):
         f, _ = self.in_flight
         self.in_flight = None
-        self.comm.outer_apply(self.tag + f, self.fragment_params[f])
+        self._outer(self.comm.outer_apply, f)
 
     def step(self):
         """inner_optimizer.step(), then the outer round that is due (applying the overlapped one in flight
@@ -163,7 +245,7 @@ class DiLoCo:
             self._apply()
         for f in range(self.fragments):
             if self.overlap or self.keep_unsent or self.last_sync[f] != self.step_count:
-                self.comm.outer_last_round(self.tag + f, self.fragment_params[f])
+                self._outer(self.comm.outer_last_round, f)
                 self.outer_rounds += 1
 
     def state_dict(self):
@@ -202,7 +284,7 @@ class _HookState:
     def __init__(self, comm, tag, max_tags):
         self.comm, self.tag, self.max_tags = comm, tag, max_tags
         self.tags = {}
-        self.pending = []  # (request, future, buffer) in posting order
+        self.pending = []  # (request, future, bucket buffer, float32 buffer libxdc averages) in posting order
 
     def tag_of(self, bucket):
         key = (bucket.index(), bucket.buffer().numel())
@@ -216,12 +298,14 @@ class _HookState:
     def settle(self, block):
         """Complete the futures of the rounds done, in order; all of them when block."""
         while self.pending:
-            req, fut, buf = self.pending[0]
+            req, fut, buf, buf32 = self.pending[0]
             if block:
                 req.wait()
             elif not req.test():
                 return
             self.pending.pop(0)
+            if buf32 is not buf:
+                buf.copy_(buf32)
             fut.set_result(buf)
 
 
@@ -230,9 +314,10 @@ def _hook(state, bucket):
     bucket's own tag, posted at once; the future completes when the round did (at the latest when the last
     bucket is posted, which is when DDP is about to wait for them all)."""
     buf = bucket.buffer()
-    req = state.comm.iallreduce(buf, tag=state.tag_of(bucket))
+    buf32 = buf if buf.dtype == torch.float32 else buf.float()  # bfloat16 gradients: averaged in float32
+    req = state.comm.iallreduce(buf32, tag=state.tag_of(bucket))
     fut = torch.futures.Future()
-    state.pending.append((req, fut, buf))
+    state.pending.append((req, fut, buf, buf32))
     state.settle(block=bucket.is_last())
     return fut
 

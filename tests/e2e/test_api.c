@@ -614,3 +614,69 @@ static void train_gpt(const char *name, const char *args, double margin)
 XDC_TEST_T(api_torch_example_diloco_loss_falls, 300) { train_gpt("tgd", "--steps 60 --sync-every 10", 1.5); }
 
 XDC_TEST_T(api_torch_example_ddp_loss_falls, 300) { train_gpt("tgs", "--ddp --steps 30", 1.5); }
+
+/* tests/api/device.c: the device entry points on cpu-strict memory (the host cannot touch it), one member per
+ * region: outer rounds and an all-reduce exact with codec none, a host call on a device tag refused; with two
+ * members per region, device calls refused (XDC_STATUS_UNSUPPORTED). */
+XDC_TEST_T(api_device_entry_points_on_strict_memory, 120)
+{
+    char prog[700], src[600], run[700], topo[700], cmdline[900];
+    static char out[1 << 16];
+    build_against_install(xdc_test_src("tests/api/device.c", src, sizeof src), "device", prog, sizeof prog);
+    one_each(topo, sizeof topo);
+    write_run("dev", "none", run, sizeof run);
+    snprintf(cmdline, sizeof cmdline, "env XDC_DEVICE=cpu-strict %s", prog);
+    int rc = launch_exec(topo, run, "dev-run", cmdline, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch --exec exited %d:\n%s", rc, out);
+    for (int r = 0; r < 2; r++) {
+        char want[80];
+        snprintf(want, sizeof want, "device: rank %d: 2 rounds exact (0.6953125), mean exact", r);
+        XDC_ASSERT_STR_CONTAINS(out, want);
+    }
+    /* int8: the codec (and its error feedback) on the device, the same results on both members */
+    write_run("dev8", "int8", run, sizeof run);
+    snprintf(cmdline, sizeof cmdline, "env XDC_DEVICE=cpu-strict %s lossy", prog);
+    rc = launch_exec(topo, run, "dev-int8", cmdline, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch --exec (int8) exited %d:\n%s", rc, out);
+    same_on_every_rank(out, "device: ", "lossy within 0.05, hash", 2);
+    /* 2 x 2 members: the region's communicator is host shared memory, so device buffers are refused */
+    snprintf(cmdline, sizeof cmdline, "env XDC_DEVICE=cpu-strict %s replicas", prog);
+    rc = launch_exec(TOPO, run, "dev-replicas", cmdline, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch --exec (replicas) exited %d:\n%s", rc, out);
+    for (int r = 0; r < 4; r++) {
+        char want[80];
+        snprintf(want, sizeof want, "device: rank %d: refused", r);
+        XDC_ASSERT_STR_CONTAINS(out, want);
+    }
+}
+
+/* tests/api/device_checks.py shim: xdc.torch.DiLoCo over shim objects whose __cuda_array_interface__ points
+ * at cpu-strict device memory, one member per region: libxdc's device path (streams, events, the codec on the
+ * device, pinned staging) gives the exact outer step and the same parameters everywhere, overlapped (overlap=1:
+ * xdc_outer_begin/apply/last_round_device) too, with state_dict() of the device state; an all-reduce of
+ * device memory the exact mean; parameter lists on two devices refused naming the tensors. */
+XDC_TEST_T(api_torch_device_path_on_strict_memory, 300)
+{
+    char run[700], topo[700];
+    static char out[1 << 16];
+    one_each(topo, sizeof topo);
+    int rc = launch_python(topo, "tests/api/device_checks.py", "shim", "tds", "none", 1, run, sizeof run, out,
+                           sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "device_checks.py shim exited %d:\n%s", rc, out);
+    same_on_every_rank(out, "device_checks: shim: ", "ok, 2 rounds exact (0.6953125), mean exact, hash", 2);
+}
+
+/* tests/api/device_checks.py host: DiLoCo with offload=True over float32 CPU tensors and over bfloat16 CPU
+ * tensors, one member per region: the same parameters on every member after the last round. */
+XDC_TEST_T(api_torch_offload_and_bf16_same_parameters, 300)
+{
+    char run[700], topo[700];
+    static char out[1 << 16];
+    one_each(topo, sizeof topo);
+    int rc = launch_python(topo, "tests/api/device_checks.py", "host", "tdh", "none", 1, run, sizeof run, out,
+                           sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "device_checks.py host exited %d:\n%s", rc, out);
+    same_on_every_rank(out, "device_checks: host: ", "offload hash", 2);
+    same_on_every_rank(out, "device_checks: host: ", "bf16 hash", 2);
+    XDC_ASSERT_STR_CONTAINS(out, "device_checks: host: rank 1: ok");
+}

@@ -4,8 +4,9 @@
 # The GPU machine runs a bare CUDA image (nvcc, driver, Python with torch and the NCCL / cuBLAS wheels; no
 # Debian -dev packages, no network), so what this tree builds here must travel with every shared library
 # it loads that the image lacks. Layout of OUT_DIR:
-#   bin/        xdc, xdc_tests, bench_gpu (when built); DT_RPATH $ORIGIN/../lib, which also covers the
-#               bundled libraries' own needs (they carry no rpath of their own)
+#   bin/        xdc, xdc_tests, bench_gpu (when built), libxdc.so (XDC_LIB for xdc.torch); DT_RPATH
+#               $ORIGIN/../lib, which also covers the bundled libraries' own needs (they carry no rpath of their own)
+#   python/     the Python package (python/xdc: PYTHONPATH) and tests/gpu/torch_cuda.py
 #   lib/        the ldd closure of bin/* minus the allowed list below, one file per soname; a library
 #               over 4 MiB is stored gzipped (NAME.gz) and env.sh unpacks it on the machine (gzip is on
 #               every image; xz and zstd may not be), which keeps the folder under 40 MiB
@@ -29,7 +30,7 @@ command -v patchelf >/dev/null || { echo "bundle.sh: patchelf missing (Debian pa
 
 rm -rf "$O"
 mkdir -p "$O/bin" "$O/lib" "$O/data/fortunes" "$O/models"
-for f in xdc xdc_tests bench_gpu; do
+for f in xdc xdc_tests bench_gpu libxdc.so; do
   [ -x "$B/$f" ] || { [ "$f" = bench_gpu ] && continue; echo "bundle.sh: $B/$f not built" >&2; exit 70; }
   # Symbols stay (backtraces, compute-sanitizer's host frames); DWARF goes. -lineinfo lives in the fatbin.
   objcopy --strip-debug "$B/$f" "$O/bin/$f"
@@ -67,6 +68,7 @@ else # no fortunes here (a CI image without the package): the project's own pros
 fi
 cp examples/models/*.yaml tests/gpu/*.yaml "$O/models/"
 cp tests/gpu/env.sh tests/gpu/closure.sh "$O/"
+mkdir -p "$O/python" && cp -r python/xdc tests/gpu/torch_cuda.py "$O/python/"
 
 glibc_max=$(for f in "$O"/bin/* "$O"/lib/*; do
   case $f in *.gz) gzip -dc "$f" >"$O/.probe" && f=$O/.probe ;; esac

@@ -28,10 +28,10 @@ REPO=$PWD
 
 # ---- the steps, in the order they run (the cheap correctness checks first, the sanitizer last) --------
 STEPS=(cuda-tests model-step determinism sync-cuda codec-wire launch-sync launch-diloco launch-streaming
-  launch-span nccl gemm-peak gpt2-step codec-speed sanitizer)
+  launch-span torch-cuda nccl gemm-peak gpt2-step codec-speed sanitizer)
 declare -A BUDGET=([cuda-tests]=60 [model-step]=30 [determinism]=30 [sync-cuda]=30 [codec-wire]=30
-  [launch-sync]=30 [launch-diloco]=30 [launch-streaming]=30 [launch-span]=30 [nccl]=30 [gemm-peak]=20
-  [gpt2-step]=60 [codec-speed]=20 [sanitizer]=120)
+  [launch-sync]=30 [launch-diloco]=30 [launch-streaming]=30 [launch-span]=30 [torch-cuda]=60 [nccl]=30
+  [gemm-peak]=20 [gpt2-step]=60 [codec-speed]=20 [sanitizer]=120)
 
 BUNDLE=build/gpu-bundle ONLY="" DEADLINE=${XDC_GPU_DEADLINE:-330}
 while [ $# -gt 0 ]; do
@@ -258,6 +258,32 @@ step_launch_sync() { launch_mode sync; }
 step_launch_diloco() { launch_mode diloco; }
 step_launch_streaming() { launch_mode streaming; }
 step_launch_span() { launch_mode span; }
+
+# xdc.torch on CUDA tensors (the bundle's python/torch_cuda.py): DiLoCo (float32, and bfloat16 with offload) and
+# the DDP hook, two processes on the one GPU (one per region, xdc launch --exec, int8 over the emulated WAN);
+# every member must end on the same three hashes. Skipped when the image's torch has no CUDA.
+step_torch_cuda() {
+  [ -n "$NOGPU" ] && { say "NOT TESTED ($NOGPU)"; return; }
+  [ -f "$B/libxdc.so" ] && [ -f "$XDC_BUNDLE/python/torch_cuda.py" ] || { say "NOT AVAILABLE (no libxdc.so or python/ in the bundle)"; return; }
+  tmo python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "torch " + torch.__version__ + " sees no CUDA")' >"$L/torch-probe.log" 2>&1 ||
+    { say "NOT TESTED (torch without CUDA: $(tail -1 "$L/torch-probe.log"))"; return; }
+  local run=$L/torch-cuda rc lines n
+  mkdir -p "$run"
+  printf 'model: %s\ndata: %s\nmode: sync\npipeline_stages: 1\ncodec: int8\nbucket_mb: 0.05\ndiloco: {outer_lr: 0.7, outer_momentum: 0.9}\ntimeouts: {rendezvous: 60s, operation: 60s}\n' \
+    "$MODELS/tiny.yaml" "$DATA" >"$run/run.yaml"
+  tmo "$X" launch -t "$MODELS/two-regions-one-gpu.yaml" -c "$run/run.yaml" --run-dir "$run/dir" --exec -- \
+    env XDC_LIB="$B/libxdc.so" PYTHONPATH="$XDC_BUNDLE/python" python3 "$XDC_BUNDLE/python/torch_cuda.py" >"$run/launch.log" 2>&1
+  rc=$?
+  cat "$run/launch.log"
+  mkdir -p "$run/worker-logs" && cp "$run"/dir/logs/*.log "$run/worker-logs/" 2>/dev/null
+  rm -rf "$run/dir"
+  lines=$(cat "$run/launch.log" "$run"/worker-logs/*.log 2>/dev/null | grep -o 'torch_cuda: rank [0-9]*: .*' | sort -u)
+  n=$(sed 's/^torch_cuda: rank [0-9]*: //' <<<"$lines" | sort -u | grep -c .)
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then say "TIMEOUT after ${T}s"
+  elif [ $rc -eq 0 ] && [ "$(grep -c . <<<"$lines")" -eq 2 ] && [ "$n" -eq 1 ]; then
+    say "PASS both members: $(head -1 <<<"$lines" | sed 's/^torch_cuda: rank 0: //')"
+  else say "FAIL exit $rc, member lines: $(echo $lines)"; fi
+}
 
 # NCCL on one rank: init and split (intra_nccl_collectives_match_reference), abort (the 1F1B deadline
 # test, which needs 2 GPUs: NOT TESTED on one). NCCL_DEBUG=VERSION makes NCCL print its version.
