@@ -74,11 +74,14 @@ def _pkg_config_libdir():
 
 
 def _candidates():
-    """(place, path) pairs in search order: $XDC_LIB, pkg-config's libdir, the linker's search."""
+    """(place, path) pairs in search order: $XDC_LIB, the package's own copy (python/setup.py puts it there),
+    pkg-config's libdir, the linker's search."""
     env = os.environ.get("XDC_LIB")
     if env:
         yield "$XDC_LIB", env
         return  # an explicit choice: no falling back to another copy
+    bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libxdc.so")
+    yield "the package's libxdc.so", bundled if os.path.isfile(bundled) else None
     libdir = _pkg_config_libdir()
     soname = "libxdc.so.%d" % API_VERSION_MAJOR
     yield "pkg-config --variable=libdir xdc", os.path.join(libdir, soname) if libdir else None
@@ -104,7 +107,8 @@ def _load():
                                      API_VERSION_MINOR))
         return lib, path
     raise LibraryNotFound("libxdc.so not found; tried " + "; ".join(tried) +
-                          " (set XDC_LIB to the library, or PKG_CONFIG_PATH to the prefix's lib/pkgconfig)")
+                          " (pip install the package from python/, which builds it in; or set XDC_LIB to the "
+                          "library, or PKG_CONFIG_PATH to the prefix's lib/pkgconfig)")
 
 
 class _Options(ctypes.Structure):

@@ -3,12 +3,13 @@
  * `xdc launch --exec` over two emulated regions (every member ends with the same buffer, the exact mean
  * with codec none, within int8's error with int8); a non-blocking all-reduce whose wait runs out before
  * the other region posts (tests/api/nonblocking.c); the errors of xdc_comm_create, called in this
- * process; and the Python package (python/) pip-installed into a venv, its example run the same way and its
- * errors raised as xdc.Error. */
+ * process; and the Python package (python/) pip-installed into a venv with the tree's libxdc.so built in,
+ * its example run the same way, its errors raised as xdc.Error, and its wheel (`python -m build`). */
 #include "tests/xdc_test.h"
 
 #include <xdc.h>
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,19 +266,30 @@ static void torch_site(char *site, size_t cap)
                       site);
 }
 
-/* The Python package (python/, docs/api.md "Python") in a venv of TMP, installed offline over the system's
- * setuptools, finding TMP/prefix's libxdc through pkg-config; with_torch: the torch venv's packages seen
- * through a .pth file (torch_site). In py the shell words that run the venv's python (with the sanitizer
- * runtimes preloaded under SAN). */
-static void python_venv(char *py, size_t cap, int with_torch)
+/* The tree's libxdc.so (next to the xdc binary under test), as an absolute path: what the Python package's
+ * build bundles (XDC_BUNDLE_LIB, python/setup.py) instead of compiling it again. */
+static void built_libxdc(char *path, size_t cap)
 {
-    char cmd[4096], src[600];
+    char bin[600];
+    snprintf(bin, sizeof bin, "%s", xdc_test_bin());
+    char *slash = strrchr(bin, '/');
+    if (slash) *slash = '\0';
+    char dir[PATH_MAX];
+    XDC_ASSERT_MSG(realpath(slash ? bin : ".", dir) != NULL, "realpath of %s", bin);
+    snprintf(path, cap, "%s/libxdc.so", dir);
+    XDC_ASSERT_MSG(access(path, R_OK) == 0, "no %s (make all builds it)", path);
+}
+
+/* Skips the test unless /usr/bin/python3 can make venvs and build the package offline. In preload the
+ * sanitizer runtimes python3 must load before libxdc.so under SAN (CPython's own allocations at exit are
+ * not ours to report: no leak check there), "" without SAN. */
+static void python_prereqs(char *preload, size_t cap)
+{
     static char out[1 << 14];
-    /* SAN: libxdc.so needs the sanitizers' runtimes loaded before anything else in python3 (CPython's own
-     * allocations at exit are not ours to report: no leak check there) */
-    char preload[256] = "";
-    if (strstr(XDC_TEST_SAN, "address")) strcat(preload, " $(cc -print-file-name=libasan.so)");
-    if (strstr(XDC_TEST_SAN, "undefined")) strcat(preload, " $(cc -print-file-name=libubsan.so)");
+    preload[0] = '\0';
+    if (strstr(XDC_TEST_SAN, "address")) snprintf(preload, cap, "%s", " $(cc -print-file-name=libasan.so)");
+    if (strstr(XDC_TEST_SAN, "undefined"))
+        snprintf(preload + strlen(preload), cap - strlen(preload), "%s", " $(cc -print-file-name=libubsan.so)");
     if (XDC_TEST_SAN[0] && !preload[0])
         xdc_test_skip("libxdc.so is built with SAN=%s, whose runtime python3 cannot load", XDC_TEST_SAN);
     if (access("/usr/bin/python3", X_OK) != 0) xdc_test_skip("no /usr/bin/python3 (Debian package python3)");
@@ -285,32 +297,49 @@ static void python_venv(char *py, size_t cap, int with_torch)
         xdc_test_skip("python3 lacks venv, setuptools or wheel (Debian packages python3-venv, python3-setuptools, "
                       "python3-wheel): %s",
                       out);
+    /* no way to the library but the package's own copy (this test's process and the members it launches) */
+    unsetenv("XDC_LIB");
+    unsetenv("PKG_CONFIG_PATH");
+}
+
+/* In py the shell words that run VENV/bin/python with preload (python_prereqs). */
+static void venv_python(const char *venv, const char *preload, char *py, size_t cap)
+{
+    if (preload[0])
+        snprintf(py, cap, "env \"LD_PRELOAD=%s\" ASAN_OPTIONS=detect_leaks=0 %s/bin/python", preload + 1, venv);
+    else snprintf(py, cap, "%s/bin/python", venv);
+}
+
+/* The Python package (python/, docs/api.md "Python") in a fresh venv of TMP by one `pip install`, offline
+ * over the system's setuptools, with the tree's libxdc.so bundled (built_libxdc); with_torch: the torch
+ * venv's packages seen through a .pth file (torch_site). In py the shell words that run the venv's python
+ * (venv_python). */
+static void python_venv(char *py, size_t cap, int with_torch)
+{
+    char cmd[4096], src[600], lib[PATH_MAX + 16], preload[256], venv[600];
+    static char out[1 << 14];
+    python_prereqs(preload, sizeof preload);
     char site[1024] = "";
     if (with_torch) torch_site(site, sizeof site);
-    const char *prefix = install_prefix();
-    snprintf(cmd, sizeof cmd, "%s/lib/pkgconfig", prefix);
-    setenv("PKG_CONFIG_PATH", cmd, 1);
-    unsetenv("XDC_LIB");
+    built_libxdc(lib, sizeof lib);
+    snprintf(venv, sizeof venv, "%s/venv", xdc_test_tmpdir());
     /* a copy of python/: pip writes its build/ and egg-info next to the sources */
     snprintf(cmd, sizeof cmd,
-             "cp -r %1$s %2$s/pysrc && /usr/bin/python3 -m venv --system-site-packages %2$s/venv && "
-             "%2$s/venv/bin/pip install -q --no-index --no-build-isolation %2$s/pysrc 2>&1",
-             xdc_test_src("python", src, sizeof src), xdc_test_tmpdir());
+             "cp -r %1$s %2$s/pysrc && /usr/bin/python3 -m venv --system-site-packages %3$s && "
+             "XDC_BUNDLE_LIB=%4$s %3$s/bin/pip install -q --no-index --no-build-isolation %2$s/pysrc 2>&1",
+             xdc_test_src("python", src, sizeof src), xdc_test_tmpdir(), venv, lib);
     int rc = xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", cmd, rc, out);
     if (site[0]) { /* the venv's python is /usr/bin/python3's, as the torch venv's: the same site layout */
-        snprintf(cmd, sizeof cmd, "%s/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'",
-                 xdc_test_tmpdir());
+        snprintf(cmd, sizeof cmd, "%s/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'",
+                 venv);
         char own[1024];
         XDC_ASSERT(xdc_test_run(cmd, own, sizeof own) == 0);
         own[strcspn(own, "\n")] = '\0';
         snprintf(cmd, sizeof cmd, "%s/xdc-torch-venv.pth", own);
         xdc_test_write_file(cmd, site);
     }
-    if (preload[0])
-        snprintf(py, cap, "env \"LD_PRELOAD=%s\" ASAN_OPTIONS=detect_leaks=0 %s/venv/bin/python", preload + 1,
-                 xdc_test_tmpdir());
-    else snprintf(py, cap, "%s/venv/bin/python", xdc_test_tmpdir());
+    venv_python(venv, preload, py, cap);
 }
 
 /* Run the Python program `script ARGS` (a path in the tree) on the venv's python (python_venv) in every slot
@@ -410,6 +439,47 @@ XDC_TEST_T(api_python_errors_raise_xdc_error, 120)
     XDC_ASSERT_MSG(rc == 1, "a missing XDC_LIB: exit %d, want 1:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "xdc.LibraryNotFound: XDC_STATUS_UNAVAILABLE: libxdc.so not found; tried $XDC_LIB: ");
     XDC_ASSERT_STR_CONTAINS(out, "/nonexistent/libxdc.so");
+}
+
+/* `python -m build python/` offline (sdist, then the wheel from it, bundling the tree's libxdc.so): the sdist
+ * holds every file make needs for libxdc.so (a dry run of the build in it finds them all), and the wheel in
+ * a fresh venv with nothing else gives a working `import xdc` on its own copy; XDC_LIB still overrides. */
+XDC_TEST_T(api_python_wheel_bundles_libxdc, 120)
+{
+    char preload[256], lib[PATH_MAX + 16], src[600], cmd[4096], py[800], venv[600], want[800];
+    static char out[1 << 14];
+    python_prereqs(preload, sizeof preload);
+    if (xdc_test_run("/usr/bin/python3 -c 'import build' 2>&1", out, sizeof out) != 0)
+        xdc_test_skip("python3 lacks build (Debian package python3-build, in make deps): %s", out);
+    built_libxdc(lib, sizeof lib);
+    snprintf(cmd, sizeof cmd,
+             "XDC_BUNDLE_LIB=%2$s /usr/bin/python3 -m build --no-isolation --outdir %1$s/dist %3$s 2>&1 && cd %1$s && "
+             "mkdir sd && tar xzf dist/xdc-*.tar.gz -C sd && make -n -C sd/xdc-*/libxdc-src build/libxdc.so >/dev/null",
+             xdc_test_tmpdir(), lib, xdc_test_src("python", src, sizeof src));
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", cmd, rc, out);
+    snprintf(venv, sizeof venv, "%s/wheel-venv", xdc_test_tmpdir());
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -m venv %1$s && %1$s/bin/pip install -q --no-index %2$s/dist/xdc-*-py3-none-linux_*.whl "
+             "2>&1",
+             venv, xdc_test_tmpdir());
+    rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", cmd, rc, out);
+    venv_python(venv, preload, py, sizeof py);
+    static const char probe[] =
+        "-c 'import xdc; print(xdc.api_version(), xdc.status_string(8), xdc.library_path)' 2>&1";
+    snprintf(cmd, sizeof cmd, "%s %s", py, probe);
+    rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", cmd, rc, out);
+    snprintf(want, sizeof want, "(%d, %d) ", XDC_API_VERSION_MAJOR, XDC_API_VERSION_MINOR);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+    snprintf(want, sizeof want, "%s/lib/python3", venv);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+    XDC_ASSERT_STR_CONTAINS(out, "/site-packages/xdc/libxdc.so");
+    snprintf(cmd, sizeof cmd, "XDC_LIB=%s %s %s", lib, py, probe);
+    rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", cmd, rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, lib);
 }
 
 /* docs/api.md shows the example programs as they are in examples/api/. */
