@@ -22,7 +22,7 @@ extern "C" {
  * against major M runs with any library of major M and a minor at least its own; a new major may change
  * or remove calls. */
 #define XDC_API_VERSION_MAJOR 0
-#define XDC_API_VERSION_MINOR 2
+#define XDC_API_VERSION_MINOR 3
 #define XDC_API_VERSION       ((XDC_API_VERSION_MAJOR << 16) | XDC_API_VERSION_MINOR)
 
 /* The version of the library loaded at run time (compare its major, version >> 16, with the header's). */
@@ -102,6 +102,10 @@ int xdc_comm_size(const xdc_comm *comm);
 int xdc_comm_region(const xdc_comm *comm);
 int xdc_comm_num_regions(const xdc_comm *comm);
 const char *xdc_comm_region_name(const xdc_comm *comm);
+/* Since 0.3. This member's rank within its region and the region's member count (the global ranks of a
+ * region are consecutive: rank = the earlier regions' members + region rank). */
+int xdc_comm_region_rank(const xdc_comm *comm);
+int xdc_comm_region_size(const xdc_comm *comm);
 
 /* All-reduce `count` fp32 values of `buf` (host memory) in place to their mean over every member of the
  * run, with the run file's WAN codec. `tag` (0 <= tag < XDC_MAX_TAGS) names a buffer: its first use fixes

@@ -265,6 +265,8 @@ int xdc_comm_size(const xdc_comm *c) { return c ? id_of(c)->gsize : -1; }
 int xdc_comm_region(const xdc_comm *c) { return c ? id_of(c)->region_idx : -1; }
 int xdc_comm_num_regions(const xdc_comm *c) { return c ? id_of(c)->n_regions : -1; }
 const char *xdc_comm_region_name(const xdc_comm *c) { return c ? id_of(c)->region : ""; }
+int xdc_comm_region_rank(const xdc_comm *c) { return c ? id_of(c)->lrank : -1; }
+int xdc_comm_region_size(const xdc_comm *c) { return c ? id_of(c)->lsize : -1; }
 
 /* The tag's state, created at its first use (the only allocation of an all-reduce). */
 static xdc_err_t tag_state(xdc_comm *c, int tag, size_t count, xdc_request **out, xdc_diag *diag)

@@ -20,7 +20,7 @@ import subprocess
 # The libxdc API this binding was written against (include/xdc.h): a library of the same major and a minor
 # at least this one has every call used here.
 API_VERSION_MAJOR = 0
-API_VERSION_MINOR = 2
+API_VERSION_MINOR = 3
 API_VERSION = (API_VERSION_MAJOR << 16) | API_VERSION_MINOR
 
 # include/xdc.h's status codes, by value (part of the API: never renumbered).
@@ -138,6 +138,8 @@ def _declare(lib):
         "xdc_comm_region": (c_int, [c_void_p]),
         "xdc_comm_num_regions": (c_int, [c_void_p]),
         "xdc_comm_region_name": (c_char_p, [c_void_p]),
+        "xdc_comm_region_rank": (c_int, [c_void_p]),
+        "xdc_comm_region_size": (c_int, [c_void_p]),
         "xdc_allreduce": (c_int, [c_void_p, c_int, c_void_p, c_size_t]),
         "xdc_iallreduce": (c_int, [c_void_p, c_int, c_void_p, c_size_t, ctypes.POINTER(c_void_p)]),
         "xdc_request_test": (c_int, [c_void_p]),
@@ -304,6 +306,16 @@ class Comm:
     @property
     def region_name(self):
         return _library().xdc_comm_region_name(self._live()).decode()
+
+    @property
+    def region_rank(self):
+        """Rank within this member's region (since 0.3)."""
+        return _library().xdc_comm_region_rank(self._live())
+
+    @property
+    def region_size(self):
+        """Members of this member's region (since 0.3)."""
+        return _library().xdc_comm_region_size(self._live())
 
     def allreduce(self, buffer, tag=0):
         """buffer (writable float32) becomes the mean over every member, in place; blocks."""

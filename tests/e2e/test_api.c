@@ -599,7 +599,8 @@ XDC_TEST_T(api_torch_fragments_sync_on_schedule, 300)
 }
 
 /* DDP with xdc.torch.ddp_hook on 2 x 2 members, codec none: every gradient is the exact mean over the
- * members, for 3 iterations (across DDP's bucket rebuild), with at least two buckets. */
+ * members, for 3 iterations (across DDP's bucket rebuild), with at least two buckets; the gloo group is the
+ * region's (rank and size), and every socket a member opened for it ends in a member of its own region. */
 XDC_TEST_T(api_torch_ddp_hook_gives_the_exact_mean, 300)
 {
     char run[700];
@@ -611,6 +612,16 @@ XDC_TEST_T(api_torch_ddp_hook_gives_the_exact_mean, 300)
         char want[80];
         snprintf(want, sizeof want, "torch_checks: ddp: rank %d: ok, exact mean over 4 members", r);
         XDC_ASSERT_STR_CONTAINS(out, want);
+        /* its first line: the sockets (ranks 0 and 1 are us-east, 2 and 3 eu-west) */
+        snprintf(want, sizeof want, "torch_checks: ddp: rank %d: ", r);
+        const char *line = strstr(out, want);
+        int n = 0;
+        char region[32] = "";
+        XDC_ASSERT_MSG(line &&
+                           sscanf(line + strlen(want), "%d gloo sockets, every peer in region %31s", &n, region) == 2,
+                       "rank %d: no line on its gloo sockets:\n%s", r, out);
+        XDC_ASSERT(n >= 1);
+        XDC_ASSERT_MSG(strcmp(region, r < 2 ? "us-east" : "eu-west") == 0, "rank %d: peers in region %s", r, region);
     }
 }
 
