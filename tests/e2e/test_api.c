@@ -6,20 +6,22 @@
  * process; and the Python package (python/) pip-installed into a venv with the tree's libxdc.so built in,
  * its example run the same way, its errors raised as xdc.Error, and its wheel (`python -m build`). */
 #include "tests/xdc_test.h"
+#include "tests/e2e/test_orch_util.h"
 
 #include <xdc.h>
 
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef XDC_TEST_SAN
 #define XDC_TEST_SAN "" /* the Makefile passes SAN: programs built here use the library's sanitizers */
 #endif
-#define TOPO "examples/topology/demo-2region.yaml"
 
 /* TMP/<name>.yaml: a run file for libxdc programs (the launcher reads the model and data keys; the program
  * the codec, bucket size, outer settings and timeouts). Returns its path in out. */
@@ -598,16 +600,11 @@ XDC_TEST_T(api_torch_fragments_sync_on_schedule, 300)
     }
 }
 
-/* DDP with xdc.torch.ddp_hook on 2 x 2 members, codec none: every gradient is the exact mean over the
- * members, for 3 iterations (across DDP's bucket rebuild), with at least two buckets; the gloo group is the
- * region's (rank and size), and every socket a member opened for it ends in a member of its own region. */
-XDC_TEST_T(api_torch_ddp_hook_gives_the_exact_mean, 300)
+/* What `torch_checks.py ddp` on 2 x 2 members (codec none) printed: every gradient is the exact mean over
+ * the members, for 3 iterations (across DDP's bucket rebuild), with at least two buckets; the gloo group is
+ * the region's (rank and size), and every socket a member opened for it ends in a member of its own region. */
+static void check_ddp(const char *out)
 {
-    char run[700];
-    static char out[1 << 16];
-    int rc = launch_python(TOPO, "tests/api/torch_checks.py", "ddp", "tddp", "none", 1, run, sizeof run, out,
-                           sizeof out);
-    XDC_ASSERT_MSG(rc == 0, "torch_checks.py ddp exited %d:\n%s", rc, out);
     for (int r = 0; r < 4; r++) {
         char want[80];
         snprintf(want, sizeof want, "torch_checks: ddp: rank %d: ok, exact mean over 4 members", r);
@@ -623,6 +620,49 @@ XDC_TEST_T(api_torch_ddp_hook_gives_the_exact_mean, 300)
         XDC_ASSERT(n >= 1);
         XDC_ASSERT_MSG(strcmp(region, r < 2 ? "us-east" : "eu-west") == 0, "rank %d: peers in region %s", r, region);
     }
+}
+
+XDC_TEST_T(api_torch_ddp_hook_gives_the_exact_mean, 300)
+{
+    char run[700];
+    static char out[1 << 16];
+    int rc = launch_python(TOPO, "tests/api/torch_checks.py", "ddp", "tddp", "none", 1, run, sizeof run, out,
+                           sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "torch_checks.py ddp exited %d:\n%s", rc, out);
+    check_ddp(out);
+}
+
+/* The same DDP check with each region's members started by torchrun (python -m torch.distributed.run
+ * --standalone, 2 processes) instead of `xdc launch`: `xdc coordinator`, and per region only XDC_* for the
+ * cross-region part (topology, run file, run folder, coordinator, run id, region, host); torchrun gives
+ * RANK, WORLD_SIZE, LOCAL_RANK and its store, which the gloo group uses (env://). */
+XDC_TEST_T(api_torch_torchrun_members_like_agent_exec, 300)
+{
+    char py[700], run[700], dir[700], log[700], src[600], cmd[4096];
+    static char out[1 << 17];
+    python_venv(py, sizeof py, 1);
+    write_run("ttr", "none", run, sizeof run);
+    snprintf(dir, sizeof dir, "%s/ttr", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/coord.log", xdc_test_tmpdir());
+    pid_t coord_pid;
+    char *coord = e2e_start_coordinator(run, dir, log, "ttr-test", &coord_pid);
+    char cwd[400];
+    XDC_ASSERT(getcwd(cwd, sizeof cwd) != NULL);
+    snprintf(cmd, sizeof cmd,
+             "export XDC_ADVERTISE_HOST=127.0.0.1 XDC_TOPOLOGY=%1$s/%2$s XDC_CONFIG=%3$s XDC_RUN_DIR=%4$s "
+             "XDC_COORDINATOR=%5$s XDC_RUN_ID=ttr-test; tr='timeout 240 %6$s -m torch.distributed.run --standalone "
+             "--nproc-per-node 2 %7$s ddp'; "
+             "XDC_REGION=us-east XDC_HOST=east-node1 $tr > %8$s/us-east.out 2>&1 & p=$!; "
+             "XDC_REGION=eu-west XDC_HOST=west-node1 $tr > %8$s/eu-west.out 2>&1; a=$?; wait $p; b=$?; "
+             "cat %8$s/us-east.out %8$s/eu-west.out; exit $((a + b))",
+             cwd, TOPO, run, dir, coord, py, xdc_test_src("tests/api/torch_checks.py", src, sizeof src),
+             xdc_test_tmpdir());
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    kill(coord_pid, SIGTERM); /* it ends by itself once the members are gone; not before, if they failed */
+    waitpid(coord_pid, NULL, 0);
+    free(coord);
+    XDC_ASSERT_MSG(rc == 0, "the torchrun members exited %d:\n%s", rc, out);
+    check_ddp(out);
 }
 
 /* examples/torch/train_gpt.py on 2 x 2 members with int8 (args): the validation loss ends at least `margin`
