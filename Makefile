@@ -69,7 +69,7 @@ NVFLAGS := -O3 -std=c++17 -I. -arch=sm_90 -Xcompiler -Wall,-Wextra,-fPIC -DXDC_H
 LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lnccl -lcudart -lstdc++
 CU_SRCS := $(foreach l,$(LAYERS),$(wildcard $(l)/*.cu))
 else
-ifeq ($(filter deps clean,$(MAKECMDGOALS)),)
+ifeq ($(filter deps clean libxdc-sources,$(MAKECMDGOALS)),)
 $(info xdc: $(CUDA_WHY): GPU targets (CUDA kernels, NCCL backend) skipped; building CPU-only)
 endif
 CU_SRCS :=
@@ -152,6 +152,12 @@ $(BUILD)/libxdc.so: $(LIB_FILES) orchestrator/api/libxdc.map
 	$(call say,LINK,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) -shared -Wl,-soname,libxdc.so.$(API_MAJOR) -Wl,--version-script=orchestrator/api/libxdc.map \
 		-o $@ -Wl,--whole-archive $(call lib_file,orchestrator/api) -Wl,--no-whole-archive $(LIB_FILES) $(LDLIBS)
+
+# The files `make $(BUILD)/libxdc.so` reads, one a line: what python/setup.py copies into the Python sdist.
+.PHONY: libxdc-sources
+libxdc-sources:
+	@printf '%s\n' Makefile orchestrator/api/libxdc.map include/xdc.h \
+		$(foreach l,$(LAYERS),$(wildcard $(l)/*.c $(l)/*.h $(l)/*.cu $(l)/*.cuh))
 
 PREFIX ?= /usr/local
 .PHONY: install
@@ -242,7 +248,7 @@ gpu-bundle:
 DEB_PACKAGES := gcc make pkg-config openssl libssl-dev libzstd-dev zstd libyaml-dev libjansson-dev \
                 libxxhash-dev libopenblas-dev libmicrohttpd-dev libcurl4-openssl-dev fortunes \
                 iproute2 procps prometheus clang-format patchelf gnuplot-nox etcd-server etcd-client slurmctld slurmd \
-                slurm-client munge nftables python3 python3-venv python3-setuptools python3-wheel
+                slurm-client munge nftables python3 python3-venv python3-setuptools python3-wheel python3-build
 DEB_BENCH_PACKAGES := iperf3 openmpi-bin libopenmpi-dev clang g++ libgloo-dev
 define install_debs
 	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || printf '%s ' $$p; done); \

@@ -103,6 +103,10 @@ int xdc_comm_size(const xdc_comm *comm);
 int xdc_comm_region(const xdc_comm *comm);
 int xdc_comm_num_regions(const xdc_comm *comm);
 const char *xdc_comm_region_name(const xdc_comm *comm);
+/* Since 0.3. This member's rank within its region and the region's member count (the global ranks of a
+ * region are consecutive: rank = the earlier regions' members + region rank). */
+int xdc_comm_region_rank(const xdc_comm *comm);
+int xdc_comm_region_size(const xdc_comm *comm);
 
 /* All-reduce `count` fp32 values of `buf` (host memory) in place to their mean over every member of the
  * run, with the run file's WAN codec. `tag` (0 <= tag < XDC_MAX_TAGS) names a buffer: its first use fixes

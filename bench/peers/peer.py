@@ -1,11 +1,18 @@
 """bench/peers/peer.py — one member of one row of `make bench-peers` (bench/peers/run.sh starts it).
 
     peer.py ROW --rank R --world N --out DIR [--master ADDR] [--steps S] [--batch B] [--lr LR] [--H H]
-            [--eval-every E] [--data PATH]
+            [--eval-every E] [--data PATH] [--stop-at LOSS]
 
 ROW is ddp (torch DDP over gloo, an all-reduce of the gradients every step), torchft (torchft's DiLoCo),
-hivemind (hivemind.Optimizer with local updates: parameters averaged every H steps' worth of samples)
-or xdc (xdc.torch.DiLoCo; started by `xdc agent --exec`, so the rank comes from the agent's environment).
+torchft-stream (torchft's streaming DiLoCo, its best configuration here: two fragments, each synced
+every H steps and applied fragment_sync_delay = 1 step later, bucketized; quantized only on CUDA, as
+torchft's quantization is Triton kernels), hivemind (hivemind.Optimizer with local updates: parameters
+averaged every H steps' worth of samples), xdc (xdc.torch.DiLoCo with the run file's codec, int8: the
+link's) or xdc-best (the same with the run file's sparse codec and, where this xdc.torch's DiLoCo has
+them, its best options BEST_XDC: keep_unsent, overlap; the row says which it applied). The xdc rows are
+started by `xdc agent --exec`, so the rank comes from the agent's environment. --stop-at: both members
+stop at the first validation where rank 0's loss is at or below LOSS (rank 0 leaves DIR/ROW.stop), for a
+row whose members may stop independently (hivemind).
 Every row trains examples/torch/gpt.py's GPT (same seed, so the same initial weights everywhere) on the
 same batches (Corpus.batch(B, rank, step)) with AdamW at a constant learning rate; the DiLoCo rows add
 the outer step every H inner steps (Nesterov SGD, lr 0.7, momentum 0.9, as the DiLoCo paper).
@@ -19,6 +26,7 @@ compute and wall times. A member that cannot import its row's package writes the
 """
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -33,6 +41,8 @@ import torch  # noqa: E402
 from gpt import GPT, Corpus  # noqa: E402
 
 OUTER_LR, OUTER_MOMENTUM = 0.7, 0.9
+# xdc.torch.DiLoCo's best mode, for the xdc-best row: each option is passed when DiLoCo takes it
+BEST_XDC = {"keep_unsent": True, "overlap": True}
 
 
 def wan_bytes():
@@ -68,6 +78,8 @@ class Run:
     def __init__(self, args, rank, corpus):
         self.args, self.rank, self.corpus = args, rank, corpus
         self.curve = []
+        self.steps_done = 0
+        self.stop = os.path.join(args.out, args.row + ".stop")
         self.train_s = 0.0
         self.bytes0 = wan_bytes()
         self.t0 = time.perf_counter()
@@ -76,16 +88,23 @@ class Run:
         self.train_s += time.perf_counter() - self.t0
         loss = self.corpus.val_loss(model)
         self.curve.append([step, round(self.train_s, 4), round(loss, 5), wan_bytes() - self.bytes0])
+        self.steps_done = step
         if self.rank == 0:
             print("%s step %d: val %.4f at %.2f s, %d WAN bytes" % (self.args.row, step, loss, self.train_s,
                                                                      self.curve[-1][3]), flush=True)
+            if self.args.stop_at is not None and loss <= self.args.stop_at:
+                open(self.stop, "w").close()
         self.t0 = time.perf_counter()
+
+    def stopped(self):
+        """--stop-at: rank 0 reached the loss (at this validation or, for rank 1, an earlier one)."""
+        return self.args.stop_at is not None and os.path.exists(self.stop)
 
     def finish(self, t_compute, extra):
         out = {
             "row": self.args.row,
             "rank": self.rank,
-            "steps": self.args.steps,
+            "steps": self.steps_done,
             "batch": self.args.batch,
             "compute_s_per_step": t_compute,
             "train_s": self.train_s,
@@ -107,6 +126,8 @@ def train(run, model, step_fn, steps, eval_every):
         step_fn()
         if s % eval_every == 0 or s == steps:
             run.evaluate(model, s)
+            if run.stopped():
+                return
 
 
 def row_ddp(args, rank, corpus):
@@ -136,7 +157,17 @@ def row_torchft(args, rank, corpus):
 
     model = GPT()
     inner = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    outer = torch.optim.SGD(model.parameters(), lr=OUTER_LR, momentum=OUTER_MOMENTUM, nesterov=True)
+    if args.row == "torchft-stream":  # two fragments of about equal size, each with its outer optimizer
+        half = len(model.blocks) // 2
+        fragments = [torch.nn.ModuleList([model.tok, model.pos, *model.blocks[:half]]),
+                     torch.nn.ModuleList([*model.blocks[half:], model.ln, model.head])]
+        quantize = torch.cuda.is_available()  # torchft's quantized all-reduce is Triton kernels
+        options = {"fragment_sync_delay": 1, "use_bucketization": True, "should_quantize": quantize}
+        note = "2 fragments, fragment_sync_delay 1, bucketized, %s" % (
+            "quantized" if quantize else "fp32 (its quantization needs CUDA)")
+    else:
+        fragments, options, note = [model], {}, "fp32"
+    outer = [torch.optim.SGD(f.parameters(), lr=OUTER_LR, momentum=OUTER_MOMENTUM, nesterov=True) for f in fragments]
     addr = os.environ["PEERS_ADDR"]
     # Each region is a replica group of one process: its own TCPStore (which torchrun would start; the
     # Manager only connects to it) and manager server on its address; the lighthouse (bench/peers/run.sh
@@ -167,12 +198,12 @@ def row_torchft(args, rank, corpus):
         inner.step()  # DiLoCo's hook on the inner optimizer: the outer round every H steps
         inner.zero_grad()
 
-    with DiLoCo(manager, [model], inner, outer, sync_every=args.H):
+    with DiLoCo(manager, fragments, inner, outer if len(outer) > 1 else outer[0], sync_every=args.H, **options):
         run = Run(args, rank, corpus)
         train(run, model, step, args.steps, args.eval_every)
     manager.shutdown(wait=False)
     del store
-    return run, {}
+    return run, {"config": note}
 
 
 def row_hivemind(args, rank, corpus):
@@ -227,7 +258,11 @@ def row_xdc(args, rank, corpus):
     comm = xdc.Comm()
     model = GPT()
     inner = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    diloco = xdc.torch.DiLoCo(comm, model, inner, sync_every=args.H, fragments=1)
+    takes = inspect.signature(xdc.torch.DiLoCo).parameters
+    options = {k: v for k, v in BEST_XDC.items() if k in takes} if args.row == "xdc-best" else {}
+    diloco = xdc.torch.DiLoCo(comm, model, inner, sync_every=args.H, fragments=1, **options)
+    lacks = sorted(set(BEST_XDC) - set(options)) if args.row == "xdc-best" else []
+    note = ", ".join(["%s=%s" % kv for kv in sorted(options.items())] + ["no %s in this xdc.torch" % k for k in lacks])
 
     def step():
         diloco.step()
@@ -239,10 +274,12 @@ def row_xdc(args, rank, corpus):
     stats = comm.stats()  # libxdc's own count, next to the device's
     comm.finalize()
     comm.close()
-    return run, {"xdc_wan_tx_bytes": stats.get("wan_tx_bytes"), "xdc_wan_rx_bytes": stats.get("wan_rx_bytes")}
+    return run, {"xdc_wan_tx_bytes": stats.get("wan_tx_bytes"), "xdc_wan_rx_bytes": stats.get("wan_rx_bytes"),
+                 "config": note}
 
 
-ROWS = {"ddp": row_ddp, "torchft": row_torchft, "hivemind": row_hivemind, "xdc": row_xdc}
+ROWS = {"ddp": row_ddp, "torchft": row_torchft, "torchft-stream": row_torchft, "hivemind": row_hivemind,
+        "xdc": row_xdc, "xdc-best": row_xdc}
 
 
 def main():
@@ -259,6 +296,7 @@ def main():
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--calib-steps", type=int, default=15)
     p.add_argument("--data", default="/usr/share/games/fortunes")
+    p.add_argument("--stop-at", type=float, default=None)
     args = p.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)  # the same initial weights in every member of every row

@@ -56,7 +56,7 @@ def main():
         if args.ddp:
             xdc.torch.init_process_group(comm)
             net = torch.nn.parallel.DistributedDataParallel(model)
-            net.register_comm_hook(*xdc.torch.ddp_hook(comm))
+            net.register_comm_hook(*xdc.torch.ddp_hook(comm, net))
         else:
             net = model
         inner = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)

@@ -284,6 +284,8 @@ int xdc_comm_size(const xdc_comm *c) { return c ? id_of(c)->gsize : -1; }
 int xdc_comm_region(const xdc_comm *c) { return c ? id_of(c)->region_idx : -1; }
 int xdc_comm_num_regions(const xdc_comm *c) { return c ? id_of(c)->n_regions : -1; }
 const char *xdc_comm_region_name(const xdc_comm *c) { return c ? id_of(c)->region : ""; }
+int xdc_comm_region_rank(const xdc_comm *c) { return c ? id_of(c)->lrank : -1; }
+int xdc_comm_region_size(const xdc_comm *c) { return c ? id_of(c)->lsize : -1; }
 
 /* ---- device scope -------------------------------------------------------------------------------------- */
 

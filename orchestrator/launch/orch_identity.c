@@ -117,7 +117,9 @@ static const cand cands[] = {
     {ORCH_ID_LOCAL_WORLD_SIZE, C_VAR, "LOCAL_WORLD_SIZE", NULL},
     {ORCH_ID_LOCAL_WORLD_SIZE, C_VAR, "OMPI_COMM_WORLD_LOCAL_SIZE", NULL},
     {ORCH_ID_GLOBAL_RANK, C_VAR, "XDC_GLOBAL_RANK", NULL},
+    {ORCH_ID_GLOBAL_RANK, C_TOPO, NULL, NULL},
     {ORCH_ID_GLOBAL_WORLD_SIZE, C_VAR, "XDC_GLOBAL_WORLD_SIZE", NULL},
+    {ORCH_ID_GLOBAL_WORLD_SIZE, C_TOPO, NULL, NULL},
     {ORCH_ID_MASTER_ADDR, C_VAR, "MASTER_ADDR", NULL},
     {ORCH_ID_MASTER_PORT, C_VAR, "MASTER_PORT", NULL},
 };
@@ -216,6 +218,14 @@ static int topo_region_of_host(const xdc_topology *t, const char *host)
 }
 
 /* A topology-derived value for `f`: 1 with val set, 0 when the topology says nothing. */
+/* The global rank of region r's first worker: the workers of the regions before it (topology order). */
+static int region_first_rank(const xdc_topology *t, int r)
+{
+    int first = 0;
+    for (int i = 0; i < r; i++) first += xdc_topology_region_workers(t, i);
+    return first;
+}
+
 static int eval_topo(ctx *c, orch_identity_field f, char *val, size_t cap)
 {
     const xdc_topology *t = c->topo;
@@ -237,6 +247,9 @@ static int eval_topo(ctx *c, orch_identity_field f, char *val, size_t cap)
             v = unique_host_index(t->regions[r].hosts, t->regions[r].n_hosts, id->host);
         break;
     case ORCH_ID_NUM_NODES: v = r >= 0 ? t->regions[r].n_hosts : -1; break;
+    /* a launcher that knows one region only (torchrun inside it): RANK is the rank within the region */
+    case ORCH_ID_GLOBAL_RANK: v = r >= 0 && known(id, ORCH_ID_RANK) ? region_first_rank(t, r) + id->rank : -1; break;
+    case ORCH_ID_GLOBAL_WORLD_SIZE: v = xdc_topology_total_workers(t); break;
     default: break;
     }
     if (v < 0) return 0;
@@ -556,8 +569,7 @@ xdc_err_t orch_identity_worker_env(const orch_identity *id, const xdc_topology *
         xdc_diag_set(diag, "worker env: MASTER_PORT %d is not a port (1-65535)", master_port);
         return XDC_ERR_INVALID;
     }
-    int offset = 0;
-    for (int i = 0; i < r; i++) offset += xdc_topology_region_workers(topo, i);
+    int offset = region_first_rank(topo, r);
     int rank = id->node * g->workers_per_node + slot;
 
     size_t n_base = 0;

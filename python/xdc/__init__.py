@@ -78,11 +78,14 @@ def _pkg_config_libdir():
 
 
 def _candidates():
-    """(place, path) pairs in search order: $XDC_LIB, pkg-config's libdir, the linker's search."""
+    """(place, path) pairs in search order: $XDC_LIB, the package's own copy (python/setup.py puts it there),
+    pkg-config's libdir, the linker's search."""
     env = os.environ.get("XDC_LIB")
     if env:
         yield "$XDC_LIB", env
         return  # an explicit choice: no falling back to another copy
+    bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libxdc.so")
+    yield "the package's libxdc.so", bundled if os.path.isfile(bundled) else None
     libdir = _pkg_config_libdir()
     soname = "libxdc.so.%d" % API_VERSION_MAJOR
     yield "pkg-config --variable=libdir xdc", os.path.join(libdir, soname) if libdir else None
@@ -108,7 +111,8 @@ def _load():
                                      API_VERSION_MINOR))
         return lib, path
     raise LibraryNotFound("libxdc.so not found; tried " + "; ".join(tried) +
-                          " (set XDC_LIB to the library, or PKG_CONFIG_PATH to the prefix's lib/pkgconfig)")
+                          " (pip install the package from python/, which builds it in; or set XDC_LIB to the "
+                          "library, or PKG_CONFIG_PATH to the prefix's lib/pkgconfig)")
 
 
 class _Options(ctypes.Structure):
@@ -144,6 +148,8 @@ def _declare(lib):
         "xdc_comm_region": (c_int, [c_void_p]),
         "xdc_comm_num_regions": (c_int, [c_void_p]),
         "xdc_comm_region_name": (c_char_p, [c_void_p]),
+        "xdc_comm_region_rank": (c_int, [c_void_p]),
+        "xdc_comm_region_size": (c_int, [c_void_p]),
         "xdc_allreduce": (c_int, [c_void_p, c_int, c_void_p, c_size_t]),
         "xdc_iallreduce": (c_int, [c_void_p, c_int, c_void_p, c_size_t, ctypes.POINTER(c_void_p)]),
         "xdc_request_test": (c_int, [c_void_p]),
@@ -383,6 +389,16 @@ class Comm:
     @property
     def region_name(self):
         return _library().xdc_comm_region_name(self._live()).decode()
+
+    @property
+    def region_rank(self):
+        """Rank within this member's region (since 0.3)."""
+        return _library().xdc_comm_region_rank(self._live())
+
+    @property
+    def region_size(self):
+        """Members of this member's region (since 0.3)."""
+        return _library().xdc_comm_region_size(self._live())
 
     def allreduce(self, buffer, tag=0):
         """buffer (writable float32) becomes the mean over every member, in place; blocks. Device memory

@@ -104,6 +104,18 @@ def _staged(params, offload):
     return bufs, pairs
 
 
+def check_same_start(comm, model, who):
+    """Collective: param_hash(model), after checking with ``comm.check_same`` that every member of every region
+    has the same; else xdc.Error XDC_STATUS_CORRUPT on every member, its message starting with `who`."""
+    digest = param_hash(model)
+    try:  # exact whatever the codec, through libxdc (TLS across regions)
+        comm.check_same(int(digest, 16))
+    except xdc.Error as e:
+        raise xdc.Error(e.status, "%s: the members start from different parameters (build the model from the same "
+                        "seed everywhere): %s" % (who, e.message)) from None
+    return digest
+
+
 def _split(params, fragments):
     """params (in model order) cut into `fragments` runs of consecutive parameters of about equal element
     counts (each at least one parameter)."""
@@ -178,12 +190,8 @@ class DiLoCo:
         self.step_count = 0
         self.last_sync = [0] * fragments  # the step each fragment was last synced at
         self.outer_rounds = 0
-        self.initial_hash = param_hash(model)
-        try:  # an outer round cannot bring different starts together: each member's global starts as its own
-            comm.check_same(int(self.initial_hash, 16))
-        except xdc.Error as e:
-            raise xdc.Error(e.status, "xdc.torch.DiLoCo: the members start from different parameters (build the "
-                            "model from the same seed everywhere): " + e.message) from None
+        # an outer round cannot bring different starts together: each member's global starts as its own
+        self.initial_hash = check_same_start(comm, model, "xdc.torch.DiLoCo")
         self.keep_unsent = keep_unsent
         self.in_flight = None  # (fragment, step it began at) of the overlapped round on the wire
         self.steps_in_flight = 0  # inner steps taken while a round was on the wire
@@ -322,28 +330,50 @@ def _hook(state, bucket):
     return fut
 
 
-def ddp_hook(comm, tag=DDP_TAG, max_tags=OUTER_TAG - DDP_TAG):
-    """(state, hook) for ``DistributedDataParallel.register_comm_hook(state, hook)``: every gradient bucket is
-    averaged over every member of every region by libxdc (the run's codec with error feedback, one tag per
-    bucket shape from `tag` on), in place of the process group's all-reduce. The rounds run on libxdc's comm
-    thread while backward goes on; all of them are waited for when the last bucket is posted. Only the hook
-    calls the communicator while backward runs (libxdc's one-thread rule)."""
+def ddp_hook(comm, model, tag=DDP_TAG, max_tags=OUTER_TAG - DDP_TAG):
+    """(state, hook) for ``model.register_comm_hook(state, hook)``, model the DistributedDataParallel module,
+    just made over init_process_group's group: every gradient bucket is averaged over every member of every
+    region by libxdc (the run's codec with error feedback, one tag per bucket shape from `tag` on), in place
+    of the process group's all-reduce. DDP's construction made the parameters the same within the region
+    (its broadcast); this checks, collectively and through libxdc, that they are the same in every region
+    (check_same_start). The rounds run on libxdc's comm thread while backward goes on; all of them are
+    waited for when the last bucket is posted. Only the hook calls the communicator while backward runs
+    (libxdc's one-thread rule)."""
+    check_same_start(comm, model, "xdc.torch.ddp_hook")
     return _HookState(comm, tag, max_tags), _hook
 
 
 def init_process_group(comm, init_method=None, timeout=None):
-    """The gloo process group DDP needs, over the same members (rank comm.rank of comm.size). With the hook
-    it carries DDP's control traffic (the shape check and the broadcast of rank 0's parameters and buffers
-    at construction, the bucket order after the first iteration, the buffers at every forward when DDP
-    broadcasts them), not the gradients. init_method None: a FileStore in the run folder
-    ($XDC_RUN_DIR/torch-gloo-store), which every member reaches on one host or a shared file system; on
-    separate hosts give another (``tcp://HOST:PORT``)."""
+    """The gloo process group DDP needs, over this member's region only: rank comm.region_rank of
+    comm.region_size. It carries DDP's control traffic (the shape check and the broadcast of the region rank
+    0's parameters and buffers at construction, the bucket order after the first iteration, the buffers at
+    every forward when DDP broadcasts them) on the region's own network; the gradients go through the hook,
+    and nothing of this group crosses a region (across regions every byte is libxdc's, over TLS).
+    init_method None: under torchrun (TORCHELASTIC_RUN_ID set) its own store ("env://": MASTER_ADDR and
+    MASTER_PORT of the torchrun started in this region); else a FileStore in the run folder, one per region
+    ($XDC_RUN_DIR/torch-gloo-store-REGION), which the region's members reach on one host or a shared file
+    system; on separate hosts give another (``tcp://HOST:PORT`` of a host of the region). Then checks that
+    every rank of the group is a member of this region (else RuntimeError): an init_method shared by two
+    regions fails here rather than carry their traffic in the clear."""
     if init_method is None:
-        run_dir = os.environ.get("XDC_RUN_DIR")
-        if not run_dir:
-            raise ValueError("xdc.torch.init_process_group: no init_method and no XDC_RUN_DIR (set by xdc launch "
-                             "--exec) for the file store")
-        init_method = "file://" + os.path.join(os.path.abspath(run_dir), "torch-gloo-store")
+        if os.environ.get("TORCHELASTIC_RUN_ID"):
+            init_method = "env://"
+        else:
+            run_dir = os.environ.get("XDC_RUN_DIR")
+            if not run_dir:
+                raise ValueError("xdc.torch.init_process_group: no init_method, not under torchrun and no "
+                                 "XDC_RUN_DIR (set by xdc launch --exec) for the file store")
+            init_method = "file://" + os.path.join(os.path.abspath(run_dir),
+                                                   "torch-gloo-store-%s" % comm.region_name)
     kwargs = {} if timeout is None else {"timeout": timeout}
-    torch.distributed.init_process_group("gloo", init_method=init_method, rank=comm.rank, world_size=comm.size,
-                                         **kwargs)
+    torch.distributed.init_process_group("gloo", init_method=init_method, rank=comm.region_rank,
+                                         world_size=comm.region_size, **kwargs)
+    # every rank's (region, global rank): this region's, and its global ranks consecutive from the group's rank 0
+    me = torch.tensor([comm.region, comm.rank - comm.region_rank], dtype=torch.int64)
+    seen = [torch.zeros_like(me) for _ in range(comm.region_size)]
+    torch.distributed.all_gather(seen, me)
+    if any(not torch.equal(s, me) for s in seen):
+        torch.distributed.destroy_process_group()
+        raise RuntimeError("xdc.torch.init_process_group: the group's ranks are not all of region %s (%s): give "
+                           "each region an init_method of its own" % (comm.region_name,
+                                                                     [tuple(s.tolist()) for s in seen]))

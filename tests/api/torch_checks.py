@@ -12,13 +12,16 @@ xdc launch --exec on every member under a run file with codec none (mismatch: in
     torch_checks.py mismatch  DiLoCo refuses members started from different parameters (xdc.Error
                               XDC_STATUS_CORRUPT on every member); Comm.check_same of equal and unequal values
     torch_checks.py ddp       DDP with xdc.torch.ddp_hook over several buckets: every gradient equals the
-                              exact mean over the members (inputs chosen so that the float sums are exact)
+                              exact mean over the members (inputs chosen so that the float sums are exact);
+                              every TCP socket this member opened while the gloo group and DDP were made
+                              has its other end in a member of its own region (none crosses a region)
 
 Each mode prints "torch_checks: MODE: rank R: ok ..." and exits 0, or says what differed and exits 1.
 """
 import gc
 import hashlib
 import ctypes
+import os
 import sys
 import weakref
 
@@ -202,14 +205,70 @@ def inputs(rank, step):
     return ((i + 3 * rank + step) % 16) / 8
 
 
+def socket_inodes(pid):
+    """The inodes of the sockets process pid holds (its fds), or an empty set when it is gone."""
+    out = set()
+    try:
+        for fd in os.listdir("/proc/%d/fd" % pid):
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+            if link.startswith("socket:["):
+                out.add(int(link[8:-1]))
+    except OSError:
+        pass
+    return out
+
+
+def tcp_sockets():
+    """{inode: (local, remote)} of the established TCP connections of this network namespace, endpoints as
+    /proc/net/tcp{,6} writes them (hex address:port)."""
+    out = {}
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(name) as f:
+            for line in f.readlines()[1:]:
+                col = line.split()
+                if col[3] == "01":  # TCP_ESTABLISHED (not a listener)
+                    out[int(col[9])] = (col[1], col[2])
+    return out
+
+
+def member_regions():
+    """{socket inode: XDC_REGION} over every process of this run (XDC_RUN_ID equal to ours)."""
+    run = os.environ["XDC_RUN_ID"].encode()
+    out = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        except OSError:
+            continue
+        if env.get(b"XDC_RUN_ID") == run and b"XDC_REGION" in env:
+            out.update((i, env[b"XDC_REGION"].decode()) for i in socket_inodes(int(pid)))
+    return out
+
+
 def ddp(comm):
     rank, size = comm.rank, comm.size
+    before = socket_inodes(os.getpid())
     xdc.torch.init_process_group(comm)
+    if torch.distributed.get_world_size() != comm.region_size or torch.distributed.get_rank() != comm.region_rank:
+        fail("rank %d: the gloo group is rank %d of %d, want %d of %d (the region's)" % (
+            rank, torch.distributed.get_rank(), torch.distributed.get_world_size(), comm.region_rank,
+            comm.region_size))
     torch.manual_seed(3)
     model = TwoLinear()
     # 32 KiB buckets: each weight (32 KiB) in a bucket of its own, so the hook sees two buckets
     net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.03)
-    state, hook = xdc.torch.ddp_hook(comm)
+    # the sockets opened since: gloo's (libxdc's WAN and store connections were made by xdc.Comm()); each one's
+    # other end found in the run's processes by the endpoint it sees, and that process's region
+    table, regions = tcp_sockets(), member_regions()
+    by_end = {ends[0]: inode for inode, ends in table.items()}
+    peers = [regions.get(by_end.get(table[i][1])) for i in socket_inodes(os.getpid()) - before if i in table]
+    if not peers or any(p != comm.region_name for p in peers):
+        fail("rank %d: sockets opened for the gloo group and DDP end in regions %s, want all %s" % (
+            rank, peers, comm.region_name))
+    print("torch_checks: ddp: rank %d: %d gloo sockets, every peer in region %s" % (rank, len(peers),
+                                                                                comm.region_name), flush=True)
+    state, hook = xdc.torch.ddp_hook(comm, net)
     net.register_comm_hook(state, hook)
     for step in range(3):  # DDP rebuilds its buckets after the first iteration
         net(inputs(rank, step)).backward()

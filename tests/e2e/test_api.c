@@ -3,22 +3,25 @@
  * `xdc launch --exec` over two emulated regions (every member ends with the same buffer, the exact mean
  * with codec none, within int8's error with int8); a non-blocking all-reduce whose wait runs out before
  * the other region posts (tests/api/nonblocking.c); the errors of xdc_comm_create, called in this
- * process; and the Python package (python/) pip-installed into a venv, its example run the same way and its
- * errors raised as xdc.Error. */
+ * process; and the Python package (python/) pip-installed into a venv with the tree's libxdc.so built in,
+ * its example run the same way, its errors raised as xdc.Error, and its wheel (`python -m build`). */
 #include "tests/xdc_test.h"
+#include "tests/e2e/test_orch_util.h"
 
 #include <xdc.h>
 
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef XDC_TEST_SAN
 #define XDC_TEST_SAN "" /* the Makefile passes SAN: programs built here use the library's sanitizers */
 #endif
-#define TOPO "examples/topology/demo-2region.yaml"
 
 /* TMP/<name>.yaml: a run file for libxdc programs (the launcher reads the model and data keys; the program
  * the codec, bucket size, outer settings and timeouts). Returns its path in out. */
@@ -286,19 +289,30 @@ static void torch_site(char *site, size_t cap)
                       site);
 }
 
-/* The Python package (python/, docs/api.md "Python") in a venv of TMP, installed offline over the system's
- * setuptools, finding TMP/prefix's libxdc through pkg-config; with_torch: the torch venv's packages seen
- * through a .pth file (torch_site). In py the shell words that run the venv's python (with the sanitizer
- * runtimes preloaded under SAN). */
-static void python_venv(char *py, size_t cap, int with_torch)
+/* The tree's libxdc.so (next to the xdc binary under test), as an absolute path: what the Python package's
+ * build bundles (XDC_BUNDLE_LIB, python/setup.py) instead of compiling it again. */
+static void built_libxdc(char *path, size_t cap)
 {
-    char cmd[4096], src[600];
+    char bin[600];
+    snprintf(bin, sizeof bin, "%s", xdc_test_bin());
+    char *slash = strrchr(bin, '/');
+    if (slash) *slash = '\0';
+    char dir[PATH_MAX];
+    XDC_ASSERT_MSG(realpath(slash ? bin : ".", dir) != NULL, "realpath of %s", bin);
+    snprintf(path, cap, "%s/libxdc.so", dir);
+    XDC_ASSERT_MSG(access(path, R_OK) == 0, "no %s (make all builds it)", path);
+}
+
+/* Skips the test unless /usr/bin/python3 can make venvs and build the package offline. In preload the
+ * sanitizer runtimes python3 must load before libxdc.so under SAN (CPython's own allocations at exit are
+ * not ours to report: no leak check there), "" without SAN. */
+static void python_prereqs(char *preload, size_t cap)
+{
     static char out[1 << 14];
-    /* SAN: libxdc.so needs the sanitizers' runtimes loaded before anything else in python3 (CPython's own
-     * allocations at exit are not ours to report: no leak check there) */
-    char preload[256] = "";
-    if (strstr(XDC_TEST_SAN, "address")) strcat(preload, " $(cc -print-file-name=libasan.so)");
-    if (strstr(XDC_TEST_SAN, "undefined")) strcat(preload, " $(cc -print-file-name=libubsan.so)");
+    preload[0] = '\0';
+    if (strstr(XDC_TEST_SAN, "address")) snprintf(preload, cap, "%s", " $(cc -print-file-name=libasan.so)");
+    if (strstr(XDC_TEST_SAN, "undefined"))
+        snprintf(preload + strlen(preload), cap - strlen(preload), "%s", " $(cc -print-file-name=libubsan.so)");
     if (XDC_TEST_SAN[0] && !preload[0])
         xdc_test_skip("libxdc.so is built with SAN=%s, whose runtime python3 cannot load", XDC_TEST_SAN);
     if (access("/usr/bin/python3", X_OK) != 0) xdc_test_skip("no /usr/bin/python3 (Debian package python3)");
@@ -306,32 +320,49 @@ static void python_venv(char *py, size_t cap, int with_torch)
         xdc_test_skip("python3 lacks venv, setuptools or wheel (Debian packages python3-venv, python3-setuptools, "
                       "python3-wheel): %s",
                       out);
+    /* no way to the library but the package's own copy (this test's process and the members it launches) */
+    unsetenv("XDC_LIB");
+    unsetenv("PKG_CONFIG_PATH");
+}
+
+/* In py the shell words that run VENV/bin/python with preload (python_prereqs). */
+static void venv_python(const char *venv, const char *preload, char *py, size_t cap)
+{
+    if (preload[0])
+        snprintf(py, cap, "env \"LD_PRELOAD=%s\" ASAN_OPTIONS=detect_leaks=0 %s/bin/python", preload + 1, venv);
+    else snprintf(py, cap, "%s/bin/python", venv);
+}
+
+/* The Python package (python/, docs/api.md "Python") in a fresh venv of TMP by one `pip install`, offline
+ * over the system's setuptools, with the tree's libxdc.so bundled (built_libxdc); with_torch: the torch
+ * venv's packages seen through a .pth file (torch_site). In py the shell words that run the venv's python
+ * (venv_python). */
+static void python_venv(char *py, size_t cap, int with_torch)
+{
+    char cmd[4096], src[600], lib[PATH_MAX + 16], preload[256], venv[600];
+    static char out[1 << 14];
+    python_prereqs(preload, sizeof preload);
     char site[1024] = "";
     if (with_torch) torch_site(site, sizeof site);
-    const char *prefix = install_prefix();
-    snprintf(cmd, sizeof cmd, "%s/lib/pkgconfig", prefix);
-    setenv("PKG_CONFIG_PATH", cmd, 1);
-    unsetenv("XDC_LIB");
+    built_libxdc(lib, sizeof lib);
+    snprintf(venv, sizeof venv, "%s/venv", xdc_test_tmpdir());
     /* a copy of python/: pip writes its build/ and egg-info next to the sources */
     snprintf(cmd, sizeof cmd,
-             "cp -r %1$s %2$s/pysrc && /usr/bin/python3 -m venv --system-site-packages %2$s/venv && "
-             "%2$s/venv/bin/pip install -q --no-index --no-build-isolation %2$s/pysrc 2>&1",
-             xdc_test_src("python", src, sizeof src), xdc_test_tmpdir());
+             "cp -r %1$s %2$s/pysrc && /usr/bin/python3 -m venv --system-site-packages %3$s && "
+             "XDC_BUNDLE_LIB=%4$s %3$s/bin/pip install -q --no-index --no-build-isolation %2$s/pysrc 2>&1",
+             xdc_test_src("python", src, sizeof src), xdc_test_tmpdir(), venv, lib);
     int rc = xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", cmd, rc, out);
     if (site[0]) { /* the venv's python is /usr/bin/python3's, as the torch venv's: the same site layout */
-        snprintf(cmd, sizeof cmd, "%s/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'",
-                 xdc_test_tmpdir());
+        snprintf(cmd, sizeof cmd, "%s/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'",
+                 venv);
         char own[1024];
         XDC_ASSERT(xdc_test_run(cmd, own, sizeof own) == 0);
         own[strcspn(own, "\n")] = '\0';
         snprintf(cmd, sizeof cmd, "%s/xdc-torch-venv.pth", own);
         xdc_test_write_file(cmd, site);
     }
-    if (preload[0])
-        snprintf(py, cap, "env \"LD_PRELOAD=%s\" ASAN_OPTIONS=detect_leaks=0 %s/venv/bin/python", preload + 1,
-                 xdc_test_tmpdir());
-    else snprintf(py, cap, "%s/venv/bin/python", xdc_test_tmpdir());
+    venv_python(venv, preload, py, cap);
 }
 
 /* Run the Python program `script ARGS` (a path in the tree) on the venv's python (python_venv) in every slot
@@ -431,6 +462,47 @@ XDC_TEST_T(api_python_errors_raise_xdc_error, 120)
     XDC_ASSERT_MSG(rc == 1, "a missing XDC_LIB: exit %d, want 1:\n%s", rc, out);
     XDC_ASSERT_STR_CONTAINS(out, "xdc.LibraryNotFound: XDC_STATUS_UNAVAILABLE: libxdc.so not found; tried $XDC_LIB: ");
     XDC_ASSERT_STR_CONTAINS(out, "/nonexistent/libxdc.so");
+}
+
+/* `python -m build python/` offline (sdist, then the wheel from it, bundling the tree's libxdc.so): the sdist
+ * holds every file make needs for libxdc.so (a dry run of the build in it finds them all), and the wheel in
+ * a fresh venv with nothing else gives a working `import xdc` on its own copy; XDC_LIB still overrides. */
+XDC_TEST_T(api_python_wheel_bundles_libxdc, 120)
+{
+    char preload[256], lib[PATH_MAX + 16], src[600], cmd[4096], py[800], venv[600], want[800];
+    static char out[1 << 14];
+    python_prereqs(preload, sizeof preload);
+    if (xdc_test_run("/usr/bin/python3 -c 'import build' 2>&1", out, sizeof out) != 0)
+        xdc_test_skip("python3 lacks build (Debian package python3-build, in make deps): %s", out);
+    built_libxdc(lib, sizeof lib);
+    snprintf(cmd, sizeof cmd,
+             "XDC_BUNDLE_LIB=%2$s /usr/bin/python3 -m build --no-isolation --outdir %1$s/dist %3$s 2>&1 && cd %1$s && "
+             "mkdir sd && tar xzf dist/xdc-*.tar.gz -C sd && make -n -C sd/xdc-*/libxdc-src build/libxdc.so >/dev/null",
+             xdc_test_tmpdir(), lib, xdc_test_src("python", src, sizeof src));
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", cmd, rc, out);
+    snprintf(venv, sizeof venv, "%s/wheel-venv", xdc_test_tmpdir());
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -m venv %1$s && %1$s/bin/pip install -q --no-index %2$s/dist/xdc-*-py3-none-linux_*.whl "
+             "2>&1",
+             venv, xdc_test_tmpdir());
+    rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", cmd, rc, out);
+    venv_python(venv, preload, py, sizeof py);
+    static const char probe[] =
+        "-c 'import xdc; print(xdc.api_version(), xdc.status_string(8), xdc.library_path)' 2>&1";
+    snprintf(cmd, sizeof cmd, "%s %s", py, probe);
+    rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", cmd, rc, out);
+    snprintf(want, sizeof want, "(%d, %d) ", XDC_API_VERSION_MAJOR, XDC_API_VERSION_MINOR);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+    snprintf(want, sizeof want, "%s/lib/python3", venv);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+    XDC_ASSERT_STR_CONTAINS(out, "/site-packages/xdc/libxdc.so");
+    snprintf(cmd, sizeof cmd, "XDC_LIB=%s %s %s", lib, py, probe);
+    rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", cmd, rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, lib);
 }
 
 /* docs/api.md shows the example programs as they are in examples/api/. */
@@ -571,8 +643,28 @@ XDC_TEST_T(api_torch_fragments_sync_on_schedule, 300)
     }
 }
 
-/* DDP with xdc.torch.ddp_hook on 2 x 2 members, codec none: every gradient is the exact mean over the
- * members, for 3 iterations (across DDP's bucket rebuild), with at least two buckets. */
+/* What `torch_checks.py ddp` on 2 x 2 members (codec none) printed: every gradient is the exact mean over
+ * the members, for 3 iterations (across DDP's bucket rebuild), with at least two buckets; the gloo group is
+ * the region's (rank and size), and every socket a member opened for it ends in a member of its own region. */
+static void check_ddp(const char *out)
+{
+    for (int r = 0; r < 4; r++) {
+        char want[80];
+        snprintf(want, sizeof want, "torch_checks: ddp: rank %d: ok, exact mean over 4 members", r);
+        XDC_ASSERT_STR_CONTAINS(out, want);
+        /* its first line: the sockets (ranks 0 and 1 are us-east, 2 and 3 eu-west) */
+        snprintf(want, sizeof want, "torch_checks: ddp: rank %d: ", r);
+        const char *line = strstr(out, want);
+        int n = 0;
+        char region[32] = "";
+        XDC_ASSERT_MSG(line &&
+                           sscanf(line + strlen(want), "%d gloo sockets, every peer in region %31s", &n, region) == 2,
+                       "rank %d: no line on its gloo sockets:\n%s", r, out);
+        XDC_ASSERT(n >= 1);
+        XDC_ASSERT_MSG(strcmp(region, r < 2 ? "us-east" : "eu-west") == 0, "rank %d: peers in region %s", r, region);
+    }
+}
+
 XDC_TEST_T(api_torch_ddp_hook_gives_the_exact_mean, 300)
 {
     char run[700];
@@ -580,11 +672,40 @@ XDC_TEST_T(api_torch_ddp_hook_gives_the_exact_mean, 300)
     int rc = launch_python(TOPO, "tests/api/torch_checks.py", "ddp", "tddp", "none", 1, run, sizeof run, out,
                            sizeof out);
     XDC_ASSERT_MSG(rc == 0, "torch_checks.py ddp exited %d:\n%s", rc, out);
-    for (int r = 0; r < 4; r++) {
-        char want[80];
-        snprintf(want, sizeof want, "torch_checks: ddp: rank %d: ok, exact mean over 4 members", r);
-        XDC_ASSERT_STR_CONTAINS(out, want);
-    }
+    check_ddp(out);
+}
+
+/* The same DDP check with each region's members started by torchrun (python -m torch.distributed.run
+ * --standalone, 2 processes) instead of `xdc launch`: `xdc coordinator`, and per region only XDC_* for the
+ * cross-region part (topology, run file, run folder, coordinator, run id, region, host); torchrun gives
+ * RANK, WORLD_SIZE, LOCAL_RANK and its store, which the gloo group uses (env://). */
+XDC_TEST_T(api_torch_torchrun_members_like_agent_exec, 300)
+{
+    char py[700], run[700], dir[700], log[700], src[600], cmd[4096];
+    static char out[1 << 17];
+    python_venv(py, sizeof py, 1);
+    write_run("ttr", "none", run, sizeof run);
+    snprintf(dir, sizeof dir, "%s/ttr", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/coord.log", xdc_test_tmpdir());
+    pid_t coord_pid;
+    char *coord = e2e_start_coordinator(run, dir, log, "ttr-test", &coord_pid);
+    char cwd[400];
+    XDC_ASSERT(getcwd(cwd, sizeof cwd) != NULL);
+    snprintf(cmd, sizeof cmd,
+             "export XDC_ADVERTISE_HOST=127.0.0.1 XDC_TOPOLOGY=%1$s/%2$s XDC_CONFIG=%3$s XDC_RUN_DIR=%4$s "
+             "XDC_COORDINATOR=%5$s XDC_RUN_ID=ttr-test; tr='timeout 240 %6$s -m torch.distributed.run --standalone "
+             "--nproc-per-node 2 %7$s ddp'; "
+             "XDC_REGION=us-east XDC_HOST=east-node1 $tr > %8$s/us-east.out 2>&1 & p=$!; "
+             "XDC_REGION=eu-west XDC_HOST=west-node1 $tr > %8$s/eu-west.out 2>&1; a=$?; wait $p; b=$?; "
+             "cat %8$s/us-east.out %8$s/eu-west.out; exit $((a + b))",
+             cwd, TOPO, run, dir, coord, py, xdc_test_src("tests/api/torch_checks.py", src, sizeof src),
+             xdc_test_tmpdir());
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    kill(coord_pid, SIGTERM); /* it ends by itself once the members are gone; not before, if they failed */
+    waitpid(coord_pid, NULL, 0);
+    free(coord);
+    XDC_ASSERT_MSG(rc == 0, "the torchrun members exited %d:\n%s", rc, out);
+    check_ddp(out);
 }
 
 /* examples/torch/train_gpt.py on 2 x 2 members with int8 (args): the validation loss ends at least `margin`

@@ -87,6 +87,24 @@ XDC_TEST(identity_from_torchrun_variables)
     XDC_ASSERT_ERR(orch_identity_resolve(NULL, ENV("WORLD_SIZE=7", "LOCAL_WORLD_SIZE=2"), NULL, 0, &id, &d),
                    XDC_ERR_CONFIG);
     XDC_ASSERT_STR_CONTAINS(d.msg, "WORLD_SIZE=7 is not a multiple of LOCAL_WORLD_SIZE=2");
+    /* torchrun inside region eu-west (8 workers before it, 6 in it) with only XDC_REGION for the rest: the
+     * global rank and size come from the topology, as a worker's (docs/api.md, "torchrun") */
+    xdc_topology *t = load_topo();
+    const char *const *tr = ENV("XDC_REGION=eu-west", "XDC_COORDINATOR=10.0.0.1:29400", "XDC_RUN_ID=r1", "GROUP_RANK=1",
+                                "RANK=4", "WORLD_SIZE=6", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=3", "MASTER_ADDR=10.2.0.1",
+                                "MASTER_PORT=29500");
+    XDC_ASSERT_OK(orch_identity_resolve(NULL, tr, t, ORCH_ID_REQUIRE_WORKER, &id, NULL));
+    XDC_ASSERT_EQ(id.global_rank, 12);
+    XDC_ASSERT_EQ(id.global_world_size, 14);
+    XDC_ASSERT(strcmp(SRC(id, GLOBAL_RANK), "topology") == 0 && strcmp(SRC(id, GLOBAL_WORLD_SIZE), "topology") == 0);
+    /* the worker environment of that slot says the same */
+    char **env = NULL;
+    XDC_ASSERT_OK(orch_identity_worker_env(&id, t, 1, NULL, 29400, NULL, &env, NULL));
+    bool found = false;
+    for (char **e = env; *e; e++) found |= strcmp(*e, "XDC_GLOBAL_RANK=12") == 0;
+    XDC_ASSERT(found);
+    orch_identity_env_free(env);
+    xdc_topology_destroy(t);
 }
 
 XDC_TEST(identity_from_open_mpi_and_pmi_variables)
