@@ -66,6 +66,8 @@ typedef struct {
     xdc_err_t blamed;                          /* the error of the member blamed for the failure; XDC_OK: none */
     int elastic; /* orch_quorum_elastic: outer rounds go by quorum, a lost region is not the run's end */
     orch_quorum quorum;
+    orch_chaos *chaos; /* --chaos: the fault injector, ticked with the run; NULL: none */
+    orch_chaos_world chaos_world;
 } launch;
 
 void orch_link_model(const xdc_link *l, uint64_t seed, xdc_wan_link_model *m)
@@ -479,6 +481,7 @@ static xdc_err_t launch_tick(void *ctx, int *done)
 {
     launch *L = ctx;
     if (L->o.emulate) pump_relays(L);
+    if (L->chaos) orch_chaos_tick(L->chaos);
     XDC_CHECK(restart_regions(L));
     char missing[2048], key[256], why[2048];
     if (!L->joined) {
@@ -540,6 +543,28 @@ static int agent_failed(void *ctx, const orch_procs *g, int i, pid_t pid, int st
     fprintf(stderr, "xdc launch: run failed: %s\n  (agent %s %s); stopping the other agents\n",
             why[0] ? why : "an agent failed", g->name[i], how);
     return 0;
+}
+
+/* --chaos: the schedule for this run's shape, injected through its workers, agents and relays. */
+static xdc_err_t start_chaos(launch *L, xdc_diag *diag)
+{
+    orch_chaos_shape sh = {.n_regions = L->t->n_regions,
+                           .steps = L->cfg.train.steps,
+                           .restarts = L->elastic && L->o.max_restarts > 0,
+                           .spare_regions = L->t->n_regions - orch_quorum_min(&L->cfg, L->t->n_regions),
+                           .links = L->o.emulate};
+    for (int r = 0; r < L->t->n_regions; r++) sh.workers[r] = xdc_topology_region_workers(L->t, r);
+    L->chaos_world = (orch_chaos_world){.t = L->t,
+                                        .run_dir = L->run_dir,
+                                        .rdzv = L->rdzv,
+                                        .agents = &L->agents,
+                                        .agent_region = L->agent_region,
+                                        .live = L->elastic ? L->quorum.live : NULL,
+                                        .restarts = L->restarts,
+                                        .max_restarts = L->o.max_restarts,
+                                        .relays = L->relays,
+                                        .etcd_pids = L->store.kind == RDZV_ETCD ? getenv("XDC_CHAOS_ETCD_PIDS") : NULL};
+    return orch_chaos_create(&L->o.chaos, &sh, &L->chaos_world, &L->chaos, diag);
 }
 
 static void launch_interrupted(void *ctx, int sig)
@@ -659,6 +684,7 @@ static void print_summary(launch *L, double wall)
 
 static void launch_close(launch *L)
 {
+    orch_chaos_destroy(L->chaos);
     orch_procs_close(&L->agents);
     for (int i = 0; i < L->n_relays; i++) xdc_wan_relay_destroy(L->relays[i]);
     rdzv_server_destroy(L->rdzv);
@@ -777,8 +803,8 @@ static xdc_err_t launch_start(launch *L, xdc_diag *diag)
     if (rc == XDC_OK) what = "rendezvous", rc = start_rendezvous(L, &d);
     if (rc == XDC_OK) {
         print_banner(L);
-        what = "agents";
-        if (!L->o.coordinator) rc = start_agents(L, &d);
+        if (L->o.chaos.on) what = "chaos", rc = start_chaos(L, &d);
+        if (rc == XDC_OK && !L->o.coordinator) what = "agents", rc = start_agents(L, &d);
     }
     if (rc != XDC_OK) xdc_diag_set(diag, "%s: %s: %s", what, xdc_strerror(rc), d.msg);
     return rc;
@@ -807,6 +833,7 @@ xdc_err_t orch_launch_run(const orch_launch_opts *o, int *agent_exit, xdc_diag *
         rc = launch_start(&L, diag);
         if (rc != XDC_OK) orch_procs_kill(&L.agents);
         else rc = supervise(&L, agent_exit);
+        if (L.chaos) orch_chaos_finish(L.chaos);
         double wall = (double)xdc_now_ns() / 1e9 - t0;
         if (rc == XDC_OK && o->exec_argv) /* the programs' own output says what they did */
             printf("\nrun %s finished in %.1f s: %d members of %d regions ran %s and exited 0\n", L.run_id, wall,

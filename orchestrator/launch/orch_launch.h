@@ -8,6 +8,7 @@
 #include "common/xdc_err.h"
 #include "orchestrator/rdzv/orch_rdzv.h"
 #include "topology/xdc_topology.h"
+#include "orchestrator/launch/orch_chaos.h"
 #include "orchestrator/launch/orch_creds.h"
 #include "wan/emu/xdc_wan_emu.h"
 
@@ -38,6 +39,7 @@ typedef struct orch_launch_opts {
     /* --max-restarts N (`xdc launch`, elastic runs): a region that left the run has its agents started again,
      * at most N times per region, and rejoins at an outer round. 0: a region that left stays out. */
     int max_restarts;
+    orch_chaos_spec chaos; /* --chaos SEED[:RATE[:KINDS]] (`xdc launch`): inject faults (orch_chaos.h); .on 0: none */
 } orch_launch_opts;
 
 /* The emulator's model of topology link `l` (rate, RTT, jitter, loss; draws seeded by `seed`): what the
