@@ -160,6 +160,9 @@ typedef struct {
     double fired_s, ends_s; /* seconds since the launch; ends_s: when a stall or link fault is undone (0: none) */
     int regions[2], n_regions; /* the regions the fault took out (kills, stall), to see them leave and return */
     double out_s[2];           /* when each was seen out of the run (0: not yet) */
+    int64_t out_step[2];       /* the run's step when each was seen out */
+    int64_t back_step[2];      /* the run's step when each was taken back (-1: not yet): it has recovered once
+                                * its own members report a later step (they train again) */
     int undone;                /* the stall continued, the link restored */
     pid_t pid;                 /* stall: the stopped worker; kill-etcd: the killed member */
     double was_mbps;           /* link-slow: the rate before */
@@ -173,6 +176,7 @@ struct orch_chaos {
     int n;
     uint64_t t0;
     int64_t step;   /* the furthest step any member reported */
+    int64_t region_step[XDC_TOPO_MAX_REGIONS]; /* the furthest step each region's members reported */
     double next_poll_s;
     char etcd[ORCH_CHAOS_MAX_ETCD][ORCH_CHAOS_PATH_MAX]; /* the etcd members' pid files */
 };
@@ -217,17 +221,21 @@ static int link_index(const orch_chaos *c, int a, int b)
     return idx + b - a - 1;
 }
 
-/* The furthest step in the members' heartbeats ("NAME (last heard 1.2 s ago: step 20)"). */
+/* The furthest step in the members' heartbeats ("NAME (last heard 1.2 s ago: step 20)"), of the run and of
+ * each region (members in the store's order: region by region, rank by rank). */
 static void poll_step(orch_chaos *c)
 {
-    int total = xdc_topology_total_workers(c->w.t);
-    for (int i = 0; i < total; i++) {
-        rdzv_member_state st;
-        const char *p;
-        long long s;
-        if (rdzv_server_member(c->w.rdzv, i, &st) == 0 && (p = strstr(st.detail, ": step ")) &&
-            sscanf(p + 7, "%lld", &s) == 1 && s > c->step)
-            c->step = s;
+    for (int r = 0, i = 0; r < c->w.t->n_regions; r++) {
+        c->region_step[r] = 0;
+        for (int k = 0; k < xdc_topology_region_workers(c->w.t, r); k++, i++) {
+            rdzv_member_state st;
+            const char *p;
+            long long s;
+            if (rdzv_server_member(c->w.rdzv, i, &st) == 0 && (p = strstr(st.detail, ": step ")) &&
+                sscanf(p + 7, "%lld", &s) == 1 && s > c->region_step[r])
+                c->region_step[r] = s;
+        }
+        if (c->region_step[r] > c->step) c->step = c->region_step[r];
     }
 }
 
@@ -405,12 +413,29 @@ static void undo(orch_chaos *c, fault *x)
     /* link-down: the relay's own schedule ends the outage */
 }
 
+/* " steps_out=eu-west:40-52,ap-south:40-end": the steps each region of fault x was out, from the run's step
+ * when it was seen leaving to the step when it was taken back ("end": not back); "" when none left. */
+static void steps_out(const orch_chaos *c, const fault *x, char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < x->n_regions && n < cap; i++) {
+        if (!x->out_s[i]) continue;
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s:%lld-", n ? "," : " steps_out=", region_name(c, x->regions[i]),
+                              (long long)x->out_step[i]);
+        if (n < cap && x->back_step[i] >= 0) n += (size_t)snprintf(buf + n, cap - n, "%lld", (long long)x->back_step[i]);
+        else if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "end");
+    }
+}
+
 /* Has fault x recovered? Logs the recovery line when it has. */
 static void watch(orch_chaos *c, fault *x)
 {
     double now = since(c);
-    for (int i = 0; i < x->n_regions; i++)
-        if (!x->out_s[i] && !live(c, x->regions[i])) x->out_s[i] = now;
+    for (int i = 0; i < x->n_regions; i++) {
+        if (!x->out_s[i] && !live(c, x->regions[i])) x->out_s[i] = now, x->out_step[i] = c->step;
+        if (x->out_s[i] && x->back_step[i] < 0 && live(c, x->regions[i])) x->back_step[i] = c->step;
+    }
     if (x->ends_s && now >= x->ends_s) undo(c, x);
     if (x->ends_s && !x->undone) return;
     switch (x->f.kind) {
@@ -433,25 +458,27 @@ static void watch(orch_chaos *c, fault *x)
     default: break;
     }
     /* Region faults: every region taken out must be back; a stall whose region never left is over now. */
-    char who[256] = "";
+    char who[256] = "", out[256];
     size_t n = 0;
     double detect = 0;
     for (int i = 0; i < x->n_regions; i++) {
         int r = x->regions[i];
         if (x->f.kind != ORCH_CHAOS_STALL && !x->out_s[i]) return; /* not seen leaving yet */
-        if (!live(c, r)) return;
+        if (!live(c, r) || (x->out_s[i] && (x->back_step[i] < 0 || c->region_step[r] <= x->back_step[i])))
+            return; /* out, or taken back but not training yet */
         if (x->out_s[i] && x->out_s[i] - x->fired_s > detect) detect = x->out_s[i] - x->fired_s;
         n += (size_t)snprintf(who + n, sizeof who - n, "%s%s", i ? " and " : "", region_name(c, r));
     }
     double rec = x->recovery_s = now - x->fired_s;
+    steps_out(c, x, out, sizeof out);
     if (x->f.kind == ORCH_CHAOS_STALL && !x->out_s[0])
         story(c, x, "recovered", "worker %s/%d continued (SIGCONT) after %.1f s, its region never left "
                                  "(recovery_s=%.1f)",
               who, x->f.rank, rec, rec);
     else
-        story(c, x, "recovered", "region %s back in the run; left %.1f s after the fault, back %.1f s after it "
-                                 "(detect_s=%.1f recovery_s=%.1f rejoin_s=%.1f)",
-              who, detect, rec, detect, rec, rec - detect);
+        story(c, x, "recovered", "region %s back in the run and training; left %.1f s after the fault, back %.1f s "
+                                 "after it (detect_s=%.1f recovery_s=%.1f rejoin_s=%.1f%s)",
+              who, detect, rec, detect, rec, rec - detect, out);
     x->state = F_DONE;
 }
 
@@ -475,7 +502,7 @@ xdc_err_t orch_chaos_create(const orch_chaos_spec *s, const orch_chaos_shape *sh
     }
     orch_chaos_fault plan[ORCH_CHAOS_MAX_FAULTS];
     c->n = orch_chaos_schedule(s, &c->shape, plan, ORCH_CHAOS_MAX_FAULTS);
-    for (int i = 0; i < c->n; i++) c->f[i] = (fault){.f = plan[i]};
+    for (int i = 0; i < c->n; i++) c->f[i] = (fault){.f = plan[i], .back_step = {-1, -1}};
     c->t0 = xdc_now_ns();
     char line[ORCH_CHAOS_MAX_FAULTS * 64];
     size_t len = 0;
@@ -513,12 +540,13 @@ void orch_chaos_finish(orch_chaos *c)
     double worst = 0;
     for (int i = 0; i < c->n; i++) {
         fault *x = &c->f[i];
-        char d[160];
+        char d[160], out[256];
         describe(c, &x->f, d, sizeof d);
         if (x->state == F_ACTIVE) watch(c, x);
         if (x->state == F_ACTIVE) undo(c, x);
+        steps_out(c, x, out, sizeof out);
         if (x->state == F_PENDING) story(c, x, "not injected", "%s: the run ended first", d);
-        if (x->state == F_ACTIVE) story(c, x, "not recovered", "%s: the run ended first", d);
+        if (x->state == F_ACTIVE) story(c, x, "not recovered", "%s: the run ended first%s", d, out);
         fired += x->state == F_ACTIVE || x->state == F_DONE;
         done += x->state == F_DONE;
         if (x->state == F_DONE && x->recovery_s > worst) worst = x->recovery_s;
