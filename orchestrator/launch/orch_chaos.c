@@ -21,10 +21,7 @@
 static const char *const kind_names[ORCH_CHAOS_KINDS] = {"kill-worker", "kill-agent", "stall",     "link-down",
                                                          "link-slow",   "kill-donor", "kill-pair", "kill-etcd"};
 
-const char *orch_chaos_kind_name(orch_chaos_kind k)
-{
-    return k >= 0 && k < ORCH_CHAOS_KINDS ? kind_names[k] : "?";
-}
+const char *orch_chaos_kind_name(orch_chaos_kind k) { return k >= 0 && k < ORCH_CHAOS_KINDS ? kind_names[k] : "?"; }
 
 /* ---- the schedule -------------------------------------------------------------------------------- */
 
@@ -36,8 +33,9 @@ static xdc_err_t parse_kinds(const char *text, unsigned *out, xdc_diag *diag)
         int k = 0;
         while (k < ORCH_CHAOS_KINDS && (strlen(kind_names[k]) != n || strncmp(p, kind_names[k], n) != 0)) k++;
         if (k == ORCH_CHAOS_KINDS) {
-            xdc_diag_set(diag, "unknown fault kind '%.*s' (kinds: kill-worker, kill-agent, stall, link-down, "
-                               "link-slow, kill-donor, kill-pair, kill-etcd)",
+            xdc_diag_set(diag,
+                         "unknown fault kind '%.*s' (kinds: kill-worker, kill-agent, stall, link-down, "
+                         "link-slow, kill-donor, kill-pair, kill-etcd)",
                          (int)n, p);
             return XDC_ERR_INVALID;
         }
@@ -90,7 +88,10 @@ unsigned orch_chaos_kinds_allowed(const orch_chaos_spec *s, const orch_chaos_sha
 }
 
 /* Uniform in [lo, hi]. */
-static int64_t draw(xdc_rng *g, int64_t lo, int64_t hi) { return lo + (int64_t)xdc_rng_below(g, (uint64_t)(hi - lo + 1)); }
+static int64_t draw(xdc_rng *g, int64_t lo, int64_t hi)
+{
+    return lo + (int64_t)xdc_rng_below(g, (uint64_t)(hi - lo + 1));
+}
 
 static void draw_target(xdc_rng *g, const orch_chaos_shape *sh, orch_chaos_fault *f)
 {
@@ -156,8 +157,7 @@ typedef enum { F_PENDING, F_ACTIVE, F_DONE, F_SKIPPED } fault_state;
 typedef struct {
     orch_chaos_fault f;
     fault_state state;
-    int64_t fired_step;
-    double fired_s, ends_s; /* seconds since the launch; ends_s: when a stall or link fault is undone (0: none) */
+    double fired_s, ends_s;    /* seconds since the launch; ends_s: when a stall or link fault is undone (0: none) */
     int regions[2], n_regions; /* the regions the fault took out (kills, stall), to see them leave and return */
     double out_s[2];           /* when each was seen out of the run (0: not yet) */
     int64_t out_step[2];       /* the run's step when each was seen out */
@@ -175,7 +175,7 @@ struct orch_chaos {
     fault f[ORCH_CHAOS_MAX_FAULTS];
     int n;
     uint64_t t0;
-    int64_t step;   /* the furthest step any member reported */
+    int64_t step;                              /* the furthest step any member reported */
     int64_t region_step[XDC_TOPO_MAX_REGIONS]; /* the furthest step each region's members reported */
     double next_poll_s;
     char etcd[ORCH_CHAOS_MAX_ETCD][ORCH_CHAOS_PATH_MAX]; /* the etcd members' pid files */
@@ -307,6 +307,36 @@ static int rejoining(const orch_chaos *c)
 
 static int has_restart(const orch_chaos *c, int r) { return c->w.restarts[r] < c->w.max_restarts; }
 
+/* Another fault still holds region r (a killed region may not have been seen leaving yet): wait for it. */
+static int region_busy(const orch_chaos *c, int r)
+{
+    for (int i = 0; i < c->n; i++)
+        for (int k = 0; c->f[i].state == F_ACTIVE && k < c->f[i].n_regions; k++)
+            if (c->f[i].regions[k] == r) return 1;
+    return 0;
+}
+
+/* Regions out of the run or held by a fault: a fault that takes k more out waits while this + k would pass
+ * the regions the quorum can spare (the run would end below elastic.min_regions). */
+static int regions_down(const orch_chaos *c)
+{
+    int n = 0;
+    for (int r = 0; r < c->w.t->n_regions; r++) n += !live(c, r) || region_busy(c, r);
+    return n;
+}
+
+/* Another link fault still holds link a<->b (a rate cut restores the rate it found). */
+static int link_busy(const orch_chaos *c, int a, int b)
+{
+    for (int i = 0; i < c->n; i++) {
+        const orch_chaos_fault *f = &c->f[i].f;
+        if (c->f[i].state == F_ACTIVE && (f->kind == ORCH_CHAOS_LINK_DOWN || f->kind == ORCH_CHAOS_LINK_SLOW) &&
+            f->region == a && f->other == b)
+            return 1;
+    }
+    return 0;
+}
+
 /* Fault x would take region r out for good: it has used every restart. */
 static int skip(orch_chaos *c, fault *x, int r)
 {
@@ -325,7 +355,8 @@ static int fire(orch_chaos *c, fault *x)
     case ORCH_CHAOS_KILL_WORKER:
     case ORCH_CHAOS_STALL:
     case ORCH_CHAOS_KILL_AGENT:
-        if (!live(c, r) || !agents_alive(c, r)) return 0;
+        if (!live(c, r) || !agents_alive(c, r) || region_busy(c, r) || regions_down(c) + 1 > c->shape.spare_regions)
+            return 0;
         if (!has_restart(c, r)) return skip(c, x, r);
         if (f->kind == ORCH_CHAOS_KILL_WORKER) {
             ok = kill_worker(c, x, r, f->rank);
@@ -346,7 +377,9 @@ static int fire(orch_chaos *c, fault *x)
         }
         break;
     case ORCH_CHAOS_KILL_PAIR:
-        if (!live(c, r) || !live(c, f->other) || !agents_alive(c, r) || !agents_alive(c, f->other)) return 0;
+        if (!live(c, r) || !live(c, f->other) || !agents_alive(c, r) || !agents_alive(c, f->other) ||
+            region_busy(c, r) || region_busy(c, f->other) || regions_down(c) + 2 > c->shape.spare_regions)
+            return 0;
         if (!has_restart(c, r) || !has_restart(c, f->other)) return skip(c, x, has_restart(c, r) ? f->other : r);
         ok = kill_worker(c, x, r, 0);
         ok = kill_worker(c, x, f->other, 0) || ok;
@@ -355,7 +388,8 @@ static int fire(orch_chaos *c, fault *x)
         break;
     case ORCH_CHAOS_KILL_DONOR: {
         int j = rejoining(c), d = j < 0 ? -1 : donor_region(c, x, j);
-        if (j < 0 || d < 0 || !agents_alive(c, d)) return 0;
+        if (j < 0 || d < 0 || !agents_alive(c, d) || region_busy(c, d) || regions_down(c) + 1 > c->shape.spare_regions)
+            return 0;
         if (!has_restart(c, d)) return skip(c, x, d);
         ok = kill_worker(c, x, d, 0);
         snprintf(what, sizeof what, "worker %s/0 killed (SIGKILL) while region %s rejoins", region_name(c, d),
@@ -365,7 +399,7 @@ static int fire(orch_chaos *c, fault *x)
     case ORCH_CHAOS_LINK_DOWN:
     case ORCH_CHAOS_LINK_SLOW: {
         xdc_wan_relay *rel = c->w.relays[link_index(c, r, f->other)];
-        if (!rel) return 0;
+        if (!rel || link_busy(c, r, f->other)) return 0;
         if (f->kind == ORCH_CHAOS_LINK_DOWN) {
             ok = xdc_wan_relay_schedule_outage(rel, 0, f->duration_ms) == XDC_OK;
             snprintf(what, sizeof what, "link %s<->%s cut for %.1f s", region_name(c, r), region_name(c, f->other),
@@ -395,7 +429,6 @@ static int fire(orch_chaos *c, fault *x)
         return 1;
     }
     x->state = F_ACTIVE;
-    x->fired_step = c->step;
     x->fired_s = since(c);
     story(c, x, "fault", "%s", what);
     return 1;
@@ -408,8 +441,8 @@ static void undo(orch_chaos *c, fault *x)
     if (x->undone || !x->ends_s) return;
     x->undone = 1;
     if (f->kind == ORCH_CHAOS_STALL && x->pid > 0) kill(x->pid, SIGCONT);
-    if (f->kind == ORCH_CHAOS_LINK_SLOW) xdc_wan_relay_set_rate(c->w.relays[link_index(c, f->region, f->other)],
-                                                                x->was_mbps, NULL);
+    if (f->kind == ORCH_CHAOS_LINK_SLOW)
+        xdc_wan_relay_set_rate(c->w.relays[link_index(c, f->region, f->other)], x->was_mbps, NULL);
     /* link-down: the relay's own schedule ends the outage */
 }
 
@@ -423,7 +456,8 @@ static void steps_out(const orch_chaos *c, const fault *x, char *buf, size_t cap
         if (!x->out_s[i]) continue;
         n += (size_t)snprintf(buf + n, cap - n, "%s%s:%lld-", n ? "," : " steps_out=", region_name(c, x->regions[i]),
                               (long long)x->out_step[i]);
-        if (n < cap && x->back_step[i] >= 0) n += (size_t)snprintf(buf + n, cap - n, "%lld", (long long)x->back_step[i]);
+        if (n < cap && x->back_step[i] >= 0)
+            n += (size_t)snprintf(buf + n, cap - n, "%lld", (long long)x->back_step[i]);
         else if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "end");
     }
 }
@@ -472,12 +506,14 @@ static void watch(orch_chaos *c, fault *x)
     double rec = x->recovery_s = now - x->fired_s;
     steps_out(c, x, out, sizeof out);
     if (x->f.kind == ORCH_CHAOS_STALL && !x->out_s[0])
-        story(c, x, "recovered", "worker %s/%d continued (SIGCONT) after %.1f s, its region never left "
-                                 "(recovery_s=%.1f)",
+        story(c, x, "recovered",
+              "worker %s/%d continued (SIGCONT) after %.1f s, its region never left "
+              "(recovery_s=%.1f)",
               who, x->f.rank, rec, rec);
     else
-        story(c, x, "recovered", "region %s back in the run and training; left %.1f s after the fault, back %.1f s "
-                                 "after it (detect_s=%.1f recovery_s=%.1f rejoin_s=%.1f%s)",
+        story(c, x, "recovered",
+              "region %s back in the run and training; left %.1f s after the fault, back %.1f s "
+              "after it (detect_s=%.1f recovery_s=%.1f rejoin_s=%.1f%s)",
               who, detect, rec, detect, rec, rec - detect, out);
     x->state = F_DONE;
 }
@@ -514,7 +550,9 @@ xdc_err_t orch_chaos_create(const orch_chaos_spec *s, const orch_chaos_shape *sh
     unsigned kinds = orch_chaos_kinds_allowed(s, &c->shape);
     printf("chaos: seed %llu, %g faults per region per 100 steps over %lld steps: %d planned%s%s\n",
            (unsigned long long)s->seed, s->rate, (long long)shape->steps, c->n, c->n ? ": " : "",
-           c->n ? line : kinds ? "" : " (this run allows no fault kind asked for: see xdc launch --help)");
+           c->n    ? line
+           : kinds ? ""
+                   : " (this run allows no fault kind asked for: see xdc launch --help)");
     fflush(stdout);
     *out = c;
     return XDC_OK;

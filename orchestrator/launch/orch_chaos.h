@@ -22,7 +22,9 @@
  *   kill-etcd    SIGKILL one member of the etcd cluster (--rdzv etcd:// with XDC_CHAOS_ETCD_PIDS, below)
  * The kills, the stall and kill-donor need an elastic run with --max-restarts; kill-donor and kill-pair
  * need two regions beyond the quorum (elastic.min_regions); the link kinds the emulated WAN. A fault whose
- * target is out of the run waits until it is back; a kill of a region with no restart left is skipped.
+ * target is out of the run or still held by an earlier fault waits until it is back, as does one that would
+ * leave fewer regions in the run than the quorum (the faults test recovery, not the quorum's floor); a
+ * link fault waits for an earlier one on its link; a kill of a region with no restart left is skipped.
  *
  * The etcd cluster is not the launcher's: XDC_CHAOS_ETCD_PIDS names its members' pid files (comma-separated),
  * each holding the pid of one member; whoever runs the cluster starts a killed member again and rewrites its
@@ -61,8 +63,8 @@ typedef enum orch_chaos_kind {
 typedef struct orch_chaos_spec {
     int on;
     uint64_t seed;
-    double rate;      /* faults per region per 100 steps, in (0, 100] */
-    unsigned kinds;   /* bit (1u << kind) per kind asked for */
+    double rate;    /* faults per region per 100 steps, in (0, 100] */
+    unsigned kinds; /* bit (1u << kind) per kind asked for */
 } orch_chaos_spec;
 
 /* What the run allows (the launcher fills it from the topology, run file and flags). */

@@ -21,8 +21,8 @@ XDC_TEST_T(chaos_launch_kills_a_worker_at_its_step_and_the_run_ends_on_one_model
 {
     e2e_need_corpus();
     /* The shape start_chaos builds for this run: 3 regions of 1 worker, restarts, a quorum of 2, emulated WAN. */
-    orch_chaos_shape sh = {.n_regions = 3, .workers = {1, 1, 1}, .steps = CHAOS_STEPS, .restarts = 1,
-                           .spare_regions = 1, .links = 1};
+    orch_chaos_shape sh = {
+        .n_regions = 3, .workers = {1, 1, 1}, .steps = CHAOS_STEPS, .restarts = 1, .spare_regions = 1, .links = 1};
     orch_chaos_fault f[ORCH_CHAOS_MAX_FAULTS];
     orch_chaos_spec s;
     xdc_diag d = {{0}};

@@ -10,8 +10,8 @@
 /* Three regions of two workers, 1000 steps, restarts, a quorum of 1, an emulated WAN and 3 etcd members. */
 static orch_chaos_shape full_shape(void)
 {
-    orch_chaos_shape sh = {.n_regions = 3, .steps = 1000, .restarts = 1, .spare_regions = 2, .links = 1,
-                           .etcd_members = 3};
+    orch_chaos_shape sh = {
+        .n_regions = 3, .steps = 1000, .restarts = 1, .spare_regions = 2, .links = 1, .etcd_members = 3};
     for (int r = 0; r < 3; r++) sh.workers[r] = 2;
     return sh;
 }
@@ -94,7 +94,9 @@ XDC_TEST(chaos_covers_every_allowed_kind_with_targets_in_range)
                 XDC_ASSERT(f[i].region < f[i].other && f[i].other < 3);
                 XDC_ASSERT(f[i].duration_ms >= 2000 && f[i].duration_ms <= 60000);
                 break;
-            case ORCH_CHAOS_KILL_PAIR: XDC_ASSERT(f[i].other >= 0 && f[i].other < 3 && f[i].other != f[i].region); break;
+            case ORCH_CHAOS_KILL_PAIR:
+                XDC_ASSERT(f[i].other >= 0 && f[i].other < 3 && f[i].other != f[i].region);
+                break;
             default: break;
             }
         }
