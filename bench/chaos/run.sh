@@ -137,11 +137,12 @@ bench_mode() {
       -v failed="$failed" -v mode="$mode" -v rate="$rate" '
     / chaos: fault / { faults++ }
     / chaos: not recovered / { unrec++ }
-    /steps_out=/ {
-      s = substr($0, index($0, "steps_out=") + 10); sub(/[) ].*/, "", s)
-      n = split(s, parts, ",")
-      for (i = 1; i <= n; i++) { split(parts[i], ab, ":"); split(ab[2], ft, "-")
-        to = ft[2] == "end" ? S : ft[2]; lost += to - int(ft[1] / H) * H }
+    /steps_out=/ { # each region out: steps_out=REGION:FROM-TO (TO "end": never back)
+      line = $0
+      while ((i = index(line, "steps_out=")) > 0) {
+        line = substr(line, i + 10); v = line; sub(/[) ].*/, "", v); split(v, ab, ":"); split(ab[2], ft, "-")
+        lost += (ft[2] == "end" ? S : ft[2]) - int(ft[1] / H) * H
+      }
     }
     /recovery_s=/ { v = substr($0, index($0, "recovery_s=") + 11) + 0; if (v > maxrec) maxrec = v }
     /rejoin_s=/ { rj[++nr] = substr($0, index($0, "rejoin_s=") + 9) + 0 }

@@ -163,6 +163,7 @@ typedef struct {
     int64_t out_step[2];       /* the run's step when each was seen out */
     int64_t back_step[2];      /* the run's step when each was taken back (-1: not yet): it has recovered once
                                 * its own members report a later step (they train again) */
+    uint8_t back[2];           /* each region's recovery was logged */
     int undone;                /* the stall continued, the link restored */
     pid_t pid;                 /* stall: the stopped worker; kill-etcd: the killed member */
     double was_mbps;           /* link-slow: the rate before */
@@ -446,20 +447,16 @@ static void undo(orch_chaos *c, fault *x)
     /* link-down: the relay's own schedule ends the outage */
 }
 
-/* " steps_out=eu-west:40-52,ap-south:40-end": the steps each region of fault x was out, from the run's step
- * when it was seen leaving to the step when it was taken back ("end": not back); "" when none left. */
-static void steps_out(const orch_chaos *c, const fault *x, char *buf, size_t cap)
+/* " steps_out=eu-west:40-52" (or "40-end" while not back): the steps region i of fault x was out, from the
+ * run's step when it was seen leaving to the step when it was taken back; "" when it never left. */
+static void steps_out(const orch_chaos *c, const fault *x, int i, char *buf, size_t cap)
 {
-    size_t n = 0;
     buf[0] = '\0';
-    for (int i = 0; i < x->n_regions && n < cap; i++) {
-        if (!x->out_s[i]) continue;
-        n += (size_t)snprintf(buf + n, cap - n, "%s%s:%lld-", n ? "," : " steps_out=", region_name(c, x->regions[i]),
-                              (long long)x->out_step[i]);
-        if (n < cap && x->back_step[i] >= 0)
-            n += (size_t)snprintf(buf + n, cap - n, "%lld", (long long)x->back_step[i]);
-        else if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "end");
-    }
+    if (!x->out_s[i]) return;
+    int n = snprintf(buf, cap, " steps_out=%s:%lld-", region_name(c, x->regions[i]), (long long)x->out_step[i]);
+    if (n < 0 || (size_t)n >= cap) return;
+    if (x->back_step[i] >= 0) snprintf(buf + n, cap - (size_t)n, "%lld", (long long)x->back_step[i]);
+    else snprintf(buf + n, cap - (size_t)n, "end");
 }
 
 /* Has fault x recovered? Logs the recovery line when it has. */
@@ -491,31 +488,33 @@ static void watch(orch_chaos *c, fault *x)
     }
     default: break;
     }
-    /* Region faults: every region taken out must be back; a stall whose region never left is over now. */
-    char who[256] = "", out[256];
-    size_t n = 0;
-    double detect = 0;
+    /* Region faults: one line as each region it took out trains again (a stall whose region never left: now),
+     * done once all are back. */
+    int all = 1;
     for (int i = 0; i < x->n_regions; i++) {
         int r = x->regions[i];
-        if (x->f.kind != ORCH_CHAOS_STALL && !x->out_s[i]) return; /* not seen leaving yet */
-        if (!live(c, r) || (x->out_s[i] && (x->back_step[i] < 0 || c->region_step[r] <= x->back_step[i])))
-            return; /* out, or taken back but not training yet */
-        if (x->out_s[i] && x->out_s[i] - x->fired_s > detect) detect = x->out_s[i] - x->fired_s;
-        n += (size_t)snprintf(who + n, sizeof who - n, "%s%s", i ? " and " : "", region_name(c, r));
+        if (x->back[i]) continue;
+        if ((x->f.kind != ORCH_CHAOS_STALL && !x->out_s[i]) || !live(c, r) ||
+            (x->out_s[i] && (x->back_step[i] < 0 || c->region_step[r] <= x->back_step[i]))) {
+            all = 0; /* not seen leaving yet, out, or taken back but not training yet */
+            continue;
+        }
+        x->back[i] = 1;
+        double rec = now - x->fired_s, detect = x->out_s[i] ? x->out_s[i] - x->fired_s : 0;
+        char out[128];
+        if (rec > x->recovery_s) x->recovery_s = rec;
+        steps_out(c, x, i, out, sizeof out);
+        if (!x->out_s[i])
+            story(c, x, "recovered",
+                  "worker %s/%d continued (SIGCONT) after %.1f s, its region never left (recovery_s=%.1f)",
+                  region_name(c, r), x->f.rank, rec, rec);
+        else
+            story(c, x, "recovered",
+                  "region %s back in the run and training; left %.1f s after the fault, back %.1f s after it "
+                  "(detect_s=%.1f recovery_s=%.1f rejoin_s=%.1f%s)",
+                  region_name(c, r), detect, rec, detect, rec, rec - detect, out);
     }
-    double rec = x->recovery_s = now - x->fired_s;
-    steps_out(c, x, out, sizeof out);
-    if (x->f.kind == ORCH_CHAOS_STALL && !x->out_s[0])
-        story(c, x, "recovered",
-              "worker %s/%d continued (SIGCONT) after %.1f s, its region never left "
-              "(recovery_s=%.1f)",
-              who, x->f.rank, rec, rec);
-    else
-        story(c, x, "recovered",
-              "region %s back in the run and training; left %.1f s after the fault, back %.1f s "
-              "after it (detect_s=%.1f recovery_s=%.1f rejoin_s=%.1f%s)",
-              who, detect, rec, detect, rec, rec - detect, out);
-    x->state = F_DONE;
+    if (all) x->state = F_DONE;
 }
 
 xdc_err_t orch_chaos_create(const orch_chaos_spec *s, const orch_chaos_shape *shape, const orch_chaos_world *w,
@@ -578,11 +577,12 @@ void orch_chaos_finish(orch_chaos *c)
     double worst = 0;
     for (int i = 0; i < c->n; i++) {
         fault *x = &c->f[i];
-        char d[160], out[256];
+        char d[160], out[256] = "";
         describe(c, &x->f, d, sizeof d);
         if (x->state == F_ACTIVE) watch(c, x);
         if (x->state == F_ACTIVE) undo(c, x);
-        steps_out(c, x, out, sizeof out);
+        for (int k = 0, n = 0; k < x->n_regions && n < (int)sizeof out; k++) /* the regions not back */
+            if (!x->back[k]) steps_out(c, x, k, out + n, sizeof out - (size_t)n), n = (int)strlen(out);
         if (x->state == F_PENDING) story(c, x, "not injected", "%s: the run ended first", d);
         if (x->state == F_ACTIVE) story(c, x, "not recovered", "%s: the run ended first%s", d, out);
         fired += x->state == F_ACTIVE || x->state == F_DONE;
