@@ -1,6 +1,7 @@
 /* test_chaos.c — `xdc launch --chaos`'s fault schedule (orch_chaos.h): the same seed gives the same faults,
  * another seed others; the rate sets how many; every kind the run allows appears, none it does not; targets
- * and durations stay in range; SEED[:RATE[:KINDS]] is parsed and its errors named. */
+ * and durations stay in range; SEED[:RATE[:KINDS]] is parsed and its errors named; a relay's rate change
+ * gives back the rate it had. */
 #include "tests/xdc_test.h"
 
 #include "orchestrator/launch/orch_chaos.h"
@@ -148,4 +149,21 @@ XDC_TEST(chaos_spec_errors_are_named)
     XDC_ASSERT_STR_CONTAINS(d.msg, "rate '0'");
     XDC_ASSERT_ERR(orch_chaos_spec_parse("1:1:kill-worker,meteor", &s, &d), XDC_ERR_INVALID);
     XDC_ASSERT_STR_CONTAINS(d.msg, "unknown fault kind 'meteor'");
+}
+
+/* link-slow's lever: a relay's rate changed mid-run gives back the rate it had, so the cut is undone exactly. */
+XDC_TEST(chaos_relay_rate_change_gives_back_the_rate_it_had)
+{
+    xdc_wan_link_model m = {.rate_mbps = 80, .rtt_ms = 4};
+    xdc_wan_relay *r;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_wan_relay_create("127.0.0.1", 0, "127.0.0.1", 9, &m, &r, &d)); /* no connection is made */
+    double was = 0;
+    xdc_wan_relay_set_rate(r, 8, &was);
+    XDC_ASSERT_NEAR(was, 80, 1e-9);
+    xdc_wan_relay_set_rate(r, was, &was);
+    XDC_ASSERT_NEAR(was, 8, 1e-9);
+    xdc_wan_relay_set_rate(r, 80, &was);
+    XDC_ASSERT_NEAR(was, 80, 1e-9);
+    xdc_wan_relay_destroy(r);
 }
