@@ -68,7 +68,7 @@ start_etcd() {
     cport[$i]=$(free_port) pport[$i]=$(free_port)
     cluster+="${cluster:+,}m$i=http://127.0.0.1:${pport[$i]}"
   done
-  for i in 0 1 2; do etcd_member "$i" & etcd_pids+=($!); done
+  for i in 0 1 2; do etcd_member "$i" 2> /dev/null & etcd_pids+=($!); done # (the shell's "Killed" notes)
   for _ in $(seq 200); do
     curl -sf "http://127.0.0.1:${cport[0]}/health" | grep -q '"health":"true"' && return
     sleep 0.1
@@ -150,8 +150,9 @@ bench_mode() {
       for (i = 1; i <= nr; i++) for (j = i + 1; j <= nr; j++) if (rj[j] < rj[i]) { t = rj[i]; rj[i] = rj[j]; rj[j] = t }
       p50 = nr ? (nr % 2 ? rj[(nr + 1) / 2] : (rj[nr / 2] + rj[nr / 2 + 1]) / 2) : 0
       good = hang || failed || w <= 0 ? 0 : (1 - lost / (3 * S)) * rw / w
-      printf "%-10s steps=%d rate=%s ref_wall_s=%.1f wall_s=%.1f lost_region_steps=%d goodput=%.3f loss_gap=%.4f faults=%d unrecovered=%d max_recovery_s=%.1f rejoin_s_p50=%.1f rejoins=%d hangs=%d failed=%d\n",
-        mode, S, rate, rw, w, lost, good, failed ? 0 : l - rl, faults, unrec, maxrec, p50, nr, hang, failed
+      gap = hang || failed ? "na" : sprintf("%.4f", l - rl) # no final model to compare
+      printf "%-10s steps=%d rate=%s ref_wall_s=%.1f wall_s=%.1f lost_region_steps=%d goodput=%.3f loss_gap=%s faults=%d unrecovered=%d max_recovery_s=%.1f rejoin_s_p50=%.1f rejoins=%d hangs=%d failed=%d\n",
+        mode, S, rate, rw, w, lost, good, gap, faults, unrec, maxrec, p50, nr, hang, failed
       for (i = 1; i <= nr; i++) printf "%s ", rj[i] > "/dev/stderr"
     }' "$work/$mode-chaos.out" 2> "$work/$mode.rejoins" | tee -a "$work/rows"
   plot "$mode"
@@ -217,10 +218,10 @@ awk -v n="$(wc -l < "$work/rejoins")" -v secs=$(($(date +%s) - t_start)) '
   FNR == NR { rj[++k] = $1; next }
   { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
     if (!rows++ || v["goodput"] < good) good = v["goodput"]
-    if (rows == 1 || v["loss_gap"] > gap) gap = v["loss_gap"]
+    if (v["loss_gap"] != "na" && (!ngap++ || v["loss_gap"] > gap)) gap = v["loss_gap"]
     faults += v["faults"]; hangs += v["hangs"]; failed += v["failed"]; if (v["max_recovery_s"] > rec) rec = v["max_recovery_s"] }
   END {
     p50 = n ? (n % 2 ? rj[(n + 1) / 2] : (rj[n / 2] + rj[n / 2 + 1]) / 2) : 0
     printf "bench-chaos: %d s in all\n", secs
-    printf "goodput=%.3f loss_gap=%.4f faults=%d max_recovery_s=%.1f rejoin_s_p50=%.1f hangs=%d failed=%d\n", good, gap, faults, rec, p50, hangs, failed
+    printf "goodput=%.3f loss_gap=%s faults=%d max_recovery_s=%.1f rejoin_s_p50=%.1f hangs=%d failed=%d\n", good, ngap ? sprintf("%.4f", gap) : "na", faults, rec, p50, hangs, failed
   }' "$work/rejoins" "$work/rows"

@@ -188,6 +188,13 @@ static const char *region_name(const orch_chaos *c, int r) { return c->w.t->regi
 
 static int live(const orch_chaos *c, int r) { return !c->w.live || c->w.live[r]; }
 
+/* Etcd member i by its pid file's name ("m1.pid"). */
+static const char *etcd_name(const orch_chaos *c, int i)
+{
+    const char *slash = strrchr(c->etcd[i], '/');
+    return slash ? slash + 1 : c->etcd[i];
+}
+
 /* The pid in file `path`; 0 when there is none. */
 static pid_t read_pid(const char *path)
 {
@@ -258,7 +265,9 @@ static void describe(const orch_chaos *c, const orch_chaos_fault *f, char *buf, 
     case ORCH_CHAOS_KILL_PAIR:
         snprintf(buf, cap, "%s %s+%s at step %lld", k, a, region_name(c, f->other), (long long)f->step);
         break;
-    case ORCH_CHAOS_KILL_ETCD: snprintf(buf, cap, "%s member %d at step %lld", k, f->region, (long long)f->step); break;
+    case ORCH_CHAOS_KILL_ETCD:
+        snprintf(buf, cap, "%s %s at step %lld", k, etcd_name(c, f->region), (long long)f->step);
+        break;
     default: snprintf(buf, cap, "%s %s at step %lld", k, a, (long long)f->step); break;
     }
 }
@@ -420,7 +429,7 @@ static int fire(orch_chaos *c, fault *x)
         x->pid = read_pid(c->etcd[r]);
         if (x->pid <= 0) return 0;
         ok = kill(x->pid, SIGKILL) == 0;
-        snprintf(what, sizeof what, "etcd member %d (pid %d, %s) killed (SIGKILL)", r, (int)x->pid, c->etcd[r]);
+        snprintf(what, sizeof what, "etcd member %s (pid %d) killed (SIGKILL)", etcd_name(c, r), (int)x->pid);
         break;
     default: break;
     }
@@ -481,8 +490,8 @@ static void watch(orch_chaos *c, fault *x)
         pid_t p = read_pid(c->etcd[x->f.region]);
         if (p <= 0 || p == x->pid || kill(p, 0) != 0) return;
         x->recovery_s = now - x->fired_s;
-        story(c, x, "recovered", "etcd member %d running again (pid %d) after %.1f s (recovery_s=%.1f)", x->f.region,
-              (int)p, x->recovery_s, x->recovery_s);
+        story(c, x, "recovered", "etcd member %s running again (pid %d) after %.1f s (recovery_s=%.1f)",
+              etcd_name(c, x->f.region), (int)p, x->recovery_s, x->recovery_s);
         x->state = F_DONE;
         return;
     }
