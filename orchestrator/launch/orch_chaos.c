@@ -16,7 +16,8 @@
 #include <string.h>
 #include <sys/types.h>
 
-#define CHAOS_POLL_MS 250 /* how often the members' heartbeats are read for the run's step */
+#define CHAOS_POLL_MS  250 /* how often the members' heartbeats are read for the run's step */
+#define CHAOS_LATE_PCT 90  /* a fault held back (its target busy) is dropped past this share of the steps */
 
 static const char *const kind_names[ORCH_CHAOS_KINDS] = {"kill-worker", "kill-agent", "stall",     "link-down",
                                                          "link-slow",   "kill-donor", "kill-pair", "kill-etcd"};
@@ -575,7 +576,11 @@ void orch_chaos_tick(orch_chaos *c)
     }
     for (int i = 0; i < c->n; i++) {
         fault *x = &c->f[i];
-        if (x->state == F_PENDING && c->step >= x->f.step) fire(c, x);
+        if (x->state == F_PENDING && c->step >= x->f.step && c->step > c->shape.steps * CHAOS_LATE_PCT / 100) {
+            x->state = F_SKIPPED; /* waited past the point where a recovery still has room */
+            story(c, x, "not injected", "its target was held until step %lld, past %d %% of the run's %lld steps",
+                  (long long)c->step, CHAOS_LATE_PCT, (long long)c->shape.steps);
+        } else if (x->state == F_PENDING && c->step >= x->f.step) fire(c, x);
         else if (x->state == F_ACTIVE) watch(c, x);
     }
 }

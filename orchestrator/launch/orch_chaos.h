@@ -24,7 +24,8 @@
  * need two regions beyond the quorum (elastic.min_regions); the link kinds the emulated WAN. A fault whose
  * target is out of the run or still held by an earlier fault waits until it is back, as does one that would
  * leave fewer regions in the run than the quorum (the faults test recovery, not the quorum's floor); a
- * link fault waits for an earlier one on its link; a kill of a region with no restart left is skipped.
+ * link fault waits for an earlier one on its link; a kill of a region with no restart left is skipped, and
+ * so is a fault held back past 90 % of the run's steps (no room left to recover).
  *
  * The etcd cluster is not the launcher's: XDC_CHAOS_ETCD_PIDS names its members' pid files (comma-separated),
  * each holding the pid of one member; whoever runs the cluster starts a killed member again and rewrites its
