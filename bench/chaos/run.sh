@@ -204,6 +204,7 @@ plot "$work/$mode.loss" using 1:2 with linespoints pt 7 ps 0.4 title "chaos", "$
 set ylabel "link rate (share)"
 set xlabel "seconds since launch"
 set yrange [-0.05:1.1]
+set key bottom right
 plot for [i=2:4] "$work/$mode.links" using 1:i with steps lw 2 title word("east-west east-asia west-asia", i - 1)
 unset multiplot
 EOT
