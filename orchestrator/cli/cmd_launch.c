@@ -22,7 +22,7 @@ static int launch_usage(FILE *f)
         "                  [--outage DURATION@START[,...]]... [--resume] [--log-format text|json] [--device "
         "cpu|cuda|cpu-strict]\n"
         "                  [--rdzv builtin|etcd://HOST:PORT[/PREFIX]] [--etcd-cacert F --etcd-cert F --etcd-key F]\n"
-        "                  [--max-restarts N] [--exec -- PROG [ARGS...]]\n"
+        "                  [--max-restarts N] [--chaos SEED[:RATE[:KINDS]]] [--exec -- PROG [ARGS...]]\n"
         "       xdc coordinator -t TOPOLOGY.yaml -c RUN.yaml --run-dir DIR --host ADDR [--port P] [--run-id ID]\n"
         "                       [--cert-dir DIR] [--ca FILE] [--crl FILE] [--standby] [--decider-ttl S]\n"
         "  coordinator: host the rendezvous on ADDR:P (no default address; 0.0.0.0 is every interface, port\n"
@@ -43,6 +43,11 @@ static int launch_usage(FILE *f)
         "  --resume         continue from the newest complete checkpoint in the run folder\n"
         "  --max-restarts N elastic DiLoCo/streaming: start a region that left the run again (its agents), at\n"
         "                   most N times per region; it rejoins at an outer round (docs/runtime.md, Rejoining)\n"
+        "  --chaos SEED[:RATE[:KINDS]]  inject a seeded random fault schedule (the same seed, the same faults at\n"
+        "                   the same steps): RATE faults per region per 100 steps (default 1); KINDS a comma list of\n"
+        "                   kill-worker kill-agent stall link-down link-slow kill-donor kill-pair kill-etcd (default:\n"
+        "                   every kind the run allows; kill-etcd: the members whose pid files XDC_CHAOS_ETCD_PIDS\n"
+        "                   lists); one line per fault and per recovery (docs/runtime.md, Chaos)\n"
         "  --exec -- PROG ARGS  every worker slot runs PROG (a program on libxdc, docs/api.md) instead of\n"
         "                   `xdc worker`; it ends with a line naming how many members exited 0\n"
         "  --device D       run every region's workers on D (default: XDC_DEVICE, else the topology: CUDA\n"
@@ -83,6 +88,12 @@ static int launch_option(int c, const char *arg, orch_launch_opts *o)
             fprintf(stderr, "xdc launch: --decider-ttl: %s\n", d.msg);
             return XDC_EX_USAGE;
         }
+    } else if (c == 'K') {
+        xdc_diag d = {{0}};
+        if (orch_chaos_spec_parse(arg, &o->chaos, &d) != XDC_OK) {
+            fprintf(stderr, "xdc launch: --chaos: %s\n", d.msg);
+            return XDC_EX_USAGE;
+        }
     } else if (c == 'o') {
         xdc_diag d = {{0}};
         if (xdc_wan_outages_parse(arg, o->outages, &o->n_outages, &d) != XDC_OK) {
@@ -113,6 +124,7 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
                                          {"max-restarts", required_argument, NULL, 'R'},
                                          {"standby", no_argument, NULL, 'S'},
                                          {"decider-ttl", required_argument, NULL, 'T'},
+                                         {"chaos", required_argument, NULL, 'K'},
                                          {"help", no_argument, NULL, 'h'},
                                          XDC_CLI_RDZV_OPTIONS,
                                          XDC_CLI_CREDS_OPTIONS,
@@ -140,6 +152,7 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
         case 'T':
         case 'p':
         case 'R':
+        case 'K':
         case 'o':
             if ((ex = launch_option(c, optarg, o)) != 0) return ex;
             break;
@@ -150,6 +163,11 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
     if (!o->topology || !o->config || (coordinator && !o->run_dir)) return launch_usage(stderr);
     if (!coordinator && o->standby) {
         fprintf(stderr, "xdc launch: --standby is `xdc coordinator`'s: a launch starts its run's agents\n");
+        return XDC_EX_USAGE;
+    }
+    if (coordinator && o->chaos.on) {
+        fprintf(stderr, "xdc coordinator: --chaos: the coordinator starts no agents to inject faults into; use xdc "
+                        "launch\n");
         return XDC_EX_USAGE;
     }
     if (coordinator && o->max_restarts) {

@@ -49,7 +49,9 @@ typedef struct {
     rdzv_target store;                        /* which store: the built-in one hosted here, or etcd */
     char coordinator[300];                    /* host:port of the store (etcd's with etcd) */
     xdc_wan_relay *relays[LAUNCH_MAX_RELAYS]; /* one per pair of regions */
-    char relay_done[LAUNCH_MAX_RELAYS];       /* per (pair i < j, worker of j) route: i dials j */
+    /* per (pair i < j, worker of j) route i dials j: the address of j's worker it leads to ("": not open);
+     * opened again, in elastic runs, once that worker is another process (j restarted) */
+    char relay_to[LAUNCH_MAX_RELAYS][64];
     /* per (pair i < j, worker of i) route a rejoining j dials i: the address of i's worker it leads to ("":
      * not open); opened again to a restarted worker of i (i rejoining at the same round as j) */
     char relay_back_to[LAUNCH_MAX_RELAYS][64];
@@ -70,6 +72,8 @@ typedef struct {
     int elastic; /* orch_quorum_elastic: outer rounds go by quorum, a lost region is not the run's end */
     orch_quorum quorum;
     orch_decider decider; /* whether this process decides the quorum's rounds now */
+    orch_chaos *chaos; /* --chaos: the fault injector, ticked with the run; NULL: none */
+    orch_chaos_world chaos_world;
 } launch;
 
 void orch_link_model(const xdc_link *l, uint64_t seed, xdc_wan_link_model *m)
@@ -257,8 +261,8 @@ static int open_route(launch *L, int link, int from, int to, int rank, char *to_
     return 1;
 }
 
-/* The back route to worker (i, rank) leads to `to_addr`, and that worker's address is another by now. */
-static int back_route_stale(const launch *L, int i, int rank, const char *to_addr)
+/* A route to worker (i, rank) leads to `to_addr`, and that worker's address is another by now. */
+static int route_stale(const launch *L, int i, int rank, const char *to_addr)
 {
     char val[300];
     return rdzv_server_get(L->rdzv, rdzv_key_wan(i, rank).s, val, sizeof val) == 0 && strcmp(val, to_addr) != 0;
@@ -270,11 +274,12 @@ static void pump_relays(launch *L)
     for (int i = 0; i < L->t->n_regions; i++)
         for (int j = i + 1; j < L->t->n_regions && link < LAUNCH_MAX_RELAYS; j++, link++) {
             for (int k = 0; k < xdc_topology_region_workers(L->t, j); k++, fwd++)
-                if (fwd < LAUNCH_MAX_RELAYS && !L->relay_done[fwd])
-                    L->relay_done[fwd] = (char)open_route(L, link, i, j, k, NULL);
+                if (fwd < LAUNCH_MAX_RELAYS &&
+                    (!L->relay_to[fwd][0] || (L->elastic && route_stale(L, j, k, L->relay_to[fwd]))))
+                    open_route(L, link, i, j, k, L->relay_to[fwd]);
             for (int k = 0; k < xdc_topology_region_workers(L->t, i); k++, back++)
                 if (back < LAUNCH_MAX_RELAYS && L->elastic && !L->quorum.live[j] && L->relays[link] &&
-                    back_route_stale(L, i, k, L->relay_back_to[back]))
+                    route_stale(L, i, k, L->relay_back_to[back]))
                     open_route(L, link, j, i, k, L->relay_back_to[back]);
         }
 }
@@ -509,6 +514,7 @@ static xdc_err_t launch_tick(void *ctx, int *done)
 {
     launch *L = ctx;
     if (L->o.emulate) pump_relays(L);
+    if (L->chaos) orch_chaos_tick(L->chaos);
     XDC_CHECK(restart_regions(L));
     char missing[2048], key[256], why[2048];
     if (!L->joined) {
@@ -580,6 +586,28 @@ static int agent_failed(void *ctx, const orch_procs *g, int i, pid_t pid, int st
     fprintf(stderr, "xdc launch: run failed: %s\n  (agent %s %s); stopping the other agents\n",
             why[0] ? why : "an agent failed", g->name[i], how);
     return 0;
+}
+
+/* --chaos: the schedule for this run's shape, injected through its workers, agents and relays. */
+static xdc_err_t start_chaos(launch *L, xdc_diag *diag)
+{
+    orch_chaos_shape sh = {.n_regions = L->t->n_regions,
+                           .steps = L->cfg.train.steps,
+                           .restarts = L->elastic && L->o.max_restarts > 0,
+                           .spare_regions = L->t->n_regions - orch_quorum_min(&L->cfg, L->t->n_regions),
+                           .links = L->o.emulate};
+    for (int r = 0; r < L->t->n_regions; r++) sh.workers[r] = xdc_topology_region_workers(L->t, r);
+    L->chaos_world = (orch_chaos_world){.t = L->t,
+                                        .run_dir = L->run_dir,
+                                        .rdzv = L->rdzv,
+                                        .agents = &L->agents,
+                                        .agent_region = L->agent_region,
+                                        .live = L->elastic ? L->quorum.live : NULL,
+                                        .restarts = L->restarts,
+                                        .max_restarts = L->o.max_restarts,
+                                        .relays = L->relays,
+                                        .etcd_pids = L->store.kind == RDZV_ETCD ? getenv("XDC_CHAOS_ETCD_PIDS") : NULL};
+    return orch_chaos_create(&L->o.chaos, &sh, &L->chaos_world, &L->chaos, diag);
 }
 
 static void launch_interrupted(void *ctx, int sig)
@@ -699,6 +727,7 @@ static void print_summary(launch *L, double wall)
 
 static void launch_close(launch *L)
 {
+    orch_chaos_destroy(L->chaos);
     orch_procs_close(&L->agents);
     for (int i = 0; i < L->n_relays; i++) xdc_wan_relay_destroy(L->relays[i]);
     rdzv_server_destroy(L->rdzv);
@@ -820,8 +849,8 @@ static xdc_err_t launch_start(launch *L, xdc_diag *diag)
     if (rc == XDC_OK) what = "rendezvous", rc = start_rendezvous(L, &d);
     if (rc == XDC_OK) {
         print_banner(L);
-        what = "agents";
-        if (!L->o.coordinator) rc = start_agents(L, &d);
+        if (L->o.chaos.on) what = "chaos", rc = start_chaos(L, &d);
+        if (rc == XDC_OK && !L->o.coordinator) what = "agents", rc = start_agents(L, &d);
     }
     if (rc != XDC_OK) xdc_diag_set(diag, "%s: %s: %s", what, xdc_strerror(rc), d.msg);
     return rc;
@@ -855,6 +884,7 @@ xdc_err_t orch_launch_run(const orch_launch_opts *o, int *agent_exit, xdc_diag *
         rc = launch_start(&L, diag);
         if (rc != XDC_OK) orch_procs_kill(&L.agents);
         else rc = supervise(&L, agent_exit);
+        if (L.chaos) orch_chaos_finish(L.chaos);
         double wall = (double)xdc_now_ns() / 1e9 - t0;
         if (rc == XDC_OK && o->exec_argv) /* the programs' own output says what they did */
             printf("\nrun %s finished in %.1f s: %d members of %d regions ran %s and exited 0\n", L.run_id, wall,

@@ -8,6 +8,7 @@
 #include "common/xdc_err.h"
 #include "orchestrator/rdzv/orch_rdzv.h"
 #include "topology/xdc_topology.h"
+#include "orchestrator/launch/orch_chaos.h"
 #include "orchestrator/launch/orch_creds.h"
 #include "wan/emu/xdc_wan_emu.h"
 
@@ -41,6 +42,7 @@ typedef struct orch_launch_opts {
     /* The round decider's role (orch_decider.h, etcd): --standby (`xdc coordinator`): join a live run's store
      * as it is and stand by for the role; --decider-ttl S: its lease (0: RDZV_ETCD_TTL_S). */
     int standby, decider_ttl_s;
+    orch_chaos_spec chaos; /* --chaos SEED[:RATE[:KINDS]] (`xdc launch`): inject faults (orch_chaos.h); .on 0: none */
 } orch_launch_opts;
 
 /* The emulator's model of topology link `l` (rate, RTT, jitter, loss; draws seeded by `seed`): what the

@@ -435,6 +435,16 @@ void xdc_wan_relay_restore(xdc_wan_relay *r)
     relay_poke(r);
 }
 
+void xdc_wan_relay_set_rate(xdc_wan_relay *r, double rate_mbps, double *was_mbps)
+{
+    pthread_mutex_lock(&r->mu);
+    if (was_mbps) *was_mbps = r->m.rate_mbps;
+    refill(r, xdc_now_ns()); /* the tokens earned so far at the old rate */
+    r->m.rate_mbps = rate_mbps > 0 ? rate_mbps : 0;
+    pthread_mutex_unlock(&r->mu);
+    relay_poke(r);
+}
+
 xdc_err_t xdc_wan_relay_schedule_outage(xdc_wan_relay *r, int64_t start_ms, int64_t duration_ms)
 {
     uint64_t start = xdc_now_ns() + (uint64_t)(start_ms > 0 ? start_ms : 0) * XDC_NS_PER_MS;

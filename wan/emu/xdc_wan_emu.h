@@ -48,6 +48,9 @@ xdc_err_t xdc_wan_outages_parse(const char *text, xdc_wan_outage *sched, int *n,
 /* Add an outage of duration_ms starting start_ms after now to the relay's schedule (outages already
  * scheduled stay; overlapping ones merge). XDC_ERR_RANGE when XDC_WAN_MAX_OUTAGES are pending. */
 xdc_err_t xdc_wan_relay_schedule_outage(xdc_wan_relay *r, int64_t start_ms, int64_t duration_ms);
+/* Change the link's rate (rate_mbps as in the model; 0 = unlimited) from now on, for every route;
+ * *was_mbps (may be NULL) receives the rate it had. A rate cut that ends is this call again with *was_mbps. */
+void xdc_wan_relay_set_rate(xdc_wan_relay *r, double rate_mbps, double *was_mbps);
 /* Connections accepted so far and bytes forwarded in both directions. */
 void xdc_wan_relay_counters(xdc_wan_relay *r, uint64_t *conns, uint64_t *bytes);
 void xdc_wan_relay_destroy(xdc_wan_relay *r);

@@ -1,0 +1,69 @@
+/* test_chaos_launch.c — `xdc launch --chaos` end to end: a one-fault schedule (kill-worker) on the tiny
+ * model's elastic DiLoCo run over three emulated regions with --max-restarts 1. The seed is chosen here with
+ * the schedule's own generator so that its fault falls early (a step read from the run's heartbeats, not a
+ * time): the worker is killed there, its region leaves, is started again and rejoins, and the run ends with
+ * every region on one model and the story told: the schedule, the fault and its recovery, one line each. */
+#include "tests/xdc_test.h"
+#include "tests/e2e/test_orch_util.h"
+
+#include "orchestrator/launch/orch_chaos.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CHAOS_TOPO  "examples/topology/demo-3region.yaml"
+#define CHAOS_STEPS 128
+#define CHAOS_RATE  "0.3" /* round(0.3 * 3 regions * 128 steps / 100) = 1 fault */
+
+XDC_TEST_T(chaos_launch_kills_a_worker_at_its_step_and_the_run_ends_on_one_model, 180)
+{
+    e2e_need_corpus();
+    /* The shape start_chaos builds for this run: 3 regions of 1 worker, restarts, a quorum of 2, emulated WAN. */
+    orch_chaos_shape sh = {
+        .n_regions = 3, .workers = {1, 1, 1}, .steps = CHAOS_STEPS, .restarts = 1, .spare_regions = 1, .links = 1};
+    orch_chaos_fault f[ORCH_CHAOS_MAX_FAULTS];
+    orch_chaos_spec s;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(orch_chaos_spec_parse("1:" CHAOS_RATE ":kill-worker", &s, &d));
+    for (s.seed = 1; s.seed < 1000; s.seed++) /* the first seed whose kill comes before step 40 */
+        if (orch_chaos_schedule(&s, &sh, f, ORCH_CHAOS_MAX_FAULTS) == 1 && f[0].step < 40) break;
+    XDC_ASSERT_EQ(orch_chaos_schedule(&s, &sh, f, ORCH_CHAOS_MAX_FAULTS), 1);
+    XDC_ASSERT(f[0].kind == ORCH_CHAOS_KILL_WORKER && f[0].step < 40);
+    const char *regions[3] = {"us-east", "eu-west", "ap-south"};
+    const char *run = e2e_write_run_p("chaos", "diloco", CHAOS_STEPS, "none", 1,
+                                      "microbatches: 1\ndiloco: {inner_steps: 4}\nelastic: {min_regions: 2, grace: 5s}"
+                                      "\ntimeouts: {rendezvous: 30s, operation: 30s, heartbeat: 30s}\n");
+    char dir[600], cmd[2048], want[256];
+    static char out[1 << 18];
+    snprintf(dir, sizeof dir, "%s/chaos", xdc_test_tmpdir());
+    snprintf(cmd, sizeof cmd,
+             "timeout 170 %s launch -t %s -c %s --run-dir %s --max-restarts 1 --chaos %llu:" CHAOS_RATE
+             ":kill-worker 2>&1",
+             xdc_test_bin(), CHAOS_TOPO, run, dir, (unsigned long long)s.seed);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
+    /* The story: the plan, the fault where the schedule put it, the recovery with its times. */
+    snprintf(want, sizeof want, "1 planned: 1 kill-worker %s/0 at step %lld\n", regions[f[0].region],
+             (long long)f[0].step);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+    snprintf(want, sizeof want, "worker %s/0 killed (SIGKILL)\n", regions[f[0].region]);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+    const char *fault = strstr(out, "chaos: fault 1 kill-worker at step ");
+    long long at = -1;
+    XDC_ASSERT_MSG(fault && sscanf(fault, "chaos: fault 1 kill-worker at step %lld", &at) == 1, "%s", out);
+    XDC_ASSERT_MSG(at >= f[0].step, "fired at step %lld, before its step %lld", at, (long long)f[0].step);
+    snprintf(want, sizeof want, "region %s back in the run and training; left ", regions[f[0].region]);
+    XDC_ASSERT_STR_CONTAINS(out, "chaos: recovered 1 kill-worker at step ");
+    XDC_ASSERT_STR_CONTAINS(out, want);
+    XDC_ASSERT_STR_CONTAINS(out, "recovery_s=");
+    XDC_ASSERT_STR_CONTAINS(out, "chaos: 1 faults injected of 1 planned, 1 recovered");
+    /* Every region on the run's parameters. */
+    char hash[4][17], final[64];
+    XDC_ASSERT_EQ(e2e_final_hashes(dir, hash, 4), 3);
+    XDC_ASSERT(strcmp(hash[0], hash[1]) == 0 && strcmp(hash[0], hash[2]) == 0);
+    snprintf(final, sizeof final, "params_xxh64=%s", hash[0]);
+    XDC_ASSERT_STR_CONTAINS(out, final);
+    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
+}
