@@ -72,7 +72,7 @@ typedef struct {
     int elastic; /* orch_quorum_elastic: outer rounds go by quorum, a lost region is not the run's end */
     orch_quorum quorum;
     orch_decider decider; /* whether this process decides the quorum's rounds now */
-    orch_chaos *chaos; /* --chaos: the fault injector, ticked with the run; NULL: none */
+    orch_chaos *chaos;    /* --chaos: the fault injector, ticked with the run; NULL: none */
     orch_chaos_world chaos_world;
 } launch;
 
