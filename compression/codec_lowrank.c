@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LR_MAGIC 'L'
-#define LR_VERSION 1
+#define LR_MAGIC      'L'
+#define LR_VERSION    1
 #define LR_FLAG_BASIS 1
-#define LR_ITERS 24          /* orthogonal-iteration sweeps: the first basis from a fixed start, later ones warm */
-#define LR_MAX_ABS 1.2676506e30f /* 2^100, the chunk codecs' range bound */
+#define LR_ITERS      24 /* orthogonal-iteration sweeps: the first basis from a fixed start, later ones warm */
+#define LR_MAX_ABS    1.2676506e30f /* 2^100, the chunk codecs' range bound */
 
 struct xdc_lowrank {
     xdc_lowrank_cfg cfg;
@@ -34,7 +34,7 @@ xdc_err_t xdc_lowrank_parse(const char *text, xdc_lowrank_cfg *cfg, xdc_diag *di
     }
     cfg->rank = cfg->cols / 4 > 0 ? cfg->cols / 4 : 1;
     cfg->bits = 8;
-    cfg->refresh = 16;
+    cfg->refresh = 1;
     const char *p = text + 7;
     if (*p == ':') {
         char *end;
@@ -70,8 +70,9 @@ xdc_err_t xdc_lowrank_create(const xdc_lowrank_cfg *cfg, xdc_lowrank **out, xdc_
     *out = NULL;
     if (cfg->cols < 1 || cfg->cols > 65535 || cfg->rank < 1 || cfg->rank > cfg->cols ||
         (cfg->bits != 8 && cfg->bits != 4) || cfg->refresh < 1 || cfg->rows > UINT32_MAX) {
-        xdc_diag_set(diag, "lowrank codec: rank %d of %d columns, %d bits, refresh %d (need 1 <= rank <= columns, 8 or 4 bits)",
-                     cfg->rank, cfg->cols, cfg->bits, cfg->refresh);
+        xdc_diag_set(
+            diag, "lowrank codec: rank %d of %d columns, %d bits, refresh %d (need 1 <= rank <= columns, 8 or 4 bits)",
+            cfg->rank, cfg->cols, cfg->bits, cfg->refresh);
         return XDC_ERR_CONFIG;
     }
     xdc_lowrank *c = xdc_calloc(1, sizeof *c);
@@ -104,14 +105,53 @@ void xdc_lowrank_destroy(xdc_lowrank *c)
 
 size_t xdc_lowrank_bound(const xdc_lowrank *c, size_t rows)
 {
-    return XDC_LOWRANK_HEADER + (size_t)c->cfg.rank * (size_t)c->cfg.cols * sizeof(float) +
-           rows * (2 + code_bytes(&c->cfg));
+    return XDC_LOWRANK_HEADER + (size_t)c->cfg.rank * (size_t)c->cfg.cols * 2 + rows * (2 + code_bytes(&c->cfg));
 }
 
 const float *xdc_lowrank_basis(const xdc_lowrank *c, uint32_t *id)
 {
     if (id) *id = c->basis_id;
     return c->basis_id ? c->basis : NULL;
+}
+
+static void put16(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static void put32(uint8_t *p, uint32_t v)
+{
+    put16(p, v);
+    put16(p + 2, v >> 16);
+}
+static uint32_t get16(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
+static uint32_t get32(const uint8_t *p) { return get16(p) | get16(p + 2) << 16; }
+
+/* v rounded to the nearest bf16 (ties to even; v finite): the basis travels, and is used by both ends,
+ * at that precision — orthonormal to ~2^-8, which the decoder's reconstruction with the same basis does
+ * not notice. */
+static uint16_t bf16_near(float v)
+{
+    uint32_t b;
+    memcpy(&b, &v, 4);
+    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+
+/* The bf16 at or above |v| (v >= 0, finite): a scale that never makes a code overflow. */
+static uint16_t bf16_up(float v)
+{
+    uint32_t b;
+    memcpy(&b, &v, 4);
+    uint32_t hi = b >> 16;
+    if (b & 0xffffu) hi++;
+    return (uint16_t)hi;
+}
+static float bf16_to_f32(uint16_t h)
+{
+    uint32_t b = (uint32_t)h << 16;
+    float v;
+    memcpy(&v, &b, 4);
+    return v;
 }
 
 /* Row k of the iterate: made orthogonal to rows 0..k-1 (Gram-Schmidt, twice for accuracy) and unit
@@ -183,38 +223,8 @@ static void compute_basis(xdc_lowrank *c, const float *x, size_t rows)
         c->z = t;
         for (int k = 0; k < r; k++) orthonormalise_row(c->q, k, C);
     }
-    for (size_t i = 0; i < (size_t)r * C; i++) c->basis[i] = (float)c->q[i];
+    for (size_t i = 0; i < (size_t)r * C; i++) c->basis[i] = bf16_to_f32(bf16_near((float)c->q[i]));
     c->basis_id++;
-}
-
-static void put16(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-static void put32(uint8_t *p, uint32_t v)
-{
-    put16(p, v);
-    put16(p + 2, v >> 16);
-}
-static uint32_t get16(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
-static uint32_t get32(const uint8_t *p) { return get16(p) | get16(p + 2) << 16; }
-
-/* The bf16 at or above |v| (v >= 0, finite): a scale that never makes a code overflow. */
-static uint16_t bf16_up(float v)
-{
-    uint32_t b;
-    memcpy(&b, &v, 4);
-    uint32_t hi = b >> 16;
-    if (b & 0xffffu) hi++;
-    return (uint16_t)hi;
-}
-static float bf16_to_f32(uint16_t h)
-{
-    uint32_t b = (uint32_t)h << 16;
-    float v;
-    memcpy(&v, &b, 4);
-    return v;
 }
 
 xdc_err_t xdc_lowrank_encode(xdc_lowrank *c, const float *x, size_t rows, uint8_t *out, size_t cap, size_t *len,
@@ -232,7 +242,7 @@ xdc_err_t xdc_lowrank_encode(xdc_lowrank *c, const float *x, size_t rows, uint8_
             return XDC_ERR_RANGE;
         }
     int ship = c->sent % (uint64_t)cfg->refresh == 0;
-    size_t need = XDC_LOWRANK_HEADER + (ship ? (size_t)r * C * sizeof(float) : 0) + rows * (2 + code_bytes(cfg));
+    size_t need = XDC_LOWRANK_HEADER + (ship ? (size_t)r * C * 2 : 0) + rows * (2 + code_bytes(cfg));
     if (cap < need) {
         xdc_diag_set(diag, "lowrank encode needs %zu bytes, %zu given", need, cap);
         return XDC_ERR_RANGE;
@@ -249,8 +259,8 @@ xdc_err_t xdc_lowrank_encode(xdc_lowrank *c, const float *x, size_t rows, uint8_
     put32(p + 12, c->basis_id);
     p += XDC_LOWRANK_HEADER;
     if (ship) {
-        memcpy(p, c->basis, (size_t)r * C * sizeof(float));
-        p += (size_t)r * C * sizeof(float);
+        for (size_t i = 0; i < (size_t)r * C; i++) put16(p + 2 * i, bf16_near(c->basis[i]));
+        p += (size_t)r * C * 2;
     }
     float qmax = cfg->bits == 8 ? 127.0f : 7.0f;
     size_t cb = code_bytes(cfg);
@@ -290,12 +300,13 @@ xdc_err_t xdc_lowrank_decode(xdc_lowrank *c, const uint8_t *in, size_t len, floa
     if (len < XDC_LOWRANK_HEADER || in[0] != LR_MAGIC || in[1] != LR_VERSION || in[2] != cfg->bits ||
         (in[3] & ~LR_FLAG_BASIS) || get16(in + 4) != (uint32_t)r || get16(in + 6) != (uint32_t)C ||
         get32(in + 8) != rows || rows > cfg->rows) {
-        xdc_diag_set(diag, "lowrank message header does not match: %zu bytes, expected rank %d, %d columns, %zu rows, %d bits",
-                     len, r, C, rows, cfg->bits);
+        xdc_diag_set(
+            diag, "lowrank message header does not match: %zu bytes, expected rank %d, %d columns, %zu rows, %d bits",
+            len, r, C, rows, cfg->bits);
         return XDC_ERR_CORRUPT;
     }
     int has_basis = in[3] & LR_FLAG_BASIS;
-    size_t need = XDC_LOWRANK_HEADER + (has_basis ? (size_t)r * C * sizeof(float) : 0) + rows * (2 + code_bytes(cfg));
+    size_t need = XDC_LOWRANK_HEADER + (has_basis ? (size_t)r * C * 2 : 0) + rows * (2 + code_bytes(cfg));
     if (len != need) {
         xdc_diag_set(diag, "lowrank message of %zu bytes, its header says %zu", len, need);
         return XDC_ERR_CORRUPT;
@@ -308,9 +319,9 @@ xdc_err_t xdc_lowrank_decode(xdc_lowrank *c, const uint8_t *in, size_t len, floa
     }
     const uint8_t *p = in + XDC_LOWRANK_HEADER;
     if (has_basis) {
-        memcpy(c->basis, p, (size_t)r * C * sizeof(float));
+        for (size_t i = 0; i < (size_t)r * C; i++) c->basis[i] = bf16_to_f32((uint16_t)get16(p + 2 * i));
         c->basis_id = id;
-        p += (size_t)r * C * sizeof(float);
+        p += (size_t)r * C * 2;
     }
     size_t cb = code_bytes(cfg);
     for (size_t n = 0; n < rows; n++) {

@@ -2,7 +2,7 @@
  * r-dimensional subspace both ends share, and its r coefficients are quantized to int8 or int4 with one
  * bf16 scale per row. The sender computes the subspace (the top r eigenvectors of the rows' C×C second
  * moment, by orthogonal iteration) from the message it is encoding, on the first message and every
- * `refresh` messages after, and ships it (r×C fp32) inside that message; the receiver only stores it.
+ * `refresh` messages after, and ships it (r×C bf16, the precision both ends then use) inside that message; the receiver only stores it.
  * What lies outside the subspace is dropped: there is no error feedback, because each activation (and
  * each activation gradient) belongs to one microbatch of one step and is never sent again, so a residual
  * has nothing to be added back to (docs/compression.md). Host memory only; one context per direction of
@@ -10,7 +10,7 @@
  *
  * Wire format of one message (little-endian): a 16-byte header — u8 'L', u8 version 1, u8 bits (8 or 4),
  * u8 flags (1: a basis follows), u16 rank, u16 cols, u32 rows, u32 basis id (the encoder's count of
- * bases computed, 1 for the first) — then, if flagged, the basis (rank rows of cols fp32, orthonormal),
+ * bases computed, 1 for the first) — then, if flagged, the basis (rank rows of cols bf16, orthonormal to ~2^-8),
  * then per row a bf16 scale and ceil(rank·bits/8) bytes of codes (int4: two per byte, low nibble first). */
 #ifndef XDC_LOWRANK_H
 #define XDC_LOWRANK_H
@@ -21,11 +21,11 @@
 #include <stdint.h>
 
 typedef struct xdc_lowrank_cfg {
-    int cols;     /* C: values per row (1..65535) */
-    int rank;     /* r: 1..cols */
-    int bits;     /* coefficient bits: 8 or 4 */
-    int refresh;  /* encoder: a new basis every `refresh` messages (>= 1) */
-    size_t rows;  /* most rows one message carries (the scratch size) */
+    int cols;    /* C: values per row (1..65535) */
+    int rank;    /* r: 1..cols */
+    int bits;    /* coefficient bits: 8 or 4 */
+    int refresh; /* encoder: a new basis every `refresh` messages (>= 1) */
+    size_t rows; /* most rows one message carries (the scratch size) */
 } xdc_lowrank_cfg;
 
 #define XDC_LOWRANK_HEADER 16 /* bytes of the message header */
@@ -33,7 +33,8 @@ typedef struct xdc_lowrank_cfg {
 /* True when `text` names this codec ("lowrank" with or without parameters). */
 int xdc_lowrank_named(const char *text);
 /* Parses "lowrank[:rank[:int8|int4[:refresh]]]" into cfg's rank, bits and refresh (defaults: rank
- * cols/4 at least 1 — cfg->cols must be set first —, int8, refresh 16). XDC_ERR_CONFIG with the reason
+ * cols/4 at least 1 — cfg->cols must be set first —, int8, refresh 1: a basis fitted to every
+ * message, which the tiny model's loss needs (docs/compression.md)). XDC_ERR_CONFIG with the reason
  * in diag on anything else. */
 xdc_err_t xdc_lowrank_parse(const char *text, xdc_lowrank_cfg *cfg, xdc_diag *diag);
 
