@@ -21,7 +21,8 @@ struct xdc_lowrank {
     uint64_t sent;     /* messages encoded */
     double *gram;      /* (cols, cols): the message's second moment, when a basis is computed */
     double *q, *z;     /* (rank, cols): the iterate and its product with gram */
-    float *coef;       /* (rank): one row's coefficients */
+    float *coef;       /* (rows, rank): the message's coefficients */
+    float *colscale;   /* (rank): each coefficient's scale in this message (its RMS over the rows, bf16) */
 };
 
 int xdc_lowrank_named(const char *text) { return strncmp(text, "lowrank", 7) == 0 && (!text[7] || text[7] == ':'); }
@@ -83,8 +84,9 @@ xdc_err_t xdc_lowrank_create(const xdc_lowrank_cfg *cfg, xdc_lowrank **out, xdc_
     c->gram = xdc_malloc((size_t)cfg->cols * (size_t)cfg->cols * sizeof(double));
     c->q = xdc_malloc(rc * sizeof(double));
     c->z = xdc_malloc(rc * sizeof(double));
-    c->coef = xdc_malloc((size_t)cfg->rank * sizeof(float));
-    if (!c->basis || !c->gram || !c->q || !c->z || !c->coef) {
+    c->coef = xdc_malloc((cfg->rows ? cfg->rows : 1) * (size_t)cfg->rank * sizeof(float));
+    c->colscale = xdc_malloc((size_t)cfg->rank * sizeof(float));
+    if (!c->basis || !c->gram || !c->q || !c->z || !c->coef || !c->colscale) {
         xdc_lowrank_destroy(c);
         return XDC_ERR_NOMEM;
     }
@@ -100,12 +102,13 @@ void xdc_lowrank_destroy(xdc_lowrank *c)
     xdc_free(c->q);
     xdc_free(c->z);
     xdc_free(c->coef);
+    xdc_free(c->colscale);
     xdc_free(c);
 }
 
 size_t xdc_lowrank_bound(const xdc_lowrank *c, size_t rows)
 {
-    return XDC_LOWRANK_HEADER + (size_t)c->cfg.rank * (size_t)c->cfg.cols * 2 + rows * (2 + code_bytes(&c->cfg));
+    return XDC_LOWRANK_HEADER + (size_t)c->cfg.rank * ((size_t)c->cfg.cols + 1) * 2 + rows * (2 + code_bytes(&c->cfg));
 }
 
 const float *xdc_lowrank_basis(const xdc_lowrank *c, uint32_t *id)
@@ -242,7 +245,7 @@ xdc_err_t xdc_lowrank_encode(xdc_lowrank *c, const float *x, size_t rows, uint8_
             return XDC_ERR_RANGE;
         }
     int ship = c->sent % (uint64_t)cfg->refresh == 0;
-    size_t need = XDC_LOWRANK_HEADER + (ship ? (size_t)r * C * 2 : 0) + rows * (2 + code_bytes(cfg));
+    size_t need = XDC_LOWRANK_HEADER + (ship ? (size_t)r * C * 2 : 0) + (size_t)r * 2 + rows * (2 + code_bytes(cfg));
     if (cap < need) {
         xdc_diag_set(diag, "lowrank encode needs %zu bytes, %zu given", need, cap);
         return XDC_ERR_RANGE;
@@ -262,17 +265,30 @@ xdc_err_t xdc_lowrank_encode(xdc_lowrank *c, const float *x, size_t rows, uint8_
         for (size_t i = 0; i < (size_t)r * C; i++) put16(p + 2 * i, bf16_near(c->basis[i]));
         p += (size_t)r * C * 2;
     }
+    /* Coefficient k of row n = <basis_k, row n>, fp32 in a fixed order; each coefficient is scaled by its
+     * RMS over the message first, so the weaker directions are not quantized on the strongest one's grid. */
+    for (int k = 0; k < r; k++) {
+        const float *b = c->basis + (size_t)k * C;
+        double ss = 0;
+        for (size_t n = 0; n < rows; n++) {
+            const float *row = x + n * C;
+            float d = 0;
+            for (int i = 0; i < C; i++) d += b[i] * row[i];
+            c->coef[n * r + k] = d;
+            ss += (double)d * d;
+        }
+        uint16_t h = bf16_near(rows ? (float)sqrt(ss / (double)rows) : 0.0f);
+        c->colscale[k] = bf16_to_f32(h);
+        put16(p + 2 * k, h);
+    }
+    p += (size_t)r * 2;
     float qmax = cfg->bits == 8 ? 127.0f : 7.0f;
     size_t cb = code_bytes(cfg);
     for (size_t n = 0; n < rows; n++) {
-        const float *row = x + n * C;
-        float amax = 0;
-        for (int k = 0; k < r; k++) { /* coefficient k = <basis_k, row>, fp32 in a fixed order */
-            const float *b = c->basis + (size_t)k * C;
-            float d = 0;
-            for (int i = 0; i < C; i++) d += b[i] * row[i];
-            c->coef[k] = d;
-            if (fabsf(d) > amax) amax = fabsf(d);
+        float *cn = c->coef + n * r, amax = 0;
+        for (int k = 0; k < r; k++) {
+            cn[k] = c->colscale[k] > 0 ? cn[k] / c->colscale[k] : 0.0f;
+            if (fabsf(cn[k]) > amax) amax = fabsf(cn[k]);
         }
         uint16_t sh = bf16_up(amax / qmax);
         float scale = bf16_to_f32(sh);
@@ -280,7 +296,7 @@ xdc_err_t xdc_lowrank_encode(xdc_lowrank *c, const float *x, size_t rows, uint8_
         p += 2;
         memset(p, 0, cb);
         for (int k = 0; k < r; k++) {
-            long q = scale > 0 ? lrintf(c->coef[k] / scale) : 0;
+            long q = scale > 0 ? lrintf(cn[k] / scale) : 0;
             if (q > (long)qmax) q = (long)qmax;
             if (q < -(long)qmax) q = -(long)qmax;
             if (cfg->bits == 8) p[k] = (uint8_t)(int8_t)q;
@@ -306,7 +322,8 @@ xdc_err_t xdc_lowrank_decode(xdc_lowrank *c, const uint8_t *in, size_t len, floa
         return XDC_ERR_CORRUPT;
     }
     int has_basis = in[3] & LR_FLAG_BASIS;
-    size_t need = XDC_LOWRANK_HEADER + (has_basis ? (size_t)r * C * 2 : 0) + rows * (2 + code_bytes(cfg));
+    size_t need = XDC_LOWRANK_HEADER + (has_basis ? (size_t)r * C * 2 : 0) + (size_t)r * 2 +
+                  rows * (2 + code_bytes(cfg));
     if (len != need) {
         xdc_diag_set(diag, "lowrank message of %zu bytes, its header says %zu", len, need);
         return XDC_ERR_CORRUPT;
@@ -323,6 +340,8 @@ xdc_err_t xdc_lowrank_decode(xdc_lowrank *c, const uint8_t *in, size_t len, floa
         c->basis_id = id;
         p += (size_t)r * C * 2;
     }
+    for (int k = 0; k < r; k++) c->colscale[k] = bf16_to_f32((uint16_t)get16(p + 2 * k));
+    p += (size_t)r * 2;
     size_t cb = code_bytes(cfg);
     for (size_t n = 0; n < rows; n++) {
         float scale = bf16_to_f32((uint16_t)get16(p));
@@ -330,7 +349,7 @@ xdc_err_t xdc_lowrank_decode(xdc_lowrank *c, const uint8_t *in, size_t len, floa
         for (int k = 0; k < r; k++) {
             int q = cfg->bits == 8 ? (int)(int8_t)p[k] : (int)((p[k / 2] >> (4 * (k & 1))) & 0xfu);
             if (cfg->bits == 4 && q > 7) q -= 16;
-            c->coef[k] = (float)q * scale;
+            c->coef[k] = (float)q * scale * c->colscale[k];
         }
         float *row = x + n * C;
         memset(row, 0, (size_t)C * sizeof(float));

@@ -11,7 +11,9 @@
  * Wire format of one message (little-endian): a 16-byte header — u8 'L', u8 version 1, u8 bits (8 or 4),
  * u8 flags (1: a basis follows), u16 rank, u16 cols, u32 rows, u32 basis id (the encoder's count of
  * bases computed, 1 for the first) — then, if flagged, the basis (rank rows of cols bf16, orthonormal to ~2^-8),
- * then per row a bf16 scale and ceil(rank·bits/8) bytes of codes (int4: two per byte, low nibble first). */
+ * then rank bf16 column scales (each coefficient's RMS over the message's rows), then per row a bf16 scale
+ * and ceil(rank·bits/8) bytes of codes (int4: two per byte, low nibble first); coefficient k of a row is
+ * code · row scale · column scale k. */
 #ifndef XDC_LOWRANK_H
 #define XDC_LOWRANK_H
 
