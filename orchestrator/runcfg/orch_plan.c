@@ -8,6 +8,7 @@
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
+#include "compression/xdc_lowrank.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -75,7 +76,9 @@ xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planne
         c->train.eval_batches = (eval_seqs + p->micro_batch - 1) / p->micro_batch;
     }
     if (p->bucket_mb > 0) c->bucket_mb = p->bucket_mb;
-    if (p->mode == XDC_PLAN_PIPELINE) snprintf(c->activation_codec, sizeof c->activation_codec, "%s", p->codec);
+    /* A low-rank activation codec set by hand stays: the planner has no cost model for it. */
+    if (p->mode == XDC_PLAN_PIPELINE && !xdc_lowrank_named(c->activation_codec))
+        snprintf(c->activation_codec, sizeof c->activation_codec, "%s", p->codec);
     else snprintf(c->codec, sizeof c->codec, "%s", p->codec);
     orch_run_config_outer_defaults(c);
     if (p->keep_unsent) { /* keys set by hand stay */

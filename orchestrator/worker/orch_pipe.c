@@ -1,7 +1,8 @@
 /* orch_pipe.c — point-to-point transfers between neighbouring pipeline stages, wherever they live: over
  * the intra communicator when both stages are in one region, over the WAN latency class when the
  * pipeline crosses a region boundary. Activations and activation gradients crossing the WAN go through
- * the activation codec (bf16 or int8 with scales, no error feedback: each tensor is used once); small
+ * the activation codec (bf16 or int8 with scales, or the low-rank codec with a basis per direction of the
+ * link, run on the host; no error feedback: each tensor is used once); small
  * control messages (loss, gradient norm, the parameter-hash state) travel raw, to an in-region neighbour
  * from a device row (orch_pipe_*_small). Intra sends and receives
  * started inside an intra group (xdc_intra_group_start on orch_member_pp(w->member), as the 1F1B loop of orch_train.c
@@ -34,6 +35,25 @@ static xdc_wan_peer *neighbour_peer(const orch_worker *w, int stage)
     return stage < w->id->stage ? orch_member_prev_peer(w->member) : orch_member_next_peer(w->member);
 }
 
+/* The low-rank codec on the host: the device activation (B*T*C fp32) copied out and encoded with ctx. */
+static xdc_err_t lowrank_encode(orch_worker *w, xdc_lowrank *ctx, const float *buf, uint8_t *wire, size_t *len,
+                                xdc_diag *diag)
+{
+    const xdc_device_ops *dev = w->model.be->device;
+    XDC_CHECK(dev->copy_d2h(w->pipe.lowrank_host, buf, w->pipe.elems * sizeof(float), NULL));
+    XDC_CHECK(dev->stream_sync(NULL));
+    return xdc_lowrank_encode(ctx, w->pipe.lowrank_host, w->pipe.elems / (size_t)w->model.C, wire, w->pipe.bound, len,
+                              diag);
+}
+
+/* Decoded on the host into the staging, then copied to r->dst, by the context of the direction r came from. */
+static xdc_err_t lowrank_decode(orch_worker *w, const orch_pipe_req *r, size_t len, xdc_diag *diag)
+{
+    xdc_lowrank *ctx = w->pipe.lowrank[r->peer == orch_member_prev_peer(w->member) ? 2 : 3];
+    XDC_CHECK(xdc_lowrank_decode(ctx, r->wire, len, w->pipe.lowrank_host, r->n / (size_t)w->model.C, diag));
+    return w->model.be->device->copy_h2d(r->dst, w->pipe.lowrank_host, r->n * sizeof(float), NULL);
+}
+
 xdc_err_t orch_pipe_send(orch_worker *w, int to_stage, const float *buf, size_t n, uint8_t *wire, orch_pipe_req *r,
                          xdc_diag *diag)
 {
@@ -47,7 +67,9 @@ xdc_err_t orch_pipe_send(orch_worker *w, int to_stage, const float *buf, size_t 
         return xdc_wan_isend(p, XDC_WAN_LATENCY, buf, n * sizeof(float), PIPE_RAW_CODEC, n * sizeof(float), &r->wr);
     uint64_t t0 = orch_trace_now_us(w->tele.trace);
     size_t len;
-    XDC_CHECK(xdc_codec_encode(w->pipe.enc, buf, n, wire, w->pipe.bound, &len, diag));
+    if (w->pipe.codec_kind == ORCH_PIPE_LOWRANK)
+        XDC_CHECK(lowrank_encode(w, w->pipe.lowrank[to_stage < w->id->stage], buf, wire, &len, diag));
+    else XDC_CHECK(xdc_codec_encode(w->pipe.enc, buf, n, wire, w->pipe.bound, &len, diag));
     orch_trace_complete(w->tele.trace, ORCH_LANE_CODEC, "encode activation", "codec", t0,
                         orch_trace_now_us(w->tele.trace) - t0, "bytes", (double)len);
     w->pipe.tx_bytes += len;
@@ -108,7 +130,9 @@ xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag)
                          (unsigned)w->pipe.codec_kind);
             rc = XDC_ERR_PROTO;
         } else if (rc == XDC_OK && r->dst && r->wire) {
-            rc = xdc_codec_decode(w->pipe.dec, r->wire, len, r->dst, r->n, XDC_CODEC_WRITE, diag);
+            rc = w->pipe.codec_kind == ORCH_PIPE_LOWRANK
+                     ? lowrank_decode(w, r, len, diag)
+                     : xdc_codec_decode(w->pipe.dec, r->wire, len, r->dst, r->n, XDC_CODEC_WRITE, diag);
             /* The decode's copy into device memory is queued on this thread's stream: the stage's
              * stream reads it next, and the wire buffer is reused. */
             if (rc == XDC_OK) rc = w->model.be->device->stream_sync(NULL);

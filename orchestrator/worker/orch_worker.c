@@ -106,22 +106,40 @@ static xdc_err_t connect(orch_worker *w, const char **what, xdc_diag *diag)
     return orch_member_connect(w->member, what, diag);
 }
 
+/* The low-rank activation codec: a context for each direction of each WAN link (orch_pipe's order in orch_worker.h),
+ * and the host staging it encodes from and decodes into. */
+static xdc_err_t open_lowrank(orch_worker *w, xdc_diag *diag)
+{
+    xdc_lowrank_cfg lc = {.cols = w->model.C, .rows = (size_t)w->model.B * w->model.T};
+    XDC_CHECK(xdc_lowrank_parse(w->cfg->activation_codec, &lc, diag));
+    bool wan[4] = {orch_member_next_peer(w->member) != NULL, orch_member_prev_peer(w->member) != NULL,
+                   orch_member_prev_peer(w->member) != NULL, orch_member_next_peer(w->member) != NULL};
+    for (int i = 0; i < 4; i++)
+        if (wan[i]) XDC_CHECK(xdc_lowrank_create(&lc, &w->pipe.lowrank[i], diag));
+    w->pipe.codec_kind = ORCH_PIPE_LOWRANK;
+    w->pipe.bound = xdc_lowrank_bound(w->pipe.lowrank[wan[0] ? 0 : 1], lc.rows);
+    return w->model.be->device->host_alloc((void **)&w->pipe.lowrank_host, w->pipe.elems * sizeof(float));
+}
+
 /* Activation codec for stages that talk across the WAN (no error feedback: each tensor is used once). */
 static xdc_err_t open_pipe_codec(orch_worker *w, xdc_diag *diag)
 {
     if (!orch_member_prev_peer(w->member) && !orch_member_next_peer(w->member)) return XDC_OK;
-    xdc_codec_cfg cc = XDC_CODEC_CFG_INIT;
-    XDC_CHECK(xdc_codec_parse(w->cfg->activation_codec, &cc, diag));
     w->pipe.elems = (size_t)w->model.B * w->model.T * (size_t)w->model.C;
-    cc.n_elems = w->pipe.elems;
-    cc.chunk_elems = w->pipe.elems;
-    cc.error_feedback = false;
-    cc.zstd_level = 0;        /* latency class: no entropy stage */
-    cc.backend = w->model.be; /* it reads and writes the activations in device memory */
-    w->pipe.codec_kind = cc.kind;
-    XDC_CHECK(xdc_codec_create(&cc, &w->pipe.enc, diag));
-    XDC_CHECK(xdc_codec_create(&cc, &w->pipe.dec, diag));
-    w->pipe.bound = xdc_codec_bound(w->pipe.enc, w->pipe.elems);
+    if (xdc_lowrank_named(w->cfg->activation_codec)) XDC_CHECK(open_lowrank(w, diag));
+    else {
+        xdc_codec_cfg cc = XDC_CODEC_CFG_INIT;
+        XDC_CHECK(xdc_codec_parse(w->cfg->activation_codec, &cc, diag));
+        cc.n_elems = w->pipe.elems;
+        cc.chunk_elems = w->pipe.elems;
+        cc.error_feedback = false;
+        cc.zstd_level = 0;        /* latency class: no entropy stage */
+        cc.backend = w->model.be; /* it reads and writes the activations in device memory */
+        w->pipe.codec_kind = cc.kind;
+        XDC_CHECK(xdc_codec_create(&cc, &w->pipe.enc, diag));
+        XDC_CHECK(xdc_codec_create(&cc, &w->pipe.dec, diag));
+        w->pipe.bound = xdc_codec_bound(w->pipe.enc, w->pipe.elems);
+    }
     orch_pipe_wire_counts(w->id->n_stages, w->id->stage, w->model.M, orch_member_prev_peer(w->member) != NULL,
                           orch_member_next_peer(w->member) != NULL, w->pipe.wire_n);
     size_t n = 0;
@@ -170,6 +188,8 @@ static void close_worker(orch_worker *w)
     orch_member_destroy(w->member);
     xdc_codec_destroy(w->pipe.enc);
     xdc_codec_destroy(w->pipe.dec);
+    for (int i = 0; i < 4; i++) xdc_lowrank_destroy(w->pipe.lowrank[i]);
+    if (w->model.be) w->model.be->device->host_free(w->pipe.lowrank_host);
     xdc_gpt_stage_destroy(w->model.st);
     xdc_data_destroy(w->model.data);
     xdc_data_destroy(w->model.val);

@@ -9,6 +9,7 @@
 #define ORCH_WORKER_H
 
 #include "compression/xdc_codec.h"
+#include "compression/xdc_lowrank.h"
 #include "intra/xdc_intra.h"
 #include "model/xdc_gpt.h"
 #include "orchestrator/elastic/orch_elastic_member.h"
@@ -66,16 +67,22 @@ typedef struct orch_pipe {
     orch_pipe_req *x_req, *dy_req, *y_req, *dx_req; /* (M) */
     uint8_t *wire; /* span: encoded activations, wire_n[k] × bound bytes per kind k (x, dy, y, dx), in turn */
     int wire_n[4]; /* encoded buffers per kind: what can be in flight (orch_pipe_wire_counts), 0 within a region */
-    xdc_codec *enc, *dec; /* span: activation codec (no error feedback) */
-    size_t elems, bound;  /* elements of one activation (B*T*C); encoded bytes bound */
-    int codec_kind;
+    xdc_codec *enc, *dec; /* span: activation codec bf16/int8 (stateless: one each) */
+    /* span, activation_codec lowrank: one context per direction of each WAN link, as each keeps the basis
+     * of its own message sequence: [0] x to the next stage, [1] dx to the previous, [2] x from the
+     * previous, [3] dy from the next (orch_pipe.c); NULL where the neighbour is in this region */
+    xdc_lowrank *lowrank[4];
+    float *lowrank_host; /* (B*T*C) fp32 host staging: the low-rank codec runs on the host */
+    size_t elems, bound; /* elements of one activation (B*T*C); encoded bytes bound */
+    int codec_kind;      /* the codec byte of an activation message: xdc_codec_kind or ORCH_PIPE_LOWRANK */
     uint64_t tx_bytes, raw_bytes;
     float *scalars; /* (ORCH_PIPE_SCALAR_ROWS, ORCH_PIPE_MAX_SCALARS) fp32, device: in-region small messages
                      * (orch_pipe_*_small, orch_pipe_allreduce_sum) */
 } orch_pipe;
 
-#define ORCH_PIPE_MAX_SCALARS 32 /* fp32 one small message carries (loss, norm, counts; the 128-byte hash state) */
-#define ORCH_PIPE_SCALAR_ROWS 3  /* small messages in flight at once: the sum's from below, up, from above */
+#define ORCH_PIPE_LOWRANK     0xfe /* codec byte of a low-rank activation message (0xff: raw control) */
+#define ORCH_PIPE_MAX_SCALARS 32   /* fp32 one small message carries (loss, norm, counts; the 128-byte hash state) */
+#define ORCH_PIPE_SCALAR_ROWS 3    /* small messages in flight at once: the sum's from below, up, from above */
 
 /* The worker's own connections; the member holds the rest (orch_member_rdzv, orch_member_peers, ...). */
 typedef struct orch_comm {

@@ -1,0 +1,62 @@
+/* xdc_lowrank.h — the low-rank activation codec: each row of a (rows, C) fp32 tensor is projected onto an
+ * r-dimensional subspace both ends share, and its r coefficients are quantized to int8 or int4 with one
+ * bf16 scale per row. The sender computes the subspace (the top r eigenvectors of the rows' C×C second
+ * moment, by orthogonal iteration) from the message it is encoding, on the first message and every
+ * `refresh` messages after, and ships it (r×C bf16, the precision both ends then use) inside that message; the receiver only stores it.
+ * What lies outside the subspace is dropped: there is no error feedback, because each activation (and
+ * each activation gradient) belongs to one microbatch of one step and is never sent again, so a residual
+ * has nothing to be added back to (docs/compression.md). Host memory only; one context per direction of
+ * one link (an encoder and its peer's decoder see the same message sequence, in order).
+ *
+ * Wire format of one message (little-endian): a 16-byte header — u8 'L', u8 version 1, u8 bits (8 or 4),
+ * u8 flags (1: a basis follows), u16 rank, u16 cols, u32 rows, u32 basis id (the encoder's count of
+ * bases computed, 1 for the first) — then, if flagged, the basis (rank rows of cols bf16, orthonormal to ~2^-8),
+ * then rank bf16 column scales (each coefficient's RMS over the message's rows), then per row a bf16 scale
+ * and ceil(rank·bits/8) bytes of codes (int4: two per byte, low nibble first); coefficient k of a row is
+ * code · row scale · column scale k. */
+#ifndef XDC_LOWRANK_H
+#define XDC_LOWRANK_H
+
+#include "common/xdc_err.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct xdc_lowrank_cfg {
+    int cols;    /* C: values per row (1..65535) */
+    int rank;    /* r: 1..cols */
+    int bits;    /* coefficient bits: 8 or 4 */
+    int refresh; /* encoder: a new basis every `refresh` messages (>= 1) */
+    size_t rows; /* most rows one message carries (the scratch size) */
+} xdc_lowrank_cfg;
+
+#define XDC_LOWRANK_HEADER 16 /* bytes of the message header */
+
+/* True when `text` names this codec ("lowrank" with or without parameters). */
+int xdc_lowrank_named(const char *text);
+/* Parses "lowrank[:rank[:int8|int4[:refresh]]]" into cfg's rank, bits and refresh (defaults: rank
+ * cols/4 at least 1 — cfg->cols must be set first —, int8, refresh 1: a basis fitted to every
+ * message, which the tiny model's loss needs (docs/compression.md)). XDC_ERR_CONFIG with the reason
+ * in diag on anything else. */
+xdc_err_t xdc_lowrank_parse(const char *text, xdc_lowrank_cfg *cfg, xdc_diag *diag);
+
+typedef struct xdc_lowrank xdc_lowrank;
+
+/* Validates cfg (XDC_ERR_CONFIG) and allocates every buffer; nothing is allocated after. */
+xdc_err_t xdc_lowrank_create(const xdc_lowrank_cfg *cfg, xdc_lowrank **out, xdc_diag *diag);
+void xdc_lowrank_destroy(xdc_lowrank *c);
+/* Most bytes a message of `rows` rows takes (with a basis). */
+size_t xdc_lowrank_bound(const xdc_lowrank *c, size_t rows);
+/* Encodes x (rows × cols fp32, host) into out (cap bytes); a basis is computed and shipped on the first
+ * call and every `refresh` calls. NaN, ±Inf or |x| > 2^100 is XDC_ERR_RANGE (index in diag), nothing
+ * changed. The same inputs in the same order give the same bytes. */
+xdc_err_t xdc_lowrank_encode(xdc_lowrank *c, const float *x, size_t rows, uint8_t *out, size_t cap, size_t *len,
+                             xdc_diag *diag);
+/* Decodes one message into x (rows × cols fp32, host), storing a shipped basis first. Every header field
+ * is checked (XDC_ERR_CORRUPT); a message whose basis id is not the one stored (a message lost or out of
+ * order) is XDC_ERR_PROTO. */
+xdc_err_t xdc_lowrank_decode(xdc_lowrank *c, const uint8_t *in, size_t len, float *x, size_t rows, xdc_diag *diag);
+/* The current basis (rank × cols fp32, orthonormal rows), NULL before the first; its id (0 before). */
+const float *xdc_lowrank_basis(const xdc_lowrank *c, uint32_t *id);
+
+#endif /* XDC_LOWRANK_H */
