@@ -131,10 +131,15 @@ XDC_TEST(xdc_sync_route_over_a_missing_peer_is_refused)
     XDC_ASSERT_OK(xdc_sync_engine_create(&eng, NULL));
     int route[R_N * R_N];
     for (int s = 0; s < R_N; s++)
-        for (int d = 0; d < R_N; d++) route[s * R_N + d] = s == d ? -1 : s; /* a full mesh... */
+        for (int d = 0; d < R_N; d++) route[s * R_N + d] = s == d ? -1 : s;        /* a full mesh... */
     xdc_wan_peer *peers[R_N] = {NULL, (xdc_wan_peer *)1, (xdc_wan_peer *)1, NULL}; /* ...but 3 is not linked */
-    xdc_sync_cfg cfg = {.n_elems = 16, .bucket_elems = 16, .peers = peers, .n_regions = R_N, .my_region = 0,
-                        .route = route, .name = "relay"};
+    xdc_sync_cfg cfg = {.n_elems = 16,
+                        .bucket_elems = 16,
+                        .peers = peers,
+                        .n_regions = R_N,
+                        .my_region = 0,
+                        .route = route,
+                        .name = "relay"};
     cfg.codec = (xdc_codec_cfg)XDC_CODEC_CFG_INIT;
     xdc_sync *s = NULL;
     xdc_diag d = {{0}};

@@ -435,12 +435,12 @@ XDC_TEST(topo_routes_relay_through_the_hub_and_the_wider_link)
     /* A partial mesh a-b (10), a-c (100), b-d (1), c-d (5): a and d are two hops apart through b or c, and
      * each gets the other's data over the wider last link (c: 100 and 5 against b's 10 and 1); so are b and c,
      * through a or d, and a's links are the wider (c gets b's over a-c, b gets c's over a-b). */
-    const char *y = "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") REGION("c", "c1") REGION("d", "d1")
-                    "links:\n"
-                    "  - {from: a, to: b, bandwidth_gbps: 10, rtt_ms: 5}\n"
-                    "  - {from: a, to: c, bandwidth_gbps: 100, rtt_ms: 5}\n"
-                    "  - {from: b, to: d, bandwidth_gbps: 1, rtt_ms: 5}\n"
-                    "  - {from: c, to: d, bandwidth_gbps: 5, rtt_ms: 5}\n";
+    const char *y = "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") REGION("c", "c1")
+        REGION("d", "d1") "links:\n"
+                          "  - {from: a, to: b, bandwidth_gbps: 10, rtt_ms: 5}\n"
+                          "  - {from: a, to: c, bandwidth_gbps: 100, rtt_ms: 5}\n"
+                          "  - {from: b, to: d, bandwidth_gbps: 1, rtt_ms: 5}\n"
+                          "  - {from: c, to: d, bandwidth_gbps: 5, rtt_ms: 5}\n";
     XDC_ASSERT_OK(xdc_topology_parse(y, strlen(y), "mesh.yaml", &t, &errs));
     XDC_ASSERT_OK(xdc_topology_routes(t, route));
     enum { A, B, C, D };

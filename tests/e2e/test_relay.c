@@ -1,0 +1,66 @@
+/* test_relay.c — training over a link graph that is not a full mesh, under `xdc launch`: the star of
+ * examples/topology/star-3region.yaml (eu-west and ap-south linked only to us-east). Every region takes part,
+ * every region ends on one params_xxh64, the very one the full mesh of demo-3region.yaml gives for the same
+ * run (relaying forwards the encoded shards unchanged), and the relayed bytes are counted on both hops: each
+ * leaf's shards once on its own link, and again in the hub's relayed bytes on the other leaf's link. */
+#include "tests/xdc_test.h"
+#include "tests/e2e/test_orch_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STAR "examples/topology/star-3region.yaml"
+#define MESH "examples/topology/demo-3region.yaml"
+
+/* `xdc launch` of `run` on `topo` into TMP/<name>: its final params hash into hash, the run folder into dir. */
+static void launch(const char *topo, const char *run, const char *name, char hash[64], char *dir, size_t cap)
+{
+    static char out[65536];
+    char cmd[2048];
+    snprintf(dir, cap, "%s/%s", xdc_test_tmpdir(), name);
+    snprintf(cmd, sizeof cmd, "timeout 120 %s launch -t %s -c %s --run-dir %s", xdc_test_bin(), topo, run, dir);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", name, rc, out);
+    e2e_final_field(out, "params_xxh64=", hash, 64);
+}
+
+/* Region `region`'s logged WAN bytes (its one worker): sent, and of those relayed for other regions. */
+static void wan_bytes(const char *dir, const char *region, const char *node, unsigned long long *tx,
+                      unsigned long long *relay)
+{
+    char path[1000], key[128];
+    snprintf(path, sizeof path, "%s/logs/%s-%s-0.log", dir, region, node);
+    char *text = xdc_test_read_file(path, NULL);
+    XDC_ASSERT_MSG(text != NULL, "no log %s", path);
+    snprintf(key, sizeof key, "WAN bytes of region %s rank 0: ", region);
+    const char *at = strstr(text, key);
+    XDC_ASSERT_MSG(at && sscanf(at + strlen(key), "wan_tx_bytes=%llu relayed_bytes=%llu", tx, relay) == 2,
+                   "%s: no WAN bytes line", path);
+    free(text);
+}
+
+XDC_TEST_T(relay_star_trains_every_region_to_the_full_mesh_result, 240)
+{
+    e2e_need_corpus();
+    const char *run = e2e_write_run_p("relay", "sync", 4, "int8", 1, "");
+    char star[64], mesh[64], dir[600], mesh_dir[600];
+    launch(STAR, run, "star", star, dir, sizeof dir);
+    launch(MESH, run, "mesh", mesh, mesh_dir, sizeof mesh_dir);
+    XDC_ASSERT_MSG(strcmp(star, mesh) == 0, "the star ends at params_xxh64=%s, the full mesh at %s", star, mesh);
+    char h[3][17];
+    XDC_ASSERT_EQ(e2e_final_hashes(dir, h, 3), 3); /* every region trained to the end */
+    for (int r = 0; r < 3; r++)
+        XDC_ASSERT_MSG(strncmp(h[r], star, 16) == 0, "a region ends at %s, the run at %s", h[r], star);
+    unsigned long long tx_hub, relay_hub, tx_west, relay_west, tx_south, relay_south;
+    wan_bytes(dir, "us-east", "east-node1", &tx_hub, &relay_hub);
+    wan_bytes(dir, "eu-west", "west-node1", &tx_west, &relay_west);
+    wan_bytes(dir, "ap-south", "south-node1", &tx_south, &relay_south);
+    printf("star: hub sent %llu (relayed %llu), eu-west %llu, ap-south %llu\n", tx_hub, relay_hub, tx_west, tx_south);
+    /* A leaf sends its shards once, to the hub (first hop); the hub forwards them to the other leaf (second
+     * hop), and sends its own to both. */
+    XDC_ASSERT(relay_west == 0 && relay_south == 0 && tx_west > 0 && tx_south > 0);
+    XDC_ASSERT_EQ(relay_hub, tx_west + tx_south);
+    XDC_ASSERT_MSG(tx_hub > relay_hub && (tx_hub - relay_hub) % 2 == 0, "hub sent %llu, relayed %llu: not 2x its own",
+                   tx_hub, relay_hub);
+}
