@@ -138,7 +138,7 @@ static xdc_err_t open_peers(orch_member *m, xdc_diag *diag)
     m->route = xdc_calloc(n * n, sizeof *m->route);
     if (!m->peers || !m->route) return XDC_ERR_NOMEM;
     if (m->id.n_regions < 2) return XDC_OK;
-    XDC_CHECK(xdc_topology_routes(m->topo, m->route));
+    XDC_CHECK(xdc_topology_routes(m->topo, NULL, m->route));
     char val[300];
     /* Local runs advertise loopback (XDC_ADVERTISE_HOST, set by xdc launch); across hosts, the node name. */
     const char *adv = getenv("XDC_ADVERTISE_HOST");

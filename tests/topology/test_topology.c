@@ -425,7 +425,7 @@ XDC_TEST(topo_routes_relay_through_the_hub_and_the_wider_link)
     int route[16];
     /* The star of heterogeneous.yaml: us-west (1) and eu-north (2) reach each other through us-central (0). */
     XDC_ASSERT_OK(xdc_topology_load("examples/topology/heterogeneous.yaml", &t, &errs));
-    XDC_ASSERT_OK(xdc_topology_routes(t, route));
+    XDC_ASSERT_OK(xdc_topology_routes(t, NULL, route));
     XDC_ASSERT(route[1 * 3 + 2] == 0 && route[2 * 3 + 1] == 0); /* relayed by the hub */
     XDC_ASSERT(route[0 * 3 + 1] == 0 && route[0 * 3 + 2] == 0 && route[1 * 3 + 0] == 1 && route[2 * 3 + 0] == 2);
     XDC_ASSERT(route[0] == -1 && route[4] == -1 && route[8] == -1);
@@ -442,7 +442,7 @@ XDC_TEST(topo_routes_relay_through_the_hub_and_the_wider_link)
                           "  - {from: b, to: d, bandwidth_gbps: 1, rtt_ms: 5}\n"
                           "  - {from: c, to: d, bandwidth_gbps: 5, rtt_ms: 5}\n";
     XDC_ASSERT_OK(xdc_topology_parse(y, strlen(y), "mesh.yaml", &t, &errs));
-    XDC_ASSERT_OK(xdc_topology_routes(t, route));
+    XDC_ASSERT_OK(xdc_topology_routes(t, NULL, route));
     enum { A, B, C, D };
     XDC_ASSERT_MSG(route[A * 4 + D] == C && route[D * 4 + A] == C, "a <-> d relayed by %d and %d, not c",
                    route[A * 4 + D], route[D * 4 + A]);
