@@ -16,8 +16,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#define REGION3(n)                                                                                                    \
-    "  - {name: " n ", nodes: " n "1, gpus_per_node: 8, gpu: {model: x, bf16_tflops: 300, memory_gib: 80},"         \
+#define REGION3(n)                                                                                          \
+    "  - {name: " n ", nodes: " n "1, gpus_per_node: 8, gpu: {model: x, bf16_tflops: 300, memory_gib: 80}," \
     " intra: {bandwidth_gbps: 1000}}\n"
 
 /* Three equal regions; a-b and a-c at 400 Gbit/s ($0.01/GB from a, $0.02 towards a), plus b-c (`bc`: its
@@ -26,11 +26,12 @@ static xdc_topology *three(const char *bc)
 {
     char y[2048];
     snprintf(y, sizeof y,
-             "name: star\nregions:\n" REGION3("a") REGION3("b") REGION3("c") "links:\n"
-             "  - {from: a, to: b, bandwidth_gbps: 400, rtt_ms: 2, cost_usd_per_gb: 0.01}\n"
-             "  - {from: b, to: a, bandwidth_gbps: 400, rtt_ms: 2, cost_usd_per_gb: 0.02}\n"
-             "  - {from: a, to: c, bandwidth_gbps: 400, rtt_ms: 2, cost_usd_per_gb: 0.01}\n"
-             "  - {from: c, to: a, bandwidth_gbps: 400, rtt_ms: 2, cost_usd_per_gb: 0.02}\n%s",
+             "name: star\nregions:\n" REGION3("a") REGION3("b")
+                 REGION3("c") "links:\n"
+                              "  - {from: a, to: b, bandwidth_gbps: 400, rtt_ms: 2, cost_usd_per_gb: 0.01}\n"
+                              "  - {from: b, to: a, bandwidth_gbps: 400, rtt_ms: 2, cost_usd_per_gb: 0.02}\n"
+                              "  - {from: a, to: c, bandwidth_gbps: 400, rtt_ms: 2, cost_usd_per_gb: 0.01}\n"
+                              "  - {from: c, to: a, bandwidth_gbps: 400, rtt_ms: 2, cost_usd_per_gb: 0.02}\n%s",
              bc);
     return test_plan_parse_topo(y);
 }
