@@ -850,7 +850,6 @@ static xdc_err_t plan_routes(xdc_sync *s, xdc_diag *diag)
             }
     }
     xdc_free(hops);
-    if (s->dp_size > 1) s->fixed = 1;
     return rc;
 }
 
@@ -887,6 +886,7 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
     const xdc_device_ops *dev = s->dev;
     xdc_err_t rc = s->b && s->round_wait && s->waited && s->member && s->weight && s->lost && s->missed ? XDC_OK
                                                                                                         : XDC_ERR_NOMEM;
+    s->fixed = s->dp_size > 1; /* replicas: their collectives come in one order; plan_routes adds forwarders */
     if (rc == XDC_OK && cfg->n_regions > 1) rc = plan_routes(s, diag);
     if (rc == XDC_OK) rc = dev->get_device(&s->device); /* the streams and memory below are made on it too */
     if (rc == XDC_OK) rc = dev->stream_create(&s->stream);

@@ -1,8 +1,9 @@
 /* test_relay.c — training over a link graph that is not a full mesh, under `xdc launch`: the star of
- * examples/topology/star-3region.yaml (eu-west and ap-south linked only to us-east). Every region takes part,
- * every region ends on one params_xxh64, the very one the full mesh of demo-3region.yaml gives for the same
- * run (relaying forwards the encoded shards unchanged), and the relayed bytes are counted on both hops: each
- * leaf's shards once on its own link, and again in the hub's relayed bytes on the other leaf's link. */
+ * examples/topology/star-3region.yaml (eu-west and ap-south linked only to us-east), in sync mode and in
+ * DiLoCo (whose rounds go by quorum). Every region takes part, every region ends on one params_xxh64, the
+ * very one the full mesh of demo-3region.yaml gives for the same run (relaying forwards the encoded shards
+ * unchanged), and the relayed bytes are counted on both hops: each leaf's shards once on its own link, and
+ * again in the hub's relayed bytes on the other leaf's link. */
 #include "tests/xdc_test.h"
 #include "tests/e2e/test_orch_util.h"
 
@@ -40,27 +41,38 @@ static void wan_bytes(const char *dir, const char *region, const char *node, uns
     free(text);
 }
 
-XDC_TEST_T(relay_star_trains_every_region_to_the_full_mesh_result, 240)
+/* `run` on the star and on the full mesh (folders TMP/<name>-star, -mesh): the same result everywhere, and the
+ * bytes of both hops. */
+static void star_as_mesh(const char *run, const char *name)
 {
-    e2e_need_corpus();
-    const char *run = e2e_write_run_p("relay", "sync", 4, "int8", 1, "");
-    char star[64], mesh[64], dir[600], mesh_dir[600];
-    launch(STAR, run, "star", star, dir, sizeof dir);
-    launch(MESH, run, "mesh", mesh, mesh_dir, sizeof mesh_dir);
-    XDC_ASSERT_MSG(strcmp(star, mesh) == 0, "the star ends at params_xxh64=%s, the full mesh at %s", star, mesh);
+    char star[64], mesh[64], dir[600], mesh_dir[600], sub[64];
+    snprintf(sub, sizeof sub, "%s-star", name);
+    launch(STAR, run, sub, star, dir, sizeof dir);
+    snprintf(sub, sizeof sub, "%s-mesh", name);
+    launch(MESH, run, sub, mesh, mesh_dir, sizeof mesh_dir);
+    XDC_ASSERT_MSG(strcmp(star, mesh) == 0, "%s: the star ends at params_xxh64=%s, the full mesh at %s", name, star,
+                   mesh);
     char h[3][17];
     XDC_ASSERT_EQ(e2e_final_hashes(dir, h, 3), 3); /* every region trained to the end */
     for (int r = 0; r < 3; r++)
-        XDC_ASSERT_MSG(strncmp(h[r], star, 16) == 0, "a region ends at %s, the run at %s", h[r], star);
+        XDC_ASSERT_MSG(strncmp(h[r], star, 16) == 0, "%s: a region ends at %s, the run at %s", name, h[r], star);
     unsigned long long tx_hub, relay_hub, tx_west, relay_west, tx_south, relay_south;
     wan_bytes(dir, "us-east", "east-node1", &tx_hub, &relay_hub);
     wan_bytes(dir, "eu-west", "west-node1", &tx_west, &relay_west);
     wan_bytes(dir, "ap-south", "south-node1", &tx_south, &relay_south);
-    printf("star: hub sent %llu (relayed %llu), eu-west %llu, ap-south %llu\n", tx_hub, relay_hub, tx_west, tx_south);
+    printf("%s star: hub sent %llu (relayed %llu), eu-west %llu, ap-south %llu\n", name, tx_hub, relay_hub, tx_west,
+           tx_south);
     /* A leaf sends its shards once, to the hub (first hop); the hub forwards them to the other leaf (second
      * hop), and sends its own to both. */
     XDC_ASSERT(relay_west == 0 && relay_south == 0 && tx_west > 0 && tx_south > 0);
     XDC_ASSERT_EQ(relay_hub, tx_west + tx_south);
     XDC_ASSERT_MSG(tx_hub > relay_hub && (tx_hub - relay_hub) % 2 == 0, "hub sent %llu, relayed %llu: not 2x its own",
                    tx_hub, relay_hub);
+}
+
+XDC_TEST_T(relay_star_trains_every_region_to_the_full_mesh_result, 240)
+{
+    e2e_need_corpus();
+    star_as_mesh(e2e_write_run_p("relay-sync", "sync", 4, "int8", 1, ""), "sync");
+    star_as_mesh(e2e_write_run_p("relay-diloco", "diloco", 6, "int8", 1, "diloco: {inner_steps: 3}\n"), "diloco");
 }
