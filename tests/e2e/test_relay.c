@@ -1,6 +1,7 @@
 /* test_relay.c — training over a link graph that is not a full mesh, under `xdc launch`: the star of
  * examples/topology/star-3region.yaml (eu-west and ap-south linked only to us-east), in sync mode and in
- * DiLoCo (whose rounds go by quorum). Every region takes part, every region ends on one params_xxh64, the
+ * DiLoCo (whose rounds go by quorum), and in sync mode with two replicas per region (the relay's forwards
+ * between its replicas' collectives). Every region takes part, every region ends on one params_xxh64, the
  * very one the full mesh of demo-3region.yaml gives for the same run (relaying forwards the encoded shards
  * unchanged), and the relayed bytes are counted on both hops: each leaf's shards once on its own link, and
  * again in the hub's relayed bytes on the other leaf's link. */
@@ -41,20 +42,21 @@ static void wan_bytes(const char *dir, const char *region, const char *node, uns
     free(text);
 }
 
-/* `run` on the star and on the full mesh (folders TMP/<name>-star, -mesh): the same result everywhere, and the
- * bytes of both hops. */
-static void star_as_mesh(const char *run, const char *name)
+/* `run` on the star and on the full mesh (`topos`: their files; folders TMP/<name>-star, -mesh): the same result
+ * everywhere, and the bytes of both hops (rank 0 of each region: each rank exchanges its own shards). */
+static void star_as_mesh(const char *const topos[2], const char *run, const char *name)
 {
     char star[64], mesh[64], dir[600], mesh_dir[600], sub[64];
     snprintf(sub, sizeof sub, "%s-star", name);
-    launch(STAR, run, sub, star, dir, sizeof dir);
+    launch(topos[0], run, sub, star, dir, sizeof dir);
     snprintf(sub, sizeof sub, "%s-mesh", name);
-    launch(MESH, run, sub, mesh, mesh_dir, sizeof mesh_dir);
+    launch(topos[1], run, sub, mesh, mesh_dir, sizeof mesh_dir);
     XDC_ASSERT_MSG(strcmp(star, mesh) == 0, "%s: the star ends at params_xxh64=%s, the full mesh at %s", name, star,
                    mesh);
-    char h[3][17];
-    XDC_ASSERT_EQ(e2e_final_hashes(dir, h, 3), 3); /* every region trained to the end */
-    for (int r = 0; r < 3; r++)
+    char h[6][17];
+    int n = e2e_final_hashes(dir, h, 6);
+    XDC_ASSERT_MSG(n >= 3, "%s: %d regions logged their final parameters", name, n); /* every region, to the end */
+    for (int r = 0; r < n; r++)
         XDC_ASSERT_MSG(strncmp(h[r], star, 16) == 0, "%s: a region ends at %s, the run at %s", name, h[r], star);
     unsigned long long tx_hub, relay_hub, tx_west, relay_west, tx_south, relay_south;
     wan_bytes(dir, "us-east", "east-node1", &tx_hub, &relay_hub);
@@ -70,9 +72,26 @@ static void star_as_mesh(const char *run, const char *name)
                    tx_hub, relay_hub);
 }
 
+/* `path` (a topology of one worker per region) with two workers per region, into the test's folder. */
+static const char *two_workers(const char *path, const char *name, char *out, size_t cap)
+{
+    char *text = xdc_test_read_file(path, NULL);
+    XDC_ASSERT(text != NULL);
+    for (char *w; (w = strstr(text, "workers_per_node: 1"));) w[strlen("workers_per_node: ")] = '2';
+    snprintf(out, cap, "%s/%s", xdc_test_tmpdir(), name);
+    xdc_test_write_file(out, text);
+    free(text);
+    return out;
+}
+
 XDC_TEST_T(relay_star_trains_every_region_to_the_full_mesh_result, 240)
 {
     e2e_need_corpus();
-    star_as_mesh(e2e_write_run_p("relay-sync", "sync", 4, "int8", 1, ""), "sync");
-    star_as_mesh(e2e_write_run_p("relay-diloco", "diloco", 6, "int8", 1, "diloco: {inner_steps: 3}\n"), "diloco");
+    const char *const one[2] = {STAR, MESH};
+    star_as_mesh(one, e2e_write_run_p("relay-sync", "sync", 4, "int8", 1, ""), "sync");
+    star_as_mesh(one, e2e_write_run_p("relay-diloco", "diloco", 6, "int8", 1, "diloco: {inner_steps: 3}\n"), "diloco");
+    char star2[600], mesh2[600];
+    const char *const two[2] = {two_workers(STAR, "star2.yaml", star2, sizeof star2),
+                                two_workers(MESH, "mesh2.yaml", mesh2, sizeof mesh2)};
+    star_as_mesh(two, e2e_write_run_p("relay-replicas", "sync", 4, "int8", 1, ""), "replicas");
 }
