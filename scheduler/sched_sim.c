@@ -70,6 +70,7 @@ typedef struct sim {
     int *region_group0;        /* (n_regions) first group of a region (data parallel), -1 idle */
     double *link_free;         /* (n_regions^2) */
     int *route;                /* (n_regions^2) xdc_topology_routes over the data-parallel regions; NULL: none */
+    int *reach;                /* (n_regions^2) per source, the other data-parallel regions by hops, then index */
     double now, wan_bytes, pipe_end;
     int cores_free;                 /* host_cores mode: idle cores; -1 unlimited */
     int *core_queue, q_head, q_len; /* (n_inst) ring of stages waiting for a core, FIFO */
@@ -140,10 +141,10 @@ static void route_send(sim *s, int a, double wire, double *at)
 {
     int R = s->t->n_regions;
     at[a] = s->now;
-    for (int h = 1; h < R; h++)
-        for (int d = 0; d < R; d++)
-            if (d != a && s->region_group0[d] >= 0 && xdc_topology_route_hops(s->t, s->route, a, d) == h)
-                at[d] = wan_send_at(s, s->route[a * R + d], d, wire, at[s->route[a * R + d]]);
+    for (int i = 0; i < R && s->reach[a * R + i] >= 0; i++) {
+        int d = s->reach[a * R + i], from = s->route[a * R + d];
+        at[d] = wan_send_at(s, from, d, wire, at[from]);
+    }
 }
 
 static double boundary_bytes(const sim *s)
@@ -369,8 +370,20 @@ static xdc_err_t build(sim *s)
     }
     if (!pipeline) {
         s->route = xdc_malloc((size_t)R * R * sizeof *s->route);
-        if (!s->route) return XDC_ERR_NOMEM;
+        s->reach = xdc_malloc((size_t)R * R * sizeof *s->reach);
+        if (!s->route || !s->reach) return XDC_ERR_NOMEM;
         XDC_CHECK(xdc_topology_routes(s->t, dp, s->route)); /* the plan's regions are connected: it was planned */
+        for (int a = 0; a < R; a++) {
+            int n = 0, hops[XDC_TOPO_MAX_REGIONS], most = 0;
+            for (int d = 0; d < R; d++) {
+                hops[d] = dp[a] && dp[d] ? xdc_topology_route_hops(s->t, s->route, a, d) : 0;
+                if (hops[d] > most) most = hops[d];
+            }
+            for (int h = 1; h <= most; h++)
+                for (int d = 0; d < R; d++)
+                    if (hops[d] == h) s->reach[a * R + n++] = d;
+            if (n < R) s->reach[a * R + n] = -1;
+        }
     }
     s->in = xdc_calloc((size_t)s->n_inst, sizeof *s->in);
     s->group_of = xdc_malloc((size_t)s->n_inst * sizeof *s->group_of);
@@ -431,6 +444,7 @@ static void sim_free(sim *s)
     xdc_free(s->region_group0);
     xdc_free(s->link_free);
     xdc_free(s->route);
+    xdc_free(s->reach);
     xdc_free(s->heap);
 }
 

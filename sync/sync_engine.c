@@ -822,7 +822,10 @@ static xdc_err_t plan_routes(xdc_sync *s, xdc_diag *diag)
     int n = c->n_regions, me = c->my_region, *hops = xdc_calloc((size_t)n, sizeof *hops);
     s->via = xdc_calloc((size_t)n, sizeof *s->via);
     s->order = xdc_calloc((size_t)n, sizeof *s->order);
-    s->snd = xdc_calloc((size_t)n * (size_t)n, sizeof *s->snd);
+    int sends = 0; /* this region's shard to each region that gets it from here, and every forward */
+    for (int src = 0; src < n; src++)
+        for (int d = 0; d < n; d++) sends += d != src && d != me && route_of(c, src, d) == me;
+    s->snd = xdc_calloc((size_t)sends + 1, sizeof *s->snd);
     if (!hops || !s->via || !s->order || !s->snd) {
         xdc_free(hops);
         return XDC_ERR_NOMEM;
@@ -902,7 +905,7 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
         k->bound = xdc_codec_bound(k->codec, k->shard);
         k->rx = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rx);
         k->fwd = xdc_calloc((size_t)cfg->n_regions, sizeof *k->fwd);
-        k->sreq = xdc_calloc((size_t)s->n_sends + 1, sizeof *k->sreq);
+        k->sreq = xdc_calloc((size_t)s->n_sends + 1, sizeof *k->sreq); /* + 1: never a 0-byte allocation */
         k->rreq = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rreq);
         k->rx_len = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rx_len);
         if (!k->rx || !k->fwd || !k->sreq || !k->rreq || !k->rx_len) rc = XDC_ERR_NOMEM;

@@ -24,15 +24,17 @@ xdc_err_t xdc_topology_routes(const xdc_topology *t, const unsigned char *in, in
         queue[tail++] = s;
         while (head < tail) { /* breadth first: a region's hop count is final when it is queued */
             int r = queue[head++];
-            for (int d = 0; d < n; d++) {
-                const xdc_link *l = xdc_topology_link(t, r, d);
-                if (!l || (in && !in[d]) || (hops[d] >= 0 && hops[d] <= hops[r])) continue;
+            for (int i = 0; i < t->n_links; i++) {
+                const xdc_link *l = &t->links[i];
+                int d = l->to;
+                if (l->from != r || (in && !in[d]) || (hops[d] >= 0 && hops[d] <= hops[r])) continue;
                 if (hops[d] < 0) {
                     hops[d] = hops[r] + 1;
                     queue[tail++] = d;
                     par[d] = r;
-                } else if (l->bandwidth_gbps > xdc_topology_link(t, par[d], d)->bandwidth_gbps) {
-                    par[d] = r; /* as few hops, a wider last link (r > par[d]: ties keep the lower index) */
+                } else if (l->bandwidth_gbps > xdc_topology_link(t, par[d], d)->bandwidth_gbps ||
+                           (l->bandwidth_gbps == xdc_topology_link(t, par[d], d)->bandwidth_gbps && r < par[d])) {
+                    par[d] = r; /* as few hops, a wider last link (then the lower index) */
                 }
             }
         }
