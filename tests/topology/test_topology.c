@@ -1,6 +1,7 @@
 /* test_topology.c — topology files: hostlist expansion, every shipped example, each validation rule
  * with the line and column it must report, `tls: false` refused, link codecs = compression's registry,
- * the `xdc topo check` command's output and exit codes; and the config loader's node API underneath. */
+ * the `xdc topo check` command's output and exit codes, the routes of the cross-region exchange (who relays
+ * which pair); and the config loader's node API underneath. */
 #include "tests/xdc_test.h"
 
 #include "common/xdc_alloc.h"
