@@ -26,6 +26,12 @@ typedef struct search {
     double best_tpt;  /* fastest seconds per token so far */
     char reject[512];
     xdc_err_t err;
+    xdc_plan all; /* the fastest data-parallel candidate with every region with workers (has_all) */
+    int has_all;
+    /* The data-parallel region set being priced (search_dp): its routes (xdc_topology_routes: the region each
+     * region's shard comes from, relays where two regions have no direct link) and each directed link's load,
+     * how many regions' shards cross it per bucket (n_regions^2 each). */
+    int *route, *load;
 } search;
 
 #define MAX_CODECS 16 /* candidates of one ladder (topo_codec_ladder) */
@@ -52,8 +58,14 @@ static void reject_memory(search *s, double need, double have, const char *where
 static void add_cand(search *s, const xdc_plan *p)
 {
     s->n_eval++;
-    /* Far slower than the best so far can neither win nor be a close runner-up: keep memory bounded. */
     double tpt = p->t_step / p->tokens;
+    int every = p->mode != XDC_PLAN_PIPELINE;
+    for (int r = 0; r < s->t->n_regions && every; r++) every = !workers(s, r) || p->replicas[r] > 0;
+    if (every && (!s->has_all || tpt < s->all.t_step / s->all.tokens)) {
+        s->all = *p;
+        s->has_all = 1;
+    }
+    /* Far slower than the best so far can neither win nor be a close runner-up: keep memory bounded. */
     if (s->n > 0 && tpt > 2 * s->best_tpt) return;
     if (s->n == 0 || tpt < s->best_tpt) s->best_tpt = tpt;
     if (s->n == s->cap) {
@@ -250,6 +262,28 @@ static int dp_fits(search *s, xdc_plan *p, double extra_bytes_per_param)
     return 0;
 }
 
+/* Walk the route of region q's shard to region r (s->route) back from r: each hop's link (from, to). */
+#define FOR_HOPS(s, q, r, from, to)                                                 \
+    for (int to = (r), from = (s)->route[(q) * (s)->t->n_regions + (r)]; to != (q); \
+         to = from, from = to != (q) ? (s)->route[(q) * (s)->t->n_regions + to] : -1)
+
+/* The link region r gets region q's shard over: from the region before it on the route. */
+static int dp_last_hop(const search *s, int q, int r) { return s->route[q * s->t->n_regions + r]; }
+
+/* The routes and link loads of the region set `in` (s->route, s->load); 0 when its regions are not connected
+ * among themselves. Each region receives each other region's shard once, over the last hop of its route (a
+ * relay forwards the copy it received for itself), so a link's load is the number of routes ending with it. */
+static int dp_routes(search *s, const unsigned char *in)
+{
+    int n = s->t->n_regions;
+    if (xdc_topology_routes(s->t, in, s->route) != XDC_OK) return 0;
+    memset(s->load, 0, (size_t)n * (size_t)n * sizeof *s->load);
+    for (int q = 0; q < n; q++)
+        for (int r = 0; r < n; r++)
+            if (q != r && in[q] && in[r]) s->load[dp_last_hop(s, q, r) * n + r]++;
+    return 1;
+}
+
 static void dp_region_times(search *s, const xdc_plan *p, int r, dp_region *out)
 {
     double c[XDC_PLAN_MAX_STAGES], lat[XDC_PLAN_MAX_STAGES], occ[XDC_PLAN_MAX_STAGES];
@@ -262,14 +296,26 @@ static void dp_region_times(search *s, const xdc_plan *p, int r, dp_region *out)
     }
     out->t_pipe = pipe_time(c, lat, occ, in_region, p->stages, p->microbatches, &out->compute);
     out->bubble = out->t_pipe - out->compute;
+    /* Every link a shard crosses on its way to r, and every link out of r, carries one shard of a bucket per
+     * region routed over it (s->load): the slowest such share paces r's buckets. A shard relayed h hops lands
+     * after each hop's one-way delay and message overhead (the relay forwards what came in, as it comes). */
+    int n = s->t->n_regions;
     out->link_Bps = 1e30;
     out->owd = 0;
-    for (int q = 0; q < s->t->n_regions; q++) {
+    for (int q = 0; q < n; q++) {
         if (q == r || p->replicas[q] == 0) continue;
-        double bw = topo_link_Bps(s->t, r, q, &s->o->calib), back = topo_link_Bps(s->t, q, r, &s->o->calib);
-        if (back < bw) bw = back;
-        if (bw / p->stages < out->link_Bps) out->link_Bps = bw / p->stages; /* every stage group shares it */
-        if (topo_link_owd(s->t, r, q) > out->owd) out->owd = topo_link_owd(s->t, r, q);
+        double owd = 0;
+        FOR_HOPS(s, q, r, from, to)
+        {
+            double bw = topo_link_Bps(s->t, from, to, &s->o->calib) / s->load[from * n + to];
+            if (bw / p->stages < out->link_Bps) out->link_Bps = bw / p->stages; /* every stage group shares it */
+            owd += topo_link_owd(s->t, from, to) + (from != q ? TOPO_PLAN_MSG_OVERHEAD_S : 0);
+        }
+        if (owd > out->owd) out->owd = owd;
+        if (s->load[r * n + q] > 0) {
+            double bw = topo_link_Bps(s->t, r, q, &s->o->calib) / s->load[r * n + q];
+            if (bw / p->stages < out->link_Bps) out->link_Bps = bw / p->stages;
+        }
     }
 }
 
@@ -310,13 +356,12 @@ static double dp_round(search *s, const xdc_plan *p, const dp_region *dr, int n_
 static void dp_wan_totals(search *s, xdc_plan *p, const double *wire_per_region, double rounds_per_step)
 {
     p->wan_bytes = p->egress_usd = 0;
-    for (int r = 0; r < s->t->n_regions; r++)
+    for (int r = 0; r < s->t->n_regions; r++) /* r's shards into q, over the last hop of their route */
         for (int q = 0; q < s->t->n_regions; q++) {
             if (q == r || !p->replicas[r] || !p->replicas[q]) continue;
-            const xdc_link *l = xdc_topology_link(s->t, r, q);
             double bytes = wire_per_region[r] * rounds_per_step;
             p->wan_bytes += bytes;
-            p->egress_usd += bytes / 1e9 * (l ? l->cost_usd_per_gb : 0);
+            p->egress_usd += bytes / 1e9 * xdc_topology_link(s->t, dp_last_hop(s, r, q), q)->cost_usd_per_gb;
         }
 }
 
@@ -500,6 +545,7 @@ static void dp_pick_micro_batch(search *s, xdc_plan *base, int P, int D, dp_regi
 static void search_dp(search *s, const unsigned char *in)
 {
     const xdc_topology *t = s->t;
+    if (!dp_routes(s, in)) return;
     int n_active = 0, maxP = s->m->layers < XDC_PLAN_MAX_STAGES ? s->m->layers : XDC_PLAN_MAX_STAGES;
     for (int r = 0; r < t->n_regions; r++) n_active += in[r];
     for (int P = 1; P <= maxP; P++) {
@@ -527,43 +573,36 @@ static void search_dp(search *s, const unsigned char *in)
     }
 }
 
-/* The hierarchical sync exchanges shards between every pair of its regions, so it needs them fully
- * linked. 1 when every pair of regions in `in` has links both ways; else names the first gap. */
-static int meshed(search *s, const unsigned char *in, int note)
+/* 1 when every pair of regions in `in` has links both ways: no shard needs a relay. */
+static int meshed(search *s, const unsigned char *in)
 {
     for (int r = 0; r < s->t->n_regions; r++)
         for (int q = 0; q < s->t->n_regions; q++)
-            if (q != r && in[r] && in[q] && !(topo_link_Bps(s->t, r, q, &s->o->calib) > 0)) {
-                if (note && !s->reject[0])
-                    snprintf(s->reject, sizeof s->reject, "regions %s and %s have no direct link for the gradient sync",
-                             s->t->regions[r].name, s->t->regions[q].name);
-                return 0;
-            }
+            if (q != r && in[r] && in[q] && !(topo_link_Bps(s->t, r, q, &s->o->calib) > 0)) return 0;
     return 1;
 }
 
-/* Region sets for data parallelism: every region with workers when they are fully linked; otherwise (up
- * to 12 regions) every maximal fully linked set; and each region alone. */
+/* Region sets for data parallelism: every region with workers (pairs without a direct link exchange through
+ * relays: dp_routes); when they are not fully linked (up to 12 regions) also every maximal fully linked set,
+ * which needs no relay; and each region alone. */
 static void search_dp_sets(search *s)
 {
     int R = s->t->n_regions, n_with = 0;
     unsigned char in[XDC_TOPO_MAX_REGIONS] = {0};
     for (int r = 0; r < R; r++) n_with += in[r] = workers(s, r) > 0;
-    int full = meshed(s, in, 1);
-    if (full) search_dp(s, in);
-    if (s->o->all_regions) {
-        s->n_rej += !full;
-        return;
-    }
+    int full = meshed(s, in);
+    if (s->err) return;
+    search_dp(s, in);
+    if (s->o->all_regions) return;
     if (!full && R <= 12) {
         for (unsigned mask = 1; mask < 1u << R && !s->err; mask++) {
             int size = 0, maximal = 1;
             for (int r = 0; r < R; r++) size += in[r] = (mask >> r & 1) && workers(s, r) > 0;
-            if (size < 2 || (unsigned)size != (unsigned)__builtin_popcount(mask) || !meshed(s, in, 0)) continue;
+            if (size < 2 || (unsigned)size != (unsigned)__builtin_popcount(mask) || !meshed(s, in)) continue;
             for (int r = 0; r < R && maximal; r++) {
                 if (mask >> r & 1 || workers(s, r) == 0) continue;
                 in[r] = 1;
-                maximal = !meshed(s, in, 0);
+                maximal = !meshed(s, in);
                 in[r] = 0;
             }
             if (maximal) search_dp(s, in);
@@ -575,7 +614,6 @@ static void search_dp_sets(search *s)
         in[r] = 1;
         search_dp(s, in);
     }
-    if (!full) s->n_rej++;
 }
 
 /* ---- pipelines that span a chain of regions ------------------------------------------------------ */
@@ -824,6 +862,12 @@ static xdc_err_t choose(search *s, xdc_plan_set *set)
     }
     snprintf(sorted[0].why, sizeof sorted[0].why,
              "chosen: the most faithful plan within %.0f%% of the fastest per token", tol * 100);
+    set->every_region = s->has_all;
+    if (s->has_all) {
+        set->all = s->all;
+        snprintf(set->all.why, sizeof set->all.why, "%+.1f%% time per token against the chosen plan (%s)",
+                 (s->all.t_step / s->all.tokens / btpt - 1) * 100, biggest_gap(&s->all, b));
+    }
     set->best = sorted[0];
     set->cands = sorted;
     set->n_cands = s->n;
@@ -872,9 +916,14 @@ xdc_err_t xdc_plan_search(const xdc_topology *t, const xdc_model_shape *m, const
     *out = NULL;
     XDC_CHECK(check_inputs(t, m, b, o, diag));
     search s = {.t = t, .m = m, .b = b, .o = o, .global_tokens = b->global_batch_tokens};
+    s.route = xdc_malloc((size_t)t->n_regions * (size_t)t->n_regions * sizeof *s.route);
+    s.load = xdc_malloc((size_t)t->n_regions * (size_t)t->n_regions * sizeof *s.load);
+    if (!s.route || !s.load) s.err = XDC_ERR_NOMEM;
     if (mode_allowed(&s, XDC_PLAN_SYNC) || mode_allowed(&s, XDC_PLAN_DILOCO) || mode_allowed(&s, XDC_PLAN_STREAMING))
         search_dp_sets(&s);
     if (t->n_regions > 1 && mode_allowed(&s, XDC_PLAN_PIPELINE) && o->keep_unsent <= 0 && !s.err) search_chains(&s);
+    xdc_free(s.route);
+    xdc_free(s.load);
     if (s.err) {
         xdc_free(s.cands);
         return s.err;

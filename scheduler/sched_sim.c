@@ -69,6 +69,8 @@ typedef struct sim {
     int *group_of;             /* (n_inst) */
     int *region_group0;        /* (n_regions) first group of a region (data parallel), -1 idle */
     double *link_free;         /* (n_regions^2) */
+    int *route;                /* (n_regions^2) xdc_topology_routes over the data-parallel regions; NULL: none */
+    int *reach;                /* (n_regions^2) per source, the other data-parallel regions by hops, then index */
     double now, wan_bytes, pipe_end;
     int cores_free;                 /* host_cores mode: idle cores; -1 unlimited */
     int *core_queue, q_head, q_len; /* (n_inst) ring of stages waiting for a core, FIFO */
@@ -119,15 +121,30 @@ static event pop(sim *s)
 
 /* ---- transfers --------------------------------------------------------------------------------------- */
 
-/* Time at which `wire` bytes sent now from region a arrive in region b: FIFO on the directed link. */
-static double wan_send(sim *s, int a, int b, double wire)
+/* Time at which `wire` bytes sent at `at` from region a arrive in region b: FIFO on the directed link. */
+static double wan_send_at(sim *s, int a, int b, double wire, double at)
 {
     double bw = topo_link_Bps(s->t, a, b, s->c);
     double *free_at = &s->link_free[a * s->t->n_regions + b];
-    double start = s->now > *free_at ? s->now : *free_at;
+    double start = at > *free_at ? at : *free_at;
     *free_at = start + wire / (bw > 0 ? bw : 1);
     s->wan_bytes += wire;
     return *free_at + topo_link_owd(s->t, a, b) + TOPO_PLAN_MSG_OVERHEAD_S;
+}
+
+static double wan_send(sim *s, int a, int b, double wire) { return wan_send_at(s, a, b, wire, s->now); }
+
+/* Arrivals (at, n_regions) of a shard region a sends now to every data-parallel region, along the routes: a
+ * linked region gets it over its link, the others from the relay before them once it came in there, nearer
+ * regions first; each link it crosses counted (wan_bytes) and queued (FIFO) as a direct send is. */
+static void route_send(sim *s, int a, double wire, double *at)
+{
+    int R = s->t->n_regions;
+    at[a] = s->now;
+    for (int i = 0; i < R && s->reach[a * R + i] >= 0; i++) {
+        int d = s->reach[a * R + i], from = s->route[a * R + d];
+        at[d] = wan_send_at(s, from, d, wire, at[from]);
+    }
 }
 
 static double boundary_bytes(const sim *s)
@@ -312,10 +329,12 @@ static void engine_done(sim *s, const event *ev)
     if (ev->c && r->n_regions > 1) {
         const topo_bucket_cost *c = ev->b == 0 ? &g->tail : &g->full;
         int slot = ev->a % 2;
+        double at[XDC_TOPO_MAX_REGIONS];
+        route_send(s, g->region, c->wire * g->ranks, at);
         for (int q = 0; q < s->t->n_regions; q++) {
             if (q == g->region || s->region_group0[q] < 0) continue;
             int peer = 2 * (s->region_group0[q] + g->stage) + slot;
-            push(s, wan_send(s, g->region, q, c->wire * g->ranks), EV_BUCKET, peer, ev->b, g->cur);
+            push(s, at[q], EV_BUCKET, peer, ev->b, g->cur);
         }
     }
     if (ev->c) g->next_a++;
@@ -343,9 +362,28 @@ static xdc_err_t build(sim *s)
     s->region_group0 = xdc_malloc((size_t)R * sizeof *s->region_group0);
     s->link_free = xdc_calloc((size_t)R * R, sizeof *s->link_free);
     if (!s->region_group0 || !s->link_free) return XDC_ERR_NOMEM;
+    unsigned char dp[XDC_TOPO_MAX_REGIONS];
     for (int r = 0; r < R; r++) {
         s->region_group0[r] = !pipeline && p->replicas[r] > 0 ? s->n_groups : -1;
         if (s->region_group0[r] >= 0) s->n_groups += P;
+        dp[r] = s->region_group0[r] >= 0;
+    }
+    if (!pipeline) {
+        s->route = xdc_malloc((size_t)R * R * sizeof *s->route);
+        s->reach = xdc_malloc((size_t)R * R * sizeof *s->reach);
+        if (!s->route || !s->reach) return XDC_ERR_NOMEM;
+        XDC_CHECK(xdc_topology_routes(s->t, dp, s->route)); /* the plan's regions are connected: it was planned */
+        for (int a = 0; a < R; a++) {
+            int n = 0, hops[XDC_TOPO_MAX_REGIONS], most = 0;
+            for (int d = 0; d < R; d++) {
+                hops[d] = dp[a] && dp[d] ? xdc_topology_route_hops(s->t, s->route, a, d) : 0;
+                if (hops[d] > most) most = hops[d];
+            }
+            for (int h = 1; h <= most; h++)
+                for (int d = 0; d < R; d++)
+                    if (hops[d] == h) s->reach[a * R + n++] = d;
+            if (n < R) s->reach[a * R + n] = -1;
+        }
     }
     s->in = xdc_calloc((size_t)s->n_inst, sizeof *s->in);
     s->group_of = xdc_malloc((size_t)s->n_inst * sizeof *s->group_of);
@@ -405,6 +443,8 @@ static void sim_free(sim *s)
     xdc_free(s->core_queue);
     xdc_free(s->region_group0);
     xdc_free(s->link_free);
+    xdc_free(s->route);
+    xdc_free(s->reach);
     xdc_free(s->heap);
 }
 

@@ -135,6 +135,11 @@ typedef struct xdc_plan_set {
     int n_cands;
     int n_evaluated, n_rejected;
     char reject_reason[512]; /* the most common rejection, e.g. a memory shortfall */
+    /* The fastest data-parallel candidate in which every region with workers takes part (its `why` says how it
+     * compares with `best`), found or not (every_region 0: none fitted), kept even when it was too slow to be
+     * among cands: what `xdc plan --explain` quotes when the chosen plan leaves regions out. */
+    xdc_plan all;
+    int every_region;
 } xdc_plan_set;
 
 /* Search the candidates. XDC_ERR_UNAVAILABLE with diag naming why when no plan fits (model too large

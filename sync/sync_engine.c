@@ -13,6 +13,16 @@
  * exposes about one one-way delay plus the last buckets' transfer after its last backward, not one
  * one-way delay per bucket the backward hands over late.
  *
+ * Relays (xdc_sync_cfg.route). A region without a direct link to another gets that region's encoded shard
+ * from a region that relays it: the relay forwards the bytes it received, unchanged, in its B of the bucket,
+ * as each comes in, to the linked regions that get that source's shard through it. B waits for the sources
+ * in order of hops (then index), so a shard h hops away only waits for forwards of shards fewer hops away:
+ * no cycle. A region that forwards runs the fixed order above (as with replicas), so the messages it puts on
+ * a link come in one order, A(n-1) own, A(n-2) own, B(n-1) forwards, ..., and its neighbour posts its
+ * receives in that same order (post_receives): receives of a class match messages in the order they were
+ * sent. A forward is sent from a copy of the received bytes (bucket.fwd), since the next round posts its
+ * receive into the received buffer before this forward is known to be acknowledged.
+ *
  * Every WAN receive of a round is posted when the round starts, and nothing waits for a send to
  * complete before posting a receive: a WAN stream whose next frame has no posted receive stops
  * reading, and the acknowledgements of our own sends queue behind it (docs/wan.md). A send's buffer is
@@ -51,11 +61,13 @@ typedef struct {
     xdc_codec *codec;   /* EF residual of this bucket's shard lives here */
     uint8_t *enc;       /* pinned host (bound) bytes: this rank's encoded shard */
     size_t enc_len, bound;
-    uint8_t **rx;                   /* (n_regions) pinned host (bound) bytes received from each region; NULL at mine */
-    size_t *rx_len;                 /* (n_regions) bytes this round's message from each region holds */
-    xdc_wan_request **sreq, **rreq; /* (n_regions) */
-    float *shard_buf;               /* device (shard) fp32 */
-    xdc_event *ready;               /* recorded on the compute stream when the bucket became final */
+    uint8_t **rx;           /* (n_regions) pinned host (bound) bytes received from each region; NULL at mine */
+    uint8_t **fwd;          /* (n_regions) pinned host (bound) copy of rx[src] being forwarded; NULL if not relayed */
+    size_t *rx_len;         /* (n_regions) bytes this round's message from each region holds */
+    xdc_wan_request **sreq; /* (n_sends) one per xdc_sync.snd entry */
+    xdc_wan_request **rreq; /* (n_regions) the receive of each source's shard */
+    float *shard_buf;       /* device (shard) fp32 */
+    xdc_event *ready;       /* recorded on the compute stream when the bucket became final */
 } bucket;
 
 typedef enum { JOB_ROUND, JOB_SET_CODEC, JOB_RESIDUALS, JOB_RESUM, JOB_TAKE } job_kind;
@@ -122,6 +134,16 @@ struct xdc_sync {
     /* (n_regions) 1 where xdc_sync_lose said the region left (any thread writes, the comm thread reads;
      * atomics), and 1 where this round gave up on a shard of the region because it had left (comm thread). */
     uint8_t *lost, *missed;
+    /* Routes (xdc_sync_cfg.route), fixed at creation: via (n_regions) the region each source's shard comes from
+     * (the source itself when linked; -1 at mine); order (n_regions - 1) the other regions by hops from them,
+     * then index, the order B takes their shards in; snd (n_sends) the messages of a bucket, {source, dest}:
+     * this region's shard to each linked region, then each shard it forwards, in `order`. */
+    int *via, *order;
+    struct {
+        int src, dst;
+    } * snd;
+    int n_sends;
+    int fixed; /* the fixed stage order: replicas, or this region forwards */
 };
 
 #define SYNC_HISTORY 4    /* rounds of wait times kept per region */
@@ -165,19 +187,20 @@ static xdc_err_t intra_wait(xdc_sync *s, xdc_err_t rc, xdc_intra_req *req, xdc_d
 /* Where bucket k's padded (dp_size, shard) data lives for the collectives. */
 static float *padded(xdc_sync *s, bucket *k) { return k->plen == k->len ? s->buf + k->lo : s->pad; }
 
-/* A wait for region r has lasted `secs`: say who, since when, and how long its last rounds kept us. */
+/* A wait for region r's shard (or for a send to linked region r) has lasted `secs`: say who, since when, and
+ * how long its last rounds kept us. */
 static void nag(const xdc_sync *s, const bucket *k, int r, double secs)
 {
-    const xdc_wan_identity *id = xdc_wan_peer_identity(s->cfg.peers[r]);
+    const xdc_wan_identity *id = xdc_wan_peer_identity(s->cfg.peers[s->via[r]]);
     char hist[160] = "";
     int n = s->rounds < SYNC_HISTORY ? s->rounds : SYNC_HISTORY;
     size_t len = 0;
     for (int i = 1; i <= n && len < sizeof hist; i++) /* newest first */
         len += (size_t)snprintf(hist + len, sizeof hist - len, "%s%.3f", i > 1 ? ", " : "",
                                 s->waited[((s->rounds - i) % SYNC_HISTORY) * s->cfg.n_regions + r]);
-    XDC_WARN(XDC_SUB_ORCH, "%s bucket at %zu, round %d: waiting for %s/%d for %.1f s; %s%s%s", s->cfg.name, k->lo,
-             s->rounds + 1, id->region, id->rank, secs, n ? "its last rounds kept us waiting " : "no earlier round",
-             hist, n ? " s" : "");
+    XDC_WARN(XDC_SUB_ORCH, "%s bucket at %zu, round %d: waiting for %s%s/%d for %.1f s; %s%s%s", s->cfg.name, k->lo,
+             s->rounds + 1, s->via[r] == r ? "" : "a relay of ", id->region, id->rank, secs,
+             n ? "its last rounds kept us waiting " : "no earlier round", hist, n ? " s" : "");
 }
 
 /* Wait for a WAN request to or from region r without a total deadline: the engine fails it when the
@@ -216,14 +239,15 @@ static xdc_err_t wan_wait(xdc_sync *s, const bucket *k, int r, xdc_wan_request *
 /* Complete the sends of bucket k still in flight (from this round or the last). */
 static xdc_err_t wait_sends(xdc_sync *s, bucket *k, xdc_diag *diag)
 {
-    for (int r = 0; r < s->cfg.n_regions; r++) {
-        if (!k->sreq[r]) continue;
+    for (int j = 0; j < s->n_sends; j++) {
+        int r = s->snd[j].dst;
+        if (!k->sreq[j]) continue;
         if (!s->member[r]) { /* left the rounds (maybe gone): its copy is sent or dropped by the engine */
-            (void)xdc_wan_request_cancel(k->sreq[r]);
-            k->sreq[r] = NULL;
+            (void)xdc_wan_request_cancel(k->sreq[j]);
+            k->sreq[j] = NULL;
             continue;
         }
-        xdc_err_t rc = wan_wait(s, k, r, &k->sreq[r], NULL, NULL, diag);
+        xdc_err_t rc = wan_wait(s, k, r, &k->sreq[j], NULL, NULL, diag);
         if (rc != XDC_OK && !gone(s, r)) {
             xdc_diag_prefix(diag, "%s bucket at %zu: send to region %d", s->cfg.name, k->lo, r);
             return rc;
@@ -232,14 +256,26 @@ static xdc_err_t wait_sends(xdc_sync *s, bucket *k, xdc_diag *diag)
     return XDC_OK;
 }
 
-/* Post the receive of every bucket from every other region, in the order the buckets go. */
+/* Post the receive of region r's shard of bucket i, on the link it comes over. */
+static xdc_err_t post_receive(xdc_sync *s, int i, int r)
+{
+    if (!s->member[r]) return XDC_OK;
+    return xdc_wan_irecv(s->cfg.peers[s->via[r]], XDC_WAN_BULK, s->b[i].rx[r], s->b[i].bound, &s->b[i].rreq[r]);
+}
+
+/* Post the receive of every bucket from every other region, in the order a linked region sends on the link: its
+ * own shards in the order A goes, each bucket's forwarded ones (in `order`) where the fixed order has B of that
+ * bucket, A(n-1), A(n-2), B(n-1), A(n-3), ..., B(0). A region that forwards nothing sends its own shards only,
+ * in bucket order, which this order keeps whichever order it runs. */
 static xdc_err_t post_receives(xdc_sync *s)
 {
     if (s->cfg.n_regions < 2) return XDC_OK;
-    for (int i = s->n_buckets - 1; i >= 0; i--)
-        for (int r = 0; r < s->cfg.n_regions; r++)
-            if (r != s->cfg.my_region && s->member[r])
-                XDC_CHECK(xdc_wan_irecv(s->cfg.peers[r], XDC_WAN_BULK, s->b[i].rx[r], s->b[i].bound, &s->b[i].rreq[r]));
+    for (int i = s->n_buckets - 1; i >= -1; i--) { /* A(i) and B(i + 1): A(n-1), A(n-2), B(n-1), ..., B(0) */
+        for (int j = 0; j < s->cfg.n_regions - 1 && i >= 0; j++)
+            if (s->via[s->order[j]] == s->order[j]) XDC_CHECK(post_receive(s, i, s->order[j]));
+        for (int j = 0; j < s->cfg.n_regions - 1 && i + 1 < s->n_buckets; j++)
+            if (s->via[s->order[j]] != s->order[j]) XDC_CHECK(post_receive(s, i + 1, s->order[j]));
+    }
     return XDC_OK;
 }
 
@@ -258,6 +294,23 @@ static xdc_err_t on_comm_stream(xdc_sync *s, float *x, float *y, size_t n, float
 
 /* x += w·d (n fp32, device; d is scaled in place): a weighted contribution into the sum. */
 static xdc_err_t weigh_in(xdc_sync *s, float *d, size_t n, float w, float *x) { return on_comm_stream(s, d, x, n, w); }
+
+/* Send region src's encoded shard of bucket k (`len` bytes at `bytes`: ours, or a copy of what came in) on every
+ * link the routes send it over from here, to the members there; *sent += the bytes sent. */
+static xdc_err_t send_shard(xdc_sync *s, bucket *k, int src, const uint8_t *bytes, size_t len, size_t *sent)
+{
+    for (int j = 0; j < s->n_sends; j++) {
+        int r = s->snd[j].dst;
+        if (s->snd[j].src != src || !s->member[r] || gone(s, r)) continue;
+        XDC_CHECK(xdc_wan_isend(s->cfg.peers[r], XDC_WAN_BULK, bytes, len, (uint8_t)s->cfg.codec.kind,
+                                k->shard * sizeof(float), &k->sreq[j]));
+        s->rst.wan_tx_bytes += len;
+        s->rst.wan_raw_bytes += k->shard * sizeof(float);
+        if (src != s->cfg.my_region) s->rst.wan_relay_bytes += len;
+        *sent += len;
+    }
+    return XDC_OK;
+}
 
 static xdc_err_t stage_a(xdc_sync *s, bucket *k, xdc_diag *diag)
 {
@@ -284,15 +337,10 @@ static xdc_err_t stage_a(xdc_sync *s, bucket *k, xdc_diag *diag)
     uint64_t t0 = xdc_now_ns();
     XDC_CHECK(wait_sends(s, k, diag)); /* last round's sends of this bucket still read k->enc */
     XDC_CHECK(xdc_codec_encode(k->codec, x, k->shard, k->enc, k->bound, &k->enc_len, diag));
-    for (int r = 0; r < s->cfg.n_regions; r++) {
-        if (r == s->cfg.my_region || !s->member[r] || gone(s, r)) continue;
-        XDC_CHECK(xdc_wan_isend(s->cfg.peers[r], XDC_WAN_BULK, k->enc, k->enc_len, (uint8_t)s->cfg.codec.kind,
-                                k->shard * sizeof(float), &k->sreq[r]));
-        s->rst.wan_tx_bytes += k->enc_len;
-        s->rst.wan_raw_bytes += k->shard * sizeof(float);
-    }
+    size_t sent = 0;
+    XDC_CHECK(send_shard(s, k, s->cfg.my_region, k->enc, k->enc_len, &sent));
     s->rst.wan_seconds += secs_since(t0);
-    trace(s, XDC_SYNC_PHASE_ENCODE_SEND, t0, k->enc_len * (size_t)(s->n_members - 1));
+    trace(s, XDC_SYNC_PHASE_ENCODE_SEND, t0, sent);
     return XDC_OK;
 }
 
@@ -397,13 +445,20 @@ static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
     float *x = shard_of(s, k);
     if (s->cfg.n_regions > 1) {
         uint64_t t0 = xdc_now_ns();
-        for (int r = 0; r < s->cfg.n_regions; r++) {
-            /* a cleared receive of a member came in already (shards_in) */
-            if (r == s->cfg.my_region || !s->member[r] || !k->rreq[r]) continue;
-            size_t len = 0;
-            uint8_t codec = 0;
-            xdc_err_t rc = wan_wait(s, k, r, &k->rreq[r], &len, &codec, diag);
-            XDC_CHECK(shard_in(s, k, r, rc, len, codec, diag));
+        for (int j = 0; j < s->cfg.n_regions - 1; j++) { /* by hops: a forward waits only for nearer ones */
+            int r = s->order[j];
+            if (!s->member[r]) continue;
+            if (k->rreq[r]) { /* a cleared receive of a member came in already (shards_in) */
+                size_t len = 0;
+                uint8_t codec = 0;
+                xdc_err_t rc = wan_wait(s, k, r, &k->rreq[r], &len, &codec, diag);
+                XDC_CHECK(shard_in(s, k, r, rc, len, codec, diag));
+            }
+            if (k->fwd[r] && !s->missed[r]) { /* relayed through here: on, as it came (A(k) waited last round's) */
+                size_t sent = 0;
+                memcpy(k->fwd[r], k->rx[r], k->rx_len[r]);
+                XDC_CHECK(send_shard(s, k, r, k->fwd[r], k->rx_len[r], &sent));
+            }
         }
         /* The members, less those given up on (they left during the round): xdc_sync_resum sums again over the
          * set every region agreed on. */
@@ -485,8 +540,8 @@ static xdc_err_t run_round(xdc_sync *s, xdc_diag *diag)
     int next = s->n_buckets - 1, fin = s->n_buckets - 1;
     while (fin >= 0) {
         int in_flight = fin > next;
-        /* Every bucket sent, or (replicas) the one after `fin` sent: B(fin) now, waiting for the shards. */
-        if (in_flight && (next < 0 || (s->dp_size > 1 && fin > next + 1))) {
+        /* Every bucket sent, or (fixed order) the one after `fin` sent: B(fin) now, waiting for the shards. */
+        if (in_flight && (next < 0 || (s->fixed && fin > next + 1))) {
             XDC_CHECK(stage_b(s, &s->b[fin--], diag));
             continue;
         }
@@ -502,7 +557,7 @@ static xdc_err_t run_round(xdc_sync *s, xdc_diag *diag)
         }
         /* Bucket `next` is not ready. Without replicas, finish the oldest bucket in flight meanwhile, but only
          * once its shards are in: waiting for them here would hold the next send behind a WAN delay. */
-        int poll = in_flight && s->dp_size == 1;
+        int poll = in_flight && !s->fixed;
         if (poll) {
             int all = 0;
             XDC_CHECK(shards_in(s, &s->b[fin], &all, diag));
@@ -514,6 +569,17 @@ static xdc_err_t run_round(xdc_sync *s, xdc_diag *diag)
         XDC_CHECK(wait_ready(s, &s->b[next], poll ? SYNC_POLL_MS : -1, diag));
     }
     return s->dev->event_record(s->done_ev, s->stream); /* xdc_sync_end makes the compute stream wait for it */
+}
+
+/* A wire buffer that exists (*buf not NULL) replaced by one of `bound` bytes. */
+static xdc_err_t grow(xdc_sync *s, uint8_t **buf, size_t bound)
+{
+    uint8_t *grown = NULL;
+    if (!*buf) return XDC_OK;
+    XDC_CHECK(s->dev->host_alloc((void **)&grown, bound));
+    s->dev->host_free(*buf);
+    *buf = grown;
+    return XDC_OK;
 }
 
 /* The codec switch of xdc_sync_set_codec, on the comm thread. */
@@ -530,20 +596,10 @@ static xdc_err_t switch_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag 
         size_t bound = xdc_codec_bound(nc, k->shard);
         /* A rare path: grow the wire buffers when the new codec may need more room. */
         if (rc == XDC_OK && bound > k->bound) { /* nothing is posted on them between rounds: no copy */
-            uint8_t *enc = NULL;
-            rc = s->dev->host_alloc((void **)&enc, bound);
-            if (rc == XDC_OK) {
-                s->dev->host_free(k->enc);
-                k->enc = enc;
-            }
+            rc = grow(s, &k->enc, bound);
             for (int r = 0; r < s->cfg.n_regions && rc == XDC_OK; r++) {
-                if (r == s->cfg.my_region) continue;
-                uint8_t *rx = NULL;
-                rc = s->dev->host_alloc((void **)&rx, bound);
-                if (rc == XDC_OK) {
-                    s->dev->host_free(k->rx[r]);
-                    k->rx[r] = rx;
-                }
+                rc = grow(s, &k->rx[r], bound);
+                if (rc == XDC_OK) rc = grow(s, &k->fwd[r], bound);
             }
         }
         if (rc != XDC_OK) {
@@ -655,6 +711,7 @@ static void *engine_main(void *arg)
         (void)s->dev->set_stream(NULL);
         pthread_mutex_lock(&e->mu);
         s->st.wan_tx_bytes += s->rst.wan_tx_bytes;
+        s->st.wan_relay_bytes += s->rst.wan_relay_bytes;
         s->st.wan_raw_bytes += s->rst.wan_raw_bytes;
         s->st.wan_seconds += s->rst.wan_seconds;
         s->st.intra_seconds += s->rst.intra_seconds;
@@ -751,6 +808,54 @@ static xdc_err_t wait_done(xdc_sync *s, int64_t timeout_ms, xdc_diag *diag)
     return s->err == XDC_ERR_AGAIN ? XDC_ERR_INTERNAL : s->err; /* AGAIN says "still running" only */
 }
 
+/* The source of region r's shard at region d: cfg.route's entry, or r itself in a full mesh. */
+static int route_of(const xdc_sync_cfg *c, int r, int d)
+{
+    return c->route ? c->route[(size_t)r * (size_t)c->n_regions + (size_t)d] : r;
+}
+
+/* The routes of xdc_sync_create from cfg.route (see struct xdc_sync: via, order, snd, fixed), checked: every
+ * route ends at a linked region that has a peer. */
+static xdc_err_t plan_routes(xdc_sync *s, xdc_diag *diag)
+{
+    const xdc_sync_cfg *c = &s->cfg;
+    int n = c->n_regions, me = c->my_region, *hops = xdc_calloc((size_t)n, sizeof *hops);
+    s->via = xdc_calloc((size_t)n, sizeof *s->via);
+    s->order = xdc_calloc((size_t)n, sizeof *s->order);
+    int sends = 0; /* this region's shard to each region that gets it from here, and every forward */
+    for (int src = 0; src < n; src++)
+        for (int d = 0; d < n; d++) sends += d != src && d != me && route_of(c, src, d) == me;
+    s->snd = xdc_calloc((size_t)sends + 1, sizeof *s->snd);
+    if (!hops || !s->via || !s->order || !s->snd) {
+        xdc_free(hops);
+        return XDC_ERR_NOMEM;
+    }
+    xdc_err_t rc = XDC_OK;
+    for (int r = 0; r < n && rc == XDC_OK; r++) {
+        s->via[r] = r == me ? -1 : route_of(c, r, me);
+        for (int d = me; d != r && rc == XDC_OK; d = route_of(c, r, d)) /* back along the route to r */
+            if (++hops[r] > n || route_of(c, r, d) < 0 || route_of(c, r, d) >= n) rc = XDC_ERR_INVALID;
+        if (rc == XDC_OK && r != me && (!c->peers || !c->peers[s->via[r]] || s->via[r] == me)) rc = XDC_ERR_INVALID;
+        if (rc != XDC_OK)
+            xdc_diag_set(diag, "sync %s: no route from region %d to region %d over a peer", c->name, r, me);
+    }
+    int m = 0;
+    for (int h = 1; h < n && rc == XDC_OK; h++) /* the other regions by hops, then index */
+        for (int r = 0; r < n; r++)
+            if (r != me && hops[r] == h) s->order[m++] = r;
+    for (int j = -1; j < n - 1 && rc == XDC_OK; j++) { /* this region's shard, then the forwards in `order` */
+        int src = j < 0 ? me : s->order[j];
+        for (int d = 0; d < n; d++)
+            if (d != src && d != me && route_of(c, src, d) == me) {
+                s->snd[s->n_sends].src = src;
+                s->snd[s->n_sends++].dst = d;
+                s->fixed |= src != me;
+            }
+    }
+    xdc_free(hops);
+    return rc;
+}
+
 xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_sync **out, xdc_diag *diag)
 {
     *out = NULL;
@@ -784,6 +889,8 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
     const xdc_device_ops *dev = s->dev;
     xdc_err_t rc = s->b && s->round_wait && s->waited && s->member && s->weight && s->lost && s->missed ? XDC_OK
                                                                                                         : XDC_ERR_NOMEM;
+    s->fixed = s->dp_size > 1; /* replicas: their collectives come in one order; plan_routes adds forwarders */
+    if (rc == XDC_OK && cfg->n_regions > 1) rc = plan_routes(s, diag);
     if (rc == XDC_OK) rc = dev->get_device(&s->device); /* the streams and memory below are made on it too */
     if (rc == XDC_OK) rc = dev->stream_create(&s->stream);
     if (rc == XDC_OK) rc = dev->event_create(&s->done_ev);
@@ -797,15 +904,19 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
         if ((rc = bucket_codec_create(s, &cfg->codec, k, &k->codec, diag)) != XDC_OK) break;
         k->bound = xdc_codec_bound(k->codec, k->shard);
         k->rx = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rx);
-        k->sreq = xdc_calloc((size_t)cfg->n_regions, sizeof *k->sreq);
+        k->fwd = xdc_calloc((size_t)cfg->n_regions, sizeof *k->fwd);
+        k->sreq = xdc_calloc((size_t)s->n_sends + 1, sizeof *k->sreq); /* + 1: never a 0-byte allocation */
         k->rreq = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rreq);
         k->rx_len = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rx_len);
-        if (!k->rx || !k->sreq || !k->rreq || !k->rx_len) rc = XDC_ERR_NOMEM;
+        if (!k->rx || !k->fwd || !k->sreq || !k->rreq || !k->rx_len) rc = XDC_ERR_NOMEM;
         if (rc == XDC_OK) rc = dev->event_create(&k->ready);
         if (rc == XDC_OK) rc = dev->host_alloc((void **)&k->enc, k->bound);
         if (rc == XDC_OK && s->dp_size > 1) rc = dev->mem_alloc((void **)&k->shard_buf, k->shard * sizeof(float));
         for (int r = 0; r < cfg->n_regions && rc == XDC_OK; r++)
             if (r != cfg->my_region) rc = dev->host_alloc((void **)&k->rx[r], k->bound);
+        for (int j = 0; j < s->n_sends && rc == XDC_OK; j++) /* a shard forwarded to several: one copy */
+            if (s->snd[j].src != cfg->my_region && !k->fwd[s->snd[j].src])
+                rc = dev->host_alloc((void **)&k->fwd[s->snd[j].src], k->bound);
     }
     if (rc != XDC_OK) {
         s->n_buckets = s->b ? s->n_buckets : 0;
@@ -868,18 +979,20 @@ void xdc_sync_destroy(xdc_sync *s)
     for (int i = 0; s->b && i < s->n_buckets; i++) {
         bucket *k = &s->b[i];
         int held = 0; /* a request the WAN engine still holds reads or writes this bucket's wire buffers */
-        for (int r = 0; r < s->cfg.n_regions; r++) {
-            if (k->sreq && !drain(&k->sreq[r], deadline)) held = 1;
-            if (k->rreq && !drain(&k->rreq[r], deadline)) held = 1;
-        }
+        for (int j = 0; k->sreq && j < s->n_sends; j++)
+            if (!drain(&k->sreq[j], deadline)) held = 1;
+        for (int r = 0; k->rreq && r < s->cfg.n_regions; r++)
+            if (!drain(&k->rreq[r], deadline)) held = 1;
         xdc_codec_destroy(k->codec);
         if (held) {
             leaked++; /* left to the WAN engine, which fails the request when destroyed */
         } else {
             s->dev->host_free(k->enc);
             for (int r = 0; k->rx && r < s->cfg.n_regions; r++) s->dev->host_free(k->rx[r]);
+            for (int r = 0; k->fwd && r < s->cfg.n_regions; r++) s->dev->host_free(k->fwd[r]);
         }
         xdc_free(k->rx);
+        xdc_free(k->fwd);
         xdc_free(k->sreq);
         xdc_free(k->rreq);
         xdc_free(k->rx_len);
@@ -896,6 +1009,9 @@ void xdc_sync_destroy(xdc_sync *s)
     xdc_free(s->weight);
     xdc_free(s->lost);
     xdc_free(s->missed);
+    xdc_free(s->via);
+    xdc_free(s->order);
+    xdc_free(s->snd);
     if (s->dev) {
         s->dev->stream_destroy(s->stream); /* waits for what the comm thread queued on it */
         s->dev->event_destroy(s->done_ev);
@@ -983,6 +1099,15 @@ void xdc_sync_get_stats(xdc_sync *s, xdc_sync_stats *out)
     pthread_mutex_unlock(&s->eng->mu);
 }
 
+/* Does any region's shard reach some region through a relay? */
+static int route_relays(const xdc_sync *s)
+{
+    for (int r = 0; r < s->cfg.n_regions; r++)
+        for (int d = 0; d < s->cfg.n_regions; d++)
+            if (d != r && route_of(&s->cfg, r, d) != r) return 1;
+    return 0;
+}
+
 xdc_err_t xdc_sync_set_weights(xdc_sync *s, const float *weight, xdc_diag *diag)
 {
     int n = 0;
@@ -994,6 +1119,12 @@ xdc_err_t xdc_sync_set_weights(xdc_sync *s, const float *weight, xdc_diag *diag)
         }
         n += weight[r] > 0.0f;
     }
+    for (int r = 0; r < s->cfg.n_regions && route_relays(s); r++)
+        if (!(weight[r] > 0.0f)) { /* a cancelled relayed receive would take the next message */
+            xdc_diag_set(diag, "sync %s: regions leave the rounds only where every pair is linked (region %d)",
+                         s->cfg.name, r);
+            return XDC_ERR_INVALID;
+        }
     if (!(weight[s->cfg.my_region] > 0.0f)) {
         xdc_diag_set(diag, "sync %s: this region (%d) must be a member of its own rounds", s->cfg.name,
                      s->cfg.my_region);
@@ -1013,10 +1144,11 @@ xdc_err_t xdc_sync_set_weights(xdc_sync *s, const float *weight, xdc_diag *diag)
              * it (the region left, or this sync had no round while it was out), and its bytes are no one's now. */
             __atomic_store_n(&s->lost[r], 0, __ATOMIC_RELEASE);
             for (int i = 0; i < s->n_buckets; i++)
-                if (s->b[i].sreq[r]) {
-                    (void)xdc_wan_request_cancel(s->b[i].sreq[r]);
-                    s->b[i].sreq[r] = NULL;
-                }
+                for (int j = 0; j < s->n_sends; j++)
+                    if (s->snd[j].dst == r && s->b[i].sreq[j]) {
+                        (void)xdc_wan_request_cancel(s->b[i].sreq[j]);
+                        s->b[i].sreq[j] = NULL;
+                    }
         }
         s->n_members = n;
     }

@@ -4,7 +4,8 @@
  *   intra reduce-scatter over the replicas → WAN exchange of this rank's shard with the same rank of
  *   every other region (codec + error feedback, TLS, its own streams) → intra all-gather.
  * Buckets are processed from the end of the buffer towards the start (the order backward produces
- * them); a bucket goes as soon as the caller marks it final. Every region decodes every contribution,
+ * them); a bucket goes as soon as the caller marks it final. Regions without a direct link exchange through
+ * regions that relay the encoded shard unchanged (xdc_sync_cfg.route). Every region decodes every contribution,
  * its own included, and sums them in region order, so all regions end with bit-identical results.
  *
  * The work runs on one comm thread per process (or per worker), the xdc_sync_engine: every xdc_sync
@@ -56,8 +57,12 @@ typedef struct xdc_sync_cfg {
     size_t n_elems;       /* buffer length, fp32 */
     size_t bucket_elems;  /* elements per bucket (rounded up to a multiple of the replica count) */
     xdc_intra_comm *dp;   /* data-parallel group of this stage in this region; NULL when alone */
-    xdc_wan_peer **peers; /* (n_regions) the same rank in each other region; NULL at my_region */
+    xdc_wan_peer **peers; /* (n_regions) the same rank in each linked region; NULL at my_region and unlinked ones */
     int n_regions, my_region;
+    /* (n_regions * n_regions) the routes over the links that exist (xdc_topology_routes): [src * n_regions + dst]
+     * is the region dst receives src's shard from, src itself over a direct link, else a region that relays it
+     * (kept, not copied); NULL: a full mesh, every shard straight from its region. */
+    const int *route;
     xdc_codec_cfg codec;     /* WAN codec (n_elems is filled per bucket shard) */
     const char *name;        /* for logs and traces: "gradients", "pseudo-gradients" (kept, not copied) */
     xdc_sync_trace_fn trace; /* optional timeline hook (NULL: none) */
@@ -71,10 +76,11 @@ typedef struct xdc_sync_cfg {
 } xdc_sync_cfg;
 
 typedef struct xdc_sync_stats {
-    uint64_t wan_tx_bytes;  /* encoded bytes sent to all peers */
-    uint64_t wan_raw_bytes; /* the fp32 bytes they stand for */
-    double wan_seconds;     /* comm-thread time spent in WAN exchanges (encode, transfer, decode) */
-    double intra_seconds;   /* comm-thread time in reduce-scatter and all-gather */
+    uint64_t wan_tx_bytes;    /* encoded bytes sent to all peers, relayed ones included */
+    uint64_t wan_relay_bytes; /* of those, other regions' shards this region forwarded (xdc_sync_cfg.route) */
+    uint64_t wan_raw_bytes;   /* the fp32 bytes they stand for */
+    double wan_seconds;       /* comm-thread time spent in WAN exchanges (encode, transfer, decode) */
+    double intra_seconds;     /* comm-thread time in reduce-scatter and all-gather */
 } xdc_sync_stats;
 
 typedef struct xdc_sync_engine xdc_sync_engine;

@@ -63,6 +63,16 @@ void xdc_topology_destroy(xdc_topology *t);
 int xdc_topology_region_index(const xdc_topology *t, const char *name);
 /* The directional link from -> to, or NULL when the regions are not directly linked. */
 const xdc_link *xdc_topology_link(const xdc_topology *t, int from, int to);
+/* The routes of the cross-region exchange over the links that exist (a star, a chain, any connected graph)
+ * among the regions in `in` (n_regions, 1 = taking part; NULL: all): parent (n_regions * n_regions, written)
+ * gets, at [src * n_regions + dst], the region dst receives src's data from: src itself over a direct link,
+ * else a region of `in` that relays it (one hop nearer src along a tree of fewest hops per source, the widest
+ * last link breaking ties); -1 at dst == src and wherever src or dst is not in `in`. Deterministic: every
+ * process computes the same routes. XDC_ERR_CONFIG when the regions of `in` are not connected among
+ * themselves (validation refuses such files for all regions), XDC_ERR_NOMEM. */
+xdc_err_t xdc_topology_routes(const xdc_topology *t, const unsigned char *in, int *parent);
+/* How many links src's data crosses to reach dst along `parent` (xdc_topology_routes); 0 at dst == src. */
+int xdc_topology_route_hops(const xdc_topology *t, const int *parent, int src, int dst);
 /* Total workers (nodes x workers_per_node) in a region, and in the whole topology. */
 int xdc_topology_region_workers(const xdc_topology *t, int region);
 int xdc_topology_total_workers(const xdc_topology *t);

@@ -300,6 +300,43 @@ static void explain_split(const xdc_plan *b)
                                 : "even: it balances the stages' compute");
 }
 
+/* When the chosen plan leaves regions idle: which, and the fastest plan with every region in numbers, with the
+ * pairs its exchange relays (no direct link). */
+static void explain_regions(const xdc_topology *t, const xdc_plan_set *s)
+{
+    const xdc_plan *b = &s->best;
+    int idle = 0, n_idle = 0, used[XDC_TOPO_MAX_REGIONS] = {0};
+    for (int r = 0; r < t->n_regions; r++) used[r] = b->replicas[r] > 0;
+    for (int i = 0; b->mode == XDC_PLAN_PIPELINE && i < b->n_chain; i++) used[b->chain[i]] = 1;
+    for (int r = 0; r < t->n_regions; r++)
+        if (!used[r] && xdc_topology_region_workers(t, r) > 0) {
+            printf("%s%s", n_idle++ ? ", " : "  regions: the chosen plan leaves out ", t->regions[r].name);
+            idle += xdc_topology_region_workers(t, r);
+        }
+    if (!n_idle) return;
+    printf(" (%d of %d workers idle)\n", idle, xdc_topology_total_workers(t));
+    if (!s->every_region) {
+        printf("    no data-parallel plan with every region fits%s%s\n", s->reject_reason[0] ? ": " : "",
+               s->reject_reason);
+        return;
+    }
+    size_t n = (size_t)t->n_regions;
+    int *route = malloc(n * n * sizeof *route), relayed = 0;
+    if (route && xdc_topology_routes(t, NULL, route) == XDC_OK)
+        for (int a = 0; a < t->n_regions; a++)
+            for (int c = a + 1; c < t->n_regions; c++)
+                if (route[(size_t)a * n + (size_t)c] != a)
+                    printf("%s%s <-> %s through %s",
+                           relayed++ ? ", " : "    relayed (no direct link): ", t->regions[a].name, t->regions[c].name,
+                           t->regions[route[(size_t)a * n + (size_t)c]].name);
+    if (relayed) printf("\n");
+    free(route);
+    printf("    the fastest plan with every region: ");
+    plan_oneline(stdout, t, &s->all);
+    printf("\n      compute %.4f bubble %.4f intra %.4f wan %.4f  %s\n", s->all.t_compute, s->all.t_bubble,
+           s->all.t_intra, s->all.t_wan_exposed, s->all.why);
+}
+
 static void explain(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan_opts *o)
 {
     printf("\nhow the plan was chosen:\n"
@@ -310,6 +347,7 @@ static void explain(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan
            s->n_evaluated, s->n_rejected, s->reject_reason[0] ? "; closest miss: " : "", s->reject_reason,
            o->tolerance * 100);
     explain_regime(t, s);
+    explain_regions(t, s);
     explain_microbatches(&s->best);
     explain_split(&s->best);
     for (int i = 0; i < s->n_cands && i < 60; i++) {

@@ -213,6 +213,7 @@ void orch_member_sync_cfg(const orch_member *m, int across_regions, xdc_sync_cfg
     *out = (xdc_sync_cfg){.bucket_elems = (size_t)(m->cfg.bucket_mb * 1048576.0 / sizeof(float)),
                           .dp = xdc_intra_size(m->dp) > 1 ? m->dp : NULL,
                           .peers = m->peers,
+                          .route = m->route,
                           .n_regions = m->id.n_regions,
                           .my_region = m->id.region_idx,
                           .codec = m->codec_cfg};
@@ -221,6 +222,7 @@ void orch_member_sync_cfg(const orch_member *m, int across_regions, xdc_sync_cfg
         out->n_regions = 1;
         out->my_region = 0;
         out->peers = NULL;
+        out->route = NULL;
     }
 }
 
@@ -269,6 +271,7 @@ void orch_member_destroy(orch_member *m)
     rdzv_client_destroy(m->rdzv);
     xdc_wan_engine_destroy(m->wan); /* closes the other peers and the listener */
     xdc_free(m->peers);
+    xdc_free(m->route);
     xdc_topology_destroy(m->topo);
     xdc_free(m);
 }

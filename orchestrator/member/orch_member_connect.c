@@ -128,13 +128,17 @@ static xdc_err_t accept_peer(orch_member *m, int r, int rank, xdc_wan_peer **out
     return XDC_OK;
 }
 
-/* WAN peers. Sync/DiLoCo: the same local rank in every other region. Span: the neighbouring stages on
- * the other side of a region boundary. The lower region dials, the higher accepts. */
+/* WAN peers. Sync/DiLoCo: the same local rank in every linked region (the others' shards come relayed along
+ * m->route). Span: the neighbouring stages on the other side of a region boundary. The lower region dials,
+ * the higher accepts. */
 static xdc_err_t open_peers(orch_member *m, xdc_diag *diag)
 {
-    m->peers = xdc_calloc((size_t)m->id.n_regions, sizeof *m->peers);
-    if (!m->peers) return XDC_ERR_NOMEM;
+    size_t n = (size_t)m->id.n_regions;
+    m->peers = xdc_calloc(n, sizeof *m->peers);
+    m->route = xdc_calloc(n * n, sizeof *m->route);
+    if (!m->peers || !m->route) return XDC_ERR_NOMEM;
     if (m->id.n_regions < 2) return XDC_OK;
+    XDC_CHECK(xdc_topology_routes(m->topo, NULL, m->route));
     char val[300];
     /* Local runs advertise loopback (XDC_ADVERTISE_HOST, set by xdc launch); across hosts, the node name. */
     const char *adv = getenv("XDC_ADVERTISE_HOST");
@@ -153,14 +157,18 @@ static xdc_err_t open_peers(orch_member *m, xdc_diag *diag)
                                   diag));
         return XDC_OK;
     }
-    for (int r = m->id.region_idx + 1; r < m->id.n_regions; r++)
-        XDC_CHECK(orch_member_dial(m, r, m->id.lrank, &m->peers[r], diag));
-    for (int n = 0; n < m->id.region_idx; n++) {
+    int lower = 0; /* linked regions below this one: they dial */
+    for (int r = 0; r < m->id.n_regions; r++)
+        if (r != m->id.region_idx && xdc_topology_link(m->topo, m->id.region_idx, r)) {
+            if (r > m->id.region_idx) XDC_CHECK(orch_member_dial(m, r, m->id.lrank, &m->peers[r], diag));
+            else lower++;
+        }
+    for (int i = 0; i < lower; i++) {
         xdc_wan_peer *p;
         int r;
         XDC_CHECK(accept_peer(m, -1, m->id.lrank, &p, &r, diag));
-        if (m->peers[r]) {
-            xdc_diag_set(diag, "region %s connected twice", m->topo->regions[r].name);
+        if (m->peers[r] || !xdc_topology_link(m->topo, r, m->id.region_idx)) {
+            xdc_diag_set(diag, "region %s connected twice or without a link", m->topo->regions[r].name);
             return XDC_ERR_AUTH;
         }
         m->peers[r] = p;

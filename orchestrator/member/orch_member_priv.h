@@ -22,7 +22,8 @@ struct orch_member {
     /* Connections, and the sync engine (the one comm thread that runs every sync, in posting order). */
     xdc_wan_engine *wan;
     xdc_wan_listener *lis;
-    xdc_wan_peer **peers;                /* (n_regions) same lrank in every other region */
+    xdc_wan_peer **peers; /* (n_regions) same lrank in every linked region; NULL elsewhere */
+    int *route;           /* (n_regions * n_regions) xdc_topology_routes: the shards of unlinked regions come relayed */
     xdc_wan_peer *prev_peer, *next_peer; /* span: neighbouring stages across a region boundary */
     rdzv_client *rdzv;
     xdc_intra_comm *region_comm, *pp, *dp;

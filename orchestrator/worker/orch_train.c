@@ -330,10 +330,13 @@ static xdc_err_t dump_params(orch_worker *w, xdc_diag *diag)
     return XDC_OK;
 }
 
-static void wan_totals(orch_worker *w, uint64_t *tx, uint64_t *raw)
+/* This worker's WAN bytes: *tx sent (relayed shards included), *raw the fp32 they stand for, and *relay (NULL:
+ * not wanted) the part of *tx that was other regions' shards it forwarded (xdc_sync_cfg.route). */
+static void wan_totals(orch_worker *w, uint64_t *tx, uint64_t *raw, uint64_t *relay)
 {
     *tx = w->pipe.tx_bytes;
     *raw = w->pipe.raw_bytes;
+    if (relay) *relay = 0;
     xdc_sync *syncs[ORCH_MAX_SYNCS];
     int n = orch_worker_syncs(w, syncs, ORCH_MAX_SYNCS);
     for (int i = 0; i < n; i++) {
@@ -341,6 +344,7 @@ static void wan_totals(orch_worker *w, uint64_t *tx, uint64_t *raw)
         xdc_sync_get_stats(syncs[i], &st);
         *tx += st.wan_tx_bytes;
         *raw += st.wan_raw_bytes;
+        if (relay) *relay += st.wan_relay_bytes;
     }
 }
 
@@ -463,7 +467,7 @@ static xdc_err_t post_result(orch_worker *w, uint64_t hash, double wall, xdc_dia
 static void stats_value(orch_worker *w, double wall, char *val, size_t cap)
 {
     uint64_t tx, raw;
-    wan_totals(w, &tx, &raw);
+    wan_totals(w, &tx, &raw, NULL);
     snprintf(val, cap, "%llu %llu %.6f %.6f %.6f %.6f %lld %.6f", (unsigned long long)tx, (unsigned long long)raw,
              w->prog.t_step, w->prog.t_compute, w->prog.t_intra, w->prog.t_wan_exposed, (long long)w->prog.step, wall);
 }
@@ -535,7 +539,7 @@ static void stragglers(const orch_worker *w, char *out, size_t cap)
 static void progress_line(orch_worker *w, float loss, double step_s, double comp, double intra, double wan)
 {
     uint64_t tx, raw;
-    wan_totals(w, &tx, &raw);
+    wan_totals(w, &tx, &raw, NULL);
     double tokens = (double)w->model.B * w->model.T * w->model.M * w->id->n_replicas *
                     (w->id->span ? 1 : w->id->n_regions);
     double goodput = 0;
@@ -558,7 +562,7 @@ static void progress_line(orch_worker *w, float loss, double step_s, double comp
 static void step_row(orch_worker *w, orch_steplog_row *row, double run_t0)
 {
     uint64_t raw;
-    wan_totals(w, &row->wan_tx_bytes, &raw);
+    wan_totals(w, &row->wan_tx_bytes, &raw, NULL);
     row->elapsed_s = now_s() - run_t0;
     orch_steplog_append(w->tele.steps, row);
 }
@@ -626,6 +630,10 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
     if (w->id->replica == 0 && is_last(w)) /* each region's model, for comparing regions (the result has one) */
         XDC_INFO(XDC_SUB_ORCH, "final parameters of region %s: params_xxh64=%016llx", w->id->region,
                  (unsigned long long)hash);
+    uint64_t tx, raw, relay; /* relayed: a region's forwards for regions without a direct link, in wan_tx too */
+    wan_totals(w, &tx, &raw, &relay);
+    XDC_INFO(XDC_SUB_ORCH, "WAN bytes of region %s rank %d: wan_tx_bytes=%llu relayed_bytes=%llu", w->id->region,
+             w->id->lrank, (unsigned long long)tx, (unsigned long long)relay);
     if (w->cfg->dump_params && (w->id->span || w->id->region_idx == 0) && w->id->replica == 0)
         XDC_CHECK(dump_params(w, diag));
     double wall = now_s() - run_t0;

@@ -1,6 +1,7 @@
 /* test_topology.c — topology files: hostlist expansion, every shipped example, each validation rule
  * with the line and column it must report, `tls: false` refused, link codecs = compression's registry,
- * the `xdc topo check` command's output and exit codes; and the config loader's node API underneath. */
+ * the `xdc topo check` command's output and exit codes, the routes of the cross-region exchange (who relays
+ * which pair); and the config loader's node API underneath. */
 #include "tests/xdc_test.h"
 
 #include "common/xdc_alloc.h"
@@ -415,4 +416,39 @@ XDC_TEST(topo_alloc_failures_are_clean)
         XDC_ASSERT_MSG(rc != XDC_OK || t != NULL, "allocation %ld: success without a topology", n);
     }
     free(text);
+}
+
+/* The routes of the cross-region exchange (xdc_topology_routes): who relays which pair. */
+XDC_TEST(topo_routes_relay_through_the_hub_and_the_wider_link)
+{
+    xdc_topology *t;
+    xdc_cfg_errors errs;
+    int route[16];
+    /* The star of heterogeneous.yaml: us-west (1) and eu-north (2) reach each other through us-central (0). */
+    XDC_ASSERT_OK(xdc_topology_load("examples/topology/heterogeneous.yaml", &t, &errs));
+    XDC_ASSERT_OK(xdc_topology_routes(t, NULL, route));
+    XDC_ASSERT(route[1 * 3 + 2] == 0 && route[2 * 3 + 1] == 0); /* relayed by the hub */
+    XDC_ASSERT(route[0 * 3 + 1] == 0 && route[0 * 3 + 2] == 0 && route[1 * 3 + 0] == 1 && route[2 * 3 + 0] == 2);
+    XDC_ASSERT(route[0] == -1 && route[4] == -1 && route[8] == -1);
+    XDC_ASSERT_EQ(xdc_topology_route_hops(t, route, 1, 2), 2);
+    XDC_ASSERT_EQ(xdc_topology_route_hops(t, route, 0, 2), 1);
+    xdc_topology_destroy(t);
+    /* A partial mesh a-b (10), a-c (100), b-d (1), c-d (5): a and d are two hops apart through b or c, and
+     * each gets the other's data over the wider last link (c: 100 and 5 against b's 10 and 1); so are b and c,
+     * through a or d, and a's links are the wider (c gets b's over a-c, b gets c's over a-b). */
+    const char *y = "name: t\nregions:\n" REGION("a", "a1") REGION("b", "b1") REGION("c", "c1")
+        REGION("d", "d1") "links:\n"
+                          "  - {from: a, to: b, bandwidth_gbps: 10, rtt_ms: 5}\n"
+                          "  - {from: a, to: c, bandwidth_gbps: 100, rtt_ms: 5}\n"
+                          "  - {from: b, to: d, bandwidth_gbps: 1, rtt_ms: 5}\n"
+                          "  - {from: c, to: d, bandwidth_gbps: 5, rtt_ms: 5}\n";
+    XDC_ASSERT_OK(xdc_topology_parse(y, strlen(y), "mesh.yaml", &t, &errs));
+    XDC_ASSERT_OK(xdc_topology_routes(t, NULL, route));
+    enum { A, B, C, D };
+    XDC_ASSERT_MSG(route[A * 4 + D] == C && route[D * 4 + A] == C, "a <-> d relayed by %d and %d, not c",
+                   route[A * 4 + D], route[D * 4 + A]);
+    XDC_ASSERT(route[B * 4 + C] == A && route[C * 4 + B] == A);
+    XDC_ASSERT(route[B * 4 + D] == B && route[A * 4 + B] == A);
+    XDC_ASSERT_EQ(xdc_topology_route_hops(t, route, B, C), 2);
+    xdc_topology_destroy(t);
 }
