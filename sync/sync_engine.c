@@ -815,7 +815,8 @@ static int route_of(const xdc_sync_cfg *c, int r, int d)
 }
 
 /* The routes of xdc_sync_create from cfg.route (see struct xdc_sync: via, order, snd, fixed), checked: every
- * route ends at a linked region that has a peer. */
+ * route ends at another region. That region's peer may come later (a rejoining member dials the members of the
+ * round that takes it back after its syncs exist): xdc_sync_begin checks it is there. */
 static xdc_err_t plan_routes(xdc_sync *s, xdc_diag *diag)
 {
     const xdc_sync_cfg *c = &s->cfg;
@@ -835,9 +836,8 @@ static xdc_err_t plan_routes(xdc_sync *s, xdc_diag *diag)
         s->via[r] = r == me ? -1 : route_of(c, r, me);
         for (int d = me; d != r && rc == XDC_OK; d = route_of(c, r, d)) /* back along the route to r */
             if (++hops[r] > n || route_of(c, r, d) < 0 || route_of(c, r, d) >= n) rc = XDC_ERR_INVALID;
-        if (rc == XDC_OK && r != me && (!c->peers || !c->peers[s->via[r]] || s->via[r] == me)) rc = XDC_ERR_INVALID;
-        if (rc != XDC_OK)
-            xdc_diag_set(diag, "sync %s: no route from region %d to region %d over a peer", c->name, r, me);
+        if (rc == XDC_OK && r != me && (!c->peers || s->via[r] == me)) rc = XDC_ERR_INVALID;
+        if (rc != XDC_OK) xdc_diag_set(diag, "sync %s: no route from region %d to region %d", c->name, r, me);
     }
     int m = 0;
     for (int h = 1; h < n && rc == XDC_OK; h++) /* the other regions by hops, then index */
@@ -1026,9 +1026,24 @@ void xdc_sync_destroy(xdc_sync *s)
     xdc_free(s);
 }
 
+/* The region whose shard reaches this one over no peer this round (a member, or one relaying for a member, not
+ * dialled), or -1: every route has its peer. */
+static int unrouted(const xdc_sync *s)
+{
+    for (int r = 0; r < s->cfg.n_regions; r++)
+        if (r != s->cfg.my_region && s->member[r] && !s->cfg.peers[s->via[r]]) return r;
+    return -1;
+}
+
 xdc_err_t xdc_sync_begin(xdc_sync *s, float *buf)
 {
     xdc_sync_engine *e = s->eng;
+    int r = s->cfg.n_regions > 1 ? unrouted(s) : -1;
+    if (r >= 0) {
+        XDC_ERROR(XDC_SUB_ORCH, "sync %s: no route from region %d to region %d over a peer (region %d not dialled)",
+                  s->cfg.name, r, s->cfg.my_region, s->via[r]);
+        return XDC_ERR_INVALID;
+    }
     pthread_mutex_lock(&e->mu);
     if (!s->done || s->active || s->stop) {
         pthread_mutex_unlock(&e->mu);

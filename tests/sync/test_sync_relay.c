@@ -124,7 +124,8 @@ XDC_TEST_T(xdc_sync_relays_along_a_chain_as_a_full_mesh_sums, 60)
     net_close(&chain);
 }
 
-/* A route that ends at a region without a peer is refused at creation, naming the regions. */
+/* A route that ends at a region without a peer: the sync is made (a rejoiner dials its peers after), a round
+ * is refused. */
 XDC_TEST(xdc_sync_route_over_a_missing_peer_is_refused)
 {
     xdc_sync_engine *eng;
@@ -143,7 +144,9 @@ XDC_TEST(xdc_sync_route_over_a_missing_peer_is_refused)
     cfg.codec = (xdc_codec_cfg)XDC_CODEC_CFG_INIT;
     xdc_sync *s = NULL;
     xdc_diag d = {{0}};
-    XDC_ASSERT_ERR(xdc_sync_create(eng, &cfg, &s, &d), XDC_ERR_INVALID);
-    XDC_ASSERT_STR_CONTAINS(d.msg, "no route from region 3 to region 0");
+    XDC_ASSERT_OK(xdc_sync_create(eng, &cfg, &s, &d)); /* a rejoiner dials its peers after this */
+    float buf[16] = {0};
+    XDC_ASSERT_ERR(xdc_sync_begin(s, buf), XDC_ERR_INVALID); /* a round needs them */
+    xdc_sync_destroy(s);
     xdc_sync_engine_destroy(eng);
 }
