@@ -16,6 +16,7 @@ typedef enum { ORCH_MODE_SYNC = 0, ORCH_MODE_DILOCO = 1, ORCH_MODE_STREAMING = 2
 
 #define ORCH_MAX_STAGES   64
 #define ORCH_MAX_SLOWDOWN 256 /* diloco.slowdown entries: one per region at most (XDC_TOPO_MAX_REGIONS) */
+#define ORCH_MAX_REPLICAS 64  /* microbatches_per_replica entries: a data-parallel group's ranks at most */
 
 /* The run file's sections, one struct each, named as in the YAML (docs/config.md). */
 typedef struct orch_diloco_config {
@@ -76,10 +77,14 @@ typedef struct orch_run_config {
     char data_path[512];
     xdc_train_config train; /* loaded from model_path, then overridden by the run file */
     orch_mode mode;
-    int pipeline_stages;             /* per replica; divides each region's workers */
-    bool span_regions;               /* one pipeline over every worker of every region (stages cross the WAN) */
-    char activation_codec[32];       /* codec of activations crossing the WAN: none|bf16|int8 */
-    int microbatches;                /* per replica per step (overrides the model file when set) */
+    int pipeline_stages;       /* per replica; divides each region's workers */
+    bool span_regions;         /* one pipeline over every worker of every region (stages cross the WAN) */
+    char activation_codec[32]; /* codec of activations crossing the WAN: none|bf16|int8 */
+    int microbatches;          /* per replica per step (overrides the model file when set) */
+    /* Unequal replicas (docs/runtime.md): microbatches per step of each data-parallel replica of a region, in
+     * replica order (n_replica_mb of them, the regions' replica count; 0: `microbatches` for every replica) */
+    int replica_mb[ORCH_MAX_REPLICAS];
+    int n_replica_mb;
     int batch_size;                  /* sequences per microbatch, when set (plan: auto: pins it) */
     int steps;                       /* overrides the model file when set */
     int eval_interval;               /* overrides the model file when set */

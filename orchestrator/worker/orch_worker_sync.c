@@ -37,6 +37,15 @@ void orch_worker_sync_cfg(orch_worker *w, int across_regions, xdc_sync_cfg *out)
     out->trace_ctx = w;
 }
 
+xdc_err_t orch_replica_weights(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
+{
+    float weight[ORCH_MAX_REPLICAS];
+    int n = w->cfg->n_replica_mb;
+    if (!n || w->id->n_replicas < 2) return XDC_OK;
+    for (int i = 0; i < n; i++) weight[i] = (float)w->cfg->replica_mb[i];
+    return xdc_sync_set_replica_weights(sync, weight, diag);
+}
+
 int orch_worker_syncs(const orch_worker *w, xdc_sync **out, int cap)
 {
     return w->mode && w->mode_state ? w->mode->syncs(w->mode_state, out, cap) : 0;
