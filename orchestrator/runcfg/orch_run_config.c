@@ -120,13 +120,29 @@ static int parse_list(const xdc_cfg_node *seq, const char *key, const char *what
     return n;
 }
 
-/* microbatches_per_replica: integers in [1, 1024], one per data-parallel replica of a region. */
+/* microbatches_per_replica: integers in [1, 1024], one per data-parallel replica. */
 static int parse_replica_microbatches(const xdc_cfg_node *seq, orch_run_config *c, xdc_cfg_errors *errs)
 {
-    double v[ORCH_MAX_REPLICAS];
-    c->n_replica_mb = parse_list(seq, "microbatches_per_replica", "replica", 1, 1024, true, v, ORCH_MAX_REPLICAS, errs);
+    double v[ORCH_MAX_REPLICA_MB];
+    c->n_replica_mb = parse_list(seq, "microbatches_per_replica", "replica", 1, 1024, true, v, ORCH_MAX_REPLICA_MB,
+                                 errs);
     for (int i = 0; i < c->n_replica_mb; i++) c->replica_mb[i] = (int)v[i];
     return c->n_replica_mb == 0;
+}
+
+xdc_err_t orch_run_config_replica_mb(const orch_run_config *c, int n_regions, int n_replicas, int region, int replica,
+                                     int *out, xdc_diag *diag)
+{
+    int n = c->n_replica_mb;
+    if (n && n != n_replicas && n != n_regions * n_replicas) {
+        xdc_diag_set(diag,
+                     "microbatches_per_replica in %s has %d entries; the run has %d replicas per region (one list "
+                     "for every region) and %d in all (one entry each, region by region)",
+                     c->path, n, n_replicas, n_regions * n_replicas);
+        return XDC_ERR_CONFIG;
+    }
+    *out = !n ? c->train.microbatches : c->replica_mb[n == n_replicas ? replica : region * n_replicas + replica];
+    return XDC_OK;
 }
 
 xdc_err_t orch_run_config_slowdown(const orch_run_config *c, int n_regions, double *out, xdc_diag *diag)

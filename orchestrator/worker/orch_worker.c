@@ -42,23 +42,19 @@ xdc_err_t orch_model_alloc_boundary(orch_model *m, size_t *bytes)
     return XDC_OK;
 }
 
-/* This replica's microbatches per step and the region's total (the run file's microbatches_per_replica, else
- * microbatches for each); *unequal when the counts differ. */
+/* This replica's microbatches per step and its region's total (the run file's microbatches_per_replica, else
+ * microbatches for each); *unequal when some replica of some region has another count. */
 static xdc_err_t replica_microbatches(orch_worker *w, bool *unequal, xdc_diag *diag)
 {
-    const orch_run_config *rc = w->cfg;
-    int n = w->id->n_replicas;
-    if (rc->n_replica_mb && rc->n_replica_mb != n) {
-        xdc_diag_set(diag, "microbatches_per_replica in %s has %d entries; a region here has %d replicas", rc->path,
-                     rc->n_replica_mb, n);
-        return XDC_ERR_CONFIG;
-    }
-    w->model.M = rc->n_replica_mb ? rc->replica_mb[w->id->replica] : rc->train.microbatches;
+    int n = w->id->n_replicas, regions = w->id->span ? 1 : w->id->n_regions,
+        region = w->id->span ? 0 : w->id->region_idx;
+    XDC_CHECK(orch_run_config_replica_mb(w->cfg, regions, n, region, w->id->replica, &w->model.M, diag));
     w->model.M_region = 0;
     *unequal = false;
-    for (int i = 0; i < n; i++) {
-        int m = rc->n_replica_mb ? rc->replica_mb[i] : rc->train.microbatches;
-        w->model.M_region += m;
+    for (int q = 0; q < regions * n; q++) {
+        int m;
+        XDC_CHECK(orch_run_config_replica_mb(w->cfg, regions, n, q / n, q % n, &m, diag));
+        if (q / n == region) w->model.M_region += m;
         *unequal |= m != w->model.M;
     }
     return XDC_OK;
@@ -88,12 +84,12 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
     w->model.C = c->model.n_embd;
     if (xdc_gpt_stage_is_first(w->model.st) || xdc_gpt_stage_is_last(w->model.st)) {
         /* Every replica of every region reads its own shard; the stages of one replica read the same one.
-         * Unequal replicas read their counts' share of each global step (xdc_data.h): every region's replicas
-         * have the same counts. */
+         * Unequal replicas read their counts' share of each global step (xdc_data.h). */
         int world = w->id->span ? 1 : w->id->n_regions * w->id->n_replicas;
-        int *counts = unequal ? xdc_malloc((size_t)world * sizeof *counts) : NULL;
+        int *counts = unequal ? xdc_malloc((size_t)world * sizeof *counts) : NULL, n = w->id->n_replicas;
         if (unequal && !counts) return XDC_ERR_NOMEM;
-        for (int q = 0; counts && q < world; q++) counts[q] = w->cfg->replica_mb[q % w->id->n_replicas];
+        for (int q = 0; counts && q < world; q++)
+            (void)orch_run_config_replica_mb(w->cfg, world / n, n, q / n, q % n, &counts[q], NULL); /* checked */
         xdc_data_config dc = {.batch = c->batch_size,
                               .seq_len = c->seq_len,
                               .val_fraction = c->val_fraction,

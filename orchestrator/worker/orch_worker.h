@@ -309,10 +309,10 @@ int orch_worker_syncs(const orch_worker *w, xdc_sync **out, int cap);
 /* The configuration every sync of the worker starts from (orch_member_sync_cfg): this stage's parameters,
  * named "gradients", the trace hook. */
 void orch_worker_sync_cfg(orch_worker *w, int across_regions, xdc_sync_cfg *out);
-/* Unequal replicas (microbatches_per_replica): each replica's microbatch count as its weight in the region's
- * mean of `sync` (xdc_sync_set_replica_weights), so the mean is over every microbatch of the step, as one
- * equal split of the same global batch would average it; the regions' sums are equal (every region has the
- * same counts), so their weights stay equal. No-op without the list or without replicas. */
+/* Unequal replicas (microbatches_per_replica): each replica's microbatch count as its weight in its region's
+ * mean (xdc_sync_set_replica_weights) and, where the regions' totals differ, each region's total as its weight
+ * across regions (xdc_sync_set_weights), so the mean of `sync` is over every microbatch of the step, as an
+ * equal split of the same global batch averages it. No-op without the list. */
 xdc_err_t orch_replica_weights(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
 /* Wait for the round of `sync` to end (xdc_sync_end, or the elastic wait), counted as exposed WAN time
  * and drawn on the trace's WAN lane. */
