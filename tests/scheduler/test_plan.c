@@ -369,6 +369,18 @@ XDC_TEST(plan_unequal_replicas_get_microbatches_by_speed)
     for (int r = 0; r < t->n_regions; r++) XDC_ASSERT_EQ(s->best.replica_mb[r], 0);
     xdc_plan_set_destroy(s);
     xdc_topology_destroy(t);
+    /* `plan: auto` runs the split: one count per replica, region by region (microbatches_per_replica). */
+    t = two_regions(2, 900, 300, 80, "bandwidth_gbps: 100, rtt_ms: 10");
+    static orch_run_config c;
+    orch_planned pl;
+    int eval_seqs;
+    apply_auto_run("unequal", "mode: sync\npipeline_stages: 1\nmicrobatches: 8\nbatch_size: 1\ncodec: none\n", t, &c,
+                   &pl, &eval_seqs);
+    XDC_ASSERT_EQ(c.n_replica_mb, 4);
+    XDC_ASSERT_MSG(c.replica_mb[0] == c.replica_mb[1] && c.replica_mb[2] == c.replica_mb[3] &&
+                       c.replica_mb[0] > 2 * c.replica_mb[2] && c.replica_mb[0] + c.replica_mb[2] == 16,
+                   "counts %d %d %d %d", c.replica_mb[0], c.replica_mb[1], c.replica_mb[2], c.replica_mb[3]);
+    xdc_topology_destroy(t);
 }
 
 /* The microbatch size (docs/planner.md, "Per-microbatch cost"): with the tokens per step fixed, a deep
