@@ -110,9 +110,11 @@ void orch_plan_describe(const orch_run_config *c, const xdc_plan *p, char *buf, 
         n += (size_t)snprintf(buf + n, cap - n, " %d-%d", c->stage_layer_begin[s], c->stage_layer_begin[s + 1] - 1);
     if (n < cap)
         snprintf(buf + n, cap - n,
-                 "), %d microbatches of %d sequences, codec %s, bucket %.2g MiB%s%s; predicted step %.3f s "
+                 "), %d microbatches%s of %d sequences, codec %s, bucket %.2g MiB%s%s; predicted step %.3f s "
                  "(compute %.3f, exposed WAN %.3f)",
-                 p->microbatches, p->micro_batch, p->codec, c->bucket_mb,
+                 p->microbatches,
+                 c->n_replica_mb ? " per replica on average (unequal replicas: microbatches_per_replica)" : "",
+                 p->micro_batch, p->codec, c->bucket_mb,
                  p->mode == XDC_PLAN_DILOCO || p->mode == XDC_PLAN_STREAMING ? ", with an outer period" : "",
                  p->keep_unsent ? ", keep_unsent (last round in the final codec)" : "", p->t_step, p->t_compute,
                  p->t_wan_exposed);
