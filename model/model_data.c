@@ -29,6 +29,8 @@ struct xdc_data {
     uint32_t *perm;      /* (train_windows) order of the current epoch */
     uint64_t perm_epoch; /* epoch `perm` was drawn for */
     xdc_data_pos pos;
+    int *mb;         /* (world) cfg.microbatches copied, or NULL */
+    size_t mb_total; /* Σ mb: microbatches of a global step */
 };
 
 /* Appends the whole file to buf (grown as needed). */
@@ -159,8 +161,14 @@ static xdc_err_t decode_tokens(xdc_data *d, const char *path, const uint8_t *raw
 static xdc_err_t check_config(const xdc_data_config *c, xdc_diag *diag)
 {
     if (c->batch >= 1 && c->seq_len >= 1 && c->val_fraction > 0.0 && c->val_fraction < 1.0 && c->world >= 1 &&
-        c->rank >= 0 && c->rank < c->world && c->vocab_size >= 2 && c->vocab_size <= 65536)
+        c->rank >= 0 && c->rank < c->world && c->vocab_size >= 2 && c->vocab_size <= 65536) {
+        for (int q = 0; c->microbatches && q < c->world; q++)
+            if (c->microbatches[q] < 1 || c->microbatches[q] > 1024) {
+                xdc_diag_set(diag, "data: rank %d's microbatches %d is not in [1, 1024]", q, c->microbatches[q]);
+                return XDC_ERR_INVALID;
+            }
         return XDC_OK;
+    }
     xdc_diag_set(diag,
                  "data: need batch, seq_len >= 1, 0 < val_fraction < 1, 0 <= rank < world, 2 <= vocab <= 65536 "
                  "(got B=%d T=%d val=%g rank=%d world=%d vocab=%d)",
@@ -178,12 +186,23 @@ xdc_err_t xdc_data_open_bytes(const char *name, const uint8_t *raw, size_t len, 
     xdc_err_t rc;
     XDC_CHECK_GOTO(decode_tokens(d, name, raw, len, diag), rc, fail);
 
-    size_t T = (size_t)cfg->seq_len, per_batch = (size_t)cfg->batch * (size_t)cfg->world;
+    if (cfg->microbatches) {
+        d->mb = xdc_malloc((size_t)cfg->world * sizeof *d->mb);
+        if (!d->mb) {
+            rc = XDC_ERR_NOMEM;
+            goto fail;
+        }
+        memcpy(d->mb, cfg->microbatches, (size_t)cfg->world * sizeof *d->mb);
+        d->cfg.microbatches = d->mb;
+        for (int q = 0; q < cfg->world; q++) d->mb_total += (size_t)d->mb[q];
+    }
+    /* windows of one global batch (equal), or of one global step (unequal: whole steps make an epoch) */
+    size_t T = (size_t)cfg->seq_len, per_batch = (size_t)cfg->batch * (d->mb ? d->mb_total : (size_t)cfg->world);
     d->n_train = (size_t)((double)d->n_tokens * (1.0 - cfg->val_fraction));
     d->train_windows = d->n_train > T ? (d->n_train - 1) / T : 0;
     size_t n_val = d->n_tokens - d->n_train;
     d->val_windows = n_val > T ? (n_val - 1) / T : 0;
-    d->batches_per_epoch = d->train_windows / per_batch;
+    d->batches_per_epoch = d->train_windows / per_batch * (d->mb ? (size_t)d->mb[cfg->rank] : 1);
     if (d->batches_per_epoch == 0 || d->val_windows == 0 || d->train_windows > UINT32_MAX) {
         xdc_diag_set(diag,
                      "%s: %zu tokens give %zu train and %zu validation windows of %zu tokens; need at least "
@@ -224,6 +243,7 @@ void xdc_data_destroy(xdc_data *d)
     if (!d) return;
     xdc_free(d->tokens);
     xdc_free(d->perm);
+    xdc_free(d->mb);
     xdc_free(d);
 }
 
@@ -250,11 +270,23 @@ static void copy_window(const xdc_data *d, size_t start, int32_t *in, int32_t *t
     }
 }
 
+/* The global microbatch slot of this rank's batch `batch` of the epoch (xdc_data.h): batch·world + rank when
+ * every rank reads one per global batch, else its slot in the round-robin of its step. */
+static size_t slot_of(const xdc_data *d, uint64_t batch)
+{
+    if (!d->mb) return (size_t)batch * (size_t)d->cfg.world + (size_t)d->cfg.rank;
+    int own = d->mb[d->cfg.rank], j = (int)(batch % (uint64_t)own);
+    size_t slot = (size_t)(batch / (uint64_t)own) * d->mb_total;
+    for (int q = 0; q < d->cfg.world; q++)
+        slot += (size_t)(d->mb[q] < j ? d->mb[q] : j) + (q < d->cfg.rank && d->mb[q] > j);
+    return slot;
+}
+
 xdc_err_t xdc_data_next_train(xdc_data *d, int32_t *inputs, int32_t *targets)
 {
     draw_perm(d, d->pos.epoch);
     size_t T = (size_t)d->cfg.seq_len, B = (size_t)d->cfg.batch;
-    size_t base = ((size_t)d->pos.batch * (size_t)d->cfg.world + (size_t)d->cfg.rank) * B;
+    size_t base = slot_of(d, d->pos.batch) * B;
     for (size_t j = 0; j < B; j++) copy_window(d, (size_t)d->perm[base + j] * T, inputs + j * T, targets + j * T);
     if (++d->pos.batch == d->batches_per_epoch) {
         d->pos.batch = 0;

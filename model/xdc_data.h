@@ -12,7 +12,12 @@
  * Split: the first (1 - val_fraction) of the tokens train, the rest validate. Train windows start at
  * multiples of T; epoch e visits them in the order of a Fisher–Yates permutation seeded by (seed, e), and
  * global batch k of the epoch gives rank r the windows perm[(k*world + r)*B .. +B), so replicas never see
- * the same window in an epoch. Validation batches are fixed (no shuffle), also sharded by rank. */
+ * the same window in an epoch. With unequal microbatch counts m_q per step (xdc_data_config.microbatches), step
+ * s is global batch s of M = Σ m_q microbatches (B windows each): its microbatch slots go round-robin over the
+ * ranks that still have one, rank r's j-th microbatch of the step taking slot Σ_q min(m_q, j) + #{q < r: m_q > j}
+ * (j·world + r when all are equal), so the step's windows are perm[s·M·B .. (s+1)·M·B) as for a single rank
+ * reading M microbatches per step; an epoch is whole steps. Validation batches are fixed (no shuffle), also
+ * sharded by rank. */
 #ifndef XDC_DATA_H
 #define XDC_DATA_H
 
@@ -26,7 +31,10 @@ typedef struct xdc_data_config {
     double val_fraction; /* in (0, 1) */
     uint64_t seed;
     int rank, world; /* data-parallel shard: 0 <= rank < world */
-    int vocab_size;  /* every token must be below it */
+    /* Unequal replicas: (world) microbatches each rank reads per step, each in [1, 1024] (copied); NULL: every
+     * rank reads one batch per global batch. */
+    const int *microbatches;
+    int vocab_size; /* every token must be below it */
 } xdc_data_config;
 
 /* Where the train stream is: the next batch is batch `batch` of epoch `epoch`. */

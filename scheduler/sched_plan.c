@@ -392,9 +392,13 @@ static int codec_rank(const char *codec)
     return topo_codec_info_get(codec, 100, &ci) == XDC_OK ? ci.rank : 9;
 }
 
-static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int n_active, double t_pipe,
-                             double compute, double bubble)
+/* The WAN side of a data-parallel structure: equal and split are the pipeline phase, its compute and bubble,
+ * with M microbatches for every replica and with base->replica_mb's split (dp_split), which sync mode runs; the
+ * outer-round modes run the equal split. */
+static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int n_active, const double *equal,
+                             const double *split)
 {
+    double t_pipe = equal[0], compute = equal[1], bubble = equal[2];
     char codecs[MAX_CODECS][16];
     int n_codecs = topo_codec_ladder(false, codecs, MAX_CODECS);
     if (s->o->codec[0] || n_active < 2) /* fixed, or no WAN to cross */
@@ -412,15 +416,15 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
             p.delay_steps = s->o->delay_steps;
             /* Delayed averaging: the round runs while the next step's pipeline computes, so only what
              * outlasts that pass shows: step = max(pass, round) + closing. */
-            double shown = p.delay_steps ? fmax(0, round - t_pipe) : round;
+            double shown = p.delay_steps ? fmax(0, round - split[0]) : round;
             p.t_intra = n_active < 2 ? shown : fmin(intra, shown); /* what overlaps the backward is hidden */
             p.t_wan_exposed = shown - p.t_intra;
             p.t_intra += closing;
-            p.t_step = t_pipe + shown + closing;
+            p.t_step = split[0] + shown + closing;
             p.fidelity = codec_rank(codec);
             dp_wan_totals(s, &p, wire, 1);
-            p.t_compute = compute;
-            p.t_bubble = bubble;
+            p.t_compute = split[1];
+            p.t_bubble = split[2];
             add_cand(s, &p);
         }
         if (n_active < 2 || strcmp(codec, "none") == 0) continue; /* outer rounds always compress */
@@ -438,6 +442,7 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
                 int keep = mode == XDC_PLAN_DILOCO && keep_unsent_for(s, base, codec);
                 if (!mode_allowed(s, mode) || (s->o->keep_unsent > 0 && !keep)) continue;
                 p = *base;
+                memset(p.replica_mb, 0, sizeof p.replica_mb); /* outer rounds: every replica runs M */
                 snprintf(p.codec, sizeof p.codec, "%s", codec);
                 p.mode = mode;
                 p.keep_unsent = keep;
@@ -541,6 +546,57 @@ static void dp_pick_micro_batch(search *s, xdc_plan *base, int P, int D, dp_regi
     *bubble = best.t_bubble;
 }
 
+/* Unequal replicas: the M x D microbatches of a step split over the replicas by speed. Greedily, one more
+ * microbatch per replica goes to the region whose replicas would then finish soonest, (m_r + 1) x c_r with c_r
+ * its slowest stage's time per microbatch (1F1B's steady-state rate), until every microbatch is placed (each
+ * replica at least one). Kept (p->replica_mb, *pipe = the split's slowest region's pipeline phase, its compute
+ * and bubble) only where the regions' speeds differ and the split shortens the phase; else p->replica_mb stays
+ * 0 and *pipe the equal split's. */
+static void dp_split(search *s, xdc_plan *p, const double *equal, double *pipe)
+{
+    int n = s->t->n_regions, total = 0, target = 0, m[XDC_TOPO_MAX_REGIONS] = {0}; /* target: Σ replicas x M */
+    double c[XDC_TOPO_MAX_REGIONS] = {0}, lo = 1e300, hi = 0;
+    memcpy(pipe, equal, 3 * sizeof *pipe);
+    memset(p->replica_mb, 0, sizeof p->replica_mb);
+    p->split_pipe = equal[0];
+    for (int r = 0; r < n; r++) {
+        if (!p->replicas[r]) continue;
+        for (int i = 0; i < p->stages; i++)
+            c[r] = fmax(c[r], topo_stage_compute_s(s->t, r, i, p->stage[i].flops_mb, tokens_mb(s), &s->o->calib));
+        lo = fmin(lo, c[r]), hi = fmax(hi, c[r]);
+        m[r] = 1;
+        total += p->replicas[r];
+        target += p->replicas[r] * p->microbatches;
+    }
+    if (hi <= lo * (1 + 1e-9) || total > target) return;
+    while (total < target) {
+        int best = -1;
+        for (int r = 0; r < n; r++)
+            if (p->replicas[r] && p->replicas[r] <= target - total &&
+                (best < 0 || (m[r] + 1) * c[r] < (m[best] + 1) * c[best]))
+                best = r;
+        if (best < 0) return; /* no region's replicas fit the rest exactly: keep the equal split */
+        m[best]++;
+        total += p->replicas[best];
+    }
+    double split[3] = {0}, all = 0;
+    for (int r = 0; r < n; r++) {
+        if (!p->replicas[r]) continue;
+        xdc_plan q = *p;
+        q.microbatches = m[r];
+        dp_region d;
+        dp_region_times(s, &q, r, &d);
+        if (d.t_pipe > split[0]) split[0] = d.t_pipe, split[1] = d.compute, split[2] = d.bubble;
+        for (int i = 0; i < p->stages; i++)
+            all += (double)p->replicas[r] * m[r] *
+                   topo_stage_compute_s(s->t, r, i, p->stage[i].flops_mb, tokens_mb(s), &s->o->calib);
+    }
+    host_bound(s, all, &split[0], &split[2]);
+    if (split[0] >= equal[0] * (1 - 1e-9)) return;
+    memcpy(pipe, split, sizeof split);
+    memcpy(p->replica_mb, m, sizeof m);
+}
+
 /* Data-parallel structures over the regions in `in` (1 = takes part). */
 static void search_dp(search *s, const unsigned char *in)
 {
@@ -563,9 +619,11 @@ static void search_dp(search *s, const unsigned char *in)
         dp_region dr[XDC_TOPO_MAX_REGIONS];
         double t_pipe, compute, bubble;
         dp_pick_micro_batch(s, &base, P, D, dr, &t_pipe, &compute, &bubble);
+        double equal[3] = {t_pipe, compute, bubble}, split[3];
+        dp_split(s, &base, equal, split);
         for (size_t bi = 0; bi < sizeof bucket_mbs / sizeof *bucket_mbs; bi++) {
             base.bucket_mb = s->o->bucket_mb > 0 ? s->o->bucket_mb : bucket_mbs[bi];
-            dp_comm_settings(s, &base, dr, n_active, t_pipe, compute, bubble);
+            dp_comm_settings(s, &base, dr, n_active, equal, split);
             double biggest = 0;
             for (int i = 0; i < P; i++) biggest = fmax(biggest, base.stage[i].params * 4 / 1048576.0);
             if (s->o->bucket_mb > 0 || base.bucket_mb >= biggest) break; /* larger buckets change nothing */
@@ -1005,7 +1063,8 @@ xdc_err_t xdc_plan_replan_wan(const xdc_topology *t, const xdc_model_shape *m, c
     for (int i = 0; i < set->n_cands; i++) {
         const xdc_plan *p = &set->cands[i];
         int same = (p->mode == XDC_PLAN_PIPELINE) == (cur->mode == XDC_PLAN_PIPELINE) &&
-                   p->keep_unsent == cur->keep_unsent && memcmp(p->replicas, cur->replicas, sizeof p->replicas) == 0;
+                   p->keep_unsent == cur->keep_unsent && memcmp(p->replicas, cur->replicas, sizeof p->replicas) == 0 &&
+                   memcmp(p->replica_mb, cur->replica_mb, sizeof p->replica_mb) == 0; /* the run's counts stay */
         for (int k = 0; same && k < p->stages; k++)
             same = p->stage[k].region == cur->stage[k].region && p->stage[k].layer_begin == cur->stage[k].layer_begin &&
                    p->stage[k].layer_end == cur->stage[k].layer_end;

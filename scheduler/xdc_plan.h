@@ -107,6 +107,12 @@ typedef struct xdc_plan {
     int chain[XDC_PLAN_MAX_CHAIN], n_chain; /* pipeline mode: regions in stage order */
     int cut_layer[XDC_PLAN_MAX_CHAIN];      /* pipeline mode: first layer after each WAN cut */
     int microbatches, micro_batch, seq_len;
+    /* Unequal replicas (sync mode; docs/planner.md): microbatches per step of each replica of region r, the same
+     * M x D microbatches per step split by the regions' speed so none waits for a slower one; all 0: M for every
+     * replica. split_pipe: the pipeline phase the equal split would take (the plan's t_compute + t_bubble are
+     * the split's), for --explain. */
+    int replica_mb[XDC_TOPO_MAX_REGIONS];
+    double split_pipe;
     /* How b was chosen (data-parallel plans): mb_tried sizes priced (0: b was given or pinned); mb_pick[0]
      * the chosen, [1] the fewest microbatches, [2] the most. */
     int mb_tried;

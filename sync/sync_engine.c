@@ -131,6 +131,9 @@ struct xdc_sync {
     float *weight;
     uint8_t *member;
     int n_members;
+    /* With replicas: this replica's weight in its region's mean and Σ of the replicas' weights in replica order
+     * (xdc_sync_set_replica_weights), 0 while they are all equal (the plain mean of the reduce-scatter) */
+    float rep_weight, rep_total;
     /* (n_regions) 1 where xdc_sync_lose said the region left (any thread writes, the comm thread reads;
      * atomics), and 1 where this round gave up on a shard of the region because it had left (comm thread). */
     uint8_t *lost, *missed;
@@ -324,10 +327,16 @@ static xdc_err_t stage_a(xdc_sync *s, bucket *k, xdc_diag *diag)
             XDC_CHECK(dev->copy_d2d(s->pad, s->buf + k->lo, k->len * sizeof(float), s->stream));
             XDC_CHECK(dev->memset(s->pad + k->len, 0, (k->plen - k->len) * sizeof(float), s->stream));
         }
+        /* Weighted replicas: each scales its contribution (the buffer is overwritten by the gather anyway), the
+         * collective sums, and the shard is divided by Σ w; equal weights keep the plain mean's arithmetic. */
+        float total = s->rep_total;
+        if (total > 0.0f) XDC_CHECK(on_comm_stream(s, src, NULL, k->plen, s->rep_weight));
         XDC_CHECK(dev->stream_sync(s->stream)); /* the collective reads what the device wrote */
         xdc_intra_req *req = NULL;
-        xdc_err_t rc = xdc_intra_reduce_scatter(s->cfg.dp, src, x, k->shard, XDC_INTRA_F32, XDC_INTRA_AVG, &req);
+        xdc_err_t rc = xdc_intra_reduce_scatter(s->cfg.dp, src, x, k->shard, XDC_INTRA_F32,
+                                                total > 0.0f ? XDC_INTRA_SUM : XDC_INTRA_AVG, &req);
         XDC_CHECK(intra_wait(s, rc, req, diag));
+        if (total > 0.0f) XDC_CHECK(on_comm_stream(s, x, NULL, k->shard, 1.0f / total));
         s->rst.intra_seconds += secs_since(t0);
         trace(s, XDC_SYNC_PHASE_REDUCE_SCATTER, t0, 0);
     } else {
@@ -1169,6 +1178,31 @@ xdc_err_t xdc_sync_set_weights(xdc_sync *s, const float *weight, xdc_diag *diag)
     }
     pthread_mutex_unlock(&e->mu);
     if (!idle) xdc_diag_set(diag, "sync %s: members changed during a round", s->cfg.name);
+    return idle ? XDC_OK : XDC_ERR_INVALID;
+}
+
+xdc_err_t xdc_sync_set_replica_weights(xdc_sync *s, const float *weight, xdc_diag *diag)
+{
+    float total = 0;
+    int equal = 1;
+    for (int i = 0; i < s->dp_size; i++) {
+        if (!(weight[i] > 0.0f && weight[i] <= XDC_SYNC_MAX_WEIGHT)) { /* NaN fails too */
+            xdc_diag_set(diag, "sync %s: replica %d's weight %g is not in (0, %g]", s->cfg.name, i, (double)weight[i],
+                         (double)XDC_SYNC_MAX_WEIGHT);
+            return XDC_ERR_INVALID;
+        }
+        total += weight[i];
+        equal &= weight[i] == weight[0];
+    }
+    xdc_sync_engine *e = s->eng;
+    pthread_mutex_lock(&e->mu);
+    int idle = s->done && !s->active;
+    if (idle) {
+        s->rep_weight = weight[s->dp_rank];
+        s->rep_total = equal ? 0.0f : total;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (!idle) xdc_diag_set(diag, "sync %s: replica weights changed during a round", s->cfg.name);
     return idle ? XDC_OK : XDC_ERR_INVALID;
 }
 

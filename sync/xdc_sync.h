@@ -156,6 +156,16 @@ xdc_err_t xdc_sync_residual_take(xdc_sync *s, float *dst, xdc_diag *diag);
  * Between rounds only (XDC_ERR_INVALID during one); this region must be a member. */
 #define XDC_SYNC_MAX_WEIGHT 1e30f
 xdc_err_t xdc_sync_set_weights(xdc_sync *s, const float *weight, xdc_diag *diag);
+/* The same weighting one level down, inside the region: each replica's weight in the region's contribution from
+ * now on (weight: (dp size), in the data-parallel group's rank order, each in (0, XDC_SYNC_MAX_WEIGHT]; equal at
+ * creation). The region's contribution becomes Σ w_i·x_i / Σ w_i: each replica scales its buffer by its weight
+ * before the intra reduce-scatter, which sums, and the reduced shard is multiplied by 1 / Σ w_i (the sum in
+ * replica order, fp32) before the WAN exchange; the all-gather gives every replica the same bytes provided every
+ * replica was given the same weights. Equal weights keep the plain mean's reduce-scatter bit for bit. Unequal
+ * replicas (docs/runtime.md): replica i ran w_i microbatches and averaged its gradients over them, so the region's
+ * mean is the mean over all its microbatches; across regions, give each region xdc_sync_set_weights its Σ w_i.
+ * Between rounds only (XDC_ERR_INVALID during one). */
+xdc_err_t xdc_sync_set_replica_weights(xdc_sync *s, const float *weight, xdc_diag *diag);
 /* xdc_sync_set_weights with weight 1 for each nonzero member[r] (n_regions) and 0 for the others: the plain
  * mean over the members (a DiLoCo quorum round). */
 xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, xdc_diag *diag);

@@ -114,6 +114,14 @@ static void plan_oneline(FILE *f, const xdc_topology *t, const xdc_plan *p)
             p->tokens / p->t_step, p->wan_bytes / 1e6, p->fidelity);
 }
 
+/* Whether p splits the step's microbatches unequally over the replicas (xdc_plan.replica_mb). */
+static int plan_split(const xdc_plan *p)
+{
+    for (int r = 0; r < XDC_TOPO_MAX_REGIONS; r++)
+        if (p->replica_mb[r]) return 1;
+    return 0;
+}
+
 void plan_print(FILE *f, const xdc_topology *t, const xdc_plan *p)
 {
     fprintf(f, "  mode %s, %d stage%s per replica, %d microbatches of %dx%d tokens", xdc_plan_mode_name(p->mode),
@@ -130,6 +138,11 @@ void plan_print(FILE *f, const xdc_topology *t, const xdc_plan *p)
     if (p->delay_steps) fprintf(f, "  gradients averaged while the next step computes, applied one step late\n");
     fprintf(f, "  replicas per region:");
     for (int r = 0; r < t->n_regions; r++) fprintf(f, " %s=%d", t->regions[r].name, p->replicas[r]);
+    if (plan_split(p)) {
+        fprintf(f, "\n  microbatches per replica (unequal replicas):");
+        for (int r = 0; r < t->n_regions; r++)
+            if (p->replicas[r]) fprintf(f, " %s=%d", t->regions[r].name, p->replica_mb[r]);
+    }
     fprintf(f, "\n  stages:\n");
     for (int i = 0; i < p->stages; i++) {
         const xdc_plan_stage *s = &p->stage[i];
@@ -278,6 +291,31 @@ static void explain_microbatches(const xdc_plan *b)
                "they save\n");
 }
 
+/* Why the replicas' microbatch counts: each region's replicas compute a microbatch at their GPUs' speed, and
+ * sync mode's step waits for the slowest replica, so the faster ones take more of the same global batch. */
+static void explain_replica_split(const xdc_topology *t, const xdc_plan *b)
+{
+    int used = 0, total = 0;
+    for (int r = 0; r < t->n_regions; r++) used += b->replicas[r] > 0, total += b->replicas[r] * b->microbatches;
+    if (b->mode != XDC_PLAN_SYNC || used < 2) return;
+    if (!plan_split(b)) {
+        printf("  replicas: every replica runs M = %d microbatches (the taking-part regions' GPUs are equally fast, "
+               "or no split of the step's microbatches finishes sooner)\n",
+               b->microbatches);
+        return;
+    }
+    printf("  replicas: unequal microbatch counts, the same %d microbatches per step, the gradient mean weighted by "
+           "count (docs/runtime.md):\n",
+           total);
+    for (int r = 0; r < t->n_regions; r++)
+        if (b->replicas[r])
+            printf("    %s: %d replicas x %d microbatches (%s, %g bf16 TFLOPS)\n", t->regions[r].name, b->replicas[r],
+                   b->replica_mb[r], t->regions[r].gpu_model, t->regions[r].gpu_bf16_tflops);
+    printf("    faster GPUs take more microbatches so no replica waits for a slower one: pipeline phase %.4g s, "
+           "against %.4g s with M = %d for every replica\n",
+           b->t_compute + b->t_bubble, b->split_pipe, b->microbatches);
+}
+
 /* Why the layer split: data-parallel stages balance compute on the slowest taking-part GPUs (the LM head's
  * stage gets fewer layers); a cross-region pipeline gives each region layers in proportion to its speed. */
 static void explain_split(const xdc_plan *b)
@@ -349,6 +387,7 @@ static void explain(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan
     explain_regime(t, s);
     explain_regions(t, s);
     explain_microbatches(&s->best);
+    explain_replica_split(t, &s->best);
     explain_split(&s->best);
     for (int i = 0; i < s->n_cands && i < 60; i++) {
         printf("  %3d. ", i + 1);

@@ -87,6 +87,11 @@ xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planne
             snprintf(c->diloco.final_codec, sizeof c->diloco.final_codec, "%s", p->final_codec);
         if (!c->diloco.outer_lr_set && p->outer_lr > 0) c->diloco.outer_lr = p->outer_lr;
     }
+    /* Unequal replicas: the plan's counts, one per replica, region by region (orch_run_config_replica_mb). */
+    c->n_replica_mb = 0;
+    for (int r = 0; p->mode == XDC_PLAN_SYNC && r < t->n_regions; r++)
+        for (int i = 0; p->replica_mb[r] && i < p->replicas[r] && c->n_replica_mb < ORCH_MAX_REPLICA_MB; i++)
+            c->replica_mb[c->n_replica_mb++] = p->replica_mb[r];
     if (p->inner_steps > 0) c->diloco.inner_steps = p->inner_steps;
     if (p->fragments > 0) c->streaming.fragments = p->fragments;
     /* The plan's layer partition (faster GPUs get more layers). */
@@ -105,9 +110,11 @@ void orch_plan_describe(const orch_run_config *c, const xdc_plan *p, char *buf, 
         n += (size_t)snprintf(buf + n, cap - n, " %d-%d", c->stage_layer_begin[s], c->stage_layer_begin[s + 1] - 1);
     if (n < cap)
         snprintf(buf + n, cap - n,
-                 "), %d microbatches of %d sequences, codec %s, bucket %.2g MiB%s%s; predicted step %.3f s "
+                 "), %d microbatches%s of %d sequences, codec %s, bucket %.2g MiB%s%s; predicted step %.3f s "
                  "(compute %.3f, exposed WAN %.3f)",
-                 p->microbatches, p->micro_batch, p->codec, c->bucket_mb,
+                 p->microbatches,
+                 c->n_replica_mb ? " per replica on average (unequal replicas: microbatches_per_replica)" : "",
+                 p->micro_batch, p->codec, c->bucket_mb,
                  p->mode == XDC_PLAN_DILOCO || p->mode == XDC_PLAN_STREAMING ? ", with an outer period" : "",
                  p->keep_unsent ? ", keep_unsent (last round in the final codec)" : "", p->t_step, p->t_compute,
                  p->t_wan_exposed);

@@ -21,7 +21,7 @@ static const char *const ckpt_failure_words[] = {"stop", "continue", NULL};
 typedef struct {
     orch_run_config c;
     char model[512], data[512], mode[16], plan[16], ckpt_failure[16];
-    const xdc_cfg_node *diloco, *streaming, *timeouts, *elastic, *sync, *slowdown;
+    const xdc_cfg_node *diloco, *streaming, *timeouts, *elastic, *sync, *slowdown, *replica_mb;
 } run_in;
 
 #define RUN_FIELD(key, type, member, req, lo, hi)                                                 \
@@ -43,6 +43,7 @@ static const xdc_cfg_field top_fields[] = {
     RUN_FIELD("span_regions", XDC_CFG_BOOL, span_regions, false, 0, 0),
     RUN_FIELD("activation_codec", XDC_CFG_STRING, activation_codec, false, 0, 0),
     RUN_FIELD("microbatches", XDC_CFG_INT, microbatches, false, 1, 1024),
+    {"microbatches_per_replica", XDC_CFG_NODE, offsetof(run_in, replica_mb), 0, false, 0, 0, NULL},
     RUN_FIELD("batch_size", XDC_CFG_INT, batch_size, false, 1, 65536),
     RUN_FIELD("steps", XDC_CFG_INT, steps, false, 1, 100000000),
     RUN_FIELD("eval_interval", XDC_CFG_INT, eval_interval, false, 1, 100000000),
@@ -95,27 +96,53 @@ static const xdc_cfg_field elastic_fields[] = {
 
 const char *orch_mode_name(orch_mode m) { return mode_words[m]; }
 
-/* diloco.slowdown: a list of numbers in [1, 1000], one per region; the errors it has. */
-static int parse_slowdown(const xdc_cfg_node *seq, orch_diloco_config *d, xdc_cfg_errors *errs)
+/* A list of 1 to `max` numbers in [lo, hi] (integers when `integer`) at `seq`, for key `key` (the errors name
+ * it, and `what` says what each entry is for); its length, or 0 with the errors added. */
+static int parse_list(const xdc_cfg_node *seq, const char *key, const char *what, double lo, double hi, bool integer,
+                      double *out, int max, xdc_cfg_errors *errs)
 {
     int n = xdc_cfg_seq_len(seq);
-    if (xdc_cfg_node_kind(seq) != XDC_CFG_SEQUENCE || n < 1 || n > ORCH_MAX_SLOWDOWN) {
-        xdc_cfg_error_at(errs, seq, "diloco.slowdown: a list of 1 to %d numbers (one per region) expected",
-                         ORCH_MAX_SLOWDOWN);
-        return 1;
+    if (xdc_cfg_node_kind(seq) != XDC_CFG_SEQUENCE || n < 1 || n > max) {
+        xdc_cfg_error_at(errs, seq, "%s: a list of 1 to %d numbers (one per %s) expected", key, max, what);
+        return 0;
     }
     for (int i = 0; i < n; i++) {
         const char *text = xdc_cfg_scalar(xdc_cfg_seq_item(seq, i));
         char *end = NULL;
         double v = text ? strtod(text, &end) : 0;
-        if (!text || end == text || *end || !(v >= 1.0 && v <= 1000.0)) {
-            xdc_cfg_error_at(errs, xdc_cfg_seq_item(seq, i), "diloco.slowdown[%d]: a number in [1, 1000] expected", i);
-            return 1;
+        if (!text || end == text || *end || !(v >= lo && v <= hi) || (integer && v != (double)(int)v)) {
+            xdc_cfg_error_at(errs, xdc_cfg_seq_item(seq, i), "%s[%d]: %s in [%g, %g] expected", key, i,
+                             integer ? "an integer" : "a number", lo, hi);
+            return 0;
         }
-        d->slowdown[i] = v;
+        out[i] = v;
     }
-    d->n_slowdown = n;
-    return 0;
+    return n;
+}
+
+/* microbatches_per_replica: integers in [1, 1024], one per data-parallel replica. */
+static int parse_replica_microbatches(const xdc_cfg_node *seq, orch_run_config *c, xdc_cfg_errors *errs)
+{
+    double v[ORCH_MAX_REPLICA_MB];
+    c->n_replica_mb = parse_list(seq, "microbatches_per_replica", "replica", 1, 1024, true, v, ORCH_MAX_REPLICA_MB,
+                                 errs);
+    for (int i = 0; i < c->n_replica_mb; i++) c->replica_mb[i] = (int)v[i];
+    return c->n_replica_mb == 0;
+}
+
+xdc_err_t orch_run_config_replica_mb(const orch_run_config *c, int n_regions, int n_replicas, int region, int replica,
+                                     int *out, xdc_diag *diag)
+{
+    int n = c->n_replica_mb;
+    if (n && n != n_replicas && n != n_regions * n_replicas) {
+        xdc_diag_set(diag,
+                     "microbatches_per_replica in %s has %d entries; the run has %d replicas per region (one list "
+                     "for every region) and %d in all (one entry each, region by region)",
+                     c->path, n, n_replicas, n_regions * n_replicas);
+        return XDC_ERR_CONFIG;
+    }
+    *out = !n ? c->train.microbatches : c->replica_mb[n == n_replicas ? replica : region * n_replicas + replica];
+    return XDC_OK;
 }
 
 xdc_err_t orch_run_config_slowdown(const orch_run_config *c, int n_regions, double *out, xdc_diag *diag)
@@ -203,7 +230,12 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     XDC_CHECK(xdc_cfg_load_file(path, &doc, errs));
     int bad = xdc_cfg_map_fields(xdc_cfg_root(doc), top_fields, N(top_fields), &in, errs);
     if (in.diloco) bad += xdc_cfg_map_fields(in.diloco, diloco_fields, N(diloco_fields), &in, errs);
-    if (in.slowdown) bad += parse_slowdown(in.slowdown, &c->diloco, errs);
+    if (in.slowdown) {
+        c->diloco.n_slowdown = parse_list(in.slowdown, "diloco.slowdown", "region", 1, 1000, false, c->diloco.slowdown,
+                                          ORCH_MAX_SLOWDOWN, errs);
+        bad += c->diloco.n_slowdown == 0;
+    }
+    if (in.replica_mb) bad += parse_replica_microbatches(in.replica_mb, c, errs);
     if (in.streaming) bad += xdc_cfg_map_fields(in.streaming, streaming_fields, N(streaming_fields), &in, errs);
     if (in.elastic) bad += xdc_cfg_map_fields(in.elastic, elastic_fields, N(elastic_fields), &in, errs);
     c->elastic.set = in.elastic != NULL;
@@ -305,6 +337,12 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
                           "multiple of it (it is %d) and plan: off: a round in flight is in no checkpoint, and the "
                           "planner's period and re-plans do not count it",
                           dc->overlap_steps, dc->inner_steps, c->checkpoint_every);
+        return XDC_ERR_CONFIG;
+    }
+    if (c->n_replica_mb && (c->mode != ORCH_MODE_SYNC || c->span_regions || c->elastic.set || c->plan_auto)) {
+        xdc_cfg_error_add(errs, 0, 0,
+                          "microbatches_per_replica needs mode sync without span_regions, elastic: or plan: auto "
+                          "(the planner then chooses the split)");
         return XDC_ERR_CONFIG;
     }
     if (c->span_regions && c->mode != ORCH_MODE_SYNC) {

@@ -14,8 +14,9 @@
 
 typedef enum { ORCH_MODE_SYNC = 0, ORCH_MODE_DILOCO = 1, ORCH_MODE_STREAMING = 2 } orch_mode;
 
-#define ORCH_MAX_STAGES   64
-#define ORCH_MAX_SLOWDOWN 256 /* diloco.slowdown entries: one per region at most (XDC_TOPO_MAX_REGIONS) */
+#define ORCH_MAX_STAGES     64
+#define ORCH_MAX_SLOWDOWN   256  /* diloco.slowdown entries: one per region at most (XDC_TOPO_MAX_REGIONS) */
+#define ORCH_MAX_REPLICA_MB 1024 /* microbatches_per_replica entries: one per replica (of a region or of all) */
 
 /* The run file's sections, one struct each, named as in the YAML (docs/config.md). */
 typedef struct orch_diloco_config {
@@ -76,10 +77,15 @@ typedef struct orch_run_config {
     char data_path[512];
     xdc_train_config train; /* loaded from model_path, then overridden by the run file */
     orch_mode mode;
-    int pipeline_stages;             /* per replica; divides each region's workers */
-    bool span_regions;               /* one pipeline over every worker of every region (stages cross the WAN) */
-    char activation_codec[32];       /* codec of activations crossing the WAN: none|bf16|int8 */
-    int microbatches;                /* per replica per step (overrides the model file when set) */
+    int pipeline_stages;       /* per replica; divides each region's workers */
+    bool span_regions;         /* one pipeline over every worker of every region (stages cross the WAN) */
+    char activation_codec[32]; /* codec of activations crossing the WAN: none|bf16|int8 */
+    int microbatches;          /* per replica per step (overrides the model file when set) */
+    /* Unequal replicas (docs/runtime.md): microbatches per step of each data-parallel replica, n_replica_mb of
+     * them: one per replica of a region in replica order (every region the same), or one per replica of every
+     * region, region-major (orch_run_config_replica_mb); 0: `microbatches` for every replica */
+    int replica_mb[ORCH_MAX_REPLICA_MB];
+    int n_replica_mb;
     int batch_size;                  /* sequences per microbatch, when set (plan: auto: pins it) */
     int steps;                       /* overrides the model file when set */
     int eval_interval;               /* overrides the model file when set */
@@ -112,6 +118,11 @@ typedef struct orch_run_config {
 } orch_run_config;
 
 xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_errors *errs);
+/* The microbatches per step of replica `replica` of region `region` (n_regions regions of n_replicas each);
+ * XDC_ERR_CONFIG, with the counts named, when microbatches_per_replica has neither n_replicas nor
+ * n_regions x n_replicas entries. */
+xdc_err_t orch_run_config_replica_mb(const orch_run_config *c, int n_regions, int n_replicas, int region, int replica,
+                                     int *out, xdc_diag *diag);
 
 /* ---- timeouts (orch_timeouts.c) ------------------------------------------------------------------- */
 

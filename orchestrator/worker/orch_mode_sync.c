@@ -39,7 +39,8 @@ static xdc_err_t sync_setup(orch_worker *w, void **state, xdc_diag *diag)
     orch_worker_sync_cfg(w, 1, &sc);
     orch_sync_device_cfg(w, &sc); /* the stage's device and compute stream */
     orch_elastic_setup(w);
-    return xdc_sync_create(orch_member_sync_engine(w->member), &sc, &st->grad, diag);
+    XDC_CHECK(xdc_sync_create(orch_member_sync_engine(w->member), &sc, &st->grad, diag));
+    return orch_replica_weights(w, st->grad, diag);
 }
 
 /* Delayed averaging: wait for the round in flight (the gradients of the step before) and make its averaged

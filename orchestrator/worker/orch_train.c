@@ -456,8 +456,8 @@ static xdc_err_t post_result(orch_worker *w, uint64_t hash, double wall, xdc_dia
     int regions = w->id->span ? 1 : w->elastic.on ? w->elastic.m.n_live : w->id->n_regions;
     snprintf(val, sizeof val, "%.4f %016llx %lld %.3f%s%s", w->prog.val_loss, (unsigned long long)hash,
              (long long)w->prog.step,
-             (double)w->prog.step * w->model.B * w->model.T * w->model.M * w->id->n_replicas * regions / wall,
-             mask[0] ? " " : "", mask);
+             (double)w->prog.step * w->model.B * w->model.T * w->model.M_region * regions / wall, mask[0] ? " " : "",
+             mask);
     return rdzv_set(orch_member_rdzv(w->member), RDZV_KEY_RESULT, val, diag);
 }
 
@@ -540,8 +540,7 @@ static void progress_line(orch_worker *w, float loss, double step_s, double comp
 {
     uint64_t tx, raw;
     wan_totals(w, &tx, &raw, NULL);
-    double tokens = (double)w->model.B * w->model.T * w->model.M * w->id->n_replicas *
-                    (w->id->span ? 1 : w->id->n_regions);
+    double tokens = (double)w->model.B * w->model.T * w->model.M_region * (w->id->span ? 1 : w->id->n_regions);
     double goodput = 0;
     for (int r = 0; r < w->id->n_regions; r++)
         if (orch_member_peers(w->member) && orch_member_peers(w->member)[r]) {

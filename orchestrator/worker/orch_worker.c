@@ -42,11 +42,31 @@ xdc_err_t orch_model_alloc_boundary(orch_model *m, size_t *bytes)
     return XDC_OK;
 }
 
+/* This replica's microbatches per step and its region's total (the run file's microbatches_per_replica, else
+ * microbatches for each); *unequal when some replica of some region has another count. */
+static xdc_err_t replica_microbatches(orch_worker *w, bool *unequal, xdc_diag *diag)
+{
+    int n = w->id->n_replicas, regions = w->id->span ? 1 : w->id->n_regions,
+        region = w->id->span ? 0 : w->id->region_idx;
+    XDC_CHECK(orch_run_config_replica_mb(w->cfg, regions, n, region, w->id->replica, &w->model.M, diag));
+    w->model.M_region = 0;
+    *unequal = false;
+    for (int q = 0; q < regions * n; q++) {
+        int m;
+        XDC_CHECK(orch_run_config_replica_mb(w->cfg, regions, n, q / n, q % n, &m, diag));
+        if (q / n == region) w->model.M_region += m;
+        *unequal |= m != w->model.M;
+    }
+    return XDC_OK;
+}
+
 static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
 {
     const xdc_train_config *c = &w->cfg->train;
     w->model.be->model->set_threads(w->cfg->threads);
-    int slots = xdc_model_shape_1f1b_inflight(w->id->n_stages, w->id->stage, c->microbatches); /* 1F1B's bound */
+    bool unequal;
+    XDC_CHECK(replica_microbatches(w, &unequal, diag));
+    int slots = xdc_model_shape_1f1b_inflight(w->id->n_stages, w->id->stage, w->model.M); /* 1F1B's bound */
     xdc_gpt_stage_config sc = {.model = c->model,
                                .layer_begin = w->id->layer_begin,
                                .layer_end = w->id->layer_end,
@@ -62,17 +82,26 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
     w->model.B = c->batch_size;
     w->model.T = c->seq_len;
     w->model.C = c->model.n_embd;
-    w->model.M = c->microbatches;
     if (xdc_gpt_stage_is_first(w->model.st) || xdc_gpt_stage_is_last(w->model.st)) {
-        /* Every replica of every region reads its own shard; the stages of one replica read the same one. */
+        /* Every replica of every region reads its own shard; the stages of one replica read the same one.
+         * Unequal replicas read their counts' share of each global step (xdc_data.h). */
+        int world = w->id->span ? 1 : w->id->n_regions * w->id->n_replicas;
+        int *counts = unequal ? xdc_malloc((size_t)world * sizeof *counts) : NULL, n = w->id->n_replicas;
+        if (unequal && !counts) return XDC_ERR_NOMEM;
+        for (int q = 0; counts && q < world; q++)
+            (void)orch_run_config_replica_mb(w->cfg, world / n, n, q / n, q % n, &counts[q], NULL); /* checked */
         xdc_data_config dc = {.batch = c->batch_size,
                               .seq_len = c->seq_len,
                               .val_fraction = c->val_fraction,
                               .seed = (uint64_t)c->seed,
                               .rank = w->id->span ? 0 : w->id->region_idx * w->id->n_replicas + w->id->replica,
-                              .world = w->id->span ? 1 : w->id->n_regions * w->id->n_replicas,
+                              .world = world,
+                              .microbatches = counts,
                               .vocab_size = c->model.vocab_size};
-        XDC_CHECK(xdc_data_open(w->cfg->data_path, &dc, &w->model.data, diag));
+        xdc_err_t rc = xdc_data_open(w->cfg->data_path, &dc, &w->model.data, diag);
+        xdc_free(counts);
+        XDC_CHECK(rc);
+        dc.microbatches = NULL;
         dc.rank = 0;
         dc.world = 1;
         XDC_CHECK(xdc_data_open(w->cfg->data_path, &dc, &w->model.val, diag));

@@ -48,7 +48,8 @@ typedef struct orch_model {
     size_t n_params;
     xdc_data *data; /* training shard of this replica (first and last stage only) */
     xdc_data *val;  /* validation batches, the same on every replica (first and last stage) */
-    int B, T, C, M;
+    int B, T, C, M; /* M: this replica's microbatches per step (microbatches_per_replica, else microbatches) */
+    int M_region;   /* the microbatches of all the region's replicas together per step */
     int32_t *tokens, *targets; /* (M, B*T) */
     /* Pipeline boundary buffers, device memory, one microbatch each: 1F1B never has two microbatches in
      * one (orch_train.c, docs/runtime.md). NULL where the stage has no such neighbour. */
@@ -308,6 +309,11 @@ int orch_worker_syncs(const orch_worker *w, xdc_sync **out, int cap);
 /* The configuration every sync of the worker starts from (orch_member_sync_cfg): this stage's parameters,
  * named "gradients", the trace hook. */
 void orch_worker_sync_cfg(orch_worker *w, int across_regions, xdc_sync_cfg *out);
+/* Unequal replicas (microbatches_per_replica): each replica's microbatch count as its weight in its region's
+ * mean (xdc_sync_set_replica_weights) and, where the regions' totals differ, each region's total as its weight
+ * across regions (xdc_sync_set_weights), so the mean of `sync` is over every microbatch of the step, as an
+ * equal split of the same global batch averages it. No-op without the list. */
+xdc_err_t orch_replica_weights(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
 /* Wait for the round of `sync` to end (xdc_sync_end, or the elastic wait), counted as exposed WAN time
  * and drawn on the trace's WAN lane. */
 xdc_err_t orch_train_wait_sync(orch_worker *w, xdc_sync *sync, xdc_diag *diag);

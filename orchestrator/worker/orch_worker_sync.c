@@ -37,6 +37,24 @@ void orch_worker_sync_cfg(orch_worker *w, int across_regions, xdc_sync_cfg *out)
     out->trace_ctx = w;
 }
 
+xdc_err_t orch_replica_weights(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
+{
+    if (!w->cfg->n_replica_mb) return XDC_OK;
+    float rep[ORCH_MAX_REPLICA_MB] = {0}, reg[XDC_TOPO_MAX_REGIONS];
+    int n = w->id->n_replicas, regions = w->id->n_regions, m, equal = 1;
+    for (int r = 0; r < regions; r++) {
+        reg[r] = 0;
+        for (int i = 0; i < n; i++) {
+            XDC_CHECK(orch_run_config_replica_mb(w->cfg, regions, n, r, i, &m, diag));
+            if (r == w->id->region_idx) rep[i] = (float)m;
+            reg[r] += (float)m; /* exact: integers far below 2^24 */
+        }
+        equal &= reg[r] == reg[0];
+    }
+    if (n > 1) XDC_CHECK(xdc_sync_set_replica_weights(sync, rep, diag));
+    return equal || regions < 2 ? XDC_OK : xdc_sync_set_weights(sync, reg, diag);
+}
+
 int orch_worker_syncs(const orch_worker *w, xdc_sync **out, int cap)
 {
     return w->mode && w->mode_state ? w->mode->syncs(w->mode_state, out, cap) : 0;

@@ -88,6 +88,23 @@ XDC_TEST_T(orch_replicas_in_regions_match_single_process, 300)
     match_reference(run, TOPO, TINY, 10, 2, 2, 2, 1, out, sizeof out);
 }
 
+XDC_TEST_T(orch_unequal_replicas_match_the_equal_split, 300)
+{
+    e2e_need_corpus();
+    /* Each region's two replicas run 3 and 1 microbatches per step (microbatches_per_replica), weighted 3:1 in
+     * the region's mean: the run ends where one process does that averages the same global batch, all 8
+     * microbatches (1 / 8 each), read in the same order (xdc_data.h's slots). The sums are grouped differently (3 and 1 per
+     * replica, then by weight and region), so the result is equal up to fp32 rounding, not bit for bit. */
+    char out[65536];
+    const char *run = e2e_write_run_p("unequal", "sync", 6, "none", 1,
+                                      "dump_params: true\nmicrobatches_per_replica: [3, 1]\n");
+    match_reference(run, TOPO, TINY, 6, 8, 1, 1, 1, out, sizeof out);
+    /* One count per replica of every region: region totals 4 and 2, weighted 4:2 across the regions too. */
+    run = e2e_write_run_p("unequal2", "sync", 6, "none", 1,
+                          "dump_params: true\nmicrobatches_per_replica: [3, 1, 1, 1]\n");
+    match_reference(run, TOPO, TINY, 6, 6, 1, 1, 1, out, sizeof out);
+}
+
 XDC_TEST_T(orch_pipeline_across_regions_matches_single_process, 300)
 {
     e2e_need_corpus();

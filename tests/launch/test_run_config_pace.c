@@ -1,7 +1,7 @@
 /* test_run_config_pace.c — the run file's keys of DiLoCo's "nobody waits": diloco.nobody_waits and
  * diloco.slowdown load, the slowdown list is matched against the topology's regions, and each misuse is named
- * (a factor out of range with its line and column, the wrong mode, plan: auto); and the `elastic:` key that
- * makes sync mode go by quorum. */
+ * (a factor out of range with its line and column, the wrong mode, plan: auto); the `elastic:` key that
+ * makes sync mode go by quorum; and microbatches_per_replica, per region or for all, and its misuse. */
 #include "tests/xdc_test.h"
 
 #include "orchestrator/runcfg/orch_run_config.h"
@@ -71,4 +71,24 @@ XDC_TEST(run_config_elastic_key_makes_sync_mode_elastic)
     XDC_ASSERT(c.elastic.set && !orch_quorum_elastic(&c, 3));
     XDC_ASSERT_OK(load("ediloco", "mode: diloco\n", &c, &errs)); /* DiLoCo goes by quorum without the key */
     XDC_ASSERT(orch_quorum_elastic(&c, 3));
+}
+
+XDC_TEST(run_config_microbatches_per_replica_per_region_or_all)
+{
+    static orch_run_config c;
+    xdc_cfg_errors errs;
+    xdc_diag d = {{0}};
+    int m;
+    XDC_ASSERT_OK(load("mbr", "microbatches_per_replica: [3, 1]\n", &c, &errs));
+    XDC_ASSERT_OK(orch_run_config_replica_mb(&c, 2, 2, 1, 0, &m, &d)); /* every region's list */
+    XDC_ASSERT_EQ(m, 3);
+    XDC_ASSERT_OK(load("mbr4", "microbatches_per_replica: [3, 1, 2, 5]\n", &c, &errs));
+    XDC_ASSERT_OK(orch_run_config_replica_mb(&c, 2, 2, 1, 1, &m, &d)); /* region by region */
+    XDC_ASSERT_EQ(m, 5);
+    XDC_ASSERT_ERR(orch_run_config_replica_mb(&c, 3, 2, 0, 0, &m, &d), XDC_ERR_CONFIG);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "has 4 entries; the run has 2 replicas per region");
+    XDC_ASSERT_ERR(load("mbr0", "microbatches_per_replica: [3, 0]\n", &c, &errs), XDC_ERR_CONFIG);
+    names(&errs, "microbatches_per_replica[1]: an integer in [1, 1024] expected");
+    XDC_ASSERT_ERR(load("mbrd", "mode: diloco\nmicrobatches_per_replica: [3, 1]\n", &c, &errs), XDC_ERR_CONFIG);
+    names(&errs, "microbatches_per_replica needs mode sync");
 }

@@ -1,5 +1,6 @@
 /* test_data.c — the GPT data loader: windows and next-token targets, per-epoch shuffling by seed that
- * covers every window once, disjoint rank shards, position save/restore, uint16 shards and their
+ * covers every window once, disjoint rank shards, ranks of unequal microbatch counts reading one rank's
+ * global steps, position save/restore, uint16 shards and their
  * validation, directory corpora, and too-small inputs. Shards whose token i is i make every window
  * identify itself by its first token. */
 #include "tests/xdc_test.h"
@@ -8,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -118,6 +120,47 @@ XDC_TEST(data_ranks_see_disjoint_windows)
         }
     for (int w = 0; w < 400; w++) XDC_ASSERT(seen[w] <= 1);
     for (int r = 0; r < W; r++) xdc_data_destroy(d[r]);
+}
+
+/* Ranks reading 3, 1 and 2 microbatches per step read, step by step, the windows one rank reading 6 per step
+ * reads (the equal split's global batch), each once; an epoch is whole steps, so all of them start the next
+ * epoch together (the single rank, whose epoch is 79 batches, not 13 steps of 6, is compared within the first). */
+XDC_TEST(data_unequal_ranks_read_the_single_ranks_steps)
+{
+    const char *p = write_shard("u.bin", 2001, 0);
+    enum { W = 3, M = 6 };
+    const int counts[W] = {3, 1, 2};
+    xdc_data *d[W], *one = NULL;
+    for (int r = 0; r < W; r++) {
+        xdc_data_config c = cfg(r, W, 9);
+        c.microbatches = counts;
+        XDC_ASSERT_OK(xdc_data_open(p, &c, &d[r], NULL));
+        XDC_ASSERT_EQ((int)xdc_data_batches_per_epoch(d[r]), (1599 / T) / (B * M) * counts[r]);
+    }
+    xdc_data_config c1 = cfg(0, 1, 9);
+    XDC_ASSERT_OK(xdc_data_open(p, &c1, &one, NULL));
+    int steps = (int)xdc_data_batches_per_epoch(d[0]) / counts[0], seen[400];
+    int32_t in[B * T], tg[B * T];
+    for (int s = 0; s < steps; s++) {
+        memset(seen, 0, sizeof seen);
+        for (int k = 0; k < M; k++) {
+            XDC_ASSERT_OK(xdc_data_next_train(one, in, tg));
+            for (int j = 0; j < B; j++) seen[in[j * T] / T]++;
+        }
+        for (int r = 0; r < W; r++)
+            for (int k = 0; k < counts[r]; k++) {
+                XDC_ASSERT_OK(xdc_data_next_train(d[r], in, tg));
+                for (int j = 0; j < B; j++) seen[in[j * T] / T]--;
+            }
+        for (int w = 0; w < 400; w++) XDC_ASSERT_MSG(seen[w] == 0, "step %d: window %d off by %d", s, w, seen[w]);
+    }
+    for (int r = 0; r < W; r++) {
+        xdc_data_pos pos = xdc_data_get_pos(d[r]);
+        XDC_ASSERT_MSG(pos.epoch == 1 && pos.batch == 0, "rank %d after one epoch of steps: epoch %llu batch %llu", r,
+                       (unsigned long long)pos.epoch, (unsigned long long)pos.batch);
+    }
+    for (int r = 0; r < W; r++) xdc_data_destroy(d[r]);
+    xdc_data_destroy(one);
 }
 
 XDC_TEST(data_position_restores_the_same_stream)

@@ -1,5 +1,5 @@
 /* test_plan.c — the planner on cases worked out by hand: a region twice as fast gets twice the layers, a
- * model too big for one region is cut at the cheapest link, a slow link gets a stronger codec or a longer
+ * model too big for one region is cut at the cheapest link, unequal replicas get microbatches by speed, a slow link gets a stronger codec or a longer
  * period, a WAN-bound pair of regions gets sparse DiLoCo with keep_unsent (and `plan: auto` runs it) where a
  * fast link syncs every step, no candidate exceeds GPU memory, an impossible topology is refused with its reason, the search
  * is deterministic, the planner's parameter counts are what real stages allocate, its activation memory is
@@ -333,6 +333,53 @@ XDC_TEST(plan_data_parallel_split_is_uneven_where_the_stages_cost_differ)
     XDC_ASSERT_MSG(slowest <= p->stage[3].flops_mb + (3 - last) * per_layer * 1.0001,
                    "slowest stage %g, even split's last %g", slowest, p->stage[3].flops_mb + (3 - last) * per_layer);
     xdc_plan_set_destroy(s);
+    xdc_topology_destroy(t);
+}
+
+/* Unequal replicas (docs/planner.md): on heterogeneous.yaml, a sync plan over the H100 and A100 regions gives
+ * the H100 replicas about 989 / 312 times the A100 replicas' microbatches, the same microbatches per step in
+ * all, and a shorter pipeline phase than M for every replica; equally fast regions keep M for all. */
+XDC_TEST(plan_unequal_replicas_get_microbatches_by_speed)
+{
+    xdc_topology *t = test_plan_load_topo("examples/topology/heterogeneous.yaml");
+    xdc_model_shape m;
+    xdc_model_shape_gpt(12, 12, 768, 1024, 50257, &m);
+    xdc_batch_shape b = {4, 1024, 67108864.0};
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    o.mode = XDC_PLAN_SYNC;
+    o.stages = 1;
+    o.micro_batch = 4;
+    snprintf(o.codec, sizeof o.codec, "int8");
+    xdc_plan_set *s = search_ok(t, &m, &b, &o);
+    const xdc_plan *p = &s->best;
+    XDC_ASSERT_MSG(p->replicas[0] > 0 && p->replicas[1] > 0, "replicas %d, %d", p->replicas[0], p->replicas[1]);
+    int placed = 0, equal = 0;
+    for (int r = 0; r < t->n_regions; r++)
+        placed += p->replicas[r] * p->replica_mb[r], equal += p->replicas[r] * p->microbatches;
+    XDC_ASSERT_EQ(placed, equal);
+    double ratio = (double)p->replica_mb[0] / p->replica_mb[1];
+    XDC_ASSERT_MSG(fabs(ratio / (989.0 / 312.0) - 1) < 0.05, "us-central %d, us-west %d microbatches per replica",
+                   p->replica_mb[0], p->replica_mb[1]);
+    XDC_ASSERT_MSG(p->t_compute + p->t_bubble < 0.5 * p->split_pipe, "split phase %g, equal %g",
+                   p->t_compute + p->t_bubble, p->split_pipe);
+    xdc_plan_set_destroy(s);
+    xdc_topology_destroy(t);
+    t = two_regions(8, 300, 300, 80, "bandwidth_gbps: 100, rtt_ms: 10");
+    s = search_ok(t, &m, &b, &o);
+    for (int r = 0; r < t->n_regions; r++) XDC_ASSERT_EQ(s->best.replica_mb[r], 0);
+    xdc_plan_set_destroy(s);
+    xdc_topology_destroy(t);
+    /* `plan: auto` runs the split: one count per replica, region by region (microbatches_per_replica). */
+    t = two_regions(2, 900, 300, 80, "bandwidth_gbps: 100, rtt_ms: 10");
+    static orch_run_config c;
+    orch_planned pl;
+    int eval_seqs;
+    apply_auto_run("unequal", "mode: sync\npipeline_stages: 1\nmicrobatches: 8\nbatch_size: 1\ncodec: none\n", t, &c,
+                   &pl, &eval_seqs);
+    XDC_ASSERT_EQ(c.n_replica_mb, 4);
+    XDC_ASSERT_MSG(c.replica_mb[0] == c.replica_mb[1] && c.replica_mb[2] == c.replica_mb[3] &&
+                       c.replica_mb[0] > 2 * c.replica_mb[2] && c.replica_mb[0] + c.replica_mb[2] == 16,
+                   "counts %d %d %d %d", c.replica_mb[0], c.replica_mb[1], c.replica_mb[2], c.replica_mb[3]);
     xdc_topology_destroy(t);
 }
 

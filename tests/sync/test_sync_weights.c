@@ -3,12 +3,15 @@
  * serial reference Σ w_r·x_r / Σ w_r summed in region order, bit for bit; with a lossy codec every member
  * holds the same bytes and each region's error-feedback residual is the one equal weights leave (the weight
  * applies after decoding); a weight of 0 leaves the region out as a non-member; equal weights are the plain
- * mean. */
+ * mean. One level down (xdc_sync_set_replica_weights), two forked replicas of one region reduce to the
+ * replica-weighted mean, bit for bit, and equal replica weights to the plain mean. */
 #include "tests/xdc_test.h"
+#include "tests/intra/test_intra_ranks.h"
 #include "tests/test_wan_util.h"
 
 #include "sync/xdc_sync.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -189,4 +192,54 @@ XDC_TEST_T(xdc_sync_weights_keep_error_feedback_per_region, 60)
     free(rw);
     mesh_close(&eq);
     mesh_close(&wt);
+}
+
+/* Elements of the replica test: not a multiple of 2, so the last bucket takes the padded path. */
+#define R_ELEMS 10001 /* <= W_ELEMS */
+
+/* One replica of a region of two: rounds with weights {3, 1} (replica 0 ran three microbatches, replica 1
+ * one), then {2, 2}. Both replicas end on (3·x0 + x1) · (1/4), then on the plain mean (x0 + x1) · 0.5, bit for
+ * bit (two addends: the collective's order cannot matter). */
+static int rank_replica_weights(xdc_intra_comm *comm, intra_test_rank *tr, const void *arg)
+{
+    (void)arg;
+    xdc_wan_peer *peers[1] = {NULL};
+    xdc_sync_cfg cfg = {
+        .n_elems = R_ELEMS, .bucket_elems = 4096, .dp = comm, .peers = peers, .n_regions = 1, .name = "replicas"};
+    cfg.codec = (xdc_codec_cfg)XDC_CODEC_CFG_INIT;
+    xdc_sync_engine *eng = NULL;
+    xdc_sync *s = NULL;
+    RCHECK_OK(xdc_sync_engine_create(&eng, &tr->diag), tr);
+    RCHECK_OK(xdc_sync_create(eng, &cfg, &s, &tr->diag), tr);
+    float *buf = malloc(W_ELEMS * sizeof(float)), *x0 = malloc(W_ELEMS * sizeof(float)),
+          *x1 = malloc(W_ELEMS * sizeof(float)); /* fill writes W_ELEMS; the sync uses the first R_ELEMS */
+    const float w[2][2] = {{3.0f, 1.0f}, {2.0f, 2.0f}};
+    int bad = -1;
+    for (int round = 0; round < 2 && bad < 0; round++) {
+        RCHECK_OK(xdc_sync_set_replica_weights(s, w[round], &tr->diag), tr);
+        fill(buf, tr->rank, round);
+        RCHECK_OK(xdc_sync_begin(s, buf), tr);
+        xdc_sync_mark_ready(s, 0);
+        RCHECK_OK(xdc_sync_end(s, &tr->diag), tr);
+        fill(x0, 0, round);
+        fill(x1, 1, round);
+        for (size_t i = 0; i < R_ELEMS && bad < 0; i++) {
+            float want = round == 0 ? (3.0f * x0[i] + x1[i]) * (1.0f / 4.0f) : (x0[i] + x1[i]) * 0.5f;
+            if (memcmp(&buf[i], &want, sizeof want) != 0) bad = (int)i;
+        }
+        RCHECK(bad < 0, tr, "round %d, element %d: %.9g, not the replica-weighted mean", round, bad, (double)buf[bad]);
+    }
+    const float zero[2] = {1.0f, 0.0f};
+    RCHECK(xdc_sync_set_replica_weights(s, zero, &tr->diag) == XDC_ERR_INVALID, tr, "a replica weight of 0 passed");
+    xdc_sync_destroy(s);
+    xdc_sync_engine_destroy(eng);
+    free(buf);
+    free(x0);
+    free(x1);
+    return 0;
+}
+
+XDC_TEST_T(xdc_sync_replica_weights_weigh_the_region_mean, 60)
+{
+    intra_test_ranks(XDC_INTRA_CPU, 2, rank_replica_weights, NULL, NULL);
 }
