@@ -971,6 +971,27 @@ XDC_TEST_T(elastic_launch_takes_two_regions_back_at_one_round, 180)
     }
 }
 
+/* A straggler at the end: ap-south's worker stopped (SIGSTOP) outside a round after step 20, dropped at the
+ * grace window, and never continued. Once the end is decided the launcher stops the agents of the region out
+ * of the run (its stopped worker gets SIGKILL after the agent's grace) instead of waiting for them, and the
+ * run ends with exit 0 on the two others. Without --max-restarts: the first agent of a region is stopped too. */
+XDC_TEST_T(elastic_launch_stops_the_agents_of_a_region_out_at_the_end, 120)
+{
+    need_corpus();
+    const char *run = write_run_timeouts("lstop", "diloco", 128, "{min_regions: 2, grace: 3s}", "");
+    char dir[600], log[700];
+    snprintf(dir, sizeof dir, "%s/lstop", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/lstop.log", xdc_test_tmpdir());
+    pid_t p = start_launch(run, NULL, dir, log, NULL);
+    XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
+    stop_outside_a_round(dir, "ap-south", log, log);
+    char *out = launch_succeeded(p, dir, log);
+    XDC_ASSERT_STR_CONTAINS(out, "region ap-south dropped from the run: missed the outer round at step ");
+    XDC_ASSERT_STR_CONTAINS(out, "the run ended with region ap-south out of it: stopping its agents");
+    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west\n");
+    free(out);
+}
+
 /* Sync mode with delayed averaging keeps its all-or-nothing rule (a round is open across every step boundary),
  * and says so when the run file asks for elastic rounds. */
 XDC_TEST_T(elastic_settings_in_sync_mode_are_named_as_ignored, 120)

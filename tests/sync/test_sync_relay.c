@@ -132,7 +132,7 @@ XDC_TEST(xdc_sync_route_in_a_circle_is_refused_one_over_a_peer_not_yet_connected
     XDC_ASSERT_OK(xdc_sync_engine_create(&eng, NULL));
     int route[R_N * R_N];
     for (int s = 0; s < R_N; s++)
-        for (int d = 0; d < R_N; d++) route[s * R_N + d] = s == d ? -1 : s; /* a full mesh... */
+        for (int d = 0; d < R_N; d++) route[s * R_N + d] = s == d ? -1 : s;        /* a full mesh... */
     xdc_wan_peer *peers[R_N] = {NULL, (xdc_wan_peer *)1, (xdc_wan_peer *)1, NULL}; /* ...3 not connected yet */
     xdc_sync_cfg cfg = {.n_elems = 16,
                         .bucket_elems = 16,
