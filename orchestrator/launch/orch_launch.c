@@ -205,7 +205,7 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
     snprintf(L->coordinator, sizeof L->coordinator, "%s:%d", me, rdzv_server_port(L->rdzv));
     if (L->elastic)
         orch_quorum_init(&L->quorum, L->t, L->rdzv, orch_quorum_min(&L->cfg, L->t->n_regions), L->cfg.elastic.grace_ms,
-                         L->cfg.timeouts.heartbeat_ms);
+                         L->cfg.timeouts.operation_ms, L->cfg.timeouts.heartbeat_ms);
     if (L->elastic && L->cfg.diloco.nobody_waits) { /* the decider counts each round's inner steps */
         double slowdown[XDC_TOPO_MAX_REGIONS];
         XDC_CHECK(orch_run_config_slowdown(&L->cfg, L->t->n_regions, slowdown, diag));

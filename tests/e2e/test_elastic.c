@@ -45,7 +45,7 @@ static void fixture_open(quorum_fixture *f, int min_regions, int64_t grace_ms)
     const char *expected[3] = {"us-east/east-node1:0", "eu-west/west-node1:0", "ap-south/south-node1:0"};
     xdc_diag d = {{0}};
     XDC_ASSERT_OK(rdzv_server_create(f->eng, "127.0.0.1", 0, expected, 3, &f->srv, &d));
-    orch_quorum_init(&f->q, f->t, f->srv, min_regions, grace_ms, 600000);
+    orch_quorum_init(&f->q, f->t, f->srv, min_regions, grace_ms, 0, 600000);
 }
 
 static void fixture_close(quorum_fixture *f)
