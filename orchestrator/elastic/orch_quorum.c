@@ -239,9 +239,10 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
     if (!q->first_at) q->first_at = xdc_now_ns();
     /* A region late for its first round after its return is still taking the state (which its members sent
      * while they trained on): a window of grace alone would drop it whenever that transfer outlasts the grace,
-     * at every return. */
+     * at every return. Not at the end: one taken back at the last round trains nothing more, and the members
+     * have finished. */
     int64_t window_ms = q->grace_ms;
-    for (int r = 0; r < q->t->n_regions; r++)
+    for (int r = 0; r < q->t->n_regions && step != LLONG_MAX; r++)
         if (q->live[r] && mask[r] == '0' && q->back_at[r] >= 0 && q->back_at[r] == q->decided)
             window_ms = q->grace_ms + q->back_ms;
     uint64_t waited = xdc_now_ns() - q->first_at, grace = (uint64_t)window_ms * XDC_NS_PER_MS;
