@@ -70,6 +70,7 @@ static void admit_joiners(orch_quorum *q, long long step, char *mask)
         }
         mask[r] = 'j';
         q->back_at[r] = step;
+        memcpy(q->back_from, mask, (size_t)q->t->n_regions + 1); /* its members so far: joiners come after */
         q->live[r] = 1;
         q->n_live++;
         size_t len = strlen(q->dropped);
@@ -239,10 +240,13 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
     if (!q->first_at) q->first_at = xdc_now_ns();
     /* A region late for its first round after its return is still taking the state (which its members sent
      * while they trained on): a window of grace alone would drop it whenever that transfer outlasts the grace,
-     * at every return. Not at the end: one taken back at the last round trains nothing more, and the members
-     * have finished. */
+     * at every return. Not once a region that sends it left (the joiner waits for a dead sender's slice
+     * until the WAN deadline fails it), nor at the end: one taken back at the last round trains nothing
+     * more, and the members have finished. */
     int64_t window_ms = q->grace_ms;
-    for (int r = 0; r < q->t->n_regions && step != LLONG_MAX; r++)
+    int senders = 1;
+    for (int r = 0; r < q->t->n_regions; r++) senders &= q->back_from[r] != '1' || q->live[r];
+    for (int r = 0; r < q->t->n_regions && senders && step != LLONG_MAX; r++)
         if (q->live[r] && mask[r] == '0' && q->back_at[r] >= 0 && q->back_at[r] == q->decided)
             window_ms = q->grace_ms + q->back_ms;
     uint64_t waited = xdc_now_ns() - q->first_at, grace = (uint64_t)window_ms * XDC_NS_PER_MS;

@@ -43,10 +43,12 @@ typedef struct orch_quorum {
     int min_regions;
     int64_t grace_ms;
     /* A region in its first round after the one that took it back is waited for grace_ms + back_ms: it
-     * receives the state first (a whole model's parameters, momentum and moments over its links) */
+     * receives the state first (a whole model's parameters, momentum and moments over its links), while
+     * every region that sends it (a member of that round) is still in the run */
     int64_t back_ms;
-    long long back_at[XDC_TOPO_MAX_REGIONS]; /* the round that took each region back; -1: none */
-    uint8_t live[XDC_TOPO_MAX_REGIONS];      /* 1: still in the run */
+    long long back_at[XDC_TOPO_MAX_REGIONS];  /* the round that took each region back; -1: none */
+    char back_from[XDC_TOPO_MAX_REGIONS + 1]; /* the last round that took regions back: its members ('1') */
+    uint8_t live[XDC_TOPO_MAX_REGIONS];       /* 1: still in the run */
     int n_live;
     long long decided;              /* step of the last round decided; -1: none */
     long long pending;              /* step of the round being waited for; -1: none */
