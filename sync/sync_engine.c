@@ -1206,13 +1206,6 @@ xdc_err_t xdc_sync_set_replica_weights(xdc_sync *s, const float *weight, xdc_dia
     return idle ? XDC_OK : XDC_ERR_INVALID;
 }
 
-xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, xdc_diag *diag)
-{
-    float w[XDC_SYNC_MAX_REGIONS];
-    for (int r = 0; r < s->cfg.n_regions; r++) w[r] = member[r] ? 1.0f : 0.0f;
-    return xdc_sync_set_weights(s, w, diag);
-}
-
 void xdc_sync_lose(xdc_sync *s, int region)
 {
     if (region >= 0 && region < s->cfg.n_regions && region != s->cfg.my_region)

@@ -166,9 +166,6 @@ xdc_err_t xdc_sync_set_weights(xdc_sync *s, const float *weight, xdc_diag *diag)
  * mean is the mean over all its microbatches; across regions, give each region xdc_sync_set_weights its Σ w_i.
  * Between rounds only (XDC_ERR_INVALID during one). */
 xdc_err_t xdc_sync_set_replica_weights(xdc_sync *s, const float *weight, xdc_diag *diag);
-/* xdc_sync_set_weights with weight 1 for each nonzero member[r] (n_regions) and 0 for the others: the plain
- * mean over the members (a DiLoCo quorum round). */
-xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, xdc_diag *diag);
 /* A member region left during the round (the store's host dropped it; docs/runtime.md, "Leaving during a
  * round"): the round stops waiting for its shards and acknowledgements (within 200 ms of a wait), cancels what
  * it still had for it, and goes on without its contribution from the bucket where a shard of it was missing.

@@ -42,9 +42,11 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
     int n = m->t->n_regions;
     rdzv_val name = rdzv_val_round(round);
     XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_outer(m->region_idx, m->rank).s, name.s, diag));
-    /* The decision comes at most the grace window after the first region arrived; our own region's other
+    /* The decision comes at most the grace window after the first region arrived, an operation's deadline
+     * later when a region is in its first round back (orch_quorum_init's back_ms); our own region's other
      * workers may take up to an operation's deadline to get here. */
-    xdc_err_t rc = rdzv_get(m->rdzv, rdzv_key_quorum(round).s, m->grace_ms + m->operation_ms, val, sizeof val, diag);
+    xdc_err_t rc = rdzv_get(m->rdzv, rdzv_key_quorum(round).s, m->grace_ms + 2 * m->operation_ms, val, sizeof val,
+                            diag);
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "round %s: no quorum decision", name.s);
         return rc;

@@ -12,13 +12,15 @@
 #include <string.h>
 
 void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, int min_regions, int64_t grace_ms,
-                      int64_t silent_ms)
+                      int64_t back_ms, int64_t silent_ms)
 {
     memset(q, 0, sizeof *q);
     q->t = t;
     q->rdzv = rdzv;
     q->min_regions = min_regions;
     q->grace_ms = grace_ms;
+    q->back_ms = back_ms;
+    for (int r = 0; r < XDC_TOPO_MAX_REGIONS; r++) q->back_at[r] = -1;
     q->n_live = t->n_regions;
     memset(q->live, 1, (size_t)t->n_regions);
     q->decided = q->pending = -1;
@@ -67,6 +69,8 @@ static void admit_joiners(orch_quorum *q, long long step, char *mask)
             rdzv_server_set(q->rdzv, rdzv_key_rejoin(nonce).s, rdzv_val_round(step).s);
         }
         mask[r] = 'j';
+        q->back_at[r] = step;
+        memcpy(q->back_from, mask, (size_t)q->t->n_regions + 1); /* its members so far: joiners come after */
         q->live[r] = 1;
         q->n_live++;
         size_t len = strlen(q->dropped);
@@ -234,7 +238,18 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
     mask[q->t->n_regions] = '\0';
     if (!arrived || (step == q->rejoin_at && !all_asked(q))) return XDC_OK;
     if (!q->first_at) q->first_at = xdc_now_ns();
-    uint64_t waited = xdc_now_ns() - q->first_at, grace = (uint64_t)q->grace_ms * XDC_NS_PER_MS;
+    /* A region late for its first round after its return is still taking the state (which its members sent
+     * while they trained on): a window of grace alone would drop it whenever that transfer outlasts the grace,
+     * at every return. Not once a region that sends it left (the joiner waits for a dead sender's slice
+     * until the WAN deadline fails it), nor at the end: one taken back at the last round trains nothing
+     * more, and the members have finished. */
+    int64_t window_ms = q->grace_ms;
+    int senders = 1;
+    for (int r = 0; r < q->t->n_regions; r++) senders &= q->back_from[r] != '1' || q->live[r];
+    for (int r = 0; r < q->t->n_regions && senders && step != LLONG_MAX; r++)
+        if (q->live[r] && mask[r] == '0' && q->back_at[r] >= 0 && q->back_at[r] == q->decided)
+            window_ms = q->grace_ms + q->back_ms;
+    uint64_t waited = xdc_now_ns() - q->first_at, grace = (uint64_t)window_ms * XDC_NS_PER_MS;
     char round[64], reason[160];
     if (step == LLONG_MAX) snprintf(round, sizeof round, "the end of the run");
     else snprintf(round, sizeof round, "the outer round at step %lld", step);
@@ -250,7 +265,8 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
         }
         return XDC_OK;
     }
-    snprintf(reason, sizeof reason, "missed %s (%.1f s grace window)", round, (double)q->grace_ms / 1000.0);
+    snprintf(reason, sizeof reason, "missed %s (%.1f s grace window%s)", round, (double)window_ms / 1000.0,
+             window_ms > q->grace_ms ? ", a region's first round back" : "");
     for (int r = 0; r < q->t->n_regions; r++)
         if (q->live[r] && mask[r] == '0') drop(q, r, reason);
     if (arrived < q->min_regions) {

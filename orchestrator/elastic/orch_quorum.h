@@ -42,7 +42,13 @@ typedef struct orch_quorum {
     rdzv_server *rdzv;
     int min_regions;
     int64_t grace_ms;
-    uint8_t live[XDC_TOPO_MAX_REGIONS]; /* 1: still in the run */
+    /* A region in its first round after the one that took it back is waited for grace_ms + back_ms: it
+     * receives the state first (a whole model's parameters, momentum and moments over its links), while
+     * every region that sends it (a member of that round) is still in the run */
+    int64_t back_ms;
+    long long back_at[XDC_TOPO_MAX_REGIONS];  /* the round that took each region back; -1: none */
+    char back_from[XDC_TOPO_MAX_REGIONS + 1]; /* the last round that took regions back: its members ('1') */
+    uint8_t live[XDC_TOPO_MAX_REGIONS];       /* 1: still in the run */
     int n_live;
     long long decided;              /* step of the last round decided; -1: none */
     long long pending;              /* step of the round being waited for; -1: none */
@@ -65,9 +71,11 @@ typedef struct orch_quorum {
 /* Every region of `t` in the run, nothing decided. Each round's exchange ends with a final set, and a
  * member region one of whose workers is silent on the store for `silent_ms` while its exchange is under way
  * (killed or stopped: a live worker's engine answers keepalives whatever it computes) leaves the run then, not
- * at the next round's grace window, which its members could not reach. */
+ * at the next round's grace window, which its members could not reach. A region taken back is waited for
+ * `back_ms` longer in its first round (the launcher: timeouts.operation, the deadline a silent transfer of its
+ * state fails at; a joiner that fails exits, and its agent's failure drops it at once). */
 void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, int min_regions, int64_t grace_ms,
-                      int64_t silent_ms);
+                      int64_t back_ms, int64_t silent_ms);
 /* DiLoCo's "nobody waits" (docs/runtime.md): from now on each round's decision also says how many inner steps
  * each region runs in the round after it, steps/<step> (rdzv_val_steps): a region in the round runs
  * max(1, floor(budget / slowdown[r])) of them, where budget is the period in inner steps (every region of

@@ -67,7 +67,7 @@ typedef struct {
     int agent_region[LAUNCH_MAX_AGENTS];       /* the region of each agent slot (restarts add slots) */
     int restarts[XDC_TOPO_MAX_REGIONS];        /* --max-restarts: each region's agents started again so far */
     uint8_t restart_due[XDC_TOPO_MAX_REGIONS]; /* out of the run: start its agents again once all ended */
-    uint8_t released[XDC_TOPO_MAX_REGIONS];    /* its restarted agents were stopped: the run ended first */
+    uint8_t released[XDC_TOPO_MAX_REGIONS];    /* its agents were stopped: the run ended with it out */
     xdc_err_t blamed;                          /* the error of the member blamed for the failure; XDC_OK: none */
     int elastic; /* orch_quorum_elastic: outer rounds go by quorum, a lost region is not the run's end */
     orch_quorum quorum;
@@ -205,7 +205,7 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
     snprintf(L->coordinator, sizeof L->coordinator, "%s:%d", me, rdzv_server_port(L->rdzv));
     if (L->elastic)
         orch_quorum_init(&L->quorum, L->t, L->rdzv, orch_quorum_min(&L->cfg, L->t->n_regions), L->cfg.elastic.grace_ms,
-                         L->cfg.timeouts.heartbeat_ms);
+                         L->cfg.timeouts.operation_ms, L->cfg.timeouts.heartbeat_ms);
     if (L->elastic && L->cfg.diloco.nobody_waits) { /* the decider counts each round's inner steps */
         double slowdown[XDC_TOPO_MAX_REGIONS];
         XDC_CHECK(orch_run_config_slowdown(&L->cfg, L->t->n_regions, slowdown, diag));
@@ -473,16 +473,18 @@ static xdc_err_t lose_reported(launch *L, char *why, size_t cap)
 
 /* --max-restarts: start the agents of each region that is due again once every earlier agent of it ended
  * (its workers then learnt it left and exited); they rejoin at an outer round (orch_rejoin.c). Once the
- * run's end round is decided nobody can rejoin: restarted agents of a region still out of the run are
- * stopped instead of waiting out their rejoin deadline. */
+ * run's end round is decided nobody can rejoin and a region out of the run has nothing left to give: its
+ * agents still running are stopped (SIGTERM, SIGKILL after their grace), restarted ones instead of waiting
+ * out their rejoin deadline, first ones instead of waiting for a worker that was stopped (SIGSTOP) or is in
+ * a wait of the round it was dropped from. */
 static xdc_err_t restart_regions(launch *L)
 {
     int ended = L->elastic && L->quorum.decided == LLONG_MAX;
     for (int r = 0; r < L->t->n_regions; r++) {
         int alive = 0;
         for (int i = 0; i < L->agents.n; i++) alive += L->agent_region[i] == r && L->agents.pid[i] != 0;
-        if (ended && L->restarts[r] && !L->quorum.live[r] && alive && !L->released[r]) {
-            XDC_WARN(XDC_SUB_ORCH, "the run ended before region %s rejoined: stopping its restarted agents",
+        if (ended && !L->quorum.live[r] && alive && !L->released[r]) {
+            XDC_WARN(XDC_SUB_ORCH, "the run ended with region %s out of it: stopping its agents",
                      L->t->regions[r].name);
             for (int i = 0; i < L->agents.n; i++)
                 if (L->agent_region[i] == r && L->agents.pid[i] != 0) orch_proc_signal(L->agents.pid[i], SIGTERM);

@@ -45,7 +45,7 @@ static void fixture_open(quorum_fixture *f, int min_regions, int64_t grace_ms)
     const char *expected[3] = {"us-east/east-node1:0", "eu-west/west-node1:0", "ap-south/south-node1:0"};
     xdc_diag d = {{0}};
     XDC_ASSERT_OK(rdzv_server_create(f->eng, "127.0.0.1", 0, expected, 3, &f->srv, &d));
-    orch_quorum_init(&f->q, f->t, f->srv, min_regions, grace_ms, 600000);
+    orch_quorum_init(&f->q, f->t, f->srv, min_regions, grace_ms, 0, 600000);
 }
 
 static void fixture_close(quorum_fixture *f)
@@ -969,6 +969,27 @@ XDC_TEST_T(elastic_launch_takes_two_regions_back_at_one_round, 180)
         XDC_ASSERT_STR_CONTAINS(wlog, want);
         free(wlog);
     }
+}
+
+/* A straggler at the end: ap-south's worker stopped (SIGSTOP) outside a round after step 20, dropped at the
+ * grace window, and never continued. Once the end is decided the launcher stops the agents of the region out
+ * of the run (its stopped worker gets SIGKILL after the agent's grace) instead of waiting for them, and the
+ * run ends with exit 0 on the two others. Without --max-restarts: the first agent of a region is stopped too. */
+XDC_TEST_T(elastic_launch_stops_the_agents_of_a_region_out_at_the_end, 120)
+{
+    need_corpus();
+    const char *run = write_run_timeouts("lstop", "diloco", 128, "{min_regions: 2, grace: 3s}", "");
+    char dir[600], log[700];
+    snprintf(dir, sizeof dir, "%s/lstop", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/lstop.log", xdc_test_tmpdir());
+    pid_t p = start_launch(run, NULL, dir, log, NULL);
+    XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
+    stop_outside_a_round(dir, "ap-south", log, log);
+    char *out = launch_succeeded(p, dir, log);
+    XDC_ASSERT_STR_CONTAINS(out, "region ap-south dropped from the run: missed the outer round at step ");
+    XDC_ASSERT_STR_CONTAINS(out, "the run ended with region ap-south out of it: stopping its agents");
+    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west\n");
+    free(out);
 }
 
 /* Sync mode with delayed averaging keeps its all-or-nothing rule (a round is open across every step boundary),

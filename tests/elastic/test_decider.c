@@ -16,7 +16,7 @@ XDC_TEST(decider_state_round_trips_and_refuses_what_does_not_fit)
     xdc_cfg_errors errs;
     XDC_ASSERT_OK(xdc_topology_load("examples/topology/demo-3region.yaml", &t, &errs));
     orch_quorum a, b;
-    orch_quorum_init(&a, t, NULL, 2, 5000, 4000);
+    orch_quorum_init(&a, t, NULL, 2, 5000, 0, 4000);
     a.decided = 24;
     a.open = 24;
     memcpy(a.open_set, "110", 4);
@@ -27,7 +27,7 @@ XDC_TEST(decider_state_round_trips_and_refuses_what_does_not_fit)
     snprintf(a.dropped, sizeof a.dropped, "eu-west (its agent exited with status 69), then eu-west rejoined");
     char state[RDZV_VALUE_MAX];
     XDC_ASSERT(orch_decider_state(&a, state, sizeof state) > 0);
-    orch_quorum_init(&b, t, NULL, 2, 5000, 4000);
+    orch_quorum_init(&b, t, NULL, 2, 5000, 0, 4000);
     XDC_ASSERT_OK(orch_decider_load(&b, state, NULL));
     XDC_ASSERT(b.decided == 24 && b.open == 24 && b.pending == -1 && b.n_live == 2 && !b.live[1] && b.live[2]);
     XDC_ASSERT(strcmp(b.open_set, "110") == 0 && strcmp(b.lost_set, "010") == 0 && b.left[1] == 2 && b.left[0] == 0);

@@ -76,7 +76,7 @@ static void fixture_open(fixture *f, int min_regions, int64_t grace_ms)
     XDC_ASSERT_EQ(f->t->n_regions, N_REGIONS);
     xdc_diag d = {{0}};
     XDC_ASSERT_OK(rdzv_server_create(f->srv_eng, "127.0.0.1", 0, member_names, N_REGIONS, &f->srv, &d));
-    orch_quorum_init(&f->q, f->t, f->srv, min_regions, grace_ms, 600000);
+    orch_quorum_init(&f->q, f->t, f->srv, min_regions, grace_ms, 0, 600000);
     f->grace_ms = grace_ms;
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv, NULL);

@@ -29,7 +29,7 @@ XDC_TEST_T(quorum_pace_counts_each_rounds_inner_steps, 30)
     xdc_diag d = {{0}};
     XDC_ASSERT_OK(rdzv_server_create(eng, "127.0.0.1", 0, names, 3, &srv, &d));
     orch_quorum q;
-    orch_quorum_init(&q, t, srv, 2, 1, 600000); /* a 1 ms grace window: a region not there is dropped */
+    orch_quorum_init(&q, t, srv, 2, 1, 0, 600000); /* a 1 ms grace window: a region not there is dropped */
     /* A budget of 10 inner steps: a region 3x slower runs 3, one 2.5x slower 4. */
     const double slowdown[3] = {1.0, 3.0, 2.5};
     orch_quorum_pace(&q, 10, slowdown);

@@ -124,16 +124,17 @@ XDC_TEST_T(xdc_sync_relays_along_a_chain_as_a_full_mesh_sums, 60)
     net_close(&chain);
 }
 
-/* A route that ends at a region without a peer: the sync is made (a rejoiner dials its peers after), a round
- * is refused. */
-XDC_TEST(xdc_sync_route_over_a_missing_peer_is_refused)
+/* A route in a circle is refused at creation, naming the regions; a route over a peer not connected yet is
+ * not (a rejoining worker dials its peers after it created its syncs, orchestrator/worker/orch_rejoin.c), but a
+ * round over it is. */
+XDC_TEST(xdc_sync_route_in_a_circle_is_refused_a_round_over_a_missing_peer_too)
 {
     xdc_sync_engine *eng;
     XDC_ASSERT_OK(xdc_sync_engine_create(&eng, NULL));
     int route[R_N * R_N];
     for (int s = 0; s < R_N; s++)
         for (int d = 0; d < R_N; d++) route[s * R_N + d] = s == d ? -1 : s;        /* a full mesh... */
-    xdc_wan_peer *peers[R_N] = {NULL, (xdc_wan_peer *)1, (xdc_wan_peer *)1, NULL}; /* ...but 3 is not linked */
+    xdc_wan_peer *peers[R_N] = {NULL, (xdc_wan_peer *)1, (xdc_wan_peer *)1, NULL}; /* ...3 not connected yet */
     xdc_sync_cfg cfg = {.n_elems = 16,
                         .bucket_elems = 16,
                         .peers = peers,
@@ -148,5 +149,9 @@ XDC_TEST(xdc_sync_route_over_a_missing_peer_is_refused)
     float buf[16] = {0};
     XDC_ASSERT_ERR(xdc_sync_begin(s, buf), XDC_ERR_INVALID); /* a round needs them */
     xdc_sync_destroy(s);
+    s = NULL;
+    route[3 * R_N + 0] = 2, route[3 * R_N + 2] = 0; /* ...but 3's shard to 0 comes via 2, and to 2 via 0 */
+    XDC_ASSERT_ERR(xdc_sync_create(eng, &cfg, &s, &d), XDC_ERR_INVALID);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "no route from region 3 to region 0");
     xdc_sync_engine_destroy(eng);
 }

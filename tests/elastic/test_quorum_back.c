@@ -1,0 +1,107 @@
+/* test_quorum_back.c — the store host waits longer for a region in its first round after the one that took it
+ * back (orch_quorum_init's back_ms): the joiner receives the whole state before it trains its first period, a
+ * transfer that may outlast the grace window; with the grace alone it was dropped again at every return (seen
+ * in bench-chaos over 5 Mbit/s links). Its second round has the plain grace window again, and so has a first
+ * round after a region that sent it the state left, and the end of the run for a region taken back at the
+ * last round. The host alone,
+ * against the built-in store over loopback TLS; arrivals written into the store as the workers post them. */
+#include "tests/test_wan_util.h"
+#include "tests/xdc_test.h"
+
+#include "common/xdc_time.h"
+#include "orchestrator/elastic/orch_quorum.h"
+#include "orchestrator/rdzv/orch_rdzv.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
+#include "topology/xdc_topology.h"
+
+#include <string.h>
+
+#define TOPO3 "examples/topology/demo-3region.yaml"
+
+/* Tick the host until quorum/<step> is published or `ms` passed; 1 with its value in val[RDZV_VALUE_MAX]. */
+static int decided(orch_quorum *q, rdzv_server *srv, long long step, int ms, char *val)
+{
+    char why[512] = "";
+    uint64_t end = xdc_deadline_ms(ms);
+    while (rdzv_server_get(srv, rdzv_key_quorum(step).s, val, RDZV_VALUE_MAX) != 0) {
+        if (xdc_deadline_passed(end)) return 0;
+        XDC_ASSERT_OK(orch_quorum_tick(q, why, sizeof why));
+    }
+    return 1;
+}
+
+/* Regions 0 and 1 arrive at `step` after posting what they summed in the round before it (`prev`, < 0: none). */
+static void members_arrive(rdzv_server *srv, long long prev, long long step)
+{
+    static const uint8_t got[3] = {1, 1, 0};
+    for (int r = 0; r < 2; r++) {
+        if (prev >= 0) rdzv_server_set(srv, rdzv_key_xchg(r, 0).s, rdzv_val_xchg(prev, got, 3).s);
+        rdzv_server_set(srv, rdzv_key_outer(r, 0).s, rdzv_val_round(step).s);
+    }
+}
+
+XDC_TEST_T(quorum_waits_longer_for_a_region_in_its_first_round_back, 30)
+{
+    static const char *const names[3] = {"us-east/east-node1:0", "eu-west/west-node1:0", "ap-south/south-node1:0"};
+    wan_test_node node;
+    wan_test_issue("certs", RDZV_SERVER_REGION, 0, 30, -60, &node);
+    xdc_wan_engine *eng = wan_test_engine(&node, 1, 10000);
+    xdc_topology *t = NULL;
+    xdc_cfg_errors errs;
+    XDC_ASSERT_OK(xdc_topology_load(TOPO3, &t, &errs));
+    rdzv_server *srv = NULL;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(rdzv_server_create(eng, "127.0.0.1", 0, names, 3, &srv, &d));
+    orch_quorum q;
+    orch_quorum_init(&q, t, srv, 2, 1, 600000, 600000); /* 1 ms of grace; 10 min more in a first round back */
+    char why[512] = "", val[RDZV_VALUE_MAX];
+    XDC_ASSERT_OK(orch_quorum_lose(&q, 2, "its agent exited", why, sizeof why));
+    /* ap-south's restarted worker asks to rejoin; the round at step 10 takes it back. */
+    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_join("n1").s);
+    members_arrive(srv, -1, 10);
+    XDC_ASSERT(decided(&q, srv, 10, 5000, val));
+    XDC_ASSERT_MSG(strcmp(val, "11j") == 0, "round 10: got '%s', expected 11j", val);
+    XDC_ASSERT_EQ(rdzv_server_get(srv, rdzv_key_rejoin("n1").s, val, sizeof val), 0);
+    XDC_ASSERT_MSG(strcmp(val, "10") == 0, "rejoin/n1 = '%s', expected 10", val);
+    /* Its first round: the two members are there, ap-south is still taking the state, and 200 ms (200 grace
+     * windows) later the round is still waiting for it; it arrives and is in the round. */
+    members_arrive(srv, 10, 20);
+    XDC_ASSERT_MSG(!decided(&q, srv, 20, 200, val), "round 20 decided without the returning region: '%s'", val);
+    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_round(20).s);
+    XDC_ASSERT(decided(&q, srv, 20, 5000, val));
+    XDC_ASSERT_MSG(strcmp(val, "111") == 0, "round 20: got '%s', expected 111", val);
+    /* Its second round has the grace window alone: late, it is dropped. */
+    static const uint8_t all[3] = {1, 1, 1};
+    rdzv_server_set(srv, rdzv_key_xchg(2, 0).s, rdzv_val_xchg(20, all, 3).s);
+    for (int r = 0; r < 2; r++) {
+        rdzv_server_set(srv, rdzv_key_xchg(r, 0).s, rdzv_val_xchg(20, all, 3).s);
+        rdzv_server_set(srv, rdzv_key_outer(r, 0).s, rdzv_val_round(30).s);
+    }
+    XDC_ASSERT(decided(&q, srv, 30, 5000, val));
+    XDC_ASSERT_MSG(strcmp(val, "110") == 0, "round 30: got '%s', expected 110", val);
+    /* Taken back at round 40 again, and one of the regions that sent it the state (eu-west) leaves: it would
+     * wait for that slice until the WAN deadline, so its first round has the grace window alone. */
+    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_join("n2").s);
+    members_arrive(srv, 30, 40);
+    XDC_ASSERT(decided(&q, srv, 40, 5000, val));
+    XDC_ASSERT_MSG(strcmp(val, "11j") == 0, "round 40: got '%s', expected 11j", val);
+    XDC_ASSERT_OK(orch_quorum_lose(&q, 1, "its agent exited", why, sizeof why));
+    q.min_regions = 1;
+    rdzv_server_set(srv, rdzv_key_xchg(0, 0).s, rdzv_val_xchg(40, (const uint8_t[3]){1, 0, 0}, 3).s);
+    rdzv_server_set(srv, rdzv_key_outer(0, 0).s, rdzv_val_round(50).s);
+    XDC_ASSERT(decided(&q, srv, 50, 5000, val));
+    XDC_ASSERT_MSG(strcmp(val, "100") == 0, "round 50: got '%s', expected 100", val);
+    /* Taken back at the last round (60), it is not waited for longer at the end: it trains nothing more. */
+    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_join("n3").s);
+    rdzv_server_set(srv, rdzv_key_xchg(0, 0).s, rdzv_val_xchg(50, (const uint8_t[3]){1, 0, 0}, 3).s);
+    rdzv_server_set(srv, rdzv_key_outer(0, 0).s, rdzv_val_round(60).s);
+    XDC_ASSERT(decided(&q, srv, 60, 5000, val));
+    XDC_ASSERT_MSG(strcmp(val, "10j") == 0, "round 60: got '%s', expected 10j", val);
+    rdzv_server_set(srv, rdzv_key_xchg(0, 0).s, rdzv_val_xchg(60, (const uint8_t[3]){1, 0, 0}, 3).s);
+    rdzv_server_set(srv, rdzv_key_outer(0, 0).s, rdzv_val_round(RDZV_ROUND_END).s);
+    XDC_ASSERT(decided(&q, srv, RDZV_ROUND_END, 5000, val));
+    XDC_ASSERT_MSG(strcmp(val, "100") == 0, "the end: got '%s', expected 100", val);
+    rdzv_server_destroy(srv);
+    xdc_wan_engine_destroy(eng);
+    xdc_topology_destroy(t);
+}
