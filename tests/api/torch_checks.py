@@ -266,7 +266,7 @@ def ddp(comm):
     if not peers or any(p != comm.region_name for p in peers):
         fail("rank %d: sockets opened for the gloo group and DDP end in regions %s, want all %s" % (
             rank, peers, comm.region_name))
-    print("torch_checks: ddp: rank %d: %d gloo sockets, every peer in region %s" % (rank, len(peers),
+    print("torch_checks: ddp: rank %d: %d gloo sockets, every peer in region [%s]" % (rank, len(peers),
                                                                                 comm.region_name), flush=True)
     state, hook = xdc.torch.ddp_hook(comm, net)
     net.register_comm_hook(state, hook)
