@@ -475,10 +475,11 @@ XDC_TEST_T(api_python_wheel_bundles_libxdc, 120)
     if (xdc_test_run("/usr/bin/python3 -c 'import build' 2>&1", out, sizeof out) != 0)
         xdc_test_skip("python3 lacks build (Debian package python3-build, in make deps): %s", out);
     built_libxdc(lib, sizeof lib);
-    snprintf(cmd, sizeof cmd,
-             "XDC_BUNDLE_LIB=%2$s /usr/bin/python3 -m build --no-isolation --outdir %1$s/dist %3$s 2>&1 && cd %1$s && "
-             "mkdir sd && tar xzf dist/xdc-*.tar.gz -C sd && make -n -C sd/xdc-*/libxdc-src build/libxdc.so >/dev/null",
-             xdc_test_tmpdir(), lib, xdc_test_src("python", src, sizeof src));
+    snprintf(
+        cmd, sizeof cmd,
+        "XDC_BUNDLE_LIB=%2$s /usr/bin/python3 -m build --no-isolation --outdir %1$s/dist %3$s 2>&1 && cd %1$s && "
+        "mkdir sd && tar xzf dist/xdc-*.tar.gz -C sd && make -n -C sd/xdc-*/libxdc-src SAN= build/libxdc.so >/dev/null",
+        xdc_test_tmpdir(), lib, xdc_test_src("python", src, sizeof src));
     int rc = xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", cmd, rc, out);
     snprintf(venv, sizeof venv, "%s/wheel-venv", xdc_test_tmpdir());
@@ -694,10 +695,10 @@ XDC_TEST_T(api_torch_torchrun_members_like_agent_exec, 300)
     XDC_ASSERT(getcwd(cwd, sizeof cwd) != NULL);
     snprintf(cmd, sizeof cmd,
              "export XDC_ADVERTISE_HOST=127.0.0.1 XDC_TOPOLOGY=%1$s/%2$s XDC_CONFIG=%3$s XDC_RUN_DIR=%4$s "
-             "XDC_COORDINATOR=%5$s XDC_RUN_ID=ttr-test; tr='timeout 240 %6$s -m torch.distributed.run --standalone "
-             "--nproc-per-node 2 %7$s ddp'; "
-             "XDC_REGION=us-east XDC_HOST=east-node1 $tr > %8$s/us-east.out 2>&1 & p=$!; "
-             "XDC_REGION=eu-west XDC_HOST=west-node1 $tr > %8$s/eu-west.out 2>&1; a=$?; wait $p; b=$?; "
+             "XDC_COORDINATOR=%5$s XDC_RUN_ID=ttr-test; members() { export XDC_REGION=$1 XDC_HOST=$2; timeout 240 "
+             "%6$s -m torch.distributed.run --standalone --nproc-per-node 2 %7$s ddp; }; "
+             "(members us-east east-node1) > %8$s/us-east.out 2>&1 & p=$!; "
+             "(members eu-west west-node1) > %8$s/eu-west.out 2>&1; a=$?; wait $p; b=$?; "
              "cat %8$s/us-east.out %8$s/eu-west.out; exit $((a + b))",
              cwd, TOPO, run, dir, coord, py, xdc_test_src("tests/api/torch_checks.py", src, sizeof src),
              xdc_test_tmpdir());
