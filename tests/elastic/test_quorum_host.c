@@ -1,10 +1,13 @@
-/* test_quorum_back.c — the store host waits longer for a region in its first round after the one that took it
- * back (orch_quorum_init's back_ms): the joiner receives the whole state before it trains its first period, a
- * transfer that may outlast the grace window; with the grace alone it was dropped again at every return (seen
- * in bench-chaos over 5 Mbit/s links). Its second round has the plain grace window again, and so has a first
- * round after a region that sent it the state left, and the end of the run for a region taken back at the
- * last round. The host alone,
- * against the built-in store over loopback TLS; arrivals written into the store as the workers post them. */
+/* test_quorum_host.c — the store host's decisions (orch_quorum.h) alone, against the built-in store over
+ * loopback TLS, the regions' arrivals written into the store as workers post them:
+ * - DiLoCo's "nobody waits" (orch_quorum_pace): with a round's budget and each region's slowdown, the host
+ *   publishes the first round's inner-step counts at once and the next round's with each quorum decision, a
+ *   region out of the round counted 0; the rdzv key module's value round-trips;
+ * - the longer wait for a region in its first round after the one that took it back (orch_quorum_init's
+ *   back_ms): the joiner receives the whole state before it trains its first period, a transfer that may
+ *   outlast the grace window; with the grace alone it was dropped again at every return (seen in bench-chaos
+ *   over 5 Mbit/s links). Its second round has the plain grace window again, and so has a first round after a
+ *   region that sent it the state left, and the end of the run for a region taken back at the last round. */
 #include "tests/test_wan_util.h"
 #include "tests/xdc_test.h"
 
@@ -17,6 +20,32 @@
 #include <string.h>
 
 #define TOPO3 "examples/topology/demo-3region.yaml"
+
+/* The host of demo-3region's rounds: its topology, and the built-in store on a loopback engine. */
+typedef struct {
+    wan_test_node node;
+    xdc_wan_engine *eng;
+    xdc_topology *t;
+    rdzv_server *srv;
+} host3;
+
+static void host3_open(host3 *h)
+{
+    static const char *const names[3] = {"us-east/east-node1:0", "eu-west/west-node1:0", "ap-south/south-node1:0"};
+    wan_test_issue("certs", RDZV_SERVER_REGION, 0, 30, -60, &h->node);
+    h->eng = wan_test_engine(&h->node, 1, 10000);
+    xdc_cfg_errors errs;
+    XDC_ASSERT_OK(xdc_topology_load(TOPO3, &h->t, &errs));
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(rdzv_server_create(h->eng, "127.0.0.1", 0, names, 3, &h->srv, &d));
+}
+
+static void host3_close(host3 *h)
+{
+    rdzv_server_destroy(h->srv);
+    xdc_wan_engine_destroy(h->eng);
+    xdc_topology_destroy(h->t);
+}
 
 /* Tick the host until quorum/<step> is published or `ms` passed; 1 with its value in val[RDZV_VALUE_MAX]. */
 static int decided(orch_quorum *q, rdzv_server *srv, long long step, int ms, char *val)
@@ -40,20 +69,47 @@ static void members_arrive(rdzv_server *srv, long long prev, long long step)
     }
 }
 
+XDC_TEST_T(quorum_pace_counts_each_rounds_inner_steps, 30)
+{
+    host3 host;
+    host3_open(&host);
+    rdzv_server *srv = host.srv;
+    orch_quorum q;
+    orch_quorum_init(&q, host.t, srv, 2, 1, 0, 600000); /* a 1 ms grace window: a region not there is dropped */
+    /* A budget of 10 inner steps: a region 3x slower runs 3, one 2.5x slower 4. */
+    const double slowdown[3] = {1.0, 3.0, 2.5};
+    orch_quorum_pace(&q, 10, slowdown);
+    char val[RDZV_VALUE_MAX] = "";
+    XDC_ASSERT_EQ(rdzv_server_get(srv, rdzv_key_steps(0).s, val, sizeof val), 0);
+    XDC_ASSERT_MSG(strcmp(val, "10,3,4") == 0, "got '%s', expected 10,3,4", val);
+    int h[3];
+    XDC_ASSERT_OK(rdzv_val_steps_parse(val, 3, h));
+    XDC_ASSERT_MSG(h[0] == 10 && h[1] == 3 && h[2] == 4, "parsed %d,%d,%d", h[0], h[1], h[2]);
+    XDC_ASSERT_ERR(rdzv_val_steps_parse("10,3", 3, h), XDC_ERR_PROTO);
+    XDC_ASSERT_ERR(rdzv_val_steps_parse("10,3,4,1", 3, h), XDC_ERR_PROTO);
+    XDC_ASSERT_ERR(rdzv_val_steps_parse("10,-3,4", 3, h), XDC_ERR_PROTO);
+    rdzv_key_parts parts;
+    XDC_ASSERT_OK(rdzv_key_parse(rdzv_key_steps(10).s, &parts));
+    XDC_ASSERT_MSG(parts.kind == RDZV_KIND_STEPS && parts.num == 10, "steps/10 parsed as kind %d, step %lld",
+                   (int)parts.kind, parts.num);
+    /* Two regions arrive at the round at step 10, the third never does: the round goes on without it, and the
+     * next round's counts leave it out. */
+    rdzv_server_set(srv, rdzv_key_outer(0, 0).s, "10");
+    rdzv_server_set(srv, rdzv_key_outer(1, 0).s, "10");
+    XDC_ASSERT(decided(&q, srv, 10, 5000, val));
+    XDC_ASSERT_MSG(strcmp(val, "110") == 0, "got '%s', expected 110", val);
+    XDC_ASSERT_EQ(rdzv_server_get(srv, rdzv_key_steps(10).s, val, sizeof val), 0);
+    XDC_ASSERT_MSG(strcmp(val, "10,3,0") == 0, "got '%s', expected 10,3,0", val);
+    host3_close(&host);
+}
+
 XDC_TEST_T(quorum_waits_longer_for_a_region_in_its_first_round_back, 30)
 {
-    static const char *const names[3] = {"us-east/east-node1:0", "eu-west/west-node1:0", "ap-south/south-node1:0"};
-    wan_test_node node;
-    wan_test_issue("certs", RDZV_SERVER_REGION, 0, 30, -60, &node);
-    xdc_wan_engine *eng = wan_test_engine(&node, 1, 10000);
-    xdc_topology *t = NULL;
-    xdc_cfg_errors errs;
-    XDC_ASSERT_OK(xdc_topology_load(TOPO3, &t, &errs));
-    rdzv_server *srv = NULL;
-    xdc_diag d = {{0}};
-    XDC_ASSERT_OK(rdzv_server_create(eng, "127.0.0.1", 0, names, 3, &srv, &d));
+    host3 host;
+    host3_open(&host);
+    rdzv_server *srv = host.srv;
     orch_quorum q;
-    orch_quorum_init(&q, t, srv, 2, 1, 600000, 600000); /* 1 ms of grace; 10 min more in a first round back */
+    orch_quorum_init(&q, host.t, srv, 2, 1, 600000, 600000); /* 1 ms of grace; 10 min more in a first round back */
     char why[512] = "", val[RDZV_VALUE_MAX];
     XDC_ASSERT_OK(orch_quorum_lose(&q, 2, "its agent exited", why, sizeof why));
     /* ap-south's restarted worker asks to rejoin; the round at step 10 takes it back. */
@@ -101,7 +157,5 @@ XDC_TEST_T(quorum_waits_longer_for_a_region_in_its_first_round_back, 30)
     rdzv_server_set(srv, rdzv_key_outer(0, 0).s, rdzv_val_round(RDZV_ROUND_END).s);
     XDC_ASSERT(decided(&q, srv, RDZV_ROUND_END, 5000, val));
     XDC_ASSERT_MSG(strcmp(val, "100") == 0, "the end: got '%s', expected 100", val);
-    rdzv_server_destroy(srv);
-    xdc_wan_engine_destroy(eng);
-    xdc_topology_destroy(t);
+    host3_close(&host);
 }
