@@ -50,7 +50,8 @@ typedef struct {
     char coordinator[300];                    /* host:port of the store (etcd's with etcd) */
     xdc_wan_relay *relays[LAUNCH_MAX_RELAYS]; /* one per pair of regions */
     /* per (pair i < j, worker of j) route i dials j: the address of j's worker it leads to ("": not open);
-     * opened again, in elastic runs, once that worker is another process (j restarted) */
+     * opened again, in elastic runs, once that worker is another process (j restarted: checked while j is
+     * out of the run, as its new worker publishes its address before it asks to rejoin) */
     char relay_to[LAUNCH_MAX_RELAYS][64];
     /* per (pair i < j, worker of i) route a rejoining j dials i: the address of i's worker it leads to ("":
      * not open); opened again to a restarted worker of i (i rejoining at the same round as j) */
@@ -274,8 +275,8 @@ static void pump_relays(launch *L)
     for (int i = 0; i < L->t->n_regions; i++)
         for (int j = i + 1; j < L->t->n_regions && link < LAUNCH_MAX_RELAYS; j++, link++) {
             for (int k = 0; k < xdc_topology_region_workers(L->t, j); k++, fwd++)
-                if (fwd < LAUNCH_MAX_RELAYS &&
-                    (!L->relay_to[fwd][0] || (L->elastic && route_stale(L, j, k, L->relay_to[fwd]))))
+                if (fwd < LAUNCH_MAX_RELAYS && (!L->relay_to[fwd][0] || (L->elastic && !L->quorum.live[j] &&
+                                                                         route_stale(L, j, k, L->relay_to[fwd]))))
                     open_route(L, link, i, j, k, L->relay_to[fwd]);
             for (int k = 0; k < xdc_topology_region_workers(L->t, i); k++, back++)
                 if (back < LAUNCH_MAX_RELAYS && L->elastic && !L->quorum.live[j] && L->relays[link] &&
