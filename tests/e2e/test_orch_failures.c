@@ -111,7 +111,7 @@ XDC_TEST_T(orch_killed_worker_is_named_and_resume_matches, 420)
 {
     e2e_need_corpus();
     const char *run = e2e_write_run("kill", "sync", 40, "none", "checkpoint_every: 5\n");
-    char dir[600], out[65536], want[64], got[64];
+    char dir[600], out[65536], want[64];
     e2e_launch_hash(run, "whole", NULL, out, sizeof out, dir, sizeof dir, want);
 
     snprintf(dir, sizeof dir, "%s/killed", xdc_test_tmpdir());
@@ -142,10 +142,7 @@ XDC_TEST_T(orch_killed_worker_is_named_and_resume_matches, 420)
     char note[800];
     snprintf(note, sizeof note, "%s/failed-eu-west-0", dir);
     XDC_ASSERT_MSG(access(note, R_OK) == 0, "the agent left no failure note at %s", note);
-    int rc = e2e_launch(run, dir, "--resume", out, sizeof out);
-    XDC_ASSERT_MSG(rc == 0, "resume exited %d:\n%s", rc, out);
-    e2e_final_field(out, "params_xxh64=", got, sizeof got);
-    XDC_ASSERT_MSG(strcmp(want, got) == 0, "resumed run ends at %s, uninterrupted at %s", got, want);
+    e2e_resume_ends_on(run, dir, want, out, sizeof out);
     /* The resumed run's step log is fresh; the killed run's rows are kept beside it. */
     char kept[900];
     snprintf(kept, sizeof kept, "%s/steps/us-east-0.tsv.1", dir);

@@ -80,6 +80,15 @@ void e2e_final_field(const char *out, const char *key, char *val, size_t cap)
     snprintf(val, cap, "%.*s", (int)(n < cap ? n : cap - 1), k);
 }
 
+void e2e_resume_ends_on(const char *run, const char *run_dir, const char *want, char *out, size_t cap)
+{
+    char got[64];
+    int rc = e2e_launch(run, run_dir, "--resume", out, cap);
+    XDC_ASSERT_MSG(rc == 0, "the resume exited %d:\n%s", rc, out);
+    e2e_final_field(out, "params_xxh64=", got, sizeof got);
+    XDC_ASSERT_MSG(strcmp(got, want) == 0, "the resumed run ends at %s, the uninterrupted one at %s", got, want);
+}
+
 /* Launch into TMP/<name>, require success and return its params hash (and the run folder). */
 void e2e_launch_hash(const char *run, const char *name, const char *flags, char *out, size_t cap, char *dir,
                      size_t dir_cap, char hash[64])

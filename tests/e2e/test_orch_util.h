@@ -28,6 +28,9 @@ const char *e2e_write_run(const char *name, const char *mode, int steps, const c
 int e2e_launch(const char *run, const char *run_dir, const char *flags, char *out, size_t cap);
 /* The value of `key` (e.g. "params_xxh64=") on the launch's final line. */
 void e2e_final_field(const char *out, const char *key, char *val, size_t cap);
+/* `xdc launch --resume` of `run` into run_dir (output in out): it must succeed and end on `want`, the
+ * uninterrupted run's params hash. */
+void e2e_resume_ends_on(const char *run, const char *run_dir, const char *want, char *out, size_t cap);
 /* Launch into TMP/<name>, require success and return its params hash (and the run folder). */
 void e2e_launch_hash(const char *run, const char *name, const char *flags, char *out, size_t cap, char *dir,
                      size_t dir_cap, char hash[64]);
