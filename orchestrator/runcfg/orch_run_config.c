@@ -21,7 +21,7 @@ static const char *const ckpt_failure_words[] = {"stop", "continue", NULL};
 typedef struct {
     orch_run_config c;
     char model[512], data[512], mode[16], plan[16], ckpt_failure[16];
-    const xdc_cfg_node *diloco, *streaming, *timeouts, *elastic, *sync, *slowdown, *replica_mb;
+    const xdc_cfg_node *diloco, *streaming, *timeouts, *elastic, *sync, *slowdown, *replica_mb, *layer_ms;
 } run_in;
 
 #define RUN_FIELD(key, type, member, req, lo, hi)                                                 \
@@ -44,6 +44,7 @@ static const xdc_cfg_field top_fields[] = {
     RUN_FIELD("activation_codec", XDC_CFG_STRING, activation_codec, false, 0, 0),
     RUN_FIELD("microbatches", XDC_CFG_INT, microbatches, false, 1, 1024),
     {"microbatches_per_replica", XDC_CFG_NODE, offsetof(run_in, replica_mb), 0, false, 0, 0, NULL},
+    {"emulate_layer_ms", XDC_CFG_NODE, offsetof(run_in, layer_ms), 0, false, 0, 0, NULL},
     RUN_FIELD("batch_size", XDC_CFG_INT, batch_size, false, 1, 65536),
     RUN_FIELD("steps", XDC_CFG_INT, steps, false, 1, 100000000),
     RUN_FIELD("eval_interval", XDC_CFG_INT, eval_interval, false, 1, 100000000),
@@ -156,6 +157,18 @@ xdc_err_t orch_run_config_slowdown(const orch_run_config *c, int n_regions, doub
     return XDC_OK;
 }
 
+xdc_err_t orch_run_config_layer_ms(const orch_run_config *c, int n_regions, int region, double *ms, xdc_diag *diag)
+{
+    int n = c->n_layer_ms;
+    if (n > 1 && n != n_regions) {
+        xdc_diag_set(diag, "emulate_layer_ms in %s has %d entries; the topology has %d regions (or give one for all)",
+                     c->path, n, n_regions);
+        return XDC_ERR_CONFIG;
+    }
+    *ms = !n ? 0 : c->layer_ms[n == 1 ? 0 : region];
+    return XDC_OK;
+}
+
 bool orch_quorum_elastic(const orch_run_config *c, int n_regions)
 {
     /* Sync mode's rounds are its steps; delayed averaging keeps a round open across the step boundary where a
@@ -236,6 +249,11 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
         bad += c->diloco.n_slowdown == 0;
     }
     if (in.replica_mb) bad += parse_replica_microbatches(in.replica_mb, c, errs);
+    if (in.layer_ms) {
+        c->n_layer_ms = parse_list(in.layer_ms, "emulate_layer_ms", "region", 0, 60000, false, c->layer_ms,
+                                   ORCH_MAX_SLOWDOWN, errs);
+        bad += c->n_layer_ms == 0;
+    }
     if (in.streaming) bad += xdc_cfg_map_fields(in.streaming, streaming_fields, N(streaming_fields), &in, errs);
     if (in.elastic) bad += xdc_cfg_map_fields(in.elastic, elastic_fields, N(elastic_fields), &in, errs);
     c->elastic.set = in.elastic != NULL;

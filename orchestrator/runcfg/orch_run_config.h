@@ -15,7 +15,7 @@
 typedef enum { ORCH_MODE_SYNC = 0, ORCH_MODE_DILOCO = 1, ORCH_MODE_STREAMING = 2 } orch_mode;
 
 #define ORCH_MAX_STAGES     64
-#define ORCH_MAX_SLOWDOWN   256  /* diloco.slowdown entries: one per region at most (XDC_TOPO_MAX_REGIONS) */
+#define ORCH_MAX_SLOWDOWN   256 /* per-region lists (diloco.slowdown, emulate_layer_ms): one entry per region at most */
 #define ORCH_MAX_REPLICA_MB 1024 /* microbatches_per_replica entries: one per replica (of a region or of all) */
 
 /* The run file's sections, one struct each, named as in the YAML (docs/config.md). */
@@ -108,6 +108,12 @@ typedef struct orch_run_config {
     /* A region whose compute seconds per step exceed this many times the other regions' median is
      * reported as a straggler (progress line, log, xdc_region_slowdown); default 2. */
     double straggler_factor;
+    /* emulate_layer_ms: a device of fixed speed per region (n_layer_ms entries: 1, every region the same, or
+     * one per region in the topology's order; 0: real compute only). A stage's forward of a microbatch takes at
+     * least layers × layer_ms, its backward twice that (the rest a sleep counted as compute): a schedule's
+     * shape, and regions of different speed, reproducible on one machine (bench/pipeline). */
+    double layer_ms[ORCH_MAX_SLOWDOWN];
+    int n_layer_ms;
     orch_elastic_config elastic; /* elastic: */
     bool dump_params;            /* region 0 / replica 0 writes RUN/params-stage-S.f32 at the end (tests) */
     bool plan_auto;              /* `plan: auto`: take the layout and WAN settings from the planner */
@@ -174,6 +180,9 @@ bool orch_quorum_elastic(const orch_run_config *c, int n_regions);
 /* Each of n_regions regions' diloco.slowdown into out[n_regions] (1 where the run file gives none);
  * XDC_ERR_CONFIG, said in diag, when the file gives a list of another length. */
 xdc_err_t orch_run_config_slowdown(const orch_run_config *c, int n_regions, double *out, xdc_diag *diag);
+/* Region `region`'s emulate_layer_ms of n_regions regions into *ms (0 without the key); XDC_ERR_CONFIG, said
+ * in diag, when the list has neither 1 nor n_regions entries. */
+xdc_err_t orch_run_config_layer_ms(const orch_run_config *c, int n_regions, int region, double *ms, xdc_diag *diag);
 int orch_quorum_min(const orch_run_config *c, int n_regions);
 /* What the run writes to the rendezvous under its prefixes of many keys (docs/security.md, "Quotas"), from
  * the run file alone, so the store host and every member get the same:

@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #define ORCH_PACE_STEPS 10 /* steps between looks at every region's pace (stragglers) */
 
@@ -40,6 +41,17 @@ static uint8_t *wire(const orch_worker *w, int k, int mb)
     size_t at = (size_t)(mb % w->pipe.wire_n[k]);
     for (int i = 0; i < k; i++) at += (size_t)w->pipe.wire_n[i];
     return w->pipe.wire + at * w->pipe.bound;
+}
+
+/* emulate_layer_ms: the forward (passes 1) or backward (passes 2) of `layers` layers begun at t0 lasts at least
+ * passes × layers × the region's layer time; the rest is a sleep, which the caller counts as compute. */
+static void compute_floor(const orch_worker *w, double t0, int layers, int passes)
+{
+    double until = t0 + passes * layers * w->model.layer_s;
+    for (double left; (left = until - now_s()) > 0;) {
+        struct timespec ts = {(time_t)left, (long)((left - floor(left)) * 1e9)};
+        nanosleep(&ts, NULL); /* a signal: the loop sleeps the rest */
+    }
 }
 
 static void trace_span(orch_worker *w, const char *name, uint64_t t0, int mb)
@@ -96,6 +108,7 @@ static xdc_err_t forward_mb(orch_worker *w, int mb, float *loss_sum, xdc_diag *d
     uint64_t u0 = orch_trace_now_us(w->tele.trace);
     XDC_CHECK(xdc_gpt_stage_forward(w->model.st, slot, w->model.tokens + mb * bt, w->model.x_in,
                                     w->model.targets + mb * bt, is_last(w) ? NULL : &y, &loss));
+    compute_floor(w, t0, w->id->layer_end - w->id->layer_begin, 1);
     w->prog.t_compute += now_s() - t0;
     trace_span(w, "forward", u0, mb);
     if (is_last(w)) *loss_sum += loss;
@@ -123,6 +136,7 @@ static xdc_err_t backward_mb(orch_worker *w, int mb, xdc_sync *sync, xdc_diag *d
     uint64_t u0 = orch_trace_now_us(w->tele.trace);
     XDC_CHECK(xdc_gpt_stage_backward(w->model.st, xdc_gpt_stage_slot_of(w->model.st, mb), w->model.dy_in,
                                      1.0f / (float)w->model.M, is_first(w) ? NULL : &dx));
+    compute_floor(w, t0, w->id->layer_end - w->id->layer_begin, 2);
     w->prog.t_compute += now_s() - t0;
     trace_span(w, "backward", u0, mb);
     if (is_first(w)) return XDC_OK;

@@ -66,6 +66,9 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
     w->model.be->model->set_threads(w->cfg->threads);
     bool unequal;
     XDC_CHECK(replica_microbatches(w, &unequal, diag));
+    double layer_ms;
+    XDC_CHECK(orch_run_config_layer_ms(w->cfg, w->id->n_regions, w->id->region_idx, &layer_ms, diag));
+    w->model.layer_s = layer_ms / 1e3;
     int slots = xdc_model_shape_1f1b_inflight(w->id->n_stages, w->id->stage, w->model.M); /* 1F1B's bound */
     xdc_gpt_stage_config sc = {.model = c->model,
                                .layer_begin = w->id->layer_begin,

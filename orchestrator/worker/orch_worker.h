@@ -50,6 +50,7 @@ typedef struct orch_model {
     xdc_data *val;  /* validation batches, the same on every replica (first and last stage) */
     int B, T, C, M; /* M: this replica's microbatches per step (microbatches_per_replica, else microbatches) */
     int M_region;   /* the microbatches of all the region's replicas together per step */
+    double layer_s; /* emulate_layer_ms of this worker's region, seconds (0: real compute only; orch_train.c) */
     int32_t *tokens, *targets; /* (M, B*T) */
     /* Pipeline boundary buffers, device memory, one microbatch each: 1F1B never has two microbatches in
      * one (orch_train.c, docs/runtime.md). NULL where the stage has no such neighbour. */

@@ -1,7 +1,8 @@
 /* test_run_config_pace.c — the run file's keys of DiLoCo's "nobody waits": diloco.nobody_waits and
  * diloco.slowdown load, the slowdown list is matched against the topology's regions, and each misuse is named
  * (a factor out of range with its line and column, the wrong mode, plan: auto); the `elastic:` key that
- * makes sync mode go by quorum; and microbatches_per_replica, per region or for all, and its misuse. */
+ * makes sync mode go by quorum; microbatches_per_replica, per region or for all, and its misuse; and
+ * emulate_layer_ms, one value for every region or one per region. */
 #include "tests/xdc_test.h"
 
 #include "orchestrator/runcfg/orch_run_config.h"
@@ -91,4 +92,26 @@ XDC_TEST(run_config_microbatches_per_replica_per_region_or_all)
     names(&errs, "microbatches_per_replica[1]: an integer in [1, 1024] expected");
     XDC_ASSERT_ERR(load("mbrd", "mode: diloco\nmicrobatches_per_replica: [3, 1]\n", &c, &errs), XDC_ERR_CONFIG);
     names(&errs, "microbatches_per_replica needs mode sync");
+}
+
+XDC_TEST(run_config_emulate_layer_ms_for_all_or_per_region)
+{
+    static orch_run_config c;
+    xdc_cfg_errors errs;
+    xdc_diag d = {{0}};
+    double ms;
+    XDC_ASSERT_OK(load("lms0", "mode: sync\n", &c, &errs)); /* without the key: real compute only */
+    XDC_ASSERT_OK(orch_run_config_layer_ms(&c, 3, 2, &ms, &d));
+    XDC_ASSERT_MSG(ms == 0, "layer_ms %g", ms);
+    XDC_ASSERT_OK(load("lms1", "emulate_layer_ms: [20]\n", &c, &errs)); /* every region */
+    XDC_ASSERT_OK(orch_run_config_layer_ms(&c, 3, 2, &ms, &d));
+    XDC_ASSERT_MSG(ms == 20, "layer_ms %g", ms);
+    XDC_ASSERT_OK(load("lms2", "mode: diloco\nemulate_layer_ms: [10, 25.5]\n", &c, &errs)); /* any mode */
+    XDC_ASSERT_OK(orch_run_config_layer_ms(&c, 2, 1, &ms, &d));
+    XDC_ASSERT_MSG(ms == 25.5, "layer_ms %g", ms);
+    XDC_ASSERT_ERR(orch_run_config_layer_ms(&c, 3, 0, &ms, &d), XDC_ERR_CONFIG);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "emulate_layer_ms in ");
+    XDC_ASSERT_STR_CONTAINS(d.msg, "has 2 entries; the topology has 3 regions");
+    XDC_ASSERT_ERR(load("lmsn", "emulate_layer_ms: [10, -1]\n", &c, &errs), XDC_ERR_CONFIG);
+    names(&errs, "emulate_layer_ms[1]: a number in [0, 60000] expected");
 }
