@@ -69,6 +69,11 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
     double layer_ms;
     XDC_CHECK(orch_run_config_layer_ms(w->cfg, w->id->n_regions, w->id->region_idx, &layer_ms, diag));
     w->model.layer_s = layer_ms / 1e3;
+    if (layer_ms > 0)
+        XDC_INFO(XDC_SUB_ORCH,
+                 "emulated device: a layer's forward takes at least %g ms a microbatch, its backward %g "
+                 "(emulate_layer_ms)",
+                 layer_ms, 2 * layer_ms);
     int slots = xdc_model_shape_1f1b_inflight(w->id->n_stages, w->id->stage, w->model.M); /* 1F1B's bound */
     xdc_gpt_stage_config sc = {.model = c->model,
                                .layer_begin = w->id->layer_begin,

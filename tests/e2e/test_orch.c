@@ -1,8 +1,8 @@
 /* test_orch.c — the runtime's modes end to end on one machine (`xdc launch`, 2 emulated regions x 2
  * pipeline stages): the delayed sync on cpu and cpu-strict, every mode on cpu-strict against cpu,
- * run-to-run determinism, the metrics snapshot, DiLoCo / streaming (dense, sparse, keep-unsent) against
- * sync, plan: auto and its re-plan, and agents started elsewhere (the reference runs are in
- * test_orch_reference.c, the failures in test_orch_failures.c). */
+ * run-to-run determinism (the second run on an emulated device: emulate_layer_ms), the metrics snapshot,
+ * DiLoCo / streaming (dense, sparse, keep-unsent) against sync, plan: auto and its re-plan, and agents started
+ * elsewhere (the reference runs are in test_orch_reference.c, the failures in test_orch_failures.c). */
 #include "tests/xdc_test.h"
 #include "tests/e2e/test_orch_util.h"
 
@@ -141,8 +141,14 @@ XDC_TEST_T(orch_same_seed_same_parameters, 300)
     const char *run = e2e_write_run("det", "sync", 10, "int8", "metrics_port: 0\n");
     char dir[600], out[65536], h1[64], h2[64];
     e2e_launch_hash(run, "a", NULL, out, sizeof out, dir, sizeof dir, h1);
+    /* The second run on an emulated device (each region's layers slowed to a fixed time) changes the time only. */
+    run = e2e_write_run("det-emulated", "sync", 10, "int8", "metrics_port: 0\nemulate_layer_ms: [5, 10]\n");
     e2e_launch_hash(run, "b", NULL, out, sizeof out, dir, sizeof dir, h2);
     XDC_ASSERT_MSG(strcmp(h1, h2) == 0, "hashes differ: %s vs %s", h1, h2);
+    char cmd[1024], got[64];
+    snprintf(cmd, sizeof cmd, "grep -l 'at least 10 ms a microbatch, its backward 20' %s/logs/*.log | wc -l", dir);
+    xdc_test_run(cmd, got, sizeof got);
+    XDC_ASSERT_MSG(atoi(got) == 2, "expected eu-west's 2 workers to log their emulated layer time, got %s", got);
     char bytes[64];
     e2e_final_field(out, "wan_bytes=", bytes, sizeof bytes);
     XDC_ASSERT(atoll(bytes) > 0);
