@@ -3,10 +3,10 @@
 #   1. Bubble. A pipeline of p = 2 stages (one region, two CPU workers, no WAN) running m microbatches
 #      (PIPE_MB) of a 4-layer tiny GPT whose layers take a fixed time (run file `emulate_layer_ms`:
 #      PIPE_LAYER_MS per layer forward, twice that backward; the rest of the real compute hides under
-#      it), once per v in PIPE_CHUNKS. Per stage and steady step (the first PIPE_SKIP left out; steps/*.tsv)
-#      the bubble is (step − compute) / compute: idle time over compute time, as Megatron-LM defines
-#      (p−1)/(m·v); the median over the steps, the mean over the stages, against (p−1)/(m·v).
-#      The idle share of the wall, (step − compute) / step, is printed beside it.
+#      it), once per v in PIPE_CHUNKS. Per steady step (the first PIPE_SKIP left out; steps/*.tsv), summed
+#      over the stages, the bubble is (step − compute) / compute: idle time over compute time, as
+#      Megatron-LM defines (p−1)/(m·v); the median over the steps against (p−1)/(m·v). Beside it the idle
+#      share of the wall, (step − compute) / step.
 #      PIPE_CHUNKS defaults to 1: interleaved 1F1B (`pipeline_chunks: v`, issue 28 item 1) is being built on
 #      branch ileave; once it is merged, PIPE_CHUNKS="1 2" (the default then) adds the v = 2 rows.
 #   2. Activation codec: bench/actcodec/run.sh as it is (its table, then its summary line, whose
@@ -65,14 +65,24 @@ launch() { # name, topology, run-file lines: runs it, leaves its steps in $tmp/r
         exit 70
     }
 }
+# The median of column $1 of stdin's numbers.
+median() {
+    sort -g -k"$1","$1" | awk -v k="$1" '{ v[NR] = $k } END {
+        printf "%.4f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
 # Per worker of run $1 (steps/<region>-<rank>.tsv: step, elapsed_s, step_s, compute_s, ...), the median over
 # the steady steps of awk expression $2 of s (step_s) and c (compute_s): "<region>-<rank> <value>" a line.
 per_worker() {
     for f in "$tmp/run-$1"/steps/*.tsv; do
-        awk -v skip="$skip" 'FNR > 1 && $1 > skip { s = $3; c = $4; print '"$2"' }' "$f" | sort -g |
-            awk -v w="$(basename "$f" .tsv)" '{ v[NR] = $1 } END {
-                printf "%s %.4f\n", w, NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+        printf '%s %s\n' "$(basename "$f" .tsv)" \
+            "$(awk -v skip="$skip" 'FNR > 1 && $1 > skip { s = $3; c = $4; print '"$2"' }' "$f" | median 1)"
     done
+}
+# Per steady step of run $1, over all its workers (the stages): idle / compute and idle / wall, pooled
+# (summed over the stages before the ratio: a step where load stretched one stage's compute counts once).
+per_step() {
+    awk -v skip="$skip" 'FNR > 1 && $1 > skip { i[$1] += $3 - $4; c[$1] += $4; w[$1] += $3 }
+        END { for (k in i) print i[k] / c[k], i[k] / w[k] }' "$tmp/run-$1"/steps/*.tsv
 }
 mean() { awk '{ s += $2; n++ } END { printf "%.4f", s / n }'; }
 
@@ -86,8 +96,9 @@ for v in $chunks; do
         launch "bubble-v$v-m$m" "$tmp/one.yaml" "pipeline_stages: $p
 microbatches: $m
 emulate_layer_ms: [$layer_ms]$extra"
-        meas=$(per_worker "bubble-v$v-m$m" '(s - c) / c' | mean)
-        wall=$(per_worker "bubble-v$v-m$m" '(s - c) / s' | mean)
+        per_step "bubble-v$v-m$m" >"$tmp/bubble-v$v-m$m"
+        meas=$(median 1 <"$tmp/bubble-v$v-m$m")
+        wall=$(median 2 <"$tmp/bubble-v$v-m$m")
         read -r theory err < <(awk -v p="$p" -v m="$m" -v v="$v" -v x="$meas" 'BEGIN {
             t = (p - 1) / (m * v); e = (x - t) / t * 100; printf "%.4f %.1f\n", t, e < 0 ? -e : e }')
         bubble_err=$(awk -v a="$err" -v b="$bubble_err" 'BEGIN { print (a > b ? a : b) }')
