@@ -462,6 +462,10 @@ static void plan_rounds(sim *s, int i)
     int R = active_regions(s), H = p->inner_steps > 0 ? p->inner_steps : 1, F = p->fragments > 0 ? p->fragments : 1;
     int frag_now = 0;
     for (int f = 0; p->mode == XDC_PLAN_STREAMING && i > 0 && f < F; f++) frag_now |= i % H == f * H / F;
+    /* An overlapped DiLoCo round (diloco.overlap_steps 1) leaves when the next step begins, as a fragment of the
+     * whole parameters, and the step ends once it is in. */
+    int overlap = p->mode == XDC_PLAN_DILOCO && p->overlap_steps > 0;
+    if (overlap) frag_now = i > 0 && i % H == 0, F = 1;
     for (int g = 0; g < s->n_groups; g++) {
         engine *e = &s->eng[2 * g], *fr = &s->eng[2 * g + 1];
         const xdc_link *l = NULL;
@@ -472,7 +476,7 @@ static void plan_rounds(sim *s, int i)
         topo_grad_codec_get(p->mode == XDC_PLAN_SYNC ? p->codec : "none", gbps, s->c, &inner.ci);
         e->rounds[0] = inner;
         e->n_rounds = 1;
-        if (p->mode == XDC_PLAN_DILOCO && (i + 1) % H == 0) {
+        if (p->mode == XDC_PLAN_DILOCO && !overlap && (i + 1) % H == 0) {
             e->rounds[1] = (sync_round){params, R, {0, 0, 0, 0}};
             topo_grad_codec_get(p->codec, gbps, s->c, &e->rounds[1].ci);
             e->n_rounds = 2;
