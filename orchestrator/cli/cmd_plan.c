@@ -40,9 +40,19 @@ int plan_inputs_load(const char *topo_path, const char *model_path, const char *
     if (rc != XDC_OK) return config_failed(in, topo_path, rc, &errs);
     xdc_train_config tc;
     if (run_path) {
-        orch_run_config run;
+        static orch_run_config run; /* large; one command loads one */
         rc = orch_run_config_load(run_path, &run, &errs);
         if (rc != XDC_OK) return config_failed(in, run_path, rc, &errs);
+        if (run.plan_auto) { /* the run as `xdc launch` runs it: with the plan it takes */
+            static orch_planned planned;
+            xdc_diag pd = {{0}};
+            rc = orch_plan_apply(&run, in->topo, &planned, &pd);
+            if (rc != XDC_OK) {
+                fprintf(stderr, "%s: plan: auto: %s\n", run_path, pd.msg[0] ? pd.msg : xdc_strerror(rc));
+                plan_inputs_free(in);
+                return xdc_cli_exit_code(rc);
+            }
+        }
         tc = run.train;
         snprintf(in->model_path, sizeof in->model_path, "%s", run.model_path);
         xdc_plan_opts *o = &in->opts;

@@ -36,7 +36,7 @@ static const xdc_plan *first_with(const xdc_plan_set *s, int nobody_waits, int o
 /* bench-e2e's WAN-bound pair with eu-west 3x slower (diloco.slowdown [1, 3]) at H = 12: nobody waits gives
  * us-east 12 inner steps a round and eu-west 4, the tokens of 16 steps in the time of 12, and wins; the plan
  * where every region runs 12 and waits is slower per token; no candidate pairs it with an overlapped round;
- * a run file without it (-1) gets none. Equal regions gain nothing from it. */
+ * a run file without it (-1) gets none. Equal regions gain nothing from it. The simulator agrees. */
 XDC_TEST(plan_nobody_waits_counts_each_regions_steps_by_its_pace)
 {
     xdc_model_shape m;
@@ -59,6 +59,16 @@ XDC_TEST(plan_nobody_waits_counts_each_regions_steps_by_its_pace)
     XDC_ASSERT_MSG(p->t_step / p->tokens < 0.8 * wait->t_step / wait->tokens, "nobody waits %.4g s/token, waiting %.4g",
                    p->t_step / p->tokens, wait->t_step / wait->tokens);
     for (int i = 0; i < s->n_cands; i++) XDC_ASSERT(!(s->cands[i].nobody_waits && s->cands[i].overlap_steps));
+    /* The simulator runs each region's inner steps on its own clock, the round joining them: within 10 % of the
+     * planner over two rounds, and the waiting plan's as well. */
+    xdc_sim_result r, rw;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_sim_run(t, &m, p, &o.calib, 24, &r, &d));
+    XDC_ASSERT_OK(xdc_sim_run(t, &m, wait, &o.calib, 24, &rw, &d));
+    XDC_ASSERT_MSG(r.t_step < 1.10 * p->t_step && r.t_step > 0.90 * p->t_step, "simulated %.4f s, planned %.4f s",
+                   r.t_step, p->t_step);
+    XDC_ASSERT_MSG(rw.t_step < 1.10 * wait->t_step && rw.t_step > 0.90 * wait->t_step,
+                   "waiting: simulated %.4f s, planned %.4f s", rw.t_step, wait->t_step);
     o.nobody_waits = -1;
     xdc_plan_set *n = search_ok(t, &m, &b, &o);
     for (int i = 0; i < n->n_cands; i++) XDC_ASSERT(!n->cands[i].nobody_waits);
