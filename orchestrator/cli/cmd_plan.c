@@ -427,10 +427,17 @@ static int differs_in(const xdc_plan *a, const xdc_plan *b, int k)
 
 /* What each of the chosen DiLoCo plan's settings buys: against the best candidate (pick order) that differs from
  * it in that setting alone, its time per token, exposed WAN and fidelity; or why there is none. */
-static void explain_choices(const xdc_topology *t, const xdc_plan_set *s)
+static void explain_choices(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan_opts *o)
 {
     const xdc_plan *b = &s->best;
     if (b->mode != XDC_PLAN_DILOCO) return;
+    unsigned char in[XDC_TOPO_MAX_REGIONS] = {0};
+    double pace[XDC_TOPO_MAX_REGIONS];
+    int one_pace = 1;
+    for (int r = 0; r < t->n_regions; r++) in[r] = b->replicas[r] > 0;
+    xdc_plan_region_pace(t, &o->calib, in, pace);
+    for (int r = 0; r < t->n_regions; r++)
+        one_pace &= !in[r] || xdc_plan_round_steps(b->inner_steps, pace[r]) == b->inner_steps;
     static const char *const what[N_KNOBS] = {"codec (density, bits)", "period", "keep_unsent", "overlap",
                                               "nobody waits"};
     printf("  settings, each against the best plan that differs from the chosen one in it alone:\n");
@@ -453,13 +460,15 @@ static void explain_choices(const xdc_topology *t, const xdc_plan_set *s)
             for (int r = 0; r < t->n_regions; r++)
                 if (b->replicas[r]) printf(" %s=%d", t->regions[r].name, b->round_steps[r]);
         }
-        printf(" (step %.4f s, exposed WAN %.4f s, fidelity %d)", b->t_step, b->t_wan_exposed, b->fidelity);
+        printf(" (step %.4g s, exposed WAN %.4g s, fidelity %d)", b->t_step, b->t_wan_exposed, b->fidelity);
         if (!alt) {
             printf("; no alternative: %s\n",
-                   k == K_WAIT && b->overlap_steps     ? "not with an overlapped round (the runtime refuses the pair)"
-                   : k == K_WAIT                       ? "the taking-part regions run at one pace"
+                   k == K_WAIT && one_pace ? "the taking-part regions run at one pace (GPU TFLOP/s, slowdown)"
+                   : k == K_WAIT           ? "not with an overlapped round (the runtime refuses the pair)"
                    : k == K_OVERLAP && b->nobody_waits ? "not with nobody waits (the runtime refuses the pair)"
-                   : k == K_KEEP ? "the runtime keeps the unsent part only with one replica per stage, sparse codecs"
+                   : k == K_KEEP && b->keep_unsent
+                       ? "sparse rounds are searched with it wherever the runtime can keep the unsent part"
+                   : k == K_KEEP ? "the runtime keeps the unsent part only with one replica per stage in every region"
                                  : "none kept (more than twice as slow per token, or constrained)");
             continue;
         }
@@ -473,7 +482,7 @@ static void explain_choices(const xdc_topology *t, const xdc_plan_set *s)
             printf("%s",
                    alt->nobody_waits ? "nobody waits" : "every region running H, the round waiting for the slowest");
         }
-        printf(": step %.4f s, %.0f tokens, exposed WAN %.4f s, %.3g MB/step, fidelity %d: %+.1f%% time per token\n",
+        printf(": step %.4g s, %.0f tokens, exposed WAN %.4g s, %.3g MB/step, fidelity %d: %+.1f%% time per token\n",
                alt->t_step, alt->tokens, alt->t_wan_exposed, alt->wan_bytes / 1e6, alt->fidelity,
                (alt->t_step / alt->tokens / (b->t_step / b->tokens) - 1) * 100);
     }
@@ -489,7 +498,7 @@ static void explain(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan
            s->n_evaluated, s->n_rejected, s->reject_reason[0] ? "; closest miss: " : "", s->reject_reason,
            o->tolerance * 100);
     explain_regime(t, s);
-    explain_choices(t, s);
+    explain_choices(t, s, o);
     explain_regions(t, s);
     explain_microbatches(&s->best);
     explain_replica_split(t, &s->best);
