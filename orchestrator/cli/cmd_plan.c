@@ -463,8 +463,11 @@ static void explain_choices(const xdc_topology *t, const xdc_plan_set *s, const 
         printf(" (step %.4g s, exposed WAN %.4g s, fidelity %d)", b->t_step, b->t_wan_exposed, b->fidelity);
         if (!alt) {
             printf("; no alternative: %s\n",
-                   k == K_WAIT && one_pace ? "the taking-part regions run at one pace (GPU TFLOP/s, slowdown)"
-                   : k == K_WAIT           ? "not with an overlapped round (the runtime refuses the pair)"
+                   k == K_WAIT && b->nobody_waits
+                       ? "every region running H, the round waiting for the slowest, is more than twice as slow per "
+                         "token (not kept)"
+                   : k == K_WAIT && one_pace ? "the taking-part regions run at one pace (GPU TFLOP/s, slowdown)"
+                   : k == K_WAIT             ? "not with an overlapped round (the runtime refuses the pair)"
                    : k == K_OVERLAP && b->nobody_waits ? "not with nobody waits (the runtime refuses the pair)"
                    : k == K_KEEP && b->keep_unsent
                        ? "sparse rounds are searched with it wherever the runtime can keep the unsent part"
