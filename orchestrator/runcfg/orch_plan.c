@@ -46,11 +46,11 @@ static void plan_inputs(const orch_run_config *c, const xdc_topology *t, xdc_mod
     if (c->batch_size) o->micro_batch = c->batch_size;
     if (strcmp(c->codec, "link") != 0) snprintf(o->codec, sizeof o->codec, "%s", c->codec);
     if (c->diloco.keep_unsent) o->keep_unsent = 1; /* else the search may choose it */
-    /* DiLoCo's nobody waits and overlapped rounds: set by hand they bind (the slowdown and nobody waits are
-     * DiLoCo's alone); the slowdown is the regions' pace the planner prices. */
+    /* DiLoCo's nobody waits and overlapped rounds: set by hand they bind (DiLoCo plans with them only). The
+     * slowdown is the regions' pace the planner prices; a mode the run cannot slow is left out by the checks
+     * of orch_plan_apply. */
     if (c->diloco.nobody_waits) o->nobody_waits = 1;
     if (c->diloco.overlap_steps) o->overlap = 1;
-    if (c->diloco.nobody_waits || c->diloco.n_slowdown || c->diloco.overlap_steps) o->mode = XDC_PLAN_DILOCO;
     for (int r = 0; r < c->diloco.n_slowdown && r < t->n_regions; r++) o->calib.region_scale[r] = c->diloco.slowdown[r];
 }
 
