@@ -425,6 +425,27 @@ static int differs_in(const xdc_plan *a, const xdc_plan *b, int k)
     return 1;
 }
 
+/* DiLoCo plan p's setting k, in words. */
+static void print_setting(const xdc_topology *t, const xdc_plan *p, int k)
+{
+    switch (k) {
+    case K_CODEC: printf("%s", p->codec); break;
+    case K_PERIOD: printf("H = %d", p->inner_steps); break;
+    case K_KEEP: printf("%s", p->keep_unsent ? "on" : "off"); break;
+    case K_OVERLAP:
+        printf("%s", p->overlap_steps ? "the round during the next inner step" : "the round blocking its step");
+        break;
+    default:
+        if (!p->nobody_waits) {
+            printf("every region running H, the round waiting for the slowest");
+            break;
+        }
+        printf("nobody waits, inner steps per round of %d:", p->inner_steps);
+        for (int r = 0; r < t->n_regions; r++)
+            if (p->replicas[r]) printf(" %s=%d", t->regions[r].name, p->round_steps[r]);
+    }
+}
+
 /* What each of the chosen DiLoCo plan's settings buys: against the best candidate (pick order) that differs from
  * it in that setting alone, its time per token, exposed WAN and fidelity; or why there is none. */
 static void explain_choices(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan_opts *o)
@@ -446,20 +467,7 @@ static void explain_choices(const xdc_topology *t, const xdc_plan_set *s, const 
         for (int i = 1; i < s->n_cands && !alt; i++)
             if (differs_in(&s->cands[i], b, k)) alt = &s->cands[i];
         printf("    %-22s ", what[k]);
-        switch (k) {
-        case K_CODEC: printf("%s", b->codec); break;
-        case K_PERIOD: printf("H = %d", b->inner_steps); break;
-        case K_KEEP: printf("%s", b->keep_unsent ? "on" : "off"); break;
-        case K_OVERLAP: printf("%s", b->overlap_steps ? "the round during the next inner step" : "off"); break;
-        default:
-            if (!b->nobody_waits) {
-                printf("off");
-                break;
-            }
-            printf("inner steps per round of %d:", b->inner_steps);
-            for (int r = 0; r < t->n_regions; r++)
-                if (b->replicas[r]) printf(" %s=%d", t->regions[r].name, b->round_steps[r]);
-        }
+        print_setting(t, b, k);
         printf(" (step %.4g s, exposed WAN %.4g s, fidelity %d)", b->t_step, b->t_wan_exposed, b->fidelity);
         if (!alt) {
             printf("; no alternative: %s\n",
@@ -476,15 +484,7 @@ static void explain_choices(const xdc_topology *t, const xdc_plan_set *s, const 
             continue;
         }
         printf("; against ");
-        switch (k) {
-        case K_CODEC: printf("%s", alt->codec); break;
-        case K_PERIOD: printf("H = %d", alt->inner_steps); break;
-        case K_KEEP: printf("%s", alt->keep_unsent ? "on" : "off"); break;
-        case K_OVERLAP: printf("%s", alt->overlap_steps ? "overlapped" : "blocking the step"); break;
-        default:
-            printf("%s",
-                   alt->nobody_waits ? "nobody waits" : "every region running H, the round waiting for the slowest");
-        }
+        print_setting(t, alt, k);
         printf(": step %.4g s, %.0f tokens, exposed WAN %.4g s, %.3g MB/step, fidelity %d: %+.1f%% time per token\n",
                alt->t_step, alt->tokens, alt->t_wan_exposed, alt->wan_bytes / 1e6, alt->fidelity,
                (alt->t_step / alt->tokens / (b->t_step / b->tokens) - 1) * 100);

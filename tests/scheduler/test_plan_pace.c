@@ -12,15 +12,18 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
-static xdc_plan_set *search_ok(const xdc_topology *t, const xdc_model_shape *m, const xdc_batch_shape *b,
-                               const xdc_plan_opts *o)
+/* bench-e2e's WAN-bound pair (bench/e2e/two-region.yaml, 10 Mbit/s; its 0.87M GPT, one microbatch of 16x64
+ * tokens per worker) as `plan: auto` searches it, DiLoCo at period H. */
+static xdc_topology *wan_pair(int H, xdc_model_shape *m, xdc_batch_shape *b, xdc_plan_opts *o)
 {
-    xdc_plan_set *s = NULL;
-    xdc_diag d = {{0}};
-    XDC_ASSERT_MSG(xdc_plan_search(t, m, b, o, &s, &d) == XDC_OK, "search: %s", d.msg);
-    return s;
+    xdc_model_shape_gpt(4, 4, 128, 64, 256, m);
+    *b = (xdc_batch_shape){16, 64, 16.0 * 64 * 2};
+    *o = (xdc_plan_opts)XDC_PLAN_OPTS_INIT;
+    o->all_regions = 1;
+    o->mode = XDC_PLAN_DILOCO;
+    o->inner_steps = H;
+    return test_plan_load_topo("bench/e2e/two-region.yaml");
 }
 
 /* The best candidate of set s (pick order) with these nobody_waits and overlap settings, or NULL. */
@@ -40,15 +43,11 @@ static const xdc_plan *first_with(const xdc_plan_set *s, int nobody_waits, int o
 XDC_TEST(plan_nobody_waits_counts_each_regions_steps_by_its_pace)
 {
     xdc_model_shape m;
-    xdc_model_shape_gpt(4, 4, 128, 64, 256, &m);
-    xdc_batch_shape b = {16, 64, 16.0 * 64 * 2};
-    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
-    o.all_regions = 1;
-    o.mode = XDC_PLAN_DILOCO;
-    o.inner_steps = 12;
+    xdc_batch_shape b;
+    xdc_plan_opts o;
+    xdc_topology *t = wan_pair(12, &m, &b, &o);
     o.calib.region_scale[1] = 3;
-    xdc_topology *t = test_plan_load_topo("bench/e2e/two-region.yaml");
-    xdc_plan_set *s = search_ok(t, &m, &b, &o);
+    xdc_plan_set *s = test_plan_search_ok(t, &m, &b, &o);
     const xdc_plan *p = &s->best, *wait = first_with(s, 0, 0);
     XDC_ASSERT_MSG(p->nobody_waits && !p->overlap_steps, "chosen nobody_waits %d overlap %d", p->nobody_waits,
                    p->overlap_steps);
@@ -70,12 +69,12 @@ XDC_TEST(plan_nobody_waits_counts_each_regions_steps_by_its_pace)
     XDC_ASSERT_MSG(rw.t_step < 1.10 * wait->t_step && rw.t_step > 0.90 * wait->t_step,
                    "waiting: simulated %.4f s, planned %.4f s", rw.t_step, wait->t_step);
     o.nobody_waits = -1;
-    xdc_plan_set *n = search_ok(t, &m, &b, &o);
+    xdc_plan_set *n = test_plan_search_ok(t, &m, &b, &o);
     for (int i = 0; i < n->n_cands; i++) XDC_ASSERT(!n->cands[i].nobody_waits);
     /* Equal paces: nothing to gain, no such candidate. */
     o.nobody_waits = 0;
     o.calib.region_scale[1] = 0;
-    xdc_plan_set *e = search_ok(t, &m, &b, &o);
+    xdc_plan_set *e = test_plan_search_ok(t, &m, &b, &o);
     for (int i = 0; i < e->n_cands; i++) XDC_ASSERT(!e->cands[i].nobody_waits);
     xdc_plan_set_destroy(s);
     xdc_plan_set_destroy(n);
@@ -89,16 +88,12 @@ XDC_TEST(plan_nobody_waits_counts_each_regions_steps_by_its_pace)
 XDC_TEST(plan_overlap_hides_the_round_behind_the_next_step)
 {
     xdc_model_shape m;
-    xdc_model_shape_gpt(4, 4, 128, 64, 256, &m);
-    xdc_batch_shape b = {16, 64, 16.0 * 64 * 2};
-    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
-    o.all_regions = 1;
-    o.mode = XDC_PLAN_DILOCO;
-    o.inner_steps = 10;
+    xdc_batch_shape b;
+    xdc_plan_opts o;
+    xdc_topology *t = wan_pair(10, &m, &b, &o);
     o.keep_unsent = -1;
     snprintf(o.codec, sizeof o.codec, "int8");
-    xdc_topology *t = test_plan_load_topo("bench/e2e/two-region.yaml");
-    xdc_plan_set *s = search_ok(t, &m, &b, &o);
+    xdc_plan_set *s = test_plan_search_ok(t, &m, &b, &o);
     const xdc_plan *p = &s->best, *block = first_with(s, 0, 0);
     XDC_ASSERT_MSG(p->overlap_steps == 1, "chosen overlap %d", p->overlap_steps);
     XDC_ASSERT(block != NULL && block->fidelity == p->fidelity);
@@ -113,33 +108,11 @@ XDC_TEST(plan_overlap_hides_the_round_behind_the_next_step)
                    r.t_step, p->t_step);
     /* Pinned (a run file's overlap_steps): only overlapped DiLoCo plans. */
     o.overlap = 1;
-    xdc_plan_set *q = search_ok(t, &m, &b, &o);
+    xdc_plan_set *q = test_plan_search_ok(t, &m, &b, &o);
     for (int i = 0; i < q->n_cands; i++) XDC_ASSERT(q->cands[i].mode == XDC_PLAN_DILOCO && q->cands[i].overlap_steps);
     xdc_plan_set_destroy(s);
     xdc_plan_set_destroy(q);
     xdc_topology_destroy(t);
-}
-
-/* A `plan: auto` run file of bench-e2e's model on its WAN-bound pair with `extra` lines, loaded and planned. */
-static void auto_run(const char *name, const char *extra, const xdc_topology *t, orch_run_config *c, orch_planned *pl)
-{
-    char cwd[512], path[1024];
-    XDC_ASSERT(getcwd(cwd, sizeof cwd) != NULL);
-    snprintf(path, sizeof path, "%s/%s.yaml", xdc_test_tmpdir(), name);
-    FILE *f = fopen(path, "w");
-    XDC_ASSERT(f != NULL);
-    fprintf(f, "model: %s/bench/e2e/gpt1m.yaml\ndata: /usr/share/games/fortunes\nplan: auto\n%s", cwd, extra);
-    fclose(f);
-    xdc_cfg_errors errs;
-    xdc_err_t rc = orch_run_config_load(path, c, &errs);
-    if (rc != XDC_OK) xdc_cfg_errors_print(&errs, stderr);
-    XDC_ASSERT_OK(rc);
-    xdc_diag d = {{0}};
-    XDC_ASSERT_MSG(orch_plan_apply(c, t, pl, &d) == XDC_OK, "%s", d.msg);
-    xdc_cfg_errors_init(&errs, path);
-    rc = orch_run_config_check(c, true, &errs);
-    if (rc != XDC_OK) xdc_cfg_errors_print(&errs, stderr);
-    XDC_ASSERT_OK(rc); /* what the run takes is a configuration the run file could say */
 }
 
 /* plan: auto with eu-west slowed 3x: DiLoCo with nobody waits, the decider's counts (orch_run_config_pace) the
@@ -150,7 +123,7 @@ XDC_TEST(plan_auto_takes_nobody_waits_and_overlap_the_runtime_accepts)
     xdc_topology *t = test_plan_load_topo("bench/e2e/two-region.yaml");
     static orch_run_config c;
     orch_planned pl;
-    auto_run("pace", "diloco: {slowdown: [1, 3]}\ncheckpoint_every: 0\n", t, &c, &pl);
+    test_plan_auto_run("pace", "diloco: {slowdown: [1, 3]}\ncheckpoint_every: 0\n", t, &c, &pl, NULL);
     XDC_ASSERT_EQ(c.mode, ORCH_MODE_DILOCO);
     XDC_ASSERT(c.diloco.nobody_waits && pl.plan.nobody_waits && c.diloco.overlap_steps == 0);
     double pace[XDC_TOPO_MAX_REGIONS];
@@ -159,10 +132,10 @@ XDC_TEST(plan_auto_takes_nobody_waits_and_overlap_the_runtime_accepts)
     for (int r = 0; r < 2; r++)
         XDC_ASSERT_EQ(pl.plan.round_steps[r], xdc_plan_round_steps(c.diloco.inner_steps, pace[r]));
     XDC_ASSERT(pl.plan.round_steps[1] < pl.plan.round_steps[0]);
-    auto_run("ovl", "checkpoint_every: 0\n", t, &c, &pl);
+    test_plan_auto_run("ovl", "checkpoint_every: 0\n", t, &c, &pl, NULL);
     XDC_ASSERT_MSG(c.mode == ORCH_MODE_DILOCO && c.diloco.overlap_steps == 1 && !c.diloco.nobody_waits,
                    "mode %d overlap %d", (int)c.mode, c.diloco.overlap_steps);
-    auto_run("ckpt", "checkpoint_every: 7\n", t, &c, &pl);
+    test_plan_auto_run("ckpt", "checkpoint_every: 7\n", t, &c, &pl, NULL);
     XDC_ASSERT_MSG(c.diloco.overlap_steps == 0 || 7 % c.diloco.inner_steps == 0, "overlap %d H %d",
                    c.diloco.overlap_steps, c.diloco.inner_steps);
     xdc_topology_destroy(t);
