@@ -442,8 +442,9 @@ static void diloco_variants(search *s, xdc_plan *p, const dp_region *dr, int n_a
         if (!in[r]) continue;
         double inner, t_r = region_inner_step(s, p, dr, r, &inner);
         q.round_steps[r] = xdc_plan_round_steps(H, pace[r]);
+        q.round_busy_s[r] = q.round_steps[r] * t_r;
         tokens += (double)q.round_steps[r] * q.replicas[r] * per_replica;
-        if (q.round_steps[r] * t_r > wall) wall = q.round_steps[r] * t_r, a = r, inner_a = inner;
+        if (q.round_busy_s[r] > wall) wall = q.round_busy_s[r], a = r, inner_a = inner;
     }
     q.nobody_waits = 1;
     q.tokens = tokens / H;

@@ -141,6 +141,7 @@ typedef struct xdc_plan {
      * waits for the slowest. The plan's tokens and t_step are per step of the round (a round's / H). */
     int nobody_waits;
     int round_steps[XDC_TOPO_MAX_REGIONS];
+    double round_busy_s[XDC_TOPO_MAX_REGIONS]; /* nobody waits: round_steps[r] x region r's inner step, seconds */
     /* diloco: 1 = the round due at step S runs during step S+1 and is applied at its end
      * (diloco.overlap_steps); 0 = it blocks step S. */
     int overlap_steps;

@@ -370,6 +370,18 @@ static void explain_split(const xdc_plan *b)
                                 : "even: it balances the stages' compute");
 }
 
+/* Nobody waits: each region's inner steps of a round and the seconds they take; the round lasts the longest. */
+static void print_round_busy(const xdc_topology *t, const xdc_plan *p)
+{
+    if (!p->nobody_waits) return;
+    printf("      each region's inner steps of a round (the round lasts the longest):");
+    for (int r = 0, n = 0; r < t->n_regions; r++)
+        if (p->replicas[r])
+            printf("%s %s %d x %.3g s = %.3g s", n++ ? "," : "", t->regions[r].name, p->round_steps[r],
+                   p->round_busy_s[r] / p->round_steps[r], p->round_busy_s[r]);
+    printf("\n");
+}
+
 /* When the chosen plan leaves regions idle: which, and the fastest plan with every region in numbers, with the
  * pairs its exchange relays (no direct link). */
 static void explain_regions(const xdc_topology *t, const xdc_plan_set *s)
@@ -405,6 +417,7 @@ static void explain_regions(const xdc_topology *t, const xdc_plan_set *s)
     plan_oneline(stdout, t, &s->all);
     printf("\n      compute %.4f bubble %.4f intra %.4f wan %.4f  %s\n", s->all.t_compute, s->all.t_bubble,
            s->all.t_intra, s->all.t_wan_exposed, s->all.why);
+    print_round_busy(t, &s->all);
 }
 
 /* The settings of a data-parallel plan --explain weighs one at a time (explain_choices). */
@@ -489,6 +502,7 @@ static void explain_choices(const xdc_topology *t, const xdc_plan_set *s, const 
                alt->t_step, alt->tokens, alt->t_wan_exposed, alt->wan_bytes / 1e6, alt->fidelity,
                (alt->t_step / alt->tokens / (b->t_step / b->tokens) - 1) * 100);
     }
+    print_round_busy(t, b);
 }
 
 static void explain(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan_opts *o)
