@@ -82,7 +82,7 @@ static void take(orch_run_config *c, const xdc_topology *t, const xdc_plan *p)
     }
     /* Nobody waits: the decider counts each round's steps with the same paces (orch_run_config_pace). */
     if (p->nobody_waits) c->diloco.nobody_waits = true;
-    if (p->overlap_steps) c->diloco.overlap_steps = p->overlap_steps;
+    if (p->overlap_steps && !c->diloco.overlap_steps) c->diloco.overlap_steps = p->overlap_steps;
     /* Unequal replicas: the plan's counts, one per replica, region by region (orch_run_config_replica_mb). */
     c->n_replica_mb = 0;
     for (int r = 0; p->mode == XDC_PLAN_SYNC && r < t->n_regions; r++)
