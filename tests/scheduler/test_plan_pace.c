@@ -117,7 +117,7 @@ XDC_TEST(plan_overlap_hides_the_round_behind_the_next_step)
 
 /* plan: auto with eu-west slowed 3x: DiLoCo with nobody waits, the decider's counts (orch_run_config_pace) the
  * plan's; without the slowdown the round is overlapped, unless checkpoint_every is no multiple of the planned
- * period (a round in flight is in no checkpoint): then the plan blocks. */
+ * period (a round in flight is in no checkpoint): then the plan blocks. Either set by hand binds the plan. */
 XDC_TEST(plan_auto_takes_nobody_waits_and_overlap_the_runtime_accepts)
 {
     xdc_topology *t = test_plan_load_topo("bench/e2e/two-region.yaml");
@@ -135,6 +135,12 @@ XDC_TEST(plan_auto_takes_nobody_waits_and_overlap_the_runtime_accepts)
     test_plan_auto_run("ovl", "checkpoint_every: 0\n", t, &c, &pl, NULL);
     XDC_ASSERT_MSG(c.mode == ORCH_MODE_DILOCO && c.diloco.overlap_steps == 1 && !c.diloco.nobody_waits,
                    "mode %d overlap %d", (int)c.mode, c.diloco.overlap_steps);
+    /* Set by hand they bind: overlap keeps its steps, nobody waits holds at equal paces (every region all H). */
+    test_plan_auto_run("pin-ovl", "diloco: {overlap_steps: 2}\ncheckpoint_every: 0\n", t, &c, &pl, NULL);
+    XDC_ASSERT(c.mode == ORCH_MODE_DILOCO && c.diloco.overlap_steps == 2 && pl.plan.overlap_steps == 1);
+    test_plan_auto_run("pin-nw", "diloco: {nobody_waits: true}\n", t, &c, &pl, NULL);
+    XDC_ASSERT(c.diloco.nobody_waits && pl.plan.nobody_waits && !c.diloco.overlap_steps);
+    XDC_ASSERT(pl.plan.round_steps[0] == c.diloco.inner_steps && pl.plan.round_steps[1] == c.diloco.inner_steps);
     test_plan_auto_run("ckpt", "checkpoint_every: 7\n", t, &c, &pl, NULL);
     XDC_ASSERT_MSG(c.diloco.overlap_steps == 0 || 7 % c.diloco.inner_steps == 0, "overlap %d H %d",
                    c.diloco.overlap_steps, c.diloco.inner_steps);
