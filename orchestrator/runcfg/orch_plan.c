@@ -47,8 +47,8 @@ static void plan_inputs(const orch_run_config *c, const xdc_topology *t, xdc_mod
     if (strcmp(c->codec, "link") != 0) snprintf(o->codec, sizeof o->codec, "%s", c->codec);
     if (c->diloco.keep_unsent) o->keep_unsent = 1; /* else the search may choose it */
     /* DiLoCo's nobody waits and overlapped rounds: set by hand they bind (DiLoCo plans with them only). The
-     * slowdown is the regions' pace the planner prices; a mode the run cannot slow is left out by the checks
-     * of orch_plan_apply. */
+     * slowdown is each region's pace, priced in every mode (sync and waiting DiLoCo wait for the slowest); a
+     * mode the run file's checks refuse with it is passed over by orch_plan_apply. */
     if (c->diloco.nobody_waits) o->nobody_waits = 1;
     if (c->diloco.overlap_steps) o->overlap = 1;
     for (int r = 0; r < c->diloco.n_slowdown && r < t->n_regions; r++) o->calib.region_scale[r] = c->diloco.slowdown[r];
