@@ -100,7 +100,23 @@ double topo_region_flops(const xdc_topology *t, int r, const xdc_plan_calib *c)
 {
     double mfu = c && c->mfu > 0 ? c->mfu : 0.4;
     double scale = c && c->compute_scale > 0 ? c->compute_scale : 1.0;
+    if (c && r >= 0 && r < XDC_TOPO_MAX_REGIONS && c->region_scale[r] > 0) scale *= c->region_scale[r];
     return t->regions[r].gpu_bf16_tflops * 1e12 * mfu / scale;
+}
+
+void xdc_plan_region_pace(const xdc_topology *t, const xdc_plan_calib *c, const unsigned char *in, double *pace)
+{
+    double fastest = 0;
+    for (int r = 0; r < t->n_regions; r++)
+        if (in ? in[r] : xdc_topology_region_workers(t, r) > 0) fastest = fmax(fastest, topo_region_flops(t, r, c));
+    for (int r = 0; r < t->n_regions; r++)
+        pace[r] = (in ? in[r] : xdc_topology_region_workers(t, r) > 0) ? fastest / topo_region_flops(t, r, c) : 0;
+}
+
+int xdc_plan_round_steps(int budget, double pace)
+{
+    int n = (int)floor((double)budget / (pace >= 1.0 ? pace : 1.0) + 1e-9);
+    return n < 1 ? 1 : n;
 }
 
 double topo_region_half_tokens(const xdc_topology *t, int r)

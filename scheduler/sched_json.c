@@ -41,6 +41,16 @@ static json_t *plan_json(const xdc_topology *t, const xdc_plan *p)
             json_object_set_new(split, t->regions[r].name, json_integer(p->replica_mb[r]));
     if (j && json_object_size(split)) json_object_set_new(j, "microbatches_per_replica", split);
     else json_decref(split);
+    /* DiLoCo only: overlapped rounds, and nobody waits with each taking-part region's inner steps per round. */
+    if (j && p->mode == XDC_PLAN_DILOCO) {
+        json_t *steps = json_object();
+        for (int r = 0; r < t->n_regions; r++)
+            if (p->nobody_waits && p->replicas[r] > 0)
+                json_object_set_new(steps, t->regions[r].name, json_integer(p->round_steps[r]));
+        json_object_set_new(j, "overlap_steps", json_integer(p->overlap_steps));
+        json_object_set_new(j, "nobody_waits", json_boolean(p->nobody_waits));
+        json_object_set_new(j, "round_steps", steps);
+    }
     return j;
 }
 

@@ -370,7 +370,12 @@ static int codec_allowed(const search *s, const char *codec)
     return !s->o->codec[0] || strcmp(s->o->codec, codec) == 0;
 }
 
-static int mode_allowed(const search *s, xdc_plan_mode m) { return s->o->mode < 0 || s->o->mode == (int)m; }
+/* Nobody waits and overlapped rounds asked for (opts 1) are DiLoCo's alone. */
+static int mode_allowed(const search *s, xdc_plan_mode m)
+{
+    if ((s->o->nobody_waits > 0 || s->o->overlap > 0) && m != XDC_PLAN_DILOCO) return 0;
+    return s->o->mode < 0 || s->o->mode == (int)m;
+}
 
 /* Whether a DiLoCo candidate keeps what a round's codec did not send in each region's parameters
  * (diloco.keep_unsent): only where the runtime can (one replica per stage in every region: a replica's
@@ -390,6 +395,65 @@ static int codec_rank(const char *codec)
 {
     topo_codec_info ci;
     return topo_codec_info_get(codec, 100, &ci) == XDC_OK ? ci.rank : 9;
+}
+
+/* Region r's inner step of DiLoCo plan p: its pipeline phase and its replicas' gradient sync (no WAN). */
+static double region_inner_step(search *s, const xdc_plan *p, const dp_region *dr, int r, double *inner)
+{
+    xdc_plan q = *p;
+    double wire[XDC_TOPO_MAX_REGIONS];
+    for (int k = 0; k < s->t->n_regions; k++) q.replicas[k] = k == r ? p->replicas[k] : 0;
+    double in;
+    *inner = dp_round(s, &q, dr, 1, "none", 1.0, 1, &in, wire);
+    return dr[r].t_pipe + *inner;
+}
+
+/* The DiLoCo candidate p (every region runs H inner steps, the round blocks the step it falls on) and its
+ * variants the runtime can run (orch_run_config_check), each added as a candidate:
+ *   overlap (diloco.overlap_steps 1): the round runs during the next inner step, as a streaming fragment does,
+ *     and shows only by what outlasts it: max(0, round - step) per round;
+ *   nobody waits (diloco.nobody_waits), where the regions' paces differ: region r runs
+ *     h_r = xdc_plan_round_steps(H, pace_r) inner steps of t_r each in the round's time budget, the round lasts
+ *     max_r h_r t_r + the exchange, and the tokens are sum_r h_r D_r M tau: per step of the round, both / H.
+ * Not both: an overlapped round's weights would count steps of the next round. The overlap is one step (the
+ * round applied at the end of the next: the simulator's fragment engine); the runtime takes more, not searched. */
+static void diloco_variants(search *s, xdc_plan *p, const dp_region *dr, int n_active, double step_inner, double round,
+                            double intra, double closing)
+{
+    int H = p->inner_steps, n = s->t->n_regions, differ = 0, D = 0, a = -1;
+    unsigned char in[XDC_TOPO_MAX_REGIONS] = {0};
+    double pace[XDC_TOPO_MAX_REGIONS], outer_intra = fmin(intra, round) / H;
+    for (int r = 0; r < n; r++) in[r] = p->replicas[r] > 0, D += p->replicas[r];
+    xdc_plan_region_pace(s->t, &s->o->calib, in, pace);
+    for (int r = 0; r < n; r++) differ |= in[r] && xdc_plan_round_steps(H, pace[r]) < H;
+    if (s->o->nobody_waits <= 0 && s->o->overlap <= 0) add_cand(s, p);
+    if (s->o->overlap >= 0 && s->o->nobody_waits <= 0 && n_active > 1) {
+        xdc_plan q = *p;
+        q.overlap_steps = 1;
+        q.t_intra -= outer_intra;
+        q.t_wan_exposed = fmax(0, round - step_inner) / H;
+        q.t_step = step_inner + q.t_wan_exposed + closing;
+        add_cand(s, &q);
+    }
+    if (s->o->nobody_waits < 0 || s->o->overlap > 0 || n_active < 2 || (!differ && s->o->nobody_waits <= 0)) return;
+    xdc_plan q = *p;
+    double wall = 0, tokens = 0, inner_a = 0, per_replica = p->tokens / D; /* one replica's inner step */
+    for (int r = 0; r < n; r++) {
+        if (!in[r]) continue;
+        double inner, t_r = region_inner_step(s, p, dr, r, &inner);
+        q.round_steps[r] = xdc_plan_round_steps(H, pace[r]);
+        q.round_busy_s[r] = q.round_steps[r] * t_r;
+        tokens += (double)q.round_steps[r] * q.replicas[r] * per_replica;
+        if (q.round_busy_s[r] > wall) wall = q.round_busy_s[r], a = r, inner_a = inner;
+    }
+    q.nobody_waits = 1;
+    q.tokens = tokens / H;
+    q.t_compute = dr[a].compute * q.round_steps[a] / H;
+    q.t_bubble = dr[a].bubble * q.round_steps[a] / H;
+    q.t_intra = inner_a * q.round_steps[a] / H + outer_intra + closing;
+    q.t_wan_exposed = round / H - outer_intra;
+    q.t_step = wall / H + round / H + closing;
+    add_cand(s, &q);
 }
 
 /* The WAN side of a data-parallel structure: equal and split are the pipeline phase, its compute and bubble,
@@ -474,7 +538,8 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
                 dp_wan_totals(s, &p, wire, (mode == XDC_PLAN_STREAMING ? p.fragments : 1) / (double)H);
                 p.t_compute = compute;
                 p.t_bubble = bubble;
-                add_cand(s, &p);
+                if (mode == XDC_PLAN_DILOCO) diloco_variants(s, &p, dr, n_active, step_inner, round, intra, closing);
+                else add_cand(s, &p);
             }
         }
     }
@@ -1049,8 +1114,12 @@ xdc_err_t xdc_plan_replan_wan(const xdc_topology *t, const xdc_model_shape *m, c
         xdc_diag_set(diag, "re-plan: measured goodput must be positive");
         return XDC_ERR_INVALID;
     }
+    /* An overlapped round may be in flight at the check: the plan stays. Nobody waits keeps its period, the
+     * budget the decider counts each round's steps in. */
+    if (cur->overlap_steps) return XDC_OK;
     xdc_plan_opts ro = *o;
     ro.calib.wan_gbps = measured_gbps;
+    if (cur->nobody_waits) ro.inner_steps = cur->inner_steps, ro.nobody_waits = 1;
     ro.stages = cur->stages;
     ro.microbatches = cur->microbatches;
     ro.micro_batch = cur->micro_batch;

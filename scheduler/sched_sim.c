@@ -72,6 +72,10 @@ typedef struct sim {
     int *route;                /* (n_regions^2) xdc_topology_routes over the data-parallel regions; NULL: none */
     int *reach;                /* (n_regions^2) per source, the other data-parallel regions by hops, then index */
     double now, wan_bytes, pipe_end;
+    /* (n_regions) per region: when its step began, its pipeline phase ended, and its step ended (pipeline and
+     * engines). Regions keep one clock but for DiLoCo's nobody waits, whose inner steps are each region's own. */
+    double *reg_t0, *reg_pipe, *reg_end;
+    unsigned char *computes;        /* (n_regions) the region runs an inner step in the step under way */
     int cores_free;                 /* host_cores mode: idle cores; -1 unlimited */
     int *core_queue, q_head, q_len; /* (n_inst) ring of stages waiting for a core, FIFO */
     xdc_err_t err;
@@ -178,7 +182,7 @@ static int op_at(int k, int warm, int M, int *fwd)
 }
 
 static void engine_try(sim *s, int e);
-static void engine_start(sim *s, int e, int n_rounds, double overlap);
+static void engine_start(sim *s, int e, int first, int n_rounds, double overlap);
 
 /* Sync with delayed averaging: a step's round starts with the next step, its buckets all final, and
  * overlaps that step's pipeline pass; step 0 has no round (the run's last one, after the last step, is
@@ -217,18 +221,20 @@ static void inst_try(sim *s, int i)
      * group's sync starts once every replica of the stage is in it. */
     int g = s->group_of[i];
     if (x->next_op == 2 * s->M - 1 && --s->group_left[g] == 0 && !delayed(s))
-        engine_start(s, 2 * g, s->eng[2 * g].n_rounds, x->op_dur);
+        engine_start(s, 2 * g, 0, s->eng[2 * g].n_rounds, x->op_dur);
 }
 
-/* Start engine e now; the gradients of its first round appear over the next `overlap` seconds. */
-static void engine_start(sim *s, int e, int n_rounds, double overlap)
+/* Start engine e now at round `first` (1: a region without an inner step this step joins the outer round
+ * alone); the gradients of round 0 appear over the next `overlap` seconds. */
+static void engine_start(sim *s, int e, int first, int n_rounds, double overlap)
 {
     engine *g = &s->eng[e];
     g->n_rounds = n_rounds;
     g->started = 1;
     g->ready0 = s->now;
     g->overlap = overlap;
-    g->cur = g->j = g->busy = g->next_a = g->fin = 0;
+    g->j = g->busy = g->next_a = g->fin = 0;
+    g->cur = first;
     g->end = s->now;
     engine_try(s, e);
 }
@@ -249,6 +255,7 @@ static void inst_done(sim *s, const event *ev)
         inst_try(s, to);
     }
     if (x->next_op == 2 * s->M && s->now > s->pipe_end) s->pipe_end = s->now;
+    if (x->next_op == 2 * s->M) s->reg_pipe[x->region] = fmax(s->reg_pipe[x->region], s->now);
     if (s->cores_free >= 0) {
         s->cores_free++;
         while (s->cores_free > 0 && s->q_len > 0) { /* hand the core to the longest waiter */
@@ -343,6 +350,7 @@ static void engine_done(sim *s, const event *ev)
         g->j = g->next_a = g->fin = 0;
         g->cur++;
         g->end = s->now;
+        s->reg_end[g->region] = fmax(s->reg_end[g->region], s->now);
     }
     engine_try(s, ev->a);
 }
@@ -361,7 +369,11 @@ static xdc_err_t build(sim *s)
     s->n_groups = pipeline ? P : 0;
     s->region_group0 = xdc_malloc((size_t)R * sizeof *s->region_group0);
     s->link_free = xdc_calloc((size_t)R * R, sizeof *s->link_free);
-    if (!s->region_group0 || !s->link_free) return XDC_ERR_NOMEM;
+    s->reg_t0 = xdc_calloc((size_t)R * 3, sizeof *s->reg_t0);
+    s->computes = xdc_malloc((size_t)R);
+    if (!s->region_group0 || !s->link_free || !s->reg_t0 || !s->computes) return XDC_ERR_NOMEM;
+    s->reg_pipe = s->reg_t0 + R;
+    s->reg_end = s->reg_pipe + R;
     unsigned char dp[XDC_TOPO_MAX_REGIONS];
     for (int r = 0; r < R; r++) {
         s->region_group0[r] = !pipeline && p->replicas[r] > 0 ? s->n_groups : -1;
@@ -443,6 +455,8 @@ static void sim_free(sim *s)
     xdc_free(s->core_queue);
     xdc_free(s->region_group0);
     xdc_free(s->link_free);
+    xdc_free(s->reg_t0);
+    xdc_free(s->computes);
     xdc_free(s->route);
     xdc_free(s->reach);
     xdc_free(s->heap);
@@ -462,6 +476,10 @@ static void plan_rounds(sim *s, int i)
     int R = active_regions(s), H = p->inner_steps > 0 ? p->inner_steps : 1, F = p->fragments > 0 ? p->fragments : 1;
     int frag_now = 0;
     for (int f = 0; p->mode == XDC_PLAN_STREAMING && i > 0 && f < F; f++) frag_now |= i % H == f * H / F;
+    /* An overlapped DiLoCo round (diloco.overlap_steps 1) leaves when the next step begins, as a fragment of the
+     * whole parameters, and the step ends once it is in. */
+    int overlap = p->mode == XDC_PLAN_DILOCO && p->overlap_steps > 0;
+    if (overlap) frag_now = i > 0 && i % H == 0, F = 1;
     for (int g = 0; g < s->n_groups; g++) {
         engine *e = &s->eng[2 * g], *fr = &s->eng[2 * g + 1];
         const xdc_link *l = NULL;
@@ -472,7 +490,7 @@ static void plan_rounds(sim *s, int i)
         topo_grad_codec_get(p->mode == XDC_PLAN_SYNC ? p->codec : "none", gbps, s->c, &inner.ci);
         e->rounds[0] = inner;
         e->n_rounds = 1;
-        if (p->mode == XDC_PLAN_DILOCO && (i + 1) % H == 0) {
+        if (p->mode == XDC_PLAN_DILOCO && !overlap && (i + 1) % H == 0) {
             e->rounds[1] = (sync_round){params, R, {0, 0, 0, 0}};
             topo_grad_codec_get(p->codec, gbps, s->c, &e->rounds[1].ci);
             e->n_rounds = 2;
@@ -488,9 +506,16 @@ static void plan_rounds(sim *s, int i)
             memset(e->arrived[k], 0, (size_t)e->cap * sizeof(int));
             memset(fr->arrived[k], 0, (size_t)fr->cap * sizeof(int));
         }
-        if (frag_now) engine_start(s, 2 * g + 1, 1, 0);
+        s->now = s->reg_t0[e->region];
+        if (frag_now) engine_start(s, 2 * g + 1, 0, 1, 0);
         if (delayed(s) && i == 0) e->n_rounds = 0;
-        if (delayed(s) && i > 0) engine_start(s, 2 * g, 1, 0);
+        if (delayed(s) && i > 0) engine_start(s, 2 * g, 0, 1, 0);
+        /* Nobody waits: a region past its inner steps of the round has no inner sync; at the round's last step
+         * it joins the outer round from where its clock is. */
+        if (!s->computes[e->region]) {
+            e->n_rounds = 0;
+            if (p->mode == XDC_PLAN_DILOCO && (i + 1) % H == 0) engine_start(s, 2 * g, 1, 2, 0);
+        }
     }
 }
 
@@ -506,19 +531,30 @@ xdc_err_t xdc_sim_run(const xdc_topology *t, const xdc_model_shape *m, const xdc
     sim s = {.t = t, .m = m, .p = p, .c = c ? c : &none};
     xdc_err_t rc = build(&s);
     double t0 = 0, busy_total = 0, busiest_total = 0, bubble_total = 0;
+    int R = t->n_regions, H = p->inner_steps > 0 ? p->inner_steps : 1;
     for (int i = 0; i < steps && rc == XDC_OK; i++) {
         s.now = t0;
         s.pipe_end = t0;
+        /* Nobody waits: region r runs the first round_steps[r] inner steps of each round, from its own clock. */
+        for (int r = 0; r < R; r++) {
+            if (!p->nobody_waits) s.reg_t0[r] = t0;
+            s.reg_pipe[r] = s.reg_end[r] = s.reg_t0[r];
+            s.computes[r] = !p->nobody_waits || i % H < p->round_steps[r];
+        }
         for (int k = 0; k < s.n_inst; k++) {
             inst *x = &s.in[k];
-            x->next_op = x->busy = x->queued = 0;
+            x->next_op = s.computes[x->region] ? 0 : 2 * s.M;
+            x->busy = x->queued = 0;
             x->busy_s = 0;
             memset(x->fwd_ready, 0, 2 * (size_t)s.M);
         }
         for (int g = 0; g < s.n_groups; g++) s.group_left[g] = 0;
         for (int k = 0; k < s.n_inst; k++) s.group_left[s.group_of[k]]++;
         plan_rounds(&s, i);
-        for (int k = 0; k < s.n_inst; k++) inst_try(&s, k);
+        for (int k = 0; k < s.n_inst; k++) {
+            s.now = s.reg_t0[s.in[k].region];
+            inst_try(&s, k);
+        }
         while (s.n_heap > 0 && !s.err) {
             event ev = pop(&s);
             s.now = ev.t;
@@ -562,9 +598,22 @@ xdc_err_t xdc_sim_run(const xdc_topology *t, const xdc_model_shape *m, const xdc
                 rc = XDC_ERR_INTERNAL;
             }
         }
+        double closing = topo_step_allreduce_s(t, p, s.c), span = 0;
+        if (p->nobody_waits) { /* each region on from its own end; the step's span the longest region's */
+            end = 0;
+            for (int r = 0; r < R; r++) {
+                if (s.region_group0[r] < 0) continue;
+                if (s.computes[r]) span = fmax(span, s.reg_pipe[r] - s.reg_t0[r]);
+                s.reg_t0[r] = fmax(s.reg_pipe[r], s.reg_end[r]) + (s.computes[r] ? closing : 0);
+                end = fmax(end, s.reg_t0[r]);
+            }
+            t0 = end;
+        } else {
+            span = s.pipe_end - t0;
+            t0 = end + closing;
+        }
         busiest_total += busiest;
-        bubble_total += s.pipe_end - t0 - busiest;
-        t0 = end + topo_step_allreduce_s(t, p, s.c);
+        bubble_total += fmax(0, span - busiest);
     }
     if (rc == XDC_OK) {
         out->steps = steps;

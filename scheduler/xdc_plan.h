@@ -54,6 +54,9 @@ typedef struct xdc_plan_calib {
      * measured speeds differ from their FLOP ratio (the LM head's softmax, caches, a core shared unevenly)
      * only a run can say; xdc_plan_calibrate_compute sets it from one measurement per stage. */
     double stage_scale[XDC_PLAN_MAX_STAGES];
+    /* Per region r, a factor on every compute time of its workers (0: 1): a run's diloco.slowdown, which makes
+     * each inner step of the region cost that many times its compute (a sleep the runtime counts as compute). */
+    double region_scale[XDC_TOPO_MAX_REGIONS];
 } xdc_plan_calib;
 
 /* Constraints: a zero / negative / empty field leaves the choice to the planner. */
@@ -73,6 +76,10 @@ typedef struct xdc_plan_opts {
      * file that sets it), -1 none (a run file as written without it). */
     int keep_unsent;
     int delay_steps; /* sync: 1 averages a step's gradients while the next step computes (sync.delay_steps) */
+    /* DiLoCo's nobody waits (xdc_plan.nobody_waits) and overlapped rounds (xdc_plan.overlap_steps), as
+     * keep_unsent: 0 the search may choose them, 1 only plans with them (a run file that sets them), -1 none. */
+    int nobody_waits;
+    int overlap;
 } xdc_plan_opts;
 #define XDC_PLAN_OPTS_INIT                                                                      \
     {                                                                                           \
@@ -128,6 +135,16 @@ typedef struct xdc_plan {
     int keep_unsent;
     char final_codec[16];
     double outer_lr;
+    /* diloco, nobody waits (diloco.nobody_waits): region r runs round_steps[r] inner steps of each round of H
+     * (xdc_plan_round_steps: what the round's time budget, H steps of the fastest region, buys at its pace),
+     * the outer mean weighted by the tokens each processed; 0 everywhere: every region runs H and the round
+     * waits for the slowest. The plan's tokens and t_step are per step of the round (a round's / H). */
+    int nobody_waits;
+    int round_steps[XDC_TOPO_MAX_REGIONS];
+    double round_busy_s[XDC_TOPO_MAX_REGIONS]; /* nobody waits: round_steps[r] x region r's inner step, seconds */
+    /* diloco: 1 = the round due at step S runs during step S+1 and is applied at its end
+     * (diloco.overlap_steps); 0 = it blocks step S. */
+    int overlap_steps;
     /* predictions per optimizer step */
     double t_step, t_compute, t_intra, t_wan_exposed, t_bubble; /* seconds */
     double tokens, wan_bytes, egress_usd;
@@ -174,6 +191,14 @@ void xdc_plan_link_codec(const xdc_topology *t, const xdc_model_shape *m, const 
  * order) that any link of `t` names, "auto" counting as int8; "none" without links. The runtime and the
  * planner both resolve "link" here, so a plan describes the codec the run will use. */
 const char *xdc_plan_codec_of_links(const xdc_topology *t);
+
+/* Each region's pace: how many times longer its inner step takes than the fastest region's of those in `in`
+ * (NULL: every region with workers), from its GPUs' bf16 TFLOP/s and c->region_scale, into pace[n_regions] (0 for
+ * a region not in it). The runtime's decider and the planner both count a round's inner steps with it. */
+void xdc_plan_region_pace(const xdc_topology *t, const xdc_plan_calib *c, const unsigned char *in, double *pace);
+/* The inner steps a region of `pace` runs in a round whose time budget is `budget` steps of the fastest
+ * region: max(1, floor(budget / pace)). */
+int xdc_plan_round_steps(int budget, double pace);
 
 /* Calibrate compute times from measured_s[0..n) (seconds of compute per step, e.g. from a run's progress
  * lines or step logs). n = 1: calib->compute_scale so that stage 0's predicted compute per step equals

@@ -9,11 +9,18 @@
 # stage-to-stage hand-off in a region (p2p: from the Chrome traces, the last stage's wait between its
 # backward of microbatch 0 and its forward of microbatch 1, whose input arrived long before: the receive
 # is posted after that backward; on one host it is thread wake-ups). Every other term — the pipeline's shape, intra collectives, WAN rate, RTT, codec time — is predicted. Prints the error. A fourth row, wanbound, does the same in bench-e2e's WAN-bound regime
-# (bench/e2e/two-region.yaml, bench/e2e/gpt1m.yaml, sync int8). Then it times `xdc simulate` on the
-# 8-region x 1,024-GPU topology.
+# (bench/e2e/two-region.yaml, bench/e2e/gpt1m.yaml, sync int8). A fifth, fourreg, runs bench-e2e's
+# 4-region row as the planner chooses it: bench/e2e/four-region.yaml (north slowed 2x by the run file's
+# diloco.slowdown, asia reachable only through west over a 10x slower link), `plan: auto` (DiLoCo, nobody
+# waits: north runs half the inner steps of a round), 3H steps of the planned period H: the first round is
+# left out (warm-up) and the last (the run's final round, in the final codec over asia's thin link, which
+# the planner counts once per run, not per step), so measured and simulated cover one whole round; each
+# region's compute is divided by its slowdown (the simulator slows north itself) before the largest is taken. Then it times `xdc simulate` on the 8-region x 1,024-GPU topology.
 # Last line: sim_error_pct_max=<x> sim_8x1024_seconds=<x>
 # Env: XDC_BIN (make sets it), SIM_BENCH_STEPS (60), SIM_BENCH_SKIP (10 warm-up steps left out),
-# SIM_BENCH_WAN_STEPS (30 steps of the wanbound row, 5 left out).
+# SIM_BENCH_WAN_STEPS (30 steps of the wanbound row, 5 left out), SIM_BENCH_FOUR_TOPO (the fourreg row's topology,
+# bench/e2e/four-region.yaml; the row is skipped, said so, where the file is missing), SIM_BENCH_ROWS (the rows
+# to run, "demo none diloco wanbound fourreg").
 set -euo pipefail
 XDC=${XDC_BIN:-build/xdc}
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -50,17 +57,42 @@ bucket_mb: 0.25
 threads: 1
 EOT
 
+four=${SIM_BENCH_FOUR_TOPO:-bench/e2e/four-region.yaml}
+four_slow="1, 1, 2, 1"
+cat >"$tmp/fourreg.yaml" <<EOT
+model: $tmp/gpt1m.yaml
+data: /usr/share/games/fortunes
+plan: auto
+steps: 1
+threads: 1
+diloco: {slowdown: [$four_slow]}
+EOT
+
 printf '%-8s %10s %15s %6s %8s %10s %10s %8s %9s %9s\n' config measured_s compute_s wire p2p_ms sim_s planner_s \
     error% busiest_s sim_bus_s
 worst=0
-for cfg in demo none diloco wanbound; do
-    topo=examples/topology/demo-2region.yaml n=$steps sk=$skip
-    [ "$cfg" = wanbound ] && topo=bench/e2e/two-region.yaml n=${SIM_BENCH_WAN_STEPS:-30} sk=5
+for cfg in ${SIM_BENCH_ROWS:-demo none diloco wanbound fourreg}; do
+    topo=examples/topology/demo-2region.yaml n=$steps sk=$skip simn=$((steps - skip))
+    [ "$cfg" = wanbound ] && topo=bench/e2e/two-region.yaml n=${SIM_BENCH_WAN_STEPS:-30} sk=5 simn=$((n - 5))
+    # fourreg: the slowed region's compute holds its sleep; the others' is the model's (the simulator slows north
+    # by the run file's factor). Whole rounds simulated: nobody waits' regions meet only at a round's end.
+    slow="" # region=factor ... : each region's compute over its slowdown
+    if [ "$cfg" = fourreg ]; then
+        if [ ! -f "$four" ]; then
+            echo "$cfg: $four missing, row skipped"
+            continue
+        fi
+        H=$("$XDC" simulate -t "$four" -c "$tmp/fourreg.yaml" --steps 1 --json | awk -F': ' '/"inner_steps"/ {
+                gsub(/,/, "", $2); print $2 }')
+        topo=$four n=$((3 * H)) sk=$H simn=$H
+        sed -i "s/^steps:.*/steps: $n/" "$tmp/fourreg.yaml"
+        slow=$(awk -v f="$four_slow" 'BEGIN { split(f, v, /, */) } /^  - name:/ { printf "%s=%s ", $3, v[++i] }' "$four")
+    fi
     "$XDC" launch -t "$topo" -c "$tmp/$cfg.yaml" --run-dir "$tmp/run-$cfg" >"$tmp/$cfg.log" 2>&1 || {
         echo "bench-sim: the $cfg run failed:" >&2; tail -20 "$tmp/$cfg.log" >&2; exit 70; }
     # "step    12/60  loss ... step 0.110s = compute 0.041 + intra ..." -> mean step time
-    read -r meas k < <(awk -v skip="$sk" '$1 == "step" && $2 ~ /\// {
-            split($2, a, "/"); if (a[1] + 0 <= skip) next
+    read -r meas k < <(awk -v skip="$sk" -v last=$((sk + simn)) '$1 == "step" && $2 ~ /\// {
+            split($2, a, "/"); if (a[1] + 0 <= skip || a[1] + 0 > last) next
             for (i = 1; i <= NF; i++) if ($i == "step" && $(i+1) ~ /s$/) st = $(i+1)
             sub(/s$/, "", st); s += st; k++ }
         END { if (k) printf "%.6f %d\n", s / k, k; else print "0 0" }' "$tmp/$cfg.log")
@@ -70,14 +102,19 @@ for cfg in demo none diloco wanbound; do
     # wait for the slowest); "c0,c1,..." stage 0 first. Stage 1 runs the LM head: its measured time is not
     # stage 0's times the FLOP ratio (docs/benchmarks.md, sim: the quiet DiLoCo rows).
     P=$(awk '/^pipeline_stages:/ { print $2 }' "$tmp/$cfg.yaml")
-    comp=$(awk -v skip="$sk" -v P="${P:-1}" 'FNR > 1 && $1 > skip {
-            f = FILENAME; sub(/.*-/, "", f); sub(/\.tsv$/, "", f); s[FILENAME] += $4; k[FILENAME]++; st[FILENAME] = f % P }
+    comp=$(awk -v skip="$sk" -v last=$((sk + simn)) -v P="${P:-1}" -v slow="$slow" '
+        BEGIN { n = split(slow, kv, " "); for (j = 1; j <= n; j++) { split(kv[j], x, "="); by[x[1]] = x[2] } }
+        FNR > 1 && $1 > skip && $1 <= last && $4 > 0 {
+            f = FILENAME; sub(/.*\//, "", f); r = f; sub(/-[0-9]+\.tsv$/, "", r); sub(/.*-/, "", f); sub(/\.tsv$/, "", f)
+            s[FILENAME] += $4 / (r in by ? by[r] : 1); k[FILENAME]++; st[FILENAME] = f % P }
         END { for (f in s) if (s[f] / k[f] > m[st[f]]) m[st[f]] = s[f] / k[f]
               for (i = 0; i < P; i++) printf "%s%.6f", i ? "," : "", m[i] }' "$tmp/run-$cfg"/steps/*.tsv)
     # "... WAN 14.96 MB sent for 65.74 MB of fp32 (x4.4) ..." -> wire bytes per fp32 byte, every worker
     wire=$(awk '/^run .* finished in/ { for (i = 1; i < NF; i++) if ($i == "sent" && $(i-1) == "MB") {
             printf "%.4f", $(i-2) / $(i+2); exit } }' "$tmp/$cfg.log")
     [ -n "$wire" ] || { echo "bench-sim: no WAN total in the $cfg run's summary" >&2; exit 70; }
+    # fourreg: the summary's total holds the final round in another codec (int4): the table's sparse ratio.
+    [ "$cfg" = fourreg ] && wire=0
     # Per-rank traces, one event a line: the last stage's gap from "backward" of microbatch 0 ending to
     # "forward" of microbatch 1 starting, the median over the steady steps (0 with one stage). Not the
     # mean: on 2 shared cores a few gaps are a thread waiting for a core (tens of ms), which the
@@ -92,13 +129,13 @@ for cfg in demo none diloco wanbound; do
             prev[FILENAME] = name mb; end[FILENAME] = ts + dur }' "$tmp/run-$cfg"/traces/*.json |
         sort -g | awk '{ v[NR] = $1 } END {
             if (!NR) print 0; else printf "%.6f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
-    "$XDC" simulate -t "$topo" -c "$tmp/$cfg.yaml" --steps $((n - sk)) --calibrate-compute "$comp" \
+    "$XDC" simulate -t "$topo" -c "$tmp/$cfg.yaml" --steps "$simn" --calibrate-compute "$comp" \
         --calibrate-ratio "$wire" --calibrate-p2p "$p2p" --json >"$tmp/$cfg.sim.json"
     sim=$(awk -F': ' '/"step_s"/ { gsub(/,/, "", $2); print $2 }' "$tmp/$cfg.sim.json")
     plan=$(awk -F': ' '/"planner_step_s"/ { gsub(/,/, "", $2); print $2 }' "$tmp/$cfg.sim.json")
     # The busiest worker's measured compute per step against the simulated busiest: equal but for rounding
     # now that every stage is calibrated (before, stage 1 came from stage 0 by FLOP ratio).
-    bus=$(awk -v skip="$sk" 'FNR > 1 && $1 > skip { s[FILENAME] += $4; k[FILENAME]++ }
+    bus=$(awk -v skip="$sk" -v last=$((sk + simn)) 'FNR > 1 && $1 > skip && $1 <= last { s[FILENAME] += $4; k[FILENAME]++ }
         END { for (f in s) if (s[f] / k[f] > m) m = s[f] / k[f]; printf "%.4f", m }' "$tmp/run-$cfg"/steps/*.tsv)
     simbus=$(awk -F': ' '/"compute_s"/ { gsub(/,/, "", $2); printf "%.4f", $2 }' "$tmp/$cfg.sim.json")
     err=$(awk -v a="$sim" -v b="$meas" 'BEGIN { d = (a - b) / b * 100; printf "%.1f", d < 0 ? -d : d }')

@@ -40,9 +40,19 @@ int plan_inputs_load(const char *topo_path, const char *model_path, const char *
     if (rc != XDC_OK) return config_failed(in, topo_path, rc, &errs);
     xdc_train_config tc;
     if (run_path) {
-        orch_run_config run;
+        static orch_run_config run; /* large; one command loads one */
         rc = orch_run_config_load(run_path, &run, &errs);
         if (rc != XDC_OK) return config_failed(in, run_path, rc, &errs);
+        if (run.plan_auto) { /* the run as `xdc launch` runs it: with the plan it takes */
+            static orch_planned planned;
+            xdc_diag pd = {{0}};
+            rc = orch_plan_apply(&run, in->topo, &planned, &pd);
+            if (rc != XDC_OK) {
+                fprintf(stderr, "%s: plan: auto: %s\n", run_path, pd.msg[0] ? pd.msg : xdc_strerror(rc));
+                plan_inputs_free(in);
+                return xdc_cli_exit_code(rc);
+            }
+        }
         tc = run.train;
         snprintf(in->model_path, sizeof in->model_path, "%s", run.model_path);
         xdc_plan_opts *o = &in->opts;
@@ -59,6 +69,16 @@ int plan_inputs_load(const char *topo_path, const char *model_path, const char *
         if (run.mode != ORCH_MODE_SYNC) o->inner_steps = run.diloco.inner_steps;
         if (run.mode == ORCH_MODE_STREAMING) o->fragments = run.streaming.fragments;
         o->keep_unsent = run.diloco.keep_unsent ? 1 : -1; /* the run as written */
+        o->nobody_waits = run.diloco.nobody_waits ? 1 : -1;
+        o->overlap = run.diloco.overlap_steps ? 1 : -1;
+        double pace[XDC_TOPO_MAX_REGIONS]; /* diloco.slowdown: the regions' paces the plan prices */
+        xdc_diag pd = {{0}};
+        if (orch_run_config_slowdown(&run, in->topo->n_regions, pace, &pd) != XDC_OK) {
+            fprintf(stderr, "%s: error: %s\n", run_path, pd.msg);
+            plan_inputs_free(in);
+            return XDC_EX_CONFIG;
+        }
+        memcpy(o->calib.region_scale, pace, (size_t)in->topo->n_regions * sizeof *pace);
         o->delay_steps = run.sync.delay_steps;
     } else {
         rc = xdc_model_config_load(model_path, &tc, &errs);
@@ -108,6 +128,9 @@ static void plan_oneline(FILE *f, const xdc_topology *t, const xdc_plan *p)
         if (p->inner_steps) snprintf(what + strlen(what), sizeof what - strlen(what), " H=%d", p->inner_steps);
         if (p->fragments) snprintf(what + strlen(what), sizeof what - strlen(what), " F=%d", p->fragments);
         if (p->keep_unsent) snprintf(what + strlen(what), sizeof what - strlen(what), " keep_unsent");
+        if (p->nobody_waits) snprintf(what + strlen(what), sizeof what - strlen(what), " nobody_waits");
+        if (p->overlap_steps)
+            snprintf(what + strlen(what), sizeof what - strlen(what), " overlap=%d", p->overlap_steps);
         if (p->delay_steps) snprintf(what + strlen(what), sizeof what - strlen(what), " delay=%d", p->delay_steps);
     }
     fprintf(f, "%-58s M=%-4d step %8.4fs  tok/s %10.0f  wan %.3g MB  fid %d", what, p->microbatches, p->t_step,
@@ -136,6 +159,15 @@ void plan_print(FILE *f, const xdc_topology *t, const xdc_plan *p)
                 "outer lr %g\n",
                 p->final_codec, p->outer_lr);
     if (p->delay_steps) fprintf(f, "  gradients averaged while the next step computes, applied one step late\n");
+    if (p->overlap_steps)
+        fprintf(f, "  overlap: each outer round runs during the next inner step, applied at its end\n");
+    if (p->nobody_waits) {
+        fprintf(f, "  nobody waits: inner steps per round of %d (the rest of the round's time budget idle):",
+                p->inner_steps);
+        for (int r = 0; r < t->n_regions; r++)
+            if (p->replicas[r]) fprintf(f, " %s=%d", t->regions[r].name, p->round_steps[r]);
+        fprintf(f, "\n");
+    }
     fprintf(f, "  replicas per region:");
     for (int r = 0; r < t->n_regions; r++) fprintf(f, " %s=%d", t->regions[r].name, p->replicas[r]);
     if (plan_split(p)) {
@@ -338,6 +370,18 @@ static void explain_split(const xdc_plan *b)
                                 : "even: it balances the stages' compute");
 }
 
+/* Nobody waits: each region's inner steps of a round and the seconds they take; the round lasts the longest. */
+static void print_round_busy(const xdc_topology *t, const xdc_plan *p)
+{
+    if (!p->nobody_waits) return;
+    printf("      each region's inner steps of a round (the round lasts the longest):");
+    for (int r = 0, n = 0; r < t->n_regions; r++)
+        if (p->replicas[r])
+            printf("%s %s %d x %.3g s = %.3g s", n++ ? "," : "", t->regions[r].name, p->round_steps[r],
+                   p->round_busy_s[r] / p->round_steps[r], p->round_busy_s[r]);
+    printf("\n");
+}
+
 /* When the chosen plan leaves regions idle: which, and the fastest plan with every region in numbers, with the
  * pairs its exchange relays (no direct link). */
 static void explain_regions(const xdc_topology *t, const xdc_plan_set *s)
@@ -373,6 +417,92 @@ static void explain_regions(const xdc_topology *t, const xdc_plan_set *s)
     plan_oneline(stdout, t, &s->all);
     printf("\n      compute %.4f bubble %.4f intra %.4f wan %.4f  %s\n", s->all.t_compute, s->all.t_bubble,
            s->all.t_intra, s->all.t_wan_exposed, s->all.why);
+    print_round_busy(t, &s->all);
+}
+
+/* The settings of a data-parallel plan --explain weighs one at a time (explain_choices). */
+enum { K_CODEC, K_PERIOD, K_KEEP, K_OVERLAP, K_WAIT, N_KNOBS };
+
+/* 1 when a and b differ in knob k and in nothing else the search varies for one layout. */
+static int differs_in(const xdc_plan *a, const xdc_plan *b, int k)
+{
+    int d[N_KNOBS] = {strcmp(a->codec, b->codec) != 0, a->inner_steps != b->inner_steps,
+                      a->keep_unsent != b->keep_unsent, a->overlap_steps != b->overlap_steps,
+                      a->nobody_waits != b->nobody_waits};
+    if (a->mode != b->mode || a->stages != b->stages || a->microbatches != b->microbatches ||
+        a->micro_batch != b->micro_batch || a->bucket_mb != b->bucket_mb ||
+        memcmp(a->replicas, b->replicas, sizeof a->replicas) != 0)
+        return 0;
+    for (int i = 0; i < N_KNOBS; i++)
+        if (d[i] != (i == k)) return 0;
+    return 1;
+}
+
+/* DiLoCo plan p's setting k, in words. */
+static void print_setting(const xdc_topology *t, const xdc_plan *p, int k)
+{
+    switch (k) {
+    case K_CODEC: printf("%s", p->codec); break;
+    case K_PERIOD: printf("H = %d", p->inner_steps); break;
+    case K_KEEP: printf("%s", p->keep_unsent ? "on" : "off"); break;
+    case K_OVERLAP:
+        printf("%s", p->overlap_steps ? "the round during the next inner step" : "the round blocking its step");
+        break;
+    default:
+        if (!p->nobody_waits) {
+            printf("every region running H, the round waiting for the slowest");
+            break;
+        }
+        printf("nobody waits, inner steps per round of %d:", p->inner_steps);
+        for (int r = 0; r < t->n_regions; r++)
+            if (p->replicas[r]) printf(" %s=%d", t->regions[r].name, p->round_steps[r]);
+    }
+}
+
+/* What each of the chosen DiLoCo plan's settings buys: against the best candidate (pick order) that differs from
+ * it in that setting alone, its time per token, exposed WAN and fidelity; or why there is none. */
+static void explain_choices(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan_opts *o)
+{
+    const xdc_plan *b = &s->best;
+    if (b->mode != XDC_PLAN_DILOCO) return;
+    unsigned char in[XDC_TOPO_MAX_REGIONS] = {0};
+    double pace[XDC_TOPO_MAX_REGIONS];
+    int one_pace = 1;
+    for (int r = 0; r < t->n_regions; r++) in[r] = b->replicas[r] > 0;
+    xdc_plan_region_pace(t, &o->calib, in, pace);
+    for (int r = 0; r < t->n_regions; r++)
+        one_pace &= !in[r] || xdc_plan_round_steps(b->inner_steps, pace[r]) == b->inner_steps;
+    static const char *const what[N_KNOBS] = {"codec (density, bits)", "period", "keep_unsent", "overlap",
+                                              "nobody waits"};
+    printf("  settings, each against the best plan that differs from the chosen one in it alone:\n");
+    for (int k = 0; k < N_KNOBS; k++) {
+        const xdc_plan *alt = NULL;
+        for (int i = 1; i < s->n_cands && !alt; i++)
+            if (differs_in(&s->cands[i], b, k)) alt = &s->cands[i];
+        printf("    %-22s ", what[k]);
+        print_setting(t, b, k);
+        printf(" (step %.4g s, exposed WAN %.4g s, fidelity %d)", b->t_step, b->t_wan_exposed, b->fidelity);
+        if (!alt) {
+            printf("; no alternative: %s\n",
+                   k == K_WAIT && b->nobody_waits
+                       ? "every region running H, the round waiting for the slowest, is more than twice as slow per "
+                         "token (not kept)"
+                   : k == K_WAIT && one_pace ? "the taking-part regions run at one pace (GPU TFLOP/s, slowdown)"
+                   : k == K_WAIT             ? "not with an overlapped round (the runtime refuses the pair)"
+                   : k == K_OVERLAP && b->nobody_waits ? "not with nobody waits (the runtime refuses the pair)"
+                   : k == K_KEEP && b->keep_unsent
+                       ? "sparse rounds are searched with it wherever the runtime can keep the unsent part"
+                   : k == K_KEEP ? "the runtime keeps the unsent part only with one replica per stage in every region"
+                                 : "none kept (more than twice as slow per token, or constrained)");
+            continue;
+        }
+        printf("; against ");
+        print_setting(t, alt, k);
+        printf(": step %.4g s, %.0f tokens, exposed WAN %.4g s, %.3g MB/step, fidelity %d: %+.1f%% time per token\n",
+               alt->t_step, alt->tokens, alt->t_wan_exposed, alt->wan_bytes / 1e6, alt->fidelity,
+               (alt->t_step / alt->tokens / (b->t_step / b->tokens) - 1) * 100);
+    }
+    print_round_busy(t, b);
 }
 
 static void explain(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan_opts *o)
@@ -385,6 +515,7 @@ static void explain(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan
            s->n_evaluated, s->n_rejected, s->reject_reason[0] ? "; closest miss: " : "", s->reject_reason,
            o->tolerance * 100);
     explain_regime(t, s);
+    explain_choices(t, s, o);
     explain_regions(t, s);
     explain_microbatches(&s->best);
     explain_replica_split(t, &s->best);

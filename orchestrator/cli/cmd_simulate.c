@@ -55,12 +55,12 @@ static int parse_seconds_list(const char *text, double *out, int cap, int *n, ch
 
 static void print_json(const plan_inputs *in, const xdc_plan *p, const xdc_sim_result *r, double wall)
 {
-    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f}", "topology",
-                          in->topo->path, "mode", xdc_plan_mode_name(p->mode), "gpus", r->gpus, "steps", r->steps,
-                          "step_s", r->t_step, "compute_s", r->t_compute, "bubble_s", r->t_bubble, "comm_exposed_s",
-                          r->t_comm_exposed, "utilisation", r->utilisation, "wan_bytes_per_step", r->wan_bytes,
-                          "events", (json_int_t)r->events, "planner_step_s", p->t_step, "compute_scale",
-                          in->opts.calib.compute_scale, "wall_s", wall);
+    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f}", "topology",
+                          in->topo->path, "mode", xdc_plan_mode_name(p->mode), "inner_steps", p->inner_steps, "gpus",
+                          r->gpus, "steps", r->steps, "step_s", r->t_step, "compute_s", r->t_compute, "bubble_s",
+                          r->t_bubble, "comm_exposed_s", r->t_comm_exposed, "utilisation", r->utilisation,
+                          "wan_bytes_per_step", r->wan_bytes, "events", (json_int_t)r->events, "planner_step_s",
+                          p->t_step, "compute_scale", in->opts.calib.compute_scale, "wall_s", wall);
     char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     if (text) printf("%s\n", text);
     free(text);

@@ -1,6 +1,7 @@
 /* orch_quorum.c — the outer rounds' quorum of an elastic DiLoCo or streaming run, decided by the store's host (see
  * orch_quorum.h). */
 #include "orchestrator/elastic/orch_quorum.h"
+#include "scheduler/xdc_plan.h"
 
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
@@ -188,27 +189,25 @@ static void names(const orch_quorum *q, const char *mask, char c, char *out, siz
 }
 
 /* steps/<step>: the inner steps of each region in the round after `step`, those in `mask` (not '0') running
- * what the budget buys at their slowdown (orch_quorum_pace). */
+ * what the budget buys at their pace (orch_quorum_pace). */
 static void publish_steps(const orch_quorum *q, long long step, const char *mask)
 {
     if (q->pace_steps <= 0) return;
     int h[XDC_TOPO_MAX_REGIONS];
     char val[RDZV_VALUE_MAX];
-    for (int r = 0; r < q->t->n_regions; r++) {
-        int n = (int)floor((double)q->pace_steps / q->slowdown[r] + 1e-9);
-        h[r] = mask[r] == '0' ? 0 : n < 1 ? 1 : n;
-    }
+    for (int r = 0; r < q->t->n_regions; r++)
+        h[r] = mask[r] == '0' ? 0 : xdc_plan_round_steps(q->pace_steps, q->slowdown[r]);
     rdzv_val_steps(h, q->t->n_regions, val, sizeof val);
     rdzv_server_set(q->rdzv, rdzv_key_steps(step).s, val);
     XDC_DEBUG(XDC_SUB_ORCH, "the round after step %lld: inner steps %s", step, val);
 }
 
-void orch_quorum_pace(orch_quorum *q, int budget, const double *slowdown)
+void orch_quorum_pace(orch_quorum *q, int budget, const double *pace)
 {
     char all[XDC_TOPO_MAX_REGIONS + 1];
     q->pace_steps = budget;
     for (int r = 0; r < q->t->n_regions; r++) {
-        q->slowdown[r] = slowdown[r] >= 1.0 ? slowdown[r] : 1.0;
+        q->slowdown[r] = pace[r] >= 1.0 ? pace[r] : 1.0;
         all[r] = '1';
     }
     all[q->t->n_regions] = '\0';

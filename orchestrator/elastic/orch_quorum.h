@@ -60,8 +60,8 @@ typedef struct orch_quorum {
     long long open;                 /* the round whose final set is not published yet; -1: none */
     char open_set[XDC_TOPO_MAX_REGIONS + 1]; /* its members ('1') */
     char lost_set[XDC_TOPO_MAX_REGIONS + 1]; /* those that left during its exchange ('1'), lost/<open> */
-    /* DiLoCo's "nobody waits" (orch_quorum_pace): a round's time budget in inner steps of a region of slowdown
-     * 1 (0: off, every region runs the period), and each region's cost of one inner step relative to that */
+    /* DiLoCo's "nobody waits" (orch_quorum_pace): a round's time budget in inner steps of the fastest region
+     * (0: off, every region runs the period), and each region's cost of one inner step relative to that */
     int pace_steps;
     double slowdown[XDC_TOPO_MAX_REGIONS];
     long long rejoin_at; /* test hook XDC_TEST_REJOIN_AT=<step>: take regions back at that round only, which
@@ -78,9 +78,10 @@ void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, 
                       int64_t back_ms, int64_t silent_ms);
 /* DiLoCo's "nobody waits" (docs/runtime.md): from now on each round's decision also says how many inner steps
  * each region runs in the round after it, steps/<step> (rdzv_val_steps): a region in the round runs
- * max(1, floor(budget / slowdown[r])) of them, where budget is the period in inner steps (every region of
- * slowdown 1 runs all of it); one out of it runs 0. steps/0, the first round's, is published now. */
-void orch_quorum_pace(orch_quorum *q, int budget, const double *slowdown);
+ * xdc_plan_round_steps(budget, pace[r]) = max(1, floor(budget / pace[r])) of them, where budget is the period in
+ * inner steps of the fastest region (pace 1, orch_run_config_pace: its GPUs and diloco.slowdown), which runs all
+ * of it; one out of it runs 0. steps/0, the first round's, is published now. */
+void orch_quorum_pace(orch_quorum *q, int budget, const double *pace);
 /* Decide the pending round when it is due (the launcher's tick). XDC_ERR_UNAVAILABLE when the regions that
  * arrived in time are fewer than min_regions, with the round, who arrived and who did not in why[cap]. */
 xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap);

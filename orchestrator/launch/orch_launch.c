@@ -208,9 +208,9 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
         orch_quorum_init(&L->quorum, L->t, L->rdzv, orch_quorum_min(&L->cfg, L->t->n_regions), L->cfg.elastic.grace_ms,
                          L->cfg.timeouts.operation_ms, L->cfg.timeouts.heartbeat_ms);
     if (L->elastic && L->cfg.diloco.nobody_waits) { /* the decider counts each round's inner steps */
-        double slowdown[XDC_TOPO_MAX_REGIONS];
-        XDC_CHECK(orch_run_config_slowdown(&L->cfg, L->t->n_regions, slowdown, diag));
-        orch_quorum_pace(&L->quorum, L->cfg.diloco.inner_steps, slowdown);
+        double pace[XDC_TOPO_MAX_REGIONS];
+        XDC_CHECK(orch_run_config_pace(&L->cfg, L->t, pace, diag));
+        orch_quorum_pace(&L->quorum, L->cfg.diloco.inner_steps, pace);
     }
     orch_decider_init(&L->decider, &L->quorum, L->o.decider_ttl_s);
     return XDC_OK;

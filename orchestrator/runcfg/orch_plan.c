@@ -1,6 +1,7 @@
 /* orch_plan.c — the runtime following the planner. With `plan: auto` in the run file, every process
  * (launcher, workers) runs the same deterministic search over the topology and the model file and takes
- * the mode, stages per replica, layer partition, microbatches and their size, WAN codec, bucket size and DiLoCo period
+ * the mode, stages per replica, layer partition, microbatches and their size, WAN codec, bucket size, DiLoCo period,
+ * keep_unsent, nobody waits and overlapped rounds
  * from the best plan the runtime can execute (every worker busy: replicas x stages = each region's
  * workers; a cross-region pipeline over all workers). Hand-set keys in the run file are constraints the
  * search respects. */
@@ -45,25 +46,17 @@ static void plan_inputs(const orch_run_config *c, const xdc_topology *t, xdc_mod
     if (c->batch_size) o->micro_batch = c->batch_size;
     if (strcmp(c->codec, "link") != 0) snprintf(o->codec, sizeof o->codec, "%s", c->codec);
     if (c->diloco.keep_unsent) o->keep_unsent = 1; /* else the search may choose it */
+    /* DiLoCo's nobody waits and overlapped rounds: set by hand they bind (DiLoCo plans with them only). The
+     * slowdown is each region's pace, priced in every mode (sync and waiting DiLoCo wait for the slowest); a
+     * mode the run file's checks refuse with it is passed over by orch_plan_apply. */
+    if (c->diloco.nobody_waits) o->nobody_waits = 1;
+    if (c->diloco.overlap_steps) o->overlap = 1;
+    for (int r = 0; r < c->diloco.n_slowdown && r < t->n_regions; r++) o->calib.region_scale[r] = c->diloco.slowdown[r];
 }
 
-xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planned *out, xdc_diag *diag)
+/* Plan p's settings into the run config c (the keys the run file set by hand stay). */
+static void take(orch_run_config *c, const xdc_topology *t, const xdc_plan *p)
 {
-    plan_inputs(c, t, &out->m, &out->b, &out->o);
-    xdc_plan_set *set;
-    XDC_CHECK(xdc_plan_search(t, &out->m, &out->b, &out->o, &set, diag));
-    const xdc_plan *p = NULL;
-    for (int i = 0; i < set->n_cands && !p; i++)
-        if (runnable(t, &set->cands[i])) p = &set->cands[i];
-    if (!p) {
-        xdc_diag_set(diag,
-                     "plan: none of the %d feasible plans keeps every worker busy (replicas x stages must "
-                     "equal each region's workers); set pipeline_stages by hand",
-                     set->n_cands);
-        xdc_plan_set_destroy(set);
-        return XDC_ERR_UNAVAILABLE;
-    }
-    out->plan = *p;
     c->mode = p->mode == XDC_PLAN_DILOCO      ? ORCH_MODE_DILOCO
               : p->mode == XDC_PLAN_STREAMING ? ORCH_MODE_STREAMING
                                               : ORCH_MODE_SYNC;
@@ -87,6 +80,9 @@ xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planne
             snprintf(c->diloco.final_codec, sizeof c->diloco.final_codec, "%s", p->final_codec);
         if (!c->diloco.outer_lr_set && p->outer_lr > 0) c->diloco.outer_lr = p->outer_lr;
     }
+    /* Nobody waits: the decider counts each round's steps with the same paces (orch_run_config_pace). */
+    if (p->nobody_waits) c->diloco.nobody_waits = true;
+    if (p->overlap_steps && !c->diloco.overlap_steps) c->diloco.overlap_steps = p->overlap_steps;
     /* Unequal replicas: the plan's counts, one per replica, region by region (orch_run_config_replica_mb). */
     c->n_replica_mb = 0;
     for (int r = 0; p->mode == XDC_PLAN_SYNC && r < t->n_regions; r++)
@@ -98,6 +94,47 @@ xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planne
     c->n_split = p->stages <= ORCH_MAX_STAGES ? p->stages : 0;
     for (int s = 0; s < c->n_split; s++) c->stage_layer_begin[s] = p->stage[s].layer_begin;
     c->stage_layer_begin[c->n_split] = c->train.model.n_layer;
+}
+
+xdc_err_t orch_run_config_pace(const orch_run_config *c, const xdc_topology *t, double *pace, xdc_diag *diag)
+{
+    xdc_plan_calib calib = {.mfu = 0.4, .compute_scale = 1.0};
+    XDC_CHECK(orch_run_config_slowdown(c, t->n_regions, calib.region_scale, diag));
+    xdc_plan_region_pace(t, &calib, NULL, pace);
+    return XDC_OK;
+}
+
+xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planned *out, xdc_diag *diag)
+{
+    plan_inputs(c, t, &out->m, &out->b, &out->o);
+    xdc_plan_set *set;
+    XDC_CHECK(xdc_plan_search(t, &out->m, &out->b, &out->o, &set, diag));
+    /* The first plan in pick order the runtime runs: every worker busy, and settings the run's own keys allow
+     * (orch_run_config_check: e.g. overlapped rounds need checkpoint_every a multiple of the planned period). */
+    orch_run_config *trial = xdc_malloc(sizeof *trial);
+    const xdc_plan *p = NULL;
+    for (int i = 0; trial && i < set->n_cands && !p; i++) {
+        if (!runnable(t, &set->cands[i])) continue;
+        xdc_cfg_errors errs;
+        xdc_cfg_errors_init(&errs, c->path);
+        *trial = *c;
+        take(trial, t, &set->cands[i]);
+        if (orch_run_config_check(trial, true, &errs) == XDC_OK) p = &set->cands[i];
+    }
+    if (!p) {
+        xdc_diag_set(diag,
+                     trial
+                         ? "plan: none of the %d feasible plans keeps every worker busy (replicas x stages must "
+                           "equal each region's workers) with settings the run file allows; set pipeline_stages by hand"
+                         : "plan: out of memory (%d plans)",
+                     set->n_cands);
+        xdc_free(trial);
+        xdc_plan_set_destroy(set);
+        return trial ? XDC_ERR_UNAVAILABLE : XDC_ERR_NOMEM;
+    }
+    out->plan = *p;
+    *c = *trial;
+    xdc_free(trial);
     xdc_plan_set_destroy(set);
     return XDC_OK;
 }
@@ -110,12 +147,14 @@ void orch_plan_describe(const orch_run_config *c, const xdc_plan *p, char *buf, 
         n += (size_t)snprintf(buf + n, cap - n, " %d-%d", c->stage_layer_begin[s], c->stage_layer_begin[s + 1] - 1);
     if (n < cap)
         snprintf(buf + n, cap - n,
-                 "), %d microbatches%s of %d sequences, codec %s, bucket %.2g MiB%s%s; predicted step %.3f s "
+                 "), %d microbatches%s of %d sequences, codec %s, bucket %.2g MiB%s%s%s%s; predicted step %.3f s "
                  "(compute %.3f, exposed WAN %.3f)",
                  p->microbatches,
                  c->n_replica_mb ? " per replica on average (unequal replicas: microbatches_per_replica)" : "",
                  p->micro_batch, p->codec, c->bucket_mb,
                  p->mode == XDC_PLAN_DILOCO || p->mode == XDC_PLAN_STREAMING ? ", with an outer period" : "",
-                 p->keep_unsent ? ", keep_unsent (last round in the final codec)" : "", p->t_step, p->t_compute,
+                 p->keep_unsent ? ", keep_unsent (last round in the final codec)" : "",
+                 p->nobody_waits ? ", nobody waits (each region's inner steps by its pace)" : "",
+                 p->overlap_steps ? ", the round overlapped with the next inner step" : "", p->t_step, p->t_compute,
                  p->t_wan_exposed);
 }

@@ -217,6 +217,70 @@ void orch_run_config_outer_defaults(orch_run_config *c)
     if (!c->diloco.outer_momentum_set) c->diloco.outer_momentum = sparse ? 0.5 : 0.9;
 }
 
+xdc_err_t orch_run_config_check(const orch_run_config *c, bool planned, xdc_cfg_errors *errs)
+{
+    if (c->mode == ORCH_MODE_STREAMING && c->streaming.fragments > c->diloco.inner_steps) {
+        xdc_cfg_error_add(errs, 0, 0,
+                          "streaming.fragments (%d) must not exceed diloco.inner_steps (%d): each fragment "
+                          "needs its own step of the period",
+                          c->streaming.fragments, c->diloco.inner_steps);
+        return XDC_ERR_CONFIG;
+    }
+    if ((c->diloco.keep_unsent || c->diloco.final_codec[0]) && c->mode != ORCH_MODE_DILOCO) {
+        xdc_cfg_error_add(errs, 0, 0, "diloco.%s needs mode diloco (this run's mode is %s)",
+                          c->diloco.keep_unsent ? "keep_unsent" : "final_codec", mode_words[c->mode]);
+        return XDC_ERR_CONFIG;
+    }
+    /* plan: auto without a mode: the planner keeps to DiLoCo where the file sets these (orch_plan.c) */
+    bool mode_open = c->plan_auto && !c->mode_set && !planned;
+    if ((c->diloco.nobody_waits || c->diloco.n_slowdown) && c->mode != ORCH_MODE_DILOCO && !mode_open) {
+        xdc_cfg_error_add(errs, 0, 0, "diloco.%s needs mode diloco (this run's mode is %s)",
+                          c->diloco.nobody_waits ? "nobody_waits" : "slowdown", mode_words[c->mode]);
+        return XDC_ERR_CONFIG;
+    }
+    if (c->diloco.overlap_steps && c->mode != ORCH_MODE_DILOCO && !mode_open) {
+        xdc_cfg_error_add(errs, 0, 0,
+                          "diloco.overlap_steps needs mode diloco (this run's mode is %s; streaming's fragments "
+                          "are always applied one step after they leave)",
+                          mode_words[c->mode]);
+        return XDC_ERR_CONFIG;
+    }
+    const orch_diloco_config *dc = &c->diloco;
+    if (dc->overlap_steps && dc->nobody_waits) {
+        xdc_cfg_error_add(errs, 0, 0,
+                          "diloco.overlap_steps and diloco.nobody_waits together are not built: an overlapped "
+                          "round's weights would count steps of the next round");
+        return XDC_ERR_CONFIG;
+    }
+    /* With plan: auto the planner sets the period: checked once it has (orch_plan_apply), and a re-plan keeps a
+     * plan with overlapped rounds as it is (xdc_plan_replan_wan). */
+    if (dc->overlap_steps && (!c->plan_auto || planned) &&
+        (dc->overlap_steps > dc->inner_steps || c->checkpoint_every % dc->inner_steps != 0)) {
+        xdc_cfg_error_add(errs, 0, 0,
+                          "diloco.overlap_steps %d needs at most diloco.inner_steps (%d) and checkpoint_every a "
+                          "multiple of it (it is %d): a round in flight is in no checkpoint",
+                          dc->overlap_steps, dc->inner_steps, c->checkpoint_every);
+        return XDC_ERR_CONFIG;
+    }
+    if (c->n_replica_mb &&
+        (c->mode != ORCH_MODE_SYNC || c->span_regions || c->elastic.set || (c->plan_auto && !planned))) {
+        xdc_cfg_error_add(errs, 0, 0,
+                          "microbatches_per_replica needs mode sync without span_regions, elastic: or plan: auto "
+                          "(the planner then chooses the split)");
+        return XDC_ERR_CONFIG;
+    }
+    if (c->span_regions && c->mode != ORCH_MODE_SYNC) {
+        xdc_cfg_error_add(errs, 0, 0, "span_regions needs mode sync (a pipeline across regions has one replica)");
+        return XDC_ERR_CONFIG;
+    }
+    if (c->pipeline_stages > c->train.model.n_layer) {
+        xdc_cfg_error_add(errs, 0, 0, "pipeline_stages (%d) exceeds the model's %d layers", c->pipeline_stages,
+                          c->train.model.n_layer);
+        return XDC_ERR_CONFIG;
+    }
+    return XDC_OK;
+}
+
 xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_errors *errs)
 {
     run_in in;
@@ -311,67 +375,7 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     if (c->eval_interval) c->train.eval_interval = c->eval_interval;
     c->microbatches = c->train.microbatches;
     c->steps = c->train.steps;
-    if (c->mode == ORCH_MODE_STREAMING && c->streaming.fragments > c->diloco.inner_steps) {
-        xdc_cfg_error_add(errs, 0, 0,
-                          "streaming.fragments (%d) must not exceed diloco.inner_steps (%d): each fragment "
-                          "needs its own step of the period",
-                          c->streaming.fragments, c->diloco.inner_steps);
-        return XDC_ERR_CONFIG;
-    }
-    if ((c->diloco.keep_unsent || c->diloco.final_codec[0]) && c->mode != ORCH_MODE_DILOCO) {
-        xdc_cfg_error_add(errs, 0, 0, "diloco.%s needs mode diloco (this run's mode is %s)",
-                          c->diloco.keep_unsent ? "keep_unsent" : "final_codec", mode_words[c->mode]);
-        return XDC_ERR_CONFIG;
-    }
-    if ((c->diloco.nobody_waits || c->diloco.n_slowdown) && c->mode != ORCH_MODE_DILOCO) {
-        xdc_cfg_error_add(errs, 0, 0, "diloco.%s needs mode diloco (this run's mode is %s)",
-                          c->diloco.nobody_waits ? "nobody_waits" : "slowdown", mode_words[c->mode]);
-        return XDC_ERR_CONFIG;
-    }
-    if (c->diloco.nobody_waits && c->plan_auto) {
-        xdc_cfg_error_add(errs, 0, 0,
-                          "diloco.nobody_waits needs plan: off: the round's budget is diloco.inner_steps, which a "
-                          "re-plan would change under the decider");
-        return XDC_ERR_CONFIG;
-    }
-    if (c->diloco.overlap_steps && c->mode != ORCH_MODE_DILOCO) {
-        xdc_cfg_error_add(errs, 0, 0,
-                          "diloco.overlap_steps needs mode diloco (this run's mode is %s; streaming's fragments "
-                          "are always applied one step after they leave)",
-                          mode_words[c->mode]);
-        return XDC_ERR_CONFIG;
-    }
-    const orch_diloco_config *dc = &c->diloco;
-    if (dc->overlap_steps && dc->nobody_waits) {
-        xdc_cfg_error_add(errs, 0, 0,
-                          "diloco.overlap_steps and diloco.nobody_waits together are not built: an overlapped "
-                          "round's weights would count steps of the next round");
-        return XDC_ERR_CONFIG;
-    }
-    if (dc->overlap_steps &&
-        (dc->overlap_steps > dc->inner_steps || c->checkpoint_every % dc->inner_steps != 0 || c->plan_auto)) {
-        xdc_cfg_error_add(errs, 0, 0,
-                          "diloco.overlap_steps %d needs at most diloco.inner_steps (%d), checkpoint_every a "
-                          "multiple of it (it is %d) and plan: off: a round in flight is in no checkpoint, and the "
-                          "planner's period and re-plans do not count it",
-                          dc->overlap_steps, dc->inner_steps, c->checkpoint_every);
-        return XDC_ERR_CONFIG;
-    }
-    if (c->n_replica_mb && (c->mode != ORCH_MODE_SYNC || c->span_regions || c->elastic.set || c->plan_auto)) {
-        xdc_cfg_error_add(errs, 0, 0,
-                          "microbatches_per_replica needs mode sync without span_regions, elastic: or plan: auto "
-                          "(the planner then chooses the split)");
-        return XDC_ERR_CONFIG;
-    }
-    if (c->span_regions && c->mode != ORCH_MODE_SYNC) {
-        xdc_cfg_error_add(errs, 0, 0, "span_regions needs mode sync (a pipeline across regions has one replica)");
-        return XDC_ERR_CONFIG;
-    }
-    if (c->pipeline_stages > c->train.model.n_layer) {
-        xdc_cfg_error_add(errs, 0, 0, "pipeline_stages (%d) exceeds the model's %d layers", c->pipeline_stages,
-                          c->train.model.n_layer);
-        return XDC_ERR_CONFIG;
-    }
+    XDC_CHECK(orch_run_config_check(c, false, errs));
     *out = *c;
     return XDC_OK;
 }

@@ -167,6 +167,12 @@ typedef struct orch_planned {
     xdc_plan plan;
 } orch_planned;
 
+/* The run's settings that go together or not (modes and their keys, DiLoCo's overlapped rounds against the period
+ * and checkpoints, ...): XDC_ERR_CONFIG, said in errs, for a pair the runtime cannot run. Loading checks the
+ * file (planned false: with plan: auto what the planner decides is left open); orch_plan_apply checks its result
+ * (planned true), so a plan the run takes is one a run file could say. */
+xdc_err_t orch_run_config_check(const orch_run_config *c, bool planned, xdc_cfg_errors *errs);
+
 /* orch_plan.c: with plan_auto, run the planner and take its layout and WAN settings (every process gets
  * the same answer). XDC_ERR_UNAVAILABLE with a reason when nothing fits. */
 xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planned *out, xdc_diag *diag);
@@ -184,6 +190,10 @@ xdc_err_t orch_run_config_slowdown(const orch_run_config *c, int n_regions, doub
  * in diag, when the list has neither 1 nor n_regions entries. */
 xdc_err_t orch_run_config_layer_ms(const orch_run_config *c, int n_regions, int region, double *ms, xdc_diag *diag);
 int orch_quorum_min(const orch_run_config *c, int n_regions);
+/* orch_plan.c: each region's pace (xdc_plan_region_pace) with the run's diloco.slowdown: how many times longer its
+ * inner step takes than the fastest region's, its GPUs' TFLOP/s and its slowdown counted; what the round's decider
+ * divides nobody waits' budget by and the planner prices. XDC_ERR_CONFIG as orch_run_config_slowdown. */
+xdc_err_t orch_run_config_pace(const orch_run_config *c, const xdc_topology *t, double *pace, xdc_diag *diag);
 /* What the run writes to the rendezvous under its prefixes of many keys (docs/security.md, "Quotas"), from
  * the run file alone, so the store host and every member get the same:
  *   rejoins = elastic ? ceil(steps * per_period / period) + 1 : 0, a region leaving at most once per outer

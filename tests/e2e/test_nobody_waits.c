@@ -4,13 +4,16 @@
  * region was half way through its count ends on the uninterrupted run's parameters, as does the run on
  * cpu-strict. The waits at the rounds'
  * boundaries (in inner steps) are printed beside those of the same run where everybody waits, not asserted:
- * they are timings. */
+ * they are timings. And `plan: auto` on the slowed pair chooses nobody waits, which the run takes. */
 #include "tests/xdc_test.h"
 #include "tests/e2e/test_orch_util.h"
+
+#include "scheduler/xdc_plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The inner steps region `region` ran and its wait per round at the boundaries (in its inner steps), from its
  * first stage's log of the run in `dir`. */
@@ -68,4 +71,33 @@ XDC_TEST_T(diloco_nobody_waits_slow_region_holds_no_one, 240)
     printf("nobody waits: us-east %lld inner steps (waited %.2f steps/round), eu-west %lld (%.2f), "
            "compute_util_min %s; everybody waits: us-east waited %.2f steps/round, compute_util_min %s\n",
            fast, fast_wait, slow, slow_wait, util, bf_wait, base_util);
+}
+
+/* `plan: auto` with eu-west slowed 3x and no mode, period or nobody_waits in the file: the planner chooses DiLoCo
+ * with nobody waits (bf16, H = 10 on the demo link: us-east 10 inner steps a round, eu-west 3, what
+ * xdc_plan_round_steps gives at pace 3), the launch runs it with the decider counting those same steps, and every
+ * region ends on one model. */
+XDC_TEST_T(plan_auto_chooses_nobody_waits_and_the_run_takes_it, 180)
+{
+    e2e_need_corpus();
+    static char out[65536];
+    char run[600], cwd[512], hash[64], dir[600], h[8][17];
+    XDC_ASSERT(getcwd(cwd, sizeof cwd) != NULL);
+    snprintf(run, sizeof run, "%s/auto-pace.yaml", xdc_test_tmpdir());
+    FILE *f = fopen(run, "w");
+    XDC_ASSERT(f != NULL);
+    fprintf(f, "model: %s/%s\ndata: %s\nplan: auto\nmicrobatches: 2\nsteps: 20\ndiloco: {slowdown: [1, 3]}\n", cwd,
+            TINY, DATA);
+    fclose(f);
+    e2e_launch_hash(run, "auto-pace", NULL, out, sizeof out, dir, sizeof dir, hash);
+    XDC_ASSERT_STR_CONTAINS(out, "nobody waits (each region's inner steps by its pace)");
+    int n = e2e_final_hashes(dir, h, 8);
+    XDC_ASSERT_MSG(n == 2 && strcmp(h[0], h[1]) == 0, "the regions end on %s and %s", h[0], n > 1 ? h[1] : "-");
+    long long fast, slow;
+    double fast_wait, slow_wait;
+    counters(dir, "us-east", &fast, &fast_wait);
+    counters(dir, "eu-west", &slow, &slow_wait);
+    XDC_ASSERT_MSG(fast == 20 && slow == 2 * xdc_plan_round_steps(10, 3.0),
+                   "inner steps: us-east %lld (want 20), eu-west %lld (want %d)", fast, slow,
+                   2 * xdc_plan_round_steps(10, 3.0));
 }

@@ -38,17 +38,6 @@ static xdc_topology *two_regions(int gpus, double tflops_a, double tflops_b, dou
     return test_plan_parse_topo(y);
 }
 
-static xdc_plan_set *search_ok(const xdc_topology *t, const xdc_model_shape *m, const xdc_batch_shape *b,
-                               const xdc_plan_opts *o)
-{
-    xdc_plan_set *s = NULL;
-    xdc_diag d = {{0}};
-    xdc_err_t rc = xdc_plan_search(t, m, b, o, &s, &d);
-    XDC_ASSERT_MSG(rc == XDC_OK, "plan search failed: %s (%s)", d.msg, xdc_errname(rc));
-    XDC_ASSERT(s->n_cands >= 1);
-    return s;
-}
-
 static int stage_layers_in(const xdc_plan *p, int region)
 {
     int n = 0;
@@ -66,7 +55,7 @@ XDC_TEST(plan_faster_region_gets_twice_the_layers)
     xdc_batch_shape b = {4, 128, 4.0 * 128 * 16};
     xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
     o.mode = XDC_PLAN_PIPELINE;
-    xdc_plan_set *s = search_ok(t, &m, &b, &o);
+    xdc_plan_set *s = test_plan_search_ok(t, &m, &b, &o);
     const xdc_plan *p = &s->best;
     XDC_ASSERT_EQ(p->mode, XDC_PLAN_PIPELINE);
     XDC_ASSERT_EQ(p->stages, 2);
@@ -97,7 +86,7 @@ XDC_TEST(plan_model_too_big_for_one_region_cuts_at_cheapest_link)
     xdc_model_shape_gpt(24, 16, 2048, 512, 256, &m);
     xdc_batch_shape b = {1, 512, 512.0 * 8};
     xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
-    xdc_plan_set *s = search_ok(t, &m, &b, &o);
+    xdc_plan_set *s = test_plan_search_ok(t, &m, &b, &o);
     const xdc_plan *p = &s->best;
     XDC_ASSERT_MSG(p->mode == XDC_PLAN_PIPELINE, "mode %s", xdc_plan_mode_name(p->mode));
     XDC_ASSERT_EQ(p->n_chain, 2);
@@ -124,7 +113,7 @@ XDC_TEST(plan_slow_link_gets_stronger_codec_or_longer_period)
     o.mode = -1;
     xdc_topology *fast = two_regions(8, 300, 300, 80, "bandwidth_gbps: 400, rtt_ms: 2");
     xdc_topology *slow = two_regions(8, 300, 300, 80, "bandwidth_gbps: 0.5, rtt_ms: 80");
-    xdc_plan_set *sf = search_ok(fast, &m, &b, &o), *ss = search_ok(slow, &m, &b, &o);
+    xdc_plan_set *sf = test_plan_search_ok(fast, &m, &b, &o), *ss = test_plan_search_ok(slow, &m, &b, &o);
     XDC_ASSERT_MSG(lossiness(&ss->best) > lossiness(&sf->best), "slow link fidelity %d (%s %s H=%d) vs fast %d",
                    ss->best.fidelity, xdc_plan_mode_name(ss->best.mode), ss->best.codec, ss->best.inner_steps,
                    sf->best.fidelity);
@@ -132,12 +121,14 @@ XDC_TEST(plan_slow_link_gets_stronger_codec_or_longer_period)
     XDC_ASSERT(ss->best.inner_steps > 0 || strcmp(ss->best.codec, "none") != 0);
     /* With the mode pinned to sync, the slow link still gets a lossier codec than the fast one. */
     o.mode = XDC_PLAN_SYNC;
-    xdc_plan_set *ss2 = search_ok(slow, &m, &b, &o), *sf2 = search_ok(fast, &m, &b, &o);
+    xdc_plan_set *ss2 = test_plan_search_ok(slow, &m, &b, &o), *sf2 = test_plan_search_ok(fast, &m, &b, &o);
     XDC_ASSERT(lossiness(&ss2->best) > lossiness(&sf2->best));
-    /* Between DiLoCo periods alone: the slow link takes the longer one. */
+    /* Between DiLoCo periods alone, rounds blocking their step: the slow link takes the longer one (an
+     * overlapped round hides behind the next step at any period here). */
     o.mode = XDC_PLAN_DILOCO;
+    o.overlap = -1;
     snprintf(o.codec, sizeof o.codec, "int8");
-    xdc_plan_set *ds = search_ok(slow, &m, &b, &o), *df = search_ok(fast, &m, &b, &o);
+    xdc_plan_set *ds = test_plan_search_ok(slow, &m, &b, &o), *df = test_plan_search_ok(fast, &m, &b, &o);
     XDC_ASSERT_MSG(ds->best.inner_steps > df->best.inner_steps, "H slow %d fast %d", ds->best.inner_steps,
                    df->best.inner_steps);
     xdc_plan_set_destroy(sf);
@@ -164,8 +155,8 @@ XDC_TEST(plan_wan_bound_goes_sparse_or_streaming_and_compute_bound_syncs)
     xdc_topology *fast = two_regions(8, 300, 300, 80, "bandwidth_gbps: 400, rtt_ms: 2");
     xdc_topology *wan = two_regions(8, 300, 300, 80, "bandwidth_gbps: 1, rtt_ms: 40");
     xdc_topology *thin = two_regions(8, 300, 300, 80, "bandwidth_gbps: 0.005, rtt_ms: 80");
-    xdc_plan_set *sf = search_ok(fast, &m, &big, &o), *sw = search_ok(wan, &m, &b, &o),
-                 *st = search_ok(thin, &m, &b, &o);
+    xdc_plan_set *sf = test_plan_search_ok(fast, &m, &big, &o), *sw = test_plan_search_ok(wan, &m, &b, &o),
+                 *st = test_plan_search_ok(thin, &m, &b, &o);
     XDC_ASSERT_MSG(sf->best.mode == XDC_PLAN_SYNC, "compute-bound: %s %s", xdc_plan_mode_name(sf->best.mode),
                    sf->best.codec);
     XDC_ASSERT_MSG(sw->best.mode == XDC_PLAN_STREAMING || sw->best.mode == XDC_PLAN_DILOCO ||
@@ -198,7 +189,7 @@ XDC_TEST(plan_wan_bound_keeps_unsent_sparse_and_compute_bound_syncs)
     xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
     o.all_regions = 1;
     xdc_topology *wan = test_plan_load_topo("bench/e2e/two-region.yaml");
-    xdc_plan_set *sw = search_ok(wan, &m, &b, &o);
+    xdc_plan_set *sw = test_plan_search_ok(wan, &m, &b, &o);
     const xdc_plan *p = &sw->best;
     XDC_ASSERT_MSG(p->mode == XDC_PLAN_DILOCO && p->keep_unsent, "WAN-bound: %s %s keep_unsent %d",
                    xdc_plan_mode_name(p->mode), p->codec, p->keep_unsent);
@@ -221,7 +212,7 @@ XDC_TEST(plan_wan_bound_keeps_unsent_sparse_and_compute_bound_syncs)
     XDC_ASSERT(streaming);
     /* A run file without keep_unsent (-1): no candidate has it. One that pins it to sync: refused. */
     o.keep_unsent = -1;
-    xdc_plan_set *sn = search_ok(wan, &m, &b, &o);
+    xdc_plan_set *sn = test_plan_search_ok(wan, &m, &b, &o);
     for (int i = 0; i < sn->n_cands; i++) XDC_ASSERT(!sn->cands[i].keep_unsent);
     o.keep_unsent = 1;
     o.mode = XDC_PLAN_SYNC;
@@ -239,7 +230,7 @@ XDC_TEST(plan_wan_bound_keeps_unsent_sparse_and_compute_bound_syncs)
         "  - {name: west, nodes: w1, gpus_per_node: 0, workers_per_node: 1, gpu: {model: cpu, bf16_tflops: 0.05,"
         " memory_gib: 4}}\n"
         "links:\n  - {from: east, to: west, bandwidth_gbps: 10, rtt_ms: 4}\n");
-    xdc_plan_set *sf = search_ok(fast, &m, &b, &o);
+    xdc_plan_set *sf = test_plan_search_ok(fast, &m, &b, &o);
     XDC_ASSERT_MSG(sf->best.mode == XDC_PLAN_SYNC && !sf->best.keep_unsent, "compute-bound: %s %s",
                    xdc_plan_mode_name(sf->best.mode), sf->best.codec);
     /* Two replicas per region (the demo's 2 workers, one stage): the runtime cannot keep unsent parts. */
@@ -247,7 +238,7 @@ XDC_TEST(plan_wan_bound_keeps_unsent_sparse_and_compute_bound_syncs)
     xdc_topology *demo = test_plan_demo(&tiny);
     xdc_batch_shape bd = {16, 64, 16.0 * 64 * 4};
     o.stages = 1;
-    xdc_plan_set *sd = search_ok(demo, &tiny, &bd, &o);
+    xdc_plan_set *sd = test_plan_search_ok(demo, &tiny, &bd, &o);
     for (int i = 0; i < sd->n_cands; i++) XDC_ASSERT(!sd->cands[i].keep_unsent);
     xdc_plan_set_destroy(sw);
     xdc_plan_set_destroy(sn);
@@ -256,27 +247,6 @@ XDC_TEST(plan_wan_bound_keeps_unsent_sparse_and_compute_bound_syncs)
     xdc_topology_destroy(wan);
     xdc_topology_destroy(fast);
     xdc_topology_destroy(demo);
-}
-
-/* A `plan: auto` run file of bench-e2e's model with `extra` lines, written as NAME.yaml, loaded and its plan
- * applied on `t`. *eval_seqs: the evaluation's sequences as the file has them, before the plan. */
-static void apply_auto_run(const char *name, const char *extra, xdc_topology *t, orch_run_config *c, orch_planned *pl,
-                           int *eval_seqs)
-{
-    char cwd[512], path[1024];
-    XDC_ASSERT(getcwd(cwd, sizeof cwd) != NULL);
-    snprintf(path, sizeof path, "%s/%s.yaml", xdc_test_tmpdir(), name);
-    FILE *f = fopen(path, "w");
-    XDC_ASSERT(f != NULL);
-    fprintf(f, "model: %s/bench/e2e/gpt1m.yaml\ndata: /usr/share/games/fortunes\nplan: auto\n%s", cwd, extra);
-    fclose(f);
-    xdc_cfg_errors errs;
-    xdc_err_t rc = orch_run_config_load(path, c, &errs);
-    if (rc != XDC_OK) xdc_cfg_errors_print(&errs, stderr);
-    XDC_ASSERT_OK(rc);
-    *eval_seqs = c->train.eval_batches * c->train.batch_size;
-    xdc_diag d = {{0}};
-    XDC_ASSERT_MSG(orch_plan_apply(c, t, pl, &d) == XDC_OK, "%s", d.msg);
 }
 
 /* `plan: auto` on bench-e2e's WAN-bound topology: the run takes the plan's keep_unsent, last-round codec and
@@ -288,7 +258,7 @@ XDC_TEST(plan_auto_runs_the_chosen_keep_unsent_settings)
         orch_run_config c;
         orch_planned pl;
         int eval_seqs;
-        apply_auto_run(k ? "auto1" : "auto0", k ? "diloco: {outer_lr: 0.9}\n" : "", t, &c, &pl, &eval_seqs);
+        test_plan_auto_run(k ? "auto1" : "auto0", k ? "diloco: {outer_lr: 0.9}\n" : "", t, &c, &pl, &eval_seqs);
         XDC_ASSERT_EQ(c.mode, ORCH_MODE_DILOCO);
         XDC_ASSERT(c.diloco.keep_unsent);
         XDC_ASSERT_MSG(strcmp(c.codec, "sparse:0.05:2") == 0, "codec %s", c.codec);
@@ -313,7 +283,7 @@ XDC_TEST(plan_data_parallel_split_is_uneven_where_the_stages_cost_differ)
     xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
     o.stages = 4;
     o.mode = XDC_PLAN_SYNC;
-    xdc_plan_set *s = search_ok(t, &m, &b, &o);
+    xdc_plan_set *s = test_plan_search_ok(t, &m, &b, &o);
     const xdc_plan *p = &s->best;
     XDC_ASSERT_EQ(p->stages, 4);
     int layers = 0;
@@ -350,7 +320,7 @@ XDC_TEST(plan_unequal_replicas_get_microbatches_by_speed)
     o.stages = 1;
     o.micro_batch = 4;
     snprintf(o.codec, sizeof o.codec, "int8");
-    xdc_plan_set *s = search_ok(t, &m, &b, &o);
+    xdc_plan_set *s = test_plan_search_ok(t, &m, &b, &o);
     const xdc_plan *p = &s->best;
     XDC_ASSERT_MSG(p->replicas[0] > 0 && p->replicas[1] > 0, "replicas %d, %d", p->replicas[0], p->replicas[1]);
     int placed = 0, equal = 0;
@@ -365,7 +335,7 @@ XDC_TEST(plan_unequal_replicas_get_microbatches_by_speed)
     xdc_plan_set_destroy(s);
     xdc_topology_destroy(t);
     t = two_regions(8, 300, 300, 80, "bandwidth_gbps: 100, rtt_ms: 10");
-    s = search_ok(t, &m, &b, &o);
+    s = test_plan_search_ok(t, &m, &b, &o);
     for (int r = 0; r < t->n_regions; r++) XDC_ASSERT_EQ(s->best.replica_mb[r], 0);
     xdc_plan_set_destroy(s);
     xdc_topology_destroy(t);
@@ -374,8 +344,8 @@ XDC_TEST(plan_unequal_replicas_get_microbatches_by_speed)
     static orch_run_config c;
     orch_planned pl;
     int eval_seqs;
-    apply_auto_run("unequal", "mode: sync\npipeline_stages: 1\nmicrobatches: 8\nbatch_size: 1\ncodec: none\n", t, &c,
-                   &pl, &eval_seqs);
+    test_plan_auto_run("unequal", "mode: sync\npipeline_stages: 1\nmicrobatches: 8\nbatch_size: 1\ncodec: none\n", t,
+                       &c, &pl, &eval_seqs);
     XDC_ASSERT_EQ(c.n_replica_mb, 4);
     XDC_ASSERT_MSG(c.replica_mb[0] == c.replica_mb[1] && c.replica_mb[2] == c.replica_mb[3] &&
                        c.replica_mb[0] > 2 * c.replica_mb[2] && c.replica_mb[0] + c.replica_mb[2] == 16,
@@ -396,7 +366,7 @@ XDC_TEST(plan_picks_microbatches_between_bubble_and_per_microbatch_cost)
     xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
     o.stages = 4;
     o.mode = XDC_PLAN_SYNC;
-    xdc_plan_set *s = search_ok(t, &m, &b, &o);
+    xdc_plan_set *s = test_plan_search_ok(t, &m, &b, &o);
     const xdc_plan *p = &s->best;
     int S = 128;
     XDC_ASSERT_EQ(p->microbatches * p->micro_batch, S);
@@ -411,7 +381,7 @@ XDC_TEST(plan_picks_microbatches_between_bubble_and_per_microbatch_cost)
     for (int k = 0; k < 2; k++) {
         xdc_plan_opts pin = o;
         pin.micro_batch = k ? 1 : S;
-        xdc_plan_set *e = search_ok(t, &m, &b, &pin);
+        xdc_plan_set *e = test_plan_search_ok(t, &m, &b, &pin);
         XDC_ASSERT_EQ(e->best.micro_batch, pin.micro_batch);
         XDC_ASSERT_EQ(e->best.mb_tried, 0);
         XDC_ASSERT_NEAR(e->best.tokens, p->tokens, 1e-9 * p->tokens);
@@ -426,12 +396,12 @@ XDC_TEST(plan_picks_microbatches_between_bubble_and_per_microbatch_cost)
     /* One stage per replica: 8 sequences per replica in one microbatch. */
     xdc_batch_shape b1 = {1, 1024, 1024.0 * 8 * 16};
     o.stages = 1;
-    xdc_plan_set *s1 = search_ok(t, &m, &b1, &o);
+    xdc_plan_set *s1 = test_plan_search_ok(t, &m, &b1, &o);
     XDC_ASSERT_MSG(s1->best.microbatches == 1 && s1->best.micro_batch == 8, "P = 1: M = %d of b = %d",
                    s1->best.microbatches, s1->best.micro_batch);
     /* Pinned: b = 2 stays, the same tokens cut into 4 microbatches. */
     o.micro_batch = 2;
-    xdc_plan_set *s2 = search_ok(t, &m, &b1, &o);
+    xdc_plan_set *s2 = test_plan_search_ok(t, &m, &b1, &o);
     XDC_ASSERT_EQ(s2->best.micro_batch, 2);
     XDC_ASSERT_EQ(s2->best.microbatches, 4);
     xdc_plan_set_destroy(s);
@@ -450,8 +420,8 @@ XDC_TEST(plan_auto_runs_the_chosen_microbatch_size_unless_pinned)
         orch_run_config c;
         orch_planned pl;
         int eval_seqs;
-        apply_auto_run(k ? "mb1" : "mb0", k ? "microbatches: 4\nbatch_size: 4\n" : "microbatches: 4\n", t, &c, &pl,
-                       &eval_seqs);
+        test_plan_auto_run(k ? "mb1" : "mb0", k ? "microbatches: 4\nbatch_size: 4\n" : "microbatches: 4\n", t, &c, &pl,
+                           &eval_seqs);
         /* gpt1m: 16 sequences per microbatch; the file's 4 microbatches make 64 per worker (pinned: 4 x 4). */
         XDC_ASSERT_EQ(c.train.batch_size, k ? 4 : 64);
         XDC_ASSERT_EQ(c.train.microbatches, k ? 4 : 1);
@@ -468,7 +438,7 @@ XDC_TEST(plan_replan_for_measured_goodput_keeps_the_partition)
     xdc_batch_shape b = {8, 1024, 8.0 * 1024 * 16 * 32};
     xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
     xdc_topology *t = two_regions(8, 300, 300, 80, "bandwidth_gbps: 400, rtt_ms: 2");
-    xdc_plan_set *s = search_ok(t, &m, &b, &o);
+    xdc_plan_set *s = test_plan_search_ok(t, &m, &b, &o);
     xdc_plan slow, same;
     xdc_diag d = {{0}};
     /* The link turns out to deliver 0.3 Gbit/s: a lossier codec or a period, same stages and replicas. */
@@ -506,7 +476,7 @@ XDC_TEST(plan_slow_link_of_three_gets_the_stronger_link_codec)
     xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
     o.mode = XDC_PLAN_SYNC;
     o.all_regions = 1;
-    xdc_plan_set *s = search_ok(t, &m, &b, &o);
+    xdc_plan_set *s = test_plan_search_ok(t, &m, &b, &o);
     char fast[16], slow[16], none[16];
     double fs, ss, ns;
     xdc_plan_link_codec(t, &m, &s->best, &o.calib, 0, 1, 0.1, fast, &fs);
@@ -600,7 +570,7 @@ XDC_TEST(plan_search_is_deterministic)
     xdc_model_shape_gpt(24, 16, 2048, 1024, 32000, &m);
     xdc_batch_shape b = {4, 1024, 4.0 * 1024 * 256};
     xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
-    xdc_plan_set *a = search_ok(t, &m, &b, &o), *c = search_ok(t, &m, &b, &o);
+    xdc_plan_set *a = test_plan_search_ok(t, &m, &b, &o), *c = test_plan_search_ok(t, &m, &b, &o);
     XDC_ASSERT_EQ(a->n_cands, c->n_cands);
     XDC_ASSERT(memcmp(&a->best, &c->best, sizeof a->best) == 0);
     XDC_ASSERT(a->best.t_step > 0 && a->best.t_step >= a->best.t_compute);
@@ -657,7 +627,7 @@ XDC_TEST(plan_stage_params_are_what_the_model_allocates)
     xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
     o.mode = XDC_PLAN_PIPELINE;
     xdc_topology *t = two_regions(1, 300, 100, 80, "bandwidth_gbps: 100, rtt_ms: 2");
-    xdc_plan_set *s = search_ok(t, &m, &b, &o);
+    xdc_plan_set *s = test_plan_search_ok(t, &m, &b, &o);
     XDC_ASSERT_EQ(s->best.stages, 2);
     XDC_ASSERT(s->best.stage[0].layer_end - s->best.stage[0].layer_begin !=
                s->best.stage[1].layer_end - s->best.stage[1].layer_begin);
@@ -668,7 +638,7 @@ XDC_TEST(plan_stage_params_are_what_the_model_allocates)
     t = two_regions(3, 100, 100, 80, "bandwidth_gbps: 100, rtt_ms: 2");
     o = (xdc_plan_opts)XDC_PLAN_OPTS_INIT;
     o.stages = 3;
-    s = search_ok(t, &m, &b, &o);
+    s = test_plan_search_ok(t, &m, &b, &o);
     XDC_ASSERT_EQ(s->best.stages, 3);
     XDC_ASSERT_EQ(check_stages_against_model(&s->best, &g), m.params);
     xdc_plan_set_destroy(s);
@@ -777,7 +747,7 @@ XDC_TEST(plan_activation_memory_is_the_1f1b_high_water_mark)
     xdc_batch_shape b = {c.batch_size, c.seq_len, (double)M * c.batch_size * c.seq_len};
     xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
     o.stages = P;
-    xdc_plan_set *set = search_ok(t, &m, &b, &o);
+    xdc_plan_set *set = test_plan_search_ok(t, &m, &b, &o);
     const xdc_plan *p = &set->best;
     XDC_ASSERT_EQ(p->stages, P);
     XDC_ASSERT_EQ(p->microbatches, M);
@@ -839,7 +809,7 @@ XDC_TEST(plan_cross_region_memory_is_what_the_runtime_holds)
     for (int slow = 0; slow < 2; slow++) {
         xdc_topology *t = two_regions(2, 100, 100, 80,
                                       slow ? "bandwidth_gbps: 10, rtt_ms: 150" : "bandwidth_gbps: 10, rtt_ms: 0.1");
-        xdc_plan_set *set = search_ok(t, &m, &b, &o);
+        xdc_plan_set *set = test_plan_search_ok(t, &m, &b, &o);
         const xdc_plan *p = &set->best;
         XDC_ASSERT_EQ(p->mode, XDC_PLAN_PIPELINE);
         XDC_ASSERT_EQ(p->stages, P);
@@ -894,7 +864,7 @@ XDC_TEST(plan_delayed_sync_counts_the_second_gradient_arena)
         o.stages = 2;
         o.micro_batch = 8;
         o.delay_steps = delay;
-        set[delay] = search_ok(t, &m, &b, &o);
+        set[delay] = test_plan_search_ok(t, &m, &b, &o);
         XDC_ASSERT_EQ(set[delay]->best.delay_steps, delay);
     }
     const xdc_plan *p0 = &set[0]->best, *p1 = &set[1]->best;
@@ -935,7 +905,7 @@ XDC_TEST(plan_boundary_buffers_are_what_the_worker_allocates)
         xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
         o.stages = P;
         o.micro_batch = c.batch_size; /* the worker's microbatch, so M is the global batch's count */
-        xdc_plan_set *set = search_ok(t, &m, &b, &o);
+        xdc_plan_set *set = test_plan_search_ok(t, &m, &b, &o);
         const xdc_plan *p = &set->best;
         XDC_ASSERT_EQ(p->stages, P);
         XDC_ASSERT_EQ(p->microbatches, M);
