@@ -36,6 +36,24 @@ static int is_region_set(const orch_elastic_member *m, const char *set, const ch
     return strlen(set) == n && strspn(set, allowed) == n;
 }
 
+/* left/<r>: how many times region r left the run; -1 when not there or not a count. */
+static long long left_count(orch_elastic_member *m, int r)
+{
+    char val[64];
+    long long n;
+    xdc_diag d = {{0}};
+    return rdzv_try_get(m->rdzv, rdzv_key_left(r).s, val, sizeof val, &d) == XDC_OK &&
+                   rdzv_val_round_parse(val, &n) == XDC_OK
+               ? n
+               : -1;
+}
+
+int orch_elastic_joiner_gone(orch_elastic_member *m, int r)
+{
+    long long n = left_count(m, r);
+    return m->joining[r] && n >= 0 && n > m->left_at[r];
+}
+
 xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag *diag)
 {
     char val[RDZV_VALUE_MAX];
@@ -70,6 +88,7 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
         m->live[r] = in;
         m->joining[r] = val[r] == 'j';
         live += in;
+        m->left_at[r] = m->joining[r] ? left_count(m, r) : -1;
     }
     m->n_live = live;
     memcpy(m->quorum, val, (size_t)n + 1);
