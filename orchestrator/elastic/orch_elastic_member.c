@@ -7,6 +7,7 @@
 #include "common/xdc_time.h"
 #include "orchestrator/rdzv/orch_rdzv_keys.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@ void orch_elastic_member_init(orch_elastic_member *m, rdzv_client *rdzv, const x
     m->operation_ms = operation_ms;
     m->n_live = t->n_regions;
     memset(m->live, 1, (size_t)t->n_regions);
+    for (int r = 0; r < XDC_TOPO_MAX_REGIONS; r++) m->left_at[r] = LLONG_MAX;
     m->open = -1;
 }
 
@@ -48,10 +50,9 @@ static long long left_count(orch_elastic_member *m, int r)
                : -1;
 }
 
-int orch_elastic_joiner_gone(orch_elastic_member *m, int r)
+int orch_elastic_left_again(orch_elastic_member *m, int r)
 {
-    long long n = left_count(m, r);
-    return m->joining[r] && n >= 0 && n > m->left_at[r];
+    return m->left_at[r] != LLONG_MAX && left_count(m, r) > m->left_at[r];
 }
 
 xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag *diag)
@@ -88,7 +89,7 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
         m->live[r] = in;
         m->joining[r] = val[r] == 'j';
         live += in;
-        m->left_at[r] = m->joining[r] ? left_count(m, r) : -1;
+        m->left_at[r] = m->joining[r] ? left_count(m, r) : LLONG_MAX;
     }
     m->n_live = live;
     memcpy(m->quorum, val, (size_t)n + 1);
@@ -239,6 +240,7 @@ xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, in
         m->live[r] = mask[r] != '0'; /* from the next round on, us and the others joining with us */
         m->n_live += m->live[r];
         in_round[r] = mask[r] == '1';
+        m->left_at[r] = in_round[r] ? left_count(m, r) : LLONG_MAX;
         if (in_round[r] && *from < 0) *from = r;
     }
     if (*from < 0) {

@@ -26,9 +26,11 @@ typedef struct orch_elastic_member {
     /* A decision comes at most the grace window after the first region arrived, a final set the grace
      * window after the last member's exchange; a member's own region may take an operation's deadline. */
     int64_t grace_ms, operation_ms;
-    uint8_t live[XDC_TOPO_MAX_REGIONS];      /* 1: in the last round decided (all before the first) */
-    uint8_t joining[XDC_TOPO_MAX_REGIONS];   /* 1: rejoins at the last round (it gets the round's outer state) */
-    long long left_at[XDC_TOPO_MAX_REGIONS]; /* each joining region's left/<region> when the round was read */
+    uint8_t live[XDC_TOPO_MAX_REGIONS];    /* 1: in the last round decided (all before the first) */
+    uint8_t joining[XDC_TOPO_MAX_REGIONS]; /* 1: rejoins at the last round (it gets the round's outer state) */
+    /* left/<region> of each region a hand-over waits on (a member: the round's joiners; a joiner: the round's
+     * members) when the round was read (-1: none yet); LLONG_MAX for the others */
+    long long left_at[XDC_TOPO_MAX_REGIONS];
     int n_live;
     char quorum[XDC_TOPO_MAX_REGIONS + 1]; /* the last decision as published, one '0'/'1'/'j' per region */
     long long open;                        /* the round whose exchange is under way; -1: none */
@@ -45,10 +47,11 @@ void orch_elastic_member_init(orch_elastic_member *m, rdzv_client *rdzv, const x
  * decision (m->quorum) is not one '0'/'1'/'j' per region; the wait's error when none came. */
 xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag *diag);
 
-/* Has joining region r (m->joining) left the run again since the round that takes it back was decided (its
- * left/<r> count grew: its agent or worker failed before it came for the state)? A member that waits for its
- * connection stops waiting then. 0 when the store does not answer. */
-int orch_elastic_joiner_gone(orch_elastic_member *m, int r);
+/* Has region r left the run since the round that takes regions back was read (its left/<r> count grew: its
+ * agent or worker failed)? Asked of the round's joiners by a member that waits for one's connection, and of the
+ * round's members by a joiner that waits for their slices of the state: neither waits for a process that is
+ * gone. 0 for any other region, and when the store does not answer. */
+int orch_elastic_left_again(orch_elastic_member *m, int r);
 
 /* DiLoCo's nobody waits: the inner steps of each region in the round after `step` (step 0: the first round),
  * steps/<step> as the host published it (orch_quorum_pace) with the decision of that round, into h[n_regions].

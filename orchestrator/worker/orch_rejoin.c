@@ -39,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define REJOIN_ACCEPT_MS 250 /* a member's wait for a joiner's connection, between looks at the store */
+#define REJOIN_ACCEPT_MS 250 /* a wait for a joiner's connection or a donor's slice, between looks at the store */
 
 /* The parts of a slice, one after the other in its message. */
 enum { PART_GLOBAL, PART_MOM, PART_M, PART_V, N_PART };
@@ -241,7 +241,7 @@ static void give_slice(orch_worker *w, struct orch_rejoin_out *g, xdc_wan_peer *
 }
 
 /* Accept a joiner's connection until `deadline`, in short waits: a joiner that left the run again before it
- * came (its worker or agent failed: the store host counted it out, orch_elastic_joiner_gone) is not waited for
+ * came (its worker or agent failed: the store host counted it out, orch_elastic_left_again) is not waited for
  * to the deadline; once every joiner still awaited left, XDC_ERR_UNAVAILABLE. */
 static xdc_err_t accept_joiner(orch_worker *w, uint64_t deadline, xdc_wan_peer **p, xdc_diag *diag)
 {
@@ -252,7 +252,7 @@ static xdc_err_t accept_joiner(orch_worker *w, uint64_t deadline, xdc_wan_peer *
         if (rc != XDC_ERR_TIMEOUT || xdc_deadline_passed(deadline)) return rc;
         int awaited = 0;
         for (int r = 0; r < w->id->n_regions; r++)
-            awaited += w->elastic.m.joining[r] && !orch_elastic_joiner_gone(&w->elastic.m, r);
+            awaited += w->elastic.m.joining[r] && !orch_elastic_left_again(&w->elastic.m, r);
         if (!awaited) {
             xdc_diag_set(diag, "the joining regions left the run again before they came for the state");
             return XDC_ERR_UNAVAILABLE;
@@ -388,6 +388,23 @@ static xdc_err_t take_slice(orch_worker *w, orch_outer *o, const donor_in *dn, u
     return rc;
 }
 
+/* Complete a receive from one of the k donors; the engine fails it when the peer is silent past the operation
+ * deadline, and a donor whose region left the run since the round was read (orch_elastic_left_again: its
+ * process is gone) fails it at once, XDC_ERR_UNAVAILABLE: the joiner exits, its region is dropped and it asks
+ * again, instead of holding its first round back. */
+static xdc_err_t take(orch_worker *w, const donor_in *dn, int k, xdc_wan_request *req, size_t *size, xdc_diag *diag)
+{
+    for (;;) {
+        xdc_err_t rc = xdc_wan_wait(req, REJOIN_ACCEPT_MS, size, NULL, diag);
+        if (rc != XDC_ERR_AGAIN) return rc;
+        for (int i = 0; i < k; i++)
+            if (orch_elastic_left_again(&w->elastic.m, dn[i].region)) {
+                xdc_diag_set(diag, "its region left the run before its slice of the state came");
+                return XDC_ERR_UNAVAILABLE;
+            }
+    }
+}
+
 /* Receive every donor's header and slice at once (all posted before any is waited for), into host
  * (slice_bytes(n_params): donor i's slice at slice_bytes(its lo)); check and take them. */
 static xdc_err_t take_slices(orch_worker *w, orch_outer *o, donor_in *dn, int k, long long want, const char *mask,
@@ -408,7 +425,7 @@ static xdc_err_t take_slices(orch_worker *w, orch_outer *o, donor_in *dn, int k,
             if (!dn[i].req[j]) continue;
             size_t got = 0;
             xdc_diag d = {{0}};
-            xdc_err_t r = rc == XDC_OK ? finish(dn[i].req[j], &got, &d) : xdc_wan_request_cancel(dn[i].req[j]);
+            xdc_err_t r = rc == XDC_OK ? take(w, dn, k, dn[i].req[j], &got, &d) : xdc_wan_request_cancel(dn[i].req[j]);
             dn[i].req[j] = NULL;
             if (rc != XDC_OK) continue;
             if (r == XDC_OK && j == 0 && got != sizeof dn[i].hdr) {
