@@ -169,10 +169,13 @@ typedef struct {
                                 * its own members report a later step (they train again) */
     uint8_t back[2];              /* each region's recovery was logged */
     int undone;                   /* the stall continued, the link restored */
+    long long cont_round;         /* stall: the last round decided when it continued (back once a later one kept
+                                   * its region in) */
     pid_t pid;                    /* stall: the stopped worker; kill-etcd: the killed member */
     char holder[RDZV_MEMBER_MAX]; /* kill-decider: the holder it took out ("<host>:<pid>") */
     double was_mbps;              /* link-slow: the rate before */
-    double recovery_s;            /* from the fault to its recovery */
+    double recovery_s;            /* from the end of the fault's cause (a kill: at once; a stall: its SIGCONT; a
+                                   * link fault: its restore) to its recovery */
 } fault;
 
 struct orch_chaos {
@@ -483,6 +486,7 @@ static void undo(orch_chaos *c, fault *x)
     if (x->undone || !x->ends_s) return;
     x->undone = 1;
     if (f->kind == ORCH_CHAOS_STALL && x->pid > 0) kill(x->pid, SIGCONT);
+    x->cont_round = c->w.decided ? *c->w.decided : c->region_step[f->region];
     if (f->kind == ORCH_CHAOS_LINK_SLOW)
         xdc_wan_relay_set_rate(c->w.relays[link_index(c, f->region, f->other)], x->was_mbps, NULL);
     /* link-down: the relay's own schedule ends the outage */
@@ -510,19 +514,20 @@ static void watch(orch_chaos *c, fault *x)
     }
     if (x->ends_s && now >= x->ends_s) undo(c, x);
     if (x->ends_s && !x->undone) return;
+    double end_s = x->ends_s ? x->ends_s : x->fired_s, fault_s = end_s - x->fired_s; /* the cause's end */
     switch (x->f.kind) {
     case ORCH_CHAOS_LINK_DOWN:
     case ORCH_CHAOS_LINK_SLOW:
-        x->recovery_s = now - x->fired_s;
-        story(c, x, "recovered", "link %s<->%s back at its rate after %.1f s (recovery_s=%.1f)",
-              region_name(c, x->f.region), region_name(c, x->f.other), x->recovery_s, x->recovery_s);
+        x->recovery_s = now - end_s;
+        story(c, x, "recovered", "link %s<->%s back at its rate after %.1f s (fault_s=%.1f recovery_s=%.1f)",
+              region_name(c, x->f.region), region_name(c, x->f.other), now - x->fired_s, fault_s, x->recovery_s);
         x->state = F_DONE;
         return;
     case ORCH_CHAOS_KILL_ETCD: {
         pid_t p = read_pid(c->etcd[x->f.region]);
         if (p <= 0 || p == x->pid || kill(p, 0) != 0) return;
         x->recovery_s = now - x->fired_s;
-        story(c, x, "recovered", "etcd member %s running again (pid %d) after %.1f s (recovery_s=%.1f)",
+        story(c, x, "recovered", "etcd member %s running again (pid %d) after %.1f s (fault_s=0.0 recovery_s=%.1f)",
               etcd_name(c, x->f.region), (int)p, x->recovery_s, x->recovery_s);
         x->state = F_DONE;
         return;
@@ -533,38 +538,41 @@ static void watch(orch_chaos *c, fault *x)
             strcmp(now_held, x->holder) == 0)
             return;
         x->recovery_s = now - x->fired_s;
-        story(c, x, "recovered", "the round decider's role taken over by %s after %.1f s (recovery_s=%.1f)", now_held,
-              x->recovery_s, x->recovery_s);
+        story(c, x, "recovered", "the round decider's role taken over by %s after %.1f s (fault_s=0.0 recovery_s=%.1f)",
+              now_held, x->recovery_s, x->recovery_s);
         x->state = F_DONE;
         return;
     }
     default: break;
     }
-    /* Region faults: one line as each region it took out trains again (a stall whose region never left: now),
-     * done once all are back. */
+    /* Region faults: one line as each region it took out trains again (a stall whose region never left: once a
+     * round decided after its SIGCONT kept the region in), done once all are back. */
     int all = 1;
     for (int i = 0; i < x->n_regions; i++) {
         int r = x->regions[i];
         if (x->back[i]) continue;
+        long long decided = c->w.decided ? *c->w.decided : c->region_step[r];
         if ((x->f.kind != ORCH_CHAOS_STALL && !x->out_s[i]) || !live(c, r) ||
+            (!x->out_s[i] && decided <= x->cont_round) ||
             (x->out_s[i] && (x->back_step[i] < 0 || c->region_step[r] <= x->back_step[i]))) {
             all = 0; /* not seen leaving yet, out, or taken back but not training yet */
             continue;
         }
         x->back[i] = 1;
-        double rec = now - x->fired_s, detect = x->out_s[i] ? x->out_s[i] - x->fired_s : 0;
+        double back = now - x->fired_s, rec = now - end_s, detect = x->out_s[i] ? x->out_s[i] - x->fired_s : 0;
         char out[128];
         if (rec > x->recovery_s) x->recovery_s = rec;
         steps_out(c, x, i, out, sizeof out);
         if (!x->out_s[i])
             story(c, x, "recovered",
-                  "worker %s/%d continued (SIGCONT) after %.1f s, its region never left (recovery_s=%.1f)",
-                  region_name(c, r), x->f.rank, rec, rec);
+                  "worker %s/%d continued (SIGCONT) after %.1f s, its region never left (fault_s=%.1f "
+                  "recovery_s=%.1f)",
+                  region_name(c, r), x->f.rank, fault_s, fault_s, rec);
         else
             story(c, x, "recovered",
                   "region %s back in the run and training; left %.1f s after the fault, back %.1f s after it "
-                  "(detect_s=%.1f recovery_s=%.1f rejoin_s=%.1f%s)",
-                  region_name(c, r), detect, rec, detect, rec, rec - detect, out);
+                  "(fault_s=%.1f detect_s=%.1f recovery_s=%.1f rejoin_s=%.1f%s)",
+                  region_name(c, r), detect, back, fault_s, detect, rec, back - detect, out);
     }
     if (all) x->state = F_DONE;
 }

@@ -39,7 +39,11 @@
  * them starts a killed one again as a standby.
  *
  * The story: one line on stdout for every fault injected and one for every recovery, each naming what,
- * where, when (step and seconds since the launch) and how long, all starting "chaos: ". */
+ * where, when (step and seconds since the launch) and how long, all starting "chaos: ". A recovery line says
+ * fault_s, how long the fault's cause lasted (a stall until its SIGCONT, a link fault until its restore; 0 for a
+ * kill), and recovery_s, how long the run took from there to be whole again (the region training in it again,
+ * the role held again, the etcd member running again); a region's line also detect_s (the fault to the region's
+ * leaving) and rejoin_s (its leaving to its training again). */
 #ifndef ORCH_CHAOS_H
 #define ORCH_CHAOS_H
 
@@ -121,6 +125,7 @@ typedef struct orch_chaos_world {
     const orch_procs *agents;     /* the launcher's agents */
     const int *agent_region;      /* the region of each agent slot */
     const uint8_t *live;          /* per region, 1 while in the run (NULL: not elastic, all in) */
+    const long long *decided;     /* the last round decided (NULL: not elastic) */
     const int *restarts;          /* per region, its agents started again so far */
     int max_restarts;             /* --max-restarts */
     xdc_wan_relay *const *relays; /* one per pair of regions i < j, in order (0,1), (0,2), ..., (1,2), ...;

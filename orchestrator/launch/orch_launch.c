@@ -628,6 +628,7 @@ static xdc_err_t start_chaos(launch *L, xdc_diag *diag)
                                         .agents = &L->agents,
                                         .agent_region = L->agent_region,
                                         .live = L->elastic ? L->quorum.live : NULL,
+                                        .decided = L->elastic ? &L->quorum.decided : NULL,
                                         .restarts = L->restarts,
                                         .max_restarts = L->o.max_restarts,
                                         .relays = L->relays,
