@@ -249,3 +249,36 @@ xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, in
     }
     return XDC_OK;
 }
+
+/* A donor's weight in the split: the bandwidth (Mbit/s, at least 1) of its link to the slowest reached of the
+ * round's joiners ('j' in `mask`); 0 when a joiner has no direct link from it (its state then takes a relay's
+ * route, whose rate the topology does not say). */
+static uint64_t donor_weight(const xdc_topology *t, const char *mask, int donor)
+{
+    double mbps = -1;
+    for (int j = 0; mask[j]; j++) {
+        if (mask[j] != 'j') continue;
+        const xdc_link *l = xdc_topology_link(t, donor, j);
+        if (!l) return 0;
+        if (mbps < 0 || l->bandwidth_gbps * 1000.0 < mbps) mbps = l->bandwidth_gbps * 1000.0;
+    }
+    return mbps < 1 ? 1 : (uint64_t)mbps;
+}
+
+void orch_elastic_slice(const xdc_topology *t, size_t n_params, const char *mask, int region, size_t *lo, size_t *hi)
+{
+    uint64_t before = 0, all = 0, mine = 0, wt[XDC_TOPO_MAX_REGIONS] = {0};
+    int equal = 0;
+    for (int r = 0; mask[r]; r++)
+        if (mask[r] == '1') equal |= (wt[r] = donor_weight(t, mask, r)) == 0;
+    for (int r = 0; mask[r]; r++) {
+        if (mask[r] != '1') continue;
+        uint64_t x = equal ? 1 : wt[r];
+        if (r < region) before += x;
+        if (r == region) mine = x;
+        all += x;
+    }
+    /* Mbit/s weights: n_params * all stays far below 2^64 for any model and topology xdc takes */
+    *lo = (size_t)((uint64_t)n_params * before / all);
+    *hi = (size_t)((uint64_t)n_params * (before + mine) / all);
+}

@@ -17,6 +17,7 @@
 #include "orchestrator/rdzv/orch_rdzv.h"
 #include "topology/xdc_topology.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct orch_elastic_member {
@@ -85,5 +86,12 @@ xdc_err_t orch_elastic_rejoin_detect(rdzv_client *rdzv, const char *region, int 
  * not name us joining or names no member. */
 xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, int64_t timeout_ms, long long *round,
                                   uint8_t in_round[XDC_TOPO_MAX_REGIONS], int *from, xdc_diag *diag);
+
+/* Who hands a joiner which part of the state: the round's donors are its member regions ('1' in its quorum
+ * `mask`), in region order, and `region` hands over parameters [*lo, *hi) of n_params, a share proportional to
+ * the bandwidth of its link to the round's joiners ('j'; to the slowest of them), so each slice takes about as
+ * long over its link; equal shares when a donor has no direct link to a joiner. Joiner and members compute it
+ * alike from the topology and the mask. */
+void orch_elastic_slice(const xdc_topology *t, size_t n_params, const char *mask, int region, size_t *lo, size_t *hi);
 
 #endif /* ORCH_ELASTIC_MEMBER_H */

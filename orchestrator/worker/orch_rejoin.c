@@ -101,42 +101,6 @@ static xdc_err_t finish(xdc_wan_request *req, size_t *size, xdc_diag *diag)
     }
 }
 
-/* A donor's weight in the split: the bandwidth (Mbit/s, at least 1) of its link to the slowest reached of the
- * round's joiners ('j' in `mask`); 0 when a joiner has no direct link from it (its state then takes a relay's
- * route, whose rate the topology does not say). */
-static uint64_t donor_weight(const xdc_topology *t, const char *mask, int donor)
-{
-    double mbps = -1;
-    for (int j = 0; mask[j]; j++) {
-        if (mask[j] != 'j') continue;
-        const xdc_link *l = xdc_topology_link(t, donor, j);
-        if (!l) return 0;
-        if (mbps < 0 || l->bandwidth_gbps * 1000.0 < mbps) mbps = l->bandwidth_gbps * 1000.0;
-    }
-    return mbps < 1 ? 1 : (uint64_t)mbps;
-}
-
-/* The round's donors are its member regions ('1' in its quorum `mask`), in region order; `region` hands over
- * parameters [*lo, *hi): a share of n_params proportional to its weight (donor_weight; equal shares when a
- * donor has no direct link to a joiner). Joiner and members compute it alike from the topology and the mask. */
-static void slice_of(const xdc_topology *t, size_t n_params, const char *mask, int region, size_t *lo, size_t *hi)
-{
-    uint64_t before = 0, all = 0, mine = 0, wt[XDC_TOPO_MAX_REGIONS] = {0};
-    int equal = 0;
-    for (int r = 0; mask[r]; r++)
-        if (mask[r] == '1') equal |= (wt[r] = donor_weight(t, mask, r)) == 0;
-    for (int r = 0; mask[r]; r++) {
-        if (mask[r] != '1') continue;
-        uint64_t x = equal ? 1 : wt[r];
-        if (r < region) before += x;
-        if (r == region) mine = x;
-        all += x;
-    }
-    /* Mbit/s weights: n_params * all stays far below 2^64 for any model and topology xdc takes */
-    *lo = (size_t)((uint64_t)n_params * before / all);
-    *hi = (size_t)((uint64_t)n_params * (before + mine) / all);
-}
-
 /* Settle the sends of the last hand-over: those done (or failed: a joiner that took nothing is only named; it
  * misses the next round and the store host drops it), and with `wait` all of them. Its staging goes with the
  * last. */
@@ -183,7 +147,7 @@ static xdc_err_t stage_slice(orch_worker *w, orch_outer *o, struct orch_rejoin_o
 {
     const xdc_device_ops *d = w->model.be->device;
     size_t lo, hi;
-    slice_of(w->topo, w->model.n_params, w->elastic.m.quorum, w->id->region_idx, &lo, &hi);
+    orch_elastic_slice(w->topo, w->model.n_params, w->elastic.m.quorum, w->id->region_idx, &lo, &hi);
     size_t len = hi - lo, bytes = len * sizeof(float);
     struct orch_rejoin_out *g = xdc_calloc(1, sizeof *g);
     if (!g) return XDC_ERR_NOMEM;
@@ -328,7 +292,7 @@ static xdc_err_t check_header(orch_worker *w, const donor_in *dn, const donor_in
 {
     const uint64_t *h = dn->hdr;
     size_t lo, hi;
-    slice_of(w->topo, w->model.n_params, mask, dn->region, &lo, &hi);
+    orch_elastic_slice(w->topo, w->model.n_params, mask, dn->region, &lo, &hi);
     const char *from = w->topo->regions[dn->region].name;
     if (h[HDR_PARAMS] != w->model.n_params || h[HDR_STEP] != (uint64_t)want || h[HDR_LO] != lo || h[HDR_HI] != hi) {
         xdc_diag_set(diag,
@@ -414,7 +378,7 @@ static xdc_err_t take_slices(orch_worker *w, orch_outer *o, donor_in *dn, int k,
     xdc_err_t rc = XDC_OK;
     for (int i = 0; i < k && rc == XDC_OK; i++) {
         size_t lo, hi;
-        slice_of(w->topo, w->model.n_params, mask, dn[i].region, &lo, &hi);
+        orch_elastic_slice(w->topo, w->model.n_params, mask, dn[i].region, &lo, &hi);
         rc = xdc_wan_irecv(peers[dn[i].region], XDC_WAN_BULK, dn[i].hdr, sizeof dn[i].hdr, &dn[i].req[0]);
         if (rc == XDC_OK)
             rc = xdc_wan_irecv(peers[dn[i].region], XDC_WAN_BULK, host + slice_bytes(w, lo), slice_bytes(w, hi - lo),

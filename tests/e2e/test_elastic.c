@@ -810,9 +810,9 @@ static void expect_rejoined(const char *dir, char *out, int at_last)
  * run's. Files and the run id are named after `name`. `how` (the test hooks of orch_rejoin.c and orch_quorum.c,
  * faults fired by the run's own events):
  * - "absent": the first agent started again has XDC_TEST_REJOIN=absent@ap-south: its worker learns its round,
- *   then gives up before it dials (a joiner that never connects); the members wait for it for their
- *   handshake deadline (5 s here), name it and go on; the region is dropped again, and a second agent started
- *   by hand rejoins;
+ *   then gives up before it dials (a joiner that never connects); the members wait for it until its region is
+ *   dropped again (its failure report) or their handshake deadline (5 s here), name it and go on, and a
+ *   second agent started by hand rejoins;
  * - "last": the coordinator has XDC_TEST_REJOIN_AT=128: the region is taken back at the run's last round
  *   only (which waits for its request), and takes that round's state, the run's result;
  * - NULL: neither. */
