@@ -9,8 +9,8 @@
 #              faults may kill member 1 or 2); its chaos run has a standby `xdc coordinator --standby` beside it
 #              (under such a loop too, leases of CHAOS_DECIDER_TTL s): kill-decider takes out whichever decides
 # Each runs first without faults (its reference: a short probe times a step, then CHAOS_MINUTES of steps),
-# then with --chaos CHAOS_SEED:RATE, RATE set so each region gets one fault per CHAOS_FAULT_EVERY_S seconds
-# of the reference's pace. A chaos run not finished within 2x its reference's wall time is a hang.
+# then with --chaos CHAOS_SEED:RATE[:CHAOS_KINDS], RATE set so each region gets one fault per
+# CHAOS_FAULT_EVERY_S seconds of the reference's pace. A chaos run not finished within 2x its reference's wall time is a hang.
 # A chaos run that fails (too few regions left, a member's error) is counted in failed=, its goodput 0.
 # Per run and as one summary line (the worse of the two runs; faults summed; rejoin_s over both):
 #   goodput   useful tokens per second over the reference's. Useful: the region-steps whose work reached the
@@ -31,6 +31,7 @@ seed=${CHAOS_SEED:-1}
 minutes=${CHAOS_MINUTES:-8}
 every=${CHAOS_FAULT_EVERY_S:-120}
 decider_ttl=${CHAOS_DECIDER_TTL:-3}
+kinds=${CHAOS_KINDS:+:$CHAOS_KINDS} # a comma list narrows the kinds (orch_chaos.h); default every kind a run allows
 H=${CHAOS_H:-30}
 probe_steps=${CHAOS_PROBE_STEPS:-60}
 plots=${CHAOS_PLOTS:-docs/bench-chaos}
@@ -147,13 +148,13 @@ bench_mode() {
     rm -f "$work/standby.stop"
     standby "$mode-chaos" "$rdzv_url" 2> /dev/null &
     local standby_loop=$!
-    XDC_CHAOS_DECIDER_PIDS="$work/standby.pid" launch "$mode-chaos" "$mode" "$steps" "$limit" "$@" --chaos "$seed:$rate" \
+    XDC_CHAOS_DECIDER_PIDS="$work/standby.pid" launch "$mode-chaos" "$mode" "$steps" "$limit" "$@" --chaos "$seed:$rate$kinds" \
       --run-id "$mode-chaos" --decider-ttl "$decider_ttl" || rc=$?
     touch "$work/standby.stop"
     kill "$(cat "$work/standby.pid")" 2> /dev/null || true
     wait "$standby_loop" || true
   else
-    launch "$mode-chaos" "$mode" "$steps" "$limit" "$@" --chaos "$seed:$rate" || rc=$?
+    launch "$mode-chaos" "$mode" "$steps" "$limit" "$@" --chaos "$seed:$rate$kinds" || rc=$?
   fi
   [ "$rc" = 124 ] && hang=1
   if [ "$rc" != 0 ] && [ "$hang" = 0 ]; then # counted (goodput 0: nothing reached a final model), not fatal

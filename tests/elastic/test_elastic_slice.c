@@ -34,7 +34,7 @@ static xdc_topology *load(const char *path)
 XDC_TEST(elastic_slice_follows_each_members_link_to_the_joiner)
 {
     xdc_topology *t = load("bench/e2e/three-region.yaml"); /* east, west, asia */
-    expect_slice(t, 900, "11j", 0, 0, 600);                 /* asia: east at 10 Mbit/s, west at 5 */
+    expect_slice(t, 900, "11j", 0, 0, 600);                /* asia: east at 10 Mbit/s, west at 5 */
     expect_slice(t, 900, "11j", 1, 600, 900);
     expect_slice(t, 900, "1j1", 0, 0, 600); /* west: east at 10, asia at 5 */
     expect_slice(t, 900, "1j1", 2, 600, 900);
