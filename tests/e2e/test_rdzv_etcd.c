@@ -717,6 +717,22 @@ static const char *write_elastic_run(int steps)
     return write_run_file("elastic.yaml", rest);
 }
 
+/* The run's output `out` (the launch's, then every worker's "final parameters of region" line) has the summary's
+ * final line, and each of demo-3region's regions ends on its params_xxh64. */
+static void expect_three_on_one_model(const char *out)
+{
+    char want[64], needle[96];
+    const char *fin = strstr(out, "\nfinal ");
+    XDC_ASSERT_MSG(fin != NULL, "no final line in:\n%s", out);
+    final_hash(fin, want, sizeof want);
+    for (int r = 0; r < 3; r++) {
+        static const char *const region[3] = {"us-east", "eu-west", "ap-south"};
+        snprintf(needle, sizeof needle, "final parameters of region %s: params_xxh64=%s\n", region[r], want);
+        XDC_ASSERT_MSG(strstr(out, needle) != NULL, "region %s does not end on the run's %s:\n%s", region[r], want,
+                       out);
+    }
+}
+
 /* Rejoining with etcd as the store (docs/runtime.md, "Rejoining"): `xdc launch --rdzv etcd://... --max-restarts
  * 1` of an elastic DiLoCo run over three regions; ap-south's worker is killed after step 20 (in a round's
  * exchange or between rounds: either way the region leaves). The launcher starts its agent again
@@ -747,16 +763,7 @@ XDC_TEST_SERIAL(rdzv_etcd_elastic_region_killed_restarted_and_rejoined, 240)
     XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
     XDC_ASSERT_STR_CONTAINS(out, "rendezvous: member ap-south/south-node1:0, generation 1, takes its name over from "
                                  "generation 0 (the same certificate)");
-    char want[64], needle[96];
-    const char *fin = strstr(out, "\nfinal ");
-    XDC_ASSERT_MSG(fin != NULL, "no final line in:\n%s", out);
-    final_hash(fin, want, sizeof want);
-    for (int r = 0; r < 3; r++) {
-        static const char *const region[3] = {"us-east", "eu-west", "ap-south"};
-        snprintf(needle, sizeof needle, "final parameters of region %s: params_xxh64=%s\n", region[r], want);
-        XDC_ASSERT_MSG(strstr(out, needle) != NULL, "region %s does not end on the run's %s:\n%s", region[r], want,
-                       out);
-    }
+    expect_three_on_one_model(out);
     etcd_stop(&e, SIGTERM);
 }
 
@@ -998,13 +1005,6 @@ XDC_TEST_SERIAL(rdzv_etcd_chaos_decider_killed_and_a_standby_takes_over, 240)
     XDC_ASSERT_MSG(coord && strstr(coord, "dropped from the run: ") && strstr(coord, "its agent "),
                    "the coordinator did not drop the region on the launch's report:\n%s", out);
     XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
-    char want[64], needle[96];
-    final_hash(strstr(out, "\nfinal "), want, sizeof want);
-    for (int r = 0; r < 3; r++) {
-        static const char *const region[3] = {"us-east", "eu-west", "ap-south"};
-        snprintf(needle, sizeof needle, "final parameters of region %s: params_xxh64=%s\n", region[r], want);
-        XDC_ASSERT_MSG(strstr(out, needle) != NULL, "region %s does not end on the run's %s:\n%s", region[r], want,
-                       out);
-    }
+    expect_three_on_one_model(out);
     etcd_stop(&e, SIGTERM);
 }
