@@ -26,7 +26,8 @@
  * The test hook XDC_TEST_REJOIN=<fault>@<region> (tests/e2e/test_elastic.c) fires once per process, at the
  * run's own events: corrupt (a member of <region> changes one value of its slice after hashing it),
  * absent (the joiner of <region> gives up after learning its round, before it dials), miss (a member of
- * <region> closes the joiner's connection instead of sending its slice). */
+ * <region> closes the joiner's connection instead of sending its slice), vanish (a member of <region> that is not
+ * a restarted process itself dies, SIGKILL, once it accepted the joiner's connection, before its slice). */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
@@ -36,6 +37,7 @@
 #include "kernels/xdc_quant.h"
 #include "orchestrator/elastic/orch_elastic_member.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -263,7 +265,8 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
         }
         w->elastic.m.joining[r] = 0;
         want--;
-        if (test_fault(w, "miss")) { /* as if its connection never reached us */
+        if (!w->elastic.rejoin && test_fault(w, "vanish")) raise(SIGKILL); /* a donor that dies mid-transfer */
+        if (test_fault(w, "miss")) {                                       /* as if its connection never reached us */
             xdc_wan_peer_destroy(p);
             continue;
         }
