@@ -6,10 +6,11 @@
 #   diloco     DiLoCo, H = CHAOS_H, the built-in store
 #   streaming  streaming DiLoCo, 4 fragments, with --rdzv etcd:// on a 3-member etcd cluster started here
 #              (each member under a loop that starts it again when it dies; the run talks to member 0, the
-#              faults may kill member 1 or 2)
+#              faults may kill member 1 or 2); its chaos run has a standby `xdc coordinator --standby` beside it
+#              (under such a loop too, leases of CHAOS_DECIDER_TTL s): kill-decider takes out whichever decides
 # Each runs first without faults (its reference: a short probe times a step, then CHAOS_MINUTES of steps),
-# then with --chaos CHAOS_SEED:RATE, RATE set so each region gets one fault per CHAOS_FAULT_EVERY_S seconds
-# of the reference's pace. A chaos run not finished within 2x its reference's wall time is a hang.
+# then with --chaos CHAOS_SEED:RATE[:CHAOS_KINDS], RATE set so each region gets one fault per
+# CHAOS_FAULT_EVERY_S seconds of the reference's pace. A chaos run not finished within 2x its reference's wall time is a hang.
 # A chaos run that fails (too few regions left, a member's error) is counted in failed=, its goodput 0.
 # Per run and as one summary line (the worse of the two runs; faults summed; rejoin_s over both):
 #   goodput   useful tokens per second over the reference's. Useful: the region-steps whose work reached the
@@ -17,7 +18,9 @@
 #             heartbeats: 10-step resolution) loses b - (a rounded down to its outer round); every region-step
 #             carries the same tokens, so goodput = (1 - lost / (3 x steps)) x reference wall / chaos wall
 #   loss_gap  final validation loss minus the reference's
-#   faults, max_recovery_s, rejoin_s_p50   from the story lines (recovery_s, rejoin_s)
+#   faults, max_recovery_s, rejoin_s_p50   from the story lines (recovery_s: from the end of a fault's cause, a
+#             kill's moment, a stall's SIGCONT, a link's restore, to the run whole again; rejoin_s)
+#   max_outage_s  the longest fault_s + recovery_s: a fault's start to the run whole again
 # The timeline plot of each chaos run (regions in and out, validation loss against the reference's, each
 # link's rate) goes to CHAOS_PLOTS (docs/bench-chaos) as timeline-<run>.png (gnuplot).
 # Smoke run: CHAOS_MINUTES=1 CHAOS_FAULT_EVERY_S=20 CHAOS_PLOTS=/tmp/chaos-plots make bench-chaos
@@ -27,6 +30,8 @@ xdc=${XDC_BIN:-build/xdc}
 seed=${CHAOS_SEED:-1}
 minutes=${CHAOS_MINUTES:-8}
 every=${CHAOS_FAULT_EVERY_S:-120}
+decider_ttl=${CHAOS_DECIDER_TTL:-3}
+kinds=${CHAOS_KINDS:+:$CHAOS_KINDS} # a comma list narrows the kinds (orch_chaos.h); default every kind a run allows
 H=${CHAOS_H:-30}
 probe_steps=${CHAOS_PROBE_STEPS:-60}
 plots=${CHAOS_PLOTS:-docs/bench-chaos}
@@ -36,7 +41,8 @@ t_start=$(date +%s)
 etcd_pids=()
 
 cleanup() {
-  touch "$work/etcd.stop"
+  touch "$work/etcd.stop" "$work/standby.stop"
+  [ -f "$work/standby.pid" ] && kill "$(cat "$work/standby.pid")" 2>/dev/null || true
   for f in "$work"/etcd/m*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
   for p in "${etcd_pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
@@ -74,6 +80,19 @@ start_etcd() {
     sleep 0.1
   done
   echo "bench-chaos: the etcd cluster did not come up; see $work/etcd/"; exit 1
+}
+
+# A standby coordinator of run <name> on store <url>, started once the run trains and again whenever it dies (its
+# pid in standby.pid, which XDC_CHAOS_DECIDER_PIDS names) until standby.stop: kill-decider's target when it decides.
+standby() { # name url
+  until grep -q ' step ' "$work/$1.out" 2> /dev/null || [ -e "$work/standby.stop" ]; do sleep 0.2; done
+  while [ ! -e "$work/standby.stop" ]; do
+    "$xdc" coordinator -t "$topo" -c "$work/$1.yaml" --run-dir "$work/$1" --run-id "$1" --rdzv "$2" --standby \
+      --decider-ttl "$decider_ttl" >> "$work/$1-standby.log" 2>&1 &
+    echo $! > "$work/standby.pid"
+    wait $! || true
+    sleep 0.5
+  done
 }
 
 write_run() { # name mode steps
@@ -125,7 +144,18 @@ bench_mode() {
   # One fault per region per `every` seconds at the reference's pace: faults per region per 100 steps.
   local rate=$(awk -v w="$ref_wall" -v s="$steps" -v e="$every" 'BEGIN { printf "%.4f", 100 * (w / s) / e }')
   local limit=$(awk -v w="$ref_wall" 'BEGIN { printf "%d", 2 * w + 0.5 }') hang=0 failed=0 rc=0
-  launch "$mode-chaos" "$mode" "$steps" "$limit" "$@" --chaos "$seed:$rate" || rc=$?
+  if [ -n "${rdzv_url:-}" ]; then # etcd: a standby coordinator beside the chaos run, the launch's role lease as short
+    rm -f "$work/standby.stop"
+    standby "$mode-chaos" "$rdzv_url" 2> /dev/null &
+    local standby_loop=$!
+    XDC_CHAOS_DECIDER_PIDS="$work/standby.pid" launch "$mode-chaos" "$mode" "$steps" "$limit" "$@" --chaos "$seed:$rate$kinds" \
+      --run-id "$mode-chaos" --decider-ttl "$decider_ttl" || rc=$?
+    touch "$work/standby.stop"
+    kill "$(cat "$work/standby.pid")" 2> /dev/null || true
+    wait "$standby_loop" || true
+  else
+    launch "$mode-chaos" "$mode" "$steps" "$limit" "$@" --chaos "$seed:$rate$kinds" || rc=$?
+  fi
   [ "$rc" = 124 ] && hang=1
   if [ "$rc" != 0 ] && [ "$hang" = 0 ]; then # counted (goodput 0: nothing reached a final model), not fatal
     failed=1
@@ -144,15 +174,18 @@ bench_mode() {
         lost += (ft[2] == "end" ? S : ft[2]) - int(ft[1] / H) * H
       }
     }
-    /recovery_s=/ { v = substr($0, index($0, "recovery_s=") + 11) + 0; if (v > maxrec) maxrec = v }
+    /recovery_s=/ {
+      v = substr($0, index($0, "recovery_s=") + 11) + 0; if (v > maxrec) maxrec = v
+      f = index($0, "fault_s=") ? substr($0, index($0, "fault_s=") + 8) + 0 : 0; if (f + v > maxout) maxout = f + v
+    }
     /rejoin_s=/ { rj[++nr] = substr($0, index($0, "rejoin_s=") + 9) + 0 }
     END {
       for (i = 1; i <= nr; i++) for (j = i + 1; j <= nr; j++) if (rj[j] < rj[i]) { t = rj[i]; rj[i] = rj[j]; rj[j] = t }
       p50 = nr ? (nr % 2 ? rj[(nr + 1) / 2] : (rj[nr / 2] + rj[nr / 2 + 1]) / 2) : 0
       good = hang || failed || w <= 0 ? 0 : (1 - lost / (3 * S)) * rw / w
       gap = hang || failed ? "na" : sprintf("%.4f", l - rl) # no final model to compare
-      printf "%-10s steps=%d rate=%s ref_wall_s=%.1f wall_s=%.1f lost_region_steps=%d goodput=%.3f loss_gap=%s faults=%d unrecovered=%d max_recovery_s=%.1f rejoin_s_p50=%.1f rejoins=%d hangs=%d failed=%d\n",
-        mode, S, rate, rw, w, lost, good, gap, faults, unrec, maxrec, p50, nr, hang, failed
+      printf "%-10s steps=%d rate=%s ref_wall_s=%.1f wall_s=%.1f lost_region_steps=%d goodput=%.3f loss_gap=%s faults=%d unrecovered=%d max_recovery_s=%.1f max_outage_s=%.1f rejoin_s_p50=%.1f rejoins=%d hangs=%d failed=%d\n",
+        mode, S, rate, rw, w, lost, good, gap, faults, unrec, maxrec, maxout, p50, nr, hang, failed
       for (i = 1; i <= nr; i++) printf "%s ", rj[i] > "/dev/stderr"
     }' "$work/$mode-chaos.out" 2> "$work/$mode.rejoins" | tee -a "$work/rows"
   plot "$mode"
@@ -213,16 +246,18 @@ EOT
 
 bench_mode diloco
 start_etcd
-XDC_CHAOS_ETCD_PIDS="$work/etcd/m1.pid,$work/etcd/m2.pid" bench_mode streaming --rdzv "etcd://127.0.0.1:${cport[0]}/bench-chaos"
+rdzv_url="etcd://127.0.0.1:${cport[0]}/bench-chaos"
+XDC_CHAOS_ETCD_PIDS="$work/etcd/m1.pid,$work/etcd/m2.pid" bench_mode streaming --rdzv "$rdzv_url"
 cat "$work/diloco.rejoins" "$work/streaming.rejoins" | tr ' ' '\n' | awk 'NF' | sort -n > "$work/rejoins"
 awk -v n="$(wc -l < "$work/rejoins")" -v secs=$(($(date +%s) - t_start)) '
   FNR == NR { rj[++k] = $1; next }
   { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
     if (!rows++ || v["goodput"] < good) good = v["goodput"]
     if (v["loss_gap"] != "na" && (!ngap++ || v["loss_gap"] > gap)) gap = v["loss_gap"]
-    faults += v["faults"]; hangs += v["hangs"]; failed += v["failed"]; if (v["max_recovery_s"] > rec) rec = v["max_recovery_s"] }
+    faults += v["faults"]; hangs += v["hangs"]; failed += v["failed"]; if (v["max_recovery_s"] > rec) rec = v["max_recovery_s"]
+    if (v["max_outage_s"] > out) out = v["max_outage_s"] }
   END {
     p50 = n ? (n % 2 ? rj[(n + 1) / 2] : (rj[n / 2] + rj[n / 2 + 1]) / 2) : 0
     printf "bench-chaos: %d s in all\n", secs
-    printf "goodput=%.3f loss_gap=%s faults=%d max_recovery_s=%.1f rejoin_s_p50=%.1f hangs=%d failed=%d\n", good, ngap ? sprintf("%.4f", gap) : "na", faults, rec, p50, hangs, failed
+    printf "goodput=%.3f loss_gap=%s faults=%d max_recovery_s=%.1f rejoin_s_p50=%.1f hangs=%d failed=%d max_outage_s=%.1f\n", good, ngap ? sprintf("%.4f", gap) : "na", faults, rec, p50, hangs, failed, out
   }' "$work/rejoins" "$work/rows"

@@ -3,6 +3,7 @@
 #include "orchestrator/elastic/orch_decider.h"
 
 #include "common/xdc_log.h"
+#include "common/xdc_time.h"
 #include "orchestrator/rdzv/orch_rdzv_keys.h"
 
 #include <limits.h>
@@ -94,8 +95,40 @@ xdc_err_t orch_decider_load(orch_quorum *q, const char *state, xdc_diag *diag)
     return XDC_OK;
 }
 
+#define DECIDER_LOAD_MS 250 /* how often a process that does not decide reads the holder's state */
+
+void orch_decider_lapse(orch_decider *d)
+{
+    rdzv_server_role_lapse(d->q->rdzv);
+    d->held = 0;
+    d->lapsed = 1;
+}
+
+/* Not holding the role: the holder's state into the quorum, when it changed (at most every DECIDER_LOAD_MS). */
+static void follow(orch_decider *d)
+{
+    char state[RDZV_VALUE_MAX];
+    if (xdc_now_ns() < d->next_load) return;
+    d->next_load = xdc_now_ns() + (uint64_t)DECIDER_LOAD_MS * XDC_NS_PER_MS;
+    if (rdzv_server_get(d->q->rdzv, RDZV_KEY_DECIDER_STATE, state, sizeof state) != 0 || !strcmp(state, d->loaded))
+        return;
+    xdc_diag ld = {{0}};
+    if (orch_decider_load(d->q, state, &ld) != XDC_OK) XDC_DEBUG(XDC_SUB_ORCH, "the holder's state: %s", ld.msg);
+    snprintf(d->loaded, sizeof d->loaded, "%s", state);
+}
+
 xdc_err_t orch_decider_tick(orch_decider *d, int *held, xdc_diag *diag)
 {
+    if (d->lapsed) { /* as a dead holder: nothing until another process holds the role */
+        char now[RDZV_VALUE_MAX];
+        *held = 0;
+        if (rdzv_server_get(d->q->rdzv, RDZV_KEY_DECIDER, now, sizeof now) != 0 || !strcmp(now, d->holder)) {
+            follow(d);
+            return XDC_OK;
+        }
+        d->lapsed = 0;
+        XDC_INFO(XDC_SUB_ORCH, "%s holds the deciding role now: %s stands by for it again", now, d->holder);
+    }
     int was = d->held;
     xdc_err_t rc = rdzv_server_role(d->q->rdzv, RDZV_KEY_DECIDER, d->holder, d->ttl_s, RDZV_KEY_DECIDER_STATE,
                                     orch_decider_state, d->q, &d->held, diag);
@@ -104,6 +137,7 @@ xdc_err_t orch_decider_tick(orch_decider *d, int *held, xdc_diag *diag)
         XDC_DEBUG(XDC_SUB_ORCH, "the deciding role: %s", diag->msg);
         return XDC_OK;
     }
+    if (!d->held) follow(d);
     if (d->held == was) return XDC_OK;
     if (!d->held) return XDC_OK; /* deposed: rdzv_server_role said why */
     char state[RDZV_VALUE_MAX];

@@ -13,7 +13,10 @@
  * deposed while it was stopped writes nothing (etcd refuses; it stands by again).
  *
  * What does not move: the grace window of a round being waited for starts again at the new holder (the
- * old one's clock is not in the store), and a standby's own agents (`xdc launch`) are its own. */
+ * old one's clock is not in the store), and a standby's own agents (`xdc launch`) are its own: a launch that
+ * does not decide still restarts them, and reports their failure to the store (failed/<member>) for the
+ * holder to drop their region at once. A process that does not hold the role reads the holder's state into
+ * its quorum now and then (its view of who is in the run: restarts, the end, --chaos). */
 #ifndef ORCH_DECIDER_H
 #define ORCH_DECIDER_H
 
@@ -28,6 +31,9 @@ typedef struct orch_decider {
     char holder[RDZV_MEMBER_MAX]; /* this process, as the role key names it: "<host>:<pid>" */
     int ttl_s;                    /* the role's lease (etcd) */
     int held;                     /* this process decides now */
+    int lapsed;                   /* orch_decider_lapse: not standing for the role until another process holds it */
+    uint64_t next_load;           /* not held: when to read the holder's state again (xdc_now_ns) */
+    char loaded[RDZV_VALUE_MAX];  /* not held: the holder's state read last */
 } orch_decider;
 
 /* Stand for deciding with q (its store, its topology) under a lease of ttl_s (0: RDZV_ETCD_TTL_S). */
@@ -36,6 +42,10 @@ void orch_decider_init(orch_decider *d, orch_quorum *q, int ttl_s);
  * whether this process decides now (*held; built-in: always). Deciding itself is orch_quorum_tick's.
  * An error when etcd did not answer (not held). */
 xdc_err_t orch_decider_tick(orch_decider *d, int *held, xdc_diag *diag);
+/* --chaos kill-decider on the holder that is this process: let the role go as if this process died (its
+ * lease runs out, it writes nothing more as the holder) and stand by again only once another process holds
+ * the role. Built-in store: nothing. */
+void orch_decider_lapse(orch_decider *d);
 /* The quorum's state as the store keeps it, into out[cap] (a line of text); its length. For
  * rdzv_server_role, and tests. */
 size_t orch_decider_state(void *q, char *out, size_t cap);

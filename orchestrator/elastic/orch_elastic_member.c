@@ -7,6 +7,7 @@
 #include "common/xdc_time.h"
 #include "orchestrator/rdzv/orch_rdzv_keys.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@ void orch_elastic_member_init(orch_elastic_member *m, rdzv_client *rdzv, const x
     m->operation_ms = operation_ms;
     m->n_live = t->n_regions;
     memset(m->live, 1, (size_t)t->n_regions);
+    for (int r = 0; r < XDC_TOPO_MAX_REGIONS; r++) m->left_at[r] = LLONG_MAX;
     m->open = -1;
 }
 
@@ -34,6 +36,23 @@ static int is_region_set(const orch_elastic_member *m, const char *set, const ch
 {
     size_t n = (size_t)m->t->n_regions;
     return strlen(set) == n && strspn(set, allowed) == n;
+}
+
+/* left/<r>: how many times region r left the run; -1 when not there or not a count. */
+static long long left_count(orch_elastic_member *m, int r)
+{
+    char val[64];
+    long long n;
+    xdc_diag d = {{0}};
+    return rdzv_try_get(m->rdzv, rdzv_key_left(r).s, val, sizeof val, &d) == XDC_OK &&
+                   rdzv_val_round_parse(val, &n) == XDC_OK
+               ? n
+               : -1;
+}
+
+int orch_elastic_left_again(orch_elastic_member *m, int r)
+{
+    return m->left_at[r] != LLONG_MAX && left_count(m, r) > m->left_at[r];
 }
 
 xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag *diag)
@@ -70,6 +89,7 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
         m->live[r] = in;
         m->joining[r] = val[r] == 'j';
         live += in;
+        m->left_at[r] = m->joining[r] ? left_count(m, r) : LLONG_MAX;
     }
     m->n_live = live;
     memcpy(m->quorum, val, (size_t)n + 1);
@@ -220,6 +240,7 @@ xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, in
         m->live[r] = mask[r] != '0'; /* from the next round on, us and the others joining with us */
         m->n_live += m->live[r];
         in_round[r] = mask[r] == '1';
+        m->left_at[r] = in_round[r] ? left_count(m, r) : LLONG_MAX;
         if (in_round[r] && *from < 0) *from = r;
     }
     if (*from < 0) {
@@ -227,4 +248,37 @@ xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, in
         return XDC_ERR_PROTO;
     }
     return XDC_OK;
+}
+
+/* A donor's weight in the split: the bandwidth (Mbit/s, at least 1) of its link to the slowest reached of the
+ * round's joiners ('j' in `mask`); 0 when a joiner has no direct link from it (its state then takes a relay's
+ * route, whose rate the topology does not say). */
+static uint64_t donor_weight(const xdc_topology *t, const char *mask, int donor)
+{
+    double mbps = -1;
+    for (int j = 0; mask[j]; j++) {
+        if (mask[j] != 'j') continue;
+        const xdc_link *l = xdc_topology_link(t, donor, j);
+        if (!l) return 0;
+        if (mbps < 0 || l->bandwidth_gbps * 1000.0 < mbps) mbps = l->bandwidth_gbps * 1000.0;
+    }
+    return mbps < 1 ? 1 : (uint64_t)mbps;
+}
+
+void orch_elastic_slice(const xdc_topology *t, size_t n_params, const char *mask, int region, size_t *lo, size_t *hi)
+{
+    uint64_t before = 0, all = 0, mine = 0, wt[XDC_TOPO_MAX_REGIONS] = {0};
+    int equal = 0;
+    for (int r = 0; mask[r]; r++)
+        if (mask[r] == '1') equal |= (wt[r] = donor_weight(t, mask, r)) == 0;
+    for (int r = 0; mask[r]; r++) {
+        if (mask[r] != '1') continue;
+        uint64_t x = equal ? 1 : wt[r];
+        if (r < region) before += x;
+        if (r == region) mine = x;
+        all += x;
+    }
+    /* Mbit/s weights: n_params * all stays far below 2^64 for any model and topology xdc takes */
+    *lo = (size_t)((uint64_t)n_params * before / all);
+    *hi = (size_t)((uint64_t)n_params * (before + mine) / all);
 }

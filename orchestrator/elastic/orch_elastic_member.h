@@ -17,6 +17,7 @@
 #include "orchestrator/rdzv/orch_rdzv.h"
 #include "topology/xdc_topology.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct orch_elastic_member {
@@ -28,6 +29,9 @@ typedef struct orch_elastic_member {
     int64_t grace_ms, operation_ms;
     uint8_t live[XDC_TOPO_MAX_REGIONS];    /* 1: in the last round decided (all before the first) */
     uint8_t joining[XDC_TOPO_MAX_REGIONS]; /* 1: rejoins at the last round (it gets the round's outer state) */
+    /* left/<region> of each region a hand-over waits on (a member: the round's joiners; a joiner: the round's
+     * members) when the round was read (-1: none yet); LLONG_MAX for the others */
+    long long left_at[XDC_TOPO_MAX_REGIONS];
     int n_live;
     char quorum[XDC_TOPO_MAX_REGIONS + 1]; /* the last decision as published, one '0'/'1'/'j' per region */
     long long open;                        /* the round whose exchange is under way; -1: none */
@@ -43,6 +47,12 @@ void orch_elastic_member_init(orch_elastic_member *m, rdzv_client *rdzv, const x
  * ours is not in it (it leaves the run; its agent, restarted, may bring it back), XDC_ERR_PROTO when the
  * decision (m->quorum) is not one '0'/'1'/'j' per region; the wait's error when none came. */
 xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag *diag);
+
+/* Has region r left the run since the round that takes regions back was read (its left/<r> count grew: its
+ * agent or worker failed)? Asked of the round's joiners by a member that waits for one's connection, and of the
+ * round's members by a joiner that waits for their slices of the state: neither waits for a process that is
+ * gone. 0 for any other region, and when the store does not answer. */
+int orch_elastic_left_again(orch_elastic_member *m, int r);
 
 /* DiLoCo's nobody waits: the inner steps of each region in the round after `step` (step 0: the first round),
  * steps/<step> as the host published it (orch_quorum_pace) with the decision of that round, into h[n_regions].
@@ -76,5 +86,12 @@ xdc_err_t orch_elastic_rejoin_detect(rdzv_client *rdzv, const char *region, int 
  * not name us joining or names no member. */
 xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, int64_t timeout_ms, long long *round,
                                   uint8_t in_round[XDC_TOPO_MAX_REGIONS], int *from, xdc_diag *diag);
+
+/* Who hands a joiner which part of the state: the round's donors are its member regions ('1' in its quorum
+ * `mask`), in region order, and `region` hands over parameters [*lo, *hi) of n_params, a share proportional to
+ * the bandwidth of its link to the round's joiners ('j'; to the slowest of them), so each slice takes about as
+ * long over its link; equal shares when a donor has no direct link to a joiner. Joiner and members compute it
+ * alike from the topology and the mask. */
+void orch_elastic_slice(const xdc_topology *t, size_t n_params, const char *mask, int region, size_t *lo, size_t *hi);
 
 #endif /* ORCH_ELASTIC_MEMBER_H */

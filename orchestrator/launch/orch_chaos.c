@@ -7,6 +7,7 @@
 #include "common/xdc_alloc.h"
 #include "common/xdc_rng.h"
 #include "common/xdc_time.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -19,8 +20,9 @@
 #define CHAOS_POLL_MS  250 /* how often the members' heartbeats are read for the run's step */
 #define CHAOS_LATE_PCT 90  /* a fault held back (its target busy) is dropped past this share of the steps */
 
-static const char *const kind_names[ORCH_CHAOS_KINDS] = {"kill-worker", "kill-agent", "stall",     "link-down",
-                                                         "link-slow",   "kill-donor", "kill-pair", "kill-etcd"};
+static const char *const kind_names[ORCH_CHAOS_KINDS] = {"kill-worker", "kill-agent", "stall",
+                                                         "link-down",   "link-slow",  "kill-donor",
+                                                         "kill-pair",   "kill-etcd",  "kill-decider"};
 
 const char *orch_chaos_kind_name(orch_chaos_kind k) { return k >= 0 && k < ORCH_CHAOS_KINDS ? kind_names[k] : "?"; }
 
@@ -36,7 +38,7 @@ static xdc_err_t parse_kinds(const char *text, unsigned *out, xdc_diag *diag)
         if (k == ORCH_CHAOS_KINDS) {
             xdc_diag_set(diag,
                          "unknown fault kind '%.*s' (kinds: kill-worker, kill-agent, stall, link-down, "
-                         "link-slow, kill-donor, kill-pair, kill-etcd)",
+                         "link-slow, kill-donor, kill-pair, kill-etcd, kill-decider)",
                          (int)n, p);
             return XDC_ERR_INVALID;
         }
@@ -85,6 +87,7 @@ unsigned orch_chaos_kinds_allowed(const orch_chaos_spec *s, const orch_chaos_sha
     if (shape->restarts && shape->spare_regions >= 2) ok |= 1u << ORCH_CHAOS_KILL_DONOR | 1u << ORCH_CHAOS_KILL_PAIR;
     if (shape->links && shape->n_regions > 1) ok |= 1u << ORCH_CHAOS_LINK_DOWN | 1u << ORCH_CHAOS_LINK_SLOW;
     if (shape->etcd_members > 0) ok |= 1u << ORCH_CHAOS_KILL_ETCD;
+    if (shape->deciders > 0) ok |= 1u << ORCH_CHAOS_KILL_DECIDER;
     return ok & s->kinds;
 }
 
@@ -158,17 +161,21 @@ typedef enum { F_PENDING, F_ACTIVE, F_DONE, F_SKIPPED } fault_state;
 typedef struct {
     orch_chaos_fault f;
     fault_state state;
-    double fired_s, ends_s;    /* seconds since the launch; ends_s: when a stall or link fault is undone (0: none) */
-    int regions[2], n_regions; /* the regions the fault took out (kills, stall), to see them leave and return */
-    double out_s[2];           /* when each was seen out of the run (0: not yet) */
-    int64_t out_step[2];       /* the run's step when each was seen out */
-    int64_t back_step[2];      /* the run's step when each was taken back (-1: not yet): it has recovered once
+    double fired_s, ends_s;       /* seconds since the launch; ends_s: when a stall or link fault is undone (0: none) */
+    int regions[2], n_regions;    /* the regions the fault took out (kills, stall), to see them leave and return */
+    double out_s[2];              /* when each was seen out of the run (0: not yet) */
+    int64_t out_step[2];          /* the run's step when each was seen out */
+    int64_t back_step[2];         /* the run's step when each was taken back (-1: not yet): it has recovered once
                                 * its own members report a later step (they train again) */
-    uint8_t back[2];           /* each region's recovery was logged */
-    int undone;                /* the stall continued, the link restored */
-    pid_t pid;                 /* stall: the stopped worker; kill-etcd: the killed member */
-    double was_mbps;           /* link-slow: the rate before */
-    double recovery_s;         /* from the fault to its recovery */
+    uint8_t back[2];              /* each region's recovery was logged */
+    int undone;                   /* the stall continued, the link restored */
+    long long cont_round;         /* stall: the last round decided when it continued (back once a later one kept
+                                   * its region in) */
+    pid_t pid;                    /* stall: the stopped worker; kill-etcd: the killed member */
+    char holder[RDZV_MEMBER_MAX]; /* kill-decider: the holder it took out ("<host>:<pid>") */
+    double was_mbps;              /* link-slow: the rate before */
+    double recovery_s;            /* from the end of the fault's cause (a kill: at once; a stall: its SIGCONT; a
+                                   * link fault: its restore) to its recovery */
 } fault;
 
 struct orch_chaos {
@@ -180,7 +187,8 @@ struct orch_chaos {
     int64_t step;                              /* the furthest step any member reported */
     int64_t region_step[XDC_TOPO_MAX_REGIONS]; /* the furthest step each region's members reported */
     double next_poll_s;
-    char etcd[ORCH_CHAOS_MAX_ETCD][ORCH_CHAOS_PATH_MAX]; /* the etcd members' pid files */
+    char etcd[ORCH_CHAOS_MAX_ETCD][ORCH_CHAOS_PATH_MAX];    /* the etcd members' pid files */
+    char decider[ORCH_CHAOS_MAX_ETCD][ORCH_CHAOS_PATH_MAX]; /* the standby coordinators' pid files */
 };
 
 static double since(const orch_chaos *c) { return (double)(xdc_now_ns() - c->t0) / 1e9; }
@@ -206,6 +214,14 @@ static pid_t read_pid(const char *path)
         fclose(f);
     }
     return v > 0 ? (pid_t)v : 0;
+}
+
+/* 1 when pid is one of the standby coordinators' (their pid files): a process kill-decider may kill. */
+static int standby_pid(const orch_chaos *c, pid_t pid)
+{
+    for (int i = 0; i < c->shape.deciders; i++)
+        if (pid > 0 && read_pid(c->decider[i]) == pid) return 1;
+    return 0;
 }
 
 static pid_t worker_pid(const orch_chaos *c, int r, int rank)
@@ -432,6 +448,24 @@ static int fire(orch_chaos *c, fault *x)
         ok = kill(x->pid, SIGKILL) == 0;
         snprintf(what, sizeof what, "etcd member %s (pid %d) killed (SIGKILL)", etcd_name(c, r), (int)x->pid);
         break;
+    case ORCH_CHAOS_KILL_DECIDER: {
+        const char *colon;
+        if (rdzv_server_get(c->w.rdzv, RDZV_KEY_DECIDER, x->holder, sizeof x->holder) != 0) return 0; /* moving */
+        if (strcmp(x->holder, c->w.decider->holder) == 0) {
+            orch_decider_lapse(c->w.decider);
+            ok = 1;
+            snprintf(
+                what, sizeof what,
+                "the round decider %s (this launch) gone as if killed: its lease runs out, it decides nothing more",
+                x->holder);
+            break;
+        }
+        x->pid = (colon = strrchr(x->holder, ':')) ? (pid_t)atoi(colon + 1) : 0;
+        if (!standby_pid(c, x->pid)) return 0; /* not one we may kill: wait for the role to move */
+        ok = kill(x->pid, SIGKILL) == 0;
+        snprintf(what, sizeof what, "the round decider %s (a coordinator) killed (SIGKILL)", x->holder);
+        break;
+    }
     default: break;
     }
     if (!ok) {
@@ -452,6 +486,7 @@ static void undo(orch_chaos *c, fault *x)
     if (x->undone || !x->ends_s) return;
     x->undone = 1;
     if (f->kind == ORCH_CHAOS_STALL && x->pid > 0) kill(x->pid, SIGCONT);
+    x->cont_round = c->w.decided ? *c->w.decided : c->region_step[f->region];
     if (f->kind == ORCH_CHAOS_LINK_SLOW)
         xdc_wan_relay_set_rate(c->w.relays[link_index(c, f->region, f->other)], x->was_mbps, NULL);
     /* link-down: the relay's own schedule ends the outage */
@@ -479,52 +514,83 @@ static void watch(orch_chaos *c, fault *x)
     }
     if (x->ends_s && now >= x->ends_s) undo(c, x);
     if (x->ends_s && !x->undone) return;
+    double end_s = x->ends_s ? x->ends_s : x->fired_s, fault_s = end_s - x->fired_s; /* the cause's end */
     switch (x->f.kind) {
     case ORCH_CHAOS_LINK_DOWN:
     case ORCH_CHAOS_LINK_SLOW:
-        x->recovery_s = now - x->fired_s;
-        story(c, x, "recovered", "link %s<->%s back at its rate after %.1f s (recovery_s=%.1f)",
-              region_name(c, x->f.region), region_name(c, x->f.other), x->recovery_s, x->recovery_s);
+        x->recovery_s = now - end_s;
+        story(c, x, "recovered", "link %s<->%s back at its rate after %.1f s (fault_s=%.1f recovery_s=%.1f)",
+              region_name(c, x->f.region), region_name(c, x->f.other), now - x->fired_s, fault_s, x->recovery_s);
         x->state = F_DONE;
         return;
     case ORCH_CHAOS_KILL_ETCD: {
         pid_t p = read_pid(c->etcd[x->f.region]);
         if (p <= 0 || p == x->pid || kill(p, 0) != 0) return;
         x->recovery_s = now - x->fired_s;
-        story(c, x, "recovered", "etcd member %s running again (pid %d) after %.1f s (recovery_s=%.1f)",
+        story(c, x, "recovered", "etcd member %s running again (pid %d) after %.1f s (fault_s=0.0 recovery_s=%.1f)",
               etcd_name(c, x->f.region), (int)p, x->recovery_s, x->recovery_s);
+        x->state = F_DONE;
+        return;
+    }
+    case ORCH_CHAOS_KILL_DECIDER: {
+        char now_held[RDZV_MEMBER_MAX];
+        if (rdzv_server_get(c->w.rdzv, RDZV_KEY_DECIDER, now_held, sizeof now_held) != 0 ||
+            strcmp(now_held, x->holder) == 0)
+            return;
+        x->recovery_s = now - x->fired_s;
+        story(c, x, "recovered", "the round decider's role taken over by %s after %.1f s (fault_s=0.0 recovery_s=%.1f)",
+              now_held, x->recovery_s, x->recovery_s);
         x->state = F_DONE;
         return;
     }
     default: break;
     }
-    /* Region faults: one line as each region it took out trains again (a stall whose region never left: now),
-     * done once all are back. */
+    /* Region faults: one line as each region it took out trains again (a stall whose region never left: once a
+     * round decided after its SIGCONT kept the region in), done once all are back. */
     int all = 1;
     for (int i = 0; i < x->n_regions; i++) {
         int r = x->regions[i];
         if (x->back[i]) continue;
+        long long decided = c->w.decided ? *c->w.decided : c->region_step[r];
         if ((x->f.kind != ORCH_CHAOS_STALL && !x->out_s[i]) || !live(c, r) ||
+            (!x->out_s[i] && decided <= x->cont_round) ||
             (x->out_s[i] && (x->back_step[i] < 0 || c->region_step[r] <= x->back_step[i]))) {
             all = 0; /* not seen leaving yet, out, or taken back but not training yet */
             continue;
         }
         x->back[i] = 1;
-        double rec = now - x->fired_s, detect = x->out_s[i] ? x->out_s[i] - x->fired_s : 0;
+        double back = now - x->fired_s, rec = now - end_s, detect = x->out_s[i] ? x->out_s[i] - x->fired_s : 0;
         char out[128];
         if (rec > x->recovery_s) x->recovery_s = rec;
         steps_out(c, x, i, out, sizeof out);
         if (!x->out_s[i])
             story(c, x, "recovered",
-                  "worker %s/%d continued (SIGCONT) after %.1f s, its region never left (recovery_s=%.1f)",
-                  region_name(c, r), x->f.rank, rec, rec);
+                  "worker %s/%d continued (SIGCONT) after %.1f s, its region never left (fault_s=%.1f "
+                  "recovery_s=%.1f)",
+                  region_name(c, r), x->f.rank, fault_s, fault_s, rec);
         else
             story(c, x, "recovered",
                   "region %s back in the run and training; left %.1f s after the fault, back %.1f s after it "
-                  "(detect_s=%.1f recovery_s=%.1f rejoin_s=%.1f%s)",
-                  region_name(c, r), detect, rec, detect, rec, rec - detect, out);
+                  "(fault_s=%.1f detect_s=%.1f recovery_s=%.1f rejoin_s=%.1f%s)",
+                  region_name(c, r), detect, back, fault_s, detect, rec, back - detect, out);
     }
     if (all) x->state = F_DONE;
+}
+
+/* The comma-separated pid files of `list` (named `var` in errors; NULL: none) into out, *n of them. */
+static xdc_err_t pid_files(const char *var, const char *list, char (*out)[ORCH_CHAOS_PATH_MAX], int *n, xdc_diag *diag)
+{
+    *n = 0;
+    for (const char *p = list; p && *p && *n < ORCH_CHAOS_MAX_ETCD;) {
+        size_t len = strcspn(p, ",");
+        if (len >= ORCH_CHAOS_PATH_MAX) {
+            xdc_diag_set(diag, "%s: a path longer than %d bytes", var, ORCH_CHAOS_PATH_MAX - 1);
+            return XDC_ERR_INVALID;
+        }
+        if (len) snprintf(out[(*n)++], ORCH_CHAOS_PATH_MAX, "%.*s", (int)len, p);
+        p += len + (p[len] == ',');
+    }
+    return XDC_OK;
 }
 
 xdc_err_t orch_chaos_create(const orch_chaos_spec *s, const orch_chaos_shape *shape, const orch_chaos_world *w,
@@ -534,16 +600,13 @@ xdc_err_t orch_chaos_create(const orch_chaos_spec *s, const orch_chaos_shape *sh
     if (!c) return XDC_ERR_NOMEM;
     c->w = *w;
     c->shape = *shape;
-    c->shape.etcd_members = 0;
-    for (const char *p = w->etcd_pids; p && *p && c->shape.etcd_members < ORCH_CHAOS_MAX_ETCD;) {
-        size_t n = strcspn(p, ",");
-        if (n >= ORCH_CHAOS_PATH_MAX) {
-            xdc_diag_set(diag, "XDC_CHAOS_ETCD_PIDS: a path longer than %d bytes", ORCH_CHAOS_PATH_MAX - 1);
-            xdc_free(c);
-            return XDC_ERR_INVALID;
-        }
-        if (n) snprintf(c->etcd[c->shape.etcd_members++], ORCH_CHAOS_PATH_MAX, "%.*s", (int)n, p);
-        p += n + (p[n] == ',');
+    xdc_err_t rc = pid_files("XDC_CHAOS_ETCD_PIDS", w->etcd_pids, c->etcd, &c->shape.etcd_members, diag);
+    if (rc == XDC_OK)
+        rc = pid_files("XDC_CHAOS_DECIDER_PIDS", w->decider ? w->decider_pids : NULL, c->decider, &c->shape.deciders,
+                       diag);
+    if (rc != XDC_OK) {
+        xdc_free(c);
+        return rc;
     }
     orch_chaos_fault plan[ORCH_CHAOS_MAX_FAULTS];
     c->n = orch_chaos_schedule(s, &c->shape, plan, ORCH_CHAOS_MAX_FAULTS);

@@ -20,6 +20,11 @@
  *                restarted agents are rejoining (armed at its step, fired once a rejoin is under way)
  *   kill-pair    SIGKILL the workers of two regions at the same step
  *   kill-etcd    SIGKILL one member of the etcd cluster (--rdzv etcd:// with XDC_CHAOS_ETCD_PIDS, below)
+ *   kill-decider the process holding the round decider's role (orch_decider.h) dies: a standby `xdc
+ *                coordinator` holding it gets SIGKILL (its pid named in XDC_CHAOS_DECIDER_PIDS, below); this
+ *                launch holding it lets it go as a killed holder would (orch_decider_lapse: its lease runs out,
+ *                it decides nothing more) and stands by again once another process took it. Recovered when
+ *                the store names another holder. Needs --rdzv etcd:// and XDC_CHAOS_DECIDER_PIDS
  * The kills, the stall and kill-donor need an elastic run with --max-restarts; kill-donor and kill-pair
  * need two regions beyond the quorum (elastic.min_regions); the link kinds the emulated WAN. A fault whose
  * target is out of the run or still held by an earlier fault waits until it is back, as does one that would
@@ -29,14 +34,21 @@
  *
  * The etcd cluster is not the launcher's: XDC_CHAOS_ETCD_PIDS names its members' pid files (comma-separated),
  * each holding the pid of one member; whoever runs the cluster starts a killed member again and rewrites its
- * pid file (bench/chaos/run.sh does), which is the fault's recovery.
+ * pid file (bench/chaos/run.sh does), which is the fault's recovery. Likewise XDC_CHAOS_DECIDER_PIDS names the
+ * pid files of the standby coordinators (`xdc coordinator --standby`) that kill-decider may kill; whoever runs
+ * them starts a killed one again as a standby.
  *
  * The story: one line on stdout for every fault injected and one for every recovery, each naming what,
- * where, when (step and seconds since the launch) and how long, all starting "chaos: ". */
+ * where, when (step and seconds since the launch) and how long, all starting "chaos: ". A recovery line says
+ * fault_s, how long the fault's cause lasted (a stall until its SIGCONT, a link fault until its restore; 0 for a
+ * kill), and recovery_s, how long the run took from there to be whole again (the region training in it again,
+ * the role held again, the etcd member running again); a region's line also detect_s (the fault to the region's
+ * leaving) and rejoin_s (its leaving to its training again). */
 #ifndef ORCH_CHAOS_H
 #define ORCH_CHAOS_H
 
 #include "common/xdc_err.h"
+#include "orchestrator/elastic/orch_decider.h"
 #include "orchestrator/launch/orch_proc.h"
 #include "orchestrator/rdzv/orch_rdzv.h"
 #include "topology/xdc_topology.h"
@@ -53,11 +65,12 @@ typedef enum orch_chaos_kind {
     ORCH_CHAOS_KILL_DONOR,
     ORCH_CHAOS_KILL_PAIR,
     ORCH_CHAOS_KILL_ETCD,
+    ORCH_CHAOS_KILL_DECIDER,
     ORCH_CHAOS_KINDS
 } orch_chaos_kind;
 
 #define ORCH_CHAOS_MAX_FAULTS 256
-#define ORCH_CHAOS_MAX_ETCD   8 /* etcd members whose pid files are read */
+#define ORCH_CHAOS_MAX_ETCD   8 /* etcd members (and standby coordinators) whose pid files are read */
 #define ORCH_CHAOS_PATH_MAX   512
 
 /* --chaos SEED[:RATE[:KINDS]] */
@@ -77,6 +90,7 @@ typedef struct orch_chaos_shape {
     int spare_regions;                 /* regions that may be out at once: n_regions - elastic.min_regions */
     int links;                         /* 1: an emulated WAN with more than one region */
     int etcd_members;                  /* etcd members with a pid file (0: no etcd faults) */
+    int deciders;                      /* standby coordinators with a pid file (0: no decider kills) */
 } orch_chaos_shape;
 
 /* One planned fault. */
@@ -84,7 +98,8 @@ typedef struct orch_chaos_fault {
     orch_chaos_kind kind;
     int64_t step;    /* due once the run reached this step */
     int region;      /* kill-worker, kill-agent, stall: the target; links: the lower end; kill-donor: the region
-                      * preferred as donor; kill-pair: the first; kill-etcd: the member (0-based) */
+                      * preferred as donor; kill-pair: the first; kill-etcd: the member (0-based); kill-decider:
+                      * drawn, not used (whoever holds the role then is the target) */
     int other;       /* links: the higher end; kill-pair: the second region; else -1 */
     int rank;        /* kill-worker, stall: the worker (local rank); else 0 */
     int duration_ms; /* stall, link-down, link-slow; else 0 */
@@ -110,17 +125,21 @@ typedef struct orch_chaos_world {
     const orch_procs *agents;     /* the launcher's agents */
     const int *agent_region;      /* the region of each agent slot */
     const uint8_t *live;          /* per region, 1 while in the run (NULL: not elastic, all in) */
+    const long long *decided;     /* the last round decided (NULL: not elastic) */
     const int *restarts;          /* per region, its agents started again so far */
     int max_restarts;             /* --max-restarts */
     xdc_wan_relay *const *relays; /* one per pair of regions i < j, in order (0,1), (0,2), ..., (1,2), ...;
                                    * NULL until opened */
     const char *etcd_pids;        /* XDC_CHAOS_ETCD_PIDS of an etcd run; NULL: none */
+    orch_decider *decider;        /* this launch's stand for the decider's role (etcd, elastic); NULL: none */
+    const char *decider_pids;     /* XDC_CHAOS_DECIDER_PIDS of an etcd run; NULL: none */
 } orch_chaos_world;
 
 typedef struct orch_chaos orch_chaos;
 
-/* Plan the schedule and print it (one line); `w` must stay valid until destroy. shape->etcd_members is
- * taken from w->etcd_pids (the pid files it lists). */
+/* Plan the schedule and print it (one line); `w` must stay valid until destroy. shape->etcd_members and
+ * shape->deciders are taken from w->etcd_pids and w->decider_pids (the pid files they list; deciders only
+ * with w->decider). */
 xdc_err_t orch_chaos_create(const orch_chaos_spec *s, const orch_chaos_shape *shape, const orch_chaos_world *w,
                             orch_chaos **out, xdc_diag *diag);
 /* Inject the faults that are due, end those whose time is up, log recoveries. Called every launcher tick. */

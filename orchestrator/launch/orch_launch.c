@@ -452,8 +452,9 @@ static int run_finished(launch *L)
     return !n || xdc_deadline_passed(L->finish_at);
 }
 
-/* Coordinator of an elastic run: a region still in the run one of whose members reported a failure
- * (failed/<member>) leaves it. Error (why[cap]) when too few regions are left. */
+/* The decider of an elastic run: a region still in the run one of whose members reported a failure
+ * (failed/<member>: the member itself, or a launch that saw its agent end while another process decided)
+ * leaves it at once. Error (why[cap]) when too few regions are left. */
 static xdc_err_t lose_reported(launch *L, char *why, size_t cap)
 {
     for (int r = 0, i = 0; r < L->t->n_regions; r++)
@@ -532,7 +533,7 @@ static xdc_err_t launch_tick(void *ctx, int *done)
         xdc_diag dd = {{0}};
         xdc_err_t qrc = orch_decider_tick(&L->decider, &held, &dd);
         if (qrc != XDC_OK) snprintf(why, sizeof why, "%s", dd.msg);
-        if (qrc == XDC_OK && held && L->o.coordinator) qrc = lose_reported(L, why, sizeof why);
+        if (qrc == XDC_OK && held) qrc = lose_reported(L, why, sizeof why);
         if (qrc == XDC_OK && held) qrc = orch_quorum_tick(&L->quorum, why, sizeof why);
         if (qrc != XDC_OK && held && orch_decider_tick(&L->decider, &held, &dd) == XDC_OK && !held)
             qrc = XDC_OK; /* deposed during the tick: etcd refused what it decided, the run is not its to end */
@@ -560,6 +561,24 @@ static xdc_err_t launch_tick(void *ctx, int *done)
     return XDC_OK;
 }
 
+/* A launch that does not decide saw region r's agent end (`reason`): failed/<member> for each of the region's
+ * workers that has none, so the holder drops the region at once rather than at a grace window (a killed
+ * worker reports nothing itself). A restarted worker clears its member's report when it asks to rejoin. */
+static void report_lost(launch *L, int r, const char *reason)
+{
+    int first = 0;
+    for (int q = 0; q < r; q++) first += xdc_topology_region_workers(L->t, q);
+    for (int k = 0; k < xdc_topology_region_workers(L->t, r); k++) {
+        rdzv_member_state st;
+        char val[RDZV_VALUE_MAX];
+        if (rdzv_server_member(L->rdzv, first + k, &st) != 0 ||
+            (rdzv_server_get(L->rdzv, rdzv_key_failed(st.name).s, val, sizeof val) == 0 && val[0]))
+            continue;
+        orch_failure_format(XDC_ERR_PEER_LOST, reason, val, sizeof val);
+        rdzv_server_set(L->rdzv, rdzv_key_failed(st.name).s, val);
+    }
+}
+
 static int agent_failed(void *ctx, const orch_procs *g, int i, pid_t pid, int status)
 {
     char how[128], why[2048];
@@ -568,12 +587,15 @@ static int agent_failed(void *ctx, const orch_procs *g, int i, pid_t pid, int st
     launch *L = ctx;
     int held = 0;
     xdc_diag dd = {{0}};
-    if (L->elastic && orch_decider_tick(&L->decider, &held, &dd) == XDC_OK && !held)
-        return 1;     /* another process decides: it sees the region's members go */
     if (L->elastic) { /* the region leaves the run; the others go on while they are enough */
         char reason[ORCH_PROC_NAME_MAX + 160];
         int r = L->agent_region[i];
         snprintf(reason, sizeof reason, "its agent %s %s", g->name[i], how);
+        if (orch_decider_tick(&L->decider, &held, &dd) == XDC_OK && !held) { /* another process decides */
+            report_lost(L, r, reason);
+            if (L->restarts[r] < L->o.max_restarts) L->restart_due[r] = 1;
+            return 1;
+        }
         if (!L->quorum.live[r]) /* dropped earlier: its workers learnt so and left */
             XDC_INFO(XDC_SUB_ORCH, "agent %s of region %s, out of the run, ended: %s", g->name[i],
                      L->t->regions[r].name, how);
@@ -606,10 +628,13 @@ static xdc_err_t start_chaos(launch *L, xdc_diag *diag)
                                         .agents = &L->agents,
                                         .agent_region = L->agent_region,
                                         .live = L->elastic ? L->quorum.live : NULL,
+                                        .decided = L->elastic ? &L->quorum.decided : NULL,
                                         .restarts = L->restarts,
                                         .max_restarts = L->o.max_restarts,
                                         .relays = L->relays,
-                                        .etcd_pids = L->store.kind == RDZV_ETCD ? getenv("XDC_CHAOS_ETCD_PIDS") : NULL};
+                                        .etcd_pids = L->store.kind == RDZV_ETCD ? getenv("XDC_CHAOS_ETCD_PIDS") : NULL,
+                                        .decider = L->elastic && L->store.kind == RDZV_ETCD ? &L->decider : NULL,
+                                        .decider_pids = getenv("XDC_CHAOS_DECIDER_PIDS")};
     return orch_chaos_create(&L->o.chaos, &sh, &L->chaos_world, &L->chaos, diag);
 }
 

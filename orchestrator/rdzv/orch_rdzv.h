@@ -174,6 +174,10 @@ int rdzv_server_member(rdzv_server *s, int i, rdzv_member_state *out);
 typedef size_t (*rdzv_role_state_fn)(void *ctx, char *out, size_t cap);
 xdc_err_t rdzv_server_role(rdzv_server *s, const char *key, const char *holder, int ttl_s, const char *state_key,
                            rdzv_role_state_fn state, void *ctx, int *held, xdc_diag *diag);
+/* Stop holding the role as a holder that died would (`xdc launch --chaos` kill-decider): no more keep-alives
+ * and no revoke, so its key goes when its lease ends and another process takes the role then; this view's
+ * writes are plain ones again until it holds the role anew. Built-in: nothing (the role cannot move). */
+void rdzv_server_role_lapse(rdzv_server *s);
 void rdzv_server_destroy(rdzv_server *s);
 
 /* ---- client -------------------------------------------------------------------------------------- */

@@ -406,8 +406,9 @@ static xdc_err_t lease_start(etcd_lease *l, const rdzv_target *t, int ttl_s, con
     return XDC_OK;
 }
 
-/* Stop keeping the lease alive and revoke it (its keys go at once); a lease_start that failed half way too. */
-static void lease_stop(etcd_lease *l)
+/* Stop keeping the lease alive and, with `revoke`, revoke it (its keys go at once; without, they go when it
+ * ends); a lease_start that failed half way too. */
+static void lease_end(etcd_lease *l, int revoke)
 {
     if (l->started) {
         pthread_mutex_lock(&l->mu);
@@ -417,14 +418,17 @@ static void lease_stop(etcd_lease *l)
         pthread_join(l->th, NULL);
     }
     xdc_diag d = {{0}};
-    if (l->id[0] && conn_post(&l->conn, "/v3/lease/revoke", json_pack("{s:s}", "ID", l->id), xdc_deadline_ms(1000),
-                              "lease revoke", NULL, &d) != XDC_OK)
+    if (revoke && l->id[0] &&
+        conn_post(&l->conn, "/v3/lease/revoke", json_pack("{s:s}", "ID", l->id), xdc_deadline_ms(1000), "lease revoke",
+                  NULL, &d) != XDC_OK)
         XDC_DEBUG(XDC_SUB_ORCH, "rendezvous: %s", d.msg);
     conn_close(&l->conn);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv);
     memset(l, 0, sizeof *l);
 }
+
+static void lease_stop(etcd_lease *l) { lease_end(l, 1); }
 
 /* ---- member -------------------------------------------------------------------------------------- */
 
@@ -777,6 +781,8 @@ typedef struct eserver {
     /* The role (rdzv_server_role): held while `held`; every write is then fenced on the role key's lease. */
     etcd_lease role_lease;
     int held;
+    int fenced; /* writes go fenced on role_lease: from taking the role until standing for it again (a holder
+                 * refused once stays fenced, so nothing it decided in that tick goes through) */
     char role_key[RDZV_KEY_MAX], state_key[RDZV_KEY_MAX], holder[RDZV_MEMBER_MAX];
     rdzv_role_state_fn state;
     void *state_ctx;
@@ -851,7 +857,7 @@ static void es_set(rdzv_server *base, const char *key, const char *value)
 {
     eserver *s = (eserver *)base;
     xdc_diag d = {{0}};
-    if (s->role_key[0]) role_put(s, key, value);
+    if (s->fenced) role_put(s, key, value);
     else host_ok(s, kv_put(&s->conn, key, value, NULL, xdc_deadline_ms(ETCD_HOST_MS), "set", &d), &d);
 }
 
@@ -991,7 +997,15 @@ static xdc_err_t es_role(rdzv_server *base, const char *key, const char *holder,
     xdc_err_t rc = kv_create(&s->conn, key, holder, s->role_lease.id, deadline, "taking the role", &s->held, diag);
     if (rc != XDC_OK) lease_stop(&s->role_lease); /* etcd away, or the lease ended (we were stopped): a new one */
     *held = s->held;
+    s->fenced = s->held; /* a standby's writes (a failure it reports) are plain ones */
     return rc;
+}
+
+static void es_role_lapse(rdzv_server *base)
+{
+    eserver *s = (eserver *)base;
+    lease_end(&s->role_lease, 0);
+    s->held = s->fenced = 0;
 }
 
 static void es_destroy(rdzv_server *base)
@@ -1013,6 +1027,7 @@ static const rdzv_server_ops etcd_server_ops = {.port = es_port,
                                                 .missing = es_missing,
                                                 .member = es_member,
                                                 .role = es_role,
+                                                .role_lapse = es_role_lapse,
                                                 .destroy = es_destroy};
 
 xdc_err_t rdzv_etcd_server_create(const rdzv_target *t, const char *const *expected, int n_expected, int64_t timeout_ms,

@@ -37,7 +37,8 @@ typedef struct rdzv_server_ops {
     /* NULL: the host is the only process that can hold a role */
     xdc_err_t (*role)(rdzv_server *s, const char *key, const char *holder, int ttl_s, const char *state_key,
                       rdzv_role_state_fn state, void *ctx, int *held, xdc_diag *diag);
-    void (*destroy)(rdzv_server *s); /* never called with NULL */
+    void (*role_lapse)(rdzv_server *s); /* NULL: the role cannot move */
+    void (*destroy)(rdzv_server *s);    /* never called with NULL */
 } rdzv_server_ops;
 
 struct rdzv_server {

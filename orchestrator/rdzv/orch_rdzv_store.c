@@ -193,6 +193,11 @@ xdc_err_t rdzv_server_role(rdzv_server *s, const char *key, const char *holder, 
     return s->ops->role ? s->ops->role(s, key, holder, ttl_s, state_key, state, ctx, held, diag) : XDC_OK;
 }
 
+void rdzv_server_role_lapse(rdzv_server *s)
+{
+    if (s->ops->role_lapse) s->ops->role_lapse(s);
+}
+
 void rdzv_server_destroy(rdzv_server *s)
 {
     if (s) s->ops->destroy(s);

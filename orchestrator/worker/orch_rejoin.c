@@ -7,7 +7,15 @@
  * wire), each member accepts its joiner's connection in place of the dead process's peer and rank k of each
  * of the round's k' member regions sends rank k of the joiner its slice of the state: a header (the step,
  * the data position, the AdamW step count, the slice's bounds and the xxh64 of each part) then the slice of
- * the global parameters, the outer momentum and the AdamW moments. The member stages its slice on its
+ * the global parameters, the outer momentum and the AdamW moments. The slices follow the links: each member's
+ * share of the parameters is proportional to the bandwidth of its link to the joiner (to the slowest of the
+ * round's joiners), so every slice takes about as long over its link. The global parameters and the outer
+ * momentum go as they are (every member holds the same bytes, and the joiner's outer steps must stay bit-equal
+ * to theirs); in DiLoCo and streaming the AdamW moments go as bf16 (each region's inner optimizer is its own:
+ * the joiner's moments only shape its own inner steps, whose pseudo-gradient is averaged like any other, so
+ * every region still ends on the same parameters; 12 bytes a parameter instead of 16), in sync mode as fp32
+ * (there every region applies the same AdamW step to the averaged gradient, from the same moments). The
+ * member stages its slice on its
  * training thread (a device copy: the round's state, before the next step changes it) and posts the sends
  * to the comm engine, which moves them while the member trains on; they are settled at a later call. The
  * joiner receives every slice at once, checks each hash, sets local = global, takes the step, the moments
@@ -18,17 +26,22 @@
  * The test hook XDC_TEST_REJOIN=<fault>@<region> (tests/e2e/test_elastic.c) fires once per process, at the
  * run's own events: corrupt (a member of <region> changes one value of its slice after hashing it),
  * absent (the joiner of <region> gives up after learning its round, before it dials), miss (a member of
- * <region> closes the joiner's connection instead of sending its slice). */
+ * <region> closes the joiner's connection instead of sending its slice), vanish (a member of <region> that is not
+ * a restarted process itself dies, SIGKILL, once it accepted the joiner's connection, before its slice). */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
 #include "common/xdc_hash.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
+#include "kernels/xdc_quant.h"
 #include "orchestrator/elastic/orch_elastic_member.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define REJOIN_ACCEPT_MS 250 /* a wait for a joiner's connection or a donor's slice, between looks at the store */
 
 /* The parts of a slice, one after the other in its message. */
 enum { PART_GLOBAL, PART_MOM, PART_M, PART_V, N_PART };
@@ -37,9 +50,25 @@ static const char *const part_name[N_PART] = {"global parameters", "outer moment
 /* The header ahead of a slice (host byte order: the hosts of a run share one architecture). */
 enum { HDR_STEP, HDR_EPOCH, HDR_BATCH, HDR_PARAMS, HDR_ADAM_T, HDR_LO, HDR_HI, HDR_HASH, HDR_N = HDR_HASH + N_PART };
 
+/* Bytes of one parameter's moment on the wire: bf16 outside sync mode (see the top of the file). */
+static size_t moment_bytes(const orch_worker *w) { return w->cfg->mode == ORCH_MODE_SYNC ? 4 : 2; }
+
+/* Bytes of part p of a slice of len parameters, and of the whole slice (the parts one after the other). */
+static size_t part_bytes(const orch_worker *w, int p, size_t len)
+{
+    return len * (p == PART_M || p == PART_V ? moment_bytes(w) : sizeof(float));
+}
+
+static size_t slice_bytes(const orch_worker *w, size_t len)
+{
+    size_t n = 0;
+    for (int p = 0; p < N_PART; p++) n += part_bytes(w, p, len);
+    return n;
+}
+
 /* A member's hand-over of its slice to the regions one round took back, on the comm engine. */
 struct orch_rejoin_out {
-    float *host;         /* pinned (N_PART * (hi - lo)) fp32: the slice, staged once for every joiner */
+    uint8_t *host;       /* pinned (slice_bytes(hi - lo)): the slice as sent, staged once for every joiner */
     uint64_t hdr[HDR_N]; /* its header */
     xdc_wan_request *req[2 * XDC_TOPO_MAX_REGIONS]; /* header and slice to each joiner; NULL once settled */
     int n_req;
@@ -74,20 +103,6 @@ static xdc_err_t finish(xdc_wan_request *req, size_t *size, xdc_diag *diag)
     }
 }
 
-/* The round's donors are its member regions ('1' in its quorum `mask`), in region order; the k-th of n hands
- * over parameters [*lo, *hi). */
-static void slice_of(size_t n_params, const char *mask, int region, size_t *lo, size_t *hi)
-{
-    size_t k = 0, n = 0;
-    for (int r = 0; mask[r]; r++) {
-        if (mask[r] != '1') continue;
-        if (r < region) k++;
-        n++;
-    }
-    *lo = n_params * k / n;
-    *hi = n_params * (k + 1) / n;
-}
-
 /* Settle the sends of the last hand-over: those done (or failed: a joiner that took nothing is only named; it
  * misses the next round and the store host drops it), and with `wait` all of them. Its staging goes with the
  * last. */
@@ -119,30 +134,49 @@ static void settle_sends(orch_worker *w, int wait)
 
 void orch_rejoin_drain(orch_worker *w) { settle_sends(w, 1); }
 
+/* The parts of a slice of len parameters laid out from `base` (slice_bytes), into part[N_PART]. */
+static void parts_of(const orch_worker *w, uint8_t *base, size_t len, uint8_t **part)
+{
+    for (int p = 0; p < N_PART; p++) {
+        part[p] = base;
+        base += part_bytes(w, p, len);
+    }
+}
+
 /* Stage this member's slice of the round's state into a new hand-over: the global parameters and outer
- * momentum (o), the AdamW moments (the stage's), each part's xxh64 in the header. */
+ * momentum (o), the AdamW moments (the stage's; bf16 outside sync mode), each part's xxh64 in the header. */
 static xdc_err_t stage_slice(orch_worker *w, orch_outer *o, struct orch_rejoin_out **out)
 {
     const xdc_device_ops *d = w->model.be->device;
     size_t lo, hi;
-    slice_of(w->model.n_params, w->elastic.m.quorum, w->id->region_idx, &lo, &hi);
+    orch_elastic_slice(w->topo, w->model.n_params, w->elastic.m.quorum, w->id->region_idx, &lo, &hi);
     size_t len = hi - lo, bytes = len * sizeof(float);
     struct orch_rejoin_out *g = xdc_calloc(1, sizeof *g);
     if (!g) return XDC_ERR_NOMEM;
-    xdc_err_t rc = d->host_alloc((void **)&g->host, N_PART * bytes + 1); /* + 1: a slice may be empty */
+    xdc_err_t rc = d->host_alloc((void **)&g->host, slice_bytes(w, len) + 1); /* + 1: a slice may be empty */
     if (rc != XDC_OK) {
         xdc_free(g);
         return rc;
     }
     *out = g;
-    float *part[N_PART];
-    for (int p = 0; p < N_PART; p++) part[p] = g->host + (size_t)p * len;
+    uint8_t *part[N_PART];
+    parts_of(w, g->host, len, part);
     int64_t adam_t;
     xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
     XDC_CHECK(d->copy_d2h(part[PART_GLOBAL], o->global + lo, bytes, s));
     XDC_CHECK(d->copy_d2h(part[PART_MOM], o->mom + lo, bytes, s));
-    /* On the same stream, which it waits for. */
-    XDC_CHECK(xdc_gpt_stage_moments_get(w->model.st, lo, hi, part[PART_M], part[PART_V], &adam_t));
+    if (moment_bytes(w) == sizeof(float)) { /* on the same stream, which it waits for */
+        XDC_CHECK(
+            xdc_gpt_stage_moments_get(w->model.st, lo, hi, (float *)part[PART_M], (float *)part[PART_V], &adam_t));
+    } else { /* fp32 into a host scratch, then bf16 (round to nearest even) into the slice */
+        float *mv = xdc_malloc(2 * bytes + 1);
+        if (!mv) return XDC_ERR_NOMEM;
+        rc = xdc_gpt_stage_moments_get(w->model.st, lo, hi, mv, mv + len, &adam_t);
+        if (rc == XDC_OK) rc = xdc_quant_cpu_ops.fp32_to_bf16(mv, NULL, len, (uint16_t *)part[PART_M]);
+        if (rc == XDC_OK) rc = xdc_quant_cpu_ops.fp32_to_bf16(mv + len, NULL, len, (uint16_t *)part[PART_V]);
+        xdc_free(mv);
+        XDC_CHECK(rc);
+    }
     uint64_t *h = g->hdr;
     h[HDR_STEP] = (uint64_t)w->prog.step, h[HDR_PARAMS] = w->model.n_params, h[HDR_ADAM_T] = (uint64_t)adam_t;
     h[HDR_LO] = lo, h[HDR_HI] = hi;
@@ -150,8 +184,8 @@ static xdc_err_t stage_slice(orch_worker *w, orch_outer *o, struct orch_rejoin_o
         xdc_data_pos pos = xdc_data_get_pos(w->model.data);
         h[HDR_EPOCH] = pos.epoch, h[HDR_BATCH] = pos.batch;
     }
-    for (int p = 0; p < N_PART; p++) h[HDR_HASH + p] = xdc_xxh64(part[p], bytes, 0);
-    if (len && test_fault(w, "corrupt")) part[PART_MOM][0] += 1.0f;
+    for (int p = 0; p < N_PART; p++) h[HDR_HASH + p] = xdc_xxh64(part[p], part_bytes(w, p, len), 0);
+    if (len && test_fault(w, "corrupt")) ((float *)part[PART_MOM])[0] += 1.0f;
     return XDC_OK;
 }
 
@@ -159,7 +193,7 @@ static xdc_err_t stage_slice(orch_worker *w, orch_outer *o, struct orch_rejoin_o
 static void give_slice(orch_worker *w, struct orch_rejoin_out *g, xdc_wan_peer *p)
 {
     const xdc_wan_identity *id = xdc_wan_peer_identity(p);
-    size_t bytes = N_PART * (g->hdr[HDR_HI] - g->hdr[HDR_LO]) * sizeof(float);
+    size_t bytes = slice_bytes(w, g->hdr[HDR_HI] - g->hdr[HDR_LO]);
     xdc_err_t rc = xdc_wan_isend(p, XDC_WAN_BULK, g->hdr, sizeof g->hdr, 0, sizeof g->hdr, &g->req[g->n_req]);
     if (rc == XDC_OK) g->n_req++, rc = xdc_wan_isend(p, XDC_WAN_BULK, g->host, bytes, 0, bytes, &g->req[g->n_req]);
     if (rc == XDC_OK) g->n_req++;
@@ -170,6 +204,26 @@ static void give_slice(orch_worker *w, struct orch_rejoin_out *g, xdc_wan_peer *
     else
         XDC_WARN(XDC_SUB_ORCH, "round %lld: region %s rank %d: its slice of the state not sent (%s)",
                  (long long)w->prog.step, id->region, id->rank, xdc_strerror(rc));
+}
+
+/* Accept a joiner's connection until `deadline`, in short waits: a joiner that left the run again before it
+ * came (its worker or agent failed: the store host counted it out, orch_elastic_left_again) is not waited for
+ * to the deadline; once every joiner still awaited left, XDC_ERR_UNAVAILABLE. */
+static xdc_err_t accept_joiner(orch_worker *w, uint64_t deadline, xdc_wan_peer **p, xdc_diag *diag)
+{
+    for (;;) {
+        int wait_ms = xdc_deadline_poll_ms(deadline);
+        xdc_err_t rc = xdc_wan_accept(orch_member_listener(w->member),
+                                      wait_ms < REJOIN_ACCEPT_MS ? wait_ms : REJOIN_ACCEPT_MS, p, diag);
+        if (rc != XDC_ERR_TIMEOUT || xdc_deadline_passed(deadline)) return rc;
+        int awaited = 0;
+        for (int r = 0; r < w->id->n_regions; r++)
+            awaited += w->elastic.m.joining[r] && !orch_elastic_left_again(&w->elastic.m, r);
+        if (!awaited) {
+            xdc_diag_set(diag, "the joining regions left the run again before they came for the state");
+            return XDC_ERR_UNAVAILABLE;
+        }
+    }
 }
 
 xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
@@ -188,9 +242,10 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
      * joiner that never comes or takes no state is not waited for again: it misses the next round and the
      * store host drops it, so every member agrees on the set all the same. */
     xdc_diag d = {{0}};
+    uint64_t deadline = xdc_deadline_ms(w->cfg->timeouts.handshake_ms);
     while (want > 0) {
         xdc_wan_peer *p;
-        xdc_err_t rc = xdc_wan_accept(orch_member_listener(w->member), w->cfg->timeouts.handshake_ms, &p, &d);
+        xdc_err_t rc = accept_joiner(w, deadline, &p, &d);
         if (rc != XDC_OK) {
             XDC_WARN(XDC_SUB_ORCH,
                      "round %lld: a rejoining region's rank %d did not connect (%s: %s); it will miss "
@@ -210,7 +265,8 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
         }
         w->elastic.m.joining[r] = 0;
         want--;
-        if (test_fault(w, "miss")) { /* as if its connection never reached us */
+        if (!w->elastic.rejoin && test_fault(w, "vanish")) raise(SIGKILL); /* a donor that dies mid-transfer */
+        if (test_fault(w, "miss")) {                                       /* as if its connection never reached us */
             xdc_wan_peer_destroy(p);
             continue;
         }
@@ -239,7 +295,7 @@ static xdc_err_t check_header(orch_worker *w, const donor_in *dn, const donor_in
 {
     const uint64_t *h = dn->hdr;
     size_t lo, hi;
-    slice_of(w->model.n_params, mask, dn->region, &lo, &hi);
+    orch_elastic_slice(w->topo, w->model.n_params, mask, dn->region, &lo, &hi);
     const char *from = w->topo->regions[dn->region].name;
     if (h[HDR_PARAMS] != w->model.n_params || h[HDR_STEP] != (uint64_t)want || h[HDR_LO] != lo || h[HDR_HI] != hi) {
         xdc_diag_set(diag,
@@ -264,17 +320,17 @@ static xdc_err_t check_header(orch_worker *w, const donor_in *dn, const donor_in
     return XDC_OK;
 }
 
-/* Donor dn's slice, received into `host` (N_PART * (hi - lo) fp32 from its offset): each part's xxh64 against
+/* Donor dn's slice, received into `host` (slice_bytes(hi - lo) from its offset): each part's xxh64 against
  * the header's (XDC_ERR_CORRUPT naming the part and the donor), then into the global parameters, the outer
  * momentum and the AdamW moments. */
-static xdc_err_t take_slice(orch_worker *w, orch_outer *o, const donor_in *dn, float *host, xdc_diag *diag)
+static xdc_err_t take_slice(orch_worker *w, orch_outer *o, const donor_in *dn, uint8_t *host, xdc_diag *diag)
 {
     const xdc_device_ops *d = w->model.be->device;
     size_t lo = dn->hdr[HDR_LO], len = dn->hdr[HDR_HI] - lo, bytes = len * sizeof(float);
-    float *part[N_PART];
+    uint8_t *part[N_PART];
+    parts_of(w, host, len, part);
     for (int p = 0; p < N_PART; p++) {
-        part[p] = host + (size_t)p * len;
-        uint64_t got = xdc_xxh64(part[p], bytes, 0);
+        uint64_t got = xdc_xxh64(part[p], part_bytes(w, p, len), 0);
         if (got != dn->hdr[HDR_HASH + p]) {
             xdc_diag_set(diag,
                          "rejoin: the %s (parameters [%zu, %zu)) from %s hash to %016llx, the sender's is %016llx",
@@ -286,31 +342,57 @@ static xdc_err_t take_slice(orch_worker *w, orch_outer *o, const donor_in *dn, f
     xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
     XDC_CHECK(d->copy_h2d(o->global + lo, part[PART_GLOBAL], bytes, s));
     XDC_CHECK(d->copy_h2d(o->mom + lo, part[PART_MOM], bytes, s));
-    return xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, part[PART_M], part[PART_V],
-                                     (int64_t)dn->hdr[HDR_ADAM_T]); /* on the same stream, which it waits for */
+    if (moment_bytes(w) == sizeof(float)) /* on the same stream, which it waits for */
+        return xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, (const float *)part[PART_M],
+                                         (const float *)part[PART_V], (int64_t)dn->hdr[HDR_ADAM_T]);
+    float *mv = xdc_malloc(2 * bytes + 1); /* bf16 back to fp32 */
+    if (!mv) return XDC_ERR_NOMEM;
+    xdc_err_t rc = xdc_quant_cpu_ops.bf16_to_fp32((const uint16_t *)part[PART_M], len, mv);
+    if (rc == XDC_OK) rc = xdc_quant_cpu_ops.bf16_to_fp32((const uint16_t *)part[PART_V], len, mv + len);
+    if (rc == XDC_OK)
+        rc = xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, mv, mv + len, (int64_t)dn->hdr[HDR_ADAM_T]);
+    xdc_free(mv);
+    return rc;
+}
+
+/* Complete a receive from one of the k donors; the engine fails it when the peer is silent past the operation
+ * deadline, and a donor whose region left the run since the round was read (orch_elastic_left_again: its
+ * process is gone) fails it at once, XDC_ERR_UNAVAILABLE: the joiner exits, its region is dropped and it asks
+ * again, instead of holding its first round back. */
+static xdc_err_t take(orch_worker *w, const donor_in *dn, int k, xdc_wan_request *req, size_t *size, xdc_diag *diag)
+{
+    for (;;) {
+        xdc_err_t rc = xdc_wan_wait(req, REJOIN_ACCEPT_MS, size, NULL, diag);
+        if (rc != XDC_ERR_AGAIN) return rc;
+        for (int i = 0; i < k; i++)
+            if (orch_elastic_left_again(&w->elastic.m, dn[i].region)) {
+                xdc_diag_set(diag, "its region left the run before its slice of the state came");
+                return XDC_ERR_UNAVAILABLE;
+            }
+    }
 }
 
 /* Receive every donor's header and slice at once (all posted before any is waited for), into host
- * (N_PART * n_params fp32); check and take them. */
+ * (slice_bytes(n_params): donor i's slice at slice_bytes(its lo)); check and take them. */
 static xdc_err_t take_slices(orch_worker *w, orch_outer *o, donor_in *dn, int k, long long want, const char *mask,
-                             float *host, xdc_diag *diag)
+                             uint8_t *host, xdc_diag *diag)
 {
     xdc_wan_peer **peers = orch_member_peers(w->member);
     xdc_err_t rc = XDC_OK;
     for (int i = 0; i < k && rc == XDC_OK; i++) {
         size_t lo, hi;
-        slice_of(w->model.n_params, mask, dn[i].region, &lo, &hi);
+        orch_elastic_slice(w->topo, w->model.n_params, mask, dn[i].region, &lo, &hi);
         rc = xdc_wan_irecv(peers[dn[i].region], XDC_WAN_BULK, dn[i].hdr, sizeof dn[i].hdr, &dn[i].req[0]);
         if (rc == XDC_OK)
-            rc = xdc_wan_irecv(peers[dn[i].region], XDC_WAN_BULK, host + N_PART * lo,
-                               N_PART * (hi - lo) * sizeof(float), &dn[i].req[1]);
+            rc = xdc_wan_irecv(peers[dn[i].region], XDC_WAN_BULK, host + slice_bytes(w, lo), slice_bytes(w, hi - lo),
+                               &dn[i].req[1]);
     }
     for (int i = 0; i < k; i++)
         for (int j = 0; j < 2; j++) {
             if (!dn[i].req[j]) continue;
             size_t got = 0;
             xdc_diag d = {{0}};
-            xdc_err_t r = rc == XDC_OK ? finish(dn[i].req[j], &got, &d) : xdc_wan_request_cancel(dn[i].req[j]);
+            xdc_err_t r = rc == XDC_OK ? take(w, dn, k, dn[i].req[j], &got, &d) : xdc_wan_request_cancel(dn[i].req[j]);
             dn[i].req[j] = NULL;
             if (rc != XDC_OK) continue;
             if (r == XDC_OK && j == 0 && got != sizeof dn[i].hdr) {
@@ -324,7 +406,8 @@ static xdc_err_t take_slices(orch_worker *w, orch_outer *o, donor_in *dn, int k,
                 rc = check_header(w, &dn[i], &dn[0], want, mask, diag);
             }
         }
-    for (int i = 0; i < k && rc == XDC_OK; i++) rc = take_slice(w, o, &dn[i], host + N_PART * dn[i].hdr[HDR_LO], diag);
+    for (int i = 0; i < k && rc == XDC_OK; i++)
+        rc = take_slice(w, o, &dn[i], host + slice_bytes(w, dn[i].hdr[HDR_LO]), diag);
     return rc;
 }
 
@@ -382,8 +465,8 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
     /* The run's last round is the finish's: its state is handed over at once. */
     long long want = at < w->cfg->train.steps ? at + lag : at;
     const xdc_device_ops *d = w->model.be->device;
-    float *host;
-    XDC_CHECK(d->host_alloc((void **)&host, N_PART * w->model.n_params * sizeof(float)));
+    uint8_t *host;
+    XDC_CHECK(d->host_alloc((void **)&host, slice_bytes(w, w->model.n_params)));
     xdc_err_t rc = take_slices(w, o, dn, k, want, w->elastic.m.quorum, host, diag);
     d->host_free(host);
     XDC_CHECK(rc);
@@ -402,11 +485,11 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
     XDC_WARN(
         XDC_SUB_ORCH,
         "region %s took the state of round %lld (step %lld, data epoch %llu batch %llu, %llu AdamW steps) from the "
-        "round's %d member regions, a slice from each (global parameters, outer momentum and AdamW moments, hashes "
-        "checked) "
-        "%.2f s after its rejoin request; a member from the next round",
+        "round's %d member regions, a slice from each (global parameters, outer momentum and AdamW moments%s, "
+        "%.1f MB, hashes checked) %.2f s after its rejoin request; a member from the next round",
         w->id->region, at, want, (unsigned long long)h[HDR_EPOCH], (unsigned long long)h[HDR_BATCH],
-        (unsigned long long)h[HDR_ADAM_T], k, (double)(xdc_now_ns() - w->elastic.rejoin_t0) / 1e9);
+        (unsigned long long)h[HDR_ADAM_T], k, moment_bytes(w) == sizeof(float) ? "" : " as bf16",
+        (double)slice_bytes(w, w->model.n_params) / 1e6, (double)(xdc_now_ns() - w->elastic.rejoin_t0) / 1e9);
     return XDC_OK;
 }
 

@@ -810,9 +810,9 @@ static void expect_rejoined(const char *dir, char *out, int at_last)
  * run's. Files and the run id are named after `name`. `how` (the test hooks of orch_rejoin.c and orch_quorum.c,
  * faults fired by the run's own events):
  * - "absent": the first agent started again has XDC_TEST_REJOIN=absent@ap-south: its worker learns its round,
- *   then gives up before it dials (a joiner that never connects); the members wait for it for their
- *   handshake deadline (5 s here), name it and go on; the region is dropped again, and a second agent started
- *   by hand rejoins;
+ *   then gives up before it dials (a joiner that never connects); the members wait for it until its region is
+ *   dropped again (its failure report) or their handshake deadline (5 s here), name it and go on, and a
+ *   second agent started by hand rejoins;
  * - "last": the coordinator has XDC_TEST_REJOIN_AT=128: the region is taken back at the run's last round
  *   only (which waits for its request), and takes that round's state, the run's result;
  * - NULL: neither. */
@@ -925,6 +925,37 @@ XDC_TEST_T(elastic_launch_restarts_a_killed_region_and_it_rejoins, 180)
 XDC_TEST_T(elastic_launch_restarts_a_killed_streaming_region_and_it_rejoins, 180)
 {
     launch_takes_a_region_back("lsrejoin", "streaming", "miss@eu-west", "eu-west");
+}
+
+/* A donor that dies mid-transfer (`kill-donor` in bench-chaos): ap-south's worker killed after step 20 and
+ * restarted by `xdc launch --max-restarts 2` (`elastic.min_regions: 1`); at the round that takes it back,
+ * eu-west's worker accepts its connection and dies before it sends its slice (XDC_TEST_REJOIN=vanish@eu-west,
+ * orch_rejoin.c: fired by the run's own event). The joiner does not wait for that slice until the WAN deadline
+ * (30 s here; the engine would wait for the dead process to reconnect): it sees eu-west counted out of the run
+ * in the store and gives up at once, naming it; both regions are started again, rejoin, and all three end on
+ * one model. */
+XDC_TEST_T(elastic_launch_joiner_gives_up_on_a_donor_that_died, 180)
+{
+    need_corpus();
+    const char *run = write_run_timeouts("lvanish", "diloco", 128, "{min_regions: 1, grace: 5s}", ", handshake: 5s");
+    char dir[600], log[700];
+    snprintf(dir, sizeof dir, "%s/lvanish", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/lvanish.log", xdc_test_tmpdir());
+    setenv("XDC_TEST_REJOIN", "vanish@eu-west", 1);
+    pid_t p = start_launch(run, NULL, dir, log, "2");
+    unsetenv("XDC_TEST_REJOIN");
+    XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
+    signal_worker(dir, "ap-south", SIGKILL);
+    char *out = launch_succeeded(p, dir, log);
+    XDC_ASSERT_STR_CONTAINS(out, "starting region eu-west's agents again (restart 1 of --max-restarts 2)");
+    XDC_ASSERT_STR_CONTAINS(out, "starting region ap-south's agents again (restart 2 of --max-restarts 2)");
+    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
+    expect_one_model(dir, out, 3);
+    free(out);
+    char *wlog = region_log(dir, "ap-south");
+    XDC_ASSERT_STR_CONTAINS(wlog, "rejoin: no state from eu-west: its region left the run before its slice of the "
+                                  "state came");
+    free(wlog);
 }
 
 /* Elastic sync mode: the round that takes ap-south back is a step; after its update the members hand the joiner

@@ -8,6 +8,7 @@
 #include "tests/xdc_test.h"
 
 #include "common/xdc_time.h"
+#include "orchestrator/launch/orch_chaos.h"
 #include "orchestrator/rdzv/orch_rdzv.h"
 #include "orchestrator/rdzv/orch_rdzv_keys.h"
 
@@ -716,6 +717,22 @@ static const char *write_elastic_run(int steps)
     return write_run_file("elastic.yaml", rest);
 }
 
+/* The run's output `out` (the launch's, then every worker's "final parameters of region" line) has the summary's
+ * final line, and each of demo-3region's regions ends on its params_xxh64. */
+static void expect_three_on_one_model(const char *out)
+{
+    char want[64], needle[96];
+    const char *fin = strstr(out, "\nfinal ");
+    XDC_ASSERT_MSG(fin != NULL, "no final line in:\n%s", out);
+    final_hash(fin, want, sizeof want);
+    for (int r = 0; r < 3; r++) {
+        static const char *const region[3] = {"us-east", "eu-west", "ap-south"};
+        snprintf(needle, sizeof needle, "final parameters of region %s: params_xxh64=%s\n", region[r], want);
+        XDC_ASSERT_MSG(strstr(out, needle) != NULL, "region %s does not end on the run's %s:\n%s", region[r], want,
+                       out);
+    }
+}
+
 /* Rejoining with etcd as the store (docs/runtime.md, "Rejoining"): `xdc launch --rdzv etcd://... --max-restarts
  * 1` of an elastic DiLoCo run over three regions; ap-south's worker is killed after step 20 (in a round's
  * exchange or between rounds: either way the region leaves). The launcher starts its agent again
@@ -746,16 +763,7 @@ XDC_TEST_SERIAL(rdzv_etcd_elastic_region_killed_restarted_and_rejoined, 240)
     XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
     XDC_ASSERT_STR_CONTAINS(out, "rendezvous: member ap-south/south-node1:0, generation 1, takes its name over from "
                                  "generation 0 (the same certificate)");
-    char want[64], needle[96];
-    const char *fin = strstr(out, "\nfinal ");
-    XDC_ASSERT_MSG(fin != NULL, "no final line in:\n%s", out);
-    final_hash(fin, want, sizeof want);
-    for (int r = 0; r < 3; r++) {
-        static const char *const region[3] = {"us-east", "eu-west", "ap-south"};
-        snprintf(needle, sizeof needle, "final parameters of region %s: params_xxh64=%s\n", region[r], want);
-        XDC_ASSERT_MSG(strstr(out, needle) != NULL, "region %s does not end on the run's %s:\n%s", region[r], want,
-                       out);
-    }
+    expect_three_on_one_model(out);
     etcd_stop(&e, SIGTERM);
 }
 
@@ -946,4 +954,57 @@ XDC_TEST_SERIAL(rdzv_etcd_decider_stopped_past_its_lease_is_refused, 150)
     XDC_ASSERT_STR_CONTAINS(text, want);
     XDC_ASSERT_STR_CONTAINS(text, "no longer holds 'decider/holder'");
     free(text);
+}
+
+/* `xdc launch --chaos` kill-decider (orch_chaos.h) on an elastic DiLoCo run over three regions with etcd: the
+ * launch decides first, a `xdc coordinator --standby` (2 s leases) is started beside it once the run trains,
+ * its pid in the file XDC_CHAOS_DECIDER_PIDS names. The seed is chosen here with the schedule's own generator:
+ * two faults, kill-decider first, then kill-worker, each due at a step of the run. At the first the launch lets
+ * the role go as a killed holder would and the standby takes it over from the store; at the second the launch,
+ * no longer deciding, reports the region's loss to the store and starts its agent again, and the coordinator
+ * drops the region at once on that report and takes it back. The run ends with every region on one model. */
+XDC_TEST_SERIAL(rdzv_etcd_chaos_decider_killed_and_a_standby_takes_over, 240)
+{
+    if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian fortunes; `make deps`)");
+    orch_chaos_shape sh = {
+        .n_regions = 3, .workers = {1, 1, 1}, .steps = 200, .restarts = 1, .spare_regions = 1, .deciders = 1};
+    orch_chaos_fault f[ORCH_CHAOS_MAX_FAULTS];
+    orch_chaos_spec s;
+    XDC_ASSERT_OK(orch_chaos_spec_parse("1:0.34:kill-decider,kill-worker", &s, NULL)); /* round(2.04 + 0.5) = 2 */
+    for (s.seed = 1; s.seed < 1000; s.seed++) /* the decider first, at step 40 or later; the kill 40 steps on */
+        if (orch_chaos_schedule(&s, &sh, f, ORCH_CHAOS_MAX_FAULTS) == 2 && f[0].kind == ORCH_CHAOS_KILL_DECIDER &&
+            f[0].step >= 40 && f[1].step >= f[0].step + 40)
+            break;
+    XDC_ASSERT_EQ(orch_chaos_schedule(&s, &sh, f, ORCH_CHAOS_MAX_FAULTS), 2);
+    XDC_ASSERT(f[0].kind == ORCH_CHAOS_KILL_DECIDER && f[1].kind == ORCH_CHAOS_KILL_WORKER);
+    etcd_proc e = {0};
+    etcd_start(&e, "chaosdec", NULL);
+    const char *run = write_elastic_run(200);
+    char cmd[4096];
+    static char out[1 << 17];
+    snprintf(cmd, sizeof cmd,
+             "d=%1$s/chaosdec; u=%4$s/chaosdec; t=examples/topology/demo-3region.yaml; "
+             "XDC_CHAOS_DECIDER_PIDS=%1$s/coord.pid timeout 200 %2$s launch -t $t -c %3$s --run-dir $d --run-id "
+             "chaosdec --rdzv $u --decider-ttl 2 --max-restarts 1 --chaos %5$llu:0.34:kill-decider,kill-worker "
+             ">%1$s/launch.log 2>&1 & p=$!; "
+             "for i in $(seq 2400); do grep -q 'step    10/' %1$s/launch.log && break; sleep 0.05; done; "
+             "timeout 200 %2$s coordinator -t $t -c %3$s --run-dir $d --run-id chaosdec --rdzv $u --standby "
+             "--decider-ttl 2 >%1$s/coord.log 2>&1 & echo $! >%1$s/coord.pid; c=$!; "
+             "wait $p; echo \"launch exited $?\"; wait $c; echo \"coordinator exited $?\"; cat %1$s/launch.log; "
+             "echo '--- coordinator'; cat %1$s/coord.log; grep -h 'final parameters of region' $d/logs/*.log",
+             xdc_test_tmpdir(), xdc_test_bin(), run, e.url, (unsigned long long)s.seed);
+    xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(strstr(out, "launch exited 0\n") && strstr(out, "coordinator exited 0\n"), "failed:\n%s", out);
+    XDC_ASSERT_STR_CONTAINS(out, "chaos: fault 1 kill-decider at step ");
+    XDC_ASSERT_STR_CONTAINS(out, "(this launch) gone as if killed");
+    XDC_ASSERT_STR_CONTAINS(out, "chaos: recovered 1 kill-decider at step ");
+    XDC_ASSERT_STR_CONTAINS(out, "took over deciding the run's rounds from the store");
+    XDC_ASSERT_STR_CONTAINS(out, "chaos: recovered 2 kill-worker at step ");
+    XDC_ASSERT_STR_CONTAINS(out, "(restart 1 of --max-restarts 1)");
+    const char *coord = strstr(out, "--- coordinator");
+    XDC_ASSERT_MSG(coord && strstr(coord, "dropped from the run: ") && strstr(coord, "its agent "),
+                   "the coordinator did not drop the region on the launch's report:\n%s", out);
+    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
+    expect_three_on_one_model(out);
+    etcd_stop(&e, SIGTERM);
 }

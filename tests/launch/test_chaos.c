@@ -8,11 +8,12 @@
 
 #include <string.h>
 
-/* Three regions of two workers, 1000 steps, restarts, a quorum of 1, an emulated WAN and 3 etcd members. */
+/* Three regions of two workers, 1000 steps, restarts, a quorum of 1, an emulated WAN, 3 etcd members and a standby
+ * coordinator. */
 static orch_chaos_shape full_shape(void)
 {
     orch_chaos_shape sh = {
-        .n_regions = 3, .steps = 1000, .restarts = 1, .spare_regions = 2, .links = 1, .etcd_members = 3};
+        .n_regions = 3, .steps = 1000, .restarts = 1, .spare_regions = 2, .links = 1, .etcd_members = 3, .deciders = 1};
     for (int r = 0; r < 3; r++) sh.workers[r] = 2;
     return sh;
 }
@@ -77,10 +78,10 @@ XDC_TEST(chaos_covers_every_allowed_kind_with_targets_in_range)
     orch_chaos_shape sh = full_shape();
     orch_chaos_fault f[ORCH_CHAOS_MAX_FAULTS];
     for (uint64_t seed = 1; seed <= 20; seed++) {
-        orch_chaos_spec s = spec("1:0.3"); /* 9 faults for 8 kinds */
+        orch_chaos_spec s = spec("1:0.34"); /* 10 faults for 9 kinds */
         s.seed = seed;
         int n = orch_chaos_schedule(&s, &sh, f, ORCH_CHAOS_MAX_FAULTS), seen[ORCH_CHAOS_KINDS] = {0};
-        XDC_ASSERT_EQ(n, 9);
+        XDC_ASSERT_EQ(n, 10);
         for (int i = 0; i < n; i++) {
             seen[f[i].kind]++;
             XDC_ASSERT(f[i].region >= 0 && f[i].region < 3);
@@ -108,7 +109,8 @@ XDC_TEST(chaos_covers_every_allowed_kind_with_targets_in_range)
 }
 
 /* What the run cannot take is never planned: no kills without restarts, no pair or donor kill without two
- * spare regions, no link faults without an emulated WAN, no etcd kill without its members; KINDS narrows. */
+ * spare regions, no link faults without an emulated WAN, no etcd kill without its members, no decider kill
+ * without a standby; KINDS narrows. */
 XDC_TEST(chaos_plans_only_what_the_run_allows_and_asks_for)
 {
     orch_chaos_shape sh = full_shape();
@@ -116,10 +118,11 @@ XDC_TEST(chaos_plans_only_what_the_run_allows_and_asks_for)
     orch_chaos_spec s = spec("5:1");
     sh.spare_regions = 1;
     sh.etcd_members = 0;
+    sh.deciders = 0;
     int n = orch_chaos_schedule(&s, &sh, f, ORCH_CHAOS_MAX_FAULTS);
     for (int i = 0; i < n; i++)
         XDC_ASSERT(f[i].kind != ORCH_CHAOS_KILL_PAIR && f[i].kind != ORCH_CHAOS_KILL_DONOR &&
-                   f[i].kind != ORCH_CHAOS_KILL_ETCD);
+                   f[i].kind != ORCH_CHAOS_KILL_ETCD && f[i].kind != ORCH_CHAOS_KILL_DECIDER);
     sh.restarts = 0;
     n = orch_chaos_schedule(&s, &sh, f, ORCH_CHAOS_MAX_FAULTS);
     XDC_ASSERT_EQ(n, 30);
