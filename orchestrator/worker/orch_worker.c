@@ -66,6 +66,9 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
     w->model.be->model->set_threads(w->cfg->threads);
     bool unequal;
     XDC_CHECK(replica_microbatches(w, &unequal, diag));
+    double slowdown[XDC_TOPO_MAX_REGIONS];
+    XDC_CHECK(orch_run_config_slowdown(w->cfg, w->topo->n_regions, slowdown, diag));
+    w->model.slowdown = slowdown[w->id->region_idx];
     int slots = xdc_model_shape_1f1b_inflight(w->id->n_stages, w->id->stage, w->model.M); /* 1F1B's bound */
     xdc_gpt_stage_config sc = {.model = c->model,
                                .layer_begin = w->id->layer_begin,
