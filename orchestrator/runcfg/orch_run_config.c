@@ -59,7 +59,6 @@ static const xdc_cfg_field top_fields[] = {
     RUN_FIELD("dump_params", XDC_CFG_BOOL, dump_params, false, 0, 0),
     RUN_FIELD("replan_every", XDC_CFG_INT, replan_every, false, 0, 100000000),
     RUN_FIELD("straggler_factor", XDC_CFG_DOUBLE, straggler_factor, false, 1.01, 1000),
-    {"slowdown", XDC_CFG_NODE, offsetof(run_in, slowdown), 0, false, 0, 0, NULL},
 };
 
 static const xdc_cfg_field diloco_fields[] = {
@@ -69,6 +68,7 @@ static const xdc_cfg_field diloco_fields[] = {
     RUN_FIELD("keep_unsent", XDC_CFG_BOOL, diloco.keep_unsent, false, 0, 0),
     RUN_FIELD("final_codec", XDC_CFG_STRING, diloco.final_codec, false, 0, 0),
     RUN_FIELD("nobody_waits", XDC_CFG_BOOL, diloco.nobody_waits, false, 0, 0),
+    {"slowdown", XDC_CFG_NODE, offsetof(run_in, slowdown), 0, false, 0, 0, NULL},
     RUN_FIELD("overlap_steps", XDC_CFG_INT, diloco.overlap_steps, false, 0, 100000),
 };
 
@@ -147,12 +147,12 @@ xdc_err_t orch_run_config_replica_mb(const orch_run_config *c, int n_regions, in
 
 xdc_err_t orch_run_config_slowdown(const orch_run_config *c, int n_regions, double *out, xdc_diag *diag)
 {
-    if (c->n_slowdown && c->n_slowdown != n_regions) {
-        xdc_diag_set(diag, "slowdown in %s has %d entries; the topology has %d regions", c->path, c->n_slowdown,
-                     n_regions);
+    if (c->diloco.n_slowdown && c->diloco.n_slowdown != n_regions) {
+        xdc_diag_set(diag, "diloco.slowdown in %s has %d entries; the topology has %d regions", c->path,
+                     c->diloco.n_slowdown, n_regions);
         return XDC_ERR_CONFIG;
     }
-    for (int r = 0; r < n_regions; r++) out[r] = c->n_slowdown ? c->slowdown[r] : 1.0;
+    for (int r = 0; r < n_regions; r++) out[r] = c->diloco.n_slowdown ? c->diloco.slowdown[r] : 1.0;
     return XDC_OK;
 }
 
@@ -231,9 +231,9 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     int bad = xdc_cfg_map_fields(xdc_cfg_root(doc), top_fields, N(top_fields), &in, errs);
     if (in.diloco) bad += xdc_cfg_map_fields(in.diloco, diloco_fields, N(diloco_fields), &in, errs);
     if (in.slowdown) {
-        c->n_slowdown = parse_list(in.slowdown, "slowdown", "region", 1, 1000, false, c->slowdown, ORCH_MAX_SLOWDOWN,
-                                   errs);
-        bad += c->n_slowdown == 0;
+        c->diloco.n_slowdown = parse_list(in.slowdown, "diloco.slowdown", "region", 1, 1000, false, c->diloco.slowdown,
+                                          ORCH_MAX_SLOWDOWN, errs);
+        bad += c->diloco.n_slowdown == 0;
     }
     if (in.replica_mb) bad += parse_replica_microbatches(in.replica_mb, c, errs);
     if (in.streaming) bad += xdc_cfg_map_fields(in.streaming, streaming_fields, N(streaming_fields), &in, errs);

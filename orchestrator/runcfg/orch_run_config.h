@@ -15,7 +15,7 @@
 typedef enum { ORCH_MODE_SYNC = 0, ORCH_MODE_DILOCO = 1, ORCH_MODE_STREAMING = 2 } orch_mode;
 
 #define ORCH_MAX_STAGES     64
-#define ORCH_MAX_SLOWDOWN   256  /* slowdown entries: one per region at most (XDC_TOPO_MAX_REGIONS) */
+#define ORCH_MAX_SLOWDOWN   256  /* diloco.slowdown entries: one per region at most (XDC_TOPO_MAX_REGIONS) */
 #define ORCH_MAX_REPLICA_MB 1024 /* microbatches_per_replica entries: one per replica (of a region or of all) */
 
 /* The run file's sections, one struct each, named as in the YAML (docs/config.md). */
@@ -31,6 +31,12 @@ typedef struct orch_diloco_config {
      * period, in inner steps of a region of slowdown 1), as the round's decider counts them, and the outer step
      * weighs each region's pseudo-gradient by the tokens it processed */
     bool nobody_waits;
+    /* A simulated slowness per region, in the topology's order (n_slowdown of them; 0: none), in every mode
+     * (its section is DiLoCo's, where it began): each training pass of region r costs slowdown[r] times its
+     * compute (the extra as a sleep counted as compute, orch_train_pass). Deterministic, for tests and benches
+     * on one machine, where real speed differences do not reproduce. */
+    double slowdown[ORCH_MAX_SLOWDOWN];
+    int n_slowdown;
     /* d > 0: the round due at step S begins at the start of step S+1 and is applied at the end of step S+d,
      * keeping the local progress of those d steps (docs/runtime.md, "Overlapped outer rounds"); 0: at once */
     int overlap_steps;
@@ -103,12 +109,6 @@ typedef struct orch_run_config {
     /* A region whose compute seconds per step exceed this many times the other regions' median is
      * reported as a straggler (progress line, log, xdc_region_slowdown); default 2. */
     double straggler_factor;
-    /* A simulated slowness per region, in the topology's order (n_slowdown of them; 0: none), in every mode:
-     * each training pass of region r costs slowdown[r] times its compute (the extra as a sleep counted as
-     * compute). Deterministic, for tests and benches on one machine, where real speed differences do not
-     * reproduce; DiLoCo's nobody_waits counts each round's inner steps from it. */
-    double slowdown[ORCH_MAX_SLOWDOWN];
-    int n_slowdown;
     orch_elastic_config elastic; /* elastic: */
     bool dump_params;            /* region 0 / replica 0 writes RUN/params-stage-S.f32 at the end (tests) */
     bool plan_auto;              /* `plan: auto`: take the layout and WAN settings from the planner */
@@ -172,7 +172,7 @@ const char *orch_mode_name(orch_mode m);
  * without span, over several regions; sync mode's rounds are its steps), and the quorum's minimum
  * for n_regions regions: min_regions, or a majority when it is unset. */
 bool orch_quorum_elastic(const orch_run_config *c, int n_regions);
-/* Each of n_regions regions' slowdown into out[n_regions] (1 where the run file gives none);
+/* Each of n_regions regions' diloco.slowdown into out[n_regions] (1 where the run file gives none);
  * XDC_ERR_CONFIG, said in diag, when the file gives a list of another length. */
 xdc_err_t orch_run_config_slowdown(const orch_run_config *c, int n_regions, double *out, xdc_diag *diag);
 int orch_quorum_min(const orch_run_config *c, int n_regions);

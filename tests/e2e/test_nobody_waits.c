@@ -1,5 +1,5 @@
 /* test_nobody_waits.c — DiLoCo's "nobody waits" under `xdc launch` (2 emulated regions, eu-west made 3x slower
- * by the run file's slowdown): the fast region runs the whole period of inner steps, the slow one what the budget buys
+ * by diloco.slowdown): the fast region runs the whole period of inner steps, the slow one what the budget buys
  * (the decider's counts), both end every round on one model, and a resume from a checkpoint taken while the slow
  * region was half way through its count ends on the uninterrupted run's parameters, as does the run on
  * cpu-strict. The waits at the rounds'
@@ -29,7 +29,7 @@ XDC_TEST_T(diloco_nobody_waits_slow_region_holds_no_one, 240)
 {
     e2e_need_corpus();
     static char out[65536];
-    const char *pace = "diloco: {inner_steps: 6, nobody_waits: true}\nslowdown: [1, 3]\ncheckpoint_every: 7\n";
+    const char *pace = "diloco: {inner_steps: 6, nobody_waits: true, slowdown: [1, 3]}\ncheckpoint_every: 7\n";
     const char *run = e2e_write_run("nobody-waits", "diloco", 12, "int8", pace);
     char hash[64], dir[600], h[8][17];
     e2e_launch_hash(run, "nobody-waits", NULL, out, sizeof out, dir, sizeof dir, hash);
@@ -56,7 +56,7 @@ XDC_TEST_T(diloco_nobody_waits_slow_region_holds_no_one, 240)
     e2e_launch_hash(run, "nobody-waits-strict", "--device cpu-strict", out, sizeof out, dir, sizeof dir, strict);
     XDC_ASSERT_MSG(strcmp(strict, hash) == 0, "cpu-strict ends at %s, cpu at %s", strict, hash);
     /* The same slow region with everybody waiting, for the printout. */
-    const char *all = e2e_write_run("all-wait", "diloco", 12, "int8", "diloco: {inner_steps: 6}\nslowdown: [1, 3]\n");
+    const char *all = e2e_write_run("all-wait", "diloco", 12, "int8", "diloco: {inner_steps: 6, slowdown: [1, 3]}\n");
     char base[64], base_util[32];
     e2e_launch_hash(all, "all-wait", NULL, out, sizeof out, dir, sizeof dir, base);
     e2e_final_field(out, "compute_util_min=", base_util, sizeof base_util);

@@ -1,4 +1,4 @@
-/* test_slowdown.c — the run file's `slowdown` in a mode other than DiLoCo: sync mode over 2 emulated regions
+/* test_slowdown.c — the run file's `diloco.slowdown` in a mode other than DiLoCo: sync mode over 2 emulated regions
  * with eu-west 3x slower loads, runs and ends on the parameters of the same run at full speed (the slowdown is
  * a sleep in each training pass, never a change to what is computed). How much longer eu-west's passes took is
  * printed, not asserted: it is a timing. */
@@ -23,7 +23,7 @@ XDC_TEST_T(slowdown_in_sync_mode_changes_time_not_parameters, 120)
     e2e_need_corpus();
     static char out[65536];
     char slow_hash[64], plain_hash[64], dir[600];
-    const char *slow = e2e_write_run_p("sync-slow", "sync", 4, "int8", 1, "slowdown: [1, 3]\n");
+    const char *slow = e2e_write_run_p("sync-slow", "sync", 4, "int8", 1, "diloco: {slowdown: [1, 3]}\n");
     e2e_launch_hash(slow, "sync-slow", NULL, out, sizeof out, dir, sizeof dir, slow_hash);
     double east = compute_s(dir, "us-east"), west = compute_s(dir, "eu-west");
     const char *plain = e2e_write_run_p("sync-plain", "sync", 4, "int8", 1, "");

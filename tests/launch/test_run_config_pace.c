@@ -1,5 +1,5 @@
 /* test_run_config_pace.c — the run file's keys of DiLoCo's "nobody waits": diloco.nobody_waits and
- * the run file's slowdown (any mode) load, the slowdown list is matched against the topology's regions, and
+ * diloco.slowdown load (slowdown in any mode), the slowdown list is matched against the topology's regions, and
  * each misuse is named (a factor out of range with its line and column, the wrong mode, plan: auto); the `elastic:` key that
  * makes sync mode go by quorum; and microbatches_per_replica, per region or for all, and its misuse. */
 #include "tests/xdc_test.h"
@@ -33,28 +33,28 @@ XDC_TEST(run_config_nobody_waits_and_slowdown_load_and_name_misuse)
     static orch_run_config c;
     xdc_cfg_errors errs;
     xdc_diag d = {{0}};
-    XDC_ASSERT_OK(load("pace", "mode: diloco\ndiloco: {nobody_waits: true}\nslowdown: [1, 2.5]\n", &c, &errs));
+    XDC_ASSERT_OK(load("pace", "mode: diloco\ndiloco: {nobody_waits: true, slowdown: [1, 2.5]}\n", &c, &errs));
     XDC_ASSERT(c.diloco.nobody_waits);
     double s[3];
     XDC_ASSERT_OK(orch_run_config_slowdown(&c, 2, s, &d));
     XDC_ASSERT_MSG(s[0] == 1.0 && s[1] == 2.5, "slowdown %g, %g", s[0], s[1]);
     XDC_ASSERT_ERR(orch_run_config_slowdown(&c, 3, s, &d), XDC_ERR_CONFIG);
-    XDC_ASSERT_STR_CONTAINS(d.msg, "slowdown in ");
+    XDC_ASSERT_STR_CONTAINS(d.msg, "diloco.slowdown in ");
     XDC_ASSERT_STR_CONTAINS(d.msg, "has 2 entries; the topology has 3 regions");
     /* Without the key every region has slowdown 1. */
     XDC_ASSERT_OK(load("plain", "mode: diloco\n", &c, &errs));
     XDC_ASSERT_OK(orch_run_config_slowdown(&c, 3, s, &d));
     XDC_ASSERT_MSG(s[0] == 1.0 && s[1] == 1.0 && s[2] == 1.0, "slowdown %g, %g, %g", s[0], s[1], s[2]);
-    /* Any mode: sync and streaming rows of a bench slow the same region. */
-    XDC_ASSERT_OK(load("sync-slow", "mode: sync\nslowdown: [1, 1, 2]\n", &c, &errs));
+    /* Any mode: a bench's sync and streaming rows slow the same region. */
+    XDC_ASSERT_OK(load("sync-slow", "mode: sync\ndiloco: {slowdown: [1, 1, 2]}\n", &c, &errs));
     XDC_ASSERT_OK(orch_run_config_slowdown(&c, 3, s, &d));
     XDC_ASSERT_MSG(s[0] == 1.0 && s[1] == 1.0 && s[2] == 2.0, "slowdown %g, %g, %g", s[0], s[1], s[2]);
-    XDC_ASSERT_ERR(load("fast", "mode: diloco\nslowdown:\n  - 1\n  - 0.5\n", &c, &errs), XDC_ERR_CONFIG);
-    names(&errs, "slowdown[1]: a number in [1, 1000] expected");
-    XDC_ASSERT_MSG(errs.items[0].line == 6 && errs.items[0].col == 5, "named at %d:%d, not 5:17", errs.items[0].line,
+    XDC_ASSERT_ERR(load("fast", "mode: diloco\ndiloco:\n  slowdown: [1, 0.5]\n", &c, &errs), XDC_ERR_CONFIG);
+    names(&errs, "diloco.slowdown[1]: a number in [1, 1000] expected");
+    XDC_ASSERT_MSG(errs.items[0].line == 5 && errs.items[0].col == 17, "named at %d:%d, not 5:17", errs.items[0].line,
                    errs.items[0].col);
-    XDC_ASSERT_ERR(load("word", "mode: diloco\nslowdown: slow\n", &c, &errs), XDC_ERR_CONFIG);
-    names(&errs, "slowdown: a list of 1 to 256 numbers");
+    XDC_ASSERT_ERR(load("word", "mode: diloco\ndiloco: {slowdown: slow}\n", &c, &errs), XDC_ERR_CONFIG);
+    names(&errs, "diloco.slowdown: a list of 1 to 256 numbers");
     XDC_ASSERT_ERR(load("sync", "mode: sync\ndiloco: {nobody_waits: true}\n", &c, &errs), XDC_ERR_CONFIG);
     names(&errs, "diloco.nobody_waits needs mode diloco (this run's mode is sync)");
     XDC_ASSERT_ERR(load("auto", "mode: diloco\nplan: auto\ndiloco: {nobody_waits: true}\n", &c, &errs), XDC_ERR_CONFIG);
