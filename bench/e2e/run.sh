@@ -185,6 +185,11 @@ print(f"flat timed over {len(R['flat']['rows'])} steps, bit-identical to the ref
       f"{ref_steps} x {flat_step:.3f} s and {ref_steps} x {flat_bps / 1e6:.2f} MB; sync int8 estimated alike from "
       f"{len(R['sync']['rows'])} steps: {ref_steps} x {sync_step:.3f} s and {ref_steps} x {sync_bps / 1e6:.2f} MB")
 print("auto's plan: " + (auto_plan.group(0).strip() if auto_plan else "(no plan line in its log)"))
+rounds = sorted(set(m for p in glob.glob(f"{work}/auto/logs/*.log")
+                    for m in re.findall(r"region \S+ ran \d+ inner steps in \d+ steps of the run \(\d+ outer rounds?\)",
+                                        open(p, errors="replace").read())))
+if rounds:
+    print("auto's rounds: " + "; ".join(rounds))
 hdr = (f"{'run':<15} {'codec':<14} {'t->target':>12} {'step':>6} {'WAN MB->target':>15} {'final val':>10} "
        f"{'util mean/min':>14} {'exp.WAN % mean/max':>19} {'relayed MB':>10}  load before -> after")
 print(hdr)
