@@ -14,7 +14,7 @@
  * with the quorum decision that opened the round; the first round's at the launch; kept in checkpoints); the
  * other steps of the round are slots it lets pass without computing, the time its slower steps took. The outer
  * mean weighs each region's pseudo-gradient by the tokens it processed in the round (xdc_sync_set_weights).
- * The run file's slowdown (orch_train_pass) gives tests and benches on one machine a slow region. */
+ * diloco.slowdown (orch_train_pass, any mode) gives tests and benches on one machine a slow region. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"

@@ -154,6 +154,18 @@ static xdc_err_t group_end(orch_worker *w, xdc_err_t rc, xdc_diag *diag)
     return rc != XDC_OK ? rc : e;
 }
 
+/* The run file's diloco.slowdown (any mode): a region of slowdown s pays (s − 1) times the pass's compute since
+ * c0 again, as a sleep counted as compute (it stands for a slower device). It comes before the last gradient
+ * bucket is marked ready, so the buckets already on the wire overlap it as they would a slower backward. */
+static void slow_down(orch_worker *w, double c0)
+{
+    double extra = (w->model.slowdown - 1.0) * (w->prog.t_compute - c0);
+    if (extra <= 0) return;
+    struct timespec ts = {(time_t)extra, (long)((extra - floor(extra)) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) continue; /* a signal: sleep the rest */
+    w->prog.t_compute += extra;
+}
+
 /* One pipeline pass of M microbatches with gradients accumulated; the gradient sync of `sync` (NULL: none)
  * starts during the last microbatch's backward, layer by layer. *loss = mean loss over the microbatches
  * (last stage only).
@@ -164,18 +176,6 @@ static xdc_err_t group_end(orch_worker *w, xdc_err_t rc, xdc_diag *diag)
  * Receives from a WAN neighbour are posted ahead instead, a window of wire_n of them from the start of the
  * step, each decode posting the next: a WAN stream waits for a message's receive to be posted
  * (docs/wan.md), and the sender is never further ahead than the window (docs/runtime.md). */
-/* The run file's slowdown: a region of slowdown s pays (s − 1) times the pass's compute since c0 again, as a
- * sleep counted as compute (it stands for a slower device). It comes before the last gradient bucket is
- * marked ready, so the buckets already on the wire overlap it as they would a slower backward. */
-static void slow_down(orch_worker *w, double c0)
-{
-    double extra = (w->model.slowdown - 1.0) * (w->prog.t_compute - c0);
-    if (extra <= 0) return;
-    struct timespec ts = {(time_t)extra, (long)((extra - floor(extra)) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0) continue; /* a signal: sleep the rest */
-    w->prog.t_compute += extra;
-}
-
 xdc_err_t orch_train_pass(orch_worker *w, xdc_sync *sync, float *loss, xdc_diag *diag)
 {
     double c0 = w->prog.t_compute;
