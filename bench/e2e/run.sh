@@ -1,100 +1,116 @@
 #!/usr/bin/env bash
-# bench/e2e — cross-region training in the WAN-bound regime: bench/e2e/gpt1m.yaml (0.87M params) on an
-# emulated 10 Mbit/s, 4 ms RTT link (bench/e2e/two-region.yaml), where flat fp32 data parallelism spends
-# ~30x a step's compute on the WAN. Rows, in one run, same model, data, seed and evaluation set:
-#   reference  the same two workers in one region (bench/e2e/one-region.yaml): no WAN; its final
-#              validation loss is the target every other row is timed to
+# bench/e2e — cross-region training of unequal regions in the WAN-bound regime: bench/e2e/gpt1m.yaml (0.87M
+# params) on bench/e2e/four-region.yaml: four regions of one CPU worker, east/west/north a 20 Mbit/s mesh,
+# asia behind a 2 Mbit/s link to west only (its shards relayed by west), north at half speed (the run
+# file's `diloco: {slowdown: [1, 1, 2, 1]}`, any mode: the same in every row). Flat fp32 data parallelism
+# spends >100x a step's compute on the WAN there (printed: wan_over_compute_flat). Rows, in one run, same
+# model, data, seed, evaluation set and tokens per step (4 workers x 16 x 64):
+#   reference  the same four workers in one region at full speed (bench/e2e/one-region.yaml): no WAN, no
+#              slow worker; its final validation loss is the target every other row is timed to. Run first
+#              and again last (reference_after): the two times are printed, and a run where they differ by
+#              more than E2E_REF_DRIFT (10 %) is flagged, since the machine's speed drifted under the rows
 #   flat       sync, codec none, every step across the WAN. Bit-identical to the reference (the suite's
 #              orch_replicas_in_regions_match_single_process proves it; this bench checks the hash over the
 #              short run), so it runs E2E_FLAT_STEPS steps only and its time and bytes to the target are
 #              the reference's step count x its mean step time and bytes per step
-#   sync       xdc sync: int8 + error feedback, 0.25 MiB buckets overlapped with the backward pass
-#   diloco     H = E2E_H inner steps per outer round, pseudo-gradients int8 + EF
+#   sync       xdc sync: int8 + error feedback, 0.25 MiB buckets overlapped with the backward pass; ~10 s a
+#              step over asia's link, so it runs E2E_SYNC_STEPS steps only and its time and bytes to the
+#              target are estimated as flat's (the reference's step count x its mean step and bytes): int8
+#              sync is not bit-identical, so the table marks them "est."
+#   diloco     H = E2E_H inner steps per outer round, pseudo-gradients int8 + EF, every region waiting for
+#              north at each round
 #   streaming  E2E_FRAGMENTS fragments over H, each transfer overlapped with the following inner steps
-#   sparse     E2E_SPARSE_MODE (diloco) with codec E2E_SPARSE_CODEC (sparse:0.05:2: chunked top-k of the
-#              pseudo-gradient at 2 bits with error feedback) and, in diloco, E2E_SPARSE_DILOCO (keep_unsent:
-#              the unsent part stays in each region's parameters; final_codec int4: the last round carries it;
-#              outer_lr 1.5)
-#   three      streaming on three regions (bench/e2e/three-region.yaml: one link at half the bandwidth)
-#   sync_cb    sync with E2E_CB_MICROBATCHES microbatches per step, so compute >= WAN time: the setting of
-#              the exposed-WAN target ("sync mode <= 5 % exposed WAN whenever its WAN time <= compute"),
-#              with sync.delay_steps E2E_CB_DELAY (1): each step's average crosses the WAN while the next
-#              step computes and is applied one step late - stale by one, not bit-exact like `sync`
-#              (docs/runtime.md, "Delayed averaging"); E2E_CB_DELAY=0 runs it exact
+#   sparse     DiLoCo with codec E2E_SPARSE_CODEC (sparse:0.05:2: chunked top-k of the pseudo-gradient at 2
+#              bits with error feedback) and E2E_SPARSE_DILOCO (keep_unsent: the unsent part stays in each
+#              region's parameters; final_codec int4; outer_lr 1.5; nobody_waits: north runs the inner steps
+#              a round's budget buys it and the outer mean weighs each region by its tokens)
+#   auto       `plan: auto`: the planner chooses mode, codec, period, layout and regions; the row the summary
+#              quotes (fixed, not the fastest of a near-tie). Its log's plan line is printed
 # The xdc rows train E2E_XDC_STEP_FACTOR x the reference's steps (their own cosine schedule) so a mode
 # that needs more steps can still reach the target; time to the target is the first validation (every
-# E2E_EVAL steps) at or below reference x (1 + E2E_TOL). Per row: time and WAN bytes to the target,
-# compute utilisation (compute time / wall, mean and worst worker), exposed WAN (mean and worst worker).
-# Plots (xdc report) go to E2E_PLOTS (docs/bench-e2e). The last line is the issue's summary line.
-# Smoke run while developing: E2E_STEPS=40 E2E_FLAT_STEPS=3 E2E_PLOTS=/tmp/plots make bench-e2e
+# E2E_EVAL steps) at or below reference x (1 + E2E_TOL). Per row: time and WAN bytes to the target (every
+# hop: a relay's forwards included), compute utilisation (compute time / wall: mean, and worst over every
+# worker of the topology, one the row leaves idle counting 0), exposed WAN (mean and worst worker), and the
+# load average before and after it. sim_error_pct_max: the auto row's measured step (each step's slowest
+# worker, averaged) against the step its plan predicted. Plots (xdc report) go to E2E_PLOTS (docs/bench-e2e).
+# The last line is the issue's summary line; wall time on stderr.
+# Smoke run while developing: E2E_STEPS=20 E2E_FLAT_STEPS=2 E2E_SYNC_STEPS=2 E2E_H=10 E2E_EVAL=5 \
+#   E2E_PLOTS=/tmp/plots make bench-e2e
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 xdc=${XDC_BIN:-build/xdc}
 steps=${E2E_STEPS:-300}
-flat_steps=${E2E_FLAT_STEPS:-8}
+flat_steps=${E2E_FLAT_STEPS:-3}
+sync_steps=${E2E_SYNC_STEPS:-4}
 factor=${E2E_XDC_STEP_FACTOR:-1.5}
 evalint=${E2E_EVAL:-10}
 tol=${E2E_TOL:-0.01}
+drift=${E2E_REF_DRIFT:-0.10}
 H=${E2E_H:-30}
 fragments=${E2E_FRAGMENTS:-4}
+# The slow region: north (the topology's third region) at half speed, in every row but the reference.
+slowdown=${E2E_SLOWDOWN:-[1, 1, 2, 1]}
 # The sparse row's codec: 5 % of each 4096-block at 2 bits with error feedback. At 2-3 % the tiny-model
 # sweep (docs/benchmarks.md) ends far above int8's loss; 5 % is the sparsest that came close.
 sparse_codec=${E2E_SPARSE_CODEC:-sparse:0.05:2}
-sparse_mode=${E2E_SPARSE_MODE:-diloco} # or streaming
-# The sparse DiLoCo row's extra diloco options: with the unsent part left in the codec's residual the row never
-# reaches the target; kept in the parameters, outer lr 1.5, it does at step 320 with 0.91 MB; the last round
-# in int4 carries the unsent parts into the final model (docs/benchmarks.md, "keep_unsent").
-sparse_diloco=${E2E_SPARSE_DILOCO-keep_unsent: true, final_codec: int4, outer_lr: 1.5}
-[ "$sparse_mode" = diloco ] || sparse_diloco=
-cb_mb=${E2E_CB_MICROBATCHES:-16}
-cb_steps=${E2E_CB_STEPS:-20}
-cb_delay=${E2E_CB_DELAY:-1}
+# The sparse row's extra diloco options: with the unsent part left in the codec's residual the 2-region row
+# never reached the target; kept in the parameters, outer lr 1.5, it did at step 320 with 0.91 MB; the last
+# round in int4 carries the unsent parts into the final model (docs/benchmarks.md, "keep_unsent"); with
+# nobody_waits the fast regions do not wait for north.
+sparse_diloco=${E2E_SPARSE_DILOCO-keep_unsent: true, final_codec: int4, outer_lr: 1.5, nobody_waits: true}
 plots=${E2E_PLOTS:-docs/bench-e2e}
+topo=bench/e2e/four-region.yaml
 xsteps=$(awk -v s="$steps" -v f="$factor" 'BEGIN { printf "%d", s * f + 0.5 }')
 work=$(mktemp -d /tmp/xdc-bench-e2e-XXXXXX)
 trap '[ -n "${E2E_KEEP:-}" ] || rm -rf "$work"' EXIT
 t_start=$(date +%s)
 
-run() { # name topology mode codec steps [microbatches [eval_interval [diloco options [sync.delay_steps]]]]
-  local name=$1 topo=bench/e2e/$2.yaml mode=$3 codec=$4 nsteps=$5 mb=${6:-1} ev=${7:-$evalint} dopt=${8:+, $8}
-  local delay=${9:-0}
-  cat > "$work/$name.yaml" <<EOT
-model: $PWD/bench/e2e/gpt1m.yaml
-data: /usr/share/games/fortunes
-mode: $mode
-pipeline_stages: 1
-microbatches: $mb
-steps: $nsteps
-eval_interval: $ev
-codec: $codec
-bucket_mb: 0.25
-threads: 1
-diloco: {inner_steps: $H$dopt}
-streaming: {fragments: $fragments}
-sync: {delay_steps: $delay}
-EOT
-  echo "running $name ($mode, codec $codec, $nsteps steps, $(basename "$topo"))..." >&2
+# name topology mode steps codec eval_interval [diloco options]; mode "auto" writes `plan: auto` and no
+# layout or WAN key, so the planner chooses them. The load average goes to $work/NAME.load, before and after.
+run() {
+  local name=$1 topo=$2 mode=$3 nsteps=$4 codec=$5 ev=$6 dopt=${7:+, $7} slow="slowdown: $slowdown"
+  [ "$topo" = bench/e2e/one-region.yaml ] && slow=
+  {
+    echo "model: $PWD/bench/e2e/gpt1m.yaml"
+    echo "data: /usr/share/games/fortunes"
+    echo "steps: $nsteps"
+    echo "eval_interval: $ev"
+    echo "threads: 1"
+    if [ "$mode" = auto ]; then
+      echo "plan: auto"
+      [ -n "$slow" ] && echo "diloco: {$slow}"
+    else
+      printf 'mode: %s\npipeline_stages: 1\nmicrobatches: 1\ncodec: %s\nbucket_mb: 0.25\n' "$mode" "$codec"
+      echo "diloco: {inner_steps: $H${slow:+, $slow}$dopt}"
+      echo "streaming: {fragments: $fragments}"
+    fi
+  } > "$work/$name.yaml"
+  local l0
+  l0=$(cut -d' ' -f1-3 /proc/loadavg)
+  echo "running $name ($mode, codec ${codec:-planned}, $nsteps steps, $(basename "$topo")), load average $l0..." >&2
   "$xdc" launch -t "$topo" -c "$work/$name.yaml" --run-dir "$work/$name" > "$work/$name.out" 2>&1 || {
     echo "bench-e2e: $name run failed:"; tail -20 "$work/$name.out"; exit 1; }
+  echo "$l0 $(cut -d' ' -f1-3 /proc/loadavg)" > "$work/$name.load"
 }
 
-run reference one-region sync none "$steps"
-run ref_short one-region sync none "$flat_steps" 1 100000
-run flat two-region sync none "$flat_steps" 1 100000
-run sync two-region sync int8 "$xsteps"
-run diloco two-region diloco int8 "$xsteps"
-run streaming two-region streaming int8 "$xsteps"
-run sparse two-region "$sparse_mode" "$sparse_codec" "$xsteps" 1 "$evalint" "$sparse_diloco"
-run three three-region streaming int8 "$xsteps"
-run sync_cb two-region sync int8 "$cb_steps" "$cb_mb" 100000 "" "$cb_delay"
+run reference bench/e2e/one-region.yaml sync "$steps" none "$evalint"
+run ref_short bench/e2e/one-region.yaml sync "$flat_steps" none 100000
+run flat "$topo" sync "$flat_steps" none 100000
+run sync "$topo" sync "$sync_steps" int8 100000
+run diloco "$topo" diloco "$xsteps" int8 "$evalint"
+run streaming "$topo" streaming "$xsteps" int8 "$evalint"
+run sparse "$topo" diloco "$xsteps" "$sparse_codec" "$evalint" "$sparse_diloco"
+run auto "$topo" auto "$xsteps" "" "$evalint"
+run reference_after bench/e2e/one-region.yaml sync "$steps" none "$evalint"
 
-python3 - "$work" "$steps" "$tol" "$sparse_codec" "$cb_delay" <<'PY'
-import glob, math, os, re, sys
-work, ref_steps, tol, sparse_codec = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-cb_delay = int(sys.argv[5])
+python3 - "$work" "$steps" "$tol" "$sparse_codec" "$drift" <<'PY'
+import glob, re, sys
+work, ref_steps, tol, sparse_codec, drift = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], \
+    float(sys.argv[5])
+N_WORKERS = 4  # bench/e2e/four-region.yaml: one worker per region
 
 def load(name):
-    """Rows of every worker's step log, aligned by step, plus the launch's final line."""
+    """Rows of every worker's step log, aligned by step, the launch's final line, its output, load averages."""
     logs = []
     for path in sorted(glob.glob(f"{work}/{name}/steps/*.tsv")):
         with open(path) as f:
@@ -106,78 +122,119 @@ def load(name):
         r = [l[i] for l in logs]
         vals = [float(x[7]) for x in r if x[7] != "-"]
         rows.append(dict(step=int(r[0][0]), elapsed=max(float(x[1]) for x in r),
-                         step_s=sum(float(x[2]) for x in r) / len(r), compute=sum(float(x[3]) for x in r) / len(r),
+                         step_s=sum(float(x[2]) for x in r) / len(r), step_max=max(float(x[2]) for x in r),
+                         compute=sum(float(x[3]) for x in r) / len(r),
                          wan=sum(float(x[5]) for x in r) / len(r), bytes=sum(int(x[6]) for x in r),
                          val=vals[0] if vals else None))
     text = open(f"{work}/{name}.out").read()
     fin = dict(re.findall(r"(\w+)=(\S+)", re.search(r"^final .*$", text, re.M).group(0)))
-    return rows, fin
+    relayed = sum(int(b) for p in glob.glob(f"{work}/{name}/logs/*.log")
+                  for b in re.findall(r"relayed_bytes=(\d+)", open(p, errors="replace").read()))
+    load_avg = open(f"{work}/{name}.load").read().split()
+    return dict(rows=rows, fin=fin, out=text, workers=len(logs), relayed=relayed, load=load_avg)
 
-R = {n: load(n) for n in ["reference", "ref_short", "flat", "sync", "diloco", "streaming", "sparse", "three", "sync_cb"]}
-ref_rows, ref_fin = R["reference"]
-target = float(ref_fin["val_loss"])
+names = ["reference", "ref_short", "flat", "sync", "diloco", "streaming", "sparse", "auto", "reference_after"]
+R = {n: load(n) for n in names}
+ref, ref_after = R["reference"], R["reference_after"]
+target = float(ref["fin"]["val_loss"])
 goal = target * (1 + tol)
-ref_time = ref_rows[-1]["elapsed"]
+ref_time = ref["rows"][-1]["elapsed"]
+ref_after_time = ref_after["rows"][-1]["elapsed"]
+ref_drift = abs(ref_after_time - ref_time) / min(ref_time, ref_after_time)
+ref_mean = (ref_time + ref_after_time) / 2  # what time_vs_single_region divides by
 
-# flat: steady steps (the first is warm-up), extrapolated to the reference's step count
-flat_rows, flat_fin = R["flat"]
-steady = flat_rows[1:] or flat_rows
-flat_step = sum(r["step_s"] for r in steady) / len(steady)
-flat_comp = sum(r["compute"] for r in steady) / len(steady)
+def steady(name):
+    """Mean step time, compute and WAN bytes per step over the steps after the first (warm-up)."""
+    rows = R[name]["rows"]
+    s = rows[1:] or rows
+    return (sum(r["step_s"] for r in s) / len(s), sum(r["compute"] for r in s) / len(s),
+            (rows[-1]["bytes"] - rows[0]["bytes"]) / max(1, len(rows) - 1))
+
+flat_step, flat_comp, flat_bps = steady("flat")
 flat_wan = flat_step - flat_comp
-flat_bps = (flat_rows[-1]["bytes"] - flat_rows[0]["bytes"]) / max(1, len(flat_rows) - 1)
-same = flat_fin["params_xxh64"] == R["ref_short"][1]["params_xxh64"]
+same = R["flat"]["fin"]["params_xxh64"] == R["ref_short"]["fin"]["params_xxh64"]
+sync_step, _, sync_bps = steady("sync")
 
 def reach(name):
-    rows, fin = R[name]
-    for r in rows:
+    for r in R[name]["rows"]:
         if r["val"] is not None and r["val"] <= goal:
             return r["elapsed"], r["bytes"], r["step"]
     return None, None, None
 
-res = {"reference": (ref_time, 0, ref_steps), "flat": (flat_step * ref_steps, flat_bps * ref_steps, ref_steps)}
-for n in ["sync", "diloco", "streaming", "sparse", "three"]:
+res = {"reference": (ref_time, 0, ref_steps), "flat": (flat_step * ref_steps, flat_bps * ref_steps, ref_steps),
+       "sync": (sync_step * ref_steps, sync_bps * ref_steps, ref_steps)}
+for n in ["diloco", "streaming", "sparse", "auto"]:
     res[n] = reach(n)
 
-print(f"model bench/e2e/gpt1m.yaml, link 10 Mbit/s 4 ms RTT: flat fp32 spends {flat_wan:.2f} s on the WAN per step "
-      f"against {flat_comp:.3f} s of compute: wan_over_compute_flat={flat_wan / flat_comp:.1f}")
+def util_min(name):
+    """The worst worker's compute utilisation over every worker of the topology: one the row left idle is 0."""
+    return float(R[name]["fin"]["compute_util_min"]) if R[name]["workers"] >= N_WORKERS else 0.0
+
+auto_plan = re.search(r"^.*plan: .*$", R["auto"]["out"], re.M)
+print(f"model bench/e2e/gpt1m.yaml on bench/e2e/four-region.yaml (asia behind 2 Mbit/s to west only, the rest "
+      f"20 Mbit/s; north slowed x2): flat fp32 spends {flat_wan:.2f} s on the WAN per step against {flat_comp:.3f} s "
+      f"of compute: wan_over_compute_flat={flat_wan / flat_comp:.1f}")
 print(f"target: the reference's final val_loss {target:.4f} after {ref_steps} steps; reached = a validation "
       f"(every few steps, same evaluation set) at or below {goal:.4f} (tolerance {100 * tol:.1f} %)")
-print(f"flat timed over {len(flat_rows)} steps, bit-identical to the reference over them: "
-      f"{'yes' if same else 'NO'} ({flat_fin['params_xxh64']}); its time and bytes to the target are "
-      f"{ref_steps} x {flat_step:.3f} s and {ref_steps} x {flat_bps / 1e6:.2f} MB")
-hdr = f"{'run':<10} {'codec':<12} {'t->target':>10} {'step':>6} {'WAN MB->target':>15} {'final val':>10} {'util mean/min':>14} {'exp.WAN % mean/max':>19}"
+print(f"reference before the rows {ref_time:.1f} s, after them {ref_after_time:.1f} s (mean {ref_mean:.1f} s, what "
+      f"time_vs_single_region divides by): differ by {100 * ref_drift:.1f} %"
+      + (f" -- FLAGGED: more than {100 * drift:.0f} %, the machine's speed drifted during the bench"
+         if ref_drift > drift else ""))
+print(f"flat timed over {len(R['flat']['rows'])} steps, bit-identical to the reference over them: "
+      f"{'yes' if same else 'NO'} ({R['flat']['fin']['params_xxh64']}); its time and bytes to the target are "
+      f"{ref_steps} x {flat_step:.3f} s and {ref_steps} x {flat_bps / 1e6:.2f} MB; sync int8 estimated alike from "
+      f"{len(R['sync']['rows'])} steps: {ref_steps} x {sync_step:.3f} s and {ref_steps} x {sync_bps / 1e6:.2f} MB")
+print("auto's plan: " + (auto_plan.group(0).strip() if auto_plan else "(no plan line in its log)"))
+rounds = sorted(set(m for p in glob.glob(f"{work}/auto/logs/*.log")
+                    for m in re.findall(r"region \S+ ran \d+ inner steps in \d+ steps of the run \(\d+ outer rounds?\)",
+                                        open(p, errors="replace").read())))
+if rounds:
+    print("auto's rounds: " + "; ".join(rounds))
+hdr = (f"{'run':<15} {'codec':<14} {'t->target':>12} {'step':>6} {'WAN MB->target':>15} {'final val':>10} "
+       f"{'util mean/min':>14} {'exp.WAN % mean/max':>19} {'relayed MB':>10}  load before -> after")
 print(hdr)
-codecs = dict(reference="-", flat="none", sync="int8", diloco="int8", streaming="int8", sparse=sparse_codec, three="int8")
-for n in ["reference", "flat", "sync", "diloco", "streaming", "sparse", "three"]:
-    t, b, s = res[n]
-    fin = R[n][1]
-    ts = f"{t:9.1f}s" if t is not None else "  not met"
+codecs = dict(reference="-", flat="none", sync="int8", diloco="int8", streaming="int8", sparse=sparse_codec,
+              auto=re.search(r"codec (\S+?),", auto_plan.group(0)).group(1) if auto_plan else "planned",
+              reference_after="-")
+for n in ["reference", "flat", "sync", "diloco", "streaming", "sparse", "auto", "reference_after"]:
+    t, b, s = res.get(n, (ref_after_time, 0, ref_steps))
+    fin = R[n]["fin"]
+    est = " est." if n in ("flat", "sync") else ""
+    ts = f"{t:.1f}s{est}" if t is not None else "not met"
     bs = f"{b / 1e6:15.3f}" if b is not None else f"{'-':>15}"
     ss = f"{s:6d}" if s is not None else f"{'-':>6}"
-    print(f"{n:<10} {codecs[n]:<12} {ts:>10} {ss} {bs} {float(fin['val_loss']):10.4f} "
-          f"{float(fin['compute_util']):6.3f}/{float(fin['compute_util_min']):.3f} "
-          f"{float(fin['exposed_wan_pct']):9.1f}/{float(fin['exposed_wan_pct_max']):.1f}")
-cb = R["sync_cb"]
-cb_rows = cb[0][1:] or cb[0]
-cb_comp = sum(r["compute"] for r in cb_rows) / len(cb_rows)
-cb_step = sum(r["step_s"] for r in cb_rows) / len(cb_rows)
-print(f"sync_cb (sync int8, more microbatches, delay_steps {cb_delay}): step {cb_step:.3f} s, compute {cb_comp:.3f} s, exposed WAN "
-      f"{cb[1]['exposed_wan_pct']} % mean, {cb[1]['exposed_wan_pct_max']} % worst worker")
-two = [n for n in ["sync", "diloco", "streaming", "sparse"] if res[n][0] is not None]
-if two:
-    best = min(two, key=lambda n: res[n][0])
-    t, b, _ = res[best]
-    bytes_ratio = res["flat"][1] / b if b else float("inf")
-    print(f"best 2-region xdc mode: {best}")
-    print(f"time_vs_single_region={t / ref_time:.2f} speedup_vs_flat={res['flat'][0] / t:.1f} "
-          f"bytes_vs_flat={bytes_ratio:.0f} compute_util={float(R[best][1]['compute_util']):.3f} "
-          f"exposed_wan_pct_sync={cb[1]['exposed_wan_pct']}")
+    ld = R[n]["load"]
+    print(f"{n:<15} {codecs[n]:<14} {ts:>12} {ss} {bs} {float(fin['val_loss']):10.4f} "
+          f"{float(fin['compute_util']):6.3f}/{util_min(n):.3f} "
+          f"{float(fin['exposed_wan_pct']):9.1f}/{float(fin['exposed_wan_pct_max']):.1f} "
+          f"{R[n]['relayed'] / 1e6:10.3f}  {' '.join(ld[:3])} -> {' '.join(ld[3:])}")
+    if n == "auto" and R[n]["workers"] < N_WORKERS:
+        print(f"                (auto left {N_WORKERS - R[n]['workers']} of {N_WORKERS} workers idle: they count 0 "
+              "in util min)")
+
+# The plan's predicted step against the auto row's measured step after the first: per step the slowest
+# worker's (the run goes at its pace), averaged.
+pred = re.search(r"predicted step ([0-9.]+) s", R["auto"]["out"])
+auto_rows = R["auto"]["rows"][1:] or R["auto"]["rows"]
+auto_step = sum(r["step_max"] for r in auto_rows) / len(auto_rows)
+if pred:
+    sim_err = 100 * abs(float(pred.group(1)) - auto_step) / auto_step
+    sim = f"{sim_err:.1f}"
+    print(f"auto: predicted step {float(pred.group(1)):.3f} s, measured {auto_step:.3f} s (each step's slowest worker, "
+          f"mean over the steps after the first)")
 else:
-    print("no xdc mode reached the target")
-    print(f"time_vs_single_region=inf speedup_vs_flat=0 bytes_vs_flat=0 compute_util=0 "
-          f"exposed_wan_pct_sync={cb[1]['exposed_wan_pct']}")
+    sim = "unknown"
+    print("auto: no predicted step in its log, sim_error_pct_max unknown")
+t, b, _ = res["auto"]
+if t is not None:
+    bytes_ratio = res["flat"][1] / b if b else float("inf")
+    print(f"time_vs_single_region={t / ref_mean:.2f} speedup_vs_flat={res['flat'][0] / t:.1f} "
+          f"bytes_vs_flat={bytes_ratio:.0f} compute_util_min={util_min('auto'):.3f} sim_error_pct_max={sim}")
+else:
+    print("plan: auto did not reach the target")
+    print(f"time_vs_single_region=inf speedup_vs_flat=0 bytes_vs_flat=0 compute_util_min={util_min('auto'):.3f} "
+          f"sim_error_pct_max={sim}")
 PY
 mkdir -p "$plots"
-"$xdc" report -o "$plots" "$work/reference" "$work/sync" "$work/diloco" "$work/streaming" "$work/sparse" "$work/three" >&2
+"$xdc" report -o "$plots" "$work/reference" "$work/diloco" "$work/streaming" "$work/sparse" "$work/auto" >&2
 echo "bench-e2e: $(( $(date +%s) - t_start )) s; plots in $plots/" >&2

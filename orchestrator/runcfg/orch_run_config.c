@@ -233,9 +233,9 @@ xdc_err_t orch_run_config_check(const orch_run_config *c, bool planned, xdc_cfg_
     }
     /* plan: auto without a mode: the planner keeps to DiLoCo where the file sets these (orch_plan.c) */
     bool mode_open = c->plan_auto && !c->mode_set && !planned;
-    if ((c->diloco.nobody_waits || c->diloco.n_slowdown) && c->mode != ORCH_MODE_DILOCO && !mode_open) {
-        xdc_cfg_error_add(errs, 0, 0, "diloco.%s needs mode diloco (this run's mode is %s)",
-                          c->diloco.nobody_waits ? "nobody_waits" : "slowdown", mode_words[c->mode]);
+    if (c->diloco.nobody_waits && c->mode != ORCH_MODE_DILOCO && !mode_open) {
+        xdc_cfg_error_add(errs, 0, 0, "diloco.nobody_waits needs mode diloco (this run's mode is %s)",
+                          mode_words[c->mode]);
         return XDC_ERR_CONFIG;
     }
     if (c->diloco.overlap_steps && c->mode != ORCH_MODE_DILOCO && !mode_open) {

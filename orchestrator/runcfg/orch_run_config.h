@@ -31,9 +31,10 @@ typedef struct orch_diloco_config {
      * period, in inner steps of a region of slowdown 1), as the round's decider counts them, and the outer step
      * weighs each region's pseudo-gradient by the tokens it processed */
     bool nobody_waits;
-    /* A simulated slowness per region, in the topology's order (n_slowdown of them; 0: none): each inner step
-     * of region r costs slowdown[r] times its compute (the extra as a sleep counted as compute). Deterministic,
-     * for tests and benches on one machine, where real speed differences do not reproduce. */
+    /* A simulated slowness per region, in the topology's order (n_slowdown of them; 0: none), in every mode
+     * (its section is DiLoCo's, where it began): each training pass of region r costs slowdown[r] times its
+     * compute (the extra as a sleep counted as compute, orch_train_pass). Deterministic, for tests and benches
+     * on one machine, where real speed differences do not reproduce. */
     double slowdown[ORCH_MAX_SLOWDOWN];
     int n_slowdown;
     /* d > 0: the round due at step S begins at the start of step S+1 and is applied at the end of step S+d,

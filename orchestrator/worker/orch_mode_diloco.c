@@ -14,8 +14,7 @@
  * with the quorum decision that opened the round; the first round's at the launch; kept in checkpoints); the
  * other steps of the round are slots it lets pass without computing, the time its slower steps took. The outer
  * mean weighs each region's pseudo-gradient by the tokens it processed in the round (xdc_sync_set_weights).
- * diloco.slowdown makes every inner step of a region cost that many times its compute (a sleep, counted as
- * compute): a slow region for tests and benches on one machine. */
+ * diloco.slowdown (orch_train_pass, any mode) gives tests and benches on one machine a slow region. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
@@ -23,13 +22,9 @@
 #include "common/xdc_time.h"
 #include "model/xdc_ckpt.h"
 
-#include <math.h>
-#include <time.h>
-
 typedef struct {
     xdc_sync *grad; /* replicas only */
     orch_outer outer;
-    double slowdown; /* this region's diloco.slowdown (1: none) */
     /* Nobody waits: (n_regions) the inner steps each region runs in the round under way (0: not in it), and
      * each one's weight in the round's outer mean (tokens processed over the fewest any member processed) */
     int steps[XDC_TOPO_MAX_REGIONS];
@@ -69,9 +64,6 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
     diloco_state *st = xdc_calloc(1, sizeof *st);
     if (!st) return XDC_ERR_NOMEM;
     *state = st;
-    double slowdown[XDC_TOPO_MAX_REGIONS];
-    XDC_CHECK(orch_run_config_slowdown(w->cfg, w->id->n_regions, slowdown, diag));
-    st->slowdown = slowdown[w->id->region_idx];
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 0, &sc); /* inner steps: the region's replicas, no WAN */
     orch_sync_device_cfg(w, &sc);
@@ -117,18 +109,11 @@ static xdc_err_t last_round(orch_worker *w, diloco_state *st, xdc_diag *diag)
     return orch_worker_outer_round(w, &st->outer, diag);
 }
 
-/* One inner step, slowed by diloco.slowdown: the extra compute is a sleep of (slowdown − 1) times the step's
- * own, counted as compute (it stands for a slower device). */
+/* One inner step, timed for the run's report. */
 static xdc_err_t inner_step(orch_worker *w, diloco_state *st, float *loss, xdc_diag *diag)
 {
-    double c0 = w->prog.t_compute, t0 = (double)xdc_now_ns() / 1e9;
+    double t0 = (double)xdc_now_ns() / 1e9;
     XDC_CHECK(orch_train_inner_step(w, st->grad, loss, diag));
-    double extra = (st->slowdown - 1.0) * (w->prog.t_compute - c0);
-    if (extra > 0) {
-        struct timespec ts = {(time_t)extra, (long)((extra - floor(extra)) * 1e9)};
-        while (nanosleep(&ts, &ts) != 0) continue; /* a signal: sleep the rest */
-        w->prog.t_compute += extra;
-    }
     st->inner_run++;
     st->inner_s += (double)xdc_now_ns() / 1e9 - t0;
     return XDC_OK;

@@ -167,6 +167,18 @@ static xdc_err_t group_end(orch_worker *w, xdc_err_t rc, xdc_diag *diag)
     return rc != XDC_OK ? rc : e;
 }
 
+/* The run file's diloco.slowdown (any mode): a region of slowdown s pays (s − 1) times the pass's compute since
+ * c0 again, as a sleep counted as compute (it stands for a slower device). It comes before the last gradient
+ * bucket is marked ready, so the buckets already on the wire overlap it as they would a slower backward. */
+static void slow_down(orch_worker *w, double c0)
+{
+    double extra = (w->model.slowdown - 1.0) * (w->prog.t_compute - c0);
+    if (extra <= 0) return;
+    struct timespec ts = {(time_t)extra, (long)((extra - floor(extra)) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) continue; /* a signal: sleep the rest */
+    w->prog.t_compute += extra;
+}
+
 /* One pipeline pass of M microbatches with gradients accumulated; the gradient sync of `sync` (NULL: none)
  * starts during the last microbatch's backward, layer by layer. *loss = mean loss over the microbatches
  * (last stage only).
@@ -179,6 +191,7 @@ static xdc_err_t group_end(orch_worker *w, xdc_err_t rc, xdc_diag *diag)
  * (docs/wan.md), and the sender is never further ahead than the window (docs/runtime.md). */
 xdc_err_t orch_train_pass(orch_worker *w, xdc_sync *sync, float *loss, xdc_diag *diag)
 {
+    double c0 = w->prog.t_compute;
     size_t bt = (size_t)w->model.B * w->model.T;
     int M = w->model.M, P = w->id->n_stages, s = w->id->stage;
     xdc_intra_comm *pp = orch_member_pp(w->member);
@@ -218,6 +231,7 @@ xdc_err_t orch_train_pass(orch_worker *w, xdc_sync *sync, float *loss, xdc_diag 
         XDC_CHECK(xdc_intra_group_start(pp));
         XDC_CHECK(group_end(w, backward_mb(w, b, sync, diag), diag));
     }
+    slow_down(w, c0);
     if (sync) xdc_sync_mark_ready(sync, 0);
     /* Sends must land before their buffers are reused next step; this overlaps the gradient sync. */
     for (int mb = 0; mb < M; mb++) {

@@ -74,6 +74,9 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
                  "emulated device: a layer's forward takes at least %g ms a microbatch, its backward %g "
                  "(emulate_layer_ms)",
                  layer_ms, 2 * layer_ms);
+    double slowdown[XDC_TOPO_MAX_REGIONS];
+    XDC_CHECK(orch_run_config_slowdown(w->cfg, w->topo->n_regions, slowdown, diag));
+    w->model.slowdown = slowdown[w->id->region_idx];
     int slots = xdc_model_shape_1f1b_inflight(w->id->n_stages, w->id->stage, w->model.M); /* 1F1B's bound */
     xdc_gpt_stage_config sc = {.model = c->model,
                                .layer_begin = w->id->layer_begin,

@@ -46,6 +46,8 @@ typedef struct orch_model {
     const xdc_kern_backend *be; /* the member's device (orch_member_backend): a static table, it outlives the member */
     xdc_gpt_stage *st;
     size_t n_params;
+    /* this region's run-file slowdown (1: none): each training pass costs that many times its compute */
+    double slowdown;
     xdc_data *data; /* training shard of this replica (first and last stage only) */
     xdc_data *val;  /* validation batches, the same on every replica (first and last stage) */
     int B, T, C, M; /* M: this replica's microbatches per step (microbatches_per_replica, else microbatches) */

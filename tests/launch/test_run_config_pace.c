@@ -1,6 +1,6 @@
 /* test_run_config_pace.c — the run file's keys of DiLoCo's "nobody waits": diloco.nobody_waits and
- * diloco.slowdown load, the slowdown list is matched against the topology's regions, and each misuse is named
- * (a factor out of range with its line and column, the wrong mode, plan: auto); the `elastic:` key that
+ * diloco.slowdown load (slowdown in any mode), the slowdown list is matched against the topology's regions, and
+ * each misuse is named (a factor out of range with its line and column, the wrong mode); the `elastic:` key that
  * makes sync mode go by quorum; microbatches_per_replica, per region or for all, and its misuse; and
  * emulate_layer_ms, one value for every region or one per region. */
 #include "tests/xdc_test.h"
@@ -46,6 +46,10 @@ XDC_TEST(run_config_nobody_waits_and_slowdown_load_and_name_misuse)
     XDC_ASSERT_OK(load("plain", "mode: diloco\n", &c, &errs));
     XDC_ASSERT_OK(orch_run_config_slowdown(&c, 3, s, &d));
     XDC_ASSERT_MSG(s[0] == 1.0 && s[1] == 1.0 && s[2] == 1.0, "slowdown %g, %g, %g", s[0], s[1], s[2]);
+    /* Any mode: a bench's sync and streaming rows slow the same region. */
+    XDC_ASSERT_OK(load("sync-slow", "mode: sync\ndiloco: {slowdown: [1, 1, 2]}\n", &c, &errs));
+    XDC_ASSERT_OK(orch_run_config_slowdown(&c, 3, s, &d));
+    XDC_ASSERT_MSG(s[0] == 1.0 && s[1] == 1.0 && s[2] == 2.0, "slowdown %g, %g, %g", s[0], s[1], s[2]);
     XDC_ASSERT_ERR(load("fast", "mode: diloco\ndiloco:\n  slowdown: [1, 0.5]\n", &c, &errs), XDC_ERR_CONFIG);
     names(&errs, "diloco.slowdown[1]: a number in [1, 1000] expected");
     XDC_ASSERT_MSG(errs.items[0].line == 5 && errs.items[0].col == 17, "named at %d:%d, not 5:17", errs.items[0].line,
