@@ -37,6 +37,13 @@ int xdc_deadline_poll_ms(uint64_t deadline)
 
 int xdc_deadline_passed(uint64_t deadline) { return deadline != XDC_DEADLINE_NEVER && xdc_now_ns() >= deadline; }
 
+void xdc_sleep_s(double seconds)
+{
+    if (seconds <= 0) return;
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) continue; /* a signal: sleep the rest */
+}
+
 int xdc_parse_duration_ms(const char *text, int64_t *out_ms)
 {
     if (!text || !*text) return -1;

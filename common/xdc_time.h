@@ -14,6 +14,8 @@ uint64_t xdc_deadline_ms(int64_t timeout_ms);
 /* Milliseconds left until `deadline` (0 when passed, INT32_MAX-ish when infinite), for poll(2). */
 int xdc_deadline_poll_ms(uint64_t deadline);
 int xdc_deadline_passed(uint64_t deadline);
+/* Sleep `seconds` (<= 0: return at once), the whole of it even when signals interrupt the sleep. */
+void xdc_sleep_s(double seconds);
 
 /* Parse a duration such as "250ms", "30s", "2m", "1.5s" or a bare number of seconds into ms.
  * Returns 0 on success, -1 when the text is not a duration. */

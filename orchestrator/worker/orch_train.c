@@ -14,7 +14,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #define ORCH_PACE_STEPS 10 /* steps between looks at every region's pace (stragglers) */
 
@@ -47,11 +46,7 @@ static uint8_t *wire(const orch_worker *w, int k, int mb)
  * passes × layers × the region's layer time; the rest is a sleep, which the caller counts as compute. */
 static void compute_floor(const orch_worker *w, double t0, int layers, int passes)
 {
-    double until = t0 + passes * layers * w->model.layer_s;
-    for (double left; (left = until - now_s()) > 0;) {
-        struct timespec ts = {(time_t)left, (long)((left - floor(left)) * 1e9)};
-        nanosleep(&ts, NULL); /* a signal: the loop sleeps the rest */
-    }
+    xdc_sleep_s(t0 + passes * layers * w->model.layer_s - now_s());
 }
 
 static void trace_span(orch_worker *w, const char *name, uint64_t t0, int mb)
@@ -174,8 +169,7 @@ static void slow_down(orch_worker *w, double c0)
 {
     double extra = (w->model.slowdown - 1.0) * (w->prog.t_compute - c0);
     if (extra <= 0) return;
-    struct timespec ts = {(time_t)extra, (long)((extra - floor(extra)) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0) continue; /* a signal: sleep the rest */
+    xdc_sleep_s(extra);
     w->prog.t_compute += extra;
 }
 
