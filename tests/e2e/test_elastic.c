@@ -877,6 +877,23 @@ XDC_TEST_T(elastic_coordinator_takes_a_restarted_region_back, 180) { take_a_regi
  * it takes at once. */
 XDC_TEST_T(elastic_streaming_takes_a_restarted_region_back, 180) { take_a_region_back("srejoin", "streaming", "last"); }
 
+/* `xdc launch --max-restarts restarts` of `name`'s elastic run (128 steps of `mode`, `elastic`, a 5 s handshake)
+ * over its emulated WAN, the environment's `key` set to `val` for it alone (key NULL: none), waited for until
+ * step 20; dir[600] and log[700] receive the run's folder and its log. */
+static pid_t launch_to_step_20(const char *name, const char *mode, const char *elastic, const char *key,
+                               const char *val, const char *restarts, char *dir, char *log)
+{
+    need_corpus();
+    const char *run = write_run_timeouts(name, mode, 128, elastic, ", handshake: 5s");
+    snprintf(dir, 600, "%s/%s", xdc_test_tmpdir(), name);
+    snprintf(log, 700, "%s/%s.log", xdc_test_tmpdir(), name);
+    if (key) setenv(key, val, 1);
+    pid_t p = start_launch(run, NULL, dir, log, restarts);
+    if (key) unsetenv(key);
+    XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
+    return p;
+}
+
 /* `xdc launch --max-restarts` in `mode` over its emulated WAN: ap-south's worker killed after step 20, its
  * agent exits and the region leaves; the launcher starts its agent again, whose worker rejoins at an outer
  * round through the relay routes opened for it to dial the lower regions, with the hash-checked state of the
@@ -889,18 +906,11 @@ XDC_TEST_T(elastic_streaming_takes_a_restarted_region_back, 180) { take_a_region
  * The run ends with exit 0 and all three regions on the run's parameters. */
 static void launch_takes_a_region_back(const char *name, const char *mode, const char *fault, const char *named)
 {
-    need_corpus();
     int sync = strcmp(mode, "sync") == 0; /* checked against the serial reference: its parameters dumped */
-    const char *run = write_run_timeouts(
-        name, mode, 128, sync ? "{min_regions: 2, grace: 5s}\ndump_params: true" : "{min_regions: 2, grace: 5s}",
-        ", handshake: 5s");
     char dir[600], log[700];
-    snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
-    snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
-    if (fault) setenv("XDC_TEST_REJOIN", fault, 1);
-    pid_t p = start_launch(run, NULL, dir, log, fault ? "2" : "1");
-    unsetenv("XDC_TEST_REJOIN");
-    XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
+    pid_t p = launch_to_step_20(name, mode,
+                                sync ? "{min_regions: 2, grace: 5s}\ndump_params: true" : "{min_regions: 2, grace: 5s}",
+                                fault ? "XDC_TEST_REJOIN" : NULL, fault, fault ? "2" : "1", dir, log);
     signal_worker(dir, "ap-south", SIGKILL); /* in an exchange or not: its agent's failure drops it at once */
     char *out = launch_succeeded(p, dir, log);
     XDC_ASSERT_STR_CONTAINS(out, fault ? "starting region ap-south's agents again (restart 2 of --max-restarts 2)"
@@ -936,15 +946,9 @@ XDC_TEST_T(elastic_launch_restarts_a_killed_streaming_region_and_it_rejoins, 180
  * one model. */
 XDC_TEST_T(elastic_launch_joiner_gives_up_on_a_donor_that_died, 180)
 {
-    need_corpus();
-    const char *run = write_run_timeouts("lvanish", "diloco", 128, "{min_regions: 1, grace: 5s}", ", handshake: 5s");
     char dir[600], log[700];
-    snprintf(dir, sizeof dir, "%s/lvanish", xdc_test_tmpdir());
-    snprintf(log, sizeof log, "%s/lvanish.log", xdc_test_tmpdir());
-    setenv("XDC_TEST_REJOIN", "vanish@eu-west", 1);
-    pid_t p = start_launch(run, NULL, dir, log, "2");
-    unsetenv("XDC_TEST_REJOIN");
-    XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
+    pid_t p = launch_to_step_20("lvanish", "diloco", "{min_regions: 1, grace: 5s}", "XDC_TEST_REJOIN", "vanish@eu-west",
+                                "2", dir, log);
     signal_worker(dir, "ap-south", SIGKILL);
     char *out = launch_succeeded(p, dir, log);
     XDC_ASSERT_STR_CONTAINS(out, "starting region eu-west's agents again (restart 1 of --max-restarts 2)");
@@ -973,15 +977,9 @@ XDC_TEST_T(elastic_launch_restarts_a_killed_sync_region_and_it_rejoins, 180)
  * on one model. */
 XDC_TEST_T(elastic_launch_takes_two_regions_back_at_one_round, 180)
 {
-    need_corpus();
-    const char *run = write_run_timeouts("ltwo", "diloco", 128, "{min_regions: 1, grace: 5s}", ", handshake: 5s");
     char dir[600], log[700];
-    snprintf(dir, sizeof dir, "%s/ltwo", xdc_test_tmpdir());
-    snprintf(log, sizeof log, "%s/ltwo.log", xdc_test_tmpdir());
-    setenv("XDC_TEST_REJOIN_AT", "64", 1);
-    pid_t p = start_launch(run, NULL, dir, log, "1");
-    unsetenv("XDC_TEST_REJOIN_AT");
-    XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
+    pid_t p = launch_to_step_20("ltwo", "diloco", "{min_regions: 1, grace: 5s}", "XDC_TEST_REJOIN_AT", "64", "1", dir,
+                                log);
     signal_worker(dir, "eu-west", SIGKILL);
     signal_worker(dir, "ap-south", SIGKILL);
     char *out = launch_succeeded(p, dir, log);
