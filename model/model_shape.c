@@ -90,3 +90,41 @@ int xdc_model_shape_1f1b_inflight(int stages, int stage, int microbatches)
     int k = stages - stage;
     return k < microbatches ? k : microbatches;
 }
+
+void xdc_model_shape_interleaved_op(int stages, int chunks, int k, int forward, int *chunk, int *microbatch)
+{
+    int group = stages * chunks, in_group = ((k % group) + group) % group;
+    *chunk = forward ? in_group / stages : chunks - 1 - in_group / stages;
+    *microbatch = (k - in_group) / group * stages + in_group % stages;
+}
+
+int xdc_model_shape_interleaved_warmup(int stages, int stage, int chunks, int microbatches)
+{
+    int total = microbatches * chunks, warm = (stages - stage - 1) * 2 + (chunks - 1) * stages;
+    return microbatches == stages || warm > total ? total : warm;
+}
+
+/* One op of the interleaved order on the count of microbatches `chunk` holds. */
+static void hold(int stages, int chunks, int k, int forward, int chunk, int *held, int *peak)
+{
+    int c, mb;
+    xdc_model_shape_interleaved_op(stages, chunks, k, forward, &c, &mb);
+    if (c != chunk) return;
+    *held += forward ? 1 : -1;
+    if (*held > *peak) *peak = *held;
+}
+
+int xdc_model_shape_interleaved_inflight(int stages, int stage, int chunks, int microbatches, int chunk)
+{
+    if (chunks == 1) return xdc_model_shape_1f1b_inflight(stages, stage, microbatches);
+    /* The order: the warm-up's forwards, then forward warm + j and backward j, then the remaining backwards. */
+    int total = microbatches * chunks, warm = xdc_model_shape_interleaved_warmup(stages, stage, chunks, microbatches);
+    int held = 0, peak = 0;
+    for (int f = 0; f < warm; f++) hold(stages, chunks, f, 1, chunk, &held, &peak);
+    for (int j = 0; j < total - warm; j++) {
+        hold(stages, chunks, warm + j, 1, chunk, &held, &peak);
+        hold(stages, chunks, j, 0, chunk, &held, &peak);
+    }
+    for (int b = total - warm; b < total; b++) hold(stages, chunks, b, 0, chunk, &held, &peak);
+    return peak;
+}

@@ -58,5 +58,16 @@ double xdc_model_shape_boundary_bytes(const xdc_model_shape *m, int lb, int le, 
  * plus the one in the steady phase's forward, each freed by its backward. The runtime creates a stage with
  * this many slots (orchestrator/worker/orch_worker.c) and the planner prices it (scheduler/). */
 int xdc_model_shape_1f1b_inflight(int stages, int stage, int microbatches);
+/* Megatron-LM's interleaved 1F1B (Narayanan et al. 2021), `chunks` (v) model chunks per stage: stage s
+ * holds chunks s, s + P, ..., s + (v − 1)·P of the P·v-way layer split, and runs the M·v microbatch-chunks of
+ * a step in this order (M a multiple of P). Forward number k (0-based) is of local chunk (k mod P·v) / P and
+ * microbatch (k / (P·v))·P + k mod P; backward number k runs the chunks the other way round (chunk v − 1 −
+ * that). k may be negative (Megatron's look-back at the pipeline's ends): taken modulo P·v. */
+void xdc_model_shape_interleaved_op(int stages, int chunks, int k, int forward, int *chunk, int *microbatch);
+/* Forwards before the first backward: (P − s − 1)·2 + (v − 1)·P, all M·v when M == P, at most M·v. */
+int xdc_model_shape_interleaved_warmup(int stages, int stage, int chunks, int microbatches);
+/* The most microbatches local chunk `chunk` holds at once in that order (each chunk's slots, as
+ * xdc_model_shape_1f1b_inflight is for one chunk; chunks == 1 gives exactly it). */
+int xdc_model_shape_interleaved_inflight(int stages, int stage, int chunks, int microbatches, int chunk);
 
 #endif /* XDC_MODEL_SHAPE_H */

@@ -31,8 +31,9 @@ xdc_err_t orch_model_alloc_boundary(orch_model *m, size_t *bytes)
     /* On the device: the stage reads x_in and dy_in there, and the intra communicator reaches all three
      * through the device's comm_view. */
     size_t one = (size_t)m->B * (size_t)m->T * (size_t)m->C * sizeof(float);
-    bool first = xdc_gpt_stage_is_first(m->st), last = xdc_gpt_stage_is_last(m->st);
-    float **buf[] = {first ? NULL : &m->x_in, last ? NULL : &m->dy_in, first ? NULL : &m->dx_out};
+    bool first = xdc_gpt_stage_is_first(m->st), last = xdc_gpt_stage_is_last(m->st), ileave = m->chunks > 1;
+    float **buf[] = {first && !ileave ? NULL : &m->x_in, last && !ileave ? NULL : &m->dy_in,
+                     first || ileave ? NULL : &m->dx_out};
     *bytes = 0;
     for (size_t i = 0; i < sizeof buf / sizeof buf[0]; i++) {
         if (!buf[i]) continue;
@@ -60,29 +61,72 @@ static xdc_err_t replica_microbatches(orch_worker *w, bool *unequal, xdc_diag *d
     return XDC_OK;
 }
 
+/* pipeline_chunks > 1 where the run file allowed it (orch_run_config.c): what the topology decides. The
+ * gradients of a worker's chunks are separate arenas, which no sync, checkpoint or outer round carries yet,
+ * and the wrap-around from the last stage to the first has no WAN link. */
+static xdc_err_t check_chunks(const orch_worker *w, xdc_diag *diag)
+{
+    int v = w->cfg->pipeline_chunks;
+    if (w->id->n_replicas > 1 || (!w->id->span && w->id->n_regions > 1)) {
+        xdc_diag_set(diag,
+                     "pipeline_chunks %d is built for one pipeline without data-parallel replicas; this topology "
+                     "gives %d (%d per region, %d regions%s)",
+                     v, w->id->n_replicas * (w->id->span ? 1 : w->id->n_regions), w->id->n_replicas, w->id->n_regions,
+                     w->id->span ? ", span_regions" : "");
+        return XDC_ERR_CONFIG;
+    }
+    if (w->id->n_regions > 1) {
+        xdc_diag_set(diag,
+                     "pipeline_chunks %d with a region boundary inside the pipeline (span_regions over %d regions) "
+                     "is not built: the chunks' wrap-around from the last stage to the first has no WAN link",
+                     v, w->id->n_regions);
+        return XDC_ERR_CONFIG;
+    }
+    return XDC_OK;
+}
+
+/* The worker's chunks (one, its stage, unless pipeline_chunks > 1), each with the slots its schedule holds
+ * at most (xdc_model_shape_interleaved_inflight: 1F1B's bound for one chunk). */
+static xdc_err_t open_chunks(orch_worker *w, xdc_diag *diag)
+{
+    const xdc_train_config *c = &w->cfg->train;
+    int v = w->cfg->pipeline_chunks, P = w->id->n_stages, s = w->id->stage;
+    if (v > 1) XDC_CHECK(check_chunks(w, diag));
+    w->model.chunks = v;
+    for (int k = 0; k < v; k++) {
+        int slots = xdc_model_shape_interleaved_inflight(P, s, v, w->model.M, k);
+        xdc_gpt_stage_config sc = {.model = c->model,
+                                   .layer_begin = w->id->layer_begin,
+                                   .layer_end = w->id->layer_end,
+                                   .batch = c->batch_size,
+                                   .seq_len = c->seq_len,
+                                   .max_inflight = slots,
+                                   /* delayed averaging: the sync holds one arena while backward fills the other */
+                                   .grad_buffers = w->cfg->sync.delay_steps ? 2 : 1,
+                                   .seed = (uint64_t)c->seed,
+                                   .adamw = {(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay}};
+        if (v > 1) orch_stage_layers(c->model.n_layer, P * v, s + k * P, &sc.layer_begin, &sc.layer_end);
+        XDC_CHECK(xdc_gpt_stage_create(w->model.be->model, &sc, &w->model.chunk[k], diag));
+        XDC_INFO(XDC_SUB_ORCH, "chunk %d/%d of stage %d: layers %d-%d, activation slots %d x %zu bytes", k, v, s,
+                 sc.layer_begin, sc.layer_end - 1, slots, xdc_gpt_stage_slot_bytes(w->model.chunk[k]));
+    }
+    w->model.st = w->model.chunk[0];
+    return XDC_OK;
+}
+
 static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
 {
     const xdc_train_config *c = &w->cfg->train;
     w->model.be->model->set_threads(w->cfg->threads);
     bool unequal;
     XDC_CHECK(replica_microbatches(w, &unequal, diag));
-    int slots = xdc_model_shape_1f1b_inflight(w->id->n_stages, w->id->stage, w->model.M); /* 1F1B's bound */
-    xdc_gpt_stage_config sc = {.model = c->model,
-                               .layer_begin = w->id->layer_begin,
-                               .layer_end = w->id->layer_end,
-                               .batch = c->batch_size,
-                               .seq_len = c->seq_len,
-                               .max_inflight = slots,
-                               /* delayed averaging: the sync holds one arena while backward fills the other */
-                               .grad_buffers = w->cfg->sync.delay_steps ? 2 : 1,
-                               .seed = (uint64_t)c->seed,
-                               .adamw = {(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay}};
-    XDC_CHECK(xdc_gpt_stage_create(w->model.be->model, &sc, &w->model.st, diag));
+    XDC_CHECK(open_chunks(w, diag));
     w->model.n_params = xdc_gpt_stage_num_params(w->model.st);
     w->model.B = c->batch_size;
     w->model.T = c->seq_len;
     w->model.C = c->model.n_embd;
-    if (xdc_gpt_stage_is_first(w->model.st) || xdc_gpt_stage_is_last(w->model.st)) {
+    /* Data on the stages that hold the embeddings (the first chunk) or the head (the last). */
+    if (xdc_gpt_stage_is_first(w->model.st) || xdc_gpt_stage_is_last(w->model.chunk[w->model.chunks - 1])) {
         /* Every replica of every region reads its own shard; the stages of one replica read the same one.
          * Unequal replicas read their counts' share of each global step (xdc_data.h). */
         int world = w->id->span ? 1 : w->id->n_regions * w->id->n_replicas;
@@ -110,8 +154,8 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
     w->model.tokens = xdc_malloc(M * bt * sizeof(int32_t));
     w->model.targets = xdc_malloc(M * bt * sizeof(int32_t));
     XDC_CHECK(orch_model_alloc_boundary(&w->model, &boundary));
-    XDC_INFO(XDC_SUB_ORCH, "activation memory: slots %d x %zu bytes, pipeline boundary buffers %zu bytes", slots,
-             xdc_gpt_stage_slot_bytes(w->model.st), boundary);
+    XDC_INFO(XDC_SUB_ORCH, "activation memory: slots %d x %zu bytes, pipeline boundary buffers %zu bytes",
+             xdc_gpt_stage_slots(w->model.st), xdc_gpt_stage_slot_bytes(w->model.st), boundary);
     const xdc_device_ops *dev = w->model.be->device;
     XDC_CHECK(dev->mem_alloc((void **)&w->pipe.scalars, ORCH_PIPE_SCALAR_ROWS * ORCH_PIPE_MAX_SCALARS * sizeof(float)));
     w->pipe.x_req = xdc_calloc(M, sizeof *w->pipe.x_req);
@@ -219,7 +263,7 @@ static void close_worker(orch_worker *w)
     xdc_codec_destroy(w->pipe.dec);
     for (int i = 0; i < 4; i++) xdc_lowrank_destroy(w->pipe.lowrank[i]);
     if (w->model.be) w->model.be->device->host_free(w->pipe.lowrank_host);
-    xdc_gpt_stage_destroy(w->model.st);
+    for (int k = 0; k < w->model.chunks; k++) xdc_gpt_stage_destroy(w->model.chunk[k]);
     xdc_data_destroy(w->model.data);
     xdc_data_destroy(w->model.val);
     orch_trace_destroy(w->tele.trace);

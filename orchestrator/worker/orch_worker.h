@@ -51,8 +51,15 @@ typedef struct orch_model {
     int B, T, C, M; /* M: this replica's microbatches per step (microbatches_per_replica, else microbatches) */
     int M_region;   /* the microbatches of all the region's replicas together per step */
     int32_t *tokens, *targets; /* (M, B*T) */
+    /* Interleaved 1F1B (pipeline_chunks v = chunks > 1): chunk[k] holds the layers of virtual stage stage + k·P of
+     * the P·v-way split (orch_train.c), st is chunk[0] and n_params its count (what the syncs, checkpoints and
+     * outer rounds carry: orch_run_config.c and orch_worker.c refuse those with chunks). chunks 1: chunk[0] = st. */
+    xdc_gpt_stage *chunk[ORCH_MAX_CHUNKS];
+    int chunks;
     /* Pipeline boundary buffers, device memory, one microbatch each: 1F1B never has two microbatches in
-     * one (orch_train.c, docs/runtime.md). NULL where the stage has no such neighbour. */
+     * one (orch_train.c, docs/runtime.md). NULL where the stage has no such neighbour. With chunks > 1 every
+     * stage has x_in and dy_in (the chunks' boundary wraps from the last stage to the first) and no dx_out
+     * (each schedule step's transfers complete within it). */
     float *x_in;   /* (B*T*C) fp32 activation received from the previous stage */
     float *dy_in;  /* (B*T*C) fp32 gradient received from the next stage */
     float *dx_out; /* (B*T*C) fp32 copy of the input gradient being sent: the send outlives the next backward */

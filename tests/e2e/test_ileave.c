@@ -1,0 +1,115 @@
+/* test_ileave.c — interleaved 1F1B (pipeline_chunks, docs/runtime.md) end to end: an 8-layer tiny model
+ * through one pipeline of 2 and of 4 stages in one region, at v = 1 and v = 2 chunks per stage, ends on the
+ * parameters of the single-process reference of the P·v-way split (codec none), and the strict CPU device
+ * under the intra backend's NCCL semantics ends on the cpu run's params_xxh64; the run file's and the
+ * topology's misuses are named. */
+#include "tests/xdc_test.h"
+#include "tests/e2e/test_orch_util.h"
+
+#include "model/xdc_gpt.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* One region of `workers` CPU workers: one pipeline of that many stages, no data-parallel replica. */
+static const char *one_region(int workers)
+{
+    static char path[600];
+    char text[1024];
+    snprintf(path, sizeof path, "%s/one-region-%d.yaml", xdc_test_tmpdir(), workers);
+    snprintf(text, sizeof text,
+             "name: one-region\nregions:\n  - name: us-east\n    nodes: east-node1\n    gpus_per_node: 0\n"
+             "    workers_per_node: %d\n    gpu: {model: cpu, bf16_tflops: 0.05, memory_gib: 4}\n"
+             "    intra: {bandwidth_gbps: 40, latency_us: 10}\n    wan_endpoint: 127.0.0.1:29400\n",
+             workers);
+    xdc_test_write_file(path, text);
+    return path;
+}
+
+/* `xdc launch` of P stages x v chunks, 3 steps of M = 4 microbatches, on `device` (with NCCL semantics for
+ * cpu-strict); its parameters against the serial reference of P·v stages (cpu), and its params_xxh64. */
+static void run_chunks(int P, int v, const char *device, char hash[64])
+{
+    static char out[65536];
+    char extra[1024], name[64], dir[600], cmd[2048];
+    const char *model = e2e_write_tiny(8, 10);
+    snprintf(name, sizeof name, "ileave-%d-%d-%s", P, v, device);
+    snprintf(extra, sizeof extra, "model: %s\nmicrobatches: 4\npipeline_chunks: %d\ndump_params: true\n", model, v);
+    const char *run = e2e_write_run_pb(name, "sync", 3, "none", P, 0.05, extra);
+    snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
+    snprintf(cmd, sizeof cmd, "%s timeout 240 %s launch -t %s -c %s --run-dir %s --device %s",
+             strcmp(device, "cpu-strict") == 0 ? "XDC_INTRA_NCCL_SEMANTICS=1" : "", xdc_test_bin(), one_region(P), run,
+             dir, device);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", name, rc, out);
+    e2e_final_field(out, "params_xxh64=", hash, 64);
+    xdc_gpt_stage *st[E2E_MAX_STAGES];
+    e2e_reference_run(3, 4, model, 1, 1, P * v, 0, NULL, st);
+    double d = e2e_params_max_diff(dir, P * v, st);
+    for (int s = 0; s < P * v; s++) xdc_gpt_stage_destroy(st[s]);
+    printf("%s: params_xxh64=%s, max |run - reference of %d stages| = %.3g\n", name, hash, P * v, d);
+    XDC_ASSERT_MSG(d <= 1e-6, "%s differs from the single-process reference by %.3g", name, d);
+}
+
+/* v = 1 and 2 at P stages match the reference; v = 2 on cpu-strict under NCCL semantics ends on cpu's hash. */
+static void chunks_match(int P)
+{
+    char h1[64], h2[64], strict[64];
+    run_chunks(P, 1, "cpu", h1);
+    run_chunks(P, 2, "cpu", h2);
+    run_chunks(P, 2, "cpu-strict", strict);
+    XDC_ASSERT_MSG(strcmp(h2, strict) == 0, "cpu-strict ends at params_xxh64=%s, cpu at %s", strict, h2);
+}
+
+XDC_TEST_T(ileave_two_stages_match_single_process, 300)
+{
+    e2e_need_corpus();
+    chunks_match(2);
+}
+
+XDC_TEST_T(ileave_four_stages_match_single_process, 300)
+{
+    e2e_need_corpus();
+    chunks_match(4);
+}
+
+/* A failed launch into `dir`: its workers' logs name `want`. */
+static void logs_name(const char *dir, const char *want)
+{
+    static char out[65536];
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cat %s/logs/*.log", dir);
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 0);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+}
+
+/* What the interleaved schedule refuses, by name: a microbatch count that is no multiple of the stages (run
+ * file), a data-parallel replica and a region boundary inside the pipeline (topology). */
+XDC_TEST_T(ileave_refusals_are_named, 120)
+{
+    e2e_need_corpus();
+    static char out[65536];
+    char extra[1024], dir[600], cmd[2048];
+    snprintf(extra, sizeof extra, "model: %s\nmicrobatches: 3\npipeline_chunks: 2\n", e2e_write_tiny(8, 10));
+    const char *run = e2e_write_run_pb("ileave-m3", "sync", 1, "none", 2, 0.05, extra);
+    snprintf(dir, sizeof dir, "%s/ileave-m3", xdc_test_tmpdir());
+    XDC_ASSERT(e2e_launch(run, dir, NULL, out, sizeof out) != 0);
+    XDC_ASSERT_STR_CONTAINS(out, "pipeline_chunks 2 needs microbatches (3) a multiple of pipeline_stages (2)");
+    /* demo-2region: 2 stages per region, so each region is a replica of the model */
+    snprintf(extra, sizeof extra, "model: %s\nmicrobatches: 2\npipeline_chunks: 2\n", e2e_write_tiny(8, 10));
+    run = e2e_write_run_pb("ileave-dp", "sync", 1, "none", 2, 0.05, extra);
+    snprintf(dir, sizeof dir, "%s/ileave-dp", xdc_test_tmpdir());
+    XDC_ASSERT(e2e_launch(run, dir, NULL, out, sizeof out) != 0);
+    logs_name(dir, "pipeline_chunks 2 is built for one pipeline without data-parallel replicas; this topology gives 2 "
+                   "(1 per region, 2 regions)");
+    snprintf(extra, sizeof extra,
+             "model: %s\nmicrobatches: 2\npipeline_chunks: 2\nspan_regions: true\nactivation_codec: none\n",
+             e2e_write_tiny(8, 10));
+    run = e2e_write_run_pb("ileave-span", "sync", 1, "none", 2, 0.05, extra);
+    snprintf(dir, sizeof dir, "%s/ileave-span", xdc_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "timeout 120 %s launch -t examples/topology/span-2region.yaml -c %s --run-dir %s",
+             xdc_test_bin(), run, dir);
+    XDC_ASSERT(xdc_test_run(cmd, out, sizeof out) != 0);
+    logs_name(dir, "pipeline_chunks 2 with a region boundary inside the pipeline (span_regions over 2 regions) is "
+                   "not built");
+}
