@@ -96,9 +96,23 @@ static int microbatches_for(const search *s, int replicas)
  * ends (orch_train.c's 1F1B groups), so each such receive adds its latency to every steady-state cycle of
  * the stage; WAN receives are posted when the step begins. */
 static double pipe_time(const double *c, const double *lat, const double *occ, const unsigned char *in_region, int P,
-                        int M, double *compute)
+                        int M, int v, double *compute)
 {
     double sum = 0, cmax = 0, period = 0;
+    if (v > 1) {
+        /* Interleaved 1F1B (v chunks per stage, inside a region): the fill and drain cross one chunk (c/v) of
+         * every stage but the slowest, (P − 1)/(M·v) of the compute for equal stages, and each boundary's
+         * latency once each way; each of a microbatch's v schedule steps waits for its group's transfers
+         * (orch_train.c completes a step's group before the next compute). */
+        double lsum = 0, lmax = 0;
+        for (int i = 0; i < P; i++) {
+            sum += c[i];
+            cmax = fmax(cmax, c[i]);
+            if (i + 1 < P) lsum += lat[i], lmax = fmax(lmax, lat[i]);
+        }
+        *compute = M * cmax;
+        return M * (cmax + v * lmax) + (sum - cmax) / v + 2 * lsum;
+    }
     for (int i = 0; i < P; i++) {
         sum += c[i];
         if (c[i] > cmax) cmax = c[i];
@@ -205,8 +219,36 @@ typedef struct dp_region {
  * region's GPUs within the smallest GPU's memory (the runtime runs one partition in every region), so the
  * stage holding the embeddings or the LM head gets fewer layers; the runtime's even split
  * (orch_stage_layers) when memory allows no balanced one (dp_fits then says why). */
+/* The chunks a data-parallel structure of P stages at M microbatches runs: opts.chunks where the interleaved
+ * schedule applies (P >= 2, M a multiple of P, a layer per chunk at least), else 1. */
+static int plan_chunks(const search *s, int P, int M)
+{
+    int v = s->o->chunks;
+    return v > 1 && P >= 2 && M % P == 0 && P * v <= s->m->layers ? v : 1;
+}
+
+/* Interleaved 1F1B: the runtime's even P·v split (it runs no other with chunks), each stage's figures summed
+ * over its chunks (topo_chunks_mem_gib); its memory is dp_mem's. */
+static void fill_chunked(search *s, xdc_plan *p, int P, int M)
+{
+    for (int i = 0; i < P; i++) {
+        xdc_plan_stage *st = &p->stage[i];
+        st->region = -1;
+        topo_even_split(s->m->layers, P * p->chunks, i, &st->layer_begin, &st->layer_end);
+        (void)topo_chunks_mem_gib(s->m, P, i, p->chunks, M, s->mb, s->b->seq_len, 0, &st->act_bytes, &st->inflight,
+                                  &st->params, &st->flops_mb);
+        st->boundary_bytes = 2 * (double)s->mb * s->b->seq_len * s->m->boundary_bytes_per_token; /* x_in, dy_in */
+    }
+}
+
 static void fill_stages(search *s, xdc_plan *p, int P, int M)
 {
+    p->stages = P;
+    p->chunks = plan_chunks(s, P, M);
+    if (p->chunks > 1) {
+        fill_chunked(s, p, P, M);
+        return;
+    }
     chain_stage cs[XDC_PLAN_MAX_STAGES];
     double flops = 1e300, mem = 1e300;
     for (int r = 0; r < s->t->n_regions; r++) {
@@ -219,13 +261,11 @@ static void fill_stages(search *s, xdc_plan *p, int P, int M)
             .region = -1, .flops = flops, .mem_limit = mem, .inflight = xdc_model_shape_1f1b_inflight(P, i, M)};
     int lb[XDC_PLAN_MAX_STAGES + 1];
     int balanced = partition_layers(s, cs, P, lb);
-    p->stages = P;
     for (int i = 0; i < P; i++) {
         xdc_plan_stage *st = &p->stage[i];
-        int base = s->m->layers / P, extra = s->m->layers % P;
         st->region = -1;
-        st->layer_begin = balanced ? lb[i] : i * base + (i < extra ? i : extra); /* orch_stage_layers' split */
-        st->layer_end = balanced ? lb[i + 1] : st->layer_begin + base + (i < extra ? 1 : 0);
+        topo_even_split(s->m->layers, P, i, &st->layer_begin, &st->layer_end); /* orch_stage_layers' split */
+        if (balanced) st->layer_begin = lb[i], st->layer_end = lb[i + 1];
         st->params = xdc_model_shape_stage_params(s->m, st->layer_begin, st->layer_end);
         st->flops_mb = topo_stage_flops(s->m, st->layer_begin, st->layer_end, tokens_mb(s), s->b->seq_len);
         st->inflight = cs[i].inflight;
@@ -244,8 +284,13 @@ static int dp_mem(const search *s, xdc_plan *p, double extra_bytes_per_param)
             p->mem_gib_limit = s->t->regions[r].gpu_memory_gib;
     for (int i = 0; i < p->stages; i++) {
         xdc_plan_stage *st = &p->stage[i];
-        st->mem_gib = topo_stage_mem_gib(s->m, st->layer_begin, st->layer_end, st->inflight, p->micro_batch,
-                                         s->b->seq_len, extra_bytes_per_param);
+        double act, params, flops;
+        int inflight;
+        st->mem_gib = p->chunks > 1
+                          ? topo_chunks_mem_gib(s->m, p->stages, i, p->chunks, p->microbatches, p->micro_batch,
+                                                s->b->seq_len, extra_bytes_per_param, &act, &inflight, &params, &flops)
+                          : topo_stage_mem_gib(s->m, st->layer_begin, st->layer_end, st->inflight, p->micro_batch,
+                                               s->b->seq_len, extra_bytes_per_param);
         if (st->mem_gib > p->mem_gib_max) p->mem_gib_max = st->mem_gib;
     }
     return p->mem_gib_max <= TOPO_PLAN_MEM_HEADROOM * p->mem_gib_limit;
@@ -294,7 +339,7 @@ static void dp_region_times(search *s, const xdc_plan *p, int r, dp_region *out)
         lat[i] = occ[i] = xfer;
         in_region[i] = 1;
     }
-    out->t_pipe = pipe_time(c, lat, occ, in_region, p->stages, p->microbatches, &out->compute);
+    out->t_pipe = pipe_time(c, lat, occ, in_region, p->stages, p->microbatches, p->chunks, &out->compute);
     out->bubble = out->t_pipe - out->compute;
     /* Every link a shard crosses on its way to r, and every link out of r, carries one shard of a bucket per
      * region routed over it (s->load): the slowest such share paces r's buckets. A shard relayed h hops lands
@@ -709,8 +754,8 @@ static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, cons
             p->egress_usd += bytes / 1e9 * (l ? l->cost_usd_per_gb : 0);
         }
     }
-    double t_pipe = pipe_time(c, lat, occ, in_region, P, M, &compute);
-    double t_pipe0 = pipe_time(c, lat0, lat0, in_region, P, M, &compute0), total = 0, wan_part = t_pipe - t_pipe0,
+    double t_pipe = pipe_time(c, lat, occ, in_region, P, M, 1, &compute);
+    double t_pipe0 = pipe_time(c, lat0, lat0, in_region, P, M, 1, &compute0), total = 0, wan_part = t_pipe - t_pipe0,
            bubble0 = 0;
     for (int i = 0; i < P; i++) total += (double)D * M * c[i];
     host_bound(s, total, &t_pipe0, &bubble0);
@@ -753,6 +798,7 @@ static void eval_chain(search *s, const int *chain, int n)
         if (P > s->m->layers || P > XDC_PLAN_MAX_STAGES || (s->o->stages > 0 && P != s->o->stages)) continue;
         p.mode = XDC_PLAN_PIPELINE;
         p.stages = P;
+        p.chunks = 1; /* the runtime builds no WAN link for the chunks' wrap-around (docs/planner.md) */
         p.n_chain = n;
         p.microbatches = microbatches_for(s, D);
         p.micro_batch = s->mb;
