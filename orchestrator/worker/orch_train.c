@@ -162,7 +162,8 @@ static int ring_prev(const orch_worker *w) { return (w->id->stage + w->id->n_sta
  * schedule does (send_forward_backward_recv_forward_backward): send y (the step's forward output) to the
  * next stage and dx (its backward's input gradient) to the previous one, receive into x_in from the previous
  * and into dy_in from the next. In this order on every stage, a pair of stages that exchange two messages
- * each way (P = 2) matches them as sent: y with x, dx with dy. Completing each group before the next lets y
+ * each way (P = 2) matches them as sent, y with x and dx with dy, on the intra communicator and on the one
+ * in-order WAN stream of a span over 2 regions alike (encoded through one wire buffer of each kind). Completing each group before the next lets y
  * and dx go straight from the chunk's slot and scratch, and keeps one microbatch at most in x_in and in
  * dy_in: a received input waits there until its forward, and the order never posts the next receive into a
  * buffer before its forward or backward read it (tests/e2e/test_ileave.c runs it under NCCL semantics). */
@@ -174,10 +175,11 @@ static xdc_err_t ileave_step(orch_worker *w, const float *y, const float *dx, bo
     if (!y && !dx && !recv_x && !recv_dy) return XDC_OK;
     XDC_CHECK(xdc_intra_group_start(orch_member_pp(w->member)));
     xdc_err_t st = XDC_OK;
-    if (y) st = orch_pipe_send(w, ring_next(w), y, btc, NULL, &r[n++], diag);
-    if (st == XDC_OK && dx) st = orch_pipe_send(w, ring_prev(w), dx, btc, NULL, &r[n++], diag);
-    if (st == XDC_OK && recv_x) st = orch_pipe_recv(w, ring_prev(w), w->model.x_in, btc, NULL, &r[n++], diag);
-    if (st == XDC_OK && recv_dy) st = orch_pipe_recv(w, ring_next(w), w->model.dy_in, btc, NULL, &r[n++], diag);
+    if (y) st = orch_pipe_send(w, ring_next(w), y, btc, wire(w, 2, 0), &r[n++], diag);
+    if (st == XDC_OK && dx) st = orch_pipe_send(w, ring_prev(w), dx, btc, wire(w, 3, 0), &r[n++], diag);
+    if (st == XDC_OK && recv_x) st = orch_pipe_recv(w, ring_prev(w), w->model.x_in, btc, wire(w, 0, 0), &r[n++], diag);
+    if (st == XDC_OK && recv_dy)
+        st = orch_pipe_recv(w, ring_next(w), w->model.dy_in, btc, wire(w, 1, 0), &r[n++], diag);
     XDC_CHECK(group_end(w, st, diag));
     for (int i = 0; i < n; i++) XDC_CHECK(orch_pipe_wait(w, &r[i], diag));
     return XDC_OK;
