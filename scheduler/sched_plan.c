@@ -104,14 +104,16 @@ static double pipe_time(const double *c, const double *lat, const double *occ, c
          * every stage but the slowest, (P − 1)/(M·v) of the compute for equal stages, and each boundary's
          * latency once each way; each of a microbatch's v schedule steps waits for its group's transfers
          * (orch_train.c completes a step's group before the next compute). */
-        double lsum = 0, lmax = 0;
+        double lsum = 0, lmax = 0, omax = 0;
         for (int i = 0; i < P; i++) {
             sum += c[i];
             cmax = fmax(cmax, c[i]);
-            if (i + 1 < P) lsum += lat[i], lmax = fmax(lmax, lat[i]);
+            if (i + 1 < P) lsum += lat[i], lmax = fmax(lmax, lat[i]), omax = fmax(omax, occ[i]);
         }
+        /* A link carries 2v − 1 of a microbatch's activations each way where the wrap-around shares it (2
+         * stages: the cut forward v times, the wrap v − 1 times back); taken for the busiest link. */
         *compute = M * cmax;
-        return M * (cmax + v * lmax) + (sum - cmax) / v + 2 * lsum;
+        return M * fmax(cmax + v * lmax, (2 * v - 1) * omax) + (sum - cmax) / v + 2 * lsum;
     }
     for (int i = 0; i < P; i++) {
         sum += c[i];
@@ -219,8 +221,8 @@ typedef struct dp_region {
  * region's GPUs within the smallest GPU's memory (the runtime runs one partition in every region), so the
  * stage holding the embeddings or the LM head gets fewer layers; the runtime's even split
  * (orch_stage_layers) when memory allows no balanced one (dp_fits then says why). */
-/* The chunks a data-parallel structure of P stages at M microbatches runs: opts.chunks where the interleaved
- * schedule applies (P >= 2, M a multiple of P, a layer per chunk at least), else 1. */
+/* The chunks a pipeline of P stages at M microbatches runs: opts.chunks where the interleaved schedule
+ * applies (P >= 2, M a multiple of P, a layer per chunk at least), else 1. */
 static int plan_chunks(const search *s, int P, int M)
 {
     int v = s->o->chunks;
@@ -727,8 +729,9 @@ static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
 static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, const char *codec, int D)
 {
     int P = p->stages, M = p->microbatches;
-    double c[XDC_PLAN_MAX_STAGES], lat[XDC_PLAN_MAX_STAGES], occ[XDC_PLAN_MAX_STAGES], lat0[XDC_PLAN_MAX_STAGES];
-    unsigned char in_region[XDC_PLAN_MAX_STAGES];
+    double c[XDC_PLAN_MAX_STAGES] = {0}, lat[XDC_PLAN_MAX_STAGES] = {0}, occ[XDC_PLAN_MAX_STAGES] = {0},
+           lat0[XDC_PLAN_MAX_STAGES] = {0};
+    unsigned char in_region[XDC_PLAN_MAX_STAGES] = {0};
     double act = tokens_mb(s) * s->m->boundary_bytes_per_token, compute, compute0;
     p->wan_bytes = p->egress_usd = 0;
     for (int i = 0; i < P; i++) {
@@ -749,14 +752,14 @@ static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, cons
         lat[i] = topo_link_owd(s->t, a, b) + TOPO_PLAN_MSG_OVERHEAD_S + wire / bw + act / ci.enc_Bps + act / ci.dec_Bps;
         for (int dir = 0; dir < 2; dir++) {
             const xdc_link *l = xdc_topology_link(s->t, dir ? b : a, dir ? a : b);
-            double bytes = (double)D * M * wire;
+            double bytes = (double)D * M * wire * (2 * p->chunks - 1); /* the wrap-around crosses too */
             p->wan_bytes += bytes;
             p->egress_usd += bytes / 1e9 * (l ? l->cost_usd_per_gb : 0);
         }
     }
-    double t_pipe = pipe_time(c, lat, occ, in_region, P, M, 1, &compute);
-    double t_pipe0 = pipe_time(c, lat0, lat0, in_region, P, M, 1, &compute0), total = 0, wan_part = t_pipe - t_pipe0,
-           bubble0 = 0;
+    double t_pipe = pipe_time(c, lat, occ, in_region, P, M, p->chunks, &compute);
+    double t_pipe0 = pipe_time(c, lat0, lat0, in_region, P, M, p->chunks, &compute0), total = 0,
+           wan_part = t_pipe - t_pipe0, bubble0 = 0;
     for (int i = 0; i < P; i++) total += (double)D * M * c[i];
     host_bound(s, total, &t_pipe0, &bubble0);
     t_pipe = t_pipe0 + wan_part;
@@ -822,6 +825,32 @@ static void eval_chain(search *s, const int *chain, int n)
             p.replicas[chain[i]] = D;
             if (s->t->regions[chain[i]].gpu_memory_gib < p.mem_gib_limit)
                 p.mem_gib_limit = s->t->regions[chain[i]].gpu_memory_gib;
+        }
+        /* Interleaved: the runtime builds the wrap-around from the last stage to the first over the chain's
+         * WAN link only where that is the one link between 2 stages in 2 regions; then every chunk boundary
+         * crosses it, 2v − 1 times per microbatch each way (eval_chain_codec, pipe_time). */
+        p.chunks = P == 2 && n == 2 ? plan_chunks(s, P, p.microbatches) : 1;
+        if (p.chunks > 1) {
+            fill_chunked(s, &p, P, p.microbatches);
+            for (int i = 0; i < P; i++) {
+                xdc_plan_stage *st = &p.stage[i];
+                double act, params, flops;
+                int inflight;
+                st->region = cs[i].region;
+                st->mem_gib = topo_chunks_mem_gib(s->m, P, i, p.chunks, p.microbatches, s->mb, s->b->seq_len,
+                                                  sync_extra_bytes(s), &act, &inflight, &params, &flops);
+                p.mem_gib_max = fmax(p.mem_gib_max, st->mem_gib);
+            }
+            p.cut_layer[0] = p.stage[1].layer_begin;
+            if (p.mem_gib_max > TOPO_PLAN_MEM_HEADROOM * p.mem_gib_limit) {
+                reject_memory(s, p.mem_gib_max, TOPO_PLAN_MEM_HEADROOM * p.mem_gib_limit, "an interleaved pipeline");
+                continue;
+            }
+            char act[MAX_CODECS][16];
+            int n_act = topo_codec_ladder(true, act, MAX_CODECS);
+            for (int c = 0; c < n_act; c++)
+                if (codec_allowed(s, act[c])) eval_chain_codec(s, &p, cs, act[c], D);
+            continue;
         }
         int lb[XDC_PLAN_MAX_STAGES + 1];
         if (!partition_layers(s, cs, P, lb)) {

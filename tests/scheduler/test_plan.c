@@ -900,6 +900,27 @@ XDC_TEST(plan_interleaved_bubble_and_memory_are_the_runtimes)
     xdc_plan_set_destroy(set);
     xdc_plan_set_destroy(one);
     xdc_topology_destroy(t);
+
+    /* The pipeline across 2 regions, one stage each: every chunk boundary crosses the WAN, the wrap-around
+     * too, 2v − 1 = 3 activations per microbatch each way for v = 1's one; a half-size bubble. */
+    t = two_regions(1, 0.05, 0.05, 80, "bandwidth_gbps: 10, rtt_ms: 10");
+    b.global_batch_tokens = (double)M * c.batch_size * c.seq_len;
+    o.mode = XDC_PLAN_PIPELINE;
+    o.chunks = 1;
+    one = search_ok(t, &m, &b, &o);
+    o.chunks = v;
+    set = search_ok(t, &m, &b, &o);
+    fprintf(stderr, "across regions: WAN %.0f vs %.0f bytes, bubble %.4f vs %.4f s, exposed WAN %.4f vs %.4f s\n",
+            set->best.wan_bytes, one->best.wan_bytes, set->best.t_bubble, one->best.t_bubble, set->best.t_wan_exposed,
+            one->best.t_wan_exposed);
+    XDC_ASSERT_EQ(set->best.chunks, v);
+    XDC_ASSERT_EQ(one->best.chunks, 1);
+    XDC_ASSERT_MSG(fabs(set->best.wan_bytes - 3 * one->best.wan_bytes) < 1e-6 * one->best.wan_bytes,
+                   "%.0f WAN bytes at v=2, %.0f at v=1", set->best.wan_bytes, one->best.wan_bytes);
+    XDC_ASSERT(set->best.t_bubble < one->best.t_bubble && set->best.t_wan_exposed > one->best.t_wan_exposed);
+    xdc_plan_set_destroy(set);
+    xdc_plan_set_destroy(one);
+    xdc_topology_destroy(t);
 }
 
 /* A pipeline cut across a 150 ms round trip: each stage's activation memory in the plan is what the
