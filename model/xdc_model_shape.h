@@ -66,6 +66,19 @@ int xdc_model_shape_1f1b_inflight(int stages, int stage, int microbatches);
 void xdc_model_shape_interleaved_op(int stages, int chunks, int k, int forward, int *chunk, int *microbatch);
 /* Forwards before the first backward: (P − s − 1)·2 + (v − 1)·P, all M·v when M == P, at most M·v. */
 int xdc_model_shape_interleaved_warmup(int stages, int stage, int chunks, int microbatches);
+/* Stage s's schedule as steps, Megatron's forward_backward_pipelining_with_interleaving: a step runs forward
+ * number `forward` and then backward number `backward` (-1: none), and ends with one group of transfers —
+ * the forward's output to the next stage unless it is the model's last chunk, the backward's input gradient
+ * to the previous unless it is the first, a receive of an input from the previous stage (recv_x) and of a
+ * gradient from the next (recv_dy) for later steps. Step 0 only receives the first input; then the warm-up's
+ * forwards, one forward and one backward per step, the remaining backwards. */
+typedef struct xdc_ileave_step {
+    int forward, backward;
+    int recv_x, recv_dy;
+} xdc_ileave_step;
+int xdc_model_shape_interleaved_steps(int stages, int stage, int chunks, int microbatches);
+void xdc_model_shape_interleaved_step(int stages, int stage, int chunks, int microbatches, int step,
+                                      xdc_ileave_step *out);
 /* The most microbatches local chunk `chunk` holds at once in that order (each chunk's slots, as
  * xdc_model_shape_1f1b_inflight is for one chunk; chunks == 1 gives exactly it). */
 int xdc_model_shape_interleaved_inflight(int stages, int stage, int chunks, int microbatches, int chunk);

@@ -167,7 +167,8 @@ static int ring_prev(const orch_worker *w) { return (w->id->stage + w->id->n_sta
  * and dx go straight from the chunk's slot and scratch, and keeps one microbatch at most in x_in and in
  * dy_in: a received input waits there until its forward, and the order never posts the next receive into a
  * buffer before its forward or backward read it (tests/e2e/test_ileave.c runs it under NCCL semantics). */
-static xdc_err_t ileave_step(orch_worker *w, const float *y, const float *dx, bool recv_x, bool recv_dy, xdc_diag *diag)
+static xdc_err_t ileave_transfers(orch_worker *w, const float *y, const float *dx, bool recv_x, bool recv_dy,
+                                  xdc_diag *diag)
 {
     size_t btc = (size_t)w->model.B * w->model.T * (size_t)w->model.C;
     orch_pipe_req r[4];
@@ -222,42 +223,20 @@ static xdc_err_t ileave_backward(orch_worker *w, int k, const float **dx)
     return XDC_OK;
 }
 
-/* The chunk of forward / backward number k, by Megatron's rule. */
-static int ileave_chunk(const orch_worker *w, int k, int forward)
-{
-    int c, mb;
-    xdc_model_shape_interleaved_op(w->id->n_stages, w->model.chunks, k, forward, &c, &mb);
-    return c;
-}
-
-/* Megatron-LM's interleaved 1F1B over M·v microbatch-chunks (Narayanan et al. 2021; the order is
- * xdc_model_shape_interleaved_op's): warm-up forwards, then one forward and one backward per step, then the
- * cool-down's backwards; which steps receive follows Megatron's forward_backward_pipelining_with_interleaving
- * (the first stage runs P − 1 forwards ahead of the last, hence its look-back of P − 1). */
+/* Megatron-LM's interleaved 1F1B over M·v microbatch-chunks (Narayanan et al. 2021), step by step as
+ * xdc_model_shape_interleaved_step gives them: warm-up forwards, then one forward and one backward per step,
+ * then the cool-down's backwards, each step's transfers after its compute. */
 static xdc_err_t ileave_pass(orch_worker *w, xdc_sync *sync, float *loss_sum, xdc_diag *diag)
 {
-    int M = w->model.M, P = w->id->n_stages, s = w->id->stage, v = w->model.chunks, total = M * v;
-    int warm = xdc_model_shape_interleaved_warmup(P, s, v, M), rest = total - warm;
-    bool first = s == 0, last = s == P - 1;
-    const float *y, *dx;
-    XDC_CHECK(ileave_step(w, NULL, NULL, !first, false, diag)); /* chunk 0's input of the first microbatch */
-    for (int k = 0; k < warm; k++) {
-        XDC_CHECK(ileave_forward(w, k, loss_sum, &y));
-        bool recv_x = !(first && ileave_chunk(w, k + 1, 1) == 0) && k != total - 1;
-        XDC_CHECK(ileave_step(w, y, NULL, recv_x, k == warm - 1 && rest > 0 && !last, diag));
-    }
-    for (int j = 0; j < rest; j++) {
-        XDC_CHECK(ileave_forward(w, warm + j, loss_sum, &y));
-        XDC_CHECK(ileave_backward(w, j, &dx));
-        bool recv_x = first ? ileave_chunk(w, warm + j - (P - 1), 1) != v - 1 : true;
-        bool recv_dy = last ? ileave_chunk(w, j - (P - 1), 0) != 0 : true;
-        XDC_CHECK(ileave_step(w, y, dx, recv_x && j != rest - 1, recv_dy, diag));
-    }
-    if (rest == 0) XDC_CHECK(ileave_step(w, NULL, NULL, false, !last, diag)); /* all warm-up (M = P) */
-    for (int k = rest; k < total; k++) {
-        XDC_CHECK(ileave_backward(w, k, &dx));
-        bool recv_dy = !(last && ileave_chunk(w, k + 1, 0) == v - 1) && k != total - 1;
-        XDC_CHECK(ileave_step(w, NULL, dx, false, recv_dy, diag));
+    int M = w->model.M, P = w->id->n_stages, s = w->id->stage, v = w->model.chunks;
+    int n = xdc_model_shape_interleaved_steps(P, s, v, M);
+    for (int i = 0; i < n; i++) {
+        xdc_ileave_step op;
+        const float *y = NULL, *dx = NULL;
+        xdc_model_shape_interleaved_step(P, s, v, M, i, &op);
+        if (op.forward >= 0) XDC_CHECK(ileave_forward(w, op.forward, loss_sum, &y));
+        if (op.backward >= 0) XDC_CHECK(ileave_backward(w, op.backward, &dx));
+        XDC_CHECK(ileave_transfers(w, y, dx, op.recv_x, op.recv_dy, diag));
     }
     /* orch_worker.c refuses a gradient partner with chunks: the mode's sync has no one to exchange with, and
      * its round on the first chunk's arena completes the mode's protocol. */
