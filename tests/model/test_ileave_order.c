@@ -30,9 +30,9 @@ typedef struct {
 typedef struct {
     int P, v, M;
     int step[MAXP], n_steps[MAXP];
-    int posted[MAXP];    /* the current step's group is posted, waiting to complete */
-    int open[MAXP];      /* its operations still unmatched */
-    int held[MAXP][2];   /* x_in, dy_in hold a message */
+    int posted[MAXP];  /* the current step's group is posted, waiting to complete */
+    int open[MAXP];    /* its operations still unmatched */
+    int held[MAXP][2]; /* x_in, dy_in hold a message */
     msg buf[MAXP][2];
     int inflight[MAXP][8], peak[MAXP][8];
     int done_f, done_b;
@@ -50,8 +50,8 @@ static void compute(sim *S, int s, int k, int fwd, msg *out, int *to)
     *to = -1;
     int need = fwd ? vs > 0 : vs < last, b = fwd ? 0 : 1;
     if (need) {
-        XDC_ASSERT_MSG(S->held[s][b], "P=%d v=%d M=%d: stage %d %s of chunk %d mb %d finds no input", S->P, S->v,
-                       S->M, s, fwd ? "forward" : "backward", c, mb);
+        XDC_ASSERT_MSG(S->held[s][b], "P=%d v=%d M=%d: stage %d %s of chunk %d mb %d finds no input", S->P, S->v, S->M,
+                       s, fwd ? "forward" : "backward", c, mb);
         XDC_ASSERT_MSG(S->buf[s][b].vstage == (fwd ? vs - 1 : vs + 1) && S->buf[s][b].mb == mb,
                        "P=%d v=%d M=%d: stage %d virtual stage %d mb %d %s reads vstage %d mb %d", S->P, S->v, S->M, s,
                        vs, mb, fwd ? "forward" : "backward", S->buf[s][b].vstage, S->buf[s][b].mb);
@@ -87,9 +87,10 @@ static void post(sim *S, int s)
         }
     for (int b = 0; b < 2; b++) {
         if (!(b ? op.recv_dy : op.recv_x)) continue;
-        XDC_ASSERT_MSG(!S->held[s][b], "P=%d v=%d M=%d: stage %d step %d receives into its %s, which still holds "
-                       "vstage %d mb %d", S->P, S->v, S->M, s, S->step[s], b ? "dy_in" : "x_in",
-                       S->buf[s][b].vstage, S->buf[s][b].mb);
+        XDC_ASSERT_MSG(!S->held[s][b],
+                       "P=%d v=%d M=%d: stage %d step %d receives into its %s, which still holds "
+                       "vstage %d mb %d",
+                       S->P, S->v, S->M, s, S->step[s], b ? "dy_in" : "x_in", S->buf[s][b].vstage, S->buf[s][b].mb);
         pair *l = &S->link[ring(S, s, b ? 1 : -1)][s];
         XDC_ASSERT(l->n_recv < 256);
         l->kind_wanted[l->n_recv++] = b;
@@ -134,8 +135,8 @@ static void run(int P, int v, int M)
             if (S.posted[s] && S.open[s] == 0) S.posted[s] = 0, S.step[s]++, progress = 1;
     }
     for (int s = 0; s < P; s++)
-        XDC_ASSERT_MSG(S.step[s] == S.n_steps[s] && !S.posted[s], "P=%d v=%d M=%d: stage %d stops at step %d of %d",
-                       P, v, M, s, S.step[s], S.n_steps[s]);
+        XDC_ASSERT_MSG(S.step[s] == S.n_steps[s] && !S.posted[s], "P=%d v=%d M=%d: stage %d stops at step %d of %d", P,
+                       v, M, s, S.step[s], S.n_steps[s]);
     XDC_ASSERT_EQ(S.done_f, P * v * M);
     XDC_ASSERT_EQ(S.done_b, P * v * M);
     for (int s = 0; s < P; s++)
