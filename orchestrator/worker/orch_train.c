@@ -1,4 +1,5 @@
-/* orch_train.c — the worker's training loop: a 1F1B pipeline schedule over M microbatches per step,
+/* orch_train.c — the worker's training loop: a 1F1B pipeline schedule over M microbatches per step (with
+ * pipeline_chunks, Megatron's interleaved 1F1B over the stage's chunks),
  * the hierarchical gradient sync started the moment backward finishes and waited for only before the
  * optimizer needs it (orch_train_inner_step, which every mode's step calls; the modes are in
  * orch_mode_*.c), validation through the pipeline, the re-plan check, progress lines and the final
@@ -163,10 +164,11 @@ static int ring_prev(const orch_worker *w) { return (w->id->stage + w->id->n_sta
  * next stage and dx (its backward's input gradient) to the previous one, receive into x_in from the previous
  * and into dy_in from the next. In this order on every stage, a pair of stages that exchange two messages
  * each way (P = 2) matches them as sent, y with x and dx with dy, on the intra communicator and on the one
- * in-order WAN stream of a span over 2 regions alike (encoded through one wire buffer of each kind). Completing each group before the next lets y
- * and dx go straight from the chunk's slot and scratch, and keeps one microbatch at most in x_in and in
- * dy_in: a received input waits there until its forward, and the order never posts the next receive into a
- * buffer before its forward or backward read it (tests/e2e/test_ileave.c runs it under NCCL semantics). */
+ * in-order WAN stream of a span over 2 regions alike (encoded through one wire buffer of each kind).
+ * Completing each group before the next lets y and dx go straight from the chunk's slot and scratch, and
+ * keeps one microbatch at most in x_in and in dy_in: a received input waits there until its forward, and the
+ * steps never post a receive into a buffer still held (tests/model/test_ileave_order.c checks the steps of
+ * every stage together; tests/e2e/test_ileave.c runs them under NCCL semantics). */
 static xdc_err_t ileave_transfers(orch_worker *w, const float *y, const float *dx, bool recv_x, bool recv_dy,
                                   xdc_diag *diag)
 {

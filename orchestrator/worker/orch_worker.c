@@ -117,8 +117,9 @@ static xdc_err_t open_chunks(orch_worker *w, xdc_diag *diag)
                                    .adamw = {(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay}};
         if (v > 1) orch_stage_layers(c->model.n_layer, P * v, s + k * P, &sc.layer_begin, &sc.layer_end);
         XDC_CHECK(xdc_gpt_stage_create(w->model.be->model, &sc, &w->model.chunk[k], diag));
-        XDC_INFO(XDC_SUB_ORCH, "chunk %d/%d of stage %d: layers %d-%d, activation slots %d x %zu bytes", k, v, s,
-                 sc.layer_begin, sc.layer_end - 1, slots, xdc_gpt_stage_slot_bytes(w->model.chunk[k]));
+        if (v > 1)
+            XDC_INFO(XDC_SUB_ORCH, "chunk %d/%d of stage %d: layers %d-%d, activation slots %d x %zu bytes", k, v, s,
+                     sc.layer_begin, sc.layer_end - 1, slots, xdc_gpt_stage_slot_bytes(w->model.chunk[k]));
     }
     w->model.st = w->model.chunk[0];
     return XDC_OK;
