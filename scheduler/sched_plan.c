@@ -726,6 +726,16 @@ static void search_dp_sets(search *s)
 
 static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
 
+/* `bytes` each way over the link between regions a and b: the plan's WAN bytes and egress cost. */
+static void chain_link_bytes(const search *s, xdc_plan *p, int a, int b, double bytes)
+{
+    for (int dir = 0; dir < 2; dir++) {
+        const xdc_link *l = xdc_topology_link(s->t, dir ? b : a, dir ? a : b);
+        p->wan_bytes += bytes;
+        p->egress_usd += bytes / 1e9 * (l ? l->cost_usd_per_gb : 0);
+    }
+}
+
 static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, const char *codec, int D)
 {
     int P = p->stages, M = p->microbatches;
@@ -750,12 +760,12 @@ static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, cons
         double wire = act * ci.ratio;
         occ[i] = D * wire / bw; /* every replica's activations share the link */
         lat[i] = topo_link_owd(s->t, a, b) + TOPO_PLAN_MSG_OVERHEAD_S + wire / bw + act / ci.enc_Bps + act / ci.dec_Bps;
-        for (int dir = 0; dir < 2; dir++) {
-            const xdc_link *l = xdc_topology_link(s->t, dir ? b : a, dir ? a : b);
-            double bytes = (double)D * M * wire * (2 * p->chunks - 1); /* the wrap-around crosses too */
-            p->wan_bytes += bytes;
-            p->egress_usd += bytes / 1e9 * (l ? l->cost_usd_per_gb : 0);
-        }
+        chain_link_bytes(s, p, a, b, (double)D * M * wire * p->chunks); /* each chunk crosses the cut */
+    }
+    if (p->chunks > 1) { /* the wrap-around from the last stage to the first, v − 1 times per microbatch */
+        topo_codec_info ci;
+        topo_codec_info_get(codec, 100, &ci);
+        chain_link_bytes(s, p, cs[P - 1].region, cs[0].region, (double)D * M * act * ci.ratio * (p->chunks - 1));
     }
     double t_pipe = pipe_time(c, lat, occ, in_region, P, M, p->chunks, &compute);
     double t_pipe0 = pipe_time(c, lat0, lat0, in_region, P, M, p->chunks, &compute0), total = 0,
@@ -826,10 +836,13 @@ static void eval_chain(search *s, const int *chain, int n)
             if (s->t->regions[chain[i]].gpu_memory_gib < p.mem_gib_limit)
                 p.mem_gib_limit = s->t->regions[chain[i]].gpu_memory_gib;
         }
-        /* Interleaved: the runtime builds the wrap-around from the last stage to the first over the chain's
-         * WAN link only where that is the one link between 2 stages in 2 regions; then every chunk boundary
-         * crosses it, 2v − 1 times per microbatch each way (eval_chain_codec, pipe_time). */
-        p.chunks = P == 2 && n == 2 ? plan_chunks(s, P, p.microbatches) : 1;
+        /* Interleaved where the runtime runs it: one pipeline (D = 1) whose wrap-around from the last stage to
+         * the first has a WAN link, the span's one link (2 regions of one worker) or its own (the last region
+         * has 2 workers or more and a link to the first; orch_member_span_wrap). Each chunk crosses a cut, the
+         * wrap-around v − 1 times per microbatch each way (eval_chain_codec, pipe_time). */
+        int last_w = workers(s, chain[n - 1]),
+            wraps = n == 2 && P == 2 ? 1 : last_w >= 2 && xdc_topology_link(s->t, chain[0], chain[n - 1]);
+        p.chunks = D == 1 && wraps ? plan_chunks(s, P, p.microbatches) : 1;
         if (p.chunks > 1) {
             fill_chunked(s, &p, P, p.microbatches);
             for (int i = 0; i < P; i++) {
@@ -841,7 +854,8 @@ static void eval_chain(search *s, const int *chain, int n)
                                                   sync_extra_bytes(s), &act, &inflight, &params, &flops);
                 p.mem_gib_max = fmax(p.mem_gib_max, st->mem_gib);
             }
-            p.cut_layer[0] = p.stage[1].layer_begin;
+            for (int i = 1, cut = 0; i < P; i++) /* before the first stage of each next region (its first chunk) */
+                if (cs[i].region != cs[i - 1].region) p.cut_layer[cut++] = p.stage[i].layer_begin;
             if (p.mem_gib_max > TOPO_PLAN_MEM_HEADROOM * p.mem_gib_limit) {
                 reject_memory(s, p.mem_gib_max, TOPO_PLAN_MEM_HEADROOM * p.mem_gib_limit, "an interleaved pipeline");
                 continue;

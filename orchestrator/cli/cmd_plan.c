@@ -146,9 +146,9 @@ void plan_print(FILE *f, const xdc_topology *t, const xdc_plan *p)
                 (double)(p->stages - 1) / ((double)p->microbatches * p->chunks));
     if (p->chunks > 1 && p->mode == XDC_PLAN_PIPELINE)
         fprintf(f,
-                "  every chunk boundary crosses the WAN, the wrap-around from the last stage to the first too: %d "
-                "crossings per microbatch each way\n",
-                2 * p->chunks - 1);
+                "  %d WAN crossings per microbatch each way: each cut once per chunk, the wrap-around from the last "
+                "stage to the first v - 1 times\n",
+                (p->n_chain - 1) * p->chunks + p->chunks - 1);
     fprintf(f, "  replicas per region:");
     for (int r = 0; r < t->n_regions; r++) fprintf(f, " %s=%d", t->regions[r].name, p->replicas[r]);
     if (plan_split(p)) {

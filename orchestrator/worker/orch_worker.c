@@ -63,7 +63,7 @@ static xdc_err_t replica_microbatches(orch_worker *w, bool *unequal, xdc_diag *d
 
 /* pipeline_chunks > 1 where the run file allowed it (orch_run_config.c): what the topology decides. The
  * gradients of a worker's chunks are separate arenas, which no sync, checkpoint or outer round carries yet,
- * and the wrap-around from the last stage to the first has a WAN link only where it is the span's one link. */
+ * and across regions the wrap-around from the last stage to the first needs a WAN link. */
 static xdc_err_t check_chunks(const orch_worker *w, xdc_diag *diag)
 {
     int v = w->cfg->pipeline_chunks;
@@ -75,14 +75,14 @@ static xdc_err_t check_chunks(const orch_worker *w, xdc_diag *diag)
                      w->id->span ? ", span_regions" : "");
         return XDC_ERR_CONFIG;
     }
-    /* Across regions the ring's links are the span's WAN peers: with 2 stages in 2 regions the wrap-around
-     * (stage 1 to stage 0) is the one link between them, the other way round. */
-    if (w->id->n_regions > 1 && !(w->id->n_regions == 2 && w->id->n_stages == 2)) {
+    /* Across regions the wrap-around from the last stage to the first crosses the WAN too. */
+    int own;
+    if (w->id->n_regions > 1 && !orch_member_span_wrap(w->member, &own)) {
         xdc_diag_set(diag,
-                     "pipeline_chunks %d with a region boundary inside the pipeline is built for 2 stages in 2 "
-                     "regions; here %d stages span %d regions, and the chunks' wrap-around from the last stage to "
-                     "the first would need a WAN link of its own",
-                     v, w->id->n_stages, w->id->n_regions);
+                     "pipeline_chunks %d across regions needs a WAN link for the chunks' wrap-around from the last "
+                     "stage (region %s) to the first (region %s): the topology must link the two, and the last "
+                     "region needs 2 workers or more (or both regions one)",
+                     v, w->topo->regions[w->id->n_regions - 1].name, w->topo->regions[0].name);
         return XDC_ERR_CONFIG;
     }
     if (w->id->n_regions > 1 && xdc_lowrank_named(w->cfg->activation_codec)) {
@@ -208,7 +208,8 @@ static xdc_err_t open_lowrank(orch_worker *w, xdc_diag *diag)
 /* Activation codec for stages that talk across the WAN (no error feedback: each tensor is used once). */
 static xdc_err_t open_pipe_codec(orch_worker *w, xdc_diag *diag)
 {
-    if (!orch_member_prev_peer(w->member) && !orch_member_next_peer(w->member)) return XDC_OK;
+    if (!orch_member_prev_peer(w->member) && !orch_member_next_peer(w->member) && !orch_member_wrap_peer(w->member))
+        return XDC_OK;
     w->pipe.elems = (size_t)w->model.B * w->model.T * (size_t)w->model.C;
     if (xdc_lowrank_named(w->cfg->activation_codec)) XDC_CHECK(open_lowrank(w, diag));
     else {
@@ -226,8 +227,8 @@ static xdc_err_t open_pipe_codec(orch_worker *w, xdc_diag *diag)
     }
     orch_pipe_wire_counts(w->id->n_stages, w->id->stage, w->model.M, orch_member_prev_peer(w->member) != NULL,
                           orch_member_next_peer(w->member) != NULL, w->pipe.wire_n);
-    /* Interleaved: the one WAN neighbour is both ring neighbours, and each schedule step's transfers complete
-     * within it (orch_train.c): one buffer of each kind. */
+    /* Interleaved: each schedule step's transfers complete within it (orch_train.c): one buffer of each kind,
+     * whichever of the ring's neighbours is across the WAN. */
     for (int k = 0; w->model.chunks > 1 && k < 4; k++) w->pipe.wire_n[k] = 1;
     size_t n = 0;
     for (int k = 0; k < 4; k++) n += (size_t)w->pipe.wire_n[k];

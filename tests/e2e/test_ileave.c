@@ -1,8 +1,8 @@
 /* test_ileave.c — interleaved 1F1B (pipeline_chunks, docs/runtime.md) end to end: an 8-layer tiny model
  * through one pipeline of 2 and of 4 stages in one region, at v = 1 and v = 2 chunks per stage, ends on the
  * parameters of the single-process reference of the P·v-way split (codec none), and the strict CPU device
- * under the intra backend's NCCL semantics ends on the cpu run's params_xxh64, and so does the pipeline of 2
- * stages across 2 regions; the run file's and the topology's misuses are named. */
+ * under the intra backend's NCCL semantics ends on the cpu run's params_xxh64; pipelines of 2 and 4 stages
+ * across 2 regions do the same; the run file's and the topology's misuses are named. */
 #include "tests/xdc_test.h"
 #include "tests/e2e/test_orch_util.h"
 
@@ -28,9 +28,11 @@ static const char *one_region(int workers)
 }
 
 /* `xdc launch` of P stages x v chunks, 3 steps of M = 4 microbatches, on `device` (with NCCL semantics for
- * cpu-strict), in one region, or with `span` over span-2region.yaml (stage 0 in us-east, stage 1 in eu-west:
- * every chunk boundary, the wrap-around too, crosses the emulated WAN, activations uncompressed); its
- * parameters against the serial reference of P·v stages (cpu), its params_xxh64 and WAN bytes. */
+ * cpu-strict), in one region, or with `span` one pipeline over 2 regions: span-2region.yaml for 2 stages (one
+ * in each region: every chunk boundary, the wrap-around too, crosses the emulated WAN), demo-2region.yaml
+ * for 4 (2 in each: stages 1-2 and the wrap-around 3-0 cross it, the others stay in a region), activations
+ * uncompressed; its parameters against the serial reference of P·v stages (cpu), its params_xxh64 and WAN
+ * bytes. */
 static double run_chunks(int P, int v, const char *device, int span, char hash[64])
 {
     static char out[65536];
@@ -43,7 +45,10 @@ static double run_chunks(int P, int v, const char *device, int span, char hash[6
     snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
     snprintf(cmd, sizeof cmd, "%s timeout 240 %s launch -t %s -c %s --run-dir %s --device %s",
              strcmp(device, "cpu-strict") == 0 ? "XDC_INTRA_NCCL_SEMANTICS=1" : "", xdc_test_bin(),
-             span ? "examples/topology/span-2region.yaml" : one_region(P), run, dir, device);
+             !span    ? one_region(P)
+             : P == 2 ? "examples/topology/span-2region.yaml"
+                      : TOPO,
+             run, dir, device);
     int rc = xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "%s exited %d:\n%s", name, rc, out);
     char bytes[64];
@@ -80,15 +85,22 @@ XDC_TEST_T(ileave_four_stages_match_single_process, 300)
     chunks_match(4);
 }
 
-/* The pipeline across regions: 2 stages, one in each region, v = 1 and 2 match the reference; with v = 2 the
- * activations and their gradients cross the WAN 2v − 1 = 3 times each way per microbatch. */
+/* Pipelines across regions match the reference at v = 1 and 2. 2 stages, one in each region: with v = 2 the
+ * activations and their gradients cross the WAN 2v − 1 = 3 times each way per microbatch, v = 1 once. 4 stages,
+ * 2 in each region: at v = 2 the boundary 1-2 twice and the wrap-around 3-0 (a WAN link of its own) once, 3
+ * times v = 1's one crossing too; cpu-strict under NCCL semantics ends on the cpu hash. */
 XDC_TEST_T(ileave_across_regions_matches_single_process, 300)
 {
     e2e_need_corpus();
-    char h1[64], h2[64];
-    double b1 = run_chunks(2, 1, "cpu", 1, h1), b2 = run_chunks(2, 2, "cpu", 1, h2);
-    printf("WAN bytes: v=1 %.0f, v=2 %.0f (x%.3f)\n", b1, b2, b2 / b1);
-    XDC_ASSERT_MSG(b2 > 2.9 * b1 && b2 < 3.1 * b1, "v=2 moved %.0f WAN bytes, v=1 %.0f: not 3 crossings for 1", b2, b1);
+    char h1[64], h2[64], strict[64];
+    for (int P = 2; P <= 4; P += 2) {
+        double b1 = run_chunks(P, 1, "cpu", 1, h1), b2 = run_chunks(P, 2, "cpu", 1, h2);
+        printf("%d stages, WAN bytes: v=1 %.0f, v=2 %.0f (x%.3f)\n", P, b1, b2, b2 / b1);
+        XDC_ASSERT_MSG(b2 > 2.9 * b1 && b2 < 3.1 * b1, "v=2 moved %.0f WAN bytes, v=1 %.0f: not 3 crossings for 1", b2,
+                       b1);
+    }
+    run_chunks(4, 2, "cpu-strict", 1, strict);
+    XDC_ASSERT_MSG(strcmp(h2, strict) == 0, "cpu-strict ends at params_xxh64=%s, cpu at %s", strict, h2);
 }
 
 /* A failed launch into `dir`: its workers' logs name `want`. */
@@ -107,7 +119,7 @@ XDC_TEST_T(ileave_refusals_are_named, 120)
 {
     e2e_need_corpus();
     static char out[65536];
-    char extra[1024], dir[600];
+    char extra[1024], dir[600], cmd[2048];
     snprintf(extra, sizeof extra, "model: %s\nmicrobatches: 3\npipeline_chunks: 2\n", e2e_write_tiny(8, 10));
     const char *run = e2e_write_run_pb("ileave-m3", "sync", 1, "none", 2, 0.05, extra);
     snprintf(dir, sizeof dir, "%s/ileave-m3", xdc_test_tmpdir());
@@ -120,14 +132,16 @@ XDC_TEST_T(ileave_refusals_are_named, 120)
     XDC_ASSERT(e2e_launch(run, dir, NULL, out, sizeof out) != 0);
     logs_name(dir, "pipeline_chunks 2 is built for one pipeline without data-parallel replicas; this topology gives 2 "
                    "(1 per region, 2 regions)");
-    /* 4 stages over demo-2region's 2 x 2 workers: the wrap-around (stage 3 in eu-west to stage 0 in us-east)
-     * would need a WAN link of its own */
+    /* 3 stages over demo-3region's 3 x 1 workers: the wrap-around's link would end on the last stage, which
+     * accepts its previous stage's already */
     snprintf(extra, sizeof extra,
-             "model: %s\nmicrobatches: 4\npipeline_chunks: 2\nspan_regions: true\nactivation_codec: none\n",
+             "model: %s\nmicrobatches: 3\npipeline_chunks: 2\nspan_regions: true\nactivation_codec: none\n",
              e2e_write_tiny(8, 10));
-    run = e2e_write_run_pb("ileave-span", "sync", 1, "none", 4, 0.05, extra);
+    run = e2e_write_run_pb("ileave-span", "sync", 1, "none", 3, 0.05, extra);
     snprintf(dir, sizeof dir, "%s/ileave-span", xdc_test_tmpdir());
-    XDC_ASSERT(e2e_launch(run, dir, NULL, out, sizeof out) != 0);
-    logs_name(dir, "pipeline_chunks 2 with a region boundary inside the pipeline is built for 2 stages in 2 regions; "
-                   "here 4 stages span 2 regions");
+    snprintf(cmd, sizeof cmd, "timeout 120 %s launch -t examples/topology/demo-3region.yaml -c %s --run-dir %s",
+             xdc_test_bin(), run, dir);
+    XDC_ASSERT(xdc_test_run(cmd, out, sizeof out) != 0);
+    logs_name(dir, "pipeline_chunks 2 across regions needs a WAN link for the chunks' wrap-around from the last stage "
+                   "(region ap-south) to the first (region us-east)");
 }

@@ -921,6 +921,25 @@ XDC_TEST(plan_interleaved_bubble_and_memory_are_the_runtimes)
     xdc_plan_set_destroy(set);
     xdc_plan_set_destroy(one);
     xdc_topology_destroy(t);
+    /* 8 layers in 4 stages, 2 in each region: the cut once per chunk, the wrap-around (its own link) v − 1
+     * times: again 3 times v = 1's bytes; the plan's cut is before the second region's first stage's first
+     * chunk. */
+    t = two_regions(2, 0.05, 0.05, 80, "bandwidth_gbps: 10, rtt_ms: 10");
+    c.model.n_layer = 8; /* a layer for each of the 4 x 2 chunks */
+    xdc_model_shape_of(&c.model, &m);
+    o.stages = 4;
+    snprintf(o.codec, sizeof o.codec, "bf16");
+    o.chunks = 1;
+    one = search_ok(t, &m, &b, &o);
+    o.chunks = v;
+    set = search_ok(t, &m, &b, &o);
+    XDC_ASSERT_EQ(set->best.chunks, v);
+    XDC_ASSERT_EQ(set->best.cut_layer[0], set->best.stage[2].layer_begin);
+    XDC_ASSERT_MSG(fabs(set->best.wan_bytes - 3 * one->best.wan_bytes) < 1e-6 * one->best.wan_bytes,
+                   "4 stages: %.0f WAN bytes at v=2, %.0f at v=1", set->best.wan_bytes, one->best.wan_bytes);
+    xdc_plan_set_destroy(set);
+    xdc_plan_set_destroy(one);
+    xdc_topology_destroy(t);
 }
 
 /* A pipeline cut across a 150 ms round trip: each stage's activation memory in the plan is what the
