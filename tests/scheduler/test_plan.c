@@ -845,6 +845,10 @@ XDC_TEST(plan_interleaved_bubble_and_memory_are_the_runtimes)
     const xdc_plan *p = &set->best;
     XDC_ASSERT_EQ(p->chunks, v);
     XDC_ASSERT_EQ(one->best.chunks, 1);
+    xdc_sim_result r;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_ERR(xdc_sim_run(t, &m, p, NULL, 1, &r, &d), XDC_ERR_INVALID); /* it models 1F1B without chunks */
+    XDC_ASSERT_STR_CONTAINS(d.msg, "pipeline_chunks 2 (interleaved 1F1B) is not simulated");
     double share = p->t_bubble / p->t_compute, share1 = one->best.t_bubble / one->best.t_compute;
     fprintf(stderr, "bubble share v=1 %.4f, v=2 %.4f; (P-1)/(M*v) = %.4f\n", share1, share, (double)(P - 1) / (M * v));
     XDC_ASSERT_MSG(share < 0.6 * share1 && share < 1.1 * (P - 1) / (double)(M * v),
