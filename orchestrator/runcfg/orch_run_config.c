@@ -206,8 +206,8 @@ void orch_run_config_outer_defaults(orch_run_config *c)
 }
 
 /* pipeline_chunks > 1: what the interleaved schedule needs and what it is built for so far (docs/runtime.md,
- * "Interleaved 1F1B"): the worker refuses the rest of what it cannot do (a data-parallel partner, a region
- * boundary inside the pipeline) once it knows the topology. */
+ * "Interleaved 1F1B": the chunks' arenas are in no checkpoint, rejoin, delayed round or re-plan); the worker
+ * refuses a pipeline across regions whose wrap-around has no WAN link once it knows the topology. */
 static xdc_err_t check_chunks(const orch_run_config *c, xdc_cfg_errors *errs)
 {
     int v = c->pipeline_chunks, P = c->pipeline_stages, M = c->train.microbatches;

@@ -209,12 +209,18 @@ static xdc_err_t ileave_forward(orch_worker *w, int k, float *loss_sum, const fl
     return XDC_OK;
 }
 
-/* Backward number k; *dx: its input gradient for the previous virtual stage (NULL at the model's first chunk). */
-static xdc_err_t ileave_backward(orch_worker *w, int k, const float **dx)
+/* Backward number k; *dx: its input gradient for the previous virtual stage (NULL at the model's first chunk).
+ * With `sync`, a chunk's last microbatch starts that chunk's gradient sync (w->model.chunk_sync), layer by
+ * layer as the backward finishes them, as the non-interleaved pass does for its one arena. */
+static xdc_err_t ileave_backward(orch_worker *w, int k, bool sync, const float **dx)
 {
     int c, mb;
     xdc_model_shape_interleaved_op(w->id->n_stages, w->model.chunks, k, 0, &c, &mb);
     xdc_gpt_stage *st = w->model.chunk[c];
+    if (sync && mb == w->model.M - 1) {
+        XDC_CHECK(xdc_sync_begin(w->model.chunk_sync[c], xdc_gpt_stage_grads(st)));
+        xdc_gpt_stage_arm_grad_ready(st, on_grads_ready, w->model.chunk_sync[c]);
+    }
     double t0 = now_s();
     uint64_t u0 = orch_trace_now_us(w->tele.trace);
     *dx = NULL;
@@ -222,6 +228,7 @@ static xdc_err_t ileave_backward(orch_worker *w, int k, const float **dx)
                                      xdc_gpt_stage_is_first(st) ? NULL : dx));
     w->prog.t_compute += now_s() - t0;
     trace_span(w, "backward", u0, mb);
+    if (sync && mb == w->model.M - 1) xdc_sync_mark_ready(w->model.chunk_sync[c], 0); /* the whole arena */
     return XDC_OK;
 }
 
@@ -237,15 +244,10 @@ static xdc_err_t ileave_pass(orch_worker *w, xdc_sync *sync, float *loss_sum, xd
         const float *y = NULL, *dx = NULL;
         xdc_model_shape_interleaved_step(P, s, v, M, i, &op);
         if (op.forward >= 0) XDC_CHECK(ileave_forward(w, op.forward, loss_sum, &y));
-        if (op.backward >= 0) XDC_CHECK(ileave_backward(w, op.backward, &dx));
+        if (op.backward >= 0) XDC_CHECK(ileave_backward(w, op.backward, sync != NULL, &dx));
         XDC_CHECK(ileave_transfers(w, y, dx, op.recv_x, op.recv_dy, diag));
     }
-    /* orch_worker.c refuses a gradient partner with chunks: the mode's sync has no one to exchange with, and
-     * its round on the first chunk's arena completes the mode's protocol. */
-    if (sync) {
-        XDC_CHECK(xdc_sync_begin(sync, xdc_gpt_stage_grads(w->model.st)));
-        xdc_sync_mark_ready(sync, 0);
-    }
+    for (int k = 0; sync && k < v; k++) XDC_CHECK(orch_train_wait_sync(w, w->model.chunk_sync[k], diag));
     return XDC_OK;
 }
 
@@ -272,7 +274,7 @@ xdc_err_t orch_train_pass(orch_worker *w, xdc_sync *sync, float *loss, xdc_diag 
     if (w->model.chunks > 1) {
         XDC_CHECK(ileave_pass(w, sync, &loss_sum, diag));
         *loss = loss_sum / (float)M;
-        return sync ? orch_train_wait_sync(w, sync, diag) : XDC_OK;
+        return XDC_OK;
     }
     /* The first wire_n receives from a WAN neighbour; each decode posts the next (forward_mb, backward_mb). */
     for (int mb = 0; mb < w->pipe.wire_n[0]; mb++) XDC_CHECK(recv_x(w, mb, 1, diag));

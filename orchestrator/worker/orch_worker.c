@@ -61,20 +61,12 @@ static xdc_err_t replica_microbatches(orch_worker *w, bool *unequal, xdc_diag *d
     return XDC_OK;
 }
 
-/* pipeline_chunks > 1 where the run file allowed it (orch_run_config.c): what the topology decides. The
- * gradients of a worker's chunks are separate arenas, which no sync, checkpoint or outer round carries yet,
- * and across regions the wrap-around from the last stage to the first needs a WAN link. */
+/* pipeline_chunks > 1 where the run file allowed it (orch_run_config.c): what the topology decides. A pipeline
+ * across regions needs a WAN link for the wrap-around from the last stage to the first. */
 static xdc_err_t check_chunks(const orch_worker *w, xdc_diag *diag)
 {
     int v = w->cfg->pipeline_chunks;
-    if (w->id->n_replicas > 1 || (!w->id->span && w->id->n_regions > 1)) {
-        xdc_diag_set(diag,
-                     "pipeline_chunks %d is built for one pipeline without data-parallel replicas; this topology "
-                     "gives %d (%d per region, %d regions%s)",
-                     v, w->id->n_replicas * (w->id->span ? 1 : w->id->n_regions), w->id->n_replicas, w->id->n_regions,
-                     w->id->span ? ", span_regions" : "");
-        return XDC_ERR_CONFIG;
-    }
+    if (!w->id->span) return XDC_OK; /* data-parallel replicas sync each chunk's gradients (orch_mode_sync.c) */
     /* Across regions the wrap-around from the last stage to the first crosses the WAN too. */
     int own;
     if (w->id->n_regions > 1 && !orch_member_span_wrap(w->member, &own)) {
