@@ -90,3 +90,86 @@ int xdc_model_shape_1f1b_inflight(int stages, int stage, int microbatches)
     int k = stages - stage;
     return k < microbatches ? k : microbatches;
 }
+
+void xdc_model_shape_interleaved_op(int stages, int chunks, int k, int forward, int *chunk, int *microbatch)
+{
+    int group = stages * chunks, in_group = ((k % group) + group) % group;
+    *chunk = forward ? in_group / stages : chunks - 1 - in_group / stages;
+    *microbatch = (k - in_group) / group * stages + in_group % stages;
+}
+
+int xdc_model_shape_interleaved_warmup(int stages, int stage, int chunks, int microbatches)
+{
+    int total = microbatches * chunks, warm = (stages - stage - 1) * 2 + (chunks - 1) * stages;
+    return microbatches == stages || warm > total ? total : warm;
+}
+
+/* The chunk of forward or backward number k. */
+static int chunk_of(int stages, int chunks, int k, int forward)
+{
+    int c, mb;
+    xdc_model_shape_interleaved_op(stages, chunks, k, forward, &c, &mb);
+    return c;
+}
+
+int xdc_model_shape_interleaved_steps(int stages, int stage, int chunks, int microbatches)
+{
+    int total = microbatches * chunks, warm = xdc_model_shape_interleaved_warmup(stages, stage, chunks, microbatches);
+    return 1 + total + warm + (warm == total); /* the first receive, warm-up + steady, the cool-down */
+}
+
+void xdc_model_shape_interleaved_step(int stages, int stage, int chunks, int microbatches, int step,
+                                      xdc_ileave_step *out)
+{
+    int P = stages, v = chunks, total = microbatches * chunks;
+    int warm = xdc_model_shape_interleaved_warmup(stages, stage, chunks, microbatches), rest = total - warm;
+    bool first = stage == 0, last = stage == P - 1;
+    *out = (xdc_ileave_step){.forward = -1, .backward = -1};
+    if (step == 0) {
+        out->recv_x = !first; /* chunk 0's input of the first microbatch */
+        return;
+    }
+    int k = step - 1;
+    if (k < warm) {
+        out->forward = k;
+        out->recv_x = !(first && chunk_of(P, v, k + 1, 1) == 0) && k != total - 1;
+        out->recv_dy = k == warm - 1 && rest > 0 && !last;
+        return;
+    }
+    if ((k -= warm) < rest) {
+        /* The first stage runs P − 1 forwards ahead of the last: its next input is the one that stage sends
+         * now, for a later chunk (and the last stage's next gradient likewise). */
+        out->forward = warm + k;
+        out->backward = k;
+        out->recv_x = (!first || chunk_of(P, v, warm + k - (P - 1), 1) != v - 1) && k != rest - 1;
+        out->recv_dy = !last || chunk_of(P, v, k - (P - 1), 0) != 0;
+        return;
+    }
+    k -= rest;
+    if (rest == 0 && k-- == 0) {
+        out->recv_dy = !last; /* all warm-up (M = P): the first gradient */
+        return;
+    }
+    out->backward = rest + k;
+    out->recv_dy = !(last && chunk_of(P, v, rest + k + 1, 0) == v - 1) && rest + k != total - 1;
+}
+
+int xdc_model_shape_interleaved_inflight(int stages, int stage, int chunks, int microbatches, int chunk)
+{
+    if (chunks == 1) return xdc_model_shape_1f1b_inflight(stages, stage, microbatches);
+    /* Walk the steps: each forward of the chunk adds a microbatch, each backward frees one. */
+    int held = 0, peak = 0, n = xdc_model_shape_interleaved_steps(stages, stage, chunks, microbatches), c, mb;
+    for (int i = 0; i < n; i++) {
+        xdc_ileave_step st;
+        xdc_model_shape_interleaved_step(stages, stage, chunks, microbatches, i, &st);
+        if (st.forward >= 0) {
+            xdc_model_shape_interleaved_op(stages, chunks, st.forward, 1, &c, &mb);
+            if (c == chunk && ++held > peak) peak = held;
+        }
+        if (st.backward >= 0) {
+            xdc_model_shape_interleaved_op(stages, chunks, st.backward, 0, &c, &mb);
+            held -= c == chunk;
+        }
+    }
+    return peak;
+}

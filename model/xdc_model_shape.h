@@ -58,5 +58,29 @@ double xdc_model_shape_boundary_bytes(const xdc_model_shape *m, int lb, int le, 
  * plus the one in the steady phase's forward, each freed by its backward. The runtime creates a stage with
  * this many slots (orchestrator/worker/orch_worker.c) and the planner prices it (scheduler/). */
 int xdc_model_shape_1f1b_inflight(int stages, int stage, int microbatches);
+/* Megatron-LM's interleaved 1F1B (Narayanan et al. 2021), `chunks` (v) model chunks per stage: stage s
+ * holds chunks s, s + P, ..., s + (v − 1)·P of the P·v-way layer split, and runs the M·v microbatch-chunks of
+ * a step in this order (M a multiple of P). Forward number k (0-based) is of local chunk (k mod P·v) / P and
+ * microbatch (k / (P·v))·P + k mod P; backward number k runs the chunks the other way round (chunk v − 1 −
+ * that). k may be negative (Megatron's look-back at the pipeline's ends): taken modulo P·v. */
+void xdc_model_shape_interleaved_op(int stages, int chunks, int k, int forward, int *chunk, int *microbatch);
+/* Forwards before the first backward: (P − s − 1)·2 + (v − 1)·P, all M·v when M == P, at most M·v. */
+int xdc_model_shape_interleaved_warmup(int stages, int stage, int chunks, int microbatches);
+/* Stage s's schedule as steps, Megatron's forward_backward_pipelining_with_interleaving: a step runs forward
+ * number `forward` and then backward number `backward` (-1: none), and ends with one group of transfers —
+ * the forward's output to the next stage unless it is the model's last chunk, the backward's input gradient
+ * to the previous unless it is the first, a receive of an input from the previous stage (recv_x) and of a
+ * gradient from the next (recv_dy) for later steps. Step 0 only receives the first input; then the warm-up's
+ * forwards, one forward and one backward per step, the remaining backwards. */
+typedef struct xdc_ileave_step {
+    int forward, backward;
+    int recv_x, recv_dy;
+} xdc_ileave_step;
+int xdc_model_shape_interleaved_steps(int stages, int stage, int chunks, int microbatches);
+void xdc_model_shape_interleaved_step(int stages, int stage, int chunks, int microbatches, int step,
+                                      xdc_ileave_step *out);
+/* The most microbatches local chunk `chunk` holds at once in that order (each chunk's slots, as
+ * xdc_model_shape_1f1b_inflight is for one chunk; chunks == 1 gives exactly it). */
+int xdc_model_shape_interleaved_inflight(int stages, int stage, int chunks, int microbatches, int chunk);
 
 #endif /* XDC_MODEL_SHAPE_H */

@@ -33,6 +33,35 @@ double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight
     return bytes / (1024.0 * 1024.0 * 1024.0);
 }
 
+void topo_even_split(int layers, int parts, int i, int *lb, int *le)
+{
+    int base = layers / parts, extra = layers % parts;
+    *lb = i * base + (i < extra ? i : extra);
+    *le = *lb + base + (i < extra ? 1 : 0);
+}
+
+double topo_chunks_mem_gib(const xdc_model_shape *m, int P, int stage, int chunks, int M, int batch, int seq_len,
+                           double extra_bytes_per_param, double *act_bytes, int *inflight, double *params,
+                           double *flops_mb)
+{
+    double bytes = 2 * (double)batch * seq_len * m->boundary_bytes_per_token; /* x_in, dy_in */
+    *act_bytes = *params = *flops_mb = 0;
+    *inflight = 0;
+    for (int k = 0; k < chunks; k++) {
+        int lb, le, slots = xdc_model_shape_interleaved_inflight(P, stage, chunks, M, k);
+        topo_even_split(m->layers, P * chunks, stage + k * P, &lb, &le);
+        double p = xdc_model_shape_stage_params(m, lb, le),
+               act = topo_stage_act_bytes(m, lb, le, slots, batch, seq_len);
+        bytes += p * (m->bytes_per_param + m->optim_bytes_per_param + extra_bytes_per_param) + act +
+                 xdc_model_shape_scratch_bytes(m, lb, le, batch, seq_len);
+        *act_bytes += act;
+        *inflight += slots;
+        *params += p;
+        *flops_mb += topo_stage_flops(m, lb, le, (double)batch * seq_len, seq_len);
+    }
+    return bytes / (1024.0 * 1024.0 * 1024.0);
+}
+
 static const char *const sparse_variants[] = TOPO_PLAN_SPARSE_VARIANTS;
 #define N_SPARSE_VARIANTS (int)(sizeof sparse_variants / sizeof sparse_variants[0])
 

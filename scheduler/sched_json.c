@@ -23,17 +23,17 @@ static json_t *plan_json(const xdc_topology *t, const xdc_plan *p)
     for (int i = 0; p->mode == XDC_PLAN_PIPELINE && i + 1 < p->n_chain; i++)
         json_array_append_new(cuts, json_pack("{s:s, s:s, s:i}", "from", t->regions[p->chain[i]].name, "to",
                                               t->regions[p->chain[i + 1]].name, "first_layer_after", p->cut_layer[i]));
-    json_t *j = json_pack("{s:s, s:i, s:o, s:o, s:o, s:i, s:i, s:i, s:f, s:s, s:i, s:i, s:b, s:s, s:f, s:i, s:i,"
-                          " s:{s:f, s:f, s:f, s:f, s:f}, s:f, s:f, s:f, s:f, s:f, s:s}",
-                          "mode", xdc_plan_mode_name(p->mode), "stages", p->stages, "replicas", replicas,
-                          "stage_layout", stages, "wan_cuts", cuts, "microbatches", p->microbatches, "micro_batch",
-                          p->micro_batch, "seq_len", p->seq_len, "bucket_mb", p->bucket_mb, "codec", p->codec,
-                          "inner_steps", p->inner_steps, "fragments", p->fragments, "keep_unsent", p->keep_unsent,
-                          "final_codec", p->final_codec, "outer_lr", p->outer_lr, "delay_steps", p->delay_steps,
-                          "fidelity", p->fidelity, "predicted_s", "step", p->t_step, "compute", p->t_compute, "intra",
-                          p->t_intra, "exposed_wan", p->t_wan_exposed, "bubble", p->t_bubble, "tokens_per_step",
-                          p->tokens, "tokens_per_s", p->tokens / p->t_step, "wan_bytes_per_step", p->wan_bytes,
-                          "egress_usd_per_step", p->egress_usd, "memory_gib_max", p->mem_gib_max, "why", p->why);
+    json_t *j = json_pack(
+        "{s:s, s:i, s:i, s:o, s:o, s:o, s:i, s:i, s:i, s:f, s:s, s:i, s:i, s:b, s:s, s:f, s:i, s:i,"
+        " s:{s:f, s:f, s:f, s:f, s:f}, s:f, s:f, s:f, s:f, s:f, s:s}",
+        "mode", xdc_plan_mode_name(p->mode), "stages", p->stages, "chunks", p->chunks, "replicas", replicas,
+        "stage_layout", stages, "wan_cuts", cuts, "microbatches", p->microbatches, "micro_batch", p->micro_batch,
+        "seq_len", p->seq_len, "bucket_mb", p->bucket_mb, "codec", p->codec, "inner_steps", p->inner_steps, "fragments",
+        p->fragments, "keep_unsent", p->keep_unsent, "final_codec", p->final_codec, "outer_lr", p->outer_lr,
+        "delay_steps", p->delay_steps, "fidelity", p->fidelity, "predicted_s", "step", p->t_step, "compute",
+        p->t_compute, "intra", p->t_intra, "exposed_wan", p->t_wan_exposed, "bubble", p->t_bubble, "tokens_per_step",
+        p->tokens, "tokens_per_s", p->tokens / p->t_step, "wan_bytes_per_step", p->wan_bytes, "egress_usd_per_step",
+        p->egress_usd, "memory_gib_max", p->mem_gib_max, "why", p->why);
     /* Unequal replicas only (xdc_plan.replica_mb): microbatches per replica of each taking-part region. */
     json_t *split = json_object();
     for (int r = 0; r < t->n_regions; r++)

@@ -96,9 +96,25 @@ static int microbatches_for(const search *s, int replicas)
  * ends (orch_train.c's 1F1B groups), so each such receive adds its latency to every steady-state cycle of
  * the stage; WAN receives are posted when the step begins. */
 static double pipe_time(const double *c, const double *lat, const double *occ, const unsigned char *in_region, int P,
-                        int M, double *compute)
+                        int M, int v, double *compute)
 {
     double sum = 0, cmax = 0, period = 0;
+    if (v > 1) {
+        /* Interleaved 1F1B (v chunks per stage, inside a region): the fill and drain cross one chunk (c/v) of
+         * every stage but the slowest, (P − 1)/(M·v) of the compute for equal stages, and each boundary's
+         * latency once each way; each of a microbatch's v schedule steps waits for its group's transfers
+         * (orch_train.c completes a step's group before the next compute). */
+        double lsum = 0, lmax = 0, omax = 0;
+        for (int i = 0; i < P; i++) {
+            sum += c[i];
+            cmax = fmax(cmax, c[i]);
+            if (i + 1 < P) lsum += lat[i], lmax = fmax(lmax, lat[i]), omax = fmax(omax, occ[i]);
+        }
+        /* A link carries 2v − 1 of a microbatch's activations each way where the wrap-around shares it (2
+         * stages: the cut forward v times, the wrap v − 1 times back); taken for the busiest link. */
+        *compute = M * cmax;
+        return M * fmax(cmax + v * lmax, (2 * v - 1) * omax) + (sum - cmax) / v + 2 * lsum;
+    }
     for (int i = 0; i < P; i++) {
         sum += c[i];
         if (c[i] > cmax) cmax = c[i];
@@ -205,8 +221,36 @@ typedef struct dp_region {
  * region's GPUs within the smallest GPU's memory (the runtime runs one partition in every region), so the
  * stage holding the embeddings or the LM head gets fewer layers; the runtime's even split
  * (orch_stage_layers) when memory allows no balanced one (dp_fits then says why). */
+/* The chunks a pipeline of P stages at M microbatches runs: opts.chunks where the interleaved schedule
+ * applies (P >= 2, M a multiple of P, a layer per chunk at least), else 1. */
+static int plan_chunks(const search *s, int P, int M)
+{
+    int v = s->o->chunks;
+    return v > 1 && P >= 2 && M % P == 0 && P * v <= s->m->layers ? v : 1;
+}
+
+/* Interleaved 1F1B: the runtime's even P·v split (it runs no other with chunks), each stage's figures summed
+ * over its chunks (topo_chunks_mem_gib); its memory is dp_mem's. */
+static void fill_chunked(search *s, xdc_plan *p, int P, int M)
+{
+    for (int i = 0; i < P; i++) {
+        xdc_plan_stage *st = &p->stage[i];
+        st->region = -1;
+        topo_even_split(s->m->layers, P * p->chunks, i, &st->layer_begin, &st->layer_end);
+        (void)topo_chunks_mem_gib(s->m, P, i, p->chunks, M, s->mb, s->b->seq_len, 0, &st->act_bytes, &st->inflight,
+                                  &st->params, &st->flops_mb);
+        st->boundary_bytes = 2 * (double)s->mb * s->b->seq_len * s->m->boundary_bytes_per_token; /* x_in, dy_in */
+    }
+}
+
 static void fill_stages(search *s, xdc_plan *p, int P, int M)
 {
+    p->stages = P;
+    p->chunks = plan_chunks(s, P, M);
+    if (p->chunks > 1) {
+        fill_chunked(s, p, P, M);
+        return;
+    }
     chain_stage cs[XDC_PLAN_MAX_STAGES];
     double flops = 1e300, mem = 1e300;
     for (int r = 0; r < s->t->n_regions; r++) {
@@ -219,13 +263,11 @@ static void fill_stages(search *s, xdc_plan *p, int P, int M)
             .region = -1, .flops = flops, .mem_limit = mem, .inflight = xdc_model_shape_1f1b_inflight(P, i, M)};
     int lb[XDC_PLAN_MAX_STAGES + 1];
     int balanced = partition_layers(s, cs, P, lb);
-    p->stages = P;
     for (int i = 0; i < P; i++) {
         xdc_plan_stage *st = &p->stage[i];
-        int base = s->m->layers / P, extra = s->m->layers % P;
         st->region = -1;
-        st->layer_begin = balanced ? lb[i] : i * base + (i < extra ? i : extra); /* orch_stage_layers' split */
-        st->layer_end = balanced ? lb[i + 1] : st->layer_begin + base + (i < extra ? 1 : 0);
+        topo_even_split(s->m->layers, P, i, &st->layer_begin, &st->layer_end); /* orch_stage_layers' split */
+        if (balanced) st->layer_begin = lb[i], st->layer_end = lb[i + 1];
         st->params = xdc_model_shape_stage_params(s->m, st->layer_begin, st->layer_end);
         st->flops_mb = topo_stage_flops(s->m, st->layer_begin, st->layer_end, tokens_mb(s), s->b->seq_len);
         st->inflight = cs[i].inflight;
@@ -244,8 +286,13 @@ static int dp_mem(const search *s, xdc_plan *p, double extra_bytes_per_param)
             p->mem_gib_limit = s->t->regions[r].gpu_memory_gib;
     for (int i = 0; i < p->stages; i++) {
         xdc_plan_stage *st = &p->stage[i];
-        st->mem_gib = topo_stage_mem_gib(s->m, st->layer_begin, st->layer_end, st->inflight, p->micro_batch,
-                                         s->b->seq_len, extra_bytes_per_param);
+        double act, params, flops;
+        int inflight;
+        st->mem_gib = p->chunks > 1
+                          ? topo_chunks_mem_gib(s->m, p->stages, i, p->chunks, p->microbatches, p->micro_batch,
+                                                s->b->seq_len, extra_bytes_per_param, &act, &inflight, &params, &flops)
+                          : topo_stage_mem_gib(s->m, st->layer_begin, st->layer_end, st->inflight, p->micro_batch,
+                                               s->b->seq_len, extra_bytes_per_param);
         if (st->mem_gib > p->mem_gib_max) p->mem_gib_max = st->mem_gib;
     }
     return p->mem_gib_max <= TOPO_PLAN_MEM_HEADROOM * p->mem_gib_limit;
@@ -294,7 +341,7 @@ static void dp_region_times(search *s, const xdc_plan *p, int r, dp_region *out)
         lat[i] = occ[i] = xfer;
         in_region[i] = 1;
     }
-    out->t_pipe = pipe_time(c, lat, occ, in_region, p->stages, p->microbatches, &out->compute);
+    out->t_pipe = pipe_time(c, lat, occ, in_region, p->stages, p->microbatches, p->chunks, &out->compute);
     out->bubble = out->t_pipe - out->compute;
     /* Every link a shard crosses on its way to r, and every link out of r, carries one shard of a bucket per
      * region routed over it (s->load): the slowest such share paces r's buckets. A shard relayed h hops lands
@@ -744,11 +791,22 @@ static void search_dp_sets(search *s)
 
 static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
 
+/* `bytes` each way over the link between regions a and b: the plan's WAN bytes and egress cost. */
+static void chain_link_bytes(const search *s, xdc_plan *p, int a, int b, double bytes)
+{
+    for (int dir = 0; dir < 2; dir++) {
+        const xdc_link *l = xdc_topology_link(s->t, dir ? b : a, dir ? a : b);
+        p->wan_bytes += bytes;
+        p->egress_usd += bytes / 1e9 * (l ? l->cost_usd_per_gb : 0);
+    }
+}
+
 static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, const char *codec, int D)
 {
     int P = p->stages, M = p->microbatches;
-    double c[XDC_PLAN_MAX_STAGES], lat[XDC_PLAN_MAX_STAGES], occ[XDC_PLAN_MAX_STAGES], lat0[XDC_PLAN_MAX_STAGES];
-    unsigned char in_region[XDC_PLAN_MAX_STAGES];
+    double c[XDC_PLAN_MAX_STAGES] = {0}, lat[XDC_PLAN_MAX_STAGES] = {0}, occ[XDC_PLAN_MAX_STAGES] = {0},
+           lat0[XDC_PLAN_MAX_STAGES] = {0};
+    unsigned char in_region[XDC_PLAN_MAX_STAGES] = {0};
     double act = tokens_mb(s) * s->m->boundary_bytes_per_token, compute, compute0;
     p->wan_bytes = p->egress_usd = 0;
     for (int i = 0; i < P; i++) {
@@ -767,16 +825,16 @@ static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, cons
         double wire = act * ci.ratio;
         occ[i] = D * wire / bw; /* every replica's activations share the link */
         lat[i] = topo_link_owd(s->t, a, b) + TOPO_PLAN_MSG_OVERHEAD_S + wire / bw + act / ci.enc_Bps + act / ci.dec_Bps;
-        for (int dir = 0; dir < 2; dir++) {
-            const xdc_link *l = xdc_topology_link(s->t, dir ? b : a, dir ? a : b);
-            double bytes = (double)D * M * wire;
-            p->wan_bytes += bytes;
-            p->egress_usd += bytes / 1e9 * (l ? l->cost_usd_per_gb : 0);
-        }
+        chain_link_bytes(s, p, a, b, (double)D * M * wire * p->chunks); /* each chunk crosses the cut */
     }
-    double t_pipe = pipe_time(c, lat, occ, in_region, P, M, &compute);
-    double t_pipe0 = pipe_time(c, lat0, lat0, in_region, P, M, &compute0), total = 0, wan_part = t_pipe - t_pipe0,
-           bubble0 = 0;
+    if (p->chunks > 1) { /* the wrap-around from the last stage to the first, v − 1 times per microbatch */
+        topo_codec_info ci;
+        topo_codec_info_get(codec, 100, &ci);
+        chain_link_bytes(s, p, cs[P - 1].region, cs[0].region, (double)D * M * act * ci.ratio * (p->chunks - 1));
+    }
+    double t_pipe = pipe_time(c, lat, occ, in_region, P, M, p->chunks, &compute);
+    double t_pipe0 = pipe_time(c, lat0, lat0, in_region, P, M, p->chunks, &compute0), total = 0,
+           wan_part = t_pipe - t_pipe0, bubble0 = 0;
     for (int i = 0; i < P; i++) total += (double)D * M * c[i];
     host_bound(s, total, &t_pipe0, &bubble0);
     t_pipe = t_pipe0 + wan_part;
@@ -818,6 +876,7 @@ static void eval_chain(search *s, const int *chain, int n)
         if (P > s->m->layers || P > XDC_PLAN_MAX_STAGES || (s->o->stages > 0 && P != s->o->stages)) continue;
         p.mode = XDC_PLAN_PIPELINE;
         p.stages = P;
+        p.chunks = 1; /* the runtime builds no WAN link for the chunks' wrap-around (docs/planner.md) */
         p.n_chain = n;
         p.microbatches = microbatches_for(s, D);
         p.micro_batch = s->mb;
@@ -841,6 +900,36 @@ static void eval_chain(search *s, const int *chain, int n)
             p.replicas[chain[i]] = D;
             if (s->t->regions[chain[i]].gpu_memory_gib < p.mem_gib_limit)
                 p.mem_gib_limit = s->t->regions[chain[i]].gpu_memory_gib;
+        }
+        /* Interleaved where the runtime runs it: one pipeline (D = 1) whose wrap-around from the last stage to
+         * the first has a WAN link, the span's one link (2 regions of one worker) or its own (the last region
+         * has 2 workers or more and a link to the first; orch_member_span_wrap). Each chunk crosses a cut, the
+         * wrap-around v − 1 times per microbatch each way (eval_chain_codec, pipe_time). */
+        int last_w = workers(s, chain[n - 1]),
+            wraps = n == 2 && P == 2 ? 1 : last_w >= 2 && xdc_topology_link(s->t, chain[0], chain[n - 1]);
+        p.chunks = D == 1 && wraps ? plan_chunks(s, P, p.microbatches) : 1;
+        if (p.chunks > 1) {
+            fill_chunked(s, &p, P, p.microbatches);
+            for (int i = 0; i < P; i++) {
+                xdc_plan_stage *st = &p.stage[i];
+                double act, params, flops;
+                int inflight;
+                st->region = cs[i].region;
+                st->mem_gib = topo_chunks_mem_gib(s->m, P, i, p.chunks, p.microbatches, s->mb, s->b->seq_len,
+                                                  sync_extra_bytes(s), &act, &inflight, &params, &flops);
+                p.mem_gib_max = fmax(p.mem_gib_max, st->mem_gib);
+            }
+            for (int i = 1, cut = 0; i < P; i++) /* before the first stage of each next region (its first chunk) */
+                if (cs[i].region != cs[i - 1].region) p.cut_layer[cut++] = p.stage[i].layer_begin;
+            if (p.mem_gib_max > TOPO_PLAN_MEM_HEADROOM * p.mem_gib_limit) {
+                reject_memory(s, p.mem_gib_max, TOPO_PLAN_MEM_HEADROOM * p.mem_gib_limit, "an interleaved pipeline");
+                continue;
+            }
+            char act[MAX_CODECS][16];
+            int n_act = topo_codec_ladder(true, act, MAX_CODECS);
+            for (int c = 0; c < n_act; c++)
+                if (codec_allowed(s, act[c])) eval_chain_codec(s, &p, cs, act[c], D);
+            continue;
         }
         int lb[XDC_PLAN_MAX_STAGES + 1];
         if (!partition_layers(s, cs, P, lb)) {

@@ -91,6 +91,17 @@ double topo_stage_act_bytes(const xdc_model_shape *m, int lb, int le, int inflig
 double topo_stage_mem_gib(const xdc_model_shape *m, int lb, int le, int inflight, int batch, int seq_len,
                           double extra_bytes_per_param);
 
+/* Layers [*lb, *le) of part i of an even split of `layers` into `parts` (the runtime's orch_stage_layers). */
+void topo_even_split(int layers, int parts, int i, int *lb, int *le);
+/* Interleaved 1F1B (v = chunks > 1 model chunks per stage, docs/runtime.md): what stage `stage` of P holds of
+ * the P·v-way even split at M microbatches per step, as the runtime's worker allocates it — each chunk its
+ * parameters, AdamW state, slots (xdc_model_shape_interleaved_inflight) and backward scratch, plus the two
+ * boundary buffers x_in and dy_in of one microbatch. Memory per GPU in GiB; *act_bytes the slots' bytes,
+ * *inflight their count, *params and *flops_mb (forward + backward of one microbatch) summed over the chunks. */
+double topo_chunks_mem_gib(const xdc_model_shape *m, int P, int stage, int chunks, int M, int batch, int seq_len,
+                           double extra_bytes_per_param, double *act_bytes, int *inflight, double *params,
+                           double *flops_mb);
+
 /* Durations of one gradient bucket in the comm engine's two-stage pipeline (orchestrator/xdc_sync.c):
  * A = reduce-scatter over `ranks` + encode the shard; B = decode every region's shard + all-gather.
  * `wire` is the shard's encoded bytes per rank. */

@@ -527,6 +527,11 @@ xdc_err_t xdc_sim_run(const xdc_topology *t, const xdc_model_shape *m, const xdc
         xdc_diag_set(diag, "simulate: need at least one step, 1..%d stages and a microbatch", XDC_PLAN_MAX_STAGES);
         return XDC_ERR_INVALID;
     }
+    if (p->chunks > 1) { /* its events are non-interleaved 1F1B's; the planner's formula prices the rest */
+        xdc_diag_set(diag, "simulate: pipeline_chunks %d (interleaved 1F1B) is not simulated; `xdc plan` prices it",
+                     p->chunks);
+        return XDC_ERR_INVALID;
+    }
     xdc_plan_calib none = {.mfu = 0.4, .compute_scale = 1.0};
     sim s = {.t = t, .m = m, .p = p, .c = c ? c : &none};
     xdc_err_t rc = build(&s);

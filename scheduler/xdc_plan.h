@@ -80,6 +80,10 @@ typedef struct xdc_plan_opts {
      * keep_unsent: 0 the search may choose them, 1 only plans with them (a run file that sets them), -1 none. */
     int nobody_waits;
     int overlap;
+    /* Interleaved 1F1B: model chunks per stage (pipeline_chunks; 0 or 1: none). Priced for the pipelines of
+     * data-parallel structures, inside a region, where P >= 2, M is a multiple of P and P·v <= the layers;
+     * a pipeline across regions is planned without (docs/planner.md). */
+    int chunks;
 } xdc_plan_opts;
 #define XDC_PLAN_OPTS_INIT                                                                      \
     {                                                                                           \
@@ -87,12 +91,13 @@ typedef struct xdc_plan_opts {
     }
 
 typedef struct xdc_plan_stage {
-    int region; /* region index; -1: the same stage in every region (data parallel) */
-    int layer_begin, layer_end;
-    double params;    /* count */
-    double flops_mb;  /* forward + backward FLOPs of one microbatch */
-    double mem_gib;   /* per GPU, worst region */
-    int inflight;     /* microbatches this stage keeps in flight: 1F1B's min(M, P − s), as the runtime */
+    int region;                 /* region index; -1: the same stage in every region (data parallel) */
+    int layer_begin, layer_end; /* chunks > 1: of its first chunk (the others follow every P·v-th part) */
+    double params;              /* count */
+    double flops_mb;            /* forward + backward FLOPs of one microbatch */
+    double mem_gib;             /* per GPU, worst region */
+    int inflight;     /* microbatches this stage keeps in flight: 1F1B's min(M, P − s), as the runtime (chunks
+                       * > 1: the sum of its chunks' slots, xdc_model_shape_interleaved_inflight) */
     double act_bytes; /* activation high-water mark per GPU: inflight × one microbatch's activation slot */
     /* pipeline boundary buffers per GPU, bytes: xdc_model_shape_boundary_bytes, whatever the microbatches */
     double boundary_bytes;
@@ -114,6 +119,7 @@ typedef struct xdc_plan {
     int chain[XDC_PLAN_MAX_CHAIN], n_chain; /* pipeline mode: regions in stage order */
     int cut_layer[XDC_PLAN_MAX_CHAIN];      /* pipeline mode: first layer after each WAN cut */
     int microbatches, micro_batch, seq_len;
+    int chunks; /* v: model chunks per stage, interleaved 1F1B (1: not interleaved); opts.chunks where it applies */
     /* Unequal replicas (sync mode; docs/planner.md): microbatches per step of each replica of region r, the same
      * M x D microbatches per step split by the regions' speed so none waits for a slower one; all 0: M for every
      * replica. split_pipe: the pipeline phase the equal split would take (the plan's t_compute + t_bubble are

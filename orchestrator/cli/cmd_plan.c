@@ -80,6 +80,7 @@ int plan_inputs_load(const char *topo_path, const char *model_path, const char *
         }
         memcpy(o->calib.region_scale, pace, (size_t)in->topo->n_regions * sizeof *pace);
         o->delay_steps = run.sync.delay_steps;
+        o->chunks = run.pipeline_chunks;
     } else {
         rc = xdc_model_config_load(model_path, &tc, &errs);
         if (rc != XDC_OK) return config_failed(in, model_path, rc, &errs);
@@ -132,6 +133,7 @@ static void plan_oneline(FILE *f, const xdc_topology *t, const xdc_plan *p)
         if (p->overlap_steps)
             snprintf(what + strlen(what), sizeof what - strlen(what), " overlap=%d", p->overlap_steps);
         if (p->delay_steps) snprintf(what + strlen(what), sizeof what - strlen(what), " delay=%d", p->delay_steps);
+        if (p->chunks > 1) snprintf(what + strlen(what), sizeof what - strlen(what), " v=%d", p->chunks);
     }
     fprintf(f, "%-58s M=%-4d step %8.4fs  tok/s %10.0f  wan %.3g MB  fid %d", what, p->microbatches, p->t_step,
             p->tokens / p->t_step, p->wan_bytes / 1e6, p->fidelity);
@@ -168,6 +170,17 @@ void plan_print(FILE *f, const xdc_topology *t, const xdc_plan *p)
             if (p->replicas[r]) fprintf(f, " %s=%d", t->regions[r].name, p->round_steps[r]);
         fprintf(f, "\n");
     }
+    if (p->chunks > 1)
+        fprintf(f,
+                "  interleaved 1F1B: v = %d chunks per stage (stage s holds parts s, s + %d, ... of a %d-way layer "
+                "split), bubble (P-1)/(M*v) = %.4f of the compute\n",
+                p->chunks, p->stages, p->stages * p->chunks,
+                (double)(p->stages - 1) / ((double)p->microbatches * p->chunks));
+    if (p->chunks > 1 && p->mode == XDC_PLAN_PIPELINE)
+        fprintf(f,
+                "  %d WAN crossings per microbatch each way: each cut once per chunk, the wrap-around from the last "
+                "stage to the first v - 1 times\n",
+                (p->n_chain - 1) * p->chunks + p->chunks - 1);
     fprintf(f, "  replicas per region:");
     for (int r = 0; r < t->n_regions; r++) fprintf(f, " %s=%d", t->regions[r].name, p->replicas[r]);
     if (plan_split(p)) {
@@ -220,12 +233,14 @@ static int plan_usage(FILE *f)
 {
     fprintf(f, "usage: xdc plan -t TOPOLOGY.yaml -m MODEL.yaml [--json] [--explain] [--global-batch TOKENS]\n"
                "                [--mode sync|diloco|streaming|pipeline] [--stages P] [--micro-batch B] [--codec C]\n"
-               "                [--mfu F]\n"
+               "                [--chunks V] [--mfu F]\n"
                "  Choose how to train the model on the topology: mode, stages and replicas per region, layer\n"
                "  partition, WAN cut, microbatches, bucket, codec and DiLoCo period, with the predicted step time.\n"
                "  --global-batch  tokens per optimizer step (default: microbatch x microbatches x workers)\n"
                "  --micro-batch   sequences per microbatch (default: the planner picks a divisor of the sequences\n"
                "                  per replica per step for data-parallel plans)\n"
+               "  --chunks        interleaved 1F1B: V model chunks per stage (the run file's pipeline_chunks), priced\n"
+               "                  for pipelines inside a region\n"
                "  --explain       every candidate considered and the selection rule\n"
                "  Exit 78 on a config error, 69 when no plan fits (the reason is printed).\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
@@ -538,13 +553,14 @@ int xdc_cmd_plan(int argc, char **argv)
                                          {"global-batch", required_argument, NULL, 'g'},
                                          {"mode", required_argument, NULL, 'M'},
                                          {"stages", required_argument, NULL, 'P'},
+                                         {"chunks", required_argument, NULL, 'V'},
                                          {"micro-batch", required_argument, NULL, 'b'},
                                          {"codec", required_argument, NULL, 'C'},
                                          {"mfu", required_argument, NULL, 'f'},
                                          {"help", no_argument, NULL, 'h'},
                                          {0}};
     const char *topo = NULL, *model = NULL, *mode = NULL, *codec = NULL;
-    int json = 0, expl = 0, stages = 0, micro_batch = 0, c;
+    int json = 0, expl = 0, stages = 0, chunks = 0, micro_batch = 0, c;
     double global = 0, mfu = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "t:m:jxg:h", opts, NULL)) != -1) {
@@ -559,6 +575,7 @@ int xdc_cmd_plan(int argc, char **argv)
         case 'g': global = strtod(optarg, &end); break;
         case 'M': mode = optarg; break;
         case 'P': bad = xdc_parse_int(optarg, 0, 1 << 20, &stages, &d) != XDC_OK ? "--stages" : NULL; break;
+        case 'V': bad = xdc_parse_int(optarg, 1, ORCH_MAX_CHUNKS, &chunks, &d) != XDC_OK ? "--chunks" : NULL; break;
         case 'b': bad = xdc_parse_int(optarg, 1, 1 << 20, &micro_batch, &d) != XDC_OK ? "--micro-batch" : NULL; break;
         case 'C': codec = optarg; break;
         case 'f': mfu = strtod(optarg, &end); break;
@@ -587,6 +604,7 @@ int xdc_cmd_plan(int argc, char **argv)
     if (codec) snprintf(in.opts.codec, sizeof in.opts.codec, "%s", codec);
     if (mfu > 0) in.opts.calib.mfu = mfu;
     in.opts.stages = stages;
+    in.opts.chunks = chunks;
     in.opts.micro_batch = micro_batch;
     xdc_plan_set *set = NULL;
     ex = plan_inputs_search(&in, &set);

@@ -260,7 +260,8 @@ void orch_member_disconnect(orch_member *m)
      * end, and the other side would log each one as down ("connection closed by the peer"). */
     xdc_wan_peer_close(m->prev_peer);
     xdc_wan_peer_close(m->next_peer);
-    m->prev_peer = m->next_peer = NULL;
+    xdc_wan_peer_close(m->wrap_peer);
+    m->prev_peer = m->next_peer = m->wrap_peer = NULL;
 }
 
 void orch_member_destroy(orch_member *m)
@@ -287,6 +288,16 @@ xdc_wan_listener *orch_member_listener(const orch_member *m) { return m->lis; }
 xdc_wan_peer **orch_member_peers(const orch_member *m) { return m->peers; }
 xdc_wan_peer *orch_member_prev_peer(const orch_member *m) { return m->prev_peer; }
 xdc_wan_peer *orch_member_next_peer(const orch_member *m) { return m->next_peer; }
+xdc_wan_peer *orch_member_wrap_peer(const orch_member *m) { return m->wrap_peer; }
+
+int orch_member_span_wrap(const orch_member *m, int *own)
+{
+    int n = m->id.n_regions, last = xdc_topology_region_workers(m->topo, n - 1);
+    *own = 0;
+    if (n == 2 && last == 1 && xdc_topology_region_workers(m->topo, 0) == 1) return 1;
+    *own = 1;
+    return last >= 2 && xdc_topology_link(m->topo, 0, n - 1) != NULL;
+}
 xdc_intra_comm *orch_member_region_comm(const orch_member *m) { return m->region_comm; }
 xdc_intra_comm *orch_member_pp(const orch_member *m) { return m->pp; }
 xdc_intra_comm *orch_member_dp(const orch_member *m) { return m->dp; }

@@ -130,6 +130,13 @@ xdc_wan_listener *orch_member_listener(const orch_member *m); /* NULL with one r
 xdc_wan_peer **orch_member_peers(const orch_member *m);
 xdc_wan_peer *orch_member_prev_peer(const orch_member *m); /* span: the stage before, across a region boundary */
 xdc_wan_peer *orch_member_next_peer(const orch_member *m); /* span: the stage after */
+/* Interleaved 1F1B over regions (pipeline_chunks > 1 with span, docs/runtime.md): the chunks' wrap-around from
+ * the last stage to the first crosses from the last region to the first. 1 when it has a WAN link: the span's
+ * one link (2 regions of one worker each; *own = 0) or one of its own (*own = 1), which the first stage
+ * dials where the last region has 2 workers or more (so its last worker accepts no other peer) and the
+ * topology links the two regions; 0 otherwise. wrap_peer: that own link, on the first and the last stage. */
+int orch_member_span_wrap(const orch_member *m, int *own);
+xdc_wan_peer *orch_member_wrap_peer(const orch_member *m);
 xdc_intra_comm *orch_member_region_comm(const orch_member *m);
 xdc_intra_comm *orch_member_pp(const orch_member *m); /* this replica's pipeline group */
 xdc_intra_comm *orch_member_dp(const orch_member *m); /* this stage's data-parallel group */

@@ -155,6 +155,15 @@ static xdc_err_t open_peers(orch_member *m, xdc_diag *diag)
             XDC_CHECK(accept_peer(m, m->id.region_idx - 1,
                                   xdc_topology_region_workers(m->topo, m->id.region_idx - 1) - 1, &m->prev_peer, &from,
                                   diag));
+        /* The chunks' wrap-around: the first stage dials the last (which accepts no other peer). */
+        int own, last = m->id.n_regions - 1;
+        if (m->cfg.pipeline_chunks > 1 && orch_member_span_wrap(m, &own) && own) {
+            if (m->id.region_idx == 0 && m->id.lrank == 0)
+                XDC_CHECK(
+                    orch_member_dial(m, last, xdc_topology_region_workers(m->topo, last) - 1, &m->wrap_peer, diag));
+            if (m->id.region_idx == last && m->id.lrank == m->id.lsize - 1)
+                XDC_CHECK(accept_peer(m, 0, 0, &m->wrap_peer, &from, diag));
+        }
         return XDC_OK;
     }
     int lower = 0; /* linked regions below this one: they dial */

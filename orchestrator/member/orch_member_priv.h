@@ -25,6 +25,7 @@ struct orch_member {
     xdc_wan_peer **peers; /* (n_regions) same lrank in every linked region; NULL elsewhere */
     int *route;           /* (n_regions * n_regions) xdc_topology_routes: the shards of unlinked regions come relayed */
     xdc_wan_peer *prev_peer, *next_peer; /* span: neighbouring stages across a region boundary */
+    xdc_wan_peer *wrap_peer; /* span, pipeline_chunks: the first and the last stage (orch_member_span_wrap) */
     rdzv_client *rdzv;
     xdc_intra_comm *region_comm, *pp, *dp;
     xdc_sync_engine *sync_eng;

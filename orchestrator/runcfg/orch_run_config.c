@@ -40,6 +40,7 @@ static const xdc_cfg_field top_fields[] = {
     {"elastic", XDC_CFG_NODE, offsetof(run_in, elastic), 0, false, 0, 0, NULL},
     {"sync", XDC_CFG_NODE, offsetof(run_in, sync), 0, false, 0, 0, NULL},
     RUN_FIELD("pipeline_stages", XDC_CFG_INT, pipeline_stages, false, 1, 64),
+    RUN_FIELD("pipeline_chunks", XDC_CFG_INT, pipeline_chunks, false, 1, ORCH_MAX_CHUNKS),
     RUN_FIELD("span_regions", XDC_CFG_BOOL, span_regions, false, 0, 0),
     RUN_FIELD("activation_codec", XDC_CFG_STRING, activation_codec, false, 0, 0),
     RUN_FIELD("microbatches", XDC_CFG_INT, microbatches, false, 1, 1024),
@@ -217,6 +218,37 @@ void orch_run_config_outer_defaults(orch_run_config *c)
     if (!c->diloco.outer_momentum_set) c->diloco.outer_momentum = sparse ? 0.5 : 0.9;
 }
 
+/* pipeline_chunks > 1: what the interleaved schedule needs and what it is built for so far (docs/runtime.md,
+ * "Interleaved 1F1B": the chunks' arenas are in no checkpoint, rejoin, delayed round or re-plan); the worker
+ * refuses a pipeline across regions whose wrap-around has no WAN link once it knows the topology. */
+static xdc_err_t check_chunks(const orch_run_config *c, xdc_cfg_errors *errs)
+{
+    int v = c->pipeline_chunks, P = c->pipeline_stages, M = c->train.microbatches;
+    if (P < 2 || P * v > c->train.model.n_layer) {
+        xdc_cfg_error_add(errs, 0, 0,
+                          "pipeline_chunks %d needs pipeline_stages of at least 2 (it is %d) and pipeline_stages x "
+                          "pipeline_chunks (%d) at most the model's %d layers",
+                          v, P, P * v, c->train.model.n_layer);
+        return XDC_ERR_CONFIG;
+    }
+    if (M % P) {
+        xdc_cfg_error_add(errs, 0, 0,
+                          "pipeline_chunks %d needs microbatches (%d) a multiple of pipeline_stages (%d): the "
+                          "interleaved schedule takes the microbatches in groups of one per stage",
+                          v, M, P);
+        return XDC_ERR_CONFIG;
+    }
+    if (c->mode != ORCH_MODE_SYNC || c->sync.delay_steps || c->elastic.set || c->checkpoint_every || c->plan_auto ||
+        c->n_replica_mb) {
+        xdc_cfg_error_add(errs, 0, 0,
+                          "pipeline_chunks %d is built for mode sync without sync.delay_steps, elastic:, "
+                          "checkpoint_every, plan: auto or microbatches_per_replica",
+                          v);
+        return XDC_ERR_CONFIG;
+    }
+    return XDC_OK;
+}
+
 xdc_err_t orch_run_config_check(const orch_run_config *c, bool planned, xdc_cfg_errors *errs)
 {
     if (c->mode == ORCH_MODE_STREAMING && c->streaming.fragments > c->diloco.inner_steps) {
@@ -278,6 +310,7 @@ xdc_err_t orch_run_config_check(const orch_run_config *c, bool planned, xdc_cfg_
                           c->train.model.n_layer);
         return XDC_ERR_CONFIG;
     }
+    if (c->pipeline_chunks > 1) XDC_CHECK(check_chunks(c, errs));
     return XDC_OK;
 }
 
@@ -289,6 +322,7 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     snprintf(c->path, sizeof c->path, "%s", path);
     snprintf(c->codec, sizeof c->codec, "link");
     snprintf(c->activation_codec, sizeof c->activation_codec, "bf16");
+    c->pipeline_chunks = 1;
     c->zstd_level = -1;
     c->bucket_mb = 1.0;
     c->threads = 1;

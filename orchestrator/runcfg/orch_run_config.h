@@ -16,6 +16,7 @@ typedef enum { ORCH_MODE_SYNC = 0, ORCH_MODE_DILOCO = 1, ORCH_MODE_STREAMING = 2
 
 #define ORCH_MAX_STAGES     64
 #define ORCH_MAX_SLOWDOWN   256 /* per-region lists (diloco.slowdown, emulate_layer_ms): one entry per region at most */
+#define ORCH_MAX_CHUNKS     8   /* pipeline_chunks */
 #define ORCH_MAX_REPLICA_MB 1024 /* microbatches_per_replica entries: one per replica (of a region or of all) */
 
 /* The run file's sections, one struct each, named as in the YAML (docs/config.md). */
@@ -79,6 +80,7 @@ typedef struct orch_run_config {
     xdc_train_config train; /* loaded from model_path, then overridden by the run file */
     orch_mode mode;
     int pipeline_stages;       /* per replica; divides each region's workers */
+    int pipeline_chunks;       /* v: model chunks per stage, interleaved 1F1B (docs/runtime.md); 1: not interleaved */
     bool span_regions;         /* one pipeline over every worker of every region (stages cross the WAN) */
     char activation_codec[32]; /* codec of activations crossing the WAN: none|bf16|int8 */
     int microbatches;          /* per replica per step (overrides the model file when set) */

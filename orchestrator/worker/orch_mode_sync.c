@@ -23,7 +23,9 @@
 
 typedef struct {
     xdc_sync *grad; /* replicas + regions */
-    bool pending;   /* delay_steps 1: the round of the last step's gradients (the spare arena) is in flight */
+    /* pipeline_chunks v > 1: the other chunks' gradients, [1, v) (w->model.chunk_sync; [0] is grad) */
+    xdc_sync *chunk_grad[ORCH_MAX_CHUNKS];
+    bool pending; /* delay_steps 1: the round of the last step's gradients (the spare arena) is in flight */
     /* Elastic: the hand-over to a rejoining region (orch_rejoin.c, which moves an outer round's state) sees the
      * live parameters as the global ones and zeros as the outer momentum: global, mom device (n_params) fp32,
      * allocated at the first hand-over (the joiner takes the parameters through global); NULL before. */
@@ -40,6 +42,15 @@ static xdc_err_t sync_setup(orch_worker *w, void **state, xdc_diag *diag)
     orch_sync_device_cfg(w, &sc); /* the stage's device and compute stream */
     orch_elastic_setup(w);
     XDC_CHECK(xdc_sync_create(orch_member_sync_engine(w->member), &sc, &st->grad, diag));
+    w->model.chunk_sync[0] = st->grad;
+    /* Interleaved 1F1B: a sync per chunk, each over its own arena on its own stream (orch_train.c begins
+     * each at its chunk's last backward); unequal replicas are refused with chunks (orch_run_config.c). */
+    for (int k = 1; k < w->model.chunks; k++) {
+        sc.n_elems = xdc_gpt_stage_num_params(w->model.chunk[k]);
+        sc.compute = xdc_gpt_stage_stream(w->model.chunk[k]);
+        XDC_CHECK(xdc_sync_create(orch_member_sync_engine(w->member), &sc, &st->chunk_grad[k], diag));
+        w->model.chunk_sync[k] = st->chunk_grad[k];
+    }
     return orch_replica_weights(w, st->grad, diag);
 }
 
@@ -147,6 +158,7 @@ static void sync_destroy(void *state)
     sync_state *st = state;
     if (!st) return;
     xdc_sync_destroy(st->grad);
+    for (int k = 1; k < ORCH_MAX_CHUNKS; k++) xdc_sync_destroy(st->chunk_grad[k]);
     orch_outer_destroy(&st->view); /* its buffers, if a hand-over made them */
     xdc_free(st);
 }
@@ -154,7 +166,10 @@ static void sync_destroy(void *state)
 static int sync_syncs(const void *state, xdc_sync **out, int cap)
 {
     const sync_state *st = state;
-    return st && st->grad && cap > 0 ? (out[0] = st->grad, 1) : 0;
+    int n = st && st->grad && cap > 0 ? (out[0] = st->grad, 1) : 0;
+    for (int k = 1; st && k < ORCH_MAX_CHUNKS && n < cap; k++)
+        if (st->chunk_grad[k]) out[n++] = st->chunk_grad[k];
+    return n;
 }
 
 static xdc_sync *sync_replan_sync(const void *state) { return ((const sync_state *)state)->grad; }

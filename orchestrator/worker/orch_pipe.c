@@ -30,9 +30,14 @@ void orch_pipe_locate(const orch_worker *w, int stage, int *region, int *pp_rank
     *pp_rank = stage - base;
 }
 
+/* The WAN peer of neighbouring stage `stage`: the interleaved schedule's wrap-around between the last stage and
+ * the first has a link of its own where it is not the span's one link (orch_member_span_wrap). */
 static xdc_wan_peer *neighbour_peer(const orch_worker *w, int stage)
 {
-    return stage < w->id->stage ? orch_member_prev_peer(w->member) : orch_member_next_peer(w->member);
+    int s = w->id->stage, last = w->id->n_stages - 1;
+    if (orch_member_wrap_peer(w->member) && ((s == 0 && stage == last) || (s == last && stage == 0)))
+        return orch_member_wrap_peer(w->member);
+    return stage < s ? orch_member_prev_peer(w->member) : orch_member_next_peer(w->member);
 }
 
 /* The low-rank codec on the host: the device activation (B*T*C fp32) copied out and encoded with ctx. */

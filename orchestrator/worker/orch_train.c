@@ -1,4 +1,5 @@
-/* orch_train.c — the worker's training loop: a 1F1B pipeline schedule over M microbatches per step,
+/* orch_train.c — the worker's training loop: a 1F1B pipeline schedule over M microbatches per step (with
+ * pipeline_chunks, Megatron's interleaved 1F1B over the stage's chunks),
  * the hierarchical gradient sync started the moment backward finishes and waited for only before the
  * optimizer needs it (orch_train_inner_step, which every mode's step calls; the modes are in
  * orch_mode_*.c), validation through the pipeline, the re-plan check, progress lines and the final
@@ -173,6 +174,113 @@ static void slow_down(orch_worker *w, double c0)
     w->prog.t_compute += extra;
 }
 
+/* Interleaved 1F1B (pipeline_chunks v > 1). Neighbours in the ring of stages: the next stage takes this one's
+ * outputs (the last stage's go to the first, into its next chunk), the previous sends inputs. */
+static int ring_next(const orch_worker *w) { return (w->id->stage + 1) % w->id->n_stages; }
+static int ring_prev(const orch_worker *w) { return (w->id->stage + w->id->n_stages - 1) % w->id->n_stages; }
+
+/* One schedule step's transfers, one group waited for before the next compute, as Megatron's interleaved
+ * schedule does (send_forward_backward_recv_forward_backward): send y (the step's forward output) to the
+ * next stage and dx (its backward's input gradient) to the previous one, receive into x_in from the previous
+ * and into dy_in from the next. In this order on every stage, a pair of stages that exchange two messages
+ * each way (P = 2) matches them as sent, y with x and dx with dy, on the intra communicator and on the one
+ * in-order WAN stream of a span over 2 regions alike (encoded through one wire buffer of each kind).
+ * Completing each group before the next lets y and dx go straight from the chunk's slot and scratch, and
+ * keeps one microbatch at most in x_in and in dy_in: a received input waits there until its forward, and the
+ * steps never post a receive into a buffer still held (tests/model/test_ileave_order.c checks the steps of
+ * every stage together; tests/e2e/test_ileave.c runs them under NCCL semantics). */
+static xdc_err_t ileave_transfers(orch_worker *w, const float *y, const float *dx, bool recv_x, bool recv_dy,
+                                  xdc_diag *diag)
+{
+    size_t btc = (size_t)w->model.B * w->model.T * (size_t)w->model.C;
+    orch_pipe_req r[4];
+    int n = 0;
+    if (!y && !dx && !recv_x && !recv_dy) return XDC_OK;
+    XDC_CHECK(xdc_intra_group_start(orch_member_pp(w->member)));
+    xdc_err_t st = XDC_OK;
+    if (y) st = orch_pipe_send(w, ring_next(w), y, btc, wire(w, 2, 0), &r[n++], diag);
+    if (st == XDC_OK && dx) st = orch_pipe_send(w, ring_prev(w), dx, btc, wire(w, 3, 0), &r[n++], diag);
+    if (st == XDC_OK && recv_x) st = orch_pipe_recv(w, ring_prev(w), w->model.x_in, btc, wire(w, 0, 0), &r[n++], diag);
+    if (st == XDC_OK && recv_dy)
+        st = orch_pipe_recv(w, ring_next(w), w->model.dy_in, btc, wire(w, 1, 0), &r[n++], diag);
+    XDC_CHECK(group_end(w, st, diag));
+    for (int i = 0; i < n; i++) XDC_CHECK(orch_pipe_wait(w, &r[i], diag));
+    return XDC_OK;
+}
+
+/* Forward number k of the interleaved order; *y: its output for the next virtual stage (NULL after the
+ * model's last chunk, which adds its microbatch's loss to *loss_sum). */
+/* Layers of this stage's chunk c: part s + c·P of the P·v-way split (emulate_layer_ms times each chunk by them). */
+static int chunk_layers(const orch_worker *w, int c)
+{
+    int b, e, P = w->id->n_stages;
+    orch_stage_layers(w->cfg->train.model.n_layer, P * w->model.chunks, w->id->stage + c * P, &b, &e);
+    return e - b;
+}
+
+static xdc_err_t ileave_forward(orch_worker *w, int k, float *loss_sum, const float **y)
+{
+    size_t bt = (size_t)w->model.B * w->model.T;
+    int c, mb;
+    xdc_model_shape_interleaved_op(w->id->n_stages, w->model.chunks, k, 1, &c, &mb);
+    xdc_gpt_stage *st = w->model.chunk[c];
+    bool last = xdc_gpt_stage_is_last(st);
+    float loss = 0;
+    double t0 = now_s();
+    uint64_t u0 = orch_trace_now_us(w->tele.trace);
+    *y = NULL;
+    XDC_CHECK(xdc_gpt_stage_forward(st, xdc_gpt_stage_slot_of(st, mb), w->model.tokens + mb * bt, w->model.x_in,
+                                    w->model.targets + mb * bt, last ? NULL : y, &loss));
+    compute_floor(w, t0, chunk_layers(w, c), 1);
+    w->prog.t_compute += now_s() - t0;
+    trace_span(w, "forward", u0, mb);
+    if (last) *loss_sum += loss;
+    return XDC_OK;
+}
+
+/* Backward number k; *dx: its input gradient for the previous virtual stage (NULL at the model's first chunk).
+ * With `sync`, a chunk's last microbatch starts that chunk's gradient sync (w->model.chunk_sync), layer by
+ * layer as the backward finishes them, as the non-interleaved pass does for its one arena. */
+static xdc_err_t ileave_backward(orch_worker *w, int k, bool sync, const float **dx)
+{
+    int c, mb;
+    xdc_model_shape_interleaved_op(w->id->n_stages, w->model.chunks, k, 0, &c, &mb);
+    xdc_gpt_stage *st = w->model.chunk[c];
+    if (sync && mb == w->model.M - 1) {
+        XDC_CHECK(xdc_sync_begin(w->model.chunk_sync[c], xdc_gpt_stage_grads(st)));
+        xdc_gpt_stage_arm_grad_ready(st, on_grads_ready, w->model.chunk_sync[c]);
+    }
+    double t0 = now_s();
+    uint64_t u0 = orch_trace_now_us(w->tele.trace);
+    *dx = NULL;
+    XDC_CHECK(xdc_gpt_stage_backward(st, xdc_gpt_stage_slot_of(st, mb), w->model.dy_in, 1.0f / (float)w->model.M,
+                                     xdc_gpt_stage_is_first(st) ? NULL : dx));
+    compute_floor(w, t0, chunk_layers(w, c), 2);
+    w->prog.t_compute += now_s() - t0;
+    trace_span(w, "backward", u0, mb);
+    if (sync && mb == w->model.M - 1) xdc_sync_mark_ready(w->model.chunk_sync[c], 0); /* the whole arena */
+    return XDC_OK;
+}
+
+/* Megatron-LM's interleaved 1F1B over M·v microbatch-chunks (Narayanan et al. 2021), step by step as
+ * xdc_model_shape_interleaved_step gives them: warm-up forwards, then one forward and one backward per step,
+ * then the cool-down's backwards, each step's transfers after its compute; the caller waits for the chunks'
+ * gradient syncs. */
+static xdc_err_t ileave_pass(orch_worker *w, xdc_sync *sync, float *loss_sum, xdc_diag *diag)
+{
+    int M = w->model.M, P = w->id->n_stages, s = w->id->stage, v = w->model.chunks;
+    int n = xdc_model_shape_interleaved_steps(P, s, v, M);
+    for (int i = 0; i < n; i++) {
+        xdc_ileave_step op;
+        const float *y = NULL, *dx = NULL;
+        xdc_model_shape_interleaved_step(P, s, v, M, i, &op);
+        if (op.forward >= 0) XDC_CHECK(ileave_forward(w, op.forward, loss_sum, &y));
+        if (op.backward >= 0) XDC_CHECK(ileave_backward(w, op.backward, sync != NULL, &dx));
+        XDC_CHECK(ileave_transfers(w, y, dx, op.recv_x, op.recv_dy, diag));
+    }
+    return XDC_OK;
+}
+
 /* One pipeline pass of M microbatches with gradients accumulated; the gradient sync of `sync` (NULL: none)
  * starts during the last microbatch's backward, layer by layer. *loss = mean loss over the microbatches
  * (last stage only).
@@ -189,15 +297,23 @@ xdc_err_t orch_train_pass(orch_worker *w, xdc_sync *sync, float *loss, xdc_diag 
     size_t bt = (size_t)w->model.B * w->model.T;
     int M = w->model.M, P = w->id->n_stages, s = w->id->stage;
     xdc_intra_comm *pp = orch_member_pp(w->member);
-    xdc_gpt_stage_zero_grad(w->model.st);
+    for (int k = 0; k < w->model.chunks; k++) xdc_gpt_stage_zero_grad(w->model.chunk[k]);
     if (w->model.data)
         for (int mb = 0; mb < M; mb++)
             XDC_CHECK(xdc_data_next_train(w->model.data, w->model.tokens + mb * bt, w->model.targets + mb * bt));
+    float loss_sum = 0;
+    if (w->model.chunks > 1) {
+        XDC_CHECK(ileave_pass(w, sync, &loss_sum, diag));
+        slow_down(w, c0);
+        for (int k = 0; sync && k < w->model.chunks; k++)
+            XDC_CHECK(orch_train_wait_sync(w, w->model.chunk_sync[k], diag));
+        *loss = loss_sum / (float)M;
+        return XDC_OK;
+    }
     /* The first wire_n receives from a WAN neighbour; each decode posts the next (forward_mb, backward_mb). */
     for (int mb = 0; mb < w->pipe.wire_n[0]; mb++) XDC_CHECK(recv_x(w, mb, 1, diag));
     for (int mb = 0; mb < w->pipe.wire_n[1]; mb++) XDC_CHECK(recv_dy(w, mb, 1, diag));
     int warm = P - s - 1 < M ? P - s - 1 : M, f = 0, b = 0;
-    float loss_sum = 0;
     xdc_err_t st;
     for (; f < warm; f++) {
         XDC_CHECK(xdc_intra_group_start(pp));
@@ -239,15 +355,16 @@ xdc_err_t orch_train_pass(orch_worker *w, xdc_sync *sync, float *loss, xdc_diag 
 xdc_err_t orch_train_update(orch_worker *w, float *loss, int64_t lr_step, xdc_diag *diag)
 {
     double sumsq = 0;
-    XDC_CHECK(xdc_gpt_stage_grad_sumsq(w->model.st, &sumsq));
+    for (int k = 0; k < w->model.chunks; k++) XDC_CHECK(xdc_gpt_stage_grad_sumsq(w->model.chunk[k], &sumsq));
     float v[2] = {(float)sumsq, *loss};
     XDC_CHECK(orch_pipe_allreduce_sum(w, v, 2, diag));
     *loss = v[1];
     const xdc_train_config *c = &w->cfg->train;
     xdc_lr_schedule sch = {(float)c->lr, (float)c->min_lr_frac, c->warmup_steps, c->steps};
     double t0 = now_s();
-    XDC_CHECK(xdc_gpt_stage_optimizer_step(w->model.st, xdc_lr_at(&sch, (int)lr_step),
-                                           xdc_gpt_clip_scale(v[0], (float)c->grad_clip)));
+    for (int k = 0; k < w->model.chunks; k++)
+        XDC_CHECK(xdc_gpt_stage_optimizer_step(w->model.chunk[k], xdc_lr_at(&sch, (int)lr_step),
+                                               xdc_gpt_clip_scale(v[0], (float)c->grad_clip)));
     w->prog.t_compute += now_s() - t0;
     return XDC_OK;
 }
@@ -273,25 +390,31 @@ xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag)
     for (int i = 0; i < n; i++) {
         orch_pipe_req req;
         if (w->model.val) XDC_CHECK(xdc_data_val_batch(w->model.val, i, w->model.tokens, w->model.targets));
-        if (!is_first(w)) {
-            XDC_CHECK(orch_pipe_recv(w, w->id->stage - 1, w->model.x_in, btc, wire(w, 0, 0), &req, diag));
-            XDC_CHECK(orch_pipe_wait(w, &req, diag));
+        /* Through the chunks in the model's order: chunk k takes its input from the previous stage (the
+         * last stage's chunk k − 1 for the first stage) and hands its output on around the ring. */
+        for (int k = 0; k < w->model.chunks; k++) {
+            xdc_gpt_stage *st = w->model.chunk[k];
+            bool first = xdc_gpt_stage_is_first(st), last = xdc_gpt_stage_is_last(st);
+            if (!first) {
+                XDC_CHECK(orch_pipe_recv(w, ring_prev(w), w->model.x_in, btc, wire(w, 0, 0), &req, diag));
+                XDC_CHECK(orch_pipe_wait(w, &req, diag));
+            }
+            const float *y = NULL;
+            float l = 0;
+            /* Evaluation is the device computing, like a training step's passes: it counts as compute, so the
+             * run's compute utilisation says how long the device waited, not how often it evaluated. */
+            double t0 = now_s();
+            uint64_t u0 = orch_trace_now_us(w->tele.trace);
+            XDC_CHECK(
+                xdc_gpt_stage_forward(st, 0, w->model.tokens, w->model.x_in, w->model.targets, last ? NULL : &y, &l));
+            w->prog.t_compute += now_s() - t0;
+            trace_span(w, "eval forward", u0, i);
+            if (!last) {
+                XDC_CHECK(orch_pipe_send(w, ring_next(w), y, btc, wire(w, 2, 0), &req, diag));
+                XDC_CHECK(orch_pipe_wait(w, &req, diag));
+            }
+            sum += l;
         }
-        const float *y = NULL;
-        float l = 0;
-        /* Evaluation is the device computing, like a training step's passes: it counts as compute, so the
-         * run's compute utilisation says how long the device waited, not how often it evaluated. */
-        double t0 = now_s();
-        uint64_t u0 = orch_trace_now_us(w->tele.trace);
-        XDC_CHECK(xdc_gpt_stage_forward(w->model.st, 0, w->model.tokens, w->model.x_in, w->model.targets,
-                                        is_last(w) ? NULL : &y, &l));
-        w->prog.t_compute += now_s() - t0;
-        trace_span(w, "eval forward", u0, i);
-        if (!is_last(w)) {
-            XDC_CHECK(orch_pipe_send(w, w->id->stage + 1, y, btc, wire(w, 2, 0), &req, diag));
-            XDC_CHECK(orch_pipe_wait(w, &req, diag));
-        }
-        sum += l;
     }
     float v[1] = {is_last(w) ? sum : 0};
     XDC_CHECK(orch_pipe_allreduce_sum(w, v, 1, diag));
@@ -299,7 +422,8 @@ xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag)
     return XDC_OK;
 }
 
-/* params_xxh64 over every stage in order: each stage continues the hash state of the one before. */
+/* params_xxh64 over every chunk in the model's order: each continues the hash state of the one before, on the
+ * previous stage (the last stage's previous chunk for the first stage). */
 static xdc_err_t hash_params(orch_worker *w, uint64_t *out, xdc_diag *diag)
 {
     float blob[XDC_HASH_STATE_BYTES / sizeof(float)]; /* the hash state as bytes */
@@ -307,45 +431,52 @@ static xdc_err_t hash_params(orch_worker *w, uint64_t *out, xdc_diag *diag)
     if (!h) return XDC_ERR_NOMEM;
     xdc_err_t rc = XDC_OK;
     orch_pipe_req req;
-    int n = (int)(XDC_HASH_STATE_BYTES / sizeof(float)), below = w->id->stage - 1, above = w->id->stage + 1;
-    if (!is_first(w)) {
-        rc = orch_pipe_recv_small(w, below, blob, n, 0, &req, diag);
-        if (rc == XDC_OK) rc = orch_pipe_wait_small(w, below, blob, n, 0, &req, diag);
-        if (rc == XDC_OK) xdc_hash64_import(h, blob);
-    }
-    if (rc == XDC_OK) rc = xdc_gpt_stage_hash_update(w->model.st, h);
-    if (rc == XDC_OK && !is_last(w)) {
-        xdc_hash64_export(h, blob);
-        rc = orch_pipe_send_small(w, above, blob, n, 1, &req, diag);
-        if (rc == XDC_OK) rc = orch_pipe_wait_small(w, above, NULL, n, 1, &req, diag);
+    int n = (int)(XDC_HASH_STATE_BYTES / sizeof(float)), below = ring_prev(w), above = ring_next(w);
+    for (int k = 0; rc == XDC_OK && k < w->model.chunks; k++) {
+        xdc_gpt_stage *st = w->model.chunk[k];
+        if (!xdc_gpt_stage_is_first(st)) {
+            rc = orch_pipe_recv_small(w, below, blob, n, 0, &req, diag);
+            if (rc == XDC_OK) rc = orch_pipe_wait_small(w, below, blob, n, 0, &req, diag);
+            if (rc == XDC_OK) xdc_hash64_import(h, blob);
+        }
+        if (rc == XDC_OK) rc = xdc_gpt_stage_hash_update(st, h);
+        if (rc == XDC_OK && !xdc_gpt_stage_is_last(st)) {
+            xdc_hash64_export(h, blob);
+            rc = orch_pipe_send_small(w, above, blob, n, 1, &req, diag);
+            if (rc == XDC_OK) rc = orch_pipe_wait_small(w, above, NULL, n, 1, &req, diag);
+        }
     }
     *out = xdc_hash64_digest(h);
     xdc_hash64_destroy(h);
     return rc;
 }
 
-/* Raw fp32 parameter arena of this stage, for tests that compare runs element by element. */
-static xdc_err_t dump_params(orch_worker *w, xdc_diag *diag)
+/* Raw fp32 parameter arena of chunk k of this stage, for tests that compare runs element by element: file
+ * params-stage-S.f32 with S its virtual stage (the stage itself with one chunk). */
+static xdc_err_t dump_params(orch_worker *w, int k, xdc_diag *diag)
 {
     char path[700];
-    snprintf(path, sizeof path, "%s/params-stage-%d.f32", w->id->run_dir, w->id->stage);
+    int vs = w->id->stage + k * w->id->n_stages;
+    xdc_gpt_stage *st = w->model.chunk[k];
+    size_t np = xdc_gpt_stage_num_params(st);
+    snprintf(path, sizeof path, "%s/params-stage-%d.f32", w->id->run_dir, vs);
     /* The arena is device memory: download it first. */
     const xdc_device_ops *dev = w->model.be->device;
-    xdc_stream *cs = xdc_gpt_stage_stream(w->model.st);
-    float *host = xdc_malloc(w->model.n_params * sizeof(float));
+    xdc_stream *cs = xdc_gpt_stage_stream(st);
+    float *host = xdc_malloc(np * sizeof(float));
     if (!host) return XDC_ERR_NOMEM;
-    xdc_err_t rc = dev->copy_d2h(host, xdc_gpt_stage_params(w->model.st), w->model.n_params * sizeof(float), cs);
+    xdc_err_t rc = dev->copy_d2h(host, xdc_gpt_stage_params(st), np * sizeof(float), cs);
     if (rc == XDC_OK) rc = dev->stream_sync(cs);
     if (rc != XDC_OK) {
         xdc_free(host);
-        xdc_diag_set(diag, "downloading the parameters of stage %d for %s", w->id->stage, path);
+        xdc_diag_set(diag, "downloading the parameters of stage %d for %s", vs, path);
         return rc;
     }
     FILE *f = fopen(path, "wb");
-    size_t n = f ? fwrite(host, sizeof(float), w->model.n_params, f) : 0;
+    size_t n = f ? fwrite(host, sizeof(float), np, f) : 0;
     if (f) fclose(f);
     xdc_free(host);
-    if (n != w->model.n_params) {
+    if (n != np) {
         xdc_diag_set(diag, "cannot write %s", path);
         return XDC_ERR_IO;
     }
@@ -656,7 +787,7 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
     XDC_INFO(XDC_SUB_ORCH, "WAN bytes of region %s rank %d: wan_tx_bytes=%llu relayed_bytes=%llu", w->id->region,
              w->id->lrank, (unsigned long long)tx, (unsigned long long)relay);
     if (w->cfg->dump_params && (w->id->span || w->id->region_idx == 0) && w->id->replica == 0)
-        XDC_CHECK(dump_params(w, diag));
+        for (int k = 0; k < w->model.chunks; k++) XDC_CHECK(dump_params(w, k, diag));
     double wall = now_s() - run_t0;
     char val[512];
     /* The result first: a coordinator takes every worker's stats as the end of the run. */

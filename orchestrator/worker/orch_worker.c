@@ -31,8 +31,9 @@ xdc_err_t orch_model_alloc_boundary(orch_model *m, size_t *bytes)
     /* On the device: the stage reads x_in and dy_in there, and the intra communicator reaches all three
      * through the device's comm_view. */
     size_t one = (size_t)m->B * (size_t)m->T * (size_t)m->C * sizeof(float);
-    bool first = xdc_gpt_stage_is_first(m->st), last = xdc_gpt_stage_is_last(m->st);
-    float **buf[] = {first ? NULL : &m->x_in, last ? NULL : &m->dy_in, first ? NULL : &m->dx_out};
+    bool first = xdc_gpt_stage_is_first(m->st), last = xdc_gpt_stage_is_last(m->st), ileave = m->chunks > 1;
+    float **buf[] = {first && !ileave ? NULL : &m->x_in, last && !ileave ? NULL : &m->dy_in,
+                     first || ileave ? NULL : &m->dx_out};
     *bytes = 0;
     for (size_t i = 0; i < sizeof buf / sizeof buf[0]; i++) {
         if (!buf[i]) continue;
@@ -60,6 +61,62 @@ static xdc_err_t replica_microbatches(orch_worker *w, bool *unequal, xdc_diag *d
     return XDC_OK;
 }
 
+/* pipeline_chunks > 1 where the run file allowed it (orch_run_config.c): what the topology decides. A pipeline
+ * across regions needs a WAN link for the wrap-around from the last stage to the first. */
+static xdc_err_t check_chunks(const orch_worker *w, xdc_diag *diag)
+{
+    int v = w->cfg->pipeline_chunks;
+    if (!w->id->span) return XDC_OK; /* data-parallel replicas sync each chunk's gradients (orch_mode_sync.c) */
+    /* Across regions the wrap-around from the last stage to the first crosses the WAN too. */
+    int own;
+    if (w->id->n_regions > 1 && !orch_member_span_wrap(w->member, &own)) {
+        xdc_diag_set(diag,
+                     "pipeline_chunks %d across regions needs a WAN link for the chunks' wrap-around from the last "
+                     "stage (region %s) to the first (region %s): the topology must link the two, and the last "
+                     "region needs 2 workers or more (or both regions one)",
+                     v, w->topo->regions[w->id->n_regions - 1].name, w->topo->regions[0].name);
+        return XDC_ERR_CONFIG;
+    }
+    if (w->id->n_regions > 1 && xdc_lowrank_named(w->cfg->activation_codec)) {
+        xdc_diag_set(diag,
+                     "pipeline_chunks %d with activation_codec %s is not built: the low-rank codec keeps a basis per "
+                     "direction of a link, and the chunks send activations and gradients both ways over it",
+                     v, w->cfg->activation_codec);
+        return XDC_ERR_CONFIG;
+    }
+    return XDC_OK;
+}
+
+/* The worker's chunks (one, its stage, unless pipeline_chunks > 1), each with the slots its schedule holds
+ * at most (xdc_model_shape_interleaved_inflight: 1F1B's bound for one chunk). */
+static xdc_err_t open_chunks(orch_worker *w, xdc_diag *diag)
+{
+    const xdc_train_config *c = &w->cfg->train;
+    int v = w->cfg->pipeline_chunks, P = w->id->n_stages, s = w->id->stage;
+    if (v > 1) XDC_CHECK(check_chunks(w, diag));
+    w->model.chunks = v;
+    for (int k = 0; k < v; k++) {
+        int slots = xdc_model_shape_interleaved_inflight(P, s, v, w->model.M, k);
+        xdc_gpt_stage_config sc = {.model = c->model,
+                                   .layer_begin = w->id->layer_begin,
+                                   .layer_end = w->id->layer_end,
+                                   .batch = c->batch_size,
+                                   .seq_len = c->seq_len,
+                                   .max_inflight = slots,
+                                   /* delayed averaging: the sync holds one arena while backward fills the other */
+                                   .grad_buffers = w->cfg->sync.delay_steps ? 2 : 1,
+                                   .seed = (uint64_t)c->seed,
+                                   .adamw = {(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay}};
+        if (v > 1) orch_stage_layers(c->model.n_layer, P * v, s + k * P, &sc.layer_begin, &sc.layer_end);
+        XDC_CHECK(xdc_gpt_stage_create(w->model.be->model, &sc, &w->model.chunk[k], diag));
+        if (v > 1)
+            XDC_INFO(XDC_SUB_ORCH, "chunk %d/%d of stage %d: layers %d-%d, activation slots %d x %zu bytes", k, v, s,
+                     sc.layer_begin, sc.layer_end - 1, slots, xdc_gpt_stage_slot_bytes(w->model.chunk[k]));
+    }
+    w->model.st = w->model.chunk[0];
+    return XDC_OK;
+}
+
 static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
 {
     const xdc_train_config *c = &w->cfg->train;
@@ -77,23 +134,13 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
     double slowdown[XDC_TOPO_MAX_REGIONS];
     XDC_CHECK(orch_run_config_slowdown(w->cfg, w->topo->n_regions, slowdown, diag));
     w->model.slowdown = slowdown[w->id->region_idx];
-    int slots = xdc_model_shape_1f1b_inflight(w->id->n_stages, w->id->stage, w->model.M); /* 1F1B's bound */
-    xdc_gpt_stage_config sc = {.model = c->model,
-                               .layer_begin = w->id->layer_begin,
-                               .layer_end = w->id->layer_end,
-                               .batch = c->batch_size,
-                               .seq_len = c->seq_len,
-                               .max_inflight = slots,
-                               /* delayed averaging: the sync holds one arena while backward fills the other */
-                               .grad_buffers = w->cfg->sync.delay_steps ? 2 : 1,
-                               .seed = (uint64_t)c->seed,
-                               .adamw = {(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay}};
-    XDC_CHECK(xdc_gpt_stage_create(w->model.be->model, &sc, &w->model.st, diag));
+    XDC_CHECK(open_chunks(w, diag));
     w->model.n_params = xdc_gpt_stage_num_params(w->model.st);
     w->model.B = c->batch_size;
     w->model.T = c->seq_len;
     w->model.C = c->model.n_embd;
-    if (xdc_gpt_stage_is_first(w->model.st) || xdc_gpt_stage_is_last(w->model.st)) {
+    /* Data on the stages that hold the embeddings (the first chunk) or the head (the last). */
+    if (xdc_gpt_stage_is_first(w->model.st) || xdc_gpt_stage_is_last(w->model.chunk[w->model.chunks - 1])) {
         /* Every replica of every region reads its own shard; the stages of one replica read the same one.
          * Unequal replicas read their counts' share of each global step (xdc_data.h). */
         int world = w->id->span ? 1 : w->id->n_regions * w->id->n_replicas;
@@ -121,8 +168,8 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
     w->model.tokens = xdc_malloc(M * bt * sizeof(int32_t));
     w->model.targets = xdc_malloc(M * bt * sizeof(int32_t));
     XDC_CHECK(orch_model_alloc_boundary(&w->model, &boundary));
-    XDC_INFO(XDC_SUB_ORCH, "activation memory: slots %d x %zu bytes, pipeline boundary buffers %zu bytes", slots,
-             xdc_gpt_stage_slot_bytes(w->model.st), boundary);
+    XDC_INFO(XDC_SUB_ORCH, "activation memory: slots %d x %zu bytes, pipeline boundary buffers %zu bytes",
+             xdc_gpt_stage_slots(w->model.st), xdc_gpt_stage_slot_bytes(w->model.st), boundary);
     const xdc_device_ops *dev = w->model.be->device;
     XDC_CHECK(dev->mem_alloc((void **)&w->pipe.scalars, ORCH_PIPE_SCALAR_ROWS * ORCH_PIPE_MAX_SCALARS * sizeof(float)));
     w->pipe.x_req = xdc_calloc(M, sizeof *w->pipe.x_req);
@@ -164,7 +211,8 @@ static xdc_err_t open_lowrank(orch_worker *w, xdc_diag *diag)
 /* Activation codec for stages that talk across the WAN (no error feedback: each tensor is used once). */
 static xdc_err_t open_pipe_codec(orch_worker *w, xdc_diag *diag)
 {
-    if (!orch_member_prev_peer(w->member) && !orch_member_next_peer(w->member)) return XDC_OK;
+    if (!orch_member_prev_peer(w->member) && !orch_member_next_peer(w->member) && !orch_member_wrap_peer(w->member))
+        return XDC_OK;
     w->pipe.elems = (size_t)w->model.B * w->model.T * (size_t)w->model.C;
     if (xdc_lowrank_named(w->cfg->activation_codec)) XDC_CHECK(open_lowrank(w, diag));
     else {
@@ -182,6 +230,9 @@ static xdc_err_t open_pipe_codec(orch_worker *w, xdc_diag *diag)
     }
     orch_pipe_wire_counts(w->id->n_stages, w->id->stage, w->model.M, orch_member_prev_peer(w->member) != NULL,
                           orch_member_next_peer(w->member) != NULL, w->pipe.wire_n);
+    /* Interleaved: each schedule step's transfers complete within it (orch_train.c): one buffer of each kind,
+     * whichever of the ring's neighbours is across the WAN. */
+    for (int k = 0; w->model.chunks > 1 && k < 4; k++) w->pipe.wire_n[k] = 1;
     size_t n = 0;
     for (int k = 0; k < 4; k++) n += (size_t)w->pipe.wire_n[k];
     XDC_INFO(XDC_SUB_ORCH, "activation wire buffers: %zu x %zu bytes (x %d, dy %d, y %d, dx %d)", n, w->pipe.bound,
@@ -230,7 +281,7 @@ static void close_worker(orch_worker *w)
     xdc_codec_destroy(w->pipe.dec);
     for (int i = 0; i < 4; i++) xdc_lowrank_destroy(w->pipe.lowrank[i]);
     if (w->model.be) w->model.be->device->host_free(w->pipe.lowrank_host);
-    xdc_gpt_stage_destroy(w->model.st);
+    for (int k = 0; k < w->model.chunks; k++) xdc_gpt_stage_destroy(w->model.chunk[k]);
     xdc_data_destroy(w->model.data);
     xdc_data_destroy(w->model.val);
     orch_trace_destroy(w->tele.trace);

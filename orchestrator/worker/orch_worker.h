@@ -54,8 +54,18 @@ typedef struct orch_model {
     int M_region;   /* the microbatches of all the region's replicas together per step */
     double layer_s; /* emulate_layer_ms of this worker's region, seconds (0: real compute only; orch_train.c) */
     int32_t *tokens, *targets; /* (M, B*T) */
+    /* Interleaved 1F1B (pipeline_chunks v = chunks > 1): chunk[k] holds the layers of virtual stage stage + k·P of
+     * the P·v-way split (orch_train.c), st is chunk[0] and n_params its count (what the mode's sync,
+     * checkpoints and outer rounds carry; orch_run_config.c refuses all but sync mode with chunks). chunks 1:
+     * chunk[0] = st. */
+    xdc_gpt_stage *chunk[ORCH_MAX_CHUNKS];
+    int chunks;
+    /* chunks > 1 in sync mode: each chunk's gradient sync (its own arena; [0] the mode's), set by the mode */
+    xdc_sync *chunk_sync[ORCH_MAX_CHUNKS];
     /* Pipeline boundary buffers, device memory, one microbatch each: 1F1B never has two microbatches in
-     * one (orch_train.c, docs/runtime.md). NULL where the stage has no such neighbour. */
+     * one (orch_train.c, docs/runtime.md). NULL where the stage has no such neighbour. With chunks > 1 every
+     * stage has x_in and dy_in (the chunks' boundary wraps from the last stage to the first) and no dx_out
+     * (each schedule step's transfers complete within it). */
     float *x_in;   /* (B*T*C) fp32 activation received from the previous stage */
     float *dy_in;  /* (B*T*C) fp32 gradient received from the next stage */
     float *dx_out; /* (B*T*C) fp32 copy of the input gradient being sent: the send outlives the next backward */

@@ -201,7 +201,7 @@ void e2e_reference_run(int steps, int M, const char *model, int R, int D, int P,
     be->model->set_threads(1);
     int Q = R * D;
     xdc_data *data[8];
-    XDC_ASSERT(Q <= 8 && P <= 4);
+    XDC_ASSERT(Q <= 8 && P <= E2E_MAX_STAGES);
     for (int q = 0; q < Q; q++) {
         xdc_data_config dc = {.batch = c.batch_size,
                               .seq_len = c.seq_len,
@@ -212,8 +212,10 @@ void e2e_reference_run(int steps, int M, const char *model, int R, int D, int P,
                               .vocab_size = c.model.vocab_size};
         XDC_ASSERT_OK(xdc_data_open(DATA, &dc, &data[q], NULL));
     }
-    size_t np[4], btc = (size_t)c.batch_size * c.seq_len * c.model.n_embd, bt = (size_t)c.batch_size * c.seq_len;
-    float *reg[4], *tot[4], *prev[4]; /* (np[s]) fp32: one replica's sum, the regions' sum, the delayed average */
+    size_t np[E2E_MAX_STAGES], btc = (size_t)c.batch_size * c.seq_len * c.model.n_embd,
+                               bt = (size_t)c.batch_size * c.seq_len;
+    float *reg[E2E_MAX_STAGES], *tot[E2E_MAX_STAGES],
+        *prev[E2E_MAX_STAGES]; /* (np[s]) fp32: one replica's sum, the regions' sum, the delayed average */
     for (int s = 0; s < P; s++) {
         xdc_gpt_stage_config sc = {.model = c.model,
                                    .batch = c.batch_size,

@@ -9,9 +9,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define DATA "/usr/share/games/fortunes"
-#define TOPO "examples/topology/demo-2region.yaml"
-#define TINY "examples/models/tiny.yaml"
+#define DATA           "/usr/share/games/fortunes"
+#define TOPO           "examples/topology/demo-2region.yaml"
+#define TINY           "examples/models/tiny.yaml"
+#define E2E_MAX_STAGES 8 /* e2e_reference_run: stages (virtual stages of an interleaved run) */
 
 /* Skip the test where the fortunes corpus is missing. */
 void e2e_need_corpus(void);
@@ -51,7 +52,7 @@ char *e2e_start_coordinator(const char *run, const char *dir, const char *log, c
  * mode); a region out of a step reads no batch, and one back in the run continues its shard at the data
  * position of one that stayed (as a rejoining region takes the members'). With `delay` (sync.delay_steps 1) step t applies the average
  * of step t-1 at step t-1's learning rate, step 0 applies nothing and the end applies the last step's.
- * Leaves the final stage parameters in st[0..P) (the caller destroys them). */
+ * Leaves the final stage parameters in st[0..P) (P <= E2E_MAX_STAGES; the caller destroys them). */
 void e2e_reference_run(int steps, int M, const char *model, int R, int D, int P, int delay, const uint8_t *present,
                        xdc_gpt_stage **st);
 /* The largest difference between the parameters a run dumped (run_dir/params-stage-S.f32) and st[0..P)'s. */

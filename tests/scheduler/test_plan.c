@@ -790,6 +790,132 @@ XDC_TEST(plan_activation_memory_is_the_1f1b_high_water_mark)
     xdc_topology_destroy(t);
 }
 
+/* Interleaved 1F1B (opts.chunks, the run file's pipeline_chunks): 2 stages x 2 chunks of the 4-layer tiny model,
+ * M = 4. The plan runs v = 2 with the bubble (P − 1)/(M·v) (here below half of v = 1's), and each stage's
+ * activation memory is what its chunks hold when the stage walks the interleaved order on real chunk stages
+ * created with the runtime's slots (xdc_model_shape_interleaved_inflight per chunk, orch_worker.c); a microbatch
+ * count that is no multiple of P is planned without chunks. */
+XDC_TEST(plan_interleaved_bubble_and_memory_are_the_runtimes)
+{
+    xdc_train_config c;
+    xdc_model_shape m;
+    tiny_4_layers(&c, &m);
+    const int P = 2, M = 4, v = 2;
+    xdc_topology *t = test_plan_parse_topo(
+        "name: one\nregions:\n"
+        "  - {name: a, nodes: a1, gpus_per_node: 2, gpu: {model: x, bf16_tflops: 0.05, memory_gib: 80},"
+        " intra: {bandwidth_gbps: 1000, latency_us: 2}}\n");
+    xdc_batch_shape b = {c.batch_size, c.seq_len, (double)M * c.batch_size * c.seq_len};
+    xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
+    o.stages = P;
+    o.micro_batch = c.batch_size;
+    xdc_plan_set *one = test_plan_search_ok(t, &m, &b, &o);
+    o.chunks = v;
+    xdc_plan_set *set = test_plan_search_ok(t, &m, &b, &o);
+    const xdc_plan *p = &set->best;
+    XDC_ASSERT_EQ(p->chunks, v);
+    XDC_ASSERT_EQ(one->best.chunks, 1);
+    xdc_sim_result r;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_ERR(xdc_sim_run(t, &m, p, NULL, 1, &r, &d), XDC_ERR_INVALID); /* it models 1F1B without chunks */
+    XDC_ASSERT_STR_CONTAINS(d.msg, "pipeline_chunks 2 (interleaved 1F1B) is not simulated");
+    double share = p->t_bubble / p->t_compute, share1 = one->best.t_bubble / one->best.t_compute;
+    fprintf(stderr, "bubble share v=1 %.4f, v=2 %.4f; (P-1)/(M*v) = %.4f\n", share1, share, (double)(P - 1) / (M * v));
+    XDC_ASSERT_MSG(share < 0.6 * share1 && share < 1.1 * (P - 1) / (double)(M * v),
+                   "bubble share %.4f at v=2, %.4f at v=1", share, share1);
+    for (int s = 0; s < P; s++) {
+        xdc_gpt_stage *ch[2];
+        int slots = 0;
+        for (int k = 0; k < v; k++) {
+            xdc_plan_stage part = {0};
+            orch_stage_layers(m.layers, P * v, s + k * P, &part.layer_begin, &part.layer_end);
+            xdc_gpt_stage_config sc = tiny_stage(&c, &part, xdc_model_shape_interleaved_inflight(P, s, v, M, k));
+            XDC_ASSERT_OK(xdc_gpt_stage_create(&xdc_model_cpu_ops, &sc, &ch[k], NULL));
+            slots += sc.max_inflight;
+        }
+        XDC_ASSERT_EQ(p->stage[s].inflight, slots);
+        /* The stage's order (orch_train.c's ileave_pass): warm-up forwards, forward + backward, backwards. */
+        size_t n = (size_t)c.batch_size * c.seq_len;
+        float *x = xdc_calloc(n * (size_t)c.model.n_embd, 4);
+        int32_t *tok = xdc_calloc(n, 4);
+        XDC_ASSERT(x && tok);
+        int total = M * v, warm = xdc_model_shape_interleaved_warmup(P, s, v, M), f = 0, bw = 0;
+        for (int op = 0; op < 2 * total; op++) {
+            /* the warm-up's forwards, then a forward whenever the backwards have caught up with it */
+            int fwd = f < total && (f < warm || f - warm == bw), k, mb;
+            xdc_model_shape_interleaved_op(P, v, fwd ? f++ : bw++, fwd, &k, &mb);
+            const float *out = NULL;
+            float loss;
+            int slot = xdc_gpt_stage_slot_of(ch[k], mb);
+            if (fwd)
+                XDC_ASSERT_OK(
+                    xdc_gpt_stage_forward(ch[k], slot, tok, x, tok, xdc_gpt_stage_is_last(ch[k]) ? NULL : &out, &loss));
+            else
+                XDC_ASSERT_OK(
+                    xdc_gpt_stage_backward(ch[k], slot, x, 1.0f / M, xdc_gpt_stage_is_first(ch[k]) ? NULL : &out));
+        }
+        double measured = 0;
+        for (int k = 0; k < v; k++) {
+            measured += (double)xdc_gpt_stage_activation_bytes(ch[k]);
+            XDC_ASSERT_EQ(xdc_gpt_stage_slots_peak(ch[k]), xdc_model_shape_interleaved_inflight(P, s, v, M, k));
+            xdc_gpt_stage_destroy(ch[k]);
+        }
+        fprintf(stderr, "stage %d: %d slots, planner %.0f activation bytes, measured %.0f\n", s, slots,
+                p->stage[s].act_bytes, measured);
+        XDC_ASSERT_MSG(measured == p->stage[s].act_bytes, "stage %d: measured %.0f bytes, planner %.0f", s, measured,
+                       p->stage[s].act_bytes);
+        xdc_free(x);
+        xdc_free(tok);
+    }
+    xdc_plan_set_destroy(set);
+    b.global_batch_tokens = 3.0 * c.batch_size * c.seq_len; /* M = 3: no multiple of P */
+    set = test_plan_search_ok(t, &m, &b, &o);
+    XDC_ASSERT_EQ(set->best.chunks, 1);
+    xdc_plan_set_destroy(set);
+    xdc_plan_set_destroy(one);
+    xdc_topology_destroy(t);
+
+    /* The pipeline across 2 regions, one stage each: every chunk boundary crosses the WAN, the wrap-around
+     * too, 2v − 1 = 3 activations per microbatch each way for v = 1's one; a half-size bubble. */
+    t = two_regions(1, 0.05, 0.05, 80, "bandwidth_gbps: 10, rtt_ms: 10");
+    b.global_batch_tokens = (double)M * c.batch_size * c.seq_len;
+    o.mode = XDC_PLAN_PIPELINE;
+    o.chunks = 1;
+    one = test_plan_search_ok(t, &m, &b, &o);
+    o.chunks = v;
+    set = test_plan_search_ok(t, &m, &b, &o);
+    fprintf(stderr, "across regions: WAN %.0f vs %.0f bytes, bubble %.4f vs %.4f s, exposed WAN %.4f vs %.4f s\n",
+            set->best.wan_bytes, one->best.wan_bytes, set->best.t_bubble, one->best.t_bubble, set->best.t_wan_exposed,
+            one->best.t_wan_exposed);
+    XDC_ASSERT_EQ(set->best.chunks, v);
+    XDC_ASSERT_EQ(one->best.chunks, 1);
+    XDC_ASSERT_MSG(fabs(set->best.wan_bytes - 3 * one->best.wan_bytes) < 1e-6 * one->best.wan_bytes,
+                   "%.0f WAN bytes at v=2, %.0f at v=1", set->best.wan_bytes, one->best.wan_bytes);
+    XDC_ASSERT(set->best.t_bubble < one->best.t_bubble && set->best.t_wan_exposed > one->best.t_wan_exposed);
+    xdc_plan_set_destroy(set);
+    xdc_plan_set_destroy(one);
+    xdc_topology_destroy(t);
+    /* 8 layers in 4 stages, 2 in each region: the cut once per chunk, the wrap-around (its own link) v − 1
+     * times: again 3 times v = 1's bytes; the plan's cut is before the second region's first stage's first
+     * chunk. */
+    t = two_regions(2, 0.05, 0.05, 80, "bandwidth_gbps: 10, rtt_ms: 10");
+    c.model.n_layer = 8; /* a layer for each of the 4 x 2 chunks */
+    xdc_model_shape_of(&c.model, &m);
+    o.stages = 4;
+    snprintf(o.codec, sizeof o.codec, "bf16");
+    o.chunks = 1;
+    one = test_plan_search_ok(t, &m, &b, &o);
+    o.chunks = v;
+    set = test_plan_search_ok(t, &m, &b, &o);
+    XDC_ASSERT_EQ(set->best.chunks, v);
+    XDC_ASSERT_EQ(set->best.cut_layer[0], set->best.stage[2].layer_begin);
+    XDC_ASSERT_MSG(fabs(set->best.wan_bytes - 3 * one->best.wan_bytes) < 1e-6 * one->best.wan_bytes,
+                   "4 stages: %.0f WAN bytes at v=2, %.0f at v=1", set->best.wan_bytes, one->best.wan_bytes);
+    xdc_plan_set_destroy(set);
+    xdc_plan_set_destroy(one);
+    xdc_topology_destroy(t);
+}
+
 /* A pipeline cut across a 150 ms round trip: each stage's activation memory in the plan is what the
  * worker's stage holds, the slots it is created with (orch_worker.c: xdc_model_shape_1f1b_inflight of its
  * stage) times one slot, upstream of the cut too; the round trip the slots cannot cover is time (a
