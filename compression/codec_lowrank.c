@@ -100,6 +100,31 @@ static size_t message_bytes(const xdc_lowrank_cfg *cfg, size_t rows, int ship)
     return XDC_LOWRANK_HEADER + (ship ? basis_bytes(cfg) : 0) + (size_t)cfg->rank * 2 + rows * (1 + code_bytes(cfg));
 }
 
+/* One direction's share of xdc_lowrank_estimate: wire bytes and flops per message, the basis amortized. */
+static void estimate_part(const xdc_lowrank_cfg *cfg, size_t rows, double *bytes, double *flops)
+{
+    double C = cfg->cols, r = cfg->rank, n = (double)rows, k = cfg->refresh;
+    *bytes = ((double)message_bytes(cfg, rows, 1) + (k - 1) * (double)message_bytes(cfg, rows, 0)) / k;
+    double fit = n * C * C + LR_ITERS * (2 * r * C * C + 4 * r * r * C); /* XᵀX (half), G·Q and Gram-Schmidt */
+    *flops = fit / k + 4 * n * r * C;                                    /* projection and reconstruction */
+}
+
+xdc_err_t xdc_lowrank_estimate(const char *spec, int cols, size_t rows, double *ratio, double *flops, xdc_diag *diag)
+{
+    xdc_lowrank_cfg f = {.cols = cols, .rows = rows}, g = f;
+    XDC_CHECK(xdc_lowrank_parse(spec, &f, &g, diag));
+    if (f.rank > cols || g.rank > cols) {
+        xdc_diag_set(diag, "activation codec '%s': rank above the %d columns", spec, cols);
+        return XDC_ERR_CONFIG;
+    }
+    double bf, ff, bg, fg;
+    estimate_part(&f, rows, &bf, &ff);
+    estimate_part(&g, rows, &bg, &fg);
+    *ratio = (bf + bg) / (2.0 * (double)rows * cols * sizeof(float));
+    *flops = ff + fg;
+    return XDC_OK;
+}
+
 xdc_err_t xdc_lowrank_create(const xdc_lowrank_cfg *cfg, xdc_lowrank **out, xdc_diag *diag)
 {
     *out = NULL;

@@ -44,6 +44,12 @@ int xdc_lowrank_named(const char *text);
  * must be set first. XDC_ERR_CONFIG with the reason in diag on anything else. */
 xdc_err_t xdc_lowrank_parse(const char *text, xdc_lowrank_cfg *fwd, xdc_lowrank_cfg *bwd, xdc_diag *diag);
 
+/* What `spec` costs for one activation and its gradient, each `rows` rows of `cols` values, averaged over the
+ * refresh cycles (the planner's cost model, docs/planner.md): *ratio = wire bytes over their fp32 bytes,
+ * *flops = host arithmetic to encode and decode both (the basis fit amortized over its messages).
+ * XDC_ERR_CONFIG on a spec xdc_lowrank_parse refuses. */
+xdc_err_t xdc_lowrank_estimate(const char *spec, int cols, size_t rows, double *ratio, double *flops, xdc_diag *diag);
+
 typedef struct xdc_lowrank xdc_lowrank;
 
 /* Validates cfg (XDC_ERR_CONFIG) and allocates every buffer; nothing is allocated after. */

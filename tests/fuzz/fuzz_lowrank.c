@@ -47,12 +47,13 @@ XDC_FUZZ_TARGET(lowrank)
     if (rows > FUZZ_ROWS) rows = FUZZ_ROWS;
     size_t len = FUZZ_FIXED + rows * FUZZ_ROW;
     memcpy(fixed, data, len);
-    const uint8_t head[XDC_LOWRANK_HEADER] = {'L', 2, FUZZ_BITS, 1, FUZZ_RANK, 0, FUZZ_COLS, 0, (uint8_t)rows, 0, 0, 0,
-                                              1, 0, 0, 0};
+    const uint8_t head[XDC_LOWRANK_HEADER] = {'L',           2, FUZZ_BITS, 1, FUZZ_RANK, 0, FUZZ_COLS, 0,
+                                              (uint8_t)rows, 0, 0,         0, 1,         0, 0,         0};
     memcpy(fixed, head, sizeof head);
     if (xdc_lowrank_decode(c, fixed, len, out, rows, &d) == XDC_OK) {
         fixed[3] = 0; /* the same message again, its basis left out */
-        memmove(fixed + XDC_LOWRANK_HEADER, fixed + XDC_LOWRANK_HEADER + FUZZ_BASIS, len - XDC_LOWRANK_HEADER - FUZZ_BASIS);
+        memmove(fixed + XDC_LOWRANK_HEADER, fixed + XDC_LOWRANK_HEADER + FUZZ_BASIS,
+                len - XDC_LOWRANK_HEADER - FUZZ_BASIS);
         (void)xdc_lowrank_decode(c, fixed, len - FUZZ_BASIS, out, rows, &d);
     }
     xdc_lowrank_destroy(c);
@@ -74,6 +75,7 @@ XDC_FUZZ_VERDICT(lowrank)
         snprintf(summary, cap, "%s", d.msg);
         return rc;
     }
-    snprintf(summary, cap, "rows=%zu xxh3=%016llx", rows, (unsigned long long)xdc_xxh3(out, rows * FUZZ_COLS * sizeof(float)));
+    snprintf(summary, cap, "rows=%zu xxh3=%016llx", rows,
+             (unsigned long long)xdc_xxh3(out, rows * FUZZ_COLS * sizeof(float)));
     return XDC_OK;
 }
