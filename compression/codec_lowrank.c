@@ -1,5 +1,6 @@
 /* codec_lowrank.c — the low-rank activation codec (xdc_lowrank.h): the subspace by orthogonal iteration
- * on the rows' second moment, the per-row projection and its int8/int4 quantization, the wire format. */
+ * on the rows' second moment, its int8 rounding, the per-row projection and its B-bit quantization (a scale
+ * byte per row), the wire format. */
 #include "compression/xdc_lowrank.h"
 
 #include "common/xdc_alloc.h"
@@ -9,71 +10,129 @@
 #include <string.h>
 
 #define LR_MAGIC      'L'
-#define LR_VERSION    1
+#define LR_VERSION    2
 #define LR_FLAG_BASIS 1
 #define LR_ITERS      24 /* orthogonal-iteration sweeps: the first basis from a fixed start, later ones warm */
 #define LR_MAX_ABS    1.2676506e30f /* 2^100, the chunk codecs' range bound */
+#define LR_MIN_BITS   3             /* fewer: the gradients at rank 32 with int2 (then 3 levels) trained to +8 % loss */
+#define LR_ROW_BIAS   128           /* row scale byte s: 2^((s - 128) / 8) */
 
 struct xdc_lowrank {
     xdc_lowrank_cfg cfg;
-    float *basis;      /* (rank, cols) fp32: the shared subspace, orthonormal rows */
+    float *basis;      /* (rank, cols) fp32: the shared subspace, rows orthonormal to ~2^-8 (int8) */
     uint32_t basis_id; /* bases computed (encoder) or stored (decoder); 0: none yet */
     uint64_t sent;     /* messages encoded */
     double *gram;      /* (cols, cols): the message's second moment, when a basis is computed */
     double *q, *z;     /* (rank, cols): the iterate and its product with gram */
     float *coef;       /* (rows, rank): the message's coefficients */
     float *colscale;   /* (rank): each coefficient's scale in this message (its RMS over the rows, bf16) */
+    int8_t *bcode;     /* (rank, cols): the basis as sent, basis = bcode · bscale of its row */
+    uint16_t *bscale;  /* (rank) bf16: each basis row's scale */
 };
 
-int xdc_lowrank_named(const char *text) { return strncmp(text, "lowrank", 7) == 0 && (!text[7] || text[7] == ':'); }
-
-xdc_err_t xdc_lowrank_parse(const char *text, xdc_lowrank_cfg *cfg, xdc_diag *diag)
+int xdc_lowrank_named(const char *text)
 {
-    if (!xdc_lowrank_named(text)) {
-        xdc_diag_set(diag, "activation codec '%s' is not lowrank[:rank[:int8|int4[:refresh]]]", text);
-        return XDC_ERR_CONFIG;
-    }
-    cfg->rank = cfg->cols / 4 > 0 ? cfg->cols / 4 : 1;
-    cfg->bits = 8;
-    cfg->refresh = 1;
-    const char *p = text + 7;
+    return strncmp(text, "lowrank", 7) == 0 && (!text[7] || text[7] == ':' || text[7] == '/');
+}
+
+/* One direction's "rank[:intB[:refresh]]" from p (just after "lowrank:" or "/"), into cfg; the end of what
+ * was read, or NULL when it is malformed. */
+static const char *parse_part(const char *p, xdc_lowrank_cfg *cfg)
+{
+    char *end;
+    long r = strtol(p, &end, 10);
+    if (end == p || r < 1 || r > 65535) return NULL;
+    cfg->rank = (int)r;
+    p = end;
     if (*p == ':') {
-        char *end;
-        long r = strtol(p + 1, &end, 10);
-        if (end == p + 1 || r < 1 || r > 65535) goto bad;
-        cfg->rank = (int)r;
-        p = end;
-    }
-    if (*p == ':') {
-        if (strncmp(p + 1, "int8", 4) == 0) cfg->bits = 8;
-        else if (strncmp(p + 1, "int4", 4) == 0) cfg->bits = 4;
-        else goto bad;
+        if (strncmp(p + 1, "int", 3) || p[4] < '0' + LR_MIN_BITS || p[4] > '8') return NULL;
+        cfg->bits = p[4] - '0';
         p += 5;
     }
     if (*p == ':') {
-        char *end;
         long k = strtol(p + 1, &end, 10);
-        if (end == p + 1 || k < 1 || k > 1000000) goto bad;
+        if (end == p + 1 || k < 1 || k > 1000000) return NULL;
         cfg->refresh = (int)k;
         p = end;
     }
-    if (!*p) return XDC_OK;
-bad:
-    xdc_diag_set(diag, "activation codec '%s': expected lowrank[:rank[:int8|int4[:refresh]]] (rank >= 1, refresh >= 1)",
-                 text);
+    return p;
+}
+
+xdc_err_t xdc_lowrank_parse(const char *text, xdc_lowrank_cfg *fwd, xdc_lowrank_cfg *bwd, xdc_diag *diag)
+{
+    if (!xdc_lowrank_named(text)) {
+        xdc_diag_set(diag, "activation codec '%s' is not lowrank[:rank[:intB[:refresh]]][/rank[:intB[:refresh]]]",
+                     text);
+        return XDC_ERR_CONFIG;
+    }
+    /* The defaults are the measured ones (docs/compression.md): activations rank C/4 int4, gradients rank C/2
+     * int3, both with a basis every 2 messages. */
+    fwd->rank = fwd->cols / 4 > 0 ? fwd->cols / 4 : 1;
+    fwd->bits = 4;
+    fwd->refresh = 2;
+    bwd->rank = bwd->cols / 2 > 0 ? bwd->cols / 2 : 1;
+    bwd->bits = 3;
+    bwd->refresh = 2;
+    const char *p = text + 7;
+    if (*p == ':') {
+        p = parse_part(p + 1, fwd);
+        if (p && *p != '/') { /* the gradients as the activations */
+            bwd->rank = fwd->rank;
+            bwd->bits = fwd->bits;
+            bwd->refresh = fwd->refresh;
+        }
+    }
+    if (p && *p == '/') p = parse_part(p + 1, bwd);
+    if (p && !*p) return XDC_OK;
+    xdc_diag_set(diag,
+                 "activation codec '%s': expected lowrank[:rank[:intB[:refresh]]][/rank[:intB[:refresh]]] (rank >= 1, "
+                 "B %d..8, refresh >= 1)",
+                 text, LR_MIN_BITS);
     return XDC_ERR_CONFIG;
 }
 
 static size_t code_bytes(const xdc_lowrank_cfg *cfg) { return ((size_t)cfg->rank * (size_t)cfg->bits + 7) / 8; }
+/* The basis on the wire: rank bf16 row scales, then rank x cols int8. */
+static size_t basis_bytes(const xdc_lowrank_cfg *cfg) { return (size_t)cfg->rank * ((size_t)cfg->cols + 2); }
+/* A message of `rows` rows: header, the basis when shipped, the column scales, a scale byte and the codes per row. */
+static size_t message_bytes(const xdc_lowrank_cfg *cfg, size_t rows, int ship)
+{
+    return XDC_LOWRANK_HEADER + (ship ? basis_bytes(cfg) : 0) + (size_t)cfg->rank * 2 + rows * (1 + code_bytes(cfg));
+}
+
+/* One direction's share of xdc_lowrank_estimate: wire bytes and flops per message, the basis amortized. */
+static void estimate_part(const xdc_lowrank_cfg *cfg, size_t rows, double *bytes, double *flops)
+{
+    double C = cfg->cols, r = cfg->rank, n = (double)rows, k = cfg->refresh;
+    *bytes = ((double)message_bytes(cfg, rows, 1) + (k - 1) * (double)message_bytes(cfg, rows, 0)) / k;
+    double fit = n * C * C + LR_ITERS * (2 * r * C * C + 4 * r * r * C); /* XᵀX (half), G·Q and Gram-Schmidt */
+    *flops = fit / k + 4 * n * r * C;                                    /* projection and reconstruction */
+}
+
+xdc_err_t xdc_lowrank_estimate(const char *spec, int cols, size_t rows, double *ratio, double *flops, xdc_diag *diag)
+{
+    xdc_lowrank_cfg f = {.cols = cols, .rows = rows}, g = f;
+    XDC_CHECK(xdc_lowrank_parse(spec, &f, &g, diag));
+    if (f.rank > cols || g.rank > cols) {
+        xdc_diag_set(diag, "activation codec '%s': rank above the %d columns", spec, cols);
+        return XDC_ERR_CONFIG;
+    }
+    double bf, ff, bg, fg;
+    estimate_part(&f, rows, &bf, &ff);
+    estimate_part(&g, rows, &bg, &fg);
+    *ratio = (bf + bg) / (2.0 * (double)rows * cols * sizeof(float));
+    *flops = ff + fg;
+    return XDC_OK;
+}
 
 xdc_err_t xdc_lowrank_create(const xdc_lowrank_cfg *cfg, xdc_lowrank **out, xdc_diag *diag)
 {
     *out = NULL;
-    if (cfg->cols < 1 || cfg->cols > 65535 || cfg->rank < 1 || cfg->rank > cfg->cols ||
-        (cfg->bits != 8 && cfg->bits != 4) || cfg->refresh < 1 || cfg->rows > UINT32_MAX) {
+    if (cfg->cols < 1 || cfg->cols > 65535 || cfg->rank < 1 || cfg->rank > cfg->cols || cfg->bits < LR_MIN_BITS ||
+        cfg->bits > 8 || cfg->refresh < 1 || cfg->rows > UINT32_MAX) {
         xdc_diag_set(
-            diag, "lowrank codec: rank %d of %d columns, %d bits, refresh %d (need 1 <= rank <= columns, 8 or 4 bits)",
-            cfg->rank, cfg->cols, cfg->bits, cfg->refresh);
+            diag, "lowrank codec: rank %d of %d columns, %d bits, refresh %d (need 1 <= rank <= columns, %d..8 bits)",
+            cfg->rank, cfg->cols, cfg->bits, cfg->refresh, LR_MIN_BITS);
         return XDC_ERR_CONFIG;
     }
     xdc_lowrank *c = xdc_calloc(1, sizeof *c);
@@ -86,7 +145,9 @@ xdc_err_t xdc_lowrank_create(const xdc_lowrank_cfg *cfg, xdc_lowrank **out, xdc_
     c->z = xdc_malloc(rc * sizeof(double));
     c->coef = xdc_malloc((cfg->rows ? cfg->rows : 1) * (size_t)cfg->rank * sizeof(float));
     c->colscale = xdc_malloc((size_t)cfg->rank * sizeof(float));
-    if (!c->basis || !c->gram || !c->q || !c->z || !c->coef || !c->colscale) {
+    c->bcode = xdc_malloc(rc);
+    c->bscale = xdc_malloc((size_t)cfg->rank * sizeof(uint16_t));
+    if (!c->basis || !c->gram || !c->q || !c->z || !c->coef || !c->colscale || !c->bcode || !c->bscale) {
         xdc_lowrank_destroy(c);
         return XDC_ERR_NOMEM;
     }
@@ -103,13 +164,12 @@ void xdc_lowrank_destroy(xdc_lowrank *c)
     xdc_free(c->z);
     xdc_free(c->coef);
     xdc_free(c->colscale);
+    xdc_free(c->bcode);
+    xdc_free(c->bscale);
     xdc_free(c);
 }
 
-size_t xdc_lowrank_bound(const xdc_lowrank *c, size_t rows)
-{
-    return XDC_LOWRANK_HEADER + (size_t)c->cfg.rank * ((size_t)c->cfg.cols + 1) * 2 + rows * (2 + code_bytes(&c->cfg));
-}
+size_t xdc_lowrank_bound(const xdc_lowrank *c, size_t rows) { return message_bytes(&c->cfg, rows, 1); }
 
 const float *xdc_lowrank_basis(const xdc_lowrank *c, uint32_t *id)
 {
@@ -130,9 +190,7 @@ static void put32(uint8_t *p, uint32_t v)
 static uint32_t get16(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
 static uint32_t get32(const uint8_t *p) { return get16(p) | get16(p + 2) << 16; }
 
-/* v rounded to the nearest bf16 (ties to even; v finite): the basis travels, and is used by both ends,
- * at that precision — orthonormal to ~2^-8, which the decoder's reconstruction with the same basis does
- * not notice. */
+/* v rounded to the nearest bf16 (ties to even; v finite): the column scales' precision. */
 static uint16_t bf16_near(float v)
 {
     uint32_t b;
@@ -155,6 +213,35 @@ static float bf16_to_f32(uint16_t h)
     float v;
     memcpy(&v, &b, 4);
     return v;
+}
+
+/* basis = bcode · bscale, row by row (both ends). */
+static void basis_from_codes(xdc_lowrank *c)
+{
+    int C = c->cfg.cols;
+    for (int k = 0; k < c->cfg.rank; k++)
+        for (int i = 0; i < C; i++)
+            c->basis[(size_t)k * C + i] = (float)c->bcode[(size_t)k * C + i] * bf16_to_f32(c->bscale[k]);
+}
+
+/* The iterate rounded to int8 with a bf16 scale per row, into bcode/bscale and the basis both ends then use
+ * bit for bit: orthonormal to ~2^-8, which costs far less than the int3/int4 coefficients and halves the
+ * basis against bf16. */
+static void set_basis_int8(xdc_lowrank *c)
+{
+    int C = c->cfg.cols, r = c->cfg.rank;
+    for (int k = 0; k < r; k++) {
+        const double *qk = c->q + (size_t)k * C;
+        double amax = 0;
+        for (int i = 0; i < C; i++) amax = fmax(amax, fabs(qk[i]));
+        c->bscale[k] = bf16_up((float)(amax / 127));
+        float s = bf16_to_f32(c->bscale[k]);
+        for (int i = 0; i < C; i++) {
+            long q = s > 0 ? lrint(qk[i] / s) : 0;
+            c->bcode[(size_t)k * C + i] = (int8_t)(q > 127 ? 127 : q < -127 ? -127 : q);
+        }
+    }
+    basis_from_codes(c);
 }
 
 /* Row k of the iterate: made orthogonal to rows 0..k-1 (Gram-Schmidt, twice for accuracy) and unit
@@ -226,8 +313,42 @@ static void compute_basis(xdc_lowrank *c, const float *x, size_t rows)
         c->z = t;
         for (int k = 0; k < r; k++) orthonormalise_row(c->q, k, C);
     }
-    for (size_t i = 0; i < (size_t)r * C; i++) c->basis[i] = bf16_to_f32(bf16_near((float)c->q[i]));
+    set_basis_int8(c);
     c->basis_id++;
+}
+
+/* The row scale byte s stands for 2^((s - LR_ROW_BIAS) / 8): a 9 % grid over 2^-16..2^16 times the column
+ * scales, which covers every row (a coefficient is at most sqrt(rows) <= 2^16 times its column's RMS). */
+static float row_scale(int s)
+{
+    static const float frac[8] = {1.0f,        1.09050773f, 1.18920712f, 1.29683955f,
+                                  1.41421356f, 1.54221083f, 1.68179283f, 1.83400809f}; /* 2^(i/8) */
+    return ldexpf(frac[s & 7], (s >> 3) - LR_ROW_BIAS / 8);
+}
+
+/* The smallest scale byte whose scale is >= v (v >= 0); 255 when none is. */
+static int row_scale_up(float v)
+{
+    int s = 0;
+    for (int step = 128; step > 0; step >>= 1)
+        if (s + step <= 255 && row_scale(s + step - 1) < v) s += step;
+    return s;
+}
+
+/* Codes are midrise: B bits give 2^B levels (u - (2^B - 1) / 2) · step, u = 0..2^B - 1, all used (int3 has
+ * 8 levels, not the 7 of a signed code), packed B bits each, least significant first. */
+static void put_code(uint8_t *p, int k, int bits, uint32_t u)
+{
+    size_t bit = (size_t)k * (size_t)bits;
+    p[bit / 8] |= (uint8_t)(u << (bit % 8));
+    if (bit % 8 + (size_t)bits > 8) p[bit / 8 + 1] |= (uint8_t)(u >> (8 - bit % 8));
+}
+static uint32_t get_code(const uint8_t *p, int k, int bits)
+{
+    size_t bit = (size_t)k * (size_t)bits;
+    uint32_t u = p[bit / 8] >> (bit % 8);
+    if (bit % 8 + (size_t)bits > 8) u |= (uint32_t)p[bit / 8 + 1] << (8 - bit % 8);
+    return u & ((1u << bits) - 1u);
 }
 
 xdc_err_t xdc_lowrank_encode(xdc_lowrank *c, const float *x, size_t rows, uint8_t *out, size_t cap, size_t *len,
@@ -245,7 +366,7 @@ xdc_err_t xdc_lowrank_encode(xdc_lowrank *c, const float *x, size_t rows, uint8_
             return XDC_ERR_RANGE;
         }
     int ship = c->sent % (uint64_t)cfg->refresh == 0;
-    size_t need = XDC_LOWRANK_HEADER + (ship ? (size_t)r * C * 2 : 0) + (size_t)r * 2 + rows * (2 + code_bytes(cfg));
+    size_t need = message_bytes(cfg, rows, ship);
     if (cap < need) {
         xdc_diag_set(diag, "lowrank encode needs %zu bytes, %zu given", need, cap);
         return XDC_ERR_RANGE;
@@ -262,8 +383,9 @@ xdc_err_t xdc_lowrank_encode(xdc_lowrank *c, const float *x, size_t rows, uint8_
     put32(p + 12, c->basis_id);
     p += XDC_LOWRANK_HEADER;
     if (ship) {
-        for (size_t i = 0; i < (size_t)r * C; i++) put16(p + 2 * i, bf16_near(c->basis[i]));
-        p += (size_t)r * C * 2;
+        for (int k = 0; k < r; k++) put16(p + 2 * k, c->bscale[k]);
+        memcpy(p + 2 * r, c->bcode, (size_t)r * C);
+        p += basis_bytes(cfg);
     }
     /* Coefficient k of row n = <basis_k, row n>, fp32 in a fixed order; each coefficient is scaled by its
      * RMS over the message first, so the weaker directions are not quantized on the strongest one's grid. */
@@ -282,7 +404,7 @@ xdc_err_t xdc_lowrank_encode(xdc_lowrank *c, const float *x, size_t rows, uint8_
         put16(p + 2 * k, h);
     }
     p += (size_t)r * 2;
-    float qmax = cfg->bits == 8 ? 127.0f : 7.0f;
+    int levels = 1 << cfg->bits;
     size_t cb = code_bytes(cfg);
     for (size_t n = 0; n < rows; n++) {
         float *cn = c->coef + n * r, amax = 0;
@@ -290,17 +412,13 @@ xdc_err_t xdc_lowrank_encode(xdc_lowrank *c, const float *x, size_t rows, uint8_
             cn[k] = c->colscale[k] > 0 ? cn[k] / c->colscale[k] : 0.0f;
             if (fabsf(cn[k]) > amax) amax = fabsf(cn[k]);
         }
-        uint16_t sh = bf16_up(amax / qmax);
-        float scale = bf16_to_f32(sh);
-        put16(p, sh);
-        p += 2;
+        int sb = row_scale_up(2.0f * amax / (float)levels); /* the levels reach ±levels/2 · step >= amax */
+        float step = row_scale(sb);
+        *p++ = (uint8_t)sb;
         memset(p, 0, cb);
         for (int k = 0; k < r; k++) {
-            long q = scale > 0 ? lrintf(cn[k] / scale) : 0;
-            if (q > (long)qmax) q = (long)qmax;
-            if (q < -(long)qmax) q = -(long)qmax;
-            if (cfg->bits == 8) p[k] = (uint8_t)(int8_t)q;
-            else p[k / 2] |= (uint8_t)(((uint32_t)q & 0xfu) << (4 * (k & 1)));
+            long u = (long)floorf(cn[k] / step + (float)levels / 2);
+            put_code(p, k, cfg->bits, (uint32_t)(u < 0 ? 0 : u >= levels ? levels - 1 : u));
         }
         p += cb;
     }
@@ -322,8 +440,7 @@ xdc_err_t xdc_lowrank_decode(xdc_lowrank *c, const uint8_t *in, size_t len, floa
         return XDC_ERR_CORRUPT;
     }
     int has_basis = in[3] & LR_FLAG_BASIS;
-    size_t need = XDC_LOWRANK_HEADER + (has_basis ? (size_t)r * C * 2 : 0) + (size_t)r * 2 +
-                  rows * (2 + code_bytes(cfg));
+    size_t need = message_bytes(cfg, rows, has_basis);
     if (len != need) {
         xdc_diag_set(diag, "lowrank message of %zu bytes, its header says %zu", len, need);
         return XDC_ERR_CORRUPT;
@@ -336,21 +453,31 @@ xdc_err_t xdc_lowrank_decode(xdc_lowrank *c, const uint8_t *in, size_t len, floa
     }
     const uint8_t *p = in + XDC_LOWRANK_HEADER;
     if (has_basis) {
-        for (size_t i = 0; i < (size_t)r * C; i++) c->basis[i] = bf16_to_f32((uint16_t)get16(p + 2 * i));
+        for (int k = 0; k < r; k++) {
+            c->bscale[k] = (uint16_t)get16(p + 2 * k);
+            if (!isfinite(bf16_to_f32(c->bscale[k]))) {
+                xdc_diag_set(diag, "lowrank message: basis row %d has scale %g", k, (double)bf16_to_f32(c->bscale[k]));
+                return XDC_ERR_CORRUPT;
+            }
+        }
+        memcpy(c->bcode, p + 2 * r, (size_t)r * C);
+        basis_from_codes(c);
         c->basis_id = id;
-        p += (size_t)r * C * 2;
+        p += basis_bytes(cfg);
     }
-    for (int k = 0; k < r; k++) c->colscale[k] = bf16_to_f32((uint16_t)get16(p + 2 * k));
+    for (int k = 0; k < r; k++) {
+        c->colscale[k] = bf16_to_f32((uint16_t)get16(p + 2 * k));
+        if (!isfinite(c->colscale[k])) {
+            xdc_diag_set(diag, "lowrank message: column %d has scale %g", k, (double)c->colscale[k]);
+            return XDC_ERR_CORRUPT;
+        }
+    }
     p += (size_t)r * 2;
     size_t cb = code_bytes(cfg);
+    float half = (float)((1 << cfg->bits) - 1) / 2;
     for (size_t n = 0; n < rows; n++) {
-        float scale = bf16_to_f32((uint16_t)get16(p));
-        p += 2;
-        for (int k = 0; k < r; k++) {
-            int q = cfg->bits == 8 ? (int)(int8_t)p[k] : (int)((p[k / 2] >> (4 * (k & 1))) & 0xfu);
-            if (cfg->bits == 4 && q > 7) q -= 16;
-            c->coef[k] = (float)q * scale * c->colscale[k];
-        }
+        float step = row_scale(*p++);
+        for (int k = 0; k < r; k++) c->coef[k] = ((float)get_code(p, k, cfg->bits) - half) * step * c->colscale[k];
         float *row = x + n * C;
         memset(row, 0, (size_t)C * sizeof(float));
         for (int k = 0; k < r; k++) {

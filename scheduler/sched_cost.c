@@ -4,6 +4,8 @@
  * (docs/planner.md derives each formula). */
 #include "scheduler/sched_priv.h"
 
+#include "compression/xdc_lowrank.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +100,17 @@ xdc_err_t topo_grad_codec_get(const char *name, double link_gbps, const xdc_plan
     return XDC_OK;
 }
 
+xdc_err_t topo_act_codec_get(const char *name, const xdc_model_shape *m, double tokens, topo_codec_info *out)
+{
+    if (!xdc_lowrank_named(name)) return topo_codec_info_get(name, 100, out);
+    double ratio, flops;
+    if (xdc_lowrank_estimate(name, m->width, (size_t)tokens, &ratio, &flops, NULL) != XDC_OK) return XDC_ERR_INVALID;
+    /* Encode and decode of one activation (and, in turn, one gradient) take flops / 2 of host time: half each. */
+    double Bps = 4.0 * tokens * m->width / (flops / 2 / TOPO_PLAN_HOST_FLOPS) * 2;
+    *out = (topo_codec_info){.ratio = ratio, .enc_Bps = Bps, .dec_Bps = Bps, .rank = TOPO_PLAN_ACT_LOWRANK_FIDELITY};
+    return XDC_OK;
+}
+
 int topo_codec_ladder(bool activations, char names[][16], int cap)
 {
     int n = 0;
@@ -110,6 +123,7 @@ int topo_codec_ladder(bool activations, char names[][16], int cap)
         else if (c->param_in_size) snprintf(names[n++], 16, "%s:%g", c->name, TOPO_PLAN_TOPK_FRACTION);
         else snprintf(names[n++], 16, "%s", c->name);
     }
+    if (activations && n < cap) snprintf(names[n++], 16, "%s", TOPO_PLAN_ACT_LOWRANK);
     return n;
 }
 

@@ -808,6 +808,8 @@ static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, cons
            lat0[XDC_PLAN_MAX_STAGES] = {0};
     unsigned char in_region[XDC_PLAN_MAX_STAGES] = {0};
     double act = tokens_mb(s) * s->m->boundary_bytes_per_token, compute, compute0;
+    topo_codec_info ci;
+    topo_act_codec_get(codec, s->m, tokens_mb(s), &ci);
     p->wan_bytes = p->egress_usd = 0;
     for (int i = 0; i < P; i++) {
         c[i] = topo_stage_compute_s(s->t, cs[i].region, i, p->stage[i].flops_mb, tokens_mb(s), &s->o->calib);
@@ -819,8 +821,6 @@ static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, cons
             lat[i] = occ[i] = lat0[i];
             continue;
         }
-        topo_codec_info ci;
-        topo_codec_info_get(codec, 100, &ci); /* activations skip zstd: latency matters more than bytes */
         double bw = fmin(topo_link_Bps(s->t, a, b, &s->o->calib), topo_link_Bps(s->t, b, a, &s->o->calib));
         double wire = act * ci.ratio;
         occ[i] = D * wire / bw; /* every replica's activations share the link */
@@ -855,7 +855,7 @@ static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, cons
     p->t_wan_exposed = t_pipe - t_pipe0;
     p->t_intra = sync + closing;
     p->t_step = t_pipe + sync + closing;
-    p->fidelity = codec_rank(codec);
+    p->fidelity = ci.rank;
     add_cand(s, p);
 }
 
@@ -1264,7 +1264,7 @@ void xdc_plan_link_codec(const xdc_topology *t, const xdc_model_shape *m, const 
     const xdc_link *l = xdc_topology_link(t, from, to);
     for (int i = 0; i < n; i++) {
         topo_codec_info ci;
-        if (pipeline) topo_codec_info_get(ladder[i], 100, &ci);
+        if (pipeline) topo_act_codec_get(ladder[i], m, (double)p->micro_batch * p->seq_len, &ci);
         else topo_grad_codec_get(ladder[i], l->bandwidth_gbps, c, &ci);
         *seconds = raw * ci.ratio / bw + latency;
         snprintf(codec, 16, "%s", ladder[i]);

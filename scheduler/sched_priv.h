@@ -23,6 +23,13 @@
  * last round's codec and the outer learning rate (momentum: the sparse default, 0.5). */
 #define TOPO_PLAN_KEEP_UNSENT_FINAL_CODEC "int4"
 #define TOPO_PLAN_KEEP_UNSENT_OUTER_LR    1.5
+/* The low-rank activation codec (compression/xdc_lowrank.h) as the planner offers it: its default pair
+ * (activations rank C/4 int4, gradients C/2 int3), one step lossier than int8 (+0.37 % loss on the tiny
+ * model against int8's ~0, docs/compression.md); it runs on one host core at TOPO_PLAN_HOST_FLOPS (the
+ * encoder measured 7-10 GFLOP/s at C = 64-256 on this project's 2-core box). */
+#define TOPO_PLAN_ACT_LOWRANK             "lowrank"
+#define TOPO_PLAN_ACT_LOWRANK_FIDELITY    3
+#define TOPO_PLAN_HOST_FLOPS              5e9
 
 /* One codec's wire size and single-core speed: compression's estimate (xdc_codec_estimate_for) for the
  * link, and its lossiness. */
@@ -33,6 +40,10 @@ typedef struct topo_codec_info {
     int rank;       /* lossiness: 0 exact, higher = lossier */
 } topo_codec_info;
 
+/* An activation codec crossing a pipeline cut, microbatches of `tokens` rows of m's width: the registry's
+ * numbers without zstd (latency matters more than bytes), or the low-rank codec's estimate (its ratio
+ * depends on the width and rows: the basis it ships is rank × width). XDC_ERR_INVALID for an unknown name. */
+xdc_err_t topo_act_codec_get(const char *name, const xdc_model_shape *m, double tokens, topo_codec_info *out);
 /* The place of a sparse codec's "F:B" in TOPO_PLAN_SPARSE_VARIANTS (0 the densest); 0 for other codecs. */
 int topo_sparse_variant(const char *name);
 /* Fills *out for "none", "bf16", "int8", "int4", "topk:F", "sparse:F:B" (compression's registry);
@@ -44,7 +55,8 @@ xdc_err_t topo_codec_info_get(const char *name, double link_gbps, topo_codec_inf
  * wire ratio a run measured for that codec (c->wire_ratio when c->ratio_codec names it). */
 xdc_err_t topo_grad_codec_get(const char *name, double link_gbps, const xdc_plan_calib *c, topo_codec_info *out);
 /* The search's codec candidates, weakest first: every codec of the registry (top-k at
- * TOPO_PLAN_TOPK_FRACTION, sparse at each of TOPO_PLAN_SPARSE_VARIANTS), or for activations those the registry marks for_activations. Returns the
+ * TOPO_PLAN_TOPK_FRACTION, sparse at each of TOPO_PLAN_SPARSE_VARIANTS), or for activations those the registry marks for_activations
+ * and then TOPO_PLAN_ACT_LOWRANK. Returns the
  * count written (at most cap). */
 int topo_codec_ladder(bool activations, char names[][16], int cap);
 /* "none|bf16|int8|int4|topk:F": the names the planner accepts, for messages. */

@@ -162,7 +162,7 @@ static double wan_boundary_arrival(sim *s, int from, int to)
 {
     double act = boundary_bytes(s);
     topo_codec_info ci;
-    topo_codec_info_get(s->p->codec, 100, &ci);
+    topo_act_codec_get(s->p->codec, s->m, (double)s->p->micro_batch * s->p->seq_len, &ci);
     return wan_send(s, from, to, act * ci.ratio) + act / ci.enc_Bps + act / ci.dec_Bps;
 }
 

@@ -69,7 +69,8 @@ static void take(orch_run_config *c, const xdc_topology *t, const xdc_plan *p)
         c->train.eval_batches = (eval_seqs + p->micro_batch - 1) / p->micro_batch;
     }
     if (p->bucket_mb > 0) c->bucket_mb = p->bucket_mb;
-    /* A low-rank activation codec set by hand stays: the planner has no cost model for it. */
+    /* A low-rank activation codec set by hand stays, with its ranks and bits; the plan may choose plain
+     * lowrank itself (TOPO_PLAN_ACT_LOWRANK, docs/planner.md). */
     if (p->mode == XDC_PLAN_PIPELINE && !xdc_lowrank_named(c->activation_codec))
         snprintf(c->activation_codec, sizeof c->activation_codec, "%s", p->codec);
     else snprintf(c->codec, sizeof c->codec, "%s", p->codec);

@@ -194,17 +194,21 @@ static xdc_err_t connect(orch_worker *w, const char **what, xdc_diag *diag)
 }
 
 /* The low-rank activation codec: a context for each direction of each WAN link (orch_pipe's order in orch_worker.h),
- * and the host staging it encodes from and decodes into. */
+ * with the run file's settings for activations and for their gradients, and the host staging it encodes from
+ * and decodes into. */
 static xdc_err_t open_lowrank(orch_worker *w, xdc_diag *diag)
 {
-    xdc_lowrank_cfg lc = {.cols = w->model.C, .rows = (size_t)w->model.B * w->model.T};
-    XDC_CHECK(xdc_lowrank_parse(w->cfg->activation_codec, &lc, diag));
+    xdc_lowrank_cfg lc = {.cols = w->model.C, .rows = (size_t)w->model.B * w->model.T}, bc = lc;
+    XDC_CHECK(xdc_lowrank_parse(w->cfg->activation_codec, &lc, &bc, diag));
     bool wan[4] = {orch_member_next_peer(w->member) != NULL, orch_member_prev_peer(w->member) != NULL,
                    orch_member_prev_peer(w->member) != NULL, orch_member_next_peer(w->member) != NULL};
     for (int i = 0; i < 4; i++)
-        if (wan[i]) XDC_CHECK(xdc_lowrank_create(&lc, &w->pipe.lowrank[i], diag));
+        if (wan[i]) { /* [1] and [3] carry gradients */
+            XDC_CHECK(xdc_lowrank_create(i == 1 || i == 3 ? &bc : &lc, &w->pipe.lowrank[i], diag));
+            size_t b = xdc_lowrank_bound(w->pipe.lowrank[i], lc.rows); /* the wire buffers serve every kind */
+            if (b > w->pipe.bound) w->pipe.bound = b;
+        }
     w->pipe.codec_kind = ORCH_PIPE_LOWRANK;
-    w->pipe.bound = xdc_lowrank_bound(w->pipe.lowrank[wan[0] ? 0 : 1], lc.rows);
     return w->model.be->device->host_alloc((void **)&w->pipe.lowrank_host, w->pipe.elems * sizeof(float));
 }
 

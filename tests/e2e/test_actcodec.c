@@ -1,6 +1,7 @@
 /* test_actcodec.c — the low-rank activation codec on a pipeline across regions, end to end: the tiny
  * model split over us-east and eu-west (span-2region), trained with activations and their gradients
- * uncompressed and through lowrank:16:int4 (docs/compression.md), converges to a validation loss within
+ * uncompressed and through the default lowrank pair (activations rank 16 int4, gradients rank 32 int3, a
+ * basis every 2 messages; docs/compression.md), converges to a validation loss within
  * the stated tolerance of the uncompressed run with >= 10x fewer WAN bytes than bf16 would send. */
 #include "tests/xdc_test.h"
 #include "tests/e2e/test_orch_util.h"
@@ -11,9 +12,10 @@
 
 #define SPAN_TOPO    "examples/topology/span-2region.yaml"
 #define STEPS        60
-/* Relative gap of the final validation loss allowed to the compressed run: the issue's aim is 1 %; this
- * run measures 1.31 % (r = 16 of C = 64 keeps ~98 % of the activations' energy, the gradients' less). */
-#define LOSS_GAP_TOL 0.02
+/* Relative gap of the final validation loss allowed to the compressed run, the issue's aim: this run
+ * measures +0.49 % (over six data/init seeds the gap is +0.37 % on average, -0.14 % to +0.98 %,
+ * bench/actcodec). */
+#define LOSS_GAP_TOL 0.01
 
 /* Runs the pipeline with `codec` on `device`; its final val_loss and WAN bytes, and the loss of the first
  * progress line (step 10). */
@@ -44,9 +46,9 @@ XDC_TEST_T(actcodec_lowrank_pipeline_across_regions_converges_near_uncompressed,
     double v_none, f_none, b_none, v_lr, f_lr, b_lr;
     span_run("none", "cpu", &v_none, &f_none, &b_none);
     /* cpu-strict: device memory the host cannot touch, so the codec's host staging copies are exercised. */
-    span_run("lowrank:16:int4", "cpu-strict", &v_lr, &f_lr, &b_lr);
+    span_run("lowrank", "cpu-strict", &v_lr, &f_lr, &b_lr);
     double gap = (v_lr - v_none) / v_none, ratio = b_none / 2 / b_lr; /* bf16 would send half of fp32 */
-    printf("step %d val_loss: uncompressed %.4f, lowrank:16:int4 %.4f (gap %+.2f %%, tolerance %.0f %%); "
+    printf("step %d val_loss: uncompressed %.4f, lowrank %.4f (gap %+.2f %%, tolerance %.0f %%); "
            "WAN bytes %.0f vs %.0f: x%.2f fewer than bf16\n",
            STEPS, v_none, v_lr, 100 * gap, 100 * LOSS_GAP_TOL, b_none, b_lr, ratio);
     XDC_ASSERT_MSG(v_lr < f_lr - 1.0, "the compressed run's loss did not fall: %.4f at step 10, %.4f at the end", f_lr,
