@@ -7,8 +7,7 @@
 #      over the stages, the bubble is (step − compute) / compute: idle time over compute time, as
 #      Megatron-LM defines (p−1)/(m·v); the median over the steps against (p−1)/(m·v). Beside it the idle
 #      share of the wall, (step − compute) / step.
-#      PIPE_CHUNKS defaults to 1: interleaved 1F1B (`pipeline_chunks: v`, issue 28 item 1) is being built on
-#      branch ileave; once it is merged, PIPE_CHUNKS="1 2" (the default then) adds the v = 2 rows.
+#      v = 1 is Megatron's 1F1B, v = 2 its interleaved schedule (`pipeline_chunks: 2`: one layer per chunk).
 #   2. Activation codec: bench/actcodec/run.sh as it is (its table, then its summary line, whose
 #      act_ratio_vs_bf16 and act_loss_gap_pct this bench's summary repeats). PIPE_ACT=0 leaves it out.
 #   3. Unequal replicas. Two regions of one CPU worker each, sync mode, codec none over an emulated
@@ -19,14 +18,14 @@
 #      replica the compute utilisation, compute / step over the steady steps (median).
 # Last line: bubble_err_pct=<max over the bubble rows of |measured − theory| / theory · 100>
 #   act_ratio_vs_bf16=<x> act_loss_gap_pct=<x> util_min=<the planner's split: the least utilised replica>
-# Env: XDC_BIN (make sets it), PIPE_CHUNKS ("1"), PIPE_MB ("4 8"), PIPE_STEPS (16), PIPE_SKIP (3),
+# Env: XDC_BIN (make sets it), PIPE_CHUNKS ("1 2"), PIPE_MB ("4 8"), PIPE_STEPS (16), PIPE_SKIP (3),
 #   PIPE_LAYER_MS (60), PIPE_REP_MB (6), PIPE_REP_LAYER_MS (10), PIPE_ACT (1), ACT_* (bench/actcodec).
 # docs/benchmarks.md, "pipeline", has the table and what each figure means.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 xdc=${XDC_BIN:-build/xdc}
 p=2 # stages of the bubble rows
-chunks=${PIPE_CHUNKS:-1}
+chunks=${PIPE_CHUNKS:-"1 2"}
 mbs=${PIPE_MB:-"4 8"}
 steps=${PIPE_STEPS:-16}
 skip=${PIPE_SKIP:-3}
