@@ -10,6 +10,7 @@
 #include "orchestrator/rdzv/orch_rdzv_keys.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -167,6 +168,7 @@ typedef struct {
     int64_t out_step[2];          /* the run's step when each was seen out */
     int64_t back_step[2];         /* the run's step when each was taken back (-1: not yet): it has recovered once
                                 * its own members report a later step (they train again) */
+    int64_t back_round[2];        /* the round that took each back, the end of steps_out (bench-chaos's lost steps) */
     uint8_t back[2];              /* each region's recovery was logged */
     int undone;                   /* the stall continued, the link restored */
     long long cont_round;         /* stall: the last round decided when it continued (back once a later one kept
@@ -492,15 +494,17 @@ static void undo(orch_chaos *c, fault *x)
     /* link-down: the relay's own schedule ends the outage */
 }
 
-/* " steps_out=eu-west:40-52" (or "40-end" while not back): the steps region i of fault x was out, from the
- * run's step when it was seen leaving to the step when it was taken back; "" when it never left. */
+/* " steps_out=eu-west:40-60" (or "40-end" while not back): the steps region i of fault x was out, from the
+ * run's step when it was seen leaving (the heartbeats' step) to the round that took it back (not the
+ * heartbeats' step then, which lags it by up to their 10-step resolution: the steps missed were undercounted);
+ * "" when it never left. */
 static void steps_out(const orch_chaos *c, const fault *x, int i, char *buf, size_t cap)
 {
     buf[0] = '\0';
     if (!x->out_s[i]) return;
     int n = snprintf(buf, cap, " steps_out=%s:%lld-", region_name(c, x->regions[i]), (long long)x->out_step[i]);
     if (n < 0 || (size_t)n >= cap) return;
-    if (x->back_step[i] >= 0) snprintf(buf + n, cap - (size_t)n, "%lld", (long long)x->back_step[i]);
+    if (x->back_step[i] >= 0) snprintf(buf + n, cap - (size_t)n, "%lld", (long long)x->back_round[i]);
     else snprintf(buf + n, cap - (size_t)n, "end");
 }
 
@@ -510,7 +514,12 @@ static void watch(orch_chaos *c, fault *x)
     double now = since(c);
     for (int i = 0; i < x->n_regions; i++) {
         if (!x->out_s[i] && !live(c, x->regions[i])) x->out_s[i] = now, x->out_step[i] = c->step;
-        if (x->out_s[i] && x->back_step[i] < 0 && live(c, x->regions[i])) x->back_step[i] = c->step;
+        if (x->out_s[i] && x->back_step[i] < 0 && live(c, x->regions[i])) {
+            x->back_step[i] = c->step;
+            /* the round that took it back was decided in the tick that counted it live again */
+            x->back_round[i] = c->w.decided && *c->w.decided >= 0 && *c->w.decided != LLONG_MAX ? *c->w.decided
+                                                                                                : c->step;
+        }
     }
     if (x->ends_s && now >= x->ends_s) undo(c, x);
     if (x->ends_s && !x->undone) return;
