@@ -21,7 +21,8 @@ static bool act_codec_named(const char *s)
     static const char *const words[] = {"none", "bf16", "int8", "lowrank"};
     size_t n = strcspn(s, ":/");
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
-        if (strlen(words[i]) == n && strncmp(s, words[i], n) == 0 && (!s[n] || i == 3 || (i == 2 && s[n] == ':'))) return true;
+        if (strlen(words[i]) == n && strncmp(s, words[i], n) == 0 && (!s[n] || i == 3 || (i == 2 && s[n] == ':')))
+            return true;
     return false;
 }
 

@@ -232,7 +232,8 @@ static void print_link_codecs(const plan_inputs *in, const xdc_plan *p)
         printf("    %s -> %s: %s, %.3f MB per round at %g Gbit/s = %.4f s (%s)", in->topo->regions[l->from].name,
                in->topo->regions[l->to].name, codec, sec * l->bandwidth_gbps * 1e9 / 8 / 1e6, l->bandwidth_gbps, sec,
                sec <= budget ? "fits" : "the strongest, still over");
-        if (pipe && l->act_codec[0]) printf("; the link sets activation_codec %s by hand, which the run takes", l->act_codec);
+        if (pipe && l->act_codec[0])
+            printf("; the link sets activation_codec %s by hand, which the run takes", l->act_codec);
         printf("\n");
     }
 }

@@ -83,7 +83,8 @@ static void take(orch_run_config *c, const xdc_topology *t, const xdc_plan *p, c
         char codec[16];
         double sec;
         xdc_plan_link_codec(t, m, p, &o->calib, p->chain[i], p->chain[i + 1], o->tolerance, codec, &sec);
-        if (!codec[0]) continue;
+        /* interleaved 1F1B refuses lowrank across regions (orch_worker.c): such a cut keeps the plan's codec */
+        if (!codec[0] || (c->pipeline_chunks > 1 && xdc_lowrank_named(codec))) continue;
         c->act_cut[c->n_act_cut].a = p->chain[i];
         c->act_cut[c->n_act_cut].b = p->chain[i + 1];
         snprintf(c->act_cut[c->n_act_cut++].codec, sizeof c->act_cut[0].codec, "%s", codec);

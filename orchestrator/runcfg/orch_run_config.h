@@ -79,9 +79,9 @@ typedef struct orch_run_config {
     char data_path[512];
     xdc_train_config train; /* loaded from model_path, then overridden by the run file */
     orch_mode mode;
-    int pipeline_stages;       /* per replica; divides each region's workers */
-    int pipeline_chunks;       /* v: model chunks per stage, interleaved 1F1B (docs/runtime.md); 1: not interleaved */
-    bool span_regions;         /* one pipeline over every worker of every region (stages cross the WAN) */
+    int pipeline_stages; /* per replica; divides each region's workers */
+    int pipeline_chunks; /* v: model chunks per stage, interleaved 1F1B (docs/runtime.md); 1: not interleaved */
+    bool span_regions;   /* one pipeline over every worker of every region (stages cross the WAN) */
     /* codec of activations crossing the WAN: none|bf16|int8[:block]|lowrank[...], every cut's unless its topology
      * link names its own (orch_run_config_act_codec) */
     char activation_codec[32];
@@ -92,7 +92,7 @@ typedef struct orch_run_config {
         char codec[32];
     } act_cut[ORCH_MAX_STAGES];
     int n_act_cut;
-    int microbatches;          /* per replica per step (overrides the model file when set) */
+    int microbatches; /* per replica per step (overrides the model file when set) */
     /* Unequal replicas (docs/runtime.md): microbatches per step of each data-parallel replica, n_replica_mb of
      * them: one per replica of a region in replica order (every region the same), or one per replica of every
      * region, region-major (orch_run_config_replica_mb); 0: `microbatches` for every replica */

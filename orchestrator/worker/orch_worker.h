@@ -36,8 +36,8 @@ typedef struct orch_pipe_req {
     xdc_wan_request *wr;
     xdc_wan_peer *peer;
     const orch_pipe_link *link; /* WAN receive: the link it comes by, whose codec decodes it */
-    uint8_t *wire; /* WAN receive of an activation: encoded bytes to decode into dst */
-    float *dst;    /* receive: (n) fp32 */
+    uint8_t *wire;              /* WAN receive of an activation: encoded bytes to decode into dst */
+    float *dst;                 /* receive: (n) fp32 */
     size_t n;
 } orch_pipe_req;
 
