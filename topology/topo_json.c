@@ -21,10 +21,12 @@ static json_t *region_json(const xdc_topology *t, int r)
 
 static json_t *link_json(const xdc_topology *t, const xdc_link *l)
 {
-    return json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:i, s:f, s:i, s:b, s:s}", "from", t->regions[l->from].name, "to",
-                     t->regions[l->to].name, "bandwidth_gbps", l->bandwidth_gbps, "rtt_ms", l->rtt_ms, "jitter_ms",
-                     l->jitter_ms, "loss_pct", l->loss_pct, "mtu", l->mtu, "cost_usd_per_gb", l->cost_usd_per_gb,
-                     "streams", l->streams, "tls", l->tls, "codec", l->codec);
+    /* activation_codec: "" where the link leaves the cut to the run file */
+    return json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:i, s:f, s:i, s:b, s:s, s:s}", "from", t->regions[l->from].name,
+                     "to", t->regions[l->to].name, "bandwidth_gbps", l->bandwidth_gbps, "rtt_ms", l->rtt_ms,
+                     "jitter_ms", l->jitter_ms, "loss_pct", l->loss_pct, "mtu", l->mtu, "cost_usd_per_gb",
+                     l->cost_usd_per_gb, "streams", l->streams, "tls", l->tls, "codec", l->codec, "activation_codec",
+                     l->act_codec);
 }
 
 xdc_err_t xdc_topology_to_json(const xdc_topology *t, char **out)

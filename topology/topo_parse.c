@@ -14,6 +14,18 @@
 
 static const char *const codec_words[] = {"auto", "none", "bf16", "int8", "int4", "topk", "sparse", NULL};
 
+/* A link's activation_codec names one of the pipeline's activation codecs; their parameters (int8's block,
+ * lowrank's ranks) are checked where the codec is built (compression/, orch_worker.c), a layer this one sits below. */
+static bool act_codec_named(const char *s)
+{
+    static const char *const words[] = {"none", "bf16", "int8", "lowrank"};
+    size_t n = strcspn(s, ":/");
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (strlen(words[i]) == n && strncmp(s, words[i], n) == 0 && (!s[n] || i == 3 || (i == 2 && s[n] == ':')))
+            return true;
+    return false;
+}
+
 typedef struct {
     char name[XDC_NAME_MAX];
     const xdc_cfg_node *regions, *links;
@@ -71,6 +83,7 @@ static const xdc_cfg_field link_fields[] = {
     {"streams", XDC_CFG_INT, offsetof(link_in, l.streams), 0, false, 1, 64, NULL},
     {"tls", XDC_CFG_BOOL, offsetof(link_in, l.tls), 0, false, 0, 0, NULL},
     {"codec", XDC_CFG_STRING, offsetof(link_in, l.codec), 16, false, 0, 0, codec_words},
+    {"activation_codec", XDC_CFG_STRING, offsetof(link_in, l.act_codec), 32, false, 0, 0, NULL},
     {"symmetric", XDC_CFG_BOOL, offsetof(link_in, symmetric), 0, false, 0, 0, NULL},
 };
 
@@ -228,6 +241,13 @@ static void parse_links(const xdc_cfg_node *seq, xdc_topology *t, xdc_cfg_errors
         }
         li.l.line = xdc_cfg_node_line(item);
         li.l.col = xdc_cfg_node_col(item);
+        if (li.l.act_codec[0] && !act_codec_named(li.l.act_codec)) {
+            xdc_cfg_error_at(errs, value_node(item, "activation_codec"),
+                             "link %s -> %s: activation_codec '%s' is not one of none, bf16, int8[:BLOCK], "
+                             "lowrank[:...]",
+                             li.from, li.to, li.l.act_codec);
+            continue;
+        }
         if (li.l.loss_pct < 0 || li.l.loss_pct >= 100) {
             xdc_cfg_error_at(errs, value_node(item, "loss_pct"), "loss_pct: %g is out of range (0 <= loss_pct < 100)",
                              li.l.loss_pct);

@@ -48,6 +48,7 @@ static void put_link(FILE *f, const xdc_topology *t, const xdc_link *l)
         "\n    symmetric: false\n    bandwidth_gbps: %.9g\n    rtt_ms: %.9g\n    jitter_ms: %.9g\n    loss_pct: %.9g\n"
         "    mtu: %d\n    cost_usd_per_gb: %.9g\n    streams: %d\n    tls: true\n    codec: %s\n",
         l->bandwidth_gbps, l->rtt_ms, l->jitter_ms, l->loss_pct, l->mtu, l->cost_usd_per_gb, l->streams, l->codec);
+    if (l->act_codec[0]) fprintf(f, "    activation_codec: %s\n", l->act_codec);
 }
 
 xdc_err_t xdc_topology_write(const xdc_topology *t, const char *header, const char *path, xdc_diag *diag)

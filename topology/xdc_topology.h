@@ -39,7 +39,10 @@ typedef struct xdc_link {
     double cost_usd_per_gb; /* egress cost from `from` */
     int streams;            /* TCP streams per peer pair */
     bool tls;               /* always true: WAN links are TLS 1.3; `tls: false` is refused (docs/config.md) */
-    char codec[16];         /* none|bf16|int8|int4|topk|auto */
+    char codec[16];         /* none|bf16|int8|int4|topk|auto: gradients crossing the link */
+    /* activations of a pipeline cut over the link (span_regions): none|bf16|int8[:block]|lowrank[...]; "" the
+     * run file's activation_codec (orch_run_config_act_codec: the cut's codec, either direction's entry) */
+    char act_codec[32];
     int line, col;
 } xdc_link;
 

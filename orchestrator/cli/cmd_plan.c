@@ -211,10 +211,13 @@ void plan_print(FILE *f, const xdc_topology *t, const xdc_plan *p)
         p->tokens, p->tokens / p->t_step, p->wan_bytes / 1e6, p->egress_usd, p->mem_gib_max, p->mem_gib_limit);
 }
 
-/* Advisory per-link codecs: the runtime runs one codec, these say which link needs how much. */
+/* Per-link codecs with why: the weakest whose bytes at the link's rate fit the tolerance. A pipeline's cut runs its
+ * link's (orch_run_config_act_codec: with plan: auto the plan's, unless the link names one by hand); gradients'
+ * stay advisory (the runtime runs the plan's one codec). */
 static void print_link_codecs(const plan_inputs *in, const xdc_plan *p)
 {
-    int any = 0;
+    int any = 0, pipe = p->mode == XDC_PLAN_PIPELINE;
+    double budget = in->opts.tolerance * (p->t_compute + p->t_bubble);
     for (int i = 0; i < in->topo->n_links; i++) {
         const xdc_link *l = &in->topo->links[i];
         char codec[16];
@@ -222,10 +225,16 @@ static void print_link_codecs(const plan_inputs *in, const xdc_plan *p)
         xdc_plan_link_codec(in->topo, &in->shape, p, &in->opts.calib, l->from, l->to, in->opts.tolerance, codec, &sec);
         if (!codec[0]) continue;
         if (!any++)
-            printf("  per-link codec (weakest that keeps the link within %.0f%% of the compute it hides behind):\n",
-                   in->opts.tolerance * 100);
-        printf("    %s -> %s: %s (%.4f s per round)\n", in->topo->regions[l->from].name, in->topo->regions[l->to].name,
-               codec, sec);
+            printf("  per-link %s codec (the weakest whose bytes at the link's rate take at most %.0f%% of the "
+                   "%.4f s of compute they hide behind, %.4f s; %s):\n",
+                   pipe ? "activation" : "gradient", in->opts.tolerance * 100, p->t_compute + p->t_bubble, budget,
+                   pipe ? "each cut runs its link's" : "advisory: the run uses the plan's one codec");
+        printf("    %s -> %s: %s, %.3f MB per round at %g Gbit/s = %.4f s (%s)", in->topo->regions[l->from].name,
+               in->topo->regions[l->to].name, codec, sec * l->bandwidth_gbps * 1e9 / 8 / 1e6, l->bandwidth_gbps, sec,
+               sec <= budget ? "fits" : "the strongest, still over");
+        if (pipe && l->act_codec[0])
+            printf("; the link sets activation_codec %s by hand, which the run takes", l->act_codec);
+        printf("\n");
     }
 }
 

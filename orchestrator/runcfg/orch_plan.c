@@ -54,8 +54,9 @@ static void plan_inputs(const orch_run_config *c, const xdc_topology *t, xdc_mod
     for (int r = 0; r < c->diloco.n_slowdown && r < t->n_regions; r++) o->calib.region_scale[r] = c->diloco.slowdown[r];
 }
 
-/* Plan p's settings into the run config c (the keys the run file set by hand stay). */
-static void take(orch_run_config *c, const xdc_topology *t, const xdc_plan *p)
+/* Plan p's settings into the run config c (the keys the run file set by hand stay); m and o: its search's inputs. */
+static void take(orch_run_config *c, const xdc_topology *t, const xdc_plan *p, const xdc_model_shape *m,
+                 const xdc_plan_opts *o)
 {
     c->mode = p->mode == XDC_PLAN_DILOCO      ? ORCH_MODE_DILOCO
               : p->mode == XDC_PLAN_STREAMING ? ORCH_MODE_STREAMING
@@ -71,9 +72,23 @@ static void take(orch_run_config *c, const xdc_topology *t, const xdc_plan *p)
     if (p->bucket_mb > 0) c->bucket_mb = p->bucket_mb;
     /* A low-rank activation codec set by hand stays, with its ranks and bits; the plan may choose plain
      * lowrank itself (TOPO_PLAN_ACT_LOWRANK, docs/planner.md). */
-    if (p->mode == XDC_PLAN_PIPELINE && !xdc_lowrank_named(c->activation_codec))
+    bool act_by_hand = xdc_lowrank_named(c->activation_codec);
+    if (p->mode == XDC_PLAN_PIPELINE && !act_by_hand)
         snprintf(c->activation_codec, sizeof c->activation_codec, "%s", p->codec);
     else snprintf(c->codec, sizeof c->codec, "%s", p->codec);
+    /* Each cut its link's own codec, the weakest that keeps it within the tolerance (a link's activation_codec
+     * set by hand wins, orch_run_config_act_codec); the plan's one codec where the link sends nothing. */
+    c->n_act_cut = 0;
+    for (int i = 0; p->mode == XDC_PLAN_PIPELINE && !act_by_hand && i + 1 < p->n_chain && i < ORCH_MAX_STAGES; i++) {
+        char codec[16];
+        double sec;
+        xdc_plan_link_codec(t, m, p, &o->calib, p->chain[i], p->chain[i + 1], o->tolerance, codec, &sec);
+        /* interleaved 1F1B refuses lowrank across regions (orch_worker.c): such a cut keeps the plan's codec */
+        if (!codec[0] || (c->pipeline_chunks > 1 && xdc_lowrank_named(codec))) continue;
+        c->act_cut[c->n_act_cut].a = p->chain[i];
+        c->act_cut[c->n_act_cut].b = p->chain[i + 1];
+        snprintf(c->act_cut[c->n_act_cut++].codec, sizeof c->act_cut[0].codec, "%s", codec);
+    }
     orch_run_config_outer_defaults(c);
     if (p->keep_unsent) { /* keys set by hand stay */
         c->diloco.keep_unsent = true;
@@ -105,6 +120,24 @@ xdc_err_t orch_run_config_pace(const orch_run_config *c, const xdc_topology *t, 
     return XDC_OK;
 }
 
+xdc_err_t orch_run_config_act_codec(const orch_run_config *c, const xdc_topology *t, int a, int b, const char **codec,
+                                    xdc_diag *diag)
+{
+    const xdc_link *ab = xdc_topology_link(t, a, b), *ba = xdc_topology_link(t, b, a);
+    const char *x = ab ? ab->act_codec : "", *y = ba ? ba->act_codec : "";
+    if (x[0] && y[0] && strcmp(x, y) != 0) {
+        /* both directions of a cut carry one message sequence each way; one codec keeps the rule simple */
+        xdc_diag_set(diag, "links %s -> %s and %s -> %s: activation_codec %s and %s differ; a pipeline cut has one",
+                     t->regions[a].name, t->regions[b].name, t->regions[b].name, t->regions[a].name, x, y);
+        return XDC_ERR_CONFIG;
+    }
+    *codec = x[0] ? x : y[0] ? y : c->activation_codec;
+    for (int i = 0; !x[0] && !y[0] && i < c->n_act_cut; i++)
+        if ((c->act_cut[i].a == a && c->act_cut[i].b == b) || (c->act_cut[i].a == b && c->act_cut[i].b == a))
+            *codec = c->act_cut[i].codec;
+    return XDC_OK;
+}
+
 xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planned *out, xdc_diag *diag)
 {
     plan_inputs(c, t, &out->m, &out->b, &out->o);
@@ -119,7 +152,7 @@ xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planne
         xdc_cfg_errors errs;
         xdc_cfg_errors_init(&errs, c->path);
         *trial = *c;
-        take(trial, t, &set->cands[i]);
+        take(trial, t, &set->cands[i], &out->m, &out->o);
         if (orch_run_config_check(trial, true, &errs) == XDC_OK) p = &set->cands[i];
     }
     if (!p) {

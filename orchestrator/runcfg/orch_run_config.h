@@ -79,11 +79,20 @@ typedef struct orch_run_config {
     char data_path[512];
     xdc_train_config train; /* loaded from model_path, then overridden by the run file */
     orch_mode mode;
-    int pipeline_stages;       /* per replica; divides each region's workers */
-    int pipeline_chunks;       /* v: model chunks per stage, interleaved 1F1B (docs/runtime.md); 1: not interleaved */
-    bool span_regions;         /* one pipeline over every worker of every region (stages cross the WAN) */
-    char activation_codec[32]; /* codec of activations crossing the WAN: none|bf16|int8 */
-    int microbatches;          /* per replica per step (overrides the model file when set) */
+    int pipeline_stages; /* per replica; divides each region's workers */
+    int pipeline_chunks; /* v: model chunks per stage, interleaved 1F1B (docs/runtime.md); 1: not interleaved */
+    bool span_regions;   /* one pipeline over every worker of every region (stages cross the WAN) */
+    /* codec of activations crossing the WAN: none|bf16|int8[:block]|lowrank[...], every cut's unless its topology
+     * link names its own (orch_run_config_act_codec) */
+    char activation_codec[32];
+    /* plan: auto, span: the planner's codec of each cut between regions act_cut[i].a and .b (xdc_plan_link_codec),
+     * n_act_cut of them; where a link's activation_codec is not set by hand it is the cut's */
+    struct {
+        int a, b;
+        char codec[32];
+    } act_cut[ORCH_MAX_STAGES];
+    int n_act_cut;
+    int microbatches; /* per replica per step (overrides the model file when set) */
     /* Unequal replicas (docs/runtime.md): microbatches per step of each data-parallel replica, n_replica_mb of
      * them: one per replica of a region in replica order (every region the same), or one per replica of every
      * region, region-major (orch_run_config_replica_mb); 0: `microbatches` for every replica */
@@ -193,6 +202,12 @@ xdc_err_t orch_run_config_slowdown(const orch_run_config *c, int n_regions, doub
  * in diag, when the list has neither 1 nor n_regions entries. */
 xdc_err_t orch_run_config_layer_ms(const orch_run_config *c, int n_regions, int region, double *ms, xdc_diag *diag);
 int orch_quorum_min(const orch_run_config *c, int n_regions);
+/* orch_plan.c: the activation codec of the pipeline cut between regions a and b (either order): the topology link's
+ * activation_codec (a -> b's, else b -> a's; both set and different is a config error), else the plan's for the
+ * cut (act_cut), else the run file's activation_codec. Sender and receiver of a cut both derive it here from the
+ * files they share. XDC_ERR_CONFIG, naming the link, said in diag. */
+xdc_err_t orch_run_config_act_codec(const orch_run_config *c, const xdc_topology *t, int a, int b, const char **codec,
+                                    xdc_diag *diag);
 /* orch_plan.c: each region's pace (xdc_plan_region_pace) with the run's diloco.slowdown: how many times longer its
  * inner step takes than the fastest region's, its GPUs' TFLOP/s and its slowdown counted; what the round's decider
  * divides nobody waits' budget by and the planner prices. XDC_ERR_CONFIG as orch_run_config_slowdown. */

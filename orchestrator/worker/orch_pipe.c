@@ -1,8 +1,8 @@
 /* orch_pipe.c — point-to-point transfers between neighbouring pipeline stages, wherever they live: over
  * the intra communicator when both stages are in one region, over the WAN latency class when the
  * pipeline crosses a region boundary. Activations and activation gradients crossing the WAN go through
- * the activation codec (bf16 or int8 with scales, or the low-rank codec with a basis per direction of the
- * link, run on the host; no error feedback: each tensor is used once); small
+ * the activation codec of their cut's link (bf16 or int8 with scales, or the low-rank codec with a basis per
+ * direction of the link, run on the host; no error feedback: each tensor is used once); small
  * control messages (loss, gradient norm, the parameter-hash state) travel raw, to an in-region neighbour
  * from a device row (orch_pipe_*_small). Intra sends and receives
  * started inside an intra group (xdc_intra_group_start on orch_member_pp(w->member), as the 1F1B loop of orch_train.c
@@ -30,14 +30,14 @@ void orch_pipe_locate(const orch_worker *w, int stage, int *region, int *pp_rank
     *pp_rank = stage - base;
 }
 
-/* The WAN peer of neighbouring stage `stage`: the interleaved schedule's wrap-around between the last stage and
+/* The WAN link to neighbouring stage `stage`: the interleaved schedule's wrap-around between the last stage and
  * the first has a link of its own where it is not the span's one link (orch_member_span_wrap). */
-static xdc_wan_peer *neighbour_peer(const orch_worker *w, int stage)
+static orch_pipe_link *neighbour_link(orch_worker *w, int stage)
 {
     int s = w->id->stage, last = w->id->n_stages - 1;
-    if (orch_member_wrap_peer(w->member) && ((s == 0 && stage == last) || (s == last && stage == 0)))
-        return orch_member_wrap_peer(w->member);
-    return stage < s ? orch_member_prev_peer(w->member) : orch_member_next_peer(w->member);
+    if (w->pipe.link[ORCH_PIPE_WRAP].peer && ((s == 0 && stage == last) || (s == last && stage == 0)))
+        return &w->pipe.link[ORCH_PIPE_WRAP];
+    return &w->pipe.link[stage < s ? ORCH_PIPE_PREV : ORCH_PIPE_NEXT];
 }
 
 /* The low-rank codec on the host: the device activation (B*T*C fp32) copied out and encoded with ctx. */
@@ -51,11 +51,10 @@ static xdc_err_t lowrank_encode(orch_worker *w, xdc_lowrank *ctx, const float *b
                               diag);
 }
 
-/* Decoded on the host into the staging, then copied to r->dst, by the context of the direction r came from. */
+/* Decoded on the host into the staging, then copied to r->dst, by the receiving context of the link r came by. */
 static xdc_err_t lowrank_decode(orch_worker *w, const orch_pipe_req *r, size_t len, xdc_diag *diag)
 {
-    xdc_lowrank *ctx = w->pipe.lowrank[r->peer == orch_member_prev_peer(w->member) ? 2 : 3];
-    XDC_CHECK(xdc_lowrank_decode(ctx, r->wire, len, w->pipe.lowrank_host, r->n / (size_t)w->model.C, diag));
+    XDC_CHECK(xdc_lowrank_decode(r->link->rx, r->wire, len, w->pipe.lowrank_host, r->n / (size_t)w->model.C, diag));
     return w->model.be->device->copy_h2d(r->dst, w->pipe.lowrank_host, r->n * sizeof(float), NULL);
 }
 
@@ -67,19 +66,19 @@ xdc_err_t orch_pipe_send(orch_worker *w, int to_stage, const float *buf, size_t 
     memset(r, 0, sizeof *r);
     if (region == w->id->region_idx)
         return xdc_intra_send(orch_member_pp(w->member), buf, n, XDC_INTRA_F32, rank, &r->ir);
-    xdc_wan_peer *p = neighbour_peer(w, to_stage);
+    orch_pipe_link *l = neighbour_link(w, to_stage);
+    xdc_wan_peer *p = l->peer;
     if (n != w->pipe.elems || !wire)
         return xdc_wan_isend(p, XDC_WAN_LATENCY, buf, n * sizeof(float), PIPE_RAW_CODEC, n * sizeof(float), &r->wr);
     uint64_t t0 = orch_trace_now_us(w->tele.trace);
     size_t len;
-    if (w->pipe.codec_kind == ORCH_PIPE_LOWRANK)
-        XDC_CHECK(lowrank_encode(w, w->pipe.lowrank[to_stage < w->id->stage], buf, wire, &len, diag));
-    else XDC_CHECK(xdc_codec_encode(w->pipe.enc, buf, n, wire, w->pipe.bound, &len, diag));
+    if (l->codec_kind == ORCH_PIPE_LOWRANK) XDC_CHECK(lowrank_encode(w, l->tx, buf, wire, &len, diag));
+    else XDC_CHECK(xdc_codec_encode(l->enc, buf, n, wire, w->pipe.bound, &len, diag));
     orch_trace_complete(w->tele.trace, ORCH_LANE_CODEC, "encode activation", "codec", t0,
                         orch_trace_now_us(w->tele.trace) - t0, "bytes", (double)len);
     w->pipe.tx_bytes += len;
     w->pipe.raw_bytes += n * sizeof(float);
-    return xdc_wan_isend(p, XDC_WAN_LATENCY, wire, len, (uint8_t)w->pipe.codec_kind, n * sizeof(float), &r->wr);
+    return xdc_wan_isend(p, XDC_WAN_LATENCY, wire, len, (uint8_t)l->codec_kind, n * sizeof(float), &r->wr);
 }
 
 xdc_err_t orch_pipe_recv(orch_worker *w, int from_stage, float *buf, size_t n, uint8_t *wire, orch_pipe_req *r,
@@ -94,7 +93,8 @@ xdc_err_t orch_pipe_recv(orch_worker *w, int from_stage, float *buf, size_t n, u
     if (region == w->id->region_idx)
         return xdc_intra_recv(orch_member_pp(w->member), buf, n, XDC_INTRA_F32, rank, &r->ir);
     r->wire = n == w->pipe.elems && wire ? wire : NULL;
-    r->peer = neighbour_peer(w, from_stage);
+    r->link = neighbour_link(w, from_stage);
+    r->peer = r->link->peer;
     if (r->wire) return xdc_wan_irecv(r->peer, XDC_WAN_LATENCY, wire, w->pipe.bound, &r->wr);
     return xdc_wan_irecv(r->peer, XDC_WAN_LATENCY, buf, n * sizeof(float), &r->wr);
 }
@@ -130,14 +130,14 @@ xdc_err_t orch_pipe_wait(orch_worker *w, orch_pipe_req *r, xdc_diag *diag)
         w->prog.t_wan_exposed += (double)xdc_now_ns() / 1e9 - s0;
         orch_trace_complete(w->tele.trace, r->dst ? ORCH_LANE_WAN_RX : ORCH_LANE_WAN_TX, "pipeline transfer", "wan", t0,
                             orch_trace_now_us(w->tele.trace) - t0, "bytes", (double)len);
-        if (rc == XDC_OK && r->dst && r->wire && codec != (uint8_t)w->pipe.codec_kind) {
+        if (rc == XDC_OK && r->dst && r->wire && codec != (uint8_t)r->link->codec_kind) {
             xdc_diag_set(diag, "activation with codec %u where %u was expected (messages out of order?)", codec,
-                         (unsigned)w->pipe.codec_kind);
+                         (unsigned)r->link->codec_kind);
             rc = XDC_ERR_PROTO;
         } else if (rc == XDC_OK && r->dst && r->wire) {
-            rc = w->pipe.codec_kind == ORCH_PIPE_LOWRANK
+            rc = r->link->codec_kind == ORCH_PIPE_LOWRANK
                      ? lowrank_decode(w, r, len, diag)
-                     : xdc_codec_decode(w->pipe.dec, r->wire, len, r->dst, r->n, XDC_CODEC_WRITE, diag);
+                     : xdc_codec_decode(r->link->dec, r->wire, len, r->dst, r->n, XDC_CODEC_WRITE, diag);
             /* The decode's copy into device memory is queued on this thread's stream: the stage's
              * stream reads it next, and the wire buffer is reused. */
             if (rc == XDC_OK) rc = w->model.be->device->stream_sync(NULL);

@@ -77,13 +77,7 @@ static xdc_err_t check_chunks(const orch_worker *w, xdc_diag *diag)
                      v, w->topo->regions[w->id->n_regions - 1].name, w->topo->regions[0].name);
         return XDC_ERR_CONFIG;
     }
-    if (w->id->n_regions > 1 && xdc_lowrank_named(w->cfg->activation_codec)) {
-        xdc_diag_set(diag,
-                     "pipeline_chunks %d with activation_codec %s is not built: the low-rank codec keeps a basis per "
-                     "direction of a link, and the chunks send activations and gradients both ways over it",
-                     v, w->cfg->activation_codec);
-        return XDC_ERR_CONFIG;
-    }
+    /* The low-rank codec's rule is each cut's (open_link_codec). */
     return XDC_OK;
 }
 
@@ -193,45 +187,74 @@ static xdc_err_t connect(orch_worker *w, const char **what, xdc_diag *diag)
     return orch_member_connect(w->member, what, diag);
 }
 
-/* The low-rank activation codec: a context for each direction of each WAN link (orch_pipe's order in orch_worker.h),
- * with the run file's settings for activations and for their gradients, and the host staging it encodes from
- * and decodes into. */
-static xdc_err_t open_lowrank(orch_worker *w, xdc_diag *diag)
+/* The region of the neighbour across link k of the stage (orch_pipe_link order). */
+static int link_region(const orch_worker *w, int k)
 {
-    xdc_lowrank_cfg lc = {.cols = w->model.C, .rows = (size_t)w->model.B * w->model.T}, bc = lc;
-    XDC_CHECK(xdc_lowrank_parse(w->cfg->activation_codec, &lc, &bc, diag));
-    bool wan[4] = {orch_member_next_peer(w->member) != NULL, orch_member_prev_peer(w->member) != NULL,
-                   orch_member_prev_peer(w->member) != NULL, orch_member_next_peer(w->member) != NULL};
-    for (int i = 0; i < 4; i++)
-        if (wan[i]) { /* [1] and [3] carry gradients */
-            XDC_CHECK(xdc_lowrank_create(i == 1 || i == 3 ? &bc : &lc, &w->pipe.lowrank[i], diag));
-            size_t b = xdc_lowrank_bound(w->pipe.lowrank[i], lc.rows); /* the wire buffers serve every kind */
-            if (b > w->pipe.bound) w->pipe.bound = b;
-        }
-    w->pipe.codec_kind = ORCH_PIPE_LOWRANK;
-    return w->model.be->device->host_alloc((void **)&w->pipe.lowrank_host, w->pipe.elems * sizeof(float));
+    int s = w->id->stage, last = w->id->n_stages - 1, region, rank;
+    int other = k == ORCH_PIPE_PREV ? s - 1 : k == ORCH_PIPE_NEXT ? s + 1 : s == 0 ? last : 0;
+    orch_pipe_locate(w, other, &region, &rank);
+    return region;
 }
 
-/* Activation codec for stages that talk across the WAN (no error feedback: each tensor is used once). */
-static xdc_err_t open_pipe_codec(orch_worker *w, xdc_diag *diag)
+/* Link k's activation codec, named by its cut (orch_run_config_act_codec), and the bound it adds to the wire
+ * buffers (they serve every link). The low-rank codec has a context for each direction, with the settings
+ * for activations (what flows to the next stage) and for their gradients, and encodes from the host staging. */
+static xdc_err_t open_link_codec(orch_worker *w, int k, xdc_diag *diag)
 {
-    if (!orch_member_prev_peer(w->member) && !orch_member_next_peer(w->member) && !orch_member_wrap_peer(w->member))
-        return XDC_OK;
-    w->pipe.elems = (size_t)w->model.B * w->model.T * (size_t)w->model.C;
-    if (xdc_lowrank_named(w->cfg->activation_codec)) XDC_CHECK(open_lowrank(w, diag));
-    else {
+    orch_pipe_link *l = &w->pipe.link[k];
+    int a = w->id->region_idx, b = link_region(w, k);
+    const char *name;
+    XDC_CHECK(orch_run_config_act_codec(w->cfg, w->topo, a, b, &name, diag));
+    if (w->model.chunks > 1 && xdc_lowrank_named(name)) {
+        xdc_diag_set(diag,
+                     "pipeline_chunks %d with activation_codec %s on the cut %s - %s is not built: the low-rank codec "
+                     "keeps a basis per direction of a link, and the chunks send activations and gradients both ways "
+                     "over it",
+                     w->model.chunks, name, w->topo->regions[a].name, w->topo->regions[b].name);
+        return XDC_ERR_CONFIG;
+    }
+    XDC_INFO(XDC_SUB_ORCH, "activation codec %s on the cut %s - %s", name, w->topo->regions[a].name,
+             w->topo->regions[b].name);
+    size_t bound;
+    if (xdc_lowrank_named(name)) {
+        xdc_lowrank_cfg lc = {.cols = w->model.C, .rows = (size_t)w->model.B * w->model.T}, bc = lc;
+        XDC_CHECK(xdc_lowrank_parse(name, &lc, &bc, diag));
+        bool fwd = k == ORCH_PIPE_NEXT; /* activations go out to the next stage and come in from the previous */
+        XDC_CHECK(xdc_lowrank_create(fwd ? &lc : &bc, &l->tx, diag));
+        XDC_CHECK(xdc_lowrank_create(fwd ? &bc : &lc, &l->rx, diag));
+        bound = xdc_lowrank_bound(l->tx, lc.rows);
+        size_t rb = xdc_lowrank_bound(l->rx, lc.rows);
+        if (rb > bound) bound = rb;
+        l->codec_kind = ORCH_PIPE_LOWRANK;
+        if (!w->pipe.lowrank_host)
+            XDC_CHECK(w->model.be->device->host_alloc((void **)&w->pipe.lowrank_host, w->pipe.elems * sizeof(float)));
+    } else {
         xdc_codec_cfg cc = XDC_CODEC_CFG_INIT;
-        XDC_CHECK(xdc_codec_parse(w->cfg->activation_codec, &cc, diag));
+        XDC_CHECK(xdc_codec_parse(name, &cc, diag));
         cc.n_elems = w->pipe.elems;
         cc.chunk_elems = w->pipe.elems;
         cc.error_feedback = false;
         cc.zstd_level = 0;        /* latency class: no entropy stage */
         cc.backend = w->model.be; /* it reads and writes the activations in device memory */
-        w->pipe.codec_kind = cc.kind;
-        XDC_CHECK(xdc_codec_create(&cc, &w->pipe.enc, diag));
-        XDC_CHECK(xdc_codec_create(&cc, &w->pipe.dec, diag));
-        w->pipe.bound = xdc_codec_bound(w->pipe.enc, w->pipe.elems);
+        l->codec_kind = cc.kind;
+        XDC_CHECK(xdc_codec_create(&cc, &l->enc, diag));
+        XDC_CHECK(xdc_codec_create(&cc, &l->dec, diag));
+        bound = xdc_codec_bound(l->enc, w->pipe.elems);
     }
+    if (bound > w->pipe.bound) w->pipe.bound = bound;
+    return XDC_OK;
+}
+
+/* Activation codecs for stages that talk across the WAN, one per link (no error feedback: each tensor is used
+ * once). */
+static xdc_err_t open_pipe_codec(orch_worker *w, xdc_diag *diag)
+{
+    xdc_wan_peer *peer[ORCH_PIPE_LINKS] = {orch_member_prev_peer(w->member), orch_member_next_peer(w->member),
+                                           orch_member_wrap_peer(w->member)};
+    if (!peer[ORCH_PIPE_PREV] && !peer[ORCH_PIPE_NEXT] && !peer[ORCH_PIPE_WRAP]) return XDC_OK;
+    w->pipe.elems = (size_t)w->model.B * w->model.T * (size_t)w->model.C;
+    for (int k = 0; k < ORCH_PIPE_LINKS; k++)
+        if ((w->pipe.link[k].peer = peer[k])) XDC_CHECK(open_link_codec(w, k, diag));
     orch_pipe_wire_counts(w->id->n_stages, w->id->stage, w->model.M, orch_member_prev_peer(w->member) != NULL,
                           orch_member_next_peer(w->member) != NULL, w->pipe.wire_n);
     /* Interleaved: each schedule step's transfers complete within it (orch_train.c): one buffer of each kind,
@@ -281,9 +304,12 @@ static void close_worker(orch_worker *w)
     orch_member_disconnect(w->member);
     if (w->mode) w->mode->destroy(w->mode_state); /* its syncs, then its buffers */
     orch_member_destroy(w->member);
-    xdc_codec_destroy(w->pipe.enc);
-    xdc_codec_destroy(w->pipe.dec);
-    for (int i = 0; i < 4; i++) xdc_lowrank_destroy(w->pipe.lowrank[i]);
+    for (int k = 0; k < ORCH_PIPE_LINKS; k++) {
+        xdc_codec_destroy(w->pipe.link[k].enc);
+        xdc_codec_destroy(w->pipe.link[k].dec);
+        xdc_lowrank_destroy(w->pipe.link[k].tx);
+        xdc_lowrank_destroy(w->pipe.link[k].rx);
+    }
     if (w->model.be) w->model.be->device->host_free(w->pipe.lowrank_host);
     for (int k = 0; k < w->model.chunks; k++) xdc_gpt_stage_destroy(w->model.chunk[k]);
     xdc_data_destroy(w->model.data);

@@ -29,12 +29,15 @@
 #include <stdint.h>
 
 /* One pipeline transfer in flight: intra or WAN (then `wire` holds the encoded bytes). */
+typedef struct orch_pipe_link orch_pipe_link;
+
 typedef struct orch_pipe_req {
     xdc_intra_req *ir;
     xdc_wan_request *wr;
     xdc_wan_peer *peer;
-    uint8_t *wire; /* WAN receive of an activation: encoded bytes to decode into dst */
-    float *dst;    /* receive: (n) fp32 */
+    const orch_pipe_link *link; /* WAN receive: the link it comes by, whose codec decodes it */
+    uint8_t *wire;              /* WAN receive of an activation: encoded bytes to decode into dst */
+    float *dst;                 /* receive: (n) fp32 */
     size_t n;
 } orch_pipe_req;
 
@@ -76,19 +79,29 @@ typedef struct orch_model {
  * counts (xdc_model_shape_boundary_bytes; tests/scheduler/test_plan.c compares). Freed by the worker's teardown. */
 xdc_err_t orch_model_alloc_boundary(orch_model *m, size_t *bytes);
 
+/* One WAN neighbour of a stage across a pipeline cut, with the cut's activation codec (orch_run_config_act_codec:
+ * the neighbour derives the same one from the same files). */
+struct orch_pipe_link {
+    xdc_wan_peer *peer;   /* NULL: no such neighbour across the WAN */
+    int codec_kind;       /* the codec byte of an activation message: xdc_codec_kind or ORCH_PIPE_LOWRANK */
+    xdc_codec *enc, *dec; /* bf16/int8 (stateless: one each) */
+    /* lowrank: one context per direction, as each keeps the basis of its own message sequence: tx what this
+     * stage sends over the link (x to the next stage, dx to the previous), rx what it receives */
+    xdc_lowrank *tx, *rx;
+};
+
+enum { ORCH_PIPE_PREV, ORCH_PIPE_NEXT, ORCH_PIPE_WRAP, ORCH_PIPE_LINKS };
+
 /* Pipeline transfers between neighbouring stages (orch_pipe.c). */
 typedef struct orch_pipe {
     orch_pipe_req *x_req, *dy_req, *y_req, *dx_req; /* (M) */
     uint8_t *wire; /* span: encoded activations, wire_n[k] × bound bytes per kind k (x, dy, y, dx), in turn */
     int wire_n[4]; /* encoded buffers per kind: what can be in flight (orch_pipe_wire_counts), 0 within a region */
-    xdc_codec *enc, *dec; /* span: activation codec bf16/int8 (stateless: one each) */
-    /* span, activation_codec lowrank: one context per direction of each WAN link, as each keeps the basis
-     * of its own message sequence: [0] x to the next stage, [1] dx to the previous, [2] x from the
-     * previous, [3] dy from the next (orch_pipe.c); NULL where the neighbour is in this region */
-    xdc_lowrank *lowrank[4];
-    float *lowrank_host; /* (B*T*C) fp32 host staging: the low-rank codec runs on the host */
-    size_t elems, bound; /* elements of one activation (B*T*C); encoded bytes bound */
-    int codec_kind;      /* the codec byte of an activation message: xdc_codec_kind or ORCH_PIPE_LOWRANK */
+    /* span: the previous stage, the next and the interleaved wrap-around (orch_member_wrap_peer), each
+     * across the WAN with its cut's codec; a two-region wrap rides the next or previous link */
+    orch_pipe_link link[ORCH_PIPE_LINKS];
+    float *lowrank_host; /* (B*T*C) fp32 host staging: the low-rank codec runs on the host; NULL without it */
+    size_t elems, bound; /* elements of one activation (B*T*C); encoded bytes bound, the largest of the links' */
     uint64_t tx_bytes, raw_bytes;
     float *scalars; /* (ORCH_PIPE_SCALAR_ROWS, ORCH_PIPE_MAX_SCALARS) fp32, device: in-region small messages
                      * (orch_pipe_*_small, orch_pipe_allreduce_sum) */
