@@ -81,15 +81,21 @@ static void verdict(char kind, const char *msg)
 
 void xdc_test_count_assertion(void) { g_assertions++; }
 
+/* The verdict holds the message's first 1800 bytes; the test's log (whose tail the runner prints) the whole
+ * of it, so a long output quoted by an assertion keeps its end, where a failure's cause usually is. */
 void xdc_test_fail_at(const char *file, int line, const char *fmt, ...)
 {
     char msg[1800], full[2000];
-    va_list ap;
+    va_list ap, whole;
     va_start(ap, fmt);
+    va_copy(whole, ap);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     snprintf(full, sizeof full, "%s:%d: %s", file, line, msg);
-    fprintf(stderr, "FAIL %s\n", full);
+    fprintf(stderr, "FAIL %s:%d: ", file, line);
+    vfprintf(stderr, fmt, whole);
+    va_end(whole);
+    fputc('\n', stderr);
     verdict('F', full);
     _exit(1);
 }

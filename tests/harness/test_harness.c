@@ -88,3 +88,29 @@ XDC_TEST(harness_runs_each_serial_test_alone)
     XDC_ASSERT_EQ(starts, 4);
     XDC_ASSERT_MSG(beside == 0, "%d starts beside a serial test", beside);
 }
+
+/* A fixture that fails with a 4000-byte message, as an assertion quoting a launch's output does, when
+ * XDC_TEST_HARNESS_FAIL is set (run by the test below); otherwise it passes. */
+XDC_TEST(harness_fail_fixture_long_message)
+{
+    XDC_ASSERT(xdc_test_tmpdir()[0] == '/');
+    if (!getenv("XDC_TEST_HARNESS_FAIL")) return;
+    static char text[4001];
+    memset(text, 'x', sizeof text - 1);
+    memcpy(text + sizeof text - 1 - 9, "the-cause", 9);
+    XDC_FAIL("long output:\n%s", text);
+}
+
+/* The verdict of a failure keeps its message's first bytes, but the tail the runner prints comes from the
+ * test's log, which holds the whole message: its end, where a failure's cause usually is, is shown. */
+XDC_TEST(harness_failure_shows_the_end_of_a_long_message)
+{
+    char self[PATH_MAX], cmd[2 * PATH_MAX];
+    static char out[1 << 15];
+    self_path(self, sizeof self);
+    snprintf(cmd, sizeof cmd, "XDC_TEST_HARNESS_FAIL=1 '%s' harness_fail_fixture_long_message 2>&1", self);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc != 0, "the failing fixture passed:\n%s", out);
+    XDC_ASSERT_STR_CONTAINS(out, "0 passed, 1 failed");
+    XDC_ASSERT_STR_CONTAINS(out, "xxxxthe-cause");
+}
