@@ -68,8 +68,12 @@ typedef struct {
     int agent_region[LAUNCH_MAX_AGENTS];       /* the region of each agent slot (restarts add slots) */
     int restarts[XDC_TOPO_MAX_REGIONS];        /* --max-restarts: each region's agents started again so far */
     uint8_t restart_due[XDC_TOPO_MAX_REGIONS]; /* out of the run: start its agents again once all ended */
-    uint8_t released[XDC_TOPO_MAX_REGIONS];    /* its agents were stopped: the run ended with it out */
-    xdc_err_t blamed;                          /* the error of the member blamed for the failure; XDC_OK: none */
+    /* Started again: the routes into its workers still to follow them (pump_relays). A launch that does not
+     * decide sees the region out only through the holder's state, which may show it dropped and taken back
+     * in one update: the restart itself says its routes must move. */
+    int reroute_left[XDC_TOPO_MAX_REGIONS];
+    uint8_t released[XDC_TOPO_MAX_REGIONS]; /* its agents were stopped: the run ended with it out */
+    xdc_err_t blamed;                       /* the error of the member blamed for the failure; XDC_OK: none */
     int elastic; /* orch_quorum_elastic: outer rounds go by quorum, a lost region is not the run's end */
     orch_quorum quorum;
     orch_decider decider; /* whether this process decides the quorum's rounds now */
@@ -274,13 +278,18 @@ static void pump_relays(launch *L)
     int fwd = 0, back = 0, link = 0;
     for (int i = 0; i < L->t->n_regions; i++)
         for (int j = i + 1; j < L->t->n_regions && link < LAUNCH_MAX_RELAYS; j++, link++) {
-            for (int k = 0; k < xdc_topology_region_workers(L->t, j); k++, fwd++)
-                if (fwd < LAUNCH_MAX_RELAYS && (!L->relay_to[fwd][0] || (L->elastic && !L->quorum.live[j] &&
-                                                                         route_stale(L, j, k, L->relay_to[fwd]))))
+            int out = L->elastic && (!L->quorum.live[j] || L->reroute_left[j] > 0);
+            for (int k = 0; k < xdc_topology_region_workers(L->t, j); k++, fwd++) {
+                if (fwd >= LAUNCH_MAX_RELAYS) continue;
+                if (!L->relay_to[fwd][0]) {
                     open_route(L, link, i, j, k, L->relay_to[fwd]);
+                } else if (out && route_stale(L, j, k, L->relay_to[fwd])) {
+                    open_route(L, link, i, j, k, L->relay_to[fwd]);
+                    if (L->reroute_left[j] > 0) L->reroute_left[j]--;
+                }
+            }
             for (int k = 0; k < xdc_topology_region_workers(L->t, i); k++, back++)
-                if (back < LAUNCH_MAX_RELAYS && L->elastic && !L->quorum.live[j] && L->relays[link] &&
-                    route_stale(L, i, k, L->relay_back_to[back]))
+                if (back < LAUNCH_MAX_RELAYS && out && L->relays[link] && route_stale(L, i, k, L->relay_back_to[back]))
                     open_route(L, link, j, i, k, L->relay_back_to[back]);
         }
 }
@@ -496,6 +505,7 @@ static xdc_err_t restart_regions(launch *L)
         if (!L->restart_due[r] || alive) continue;
         L->restart_due[r] = 0;
         L->restarts[r]++;
+        L->reroute_left[r] = r * xdc_topology_region_workers(L->t, r); /* a route from each lower region */
         XDC_WARN(XDC_SUB_ORCH,
                  "starting region %s's agents again (restart %d of --max-restarts %d): it rejoins at an "
                  "outer round",

@@ -961,8 +961,9 @@ XDC_TEST_SERIAL(rdzv_etcd_decider_stopped_past_its_lease_is_refused, 150)
  * its pid in the file XDC_CHAOS_DECIDER_PIDS names. The seed is chosen here with the schedule's own generator:
  * two faults, kill-decider first, then kill-worker, each due at a step of the run. At the first the launch lets
  * the role go as a killed holder would and the standby takes it over from the store; at the second the launch,
- * no longer deciding, reports the region's loss to the store and starts its agent again, and the coordinator
- * drops the region at once on that report and takes it back. The run ends with every region on one model. */
+ * no longer deciding, reports the region's loss to the store and starts its agent again (and the relay routes
+ * into its new worker, which it may never see out of the run), and the coordinator drops the region at once on
+ * that report and takes it back. The run ends with every region on one model. */
 XDC_TEST_SERIAL(rdzv_etcd_chaos_decider_killed_and_a_standby_takes_over, 240)
 {
     if (access("/usr/share/games/fortunes", R_OK) != 0) xdc_test_skip("no corpus (Debian fortunes; `make deps`)");
@@ -999,11 +1000,16 @@ XDC_TEST_SERIAL(rdzv_etcd_chaos_decider_killed_and_a_standby_takes_over, 240)
     XDC_ASSERT_STR_CONTAINS(out, "(this launch) gone as if killed");
     XDC_ASSERT_STR_CONTAINS(out, "chaos: recovered 1 kill-decider at step ");
     XDC_ASSERT_STR_CONTAINS(out, "took over deciding the run's rounds from the store");
-    XDC_ASSERT_STR_CONTAINS(out, "chaos: recovered 2 kill-worker at step ");
+    /* The kill's recovery is the coordinator's to see: the launch follows the holder's state every 250 ms and
+     * may never see a short outage, so its own chaos line for it may read "not recovered" (docs/runtime.md,
+     * "Chaos"). */
+    XDC_ASSERT_STR_CONTAINS(out, "chaos: fault 2 kill-worker at step ");
     XDC_ASSERT_STR_CONTAINS(out, "(restart 1 of --max-restarts 1)");
     const char *coord = strstr(out, "--- coordinator");
     XDC_ASSERT_MSG(coord && strstr(coord, "dropped from the run: ") && strstr(coord, "its agent "),
                    "the coordinator did not drop the region on the launch's report:\n%s", out);
+    XDC_ASSERT_MSG(strstr(coord, "region ap-south rejoins the run at the outer round"),
+                   "the coordinator did not take ap-south back:\n%s", coord);
     XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
     expect_three_on_one_model(out);
     etcd_stop(&e, SIGTERM);
