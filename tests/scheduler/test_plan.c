@@ -733,6 +733,18 @@ static xdc_gpt_stage_config tiny_stage(const xdc_train_config *c, const xdc_plan
                                   .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}};
 }
 
+/* One region `a` of `gpus` GPUs of `tflops` bf16 TFLOP/s each on a fast intra network: the pipeline tests' place. */
+static xdc_topology *one_region(int gpus, double tflops)
+{
+    char text[400];
+    snprintf(text, sizeof text,
+             "name: one\nregions:\n"
+             "  - {name: a, nodes: a1, gpus_per_node: %d, gpu: {model: x, bf16_tflops: %g, memory_gib: 80},"
+             " intra: {bandwidth_gbps: 1000, latency_us: 2}}\n",
+             gpus, tflops);
+    return test_plan_parse_topo(text);
+}
+
 XDC_TEST(plan_activation_memory_is_the_1f1b_high_water_mark)
 {
     /* The tiny shape with 4 layers, 8 microbatches per step on one region of 4 GPUs. */
@@ -740,10 +752,7 @@ XDC_TEST(plan_activation_memory_is_the_1f1b_high_water_mark)
     xdc_model_shape m;
     tiny_4_layers(&c, &m);
     const int P = 4, M = 8;
-    xdc_topology *t = test_plan_parse_topo(
-        "name: one\nregions:\n"
-        "  - {name: a, nodes: a1, gpus_per_node: 4, gpu: {model: x, bf16_tflops: 100, memory_gib: 80},"
-        " intra: {bandwidth_gbps: 1000, latency_us: 2}}\n");
+    xdc_topology *t = one_region(4, 100);
     xdc_batch_shape b = {c.batch_size, c.seq_len, (double)M * c.batch_size * c.seq_len};
     xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
     o.stages = P;
@@ -801,10 +810,7 @@ XDC_TEST(plan_interleaved_bubble_and_memory_are_the_runtimes)
     xdc_model_shape m;
     tiny_4_layers(&c, &m);
     const int P = 2, M = 4, v = 2;
-    xdc_topology *t = test_plan_parse_topo(
-        "name: one\nregions:\n"
-        "  - {name: a, nodes: a1, gpus_per_node: 2, gpu: {model: x, bf16_tflops: 0.05, memory_gib: 80},"
-        " intra: {bandwidth_gbps: 1000, latency_us: 2}}\n");
+    xdc_topology *t = one_region(2, 0.05);
     xdc_batch_shape b = {c.batch_size, c.seq_len, (double)M * c.batch_size * c.seq_len};
     xdc_plan_opts o = XDC_PLAN_OPTS_INIT;
     o.stages = P;
@@ -1014,10 +1020,7 @@ XDC_TEST(plan_boundary_buffers_are_what_the_worker_allocates)
     xdc_model_shape m;
     tiny_4_layers(&c, &m);
     const int P = 4;
-    xdc_topology *t = test_plan_parse_topo(
-        "name: one\nregions:\n"
-        "  - {name: a, nodes: a1, gpus_per_node: 4, gpu: {model: x, bf16_tflops: 100, memory_gib: 80},"
-        " intra: {bandwidth_gbps: 1000, latency_us: 2}}\n");
+    xdc_topology *t = one_region(4, 100);
     const xdc_kern_backend *cpu;
     XDC_ASSERT_OK(xdc_kern_backend_get(XDC_BACKEND_CPU, &cpu, NULL));
     g_cpu_dev = cpu->device;
