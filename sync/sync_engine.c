@@ -57,7 +57,7 @@
 
 typedef struct {
     size_t lo, len;     /* slice of the buffer, fp32 elements */
-    size_t plen, shard; /* padded length (multiple of replicas) and shard length, elements */
+    size_t plen, shard; /* padded length (multiple of the lanes) and a lane's shard length, elements */
     xdc_codec *codec;   /* EF residual of this bucket's shard lives here */
     uint8_t *enc;       /* pinned host (bound) bytes: this rank's encoded shard */
     size_t enc_len, bound;
@@ -98,13 +98,17 @@ struct xdc_sync {
     xdc_sync_cfg cfg;
     xdc_sync_engine *eng;
     int dp_size, dp_rank;
+    /* WAN lanes (xdc_sync_cfg.lanes): the replicas that exchange across regions, ranks 0..lanes-1, each one lane
+     * shard of every bucket; `wide` when the region has more replicas than lanes (its replicas all-reduce and the
+     * lanes broadcast their results), and `wan` when this rank exchanges across regions at all. */
+    int lanes, wide, wan;
     bucket *b; /* (n_buckets) */
     int n_buckets;
     const xdc_device_ops *dev; /* the backend's device table */
     int device;                /* the creating thread's bound device: the comm thread binds it per job */
     xdc_stream *stream;        /* the comm stream: this sync's device work on the comm thread */
     xdc_event *done_ev;        /* recorded on the comm stream when a round's last bucket is gathered */
-    float *pad; /* device (max plen) fp32 scratch for buckets whose length is not a multiple of dp_size */
+    float *pad; /* device (max plen) fp32 scratch for buckets whose length is not a multiple of the lanes */
     /* device (bucket 0's shard: the longest) fp32 scratch, a contribution of weight other than 1 decoded to be
      * weighed; allocated by the comm thread at the first weighted sum (NULL until then) */
     float *dec;
@@ -187,7 +191,7 @@ static xdc_err_t intra_wait(xdc_sync *s, xdc_err_t rc, xdc_intra_req *req, xdc_d
     }
 }
 
-/* Where bucket k's padded (dp_size, shard) data lives for the collectives. */
+/* Where bucket k's padded (lanes, shard) data lives for the collectives. */
 static float *padded(xdc_sync *s, bucket *k) { return k->plen == k->len ? s->buf + k->lo : s->pad; }
 
 /* A wait for region r's shard (or for a send to linked region r) has lasted `secs`: say who, since when, and
@@ -272,7 +276,7 @@ static xdc_err_t post_receive(xdc_sync *s, int i, int r)
  * in bucket order, which this order keeps whichever order it runs. */
 static xdc_err_t post_receives(xdc_sync *s)
 {
-    if (s->cfg.n_regions < 2) return XDC_OK;
+    if (!s->wan) return XDC_OK;
     for (int i = s->n_buckets - 1; i >= -1; i--) { /* A(i) and B(i + 1): A(n-1), A(n-2), B(n-1), ..., B(0) */
         for (int j = 0; j < s->cfg.n_regions - 1 && i >= 0; j++)
             if (s->via[s->order[j]] == s->order[j]) XDC_CHECK(post_receive(s, i, s->order[j]));
@@ -333,16 +337,20 @@ static xdc_err_t stage_a(xdc_sync *s, bucket *k, xdc_diag *diag)
         if (total > 0.0f) XDC_CHECK(on_comm_stream(s, src, NULL, k->plen, s->rep_weight));
         XDC_CHECK(dev->stream_sync(s->stream)); /* the collective reads what the device wrote */
         xdc_intra_req *req = NULL;
-        xdc_err_t rc = xdc_intra_reduce_scatter(s->cfg.dp, src, x, k->shard, XDC_INTRA_F32,
-                                                total > 0.0f ? XDC_INTRA_SUM : XDC_INTRA_AVG, &req);
+        xdc_intra_redop op = total > 0.0f ? XDC_INTRA_SUM : XDC_INTRA_AVG;
+        /* More replicas than lanes: every replica gets the region's whole mean, and a lane encodes its shard of it
+         * (the reduce-scatter's (replicas, shard) split would not be the other regions' (lanes, shard) one). */
+        xdc_err_t rc = s->wide ? xdc_intra_all_reduce(s->cfg.dp, src, src, k->plen, XDC_INTRA_F32, op, &req)
+                               : xdc_intra_reduce_scatter(s->cfg.dp, src, x, k->shard, XDC_INTRA_F32, op, &req);
         XDC_CHECK(intra_wait(s, rc, req, diag));
-        if (total > 0.0f) XDC_CHECK(on_comm_stream(s, x, NULL, k->shard, 1.0f / total));
+        if (s->wide) x = src + (size_t)s->dp_rank * k->shard; /* a lane's shard (read by lanes only) */
+        if (total > 0.0f && (!s->wide || s->wan)) XDC_CHECK(on_comm_stream(s, x, NULL, k->shard, 1.0f / total));
         s->rst.intra_seconds += secs_since(t0);
         trace(s, XDC_SYNC_PHASE_REDUCE_SCATTER, t0, 0);
     } else {
         x = s->buf + k->lo;
     }
-    if (s->cfg.n_regions < 2) return XDC_OK;
+    if (!s->wan) return XDC_OK;
     uint64_t t0 = xdc_now_ns();
     XDC_CHECK(wait_sends(s, k, diag)); /* last round's sends of this bucket still read k->enc */
     XDC_CHECK(xdc_codec_encode(k->codec, x, k->shard, k->enc, k->bound, &k->enc_len, diag));
@@ -433,16 +441,25 @@ static xdc_err_t sum_over(xdc_sync *s, bucket *k, const uint8_t *set, float *x, 
     return on_comm_stream(s, x, NULL, k->shard, 1.0f / total);
 }
 
-/* With replicas: all-gather bucket k's averaged shard x back into the buffer. */
+/* With replicas: all-gather bucket k's averaged shard x back into the buffer; with more replicas than lanes,
+ * each lane broadcasts its shard, in lane order (a replica that is no lane has no x). */
 static xdc_err_t gather(xdc_sync *s, bucket *k, float *x, xdc_diag *diag)
 {
     if (s->dp_size == 1) return XDC_OK;
     uint64_t t0 = xdc_now_ns();
     float *dst = padded(s, k);
     xdc_intra_req *req = NULL;
+    if (s->wide && s->dp_rank < s->lanes)
+        XDC_CHECK(s->dev->copy_d2d(dst + (size_t)s->dp_rank * k->shard, x, k->shard * sizeof(float), s->stream));
     XDC_CHECK(s->dev->stream_sync(s->stream)); /* the decoded shard is complete */
-    xdc_err_t rc = xdc_intra_all_gather(s->cfg.dp, x, dst, k->shard, XDC_INTRA_F32, &req);
-    XDC_CHECK(intra_wait(s, rc, req, diag));
+    for (int j = 0; s->wide && j < s->lanes; j++) {
+        xdc_err_t rc = xdc_intra_broadcast(s->cfg.dp, dst + (size_t)j * k->shard, k->shard, XDC_INTRA_F32, j, &req);
+        XDC_CHECK(intra_wait(s, rc, req, diag));
+    }
+    if (!s->wide) {
+        xdc_err_t rc = xdc_intra_all_gather(s->cfg.dp, x, dst, k->shard, XDC_INTRA_F32, &req);
+        XDC_CHECK(intra_wait(s, rc, req, diag));
+    }
     if (dst == s->pad) XDC_CHECK(s->dev->copy_d2d(s->buf + k->lo, s->pad, k->len * sizeof(float), s->stream));
     s->rst.intra_seconds += secs_since(t0);
     trace(s, XDC_SYNC_PHASE_ALL_GATHER, t0, 0);
@@ -452,7 +469,7 @@ static xdc_err_t gather(xdc_sync *s, bucket *k, float *x, xdc_diag *diag)
 static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
 {
     float *x = shard_of(s, k);
-    if (s->cfg.n_regions > 1) {
+    if (s->wan) {
         uint64_t t0 = xdc_now_ns();
         for (int j = 0; j < s->cfg.n_regions - 1; j++) { /* by hops: a forward waits only for nearer ones */
             int r = s->order[j];
@@ -488,7 +505,7 @@ static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
 static xdc_err_t resum(xdc_sync *s, const uint8_t *set, xdc_diag *diag)
 {
     for (int i = s->n_buckets - 1; i >= 0; i--) {
-        XDC_CHECK(sum_over(s, &s->b[i], set, shard_of(s, &s->b[i]), diag));
+        if (s->wan) XDC_CHECK(sum_over(s, &s->b[i], set, shard_of(s, &s->b[i]), diag));
         XDC_CHECK(gather(s, &s->b[i], shard_of(s, &s->b[i]), diag));
     }
     return s->dev->event_record(s->done_ev, s->stream);
@@ -625,10 +642,7 @@ static xdc_err_t switch_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag 
 
 /* Does bucket k's codec keep a residual that travels with a checkpoint? Not without a WAN exchange (its
  * codec never encodes), nor for an exact codec. */
-static int keeps_residual(const xdc_sync *s, const bucket *k)
-{
-    return s->cfg.n_regions > 1 && xdc_codec_residual(k->codec) != NULL;
-}
+static int keeps_residual(const xdc_sync *s, const bucket *k) { return s->wan && xdc_codec_residual(k->codec) != NULL; }
 
 /* xdc_sync_residual_take on the comm thread: each bucket's residual (its shard is the whole bucket: no
  * replicas) is subtracted from its slice of dst and zeroed, on the comm stream, synchronized before the job
@@ -883,7 +897,10 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
     s->done = 1; /* no round yet */
     s->dp_size = cfg->dp ? xdc_intra_size(cfg->dp) : 1;
     s->dp_rank = cfg->dp ? xdc_intra_rank(cfg->dp) : 0;
-    size_t bsz = (cfg->bucket_elems + (size_t)s->dp_size - 1) / (size_t)s->dp_size * (size_t)s->dp_size;
+    s->lanes = cfg->n_regions > 1 && cfg->lanes > 0 && cfg->lanes < s->dp_size ? cfg->lanes : s->dp_size;
+    s->wide = s->lanes < s->dp_size;
+    s->wan = cfg->n_regions > 1 && s->dp_rank < s->lanes;
+    size_t L = (size_t)s->lanes, bsz = (cfg->bucket_elems + L - 1) / L * L;
     s->n_buckets = (int)((cfg->n_elems + bsz - 1) / bsz);
     s->b = xdc_calloc((size_t)s->n_buckets, sizeof *s->b);
     s->round_wait = xdc_calloc((size_t)cfg->n_regions, sizeof *s->round_wait);
@@ -899,7 +916,7 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
     xdc_err_t rc = s->b && s->round_wait && s->waited && s->member && s->weight && s->lost && s->missed ? XDC_OK
                                                                                                         : XDC_ERR_NOMEM;
     s->fixed = s->dp_size > 1; /* replicas: their collectives come in one order; plan_routes adds forwarders */
-    if (rc == XDC_OK && cfg->n_regions > 1) rc = plan_routes(s, diag);
+    if (rc == XDC_OK && s->wan) rc = plan_routes(s, diag);
     if (rc == XDC_OK) rc = dev->get_device(&s->device); /* the streams and memory below are made on it too */
     if (rc == XDC_OK) rc = dev->stream_create(&s->stream);
     if (rc == XDC_OK) rc = dev->event_create(&s->done_ev);
@@ -908,8 +925,8 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
         bucket *k = &s->b[i];
         k->lo = (size_t)i * bsz;
         k->len = cfg->n_elems - k->lo < bsz ? cfg->n_elems - k->lo : bsz;
-        k->plen = (k->len + (size_t)s->dp_size - 1) / (size_t)s->dp_size * (size_t)s->dp_size;
-        k->shard = k->plen / (size_t)s->dp_size;
+        k->plen = (k->len + L - 1) / L * L;
+        k->shard = k->plen / L;
         if ((rc = bucket_codec_create(s, &cfg->codec, k, &k->codec, diag)) != XDC_OK) break;
         k->bound = xdc_codec_bound(k->codec, k->shard);
         k->rx = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rx);
@@ -921,7 +938,7 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
         if (rc == XDC_OK) rc = dev->event_create(&k->ready);
         if (rc == XDC_OK) rc = dev->host_alloc((void **)&k->enc, k->bound);
         if (rc == XDC_OK && s->dp_size > 1) rc = dev->mem_alloc((void **)&k->shard_buf, k->shard * sizeof(float));
-        for (int r = 0; r < cfg->n_regions && rc == XDC_OK; r++)
+        for (int r = 0; r < cfg->n_regions && rc == XDC_OK && s->wan; r++)
             if (r != cfg->my_region) rc = dev->host_alloc((void **)&k->rx[r], k->bound);
         for (int j = 0; j < s->n_sends && rc == XDC_OK; j++) /* a shard forwarded to several: one copy */
             if (s->snd[j].src != cfg->my_region && !k->fwd[s->snd[j].src])
@@ -936,8 +953,8 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
     s->eng = engine;
     engine->n_clients++;
     pthread_mutex_unlock(&engine->mu);
-    XDC_DEBUG(XDC_SUB_ORCH, "sync %s: %zu elements in %d buckets of %zu, %d replicas, %d regions", cfg->name,
-              cfg->n_elems, s->n_buckets, bsz, s->dp_size, cfg->n_regions);
+    XDC_DEBUG(XDC_SUB_ORCH, "sync %s: %zu elements in %d buckets of %zu, %d replicas, %d lanes, %d regions", cfg->name,
+              cfg->n_elems, s->n_buckets, bsz, s->dp_size, s->lanes, cfg->n_regions);
     *out = s;
     return XDC_OK;
 }
@@ -1047,7 +1064,7 @@ static int unrouted(const xdc_sync *s)
 xdc_err_t xdc_sync_begin(xdc_sync *s, float *buf)
 {
     xdc_sync_engine *e = s->eng;
-    int r = s->cfg.n_regions > 1 ? unrouted(s) : -1;
+    int r = s->wan ? unrouted(s) : -1;
     if (r >= 0) {
         XDC_ERROR(XDC_SUB_ORCH, "sync %s: no route from region %d to region %d over a peer (region %d not dialled)",
                   s->cfg.name, r, s->cfg.my_region, s->via[r]);

@@ -3,6 +3,8 @@
  * region and across regions, bucket by bucket, so the work overlaps compute:
  *   intra reduce-scatter over the replicas → WAN exchange of this rank's shard with the same rank of
  *   every other region (codec + error feedback, TLS, its own streams) → intra all-gather.
+ * Regions with more replicas than the smallest one exchange over as many lanes as it has replicas
+ * (xdc_sync_cfg.lanes): all-reduce over the replicas → the lanes' WAN exchange → a broadcast from each lane.
  * Buckets are processed from the end of the buffer towards the start (the order backward produces
  * them); a bucket goes as soon as the caller marks it final. Regions without a direct link exchange through
  * regions that relay the encoded shard unchanged (xdc_sync_cfg.route). Every region decodes every contribution,
@@ -55,10 +57,17 @@ typedef void (*xdc_sync_trace_fn)(void *ctx, const char *sync_name, xdc_sync_pha
 
 typedef struct xdc_sync_cfg {
     size_t n_elems;       /* buffer length, fp32 */
-    size_t bucket_elems;  /* elements per bucket (rounded up to a multiple of the replica count) */
+    size_t bucket_elems;  /* elements per bucket (rounded up to a multiple of the lanes) */
     xdc_intra_comm *dp;   /* data-parallel group of this stage in this region; NULL when alone */
     xdc_wan_peer **peers; /* (n_regions) the same rank in each linked region; NULL at my_region and unlinked ones */
     int n_regions, my_region;
+    /* WAN lanes: the fewest replicas any region has (0: this region's, dp's size, for regions of equal replica
+     * counts). Every region splits each bucket into `lanes` shards alike, and dp ranks 0..lanes-1 each exchange
+     * one with the same rank of the other regions (peers: NULL on the other ranks). A region with as many
+     * replicas as lanes reduce-scatters and all-gathers as before; one with more all-reduces the bucket over its
+     * replicas, its lanes exchange their shards of the region's mean, and each lane broadcasts its result
+     * (docs/runtime.md, "Regions of different sizes"). Every region must give the same lanes and bucket_elems. */
+    int lanes;
     /* (n_regions * n_regions) the routes over the links that exist (xdc_topology_routes): [src * n_regions + dst]
      * is the region dst receives src's shard from, src itself over a direct link, else a region that relays it
      * (kept, not copied); NULL: a full mesh, every shard straight from its region. */
@@ -152,7 +161,9 @@ xdc_err_t xdc_sync_residual_take(xdc_sync *s, float *dst, xdc_diag *diag);
  * own unweighted contribution, so its error-feedback residual (and DiLoCo's keep_unsent, which moves that
  * residual into its parameters) is what it would be with equal weights; what the weights change is only how
  * much of each region's sent contribution the mean holds. DiLoCo's "nobody waits" rounds weigh each region's
- * pseudo-gradient by the tokens it processed (docs/runtime.md); an elastic quorum round gives 1 or 0.
+ * pseudo-gradient by the tokens it processed (docs/runtime.md); an elastic quorum round gives 1 or 0; regions of
+ * different replica counts weigh each region by its replicas (its microbatches per step), so the mean is the one
+ * over every replica of every region.
  * Between rounds only (XDC_ERR_INVALID during one); this region must be a member. */
 #define XDC_SYNC_MAX_WEIGHT 1e30f
 xdc_err_t xdc_sync_set_weights(xdc_sync *s, const float *weight, xdc_diag *diag);

@@ -137,8 +137,8 @@ xdc_err_t orch_member_place(orch_member *m, xdc_diag *diag)
             return XDC_ERR_CONFIG;
         }
         m->id.stage = m->id.grank;
-        m->id.replica = 0;
-        m->id.n_replicas = 1;
+        m->id.replica = m->id.rep_first = 0;
+        m->id.n_replicas = m->id.lanes = m->id.replicas_all = 1;
         stage_layers(m);
         return XDC_OK;
     }
@@ -147,14 +147,29 @@ xdc_err_t orch_member_place(orch_member *m, xdc_diag *diag)
                      m->id.region, workers, m->id.lsize, m->id.n_stages);
         return XDC_ERR_CONFIG;
     }
-    for (int o = 0; o < t->n_regions; o++)
-        if (xdc_topology_region_workers(t, o) != workers) {
+    /* Every region runs the same stages; their replica counts may differ (xdc_sync_cfg.lanes). */
+    m->id.lanes = workers / m->id.n_stages;
+    m->id.rep_first = m->id.replicas_all = 0;
+    for (int o = 0; o < t->n_regions; o++) {
+        int w = xdc_topology_region_workers(t, o);
+        if (w % m->id.n_stages != 0 || w == 0) {
             xdc_diag_set(diag,
-                         "regions %s and %s have different worker counts (%d vs %d); the hierarchical sync "
-                         "pairs equal layouts",
-                         m->id.region, t->regions[o].name, workers, xdc_topology_region_workers(t, o));
+                         "region %s has %d workers, which the %d pipeline stages must divide: every region runs the "
+                         "same stages (a different stage count per region cannot run)",
+                         t->regions[o].name, w, m->id.n_stages);
             return XDC_ERR_CONFIG;
         }
+        if (w / m->id.n_stages < m->id.lanes) m->id.lanes = w / m->id.n_stages;
+        if (o < r) m->id.rep_first += w / m->id.n_stages;
+        m->id.replicas_all += w / m->id.n_stages;
+        if (w != workers && m->cfg.n_replica_mb) {
+            xdc_diag_set(diag,
+                         "microbatches_per_replica needs regions of equal worker counts (%s has %d, %s %d): regions "
+                         "of different sizes are weighed by their replicas",
+                         m->id.region, workers, t->regions[o].name, w);
+            return XDC_ERR_CONFIG;
+        }
+    }
     m->id.n_replicas = workers / m->id.n_stages;
     m->id.stage = m->id.lrank % m->id.n_stages;
     m->id.replica = m->id.lrank / m->id.n_stages;
@@ -216,6 +231,7 @@ void orch_member_sync_cfg(const orch_member *m, int across_regions, xdc_sync_cfg
                           .route = m->route,
                           .n_regions = m->id.n_regions,
                           .my_region = m->id.region_idx,
+                          .lanes = m->id.lanes,
                           .codec = m->codec_cfg};
     if (out->bucket_elems == 0) out->bucket_elems = 1;
     if (!across_regions || m->id.span) {
@@ -297,6 +313,10 @@ int orch_member_span_wrap(const orch_member *m, int *own)
     if (n == 2 && last == 1 && xdc_topology_region_workers(m->topo, 0) == 1) return 1;
     *own = 1;
     return last >= 2 && xdc_topology_link(m->topo, 0, n - 1) != NULL;
+}
+int orch_member_replicas(const orch_member *m, int region)
+{
+    return m->id.span ? 1 : xdc_topology_region_workers(m->topo, region) / m->id.n_stages;
 }
 xdc_intra_comm *orch_member_region_comm(const orch_member *m) { return m->region_comm; }
 xdc_intra_comm *orch_member_pp(const orch_member *m) { return m->pp; }

@@ -129,7 +129,7 @@ static xdc_err_t accept_peer(orch_member *m, int r, int rank, xdc_wan_peer **out
 }
 
 /* WAN peers. Sync/DiLoCo: the same local rank in every linked region (the others' shards come relayed along
- * m->route). Span: the neighbouring stages on the other side of a region boundary. The lower region dials,
+ * m->route), for the replicas that are WAN lanes (the fewest replicas of any region: the same ranks everywhere). Span: the neighbouring stages on the other side of a region boundary. The lower region dials,
  * the higher accepts. */
 static xdc_err_t open_peers(orch_member *m, xdc_diag *diag)
 {
@@ -166,6 +166,9 @@ static xdc_err_t open_peers(orch_member *m, xdc_diag *diag)
         }
         return XDC_OK;
     }
+    if (m->id.replica >= m->id.lanes)
+        return XDC_OK; /* no WAN lane: its region's lanes exchange for it (xdc_sync_cfg.lanes) */
+    ;
     int lower = 0; /* linked regions below this one: they dial */
     for (int r = 0; r < m->id.n_regions; r++)
         if (r != m->id.region_idx && xdc_topology_link(m->topo, m->id.region_idx, r)) {

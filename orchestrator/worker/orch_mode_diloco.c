@@ -38,19 +38,19 @@ typedef struct {
 #define STEPS_FILE "diloco-round-steps.ckpt" /* (n_regions) int32: the round's inner steps, nobody waits */
 
 /* Before the outer round that ends the round under way at w->prog.step: each region's weight, the tokens it
- * processed (its inner steps in the round, cut at the run's end, times the tokens of an inner step, which are
- * equal across regions: the layouts are) over the fewest tokens of any region the decider gave steps, so
+ * processed (its inner steps in the round, cut at the run's end, times the tokens of its inner step: its
+ * replicas' microbatches, more in a region of more replicas) over the fewest tokens of any region the decider gave steps, so
  * equal work weighs 1 and the mean is the plain one bit for bit. Every member computes it from the same
  * decision, so all hold the same weights; the quorum then gives the regions out of the round 0. */
 static void weigh_round(orch_worker *w, diloco_state *st)
 {
     int period = w->cfg->diloco.inner_steps;
     long long slots = w->prog.step - (w->prog.step - 1) / period * period; /* steps of the round, the last cut */
-    double tokens_per_step = (double)w->model.B * w->model.T * w->model.M * w->id->n_replicas, fewest = 0;
+    double tokens_per_mb = (double)w->model.B * w->model.T, fewest = 0;
     double tokens[XDC_TOPO_MAX_REGIONS];
     for (int r = 0; r < w->id->n_regions; r++) {
         long long h = st->steps[r] < slots ? st->steps[r] : slots;
-        tokens[r] = (double)(h > 1 ? h : 1) * tokens_per_step;
+        tokens[r] = (double)(h > 1 ? h : 1) * tokens_per_mb * w->model.region_mb[r];
         if (st->steps[r] > 0 && (fewest == 0 || tokens[r] < fewest)) fewest = tokens[r]; /* the round's regions */
     }
     for (int r = 0; r < w->id->n_regions; r++) st->weight[r] = (float)(tokens[r] / fewest);

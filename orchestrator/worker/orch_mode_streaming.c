@@ -64,6 +64,7 @@ static xdc_err_t streaming_setup(orch_worker *w, void **state, xdc_diag *diag)
         fragment_range(w, f, &lo, &hi);
         sc.n_elems = hi - lo;
         XDC_CHECK(xdc_sync_create(orch_member_sync_engine(w->member), &sc, &st->frag[f], diag));
+        XDC_CHECK(orch_region_weights(w, st->frag[f], diag));
     }
     return XDC_OK;
 }

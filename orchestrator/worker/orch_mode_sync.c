@@ -49,6 +49,7 @@ static xdc_err_t sync_setup(orch_worker *w, void **state, xdc_diag *diag)
         sc.n_elems = xdc_gpt_stage_num_params(w->model.chunk[k]);
         sc.compute = xdc_gpt_stage_stream(w->model.chunk[k]);
         XDC_CHECK(xdc_sync_create(orch_member_sync_engine(w->member), &sc, &st->chunk_grad[k], diag));
+        XDC_CHECK(orch_region_weights(w, st->chunk_grad[k], diag));
         w->model.chunk_sync[k] = st->chunk_grad[k];
     }
     return orch_replica_weights(w, st->grad, diag);

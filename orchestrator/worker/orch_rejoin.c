@@ -89,9 +89,16 @@ static int test_fault(const orch_worker *w, const char *fault)
 xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag)
 {
     if (!orch_quorum_elastic(w->cfg, w->id->n_regions)) return XDC_OK; /* not elastic: all or nothing */
-    return orch_elastic_rejoin_detect(orch_member_rdzv(w->member), w->id->region, w->id->region_idx, w->id->lrank,
-                                      w->cfg->timeouts.rendezvous_ms + w->cfg->elastic.grace_ms, &w->elastic.rejoin,
-                                      &w->elastic.left, diag);
+    XDC_CHECK(orch_elastic_rejoin_detect(orch_member_rdzv(w->member), w->id->region, w->id->region_idx, w->id->lrank,
+                                         w->cfg->timeouts.rendezvous_ms + w->cfg->elastic.grace_ms, &w->elastic.rejoin,
+                                         &w->elastic.left, diag));
+    /* A joiner's every rank takes its state from the same rank of the members, which regions of other replica
+     * counts may not have (docs/runtime.md, "Regions of different sizes"). */
+    if (w->elastic.rejoin && w->id->replicas_all != w->id->lanes * w->id->n_regions) {
+        xdc_diag_set(diag, "region %s cannot rejoin: its regions have different worker counts", w->id->region);
+        return XDC_ERR_CONFIG;
+    }
+    return XDC_OK;
 }
 
 /* Complete a WAN request; the engine fails it when the peer is silent past the operation deadline. */

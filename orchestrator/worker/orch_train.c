@@ -599,6 +599,16 @@ void orch_pace_slowdowns(const double *pace, int n, double *slowdown)
     }
 }
 
+/* The microbatches a step of the run trains on: every region's (with `live`, of the regions an elastic run has
+ * now), each its replicas' (regions may differ in replicas); a span pipeline is one model over all of them. */
+static double run_microbatches(const orch_worker *w, bool live)
+{
+    double mb = 0;
+    for (int r = 0; r < (w->id->span ? 1 : w->id->n_regions); r++)
+        if (!live || !w->elastic.on || w->elastic.m.live[r]) mb += w->model.region_mb[r];
+    return mb;
+}
+
 /* The run's result (the launcher's final line): "<val_loss> <params_xxh64> <steps> <tokens/s>", and in an
  * elastic run the regions it covers, the last round's quorum ("011"). Tokens/s count the regions that
  * trained (a span pipeline is one model over all of them). */
@@ -606,11 +616,9 @@ static xdc_err_t post_result(orch_worker *w, uint64_t hash, double wall, xdc_dia
 {
     char mask[XDC_TOPO_MAX_REGIONS + 1] = "", val[96 + XDC_TOPO_MAX_REGIONS];
     for (int r = 0; w->elastic.on && r < w->id->n_regions; r++) mask[r] = w->elastic.m.live[r] ? '1' : '0';
-    int regions = w->id->span ? 1 : w->elastic.on ? w->elastic.m.n_live : w->id->n_regions;
     snprintf(val, sizeof val, "%.4f %016llx %lld %.3f%s%s", w->prog.val_loss, (unsigned long long)hash,
-             (long long)w->prog.step,
-             (double)w->prog.step * w->model.B * w->model.T * w->model.M_region * regions / wall, mask[0] ? " " : "",
-             mask);
+             (long long)w->prog.step, (double)w->prog.step * w->model.B * w->model.T * run_microbatches(w, true) / wall,
+             mask[0] ? " " : "", mask);
     return rdzv_set(orch_member_rdzv(w->member), RDZV_KEY_RESULT, val, diag);
 }
 
@@ -693,7 +701,7 @@ static void progress_line(orch_worker *w, float loss, double step_s, double comp
 {
     uint64_t tx, raw;
     wan_totals(w, &tx, &raw, NULL);
-    double tokens = (double)w->model.B * w->model.T * w->model.M_region * (w->id->span ? 1 : w->id->n_regions);
+    double tokens = (double)w->model.B * w->model.T * run_microbatches(w, false);
     double goodput = 0;
     for (int r = 0; r < w->id->n_regions; r++)
         if (orch_member_peers(w->member) && orch_member_peers(w->member)[r]) {

@@ -43,21 +43,27 @@ xdc_err_t orch_model_alloc_boundary(orch_model *m, size_t *bytes)
     return XDC_OK;
 }
 
-/* This replica's microbatches per step and its region's total (the run file's microbatches_per_replica, else
- * microbatches for each); *unequal when some replica of some region has another count. */
+/* This replica's microbatches per step and each region's total (the run file's microbatches_per_replica, else
+ * microbatches for each; microbatches_per_replica needs regions of one replica count, orch_member_place);
+ * *unequal when some replica of some region has another count. */
 static xdc_err_t replica_microbatches(orch_worker *w, bool *unequal, xdc_diag *diag)
 {
     int n = w->id->n_replicas, regions = w->id->span ? 1 : w->id->n_regions,
         region = w->id->span ? 0 : w->id->region_idx;
     XDC_CHECK(orch_run_config_replica_mb(w->cfg, regions, n, region, w->id->replica, &w->model.M, diag));
-    w->model.M_region = 0;
     *unequal = false;
-    for (int q = 0; q < regions * n; q++) {
-        int m;
-        XDC_CHECK(orch_run_config_replica_mb(w->cfg, regions, n, q / n, q % n, &m, diag));
-        if (q / n == region) w->model.M_region += m;
-        *unequal |= m != w->model.M;
+    w->model.regions_differ = false;
+    for (int r = 0; r < regions; r++) {
+        w->model.region_mb[r] = 0;
+        for (int i = 0; i < orch_member_replicas(w->member, r); i++) {
+            int m;
+            XDC_CHECK(orch_run_config_replica_mb(w->cfg, regions, n, r, i, &m, diag));
+            w->model.region_mb[r] += m;
+            *unequal |= m != w->model.M;
+        }
+        w->model.regions_differ |= w->model.region_mb[r] != w->model.region_mb[0];
     }
+    w->model.M_region = w->model.region_mb[region];
     return XDC_OK;
 }
 
@@ -137,7 +143,7 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
     if (xdc_gpt_stage_is_first(w->model.st) || xdc_gpt_stage_is_last(w->model.chunk[w->model.chunks - 1])) {
         /* Every replica of every region reads its own shard; the stages of one replica read the same one.
          * Unequal replicas read their counts' share of each global step (xdc_data.h). */
-        int world = w->id->span ? 1 : w->id->n_regions * w->id->n_replicas;
+        int world = w->id->replicas_all;
         int *counts = unequal ? xdc_malloc((size_t)world * sizeof *counts) : NULL, n = w->id->n_replicas;
         if (unequal && !counts) return XDC_ERR_NOMEM;
         for (int q = 0; counts && q < world; q++)
@@ -146,7 +152,7 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
                               .seq_len = c->seq_len,
                               .val_fraction = c->val_fraction,
                               .seed = (uint64_t)c->seed,
-                              .rank = w->id->span ? 0 : w->id->region_idx * w->id->n_replicas + w->id->replica,
+                              .rank = w->id->rep_first + w->id->replica,
                               .world = world,
                               .microbatches = counts,
                               .vocab_size = c->model.vocab_size};

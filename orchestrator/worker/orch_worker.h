@@ -55,6 +55,10 @@ typedef struct orch_model {
     xdc_data *val;  /* validation batches, the same on every replica (first and last stage) */
     int B, T, C, M; /* M: this replica's microbatches per step (microbatches_per_replica, else microbatches) */
     int M_region;   /* the microbatches of all the region's replicas together per step */
+    /* (n_regions) each region's M_region (its replicas may be more or fewer than this region's), and whether they
+     * differ between regions: then each region's weight in every cross-region mean (orch_region_weights) */
+    int region_mb[XDC_TOPO_MAX_REGIONS];
+    bool regions_differ;
     double layer_s; /* emulate_layer_ms of this worker's region, seconds (0: real compute only; orch_train.c) */
     int32_t *tokens, *targets; /* (M, B*T) */
     /* Interleaved 1F1B (pipeline_chunks v = chunks > 1): chunk[k] holds the layers of virtual stage stage + k·P of
@@ -340,6 +344,13 @@ void orch_worker_sync_cfg(orch_worker *w, int across_regions, xdc_sync_cfg *out)
  * across regions (xdc_sync_set_weights), so the mean of `sync` is over every microbatch of the step, as an
  * equal split of the same global batch averages it. No-op without the list. */
 xdc_err_t orch_replica_weights(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
+/* Where the regions' microbatches per step differ (w->model.regions_differ: unequal replicas, or regions of
+ * different replica counts), each region's total as its weight in `sync`'s cross-region mean (xdc_sync_set_weights),
+ * so the mean is over every microbatch of every replica; else nothing. Every cross-region sync gets it at setup. */
+xdc_err_t orch_region_weights(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
+/* Region r's weight in a round of the cross-region mean that takes it in: its microbatches per step where the
+ * regions' differ, else 1 (the plain mean). */
+float orch_region_weight(const orch_worker *w, int r);
 /* Wait for the round of `sync` to end (xdc_sync_end, or the elastic wait), counted as exposed WAN time
  * and drawn on the trace's WAN lane. */
 xdc_err_t orch_train_wait_sync(orch_worker *w, xdc_sync *sync, xdc_diag *diag);

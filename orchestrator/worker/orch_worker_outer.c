@@ -24,7 +24,7 @@ xdc_err_t orch_elastic_quorum(orch_worker *w, xdc_sync *sync, int64_t step, xdc_
     XDC_CHECK(orch_elastic_agree(w, (long long)step, diag));
     float weight[XDC_TOPO_MAX_REGIONS];
     for (int r = 0; r < w->id->n_regions; r++)
-        weight[r] = !w->elastic.m.live[r] ? 0.0f : w->elastic.weight ? w->elastic.weight[r] : 1.0f;
+        weight[r] = !w->elastic.m.live[r] ? 0.0f : w->elastic.weight ? w->elastic.weight[r] : orch_region_weight(w, r);
     return xdc_sync_set_weights(sync, weight, diag);
 }
 
@@ -80,7 +80,8 @@ xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xd
     orch_worker_sync_cfg(w, 1, &sc);
     sc.dp = dp;
     sc.name = "pseudo-gradients";
-    return orch_outer_open(w->member, o, &sc, diag);
+    XDC_CHECK(orch_outer_open(w->member, o, &sc, diag));
+    return orch_region_weights(w, o->sync, diag);
 }
 
 xdc_err_t orch_worker_outer_apply(orch_worker *w, orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, xdc_diag *diag)

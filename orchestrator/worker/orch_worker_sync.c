@@ -39,20 +39,29 @@ void orch_worker_sync_cfg(orch_worker *w, int across_regions, xdc_sync_cfg *out)
 
 xdc_err_t orch_replica_weights(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
 {
-    if (!w->cfg->n_replica_mb) return XDC_OK;
-    float rep[ORCH_MAX_REPLICA_MB] = {0}, reg[XDC_TOPO_MAX_REGIONS];
-    int n = w->id->n_replicas, regions = w->id->n_regions, m, equal = 1;
-    for (int r = 0; r < regions; r++) {
-        reg[r] = 0;
+    int n = w->id->n_replicas, m;
+    if (w->cfg->n_replica_mb && n > 1) {
+        float rep[ORCH_MAX_REPLICA_MB] = {0};
         for (int i = 0; i < n; i++) {
-            XDC_CHECK(orch_run_config_replica_mb(w->cfg, regions, n, r, i, &m, diag));
-            if (r == w->id->region_idx) rep[i] = (float)m;
-            reg[r] += (float)m; /* exact: integers far below 2^24 */
+            XDC_CHECK(orch_run_config_replica_mb(w->cfg, w->id->n_regions, n, w->id->region_idx, i, &m, diag));
+            rep[i] = (float)m;
         }
-        equal &= reg[r] == reg[0];
+        XDC_CHECK(xdc_sync_set_replica_weights(sync, rep, diag));
     }
-    if (n > 1) XDC_CHECK(xdc_sync_set_replica_weights(sync, rep, diag));
-    return equal || regions < 2 ? XDC_OK : xdc_sync_set_weights(sync, reg, diag);
+    return orch_region_weights(w, sync, diag);
+}
+
+float orch_region_weight(const orch_worker *w, int r)
+{
+    return w->model.regions_differ ? (float)w->model.region_mb[r] : 1.0f; /* exact: integers far below 2^24 */
+}
+
+xdc_err_t orch_region_weights(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
+{
+    if (!w->model.regions_differ || w->id->n_regions < 2 || w->id->span) return XDC_OK;
+    float reg[XDC_TOPO_MAX_REGIONS];
+    for (int r = 0; r < w->id->n_regions; r++) reg[r] = orch_region_weight(w, r);
+    return xdc_sync_set_weights(sync, reg, diag);
 }
 
 int orch_worker_syncs(const orch_worker *w, xdc_sync **out, int cap)
