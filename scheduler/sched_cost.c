@@ -212,12 +212,13 @@ double topo_intra_collective_s(const xdc_topology *t, int r, int ranks, double b
     return (ranks - 1) * (g->intra_latency_us * 1e-6 + bytes / ranks / bw);
 }
 
-void topo_bucket_cost_get(const xdc_topology *t, int r, int ranks, int n_regions, double elems,
+void topo_bucket_cost_get(const xdc_topology *t, int r, int ranks, int lanes, int n_regions, double elems,
                           const topo_codec_info *ci, topo_bucket_cost *out)
 {
-    double bytes = 4 * elems, shard = bytes / (ranks > 0 ? ranks : 1);
+    if (n_regions < 2 || lanes < 1 || lanes > ranks) lanes = ranks > 0 ? ranks : 1;
+    double bytes = 4 * elems, shard = bytes / lanes;
     double coll = topo_intra_collective_s(t, r, ranks, bytes);
-    out->t_a = coll;
+    out->t_a = lanes < ranks ? 2 * coll : coll; /* more replicas than lanes: an all-reduce */
     out->t_b = coll;
     out->wire = 0;
     if (n_regions > 1) {
@@ -242,6 +243,14 @@ double topo_step_allreduce_s(const xdc_topology *t, const xdc_plan *p, const xdc
     return worst;
 }
 
+int topo_plan_lanes(const xdc_topology *t, const xdc_plan *p)
+{
+    int lanes = 0;
+    for (int r = 0; r < t->n_regions; r++)
+        if (p->replicas[r] > 0 && (lanes == 0 || p->replicas[r] < lanes)) lanes = p->replicas[r];
+    return lanes;
+}
+
 int topo_plan_n_buckets(double params, double bucket_elems)
 {
     double n = ceil(params / (bucket_elems > 0 ? bucket_elems : params));
@@ -257,19 +266,21 @@ static double finish_from(double thread, const double *arr, int fin, int n, cons
     return thread;
 }
 
-double topo_sync_round_s(const xdc_topology *t, int r, int ranks, int n_regions, double params, double bucket_elems,
-                         double overlap_s, const topo_codec_info *ci, double link_Bps, double owd, double *intra_s,
-                         double *wire_bytes)
+double topo_sync_round_s(const xdc_topology *t, int r, int ranks, int lanes, int n_regions, double params,
+                         double bucket_elems, double overlap_s, const topo_codec_info *ci, double link_Bps, double owd,
+                         double *intra_s, double *wire_bytes)
 {
     int k = topo_plan_n_buckets(params, bucket_elems);
     double last = params - (double)(k - 1) * bucket_elems;
     topo_bucket_cost full, tail;
-    topo_bucket_cost_get(t, r, ranks, n_regions, k > 1 ? bucket_elems : params, ci, &full);
-    topo_bucket_cost_get(t, r, ranks, n_regions, last, ci, &tail);
-    /* The wire carries every replica's shard: the whole bucket, encoded. */
-    *wire_bytes = n_regions > 1 ? ((k - 1) * full.wire + tail.wire) * ranks : 0;
-    *intra_s = (k - 1) * (2 * topo_intra_collective_s(t, r, ranks, 4 * bucket_elems)) +
-               2 * topo_intra_collective_s(t, r, ranks, 4 * last);
+    if (n_regions < 2 || lanes < 1 || lanes > ranks) lanes = ranks > 0 ? ranks : 1;
+    topo_bucket_cost_get(t, r, ranks, lanes, n_regions, k > 1 ? bucket_elems : params, ci, &full);
+    topo_bucket_cost_get(t, r, ranks, lanes, n_regions, last, ci, &tail);
+    /* The wire carries every lane's shard: the whole bucket, encoded. */
+    *wire_bytes = n_regions > 1 ? ((k - 1) * full.wire + tail.wire) * lanes : 0;
+    int wide = lanes < ranks ? 3 : 2; /* all-reduce + broadcasts, or reduce-scatter + all-gather */
+    *intra_s = (k - 1) * (wide * topo_intra_collective_s(t, r, ranks, 4 * bucket_elems)) +
+               wide * topo_intra_collective_s(t, r, ranks, 4 * last);
     /* Buckets go from the top of the arena (the short tail bucket first) down to offset 0, in the order
      * the last backward finishes their gradients: bucket j is ready once the backward has covered the
      * parameters above its start (proportional to parameters, over overlap_s). The engine thread
@@ -295,7 +306,7 @@ double topo_sync_round_s(const xdc_topology *t, int r, int ranks, int n_regions,
         arr[j] = thread;
         if (n_regions > 1) {
             double start = thread > link ? thread : link;
-            link = start + c->wire * ranks / link_Bps;
+            link = start + c->wire * lanes / link_Bps;
             arr[j] = link + owd + TOPO_PLAN_MSG_OVERHEAD_S;
         }
         if (ranks > 1 && j > 0) {

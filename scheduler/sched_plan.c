@@ -387,9 +387,9 @@ static double dp_round(search *s, const xdc_plan *p, const dp_region *dr, int n_
                 last_bwd = overlap ? topo_stage_compute_s(s->t, r, i, p->stage[i].flops_mb * 2 / 3, tokens_mb(s),
                                                           &s->o->calib)
                                    : 0;
-            double tr = topo_sync_round_s(s->t, r, p->replicas[r], n_active, p->stage[i].params * frac,
-                                          p->bucket_mb * 1048576.0 / 4, last_bwd, &ci, dr[r].link_Bps, dr[r].owd, &in,
-                                          &w) -
+            double tr = topo_sync_round_s(s->t, r, p->replicas[r], topo_plan_lanes(s->t, p), n_active,
+                                          p->stage[i].params * frac, p->bucket_mb * 1048576.0 / 4, last_bwd, &ci,
+                                          dr[r].link_Bps, dr[r].owd, &in, &w) -
                         last_bwd;
             if (tr > worst) worst = tr;
             if (in > *intra) *intra = in;
@@ -844,7 +844,7 @@ static void eval_chain_codec(search *s, xdc_plan *p, const chain_stage *cs, cons
     topo_codec_info_get("none", 100, &none);
     for (int i = 0; i < P; i++) {
         double in, w, last_bwd = 2 * c[i] / 3;
-        double tr = topo_sync_round_s(s->t, cs[i].region, D, 1, p->stage[i].params, p->bucket_mb * 1048576.0 / 4,
+        double tr = topo_sync_round_s(s->t, cs[i].region, D, D, 1, p->stage[i].params, p->bucket_mb * 1048576.0 / 4,
                                       last_bwd, &none, 1, 0, &in, &w);
         sync = fmax(sync, tr - last_bwd);
     }

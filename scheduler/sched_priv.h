@@ -114,23 +114,27 @@ double topo_chunks_mem_gib(const xdc_model_shape *m, int P, int stage, int chunk
                            double extra_bytes_per_param, double *act_bytes, int *inflight, double *params,
                            double *flops_mb);
 
-/* Durations of one gradient bucket in the comm engine's two-stage pipeline (orchestrator/xdc_sync.c):
- * A = reduce-scatter over `ranks` + encode the shard; B = decode every region's shard + all-gather.
- * `wire` is the shard's encoded bytes per rank. */
+/* Durations of one gradient bucket in the comm engine's two-stage pipeline (sync/sync_engine.c):
+ * A = reduce-scatter over `ranks` + encode the shard; B = decode every region's shard + all-gather. Across
+ * regions the bucket goes over `lanes` shards (topo_plan_lanes: the fewest replicas of any region; a region with
+ * more replicas than lanes all-reduces in A, twice a reduce-scatter, and its lanes broadcast in B, priced as the
+ * all-gather). `wire` is a lane's shard's encoded bytes. */
 typedef struct topo_bucket_cost {
     double t_a, t_b, wire;
 } topo_bucket_cost;
-void topo_bucket_cost_get(const xdc_topology *t, int r, int ranks, int n_regions, double elems,
+void topo_bucket_cost_get(const xdc_topology *t, int r, int ranks, int lanes, int n_regions, double elems,
                           const topo_codec_info *ci, topo_bucket_cost *out);
+/* The WAN lanes of data-parallel plan p: the fewest replicas of any region that takes part (xdc_sync_cfg.lanes). */
+int topo_plan_lanes(const xdc_topology *t, const xdc_plan *p);
 
 /* Time of one sync round of `params` elements in `bucket_elems` buckets for a group in region r with
- * `ranks` replicas, exchanging with `n_regions` - 1 other regions over links of `link_Bps` (this group's
+ * `ranks` replicas over `lanes` WAN lanes, exchanging with `n_regions` - 1 other regions over links of `link_Bps` (this group's
  * share) and `owd` one-way delay, counted from the start of the last microbatch's backward, which takes
  * overlap_s and hands buckets over as it goes (0: every bucket ready at once). Also returns the intra
  * collective seconds and the wire bytes this region sends per peer link. */
-double topo_sync_round_s(const xdc_topology *t, int r, int ranks, int n_regions, double params, double bucket_elems,
-                         double overlap_s, const topo_codec_info *ci, double link_Bps, double owd, double *intra_s,
-                         double *wire_bytes);
+double topo_sync_round_s(const xdc_topology *t, int r, int ranks, int lanes, int n_regions, double params,
+                         double bucket_elems, double overlap_s, const topo_codec_info *ci, double link_Bps, double owd,
+                         double *intra_s, double *wire_bytes);
 
 int topo_plan_n_buckets(double params, double bucket_elems);
 

@@ -37,7 +37,7 @@ typedef struct sync_round {
 } sync_round;
 
 typedef struct engine {
-    int region, stage, ranks, group;
+    int region, stage, ranks, lanes, group; /* lanes: the WAN lanes of the plan (topo_plan_lanes) */
     sync_round rounds[2];
     int started, n_rounds, cur, j, busy, k; /* current round, ops done in it, buckets in the round */
     /* The thread's order (sync/sync_engine.c run_round): A of bucket `next_a` once it is ready, B of `fin`
@@ -278,9 +278,9 @@ static void engine_round_setup(sim *s, engine *g)
     if (g->k > g->cap) g->k = g->cap; /* buckets past the cap are merged into the last one */
     double tail = r->params - (g->k - 1) * g->bucket_elems;
     g->tail_elems = tail;
-    topo_bucket_cost_get(s->t, g->region, g->ranks, r->n_regions, g->k > 1 ? g->bucket_elems : r->params, &r->ci,
-                         &g->full);
-    topo_bucket_cost_get(s->t, g->region, g->ranks, r->n_regions, tail, &r->ci, &g->tail);
+    topo_bucket_cost_get(s->t, g->region, g->ranks, g->lanes, r->n_regions, g->k > 1 ? g->bucket_elems : r->params,
+                         &r->ci, &g->full);
+    topo_bucket_cost_get(s->t, g->region, g->ranks, g->lanes, r->n_regions, tail, &r->ci, &g->tail);
 }
 
 /* Has every other region's shard of `bucket` of the current round come in? */
@@ -337,7 +337,7 @@ static void engine_done(sim *s, const event *ev)
         const topo_bucket_cost *c = ev->b == 0 ? &g->tail : &g->full;
         int slot = ev->a % 2;
         double at[XDC_TOPO_MAX_REGIONS];
-        route_send(s, g->region, c->wire * g->ranks, at);
+        route_send(s, g->region, c->wire * g->lanes, at);
         for (int q = 0; q < s->t->n_regions; q++) {
             if (q == g->region || s->region_group0[q] < 0) continue;
             int peer = 2 * (s->region_group0[q] + g->stage) + slot;
@@ -433,6 +433,7 @@ static xdc_err_t build(sim *s)
                 if (!pipeline && s->region_group0[r] >= 0 && g >= s->region_group0[r] && g < s->region_group0[r] + P)
                     e->region = r, e->stage = g - s->region_group0[r];
             e->ranks = p->replicas[e->region];
+            e->lanes = pipeline ? 1 : topo_plan_lanes(s->t, p);
             e->bucket_elems = p->bucket_mb * 1048576.0 / 4;
             e->cap = 1 << 16;
             for (int k = 0; k < 2; k++)

@@ -138,7 +138,7 @@ xdc_err_t orch_member_place(orch_member *m, xdc_diag *diag)
         }
         m->id.stage = m->id.grank;
         m->id.replica = m->id.rep_first = 0;
-        m->id.n_replicas = m->id.lanes = m->id.replicas_all = 1;
+        m->id.n_replicas = m->id.lanes = m->id.replicas_all = m->id.replicas[0] = 1;
         stage_layers(m);
         return XDC_OK;
     }
@@ -159,16 +159,10 @@ xdc_err_t orch_member_place(orch_member *m, xdc_diag *diag)
                          t->regions[o].name, w, m->id.n_stages);
             return XDC_ERR_CONFIG;
         }
-        if (w / m->id.n_stages < m->id.lanes) m->id.lanes = w / m->id.n_stages;
-        if (o < r) m->id.rep_first += w / m->id.n_stages;
-        m->id.replicas_all += w / m->id.n_stages;
-        if (w != workers && m->cfg.n_replica_mb) {
-            xdc_diag_set(diag,
-                         "microbatches_per_replica needs regions of equal worker counts (%s has %d, %s %d): regions "
-                         "of different sizes are weighed by their replicas",
-                         m->id.region, workers, t->regions[o].name, w);
-            return XDC_ERR_CONFIG;
-        }
+        m->id.replicas[o] = w / m->id.n_stages;
+        if (m->id.replicas[o] < m->id.lanes) m->id.lanes = m->id.replicas[o];
+        if (o < r) m->id.rep_first += m->id.replicas[o];
+        m->id.replicas_all += m->id.replicas[o];
     }
     m->id.n_replicas = workers / m->id.n_stages;
     m->id.stage = m->id.lrank % m->id.n_stages;
@@ -313,10 +307,6 @@ int orch_member_span_wrap(const orch_member *m, int *own)
     if (n == 2 && last == 1 && xdc_topology_region_workers(m->topo, 0) == 1) return 1;
     *own = 1;
     return last >= 2 && xdc_topology_link(m->topo, 0, n - 1) != NULL;
-}
-int orch_member_replicas(const orch_member *m, int region)
-{
-    return m->id.span ? 1 : xdc_topology_region_workers(m->topo, region) / m->id.n_stages;
 }
 xdc_intra_comm *orch_member_region_comm(const orch_member *m) { return m->region_comm; }
 xdc_intra_comm *orch_member_pp(const orch_member *m) { return m->pp; }

@@ -65,6 +65,7 @@ typedef struct orch_member_id {
      * replicas any region has (xdc_sync_cfg.lanes), rep_first = the replicas of the regions before this one (this
      * replica's data shard is rep_first + replica of replicas_all); with span, 1, 0 and 1. */
     int lanes, rep_first, replicas_all;
+    int replicas[XDC_TOPO_MAX_REGIONS]; /* (n_regions) each region's replicas; with span, [0] = 1 */
     int layer_begin, layer_end;
 } orch_member_id;
 
@@ -141,8 +142,6 @@ xdc_wan_peer *orch_member_next_peer(const orch_member *m); /* span: the stage af
  * topology links the two regions; 0 otherwise. wrap_peer: that own link, on the first and the last stage. */
 int orch_member_span_wrap(const orch_member *m, int *own);
 xdc_wan_peer *orch_member_wrap_peer(const orch_member *m);
-/* The data-parallel replicas of `region` (its workers over the stages; 1 with span). */
-int orch_member_replicas(const orch_member *m, int region);
 xdc_intra_comm *orch_member_region_comm(const orch_member *m);
 xdc_intra_comm *orch_member_pp(const orch_member *m); /* this replica's pipeline group */
 xdc_intra_comm *orch_member_dp(const orch_member *m); /* this stage's data-parallel group */

@@ -132,18 +132,30 @@ static int parse_replica_microbatches(const xdc_cfg_node *seq, orch_run_config *
     return c->n_replica_mb == 0;
 }
 
-xdc_err_t orch_run_config_replica_mb(const orch_run_config *c, int n_regions, int n_replicas, int region, int replica,
-                                     int *out, xdc_diag *diag)
+xdc_err_t orch_run_config_replica_mb(const orch_run_config *c, const int *replicas, int n_regions, int region,
+                                     int replica, int *out, xdc_diag *diag)
 {
-    int n = c->n_replica_mb;
-    if (n && n != n_replicas && n != n_regions * n_replicas) {
-        xdc_diag_set(diag,
-                     "microbatches_per_replica in %s has %d entries; the run has %d replicas per region (one list "
-                     "for every region) and %d in all (one entry each, region by region)",
-                     c->path, n, n_replicas, n_regions * n_replicas);
+    int n = c->n_replica_mb, all = 0, first = 0, equal = 1;
+    for (int r = 0; r < n_regions; r++) {
+        all += replicas[r];
+        first += r < region ? replicas[r] : 0;
+        equal &= replicas[r] == replicas[0];
+    }
+    int per_region = equal && n == replicas[region];
+    if (n && !per_region && n != all) {
+        if (equal)
+            xdc_diag_set(diag,
+                         "microbatches_per_replica in %s has %d entries; the run has %d replicas per region (one list "
+                         "for every region) and %d in all (one entry each, region by region)",
+                         c->path, n, replicas[region], all);
+        else
+            xdc_diag_set(diag,
+                         "microbatches_per_replica in %s has %d entries; the run's regions differ in replicas, so one "
+                         "entry for each of its %d replicas, region by region",
+                         c->path, n, all);
         return XDC_ERR_CONFIG;
     }
-    *out = !n ? c->train.microbatches : c->replica_mb[n == n_replicas ? replica : region * n_replicas + replica];
+    *out = !n ? c->train.microbatches : c->replica_mb[per_region ? replica : first + replica];
     return XDC_OK;
 }
 

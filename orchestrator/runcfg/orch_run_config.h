@@ -136,11 +136,12 @@ typedef struct orch_run_config {
 } orch_run_config;
 
 xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_errors *errs);
-/* The microbatches per step of replica `replica` of region `region` (n_regions regions of n_replicas each);
- * XDC_ERR_CONFIG, with the counts named, when microbatches_per_replica has neither n_replicas nor
- * n_regions x n_replicas entries. */
-xdc_err_t orch_run_config_replica_mb(const orch_run_config *c, int n_regions, int n_replicas, int region, int replica,
-                                     int *out, xdc_diag *diag);
+/* The microbatches per step of replica `replica` of region `region` (n_regions regions of replicas[r] each);
+ * XDC_ERR_CONFIG, with the counts named, when microbatches_per_replica has neither one entry per replica of a
+ * region (one list for every region, where every region has as many) nor one per replica of the run (region by
+ * region). */
+xdc_err_t orch_run_config_replica_mb(const orch_run_config *c, const int *replicas, int n_regions, int region,
+                                     int replica, int *out, xdc_diag *diag);
 
 /* ---- timeouts (orch_timeouts.c) ------------------------------------------------------------------- */
 

@@ -44,20 +44,19 @@ xdc_err_t orch_model_alloc_boundary(orch_model *m, size_t *bytes)
 }
 
 /* This replica's microbatches per step and each region's total (the run file's microbatches_per_replica, else
- * microbatches for each; microbatches_per_replica needs regions of one replica count, orch_member_place);
+ * microbatches for each);
  * *unequal when some replica of some region has another count. */
 static xdc_err_t replica_microbatches(orch_worker *w, bool *unequal, xdc_diag *diag)
 {
-    int n = w->id->n_replicas, regions = w->id->span ? 1 : w->id->n_regions,
-        region = w->id->span ? 0 : w->id->region_idx;
-    XDC_CHECK(orch_run_config_replica_mb(w->cfg, regions, n, region, w->id->replica, &w->model.M, diag));
+    int regions = w->id->span ? 1 : w->id->n_regions, region = w->id->span ? 0 : w->id->region_idx;
+    XDC_CHECK(orch_run_config_replica_mb(w->cfg, w->id->replicas, regions, region, w->id->replica, &w->model.M, diag));
     *unequal = false;
     w->model.regions_differ = false;
     for (int r = 0; r < regions; r++) {
         w->model.region_mb[r] = 0;
-        for (int i = 0; i < orch_member_replicas(w->member, r); i++) {
+        for (int i = 0; i < w->id->replicas[r]; i++) {
             int m;
-            XDC_CHECK(orch_run_config_replica_mb(w->cfg, regions, n, r, i, &m, diag));
+            XDC_CHECK(orch_run_config_replica_mb(w->cfg, w->id->replicas, regions, r, i, &m, diag));
             w->model.region_mb[r] += m;
             *unequal |= m != w->model.M;
         }
@@ -144,10 +143,13 @@ static xdc_err_t open_model_and_data(orch_worker *w, xdc_diag *diag)
         /* Every replica of every region reads its own shard; the stages of one replica read the same one.
          * Unequal replicas read their counts' share of each global step (xdc_data.h). */
         int world = w->id->replicas_all;
-        int *counts = unequal ? xdc_malloc((size_t)world * sizeof *counts) : NULL, n = w->id->n_replicas;
+        int *counts = unequal ? xdc_malloc((size_t)world * sizeof *counts) : NULL, q = 0,
+            regions = w->id->span ? 1 : w->id->n_regions;
         if (unequal && !counts) return XDC_ERR_NOMEM;
-        for (int q = 0; counts && q < world; q++)
-            (void)orch_run_config_replica_mb(w->cfg, world / n, n, q / n, q % n, &counts[q], NULL); /* checked */
+        for (int r = 0; counts && r < regions; r++) /* region by region */
+            for (int i = 0; i < w->id->replicas[r]; i++)
+                (void)orch_run_config_replica_mb(w->cfg, w->id->replicas, regions, r, i, &counts[q++],
+                                                 NULL); /* checked */
         xdc_data_config dc = {.batch = c->batch_size,
                               .seq_len = c->seq_len,
                               .val_fraction = c->val_fraction,

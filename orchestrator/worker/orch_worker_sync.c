@@ -43,7 +43,8 @@ xdc_err_t orch_replica_weights(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
     if (w->cfg->n_replica_mb && n > 1) {
         float rep[ORCH_MAX_REPLICA_MB] = {0};
         for (int i = 0; i < n; i++) {
-            XDC_CHECK(orch_run_config_replica_mb(w->cfg, w->id->n_regions, n, w->id->region_idx, i, &m, diag));
+            XDC_CHECK(
+                orch_run_config_replica_mb(w->cfg, w->id->replicas, w->id->n_regions, w->id->region_idx, i, &m, diag));
             rep[i] = (float)m;
         }
         XDC_CHECK(xdc_sync_set_replica_weights(sync, rep, diag));

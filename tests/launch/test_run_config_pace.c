@@ -85,13 +85,19 @@ XDC_TEST(run_config_microbatches_per_replica_per_region_or_all)
     xdc_diag d = {{0}};
     int m;
     XDC_ASSERT_OK(load("mbr", "microbatches_per_replica: [3, 1]\n", &c, &errs));
-    XDC_ASSERT_OK(orch_run_config_replica_mb(&c, 2, 2, 1, 0, &m, &d)); /* every region's list */
+    const int two[3] = {2, 2, 2}, uneven[2] = {1, 3};
+    XDC_ASSERT_OK(orch_run_config_replica_mb(&c, two, 2, 1, 0, &m, &d)); /* every region's list */
     XDC_ASSERT_EQ(m, 3);
     XDC_ASSERT_OK(load("mbr4", "microbatches_per_replica: [3, 1, 2, 5]\n", &c, &errs));
-    XDC_ASSERT_OK(orch_run_config_replica_mb(&c, 2, 2, 1, 1, &m, &d)); /* region by region */
+    XDC_ASSERT_OK(orch_run_config_replica_mb(&c, two, 2, 1, 1, &m, &d)); /* region by region */
     XDC_ASSERT_EQ(m, 5);
-    XDC_ASSERT_ERR(orch_run_config_replica_mb(&c, 3, 2, 0, 0, &m, &d), XDC_ERR_CONFIG);
+    XDC_ASSERT_OK(orch_run_config_replica_mb(&c, uneven, 2, 1, 2, &m, &d)); /* regions of 1 and 3 replicas */
+    XDC_ASSERT_EQ(m, 5);
+    XDC_ASSERT_ERR(orch_run_config_replica_mb(&c, two, 3, 0, 0, &m, &d), XDC_ERR_CONFIG);
     XDC_ASSERT_STR_CONTAINS(d.msg, "has 4 entries; the run has 2 replicas per region");
+    XDC_ASSERT_OK(load("mbr", "microbatches_per_replica: [3, 1]\n", &c, &errs)); /* a list per region: which? */
+    XDC_ASSERT_ERR(orch_run_config_replica_mb(&c, uneven, 2, 1, 0, &m, &d), XDC_ERR_CONFIG);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "regions differ in replicas, so one entry for each of its 4 replicas");
     XDC_ASSERT_ERR(load("mbr0", "microbatches_per_replica: [3, 0]\n", &c, &errs), XDC_ERR_CONFIG);
     names(&errs, "microbatches_per_replica[1]: an integer in [1, 1024] expected");
     XDC_ASSERT_ERR(load("mbrd", "mode: diloco\nmicrobatches_per_replica: [3, 1]\n", &c, &errs), XDC_ERR_CONFIG);
