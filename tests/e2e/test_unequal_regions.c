@@ -19,8 +19,7 @@
  * pair linked. */
 static const char *topology(const char *name, const int *workers, int n)
 {
-    static const char *const region[3] = {"us-east", "eu-west", "ap-south"}, *const node[3] = {"east", "west",
-                                                                                               "south"};
+    static const char *const region[3] = {"us-east", "eu-west", "ap-south"}, *const node[3] = {"east", "west", "south"};
     static char path[600];
     char text[4096];
     size_t len = (size_t)snprintf(text, sizeof text, "name: %s\nregions:\n", name);
@@ -86,8 +85,8 @@ XDC_TEST_T(unequal_regions_diloco_streaming_and_two_lanes_end_on_one_model, 180)
     launch_one_hash(path, e2e_write_run_p("uneq-diloco", "diloco", 6, "int8", 1, "diloco: {inner_steps: 3}\n"),
                     "uneq-diloco", 3, hash);
     launch_one_hash(path, e2e_write_run_p("uneq-stream", "streaming", 6, "int8", 1, ""), "uneq-stream", 3, hash);
-    launch_one_hash(topology("het32", wide, 2), e2e_write_run_p("uneq-lanes", "sync", 4, "int8", 1, ""),
-                    "uneq-lanes", 2, hash);
+    launch_one_hash(topology("het32", wide, 2), e2e_write_run_p("uneq-lanes", "sync", 4, "int8", 1, ""), "uneq-lanes",
+                    2, hash);
 }
 
 XDC_TEST_T(unequal_regions_plan_auto_uses_both_and_runs, 180)
@@ -106,8 +105,8 @@ XDC_TEST_T(unequal_regions_plan_auto_uses_both_and_runs, 180)
         snprintf(run, sizeof run, "%s/uneq-auto%d.yaml", xdc_test_tmpdir(), k);
         FILE *f = fopen(run, "w");
         XDC_ASSERT(f != NULL);
-        fprintf(f, "model: %s/%s\ndata: %s\nplan: auto\nmicrobatches: 2\nsteps: %d\n%s", cwd, TINY, DATA,
-                k ? 20 : 4, slow[k]);
+        fprintf(f, "model: %s/%s\ndata: %s\nplan: auto\nmicrobatches: 2\nsteps: %d\n%s", cwd, TINY, DATA, k ? 20 : 4,
+                slow[k]);
         fclose(f);
         const char *got = launch_one_hash(topo, run, k ? "uneq-auto-slow" : "uneq-auto", 2, hash);
         XDC_ASSERT_STR_CONTAINS(got, k ? "plan: diloco" : "plan: sync");

@@ -3,7 +3,7 @@
  * at bandwidth W and RTT R takes B/W + R/2, and so does a gradient bucket; buckets handed over during the
  * last backward hide the exchange behind it, and delayed averaging behind the next step; an in-region receive posted after the op before costs every
  * steady-state microbatch its transfer; a measured wire ratio prices the bytes of the codec it was
- * measured with; one measured compute time per stage is each stage's time; an 8-region x 1,024-GPU plan finishes with sane numbers;
+ * measured with; regions of 2 and 1 GPUs exchange over one lane; one measured compute time per stage is each stage's time; an 8-region x 1,024-GPU plan finishes with sane numbers;
  * the simulator and the planner's closed form agree on the demo configurations. (`xdc simulate` is
  * tested in test_plan.c.) */
 #include "tests/xdc_test.h"
@@ -158,6 +158,40 @@ XDC_TEST(sim_gradient_exchange_takes_bytes_over_bandwidth_plus_half_rtt)
     xdc_sim_result r8 = simulate(t, &m, &q, 1);
     XDC_ASSERT_MSG(r8.t_step - r8.t_compute < 0.35 * comm, "int8 exchange %.4f s vs none %.4f s",
                    r8.t_step - r8.t_compute, comm);
+    xdc_topology_destroy(t);
+}
+
+/* Regions of 2 and 1 GPUs: the bucket crosses over one lane (topo_plan_lanes, the fewest replicas), so the
+ * bigger region's one lane encodes the whole bucket after an all-reduce (twice a reduce-scatter) where an
+ * equal layout's two ranks would encode half each; the wire carries the bucket once per region either way, and
+ * the simulator and the planner's closed form agree. */
+XDC_TEST(sim_unequal_regions_exchange_over_the_lanes)
+{
+    xdc_topology *t = test_plan_parse_topo(
+        "name: two\nregions:\n"
+        "  - {name: a, nodes: a1, gpus_per_node: 2, gpu: {model: x, bf16_tflops: 100, memory_gib: 80}, intra: "
+        "{bandwidth_gbps: 100, latency_us: 5}}\n"
+        "  - {name: b, nodes: b1, gpus_per_node: 1, gpu: {model: x, bf16_tflops: 100, memory_gib: 80}, intra: "
+        "{bandwidth_gbps: 100, latency_us: 5}}\n"
+        "links:\n  - {from: a, to: b, bandwidth_gbps: 0.1, rtt_ms: 60}\n");
+    xdc_model_shape m;
+    flat_model(2, &m);
+    xdc_plan p = plan_for(t, &m, 1, 1, "none", XDC_PLAN_SYNC);
+    XDC_ASSERT(p.replicas[0] == 2 && p.replicas[1] == 1);
+    XDC_ASSERT_EQ(topo_plan_lanes(t, &p), 1);
+    topo_codec_info ci;
+    XDC_ASSERT_OK(topo_codec_info_get("none", 0.1, &ci));
+    topo_bucket_cost lane, equal;
+    topo_bucket_cost_get(t, 0, 2, 1, 2, m.params, &ci, &lane);
+    topo_bucket_cost_get(t, 0, 2, 2, 2, m.params, &ci, &equal);
+    double coll = topo_intra_collective_s(t, 0, 2, 4 * m.params);
+    XDC_ASSERT_NEAR(lane.wire, 2 * equal.wire, 1e-6 * lane.wire); /* one lane carries the whole bucket */
+    XDC_ASSERT_NEAR(lane.t_a - 2 * coll, 2 * (equal.t_a - coll), 1e-9);
+    xdc_sim_result r = simulate(t, &m, &p, 1);
+    double bytes = 4 * m.params;
+    XDC_ASSERT_NEAR(r.wan_bytes, 2 * bytes, 1);
+    XDC_ASSERT_NEAR(p.wan_bytes, 2 * bytes, 1);
+    XDC_ASSERT_NEAR(p.t_step, r.t_step, 0.02 * r.t_step);
     xdc_topology_destroy(t);
 }
 
