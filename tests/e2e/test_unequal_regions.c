@@ -5,7 +5,8 @@
  * exactly, plus g2, times 1/3, the very sum and scale of the one region's reduce-scatter; likewise with
  * microbatches_per_replica [3, 1, 2] (weights 3, 1 in us-east, 2 in eu-west). DiLoCo and streaming with int8
  * over three regions of 1, 2 and 1 workers, and sync mode over 3 and 2 replicas (two lanes, each broadcasting
- * its shard), end on one hash everywhere. `plan: auto` on the 2 + 1 pair plans both regions, with one slowed 3x
+ * its shard), end on one hash everywhere; the last, resumed from a checkpoint, ends on the uninterrupted
+ * run's. `plan: auto` on the 2 + 1 pair plans both regions, with one slowed 3x
  * DiLoCo with nobody waits, and the launch runs each plan. */
 #include "tests/xdc_test.h"
 #include "tests/e2e/test_orch_util.h"
@@ -85,8 +86,23 @@ XDC_TEST_T(unequal_regions_diloco_streaming_and_two_lanes_end_on_one_model, 180)
     launch_one_hash(path, e2e_write_run_p("uneq-diloco", "diloco", 6, "int8", 1, "diloco: {inner_steps: 3}\n"),
                     "uneq-diloco", 3, hash);
     launch_one_hash(path, e2e_write_run_p("uneq-stream", "streaming", 6, "int8", 1, ""), "uneq-stream", 3, hash);
-    launch_one_hash(topology("het32", wide, 2), e2e_write_run_p("uneq-lanes", "sync", 4, "int8", 1, ""), "uneq-lanes",
-                    2, hash);
+    /* Two lanes, and a resume from step 5 of 8 (each lane's error-feedback residual in its checkpoint, none in
+     * us-east's third replica) ends where the uninterrupted run does. */
+    char topo[600], resumed[64], cmd[2048];
+    snprintf(topo, sizeof topo, "%s", topology("het32", wide, 2));
+    const char *run = e2e_write_run_p("uneq-lanes", "sync", 8, "int8", 1, "checkpoint_every: 5\n");
+    launch_one_hash(topo, run, "uneq-lanes", 2, hash);
+    static char out[65536];
+    snprintf(cmd, sizeof cmd, "timeout 120 %s launch -t %s -c %s --run-dir %s/uneq-lanes --resume", xdc_test_bin(),
+             topo, run, xdc_test_tmpdir());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd, "%s/uneq-lanes/logs/us-east-east-node1-2.log", xdc_test_tmpdir()); /* not a lane */
+    char *log = xdc_test_read_file(cmd, NULL);
+    XDC_ASSERT_MSG(log && strstr(log, "resumed from the checkpoint of step 5"), "%s: no resume from step 5", cmd);
+    free(log);
+    e2e_final_field(out, "params_xxh64=", resumed, sizeof resumed);
+    XDC_ASSERT_MSG(strcmp(resumed, hash) == 0, "the resumed run ends at %s, the uninterrupted one at %s", resumed,
+                   hash);
 }
 
 XDC_TEST_T(unequal_regions_plan_auto_uses_both_and_runs, 180)
