@@ -83,6 +83,12 @@ static xdc_intra_comm *region_replicas(const xdc_comm *c)
     return xdc_intra_size(rc) > 1 ? rc : NULL;
 }
 
+/* Regions of different sizes: each region weighs as many members as it has, so the mean is over every member. */
+static xdc_err_t weigh_members(const xdc_comm *c, xdc_sync *s, xdc_diag *diag)
+{
+    return orch_member_weigh_regions(c->m, s, id_of(c)->replicas, diag);
+}
+
 static void tags_destroy(api_tags *t)
 {
     xdc_sync_destroy(t->check);
@@ -395,6 +401,7 @@ static xdc_err_t tag_state(xdc_comm *c, int tag, size_t count, const xdc_kern_ba
     sc.name = "libxdc";
     sc.backend = be; /* the codec runs there too; compute NULL: the calling thread's current stream */
     xdc_err_t rc = xdc_sync_create(orch_member_sync_engine(c->m), &sc, &r->sync, diag); /* on the bound device */
+    if (rc == XDC_OK && (rc = weigh_members(c, r->sync, diag)) != XDC_OK) xdc_sync_destroy(r->sync);
     if (rc != XDC_OK) {
         xdc_free(r);
         return rc;
@@ -605,6 +612,7 @@ static xdc_err_t outer_init(xdc_comm *c, int tag, int n_params, float *const *pa
     sc.name = "pseudo-gradients";
     XDC_CHECK(orch_outer_open(c->m, &a->outer, &sc, diag));
     c->tags.order[c->tags.n++] = a->outer.sync;
+    XDC_CHECK(weigh_members(c, a->outer.sync, diag));
     return outer_order(a, caller, 0); /* the caller overwrites its parameters only after they were read */
 }
 
@@ -924,7 +932,7 @@ static xdc_err_t check_sync(xdc_comm *c, xdc_diag *diag)
     sc.codec.error_feedback = false;
     XDC_CHECK(xdc_sync_create(orch_member_sync_engine(c->m), &sc, &c->tags.check, diag));
     c->tags.order[c->tags.n++] = c->tags.check;
-    return XDC_OK;
+    return weigh_members(c, c->tags.check, diag);
 }
 
 /* Every member's value equal: then each digit's mean m is this member's digit and the mean of the squares

@@ -236,6 +236,16 @@ void orch_member_sync_cfg(const orch_member *m, int across_regions, xdc_sync_cfg
     }
 }
 
+xdc_err_t orch_member_weigh_regions(const orch_member *m, xdc_sync *s, const int *units, xdc_diag *diag)
+{
+    float w[XDC_TOPO_MAX_REGIONS];
+    int differ = 0;
+    for (int r = 0; r < m->id.n_regions; r++) {
+        w[r] = (float)units[r]; /* exact: integers far below 2^24 */
+        differ |= units[r] != units[0];
+    }
+    return differ && !m->id.span && m->id.n_regions > 1 ? xdc_sync_set_weights(s, w, diag) : XDC_OK;
+}
 
 void orch_member_report_failure(orch_member *m, const char *what, xdc_err_t rc, const char *msg)
 {

@@ -109,6 +109,11 @@ xdc_err_t orch_member_dial(orch_member *m, int r, int rank, xdc_wan_peer **out, 
  * data-parallel replicas, and with `across_regions` the other regions (none with span: each stage exists
  * once). The caller sets n_elems, name, the device and the trace hook. */
 void orch_member_sync_cfg(const orch_member *m, int across_regions, xdc_sync_cfg *out);
+/* Regions of different sizes: where `units` ((n_regions) what each region's contribution stands for: its members,
+ * or its replicas' microbatches per step) differ, each region's units become its weight in `s`'s cross-region
+ * mean (xdc_sync_set_weights), so the mean is over every unit of every region; where they are equal, nothing
+ * (the plain mean). */
+xdc_err_t orch_member_weigh_regions(const orch_member *m, xdc_sync *s, const int *units, xdc_diag *diag);
 /* Log "<what> failed" and post failed/<member> to the rendezvous, for the launcher to name (m NULL or not
  * connected: the log line only). */
 void orch_member_report_failure(orch_member *m, const char *what, xdc_err_t rc, const char *msg);

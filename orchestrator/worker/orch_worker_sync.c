@@ -59,10 +59,7 @@ float orch_region_weight(const orch_worker *w, int r)
 
 xdc_err_t orch_region_weights(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
 {
-    if (!w->model.regions_differ || w->id->n_regions < 2 || w->id->span) return XDC_OK;
-    float reg[XDC_TOPO_MAX_REGIONS];
-    for (int r = 0; r < w->id->n_regions; r++) reg[r] = orch_region_weight(w, r);
-    return xdc_sync_set_weights(sync, reg, diag);
+    return orch_member_weigh_regions(w->member, sync, w->model.region_mb, diag);
 }
 
 int orch_worker_syncs(const orch_worker *w, xdc_sync **out, int cap)

@@ -132,6 +132,21 @@ XDC_TEST_T(api_example_installed_averages_across_two_regions, 180)
     rc = launch_exec(TOPO, run, "int8", cmdline, out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "launch --exec (int8) exited %d:\n%s", rc, out);
     check_members(out, 4, 0.05);
+    /* Regions of 2 and 1 members: each region weighs its members, so the mean is still over every member,
+     * exactly (codec none). */
+    char topo[700];
+    snprintf(topo, sizeof topo, "%s/two-and-one.yaml", xdc_test_tmpdir());
+    xdc_test_write_file(topo, "name: two-and-one\nregions:\n"
+                              "  - {name: us-east, nodes: east-node1, gpus_per_node: 0, workers_per_node: 2, gpu: "
+                              "{model: cpu, bf16_tflops: 0.05, memory_gib: 4}}\n"
+                              "  - {name: eu-west, nodes: west-node1, gpus_per_node: 0, workers_per_node: 1, gpu: "
+                              "{model: cpu, bf16_tflops: 0.05, memory_gib: 4}}\n"
+                              "links:\n  - {from: us-east, to: eu-west, bandwidth_gbps: 1, rtt_ms: 2}\n");
+    write_run("none", "none", run, sizeof run);
+    snprintf(cmdline, sizeof cmdline, "%s 20000 3 0", prog);
+    rc = launch_exec(topo, run, "unequal", cmdline, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch --exec (2 + 1 members) exited %d:\n%s", rc, out);
+    check_members(out, 3, 0.0);
 }
 
 /* A member that fails is named by the launcher as a failed worker is: the program's exit status, its
