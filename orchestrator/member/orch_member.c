@@ -142,14 +142,9 @@ xdc_err_t orch_member_place(orch_member *m, xdc_diag *diag)
         stage_layers(m);
         return XDC_OK;
     }
-    if (m->id.lsize != workers || workers % m->id.n_stages != 0 || m->id.lrank < 0 || m->id.lrank >= workers) {
-        xdc_diag_set(diag, "region %s has %d workers (WORLD_SIZE=%d), which %d pipeline stages must divide",
-                     m->id.region, workers, m->id.lsize, m->id.n_stages);
-        return XDC_ERR_CONFIG;
-    }
-    /* Every region runs the same stages; their replica counts may differ (xdc_sync_cfg.lanes). */
-    m->id.lanes = workers / m->id.n_stages;
-    m->id.rep_first = m->id.replicas_all = 0;
+    /* Every region runs the same stages; their replica counts may differ (xdc_sync_cfg.lanes). Checked for every
+     * region first, so that every worker names the region that cannot. */
+    m->id.lanes = m->id.rep_first = m->id.replicas_all = 0;
     for (int o = 0; o < t->n_regions; o++) {
         int w = xdc_topology_region_workers(t, o);
         if (w % m->id.n_stages != 0 || w == 0) {
@@ -160,9 +155,14 @@ xdc_err_t orch_member_place(orch_member *m, xdc_diag *diag)
             return XDC_ERR_CONFIG;
         }
         m->id.replicas[o] = w / m->id.n_stages;
-        if (m->id.replicas[o] < m->id.lanes) m->id.lanes = m->id.replicas[o];
+        if (!m->id.lanes || m->id.replicas[o] < m->id.lanes) m->id.lanes = m->id.replicas[o];
         if (o < r) m->id.rep_first += m->id.replicas[o];
         m->id.replicas_all += m->id.replicas[o];
+    }
+    if (m->id.lsize != workers || m->id.lrank < 0 || m->id.lrank >= workers) {
+        xdc_diag_set(diag, "region %s has %d workers (WORLD_SIZE=%d), which %d pipeline stages must divide",
+                     m->id.region, workers, m->id.lsize, m->id.n_stages);
+        return XDC_ERR_CONFIG;
     }
     m->id.n_replicas = workers / m->id.n_stages;
     m->id.stage = m->id.lrank % m->id.n_stages;

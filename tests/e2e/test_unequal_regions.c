@@ -3,7 +3,8 @@
  * In sync mode with the exact codec, us-east's two replicas and eu-west's one end bit for bit where one region
  * of three replicas does: us-east's mean (g0 + g1) · 0.5 weighed by its 2 microbatches-per-step share is g0 + g1
  * exactly, plus g2, times 1/3, the very sum and scale of the one region's reduce-scatter; likewise with
- * microbatches_per_replica [3, 1, 2] (weights 3, 1 in us-east, 2 in eu-west). DiLoCo and streaming with int8
+ * microbatches_per_replica [3, 1, 2] (weights 3, 1 in us-east, 2 in eu-west). Two pipeline stages on that pair
+ * are refused by name (eu-west's one worker cannot hold both). DiLoCo and streaming with int8
  * over three regions of 1, 2 and 1 workers, and sync mode over 3 and 2 replicas (two lanes, each broadcasting
  * its shard), end on one hash everywhere; the last, resumed from a checkpoint, ends on the uninterrupted
  * run's. `plan: auto` on the 2 + 1 pair plans both regions, with one slowed 3x
@@ -75,6 +76,18 @@ XDC_TEST_T(unequal_regions_sync_equals_one_region_of_all_replicas, 120)
     launch_one_hash(path, e2e_write_run_p("uneq-mb", "sync", 4, "none", 1, mb), "uneq-mb-one", 1, one_hash);
     XDC_ASSERT_MSG(strcmp(het_hash, one_hash) == 0, "unequal replicas: 2 + 1 end at %s, one region of 3 at %s",
                    het_hash, one_hash);
+    /* Two stages: us-east's 2 workers make one replica, eu-west's 1 cannot hold both stages. Refused by name. */
+    static char out[65536];
+    char cmd[2048], log[700];
+    snprintf(cmd, sizeof cmd, "timeout 60 %s launch -t %s -c %s --run-dir %s/uneq-stages", xdc_test_bin(), het,
+             e2e_write_run_p("uneq-stages", "sync", 4, "none", 2, ""), xdc_test_tmpdir());
+    XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 78);
+    snprintf(log, sizeof log, "%s/uneq-stages/logs/eu-west-west-node1-0.log", xdc_test_tmpdir());
+    char *text = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_MSG(text && strstr(text, "region eu-west has 1 workers, which the 2 pipeline stages must divide: "
+                                        "every region runs the same stages"),
+                   "%s: no layout error", log);
+    free(text);
 }
 
 XDC_TEST_T(unequal_regions_diloco_streaming_and_two_lanes_end_on_one_model, 180)
