@@ -243,7 +243,7 @@ double topo_step_allreduce_s(const xdc_topology *t, const xdc_plan *p, const xdc
     return worst;
 }
 
-int topo_plan_lanes(const xdc_topology *t, const xdc_plan *p)
+int xdc_plan_lanes(const xdc_topology *t, const xdc_plan *p)
 {
     int lanes = 0;
     for (int r = 0; r < t->n_regions; r++)

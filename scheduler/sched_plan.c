@@ -387,7 +387,7 @@ static double dp_round(search *s, const xdc_plan *p, const dp_region *dr, int n_
                 last_bwd = overlap ? topo_stage_compute_s(s->t, r, i, p->stage[i].flops_mb * 2 / 3, tokens_mb(s),
                                                           &s->o->calib)
                                    : 0;
-            double tr = topo_sync_round_s(s->t, r, p->replicas[r], topo_plan_lanes(s->t, p), n_active,
+            double tr = topo_sync_round_s(s->t, r, p->replicas[r], xdc_plan_lanes(s->t, p), n_active,
                                           p->stage[i].params * frac, p->bucket_mb * 1048576.0 / 4, last_bwd, &ci,
                                           dr[r].link_Bps, dr[r].owd, &in, &w) -
                         last_bwd;

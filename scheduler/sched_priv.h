@@ -116,7 +116,7 @@ double topo_chunks_mem_gib(const xdc_model_shape *m, int P, int stage, int chunk
 
 /* Durations of one gradient bucket in the comm engine's two-stage pipeline (sync/sync_engine.c):
  * A = reduce-scatter over `ranks` + encode the shard; B = decode every region's shard + all-gather. Across
- * regions the bucket goes over `lanes` shards (topo_plan_lanes: the fewest replicas of any region; a region with
+ * regions the bucket goes over `lanes` shards (xdc_plan_lanes: the fewest replicas of any region; a region with
  * more replicas than lanes all-reduces in A, twice a reduce-scatter, and its lanes broadcast in B, priced as the
  * all-gather). `wire` is a lane's shard's encoded bytes. */
 typedef struct topo_bucket_cost {
@@ -124,8 +124,6 @@ typedef struct topo_bucket_cost {
 } topo_bucket_cost;
 void topo_bucket_cost_get(const xdc_topology *t, int r, int ranks, int lanes, int n_regions, double elems,
                           const topo_codec_info *ci, topo_bucket_cost *out);
-/* The WAN lanes of data-parallel plan p: the fewest replicas of any region that takes part (xdc_sync_cfg.lanes). */
-int topo_plan_lanes(const xdc_topology *t, const xdc_plan *p);
 
 /* Time of one sync round of `params` elements in `bucket_elems` buckets for a group in region r with
  * `ranks` replicas over `lanes` WAN lanes, exchanging with `n_regions` - 1 other regions over links of `link_Bps` (this group's

@@ -37,7 +37,7 @@ typedef struct sync_round {
 } sync_round;
 
 typedef struct engine {
-    int region, stage, ranks, lanes, group; /* lanes: the WAN lanes of the plan (topo_plan_lanes) */
+    int region, stage, ranks, lanes, group; /* lanes: the WAN lanes of the plan (xdc_plan_lanes) */
     sync_round rounds[2];
     int started, n_rounds, cur, j, busy, k; /* current round, ops done in it, buckets in the round */
     /* The thread's order (sync/sync_engine.c run_round): A of bucket `next_a` once it is ready, B of `fin`
@@ -433,7 +433,7 @@ static xdc_err_t build(sim *s)
                 if (!pipeline && s->region_group0[r] >= 0 && g >= s->region_group0[r] && g < s->region_group0[r] + P)
                     e->region = r, e->stage = g - s->region_group0[r];
             e->ranks = p->replicas[e->region];
-            e->lanes = pipeline ? 1 : topo_plan_lanes(s->t, p);
+            e->lanes = pipeline ? 1 : xdc_plan_lanes(s->t, p);
             e->bucket_elems = p->bucket_mb * 1048576.0 / 4;
             e->cap = 1 << 16;
             for (int k = 0; k < 2; k++)

@@ -205,6 +205,9 @@ void xdc_plan_region_pace(const xdc_topology *t, const xdc_plan_calib *c, const 
 /* The inner steps a region of `pace` runs in a round whose time budget is `budget` steps of the fastest
  * region: max(1, floor(budget / pace)). */
 int xdc_plan_round_steps(int budget, double pace);
+/* The WAN lanes of data-parallel plan p: the fewest replicas of any region that takes part, over which every
+ * region's buckets cross (xdc_sync_cfg.lanes; docs/runtime.md, "Regions of different sizes"). */
+int xdc_plan_lanes(const xdc_topology *t, const xdc_plan *p);
 
 /* Calibrate compute times from measured_s[0..n) (seconds of compute per step, e.g. from a run's progress
  * lines or step logs). n = 1: calib->compute_scale so that stage 0's predicted compute per step equals

@@ -182,7 +182,16 @@ void plan_print(FILE *f, const xdc_topology *t, const xdc_plan *p)
                 "stage to the first v - 1 times\n",
                 (p->n_chain - 1) * p->chunks + p->chunks - 1);
     fprintf(f, "  replicas per region:");
-    for (int r = 0; r < t->n_regions; r++) fprintf(f, " %s=%d", t->regions[r].name, p->replicas[r]);
+    int lanes = xdc_plan_lanes(t, p), wider = 0;
+    for (int r = 0; r < t->n_regions; r++) {
+        fprintf(f, " %s=%d", t->regions[r].name, p->replicas[r]);
+        wider |= p->replicas[r] > lanes;
+    }
+    if (wider && p->mode != XDC_PLAN_PIPELINE)
+        fprintf(f,
+                "\n  WAN lanes per stage: %d (the fewest replicas of a region; a region of more all-reduces its "
+                "replicas and %d of them exchange)",
+                lanes, lanes);
     if (plan_split(p)) {
         fprintf(f, "\n  microbatches per replica (unequal replicas):");
         for (int r = 0; r < t->n_regions; r++)

@@ -129,6 +129,7 @@ XDC_TEST_T(unequal_regions_plan_auto_uses_both_and_runs, 180)
     snprintf(cmd, sizeof cmd, "%s plan -t %s -m %s/%s", xdc_test_bin(), topo, cwd, TINY);
     XDC_ASSERT_EQ(xdc_test_run(cmd, out, sizeof out), 0);
     XDC_ASSERT_STR_CONTAINS(out, "replicas per region: us-east=2 eu-west=1");
+    XDC_ASSERT_STR_CONTAINS(out, "WAN lanes per stage: 1 (the fewest replicas of a region");
     const char *slow[2] = {"", "diloco: {slowdown: [1, 3]}\n"};
     for (int k = 0; k < 2; k++) {
         snprintf(run, sizeof run, "%s/uneq-auto%d.yaml", xdc_test_tmpdir(), k);

@@ -161,7 +161,7 @@ XDC_TEST(sim_gradient_exchange_takes_bytes_over_bandwidth_plus_half_rtt)
     xdc_topology_destroy(t);
 }
 
-/* Regions of 2 and 1 GPUs: the bucket crosses over one lane (topo_plan_lanes, the fewest replicas), so the
+/* Regions of 2 and 1 GPUs: the bucket crosses over one lane (xdc_plan_lanes, the fewest replicas), so the
  * bigger region's one lane encodes the whole bucket after an all-reduce (twice a reduce-scatter) where an
  * equal layout's two ranks would encode half each; the wire carries the bucket once per region either way, and
  * the simulator and the planner's closed form agree. */
@@ -178,7 +178,7 @@ XDC_TEST(sim_unequal_regions_exchange_over_the_lanes)
     flat_model(2, &m);
     xdc_plan p = plan_for(t, &m, 1, 1, "none", XDC_PLAN_SYNC);
     XDC_ASSERT(p.replicas[0] == 2 && p.replicas[1] == 1);
-    XDC_ASSERT_EQ(topo_plan_lanes(t, &p), 1);
+    XDC_ASSERT_EQ(xdc_plan_lanes(t, &p), 1);
     topo_codec_info ci;
     XDC_ASSERT_OK(topo_codec_info_get("none", 0.1, &ci));
     topo_bucket_cost lane, equal;
