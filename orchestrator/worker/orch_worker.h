@@ -151,7 +151,8 @@ typedef struct orch_elastic {
     int left;             /* the rejoiner's region left the run this many times (left/<region>, orch_quorum.h) */
     uint64_t started;     /* xdc_now_ns() when this worker process began (xdc_worker_run) */
     uint64_t rejoin_t0;   /* xdc_now_ns() when it asked to rejoin */
-    int64_t rejoin_round; /* the round that took it back; -1 once its first round as a member was logged */
+    int64_t rejoin_round; /* the round that took it back (RDZV_ROUND_END: none, the run ended first); -1 once
+                           * its first round as a member was logged */
     struct orch_rejoin_out *give; /* a member's last hand-over of its slice of the state, its sends not all
                                    * settled (orch_rejoin.c); NULL: none */
     /* The sync of the round whose exchange is under way (a streaming fragment's is, across the next inner
@@ -302,7 +303,8 @@ xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag);
  * AdamW moments (hash-checked; XDC_ERR_CORRUPT naming the part and the member on a mismatch); local =
  * global, the step, the AdamW step count and the data position are the members' (XDC_ERR_PROTO when they
  * disagree). `lag`: how many steps after a round the members hand its state over (DiLoCo 0; streaming 1,
- * once the round's fragment landed); the run's last round hands it over at once. */
+ * once the round's fragment landed). When the run's end was decided first, w->elastic.rejoin_round =
+ * RDZV_ROUND_END and nothing is taken: the run has no use for this worker. */
 xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *diag);
 /* After the exchange of the round at step `round`: the first one a rejoined worker took part in is logged with
  * the time it took. */
