@@ -10,7 +10,6 @@
 #include "orchestrator/rdzv/orch_rdzv_keys.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -162,21 +161,23 @@ typedef enum { F_PENDING, F_ACTIVE, F_DONE, F_SKIPPED } fault_state;
 typedef struct {
     orch_chaos_fault f;
     fault_state state;
-    double fired_s, ends_s;       /* seconds since the launch; ends_s: when a stall or link fault is undone (0: none) */
-    int regions[2], n_regions;    /* the regions the fault took out (kills, stall), to see them leave and return */
-    double out_s[2];              /* when each was seen out of the run (0: not yet) */
-    int64_t out_step[2];          /* the run's step when each was seen out */
-    int64_t back_step[2];         /* the run's step when each was taken back (-1: not yet): it has recovered once
+    double fired_s, ends_s;    /* seconds since the launch; ends_s: when a stall or link fault is undone (0: none) */
+    int regions[2], n_regions; /* the regions the fault took out (kills, stall), to see them leave and return */
+    double out_s[2];           /* when each was seen out of the run (0: not yet) */
+    int64_t out_step[2];       /* the run's step when each was seen out */
+    int64_t back_step[2];      /* the run's step when each was taken back (-1: not yet): it has recovered once
                                 * its own members report a later step (they train again) */
-    int64_t back_round[2];        /* the round that took each back, the end of steps_out (bench-chaos's lost steps) */
-    uint8_t back[2];              /* each region's recovery was logged */
-    int undone;                   /* the stall continued, the link restored */
-    long long cont_round;         /* stall: the last round decided when it continued (back once a later one kept
+    int64_t back_round[2];     /* the round that took each back, the end of steps_out (bench-chaos's lost steps) */
+    long long left0[2];        /* times each had left the run when the fault fired (left/<region>) */
+    char nonce0[2][RDZV_NONCE_MAX]; /* its rank 0's rejoin request then (an earlier return's: not this one's) */
+    uint8_t back[2];                /* each region's recovery was logged */
+    int undone;                     /* the stall continued, the link restored */
+    long long cont_round;           /* stall: the last round decided when it continued (back once a later one kept
                                    * its region in) */
-    pid_t pid;                    /* stall: the stopped worker; kill-etcd: the killed member */
-    char holder[RDZV_MEMBER_MAX]; /* kill-decider: the holder it took out ("<host>:<pid>") */
-    double was_mbps;              /* link-slow: the rate before */
-    double recovery_s;            /* from the end of the fault's cause (a kill: at once; a stall: its SIGCONT; a
+    pid_t pid;                      /* stall: the stopped worker; kill-etcd: the killed member */
+    char holder[RDZV_MEMBER_MAX];   /* kill-decider: the holder it took out ("<host>:<pid>") */
+    double was_mbps;                /* link-slow: the rate before */
+    double recovery_s;              /* from the end of the fault's cause (a kill: at once; a stall: its SIGCONT; a
                                    * link fault: its restore) to its recovery */
 } fault;
 
@@ -264,6 +265,46 @@ static void poll_step(orch_chaos *c)
         }
         if (c->region_step[r] > c->step) c->step = c->region_step[r];
     }
+}
+
+/* The store's events for region r, the keys the round decider writes, not its state: a launch that does not
+ * decide reads that state every 250 ms (orch_decider.h), and an outage shorter than that never shows there.
+ * times_left: left/<r>, how many times the region left the run (0: never). */
+static long long times_left(const orch_chaos *c, int r)
+{
+    char val[64];
+    long long n;
+    return rdzv_server_get(c->w.rdzv, rdzv_key_left(r).s, val, sizeof val) == 0 &&
+                   rdzv_val_round_parse(val, &n) == XDC_OK
+               ? n
+               : 0;
+}
+
+/* Region r's rank 0's rejoin request (outer/<r>/0 = join:<nonce>) into nonce[RDZV_NONCE_MAX]; "" when its last
+ * post is an arrival at a round, or none. */
+static void join_nonce(const orch_chaos *c, int r, char *nonce)
+{
+    char val[RDZV_VALUE_MAX];
+    long long step;
+    nonce[0] = '\0';
+    if (rdzv_server_get(c->w.rdzv, rdzv_key_outer(r, 0).s, val, sizeof val) != 0 ||
+        rdzv_val_outer_parse(val, &step, nonce) != XDC_OK)
+        nonce[0] = '\0';
+}
+
+/* The round that took region i of fault x back (rejoin/<nonce> of a request newer than the one when x fired);
+ * -1: none yet. The request stays posted from the ask until the joiner's first round as a member, seconds at
+ * least (the state, then its inner steps): the launcher's 20 ms tick sees it. */
+static long long taken_back(const orch_chaos *c, const fault *x, int i)
+{
+    char nonce[RDZV_NONCE_MAX], val[64];
+    long long round;
+    join_nonce(c, x->regions[i], nonce);
+    if (!nonce[0] || strcmp(nonce, x->nonce0[i]) == 0 ||
+        rdzv_server_get(c->w.rdzv, rdzv_key_rejoin(nonce).s, val, sizeof val) != 0 ||
+        rdzv_val_round_parse(val, &round) != XDC_OK)
+        return -1;
+    return round;
 }
 
 /* "kill-worker ap-south/0 at step 20" into buf. */
@@ -477,6 +518,10 @@ static int fire(orch_chaos *c, fault *x)
     }
     x->state = F_ACTIVE;
     x->fired_s = since(c);
+    for (int i = 0; i < x->n_regions; i++) { /* its leaving and its return are the later events */
+        x->left0[i] = times_left(c, x->regions[i]);
+        join_nonce(c, x->regions[i], x->nonce0[i]);
+    }
     story(c, x, "fault", "%s", what);
     return 1;
 }
@@ -513,13 +558,12 @@ static void watch(orch_chaos *c, fault *x)
 {
     double now = since(c);
     for (int i = 0; i < x->n_regions; i++) {
-        if (!x->out_s[i] && !live(c, x->regions[i])) x->out_s[i] = now, x->out_step[i] = c->step;
-        if (x->out_s[i] && x->back_step[i] < 0 && live(c, x->regions[i])) {
-            x->back_step[i] = c->step;
-            /* the round that took it back was decided in the tick that counted it live again */
-            x->back_round[i] = c->w.decided && *c->w.decided >= 0 && *c->w.decided != LLONG_MAX ? *c->w.decided
-                                                                                                : c->step;
-        }
+        int r = x->regions[i];
+        long long round;
+        if (!x->out_s[i] && (!live(c, r) || times_left(c, r) > x->left0[i]))
+            x->out_s[i] = now, x->out_step[i] = c->step;
+        if (x->out_s[i] && x->back_step[i] < 0 && (round = taken_back(c, x, i)) >= 0)
+            x->back_step[i] = c->step, x->back_round[i] = round;
     }
     if (x->ends_s && now >= x->ends_s) undo(c, x);
     if (x->ends_s && !x->undone) return;
