@@ -177,6 +177,7 @@ typedef struct {
     pid_t pid;                      /* stall: the stopped worker; kill-etcd: the killed member */
     char holder[RDZV_MEMBER_MAX];   /* kill-decider: the holder it took out ("<host>:<pid>") */
     double was_mbps;                /* link-slow: the rate before */
+    int64_t fired_step;             /* the run's step when it fired (heartbeats) */
     double recovery_s;              /* from the end of the fault's cause (a kill: at once; a stall: its SIGCONT; a
                                    * link fault: its restore) to its recovery */
 } fault;
@@ -518,6 +519,7 @@ static int fire(orch_chaos *c, fault *x)
     }
     x->state = F_ACTIVE;
     x->fired_s = since(c);
+    x->fired_step = c->step;
     for (int i = 0; i < x->n_regions; i++) { /* its leaving and its return are the later events */
         x->left0[i] = times_left(c, x->regions[i]);
         join_nonce(c, x->regions[i], x->nonce0[i]);
@@ -572,8 +574,12 @@ static void watch(orch_chaos *c, fault *x)
     case ORCH_CHAOS_LINK_DOWN:
     case ORCH_CHAOS_LINK_SLOW:
         x->recovery_s = now - end_s;
-        story(c, x, "recovered", "link %s<->%s back at its rate after %.1f s (fault_s=%.1f recovery_s=%.1f)",
-              region_name(c, x->f.region), region_name(c, x->f.other), now - x->fired_s, fault_s, x->recovery_s);
+        /* what the run did meanwhile, from its heartbeats: an exchange over a cut link holds until it is back */
+        story(c, x, "recovered",
+              "link %s<->%s back at its rate after %.1f s; the run went from step %lld to %lld meanwhile "
+              "(fault_s=%.1f recovery_s=%.1f)",
+              region_name(c, x->f.region), region_name(c, x->f.other), now - x->fired_s, (long long)x->fired_step,
+              (long long)c->step, fault_s, x->recovery_s);
         x->state = F_DONE;
         return;
     case ORCH_CHAOS_KILL_ETCD: {

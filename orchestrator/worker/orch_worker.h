@@ -158,6 +158,11 @@ typedef struct orch_elastic {
     /* The sync of the round whose exchange is under way (a streaming fragment's is, across the next inner
      * step), NULL when none; m.open is its step. */
     xdc_sync *open;
+    /* The links the open round's exchange waited on with no stream up (their connection broke and is not back:
+     * the run's own event; a real link fails without telling): the seconds of this round's waits each was seen
+     * so, and whether it was at the last look. orch_elastic_wait looks, orch_elastic_links says. */
+    double down_s[XDC_TOPO_MAX_REGIONS];
+    uint8_t down[XDC_TOPO_MAX_REGIONS];
     /* (n_regions) each member region's weight in the next outer round's mean (DiLoCo's nobody waits: the tokens
      * it processed, orch_mode_diloco.c); NULL: 1 each. Regions out of the round weigh 0 whatever it says. */
     const float *weight;
@@ -285,8 +290,12 @@ void orch_elastic_open(orch_worker *w, xdc_sync *sync, int64_t step);
 xdc_err_t orch_elastic_end(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag);
 /* End `sync`'s round (as xdc_sync_end) while a round's exchange is open: looking every 200 ms whether a member
  * region left during it, and telling the open round's sync (xdc_sync_lose), which may be what `sync` waits
- * behind on the comm thread. Without an open exchange, xdc_sync_end. */
+ * behind on the comm thread; and whether the link to a member region is down (its WAN peer has no stream up).
+ * Without an open exchange, xdc_sync_end. */
 xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
+/* After the exchange of the round at `step`: each link orch_elastic_wait saw down during it, logged with how
+ * long the exchange waited on it (it holds until the link is back: no relay around a down link yet). */
+void orch_elastic_links(orch_worker *w, long long step);
 /* Elastic rounds: post this worker's arrival at `round` (a step, or RDZV_ROUND_END) and take the store
  * host's decision of who is in it into w->elastic.m (orch_elastic_arrive); XDC_ERR_UNAVAILABLE when this
  * region was left out. */
