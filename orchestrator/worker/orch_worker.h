@@ -294,7 +294,8 @@ xdc_err_t orch_elastic_end(orch_worker *w, xdc_sync *sync, int64_t step, xdc_dia
  * Without an open exchange, xdc_sync_end. */
 xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
 /* After the exchange of the round at `step`: each link orch_elastic_wait saw down during it, logged with how
- * long the exchange waited on it (it holds until the link is back: no relay around a down link yet). */
+ * long the exchange waited on it (it holds until the link is back: no relay around a down link yet); not the
+ * link to a region named lost during the round (its process died: the round went on without it). */
 void orch_elastic_links(orch_worker *w, long long step);
 /* Elastic rounds: post this worker's arrival at `round` (a step, or RDZV_ROUND_END) and take the store
  * host's decision of who is in it into w->elastic.m (orch_elastic_arrive); XDC_ERR_UNAVAILABLE when this

@@ -94,7 +94,10 @@ static void watch_links(orch_worker *w, uint64_t since)
 void orch_elastic_links(orch_worker *w, long long step)
 {
     for (int r = 0; r < w->id->n_regions; r++) {
-        if (w->elastic.down_s[r] <= 0) continue;
+        if (w->elastic.down_s[r] <= 0 || w->elastic.m.told[r]) { /* a region that left: its process is gone */
+            w->elastic.down_s[r] = 0;
+            continue;
+        }
         XDC_WARN(XDC_SUB_ORCH,
                  "outer round at step %lld: the link to region %s was down for %.1f s of the exchange (its WAN "
                  "connection broke%s); the exchange waited for it (no relay around a down link yet)",

@@ -20,14 +20,35 @@
 #define CHAOS_STEPS 128
 #define CHAOS_RATE  "0.3" /* round(0.3 * 3 regions * 128 steps / 100) = 1 fault */
 
-/* `xdc launch --chaos <seed>:CHAOS_RATE:<kinds>` of the run file `run` into dir[600]; its output into out[cap]. */
-static void launch_chaos(const char *run, unsigned long long seed, const char *kinds, char *dir, char *out, size_t cap)
+/* The first seed of `kinds` (one kind) whose one fault comes before step 40, lasting min_ms to max_ms (link
+ * faults; 0, 0: any), into *f, chosen with the schedule's own generator for the shape start_chaos builds for
+ * this run (3 regions of 1 worker, restarts, a quorum of 2, emulated WAN); then `xdc launch --chaos` of the
+ * elastic DiLoCo run (H = 4) with that seed, into dir[600], its output into out[cap]. */
+static void launch_chaos(const char *kinds, int min_ms, int max_ms, orch_chaos_fault *f, char *dir, char *out,
+                         size_t cap)
 {
-    char cmd[2048];
+    e2e_need_corpus();
+    orch_chaos_shape sh = {
+        .n_regions = 3, .workers = {1, 1, 1}, .steps = CHAOS_STEPS, .restarts = 1, .spare_regions = 1, .links = 1};
+    orch_chaos_fault plan[ORCH_CHAOS_MAX_FAULTS];
+    orch_chaos_spec s;
+    char spec[64], cmd[2048];
+    snprintf(spec, sizeof spec, "1:" CHAOS_RATE ":%s", kinds);
+    XDC_ASSERT_OK(orch_chaos_spec_parse(spec, &s, NULL));
+    int n = 0;
+    for (s.seed = 1; s.seed < 1000; s.seed++)
+        if ((n = orch_chaos_schedule(&s, &sh, plan, ORCH_CHAOS_MAX_FAULTS)) == 1 && plan[0].step < 40 &&
+            (!max_ms || (plan[0].duration_ms >= min_ms && plan[0].duration_ms <= max_ms)))
+            break;
+    XDC_ASSERT_MSG(n == 1 && s.seed < 1000, "no seed below 1000 plans one early %s", kinds);
+    *f = plan[0];
+    const char *run = e2e_write_run_p(kinds, "diloco", CHAOS_STEPS, "none", 1,
+                                      "microbatches: 1\ndiloco: {inner_steps: 4}\nelastic: {min_regions: 2, grace: 5s}"
+                                      "\ntimeouts: {rendezvous: 30s, operation: 30s, heartbeat: 30s}\n");
     snprintf(dir, 600, "%s/chaos-%s", xdc_test_tmpdir(), kinds);
     snprintf(cmd, sizeof cmd,
              "timeout 170 %s launch -t %s -c %s --run-dir %s --max-restarts 1 --chaos %llu:" CHAOS_RATE ":%s 2>&1",
-             xdc_test_bin(), CHAOS_TOPO, run, dir, seed, kinds);
+             xdc_test_bin(), CHAOS_TOPO, run, dir, (unsigned long long)s.seed, kinds);
     int rc = xdc_test_run(cmd, out, cap);
     XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
 }
@@ -45,25 +66,12 @@ static void expect_one_model(const char *dir, const char *out)
 
 XDC_TEST_T(chaos_launch_kills_a_worker_at_its_step_and_the_run_ends_on_one_model, 180)
 {
-    e2e_need_corpus();
-    /* The shape start_chaos builds for this run: 3 regions of 1 worker, restarts, a quorum of 2, emulated WAN. */
-    orch_chaos_shape sh = {
-        .n_regions = 3, .workers = {1, 1, 1}, .steps = CHAOS_STEPS, .restarts = 1, .spare_regions = 1, .links = 1};
-    orch_chaos_fault f[ORCH_CHAOS_MAX_FAULTS];
-    orch_chaos_spec s;
-    xdc_diag d = {{0}};
-    XDC_ASSERT_OK(orch_chaos_spec_parse("1:" CHAOS_RATE ":kill-worker", &s, &d));
-    for (s.seed = 1; s.seed < 1000; s.seed++) /* the first seed whose kill comes before step 40 */
-        if (orch_chaos_schedule(&s, &sh, f, ORCH_CHAOS_MAX_FAULTS) == 1 && f[0].step < 40) break;
-    XDC_ASSERT_EQ(orch_chaos_schedule(&s, &sh, f, ORCH_CHAOS_MAX_FAULTS), 1);
-    XDC_ASSERT(f[0].kind == ORCH_CHAOS_KILL_WORKER && f[0].step < 40);
+    orch_chaos_fault f[1];
     const char *regions[3] = {"us-east", "eu-west", "ap-south"};
-    const char *run = e2e_write_run_p("chaos", "diloco", CHAOS_STEPS, "none", 1,
-                                      "microbatches: 1\ndiloco: {inner_steps: 4}\nelastic: {min_regions: 2, grace: 5s}"
-                                      "\ntimeouts: {rendezvous: 30s, operation: 30s, heartbeat: 30s}\n");
     char dir[600], want[256];
     static char out[1 << 18];
-    launch_chaos(run, s.seed, "kill-worker", dir, out, sizeof out);
+    launch_chaos("kill-worker", 0, 0, f, dir, out, sizeof out);
+    XDC_ASSERT(f[0].kind == ORCH_CHAOS_KILL_WORKER);
     /* The story: the plan, the fault where the schedule put it, the recovery with its times. */
     snprintf(want, sizeof want, "1 planned: 1 kill-worker %s/0 at step %lld\n", regions[f[0].region],
              (long long)f[0].step);
@@ -88,28 +96,14 @@ XDC_TEST_T(chaos_launch_kills_a_worker_at_its_step_and_the_run_ends_on_one_model
  * it yet), no region leaves, and the story says what the run did meanwhile. */
 XDC_TEST_T(chaos_launch_cut_link_is_seen_by_the_exchange_that_waits_on_it, 180)
 {
-    e2e_need_corpus();
-    orch_chaos_shape sh = {
-        .n_regions = 3, .workers = {1, 1, 1}, .steps = CHAOS_STEPS, .restarts = 1, .spare_regions = 1, .links = 1};
-    orch_chaos_fault f[ORCH_CHAOS_MAX_FAULTS];
-    orch_chaos_spec s;
-    xdc_diag d = {{0}};
-    XDC_ASSERT_OK(orch_chaos_spec_parse("1:" CHAOS_RATE ":link-down", &s, &d));
-    for (s.seed = 1; s.seed < 1000; s.seed++) /* early, and a cut of 3-6 s: longer than a round, short a test */
-        if (orch_chaos_schedule(&s, &sh, f, ORCH_CHAOS_MAX_FAULTS) == 1 && f[0].step < 40 && f[0].duration_ms >= 3000 &&
-            f[0].duration_ms <= 6000)
-            break;
-    XDC_ASSERT_EQ(orch_chaos_schedule(&s, &sh, f, ORCH_CHAOS_MAX_FAULTS), 1);
-    XDC_ASSERT(f[0].kind == ORCH_CHAOS_LINK_DOWN && f[0].step < 40 && f[0].duration_ms >= 3000);
+    orch_chaos_fault f[1];
     static const char *const regions[3] = {"us-east", "eu-west", "ap-south"}, *const hosts[3] = {"east", "west",
                                                                                                  "south"};
-    int ends[2] = {f[0].region, f[0].other};
-    const char *run = e2e_write_run_p("chaoslink", "diloco", CHAOS_STEPS, "none", 1,
-                                      "microbatches: 1\ndiloco: {inner_steps: 4}\nelastic: {min_regions: 2, grace: 5s}"
-                                      "\ntimeouts: {rendezvous: 30s, operation: 30s, heartbeat: 30s}\n");
     char dir[600], want[256];
     static char out[1 << 18];
-    launch_chaos(run, s.seed, "link-down", dir, out, sizeof out);
+    launch_chaos("link-down", 3000, 6000, f, dir, out, sizeof out); /* a cut longer than a round, short a test */
+    XDC_ASSERT(f[0].kind == ORCH_CHAOS_LINK_DOWN);
+    int ends[2] = {f[0].region, f[0].other};
     XDC_ASSERT_STR_CONTAINS(out, "chaos: recovered 1 link-down at step ");
     snprintf(want, sizeof want, "link %s<->%s back at its rate after ", regions[ends[0]], regions[ends[1]]);
     XDC_ASSERT_STR_CONTAINS(out, want);
