@@ -169,16 +169,17 @@ typedef struct {
                                 * its own members report a later step (they train again) */
     int64_t back_round[2];     /* the round that took each back, the end of steps_out (bench-chaos's lost steps) */
     long long left0[2];        /* times each had left the run when the fault fired (left/<region>) */
-    char nonce0[2][RDZV_NONCE_MAX]; /* its rank 0's rejoin request then (an earlier return's: not this one's) */
-    uint8_t back[2];                /* each region's recovery was logged */
-    int undone;                     /* the stall continued, the link restored */
-    long long cont_round;           /* stall: the last round decided when it continued (back once a later one kept
+    /* each one's rank 0's rejoin request when the fault fired (an earlier return's: not this one's) */
+    char nonce0[2][RDZV_NONCE_MAX];
+    uint8_t back[2];              /* each region's recovery was logged */
+    int undone;                   /* the stall continued, the link restored */
+    long long cont_round;         /* stall: the last round decided when it continued (back once a later one kept
                                    * its region in) */
-    pid_t pid;                      /* stall: the stopped worker; kill-etcd: the killed member */
-    char holder[RDZV_MEMBER_MAX];   /* kill-decider: the holder it took out ("<host>:<pid>") */
-    double was_mbps;                /* link-slow: the rate before */
-    int64_t fired_step;             /* the run's step when it fired (heartbeats) */
-    double recovery_s;              /* from the end of the fault's cause (a kill: at once; a stall: its SIGCONT; a
+    pid_t pid;                    /* stall: the stopped worker; kill-etcd: the killed member */
+    char holder[RDZV_MEMBER_MAX]; /* kill-decider: the holder it took out ("<host>:<pid>") */
+    double was_mbps;              /* link-slow: the rate before */
+    int64_t fired_step;           /* the run's step when it fired (heartbeats) */
+    double recovery_s;            /* from the end of the fault's cause (a kill: at once; a stall: its SIGCONT; a
                                    * link fault: its restore) to its recovery */
 } fault;
 
