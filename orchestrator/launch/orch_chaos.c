@@ -17,7 +17,7 @@
 #include <string.h>
 #include <sys/types.h>
 
-#define CHAOS_POLL_MS  250 /* how often the members' heartbeats are read for the run's step */
+#define CHAOS_POLL_MS  250 /* how often the members' heartbeats (the run's step) and the decider's keys are read */
 #define CHAOS_LATE_PCT 90  /* a fault held back (its target busy) is dropped past this share of the steps */
 
 static const char *const kind_names[ORCH_CHAOS_KINDS] = {"kill-worker", "kill-agent", "stall",
@@ -192,6 +192,7 @@ struct orch_chaos {
     int64_t step;                              /* the furthest step any member reported */
     int64_t region_step[XDC_TOPO_MAX_REGIONS]; /* the furthest step each region's members reported */
     double next_poll_s;
+    int polled; /* this tick read the heartbeats: the decider's keys are read too (with etcd each is a request) */
     char etcd[ORCH_CHAOS_MAX_ETCD][ORCH_CHAOS_PATH_MAX];    /* the etcd members' pid files */
     char decider[ORCH_CHAOS_MAX_ETCD][ORCH_CHAOS_PATH_MAX]; /* the standby coordinators' pid files */
 };
@@ -296,7 +297,7 @@ static void join_nonce(const orch_chaos *c, int r, char *nonce)
 
 /* The round that took region i of fault x back (rejoin/<nonce> of a request newer than the one when x fired);
  * -1: none yet. The request stays posted from the ask until the joiner's first round as a member, seconds at
- * least (the state, then its inner steps): the launcher's 20 ms tick sees it. */
+ * least (the state, then its inner steps): a look every CHAOS_POLL_MS sees it. */
 static long long taken_back(const orch_chaos *c, const fault *x, int i)
 {
     char nonce[RDZV_NONCE_MAX], val[64];
@@ -563,9 +564,9 @@ static void watch(orch_chaos *c, fault *x)
     for (int i = 0; i < x->n_regions; i++) {
         int r = x->regions[i];
         long long round;
-        if (!x->out_s[i] && (!live(c, r) || times_left(c, r) > x->left0[i]))
+        if (!x->out_s[i] && (!live(c, r) || (c->polled && times_left(c, r) > x->left0[i])))
             x->out_s[i] = now, x->out_step[i] = c->step;
-        if (x->out_s[i] && x->back_step[i] < 0 && (round = taken_back(c, x, i)) >= 0)
+        if (x->out_s[i] && x->back_step[i] < 0 && c->polled && (round = taken_back(c, x, i)) >= 0)
             x->back_step[i] = c->step, x->back_round[i] = round;
     }
     if (x->ends_s && now >= x->ends_s) undo(c, x);
@@ -693,7 +694,8 @@ xdc_err_t orch_chaos_create(const orch_chaos_spec *s, const orch_chaos_shape *sh
 void orch_chaos_tick(orch_chaos *c)
 {
     double now = since(c);
-    if (now >= c->next_poll_s) {
+    c->polled = now >= c->next_poll_s;
+    if (c->polled) {
         poll_step(c);
         c->next_poll_s = now + CHAOS_POLL_MS / 1000.0;
     }
@@ -712,6 +714,7 @@ void orch_chaos_finish(orch_chaos *c)
 {
     int fired = 0, done = 0;
     double worst = 0;
+    c->polled = 1; /* a last look at the decider's keys */
     for (int i = 0; i < c->n; i++) {
         fault *x = &c->f[i];
         char d[160], out[256] = "";
