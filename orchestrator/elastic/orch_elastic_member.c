@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#define REJOIN_ASK_MS 250 /* a joiner's wait for its round, between looks at the end's decision */
+
 void orch_elastic_member_init(orch_elastic_member *m, rdzv_client *rdzv, const xdc_topology *t, int region_idx,
                               int rank, int64_t grace_ms, int64_t operation_ms)
 {
@@ -216,13 +218,27 @@ xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, in
     /* A report of the earlier process would make a coordinator drop the region again. */
     XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_failed(member).s, "", diag));
     XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_outer(m->region_idx, m->rank).s, rdzv_val_join(nonce).s, diag));
-    /* The next round decided takes us: within the others' inner steps of a period plus the grace window. */
-    rdzv_key key = rdzv_key_rejoin(nonce);
-    xdc_err_t rc = rdzv_get(m->rdzv, key.s, timeout_ms, val, sizeof val, diag);
-    if (rc != XDC_OK) {
-        xdc_diag_prefix(diag, "region %s asked to rejoin (%s): no round took it", us, key.s);
-        return rc;
+    /* The next round decided takes us: within the others' inner steps of a period plus the grace window; unless
+     * it is the run's last, whose end we then read between slices of the wait. */
+    rdzv_key key = rdzv_key_rejoin(nonce), end = rdzv_key_quorum(RDZV_ROUND_END);
+    uint64_t deadline = xdc_deadline_ms(timeout_ms);
+    xdc_err_t rc;
+    while ((rc = rdzv_get(m->rdzv, key.s, REJOIN_ASK_MS, val, sizeof val, diag)) == XDC_ERR_TIMEOUT &&
+           !xdc_deadline_passed(deadline)) {
+        xdc_diag d = {{0}};
+        if (rdzv_try_get(m->rdzv, end.s, mask, sizeof mask, &d) != XDC_OK) continue;
+        XDC_WARN(XDC_SUB_ORCH,
+                 "region %s asked to rejoin, but the run's end was decided first (%s = %s): it is not needed and "
+                 "leaves",
+                 us, end.s, mask);
+        *round = RDZV_ROUND_END;
+        return XDC_OK;
     }
+    if (rc == XDC_ERR_TIMEOUT)
+        xdc_diag_set(diag, "region %s asked to rejoin (%s): no round took it within %.1f s", us, key.s,
+                     (double)timeout_ms / 1000.0);
+    else if (rc != XDC_OK) xdc_diag_prefix(diag, "region %s asked to rejoin (%s): no round took it", us, key.s);
+    if (rc != XDC_OK) return rc;
     if (rdzv_val_round_parse(val, round) != XDC_OK) {
         xdc_diag_set(diag, "region %s asked to rejoin: %s = '%.32s' is not a round", us, key.s, val);
         return XDC_ERR_PROTO;

@@ -82,8 +82,10 @@ xdc_err_t orch_elastic_rejoin_detect(rdzv_client *rdzv, const char *region, int 
  * report is withdrawn, the request posted, and it waits up to timeout_ms for the round that takes it back,
  * *round. m->live then holds the regions of the run from the next round on (us and any joining with us),
  * in_round[r] = 1 for the round's members, whom the worker dials and who each hand over a slice of the
- * state, *from the lowest of them, and m->quorum the round's decision. XDC_ERR_PROTO when the decision does
- * not name us joining or names no member. */
+ * state, *from the lowest of them, and m->quorum the round's decision. *round = RDZV_ROUND_END when the run's
+ * end was decided first (no round takes a region back at the run's last round, orch_quorum.h): the run has no
+ * use for us, and nothing else is set. XDC_ERR_PROTO when the decision does not name us joining or names no
+ * member. */
 xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, int64_t timeout_ms, long long *round,
                                   uint8_t in_round[XDC_TOPO_MAX_REGIONS], int *from, xdc_diag *diag);
 

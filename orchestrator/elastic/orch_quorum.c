@@ -27,6 +27,7 @@ void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, 
     q->decided = q->pending = -1;
     q->silent_ms = silent_ms;
     q->open = -1;
+    q->last_round = LLONG_MAX;
     const char *at = getenv("XDC_TEST_REJOIN_AT"); /* tests/e2e/test_elastic.c: a return at a chosen round */
     q->rejoin_at = at ? strtoll(at, NULL, 10) : -1;
 }
@@ -55,16 +56,24 @@ static int join_request(const orch_quorum *q, int r, int k, char *nonce)
 }
 
 /* Take every region out of the run all of whose workers asked to rejoin into the round at `step` as joining
- * ('j' in mask; not at the end of the run): each worker learns the round from rejoin/<nonce>; it counts
- * again from the next round. Joiners of one round connect to each other too (the higher dials the lower,
- * orch_rejoin.c). */
+ * ('j' in mask; not at the run's last round nor at its end: it would train nothing more): each worker learns
+ * the round from rejoin/<nonce>; it counts again from the next round. Joiners of one round connect to each
+ * other too (the higher dials the lower, orch_rejoin.c). */
 static void admit_joiners(orch_quorum *q, long long step, char *mask)
 {
     char nonce[RDZV_NONCE_MAX];
-    for (int r = 0; r < q->t->n_regions && step != LLONG_MAX && (q->rejoin_at < 0 || step == q->rejoin_at); r++) {
+    for (int r = 0; r < q->t->n_regions && (q->rejoin_at < 0 || step == q->rejoin_at); r++) {
         int n = xdc_topology_region_workers(q->t, r), k = 0;
         while (!q->live[r] && k < n && join_request(q, r, k, nonce)) k++;
         if (q->live[r] || k < n) continue;
+        if (step >= q->last_round) { /* its workers leave once they read the end's decision */
+            if (step != LLONG_MAX)
+                XDC_WARN(XDC_SUB_ORCH,
+                         "region %s asks to rejoin at the run's last round (step %lld): not taken back, it would "
+                         "train nothing more; it leaves at the end of the run",
+                         q->t->regions[r].name, step);
+            continue;
+        }
         for (k = 0; k < n; k++) {
             join_request(q, r, k, nonce);
             rdzv_server_set(q->rdzv, rdzv_key_rejoin(nonce).s, rdzv_val_round(step).s);
@@ -80,6 +89,12 @@ static void admit_joiners(orch_quorum *q, long long step, char *mask)
         XDC_WARN(XDC_SUB_ORCH, "region %s rejoins the run at the outer round at step %lld; %d of %d regions",
                  q->t->regions[r].name, step, q->n_live, q->t->n_regions);
     }
+}
+
+int orch_quorum_asks(const orch_quorum *q, int r, int k)
+{
+    char nonce[RDZV_NONCE_MAX];
+    return !q->live[r] && join_request(q, r, k, nonce);
 }
 
 /* 1 when every worker of each region out of the run asked to rejoin. */
@@ -240,12 +255,12 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
     /* A region late for its first round after its return is still taking the state (which its members sent
      * while they trained on): a window of grace alone would drop it whenever that transfer outlasts the grace,
      * at every return. Not once a region that sends it left (the joiner waits for a dead sender's slice
-     * until the WAN deadline fails it), nor at the end: one taken back at the last round trains nothing
-     * more, and the members have finished. */
+     * until the WAN deadline fails it). The end has no first round back: no round takes a region back at the
+     * run's last round (admit_joiners). */
     int64_t window_ms = q->grace_ms;
     int senders = 1;
     for (int r = 0; r < q->t->n_regions; r++) senders &= q->back_from[r] != '1' || q->live[r];
-    for (int r = 0; r < q->t->n_regions && senders && step != LLONG_MAX; r++)
+    for (int r = 0; r < q->t->n_regions && senders; r++)
         if (q->live[r] && mask[r] == '0' && q->back_at[r] >= 0 && q->back_at[r] == q->decided)
             window_ms = q->grace_ms + q->back_ms;
     uint64_t waited = xdc_now_ns() - q->first_at, grace = (uint64_t)window_ms * XDC_NS_PER_MS;

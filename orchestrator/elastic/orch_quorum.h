@@ -64,6 +64,11 @@ typedef struct orch_quorum {
      * (0: off, every region runs the period), and each region's cost of one inner step relative to that */
     int pace_steps;
     double slowdown[XDC_TOPO_MAX_REGIONS];
+    /* The run's last round before the end (orch_quorum_last_round): a region taken back there would train
+     * nothing more, and its members would wait for its state at the end; no region is taken back at it or after
+     * (a request then stays unanswered, and the joiner leaves once the end is decided). LLONG_MAX: no such
+     * round known (the end alone) */
+    long long last_round;
     long long rejoin_at; /* test hook XDC_TEST_REJOIN_AT=<step>: take regions back at that round only, which
                           * waits until every region out of the run asked; -1: unset */
 } orch_quorum;
@@ -85,6 +90,9 @@ void orch_quorum_pace(orch_quorum *q, int budget, const double *pace);
 /* Decide the pending round when it is due (the launcher's tick). XDC_ERR_UNAVAILABLE when the regions that
  * arrived in time are fewer than min_regions, with the round, who arrived and who did not in why[cap]. */
 xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap);
+/* 1 when worker k of region r, out of the run, asked to rejoin and no round answered it yet: it waits for its
+ * round or for the end's decision (orch_elastic_rejoin_ask). */
+int orch_quorum_asks(const orch_quorum *q, int r, int k);
 /* Region r failed (`reason`: how); it leaves the run now, logged with its name. Returns XDC_ERR_UNAVAILABLE
  * (why[cap] says so) when fewer than min_regions regions are left. A region already out: XDC_OK. */
 xdc_err_t orch_quorum_lose(orch_quorum *q, int r, const char *reason, char *why, size_t cap);

@@ -10,7 +10,6 @@
 #include "orchestrator/rdzv/orch_rdzv_keys.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,7 +17,7 @@
 #include <string.h>
 #include <sys/types.h>
 
-#define CHAOS_POLL_MS  250 /* how often the members' heartbeats are read for the run's step */
+#define CHAOS_POLL_MS  250 /* how often the members' heartbeats (the run's step) and the decider's keys are read */
 #define CHAOS_LATE_PCT 90  /* a fault held back (its target busy) is dropped past this share of the steps */
 
 static const char *const kind_names[ORCH_CHAOS_KINDS] = {"kill-worker", "kill-agent", "stall",
@@ -162,13 +161,16 @@ typedef enum { F_PENDING, F_ACTIVE, F_DONE, F_SKIPPED } fault_state;
 typedef struct {
     orch_chaos_fault f;
     fault_state state;
-    double fired_s, ends_s;       /* seconds since the launch; ends_s: when a stall or link fault is undone (0: none) */
-    int regions[2], n_regions;    /* the regions the fault took out (kills, stall), to see them leave and return */
-    double out_s[2];              /* when each was seen out of the run (0: not yet) */
-    int64_t out_step[2];          /* the run's step when each was seen out */
-    int64_t back_step[2];         /* the run's step when each was taken back (-1: not yet): it has recovered once
+    double fired_s, ends_s;    /* seconds since the launch; ends_s: when a stall or link fault is undone (0: none) */
+    int regions[2], n_regions; /* the regions the fault took out (kills, stall), to see them leave and return */
+    double out_s[2];           /* when each was seen out of the run (0: not yet) */
+    int64_t out_step[2];       /* the run's step when each was seen out */
+    int64_t back_step[2];      /* the run's step when each was taken back (-1: not yet): it has recovered once
                                 * its own members report a later step (they train again) */
-    int64_t back_round[2];        /* the round that took each back, the end of steps_out (bench-chaos's lost steps) */
+    int64_t back_round[2];     /* the round that took each back, the end of steps_out (bench-chaos's lost steps) */
+    long long left0[2];        /* times each had left the run when the fault fired (left/<region>) */
+    /* each one's rank 0's rejoin request when the fault fired (an earlier return's: not this one's) */
+    char nonce0[2][RDZV_NONCE_MAX];
     uint8_t back[2];              /* each region's recovery was logged */
     int undone;                   /* the stall continued, the link restored */
     long long cont_round;         /* stall: the last round decided when it continued (back once a later one kept
@@ -176,6 +178,7 @@ typedef struct {
     pid_t pid;                    /* stall: the stopped worker; kill-etcd: the killed member */
     char holder[RDZV_MEMBER_MAX]; /* kill-decider: the holder it took out ("<host>:<pid>") */
     double was_mbps;              /* link-slow: the rate before */
+    int64_t fired_step;           /* the run's step when it fired (heartbeats) */
     double recovery_s;            /* from the end of the fault's cause (a kill: at once; a stall: its SIGCONT; a
                                    * link fault: its restore) to its recovery */
 } fault;
@@ -189,6 +192,7 @@ struct orch_chaos {
     int64_t step;                              /* the furthest step any member reported */
     int64_t region_step[XDC_TOPO_MAX_REGIONS]; /* the furthest step each region's members reported */
     double next_poll_s;
+    int polled; /* this tick read the heartbeats: the decider's keys are read too (with etcd each is a request) */
     char etcd[ORCH_CHAOS_MAX_ETCD][ORCH_CHAOS_PATH_MAX];    /* the etcd members' pid files */
     char decider[ORCH_CHAOS_MAX_ETCD][ORCH_CHAOS_PATH_MAX]; /* the standby coordinators' pid files */
 };
@@ -264,6 +268,46 @@ static void poll_step(orch_chaos *c)
         }
         if (c->region_step[r] > c->step) c->step = c->region_step[r];
     }
+}
+
+/* The store's events for region r, the keys the round decider writes, not its state: a launch that does not
+ * decide reads that state every 250 ms (orch_decider.h), and an outage shorter than that never shows there.
+ * times_left: left/<r>, how many times the region left the run (0: never). */
+static long long times_left(const orch_chaos *c, int r)
+{
+    char val[64];
+    long long n;
+    return rdzv_server_get(c->w.rdzv, rdzv_key_left(r).s, val, sizeof val) == 0 &&
+                   rdzv_val_round_parse(val, &n) == XDC_OK
+               ? n
+               : 0;
+}
+
+/* Region r's rank 0's rejoin request (outer/<r>/0 = join:<nonce>) into nonce[RDZV_NONCE_MAX]; "" when its last
+ * post is an arrival at a round, or none. */
+static void join_nonce(const orch_chaos *c, int r, char *nonce)
+{
+    char val[RDZV_VALUE_MAX];
+    long long step;
+    nonce[0] = '\0';
+    if (rdzv_server_get(c->w.rdzv, rdzv_key_outer(r, 0).s, val, sizeof val) != 0 ||
+        rdzv_val_outer_parse(val, &step, nonce) != XDC_OK)
+        nonce[0] = '\0';
+}
+
+/* The round that took region i of fault x back (rejoin/<nonce> of a request newer than the one when x fired);
+ * -1: none yet. The request stays posted from the ask until the joiner's first round as a member, seconds at
+ * least (the state, then its inner steps): a look every CHAOS_POLL_MS sees it. */
+static long long taken_back(const orch_chaos *c, const fault *x, int i)
+{
+    char nonce[RDZV_NONCE_MAX], val[64];
+    long long round;
+    join_nonce(c, x->regions[i], nonce);
+    if (!nonce[0] || strcmp(nonce, x->nonce0[i]) == 0 ||
+        rdzv_server_get(c->w.rdzv, rdzv_key_rejoin(nonce).s, val, sizeof val) != 0 ||
+        rdzv_val_round_parse(val, &round) != XDC_OK)
+        return -1;
+    return round;
 }
 
 /* "kill-worker ap-south/0 at step 20" into buf. */
@@ -477,6 +521,11 @@ static int fire(orch_chaos *c, fault *x)
     }
     x->state = F_ACTIVE;
     x->fired_s = since(c);
+    x->fired_step = c->step;
+    for (int i = 0; i < x->n_regions; i++) { /* its leaving and its return are the later events */
+        x->left0[i] = times_left(c, x->regions[i]);
+        join_nonce(c, x->regions[i], x->nonce0[i]);
+    }
     story(c, x, "fault", "%s", what);
     return 1;
 }
@@ -513,13 +562,12 @@ static void watch(orch_chaos *c, fault *x)
 {
     double now = since(c);
     for (int i = 0; i < x->n_regions; i++) {
-        if (!x->out_s[i] && !live(c, x->regions[i])) x->out_s[i] = now, x->out_step[i] = c->step;
-        if (x->out_s[i] && x->back_step[i] < 0 && live(c, x->regions[i])) {
-            x->back_step[i] = c->step;
-            /* the round that took it back was decided in the tick that counted it live again */
-            x->back_round[i] = c->w.decided && *c->w.decided >= 0 && *c->w.decided != LLONG_MAX ? *c->w.decided
-                                                                                                : c->step;
-        }
+        int r = x->regions[i];
+        long long round;
+        if (!x->out_s[i] && (!live(c, r) || (c->polled && times_left(c, r) > x->left0[i])))
+            x->out_s[i] = now, x->out_step[i] = c->step;
+        if (x->out_s[i] && x->back_step[i] < 0 && c->polled && (round = taken_back(c, x, i)) >= 0)
+            x->back_step[i] = c->step, x->back_round[i] = round;
     }
     if (x->ends_s && now >= x->ends_s) undo(c, x);
     if (x->ends_s && !x->undone) return;
@@ -528,8 +576,12 @@ static void watch(orch_chaos *c, fault *x)
     case ORCH_CHAOS_LINK_DOWN:
     case ORCH_CHAOS_LINK_SLOW:
         x->recovery_s = now - end_s;
-        story(c, x, "recovered", "link %s<->%s back at its rate after %.1f s (fault_s=%.1f recovery_s=%.1f)",
-              region_name(c, x->f.region), region_name(c, x->f.other), now - x->fired_s, fault_s, x->recovery_s);
+        /* what the run did meanwhile, from its heartbeats: an exchange over a cut link holds until it is back */
+        story(c, x, "recovered",
+              "link %s<->%s back at its rate after %.1f s; the run went from step %lld to %lld meanwhile "
+              "(fault_s=%.1f recovery_s=%.1f)",
+              region_name(c, x->f.region), region_name(c, x->f.other), now - x->fired_s, (long long)x->fired_step,
+              (long long)c->step, fault_s, x->recovery_s);
         x->state = F_DONE;
         return;
     case ORCH_CHAOS_KILL_ETCD: {
@@ -642,7 +694,8 @@ xdc_err_t orch_chaos_create(const orch_chaos_spec *s, const orch_chaos_shape *sh
 void orch_chaos_tick(orch_chaos *c)
 {
     double now = since(c);
-    if (now >= c->next_poll_s) {
+    c->polled = now >= c->next_poll_s;
+    if (c->polled) {
         poll_step(c);
         c->next_poll_s = now + CHAOS_POLL_MS / 1000.0;
     }
@@ -661,6 +714,7 @@ void orch_chaos_finish(orch_chaos *c)
 {
     int fired = 0, done = 0;
     double worst = 0;
+    c->polled = 1; /* a last look at the decider's keys */
     for (int i = 0; i < c->n; i++) {
         fault *x = &c->f[i];
         char d[160], out[256] = "";

@@ -208,9 +208,11 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
     else if (strcmp(L->o.host, "0.0.0.0") == 0) gethostname(me, sizeof me);
     else snprintf(me, sizeof me, "%s", L->o.host);
     snprintf(L->coordinator, sizeof L->coordinator, "%s:%d", me, rdzv_server_port(L->rdzv));
-    if (L->elastic)
+    if (L->elastic) {
         orch_quorum_init(&L->quorum, L->t, L->rdzv, orch_quorum_min(&L->cfg, L->t->n_regions), L->cfg.elastic.grace_ms,
                          L->cfg.timeouts.operation_ms, L->cfg.timeouts.heartbeat_ms);
+        L->quorum.last_round = orch_quorum_last_round(&L->cfg);
+    }
     if (L->elastic && L->cfg.diloco.nobody_waits) { /* the decider counts each round's inner steps */
         double pace[XDC_TOPO_MAX_REGIONS];
         XDC_CHECK(orch_run_config_pace(&L->cfg, L->t, pace, diag));
@@ -420,7 +422,8 @@ done:
 
 /* How many members of regions still in the run hold their connection to the store; their names into
  * who[cap]. Members of regions that left are not counted: a killed process's connection lives on in the
- * store until the WAN deadline (its engine may yet reconnect), and a rejoined region's member has a new one. */
+ * store until the WAN deadline (its engine may yet reconnect), and a rejoined region's member has a new one;
+ * except a restarted one still asking to rejoin, which leaves once it read the end's decision. */
 static int members_connected(launch *L, char *who, size_t cap)
 {
     int n = 0;
@@ -429,7 +432,7 @@ static int members_connected(launch *L, char *who, size_t cap)
     for (int r = 0, i = 0; r < L->t->n_regions; r++)
         for (int k = 0; k < xdc_topology_region_workers(L->t, r); k++, i++) {
             rdzv_member_state st;
-            if (L->elastic && !L->quorum.live[r]) continue;
+            if (L->elastic && !L->quorum.live[r] && !orch_quorum_asks(&L->quorum, r, k)) continue;
             if (rdzv_server_member(L->rdzv, i, &st) != 0 || !st.connected) continue;
             if (len < cap) len += (size_t)snprintf(who + len, cap - len, "%s%s", n ? ", " : "", st.name);
             n++;

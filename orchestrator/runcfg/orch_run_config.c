@@ -195,6 +195,11 @@ int orch_quorum_min(const orch_run_config *c, int n_regions)
     return c->elastic.min_regions ? c->elastic.min_regions : n_regions / 2 + 1;
 }
 
+long long orch_quorum_last_round(const orch_run_config *c)
+{
+    return c->mode == ORCH_MODE_SYNC ? (long long)c->train.steps - 1 : (long long)c->train.steps;
+}
+
 void orch_run_config_rdzv_shape(const orch_run_config *c, int n_regions, rdzv_run_shape *out)
 {
     long steps = c->train.steps > 0 ? c->train.steps : 0;

@@ -203,6 +203,9 @@ xdc_err_t orch_run_config_slowdown(const orch_run_config *c, int n_regions, doub
  * in diag, when the list has neither 1 nor n_regions entries. */
 xdc_err_t orch_run_config_layer_ms(const orch_run_config *c, int n_regions, int region, double *ms, xdc_diag *diag);
 int orch_quorum_min(const orch_run_config *c, int n_regions);
+/* The step of an elastic run's last round before its end: the finish's (train.steps) in DiLoCo and streaming,
+ * the last step's (train.steps - 1) in sync mode, whose rounds come before each step's pass. */
+long long orch_quorum_last_round(const orch_run_config *c);
 /* orch_plan.c: the activation codec of the pipeline cut between regions a and b (either order): the topology link's
  * activation_codec (a -> b's, else b -> a's; both set and different is a config error), else the plan's for the
  * cut (act_cut), else the run file's activation_codec. Sender and receiver of a cut both derive it here from the

@@ -21,6 +21,7 @@
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
 #include "model/xdc_ckpt.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
 
 typedef struct {
     xdc_sync *grad; /* replicas only */
@@ -181,7 +182,9 @@ static xdc_err_t diloco_rejoin(orch_worker *w, void *state, xdc_diag *diag)
     diloco_state *st = state;
     /* handed over once the round is applied: at once, or diloco.overlap_steps later */
     XDC_CHECK(orch_rejoin_take(w, &st->outer, w->cfg->diloco.overlap_steps, diag));
-    return nobody_waits(w) ? orch_elastic_steps(&w->elastic.m, (long long)w->prog.step, st->steps, diag) : XDC_OK;
+    int needed = w->elastic.rejoin_round != RDZV_ROUND_END; /* else the run ended first: no round to run */
+    return nobody_waits(w) && needed ? orch_elastic_steps(&w->elastic.m, (long long)w->prog.step, st->steps, diag)
+                                     : XDC_OK;
 }
 
 static int diloco_syncs(const void *state, xdc_sync **out, int cap)

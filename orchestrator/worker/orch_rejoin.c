@@ -36,6 +36,7 @@
 #include "common/xdc_time.h"
 #include "kernels/xdc_quant.h"
 #include "orchestrator/elastic/orch_elastic_member.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -456,6 +457,8 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
     XDC_CHECK(orch_elastic_rejoin_ask(&w->elastic.m, w->id->member,
                                       w->cfg->timeouts.rendezvous_ms + w->cfg->timeouts.operation_ms, &at, in_round,
                                       &lowest, diag));
+    w->elastic.rejoin_round = at;
+    if (at == RDZV_ROUND_END) return XDC_OK; /* the run ended first: nothing to take */
     if (test_fault(w, "absent")) {
         xdc_diag_set(diag, "rejoin: region %s gives up before it dials the round at step %lld (test hook)",
                      w->id->region, at);
@@ -469,8 +472,7 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
             dn[k++].region = r;
         }
     XDC_CHECK(link_joiners(w, w->elastic.m.quorum, diag));
-    /* The run's last round is the finish's: its state is handed over at once. */
-    long long want = at < w->cfg->train.steps ? at + lag : at;
+    long long want = at + lag; /* no round takes a region back at the run's last round (orch_quorum.h) */
     const xdc_device_ops *d = w->model.be->device;
     uint8_t *host;
     XDC_CHECK(d->host_alloc((void **)&host, slice_bytes(w, w->model.n_params)));
@@ -488,7 +490,6 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
         return XDC_ERR_PROTO;
     }
     w->prog.step = (int64_t)h[HDR_STEP];
-    w->elastic.rejoin_round = at;
     XDC_WARN(
         XDC_SUB_ORCH,
         "region %s took the state of round %lld (step %lld, data epoch %llu batch %llu, %llu AdamW steps) from the "

@@ -731,7 +731,8 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
 {
     const xdc_train_config *c = &w->cfg->train;
     if (w->id->resume && !w->elastic.rejoin) XDC_CHECK(orch_checkpoint_resume(w, diag));
-    if (w->elastic.rejoin) XDC_CHECK(w->mode->rejoin(w, w->mode_state, diag)); /* the running job's state */
+    if (w->elastic.rejoin) XDC_CHECK(w->mode->rejoin(w, w->mode_state, diag));         /* the running job's state */
+    if (w->elastic.rejoin && w->elastic.rejoin_round == RDZV_ROUND_END) return XDC_OK; /* not needed: no model */
     double run_t0 = now_s();
     orch_steplog_row last = {.step = w->prog.step, .val_loss = NAN};
     while (w->prog.step < c->steps) {
@@ -776,9 +777,8 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
         if (w->prog.step % ORCH_PACE_STEPS == 0 && w->id->n_regions > 1 && !w->id->span && w->prog.step < c->steps)
             XDC_CHECK(pace(w, now_s() - run_t0, diag));
     }
-    /* DiLoCo-style modes end on agreed global parameters, so every region reports the same model. A region
-     * the run's last round took back holds them already (that round was the finish's). */
-    if (!w->elastic.rejoin || w->elastic.rejoin_round < c->steps) XDC_CHECK(w->mode->finish(w, w->mode_state, diag));
+    /* DiLoCo-style modes end on agreed global parameters, so every region reports the same model. */
+    XDC_CHECK(w->mode->finish(w, w->mode_state, diag));
     XDC_CHECK(orch_train_eval(w, &w->prog.val_loss, diag));
     if (reporter(w))
         printf("step %5lld  val_loss %.4f  elapsed %.2fs\n", (long long)w->prog.step, w->prog.val_loss,

@@ -155,12 +155,18 @@ typedef struct orch_elastic {
     int left;             /* the rejoiner's region left the run this many times (left/<region>, orch_quorum.h) */
     uint64_t started;     /* xdc_now_ns() when this worker process began (xdc_worker_run) */
     uint64_t rejoin_t0;   /* xdc_now_ns() when it asked to rejoin */
-    int64_t rejoin_round; /* the round that took it back; -1 once its first round as a member was logged */
+    int64_t rejoin_round; /* the round that took it back (RDZV_ROUND_END: none, the run ended first); -1 once
+                           * its first round as a member was logged */
     struct orch_rejoin_out *give; /* a member's last hand-over of its slice of the state, its sends not all
                                    * settled (orch_rejoin.c); NULL: none */
     /* The sync of the round whose exchange is under way (a streaming fragment's is, across the next inner
      * step), NULL when none; m.open is its step. */
     xdc_sync *open;
+    /* The links the open round's exchange waited on with no stream up (their connection broke and is not back:
+     * the run's own event; a real link fails without telling): the seconds of this round's waits each was seen
+     * so, and whether it was at the last look. orch_elastic_wait looks, orch_elastic_links says. */
+    double down_s[XDC_TOPO_MAX_REGIONS];
+    uint8_t down[XDC_TOPO_MAX_REGIONS];
     /* (n_regions) each member region's weight in the next outer round's mean (DiLoCo's nobody waits: the tokens
      * it processed, orch_mode_diloco.c); NULL: 1 each. Regions out of the round weigh 0 whatever it says. */
     const float *weight;
@@ -288,8 +294,13 @@ void orch_elastic_open(orch_worker *w, xdc_sync *sync, int64_t step);
 xdc_err_t orch_elastic_end(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag);
 /* End `sync`'s round (as xdc_sync_end) while a round's exchange is open: looking every 200 ms whether a member
  * region left during it, and telling the open round's sync (xdc_sync_lose), which may be what `sync` waits
- * behind on the comm thread. Without an open exchange, xdc_sync_end. */
+ * behind on the comm thread; and whether the link to a member region is down (its WAN peer has no stream up).
+ * Without an open exchange, xdc_sync_end. */
 xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
+/* After the exchange of the round at `step`: each link orch_elastic_wait saw down during it, logged with how
+ * long the exchange waited on it (it holds until the link is back: no relay around a down link yet); not the
+ * link to a region named lost during the round (its process died: the round went on without it). */
+void orch_elastic_links(orch_worker *w, long long step);
 /* Elastic rounds: post this worker's arrival at `round` (a step, or RDZV_ROUND_END) and take the store
  * host's decision of who is in it into w->elastic.m (orch_elastic_arrive); XDC_ERR_UNAVAILABLE when this
  * region was left out. */
@@ -306,7 +317,8 @@ xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag);
  * AdamW moments (hash-checked; XDC_ERR_CORRUPT naming the part and the member on a mismatch); local =
  * global, the step, the AdamW step count and the data position are the members' (XDC_ERR_PROTO when they
  * disagree). `lag`: how many steps after a round the members hand its state over (DiLoCo 0; streaming 1,
- * once the round's fragment landed); the run's last round hands it over at once. */
+ * once the round's fragment landed). When the run's end was decided first, w->elastic.rejoin_round =
+ * RDZV_ROUND_END and nothing is taken: the run has no use for this worker. */
 xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *diag);
 /* After the exchange of the round at step `round`: the first one a rejoined worker took part in is logged with
  * the time it took. */

@@ -44,6 +44,7 @@ static xdc_err_t elastic_exchange(orch_worker *w, xdc_sync *sync, long long step
     int resum;
     xdc_err_t rc = orch_elastic_wait(w, sync, diag);
     w->elastic.open = NULL;
+    orch_elastic_links(w, step);
     XDC_CHECK(rc);
     xdc_sync_received(sync, got);
     XDC_CHECK(orch_elastic_settle(&w->elastic.m, step, got, final, &resum, diag));

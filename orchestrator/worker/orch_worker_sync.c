@@ -5,6 +5,7 @@
  * orch_checkpoint.c and the modes, which all use it. */
 #include "orchestrator/worker/orch_worker.h"
 
+#include "common/xdc_log.h"
 #include "common/xdc_time.h"
 
 #include <stdio.h>
@@ -82,6 +83,37 @@ static xdc_err_t poll_lost(orch_worker *w, xdc_diag *diag)
     return XDC_OK;
 }
 
+/* A member region's link with no stream up (its connection broke: reset, refused, timed out) at a look of the
+ * wait: down since the look before (`since`, xdc_now_ns). */
+static void watch_links(orch_worker *w, uint64_t since)
+{
+    xdc_wan_peer **peers = orch_member_peers(w->member);
+    double waited = (double)(xdc_now_ns() - since) / 1e9;
+    for (int r = 0; r < w->id->n_regions; r++) {
+        xdc_wan_stats st;
+        if (r == w->id->region_idx || !peers[r] || !w->elastic.m.live[r]) continue;
+        xdc_wan_peer_stats(peers[r], &st);
+        w->elastic.down[r] = st.streams_up == 0;
+        if (w->elastic.down[r]) w->elastic.down_s[r] += waited;
+    }
+}
+
+void orch_elastic_links(orch_worker *w, long long step)
+{
+    for (int r = 0; r < w->id->n_regions; r++) {
+        if (w->elastic.down_s[r] <= 0 || w->elastic.m.told[r]) { /* a region that left: its process is gone */
+            w->elastic.down_s[r] = 0;
+            continue;
+        }
+        XDC_WARN(XDC_SUB_ORCH,
+                 "outer round at step %lld: the link to region %s was down for %.1f s of the exchange (its WAN "
+                 "connection broke%s); the exchange waited for it (no relay around a down link yet)",
+                 step, w->topo->regions[r].name, w->elastic.down_s[r],
+                 w->elastic.down[r] ? ", not back yet" : " and came back");
+        w->elastic.down_s[r] = 0;
+    }
+}
+
 void orch_elastic_setup(orch_worker *w)
 {
     w->elastic.on = orch_quorum_elastic(w->cfg, w->id->n_regions);
@@ -93,7 +125,12 @@ xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
 {
     if (!w->elastic.open) return xdc_sync_end(sync, diag);
     xdc_err_t rc;
-    while ((rc = xdc_sync_wait(sync, ORCH_LOST_POLL_MS, diag)) == XDC_ERR_AGAIN) XDC_CHECK(poll_lost(w, diag));
+    uint64_t look = xdc_now_ns();
+    while ((rc = xdc_sync_wait(sync, ORCH_LOST_POLL_MS, diag)) == XDC_ERR_AGAIN) {
+        watch_links(w, look);
+        look = xdc_now_ns();
+        XDC_CHECK(poll_lost(w, diag));
+    }
     return rc;
 }
 

@@ -1,8 +1,11 @@
-/* test_chaos_launch.c — `xdc launch --chaos` end to end: a one-fault schedule (kill-worker) on the tiny
- * model's elastic DiLoCo run over three emulated regions with --max-restarts 1. The seed is chosen here with
- * the schedule's own generator so that its fault falls early (a step read from the run's heartbeats, not a
- * time): the worker is killed there, its region leaves, is started again and rejoins, and the run ends with
- * every region on one model and the story told: the schedule, the fault and its recovery, one line each. */
+/* test_chaos_launch.c — `xdc launch --chaos` end to end: one-fault schedules on the tiny model's elastic
+ * DiLoCo run over three emulated regions with --max-restarts 1. Each seed is chosen here with the schedule's
+ * own generator so that its fault falls early (a step read from the run's heartbeats, not a time):
+ * - kill-worker: the worker is killed there, its region leaves, is started again and rejoins;
+ * - link-down: the link is cut there; the workers at its ends see it down from their own WAN peers (no stream
+ *   up) while an outer round's exchange waits on it, and say how long;
+ * and the run ends with every region on one model and the story told: the schedule, the fault and its
+ * recovery, one line each. */
 #include "tests/xdc_test.h"
 #include "tests/e2e/test_orch_util.h"
 
@@ -17,33 +20,58 @@
 #define CHAOS_STEPS 128
 #define CHAOS_RATE  "0.3" /* round(0.3 * 3 regions * 128 steps / 100) = 1 fault */
 
-XDC_TEST_T(chaos_launch_kills_a_worker_at_its_step_and_the_run_ends_on_one_model, 180)
+/* The first seed of `kinds` (one kind) whose one fault comes before step 40, lasting min_ms to max_ms (link
+ * faults; 0, 0: any), into *f, chosen with the schedule's own generator for the shape start_chaos builds for
+ * this run (3 regions of 1 worker, restarts, a quorum of 2, emulated WAN); then `xdc launch --chaos` of the
+ * elastic DiLoCo run (H = 4) with that seed, into dir[600], its output into out[cap]. */
+static void launch_chaos(const char *kinds, int min_ms, int max_ms, orch_chaos_fault *f, char *dir, char *out,
+                         size_t cap)
 {
     e2e_need_corpus();
-    /* The shape start_chaos builds for this run: 3 regions of 1 worker, restarts, a quorum of 2, emulated WAN. */
     orch_chaos_shape sh = {
         .n_regions = 3, .workers = {1, 1, 1}, .steps = CHAOS_STEPS, .restarts = 1, .spare_regions = 1, .links = 1};
-    orch_chaos_fault f[ORCH_CHAOS_MAX_FAULTS];
+    orch_chaos_fault plan[ORCH_CHAOS_MAX_FAULTS];
     orch_chaos_spec s;
-    xdc_diag d = {{0}};
-    XDC_ASSERT_OK(orch_chaos_spec_parse("1:" CHAOS_RATE ":kill-worker", &s, &d));
-    for (s.seed = 1; s.seed < 1000; s.seed++) /* the first seed whose kill comes before step 40 */
-        if (orch_chaos_schedule(&s, &sh, f, ORCH_CHAOS_MAX_FAULTS) == 1 && f[0].step < 40) break;
-    XDC_ASSERT_EQ(orch_chaos_schedule(&s, &sh, f, ORCH_CHAOS_MAX_FAULTS), 1);
-    XDC_ASSERT(f[0].kind == ORCH_CHAOS_KILL_WORKER && f[0].step < 40);
-    const char *regions[3] = {"us-east", "eu-west", "ap-south"};
-    const char *run = e2e_write_run_p("chaos", "diloco", CHAOS_STEPS, "none", 1,
+    char spec[64], cmd[2048];
+    snprintf(spec, sizeof spec, "1:" CHAOS_RATE ":%s", kinds);
+    XDC_ASSERT_OK(orch_chaos_spec_parse(spec, &s, NULL));
+    int n = 0;
+    for (s.seed = 1; s.seed < 1000; s.seed++)
+        if ((n = orch_chaos_schedule(&s, &sh, plan, ORCH_CHAOS_MAX_FAULTS)) == 1 && plan[0].step < 40 &&
+            (!max_ms || (plan[0].duration_ms >= min_ms && plan[0].duration_ms <= max_ms)))
+            break;
+    XDC_ASSERT_MSG(n == 1 && s.seed < 1000, "no seed below 1000 plans one early %s", kinds);
+    *f = plan[0];
+    const char *run = e2e_write_run_p(kinds, "diloco", CHAOS_STEPS, "none", 1,
                                       "microbatches: 1\ndiloco: {inner_steps: 4}\nelastic: {min_regions: 2, grace: 5s}"
                                       "\ntimeouts: {rendezvous: 30s, operation: 30s, heartbeat: 30s}\n");
-    char dir[600], cmd[2048], want[256];
-    static char out[1 << 18];
-    snprintf(dir, sizeof dir, "%s/chaos", xdc_test_tmpdir());
+    snprintf(dir, 600, "%s/chaos-%s", xdc_test_tmpdir(), kinds);
     snprintf(cmd, sizeof cmd,
-             "timeout 170 %s launch -t %s -c %s --run-dir %s --max-restarts 1 --chaos %llu:" CHAOS_RATE
-             ":kill-worker 2>&1",
-             xdc_test_bin(), CHAOS_TOPO, run, dir, (unsigned long long)s.seed);
-    int rc = xdc_test_run(cmd, out, sizeof out);
+             "timeout 170 %s launch -t %s -c %s --run-dir %s --max-restarts 1 --chaos %llu:" CHAOS_RATE ":%s 2>&1",
+             xdc_test_bin(), CHAOS_TOPO, run, dir, (unsigned long long)s.seed, kinds);
+    int rc = xdc_test_run(cmd, out, cap);
     XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
+}
+
+/* Every region of the run in `dir` on the run's parameters, which the launch's output `out` reports. */
+static void expect_one_model(const char *dir, const char *out)
+{
+    char hash[4][17], final[64];
+    XDC_ASSERT_EQ(e2e_final_hashes(dir, hash, 4), 3);
+    XDC_ASSERT(strcmp(hash[0], hash[1]) == 0 && strcmp(hash[0], hash[2]) == 0);
+    snprintf(final, sizeof final, "params_xxh64=%s", hash[0]);
+    XDC_ASSERT_STR_CONTAINS(out, final);
+    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
+}
+
+XDC_TEST_T(chaos_launch_kills_a_worker_at_its_step_and_the_run_ends_on_one_model, 180)
+{
+    orch_chaos_fault f[1];
+    const char *regions[3] = {"us-east", "eu-west", "ap-south"};
+    char dir[600], want[256];
+    static char out[1 << 18];
+    launch_chaos("kill-worker", 0, 0, f, dir, out, sizeof out);
+    XDC_ASSERT(f[0].kind == ORCH_CHAOS_KILL_WORKER);
     /* The story: the plan, the fault where the schedule put it, the recovery with its times. */
     snprintf(want, sizeof want, "1 planned: 1 kill-worker %s/0 at step %lld\n", regions[f[0].region],
              (long long)f[0].step);
@@ -59,11 +87,37 @@ XDC_TEST_T(chaos_launch_kills_a_worker_at_its_step_and_the_run_ends_on_one_model
     XDC_ASSERT_STR_CONTAINS(out, want);
     XDC_ASSERT_STR_CONTAINS(out, "recovery_s=");
     XDC_ASSERT_STR_CONTAINS(out, "chaos: 1 faults injected of 1 planned, 1 recovered");
-    /* Every region on the run's parameters. */
-    char hash[4][17], final[64];
-    XDC_ASSERT_EQ(e2e_final_hashes(dir, hash, 4), 3);
-    XDC_ASSERT(strcmp(hash[0], hash[1]) == 0 && strcmp(hash[0], hash[2]) == 0);
-    snprintf(final, sizeof final, "params_xxh64=%s", hash[0]);
-    XDC_ASSERT_STR_CONTAINS(out, final);
-    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
+    expect_one_model(dir, out);
+}
+
+/* A cut link is found by the run's own events: the workers at its ends see their WAN peer with no stream up
+ * while an outer round's exchange waits on it (rounds every 4 steps: one is under way within the cut), and
+ * each names the link and the seconds it waited. The exchange holds until the link is back (no relay around
+ * it yet), no region leaves, and the story says what the run did meanwhile. */
+XDC_TEST_T(chaos_launch_cut_link_is_seen_by_the_exchange_that_waits_on_it, 180)
+{
+    orch_chaos_fault f[1];
+    static const char *const regions[3] = {"us-east", "eu-west", "ap-south"}, *const hosts[3] = {"east", "west",
+                                                                                                 "south"};
+    char dir[600], want[256];
+    static char out[1 << 18];
+    launch_chaos("link-down", 3000, 6000, f, dir, out, sizeof out); /* a cut longer than a round, short a test */
+    XDC_ASSERT(f[0].kind == ORCH_CHAOS_LINK_DOWN);
+    int ends[2] = {f[0].region, f[0].other};
+    XDC_ASSERT_STR_CONTAINS(out, "chaos: recovered 1 link-down at step ");
+    snprintf(want, sizeof want, "link %s<->%s back at its rate after ", regions[ends[0]], regions[ends[1]]);
+    XDC_ASSERT_STR_CONTAINS(out, want);
+    XDC_ASSERT_STR_CONTAINS(out, "; the run went from step ");
+    XDC_ASSERT_MSG(!strstr(out, "dropped from the run"), "a region left over a cut link:\n%s", out);
+    for (int e = 0; e < 2; e++) { /* both ends saw it, each from its own peer */
+        char log[800], line[160];
+        snprintf(log, sizeof log, "%s/logs/%s-%s-node1-0.log", dir, regions[ends[e]], hosts[ends[e]]);
+        char *text = xdc_test_read_file(log, NULL);
+        XDC_ASSERT_MSG(text != NULL, "no log %s", log);
+        snprintf(line, sizeof line, ": the link to region %s was down for ", regions[ends[1 - e]]);
+        XDC_ASSERT_MSG(strstr(text, line) != NULL, "%s does not say its link was down:\n%s", log, text);
+        XDC_ASSERT_STR_CONTAINS(text, "the exchange waited for it");
+        free(text);
+    }
+    expect_one_model(dir, out);
 }

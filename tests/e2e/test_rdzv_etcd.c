@@ -1000,10 +1000,12 @@ XDC_TEST_SERIAL(rdzv_etcd_chaos_decider_killed_and_a_standby_takes_over, 240)
     XDC_ASSERT_STR_CONTAINS(out, "(this launch) gone as if killed");
     XDC_ASSERT_STR_CONTAINS(out, "chaos: recovered 1 kill-decider at step ");
     XDC_ASSERT_STR_CONTAINS(out, "took over deciding the run's rounds from the store");
-    /* The kill's recovery is the coordinator's to see: the launch follows the holder's state every 250 ms and
-     * may never see a short outage, so its own chaos line for it may read "not recovered" (docs/runtime.md,
-     * "Chaos"). */
+    /* The launch no longer decides: it follows the holder's state every 250 ms, which a short outage may never
+     * show, so its chaos tracker learns the region's leaving and return from the keys the holder writes
+     * (left/<region>, rejoin/<nonce>) and tells the recovery itself. */
     XDC_ASSERT_STR_CONTAINS(out, "chaos: fault 2 kill-worker at step ");
+    XDC_ASSERT_STR_CONTAINS(out, "chaos: recovered 2 kill-worker at step ");
+    XDC_ASSERT_STR_CONTAINS(out, "chaos: 2 faults injected of 2 planned, 2 recovered");
     XDC_ASSERT_STR_CONTAINS(out, "(restart 1 of --max-restarts 1)");
     const char *coord = strstr(out, "--- coordinator");
     XDC_ASSERT_MSG(coord && strstr(coord, "dropped from the run: ") && strstr(coord, "its agent "),
