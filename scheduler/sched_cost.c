@@ -139,12 +139,31 @@ void topo_codec_names(char *buf, size_t cap)
     }
 }
 
+double xdc_plan_host_share(const xdc_topology *t, const xdc_plan_calib *c)
+{
+    if (!c || c->probe_cores <= 0) return 1;
+    double demand = 0;
+    for (int r = 0; r < t->n_regions; r++)
+        demand += xdc_topology_region_workers(t, r) / (c->region_scale[r] > 1 ? c->region_scale[r] : 1);
+    return demand > c->probe_cores ? c->probe_cores / demand : 1;
+}
+
+double xdc_plan_probe_flops(const xdc_topology *t, const xdc_model_shape *m, double tokens, int seq_len,
+                            double seconds)
+{
+    if (!(seconds > 0) || !(tokens > 0) || t->n_regions < 1) return 0;
+    return topo_stage_flops(m, 0, m->layers, tokens, seq_len) / seconds * (1 + topo_region_half_tokens(t, 0) / tokens);
+}
+
 double topo_region_flops(const xdc_topology *t, int r, const xdc_plan_calib *c)
 {
     double mfu = c && c->mfu > 0 ? c->mfu : 0.4;
     double scale = c && c->compute_scale > 0 ? c->compute_scale : 1.0;
     if (c && r >= 0 && r < XDC_TOPO_MAX_REGIONS && c->region_scale[r] > 0) scale *= c->region_scale[r];
-    return t->regions[r].gpu_bf16_tflops * 1e12 * mfu / scale;
+    /* The probe's speed, shared with the host's other workers, else the topology's peak at the assumed MFU. */
+    double flops = c && c->probe_flops > 0 ? c->probe_flops * xdc_plan_host_share(t, c)
+                                           : t->regions[r].gpu_bf16_tflops * 1e12 * mfu;
+    return flops / scale;
 }
 
 void xdc_plan_region_pace(const xdc_topology *t, const xdc_plan_calib *c, const unsigned char *in, double *pace)

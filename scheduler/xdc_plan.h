@@ -57,6 +57,13 @@ typedef struct xdc_plan_calib {
     /* Per region r, a factor on every compute time of its workers (0: 1): a run's diloco.slowdown, which makes
      * each inner step of the region cost that many times its compute (a sleep the runtime counts as compute). */
     double region_scale[XDC_TOPO_MAX_REGIONS];
+    /* A compute speed measured on the machine planned for (xdc_plan_probe_flops: a probe timing the run's model on
+     * its device before planning), FLOP/s of one worker with a core to itself; > 0 replaces every region's
+     * bf16 TFLOP/s x mfu. probe_cores > 0: every worker of the topology runs on one host of that many cores, and
+     * each gets cores / demand of a core (at most one), the demand counting a worker of region r as
+     * 1 / region_scale[r] (a slowdown's sleep takes no core). 0: each worker has its own. */
+    double probe_flops;
+    int probe_cores;
 } xdc_plan_calib;
 
 /* Constraints: a zero / negative / empty field leaves the choice to the planner. */
@@ -205,6 +212,15 @@ void xdc_plan_region_pace(const xdc_topology *t, const xdc_plan_calib *c, const 
 /* The inner steps a region of `pace` runs in a round whose time budget is `budget` steps of the fastest
  * region: max(1, floor(budget / pace)). */
 int xdc_plan_round_steps(int budget, double pace);
+
+/* The FLOP/s of one worker that a probe measured: `seconds` for one forward + backward of the whole model m on a
+ * microbatch of `tokens` tokens (sequences of seq_len) on the device of region 0 of t, with the per-microbatch
+ * efficiency of that device taken out, so that the planner's compute time of that microbatch is `seconds`
+ * (xdc_plan_calib.probe_flops). 0 when seconds is not positive. */
+double xdc_plan_probe_flops(const xdc_topology *t, const xdc_model_shape *m, double tokens, int seq_len,
+                            double seconds);
+/* The fraction of a core each worker gets under c->probe_cores (1 without it): what xdc_plan_calib says. */
+double xdc_plan_host_share(const xdc_topology *t, const xdc_plan_calib *c);
 
 /* Calibrate compute times from measured_s[0..n) (seconds of compute per step, e.g. from a run's progress
  * lines or step logs). n = 1: calib->compute_scale so that stage 0's predicted compute per step equals
