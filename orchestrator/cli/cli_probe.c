@@ -61,8 +61,8 @@ int xdc_cli_plan_probe(const char *cmd, const orch_run_config *c, const xdc_topo
     setenv(ORCH_PLAN_PROBE_ENV, figure, 1);
     fprintf(stderr,
             "xdc %s: compute probe: forward + backward of %dx%d tokens in %.4f s (median of %d) on %s, %d thread%s: "
-            "%.3g GFLOP/s a worker alone; %ld cores shared by the run's workers\n",
+            "%.3g GFLOP/s a worker alone; %ld cores shared by the run's workers (%s=\"%s\")\n",
             cmd, c->train.batch_size, c->train.seq_len, s, PROBE_PASSES, orch_device_name(dev), c->threads,
-            c->threads == 1 ? "" : "s", flops / 1e9, cores > 0 ? cores : 0);
+            c->threads == 1 ? "" : "s", flops / 1e9, cores > 0 ? cores : 0, ORCH_PLAN_PROBE_ENV, figure);
     return XDC_EX_OK;
 }
