@@ -148,8 +148,7 @@ double xdc_plan_host_share(const xdc_topology *t, const xdc_plan_calib *c)
     return demand > c->probe_cores ? c->probe_cores / demand : 1;
 }
 
-double xdc_plan_probe_flops(const xdc_topology *t, const xdc_model_shape *m, double tokens, int seq_len,
-                            double seconds)
+double xdc_plan_probe_flops(const xdc_topology *t, const xdc_model_shape *m, double tokens, int seq_len, double seconds)
 {
     if (!(seconds > 0) || !(tokens > 0) || t->n_regions < 1) return 0;
     return topo_stage_flops(m, 0, m->layers, tokens, seq_len) / seconds * (1 + topo_region_half_tokens(t, 0) / tokens);

@@ -48,7 +48,8 @@ int xdc_cli_plan_probe(const char *cmd, const orch_run_config *c, const xdc_topo
         rc = xdc_gpt_probe(be->model, &c->train.model, c->train.batch_size, c->train.seq_len, PROBE_PASSES, &s, &d);
     }
     if (rc != XDC_OK) {
-        fprintf(stderr, "xdc %s: compute probe on %s: %s\n", cmd, orch_device_name(dev), d.msg[0] ? d.msg : xdc_strerror(rc));
+        fprintf(stderr, "xdc %s: compute probe on %s: %s\n", cmd, orch_device_name(dev),
+                d.msg[0] ? d.msg : xdc_strerror(rc));
         return xdc_cli_exit_code(rc);
     }
     xdc_model_shape m;

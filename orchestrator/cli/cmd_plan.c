@@ -256,9 +256,9 @@ static void print_link_codecs(const plan_inputs *in, const xdc_plan *p)
 
 static int plan_usage(FILE *f)
 {
-    fprintf(f, "usage: xdc plan -t TOPOLOGY.yaml (-m MODEL.yaml | -c RUN.yaml) [--json] [--explain] [--global-batch TOKENS]\n"
-               "                [--mode sync|diloco|streaming|pipeline] [--stages P] [--micro-batch B] [--codec C]\n"
-               "                [--chunks V] [--mfu F]\n"
+    fprintf(f, "usage: xdc plan -t TOPOLOGY.yaml (-m MODEL.yaml | -c RUN.yaml) [--json] [--explain]\n"
+               "                [--global-batch TOKENS] [--mode sync|diloco|streaming|pipeline] [--stages P]\n"
+               "                [--micro-batch B] [--codec C] [--chunks V] [--mfu F]\n"
                "  Choose how to train the model on the topology: mode, stages and replicas per region, layer\n"
                "  partition, WAN cut, microbatches, bucket, codec and DiLoCo period, with the predicted step time.\n"
                "  --global-batch  tokens per optimizer step (default: microbatch x microbatches x workers)\n"
@@ -574,20 +574,14 @@ static void explain(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan
 
 int xdc_cmd_plan(int argc, char **argv)
 {
-    static const struct option opts[] = {{"topology", required_argument, NULL, 't'},
-                                         {"model", required_argument, NULL, 'm'},
-                                         {"config", required_argument, NULL, 'c'},
-                                         {"json", no_argument, NULL, 'j'},
-                                         {"explain", no_argument, NULL, 'x'},
-                                         {"global-batch", required_argument, NULL, 'g'},
-                                         {"mode", required_argument, NULL, 'M'},
-                                         {"stages", required_argument, NULL, 'P'},
-                                         {"chunks", required_argument, NULL, 'V'},
-                                         {"micro-batch", required_argument, NULL, 'b'},
-                                         {"codec", required_argument, NULL, 'C'},
-                                         {"mfu", required_argument, NULL, 'f'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {0}};
+    static const struct option opts[] = {
+        {"topology", required_argument, NULL, 't'}, {"model", required_argument, NULL, 'm'},
+        {"config", required_argument, NULL, 'c'},   {"json", no_argument, NULL, 'j'},
+        {"explain", no_argument, NULL, 'x'},        {"global-batch", required_argument, NULL, 'g'},
+        {"mode", required_argument, NULL, 'M'},     {"stages", required_argument, NULL, 'P'},
+        {"chunks", required_argument, NULL, 'V'},   {"micro-batch", required_argument, NULL, 'b'},
+        {"codec", required_argument, NULL, 'C'},    {"mfu", required_argument, NULL, 'f'},
+        {"help", no_argument, NULL, 'h'},           {0}};
     const char *topo = NULL, *model = NULL, *run = NULL, *mode = NULL, *codec = NULL;
     int json = 0, expl = 0, stages = 0, chunks = 0, micro_batch = 0, c;
     double global = 0, mfu = 0;

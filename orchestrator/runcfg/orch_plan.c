@@ -69,8 +69,9 @@ xdc_err_t orch_plan_probe_take(orch_run_config *c, xdc_diag *diag)
     int cores, used = 0;
     if (sscanf(v, "%lf %d%n", &flops, &cores, &used) != 2 || v[used] != '\0' || !(flops > 0) || flops > 1e18 ||
         cores < 0 || cores > 65536) {
-        xdc_diag_set(diag, "%s='%s': want \"FLOPS CORES\" (FLOP/s > 0 of one worker, the cores its host's workers share, 0: "
-                           "a core each)",
+        xdc_diag_set(diag,
+                     "%s='%s': want \"FLOPS CORES\" (FLOP/s > 0 of one worker, the cores its host's workers share, 0: "
+                     "a core each)",
                      ORCH_PLAN_PROBE_ENV, v);
         return XDC_ERR_CONFIG;
     }

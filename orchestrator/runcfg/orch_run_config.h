@@ -135,7 +135,7 @@ typedef struct orch_run_config {
     bool plan_compute_topology;
     double probe_flops;
     int probe_cores;
-    bool mode_set, stages_set;   /* the run file set these by hand (constraints for the planner) */
+    bool mode_set, stages_set; /* the run file set these by hand (constraints for the planner) */
     /* Layer partition: stage s owns [stage_layer_begin[s], stage_layer_begin[s+1]); n_split = 0: even. */
     int stage_layer_begin[ORCH_MAX_STAGES + 1];
     int n_split;

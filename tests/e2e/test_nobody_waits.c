@@ -87,8 +87,10 @@ XDC_TEST_T(plan_auto_chooses_nobody_waits_and_the_run_takes_it, 180)
     snprintf(run, sizeof run, "%s/auto-pace.yaml", xdc_test_tmpdir());
     FILE *f = fopen(run, "w");
     XDC_ASSERT(f != NULL);
-    fprintf(f, "model: %s/%s\ndata: %s\nplan: auto\nplan_compute: topology\nmicrobatches: 2\nsteps: 20\ndiloco: {slowdown: [1, 3]}\n", cwd,
-            TINY, DATA);
+    fprintf(f,
+            "model: %s/%s\ndata: %s\nplan: auto\nplan_compute: topology\nmicrobatches: 2\nsteps: 20\ndiloco: "
+            "{slowdown: [1, 3]}\n",
+            cwd, TINY, DATA);
     fclose(f);
     e2e_launch_hash(run, "auto-pace", NULL, out, sizeof out, dir, sizeof dir, hash);
     XDC_ASSERT_STR_CONTAINS(out, "nobody waits (each region's inner steps by its pace)");

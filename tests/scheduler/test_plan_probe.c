@@ -108,8 +108,9 @@ XDC_TEST(plan_cli_plans_with_the_probe_figure)
         snprintf(paths[i], 600, "%s/%s.yaml", xdc_test_tmpdir(), names[i]);
         FILE *f = fopen(paths[i], "w");
         XDC_ASSERT(f != NULL);
-        fprintf(f, "model: %s/bench/e2e/gpt1m.yaml\ndata: /usr/share/games/fortunes\nplan: auto\nthreads: 1\n"
-                   "diloco: {slowdown: [1, 1, 2, 1]}\n%s",
+        fprintf(f,
+                "model: %s/bench/e2e/gpt1m.yaml\ndata: /usr/share/games/fortunes\nplan: auto\nthreads: 1\n"
+                "diloco: {slowdown: [1, 1, 2, 1]}\n%s",
                 cwd, i ? "plan_compute: topology\n" : "");
         fclose(f);
     }
