@@ -59,9 +59,8 @@ typedef struct xdc_plan_calib {
     double region_scale[XDC_TOPO_MAX_REGIONS];
     /* A compute speed measured on the machine planned for (xdc_plan_probe_flops: a probe timing the run's model on
      * its device before planning), FLOP/s of one worker with a core to itself; > 0 replaces every region's
-     * bf16 TFLOP/s x mfu. probe_cores > 0: every worker of the topology runs on one host of that many cores, and
-     * each gets cores / demand of a core (at most one), the demand counting a worker of region r as
-     * 1 / region_scale[r] (a slowdown's sleep takes no core). 0: each worker has its own. */
+     * bf16 TFLOP/s x mfu. probe_cores > 0: every worker of the topology runs on one host of that many cores and
+     * gets the share of one xdc_plan_host_share says. 0: each worker has its own. */
     double probe_flops;
     int probe_cores;
 } xdc_plan_calib;
@@ -219,8 +218,11 @@ int xdc_plan_round_steps(int budget, double pace);
  * (xdc_plan_calib.probe_flops). 0 when seconds is not positive. */
 double xdc_plan_probe_flops(const xdc_topology *t, const xdc_model_shape *m, double tokens, int seq_len,
                             double seconds);
-/* The fraction of a core each worker gets under c->probe_cores (1 without it): what xdc_plan_calib says. */
-double xdc_plan_host_share(const xdc_topology *t, const xdc_plan_calib *c);
+/* The fraction of a core a worker of region r gets while it computes, its host's c->probe_cores shared by every
+ * worker of t (1 without probe_cores): the mean over how many others compute at once of min(1, cores / (1 + them)),
+ * worker j computing 1 / region_scale[j] of its time (a slowdown's sleep takes no core) independently of the others.
+ * A slowed region computes while the others do, so its share is the lowest and its pace more than its slowdown. */
+double xdc_plan_host_share(const xdc_topology *t, int r, const xdc_plan_calib *c);
 
 /* Calibrate compute times from measured_s[0..n) (seconds of compute per step, e.g. from a run's progress
  * lines or step logs). n = 1: calib->compute_scale so that stage 0's predicted compute per step equals

@@ -32,7 +32,8 @@
 # hop: a relay's forwards included), compute utilisation (compute time / wall: mean, and worst over every
 # worker of the topology, one the row leaves idle counting 0), exposed WAN (mean and worst worker), and the
 # load average before and after it. sim_error_pct_max: the auto row's measured step (the slowest worker's
-# mean step, evaluations left out) against the step its plan predicted, its compute calibrated by the probe
+# mean step, evaluations, the first step and the final round left out) against the step its plan predicted, its
+# compute calibrated by the probe
 # `xdc launch` runs before planning (docs/planner.md, "Compute speed"). Plots (xdc report) go to E2E_PLOTS (docs/bench-e2e).
 # The last line is the issue's summary line; wall time on stderr.
 # Smoke run while developing: E2E_STEPS=20 E2E_FLAT_STEPS=2 E2E_SYNC_STEPS=2 E2E_H=10 E2E_EVAL=5 \
@@ -132,10 +133,11 @@ def load(name):
     relayed = sum(int(b) for p in glob.glob(f"{work}/{name}/logs/*.log")
                   for b in re.findall(r"relayed_bytes=(\d+)", open(p, errors="replace").read()))
     load_avg = open(f"{work}/{name}.load").read().split()
-    # The run's pace: per worker its steps' time (evaluations left out) over the steps after the first, the
+    # The run's pace: per worker its steps' time (evaluations left out) over the steps after the first and before
+    # the last (the run's final round, in the final codec, which a plan counts once per run, not per step), the
     # slowest worker's. Not each step's slowest worker: with nobody waits north's steps take twice the others'
     # but it runs half as many, and its idle steps read 0, so a per-step maximum counts north's steps twice.
-    steady = [l[1:n] or l[:n] for l in logs]
+    steady = [l[1:n - 1] or l[:n] for l in logs]
     pace = max(sum(float(x[2]) for x in l) / len(l) for l in steady)
     return dict(rows=rows, fin=fin, out=text, workers=len(logs), relayed=relayed, load=load_avg, pace=pace)
 
@@ -229,7 +231,7 @@ if pred:
     if probe:
         print("auto's " + probe.group(0)[len("xdc launch: "):])
     print(f"auto: predicted step {float(pred.group(1)):.3f} s, measured {auto_step:.3f} s (the slowest worker's mean "
-          f"step after the first, evaluations left out; load average {' '.join(R['auto']['load'][:3])} -> "
+          f"step, evaluations, the first step and the final round left out; load average {' '.join(R['auto']['load'][:3])} -> "
           f"{' '.join(R['auto']['load'][3:])})")
 else:
     sim = "unknown"

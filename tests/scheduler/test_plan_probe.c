@@ -49,17 +49,22 @@ XDC_TEST(plan_probe_speed_sets_the_predicted_compute)
     XDC_ASSERT_EQ(s->best.microbatches, 1);
     XDC_ASSERT_NEAR(s->best.t_compute, 0.1, 1e-9);
     xdc_plan_set_destroy(s);
-    /* The four workers on 2 cores, north slowed 2x: north's sleep takes no core, so the demand is 3.5 workers and
-     * each gets 2 / 3.5 of a core; a fast region's step (nobody waits: the plan's step) costs 0.1 / (2 / 3.5). */
+    /* The four workers on 2 cores, north slowed 2x: north computes half its time (the rest its sleep, which takes no
+     * core). A fast worker computes beside 2 others while north sleeps (2/3 of a core) and 3 while it computes (1/2):
+     * 7/12 of a core; north always beside 3 (1/2), so its pace is 2 x (7/12) / (1/2) = 7/3, not 2. A fast region's
+     * step (nobody waits: the plan's step) costs 0.1 / (7/12), and north runs floor(H / (7/3)) of a round's H. */
     o = auto_row_opts(f, 2, 2);
-    XDC_ASSERT_NEAR(xdc_plan_host_share(t, &o.calib), 2 / 3.5, 1e-12);
+    XDC_ASSERT_NEAR(xdc_plan_host_share(t, 0, &o.calib), 7.0 / 12, 1e-12);
+    XDC_ASSERT_NEAR(xdc_plan_host_share(t, 2, &o.calib), 0.5, 1e-12);
     s = test_plan_search_ok(t, &m, &b, &o);
     XDC_ASSERT(s->best.nobody_waits);
-    XDC_ASSERT_NEAR(s->best.t_compute, 0.1 * 3.5 / 2, 1e-9);
+    XDC_ASSERT_NEAR(s->best.t_compute, 0.1 * 12 / 7, 1e-9);
+    XDC_ASSERT_EQ(s->best.round_steps[0], s->best.inner_steps);
+    XDC_ASSERT_EQ(s->best.round_steps[2], xdc_plan_round_steps(s->best.inner_steps, 7.0 / 3));
     xdc_plan_set_destroy(s);
-    /* More cores than demand: a core each. No probe: the topology's bf16_tflops x mfu, as before. */
+    /* More cores than workers: a core each. No probe: the topology's bf16_tflops x mfu, as before. */
     o = auto_row_opts(f, 16, 2);
-    XDC_ASSERT_EQ(xdc_plan_host_share(t, &o.calib), 1);
+    XDC_ASSERT_EQ(xdc_plan_host_share(t, 2, &o.calib), 1);
     o = auto_row_opts(0, 2, 1);
     s = test_plan_search_ok(t, &m, &b, &o);
     double flops_mb = s->best.stage[0].flops_mb;
@@ -116,8 +121,8 @@ XDC_TEST(plan_cli_plans_with_the_probe_figure)
     }
     snprintf(args, sizeof args, "plan -t " FOUR " -c %s --explain", run);
     XDC_ASSERT_EQ(run_env_xdc("XDC_PLAN_PROBE='2e10 2'", args, out, sizeof out), 0);
-    XDC_ASSERT_STR_CONTAINS(out, "compute calibrated on this machine: 11.4 GFLOP/s a worker (probe 20 GFLOP/s alone, "
-                                 "x0.571: 4 workers share 2 cores)");
+    XDC_ASSERT_STR_CONTAINS(out, "compute calibrated on this machine: 11.7 GFLOP/s a worker (probe 20 GFLOP/s alone, "
+                                 "x0.583 of a core: 4 workers share 2 cores, a slowed region's x0.500)");
     XDC_ASSERT_MSG(strstr(out, "compute probe:") == NULL, "a figure given is not measured again:\n%s", out);
     XDC_ASSERT_EQ(run_env_xdc("XDC_PLAN_PROBE='fast'", args, out, sizeof out), 78);
     XDC_ASSERT_STR_CONTAINS(out, "XDC_PLAN_PROBE='fast': want \"FLOPS CORES\"");
