@@ -143,8 +143,9 @@ xdc_err_t orch_run_config_pace(const orch_run_config *c, const xdc_topology *t, 
 {
     /* the probe's figure too (plan: auto): on a shared host a slowed region computes while the others do, so its
      * pace is more than its slowdown (xdc_plan_host_share), and the plan's counts were made with it */
-    xdc_plan_calib calib = {
-        .mfu = 0.4, .compute_scale = 1.0, .probe_flops = c->probe_flops, .probe_cores = c->probe_cores};
+    xdc_plan_calib calib = {.mfu = 0.4, .compute_scale = 1.0};
+    calib.probe_flops = c->probe_flops;
+    calib.probe_cores = c->probe_cores;
     XDC_CHECK(orch_run_config_slowdown(c, t->n_regions, calib.region_scale, diag));
     xdc_plan_region_pace(t, &calib, NULL, pace);
     return XDC_OK;
@@ -233,22 +234,21 @@ void orch_plan_compute_describe(const orch_run_config *c, const xdc_topology *t,
 {
     xdc_plan_calib calib = {.probe_flops = c->probe_flops, .probe_cores = c->probe_cores};
     orch_run_config_slowdown(c, t->n_regions, calib.region_scale, NULL); /* checked when the run file was planned */
-    double lo = 1, hi = 0;                                               /* the regions' shares of a core */
+    /* the regions' shares of a core: a slowed region's is the lowest */
+    double lo = 1, hi = 0;
     for (int r = 0; r < t->n_regions; r++) {
         lo = fmin(lo, xdc_plan_host_share(t, r, &calib));
         hi = fmax(hi, xdc_plan_host_share(t, r, &calib));
     }
+    char slowed[48] = "";
+    if (lo < hi) snprintf(slowed, sizeof slowed, ", a slowed region's x%.3f", lo);
     if (c->probe_flops > 0 && c->probe_cores > 0)
         snprintf(
             buf, cap,
             "compute calibrated on this machine: %.3g GFLOP/s a worker (probe %.3g GFLOP/s alone, x%.3f of a core: "
             "%d workers share %d cores%s)",
-            c->probe_flops * hi / 1e9, c->probe_flops / 1e9, hi, xdc_topology_total_workers(t), c->probe_cores,
-            lo < hi ? ", a slowed region's x" : "");
+            c->probe_flops * hi / 1e9, c->probe_flops / 1e9, hi, xdc_topology_total_workers(t), c->probe_cores, slowed);
     else if (c->probe_flops > 0)
         snprintf(buf, cap, "compute calibrated on this machine: %.3g GFLOP/s a worker (probe)", c->probe_flops / 1e9);
     else snprintf(buf, cap, "compute from the topology (bf16_tflops x MFU 0.4, not calibrated)");
-    size_t n = strlen(buf);
-    if (c->probe_flops > 0 && c->probe_cores > 0 && lo < hi && n + 8 < cap)
-        snprintf(buf + n - 1, cap - n + 1, "%.3f)", lo);
 }
