@@ -205,8 +205,9 @@ void xdc_plan_link_codec(const xdc_topology *t, const xdc_model_shape *m, const 
 const char *xdc_plan_codec_of_links(const xdc_topology *t);
 
 /* Each region's pace: how many times longer its inner step takes than the fastest region's of those in `in`
- * (NULL: every region with workers), from its GPUs' bf16 TFLOP/s and c->region_scale, into pace[n_regions] (0 for
- * a region not in it). The runtime's decider and the planner both count a round's inner steps with it. */
+ * (NULL: every region with workers), from its workers' speed (the GPUs' bf16 TFLOP/s, or c->probe_flops with its
+ * host share) and c->region_scale, into pace[n_regions] (0 for a region not in it). The runtime's decider and the
+ * planner both count a round's inner steps with it. */
 void xdc_plan_region_pace(const xdc_topology *t, const xdc_plan_calib *c, const unsigned char *in, double *pace);
 /* The inner steps a region of `pace` runs in a round whose time budget is `budget` steps of the fastest
  * region: max(1, floor(budget / pace)). */
