@@ -139,12 +139,45 @@ void topo_codec_names(char *buf, size_t cap)
     }
 }
 
+/* Workers up to which xdc_plan_host_share counts the others' computing exactly; past it, the mean demand. */
+#define HOST_SHARE_EXACT 64
+
+double xdc_plan_host_share(const xdc_topology *t, int r, const xdc_plan_calib *c)
+{
+    if (!c || c->probe_cores <= 0) return 1;
+    double demand = 0;
+    for (int j = 0; j < t->n_regions; j++)
+        demand += xdc_topology_region_workers(t, j) / (c->region_scale[j] > 1 ? c->region_scale[j] : 1);
+    if (xdc_topology_total_workers(t) > HOST_SHARE_EXACT) return demand > c->probe_cores ? c->probe_cores / demand : 1;
+    /* Worker j computes a fraction 1 / slowdown_j of the time (the rest its sleep), independently of the others:
+     * pk[k] is the chance that k of the other workers compute while one of region r does. */
+    double pk[HOST_SHARE_EXACT + 1] = {1}; /* (others + 1) probabilities */
+    int n = 0;
+    for (int j = 0; j < t->n_regions; j++) {
+        double p = c->region_scale[j] > 1 ? 1 / c->region_scale[j] : 1;
+        for (int i = xdc_topology_region_workers(t, j) - (j == r); i > 0; i--, n++)
+            for (int k = n + 1; k >= 0; k--) pk[k] = pk[k] * (1 - p) + (k > 0 ? pk[k - 1] * p : 0);
+    }
+    double share = 0;
+    for (int k = 0; k <= n; k++) share += pk[k] * fmin(1, c->probe_cores / (k + 1.0));
+    return share;
+}
+
+double xdc_plan_probe_flops(const xdc_topology *t, const xdc_model_shape *m, double tokens, int seq_len, double seconds)
+{
+    if (!(seconds > 0) || !(tokens > 0) || t->n_regions < 1) return 0;
+    return topo_stage_flops(m, 0, m->layers, tokens, seq_len) / seconds * (1 + topo_region_half_tokens(t, 0) / tokens);
+}
+
 double topo_region_flops(const xdc_topology *t, int r, const xdc_plan_calib *c)
 {
     double mfu = c && c->mfu > 0 ? c->mfu : 0.4;
     double scale = c && c->compute_scale > 0 ? c->compute_scale : 1.0;
     if (c && r >= 0 && r < XDC_TOPO_MAX_REGIONS && c->region_scale[r] > 0) scale *= c->region_scale[r];
-    return t->regions[r].gpu_bf16_tflops * 1e12 * mfu / scale;
+    /* The probe's speed, shared with the host's other workers, else the topology's peak at the assumed MFU. */
+    double flops = c && c->probe_flops > 0 ? c->probe_flops * xdc_plan_host_share(t, r, c)
+                                           : t->regions[r].gpu_bf16_tflops * 1e12 * mfu;
+    return flops / scale;
 }
 
 void xdc_plan_region_pace(const xdc_topology *t, const xdc_plan_calib *c, const unsigned char *in, double *pace)

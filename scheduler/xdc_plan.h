@@ -57,6 +57,12 @@ typedef struct xdc_plan_calib {
     /* Per region r, a factor on every compute time of its workers (0: 1): a run's diloco.slowdown, which makes
      * each inner step of the region cost that many times its compute (a sleep the runtime counts as compute). */
     double region_scale[XDC_TOPO_MAX_REGIONS];
+    /* A compute speed measured on the machine planned for (xdc_plan_probe_flops: a probe timing the run's model on
+     * its device before planning), FLOP/s of one worker with a core to itself; > 0 replaces every region's
+     * bf16 TFLOP/s x mfu. probe_cores > 0: every worker of the topology runs on one host of that many cores and
+     * gets the share of one xdc_plan_host_share says. 0: each worker has its own. */
+    double probe_flops;
+    int probe_cores;
 } xdc_plan_calib;
 
 /* Constraints: a zero / negative / empty field leaves the choice to the planner. */
@@ -199,8 +205,9 @@ void xdc_plan_link_codec(const xdc_topology *t, const xdc_model_shape *m, const 
 const char *xdc_plan_codec_of_links(const xdc_topology *t);
 
 /* Each region's pace: how many times longer its inner step takes than the fastest region's of those in `in`
- * (NULL: every region with workers), from its GPUs' bf16 TFLOP/s and c->region_scale, into pace[n_regions] (0 for
- * a region not in it). The runtime's decider and the planner both count a round's inner steps with it. */
+ * (NULL: every region with workers), from its workers' speed (the GPUs' bf16 TFLOP/s, or c->probe_flops with its
+ * host share) and c->region_scale, into pace[n_regions] (0 for a region not in it). The runtime's decider and the
+ * planner both count a round's inner steps with it. */
 void xdc_plan_region_pace(const xdc_topology *t, const xdc_plan_calib *c, const unsigned char *in, double *pace);
 /* The inner steps a region of `pace` runs in a round whose time budget is `budget` steps of the fastest
  * region: max(1, floor(budget / pace)). */
@@ -208,6 +215,18 @@ int xdc_plan_round_steps(int budget, double pace);
 /* The WAN lanes of data-parallel plan p: the fewest replicas of any region that takes part, over which every
  * region's buckets cross (xdc_sync_cfg.lanes; docs/runtime.md, "Regions of different sizes"). */
 int xdc_plan_lanes(const xdc_topology *t, const xdc_plan *p);
+
+/* The FLOP/s of one worker that a probe measured: `seconds` for one forward + backward of the whole model m on a
+ * microbatch of `tokens` tokens (sequences of seq_len) on the device of region 0 of t, with the per-microbatch
+ * efficiency of that device taken out, so that the planner's compute time of that microbatch is `seconds`
+ * (xdc_plan_calib.probe_flops). 0 when seconds is not positive. */
+double xdc_plan_probe_flops(const xdc_topology *t, const xdc_model_shape *m, double tokens, int seq_len,
+                            double seconds);
+/* The fraction of a core a worker of region r gets while it computes, its host's c->probe_cores shared by every
+ * worker of t (1 without probe_cores): the mean over how many others compute at once of min(1, cores / (1 + them)),
+ * worker j computing 1 / region_scale[j] of its time (a slowdown's sleep takes no core) independently of the others.
+ * A slowed region computes while the others do, so its share is the lowest and its pace more than its slowdown. */
+double xdc_plan_host_share(const xdc_topology *t, int r, const xdc_plan_calib *c);
 
 /* Calibrate compute times from measured_s[0..n) (seconds of compute per step, e.g. from a run's progress
  * lines or step logs). n = 1: calib->compute_scale so that stage 0's predicted compute per step equals

@@ -31,8 +31,10 @@
 # E2E_EVAL steps) at or below reference x (1 + E2E_TOL). Per row: time and WAN bytes to the target (every
 # hop: a relay's forwards included), compute utilisation (compute time / wall: mean, and worst over every
 # worker of the topology, one the row leaves idle counting 0), exposed WAN (mean and worst worker), and the
-# load average before and after it. sim_error_pct_max: the auto row's measured step (each step's slowest
-# worker, averaged) against the step its plan predicted. Plots (xdc report) go to E2E_PLOTS (docs/bench-e2e).
+# load average before and after it. sim_error_pct_max: the auto row's measured step (the slowest worker's
+# mean step, evaluations, the first step and the final round left out) against the step its plan predicted, its
+# compute calibrated by the probe
+# `xdc launch` runs before planning (docs/planner.md, "Compute speed"). Plots (xdc report) go to E2E_PLOTS (docs/bench-e2e).
 # The last line is the issue's summary line; wall time on stderr.
 # Smoke run while developing: E2E_STEPS=20 E2E_FLAT_STEPS=2 E2E_SYNC_STEPS=2 E2E_H=10 E2E_EVAL=5 \
 #   E2E_PLOTS=/tmp/plots make bench-e2e
@@ -122,7 +124,7 @@ def load(name):
         r = [l[i] for l in logs]
         vals = [float(x[7]) for x in r if x[7] != "-"]
         rows.append(dict(step=int(r[0][0]), elapsed=max(float(x[1]) for x in r),
-                         step_s=sum(float(x[2]) for x in r) / len(r), step_max=max(float(x[2]) for x in r),
+                         step_s=sum(float(x[2]) for x in r) / len(r),
                          compute=sum(float(x[3]) for x in r) / len(r),
                          wan=sum(float(x[5]) for x in r) / len(r), bytes=sum(int(x[6]) for x in r),
                          val=vals[0] if vals else None))
@@ -131,7 +133,13 @@ def load(name):
     relayed = sum(int(b) for p in glob.glob(f"{work}/{name}/logs/*.log")
                   for b in re.findall(r"relayed_bytes=(\d+)", open(p, errors="replace").read()))
     load_avg = open(f"{work}/{name}.load").read().split()
-    return dict(rows=rows, fin=fin, out=text, workers=len(logs), relayed=relayed, load=load_avg)
+    # The run's pace: per worker its steps' time (evaluations left out) over the steps after the first and before
+    # the last (the run's final round, in the final codec, which a plan counts once per run, not per step), the
+    # slowest worker's. Not each step's slowest worker: with nobody waits north's steps take twice the others'
+    # but it runs half as many, and its idle steps read 0, so a per-step maximum counts north's steps twice.
+    steady = [l[1:n - 1] or l[:n] for l in logs]
+    pace = max(sum(float(x[2]) for x in l) / len(l) for l in steady)
+    return dict(rows=rows, fin=fin, out=text, workers=len(logs), relayed=relayed, load=load_avg, pace=pace)
 
 names = ["reference", "ref_short", "flat", "sync", "diloco", "streaming", "sparse", "auto", "reference_after"]
 R = {n: load(n) for n in names}
@@ -212,16 +220,19 @@ for n in ["reference", "flat", "sync", "diloco", "streaming", "sparse", "auto", 
         print(f"                (auto left {N_WORKERS - R[n]['workers']} of {N_WORKERS} workers idle: they count 0 "
               "in util min)")
 
-# The plan's predicted step against the auto row's measured step after the first: per step the slowest
-# worker's (the run goes at its pace), averaged.
+# The plan's predicted step against the auto row's measured pace (load(): the slowest worker's mean step after
+# the first, evaluations left out); the plan line says what compute model it was made with (the probe's).
 pred = re.search(r"predicted step ([0-9.]+) s", R["auto"]["out"])
-auto_rows = R["auto"]["rows"][1:] or R["auto"]["rows"]
-auto_step = sum(r["step_max"] for r in auto_rows) / len(auto_rows)
+auto_step = R["auto"]["pace"]
 if pred:
     sim_err = 100 * abs(float(pred.group(1)) - auto_step) / auto_step
     sim = f"{sim_err:.1f}"
-    print(f"auto: predicted step {float(pred.group(1)):.3f} s, measured {auto_step:.3f} s (each step's slowest worker, "
-          f"mean over the steps after the first)")
+    probe = re.search(r"^xdc launch: compute probe: .*$", R["auto"]["out"], re.M)
+    if probe:
+        print("auto's " + probe.group(0)[len("xdc launch: "):])
+    print(f"auto: predicted step {float(pred.group(1)):.3f} s, measured {auto_step:.3f} s (the slowest worker's mean "
+          f"step, evaluations, the first step and the final round left out; load average {' '.join(R['auto']['load'][:3])} -> "
+          f"{' '.join(R['auto']['load'][3:])})")
 else:
     sim = "unknown"
     print("auto: no predicted step in its log, sim_error_pct_max unknown")

@@ -16,7 +16,11 @@
 # left out (warm-up) and the last (the run's final round, in the final codec over asia's thin link, which
 # the planner counts once per run, not per step), so measured and simulated cover one whole round; each
 # region's compute is divided by its slowdown (the simulator slows north itself) before the largest is taken. Then it times `xdc simulate` on the 8-region x 1,024-GPU topology.
-# Last line: sim_error_pct_max=<x> sim_8x1024_seconds=<x>
+# Each row is also simulated without the run's own compute (probe_sim_s, its error): with the compute probe
+# `plan: auto` calibrates with (docs/planner.md, "Compute speed"), taken just before the row's run (`xdc plan -c`)
+# and given to it (fourreg's launch plans with it); probe_gf is the probe's GFLOP/s of one worker alone, load the
+# load average before and after the run.
+# Last line: sim_error_pct_max=<x> sim_error_probe_pct_max=<x> sim_8x1024_seconds=<x>
 # Env: XDC_BIN (make sets it), SIM_BENCH_STEPS (60), SIM_BENCH_SKIP (10 warm-up steps left out),
 # SIM_BENCH_WAN_STEPS (30 steps of the wanbound row, 5 left out), SIM_BENCH_FOUR_TOPO (the fourreg row's topology,
 # bench/e2e/four-region.yaml; the row is skipped, said so, where the file is missing), SIM_BENCH_ROWS (the rows
@@ -68,9 +72,9 @@ threads: 1
 diloco: {slowdown: [$four_slow]}
 EOT
 
-printf '%-8s %10s %15s %6s %8s %10s %10s %8s %9s %9s\n' config measured_s compute_s wire p2p_ms sim_s planner_s \
-    error% busiest_s sim_bus_s
-worst=0
+printf '%-8s %10s %15s %6s %8s %10s %10s %8s %9s %9s %9s %10s %8s  %s\n' config measured_s compute_s wire p2p_ms sim_s \
+    planner_s error% busiest_s sim_bus_s probe_gf probe_sim_s error%  load
+worst=0 worst_probe=0
 for cfg in ${SIM_BENCH_ROWS:-demo none diloco wanbound fourreg}; do
     topo=examples/topology/demo-2region.yaml n=$steps sk=$skip simn=$((steps - skip))
     [ "$cfg" = wanbound ] && topo=bench/e2e/two-region.yaml n=${SIM_BENCH_WAN_STEPS:-30} sk=5 simn=$((n - 5))
@@ -82,13 +86,22 @@ for cfg in ${SIM_BENCH_ROWS:-demo none diloco wanbound fourreg}; do
             echo "$cfg: $four missing, row skipped"
             continue
         fi
-        H=$("$XDC" simulate -t "$four" -c "$tmp/fourreg.yaml" --steps 1 --json | awk -F': ' '/"inner_steps"/ {
+        topo=$four
+    fi
+    # The compute probe `plan: auto` calibrates with (docs/planner.md, "Compute speed"), taken on this machine just
+    # before the run and given to it (fourreg's launch plans with it) and to the probe's simulation below.
+    probe=$(env -u XDC_PLAN_PROBE "$XDC" plan -t "$topo" -c "$tmp/$cfg.yaml" --json 2>&1 >/dev/null |
+        sed -n 's/.*XDC_PLAN_PROBE="\([^"]*\)".*/\1/p')
+    [ -n "$probe" ] || { echo "bench-sim: no compute probe for the $cfg run" >&2; exit 70; }
+    if [ "$cfg" = fourreg ]; then
+        H=$(XDC_PLAN_PROBE="$probe" "$XDC" simulate -t "$four" -c "$tmp/fourreg.yaml" --steps 1 --json | awk -F': ' '/"inner_steps"/ {
                 gsub(/,/, "", $2); print $2 }')
         topo=$four n=$((3 * H)) sk=$H simn=$H
         sed -i "s/^steps:.*/steps: $n/" "$tmp/fourreg.yaml"
         slow=$(awk -v f="$four_slow" 'BEGIN { split(f, v, /, */) } /^  - name:/ { printf "%s=%s ", $3, v[++i] }' "$four")
     fi
-    "$XDC" launch -t "$topo" -c "$tmp/$cfg.yaml" --run-dir "$tmp/run-$cfg" >"$tmp/$cfg.log" 2>&1 || {
+    l0=$(cut -d' ' -f1-3 /proc/loadavg)
+    XDC_PLAN_PROBE="$probe" "$XDC" launch -t "$topo" -c "$tmp/$cfg.yaml" --run-dir "$tmp/run-$cfg" >"$tmp/$cfg.log" 2>&1 || {
         echo "bench-sim: the $cfg run failed:" >&2; tail -20 "$tmp/$cfg.log" >&2; exit 70; }
     # "step    12/60  loss ... step 0.110s = compute 0.041 + intra ..." -> mean step time
     read -r meas k < <(awk -v skip="$sk" -v last=$((sk + simn)) '$1 == "step" && $2 ~ /\// {
@@ -129,8 +142,13 @@ for cfg in ${SIM_BENCH_ROWS:-demo none diloco wanbound fourreg}; do
             prev[FILENAME] = name mb; end[FILENAME] = ts + dur }' "$tmp/run-$cfg"/traces/*.json |
         sort -g | awk '{ v[NR] = $1 } END {
             if (!NR) print 0; else printf "%.6f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
-    "$XDC" simulate -t "$topo" -c "$tmp/$cfg.yaml" --steps "$simn" --calibrate-compute "$comp" \
+    l1=$(cut -d' ' -f1-3 /proc/loadavg)
+    XDC_PLAN_PROBE="$probe" "$XDC" simulate -t "$topo" -c "$tmp/$cfg.yaml" --steps "$simn" --calibrate-compute "$comp" \
         --calibrate-ratio "$wire" --calibrate-p2p "$p2p" --json >"$tmp/$cfg.sim.json"
+    # The same without the run's own compute: the probe's speed, shared among the run's workers on this host.
+    XDC_PLAN_PROBE="$probe" "$XDC" simulate -t "$topo" -c "$tmp/$cfg.yaml" --steps "$simn" \
+        --calibrate-ratio "$wire" --calibrate-p2p "$p2p" --json >"$tmp/$cfg.probe.json"
+    psim=$(awk -F': ' '/"step_s"/ { gsub(/,/, "", $2); print $2 }' "$tmp/$cfg.probe.json")
     sim=$(awk -F': ' '/"step_s"/ { gsub(/,/, "", $2); print $2 }' "$tmp/$cfg.sim.json")
     plan=$(awk -F': ' '/"planner_step_s"/ { gsub(/,/, "", $2); print $2 }' "$tmp/$cfg.sim.json")
     # The busiest worker's measured compute per step against the simulated busiest: equal but for rounding
@@ -139,10 +157,13 @@ for cfg in ${SIM_BENCH_ROWS:-demo none diloco wanbound fourreg}; do
         END { for (f in s) if (s[f] / k[f] > m) m = s[f] / k[f]; printf "%.4f", m }' "$tmp/run-$cfg"/steps/*.tsv)
     simbus=$(awk -F': ' '/"compute_s"/ { gsub(/,/, "", $2); printf "%.4f", $2 }' "$tmp/$cfg.sim.json")
     err=$(awk -v a="$sim" -v b="$meas" 'BEGIN { d = (a - b) / b * 100; printf "%.1f", d < 0 ? -d : d }')
+    perr=$(awk -v a="$psim" -v b="$meas" 'BEGIN { d = (a - b) / b * 100; printf "%.1f", d < 0 ? -d : d }')
     worst=$(awk -v a="$err" -v b="$worst" 'BEGIN { print (a > b ? a : b) }')
-    printf '%-8s %10.4f %15s %6.3f %8.2f %10.4f %10.4f %8s %9s %9s\n' "$cfg" "$meas" \
+    worst_probe=$(awk -v a="$perr" -v b="$worst_probe" 'BEGIN { print (a > b ? a : b) }')
+    printf '%-8s %10.4f %15s %6.3f %8.2f %10.4f %10.4f %8s %9s %9s %9.1f %10.4f %8s  %s -> %s\n' "$cfg" "$meas" \
         "$(awk -v c="$comp" 'BEGIN { n = split(c, v, ","); for (i = 1; i <= n; i++) printf "%s%.4f", (i > 1 ? "," : ""), v[i] }')" "$wire" \
-        "$(awk -v s="$p2p" 'BEGIN { print s * 1e3 }')" "$sim" "$plan" "$err" "$bus" "$simbus"
+        "$(awk -v s="$p2p" 'BEGIN { print s * 1e3 }')" "$sim" "$plan" "$err" "$bus" "$simbus" \
+        "$(awk -v p="$probe" 'BEGIN { split(p, v, " "); print v[1] / 1e9 }')" "$psim" "$perr" "$l0" "$l1"
 done
 
 # Scale: plan + simulate one step of a 7B-shaped model on 8 regions x 1,024 GPUs, whole command timed.
@@ -151,4 +172,4 @@ t0=$(date +%s.%N)
 t1=$(date +%s.%N)
 grep -E '^(simulate|simulated|  mode|  predicted)' "$tmp/large.txt"
 large=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
-echo "sim_error_pct_max=$worst sim_8x1024_seconds=$large"
+echo "sim_error_pct_max=$worst sim_error_probe_pct_max=$worst_probe sim_8x1024_seconds=$large"

@@ -184,6 +184,21 @@ static int launch_parse(int argc, char **argv, int coordinator, orch_launch_opts
     return xdc_cli_device_option(coordinator ? "coordinator" : "launch", o->device, &o->device);
 }
 
+/* A `plan: auto` run's compute probe (cli_probe.c), before the launcher plans: its agents and workers inherit the
+ * figure. The files are loaded again by the launcher, which reports their errors. */
+static int probe_compute(const orch_launch_opts *o)
+{
+    static orch_run_config c; /* large; one launch loads one */
+    xdc_topology *t = NULL;
+    xdc_cfg_errors errs;
+    int ex = XDC_EX_OK;
+    if (xdc_topology_load(o->topology, &t, &errs) == XDC_OK && orch_run_config_load(o->config, &c, &errs) == XDC_OK &&
+        c.plan_auto)
+        ex = xdc_cli_plan_probe("launch", &c, t, o->device, o->resume ? o->run_dir : NULL);
+    xdc_topology_destroy(t);
+    return ex;
+}
+
 static int run_launch(int argc, char **argv, int coordinator)
 {
     const char *cmd = coordinator ? "coordinator" : "launch", *log_format;
@@ -198,6 +213,7 @@ static int run_launch(int argc, char **argv, int coordinator)
         setenv("XDC_LOG_FORMAT", log_format, 1); /* inherited by agents and workers */
         xdc_log_set_format(strcmp(log_format, "json") == 0 ? XDC_LOG_JSON : XDC_LOG_TEXT);
     }
+    if (!coordinator && (ex = probe_compute(&o)) != 0) return ex;
     xdc_diag d = {{0}};
     int agent_exit = 0;
     xdc_err_t rc = orch_launch_run(&o, &agent_exit, &d);

@@ -43,6 +43,17 @@ int plan_inputs_load(const char *topo_path, const char *model_path, const char *
         static orch_run_config run; /* large; one command loads one */
         rc = orch_run_config_load(run_path, &run, &errs);
         if (rc != XDC_OK) return config_failed(in, run_path, rc, &errs);
+        /* The run as planned on this machine: its compute probe, unless the file keeps the topology's model. */
+        int ex = xdc_cli_plan_probe("plan", &run, in->topo, NULL, NULL);
+        xdc_diag prd = {{0}};
+        if (ex == XDC_EX_OK && orch_plan_probe_take(&run, &prd) != XDC_OK) {
+            fprintf(stderr, "%s: error: %s\n", run_path, prd.msg);
+            ex = XDC_EX_CONFIG;
+        }
+        if (ex != XDC_EX_OK) {
+            plan_inputs_free(in);
+            return ex;
+        }
         if (run.plan_auto) { /* the run as `xdc launch` runs it: with the plan it takes */
             static orch_planned planned;
             xdc_diag pd = {{0}};
@@ -79,12 +90,17 @@ int plan_inputs_load(const char *topo_path, const char *model_path, const char *
             return XDC_EX_CONFIG;
         }
         memcpy(o->calib.region_scale, pace, (size_t)in->topo->n_regions * sizeof *pace);
+        o->calib.probe_flops = run.probe_flops;
+        o->calib.probe_cores = run.probe_cores;
+        orch_plan_compute_describe(&run, in->topo, in->compute, sizeof in->compute);
         o->delay_steps = run.sync.delay_steps;
         o->chunks = run.pipeline_chunks;
     } else {
         rc = xdc_model_config_load(model_path, &tc, &errs);
         if (rc != XDC_OK) return config_failed(in, model_path, rc, &errs);
         snprintf(in->model_path, sizeof in->model_path, "%s", model_path);
+        snprintf(in->compute, sizeof in->compute,
+                 "compute from the topology (bf16_tflops x MFU, not calibrated: -c RUN.yaml probes this machine)");
     }
     const xdc_gpt_config *g = &tc.model;
     xdc_model_shape_gpt(g->n_layer, g->n_head, g->n_embd, g->max_seq_len, g->vocab_size, &in->shape);
@@ -249,9 +265,9 @@ static void print_link_codecs(const plan_inputs *in, const xdc_plan *p)
 
 static int plan_usage(FILE *f)
 {
-    fprintf(f, "usage: xdc plan -t TOPOLOGY.yaml -m MODEL.yaml [--json] [--explain] [--global-batch TOKENS]\n"
-               "                [--mode sync|diloco|streaming|pipeline] [--stages P] [--micro-batch B] [--codec C]\n"
-               "                [--chunks V] [--mfu F]\n"
+    fprintf(f, "usage: xdc plan -t TOPOLOGY.yaml (-m MODEL.yaml | -c RUN.yaml) [--json] [--explain]\n"
+               "                [--global-batch TOKENS] [--mode sync|diloco|streaming|pipeline] [--stages P]\n"
+               "                [--micro-batch B] [--codec C] [--chunks V] [--mfu F]\n"
                "  Choose how to train the model on the topology: mode, stages and replicas per region, layer\n"
                "  partition, WAN cut, microbatches, bucket, codec and DiLoCo period, with the predicted step time.\n"
                "  --global-batch  tokens per optimizer step (default: microbatch x microbatches x workers)\n"
@@ -259,7 +275,10 @@ static int plan_usage(FILE *f)
                "                  per replica per step for data-parallel plans)\n"
                "  --chunks        interleaved 1F1B: V model chunks per stage (the run file's pipeline_chunks), priced\n"
                "                  for pipelines inside a region\n"
-               "  --explain       every candidate considered and the selection rule\n"
+               "  -c RUN.yaml     plan the run file as `xdc launch` runs it (plan: auto: the plan it takes), its\n"
+               "                  compute calibrated by a probe on this machine unless it says plan_compute: topology\n"
+               "                  (docs/planner.md, \"Compute speed\")\n"
+               "  --explain       every candidate considered, the selection rule and the compute model\n"
                "  Exit 78 on a config error, 69 when no plan fits (the reason is printed).\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
@@ -564,30 +583,26 @@ static void explain(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan
 
 int xdc_cmd_plan(int argc, char **argv)
 {
-    static const struct option opts[] = {{"topology", required_argument, NULL, 't'},
-                                         {"model", required_argument, NULL, 'm'},
-                                         {"json", no_argument, NULL, 'j'},
-                                         {"explain", no_argument, NULL, 'x'},
-                                         {"global-batch", required_argument, NULL, 'g'},
-                                         {"mode", required_argument, NULL, 'M'},
-                                         {"stages", required_argument, NULL, 'P'},
-                                         {"chunks", required_argument, NULL, 'V'},
-                                         {"micro-batch", required_argument, NULL, 'b'},
-                                         {"codec", required_argument, NULL, 'C'},
-                                         {"mfu", required_argument, NULL, 'f'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {0}};
-    const char *topo = NULL, *model = NULL, *mode = NULL, *codec = NULL;
+    static const struct option opts[] = {
+        {"topology", required_argument, NULL, 't'}, {"model", required_argument, NULL, 'm'},
+        {"config", required_argument, NULL, 'c'},   {"json", no_argument, NULL, 'j'},
+        {"explain", no_argument, NULL, 'x'},        {"global-batch", required_argument, NULL, 'g'},
+        {"mode", required_argument, NULL, 'M'},     {"stages", required_argument, NULL, 'P'},
+        {"chunks", required_argument, NULL, 'V'},   {"micro-batch", required_argument, NULL, 'b'},
+        {"codec", required_argument, NULL, 'C'},    {"mfu", required_argument, NULL, 'f'},
+        {"help", no_argument, NULL, 'h'},           {0}};
+    const char *topo = NULL, *model = NULL, *run = NULL, *mode = NULL, *codec = NULL;
     int json = 0, expl = 0, stages = 0, chunks = 0, micro_batch = 0, c;
     double global = 0, mfu = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "t:m:jxg:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "t:m:c:jxg:h", opts, NULL)) != -1) {
         char *end = NULL;
         const char *bad = NULL; /* the integer flag that failed */
         xdc_diag d;
         switch (c) {
         case 't': topo = optarg; break;
         case 'm': model = optarg; break;
+        case 'c': run = optarg; break;
         case 'j': json = 1; break;
         case 'x': expl = 1; break;
         case 'g': global = strtod(optarg, &end); break;
@@ -609,21 +624,21 @@ int xdc_cmd_plan(int argc, char **argv)
             return XDC_EX_USAGE;
         }
     }
-    if (!topo || !model || optind != argc) return plan_usage(stderr);
+    if (!topo || !model == !run || optind != argc) return plan_usage(stderr);
     if (global < 0 || stages < 0 || mfu < 0 || mfu > 1 || (mode && parse_mode(mode) < 0)) {
         fprintf(stderr, "xdc plan: --global-batch, --stages need positive values, --mfu in (0,1], --mode one of "
                         "sync|diloco|streaming|pipeline\n");
         return XDC_EX_USAGE;
     }
     plan_inputs in;
-    int ex = plan_inputs_load(topo, model, NULL, global, &in);
+    int ex = plan_inputs_load(topo, model, run, global, &in);
     if (ex != XDC_EX_OK) return ex;
     if (mode) in.opts.mode = parse_mode(mode);
     if (codec) snprintf(in.opts.codec, sizeof in.opts.codec, "%s", codec);
     if (mfu > 0) in.opts.calib.mfu = mfu;
-    in.opts.stages = stages;
-    in.opts.chunks = chunks;
-    in.opts.micro_batch = micro_batch;
+    if (stages) in.opts.stages = stages; /* a run file's constraints stay unless a flag sets them */
+    if (chunks) in.opts.chunks = chunks;
+    if (micro_batch) in.opts.micro_batch = micro_batch;
     xdc_plan_set *set = NULL;
     ex = plan_inputs_search(&in, &set);
     if (ex == XDC_EX_OK && json) {
@@ -643,7 +658,10 @@ int xdc_cmd_plan(int argc, char **argv)
             plan_oneline(stdout, in.topo, &set->cands[i]);
             printf("\n      lost: %s\n", set->cands[i].why);
         }
-        if (expl) explain(in.topo, set, &in.opts);
+        if (expl) {
+            printf("  %s\n", in.compute);
+            explain(in.topo, set, &in.opts);
+        }
     }
     xdc_plan_set_destroy(set);
     plan_inputs_free(&in);

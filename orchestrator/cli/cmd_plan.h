@@ -13,6 +13,7 @@ typedef struct plan_inputs {
     xdc_batch_shape batch;
     xdc_plan_opts opts;
     char model_path[512];
+    char compute[256]; /* the compute model planned with and where its figure came from (orch_plan_compute_describe) */
 } plan_inputs;
 
 /* Load the topology and either a model file (model_path) or a run file (run_path: its model, and its

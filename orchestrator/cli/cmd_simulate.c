@@ -141,6 +141,7 @@ int xdc_cmd_simulate(int argc, char **argv)
     if (n_measured > 1) in.opts.stages = n_measured; /* one value per stage: the plan has that many */
     in.opts.calib.wan_gbps = wan;
     in.opts.calib.host_cores = cores;
+    if (cores > 0) in.opts.calib.probe_cores = 0; /* the core queue shares the cores instead of the probe's share */
     in.opts.calib.wire_ratio = ratio;
     in.opts.calib.intra_p2p_s = p2p;
     snprintf(in.opts.calib.ratio_codec, sizeof in.opts.calib.ratio_codec, "%s", in.opts.codec);
@@ -176,6 +177,7 @@ int xdc_cmd_simulate(int argc, char **argv)
             printf("simulate %s on %s: %d workers, %d steps, %lld events in %.3f s\n", in.model_path, in.topo->name,
                    r.gpus, r.steps, r.events, wall);
             plan_print(stdout, in.topo, &set->best);
+            printf("  %s\n", in.compute);
             if (n_measured == 1)
                 printf(
                     "  calibrated: compute times scaled x%.3f to match %.4f s of measured stage-0 compute per step\n",

@@ -8,6 +8,7 @@
 #include "orchestrator/member/orch_member.h"
 #include "orchestrator/launch/orch_creds.h"
 #include "orchestrator/rdzv/orch_rdzv.h"
+#include "orchestrator/runcfg/orch_run_config.h"
 
 /* sysexits(3) */
 enum {
@@ -60,6 +61,13 @@ int xdc_cli_device_option(const char *cmd, const char *flag, const char **word);
     "  --rdzv builtin|etcd://HOST:PORT[/PREFIX]  the rendezvous store (default XDC_RDZV, else the run file's\n" \
     "            rdzv:, else the built-in store); --etcd-cacert/--etcd-cert/--etcd-key FILE: TLS to etcd\n"
 int xdc_cli_rdzv_flag(int c, const char *arg, rdzv_flags *f);
+/* cli_probe.c. The compute probe a run file's plan is calibrated with (docs/planner.md, "Compute speed"): unless the
+ * run file says plan_compute: topology or ORCH_PLAN_PROBE_ENV is set already, time the run's model on the device
+ * region 0 runs on (device_word: --device, NULL: XDC_DEVICE, else the topology) and set ORCH_PLAN_PROBE_ENV, with a
+ * line on stderr; resume_dir (a resumed run's folder, else NULL): take the figure the run started with from it. 0, or
+ * a sysexits code with the reason on stderr. */
+int xdc_cli_plan_probe(const char *cmd, const orch_run_config *c, const xdc_topology *t, const char *device_word,
+                       const char *resume_dir);
 int xdc_cli_creds_flag(int c, const char *arg, orch_creds_flags *f);
 
 typedef struct {

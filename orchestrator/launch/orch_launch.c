@@ -819,8 +819,8 @@ static xdc_err_t launch_load(launch *L, xdc_diag *diag)
     if (!L->cfg.plan_auto) return XDC_OK;
     orch_planned plan;
     XDC_CHECK(orch_plan_apply(&L->cfg, L->t, &plan, diag));
-    char line[512];
-    orch_plan_describe(&L->cfg, &plan.plan, line, sizeof line);
+    char line[768];
+    orch_plan_describe(&L->cfg, L->t, &plan.plan, line, sizeof line);
     printf("%s\n", line);
     return XDC_OK;
 }
@@ -837,6 +837,20 @@ static xdc_err_t check_resume(launch *L, xdc_diag *diag)
     return orch_manifest_check(L->run_dir, &found, &want, diag);
 }
 
+/* The compute probe's figure the plan was made with (ORCH_PLAN_PROBE_ENV), in RUN/plan-probe: `xdc launch --resume`
+ * plans with it again (orchestrator/cli/cli_probe.c), so the resumed run takes the plan its checkpoints were made by. */
+static xdc_err_t record_probe(launch *L, xdc_diag *diag)
+{
+    char path[1100];
+    snprintf(path, sizeof path, "%s/plan-probe", L->run_dir);
+    FILE *f = fopen(path, "w");
+    if (!f || fprintf(f, "%s\n", getenv(ORCH_PLAN_PROBE_ENV)) < 0 || fclose(f) != 0) {
+        xdc_diag_set(diag, "%s: cannot write the compute probe's figure", path);
+        return XDC_ERR_IO;
+    }
+    return XDC_OK;
+}
+
 /* Run id, run folder, the WAN emulation decision; what agents and workers inherit. */
 static xdc_err_t launch_prepare(launch *L, xdc_diag *diag)
 {
@@ -851,6 +865,7 @@ static xdc_err_t launch_prepare(launch *L, xdc_diag *diag)
     }
     XDC_CHECK(orch_mkdirs(L->run_dir, 0755, diag));
     if (L->o.resume) XDC_CHECK(check_resume(L, diag));
+    else if (L->cfg.plan_auto && L->cfg.probe_flops > 0) XDC_CHECK(record_probe(L, diag));
     L->o.run_id = L->run_id;
     L->o.run_dir = L->run_dir;
     if (L->o.emulate < 0) L->o.emulate = !L->o.coordinator && L->t->n_regions > 1; /* all regions on this host */

@@ -11,7 +11,9 @@
 #include "common/xdc_log.h"
 #include "compression/xdc_lowrank.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int runnable(const xdc_topology *t, const xdc_plan *p)
@@ -52,6 +54,31 @@ static void plan_inputs(const orch_run_config *c, const xdc_topology *t, xdc_mod
     if (c->diloco.nobody_waits) o->nobody_waits = 1;
     if (c->diloco.overlap_steps) o->overlap = 1;
     for (int r = 0; r < c->diloco.n_slowdown && r < t->n_regions; r++) o->calib.region_scale[r] = c->diloco.slowdown[r];
+    o->calib.probe_flops = c->probe_flops;
+    o->calib.probe_cores = c->probe_cores;
+}
+
+bool orch_plan_wants_probe(const orch_run_config *c) { return !c->plan_compute_topology; }
+
+xdc_err_t orch_plan_probe_take(orch_run_config *c, xdc_diag *diag)
+{
+    c->probe_flops = 0;
+    c->probe_cores = 0;
+    const char *v = getenv(ORCH_PLAN_PROBE_ENV);
+    if (!orch_plan_wants_probe(c) || !v) return XDC_OK;
+    double flops;
+    int cores, used = 0;
+    if (sscanf(v, "%lf %d%n", &flops, &cores, &used) != 2 || v[used] != '\0' || !(flops > 0) || flops > 1e18 ||
+        cores < 0 || cores > 65536) {
+        xdc_diag_set(diag,
+                     "%s='%s': want \"FLOPS CORES\" (FLOP/s > 0 of one worker, the cores its host's workers share, 0: "
+                     "a core each)",
+                     ORCH_PLAN_PROBE_ENV, v);
+        return XDC_ERR_CONFIG;
+    }
+    c->probe_flops = flops;
+    c->probe_cores = cores;
+    return XDC_OK;
 }
 
 /* Plan p's settings into the run config c (the keys the run file set by hand stay); m and o: its search's inputs. */
@@ -114,7 +141,11 @@ static void take(orch_run_config *c, const xdc_topology *t, const xdc_plan *p, c
 
 xdc_err_t orch_run_config_pace(const orch_run_config *c, const xdc_topology *t, double *pace, xdc_diag *diag)
 {
+    /* the probe's figure too (plan: auto): on a shared host a slowed region computes while the others do, so its
+     * pace is more than its slowdown (xdc_plan_host_share), and the plan's counts were made with it */
     xdc_plan_calib calib = {.mfu = 0.4, .compute_scale = 1.0};
+    calib.probe_flops = c->probe_flops;
+    calib.probe_cores = c->probe_cores;
     XDC_CHECK(orch_run_config_slowdown(c, t->n_regions, calib.region_scale, diag));
     xdc_plan_region_pace(t, &calib, NULL, pace);
     return XDC_OK;
@@ -140,6 +171,7 @@ xdc_err_t orch_run_config_act_codec(const orch_run_config *c, const xdc_topology
 
 xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planned *out, xdc_diag *diag)
 {
+    XDC_CHECK(orch_plan_probe_take(c, diag));
     plan_inputs(c, t, &out->m, &out->b, &out->o);
     xdc_plan_set *set;
     XDC_CHECK(xdc_plan_search(t, &out->m, &out->b, &out->o, &set, diag));
@@ -173,7 +205,7 @@ xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planne
     return XDC_OK;
 }
 
-void orch_plan_describe(const orch_run_config *c, const xdc_plan *p, char *buf, size_t cap)
+void orch_plan_describe(const orch_run_config *c, const xdc_topology *t, const xdc_plan *p, char *buf, size_t cap)
 {
     size_t n = (size_t)snprintf(buf, cap, "plan: %s, %d stage%s per replica (layers", xdc_plan_mode_name(p->mode),
                                 p->stages, p->stages == 1 ? "" : "s");
@@ -191,4 +223,32 @@ void orch_plan_describe(const orch_run_config *c, const xdc_plan *p, char *buf, 
                  p->nobody_waits ? ", nobody waits (each region's inner steps by its pace)" : "",
                  p->overlap_steps ? ", the round overlapped with the next inner step" : "", p->t_step, p->t_compute,
                  p->t_wan_exposed);
+    n = strlen(buf);
+    if (n + 2 < cap) {
+        snprintf(buf + n, cap - n, "; ");
+        orch_plan_compute_describe(c, t, buf + n + 2, cap - n - 2);
+    }
+}
+
+void orch_plan_compute_describe(const orch_run_config *c, const xdc_topology *t, char *buf, size_t cap)
+{
+    xdc_plan_calib calib = {.probe_flops = c->probe_flops, .probe_cores = c->probe_cores};
+    orch_run_config_slowdown(c, t->n_regions, calib.region_scale, NULL); /* checked when the run file was planned */
+    /* the regions' shares of a core: a slowed region's is the lowest */
+    double lo = 1, hi = 0;
+    for (int r = 0; r < t->n_regions; r++) {
+        lo = fmin(lo, xdc_plan_host_share(t, r, &calib));
+        hi = fmax(hi, xdc_plan_host_share(t, r, &calib));
+    }
+    char slowed[48] = "";
+    if (lo < hi) snprintf(slowed, sizeof slowed, ", a slowed region's x%.3f", lo);
+    if (c->probe_flops > 0 && c->probe_cores > 0)
+        snprintf(
+            buf, cap,
+            "compute calibrated on this machine: %.3g GFLOP/s a worker (probe %.3g GFLOP/s alone, x%.3f of a core: "
+            "%d workers share %d cores%s)",
+            c->probe_flops * hi / 1e9, c->probe_flops / 1e9, hi, xdc_topology_total_workers(t), c->probe_cores, slowed);
+    else if (c->probe_flops > 0)
+        snprintf(buf, cap, "compute calibrated on this machine: %.3g GFLOP/s a worker (probe)", c->probe_flops / 1e9);
+    else snprintf(buf, cap, "compute from the topology (bf16_tflops x MFU 0.4, not calibrated)");
 }

@@ -16,11 +16,12 @@
 static const char *const mode_words[] = {"sync", "diloco", "streaming", NULL};
 static const char *const plan_words[] = {"auto", "off", NULL};
 static const char *const ckpt_failure_words[] = {"stop", "continue", NULL};
+static const char *const plan_compute_words[] = {"probe", "topology", NULL};
 
 /* The file's keys land in one struct: the config itself plus the raw words and nested nodes. */
 typedef struct {
     orch_run_config c;
-    char model[512], data[512], mode[16], plan[16], ckpt_failure[16];
+    char model[512], data[512], mode[16], plan[16], plan_compute[16], ckpt_failure[16];
     const xdc_cfg_node *diloco, *streaming, *timeouts, *elastic, *sync, *slowdown, *replica_mb, *layer_ms;
 } run_in;
 
@@ -34,6 +35,7 @@ static const xdc_cfg_field top_fields[] = {
     {"data", XDC_CFG_STRING, offsetof(run_in, data), 512, true, 0, 0, NULL},
     {"mode", XDC_CFG_STRING, offsetof(run_in, mode), 16, false, 0, 0, mode_words},
     {"plan", XDC_CFG_STRING, offsetof(run_in, plan), 16, false, 0, 0, plan_words},
+    {"plan_compute", XDC_CFG_STRING, offsetof(run_in, plan_compute), 16, false, 0, 0, plan_compute_words},
     {"diloco", XDC_CFG_NODE, offsetof(run_in, diloco), 0, false, 0, 0, NULL},
     {"streaming", XDC_CFG_NODE, offsetof(run_in, streaming), 0, false, 0, 0, NULL},
     {"timeouts", XDC_CFG_NODE, offsetof(run_in, timeouts), 0, false, 0, 0, NULL},
@@ -416,6 +418,7 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     c->stages_set = c->pipeline_stages != 0;
     if (!c->stages_set) c->pipeline_stages = 1;
     c->plan_auto = strcmp(in.plan, "auto") == 0;
+    c->plan_compute_topology = strcmp(in.plan_compute, "topology") == 0;
     resolve(path, in.model, c->model_path, sizeof c->model_path);
     resolve(path, in.data, c->data_path, sizeof c->data_path);
     if (xdc_model_config_load(c->model_path, &c->train, errs) != XDC_OK) return XDC_ERR_CONFIG;

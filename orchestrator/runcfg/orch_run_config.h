@@ -129,7 +129,13 @@ typedef struct orch_run_config {
     orch_elastic_config elastic; /* elastic: */
     bool dump_params;            /* region 0 / replica 0 writes RUN/params-stage-S.f32 at the end (tests) */
     bool plan_auto;              /* `plan: auto`: take the layout and WAN settings from the planner */
-    bool mode_set, stages_set;   /* the run file set these by hand (constraints for the planner) */
+    /* The planner's compute model (docs/planner.md, "Compute speed"): `plan_compute: topology` the topology's
+     * bf16_tflops x an assumed MFU; else (probe, the default) the speed a probe measured on this machine, which
+     * orch_plan_apply takes from ORCH_PLAN_PROBE_ENV into probe_flops and probe_cores (xdc_plan_calib's). */
+    bool plan_compute_topology;
+    double probe_flops;
+    int probe_cores;
+    bool mode_set, stages_set; /* the run file set these by hand (constraints for the planner) */
     /* Layer partition: stage s owns [stage_layer_begin[s], stage_layer_begin[s+1]); n_split = 0: even. */
     int stage_layer_begin[ORCH_MAX_STAGES + 1];
     int n_split;
@@ -186,11 +192,24 @@ typedef struct orch_planned {
  * (planned true), so a plan the run takes is one a run file could say. */
 xdc_err_t orch_run_config_check(const orch_run_config *c, bool planned, xdc_cfg_errors *errs);
 
+/* The environment variable that carries a probe's figure, "FLOPS CORES" (xdc_plan_calib.probe_flops, probe_cores), from
+ * the process that measured it (`xdc launch`, `xdc plan -c`) to every process that plans the run: the launcher's
+ * agents and workers inherit it, so all of them choose the same plan. Set by hand it stands for a measurement. */
+#define ORCH_PLAN_PROBE_ENV "XDC_PLAN_PROBE"
+/* Whether c plans with a probe's figure (plan: auto or `xdc simulate -c`, without plan_compute: topology), and that
+ * figure from ORCH_PLAN_PROBE_ENV into c->probe_flops, c->probe_cores (0: none set; XDC_ERR_CONFIG, said in diag,
+ * for a value that is not "FLOPS CORES" with FLOPS > 0 and CORES >= 0). */
+bool orch_plan_wants_probe(const orch_run_config *c);
+xdc_err_t orch_plan_probe_take(orch_run_config *c, xdc_diag *diag);
+
 /* orch_plan.c: with plan_auto, run the planner and take its layout and WAN settings (every process gets
  * the same answer). XDC_ERR_UNAVAILABLE with a reason when nothing fits. */
 xdc_err_t orch_plan_apply(orch_run_config *c, const xdc_topology *t, orch_planned *out, xdc_diag *diag);
 /* One line for the log: mode, stages and partition, microbatches, codec, predicted step. */
-void orch_plan_describe(const orch_run_config *c, const xdc_plan *p, char *buf, size_t cap);
+void orch_plan_describe(const orch_run_config *c, const xdc_topology *t, const xdc_plan *p, char *buf, size_t cap);
+/* "compute ...": the compute model c plans with and where its figure came from (the probe's, shared among the
+ * host's workers, or the topology's), for the plan line and `xdc plan --explain`. */
+void orch_plan_compute_describe(const orch_run_config *c, const xdc_topology *t, char *buf, size_t cap);
 const char *orch_mode_name(orch_mode m);
 /* Whether outer rounds go by quorum (DiLoCo, streaming, or sync mode with `elastic:` and no delayed averaging,
  * without span, over several regions; sync mode's rounds are its steps), and the quorum's minimum

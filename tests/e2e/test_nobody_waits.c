@@ -76,7 +76,8 @@ XDC_TEST_T(diloco_nobody_waits_slow_region_holds_no_one, 240)
 /* `plan: auto` with eu-west slowed 3x and no mode, period or nobody_waits in the file: the planner chooses DiLoCo
  * with nobody waits (bf16, H = 10 on the demo link: us-east 10 inner steps a round, eu-west 3, what
  * xdc_plan_round_steps gives at pace 3), the launch runs it with the decider counting those same steps, and every
- * region ends on one model. */
+ * region ends on one model. The topology's compute model (plan_compute: topology): a probe's would move H with the
+ * machine's load. */
 XDC_TEST_T(plan_auto_chooses_nobody_waits_and_the_run_takes_it, 180)
 {
     e2e_need_corpus();
@@ -86,8 +87,10 @@ XDC_TEST_T(plan_auto_chooses_nobody_waits_and_the_run_takes_it, 180)
     snprintf(run, sizeof run, "%s/auto-pace.yaml", xdc_test_tmpdir());
     FILE *f = fopen(run, "w");
     XDC_ASSERT(f != NULL);
-    fprintf(f, "model: %s/%s\ndata: %s\nplan: auto\nmicrobatches: 2\nsteps: 20\ndiloco: {slowdown: [1, 3]}\n", cwd,
-            TINY, DATA);
+    fprintf(f,
+            "model: %s/%s\ndata: %s\nplan: auto\nplan_compute: topology\nmicrobatches: 2\nsteps: 20\ndiloco: "
+            "{slowdown: [1, 3]}\n",
+            cwd, TINY, DATA);
     fclose(f);
     e2e_launch_hash(run, "auto-pace", NULL, out, sizeof out, dir, sizeof dir, hash);
     XDC_ASSERT_STR_CONTAINS(out, "nobody waits (each region's inner steps by its pace)");

@@ -316,7 +316,8 @@ XDC_TEST_T(orch_diloco_overlapped_rounds_end_on_one_model, 300)
 }
 
 /* A `plan: auto` sync run re-planning every 3 steps on the demo link, emulated at `degrade` x its
- * bandwidth ("1" = as the topology says); the launcher's output in out. */
+ * bandwidth ("1" = as the topology says), planned with the topology's compute model (a probe's would move the codec
+ * with the machine's load); the launcher's output in out. */
 static void replan_run(const char *degrade, char *out, size_t cap)
 {
     e2e_need_corpus();
@@ -325,7 +326,7 @@ static void replan_run(const char *degrade, char *out, size_t cap)
     snprintf(path, sizeof path, "%s/replan.yaml", xdc_test_tmpdir());
     snprintf(text, sizeof text,
              "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: sync\nplan: auto\nmicrobatches: 2\nsteps: 15\n"
-             "replan_every: 3\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
+             "replan_every: 3\nplan_compute: topology\ntimeouts: {rendezvous: 30s, operation: 30s}\n",
              cwd, DATA);
     xdc_test_write_file(path, text);
     snprintf(cmd, sizeof cmd, "timeout 240 %s launch -t %s -c %s --run-dir %s/run --degrade-links %s", xdc_test_bin(),
