@@ -81,6 +81,7 @@ int plan_inputs_load(const char *topo_path, const char *model_path, const char *
         memcpy(o->calib.region_scale, pace, (size_t)in->topo->n_regions * sizeof *pace);
         o->delay_steps = run.sync.delay_steps;
         o->chunks = run.pipeline_chunks;
+        o->steps = run.train.steps;
     } else {
         rc = xdc_model_config_load(model_path, &tc, &errs);
         if (rc != XDC_OK) return config_failed(in, model_path, rc, &errs);
@@ -242,7 +243,7 @@ static int plan_usage(FILE *f)
 {
     fprintf(f, "usage: xdc plan -t TOPOLOGY.yaml -m MODEL.yaml [--json] [--explain] [--global-batch TOKENS]\n"
                "                [--mode sync|diloco|streaming|pipeline] [--stages P] [--micro-batch B] [--codec C]\n"
-               "                [--chunks V] [--mfu F]\n"
+               "                [--chunks V] [--mfu F] [--steps N]\n"
                "  Choose how to train the model on the topology: mode, stages and replicas per region, layer\n"
                "  partition, WAN cut, microbatches, bucket, codec and DiLoCo period, with the predicted step time.\n"
                "  --global-batch  tokens per optimizer step (default: microbatch x microbatches x workers)\n"
@@ -250,6 +251,8 @@ static int plan_usage(FILE *f)
                "                  per replica per step for data-parallel plans)\n"
                "  --chunks        interleaved 1F1B: V model chunks per stage (the run file's pipeline_chunks), priced\n"
                "                  for pipelines inside a region\n"
+               "  --steps         the run's optimizer steps: DiLoCo and streaming periods leave it enough outer\n"
+               "                  rounds for its loss (default: unknown, periods priced by time alone)\n"
                "  --explain       every candidate considered and the selection rule\n"
                "  Exit 78 on a config error, 69 when no plan fits (the reason is printed).\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
@@ -526,6 +529,14 @@ static void explain_choices(const xdc_topology *t, const xdc_plan_set *s, const 
                alt->t_step, alt->tokens, alt->t_wan_exposed, alt->wan_bytes / 1e6, alt->fidelity,
                (alt->t_step / alt->tokens / (b->t_step / b->tokens) - 1) * 100);
     }
+    int used = 0;
+    for (int r = 0; r < t->n_regions; r++) used += in[r];
+    int longest = xdc_plan_max_period(o->steps, used);
+    if (longest > 0)
+        printf(
+            "    period for the loss: the run's %d steps over %d regions keep at least %d x %d = %d outer rounds, so "
+            "H <= %d (the shortest period searched whatever this says: docs/planner.md, \"Period\")\n",
+            o->steps, used, XDC_PLAN_ROUNDS_PER_REGION, used - 1, XDC_PLAN_ROUNDS_PER_REGION * (used - 1), longest);
     print_round_busy(t, b);
 }
 
@@ -566,10 +577,11 @@ int xdc_cmd_plan(int argc, char **argv)
                                          {"micro-batch", required_argument, NULL, 'b'},
                                          {"codec", required_argument, NULL, 'C'},
                                          {"mfu", required_argument, NULL, 'f'},
+                                         {"steps", required_argument, NULL, 'S'},
                                          {"help", no_argument, NULL, 'h'},
                                          {0}};
     const char *topo = NULL, *model = NULL, *mode = NULL, *codec = NULL;
-    int json = 0, expl = 0, stages = 0, chunks = 0, micro_batch = 0, c;
+    int json = 0, expl = 0, stages = 0, chunks = 0, micro_batch = 0, steps = 0, c;
     double global = 0, mfu = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "t:m:jxg:h", opts, NULL)) != -1) {
@@ -587,6 +599,7 @@ int xdc_cmd_plan(int argc, char **argv)
         case 'V': bad = xdc_parse_int(optarg, 1, ORCH_MAX_CHUNKS, &chunks, &d) != XDC_OK ? "--chunks" : NULL; break;
         case 'b': bad = xdc_parse_int(optarg, 1, 1 << 20, &micro_batch, &d) != XDC_OK ? "--micro-batch" : NULL; break;
         case 'C': codec = optarg; break;
+        case 'S': bad = xdc_parse_int(optarg, 1, 1 << 30, &steps, &d) != XDC_OK ? "--steps" : NULL; break;
         case 'f': mfu = strtod(optarg, &end); break;
         case 'h': return plan_usage(stdout);
         default: return plan_usage(stderr);
@@ -615,6 +628,7 @@ int xdc_cmd_plan(int argc, char **argv)
     in.opts.stages = stages;
     in.opts.chunks = chunks;
     in.opts.micro_batch = micro_batch;
+    in.opts.steps = steps;
     xdc_plan_set *set = NULL;
     ex = plan_inputs_search(&in, &set);
     if (ex == XDC_EX_OK && json) {
