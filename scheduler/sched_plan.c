@@ -553,6 +553,9 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
          * top-k in the same bytes (quantized values, u16 positions) - SparseLoCo's finding - unless the
          * run pins top-k. */
         if (strncmp(codec, "topk", 4) == 0 && !s->o->codec[0]) continue;
+        if (s->o->steps > 0 && !s->o->codec[0] && topo_sparse_variant(codec) >= TOPO_PLAN_LOSS_SPARSE_VARIANTS &&
+            strncmp(codec, "sparse", 6) == 0)
+            continue; /* sparser rounds miss the run's loss */
         /* Inner steps sync over the region's replicas only, uncompressed. */
         double inner_intra, inner_wire[XDC_TOPO_MAX_REGIONS];
         double inner = dp_round(s, base, dr, 1, "none", 1.0, 1, &inner_intra, inner_wire); /* all intra */

@@ -8,6 +8,8 @@
 #include "model/xdc_model_shape.h"
 #include "scheduler/xdc_plan.h"
 
+#include <string.h>
+
 /* The longest period of any DiLoCo / streaming candidate of s. */
 static int longest_period(const xdc_plan_set *s)
 {
@@ -45,15 +47,16 @@ XDC_TEST(plan_period_leaves_the_run_enough_outer_rounds)
         o.steps = steps[i];
         s = test_plan_search_ok(t, &m, &b, &o);
         XDC_ASSERT_EQ(s->best.mode, XDC_PLAN_DILOCO);
-        XDC_ASSERT_MSG(longest_period(s) == want_longest[i], "%d steps: longest period searched %d (want %d)",
-                       steps[i], longest_period(s), want_longest[i]);
+        XDC_ASSERT_MSG(longest_period(s) == want_longest[i], "%d steps: longest period searched %d (want %d)", steps[i],
+                       longest_period(s), want_longest[i]);
         if (i < 2) XDC_ASSERT_EQ(s->best.inner_steps, 10);
         xdc_plan_set_destroy(s);
     }
     xdc_topology_destroy(t);
 }
 
-/* `plan: auto` takes the period from the run's own steps: bench-e2e's auto row (450 steps) runs H = 10. */
+/* `plan: auto` takes the period from the run's own steps: bench-e2e's auto row (450 steps) runs H = 10, and its
+ * sparse rounds at the densest variant (0.05:2), where the time-only search took 0.02:2 at H = 10. */
 XDC_TEST(plan_auto_period_follows_the_runs_steps)
 {
     xdc_topology *t = test_plan_load_topo("bench/e2e/four-region.yaml");
@@ -62,6 +65,7 @@ XDC_TEST(plan_auto_period_follows_the_runs_steps)
     test_plan_auto_run("period450", "steps: 450\ndiloco: {slowdown: [1, 1, 2, 1]}\n", t, &c, &pl, NULL);
     XDC_ASSERT_EQ(c.mode, ORCH_MODE_DILOCO);
     XDC_ASSERT_EQ(c.diloco.inner_steps, 10);
+    XDC_ASSERT_MSG(strcmp(c.codec, "sparse:0.05:2") == 0, "codec %s (want sparse:0.05:2)", c.codec);
     XDC_ASSERT(c.diloco.nobody_waits && c.diloco.keep_unsent);
     xdc_topology_destroy(t);
 }
