@@ -447,7 +447,7 @@ static int codec_rank(const char *codec)
 /* Outer rounds for the loss, measured on bench-e2e's model and data at 1.5x the one-region reference's steps
  * (docs/benchmarks.md, "e2e", "Period and outer settings"): over 2 regions sparse DiLoCo with keep_unsent reached
  * the reference's loss with 15-22 rounds (H = 20-30 in 450 steps); over 4 regions with 45 (H = 10), and not with 22
- * (H = 20, 0.06 above it), 15 or 9: each further region's diverging trajectory needs about 15 more rounds. Time
+ * (H = 20, 0.06 above it), 18, 15 or 9: each further region's diverging trajectory needs about 15 more rounds. Time
  * per token (the search's own rule) then chooses among the periods this leaves. */
 int xdc_plan_max_period(int steps, int regions)
 {

@@ -535,7 +535,7 @@ static void explain_choices(const xdc_topology *t, const xdc_plan_set *s, const 
     if (longest > 0)
         printf(
             "    period for the loss: the run's %d steps over %d regions keep at least %d x %d = %d outer rounds, so "
-            "H <= %d (the shortest period searched whatever this says: docs/planner.md, \"Period\")\n",
+            "H <= %d (the shortest period searched whatever this says: docs/planner.md, \"Period for the loss\")\n",
             o->steps, used, XDC_PLAN_ROUNDS_PER_REGION, used - 1, XDC_PLAN_ROUNDS_PER_REGION * (used - 1), longest);
     print_round_busy(t, b);
 }

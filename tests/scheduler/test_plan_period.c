@@ -23,7 +23,8 @@ static int longest_period(const xdc_plan_set *s)
 /* bench-e2e's 4-region row (bench/e2e/four-region.yaml, north slowed 2x, its 0.87M GPT, 16x64 tokens per worker):
  * at 450 steps (the bench's xdc rows) 45 rounds are wanted, so H = 10, where the time-only search (steps unknown)
  * takes a longer period; a 300-step run, too short for 45 rounds at any period, keeps the shortest (10); a long
- * run allows longer periods again (20000 steps: up to 444, so 250 of the list). The rule's arithmetic: 15 rounds per region beyond the first. */
+ * run allows longer periods again (20000 steps: up to 444, so 250 of the list). The rule's arithmetic: 15 rounds
+ * per region beyond the first. */
 XDC_TEST(plan_period_leaves_the_run_enough_outer_rounds)
 {
     XDC_ASSERT_EQ(xdc_plan_max_period(450, 4), 10);
