@@ -82,6 +82,7 @@ struct xdc_wan_relay {
     uint64_t refill_ns;
     unsigned rot;
     uint64_t accepted, bytes;
+    uint64_t wakeups; /* polls that returned: what an idle link costs (xdc_wan_relay_wakeups) */
 };
 
 static void conn_free(emu_conn *c)
@@ -286,6 +287,7 @@ static void *relay_main(void *arg)
         struct timespec ts = {.tv_sec = (time_t)(timeout / 1000000000u), .tv_nsec = (long)(timeout % 1000000000u)};
         ppoll(pfd, (nfds_t)n, &ts, NULL);
         pthread_mutex_lock(&r->mu);
+        r->wakeups++;
         uint64_t drain;
         if ((pfd[0].revents & POLLIN) && read(r->wake_fd, &drain, sizeof drain) < 0) drain = 0;
         if (r->stop) break;
@@ -499,6 +501,14 @@ void xdc_wan_relay_counters(xdc_wan_relay *r, uint64_t *conns, uint64_t *bytes)
     if (conns) *conns = r->accepted;
     if (bytes) *bytes = r->bytes;
     pthread_mutex_unlock(&r->mu);
+}
+
+uint64_t xdc_wan_relay_wakeups(xdc_wan_relay *r)
+{
+    pthread_mutex_lock(&r->mu);
+    uint64_t n = r->wakeups;
+    pthread_mutex_unlock(&r->mu);
+    return n;
 }
 
 void xdc_wan_relay_destroy(xdc_wan_relay *r)
