@@ -444,6 +444,16 @@ static int codec_rank(const char *codec)
     return topo_codec_info_get(codec, 100, &ci) == XDC_OK ? ci.rank : 9;
 }
 
+/* Outer rounds for the loss, measured on bench-e2e's model and data at 1.5x the one-region reference's steps
+ * (docs/benchmarks.md, "e2e", "Period and outer settings"): over 2 regions sparse DiLoCo with keep_unsent reached
+ * the reference's loss with 15-22 rounds (H = 20-30 in 450 steps); over 4 regions with 45 (H = 10), and not with 22
+ * (H = 20, 0.06 above it), 18, 15 or 9: each further region's diverging trajectory needs about 15 more rounds. Time
+ * per token (the search's own rule) then chooses among the periods this leaves. */
+int xdc_plan_max_period(int steps, int regions)
+{
+    return steps > 0 && regions > 1 ? steps / (XDC_PLAN_ROUNDS_PER_REGION * (regions - 1)) : 0;
+}
+
 /* Region r's inner step of DiLoCo plan p: its pipeline phase and its replicas' gradient sync (no WAN). */
 static double region_inner_step(search *s, const xdc_plan *p, const dp_region *dr, int r, double *inner)
 {
@@ -543,12 +553,16 @@ static void dp_comm_settings(search *s, xdc_plan *base, const dp_region *dr, int
          * top-k in the same bytes (quantized values, u16 positions) - SparseLoCo's finding - unless the
          * run pins top-k. */
         if (strncmp(codec, "topk", 4) == 0 && !s->o->codec[0]) continue;
+        if (s->o->steps > 0 && !s->o->codec[0] && topo_sparse_variant(codec) >= TOPO_PLAN_LOSS_SPARSE_VARIANTS &&
+            strncmp(codec, "sparse", 6) == 0)
+            continue; /* sparser rounds miss the run's loss */
         /* Inner steps sync over the region's replicas only, uncompressed. */
         double inner_intra, inner_wire[XDC_TOPO_MAX_REGIONS];
         double inner = dp_round(s, base, dr, 1, "none", 1.0, 1, &inner_intra, inner_wire); /* all intra */
+        int longest = xdc_plan_max_period(s->o->steps, n_active); /* for the loss: enough rounds in the run */
         for (size_t h = 0; h < sizeof periods / sizeof *periods; h++) {
             int H = s->o->inner_steps > 0 ? s->o->inner_steps : periods[h];
-            if (s->o->inner_steps > 0 && h > 0) break;
+            if (h > 0 && (s->o->inner_steps > 0 || (longest > 0 && H > longest))) break;
             for (xdc_plan_mode mode = XDC_PLAN_DILOCO; mode <= XDC_PLAN_STREAMING; mode++) {
                 int keep = mode == XDC_PLAN_DILOCO && keep_unsent_for(s, base, codec);
                 if (!mode_allowed(s, mode) || (s->o->keep_unsent > 0 && !keep)) continue;

@@ -19,6 +19,11 @@
     {                                          \
         "0.05:2", "0.03:4", "0.02:2", "0.01:2" \
     }
+/* With the run's length known (xdc_plan_opts.steps), the outer rounds' sparse codec for the loss: only the first
+ * this many of TOPO_PLAN_SPARSE_VARIANTS (a codec the run file names stays). bench-e2e's 4-region row at H = 10
+ * (docs/benchmarks.md, "e2e", "Period and outer settings"): 0.05:2 and 0.03:4 reached the reference's loss in
+ * 450 steps; 0.02:2, the time-only search's choice there, ended 0.034 above it. */
+#define TOPO_PLAN_LOSS_SPARSE_VARIANTS    2
 /* Sparse DiLoCo with keep_unsent as bench-e2e measured it best (docs/benchmarks.md, "keep_unsent"): the
  * last round's codec and the outer learning rate (momentum: the sparse default, 0.5). */
 #define TOPO_PLAN_KEEP_UNSENT_FINAL_CODEC "int4"

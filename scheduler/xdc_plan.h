@@ -90,6 +90,9 @@ typedef struct xdc_plan_opts {
      * data-parallel structures, inside a region, where P >= 2, M is a multiple of P and P·v <= the layers;
      * a pipeline across regions is planned without (docs/planner.md). */
     int chunks;
+    /* The run's optimizer steps (0: unknown, as `xdc plan` without a run file): DiLoCo and streaming periods are
+     * searched up to xdc_plan_max_period, so the run holds enough outer rounds to reach its loss. */
+    int steps;
 } xdc_plan_opts;
 #define XDC_PLAN_OPTS_INIT                                                                      \
     {                                                                                           \
@@ -227,6 +230,12 @@ double xdc_plan_probe_flops(const xdc_topology *t, const xdc_model_shape *m, dou
  * worker j computing 1 / region_scale[j] of its time (a slowdown's sleep takes no core) independently of the others.
  * A slowed region computes while the others do, so its share is the lowest and its pace more than its slowdown. */
 double xdc_plan_host_share(const xdc_topology *t, int r, const xdc_plan_calib *c);
+
+/* The longest DiLoCo / streaming period for the loss of a run of `steps` optimizer steps over `regions` taking-part
+ * regions: at least XDC_PLAN_ROUNDS_PER_REGION x (regions - 1) outer rounds in the run, so steps / that (0: no
+ * bound, the steps unknown or one region). The search keeps its shortest period whatever this says. */
+#define XDC_PLAN_ROUNDS_PER_REGION 15
+int xdc_plan_max_period(int steps, int regions);
 
 /* Calibrate compute times from measured_s[0..n) (seconds of compute per step, e.g. from a run's progress
  * lines or step logs). n = 1: calib->compute_scale so that stage 0's predicted compute per step equals

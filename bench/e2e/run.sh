@@ -24,8 +24,9 @@
 #              bits with error feedback) and E2E_SPARSE_DILOCO (keep_unsent: the unsent part stays in each
 #              region's parameters; final_codec int4; outer_lr 1.5; nobody_waits: north runs the inner steps
 #              a round's budget buys it and the outer mean weighs each region by its tokens)
-#   auto       `plan: auto`: the planner chooses mode, codec, period, layout and regions; the row the summary
-#              quotes (fixed, not the fastest of a near-tie). Its log's plan line is printed
+#   auto       `plan: auto`: the planner chooses mode, codec, period, layout and regions (period and sparse
+#              density bounded for the loss at the row's steps: docs/planner.md, "Period for the loss"); the
+#              row the summary quotes (fixed, not the fastest of a near-tie). Its log's plan line is printed
 # The xdc rows train E2E_XDC_STEP_FACTOR x the reference's steps (their own cosine schedule) so a mode
 # that needs more steps can still reach the target; time to the target is the first validation (every
 # E2E_EVAL steps) at or below reference x (1 + E2E_TOL). Per row: time and WAN bytes to the target (every

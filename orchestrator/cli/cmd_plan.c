@@ -95,6 +95,7 @@ int plan_inputs_load(const char *topo_path, const char *model_path, const char *
         orch_plan_compute_describe(&run, in->topo, in->compute, sizeof in->compute);
         o->delay_steps = run.sync.delay_steps;
         o->chunks = run.pipeline_chunks;
+        o->steps = run.train.steps;
     } else {
         rc = xdc_model_config_load(model_path, &tc, &errs);
         if (rc != XDC_OK) return config_failed(in, model_path, rc, &errs);
@@ -265,21 +266,25 @@ static void print_link_codecs(const plan_inputs *in, const xdc_plan *p)
 
 static int plan_usage(FILE *f)
 {
-    fprintf(f, "usage: xdc plan -t TOPOLOGY.yaml (-m MODEL.yaml | -c RUN.yaml) [--json] [--explain]\n"
-               "                [--global-batch TOKENS] [--mode sync|diloco|streaming|pipeline] [--stages P]\n"
-               "                [--micro-batch B] [--codec C] [--chunks V] [--mfu F]\n"
-               "  Choose how to train the model on the topology: mode, stages and replicas per region, layer\n"
-               "  partition, WAN cut, microbatches, bucket, codec and DiLoCo period, with the predicted step time.\n"
-               "  --global-batch  tokens per optimizer step (default: microbatch x microbatches x workers)\n"
-               "  --micro-batch   sequences per microbatch (default: the planner picks a divisor of the sequences\n"
-               "                  per replica per step for data-parallel plans)\n"
-               "  --chunks        interleaved 1F1B: V model chunks per stage (the run file's pipeline_chunks), priced\n"
-               "                  for pipelines inside a region\n"
-               "  -c RUN.yaml     plan the run file as `xdc launch` runs it (plan: auto: the plan it takes), its\n"
-               "                  compute calibrated by a probe on this machine unless it says plan_compute: topology\n"
-               "                  (docs/planner.md, \"Compute speed\")\n"
-               "  --explain       every candidate considered, the selection rule and the compute model\n"
-               "  Exit 78 on a config error, 69 when no plan fits (the reason is printed).\n");
+    fprintf(
+        f,
+        "usage: xdc plan -t TOPOLOGY.yaml (-m MODEL.yaml | -c RUN.yaml) [--json] [--explain]\n"
+        "                [--global-batch TOKENS] [--mode sync|diloco|streaming|pipeline] [--stages P]\n"
+        "                [--micro-batch B] [--codec C] [--chunks V] [--mfu F] [--steps N]\n"
+        "  Choose how to train the model on the topology: mode, stages and replicas per region, layer\n"
+        "  partition, WAN cut, microbatches, bucket, codec and DiLoCo period, with the predicted step time.\n"
+        "  --global-batch  tokens per optimizer step (default: microbatch x microbatches x workers)\n"
+        "  --micro-batch   sequences per microbatch (default: the planner picks a divisor of the sequences\n"
+        "                  per replica per step for data-parallel plans)\n"
+        "  --chunks        interleaved 1F1B: V model chunks per stage (the run file's pipeline_chunks), priced\n"
+        "                  for pipelines inside a region\n"
+        "  -c RUN.yaml     plan the run file as `xdc launch` runs it (plan: auto: the plan it takes), its\n"
+        "                  compute calibrated by a probe on this machine unless it says plan_compute: topology\n"
+        "                  (docs/planner.md, \"Compute speed\")\n"
+        "  --steps         the run's optimizer steps (with -c: the run file's): DiLoCo and streaming periods\n"
+        "                  leave it enough outer rounds for its loss (default: unknown, periods priced by time alone)\n"
+        "  --explain       every candidate considered, the selection rule and the compute model\n"
+        "  Exit 78 on a config error, 69 when no plan fits (the reason is printed).\n");
     return f == stdout ? XDC_EX_OK : XDC_EX_USAGE;
 }
 
@@ -554,6 +559,14 @@ static void explain_choices(const xdc_topology *t, const xdc_plan_set *s, const 
                alt->t_step, alt->tokens, alt->t_wan_exposed, alt->wan_bytes / 1e6, alt->fidelity,
                (alt->t_step / alt->tokens / (b->t_step / b->tokens) - 1) * 100);
     }
+    int used = 0;
+    for (int r = 0; r < t->n_regions; r++) used += in[r];
+    int longest = xdc_plan_max_period(o->steps, used);
+    if (longest > 0)
+        printf(
+            "    period for the loss: the run's %d steps over %d regions keep at least %d x %d = %d outer rounds, so "
+            "H <= %d (the shortest period searched whatever this says: docs/planner.md, \"Period for the loss\")\n",
+            o->steps, used, XDC_PLAN_ROUNDS_PER_REGION, used - 1, XDC_PLAN_ROUNDS_PER_REGION * (used - 1), longest);
     print_round_busy(t, b);
 }
 
@@ -583,16 +596,23 @@ static void explain(const xdc_topology *t, const xdc_plan_set *s, const xdc_plan
 
 int xdc_cmd_plan(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"topology", required_argument, NULL, 't'}, {"model", required_argument, NULL, 'm'},
-        {"config", required_argument, NULL, 'c'},   {"json", no_argument, NULL, 'j'},
-        {"explain", no_argument, NULL, 'x'},        {"global-batch", required_argument, NULL, 'g'},
-        {"mode", required_argument, NULL, 'M'},     {"stages", required_argument, NULL, 'P'},
-        {"chunks", required_argument, NULL, 'V'},   {"micro-batch", required_argument, NULL, 'b'},
-        {"codec", required_argument, NULL, 'C'},    {"mfu", required_argument, NULL, 'f'},
-        {"help", no_argument, NULL, 'h'},           {0}};
+    static const struct option opts[] = {{"topology", required_argument, NULL, 't'},
+                                         {"model", required_argument, NULL, 'm'},
+                                         {"config", required_argument, NULL, 'c'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {"explain", no_argument, NULL, 'x'},
+                                         {"global-batch", required_argument, NULL, 'g'},
+                                         {"mode", required_argument, NULL, 'M'},
+                                         {"stages", required_argument, NULL, 'P'},
+                                         {"chunks", required_argument, NULL, 'V'},
+                                         {"micro-batch", required_argument, NULL, 'b'},
+                                         {"codec", required_argument, NULL, 'C'},
+                                         {"mfu", required_argument, NULL, 'f'},
+                                         {"steps", required_argument, NULL, 'S'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {0}};
     const char *topo = NULL, *model = NULL, *run = NULL, *mode = NULL, *codec = NULL;
-    int json = 0, expl = 0, stages = 0, chunks = 0, micro_batch = 0, c;
+    int json = 0, expl = 0, stages = 0, chunks = 0, micro_batch = 0, steps = 0, c;
     double global = 0, mfu = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "t:m:c:jxg:h", opts, NULL)) != -1) {
@@ -611,6 +631,7 @@ int xdc_cmd_plan(int argc, char **argv)
         case 'V': bad = xdc_parse_int(optarg, 1, ORCH_MAX_CHUNKS, &chunks, &d) != XDC_OK ? "--chunks" : NULL; break;
         case 'b': bad = xdc_parse_int(optarg, 1, 1 << 20, &micro_batch, &d) != XDC_OK ? "--micro-batch" : NULL; break;
         case 'C': codec = optarg; break;
+        case 'S': bad = xdc_parse_int(optarg, 1, 1 << 30, &steps, &d) != XDC_OK ? "--steps" : NULL; break;
         case 'f': mfu = strtod(optarg, &end); break;
         case 'h': return plan_usage(stdout);
         default: return plan_usage(stderr);
@@ -639,6 +660,7 @@ int xdc_cmd_plan(int argc, char **argv)
     if (stages) in.opts.stages = stages; /* a run file's constraints stay unless a flag sets them */
     if (chunks) in.opts.chunks = chunks;
     if (micro_batch) in.opts.micro_batch = micro_batch;
+    if (steps) in.opts.steps = steps;
     xdc_plan_set *set = NULL;
     ex = plan_inputs_search(&in, &set);
     if (ex == XDC_EX_OK && json) {

@@ -54,6 +54,7 @@ static void plan_inputs(const orch_run_config *c, const xdc_topology *t, xdc_mod
     if (c->diloco.nobody_waits) o->nobody_waits = 1;
     if (c->diloco.overlap_steps) o->overlap = 1;
     for (int r = 0; r < c->diloco.n_slowdown && r < t->n_regions; r++) o->calib.region_scale[r] = c->diloco.slowdown[r];
+    o->steps = c->train.steps; /* the periods that leave the run enough outer rounds (xdc_plan_max_period) */
     o->calib.probe_flops = c->probe_flops;
     o->calib.probe_cores = c->probe_cores;
 }

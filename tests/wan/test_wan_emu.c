@@ -1,6 +1,7 @@
 /* test_wan_emu.c — the userspace WAN emulator: a relayed link is never faster than the configured
  * rate nor quicker than its RTT, and an outage cut through the relay's API breaks every stream of a transfer,
- * which still delivers every message exactly once after restore; the routes of one relay share its rate. */
+ * which still delivers every message exactly once after restore; the routes of one relay share its rate; an idle
+ * rate-limited link does not poll. */
 #include "tests/test_wan_util.h"
 #include "tests/xdc_test.h"
 
@@ -157,4 +158,37 @@ XDC_TEST(wan_emu_routes_of_one_link_share_its_rate)
     xdc_wan_relay_destroy(r);
     close(sink[0].lfd);
     close(sink[1].lfd);
+}
+
+XDC_TEST(wan_emu_idle_link_sleeps_until_bytes_come)
+{
+    /* A 20 Mbit/s link with a connection open, after a few bytes, carries nothing for 300 ms: its thread sleeps
+     * in poll (at most its 50 ms housekeeping: ~6 wakeups), where a 1 ms refill tick woke it ~300 times. An upper
+     * bound only: a loaded machine can delay wakeups, never add them. Then bytes still pass. */
+    xdc_wan_link_model m = {.rate_mbps = 20, .rtt_ms = 4, .seed = 5};
+    share_sink sink;
+    sink_open(&sink);
+    xdc_wan_relay *r;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_wan_relay_create("127.0.0.1", 0, "127.0.0.1", sink.port, &m, &r, &d));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)xdc_wan_relay_port(r))};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    XDC_ASSERT(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    int peer = accept(sink.lfd, NULL, NULL);
+    XDC_ASSERT(peer >= 0);
+    char buf[4] = "ping";
+    XDC_ASSERT_EQ(send(fd, buf, sizeof buf, 0), (ssize_t)sizeof buf);
+    XDC_ASSERT_EQ(recv(peer, buf, sizeof buf, MSG_WAITALL), (ssize_t)sizeof buf);
+    uint64_t w0 = xdc_wan_relay_wakeups(r);
+    xdc_sleep_s(0.3); /* the idle window measured */
+    uint64_t idle = xdc_wan_relay_wakeups(r) - w0;
+    printf("idle 300 ms: %llu wakeups\n", (unsigned long long)idle);
+    XDC_ASSERT_MSG(idle <= 20, "an idle link woke %llu times in 300 ms", (unsigned long long)idle);
+    XDC_ASSERT_EQ(send(fd, buf, sizeof buf, 0), (ssize_t)sizeof buf);
+    XDC_ASSERT_EQ(recv(peer, buf, sizeof buf, MSG_WAITALL), (ssize_t)sizeof buf);
+    close(fd);
+    close(peer);
+    xdc_wan_relay_destroy(r);
+    close(sink.lfd);
 }

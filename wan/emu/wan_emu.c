@@ -82,6 +82,7 @@ struct xdc_wan_relay {
     uint64_t refill_ns;
     unsigned rot;
     uint64_t accepted, bytes;
+    uint64_t wakeups; /* polls that returned: what an idle link costs (xdc_wan_relay_wakeups) */
 };
 
 static void conn_free(emu_conn *c)
@@ -246,7 +247,7 @@ static void *relay_main(void *arg)
             r->cut = 0; /* over: the next one may have begun already (overlap), then it cuts again */
             memmove(&r->outages[0], &r->outages[1], (size_t)--r->n_outages * sizeof r->outages[0]);
         }
-        int n = 0;
+        int n = 0, starved = 0; /* starved: a direction with room and bytes to take waits on its bucket */
         uint64_t timeout = 50 * XDC_NS_PER_MS; /* ns: ppoll keeps release times exact to the scheduler */
         pfd[n++] = (struct pollfd){.fd = r->wake_fd, .events = POLLIN};
         int n_routes = r->n_routes; /* routes added during the poll are picked up next turn */
@@ -258,9 +259,10 @@ static void *relay_main(void *arg)
                 emu_dir *in = &c->dir[s], *outq = &c->dir[1 - s];
                 double tok = r->tokens[s];
                 /* No POLLIN while the bucket is empty: the 1 ms tick refills it, poll would only spin. */
-                if ((c->connected || s == 0) && !in->eof && in->count < in->n_slots &&
-                    (r->m.rate_mbps <= 0 || tok >= 1))
-                    ev |= POLLIN;
+                if ((c->connected || s == 0) && !in->eof && in->count < in->n_slots) {
+                    if (r->m.rate_mbps <= 0 || tok >= 1) ev |= POLLIN;
+                    else starved = 1;
+                }
                 if (s == 1 && !c->connected) ev |= POLLOUT;
                 if (outq->count) {
                     uint64_t rel = outq->ring[outq->head].release_ns;
@@ -272,8 +274,11 @@ static void *relay_main(void *arg)
                 pfd[n++] = (struct pollfd){.fd = c->fd[s], .events = ev};
             }
         }
-        /* With a rate limit the bucket refills continuously: come back at 1 ms granularity. */
-        if (r->m.rate_mbps > 0 && r->n_conns && timeout > XDC_NS_PER_MS) timeout = XDC_NS_PER_MS;
+        /* An empty bucket refills continuously: come back at 1 ms granularity while a direction waits on one. A
+         * link whose buckets are not empty waits in ppoll for its bytes: idle, it costs no wakeups (the tick on
+         * every rate-limited link was ~1,000 wakeups and ~10,000 failed reads a second per relay thread, all
+         * run long: bench-e2e's launch spent ~4 % of a core on it). */
+        if (starved && timeout > XDC_NS_PER_MS) timeout = XDC_NS_PER_MS;
         if (r->n_outages) {
             uint64_t t = r->cut ? r->outages[0].end_ns : r->outages[0].start_ns;
             if (t - now < timeout) timeout = t > now ? t - now : 0;
@@ -282,6 +287,7 @@ static void *relay_main(void *arg)
         struct timespec ts = {.tv_sec = (time_t)(timeout / 1000000000u), .tv_nsec = (long)(timeout % 1000000000u)};
         ppoll(pfd, (nfds_t)n, &ts, NULL);
         pthread_mutex_lock(&r->mu);
+        r->wakeups++;
         uint64_t drain;
         if ((pfd[0].revents & POLLIN) && read(r->wake_fd, &drain, sizeof drain) < 0) drain = 0;
         if (r->stop) break;
@@ -495,6 +501,14 @@ void xdc_wan_relay_counters(xdc_wan_relay *r, uint64_t *conns, uint64_t *bytes)
     if (conns) *conns = r->accepted;
     if (bytes) *bytes = r->bytes;
     pthread_mutex_unlock(&r->mu);
+}
+
+uint64_t xdc_wan_relay_wakeups(xdc_wan_relay *r)
+{
+    pthread_mutex_lock(&r->mu);
+    uint64_t n = r->wakeups;
+    pthread_mutex_unlock(&r->mu);
+    return n;
 }
 
 void xdc_wan_relay_destroy(xdc_wan_relay *r)

@@ -53,6 +53,9 @@ xdc_err_t xdc_wan_relay_schedule_outage(xdc_wan_relay *r, int64_t start_ms, int6
 void xdc_wan_relay_set_rate(xdc_wan_relay *r, double rate_mbps, double *was_mbps);
 /* Connections accepted so far and bytes forwarded in both directions. */
 void xdc_wan_relay_counters(xdc_wan_relay *r, uint64_t *conns, uint64_t *bytes);
+/* How often the relay's thread has woken from its poll: with connections open and nothing to carry it wakes
+ * only for its 50 ms housekeeping, not for the 1 ms refill tick a direction waiting on its bucket gets. */
+uint64_t xdc_wan_relay_wakeups(xdc_wan_relay *r);
 void xdc_wan_relay_destroy(xdc_wan_relay *r);
 
 /* Measure a link model on loopback: a relay with model `m` in front of an echo/sink server. RTT is the
