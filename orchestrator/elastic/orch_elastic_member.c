@@ -60,7 +60,7 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
     char val[RDZV_VALUE_MAX];
     int n = m->t->n_regions;
     rdzv_val name = rdzv_val_round(round);
-    XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_outer(m->region_idx, m->rank).s, name.s, diag));
+    XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_outer(m->region_idx, m->rank).s, rdzv_val_arrival(round, m->arrive).s, diag));
     /* The decision comes at most the grace window after the first region arrived, an operation's deadline
      * later when a region is in its first round back (orch_quorum_init's back_ms); our own region's other
      * workers may take up to an operation's deadline to get here. */
@@ -70,11 +70,11 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
         xdc_diag_prefix(diag, "round %s: no quorum decision", name.s);
         return rc;
     }
-    if (!is_region_set(m, val, "01j")) {
-        xdc_diag_set(diag, "round %s: quorum '%.64s' is not one 0/1/j per region (%d)", name.s, val, n);
+    if (!is_region_set(m, val, "01jtc")) {
+        xdc_diag_set(diag, "round %s: quorum '%.64s' is not one 0/1/j/t/c per region (%d)", name.s, val, n);
         return XDC_ERR_PROTO;
     }
-    if (val[m->region_idx] != '1') {
+    if (!strchr("1tc", val[m->region_idx])) {
         xdc_diag_set(diag,
                      "region %s was dropped from round %s (it missed the %.1f s grace window or lost a worker), so "
                      "it leaves the run; restarting its agents brings it back at a later outer round",
@@ -83,13 +83,14 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
     }
     int live = 0;
     for (int r = 0; r < n; r++) {
-        uint8_t in = val[r] == '1';
+        uint8_t in = val[r] == '1' || val[r] == 't' || val[r] == 'c';
         if (m->live[r] && !in)
             XDC_WARN(XDC_SUB_ORCH, "round %s: region %s dropped from the quorum", name.s, region_name(m, r));
         m->live[r] = in;
         m->joining[r] = val[r] == 'j';
+        m->catching_up[r] = val[r] == 't' || val[r] == 'c';
         live += in;
-        m->left_at[r] = m->joining[r] ? left_count(m, r) : LLONG_MAX;
+        if (m->joining[r]) m->left_at[r] = left_count(m, r); /* a joiner keeps its donors' across its rounds */
     }
     m->n_live = live;
     memcpy(m->quorum, val, (size_t)n + 1);
@@ -229,7 +230,7 @@ xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, in
     }
     rdzv_val name = rdzv_val_round(*round);
     XDC_CHECK(rdzv_get(m->rdzv, rdzv_key_quorum(*round).s, m->operation_ms, mask, sizeof mask, diag));
-    if (!is_region_set(m, mask, "01j") || mask[m->region_idx] != 'j') {
+    if (!is_region_set(m, mask, "01jtc") || mask[m->region_idx] != 'j') {
         xdc_diag_set(diag, "round %s: quorum '%s' does not name region %s as joining", name.s, mask, us);
         return XDC_ERR_PROTO;
     }
@@ -238,6 +239,7 @@ xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, in
     *from = -1;
     for (int r = 0; r < n; r++) {
         m->live[r] = mask[r] != '0'; /* from the next round on, us and the others joining with us */
+        m->catching_up[r] = mask[r] == 't' || mask[r] == 'c';
         m->n_live += m->live[r];
         in_round[r] = mask[r] == '1';
         m->left_at[r] = in_round[r] ? left_count(m, r) : LLONG_MAX;
