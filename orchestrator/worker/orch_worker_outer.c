@@ -28,8 +28,9 @@ xdc_err_t orch_elastic_quorum(orch_worker *w, xdc_sync *sync, int64_t step, xdc_
     for (int r = 0; r < w->id->n_regions; r++) {
         weight[r] = !m->live[r] || m->catching_up[r] ? 0.0f : w->elastic.weight ? w->elastic.weight[r] : 1.0f;
         if (m->catching_up[r] && w->id->lrank == 0)
-            XDC_INFO(XDC_SUB_ORCH, "round %lld: %s still taking its state, weight 0", (long long)step,
-                     w->topo->regions[r].name);
+            XDC_INFO(XDC_SUB_ORCH, "round %lld: %s %s", (long long)step, w->topo->regions[r].name,
+                     m->quorum[r] == 't' ? "still taking its state, weight 0"
+                                         : "took its state, weight 0 a last time; a member from the next round");
     }
     return xdc_sync_set_members(sync, m->live, weight, diag);
 }

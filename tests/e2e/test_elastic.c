@@ -962,6 +962,41 @@ XDC_TEST_T(elastic_launch_joiner_gives_up_on_a_donor_that_died, 180)
     free(wlog);
 }
 
+/* Nobody waits for a joiner's state (docs/runtime.md "Rejoining"): ap-south's worker killed after step 20 and
+ * restarted; at the round that takes it back us-east sends its header at once but holds its slice of the state
+ * until it finished two more DiLoCo periods (XDC_TEST_REJOIN=hold@us-east, orch_rejoin.c: fired by the run's
+ * own event). Meanwhile the joiner takes part in the rounds with weight 0: the members name it in each round
+ * ("still taking its state, weight 0", at least two rounds), its state lands, it replays the outer steps of
+ * those rounds and all three regions end on one model. The hash is not the run's where the slice was not held:
+ * the round the joiner trains again from follows when its state came. */
+XDC_TEST_T(elastic_launch_does_not_wait_for_a_joiner_whose_state_is_held, 180)
+{
+    char dir[600], log[700];
+    pid_t p = launch_to_step_20("lhold", "diloco", "{min_regions: 2, grace: 5s}", "XDC_TEST_REJOIN", "hold@us-east",
+                                "1", dir, log);
+    signal_worker(dir, "ap-south", SIGKILL);
+    char *out = launch_succeeded(p, dir, log);
+    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
+    expect_one_model(dir, out, 3);
+    free(out);
+    char *east = region_log(dir, "us-east");
+    int rounds = 0;
+    for (const char *at = east; (at = strstr(at, "ap-south still taking its state, weight 0")) != NULL; at++) rounds++;
+    XDC_ASSERT_MSG(rounds >= 2, "us-east went %d rounds without ap-south's weight while its slice was held:\n%s",
+                   rounds, east);
+    XDC_ASSERT_STR_CONTAINS(east, "test hook XDC_TEST_REJOIN=hold@us-east fires in region us-east");
+    free(east);
+    char *wlog = region_log(dir, "ap-south");
+    const char *took = strstr(wlog, "region ap-south took the state of round ");
+    XDC_ASSERT_MSG(took != NULL, "ap-south took no state:\n%s", wlog);
+    int kept = 0;
+    const char *meanwhile = strstr(took, "hashes checked) ");
+    XDC_ASSERT_MSG(meanwhile && sscanf(strchr(meanwhile, ';') + 2, "%d rounds with weight 0", &kept) == 1 && kept >= 2,
+                   "ap-south replayed %d rounds:\n%s", kept, took);
+    XDC_ASSERT_STR_CONTAINS(wlog, "region ap-south rejoined at round");
+    free(wlog);
+}
+
 /* Elastic sync mode: the round that takes ap-south back is a step; after its update the members hand the joiner
  * the live parameters, the AdamW moments and the data position of the next step, and it averages from there on. */
 XDC_TEST_T(elastic_launch_restarts_a_killed_sync_region_and_it_rejoins, 180)
