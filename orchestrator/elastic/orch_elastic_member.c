@@ -29,6 +29,8 @@ void orch_elastic_member_init(orch_elastic_member *m, rdzv_client *rdzv, const x
     m->open = -1;
 }
 
+#define STATE_POLL_S 0.05 /* a joiner's look at its state while it waits for a round's decision */
+
 static const char *region_name(const orch_elastic_member *m, int r) { return m->t->regions[r].name; }
 
 /* 1 when `set` is one character of `allowed` per region. */
@@ -60,12 +62,24 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
     char val[RDZV_VALUE_MAX];
     int n = m->t->n_regions;
     rdzv_val name = rdzv_val_round(round);
-    XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_outer(m->region_idx, m->rank).s, rdzv_val_arrival(round, m->arrive).s, diag));
+    rdzv_key outer = rdzv_key_outer(m->region_idx, m->rank), quorum = rdzv_key_quorum(round);
+    XDC_CHECK(rdzv_set(m->rdzv, outer.s, rdzv_val_arrival(round, m->arrive).s, diag));
     /* The decision comes at most the grace window after the first region arrived, an operation's deadline
      * later when a region is in its first round back (orch_quorum_init's back_ms); our own region's other
      * workers may take up to an operation's deadline to get here. */
-    xdc_err_t rc = rdzv_get(m->rdzv, rdzv_key_quorum(round).s, m->grace_ms + 2 * m->operation_ms, val, sizeof val,
-                            diag);
+    uint64_t deadline = xdc_deadline_ms(m->grace_ms + 2 * m->operation_ms);
+    /* A joiner arrives at once (it runs no inner step): its state may land before the others arrive, and then it
+     * trains from the next round. The decision says which arrival the host read. */
+    while (m->arrive == RDZV_ARRIVE_TAKING && m->state_in && !xdc_deadline_passed(deadline) &&
+           rdzv_try_get(m->rdzv, quorum.s, val, sizeof val, diag) == XDC_ERR_AGAIN) {
+        if (m->state_in(m->state_ctx)) {
+            m->arrive = RDZV_ARRIVE_TOOK;
+            XDC_CHECK(rdzv_set(m->rdzv, outer.s, rdzv_val_arrival(round, m->arrive).s, diag));
+            break;
+        }
+        xdc_sleep_s(STATE_POLL_S);
+    }
+    xdc_err_t rc = rdzv_get(m->rdzv, quorum.s, xdc_deadline_poll_ms(deadline), val, sizeof val, diag);
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "round %s: no quorum decision", name.s);
         return rc;

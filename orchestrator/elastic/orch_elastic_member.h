@@ -33,6 +33,11 @@ typedef struct orch_elastic_member {
     /* 1: in the last round with weight 0, a region that rejoined and is still catching up ('t' or 'c') */
     uint8_t catching_up[XDC_TOPO_MAX_REGIONS];
     rdzv_arrive_kind arrive; /* how this worker arrives at its next round (a rejoined one catching up: the worker) */
+    /* A rejoined worker whose state is on its way (arrive: RDZV_ARRIVE_TAKING) asks state_in(state_ctx) while it
+     * waits for its round's decision: once it returns 1, the arrival becomes "took" if the round is not decided
+     * yet (NULL: never asked) */
+    int (*state_in)(void *state_ctx);
+    void *state_ctx;
     /* left/<region> of each region a hand-over waits on (a member: the round's joiners; a joiner: the members of
      * the round that took it back, while its state is on its way) when that round was read (-1: none yet);
      * LLONG_MAX for a region no hand-over waited on */
@@ -47,7 +52,8 @@ typedef struct orch_elastic_member {
 void orch_elastic_member_init(orch_elastic_member *m, rdzv_client *rdzv, const xdc_topology *t, int region_idx,
                               int rank, int64_t grace_ms, int64_t operation_ms);
 
-/* Arrive at `round` (a step, or RDZV_ROUND_END; as m->arrive says) and wait for the host's decision: m->live,
+/* Arrive at `round` (a step, or RDZV_ROUND_END; as m->arrive says, "taking" turning into "took" while the round
+ * is undecided once m->state_in says so) and wait for the host's decision: m->live,
  * m->joining, m->catching_up, m->n_live follow it, so every member counts the same regions. XDC_ERR_UNAVAILABLE
  * naming the region when ours is not in it (it leaves the run; its agent, restarted, may bring it back),
  * XDC_ERR_PROTO when the decision (m->quorum) is not one '0'/'1'/'j'/'t'/'c' per region; the wait's error when

@@ -113,6 +113,8 @@ struct orch_rejoin_in {
     uint8_t *host;                       /* pinned (slice_bytes(n_params)): donor i's slice at slice_bytes(its lo) */
     kept_round *kept;                    /* (n_kept of cap) the rounds since, in order */
     int n_kept, cap;
+    xdc_err_t failed; /* a slice that will not come (slices_in), and why */
+    xdc_diag why;
 };
 
 /* XDC_TEST_REJOIN names `fault` at our region, and has not fired in this process yet. */
@@ -493,6 +495,10 @@ static xdc_err_t wait_part(orch_worker *w, struct orch_rejoin_in *in, int j, xdc
 static xdc_err_t slices_in(orch_worker *w, struct orch_rejoin_in *in, int *all, xdc_diag *diag)
 {
     *all = 1;
+    if (in->failed != XDC_OK) {
+        xdc_diag_set(diag, "%s", in->why.msg);
+        return in->failed;
+    }
     for (int i = 0; i < in->k; i++) {
         donor_in *dn = &in->dn[i];
         if (!dn->req[1]) continue;
@@ -509,11 +515,22 @@ static xdc_err_t slices_in(orch_worker *w, struct orch_rejoin_in *in, int *all, 
         }
         if (rc != XDC_ERR_UNAVAILABLE) dn->req[1] = NULL; /* completed or failed: released */
         if (rc != XDC_OK) {
-            xdc_diag_set(diag, "rejoin: no state from %s: %s", w->topo->regions[dn->region].name, d.msg);
-            return rc;
+            xdc_diag_set(&in->why, "rejoin: no state from %s: %s", w->topo->regions[dn->region].name, d.msg);
+            xdc_diag_set(diag, "%s", in->why.msg);
+            return in->failed = rc;
         }
     }
     return XDC_OK;
+}
+
+/* orch_elastic_member's state_in (ctx: the worker): every slice in. A failure waits for the next arrival, which
+ * reports it (orch_rejoin_arrive). */
+static int state_in(void *ctx)
+{
+    orch_worker *w = ctx;
+    int all = 0;
+    xdc_diag d = {{0}};
+    return slices_in(w, w->elastic.take, &all, &d) == XDC_OK && all;
 }
 
 /* Joiners of one round are members of the next together: each dials the lower ones, then accepts the higher
@@ -622,6 +639,7 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
     w->elastic.rejoin_round = at;
     if (w->cfg->mode != ORCH_MODE_SYNC && at < w->cfg->train.steps) { /* the slices come while we take part */
         w->elastic.m.arrive = RDZV_ARRIVE_TAKING;
+        w->elastic.m.state_in = state_in, w->elastic.m.state_ctx = w;
         XDC_WARN(XDC_SUB_ORCH,
                  "region %s rejoins at round %lld: it takes part with weight 0 from the next round until its state "
                  "came (%.1f MB from %d member regions)",
@@ -670,6 +688,7 @@ xdc_err_t orch_rejoin_catch_up(orch_worker *w, orch_outer *o, size_t lo, size_t 
     free_in(w, in);
     w->elastic.take = NULL;
     w->elastic.m.arrive = RDZV_ARRIVE;
+    w->elastic.m.state_in = NULL;
     return XDC_OK;
 }
 
