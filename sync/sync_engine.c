@@ -430,7 +430,7 @@ static xdc_err_t sum_over(xdc_sync *s, bucket *k, const uint8_t *set, float *x, 
         if (into != x) XDC_CHECK(weigh_in(s, into, k->shard, w, x));
         total += w;
     }
-    /* none weighed: only members left out of the sum are left (its weighed members went during the round) */
+    /* none weighed (every member is left out of the sum): the mean of nothing, 0 */
     return on_comm_stream(s, x, NULL, k->shard, total > 0.0f ? 1.0f / total : 0.0f);
 }
 
@@ -1143,7 +1143,6 @@ xdc_err_t xdc_sync_set_weights(xdc_sync *s, const float *weight, xdc_diag *diag)
 xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, const float *weight, xdc_diag *diag)
 {
     int n = 0;
-    float sum = 0;
     for (int r = 0; r < s->cfg.n_regions; r++) {
         if (!(weight[r] >= 0.0f && weight[r] <= XDC_SYNC_MAX_WEIGHT)) { /* NaN fails too */
             xdc_diag_set(diag, "sync %s: region %d's weight %g is not in [0, %g]", s->cfg.name, r, (double)weight[r],
@@ -1151,11 +1150,6 @@ xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, const float *
             return XDC_ERR_INVALID;
         }
         n += member[r] != 0;
-        if (member[r]) sum += weight[r];
-    }
-    if (!(sum > 0.0f)) {
-        xdc_diag_set(diag, "sync %s: no member weighs above 0", s->cfg.name);
-        return XDC_ERR_INVALID;
     }
     for (int r = 0; r < s->cfg.n_regions && route_relays(s); r++)
         if (!member[r]) { /* a cancelled relayed receive would take the next message */

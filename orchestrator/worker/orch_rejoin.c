@@ -115,6 +115,7 @@ struct orch_rejoin_in {
     int n_kept, cap;
     xdc_err_t failed; /* a slice that will not come (slices_in), and why */
     xdc_diag why;
+    int64_t passed; /* inner steps let pass since the state's step (orch_rejoin_pass): the members ran them */
 };
 
 /* XDC_TEST_REJOIN names `fault` at our region, and has not fired in this process yet. */
@@ -311,7 +312,14 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
     /* A donor is a member of the round in full ('1'); one still catching up itself ('t', 'c') has no state to
      * give: the joiner dials it once, for the rounds. */
     int donor = w->elastic.m.quorum[w->id->region_idx] == '1', conns = donor ? 2 : 1;
-    /* The last hand-over's sends had a round to complete; each round's slice gets a staging of its own. */
+    /* The last hand-over's sends had a round to complete; each round's slice gets a staging of its own. A region
+     * joining again left the run since: its earlier process is gone, and the sends to it would wait out the WAN
+     * deadline (bench-chaos: a joiner killed while its state was on its way held its donor 60 s here). */
+    struct orch_rejoin_out *last = w->elastic.give;
+    for (int i = 0; last && i < last->n_peer; i++) {
+        int r = xdc_topology_region_index(w->topo, xdc_wan_peer_identity(last->peer[i])->region);
+        if (r >= 0 && r < n && w->elastic.m.joining[r]) xdc_wan_peer_close(last->peer[i]);
+    }
     settle_sends(w, 1);
     struct orch_rejoin_out *g = NULL;
     if (donor) {
@@ -401,9 +409,11 @@ static xdc_err_t check_header(orch_worker *w, const donor_in *dn, const donor_in
 
 /* Donor dn's slice, received into `host` (slice_bytes(hi - lo) from its offset): each part's xxh64 against
  * the header's (XDC_ERR_CORRUPT naming the part and the donor), then into the global parameters, the outer
- * momentum and the AdamW moments. */
-static xdc_err_t take_slice(orch_worker *w, orch_outer *o, const donor_in *dn, uint8_t *host, xdc_diag *diag)
+ * momentum and the AdamW moments, whose step count becomes the donor's + `passed`. */
+static xdc_err_t take_slice(orch_worker *w, orch_outer *o, const donor_in *dn, uint8_t *host, int64_t passed,
+                            xdc_diag *diag)
 {
+    int64_t adam_t = (int64_t)dn->hdr[HDR_ADAM_T] + passed;
     const xdc_device_ops *d = w->model.be->device;
     size_t lo = dn->hdr[HDR_LO], len = dn->hdr[HDR_HI] - lo, bytes = len * sizeof(float);
     uint8_t *part[N_PART];
@@ -423,28 +433,27 @@ static xdc_err_t take_slice(orch_worker *w, orch_outer *o, const donor_in *dn, u
     XDC_CHECK(d->copy_h2d(o->mom + lo, part[PART_MOM], bytes, s));
     if (moment_bytes(w) == sizeof(float)) /* on the same stream, which it waits for */
         return xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, (const float *)part[PART_M],
-                                         (const float *)part[PART_V], (int64_t)dn->hdr[HDR_ADAM_T]);
+                                         (const float *)part[PART_V], adam_t);
     float *mv = xdc_malloc(2 * bytes + 1); /* bf16 back to fp32 */
     if (!mv) return XDC_ERR_NOMEM;
     xdc_err_t rc = xdc_quant_cpu_ops.bf16_to_fp32((const uint16_t *)part[PART_M], len, mv);
     if (rc == XDC_OK) rc = xdc_quant_cpu_ops.bf16_to_fp32((const uint16_t *)part[PART_V], len, mv + len);
-    if (rc == XDC_OK)
-        rc = xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, mv, mv + len, (int64_t)dn->hdr[HDR_ADAM_T]);
+    if (rc == XDC_OK) rc = xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, mv, mv + len, adam_t);
     xdc_free(mv);
     return rc;
 }
 
 /* Complete a receive from one of the k donors; the engine fails it when the peer is silent past the operation
  * deadline, and a donor whose region left the run since the round was read (orch_elastic_left_again: its
- * process is gone) fails it at once, XDC_ERR_UNAVAILABLE: the joiner exits, its region is dropped and it asks
+ * process is gone) before all its parts came fails it at once, XDC_ERR_UNAVAILABLE: the joiner exits, its region is dropped and it asks
  * again, instead of holding its first round back. */
 static xdc_err_t take(orch_worker *w, const donor_in *dn, int k, xdc_wan_request *req, size_t *size, xdc_diag *diag)
 {
     for (;;) {
         xdc_err_t rc = xdc_wan_wait(req, REJOIN_ACCEPT_MS, size, NULL, diag);
         if (rc != XDC_ERR_AGAIN) return rc;
-        for (int i = 0; i < k; i++)
-            if (orch_elastic_left_again(&w->elastic.m, dn[i].region)) {
+        for (int i = 0; i < k; i++) /* one whose parts are all in may go */
+            if ((dn[i].req[0] || dn[i].req[1]) && orch_elastic_left_again(&w->elastic.m, dn[i].region)) {
                 xdc_diag_set(diag, "its region left the run before its slice of the state came");
                 return XDC_ERR_UNAVAILABLE;
             }
@@ -567,7 +576,7 @@ static xdc_err_t link_joiners(orch_worker *w, const char *mask, xdc_diag *diag)
 static xdc_err_t take_state(orch_worker *w, orch_outer *o, struct orch_rejoin_in *in, xdc_diag *diag)
 {
     for (int i = 0; i < in->k; i++)
-        XDC_CHECK(take_slice(w, o, &in->dn[i], in->host + slice_bytes(w, in->dn[i].hdr[HDR_LO]), diag));
+        XDC_CHECK(take_slice(w, o, &in->dn[i], in->host + slice_bytes(w, in->dn[i].hdr[HDR_LO]), in->passed, diag));
     for (int i = 0; i < in->n_kept; i++)
         XDC_CHECK(orch_outer_step(o, in->kept[i].d, in->kept[i].lo, in->kept[i].hi, in->kept[i].mean));
     const xdc_device_ops *d = w->model.be->device;
@@ -650,6 +659,17 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
     XDC_CHECK(take_state(w, o, in, diag));
     free_in(w, in);
     w->elastic.take = NULL;
+    return XDC_OK;
+}
+
+xdc_err_t orch_rejoin_pass(orch_worker *w, float *loss)
+{
+    size_t bt = (size_t)w->model.B * w->model.T;
+    for (int mb = 0; w->model.data && mb < w->model.M; mb++)
+        XDC_CHECK(xdc_data_next_train(w->model.data, w->model.tokens + mb * bt, w->model.targets + mb * bt));
+    *loss = (float)w->prog.last_loss;
+    w->prog.step++;
+    w->elastic.take->passed++;
     return XDC_OK;
 }
 

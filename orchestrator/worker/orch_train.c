@@ -371,14 +371,7 @@ xdc_err_t orch_train_update(orch_worker *w, float *loss, int64_t lr_step, xdc_di
 
 xdc_err_t orch_train_inner_step(orch_worker *w, xdc_sync *grad_sync, float *loss, xdc_diag *diag)
 {
-    if (w->elastic.take) { /* a joiner whose state is on its way: the step's batches pass, nothing is computed */
-        size_t bt = (size_t)w->model.B * w->model.T;
-        for (int mb = 0; w->model.data && mb < w->model.M; mb++)
-            XDC_CHECK(xdc_data_next_train(w->model.data, w->model.tokens + mb * bt, w->model.targets + mb * bt));
-        *loss = (float)w->prog.last_loss;
-        w->prog.step++;
-        return XDC_OK;
-    }
+    if (w->elastic.take) return orch_rejoin_pass(w, loss); /* a joiner whose state is on its way */
     XDC_CHECK(orch_train_pass(w, grad_sync, loss, diag));
     XDC_CHECK(orch_train_update(w, loss, w->prog.step, diag));
     w->prog.step++;

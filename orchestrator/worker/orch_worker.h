@@ -310,6 +310,10 @@ xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag);
  * members hand its state over (DiLoCo 0; streaming 1, once the round's fragment landed); the run's last round
  * hands it over at once. */
 xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *diag);
+/* A joiner's inner step while its state is on its way: the step's batches are drawn and nothing is computed
+ * (its data position stays a member's), counted so that its AdamW step count becomes the members' when it takes
+ * the state. */
+xdc_err_t orch_rejoin_pass(orch_worker *w, float *loss);
 /* Before a joiner's arrival at a round while its state is on its way: "took" when every slice is in, else
  * "taking" (w->elastic.m.arrive); XDC_ERR_UNAVAILABLE when a donor left the run before its slice came. */
 xdc_err_t orch_rejoin_arrive(orch_worker *w, xdc_diag *diag);

@@ -944,17 +944,27 @@ XDC_TEST_T(elastic_launch_restarts_a_killed_streaming_region_and_it_rejoins, 180
  * (30 s here; the engine would wait for the dead process to reconnect): it sees eu-west counted out of the run
  * in the store and gives up at once, naming it; both regions are started again, rejoin, and all three end on
  * one model. */
-XDC_TEST_T(elastic_launch_joiner_gives_up_on_a_donor_that_died, 180)
+/* A DiLoCo run started as launch_to_step_20 does (`name`, `elastic`, the test hook XDC_TEST_REJOIN=`fault`,
+ * `restarts`), ap-south's worker killed after step 20: the run ends with exit 0, all three regions in the result
+ * and on one model. Its output (the caller frees it); dir[600] receives the run's folder. */
+static char *ap_south_killed_then_back(const char *name, const char *elastic, const char *fault, const char *restarts,
+                                       char *dir)
 {
-    char dir[600], log[700];
-    pid_t p = launch_to_step_20("lvanish", "diloco", "{min_regions: 1, grace: 5s}", "XDC_TEST_REJOIN", "vanish@eu-west",
-                                "2", dir, log);
+    char log[700];
+    pid_t p = launch_to_step_20(name, "diloco", elastic, "XDC_TEST_REJOIN", fault, restarts, dir, log);
     signal_worker(dir, "ap-south", SIGKILL);
     char *out = launch_succeeded(p, dir, log);
-    XDC_ASSERT_STR_CONTAINS(out, "starting region eu-west's agents again (restart 1 of --max-restarts 2)");
-    XDC_ASSERT_STR_CONTAINS(out, "starting region ap-south's agents again (restart 2 of --max-restarts 2)");
     XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
     expect_one_model(dir, out, 3);
+    return out;
+}
+
+XDC_TEST_T(elastic_launch_joiner_gives_up_on_a_donor_that_died, 180)
+{
+    char dir[600];
+    char *out = ap_south_killed_then_back("lvanish", "{min_regions: 1, grace: 5s}", "vanish@eu-west", "2", dir);
+    XDC_ASSERT_STR_CONTAINS(out, "starting region eu-west's agents again (restart 1 of --max-restarts 2)");
+    XDC_ASSERT_STR_CONTAINS(out, "starting region ap-south's agents again (restart 2 of --max-restarts 2)");
     free(out);
     char *wlog = region_log(dir, "ap-south");
     XDC_ASSERT_STR_CONTAINS(wlog, "rejoin: no state from eu-west: its region left the run before its slice of the "
@@ -971,14 +981,8 @@ XDC_TEST_T(elastic_launch_joiner_gives_up_on_a_donor_that_died, 180)
  * the round the joiner trains again from follows when its state came. */
 XDC_TEST_T(elastic_launch_does_not_wait_for_a_joiner_whose_state_is_held, 180)
 {
-    char dir[600], log[700];
-    pid_t p = launch_to_step_20("lhold", "diloco", "{min_regions: 2, grace: 5s}", "XDC_TEST_REJOIN", "hold@us-east",
-                                "1", dir, log);
-    signal_worker(dir, "ap-south", SIGKILL);
-    char *out = launch_succeeded(p, dir, log);
-    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
-    expect_one_model(dir, out, 3);
-    free(out);
+    char dir[600];
+    free(ap_south_killed_then_back("lhold", "{min_regions: 2, grace: 5s}", "hold@us-east", "1", dir));
     char *east = region_log(dir, "us-east");
     int rounds = 0;
     for (const char *at = east; (at = strstr(at, "ap-south still taking its state, weight 0")) != NULL; at++) rounds++;
