@@ -47,9 +47,10 @@ typedef struct orch_quorum {
     rdzv_server *rdzv;
     int min_regions;
     int64_t grace_ms;
-    /* A region in its first round after the one that took it back is waited for grace_ms + back_ms: it
-     * receives the state first (a whole model's parameters, momentum and moments over its links), while
-     * every region that sends it (a member of that round) is still in the run */
+    /* A region in its first round after the one that took it back is waited for grace_ms + back_ms, while
+     * every region that sends it the state (a member of that round) is still in the run: in sync mode it
+     * receives the whole state first; in DiLoCo and streaming it arrives at once (weight 0 until its state
+     * came), and the longer window only covers its start */
     int64_t back_ms;
     long long back_at[XDC_TOPO_MAX_REGIONS];  /* the round that took each region back; -1: none */
     char back_from[XDC_TOPO_MAX_REGIONS + 1]; /* the last round that took regions back: its members ('1') */

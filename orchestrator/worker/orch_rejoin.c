@@ -85,7 +85,8 @@ struct orch_rejoin_out {
     int n_req;
     xdc_wan_peer *peer[XDC_TOPO_MAX_REGIONS]; /* (n_peer) each joiner's state connection, closed once settled */
     int n_peer;
-    int64_t hold_until; /* test hook "hold": the slices go once the member is at this step; 0: sent */
+    int64_t hold_until;           /* test hook "hold": the slices go once the member is at this step; 0: sent */
+    struct orch_rejoin_out *next; /* an earlier hand-over still sending (each round's has a staging of its own) */
 };
 
 /* The joiner's side of one donor: its header, then its slice into the staging at slice_bytes(its lo). */
@@ -149,15 +150,13 @@ static xdc_err_t finish(xdc_wan_request *req, size_t *size, xdc_diag *diag)
 
 static void post_slices(orch_worker *w, struct orch_rejoin_out *g);
 
-/* Settle the sends of the last hand-over: those done (or failed: a joiner that took nothing is only named; it
- * misses its state and the store host drops it), and with `wait` all of them. Its staging and state connections
- * go with the last. Slices the test hook holds go once their step came (or at `wait`). */
-static void settle_sends(orch_worker *w, int wait)
+/* Settle the sends of hand-over g: those done (or failed: a joiner that took nothing is only named; it misses its
+ * state and the store host drops it), and with `wait` all of them; 1 once all are, its staging and state
+ * connections released. Slices the test hook holds go once their step came (or at `wait`). */
+static int settle_one(orch_worker *w, struct orch_rejoin_out *g, int wait)
 {
-    struct orch_rejoin_out *g = w->elastic.give;
-    if (!g) return;
     if (g->hold_until && (wait || w->prog.step >= g->hold_until)) post_slices(w, g);
-    if (g->hold_until) return;
+    if (g->hold_until) return 0;
     int left = 0;
     for (int i = 0; i < g->n_req; i++) {
         if (!g->req[i]) continue;
@@ -174,11 +173,26 @@ static void settle_sends(orch_worker *w, int wait)
                      "round %llu: a rejoining region did not take this member's slice of the state (%s: %s)",
                      (unsigned long long)g->hdr[HDR_STEP], xdc_strerror(rc), d.msg);
     }
-    if (left) return;
+    if (left) return 0;
     for (int i = 0; i < g->n_peer; i++) xdc_wan_peer_destroy(g->peer[i]);
     w->model.be->device->host_free(g->host);
-    xdc_free(g);
-    w->elastic.give = NULL;
+    return 1;
+}
+
+/* Settle every hand-over still sending (settle_one), newest first; those done are freed. A member never waits
+ * for one while it trains (only `wait`, at teardown): a joiner over a slow link may still be taking the last
+ * one's state when the next round takes another region back (bench-chaos: a donor held 7.8 s there). */
+static void settle_sends(orch_worker *w, int wait)
+{
+    for (struct orch_rejoin_out **p = &w->elastic.give; *p;) {
+        struct orch_rejoin_out *g = *p;
+        if (!settle_one(w, g, wait)) {
+            p = &g->next;
+            continue;
+        }
+        *p = g->next;
+        xdc_free(g);
+    }
 }
 
 /* Release a joiner's state on its way: its receives, state connections, staging and kept rounds. */
@@ -312,21 +326,22 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
     /* A donor is a member of the round in full ('1'); one still catching up itself ('t', 'c') has no state to
      * give: the joiner dials it once, for the rounds. */
     int donor = w->elastic.m.quorum[w->id->region_idx] == '1', conns = donor ? 2 : 1;
-    /* The last hand-over's sends had a round to complete; each round's slice gets a staging of its own. A region
-     * joining again left the run since: its earlier process is gone, and the sends to it would wait out the WAN
-     * deadline (bench-chaos: a joiner killed while its state was on its way held its donor 60 s here). */
-    struct orch_rejoin_out *last = w->elastic.give;
-    for (int i = 0; last && i < last->n_peer; i++) {
-        int r = xdc_topology_region_index(w->topo, xdc_wan_peer_identity(last->peer[i])->region);
-        if (r >= 0 && r < n && w->elastic.m.joining[r]) xdc_wan_peer_close(last->peer[i]);
-    }
-    settle_sends(w, 1);
+    /* An earlier hand-over to a region joining again: that region left the run since, its process is gone, and
+     * the sends to it would only end at the WAN deadline (at teardown: bench-chaos held a donor 60 s there). */
+    for (struct orch_rejoin_out *e = w->elastic.give; e; e = e->next)
+        for (int i = 0; i < e->n_peer; i++) {
+            int r = xdc_topology_region_index(w->topo, xdc_wan_peer_identity(e->peer[i])->region);
+            if (r >= 0 && r < n && w->elastic.m.joining[r]) xdc_wan_peer_close(e->peer[i]);
+        }
     struct orch_rejoin_out *g = NULL;
     if (donor) {
         xdc_err_t rs = stage_slice(w, o, &g);
-        w->elastic.give = g;
+        if (g) g->next = w->elastic.give, w->elastic.give = g;
         XDC_CHECK(rs);
-        if (test_fault(w, "hold")) g->hold_until = w->prog.step + 2 * w->cfg->diloco.inner_steps;
+        if (test_fault(w, "hold")) /* not past the run's last round, which the joiner waits at for its state */
+            g->hold_until = w->prog.step + 2 * w->cfg->diloco.inner_steps < w->cfg->train.steps
+                                ? w->prog.step + 2 * w->cfg->diloco.inner_steps
+                                : w->cfg->train.steps;
     }
     /* Accept each joiner's connections (it dials once it read the round), the rounds' in place of the dead
      * process's peer, then the state's. A joiner that never comes or takes no state is not waited for again: it

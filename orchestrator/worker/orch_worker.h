@@ -152,8 +152,8 @@ typedef struct orch_elastic {
     uint64_t started;     /* xdc_now_ns() when this worker process began (xdc_worker_run) */
     uint64_t rejoin_t0;   /* xdc_now_ns() when it asked to rejoin */
     int64_t rejoin_round; /* the round that took it back; -1 once its first round as a member was logged */
-    struct orch_rejoin_out *give; /* a member's last hand-over of its slice of the state, its sends not all
-                                   * settled (orch_rejoin.c); NULL: none */
+    struct orch_rejoin_out *give; /* a member's hand-overs of its slice of the state whose sends are not all
+                                   * settled, newest first (orch_rejoin.c); NULL: none */
     /* A rejoined worker's state on its way while it takes part in the rounds with weight 0 and runs no inner
      * step (orch_rejoin.c); NULL: none */
     struct orch_rejoin_in *take;
@@ -327,7 +327,7 @@ void orch_rejoin_member(orch_worker *w, int64_t round);
 /* A member, once the exchange of a round that named joining regions is done (nothing on the wire): stage this
  * member's slice of the state (with its step, data position and AdamW step count), accept each joiner's new
  * WAN peer in place of the dead one and post the slice to it on the comm engine, which sends it while this
- * worker trains on; each call settles the sends of the last hand-over that completed. A joiner that does not
+ * worker trains on; each call settles the sends of earlier hand-overs that completed, never waiting for them. A joiner that does not
  * connect or take the state is named and not waited for again (the store host drops it at the next round);
  * errors are the device's. */
 xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o);
