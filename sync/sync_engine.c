@@ -421,7 +421,7 @@ static xdc_err_t sum_over(xdc_sync *s, bucket *k, const uint8_t *set, float *x, 
     float total = 0; /* Σ w_r in region order, fp32: n for n members of weight 1, as the plain mean's 1/n */
     XDC_CHECK(s->dev->memset(x, 0, k->shard * sizeof(float), s->stream));
     for (int r = 0; r < s->cfg.n_regions; r++) {
-        if (!set[r]) continue;
+        if (!set[r] || s->weight[r] == 0.0f) continue; /* weight 0: a member left out of the sum */
         const uint8_t *in = r == s->cfg.my_region ? k->enc : k->rx[r];
         size_t len = r == s->cfg.my_region ? k->enc_len : k->rx_len[r];
         float w = s->weight[r];
@@ -438,7 +438,8 @@ static xdc_err_t sum_over(xdc_sync *s, bucket *k, const uint8_t *set, float *x, 
         if (into != x) XDC_CHECK(weigh_in(s, into, k->shard, w, x));
         total += w;
     }
-    return on_comm_stream(s, x, NULL, k->shard, 1.0f / total);
+    /* none weighed (every member is left out of the sum): the mean of nothing, 0 */
+    return on_comm_stream(s, x, NULL, k->shard, total > 0.0f ? 1.0f / total : 0.0f);
 }
 
 /* With replicas: all-gather bucket k's averaged shard x back into the buffer; with more replicas than lanes,
@@ -1151,6 +1152,13 @@ static int route_relays(const xdc_sync *s)
 
 xdc_err_t xdc_sync_set_weights(xdc_sync *s, const float *weight, xdc_diag *diag)
 {
+    uint8_t member[XDC_SYNC_MAX_REGIONS];
+    for (int r = 0; r < s->cfg.n_regions; r++) member[r] = weight[r] > 0.0f;
+    return xdc_sync_set_members(s, member, weight, diag);
+}
+
+xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, const float *weight, xdc_diag *diag)
+{
     int n = 0;
     for (int r = 0; r < s->cfg.n_regions; r++) {
         if (!(weight[r] >= 0.0f && weight[r] <= XDC_SYNC_MAX_WEIGHT)) { /* NaN fails too */
@@ -1158,15 +1166,15 @@ xdc_err_t xdc_sync_set_weights(xdc_sync *s, const float *weight, xdc_diag *diag)
                          (double)XDC_SYNC_MAX_WEIGHT);
             return XDC_ERR_INVALID;
         }
-        n += weight[r] > 0.0f;
+        n += member[r] != 0;
     }
     for (int r = 0; r < s->cfg.n_regions && route_relays(s); r++)
-        if (!(weight[r] > 0.0f)) { /* a cancelled relayed receive would take the next message */
+        if (!member[r]) { /* a cancelled relayed receive would take the next message */
             xdc_diag_set(diag, "sync %s: regions leave the rounds only where every pair is linked (region %d)",
                          s->cfg.name, r);
             return XDC_ERR_INVALID;
         }
-    if (!(weight[s->cfg.my_region] > 0.0f)) {
+    if (!member[s->cfg.my_region]) {
         xdc_diag_set(diag, "sync %s: this region (%d) must be a member of its own rounds", s->cfg.name,
                      s->cfg.my_region);
         return XDC_ERR_INVALID;
@@ -1176,8 +1184,8 @@ xdc_err_t xdc_sync_set_weights(xdc_sync *s, const float *weight, xdc_diag *diag)
     int idle = s->done && !s->active;
     if (idle) {
         for (int r = 0; r < s->cfg.n_regions; r++) {
-            int in = weight[r] > 0.0f, back = in && (!s->member[r] || gone(s, r));
-            s->weight[r] = weight[r];
+            int in = member[r] != 0, back = in && (!s->member[r] || gone(s, r));
+            s->weight[r] = in ? weight[r] : 0.0f;
             s->member[r] = (uint8_t)in;
             if (!back) continue;
             /* Back (a rejoin): a send of an earlier round to it may still be pending, on the peer of a process

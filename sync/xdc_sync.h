@@ -167,6 +167,14 @@ xdc_err_t xdc_sync_residual_take(xdc_sync *s, float *dst, xdc_diag *diag);
  * Between rounds only (XDC_ERR_INVALID during one); this region must be a member. */
 #define XDC_SYNC_MAX_WEIGHT 1e30f
 xdc_err_t xdc_sync_set_weights(xdc_sync *s, const float *weight, xdc_diag *diag);
+/* xdc_sync_set_weights with the members named apart from the weights: member[r] (n_regions) says who sends and
+ * receives, weight[r] (each in [0, XDC_SYNC_MAX_WEIGHT]) its weight, where 0 for a member means it is left out of
+ * the sum: it sends its
+ * contribution and receives every member's, and ends the round on the same bytes as the others, which it did
+ * not change. A region that rejoins an elastic run while its state is still arriving (docs/runtime.md,
+ * "Rejoining"): it takes each round's mean without holding the round. When no member weighs above 0 the round's
+ * result is 0. */
+xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, const float *weight, xdc_diag *diag);
 /* The same weighting one level down, inside the region: each replica's weight in the region's contribution from
  * now on (weight: (dp size), in the data-parallel group's rank order, each in (0, XDC_SYNC_MAX_WEIGHT]; equal at
  * creation). The region's contribution becomes Σ w_i·x_i / Σ w_i: each replica scales its buffer by its weight

@@ -31,6 +31,8 @@ void orch_elastic_member_init(orch_elastic_member *m, rdzv_client *rdzv, const x
     m->open = -1;
 }
 
+#define STATE_POLL_S 0.05 /* a joiner's look at its state while it waits for a round's decision */
+
 static const char *region_name(const orch_elastic_member *m, int r) { return m->t->regions[r].name; }
 
 /* 1 when `set` is one character of `allowed` per region. */
@@ -62,21 +64,33 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
     char val[RDZV_VALUE_MAX];
     int n = m->t->n_regions;
     rdzv_val name = rdzv_val_round(round);
-    XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_outer(m->region_idx, m->rank).s, name.s, diag));
+    rdzv_key outer = rdzv_key_outer(m->region_idx, m->rank), quorum = rdzv_key_quorum(round);
+    XDC_CHECK(rdzv_set(m->rdzv, outer.s, rdzv_val_arrival(round, m->arrive).s, diag));
     /* The decision comes at most the grace window after the first region arrived, an operation's deadline
      * later when a region is in its first round back (orch_quorum_init's back_ms); our own region's other
      * workers may take up to an operation's deadline to get here. */
-    xdc_err_t rc = rdzv_get(m->rdzv, rdzv_key_quorum(round).s, m->grace_ms + 2 * m->operation_ms, val, sizeof val,
-                            diag);
+    uint64_t deadline = xdc_deadline_ms(m->grace_ms + 2 * m->operation_ms);
+    /* A joiner arrives at once (it runs no inner step): its state may land before the others arrive, and then it
+     * trains from the next round. The decision says which arrival the host read. */
+    while (m->arrive == RDZV_ARRIVE_TAKING && m->state_in && !xdc_deadline_passed(deadline) &&
+           rdzv_try_get(m->rdzv, quorum.s, val, sizeof val, diag) == XDC_ERR_AGAIN) {
+        if (m->state_in(m->state_ctx)) {
+            m->arrive = RDZV_ARRIVE_TOOK;
+            XDC_CHECK(rdzv_set(m->rdzv, outer.s, rdzv_val_arrival(round, m->arrive).s, diag));
+            break;
+        }
+        xdc_sleep_s(STATE_POLL_S);
+    }
+    xdc_err_t rc = rdzv_get(m->rdzv, quorum.s, xdc_deadline_poll_ms(deadline), val, sizeof val, diag);
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "round %s: no quorum decision", name.s);
         return rc;
     }
-    if (!is_region_set(m, val, "01j")) {
-        xdc_diag_set(diag, "round %s: quorum '%.64s' is not one 0/1/j per region (%d)", name.s, val, n);
+    if (!is_region_set(m, val, "01jtc")) {
+        xdc_diag_set(diag, "round %s: quorum '%.64s' is not one 0/1/j/t/c per region (%d)", name.s, val, n);
         return XDC_ERR_PROTO;
     }
-    if (val[m->region_idx] != '1') {
+    if (!strchr("1tc", val[m->region_idx])) {
         xdc_diag_set(diag,
                      "region %s was dropped from round %s (it missed the %.1f s grace window or lost a worker), so "
                      "it leaves the run; restarting its agents brings it back at a later outer round",
@@ -85,13 +99,14 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
     }
     int live = 0;
     for (int r = 0; r < n; r++) {
-        uint8_t in = val[r] == '1';
+        uint8_t in = val[r] == '1' || val[r] == 't' || val[r] == 'c';
         if (m->live[r] && !in)
             XDC_WARN(XDC_SUB_ORCH, "round %s: region %s dropped from the quorum", name.s, region_name(m, r));
         m->live[r] = in;
         m->joining[r] = val[r] == 'j';
+        m->catching_up[r] = val[r] == 't' || val[r] == 'c';
         live += in;
-        m->left_at[r] = m->joining[r] ? left_count(m, r) : LLONG_MAX;
+        if (m->joining[r]) m->left_at[r] = left_count(m, r); /* a joiner keeps its donors' across its rounds */
     }
     m->n_live = live;
     memcpy(m->quorum, val, (size_t)n + 1);
@@ -245,7 +260,7 @@ xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, in
     }
     rdzv_val name = rdzv_val_round(*round);
     XDC_CHECK(rdzv_get(m->rdzv, rdzv_key_quorum(*round).s, m->operation_ms, mask, sizeof mask, diag));
-    if (!is_region_set(m, mask, "01j") || mask[m->region_idx] != 'j') {
+    if (!is_region_set(m, mask, "01jtc") || mask[m->region_idx] != 'j') {
         xdc_diag_set(diag, "round %s: quorum '%s' does not name region %s as joining", name.s, mask, us);
         return XDC_ERR_PROTO;
     }
@@ -254,6 +269,7 @@ xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, in
     *from = -1;
     for (int r = 0; r < n; r++) {
         m->live[r] = mask[r] != '0'; /* from the next round on, us and the others joining with us */
+        m->catching_up[r] = mask[r] == 't' || mask[r] == 'c';
         m->n_live += m->live[r];
         in_round[r] = mask[r] == '1';
         m->left_at[r] = in_round[r] ? left_count(m, r) : LLONG_MAX;

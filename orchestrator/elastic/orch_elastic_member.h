@@ -15,6 +15,7 @@
 
 #include "common/xdc_err.h"
 #include "orchestrator/rdzv/orch_rdzv.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
 #include "topology/xdc_topology.h"
 
 #include <stddef.h>
@@ -29,11 +30,20 @@ typedef struct orch_elastic_member {
     int64_t grace_ms, operation_ms;
     uint8_t live[XDC_TOPO_MAX_REGIONS];    /* 1: in the last round decided (all before the first) */
     uint8_t joining[XDC_TOPO_MAX_REGIONS]; /* 1: rejoins at the last round (it gets the round's outer state) */
-    /* left/<region> of each region a hand-over waits on (a member: the round's joiners; a joiner: the round's
-     * members) when the round was read (-1: none yet); LLONG_MAX for the others */
+    /* 1: in the last round with weight 0, a region that rejoined and is still catching up ('t' or 'c') */
+    uint8_t catching_up[XDC_TOPO_MAX_REGIONS];
+    rdzv_arrive_kind arrive; /* how this worker arrives at its next round (a rejoined one catching up: the worker) */
+    /* A rejoined worker whose state is on its way (arrive: RDZV_ARRIVE_TAKING) asks state_in(state_ctx) while it
+     * waits for its round's decision: once it returns 1, the arrival becomes "took" if the round is not decided
+     * yet (NULL: never asked) */
+    int (*state_in)(void *state_ctx);
+    void *state_ctx;
+    /* left/<region> of each region a hand-over waits on (a member: the round's joiners; a joiner: the members of
+     * the round that took it back, while its state is on its way) when that round was read (-1: none yet);
+     * LLONG_MAX for a region no hand-over waited on */
     long long left_at[XDC_TOPO_MAX_REGIONS];
     int n_live;
-    char quorum[XDC_TOPO_MAX_REGIONS + 1]; /* the last decision as published, one '0'/'1'/'j' per region */
+    char quorum[XDC_TOPO_MAX_REGIONS + 1]; /* the last decision as published, one '0'/'1'/'j'/'t'/'c' per region */
     long long open;                        /* the round whose exchange is under way; -1: none */
     uint8_t told[XDC_TOPO_MAX_REGIONS];    /* the regions lost/<open> named that orch_elastic_lost reported */
 } orch_elastic_member;
@@ -42,10 +52,12 @@ typedef struct orch_elastic_member {
 void orch_elastic_member_init(orch_elastic_member *m, rdzv_client *rdzv, const xdc_topology *t, int region_idx,
                               int rank, int64_t grace_ms, int64_t operation_ms);
 
-/* Arrive at `round` (a step, or RDZV_ROUND_END) and wait for the host's decision: m->live, m->joining,
- * m->n_live follow it, so every member counts the same regions. XDC_ERR_UNAVAILABLE naming the region when
- * ours is not in it (it leaves the run; its agent, restarted, may bring it back), XDC_ERR_PROTO when the
- * decision (m->quorum) is not one '0'/'1'/'j' per region; the wait's error when none came. */
+/* Arrive at `round` (a step, or RDZV_ROUND_END; as m->arrive says, "taking" turning into "took" while the round
+ * is undecided once m->state_in says so) and wait for the host's decision: m->live,
+ * m->joining, m->catching_up, m->n_live follow it, so every member counts the same regions. XDC_ERR_UNAVAILABLE
+ * naming the region when ours is not in it (it leaves the run; its agent, restarted, may bring it back),
+ * XDC_ERR_PROTO when the decision (m->quorum) is not one '0'/'1'/'j'/'t'/'c' per region; the wait's error when
+ * none came. */
 xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag *diag);
 
 /* Has region r left the run since the round that takes regions back was read (its left/<r> count grew: its

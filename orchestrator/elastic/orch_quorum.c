@@ -32,13 +32,14 @@ void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, 
     q->rejoin_at = at ? strtoll(at, NULL, 10) : -1;
 }
 
-/* Worker k of region r's last arrival (outer/r/k): a step, LLONG_MAX for the end, -1 when it posted none. */
-static long long arrival(const orch_quorum *q, int r, int k)
+/* Worker k of region r's last arrival (outer/r/k): a step, LLONG_MAX for the end, -1 when it posted none; how it
+ * arrived into *kind (a rejoined worker still taking its state, or that took it since its last round). */
+static long long arrival(const orch_quorum *q, int r, int k, rdzv_arrive_kind *kind)
 {
     char val[64], nonce[RDZV_NONCE_MAX];
     long long step;
     if (rdzv_server_get(q->rdzv, rdzv_key_outer(r, k).s, val, sizeof val) != 0 ||
-        rdzv_val_outer_parse(val, &step, nonce) != XDC_OK)
+        rdzv_val_outer_parse(val, &step, nonce, kind) != XDC_OK)
         return -1;
     return step; /* a rejoin request (-1) is no arrival */
 }
@@ -51,7 +52,7 @@ static int join_request(const orch_quorum *q, int r, int k, char *nonce)
     char val[128];
     long long step;
     return rdzv_server_get(q->rdzv, rdzv_key_outer(r, k).s, val, sizeof val) == 0 &&
-           rdzv_val_outer_parse(val, &step, nonce) == XDC_OK && nonce[0] &&
+           rdzv_val_outer_parse(val, &step, nonce, NULL) == XDC_OK && nonce[0] &&
            rdzv_server_get(q->rdzv, rdzv_key_rejoin(nonce).s, val, sizeof val) != 0;
 }
 
@@ -114,17 +115,26 @@ static long long next_round(const orch_quorum *q)
     long long s = -1;
     for (int r = 0; r < q->t->n_regions; r++)
         for (int k = 0; q->live[r] && k < xdc_topology_region_workers(q->t, r); k++) {
-            long long a = arrival(q, r, k);
+            long long a = arrival(q, r, k, NULL);
             if (a > q->decided && (s < 0 || a < s)) s = a;
         }
     return s;
 }
 
-static int region_arrived(const orch_quorum *q, int r, long long step)
+/* Region r's character in the decision of the round at `step` once all its workers arrived there: '1', or, for
+ * a region that rejoined and takes part with weight 0 until its state came (docs/runtime.md "Rejoining"), 't'
+ * while any of its workers is still taking it, 'c' when all took it since their last round (a member from the
+ * next round on: its workers leave the catch-up together); '0' while one has not arrived. */
+static char region_arrived(const orch_quorum *q, int r, long long step)
 {
-    for (int k = 0; k < xdc_topology_region_workers(q->t, r); k++)
-        if (arrival(q, r, k) != step) return 0;
-    return 1;
+    int taking = 0, took = 0;
+    for (int k = 0; k < xdc_topology_region_workers(q->t, r); k++) {
+        rdzv_arrive_kind kind;
+        if (arrival(q, r, k, &kind) != step) return '0';
+        taking |= kind == RDZV_ARRIVE_TAKING;
+        took |= kind == RDZV_ARRIVE_TOOK;
+    }
+    return taking ? 't' : took ? 'c' : '1';
 }
 
 /* Region r leaves the run; its name and why go to the log and the summary's list. */
@@ -246,8 +256,8 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
     char mask[XDC_TOPO_MAX_REGIONS + 1];
     int arrived = 0;
     for (int r = 0; r < q->t->n_regions; r++) {
-        mask[r] = q->live[r] && region_arrived(q, r, step) ? '1' : '0';
-        arrived += mask[r] == '1';
+        mask[r] = q->live[r] ? region_arrived(q, r, step) : '0';
+        arrived += mask[r] != '0';
     }
     mask[q->t->n_regions] = '\0';
     if (!arrived || (step == q->rejoin_at && !all_asked(q))) return XDC_OK;
@@ -299,7 +309,8 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
     q->pending = -1;
     if (step != LLONG_MAX) { /* its exchange is under way: its final set comes after it */
         q->open = step;
-        for (int r = 0; r <= q->t->n_regions; r++) q->open_set[r] = mask[r] == 'j' ? '0' : mask[r];
+        for (int r = 0; r < q->t->n_regions; r++) q->open_set[r] = mask[r] == 'j' || mask[r] == '0' ? '0' : '1';
+        q->open_set[q->t->n_regions] = '\0';
         memset(q->lost_set, '0', (size_t)q->t->n_regions);
         q->lost_set[q->t->n_regions] = '\0';
     }

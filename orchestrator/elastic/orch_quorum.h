@@ -3,13 +3,18 @@
  * coordinator`), which outlives every region; with etcd whichever of them holds the role (orch_decider.h). Each worker posts its arrival at the round of step S as
  * outer/<region index>/<rank> = S; a region has arrived when all its workers have. The round is decided
  * when every region still in the run has arrived, or `grace` after the first one did: the decision is
- * published once as quorum/<S> = one character per region ('1' in the round, '0' not, 'j' joining: below), and every worker
+ * published once as quorum/<S> = one character per region ('1' in the round, '0' not, 'j' joining, 't' and 'c':
+ * below), and every worker
  * of every region reads that same value, so all members of a round average over the same set. A region
  * that is not in a round is out of the run until it rejoins; one whose agent or worker failed is out at once,
  * without waiting for the grace window. A region out of the run comes back when every one of its workers
  * (restarted) posted outer/<region>/<rank> = join:<nonce>: the next round decided names it 'j' (joining:
  * not in this round's average; each member region hands it a slice of the round's state), publishes the
  * round's step as rejoin/<nonce> for each of its workers, and counts it in the run again from the next round.
+ * While its state is still arriving its workers arrive at once at each round, as taking:<S> (or took:<S> once
+ * their state came): the decision names the region 't' (still taking it) or 'c' (every worker of it took it
+ * since its last round): in the round with weight 0 (it exchanges, the mean leaves it out), a member in full
+ * from the round after its 'c' (docs/runtime.md "Rejoining").
  * Each time a region leaves, left/<region index> = how many times it did: its restarted workers wait for it
  * and name their region's new intra bootstrap key with it (the earlier one is stale). Fewer than `min_regions` regions
  * left ends the run. The end of the run is one more such round, named RDZV_ROUND_END_NAME ("end", orch_rdzv_keys.h) instead of a step:
@@ -42,9 +47,10 @@ typedef struct orch_quorum {
     rdzv_server *rdzv;
     int min_regions;
     int64_t grace_ms;
-    /* A region in its first round after the one that took it back is waited for grace_ms + back_ms: it
-     * receives the state first (a whole model's parameters, momentum and moments over its links), while
-     * every region that sends it (a member of that round) is still in the run */
+    /* A region in its first round after the one that took it back is waited for grace_ms + back_ms, while
+     * every region that sends it the state (a member of that round) is still in the run: in sync mode it
+     * receives the whole state first; in DiLoCo and streaming it arrives at once (weight 0 until its state
+     * came), and the longer window only covers its start */
     int64_t back_ms;
     long long back_at[XDC_TOPO_MAX_REGIONS];  /* the round that took each region back; -1: none */
     char back_from[XDC_TOPO_MAX_REGIONS + 1]; /* the last round that took regions back: its members ('1') */

@@ -167,7 +167,9 @@ typedef struct {
     int64_t out_step[2];       /* the run's step when each was seen out */
     int64_t back_step[2];      /* the run's step when each was taken back (-1: not yet): it has recovered once
                                 * its own members report a later step (they train again) */
-    int64_t back_round[2];     /* the round that took each back, the end of steps_out (bench-chaos's lost steps) */
+    int64_t back_round[2];     /* the last round each did not train in: the one that took it back, or the last
+                                   * it took part in with weight 0 while its state arrived; the end of steps_out
+                                   * (bench-chaos's lost steps) */
     long long left0[2];        /* times each had left the run when the fault fired (left/<region>) */
     /* each one's rank 0's rejoin request when the fault fired (an earlier return's: not this one's) */
     char nonce0[2][RDZV_NONCE_MAX];
@@ -291,7 +293,7 @@ static void join_nonce(const orch_chaos *c, int r, char *nonce)
     long long step;
     nonce[0] = '\0';
     if (rdzv_server_get(c->w.rdzv, rdzv_key_outer(r, 0).s, val, sizeof val) != 0 ||
-        rdzv_val_outer_parse(val, &step, nonce) != XDC_OK)
+        rdzv_val_outer_parse(val, &step, nonce, NULL) != XDC_OK)
         nonce[0] = '\0';
 }
 
@@ -557,6 +559,17 @@ static void steps_out(const orch_chaos *c, const fault *x, int i, char *buf, siz
     else snprintf(buf + n, cap - (size_t)n, "end");
 }
 
+/* Region r's character in the last round decided: 'j' taken back, 't'/'c' in with weight 0 while its state
+ * arrives (docs/runtime.md "Rejoining": it does not train yet); '1' without elastic rounds or a decision read. */
+static char decided_as(const orch_chaos *c, int r)
+{
+    char mask[XDC_TOPO_MAX_REGIONS + 1];
+    if (!c->w.decided || *c->w.decided < 0 ||
+        rdzv_server_get(c->w.rdzv, rdzv_key_quorum(*c->w.decided).s, mask, sizeof mask) != 0 || (int)strlen(mask) <= r)
+        return '1';
+    return mask[r];
+}
+
 /* Has fault x recovered? Logs the recovery line when it has. */
 static void watch(orch_chaos *c, fault *x)
 {
@@ -613,7 +626,9 @@ static void watch(orch_chaos *c, fault *x)
         int r = x->regions[i];
         if (x->back[i]) continue;
         long long decided = c->w.decided ? *c->w.decided : c->region_step[r];
-        if ((x->f.kind != ORCH_CHAOS_STALL && !x->out_s[i]) || !live(c, r) ||
+        int catching_up = x->out_s[i] && x->back_step[i] >= 0 && strchr("jtc", decided_as(c, r));
+        if (catching_up) x->back_round[i] = decided;
+        if (catching_up || (x->f.kind != ORCH_CHAOS_STALL && !x->out_s[i]) || !live(c, r) ||
             (!x->out_s[i] && decided <= x->cont_round) ||
             (x->out_s[i] && (x->back_step[i] < 0 || c->region_step[r] <= x->back_step[i]))) {
             all = 0; /* not seen leaving yet, out, or taken back but not training yet */

@@ -94,6 +94,15 @@ void orch_outer_stepped(orch_outer *o)
     if (o->begun_at >= 0) o->steps_in_flight++;
 }
 
+xdc_err_t orch_outer_step(orch_outer *o, const float *d, size_t lo, size_t hi, bool mean)
+{
+    xdc_stream *prev = NULL;
+    XDC_CHECK(enter(o, &prev));
+    o->be->model->outer_nesterov(o->global + lo, o->mom + lo, d, hi - lo, mean ? 1.0f : o->lr,
+                                 mean ? 0.0f : o->momentum);
+    return leave(o, prev);
+}
+
 xdc_err_t orch_outer_apply(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, xdc_diag *diag)
 {
     if (o->begun_at < 0) {
@@ -105,15 +114,14 @@ xdc_err_t orch_outer_apply(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, 
     XDC_CHECK(o->hooks.end ? o->hooks.end(o->hooks.ctx, sync, step, diag) : xdc_sync_end(sync, diag));
     const xdc_model_ops *ops = o->be->model;
     size_t n = hi - lo;
-    xdc_stream *prev = NULL;
-    XDC_CHECK(enter(o, &prev));
-    ops->outer_nesterov(o->global + lo, o->mom + lo, o->pseudo + lo, n, o->mean ? 1.0f : o->lr,
-                        o->mean ? 0.0f : o->momentum);
+    XDC_CHECK(orch_outer_step(o, o->pseudo + lo, lo, hi, o->mean));
     if (o->overlapped) { /* snapshot = the progress since the round began; local = global' + it */
+        xdc_stream *prev = NULL;
+        XDC_CHECK(enter(o, &prev));
         ops->sub(o->snapshot + lo, o->local + lo, o->snapshot + lo, n);
         ops->residual_forward(o->local + lo, o->global + lo, o->snapshot + lo, n);
+        XDC_CHECK(leave(o, prev));
     }
-    XDC_CHECK(leave(o, prev));
     if (!o->overlapped) XDC_CHECK(dev_of(o)->copy_d2d(o->local + lo, o->global + lo, n * sizeof(float), o->stream));
     XDC_CHECK(dev_of(o)->stream_sync(o->stream)); /* once per round: a failure shows at the round that caused it */
     /* keep_unsent: local −= residual, so the next inner steps start from where this region got to less what

@@ -73,6 +73,10 @@ xdc_err_t orch_outer_round(orch_outer *o, int64_t step, xdc_diag *diag);
 xdc_err_t orch_outer_begin(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, int64_t step, bool overlap,
                            xdc_diag *diag);
 xdc_err_t orch_outer_apply(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, xdc_diag *diag);
+/* The outer Nesterov step of [lo, hi) from the averaged pseudo-gradient d (device, hi − lo; mean: the plain
+ * mean's step, η = 1, μ = 0), on o->stream: what orch_outer_apply takes, and what a rejoining region replays
+ * for the rounds it took part in while its state was on its way (orchestrator/worker/orch_rejoin.c). */
+xdc_err_t orch_outer_step(orch_outer *o, const float *d, size_t lo, size_t hi, bool mean);
 /* An inner step was taken: counted in steps_in_flight while a round is in flight (the proof that the loop
  * kept stepping while a round was on the wire). */
 void orch_outer_stepped(orch_outer *o);

@@ -242,10 +242,27 @@ rdzv_val rdzv_val_join(const char *nonce)
     return v;
 }
 
-xdc_err_t rdzv_val_outer_parse(const char *val, long long *round, char *nonce)
+/* The prefixes of a rejoined worker's arrivals, by rdzv_arrive_kind. */
+static const char *const arrive_prefix[] = {"", "taking:", "took:"};
+
+rdzv_val rdzv_val_arrival(long long round, rdzv_arrive_kind kind)
+{
+    rdzv_val v;
+    snprintf(v.s, sizeof v.s, "%s%s", arrive_prefix[kind], rdzv_val_round(round).s);
+    return v;
+}
+
+xdc_err_t rdzv_val_outer_parse(const char *val, long long *round, char *nonce, rdzv_arrive_kind *kind)
 {
     const char *r = after(val, RDZV_VAL_JOIN);
     nonce[0] = '\0';
+    if (kind) *kind = RDZV_ARRIVE;
+    for (int k = RDZV_ARRIVE_TAKING; !r && k <= RDZV_ARRIVE_TOOK; k++) {
+        const char *at = after(val, arrive_prefix[k]);
+        if (!at) continue;
+        if (kind) *kind = (rdzv_arrive_kind)k;
+        return rdzv_val_round_parse(at, round);
+    }
     if (!r) return rdzv_val_round_parse(val, round);
     if (!valid_nonce(r)) return XDC_ERR_PROTO;
     snprintf(nonce, RDZV_NONCE_MAX, "%s", r);

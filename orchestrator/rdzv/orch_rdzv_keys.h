@@ -7,7 +7,8 @@
  * Keys (region index: the region's position in the topology; rank: the worker's rank in its region):
  *   wan/<region index>/<rank>            a worker's WAN address                      the worker
  *   relay/<from>/<to>/<rank>             the emulated WAN's relay address            the host
- *   outer/<region index>/<rank>          its arrival at an outer round: <step>, "end" or "join:<nonce>"
+ *   outer/<region index>/<rank>          its arrival at an outer round: <step>, "end", "join:<nonce>",
+ *                                        "taking:<step>" or "took:<step>"
  *   xchg/<region index>/<rank>           what its round's exchange summed: "<step>:<one 0/1 per region>"
  *   stats/<region index>/<rank>          its end-of-run statistics                   the worker
  *   ckpt/<region index>/<rank>           its last checkpoint's outcome               the worker
@@ -18,7 +19,7 @@
  *   replan/link/<region index>           the rate of the region's incoming links     rank 0
  *   replan/<step>                        a re-plan decided at a step                 granted (global rank 0)
  *   result, finished                     the run's result; the run is over           granted
- *   quorum/<step>, quorum/end            who is in an outer round ('1', '0', 'j')    the host (orch_quorum.h)
+ *   quorum/<step>, quorum/end            who is in an outer round ('1', '0', 'j', 't', 'c')   the host (orch_quorum.h)
  *   final/<step>, lost/<step>            a round's final set; who left during it     the host
  *   steps/<step>                         inner steps per region in the round after it the host (nobody waits)
  *   left/<region index>                  how many times the region left the run      the host
@@ -139,9 +140,14 @@ rdzv_val rdzv_val_round(long long round);
 xdc_err_t rdzv_val_round_parse(const char *text, long long *round);
 /* A restarted worker's request to rejoin: "join:<nonce>". */
 rdzv_val rdzv_val_join(const char *nonce);
-/* The value of outer/<region index>/<rank>: an arrival (*round, nonce "") or a rejoin request (*round -1,
- * its nonce into nonce[RDZV_NONCE_MAX]); XDC_ERR_PROTO for anything else. */
-xdc_err_t rdzv_val_outer_parse(const char *val, long long *round, char *nonce);
+/* A worker's arrival at a round: plain (the round's name), or that of a rejoined worker whose state is still
+ * arriving ("taking:<round>") or came since its last round ("took:<round>"): either is in the round with weight
+ * 0 (quorum 't', 'c': orch_quorum.h; docs/runtime.md "Rejoining"). */
+typedef enum { RDZV_ARRIVE = 0, RDZV_ARRIVE_TAKING, RDZV_ARRIVE_TOOK } rdzv_arrive_kind;
+rdzv_val rdzv_val_arrival(long long round, rdzv_arrive_kind kind);
+/* The value of outer/<region index>/<rank>: an arrival (*round, nonce "", *kind: how; kind may be NULL) or a
+ * rejoin request (*round -1, its nonce into nonce[RDZV_NONCE_MAX]); XDC_ERR_PROTO for anything else. */
+xdc_err_t rdzv_val_outer_parse(const char *val, long long *round, char *nonce, rdzv_arrive_kind *kind);
 /* What a member summed in the exchange of the round at `step`: "<step>:<set>", set[r] ('1' or '0') for
  * each of the n regions (got[r] != 0). */
 rdzv_val rdzv_val_xchg(long long step, const uint8_t *got, int n);

@@ -2,32 +2,43 @@
  * "Rejoining"). Its restarted workers find their earlier process's WAN address in the store (the job is
  * running), skip the joined/start barriers, post outer/<region>/<rank> = join:<nonce> and wait for
  * rejoin/<nonce>: the step of the round the store host names them joining in
- * (orchestrator/elastic/orch_quorum.c). They dial that round's members; once the round's exchange is done
- * (DiLoCo: after the round; streaming: after its fragment landed, one step later, when nothing is on the
- * wire), each member accepts its joiner's connection in place of the dead process's peer and rank k of each
- * of the round's k' member regions sends rank k of the joiner its slice of the state: a header (the step,
- * the data position, the AdamW step count, the slice's bounds and the xxh64 of each part) then the slice of
- * the global parameters, the outer momentum and the AdamW moments. The slices follow the links: each member's
- * share of the parameters is proportional to the bandwidth of its link to the joiner (to the slowest of the
- * round's joiners), so every slice takes about as long over its link. The global parameters and the outer
- * momentum go as they are (every member holds the same bytes, and the joiner's outer steps must stay bit-equal
- * to theirs); in DiLoCo and streaming the AdamW moments go as bf16 (each region's inner optimizer is its own:
- * the joiner's moments only shape its own inner steps, whose pseudo-gradient is averaged like any other, so
- * every region still ends on the same parameters; 12 bytes a parameter instead of 16), in sync mode as fp32
- * (there every region applies the same AdamW step to the averaged gradient, from the same moments). The
- * member stages its slice on its
- * training thread (a device copy: the round's state, before the next step changes it) and posts the sends
- * to the comm engine, which moves them while the member trains on; they are settled at a later call. The
- * joiner receives every slice at once, checks each hash, sets local = global, takes the step, the moments
- * and the data position, and is a member from the next round on. The store's side of the handshake (the
- * request, the round that takes it, who to dial) is the round protocol's member half,
- * orchestrator/elastic/orch_elastic_member.c; this file moves the model state.
+ * (orchestrator/elastic/orch_quorum.c). They dial that round's members twice: one connection for the rounds
+ * (it replaces the dead process's peer) and, to each donor (a '1' of that round), one of the state's own, so
+ * that the state never queues ahead of a round's shards. Once the round's exchange is done (DiLoCo: after the
+ * round; streaming: after its fragment landed, one step later, when nothing is on the wire), each member
+ * accepts them and rank k of each of the round's k' donor regions sends rank k of the joiner its slice of the
+ * state on the second: a header (the step, the data position, the AdamW step count, the slice's bounds and the
+ * xxh64 of each part) then the slice of the global parameters, the outer momentum and the AdamW moments. The
+ * slices follow the links: each donor's share of the parameters is proportional to the bandwidth of its link to
+ * the joiner (to the slowest of the round's joiners), so every slice takes about as long over its link. The
+ * global parameters and the outer momentum go as they are (every member holds the same bytes, and the joiner's
+ * outer steps must stay bit-equal to theirs); in DiLoCo and streaming the AdamW moments go as bf16 (each
+ * region's inner optimizer is its own: the joiner's moments only shape its own inner steps, whose
+ * pseudo-gradient is averaged like any other, so every region still ends on the same parameters; 12 bytes a
+ * parameter instead of 16), in sync mode as fp32 (there every region applies the same AdamW step to the
+ * averaged gradient, from the same moments). The member stages its slice on its training thread (a device
+ * copy: the round's state, before the next step changes it) and posts the sends to the comm engine, which
+ * moves them while the member trains on; they are settled at a later call.
+ *
+ * Nobody waits for the joiner's state (DiLoCo and streaming): the joiner takes the headers (its step and data
+ * position), then takes part in every round while the slices arrive, with weight 0 and no inner steps: it
+ * arrives at once ("taking:<step>": quorum 't'), sends a zero pseudo-gradient that the sum leaves out
+ * (xdc_sync_set_members) and receives the round's mean, which it keeps. At the first round it arrives at with
+ * every slice in ("took:<step>": 'c' once all its region's workers did) it checks each hash, takes the state,
+ * replays the outer steps of the rounds it kept (the same operations on the same bytes as the members', so
+ * its global parameters end bit-equal to theirs), sets local = global and is a member from the next round
+ * on. At the run's last round it waits for the state instead. Sync mode (every region applies the same AdamW
+ * step from the same moments each step: no round to keep) and a return at the last round take it at once.
+ * The store's side of the handshake (the request, the round that takes it, who to dial) is the round
+ * protocol's member half, orchestrator/elastic/orch_elastic_member.c; this file moves the model state.
  *
  * The test hook XDC_TEST_REJOIN=<fault>@<region> (tests/e2e/test_elastic.c) fires once per process, at the
  * run's own events: corrupt (a member of <region> changes one value of its slice after hashing it),
  * absent (the joiner of <region> gives up after learning its round, before it dials), miss (a member of
- * <region> closes the joiner's connection instead of sending its slice), vanish (a member of <region> that is not
- * a restarted process itself dies, SIGKILL, once it accepted the joiner's connection, before its slice). */
+ * <region> closes the joiner's state connection instead of sending its slice), vanish (a member of <region>
+ * that is not a restarted process itself dies, SIGKILL, once it accepted the joiner's connections, before its
+ * slice), hold (a member of <region> sends its header at once but holds its slice until it finished two more
+ * DiLoCo periods, 2·H steps: the joiner takes part with weight 0 meanwhile). */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
@@ -73,6 +84,40 @@ struct orch_rejoin_out {
     uint64_t hdr[HDR_N]; /* its header */
     xdc_wan_request *req[2 * XDC_TOPO_MAX_REGIONS]; /* header and slice to each joiner; NULL once settled */
     int n_req;
+    xdc_wan_peer *peer[XDC_TOPO_MAX_REGIONS]; /* (n_peer) each joiner's state connection, closed once settled */
+    int n_peer;
+    int64_t hold_until;           /* test hook "hold": the slices go once the member is at this step; 0: sent */
+    struct orch_rejoin_out *next; /* an earlier hand-over still sending (each round's has a staging of its own) */
+};
+
+/* The joiner's side of one donor: its header, then its slice into the staging at slice_bytes(its lo). */
+typedef struct {
+    int region;
+    uint64_t hdr[HDR_N];
+    xdc_wan_request *req[2];
+    xdc_wan_peer *peer; /* the state's own connection to it */
+} donor_in;
+
+/* The mean of a round a joiner took part in with weight 0, on [lo, hi) of the stage: the outer step it replays
+ * once its state came (mean: that round's was the plain mean, keep_unsent's last). */
+typedef struct {
+    float *d; /* device (hi - lo) */
+    size_t lo, hi;
+    bool mean;
+} kept_round;
+
+/* A joiner's state on its way (orch_rejoin_take), while it takes part in the rounds with weight 0. */
+struct orch_rejoin_in {
+    donor_in dn[XDC_TOPO_MAX_REGIONS];
+    int k;                               /* donors */
+    char mask[XDC_TOPO_MAX_REGIONS + 1]; /* the decision of the round that took it back: who sends which slice */
+    long long at, want;                  /* that round, and the step of the state */
+    uint8_t *host;                       /* pinned (slice_bytes(n_params)): donor i's slice at slice_bytes(its lo) */
+    kept_round *kept;                    /* (n_kept of cap) the rounds since, in order */
+    int n_kept, cap;
+    xdc_err_t failed; /* a slice that will not come (slices_in), and why */
+    xdc_diag why;
+    int64_t passed; /* inner steps let pass since the state's step (orch_rejoin_pass): the members ran them */
 };
 
 /* XDC_TEST_REJOIN names `fault` at our region, and has not fired in this process yet. */
@@ -111,13 +156,15 @@ static xdc_err_t finish(xdc_wan_request *req, size_t *size, xdc_diag *diag)
     }
 }
 
-/* Settle the sends of the last hand-over: those done (or failed: a joiner that took nothing is only named; it
- * misses the next round and the store host drops it), and with `wait` all of them. Its staging goes with the
- * last. */
-static void settle_sends(orch_worker *w, int wait)
+static void post_slices(orch_worker *w, struct orch_rejoin_out *g);
+
+/* Settle the sends of hand-over g: those done (or failed: a joiner that took nothing is only named; it misses its
+ * state and the store host drops it), and with `wait` all of them; 1 once all are, its staging and state
+ * connections released. Slices the test hook holds go once their step came (or at `wait`). */
+static int settle_one(orch_worker *w, struct orch_rejoin_out *g, int wait)
 {
-    struct orch_rejoin_out *g = w->elastic.give;
-    if (!g) return;
+    if (g->hold_until && (wait || w->prog.step >= g->hold_until)) post_slices(w, g);
+    if (g->hold_until) return 0;
     int left = 0;
     for (int i = 0; i < g->n_req; i++) {
         if (!g->req[i]) continue;
@@ -134,13 +181,50 @@ static void settle_sends(orch_worker *w, int wait)
                      "round %llu: a rejoining region did not take this member's slice of the state (%s: %s)",
                      (unsigned long long)g->hdr[HDR_STEP], xdc_strerror(rc), d.msg);
     }
-    if (left) return;
+    if (left) return 0;
+    for (int i = 0; i < g->n_peer; i++) xdc_wan_peer_destroy(g->peer[i]);
     w->model.be->device->host_free(g->host);
-    xdc_free(g);
-    w->elastic.give = NULL;
+    return 1;
 }
 
-void orch_rejoin_drain(orch_worker *w) { settle_sends(w, 1); }
+/* Settle every hand-over still sending (settle_one), newest first; those done are freed. A member never waits
+ * for one while it trains (only `wait`, at teardown): a joiner over a slow link may still be taking the last
+ * one's state when the next round takes another region back (bench-chaos: a donor held 7.8 s there). */
+static void settle_sends(orch_worker *w, int wait)
+{
+    for (struct orch_rejoin_out **p = &w->elastic.give; *p;) {
+        struct orch_rejoin_out *g = *p;
+        if (!settle_one(w, g, wait)) {
+            p = &g->next;
+            continue;
+        }
+        *p = g->next;
+        xdc_free(g);
+    }
+}
+
+/* Release a joiner's state on its way: its receives, state connections, staging and kept rounds. */
+static void free_in(orch_worker *w, struct orch_rejoin_in *in)
+{
+    if (!in) return;
+    const xdc_device_ops *d = w->model.be->device;
+    for (int i = 0; i < in->k; i++) {
+        for (int j = 0; j < 2; j++)
+            if (in->dn[i].req[j]) (void)xdc_wan_request_cancel(in->dn[i].req[j]);
+        xdc_wan_peer_destroy(in->dn[i].peer);
+    }
+    for (int i = 0; i < in->n_kept; i++) d->mem_free(in->kept[i].d);
+    xdc_free(in->kept);
+    if (in->host) d->host_free(in->host);
+    xdc_free(in);
+}
+
+void orch_rejoin_drain(orch_worker *w)
+{
+    settle_sends(w, 1);
+    free_in(w, w->elastic.take);
+    w->elastic.take = NULL;
+}
 
 /* The parts of a slice of len parameters laid out from `base` (slice_bytes), into part[N_PART]. */
 static void parts_of(const orch_worker *w, uint8_t *base, size_t len, uint8_t **part)
@@ -197,21 +281,28 @@ static xdc_err_t stage_slice(orch_worker *w, orch_outer *o, struct orch_rejoin_o
     return XDC_OK;
 }
 
-/* Post the hand-over's header and slice to joiner peer p; the engine sends them while we train on. */
-static void give_slice(orch_worker *w, struct orch_rejoin_out *g, xdc_wan_peer *p)
+/* Post a message of the hand-over to joiner peer p; the engine sends it while we train on. */
+static void give_part(orch_worker *w, struct orch_rejoin_out *g, xdc_wan_peer *p, const void *buf, size_t bytes)
 {
     const xdc_wan_identity *id = xdc_wan_peer_identity(p);
-    size_t bytes = slice_bytes(w, g->hdr[HDR_HI] - g->hdr[HDR_LO]);
-    xdc_err_t rc = xdc_wan_isend(p, XDC_WAN_BULK, g->hdr, sizeof g->hdr, 0, sizeof g->hdr, &g->req[g->n_req]);
-    if (rc == XDC_OK) g->n_req++, rc = xdc_wan_isend(p, XDC_WAN_BULK, g->host, bytes, 0, bytes, &g->req[g->n_req]);
+    xdc_err_t rc = xdc_wan_isend(p, XDC_WAN_BULK, buf, bytes, 0, bytes, &g->req[g->n_req]);
     if (rc == XDC_OK) g->n_req++;
-    if (rc == XDC_OK)
-        XDC_INFO(XDC_SUB_ORCH, "round %lld: sending region %s rank %d parameters [%llu, %llu) of the state",
-                 (long long)w->prog.step, id->region, id->rank, (unsigned long long)g->hdr[HDR_LO],
-                 (unsigned long long)g->hdr[HDR_HI]);
     else
         XDC_WARN(XDC_SUB_ORCH, "round %lld: region %s rank %d: its slice of the state not sent (%s)",
                  (long long)w->prog.step, id->region, id->rank, xdc_strerror(rc));
+}
+
+/* The slice to every joiner's state connection (at once, or once the test hook's hold ended). */
+static void post_slices(orch_worker *w, struct orch_rejoin_out *g)
+{
+    g->hold_until = 0;
+    for (int i = 0; i < g->n_peer; i++) {
+        const xdc_wan_identity *id = xdc_wan_peer_identity(g->peer[i]);
+        give_part(w, g, g->peer[i], g->host, slice_bytes(w, g->hdr[HDR_HI] - g->hdr[HDR_LO]));
+        XDC_INFO(XDC_SUB_ORCH, "round %lld: sending region %s rank %d parameters [%llu, %llu) of the state",
+                 (long long)w->prog.step, id->region, id->rank, (unsigned long long)g->hdr[HDR_LO],
+                 (unsigned long long)g->hdr[HDR_HI]);
+    }
 }
 
 /* Accept a joiner's connection until `deadline`, in short waits: a joiner that left the run again before it
@@ -240,17 +331,32 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
     settle_sends(w, 0);
     for (int r = 0; r < n; r++) want += w->elastic.m.joining[r];
     if (!want) return XDC_OK;
-    /* The last hand-over's sends had a round to complete; each round's slice gets a staging of its own. */
-    settle_sends(w, 1);
+    /* A donor is a member of the round in full ('1'); one still catching up itself ('t', 'c') has no state to
+     * give: the joiner dials it once, for the rounds. */
+    int donor = w->elastic.m.quorum[w->id->region_idx] == '1', conns = donor ? 2 : 1;
+    /* An earlier hand-over to a region joining again: that region left the run since, its process is gone, and
+     * the sends to it would only end at the WAN deadline (at teardown: bench-chaos held a donor 60 s there). */
+    for (struct orch_rejoin_out *e = w->elastic.give; e; e = e->next)
+        for (int i = 0; i < e->n_peer; i++) {
+            int r = xdc_topology_region_index(w->topo, xdc_wan_peer_identity(e->peer[i])->region);
+            if (r >= 0 && r < n && w->elastic.m.joining[r]) xdc_wan_peer_close(e->peer[i]);
+        }
     struct orch_rejoin_out *g = NULL;
-    xdc_err_t rs = stage_slice(w, o, &g);
-    w->elastic.give = g;
-    XDC_CHECK(rs);
-    /* Accept each joiner's connection (it dials once it read the round) in place of the dead process's peer. A
-     * joiner that never comes or takes no state is not waited for again: it misses the next round and the
-     * store host drops it, so every member agrees on the set all the same. */
+    if (donor) {
+        xdc_err_t rs = stage_slice(w, o, &g);
+        if (g) g->next = w->elastic.give, w->elastic.give = g;
+        XDC_CHECK(rs);
+        if (test_fault(w, "hold")) /* not past the run's last round, which the joiner waits at for its state */
+            g->hold_until = w->prog.step + 2 * w->cfg->diloco.inner_steps < w->cfg->train.steps
+                                ? w->prog.step + 2 * w->cfg->diloco.inner_steps
+                                : w->cfg->train.steps;
+    }
+    /* Accept each joiner's connections (it dials once it read the round), the rounds' in place of the dead
+     * process's peer, then the state's. A joiner that never comes or takes no state is not waited for again: it
+     * misses its state and the store host drops it, so every member agrees on the set all the same. */
     xdc_diag d = {{0}};
     uint64_t deadline = xdc_deadline_ms(w->cfg->timeouts.handshake_ms);
+    int got[XDC_TOPO_MAX_REGIONS] = {0};
     while (want > 0) {
         xdc_wan_peer *p;
         xdc_err_t rc = accept_joiner(w, deadline, &p, &d);
@@ -271,29 +377,25 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
             xdc_wan_peer_destroy(p);
             continue;
         }
-        w->elastic.m.joining[r] = 0;
-        want--;
+        if (++got[r] == conns) w->elastic.m.joining[r] = 0, want--;
+        if (got[r] == 1) { /* the rounds' connection: the earlier process's sequence numbers died with it */
+            xdc_wan_peer_destroy(orch_member_peers(w->member)[r]);
+            orch_member_peers(w->member)[r] = p;
+            continue;
+        }
         if (!w->elastic.rejoin && test_fault(w, "vanish")) raise(SIGKILL); /* a donor that dies mid-transfer */
         if (test_fault(w, "miss")) {                                       /* as if its connection never reached us */
             xdc_wan_peer_destroy(p);
             continue;
         }
-        xdc_wan_peer_destroy(
-            orch_member_peers(w->member)[r]); /* the earlier process's: its sequence numbers died with it */
-        orch_member_peers(w->member)[r] = p;
-        give_slice(w, g, p);
+        g->peer[g->n_peer++] = p;
+        give_part(w, g, p, g->hdr, sizeof g->hdr); /* the header at once: the joiner's step and data position */
     }
     memset(w->elastic.m.joining, 0, sizeof w->elastic.m.joining);
+    if (g && !g->hold_until) post_slices(w, g);
     settle_sends(w, 0); /* nothing to send (no joiner came): the staging goes now */
     return XDC_OK;
 }
-
-/* The joiner's side of one donor: its header, then its slice into `host` at 4 * lo (each part hi - lo floats). */
-typedef struct {
-    int region;
-    uint64_t hdr[HDR_N];
-    xdc_wan_request *req[2];
-} donor_in;
 
 /* Check donor `dn`'s header against the step due, the model and the first donor's (step, data position and
  * AdamW steps agree across members: they took the same steps over the same global batches), and its slice
@@ -330,9 +432,11 @@ static xdc_err_t check_header(orch_worker *w, const donor_in *dn, const donor_in
 
 /* Donor dn's slice, received into `host` (slice_bytes(hi - lo) from its offset): each part's xxh64 against
  * the header's (XDC_ERR_CORRUPT naming the part and the donor), then into the global parameters, the outer
- * momentum and the AdamW moments. */
-static xdc_err_t take_slice(orch_worker *w, orch_outer *o, const donor_in *dn, uint8_t *host, xdc_diag *diag)
+ * momentum and the AdamW moments, whose step count becomes the donor's + `passed`. */
+static xdc_err_t take_slice(orch_worker *w, orch_outer *o, const donor_in *dn, uint8_t *host, int64_t passed,
+                            xdc_diag *diag)
 {
+    int64_t adam_t = (int64_t)dn->hdr[HDR_ADAM_T] + passed;
     const xdc_device_ops *d = w->model.be->device;
     size_t lo = dn->hdr[HDR_LO], len = dn->hdr[HDR_HI] - lo, bytes = len * sizeof(float);
     uint8_t *part[N_PART];
@@ -352,71 +456,113 @@ static xdc_err_t take_slice(orch_worker *w, orch_outer *o, const donor_in *dn, u
     XDC_CHECK(d->copy_h2d(o->mom + lo, part[PART_MOM], bytes, s));
     if (moment_bytes(w) == sizeof(float)) /* on the same stream, which it waits for */
         return xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, (const float *)part[PART_M],
-                                         (const float *)part[PART_V], (int64_t)dn->hdr[HDR_ADAM_T]);
+                                         (const float *)part[PART_V], adam_t);
     float *mv = xdc_malloc(2 * bytes + 1); /* bf16 back to fp32 */
     if (!mv) return XDC_ERR_NOMEM;
     xdc_err_t rc = xdc_quant_cpu_ops.bf16_to_fp32((const uint16_t *)part[PART_M], len, mv);
     if (rc == XDC_OK) rc = xdc_quant_cpu_ops.bf16_to_fp32((const uint16_t *)part[PART_V], len, mv + len);
-    if (rc == XDC_OK)
-        rc = xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, mv, mv + len, (int64_t)dn->hdr[HDR_ADAM_T]);
+    if (rc == XDC_OK) rc = xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, mv, mv + len, adam_t);
     xdc_free(mv);
     return rc;
 }
 
 /* Complete a receive from one of the k donors; the engine fails it when the peer is silent past the operation
  * deadline, and a donor whose region left the run since the round was read (orch_elastic_left_again: its
- * process is gone) fails it at once, XDC_ERR_UNAVAILABLE: the joiner exits, its region is dropped and it asks
+ * process is gone) before all its parts came fails it at once, XDC_ERR_UNAVAILABLE: the joiner exits, its region is dropped and it asks
  * again, instead of holding its first round back. */
 static xdc_err_t take(orch_worker *w, const donor_in *dn, int k, xdc_wan_request *req, size_t *size, xdc_diag *diag)
 {
     for (;;) {
         xdc_err_t rc = xdc_wan_wait(req, REJOIN_ACCEPT_MS, size, NULL, diag);
         if (rc != XDC_ERR_AGAIN) return rc;
-        for (int i = 0; i < k; i++)
-            if (orch_elastic_left_again(&w->elastic.m, dn[i].region)) {
+        for (int i = 0; i < k; i++) /* one whose parts are all in may go */
+            if ((dn[i].req[0] || dn[i].req[1]) && orch_elastic_left_again(&w->elastic.m, dn[i].region)) {
                 xdc_diag_set(diag, "its region left the run before its slice of the state came");
                 return XDC_ERR_UNAVAILABLE;
             }
     }
 }
 
-/* Receive every donor's header and slice at once (all posted before any is waited for), into host
- * (slice_bytes(n_params): donor i's slice at slice_bytes(its lo)); check and take them. */
-static xdc_err_t take_slices(orch_worker *w, orch_outer *o, donor_in *dn, int k, long long want, const char *mask,
-                             uint8_t *host, xdc_diag *diag)
+/* Post every donor's header and slice receives on its state connection, all before any is waited for, so the
+ * slices cross every link at once. */
+static xdc_err_t post_receives(orch_worker *w, struct orch_rejoin_in *in)
 {
-    xdc_wan_peer **peers = orch_member_peers(w->member);
-    xdc_err_t rc = XDC_OK;
-    for (int i = 0; i < k && rc == XDC_OK; i++) {
+    for (int i = 0; i < in->k; i++) {
+        donor_in *dn = &in->dn[i];
         size_t lo, hi;
-        orch_elastic_slice(w->topo, w->model.n_params, mask, dn[i].region, &lo, &hi);
-        rc = xdc_wan_irecv(peers[dn[i].region], XDC_WAN_BULK, dn[i].hdr, sizeof dn[i].hdr, &dn[i].req[0]);
-        if (rc == XDC_OK)
-            rc = xdc_wan_irecv(peers[dn[i].region], XDC_WAN_BULK, host + slice_bytes(w, lo), slice_bytes(w, hi - lo),
-                               &dn[i].req[1]);
+        orch_elastic_slice(w->topo, w->model.n_params, in->mask, dn->region, &lo, &hi);
+        XDC_CHECK(xdc_wan_irecv(dn->peer, XDC_WAN_BULK, dn->hdr, sizeof dn->hdr, &dn->req[0]));
+        XDC_CHECK(
+            xdc_wan_irecv(dn->peer, XDC_WAN_BULK, in->host + slice_bytes(w, lo), slice_bytes(w, hi - lo), &dn->req[1]));
     }
-    for (int i = 0; i < k; i++)
-        for (int j = 0; j < 2; j++) {
-            if (!dn[i].req[j]) continue;
-            size_t got = 0;
-            xdc_diag d = {{0}};
-            xdc_err_t r = rc == XDC_OK ? take(w, dn, k, dn[i].req[j], &got, &d) : xdc_wan_request_cancel(dn[i].req[j]);
-            dn[i].req[j] = NULL;
-            if (rc != XDC_OK) continue;
-            if (r == XDC_OK && j == 0 && got != sizeof dn[i].hdr) {
-                xdc_diag_set(&d, "a header of %zu bytes where %zu were due", got, sizeof dn[i].hdr);
-                r = XDC_ERR_PROTO;
-            }
-            if (r != XDC_OK) {
-                xdc_diag_set(diag, "rejoin: no state from %s: %s", w->topo->regions[dn[i].region].name, d.msg);
-                rc = r;
-            } else if (j == 0) {
-                rc = check_header(w, &dn[i], &dn[0], want, mask, diag);
-            }
+    return XDC_OK;
+}
+
+/* Part j (0: the header, checked; 1: the slice) from every donor, waited for (take: a donor that left is not). */
+static xdc_err_t wait_part(orch_worker *w, struct orch_rejoin_in *in, int j, xdc_diag *diag)
+{
+    for (int i = 0; i < in->k; i++) {
+        donor_in *dn = &in->dn[i];
+        if (!dn->req[j]) continue;
+        size_t got = 0;
+        xdc_diag d = {{0}};
+        xdc_err_t r = take(w, in->dn, in->k, dn->req[j], &got, &d);
+        dn->req[j] = NULL;
+        if (r == XDC_OK && j == 0 && got != sizeof dn->hdr) {
+            xdc_diag_set(&d, "a header of %zu bytes where %zu were due", got, sizeof dn->hdr);
+            r = XDC_ERR_PROTO;
         }
-    for (int i = 0; i < k && rc == XDC_OK; i++)
-        rc = take_slice(w, o, &dn[i], host + slice_bytes(w, dn[i].hdr[HDR_LO]), diag);
-    return rc;
+        if (r != XDC_OK) {
+            xdc_diag_set(diag, "rejoin: no state from %s: %s", w->topo->regions[dn->region].name, d.msg);
+            return r;
+        }
+        if (j == 0) XDC_CHECK(check_header(w, dn, &in->dn[0], in->want, in->mask, diag));
+    }
+    return XDC_OK;
+}
+
+/* Without waiting: *all = 1 when every donor's slice is in. A failed receive is its donor's error, and a donor
+ * whose region left the run since (its slice will not come) XDC_ERR_UNAVAILABLE: the joiner exits, its region
+ * is dropped and it asks again. */
+static xdc_err_t slices_in(orch_worker *w, struct orch_rejoin_in *in, int *all, xdc_diag *diag)
+{
+    *all = 1;
+    if (in->failed != XDC_OK) {
+        xdc_diag_set(diag, "%s", in->why.msg);
+        return in->failed;
+    }
+    for (int i = 0; i < in->k; i++) {
+        donor_in *dn = &in->dn[i];
+        if (!dn->req[1]) continue;
+        int done = 0;
+        xdc_diag d = {{0}};
+        xdc_err_t rc = xdc_wan_test(dn->req[1], &done, NULL, NULL, &d);
+        if (rc == XDC_OK && !done && orch_elastic_left_again(&w->elastic.m, dn->region)) {
+            xdc_diag_set(&d, "its region left the run before its slice of the state came");
+            rc = XDC_ERR_UNAVAILABLE;
+        }
+        if (rc == XDC_OK && !done) {
+            *all = 0;
+            continue;
+        }
+        if (rc != XDC_ERR_UNAVAILABLE) dn->req[1] = NULL; /* completed or failed: released */
+        if (rc != XDC_OK) {
+            xdc_diag_set(&in->why, "rejoin: no state from %s: %s", w->topo->regions[dn->region].name, d.msg);
+            xdc_diag_set(diag, "%s", in->why.msg);
+            return in->failed = rc;
+        }
+    }
+    return XDC_OK;
+}
+
+/* orch_elastic_member's state_in (ctx: the worker): every slice in. A failure waits for the next arrival, which
+ * reports it (orch_rejoin_arrive). */
+static int state_in(void *ctx)
+{
+    orch_worker *w = ctx;
+    int all = 0;
+    xdc_diag d = {{0}};
+    return slices_in(w, w->elastic.take, &all, &d) == XDC_OK && all;
 }
 
 /* Joiners of one round are members of the next together: each dials the lower ones, then accepts the higher
@@ -448,10 +594,50 @@ static xdc_err_t link_joiners(orch_worker *w, const char *mask, xdc_diag *diag)
     return XDC_OK;
 }
 
+/* The state landed (every slice in): check and take each donor's slice, replay the outer steps of the rounds
+ * kept since (the members took them from the same bytes), local = global, logged. */
+static xdc_err_t take_state(orch_worker *w, orch_outer *o, struct orch_rejoin_in *in, xdc_diag *diag)
+{
+    for (int i = 0; i < in->k; i++)
+        XDC_CHECK(take_slice(w, o, &in->dn[i], in->host + slice_bytes(w, in->dn[i].hdr[HDR_LO]), in->passed, diag));
+    for (int i = 0; i < in->n_kept; i++)
+        XDC_CHECK(orch_outer_step(o, in->kept[i].d, in->kept[i].lo, in->kept[i].hi, in->kept[i].mean));
+    const xdc_device_ops *d = w->model.be->device;
+    xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
+    XDC_CHECK(d->copy_d2d(o->local, o->global, o->n * sizeof(float), s));
+    XDC_CHECK(d->stream_sync(s));
+    const uint64_t *h = in->dn[0].hdr;
+    XDC_WARN(XDC_SUB_ORCH,
+             "region %s took the state of round %lld (step %lld, data epoch %llu batch %llu, %llu AdamW steps) from "
+             "the round's %d member regions, a slice from each (global parameters, outer momentum and AdamW "
+             "moments%s, %.1f MB, hashes checked) %.2f s after its rejoin request; %d rounds with weight 0 meanwhile, "
+             "their outer steps replayed; a member from the next round",
+             w->id->region, in->at, in->want, (unsigned long long)h[HDR_EPOCH], (unsigned long long)h[HDR_BATCH],
+             (unsigned long long)h[HDR_ADAM_T], in->k, moment_bytes(w) == sizeof(float) ? "" : " as bf16",
+             (double)slice_bytes(w, w->model.n_params) / 1e6, (double)(xdc_now_ns() - w->elastic.rejoin_t0) / 1e9,
+             in->n_kept);
+    return XDC_OK;
+}
+
+/* Dial the members of the round that took us back (mask): every region in the next round ('1', 't', 'c') for
+ * the rounds, in place of the dead process's peer, and each donor ('1') once more for the state. */
+static xdc_err_t dial_members(orch_worker *w, struct orch_rejoin_in *in, xdc_diag *diag)
+{
+    xdc_wan_peer **peers = orch_member_peers(w->member);
+    for (int r = 0; r < w->id->n_regions; r++) {
+        if (!strchr("1tc", in->mask[r])) continue;
+        XDC_CHECK(orch_member_dial(w->member, r, w->id->lrank, &peers[r], diag));
+        if (in->mask[r] != '1') continue;
+        in->dn[in->k].region = r;
+        XDC_CHECK(orch_member_dial(w->member, r, w->id->lrank, &in->dn[in->k++].peer, diag));
+    }
+    return XDC_OK;
+}
+
 xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *diag)
 {
     uint8_t in_round[XDC_TOPO_MAX_REGIONS];
-    int lowest, k = 0;
+    int lowest;
     long long at;
     w->elastic.rejoin_t0 = xdc_now_ns();
     XDC_CHECK(orch_elastic_rejoin_ask(&w->elastic.m, w->id->member,
@@ -464,25 +650,18 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
                      w->id->region, at);
         return XDC_ERR_UNAVAILABLE;
     }
-    donor_in dn[XDC_TOPO_MAX_REGIONS];
-    memset(dn, 0, sizeof dn);
-    for (int r = 0; r < w->id->n_regions; r++)
-        if (in_round[r]) {
-            XDC_CHECK(orch_member_dial(w->member, r, w->id->lrank, &orch_member_peers(w->member)[r], diag));
-            dn[k++].region = r;
-        }
-    XDC_CHECK(link_joiners(w, w->elastic.m.quorum, diag));
-    long long want = at + lag; /* no round takes a region back at the run's last round (orch_quorum.h) */
-    const xdc_device_ops *d = w->model.be->device;
-    uint8_t *host;
-    XDC_CHECK(d->host_alloc((void **)&host, slice_bytes(w, w->model.n_params)));
-    xdc_err_t rc = take_slices(w, o, dn, k, want, w->elastic.m.quorum, host, diag);
-    d->host_free(host);
-    XDC_CHECK(rc);
-    xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
-    XDC_CHECK(d->copy_d2d(xdc_gpt_stage_params(w->model.st), o->global, w->model.n_params * sizeof(float), s));
-    XDC_CHECK(d->stream_sync(s));
-    const uint64_t *h = dn[0].hdr;
+    struct orch_rejoin_in *in = xdc_calloc(1, sizeof *in);
+    if (!in) return XDC_ERR_NOMEM;
+    w->elastic.take = in; /* released by orch_rejoin_drain, whatever happens */
+    in->at = at;
+    in->want = at + lag; /* no round takes a region back at the run's last round (orch_quorum.h) */
+    memcpy(in->mask, w->elastic.m.quorum, sizeof in->mask);
+    XDC_CHECK(dial_members(w, in, diag));
+    XDC_CHECK(link_joiners(w, in->mask, diag));
+    XDC_CHECK(w->model.be->device->host_alloc((void **)&in->host, slice_bytes(w, w->model.n_params)));
+    XDC_CHECK(post_receives(w, in));
+    XDC_CHECK(wait_part(w, in, 0, diag)); /* the headers: each donor sends its own at once */
+    const uint64_t *h = in->dn[0].hdr;
     if (w->model.data &&
         xdc_data_set_pos(w->model.data, (xdc_data_pos){.epoch = h[HDR_EPOCH], .batch = h[HDR_BATCH]}) != XDC_OK) {
         xdc_diag_set(diag, "rejoin: %s's data position (epoch %llu, batch %llu) is not one of our shard",
@@ -490,20 +669,75 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
         return XDC_ERR_PROTO;
     }
     w->prog.step = (int64_t)h[HDR_STEP];
-    XDC_WARN(
-        XDC_SUB_ORCH,
-        "region %s took the state of round %lld (step %lld, data epoch %llu batch %llu, %llu AdamW steps) from the "
-        "round's %d member regions, a slice from each (global parameters, outer momentum and AdamW moments%s, "
-        "%.1f MB, hashes checked) %.2f s after its rejoin request; a member from the next round",
-        w->id->region, at, want, (unsigned long long)h[HDR_EPOCH], (unsigned long long)h[HDR_BATCH],
-        (unsigned long long)h[HDR_ADAM_T], k, moment_bytes(w) == sizeof(float) ? "" : " as bf16",
-        (double)slice_bytes(w, w->model.n_params) / 1e6, (double)(xdc_now_ns() - w->elastic.rejoin_t0) / 1e9);
+    if (w->cfg->mode != ORCH_MODE_SYNC) { /* the slices come while we take part */
+        w->elastic.m.arrive = RDZV_ARRIVE_TAKING;
+        w->elastic.m.state_in = state_in, w->elastic.m.state_ctx = w;
+        XDC_WARN(XDC_SUB_ORCH,
+                 "region %s rejoins at round %lld: it takes part with weight 0 from the next round until its state "
+                 "came (%.1f MB from %d member regions)",
+                 w->id->region, at, (double)slice_bytes(w, w->model.n_params) / 1e6, in->k);
+        return XDC_OK;
+    }
+    XDC_CHECK(wait_part(w, in, 1, diag));
+    XDC_CHECK(take_state(w, o, in, diag));
+    free_in(w, in);
+    w->elastic.take = NULL;
+    return XDC_OK;
+}
+
+xdc_err_t orch_rejoin_pass(orch_worker *w, float *loss)
+{
+    size_t bt = (size_t)w->model.B * w->model.T;
+    for (int mb = 0; w->model.data && mb < w->model.M; mb++)
+        XDC_CHECK(xdc_data_next_train(w->model.data, w->model.tokens + mb * bt, w->model.targets + mb * bt));
+    *loss = (float)w->prog.last_loss;
+    w->prog.step++;
+    w->elastic.take->passed++;
+    return XDC_OK;
+}
+
+xdc_err_t orch_rejoin_arrive(orch_worker *w, xdc_diag *diag)
+{
+    struct orch_rejoin_in *in = w->elastic.take;
+    if (!in) return XDC_OK;
+    int all;
+    XDC_CHECK(slices_in(w, in, &all, diag));
+    w->elastic.m.arrive = all ? RDZV_ARRIVE_TOOK : RDZV_ARRIVE_TAKING;
+    return XDC_OK;
+}
+
+xdc_err_t orch_rejoin_catch_up(orch_worker *w, orch_outer *o, size_t lo, size_t hi, xdc_diag *diag)
+{
+    struct orch_rejoin_in *in = w->elastic.take;
+    if (!in) return XDC_OK;
+    const xdc_device_ops *d = w->model.be->device;
+    if (in->n_kept == in->cap) {
+        int cap = in->cap ? 2 * in->cap : 8;
+        kept_round *k = xdc_realloc(in->kept, (size_t)cap * sizeof *k);
+        if (!k) return XDC_ERR_NOMEM;
+        in->kept = k, in->cap = cap;
+    }
+    kept_round *k = &in->kept[in->n_kept];
+    *k = (kept_round){.lo = lo, .hi = hi, .mean = o->mean};
+    XDC_CHECK(d->mem_alloc((void **)&k->d, (hi - lo) * sizeof(float)));
+    in->n_kept++;
+    XDC_CHECK(d->copy_d2d(k->d, o->pseudo + lo, (hi - lo) * sizeof(float), o->stream)); /* the round's mean */
+    /* Every worker of our region had its state at this round ('c'), or the run ends: take it (at the end, waited
+     * for) and train from the next round. */
+    int last = w->prog.step >= w->cfg->train.steps;
+    if (w->elastic.m.quorum[w->id->region_idx] != 'c' && !last) return XDC_OK;
+    XDC_CHECK(wait_part(w, in, 1, diag));
+    XDC_CHECK(take_state(w, o, in, diag));
+    free_in(w, in);
+    w->elastic.take = NULL;
+    w->elastic.m.arrive = RDZV_ARRIVE;
+    w->elastic.m.state_in = NULL;
     return XDC_OK;
 }
 
 void orch_rejoin_member(orch_worker *w, int64_t round)
 {
-    if (!w->elastic.rejoin || w->elastic.rejoin_round < 0) return;
+    if (!w->elastic.rejoin || w->elastic.rejoin_round < 0 || w->elastic.take) return;
     uint64_t now = xdc_now_ns();
     XDC_WARN(XDC_SUB_ORCH,
              "region %s rejoined at round %lld (%.2f s after its rejoin request, %.2f s after this worker started; "

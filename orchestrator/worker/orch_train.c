@@ -371,6 +371,7 @@ xdc_err_t orch_train_update(orch_worker *w, float *loss, int64_t lr_step, xdc_di
 
 xdc_err_t orch_train_inner_step(orch_worker *w, xdc_sync *grad_sync, float *loss, xdc_diag *diag)
 {
+    if (w->elastic.take) return orch_rejoin_pass(w, loss); /* a joiner whose state is on its way */
     XDC_CHECK(orch_train_pass(w, grad_sync, loss, diag));
     XDC_CHECK(orch_train_update(w, loss, w->prog.step, diag));
     w->prog.step++;
@@ -764,8 +765,10 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
         if (w->prog.step < c->steps) step_row(w, &row, run_t0);
         else last = row;
         /* After an elastic run lost a region, what waits for every member (the checkpoint barrier, the
-         * re-plan's reports) would wait for it: the survivors (who all hold the same quorum) skip them. */
-        int whole = !w->elastic.on || w->elastic.m.n_live == w->id->n_regions;
+         * re-plan's reports) would wait for it: the survivors (who all hold the same quorum) skip them, and
+         * while a region that came back is still taking its state (its outer state is not the run's yet). */
+        int whole = !w->elastic.on || (w->elastic.m.n_live == w->id->n_regions &&
+                                       !memchr(w->elastic.m.catching_up, 1, (size_t)w->id->n_regions));
         if (whole && w->cfg->plan_auto && w->cfg->replan_every > 0 && w->id->n_regions > 1 && !w->id->span &&
             w->prog.step % w->cfg->replan_every == 0 && w->prog.step < c->steps)
             XDC_CHECK(replan(w, diag));

@@ -157,8 +157,11 @@ typedef struct orch_elastic {
     uint64_t rejoin_t0;   /* xdc_now_ns() when it asked to rejoin */
     int64_t rejoin_round; /* the round that took it back (RDZV_ROUND_END: none, the run ended first); -1 once
                            * its first round as a member was logged */
-    struct orch_rejoin_out *give; /* a member's last hand-over of its slice of the state, its sends not all
-                                   * settled (orch_rejoin.c); NULL: none */
+    struct orch_rejoin_out *give; /* a member's hand-overs of its slice of the state whose sends are not all
+                                   * settled, newest first (orch_rejoin.c); NULL: none */
+    /* A rejoined worker's state on its way while it takes part in the rounds with weight 0 and runs no inner
+     * step (orch_rejoin.c); NULL: none */
+    struct orch_rejoin_in *take;
     /* The sync of the round whose exchange is under way (a streaming fragment's is, across the next inner
      * step), NULL when none; m.open is its step. */
     xdc_sync *open;
@@ -313,24 +316,38 @@ xdc_err_t orch_elastic_agree(orch_worker *w, long long round, xdc_diag *diag);
  * routes a joiner needs to dial lower regions once the region left (orch_launch.c, pump_relays). */
 xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag);
 /* The joiner, before its first step: ask to rejoin, wait for the round that takes it, dial that round's
- * members and take a slice of the state from each, all at once: the global parameters, outer momentum and
- * AdamW moments (hash-checked; XDC_ERR_CORRUPT naming the part and the member on a mismatch); local =
- * global, the step, the AdamW step count and the data position are the members' (XDC_ERR_PROTO when they
- * disagree). `lag`: how many steps after a round the members hand its state over (DiLoCo 0; streaming 1,
- * once the round's fragment landed). When the run's end was decided first, w->elastic.rejoin_round =
+ * members and post the receives of a slice of the state from each, all at once: the global parameters, outer
+ * momentum and AdamW moments (hash-checked; XDC_ERR_CORRUPT naming the part and the member on a mismatch). The
+ * step and the data position are the members' (their headers, XDC_ERR_PROTO when they disagree). In DiLoCo and
+ * streaming the slices land while the joiner takes part in the rounds with weight 0 (w->elastic.take;
+ * orch_rejoin_arrive, orch_rejoin_catch_up); in sync mode it waits for them here and local = global, the AdamW
+ * step count the members'. `lag`: how many steps after a round the members hand its state over (DiLoCo 0;
+ * streaming 1, once the round's fragment landed). When the run's end was decided first, w->elastic.rejoin_round =
  * RDZV_ROUND_END and nothing is taken: the run has no use for this worker. */
 xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *diag);
-/* After the exchange of the round at step `round`: the first one a rejoined worker took part in is logged with
- * the time it took. */
+/* A joiner's inner step while its state is on its way: the step's batches are drawn and nothing is computed
+ * (its data position stays a member's), counted so that its AdamW step count becomes the members' when it takes
+ * the state. */
+xdc_err_t orch_rejoin_pass(orch_worker *w, float *loss);
+/* Before a joiner's arrival at a round while its state is on its way: "took" when every slice is in, else
+ * "taking" (w->elastic.m.arrive); XDC_ERR_UNAVAILABLE when a donor left the run before its slice came. */
+xdc_err_t orch_rejoin_arrive(orch_worker *w, xdc_diag *diag);
+/* After the outer step of a round on [lo, hi) a joiner took part in with weight 0: the round's mean is kept;
+ * once the round's decision says its region had the state ('c'), or at the run's last round (waited for), the
+ * state is taken, the kept rounds' outer steps replayed and local = global: a member from the next round on. */
+xdc_err_t orch_rejoin_catch_up(orch_worker *w, orch_outer *o, size_t lo, size_t hi, xdc_diag *diag);
+/* After the exchange of the round at step `round`: the first one a rejoined worker took part in as a member
+ * (with its weight) is logged with the time it took. */
 void orch_rejoin_member(orch_worker *w, int64_t round);
 /* A member, once the exchange of a round that named joining regions is done (nothing on the wire): stage this
  * member's slice of the state (with its step, data position and AdamW step count), accept each joiner's new
  * WAN peer in place of the dead one and post the slice to it on the comm engine, which sends it while this
- * worker trains on; each call settles the sends of the last hand-over that completed. A joiner that does not
+ * worker trains on; each call settles the sends of earlier hand-overs that completed, never waiting for them. A joiner that does not
  * connect or take the state is named and not waited for again (the store host drops it at the next round);
  * errors are the device's. */
 xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o);
-/* At teardown: wait for the last hand-over's sends (the engine ends those to a silent joiner) and free it. */
+/* At teardown: wait for the last hand-over's sends (the engine ends those to a silent joiner) and free it, and a
+ * joiner's state still on its way. */
 void orch_rejoin_drain(orch_worker *w);
 /* orch_observe.c: Prometheus metrics of the worker (metrics_port >= 0) */
 xdc_err_t orch_observe_start(orch_worker *w, xdc_diag *diag);

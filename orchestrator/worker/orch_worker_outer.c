@@ -21,11 +21,20 @@ void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc)
 xdc_err_t orch_elastic_quorum(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag)
 {
     if (!w->elastic.on) return XDC_OK;
+    XDC_CHECK(orch_rejoin_arrive(w, diag)); /* a joiner still catching up says so in its arrival */
     XDC_CHECK(orch_elastic_agree(w, (long long)step, diag));
+    const orch_elastic_member *m = &w->elastic.m;
     float weight[XDC_TOPO_MAX_REGIONS];
-    for (int r = 0; r < w->id->n_regions; r++)
-        weight[r] = !w->elastic.m.live[r] ? 0.0f : w->elastic.weight ? w->elastic.weight[r] : orch_region_weight(w, r);
-    return xdc_sync_set_weights(sync, weight, diag);
+    for (int r = 0; r < w->id->n_regions; r++) {
+        weight[r] = !m->live[r] || m->catching_up[r] ? 0.0f
+                    : w->elastic.weight              ? w->elastic.weight[r]
+                                                     : orch_region_weight(w, r);
+        if (m->catching_up[r] && w->id->lrank == 0)
+            XDC_INFO(XDC_SUB_ORCH, "round %lld: %s %s", (long long)step, w->topo->regions[r].name,
+                     m->quorum[r] == 't' ? "still taking its state, weight 0"
+                                         : "took its state, weight 0 a last time; a member from the next round");
+    }
+    return xdc_sync_set_members(sync, m->live, weight, diag);
 }
 
 void orch_elastic_open(orch_worker *w, xdc_sync *sync, int64_t step)
@@ -89,7 +98,8 @@ xdc_err_t orch_worker_outer_apply(orch_worker *w, orch_outer *o, xdc_sync *sync,
 {
     int64_t step = o->begun_at;
     XDC_CHECK(orch_outer_apply(o, sync, lo, hi, diag));
-    orch_rejoin_member(w, step);
+    orch_rejoin_member(w, step); /* before the catch-up: its last round, with weight 0, is not the first back */
+    XDC_CHECK(orch_rejoin_catch_up(w, o, lo, hi, diag));
     return orch_rejoin_give(w, o);
 }
 

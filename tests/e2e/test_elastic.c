@@ -957,6 +957,21 @@ XDC_TEST_T(elastic_launch_restarts_a_killed_streaming_region_and_it_rejoins, 180
     launch_takes_a_region_back("lsrejoin", "streaming", "miss@eu-west", "eu-west");
 }
 
+/* A run of `mode` started as launch_to_step_20 does (`name`, `elastic`, the test hook XDC_TEST_REJOIN=`fault`,
+ * `restarts`), ap-south's worker killed after step 20: the run ends with exit 0, all three regions in the result
+ * and on one model. Its output (the caller frees it); dir[600] receives the run's folder. */
+static char *ap_south_killed_then_back(const char *name, const char *mode, const char *elastic, const char *fault,
+                                       const char *restarts, char *dir)
+{
+    char log[700];
+    pid_t p = launch_to_step_20(name, mode, elastic, "XDC_TEST_REJOIN", fault, restarts, dir, log);
+    signal_worker(dir, "ap-south", SIGKILL);
+    char *out = launch_succeeded(p, dir, log);
+    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
+    expect_one_model(dir, out, 3);
+    return out;
+}
+
 /* A donor that dies mid-transfer (`kill-donor` in bench-chaos): ap-south's worker killed after step 20 and
  * restarted by `xdc launch --max-restarts 2` (`elastic.min_regions: 1`); at the round that takes it back,
  * eu-west's worker accepts its connection and dies before it sends its slice (XDC_TEST_REJOIN=vanish@eu-west,
@@ -966,20 +981,56 @@ XDC_TEST_T(elastic_launch_restarts_a_killed_streaming_region_and_it_rejoins, 180
  * one model. */
 XDC_TEST_T(elastic_launch_joiner_gives_up_on_a_donor_that_died, 180)
 {
-    char dir[600], log[700];
-    pid_t p = launch_to_step_20("lvanish", "diloco", "{min_regions: 1, grace: 5s}", "XDC_TEST_REJOIN", "vanish@eu-west",
-                                "2", dir, log);
-    signal_worker(dir, "ap-south", SIGKILL);
-    char *out = launch_succeeded(p, dir, log);
+    char dir[600];
+    char *out = ap_south_killed_then_back("lvanish", "diloco", "{min_regions: 1, grace: 5s}", "vanish@eu-west", "2",
+                                          dir);
     XDC_ASSERT_STR_CONTAINS(out, "starting region eu-west's agents again (restart 1 of --max-restarts 2)");
     XDC_ASSERT_STR_CONTAINS(out, "starting region ap-south's agents again (restart 2 of --max-restarts 2)");
-    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
-    expect_one_model(dir, out, 3);
     free(out);
     char *wlog = region_log(dir, "ap-south");
     XDC_ASSERT_STR_CONTAINS(wlog, "rejoin: no state from eu-west: its region left the run before its slice of the "
                                   "state came");
     free(wlog);
+}
+
+/* Nobody waits for a joiner's state (docs/runtime.md "Rejoining") in `mode`: ap-south's worker killed after step
+ * 20 and restarted; at the round that takes it back us-east sends its header at once but holds its slice of the
+ * state until it finished two more DiLoCo periods (XDC_TEST_REJOIN=hold@us-east, orch_rejoin.c: fired by the
+ * run's own event). Meanwhile the joiner takes part in the rounds with weight 0: the members name it in each
+ * round ("still taking its state, weight 0", at least two rounds), its state lands, it replays the outer steps
+ * of those rounds (in streaming each fragment's on its own range) and all three regions end on one model. The
+ * hash is not the run's where the slice was not held: the round the joiner trains again from follows when its
+ * state came. */
+static void joiner_not_waited_for(const char *name, const char *mode)
+{
+    char dir[600];
+    free(ap_south_killed_then_back(name, mode, "{min_regions: 2, grace: 5s}", "hold@us-east", "1", dir));
+    char *east = region_log(dir, "us-east");
+    int rounds = 0;
+    for (const char *at = east; (at = strstr(at, "ap-south still taking its state, weight 0")) != NULL; at++) rounds++;
+    XDC_ASSERT_MSG(rounds >= 2, "us-east went %d rounds without ap-south's weight while its slice was held:\n%s",
+                   rounds, east);
+    XDC_ASSERT_STR_CONTAINS(east, "test hook XDC_TEST_REJOIN=hold@us-east fires in region us-east");
+    free(east);
+    char *wlog = region_log(dir, "ap-south");
+    const char *took = strstr(wlog, "region ap-south took the state of round ");
+    XDC_ASSERT_MSG(took != NULL, "ap-south took no state:\n%s", wlog);
+    int kept = 0;
+    const char *meanwhile = strstr(took, "hashes checked) ");
+    XDC_ASSERT_MSG(meanwhile && sscanf(strchr(meanwhile, ';') + 2, "%d rounds with weight 0", &kept) == 1 && kept >= 2,
+                   "ap-south replayed %d rounds:\n%s", kept, took);
+    XDC_ASSERT_STR_CONTAINS(wlog, "region ap-south rejoined at round");
+    free(wlog);
+}
+
+XDC_TEST_T(elastic_launch_does_not_wait_for_a_joiner_whose_state_is_held, 180)
+{
+    joiner_not_waited_for("lhold", "diloco");
+}
+
+XDC_TEST_T(elastic_launch_streaming_does_not_wait_for_a_joiner_whose_state_is_held, 180)
+{
+    joiner_not_waited_for("lshold", "streaming");
 }
 
 /* Elastic sync mode: the round that takes ap-south back is a step; after its update the members hand the joiner

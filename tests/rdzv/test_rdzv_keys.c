@@ -110,15 +110,25 @@ XDC_TEST(rdzv_keys_elastic_values_round_trip_and_refuse_malformed_text)
     char nonce[RDZV_NONCE_MAX], set[8];
     XDC_ASSERT(strcmp(rdzv_val_round(12).s, "12") == 0);
     XDC_ASSERT(strcmp(rdzv_val_round(RDZV_ROUND_END).s, "end") == 0);
-    XDC_ASSERT_OK(rdzv_val_outer_parse("12", &round, nonce));
+    XDC_ASSERT_OK(rdzv_val_outer_parse("12", &round, nonce, NULL));
     XDC_ASSERT(round == 12 && !nonce[0]);
-    XDC_ASSERT_OK(rdzv_val_outer_parse("end", &round, nonce));
+    XDC_ASSERT_OK(rdzv_val_outer_parse("end", &round, nonce, NULL));
     XDC_ASSERT(round == RDZV_ROUND_END);
-    XDC_ASSERT_OK(rdzv_val_outer_parse(rdzv_val_join("77-123").s, &round, nonce));
+    XDC_ASSERT_OK(rdzv_val_outer_parse(rdzv_val_join("77-123").s, &round, nonce, NULL));
     XDC_ASSERT(round == -1 && strcmp(nonce, "77-123") == 0);
-    static const char *const bad_outer[] = {"", "-3", "012", "12 ", "join:", "join:a b", "join:a/b", "END"};
+    rdzv_arrive_kind kind;
+    XDC_ASSERT(strcmp(rdzv_val_arrival(24, RDZV_ARRIVE_TAKING).s, "taking:24") == 0);
+    XDC_ASSERT_OK(rdzv_val_outer_parse("taking:24", &round, nonce, &kind));
+    XDC_ASSERT(round == 24 && !nonce[0] && kind == RDZV_ARRIVE_TAKING);
+    XDC_ASSERT_OK(rdzv_val_outer_parse(rdzv_val_arrival(RDZV_ROUND_END, RDZV_ARRIVE_TOOK).s, &round, nonce, &kind));
+    XDC_ASSERT(round == RDZV_ROUND_END && kind == RDZV_ARRIVE_TOOK);
+    XDC_ASSERT_OK(rdzv_val_outer_parse("24", &round, nonce, &kind));
+    XDC_ASSERT(round == 24 && kind == RDZV_ARRIVE);
+    static const char *const bad_outer[] = {
+        "", "-3", "012", "12 ", "join:", "join:a b", "join:a/b", "END", "taking:", "took:012"};
     for (size_t i = 0; i < sizeof bad_outer / sizeof bad_outer[0]; i++)
-        XDC_ASSERT_MSG(rdzv_val_outer_parse(bad_outer[i], &round, nonce) == XDC_ERR_PROTO, "'%s' parsed", bad_outer[i]);
+        XDC_ASSERT_MSG(rdzv_val_outer_parse(bad_outer[i], &round, nonce, NULL) == XDC_ERR_PROTO, "'%s' parsed",
+                       bad_outer[i]);
     uint8_t got[3] = {1, 0, 1};
     XDC_ASSERT(strcmp(rdzv_val_xchg(8, got, 3).s, "8:101") == 0);
     XDC_ASSERT_OK(rdzv_val_xchg_parse("8:101", 3, &round, set));

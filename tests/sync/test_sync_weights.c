@@ -70,22 +70,32 @@ static void fill(float *x, int r, int round)
         x[i] = (float)((i * 13 + (size_t)(r * 31 + round * 7)) % 97) * 0.0371f - 1.5f + 0.25f * (float)r;
 }
 
-/* One round of the regions whose weight (w, the same on every member) is above 0, all buckets ready at once. */
-static void round_of(mesh *m, const float *w, int round)
+/* One round of the regions `member` names, each given the same members and weights w
+ * (xdc_sync_set_members), all buckets ready at once. */
+static void round_over(mesh *m, const uint8_t *member, const float *w, int round)
 {
     xdc_diag d = {{0}};
     for (int r = 0; r < N; r++) {
-        if (w[r] <= 0.0f) continue;
-        XDC_ASSERT_MSG(xdc_sync_set_weights(m->sync[r], w, &d) == XDC_OK, "region %d: %s", r, d.msg);
+        if (!member[r]) continue;
+        XDC_ASSERT_MSG(xdc_sync_set_members(m->sync[r], member, w, &d) == XDC_OK, "region %d: %s", r, d.msg);
         fill(m->buf[r], r, round);
         XDC_ASSERT_OK(xdc_sync_begin(m->sync[r], m->buf[r]));
         xdc_sync_mark_ready(m->sync[r], 0);
     }
     for (int r = 0; r < N; r++)
-        if (w[r] > 0.0f) {
+        if (member[r]) {
             xdc_err_t rc = xdc_sync_end(m->sync[r], &d);
             XDC_ASSERT_MSG(rc == XDC_OK, "region %d: %s: %s", r, xdc_errname(rc), d.msg);
         }
+}
+
+/* One round of the regions whose weight (w, the same on every member) is above 0: xdc_sync_set_weights'
+ * members. */
+static void round_of(mesh *m, const float *w, int round)
+{
+    uint8_t member[N];
+    for (int r = 0; r < N; r++) member[r] = w[r] > 0.0f;
+    round_over(m, member, w, round);
 }
 
 /* The serial reference of codec none: Σ w_r·x_r / Σ w_r in region order, a weight of 1 added as it is. */
@@ -157,6 +167,33 @@ XDC_TEST_T(xdc_sync_weight_zero_is_not_a_member, 60)
     reference(all, 1, want);
     for (int r = 0; r < N; r++)
         XDC_ASSERT_MSG(memcmp(m.buf[r], want, W_ELEMS * sizeof(float)) == 0, "round 2, region %d", r);
+    mesh_close(&m);
+    free(want);
+}
+
+/* xdc_sync_set_members: D is a member of weight 0 (a region that rejoins while its state is on its way): it
+ * sends (any contribution: it is left out) and receives, and all three end on A's and B's weighted mean, bit
+ * for bit the mean without D. With every member of weight 0 the round's result is 0 everywhere. */
+XDC_TEST_T(xdc_sync_member_of_weight_zero_takes_the_mean_without_changing_it, 60)
+{
+    mesh m;
+    mesh_open(&m, "none");
+    float *want = malloc(W_ELEMS * sizeof(float));
+    const float w[N] = {2.0f, 5.0f, 0.0f};
+    const uint8_t all[N] = {1, 1, 1};
+    round_over(&m, all, w, 0);
+    reference(w, 0, want);
+    for (int r = 0; r < N; r++)
+        XDC_ASSERT_MSG(memcmp(m.buf[r], want, W_ELEMS * sizeof(float)) == 0, "region %d: not (2a + 5b) / 7", r);
+    uint8_t got[N];
+    xdc_sync_received(m.sync[A], got);
+    XDC_ASSERT_MSG(got[A] && got[B] && got[D], "A received %d%d%d, expected 111", got[A], got[B], got[D]);
+    const float none[N] = {0.0f, 0.0f, 0.0f};
+    round_over(&m, all, none, 1);
+    for (int r = 0; r < N; r++)
+        for (size_t i = 0; i < W_ELEMS; i++)
+            XDC_ASSERT_MSG(m.buf[r][i] == 0.0f, "region %d, element %zu: %g with no member weighed", r, i,
+                           (double)m.buf[r][i]);
     mesh_close(&m);
     free(want);
 }
