@@ -79,6 +79,8 @@ static void admit_joiners(orch_quorum *q, long long step, char *mask)
             join_request(q, r, k, nonce);
             rdzv_server_set(q->rdzv, rdzv_key_rejoin(nonce).s, rdzv_val_round(step).s);
         }
+        /* for any launch's chaos story: the joiner's own request is soon overwritten by its arrivals */
+        rdzv_server_set(q->rdzv, rdzv_key_back(r, q->left[r]).s, rdzv_val_round(step).s);
         mask[r] = 'j';
         q->back_at[r] = step;
         memcpy(q->back_from, mask, (size_t)q->t->n_regions + 1); /* its members so far: joiners come after */

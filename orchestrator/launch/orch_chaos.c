@@ -161,18 +161,16 @@ typedef enum { F_PENDING, F_ACTIVE, F_DONE, F_SKIPPED } fault_state;
 typedef struct {
     orch_chaos_fault f;
     fault_state state;
-    double fired_s, ends_s;    /* seconds since the launch; ends_s: when a stall or link fault is undone (0: none) */
-    int regions[2], n_regions; /* the regions the fault took out (kills, stall), to see them leave and return */
-    double out_s[2];           /* when each was seen out of the run (0: not yet) */
-    int64_t out_step[2];       /* the run's step when each was seen out */
-    int64_t back_step[2];      /* the run's step when each was taken back (-1: not yet): it has recovered once
+    double fired_s, ends_s;       /* seconds since the launch; ends_s: when a stall or link fault is undone (0: none) */
+    int regions[2], n_regions;    /* the regions the fault took out (kills, stall), to see them leave and return */
+    double out_s[2];              /* when each was seen out of the run (0: not yet) */
+    int64_t out_step[2];          /* the run's step when each was seen out */
+    int64_t back_step[2];         /* the run's step when each was taken back (-1: not yet): it has recovered once
                                 * its own members report a later step (they train again) */
-    int64_t back_round[2];     /* the last round each did not train in: the one that took it back, or the last
+    int64_t back_round[2];        /* the last round each did not train in: the one that took it back, or the last
                                    * it took part in with weight 0 while its state arrived; the end of steps_out
                                    * (bench-chaos's lost steps) */
-    long long left0[2];        /* times each had left the run when the fault fired (left/<region>) */
-    /* each one's rank 0's rejoin request when the fault fired (an earlier return's: not this one's) */
-    char nonce0[2][RDZV_NONCE_MAX];
+    long long left0[2];           /* times each had left the run when the fault fired (left/<region>) */
     uint8_t back[2];              /* each region's recovery was logged */
     int undone;                   /* the stall continued, the link restored */
     long long cont_round;         /* stall: the last round decided when it continued (back once a later one kept
@@ -285,28 +283,14 @@ static long long times_left(const orch_chaos *c, int r)
                : 0;
 }
 
-/* Region r's rank 0's rejoin request (outer/<r>/0 = join:<nonce>) into nonce[RDZV_NONCE_MAX]; "" when its last
- * post is an arrival at a round, or none. */
-static void join_nonce(const orch_chaos *c, int r, char *nonce)
-{
-    char val[RDZV_VALUE_MAX];
-    long long step;
-    nonce[0] = '\0';
-    if (rdzv_server_get(c->w.rdzv, rdzv_key_outer(r, 0).s, val, sizeof val) != 0 ||
-        rdzv_val_outer_parse(val, &step, nonce, NULL) != XDC_OK)
-        nonce[0] = '\0';
-}
-
-/* The round that took region i of fault x back (rejoin/<nonce> of a request newer than the one when x fired);
- * -1: none yet. The request stays posted from the ask until the joiner's first round as a member, seconds at
- * least (the state, then its inner steps): a look every CHAOS_POLL_MS sees it. */
+/* The round that took region i of fault x back after it left (back/<region>/<times left>, written by whichever
+ * process decides); -1: none yet. */
 static long long taken_back(const orch_chaos *c, const fault *x, int i)
 {
-    char nonce[RDZV_NONCE_MAX], val[64];
+    char val[64];
     long long round;
-    join_nonce(c, x->regions[i], nonce);
-    if (!nonce[0] || strcmp(nonce, x->nonce0[i]) == 0 ||
-        rdzv_server_get(c->w.rdzv, rdzv_key_rejoin(nonce).s, val, sizeof val) != 0 ||
+    int n = (int)times_left(c, x->regions[i]);
+    if (n <= x->left0[i] || rdzv_server_get(c->w.rdzv, rdzv_key_back(x->regions[i], n).s, val, sizeof val) != 0 ||
         rdzv_val_round_parse(val, &round) != XDC_OK)
         return -1;
     return round;
@@ -526,7 +510,6 @@ static int fire(orch_chaos *c, fault *x)
     x->fired_step = c->step;
     for (int i = 0; i < x->n_regions; i++) { /* its leaving and its return are the later events */
         x->left0[i] = times_left(c, x->regions[i]);
-        join_nonce(c, x->regions[i], x->nonce0[i]);
     }
     story(c, x, "fault", "%s", what);
     return 1;

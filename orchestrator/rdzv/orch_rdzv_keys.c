@@ -42,6 +42,7 @@ rdzv_key rdzv_key_lost(long long step) { return key_fmt("lost/%lld", step); }
 rdzv_key rdzv_key_steps(long long step) { return key_fmt("steps/%lld", step); }
 rdzv_key rdzv_key_left(int region_idx) { return key_fmt("left/%d", region_idx); }
 rdzv_key rdzv_key_rejoin(const char *nonce) { return key_fmt("rejoin/%s", nonce); }
+rdzv_key rdzv_key_back(int region_idx, int times_left) { return key_fmt("back/%d/%d", region_idx, times_left); }
 
 /* ---- parsing ------------------------------------------------------------------------------------- */
 

@@ -24,6 +24,7 @@
  *   steps/<step>                         inner steps per region in the round after it the host (nobody waits)
  *   left/<region index>                  how many times the region left the run      the host
  *   rejoin/<nonce>                       the round that takes a rejoining worker     the host
+ *   back/<region index>/<n>              the round that took the region back after its n-th leaving   the host
  *   decider/holder, decider/state        who decides rounds (etcd: under its lease); the quorum's state
  *                                        written with each of its writes (orch_decider.h)     the host
  * and the barriers "joined", "start", "checkpoint", "done". Numbers are decimal without sign or leading
@@ -80,6 +81,7 @@ rdzv_key rdzv_key_lost(long long step);
 rdzv_key rdzv_key_steps(long long step);
 rdzv_key rdzv_key_left(int region_idx);
 rdzv_key rdzv_key_rejoin(const char *nonce);
+rdzv_key rdzv_key_back(int region_idx, int times_left);
 
 typedef enum rdzv_key_kind {
     RDZV_KIND_WAN,
