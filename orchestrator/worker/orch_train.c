@@ -752,7 +752,9 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag)
                                 .intra_s = w->prog.t_intra - i0,
                                 .wan_exposed_s = w->prog.t_wan_exposed - x0,
                                 .val_loss = NAN};
-        if (c->eval_interval > 0 && w->prog.step % c->eval_interval == 0 && w->prog.step < c->steps) {
+        /* A joiner whose state is on its way holds no model of the run's yet: its loss would be a fresh one's. */
+        if (c->eval_interval > 0 && w->prog.step % c->eval_interval == 0 && w->prog.step < c->steps &&
+            !w->elastic.take) {
             double vl;
             XDC_CHECK(orch_train_eval(w, &vl, diag));
             row.val_loss = vl;
