@@ -888,14 +888,12 @@ static void take_a_region_back(const char *name, const char *mode, const char *h
 
 XDC_TEST_T(elastic_coordinator_takes_a_restarted_region_back, 180) { take_a_region_back("rejoin", "diloco", "absent"); }
 
-/* Streaming: a region back at the run's last round, the finish's whole-stage round, is not taken back: the end
- * does not wait for it to receive the final model (bench-chaos: 17 s of the survivors' time). Taken back at an
- * earlier round, it is handed the outer state once that round's fragment landed
- * (elastic_launch_restarts_a_killed_streaming_region_and_it_rejoins). */
-XDC_TEST_T(elastic_streaming_leaves_a_region_out_at_the_last_round, 180)
-{
-    take_a_region_back("srejoin", "streaming", "last");
-}
+/* A region back at the run's last round (the finish's) is not taken back: the end does not wait for it to
+ * receive the final model (bench-chaos: 17 s of the survivors' time). In DiLoCo: the drop needs the worker
+ * stopped outside an outer round, which streaming's round every step or two rarely gives under load (8
+ * attempts missed in a full suite); the rule is the quorum's, the same in both modes. Streaming's take-back
+ * at an earlier round: elastic_launch_restarts_a_killed_streaming_region_and_it_rejoins. */
+XDC_TEST_T(elastic_leaves_a_region_out_at_the_last_round, 180) { take_a_region_back("lastback", "diloco", "last"); }
 
 /* `xdc launch --max-restarts restarts` of `name`'s elastic run (128 steps of `mode`, `elastic`, a 5 s handshake)
  * over its emulated WAN, the environment's `key` set to `val` for it alone (key NULL: none), waited for until
