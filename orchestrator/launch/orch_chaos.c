@@ -172,6 +172,7 @@ typedef struct {
                                    * (bench-chaos's lost steps) */
     long long left0[2];           /* times each had left the run when the fault fired (left/<region>) */
     uint8_t back[2];              /* each region's recovery was logged */
+    uint8_t catching_up[2];       /* taken back, still with weight 0 in the last decision read (decided_as) */
     int undone;                   /* the stall continued, the link restored */
     long long cont_round;         /* stall: the last round decided when it continued (back once a later one kept
                                    * its region in) */
@@ -609,9 +610,10 @@ static void watch(orch_chaos *c, fault *x)
         int r = x->regions[i];
         if (x->back[i]) continue;
         long long decided = c->w.decided ? *c->w.decided : c->region_step[r];
-        int catching_up = x->out_s[i] && x->back_step[i] >= 0 && strchr("jtc", decided_as(c, r));
-        if (catching_up) x->back_round[i] = decided;
-        if (catching_up || (x->f.kind != ORCH_CHAOS_STALL && !x->out_s[i]) || !live(c, r) ||
+        /* the decision is a key of the decider's: read with the heartbeats, not at every tick */
+        if (c->polled) x->catching_up[i] = x->out_s[i] && x->back_step[i] >= 0 && strchr("jtc", decided_as(c, r));
+        if (x->catching_up[i]) x->back_round[i] = decided;
+        if (x->catching_up[i] || (x->f.kind != ORCH_CHAOS_STALL && !x->out_s[i]) || !live(c, r) ||
             (!x->out_s[i] && decided <= x->cont_round) ||
             (x->out_s[i] && (x->back_step[i] < 0 || c->region_step[r] <= x->back_step[i]))) {
             all = 0; /* not seen leaving yet, out, or taken back but not training yet */
