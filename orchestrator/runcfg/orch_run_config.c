@@ -297,12 +297,6 @@ xdc_err_t orch_run_config_check(const orch_run_config *c, bool planned, xdc_cfg_
         return XDC_ERR_CONFIG;
     }
     const orch_diloco_config *dc = &c->diloco;
-    if (dc->overlap_steps && dc->nobody_waits) {
-        xdc_cfg_error_add(errs, 0, 0,
-                          "diloco.overlap_steps and diloco.nobody_waits together are not built: an overlapped "
-                          "round's weights would count steps of the next round");
-        return XDC_ERR_CONFIG;
-    }
     /* With plan: auto the planner sets the period: checked once it has (orch_plan_apply), and a re-plan keeps a
      * plan with overlapped rounds as it is (xdc_plan_replan_wan). */
     if (dc->overlap_steps && (!c->plan_auto || planned) &&

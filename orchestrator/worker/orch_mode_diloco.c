@@ -14,6 +14,8 @@
  * with the quorum decision that opened the round; the first round's at the launch; kept in checkpoints); the
  * other steps of the round are slots it lets pass without computing, the time its slower steps took. The outer
  * mean weighs each region's pseudo-gradient by the tokens it processed in the round (xdc_sync_set_weights).
+ * Overlapped, a round is weighed by the counts of the round it closes when it begins, and its decision brings
+ * the next round's counts, which its first inner steps (on the wire with it) already follow.
  * diloco.slowdown (orch_train_pass, any mode) gives tests and benches on one machine a slow region. */
 #include "orchestrator/worker/orch_worker.h"
 
@@ -135,8 +137,15 @@ static xdc_err_t diloco_step(orch_worker *w, void *state, float *loss, xdc_diag 
 {
     diloco_state *st = state;
     int H = w->cfg->diloco.inner_steps, d = w->cfg->diloco.overlap_steps;
-    if (d && w->prog.step > 0 && w->prog.step % H == 0) /* the round due after the last step leaves now */
+    if (d && w->prog.step > 0 && w->prog.step % H == 0) { /* the round due after the last step leaves now */
+        /* Nobody waits: weighed by the counts of the round it closes; its decision brings the next round's. */
+        double t0 = (double)xdc_now_ns() / 1e9;
+        if (nobody_waits(w)) weigh_round(w, st);
         XDC_CHECK(orch_outer_begin(&st->outer, st->outer.sync, 0, st->outer.n, w->prog.step, true, diag));
+        if (nobody_waits(w)) XDC_CHECK(orch_elastic_steps(&w->elastic.m, (long long)w->prog.step, st->steps, diag));
+        st->boundary_s += (double)xdc_now_ns() / 1e9 - t0;
+        st->rounds++;
+    }
     /* Nobody waits: past its count of the round, the region lets the step pass (its loss stays the last). */
     if (w->prog.step % H < st->steps[w->id->region_idx]) {
         XDC_CHECK(inner_step(w, st, loss, diag));
@@ -145,7 +154,11 @@ static xdc_err_t diloco_step(orch_worker *w, void *state, float *loss, xdc_diag 
         w->prog.step++;
     }
     orch_outer_stepped(&st->outer);
-    if (st->outer.begun_at >= 0 && w->prog.step == st->outer.begun_at + d) XDC_CHECK(apply(w, st, diag));
+    if (st->outer.begun_at >= 0 && w->prog.step == st->outer.begun_at + d) {
+        double t0 = (double)xdc_now_ns() / 1e9;
+        XDC_CHECK(apply(w, st, diag));
+        st->boundary_s += (double)xdc_now_ns() / 1e9 - t0;
+    }
     if (w->prog.step % H != 0) return XDC_OK;
     if (w->prog.step == w->cfg->train.steps) return outer_round(w, st, 1, diag);
     if (d) return XDC_OK;

@@ -4,7 +4,8 @@
  * region was half way through its count ends on the uninterrupted run's parameters, as does the run on
  * cpu-strict. The waits at the rounds'
  * boundaries (in inner steps) are printed beside those of the same run where everybody waits, not asserted:
- * they are timings. And `plan: auto` on the slowed pair chooses nobody waits, which the run takes. */
+ * they are timings. The same with the round overlapped with the next inner step. And `plan: auto` on the slowed
+ * pair chooses nobody waits, which the run takes. */
 #include "tests/xdc_test.h"
 #include "tests/e2e/test_orch_util.h"
 
@@ -71,6 +72,37 @@ XDC_TEST_T(diloco_nobody_waits_slow_region_holds_no_one, 240)
     printf("nobody waits: us-east %lld inner steps (waited %.2f steps/round), eu-west %lld (%.2f), "
            "compute_util_min %s; everybody waits: us-east waited %.2f steps/round, compute_util_min %s\n",
            fast, fast_wait, slow, slow_wait, util, bf_wait, base_util);
+}
+
+/* Nobody waits with the round overlapped (diloco.overlap_steps 1): each round is weighed by the counts of the
+ * round it closes and its decision brings the next round's, which the inner step on the wire with it follows. 18
+ * steps of 6: us-east runs 18 inner steps, eu-west (3x slower) 6; both end on one model; and a resume from the
+ * checkpoint of step 12 (no round in flight there) ends on the uninterrupted run's parameters. */
+XDC_TEST_T(diloco_nobody_waits_overlapped_rounds_end_on_one_model, 240)
+{
+    e2e_need_corpus();
+    static char out[65536];
+    const char *opts =
+        "diloco: {inner_steps: 6, nobody_waits: true, overlap_steps: 1, slowdown: [1, 3]}\ncheckpoint_every: 12\n";
+    const char *run = e2e_write_run("nobody-waits-overlap", "diloco", 18, "int8", opts);
+    char hash[64], dir[600], h[8][17];
+    e2e_launch_hash(run, "nobody-waits-overlap", NULL, out, sizeof out, dir, sizeof dir, hash);
+    int n = e2e_final_hashes(dir, h, 8);
+    XDC_ASSERT_MSG(n == 2 && strcmp(h[0], h[1]) == 0 && strncmp(h[0], hash, 16) == 0,
+                   "the regions end on %s and %s, the result is %s", h[0], n > 1 ? h[1] : "-", hash);
+    long long fast, slow;
+    double fast_wait, slow_wait;
+    counters(dir, "us-east", &fast, &fast_wait);
+    counters(dir, "eu-west", &slow, &slow_wait);
+    XDC_ASSERT_MSG(fast == 18 && slow == 6, "inner steps: us-east %lld (want 18), eu-west %lld (want 6)", fast, slow);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cat %s/logs/*.log | grep -c 'overlapped outer rounds: 2 inner steps ran'", dir);
+    xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(atoi(out) == 4, "expected 4 workers to log 2 inner steps under a round in flight, got %s", out);
+    e2e_resume_ends_on(run, dir, hash, out, sizeof out);
+    snprintf(cmd, sizeof cmd, "grep -l 'resumed from the checkpoint of step 12' %s/logs/*.log | wc -l", dir);
+    xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(atoi(out) == 4, "expected 4 workers resumed from step 12, got %s", out);
 }
 
 /* `plan: auto` with eu-west slowed 3x and no mode, period or nobody_waits in the file: the planner chooses DiLoCo
