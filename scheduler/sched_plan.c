@@ -471,9 +471,16 @@ static double region_inner_step(search *s, const xdc_plan *p, const dp_region *d
  *     and shows only by what outlasts it: max(0, round - step) per round;
  *   nobody waits (diloco.nobody_waits), where the regions' paces differ: region r runs
  *     h_r = xdc_plan_round_steps(H, pace_r) inner steps of t_r each in the round's time budget, the round lasts
- *     max_r h_r t_r + the exchange, and the tokens are sum_r h_r D_r M tau: per step of the round, both / H.
- * Not both: an overlapped round's weights would count steps of the next round. The overlap is one step (the
- * round applied at the end of the next: the simulator's fragment engine); the runtime takes more, not searched. */
+ *     max_r h_r t_r + the exchange, and the tokens are sum_r h_r D_r M tau: per step of the round, both / H;
+ *   both: nobody waits with the round overlapped (each round weighed by the counts of the round it closes), the
+ *     exchange then showing by what outlasts the fastest region's inner step.
+ * The overlap is one step (the round applied at the end of the next: the simulator's fragment engine); the runtime
+ * takes more, not searched. With the run's length known (the search weighs the loss, as for the period and the
+ * sparse density) an overlapped round counts one step lossier (fidelity + 1): its pseudo-gradient is a step stale
+ * when applied, and on bench-e2e's 4-region row (H = 10, sparse:0.05:2, keep_unsent, nobody waits) the run ended
+ * 0.020 higher in validation loss with it (2.2266 against 2.2066, above the reference's 2.2258) and 0.04 higher by
+ * step 350 with 4 steps (docs/benchmarks.md, "e2e", "Overlap and the codec for the loss"); it then wins only where
+ * hiding the round saves more than the search's tolerance per token (at most 1 / H of the step: H < 10). */
 static void diloco_variants(search *s, xdc_plan *p, const dp_region *dr, int n_active, double step_inner, double round,
                             double intra, double closing)
 {
@@ -487,17 +494,20 @@ static void diloco_variants(search *s, xdc_plan *p, const dp_region *dr, int n_a
     if (s->o->overlap >= 0 && s->o->nobody_waits <= 0 && n_active > 1) {
         xdc_plan q = *p;
         q.overlap_steps = 1;
+        q.fidelity += s->o->steps > 0;
         q.t_intra -= outer_intra;
         q.t_wan_exposed = fmax(0, round - step_inner) / H;
         q.t_step = step_inner + q.t_wan_exposed + closing;
         add_cand(s, &q);
     }
-    if (s->o->nobody_waits < 0 || s->o->overlap > 0 || n_active < 2 || (!differ && s->o->nobody_waits <= 0)) return;
+    if (s->o->nobody_waits < 0 || n_active < 2 || (!differ && s->o->nobody_waits <= 0)) return;
     xdc_plan q = *p;
     double wall = 0, tokens = 0, inner_a = 0, per_replica = p->tokens / D; /* one replica's inner step */
+    double fastest = 0; /* the fastest region's inner step: the step an overlapped round runs beside */
     for (int r = 0; r < n; r++) {
         if (!in[r]) continue;
         double inner, t_r = region_inner_step(s, p, dr, r, &inner);
+        if (fastest == 0 || t_r < fastest) fastest = t_r;
         q.round_steps[r] = xdc_plan_round_steps(H, pace[r]);
         q.round_busy_s[r] = q.round_steps[r] * t_r;
         tokens += (double)q.round_steps[r] * q.replicas[r] * per_replica;
@@ -510,6 +520,13 @@ static void diloco_variants(search *s, xdc_plan *p, const dp_region *dr, int n_a
     q.t_intra = inner_a * q.round_steps[a] / H + outer_intra + closing;
     q.t_wan_exposed = round / H - outer_intra;
     q.t_step = wall / H + round / H + closing;
+    if (s->o->overlap <= 0) add_cand(s, &q);
+    if (s->o->overlap < 0) return;
+    q.overlap_steps = 1;
+    q.fidelity += s->o->steps > 0;
+    q.t_intra -= outer_intra;
+    q.t_wan_exposed = fmax(0, round - fastest) / H;
+    q.t_step = wall / H + q.t_wan_exposed + closing;
     add_cand(s, &q);
 }
 

@@ -512,10 +512,11 @@ static void plan_rounds(sim *s, int i)
         if (delayed(s) && i == 0) e->n_rounds = 0;
         if (delayed(s) && i > 0) engine_start(s, 2 * g, 0, 1, 0);
         /* Nobody waits: a region past its inner steps of the round has no inner sync; at the round's last step
-         * it joins the outer round from where its clock is. */
+         * it joins the outer round from where its clock is (overlapped: when the next round's first step begins,
+         * as the fragment above). */
         if (!s->computes[e->region]) {
             e->n_rounds = 0;
-            if (p->mode == XDC_PLAN_DILOCO && (i + 1) % H == 0) engine_start(s, 2 * g, 1, 2, 0);
+            if (p->mode == XDC_PLAN_DILOCO && !overlap && (i + 1) % H == 0) engine_start(s, 2 * g, 1, 2, 0);
         }
     }
 }
