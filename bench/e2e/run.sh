@@ -39,6 +39,10 @@
 # The last line is the issue's summary line; wall time on stderr.
 # Smoke run while developing: E2E_STEPS=20 E2E_FLAT_STEPS=2 E2E_SYNC_STEPS=2 E2E_H=10 E2E_EVAL=5 \
 #   E2E_PLOTS=/tmp/plots make bench-e2e
+# Some rows only: E2E_ROWS=reference,auto (a comma list of the rows above; reference_after is the reference run
+# again) runs those and prints, per row, its final line, the auto row's plan and rounds, each worker's compute
+# utilisation (its step log's compute over its wall) and the target when the reference ran; no summary line, no
+# plots (the summary needs every row).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 xdc=${XDC_BIN:-build/xdc}
@@ -63,6 +67,7 @@ sparse_codec=${E2E_SPARSE_CODEC:-sparse:0.05:2}
 sparse_diloco=${E2E_SPARSE_DILOCO-keep_unsent: true, final_codec: int4, outer_lr: 1.5, nobody_waits: true}
 plots=${E2E_PLOTS:-docs/bench-e2e}
 topo=bench/e2e/four-region.yaml
+rows=${E2E_ROWS:-}
 xsteps=$(awk -v s="$steps" -v f="$factor" 'BEGIN { printf "%d", s * f + 0.5 }')
 work=$(mktemp -d /tmp/xdc-bench-e2e-XXXXXX)
 trap '[ -n "${E2E_KEEP:-}" ] || rm -rf "$work"' EXIT
@@ -96,15 +101,53 @@ run() {
   echo "$l0 $(cut -d' ' -f1-3 /proc/loadavg)" > "$work/$name.load"
 }
 
-run reference bench/e2e/one-region.yaml sync "$steps" none "$evalint"
-run ref_short bench/e2e/one-region.yaml sync "$flat_steps" none 100000
-run flat "$topo" sync "$flat_steps" none 100000
-run sync "$topo" sync "$sync_steps" int8 100000
-run diloco "$topo" diloco "$xsteps" int8 "$evalint"
-run streaming "$topo" streaming "$xsteps" int8 "$evalint"
-run sparse "$topo" diloco "$xsteps" "$sparse_codec" "$evalint" "$sparse_diloco"
-run auto "$topo" auto "$xsteps" "" "$evalint"
-run reference_after bench/e2e/one-region.yaml sync "$steps" none "$evalint"
+# A row named in E2E_ROWS, or any row without it (flat's rows: ref_short and flat).
+want() { [ -z "$rows" ] || [[ ",$rows," == *",$1,"* ]] || { [ "$1" = ref_short ] && [[ ",$rows," == *",flat,"* ]]; }; }
+want reference && run reference bench/e2e/one-region.yaml sync "$steps" none "$evalint"
+want ref_short && run ref_short bench/e2e/one-region.yaml sync "$flat_steps" none 100000
+want flat && run flat "$topo" sync "$flat_steps" none 100000
+want sync && run sync "$topo" sync "$sync_steps" int8 100000
+want diloco && run diloco "$topo" diloco "$xsteps" int8 "$evalint"
+want streaming && run streaming "$topo" streaming "$xsteps" int8 "$evalint"
+want sparse && run sparse "$topo" diloco "$xsteps" "$sparse_codec" "$evalint" "$sparse_diloco"
+want auto && run auto "$topo" auto "$xsteps" "" "$evalint"
+want reference_after && run reference_after bench/e2e/one-region.yaml sync "$steps" none "$evalint"
+
+if [ -n "$rows" ]; then
+  python3 - "$work" "$tol" <<'PY'
+import glob, os, re, sys
+work, tol = sys.argv[1], float(sys.argv[2])
+target = None
+for name in ["reference", "ref_short", "flat", "sync", "diloco", "streaming", "sparse", "auto", "reference_after"]:
+    if not os.path.exists(f"{work}/{name}.out"):
+        continue
+    text = open(f"{work}/{name}.out").read()
+    fin = re.search(r"^final .*$", text, re.M)
+    print(f"{name}: {fin.group(0) if fin else '(no final line)'}; load average {open(f'{work}/{name}.load').read().strip()}")
+    if name == "reference" and fin:
+        target = float(re.search(r"val_loss=(\S+)", fin.group(0)).group(1))
+    for pat in (r"^plan: .*$", r"^xdc launch: compute probe: .*$"):
+        m = re.search(pat, text, re.M)
+        if m:
+            print("  " + m.group(0))
+    for p in sorted(glob.glob(f"{work}/{name}/logs/*.log")):
+        for m in re.findall(r"region \S+ ran \d+ inner steps in .*$", open(p, errors="replace").read(), re.M):
+            print("  " + m)
+    for p in sorted(glob.glob(f"{work}/{name}/steps/*.tsv")):
+        with open(p) as f:
+            next(f)
+            r = [l.rstrip("\n").split("\t") for l in f]
+        comp, wall = sum(float(x[3]) for x in r), float(r[-1][1])
+        print(f"  {os.path.basename(p)[:-4]}: compute {comp:.1f} s of {wall:.1f} s: compute_util {comp / wall:.3f}")
+    if target is not None and fin and name != "reference":
+        v = float(re.search(r"val_loss=(\S+)", fin.group(0)).group(1))
+        goal = target * (1 + tol)
+        print(f"  final val_loss {v:.4f} against the target {goal:.4f} (the reference's {target:.4f} + "
+              f"{100 * tol:.1f} %): {'met' if v <= goal else 'missed'}, by {abs(goal - v):.4f}")
+PY
+  echo "bench-e2e (rows $rows): $(( $(date +%s) - t_start )) s" >&2
+  exit 0
+fi
 
 python3 - "$work" "$steps" "$tol" "$sparse_codec" "$drift" <<'PY'
 import glob, re, sys
