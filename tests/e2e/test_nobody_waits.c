@@ -29,31 +29,49 @@ static void counters(const char *dir, const char *region, long long *steps, doub
     *wait = atof(q + 7);
 }
 
+/* Launch `run` into TMP/<name> (its folder into dir[600], its params hash into hash): both regions end on that
+ * one model, us-east ran want_fast inner steps and eu-west want_slow; their waits per round into *fast_wait and
+ * *slow_wait. */
+static void launch_counted(const char *run, const char *name, long long want_fast, long long want_slow, char *out,
+                           size_t cap, char *dir, char *hash, double *fast_wait, double *slow_wait)
+{
+    char h[8][17];
+    e2e_launch_hash(run, name, NULL, out, cap, dir, 600, hash);
+    int n = e2e_final_hashes(dir, h, 8);
+    XDC_ASSERT_MSG(n == 2 && strcmp(h[0], h[1]) == 0 && strncmp(h[0], hash, 16) == 0,
+                   "the regions end on %s and %s, the result is %s", h[0], n > 1 ? h[1] : "-", hash);
+    long long fast, slow;
+    counters(dir, "us-east", &fast, fast_wait);
+    counters(dir, "eu-west", &slow, slow_wait);
+    XDC_ASSERT_MSG(fast == want_fast && slow == want_slow,
+                   "inner steps: us-east %lld (want %lld), eu-west %lld (want %lld)", fast, want_fast, slow, want_slow);
+}
+
+/* `run` resumed from its folder `dir` ends on `hash`, its 4 workers resumed from the checkpoint of step `step`. */
+static void resumes_from(const char *run, const char *dir, const char *hash, int step, char *out, size_t cap)
+{
+    e2e_resume_ends_on(run, dir, hash, out, cap);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "grep -l 'resumed from the checkpoint of step %d' %s/logs/*.log | wc -l", step, dir);
+    xdc_test_run(cmd, out, cap);
+    XDC_ASSERT_MSG(atoi(out) == 4, "expected 4 workers resumed from step %d, got %s", step, out);
+}
+
 XDC_TEST_T(diloco_nobody_waits_slow_region_holds_no_one, 240)
 {
     e2e_need_corpus();
     static char out[65536];
     const char *pace = "diloco: {inner_steps: 6, nobody_waits: true, slowdown: [1, 3]}\ncheckpoint_every: 7\n";
     const char *run = e2e_write_run("nobody-waits", "diloco", 12, "int8", pace);
-    char hash[64], dir[600], h[8][17];
-    e2e_launch_hash(run, "nobody-waits", NULL, out, sizeof out, dir, sizeof dir, hash);
-    int n = e2e_final_hashes(dir, h, 8);
-    XDC_ASSERT_MSG(n == 2 && strcmp(h[0], h[1]) == 0 && strncmp(h[0], hash, 16) == 0,
-                   "the regions end on %s and %s, the result is %s", h[0], n > 1 ? h[1] : "-", hash);
+    char hash[64], dir[600];
     /* 2 rounds of 6 steps: us-east runs all 6 of each, eu-west (3x slower) the 2 that its budget buys. */
-    long long fast, slow;
+    long long fast = 12, slow = 4;
     double fast_wait, slow_wait;
-    counters(dir, "us-east", &fast, &fast_wait);
-    counters(dir, "eu-west", &slow, &slow_wait);
-    XDC_ASSERT_MSG(fast == 12 && slow == 4, "inner steps: us-east %lld (want 12), eu-west %lld (want 4)", fast, slow);
+    launch_counted(run, "nobody-waits", fast, slow, out, sizeof out, dir, hash, &fast_wait, &slow_wait);
     char util[32];
     e2e_final_field(out, "compute_util_min=", util, sizeof util);
     /* Resumed from the checkpoint of step 7 (eu-west had run 1 of its 2 steps of that round): the same model. */
-    e2e_resume_ends_on(run, dir, hash, out, sizeof out);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "grep -l 'resumed from the checkpoint of step 7' %s/logs/*.log | wc -l", dir);
-    xdc_test_run(cmd, out, sizeof out);
-    XDC_ASSERT_MSG(atoi(out) == 4, "expected 4 workers resumed from step 7, got %s", out);
+    resumes_from(run, dir, hash, 7, out, sizeof out);
     /* On cpu-strict (device memory only through the backend, the weighted sum's ops on the comm stream): the cpu
      * run's parameters. */
     char strict[64];
@@ -85,24 +103,13 @@ XDC_TEST_T(diloco_nobody_waits_overlapped_rounds_end_on_one_model, 240)
     const char *opts =
         "diloco: {inner_steps: 6, nobody_waits: true, overlap_steps: 1, slowdown: [1, 3]}\ncheckpoint_every: 12\n";
     const char *run = e2e_write_run("nobody-waits-overlap", "diloco", 18, "int8", opts);
-    char hash[64], dir[600], h[8][17];
-    e2e_launch_hash(run, "nobody-waits-overlap", NULL, out, sizeof out, dir, sizeof dir, hash);
-    int n = e2e_final_hashes(dir, h, 8);
-    XDC_ASSERT_MSG(n == 2 && strcmp(h[0], h[1]) == 0 && strncmp(h[0], hash, 16) == 0,
-                   "the regions end on %s and %s, the result is %s", h[0], n > 1 ? h[1] : "-", hash);
-    long long fast, slow;
+    char hash[64], dir[600], cmd[1024];
     double fast_wait, slow_wait;
-    counters(dir, "us-east", &fast, &fast_wait);
-    counters(dir, "eu-west", &slow, &slow_wait);
-    XDC_ASSERT_MSG(fast == 18 && slow == 6, "inner steps: us-east %lld (want 18), eu-west %lld (want 6)", fast, slow);
-    char cmd[1024];
+    launch_counted(run, "nobody-waits-overlap", 18, 6, out, sizeof out, dir, hash, &fast_wait, &slow_wait);
     snprintf(cmd, sizeof cmd, "cat %s/logs/*.log | grep -c 'overlapped outer rounds: 2 inner steps ran'", dir);
     xdc_test_run(cmd, out, sizeof out);
     XDC_ASSERT_MSG(atoi(out) == 4, "expected 4 workers to log 2 inner steps under a round in flight, got %s", out);
-    e2e_resume_ends_on(run, dir, hash, out, sizeof out);
-    snprintf(cmd, sizeof cmd, "grep -l 'resumed from the checkpoint of step 12' %s/logs/*.log | wc -l", dir);
-    xdc_test_run(cmd, out, sizeof out);
-    XDC_ASSERT_MSG(atoi(out) == 4, "expected 4 workers resumed from step 12, got %s", out);
+    resumes_from(run, dir, hash, 12, out, sizeof out);
 }
 
 /* `plan: auto` with eu-west slowed 3x and no mode, period or nobody_waits in the file: the planner chooses DiLoCo
