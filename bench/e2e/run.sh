@@ -40,9 +40,10 @@
 # Smoke run while developing: E2E_STEPS=20 E2E_FLAT_STEPS=2 E2E_SYNC_STEPS=2 E2E_H=10 E2E_EVAL=5 \
 #   E2E_PLOTS=/tmp/plots make bench-e2e
 # Some rows only: E2E_ROWS=reference,auto (a comma list of the rows above; reference_after is the reference run
-# again) runs those and prints, per row, its final line, the auto row's plan and rounds, each worker's compute
-# utilisation (its step log's compute over its wall) and the target when the reference ran; no summary line, no
-# plots (the summary needs every row).
+# again) runs those and prints, per row, its final line (compute_util mean/min over the workers, evaluations
+# counted), the auto row's plan and rounds, each worker's training passes over its wall (its step log's compute,
+# evaluations not counted) and the target when the reference ran; no summary line, no plots (the summary needs
+# every row).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 xdc=${XDC_BIN:-build/xdc}
@@ -138,7 +139,8 @@ for name in ["reference", "ref_short", "flat", "sync", "diloco", "streaming", "s
             next(f)
             r = [l.rstrip("\n").split("\t") for l in f]
         comp, wall = sum(float(x[3]) for x in r), float(r[-1][1])
-        print(f"  {os.path.basename(p)[:-4]}: compute {comp:.1f} s of {wall:.1f} s: compute_util {comp / wall:.3f}")
+        print(f"  {os.path.basename(p)[:-4]}: training passes {comp:.1f} s of {wall:.1f} s: {comp / wall:.3f} "
+              "(the step log's compute, evaluations not counted; the final line's compute_util counts them)")
     if target is not None and fin and name != "reference":
         v = float(re.search(r"val_loss=(\S+)", fin.group(0)).group(1))
         goal = target * (1 + tol)
