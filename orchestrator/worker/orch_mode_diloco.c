@@ -196,7 +196,8 @@ static xdc_err_t diloco_rejoin(orch_worker *w, void *state, xdc_diag *diag)
     /* handed over once the round is applied: at once, or diloco.overlap_steps later */
     XDC_CHECK(orch_rejoin_take(w, &st->outer, w->cfg->diloco.overlap_steps, diag));
     int needed = w->elastic.rejoin_round != RDZV_ROUND_END; /* else the run ended first: no round to run */
-    return nobody_waits(w) && needed ? orch_elastic_steps(&w->elastic.m, (long long)w->prog.step, st->steps, diag)
+    /* the counts of the round that took it back (steps/<its step>), whose steps it joins, overlapped or not */
+    return nobody_waits(w) && needed ? orch_elastic_steps(&w->elastic.m, w->elastic.rejoin_round, st->steps, diag)
                                      : XDC_OK;
 }
 

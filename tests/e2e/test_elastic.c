@@ -258,12 +258,14 @@ static const char *write_run_timeouts(const char *name, const char *mode, int st
     char cwd[400], text[1024];
     if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
     snprintf(path, sizeof path, "%s/%s.yaml", xdc_test_tmpdir(), name);
-    int overlap = strcmp(mode, "diloco-overlap") == 0; /* DiLoCo with diloco.overlap_steps 2 */
+    /* DiLoCo with diloco.overlap_steps 2; -nw: and nobody waits, ap-south 2x slower (2 inner steps of 4) */
+    int overlap = strncmp(mode, "diloco-overlap", 14) == 0, nw = strcmp(mode, "diloco-overlap-nw") == 0;
     snprintf(text, sizeof text,
-             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: %s\ndiloco: {inner_steps: 4%s}\n"
+             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: %s\ndiloco: {inner_steps: 4%s%s}\n"
              "streaming: {fragments: 2}\npipeline_stages: 1\nmicrobatches: 1\nsteps: %d\ncodec: none\nthreads: 1\n"
              "elastic: %s\ntimeouts: {rendezvous: 30s, operation: 30s, heartbeat: 30s%s}\n",
-             cwd, DATA, overlap ? "diloco" : mode, overlap ? ", overlap_steps: 2" : "", steps, elastic, timeouts);
+             cwd, DATA, overlap ? "diloco" : mode, overlap ? ", overlap_steps: 2" : "",
+             nw ? ", nobody_waits: true, slowdown: [1, 1, 2]" : "", steps, elastic, timeouts);
     xdc_test_write_file(path, text);
     return path;
 }
@@ -948,6 +950,13 @@ static void launch_takes_a_region_back(const char *name, const char *mode, const
 XDC_TEST_T(elastic_launch_restarts_a_killed_region_and_it_rejoins, 180)
 {
     launch_takes_a_region_back("lrejoin", "diloco", "corrupt@us-east", "rejoin: the outer momentum (parameters [0, ");
+}
+
+/* The same in DiLoCo with nobody waits and the round overlapped (2 steps of 4): the joiner takes the counts of the
+ * round that took it back (steps/<that step>) and the state once that round is applied, 2 steps later. */
+XDC_TEST_T(elastic_launch_restarts_a_killed_region_nobody_waits_overlapped, 180)
+{
+    launch_takes_a_region_back("lnwrejoin", "diloco-overlap-nw", NULL, NULL);
 }
 
 XDC_TEST_T(elastic_launch_restarts_a_killed_streaming_region_and_it_rejoins, 180)
