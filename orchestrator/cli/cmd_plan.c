@@ -545,6 +545,9 @@ static void explain_choices(const xdc_topology *t, const xdc_plan_set *s, const 
                        ? "every region running H, the round waiting for the slowest, is more than twice as slow per "
                          "token (not kept)"
                    : k == K_WAIT && one_pace ? "the taking-part regions run at one pace (GPU TFLOP/s, slowdown)"
+                   : k == K_OVERLAP && o->overlap < 0
+                       ? "the run file as written has no diloco.overlap_steps (plan: auto searches it, one step "
+                         "lossier where the run's steps are known)"
                    : k == K_KEEP && b->keep_unsent
                        ? "sparse rounds are searched with it wherever the runtime can keep the unsent part"
                    : k == K_KEEP ? "the runtime keeps the unsent part only with one replica per stage in every region"
