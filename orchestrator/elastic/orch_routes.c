@@ -6,8 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SLOW_TENTHS 5   /* a link measured below half its planned rate is slow */
-#define MARGIN      2.0 /* a relay must be this many times faster than the slow link */
+#define MARGIN 2.0 /* a relay must be this many times faster than the slow link */
 
 char orch_routes_report_char(int down, double frac)
 {
@@ -37,7 +36,25 @@ static double link_rate(const xdc_topology *t, char st, int a, int b)
     return bw * ((st - '0') + 0.5) / 10.0;
 }
 
-static int slow_or_down(char st) { return st == 'd' || (st >= '0' && st < '0' + SLOW_TENTHS); }
+/* Down, or slow: measured below half of `best`, the highest measure of the other links ('9' when none has one; the
+ * other links' measures stand for what the hosts' own pace lets a link show, e.g. a sender that encodes slower than
+ * the link moves bytes). */
+static int slow_or_down(char st, char best)
+{
+    return st == 'd' || (st >= '0' && st <= '9' && (st - '0') * 2 < best - '0' + (best == '9'));
+}
+
+/* The highest rate measure ('0'..'9') the ends reported of any link of the round other than a - b; '9' when none. */
+static char best_other(const xdc_topology *t, const char *const *rep, int a, int b)
+{
+    char best = 0;
+    for (int x = 0; x < t->n_regions; x++)
+        for (int y = x + 1; y < t->n_regions; y++) {
+            char st = link_state(rep, x, y);
+            if ((x != a || y != b) && st >= '0' && st <= '9' && st > best) best = st;
+        }
+    return best ? best : '9';
+}
 
 void orch_routes_choose(const xdc_topology *t, const char *mask, const char *const *rep, char *out, size_t cap)
 {
@@ -51,15 +68,16 @@ void orch_routes_choose(const xdc_topology *t, const char *mask, const char *con
             if (a != b && !xdc_topology_link(t, a, b)) n = 0; /* not a full mesh: the topology's routes */
     for (int a = 0; a < n; a++)
         for (int b = a + 1; b < n; b++) {
-            char st = link_state(rep, a, b);
-            if (!slow_or_down(st)) continue;
+            char st = link_state(rep, a, b), best_rate_digit = best_other(t, rep, a, b);
+            if (!slow_or_down(st, best_rate_digit)) continue;
             int best = -1;
             double best_rate = 0.0;
             for (int c = 0; c < n; c++) {
                 if (c == a || c == b) continue;
                 char sa = link_state(rep, a, c), sb = link_state(rep, c, b);
                 double ra = link_rate(t, sa, a, c), rb = link_rate(t, sb, c, b), via = ra < rb ? ra : rb;
-                if (!slow_or_down(sa) && !slow_or_down(sb) && via > best_rate) best = c, best_rate = via;
+                if (!slow_or_down(sa, best_rate_digit) && !slow_or_down(sb, best_rate_digit) && via > best_rate)
+                    best = c, best_rate = via;
             }
             if (best < 0 || (st != 'd' && best_rate <= MARGIN * link_rate(t, st, a, b))) continue;
             int w = snprintf(out + len, cap - len, "%s%d-%d:%d:%c", len ? "," : "", a, b, best, st);
@@ -120,8 +138,7 @@ static int avoided(const xdc_topology *t, const char *d, int a, int b, int *c, c
     return 0;
 }
 
-int orch_routes_describe(const xdc_topology *t, long long step, const char *was, const char *now, char *out,
-                         size_t cap)
+int orch_routes_describe(const xdc_topology *t, long long step, const char *was, const char *now, char *out, size_t cap)
 {
     int n = t->n_regions, changed = 0;
     size_t len = (size_t)snprintf(out, cap, "outer round at step %lld:", step);

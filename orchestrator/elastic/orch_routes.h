@@ -8,7 +8,8 @@
  *   'd'        down: its WAN peer has no stream up now;
  *   '0'..'9'   the rate the link moved what it carried since the report before (the last round's exchange) at, in
  *              tenths of the link's planned bandwidth, rounded down ('9': 0.9 or more);
- *   '?'        not measured: it carried too little since (a relayed round leaves it idle), was down meanwhile, or
+ *   '?'        not measured: it carried too little since (under ORCH_ROUTES_MIN_MS at its planned rate; a relayed
+ *              round leaves it idle), was down meanwhile, or
  *              its last measure is ORCH_ROUTES_PROBE reports old: the probe of a link avoided as slow, which then
  *              goes direct for a round and is measured again.
  * The decision. When the decider decides the round at S (orch_quorum_tick) it publishes routes/<S> before quorum/<S>
@@ -23,16 +24,19 @@
 
 #include <stddef.h>
 
-#define ORCH_ROUTES_PROBE     4     /* reports a link's rate measure counts for: a slow link is tried direct again */
-#define ORCH_ROUTES_MIN_BYTES 65536 /* a link that carried fewer payload bytes since the last report is not measured */
-#define ORCH_ROUTES_VALUE_MAX 1024  /* bytes of a routes/<step> value, with its NUL: avoided links past it go direct */
+#define ORCH_ROUTES_PROBE     4 /* reports a link's rate measure counts for: a slow link is tried direct again */
+/* A link is measured only when what it carried since the last report takes this long at its planned rate: a shorter
+ * transfer shows the hosts' pace (encoding, scheduling) more than the link's. */
+#define ORCH_ROUTES_MIN_MS    100
+#define ORCH_ROUTES_VALUE_MAX 1024 /* bytes of a routes/<step> value, with its NUL: avoided links past it go direct */
 
 /* The report's character for a link: down, else its measured rate over its planned one (frac < 0: not measured). */
 char orch_routes_report_char(int down, double frac);
 
 /* The decider's choice for a round, from the round's decision `mask` (one '0'/'1'/'j'/'t'/'c' per region) and each
  * region's report `rep[r]` (n_regions characters as above; NULL or "" when it posted none for this round): a direct
- * link a - b of the topology is avoided when it is down, or slow (measured below half its planned rate) and some
+ * link a - b of the topology is avoided when it is down, or slow (measured below half the best measure of the other
+ * links, or of its planned rate when none: what the hosts' own pace lets a healthy link show here) and some
  * region c linked to both relays faster by a clear margin: min(rate(a, c), rate(c, b)) > 2 x rate(a, b), a rate being
  * the planned bandwidth times the measured fraction (the middle of its tenth; planned where not measured); the relay
  * is the c whose two links are neither down nor slow with the highest min rate, the lowest index breaking ties.

@@ -137,7 +137,8 @@ xdc_err_t orch_elastic_report_links(orch_worker *w, long long step, xdc_diag *di
         /* what the link carried since the last report: a rate measure when enough, and not cut meanwhile */
         uint64_t bytes = st.rx_payload_bytes - w->elastic.rx_bytes[r];
         double busy = st.rx_busy_seconds - w->elastic.rx_busy[r];
-        if (bytes >= ORCH_ROUTES_MIN_BYTES && busy > 0 && !w->elastic.cut[r]) {
+        if ((double)bytes * 8.0 / (l->bandwidth_gbps * 1e9) * 1e3 >= ORCH_ROUTES_MIN_MS && busy > 0 &&
+            !w->elastic.cut[r]) {
             w->elastic.rate[r] = orch_routes_report_char(0, (double)bytes * 8.0 / busy / 1e9 / l->bandwidth_gbps);
             w->elastic.rate_age[r] = 0;
         } else if (w->elastic.cut[r] || ++w->elastic.rate_age[r] >= ORCH_ROUTES_PROBE) {

@@ -74,7 +74,7 @@ XDC_TEST(routes_table_relays_each_avoided_link_and_the_change_is_logged)
     EQ_STR(line, "outer round at step 90: west<->asia avoided (0.4 of its rate): relayed through east");
     XDC_ASSERT(orch_routes_describe(t, 120, "1-2:0:4", "0-2:1:d", line, sizeof line));
     EQ_STR(line, "outer round at step 120: east<->asia avoided (down): relayed through west; west<->asia "
-                            "direct again");
+                 "direct again");
     XDC_ASSERT(!orch_routes_describe(t, 150, "0-2:1:d", "0-2:1:d", line, sizeof line));
     XDC_ASSERT(!orch_routes_describe(t, 150, "", "-", line, sizeof line));
     xdc_topology_destroy(t);
