@@ -128,7 +128,7 @@ xdc_err_t orch_routes_table(const xdc_topology *t, const char *decision, int *ro
     return XDC_ERR_PROTO;
 }
 
-/* Decision d's entry for link a - b into *c and *why; 0 when it goes direct (or d is not a decision). */
+/* Decision d's entry for link a - b (a < b) into *c and *why; 0 when it goes direct (or d is not a decision). */
 static int avoided(const xdc_topology *t, const char *d, int a, int b, int *c, char *why)
 {
     int x, y;
@@ -160,4 +160,11 @@ int orch_routes_describe(const xdc_topology *t, long long step, const char *was,
         }
     if (!changed) out[0] = '\0';
     return changed;
+}
+
+int orch_routes_avoids(const xdc_topology *t, const char *decision, int a, int b)
+{
+    int c;
+    char why;
+    return avoided(t, decision, a < b ? a : b, a < b ? b : a, &c, &why);
 }

@@ -50,6 +50,9 @@ void orch_routes_choose(const xdc_topology *t, const char *mask, const char *con
  * not a decision of this topology. */
 xdc_err_t orch_routes_table(const xdc_topology *t, const char *decision, int *route, xdc_diag *diag);
 
+/* 1 when decision `decision` ("-" or "": none) goes around the link between regions a and b. */
+int orch_routes_avoids(const xdc_topology *t, const char *decision, int a, int b);
+
 /* The log line of a member whose round at `step` changes routes from decision `was` to `now` ("-": direct), into
  * out[cap]: "outer round at step N: west<->asia avoided (down): relayed through east; east<->asia direct again".
  * 0 (out empty) when nothing changed. */

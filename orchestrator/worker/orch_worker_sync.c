@@ -85,7 +85,8 @@ static xdc_err_t poll_lost(orch_worker *w, xdc_diag *diag)
 }
 
 /* A member region's link with no stream up (its connection broke: reset, refused, timed out) at a look of the
- * wait: down since the look before (`since`, xdc_now_ns). */
+ * wait: down since the look before (`since`, xdc_now_ns). Counted against the exchange only where its routes use the
+ * link (not around it: orch_elastic_routes); seen for the next link report either way. */
 static void watch_links(orch_worker *w, uint64_t since)
 {
     xdc_wan_peer **peers = orch_member_peers(w->member);
@@ -96,7 +97,8 @@ static void watch_links(orch_worker *w, uint64_t since)
         xdc_wan_peer_stats(peers[r], &st);
         w->elastic.down[r] = st.streams_up == 0;
         w->elastic.cut[r] |= w->elastic.down[r];
-        if (w->elastic.down[r]) w->elastic.down_s[r] += waited;
+        if (w->elastic.down[r] && !orch_routes_avoids(w->topo, w->elastic.routes, r, w->id->region_idx))
+            w->elastic.down_s[r] += waited;
     }
 }
 

@@ -45,6 +45,9 @@ XDC_TEST(routes_avoid_a_down_or_slow_link_through_a_faster_relay_and_nothing_els
     /* west - asia at a tenth: through east (10 Mbit/s both ways > 2 x 0.25); the lower of the two ends' measures. */
     EQ_STR(choose(t, "111", "-99", "9-0", "997"), "1-2:0:0");
     EQ_STR(choose(t, "1tc", "-99", "9-4", "99-"), "1-2:0:4"); /* regions catching up are members */
+    /* Slow against what the other links show: hosts whose own pace lets every link show 0.2 of its rate. */
+    EQ_STR(choose(t, "111", "-22", "2-0", "22-"), "1-2:0:0");
+    EQ_STR(choose(t, "111", "-22", "2-1", "21-"), "-");
     /* Half its rate is not slow; and east - asia at 0.4 (4.5 Mbit/s) has no relay twice as fast (west: 5). */
     EQ_STR(choose(t, "111", "-99", "9-5", "995"), "-");
     EQ_STR(choose(t, "111", "-94", "9-9", "49-"), "-");
@@ -66,6 +69,8 @@ XDC_TEST(routes_table_relays_each_avoided_link_and_the_change_is_logged)
     XDC_ASSERT_OK(orch_routes_table(t, "0-2:1:d", route, &d));
     for (int i = 0; i < 9; i++) /* asia gets east's shard from west, east asia's; the rest straight */
         XDC_ASSERT_EQ(route[i], i == 0 * 3 + 2 || i == 2 * 3 + 0 ? 1 : direct[i]);
+    XDC_ASSERT(orch_routes_avoids(t, "0-2:1:d", 2, 0) && !orch_routes_avoids(t, "0-2:1:d", 0, 1));
+    XDC_ASSERT(!orch_routes_avoids(t, "", 0, 2) && !orch_routes_avoids(t, "-", 0, 2));
     static const char *const bad[] = {"0-2:1", "2-0:1:d", "0-2:2:d", "0-3:1:d", "0-2:1:x", "0-2:1:d,", "x"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         XDC_ASSERT_MSG(orch_routes_table(t, bad[i], route, &d) == XDC_ERR_PROTO, "'%s' taken", bad[i]);
