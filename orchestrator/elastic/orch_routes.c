@@ -148,7 +148,12 @@ int orch_routes_describe(const xdc_topology *t, long long step, const char *was,
             char w0, w1, why[32];
             int in0 = avoided(t, was, a, b, &c0, &w0), in1 = avoided(t, now, a, b, &c1, &w1);
             if (in0 == in1 && (!in1 || c0 == c1)) continue;
-            if (in1) snprintf(why, sizeof why, w1 == 'd' ? "down" : "0.%c of its rate", w1);
+            if (in1)
+                snprintf(why, sizeof why,
+                         w1 == 'd'   ? "down"
+                         : w1 == '0' ? "below 0.1 of its rate"
+                                     : "0.%c of its rate",
+                         w1);
             if (in1)
                 len += (size_t)snprintf(out + len, cap - len, "%s %s<->%s avoided (%s): relayed through %s",
                                         changed ? ";" : "", t->regions[a].name, t->regions[b].name, why,

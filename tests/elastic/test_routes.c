@@ -80,6 +80,8 @@ XDC_TEST(routes_table_relays_each_avoided_link_and_the_change_is_logged)
     XDC_ASSERT(orch_routes_describe(t, 120, "1-2:0:4", "0-2:1:d", line, sizeof line));
     EQ_STR(line, "outer round at step 120: east<->asia avoided (down): relayed through west; west<->asia "
                  "direct again");
+    XDC_ASSERT(orch_routes_describe(t, 150, "-", "0-1:2:0", line, sizeof line));
+    XDC_ASSERT_STR_CONTAINS(line, "east<->west avoided (below 0.1 of its rate): relayed through asia");
     XDC_ASSERT(!orch_routes_describe(t, 150, "0-2:1:d", "0-2:1:d", line, sizeof line));
     XDC_ASSERT(!orch_routes_describe(t, 150, "", "-", line, sizeof line));
     xdc_topology_destroy(t);
