@@ -231,7 +231,7 @@ static void publish_steps(const orch_quorum *q, long long step, const char *mask
 }
 
 /* routes/<step>: the links the round at `step` goes around (orch_routes.h), from what rank 0 of each region reported
- * of its links as it arrived there (links/<region>/0 = "<step>:<one character per region>"). */
+ * of its links as it arrived there (links/<region>/0 = "<step>:<one character per region>"); when none, no key. */
 static void publish_routes(const orch_quorum *q, long long step, const char *mask)
 {
     int n = q->t->n_regions;
@@ -244,8 +244,9 @@ static void publish_routes(const orch_quorum *q, long long step, const char *mas
         if (strtoll(val[r], &e, 10) == step && *e == ':' && strlen(e + 1) == (size_t)n) rep[r] = e + 1;
     }
     orch_routes_choose(q->t, mask, rep, out, sizeof out);
+    if (strcmp(out, "-") == 0) return; /* none: every link direct, no key (a member reads its absence so) */
     rdzv_server_set(q->rdzv, rdzv_key_routes(step).s, out);
-    if (strcmp(out, "-") != 0) XDC_INFO(XDC_SUB_ORCH, "the outer round at step %lld goes around links: %s", step, out);
+    XDC_INFO(XDC_SUB_ORCH, "the outer round at step %lld goes around links: %s", step, out);
 }
 
 void orch_quorum_pace(orch_quorum *q, int budget, const double *pace)

@@ -12,9 +12,9 @@
  *              round leaves it idle), was down meanwhile, or
  *              its last measure is ORCH_ROUTES_PROBE reports old: the probe of a link avoided as slow, which then
  *              goes direct for a round and is measured again.
- * The decision. When the decider decides the round at S (orch_quorum_tick) it publishes routes/<S> before quorum/<S>
- * (orch_routes_choose): "-" when every link goes direct, else "<a>-<b>:<c>:<why>" for each avoided link a < b, comma
- * separated: a's and b's shards to each other are relayed, unchanged, by region c; why is 'd' (down) or the link's
+ * The decision. When the decider decides the round at S (orch_quorum_tick) and some link is avoided, it publishes
+ * routes/<S> before quorum/<S> (orch_routes_choose; no key: every link direct, "-"): "<a>-<b>:<c>:<why>" for each
+ * avoided link a < b, comma separated: a's and b's shards to each other are relayed, unchanged, by region c; why is 'd' (down) or the link's
  * rate digit (slow). Every member builds the round's route table from that text alone (orch_routes_table). */
 #ifndef ORCH_ROUTES_H
 #define ORCH_ROUTES_H
