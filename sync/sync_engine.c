@@ -21,7 +21,9 @@
  * a link come in one order, A(n-1) own, A(n-2) own, B(n-1) forwards, ..., and its neighbour posts its
  * receives in that same order (post_receives): receives of a class match messages in the order they were
  * sent. A forward is sent from a copy of the received bytes (bucket.fwd), since the next round posts its
- * receive into the received buffer before this forward is known to be acknowledged.
+ * receive into the received buffer before this forward is known to be acknowledged. The routes may change between
+ * rounds (xdc_sync_set_routes, every region alike; the first are cfg.route's): a job that lets the sends in flight
+ * complete, then swaps the plan (struct route_plan) and each bucket's send requests.
  *
  * Every WAN receive of a round is posted when the round starts, and nothing waits for a send to
  * complete before posting a receive: a WAN stream whose next frame has no posted receive stops
@@ -70,7 +72,21 @@ typedef struct {
     xdc_event *ready;       /* recorded on the compute stream when the bucket became final */
 } bucket;
 
-typedef enum { JOB_ROUND, JOB_SET_CODEC, JOB_RESIDUALS, JOB_RESUM, JOB_TAKE } job_kind;
+/* The routes as this region runs them (xdc_sync_cfg.route, xdc_sync_set_routes): route (n_regions * n_regions) a
+ * copy of the table; via (n_regions) the region each source's shard comes from (the source itself when linked; -1
+ * at mine); order (n_regions - 1) the other regions by hops from them, then index, the order B takes their shards
+ * in; snd (n_sends) the messages of a bucket, {source, dest}: this region's shard to each linked region, then each
+ * shard it forwards, in `order`; relays (n_regions) 1 for each source whose shard this region forwards. */
+typedef struct route_plan {
+    int *route, *via, *order;
+    struct {
+        int src, dst;
+    } * snd;
+    int n_sends;
+    uint8_t *relays;
+} route_plan;
+
+typedef enum { JOB_ROUND, JOB_SET_CODEC, JOB_RESIDUALS, JOB_RESUM, JOB_TAKE, JOB_ROUTES } job_kind;
 
 /* One sync has at most one job at a time (a round between begin and its completion, a codec switch or
  * a residual copy), so the job lives in the sync and posting allocates nothing. */
@@ -81,6 +97,7 @@ typedef struct job {
     int save;                   /* JOB_RESIDUALS: 1 device -> host, 0 host -> device */
     float *dst;                 /* JOB_TAKE: (n_elems) fp32 device, the buffer the residuals are moved into */
     const uint8_t *set;         /* JOB_RESUM: (n_regions) the regions to sum over */
+    struct route_plan *plan;    /* JOB_ROUTES: the routes to install; gets the ones they replace */
     struct job *next;           /* queue link */
 } job;
 
@@ -141,16 +158,8 @@ struct xdc_sync {
     /* (n_regions) 1 where xdc_sync_lose said the region left (any thread writes, the comm thread reads;
      * atomics), and 1 where this round gave up on a shard of the region because it had left (comm thread). */
     uint8_t *lost, *missed;
-    /* Routes (xdc_sync_cfg.route), fixed at creation: via (n_regions) the region each source's shard comes from
-     * (the source itself when linked; -1 at mine); order (n_regions - 1) the other regions by hops from them,
-     * then index, the order B takes their shards in; snd (n_sends) the messages of a bucket, {source, dest}:
-     * this region's shard to each linked region, then each shard it forwards, in `order`. */
-    int *via, *order;
-    struct {
-        int src, dst;
-    } * snd;
-    int n_sends;
-    int fixed; /* the fixed stage order: replicas, or this region forwards */
+    route_plan rt; /* the routes in force (xdc_sync_cfg.route at creation, then xdc_sync_set_routes) */
+    int fixed;     /* the fixed stage order: replicas, or this region forwards */
 };
 
 #define SYNC_HISTORY 4    /* rounds of wait times kept per region */
@@ -198,7 +207,7 @@ static float *padded(xdc_sync *s, bucket *k) { return k->plen == k->len ? s->buf
  * how long its last rounds kept us. */
 static void nag(const xdc_sync *s, const bucket *k, int r, double secs)
 {
-    const xdc_wan_identity *id = xdc_wan_peer_identity(s->cfg.peers[s->via[r]]);
+    const xdc_wan_identity *id = xdc_wan_peer_identity(s->cfg.peers[s->rt.via[r]]);
     char hist[160] = "";
     int n = s->rounds < SYNC_HISTORY ? s->rounds : SYNC_HISTORY;
     size_t len = 0;
@@ -206,7 +215,7 @@ static void nag(const xdc_sync *s, const bucket *k, int r, double secs)
         len += (size_t)snprintf(hist + len, sizeof hist - len, "%s%.3f", i > 1 ? ", " : "",
                                 s->waited[((s->rounds - i) % SYNC_HISTORY) * s->cfg.n_regions + r]);
     XDC_WARN(XDC_SUB_ORCH, "%s bucket at %zu, round %d: waiting for %s%s/%d for %.1f s; %s%s%s", s->cfg.name, k->lo,
-             s->rounds + 1, s->via[r] == r ? "" : "a relay of ", id->region, id->rank, secs,
+             s->rounds + 1, s->rt.via[r] == r ? "" : "a relay of ", id->region, id->rank, secs,
              n ? "its last rounds kept us waiting " : "no earlier round", hist, n ? " s" : "");
 }
 
@@ -246,8 +255,8 @@ static xdc_err_t wan_wait(xdc_sync *s, const bucket *k, int r, xdc_wan_request *
 /* Complete the sends of bucket k still in flight (from this round or the last). */
 static xdc_err_t wait_sends(xdc_sync *s, bucket *k, xdc_diag *diag)
 {
-    for (int j = 0; j < s->n_sends; j++) {
-        int r = s->snd[j].dst;
+    for (int j = 0; j < s->rt.n_sends; j++) {
+        int r = s->rt.snd[j].dst;
         if (!k->sreq[j]) continue;
         if (!s->member[r]) { /* left the rounds (maybe gone): its copy is sent or dropped by the engine */
             (void)xdc_wan_request_cancel(k->sreq[j]);
@@ -267,7 +276,7 @@ static xdc_err_t wait_sends(xdc_sync *s, bucket *k, xdc_diag *diag)
 static xdc_err_t post_receive(xdc_sync *s, int i, int r)
 {
     if (!s->member[r]) return XDC_OK;
-    return xdc_wan_irecv(s->cfg.peers[s->via[r]], XDC_WAN_BULK, s->b[i].rx[r], s->b[i].bound, &s->b[i].rreq[r]);
+    return xdc_wan_irecv(s->cfg.peers[s->rt.via[r]], XDC_WAN_BULK, s->b[i].rx[r], s->b[i].bound, &s->b[i].rreq[r]);
 }
 
 /* Post the receive of every bucket from every other region, in the order a linked region sends on the link: its
@@ -279,9 +288,9 @@ static xdc_err_t post_receives(xdc_sync *s)
     if (!s->wan) return XDC_OK;
     for (int i = s->n_buckets - 1; i >= -1; i--) { /* A(i) and B(i + 1): A(n-1), A(n-2), B(n-1), ..., B(0) */
         for (int j = 0; j < s->cfg.n_regions - 1 && i >= 0; j++)
-            if (s->via[s->order[j]] == s->order[j]) XDC_CHECK(post_receive(s, i, s->order[j]));
+            if (s->rt.via[s->rt.order[j]] == s->rt.order[j]) XDC_CHECK(post_receive(s, i, s->rt.order[j]));
         for (int j = 0; j < s->cfg.n_regions - 1 && i + 1 < s->n_buckets; j++)
-            if (s->via[s->order[j]] != s->order[j]) XDC_CHECK(post_receive(s, i + 1, s->order[j]));
+            if (s->rt.via[s->rt.order[j]] != s->rt.order[j]) XDC_CHECK(post_receive(s, i + 1, s->rt.order[j]));
     }
     return XDC_OK;
 }
@@ -306,9 +315,9 @@ static xdc_err_t weigh_in(xdc_sync *s, float *d, size_t n, float w, float *x) { 
  * link the routes send it over from here, to the members there; *sent += the bytes sent. */
 static xdc_err_t send_shard(xdc_sync *s, bucket *k, int src, const uint8_t *bytes, size_t len, size_t *sent)
 {
-    for (int j = 0; j < s->n_sends; j++) {
-        int r = s->snd[j].dst;
-        if (s->snd[j].src != src || !s->member[r] || gone(s, r)) continue;
+    for (int j = 0; j < s->rt.n_sends; j++) {
+        int r = s->rt.snd[j].dst;
+        if (s->rt.snd[j].src != src || !s->member[r] || gone(s, r)) continue;
         XDC_CHECK(xdc_wan_isend(s->cfg.peers[r], XDC_WAN_BULK, bytes, len, (uint8_t)s->cfg.codec.kind,
                                 k->shard * sizeof(float), &k->sreq[j]));
         s->rst.wan_tx_bytes += len;
@@ -473,7 +482,7 @@ static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
     if (s->wan) {
         uint64_t t0 = xdc_now_ns();
         for (int j = 0; j < s->cfg.n_regions - 1; j++) { /* by hops: a forward waits only for nearer ones */
-            int r = s->order[j];
+            int r = s->rt.order[j];
             if (!s->member[r]) continue;
             if (k->rreq[r]) { /* a cleared receive of a member came in already (shards_in) */
                 size_t len = 0;
@@ -481,7 +490,8 @@ static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
                 xdc_err_t rc = wan_wait(s, k, r, &k->rreq[r], &len, &codec, diag);
                 XDC_CHECK(shard_in(s, k, r, rc, len, codec, diag));
             }
-            if (k->fwd[r] && !s->missed[r]) { /* relayed through here: on, as it came (A(k) waited last round's) */
+            if (s->rt.relays[r] &&
+                !s->missed[r]) { /* relayed through here: on, as it came (A(k) waited last round's) */
                 size_t sent = 0;
                 memcpy(k->fwd[r], k->rx[r], k->rx_len[r]);
                 XDC_CHECK(send_shard(s, k, r, k->fwd[r], k->rx_len[r], &sent));
@@ -641,6 +651,123 @@ static xdc_err_t switch_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag 
     return XDC_OK;
 }
 
+/* The source of region r's shard at region d in the n regions' table `route`, or r itself in a full mesh (NULL). */
+static int route_of(const int *route, int n, int r, int d)
+{
+    return route ? route[(size_t)r * (size_t)n + (size_t)d] : r;
+}
+
+static void plan_free(route_plan *p)
+{
+    xdc_free(p->route);
+    xdc_free(p->via);
+    xdc_free(p->order);
+    xdc_free(p->snd);
+    xdc_free(p->relays);
+    memset(p, 0, sizeof *p);
+}
+
+/* This region's plan of the routes `route` (NULL: a full mesh) into *p, checked: every route ends at another
+ * region, over a peer (the table's first hop from here). That peer may come later (a rejoining member dials the
+ * members of the round that takes it back after its syncs exist): xdc_sync_begin checks it is there. */
+static xdc_err_t plan_routes(const xdc_sync *s, const int *route, route_plan *p, xdc_diag *diag)
+{
+    const xdc_sync_cfg *c = &s->cfg;
+    int n = c->n_regions, me = c->my_region, *hops = xdc_calloc((size_t)n, sizeof *hops);
+    memset(p, 0, sizeof *p);
+    p->route = xdc_calloc((size_t)n * (size_t)n, sizeof *p->route);
+    p->via = xdc_calloc((size_t)n, sizeof *p->via);
+    p->order = xdc_calloc((size_t)n, sizeof *p->order);
+    p->relays = xdc_calloc((size_t)n, sizeof *p->relays);
+    int sends = 0; /* this region's shard to each region that gets it from here, and every forward */
+    for (int src = 0; src < n; src++)
+        for (int d = 0; d < n; d++) {
+            sends += d != src && d != me && route_of(route, n, src, d) == me;
+            if (p->route) p->route[(size_t)src * (size_t)n + (size_t)d] = route_of(route, n, src, d);
+        }
+    p->snd = xdc_calloc((size_t)sends + 1, sizeof *p->snd);
+    if (!hops || !p->route || !p->via || !p->order || !p->relays || !p->snd) {
+        xdc_free(hops);
+        plan_free(p);
+        return XDC_ERR_NOMEM;
+    }
+    xdc_err_t rc = XDC_OK;
+    for (int r = 0; r < n && rc == XDC_OK; r++) {
+        p->via[r] = r == me ? -1 : route_of(route, n, r, me);
+        for (int d = me; d != r && rc == XDC_OK; d = route_of(route, n, r, d)) /* back along the route to r */
+            if (++hops[r] > n || route_of(route, n, r, d) < 0 || route_of(route, n, r, d) >= n) rc = XDC_ERR_INVALID;
+        if (rc == XDC_OK && r != me && (!c->peers || p->via[r] == me)) rc = XDC_ERR_INVALID;
+        if (rc != XDC_OK) xdc_diag_set(diag, "sync %s: no route from region %d to region %d", c->name, r, me);
+    }
+    int m = 0;
+    for (int h = 1; h < n && rc == XDC_OK; h++) /* the other regions by hops, then index */
+        for (int r = 0; r < n; r++)
+            if (r != me && hops[r] == h) p->order[m++] = r;
+    for (int j = -1; j < n - 1 && rc == XDC_OK; j++) { /* this region's shard, then the forwards in `order` */
+        int src = j < 0 ? me : p->order[j];
+        for (int d = 0; d < n; d++)
+            if (d != src && d != me && route_of(route, n, src, d) == me) {
+                p->snd[p->n_sends].src = src;
+                p->snd[p->n_sends++].dst = d;
+                if (src != me) p->relays[src] = 1;
+            }
+    }
+    xdc_free(hops);
+    if (rc != XDC_OK) plan_free(p);
+    return rc;
+}
+
+/* Bucket k's requests and forward copies for the plan p: its send requests (p's n_sends, none in flight) into
+ * *sreq, and a wire buffer for each shard p forwards that has none yet (kept once made: a later plan may relay it
+ * again). */
+static xdc_err_t bucket_routes(xdc_sync *s, bucket *k, const route_plan *p, xdc_wan_request ***sreq)
+{
+    *sreq = xdc_calloc((size_t)p->n_sends + 1, sizeof **sreq); /* + 1: never a 0-byte allocation */
+    if (!*sreq) return XDC_ERR_NOMEM;
+    for (int r = 0; p->relays && r < s->cfg.n_regions; r++) /* a shard forwarded to several: one copy */
+        if (p->relays[r] && !k->fwd[r]) XDC_CHECK(s->dev->host_alloc((void **)&k->fwd[r], k->bound));
+    return XDC_OK;
+}
+
+/* Does any region's shard reach some region through a relay in the routes `route`? */
+static int route_relays(const int *route, int n)
+{
+    for (int r = 0; r < n; r++)
+        for (int d = 0; d < n; d++)
+            if (d != r && route_of(route, n, r, d) != r) return 1;
+    return 0;
+}
+
+/* Install the plan *p as the routes in force; *p gets the routes it replaces. The buckets' send requests were made
+ * for it (bucket_routes). */
+static void install_routes(xdc_sync *s, route_plan *p)
+{
+    route_plan was = s->rt;
+    s->rt = *p;
+    *p = was;
+    s->fixed = s->dp_size > 1; /* replicas: their collectives come in one order; so does a region that forwards */
+    for (int r = 0; r < s->cfg.n_regions; r++) s->fixed |= s->rt.relays[r];
+}
+
+/* The route change of xdc_sync_set_routes, on the comm thread: the sends still in flight complete on the routes
+ * they went (every region takes the new routes between the same two rounds, so no message of the old ones is
+ * still to come in), then every bucket's requests follow the plan *p. */
+static xdc_err_t switch_routes(xdc_sync *s, route_plan *p, xdc_diag *diag)
+{
+    xdc_err_t rc = XDC_OK;
+    for (int i = 0; i < s->n_buckets; i++) XDC_CHECK(wait_sends(s, &s->b[i], diag));
+    xdc_wan_request ***sreq = xdc_calloc((size_t)s->n_buckets, sizeof *sreq);
+    if (!sreq) return XDC_ERR_NOMEM;
+    for (int i = 0; i < s->n_buckets && rc == XDC_OK; i++) rc = bucket_routes(s, &s->b[i], p, &sreq[i]);
+    for (int i = 0; i < s->n_buckets; i++) { /* every bucket on the new routes, or none */
+        xdc_free(rc == XDC_OK ? s->b[i].sreq : sreq[i]);
+        if (rc == XDC_OK) s->b[i].sreq = sreq[i];
+    }
+    xdc_free(sreq);
+    if (rc == XDC_OK) install_routes(s, p);
+    return rc;
+}
+
 /* Does bucket k's codec keep a residual that travels with a checkpoint? Not without a WAN exchange (its
  * codec never encodes), nor for an exact codec. */
 static int keeps_residual(const xdc_sync *s, const bucket *k) { return s->wan && xdc_codec_residual(k->codec) != NULL; }
@@ -725,6 +852,7 @@ static void *engine_main(void *arg)
                  : j->kind == JOB_SET_CODEC ? switch_codec(s, j->codec, &d)
                  : j->kind == JOB_RESUM     ? resum(s, j->set, &d)
                  : j->kind == JOB_TAKE      ? take_residuals(s, j->dst)
+                 : j->kind == JOB_ROUTES    ? switch_routes(s, j->plan, &d)
                                             : copy_residuals(s, j->host, j->save);
         if (rc == XDC_OK && j->kind == JOB_ROUND) { /* into the history ring */
             memcpy(s->waited + (s->rounds % SYNC_HISTORY) * s->cfg.n_regions, s->round_wait,
@@ -832,54 +960,6 @@ static xdc_err_t wait_done(xdc_sync *s, int64_t timeout_ms, xdc_diag *diag)
     return s->err == XDC_ERR_AGAIN ? XDC_ERR_INTERNAL : s->err; /* AGAIN says "still running" only */
 }
 
-/* The source of region r's shard at region d: cfg.route's entry, or r itself in a full mesh. */
-static int route_of(const xdc_sync_cfg *c, int r, int d)
-{
-    return c->route ? c->route[(size_t)r * (size_t)c->n_regions + (size_t)d] : r;
-}
-
-/* The routes of xdc_sync_create from cfg.route (see struct xdc_sync: via, order, snd, fixed), checked: every
- * route ends at another region. That region's peer may come later (a rejoining member dials the members of the
- * round that takes it back after its syncs exist): xdc_sync_begin checks it is there. */
-static xdc_err_t plan_routes(xdc_sync *s, xdc_diag *diag)
-{
-    const xdc_sync_cfg *c = &s->cfg;
-    int n = c->n_regions, me = c->my_region, *hops = xdc_calloc((size_t)n, sizeof *hops);
-    s->via = xdc_calloc((size_t)n, sizeof *s->via);
-    s->order = xdc_calloc((size_t)n, sizeof *s->order);
-    int sends = 0; /* this region's shard to each region that gets it from here, and every forward */
-    for (int src = 0; src < n; src++)
-        for (int d = 0; d < n; d++) sends += d != src && d != me && route_of(c, src, d) == me;
-    s->snd = xdc_calloc((size_t)sends + 1, sizeof *s->snd);
-    if (!hops || !s->via || !s->order || !s->snd) {
-        xdc_free(hops);
-        return XDC_ERR_NOMEM;
-    }
-    xdc_err_t rc = XDC_OK;
-    for (int r = 0; r < n && rc == XDC_OK; r++) {
-        s->via[r] = r == me ? -1 : route_of(c, r, me);
-        for (int d = me; d != r && rc == XDC_OK; d = route_of(c, r, d)) /* back along the route to r */
-            if (++hops[r] > n || route_of(c, r, d) < 0 || route_of(c, r, d) >= n) rc = XDC_ERR_INVALID;
-        if (rc == XDC_OK && r != me && (!c->peers || s->via[r] == me)) rc = XDC_ERR_INVALID;
-        if (rc != XDC_OK) xdc_diag_set(diag, "sync %s: no route from region %d to region %d", c->name, r, me);
-    }
-    int m = 0;
-    for (int h = 1; h < n && rc == XDC_OK; h++) /* the other regions by hops, then index */
-        for (int r = 0; r < n; r++)
-            if (r != me && hops[r] == h) s->order[m++] = r;
-    for (int j = -1; j < n - 1 && rc == XDC_OK; j++) { /* this region's shard, then the forwards in `order` */
-        int src = j < 0 ? me : s->order[j];
-        for (int d = 0; d < n; d++)
-            if (d != src && d != me && route_of(c, src, d) == me) {
-                s->snd[s->n_sends].src = src;
-                s->snd[s->n_sends++].dst = d;
-                s->fixed |= src != me;
-            }
-    }
-    xdc_free(hops);
-    return rc;
-}
-
 xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_sync **out, xdc_diag *diag)
 {
     *out = NULL;
@@ -916,9 +996,12 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
     const xdc_device_ops *dev = s->dev;
     xdc_err_t rc = s->b && s->round_wait && s->waited && s->member && s->weight && s->lost && s->missed ? XDC_OK
                                                                                                         : XDC_ERR_NOMEM;
-    s->fixed = s->dp_size > 1; /* replicas: their collectives come in one order; plan_routes adds forwarders */
-    if (rc == XDC_OK && s->wan) rc = plan_routes(s, diag);
-    if (rc == XDC_OK) rc = dev->get_device(&s->device); /* the streams and memory below are made on it too */
+    s->fixed = s->dp_size > 1;
+    route_plan first = {0};
+    if (rc == XDC_OK && s->wan) rc = plan_routes(s, cfg->route, &first, diag);
+    if (rc == XDC_OK && s->wan) install_routes(s, &first); /* nothing to replace */
+    s->cfg.route = NULL;                                   /* not kept: s->rt.route is the table in force */
+    if (rc == XDC_OK) rc = dev->get_device(&s->device);    /* the streams and memory below are made on it too */
     if (rc == XDC_OK) rc = dev->stream_create(&s->stream);
     if (rc == XDC_OK) rc = dev->event_create(&s->done_ev);
     if (rc == XDC_OK && s->dp_size > 1) rc = dev->mem_alloc((void **)&s->pad, bsz * sizeof(float)); /* replicas pad */
@@ -932,18 +1015,15 @@ xdc_err_t xdc_sync_create(xdc_sync_engine *engine, const xdc_sync_cfg *cfg, xdc_
         k->bound = xdc_codec_bound(k->codec, k->shard);
         k->rx = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rx);
         k->fwd = xdc_calloc((size_t)cfg->n_regions, sizeof *k->fwd);
-        k->sreq = xdc_calloc((size_t)s->n_sends + 1, sizeof *k->sreq); /* + 1: never a 0-byte allocation */
         k->rreq = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rreq);
         k->rx_len = xdc_calloc((size_t)cfg->n_regions, sizeof *k->rx_len);
-        if (!k->rx || !k->fwd || !k->sreq || !k->rreq || !k->rx_len) rc = XDC_ERR_NOMEM;
+        if (!k->rx || !k->fwd || !k->rreq || !k->rx_len) rc = XDC_ERR_NOMEM;
         if (rc == XDC_OK) rc = dev->event_create(&k->ready);
         if (rc == XDC_OK) rc = dev->host_alloc((void **)&k->enc, k->bound);
         if (rc == XDC_OK && s->dp_size > 1) rc = dev->mem_alloc((void **)&k->shard_buf, k->shard * sizeof(float));
         for (int r = 0; r < cfg->n_regions && rc == XDC_OK && s->wan; r++)
             if (r != cfg->my_region) rc = dev->host_alloc((void **)&k->rx[r], k->bound);
-        for (int j = 0; j < s->n_sends && rc == XDC_OK; j++) /* a shard forwarded to several: one copy */
-            if (s->snd[j].src != cfg->my_region && !k->fwd[s->snd[j].src])
-                rc = dev->host_alloc((void **)&k->fwd[s->snd[j].src], k->bound);
+        if (rc == XDC_OK) rc = bucket_routes(s, k, &s->rt, &k->sreq);
     }
     if (rc != XDC_OK) {
         s->n_buckets = s->b ? s->n_buckets : 0;
@@ -1006,7 +1086,7 @@ void xdc_sync_destroy(xdc_sync *s)
     for (int i = 0; s->b && i < s->n_buckets; i++) {
         bucket *k = &s->b[i];
         int held = 0; /* a request the WAN engine still holds reads or writes this bucket's wire buffers */
-        for (int j = 0; k->sreq && j < s->n_sends; j++)
+        for (int j = 0; k->sreq && j < s->rt.n_sends; j++)
             if (!drain(&k->sreq[j], deadline)) held = 1;
         for (int r = 0; k->rreq && r < s->cfg.n_regions; r++)
             if (!drain(&k->rreq[r], deadline)) held = 1;
@@ -1036,9 +1116,7 @@ void xdc_sync_destroy(xdc_sync *s)
     xdc_free(s->weight);
     xdc_free(s->lost);
     xdc_free(s->missed);
-    xdc_free(s->via);
-    xdc_free(s->order);
-    xdc_free(s->snd);
+    plan_free(&s->rt);
     if (s->dev) {
         s->dev->stream_destroy(s->stream); /* waits for what the comm thread queued on it */
         s->dev->event_destroy(s->done_ev);
@@ -1058,17 +1136,32 @@ void xdc_sync_destroy(xdc_sync *s)
 static int unrouted(const xdc_sync *s)
 {
     for (int r = 0; r < s->cfg.n_regions; r++)
-        if (r != s->cfg.my_region && s->member[r] && !s->cfg.peers[s->via[r]]) return r;
+        if (r != s->cfg.my_region && s->member[r] && !s->cfg.peers[s->rt.via[r]]) return r;
+    return -1;
+}
+
+/* A region out of the rounds while the routes relay some shard (-1: none): a cancelled relayed receive would take
+ * the next message, so regions leave the rounds only where every pair is linked. */
+static int out_of_relayed(const xdc_sync *s)
+{
+    for (int r = 0; r < s->cfg.n_regions && route_relays(s->rt.route, s->cfg.n_regions); r++)
+        if (!s->member[r]) return r;
     return -1;
 }
 
 xdc_err_t xdc_sync_begin(xdc_sync *s, float *buf)
 {
     xdc_sync_engine *e = s->eng;
-    int r = s->wan ? unrouted(s) : -1;
-    if (r >= 0) {
-        XDC_ERROR(XDC_SUB_ORCH, "sync %s: no route from region %d to region %d over a peer (region %d not dialled)",
-                  s->cfg.name, r, s->cfg.my_region, s->via[r]);
+    int r = s->wan ? unrouted(s) : -1, out = s->wan ? out_of_relayed(s) : -1;
+    if (r >= 0 || out >= 0) {
+        if (r >= 0)
+            XDC_ERROR(XDC_SUB_ORCH, "sync %s: no route from region %d to region %d over a peer (region %d not dialled)",
+                      s->cfg.name, r, s->cfg.my_region, s->rt.via[r]);
+        else
+            XDC_ERROR(XDC_SUB_ORCH,
+                      "sync %s: region %d is out of a round whose routes relay (regions leave the rounds "
+                      "only where no route relays)",
+                      s->cfg.name, out);
         return XDC_ERR_INVALID;
     }
     pthread_mutex_lock(&e->mu);
@@ -1141,15 +1234,6 @@ void xdc_sync_get_stats(xdc_sync *s, xdc_sync_stats *out)
     pthread_mutex_unlock(&s->eng->mu);
 }
 
-/* Does any region's shard reach some region through a relay? */
-static int route_relays(const xdc_sync *s)
-{
-    for (int r = 0; r < s->cfg.n_regions; r++)
-        for (int d = 0; d < s->cfg.n_regions; d++)
-            if (d != r && route_of(&s->cfg, r, d) != r) return 1;
-    return 0;
-}
-
 xdc_err_t xdc_sync_set_weights(xdc_sync *s, const float *weight, xdc_diag *diag)
 {
     uint8_t member[XDC_SYNC_MAX_REGIONS];
@@ -1168,12 +1252,6 @@ xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, const float *
         }
         n += member[r] != 0;
     }
-    for (int r = 0; r < s->cfg.n_regions && route_relays(s); r++)
-        if (!member[r]) { /* a cancelled relayed receive would take the next message */
-            xdc_diag_set(diag, "sync %s: regions leave the rounds only where every pair is linked (region %d)",
-                         s->cfg.name, r);
-            return XDC_ERR_INVALID;
-        }
     if (!member[s->cfg.my_region]) {
         xdc_diag_set(diag, "sync %s: this region (%d) must be a member of its own rounds", s->cfg.name,
                      s->cfg.my_region);
@@ -1193,8 +1271,8 @@ xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, const float *
              * it (the region left, or this sync had no round while it was out), and its bytes are no one's now. */
             __atomic_store_n(&s->lost[r], 0, __ATOMIC_RELEASE);
             for (int i = 0; i < s->n_buckets; i++)
-                for (int j = 0; j < s->n_sends; j++)
-                    if (s->snd[j].dst == r && s->b[i].sreq[j]) {
+                for (int j = 0; j < s->rt.n_sends; j++)
+                    if (s->rt.snd[j].dst == r && s->b[i].sreq[j]) {
                         (void)xdc_wan_request_cancel(s->b[i].sreq[j]);
                         s->b[i].sreq[j] = NULL;
                     }
@@ -1277,6 +1355,31 @@ xdc_err_t xdc_sync_set_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag *
     post(s, JOB_SET_CODEC, codec); /* `codec` stays valid: this call waits for the job */
     xdc_err_t rc = wait_done(s, -1, diag);
     pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+xdc_err_t xdc_sync_set_routes(xdc_sync *s, const int *route, xdc_diag *diag)
+{
+    if (!s->wan) return XDC_OK; /* no WAN exchange on this rank: nothing goes over any route */
+    route_plan p;
+    XDC_CHECK(plan_routes(s, route, &p, diag));
+    size_t n = (size_t)s->cfg.n_regions;
+    if (memcmp(p.route, s->rt.route, n * n * sizeof *p.route) == 0) { /* the routes in force: nothing moves */
+        plan_free(&p);
+        return XDC_OK;
+    }
+    xdc_sync_engine *e = s->eng;
+    pthread_mutex_lock(&e->mu);
+    xdc_err_t rc = XDC_ERR_INVALID;
+    if (!s->done || s->active || s->stop) {
+        xdc_diag_set(diag, "sync %s: routes change between rounds only", s->cfg.name);
+    } else {
+        s->job.plan = &p; /* stays valid: this call waits for the job */
+        post(s, JOB_ROUTES, NULL);
+        rc = wait_done(s, -1, diag);
+    }
+    pthread_mutex_unlock(&e->mu);
+    plan_free(&p); /* the routes replaced, or those refused */
     return rc;
 }
 

@@ -70,7 +70,8 @@ typedef struct xdc_sync_cfg {
     int lanes;
     /* (n_regions * n_regions) the routes over the links that exist (xdc_topology_routes): [src * n_regions + dst]
      * is the region dst receives src's shard from, src itself over a direct link, else a region that relays it
-     * (kept, not copied); NULL: a full mesh, every shard straight from its region. */
+     * (copied: the first routes, as xdc_sync_set_routes would set them); NULL: a full mesh, every shard straight
+     * from its region. */
     const int *route;
     xdc_codec_cfg codec;     /* WAN codec (n_elems is filled per bucket shard) */
     const char *name;        /* for logs and traces: "gradients", "pseudo-gradients" (kept, not copied) */
@@ -137,6 +138,14 @@ xdc_err_t xdc_sync_wait(xdc_sync *s, int64_t timeout_ms, xdc_diag *diag);
  * a new context of the new kind that keeps its error-feedback residual. Every region must switch at
  * the same step. */
 xdc_err_t xdc_sync_set_codec(xdc_sync *s, const xdc_codec_cfg *codec, xdc_diag *diag);
+/* The routes of the rounds from now on (route: as xdc_sync_cfg.route, copied; NULL: a full mesh), e.g. around a link
+ * that is down or slow (docs/runtime.md, "Chaos"): checked as at creation (every route ends at another region; a
+ * round over a peer not dialled, or with a region out of the rounds while a route relays, is refused at
+ * xdc_sync_begin). Every region must give the same routes before the same round: a forwarding region's message
+ * order on a link is the one its neighbour's receives are posted in. The sends of earlier rounds still in flight
+ * complete first (a job on the engine, waited for; routes equal to those in force: nothing is posted). Between rounds
+ * only (XDC_ERR_INVALID during one). */
+xdc_err_t xdc_sync_set_routes(xdc_sync *s, const int *route, xdc_diag *diag);
 /* Error-feedback residuals, for checkpoints: a resumed run must encode exactly as an uninterrupted one.
  * How many fp32 elements the sync keeps (every bucket's shard whose codec keeps a residual; 0 for an exact
  * codec or without other regions), and copies of them to and from host memory (n == that count, bucket

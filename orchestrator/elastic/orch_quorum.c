@@ -1,6 +1,7 @@
 /* orch_quorum.c — the outer rounds' quorum of an elastic DiLoCo or streaming run, decided by the store's host (see
  * orch_quorum.h). */
 #include "orchestrator/elastic/orch_quorum.h"
+#include "orchestrator/elastic/orch_routes.h"
 #include "scheduler/xdc_plan.h"
 
 #include "common/xdc_log.h"
@@ -229,6 +230,25 @@ static void publish_steps(const orch_quorum *q, long long step, const char *mask
     XDC_DEBUG(XDC_SUB_ORCH, "the round after step %lld: inner steps %s", step, val);
 }
 
+/* routes/<step>: the links the round at `step` goes around (orch_routes.h), from what rank 0 of each region reported
+ * of its links as it arrived there (links/<region>/0 = "<step>:<one character per region>"); when none, no key. */
+static void publish_routes(const orch_quorum *q, long long step, const char *mask)
+{
+    int n = q->t->n_regions;
+    char val[XDC_TOPO_MAX_REGIONS][XDC_TOPO_MAX_REGIONS + 24], out[ORCH_ROUTES_VALUE_MAX]; /* a step, ':', n */
+    const char *rep[XDC_TOPO_MAX_REGIONS];
+    for (int r = 0; r < n; r++) {
+        char *e;
+        rep[r] = NULL;
+        if (mask[r] == '0' || rdzv_server_get(q->rdzv, rdzv_key_links(r, 0).s, val[r], sizeof val[r]) != 0) continue;
+        if (strtoll(val[r], &e, 10) == step && *e == ':' && strlen(e + 1) == (size_t)n) rep[r] = e + 1;
+    }
+    orch_routes_choose(q->t, mask, rep, out, sizeof out);
+    if (strcmp(out, "-") == 0) return; /* none: every link direct, no key (a member reads its absence so) */
+    rdzv_server_set(q->rdzv, rdzv_key_routes(step).s, out);
+    XDC_INFO(XDC_SUB_ORCH, "the outer round at step %lld goes around links: %s", step, out);
+}
+
 void orch_quorum_pace(orch_quorum *q, int budget, const double *pace)
 {
     char all[XDC_TOPO_MAX_REGIONS + 1];
@@ -307,6 +327,7 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
     }
     admit_joiners(q, step, mask);
     if (step != LLONG_MAX) publish_steps(q, step, mask); /* before the decision its members wait for */
+    if (step != LLONG_MAX) publish_routes(q, step, mask);
     q->decided = step; /* before the write, which carries the state to a next decider (orch_decider.h) */
     q->pending = -1;
     if (step != LLONG_MAX) { /* its exchange is under way: its final set comes after it */

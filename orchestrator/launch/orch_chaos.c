@@ -194,6 +194,7 @@ struct orch_chaos {
     int64_t region_step[XDC_TOPO_MAX_REGIONS]; /* the furthest step each region's members reported */
     double next_poll_s;
     int polled; /* this tick read the heartbeats: the decider's keys are read too (with etcd each is a request) */
+    long long seen_decided; /* the last round decided at the end of the last tick (XDC_TEST_CHAOS_LINK_AT) */
     char etcd[ORCH_CHAOS_MAX_ETCD][ORCH_CHAOS_PATH_MAX];    /* the etcd members' pid files */
     char decider[ORCH_CHAOS_MAX_ETCD][ORCH_CHAOS_PATH_MAX]; /* the standby coordinators' pid files */
 };
@@ -673,6 +674,7 @@ xdc_err_t orch_chaos_create(const orch_chaos_spec *s, const orch_chaos_shape *sh
     c->n = orch_chaos_schedule(s, &c->shape, plan, ORCH_CHAOS_MAX_FAULTS);
     for (int i = 0; i < c->n; i++) c->f[i] = (fault){.f = plan[i], .back_step = {-1, -1}};
     c->t0 = xdc_now_ns();
+    c->seen_decided = -1;
     char line[ORCH_CHAOS_MAX_FAULTS * 64];
     size_t len = 0;
     for (int i = 0; i < c->n && len < sizeof line; i++) {
@@ -691,6 +693,21 @@ xdc_err_t orch_chaos_create(const orch_chaos_spec *s, const orch_chaos_shape *sh
     return XDC_OK;
 }
 
+/* Test hook XDC_TEST_CHAOS_LINK_AT (tests/e2e/test_chaos_launch.c): a link fault due fires only "between" outer
+ * rounds' exchanges (the last round decided has its final set: every member's exchange is over, they compute), or
+ * as a round was just decided ("exchange": this launcher's tick decided it, the tick runs right after the decider's,
+ * and the round's routes were chosen with the link up: its exchange meets the cut), so that a test knows which
+ * rounds meet the cut; unset, whenever it is due. */
+static int link_fault_may_fire(const orch_chaos *c, const fault *x)
+{
+    const char *at = getenv("XDC_TEST_CHAOS_LINK_AT");
+    char set[XDC_TOPO_MAX_REGIONS + 1];
+    if (!at || !at[0] || (x->f.kind != ORCH_CHAOS_LINK_DOWN && x->f.kind != ORCH_CHAOS_LINK_SLOW)) return 1;
+    if (!c->w.decided || *c->w.decided < 0) return 0;
+    if (strcmp(at, "exchange") == 0) return *c->w.decided != c->seen_decided;
+    return rdzv_server_get(c->w.rdzv, rdzv_key_final(*c->w.decided).s, set, sizeof set) == 0;
+}
+
 void orch_chaos_tick(orch_chaos *c)
 {
     double now = since(c);
@@ -705,9 +722,10 @@ void orch_chaos_tick(orch_chaos *c)
             x->state = F_SKIPPED; /* waited past the point where a recovery still has room */
             story(c, x, "not injected", "its target was held until step %lld, past %d %% of the run's %lld steps",
                   (long long)c->step, CHAOS_LATE_PCT, (long long)c->shape.steps);
-        } else if (x->state == F_PENDING && c->step >= x->f.step) fire(c, x);
+        } else if (x->state == F_PENDING && c->step >= x->f.step && link_fault_may_fire(c, x)) fire(c, x);
         else if (x->state == F_ACTIVE) watch(c, x);
     }
+    if (c->w.decided) c->seen_decided = *c->w.decided;
 }
 
 void orch_chaos_finish(orch_chaos *c)

@@ -531,7 +531,6 @@ static xdc_err_t launch_tick(void *ctx, int *done)
 {
     launch *L = ctx;
     if (L->o.emulate) pump_relays(L);
-    if (L->chaos) orch_chaos_tick(L->chaos);
     XDC_CHECK(restart_regions(L));
     char missing[2048], key[256], why[2048];
     if (!L->joined) {
@@ -555,6 +554,7 @@ static xdc_err_t launch_tick(void *ctx, int *done)
             return qrc;
         }
     }
+    if (L->chaos) orch_chaos_tick(L->chaos); /* after the decider's tick: a round it just decided is fresh */
     if (L->o.coordinator) {
         if (!L->elastic && rdzv_server_find(L->rdzv, RDZV_PREFIX_FAILED, key, sizeof key, why, sizeof why) == 0) {
             xdc_err_t err = blame(L, -1, why, sizeof why);

@@ -27,6 +27,7 @@ rdzv_key rdzv_key_wan(int region_idx, int rank) { return key_fmt("wan/%d/%d", re
 rdzv_key rdzv_key_relay(int from, int to, int rank) { return key_fmt("relay/%d/%d/%d", from, to, rank); }
 rdzv_key rdzv_key_outer(int region_idx, int rank) { return key_fmt("outer/%d/%d", region_idx, rank); }
 rdzv_key rdzv_key_xchg(int region_idx, int rank) { return key_fmt("xchg/%d/%d", region_idx, rank); }
+rdzv_key rdzv_key_links(int region_idx, int rank) { return key_fmt("links/%d/%d", region_idx, rank); }
 rdzv_key rdzv_key_stats(int region_idx, int rank) { return key_fmt("stats/%d/%d", region_idx, rank); }
 rdzv_key rdzv_key_ckpt(int region_idx, int rank) { return key_fmt("ckpt/%d/%d", region_idx, rank); }
 rdzv_key rdzv_key_metrics(const char *region, int rank) { return key_fmt("metrics/%s/%d", region, rank); }
@@ -40,6 +41,7 @@ rdzv_key rdzv_key_quorum(long long round) { return key_fmt("quorum/%s", rdzv_val
 rdzv_key rdzv_key_final(long long step) { return key_fmt("final/%lld", step); }
 rdzv_key rdzv_key_lost(long long step) { return key_fmt("lost/%lld", step); }
 rdzv_key rdzv_key_steps(long long step) { return key_fmt("steps/%lld", step); }
+rdzv_key rdzv_key_routes(long long step) { return key_fmt("routes/%lld", step); }
 rdzv_key rdzv_key_left(int region_idx) { return key_fmt("left/%d", region_idx); }
 rdzv_key rdzv_key_rejoin(const char *nonce) { return key_fmt("rejoin/%s", nonce); }
 rdzv_key rdzv_key_back(int region_idx, int times_left) { return key_fmt("back/%d/%d", region_idx, times_left); }
@@ -90,17 +92,15 @@ static int valid_nonce(const char *s)
 static const struct {
     const char *prefix;
     rdzv_key_kind kind;
-} worker_keys[] = {{"wan/", RDZV_KIND_WAN},
-                   {"outer/", RDZV_KIND_OUTER},
-                   {"xchg/", RDZV_KIND_XCHG},
-                   {"stats/", RDZV_KIND_STATS},
-                   {"ckpt/", RDZV_KIND_CKPT}};
+} worker_keys[] = {{"wan/", RDZV_KIND_WAN},     {"outer/", RDZV_KIND_OUTER}, {"xchg/", RDZV_KIND_XCHG},
+                   {"links/", RDZV_KIND_LINKS}, {"stats/", RDZV_KIND_STATS}, {"ckpt/", RDZV_KIND_CKPT}};
 
 /* The keys <prefix><step>. */
 static const struct {
     const char *prefix;
     rdzv_key_kind kind;
-} step_keys[] = {{"final/", RDZV_KIND_FINAL}, {"lost/", RDZV_KIND_LOST}, {"steps/", RDZV_KIND_STEPS}};
+} step_keys[] = {
+    {"final/", RDZV_KIND_FINAL}, {"lost/", RDZV_KIND_LOST}, {"steps/", RDZV_KIND_STEPS}, {"routes/", RDZV_KIND_ROUTES}};
 
 /* `key` minus `prefix` when it starts with it, else NULL. */
 static const char *after(const char *key, const char *prefix)
@@ -195,6 +195,7 @@ static int owned(const rdzv_key_parts *k, const char *member, const char *region
     case RDZV_KIND_WAN:
     case RDZV_KIND_OUTER: /* its arrival at an outer round */
     case RDZV_KIND_XCHG:  /* what its round summed */
+    case RDZV_KIND_LINKS: /* its links as it arrives at a round */
     case RDZV_KIND_STATS:
     case RDZV_KIND_CKPT: /* its last checkpoint's outcome */ return k->region_idx == region_idx && k->rank == rank;
     case RDZV_KIND_METRICS: return k->rank == rank && strcmp(k->name, region) == 0;

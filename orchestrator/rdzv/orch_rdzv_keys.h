@@ -10,6 +10,8 @@
  *   outer/<region index>/<rank>          its arrival at an outer round: <step>, "end", "join:<nonce>",
  *                                        "taking:<step>" or "took:<step>"
  *   xchg/<region index>/<rank>           what its round's exchange summed: "<step>:<one 0/1 per region>"
+ *   links/<region index>/<rank>          its WAN links as it arrives at a round: "<step>:<one char per region>"
+ *                                        (orchestrator/elastic/orch_routes.h)
  *   stats/<region index>/<rank>          its end-of-run statistics                   the worker
  *   ckpt/<region index>/<rank>           its last checkpoint's outcome               the worker
  *   metrics/<region>/<rank>              its metrics endpoint                        the worker
@@ -22,6 +24,7 @@
  *   quorum/<step>, quorum/end            who is in an outer round ('1', '0', 'j', 't', 'c')   the host (orch_quorum.h)
  *   final/<step>, lost/<step>            a round's final set; who left during it     the host
  *   steps/<step>                         inner steps per region in the round after it the host (nobody waits)
+ *   routes/<step>                        the links the round goes around, and through whom   the host (orch_routes.h)
  *   left/<region index>                  how many times the region left the run      the host
  *   rejoin/<nonce>                       the round that takes a rejoining worker     the host
  *   back/<region index>/<n>              the round that took the region back after its n-th leaving   the host
@@ -66,6 +69,7 @@ rdzv_key rdzv_key_wan(int region_idx, int rank);
 rdzv_key rdzv_key_relay(int from, int to, int rank);
 rdzv_key rdzv_key_outer(int region_idx, int rank);
 rdzv_key rdzv_key_xchg(int region_idx, int rank);
+rdzv_key rdzv_key_links(int region_idx, int rank);
 rdzv_key rdzv_key_stats(int region_idx, int rank);
 rdzv_key rdzv_key_ckpt(int region_idx, int rank);
 rdzv_key rdzv_key_metrics(const char *region, int rank);
@@ -79,6 +83,7 @@ rdzv_key rdzv_key_quorum(long long round); /* RDZV_ROUND_END: quorum/end */
 rdzv_key rdzv_key_final(long long step);
 rdzv_key rdzv_key_lost(long long step);
 rdzv_key rdzv_key_steps(long long step);
+rdzv_key rdzv_key_routes(long long step);
 rdzv_key rdzv_key_left(int region_idx);
 rdzv_key rdzv_key_rejoin(const char *nonce);
 rdzv_key rdzv_key_back(int region_idx, int times_left);
@@ -105,15 +110,17 @@ typedef enum rdzv_key_kind {
     RDZV_KIND_LEFT,
     RDZV_KIND_REJOIN,
     RDZV_KIND_STEPS,
+    RDZV_KIND_LINKS,
+    RDZV_KIND_ROUTES,
 } rdzv_key_kind;
 
 /* A key taken apart. Fields its kind does not have are -1 / "". */
 typedef struct rdzv_key_parts {
     rdzv_key_kind kind;
-    int region_idx; /* wan, outer, xchg, stats, ckpt, replan/link, left; relay: from */
+    int region_idx; /* wan, outer, xchg, links, stats, ckpt, replan/link, left; relay: from */
     int to;         /* relay */
-    int rank;       /* wan, relay, outer, xchg, stats, ckpt, metrics */
-    long long num;  /* replan, quorum (RDZV_ROUND_END: end), final, lost, steps: the step; intra/<r>/<n>: n */
+    int rank;       /* wan, relay, outer, xchg, links, stats, ckpt, metrics */
+    long long num;  /* replan, quorum (RDZV_ROUND_END: end), final, lost, steps, routes: the step; intra/<r>/<n>: n */
     char name[RDZV_MEMBER_MAX]; /* metrics, intra, device: the region; failed: the member; rejoin: the nonce */
 } rdzv_key_parts;
 
@@ -121,7 +128,7 @@ typedef struct rdzv_key_parts {
  * form (rdzv_key_<kind> of the parts gives it back byte for byte), XDC_ERR_PROTO otherwise. */
 xdc_err_t rdzv_key_parse(const char *key, rdzv_key_parts *out);
 
-/* 1 when `key` is one of the member's own keys: its wan/, outer/, xchg/, stats/, ckpt/, metrics/ and
+/* 1 when `key` is one of the member's own keys: its wan/, outer/, xchg/, links/, stats/, ckpt/, metrics/ and
  * failed/ keys, and with rank 0 its region's intra/ (both forms), device/ and replan/link/ keys. The
  * member: its name "region/host:rank", its region's name and index, its rank; *kind (NULL: not wanted) the
  * key's kind when it is. The store's admission rule. */

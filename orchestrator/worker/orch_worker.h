@@ -13,6 +13,7 @@
 #include "intra/xdc_intra.h"
 #include "model/xdc_gpt.h"
 #include "orchestrator/elastic/orch_elastic_member.h"
+#include "orchestrator/elastic/orch_routes.h"
 #include "orchestrator/obs/orch_metrics.h"
 #include "orchestrator/obs/orch_steplog.h"
 #include "orchestrator/member/orch_member.h"
@@ -170,6 +171,15 @@ typedef struct orch_elastic {
      * so, and whether it was at the last look. orch_elastic_wait looks, orch_elastic_links says. */
     double down_s[XDC_TOPO_MAX_REGIONS];
     uint8_t down[XDC_TOPO_MAX_REGIONS];
+    /* Rank 0's link report (orchestrator/elastic/orch_routes.h): per peer, its received payload bytes and busy
+     * seconds at the last report, whether it was seen down since, its last rate measure ('0'..'9'; 0 or '?': none)
+     * and how many reports ago that was. And the routes the last round went ("": direct). */
+    uint64_t rx_bytes[XDC_TOPO_MAX_REGIONS];
+    double rx_busy[XDC_TOPO_MAX_REGIONS];
+    uint8_t cut[XDC_TOPO_MAX_REGIONS];
+    char rate[XDC_TOPO_MAX_REGIONS];
+    int rate_age[XDC_TOPO_MAX_REGIONS];
+    char routes[ORCH_ROUTES_VALUE_MAX];
     /* (n_regions) each member region's weight in the next outer round's mean (DiLoCo's nobody waits: the tokens
      * it processed, orch_mode_diloco.c); NULL: 1 each. Regions out of the round weigh 0 whatever it says. */
     const float *weight;
@@ -304,6 +314,12 @@ xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
  * long the exchange waited on it (it holds until the link is back: no relay around a down link yet); not the
  * link to a region named lost during the round (its process died: the round went on without it). */
 void orch_elastic_links(orch_worker *w, long long step);
+/* Before arriving at the round at `step`: rank 0 posts its region's report of its links (links/<region>/0,
+ * orchestrator/elastic/orch_routes.h) for the decider; other ranks nothing. */
+xdc_err_t orch_elastic_report_links(orch_worker *w, long long step, xdc_diag *diag);
+/* After the round's decision: the routes the decider chose for it (routes/<step>) into `sync` (xdc_sync_set_routes),
+ * a change logged. */
+xdc_err_t orch_elastic_routes(orch_worker *w, xdc_sync *sync, long long step, xdc_diag *diag);
 /* Elastic rounds: post this worker's arrival at `round` (a step, or RDZV_ROUND_END) and take the store
  * host's decision of who is in it into w->elastic.m (orch_elastic_arrive); XDC_ERR_UNAVAILABLE when this
  * region was left out. */

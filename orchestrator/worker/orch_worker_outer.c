@@ -22,6 +22,7 @@ xdc_err_t orch_elastic_quorum(orch_worker *w, xdc_sync *sync, int64_t step, xdc_
 {
     if (!w->elastic.on) return XDC_OK;
     XDC_CHECK(orch_rejoin_arrive(w, diag)); /* a joiner still catching up says so in its arrival */
+    XDC_CHECK(orch_elastic_report_links(w, (long long)step, diag));
     XDC_CHECK(orch_elastic_agree(w, (long long)step, diag));
     const orch_elastic_member *m = &w->elastic.m;
     float weight[XDC_TOPO_MAX_REGIONS];
@@ -34,7 +35,8 @@ xdc_err_t orch_elastic_quorum(orch_worker *w, xdc_sync *sync, int64_t step, xdc_
                      m->quorum[r] == 't' ? "still taking its state, weight 0"
                                          : "took its state, weight 0 a last time; a member from the next round");
     }
-    return xdc_sync_set_members(sync, m->live, weight, diag);
+    XDC_CHECK(xdc_sync_set_members(sync, m->live, weight, diag));
+    return orch_elastic_routes(w, sync, (long long)step, diag);
 }
 
 void orch_elastic_open(orch_worker *w, xdc_sync *sync, int64_t step)

@@ -5,6 +5,7 @@
  * orch_checkpoint.c and the modes, which all use it. */
 #include "orchestrator/worker/orch_worker.h"
 
+#include "common/xdc_alloc.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
 
@@ -84,7 +85,8 @@ static xdc_err_t poll_lost(orch_worker *w, xdc_diag *diag)
 }
 
 /* A member region's link with no stream up (its connection broke: reset, refused, timed out) at a look of the
- * wait: down since the look before (`since`, xdc_now_ns). */
+ * wait: down since the look before (`since`, xdc_now_ns). Counted against the exchange only where its routes use the
+ * link (not around it: orch_elastic_routes); seen for the next link report either way. */
 static void watch_links(orch_worker *w, uint64_t since)
 {
     xdc_wan_peer **peers = orch_member_peers(w->member);
@@ -94,7 +96,9 @@ static void watch_links(orch_worker *w, uint64_t since)
         if (r == w->id->region_idx || !peers[r] || !w->elastic.m.live[r]) continue;
         xdc_wan_peer_stats(peers[r], &st);
         w->elastic.down[r] = st.streams_up == 0;
-        if (w->elastic.down[r]) w->elastic.down_s[r] += waited;
+        w->elastic.cut[r] |= w->elastic.down[r];
+        if (w->elastic.down[r] && !orch_routes_avoids(w->topo, w->elastic.routes, r, w->id->region_idx))
+            w->elastic.down_s[r] += waited;
     }
 }
 
@@ -107,11 +111,70 @@ void orch_elastic_links(orch_worker *w, long long step)
         }
         XDC_WARN(XDC_SUB_ORCH,
                  "outer round at step %lld: the link to region %s was down for %.1f s of the exchange (its WAN "
-                 "connection broke%s); the exchange waited for it (no relay around a down link yet)",
+                 "connection broke%s); the exchange waited for it (the next rounds go around it while it is down)",
                  step, w->topo->regions[r].name, w->elastic.down_s[r],
                  w->elastic.down[r] ? ", not back yet" : " and came back");
         w->elastic.down_s[r] = 0;
     }
+}
+
+/* Outer rounds of DiLoCo and streaming go per-round routes; elastic sync mode's every step does not. */
+static int routed(const orch_worker *w, long long step)
+{
+    return w->elastic.on && w->cfg->mode != ORCH_MODE_SYNC && step != RDZV_ROUND_END;
+}
+
+xdc_err_t orch_elastic_report_links(orch_worker *w, long long step, xdc_diag *diag)
+{
+    if (!routed(w, step) || w->id->lrank != 0) return XDC_OK;
+    xdc_wan_peer **peers = orch_member_peers(w->member);
+    int n = w->id->n_regions, me = w->id->region_idx;
+    char rep[XDC_TOPO_MAX_REGIONS + 1];
+    for (int r = 0; r < n; r++) {
+        const xdc_link *l = xdc_topology_link(w->topo, r, me);
+        xdc_wan_stats st;
+        rep[r] = '-';
+        if (r == me || !peers[r] || !l) continue;
+        xdc_wan_peer_stats(peers[r], &st);
+        /* what the link carried since the last report: a rate measure when enough, and not cut meanwhile */
+        uint64_t bytes = st.rx_payload_bytes - w->elastic.rx_bytes[r];
+        double busy = st.rx_busy_seconds - w->elastic.rx_busy[r];
+        if ((double)bytes * 8.0 / (l->bandwidth_gbps * 1e9) * 1e3 >= ORCH_ROUTES_MIN_MS && busy > 0 &&
+            !w->elastic.cut[r]) {
+            w->elastic.rate[r] = orch_routes_report_char(0, (double)bytes * 8.0 / busy / 1e9 / l->bandwidth_gbps);
+            w->elastic.rate_age[r] = 0;
+        } else if (w->elastic.cut[r] || ++w->elastic.rate_age[r] >= ORCH_ROUTES_PROBE) {
+            w->elastic.rate[r] = '?'; /* down meanwhile, or the probe of a link avoided as slow */
+        }
+        w->elastic.rx_bytes[r] = st.rx_payload_bytes;
+        w->elastic.rx_busy[r] = st.rx_busy_seconds;
+        w->elastic.cut[r] = 0;
+        rep[r] = orch_routes_report_char(st.streams_up == 0, -1.0);
+        if (rep[r] != 'd' && w->elastic.rate[r]) rep[r] = w->elastic.rate[r];
+    }
+    rep[n] = '\0';
+    char val[XDC_TOPO_MAX_REGIONS + 32];
+    snprintf(val, sizeof val, "%lld:%s", step, rep);
+    return rdzv_set(orch_member_rdzv(w->member), rdzv_key_links(me, 0).s, val, diag);
+}
+
+xdc_err_t orch_elastic_routes(orch_worker *w, xdc_sync *sync, long long step, xdc_diag *diag)
+{
+    if (!routed(w, step)) return XDC_OK;
+    char now[ORCH_ROUTES_VALUE_MAX], line[1024];
+    int n = w->id->n_regions, *route = xdc_calloc((size_t)n * (size_t)n, sizeof *route);
+    if (!route) return XDC_ERR_NOMEM;
+    /* published before the round's decision, which this worker has: none is every link direct */
+    xdc_err_t rc = rdzv_try_get(orch_member_rdzv(w->member), rdzv_key_routes(step).s, now, sizeof now, diag);
+    if (rc == XDC_ERR_AGAIN) rc = XDC_OK, snprintf(now, sizeof now, "-");
+    if (rc == XDC_OK) rc = orch_routes_table(w->topo, now, route, diag);
+    if (rc == XDC_OK) rc = xdc_sync_set_routes(sync, route, diag);
+    xdc_free(route);
+    XDC_CHECK(rc);
+    if (orch_routes_describe(w->topo, step, w->elastic.routes, now, line, sizeof line))
+        XDC_WARN(XDC_SUB_ORCH, "%s", line);
+    snprintf(w->elastic.routes, sizeof w->elastic.routes, "%s", now);
+    return XDC_OK;
 }
 
 void orch_elastic_setup(orch_worker *w)

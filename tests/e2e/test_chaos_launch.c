@@ -2,8 +2,9 @@
  * DiLoCo run over three emulated regions with --max-restarts 1. Each seed is chosen here with the schedule's
  * own generator so that its fault falls early (a step read from the run's heartbeats, not a time):
  * - kill-worker: the worker is killed there, its region leaves, is started again and rejoins;
- * - link-down: the link is cut there; the workers at its ends see it down from their own WAN peers (no stream
- *   up) while an outer round's exchange waits on it, and say how long;
+ * - link-down: the link is cut there; cut during an exchange, the workers at its ends see it down from their own
+ *   WAN peers (no stream up) while that exchange waits on it, and say how long; cut between two, the next rounds
+ *   go around it, relayed by the third region (orchestrator/elastic/orch_routes.h), and the run goes on;
  * and the run ends with every region on one model and the story told: the schedule, the fault and its
  * recovery, one line each. */
 #include "tests/xdc_test.h"
@@ -23,9 +24,11 @@
 /* The first seed of `kinds` (one kind) whose one fault comes before step 40, lasting min_ms to max_ms (link
  * faults; 0, 0: any), into *f, chosen with the schedule's own generator for the shape start_chaos builds for
  * this run (3 regions of 1 worker, restarts, a quorum of 2, emulated WAN); then `xdc launch --chaos` of the
- * elastic DiLoCo run (H = 4) with that seed, into dir[600], its output into out[cap]. */
-static void launch_chaos(const char *kinds, int min_ms, int max_ms, orch_chaos_fault *f, char *dir, char *out,
-                         size_t cap)
+ * elastic DiLoCo run (H = 4) with that seed, into dir[600], its output into out[cap]. A link fault fires, once
+ * due, during an outer round's exchange (link_at "exchange") or between two (the members compute: "between");
+ * "": whenever due (XDC_TEST_CHAOS_LINK_AT, orch_chaos.c). */
+static void launch_chaos(const char *kinds, int min_ms, int max_ms, const char *link_at, orch_chaos_fault *f, char *dir,
+                         char *out, size_t cap)
 {
     e2e_need_corpus();
     orch_chaos_shape sh = {
@@ -47,8 +50,9 @@ static void launch_chaos(const char *kinds, int min_ms, int max_ms, orch_chaos_f
                                       "\ntimeouts: {rendezvous: 30s, operation: 30s, heartbeat: 30s}\n");
     snprintf(dir, 600, "%s/chaos-%s", xdc_test_tmpdir(), kinds);
     snprintf(cmd, sizeof cmd,
-             "timeout 170 %s launch -t %s -c %s --run-dir %s --max-restarts 1 --chaos %llu:" CHAOS_RATE ":%s 2>&1",
-             xdc_test_bin(), CHAOS_TOPO, run, dir, (unsigned long long)s.seed, kinds);
+             "XDC_TEST_CHAOS_LINK_AT=%s timeout 170 %s launch -t %s -c %s --run-dir %s --max-restarts 1 --chaos "
+             "%llu:" CHAOS_RATE ":%s 2>&1",
+             link_at, xdc_test_bin(), CHAOS_TOPO, run, dir, (unsigned long long)s.seed, kinds);
     int rc = xdc_test_run(cmd, out, cap);
     XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
 }
@@ -70,7 +74,7 @@ XDC_TEST_T(chaos_launch_kills_a_worker_at_its_step_and_the_run_ends_on_one_model
     const char *regions[3] = {"us-east", "eu-west", "ap-south"};
     char dir[600], want[256];
     static char out[1 << 18];
-    launch_chaos("kill-worker", 0, 0, f, dir, out, sizeof out);
+    launch_chaos("kill-worker", 0, 0, "", f, dir, out, sizeof out);
     XDC_ASSERT(f[0].kind == ORCH_CHAOS_KILL_WORKER);
     /* The story: the plan, the fault where the schedule put it, the recovery with its times. */
     snprintf(want, sizeof want, "1 planned: 1 kill-worker %s/0 at step %lld\n", regions[f[0].region],
@@ -91,9 +95,9 @@ XDC_TEST_T(chaos_launch_kills_a_worker_at_its_step_and_the_run_ends_on_one_model
 }
 
 /* A cut link is found by the run's own events: the workers at its ends see their WAN peer with no stream up
- * while an outer round's exchange waits on it (rounds every 4 steps: one is under way within the cut), and
- * each names the link and the seconds it waited. The exchange holds until the link is back (no relay around
- * it yet), no region leaves, and the story says what the run did meanwhile. */
+ * while an outer round's exchange waits on it (the cut comes during one), and each names the link and the seconds
+ * it waited. That exchange holds until the link is back (routes change between rounds only), no region leaves, and
+ * the story says what the run did meanwhile. */
 XDC_TEST_T(chaos_launch_cut_link_is_seen_by_the_exchange_that_waits_on_it, 180)
 {
     orch_chaos_fault f[1];
@@ -101,7 +105,7 @@ XDC_TEST_T(chaos_launch_cut_link_is_seen_by_the_exchange_that_waits_on_it, 180)
                                                                                                  "south"};
     char dir[600], want[256];
     static char out[1 << 18];
-    launch_chaos("link-down", 3000, 6000, f, dir, out, sizeof out); /* a cut longer than a round, short a test */
+    launch_chaos("link-down", 3000, 6000, "exchange", f, dir, out, sizeof out); /* a cut longer than a round */
     XDC_ASSERT(f[0].kind == ORCH_CHAOS_LINK_DOWN);
     int ends[2] = {f[0].region, f[0].other};
     XDC_ASSERT_STR_CONTAINS(out, "chaos: recovered 1 link-down at step ");
@@ -117,6 +121,46 @@ XDC_TEST_T(chaos_launch_cut_link_is_seen_by_the_exchange_that_waits_on_it, 180)
         snprintf(line, sizeof line, ": the link to region %s was down for ", regions[ends[1 - e]]);
         XDC_ASSERT_MSG(strstr(text, line) != NULL, "%s does not say its link was down:\n%s", log, text);
         XDC_ASSERT_STR_CONTAINS(text, "the exchange waited for it");
+        free(text);
+    }
+    expect_one_model(dir, out);
+}
+
+/* A link cut for longer than a few rounds is gone around (orch_routes.h): its ends report it down as they arrive
+ * at the next round, the decider routes its shards through the third region, and every member says so. The run
+ * does not stand still for the cut: rounds complete while the link is still cut (the story's steps, not its time),
+ * the third region forwards shards (its relayed bytes), and every region ends on one model. */
+XDC_TEST_T(chaos_launch_cut_link_is_routed_around_and_the_run_goes_on, 180)
+{
+    orch_chaos_fault f[1];
+    static const char *const regions[3] = {"us-east", "eu-west", "ap-south"}, *const hosts[3] = {"east", "west",
+                                                                                                 "south"};
+    char dir[600], want[256];
+    static char out[1 << 18];
+    launch_chaos("link-down", 3000, 6000, "between", f, dir, out, sizeof out); /* a cut of many rounds (H = 4) */
+    XDC_ASSERT(f[0].kind == ORCH_CHAOS_LINK_DOWN);
+    int third = 3 - f[0].region - f[0].other;
+    /* the steps when the cut came and when it was back, or when the run ended first (it went on all along) */
+    const char *cut = strstr(out, "chaos: fault 1 link-down at step "),
+               *back = strstr(out, "recovered 1 link-down at step ");
+    long long from = -1, to = -1;
+    XDC_ASSERT_MSG(cut && sscanf(cut, "chaos: fault 1 link-down at step %lld", &from) == 1, "%s", out);
+    XDC_ASSERT_MSG(back && sscanf(back, "recovered 1 link-down at step %lld", &to) == 1, "%s", out);
+    XDC_ASSERT_MSG(to - from >= 8, "the run stood still over the cut: step %lld to %lld\n%s", from, to, out);
+    XDC_ASSERT_MSG(!strstr(out, "dropped from the run"), "a region left over a cut link:\n%s", out);
+    for (int r = 0; r < 3; r++) { /* every member applies the round's routes and says so */
+        char log[800];
+        snprintf(log, sizeof log, "%s/logs/%s-%s-node1-0.log", dir, regions[r], hosts[r]);
+        char *text = xdc_test_read_file(log, NULL);
+        XDC_ASSERT_MSG(text != NULL, "no log %s", log);
+        int lo = f[0].region < f[0].other ? f[0].region : f[0].other, hi = f[0].region ^ f[0].other ^ lo;
+        snprintf(want, sizeof want, "%s<->%s avoided (down): relayed through %s", regions[lo], regions[hi],
+                 regions[third]);
+        XDC_ASSERT_MSG(strstr(text, want) != NULL, "%s does not say '%s':\n%s", log, want, text);
+        long long relayed = -1;
+        const char *bytes = strstr(text, "relayed_bytes=");
+        XDC_ASSERT_MSG(bytes && sscanf(bytes, "relayed_bytes=%lld", &relayed) == 1, "%s: no WAN bytes line", log);
+        XDC_ASSERT_MSG((relayed > 0) == (r == third), "%s: relayed_bytes=%lld", log, relayed);
         free(text);
     }
     expect_one_model(dir, out);

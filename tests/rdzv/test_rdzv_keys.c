@@ -20,6 +20,8 @@ static rdzv_key wan_of(const rdzv_key_parts *p) { return rdzv_key_wan(p->region_
 static rdzv_key relay_of(const rdzv_key_parts *p) { return rdzv_key_relay(p->region_idx, p->to, p->rank); }
 static rdzv_key outer_of(const rdzv_key_parts *p) { return rdzv_key_outer(p->region_idx, p->rank); }
 static rdzv_key xchg_of(const rdzv_key_parts *p) { return rdzv_key_xchg(p->region_idx, p->rank); }
+static rdzv_key links_of(const rdzv_key_parts *p) { return rdzv_key_links(p->region_idx, p->rank); }
+static rdzv_key routes_of(const rdzv_key_parts *p) { return rdzv_key_routes(p->num); }
 static rdzv_key metrics_of(const rdzv_key_parts *p) { return rdzv_key_metrics(p->name, p->rank); }
 static rdzv_key failed_of(const rdzv_key_parts *p) { return rdzv_key_failed(p->name); }
 static rdzv_key intra_of(const rdzv_key_parts *p) { return rdzv_key_intra(p->name); }
@@ -38,6 +40,8 @@ XDC_TEST(rdzv_keys_parse_back_to_what_was_built)
     round_trip(rdzv_key_relay(0, 2, 1), RDZV_KIND_RELAY, relay_of);
     round_trip(rdzv_key_outer(1, 0), RDZV_KIND_OUTER, outer_of);
     round_trip(rdzv_key_xchg(10, 3), RDZV_KIND_XCHG, xchg_of);
+    round_trip(rdzv_key_links(2, 0), RDZV_KIND_LINKS, links_of);
+    round_trip(rdzv_key_routes(90), RDZV_KIND_ROUTES, routes_of);
     round_trip(rdzv_key_metrics("eu-west", 3), RDZV_KIND_METRICS, metrics_of);
     round_trip(rdzv_key_failed("eu-west/west-node1:0"), RDZV_KIND_FAILED, failed_of);
     round_trip(rdzv_key_intra("us-east"), RDZV_KIND_INTRA, intra_of);
@@ -79,21 +83,15 @@ XDC_TEST(rdzv_keys_refuse_what_is_not_canonical)
 XDC_TEST(rdzv_keys_a_member_owns_its_own_keys_only)
 {
     const char *me = "eu-west/west-node1:0", *region = "eu-west";
-    static const char *const mine[] = {"wan/1/0",
-                                       "outer/1/0",
-                                       "xchg/1/0",
-                                       "stats/1/0",
-                                       "ckpt/1/0",
-                                       "metrics/eu-west/0",
-                                       "failed/eu-west/west-node1:0",
-                                       "intra/eu-west",
-                                       "intra/eu-west/2",
-                                       "device/eu-west",
-                                       "replan/link/1"};
+    static const char *const mine[] = {
+        "wan/1/0",       "outer/1/0",       "xchg/1/0",          "links/1/0",
+        "stats/1/0",     "ckpt/1/0",        "metrics/eu-west/0", "failed/eu-west/west-node1:0",
+        "intra/eu-west", "intra/eu-west/2", "device/eu-west",    "replan/link/1"};
     static const char *const theirs[] = {
         "wan/0/0",       "wan/1/1",       "outer/0/0", "xchg/1/1",  "metrics/us-east/0", "failed/eu-west/west-node1:1",
         "intra/us-east", "replan/link/0", "replan/5",  "result",    "finished",          "quorum/4",
-        "final/4",       "lost/4",        "left/1",    "rejoin/n1", "relay/1/0/0",       "abort"};
+        "final/4",       "lost/4",        "left/1",    "rejoin/n1", "relay/1/0/0",       "abort",
+        "links/0/0",     "routes/4"};
     for (size_t k = 0; k < sizeof mine / sizeof mine[0]; k++)
         XDC_ASSERT_MSG(rdzv_key_owned_by(mine[k], me, region, 1, 0, NULL), "%s is not owned", mine[k]);
     for (size_t k = 0; k < sizeof theirs / sizeof theirs[0]; k++)

@@ -2,7 +2,8 @@
  * "regions" in a chain 0 - 1 - 2 - 3 on loopback WAN pairs, one comm engine each, the shards of the ends
  * relayed by the middle regions (two hops for 0 <-> 3). With int8 and error feedback, several buckets and two
  * rounds, every region ends each round on the very bytes a full mesh of the same regions gives, and the bytes
- * are counted on every hop: a relay's forwarded bytes are the shards of the regions it relays. */
+ * are counted on every hop: a relay's forwarded bytes are the shards of the regions it relays. The routes may also
+ * change between rounds (xdc_sync_set_routes). */
 #include "tests/xdc_test.h"
 #include "tests/test_wan_util.h"
 
@@ -116,12 +117,55 @@ XDC_TEST_T(xdc_sync_relays_along_a_chain_as_a_full_mesh_sums, 60)
     XDC_ASSERT_EQ(st[3].wan_relay_bytes, 0);
     XDC_ASSERT_EQ(st[1].wan_relay_bytes, own[0] + own[2] + own[3]);
     XDC_ASSERT_EQ(st[2].wan_relay_bytes, own[3] + own[1] + own[0]);
-    /* Regions leave the rounds only where every pair is linked: a relayed receive cannot be given up. */
+    /* Regions leave the rounds only where no route relays: a relayed receive cannot be given up. */
     xdc_diag d = {{0}};
     const float w[R_N] = {1, 1, 1, 0};
-    XDC_ASSERT_ERR(xdc_sync_set_weights(chain.sync[0], w, &d), XDC_ERR_INVALID);
+    XDC_ASSERT_OK(xdc_sync_set_weights(chain.sync[0], w, &d));
+    XDC_ASSERT_ERR(xdc_sync_begin(chain.sync[0], chain.buf[0]), XDC_ERR_INVALID);
     net_close(&mesh);
     net_close(&chain);
+}
+
+/* Routes that change between rounds (xdc_sync_set_routes): over four regions that are all linked, the second round
+ * goes the chain's routes (the middle regions relay, as around links that are down), the third straight again; each
+ * round ends on the full mesh's bytes, and only the relayed round forwards any. */
+XDC_TEST_T(xdc_sync_routes_change_between_rounds_and_every_round_sums_as_a_full_mesh, 60)
+{
+    net mesh, moving;
+    net_open(&mesh, 0);
+    net_open(&moving, 0);
+    for (int round = 0; round < 3; round++) {
+        for (int r = 0; r < R_N; r++) {
+            xdc_diag d = {{0}};
+            xdc_err_t rc = xdc_sync_set_routes(moving.sync[r], round == 1 ? chain_route : NULL, &d);
+            XDC_ASSERT_MSG(rc == XDC_OK, "round %d, region %d: %s", round, r, d.msg);
+        }
+        uint64_t relayed[R_N];
+        for (int r = 0; r < R_N; r++) {
+            xdc_sync_stats st;
+            xdc_sync_get_stats(moving.sync[r], &st);
+            relayed[r] = st.wan_relay_bytes;
+        }
+        round_of(&mesh, round);
+        round_of(&moving, round);
+        for (int r = 0; r < R_N; r++) {
+            xdc_sync_stats st;
+            xdc_sync_get_stats(moving.sync[r], &st);
+            int relays = round == 1 && (r == 1 || r == 2);
+            XDC_ASSERT_MSG((st.wan_relay_bytes > relayed[r]) == relays, "round %d: region %d relayed %llu bytes", round,
+                           r, (unsigned long long)(st.wan_relay_bytes - relayed[r]));
+            XDC_ASSERT_MSG(memcmp(moving.buf[r], mesh.buf[0], R_ELEMS * sizeof(float)) == 0,
+                           "round %d: region %d on routes that change differs from the full mesh", round, r);
+        }
+    }
+    xdc_diag d = {{0}};
+    for (int r = 0; r < R_N; r++) XDC_ASSERT_OK(xdc_sync_begin(moving.sync[r], moving.buf[r]));
+    XDC_ASSERT_ERR(xdc_sync_set_routes(moving.sync[0], chain_route, &d), XDC_ERR_INVALID); /* during a round */
+    XDC_ASSERT_STR_CONTAINS(d.msg, "between rounds only");
+    for (int r = 0; r < R_N; r++) xdc_sync_mark_ready(moving.sync[r], 0);
+    for (int r = 0; r < R_N; r++) XDC_ASSERT_OK(xdc_sync_end(moving.sync[r], NULL));
+    net_close(&mesh);
+    net_close(&moving);
 }
 
 /* A route in a circle is refused at creation, naming the regions; a route over a peer not connected yet is
