@@ -29,6 +29,7 @@ rdzv_key rdzv_key_outer(int region_idx, int rank) { return key_fmt("outer/%d/%d"
 rdzv_key rdzv_key_xchg(int region_idx, int rank) { return key_fmt("xchg/%d/%d", region_idx, rank); }
 rdzv_key rdzv_key_stats(int region_idx, int rank) { return key_fmt("stats/%d/%d", region_idx, rank); }
 rdzv_key rdzv_key_ckpt(int region_idx, int rank) { return key_fmt("ckpt/%d/%d", region_idx, rank); }
+rdzv_key rdzv_key_warm(int region_idx, int rank) { return key_fmt("warm/%d/%d", region_idx, rank); }
 rdzv_key rdzv_key_metrics(const char *region, int rank) { return key_fmt("metrics/%s/%d", region, rank); }
 rdzv_key rdzv_key_failed(const char *member) { return key_fmt(RDZV_PREFIX_FAILED "%s", member); }
 rdzv_key rdzv_key_intra(const char *region) { return key_fmt("intra/%s", region); }
@@ -90,11 +91,8 @@ static int valid_nonce(const char *s)
 static const struct {
     const char *prefix;
     rdzv_key_kind kind;
-} worker_keys[] = {{"wan/", RDZV_KIND_WAN},
-                   {"outer/", RDZV_KIND_OUTER},
-                   {"xchg/", RDZV_KIND_XCHG},
-                   {"stats/", RDZV_KIND_STATS},
-                   {"ckpt/", RDZV_KIND_CKPT}};
+} worker_keys[] = {{"wan/", RDZV_KIND_WAN},     {"outer/", RDZV_KIND_OUTER}, {"xchg/", RDZV_KIND_XCHG},
+                   {"stats/", RDZV_KIND_STATS}, {"ckpt/", RDZV_KIND_CKPT},   {"warm/", RDZV_KIND_WARM}};
 
 /* The keys <prefix><step>. */
 static const struct {
@@ -196,7 +194,8 @@ static int owned(const rdzv_key_parts *k, const char *member, const char *region
     case RDZV_KIND_OUTER: /* its arrival at an outer round */
     case RDZV_KIND_XCHG:  /* what its round summed */
     case RDZV_KIND_STATS:
-    case RDZV_KIND_CKPT: /* its last checkpoint's outcome */ return k->region_idx == region_idx && k->rank == rank;
+    case RDZV_KIND_CKPT: /* its last checkpoint's outcome */
+    case RDZV_KIND_WARM: /* the snapshot it rejoins from */ return k->region_idx == region_idx && k->rank == rank;
     case RDZV_KIND_METRICS: return k->rank == rank && strcmp(k->name, region) == 0;
     case RDZV_KIND_FAILED: return strcmp(k->name, member) == 0;
     case RDZV_KIND_INTRA:

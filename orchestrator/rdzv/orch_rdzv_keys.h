@@ -12,6 +12,7 @@
  *   xchg/<region index>/<rank>           what its round's exchange summed: "<step>:<one 0/1 per region>"
  *   stats/<region index>/<rank>          its end-of-run statistics                   the worker
  *   ckpt/<region index>/<rank>           its last checkpoint's outcome               the worker
+ *   warm/<region index>/<rank>           a restarted worker's snapshot: "<round> <xxh64>" or "none"   the worker
  *   metrics/<region>/<rank>              its metrics endpoint                        the worker
  *   failed/<member>                      why it failed                               the member (or the host)
  *   intra/<region>, intra/<region>/<n>   the region's intra bootstrap (n: after it left n times)   rank 0
@@ -68,6 +69,7 @@ rdzv_key rdzv_key_outer(int region_idx, int rank);
 rdzv_key rdzv_key_xchg(int region_idx, int rank);
 rdzv_key rdzv_key_stats(int region_idx, int rank);
 rdzv_key rdzv_key_ckpt(int region_idx, int rank);
+rdzv_key rdzv_key_warm(int region_idx, int rank);
 rdzv_key rdzv_key_metrics(const char *region, int rank);
 rdzv_key rdzv_key_failed(const char *member);
 rdzv_key rdzv_key_intra(const char *region);
@@ -105,14 +107,15 @@ typedef enum rdzv_key_kind {
     RDZV_KIND_LEFT,
     RDZV_KIND_REJOIN,
     RDZV_KIND_STEPS,
+    RDZV_KIND_WARM,
 } rdzv_key_kind;
 
 /* A key taken apart. Fields its kind does not have are -1 / "". */
 typedef struct rdzv_key_parts {
     rdzv_key_kind kind;
-    int region_idx; /* wan, outer, xchg, stats, ckpt, replan/link, left; relay: from */
+    int region_idx; /* wan, outer, xchg, stats, ckpt, warm, replan/link, left; relay: from */
     int to;         /* relay */
-    int rank;       /* wan, relay, outer, xchg, stats, ckpt, metrics */
+    int rank;       /* wan, relay, outer, xchg, stats, ckpt, warm, metrics */
     long long num;  /* replan, quorum (RDZV_ROUND_END: end), final, lost, steps: the step; intra/<r>/<n>: n */
     char name[RDZV_MEMBER_MAX]; /* metrics, intra, device: the region; failed: the member; rejoin: the nonce */
 } rdzv_key_parts;
@@ -121,7 +124,7 @@ typedef struct rdzv_key_parts {
  * form (rdzv_key_<kind> of the parts gives it back byte for byte), XDC_ERR_PROTO otherwise. */
 xdc_err_t rdzv_key_parse(const char *key, rdzv_key_parts *out);
 
-/* 1 when `key` is one of the member's own keys: its wan/, outer/, xchg/, stats/, ckpt/, metrics/ and
+/* 1 when `key` is one of the member's own keys: its wan/, outer/, xchg/, stats/, ckpt/, warm/, metrics/ and
  * failed/ keys, and with rank 0 its region's intra/ (both forms), device/ and replan/link/ keys. The
  * member: its name "region/host:rank", its region's name and index, its rank; *kind (NULL: not wanted) the
  * key's kind when it is. The store's admission rule. */
