@@ -144,21 +144,6 @@ struct orch_rejoin_in {
     int64_t passed; /* inner steps let pass since the state's step (orch_rejoin_pass): the members ran them */
 };
 
-int orch_rejoin_test_fault(const orch_worker *w, const char *fault)
-{
-    static int fired;
-    const char *v = getenv("XDC_TEST_REJOIN");
-    char want[128];
-    snprintf(want, sizeof want, "%s@%s", fault, w->id->region);
-    size_t n = strlen(want);
-    for (const char *e = v; !fired && e && *e; e = strchr(e, ',') ? strchr(e, ',') + 1 : NULL) {
-        if (strncmp(e, want, n) != 0 || (e[n] != ',' && e[n] != '\0')) continue;
-        XDC_WARN(XDC_SUB_ORCH, "test hook XDC_TEST_REJOIN=%s fires in region %s", want, w->id->region);
-        return fired = 1;
-    }
-    return 0;
-}
-
 xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag)
 {
     if (!orch_quorum_elastic(w->cfg, w->id->n_regions)) return XDC_OK; /* not elastic: all or nothing */

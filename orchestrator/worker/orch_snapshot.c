@@ -23,7 +23,10 @@
 #define WARM_ROUNDS     2
 #define SNAP_ZSTD_LEVEL (-1) /* zstd's fastest levels: fp32 parameters hardly compress, and it runs every round */
 
-size_t orch_snapshot_bytes(size_t n) { return sizeof(orch_snapshot_meta) + (size_t)ORCH_SNAP_PARTS * n * sizeof(float); }
+size_t orch_snapshot_bytes(size_t n)
+{
+    return sizeof(orch_snapshot_meta) + (size_t)ORCH_SNAP_PARTS * n * sizeof(float);
+}
 
 void orch_snapshot_parts(void *buf, size_t n, orch_snapshot_meta **meta, float *part[ORCH_SNAP_PARTS])
 {
@@ -32,8 +35,7 @@ void orch_snapshot_parts(void *buf, size_t n, orch_snapshot_meta **meta, float *
     for (int i = 0; i < ORCH_SNAP_PARTS; i++) part[i] = p + (size_t)i * n;
 }
 
-xdc_err_t orch_snapshot_save(const char *dir, const void *buf, size_t n, const xdc_ckpt_blob_opt *opt,
-                             xdc_diag *diag)
+xdc_err_t orch_snapshot_save(const char *dir, const void *buf, size_t n, const xdc_ckpt_blob_opt *opt, xdc_diag *diag)
 {
     return xdc_ckpt_blob_write(dir, ORCH_SNAPSHOT_FILE, buf, orch_snapshot_bytes(n), opt, diag);
 }
@@ -65,11 +67,11 @@ typedef struct {
 
 struct orch_warm {
     char dir[1024];
-    uint8_t *buf;           /* pinned (orch_snapshot_bytes(n)): the snapshot as written; a joiner's as loaded */
-    int have;               /* a joiner: buf holds a valid snapshot of its earlier process */
-    xdc_ckpt_blob_opt opt;  /* the file's scratch, allocated once */
+    uint8_t *buf;          /* pinned (orch_snapshot_bytes(n)): the snapshot as written; a joiner's as loaded */
+    int have;              /* a joiner: buf holds a valid snapshot of its earlier process */
+    xdc_ckpt_blob_opt opt; /* the file's scratch, allocated once */
     warm_round ring[WARM_ROUNDS];
-    int head, n_ring;       /* the next slot; the rounds kept (the newest n_ring before head) */
+    int head, n_ring; /* the next slot; the rounds kept (the newest n_ring before head) */
     /* the cost, for the run's log: snapshots written, their seconds, and the first and last one's time */
     long long saves;
     double save_s;
@@ -99,8 +101,7 @@ static xdc_err_t warm_of(orch_worker *w, struct orch_warm **out)
     if (!k) return XDC_ERR_NOMEM;
     w->elastic.warm = k; /* freed by orch_warm_destroy, whatever happens */
     const char *env = getenv("XDC_SNAPSHOT_DIR");
-    if (env && *env)
-        snprintf(k->dir, sizeof k->dir, "%s/%s/%s-%d", env, w->id->run_id, w->id->region, w->id->lrank);
+    if (env && *env) snprintf(k->dir, sizeof k->dir, "%s/%s/%s-%d", env, w->id->run_id, w->id->region, w->id->lrank);
     else snprintf(k->dir, sizeof k->dir, "%s/snapshot/%s-%d", w->id->run_dir, w->id->region, w->id->lrank);
     size_t bytes = orch_snapshot_bytes(w->model.n_params);
     k->opt = (xdc_ckpt_blob_opt){.cap = xdc_ckpt_blob_scratch_bytes(bytes), .level = SNAP_ZSTD_LEVEL};
@@ -152,7 +153,10 @@ xdc_err_t orch_warm_round(orch_worker *w, orch_outer *o, int64_t round)
     int64_t adam_t;
     XDC_CHECK(xdc_gpt_stage_moments_get(w->model.st, 0, n, part[ORCH_SNAP_M], part[ORCH_SNAP_V], &adam_t));
     XDC_CHECK(d->stream_sync(o->stream));
-    *m = (orch_snapshot_meta){.n = n, .round = round, .step = w->prog.step, .adam_t = adam_t,
+    *m = (orch_snapshot_meta){.n = n,
+                              .round = round,
+                              .step = w->prog.step,
+                              .adam_t = adam_t,
                               .hash = xdc_xxh64(part[ORCH_SNAP_GLOBAL], n * sizeof(float), 0)};
     if (w->model.data) {
         xdc_data_pos pos = xdc_data_get_pos(w->model.data);
@@ -198,7 +202,8 @@ xdc_err_t orch_warm_ask(orch_worker *w, xdc_diag *diag)
     char val[64] = "none";
     if (k->have) snprintf(val, sizeof val, "%lld %016llx", (long long)m->round, (unsigned long long)m->hash);
     if (k->have)
-        XDC_WARN(XDC_SUB_ORCH, "region %s rank %d: its snapshot of round %lld (step %lld, hash %016llx) is valid: it "
+        XDC_WARN(XDC_SUB_ORCH,
+                 "region %s rank %d: its snapshot of round %lld (step %lld, hash %016llx) is valid: it "
                  "asks for the rounds since",
                  w->id->region, w->id->lrank, (long long)m->round, (long long)m->step, (unsigned long long)m->hash);
     else

@@ -17,12 +17,12 @@
 #define ORCH_SNAPSHOT_FILE "outer-round.snap"
 
 typedef struct orch_snapshot_meta {
-    uint64_t n;           /* parameters of the stage */
-    int64_t round;        /* the outer round's step (its decision's) */
-    int64_t step;         /* the worker's step when it was taken (the round's, or diloco.overlap_steps later) */
-    int64_t adam_t;       /* AdamW steps taken */
+    uint64_t n;            /* parameters of the stage */
+    int64_t round;         /* the outer round's step (its decision's) */
+    int64_t step;          /* the worker's step when it was taken (the round's, or diloco.overlap_steps later) */
+    int64_t adam_t;        /* AdamW steps taken */
     uint64_t epoch, batch; /* data position */
-    uint64_t hash;        /* xxh64 of the global parameters (n fp32) */
+    uint64_t hash;         /* xxh64 of the global parameters (n fp32) */
 } orch_snapshot_meta;
 
 enum { ORCH_SNAP_GLOBAL, ORCH_SNAP_MOM, ORCH_SNAP_M, ORCH_SNAP_V, ORCH_SNAP_PARTS };
@@ -31,8 +31,7 @@ enum { ORCH_SNAP_GLOBAL, ORCH_SNAP_MOM, ORCH_SNAP_M, ORCH_SNAP_V, ORCH_SNAP_PART
 size_t orch_snapshot_bytes(size_t n);
 void orch_snapshot_parts(void *buf, size_t n, orch_snapshot_meta **meta, float *part[ORCH_SNAP_PARTS]);
 /* Write buf (orch_snapshot_bytes(n), meta filled in) as `dir`/ORCH_SNAPSHOT_FILE, as opt says. */
-xdc_err_t orch_snapshot_save(const char *dir, const void *buf, size_t n, const xdc_ckpt_blob_opt *opt,
-                             xdc_diag *diag);
+xdc_err_t orch_snapshot_save(const char *dir, const void *buf, size_t n, const xdc_ckpt_blob_opt *opt, xdc_diag *diag);
 /* Read `dir`/ORCH_SNAPSHOT_FILE into buf: XDC_ERR_IO when there is none, XDC_ERR_CONFIG when it holds another
  * model, XDC_ERR_CORRUPT on a bad checksum or global parameters that do not hash to its meta's hash. */
 xdc_err_t orch_snapshot_load(const char *dir, void *buf, size_t n, xdc_diag *diag);
