@@ -531,6 +531,11 @@ static xdc_err_t take_rounds(orch_worker *w, orch_outer *o, const donor_in *dn, 
     const uint64_t *h = dn->hdr;
     size_t lo = h[HDR_LO], len = h[HDR_HI] - lo, bytes = len * sizeof(float);
     const void *snap = orch_warm_snapshot(w);
+    if (!snap) {
+        xdc_diag_set(diag, "rejoin: %s sent the rounds' means since a snapshot this worker does not hold",
+                     w->topo->regions[dn->region].name);
+        return XDC_ERR_PROTO;
+    }
     orch_snapshot_meta *m;
     float *part[ORCH_SNAP_PARTS];
     orch_snapshot_parts((void *)snap, w->model.n_params, &m, part);
@@ -704,7 +709,8 @@ static void took_how(const orch_worker *w, const struct orch_rejoin_in *in, char
     else
         snprintf(out, cap, "a slice from each (global parameters, outer momentum and AdamW moments%s, %.1f MB%s%s",
                  moment_bytes(w) == sizeof(float) ? "" : " as bf16", (double)bytes / 1e6,
-                 in->dn[0].hdr[HDR_WHY] ? "; not warm: " : "", orch_warm_why((int)in->dn[0].hdr[HDR_WHY]));
+                 w->cfg->mode == ORCH_MODE_DILOCO ? "; not warm: " : "",
+                 w->cfg->mode == ORCH_MODE_DILOCO ? orch_warm_why((int)in->dn[0].hdr[HDR_WHY]) : "");
 }
 
 /* The state landed (every slice in): check and take each donor's slice, replay the outer steps of the rounds
