@@ -21,7 +21,12 @@ static void fill(void *buf, int64_t round)
     orch_snapshot_parts(buf, N, &m, part);
     for (int p = 0; p < ORCH_SNAP_PARTS; p++)
         for (int i = 0; i < N; i++) part[p][i] = (float)round + 0.001f * (float)i - (float)p;
-    *m = (orch_snapshot_meta){.n = N, .round = round, .step = round + 2, .adam_t = round, .epoch = 0, .batch = 7,
+    *m = (orch_snapshot_meta){.n = N,
+                              .round = round,
+                              .step = round + 2,
+                              .adam_t = round,
+                              .epoch = 0,
+                              .batch = 7,
                               .hash = xdc_xxh64(part[ORCH_SNAP_GLOBAL], N * sizeof(float), 0)};
 }
 
