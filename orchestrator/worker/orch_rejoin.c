@@ -103,9 +103,14 @@ static size_t slice_bytes(const orch_worker *w, size_t len)
 
 /* A member's hand-over of its slice to the regions one round took back, on the comm engine. */
 struct orch_rejoin_out {
-    uint8_t *host;       /* pinned (slice_bytes(hi - lo)): the slice as sent, staged once for every joiner */
-    size_t bytes;        /* of it sent: the slice, or the rounds' means (fewer) */
-    uint64_t hdr[HDR_N]; /* its header */
+    int64_t step;  /* the member's, at the round */
+    uint8_t *host; /* pinned (slice_bytes(hi - lo)): the slice of the state as sent, staged once for every joiner
+                    * that takes it; NULL: none does */
+    float *means;  /* pinned (rounds x (hi - lo)): the newest kept rounds' means over the slice, oldest first,
+                    * staged once for the joiners that take them (one r rounds behind: the last r); NULL: none */
+    int rounds;
+    uint64_t hdr[XDC_TOPO_MAX_REGIONS][HDR_N];      /* each joining region's header */
+    int peer_region[XDC_TOPO_MAX_REGIONS];          /* each peer's region */
     xdc_wan_request *req[2 * XDC_TOPO_MAX_REGIONS]; /* header and slice to each joiner; NULL once settled */
     int n_req;
     xdc_wan_peer *peer[XDC_TOPO_MAX_REGIONS]; /* (n_peer) each joiner's state connection, closed once settled */
@@ -191,11 +196,12 @@ static int settle_one(orch_worker *w, struct orch_rejoin_out *g, int wait)
         if (rc != XDC_OK)
             XDC_WARN(XDC_SUB_ORCH,
                      "round %llu: a rejoining region did not take this member's slice of the state (%s: %s)",
-                     (unsigned long long)g->hdr[HDR_STEP], xdc_strerror(rc), d.msg);
+                     (unsigned long long)g->step, xdc_strerror(rc), d.msg);
     }
     if (left) return 0;
     for (int i = 0; i < g->n_peer; i++) xdc_wan_peer_destroy(g->peer[i]);
-    w->model.be->device->host_free(g->host);
+    if (g->host) w->model.be->device->host_free(g->host);
+    if (g->means) w->model.be->device->host_free(g->means);
     return 1;
 }
 
@@ -259,62 +265,90 @@ static void header(orch_worker *w, uint64_t *h, int64_t adam_t, size_t lo, size_
     }
 }
 
-/* Stage the means of the last `rounds` rounds over [lo, hi) in hand-over g, for joiners whose snapshot is
- * that many rounds old (orch_warm_chain): fewer bytes than the slice of the state (orch_snapshot.c). */
-static xdc_err_t stage_rounds(orch_worker *w, struct orch_rejoin_out *g, int rounds, size_t lo, size_t hi)
+/* What hand-over g sends the joiner whose header is h: the rounds' means it is behind (the newest of g's) or the
+ * slice of the state; its bytes in *bytes. */
+static const void *payload(const orch_worker *w, const struct orch_rejoin_out *g, const uint64_t *h, size_t *bytes)
 {
-    uint64_t *h = g->hdr;
-    g->bytes = (size_t)rounds * (hi - lo) * sizeof(float);
-    int64_t adam_t;
-    XDC_CHECK(orch_warm_stage(w, rounds, lo, hi, (float *)g->host, &h[HDR_MEANS], &adam_t));
-    header(w, h, adam_t, lo, hi);
-    h[HDR_WARM] = (uint64_t)rounds + 1;
-    h[HDR_HASH] = xdc_xxh64(g->host, g->bytes, 0);
-    return XDC_OK;
+    size_t len = h[HDR_HI] - h[HDR_LO];
+    if (!h[HDR_WARM]) return *bytes = slice_bytes(w, len), g->host;
+    size_t r = (size_t)h[HDR_WARM] - 1;
+    *bytes = r * len * sizeof(float);
+    return g->means + ((size_t)g->rounds - r) * len;
 }
 
-/* Stage this member's slice of the round's state into a new hand-over: the global parameters and outer
- * momentum (o), the AdamW moments (the stage's; bf16 outside sync mode), each part's xxh64 in the header. */
-static xdc_err_t stage_slice(orch_worker *w, orch_outer *o, struct orch_rejoin_out **out)
+/* Stage this member's slice of the round's state in hand-over g: the global parameters and outer momentum (o),
+ * the AdamW moments (the stage's; bf16 outside sync mode), each part's xxh64 into h; the AdamW steps into
+ * *adam_t. */
+static xdc_err_t stage_state(orch_worker *w, orch_outer *o, struct orch_rejoin_out *g, size_t lo, size_t hi,
+                             uint64_t *h, int64_t *adam_t)
 {
     const xdc_device_ops *d = w->model.be->device;
-    size_t lo, hi;
-    orch_elastic_slice(w->topo, w->model.n_params, w->elastic.m.quorum, w->id->region_idx, &lo, &hi);
     size_t len = hi - lo, bytes = len * sizeof(float);
-    struct orch_rejoin_out *g = xdc_calloc(1, sizeof *g);
-    if (!g) return XDC_ERR_NOMEM;
-    xdc_err_t rc = d->host_alloc((void **)&g->host, slice_bytes(w, len) + 1); /* + 1: a slice may be empty */
-    if (rc != XDC_OK) {
-        xdc_free(g);
-        return rc;
-    }
-    *out = g;
-    uint64_t *h = g->hdr;
-    int rounds = 0, why = orch_warm_chain(w, &rounds, &h[HDR_FROM]);
-    if (why == ORCH_WARM_OK) return stage_rounds(w, g, rounds, lo, hi);
-    h[HDR_WHY] = (uint64_t)why;
-    g->bytes = slice_bytes(w, len);
+    XDC_CHECK(d->host_alloc((void **)&g->host, slice_bytes(w, len) + 1)); /* + 1: a slice may be empty */
     uint8_t *part[N_PART];
     parts_of(w, g->host, len, part);
-    int64_t adam_t;
     xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
     XDC_CHECK(d->copy_d2h(part[PART_GLOBAL], o->global + lo, bytes, s));
     XDC_CHECK(d->copy_d2h(part[PART_MOM], o->mom + lo, bytes, s));
     if (moment_bytes(w) == sizeof(float)) { /* on the same stream, which it waits for */
-        XDC_CHECK(
-            xdc_gpt_stage_moments_get(w->model.st, lo, hi, (float *)part[PART_M], (float *)part[PART_V], &adam_t));
+        XDC_CHECK(xdc_gpt_stage_moments_get(w->model.st, lo, hi, (float *)part[PART_M], (float *)part[PART_V], adam_t));
     } else { /* fp32 into a host scratch, then bf16 (round to nearest even) into the slice */
         float *mv = xdc_malloc(2 * bytes + 1);
         if (!mv) return XDC_ERR_NOMEM;
-        rc = xdc_gpt_stage_moments_get(w->model.st, lo, hi, mv, mv + len, &adam_t);
+        xdc_err_t rc = xdc_gpt_stage_moments_get(w->model.st, lo, hi, mv, mv + len, adam_t);
         if (rc == XDC_OK) rc = xdc_quant_cpu_ops.fp32_to_bf16(mv, NULL, len, (uint16_t *)part[PART_M]);
         if (rc == XDC_OK) rc = xdc_quant_cpu_ops.fp32_to_bf16(mv + len, NULL, len, (uint16_t *)part[PART_V]);
         xdc_free(mv);
         XDC_CHECK(rc);
     }
-    header(w, h, adam_t, lo, hi);
     for (int p = 0; p < N_PART; p++) h[HDR_HASH + p] = xdc_xxh64(part[p], part_bytes(w, p, len), 0);
     if (len && orch_rejoin_test_fault(w, "corrupt")) ((float *)part[PART_MOM])[0] += 1.0f;
+    return XDC_OK;
+}
+
+/* Stage this member's hand-over to the round's joining regions: to each whose snapshot its kept rounds lead
+ * from (orch_warm_chain) the means of the rounds since, fewer bytes than the state (orch_snapshot.c); to the
+ * others its slice of the state; each joiner's header (the member's step, data position and AdamW steps, the
+ * slice's bounds, what follows and its hash). */
+static xdc_err_t stage_slice(orch_worker *w, orch_outer *o, struct orch_rejoin_out **out)
+{
+    size_t lo, hi;
+    orch_elastic_slice(w->topo, w->model.n_params, w->elastic.m.quorum, w->id->region_idx, &lo, &hi);
+    size_t len = hi - lo;
+    struct orch_rejoin_out *g = xdc_calloc(1, sizeof *g);
+    if (!g) return XDC_ERR_NOMEM;
+    *out = g;
+    g->step = w->prog.step;
+    int n = w->id->n_regions, why[XDC_TOPO_MAX_REGIONS], rounds[XDC_TOPO_MAX_REGIONS] = {0}, state = 0, warm = 0;
+    uint64_t from[XDC_TOPO_MAX_REGIONS] = {0}, base[HDR_N] = {0}, means = 0;
+    for (int r = 0; r < n; r++) {
+        if (!w->elastic.m.joining[r]) continue;
+        why[r] = orch_warm_chain(w, r, &rounds[r], &from[r]);
+        if (why[r] != ORCH_WARM_OK) state = 1;
+        else warm = 1, g->rounds = rounds[r] > g->rounds ? rounds[r] : g->rounds;
+    }
+    int64_t adam_t = 0;
+    if (state) XDC_CHECK(stage_state(w, o, g, lo, hi, base, &adam_t));
+    if (warm) { /* + 1: a joiner may be 0 rounds behind, or its slice empty */
+        XDC_CHECK(w->model.be->device->host_alloc((void **)&g->means, (size_t)g->rounds * len * sizeof(float) + 1));
+        XDC_CHECK(orch_warm_stage(w, g->rounds, lo, hi, g->means, &means, &adam_t));
+    }
+    header(w, base, adam_t, lo, hi);
+    for (int r = 0; r < n; r++) {
+        if (!w->elastic.m.joining[r]) continue;
+        uint64_t *h = g->hdr[r];
+        memcpy(h, base, sizeof base);
+        if (why[r] != ORCH_WARM_OK) {
+            h[HDR_WHY] = (uint64_t)why[r];
+            continue;
+        }
+        h[HDR_WARM] = (uint64_t)rounds[r] + 1, h[HDR_FROM] = from[r];
+        h[HDR_MEANS] = means >> (g->rounds - rounds[r]);
+        size_t bytes = 0;
+        const void *buf = payload(w, g, h, &bytes);
+        h[HDR_HASH] = xdc_xxh64(buf, bytes, 0);
+        for (int p = 1; p < N_PART; p++) h[HDR_HASH + p] = 0;
+    }
     return XDC_OK;
 }
 
@@ -335,19 +369,20 @@ static void post_slices(orch_worker *w, struct orch_rejoin_out *g)
     g->hold_until = 0;
     for (int i = 0; i < g->n_peer; i++) {
         const xdc_wan_identity *id = xdc_wan_peer_identity(g->peer[i]);
-        give_part(w, g, g->peer[i], g->host, g->bytes);
-        if (g->hdr[HDR_WARM])
+        const uint64_t *h = g->hdr[g->peer_region[i]];
+        size_t bytes = 0;
+        const void *buf = payload(w, g, h, &bytes);
+        give_part(w, g, g->peer[i], buf, bytes);
+        if (h[HDR_WARM])
             XDC_INFO(XDC_SUB_ORCH,
                      "round %lld: sending region %s rank %d parameters [%llu, %llu) of the means of the %llu rounds "
                      "since its snapshot (%.2f MB)",
-                     (long long)w->prog.step, id->region, id->rank, (unsigned long long)g->hdr[HDR_LO],
-                     (unsigned long long)g->hdr[HDR_HI], (unsigned long long)g->hdr[HDR_WARM] - 1,
-                     (double)g->bytes / 1e6);
+                     (long long)w->prog.step, id->region, id->rank, (unsigned long long)h[HDR_LO],
+                     (unsigned long long)h[HDR_HI], (unsigned long long)h[HDR_WARM] - 1, (double)bytes / 1e6);
         else
             XDC_INFO(XDC_SUB_ORCH, "round %lld: sending region %s rank %d parameters [%llu, %llu) of the state%s%s",
-                     (long long)w->prog.step, id->region, id->rank, (unsigned long long)g->hdr[HDR_LO],
-                     (unsigned long long)g->hdr[HDR_HI], g->hdr[HDR_WHY] ? ": " : "",
-                     orch_warm_why((int)g->hdr[HDR_WHY]));
+                     (long long)w->prog.step, id->region, id->rank, (unsigned long long)h[HDR_LO],
+                     (unsigned long long)h[HDR_HI], h[HDR_WHY] ? ": " : "", orch_warm_why((int)h[HDR_WHY]));
     }
 }
 
@@ -436,8 +471,9 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
             xdc_wan_peer_destroy(p);
             continue;
         }
+        g->peer_region[g->n_peer] = r;
         g->peer[g->n_peer++] = p;
-        give_part(w, g, p, g->hdr, sizeof g->hdr); /* the header at once: the joiner's step and data position */
+        give_part(w, g, p, g->hdr[r], sizeof g->hdr[r]); /* the header at once: the joiner's step, data position */
     }
     memset(w->elastic.m.joining, 0, sizeof w->elastic.m.joining);
     if (g && !g->hold_until) post_slices(w, g);

@@ -81,7 +81,6 @@ struct orch_warm {
 static const char *const why_text[] = {
     [ORCH_WARM_OK] = "",
     [ORCH_WARM_NONE] = "it found no valid snapshot of its own",
-    [ORCH_WARM_DIFFER] = "the regions joining at this round have snapshots of different rounds",
     [ORCH_WARM_MISMATCH] = "its snapshot's global parameters differ from this member's at that round (hash)",
     [ORCH_WARM_OLD] = "its snapshot's round is older than the rounds this member keeps",
     [ORCH_WARM_OFF] = "this member keeps no rounds (not DiLoCo, or not a member long enough)",
@@ -212,27 +211,18 @@ xdc_err_t orch_warm_ask(orch_worker *w, xdc_diag *diag)
     return rdzv_set(orch_member_rdzv(w->member), rdzv_key_warm(w->id->region_idx, w->id->lrank).s, val, diag);
 }
 
-int orch_warm_chain(orch_worker *w, int *rounds, uint64_t *from)
+int orch_warm_chain(orch_worker *w, int region, int *rounds, uint64_t *from)
 {
-    orch_elastic_member *em = &w->elastic.m;
     struct orch_warm *k = w->elastic.warm;
     if (w->cfg->mode != ORCH_MODE_DILOCO) return ORCH_WARM_OFF;
-    long long s0 = -1;
-    uint64_t h0 = 0;
-    for (int r = 0; r < w->id->n_regions; r++) {
-        if (!em->joining[r]) continue;
-        char val[64];
-        long long s;
-        unsigned long long h;
-        xdc_diag d = {{0}};
-        if (rdzv_try_get(orch_member_rdzv(w->member), rdzv_key_warm(r, w->id->lrank).s, val, sizeof val, &d) !=
-                XDC_OK ||
-            sscanf(val, "%lld %llx", &s, &h) != 2)
-            return ORCH_WARM_NONE;
-        if (s0 >= 0 && (s != s0 || h != h0)) return ORCH_WARM_DIFFER;
-        s0 = s, h0 = h;
-    }
-    if (s0 < 0) return ORCH_WARM_NONE;
+    char val[64];
+    long long s0;
+    unsigned long long h0;
+    xdc_diag d = {{0}};
+    if (rdzv_try_get(orch_member_rdzv(w->member), rdzv_key_warm(region, w->id->lrank).s, val, sizeof val, &d) !=
+            XDC_OK ||
+        sscanf(val, "%lld %llx", &s0, &h0) != 2)
+        return ORCH_WARM_NONE;
     if (!k || !k->n_ring) return ORCH_WARM_OFF;
     *from = h0;
     for (int i = k->n_ring - 1; i >= 0; i--) { /* newest first: the chain of hashes back to the joiner's */

@@ -358,7 +358,7 @@ int orch_rejoin_test_fault(const orch_worker *w, const char *fault);
 
 /* orch_snapshot.c: the warm rejoin of elastic DiLoCo (docs/runtime.md, "Rejoining"). Why a donor sends a
  * joiner its slice of the state rather than the rounds' means since its snapshot: */
-enum { ORCH_WARM_OK, ORCH_WARM_NONE, ORCH_WARM_DIFFER, ORCH_WARM_MISMATCH, ORCH_WARM_OLD, ORCH_WARM_OFF };
+enum { ORCH_WARM_OK, ORCH_WARM_NONE, ORCH_WARM_MISMATCH, ORCH_WARM_OLD, ORCH_WARM_OFF };
 const char *orch_warm_why(int code);
 /* After the outer step of the round at `round` (elastic DiLoCo, a worker holding its state): the snapshot
  * (global parameters, outer momentum, AdamW moments and step count, step, data position, the global
@@ -368,10 +368,10 @@ xdc_err_t orch_warm_round(orch_worker *w, orch_outer *o, int64_t round);
 /* A restarted worker of elastic DiLoCo before it asks to rejoin: its snapshot loaded when valid, and
  * warm/<region>/<rank> posted ("<round> <hash>", or "none"), logged either way. */
 xdc_err_t orch_warm_ask(orch_worker *w, xdc_diag *diag);
-/* A donor of the round just applied: ORCH_WARM_OK when every joining region asked with the same snapshot and
- * this member's kept rounds lead from its hash (*from) to its global parameters in *rounds rounds; else why
+/* A donor of the round just applied, for joining region `region`: ORCH_WARM_OK when it asked with a snapshot
+ * whose hash (*from) this member's kept rounds lead from to its global parameters, in *rounds rounds; else why
  * not. */
-int orch_warm_chain(orch_worker *w, int *rounds, uint64_t *from);
+int orch_warm_chain(orch_worker *w, int region, int *rounds, uint64_t *from);
 /* The newest `rounds` kept means over [lo, hi) into host (rounds x (hi - lo) fp32, oldest first); bit j of
  * *means set when round j was a plain mean (orch_outer.mean); *adam_t: the AdamW steps at the last round. */
 xdc_err_t orch_warm_stage(orch_worker *w, int rounds, size_t lo, size_t hi, float *host, uint64_t *means,

@@ -1035,14 +1035,14 @@ XDC_TEST_T(elastic_launch_streaming_does_not_wait_for_a_joiner_whose_state_is_he
 
 /* The warm rejoin (docs/runtime.md "Rejoining"): ap-south's worker dies right after writing its snapshot of round
  * 20 (XDC_TEST_REJOIN=die@ap-south: the run's own event) and `xdc launch --max-restarts 1` starts it again; the
- * host takes it back at round 28 (XDC_TEST_REJOIN_AT), two rounds (24, 28) after its snapshot. With `also` (a
- * second fault of the restarted joiner) its snapshot is refused. ap-south's log, and the run ends with all
- * three regions on one model. */
-static char *back_from_snapshot(const char *name, const char *also)
+ * host takes it back at round 28 (XDC_TEST_REJOIN_AT), two rounds (24, 28) after its snapshot. `also`: more
+ * faults (of the restarted joiner, or of eu-west: then `elastic` lets us-east go on alone and donate alone).
+ * ap-south's log, and the run ends with all three regions on one model. */
+static char *back_from_snapshot(const char *name, const char *also, const char *elastic, int donors)
 {
     need_corpus();
-    const char *run = write_run_timeouts(name, "diloco", 64, "{min_regions: 2, grace: 5s}", ", handshake: 5s");
-    char dir[600], log[700], faults[128];
+    const char *run = write_run_timeouts(name, "diloco", 64, elastic, ", handshake: 5s");
+    char dir[600], log[700], faults[128], want[200];
     snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
     snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
     snprintf(faults, sizeof faults, "die@ap-south%s%s", also ? "," : "", also ? also : "");
@@ -1057,8 +1057,19 @@ static char *back_from_snapshot(const char *name, const char *also)
     expect_one_model(dir, out, 3);
     free(out);
     char *wlog = region_log(dir, "ap-south");
-    XDC_ASSERT_STR_CONTAINS(wlog, "region ap-south took the state of round 28 (step 28, data epoch 0 batch 28, 28 "
-                                  "AdamW steps) from the round's 2 member regions, ");
+    snprintf(want, sizeof want,
+             "region ap-south took the state of round 28 (step 28, data epoch 0 batch 28, 28 AdamW steps) from the "
+             "round's %d member regions, ",
+             donors);
+    XDC_ASSERT_STR_CONTAINS(wlog, want);
+    if (also && strstr(also, "eu-west")) { /* eu-west's log too, after ap-south's */
+        char *west = region_log(dir, "eu-west"), *both = malloc(strlen(wlog) + strlen(west) + 1);
+        strcpy(both, wlog);
+        strcat(both, west);
+        free(west);
+        free(wlog);
+        return both;
+    }
     return wlog;
 }
 
@@ -1066,7 +1077,7 @@ static char *back_from_snapshot(const char *name, const char *also)
  * bf16 moments), the joiner replays them from its snapshot, and its parameters end as the members'. */
 XDC_TEST_T(elastic_launch_region_back_from_its_snapshot_takes_only_the_rounds_it_missed, 180)
 {
-    char *wlog = back_from_snapshot("lwarm", NULL);
+    char *wlog = back_from_snapshot("lwarm", NULL, "{min_regions: 2, grace: 5s}", 2);
     XDC_ASSERT_STR_CONTAINS(wlog, "its snapshot of round 20 (step 20, hash ");
     const char *took = strstr(wlog, "region ap-south took the state of round 28");
     double mb = 0, state = 0;
@@ -1083,15 +1094,31 @@ XDC_TEST_T(elastic_launch_region_back_from_its_snapshot_takes_only_the_rounds_it
  * whole state and says why, and every region still ends on one model. */
 XDC_TEST_T(elastic_launch_region_with_a_stale_or_torn_snapshot_takes_the_whole_state, 240)
 {
-    char *wlog = back_from_snapshot("lstale", "stale@ap-south");
+    char *wlog = back_from_snapshot("lstale", "stale@ap-south", "{min_regions: 2, grace: 5s}", 2);
     XDC_ASSERT_STR_CONTAINS(wlog, "a slice from each (global parameters, outer momentum and AdamW moments as bf16, ");
     XDC_ASSERT_STR_CONTAINS(wlog, "not warm: its snapshot's global parameters differ from this member's at that round");
     free(wlog);
-    wlog = back_from_snapshot("ltorn", "torn@ap-south");
+    wlog = back_from_snapshot("ltorn", "torn@ap-south", "{min_regions: 2, grace: 5s}", 2);
     XDC_ASSERT_STR_CONTAINS(wlog, "no snapshot to rejoin from (");
     XDC_ASSERT_STR_CONTAINS(wlog, "checksum mismatch");
     XDC_ASSERT_STR_CONTAINS(wlog, "not warm: it found no valid snapshot of its own");
     free(wlog);
+}
+
+/* Two joiners of one round, one with a snapshot and one without: eu-west and ap-south both die after their
+ * snapshots of round 20, us-east goes on alone and takes both back at round 28; ap-south's restart ignores its
+ * snapshot (nosnap). us-east stages both payloads once: eu-west takes the 2 rounds' means, ap-south the state,
+ * and all three end on one model. */
+XDC_TEST_T(elastic_launch_two_joiners_one_warm_one_not_each_take_their_own, 180)
+{
+    char *logs = back_from_snapshot("lmixed", "die@eu-west,nosnap@ap-south", "{min_regions: 1, grace: 5s}", 1);
+    XDC_ASSERT_STR_CONTAINS(logs, "region ap-south took the state of round 28 (step 28, data epoch 0 batch 28, 28 "
+                                  "AdamW steps) from the round's 1 member regions, a slice from each (");
+    XDC_ASSERT_STR_CONTAINS(logs, "not warm: it found no valid snapshot of its own");
+    XDC_ASSERT_STR_CONTAINS(logs, "region eu-west took the state of round 28 (step 28, data epoch 0 batch 28, 28 "
+                                  "AdamW steps) from the round's 1 member regions, warm: 1 of them the means of the "
+                                  "2 rounds since its snapshot");
+    free(logs);
 }
 
 /* Elastic sync mode: the round that takes ap-south back is a step; after its update the members hand the joiner
