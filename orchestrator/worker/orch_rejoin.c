@@ -29,12 +29,16 @@
  * its global parameters end bit-equal to theirs), sets local = global and is a member from the next round
  * on. At the run's last round it waits for the state instead. Sync mode (every region applies the same AdamW
  * step from the same moments each step: no round to keep) and a return at the last round take it at once.
+ * Warm (DiLoCo): a joiner that posted a valid snapshot of its own gets, from each donor whose kept rounds lead
+ * from that snapshot's hash to its global parameters, the means of the rounds it missed over the donor's range
+ * instead of the slice of the state (4 bytes a parameter a round, at most 2 rounds), and replays them from its
+ * snapshot (orch_snapshot.c); each joiner of a round is served on its own.
  * The store's side of the handshake (the request, the round that takes it, who to dial) is the round
  * protocol's member half, orchestrator/elastic/orch_elastic_member.c; this file moves the model state.
  *
  * The test hook XDC_TEST_REJOIN=<fault>@<region>[,<fault>@<region>...] (tests/e2e/test_elastic.c) fires one
- * fault per process, at the run's own events: corrupt (a member of <region> changes one value of its slice after hashing it),
- * absent (the joiner of <region> gives up after learning its round, before it dials), miss (a member of
+ * fault per process, at the run's own events: corrupt (a member of <region> changes one value of its slice after
+ * hashing it), absent (the joiner of <region> gives up after learning its round, before it dials), miss (a member of
  * <region> closes the joiner's state connection instead of sending its slice), vanish (a member of <region>
  * that is not a restarted process itself dies, SIGKILL, once it accepted the joiner's connections, before its
  * slice), hold (a member of <region> sends its header at once but holds its slice until it finished two more
