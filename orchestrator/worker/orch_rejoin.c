@@ -342,8 +342,8 @@ static xdc_err_t stage_slice(orch_worker *w, orch_outer *o, struct orch_rejoin_o
         if (!w->elastic.m.joining[r]) continue;
         uint64_t *h = g->hdr[r];
         memcpy(h, base, sizeof base);
-        if (why[r] != ORCH_WARM_OK) {
-            h[HDR_WHY] = (uint64_t)why[r];
+        if (why[r] != ORCH_WARM_OK) { /* the reason only where there is a warm path */
+            h[HDR_WHY] = w->cfg->mode == ORCH_MODE_DILOCO ? (uint64_t)why[r] : 0;
             continue;
         }
         h[HDR_WARM] = (uint64_t)rounds[r] + 1, h[HDR_FROM] = from[r];
@@ -749,8 +749,7 @@ static void took_how(const orch_worker *w, const struct orch_rejoin_in *in, char
     else
         snprintf(out, cap, "a slice from each (global parameters, outer momentum and AdamW moments%s, %.1f MB%s%s",
                  moment_bytes(w) == sizeof(float) ? "" : " as bf16", (double)bytes / 1e6,
-                 w->cfg->mode == ORCH_MODE_DILOCO ? "; not warm: " : "",
-                 w->cfg->mode == ORCH_MODE_DILOCO ? orch_warm_why((int)in->dn[0].hdr[HDR_WHY]) : "");
+                 in->dn[0].hdr[HDR_WHY] ? "; not warm: " : "", orch_warm_why((int)in->dn[0].hdr[HDR_WHY]));
 }
 
 /* The state landed (every slice in): check and take each donor's slice, replay the outer steps of the rounds

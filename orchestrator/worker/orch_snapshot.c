@@ -83,7 +83,7 @@ static const char *const why_text[] = {
     [ORCH_WARM_NONE] = "it found no valid snapshot of its own",
     [ORCH_WARM_MISMATCH] = "its snapshot's global parameters differ from this member's at that round (hash)",
     [ORCH_WARM_OLD] = "its snapshot's round is older than the rounds this member keeps",
-    [ORCH_WARM_OFF] = "this member keeps no rounds (not DiLoCo, or not a member long enough)",
+    [ORCH_WARM_OFF] = "this member keeps no rounds yet (not a member long enough)",
 };
 
 const char *orch_warm_why(int code)
