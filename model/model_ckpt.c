@@ -70,7 +70,8 @@ static xdc_err_t write_all(int fd, const void *p, size_t n)
  * link planted at NAME.tmp or in place of the directory cannot redirect the write onto another file. A
  * stale temp file of a crashed save is removed first (unlinking a link removes the link, not its
  * target). On failure the temp file is removed and an earlier `name` is left as it was. */
-static xdc_err_t write_atomic(const char *dir, const char *name, const void *data, size_t len, xdc_diag *diag)
+static xdc_err_t write_atomic(const char *dir, const char *name, const void *data, size_t len, int durable,
+                              xdc_diag *diag)
 {
     char tmp[300];
     snprintf(tmp, sizeof tmp, "%s.tmp", name);
@@ -87,13 +88,13 @@ static xdc_err_t write_atomic(const char *dir, const char *name, const void *dat
         goto fail;
     }
     fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0 || write_all(fd, data, len) != XDC_OK || fsync(fd) != 0) {
+    if (fd < 0 || write_all(fd, data, len) != XDC_OK || (durable && fsync(fd) != 0)) {
         xdc_diag_set(diag, "%s/%s: cannot write: %s", dir, tmp, strerror(errno));
         goto fail;
     }
     close(fd);
     fd = -1;
-    if (renameat(dfd, tmp, dfd, name) != 0 || fsync(dfd) != 0) {
+    if (renameat(dfd, tmp, dfd, name) != 0 || (durable && fsync(dfd) != 0)) {
         xdc_diag_set(diag, "%s/%s: cannot rename into place or sync %s: %s", dir, tmp, dir, strerror(errno));
         goto fail;
     }
@@ -139,7 +140,7 @@ xdc_err_t xdc_ckpt_save(const char *dir, xdc_gpt_stage *s, const xdc_ckpt_meta *
     h.checksum = checksum(file, offsetof(ckpt_header, checksum), file + CKPT_HEADER_BYTES, z);
     memcpy(file + offsetof(ckpt_header, checksum), &h.checksum, sizeof h.checksum);
 
-    rc = write_atomic(dir, name, file, CKPT_HEADER_BYTES + z, diag);
+    rc = write_atomic(dir, name, file, CKPT_HEADER_BYTES + z, 1, diag);
 fail:
     xdc_free(raw);
     xdc_free(file);
@@ -298,24 +299,38 @@ typedef struct blob_header {
 } blob_header;
 _Static_assert(sizeof(blob_header) <= CKPT_HEADER_BYTES, "blob header outgrew its slot");
 
-xdc_err_t xdc_ckpt_blob_save(const char *dir, const char *name, const void *data, size_t bytes, xdc_diag *diag)
+size_t xdc_ckpt_blob_scratch_bytes(size_t bytes) { return CKPT_HEADER_BYTES + ZSTD_compressBound(bytes); }
+
+xdc_err_t xdc_ckpt_blob_write(const char *dir, const char *name, const void *data, size_t bytes,
+                              const xdc_ckpt_blob_opt *opt, xdc_diag *diag)
 {
-    size_t bound = ZSTD_compressBound(bytes);
-    uint8_t *file = xdc_calloc(1, CKPT_HEADER_BYTES + bound);
-    if (!file) return XDC_ERR_NOMEM;
-    size_t z = ZSTD_compress(file + CKPT_HEADER_BYTES, bound, data, bytes, CKPT_ZSTD_LEVEL);
-    xdc_err_t rc = XDC_ERR_INTERNAL;
+    size_t cap = xdc_ckpt_blob_scratch_bytes(bytes);
+    if (opt->cap < cap) {
+        xdc_diag_set(diag, "%s/%s: a scratch of %zu bytes where %zu are needed", dir, name, opt->cap, cap);
+        return XDC_ERR_INVALID;
+    }
+    uint8_t *file = opt->scratch;
+    memset(file, 0, CKPT_HEADER_BYTES);
+    size_t z = ZSTD_compress(file + CKPT_HEADER_BYTES, cap - CKPT_HEADER_BYTES, data, bytes, opt->level);
     if (ZSTD_isError(z)) {
         xdc_diag_set(diag, "%s/%s: zstd: %s", dir, name, ZSTD_getErrorName(z));
-    } else {
-        blob_header h = {.version = CKPT_VERSION, .raw_bytes = bytes, .zst_bytes = z};
-        memcpy(h.magic, BLOB_MAGIC, 8);
-        memcpy(file, &h, sizeof h);
-        h.checksum = checksum(file, offsetof(blob_header, checksum), file + CKPT_HEADER_BYTES, z);
-        memcpy(file + offsetof(blob_header, checksum), &h.checksum, sizeof h.checksum);
-        rc = write_atomic(dir, name, file, CKPT_HEADER_BYTES + z, diag);
+        return XDC_ERR_INTERNAL;
     }
-    xdc_free(file);
+    blob_header h = {.version = CKPT_VERSION, .raw_bytes = bytes, .zst_bytes = z};
+    memcpy(h.magic, BLOB_MAGIC, 8);
+    memcpy(file, &h, sizeof h);
+    h.checksum = checksum(file, offsetof(blob_header, checksum), file + CKPT_HEADER_BYTES, z);
+    memcpy(file + offsetof(blob_header, checksum), &h.checksum, sizeof h.checksum);
+    return write_atomic(dir, name, file, CKPT_HEADER_BYTES + z, opt->durable, diag);
+}
+
+xdc_err_t xdc_ckpt_blob_save(const char *dir, const char *name, const void *data, size_t bytes, xdc_diag *diag)
+{
+    xdc_ckpt_blob_opt opt = {.cap = xdc_ckpt_blob_scratch_bytes(bytes), .level = CKPT_ZSTD_LEVEL, .durable = 1};
+    opt.scratch = xdc_malloc(opt.cap);
+    if (!opt.scratch) return XDC_ERR_NOMEM;
+    xdc_err_t rc = xdc_ckpt_blob_write(dir, name, data, bytes, &opt, diag);
+    xdc_free(opt.scratch);
     return rc;
 }
 

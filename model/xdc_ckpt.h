@@ -50,6 +50,20 @@ xdc_err_t xdc_ckpt_decode(const char *name, const uint8_t *file, size_t len, int
  * u32 version, u32 reserved, u64 raw bytes, u64 compressed bytes, u64 checksum, zero padding) and a zstd
  * frame; the checksum is XXH64 over the header (checksum zeroed) and the frame. */
 xdc_err_t xdc_ckpt_blob_save(const char *dir, const char *name, const void *data, size_t bytes, xdc_diag *diag);
+/* How a blob is written (xdc_ckpt_blob_write): into the caller's scratch of `cap` bytes (at least
+ * xdc_ckpt_blob_scratch_bytes), so a file written every outer round allocates nothing; zstd `level` (negative:
+ * its fast levels); `durable`: fsync the file and the directory (a checkpoint's). Without it the rename still
+ * leaves the old or the new file whole after a killed process, not after a lost machine (a node-local file
+ * the checksum rejects then). */
+typedef struct xdc_ckpt_blob_opt {
+    void *scratch;
+    size_t cap;
+    int level, durable;
+} xdc_ckpt_blob_opt;
+size_t xdc_ckpt_blob_scratch_bytes(size_t bytes);
+/* xdc_ckpt_blob_save as `opt` says (same format); XDC_ERR_INVALID when the scratch is short. */
+xdc_err_t xdc_ckpt_blob_write(const char *dir, const char *name, const void *data, size_t bytes,
+                              const xdc_ckpt_blob_opt *opt, xdc_diag *diag);
 /* Load `<dir>/<name>` into data (exactly `bytes`): XDC_ERR_IO when it cannot be read, XDC_ERR_CONFIG when it
  * holds another size (another codec, model or layout), XDC_ERR_CORRUPT on a bad magic, checksum or payload. */
 xdc_err_t xdc_ckpt_blob_load(const char *dir, const char *name, void *data, size_t bytes, xdc_diag *diag);

@@ -530,7 +530,7 @@ static void undo(orch_chaos *c, fault *x)
     /* link-down: the relay's own schedule ends the outage */
 }
 
-/* " steps_out=eu-west:40-60" (or "40-end" while not back): the steps region i of fault x was out, from the
+/* " steps_out=eu-west:40-60" (or "40-end" while not back, or still with weight 0 at the end): the steps region i of fault x was out, from the
  * run's step when it was seen leaving (the heartbeats' step) to the round that took it back (not the
  * heartbeats' step then, which lags it by up to their 10-step resolution: the steps missed were undercounted);
  * "" when it never left. */
@@ -540,7 +540,8 @@ static void steps_out(const orch_chaos *c, const fault *x, int i, char *buf, siz
     if (!x->out_s[i]) return;
     int n = snprintf(buf, cap, " steps_out=%s:%lld-", region_name(c, x->regions[i]), (long long)x->out_step[i]);
     if (n < 0 || (size_t)n >= cap) return;
-    if (x->back_step[i] >= 0) snprintf(buf + n, cap - (size_t)n, "%lld", (long long)x->back_round[i]);
+    if (x->back_step[i] >= 0 && x->back_round[i] != RDZV_ROUND_END) /* else still catching up at the end */
+        snprintf(buf + n, cap - (size_t)n, "%lld", (long long)x->back_round[i]);
     else snprintf(buf + n, cap - (size_t)n, "end");
 }
 

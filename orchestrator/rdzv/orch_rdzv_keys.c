@@ -30,6 +30,7 @@ rdzv_key rdzv_key_xchg(int region_idx, int rank) { return key_fmt("xchg/%d/%d", 
 rdzv_key rdzv_key_links(int region_idx, int rank) { return key_fmt("links/%d/%d", region_idx, rank); }
 rdzv_key rdzv_key_stats(int region_idx, int rank) { return key_fmt("stats/%d/%d", region_idx, rank); }
 rdzv_key rdzv_key_ckpt(int region_idx, int rank) { return key_fmt("ckpt/%d/%d", region_idx, rank); }
+rdzv_key rdzv_key_warm(int region_idx, int rank) { return key_fmt("warm/%d/%d", region_idx, rank); }
 rdzv_key rdzv_key_metrics(const char *region, int rank) { return key_fmt("metrics/%s/%d", region, rank); }
 rdzv_key rdzv_key_failed(const char *member) { return key_fmt(RDZV_PREFIX_FAILED "%s", member); }
 rdzv_key rdzv_key_intra(const char *region) { return key_fmt("intra/%s", region); }
@@ -93,7 +94,8 @@ static const struct {
     const char *prefix;
     rdzv_key_kind kind;
 } worker_keys[] = {{"wan/", RDZV_KIND_WAN},     {"outer/", RDZV_KIND_OUTER}, {"xchg/", RDZV_KIND_XCHG},
-                   {"links/", RDZV_KIND_LINKS}, {"stats/", RDZV_KIND_STATS}, {"ckpt/", RDZV_KIND_CKPT}};
+                   {"links/", RDZV_KIND_LINKS}, {"stats/", RDZV_KIND_STATS}, {"ckpt/", RDZV_KIND_CKPT},
+                   {"warm/", RDZV_KIND_WARM}};
 
 /* The keys <prefix><step>. */
 static const struct {
@@ -197,7 +199,8 @@ static int owned(const rdzv_key_parts *k, const char *member, const char *region
     case RDZV_KIND_XCHG:  /* what its round summed */
     case RDZV_KIND_LINKS: /* its links as it arrives at a round */
     case RDZV_KIND_STATS:
-    case RDZV_KIND_CKPT: /* its last checkpoint's outcome */ return k->region_idx == region_idx && k->rank == rank;
+    case RDZV_KIND_CKPT: /* its last checkpoint's outcome */
+    case RDZV_KIND_WARM: /* the snapshot it rejoins from */ return k->region_idx == region_idx && k->rank == rank;
     case RDZV_KIND_METRICS: return k->rank == rank && strcmp(k->name, region) == 0;
     case RDZV_KIND_FAILED: return strcmp(k->name, member) == 0;
     case RDZV_KIND_INTRA:

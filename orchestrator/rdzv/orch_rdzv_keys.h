@@ -14,6 +14,7 @@
  *                                        (orchestrator/elastic/orch_routes.h)
  *   stats/<region index>/<rank>          its end-of-run statistics                   the worker
  *   ckpt/<region index>/<rank>           its last checkpoint's outcome               the worker
+ *   warm/<region index>/<rank>           a restarted worker's snapshot: "<round> <xxh64>" or "none"   the worker
  *   metrics/<region>/<rank>              its metrics endpoint                        the worker
  *   failed/<member>                      why it failed                               the member (or the host)
  *   intra/<region>, intra/<region>/<n>   the region's intra bootstrap (n: after it left n times)   rank 0
@@ -72,6 +73,7 @@ rdzv_key rdzv_key_xchg(int region_idx, int rank);
 rdzv_key rdzv_key_links(int region_idx, int rank);
 rdzv_key rdzv_key_stats(int region_idx, int rank);
 rdzv_key rdzv_key_ckpt(int region_idx, int rank);
+rdzv_key rdzv_key_warm(int region_idx, int rank);
 rdzv_key rdzv_key_metrics(const char *region, int rank);
 rdzv_key rdzv_key_failed(const char *member);
 rdzv_key rdzv_key_intra(const char *region);
@@ -112,14 +114,15 @@ typedef enum rdzv_key_kind {
     RDZV_KIND_STEPS,
     RDZV_KIND_LINKS,
     RDZV_KIND_ROUTES,
+    RDZV_KIND_WARM,
 } rdzv_key_kind;
 
 /* A key taken apart. Fields its kind does not have are -1 / "". */
 typedef struct rdzv_key_parts {
     rdzv_key_kind kind;
-    int region_idx; /* wan, outer, xchg, links, stats, ckpt, replan/link, left; relay: from */
+    int region_idx; /* wan, outer, xchg, links, stats, ckpt, warm, replan/link, left; relay: from */
     int to;         /* relay */
-    int rank;       /* wan, relay, outer, xchg, links, stats, ckpt, metrics */
+    int rank;       /* wan, relay, outer, xchg, links, stats, ckpt, warm, metrics */
     long long num;  /* replan, quorum (RDZV_ROUND_END: end), final, lost, steps, routes: the step; intra/<r>/<n>: n */
     char name[RDZV_MEMBER_MAX]; /* metrics, intra, device: the region; failed: the member; rejoin: the nonce */
 } rdzv_key_parts;
@@ -128,7 +131,7 @@ typedef struct rdzv_key_parts {
  * form (rdzv_key_<kind> of the parts gives it back byte for byte), XDC_ERR_PROTO otherwise. */
 xdc_err_t rdzv_key_parse(const char *key, rdzv_key_parts *out);
 
-/* 1 when `key` is one of the member's own keys: its wan/, outer/, xchg/, links/, stats/, ckpt/, metrics/ and
+/* 1 when `key` is one of the member's own keys: its wan/, outer/, xchg/, links/, stats/, ckpt/, warm/, metrics/ and
  * failed/ keys, and with rank 0 its region's intra/ (both forms), device/ and replan/link/ keys. The
  * member: its name "region/host:rank", its region's name and index, its rank; *kind (NULL: not wanted) the
  * key's kind when it is. The store's admission rule. */

@@ -29,16 +29,25 @@
  * its global parameters end bit-equal to theirs), sets local = global and is a member from the next round
  * on. At the run's last round it waits for the state instead. Sync mode (every region applies the same AdamW
  * step from the same moments each step: no round to keep) and a return at the last round take it at once.
+ * Warm (DiLoCo): a joiner that posted a valid snapshot of its own gets, from each donor whose kept rounds lead
+ * from that snapshot's hash to its global parameters, the means of the rounds it missed over the donor's range
+ * instead of the slice of the state (4 bytes a parameter a round, at most 2 rounds), and replays them from its
+ * snapshot (orch_snapshot.c); each joiner of a round is served on its own.
  * The store's side of the handshake (the request, the round that takes it, who to dial) is the round
  * protocol's member half, orchestrator/elastic/orch_elastic_member.c; this file moves the model state.
  *
- * The test hook XDC_TEST_REJOIN=<fault>@<region> (tests/e2e/test_elastic.c) fires once per process, at the
- * run's own events: corrupt (a member of <region> changes one value of its slice after hashing it),
- * absent (the joiner of <region> gives up after learning its round, before it dials), miss (a member of
+ * The test hook XDC_TEST_REJOIN=<fault>@<region>[,<fault>@<region>...] (tests/e2e/test_elastic.c) fires one
+ * fault per process, at the run's own events: corrupt (a member of <region> changes one value of its slice after
+ * hashing it), absent (the joiner of <region> gives up after learning its round, before it dials), miss (a member of
  * <region> closes the joiner's state connection instead of sending its slice), vanish (a member of <region>
  * that is not a restarted process itself dies, SIGKILL, once it accepted the joiner's connections, before its
  * slice), hold (a member of <region> sends its header at once but holds its slice until it finished two more
- * DiLoCo periods, 2·H steps: the joiner takes part with weight 0 meanwhile). */
+ * DiLoCo periods, 2·H steps: the joiner takes part with weight 0 meanwhile); and of the warm rejoin
+ * (orch_snapshot.c): die (a worker of <region> that is not a restarted process dies, SIGKILL, right after
+ * writing its snapshot of the first round at or after step 20), nosnap (the joiner of <region> ignores its
+ * snapshot), stale (the joiner of <region> changes one global parameter of its snapshot and hashes it again: a
+ * valid snapshot that is not the members'), torn (the joiner of <region> changes a byte of its snapshot's file
+ * before it reads it). */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
@@ -48,6 +57,7 @@
 #include "kernels/xdc_quant.h"
 #include "orchestrator/elastic/orch_elastic_member.h"
 #include "orchestrator/rdzv/orch_rdzv_keys.h"
+#include "orchestrator/worker/orch_snapshot.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -59,8 +69,25 @@
 enum { PART_GLOBAL, PART_MOM, PART_M, PART_V, N_PART };
 static const char *const part_name[N_PART] = {"global parameters", "outer momentum", "AdamW first moment",
                                               "AdamW second moment"};
-/* The header ahead of a slice (host byte order: the hosts of a run share one architecture). */
-enum { HDR_STEP, HDR_EPOCH, HDR_BATCH, HDR_PARAMS, HDR_ADAM_T, HDR_LO, HDR_HI, HDR_HASH, HDR_N = HDR_HASH + N_PART };
+/* The header ahead of a slice (host byte order: the hosts of a run share one architecture). HDR_WARM: 0 when the
+ * slice is the state (HDR_WHY: the orch_warm_why code), else 1 + the rounds of means it holds instead (DiLoCo:
+ * the rounds since the joiner's snapshot whose global parameters hash to HDR_FROM; bit j of HDR_MEANS: round j
+ * was a plain mean), their hash at HDR_HASH. */
+enum {
+    HDR_STEP,
+    HDR_EPOCH,
+    HDR_BATCH,
+    HDR_PARAMS,
+    HDR_ADAM_T,
+    HDR_LO,
+    HDR_HI,
+    HDR_WARM,
+    HDR_WHY,
+    HDR_FROM,
+    HDR_MEANS,
+    HDR_HASH,
+    HDR_N = HDR_HASH + N_PART
+};
 
 /* Bytes of one parameter's moment on the wire: bf16 outside sync mode (see the top of the file). */
 static size_t moment_bytes(const orch_worker *w) { return w->cfg->mode == ORCH_MODE_SYNC ? 4 : 2; }
@@ -80,8 +107,14 @@ static size_t slice_bytes(const orch_worker *w, size_t len)
 
 /* A member's hand-over of its slice to the regions one round took back, on the comm engine. */
 struct orch_rejoin_out {
-    uint8_t *host;       /* pinned (slice_bytes(hi - lo)): the slice as sent, staged once for every joiner */
-    uint64_t hdr[HDR_N]; /* its header */
+    int64_t step;  /* the member's, at the round */
+    uint8_t *host; /* pinned (slice_bytes(hi - lo)): the slice of the state as sent, staged once for every joiner
+                    * that takes it; NULL: none does */
+    float *means;  /* pinned (rounds x (hi - lo)): the newest kept rounds' means over the slice, oldest first,
+                    * staged once for the joiners that take them (one r rounds behind: the last r); NULL: none */
+    int rounds;
+    uint64_t hdr[XDC_TOPO_MAX_REGIONS][HDR_N];      /* each joining region's header */
+    int peer_region[XDC_TOPO_MAX_REGIONS];          /* each peer's region */
     xdc_wan_request *req[2 * XDC_TOPO_MAX_REGIONS]; /* header and slice to each joiner; NULL once settled */
     int n_req;
     xdc_wan_peer *peer[XDC_TOPO_MAX_REGIONS]; /* (n_peer) each joiner's state connection, closed once settled */
@@ -119,18 +152,6 @@ struct orch_rejoin_in {
     xdc_diag why;
     int64_t passed; /* inner steps let pass since the state's step (orch_rejoin_pass): the members ran them */
 };
-
-/* XDC_TEST_REJOIN names `fault` at our region, and has not fired in this process yet. */
-static int test_fault(const orch_worker *w, const char *fault)
-{
-    static int fired;
-    const char *v = getenv("XDC_TEST_REJOIN"), *at = v ? strchr(v, '@') : NULL;
-    if (fired || !at || strncmp(v, fault, (size_t)(at - v)) != 0 || strlen(fault) != (size_t)(at - v) ||
-        strcmp(at + 1, w->id->region) != 0)
-        return 0;
-    XDC_WARN(XDC_SUB_ORCH, "test hook XDC_TEST_REJOIN=%s fires in region %s", v, w->id->region);
-    return fired = 1;
-}
 
 xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag)
 {
@@ -179,11 +200,12 @@ static int settle_one(orch_worker *w, struct orch_rejoin_out *g, int wait)
         if (rc != XDC_OK)
             XDC_WARN(XDC_SUB_ORCH,
                      "round %llu: a rejoining region did not take this member's slice of the state (%s: %s)",
-                     (unsigned long long)g->hdr[HDR_STEP], xdc_strerror(rc), d.msg);
+                     (unsigned long long)g->step, xdc_strerror(rc), d.msg);
     }
     if (left) return 0;
     for (int i = 0; i < g->n_peer; i++) xdc_wan_peer_destroy(g->peer[i]);
-    w->model.be->device->host_free(g->host);
+    if (g->host) w->model.be->device->host_free(g->host);
+    if (g->means) w->model.be->device->host_free(g->means);
     return 1;
 }
 
@@ -224,6 +246,7 @@ void orch_rejoin_drain(orch_worker *w)
     settle_sends(w, 1);
     free_in(w, w->elastic.take);
     w->elastic.take = NULL;
+    orch_warm_destroy(w);
 }
 
 /* The parts of a slice of len parameters laid out from `base` (slice_bytes), into part[N_PART]. */
@@ -235,49 +258,101 @@ static void parts_of(const orch_worker *w, uint8_t *base, size_t len, uint8_t **
     }
 }
 
-/* Stage this member's slice of the round's state into a new hand-over: the global parameters and outer
- * momentum (o), the AdamW moments (the stage's; bf16 outside sync mode), each part's xxh64 in the header. */
-static xdc_err_t stage_slice(orch_worker *w, orch_outer *o, struct orch_rejoin_out **out)
+/* A hand-over's header: the member's step, data position and AdamW steps, the slice's bounds. */
+static void header(orch_worker *w, uint64_t *h, int64_t adam_t, size_t lo, size_t hi)
 {
-    const xdc_device_ops *d = w->model.be->device;
-    size_t lo, hi;
-    orch_elastic_slice(w->topo, w->model.n_params, w->elastic.m.quorum, w->id->region_idx, &lo, &hi);
-    size_t len = hi - lo, bytes = len * sizeof(float);
-    struct orch_rejoin_out *g = xdc_calloc(1, sizeof *g);
-    if (!g) return XDC_ERR_NOMEM;
-    xdc_err_t rc = d->host_alloc((void **)&g->host, slice_bytes(w, len) + 1); /* + 1: a slice may be empty */
-    if (rc != XDC_OK) {
-        xdc_free(g);
-        return rc;
-    }
-    *out = g;
-    uint8_t *part[N_PART];
-    parts_of(w, g->host, len, part);
-    int64_t adam_t;
-    xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
-    XDC_CHECK(d->copy_d2h(part[PART_GLOBAL], o->global + lo, bytes, s));
-    XDC_CHECK(d->copy_d2h(part[PART_MOM], o->mom + lo, bytes, s));
-    if (moment_bytes(w) == sizeof(float)) { /* on the same stream, which it waits for */
-        XDC_CHECK(
-            xdc_gpt_stage_moments_get(w->model.st, lo, hi, (float *)part[PART_M], (float *)part[PART_V], &adam_t));
-    } else { /* fp32 into a host scratch, then bf16 (round to nearest even) into the slice */
-        float *mv = xdc_malloc(2 * bytes + 1);
-        if (!mv) return XDC_ERR_NOMEM;
-        rc = xdc_gpt_stage_moments_get(w->model.st, lo, hi, mv, mv + len, &adam_t);
-        if (rc == XDC_OK) rc = xdc_quant_cpu_ops.fp32_to_bf16(mv, NULL, len, (uint16_t *)part[PART_M]);
-        if (rc == XDC_OK) rc = xdc_quant_cpu_ops.fp32_to_bf16(mv + len, NULL, len, (uint16_t *)part[PART_V]);
-        xdc_free(mv);
-        XDC_CHECK(rc);
-    }
-    uint64_t *h = g->hdr;
     h[HDR_STEP] = (uint64_t)w->prog.step, h[HDR_PARAMS] = w->model.n_params, h[HDR_ADAM_T] = (uint64_t)adam_t;
     h[HDR_LO] = lo, h[HDR_HI] = hi;
     if (w->model.data) {
         xdc_data_pos pos = xdc_data_get_pos(w->model.data);
         h[HDR_EPOCH] = pos.epoch, h[HDR_BATCH] = pos.batch;
     }
+}
+
+/* What hand-over g sends the joiner whose header is h: the rounds' means it is behind (the newest of g's) or the
+ * slice of the state; its bytes in *bytes. */
+static const void *payload(const orch_worker *w, const struct orch_rejoin_out *g, const uint64_t *h, size_t *bytes)
+{
+    size_t len = h[HDR_HI] - h[HDR_LO];
+    if (!h[HDR_WARM]) return *bytes = slice_bytes(w, len), g->host;
+    size_t r = (size_t)h[HDR_WARM] - 1;
+    *bytes = r * len * sizeof(float);
+    return g->means + ((size_t)g->rounds - r) * len;
+}
+
+/* Stage this member's slice of the round's state in hand-over g: the global parameters and outer momentum (o),
+ * the AdamW moments (the stage's; bf16 outside sync mode), each part's xxh64 into h; the AdamW steps into
+ * *adam_t. */
+static xdc_err_t stage_state(orch_worker *w, orch_outer *o, struct orch_rejoin_out *g, size_t lo, size_t hi,
+                             uint64_t *h, int64_t *adam_t)
+{
+    const xdc_device_ops *d = w->model.be->device;
+    size_t len = hi - lo, bytes = len * sizeof(float);
+    XDC_CHECK(d->host_alloc((void **)&g->host, slice_bytes(w, len) + 1)); /* + 1: a slice may be empty */
+    uint8_t *part[N_PART];
+    parts_of(w, g->host, len, part);
+    xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
+    XDC_CHECK(d->copy_d2h(part[PART_GLOBAL], o->global + lo, bytes, s));
+    XDC_CHECK(d->copy_d2h(part[PART_MOM], o->mom + lo, bytes, s));
+    if (moment_bytes(w) == sizeof(float)) { /* on the same stream, which it waits for */
+        XDC_CHECK(xdc_gpt_stage_moments_get(w->model.st, lo, hi, (float *)part[PART_M], (float *)part[PART_V], adam_t));
+    } else { /* fp32 into a host scratch, then bf16 (round to nearest even) into the slice */
+        float *mv = xdc_malloc(2 * bytes + 1);
+        if (!mv) return XDC_ERR_NOMEM;
+        xdc_err_t rc = xdc_gpt_stage_moments_get(w->model.st, lo, hi, mv, mv + len, adam_t);
+        if (rc == XDC_OK) rc = xdc_quant_cpu_ops.fp32_to_bf16(mv, NULL, len, (uint16_t *)part[PART_M]);
+        if (rc == XDC_OK) rc = xdc_quant_cpu_ops.fp32_to_bf16(mv + len, NULL, len, (uint16_t *)part[PART_V]);
+        xdc_free(mv);
+        XDC_CHECK(rc);
+    }
     for (int p = 0; p < N_PART; p++) h[HDR_HASH + p] = xdc_xxh64(part[p], part_bytes(w, p, len), 0);
-    if (len && test_fault(w, "corrupt")) ((float *)part[PART_MOM])[0] += 1.0f;
+    if (len && orch_rejoin_test_fault(w, "corrupt")) ((float *)part[PART_MOM])[0] += 1.0f;
+    return XDC_OK;
+}
+
+/* Stage this member's hand-over to the round's joining regions: to each whose snapshot its kept rounds lead
+ * from (orch_warm_chain) the means of the rounds since, fewer bytes than the state (orch_snapshot.c); to the
+ * others its slice of the state; each joiner's header (the member's step, data position and AdamW steps, the
+ * slice's bounds, what follows and its hash). */
+static xdc_err_t stage_slice(orch_worker *w, orch_outer *o, struct orch_rejoin_out **out)
+{
+    size_t lo, hi;
+    orch_elastic_slice(w->topo, w->model.n_params, w->elastic.m.quorum, w->id->region_idx, &lo, &hi);
+    size_t len = hi - lo;
+    struct orch_rejoin_out *g = xdc_calloc(1, sizeof *g);
+    if (!g) return XDC_ERR_NOMEM;
+    *out = g;
+    g->step = w->prog.step;
+    int n = w->id->n_regions, why[XDC_TOPO_MAX_REGIONS], rounds[XDC_TOPO_MAX_REGIONS] = {0}, state = 0, warm = 0;
+    uint64_t from[XDC_TOPO_MAX_REGIONS] = {0}, base[HDR_N] = {0}, means = 0;
+    for (int r = 0; r < n; r++) {
+        if (!w->elastic.m.joining[r]) continue;
+        why[r] = orch_warm_chain(w, r, &rounds[r], &from[r]);
+        if (why[r] != ORCH_WARM_OK) state = 1;
+        else warm = 1, g->rounds = rounds[r] > g->rounds ? rounds[r] : g->rounds;
+    }
+    int64_t adam_t = 0;
+    if (state) XDC_CHECK(stage_state(w, o, g, lo, hi, base, &adam_t));
+    if (warm) { /* + 1: a joiner may be 0 rounds behind, or its slice empty */
+        XDC_CHECK(w->model.be->device->host_alloc((void **)&g->means, (size_t)g->rounds * len * sizeof(float) + 1));
+        XDC_CHECK(orch_warm_stage(w, g->rounds, lo, hi, g->means, &means, &adam_t));
+    }
+    header(w, base, adam_t, lo, hi);
+    for (int r = 0; r < n; r++) {
+        if (!w->elastic.m.joining[r]) continue;
+        uint64_t *h = g->hdr[r];
+        memcpy(h, base, sizeof base);
+        if (why[r] != ORCH_WARM_OK) { /* the reason only where there is a warm path */
+            h[HDR_WHY] = w->cfg->mode == ORCH_MODE_DILOCO ? (uint64_t)why[r] : 0;
+            continue;
+        }
+        h[HDR_WARM] = (uint64_t)rounds[r] + 1, h[HDR_FROM] = from[r];
+        h[HDR_MEANS] = means >> (g->rounds - rounds[r]);
+        size_t bytes = 0;
+        const void *buf = payload(w, g, h, &bytes);
+        h[HDR_HASH] = xdc_xxh64(buf, bytes, 0);
+        for (int p = 1; p < N_PART; p++) h[HDR_HASH + p] = 0;
+    }
     return XDC_OK;
 }
 
@@ -298,10 +373,20 @@ static void post_slices(orch_worker *w, struct orch_rejoin_out *g)
     g->hold_until = 0;
     for (int i = 0; i < g->n_peer; i++) {
         const xdc_wan_identity *id = xdc_wan_peer_identity(g->peer[i]);
-        give_part(w, g, g->peer[i], g->host, slice_bytes(w, g->hdr[HDR_HI] - g->hdr[HDR_LO]));
-        XDC_INFO(XDC_SUB_ORCH, "round %lld: sending region %s rank %d parameters [%llu, %llu) of the state",
-                 (long long)w->prog.step, id->region, id->rank, (unsigned long long)g->hdr[HDR_LO],
-                 (unsigned long long)g->hdr[HDR_HI]);
+        const uint64_t *h = g->hdr[g->peer_region[i]];
+        size_t bytes = 0;
+        const void *buf = payload(w, g, h, &bytes);
+        give_part(w, g, g->peer[i], buf, bytes);
+        if (h[HDR_WARM])
+            XDC_INFO(XDC_SUB_ORCH,
+                     "round %lld: sending region %s rank %d parameters [%llu, %llu) of the means of the %llu rounds "
+                     "since its snapshot (%.2f MB)",
+                     (long long)w->prog.step, id->region, id->rank, (unsigned long long)h[HDR_LO],
+                     (unsigned long long)h[HDR_HI], (unsigned long long)h[HDR_WARM] - 1, (double)bytes / 1e6);
+        else
+            XDC_INFO(XDC_SUB_ORCH, "round %lld: sending region %s rank %d parameters [%llu, %llu) of the state%s%s",
+                     (long long)w->prog.step, id->region, id->rank, (unsigned long long)h[HDR_LO],
+                     (unsigned long long)h[HDR_HI], h[HDR_WHY] ? ": " : "", orch_warm_why((int)h[HDR_WHY]));
     }
 }
 
@@ -346,7 +431,8 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
         xdc_err_t rs = stage_slice(w, o, &g);
         if (g) g->next = w->elastic.give, w->elastic.give = g;
         XDC_CHECK(rs);
-        if (test_fault(w, "hold")) /* not past the run's last round, which the joiner waits at for its state */
+        if (orch_rejoin_test_fault(w,
+                                   "hold")) /* not past the run's last round, which the joiner waits at for its state */
             g->hold_until = w->prog.step + 2 * w->cfg->diloco.inner_steps < w->cfg->train.steps
                                 ? w->prog.step + 2 * w->cfg->diloco.inner_steps
                                 : w->cfg->train.steps;
@@ -383,13 +469,15 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
             orch_member_peers(w->member)[r] = p;
             continue;
         }
-        if (!w->elastic.rejoin && test_fault(w, "vanish")) raise(SIGKILL); /* a donor that dies mid-transfer */
-        if (test_fault(w, "miss")) {                                       /* as if its connection never reached us */
+        if (!w->elastic.rejoin && orch_rejoin_test_fault(w, "vanish"))
+            raise(SIGKILL);                      /* a donor that dies mid-transfer */
+        if (orch_rejoin_test_fault(w, "miss")) { /* as if its connection never reached us */
             xdc_wan_peer_destroy(p);
             continue;
         }
+        g->peer_region[g->n_peer] = r;
         g->peer[g->n_peer++] = p;
-        give_part(w, g, p, g->hdr, sizeof g->hdr); /* the header at once: the joiner's step and data position */
+        give_part(w, g, p, g->hdr[r], sizeof g->hdr[r]); /* the header at once: the joiner's step, data position */
     }
     memset(w->elastic.m.joining, 0, sizeof w->elastic.m.joining);
     if (g && !g->hold_until) post_slices(w, g);
@@ -464,6 +552,53 @@ static xdc_err_t take_slice(orch_worker *w, orch_outer *o, const donor_in *dn, u
     if (rc == XDC_OK) rc = xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, mv, mv + len, adam_t);
     xdc_free(mv);
     return rc;
+}
+
+/* Bytes donor dn sends: the rounds' means (HDR_WARM) or its slice of the state. */
+static size_t donor_bytes(const orch_worker *w, const donor_in *dn)
+{
+    size_t len = dn->hdr[HDR_HI] - dn->hdr[HDR_LO];
+    return dn->hdr[HDR_WARM] ? (size_t)(dn->hdr[HDR_WARM] - 1) * len * sizeof(float) : slice_bytes(w, len);
+}
+
+/* Donor dn's means of the rounds since our snapshot over its [lo, hi), received into `host`: their hash against
+ * the header's, then the snapshot's global parameters, outer momentum and AdamW moments there (the AdamW step
+ * count the donor's + `passed`) and the rounds' outer steps replayed on them, through `dev` (device, hi - lo
+ * fp32): the members' operations on the same bytes, so the global parameters come out as theirs. */
+static xdc_err_t take_rounds(orch_worker *w, orch_outer *o, const donor_in *dn, const uint8_t *host, int64_t passed,
+                             float *dev, xdc_diag *diag)
+{
+    const uint64_t *h = dn->hdr;
+    size_t lo = h[HDR_LO], len = h[HDR_HI] - lo, bytes = len * sizeof(float);
+    const void *snap = orch_warm_snapshot(w);
+    if (!snap) {
+        xdc_diag_set(diag, "rejoin: %s sent the rounds' means since a snapshot this worker does not hold",
+                     w->topo->regions[dn->region].name);
+        return XDC_ERR_PROTO;
+    }
+    orch_snapshot_meta *m;
+    float *part[ORCH_SNAP_PARTS];
+    orch_snapshot_parts((void *)snap, w->model.n_params, &m, part);
+    uint64_t got = xdc_xxh64(host, donor_bytes(w, dn), 0);
+    if (got != h[HDR_HASH] || h[HDR_FROM] != m->hash) {
+        xdc_diag_set(diag,
+                     "rejoin: the rounds' means (parameters [%zu, %zu)) from %s hash to %016llx, the sender's is "
+                     "%016llx; from a snapshot hashing to %016llx, ours %016llx",
+                     lo, lo + len, w->topo->regions[dn->region].name, (unsigned long long)got,
+                     (unsigned long long)h[HDR_HASH], (unsigned long long)h[HDR_FROM], (unsigned long long)m->hash);
+        return XDC_ERR_CORRUPT;
+    }
+    const xdc_device_ops *d = w->model.be->device;
+    xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
+    XDC_CHECK(d->copy_h2d(o->global + lo, part[ORCH_SNAP_GLOBAL] + lo, bytes, s));
+    XDC_CHECK(d->copy_h2d(o->mom + lo, part[ORCH_SNAP_MOM] + lo, bytes, s));
+    XDC_CHECK(xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, part[ORCH_SNAP_M] + lo, part[ORCH_SNAP_V] + lo,
+                                        (int64_t)h[HDR_ADAM_T] + passed));
+    for (uint64_t j = 0; j + 1 < h[HDR_WARM]; j++) { /* on the stage's stream, one round after the other */
+        XDC_CHECK(d->copy_h2d(dev, host + j * bytes, bytes, s));
+        XDC_CHECK(orch_outer_step(o, dev, lo, lo + len, (h[HDR_MEANS] >> j) & 1));
+    }
+    return XDC_OK;
 }
 
 /* Complete a receive from one of the k donors; the engine fails it when the peer is silent past the operation
@@ -594,27 +729,63 @@ static xdc_err_t link_joiners(orch_worker *w, const char *mask, xdc_diag *diag)
     return XDC_OK;
 }
 
+/* What the donors' headers say they send, for the joiner's log: "a slice from each (...state..., N MB" or the
+ * rounds' means since its snapshot from some. */
+static void took_how(const orch_worker *w, const struct orch_rejoin_in *in, char *out, size_t cap)
+{
+    size_t bytes = 0;
+    int warm = 0;
+    uint64_t rounds = 0;
+    for (int i = 0; i < in->k; i++) {
+        bytes += donor_bytes(w, &in->dn[i]);
+        if (in->dn[i].hdr[HDR_WARM]) warm++, rounds = in->dn[i].hdr[HDR_WARM] - 1;
+    }
+    if (warm)
+        snprintf(out, cap,
+                 "warm: %d of them the means of the %llu rounds since its snapshot, replayed from it (its own AdamW "
+                 "moments), %d the state (%.1f MB in all, the state %.1f MB",
+                 warm, (unsigned long long)rounds, in->k - warm, (double)bytes / 1e6,
+                 (double)slice_bytes(w, w->model.n_params) / 1e6);
+    else
+        snprintf(out, cap, "a slice from each (global parameters, outer momentum and AdamW moments%s, %.1f MB%s%s",
+                 moment_bytes(w) == sizeof(float) ? "" : " as bf16", (double)bytes / 1e6,
+                 in->dn[0].hdr[HDR_WHY] ? "; not warm: " : "", orch_warm_why((int)in->dn[0].hdr[HDR_WHY]));
+}
+
 /* The state landed (every slice in): check and take each donor's slice, replay the outer steps of the rounds
  * kept since (the members took them from the same bytes), local = global, logged. */
 static xdc_err_t take_state(orch_worker *w, orch_outer *o, struct orch_rejoin_in *in, xdc_diag *diag)
 {
-    for (int i = 0; i < in->k; i++)
-        XDC_CHECK(take_slice(w, o, &in->dn[i], in->host + slice_bytes(w, in->dn[i].hdr[HDR_LO]), in->passed, diag));
-    for (int i = 0; i < in->n_kept; i++)
-        XDC_CHECK(orch_outer_step(o, in->kept[i].d, in->kept[i].lo, in->kept[i].hi, in->kept[i].mean));
     const xdc_device_ops *d = w->model.be->device;
     xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
-    XDC_CHECK(d->copy_d2d(o->local, o->global, o->n * sizeof(float), s));
-    XDC_CHECK(d->stream_sync(s));
+    float *dev = NULL; /* (the widest warm slice) a round's means on the device, replayed from */
+    size_t widest = 0;
+    for (int i = 0; i < in->k; i++)
+        if (in->dn[i].hdr[HDR_WARM] && in->dn[i].hdr[HDR_HI] - in->dn[i].hdr[HDR_LO] > widest)
+            widest = in->dn[i].hdr[HDR_HI] - in->dn[i].hdr[HDR_LO];
+    xdc_err_t rc = widest ? d->mem_alloc((void **)&dev, widest * sizeof(float)) : XDC_OK;
+    for (int i = 0; i < in->k && rc == XDC_OK; i++) {
+        const donor_in *dn = &in->dn[i];
+        uint8_t *host = in->host + slice_bytes(w, dn->hdr[HDR_LO]);
+        rc = dn->hdr[HDR_WARM] ? take_rounds(w, o, dn, host, in->passed, dev, diag)
+                               : take_slice(w, o, dn, host, in->passed, diag);
+    }
+    for (int i = 0; i < in->n_kept && rc == XDC_OK; i++)
+        rc = orch_outer_step(o, in->kept[i].d, in->kept[i].lo, in->kept[i].hi, in->kept[i].mean);
+    if (rc == XDC_OK) rc = d->copy_d2d(o->local, o->global, o->n * sizeof(float), s);
+    xdc_err_t rs = d->stream_sync(s);
+    d->mem_free(dev);
+    XDC_CHECK(rc);
+    XDC_CHECK(rs);
     const uint64_t *h = in->dn[0].hdr;
+    char how[320];
+    took_how(w, in, how, sizeof how);
     XDC_WARN(XDC_SUB_ORCH,
              "region %s took the state of round %lld (step %lld, data epoch %llu batch %llu, %llu AdamW steps) from "
-             "the round's %d member regions, a slice from each (global parameters, outer momentum and AdamW "
-             "moments%s, %.1f MB, hashes checked) %.2f s after its rejoin request; %d rounds with weight 0 meanwhile, "
-             "their outer steps replayed; a member from the next round",
+             "the round's %d member regions, %s, hashes checked) %.2f s after its rejoin request; %d rounds with "
+             "weight 0 meanwhile, their outer steps replayed; a member from the next round",
              w->id->region, in->at, in->want, (unsigned long long)h[HDR_EPOCH], (unsigned long long)h[HDR_BATCH],
-             (unsigned long long)h[HDR_ADAM_T], in->k, moment_bytes(w) == sizeof(float) ? "" : " as bf16",
-             (double)slice_bytes(w, w->model.n_params) / 1e6, (double)(xdc_now_ns() - w->elastic.rejoin_t0) / 1e9,
+             (unsigned long long)h[HDR_ADAM_T], in->k, how, (double)(xdc_now_ns() - w->elastic.rejoin_t0) / 1e9,
              in->n_kept);
     return XDC_OK;
 }
@@ -640,12 +811,13 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
     int lowest;
     long long at;
     w->elastic.rejoin_t0 = xdc_now_ns();
+    XDC_CHECK(orch_warm_ask(w, diag)); /* before the request: the round's donors read it */
     XDC_CHECK(orch_elastic_rejoin_ask(&w->elastic.m, w->id->member,
                                       w->cfg->timeouts.rendezvous_ms + w->cfg->timeouts.operation_ms, &at, in_round,
                                       &lowest, diag));
     w->elastic.rejoin_round = at;
     if (at == RDZV_ROUND_END) return XDC_OK; /* the run ended first: nothing to take */
-    if (test_fault(w, "absent")) {
+    if (orch_rejoin_test_fault(w, "absent")) {
         xdc_diag_set(diag, "rejoin: region %s gives up before it dials the round at step %lld (test hook)",
                      w->id->region, at);
         return XDC_ERR_UNAVAILABLE;
@@ -672,10 +844,12 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
     if (w->cfg->mode != ORCH_MODE_SYNC) { /* the slices come while we take part */
         w->elastic.m.arrive = RDZV_ARRIVE_TAKING;
         w->elastic.m.state_in = state_in, w->elastic.m.state_ctx = w;
+        size_t bytes = 0;
+        for (int i = 0; i < in->k; i++) bytes += donor_bytes(w, &in->dn[i]);
         XDC_WARN(XDC_SUB_ORCH,
                  "region %s rejoins at round %lld: it takes part with weight 0 from the next round until its state "
                  "came (%.1f MB from %d member regions)",
-                 w->id->region, at, (double)slice_bytes(w, w->model.n_params) / 1e6, in->k);
+                 w->id->region, at, (double)bytes / 1e6, in->k);
         return XDC_OK;
     }
     XDC_CHECK(wait_part(w, in, 1, diag));

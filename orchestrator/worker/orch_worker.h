@@ -163,6 +163,9 @@ typedef struct orch_elastic {
     /* A rejoined worker's state on its way while it takes part in the rounds with weight 0 and runs no inner
      * step (orch_rejoin.c); NULL: none */
     struct orch_rejoin_in *take;
+    /* DiLoCo: this worker's snapshot of its last outer round and the last rounds' means (orch_snapshot.c);
+     * a restarted worker's snapshot of its earlier process; NULL: none yet */
+    struct orch_warm *warm;
     /* The sync of the round whose exchange is under way (a streaming fragment's is, across the next inner
      * step), NULL when none; m.open is its step. */
     xdc_sync *open;
@@ -365,6 +368,35 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o);
 /* At teardown: wait for the last hand-over's sends (the engine ends those to a silent joiner) and free it, and a
  * joiner's state still on its way. */
 void orch_rejoin_drain(orch_worker *w);
+/* XDC_TEST_REJOIN=<fault>@<region> names `fault` at our region and has not fired in this process yet (then it
+ * fires: 1); orch_rejoin.c lists the faults. */
+int orch_rejoin_test_fault(const orch_worker *w, const char *fault);
+
+/* orch_snapshot.c: the warm rejoin of elastic DiLoCo (docs/runtime.md, "Rejoining"). Why a donor sends a
+ * joiner its slice of the state rather than the rounds' means since its snapshot: */
+enum { ORCH_WARM_OK, ORCH_WARM_NONE, ORCH_WARM_MISMATCH, ORCH_WARM_OLD, ORCH_WARM_OFF };
+const char *orch_warm_why(int code);
+/* After the outer step of the round at `round` (elastic DiLoCo, a worker holding its state): the snapshot
+ * (global parameters, outer momentum, AdamW moments and step count, step, data position, the global
+ * parameters' xxh64) written to its local file, and the round's mean kept with the hashes before and after it.
+ * A failed write is logged and the run goes on; errors are the device's. */
+xdc_err_t orch_warm_round(orch_worker *w, orch_outer *o, int64_t round);
+/* A restarted worker of elastic DiLoCo before it asks to rejoin: its snapshot loaded when valid, and
+ * warm/<region>/<rank> posted ("<round> <hash>", or "none"), logged either way. */
+xdc_err_t orch_warm_ask(orch_worker *w, xdc_diag *diag);
+/* A donor of the round just applied, for joining region `region`: ORCH_WARM_OK when it asked with a snapshot
+ * whose hash (*from) this member's kept rounds lead from to its global parameters, in *rounds rounds; else why
+ * not. */
+int orch_warm_chain(orch_worker *w, int region, int *rounds, uint64_t *from);
+/* The newest `rounds` kept means over [lo, hi) into host (rounds x (hi - lo) fp32, oldest first); bit j of
+ * *means set when round j was a plain mean (orch_outer.mean); *adam_t: the AdamW steps at the last round. */
+xdc_err_t orch_warm_stage(orch_worker *w, int rounds, size_t lo, size_t hi, float *host, uint64_t *means,
+                          int64_t *adam_t);
+/* A joiner's snapshot buffer (orch_snapshot.h), NULL when it has none. */
+const void *orch_warm_snapshot(const orch_worker *w);
+/* At teardown: the snapshots' cost logged, the buffers freed. */
+void orch_warm_destroy(orch_worker *w);
+
 /* orch_observe.c: Prometheus metrics of the worker (metrics_port >= 0) */
 xdc_err_t orch_observe_start(orch_worker *w, xdc_diag *diag);
 void orch_observe_step(orch_worker *w, double step_s, double compute_s, double intra_s, double wan_s, float loss);

@@ -949,7 +949,9 @@ static void launch_takes_a_region_back(const char *name, const char *mode, const
 
 XDC_TEST_T(elastic_launch_restarts_a_killed_region_and_it_rejoins, 180)
 {
-    launch_takes_a_region_back("lrejoin", "diloco", "corrupt@us-east", "rejoin: the outer momentum (parameters [0, ");
+    /* nosnap: the state's path, whose slice us-east corrupts (the warm path has its own tests below) */
+    launch_takes_a_region_back("lrejoin", "diloco", "corrupt@us-east,nosnap@ap-south",
+                               "rejoin: the outer momentum (parameters [0, ");
 }
 
 /* The same in DiLoCo with nobody waits and the round overlapped (2 steps of 4): the joiner takes the counts of the
@@ -1038,6 +1040,94 @@ XDC_TEST_T(elastic_launch_does_not_wait_for_a_joiner_whose_state_is_held, 180)
 XDC_TEST_T(elastic_launch_streaming_does_not_wait_for_a_joiner_whose_state_is_held, 180)
 {
     joiner_not_waited_for("lshold", "streaming");
+}
+
+/* The warm rejoin (docs/runtime.md "Rejoining"): ap-south's worker dies right after writing its snapshot of round
+ * 20 (XDC_TEST_REJOIN=die@ap-south: the run's own event) and `xdc launch --max-restarts 1` starts it again; the
+ * host takes it back at round 28 (XDC_TEST_REJOIN_AT), two rounds (24, 28) after its snapshot. `also`: more
+ * faults (of the restarted joiner, or of eu-west: then `elastic` lets us-east go on alone and donate alone).
+ * ap-south's log, and the run ends with all three regions on one model. */
+static char *back_from_snapshot(const char *name, const char *also, const char *elastic, int donors)
+{
+    need_corpus();
+    const char *run = write_run_timeouts(name, "diloco", 64, elastic, ", handshake: 5s");
+    char dir[600], log[700], faults[128], want[200];
+    snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
+    snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
+    snprintf(faults, sizeof faults, "die@ap-south%s%s", also ? "," : "", also ? also : "");
+    setenv("XDC_TEST_REJOIN", faults, 1);
+    setenv("XDC_TEST_REJOIN_AT", "28", 1);
+    pid_t p = start_launch(run, NULL, dir, log, "1");
+    unsetenv("XDC_TEST_REJOIN");
+    unsetenv("XDC_TEST_REJOIN_AT");
+    char *out = launch_succeeded(p, dir, log);
+    XDC_ASSERT_STR_CONTAINS(out, "region ap-south rejoins the run at the outer round at step 28");
+    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
+    expect_one_model(dir, out, 3);
+    free(out);
+    char *wlog = region_log(dir, "ap-south");
+    snprintf(want, sizeof want,
+             "region ap-south took the state of round 28 (step 28, data epoch 0 batch 28, 28 AdamW steps) from the "
+             "round's %d member regions, ",
+             donors);
+    XDC_ASSERT_STR_CONTAINS(wlog, want);
+    if (also && strstr(also, "eu-west")) { /* eu-west's log too, after ap-south's */
+        char *west = region_log(dir, "eu-west"), *both = malloc(strlen(wlog) + strlen(west) + 1);
+        strcpy(both, wlog);
+        strcat(both, west);
+        free(west);
+        free(wlog);
+        return both;
+    }
+    return wlog;
+}
+
+/* Both donors send the two rounds' means (4 bytes a parameter each) instead of their slices of the state (12:
+ * bf16 moments), the joiner replays them from its snapshot, and its parameters end as the members'. */
+XDC_TEST_T(elastic_launch_region_back_from_its_snapshot_takes_only_the_rounds_it_missed, 180)
+{
+    char *wlog = back_from_snapshot("lwarm", NULL, "{min_regions: 2, grace: 5s}", 2);
+    XDC_ASSERT_STR_CONTAINS(wlog, "its snapshot of round 20 (step 20, hash ");
+    const char *took = strstr(wlog, "region ap-south took the state of round 28");
+    double mb = 0, state = 0;
+    const char *warm = strstr(took, "warm: 2 of them the means of the 2 rounds since its snapshot");
+    XDC_ASSERT_MSG(warm &&
+                       sscanf(strstr(warm, "0 the state (") + 13, "%lf MB in all, the state %lf MB", &mb, &state) == 2,
+                   "ap-south did not take the warm path:\n%s", took);
+    XDC_ASSERT_MSG(mb > 0 && mb < state * 0.7, "the rounds' means were %.3f MB, the state %.3f MB", mb, state);
+    free(wlog);
+}
+
+/* A snapshot that is not the members' model (stale: valid, hashed again after one parameter changed), or a file
+ * cut by a crash (torn: its checksum fails): the donors, or the joiner itself, refuse it, the joiner takes the
+ * whole state and says why, and every region still ends on one model. */
+XDC_TEST_T(elastic_launch_region_with_a_stale_or_torn_snapshot_takes_the_whole_state, 240)
+{
+    char *wlog = back_from_snapshot("lstale", "stale@ap-south", "{min_regions: 2, grace: 5s}", 2);
+    XDC_ASSERT_STR_CONTAINS(wlog, "a slice from each (global parameters, outer momentum and AdamW moments as bf16, ");
+    XDC_ASSERT_STR_CONTAINS(wlog, "not warm: its snapshot's global parameters differ from this member's at that round");
+    free(wlog);
+    wlog = back_from_snapshot("ltorn", "torn@ap-south", "{min_regions: 2, grace: 5s}", 2);
+    XDC_ASSERT_STR_CONTAINS(wlog, "no snapshot to rejoin from (");
+    XDC_ASSERT_STR_CONTAINS(wlog, "checksum mismatch");
+    XDC_ASSERT_STR_CONTAINS(wlog, "not warm: it found no valid snapshot of its own");
+    free(wlog);
+}
+
+/* Two joiners of one round, one with a snapshot and one without: eu-west and ap-south both die after their
+ * snapshots of round 20, us-east goes on alone and takes both back at round 28; ap-south's restart ignores its
+ * snapshot (nosnap). us-east stages both payloads once: eu-west takes the 2 rounds' means, ap-south the state,
+ * and all three end on one model. */
+XDC_TEST_T(elastic_launch_two_joiners_one_warm_one_not_each_take_their_own, 180)
+{
+    char *logs = back_from_snapshot("lmixed", "die@eu-west,nosnap@ap-south", "{min_regions: 1, grace: 5s}", 1);
+    XDC_ASSERT_STR_CONTAINS(logs, "region ap-south took the state of round 28 (step 28, data epoch 0 batch 28, 28 "
+                                  "AdamW steps) from the round's 1 member regions, a slice from each (");
+    XDC_ASSERT_STR_CONTAINS(logs, "not warm: it found no valid snapshot of its own");
+    XDC_ASSERT_STR_CONTAINS(logs, "region eu-west took the state of round 28 (step 28, data epoch 0 batch 28, 28 "
+                                  "AdamW steps) from the round's 1 member regions, warm: 1 of them the means of the "
+                                  "2 rounds since its snapshot");
+    free(logs);
 }
 
 /* Elastic sync mode: the round that takes ap-south back is a step; after its update the members hand the joiner

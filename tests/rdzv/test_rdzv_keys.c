@@ -83,15 +83,32 @@ XDC_TEST(rdzv_keys_refuse_what_is_not_canonical)
 XDC_TEST(rdzv_keys_a_member_owns_its_own_keys_only)
 {
     const char *me = "eu-west/west-node1:0", *region = "eu-west";
-    static const char *const mine[] = {
-        "wan/1/0",       "outer/1/0",       "xchg/1/0",          "links/1/0",
-        "stats/1/0",     "ckpt/1/0",        "metrics/eu-west/0", "failed/eu-west/west-node1:0",
-        "intra/eu-west", "intra/eu-west/2", "device/eu-west",    "replan/link/1"};
-    static const char *const theirs[] = {
-        "wan/0/0",       "wan/1/1",       "outer/0/0", "xchg/1/1",  "metrics/us-east/0", "failed/eu-west/west-node1:1",
-        "intra/us-east", "replan/link/0", "replan/5",  "result",    "finished",          "quorum/4",
-        "final/4",       "lost/4",        "left/1",    "rejoin/n1", "relay/1/0/0",       "abort",
-        "links/0/0",     "routes/4"};
+    static const char *const mine[] = {"wan/1/0",       "outer/1/0",         "xchg/1/0",
+                                       "links/1/0",     "stats/1/0",         "ckpt/1/0",
+                                       "warm/1/0",      "metrics/eu-west/0", "failed/eu-west/west-node1:0",
+                                       "intra/eu-west", "intra/eu-west/2",   "device/eu-west",
+                                       "replan/link/1"};
+    static const char *const theirs[] = {"wan/0/0",
+                                         "wan/1/1",
+                                         "warm/2/0",
+                                         "outer/0/0",
+                                         "xchg/1/1",
+                                         "metrics/us-east/0",
+                                         "failed/eu-west/west-node1:1",
+                                         "intra/us-east",
+                                         "replan/link/0",
+                                         "replan/5",
+                                         "result",
+                                         "finished",
+                                         "quorum/4",
+                                         "final/4",
+                                         "lost/4",
+                                         "left/1",
+                                         "rejoin/n1",
+                                         "relay/1/0/0",
+                                         "abort",
+                                         "links/0/0",
+                                         "routes/4"};
     for (size_t k = 0; k < sizeof mine / sizeof mine[0]; k++)
         XDC_ASSERT_MSG(rdzv_key_owned_by(mine[k], me, region, 1, 0, NULL), "%s is not owned", mine[k]);
     for (size_t k = 0; k < sizeof theirs / sizeof theirs[0]; k++)

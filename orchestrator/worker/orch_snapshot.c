@@ -1,0 +1,280 @@
+/* orch_snapshot.c — the warm rejoin of elastic DiLoCo (docs/runtime.md, "Rejoining"): each member writes a
+ * snapshot of every outer round to a local file (orch_snapshot.h) and keeps the last rounds' means, each with
+ * the xxh64 of the global parameters before and after its outer step; a restarted worker that finds a valid
+ * snapshot posts its round and hash (warm/<region>/<rank>) before it asks to rejoin, and a donor whose kept
+ * rounds lead from that hash to its own global parameters sends it those rounds' means instead of its slice of
+ * the state (orch_rejoin.c). The joiner replays them from its snapshot with the members' outer step. */
+#include "orchestrator/worker/orch_snapshot.h"
+
+#include "common/xdc_alloc.h"
+#include "common/xdc_hash.h"
+#include "common/xdc_log.h"
+#include "common/xdc_time.h"
+#include "orchestrator/rdzv/orch_rdzv_keys.h"
+#include "orchestrator/worker/orch_worker.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The rounds' means a donor can send: 4 bytes a parameter each, where the state is 12 (bf16 AdamW moments):
+ * three rounds would cost as much as the state. */
+#define WARM_ROUNDS     2
+#define SNAP_ZSTD_LEVEL (-1) /* zstd's fastest levels: fp32 parameters hardly compress, and it runs every round */
+
+size_t orch_snapshot_bytes(size_t n)
+{
+    return sizeof(orch_snapshot_meta) + (size_t)ORCH_SNAP_PARTS * n * sizeof(float);
+}
+
+void orch_snapshot_parts(void *buf, size_t n, orch_snapshot_meta **meta, float *part[ORCH_SNAP_PARTS])
+{
+    *meta = buf;
+    float *p = (float *)((uint8_t *)buf + sizeof(orch_snapshot_meta));
+    for (int i = 0; i < ORCH_SNAP_PARTS; i++) part[i] = p + (size_t)i * n;
+}
+
+xdc_err_t orch_snapshot_save(const char *dir, const void *buf, size_t n, const xdc_ckpt_blob_opt *opt, xdc_diag *diag)
+{
+    return xdc_ckpt_blob_write(dir, ORCH_SNAPSHOT_FILE, buf, orch_snapshot_bytes(n), opt, diag);
+}
+
+xdc_err_t orch_snapshot_load(const char *dir, void *buf, size_t n, xdc_diag *diag)
+{
+    XDC_CHECK(xdc_ckpt_blob_load(dir, ORCH_SNAPSHOT_FILE, buf, orch_snapshot_bytes(n), diag));
+    orch_snapshot_meta *m;
+    float *part[ORCH_SNAP_PARTS];
+    orch_snapshot_parts(buf, n, &m, part);
+    uint64_t h = xdc_xxh64(part[ORCH_SNAP_GLOBAL], n * sizeof(float), 0);
+    if (m->n != n || h != m->hash) {
+        xdc_diag_set(diag, "%s/%s: a snapshot of %llu parameters whose global parameters hash to %016llx, not %016llx",
+                     dir, ORCH_SNAPSHOT_FILE, (unsigned long long)m->n, (unsigned long long)h,
+                     (unsigned long long)m->hash);
+        return XDC_ERR_CORRUPT;
+    }
+    return XDC_OK;
+}
+
+/* One kept round: its mean (device, n fp32) and the global parameters' hash before its outer step (0: not
+ * known, the first round this process kept), that is after the round `since`, and after it. */
+typedef struct {
+    int64_t round, since;
+    uint64_t before, after;
+    float *d;
+    int mean;
+} warm_round;
+
+struct orch_warm {
+    char dir[1024];
+    uint8_t *buf;          /* pinned (orch_snapshot_bytes(n)): the snapshot as written; a joiner's as loaded */
+    int have;              /* a joiner: buf holds a valid snapshot of its earlier process */
+    xdc_ckpt_blob_opt opt; /* the file's scratch, allocated once */
+    warm_round ring[WARM_ROUNDS];
+    int head, n_ring; /* the next slot; the rounds kept (the newest n_ring before head) */
+    /* the cost, for the run's log: snapshots written, their seconds, and the first and last one's time */
+    long long saves;
+    double save_s;
+    uint64_t t_first, t_last;
+};
+
+static const char *const why_text[] = {
+    [ORCH_WARM_OK] = "",
+    [ORCH_WARM_NONE] = "it found no valid snapshot of its own",
+    [ORCH_WARM_MISMATCH] = "its snapshot's global parameters differ from this member's at that round (hash)",
+    [ORCH_WARM_OLD] = "its snapshot's round is older than the rounds this member keeps",
+    [ORCH_WARM_OFF] = "this member keeps no rounds yet (not a member long enough)",
+};
+
+const char *orch_warm_why(int code)
+{
+    return code >= 0 && code < (int)(sizeof why_text / sizeof why_text[0]) ? why_text[code] : "?";
+}
+
+/* The warm state of w, made at its first use (the dir: XDC_SNAPSHOT_DIR or the run's folder, per region and
+ * rank). */
+static xdc_err_t warm_of(orch_worker *w, struct orch_warm **out)
+{
+    if (w->elastic.warm) return *out = w->elastic.warm, XDC_OK;
+    struct orch_warm *k = xdc_calloc(1, sizeof *k);
+    if (!k) return XDC_ERR_NOMEM;
+    w->elastic.warm = k; /* freed by orch_warm_destroy, whatever happens */
+    const char *env = getenv("XDC_SNAPSHOT_DIR");
+    if (env && *env) snprintf(k->dir, sizeof k->dir, "%s/%s/%s-%d", env, w->id->run_id, w->id->region, w->id->lrank);
+    else snprintf(k->dir, sizeof k->dir, "%s/snapshot/%s-%d", w->id->run_dir, w->id->region, w->id->lrank);
+    size_t bytes = orch_snapshot_bytes(w->model.n_params);
+    k->opt = (xdc_ckpt_blob_opt){.cap = xdc_ckpt_blob_scratch_bytes(bytes), .level = SNAP_ZSTD_LEVEL};
+    k->opt.scratch = xdc_malloc(k->opt.cap);
+    if (!k->opt.scratch) return XDC_ERR_NOMEM;
+    XDC_CHECK(w->model.be->device->host_alloc((void **)&k->buf, bytes));
+    *out = k;
+    return XDC_OK;
+}
+
+/* The i-th oldest kept round. */
+static warm_round *kept(struct orch_warm *k, int i)
+{
+    return &k->ring[(k->head - k->n_ring + i + 2 * WARM_ROUNDS) % WARM_ROUNDS];
+}
+
+/* Keep the round's mean (o->pseudo, just applied) in the ring, after the hash `before`. */
+static xdc_err_t keep_round(orch_worker *w, struct orch_warm *k, orch_outer *o, int64_t round, uint64_t after)
+{
+    const xdc_device_ops *d = w->model.be->device;
+    warm_round *e = &k->ring[k->head];
+    if (!e->d) XDC_CHECK(d->mem_alloc((void **)&e->d, o->n * sizeof(float)));
+    const warm_round *last = k->n_ring ? kept(k, k->n_ring - 1) : NULL;
+    e->round = round, e->since = last ? last->round : -1, e->before = last ? last->after : 0;
+    e->after = after, e->mean = o->mean;
+    XDC_CHECK(d->copy_d2d(e->d, o->pseudo, o->n * sizeof(float), o->stream));
+    k->head = (k->head + 1) % WARM_ROUNDS;
+    if (k->n_ring < WARM_ROUNDS) k->n_ring++;
+    return XDC_OK;
+}
+
+xdc_err_t orch_warm_round(orch_worker *w, orch_outer *o, int64_t round)
+{
+    if (!w->elastic.on || w->cfg->mode != ORCH_MODE_DILOCO || w->elastic.take) return XDC_OK;
+    uint64_t t0 = xdc_now_ns();
+    struct orch_warm *k;
+    XDC_CHECK(warm_of(w, &k));
+    xdc_diag dd = {{0}};
+    if (!k->saves && orch_mkdirs(k->dir, 0755, &dd) != XDC_OK)
+        XDC_WARN(XDC_SUB_ORCH, "no snapshots of the outer rounds: %s", dd.msg);
+    k->have = 0; /* a joiner's snapshot is used: its buffer is the member's from now on */
+    const xdc_device_ops *d = w->model.be->device;
+    size_t n = o->n;
+    orch_snapshot_meta *m;
+    float *part[ORCH_SNAP_PARTS];
+    orch_snapshot_parts(k->buf, n, &m, part);
+    XDC_CHECK(d->copy_d2h(part[ORCH_SNAP_GLOBAL], o->global, n * sizeof(float), o->stream));
+    XDC_CHECK(d->copy_d2h(part[ORCH_SNAP_MOM], o->mom, n * sizeof(float), o->stream));
+    int64_t adam_t;
+    XDC_CHECK(xdc_gpt_stage_moments_get(w->model.st, 0, n, part[ORCH_SNAP_M], part[ORCH_SNAP_V], &adam_t));
+    XDC_CHECK(d->stream_sync(o->stream));
+    *m = (orch_snapshot_meta){.n = n,
+                              .round = round,
+                              .step = w->prog.step,
+                              .adam_t = adam_t,
+                              .hash = xdc_xxh64(part[ORCH_SNAP_GLOBAL], n * sizeof(float), 0)};
+    if (w->model.data) {
+        xdc_data_pos pos = xdc_data_get_pos(w->model.data);
+        m->epoch = pos.epoch, m->batch = pos.batch;
+    }
+    XDC_CHECK(keep_round(w, k, o, round, m->hash));
+    if (orch_snapshot_save(k->dir, k->buf, n, &k->opt, &dd) != XDC_OK) /* the run goes on without it */
+        XDC_WARN(XDC_SUB_ORCH, "round %lld: snapshot not written: %s", (long long)round, dd.msg);
+    if (!w->elastic.rejoin && round >= 20 && orch_rejoin_test_fault(w, "die")) raise(SIGKILL);
+    uint64_t t1 = xdc_now_ns();
+    if (!k->saves++) k->t_first = t1;
+    k->t_last = t1;
+    k->save_s += (double)(t1 - t0) / 1e9;
+    return XDC_OK;
+}
+
+xdc_err_t orch_warm_ask(orch_worker *w, xdc_diag *diag)
+{
+    if (w->cfg->mode != ORCH_MODE_DILOCO) return XDC_OK;
+    struct orch_warm *k;
+    XDC_CHECK(warm_of(w, &k));
+    size_t n = w->model.n_params;
+    orch_snapshot_meta *m;
+    float *part[ORCH_SNAP_PARTS];
+    orch_snapshot_parts(k->buf, n, &m, part);
+    if (orch_rejoin_test_fault(w, "torn")) { /* as if the file were cut short by a crash of the machine */
+        char path[1100];
+        snprintf(path, sizeof path, "%s/%s", k->dir, ORCH_SNAPSHOT_FILE);
+        FILE *f = fopen(path, "r+b");
+        if (f) fseek(f, 200, SEEK_SET), fputc(0x5a, f), fclose(f);
+    }
+    xdc_diag d = {{0}};
+    xdc_err_t rc = orch_snapshot_load(k->dir, k->buf, n, &d);
+    if (rc == XDC_OK && orch_rejoin_test_fault(w, "nosnap")) {
+        xdc_diag_set(&d, "test hook nosnap");
+        rc = XDC_ERR_UNAVAILABLE;
+    }
+    k->have = rc == XDC_OK;
+    if (k->have && orch_rejoin_test_fault(w, "stale")) { /* a valid snapshot that is not the members' model */
+        part[ORCH_SNAP_GLOBAL][0] += 1.0f;
+        m->hash = xdc_xxh64(part[ORCH_SNAP_GLOBAL], n * sizeof(float), 0);
+    }
+    char val[64] = "none";
+    if (k->have) snprintf(val, sizeof val, "%lld %016llx", (long long)m->round, (unsigned long long)m->hash);
+    if (k->have)
+        XDC_WARN(XDC_SUB_ORCH,
+                 "region %s rank %d: its snapshot of round %lld (step %lld, hash %016llx) is valid: it "
+                 "asks for the rounds since",
+                 w->id->region, w->id->lrank, (long long)m->round, (long long)m->step, (unsigned long long)m->hash);
+    else
+        XDC_WARN(XDC_SUB_ORCH, "region %s rank %d: no snapshot to rejoin from (%s): it takes the whole state",
+                 w->id->region, w->id->lrank, rc == XDC_ERR_IO ? "none written" : d.msg);
+    return rdzv_set(orch_member_rdzv(w->member), rdzv_key_warm(w->id->region_idx, w->id->lrank).s, val, diag);
+}
+
+int orch_warm_chain(orch_worker *w, int region, int *rounds, uint64_t *from)
+{
+    struct orch_warm *k = w->elastic.warm;
+    if (w->cfg->mode != ORCH_MODE_DILOCO) return ORCH_WARM_OFF;
+    char val[64];
+    long long s0;
+    unsigned long long h0;
+    xdc_diag d = {{0}};
+    if (rdzv_try_get(orch_member_rdzv(w->member), rdzv_key_warm(region, w->id->lrank).s, val, sizeof val, &d) !=
+            XDC_OK ||
+        sscanf(val, "%lld %llx", &s0, &h0) != 2)
+        return ORCH_WARM_NONE;
+    if (!k || !k->n_ring) return ORCH_WARM_OFF;
+    *from = h0;
+    for (int i = k->n_ring - 1; i >= 0; i--) { /* newest first: the chain of hashes back to the joiner's */
+        const warm_round *e = kept(k, i);
+        if (e->after == h0) return *rounds = k->n_ring - 1 - i, ORCH_WARM_OK;
+        if (e->round == s0) return ORCH_WARM_MISMATCH;
+        if (e->before == h0) return *rounds = k->n_ring - i, ORCH_WARM_OK;
+        if (e->before && e->since == s0) return ORCH_WARM_MISMATCH;
+        if (!e->before || e->round < s0) break;
+    }
+    return ORCH_WARM_OLD;
+}
+
+xdc_err_t orch_warm_stage(orch_worker *w, int rounds, size_t lo, size_t hi, float *host, uint64_t *means,
+                          int64_t *adam_t)
+{
+    struct orch_warm *k = w->elastic.warm;
+    orch_snapshot_meta *m;
+    float *part[ORCH_SNAP_PARTS];
+    orch_snapshot_parts(k->buf, w->model.n_params, &m, part);
+    *adam_t = m->adam_t; /* the snapshot of this round: no inner step since */
+    const xdc_device_ops *d = w->model.be->device;
+    xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
+    *means = 0;
+    for (int j = 0; j < rounds; j++) {
+        const warm_round *e = kept(k, k->n_ring - rounds + j);
+        XDC_CHECK(d->copy_d2h(host + (size_t)j * (hi - lo), e->d + lo, (hi - lo) * sizeof(float), s));
+        if (e->mean) *means |= 1ull << j;
+    }
+    return d->stream_sync(s);
+}
+
+const void *orch_warm_snapshot(const orch_worker *w)
+{
+    const struct orch_warm *k = w->elastic.warm;
+    return k && k->have ? k->buf : NULL;
+}
+
+void orch_warm_destroy(orch_worker *w)
+{
+    struct orch_warm *k = w->elastic.warm;
+    if (!k) return;
+    if (k->saves > 1)
+        XDC_INFO(XDC_SUB_ORCH,
+                 "region %s rank %d: %lld outer-round snapshots in %s, %.1f ms each (%.2f MB), against %.2f s a round",
+                 w->id->region, w->id->lrank, k->saves, k->dir, 1e3 * k->save_s / (double)k->saves,
+                 (double)orch_snapshot_bytes(w->model.n_params) / 1e6,
+                 (double)(k->t_last - k->t_first) / 1e9 / (double)(k->saves - 1));
+    const xdc_device_ops *d = w->model.be->device;
+    for (int i = 0; i < WARM_ROUNDS; i++) d->mem_free(k->ring[i].d);
+    if (k->buf) d->host_free(k->buf);
+    xdc_free(k->opt.scratch);
+    xdc_free(k);
+    w->elastic.warm = NULL;
+}
