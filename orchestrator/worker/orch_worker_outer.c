@@ -18,6 +18,19 @@ void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc)
     sc->compute = xdc_gpt_stage_stream(w->model.st); /* the buffers are written and read there */
 }
 
+/* A region out of this round (it left, or is only joining) is gone for every sync of the worker, not only for
+ * this round's: a sync with no round since the region left (streaming: a fragment's sync has one round every H
+ * steps) may still hold a send of its last round to it, pending on the peer of a process that is gone, which a
+ * rejoin's hand-over destroys (orch_rejoin_give: "the peer was closed locally"). Told, the sync drops that send
+ * once the region is a member again (xdc_sync_set_members) instead of failing its next round on it. */
+static void tell_out(orch_worker *w)
+{
+    xdc_sync *syncs[ORCH_MAX_SYNCS];
+    int n = orch_worker_syncs(w, syncs, ORCH_MAX_SYNCS);
+    for (int r = 0; r < w->id->n_regions; r++)
+        for (int i = 0; i < n && !w->elastic.m.live[r]; i++) xdc_sync_lose(syncs[i], r);
+}
+
 xdc_err_t orch_elastic_quorum(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag)
 {
     if (!w->elastic.on) return XDC_OK;
@@ -25,6 +38,7 @@ xdc_err_t orch_elastic_quorum(orch_worker *w, xdc_sync *sync, int64_t step, xdc_
     XDC_CHECK(orch_elastic_report_links(w, (long long)step, diag));
     XDC_CHECK(orch_elastic_agree(w, (long long)step, diag));
     const orch_elastic_member *m = &w->elastic.m;
+    tell_out(w);
     float weight[XDC_TOPO_MAX_REGIONS];
     for (int r = 0; r < w->id->n_regions; r++) {
         weight[r] = !m->live[r] || m->catching_up[r] ? 0.0f
