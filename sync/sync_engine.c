@@ -1258,6 +1258,7 @@ xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, const float *
         return XDC_ERR_INVALID;
     }
     xdc_sync_engine *e = s->eng;
+    int dropped[XDC_SYNC_MAX_REGIONS] = {0};
     pthread_mutex_lock(&e->mu);
     int idle = s->done && !s->active;
     if (idle) {
@@ -1275,11 +1276,18 @@ xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, const float *
                     if (s->rt.snd[j].dst == r && s->b[i].sreq[j]) {
                         (void)xdc_wan_request_cancel(s->b[i].sreq[j]);
                         s->b[i].sreq[j] = NULL;
+                        dropped[r]++;
                     }
         }
         s->n_members = n;
     }
     pthread_mutex_unlock(&e->mu);
+    for (int r = 0; r < s->cfg.n_regions; r++)
+        if (dropped[r])
+            XDC_INFO(XDC_SUB_ORCH,
+                     "sync %s: region %d is a member again; %d sends of earlier rounds to it, never "
+                     "waited for, dropped",
+                     s->cfg.name, r, dropped[r]);
     if (!idle) xdc_diag_set(diag, "sync %s: members changed during a round", s->cfg.name);
     return idle ? XDC_OK : XDC_ERR_INVALID;
 }
