@@ -1274,9 +1274,11 @@ xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, const float *
             for (int i = 0; i < s->n_buckets; i++)
                 for (int j = 0; j < s->rt.n_sends; j++)
                     if (s->rt.snd[j].dst == r && s->b[i].sreq[j]) {
-                        (void)xdc_wan_request_cancel(s->b[i].sreq[j]);
+                        int done = 0; /* completed or failed: released by the test; pending: cancelled */
+                        xdc_err_t rc = xdc_wan_test(s->b[i].sreq[j], &done, NULL, NULL, NULL);
+                        if (rc == XDC_OK && !done) (void)xdc_wan_request_cancel(s->b[i].sreq[j]);
                         s->b[i].sreq[j] = NULL;
-                        dropped[r]++;
+                        dropped[r] += rc != XDC_OK || !done; /* what its next round would have failed on */
                     }
         }
         s->n_members = n;
@@ -1285,8 +1287,8 @@ xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, const float *
     for (int r = 0; r < s->cfg.n_regions; r++)
         if (dropped[r])
             XDC_INFO(XDC_SUB_ORCH,
-                     "sync %s: region %d is a member again; %d sends of earlier rounds to it, never "
-                     "waited for, dropped",
+                     "sync %s: region %d is a member again; %d sends of earlier rounds to it, failed or still "
+                     "pending on its old process's connection, dropped",
                      s->cfg.name, r, dropped[r]);
     if (!idle) xdc_diag_set(diag, "sync %s: members changed during a round", s->cfg.name);
     return idle ? XDC_OK : XDC_ERR_INVALID;
