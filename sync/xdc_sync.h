@@ -197,7 +197,10 @@ xdc_err_t xdc_sync_set_replica_weights(xdc_sync *s, const float *weight, xdc_dia
 /* A member region left during the round (the store's host dropped it; docs/runtime.md, "Leaving during a
  * round"): the round stops waiting for its shards and acknowledgements (within 200 ms of a wait), cancels what
  * it still had for it, and goes on without its contribution from the bucket where a shard of it was missing.
- * Any thread, any time; it holds until xdc_sync_set_weights names the region a member again. Regions that
+ * Any thread, any time; it holds until xdc_sync_set_weights names the region a member again, which drops the sends
+ * of earlier rounds to it still held (never waited for: a sync waits for its sends at its next round), failed
+ * or pending on the connection of its process that left (logged). Between rounds too: a region that left while
+ * this sync had no round, whose return this sync's next round sees (orch_elastic_quorum). Regions that
  * left mid-round can leave members with sums over different sets (one got the region's shard, another not):
  * xdc_sync_received says which set this round used in every bucket, and xdc_sync_resum makes every member's
  * result the sum over one agreed set. */
