@@ -128,8 +128,10 @@ XDC_TEST_T(chaos_launch_cut_link_is_seen_by_the_exchange_that_waits_on_it, 180)
 
 /* A link cut for longer than a few rounds is gone around (orch_routes.h): its ends report it down as they arrive
  * at the next round, the decider routes its shards through the third region, and every member says so. The run
- * does not stand still for the cut: rounds complete while the link is still cut (the story's steps, not its time),
- * the third region forwards shards (its relayed bytes), and every region ends on one model. */
+ * does not stand still for the cut: a round completes while the link is still cut (routes go back to direct only
+ * once its ends report it up, so the third region's relayed bytes are such a round's; counted by the run's events,
+ * not by how many steps fit in the cut's seconds, which the machine's load decides), and every region ends on one
+ * model. */
 XDC_TEST_T(chaos_launch_cut_link_is_routed_around_and_the_run_goes_on, 180)
 {
     orch_chaos_fault f[1];
@@ -137,16 +139,10 @@ XDC_TEST_T(chaos_launch_cut_link_is_routed_around_and_the_run_goes_on, 180)
                                                                                                  "south"};
     char dir[600], want[256];
     static char out[1 << 18];
-    launch_chaos("link-down", 3000, 6000, "between", f, dir, out, sizeof out); /* a cut of many rounds (H = 4) */
+    launch_chaos("link-down", 12000, 20000, "between", f, dir, out, sizeof out); /* a cut of many rounds */
     XDC_ASSERT(f[0].kind == ORCH_CHAOS_LINK_DOWN);
     int third = 3 - f[0].region - f[0].other;
-    /* the steps when the cut came and when it was back, or when the run ended first (it went on all along) */
-    const char *cut = strstr(out, "chaos: fault 1 link-down at step "),
-               *back = strstr(out, "recovered 1 link-down at step ");
-    long long from = -1, to = -1;
-    XDC_ASSERT_MSG(cut && sscanf(cut, "chaos: fault 1 link-down at step %lld", &from) == 1, "%s", out);
-    XDC_ASSERT_MSG(back && sscanf(back, "recovered 1 link-down at step %lld", &to) == 1, "%s", out);
-    XDC_ASSERT_MSG(to - from >= 8, "the run stood still over the cut: step %lld to %lld\n%s", from, to, out);
+    XDC_ASSERT_STR_CONTAINS(out, "chaos: recovered 1 link-down at step ");
     XDC_ASSERT_MSG(!strstr(out, "dropped from the run"), "a region left over a cut link:\n%s", out);
     for (int r = 0; r < 3; r++) { /* every member applies the round's routes and says so */
         char log[800];
