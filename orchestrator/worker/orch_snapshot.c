@@ -244,14 +244,20 @@ xdc_err_t orch_warm_ask(orch_worker *w, xdc_diag *diag)
     return rdzv_set(orch_member_rdzv(w->member), rdzv_key_warm(w->id->region_idx, w->id->lrank).s, val, diag);
 }
 
+/* Kept round e's range within [lo, hi), as its record says it (empty where they do not meet). */
+static warm_record record_of(const warm_round *e, size_t lo, size_t hi)
+{
+    size_t a = e->lo > lo ? e->lo : lo, b = e->hi < hi ? e->hi : hi;
+    return (warm_record){.lo = a, .hi = b > a ? b : a};
+}
+
 /* Bytes of the newest `rounds` kept rounds' records over [lo, hi) (warm_record and its means). */
 static size_t records_bytes(struct orch_warm *k, int rounds, size_t lo, size_t hi)
 {
     size_t bytes = 0;
     for (int j = k->n_ring - rounds; j < k->n_ring; j++) {
-        const warm_round *e = kept(k, j);
-        size_t a = e->lo > lo ? e->lo : lo, b = e->hi < hi ? e->hi : hi;
-        bytes += sizeof(warm_record) + (b > a ? b - a : 0) * sizeof(float);
+        warm_record r = record_of(kept(k, j), lo, hi);
+        bytes += sizeof r + (size_t)(r.hi - r.lo) * sizeof(float);
     }
     return bytes;
 }
@@ -307,12 +313,11 @@ xdc_err_t orch_warm_stage(orch_worker *w, int rounds, size_t lo, size_t hi, uint
     off[0] = 0;
     for (int j = 0; j < rounds; j++) {
         const warm_round *e = kept(k, k->n_ring - rounds + j);
-        size_t a = e->lo > lo ? e->lo : lo, b = e->hi < hi ? e->hi : hi;
-        if (b < a) b = a;
-        warm_record r = {.lo = a, .hi = b};
+        warm_record r = record_of(e, lo, hi);
+        size_t bytes = (size_t)(r.hi - r.lo) * sizeof(float);
         memcpy(host + off[j], &r, sizeof r);
-        XDC_CHECK(d->copy_d2h(host + off[j] + sizeof r, e->d + (a - e->lo), (b - a) * sizeof(float), s));
-        off[j + 1] = off[j] + sizeof r + (b - a) * sizeof(float);
+        XDC_CHECK(d->copy_d2h(host + off[j] + sizeof r, e->d + (r.lo - e->lo), bytes, s));
+        off[j + 1] = off[j] + sizeof r + bytes;
         if (e->mean) *means |= 1ull << j;
     }
     return d->stream_sync(s);
@@ -323,21 +328,18 @@ xdc_err_t orch_warm_replay(orch_worker *w, orch_outer *o, const uint8_t *buf, si
 {
     const xdc_device_ops *d = w->model.be->device;
     size_t at = 0;
-    for (int j = 0; j < rounds; j++) { /* on the stage's stream, one round after the other */
+    int j = 0;
+    for (; j < rounds && at + sizeof(warm_record) <= bytes; j++) { /* on the stage's stream, one after the other */
         warm_record r;
-        if (at + sizeof r > bytes) break;
         memcpy(&r, buf + at, sizeof r);
         at += sizeof r;
-        if (r.lo < lo || r.hi < r.lo || r.hi > hi || (r.hi - r.lo) * sizeof(float) > bytes - at) {
-            at = bytes + 1;
-            break;
-        }
+        if (r.lo < lo || r.hi < r.lo || r.hi > hi || (r.hi - r.lo) * sizeof(float) > bytes - at) break;
         size_t len = (size_t)(r.hi - r.lo);
         if (len) XDC_CHECK(d->copy_h2d(dev, buf + at, len * sizeof(float), o->stream));
         if (len) XDC_CHECK(orch_outer_step(o, dev, (size_t)r.lo, (size_t)r.hi, (means >> j) & 1));
         at += len * sizeof(float);
     }
-    if (at == bytes) return XDC_OK;
+    if (j == rounds && at == bytes) return XDC_OK;
     xdc_diag_set(diag, "rejoin: %zu bytes of %d rounds' means over parameters [%zu, %zu) are not their records", bytes,
                  rounds, lo, hi);
     return XDC_ERR_PROTO;
