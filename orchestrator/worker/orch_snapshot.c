@@ -244,11 +244,11 @@ xdc_err_t orch_warm_ask(orch_worker *w, xdc_diag *diag)
     return rdzv_set(orch_member_rdzv(w->member), rdzv_key_warm(w->id->region_idx, w->id->lrank).s, val, diag);
 }
 
-/* Kept round e's range within [lo, hi), as its record says it (empty where they do not meet). */
+/* Kept round e's range within [lo, hi), as its record says it (empty where they do not meet: [lo, lo)). */
 static warm_record record_of(const warm_round *e, size_t lo, size_t hi)
 {
     size_t a = e->lo > lo ? e->lo : lo, b = e->hi < hi ? e->hi : hi;
-    return (warm_record){.lo = a, .hi = b > a ? b : a};
+    return b > a ? (warm_record){.lo = a, .hi = b} : (warm_record){.lo = lo, .hi = lo};
 }
 
 /* Bytes of the newest `rounds` kept rounds' records over [lo, hi) (warm_record and its means). */
@@ -316,7 +316,7 @@ xdc_err_t orch_warm_stage(orch_worker *w, int rounds, size_t lo, size_t hi, uint
         warm_record r = record_of(e, lo, hi);
         size_t bytes = (size_t)(r.hi - r.lo) * sizeof(float);
         memcpy(host + off[j], &r, sizeof r);
-        XDC_CHECK(d->copy_d2h(host + off[j] + sizeof r, e->d + (r.lo - e->lo), bytes, s));
+        if (bytes) XDC_CHECK(d->copy_d2h(host + off[j] + sizeof r, e->d + (r.lo - e->lo), bytes, s));
         off[j + 1] = off[j] + sizeof r + bytes;
         if (e->mean) *means |= 1ull << j;
     }
