@@ -29,10 +29,11 @@
  * its global parameters end bit-equal to theirs), sets local = global and is a member from the next round
  * on. At the run's last round it waits for the state instead. Sync mode (every region applies the same AdamW
  * step from the same moments each step: no round to keep) and a return at the last round take it at once.
- * Warm (DiLoCo): a joiner that posted a valid snapshot of its own gets, from each donor whose kept rounds lead
- * from that snapshot's hash to its global parameters, the means of the rounds it missed over the donor's range
- * instead of the slice of the state (4 bytes a parameter a round, at most 2 rounds), and replays them from its
- * snapshot (orch_snapshot.c); each joiner of a round is served on its own.
+ * Warm (DiLoCo and streaming): a joiner that posted a valid snapshot of its own gets, from each donor whose kept
+ * rounds lead from that snapshot's hash to its global parameters, the means of the rounds it missed over the
+ * donor's range (streaming: each fragment round's over its fragment's part of that range) instead of the slice of
+ * the state, when they cost fewer bytes (4 bytes a parameter a round: at most 2 DiLoCo rounds, or 2 streaming
+ * periods), and replays them from its snapshot (orch_snapshot.c); each joiner of a round is served on its own.
  * The store's side of the handshake (the request, the round that takes it, who to dial) is the round
  * protocol's member half, orchestrator/elastic/orch_elastic_member.c; this file moves the model state.
  *
@@ -70,9 +71,9 @@ enum { PART_GLOBAL, PART_MOM, PART_M, PART_V, N_PART };
 static const char *const part_name[N_PART] = {"global parameters", "outer momentum", "AdamW first moment",
                                               "AdamW second moment"};
 /* The header ahead of a slice (host byte order: the hosts of a run share one architecture). HDR_WARM: 0 when the
- * slice is the state (HDR_WHY: the orch_warm_why code), else 1 + the rounds of means it holds instead (DiLoCo:
- * the rounds since the joiner's snapshot whose global parameters hash to HDR_FROM; bit j of HDR_MEANS: round j
- * was a plain mean), their hash at HDR_HASH. */
+ * slice is the state (HDR_WHY: the orch_warm_why code), else 1 + the rounds of means it holds instead (the
+ * rounds since the joiner's snapshot whose global parameters hash to HDR_FROM, HDR_BYTES bytes as
+ * orch_warm_stage lays them out; bit j of HDR_MEANS: round j was a plain mean), their hash at HDR_HASH. */
 enum {
     HDR_STEP,
     HDR_EPOCH,
@@ -85,6 +86,7 @@ enum {
     HDR_WHY,
     HDR_FROM,
     HDR_MEANS,
+    HDR_BYTES,
     HDR_HASH,
     HDR_N = HDR_HASH + N_PART
 };
@@ -107,11 +109,13 @@ static size_t slice_bytes(const orch_worker *w, size_t len)
 
 /* A member's hand-over of its slice to the regions one round took back, on the comm engine. */
 struct orch_rejoin_out {
-    int64_t step;  /* the member's, at the round */
-    uint8_t *host; /* pinned (slice_bytes(hi - lo)): the slice of the state as sent, staged once for every joiner
+    int64_t step;   /* the member's, at the round */
+    uint8_t *host;  /* pinned (slice_bytes(hi - lo)): the slice of the state as sent, staged once for every joiner
                     * that takes it; NULL: none does */
-    float *means;  /* pinned (rounds x (hi - lo)): the newest kept rounds' means over the slice, oldest first,
-                    * staged once for the joiners that take them (one r rounds behind: the last r); NULL: none */
+    uint8_t *means; /* pinned (off[rounds] bytes, orch_warm_stage): the newest kept rounds' means over the slice,
+                     * oldest first, staged once for the joiners that take them (one r rounds behind: the last r,
+                     * from off[rounds - r]); NULL: none */
+    size_t off[ORCH_WARM_MAX + 1];
     int rounds;
     uint64_t hdr[XDC_TOPO_MAX_REGIONS][HDR_N];      /* each joining region's header */
     int peer_region[XDC_TOPO_MAX_REGIONS];          /* each peer's region */
@@ -275,9 +279,9 @@ static const void *payload(const orch_worker *w, const struct orch_rejoin_out *g
 {
     size_t len = h[HDR_HI] - h[HDR_LO];
     if (!h[HDR_WARM]) return *bytes = slice_bytes(w, len), g->host;
-    size_t r = (size_t)h[HDR_WARM] - 1;
-    *bytes = r * len * sizeof(float);
-    return g->means + ((size_t)g->rounds - r) * len;
+    int r = (int)h[HDR_WARM] - 1;
+    *bytes = g->off[g->rounds] - g->off[g->rounds - r];
+    return g->means + g->off[g->rounds - r];
 }
 
 /* Stage this member's slice of the round's state in hand-over g: the global parameters and outer momentum (o),
@@ -327,15 +331,15 @@ static xdc_err_t stage_slice(orch_worker *w, orch_outer *o, struct orch_rejoin_o
     uint64_t from[XDC_TOPO_MAX_REGIONS] = {0}, base[HDR_N] = {0}, means = 0;
     for (int r = 0; r < n; r++) {
         if (!w->elastic.m.joining[r]) continue;
-        why[r] = orch_warm_chain(w, r, &rounds[r], &from[r]);
+        why[r] = orch_warm_chain(w, r, lo, hi, slice_bytes(w, len), &rounds[r], &from[r]);
         if (why[r] != ORCH_WARM_OK) state = 1;
         else warm = 1, g->rounds = rounds[r] > g->rounds ? rounds[r] : g->rounds;
     }
     int64_t adam_t = 0;
     if (state) XDC_CHECK(stage_state(w, o, g, lo, hi, base, &adam_t));
-    if (warm) { /* + 1: a joiner may be 0 rounds behind, or its slice empty */
-        XDC_CHECK(w->model.be->device->host_alloc((void **)&g->means, (size_t)g->rounds * len * sizeof(float) + 1));
-        XDC_CHECK(orch_warm_stage(w, g->rounds, lo, hi, g->means, &means, &adam_t));
+    if (warm) { /* + 1: a joiner may be 0 rounds behind */
+        XDC_CHECK(w->model.be->device->host_alloc((void **)&g->means, orch_warm_bytes(w, g->rounds, lo, hi) + 1));
+        XDC_CHECK(orch_warm_stage(w, g->rounds, lo, hi, g->means, g->off, &means, &adam_t));
     }
     header(w, base, adam_t, lo, hi);
     for (int r = 0; r < n; r++) {
@@ -343,14 +347,14 @@ static xdc_err_t stage_slice(orch_worker *w, orch_outer *o, struct orch_rejoin_o
         uint64_t *h = g->hdr[r];
         memcpy(h, base, sizeof base);
         if (why[r] != ORCH_WARM_OK) { /* the reason only where there is a warm path */
-            h[HDR_WHY] = w->cfg->mode == ORCH_MODE_DILOCO ? (uint64_t)why[r] : 0;
+            h[HDR_WHY] = w->cfg->mode != ORCH_MODE_SYNC ? (uint64_t)why[r] : 0;
             continue;
         }
         h[HDR_WARM] = (uint64_t)rounds[r] + 1, h[HDR_FROM] = from[r];
         h[HDR_MEANS] = means >> (g->rounds - rounds[r]);
         size_t bytes = 0;
         const void *buf = payload(w, g, h, &bytes);
-        h[HDR_HASH] = xdc_xxh64(buf, bytes, 0);
+        h[HDR_BYTES] = bytes, h[HDR_HASH] = xdc_xxh64(buf, bytes, 0);
         for (int p = 1; p < N_PART; p++) h[HDR_HASH + p] = 0;
     }
     return XDC_OK;
@@ -557,14 +561,14 @@ static xdc_err_t take_slice(orch_worker *w, orch_outer *o, const donor_in *dn, u
 /* Bytes donor dn sends: the rounds' means (HDR_WARM) or its slice of the state. */
 static size_t donor_bytes(const orch_worker *w, const donor_in *dn)
 {
-    size_t len = dn->hdr[HDR_HI] - dn->hdr[HDR_LO];
-    return dn->hdr[HDR_WARM] ? (size_t)(dn->hdr[HDR_WARM] - 1) * len * sizeof(float) : slice_bytes(w, len);
+    return dn->hdr[HDR_WARM] ? (size_t)dn->hdr[HDR_BYTES] : slice_bytes(w, dn->hdr[HDR_HI] - dn->hdr[HDR_LO]);
 }
 
 /* Donor dn's means of the rounds since our snapshot over its [lo, hi), received into `host`: their hash against
  * the header's, then the snapshot's global parameters, outer momentum and AdamW moments there (the AdamW step
- * count the donor's + `passed`) and the rounds' outer steps replayed on them, through `dev` (device, hi - lo
- * fp32): the members' operations on the same bytes, so the global parameters come out as theirs. */
+ * count the donor's + `passed`) and the rounds' outer steps replayed on them (orch_warm_replay), through `dev`
+ * (device, hi - lo fp32): the members' operations on the same bytes, so the global parameters come out as
+ * theirs. */
 static xdc_err_t take_rounds(orch_worker *w, orch_outer *o, const donor_in *dn, const uint8_t *host, int64_t passed,
                              float *dev, xdc_diag *diag)
 {
@@ -579,6 +583,12 @@ static xdc_err_t take_rounds(orch_worker *w, orch_outer *o, const donor_in *dn, 
     orch_snapshot_meta *m;
     float *part[ORCH_SNAP_PARTS];
     orch_snapshot_parts((void *)snap, w->model.n_params, &m, part);
+    if (h[HDR_BYTES] > slice_bytes(w, len) || h[HDR_WARM] - 1 > ORCH_WARM_MAX) { /* more than was received */
+        xdc_diag_set(diag, "rejoin: %s sent %llu rounds' means in %llu bytes over parameters [%zu, %zu)",
+                     w->topo->regions[dn->region].name, (unsigned long long)h[HDR_WARM] - 1,
+                     (unsigned long long)h[HDR_BYTES], lo, lo + len);
+        return XDC_ERR_PROTO;
+    }
     uint64_t got = xdc_xxh64(host, donor_bytes(w, dn), 0);
     if (got != h[HDR_HASH] || h[HDR_FROM] != m->hash) {
         xdc_diag_set(diag,
@@ -594,11 +604,8 @@ static xdc_err_t take_rounds(orch_worker *w, orch_outer *o, const donor_in *dn, 
     XDC_CHECK(d->copy_h2d(o->mom + lo, part[ORCH_SNAP_MOM] + lo, bytes, s));
     XDC_CHECK(xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, part[ORCH_SNAP_M] + lo, part[ORCH_SNAP_V] + lo,
                                         (int64_t)h[HDR_ADAM_T] + passed));
-    for (uint64_t j = 0; j + 1 < h[HDR_WARM]; j++) { /* on the stage's stream, one round after the other */
-        XDC_CHECK(d->copy_h2d(dev, host + j * bytes, bytes, s));
-        XDC_CHECK(orch_outer_step(o, dev, lo, lo + len, (h[HDR_MEANS] >> j) & 1));
-    }
-    return XDC_OK;
+    return orch_warm_replay(w, o, host, donor_bytes(w, dn), (int)h[HDR_WARM] - 1, lo, lo + len, h[HDR_MEANS], dev,
+                            diag);
 }
 
 /* Complete a receive from one of the k donors; the engine fails it when the peer is silent past the operation

@@ -1,9 +1,15 @@
-/* orch_snapshot.c — the warm rejoin of elastic DiLoCo (docs/runtime.md, "Rejoining"): each member writes a
- * snapshot of every outer round to a local file (orch_snapshot.h) and keeps the last rounds' means, each with
- * the xxh64 of the global parameters before and after its outer step; a restarted worker that finds a valid
- * snapshot posts its round and hash (warm/<region>/<rank>) before it asks to rejoin, and a donor whose kept
- * rounds lead from that hash to its own global parameters sends it those rounds' means instead of its slice of
- * the state (orch_rejoin.c). The joiner replays them from its snapshot with the members' outer step. */
+/* orch_snapshot.c — the warm rejoin of elastic DiLoCo and streaming DiLoCo (docs/runtime.md, "Rejoining"): each
+ * member writes a snapshot of every outer round (streaming: every fragment's round, right after it landed) to a
+ * local file (orch_snapshot.h) and keeps the last rounds' means over their range of the stage (DiLoCo: the whole
+ * stage; streaming: the fragment's), each with the xxh64 of the whole global parameters before and after its
+ * outer step; a restarted worker that finds a valid snapshot posts its round and hash (warm/<region>/<rank>)
+ * before it asks to rejoin, and a donor whose kept rounds lead from that hash to its own global parameters sends
+ * it those rounds' means over its slice instead of its slice of the state (orch_rejoin.c), when they cost fewer
+ * bytes. The joiner replays them from its snapshot with the members' outer step, each on its range, in order.
+ * In streaming any fragment's round is such a point: the global parameters there are the fragments each synced
+ * at its own last round, the same bytes on every member, and the rounds after it change only their fragment's
+ * global parameters and momentum, so replaying their means in order brings the snapshot to the members' global
+ * parameters bit for bit. */
 #include "orchestrator/worker/orch_snapshot.h"
 
 #include "common/xdc_alloc.h"
@@ -18,9 +24,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The rounds' means a donor can send: 4 bytes a parameter each, where the state is 12 (bf16 AdamW moments):
- * three rounds would cost as much as the state. */
-#define WARM_ROUNDS     2
+/* The rounds a member keeps: DiLoCo 2 (4 bytes a parameter each, where the state is 12: bf16 AdamW moments;
+ * three rounds would cost as much as the state), streaming 2 periods of fragment rounds (each fragment's twice:
+ * 8 bytes a parameter too), at most ORCH_WARM_MAX. A donor sends them only when they cost fewer bytes than its
+ * slice of the state (orch_warm_chain). */
+#define WARM_PERIODS    2
 #define SNAP_ZSTD_LEVEL (-1) /* zstd's fastest levels: fp32 parameters hardly compress, and it runs every round */
 
 size_t orch_snapshot_bytes(size_t n)
@@ -56,22 +64,30 @@ xdc_err_t orch_snapshot_load(const char *dir, void *buf, size_t n, xdc_diag *dia
     return XDC_OK;
 }
 
-/* One kept round: its mean (device, n fp32) and the global parameters' hash before its outer step (0: not
- * known, the first round this process kept), that is after the round `since`, and after it. */
+/* One kept round: its mean over its range [lo, hi) of the stage (device, cap >= hi - lo fp32) and the global
+ * parameters' hash before its outer step (0: not known, the first round this process kept), that is after the
+ * round `since`, and after it. */
 typedef struct {
     int64_t round, since;
     uint64_t before, after;
+    size_t lo, hi, cap;
     float *d;
     int mean;
 } warm_round;
 
+/* A kept round's mean over a slice on the wire: this record, then (hi - lo) fp32 (the round's range within the
+ * slice: empty where a streaming fragment lies outside it). */
+typedef struct {
+    uint64_t lo, hi;
+} warm_record;
+
 struct orch_warm {
     char dir[1024];
-    uint8_t *buf;          /* pinned (orch_snapshot_bytes(n)): the snapshot as written; a joiner's as loaded */
-    int have;              /* a joiner: buf holds a valid snapshot of its earlier process */
-    xdc_ckpt_blob_opt opt; /* the file's scratch, allocated once */
-    warm_round ring[WARM_ROUNDS];
-    int head, n_ring; /* the next slot; the rounds kept (the newest n_ring before head) */
+    uint8_t *buf;            /* pinned (orch_snapshot_bytes(n)): the snapshot as written; a joiner's as loaded */
+    int have;                /* a joiner: buf holds a valid snapshot of its earlier process */
+    xdc_ckpt_blob_opt opt;   /* the file's scratch, allocated once */
+    warm_round *ring;        /* (n_cap) */
+    int n_cap, head, n_ring; /* the slots; the next one; the rounds kept (the newest n_ring before head) */
     /* the cost, for the run's log: snapshots written, their seconds, and the first and last one's time */
     long long saves;
     double save_s;
@@ -84,11 +100,18 @@ static const char *const why_text[] = {
     [ORCH_WARM_MISMATCH] = "its snapshot's global parameters differ from this member's at that round (hash)",
     [ORCH_WARM_OLD] = "its snapshot's round is older than the rounds this member keeps",
     [ORCH_WARM_OFF] = "this member keeps no rounds yet (not a member long enough)",
+    [ORCH_WARM_COST] = "the means of the rounds since its snapshot would cost as many bytes as the state",
 };
 
 const char *orch_warm_why(int code)
 {
     return code >= 0 && code < (int)(sizeof why_text / sizeof why_text[0]) ? why_text[code] : "?";
+}
+
+/* The modes with a warm rejoin: those whose joiners replay kept rounds (sync mode has none). */
+static int warm_mode(const orch_worker *w)
+{
+    return w->cfg->mode == ORCH_MODE_DILOCO || w->cfg->mode == ORCH_MODE_STREAMING;
 }
 
 /* The warm state of w, made at its first use (the dir: XDC_SNAPSHOT_DIR or the run's folder, per region and
@@ -107,6 +130,10 @@ static xdc_err_t warm_of(orch_worker *w, struct orch_warm **out)
     k->opt.scratch = xdc_malloc(k->opt.cap);
     if (!k->opt.scratch) return XDC_ERR_NOMEM;
     XDC_CHECK(w->model.be->device->host_alloc((void **)&k->buf, bytes));
+    k->n_cap = w->cfg->mode == ORCH_MODE_STREAMING ? WARM_PERIODS * w->cfg->streaming.fragments : WARM_PERIODS;
+    if (k->n_cap > ORCH_WARM_MAX) k->n_cap = ORCH_WARM_MAX;
+    k->ring = xdc_calloc((size_t)k->n_cap, sizeof *k->ring);
+    if (!k->ring) return XDC_ERR_NOMEM;
     *out = k;
     return XDC_OK;
 }
@@ -114,27 +141,33 @@ static xdc_err_t warm_of(orch_worker *w, struct orch_warm **out)
 /* The i-th oldest kept round. */
 static warm_round *kept(struct orch_warm *k, int i)
 {
-    return &k->ring[(k->head - k->n_ring + i + 2 * WARM_ROUNDS) % WARM_ROUNDS];
+    return &k->ring[(k->head - k->n_ring + i + 2 * k->n_cap) % k->n_cap];
 }
 
-/* Keep the round's mean (o->pseudo, just applied) in the ring, after the hash `before`. */
-static xdc_err_t keep_round(orch_worker *w, struct orch_warm *k, orch_outer *o, int64_t round, uint64_t after)
+/* Keep the round's mean over [lo, hi) (o->pseudo there, just applied) in the ring, with the hash `after` it. */
+static xdc_err_t keep_round(orch_worker *w, struct orch_warm *k, orch_outer *o, int64_t round, size_t lo, size_t hi,
+                            uint64_t after)
 {
     const xdc_device_ops *d = w->model.be->device;
     warm_round *e = &k->ring[k->head];
-    if (!e->d) XDC_CHECK(d->mem_alloc((void **)&e->d, o->n * sizeof(float)));
+    if (e->cap < hi - lo) { /* a streaming run's final round is the whole stage's */
+        d->mem_free(e->d);
+        e->d = NULL, e->cap = 0;
+        XDC_CHECK(d->mem_alloc((void **)&e->d, (hi - lo) * sizeof(float) + 1)); /* + 1: a range may be empty */
+        e->cap = hi - lo;
+    }
     const warm_round *last = k->n_ring ? kept(k, k->n_ring - 1) : NULL;
     e->round = round, e->since = last ? last->round : -1, e->before = last ? last->after : 0;
-    e->after = after, e->mean = o->mean;
-    XDC_CHECK(d->copy_d2d(e->d, o->pseudo, o->n * sizeof(float), o->stream));
-    k->head = (k->head + 1) % WARM_ROUNDS;
-    if (k->n_ring < WARM_ROUNDS) k->n_ring++;
+    e->after = after, e->mean = o->mean, e->lo = lo, e->hi = hi;
+    XDC_CHECK(d->copy_d2d(e->d, o->pseudo + lo, (hi - lo) * sizeof(float), o->stream));
+    k->head = (k->head + 1) % k->n_cap;
+    if (k->n_ring < k->n_cap) k->n_ring++;
     return XDC_OK;
 }
 
-xdc_err_t orch_warm_round(orch_worker *w, orch_outer *o, int64_t round)
+xdc_err_t orch_warm_round(orch_worker *w, orch_outer *o, int64_t round, size_t lo, size_t hi)
 {
-    if (!w->elastic.on || w->cfg->mode != ORCH_MODE_DILOCO || w->elastic.take) return XDC_OK;
+    if (!w->elastic.on || !warm_mode(w) || w->elastic.take) return XDC_OK;
     uint64_t t0 = xdc_now_ns();
     struct orch_warm *k;
     XDC_CHECK(warm_of(w, &k));
@@ -161,7 +194,7 @@ xdc_err_t orch_warm_round(orch_worker *w, orch_outer *o, int64_t round)
         xdc_data_pos pos = xdc_data_get_pos(w->model.data);
         m->epoch = pos.epoch, m->batch = pos.batch;
     }
-    XDC_CHECK(keep_round(w, k, o, round, m->hash));
+    XDC_CHECK(keep_round(w, k, o, round, lo, hi, m->hash));
     if (orch_snapshot_save(k->dir, k->buf, n, &k->opt, &dd) != XDC_OK) /* the run goes on without it */
         XDC_WARN(XDC_SUB_ORCH, "round %lld: snapshot not written: %s", (long long)round, dd.msg);
     if (!w->elastic.rejoin && round >= 20 && orch_rejoin_test_fault(w, "die")) raise(SIGKILL);
@@ -174,7 +207,7 @@ xdc_err_t orch_warm_round(orch_worker *w, orch_outer *o, int64_t round)
 
 xdc_err_t orch_warm_ask(orch_worker *w, xdc_diag *diag)
 {
-    if (w->cfg->mode != ORCH_MODE_DILOCO) return XDC_OK;
+    if (!warm_mode(w)) return XDC_OK;
     struct orch_warm *k;
     XDC_CHECK(warm_of(w, &k));
     size_t n = w->model.n_params;
@@ -211,10 +244,28 @@ xdc_err_t orch_warm_ask(orch_worker *w, xdc_diag *diag)
     return rdzv_set(orch_member_rdzv(w->member), rdzv_key_warm(w->id->region_idx, w->id->lrank).s, val, diag);
 }
 
-int orch_warm_chain(orch_worker *w, int region, int *rounds, uint64_t *from)
+/* Kept round e's range within [lo, hi), as its record says it (empty where they do not meet: [lo, lo)). */
+static warm_record record_of(const warm_round *e, size_t lo, size_t hi)
+{
+    size_t a = e->lo > lo ? e->lo : lo, b = e->hi < hi ? e->hi : hi;
+    return b > a ? (warm_record){.lo = a, .hi = b} : (warm_record){.lo = lo, .hi = lo};
+}
+
+/* Bytes of the newest `rounds` kept rounds' records over [lo, hi) (warm_record and its means). */
+static size_t records_bytes(struct orch_warm *k, int rounds, size_t lo, size_t hi)
+{
+    size_t bytes = 0;
+    for (int j = k->n_ring - rounds; j < k->n_ring; j++) {
+        warm_record r = record_of(kept(k, j), lo, hi);
+        bytes += sizeof r + (size_t)(r.hi - r.lo) * sizeof(float);
+    }
+    return bytes;
+}
+
+int orch_warm_chain(orch_worker *w, int region, size_t lo, size_t hi, size_t state, int *rounds, uint64_t *from)
 {
     struct orch_warm *k = w->elastic.warm;
-    if (w->cfg->mode != ORCH_MODE_DILOCO) return ORCH_WARM_OFF;
+    if (!warm_mode(w)) return ORCH_WARM_OFF;
     char val[64];
     long long s0;
     unsigned long long h0;
@@ -225,18 +276,30 @@ int orch_warm_chain(orch_worker *w, int region, int *rounds, uint64_t *from)
         return ORCH_WARM_NONE;
     if (!k || !k->n_ring) return ORCH_WARM_OFF;
     *from = h0;
+    int why = ORCH_WARM_OLD;
     for (int i = k->n_ring - 1; i >= 0; i--) { /* newest first: the chain of hashes back to the joiner's */
         const warm_round *e = kept(k, i);
-        if (e->after == h0) return *rounds = k->n_ring - 1 - i, ORCH_WARM_OK;
+        if (e->after == h0) {
+            *rounds = k->n_ring - 1 - i, why = ORCH_WARM_OK;
+            break;
+        }
         if (e->round == s0) return ORCH_WARM_MISMATCH;
-        if (e->before == h0) return *rounds = k->n_ring - i, ORCH_WARM_OK;
+        if (e->before == h0) {
+            *rounds = k->n_ring - i, why = ORCH_WARM_OK;
+            break;
+        }
         if (e->before && e->since == s0) return ORCH_WARM_MISMATCH;
         if (!e->before || e->round < s0) break;
     }
-    return ORCH_WARM_OLD;
+    return why == ORCH_WARM_OK && records_bytes(k, *rounds, lo, hi) >= state ? ORCH_WARM_COST : why;
 }
 
-xdc_err_t orch_warm_stage(orch_worker *w, int rounds, size_t lo, size_t hi, float *host, uint64_t *means,
+size_t orch_warm_bytes(orch_worker *w, int rounds, size_t lo, size_t hi)
+{
+    return records_bytes(w->elastic.warm, rounds, lo, hi);
+}
+
+xdc_err_t orch_warm_stage(orch_worker *w, int rounds, size_t lo, size_t hi, uint8_t *host, size_t *off, uint64_t *means,
                           int64_t *adam_t)
 {
     struct orch_warm *k = w->elastic.warm;
@@ -247,12 +310,39 @@ xdc_err_t orch_warm_stage(orch_worker *w, int rounds, size_t lo, size_t hi, floa
     const xdc_device_ops *d = w->model.be->device;
     xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
     *means = 0;
+    off[0] = 0;
     for (int j = 0; j < rounds; j++) {
         const warm_round *e = kept(k, k->n_ring - rounds + j);
-        XDC_CHECK(d->copy_d2h(host + (size_t)j * (hi - lo), e->d + lo, (hi - lo) * sizeof(float), s));
+        warm_record r = record_of(e, lo, hi);
+        size_t bytes = (size_t)(r.hi - r.lo) * sizeof(float);
+        memcpy(host + off[j], &r, sizeof r);
+        if (bytes) XDC_CHECK(d->copy_d2h(host + off[j] + sizeof r, e->d + (r.lo - e->lo), bytes, s));
+        off[j + 1] = off[j] + sizeof r + bytes;
         if (e->mean) *means |= 1ull << j;
     }
     return d->stream_sync(s);
+}
+
+xdc_err_t orch_warm_replay(orch_worker *w, orch_outer *o, const uint8_t *buf, size_t bytes, int rounds, size_t lo,
+                           size_t hi, uint64_t means, float *dev, xdc_diag *diag)
+{
+    const xdc_device_ops *d = w->model.be->device;
+    size_t at = 0;
+    int j = 0;
+    for (; j < rounds && at + sizeof(warm_record) <= bytes; j++) { /* on the stage's stream, one after the other */
+        warm_record r;
+        memcpy(&r, buf + at, sizeof r);
+        at += sizeof r;
+        if (r.lo < lo || r.hi < r.lo || r.hi > hi || (r.hi - r.lo) * sizeof(float) > bytes - at) break;
+        size_t len = (size_t)(r.hi - r.lo);
+        if (len) XDC_CHECK(d->copy_h2d(dev, buf + at, len * sizeof(float), o->stream));
+        if (len) XDC_CHECK(orch_outer_step(o, dev, (size_t)r.lo, (size_t)r.hi, (means >> j) & 1));
+        at += len * sizeof(float);
+    }
+    if (j == rounds && at == bytes) return XDC_OK;
+    xdc_diag_set(diag, "rejoin: %zu bytes of %d rounds' means over parameters [%zu, %zu) are not their records", bytes,
+                 rounds, lo, hi);
+    return XDC_ERR_PROTO;
 }
 
 const void *orch_warm_snapshot(const orch_worker *w)
@@ -272,7 +362,8 @@ void orch_warm_destroy(orch_worker *w)
                  (double)orch_snapshot_bytes(w->model.n_params) / 1e6,
                  (double)(k->t_last - k->t_first) / 1e9 / (double)(k->saves - 1));
     const xdc_device_ops *d = w->model.be->device;
-    for (int i = 0; i < WARM_ROUNDS; i++) d->mem_free(k->ring[i].d);
+    for (int i = 0; k->ring && i < k->n_cap; i++) d->mem_free(k->ring[i].d);
+    xdc_free(k->ring);
     if (k->buf) d->host_free(k->buf);
     xdc_free(k->opt.scratch);
     xdc_free(k);

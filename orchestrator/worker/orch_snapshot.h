@@ -1,10 +1,10 @@
-/* orch_snapshot.h — a worker's snapshot of its last outer round, in a local file (docs/runtime.md,
- * "Rejoining"): what a restarted worker of an elastic DiLoCo run rejoins from, taking only the rounds it
- * missed. The file is an xdc_ckpt blob (model/xdc_ckpt.h: header, XXH64 checksum, zstd frame, written to
- * NAME.tmp and renamed over the last one, so a process killed mid-write leaves the previous snapshot whole) of
- * one buffer: orch_snapshot_meta, then the global parameters, the outer momentum and the AdamW moments m and v
- * (n fp32 each). A snapshot loads only whole, of a model of n parameters, and with its global parameters
- * hashing to the meta's hash. */
+/* orch_snapshot.h — a worker's snapshot of its last outer round (streaming: fragment round, once it landed), in
+ * a local file (docs/runtime.md, "Rejoining"): what a restarted worker of an elastic DiLoCo or streaming run
+ * rejoins from, taking only the rounds it missed. The file is an xdc_ckpt blob (model/xdc_ckpt.h: header, XXH64
+ * checksum, zstd frame, written to NAME.tmp and renamed over the last one, so a process killed mid-write leaves
+ * the previous snapshot whole) of one buffer: orch_snapshot_meta, then the global parameters, the outer momentum
+ * and the AdamW moments m and v (n fp32 each). A snapshot loads only whole, of a model of n parameters, and with
+ * its global parameters hashing to the meta's hash. */
 #ifndef ORCH_SNAPSHOT_H
 #define ORCH_SNAPSHOT_H
 
@@ -17,10 +17,10 @@
 #define ORCH_SNAPSHOT_FILE "outer-round.snap"
 
 typedef struct orch_snapshot_meta {
-    uint64_t n;            /* parameters of the stage */
-    int64_t round;         /* the outer round's step (its decision's) */
-    int64_t step;          /* the worker's step when it was taken (the round's, or diloco.overlap_steps later) */
-    int64_t adam_t;        /* AdamW steps taken */
+    uint64_t n;     /* parameters of the stage */
+    int64_t round;  /* the outer round's step (its decision's) */
+    int64_t step;   /* the worker's step when it was taken (the round's, or overlap_steps / streaming's 1 later) */
+    int64_t adam_t; /* AdamW steps taken */
     uint64_t epoch, batch; /* data position */
     uint64_t hash;         /* xxh64 of the global parameters (n fp32) */
 } orch_snapshot_meta;

@@ -163,7 +163,7 @@ typedef struct orch_elastic {
     /* A rejoined worker's state on its way while it takes part in the rounds with weight 0 and runs no inner
      * step (orch_rejoin.c); NULL: none */
     struct orch_rejoin_in *take;
-    /* DiLoCo: this worker's snapshot of its last outer round and the last rounds' means (orch_snapshot.c);
+    /* DiLoCo and streaming: this worker's snapshot of its last outer round and the last rounds' means (orch_snapshot.c);
      * a restarted worker's snapshot of its earlier process; NULL: none yet */
     struct orch_warm *warm;
     /* The sync of the round whose exchange is under way (a streaming fragment's is, across the next inner
@@ -372,26 +372,37 @@ void orch_rejoin_drain(orch_worker *w);
  * fires: 1); orch_rejoin.c lists the faults. */
 int orch_rejoin_test_fault(const orch_worker *w, const char *fault);
 
-/* orch_snapshot.c: the warm rejoin of elastic DiLoCo (docs/runtime.md, "Rejoining"). Why a donor sends a
- * joiner its slice of the state rather than the rounds' means since its snapshot: */
-enum { ORCH_WARM_OK, ORCH_WARM_NONE, ORCH_WARM_MISMATCH, ORCH_WARM_OLD, ORCH_WARM_OFF };
+/* orch_snapshot.c: the warm rejoin of elastic DiLoCo and streaming (docs/runtime.md, "Rejoining"). Why a donor
+ * sends a joiner its slice of the state rather than the rounds' means since its snapshot: */
+enum { ORCH_WARM_OK, ORCH_WARM_NONE, ORCH_WARM_MISMATCH, ORCH_WARM_OLD, ORCH_WARM_OFF, ORCH_WARM_COST };
+#define ORCH_WARM_MAX 64 /* rounds a member keeps at most: a header's bit each (plain mean or not) */
 const char *orch_warm_why(int code);
-/* After the outer step of the round at `round` (elastic DiLoCo, a worker holding its state): the snapshot
- * (global parameters, outer momentum, AdamW moments and step count, step, data position, the global
- * parameters' xxh64) written to its local file, and the round's mean kept with the hashes before and after it.
- * A failed write is logged and the run goes on; errors are the device's. */
-xdc_err_t orch_warm_round(orch_worker *w, orch_outer *o, int64_t round);
-/* A restarted worker of elastic DiLoCo before it asks to rejoin: its snapshot loaded when valid, and
- * warm/<region>/<rank> posted ("<round> <hash>", or "none"), logged either way. */
+/* After the outer step of the round at `round` on [lo, hi) of the stage (DiLoCo: all of it; streaming: the
+ * fragment's, once it landed), elastic DiLoCo or streaming, a worker holding its state: the snapshot (global
+ * parameters, outer momentum, AdamW moments and step count, step, data position, the global parameters' xxh64)
+ * written to its local file, and the round's mean over [lo, hi) kept with the hashes before and after it. A
+ * failed write is logged and the run goes on; errors are the device's. */
+xdc_err_t orch_warm_round(orch_worker *w, orch_outer *o, int64_t round, size_t lo, size_t hi);
+/* A restarted worker of elastic DiLoCo or streaming before it asks to rejoin: its snapshot loaded when valid,
+ * and warm/<region>/<rank> posted ("<round> <hash>", or "none"), logged either way. */
 xdc_err_t orch_warm_ask(orch_worker *w, xdc_diag *diag);
-/* A donor of the round just applied, for joining region `region`: ORCH_WARM_OK when it asked with a snapshot
- * whose hash (*from) this member's kept rounds lead from to its global parameters, in *rounds rounds; else why
+/* A donor of the round just applied, for joining region `region` and this member's slice [lo, hi), whose state
+ * costs `state` bytes: ORCH_WARM_OK when it asked with a snapshot whose hash (*from) this member's kept rounds
+ * lead from to its global parameters, in *rounds rounds whose means over the slice cost fewer bytes; else why
  * not. */
-int orch_warm_chain(orch_worker *w, int region, int *rounds, uint64_t *from);
-/* The newest `rounds` kept means over [lo, hi) into host (rounds x (hi - lo) fp32, oldest first); bit j of
- * *means set when round j was a plain mean (orch_outer.mean); *adam_t: the AdamW steps at the last round. */
-xdc_err_t orch_warm_stage(orch_worker *w, int rounds, size_t lo, size_t hi, float *host, uint64_t *means,
+int orch_warm_chain(orch_worker *w, int region, size_t lo, size_t hi, size_t state, int *rounds, uint64_t *from);
+/* Bytes of the newest `rounds` kept rounds' means over [lo, hi) as orch_warm_stage lays them out. */
+size_t orch_warm_bytes(orch_worker *w, int rounds, size_t lo, size_t hi);
+/* The newest `rounds` kept means over [lo, hi) into host (orch_warm_bytes), oldest first, each a record of its
+ * range within [lo, hi) and its fp32 values there; off[j] (rounds + 1): round j's offset, off[rounds] the end;
+ * bit j of *means set when round j was a plain mean (orch_outer.mean); *adam_t: the AdamW steps at the last
+ * round. */
+xdc_err_t orch_warm_stage(orch_worker *w, int rounds, size_t lo, size_t hi, uint8_t *host, size_t *off, uint64_t *means,
                           int64_t *adam_t);
+/* A joiner: the outer steps of `rounds` rounds staged so (buf, bytes: a donor's over [lo, hi)) replayed in order
+ * on o, each on its range, through dev (device, hi - lo fp32); XDC_ERR_PROTO when buf is not such records. */
+xdc_err_t orch_warm_replay(orch_worker *w, orch_outer *o, const uint8_t *buf, size_t bytes, int rounds, size_t lo,
+                           size_t hi, uint64_t means, float *dev, xdc_diag *diag);
 /* A joiner's snapshot buffer (orch_snapshot.h), NULL when it has none. */
 const void *orch_warm_snapshot(const orch_worker *w);
 /* At teardown: the snapshots' cost logged, the buffers freed. */

@@ -116,7 +116,7 @@ xdc_err_t orch_worker_outer_apply(orch_worker *w, orch_outer *o, xdc_sync *sync,
     XDC_CHECK(orch_outer_apply(o, sync, lo, hi, diag));
     orch_rejoin_member(w, step); /* before the catch-up: its last round, with weight 0, is not the first back */
     XDC_CHECK(orch_rejoin_catch_up(w, o, lo, hi, diag));
-    XDC_CHECK(orch_warm_round(w, o, step)); /* before the give: a donor sends this round's mean too */
+    XDC_CHECK(orch_warm_round(w, o, step, lo, hi)); /* before the give: a donor sends this round's mean too */
     return orch_rejoin_give(w, o);
 }
 

@@ -1047,15 +1047,16 @@ XDC_TEST_T(elastic_launch_streaming_does_not_wait_for_a_joiner_whose_state_is_he
     joiner_not_waited_for("lshold", "streaming");
 }
 
-/* The warm rejoin (docs/runtime.md "Rejoining"): ap-south's worker dies right after writing its snapshot of round
- * 20 (XDC_TEST_REJOIN=die@ap-south: the run's own event) and `xdc launch --max-restarts 1` starts it again; the
- * host takes it back at round 28 (XDC_TEST_REJOIN_AT), two rounds (24, 28) after its snapshot. `also`: more
- * faults (of the restarted joiner, or of eu-west: then `elastic` lets us-east go on alone and donate alone).
- * ap-south's log, and the run ends with all three regions on one model. */
-static char *back_from_snapshot(const char *name, const char *also, const char *elastic, int donors)
+/* The warm rejoin (docs/runtime.md "Rejoining") in `mode`: ap-south's worker dies right after writing its snapshot
+ * of round 20 (XDC_TEST_REJOIN=die@ap-south: the run's own event) and `xdc launch --max-restarts 1` starts it
+ * again; the host takes it back at round 28 (XDC_TEST_REJOIN_AT), two DiLoCo rounds (24, 28) or four streaming
+ * fragment rounds (22, 24, 26, 28: 2 fragments, one every 2 steps) after its snapshot. `also`: more faults (of
+ * the restarted joiner, or of eu-west: then `elastic` lets us-east go on alone and donate alone). ap-south's log,
+ * and the run ends with all three regions on one model. */
+static char *back_from_snapshot(const char *name, const char *mode, const char *also, const char *elastic, int donors)
 {
     need_corpus();
-    const char *run = write_run_timeouts(name, "diloco", 64, elastic, ", handshake: 5s");
+    const char *run = write_run_timeouts(name, mode, 64, elastic, ", handshake: 5s");
     char dir[600], log[700], faults[128], want[200];
     snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
     snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
@@ -1071,10 +1072,11 @@ static char *back_from_snapshot(const char *name, const char *also, const char *
     expect_one_model(dir, out, 3);
     free(out);
     char *wlog = region_log(dir, "ap-south");
+    int step = 28 + (strcmp(mode, "streaming") == 0); /* streaming: once the round's fragment landed */
     snprintf(want, sizeof want,
-             "region ap-south took the state of round 28 (step 28, data epoch 0 batch 28, 28 AdamW steps) from the "
+             "region ap-south took the state of round 28 (step %d, data epoch 0 batch %d, %d AdamW steps) from the "
              "round's %d member regions, ",
-             donors);
+             step, step, step, donors);
     XDC_ASSERT_STR_CONTAINS(wlog, want);
     if (also && strstr(also, "eu-west")) { /* eu-west's log too, after ap-south's */
         char *west = region_log(dir, "eu-west"), *both = malloc(strlen(wlog) + strlen(west) + 1);
@@ -1089,13 +1091,14 @@ static char *back_from_snapshot(const char *name, const char *also, const char *
 
 /* Both donors send the two rounds' means (4 bytes a parameter each) instead of their slices of the state (12:
  * bf16 moments), the joiner replays them from its snapshot, and its parameters end as the members'. */
-XDC_TEST_T(elastic_launch_region_back_from_its_snapshot_takes_only_the_rounds_it_missed, 180)
+static void back_from_snapshot_takes_only_the_rounds_it_missed(const char *name, const char *mode, const char *snap,
+                                                               const char *warm_line)
 {
-    char *wlog = back_from_snapshot("lwarm", NULL, "{min_regions: 2, grace: 5s}", 2);
-    XDC_ASSERT_STR_CONTAINS(wlog, "its snapshot of round 20 (step 20, hash ");
+    char *wlog = back_from_snapshot(name, mode, NULL, "{min_regions: 2, grace: 5s}", 2);
+    XDC_ASSERT_STR_CONTAINS(wlog, snap);
     const char *took = strstr(wlog, "region ap-south took the state of round 28");
     double mb = 0, state = 0;
-    const char *warm = strstr(took, "warm: 2 of them the means of the 2 rounds since its snapshot");
+    const char *warm = strstr(took, warm_line);
     XDC_ASSERT_MSG(warm &&
                        sscanf(strstr(warm, "0 the state (") + 13, "%lf MB in all, the state %lf MB", &mb, &state) == 2,
                    "ap-south did not take the warm path:\n%s", took);
@@ -1103,19 +1106,44 @@ XDC_TEST_T(elastic_launch_region_back_from_its_snapshot_takes_only_the_rounds_it
     free(wlog);
 }
 
+XDC_TEST_T(elastic_launch_region_back_from_its_snapshot_takes_only_the_rounds_it_missed, 180)
+{
+    back_from_snapshot_takes_only_the_rounds_it_missed("lwarm", "diloco", "its snapshot of round 20 (step 20, hash ",
+                                                       "warm: 2 of them the means of the 2 rounds since its snapshot");
+}
+
+/* The same in streaming: the snapshot is of fragment 0's round 20, taken once it landed (step 21); each donor sends
+ * the four fragment rounds' means over its part of their fragments (each parameter twice: 8 bytes a parameter),
+ * the joiner replays them in order, each on its fragment's range, and its parameters end as the members'. */
+XDC_TEST_T(elastic_launch_streaming_region_back_from_its_snapshot_takes_only_the_rounds_it_missed, 180)
+{
+    back_from_snapshot_takes_only_the_rounds_it_missed("lswarm", "streaming",
+                                                       "its snapshot of round 20 (step 21, hash ",
+                                                       "warm: 2 of them the means of the 4 rounds since its snapshot");
+}
+
 /* A snapshot that is not the members' model (stale: valid, hashed again after one parameter changed), or a file
  * cut by a crash (torn: its checksum fails): the donors, or the joiner itself, refuse it, the joiner takes the
  * whole state and says why, and every region still ends on one model. */
 XDC_TEST_T(elastic_launch_region_with_a_stale_or_torn_snapshot_takes_the_whole_state, 240)
 {
-    char *wlog = back_from_snapshot("lstale", "stale@ap-south", "{min_regions: 2, grace: 5s}", 2);
+    char *wlog = back_from_snapshot("lstale", "diloco", "stale@ap-south", "{min_regions: 2, grace: 5s}", 2);
     XDC_ASSERT_STR_CONTAINS(wlog, "a slice from each (global parameters, outer momentum and AdamW moments as bf16, ");
     XDC_ASSERT_STR_CONTAINS(wlog, "not warm: its snapshot's global parameters differ from this member's at that round");
     free(wlog);
-    wlog = back_from_snapshot("ltorn", "torn@ap-south", "{min_regions: 2, grace: 5s}", 2);
+    wlog = back_from_snapshot("ltorn", "diloco", "torn@ap-south", "{min_regions: 2, grace: 5s}", 2);
     XDC_ASSERT_STR_CONTAINS(wlog, "no snapshot to rejoin from (");
     XDC_ASSERT_STR_CONTAINS(wlog, "checksum mismatch");
     XDC_ASSERT_STR_CONTAINS(wlog, "not warm: it found no valid snapshot of its own");
+    free(wlog);
+}
+
+/* The same refusal in streaming: a stale snapshot's hash is on no donor's chain of fragment rounds. */
+XDC_TEST_T(elastic_launch_streaming_region_with_a_stale_snapshot_takes_the_whole_state, 180)
+{
+    char *wlog = back_from_snapshot("lsstale", "streaming", "stale@ap-south", "{min_regions: 2, grace: 5s}", 2);
+    XDC_ASSERT_STR_CONTAINS(wlog, "a slice from each (global parameters, outer momentum and AdamW moments as bf16, ");
+    XDC_ASSERT_STR_CONTAINS(wlog, "not warm: its snapshot's global parameters differ from this member's at that round");
     free(wlog);
 }
 
@@ -1125,7 +1153,8 @@ XDC_TEST_T(elastic_launch_region_with_a_stale_or_torn_snapshot_takes_the_whole_s
  * and all three end on one model. */
 XDC_TEST_T(elastic_launch_two_joiners_one_warm_one_not_each_take_their_own, 180)
 {
-    char *logs = back_from_snapshot("lmixed", "die@eu-west,nosnap@ap-south", "{min_regions: 1, grace: 5s}", 1);
+    char *logs = back_from_snapshot("lmixed", "diloco", "die@eu-west,nosnap@ap-south", "{min_regions: 1, grace: 5s}",
+                                    1);
     XDC_ASSERT_STR_CONTAINS(logs, "region ap-south took the state of round 28 (step 28, data epoch 0 batch 28, 28 "
                                   "AdamW steps) from the round's 1 member regions, a slice from each (");
     XDC_ASSERT_STR_CONTAINS(logs, "not warm: it found no valid snapshot of its own");
