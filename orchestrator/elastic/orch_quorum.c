@@ -302,14 +302,19 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
     if (step < 0) return XDC_OK;
     if (step != q->pending) q->pending = step, q->first_at = 0, q->named = 0;
     char mask[XDC_TOPO_MAX_REGIONS + 1];
-    int arrived = 0;
+    int arrived = 0, members = 0;
     for (int r = 0; r < q->t->n_regions; r++) {
         mask[r] = q->live[r] ? region_arrived(q, r, step) : '0';
         arrived += mask[r] != '0';
+        members += mask[r] == '1';
     }
     mask[q->t->n_regions] = '\0';
     if (!arrived || (step == q->rejoin_at && !all_asked(q))) return XDC_OK;
-    if (!q->first_at) q->first_at = xdc_now_ns();
+    /* The window runs from the first member's arrival: a region catching up ('t', 'c') runs no inner step and
+     * arrives at once, a whole round before the members, which a window from the rounds' spread would then drop
+     * (and its arrival is no spread). With none but such regions there, from when all arrived. */
+    if (!q->first_at && (members || arrived == q->n_live)) q->first_at = xdc_now_ns();
+    if (!q->first_at) return XDC_OK;
     /* A region late for its first round after its return is still taking the state (which its members sent
      * while they trained on): a window of grace alone would drop it whenever that transfer outlasts the grace,
      * at every return. Not once a region that sends it left (the joiner waits for a dead sender's slice
@@ -343,7 +348,7 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
              window_ms > q->grace_ms   ? ", a region's first round back"
              : window_ms < q->grace_ms ? ", from the rounds' arrival spread"
                                        : "");
-    if (arrived == q->n_live && !back && step != LLONG_MAX) { /* everyone in time: a round's spread */
+    if (members == q->n_live && !back && step != LLONG_MAX) { /* every region a member, in time: a spread */
         q->spread_ns[q->n_spreads % ORCH_QUORUM_SPREADS] = waited;
         q->n_spreads++;
     }

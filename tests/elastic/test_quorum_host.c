@@ -214,5 +214,16 @@ XDC_TEST_T(quorum_drops_a_late_region_at_the_rounds_arrival_spread, 60)
     rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_round(step).s);
     XDC_ASSERT(decided(&q, srv, step, 5000, val));
     XDC_ASSERT_MSG(strcmp(val, "111") == 0, "round %lld: got '%s', expected 111", step, val);
+    /* DiLoCo's catch-up: a region still taking the state runs no inner step and arrives at once ('t'), a round
+     * before the members. The window runs from the first member's arrival: 200 ms (200 windows) on, no member
+     * was dropped; they arrive and the round has all three, ap-south with weight 0. */
+    rdzv_server_set(srv, rdzv_key_xchg(2, 0).s, rdzv_val_xchg(step, (const uint8_t[3]){1, 1, 1}, 3).s);
+    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_arrival(step + 10, RDZV_ARRIVE_TAKING).s);
+    XDC_ASSERT_MSG(!decided(&q, srv, step + 10, 200, val), "round %lld decided with no member there: '%s'", step + 10,
+                   val);
+    regions_arrive(srv, 2, step, step + 10);
+    step += 10;
+    XDC_ASSERT(decided(&q, srv, step, 5000, val));
+    XDC_ASSERT_MSG(strcmp(val, "11t") == 0, "round %lld: got '%s', expected 11t", step, val);
     host3_close(&host);
 }
