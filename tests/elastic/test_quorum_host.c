@@ -8,7 +8,10 @@
  *   outlast the grace window; with the grace alone it was dropped again at every return (seen in bench-chaos
  *   over 5 Mbit/s links). Its second round has the plain grace window again, and so has a first round after a
  *   region that sent it the state left; and no region is taken back at the run's last round (orch_quorum's
- *   last_round), whose end would wait for a joiner that trains nothing more. */
+ *   last_round), whose end would wait for a joiner that trains nothing more;
+ * - elastic.grace_min (orch_quorum_spread): a late region dropped at the rounds' arrival spread once 2 rounds
+ *   formed it, the longer window in a first round back kept, and the window's clock not started by a region
+ *   catching up (it arrives at once, a round before the members). */
 #include "tests/test_wan_util.h"
 #include "tests/xdc_test.h"
 
