@@ -2,7 +2,8 @@
 # bench/chaos — goodput under a seeded random fault schedule (`xdc launch --chaos`, docs/runtime.md "Chaos").
 # Two runs of bench/e2e/gpt1m.yaml over bench/e2e/three-region.yaml's emulated WAN (3 regions, 10 and 5 Mbit/s
 # links), elastic (min_regions 1, grace 20 s: a region behind a cut link is waited for, not dropped; grace_min
-# CHAOS_GRACE_MIN, unset: a stopped worker is waited for up to the grace; --max-restarts 1000), int8
+# CHAOS_GRACE_MIN, unset: a stopped worker is waited for up to the grace; e.g. 3s: dropped at 4x the rounds'
+# arrival spread and rejoins, which costs it more than the wait saves at this pace; --max-restarts 1000), int8
 # pseudo-gradients:
 #   diloco     DiLoCo, H = CHAOS_H, the built-in store
 #   streaming  streaming DiLoCo, 4 fragments, with --rdzv etcd:// on a 3-member etcd cluster started here
@@ -34,7 +35,7 @@ every=${CHAOS_FAULT_EVERY_S:-120}
 decider_ttl=${CHAOS_DECIDER_TTL:-3}
 kinds=${CHAOS_KINDS:+:$CHAOS_KINDS} # a comma list narrows the kinds (orch_chaos.h); default every kind a run allows
 H=${CHAOS_H:-30}
-grace_min=${CHAOS_GRACE_MIN:-} # elastic.grace_min (e.g. 3s): a late region dropped at 4x the rounds' arrival spread; default off (docs/benchmarks.md)
+grace_min=${CHAOS_GRACE_MIN:-} # elastic.grace_min; default off (docs/benchmarks.md "A stalled region costs its own time")
 probe_steps=${CHAOS_PROBE_STEPS:-60}
 plots=${CHAOS_PLOTS:-docs/bench-chaos}
 topo=bench/e2e/three-region.yaml
