@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # bench/chaos — goodput under a seeded random fault schedule (`xdc launch --chaos`, docs/runtime.md "Chaos").
 # Two runs of bench/e2e/gpt1m.yaml over bench/e2e/three-region.yaml's emulated WAN (3 regions, 10 and 5 Mbit/s
-# links), elastic (min_regions 1, grace 20 s: a region behind a cut link is waited for, not dropped;
-# --max-restarts 1000), int8 pseudo-gradients:
+# links), elastic (min_regions 1, grace 20 s: a region behind a cut link is waited for, not dropped; grace_min
+# CHAOS_GRACE_MIN, unset: a stopped worker is waited for up to the grace; e.g. 3s: dropped at 4x the rounds'
+# arrival spread and rejoins, which costs it more than the wait saves at this pace; --max-restarts 1000), int8
+# pseudo-gradients:
 #   diloco     DiLoCo, H = CHAOS_H, the built-in store
 #   streaming  streaming DiLoCo, 4 fragments, with --rdzv etcd:// on a 3-member etcd cluster started here
 #              (each member under a loop that starts it again when it dies; the run talks to member 0, the
@@ -35,6 +37,7 @@ every=${CHAOS_FAULT_EVERY_S:-120}
 decider_ttl=${CHAOS_DECIDER_TTL:-3}
 kinds=${CHAOS_KINDS:+:$CHAOS_KINDS} # a comma list narrows the kinds (orch_chaos.h); default every kind a run allows
 H=${CHAOS_H:-30}
+grace_min=${CHAOS_GRACE_MIN:-} # elastic.grace_min; default off (docs/benchmarks.md "A stalled region costs its own time")
 probe_steps=${CHAOS_PROBE_STEPS:-60}
 runs=${CHAOS_RUNS:-diloco,streaming}
 plots=${CHAOS_PLOTS:-docs/bench-chaos}
@@ -112,7 +115,7 @@ bucket_mb: 0.25
 threads: 1
 diloco: {inner_steps: $H}
 streaming: {fragments: 4}
-elastic: {min_regions: 1, grace: 20s}
+elastic: {min_regions: 1, grace: 20s${grace_min:+, grace_min: $grace_min}}
 EOT
 }
 

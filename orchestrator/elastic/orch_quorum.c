@@ -261,6 +261,32 @@ void orch_quorum_pace(orch_quorum *q, int budget, const double *pace)
     publish_steps(q, 0, all);
 }
 
+void orch_quorum_spread(orch_quorum *q, int64_t grace_min_ms)
+{
+    q->grace_min_ms = grace_min_ms;
+    q->n_spreads = 0;
+}
+
+/* How long a late region is waited for at a plain round (orch_quorum_spread): the grace, or once enough
+ * rounds were seen, ORCH_QUORUM_SPREAD_FACTOR times the lower median of their arrival spreads, within
+ * [grace_min, grace]. The median, not the widest: a round that waited out a stall within the grace (before the
+ * window formed, or one a region made just in time) is one outlier, and would otherwise set the window to
+ * that stall for the next rounds. */
+static int64_t spread_window_ms(const orch_quorum *q)
+{
+    if (q->grace_min_ms <= 0 || q->n_spreads < ORCH_QUORUM_SPREADS_MIN) return q->grace_ms;
+    int k = q->n_spreads < ORCH_QUORUM_SPREADS ? q->n_spreads : ORCH_QUORUM_SPREADS;
+    uint64_t v[ORCH_QUORUM_SPREADS];
+    for (int i = 0; i < k; i++) { /* insertion sort of the few recorded */
+        int j = i;
+        for (; j > 0 && v[j - 1] > q->spread_ns[i]; j--) v[j] = v[j - 1];
+        v[j] = q->spread_ns[i];
+    }
+    int64_t ms = (int64_t)(v[(k - 1) / 2] * ORCH_QUORUM_SPREAD_FACTOR / XDC_NS_PER_MS);
+    if (ms < q->grace_min_ms) ms = q->grace_min_ms;
+    return ms < q->grace_ms ? ms : q->grace_ms;
+}
+
 xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
 {
     drop_silent(q);
@@ -276,25 +302,32 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
     if (step < 0) return XDC_OK;
     if (step != q->pending) q->pending = step, q->first_at = 0, q->named = 0;
     char mask[XDC_TOPO_MAX_REGIONS + 1];
-    int arrived = 0;
+    int arrived = 0, members = 0;
     for (int r = 0; r < q->t->n_regions; r++) {
         mask[r] = q->live[r] ? region_arrived(q, r, step) : '0';
         arrived += mask[r] != '0';
+        members += mask[r] == '1';
     }
     mask[q->t->n_regions] = '\0';
     if (!arrived || (step == q->rejoin_at && !all_asked(q))) return XDC_OK;
-    if (!q->first_at) q->first_at = xdc_now_ns();
+    /* The window runs from the first member's arrival: a region catching up ('t', 'c') runs no inner step and
+     * arrives at once, a whole round before the members, which a window from the rounds' spread would then drop
+     * (and its arrival is no spread). With none but such regions there, from when all arrived. */
+    if (!q->first_at && (members || arrived == q->n_live)) q->first_at = xdc_now_ns();
+    if (!q->first_at) return XDC_OK;
     /* A region late for its first round after its return is still taking the state (which its members sent
      * while they trained on): a window of grace alone would drop it whenever that transfer outlasts the grace,
      * at every return. Not once a region that sends it left (the joiner waits for a dead sender's slice
      * until the WAN deadline fails it). The end has no first round back: no round takes a region back at the
      * run's last round (admit_joiners). */
-    int64_t window_ms = q->grace_ms;
-    int senders = 1;
+    int64_t window_ms = spread_window_ms(q);
+    int senders = 1, back = 0;
     for (int r = 0; r < q->t->n_regions; r++) senders &= q->back_from[r] != '1' || q->live[r];
     for (int r = 0; r < q->t->n_regions && senders; r++)
         if (q->live[r] && mask[r] == '0' && q->back_at[r] >= 0 && q->back_at[r] == q->decided)
             window_ms = q->grace_ms + q->back_ms;
+    for (int r = 0; r < q->t->n_regions && step != LLONG_MAX; r++) /* a joiner's round is no spread either */
+        back |= q->live[r] && q->back_at[r] >= 0 && q->back_at[r] == q->decided;
     uint64_t waited = xdc_now_ns() - q->first_at, grace = (uint64_t)window_ms * XDC_NS_PER_MS;
     char round[64], reason[160];
     if (step == LLONG_MAX) snprintf(round, sizeof round, "the end of the run");
@@ -312,7 +345,13 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
         return XDC_OK;
     }
     snprintf(reason, sizeof reason, "missed %s (%.1f s grace window%s)", round, (double)window_ms / 1000.0,
-             window_ms > q->grace_ms ? ", a region's first round back" : "");
+             window_ms > q->grace_ms   ? ", a region's first round back"
+             : window_ms < q->grace_ms ? ", from the rounds' arrival spread"
+                                       : "");
+    if (members == q->n_live && !back && step != LLONG_MAX) { /* every region a member, in time: a spread */
+        q->spread_ns[q->n_spreads % ORCH_QUORUM_SPREADS] = waited;
+        q->n_spreads++;
+    }
     for (int r = 0; r < q->t->n_regions; r++)
         if (q->live[r] && mask[r] == '0') drop(q, r, reason);
     if (arrived < q->min_regions) {

@@ -42,6 +42,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define ORCH_QUORUM_SPREADS       4 /* the last rounds whose arrival spread sets the window (orch_quorum_spread) */
+#define ORCH_QUORUM_SPREADS_MIN   2 /* rounds seen before it does (the grace alone until then) */
+#define ORCH_QUORUM_SPREAD_FACTOR 4 /* that window: this many times the lower median of their spreads */
+
 typedef struct orch_quorum {
     const xdc_topology *t;
     rdzv_server *rdzv;
@@ -58,7 +62,7 @@ typedef struct orch_quorum {
     int n_live;
     long long decided;              /* step of the last round decided; -1: none */
     long long pending;              /* step of the round being waited for; -1: none */
-    uint64_t first_at;              /* xdc_now_ns() when the first region arrived at `pending`; 0: none yet */
+    uint64_t first_at;              /* xdc_now_ns() when the first member arrived at `pending`; 0: none yet */
     int named;                      /* the regions late for `pending` were logged (half way through the grace window) */
     char dropped[1024];             /* "eu-west (its agent exited with status 69), ..." for the summary */
     int left[XDC_TOPO_MAX_REGIONS]; /* times each region left the run, published as left/<region index> */
@@ -75,6 +79,12 @@ typedef struct orch_quorum {
      * (a request then stays unanswered, and the joiner leaves once the end is decided). LLONG_MAX: no such
      * round known (the end alone) */
     long long last_round;
+    /* elastic.grace_min (orch_quorum_spread; 0: off): a region late at a round is dropped after
+     * min(grace_ms, max(grace_min_ms, ORCH_QUORUM_SPREAD_FACTOR x the lower median arrival spread of the last
+     * ORCH_QUORUM_SPREADS rounds everyone reached in time)), the full grace until ORCH_QUORUM_SPREADS_MIN were */
+    int64_t grace_min_ms;
+    uint64_t spread_ns[ORCH_QUORUM_SPREADS]; /* first to last arrival of each of the last rounds all reached (a ring) */
+    int n_spreads;       /* how many were recorded (the ring's next slot: n_spreads % ORCH_QUORUM_SPREADS) */
     long long rejoin_at; /* test hook XDC_TEST_REJOIN_AT=<step>: take regions back at that round only, which
                           * waits until every region out of the run asked; -1: unset */
 } orch_quorum;
@@ -93,6 +103,16 @@ void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, 
  * inner steps of the fastest region (pace 1, orch_run_config_pace: its GPUs and diloco.slowdown), which runs all
  * of it; one out of it runs 0. steps/0, the first round's, is published now. */
 void orch_quorum_pace(orch_quorum *q, int budget, const double *pace);
+/* The rounds' own arrival spread sets how long a late region is waited for: from now on, once
+ * ORCH_QUORUM_SPREADS_MIN rounds were reached by every region in the run as a member (their first to last
+ * arrival measured, the first round's start-up skew among them), a region late at a round is dropped after
+ * min(grace, max(grace_min_ms, ORCH_QUORUM_SPREAD_FACTOR x the lower median spread of the last
+ * ORCH_QUORUM_SPREADS such rounds)) rather than the whole grace: a stopped worker holds its round's members
+ * for a few times a normal round's straggle, not 20 s, and one round that waited out a stall does not set the
+ * window. A region in its first round back keeps grace + back_ms; those rounds (the joiner's state transfer),
+ * rounds with a region catching up ('t', 'c': it arrives at once, and the window runs from the first member's
+ * arrival) and rounds that dropped someone are not spreads. */
+void orch_quorum_spread(orch_quorum *q, int64_t grace_min_ms);
 /* Decide the pending round when it is due (the launcher's tick). XDC_ERR_UNAVAILABLE when the regions that
  * arrived in time are fewer than min_regions, with the round, who arrived and who did not in why[cap]. */
 xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap);

@@ -211,6 +211,7 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
     if (L->elastic) {
         orch_quorum_init(&L->quorum, L->t, L->rdzv, orch_quorum_min(&L->cfg, L->t->n_regions), L->cfg.elastic.grace_ms,
                          L->cfg.timeouts.operation_ms, L->cfg.timeouts.heartbeat_ms);
+        orch_quorum_spread(&L->quorum, L->cfg.elastic.grace_min_ms);
         L->quorum.last_round = orch_quorum_last_round(&L->cfg);
     }
     if (L->elastic && L->cfg.diloco.nobody_waits) { /* the decider counts each round's inner steps */

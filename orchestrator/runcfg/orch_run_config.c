@@ -94,6 +94,7 @@ static const xdc_cfg_field timeout_fields[] = {
 static const xdc_cfg_field elastic_fields[] = {
     RUN_FIELD("min_regions", XDC_CFG_INT, elastic.min_regions, false, 1, 256),
     RUN_FIELD("grace", XDC_CFG_DURATION, elastic.grace_ms, false, 1, 86400000),
+    RUN_FIELD("grace_min", XDC_CFG_DURATION, elastic.grace_min_ms, false, 1, 86400000),
 };
 
 #define N(t) (sizeof(t) / sizeof((t)[0]))

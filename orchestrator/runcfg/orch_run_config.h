@@ -66,11 +66,12 @@ typedef struct orch_timeouts_config {
 /* Elastic regions (DiLoCo and streaming; sync mode when the run file has `elastic:`; docs/runtime.md): an
  * outer round (sync mode: a step) goes on with the regions that arrived within grace_ms of the first one, if
  * they are at least min_regions (0: a majority of the topology's regions, orch_quorum_min); the others are
- * dropped. */
+ * dropped. With grace_min_ms the window shrinks to a few times the rounds' normal arrival spread. */
 typedef struct orch_elastic_config {
     int min_regions;
     int64_t grace_ms;
-    bool set; /* the run file has `elastic:` (what makes sync mode elastic) */
+    int64_t grace_min_ms; /* > 0: the window follows the rounds' arrival spread, this at least (orch_quorum_spread) */
+    bool set;             /* the run file has `elastic:` (what makes sync mode elastic) */
 } orch_elastic_config;
 
 typedef struct orch_run_config {

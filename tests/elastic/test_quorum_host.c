@@ -8,7 +8,10 @@
  *   outlast the grace window; with the grace alone it was dropped again at every return (seen in bench-chaos
  *   over 5 Mbit/s links). Its second round has the plain grace window again, and so has a first round after a
  *   region that sent it the state left; and no region is taken back at the run's last round (orch_quorum's
- *   last_round), whose end would wait for a joiner that trains nothing more. */
+ *   last_round), whose end would wait for a joiner that trains nothing more;
+ * - elastic.grace_min (orch_quorum_spread): a late region dropped at the rounds' arrival spread once 2 rounds
+ *   formed it, the longer window in a first round back kept, and the window's clock not started by a region
+ *   catching up (it arrives at once, a round before the members). */
 #include "tests/test_wan_util.h"
 #include "tests/xdc_test.h"
 
@@ -60,11 +63,12 @@ static int decided(orch_quorum *q, rdzv_server *srv, long long step, int ms, cha
     return 1;
 }
 
-/* Regions 0 and 1 arrive at `step` after posting what they summed in the round before it (`prev`, < 0: none). */
-static void members_arrive(rdzv_server *srv, long long prev, long long step)
+/* Regions 0 .. n-1 arrive at `step` after posting that they summed those n in the round before it (`prev`, < 0:
+ * none). */
+static void regions_arrive(rdzv_server *srv, int n, long long prev, long long step)
 {
-    static const uint8_t got[3] = {1, 1, 0};
-    for (int r = 0; r < 2; r++) {
+    const uint8_t got[3] = {1, 1, n > 2};
+    for (int r = 0; r < n; r++) {
         if (prev >= 0) rdzv_server_set(srv, rdzv_key_xchg(r, 0).s, rdzv_val_xchg(prev, got, 3).s);
         rdzv_server_set(srv, rdzv_key_outer(r, 0).s, rdzv_val_round(step).s);
     }
@@ -115,14 +119,14 @@ XDC_TEST_T(quorum_waits_longer_for_a_region_in_its_first_round_back, 30)
     XDC_ASSERT_OK(orch_quorum_lose(&q, 2, "its agent exited", why, sizeof why));
     /* ap-south's restarted worker asks to rejoin; the round at step 10 takes it back. */
     rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_join("n1").s);
-    members_arrive(srv, -1, 10);
+    regions_arrive(srv, 2, -1, 10);
     XDC_ASSERT(decided(&q, srv, 10, 5000, val));
     XDC_ASSERT_MSG(strcmp(val, "11j") == 0, "round 10: got '%s', expected 11j", val);
     XDC_ASSERT_EQ(rdzv_server_get(srv, rdzv_key_rejoin("n1").s, val, sizeof val), 0);
     XDC_ASSERT_MSG(strcmp(val, "10") == 0, "rejoin/n1 = '%s', expected 10", val);
     /* Its first round: the two members are there, ap-south is still taking the state, and 200 ms (200 grace
      * windows) later the round is still waiting for it; it arrives and is in the round. */
-    members_arrive(srv, 10, 20);
+    regions_arrive(srv, 2, 10, 20);
     XDC_ASSERT_MSG(!decided(&q, srv, 20, 200, val), "round 20 decided without the returning region: '%s'", val);
     rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_round(20).s);
     XDC_ASSERT(decided(&q, srv, 20, 5000, val));
@@ -139,7 +143,7 @@ XDC_TEST_T(quorum_waits_longer_for_a_region_in_its_first_round_back, 30)
     /* Taken back at round 40 again, and one of the regions that sent it the state (eu-west) leaves: it would
      * wait for that slice until the WAN deadline, so its first round has the grace window alone. */
     rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_join("n2").s);
-    members_arrive(srv, 30, 40);
+    regions_arrive(srv, 2, 30, 40);
     XDC_ASSERT(decided(&q, srv, 40, 5000, val));
     XDC_ASSERT_MSG(strcmp(val, "11j") == 0, "round 40: got '%s', expected 11j", val);
     XDC_ASSERT_OK(orch_quorum_lose(&q, 1, "its agent exited", why, sizeof why));
@@ -163,5 +167,66 @@ XDC_TEST_T(quorum_waits_longer_for_a_region_in_its_first_round_back, 30)
     XDC_ASSERT(decided(&q, srv, RDZV_ROUND_END, 5000, val));
     XDC_ASSERT_MSG(strcmp(val, "100") == 0, "the end: got '%s', expected 100", val);
     XDC_ASSERT_MSG(rdzv_server_get(srv, rdzv_key_rejoin("n3").s, val, sizeof val) != 0, "rejoin/n3 = '%s'", val);
+    host3_close(&host);
+}
+
+/* elastic.grace_min (orch_quorum_spread): with a 10-minute grace, a region late at a round is waited for
+ * until ORCH_QUORUM_SPREADS_MIN rounds were reached by everyone; after them it is dropped at a few times their
+ * arrival spread (here every region arrives at once, so at grace_min), and a region in its first round back
+ * (taking the state) still has grace + back_ms. Each step is a region's arrival or absence, not a clock. */
+XDC_TEST_T(quorum_drops_a_late_region_at_the_rounds_arrival_spread, 60)
+{
+    host3 host;
+    host3_open(&host);
+    rdzv_server *srv = host.srv;
+    orch_quorum q;
+    orch_quorum_init(&q, host.t, srv, 2, 600000, 600000, 600000); /* 10 min of grace, 10 min more back */
+    orch_quorum_spread(&q, 1);
+    char val[RDZV_VALUE_MAX];
+    /* Round 10, before any spread was seen: ap-south late is waited for, then arrives and is in it (a spread of
+     * 200 ms or more: the window after it is at least 0.8 s, all inside the 60 s the drop below may take). */
+    regions_arrive(srv, 2, -1, 10);
+    XDC_ASSERT_MSG(!decided(&q, srv, 10, 200, val), "round 10 decided with no spread seen: '%s'", val);
+    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_round(10).s);
+    XDC_ASSERT(decided(&q, srv, 10, 5000, val));
+    XDC_ASSERT_MSG(strcmp(val, "111") == 0, "round 10: got '%s', expected 111", val);
+    /* Rounds 20 .. 10 x ORCH_QUORUM_SPREADS_MIN: everyone at once, the spreads the window follows. */
+    long long step = 10;
+    for (int i = 1; i < ORCH_QUORUM_SPREADS_MIN; i++, step += 10) {
+        regions_arrive(srv, 3, step, step + 10);
+        XDC_ASSERT(decided(&q, srv, step + 10, 5000, val));
+        XDC_ASSERT_MSG(strcmp(val, "111") == 0, "round %lld: got '%s', expected 111", step + 10, val);
+    }
+    /* ap-south stops (it posts nothing): dropped at the spread's window, far inside the 10-minute grace. */
+    regions_arrive(srv, 2, step, step + 10);
+    rdzv_server_set(srv, rdzv_key_xchg(2, 0).s, rdzv_val_xchg(step, (const uint8_t[3]){1, 1, 1}, 3).s);
+    step += 10;
+    XDC_ASSERT(decided(&q, srv, step, 60000, val));
+    XDC_ASSERT_MSG(strcmp(val, "110") == 0, "round %lld: got '%s', expected 110 (ap-south dropped)", step, val);
+    /* It asks back and is taken at the next round; in its first round back it is waited for (the state's
+     * transfer), not dropped at the spread's window; it arrives and is in it. */
+    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_join("n1").s);
+    regions_arrive(srv, 2, step, step + 10);
+    step += 10;
+    XDC_ASSERT(decided(&q, srv, step, 5000, val));
+    XDC_ASSERT_MSG(strcmp(val, "11j") == 0, "round %lld: got '%s', expected 11j", step, val);
+    regions_arrive(srv, 2, step, step + 10);
+    step += 10;
+    XDC_ASSERT_MSG(!decided(&q, srv, step, 200, val), "round %lld decided without the returning region: '%s'", step,
+                   val);
+    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_round(step).s);
+    XDC_ASSERT(decided(&q, srv, step, 5000, val));
+    XDC_ASSERT_MSG(strcmp(val, "111") == 0, "round %lld: got '%s', expected 111", step, val);
+    /* DiLoCo's catch-up: a region still taking the state runs no inner step and arrives at once ('t'), a round
+     * before the members. The window runs from the first member's arrival: 200 ms (200 windows) on, no member
+     * was dropped; they arrive and the round has all three, ap-south with weight 0. */
+    rdzv_server_set(srv, rdzv_key_xchg(2, 0).s, rdzv_val_xchg(step, (const uint8_t[3]){1, 1, 1}, 3).s);
+    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_arrival(step + 10, RDZV_ARRIVE_TAKING).s);
+    XDC_ASSERT_MSG(!decided(&q, srv, step + 10, 200, val), "round %lld decided with no member there: '%s'", step + 10,
+                   val);
+    regions_arrive(srv, 2, step, step + 10);
+    step += 10;
+    XDC_ASSERT(decided(&q, srv, step, 5000, val));
+    XDC_ASSERT_MSG(strcmp(val, "11t") == 0, "round %lld: got '%s', expected 11t", step, val);
     host3_close(&host);
 }
