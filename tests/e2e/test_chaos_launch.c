@@ -142,7 +142,11 @@ XDC_TEST_T(chaos_launch_cut_link_is_routed_around_and_the_run_goes_on, 180)
     launch_chaos("link-down", 12000, 20000, "between", f, dir, out, sizeof out); /* a cut of many rounds */
     XDC_ASSERT(f[0].kind == ORCH_CHAOS_LINK_DOWN);
     int third = 3 - f[0].region - f[0].other;
-    XDC_ASSERT_STR_CONTAINS(out, "chaos: recovered 1 link-down at step ");
+    /* the cut ended within the run, or (a quiet machine runs the 128 steps in seconds) the run ended first */
+    XDC_ASSERT_MSG(
+        strstr(out, "chaos: recovered 1 link-down at step ") ||
+            (strstr(out, "chaos: not recovered 1 link-down at step ") && strstr(out, ": the run ended first")),
+        "the cut link's story has no end:\n%s", out);
     XDC_ASSERT_MSG(!strstr(out, "dropped from the run"), "a region left over a cut link:\n%s", out);
     for (int r = 0; r < 3; r++) { /* every member applies the round's routes and says so */
         char log[800];
