@@ -99,17 +99,44 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
     }
     int live = 0;
     for (int r = 0; r < n; r++) {
-        uint8_t in = val[r] == '1' || val[r] == 't' || val[r] == 'c';
+        uint8_t joins = val[r] == 'j' && m->joins_in_round; /* in this round's exchange, weight 0 */
+        uint8_t in = val[r] == '1' || val[r] == 't' || val[r] == 'c' || joins;
         if (m->live[r] && !in)
             XDC_WARN(XDC_SUB_ORCH, "round %s: region %s dropped from the quorum", name.s, region_name(m, r));
         m->live[r] = in;
         m->joining[r] = val[r] == 'j';
-        m->catching_up[r] = val[r] == 't' || val[r] == 'c';
+        m->catching_up[r] = val[r] == 't' || val[r] == 'c' || joins;
         live += in;
         if (m->joining[r]) m->left_at[r] = left_count(m, r); /* a joiner keeps its donors' across its rounds */
     }
     m->n_live = live;
     memcpy(m->quorum, val, (size_t)n + 1);
+    return XDC_OK;
+}
+
+xdc_err_t orch_elastic_region_took(orch_elastic_member *m, long long round, int took, int *all, xdc_diag *diag)
+{
+    char val[RDZV_VALUE_MAX], nonce[RDZV_NONCE_MAX];
+    rdzv_arrive_kind kind = took ? RDZV_ARRIVE_TOOK : RDZV_ARRIVE_TAKING;
+    XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_outer(m->region_idx, m->rank).s, rdzv_val_arrival(round, kind).s, diag));
+    uint64_t deadline = xdc_deadline_ms(m->operation_ms);
+    *all = took;
+    for (int k = 0; *all && k < xdc_topology_region_workers(m->t, m->region_idx); k++) {
+        rdzv_key key = rdzv_key_outer(m->region_idx, k);
+        long long at = -1;
+        /* its request (join:<nonce>) until it posts; past `round` (arrived at the next one) only without its state:
+         * one that took it trains with us first */
+        while (rdzv_try_get(m->rdzv, key.s, val, sizeof val, diag) != XDC_OK ||
+               rdzv_val_outer_parse(val, &at, nonce, &kind) != XDC_OK || at < round) {
+            if (xdc_deadline_passed(deadline)) {
+                xdc_diag_set(diag, "round %lld: region %s's worker %d did not say whether it took its state (%s)",
+                             round, region_name(m, m->region_idx), k, key.s);
+                return XDC_ERR_TIMEOUT;
+            }
+            xdc_sleep_s(STATE_POLL_S);
+        }
+        *all = at == round && kind == RDZV_ARRIVE_TOOK;
+    }
     return XDC_OK;
 }
 
@@ -269,7 +296,7 @@ xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, in
     *from = -1;
     for (int r = 0; r < n; r++) {
         m->live[r] = mask[r] != '0'; /* from the next round on, us and the others joining with us */
-        m->catching_up[r] = mask[r] == 't' || mask[r] == 'c';
+        m->catching_up[r] = mask[r] == 't' || mask[r] == 'c' || (mask[r] == 'j' && m->joins_in_round);
         m->n_live += m->live[r];
         in_round[r] = mask[r] == '1';
         m->left_at[r] = in_round[r] ? left_count(m, r) : LLONG_MAX;

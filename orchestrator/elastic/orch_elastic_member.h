@@ -30,8 +30,12 @@ typedef struct orch_elastic_member {
     int64_t grace_ms, operation_ms;
     uint8_t live[XDC_TOPO_MAX_REGIONS];    /* 1: in the last round decided (all before the first) */
     uint8_t joining[XDC_TOPO_MAX_REGIONS]; /* 1: rejoins at the last round (it gets the round's outer state) */
-    /* 1: in the last round with weight 0, a region that rejoined and is still catching up ('t' or 'c') */
+    /* 1: in the last round with weight 0, a region that rejoined and is still catching up ('t' or 'c'), or one
+     * taken back at it that takes part in its exchange ('j' with joins_in_round) */
     uint8_t catching_up[XDC_TOPO_MAX_REGIONS];
+    /* 1: a region taken back at a round ('j') takes part in that round's exchange with weight 0 (elastic DiLoCo,
+     * orch_quorum_joins_in_round): it is in m->live and m->catching_up for it; 0: it comes in at the next round */
+    int joins_in_round;
     rdzv_arrive_kind arrive; /* how this worker arrives at its next round (a rejoined one catching up: the worker) */
     /* A rejoined worker whose state is on its way (arrive: RDZV_ARRIVE_TAKING) asks state_in(state_ctx) while it
      * waits for its round's decision: once it returns 1, the arrival becomes "took" if the round is not decided
@@ -65,6 +69,14 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
  * round's members by a joiner that waits for their slices of the state: neither waits for a process that is
  * gone. 0 for any other region, and when the store does not answer. */
 int orch_elastic_left_again(orch_elastic_member *m, int r);
+
+/* A joiner that took part in the exchange of the round that took it back (`round`, joins_in_round): post
+ * whether its state is in (`took`) as its arrival there (outer/<region>/<rank> = took:<round> or taking:<round>;
+ * the host reads arrivals at later rounds only) and read its region's other workers' the same: *all = 1 when
+ * every one of them took it, so they all train from that round on or all take part in the next with weight 0
+ * (their inner steps run together: pipeline stages, replicas). XDC_ERR_TIMEOUT when one did not post within an
+ * operation's deadline. */
+xdc_err_t orch_elastic_region_took(orch_elastic_member *m, long long round, int took, int *all, xdc_diag *diag);
 
 /* DiLoCo's nobody waits: the inner steps of each region in the round after `step` (step 0: the first round),
  * steps/<step> as the host published it (orch_quorum_pace) with the decision of that round, into h[n_regions].

@@ -371,7 +371,8 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
     q->pending = -1;
     if (step != LLONG_MAX) { /* its exchange is under way: its final set comes after it */
         q->open = step;
-        for (int r = 0; r < q->t->n_regions; r++) q->open_set[r] = mask[r] == 'j' || mask[r] == '0' ? '0' : '1';
+        for (int r = 0; r < q->t->n_regions; r++)
+            q->open_set[r] = mask[r] == '0' || (mask[r] == 'j' && !q->joins_in_round) ? '0' : '1';
         q->open_set[q->t->n_regions] = '\0';
         memset(q->lost_set, '0', (size_t)q->t->n_regions);
         q->lost_set[q->t->n_regions] = '\0';

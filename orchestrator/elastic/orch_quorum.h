@@ -10,7 +10,9 @@
  * without waiting for the grace window. A region out of the run comes back when every one of its workers
  * (restarted) posted outer/<region>/<rank> = join:<nonce>: the next round decided names it 'j' (joining:
  * not in this round's average; each member region hands it a slice of the round's state), publishes the
- * round's step as rejoin/<nonce> for each of its workers, and counts it in the run again from the next round.
+ * round's step as rejoin/<nonce> for each of its workers, and counts it in the run again from the next round
+ * (in elastic DiLoCo, joins_in_round, it takes part in that round's exchange already, with weight 0: it is in
+ * the round's open set, and its sums are in the round's final set like a member's).
  * While its state is still arriving its workers arrive at once at each round, as taking:<S> (or took:<S> once
  * their state came): the decision names the region 't' (still taking it) or 'c' (every worker of it took it
  * since its last round): in the round with weight 0 (it exchanges, the mean leaves it out), a member in full
@@ -84,7 +86,11 @@ typedef struct orch_quorum {
      * ORCH_QUORUM_SPREADS rounds everyone reached in time)), the full grace until ORCH_QUORUM_SPREADS_MIN were */
     int64_t grace_min_ms;
     uint64_t spread_ns[ORCH_QUORUM_SPREADS]; /* first to last arrival of each of the last rounds all reached (a ring) */
-    int n_spreads;       /* how many were recorded (the ring's next slot: n_spreads % ORCH_QUORUM_SPREADS) */
+    int n_spreads; /* how many were recorded (the ring's next slot: n_spreads % ORCH_QUORUM_SPREADS) */
+    /* 1: a region taken back at a round takes part in that round's exchange with weight 0 (elastic DiLoCo,
+     * orch_quorum_joins_in_round): 'j' is in the round's open set like 't', so its final set waits for the joiner's
+     * sums and its loss during the exchange is published as any member's; 0: it comes in at the next round */
+    int joins_in_round;
     long long rejoin_at; /* test hook XDC_TEST_REJOIN_AT=<step>: take regions back at that round only, which
                           * waits until every region out of the run asked; -1: unset */
 } orch_quorum;

@@ -213,6 +213,7 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
                          L->cfg.timeouts.operation_ms, L->cfg.timeouts.heartbeat_ms);
         orch_quorum_spread(&L->quorum, L->cfg.elastic.grace_min_ms);
         L->quorum.last_round = orch_quorum_last_round(&L->cfg);
+        L->quorum.joins_in_round = orch_quorum_joins_in_round(&L->cfg);
     }
     if (L->elastic && L->cfg.diloco.nobody_waits) { /* the decider counts each round's inner steps */
         double pace[XDC_TOPO_MAX_REGIONS];

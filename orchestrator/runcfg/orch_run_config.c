@@ -203,6 +203,11 @@ long long orch_quorum_last_round(const orch_run_config *c)
     return c->mode == ORCH_MODE_SYNC ? (long long)c->train.steps - 1 : (long long)c->train.steps;
 }
 
+bool orch_quorum_joins_in_round(const orch_run_config *c)
+{
+    return c->mode == ORCH_MODE_DILOCO && !c->diloco.overlap_steps && !c->diloco.nobody_waits;
+}
+
 void orch_run_config_rdzv_shape(const orch_run_config *c, int n_regions, rdzv_run_shape *out)
 {
     long steps = c->train.steps > 0 ? c->train.steps : 0;

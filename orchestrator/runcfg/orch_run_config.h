@@ -226,6 +226,12 @@ int orch_quorum_min(const orch_run_config *c, int n_regions);
 /* The step of an elastic run's last round before its end: the finish's (train.steps) in DiLoCo and streaming,
  * the last step's (train.steps - 1) in sync mode, whose rounds come before each step's pass. */
 long long orch_quorum_last_round(const orch_run_config *c);
+/* Whether a region taken back at a round takes part in that round's own exchange, with weight 0 (docs/runtime.md,
+ * "Rejoining"): elastic DiLoCo whose round runs at once (no diloco.overlap_steps) and weighs every member alike
+ * (no diloco.nobody_waits, whose weights come from the round before, which the joiner did not see). Then its
+ * members accept its connections and hand it over before that round's exchange, and the decider counts it in
+ * the round's final set; else (streaming, overlapped or nobody-waits DiLoCo, sync mode) it comes in after it. */
+bool orch_quorum_joins_in_round(const orch_run_config *c);
 /* orch_plan.c: the activation codec of the pipeline cut between regions a and b (either order): the topology link's
  * activation_codec (a -> b's, else b -> a's; both set and different is a config error), else the plan's for the
  * cut (act_cut), else the run file's activation_codec. Sender and receiver of a cut both derive it here from the

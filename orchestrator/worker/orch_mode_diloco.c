@@ -196,6 +196,9 @@ static xdc_err_t diloco_rejoin(orch_worker *w, void *state, xdc_diag *diag)
     /* handed over once the round is applied: at once, or diloco.overlap_steps later */
     XDC_CHECK(orch_rejoin_take(w, &st->outer, w->cfg->diloco.overlap_steps, diag));
     int needed = w->elastic.rejoin_round != RDZV_ROUND_END; /* else the run ended first: no round to run */
+    /* The round that took it back is the joiner's first (weight 0: a zero pseudo-gradient, global = local): its
+     * mean lands here as on every member, and with its state in it trains from this round on. */
+    if (needed && w->elastic.m.joins_in_round) XDC_CHECK(outer_round(w, st, 0, diag));
     /* the counts of the round that took it back (steps/<its step>), whose steps it joins, overlapped or not */
     return nobody_waits(w) && needed ? orch_elastic_steps(&w->elastic.m, w->elastic.rejoin_round, st->steps, diag)
                                      : XDC_OK;

@@ -4,9 +4,12 @@
  * rejoin/<nonce>: the step of the round the store host names them joining in
  * (orchestrator/elastic/orch_quorum.c). They dial that round's members twice: one connection for the rounds
  * (it replaces the dead process's peer) and, to each donor (a '1' of that round), one of the state's own, so
- * that the state never queues ahead of a round's shards. Once the round's exchange is done (DiLoCo: after the
- * round; streaming: after its fragment landed, one step later, when nothing is on the wire), each member
- * accepts them and rank k of each of the round's k' donor regions sends rank k of the joiner its slice of the
+ * that the state never queues ahead of a round's shards. In elastic DiLoCo (orch_quorum_joins_in_round) each
+ * member accepts them before that round's exchange, and the joiner takes part in it with weight 0, so it gets
+ * the round's mean as every member does; the state it is handed is the one of the round's start. Elsewhere each
+ * member accepts them once the round's exchange is done (overlapped DiLoCo: once the round is applied; streaming:
+ * after its fragment landed, one step later, when nothing is on the wire), and the state is the one after it.
+ * Rank k of each of the round's k' donor regions sends rank k of the joiner its slice of the
  * state on the second: a header (the step, the data position, the AdamW step count, the slice's bounds and the
  * xxh64 of each part) then the slice of the global parameters, the outer momentum and the AdamW moments. The
  * slices follow the links: each donor's share of the parameters is proportional to the bandwidth of its link to
@@ -24,16 +27,19 @@
  * position), then takes part in every round while the slices arrive, with weight 0 and no inner steps: it
  * arrives at once ("taking:<step>": quorum 't'), sends a zero pseudo-gradient that the sum leaves out
  * (xdc_sync_set_members) and receives the round's mean, which it keeps. At the first round it arrives at with
- * every slice in ("took:<step>": 'c' once all its region's workers did) it checks each hash, takes the state,
- * replays the outer steps of the rounds it kept (the same operations on the same bytes as the members', so
- * its global parameters end bit-equal to theirs), sets local = global and is a member from the next round
- * on. At the run's last round it waits for the state instead. Sync mode (every region applies the same AdamW
+ * every slice in ("took:<step>": 'c' once all its region's workers did), or right after the exchange of the round
+ * that took it back when all its region's workers have theirs by then (orch_elastic_region_took), it checks each
+ * hash, takes the state, replays the outer steps of the rounds it kept (the same operations on the same bytes as
+ * the members', so its global parameters end bit-equal to theirs), sets local = global and trains from there, a
+ * member from the next round on. At the run's last round it waits for the state instead. Sync mode (every region applies the same AdamW
  * step from the same moments each step: no round to keep) and a return at the last round take it at once.
  * Warm (DiLoCo and streaming): a joiner that posted a valid snapshot of its own gets, from each donor whose kept
  * rounds lead from that snapshot's hash to its global parameters, the means of the rounds it missed over the
  * donor's range (streaming: each fragment round's over its fragment's part of that range) instead of the slice of
  * the state, when they cost fewer bytes (4 bytes a parameter a round: at most 2 DiLoCo rounds, or 2 streaming
- * periods), and replays them from its snapshot (orch_snapshot.c); each joiner of a round is served on its own.
+ * periods), and replays them from its snapshot (orch_snapshot.c); each joiner of a round is served on its own. In
+ * elastic DiLoCo a joiner whose snapshot is of the round just before the one that took it back gets 0 rounds'
+ * means (no bytes): its slices are in at once, and it trains from that round on.
  * The store's side of the handshake (the request, the round that takes it, who to dial) is the round
  * protocol's member half, orchestrator/elastic/orch_elastic_member.c; this file moves the model state.
  *
@@ -336,10 +342,12 @@ static xdc_err_t stage_slice(orch_worker *w, orch_outer *o, struct orch_rejoin_o
         else warm = 1, g->rounds = rounds[r] > g->rounds ? rounds[r] : g->rounds;
     }
     int64_t adam_t = 0;
+    float none;
     if (state) XDC_CHECK(stage_state(w, o, g, lo, hi, base, &adam_t));
+    else XDC_CHECK(xdc_gpt_stage_moments_get(w->model.st, 0, 0, &none, &none, &adam_t)); /* the count alone */
     if (warm) { /* + 1: a joiner may be 0 rounds behind */
         XDC_CHECK(w->model.be->device->host_alloc((void **)&g->means, orch_warm_bytes(w, g->rounds, lo, hi) + 1));
-        XDC_CHECK(orch_warm_stage(w, g->rounds, lo, hi, g->means, g->off, &means, &adam_t));
+        XDC_CHECK(orch_warm_stage(w, g->rounds, lo, hi, g->means, g->off, &means));
     }
     header(w, base, adam_t, lo, hi);
     for (int r = 0; r < n; r++) {
@@ -483,6 +491,13 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
         g->peer[g->n_peer++] = p;
         give_part(w, g, p, g->hdr[r], sizeof g->hdr[r]); /* the header at once: the joiner's step, data position */
     }
+    /* Before the round's exchange (m.joins_in_round): a joiner that never came is left out of it here (no peer of
+     * its process to exchange with); the final set then leaves it out everywhere, and it leaves the run. */
+    for (int r = 0; r < n; r++)
+        if (w->elastic.m.joining[r] && !got[r] && w->elastic.m.live[r]) {
+            w->elastic.m.live[r] = w->elastic.m.catching_up[r] = 0;
+            w->elastic.m.n_live--;
+        }
     memset(w->elastic.m.joining, 0, sizeof w->elastic.m.joining);
     if (g && !g->hold_until) post_slices(w, g);
     settle_sends(w, 0); /* nothing to send (no joiner came): the staging goes now */
@@ -790,10 +805,10 @@ static xdc_err_t take_state(orch_worker *w, orch_outer *o, struct orch_rejoin_in
     XDC_WARN(XDC_SUB_ORCH,
              "region %s took the state of round %lld (step %lld, data epoch %llu batch %llu, %llu AdamW steps) from "
              "the round's %d member regions, %s, hashes checked) %.2f s after its rejoin request; %d rounds with "
-             "weight 0 meanwhile, their outer steps replayed; a member from the next round",
+             "weight 0 %s, their outer steps replayed; it trains from step %lld, a member from the next round",
              w->id->region, in->at, in->want, (unsigned long long)h[HDR_EPOCH], (unsigned long long)h[HDR_BATCH],
              (unsigned long long)h[HDR_ADAM_T], in->k, how, (double)(xdc_now_ns() - w->elastic.rejoin_t0) / 1e9,
-             in->n_kept);
+             in->n_kept, w->elastic.m.joins_in_round ? "from that round on" : "meanwhile", (long long)w->prog.step);
     return XDC_OK;
 }
 
@@ -854,9 +869,10 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
         size_t bytes = 0;
         for (int i = 0; i < in->k; i++) bytes += donor_bytes(w, &in->dn[i]);
         XDC_WARN(XDC_SUB_ORCH,
-                 "region %s rejoins at round %lld: it takes part with weight 0 from the next round until its state "
-                 "came (%.1f MB from %d member regions)",
-                 w->id->region, at, (double)bytes / 1e6, in->k);
+                 "region %s rejoins at round %lld: it takes part with weight 0 from %s until its state came (%.1f MB "
+                 "from %d member regions)",
+                 w->id->region, at, w->elastic.m.joins_in_round ? "this round's exchange" : "the next round",
+                 (double)bytes / 1e6, in->k);
         return XDC_OK;
     }
     XDC_CHECK(wait_part(w, in, 1, diag));
@@ -903,10 +919,16 @@ xdc_err_t orch_rejoin_catch_up(orch_worker *w, orch_outer *o, size_t lo, size_t 
     XDC_CHECK(d->mem_alloc((void **)&k->d, (hi - lo) * sizeof(float)));
     in->n_kept++;
     XDC_CHECK(d->copy_d2d(k->d, o->pseudo + lo, (hi - lo) * sizeof(float), o->stream)); /* the round's mean */
-    /* Every worker of our region had its state at this round ('c'), or the run ends: take it (at the end, waited
-     * for) and train from the next round. */
-    int last = w->prog.step >= w->cfg->train.steps;
-    if (w->elastic.m.quorum[w->id->region_idx] != 'c' && !last) return XDC_OK;
+    /* Every worker of our region had its state at this round ('c'; at the round that took it back, in its exchange:
+     * once its workers agree that all of them have it), or the run ends: take it (at the end, waited for) and train
+     * from here. */
+    int last = w->prog.step >= w->cfg->train.steps, now = w->elastic.m.quorum[w->id->region_idx] == 'c' || last;
+    if (!now && w->elastic.m.joins_in_round && w->prog.step == in->at) {
+        int all;
+        XDC_CHECK(slices_in(w, in, &all, diag));
+        XDC_CHECK(orch_elastic_region_took(&w->elastic.m, in->at, all, &now, diag));
+    }
+    if (!now) return XDC_OK;
     XDC_CHECK(wait_part(w, in, 1, diag));
     XDC_CHECK(take_state(w, o, in, diag));
     free_in(w, in);

@@ -299,14 +299,9 @@ size_t orch_warm_bytes(orch_worker *w, int rounds, size_t lo, size_t hi)
     return records_bytes(w->elastic.warm, rounds, lo, hi);
 }
 
-xdc_err_t orch_warm_stage(orch_worker *w, int rounds, size_t lo, size_t hi, uint8_t *host, size_t *off, uint64_t *means,
-                          int64_t *adam_t)
+xdc_err_t orch_warm_stage(orch_worker *w, int rounds, size_t lo, size_t hi, uint8_t *host, size_t *off, uint64_t *means)
 {
     struct orch_warm *k = w->elastic.warm;
-    orch_snapshot_meta *m;
-    float *part[ORCH_SNAP_PARTS];
-    orch_snapshot_parts(k->buf, w->model.n_params, &m, part);
-    *adam_t = m->adam_t; /* the snapshot of this round: no inner step since */
     const xdc_device_ops *d = w->model.be->device;
     xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
     *means = 0;

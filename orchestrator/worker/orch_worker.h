@@ -166,6 +166,9 @@ typedef struct orch_elastic {
     /* DiLoCo and streaming: this worker's snapshot of its last outer round and the last rounds' means (orch_snapshot.c);
      * a restarted worker's snapshot of its earlier process; NULL: none yet */
     struct orch_warm *warm;
+    /* DiLoCo and streaming: the outer state its rounds update (orch_outer_setup), of which a member hands a region
+     * taken back at a round its slice before that round's exchange (m.joins_in_round); NULL in sync mode */
+    orch_outer *outer;
     /* The sync of the round whose exchange is under way (a streaming fragment's is, across the next inner
      * step), NULL when none; m.open is its step. */
     xdc_sync *open;
@@ -335,7 +338,8 @@ xdc_err_t orch_elastic_agree(orch_worker *w, long long round, xdc_diag *diag);
  * routes a joiner needs to dial lower regions once the region left (orch_launch.c, pump_relays). */
 xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag);
 /* The joiner, before its first step: ask to rejoin, wait for the round that takes it, dial that round's
- * members and post the receives of a slice of the state from each, all at once: the global parameters, outer
+ * members (in elastic DiLoCo before the round's exchange, which the mode then runs with it: m.joins_in_round)
+ * and post the receives of a slice of the state from each, all at once: the global parameters, outer
  * momentum and AdamW moments (hash-checked; XDC_ERR_CORRUPT naming the part and the member on a mismatch). The
  * step and the data position are the members' (their headers, XDC_ERR_PROTO when they disagree). In DiLoCo and
  * streaming the slices land while the joiner takes part in the rounds with weight 0 (w->elastic.take;
@@ -352,18 +356,22 @@ xdc_err_t orch_rejoin_pass(orch_worker *w, float *loss);
  * "taking" (w->elastic.m.arrive); XDC_ERR_UNAVAILABLE when a donor left the run before its slice came. */
 xdc_err_t orch_rejoin_arrive(orch_worker *w, xdc_diag *diag);
 /* After the outer step of a round on [lo, hi) a joiner took part in with weight 0: the round's mean is kept;
- * once the round's decision says its region had the state ('c'), or at the run's last round (waited for), the
- * state is taken, the kept rounds' outer steps replayed and local = global: a member from the next round on. */
+ * once the round's decision says its region had the state ('c'), at the round that took it back when every worker
+ * of its region has its state by its end (m.joins_in_round), or at the run's last round (waited for), the state is
+ * taken, the kept rounds' outer steps replayed and local = global: it trains from here, a member from the next
+ * round on. */
 xdc_err_t orch_rejoin_catch_up(orch_worker *w, orch_outer *o, size_t lo, size_t hi, xdc_diag *diag);
 /* After the exchange of the round at step `round`: the first one a rejoined worker took part in as a member
  * (with its weight) is logged with the time it took. */
 void orch_rejoin_member(orch_worker *w, int64_t round);
-/* A member, once the exchange of a round that named joining regions is done (nothing on the wire): stage this
+/* A member at a round that named joining regions, once its decision is read and before its exchange (elastic
+ * DiLoCo, m.joins_in_round: the state of the round's start, and the joiner takes part in the exchange), else once
+ * its exchange is done (nothing on the wire): stage this
  * member's slice of the state (with its step, data position and AdamW step count), accept each joiner's new
  * WAN peer in place of the dead one and post the slice to it on the comm engine, which sends it while this
  * worker trains on; each call settles the sends of earlier hand-overs that completed, never waiting for them. A joiner that does not
- * connect or take the state is named and not waited for again (the store host drops it at the next round);
- * errors are the device's. */
+ * connect or take the state is named and not waited for again (before the exchange: left out of it; the store
+ * host drops it at the next round); errors are the device's. */
 xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o);
 /* At teardown: wait for the last hand-over's sends (the engine ends those to a silent joiner) and free it, and a
  * joiner's state still on its way. */
@@ -395,10 +403,9 @@ int orch_warm_chain(orch_worker *w, int region, size_t lo, size_t hi, size_t sta
 size_t orch_warm_bytes(orch_worker *w, int rounds, size_t lo, size_t hi);
 /* The newest `rounds` kept means over [lo, hi) into host (orch_warm_bytes), oldest first, each a record of its
  * range within [lo, hi) and its fp32 values there; off[j] (rounds + 1): round j's offset, off[rounds] the end;
- * bit j of *means set when round j was a plain mean (orch_outer.mean); *adam_t: the AdamW steps at the last
- * round. */
-xdc_err_t orch_warm_stage(orch_worker *w, int rounds, size_t lo, size_t hi, uint8_t *host, size_t *off, uint64_t *means,
-                          int64_t *adam_t);
+ * bit j of *means set when round j was a plain mean (orch_outer.mean). */
+xdc_err_t orch_warm_stage(orch_worker *w, int rounds, size_t lo, size_t hi, uint8_t *host, size_t *off,
+                          uint64_t *means);
 /* A joiner: the outer steps of `rounds` rounds staged so (buf, bytes: a donor's over [lo, hi)) replayed in order
  * on o, each on its range, through dev (device, hi - lo fp32); XDC_ERR_PROTO when buf is not such records. */
 xdc_err_t orch_warm_replay(orch_worker *w, orch_outer *o, const uint8_t *buf, size_t bytes, int rounds, size_t lo,

@@ -34,11 +34,17 @@ static void tell_out(orch_worker *w)
 xdc_err_t orch_elastic_quorum(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag)
 {
     if (!w->elastic.on) return XDC_OK;
-    XDC_CHECK(orch_rejoin_arrive(w, diag)); /* a joiner still catching up says so in its arrival */
-    XDC_CHECK(orch_elastic_report_links(w, (long long)step, diag));
-    XDC_CHECK(orch_elastic_agree(w, (long long)step, diag));
     const orch_elastic_member *m = &w->elastic.m;
+    /* A joiner in the exchange of the round that took it back read that round's decision when it asked. */
+    if (!(m->joins_in_round && w->elastic.take && w->elastic.rejoin_round == step)) {
+        XDC_CHECK(orch_rejoin_arrive(w, diag)); /* a joiner still catching up says so in its arrival */
+        XDC_CHECK(orch_elastic_report_links(w, (long long)step, diag));
+        XDC_CHECK(orch_elastic_agree(w, (long long)step, diag));
+    }
     tell_out(w);
+    /* The regions this round takes back connect now and take part in its exchange: their peers replace the dead
+     * processes' before the sync is given its members (orch_rejoin_give; one that never came is left out). */
+    if (m->joins_in_round) XDC_CHECK(orch_rejoin_give(w, w->elastic.outer));
     float weight[XDC_TOPO_MAX_REGIONS];
     for (int r = 0; r < w->id->n_regions; r++) {
         weight[r] = !m->live[r] || m->catching_up[r] ? 0.0f
@@ -46,8 +52,9 @@ xdc_err_t orch_elastic_quorum(orch_worker *w, xdc_sync *sync, int64_t step, xdc_
                                                      : orch_region_weight(w, r);
         if (m->catching_up[r] && w->id->lrank == 0)
             XDC_INFO(XDC_SUB_ORCH, "round %lld: %s %s", (long long)step, w->topo->regions[r].name,
-                     m->quorum[r] == 't' ? "still taking its state, weight 0"
-                                         : "took its state, weight 0 a last time; a member from the next round");
+                     m->quorum[r] == 'j'   ? "taken back at this round, in its exchange with weight 0"
+                     : m->quorum[r] == 't' ? "still taking its state, weight 0"
+                                           : "took its state, weight 0 a last time; a member from the next round");
     }
     XDC_CHECK(xdc_sync_set_members(sync, m->live, weight, diag));
     return orch_elastic_routes(w, sync, (long long)step, diag);
@@ -102,6 +109,7 @@ xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xd
     o->stream = xdc_gpt_stage_stream(w->model.st);
     o->hooks = (orch_outer_hooks){.ctx = w, .quorum = hook_quorum, .opened = hook_opened, .end = hook_end};
     orch_elastic_setup(w);
+    w->elastic.outer = o;
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 1, &sc);
     sc.dp = dp;

@@ -182,6 +182,7 @@ void orch_elastic_setup(orch_worker *w)
     w->elastic.on = orch_quorum_elastic(w->cfg, w->id->n_regions);
     orch_elastic_member_init(&w->elastic.m, orch_member_rdzv(w->member), w->topo, w->id->region_idx, w->id->lrank,
                              w->cfg->elastic.grace_ms, w->cfg->timeouts.operation_ms);
+    w->elastic.m.joins_in_round = w->elastic.on && orch_quorum_joins_in_round(w->cfg);
 }
 
 xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
