@@ -655,12 +655,13 @@ static xdc_err_t post_receives(orch_worker *w, struct orch_rejoin_in *in)
     return XDC_OK;
 }
 
-/* Part j (0: the header, checked; 1: the slice) from every donor, waited for (take: a donor that left is not). */
-static xdc_err_t wait_part(orch_worker *w, struct orch_rejoin_in *in, int j, xdc_diag *diag)
+/* Part j (0: the header, checked; 1: the slice) from every donor, waited for (take: a donor that left is not);
+ * slices only from the donors whose header says they send at most `upto` bytes. */
+static xdc_err_t wait_part(orch_worker *w, struct orch_rejoin_in *in, int j, size_t upto, xdc_diag *diag)
 {
     for (int i = 0; i < in->k; i++) {
         donor_in *dn = &in->dn[i];
-        if (!dn->req[j]) continue;
+        if (!dn->req[j] || (j == 1 && donor_bytes(w, dn) > upto)) continue;
         size_t got = 0;
         xdc_diag d = {{0}};
         xdc_err_t r = take(w, in->dn, in->k, dn->req[j], &got, &d);
@@ -854,7 +855,7 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
     XDC_CHECK(link_joiners(w, in->mask, diag));
     XDC_CHECK(w->model.be->device->host_alloc((void **)&in->host, slice_bytes(w, w->model.n_params)));
     XDC_CHECK(post_receives(w, in));
-    XDC_CHECK(wait_part(w, in, 0, diag)); /* the headers: each donor sends its own at once */
+    XDC_CHECK(wait_part(w, in, 0, SIZE_MAX, diag)); /* the headers: each donor sends its own at once */
     const uint64_t *h = in->dn[0].hdr;
     if (w->model.data &&
         xdc_data_set_pos(w->model.data, (xdc_data_pos){.epoch = h[HDR_EPOCH], .batch = h[HDR_BATCH]}) != XDC_OK) {
@@ -875,7 +876,7 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
                  (double)bytes / 1e6, in->k);
         return XDC_OK;
     }
-    XDC_CHECK(wait_part(w, in, 1, diag));
+    XDC_CHECK(wait_part(w, in, 1, SIZE_MAX, diag));
     XDC_CHECK(take_state(w, o, in, diag));
     free_in(w, in);
     w->elastic.take = NULL;
@@ -924,12 +925,13 @@ xdc_err_t orch_rejoin_catch_up(orch_worker *w, orch_outer *o, size_t lo, size_t 
      * from here. */
     int last = w->prog.step >= w->cfg->train.steps, now = w->elastic.m.quorum[w->id->region_idx] == 'c' || last;
     if (!now && w->elastic.m.joins_in_round && w->prog.step == in->at) {
-        int all;
+        int all; /* a donor with nothing to send (0 rounds' means) sent it with its header: waited for */
+        XDC_CHECK(wait_part(w, in, 1, 0, diag));
         XDC_CHECK(slices_in(w, in, &all, diag));
         XDC_CHECK(orch_elastic_region_took(&w->elastic.m, in->at, all, &now, diag));
     }
     if (!now) return XDC_OK;
-    XDC_CHECK(wait_part(w, in, 1, diag));
+    XDC_CHECK(wait_part(w, in, 1, SIZE_MAX, diag));
     XDC_CHECK(take_state(w, o, in, diag));
     free_in(w, in);
     w->elastic.take = NULL;

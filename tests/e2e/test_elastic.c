@@ -1049,34 +1049,37 @@ XDC_TEST_T(elastic_launch_streaming_does_not_wait_for_a_joiner_whose_state_is_he
 
 /* The warm rejoin (docs/runtime.md "Rejoining") in `mode`: ap-south's worker dies right after writing its snapshot
  * of round 20 (XDC_TEST_REJOIN=die@ap-south: the run's own event) and `xdc launch --max-restarts 1` starts it
- * again; the host takes it back at round 28 (XDC_TEST_REJOIN_AT), two DiLoCo rounds (24, 28) or four streaming
- * fragment rounds (22, 24, 26, 28: 2 fragments, one every 2 steps) after its snapshot. `also`: more faults (of
- * the restarted joiner, or of eu-west: then `elastic` lets us-east go on alone and donate alone). ap-south's log,
- * and the run ends with all three regions on one model. */
-static char *back_from_snapshot(const char *name, const char *mode, const char *also, const char *elastic, int donors)
+ * again; the host takes it back at round `at` (XDC_TEST_REJOIN_AT): 28 is two DiLoCo rounds (24, 28) or four
+ * streaming fragment rounds (22, 24, 26, 28: 2 fragments, one every 2 steps) after its snapshot, 24 the DiLoCo round
+ * right after it. `also`: more faults (of the restarted joiner, or of eu-west: then `elastic` lets us-east go on
+ * alone and donate alone). ap-south's log, and the run ends with all three regions on one model. */
+static char *back_from_snapshot(const char *name, const char *mode, const char *also, const char *elastic, int donors,
+                                int at)
 {
     need_corpus();
     const char *run = write_run_timeouts(name, mode, 64, elastic, ", handshake: 5s");
-    char dir[600], log[700], faults[128], want[200];
+    char dir[600], log[700], faults[128], want[200], round[16];
     snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
     snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
     snprintf(faults, sizeof faults, "die@ap-south%s%s", also ? "," : "", also ? also : "");
+    snprintf(round, sizeof round, "%d", at);
     setenv("XDC_TEST_REJOIN", faults, 1);
-    setenv("XDC_TEST_REJOIN_AT", "28", 1);
+    setenv("XDC_TEST_REJOIN_AT", round, 1);
     pid_t p = start_launch(run, NULL, dir, log, "1");
     unsetenv("XDC_TEST_REJOIN");
     unsetenv("XDC_TEST_REJOIN_AT");
     char *out = launch_succeeded(p, dir, log);
-    XDC_ASSERT_STR_CONTAINS(out, "region ap-south rejoins the run at the outer round at step 28");
+    snprintf(want, sizeof want, "region ap-south rejoins the run at the outer round at step %d", at);
+    XDC_ASSERT_STR_CONTAINS(out, want);
     XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
     expect_one_model(dir, out, 3);
     free(out);
     char *wlog = region_log(dir, "ap-south");
-    int step = 28 + (strcmp(mode, "streaming") == 0); /* streaming: once the round's fragment landed */
+    int step = at + (strcmp(mode, "streaming") == 0); /* streaming: once the round's fragment landed */
     snprintf(want, sizeof want,
-             "region ap-south took the state of round 28 (step %d, data epoch 0 batch %d, %d AdamW steps) from the "
+             "region ap-south took the state of round %d (step %d, data epoch 0 batch %d, %d AdamW steps) from the "
              "round's %d member regions, ",
-             step, step, step, donors);
+             at, step, step, step, donors);
     XDC_ASSERT_STR_CONTAINS(wlog, want);
     if (also && strstr(also, "eu-west")) { /* eu-west's log too, after ap-south's */
         char *west = region_log(dir, "eu-west"), *both = malloc(strlen(wlog) + strlen(west) + 1);
@@ -1089,12 +1092,14 @@ static char *back_from_snapshot(const char *name, const char *mode, const char *
     return wlog;
 }
 
-/* Both donors send the two rounds' means (4 bytes a parameter each) instead of their slices of the state (12:
- * bf16 moments), the joiner replays them from its snapshot, and its parameters end as the members'. */
+/* Both donors send the means of the rounds it missed before the one that took it back (4 bytes a parameter each:
+ * DiLoCo's round 24, whose exchange at 28 it takes part in; streaming's four fragment rounds, its hand-over after
+ * round 28) instead of their slices of the state (12: bf16 moments), the joiner replays them from its snapshot,
+ * and its parameters end as the members'. */
 static void back_from_snapshot_takes_only_the_rounds_it_missed(const char *name, const char *mode, const char *snap,
                                                                const char *warm_line)
 {
-    char *wlog = back_from_snapshot(name, mode, NULL, "{min_regions: 2, grace: 5s}", 2);
+    char *wlog = back_from_snapshot(name, mode, NULL, "{min_regions: 2, grace: 5s}", 2, 28);
     XDC_ASSERT_STR_CONTAINS(wlog, snap);
     const char *took = strstr(wlog, "region ap-south took the state of round 28");
     double mb = 0, state = 0;
@@ -1109,7 +1114,24 @@ static void back_from_snapshot_takes_only_the_rounds_it_missed(const char *name,
 XDC_TEST_T(elastic_launch_region_back_from_its_snapshot_takes_only_the_rounds_it_missed, 180)
 {
     back_from_snapshot_takes_only_the_rounds_it_missed("lwarm", "diloco", "its snapshot of round 20 (step 20, hash ",
-                                                       "warm: 2 of them the means of the 2 rounds since its snapshot");
+                                                       "warm: 2 of them the means of the 1 rounds since its snapshot");
+}
+
+/* Taken back at the round right after its snapshot (24, XDC_TEST_REJOIN_AT): the donors' kept rounds lead from its
+ * snapshot's hash to their global parameters at that round's start in 0 rounds, so they send no bytes; ap-south
+ * takes part in round 24's exchange with weight 0, applies its mean to its snapshot with the members' outer step,
+ * trains from step 24 and is a member (weighted) from round 28. All three end on one model. */
+XDC_TEST_T(elastic_launch_region_back_at_the_round_after_its_snapshot_trains_from_that_round, 180)
+{
+    char *wlog = back_from_snapshot("lwarm0", "diloco", NULL, "{min_regions: 2, grace: 5s}", 2, 24);
+    XDC_ASSERT_STR_CONTAINS(wlog, "rejoins at round 24: it takes part with weight 0 from this round's exchange");
+    const char *took = strstr(wlog, "region ap-south took the state of round 24");
+    XDC_ASSERT_STR_CONTAINS(took, "warm: 2 of them the means of the 0 rounds since its snapshot, replayed from it");
+    XDC_ASSERT_STR_CONTAINS(took, "(0.0 MB in all, the state ");
+    XDC_ASSERT_STR_CONTAINS(took, "1 rounds with weight 0 from that round on, their outer steps replayed; it trains "
+                                  "from step 24, a member from the next round");
+    XDC_ASSERT_STR_CONTAINS(wlog, "region ap-south rejoined at round 28 (");
+    free(wlog);
 }
 
 /* The same in streaming: the snapshot is of fragment 0's round 20, taken once it landed (step 21); each donor sends
@@ -1127,11 +1149,11 @@ XDC_TEST_T(elastic_launch_streaming_region_back_from_its_snapshot_takes_only_the
  * whole state and says why, and every region still ends on one model. */
 XDC_TEST_T(elastic_launch_region_with_a_stale_or_torn_snapshot_takes_the_whole_state, 240)
 {
-    char *wlog = back_from_snapshot("lstale", "diloco", "stale@ap-south", "{min_regions: 2, grace: 5s}", 2);
+    char *wlog = back_from_snapshot("lstale", "diloco", "stale@ap-south", "{min_regions: 2, grace: 5s}", 2, 28);
     XDC_ASSERT_STR_CONTAINS(wlog, "a slice from each (global parameters, outer momentum and AdamW moments as bf16, ");
     XDC_ASSERT_STR_CONTAINS(wlog, "not warm: its snapshot's global parameters differ from this member's at that round");
     free(wlog);
-    wlog = back_from_snapshot("ltorn", "diloco", "torn@ap-south", "{min_regions: 2, grace: 5s}", 2);
+    wlog = back_from_snapshot("ltorn", "diloco", "torn@ap-south", "{min_regions: 2, grace: 5s}", 2, 28);
     XDC_ASSERT_STR_CONTAINS(wlog, "no snapshot to rejoin from (");
     XDC_ASSERT_STR_CONTAINS(wlog, "checksum mismatch");
     XDC_ASSERT_STR_CONTAINS(wlog, "not warm: it found no valid snapshot of its own");
@@ -1141,7 +1163,7 @@ XDC_TEST_T(elastic_launch_region_with_a_stale_or_torn_snapshot_takes_the_whole_s
 /* The same refusal in streaming: a stale snapshot's hash is on no donor's chain of fragment rounds. */
 XDC_TEST_T(elastic_launch_streaming_region_with_a_stale_snapshot_takes_the_whole_state, 180)
 {
-    char *wlog = back_from_snapshot("lsstale", "streaming", "stale@ap-south", "{min_regions: 2, grace: 5s}", 2);
+    char *wlog = back_from_snapshot("lsstale", "streaming", "stale@ap-south", "{min_regions: 2, grace: 5s}", 2, 28);
     XDC_ASSERT_STR_CONTAINS(wlog, "a slice from each (global parameters, outer momentum and AdamW moments as bf16, ");
     XDC_ASSERT_STR_CONTAINS(wlog, "not warm: its snapshot's global parameters differ from this member's at that round");
     free(wlog);
@@ -1149,18 +1171,18 @@ XDC_TEST_T(elastic_launch_streaming_region_with_a_stale_snapshot_takes_the_whole
 
 /* Two joiners of one round, one with a snapshot and one without: eu-west and ap-south both die after their
  * snapshots of round 20, us-east goes on alone and takes both back at round 28; ap-south's restart ignores its
- * snapshot (nosnap). us-east stages both payloads once: eu-west takes the 2 rounds' means, ap-south the state,
+ * snapshot (nosnap). us-east stages both payloads once: eu-west takes round 24's means, ap-south the state,
  * and all three end on one model. */
 XDC_TEST_T(elastic_launch_two_joiners_one_warm_one_not_each_take_their_own, 180)
 {
-    char *logs = back_from_snapshot("lmixed", "diloco", "die@eu-west,nosnap@ap-south", "{min_regions: 1, grace: 5s}",
-                                    1);
+    char *logs = back_from_snapshot("lmixed", "diloco", "die@eu-west,nosnap@ap-south", "{min_regions: 1, grace: 5s}", 1,
+                                    28);
     XDC_ASSERT_STR_CONTAINS(logs, "region ap-south took the state of round 28 (step 28, data epoch 0 batch 28, 28 "
                                   "AdamW steps) from the round's 1 member regions, a slice from each (");
     XDC_ASSERT_STR_CONTAINS(logs, "not warm: it found no valid snapshot of its own");
     XDC_ASSERT_STR_CONTAINS(logs, "region eu-west took the state of round 28 (step 28, data epoch 0 batch 28, 28 "
                                   "AdamW steps) from the round's 1 member regions, warm: 1 of them the means of the "
-                                  "2 rounds since its snapshot");
+                                  "1 rounds since its snapshot");
     free(logs);
 }
 
