@@ -459,10 +459,9 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
         xdc_wan_peer *p;
         xdc_err_t rc = accept_joiner(w, deadline, &p, &d);
         if (rc != XDC_OK) {
-            XDC_WARN(XDC_SUB_ORCH,
-                     "round %lld: a rejoining region's rank %d did not connect (%s: %s); it will miss "
-                     "the next round",
-                     (long long)w->prog.step, w->id->lrank, xdc_strerror(rc), d.msg);
+            XDC_WARN(XDC_SUB_ORCH, "round %lld: a rejoining region's rank %d did not connect (%s: %s); it %s",
+                     (long long)w->prog.step, w->id->lrank, xdc_strerror(rc), d.msg,
+                     w->elastic.m.joins_in_round ? "is left out of this round" : "will miss the next round");
             break;
         }
         const xdc_wan_identity *id = xdc_wan_peer_identity(p);
