@@ -388,7 +388,7 @@ static void post_slices(orch_worker *w, struct orch_rejoin_out *g)
         const uint64_t *h = g->hdr[g->peer_region[i]];
         size_t bytes = 0;
         const void *buf = payload(w, g, h, &bytes);
-        give_part(w, g, g->peer[i], buf, bytes);
+        if (bytes) give_part(w, g, g->peer[i], buf, bytes); /* none: the header says so (wait_part) */
         if (h[HDR_WARM])
             XDC_INFO(XDC_SUB_ORCH,
                      "round %lld: sending region %s rank %d parameters [%llu, %llu) of the means of the %llu rounds "
@@ -654,13 +654,14 @@ static xdc_err_t post_receives(orch_worker *w, struct orch_rejoin_in *in)
     return XDC_OK;
 }
 
-/* Part j (0: the header, checked; 1: the slice) from every donor, waited for (take: a donor that left is not);
- * slices only from the donors whose header says they send at most `upto` bytes. */
-static xdc_err_t wait_part(orch_worker *w, struct orch_rejoin_in *in, int j, size_t upto, xdc_diag *diag)
+/* Part j (0: the header, checked; 1: the slice) from every donor, waited for (take: a donor that left is not).
+ * Once the headers are in, the slice of a donor whose header says it sends no bytes (0 rounds' means, or an empty
+ * slice) is in: it sends none (post_slices). */
+static xdc_err_t wait_part(orch_worker *w, struct orch_rejoin_in *in, int j, xdc_diag *diag)
 {
     for (int i = 0; i < in->k; i++) {
         donor_in *dn = &in->dn[i];
-        if (!dn->req[j] || (j == 1 && donor_bytes(w, dn) > upto)) continue;
+        if (!dn->req[j]) continue;
         size_t got = 0;
         xdc_diag d = {{0}};
         xdc_err_t r = take(w, in->dn, in->k, dn->req[j], &got, &d);
@@ -674,6 +675,10 @@ static xdc_err_t wait_part(orch_worker *w, struct orch_rejoin_in *in, int j, siz
             return r;
         }
         if (j == 0) XDC_CHECK(check_header(w, dn, &in->dn[0], in->want, in->mask, diag));
+        if (j == 0 && !donor_bytes(w, dn)) { /* nothing comes: its receive is given up */
+            (void)xdc_wan_request_cancel(dn->req[1]);
+            dn->req[1] = NULL;
+        }
     }
     return XDC_OK;
 }
@@ -854,7 +859,7 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
     XDC_CHECK(link_joiners(w, in->mask, diag));
     XDC_CHECK(w->model.be->device->host_alloc((void **)&in->host, slice_bytes(w, w->model.n_params)));
     XDC_CHECK(post_receives(w, in));
-    XDC_CHECK(wait_part(w, in, 0, SIZE_MAX, diag)); /* the headers: each donor sends its own at once */
+    XDC_CHECK(wait_part(w, in, 0, diag)); /* the headers: each donor sends its own at once */
     const uint64_t *h = in->dn[0].hdr;
     if (w->model.data &&
         xdc_data_set_pos(w->model.data, (xdc_data_pos){.epoch = h[HDR_EPOCH], .batch = h[HDR_BATCH]}) != XDC_OK) {
@@ -875,7 +880,7 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
                  (double)bytes / 1e6, in->k);
         return XDC_OK;
     }
-    XDC_CHECK(wait_part(w, in, 1, SIZE_MAX, diag));
+    XDC_CHECK(wait_part(w, in, 1, diag));
     XDC_CHECK(take_state(w, o, in, diag));
     free_in(w, in);
     w->elastic.take = NULL;
@@ -924,13 +929,12 @@ xdc_err_t orch_rejoin_catch_up(orch_worker *w, orch_outer *o, size_t lo, size_t 
      * from here. */
     int last = w->prog.step >= w->cfg->train.steps, now = w->elastic.m.quorum[w->id->region_idx] == 'c' || last;
     if (!now && w->elastic.m.joins_in_round && w->prog.step == in->at) {
-        int all; /* a donor with nothing to send (0 rounds' means) sent it with its header: waited for */
-        XDC_CHECK(wait_part(w, in, 1, 0, diag));
+        int all;
         XDC_CHECK(slices_in(w, in, &all, diag));
         XDC_CHECK(orch_elastic_region_took(&w->elastic.m, in->at, all, &now, diag));
     }
     if (!now) return XDC_OK;
-    XDC_CHECK(wait_part(w, in, 1, SIZE_MAX, diag));
+    XDC_CHECK(wait_part(w, in, 1, diag));
     XDC_CHECK(take_state(w, o, in, diag));
     free_in(w, in);
     w->elastic.take = NULL;
