@@ -18,17 +18,20 @@ void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc)
     sc->compute = xdc_gpt_stage_stream(w->model.st); /* the buffers are written and read there */
 }
 
-/* A region out of this round (it left, or is only joining) is gone for every sync of the worker, not only for
- * this round's: a sync with no round since the region left (streaming: a fragment's sync has one round every H
- * steps) may still hold a send of its last round to it, pending on the peer of a process that is gone, which a
- * rejoin's hand-over destroys (orch_rejoin_give: "the peer was closed locally"). Told, the sync drops that send
- * once the region is a member again (xdc_sync_set_members) instead of failing its next round on it. */
+/* A region out of this round (it left) or taken back at it ('j') is gone for every sync of the worker, not only
+ * for this round's: a sync with no round since the region left (streaming: a fragment's sync has one round every
+ * H steps; DiLoCo: a region that died after its last round's exchange and is taken back at the next, in whose
+ * exchange it takes part) may still hold a send of its last round to it, pending on the peer of a process that is
+ * gone, which a rejoin's hand-over destroys (orch_rejoin_give: "the peer was closed locally"). Told, the sync
+ * drops that send once the region is a member again (xdc_sync_set_members) instead of failing its next round on
+ * it. */
 static void tell_out(orch_worker *w)
 {
+    const orch_elastic_member *m = &w->elastic.m;
     xdc_sync *syncs[ORCH_MAX_SYNCS];
     int n = orch_worker_syncs(w, syncs, ORCH_MAX_SYNCS);
     for (int r = 0; r < w->id->n_regions; r++)
-        for (int i = 0; i < n && !w->elastic.m.live[r]; i++) xdc_sync_lose(syncs[i], r);
+        for (int i = 0; i < n && (!m->live[r] || m->joining[r]); i++) xdc_sync_lose(syncs[i], r);
 }
 
 xdc_err_t orch_elastic_quorum(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag)
