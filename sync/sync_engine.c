@@ -174,6 +174,11 @@ static double secs_since(uint64_t t0) { return (double)(xdc_now_ns() - t0) / 1e9
 /* Whether xdc_sync_lose named region r gone. */
 static int gone(const xdc_sync *s, int r) { return __atomic_load_n(&s->lost[r], __ATOMIC_ACQUIRE); }
 
+/* A transfer with region r failed and the round goes on without it: r left (gone), or r is a member the sum
+ * leaves out (weight 0: a region rejoining an elastic run, whose process may fail and close its connections
+ * while the round is under way; its contribution changes no one's sum). */
+static int can_lose(const xdc_sync *s, int r) { return gone(s, r) || s->weight[r] == 0.0f; }
+
 /* The sync or its whole engine is being stopped: a wait of the comm thread gives up. */
 static int stopping(xdc_sync *s)
 {
@@ -264,7 +269,7 @@ static xdc_err_t wait_sends(xdc_sync *s, bucket *k, xdc_diag *diag)
             continue;
         }
         xdc_err_t rc = wan_wait(s, k, r, &k->sreq[j], NULL, NULL, diag);
-        if (rc != XDC_OK && !gone(s, r)) {
+        if (rc != XDC_OK && !can_lose(s, r)) {
             xdc_diag_prefix(diag, "%s bucket at %zu: send to region %d", s->cfg.name, k->lo, r);
             return rc;
         }
@@ -374,7 +379,7 @@ static xdc_err_t stage_a(xdc_sync *s, bucket *k, xdc_diag *diag)
  * codec. */
 static xdc_err_t shard_in(xdc_sync *s, bucket *k, int r, xdc_err_t rc, size_t len, uint8_t codec, xdc_diag *diag)
 {
-    if (rc != XDC_OK && gone(s, r)) { /* it left: this round goes on without its contribution */
+    if (rc != XDC_OK && can_lose(s, r)) { /* it left: this round goes on without its contribution */
         s->missed[r] = 1;
         return XDC_OK;
     }

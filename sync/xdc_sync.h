@@ -181,7 +181,9 @@ xdc_err_t xdc_sync_set_weights(xdc_sync *s, const float *weight, xdc_diag *diag)
  * the sum: it sends its
  * contribution and receives every member's, and ends the round on the same bytes as the others, which it did
  * not change. A region that rejoins an elastic run while its state is still arriving (docs/runtime.md,
- * "Rejoining"): it takes each round's mean without holding the round. When no member weighs above 0 the round's
+ * "Rejoining"): it takes each round's mean without holding the round. A transfer with a member of weight 0 that
+ * fails (its process failed and closed its connections) does not fail the round: it goes on without that member,
+ * as without one that left (xdc_sync_received leaves it out). When no member weighs above 0 the round's
  * result is 0. */
 xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, const float *weight, xdc_diag *diag);
 /* The same weighting one level down, inside the region: each replica's weight in the region's contribution from
