@@ -556,6 +556,24 @@ static char decided_as(const orch_chaos *c, int r)
     return mask[r];
 }
 
+/* Does region r, decided 'j' at `round`, train from that round on? In elastic DiLoCo a joiner takes part in
+ * the exchange of the round that takes it back and, when its state is in by that round's end, trains from it
+ * (docs/runtime.md, "Rejoining"): each of its workers then posts took:<round> as its arrival there, and a plain
+ * later round once it arrives at the next. 0 while any worker is still taking it (or has posted nothing since). */
+static int trains_from(const orch_chaos *c, int r, long long round)
+{
+    for (int k = 0; k < xdc_topology_region_workers(c->w.t, r); k++) {
+        char val[64], nonce[RDZV_NONCE_MAX];
+        long long at;
+        rdzv_arrive_kind kind;
+        if (rdzv_server_get(c->w.rdzv, rdzv_key_outer(r, k).s, val, sizeof val) != 0 ||
+            rdzv_val_outer_parse(val, &at, nonce, &kind) != XDC_OK ||
+            !((kind == RDZV_ARRIVE_TOOK && at == round) || (kind == RDZV_ARRIVE && at > round)))
+            return 0;
+    }
+    return 1;
+}
+
 /* Has fault x recovered? Logs the recovery line when it has. */
 static void watch(orch_chaos *c, fault *x)
 {
@@ -613,7 +631,11 @@ static void watch(orch_chaos *c, fault *x)
         if (x->back[i]) continue;
         long long decided = c->w.decided ? *c->w.decided : c->region_step[r];
         /* the decision is a key of the decider's: read with the heartbeats, not at every tick */
-        if (c->polled) x->catching_up[i] = x->out_s[i] && x->back_step[i] >= 0 && strchr("jtc", decided_as(c, r));
+        if (c->polled) {
+            char as = decided_as(c, r);
+            x->catching_up[i] = x->out_s[i] && x->back_step[i] >= 0 && strchr("jtc", as) &&
+                                !(as == 'j' && trains_from(c, r, decided));
+        }
         if (x->catching_up[i]) x->back_round[i] = decided;
         if (x->catching_up[i] || (x->f.kind != ORCH_CHAOS_STALL && !x->out_s[i]) || !live(c, r) ||
             (!x->out_s[i] && decided <= x->cont_round) ||
