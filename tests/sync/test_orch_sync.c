@@ -226,31 +226,61 @@ static void lost_fill(float *x, int region, int round)
     for (size_t i = 0; i < LOST_ELEMS; i++) x[i] = (float)((i * 7 + (size_t)round) % 101) * 0.125f - (float)region;
 }
 
-XDC_TEST_T(xdc_sync_region_lost_mid_round_ends_on_one_sum, 60)
-{
-    enum { A, B, D, N };
-    wan_test_pair ab, ad, bd; /* the first region of each pair listens (srv), the second dials (cli) */
-    wan_test_pair_open(&ab, 2, 20000, NULL, NULL);
-    wan_test_pair_open(&ad, 2, 20000, NULL, NULL);
-    wan_test_pair_open(&bd, 2, 20000, NULL, NULL);
-    xdc_wan_peer *peers[N][N] = {{NULL, ab.srv, ad.srv}, {ab.cli, NULL, bd.srv}, {ad.cli, bd.cli, NULL}};
+enum { A, B, D, N };
+
+/* Regions A, B and D on loopback WAN pairs (the first region of each pair listens, the second dials), a comm engine
+ * and a sync `name` each over LOST_ELEMS fp32 in codec none, `route` its first routes (NULL: a full mesh). */
+typedef struct {
+    wan_test_pair ab, ad, bd;
+    xdc_wan_peer *peers[N][N];
     xdc_sync_engine *eng[N];
     xdc_sync *sync[N];
-    float *buf[N], *want = malloc(LOST_ELEMS * sizeof(float));
+    float *buf[N]; /* (LOST_ELEMS) each region's contribution, then its result */
+} trio;
+
+static void trio_open(trio *t, const int *route, const char *name)
+{
+    wan_test_pair_open(&t->ab, 2, 20000, NULL, NULL);
+    wan_test_pair_open(&t->ad, 2, 20000, NULL, NULL);
+    wan_test_pair_open(&t->bd, 2, 20000, NULL, NULL);
+    xdc_wan_peer *peers[N][N] = {
+        {NULL, t->ab.srv, t->ad.srv}, {t->ab.cli, NULL, t->bd.srv}, {t->ad.cli, t->bd.cli, NULL}};
+    memcpy(t->peers, peers, sizeof peers);
     for (int r = 0; r < N; r++) {
         xdc_sync_cfg cfg = {.n_elems = LOST_ELEMS,
                             .bucket_elems = LOST_BUCKET,
-                            .peers = peers[r],
+                            .peers = t->peers[r],
                             .n_regions = N,
                             .my_region = r,
-                            .name = "lost"};
+                            .route = route,
+                            .name = name};
         cfg.codec = (xdc_codec_cfg)XDC_CODEC_CFG_INIT;
         XDC_ASSERT_OK(xdc_codec_parse("none", &cfg.codec, NULL));
-        XDC_ASSERT_OK(xdc_sync_engine_create(&eng[r], NULL));
-        XDC_ASSERT_OK(xdc_sync_create(eng[r], &cfg, &sync[r], NULL));
-        buf[r] = malloc(LOST_ELEMS * sizeof(float));
-        lost_fill(buf[r], r, 0);
+        XDC_ASSERT_OK(xdc_sync_engine_create(&t->eng[r], NULL));
+        XDC_ASSERT_OK(xdc_sync_create(t->eng[r], &cfg, &t->sync[r], NULL));
+        t->buf[r] = malloc(LOST_ELEMS * sizeof(float));
     }
+}
+
+static void trio_close(trio *t)
+{
+    for (int r = 0; r < N; r++) {
+        xdc_sync_destroy(t->sync[r]);
+        xdc_sync_engine_destroy(t->eng[r]);
+        free(t->buf[r]);
+    }
+    wan_test_pair_close(&t->ab);
+    wan_test_pair_close(&t->ad);
+    wan_test_pair_close(&t->bd);
+}
+
+XDC_TEST_T(xdc_sync_region_lost_mid_round_ends_on_one_sum, 60)
+{
+    trio t;
+    trio_open(&t, NULL, "lost");
+    xdc_sync **sync = t.sync;
+    float **buf = t.buf, *want = malloc(LOST_ELEMS * sizeof(float));
+    for (int r = 0; r < N; r++) lost_fill(buf[r], r, 0);
     for (size_t i = 0; i < LOST_ELEMS; i++) want[i] = ((0.0f + buf[A][i]) + buf[B][i]) * 0.5f;
     const uint8_t d_talks_to_a[N] = {1, 0, 1};
     XDC_ASSERT_OK(set_members(sync[D], d_talks_to_a, N, NULL));
@@ -293,14 +323,7 @@ XDC_TEST_T(xdc_sync_region_lost_mid_round_ends_on_one_sum, 60)
         XDC_ASSERT_OK(xdc_sync_end(sync[r], &d));
         XDC_ASSERT_MSG(memcmp(buf[r], want, LOST_ELEMS * sizeof(float)) == 0, "round 2, region %d: not (a + b) / 2", r);
     }
-    for (int r = 0; r < N; r++) {
-        xdc_sync_destroy(sync[r]);
-        xdc_sync_engine_destroy(eng[r]);
-        free(buf[r]);
-    }
-    wan_test_pair_close(&ab);
-    wan_test_pair_close(&ad);
-    wan_test_pair_close(&bd);
+    trio_close(&t);
     free(want);
 }
 
@@ -313,32 +336,13 @@ XDC_TEST_T(xdc_sync_region_lost_mid_round_ends_on_one_sum, 60)
  * peer's deadline (35 s in the elastic launch tests, which then failed the run). */
 XDC_TEST_T(xdc_sync_region_lost_in_a_relayed_round_leaves_the_link_in_order, 60)
 {
-    enum { A, B, D, N };
-    wan_test_pair ab, ad, bd; /* the first region of each pair listens (srv), the second dials (cli) */
-    wan_test_pair_open(&ab, 2, 20000, NULL, NULL);
-    wan_test_pair_open(&ad, 2, 20000, NULL, NULL);
-    wan_test_pair_open(&bd, 2, 20000, NULL, NULL);
-    xdc_wan_peer *peers[N][N] = {{NULL, ab.srv, ad.srv}, {ab.cli, NULL, bd.srv}, {ad.cli, bd.cli, NULL}};
     /* [src * N + dst]: the region dst gets src's shard from; A's and D's to each other through B */
     const int relayed[N * N] = {-1, A, B, B, -1, B, B, D, -1};
-    xdc_sync_engine *eng[N];
-    xdc_sync *sync[N];
-    float *buf[N], *want = malloc(LOST_ELEMS * sizeof(float));
+    trio t;
+    trio_open(&t, relayed, "relayed");
+    xdc_sync **sync = t.sync;
+    float **buf = t.buf, *want = malloc(LOST_ELEMS * sizeof(float));
     xdc_diag d = {{0}};
-    for (int r = 0; r < N; r++) {
-        xdc_sync_cfg cfg = {.n_elems = LOST_ELEMS,
-                            .bucket_elems = LOST_BUCKET,
-                            .peers = peers[r],
-                            .n_regions = N,
-                            .my_region = r,
-                            .route = relayed,
-                            .name = "relayed"};
-        cfg.codec = (xdc_codec_cfg)XDC_CODEC_CFG_INIT;
-        XDC_ASSERT_OK(xdc_codec_parse("none", &cfg.codec, NULL));
-        XDC_ASSERT_OK(xdc_sync_engine_create(&eng[r], NULL));
-        XDC_ASSERT_OK(xdc_sync_create(eng[r], &cfg, &sync[r], &d));
-        buf[r] = malloc(LOST_ELEMS * sizeof(float));
-    }
     const uint8_t final[N] = {1, 1, 0};
     for (int round = 0; round < 2; round++) {
         for (int r = A; r <= B; r++) {
@@ -362,14 +366,7 @@ XDC_TEST_T(xdc_sync_region_lost_in_a_relayed_round_leaves_the_link_in_order, 60)
                            "round %d, region %d: not (a + b) / 2", round, r);
         }
     }
-    for (int r = 0; r < N; r++) {
-        xdc_sync_destroy(sync[r]);
-        xdc_sync_engine_destroy(eng[r]);
-        free(buf[r]);
-    }
-    wan_test_pair_close(&ab);
-    wan_test_pair_close(&ad);
-    wan_test_pair_close(&bd);
+    trio_close(&t);
     free(want);
 }
 
