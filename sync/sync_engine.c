@@ -21,7 +21,10 @@
  * a link come in one order, A(n-1) own, A(n-2) own, B(n-1) forwards, ..., and its neighbour posts its
  * receives in that same order (post_receives): receives of a class match messages in the order they were
  * sent. A forward is sent from a copy of the received bytes (bucket.fwd), since the next round posts its
- * receive into the received buffer before this forward is known to be acknowledged. The routes may change between
+ * receive into the received buffer before this forward is known to be acknowledged. A source that left during
+ * the round (xdc_sync_lose) and whose shard never came is forwarded as an empty message: the next region's
+ * receive of that shard (given up or not, a receive consumes one message) takes it, not the relay's next
+ * message on the link, and an empty shard from a relay says its source was missed. The routes may change between
  * rounds (xdc_sync_set_routes, every region alike; the first are cfg.route's): a job that lets the sends in flight
  * complete, then swaps the plan (struct route_plan) and each bucket's send requests.
  *
@@ -316,17 +319,19 @@ static xdc_err_t on_comm_stream(xdc_sync *s, float *x, float *y, size_t n, float
 /* x += w·d (n fp32, device; d is scaled in place): a weighted contribution into the sum. */
 static xdc_err_t weigh_in(xdc_sync *s, float *d, size_t n, float w, float *x) { return on_comm_stream(s, d, x, n, w); }
 
-/* Send region src's encoded shard of bucket k (`len` bytes at `bytes`: ours, or a copy of what came in) on every
- * link the routes send it over from here, to the members there; *sent += the bytes sent. */
+/* Send region src's encoded shard of bucket k (`len` bytes at `bytes`: ours, or a copy of what came in; 0: a relay's
+ * word that it never came) on every link the routes send it over from here, to the members there; *sent += the bytes
+ * sent. */
 static xdc_err_t send_shard(xdc_sync *s, bucket *k, int src, const uint8_t *bytes, size_t len, size_t *sent)
 {
+    size_t raw = len ? k->shard * sizeof(float) : 0; /* bytes: the fp32 an encoded shard stands for */
     for (int j = 0; j < s->rt.n_sends; j++) {
         int r = s->rt.snd[j].dst;
         if (s->rt.snd[j].src != src || !s->member[r] || gone(s, r)) continue;
-        XDC_CHECK(xdc_wan_isend(s->cfg.peers[r], XDC_WAN_BULK, bytes, len, (uint8_t)s->cfg.codec.kind,
-                                k->shard * sizeof(float), &k->sreq[j]));
+        XDC_CHECK(
+            xdc_wan_isend(s->cfg.peers[r], XDC_WAN_BULK, bytes, len, (uint8_t)s->cfg.codec.kind, raw, &k->sreq[j]));
         s->rst.wan_tx_bytes += len;
-        s->rst.wan_raw_bytes += k->shard * sizeof(float);
+        s->rst.wan_raw_bytes += raw;
         if (src != s->cfg.my_region) s->rst.wan_relay_bytes += len;
         *sent += len;
     }
@@ -379,7 +384,9 @@ static xdc_err_t stage_a(xdc_sync *s, bucket *k, xdc_diag *diag)
  * codec. */
 static xdc_err_t shard_in(xdc_sync *s, bucket *k, int r, xdc_err_t rc, size_t len, uint8_t codec, xdc_diag *diag)
 {
-    if (rc != XDC_OK && can_lose(s, r)) { /* it left: this round goes on without its contribution */
+    /* it left (or weighs 0): this round goes on without its contribution (a relay says so with an empty
+     * message, stage_b) */
+    if ((rc != XDC_OK && can_lose(s, r)) || (rc == XDC_OK && len == 0 && s->rt.via[r] != r)) {
         s->missed[r] = 1;
         return XDC_OK;
     }
@@ -495,11 +502,10 @@ static xdc_err_t stage_b(xdc_sync *s, bucket *k, xdc_diag *diag)
                 xdc_err_t rc = wan_wait(s, k, r, &k->rreq[r], &len, &codec, diag);
                 XDC_CHECK(shard_in(s, k, r, rc, len, codec, diag));
             }
-            if (s->rt.relays[r] &&
-                !s->missed[r]) { /* relayed through here: on, as it came (A(k) waited last round's) */
-                size_t sent = 0;
-                memcpy(k->fwd[r], k->rx[r], k->rx_len[r]);
-                XDC_CHECK(send_shard(s, k, r, k->fwd[r], k->rx_len[r], &sent));
+            if (s->rt.relays[r]) { /* relayed through here: on, as it came (A(k) waited last round's), or empty */
+                size_t sent = 0, len = s->missed[r] ? 0 : k->rx_len[r];
+                memcpy(k->fwd[r], k->rx[r], len);
+                XDC_CHECK(send_shard(s, k, r, k->fwd[r], len, &sent));
             }
         }
         /* The members, less those given up on (they left during the round): xdc_sync_resum sums again over the

@@ -205,7 +205,9 @@ xdc_err_t xdc_sync_set_replica_weights(xdc_sync *s, const float *weight, xdc_dia
  * this sync had no round, whose return this sync's next round sees (orch_elastic_quorum). Regions that
  * left mid-round can leave members with sums over different sets (one got the region's shard, another not):
  * xdc_sync_received says which set this round used in every bucket, and xdc_sync_resum makes every member's
- * result the sum over one agreed set. */
+ * result the sum over one agreed set. A region lost whose shard this region relays (xdc_sync_cfg.route) and had not
+ * received is forwarded as an empty message, which the next region takes as its source missed: the receive it posted
+ * for that shard consumes one message on the link either way, never the relay's next one. */
 void xdc_sync_lose(xdc_sync *s, int region);
 /* After the round (xdc_sync_end returned): set[n_regions] = 1 for each region whose contribution every bucket
  * of it summed (the members, less those whose shard of some bucket never came because they left). */
