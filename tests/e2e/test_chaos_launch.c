@@ -91,6 +91,19 @@ XDC_TEST_T(chaos_launch_kills_a_worker_at_its_step_and_the_run_ends_on_one_model
     XDC_ASSERT_STR_CONTAINS(out, want);
     XDC_ASSERT_STR_CONTAINS(out, "recovery_s=");
     XDC_ASSERT_STR_CONTAINS(out, "chaos: 1 faults injected of 1 planned, 1 recovered");
+    /* The story's steps out end where the joiner trains again, which its own line names: in elastic DiLoCo it
+     * takes part in the round that took it back and, when its state is in by that round's end, trains from it
+     * (else from a later round, after rounds with weight 0). */
+    char *wlog = e2e_region_log(dir, regions[f[0].region]);
+    const char *trains = strstr(wlog, "it trains from step ");
+    long long from = -1;
+    XDC_ASSERT_MSG(trains && sscanf(trains, "it trains from step %lld", &from) == 1, "%s", wlog);
+    free(wlog);
+    char tail[64];
+    snprintf(tail, sizeof tail, "-%lld)\n", from);
+    const char *line = strstr(out, "chaos: recovered 1 kill-worker at step ");
+    XDC_ASSERT_MSG(line && strstr(line, tail) && strstr(line, tail) < strchr(line, '\n'),
+                   "steps out do not end where the joiner trains again (step %lld):\n%s", from, out);
     expect_one_model(dir, out);
 }
 

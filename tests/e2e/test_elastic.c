@@ -380,26 +380,12 @@ static pid_t stop_outside_a_round(const char *dir, const char *region, const cha
     return -1;
 }
 
-/* The log of region `region`'s worker (logs/<region>-<host>-0.log: the host is the node's name, or this
- * machine's when an agent started by hand was not told one; a restarted worker appends to it), malloc'd. */
-static char *region_log(const char *dir, const char *region)
-{
-    char pattern[800];
-    snprintf(pattern, sizeof pattern, "%s/logs/%s-*-0.log", dir, region);
-    glob_t g;
-    XDC_ASSERT_MSG(glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc == 1, "not one log matches %s", pattern);
-    char *text = xdc_test_read_file(g.gl_pathv[0], NULL);
-    XDC_ASSERT_MSG(text != NULL, "cannot read %s", g.gl_pathv[0]);
-    globfree(&g);
-    return text;
-}
-
 /* The params_xxh64 region `region`'s worker logged at the end, into hash[17]. */
 static void region_hash(const char *dir, const char *region, char hash[17])
 {
     char needle[128];
     snprintf(needle, sizeof needle, "final parameters of region %s: params_xxh64=", region);
-    char *text = region_log(dir, region);
+    char *text = e2e_region_log(dir, region);
     const char *h = strstr(text, needle);
     XDC_ASSERT_MSG(h != NULL, "region %s logged no final parameters", region);
     snprintf(hash, 17, "%.16s", h + strlen(needle));
@@ -445,7 +431,7 @@ static void expect_sync_reference(const char *dir, const char *out, const char *
     while (at > out && at[-1] != '\n') at--;
     long long s = -1, resum = -1;
     XDC_ASSERT_MSG(sscanf(at, "step %lld", &s) == 1 && s > 0 && s < steps, "no step in '%.80s'", at);
-    char *log = region_log(dir, "us-east");
+    char *log = e2e_region_log(dir, "us-east");
     const char *again = strstr(log, "summing again over the final set");
     while (again && again > log && strncmp(again, "outer round at step ", 20) != 0) again--;
     if (again && again > log) resum = atoll(again + 20);
@@ -634,7 +620,7 @@ static void lose_during_an_exchange(const char *name, const char *mode, int stop
     XDC_ASSERT_STR_CONTAINS(out, "steps=40");
     expect_survivors(dir, out, "us-east", "eu-west");
     free(out);
-    char *wlog = region_log(dir, "us-east");
+    char *wlog = e2e_region_log(dir, "us-east");
     XDC_ASSERT_STR_CONTAINS(wlog, "summing again over the final set 110");
     free(wlog);
 }
@@ -787,7 +773,7 @@ static void expect_rejoined(const char *dir, char *out)
     XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
     expect_one_model(dir, out, 3);
     free(out);
-    char *wlog = region_log(dir, "ap-south");
+    char *wlog = e2e_region_log(dir, "ap-south");
     const char *took = strstr(wlog, "region ap-south took the state of round ");
     XDC_ASSERT_MSG(took != NULL, "ap-south took no state:\n%s", wlog);
     long long round, step, epoch, batch, adam_t;
@@ -818,7 +804,7 @@ static void expect_left_out_at_the_last_round(const char *dir, char *out)
     XDC_ASSERT_MSG(!strstr(out, "region ap-south rejoins the run"), "ap-south was taken back:\n%s", out);
     expect_survivors(dir, out, "us-east", "eu-west");
     free(out);
-    char *wlog = region_log(dir, "ap-south");
+    char *wlog = e2e_region_log(dir, "ap-south");
     XDC_ASSERT_STR_CONTAINS(wlog, "region ap-south asked to rejoin, but the run's end was decided first");
     XDC_ASSERT_MSG(!strstr(wlog, "took the state of round"), "ap-south took a state:\n%s", wlog);
     XDC_ASSERT_MSG(!strstr(wlog, "final parameters of region ap-south"), "ap-south reported a model:\n%s", wlog);
@@ -866,7 +852,7 @@ static void take_a_region_back(const char *name, const char *mode, const char *h
         pid_t gone = start_agents(run, dir, where, run_id, "ap-south", again);
         unsetenv("XDC_TEST_REJOIN");
         XDC_ASSERT_MSG(launch_exit(gone) == 1, "the agent whose worker gave up did not fail");
-        char *wlog = region_log(dir, "ap-south");
+        char *wlog = e2e_region_log(dir, "ap-south");
         XDC_ASSERT_STR_CONTAINS(wlog, "rejoin: region ap-south gives up before it dials the round at step");
         free(wlog);
         XDC_ASSERT_MSG(wait_for_count(log, "region ap-south dropped from the run", 2, 2400),
@@ -885,7 +871,7 @@ static void take_a_region_back(const char *name, const char *mode, const char *h
     XDC_ASSERT_MSG(rc == 0, "the coordinator exited %d:\n%s", rc, out ? out : "");
     XDC_ASSERT_MSG(!strstr(out, "still hold the store"), "the coordinator waited for members:\n%s", out);
     if (absent) {
-        char *elog = region_log(dir, "us-east");
+        char *elog = e2e_region_log(dir, "us-east");
         XDC_ASSERT_STR_CONTAINS(elog, "a rejoining region's rank 0 did not connect");
         free(elog);
     }
@@ -941,7 +927,7 @@ static void launch_takes_a_region_back(const char *name, const char *mode, const
     XDC_ASSERT_STR_CONTAINS(out, fault ? "starting region ap-south's agents again (restart 2 of --max-restarts 2)"
                                        : "starting region ap-south's agents again (restart 1 of --max-restarts 1)");
     if (fault) { /* the first joiner's worker failed, naming the member */
-        char *wlog = region_log(dir, "ap-south");
+        char *wlog = e2e_region_log(dir, "ap-south");
         const char *failed = strstr(wlog, "xdc worker: training failed: ");
         XDC_ASSERT_MSG(failed != NULL, "ap-south's first joiner did not fail:\n%s", wlog);
         XDC_ASSERT_MSG(strstr(failed, named) && strstr(failed, named) < strchr(failed, '\n'),
@@ -1001,7 +987,7 @@ XDC_TEST_T(elastic_launch_joiner_gives_up_on_a_donor_that_died, 180)
     XDC_ASSERT_STR_CONTAINS(out, "starting region eu-west's agents again (restart 1 of --max-restarts 2)");
     XDC_ASSERT_STR_CONTAINS(out, "starting region ap-south's agents again (restart 2 of --max-restarts 2)");
     free(out);
-    char *wlog = region_log(dir, "ap-south");
+    char *wlog = e2e_region_log(dir, "ap-south");
     XDC_ASSERT_STR_CONTAINS(wlog, "rejoin: no state from eu-west: its region left the run before its slice of the "
                                   "state came");
     free(wlog);
@@ -1021,14 +1007,14 @@ static void joiner_not_waited_for(const char *name, const char *mode)
     char dir[600];
     free(
         ap_south_killed_then_back(name, mode, "{min_regions: 2, grace: 5s}", "hold@us-east,nosnap@ap-south", "1", dir));
-    char *east = region_log(dir, "us-east");
+    char *east = e2e_region_log(dir, "us-east");
     int rounds = 0;
     for (const char *at = east; (at = strstr(at, "ap-south still taking its state, weight 0")) != NULL; at++) rounds++;
     XDC_ASSERT_MSG(rounds >= 2, "us-east went %d rounds without ap-south's weight while its slice was held:\n%s",
                    rounds, east);
     XDC_ASSERT_STR_CONTAINS(east, "test hook XDC_TEST_REJOIN=hold@us-east fires in region us-east");
     free(east);
-    char *wlog = region_log(dir, "ap-south");
+    char *wlog = e2e_region_log(dir, "ap-south");
     const char *took = strstr(wlog, "region ap-south took the state of round ");
     XDC_ASSERT_MSG(took != NULL, "ap-south took no state:\n%s", wlog);
     int kept = 0;
@@ -1076,7 +1062,7 @@ static char *back_from_snapshot(const char *name, const char *mode, const char *
     XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
     expect_one_model(dir, out, 3);
     free(out);
-    char *wlog = region_log(dir, "ap-south");
+    char *wlog = e2e_region_log(dir, "ap-south");
     int step = at + (strcmp(mode, "streaming") == 0); /* streaming: once the round's fragment landed */
     snprintf(want, sizeof want,
              "region ap-south took the state of round %d (step %d, data epoch 0 batch %d, %d AdamW steps) from the "
@@ -1084,7 +1070,7 @@ static char *back_from_snapshot(const char *name, const char *mode, const char *
              at, step, step, step, donors);
     XDC_ASSERT_STR_CONTAINS(wlog, want);
     if (also && strstr(also, "eu-west")) { /* eu-west's log too, after ap-south's */
-        char *west = region_log(dir, "eu-west"), *both = malloc(strlen(wlog) + strlen(west) + 1);
+        char *west = e2e_region_log(dir, "eu-west"), *both = malloc(strlen(wlog) + strlen(west) + 1);
         strcpy(both, wlog);
         strcat(both, west);
         free(west);
@@ -1216,7 +1202,7 @@ XDC_TEST_T(elastic_launch_takes_two_regions_back_at_one_round, 180)
     free(out);
     static const char *const back[2] = {"eu-west", "ap-south"};
     for (int i = 0; i < 2; i++) {
-        char *wlog = region_log(dir, back[i]), want[200];
+        char *wlog = e2e_region_log(dir, back[i]), want[200];
         snprintf(want, sizeof want,
                  "region %s took the state of round 64 (step 64, data epoch 0 batch 64, 64 AdamW steps) from the "
                  "round's 1 member regions",

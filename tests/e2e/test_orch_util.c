@@ -12,6 +12,7 @@
 #include "orchestrator/worker/orch_worker.h"
 
 #include <dirent.h>
+#include <glob.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -140,6 +141,18 @@ char *e2e_start_coordinator(const char *run, const char *dir, const char *log, c
     }
     XDC_ASSERT_MSG(coord != NULL, "the coordinator did not start");
     return coord;
+}
+
+char *e2e_region_log(const char *dir, const char *region)
+{
+    char pattern[800];
+    snprintf(pattern, sizeof pattern, "%s/logs/%s-*-0.log", dir, region);
+    glob_t g;
+    XDC_ASSERT_MSG(glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc == 1, "not one log matches %s", pattern);
+    char *text = xdc_test_read_file(g.gl_pathv[0], NULL);
+    XDC_ASSERT_MSG(text != NULL, "cannot read %s", g.gl_pathv[0]);
+    globfree(&g);
+    return text;
 }
 
 /* The params_xxh64 every worker logged as its region's final parameters (at most 8, into hash[][17]); how

@@ -38,6 +38,10 @@ void e2e_launch_hash(const char *run, const char *name, const char *flags, char 
 /* The tiny model with `layers` (1-9) layers and `batch` (10-99) sequences per microbatch, in the test's
  * folder; returns its path (a static buffer). */
 const char *e2e_write_tiny(int layers, int batch);
+/* The log of region `region`'s rank 0 worker in the run folder `dir` (logs/<region>-<host>-0.log: the host is the
+ * node's name, or this machine's when an agent started by hand was not told one; a restarted worker appends to
+ * it), malloc'd. */
+char *e2e_region_log(const char *dir, const char *region);
 /* The final parameter hashes the workers of a run logged, one per region; returns how many. */
 int e2e_final_hashes(const char *dir, char hash[][17], int cap);
 /* `xdc coordinator` of `run` in the background (output into `log`, pid in *pid); returns the
