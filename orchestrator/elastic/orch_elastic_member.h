@@ -66,6 +66,13 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
  * gone. 0 for any other region, and when the store does not answer. */
 int orch_elastic_left_again(orch_elastic_member *m, int r);
 
+/* A worker that was stopped (SIGSTOP, a frozen VM; the worker's orch_elastic_look notices it) asks once, as it wakes:
+ * was its region dropped meanwhile, its left/<region> count (which every drop raises: a missed round's
+ * window, a loss during an exchange, a failed agent) above `left`, the count when this process joined the run (0
+ * for a first start)? Then XDC_ERR_UNAVAILABLE naming the region, as orch_elastic_arrive would at its next round,
+ * and that it noticed on waking after stopped_s seconds; XDC_OK otherwise, also when the store does not answer. */
+xdc_err_t orch_elastic_woke(orch_elastic_member *m, int left, double stopped_s, xdc_diag *diag);
+
 /* DiLoCo's nobody waits: the inner steps of each region in the round after `step` (step 0: the first round),
  * steps/<step> as the host published it (orch_quorum_pace) with the decision of that round, into h[n_regions].
  * XDC_ERR_PROTO when it is not one count per region; the wait's error when none came. */
