@@ -70,11 +70,11 @@ static xdc_err_t dropped(const orch_elastic_member *m, const char *from, const c
     return XDC_ERR_UNAVAILABLE;
 }
 
-xdc_err_t orch_elastic_woke(orch_elastic_member *m, int left, double stopped_s, xdc_diag *diag)
+xdc_err_t orch_elastic_woke(orch_elastic_member *m, int left, double gap_s, xdc_diag *diag)
 {
     if (left_count(m, m->region_idx) <= left) return XDC_OK; /* still in (or no answer: its next round says) */
     char noticed[96];
-    snprintf(noticed, sizeof noticed, "; noticed on waking, after this worker was stopped for %.1f s", stopped_s);
+    snprintf(noticed, sizeof noticed, "; noticed on waking, %.1f s after its previous look at the clock", gap_s);
     return dropped(m, "the run", noticed, diag);
 }
 

@@ -70,8 +70,9 @@ int orch_elastic_left_again(orch_elastic_member *m, int r);
  * was its region dropped meanwhile, its left/<region> count (which every drop raises: a missed round's
  * window, a loss during an exchange, a failed agent) above `left`, the count when this process joined the run (0
  * for a first start)? Then XDC_ERR_UNAVAILABLE naming the region, as orch_elastic_arrive would at its next round,
- * and that it noticed on waking after stopped_s seconds; XDC_OK otherwise, also when the store does not answer. */
-xdc_err_t orch_elastic_woke(orch_elastic_member *m, int left, double stopped_s, xdc_diag *diag);
+ * and that it noticed on waking, gap_s seconds after its previous look (the stop, and any wait it was stopped in);
+ * XDC_OK otherwise, also when the store does not answer. */
+xdc_err_t orch_elastic_woke(orch_elastic_member *m, int left, double gap_s, xdc_diag *diag);
 
 /* DiLoCo's nobody waits: the inner steps of each region in the round after `step` (step 0: the first round),
  * steps/<step> as the host published it (orch_quorum_pace) with the decision of that round, into h[n_regions].

@@ -199,7 +199,7 @@ xdc_err_t orch_elastic_look(orch_worker *w, uint64_t *last_ns, double *usual_s, 
     *last_ns = now;
     if (first) return XDC_OK;
     *usual_s = usual == 0 ? fmin(gap, limit) : 0.8 * usual + 0.2 * fmin(gap, limit);
-    return gap > limit ? orch_elastic_woke(&w->elastic.m, w->elastic.left, gap - usual, diag) : XDC_OK;
+    return gap > limit ? orch_elastic_woke(&w->elastic.m, w->elastic.left, gap, diag) : XDC_OK;
 }
 
 xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
