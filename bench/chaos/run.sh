@@ -27,6 +27,9 @@
 # link's rate) goes to CHAOS_PLOTS (docs/bench-chaos) as timeline-<run>.png (gnuplot).
 # CHAOS_RUNS (default diloco,streaming): a comma list of the runs to do, e.g. CHAOS_RUNS=streaming; the summary
 # line is over those.
+# CHAOS_STEPS and CHAOS_RATE pin the steps (no probe) and the fault rate instead of the probe's pace and the
+# reference's wall: with the seed, the same schedule at the same steps run after run (two builds compared; with
+# CHAOS_RUNS, one mode at a time).
 # Smoke run: CHAOS_MINUTES=1 CHAOS_FAULT_EVERY_S=20 CHAOS_PLOTS=/tmp/chaos-plots make bench-chaos
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -141,14 +144,17 @@ loss_of() { sed -n 's/.*final val_loss=\([0-9.]*\) .*/\1/p' "$work/$1.out" | tai
 bench_mode() {
   local mode=$1
   shift
-  launch "$mode-probe" "$mode" "$probe_steps" 600 "$@" || { echo "bench-chaos: $mode probe failed:"; tail -20 "$work/$mode-probe.out"; exit 1; }
-  # Steps for CHAOS_MINUTES at the probe's pace (its last logged step's elapsed time), whole outer rounds.
-  local per=$(for f in "$work/$mode-probe/steps/"*.tsv; do awk -F'\t' 'NR > 1 { e = $2; n = $1 } END { print e / n }' "$f"; done | sort -n | tail -1)
-  local steps=$(awk -v m="$minutes" -v p="$per" -v h="$H" 'BEGIN { s = int(m * 60 / p / h + 0.5) * h; print s < 2 * h ? 2 * h : s }')
+  local steps=${CHAOS_STEPS:-}
+  if [ -z "$steps" ]; then
+    launch "$mode-probe" "$mode" "$probe_steps" 600 "$@" || { echo "bench-chaos: $mode probe failed:"; tail -20 "$work/$mode-probe.out"; exit 1; }
+    # Steps for CHAOS_MINUTES at the probe's pace (its last logged step's elapsed time), whole outer rounds.
+    local per=$(for f in "$work/$mode-probe/steps/"*.tsv; do awk -F'\t' 'NR > 1 { e = $2; n = $1 } END { print e / n }' "$f"; done | sort -n | tail -1)
+    steps=$(awk -v m="$minutes" -v p="$per" -v h="$H" 'BEGIN { s = int(m * 60 / p / h + 0.5) * h; print s < 2 * h ? 2 * h : s }')
+  fi
   launch "$mode-ref" "$mode" "$steps" 3600 "$@" || { echo "bench-chaos: $mode reference failed:"; tail -20 "$work/$mode-ref.out"; exit 1; }
   local ref_wall=$(wall_of "$mode-ref") ref_loss=$(loss_of "$mode-ref")
   # One fault per region per `every` seconds at the reference's pace: faults per region per 100 steps.
-  local rate=$(awk -v w="$ref_wall" -v s="$steps" -v e="$every" 'BEGIN { printf "%.4f", 100 * (w / s) / e }')
+  local rate=${CHAOS_RATE:-$(awk -v w="$ref_wall" -v s="$steps" -v e="$every" 'BEGIN { printf "%.4f", 100 * (w / s) / e }')}
   local limit=$(awk -v w="$ref_wall" 'BEGIN { printf "%d", 2 * w + 0.5 }') hang=0 failed=0 rc=0
   if [ -n "${rdzv_url:-}" ]; then # etcd: a standby coordinator beside the chaos run, the launch's role lease as short
     rm -f "$work/standby.stop"

@@ -59,6 +59,25 @@ int orch_elastic_left_again(orch_elastic_member *m, int r)
     return m->left_at[r] != LLONG_MAX && left_count(m, r) > m->left_at[r];
 }
 
+/* Our region is out (dropped `from` a round or the run; `noticed`: how this worker learnt it, after the rest): it
+ * leaves. The message names the configured grace (the worker does not know an adaptive window's). */
+static xdc_err_t dropped(const orch_elastic_member *m, const char *from, const char *noticed, xdc_diag *diag)
+{
+    xdc_diag_set(diag,
+                 "region %s was dropped from %s (it missed the %.1f s grace window or lost a worker), so it leaves "
+                 "the run; restarting its agents brings it back at a later outer round%s",
+                 region_name(m, m->region_idx), from, (double)m->grace_ms / 1000.0, noticed);
+    return XDC_ERR_UNAVAILABLE;
+}
+
+xdc_err_t orch_elastic_woke(orch_elastic_member *m, int left, double gap_s, xdc_diag *diag)
+{
+    if (left_count(m, m->region_idx) <= left) return XDC_OK; /* still in (or no answer: its next round says) */
+    char noticed[96];
+    snprintf(noticed, sizeof noticed, "; noticed on waking, %.1f s after its previous look at the clock", gap_s);
+    return dropped(m, "the run", noticed, diag);
+}
+
 xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag *diag)
 {
     char val[RDZV_VALUE_MAX];
@@ -91,11 +110,9 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
         return XDC_ERR_PROTO;
     }
     if (!strchr("1tc", val[m->region_idx])) {
-        xdc_diag_set(diag,
-                     "region %s was dropped from round %s (it missed the %.1f s grace window or lost a worker), so "
-                     "it leaves the run; restarting its agents brings it back at a later outer round",
-                     region_name(m, m->region_idx), name.s, (double)m->grace_ms / 1000.0);
-        return XDC_ERR_UNAVAILABLE;
+        char from[64];
+        snprintf(from, sizeof from, "round %s", name.s);
+        return dropped(m, from, "", diag);
     }
     int live = 0;
     for (int r = 0; r < n; r++) {

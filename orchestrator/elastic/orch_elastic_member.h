@@ -70,6 +70,13 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
  * gone. 0 for any other region, and when the store does not answer. */
 int orch_elastic_left_again(orch_elastic_member *m, int r);
 
+/* A worker that was stopped (SIGSTOP, a frozen VM; the worker's orch_elastic_look notices it) asks once, as it wakes:
+ * was its region dropped meanwhile, its left/<region> count (which every drop raises: a missed round's
+ * window, a loss during an exchange, a failed agent) above `left`, the count when this process joined the run (0
+ * for a first start)? Then XDC_ERR_UNAVAILABLE naming the region, as orch_elastic_arrive would at its next round,
+ * and that it noticed on waking, gap_s seconds after its previous look (the stop, and any wait it was stopped in);
+ * XDC_OK otherwise, also when the store does not answer. */
+xdc_err_t orch_elastic_woke(orch_elastic_member *m, int left, double gap_s, xdc_diag *diag);
 /* A joiner that took part in the exchange of the round that took it back (`round`, joins_in_round): post
  * whether its state is in (`took`) as its arrival there (outer/<region>/<rank> = took:<round> or taking:<round>;
  * the host reads arrivals at later rounds only) and read its region's other workers' the same: *all = 1 when

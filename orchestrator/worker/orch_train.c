@@ -2,8 +2,8 @@
  * pipeline_chunks, Megatron's interleaved 1F1B over the stage's chunks),
  * the hierarchical gradient sync started the moment backward finishes and waited for only before the
  * optimizer needs it (orch_train_inner_step, which every mode's step calls; the modes are in
- * orch_mode_*.c), validation through the pipeline, the re-plan check, progress lines and the final
- * report. */
+ * orch_mode_*.c; in an elastic run it also looks whether the worker was stopped), validation through the
+ * pipeline, the re-plan check, progress lines and the final report. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
@@ -375,7 +375,7 @@ xdc_err_t orch_train_inner_step(orch_worker *w, xdc_sync *grad_sync, float *loss
     XDC_CHECK(orch_train_pass(w, grad_sync, loss, diag));
     XDC_CHECK(orch_train_update(w, loss, w->prog.step, diag));
     w->prog.step++;
-    return XDC_OK;
+    return orch_elastic_look(w, &w->elastic.inner_end_ns, &w->elastic.inner_gap_s, diag); /* stopped meanwhile? */
 }
 
 xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag)

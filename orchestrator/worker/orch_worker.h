@@ -166,6 +166,10 @@ typedef struct orch_elastic {
     /* DiLoCo and streaming: this worker's snapshot of its last outer round and the last rounds' means (orch_snapshot.c);
      * a restarted worker's snapshot of its earlier process; NULL: none yet */
     struct orch_warm *warm;
+    /* A stop's notice after each inner step (orch_elastic_look): xdc_now_ns() at the end of the last one (0: none
+     * yet), and their usual spacing, seconds */
+    uint64_t inner_end_ns;
+    double inner_gap_s;
     /* DiLoCo and streaming: the outer state its rounds update (orch_outer_setup), of which a member hands a region
      * taken back at a round its slice before that round's exchange (m.joins_in_round); NULL in sync mode */
     orch_outer *outer;
@@ -250,7 +254,8 @@ void orch_pipe_wire_counts(int stages, int stage, int microbatches, bool prev_wa
 xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag);
 /* One pipeline pass of M microbatches with the gradient sync of `grad_sync` started during the last
  * microbatch's backward, then the clipped AdamW step; advances w->prog.step. *loss: the mean loss over
- * the microbatches, summed over the stages. */
+ * the microbatches, summed over the stages. In an elastic run, a worker that finds it was stopped since its last
+ * inner step and its region dropped meanwhile fails with XDC_ERR_UNAVAILABLE after it (orch_elastic_woke). */
 xdc_err_t orch_train_inner_step(orch_worker *w, xdc_sync *grad_sync, float *loss, xdc_diag *diag);
 /* The two halves of it. The pipeline pass into the stage's current gradient arena, with the round of
  * `grad_sync` begun during the last microbatch's backward and waited for at the end (NULL: no sync; the
@@ -301,6 +306,13 @@ xdc_err_t orch_worker_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag)
 /* At a mode's setup: w->elastic.on (orch_quorum_elastic) and its member half of the round protocol, no round
  * open. */
 void orch_elastic_setup(orch_worker *w);
+/* A worker that was stopped (SIGSTOP, a frozen VM; docs/runtime.md "Leaving") finds the monotonic clock, which
+ * runs on while a process is stopped, far past its pace. At a look (after each inner step, at each poll of an open
+ * round's wait): *last_ns, xdc_now_ns() at the previous look (0: none), becomes now, and *usual_s, a moving mean of
+ * the looks' spacing in seconds, takes this spacing in (at most as the limit, so neither a stop nor a long wait
+ * hides the next stop). A spacing past the limit (4 x the usual, at least 1 s) asks the store once whether the
+ * region was dropped meanwhile: then XDC_ERR_UNAVAILABLE, the worker leaves (orch_elastic_woke). Elastic runs only. */
+xdc_err_t orch_elastic_look(orch_worker *w, uint64_t *last_ns, double *usual_s, xdc_diag *diag);
 /* Elastic rounds (nothing without them): the quorum of the round at `step` (orch_elastic_agree) into `sync`'s
  * weights (0 out; 1 in, or with nobody waiting the tokens each region processed: w->elastic.weight), before
  * its exchange; orch_elastic_open: that exchange is under way on `sync` (begun), and until orch_elastic_end

@@ -1,6 +1,7 @@
 /* orch_worker_sync.c — the worker's syncs: the configuration each starts from (the member's, with this
  * stage's parameters and the trace hook), the list of the mode's, the wait for a round (exposed WAN time),
- * the worker's elastic setup and the wait on an open elastic round (regions the store's host names lost), and the switch of the WAN codec
+ * the worker's elastic setup and the wait on an open elastic round (regions the store's host names lost), a stopped
+ * worker's notice that its region was dropped, and the switch of the WAN codec
  * and DiLoCo period a re-plan or a resume makes. Below orch_train.c,
  * orch_checkpoint.c and the modes, which all use it. */
 #include "orchestrator/worker/orch_worker.h"
@@ -9,6 +10,7 @@
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -185,14 +187,31 @@ void orch_elastic_setup(orch_worker *w)
     w->elastic.m.joins_in_round = w->elastic.on && orch_quorum_joins_in_round(w->cfg);
 }
 
+/* A look's spacing past STOP_TIMES its usual one, and at least STOP_MIN_S, says the worker was stopped. */
+#define STOP_TIMES 4.0
+#define STOP_MIN_S 1.0
+
+xdc_err_t orch_elastic_look(orch_worker *w, uint64_t *last_ns, double *usual_s, xdc_diag *diag)
+{
+    if (!w->elastic.on) return XDC_OK;
+    uint64_t now = xdc_now_ns();
+    double gap = (double)(now - *last_ns) / 1e9, usual = *usual_s, limit = fmax(STOP_MIN_S, STOP_TIMES * usual);
+    int first = *last_ns == 0;
+    *last_ns = now;
+    if (first) return XDC_OK;
+    *usual_s = usual == 0 ? fmin(gap, limit) : 0.8 * usual + 0.2 * fmin(gap, limit);
+    return gap > limit ? orch_elastic_woke(&w->elastic.m, w->elastic.left, gap, diag) : XDC_OK;
+}
+
 xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
 {
     if (!w->elastic.open) return xdc_sync_end(sync, diag);
     xdc_err_t rc;
     uint64_t look = xdc_now_ns();
+    double usual = ORCH_LOST_POLL_MS / 1000.0;
     while ((rc = xdc_sync_wait(sync, ORCH_LOST_POLL_MS, diag)) == XDC_ERR_AGAIN) {
         watch_links(w, look);
-        look = xdc_now_ns();
+        XDC_CHECK(orch_elastic_look(w, &look, &usual, diag)); /* stopped in the wait, its region dropped: it leaves */
         XDC_CHECK(poll_lost(w, diag));
     }
     return rc;

@@ -4,8 +4,8 @@
  * other two finish on identical parameters (DiLoCo; streaming for a killed one), also when the region
  * lost is region 0 (the result then comes from the lowest region left, under `xdc launch` and `xdc
  * coordinator`); a killed region's agent started again rejoins under `xdc coordinator` (DiLoCo and
- * streaming); too few regions left is a named error (exit 69). Faults are driven by what the run logs,
- * never by sleeping. */
+ * streaming); a stopped worker whose region was dropped leaves as it wakes and rejoins; too few regions
+ * left is a named error (exit 69). Faults are driven by what the run logs, never by sleeping. */
 #include "tests/xdc_test.h"
 #include "tests/test_wan_util.h"
 #include "tests/e2e/test_orch_util.h"
@@ -501,7 +501,8 @@ static void lose_a_region(const char *name, const char *mode, int stop, int vict
         char wlog[800];
         snprintf(wlog, sizeof wlog, "%s/logs/ap-south-south-node1-0.log", dir);
         char *text = xdc_test_read_file(wlog, NULL);
-        XDC_ASSERT_STR_CONTAINS(text, "region ap-south was dropped from round");
+        /* at its next round, or (stopped long enough for orch_train.c to notice) as it woke */
+        XDC_ASSERT_STR_CONTAINS(text, "region ap-south was dropped from ");
         free(text);
         text = xdc_test_read_file(log, NULL); /* and its agent's end did not fail the run */
         XDC_ASSERT_STR_CONTAINS(text, "agent ap-south/south-node1 of region ap-south, out of the run, ended");
@@ -1210,6 +1211,33 @@ XDC_TEST_T(elastic_launch_takes_two_regions_back_at_one_round, 180)
         XDC_ASSERT_STR_CONTAINS(wlog, want);
         free(wlog);
     }
+}
+
+/* A stopped worker learns its drop as it wakes (docs/runtime.md "Leaving"): ap-south's worker stopped outside an
+ * outer round after step 20 under `xdc launch --max-restarts 1`, kept stopped past the launcher's line that drops it
+ * and until the others logged three more progress lines (at least 20 steps: many times a step of its own), then
+ * continued. It finds the clock far past its inner steps, reads its region's left/<region> count and exits 69 at the
+ * end of that inner step, saying it noticed on waking, not at its next outer round; its agent is started again,
+ * the region rejoins, and all three regions end on one model. */
+XDC_TEST_T(elastic_launch_stopped_worker_leaves_as_it_wakes_and_rejoins, 180)
+{
+    char dir[600], log[700];
+    pid_t p = launch_to_step_20("lwake", "diloco", "{min_regions: 2, grace: 3s}", NULL, NULL, "1", dir, log);
+    pid_t pid = stop_outside_a_round(dir, "ap-south", log, log);
+    XDC_ASSERT_MSG(wait_for_text(log, "region ap-south dropped from the run: missed the outer round"),
+                   "ap-south was not dropped after the grace window");
+    int lines = count_text(log, "  loss ");
+    XDC_ASSERT_MSG(wait_for_count(log, "  loss ", lines + 3, 2400), "the run stopped progressing");
+    kill(pid, SIGCONT);
+    char *out = launch_succeeded(p, dir, log);
+    char *wlog = e2e_region_log(dir, "ap-south");
+    XDC_ASSERT_STR_CONTAINS(wlog, "region ap-south was dropped from the run (it missed the 3.0 s grace window or lost "
+                                  "a worker), so it leaves the run; restarting its agents brings it back at a later "
+                                  "outer round; noticed on waking, ");
+    XDC_ASSERT_MSG(!strstr(wlog, "was dropped from round"), "ap-south's worker ran on to its next outer round:\n%s",
+                   wlog);
+    free(wlog);
+    expect_rejoined(dir, out);
 }
 
 /* A straggler at the end: ap-south's worker stopped (SIGSTOP) outside a round after step 20, dropped at the

@@ -1,10 +1,10 @@
 /* test_elastic_protocol.c — both halves of the elastic round protocol in one process, against the built-in
  * store over loopback TLS: the deciding host (orch_quorum, ticked by the test's main thread as the launcher
  * ticks it) and one member per region of the 3-region demo topology (orch_elastic_member, each on its own
- * thread with its own rendezvous client). Covered: a region that leaves before a round's exchange, during it
- * and after it; the final set every member sees and whether it sums again; a region that rejoins; a quorum
- * that is not met. The members wait with the protocol's own waits (store gets with deadlines); the test
- * orders its phases with a condition variable, every wait bounded. */
+ * thread with its own rendezvous client). Covered: a region that leaves before a round's exchange (and its
+ * stopped worker that learns it on waking), during it and after it; the final set every member sees and whether
+ * it sums again; a region that rejoins; a quorum that is not met. The members wait with the protocol's own
+ * waits (store gets with deadlines); the test orders its phases with a condition variable, every wait bounded. */
 #include "tests/test_wan_util.h"
 #include "tests/xdc_test.h"
 
@@ -318,7 +318,15 @@ XDC_TEST_T(elastic_protocol_region_leaves_before_the_exchange, 30)
     xdc_diag d = {{0}};
     XDC_ASSERT_OK(orch_elastic_rejoin_detect(f.mem[0].rdzv, "us-east", 0, 0, 100, &rejoin, &left, &d));
     XDC_ASSERT_EQ(rejoin, 0);
+    /* ap-south's worker wakes from a stop (orch_elastic_look noticed it): its region is still in, it goes on. */
+    XDC_ASSERT_OK(orch_elastic_woke(&f.mem[2].m, 0, 24.1, &d));
     XDC_ASSERT_OK(orch_quorum_lose(&f.q, 2, "its agent exited with status 69", why, sizeof why));
+    /* Dropped meanwhile (left/2 = 1, above 0: a first start's count): it leaves at once, saying how it noticed; a
+     * process that joined after that drop (its count 1) goes on. */
+    XDC_ASSERT_ERR(orch_elastic_woke(&f.mem[2].m, 0, 24.1, &d), XDC_ERR_UNAVAILABLE);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "region ap-south was dropped from the run (it missed the ");
+    XDC_ASSERT_STR_CONTAINS(d.msg, "; noticed on waking, 24.1 s after its previous look at the clock");
+    XDC_ASSERT_OK(orch_elastic_woke(&f.mem[2].m, 1, 24.1, &d));
     start(&f, 0, leaves_before_member);
     start(&f, 1, leaves_before_member);
     XDC_ASSERT_MSG(host_until(&f, members_at, &(at_stage){"110", 1}, why, sizeof why) == XDC_OK, "%s", why);
