@@ -4,6 +4,7 @@
  * same average, bit for bit, with codec none equal to (a + b) / 2. The same sync on device memory
  * (cpu-strict, CUDA) is test_sync_device.c. */
 #include "tests/xdc_test.h"
+#include "tests/test_sync_util.h"
 #include "tests/test_wan_util.h"
 
 #include "common/xdc_rng.h"
@@ -230,53 +231,14 @@ enum { A, B, D, N };
 
 /* Regions A, B and D on loopback WAN pairs (the first region of each pair listens, the second dials), a comm engine
  * and a sync `name` each over LOST_ELEMS fp32 in codec none, `route` its first routes (NULL: a full mesh). */
-typedef struct {
-    wan_test_pair ab, ad, bd;
-    xdc_wan_peer *peers[N][N];
-    xdc_sync_engine *eng[N];
-    xdc_sync *sync[N];
-    float *buf[N]; /* (LOST_ELEMS) each region's contribution, then its result */
-} trio;
-
-static void trio_open(trio *t, const int *route, const char *name)
+static void trio_open(sync_net *t, const int *route, const char *name)
 {
-    wan_test_pair_open(&t->ab, 2, 20000, NULL, NULL);
-    wan_test_pair_open(&t->ad, 2, 20000, NULL, NULL);
-    wan_test_pair_open(&t->bd, 2, 20000, NULL, NULL);
-    xdc_wan_peer *peers[N][N] = {
-        {NULL, t->ab.srv, t->ad.srv}, {t->ab.cli, NULL, t->bd.srv}, {t->ad.cli, t->bd.cli, NULL}};
-    memcpy(t->peers, peers, sizeof peers);
-    for (int r = 0; r < N; r++) {
-        xdc_sync_cfg cfg = {.n_elems = LOST_ELEMS,
-                            .bucket_elems = LOST_BUCKET,
-                            .peers = t->peers[r],
-                            .n_regions = N,
-                            .my_region = r,
-                            .route = route,
-                            .name = name};
-        cfg.codec = (xdc_codec_cfg)XDC_CODEC_CFG_INIT;
-        XDC_ASSERT_OK(xdc_codec_parse("none", &cfg.codec, NULL));
-        XDC_ASSERT_OK(xdc_sync_engine_create(&t->eng[r], NULL));
-        XDC_ASSERT_OK(xdc_sync_create(t->eng[r], &cfg, &t->sync[r], NULL));
-        t->buf[r] = malloc(LOST_ELEMS * sizeof(float));
-    }
-}
-
-static void trio_close(trio *t)
-{
-    for (int r = 0; r < N; r++) {
-        xdc_sync_destroy(t->sync[r]);
-        xdc_sync_engine_destroy(t->eng[r]);
-        free(t->buf[r]);
-    }
-    wan_test_pair_close(&t->ab);
-    wan_test_pair_close(&t->ad);
-    wan_test_pair_close(&t->bd);
+    sync_net_open(t, N, 0, LOST_ELEMS, LOST_BUCKET, "none", route, name);
 }
 
 XDC_TEST_T(xdc_sync_region_lost_mid_round_ends_on_one_sum, 60)
 {
-    trio t;
+    sync_net t;
     trio_open(&t, NULL, "lost");
     xdc_sync **sync = t.sync;
     float **buf = t.buf, *want = malloc(LOST_ELEMS * sizeof(float));
@@ -323,7 +285,7 @@ XDC_TEST_T(xdc_sync_region_lost_mid_round_ends_on_one_sum, 60)
         XDC_ASSERT_OK(xdc_sync_end(sync[r], &d));
         XDC_ASSERT_MSG(memcmp(buf[r], want, LOST_ELEMS * sizeof(float)) == 0, "round 2, region %d: not (a + b) / 2", r);
     }
-    trio_close(&t);
+    sync_net_close(&t);
     free(want);
 }
 
@@ -338,7 +300,7 @@ XDC_TEST_T(xdc_sync_region_lost_in_a_relayed_round_leaves_the_link_in_order, 60)
 {
     /* [src * N + dst]: the region dst gets src's shard from; A's and D's to each other through B */
     const int relayed[N * N] = {-1, A, B, B, -1, B, B, D, -1};
-    trio t;
+    sync_net t;
     trio_open(&t, relayed, "relayed");
     xdc_sync **sync = t.sync;
     float **buf = t.buf, *want = malloc(LOST_ELEMS * sizeof(float));
@@ -366,7 +328,7 @@ XDC_TEST_T(xdc_sync_region_lost_in_a_relayed_round_leaves_the_link_in_order, 60)
                            "round %d, region %d: not (a + b) / 2", round, r);
         }
     }
-    trio_close(&t);
+    sync_net_close(&t);
     free(want);
 }
 

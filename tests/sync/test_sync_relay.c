@@ -5,7 +5,7 @@
  * are counted on every hop: a relay's forwarded bytes are the shards of the regions it relays. The routes may also
  * change between rounds (xdc_sync_set_routes). */
 #include "tests/xdc_test.h"
-#include "tests/test_wan_util.h"
+#include "tests/test_sync_util.h"
 
 #include "sync/xdc_sync.h"
 
@@ -16,63 +16,18 @@
 #define R_ELEMS  12288
 #define R_BUCKET 4096 /* three buckets: the fixed order's interleaving of own shards and forwards */
 
-typedef struct {
-    wan_test_pair pair[R_N][R_N]; /* [a][b], a < b, where linked */
-    xdc_sync_engine *eng[R_N];
-    xdc_sync *sync[R_N];
-    xdc_wan_peer *peers[R_N][R_N]; /* per region: its linked regions' peers (the syncs keep the pointer) */
-    float *buf[R_N];               /* (R_ELEMS) each region's contribution, then the round's result */
-    int linked[R_N][R_N];
-} net;
-
 /* The chain's routes: [src * R_N + dst] the region dst gets src's shard from, the neighbour towards src. */
 static int chain_route[R_N * R_N];
 
-static void net_open(net *m, int chain)
+static void net_open(sync_net *m, int chain)
 {
-    memset(m, 0, sizeof *m);
     for (int s = 0; s < R_N; s++)
         for (int d = 0; d < R_N; d++) chain_route[s * R_N + d] = s == d ? -1 : d < s ? d + 1 : d - 1;
-    for (int a = 0; a < R_N; a++)
-        for (int b = a + 1; b < R_N; b++) {
-            if (chain && b != a + 1) continue;
-            m->linked[a][b] = m->linked[b][a] = 1;
-            wan_test_pair_open(&m->pair[a][b], 2, 20000, NULL, NULL);
-            m->peers[a][b] = m->pair[a][b].srv;
-            m->peers[b][a] = m->pair[a][b].cli;
-        }
-    for (int r = 0; r < R_N; r++) {
-        xdc_sync_cfg cfg = {.n_elems = R_ELEMS,
-                            .bucket_elems = R_BUCKET,
-                            .peers = m->peers[r],
-                            .n_regions = R_N,
-                            .my_region = r,
-                            .route = chain ? chain_route : NULL,
-                            .name = "relay"};
-        cfg.codec = (xdc_codec_cfg)XDC_CODEC_CFG_INIT;
-        XDC_ASSERT_OK(xdc_codec_parse("int8", &cfg.codec, NULL));
-        XDC_ASSERT_OK(xdc_sync_engine_create(&m->eng[r], NULL));
-        xdc_diag d = {{0}};
-        xdc_err_t rc = xdc_sync_create(m->eng[r], &cfg, &m->sync[r], &d);
-        XDC_ASSERT_MSG(rc == XDC_OK, "region %d: %s", r, d.msg);
-        m->buf[r] = malloc(R_ELEMS * sizeof(float));
-    }
-}
-
-static void net_close(net *m)
-{
-    for (int r = 0; r < R_N; r++) {
-        xdc_sync_destroy(m->sync[r]);
-        xdc_sync_engine_destroy(m->eng[r]);
-        free(m->buf[r]);
-    }
-    for (int a = 0; a < R_N; a++)
-        for (int b = a + 1; b < R_N; b++)
-            if (m->linked[a][b]) wan_test_pair_close(&m->pair[a][b]);
+    sync_net_open(m, R_N, chain, R_ELEMS, R_BUCKET, "int8", chain ? chain_route : NULL, "relay");
 }
 
 /* One round: each region's distinct contribution, all buckets ready at once. */
-static void round_of(net *m, int round)
+static void round_of(sync_net *m, int round)
 {
     for (int r = 0; r < R_N; r++) {
         for (size_t i = 0; i < R_ELEMS; i++)
@@ -89,7 +44,7 @@ static void round_of(net *m, int round)
 
 XDC_TEST_T(xdc_sync_relays_along_a_chain_as_a_full_mesh_sums, 60)
 {
-    net mesh, chain;
+    sync_net mesh, chain;
     net_open(&mesh, 0);
     net_open(&chain, 1);
     for (int round = 0; round < 2; round++) {
@@ -122,8 +77,8 @@ XDC_TEST_T(xdc_sync_relays_along_a_chain_as_a_full_mesh_sums, 60)
     const float w[R_N] = {1, 1, 1, 0};
     XDC_ASSERT_OK(xdc_sync_set_weights(chain.sync[0], w, &d));
     XDC_ASSERT_ERR(xdc_sync_begin(chain.sync[0], chain.buf[0]), XDC_ERR_INVALID);
-    net_close(&mesh);
-    net_close(&chain);
+    sync_net_close(&mesh);
+    sync_net_close(&chain);
 }
 
 /* Routes that change between rounds (xdc_sync_set_routes): over four regions that are all linked, the second round
@@ -131,7 +86,7 @@ XDC_TEST_T(xdc_sync_relays_along_a_chain_as_a_full_mesh_sums, 60)
  * round ends on the full mesh's bytes, and only the relayed round forwards any. */
 XDC_TEST_T(xdc_sync_routes_change_between_rounds_and_every_round_sums_as_a_full_mesh, 60)
 {
-    net mesh, moving;
+    sync_net mesh, moving;
     net_open(&mesh, 0);
     net_open(&moving, 0);
     for (int round = 0; round < 3; round++) {
@@ -164,8 +119,8 @@ XDC_TEST_T(xdc_sync_routes_change_between_rounds_and_every_round_sums_as_a_full_
     XDC_ASSERT_STR_CONTAINS(d.msg, "between rounds only");
     for (int r = 0; r < R_N; r++) xdc_sync_mark_ready(moving.sync[r], 0);
     for (int r = 0; r < R_N; r++) XDC_ASSERT_OK(xdc_sync_end(moving.sync[r], NULL));
-    net_close(&mesh);
-    net_close(&moving);
+    sync_net_close(&mesh);
+    sync_net_close(&moving);
 }
 
 /* A route in a circle is refused at creation, naming the regions; a route over a peer not connected yet is

@@ -7,7 +7,7 @@
  * replica-weighted mean, bit for bit, and equal replica weights to the plain mean. */
 #include "tests/xdc_test.h"
 #include "tests/intra/test_intra_ranks.h"
-#include "tests/test_wan_util.h"
+#include "tests/test_sync_util.h"
 
 #include "sync/xdc_sync.h"
 
@@ -20,47 +20,10 @@
 
 enum { A, B, D, N };
 
-typedef struct {
-    wan_test_pair ab, ad, bd;
-    xdc_sync_engine *eng[N];
-    xdc_sync *sync[N];
-    xdc_wan_peer *peers[N][N]; /* per region: the others' peers (the syncs keep the pointer) */
-    float *buf[N];             /* (W_ELEMS) each region's contribution, then the round's result */
-} mesh;
-
-static void mesh_open(mesh *m, const char *codec)
+/* The three regions, a full mesh, a sync "weights" over W_ELEMS fp32 in `codec`. */
+static void mesh_open(sync_net *m, const char *codec)
 {
-    wan_test_pair_open(&m->ab, 2, 20000, NULL, NULL);
-    wan_test_pair_open(&m->ad, 2, 20000, NULL, NULL);
-    wan_test_pair_open(&m->bd, 2, 20000, NULL, NULL);
-    xdc_wan_peer *peers[N][N] = {
-        {NULL, m->ab.srv, m->ad.srv}, {m->ab.cli, NULL, m->bd.srv}, {m->ad.cli, m->bd.cli, NULL}};
-    memcpy(m->peers, peers, sizeof peers);
-    for (int r = 0; r < N; r++) {
-        xdc_sync_cfg cfg = {.n_elems = W_ELEMS,
-                            .bucket_elems = W_BUCKET,
-                            .peers = m->peers[r],
-                            .n_regions = N,
-                            .my_region = r,
-                            .name = "weights"};
-        cfg.codec = (xdc_codec_cfg)XDC_CODEC_CFG_INIT;
-        XDC_ASSERT_OK(xdc_codec_parse(codec, &cfg.codec, NULL));
-        XDC_ASSERT_OK(xdc_sync_engine_create(&m->eng[r], NULL));
-        XDC_ASSERT_OK(xdc_sync_create(m->eng[r], &cfg, &m->sync[r], NULL));
-        m->buf[r] = malloc(W_ELEMS * sizeof(float));
-    }
-}
-
-static void mesh_close(mesh *m)
-{
-    for (int r = 0; r < N; r++) {
-        xdc_sync_destroy(m->sync[r]);
-        xdc_sync_engine_destroy(m->eng[r]);
-        free(m->buf[r]);
-    }
-    wan_test_pair_close(&m->ab);
-    wan_test_pair_close(&m->ad);
-    wan_test_pair_close(&m->bd);
+    sync_net_open(m, N, 0, W_ELEMS, W_BUCKET, codec, NULL, "weights");
 }
 
 /* Region r's contribution in round `round`: distinct per region and round, not exactly representable by int8. */
@@ -72,7 +35,7 @@ static void fill(float *x, int r, int round)
 
 /* One round of the regions `member` names, each given the same members and weights w
  * (xdc_sync_set_members), all buckets ready at once. */
-static void round_over(mesh *m, const uint8_t *member, const float *w, int round)
+static void round_over(sync_net *m, const uint8_t *member, const float *w, int round)
 {
     xdc_diag d = {{0}};
     for (int r = 0; r < N; r++) {
@@ -91,7 +54,7 @@ static void round_over(mesh *m, const uint8_t *member, const float *w, int round
 
 /* One round of the regions whose weight (w, the same on every member) is above 0: xdc_sync_set_weights'
  * members. */
-static void round_of(mesh *m, const float *w, int round)
+static void round_of(sync_net *m, const float *w, int round)
 {
     uint8_t member[N];
     for (int r = 0; r < N; r++) member[r] = w[r] > 0.0f;
@@ -119,7 +82,7 @@ static void reference(const float *w, int round, float *want)
 
 XDC_TEST_T(xdc_sync_weighted_mean_matches_a_serial_reference, 60)
 {
-    mesh m;
+    sync_net m;
     mesh_open(&m, "none");
     float *want = malloc(W_ELEMS * sizeof(float));
     const float w[2][N] = {{3.0f, 1.0f, 0.5f}, {1.0f, 7.0f, 2.0f}}; /* tokens each region processed, say */
@@ -138,13 +101,13 @@ XDC_TEST_T(xdc_sync_weighted_mean_matches_a_serial_reference, 60)
     for (size_t i = 0; i < W_ELEMS; i++) want[i] = (((0.0f + x[A][i]) + x[B][i]) + x[D][i]) * (1.0f / 3.0f);
     XDC_ASSERT_MSG(memcmp(m.buf[A], want, W_ELEMS * sizeof(float)) == 0, "equal weights: not the plain mean");
     for (int r = 0; r < N; r++) free(x[r]);
-    mesh_close(&m);
+    sync_net_close(&m);
     free(want);
 }
 
 XDC_TEST_T(xdc_sync_weight_zero_is_not_a_member, 60)
 {
-    mesh m;
+    sync_net m;
     mesh_open(&m, "none");
     float *want = malloc(W_ELEMS * sizeof(float));
     /* D has weight 0: it runs no round and A and B neither send to it nor wait for it. */
@@ -167,7 +130,7 @@ XDC_TEST_T(xdc_sync_weight_zero_is_not_a_member, 60)
     reference(all, 1, want);
     for (int r = 0; r < N; r++)
         XDC_ASSERT_MSG(memcmp(m.buf[r], want, W_ELEMS * sizeof(float)) == 0, "round 2, region %d", r);
-    mesh_close(&m);
+    sync_net_close(&m);
     free(want);
 }
 
@@ -176,7 +139,7 @@ XDC_TEST_T(xdc_sync_weight_zero_is_not_a_member, 60)
  * for bit the mean without D. With every member of weight 0 the round's result is 0 everywhere. */
 XDC_TEST_T(xdc_sync_member_of_weight_zero_takes_the_mean_without_changing_it, 60)
 {
-    mesh m;
+    sync_net m;
     mesh_open(&m, "none");
     float *want = malloc(W_ELEMS * sizeof(float));
     const float w[N] = {2.0f, 5.0f, 0.0f};
@@ -194,7 +157,7 @@ XDC_TEST_T(xdc_sync_member_of_weight_zero_takes_the_mean_without_changing_it, 60
         for (size_t i = 0; i < W_ELEMS; i++)
             XDC_ASSERT_MSG(m.buf[r][i] == 0.0f, "region %d, element %zu: %g with no member weighed", r, i,
                            (double)m.buf[r][i]);
-    mesh_close(&m);
+    sync_net_close(&m);
     free(want);
 }
 
@@ -203,7 +166,7 @@ XDC_TEST_T(xdc_sync_member_of_weight_zero_takes_the_mean_without_changing_it, 60
  * own contribution, the weight only its decoded copy. */
 XDC_TEST_T(xdc_sync_weights_keep_error_feedback_per_region, 60)
 {
-    mesh eq, wt;
+    sync_net eq, wt;
     mesh_open(&eq, "int8");
     mesh_open(&wt, "int8");
     const float ones[N] = {1, 1, 1}, w[N] = {10.0f, 3.0f, 1.0f};
@@ -227,8 +190,8 @@ XDC_TEST_T(xdc_sync_weights_keep_error_feedback_per_region, 60)
     }
     free(re);
     free(rw);
-    mesh_close(&eq);
-    mesh_close(&wt);
+    sync_net_close(&eq);
+    sync_net_close(&wt);
 }
 
 /* Elements of the replica test: not a multiple of 2, so the last bucket takes the padded path. */
