@@ -14,7 +14,7 @@
 
 typedef struct {
     int n;
-    wan_test_pair pair[SYNC_NET_MAX][SYNC_NET_MAX];   /* [a][b], a < b, where linked */
+    wan_test_pair pair[SYNC_NET_MAX][SYNC_NET_MAX]; /* [a][b], a < b, where linked */
     int linked[SYNC_NET_MAX][SYNC_NET_MAX];
     xdc_wan_peer *peers[SYNC_NET_MAX][SYNC_NET_MAX]; /* per region: its linked regions' peers (the syncs keep them) */
     xdc_sync_engine *eng[SYNC_NET_MAX];
