@@ -314,7 +314,9 @@ static void finish_test(running *r, int status)
     } else if (g_verbose) {
         print_tail(r->out_path, 1000);
     }
-    nftw(r->tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    /* XDC_TEST_KEEP=1 keeps a failed test's folder (its runs' logs, stores, snapshots) for a post-mortem */
+    if (failed && getenv("XDC_TEST_KEEP")) printf("     (its folder kept: %s)\n", r->tmp);
+    else nftw(r->tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     fflush(stdout);
 }
 

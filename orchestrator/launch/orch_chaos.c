@@ -630,13 +630,15 @@ static void watch(orch_chaos *c, fault *x)
         int r = x->regions[i];
         if (x->back[i]) continue;
         long long decided = c->w.decided ? *c->w.decided : c->region_step[r];
-        /* the decision is a key of the decider's: read with the heartbeats, not at every tick */
+        /* the decision is a key of the decider's: read with the heartbeats, not at every tick. The round it names
+         * is the one read there: between two polls this launcher's own decider may decide later rounds, which
+         * say nothing of the region until the next poll reads them. */
         if (c->polled) {
             char as = decided_as(c, r);
             x->catching_up[i] = x->out_s[i] && x->back_step[i] >= 0 && strchr("jtc", as) &&
                                 !(as == 'j' && trains_from(c, r, decided));
+            if (x->catching_up[i]) x->back_round[i] = decided;
         }
-        if (x->catching_up[i]) x->back_round[i] = decided;
         if (x->catching_up[i] || (x->f.kind != ORCH_CHAOS_STALL && !x->out_s[i]) || !live(c, r) ||
             (!x->out_s[i] && decided <= x->cont_round) ||
             (x->out_s[i] && (x->back_step[i] < 0 || c->region_step[r] <= x->back_step[i]))) {
