@@ -17,10 +17,10 @@
  * global parameters and the outer momentum go bit for bit (every member holds the same bytes, and the joiner's
  * outer steps must stay bit-equal to theirs): as they are, or, where a joiner's link is slow enough that zstd
  * keeps up with it (xdc_codec_zstd_level_for_link), coded with the lossless codec (byte planes + zstd level 1:
- * 0.84 of their bytes on gpt1m; XOR against the joiner's snapshot would save only 0.02-0.09 more); in DiLoCo and streaming the AdamW moments go as bf16 (each
- * region's inner optimizer is its own: the joiner's moments only shape its own inner steps, whose
- * pseudo-gradient is averaged like any other, so every region still ends on the same parameters; 12 bytes a
- * parameter instead of 16), in sync mode as fp32 (there every region applies the same AdamW step to the
+ * 0.84 of their bytes on gpt1m; XOR against the joiner's snapshot would save only 0.02-0.09 more); in DiLoCo
+ * and streaming the AdamW moments go as bf16 (each region's inner optimizer is its own: the joiner's moments only
+ * shape its own inner steps, whose pseudo-gradient is averaged like any other, so every region still ends on the
+ * same parameters; 12 bytes a parameter instead of 16), in sync mode as fp32 (there every region applies the same AdamW step to the
  * averaged gradient, from the same moments). The member stages its slice on its training thread (a device
  * copy: the round's state, before the next step changes it) and posts the sends to the comm engine, which
  * moves them while the member trains on; they are settled at a later call.
@@ -609,7 +609,7 @@ static xdc_err_t check_header(orch_worker *w, const donor_in *dn, const donor_in
         return XDC_ERR_PROTO;
     }
     size_t len = hi - lo, raw = state_bytes(w, len, 0, 1);
-    if (!h[HDR_WARM] && (h[HDR_OWN] > 1 || h[HDR_CODED] >= raw ||
+    if (!h[HDR_WARM] && (h[HDR_OWN] > 1 || (h[HDR_CODED] && h[HDR_CODED] >= raw) ||
                          h[HDR_BYTES] != state_bytes(w, len, (size_t)h[HDR_CODED], (int)h[HDR_OWN]))) {
         xdc_diag_set(diag,
                      "rejoin: %s sent a slice of %llu bytes (%llu of them its coded global parameters and "
