@@ -14,11 +14,13 @@
  * xxh64 of each part) then the slice of the global parameters, the outer momentum and the AdamW moments. The
  * slices follow the links: each donor's share of the parameters is proportional to the bandwidth of its link to
  * the joiner (to the slowest of the round's joiners), so every slice takes about as long over its link. The
- * global parameters and the outer momentum go as they are (every member holds the same bytes, and the joiner's
- * outer steps must stay bit-equal to theirs); in DiLoCo and streaming the AdamW moments go as bf16 (each
- * region's inner optimizer is its own: the joiner's moments only shape its own inner steps, whose
- * pseudo-gradient is averaged like any other, so every region still ends on the same parameters; 12 bytes a
- * parameter instead of 16), in sync mode as fp32 (there every region applies the same AdamW step to the
+ * global parameters and the outer momentum go bit for bit (every member holds the same bytes, and the joiner's
+ * outer steps must stay bit-equal to theirs): as they are, or, where a joiner's link is slow enough that zstd
+ * keeps up with it (xdc_codec_zstd_level_for_link), coded with the lossless codec (byte planes + zstd level 1:
+ * 0.84 of their bytes on gpt1m; XOR against the joiner's snapshot would save only 0.02-0.09 more); in DiLoCo
+ * and streaming the AdamW moments go as bf16 (each region's inner optimizer is its own: the joiner's moments only
+ * shape its own inner steps, whose pseudo-gradient is averaged like any other, so every region still ends on the
+ * same parameters; 12 bytes a parameter instead of 16), in sync mode as fp32 (there every region applies the same AdamW step to the
  * averaged gradient, from the same moments). The member stages its slice on its training thread (a device
  * copy: the round's state, before the next step changes it) and posts the sends to the comm engine, which
  * moves them while the member trains on; they are settled at a later call.
@@ -36,8 +38,11 @@
  * Warm (DiLoCo and streaming): a joiner that posted a valid snapshot of its own gets, from each donor whose kept
  * rounds lead from that snapshot's hash to its global parameters, the means of the rounds it missed over the
  * donor's range (streaming: each fragment round's over its fragment's part of that range) instead of the slice of
- * the state, when they cost fewer bytes (4 bytes a parameter a round: at most 2 DiLoCo rounds, or 2 streaming
- * periods), and replays them from its snapshot (orch_snapshot.c); each joiner of a round is served on its own. In
+ * the state, when they cost fewer bytes than the slice's global parameters and momentum (4 bytes a parameter a
+ * round: 1 DiLoCo round, or 1 streaming period), and replays them from its snapshot (orch_snapshot.c). A joiner
+ * whose snapshot is older than those rounds but this run's model at its round (a donor kept that round's hash)
+ * takes the global parameters and momentum alone from that donor and keeps its snapshot's AdamW moments (8 bytes
+ * a parameter, fewer coded, instead of 12). Each joiner of a round is served on its own. In
  * elastic DiLoCo a joiner whose snapshot is of the round just before the one that took it back gets 0 rounds'
  * means (no bytes): its slices are in at once, and it trains from that round on.
  * The store's side of the handshake (the request, the round that takes it, who to dial) is the round
@@ -61,6 +66,7 @@
 #include "common/xdc_hash.h"
 #include "common/xdc_log.h"
 #include "common/xdc_time.h"
+#include "compression/xdc_codec.h"
 #include "kernels/xdc_quant.h"
 #include "orchestrator/elastic/orch_elastic_member.h"
 #include "orchestrator/rdzv/orch_rdzv_keys.h"
@@ -71,6 +77,9 @@
 #include <string.h>
 
 #define REJOIN_ACCEPT_MS 250 /* a wait for a joiner's connection or a donor's slice, between looks at the store */
+/* zstd level of the coded global parameters and momentum: on gpt1m's, level 1 packs them to 0.844 of their bytes,
+ * levels 3 and 9 to 0.855 and 0.850 in 7x and 20x the time (docs/benchmarks.md, "chaos": "cheapback") */
+#define STATE_ZSTD_LEVEL 1
 
 /* The parts of a slice, one after the other in its message. */
 enum { PART_GLOBAL, PART_MOM, PART_M, PART_V, N_PART };
@@ -78,8 +87,12 @@ static const char *const part_name[N_PART] = {"global parameters", "outer moment
                                               "AdamW second moment"};
 /* The header ahead of a slice (host byte order: the hosts of a run share one architecture). HDR_WARM: 0 when the
  * slice is the state (HDR_WHY: the orch_warm_why code), else 1 + the rounds of means it holds instead (the
- * rounds since the joiner's snapshot whose global parameters hash to HDR_FROM, HDR_BYTES bytes as
- * orch_warm_stage lays them out; bit j of HDR_MEANS: round j was a plain mean), their hash at HDR_HASH. */
+ * rounds since the joiner's snapshot whose global parameters hash to HDR_FROM, as orch_warm_stage lays them out;
+ * bit j of HDR_MEANS: round j was a plain mean), their hash at HDR_HASH. HDR_BYTES: the bytes that follow. A
+ * slice of the state: its global parameters and momentum, coded (HDR_CODED bytes of the lossless codec's chunks:
+ * byte planes + zstd) or as they are (HDR_CODED 0), then the AdamW moments unless HDR_OWN (the joiner keeps its
+ * snapshot's, whose global parameters hash to HDR_FROM); each part's hash, of its bytes as they are, at
+ * HDR_HASH + p. */
 enum {
     HDR_STEP,
     HDR_EPOCH,
@@ -93,6 +106,8 @@ enum {
     HDR_FROM,
     HDR_MEANS,
     HDR_BYTES,
+    HDR_OWN,
+    HDR_CODED,
     HDR_HASH,
     HDR_N = HDR_HASH + N_PART
 };
@@ -113,11 +128,30 @@ static size_t slice_bytes(const orch_worker *w, size_t len)
     return n;
 }
 
+/* Bytes on the wire of a slice of len parameters: its global parameters and momentum (`coded` bytes, or as they
+ * are when 0), then its AdamW moments unless the joiner keeps its own. */
+static size_t state_bytes(const orch_worker *w, size_t len, size_t coded, int own)
+{
+    size_t bytes = coded ? coded : part_bytes(w, PART_GLOBAL, len) + part_bytes(w, PART_MOM, len);
+    return bytes + (own ? 0 : part_bytes(w, PART_M, len) + part_bytes(w, PART_V, len));
+}
+
+/* The lossless codec over 2 len fp32 (a slice's global parameters and momentum, one after the other). */
+static xdc_err_t state_codec(size_t len, xdc_codec **c, xdc_diag *diag)
+{
+    xdc_codec_cfg cfg = XDC_CODEC_CFG_INIT;
+    cfg.kind = XDC_CODEC_NONE, cfg.n_elems = 2 * len, cfg.zstd_level = STATE_ZSTD_LEVEL, cfg.error_feedback = false;
+    return xdc_codec_create(&cfg, c, diag);
+}
+
 /* A member's hand-over of its slice to the regions one round took back, on the comm engine. */
 struct orch_rejoin_out {
-    int64_t step;   /* the member's, at the round */
-    uint8_t *host;  /* pinned (slice_bytes(hi - lo)): the slice of the state as sent, staged once for every joiner
-                    * that takes it; NULL: none does */
+    int64_t step;  /* the member's, at the round */
+    uint8_t *host; /* pinned (slice_bytes(hi - lo)): the slice of the state, staged once for every joiner that
+                    * takes it (as sent unless `wire`); NULL: none does */
+    uint8_t *wire; /* (state_bytes(hi - lo, coded, 0)) the slice as sent when its global parameters and momentum are
+                    * coded (`coded` bytes), the moments after them; NULL: they go as they are */
+    size_t coded;
     uint8_t *means; /* pinned (off[rounds] bytes, orch_warm_stage): the newest kept rounds' means over the slice,
                      * oldest first, staged once for the joiners that take them (one r rounds behind: the last r,
                      * from off[rounds - r]); NULL: none */
@@ -216,6 +250,7 @@ static int settle_one(orch_worker *w, struct orch_rejoin_out *g, int wait)
     for (int i = 0; i < g->n_peer; i++) xdc_wan_peer_destroy(g->peer[i]);
     if (g->host) w->model.be->device->host_free(g->host);
     if (g->means) w->model.be->device->host_free(g->means);
+    xdc_free(g->wire);
     return 1;
 }
 
@@ -280,21 +315,58 @@ static void header(orch_worker *w, uint64_t *h, int64_t adam_t, size_t lo, size_
 }
 
 /* What hand-over g sends the joiner whose header is h: the rounds' means it is behind (the newest of g's) or the
- * slice of the state; its bytes in *bytes. */
+ * slice of the state (HDR_OWN: its global parameters and momentum alone, the front of it); its bytes in *bytes. */
 static const void *payload(const orch_worker *w, const struct orch_rejoin_out *g, const uint64_t *h, size_t *bytes)
 {
     size_t len = h[HDR_HI] - h[HDR_LO];
-    if (!h[HDR_WARM]) return *bytes = slice_bytes(w, len), g->host;
+    if (!h[HDR_WARM]) return *bytes = state_bytes(w, len, g->coded, (int)h[HDR_OWN]), g->wire ? g->wire : g->host;
     int r = (int)h[HDR_WARM] - 1;
     *bytes = g->off[g->rounds] - g->off[g->rounds - r];
     return g->means + g->off[g->rounds - r];
 }
 
+/* The global parameters and momentum of hand-over g's slice (2 len fp32 at the front of g->host) coded with the
+ * lossless codec into g->wire, the AdamW moments (`moments`: staged) after them, when that is smaller; parameters
+ * the codec refuses (a NaN) go as they are. */
+static xdc_err_t code_slice(orch_worker *w, struct orch_rejoin_out *g, size_t len, int moments)
+{
+    xdc_codec *c = NULL;
+    xdc_diag d = {{0}};
+    XDC_CHECK(state_codec(len, &c, &d));
+    size_t cap = xdc_codec_bound(c, 2 * len), raw = state_bytes(w, len, 0, 1), rest = state_bytes(w, len, 0, 0) - raw;
+    size_t coded = 0;
+    xdc_err_t rc = (g->wire = xdc_malloc(cap + (moments ? rest : 0))) ? XDC_OK : XDC_ERR_NOMEM;
+    if (rc == XDC_OK) rc = xdc_codec_encode(c, (const float *)g->host, 2 * len, g->wire, cap, &coded, &d);
+    xdc_codec_destroy(c);
+    if (rc == XDC_ERR_RANGE || (rc == XDC_OK && coded >= raw)) { /* as they are */
+        xdc_free(g->wire);
+        g->wire = NULL;
+        return XDC_OK;
+    }
+    XDC_CHECK(rc);
+    if (moments) memcpy(g->wire + coded, g->host + raw, rest);
+    g->coded = coded;
+    return XDC_OK;
+}
+
+/* Coding pays on this member's links to the round's joiners: the slowest is slow enough that zstd keeps up with it
+ * (xdc_codec_zstd_level_for_link; a joiner with no direct link is reached through a relay, whose rate the topology
+ * does not say: taken as slow). */
+static int code_pays(const orch_worker *w)
+{
+    for (int r = 0; r < w->id->n_regions; r++) {
+        if (!w->elastic.m.joining[r]) continue;
+        const xdc_link *l = xdc_topology_link(w->topo, w->id->region_idx, r);
+        if (!l || xdc_codec_zstd_level_for_link(l->bandwidth_gbps) != 0) return 1;
+    }
+    return 0;
+}
+
 /* Stage this member's slice of the round's state in hand-over g: the global parameters and outer momentum (o),
- * the AdamW moments (the stage's; bf16 outside sync mode), each part's xxh64 into h; the AdamW steps into
- * *adam_t. */
+ * with `moments` the AdamW moments (the stage's; bf16 outside sync mode), each part's xxh64 into h, then coded
+ * where it pays (code_slice); the AdamW steps into *adam_t. */
 static xdc_err_t stage_state(orch_worker *w, orch_outer *o, struct orch_rejoin_out *g, size_t lo, size_t hi,
-                             uint64_t *h, int64_t *adam_t)
+                             int moments, uint64_t *h, int64_t *adam_t)
 {
     const xdc_device_ops *d = w->model.be->device;
     size_t len = hi - lo, bytes = len * sizeof(float);
@@ -304,7 +376,10 @@ static xdc_err_t stage_state(orch_worker *w, orch_outer *o, struct orch_rejoin_o
     xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
     XDC_CHECK(d->copy_d2h(part[PART_GLOBAL], o->global + lo, bytes, s));
     XDC_CHECK(d->copy_d2h(part[PART_MOM], o->mom + lo, bytes, s));
-    if (moment_bytes(w) == sizeof(float)) { /* on the same stream, which it waits for */
+    float none;
+    if (!moments) { /* the count alone; on the same stream, which it waits for */
+        XDC_CHECK(xdc_gpt_stage_moments_get(w->model.st, 0, 0, &none, &none, adam_t));
+    } else if (moment_bytes(w) == sizeof(float)) {
         XDC_CHECK(xdc_gpt_stage_moments_get(w->model.st, lo, hi, (float *)part[PART_M], (float *)part[PART_V], adam_t));
     } else { /* fp32 into a host scratch, then bf16 (round to nearest even) into the slice */
         float *mv = xdc_malloc(2 * bytes + 1);
@@ -315,15 +390,18 @@ static xdc_err_t stage_state(orch_worker *w, orch_outer *o, struct orch_rejoin_o
         xdc_free(mv);
         XDC_CHECK(rc);
     }
-    for (int p = 0; p < N_PART; p++) h[HDR_HASH + p] = xdc_xxh64(part[p], part_bytes(w, p, len), 0);
+    for (int p = 0; p < (moments ? N_PART : PART_M); p++)
+        h[HDR_HASH + p] = xdc_xxh64(part[p], part_bytes(w, p, len), 0);
     if (len && orch_rejoin_test_fault(w, "corrupt")) ((float *)part[PART_MOM])[0] += 1.0f;
-    return XDC_OK;
+    return len && code_pays(w) ? code_slice(w, g, len, moments) : XDC_OK;
 }
 
 /* Stage this member's hand-over to the round's joining regions: to each whose snapshot its kept rounds lead
- * from (orch_warm_chain) the means of the rounds since, fewer bytes than the state (orch_snapshot.c); to the
- * others its slice of the state; each joiner's header (the member's step, data position and AdamW steps, the
- * slice's bounds, what follows and its hash). */
+ * from (orch_warm_chain) the means of the rounds since, when fewer bytes than the slice's global parameters and
+ * momentum (orch_snapshot.c); to each whose snapshot is this run's model at an older round (its round and hash
+ * among those this member kept) those alone, the joiner keeping its snapshot's AdamW moments; to the others its
+ * slice of the state; each joiner's header (the member's step, data position and AdamW steps, the slice's
+ * bounds, what follows and its hash). */
 static xdc_err_t stage_slice(orch_worker *w, orch_outer *o, struct orch_rejoin_out **out)
 {
     size_t lo, hi;
@@ -333,34 +411,39 @@ static xdc_err_t stage_slice(orch_worker *w, orch_outer *o, struct orch_rejoin_o
     if (!g) return XDC_ERR_NOMEM;
     *out = g;
     g->step = w->prog.step;
-    int n = w->id->n_regions, why[XDC_TOPO_MAX_REGIONS], rounds[XDC_TOPO_MAX_REGIONS] = {0}, state = 0, warm = 0;
+    int n = w->id->n_regions, why[XDC_TOPO_MAX_REGIONS], rounds[XDC_TOPO_MAX_REGIONS] = {0},
+        own[XDC_TOPO_MAX_REGIONS] = {0}, state = 0, moments = 0, warm = 0;
     uint64_t from[XDC_TOPO_MAX_REGIONS] = {0}, base[HDR_N] = {0}, means = 0;
     for (int r = 0; r < n; r++) {
         if (!w->elastic.m.joining[r]) continue;
-        why[r] = orch_warm_chain(w, r, lo, hi, slice_bytes(w, len), &rounds[r], &from[r]);
-        if (why[r] != ORCH_WARM_OK) state = 1;
+        why[r] = orch_warm_chain(w, r, lo, hi, state_bytes(w, len, 0, 1), &rounds[r], &from[r], &own[r]);
+        if (why[r] != ORCH_WARM_OK) state = 1, moments |= !own[r];
         else warm = 1, g->rounds = rounds[r] > g->rounds ? rounds[r] : g->rounds;
     }
     int64_t adam_t = 0;
     float none;
-    if (state) XDC_CHECK(stage_state(w, o, g, lo, hi, base, &adam_t));
+    if (state) XDC_CHECK(stage_state(w, o, g, lo, hi, moments, base, &adam_t));
     else XDC_CHECK(xdc_gpt_stage_moments_get(w->model.st, 0, 0, &none, &none, &adam_t)); /* the count alone */
     if (warm) { /* + 1: a joiner may be 0 rounds behind */
         XDC_CHECK(w->model.be->device->host_alloc((void **)&g->means, orch_warm_bytes(w, g->rounds, lo, hi) + 1));
         XDC_CHECK(orch_warm_stage(w, g->rounds, lo, hi, g->means, g->off, &means));
     }
     header(w, base, adam_t, lo, hi);
+    base[HDR_CODED] = g->coded;
     for (int r = 0; r < n; r++) {
         if (!w->elastic.m.joining[r]) continue;
         uint64_t *h = g->hdr[r];
         memcpy(h, base, sizeof base);
+        size_t bytes = 0;
         if (why[r] != ORCH_WARM_OK) { /* the reason only where there is a warm path */
             h[HDR_WHY] = w->cfg->mode != ORCH_MODE_SYNC ? (uint64_t)why[r] : 0;
+            h[HDR_OWN] = (uint64_t)own[r], h[HDR_FROM] = own[r] ? from[r] : 0;
+            (void)payload(w, g, h, &bytes);
+            h[HDR_BYTES] = bytes;
             continue;
         }
-        h[HDR_WARM] = (uint64_t)rounds[r] + 1, h[HDR_FROM] = from[r];
+        h[HDR_WARM] = (uint64_t)rounds[r] + 1, h[HDR_FROM] = from[r], h[HDR_CODED] = 0;
         h[HDR_MEANS] = means >> (g->rounds - rounds[r]);
-        size_t bytes = 0;
         const void *buf = payload(w, g, h, &bytes);
         h[HDR_BYTES] = bytes, h[HDR_HASH] = xdc_xxh64(buf, bytes, 0);
         for (int p = 1; p < N_PART; p++) h[HDR_HASH + p] = 0;
@@ -396,9 +479,12 @@ static void post_slices(orch_worker *w, struct orch_rejoin_out *g)
                      (long long)w->prog.step, id->region, id->rank, (unsigned long long)h[HDR_LO],
                      (unsigned long long)h[HDR_HI], (unsigned long long)h[HDR_WARM] - 1, (double)bytes / 1e6);
         else
-            XDC_INFO(XDC_SUB_ORCH, "round %lld: sending region %s rank %d parameters [%llu, %llu) of the state%s%s",
+            XDC_INFO(XDC_SUB_ORCH,
+                     "round %lld: sending region %s rank %d parameters [%llu, %llu) of the state%s (%.2f MB%s)%s%s",
                      (long long)w->prog.step, id->region, id->rank, (unsigned long long)h[HDR_LO],
-                     (unsigned long long)h[HDR_HI], h[HDR_WHY] ? ": " : "", orch_warm_why((int)h[HDR_WHY]));
+                     (unsigned long long)h[HDR_HI], h[HDR_OWN] ? ", global parameters and momentum alone" : "",
+                     (double)bytes / 1e6, h[HDR_CODED] ? ", coded" : "", h[HDR_WHY] ? ": " : "",
+                     orch_warm_why((int)h[HDR_WHY]));
     }
 }
 
@@ -522,6 +608,16 @@ static xdc_err_t check_header(orch_worker *w, const donor_in *dn, const donor_in
                      w->model.n_params);
         return XDC_ERR_PROTO;
     }
+    size_t len = hi - lo, raw = state_bytes(w, len, 0, 1);
+    if (!h[HDR_WARM] && (h[HDR_OWN] > 1 || (h[HDR_CODED] && h[HDR_CODED] >= raw) ||
+                         h[HDR_BYTES] != state_bytes(w, len, (size_t)h[HDR_CODED], (int)h[HDR_OWN]))) {
+        xdc_diag_set(diag,
+                     "rejoin: %s sent a slice of %llu bytes (%llu of them its coded global parameters and "
+                     "momentum, own moments %llu) over parameters [%zu, %zu)",
+                     from, (unsigned long long)h[HDR_BYTES], (unsigned long long)h[HDR_CODED],
+                     (unsigned long long)h[HDR_OWN], lo, hi);
+        return XDC_ERR_PROTO;
+    }
     if (h[HDR_EPOCH] != first->hdr[HDR_EPOCH] || h[HDR_BATCH] != first->hdr[HDR_BATCH] ||
         h[HDR_ADAM_T] != first->hdr[HDR_ADAM_T]) {
         xdc_diag_set(diag,
@@ -536,90 +632,133 @@ static xdc_err_t check_header(orch_worker *w, const donor_in *dn, const donor_in
     return XDC_OK;
 }
 
-/* Donor dn's slice, received into `host` (slice_bytes(hi - lo) from its offset): each part's xxh64 against
- * the header's (XDC_ERR_CORRUPT naming the part and the donor), then into the global parameters, the outer
- * momentum and the AdamW moments, whose step count becomes the donor's + `passed`. */
-static xdc_err_t take_slice(orch_worker *w, orch_outer *o, const donor_in *dn, uint8_t *host, int64_t passed,
-                            xdc_diag *diag)
-{
-    int64_t adam_t = (int64_t)dn->hdr[HDR_ADAM_T] + passed;
-    const xdc_device_ops *d = w->model.be->device;
-    size_t lo = dn->hdr[HDR_LO], len = dn->hdr[HDR_HI] - lo, bytes = len * sizeof(float);
-    uint8_t *part[N_PART];
-    parts_of(w, host, len, part);
-    for (int p = 0; p < N_PART; p++) {
-        uint64_t got = xdc_xxh64(part[p], part_bytes(w, p, len), 0);
-        if (got != dn->hdr[HDR_HASH + p]) {
-            xdc_diag_set(diag,
-                         "rejoin: the %s (parameters [%zu, %zu)) from %s hash to %016llx, the sender's is %016llx",
-                         part_name[p], lo, lo + len, w->topo->regions[dn->region].name, (unsigned long long)got,
-                         (unsigned long long)dn->hdr[HDR_HASH + p]);
-            return XDC_ERR_CORRUPT;
-        }
-    }
-    xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
-    XDC_CHECK(d->copy_h2d(o->global + lo, part[PART_GLOBAL], bytes, s));
-    XDC_CHECK(d->copy_h2d(o->mom + lo, part[PART_MOM], bytes, s));
-    if (moment_bytes(w) == sizeof(float)) /* on the same stream, which it waits for */
-        return xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, (const float *)part[PART_M],
-                                         (const float *)part[PART_V], adam_t);
-    float *mv = xdc_malloc(2 * bytes + 1); /* bf16 back to fp32 */
-    if (!mv) return XDC_ERR_NOMEM;
-    xdc_err_t rc = xdc_quant_cpu_ops.bf16_to_fp32((const uint16_t *)part[PART_M], len, mv);
-    if (rc == XDC_OK) rc = xdc_quant_cpu_ops.bf16_to_fp32((const uint16_t *)part[PART_V], len, mv + len);
-    if (rc == XDC_OK) rc = xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, mv, mv + len, adam_t);
-    xdc_free(mv);
-    return rc;
-}
-
-/* Bytes donor dn sends: the rounds' means (HDR_WARM) or its slice of the state. */
-static size_t donor_bytes(const orch_worker *w, const donor_in *dn)
-{
-    return dn->hdr[HDR_WARM] ? (size_t)dn->hdr[HDR_BYTES] : slice_bytes(w, dn->hdr[HDR_HI] - dn->hdr[HDR_LO]);
-}
-
-/* Donor dn's means of the rounds since our snapshot over its [lo, hi), received into `host`: their hash against
- * the header's, then the snapshot's global parameters, outer momentum and AdamW moments there (the AdamW step
- * count the donor's + `passed`) and the rounds' outer steps replayed on them (orch_warm_replay), through `dev`
- * (device, hi - lo fp32): the members' operations on the same bytes, so the global parameters come out as
- * theirs. */
-static xdc_err_t take_rounds(orch_worker *w, orch_outer *o, const donor_in *dn, const uint8_t *host, int64_t passed,
-                             float *dev, xdc_diag *diag)
+/* Our snapshot over donor dn's [lo, lo + len): its AdamW moments into the stage (their step count the donor's +
+ * `passed`), with `params` its global parameters and momentum into o too. The donor sent what completes the
+ * snapshot whose global parameters hash to its HDR_FROM: XDC_ERR_PROTO when this worker holds no snapshot,
+ * XDC_ERR_CORRUPT when ours is another. */
+static xdc_err_t from_snapshot(orch_worker *w, orch_outer *o, const donor_in *dn, int64_t passed, int params,
+                               xdc_diag *diag)
 {
     const uint64_t *h = dn->hdr;
     size_t lo = h[HDR_LO], len = h[HDR_HI] - lo, bytes = len * sizeof(float);
     const void *snap = orch_warm_snapshot(w);
     if (!snap) {
-        xdc_diag_set(diag, "rejoin: %s sent the rounds' means since a snapshot this worker does not hold",
+        xdc_diag_set(diag, "rejoin: %s sent what completes a snapshot this worker does not hold",
                      w->topo->regions[dn->region].name);
         return XDC_ERR_PROTO;
     }
     orch_snapshot_meta *m;
     float *part[ORCH_SNAP_PARTS];
     orch_snapshot_parts((void *)snap, w->model.n_params, &m, part);
+    if (h[HDR_FROM] != m->hash) {
+        xdc_diag_set(diag, "rejoin: %s sent what completes a snapshot hashing to %016llx, ours %016llx",
+                     w->topo->regions[dn->region].name, (unsigned long long)h[HDR_FROM], (unsigned long long)m->hash);
+        return XDC_ERR_CORRUPT;
+    }
+    const xdc_device_ops *d = w->model.be->device;
+    xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
+    if (params) XDC_CHECK(d->copy_h2d(o->global + lo, part[ORCH_SNAP_GLOBAL] + lo, bytes, s));
+    if (params) XDC_CHECK(d->copy_h2d(o->mom + lo, part[ORCH_SNAP_MOM] + lo, bytes, s));
+    return xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, part[ORCH_SNAP_M] + lo, part[ORCH_SNAP_V] + lo,
+                                     (int64_t)h[HDR_ADAM_T] + passed);
+}
+
+/* Donor dn's slice as received at `host` (state_bytes) into its parts: the global parameters and momentum in
+ * place, or decoded into *gm (2 len fp32, the caller frees it) where they came coded; the AdamW moments after
+ * them (HDR_OWN: none, part[PART_M] and part[PART_V] unset). */
+static xdc_err_t slice_parts(orch_worker *w, const donor_in *dn, uint8_t *host, uint8_t **part, float **gm,
+                             xdc_diag *diag)
+{
+    size_t lo = dn->hdr[HDR_LO], len = dn->hdr[HDR_HI] - lo, coded = dn->hdr[HDR_CODED];
+    parts_of(w, host, len, part);
+    if (!coded) return XDC_OK;
+    xdc_codec *c = NULL;
+    XDC_CHECK(state_codec(len, &c, diag));
+    xdc_err_t rc = (*gm = xdc_malloc(2 * len * sizeof(float))) ? XDC_OK : XDC_ERR_NOMEM;
+    if (rc == XDC_OK) rc = xdc_codec_decode(c, host, coded, *gm, 2 * len, XDC_CODEC_WRITE, diag);
+    xdc_codec_destroy(c);
+    if (rc != XDC_OK) {
+        xdc_diag_prefix(diag, "rejoin: the coded global parameters and momentum (parameters [%zu, %zu)) from %s", lo,
+                        lo + len, w->topo->regions[dn->region].name);
+        return rc;
+    }
+    part[PART_GLOBAL] = (uint8_t *)*gm, part[PART_MOM] = (uint8_t *)(*gm + len);
+    part[PART_M] = host + coded, part[PART_V] = part[PART_M] + part_bytes(w, PART_M, len);
+    return XDC_OK;
+}
+
+/* Donor dn's slice, received into `host` (state_bytes from slice_bytes(its lo)): each part's xxh64 against the
+ * header's (XDC_ERR_CORRUPT naming the part and the donor), then into the global parameters, the outer momentum
+ * and the AdamW moments (HDR_OWN: our snapshot's, from_snapshot), whose step count becomes the donor's +
+ * `passed`. */
+static xdc_err_t take_slice(orch_worker *w, orch_outer *o, const donor_in *dn, uint8_t *host, int64_t passed,
+                            xdc_diag *diag)
+{
+    int64_t adam_t = (int64_t)dn->hdr[HDR_ADAM_T] + passed;
+    const xdc_device_ops *d = w->model.be->device;
+    size_t lo = dn->hdr[HDR_LO], len = dn->hdr[HDR_HI] - lo, bytes = len * sizeof(float);
+    int own = (int)dn->hdr[HDR_OWN];
+    uint8_t *part[N_PART];
+    float *gm = NULL;
+    xdc_err_t rc = slice_parts(w, dn, host, part, &gm, diag);
+    for (int p = 0; rc == XDC_OK && p < (own ? PART_M : N_PART); p++) {
+        uint64_t got = xdc_xxh64(part[p], part_bytes(w, p, len), 0);
+        if (got != dn->hdr[HDR_HASH + p]) {
+            xdc_diag_set(diag,
+                         "rejoin: the %s (parameters [%zu, %zu)) from %s hash to %016llx, the sender's is %016llx",
+                         part_name[p], lo, lo + len, w->topo->regions[dn->region].name, (unsigned long long)got,
+                         (unsigned long long)dn->hdr[HDR_HASH + p]);
+            rc = XDC_ERR_CORRUPT;
+        }
+    }
+    xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
+    if (rc == XDC_OK) rc = d->copy_h2d(o->global + lo, part[PART_GLOBAL], bytes, s);
+    if (rc == XDC_OK) rc = d->copy_h2d(o->mom + lo, part[PART_MOM], bytes, s);
+    if (rc == XDC_OK) rc = d->stream_sync(s); /* gm is freed below */
+    xdc_free(gm);
+    XDC_CHECK(rc);
+    if (own) return from_snapshot(w, o, dn, passed, 0, diag);
+    if (moment_bytes(w) == sizeof(float)) /* on the same stream, which it waits for */
+        return xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, (const float *)part[PART_M],
+                                         (const float *)part[PART_V], adam_t);
+    float *mv = xdc_malloc(2 * bytes + 1); /* bf16 back to fp32 */
+    if (!mv) return XDC_ERR_NOMEM;
+    rc = xdc_quant_cpu_ops.bf16_to_fp32((const uint16_t *)part[PART_M], len, mv);
+    if (rc == XDC_OK) rc = xdc_quant_cpu_ops.bf16_to_fp32((const uint16_t *)part[PART_V], len, mv + len);
+    if (rc == XDC_OK) rc = xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, mv, mv + len, adam_t);
+    xdc_free(mv);
+    return rc;
+}
+
+/* Bytes donor dn sends after its header: the rounds' means (HDR_WARM) or its slice of the state. */
+static size_t donor_bytes(const donor_in *dn) { return (size_t)dn->hdr[HDR_BYTES]; }
+
+/* Donor dn's means of the rounds since our snapshot over its [lo, hi), received into `host`: their hash against
+ * the header's, then the snapshot's global parameters, outer momentum and AdamW moments there (from_snapshot) and
+ * the rounds' outer steps replayed on them (orch_warm_replay), through `dev` (device, hi - lo fp32): the members'
+ * operations on the same bytes, so the global parameters come out as theirs. */
+static xdc_err_t take_rounds(orch_worker *w, orch_outer *o, const donor_in *dn, const uint8_t *host, int64_t passed,
+                             float *dev, xdc_diag *diag)
+{
+    const uint64_t *h = dn->hdr;
+    size_t lo = h[HDR_LO], len = h[HDR_HI] - lo;
     if (h[HDR_BYTES] > slice_bytes(w, len) || h[HDR_WARM] - 1 > ORCH_WARM_MAX) { /* more than was received */
         xdc_diag_set(diag, "rejoin: %s sent %llu rounds' means in %llu bytes over parameters [%zu, %zu)",
                      w->topo->regions[dn->region].name, (unsigned long long)h[HDR_WARM] - 1,
                      (unsigned long long)h[HDR_BYTES], lo, lo + len);
         return XDC_ERR_PROTO;
     }
-    uint64_t got = xdc_xxh64(host, donor_bytes(w, dn), 0);
-    if (got != h[HDR_HASH] || h[HDR_FROM] != m->hash) {
+    uint64_t got = xdc_xxh64(host, donor_bytes(dn), 0);
+    if (got != h[HDR_HASH]) {
         xdc_diag_set(diag,
                      "rejoin: the rounds' means (parameters [%zu, %zu)) from %s hash to %016llx, the sender's is "
-                     "%016llx; from a snapshot hashing to %016llx, ours %016llx",
+                     "%016llx",
                      lo, lo + len, w->topo->regions[dn->region].name, (unsigned long long)got,
-                     (unsigned long long)h[HDR_HASH], (unsigned long long)h[HDR_FROM], (unsigned long long)m->hash);
+                     (unsigned long long)h[HDR_HASH]);
         return XDC_ERR_CORRUPT;
     }
-    const xdc_device_ops *d = w->model.be->device;
-    xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
-    XDC_CHECK(d->copy_h2d(o->global + lo, part[ORCH_SNAP_GLOBAL] + lo, bytes, s));
-    XDC_CHECK(d->copy_h2d(o->mom + lo, part[ORCH_SNAP_MOM] + lo, bytes, s));
-    XDC_CHECK(xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, part[ORCH_SNAP_M] + lo, part[ORCH_SNAP_V] + lo,
-                                        (int64_t)h[HDR_ADAM_T] + passed));
-    return orch_warm_replay(w, o, host, donor_bytes(w, dn), (int)h[HDR_WARM] - 1, lo, lo + len, h[HDR_MEANS], dev,
-                            diag);
+    XDC_CHECK(from_snapshot(w, o, dn, passed, 1, diag));
+    return orch_warm_replay(w, o, host, donor_bytes(dn), (int)h[HDR_WARM] - 1, lo, lo + len, h[HDR_MEANS], dev, diag);
 }
 
 /* Complete a receive from one of the k donors; the engine fails it when the peer is silent past the operation
@@ -675,7 +814,7 @@ static xdc_err_t wait_part(orch_worker *w, struct orch_rejoin_in *in, int j, xdc
             return r;
         }
         if (j == 0) XDC_CHECK(check_header(w, dn, &in->dn[0], in->want, in->mask, diag));
-        if (j == 0 && !donor_bytes(w, dn)) { /* nothing comes: its receive is given up */
+        if (j == 0 && !donor_bytes(dn)) { /* nothing comes: its receive is given up */
             (void)xdc_wan_request_cancel(dn->req[1]);
             dn->req[1] = NULL;
         }
@@ -760,23 +899,39 @@ static xdc_err_t link_joiners(orch_worker *w, const char *mask, xdc_diag *diag)
  * rounds' means since its snapshot from some. */
 static void took_how(const orch_worker *w, const struct orch_rejoin_in *in, char *out, size_t cap)
 {
-    size_t bytes = 0;
-    int warm = 0;
+    size_t bytes = 0, raw = 0;
+    int warm = 0, own = 0, coded = 0, why = 0;
     uint64_t rounds = 0;
     for (int i = 0; i < in->k; i++) {
-        bytes += donor_bytes(w, &in->dn[i]);
-        if (in->dn[i].hdr[HDR_WARM]) warm++, rounds = in->dn[i].hdr[HDR_WARM] - 1;
+        const uint64_t *h = in->dn[i].hdr;
+        bytes += donor_bytes(&in->dn[i]);
+        if (h[HDR_WARM]) {
+            warm++, rounds = h[HDR_WARM] - 1;
+            continue;
+        }
+        own += h[HDR_OWN] != 0, coded += h[HDR_CODED] != 0, why = (int)h[HDR_WHY];
+        raw += state_bytes(w, h[HDR_HI] - h[HDR_LO], 0, (int)h[HDR_OWN]);
     }
+    char parts[160], from[48] = "";
+    const char *bf16 = moment_bytes(w) == sizeof(float) ? "" : " as bf16";
+    if (!own) snprintf(parts, sizeof parts, "global parameters, outer momentum and AdamW moments%s", bf16);
+    else if (own == in->k - warm)
+        snprintf(parts, sizeof parts,
+                 "global parameters and outer momentum, its own AdamW "
+                 "moments from its snapshot");
+    else
+        snprintf(parts, sizeof parts, "global parameters and outer momentum, AdamW moments%s from %d", bf16,
+                 in->k - warm - own);
+    if (coded) snprintf(from, sizeof from, ", coded from %.2f", (double)raw / 1e6);
     if (warm)
         snprintf(out, cap,
                  "warm: %d of them the means of the %llu rounds since its snapshot, replayed from it (its own AdamW "
-                 "moments), %d the state (%.1f MB in all, the state %.1f MB",
-                 warm, (unsigned long long)rounds, in->k - warm, (double)bytes / 1e6,
-                 (double)slice_bytes(w, w->model.n_params) / 1e6);
+                 "moments), %d the state (%s%s%.1f MB in all, the state %.1f MB",
+                 warm, (unsigned long long)rounds, in->k - warm, warm < in->k ? parts : "", warm < in->k ? "; " : "",
+                 (double)bytes / 1e6, (double)slice_bytes(w, w->model.n_params) / 1e6);
     else
-        snprintf(out, cap, "a slice from each (global parameters, outer momentum and AdamW moments%s, %.1f MB%s%s",
-                 moment_bytes(w) == sizeof(float) ? "" : " as bf16", (double)bytes / 1e6,
-                 in->dn[0].hdr[HDR_WHY] ? "; not warm: " : "", orch_warm_why((int)in->dn[0].hdr[HDR_WHY]));
+        snprintf(out, cap, "a slice from each (%s, %.2f MB%s, the state %.2f MB%s%s", parts, (double)bytes / 1e6, from,
+                 (double)slice_bytes(w, w->model.n_params) / 1e6, why ? "; not warm: " : "", orch_warm_why(why));
 }
 
 /* The state landed (every slice in): check and take each donor's slice, replay the outer steps of the rounds
@@ -872,7 +1027,7 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
         w->elastic.m.arrive = RDZV_ARRIVE_TAKING;
         w->elastic.m.state_in = state_in, w->elastic.m.state_ctx = w;
         size_t bytes = 0;
-        for (int i = 0; i < in->k; i++) bytes += donor_bytes(w, &in->dn[i]);
+        for (int i = 0; i < in->k; i++) bytes += donor_bytes(&in->dn[i]);
         XDC_WARN(XDC_SUB_ORCH,
                  "region %s rejoins at round %lld: it takes part with weight 0 from %s until its state came (%.1f MB "
                  "from %d member regions)",

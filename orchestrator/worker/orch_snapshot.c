@@ -2,10 +2,13 @@
  * member writes a snapshot of every outer round (streaming: every fragment's round, right after it landed) to a
  * local file (orch_snapshot.h) and keeps the last rounds' means over their range of the stage (DiLoCo: the whole
  * stage; streaming: the fragment's), each with the xxh64 of the whole global parameters before and after its
- * outer step; a restarted worker that finds a valid snapshot posts its round and hash (warm/<region>/<rank>)
- * before it asks to rejoin, and a donor whose kept rounds lead from that hash to its own global parameters sends
- * it those rounds' means over its slice instead of its slice of the state (orch_rejoin.c), when they cost fewer
- * bytes. The joiner replays them from its snapshot with the members' outer step, each on its range, in order.
+ * outer step, and the hash after each of many more rounds; a restarted worker that finds a valid snapshot posts
+ * its round and hash (warm/<region>/<rank>) before it asks to rejoin, and a donor whose kept rounds lead from that
+ * hash to its own global parameters sends it those rounds' means over its slice instead of its slice of the state
+ * (orch_rejoin.c), when they cost fewer bytes than the slice's global parameters and momentum. The joiner replays
+ * them from its snapshot with the members' outer step, each on its range, in order. A donor that finds the
+ * snapshot's round and hash among the older rounds' sends the global parameters and momentum alone: the joiner
+ * keeps its snapshot's AdamW moments (as it does when it replays means; each region's inner optimizer is its own).
  * In streaming any fragment's round is such a point: the global parameters there are the fragments each synced
  * at its own last round, the same bytes on every member, and the rounds after it change only their fragment's
  * global parameters and momentum, so replaying their means in order brings the snapshot to the members' global
@@ -24,11 +27,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The rounds a member keeps: DiLoCo 2 (4 bytes a parameter each, where the state is 12: bf16 AdamW moments;
- * three rounds would cost as much as the state), streaming 2 periods of fragment rounds (each fragment's twice:
- * 8 bytes a parameter too), at most ORCH_WARM_MAX. A donor sends them only when they cost fewer bytes than its
- * slice of the state (orch_warm_chain). */
-#define WARM_PERIODS    2
+/* The rounds a member keeps the means of: DiLoCo 1, streaming 1 period of fragment rounds (each fragment's once),
+ * at most ORCH_WARM_MAX: 4 bytes a parameter, where the global parameters and momentum a joiner with a snapshot
+ * of this run takes instead are 8 (less, coded: orch_rejoin.c), so a second period would never be sent
+ * (orch_warm_chain) and would only hold device memory. */
+#define WARM_PERIODS    1
+/* The rounds whose global parameters' hash a member keeps (16 bytes each): a joiner whose snapshot is one of them,
+ * round and hash, holds this run's model at that round, and keeps its AdamW moments when it takes the global
+ * parameters and momentum (orch_warm_chain). */
+#define WARM_HISTORY    256
 #define SNAP_ZSTD_LEVEL (-1) /* zstd's fastest levels: fp32 parameters hardly compress, and it runs every round */
 
 size_t orch_snapshot_bytes(size_t n)
@@ -75,6 +82,12 @@ typedef struct {
     int mean;
 } warm_round;
 
+/* A round's global parameters' hash after its outer step. */
+typedef struct {
+    int64_t round;
+    uint64_t hash;
+} warm_hash;
+
 /* A kept round's mean over a slice on the wire: this record, then (hi - lo) fp32 (the round's range within the
  * slice: empty where a streaming fragment lies outside it). */
 typedef struct {
@@ -83,11 +96,13 @@ typedef struct {
 
 struct orch_warm {
     char dir[1024];
-    uint8_t *buf;            /* pinned (orch_snapshot_bytes(n)): the snapshot as written; a joiner's as loaded */
-    int have;                /* a joiner: buf holds a valid snapshot of its earlier process */
-    xdc_ckpt_blob_opt opt;   /* the file's scratch, allocated once */
-    warm_round *ring;        /* (n_cap) */
-    int n_cap, head, n_ring; /* the slots; the next one; the rounds kept (the newest n_ring before head) */
+    uint8_t *buf;                 /* pinned (orch_snapshot_bytes(n)): the snapshot as written; a joiner's as loaded */
+    int have;                     /* a joiner: buf holds a valid snapshot of its earlier process */
+    xdc_ckpt_blob_opt opt;        /* the file's scratch, allocated once */
+    warm_round *ring;             /* (n_cap) */
+    int n_cap, head, n_ring;      /* the slots; the next one; the rounds kept (the newest n_ring before head) */
+    warm_hash hist[WARM_HISTORY]; /* the last rounds' hashes (the newest n_hist before hist_head) */
+    int hist_head, n_hist;
     /* the cost, for the run's log: snapshots written, their seconds, and the first and last one's time */
     long long saves;
     double save_s;
@@ -100,7 +115,8 @@ static const char *const why_text[] = {
     [ORCH_WARM_MISMATCH] = "its snapshot's global parameters differ from this member's at that round (hash)",
     [ORCH_WARM_OLD] = "its snapshot's round is older than the rounds this member keeps",
     [ORCH_WARM_OFF] = "this member keeps no rounds yet (not a member long enough)",
-    [ORCH_WARM_COST] = "the means of the rounds since its snapshot would cost as many bytes as the state",
+    [ORCH_WARM_COST] = "the means of the rounds since its snapshot would cost as many bytes as the global parameters "
+                       "and momentum",
 };
 
 const char *orch_warm_why(int code)
@@ -156,12 +172,16 @@ static xdc_err_t keep_round(orch_worker *w, struct orch_warm *k, orch_outer *o, 
         XDC_CHECK(d->mem_alloc((void **)&e->d, (hi - lo) * sizeof(float) + 1)); /* + 1: a range may be empty */
         e->cap = hi - lo;
     }
-    const warm_round *last = k->n_ring ? kept(k, k->n_ring - 1) : NULL;
-    e->round = round, e->since = last ? last->round : -1, e->before = last ? last->after : 0;
+    /* the round before: the newest hash kept (e may be its slot in the ring) */
+    const warm_hash *last = k->n_hist ? &k->hist[(k->hist_head + WARM_HISTORY - 1) % WARM_HISTORY] : NULL;
+    e->round = round, e->since = last ? last->round : -1, e->before = last ? last->hash : 0;
     e->after = after, e->mean = o->mean, e->lo = lo, e->hi = hi;
     XDC_CHECK(d->copy_d2d(e->d, o->pseudo + lo, (hi - lo) * sizeof(float), o->stream));
     k->head = (k->head + 1) % k->n_cap;
     if (k->n_ring < k->n_cap) k->n_ring++;
+    k->hist[k->hist_head] = (warm_hash){.round = round, .hash = after};
+    k->hist_head = (k->hist_head + 1) % WARM_HISTORY;
+    if (k->n_hist < WARM_HISTORY) k->n_hist++;
     return XDC_OK;
 }
 
@@ -262,9 +282,11 @@ static size_t records_bytes(struct orch_warm *k, int rounds, size_t lo, size_t h
     return bytes;
 }
 
-int orch_warm_chain(orch_worker *w, int region, size_t lo, size_t hi, size_t state, int *rounds, uint64_t *from)
+int orch_warm_chain(orch_worker *w, int region, size_t lo, size_t hi, size_t params, int *rounds, uint64_t *from,
+                    int *own)
 {
     struct orch_warm *k = w->elastic.warm;
+    *own = 0;
     if (!warm_mode(w)) return ORCH_WARM_OFF;
     char val[64];
     long long s0;
@@ -276,6 +298,13 @@ int orch_warm_chain(orch_worker *w, int region, size_t lo, size_t hi, size_t sta
         return ORCH_WARM_NONE;
     if (!k || !k->n_ring) return ORCH_WARM_OFF;
     *from = h0;
+    for (int i = k->n_hist - 1; i >= 0; i--) { /* newest first: the joiner's round among the hashes kept */
+        const warm_hash *e = &k->hist[(k->hist_head - k->n_hist + i + WARM_HISTORY) % WARM_HISTORY];
+        if (e->round != s0) continue;
+        if (e->hash != h0) return ORCH_WARM_MISMATCH;
+        *own = 1;
+        break;
+    }
     int why = ORCH_WARM_OLD;
     for (int i = k->n_ring - 1; i >= 0; i--) { /* newest first: the chain of hashes back to the joiner's */
         const warm_round *e = kept(k, i);
@@ -291,7 +320,7 @@ int orch_warm_chain(orch_worker *w, int region, size_t lo, size_t hi, size_t sta
         if (e->before && e->since == s0) return ORCH_WARM_MISMATCH;
         if (!e->before || e->round < s0) break;
     }
-    return why == ORCH_WARM_OK && records_bytes(k, *rounds, lo, hi) >= state ? ORCH_WARM_COST : why;
+    return why == ORCH_WARM_OK && records_bytes(k, *rounds, lo, hi) >= params ? ORCH_WARM_COST : why;
 }
 
 size_t orch_warm_bytes(orch_worker *w, int rounds, size_t lo, size_t hi)

@@ -406,11 +406,13 @@ xdc_err_t orch_warm_round(orch_worker *w, orch_outer *o, int64_t round, size_t l
 /* A restarted worker of elastic DiLoCo or streaming before it asks to rejoin: its snapshot loaded when valid,
  * and warm/<region>/<rank> posted ("<round> <hash>", or "none"), logged either way. */
 xdc_err_t orch_warm_ask(orch_worker *w, xdc_diag *diag);
-/* A donor of the round just applied, for joining region `region` and this member's slice [lo, hi), whose state
- * costs `state` bytes: ORCH_WARM_OK when it asked with a snapshot whose hash (*from) this member's kept rounds
- * lead from to its global parameters, in *rounds rounds whose means over the slice cost fewer bytes; else why
- * not. */
-int orch_warm_chain(orch_worker *w, int region, size_t lo, size_t hi, size_t state, int *rounds, uint64_t *from);
+/* A donor of the round just applied, for joining region `region` and this member's slice [lo, hi), whose global
+ * parameters and momentum cost `params` bytes: ORCH_WARM_OK when it asked with a snapshot whose hash (*from) this
+ * member's kept rounds lead from to its global parameters, in *rounds rounds whose means over the slice cost fewer
+ * bytes; else why not. *own = 1 when that snapshot's round and hash are among the rounds this member keeps the hash
+ * of: it is this run's model at that round, and its AdamW moments may stay the joiner's. */
+int orch_warm_chain(orch_worker *w, int region, size_t lo, size_t hi, size_t params, int *rounds, uint64_t *from,
+                    int *own);
 /* Bytes of the newest `rounds` kept rounds' means over [lo, hi) as orch_warm_stage lays them out. */
 size_t orch_warm_bytes(orch_worker *w, int rounds, size_t lo, size_t hi);
 /* The newest `rounds` kept means over [lo, hi) into host (orch_warm_bytes), oldest first, each a record of its

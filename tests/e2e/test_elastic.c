@@ -1081,16 +1081,18 @@ static char *back_from_snapshot(const char *name, const char *mode, const char *
     return wlog;
 }
 
-/* Both donors send the means of the rounds it missed before the one that took it back (4 bytes a parameter each:
- * DiLoCo's round 24, whose exchange at 28 it takes part in; streaming's four fragment rounds, its hand-over after
- * round 28) instead of their slices of the state (12: bf16 moments), the joiner replays them from its snapshot,
- * and its parameters end as the members'. */
-static void back_from_snapshot_takes_only_the_rounds_it_missed(const char *name, const char *mode, const char *snap,
-                                                               const char *warm_line)
+/* Both donors send the means of the rounds it missed before the one that took it back at `at` (4 bytes a parameter
+ * each: DiLoCo's round 24, whose exchange at 28 it takes part in; streaming's two fragment rounds, its hand-over
+ * after round 24) instead of their slices of the state (12: bf16 moments), the joiner replays them from its
+ * snapshot, and its parameters end as the members'. */
+static void back_from_snapshot_takes_only_the_rounds_it_missed(const char *name, const char *mode, int at,
+                                                               const char *snap, const char *warm_line)
 {
-    char *wlog = back_from_snapshot(name, mode, NULL, "{min_regions: 2, grace: 5s}", 2, 28);
+    char *wlog = back_from_snapshot(name, mode, NULL, "{min_regions: 2, grace: 5s}", 2, at);
     XDC_ASSERT_STR_CONTAINS(wlog, snap);
-    const char *took = strstr(wlog, "region ap-south took the state of round 28");
+    char want[64];
+    snprintf(want, sizeof want, "region ap-south took the state of round %d", at);
+    const char *took = strstr(wlog, want);
     double mb = 0, state = 0;
     const char *warm = strstr(took, warm_line);
     XDC_ASSERT_MSG(warm &&
@@ -1102,7 +1104,8 @@ static void back_from_snapshot_takes_only_the_rounds_it_missed(const char *name,
 
 XDC_TEST_T(elastic_launch_region_back_from_its_snapshot_takes_only_the_rounds_it_missed, 180)
 {
-    back_from_snapshot_takes_only_the_rounds_it_missed("lwarm", "diloco", "its snapshot of round 20 (step 20, hash ",
+    back_from_snapshot_takes_only_the_rounds_it_missed("lwarm", "diloco", 28,
+                                                       "its snapshot of round 20 (step 20, hash ",
                                                        "warm: 2 of them the means of the 1 rounds since its snapshot");
 }
 
@@ -1123,14 +1126,37 @@ XDC_TEST_T(elastic_launch_region_back_at_the_round_after_its_snapshot_trains_fro
     free(wlog);
 }
 
-/* The same in streaming: the snapshot is of fragment 0's round 20, taken once it landed (step 21); each donor sends
- * the four fragment rounds' means over its part of their fragments (each parameter twice: 8 bytes a parameter),
- * the joiner replays them in order, each on its fragment's range, and its parameters end as the members'. */
+/* The same in streaming: the snapshot is of fragment 0's round 20, taken once it landed (step 21); taken back at
+ * round 24, each donor sends the two fragment rounds' means (22, 24) over its part of their fragments (each
+ * parameter once: 4 bytes a parameter), the joiner replays them in order, each on its fragment's range, and its
+ * parameters end as the members'. */
 XDC_TEST_T(elastic_launch_streaming_region_back_from_its_snapshot_takes_only_the_rounds_it_missed, 180)
 {
-    back_from_snapshot_takes_only_the_rounds_it_missed("lswarm", "streaming",
+    back_from_snapshot_takes_only_the_rounds_it_missed("lswarm", "streaming", 24,
                                                        "its snapshot of round 20 (step 21, hash ",
-                                                       "warm: 2 of them the means of the 4 rounds since its snapshot");
+                                                       "warm: 2 of them the means of the 2 rounds since its snapshot");
+}
+
+/* Taken back at round 36 (XDC_TEST_REJOIN_AT), three DiLoCo rounds after its snapshot of round 20 (24, 28, 32: past
+ * the one round whose means the members keep): each donor finds the snapshot's round and hash among the rounds it
+ * kept the hash of and sends the global parameters and momentum of its slice alone, coded (the test topology's
+ * 1 Gbit/s links are slow enough for zstd); ap-south keeps its snapshot's AdamW moments, takes fewer bytes than
+ * the global parameters and momentum as they are (themselves 2/3 of the state), replays round 36's mean, and all
+ * three regions end on one model (back_from_snapshot). */
+XDC_TEST_T(elastic_launch_region_back_past_the_kept_rounds_takes_parameters_and_momentum_alone, 180)
+{
+    char *wlog = back_from_snapshot("lpast", "diloco", NULL, "{min_regions: 2, grace: 5s}", 2, 36);
+    const char *took = strstr(wlog, "region ap-south took the state of round 36");
+    static const char how[] = "a slice from each (global parameters and outer momentum, its own AdamW moments from "
+                              "its snapshot, ";
+    const char *at = took ? strstr(took, how) : NULL;
+    double mb = 0, raw = 0, state = 0;
+    XDC_ASSERT_MSG(at && sscanf(at + strlen(how), "%lf MB, coded from %lf, the state %lf MB", &mb, &raw, &state) == 3,
+                   "ap-south did not take the global parameters and momentum alone:\n%s", took ? took : wlog);
+    XDC_ASSERT_MSG(mb > 0 && mb < raw && raw < state * 0.7, "%.3f MB coded from %.3f, the state %.3f MB", mb, raw,
+                   state);
+    XDC_ASSERT_STR_CONTAINS(took, "not warm: its snapshot's round is older than the rounds this member keeps");
+    free(wlog);
 }
 
 /* A snapshot that is not the members' model (stale: valid, hashed again after one parameter changed), or a file
