@@ -29,6 +29,16 @@ typedef struct orch_outer_hooks {
     xdc_err_t (*end)(void *ctx, xdc_sync *sync, int64_t step, xdc_diag *diag);
 } orch_outer_hooks;
 
+/* How a round runs against the caller's inner steps (docs/runtime.md, "Overlapped outer rounds"). */
+typedef enum {
+    ORCH_OUTER_AT_ONCE = 0, /* begin and apply back to back: local = global' (orch_outer_round) */
+    /* overlapped, the inner steps between begin and apply going on from local as it was at begin (s = local) */
+    ORCH_OUTER_DELAYED = 1,
+    /* overlapped, the inner steps going on from the eager estimate of global': the outer step taken at begin with
+     * this member's own pseudo-gradient in place of the mean (s = that estimate; local = s) */
+    ORCH_OUTER_EAGER = 2,
+} orch_outer_overlap;
+
 /* One outer loop's state: the parameters it updates, and the global parameters, momentum and
  * pseudo-gradient on the same device. The caller sets local, n, stream, hooks and keep_unsent before
  * orch_outer_open, and be where the state lives elsewhere than on the member's device (libxdc's device
@@ -44,11 +54,11 @@ typedef struct orch_outer {
     float *global;              /* device (n) the last agreed global parameters */
     float *mom;                 /* device (n) outer Nesterov momentum */
     float *pseudo;              /* device (n) pseudo-gradient: what the sync averages */
-    float *snapshot;            /* device (n) local when an overlapped round began; made at its first */
+    float *snapshot;            /* device (n) s: where an overlapped round's inner steps began; made at its first */
     float *host;                /* pinned host (n): staging of global and momentum (checkpoints, rejoin) */
     float lr, momentum;         /* outer Nesterov η, μ (the run file's diloco section) */
     bool mean;                  /* the next outer step is the plain mean (η = 1, μ = 0): keep_unsent's last round */
-    bool overlapped;            /* the round in flight began with orch_outer_begin(..., overlap = true) */
+    orch_outer_overlap overlap; /* how the round in flight began */
     int64_t begun_at;           /* the step of the round in flight, or -1 */
     uint64_t steps_in_flight;   /* inner steps counted (orch_outer_stepped) while a round was in flight, in total */
 } orch_outer;
@@ -58,6 +68,10 @@ typedef struct orch_outer {
  * the device fields are set here: o->be and o->stream), its arithmetic on o->stream. The outer lr and
  * momentum from m's run file. */
 xdc_err_t orch_outer_open(orch_member *m, orch_outer *o, const xdc_sync_cfg *sc, xdc_diag *diag);
+/* orch_outer_open's state without a member: the caller sets o->be, lr and momentum too, and gives the exchange's
+ * sync (n_elems o->n on o->be's device and o->stream), which o owns from now on (the outer tests' regions in one
+ * process). */
+xdc_err_t orch_outer_init(orch_outer *o, xdc_sync *sync);
 /* Its sync, buffers; o zeroed. */
 void orch_outer_destroy(orch_outer *o);
 
@@ -66,11 +80,12 @@ void orch_outer_destroy(orch_outer *o);
 xdc_err_t orch_outer_round(orch_outer *o, int64_t step, xdc_diag *diag);
 
 /* The overlapped round, on [lo, hi) of local with `sync` (n_elems hi − lo: o->sync over the whole, or a
- * streaming fragment's): begin takes the pseudo-gradient of local now and posts its exchange; the caller
- * keeps stepping; apply waits for the exchange, takes the outer step on [lo, hi) and, when the round began
- * with `overlap`, keeps the local progress since: local = global' + (local − snapshot) (− residual with
- * keep_unsent); without it local = global' (orch_outer_round). One round in flight per state. */
-xdc_err_t orch_outer_begin(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, int64_t step, bool overlap,
+ * streaming fragment's): begin takes the pseudo-gradient Δ = global − local now and posts its exchange (EAGER:
+ * and sets local = s = the outer step of global and momentum with Δ, global and momentum left as they are); the
+ * caller keeps stepping; apply waits for the exchange, takes the outer step on [lo, hi) with the mean and, when
+ * the round overlapped, keeps the local progress since begin: local = global' + (local − s) (− residual with
+ * keep_unsent); AT_ONCE: local = global' (orch_outer_round). One round in flight per state. */
+xdc_err_t orch_outer_begin(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, int64_t step, orch_outer_overlap how,
                            xdc_diag *diag);
 xdc_err_t orch_outer_apply(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, xdc_diag *diag);
 /* The outer Nesterov step of [lo, hi) from the averaged pseudo-gradient d (device, hi − lo; mean: the plain

@@ -133,8 +133,13 @@ xdc_err_t orch_worker_outer_apply(orch_worker *w, orch_outer *o, xdc_sync *sync,
 
 xdc_err_t orch_worker_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag)
 {
-    XDC_CHECK(orch_outer_begin(o, o->sync, 0, o->n, w->prog.step, false, diag));
+    XDC_CHECK(orch_outer_begin(o, o->sync, 0, o->n, w->prog.step, ORCH_OUTER_AT_ONCE, diag));
     return orch_worker_outer_apply(w, o, o->sync, 0, o->n, diag);
+}
+
+orch_outer_overlap orch_worker_overlap(const orch_worker *w)
+{
+    return w->cfg->diloco.eager ? ORCH_OUTER_EAGER : ORCH_OUTER_DELAYED;
 }
 
 /* Who takes part in round `round` (a step, or RDZV_ROUND_END; orchestrator/elastic/orch_quorum.h): the store
