@@ -36,6 +36,7 @@ xdc_err_t orch_outer_open(orch_member *m, orch_outer *o, const xdc_sync_cfg *sc,
     if (!o->be) o->be = orch_member_backend(m);
     o->lr = (float)cfg->diloco.outer_lr;
     o->momentum = (float)cfg->diloco.outer_momentum;
+    o->codec = sc->codec;
     xdc_sync_cfg c = *sc;
     c.n_elems = o->n;
     c.backend = o->be;
@@ -68,8 +69,11 @@ void orch_outer_destroy(orch_outer *o)
         dev->mem_free(o->mom);
         dev->mem_free(o->pseudo);
         dev->mem_free(o->snapshot);
+        dev->mem_free(o->own);
+        dev->host_free(o->own_bytes);
         dev->host_free(o->host);
     }
+    xdc_codec_destroy(o->own_codec);
     memset(o, 0, sizeof *o);
 }
 
@@ -82,11 +86,63 @@ static xdc_err_t nesterov(const orch_outer *o, float *g, float *m, const float *
     return leave(o, prev);
 }
 
+/* ĉ into o->own: what o->codec carries of Δ (o->pseudo), encoded and decoded by a context of its own with no
+ * residual (a function of Δ alone, so a resumed run estimates alike), on o->stream. */
+static xdc_err_t own_contribution(orch_outer *o, xdc_diag *diag)
+{
+    const xdc_device_ops *dev = dev_of(o);
+    size_t bytes = o->n * sizeof(float);
+    if (!o->own_codec) {
+        xdc_codec_cfg cc = o->codec;
+        cc.n_elems = o->n;
+        cc.error_feedback = false;
+        cc.zstd_level = 0; /* the wire's size is not the estimate's concern */
+        cc.backend = o->be;
+        if (cc.chunk_elems > o->n) cc.chunk_elems = o->n;
+        XDC_CHECK(xdc_codec_create(&cc, &o->own_codec, diag));
+        o->own_cap = xdc_codec_bound(o->own_codec, o->n);
+        XDC_CHECK(dev->mem_alloc((void **)&o->own, bytes));
+        XDC_CHECK(dev->host_alloc((void **)&o->own_bytes, o->own_cap));
+    }
+    xdc_stream *prev = NULL;
+    size_t len = 0;
+    XDC_CHECK(enter(o, &prev));
+    xdc_err_t rc = xdc_codec_encode(o->own_codec, o->pseudo, o->n, o->own_bytes, o->own_cap, &len, diag);
+    if (rc == XDC_OK) rc = xdc_codec_decode(o->own_codec, o->own_bytes, len, o->own, o->n, XDC_CODEC_WRITE, diag);
+    xdc_err_t rl = leave(o, prev);
+    return rc != XDC_OK ? rc : rl;
+}
+
+/* The eager estimate (ORCH_OUTER_EAGER) into s and local over the whole state, Δ in o->pseudo: the round as if
+ * every member had sent what this one sends. */
+static xdc_err_t eager(orch_outer *o, xdc_diag *diag)
+{
+    const xdc_device_ops *dev = dev_of(o);
+    size_t bytes = o->n * sizeof(float);
+    XDC_CHECK(own_contribution(o, diag));
+    /* local's values are in Δ now: it holds the momentum's copy, s the global parameters' */
+    XDC_CHECK(dev->copy_d2d(o->local, o->mom, bytes, o->stream));
+    XDC_CHECK(dev->copy_d2d(o->snapshot, o->global, bytes, o->stream));
+    XDC_CHECK(nesterov(o, o->snapshot, o->local, o->own, 0, o->n, o->mean));
+    if (o->keep_unsent && !o->mean) { /* s −= Δ − ĉ, what apply takes as the residual r */
+        xdc_stream *prev = NULL;
+        XDC_CHECK(enter(o, &prev));
+        o->be->model->sub(o->own, o->pseudo, o->own, o->n);
+        o->be->model->sub(o->snapshot, o->snapshot, o->own, o->n);
+        XDC_CHECK(leave(o, prev));
+    }
+    return dev->copy_d2d(o->local, o->snapshot, bytes, o->stream);
+}
+
 xdc_err_t orch_outer_begin(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, int64_t step, orch_outer_overlap how,
                            xdc_diag *diag)
 {
     if (o->begun_at >= 0) {
         xdc_diag_set(diag, "an outer round (step %lld) is still in flight", (long long)o->begun_at);
+        return XDC_ERR_INVALID;
+    }
+    if (how == ORCH_OUTER_EAGER && (lo != 0 || hi != o->n)) {
+        xdc_diag_set(diag, "an eager outer round spans the whole state ([%zu, %zu) of %zu given)", lo, hi, o->n);
         return XDC_ERR_INVALID;
     }
     const xdc_device_ops *dev = dev_of(o);
@@ -99,15 +155,7 @@ xdc_err_t orch_outer_begin(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, 
     XDC_CHECK(enter(o, &prev));
     o->be->model->sub(o->pseudo + lo, o->global + lo, o->local + lo, n); /* after the snapshot: one stream */
     XDC_CHECK(leave(o, prev));
-    if (how == ORCH_OUTER_EAGER) {
-        /* s = the outer step with this member's own Δ for the mean, on copies: local holds the momentum's (its
-         * values are in Δ now), s the global parameters'; then local = s. Queued before the sync's ready event,
-         * so the exchange reads Δ after it was read here. */
-        XDC_CHECK(dev->copy_d2d(o->local + lo, o->mom + lo, bytes, o->stream));
-        XDC_CHECK(dev->copy_d2d(o->snapshot + lo, o->global + lo, bytes, o->stream));
-        XDC_CHECK(nesterov(o, o->snapshot, o->local, o->pseudo + lo, lo, hi, o->mean));
-        XDC_CHECK(dev->copy_d2d(o->local + lo, o->snapshot + lo, bytes, o->stream));
-    }
+    if (how == ORCH_OUTER_EAGER) XDC_CHECK(eager(o, diag));
     XDC_CHECK(xdc_sync_begin(sync, o->pseudo + lo));
     xdc_sync_mark_ready(sync, 0); /* on the wire now, while the caller steps on */
     if (o->hooks.opened) o->hooks.opened(o->hooks.ctx, sync, step);

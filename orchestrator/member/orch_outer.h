@@ -9,6 +9,7 @@
 #define ORCH_OUTER_H
 
 #include "intra/xdc_intra.h"
+#include "compression/xdc_codec.h"
 #include "kernels/xdc_kernels.h"
 #include "orchestrator/member/orch_member.h"
 #include "sync/xdc_sync.h"
@@ -34,8 +35,11 @@ typedef enum {
     ORCH_OUTER_AT_ONCE = 0, /* begin and apply back to back: local = global' (orch_outer_round) */
     /* overlapped, the inner steps between begin and apply going on from local as it was at begin (s = local) */
     ORCH_OUTER_DELAYED = 1,
-    /* overlapped, the inner steps going on from the eager estimate of global': the outer step taken at begin with
-     * this member's own pseudo-gradient in place of the mean (s = that estimate; local = s) */
+    /* overlapped, the inner steps going on from the eager estimate of where the round leaves local: the round
+     * taken at begin with this member's own contribution ĉ in place of the mean (s = that estimate; local = s):
+     * ĉ = what o->codec carries of Δ = global − local (decoded, no error feedback: Δ itself for codec none),
+     * s = the outer step of global and momentum with ĉ (on copies: both stay as they are), less Δ − ĉ with
+     * keep_unsent. Over the whole of local (DiLoCo's rounds) */
     ORCH_OUTER_EAGER = 2,
 } orch_outer_overlap;
 
@@ -48,13 +52,20 @@ typedef struct orch_outer {
     size_t n;               /* parameters, fp32 */
     xdc_stream *stream;     /* where the outer arithmetic and copies queue (the stage's compute stream) */
     orch_outer_hooks hooks; /* zero: none */
-    bool keep_unsent; /* after each round but a `mean` one: local −= the codec's residual (diloco.keep_unsent) */
+    bool keep_unsent;    /* after each round but a `mean` one: local −= the codec's residual (diloco.keep_unsent) */
+    xdc_codec_cfg codec; /* the exchange's codec (orch_outer_open: the sync's): the eager estimate's */
     const xdc_kern_backend *be; /* the device that holds the state and its model ops (NULL at open: the member's) */
     xdc_sync *sync;             /* pseudo-gradients across regions (codec + error feedback) */
     float *global;              /* device (n) the last agreed global parameters */
     float *mom;                 /* device (n) outer Nesterov momentum */
     float *pseudo;              /* device (n) pseudo-gradient: what the sync averages */
     float *snapshot;            /* device (n) s: where an overlapped round's inner steps began; made at its first */
+    /* The eager estimate's (made at the first eager round): device (n) scratch, the codec (n elements, no error
+     * feedback, no zstd) and pinned host (its bound) for its bytes */
+    float *own;
+    xdc_codec *own_codec;
+    uint8_t *own_bytes;
+    size_t own_cap;
     float *host;                /* pinned host (n): staging of global and momentum (checkpoints, rejoin) */
     float lr, momentum;         /* outer Nesterov η, μ (the run file's diloco section) */
     bool mean;                  /* the next outer step is the plain mean (η = 1, μ = 0): keep_unsent's last round */
@@ -68,7 +79,7 @@ typedef struct orch_outer {
  * the device fields are set here: o->be and o->stream), its arithmetic on o->stream. The outer lr and
  * momentum from m's run file. */
 xdc_err_t orch_outer_open(orch_member *m, orch_outer *o, const xdc_sync_cfg *sc, xdc_diag *diag);
-/* orch_outer_open's state without a member: the caller sets o->be, lr and momentum too, and gives the exchange's
+/* orch_outer_open's state without a member: the caller sets o->be, lr, momentum and codec too, and gives the exchange's
  * sync (n_elems o->n on o->be's device and o->stream), which o owns from now on (the outer tests' regions in one
  * process). */
 xdc_err_t orch_outer_init(orch_outer *o, xdc_sync *sync);

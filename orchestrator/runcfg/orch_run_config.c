@@ -305,11 +305,11 @@ xdc_err_t orch_run_config_check(const orch_run_config *c, bool planned, xdc_cfg_
         return XDC_ERR_CONFIG;
     }
     const orch_diloco_config *dc = &c->diloco;
-    /* eager is how an overlapped round begins: streaming's fragments, or DiLoCo's rounds with overlap_steps (under
-     * plan: auto, where the planner overlaps them) */
-    if (dc->eager && !c->plan_auto && c->mode != ORCH_MODE_STREAMING && !dc->overlap_steps) {
+    /* eager is how DiLoCo's overlapped rounds begin (under plan: auto, where the planner overlaps them); a streaming
+     * fragment's round is a slice of the state, which the estimate does not take */
+    if (dc->eager && !mode_open && (c->mode != ORCH_MODE_DILOCO || (!dc->overlap_steps && !c->plan_auto))) {
         xdc_cfg_error_add(errs, 0, 0,
-                          "diloco.overlap: eager needs overlapped rounds: mode streaming, or mode diloco with "
+                          "diloco.overlap: eager needs DiLoCo's overlapped rounds: mode diloco with "
                           "diloco.overlap_steps (this run's mode is %s, overlap_steps %d)",
                           mode_words[c->mode], dc->overlap_steps);
         return XDC_ERR_CONFIG;

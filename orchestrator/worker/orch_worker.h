@@ -303,8 +303,6 @@ void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc);
 xdc_err_t orch_worker_outer_apply(orch_worker *w, orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, xdc_diag *diag);
 /* A whole-stage round at the step now, at once (orch_outer_round with the rejoin's part). */
 xdc_err_t orch_worker_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag);
-/* How the run's overlapped rounds begin (DiLoCo's with diloco.overlap_steps, streaming's fragments): diloco.overlap. */
-orch_outer_overlap orch_worker_overlap(const orch_worker *w);
 /* At a mode's setup: w->elastic.on (orch_quorum_elastic) and its member half of the round protocol, no round
  * open. */
 void orch_elastic_setup(orch_worker *w);

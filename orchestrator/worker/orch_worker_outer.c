@@ -137,11 +137,6 @@ xdc_err_t orch_worker_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag)
     return orch_worker_outer_apply(w, o, o->sync, 0, o->n, diag);
 }
 
-orch_outer_overlap orch_worker_overlap(const orch_worker *w)
-{
-    return w->cfg->diloco.eager ? ORCH_OUTER_EAGER : ORCH_OUTER_DELAYED;
-}
-
 /* Who takes part in round `round` (a step, or RDZV_ROUND_END; orchestrator/elastic/orch_quorum.h): the store
  * host's decision (orch_elastic_arrive). The run's first rank says when the number of regions changes. */
 xdc_err_t orch_elastic_agree(orch_worker *w, long long round, xdc_diag *diag)

@@ -73,10 +73,10 @@ XDC_TEST(run_config_overlap_eager_needs_overlapped_rounds)
     XDC_ASSERT(!c.diloco.eager);
     XDC_ASSERT_OK(load("eager", "mode: diloco\ndiloco: {overlap_steps: 2, overlap: eager}\n", &c, &errs));
     XDC_ASSERT(c.diloco.eager);
-    XDC_ASSERT_OK(load("streaming", "mode: streaming\ndiloco: {overlap: eager}\n", &c, &errs));
-    XDC_ASSERT(c.diloco.eager);
+    XDC_ASSERT_ERR(load("streaming", "mode: streaming\ndiloco: {overlap: eager}\n", &c, &errs), XDC_ERR_CONFIG);
+    names(&errs, "diloco.overlap: eager needs DiLoCo's overlapped rounds");
     XDC_ASSERT_ERR(load("blocking", "mode: diloco\ndiloco: {overlap: eager}\n", &c, &errs), XDC_ERR_CONFIG);
-    names(&errs, "diloco.overlap: eager needs overlapped rounds");
+    names(&errs, "(this run's mode is diloco, overlap_steps 0)");
     XDC_ASSERT_ERR(load("word", "mode: diloco\ndiloco: {overlap_steps: 1, overlap: early}\n", &c, &errs),
                    XDC_ERR_CONFIG);
     names(&errs, "overlap");

@@ -6,11 +6,13 @@
  * bit: global and momentum are the serial round's on every region (the exchange averaged what the serial one did,
  * error feedback included), the overlapped residual is 0, and local = (global' + (L − s)) − r, L the parameters
  * after the inner steps that ran while the round was on the wire and s where they began: local at begin
- * (delayed), or the eager estimate, which begin writes into local: the outer step of global and momentum with
- * the region's own pseudo-gradient Δ = global − local in place of the mean. */
+ * (delayed), or the eager estimate, which begin writes into local: the round as if every region had sent what
+ * this one sends, ĉ (its Δ = global − local through the codec, decoded, with no residual): the outer step of
+ * global and momentum with ĉ for the mean, less Δ − ĉ (keep_unsent). */
 #include "tests/xdc_test.h"
 #include "tests/test_sync_util.h"
 
+#include "compression/xdc_codec.h"
 #include "kernels/xdc_kernels.h"
 #include "kernels/xdc_model_ops.h"
 #include "orchestrator/member/orch_outer.h"
@@ -28,6 +30,7 @@
 #define O_D       2 /* inner steps while it is on the wire */
 #define O_LR      1.5f
 #define O_MU      0.5f
+#define O_CODEC   "sparse:0.05:2"
 
 /* An inner step of region r: a drift that differs by region, step and element. */
 static void inner_step(float *x, int r, int step)
@@ -45,6 +48,8 @@ static void outer_open(orch_outer *o, sync_net *net, int r, float *local, bool k
     o->lr = O_LR;
     o->momentum = O_MU;
     o->keep_unsent = keep_unsent;
+    o->codec = (xdc_codec_cfg)XDC_CODEC_CFG_INIT;
+    XDC_ASSERT_OK(xdc_codec_parse(O_CODEC, &o->codec, NULL));
     XDC_ASSERT_OK(orch_outer_init(o, net->sync[r]));
     net->sync[r] = NULL; /* orch_outer_destroy frees it */
 }
@@ -61,8 +66,19 @@ static void overlapped_rounds_equal_the_serial_reference(orch_outer_overlap how)
 {
     const xdc_model_ops *ops = &xdc_model_cpu_ops;
     sync_net tn, fn;
-    sync_net_open(&tn, O_REGIONS, 0, O_ELEMS, O_BUCKET, "sparse:0.05:2", NULL, "overlapped");
-    sync_net_open(&fn, O_REGIONS, 0, O_ELEMS, O_BUCKET, "sparse:0.05:2", NULL, "serial");
+    sync_net_open(&tn, O_REGIONS, 0, O_ELEMS, O_BUCKET, O_CODEC, NULL, "overlapped");
+    sync_net_open(&fn, O_REGIONS, 0, O_ELEMS, O_BUCKET, O_CODEC, NULL, "serial");
+    /* ĉ as the eager estimate takes it: the codec over the whole state, one chunk, no residual */
+    xdc_codec_cfg cc = XDC_CODEC_CFG_INIT;
+    XDC_ASSERT_OK(xdc_codec_parse(O_CODEC, &cc, NULL));
+    cc.n_elems = cc.chunk_elems = O_ELEMS;
+    cc.error_feedback = false;
+    cc.zstd_level = 0;
+    xdc_codec *codec = NULL;
+    XDC_ASSERT_OK(xdc_codec_create(&cc, &codec, NULL));
+    size_t cap = xdc_codec_bound(codec, O_ELEMS), len = 0;
+    uint8_t *wire = malloc(cap);
+    float *own = malloc(O_ELEMS * sizeof(float));
     const float weight[O_REGIONS] = {1.0f, 2.5f, 0.5f}; /* tokens, as nobody waits weighs them */
     size_t bytes = O_ELEMS * sizeof(float);
     orch_outer t[O_REGIONS], f[O_REGIONS];
@@ -94,11 +110,16 @@ static void overlapped_rounds_equal_the_serial_reference(orch_outer_overlap how)
             XDC_ASSERT_OK(orch_outer_begin(&t[k], t[k].sync, 0, O_ELEMS, round, how, NULL));
             XDC_ASSERT_OK(orch_outer_begin(&f[k], f[k].sync, 0, O_ELEMS, round, ORCH_OUTER_AT_ONCE, NULL));
             memcpy(start[k], begin_local[k], bytes);
-            if (how == ORCH_OUTER_EAGER) { /* s: the outer step with Δ = global − local for the mean */
+            if (how == ORCH_OUTER_EAGER) { /* s: the outer step with ĉ for the mean, − (Δ − ĉ) */
                 ops->sub(d, t[k].global, begin_local[k], O_ELEMS);
+                XDC_ASSERT_OK(xdc_codec_encode(codec, d, O_ELEMS, wire, cap, &len, NULL));
+                XDC_ASSERT_OK(xdc_codec_decode(codec, wire, len, own, O_ELEMS, XDC_CODEC_WRITE, NULL));
+                XDC_ASSERT_MSG(memcmp(own, d, bytes) != 0, "round %d: the codec carried all of Δ", round);
                 memcpy(start[k], t[k].global, bytes);
                 memcpy(m, t[k].mom, bytes);
-                ops->outer_nesterov(start[k], m, d, O_ELEMS, O_LR, O_MU);
+                ops->outer_nesterov(start[k], m, own, O_ELEMS, O_LR, O_MU);
+                ops->sub(own, d, own, O_ELEMS);
+                ops->sub(start[k], start[k], own, O_ELEMS);
                 moved += memcmp(start[k], begin_local[k], bytes) != 0;
             }
             same("local at begin", round, k, tl[k], start[k]);
@@ -135,6 +156,9 @@ static void overlapped_rounds_equal_the_serial_reference(orch_outer_overlap how)
     }
     sync_net_close(&tn);
     sync_net_close(&fn);
+    xdc_codec_destroy(codec);
+    free(wire);
+    free(own);
     free(s);
     free(m);
     free(d);
