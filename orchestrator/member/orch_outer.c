@@ -5,6 +5,7 @@
 #include "orchestrator/member/orch_outer.h"
 
 #include "kernels/xdc_model_ops.h"
+#include "kernels/xdc_quant.h"
 
 #include <string.h>
 
@@ -113,24 +114,27 @@ static xdc_err_t own_contribution(orch_outer *o, xdc_diag *diag)
     return rc != XDC_OK ? rc : rl;
 }
 
-/* The eager estimate (ORCH_OUTER_EAGER) into s and local over the whole state, Δ in o->pseudo: the round as if
- * every member had sent what this one sends. */
-static xdc_err_t eager(orch_outer *o, xdc_diag *diag)
+/* The eager estimate (ORCH_OUTER_EAGER) into s and local over the whole state, Δ in o->pseudo, `share` this
+ * region's of the mean: the round with this region's contribution the only one in the mean. */
+static xdc_err_t eager(orch_outer *o, float share, xdc_diag *diag)
 {
     const xdc_device_ops *dev = dev_of(o);
-    size_t bytes = o->n * sizeof(float);
+    const xdc_model_ops *ops = o->be->model;
+    size_t n = o->n, bytes = n * sizeof(float);
     XDC_CHECK(own_contribution(o, diag));
-    /* local's values are in Δ now: it holds the momentum's copy, s the global parameters' */
-    XDC_CHECK(dev->copy_d2d(o->local, o->mom, bytes, o->stream));
+    /* local's values are in Δ now: it holds Δ − ĉ, then the momentum's copy; s the global parameters' */
     XDC_CHECK(dev->copy_d2d(o->snapshot, o->global, bytes, o->stream));
-    XDC_CHECK(nesterov(o, o->snapshot, o->local, o->own, 0, o->n, o->mean));
-    if (o->keep_unsent && !o->mean) { /* s −= Δ − ĉ, what apply takes as the residual r */
-        xdc_stream *prev = NULL;
-        XDC_CHECK(enter(o, &prev));
-        o->be->model->sub(o->own, o->pseudo, o->own, o->n);
-        o->be->model->sub(o->snapshot, o->snapshot, o->own, o->n);
-        XDC_CHECK(leave(o, prev));
+    xdc_stream *prev = NULL;
+    XDC_CHECK(enter(o, &prev));
+    if (o->keep_unsent && !o->mean) { /* s = global − (Δ − ĉ): what apply takes from local as the residual */
+        ops->sub(o->local, o->pseudo, o->own, n);
+        ops->sub(o->snapshot, o->snapshot, o->local, n);
     }
+    xdc_err_t rc = o->be->quant->scale(o->own, n, share); /* ĉ's part of the mean: ĉ·w_r/Σw */
+    XDC_CHECK(leave(o, prev));
+    XDC_CHECK(rc);
+    XDC_CHECK(dev->copy_d2d(o->local, o->mom, bytes, o->stream));
+    XDC_CHECK(nesterov(o, o->snapshot, o->local, o->own, 0, n, o->mean));
     return dev->copy_d2d(o->local, o->snapshot, bytes, o->stream);
 }
 
@@ -155,7 +159,7 @@ xdc_err_t orch_outer_begin(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, 
     XDC_CHECK(enter(o, &prev));
     o->be->model->sub(o->pseudo + lo, o->global + lo, o->local + lo, n); /* after the snapshot: one stream */
     XDC_CHECK(leave(o, prev));
-    if (how == ORCH_OUTER_EAGER) XDC_CHECK(eager(o, diag));
+    if (how == ORCH_OUTER_EAGER) XDC_CHECK(eager(o, xdc_sync_share(sync), diag)); /* after the quorum's weights */
     XDC_CHECK(xdc_sync_begin(sync, o->pseudo + lo));
     xdc_sync_mark_ready(sync, 0); /* on the wire now, while the caller steps on */
     if (o->hooks.opened) o->hooks.opened(o->hooks.ctx, sync, step);

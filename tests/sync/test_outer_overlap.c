@@ -6,9 +6,9 @@
  * bit: global and momentum are the serial round's on every region (the exchange averaged what the serial one did,
  * error feedback included), the overlapped residual is 0, and local = (global' + (L − s)) − r, L the parameters
  * after the inner steps that ran while the round was on the wire and s where they began: local at begin
- * (delayed), or the eager estimate, which begin writes into local: the round as if every region had sent what
- * this one sends, ĉ (its Δ = global − local through the codec, decoded, with no residual): the outer step of
- * global and momentum with ĉ for the mean, less Δ − ĉ (keep_unsent). */
+ * (delayed), or the eager estimate, which begin writes into local: the round with this region's contribution the
+ * only one in the mean, ĉ (its Δ = global − local through the codec, decoded, with no residual) times its share
+ * w_k / Σw (xdc_sync_share): the outer step of global − (Δ − ĉ) (keep_unsent) and momentum with that mean. */
 #include "tests/xdc_test.h"
 #include "tests/test_sync_util.h"
 
@@ -110,16 +110,19 @@ static void overlapped_rounds_equal_the_serial_reference(orch_outer_overlap how)
             XDC_ASSERT_OK(orch_outer_begin(&t[k], t[k].sync, 0, O_ELEMS, round, how, NULL));
             XDC_ASSERT_OK(orch_outer_begin(&f[k], f[k].sync, 0, O_ELEMS, round, ORCH_OUTER_AT_ONCE, NULL));
             memcpy(start[k], begin_local[k], bytes);
-            if (how == ORCH_OUTER_EAGER) { /* s: the outer step with ĉ for the mean, − (Δ − ĉ) */
+            if (how == ORCH_OUTER_EAGER) { /* s: global − (Δ − ĉ), the outer step with ĉ·w_k/Σw for the mean */
                 ops->sub(d, t[k].global, begin_local[k], O_ELEMS);
                 XDC_ASSERT_OK(xdc_codec_encode(codec, d, O_ELEMS, wire, cap, &len, NULL));
                 XDC_ASSERT_OK(xdc_codec_decode(codec, wire, len, own, O_ELEMS, XDC_CODEC_WRITE, NULL));
                 XDC_ASSERT_MSG(memcmp(own, d, bytes) != 0, "round %d: the codec carried all of Δ", round);
-                memcpy(start[k], t[k].global, bytes);
+                float share = weight[k] / ((weight[0] + weight[1]) + weight[2]);
+                XDC_ASSERT_MSG(xdc_sync_share(t[k].sync) == share, "region %d's share %.9g, not %.9g", k,
+                               (double)xdc_sync_share(t[k].sync), (double)share);
+                ops->sub(d, d, own, O_ELEMS);
+                ops->sub(start[k], t[k].global, d, O_ELEMS);
+                for (int i = 0; i < O_ELEMS; i++) own[i] *= share;
                 memcpy(m, t[k].mom, bytes);
                 ops->outer_nesterov(start[k], m, own, O_ELEMS, O_LR, O_MU);
-                ops->sub(own, d, own, O_ELEMS);
-                ops->sub(start[k], start[k], own, O_ELEMS);
                 moved += memcmp(start[k], begin_local[k], bytes) != 0;
             }
             same("local at begin", round, k, tl[k], start[k]);
