@@ -36,10 +36,11 @@ typedef enum {
     /* overlapped, the inner steps between begin and apply going on from local as it was at begin (s = local) */
     ORCH_OUTER_DELAYED = 1,
     /* overlapped, the inner steps going on from the eager estimate of where the round leaves local: the round
-     * taken at begin with this member's own contribution ĉ in place of the mean (s = that estimate; local = s):
-     * ĉ = what o->codec carries of Δ = global − local (decoded, no error feedback: Δ itself for codec none),
-     * s = the outer step of global and momentum with ĉ (on copies: both stay as they are), less Δ − ĉ with
-     * keep_unsent. Over the whole of local (DiLoCo's rounds) */
+     * taken at begin with this member's own contribution the only one in the mean (s = that estimate; local =
+     * s): ĉ = what o->codec carries of Δ = global − local (decoded, no error feedback: Δ itself for codec none),
+     * s = the outer step of global − (Δ − ĉ) (keep_unsent; else global) and momentum, on copies (both stay as
+     * they are), with ĉ times this member's share of the mean (xdc_sync_share) for the mean. Over the whole of
+     * local (DiLoCo's rounds) */
     ORCH_OUTER_EAGER = 2,
 } orch_outer_overlap;
 
@@ -92,7 +93,7 @@ xdc_err_t orch_outer_round(orch_outer *o, int64_t step, xdc_diag *diag);
 
 /* The overlapped round, on [lo, hi) of local with `sync` (n_elems hi − lo: o->sync over the whole, or a
  * streaming fragment's): begin takes the pseudo-gradient Δ = global − local now and posts its exchange (EAGER:
- * and sets local = s = the outer step of global and momentum with Δ, global and momentum left as they are); the
+ * and sets local = s, the estimate above, global and momentum left as they are); the
  * caller keeps stepping; apply waits for the exchange, takes the outer step on [lo, hi) with the mean and, when
  * the round overlapped, keeps the local progress since begin: local = global' + (local − s) (− residual with
  * keep_unsent); AT_ONCE: local = global' (orch_outer_round). One round in flight per state. */
