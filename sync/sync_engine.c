@@ -1336,6 +1336,17 @@ void xdc_sync_lose(xdc_sync *s, int region)
         __atomic_store_n(&s->lost[region], 1, __ATOMIC_RELEASE);
 }
 
+float xdc_sync_share(xdc_sync *s)
+{
+    if (!s->weight) return 1.0f;
+    float total = 0, mine;
+    pthread_mutex_lock(&s->eng->mu);
+    for (int r = 0; r < s->cfg.n_regions; r++) total += s->weight[r];
+    mine = s->weight[s->cfg.my_region];
+    pthread_mutex_unlock(&s->eng->mu);
+    return total > 0.0f ? mine / total : 1.0f;
+}
+
 void xdc_sync_received(xdc_sync *s, uint8_t *set)
 {
     pthread_mutex_lock(&s->eng->mu); /* the round's `missed`, written by the comm thread before it completed */

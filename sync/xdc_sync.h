@@ -196,6 +196,10 @@ xdc_err_t xdc_sync_set_members(xdc_sync *s, const uint8_t *member, const float *
  * mean is the mean over all its microbatches; across regions, give each region xdc_sync_set_weights its Σ w_i.
  * Between rounds only (XDC_ERR_INVALID during one). */
 xdc_err_t xdc_sync_set_replica_weights(xdc_sync *s, const float *weight, xdc_diag *diag);
+/* This region's share of the rounds' mean from now on: its weight over the sum of the members' weights, in region
+ * order, fp32 (1 without other regions or weights above 0). Any time from the thread that sets the weights: an
+ * estimate of the mean from this region's contribution alone (DiLoCo's eager rounds, orch_outer.h). */
+float xdc_sync_share(xdc_sync *s);
 /* A member region left during the round (the store's host dropped it; docs/runtime.md, "Leaving during a
  * round"): the round stops waiting for its shards and acknowledgements (within 200 ms of a wait), cancels what
  * it still had for it, and goes on without its contribution from the bucket where a shard of it was missing.

@@ -705,7 +705,9 @@ static int outer_call(xdc_comm *c, int tag, float *const *params, outer_op op, b
     if (rc == XDC_OK) switch (op) {
         case OUTER_ROUND: rc = orch_outer_round(&a->outer, a->rounds++, &d); break;
         case OUTER_LAST: rc = last_round(c, a, &d); break;
-        case OUTER_BEGIN: rc = orch_outer_begin(&a->outer, a->outer.sync, 0, a->outer.n, a->rounds++, true, &d); break;
+        case OUTER_BEGIN:
+            rc = orch_outer_begin(&a->outer, a->outer.sync, 0, a->outer.n, a->rounds++, ORCH_OUTER_DELAYED, &d);
+            break;
         case OUTER_APPLY: rc = orch_outer_apply(&a->outer, a->outer.sync, 0, a->outer.n, &d); break;
         }
     if (rc == XDC_OK && op != OUTER_BEGIN) rc = outer_copy(a, params, 0);

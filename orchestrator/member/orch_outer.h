@@ -9,6 +9,7 @@
 #define ORCH_OUTER_H
 
 #include "intra/xdc_intra.h"
+#include "compression/xdc_codec.h"
 #include "kernels/xdc_kernels.h"
 #include "orchestrator/member/orch_member.h"
 #include "sync/xdc_sync.h"
@@ -29,6 +30,20 @@ typedef struct orch_outer_hooks {
     xdc_err_t (*end)(void *ctx, xdc_sync *sync, int64_t step, xdc_diag *diag);
 } orch_outer_hooks;
 
+/* How a round runs against the caller's inner steps (docs/runtime.md, "Overlapped outer rounds"). */
+typedef enum {
+    ORCH_OUTER_AT_ONCE = 0, /* begin and apply back to back: local = global' (orch_outer_round) */
+    /* overlapped, the inner steps between begin and apply going on from local as it was at begin (s = local) */
+    ORCH_OUTER_DELAYED = 1,
+    /* overlapped, the inner steps going on from the eager estimate of where the round leaves local: the round
+     * taken at begin with this member's own contribution the only one in the mean (s = that estimate; local =
+     * s): ĉ = what o->codec carries of Δ = global − local (decoded, no error feedback: Δ itself for codec none),
+     * s = the outer step of global − (Δ − ĉ) (keep_unsent; else global) and momentum, on copies (both stay as
+     * they are), with ĉ times this member's share of the mean (xdc_sync_share) for the mean. Over the whole of
+     * local (DiLoCo's rounds) */
+    ORCH_OUTER_EAGER = 2,
+} orch_outer_overlap;
+
 /* One outer loop's state: the parameters it updates, and the global parameters, momentum and
  * pseudo-gradient on the same device. The caller sets local, n, stream, hooks and keep_unsent before
  * orch_outer_open, and be where the state lives elsewhere than on the member's device (libxdc's device
@@ -38,17 +53,24 @@ typedef struct orch_outer {
     size_t n;               /* parameters, fp32 */
     xdc_stream *stream;     /* where the outer arithmetic and copies queue (the stage's compute stream) */
     orch_outer_hooks hooks; /* zero: none */
-    bool keep_unsent; /* after each round but a `mean` one: local −= the codec's residual (diloco.keep_unsent) */
+    bool keep_unsent;    /* after each round but a `mean` one: local −= the codec's residual (diloco.keep_unsent) */
+    xdc_codec_cfg codec; /* the exchange's codec (orch_outer_open: the sync's): the eager estimate's */
     const xdc_kern_backend *be; /* the device that holds the state and its model ops (NULL at open: the member's) */
     xdc_sync *sync;             /* pseudo-gradients across regions (codec + error feedback) */
     float *global;              /* device (n) the last agreed global parameters */
     float *mom;                 /* device (n) outer Nesterov momentum */
     float *pseudo;              /* device (n) pseudo-gradient: what the sync averages */
-    float *snapshot;            /* device (n) local when an overlapped round began; made at its first */
+    float *snapshot;            /* device (n) s: where an overlapped round's inner steps began; made at its first */
+    /* The eager estimate's (made at the first eager round): device (n) scratch, the codec (n elements, no error
+     * feedback, no zstd) and pinned host (its bound) for its bytes */
+    float *own;
+    xdc_codec *own_codec;
+    uint8_t *own_bytes;
+    size_t own_cap;
     float *host;                /* pinned host (n): staging of global and momentum (checkpoints, rejoin) */
     float lr, momentum;         /* outer Nesterov η, μ (the run file's diloco section) */
     bool mean;                  /* the next outer step is the plain mean (η = 1, μ = 0): keep_unsent's last round */
-    bool overlapped;            /* the round in flight began with orch_outer_begin(..., overlap = true) */
+    orch_outer_overlap overlap; /* how the round in flight began */
     int64_t begun_at;           /* the step of the round in flight, or -1 */
     uint64_t steps_in_flight;   /* inner steps counted (orch_outer_stepped) while a round was in flight, in total */
 } orch_outer;
@@ -58,6 +80,10 @@ typedef struct orch_outer {
  * the device fields are set here: o->be and o->stream), its arithmetic on o->stream. The outer lr and
  * momentum from m's run file. */
 xdc_err_t orch_outer_open(orch_member *m, orch_outer *o, const xdc_sync_cfg *sc, xdc_diag *diag);
+/* orch_outer_open's state without a member: the caller sets o->be, lr, momentum and codec too, and gives the exchange's
+ * sync (n_elems o->n on o->be's device and o->stream), which o owns from now on (the outer tests' regions in one
+ * process). */
+xdc_err_t orch_outer_init(orch_outer *o, xdc_sync *sync);
 /* Its sync, buffers; o zeroed. */
 void orch_outer_destroy(orch_outer *o);
 
@@ -66,11 +92,12 @@ void orch_outer_destroy(orch_outer *o);
 xdc_err_t orch_outer_round(orch_outer *o, int64_t step, xdc_diag *diag);
 
 /* The overlapped round, on [lo, hi) of local with `sync` (n_elems hi − lo: o->sync over the whole, or a
- * streaming fragment's): begin takes the pseudo-gradient of local now and posts its exchange; the caller
- * keeps stepping; apply waits for the exchange, takes the outer step on [lo, hi) and, when the round began
- * with `overlap`, keeps the local progress since: local = global' + (local − snapshot) (− residual with
- * keep_unsent); without it local = global' (orch_outer_round). One round in flight per state. */
-xdc_err_t orch_outer_begin(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, int64_t step, bool overlap,
+ * streaming fragment's): begin takes the pseudo-gradient Δ = global − local now and posts its exchange (EAGER:
+ * and sets local = s, the estimate above, global and momentum left as they are); the
+ * caller keeps stepping; apply waits for the exchange, takes the outer step on [lo, hi) with the mean and, when
+ * the round overlapped, keeps the local progress since begin: local = global' + (local − s) (− residual with
+ * keep_unsent); AT_ONCE: local = global' (orch_outer_round). One round in flight per state. */
+xdc_err_t orch_outer_begin(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, int64_t step, orch_outer_overlap how,
                            xdc_diag *diag);
 xdc_err_t orch_outer_apply(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, xdc_diag *diag);
 /* The outer Nesterov step of [lo, hi) from the averaged pseudo-gradient d (device, hi − lo; mean: the plain

@@ -17,11 +17,12 @@ static const char *const mode_words[] = {"sync", "diloco", "streaming", NULL};
 static const char *const plan_words[] = {"auto", "off", NULL};
 static const char *const ckpt_failure_words[] = {"stop", "continue", NULL};
 static const char *const plan_compute_words[] = {"probe", "topology", NULL};
+static const char *const overlap_words[] = {"delayed", "eager", NULL};
 
 /* The file's keys land in one struct: the config itself plus the raw words and nested nodes. */
 typedef struct {
     orch_run_config c;
-    char model[512], data[512], mode[16], plan[16], plan_compute[16], ckpt_failure[16];
+    char model[512], data[512], mode[16], plan[16], plan_compute[16], ckpt_failure[16], overlap[16];
     const xdc_cfg_node *diloco, *streaming, *timeouts, *elastic, *sync, *slowdown, *replica_mb, *layer_ms;
 } run_in;
 
@@ -74,6 +75,7 @@ static const xdc_cfg_field diloco_fields[] = {
     RUN_FIELD("nobody_waits", XDC_CFG_BOOL, diloco.nobody_waits, false, 0, 0),
     {"slowdown", XDC_CFG_NODE, offsetof(run_in, slowdown), 0, false, 0, 0, NULL},
     RUN_FIELD("overlap_steps", XDC_CFG_INT, diloco.overlap_steps, false, 0, 100000),
+    {"overlap", XDC_CFG_STRING, offsetof(run_in, overlap), 16, false, 0, 0, overlap_words},
 };
 
 static const xdc_cfg_field streaming_fields[] = {
@@ -303,6 +305,15 @@ xdc_err_t orch_run_config_check(const orch_run_config *c, bool planned, xdc_cfg_
         return XDC_ERR_CONFIG;
     }
     const orch_diloco_config *dc = &c->diloco;
+    /* eager is how DiLoCo's overlapped rounds begin (under plan: auto, where the planner overlaps them); a streaming
+     * fragment's round is a slice of the state, which the estimate does not take */
+    if (dc->eager && !mode_open && (c->mode != ORCH_MODE_DILOCO || (!dc->overlap_steps && !c->plan_auto))) {
+        xdc_cfg_error_add(errs, 0, 0,
+                          "diloco.overlap: eager needs DiLoCo's overlapped rounds: mode diloco with "
+                          "diloco.overlap_steps (this run's mode is %s, overlap_steps %d)",
+                          mode_words[c->mode], dc->overlap_steps);
+        return XDC_ERR_CONFIG;
+    }
     /* With plan: auto the planner sets the period: checked once it has (orch_plan_apply), and a re-plan keeps a
      * plan with overlapped rounds as it is (xdc_plan_replan_wan). */
     if (dc->overlap_steps && (!c->plan_auto || planned) &&
@@ -412,6 +423,7 @@ xdc_err_t orch_run_config_load(const char *path, orch_run_config *out, xdc_cfg_e
     for (int m = 0; in.mode[0] && mode_words[m]; m++)
         if (strcmp(in.mode, mode_words[m]) == 0) c->mode = (orch_mode)m;
     c->mode_set = in.mode[0] != 0;
+    c->diloco.eager = strcmp(in.overlap, "eager") == 0; /* default (unset): delayed */
     c->diloco.outer_lr_set = c->diloco.outer_lr >= 0;
     c->diloco.outer_momentum_set = c->diloco.outer_momentum >= 0;
     orch_run_config_outer_defaults(c);

@@ -141,7 +141,8 @@ static xdc_err_t diloco_step(orch_worker *w, void *state, float *loss, xdc_diag 
         /* Nobody waits: weighed by the counts of the round it closes; its decision brings the next round's. */
         double t0 = (double)xdc_now_ns() / 1e9;
         if (nobody_waits(w)) weigh_round(w, st);
-        XDC_CHECK(orch_outer_begin(&st->outer, st->outer.sync, 0, st->outer.n, w->prog.step, true, diag));
+        XDC_CHECK(orch_outer_begin(&st->outer, st->outer.sync, 0, st->outer.n, w->prog.step,
+                                   w->cfg->diloco.eager ? ORCH_OUTER_EAGER : ORCH_OUTER_DELAYED, diag));
         if (nobody_waits(w)) XDC_CHECK(orch_elastic_steps(&w->elastic.m, (long long)w->prog.step, st->steps, diag));
         st->boundary_s += (double)xdc_now_ns() / 1e9 - t0;
         st->rounds++;

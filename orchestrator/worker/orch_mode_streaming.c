@@ -89,7 +89,7 @@ static xdc_err_t launch(orch_worker *w, streaming_state *st, xdc_diag *diag)
         if (w->prog.step % H != (int64_t)f * H / F) continue;
         size_t lo, hi;
         fragment_range(w, f, &lo, &hi);
-        XDC_CHECK(orch_outer_begin(&st->outer, st->frag[f], lo, hi, w->prog.step, true, diag));
+        XDC_CHECK(orch_outer_begin(&st->outer, st->frag[f], lo, hi, w->prog.step, ORCH_OUTER_DELAYED, diag));
         st->inflight = f;
         break; /* one fragment in flight at a time: F <= H keeps them staggered */
     }

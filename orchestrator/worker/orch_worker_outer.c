@@ -133,7 +133,7 @@ xdc_err_t orch_worker_outer_apply(orch_worker *w, orch_outer *o, xdc_sync *sync,
 
 xdc_err_t orch_worker_outer_round(orch_worker *w, orch_outer *o, xdc_diag *diag)
 {
-    XDC_CHECK(orch_outer_begin(o, o->sync, 0, o->n, w->prog.step, false, diag));
+    XDC_CHECK(orch_outer_begin(o, o->sync, 0, o->n, w->prog.step, ORCH_OUTER_AT_ONCE, diag));
     return orch_worker_outer_apply(w, o, o->sync, 0, o->n, diag);
 }
 

@@ -278,17 +278,19 @@ XDC_TEST_T(orch_diloco_keep_unsent_ends_on_one_model, 300)
 
 /* diloco.overlap_steps 3 with the sparse codec, keep_unsent and an int8 last round: each round is applied 3
  * inner steps after it left, those steps counted in every worker's log (the loop ran while the round was on
- * the wire), and every worker still ends on one model, another than the serial schedule's. overlap_steps
- * above inner_steps, or in streaming, is refused (exit 78). */
+ * the wire), and every worker still ends on one model, another than the serial schedule's; so with
+ * diloco.overlap: eager, on a model of its own (its inner steps began elsewhere). overlap_steps above
+ * inner_steps, or in streaming, is refused (exit 78). */
 XDC_TEST_T(orch_diloco_overlapped_rounds_end_on_one_model, 300)
 {
     e2e_need_corpus();
     static char out[65536];
-    static const char *const extra[2] = {
+    static const char *const extra[3] = {
         "diloco: {inner_steps: 10, keep_unsent: true, final_codec: int8}\n",
-        "diloco: {inner_steps: 10, keep_unsent: true, final_codec: int8, overlap_steps: 3}\n"};
-    char hash[2][64], h[8][17], dir[600];
-    for (int i = 0; i < 2; i++) {
+        "diloco: {inner_steps: 10, keep_unsent: true, final_codec: int8, overlap_steps: 3}\n",
+        "diloco: {inner_steps: 10, keep_unsent: true, final_codec: int8, overlap_steps: 3, overlap: eager}\n"};
+    char hash[3][64], h[8][17], dir[600];
+    for (int i = 0; i < 3; i++) {
         char name[32];
         snprintf(name, sizeof name, "overlap-%d", i);
         e2e_launch_hash(e2e_write_run(name, "diloco", 35, "sparse:0.02:2", extra[i]), name, NULL, out, sizeof out, dir,
@@ -298,7 +300,9 @@ XDC_TEST_T(orch_diloco_overlapped_rounds_end_on_one_model, 300)
         for (int k = 1; k < n; k++) XDC_ASSERT_MSG(strcmp(h[k], h[0]) == 0, "%s: %s against %s", name, h[k], h[0]);
     }
     XDC_ASSERT_MSG(strcmp(hash[0], hash[1]) != 0, "overlap changed nothing (%s)", hash[0]);
-    /* rounds at 10, 20, 30 applied at 13, 23, 33: 9 inner steps in flight on every worker */
+    XDC_ASSERT_MSG(strcmp(hash[2], hash[0]) != 0 && strcmp(hash[2], hash[1]) != 0,
+                   "eager ended on the serial or the delayed model (%s)", hash[2]);
+    /* rounds at 10, 20, 30 applied at 13, 23, 33: 9 inner steps in flight on every worker (the eager run's) */
     char logs[700];
     snprintf(logs, sizeof logs, "grep -h 'overlapped outer rounds' %s/logs/*.log", dir);
     char got[4096];

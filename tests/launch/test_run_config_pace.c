@@ -1,8 +1,9 @@
 /* test_run_config_pace.c — the run file's keys of DiLoCo's "nobody waits": diloco.nobody_waits and
  * diloco.slowdown load (slowdown in any mode), the slowdown list is matched against the topology's regions, and
  * each misuse is named (a factor out of range with its line and column, the wrong mode); the `elastic:` key that
- * makes sync mode go by quorum; microbatches_per_replica, per region or for all, and its misuse; and
- * emulate_layer_ms, one value for every region or one per region. */
+ * makes sync mode go by quorum; microbatches_per_replica, per region or for all, and its misuse;
+ * emulate_layer_ms, one value for every region or one per region; and diloco.overlap (eager or delayed), which
+ * needs overlapped rounds. */
 #include "tests/xdc_test.h"
 
 #include "orchestrator/runcfg/orch_run_config.h"
@@ -64,6 +65,23 @@ XDC_TEST(run_config_nobody_waits_and_slowdown_load_and_name_misuse)
 
 /* `elastic:` in a sync-mode run file, any settings, makes its steps rounds of the elastic protocol across
  * regions; without it, or with delayed averaging, sync mode is all or nothing. */
+XDC_TEST(run_config_overlap_eager_needs_overlapped_rounds)
+{
+    static orch_run_config c;
+    xdc_cfg_errors errs;
+    XDC_ASSERT_OK(load("delayed", "mode: diloco\ndiloco: {overlap_steps: 2}\n", &c, &errs));
+    XDC_ASSERT(!c.diloco.eager);
+    XDC_ASSERT_OK(load("eager", "mode: diloco\ndiloco: {overlap_steps: 2, overlap: eager}\n", &c, &errs));
+    XDC_ASSERT(c.diloco.eager);
+    XDC_ASSERT_ERR(load("streaming", "mode: streaming\ndiloco: {overlap: eager}\n", &c, &errs), XDC_ERR_CONFIG);
+    names(&errs, "diloco.overlap: eager needs DiLoCo's overlapped rounds");
+    XDC_ASSERT_ERR(load("blocking", "mode: diloco\ndiloco: {overlap: eager}\n", &c, &errs), XDC_ERR_CONFIG);
+    names(&errs, "(this run's mode is diloco, overlap_steps 0)");
+    XDC_ASSERT_ERR(load("word", "mode: diloco\ndiloco: {overlap_steps: 1, overlap: early}\n", &c, &errs),
+                   XDC_ERR_CONFIG);
+    names(&errs, "overlap");
+}
+
 XDC_TEST(run_config_elastic_key_makes_sync_mode_elastic)
 {
     static orch_run_config c;
