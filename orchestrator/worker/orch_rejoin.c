@@ -90,9 +90,9 @@ static const char *const part_name[N_PART] = {"global parameters", "outer moment
  * rounds since the joiner's snapshot whose global parameters hash to HDR_FROM, as orch_warm_stage lays them out;
  * bit j of HDR_MEANS: round j was a plain mean), their hash at HDR_HASH. HDR_BYTES: the bytes that follow. A
  * slice of the state: its global parameters and momentum, coded (HDR_CODED bytes of the lossless codec's chunks:
- * byte planes + zstd) or as they are (HDR_CODED 0), then the AdamW moments unless HDR_OWN (the joiner keeps its
- * snapshot's, whose global parameters hash to HDR_FROM); each part's hash, of its bytes as they are, at
- * HDR_HASH + p. */
+ * byte planes + zstd; padded to 8, coded_span) or as they are (HDR_CODED 0), then the AdamW moments unless
+ * HDR_OWN (the joiner keeps its snapshot's, whose global parameters hash to HDR_FROM); each part's hash, of its
+ * bytes as they are, at HDR_HASH + p. */
 enum {
     HDR_STEP,
     HDR_EPOCH,
@@ -128,11 +128,16 @@ static size_t slice_bytes(const orch_worker *w, size_t len)
     return n;
 }
 
-/* Bytes on the wire of a slice of len parameters: its global parameters and momentum (`coded` bytes, or as they
- * are when 0), then its AdamW moments unless the joiner keeps its own. */
+/* The room the coded global parameters and momentum take ahead of the moments: `coded` bytes padded to 8, so the
+ * moments after them (fp32 or bf16) are aligned for their type on both ends. */
+static size_t coded_span(size_t coded) { return (coded + 7) & ~(size_t)7; }
+
+/* Bytes on the wire of a slice of len parameters: its global parameters and momentum (`coded` bytes, padded by
+ * coded_span, or as they are when 0), then its AdamW moments unless the joiner keeps its own. */
+
 static size_t state_bytes(const orch_worker *w, size_t len, size_t coded, int own)
 {
-    size_t bytes = coded ? coded : part_bytes(w, PART_GLOBAL, len) + part_bytes(w, PART_MOM, len);
+    size_t bytes = coded ? coded_span(coded) : part_bytes(w, PART_GLOBAL, len) + part_bytes(w, PART_MOM, len);
     return bytes + (own ? 0 : part_bytes(w, PART_M, len) + part_bytes(w, PART_V, len));
 }
 
@@ -335,7 +340,7 @@ static xdc_err_t code_slice(orch_worker *w, struct orch_rejoin_out *g, size_t le
     XDC_CHECK(state_codec(len, &c, &d));
     size_t cap = xdc_codec_bound(c, 2 * len), raw = state_bytes(w, len, 0, 1), rest = state_bytes(w, len, 0, 0) - raw;
     size_t coded = 0;
-    xdc_err_t rc = (g->wire = xdc_malloc(cap + (moments ? rest : 0))) ? XDC_OK : XDC_ERR_NOMEM;
+    xdc_err_t rc = (g->wire = xdc_calloc(1, coded_span(cap) + (moments ? rest : 0))) ? XDC_OK : XDC_ERR_NOMEM;
     if (rc == XDC_OK) rc = xdc_codec_encode(c, (const float *)g->host, 2 * len, g->wire, cap, &coded, &d);
     xdc_codec_destroy(c);
     if (rc == XDC_ERR_RANGE || (rc == XDC_OK && coded >= raw)) { /* as they are */
@@ -344,7 +349,7 @@ static xdc_err_t code_slice(orch_worker *w, struct orch_rejoin_out *g, size_t le
         return XDC_OK;
     }
     XDC_CHECK(rc);
-    if (moments) memcpy(g->wire + coded, g->host + raw, rest);
+    if (moments) memcpy(g->wire + coded_span(coded), g->host + raw, rest); /* the padding zeroed */
     g->coded = coded;
     return XDC_OK;
 }
@@ -683,7 +688,7 @@ static xdc_err_t slice_parts(orch_worker *w, const donor_in *dn, uint8_t *host, 
         return rc;
     }
     part[PART_GLOBAL] = (uint8_t *)*gm, part[PART_MOM] = (uint8_t *)(*gm + len);
-    part[PART_M] = host + coded, part[PART_V] = part[PART_M] + part_bytes(w, PART_M, len);
+    part[PART_M] = host + coded_span(coded), part[PART_V] = part[PART_M] + part_bytes(w, PART_M, len);
     return XDC_OK;
 }
 
