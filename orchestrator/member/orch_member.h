@@ -105,6 +105,15 @@ xdc_err_t orch_member_comm_engine(orch_member *m, xdc_diag *diag);
 
 /* Dial region r's rank `rank` (directly, or through the launcher's relay) and wait for the handshake. */
 xdc_err_t orch_member_dial(orch_member *m, int r, int rank, xdc_wan_peer **out, xdc_diag *diag);
+/* The same for a peer that is a member of a round we take part in (a joiner dialling the round's members): the
+ * handshake is waited for up to timeouts.operation (the longest a round lets a member be silent) where that is
+ * longer than timeouts.handshake, and every ORCH_MEMBER_DIAL_LOOK_MS gone(ctx, r) is asked: non-zero (the run
+ * counted region r out meanwhile) gives up with XDC_ERR_UNAVAILABLE. A stopped process's kernel takes the
+ * connection and nobody answers it until it is continued: a member stopped for a while answers late, one that
+ * the run drops is not waited for. gone NULL: orch_member_dial. */
+#define ORCH_MEMBER_DIAL_LOOK_MS 250
+xdc_err_t orch_member_dial_unless(orch_member *m, int r, int rank, int (*gone)(void *ctx, int r), void *ctx,
+                                  xdc_wan_peer **out, xdc_diag *diag);
 /* The configuration a sync of this member starts from: the run's bucket size and WAN codec, the
  * data-parallel replicas, and with `across_regions` the other regions (none with span: each stage exists
  * once). The caller sets n_elems, name, the device and the trace hook. */

@@ -54,7 +54,9 @@
  * <region> closes the joiner's state connection instead of sending its slice), vanish (a member of <region>
  * that is not a restarted process itself dies, SIGKILL, once it accepted the joiner's connections, before its
  * slice), hold (a member of <region> sends its header at once but holds its slice until it finished two more
- * DiLoCo periods, 2·H steps: the joiner takes part with weight 0 meanwhile); and of the warm rejoin
+ * DiLoCo periods, 2·H steps: the joiner takes part with weight 0 meanwhile), freeze (a member of <region> that is
+ * not a restarted process stops itself, SIGSTOP, before it takes the joiner's connections: the test continues it
+ * once the run dropped it); and of the warm rejoin
  * (orch_snapshot.c): die (a worker of <region> that is not a restarted process dies, SIGKILL, right after
  * writing its snapshot of the first round at or after step 20), nosnap (the joiner of <region> ignores its
  * snapshot), stale (the joiner of <region> changes one global parameter of its snapshot and hashes it again: a
@@ -543,6 +545,8 @@ xdc_err_t orch_rejoin_give(orch_worker *w, orch_outer *o)
     /* Accept each joiner's connections (it dials once it read the round), the rounds' in place of the dead
      * process's peer, then the state's. A joiner that never comes or takes no state is not waited for again: it
      * misses its state and the store host drops it, so every member agrees on the set all the same. */
+    if (donor && !w->elastic.rejoin && orch_rejoin_test_fault(w, "freeze"))
+        raise(SIGSTOP); /* a donor stopped before it takes the joiner's connections: the joiner's handshake hangs */
     xdc_diag d = {{0}};
     uint64_t deadline = xdc_deadline_ms(w->cfg->timeouts.handshake_ms);
     int got[XDC_TOPO_MAX_REGIONS] = {0};
@@ -979,15 +983,25 @@ static xdc_err_t take_state(orch_worker *w, orch_outer *o, struct orch_rejoin_in
 
 /* Dial the members of the round that took us back (mask): every region in the next round ('1', 't', 'c') for
  * the rounds, in place of the dead process's peer, and each donor ('1') once more for the state. */
+/* orch_member_dial_unless's gone (ctx: the worker): a member region dropped since the round that takes us back was
+ * read. A member stopped (SIGSTOP, a frozen VM) after that round's decision is such a one once the run drops it; its
+ * kernel takes our connection and its process never answers, and waiting out timeouts.handshake for it (15 s) held
+ * piled-up returns in bench-chaos. We leave, our region is dropped, and our restart asks again. */
+static int member_gone(void *ctx, int r)
+{
+    orch_worker *w = ctx;
+    return orch_elastic_left_again(&w->elastic.m, r);
+}
+
 static xdc_err_t dial_members(orch_worker *w, struct orch_rejoin_in *in, xdc_diag *diag)
 {
     xdc_wan_peer **peers = orch_member_peers(w->member);
     for (int r = 0; r < w->id->n_regions; r++) {
         if (!strchr("1tc", in->mask[r])) continue;
-        XDC_CHECK(orch_member_dial(w->member, r, w->id->lrank, &peers[r], diag));
+        XDC_CHECK(orch_member_dial_unless(w->member, r, w->id->lrank, member_gone, w, &peers[r], diag));
         if (in->mask[r] != '1') continue;
         in->dn[in->k].region = r;
-        XDC_CHECK(orch_member_dial(w->member, r, w->id->lrank, &in->dn[in->k++].peer, diag));
+        XDC_CHECK(orch_member_dial_unless(w->member, r, w->id->lrank, member_gone, w, &in->dn[in->k++].peer, diag));
     }
     return XDC_OK;
 }

@@ -263,9 +263,10 @@ static const char *write_run_timeouts(const char *name, const char *mode, int st
     snprintf(text, sizeof text,
              "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: %s\ndiloco: {inner_steps: 4%s%s}\n"
              "streaming: {fragments: 2}\npipeline_stages: 1\nmicrobatches: 1\nsteps: %d\ncodec: none\nthreads: 1\n"
-             "elastic: %s\ntimeouts: {rendezvous: 30s, operation: 30s, heartbeat: 30s%s}\n",
+             "elastic: %s\ntimeouts: {rendezvous: 30s, operation: 30s%s%s}\n",
              cwd, DATA, overlap ? "diloco" : mode, overlap ? ", overlap_steps: 2" : "",
-             nw ? ", nobody_waits: true, slowdown: [1, 1, 2]" : "", steps, elastic, timeouts);
+             nw ? ", nobody_waits: true, slowdown: [1, 1, 2]" : "", steps, elastic,
+             strstr(timeouts, "heartbeat:") ? "" : ", heartbeat: 30s", timeouts);
     xdc_test_write_file(path, text);
     return path;
 }
@@ -892,11 +893,11 @@ XDC_TEST_T(elastic_leaves_a_region_out_at_the_last_round, 180) { take_a_region_b
 /* `xdc launch --max-restarts restarts` of `name`'s elastic run (128 steps of `mode`, `elastic`, a 5 s handshake)
  * over its emulated WAN, the environment's `key` set to `val` for it alone (key NULL: none), waited for until
  * step 20; dir[600] and log[700] receive the run's folder and its log. */
-static pid_t launch_to_step_20(const char *name, const char *mode, const char *elastic, const char *key,
-                               const char *val, const char *restarts, char *dir, char *log)
+static pid_t launch_to_step_20_timeouts(const char *name, const char *mode, const char *elastic, const char *timeouts,
+                                        const char *key, const char *val, const char *restarts, char *dir, char *log)
 {
     need_corpus();
-    const char *run = write_run_timeouts(name, mode, 128, elastic, ", handshake: 5s");
+    const char *run = write_run_timeouts(name, mode, 128, elastic, timeouts);
     snprintf(dir, 600, "%s/%s", xdc_test_tmpdir(), name);
     snprintf(log, 700, "%s/%s.log", xdc_test_tmpdir(), name);
     if (key) setenv(key, val, 1);
@@ -904,6 +905,13 @@ static pid_t launch_to_step_20(const char *name, const char *mode, const char *e
     if (key) unsetenv(key);
     XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
     return p;
+}
+
+/* The same with a 5 s WAN handshake. */
+static pid_t launch_to_step_20(const char *name, const char *mode, const char *elastic, const char *key,
+                               const char *val, const char *restarts, char *dir, char *log)
+{
+    return launch_to_step_20_timeouts(name, mode, elastic, ", handshake: 5s", key, val, restarts, dir, log);
 }
 
 /* `xdc launch --max-restarts` in `mode` over its emulated WAN: ap-south's worker killed after step 20, its
@@ -992,6 +1000,33 @@ XDC_TEST_T(elastic_launch_joiner_gives_up_on_a_donor_that_died, 180)
     XDC_ASSERT_STR_CONTAINS(wlog, "rejoin: no state from eu-west: its region left the run before its slice of the "
                                   "state came");
     free(wlog);
+}
+
+/* A donor stopped at the round that takes a joiner back (bench-chaos: a stall piled on a return): ap-south's worker
+ * killed after step 20 and restarted; at that round eu-west's worker stops itself (SIGSTOP) before it takes the
+ * joiner's connections (XDC_TEST_REJOIN=freeze@eu-west, orch_rejoin.c), so the joiner's WAN handshake to it hangs:
+ * the stopped process's kernel took the connection. The run drops eu-west for its silence in the round's exchange
+ * (timeouts.heartbeat 4 s); the joiner sees eu-west counted out and gives up its dial, named, instead of waiting
+ * out timeouts.handshake (60 s here, so the test would also pass the slow way but for the line it asserts). Both
+ * regions are started again (eu-west once continued), rejoin, and all three end on one model. */
+XDC_TEST_T(elastic_launch_joiner_gives_up_its_handshake_to_a_stopped_donor, 180)
+{
+    char dir[600], log[700];
+    pid_t p = launch_to_step_20_timeouts("lfreeze", "diloco", "{min_regions: 1, grace: 5s}",
+                                         ", handshake: 60s, heartbeat: 4s", "XDC_TEST_REJOIN", "freeze@eu-west", "2",
+                                         dir, log);
+    signal_worker(dir, "ap-south", SIGKILL);
+    XDC_ASSERT_MSG(wait_for_text(log, "region eu-west left during the exchange of the outer round at step"),
+                   "eu-west, stopped at the round that took ap-south back, was not dropped");
+    char joiner[800]; /* continued only once the joiner gave up: its handshake would complete then */
+    snprintf(joiner, sizeof joiner, "%s/logs/ap-south-south-node1-0.log", dir);
+    XDC_ASSERT_MSG(wait_for_text(joiner, " left the run during our WAN handshake ("),
+                   "ap-south's joiner did not give up its handshake to the stopped eu-west");
+    signal_worker(dir, "eu-west", SIGCONT);
+    char *out = launch_succeeded(p, dir, log);
+    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
+    expect_one_model(dir, out, 3);
+    free(out);
 }
 
 /* Nobody waits for a joiner's state (docs/runtime.md "Rejoining") in `mode`: ap-south's worker killed after step
