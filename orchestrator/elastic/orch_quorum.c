@@ -29,8 +29,15 @@ void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, 
     q->silent_ms = silent_ms;
     q->open = -1;
     q->last_round = LLONG_MAX;
-    const char *at = getenv("XDC_TEST_REJOIN_AT"); /* tests/e2e/test_elastic.c: a return at a chosen round */
-    q->rejoin_at = at ? strtoll(at, NULL, 10) : -1;
+    /* tests/e2e/test_elastic.c: a return at a chosen round, "36" for every region or "36:eu-west,44:ap-south" */
+    for (int r = 0; r < XDC_TOPO_MAX_REGIONS; r++) q->rejoin_at[r] = -1;
+    for (const char *e = getenv("XDC_TEST_REJOIN_AT"); e && *e; e = strchr(e, ',') ? strchr(e, ',') + 1 : NULL) {
+        char *end, name[XDC_NAME_MAX + 1] = "";
+        long long step = strtoll(e, &end, 10);
+        if (*end == ':') snprintf(name, sizeof name, "%.*s", (int)strcspn(end + 1, ","), end + 1);
+        for (int r = 0; r < t->n_regions; r++)
+            if (!name[0] || strcmp(name, t->regions[r].name) == 0) q->rejoin_at[r] = step;
+    }
 }
 
 /* Worker k of region r's last arrival (outer/r/k): a step, LLONG_MAX for the end, -1 when it posted none; how it
@@ -64,7 +71,8 @@ static int join_request(const orch_quorum *q, int r, int k, char *nonce)
 static void admit_joiners(orch_quorum *q, long long step, char *mask)
 {
     char nonce[RDZV_NONCE_MAX];
-    for (int r = 0; r < q->t->n_regions && (q->rejoin_at < 0 || step == q->rejoin_at); r++) {
+    for (int r = 0; r < q->t->n_regions; r++) {
+        if (q->rejoin_at[r] >= 0 && step != q->rejoin_at[r]) continue;
         int n = xdc_topology_region_workers(q->t, r), k = 0;
         while (!q->live[r] && k < n && join_request(q, r, k, nonce)) k++;
         if (q->live[r] || k < n) continue;
@@ -101,12 +109,12 @@ int orch_quorum_asks(const orch_quorum *q, int r, int k)
     return !q->live[r] && join_request(q, r, k, nonce);
 }
 
-/* 1 when every worker of each region out of the run asked to rejoin. */
-static int all_asked(const orch_quorum *q)
+/* 1 when every worker of each region out of the run that XDC_TEST_REJOIN_AT takes back at `step` asked to rejoin. */
+static int all_asked(const orch_quorum *q, long long step)
 {
     char nonce[RDZV_NONCE_MAX];
     for (int r = 0; r < q->t->n_regions; r++)
-        for (int k = 0; !q->live[r] && k < xdc_topology_region_workers(q->t, r); k++)
+        for (int k = 0; !q->live[r] && q->rejoin_at[r] == step && k < xdc_topology_region_workers(q->t, r); k++)
             if (!join_request(q, r, k, nonce)) return 0;
     return 1;
 }
@@ -309,7 +317,7 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
         members += mask[r] == '1';
     }
     mask[q->t->n_regions] = '\0';
-    if (!arrived || (step == q->rejoin_at && !all_asked(q))) return XDC_OK;
+    if (!arrived || !all_asked(q, step)) return XDC_OK;
     /* The window runs from the first member's arrival: a region catching up ('t', 'c') runs no inner step and
      * arrives at once, a whole round before the members, which a window from the rounds' spread would then drop
      * (and its arrival is no spread). With none but such regions there, from when all arrived. */

@@ -91,8 +91,9 @@ typedef struct orch_quorum {
      * orch_quorum_joins_in_round): 'j' is in the round's open set like 't', so its final set waits for the joiner's
      * sums and its loss during the exchange is published as any member's; 0: it comes in at the next round */
     int joins_in_round;
-    long long rejoin_at; /* test hook XDC_TEST_REJOIN_AT=<step>: take regions back at that round only, which
-                          * waits until every region out of the run asked; -1: unset */
+    /* test hook XDC_TEST_REJOIN_AT=<step>[:<region>][,...]: take each region back at its round only (a step
+     * without a region: every region's), which waits until the regions due then asked; -1: any round */
+    long long rejoin_at[XDC_TOPO_MAX_REGIONS];
 } orch_quorum;
 
 /* Every region of `t` in the run, nothing decided. Each round's exchange ends with a final set, and a

@@ -16,6 +16,14 @@
 
 #define ORCH_SNAPSHOT_FILE "outer-round.snap"
 
+#define ORCH_SNAP_HISTORY 256 /* the rounds' hashes a member keeps and its snapshot carries (orch_warm_chain) */
+
+/* A round's global parameters' hash after its outer step. */
+typedef struct {
+    int64_t round;
+    uint64_t hash;
+} orch_round_hash;
+
 typedef struct orch_snapshot_meta {
     uint64_t n;     /* parameters of the stage */
     int64_t round;  /* the outer round's step (its decision's) */
@@ -23,6 +31,11 @@ typedef struct orch_snapshot_meta {
     int64_t adam_t; /* AdamW steps taken */
     uint64_t epoch, batch; /* data position */
     uint64_t hash;         /* xxh64 of the global parameters (n fp32) */
+    /* the hashes of the last rounds its member kept, oldest first, this one's the newest: the worker restarted
+     * from the snapshot knows them again, so as a donor it can still tell a later joiner whose snapshot is of
+     * one of those rounds that it holds this run's model (orch_warm_chain) */
+    uint64_t n_hist;
+    orch_round_hash hist[ORCH_SNAP_HISTORY];
 } orch_snapshot_meta;
 
 enum { ORCH_SNAP_GLOBAL, ORCH_SNAP_MOM, ORCH_SNAP_M, ORCH_SNAP_V, ORCH_SNAP_PARTS };

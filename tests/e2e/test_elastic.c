@@ -1194,6 +1194,44 @@ XDC_TEST_T(elastic_launch_region_back_past_the_kept_rounds_takes_parameters_and_
     free(wlog);
 }
 
+/* A donor that rejoined itself still knows the rounds before its return: eu-west's and ap-south's workers both die
+ * right after their snapshots of round 20 (XDC_TEST_REJOIN=die@...), us-east goes on alone, eu-west is taken back at
+ * round 36 and ap-south at 44 (XDC_TEST_REJOIN_AT=36:eu-west,44:ap-south). eu-west's restarted worker took back the
+ * round hashes its snapshot carries, so at 44 it finds ap-south's round 20 among them as us-east does, and both send
+ * the global parameters and momentum alone (before, eu-west knew only the rounds since its return and sent its
+ * slice of the whole state, the AdamW moments too). All three end on one model. */
+XDC_TEST_T(elastic_launch_rejoined_donor_knows_the_rounds_before_its_return, 180)
+{
+    need_corpus();
+    const char *run = write_run_timeouts("lknown", "diloco", 64, "{min_regions: 1, grace: 5s}", ", handshake: 5s");
+    char dir[600], log[700];
+    snprintf(dir, sizeof dir, "%s/lknown", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/lknown.log", xdc_test_tmpdir());
+    setenv("XDC_TEST_REJOIN", "die@eu-west,die@ap-south", 1);
+    setenv("XDC_TEST_REJOIN_AT", "36:eu-west,44:ap-south", 1);
+    pid_t p = start_launch(run, NULL, dir, log, "1");
+    unsetenv("XDC_TEST_REJOIN");
+    unsetenv("XDC_TEST_REJOIN_AT");
+    char *out = launch_succeeded(p, dir, log);
+    XDC_ASSERT_STR_CONTAINS(out, "region eu-west rejoins the run at the outer round at step 36");
+    XDC_ASSERT_STR_CONTAINS(out, "region ap-south rejoins the run at the outer round at step 44");
+    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
+    expect_one_model(dir, out, 3);
+    free(out);
+    char *west = e2e_region_log(dir, "eu-west");
+    const char *gave = strstr(west, "round 44: sending region ap-south rank 0 parameters [");
+    XDC_ASSERT_MSG(gave != NULL, "eu-west sent ap-south nothing at round 44:\n%s", west);
+    const char *eol = strchr(gave, '\n'), *alone = strstr(gave, "global parameters and momentum alone");
+    XDC_ASSERT_MSG(alone && (!eol || alone < eol),
+                   "eu-west did not send ap-south its global parameters and momentum alone: %.300s", gave);
+    free(west);
+    char *south = e2e_region_log(dir, "ap-south");
+    XDC_ASSERT_STR_CONTAINS(south, "region ap-south took the state of round 44 (step 44, data epoch 0 batch 44, 44 "
+                                   "AdamW steps) from the round's 2 member regions, a slice from each (global "
+                                   "parameters and outer momentum, its own AdamW moments from its snapshot, ");
+    free(south);
+}
+
 /* A snapshot that is not the members' model (stale: valid, hashed again after one parameter changed), or a file
  * cut by a crash (torn: its checksum fails): the donors, or the joiner itself, refuse it, the joiner takes the
  * whole state and says why, and every region still ends on one model. */
