@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define REJOIN_ASK_MS 250 /* a joiner's wait for its round, between looks at the end's decision */
+#define REJOIN_ASK_MS 250 /* a restarted worker's waits (to be let go, for its round), between looks at the store */
 
 void orch_elastic_member_init(orch_elastic_member *m, rdzv_client *rdzv, const xdc_topology *t, int region_idx,
                               int rank, int64_t grace_ms, int64_t operation_ms)
@@ -250,17 +250,36 @@ xdc_err_t orch_elastic_rejoin_detect(rdzv_client *rdzv, const char *region, int 
     XDC_CHECK(rc);
     XDC_INFO(XDC_SUB_ORCH, "the run is under way (an earlier process of ours published %s = %s): rejoining it", key.s,
              val);
-    /* The store host names our region gone once it missed a round (or its agent's failure was reported). */
+    /* The store host names our region gone once it missed a round (or its agent's failure was reported): left/<r>
+     * counts its departures, and back/<r>/<n> is set once a round took it back after its n-th. A count it was taken
+     * back after is our earlier process's own return, whose loss is not counted yet: wait until it is. Going on
+     * would withdraw the failure report (orch_elastic_rejoin_ask) before a decider read it (one that was taking
+     * over the role: bench-chaos dropped such a region only at the grace window, 23 s after its kill). */
     key = rdzv_key_left(region_idx);
-    rc = rdzv_get(rdzv, key.s, timeout_ms, val, sizeof val, diag);
-    if (rc != XDC_OK) {
-        xdc_diag_prefix(diag, "region %s: the run is under way but did not let it go (%s)", region, key.s);
-        return rc;
-    }
+    uint64_t deadline = xdc_deadline_ms(timeout_ms);
     long long times;
-    if (rdzv_val_round_parse(val, &times) != XDC_OK || times > INT32_MAX) {
-        xdc_diag_set(diag, "region %s: %s = '%.32s' is not a count", region, key.s, val);
-        return XDC_ERR_PROTO;
+    for (;;) {
+        rc = rdzv_get(rdzv, key.s, xdc_deadline_poll_ms(deadline), val, sizeof val, diag);
+        if (rc != XDC_OK) {
+            xdc_diag_prefix(diag, "region %s: the run is under way but did not let it go (%s)", region, key.s);
+            return rc;
+        }
+        if (rdzv_val_round_parse(val, &times) != XDC_OK || times > INT32_MAX) {
+            xdc_diag_set(diag, "region %s: %s = '%.32s' is not a count", region, key.s, val);
+            return XDC_ERR_PROTO;
+        }
+        char at[64];
+        rc = rdzv_try_get(rdzv, rdzv_key_back(region_idx, (int)times).s, at, sizeof at, diag);
+        if (rc == XDC_ERR_AGAIN) break; /* out since its last departure */
+        XDC_CHECK(rc);
+        if (xdc_deadline_passed(deadline)) {
+            xdc_diag_set(diag,
+                         "region %s: the run is under way but did not let it go (%s = %lld, and it was taken back "
+                         "after that at step %s: our earlier process's loss is not counted yet)",
+                         region, key.s, times, at);
+            return XDC_ERR_TIMEOUT;
+        }
+        xdc_sleep_s(REJOIN_ASK_MS / 1000.0);
     }
     *rejoin = 1;
     *left = (int)times;

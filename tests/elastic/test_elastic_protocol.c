@@ -515,6 +515,30 @@ XDC_TEST_T(elastic_protocol_a_region_rejoins, 30)
     fixture_close(&f);
 }
 
+/* A restarted worker whose region was taken back since its last departure (left/2 = 1 and back/2/1 set: that
+ * return was its earlier process) waits until the run counted its earlier process out (left/2 = 2) before it goes
+ * on and withdraws the failure report: bench-chaos's kill-pair under a decider changing hands was dropped only at
+ * the grace window when the restart withdrew the report first. */
+XDC_TEST_T(elastic_protocol_a_restart_waits_until_its_earlier_return_is_counted_out, 30)
+{
+    fixture f;
+    fixture_open(&f, 2, 600000);
+    rdzv_server_set(f.srv, rdzv_key_wan(2, 0).s, "127.0.0.1:9");
+    rdzv_server_set(f.srv, rdzv_key_left(2).s, rdzv_val_round(1).s);
+    rdzv_server_set(f.srv, rdzv_key_back(2, 1).s, rdzv_val_round(8).s);
+    int rejoin = -1, left = -1;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_ERR(orch_elastic_rejoin_detect(f.mem[2].rdzv, "ap-south", 2, 0, 300, &rejoin, &left, &d),
+                   XDC_ERR_TIMEOUT);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "region ap-south: the run is under way but did not let it go (left/2 = 1, and it "
+                                   "was taken back after that at step 8: ");
+    rdzv_server_set(f.srv, rdzv_key_left(2).s, rdzv_val_round(2).s); /* its earlier process is counted out */
+    XDC_ASSERT_OK(orch_elastic_rejoin_detect(f.mem[2].rdzv, "ap-south", 2, 0, 300, &rejoin, &left, &d));
+    XDC_ASSERT_EQ(rejoin, 1);
+    XDC_ASSERT_EQ(left, 2);
+    fixture_close(&f);
+}
+
 /* ---- a quorum that is not met ------------------------------------------------------------------------ */
 
 /* us-east and eu-west arrive; no decision ever comes (the host ends the run), so their wait runs out. */
