@@ -981,8 +981,6 @@ static xdc_err_t take_state(orch_worker *w, orch_outer *o, struct orch_rejoin_in
     return XDC_OK;
 }
 
-/* Dial the members of the round that took us back (mask): every region in the next round ('1', 't', 'c') for
- * the rounds, in place of the dead process's peer, and each donor ('1') once more for the state. */
 /* orch_member_dial_unless's gone (ctx: the worker): a member region dropped since the round that takes us back was
  * read. A member stopped (SIGSTOP, a frozen VM) after that round's decision is such a one once the run drops it; its
  * kernel takes our connection and its process never answers, and waiting out timeouts.handshake for it (15 s) held
@@ -993,6 +991,8 @@ static int member_gone(void *ctx, int r)
     return orch_elastic_left_again(&w->elastic.m, r);
 }
 
+/* Dial the members of the round that took us back (mask): every region in the next round ('1', 't', 'c') for
+ * the rounds, in place of the dead process's peer, and each donor ('1') once more for the state. */
 static xdc_err_t dial_members(orch_worker *w, struct orch_rejoin_in *in, xdc_diag *diag)
 {
     xdc_wan_peer **peers = orch_member_peers(w->member);
