@@ -41,9 +41,9 @@ typedef struct orch_diloco_config {
     /* d > 0: the round due at step S begins at the start of step S+1 and is applied at the end of step S+d,
      * keeping the local progress of those d steps (docs/runtime.md, "Overlapped outer rounds"); 0: at once */
     int overlap_steps;
-    /* diloco.overlap: eager (else delayed): an overlapped round's inner steps (DiLoCo's d, streaming's fragment's
-     * one) go on from the outer step taken with the region's own pseudo-gradient in place of the mean, which
-     * corrects it when it lands (orch_outer.h, ORCH_OUTER_EAGER) */
+    /* diloco.overlap: eager (else delayed): the d inner steps of an overlapped DiLoCo round (mode diloco only:
+     * orch_run_config_check) go on from the outer step taken with the region's own pseudo-gradient in place of
+     * the mean, which corrects it when it lands (orch_outer.h, ORCH_OUTER_EAGER) */
     bool eager;
 } orch_diloco_config;
 

@@ -1076,17 +1076,20 @@ XDC_TEST_T(elastic_launch_streaming_does_not_wait_for_a_joiner_whose_state_is_he
  * again; the host takes it back at round `at` (XDC_TEST_REJOIN_AT): 28 is two DiLoCo rounds (24, 28) or four
  * streaming fragment rounds (22, 24, 26, 28: 2 fragments, one every 2 steps) after its snapshot, 24 the DiLoCo round
  * right after it. `also`: more faults (of the restarted joiner, or of eu-west: then `elastic` lets us-east go on
- * alone and donate alone). ap-south's log, and the run ends with all three regions on one model. */
+ * alone and donate alone); `also_at`: other regions' rounds ("36:eu-west"; then ap-south is taken back at `at` alone,
+ * NULL: every region). ap-south's log (and eu-west's after it when `also` names eu-west), and the run ends with all
+ * three regions on one model. */
 static char *back_from_snapshot(const char *name, const char *mode, const char *also, const char *elastic, int donors,
-                                int at)
+                                int at, const char *also_at)
 {
     need_corpus();
     const char *run = write_run_timeouts(name, mode, 64, elastic, ", handshake: 5s");
-    char dir[600], log[700], faults[128], want[200], round[16];
+    char dir[600], log[700], faults[128], want[200], round[128];
     snprintf(dir, sizeof dir, "%s/%s", xdc_test_tmpdir(), name);
     snprintf(log, sizeof log, "%s/%s.log", xdc_test_tmpdir(), name);
     snprintf(faults, sizeof faults, "die@ap-south%s%s", also ? "," : "", also ? also : "");
-    snprintf(round, sizeof round, "%d", at);
+    if (also_at) snprintf(round, sizeof round, "%d:ap-south,%s", at, also_at);
+    else snprintf(round, sizeof round, "%d", at);
     setenv("XDC_TEST_REJOIN", faults, 1);
     setenv("XDC_TEST_REJOIN_AT", round, 1);
     pid_t p = start_launch(run, NULL, dir, log, "1");
@@ -1123,7 +1126,7 @@ static char *back_from_snapshot(const char *name, const char *mode, const char *
 static void back_from_snapshot_takes_only_the_rounds_it_missed(const char *name, const char *mode, int at,
                                                                const char *snap, const char *warm_line)
 {
-    char *wlog = back_from_snapshot(name, mode, NULL, "{min_regions: 2, grace: 5s}", 2, at);
+    char *wlog = back_from_snapshot(name, mode, NULL, "{min_regions: 2, grace: 5s}", 2, at, NULL);
     XDC_ASSERT_STR_CONTAINS(wlog, snap);
     char want[64];
     snprintf(want, sizeof want, "region ap-south took the state of round %d", at);
@@ -1150,7 +1153,7 @@ XDC_TEST_T(elastic_launch_region_back_from_its_snapshot_takes_only_the_rounds_it
  * trains from step 24 and is a member (weighted) from round 28. All three end on one model. */
 XDC_TEST_T(elastic_launch_region_back_at_the_round_after_its_snapshot_trains_from_that_round, 180)
 {
-    char *wlog = back_from_snapshot("lwarm0", "diloco", NULL, "{min_regions: 2, grace: 5s}", 2, 24);
+    char *wlog = back_from_snapshot("lwarm0", "diloco", NULL, "{min_regions: 2, grace: 5s}", 2, 24, NULL);
     XDC_ASSERT_STR_CONTAINS(wlog, "rejoins at round 24: it takes part with weight 0 from this round's exchange");
     const char *took = strstr(wlog, "region ap-south took the state of round 24");
     XDC_ASSERT_STR_CONTAINS(took, "warm: 2 of them the means of the 0 rounds since its snapshot, replayed from it");
@@ -1180,7 +1183,7 @@ XDC_TEST_T(elastic_launch_streaming_region_back_from_its_snapshot_takes_only_the
  * three regions end on one model (back_from_snapshot). */
 XDC_TEST_T(elastic_launch_region_back_past_the_kept_rounds_takes_parameters_and_momentum_alone, 180)
 {
-    char *wlog = back_from_snapshot("lpast", "diloco", NULL, "{min_regions: 2, grace: 5s}", 2, 36);
+    char *wlog = back_from_snapshot("lpast", "diloco", NULL, "{min_regions: 2, grace: 5s}", 2, 36, NULL);
     const char *took = strstr(wlog, "region ap-south took the state of round 36");
     static const char how[] = "a slice from each (global parameters and outer momentum, its own AdamW moments from "
                               "its snapshot, ";
@@ -1202,34 +1205,18 @@ XDC_TEST_T(elastic_launch_region_back_past_the_kept_rounds_takes_parameters_and_
  * slice of the whole state, the AdamW moments too). All three end on one model. */
 XDC_TEST_T(elastic_launch_rejoined_donor_knows_the_rounds_before_its_return, 180)
 {
-    need_corpus();
-    const char *run = write_run_timeouts("lknown", "diloco", 64, "{min_regions: 1, grace: 5s}", ", handshake: 5s");
-    char dir[600], log[700];
-    snprintf(dir, sizeof dir, "%s/lknown", xdc_test_tmpdir());
-    snprintf(log, sizeof log, "%s/lknown.log", xdc_test_tmpdir());
-    setenv("XDC_TEST_REJOIN", "die@eu-west,die@ap-south", 1);
-    setenv("XDC_TEST_REJOIN_AT", "36:eu-west,44:ap-south", 1);
-    pid_t p = start_launch(run, NULL, dir, log, "1");
-    unsetenv("XDC_TEST_REJOIN");
-    unsetenv("XDC_TEST_REJOIN_AT");
-    char *out = launch_succeeded(p, dir, log);
-    XDC_ASSERT_STR_CONTAINS(out, "region eu-west rejoins the run at the outer round at step 36");
-    XDC_ASSERT_STR_CONTAINS(out, "region ap-south rejoins the run at the outer round at step 44");
-    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
-    expect_one_model(dir, out, 3);
-    free(out);
-    char *west = e2e_region_log(dir, "eu-west");
-    const char *gave = strstr(west, "round 44: sending region ap-south rank 0 parameters [");
-    XDC_ASSERT_MSG(gave != NULL, "eu-west sent ap-south nothing at round 44:\n%s", west);
+    char *logs = back_from_snapshot("lknown", "diloco", "die@eu-west", "{min_regions: 1, grace: 5s}", 2, 44,
+                                    "36:eu-west");
+    XDC_ASSERT_STR_CONTAINS(logs, "region eu-west rejoins at round 36: ");
+    XDC_ASSERT_STR_CONTAINS(logs, "region ap-south took the state of round 44 (step 44, data epoch 0 batch 44, 44 "
+                                  "AdamW steps) from the round's 2 member regions, a slice from each (global "
+                                  "parameters and outer momentum, its own AdamW moments from its snapshot, ");
+    const char *gave = strstr(logs, "round 44: sending region ap-south rank 0 parameters [");
+    XDC_ASSERT_MSG(gave != NULL, "eu-west sent ap-south nothing at round 44:\n%s", logs);
     const char *eol = strchr(gave, '\n'), *alone = strstr(gave, "global parameters and momentum alone");
     XDC_ASSERT_MSG(alone && (!eol || alone < eol),
                    "eu-west did not send ap-south its global parameters and momentum alone: %.300s", gave);
-    free(west);
-    char *south = e2e_region_log(dir, "ap-south");
-    XDC_ASSERT_STR_CONTAINS(south, "region ap-south took the state of round 44 (step 44, data epoch 0 batch 44, 44 "
-                                   "AdamW steps) from the round's 2 member regions, a slice from each (global "
-                                   "parameters and outer momentum, its own AdamW moments from its snapshot, ");
-    free(south);
+    free(logs);
 }
 
 /* A snapshot that is not the members' model (stale: valid, hashed again after one parameter changed), or a file
@@ -1237,11 +1224,11 @@ XDC_TEST_T(elastic_launch_rejoined_donor_knows_the_rounds_before_its_return, 180
  * whole state and says why, and every region still ends on one model. */
 XDC_TEST_T(elastic_launch_region_with_a_stale_or_torn_snapshot_takes_the_whole_state, 240)
 {
-    char *wlog = back_from_snapshot("lstale", "diloco", "stale@ap-south", "{min_regions: 2, grace: 5s}", 2, 28);
+    char *wlog = back_from_snapshot("lstale", "diloco", "stale@ap-south", "{min_regions: 2, grace: 5s}", 2, 28, NULL);
     XDC_ASSERT_STR_CONTAINS(wlog, "a slice from each (global parameters, outer momentum and AdamW moments as bf16, ");
     XDC_ASSERT_STR_CONTAINS(wlog, "not warm: its snapshot's global parameters differ from this member's at that round");
     free(wlog);
-    wlog = back_from_snapshot("ltorn", "diloco", "torn@ap-south", "{min_regions: 2, grace: 5s}", 2, 28);
+    wlog = back_from_snapshot("ltorn", "diloco", "torn@ap-south", "{min_regions: 2, grace: 5s}", 2, 28, NULL);
     XDC_ASSERT_STR_CONTAINS(wlog, "no snapshot to rejoin from (");
     XDC_ASSERT_STR_CONTAINS(wlog, "checksum mismatch");
     XDC_ASSERT_STR_CONTAINS(wlog, "not warm: it found no valid snapshot of its own");
@@ -1251,7 +1238,8 @@ XDC_TEST_T(elastic_launch_region_with_a_stale_or_torn_snapshot_takes_the_whole_s
 /* The same refusal in streaming: a stale snapshot's hash is on no donor's chain of fragment rounds. */
 XDC_TEST_T(elastic_launch_streaming_region_with_a_stale_snapshot_takes_the_whole_state, 180)
 {
-    char *wlog = back_from_snapshot("lsstale", "streaming", "stale@ap-south", "{min_regions: 2, grace: 5s}", 2, 28);
+    char *wlog = back_from_snapshot("lsstale", "streaming", "stale@ap-south", "{min_regions: 2, grace: 5s}", 2, 28,
+                                    NULL);
     XDC_ASSERT_STR_CONTAINS(wlog, "a slice from each (global parameters, outer momentum and AdamW moments as bf16, ");
     XDC_ASSERT_STR_CONTAINS(wlog, "not warm: its snapshot's global parameters differ from this member's at that round");
     free(wlog);
@@ -1264,7 +1252,7 @@ XDC_TEST_T(elastic_launch_streaming_region_with_a_stale_snapshot_takes_the_whole
 XDC_TEST_T(elastic_launch_two_joiners_one_warm_one_not_each_take_their_own, 180)
 {
     char *logs = back_from_snapshot("lmixed", "diloco", "die@eu-west,nosnap@ap-south", "{min_regions: 1, grace: 5s}", 1,
-                                    28);
+                                    28, NULL);
     XDC_ASSERT_STR_CONTAINS(logs, "region ap-south took the state of round 28 (step 28, data epoch 0 batch 28, 28 "
                                   "AdamW steps) from the round's 1 member regions, a slice from each (");
     XDC_ASSERT_STR_CONTAINS(logs, "not warm: it found no valid snapshot of its own");
