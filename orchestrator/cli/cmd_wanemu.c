@@ -23,13 +23,15 @@
 
 static int wanemu_usage(FILE *f)
 {
-    fprintf(f, "usage: xdc wan-emu --topology FILE [--port-offset N] [--ranks N] [--outage DUR@START[,...]]...\n"
-               "                   [--duration SECONDS] [--check [--seconds S]] [--netns PREFIX [--coordinator]]\n"
+    fprintf(f, "usage: xdc wan-emu --topology FILE [--port-offset N] [--ranks N]\n"
+               "                   [--outage DUR@START[:in-flight][,...]]... [--duration SECONDS]\n"
+               "                   [--check [--seconds S]] [--netns PREFIX [--coordinator]]\n"
                "  One relay per (link, destination worker): worker r of region B listens on B's wan_endpoint\n"
                "  port + r; region A (index a, 0-based) reaches it at 127.0.0.1:(port + r + N x (a + 1)),\n"
                "  N = --port-offset (default 1000). --ranks overrides the workers per region (default: topology).\n"
                "  --outage 30s@10s cuts every relay for 30 s starting 10 s after start (repeat it, or give a list\n"
-               "  30s@10s,5s@60s, for several). Runs until Ctrl-C or\n"
+               "  30s@10s,5s@60s, for several; 30s@10s:in-flight waits from then for a transfer on its way,\n"
+               "  16 KiB or more, and cuts it). Runs until Ctrl-C or\n"
                "  --duration. --check measures each link for S seconds (default 1.5) and prints configured vs\n"
                "  measured RTT and rate instead of running relays.\n"
                "  --netns PREFIX (root): network namespaces PREFIX-0.. (one per region, address 10.77.0.(i+1) on\n"
@@ -241,7 +243,7 @@ static int start_link_relays(const xdc_topology *t, const wanemu_opts *o, int i,
             return xdc_cli_exit_code(e);
         }
         for (int k = 0; k < o->n_outages; k++) /* at most the relay's capacity: never refused */
-            xdc_wan_relay_schedule_outage(rs->v[rs->n], o->outages[k].start_ms, o->outages[k].duration_ms);
+            xdc_wan_relay_schedule_outage(rs->v[rs->n], &o->outages[k]);
         printf("relay %s->%s rank %d: 127.0.0.1:%d -> %s:%d  rate %.1f Mbit/s rtt %.1f ms jitter %.1f ms loss %.3f%%\n",
                t->regions[l->from].name, to->name, r, listen_port, host, port + r, m.rate_mbps, m.rtt_ms, m.jitter_ms,
                m.loss_pct);

@@ -462,7 +462,7 @@ static int fire(orch_chaos *c, fault *x)
         xdc_wan_relay *rel = c->w.relays[link_index(c, r, f->other)];
         if (!rel || link_busy(c, r, f->other)) return 0;
         if (f->kind == ORCH_CHAOS_LINK_DOWN) {
-            ok = xdc_wan_relay_schedule_outage(rel, 0, f->duration_ms) == XDC_OK;
+            ok = xdc_wan_relay_schedule_outage(rel, &(xdc_wan_outage){.duration_ms = f->duration_ms}) == XDC_OK;
             snprintf(what, sizeof what, "link %s<->%s cut for %.1f s", region_name(c, r), region_name(c, f->other),
                      f->duration_ms / 1000.0);
         } else {

@@ -251,7 +251,7 @@ static int open_route(launch *L, int link, int from, int to, int rank, char *to_
         if (rc == XDC_OK) {
             port = xdc_wan_relay_port(L->relays[link]);
             for (int o = 0; o < L->o.n_outages; o++) /* at most the relay's capacity: never refused */
-                xdc_wan_relay_schedule_outage(L->relays[link], L->o.outages[o].start_ms, L->o.outages[o].duration_ms);
+                xdc_wan_relay_schedule_outage(L->relays[link], &L->o.outages[o]);
             if (link >= L->n_relays) L->n_relays = link + 1;
             XDC_DEBUG(XDC_SUB_ORCH, "emulated link %s -> %s (%g Mbit/s, %g ms RTT)", L->t->regions[lo].name,
                       L->t->regions[hi].name, m.rate_mbps, m.rtt_ms);

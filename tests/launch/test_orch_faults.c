@@ -104,9 +104,14 @@ XDC_TEST(wan_emu_outage_schedule_parses_lists_and_repeats)
     XDC_ASSERT_EQ(s[1].start_ms, 20000);
     XDC_ASSERT_EQ(s[2].duration_ms, 500);
     XDC_ASSERT_EQ(s[2].start_ms, 40000);
+    XDC_ASSERT_EQ(s[0].in_flight + s[1].in_flight + s[2].in_flight, 0);
     XDC_ASSERT_ERR(xdc_wan_outages_parse("1s@2s,3s", s, &n, &d), XDC_ERR_INVALID);
     XDC_ASSERT_STR_CONTAINS(d.msg, "'3s' is not DURATION@START");
+    XDC_ASSERT_ERR(xdc_wan_outages_parse("1s@2s:busy", s, &n, &d), XDC_ERR_INVALID);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "'1s@2s:busy' is not DURATION@START[:in-flight]");
     XDC_ASSERT_EQ(n, 3); /* a refused schedule adds nothing */
+    XDC_ASSERT_OK(xdc_wan_outages_parse("2s@1s:in-flight", s, &n, &d));
+    XDC_ASSERT(n == 4 && s[3].in_flight && s[3].duration_ms == 2000 && s[3].start_ms == 1000);
     while (n < XDC_WAN_MAX_OUTAGES) XDC_ASSERT_OK(xdc_wan_outages_parse("1s@1s", s, &n, &d));
     XDC_ASSERT_ERR(xdc_wan_outages_parse("1s@1s", s, &n, &d), XDC_ERR_RANGE);
     XDC_ASSERT_STR_CONTAINS(d.msg, "more than 16 outages");
@@ -115,8 +120,10 @@ XDC_TEST(wan_emu_outage_schedule_parses_lists_and_repeats)
     xdc_wan_link_model m = {0};
     xdc_wan_relay *r;
     XDC_ASSERT_OK(xdc_wan_relay_create("127.0.0.1", 0, "127.0.0.1", 9, &m, &r, &d));
-    for (int i = 0; i < XDC_WAN_MAX_OUTAGES; i++) XDC_ASSERT_OK(xdc_wan_relay_schedule_outage(r, 3600000 - i, 10));
-    XDC_ASSERT_ERR(xdc_wan_relay_schedule_outage(r, 1, 10), XDC_ERR_RANGE);
+    for (int i = 0; i < XDC_WAN_MAX_OUTAGES; i++)
+        XDC_ASSERT_OK(xdc_wan_relay_schedule_outage(r, &(xdc_wan_outage){.start_ms = 3600000 - i, .duration_ms = 10}));
+    XDC_ASSERT_ERR(xdc_wan_relay_schedule_outage(r, &(xdc_wan_outage){.start_ms = 1, .duration_ms = 10}),
+                   XDC_ERR_RANGE);
     xdc_wan_relay_destroy(r);
 }
 

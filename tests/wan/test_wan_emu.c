@@ -1,7 +1,7 @@
 /* test_wan_emu.c — the userspace WAN emulator: a relayed link is never faster than the configured
  * rate nor quicker than its RTT, and an outage cut through the relay's API breaks every stream of a transfer,
  * which still delivers every message exactly once after restore; the routes of one relay share its rate; an idle
- * rate-limited link does not poll. */
+ * rate-limited link does not poll; an in-flight outage waits for a transfer and cuts it on its way. */
 #include "tests/test_wan_util.h"
 #include "tests/xdc_test.h"
 
@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #define WAIT_MS 30000
@@ -187,6 +188,44 @@ XDC_TEST(wan_emu_idle_link_sleeps_until_bytes_come)
     XDC_ASSERT_MSG(idle <= 20, "an idle link woke %llu times in 300 ms", (unsigned long long)idle);
     XDC_ASSERT_EQ(send(fd, buf, sizeof buf, 0), (ssize_t)sizeof buf);
     XDC_ASSERT_EQ(recv(peer, buf, sizeof buf, MSG_WAITALL), (ssize_t)sizeof buf);
+    close(fd);
+    close(peer);
+    xdc_wan_relay_destroy(r);
+    close(sink.lfd);
+}
+
+XDC_TEST(wan_emu_in_flight_outage_waits_for_a_transfer)
+{
+    /* An in-flight outage due at once lets a handshake-sized exchange pass, then cuts the first transfer on its
+     * way: the receiver gets none of it (its bytes were held for the link's 20 ms one-way delay when the cut
+     * came), and the link refuses connections while the outage lasts. */
+    xdc_wan_link_model m = {.rtt_ms = 40, .seed = 7};
+    share_sink sink;
+    sink_open(&sink);
+    xdc_wan_relay *r;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_wan_relay_create("127.0.0.1", 0, "127.0.0.1", sink.port, &m, &r, &d));
+    XDC_ASSERT_OK(xdc_wan_relay_schedule_outage(r, &(xdc_wan_outage){.duration_ms = 60000, .in_flight = 1}));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)xdc_wan_relay_port(r))};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    XDC_ASSERT(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    int peer = accept(sink.lfd, NULL, NULL);
+    XDC_ASSERT(peer >= 0);
+    struct timeval tv = {.tv_sec = 20};
+    setsockopt(peer, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    static char buf[1 << 16]; /* one transfer: 64 KiB */
+    XDC_ASSERT_EQ(send(fd, buf, 4096, 0), (ssize_t)4096);
+    XDC_ASSERT_MSG(recv(peer, buf, 4096, MSG_WAITALL) == 4096, "4 KiB did not pass an in-flight outage's wait");
+    XDC_ASSERT_EQ(send(fd, buf, sizeof buf, 0), (ssize_t)sizeof buf);
+    ssize_t n, got = 0;
+    while ((n = recv(peer, buf, sizeof buf, 0)) > 0) got += n;
+    printf("in-flight outage: 4096 bytes passed before it, %zd of the %zu-byte transfer after\n", got, sizeof buf);
+    XDC_ASSERT_MSG(got == 0, "%zd bytes of the transfer the outage cut reached the receiver", got);
+    int again = socket(AF_INET, SOCK_STREAM, 0);
+    XDC_ASSERT(again >= 0 && connect(again, (struct sockaddr *)&a, sizeof a) == 0); /* the kernel accepts... */
+    XDC_ASSERT(recv(again, buf, 1, 0) <= 0);                                        /* ...and the cut relay resets it */
+    close(again);
     close(fd);
     close(peer);
     xdc_wan_relay_destroy(r);

@@ -6,7 +6,8 @@
  *   delay   — every chunk read is released rtt/2 (+ uniform jitter, never reordering) later;
  *   loss    — per 1448-byte segment with probability loss_pct, the direction stalls one RTT, which is
  *             what a loss costs a TCP flow that recovers by fast retransmit;
- *   outage  — cut() resets every relayed connection and refuses new ones until restore().
+ *   outage  — cut() resets every relayed connection and refuses new ones until restore(); a scheduled
+ *             outage may wait for a transfer in flight (xdc_wan_outage.in_flight).
  * One thread per relay polls all of its connections. */
 #include "wan/emu/xdc_wan_emu.h"
 
@@ -28,11 +29,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define EMU_CHUNK       16384       /* bytes read per chunk: the unit of delay */
-#define EMU_QUEUE_BYTES (16u << 20) /* in-flight bytes per direction (>= rate x one-way delay) */
-#define EMU_MAX_CONNS   128
-#define EMU_MAX_ROUTES  64 /* listen port -> target pairs sharing one link's buckets */
-#define EMU_SEGMENT     1448
+#define EMU_CHUNK           16384       /* bytes read per chunk: the unit of delay */
+#define EMU_QUEUE_BYTES     (16u << 20) /* in-flight bytes per direction (>= rate x one-way delay) */
+#define EMU_MAX_CONNS       128
+#define EMU_MAX_ROUTES      64 /* listen port -> target pairs sharing one link's buckets */
+#define EMU_SEGMENT         1448
+/* Bytes on their way in one direction of one connection that make a transfer "in flight" for an in-flight
+ * outage: one chunk, more than a TLS handshake's flights (a few KB of certificates) ever hold. */
+#define EMU_IN_FLIGHT_BYTES EMU_CHUNK
 
 typedef struct emu_chunk {
     uint64_t release_ns;
@@ -44,6 +48,7 @@ typedef struct emu_chunk {
 typedef struct emu_dir {
     emu_chunk *ring; /* (n_slots) chunks */
     uint32_t n_slots, head, count;
+    uint64_t queued; /* bytes read and not yet written on */
     uint64_t last_release_ns;
     int eof; /* the reader saw EOF: shut down the writer's side after the queue drains */
     int shut;
@@ -69,9 +74,11 @@ struct xdc_wan_relay {
     pthread_t thread;
     pthread_mutex_t mu;
     int stop, cut;
-    /* Pending outages, ordered by start; [0] is the next or current one. */
+    /* Pending outages, ordered by start; [0] is the next or current one. An in-flight one whose start has
+     * passed waits for a transfer (carrying()), then lasts end_ns - start_ns from there. */
     struct {
         uint64_t start_ns, end_ns;
+        int in_flight;
     } outages[XDC_WAN_MAX_OUTAGES];
     int n_outages;
     emu_conn *conns[EMU_MAX_CONNS];
@@ -205,6 +212,7 @@ static int dir_read(xdc_wan_relay *r, emu_conn *c, int d, uint64_t now)
         ch->len = (uint32_t)n;
         ch->off = 0;
         q->count++;
+        q->queued += (uint64_t)n;
         r->bytes += (uint64_t)n;
     }
     return 0;
@@ -221,6 +229,7 @@ static int dir_write(emu_conn *c, int d, uint64_t now)
         ssize_t n = send(out, ch->data + ch->off, ch->len - ch->off, MSG_NOSIGNAL);
         if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
         ch->off += (uint32_t)n;
+        q->queued -= (uint64_t)n;
         if (ch->off < ch->len) return 0;
         q->head = (q->head + 1) % q->n_slots;
         q->count--;
@@ -232,6 +241,21 @@ static int dir_write(emu_conn *c, int d, uint64_t now)
     return 0;
 }
 
+/* Some direction of some connection has a transfer on its way (EMU_IN_FLIGHT_BYTES or more). */
+static int carrying(const xdc_wan_relay *r)
+{
+    for (int i = 0; i < r->n_conns; i++)
+        for (int d = 0; d < 2; d++)
+            if (r->conns[i]->dir[d].queued >= EMU_IN_FLIGHT_BYTES) return 1;
+    return 0;
+}
+
+/* The next outage is due but waits for a transfer to cut (its start passed, the link carries none yet). */
+static int outage_waits(const xdc_wan_relay *r, uint64_t now)
+{
+    return r->n_outages && !r->cut && r->outages[0].in_flight && now >= r->outages[0].start_ns && !carrying(r);
+}
+
 static void *relay_main(void *arg)
 {
     xdc_wan_relay *r = arg;
@@ -240,7 +264,12 @@ static void *relay_main(void *arg)
     r->refill_ns = xdc_now_ns();
     while (!r->stop) {
         uint64_t now = xdc_now_ns();
-        while (r->n_outages && now >= r->outages[0].start_ns) {
+        while (r->n_outages && now >= r->outages[0].start_ns && !outage_waits(r, now)) {
+            if (r->outages[0].in_flight && !r->cut) { /* a transfer is on its way: the outage starts now */
+                r->outages[0].end_ns = now + (r->outages[0].end_ns - r->outages[0].start_ns);
+                r->outages[0].start_ns = now;
+                r->outages[0].in_flight = 0;
+            }
             r->cut = 1;
             drop_all(r);
             if (now < r->outages[0].end_ns) break;
@@ -279,7 +308,7 @@ static void *relay_main(void *arg)
          * every rate-limited link was ~1,000 wakeups and ~10,000 failed reads a second per relay thread, all
          * run long: bench-e2e's launch spent ~4 % of a core on it). */
         if (starved && timeout > XDC_NS_PER_MS) timeout = XDC_NS_PER_MS;
-        if (r->n_outages) {
+        if (r->n_outages && !outage_waits(r, now)) { /* a waiting one is woken by the bytes it waits for */
             uint64_t t = r->cut ? r->outages[0].end_ns : r->outages[0].start_ns;
             if (t - now < timeout) timeout = t > now ? t - now : 0;
         }
@@ -451,8 +480,9 @@ void xdc_wan_relay_set_rate(xdc_wan_relay *r, double rate_mbps, double *was_mbps
     relay_poke(r);
 }
 
-xdc_err_t xdc_wan_relay_schedule_outage(xdc_wan_relay *r, int64_t start_ms, int64_t duration_ms)
+xdc_err_t xdc_wan_relay_schedule_outage(xdc_wan_relay *r, const xdc_wan_outage *o)
 {
+    int64_t start_ms = o->start_ms, duration_ms = o->duration_ms;
     uint64_t start = xdc_now_ns() + (uint64_t)(start_ms > 0 ? start_ms : 0) * XDC_NS_PER_MS;
     uint64_t end = start + (uint64_t)(duration_ms > 0 ? duration_ms : 0) * XDC_NS_PER_MS;
     pthread_mutex_lock(&r->mu);
@@ -462,6 +492,7 @@ xdc_err_t xdc_wan_relay_schedule_outage(xdc_wan_relay *r, int64_t start_ms, int6
         for (; i > 0 && r->outages[i - 1].start_ns > start; i--) r->outages[i] = r->outages[i - 1];
         r->outages[i].start_ns = start;
         r->outages[i].end_ns = end;
+        r->outages[i].in_flight = o->in_flight;
     }
     pthread_mutex_unlock(&r->mu);
     relay_poke(r);
@@ -478,15 +509,18 @@ xdc_err_t xdc_wan_outages_parse(const char *text, xdc_wan_outage *sched, int *n,
         snprintf(part, sizeof part, "%.*s", (int)len, p);
         at = strchr(part, '@');
         if (at) *at = '\0';
+        char *how = at ? strchr(at + 1, ':') : NULL;
+        if (how) *how++ = '\0';
         if (k == XDC_WAN_MAX_OUTAGES) {
             xdc_diag_set(diag, "more than %d outages in the schedule", XDC_WAN_MAX_OUTAGES);
             return XDC_ERR_RANGE;
         }
         if (!at || xdc_parse_duration_ms(part, &sched[k].duration_ms) != 0 ||
-            xdc_parse_duration_ms(at + 1, &sched[k].start_ms) != 0) {
-            xdc_diag_set(diag, "'%.*s' is not DURATION@START (e.g. 5s@10s)", (int)strcspn(p, ","), p);
+            xdc_parse_duration_ms(at + 1, &sched[k].start_ms) != 0 || (how && strcmp(how, "in-flight") != 0)) {
+            xdc_diag_set(diag, "'%.*s' is not DURATION@START[:in-flight] (e.g. 5s@10s)", (int)strcspn(p, ","), p);
             return XDC_ERR_INVALID;
         }
+        sched[k].in_flight = how != NULL;
         k++;
         p += strcspn(p, ",");
         if (!*p++) break;

@@ -36,18 +36,23 @@ xdc_err_t xdc_wan_relay_add_route(xdc_wan_relay *r, const char *listen_host, int
 /* Outage: reset every relayed connection and refuse new ones until restored. */
 void xdc_wan_relay_cut(xdc_wan_relay *r);
 void xdc_wan_relay_restore(xdc_wan_relay *r);
-/* A schedule of outages: each cuts the link for duration_ms, start_ms after the schedule was given. */
+/* A schedule of outages: each cuts the link for duration_ms, start_ms after the schedule was given. An
+ * in-flight one, once due, waits for the link to carry a transfer (16 KiB or more on their way in one
+ * direction of one connection: more than a handshake) and cuts it then, so that frames are lost mid-way
+ * whatever the run was doing at start_ms; outages after it wait with it, and one still waiting when the link
+ * is closed never happens. */
 #define XDC_WAN_MAX_OUTAGES 16
 typedef struct xdc_wan_outage {
     int64_t start_ms, duration_ms;
+    int in_flight;
 } xdc_wan_outage;
-/* Append "DURATION@START[,DURATION@START...]" (e.g. "3s@10s,12s@40s") to sched[*n] (capacity
- * XDC_WAN_MAX_OUTAGES). XDC_ERR_INVALID naming the part that is not DURATION@START, XDC_ERR_RANGE when
- * the schedule is full; *n is unchanged then. */
+/* Append "DURATION@START[:in-flight][,...]" (e.g. "3s@10s,12s@40s:in-flight") to sched[*n] (capacity
+ * XDC_WAN_MAX_OUTAGES). XDC_ERR_INVALID naming the part that is not DURATION@START[:in-flight],
+ * XDC_ERR_RANGE when the schedule is full; *n is unchanged then. */
 xdc_err_t xdc_wan_outages_parse(const char *text, xdc_wan_outage *sched, int *n, xdc_diag *diag);
-/* Add an outage of duration_ms starting start_ms after now to the relay's schedule (outages already
- * scheduled stay; overlapping ones merge). XDC_ERR_RANGE when XDC_WAN_MAX_OUTAGES are pending. */
-xdc_err_t xdc_wan_relay_schedule_outage(xdc_wan_relay *r, int64_t start_ms, int64_t duration_ms);
+/* Add outage `o` (its start counted from now) to the relay's schedule (outages already scheduled stay;
+ * overlapping ones merge). XDC_ERR_RANGE when XDC_WAN_MAX_OUTAGES are pending. */
+xdc_err_t xdc_wan_relay_schedule_outage(xdc_wan_relay *r, const xdc_wan_outage *o);
 /* Change the link's rate (rate_mbps as in the model; 0 = unlimited) from now on, for every route;
  * *was_mbps (may be NULL) receives the rate it had. A rate cut that ends is this call again with *was_mbps. */
 void xdc_wan_relay_set_rate(xdc_wan_relay *r, double rate_mbps, double *was_mbps);
