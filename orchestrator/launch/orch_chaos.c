@@ -172,7 +172,7 @@ typedef struct {
                                    * (bench-chaos's lost steps) */
     long long left0[2];           /* times each had left the run when the fault fired (left/<region>) */
     uint8_t back[2];              /* each region's recovery was logged */
-    uint8_t catching_up[2];       /* taken back, still with weight 0 in the last decision read (decided_as) */
+    uint8_t catching_up[2];       /* taken back, not training yet by the last decision read (decided_as) */
     int undone;                   /* the stall continued, the link restored */
     long long cont_round;         /* stall: the last round decided when it continued (back once a later one kept
                                    * its region in) */
@@ -546,7 +546,7 @@ static void steps_out(const orch_chaos *c, const fault *x, int i, char *buf, siz
 }
 
 /* Region r's character in the last round decided: 'j' taken back, 't'/'c' in with weight 0 while its state
- * arrives (docs/runtime.md "Rejoining": it does not train yet); '1' without elastic rounds or a decision read. */
+ * arrives or as it has just come (docs/runtime.md "Rejoining"); '1' without elastic rounds or a decision read. */
 static char decided_as(const orch_chaos *c, int r)
 {
     char mask[XDC_TOPO_MAX_REGIONS + 1];
@@ -634,10 +634,14 @@ static void watch(orch_chaos *c, fault *x)
          * is the one read there: between two polls this launcher's own decider may decide later rounds, which
          * say nothing of the region until the next poll reads them. */
         if (c->polled) {
+            /* With weight 0 at the round decided: 't' still takes its state; 'c' took it during the round and,
+             * as every worker of the region had it at that round's arrival, catches up in its exchange and trains
+             * from the step after it (docs/runtime.md, "Rejoining", step 6), as does a 'j' whose state was in by
+             * the round's end. That round is the last it did not train in. */
             char as = decided_as(c, r);
-            x->catching_up[i] = x->out_s[i] && x->back_step[i] >= 0 && strchr("jtc", as) &&
-                                !(as == 'j' && trains_from(c, r, decided));
-            if (x->catching_up[i]) x->back_round[i] = decided;
+            int weightless = x->out_s[i] && x->back_step[i] >= 0 && strchr("jtc", as);
+            if (weightless) x->back_round[i] = decided;
+            x->catching_up[i] = weightless && as != 'c' && !(as == 'j' && trains_from(c, r, decided));
         }
         if (x->catching_up[i] || (x->f.kind != ORCH_CHAOS_STALL && !x->out_s[i]) || !live(c, r) ||
             (!x->out_s[i] && decided <= x->cont_round) ||
