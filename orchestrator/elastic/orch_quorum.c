@@ -295,6 +295,43 @@ static int64_t spread_window_ms(const orch_quorum *q)
     return ms < q->grace_ms ? ms : q->grace_ms;
 }
 
+/* Every worker of region r answers on the store (joined, connected, heard within its store's awake_s): its
+ * processes run. A stopped or killed one falls silent. */
+static int region_awake(const orch_quorum *q, int r)
+{
+    int i = 0;
+    for (int p = 0; p < r; p++) i += xdc_topology_region_workers(q->t, p);
+    for (int k = 0; k < xdc_topology_region_workers(q->t, r); k++, i++) {
+        rdzv_member_state st;
+        if (rdzv_server_member(q->rdzv, i, &st) != 0 || !st.joined || !st.connected || st.silent_s >= st.awake_s)
+            return 0;
+    }
+    return 1;
+}
+
+/* Past the window (`window_ms`, waited `waited` ns), is a region late at the round (mask '0') awake, within
+ * `more_ms` past it (orch_quorum_tick)? Names it once when so. */
+static int wait_on(orch_quorum *q, const char *mask, int64_t window_ms, int64_t more_ms, uint64_t waited,
+                   const char *round)
+{
+    if (waited >= (uint64_t)(window_ms + more_ms) * XDC_NS_PER_MS) return 0;
+    char awake[XDC_TOPO_MAX_REGIONS + 1];
+    int any = 0;
+    for (int r = 0; r < q->t->n_regions; r++) {
+        awake[r] = q->live[r] && mask[r] == '0' && region_awake(q, r) ? '1' : '0';
+        any |= awake[r] == '1';
+    }
+    awake[q->t->n_regions] = '\0';
+    if (any && q->named < 2) {
+        char who[512];
+        names(q, awake, '1', who, sizeof who);
+        XDC_INFO(XDC_SUB_ORCH, "%s: %s late but answering (its processes run): waiting on for it up to %.1f s more",
+                 round, who, (double)more_ms / 1000.0);
+        q->named = 2;
+    }
+    return any;
+}
+
 xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
 {
     drop_silent(q);
@@ -352,10 +389,18 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
         }
         return XDC_OK;
     }
-    snprintf(reason, sizeof reason, "missed %s (%.1f s grace window%s)", round, (double)window_ms / 1000.0,
+    /* A late region that answers (a stopped worker continued, one slower than the window) is computing its way to
+     * the round: waited on for up to another window, at most back_ms (the launcher's timeouts.operation: the
+     * members wait for a decision for grace + twice that), not in a first round back, which has back_ms already. */
+    int64_t more_ms = window_ms > q->grace_ms ? 0 : window_ms < q->back_ms ? window_ms : q->back_ms;
+    if (arrived < q->n_live && wait_on(q, mask, window_ms, more_ms, waited, round)) return XDC_OK;
+    char longer[64] = "";
+    if (q->named == 2) snprintf(longer, sizeof longer, " and up to %.1f s more while it answered", more_ms / 1000.0);
+    snprintf(reason, sizeof reason, "missed %s (%.1f s grace window%s%s)", round, (double)window_ms / 1000.0,
              window_ms > q->grace_ms   ? ", a region's first round back"
              : window_ms < q->grace_ms ? ", from the rounds' arrival spread"
-                                       : "");
+                                       : "",
+             longer);
     if (members == q->n_live && !back && step != LLONG_MAX) { /* every region a member, in time: a spread */
         q->spread_ns[q->n_spreads % ORCH_QUORUM_SPREADS] = waited;
         q->n_spreads++;

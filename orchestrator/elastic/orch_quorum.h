@@ -62,14 +62,14 @@ typedef struct orch_quorum {
     char back_from[XDC_TOPO_MAX_REGIONS + 1]; /* the last round that took regions back: its members ('1') */
     uint8_t live[XDC_TOPO_MAX_REGIONS];       /* 1: still in the run */
     int n_live;
-    long long decided;              /* step of the last round decided; -1: none */
-    long long pending;              /* step of the round being waited for; -1: none */
-    uint64_t first_at;              /* xdc_now_ns() when the first member arrived at `pending`; 0: none yet */
-    int named;                      /* the regions late for `pending` were logged (half way through the grace window) */
-    char dropped[1024];             /* "eu-west (its agent exited with status 69), ..." for the summary */
-    int left[XDC_TOPO_MAX_REGIONS]; /* times each region left the run, published as left/<region index> */
-    int64_t silent_ms;              /* a member silent this long during an exchange is lost */
-    long long open;                 /* the round whose final set is not published yet; -1: none */
+    long long decided; /* step of the last round decided; -1: none */
+    long long pending; /* step of the round being waited for; -1: none */
+    uint64_t first_at; /* xdc_now_ns() when the first member arrived at `pending`; 0: none yet */
+    int named; /* the regions late for `pending` were logged: 1 half way through the window, 2 waited on past it */
+    char dropped[1024];                      /* "eu-west (its agent exited with status 69), ..." for the summary */
+    int left[XDC_TOPO_MAX_REGIONS];          /* times each region left the run, published as left/<region index> */
+    int64_t silent_ms;                       /* a member silent this long during an exchange is lost */
+    long long open;                          /* the round whose final set is not published yet; -1: none */
     char open_set[XDC_TOPO_MAX_REGIONS + 1]; /* its members ('1') */
     char lost_set[XDC_TOPO_MAX_REGIONS + 1]; /* those that left during its exchange ('1'), lost/<open> */
     /* DiLoCo's "nobody waits" (orch_quorum_pace): a round's time budget in inner steps of the fastest region
@@ -120,8 +120,11 @@ void orch_quorum_pace(orch_quorum *q, int budget, const double *pace);
  * rounds with a region catching up ('t', 'c': it arrives at once, and the window runs from the first member's
  * arrival) and rounds that dropped someone are not spreads. */
 void orch_quorum_spread(orch_quorum *q, int64_t grace_min_ms);
-/* Decide the pending round when it is due (the launcher's tick). XDC_ERR_UNAVAILABLE when the regions that
- * arrived in time are fewer than min_regions, with the round, who arrived and who did not in why[cap]. */
+/* Decide the pending round when it is due (the launcher's tick). A region late past the window whose every worker
+ * answers on the store (rdzv_member_state's awake_s: a stopped worker continued, computing its way to the round) is
+ * waited on for up to as long again (at most back_ms; not in a region's first round back, which has back_ms
+ * already); one that is silent is dropped at the window. XDC_ERR_UNAVAILABLE when the regions that arrived in time
+ * are fewer than min_regions, with the round, who arrived and who did not in why[cap]. */
 xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap);
 /* 1 when worker k of region r, out of the run, asked to rejoin and no round answered it yet: it waits for its
  * round or for the end's decision (orch_elastic_rejoin_ask). */

@@ -158,6 +158,9 @@ typedef struct rdzv_member_state {
      * keepalives whatever its training thread does, so a member blocked in a long wait stays near the
      * ping interval; a stopped or hung process grows without bound. */
     double silent_s;
+    /* silent_s below this: the member's process runs (the built-in store: its keepalives, every 200 ms, within
+     * 1 s; etcd: its lease renewed, every third of its TTL, within that and the TTL's 1 s resolution) */
+    double awake_s;
     char detail[RDZV_MEMBER_MAX + RDZV_STATUS_MAX + 64]; /* "NAME (last heard 3.2 s ago: step 20)" */
 } rdzv_member_state;
 /* 0 and *out, or -1 when i is out of range. */

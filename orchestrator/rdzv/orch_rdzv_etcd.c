@@ -912,9 +912,12 @@ static void describe(const eserver *s, int i, int joined, int alive, const char 
     else snprintf(out, cap, "%s (alive, lease renewed %.1f s ago: %s)", s->names[i], silent, status);
 }
 
-/* Seconds since member i's lease was last renewed (its granted TTL minus what is left); 0 when unknown. */
-static double lease_silence(eserver *s, int i)
+/* Seconds since member i's lease was last renewed (its granted TTL minus what is left); 0 when unknown. *awake_s:
+ * the most a running member's lease goes unrenewed (a third of the TTL granted, kept alive that often, plus the 1 s
+ * resolution of the TTL left). */
+static double lease_silence(eserver *s, int i, double *awake_s)
 {
+    *awake_s = RDZV_ETCD_TTL_S / 3.0 + 1.0;
     char key[RDZV_KEY_MAX], rec[sizeof(rdzv_holder_text) * 2];
     rdzv_holder h;
     snprintf(key, sizeof key, ETCD_INTERNAL "joined/%s", s->names[i]);
@@ -929,6 +932,7 @@ static double lease_silence(eserver *s, int i)
     const char *ttl = json_string_value(json_object_get(rep, "TTL")),
                *granted = json_string_value(json_object_get(rep, "grantedTTL"));
     double silent = ttl && granted && atoi(ttl) >= 0 ? (double)(atoi(granted) - atoi(ttl)) : 0;
+    if (granted && atoi(granted) > 0) *awake_s = atoi(granted) / 3.0 + 1.0;
     json_decref(rep);
     return silent;
 }
@@ -969,7 +973,7 @@ static int es_member(rdzv_server *base, int i, rdzv_member_state *out)
     out->joined = host_first(s, key, 0, NULL, 0, rec, sizeof rec) == 0;
     snprintf(key, sizeof key, ETCD_INTERNAL "alive/%s", s->names[i]);
     out->connected = out->joined && host_first(s, key, 0, NULL, 0, status, sizeof status) == 0;
-    out->silent_s = out->connected ? lease_silence(s, i) : 0;
+    out->silent_s = out->connected ? lease_silence(s, i, &out->awake_s) : 0;
     describe(s, i, out->joined, out->connected, status, out->silent_s, out->detail, sizeof out->detail);
     return 0;
 }

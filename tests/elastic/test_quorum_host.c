@@ -11,7 +11,8 @@
  *   last_round), whose end would wait for a joiner that trains nothing more;
  * - elastic.grace_min (orch_quorum_spread): a late region dropped at the rounds' arrival spread once 2 rounds
  *   formed it, the longer window in a first round back kept, and the window's clock not started by a region
- *   catching up (it arrives at once, a round before the members). */
+ *   catching up (it arrives at once, a round before the members);
+ * - a late region whose worker answers on the store waited on past the window, a silent one not. */
 #include "tests/test_wan_util.h"
 #include "tests/xdc_test.h"
 
@@ -22,6 +23,7 @@
 #include "topology/xdc_topology.h"
 
 #include <string.h>
+#include <time.h>
 
 #define TOPO3 "examples/topology/demo-3region.yaml"
 
@@ -59,6 +61,7 @@ static int decided(orch_quorum *q, rdzv_server *srv, long long step, int ms, cha
     while (rdzv_server_get(srv, rdzv_key_quorum(step).s, val, RDZV_VALUE_MAX) != 0) {
         if (xdc_deadline_passed(end)) return 0;
         XDC_ASSERT_OK(orch_quorum_tick(q, why, sizeof why));
+        nanosleep(&(struct timespec){0, 1000000L}, NULL); /* a tick a millisecond, as a host ticks (not a wait) */
     }
     return 1;
 }
@@ -228,5 +231,51 @@ XDC_TEST_T(quorum_drops_a_late_region_at_the_rounds_arrival_spread, 60)
     step += 10;
     XDC_ASSERT(decided(&q, srv, step, 5000, val));
     XDC_ASSERT_MSG(strcmp(val, "11t") == 0, "round %lld: got '%s', expected 11t", step, val);
+    host3_close(&host);
+}
+
+/* Past the window, a late region whose worker answers on the store (a stopped worker continued: it computes its
+ * way to the round) is waited on for up to another window, and is in the round when it comes; one that answers
+ * and does not come is dropped after both, its reason saying so; a silent one (never joined) at the window alone. */
+XDC_TEST_T(quorum_waits_on_past_the_window_for_a_late_region_that_answers, 60)
+{
+    host3 host;
+    host3_open(&host);
+    rdzv_server *srv = host.srv;
+    wan_test_node node;
+    wan_test_issue("certs", "ap-south", 0, 30, -60, &node);
+    xdc_wan_engine *eng = wan_test_engine(&node, 1, 10000);
+    rdzv_client *c = NULL;
+    xdc_diag d = {{0}};
+    XDC_ASSERT_MSG(
+        rdzv_client_create(eng, "127.0.0.1", rdzv_server_port(srv), "ap-south/south-node1:0", 10000, &c, &d) == XDC_OK,
+        "ap-south's worker joins the store: %s", d.msg);
+    orch_quorum q;
+    orch_quorum_init(&q, host.t, srv, 1, 2000, 600000, 600000); /* a 2 s window */
+    char val[RDZV_VALUE_MAX];
+    /* Round 10: ap-south late but answering, not dropped at the window; it comes and is in the round. */
+    regions_arrive(srv, 2, -1, 10);
+    XDC_ASSERT_MSG(!decided(&q, srv, 10, 3000, val), "round 10 decided past its 2 s window without ap-south: '%s'",
+                   val);
+    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_round(10).s);
+    XDC_ASSERT(decided(&q, srv, 10, 5000, val));
+    XDC_ASSERT_MSG(strcmp(val, "111") == 0, "round 10: got '%s', expected 111", val);
+    /* Round 20: it answers and does not come: dropped after the window and as long again. */
+    for (int r = 0; r < 3; r++)
+        rdzv_server_set(srv, rdzv_key_xchg(r, 0).s, rdzv_val_xchg(10, (const uint8_t[3]){1, 1, 1}, 3).s);
+    regions_arrive(srv, 2, -1, 20);
+    XDC_ASSERT(decided(&q, srv, 20, 10000, val));
+    XDC_ASSERT_MSG(strcmp(val, "110") == 0, "round 20: got '%s', expected 110 (ap-south dropped)", val);
+    XDC_ASSERT_STR_CONTAINS(q.dropped,
+                            "ap-south (missed the outer round at step 20 (2.0 s grace window and up to 2.0 s "
+                            "more while it answered))");
+    /* Round 30: eu-west, which never joined the store (silent), late: dropped at the window alone. */
+    regions_arrive(srv, 2, 20, 20); /* both post their sums of round 20 */
+    regions_arrive(srv, 1, -1, 30);
+    XDC_ASSERT(decided(&q, srv, 30, 10000, val));
+    XDC_ASSERT_MSG(strcmp(val, "100") == 0, "round 30: got '%s', expected 100 (eu-west dropped)", val);
+    XDC_ASSERT_STR_CONTAINS(q.dropped, "eu-west (missed the outer round at step 30 (2.0 s grace window))");
+    rdzv_client_destroy(c);
+    xdc_wan_engine_destroy(eng);
     host3_close(&host);
 }
