@@ -392,9 +392,11 @@ int xdc_topology_region_workers(const xdc_topology *t, int region)
     return t->regions[region].n_hosts * t->regions[region].workers_per_node;
 }
 
-int xdc_topology_total_workers(const xdc_topology *t)
+int xdc_topology_first_worker(const xdc_topology *t, int region)
 {
     int n = 0;
-    for (int r = 0; r < t->n_regions; r++) n += xdc_topology_region_workers(t, r);
+    for (int r = 0; r < region; r++) n += xdc_topology_region_workers(t, r);
     return n;
 }
+
+int xdc_topology_total_workers(const xdc_topology *t) { return xdc_topology_first_worker(t, t->n_regions); }

@@ -78,6 +78,8 @@ xdc_err_t xdc_topology_routes(const xdc_topology *t, const unsigned char *in, in
 int xdc_topology_route_hops(const xdc_topology *t, const int *parent, int src, int dst);
 /* Total workers (nodes x workers_per_node) in a region, and in the whole topology. */
 int xdc_topology_region_workers(const xdc_topology *t, int region);
+/* The global rank of region `region`'s first worker: the workers of the regions before it, in topology order. */
+int xdc_topology_first_worker(const xdc_topology *t, int region);
 int xdc_topology_total_workers(const xdc_topology *t);
 
 /* Write `t` as a topology file at `path` (created; an existing file is refused: XDC_ERR_IO naming it), every

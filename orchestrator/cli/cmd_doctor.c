@@ -257,8 +257,7 @@ static int doctor_run_file(doctor_cli *c, const xdc_topology *t, int region)
     orch_run_config_scale_timeouts(&run, t);
     c->o.handshake_ms = run.timeouts.handshake_ms;
     if (!c->run || run.metrics_port <= 0) return 0;
-    int base = 0, wpn = t->regions[region].workers_per_node;
-    for (int r = 0; r < region; r++) base += xdc_topology_region_workers(t, r);
+    int base = xdc_topology_first_worker(t, region), wpn = t->regions[region].workers_per_node;
     for (int k = 0; k < wpn && c->n_ports < DOCTOR_MAX_PORTS; k++) {
         int grank = base + c->node * wpn + k;
         if (run.metrics_port + grank > 65535) break; /* the run refuses such a range itself */

@@ -299,9 +299,7 @@ static int64_t spread_window_ms(const orch_quorum *q)
  * processes run. A stopped or killed one falls silent. */
 static int region_awake(const orch_quorum *q, int r)
 {
-    int i = 0;
-    for (int p = 0; p < r; p++) i += xdc_topology_region_workers(q->t, p);
-    for (int k = 0; k < xdc_topology_region_workers(q->t, r); k++, i++) {
+    for (int k = 0, i = xdc_topology_first_worker(q->t, r); k < xdc_topology_region_workers(q->t, r); k++, i++) {
         rdzv_member_state st;
         if (rdzv_server_member(q->rdzv, i, &st) != 0 || !st.joined || !st.connected || st.silent_s >= st.awake_s)
             return 0;

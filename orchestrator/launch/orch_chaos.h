@@ -12,8 +12,8 @@
  * Kinds (KINDS is a comma-separated list of these names; default every kind the run allows):
  *   kill-worker  SIGKILL one worker; its agent leaves, --max-restarts starts it again, it rejoins
  *   kill-agent   SIGKILL a region's agents (their workers follow them), started again the same way
- *   stall        SIGSTOP one worker for 2-30 s, then SIGCONT (a straggler; past the grace window its region
- *                leaves and comes back like a killed one)
+ *   stall        SIGSTOP one worker for 2-30 s, then SIGCONT (a straggler; still stopped at the end of the grace
+ *                window, its region leaves and comes back like a killed one; continued before, it is waited on)
  *   link-down    cut one emulated link (every relayed connection reset) for 2-20 s
  *   link-slow    one emulated link at a tenth of its rate for 10-60 s
  *   kill-donor   during a recovery: SIGKILL a worker of a region still in the run while another region's

@@ -218,14 +218,6 @@ static int topo_region_of_host(const xdc_topology *t, const char *host)
 }
 
 /* A topology-derived value for `f`: 1 with val set, 0 when the topology says nothing. */
-/* The global rank of region r's first worker: the workers of the regions before it (topology order). */
-static int region_first_rank(const xdc_topology *t, int r)
-{
-    int first = 0;
-    for (int i = 0; i < r; i++) first += xdc_topology_region_workers(t, i);
-    return first;
-}
-
 static int eval_topo(ctx *c, orch_identity_field f, char *val, size_t cap)
 {
     const xdc_topology *t = c->topo;
@@ -248,7 +240,9 @@ static int eval_topo(ctx *c, orch_identity_field f, char *val, size_t cap)
         break;
     case ORCH_ID_NUM_NODES: v = r >= 0 ? t->regions[r].n_hosts : -1; break;
     /* a launcher that knows one region only (torchrun inside it): RANK is the rank within the region */
-    case ORCH_ID_GLOBAL_RANK: v = r >= 0 && known(id, ORCH_ID_RANK) ? region_first_rank(t, r) + id->rank : -1; break;
+    case ORCH_ID_GLOBAL_RANK:
+        v = r >= 0 && known(id, ORCH_ID_RANK) ? xdc_topology_first_worker(t, r) + id->rank : -1;
+        break;
     case ORCH_ID_GLOBAL_WORLD_SIZE: v = xdc_topology_total_workers(t); break;
     default: break;
     }
@@ -569,7 +563,7 @@ xdc_err_t orch_identity_worker_env(const orch_identity *id, const xdc_topology *
         xdc_diag_set(diag, "worker env: MASTER_PORT %d is not a port (1-65535)", master_port);
         return XDC_ERR_INVALID;
     }
-    int offset = region_first_rank(topo, r);
+    int offset = xdc_topology_first_worker(topo, r);
     int rank = id->node * g->workers_per_node + slot;
 
     size_t n_base = 0;

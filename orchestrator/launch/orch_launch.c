@@ -196,10 +196,8 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
     }
     if (rc == XDC_OK) rc = rdzv_server_grant(L->rdzv, RDZV_KEY_FINISHED, names[0], diag);
     if (rc == XDC_OK) rc = rdzv_server_grant(L->rdzv, RDZV_PREFIX_REPLAN, names[0], diag);
-    for (int r = 0, first = 0; rc == XDC_OK && r < (L->elastic ? L->t->n_regions : 1); r++) {
-        rc = rdzv_server_grant(L->rdzv, RDZV_KEY_RESULT, names[first + result_rank], diag);
-        first += xdc_topology_region_workers(L->t, r);
-    }
+    for (int r = 0; rc == XDC_OK && r < (L->elastic ? L->t->n_regions : 1); r++)
+        rc = rdzv_server_grant(L->rdzv, RDZV_KEY_RESULT, names[xdc_topology_first_worker(L->t, r) + result_rank], diag);
     for (int i = 0; i < total; i++) xdc_free(names[i]);
     xdc_free(names);
     XDC_CHECK(rc);
@@ -581,8 +579,7 @@ static xdc_err_t launch_tick(void *ctx, int *done)
  * worker reports nothing itself). A restarted worker clears its member's report when it asks to rejoin. */
 static void report_lost(launch *L, int r, const char *reason)
 {
-    int first = 0;
-    for (int q = 0; q < r; q++) first += xdc_topology_region_workers(L->t, q);
+    int first = xdc_topology_first_worker(L->t, r);
     for (int k = 0; k < xdc_topology_region_workers(L->t, r); k++) {
         rdzv_member_state st;
         char val[RDZV_VALUE_MAX];
