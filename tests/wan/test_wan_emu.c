@@ -161,37 +161,54 @@ XDC_TEST(wan_emu_routes_of_one_link_share_its_rate)
     close(sink[1].lfd);
 }
 
+/* A relay with link model `m` to a fresh sink and one connection through it: the client's end, the sink's end and
+ * the relay's address. */
+typedef struct {
+    share_sink sink;
+    xdc_wan_relay *r;
+    struct sockaddr_in a;
+    int fd, peer;
+} relayed;
+
+static void relayed_open(relayed *c, const xdc_wan_link_model *m)
+{
+    sink_open(&c->sink);
+    xdc_diag d = {{0}};
+    XDC_ASSERT_OK(xdc_wan_relay_create("127.0.0.1", 0, "127.0.0.1", c->sink.port, m, &c->r, &d));
+    c->a = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons((uint16_t)xdc_wan_relay_port(c->r))};
+    inet_pton(AF_INET, "127.0.0.1", &c->a.sin_addr);
+    c->fd = socket(AF_INET, SOCK_STREAM, 0);
+    XDC_ASSERT(c->fd >= 0 && connect(c->fd, (struct sockaddr *)&c->a, sizeof c->a) == 0);
+    c->peer = accept(c->sink.lfd, NULL, NULL);
+    XDC_ASSERT(c->peer >= 0);
+}
+
+static void relayed_close(relayed *c)
+{
+    close(c->fd);
+    close(c->peer);
+    xdc_wan_relay_destroy(c->r);
+    close(c->sink.lfd);
+}
+
 XDC_TEST(wan_emu_idle_link_sleeps_until_bytes_come)
 {
     /* A 20 Mbit/s link with a connection open, after a few bytes, carries nothing for 300 ms: its thread sleeps
      * in poll (at most its 50 ms housekeeping: ~6 wakeups), where a 1 ms refill tick woke it ~300 times. An upper
      * bound only: a loaded machine can delay wakeups, never add them. Then bytes still pass. */
-    xdc_wan_link_model m = {.rate_mbps = 20, .rtt_ms = 4, .seed = 5};
-    share_sink sink;
-    sink_open(&sink);
-    xdc_wan_relay *r;
-    xdc_diag d = {{0}};
-    XDC_ASSERT_OK(xdc_wan_relay_create("127.0.0.1", 0, "127.0.0.1", sink.port, &m, &r, &d));
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)xdc_wan_relay_port(r))};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    XDC_ASSERT(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
-    int peer = accept(sink.lfd, NULL, NULL);
-    XDC_ASSERT(peer >= 0);
+    relayed c;
+    relayed_open(&c, &(xdc_wan_link_model){.rate_mbps = 20, .rtt_ms = 4, .seed = 5});
     char buf[4] = "ping";
-    XDC_ASSERT_EQ(send(fd, buf, sizeof buf, 0), (ssize_t)sizeof buf);
-    XDC_ASSERT_EQ(recv(peer, buf, sizeof buf, MSG_WAITALL), (ssize_t)sizeof buf);
-    uint64_t w0 = xdc_wan_relay_wakeups(r);
+    XDC_ASSERT_EQ(send(c.fd, buf, sizeof buf, 0), (ssize_t)sizeof buf);
+    XDC_ASSERT_EQ(recv(c.peer, buf, sizeof buf, MSG_WAITALL), (ssize_t)sizeof buf);
+    uint64_t w0 = xdc_wan_relay_wakeups(c.r);
     xdc_sleep_s(0.3); /* the idle window measured */
-    uint64_t idle = xdc_wan_relay_wakeups(r) - w0;
+    uint64_t idle = xdc_wan_relay_wakeups(c.r) - w0;
     printf("idle 300 ms: %llu wakeups\n", (unsigned long long)idle);
     XDC_ASSERT_MSG(idle <= 20, "an idle link woke %llu times in 300 ms", (unsigned long long)idle);
-    XDC_ASSERT_EQ(send(fd, buf, sizeof buf, 0), (ssize_t)sizeof buf);
-    XDC_ASSERT_EQ(recv(peer, buf, sizeof buf, MSG_WAITALL), (ssize_t)sizeof buf);
-    close(fd);
-    close(peer);
-    xdc_wan_relay_destroy(r);
-    close(sink.lfd);
+    XDC_ASSERT_EQ(send(c.fd, buf, sizeof buf, 0), (ssize_t)sizeof buf);
+    XDC_ASSERT_EQ(recv(c.peer, buf, sizeof buf, MSG_WAITALL), (ssize_t)sizeof buf);
+    relayed_close(&c);
 }
 
 XDC_TEST(wan_emu_in_flight_outage_waits_for_a_transfer)
@@ -199,35 +216,22 @@ XDC_TEST(wan_emu_in_flight_outage_waits_for_a_transfer)
     /* An in-flight outage due at once lets a handshake-sized exchange pass, then cuts the first transfer on its
      * way: the receiver gets none of it (its bytes were held for the link's 20 ms one-way delay when the cut
      * came), and the link refuses connections while the outage lasts. */
-    xdc_wan_link_model m = {.rtt_ms = 40, .seed = 7};
-    share_sink sink;
-    sink_open(&sink);
-    xdc_wan_relay *r;
-    xdc_diag d = {{0}};
-    XDC_ASSERT_OK(xdc_wan_relay_create("127.0.0.1", 0, "127.0.0.1", sink.port, &m, &r, &d));
-    XDC_ASSERT_OK(xdc_wan_relay_schedule_outage(r, &(xdc_wan_outage){.duration_ms = 60000, .in_flight = 1}));
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)xdc_wan_relay_port(r))};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    XDC_ASSERT(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
-    int peer = accept(sink.lfd, NULL, NULL);
-    XDC_ASSERT(peer >= 0);
+    relayed c;
+    relayed_open(&c, &(xdc_wan_link_model){.rtt_ms = 40, .seed = 7});
+    XDC_ASSERT_OK(xdc_wan_relay_schedule_outage(c.r, &(xdc_wan_outage){.duration_ms = 60000, .in_flight = 1}));
     struct timeval tv = {.tv_sec = 20};
-    setsockopt(peer, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(c.peer, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     static char buf[1 << 16]; /* one transfer: 64 KiB */
-    XDC_ASSERT_EQ(send(fd, buf, 4096, 0), (ssize_t)4096);
-    XDC_ASSERT_MSG(recv(peer, buf, 4096, MSG_WAITALL) == 4096, "4 KiB did not pass an in-flight outage's wait");
-    XDC_ASSERT_EQ(send(fd, buf, sizeof buf, 0), (ssize_t)sizeof buf);
+    XDC_ASSERT_EQ(send(c.fd, buf, 4096, 0), (ssize_t)4096);
+    XDC_ASSERT_MSG(recv(c.peer, buf, 4096, MSG_WAITALL) == 4096, "4 KiB did not pass an in-flight outage's wait");
+    XDC_ASSERT_EQ(send(c.fd, buf, sizeof buf, 0), (ssize_t)sizeof buf);
     ssize_t n, got = 0;
-    while ((n = recv(peer, buf, sizeof buf, 0)) > 0) got += n;
+    while ((n = recv(c.peer, buf, sizeof buf, 0)) > 0) got += n;
     printf("in-flight outage: 4096 bytes passed before it, %zd of the %zu-byte transfer after\n", got, sizeof buf);
     XDC_ASSERT_MSG(got == 0, "%zd bytes of the transfer the outage cut reached the receiver", got);
     int again = socket(AF_INET, SOCK_STREAM, 0);
-    XDC_ASSERT(again >= 0 && connect(again, (struct sockaddr *)&a, sizeof a) == 0); /* the kernel accepts... */
-    XDC_ASSERT(recv(again, buf, 1, 0) <= 0);                                        /* ...and the cut relay resets it */
+    XDC_ASSERT(again >= 0 && connect(again, (struct sockaddr *)&c.a, sizeof c.a) == 0); /* the kernel accepts... */
+    XDC_ASSERT(recv(again, buf, 1, 0) <= 0); /* ...and the cut relay resets it */
     close(again);
-    close(fd);
-    close(peer);
-    xdc_wan_relay_destroy(r);
-    close(sink.lfd);
+    relayed_close(&c);
 }
