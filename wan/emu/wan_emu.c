@@ -241,9 +241,12 @@ static int dir_write(emu_conn *c, int d, uint64_t now)
     return 0;
 }
 
-/* Some direction of some connection has a transfer on its way (EMU_IN_FLIGHT_BYTES or more). */
+/* Some direction of some connection has a transfer on its way: EMU_IN_FLIGHT_BYTES or more in the delay line, or
+ * a sender held back by the link's rate (a slow link with a short delay never holds a chunk's worth; an idle link's
+ * bucket holds at least one chunk, so no handshake flight waits on it). */
 static int carrying(const xdc_wan_relay *r)
 {
+    if (r->n_conns && (r->backlog[0] || r->backlog[1])) return 1;
     for (int i = 0; i < r->n_conns; i++)
         for (int d = 0; d < 2; d++)
             if (r->conns[i]->dir[d].queued >= EMU_IN_FLIGHT_BYTES) return 1;

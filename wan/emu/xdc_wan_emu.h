@@ -38,7 +38,7 @@ void xdc_wan_relay_cut(xdc_wan_relay *r);
 void xdc_wan_relay_restore(xdc_wan_relay *r);
 /* A schedule of outages: each cuts the link for duration_ms, start_ms after the schedule was given. An
  * in-flight one, once due, waits for the link to carry a transfer (16 KiB or more on their way in one
- * direction of one connection: more than a handshake) and cuts it then, so that frames are lost mid-way
+ * direction of one connection, more than a handshake, or a sender held back by the link's rate) and cuts it then, so that frames are lost mid-way
  * whatever the run was doing at start_ms; outages after it wait with it, and one still waiting when the link
  * is closed never happens. */
 #define XDC_WAN_MAX_OUTAGES 16
