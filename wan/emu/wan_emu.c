@@ -110,6 +110,9 @@ static void drop_all(xdc_wan_relay *r)
 {
     for (int i = 0; i < r->n_conns; i++) conn_free(r->conns[i]);
     r->n_conns = 0;
+    /* no sender is held back any more: a stale flag would let an in-flight outage (carrying()) cut the next
+     * connection's handshake */
+    r->backlog[0] = r->backlog[1] = 0;
 }
 
 static uint64_t one_way_ns(xdc_wan_relay *r)
