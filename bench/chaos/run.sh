@@ -5,7 +5,8 @@
 # CHAOS_GRACE_MIN, unset: a stopped worker is waited for up to the grace; e.g. 3s: dropped at 4x the rounds'
 # arrival spread and rejoins, which costs it more than the wait saves at this pace; --max-restarts 1000), int8
 # pseudo-gradients:
-#   diloco     DiLoCo, H = CHAOS_H, the built-in store
+#   diloco     DiLoCo, H = CHAOS_H, the built-in store; train_while_waiting (CHAOS_TRAIN_WAITING=0: off): a member
+#              whose round waits for a late region (stopped, restarting) runs inner steps meanwhile
 #   streaming  streaming DiLoCo, 4 fragments, with --rdzv etcd:// on a 3-member etcd cluster started here
 #              (each member under a loop that starts it again when it dies; the run talks to member 0, the
 #              faults may kill member 1 or 2); its chaos run has a standby `xdc coordinator --standby` beside it
@@ -18,7 +19,11 @@
 #   goodput   useful tokens per second over the reference's. Useful: the region-steps whose work reached the
 #             final model. A region out of the run from step a to step b (the story's steps_out, read from
 #             heartbeats: 10-step resolution) loses b - (a rounded down to its outer round); every region-step
-#             carries the same tokens, so goodput = (1 - lost / (3 x steps)) x reference wall / chaos wall
+#             carries the same tokens, so goodput = (1 - lost / (3 x steps)) x reference wall / chaos wall; training
+#             while waiting (diloco), the inner steps the regions ran while rounds waited count too, in the chaos run
+#             and in the reference (waiting_steps=chaos/reference, from each region's last process's log: a process
+#             that died took its count with it, so the chaos run's is a lower bound): goodput = (3 x steps - lost +
+#             chaos's) / (3 x steps + reference's) x reference wall / chaos wall
 #   loss_gap  final validation loss minus the reference's
 #   faults, max_recovery_s, rejoin_s_p50   from the story lines (recovery_s: from the end of a fault's cause, a
 #             kill's moment, a stall's SIGCONT, a link's restore, to the run whole again; rejoin_s)
@@ -40,6 +45,7 @@ every=${CHAOS_FAULT_EVERY_S:-120}
 decider_ttl=${CHAOS_DECIDER_TTL:-3}
 kinds=${CHAOS_KINDS:+:$CHAOS_KINDS} # a comma list narrows the kinds (orch_chaos.h); default every kind a run allows
 H=${CHAOS_H:-30}
+train_waiting=${CHAOS_TRAIN_WAITING:-1}
 grace_min=${CHAOS_GRACE_MIN:-} # elastic.grace_min; default off (docs/benchmarks.md "A stalled region costs its own time")
 probe_steps=${CHAOS_PROBE_STEPS:-60}
 runs=${CHAOS_RUNS:-diloco,streaming}
@@ -116,7 +122,7 @@ eval_interval: 10
 codec: int8
 bucket_mb: 0.25
 threads: 1
-diloco: {inner_steps: $H}
+diloco: {inner_steps: $H$([ "$2" = diloco ] && [ "$train_waiting" != 0 ] && echo ", train_while_waiting: true")}
 streaming: {fragments: 4}
 elastic: {min_regions: 1, grace: 20s${grace_min:+, grace_min: $grace_min}}
 EOT
@@ -139,6 +145,8 @@ launch() {
 
 wall_of() { sed -n 's/.* finished in \([0-9.]*\) s.*/\1/p' "$work/$1.out" | tail -1; }
 loss_of() { sed -n 's/.*final val_loss=\([0-9.]*\) .*/\1/p' "$work/$1.out" | tail -1; }
+# The inner steps run <name>'s regions ran while rounds waited (train_while_waiting), from each worker's last line.
+waited_of() { cat "$work/$1"/logs/*.log 2> /dev/null | sed -n 's/.* (and \([0-9]*\) while rounds waited.*/\1/p' | awk '{ s += $1 } END { print s + 0 }'; }
 
 # mode, extra flags (the store): probe, reference, chaos run; prints its row and leaves row_<mode> set.
 bench_mode() {
@@ -176,7 +184,7 @@ bench_mode() {
   fi
   local wall=$(wall_of "$mode-chaos") loss=$(loss_of "$mode-chaos")
   awk -v S="$steps" -v H="$H" -v rw="$ref_wall" -v w="${wall:-0}" -v rl="$ref_loss" -v l="${loss:-0}" -v hang="$hang" \
-      -v failed="$failed" -v mode="$mode" -v rate="$rate" '
+      -v failed="$failed" -v mode="$mode" -v rate="$rate" -v xc="$(waited_of "$mode-chaos")" -v xr="$(waited_of "$mode-ref")" '
     / chaos: fault / { faults++ }
     / chaos: not recovered / { unrec++ }
     /steps_out=/ { # each region out: steps_out=REGION:FROM-TO (TO "end": never back)
@@ -194,10 +202,10 @@ bench_mode() {
     END {
       for (i = 1; i <= nr; i++) for (j = i + 1; j <= nr; j++) if (rj[j] < rj[i]) { t = rj[i]; rj[i] = rj[j]; rj[j] = t }
       p50 = nr ? (nr % 2 ? rj[(nr + 1) / 2] : (rj[nr / 2] + rj[nr / 2 + 1]) / 2) : 0
-      good = hang || failed || w <= 0 ? 0 : (1 - lost / (3 * S)) * rw / w
+      good = hang || failed || w <= 0 ? 0 : (3 * S - lost + xc) / (3 * S + xr) * rw / w
       gap = hang || failed ? "na" : sprintf("%.4f", l - rl) # no final model to compare
-      printf "%-10s steps=%d rate=%s ref_wall_s=%.1f wall_s=%.1f lost_region_steps=%d goodput=%.3f loss_gap=%s faults=%d unrecovered=%d max_recovery_s=%.1f max_outage_s=%.1f rejoin_s_p50=%.1f rejoins=%d hangs=%d failed=%d\n",
-        mode, S, rate, rw, w, lost, good, gap, faults, unrec, maxrec, maxout, p50, nr, hang, failed
+      printf "%-10s steps=%d rate=%s ref_wall_s=%.1f wall_s=%.1f lost_region_steps=%d waiting_steps=%d/%d goodput=%.3f loss_gap=%s faults=%d unrecovered=%d max_recovery_s=%.1f max_outage_s=%.1f rejoin_s_p50=%.1f rejoins=%d hangs=%d failed=%d\n",
+        mode, S, rate, rw, w, lost, xc, xr, good, gap, faults, unrec, maxrec, maxout, p50, nr, hang, failed
       for (i = 1; i <= nr; i++) printf "%s ", rj[i] > "/dev/stderr"
     }' "$work/$mode-chaos.out" 2> "$work/$mode.rejoins" | tee -a "$work/rows"
   plot "$mode"

@@ -78,6 +78,39 @@ xdc_err_t orch_elastic_woke(orch_elastic_member *m, int left, double gap_s, xdc_
     return dropped(m, "the run", noticed, diag);
 }
 
+/* ran/<round>, which the host writes before the round's decision, into m->extra. */
+static xdc_err_t read_ran(orch_elastic_member *m, long long round, xdc_diag *diag)
+{
+    char val[RDZV_VALUE_MAX];
+    rdzv_key key = rdzv_key_ran(round);
+    XDC_CHECK(rdzv_get(m->rdzv, key.s, m->operation_ms, val, sizeof val, diag));
+    if (rdzv_val_steps_parse(val, m->t->n_regions, m->extra) != XDC_OK) {
+        xdc_diag_set(diag, "%s = '%.64s' is not one count per region (%d)", key.s, val, m->t->n_regions);
+        return XDC_ERR_PROTO;
+    }
+    return XDC_OK;
+}
+
+/* A member arrived at `round`: wait busy_after_s for its decision (a round whose regions arrive together is decided
+ * within a tick of the host's), then run inner steps until it comes, each announced in the arrival first: the host
+ * reads at most what was posted. */
+static xdc_err_t train_while_waiting(orch_elastic_member *m, long long round, uint64_t deadline, xdc_diag *diag)
+{
+    char val[RDZV_VALUE_MAX];
+    rdzv_key quorum = rdzv_key_quorum(round);
+    int64_t first_ms = (int64_t)(m->busy_after_s * 1000.0);
+    if (first_ms > xdc_deadline_poll_ms(deadline)) first_ms = xdc_deadline_poll_ms(deadline);
+    xdc_diag quiet = {{0}};
+    if (rdzv_get(m->rdzv, quorum.s, first_ms, val, sizeof val, &quiet) == XDC_OK) return XDC_OK;
+    while (!xdc_deadline_passed(deadline) && rdzv_try_get(m->rdzv, quorum.s, val, sizeof val, diag) == XDC_ERR_AGAIN) {
+        XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_outer(m->region_idx, m->rank).s,
+                           rdzv_val_arrival_ran(round, m->ran_self + 1).s, diag));
+        m->ran_self++;
+        XDC_CHECK(m->busy(m->busy_ctx, diag));
+    }
+    return XDC_OK;
+}
+
 xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag *diag)
 {
     char val[RDZV_VALUE_MAX];
@@ -100,11 +133,15 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
         }
         xdc_sleep_s(STATE_POLL_S);
     }
+    m->ran_self = 0;
+    if (m->busy && m->arrive == RDZV_ARRIVE && round != RDZV_ROUND_END)
+        XDC_CHECK(train_while_waiting(m, round, deadline, diag));
     xdc_err_t rc = rdzv_get(m->rdzv, quorum.s, xdc_deadline_poll_ms(deadline), val, sizeof val, diag);
     if (rc != XDC_OK) {
         xdc_diag_prefix(diag, "round %s: no quorum decision", name.s);
         return rc;
     }
+    if (m->ran && round != RDZV_ROUND_END) XDC_CHECK(read_ran(m, round, diag));
     if (!is_region_set(m, val, "01jtc")) {
         xdc_diag_set(diag, "round %s: quorum '%.64s' is not one 0/1/j/t/c per region (%d)", name.s, val, n);
         return XDC_ERR_PROTO;
@@ -144,7 +181,7 @@ xdc_err_t orch_elastic_region_took(orch_elastic_member *m, long long round, int 
         /* its request (join:<nonce>) until it posts; past `round` (arrived at the next one) only without its state:
          * one that took it trains with us first */
         while (rdzv_try_get(m->rdzv, key.s, val, sizeof val, diag) != XDC_OK ||
-               rdzv_val_outer_parse(val, &at, nonce, &kind) != XDC_OK || at < round) {
+               rdzv_val_outer_parse(val, &at, nonce, &kind, NULL) != XDC_OK || at < round) {
             if (xdc_deadline_passed(deadline)) {
                 xdc_diag_set(diag, "round %lld: region %s's worker %d did not say whether it took its state (%s)",
                              round, region_name(m, m->region_idx), k, key.s);
@@ -327,7 +364,8 @@ xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, in
         xdc_diag_set(diag, "round %s: quorum '%s' does not name region %s as joining", name.s, mask, us);
         return XDC_ERR_PROTO;
     }
-    memcpy(m->quorum, mask, (size_t)n + 1); /* its members split the state between them (orch_rejoin.c) */
+    memcpy(m->quorum, mask, (size_t)n + 1);           /* its members split the state between them (orch_rejoin.c) */
+    if (m->ran) XDC_CHECK(read_ran(m, *round, diag)); /* its exchange's weights, when it takes part (joins_in_round) */
     m->n_live = 0;
     *from = -1;
     for (int r = 0; r < n; r++) {

@@ -42,6 +42,17 @@ typedef struct orch_elastic_member {
      * yet (NULL: never asked) */
     int (*state_in)(void *state_ctx);
     void *state_ctx;
+    /* DiLoCo's train_while_waiting (orch_quorum.h), `ran`: each decision comes with ran/<round>, read into extra[r]:
+     * the inner steps region r ran while that round waited, which weigh its pseudo-gradient. A member that arrives
+     * plainly and is still undecided after busy_after_s runs busy(busy_ctx) (one inner step) until the decision
+     * comes, posting "<round>+<n>" before its n-th; ran_self: how many it ran in the last round (one more than
+     * extra[] says when the host read its arrival just before its last post) */
+    int ran;
+    int extra[XDC_TOPO_MAX_REGIONS];
+    xdc_err_t (*busy)(void *busy_ctx, xdc_diag *diag);
+    void *busy_ctx;
+    double busy_after_s;
+    int ran_self;
     /* left/<region> of each region a hand-over waits on (a member: the round's joiners; a joiner: the members of
      * the round that took it back, while its state is on its way) when that round was read (-1: none yet);
      * LLONG_MAX for a region no hand-over waited on */
@@ -57,7 +68,8 @@ void orch_elastic_member_init(orch_elastic_member *m, rdzv_client *rdzv, const x
                               int rank, int64_t grace_ms, int64_t operation_ms);
 
 /* Arrive at `round` (a step, or RDZV_ROUND_END; as m->arrive says, "taking" turning into "took" while the round
- * is undecided once m->state_in says so) and wait for the host's decision: m->live,
+ * is undecided once m->state_in says so; a plain arrival training on as m->busy says) and wait for the host's
+ * decision (with m->ran, and ran/<round> into m->extra): m->live,
  * m->joining, m->catching_up, m->n_live follow it, so every member counts the same regions. XDC_ERR_UNAVAILABLE
  * naming the region when ours is not in it (it leaves the run; its agent, restarted, may bring it back),
  * XDC_ERR_PROTO when the decision (m->quorum) is not one '0'/'1'/'j'/'t'/'c' per region; the wait's error when

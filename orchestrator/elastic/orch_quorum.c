@@ -41,13 +41,14 @@ void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, 
 }
 
 /* Worker k of region r's last arrival (outer/r/k): a step, LLONG_MAX for the end, -1 when it posted none; how it
- * arrived into *kind (a rejoined worker still taking its state, or that took it since its last round). */
-static long long arrival(const orch_quorum *q, int r, int k, rdzv_arrive_kind *kind)
+ * arrived into *kind (a rejoined worker still taking its state, or that took it since its last round), and the
+ * inner steps it ran since into *extra (train_while_waiting; NULL: not wanted). */
+static long long arrival(const orch_quorum *q, int r, int k, rdzv_arrive_kind *kind, int *extra)
 {
     char val[64], nonce[RDZV_NONCE_MAX];
     long long step;
     if (rdzv_server_get(q->rdzv, rdzv_key_outer(r, k).s, val, sizeof val) != 0 ||
-        rdzv_val_outer_parse(val, &step, nonce, kind) != XDC_OK)
+        rdzv_val_outer_parse(val, &step, nonce, kind, extra) != XDC_OK)
         return -1;
     return step; /* a rejoin request (-1) is no arrival */
 }
@@ -60,7 +61,7 @@ static int join_request(const orch_quorum *q, int r, int k, char *nonce)
     char val[128];
     long long step;
     return rdzv_server_get(q->rdzv, rdzv_key_outer(r, k).s, val, sizeof val) == 0 &&
-           rdzv_val_outer_parse(val, &step, nonce, NULL) == XDC_OK && nonce[0] &&
+           rdzv_val_outer_parse(val, &step, nonce, NULL, NULL) == XDC_OK && nonce[0] &&
            rdzv_server_get(q->rdzv, rdzv_key_rejoin(nonce).s, val, sizeof val) != 0;
 }
 
@@ -126,7 +127,7 @@ static long long next_round(const orch_quorum *q)
     long long s = -1;
     for (int r = 0; r < q->t->n_regions; r++)
         for (int k = 0; q->live[r] && k < xdc_topology_region_workers(q->t, r); k++) {
-            long long a = arrival(q, r, k, NULL);
+            long long a = arrival(q, r, k, NULL, NULL);
             if (a > q->decided && (s < 0 || a < s)) s = a;
         }
     return s;
@@ -141,7 +142,7 @@ static char region_arrived(const orch_quorum *q, int r, long long step)
     int taking = 0, took = 0;
     for (int k = 0; k < xdc_topology_region_workers(q->t, r); k++) {
         rdzv_arrive_kind kind;
-        if (arrival(q, r, k, &kind) != step) return '0';
+        if (arrival(q, r, k, &kind, NULL) != step) return '0';
         taking |= kind == RDZV_ARRIVE_TAKING;
         took |= kind == RDZV_ARRIVE_TOOK;
     }
@@ -236,6 +237,25 @@ static void publish_steps(const orch_quorum *q, long long step, const char *mask
     rdzv_val_steps(h, q->t->n_regions, val, sizeof val);
     rdzv_server_set(q->rdzv, rdzv_key_steps(step).s, val);
     XDC_DEBUG(XDC_SUB_ORCH, "the round after step %lld: inner steps %s", step, val);
+}
+
+/* ran/<step> (train_while_waiting): the inner steps each member region ('1' in mask) ran while it waited for the
+ * decision of the round at `step`, as its arrivals say now (the fewest of its workers'); 0 for the others. */
+static void publish_ran(const orch_quorum *q, long long step, const char *mask)
+{
+    if (!q->ran) return;
+    int e[XDC_TOPO_MAX_REGIONS];
+    char val[RDZV_VALUE_MAX];
+    for (int r = 0; r < q->t->n_regions; r++) {
+        e[r] = 0;
+        for (int k = 0; mask[r] == '1' && k < xdc_topology_region_workers(q->t, r); k++) {
+            int n = 0;
+            if (arrival(q, r, k, NULL, &n) == step && (k == 0 || n < e[r])) e[r] = n;
+        }
+    }
+    rdzv_val_steps(e, q->t->n_regions, val, sizeof val);
+    rdzv_server_set(q->rdzv, rdzv_key_ran(step).s, val);
+    XDC_DEBUG(XDC_SUB_ORCH, "the round at step %lld: inner steps run while it waited %s", step, val);
 }
 
 /* routes/<step>: the links the round at `step` goes around (orch_routes.h), from what rank 0 of each region reported
@@ -418,6 +438,7 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
     admit_joiners(q, step, mask);
     if (step != LLONG_MAX) publish_steps(q, step, mask); /* before the decision its members wait for */
     if (step != LLONG_MAX) publish_routes(q, step, mask);
+    if (step != LLONG_MAX) publish_ran(q, step, mask);
     q->decided = step; /* before the write, which carries the state to a next decider (orch_decider.h) */
     q->pending = -1;
     if (step != LLONG_MAX) { /* its exchange is under way: its final set comes after it */

@@ -32,7 +32,14 @@
  * bytes whoever got which shard before the region went.
  *
  * With DiLoCo's nobody waits (orch_quorum_pace), each decision quorum/<S> comes after steps/<S>: the inner
- * steps each region runs in the round after S (orch_elastic_steps reads it). */
+ * steps each region runs in the round after S (orch_elastic_steps reads it).
+ *
+ * With DiLoCo's train_while_waiting (`ran`), a member that waits for the decision of round S runs inner steps
+ * meanwhile and posts its arrival as "<S>+<n>" before its n-th; each decision quorum/<S> comes after ran/<S>: the
+ * n each member region posted when the host decided (its workers' fewest), 0 for the others. Every member weighs
+ * the round's pseudo-gradients with those counts, so all weigh alike. A member may have begun one step more than
+ * the host read (it posted, the host had read, the decision was not out yet): that step is in its
+ * pseudo-gradient and not in its weight. */
 #ifndef ORCH_QUORUM_H
 #define ORCH_QUORUM_H
 
@@ -91,6 +98,8 @@ typedef struct orch_quorum {
      * orch_quorum_joins_in_round): 'j' is in the round's open set like 't', so its final set waits for the joiner's
      * sums and its loss during the exchange is published as any member's; 0: it comes in at the next round */
     int joins_in_round;
+    /* 1: DiLoCo's train_while_waiting: each decision comes after ran/<step> (above) */
+    int ran;
     /* test hook XDC_TEST_REJOIN_AT=<step>[:<region>][,...]: take each region back at its round only (a step
      * without a region: every region's), which waits until the regions due then asked; -1: any round */
     long long rejoin_at[XDC_TOPO_MAX_REGIONS];

@@ -567,7 +567,7 @@ static int trains_from(const orch_chaos *c, int r, long long round)
         long long at;
         rdzv_arrive_kind kind;
         if (rdzv_server_get(c->w.rdzv, rdzv_key_outer(r, k).s, val, sizeof val) != 0 ||
-            rdzv_val_outer_parse(val, &at, nonce, &kind) != XDC_OK ||
+            rdzv_val_outer_parse(val, &at, nonce, &kind, NULL) != XDC_OK ||
             !((kind == RDZV_ARRIVE_TOOK && at == round) || (kind == RDZV_ARRIVE && at > round)))
             return 0;
     }

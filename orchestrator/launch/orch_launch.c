@@ -212,6 +212,7 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
         orch_quorum_spread(&L->quorum, L->cfg.elastic.grace_min_ms);
         L->quorum.last_round = orch_quorum_last_round(&L->cfg);
         L->quorum.joins_in_round = orch_quorum_joins_in_round(&L->cfg);
+        L->quorum.ran = L->cfg.diloco.train_while_waiting;
     }
     if (L->elastic && L->cfg.diloco.nobody_waits) { /* the decider counts each round's inner steps */
         double pace[XDC_TOPO_MAX_REGIONS];
@@ -798,6 +799,14 @@ static xdc_err_t launch_load(launch *L, xdc_diag *diag)
                          "workers for %d pipeline stages",
                          L->o.config, L->t->regions[r].name, xdc_topology_region_workers(L->t, r),
                          L->cfg.pipeline_stages);
+            return XDC_ERR_CONFIG;
+        }
+    /* The workers of a region step together (pipeline stages, replicas), and nothing fixes how many steps each
+     * would run while a round waits */
+    for (int r = 0; L->cfg.diloco.train_while_waiting && r < L->t->n_regions; r++)
+        if (xdc_topology_region_workers(L->t, r) > 1) {
+            xdc_diag_set(diag, "%s: diloco.train_while_waiting needs one worker per region, but region %s has %d",
+                         L->o.config, L->t->regions[r].name, xdc_topology_region_workers(L->t, r));
             return XDC_ERR_CONFIG;
         }
     if (!orch_quorum_elastic(&L->cfg, L->t->n_regions)) {

@@ -42,6 +42,7 @@ rdzv_key rdzv_key_quorum(long long round) { return key_fmt("quorum/%s", rdzv_val
 rdzv_key rdzv_key_final(long long step) { return key_fmt("final/%lld", step); }
 rdzv_key rdzv_key_lost(long long step) { return key_fmt("lost/%lld", step); }
 rdzv_key rdzv_key_steps(long long step) { return key_fmt("steps/%lld", step); }
+rdzv_key rdzv_key_ran(long long step) { return key_fmt("ran/%lld", step); }
 rdzv_key rdzv_key_routes(long long step) { return key_fmt("routes/%lld", step); }
 rdzv_key rdzv_key_left(int region_idx) { return key_fmt("left/%d", region_idx); }
 rdzv_key rdzv_key_rejoin(const char *nonce) { return key_fmt("rejoin/%s", nonce); }
@@ -101,8 +102,11 @@ static const struct {
 static const struct {
     const char *prefix;
     rdzv_key_kind kind;
-} step_keys[] = {
-    {"final/", RDZV_KIND_FINAL}, {"lost/", RDZV_KIND_LOST}, {"steps/", RDZV_KIND_STEPS}, {"routes/", RDZV_KIND_ROUTES}};
+} step_keys[] = {{"final/", RDZV_KIND_FINAL},
+                 {"lost/", RDZV_KIND_LOST},
+                 {"steps/", RDZV_KIND_STEPS},
+                 {"ran/", RDZV_KIND_RAN},
+                 {"routes/", RDZV_KIND_ROUTES}};
 
 /* `key` minus `prefix` when it starts with it, else NULL. */
 static const char *after(const char *key, const char *prefix)
@@ -257,16 +261,33 @@ rdzv_val rdzv_val_arrival(long long round, rdzv_arrive_kind kind)
     return v;
 }
 
-xdc_err_t rdzv_val_outer_parse(const char *val, long long *round, char *nonce, rdzv_arrive_kind *kind)
+rdzv_val rdzv_val_arrival_ran(long long step, int extra)
+{
+    rdzv_val v;
+    if (extra > 0) snprintf(v.s, sizeof v.s, "%lld+%d", step, extra);
+    else snprintf(v.s, sizeof v.s, "%lld", step);
+    return v;
+}
+
+xdc_err_t rdzv_val_outer_parse(const char *val, long long *round, char *nonce, rdzv_arrive_kind *kind, int *extra)
 {
     const char *r = after(val, RDZV_VAL_JOIN);
     nonce[0] = '\0';
     if (kind) *kind = RDZV_ARRIVE;
+    if (extra) *extra = 0;
     for (int k = RDZV_ARRIVE_TAKING; !r && k <= RDZV_ARRIVE_TOOK; k++) {
         const char *at = after(val, arrive_prefix[k]);
         if (!at) continue;
         if (kind) *kind = (rdzv_arrive_kind)k;
         return rdzv_val_round_parse(at, round);
+    }
+    const char *plus = r ? NULL : take_num(val, STEP_DIGITS, round);
+    if (plus && *plus == '+') { /* "<step>+<extra>": a positive count, in canonical form */
+        int e = 0;
+        const char *end = take_int(plus + 1, &e);
+        if (!end || *end || e == 0) return XDC_ERR_PROTO;
+        if (extra) *extra = e;
+        return XDC_OK;
     }
     if (!r) return rdzv_val_round_parse(val, round);
     if (!valid_nonce(r)) return XDC_ERR_PROTO;

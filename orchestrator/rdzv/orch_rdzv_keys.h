@@ -8,7 +8,8 @@
  *   wan/<region index>/<rank>            a worker's WAN address                      the worker
  *   relay/<from>/<to>/<rank>             the emulated WAN's relay address            the host
  *   outer/<region index>/<rank>          its arrival at an outer round: <step>, "end", "join:<nonce>",
- *                                        "taking:<step>" or "took:<step>"
+ *                                        "taking:<step>", "took:<step>" or "<step>+<n>" (n inner steps run
+ *                                        since, DiLoCo's train_while_waiting)
  *   xchg/<region index>/<rank>           what its round's exchange summed: "<step>:<one 0/1 per region>"
  *   links/<region index>/<rank>          its WAN links as it arrives at a round: "<step>:<one char per region>"
  *                                        (orchestrator/elastic/orch_routes.h)
@@ -25,6 +26,7 @@
  *   quorum/<step>, quorum/end            who is in an outer round ('1', '0', 'j', 't', 'c')   the host (orch_quorum.h)
  *   final/<step>, lost/<step>            a round's final set; who left during it     the host
  *   steps/<step>                         inner steps per region in the round after it the host (nobody waits)
+ *   ran/<step>                           inner steps per region run while its round waited   the host
  *   routes/<step>                        the links the round goes around, and through whom   the host (orch_routes.h)
  *   left/<region index>                  how many times the region left the run      the host
  *   rejoin/<nonce>                       the round that takes a rejoining worker     the host
@@ -85,6 +87,7 @@ rdzv_key rdzv_key_quorum(long long round); /* RDZV_ROUND_END: quorum/end */
 rdzv_key rdzv_key_final(long long step);
 rdzv_key rdzv_key_lost(long long step);
 rdzv_key rdzv_key_steps(long long step);
+rdzv_key rdzv_key_ran(long long step);
 rdzv_key rdzv_key_routes(long long step);
 rdzv_key rdzv_key_left(int region_idx);
 rdzv_key rdzv_key_rejoin(const char *nonce);
@@ -115,6 +118,7 @@ typedef enum rdzv_key_kind {
     RDZV_KIND_LINKS,
     RDZV_KIND_ROUTES,
     RDZV_KIND_WARM,
+    RDZV_KIND_RAN,
 } rdzv_key_kind;
 
 /* A key taken apart. Fields its kind does not have are -1 / "". */
@@ -123,7 +127,8 @@ typedef struct rdzv_key_parts {
     int region_idx; /* wan, outer, xchg, links, stats, ckpt, warm, replan/link, left; relay: from */
     int to;         /* relay */
     int rank;       /* wan, relay, outer, xchg, links, stats, ckpt, warm, metrics */
-    long long num;  /* replan, quorum (RDZV_ROUND_END: end), final, lost, steps, routes: the step; intra/<r>/<n>: n */
+    long long
+        num; /* replan, quorum (RDZV_ROUND_END: end), final, lost, steps, ran, routes: the step; intra/<r>/<n>: n */
     char name[RDZV_MEMBER_MAX]; /* metrics, intra, device: the region; failed: the member; rejoin: the nonce */
 } rdzv_key_parts;
 
@@ -157,9 +162,13 @@ rdzv_val rdzv_val_join(const char *nonce);
  * 0 (quorum 't', 'c': orch_quorum.h; docs/runtime.md "Rejoining"). */
 typedef enum { RDZV_ARRIVE = 0, RDZV_ARRIVE_TAKING, RDZV_ARRIVE_TOOK } rdzv_arrive_kind;
 rdzv_val rdzv_val_arrival(long long round, rdzv_arrive_kind kind);
-/* The value of outer/<region index>/<rank>: an arrival (*round, nonce "", *kind: how; kind may be NULL) or a
- * rejoin request (*round -1, its nonce into nonce[RDZV_NONCE_MAX]); XDC_ERR_PROTO for anything else. */
-xdc_err_t rdzv_val_outer_parse(const char *val, long long *round, char *nonce, rdzv_arrive_kind *kind);
+/* A member's plain arrival at the round at `step` that has run `extra` inner steps since, while it waits for
+ * the round's decision (DiLoCo's train_while_waiting, docs/runtime.md): "<step>+<extra>"; extra 0: "<step>". */
+rdzv_val rdzv_val_arrival_ran(long long step, int extra);
+/* The value of outer/<region index>/<rank>: an arrival (*round, nonce "", *kind: how; kind may be NULL; *extra:
+ * its inner steps run since, 0 but for "<step>+<extra>"; extra may be NULL) or a rejoin request (*round -1, its
+ * nonce into nonce[RDZV_NONCE_MAX]); XDC_ERR_PROTO for anything else. */
+xdc_err_t rdzv_val_outer_parse(const char *val, long long *round, char *nonce, rdzv_arrive_kind *kind, int *extra);
 /* What a member summed in the exchange of the round at `step`: "<step>:<set>", set[r] ('1' or '0') for
  * each of the n regions (got[r] != 0). */
 rdzv_val rdzv_val_xchg(long long step, const uint8_t *got, int n);
@@ -167,8 +176,9 @@ rdzv_val rdzv_val_xchg(long long step, const uint8_t *got, int n);
  * step, a ':' and exactly n of them. */
 xdc_err_t rdzv_val_xchg_parse(const char *val, int n, long long *step, char *set);
 
-/* The inner steps each of n regions runs in a DiLoCo round ("nobody waits", docs/runtime.md): "<h0>,<h1>,...",
- * one decimal count per region (0: not in the round), into out[cap] (RDZV_VALUE_MAX holds any n). */
+/* The inner steps each of n regions runs in a DiLoCo round ("nobody waits", docs/runtime.md), or ran while it
+ * waited for a round's decision (ran/<step>): "<h0>,<h1>,...", one decimal count per region (0: not in the round),
+ * into out[cap] (RDZV_VALUE_MAX holds any n). */
 void rdzv_val_steps(const int *h, int n, char *out, size_t cap);
 /* Its counts into h[n]; XDC_ERR_PROTO unless the value is exactly n counts of at most 9 digits. */
 xdc_err_t rdzv_val_steps_parse(const char *val, int n, int *h);

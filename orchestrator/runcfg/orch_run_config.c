@@ -73,6 +73,7 @@ static const xdc_cfg_field diloco_fields[] = {
     RUN_FIELD("keep_unsent", XDC_CFG_BOOL, diloco.keep_unsent, false, 0, 0),
     RUN_FIELD("final_codec", XDC_CFG_STRING, diloco.final_codec, false, 0, 0),
     RUN_FIELD("nobody_waits", XDC_CFG_BOOL, diloco.nobody_waits, false, 0, 0),
+    RUN_FIELD("train_while_waiting", XDC_CFG_BOOL, diloco.train_while_waiting, false, 0, 0),
     {"slowdown", XDC_CFG_NODE, offsetof(run_in, slowdown), 0, false, 0, 0, NULL},
     RUN_FIELD("overlap_steps", XDC_CFG_INT, diloco.overlap_steps, false, 0, 100000),
     {"overlap", XDC_CFG_STRING, offsetof(run_in, overlap), 16, false, 0, 0, overlap_words},
@@ -295,6 +296,15 @@ xdc_err_t orch_run_config_check(const orch_run_config *c, bool planned, xdc_cfg_
     if (c->diloco.nobody_waits && c->mode != ORCH_MODE_DILOCO && !mode_open) {
         xdc_cfg_error_add(errs, 0, 0, "diloco.nobody_waits needs mode diloco (this run's mode is %s)",
                           mode_words[c->mode]);
+        return XDC_ERR_CONFIG;
+    }
+    /* Its steps run in the wait for a round's decision, before the round's pseudo-gradient is taken: DiLoCo's
+     * rounds at once (the planner does not choose it) */
+    if (c->diloco.train_while_waiting && (c->mode != ORCH_MODE_DILOCO || c->diloco.overlap_steps || c->plan_auto)) {
+        xdc_cfg_error_add(errs, 0, 0,
+                          "diloco.train_while_waiting needs mode diloco with its rounds at once (no "
+                          "diloco.overlap_steps) and no plan: auto (this run: mode %s, overlap_steps %d%s)",
+                          mode_words[c->mode], c->diloco.overlap_steps, c->plan_auto ? ", plan: auto" : "");
         return XDC_ERR_CONFIG;
     }
     if (c->diloco.overlap_steps && c->mode != ORCH_MODE_DILOCO && !mode_open) {

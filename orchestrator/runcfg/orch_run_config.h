@@ -32,6 +32,11 @@ typedef struct orch_diloco_config {
      * period, in inner steps of a region of slowdown 1), as the round's decider counts them, and the outer step
      * weighs each region's pseudo-gradient by the tokens it processed */
     bool nobody_waits;
+    /* Train while waiting (docs/runtime.md): a member that waits for an outer round's decision (a region late,
+     * stopped, slower) runs inner steps meanwhile, and the round weighs each region's pseudo-gradient by the
+     * tokens it processed, those steps counted (the decider's ran/<step>). Elastic DiLoCo whose rounds run at
+     * once, one worker per region */
+    bool train_while_waiting;
     /* A simulated slowness per region, in the topology's order (n_slowdown of them; 0: none), in every mode
      * (its section is DiLoCo's, where it began): each training pass of region r costs slowdown[r] times its
      * compute (the extra as a sleep counted as compute, orch_train_pass). Deterministic, for tests and benches

@@ -16,6 +16,12 @@
  * mean weighs each region's pseudo-gradient by the tokens it processed in the round (xdc_sync_set_weights).
  * Overlapped, a round is weighed by the counts of the round it closes when it begins, and its decision brings
  * the next round's counts, which its first inner steps (on the wire with it) already follow.
+ *
+ * Train while waiting (diloco.train_while_waiting; docs/runtime.md): a member whose round is not decided after two
+ * of its inner steps' time (a region late: slower, stopped, restarting) runs inner steps until the decision comes
+ * (orch_elastic_arrive's busy), on the round's last step's learning rate; the decider counts them (ran/<step>) and
+ * the outer mean weighs each region by the tokens it processed, those steps with the round's. Nothing waits idle
+ * for a late region but the late region itself.
  * diloco.slowdown (orch_train_pass, any mode) gives tests and benches on one machine a slow region. */
 #include "orchestrator/worker/orch_worker.h"
 
@@ -36,24 +42,32 @@ typedef struct {
      * rounds' boundaries (arrival, decision and exchange of the outer rounds) */
     long long inner_run, rounds;
     double inner_s, boundary_s;
+    /* Train while waiting: inner steps run while rounds waited for their decision, and their wall seconds (in
+     * boundary_s too) */
+    long long extra_run;
+    double extra_s;
 } diloco_state;
 
 #define STEPS_FILE "diloco-round-steps.ckpt" /* (n_regions) int32: the round's inner steps, nobody waits */
 
-/* Before the outer round that ends the round under way at w->prog.step: each region's weight, the tokens it
- * processed (its inner steps in the round, cut at the run's end, times the tokens of its inner step: its
- * replicas' microbatches, more in a region of more replicas) over the fewest tokens of any region the decider gave steps, so
- * equal work weighs 1 and the mean is the plain one bit for bit. Every member computes it from the same
- * decision, so all hold the same weights; the quorum then gives the regions out of the round 0. */
-static void weigh_round(orch_worker *w, diloco_state *st)
+/* Once the decision of the outer round that ends the round under way at w->prog.step is read (w->elastic.weigh):
+ * each region's weight, the tokens it processed (its inner steps in the round, cut at the run's end, plus those it
+ * ran while the round waited, times the tokens of its inner step: its replicas' microbatches, more in a region of
+ * more replicas) over the fewest tokens of any region the decider gave steps, so equal work weighs 1 and the mean
+ * is the plain one bit for bit. Every member computes it from the same decision, so all hold the same weights;
+ * the quorum then gives the regions out of the round 0. */
+static void weigh_round(orch_worker *w)
 {
+    diloco_state *st = w->mode_state;
+    const orch_elastic_member *m = &w->elastic.m;
     int period = w->cfg->diloco.inner_steps;
     long long slots = w->prog.step - (w->prog.step - 1) / period * period; /* steps of the round, the last cut */
     double tokens_per_mb = (double)w->model.B * w->model.T, fewest = 0;
     double tokens[XDC_TOPO_MAX_REGIONS];
     for (int r = 0; r < w->id->n_regions; r++) {
         long long h = st->steps[r] < slots ? st->steps[r] : slots;
-        tokens[r] = (double)(h > 1 ? h : 1) * tokens_per_mb * w->model.region_mb[r];
+        if (h < 1) h = 1;
+        tokens[r] = (double)(h + (m->ran ? m->extra[r] : 0)) * tokens_per_mb * w->model.region_mb[r];
         if (st->steps[r] > 0 && (fewest == 0 || tokens[r] < fewest)) fewest = tokens[r]; /* the round's regions */
     }
     for (int r = 0; r < w->id->n_regions; r++) st->weight[r] = (float)(tokens[r] / fewest);
@@ -61,6 +75,21 @@ static void weigh_round(orch_worker *w, diloco_state *st)
 }
 
 static int nobody_waits(const orch_worker *w) { return w->cfg->diloco.nobody_waits && w->elastic.on; }
+
+/* Train while waiting: one inner step while the round's decision is not in (orch_elastic_member's busy; ctx: the
+ * worker). The run's step stays the round's: the step's learning rate is its last inner step's. */
+static xdc_err_t train_waiting(void *ctx, xdc_diag *diag)
+{
+    orch_worker *w = ctx;
+    diloco_state *st = w->mode_state;
+    double t0 = (double)xdc_now_ns() / 1e9;
+    float loss;
+    XDC_CHECK(orch_train_pass(w, st->grad, &loss, diag));
+    XDC_CHECK(orch_train_update(w, &loss, w->prog.step - 1, diag));
+    st->extra_run++;
+    st->extra_s += (double)xdc_now_ns() / 1e9 - t0;
+    return orch_elastic_look(w, &w->elastic.inner_end_ns, &w->elastic.inner_gap_s, diag); /* stopped meanwhile? */
+}
 
 static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
 {
@@ -81,6 +110,8 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
     st->outer.keep_unsent = w->cfg->diloco.keep_unsent;
     XDC_CHECK(orch_outer_setup(w, &st->outer, sc.dp, diag));
     for (int r = 0; r < w->id->n_regions; r++) st->steps[r] = w->cfg->diloco.inner_steps;
+    if (nobody_waits(w) || w->elastic.m.ran) w->elastic.weigh = weigh_round;            /* in the round's quorum hook */
+    if (w->elastic.m.ran) w->elastic.m.busy = train_waiting, w->elastic.m.busy_ctx = w; /* one worker a region */
     /* A resumed run takes the round's counts from its checkpoint instead; steps/0 is there either way. */
     return nobody_waits(w) ? orch_elastic_steps(&w->elastic.m, 0, st->steps, diag) : XDC_OK;
 }
@@ -122,11 +153,13 @@ static xdc_err_t inner_step(orch_worker *w, diloco_state *st, float *loss, xdc_d
     return XDC_OK;
 }
 
-/* The outer round at w->prog.step, timed as the wait at the round's boundary. */
+/* The outer round at w->prog.step, timed as the wait at the round's boundary. Training while waiting, a member
+ * trains on once its decision took twice its usual inner step (at least TRAIN_WAITING_AFTER_S). */
+#define TRAIN_WAITING_AFTER_S 0.2
 static xdc_err_t outer_round(orch_worker *w, diloco_state *st, int last, xdc_diag *diag)
 {
-    double t0 = (double)xdc_now_ns() / 1e9;
-    if (nobody_waits(w)) weigh_round(w, st);
+    double t0 = (double)xdc_now_ns() / 1e9, per_step = st->inner_run ? st->inner_s / (double)st->inner_run : 0;
+    w->elastic.m.busy_after_s = 2 * per_step > TRAIN_WAITING_AFTER_S ? 2 * per_step : TRAIN_WAITING_AFTER_S;
     xdc_err_t rc = last ? last_round(w, st, diag) : orch_worker_outer_round(w, &st->outer, diag);
     st->boundary_s += (double)xdc_now_ns() / 1e9 - t0;
     st->rounds++;
@@ -140,7 +173,6 @@ static xdc_err_t diloco_step(orch_worker *w, void *state, float *loss, xdc_diag 
     if (d && w->prog.step > 0 && w->prog.step % H == 0) { /* the round due after the last step leaves now */
         /* Nobody waits: weighed by the counts of the round it closes; its decision brings the next round's. */
         double t0 = (double)xdc_now_ns() / 1e9;
-        if (nobody_waits(w)) weigh_round(w, st);
         XDC_CHECK(orch_outer_begin(&st->outer, st->outer.sync, 0, st->outer.n, w->prog.step,
                                    w->cfg->diloco.eager ? ORCH_OUTER_EAGER : ORCH_OUTER_DELAYED, diag));
         if (nobody_waits(w)) XDC_CHECK(orch_elastic_steps(&w->elastic.m, (long long)w->prog.step, st->steps, diag));
@@ -174,11 +206,14 @@ static xdc_err_t diloco_finish(orch_worker *w, void *state, xdc_diag *diag)
     /* The compute a region did against the rounds' waits, in its own inner steps: with nobody waiting, a fast
      * region runs the whole period and waits about one slow step at a boundary (docs/runtime.md). */
     double per_step = st->inner_run ? st->inner_s / (double)st->inner_run : 0;
+    char waiting[96] = "";
+    if (w->elastic.m.ran)
+        snprintf(waiting, sizeof waiting, " (and %lld while rounds waited for their decision)", st->extra_run);
     XDC_INFO(XDC_SUB_ORCH,
-             "region %s ran %lld inner steps in %lld steps of the run (%lld outer rounds); waited %.2f inner steps "
+             "region %s ran %lld inner steps%s in %lld steps of the run (%lld outer rounds); waited %.2f inner steps "
              "per round at the boundaries",
-             w->id->region, st->inner_run, (long long)w->prog.step, st->rounds,
-             per_step > 0 && st->rounds ? st->boundary_s / (double)st->rounds / per_step : 0.0);
+             w->id->region, st->inner_run, waiting, (long long)w->prog.step, st->rounds,
+             per_step > 0 && st->rounds ? (st->boundary_s - st->extra_s) / (double)st->rounds / per_step : 0.0);
     return XDC_OK;
 }
 

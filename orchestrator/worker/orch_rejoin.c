@@ -627,8 +627,10 @@ static xdc_err_t check_header(orch_worker *w, const donor_in *dn, const donor_in
                      (unsigned long long)h[HDR_OWN], lo, hi);
         return XDC_ERR_PROTO;
     }
-    if (h[HDR_EPOCH] != first->hdr[HDR_EPOCH] || h[HDR_BATCH] != first->hdr[HDR_BATCH] ||
-        h[HDR_ADAM_T] != first->hdr[HDR_ADAM_T]) {
+    /* Training while rounds wait, each region ran its own count of inner steps: the joiner takes the furthest data
+     * position of its donors (orch_rejoin_take) and the first's AdamW step count. */
+    if (!w->elastic.m.ran && (h[HDR_EPOCH] != first->hdr[HDR_EPOCH] || h[HDR_BATCH] != first->hdr[HDR_BATCH] ||
+                              h[HDR_ADAM_T] != first->hdr[HDR_ADAM_T])) {
         xdc_diag_set(diag,
                      "rejoin: %s is at data epoch %llu batch %llu after %llu AdamW steps, %s at epoch %llu batch %llu "
                      "after %llu: the members disagree",
@@ -1035,10 +1037,16 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
     XDC_CHECK(post_receives(w, in));
     XDC_CHECK(wait_part(w, in, 0, diag)); /* the headers: each donor sends its own at once */
     const uint64_t *h = in->dn[0].hdr;
-    if (w->model.data &&
-        xdc_data_set_pos(w->model.data, (xdc_data_pos){.epoch = h[HDR_EPOCH], .batch = h[HDR_BATCH]}) != XDC_OK) {
+    const donor_in *far = &in->dn[0]; /* the donors agree but training while rounds waited (check_header) */
+    for (int i = 1; i < in->k; i++)
+        if (in->dn[i].hdr[HDR_EPOCH] > far->hdr[HDR_EPOCH] ||
+            (in->dn[i].hdr[HDR_EPOCH] == far->hdr[HDR_EPOCH] && in->dn[i].hdr[HDR_BATCH] > far->hdr[HDR_BATCH]))
+            far = &in->dn[i];
+    if (w->model.data && xdc_data_set_pos(w->model.data, (xdc_data_pos){.epoch = far->hdr[HDR_EPOCH],
+                                                                        .batch = far->hdr[HDR_BATCH]}) != XDC_OK) {
         xdc_diag_set(diag, "rejoin: %s's data position (epoch %llu, batch %llu) is not one of our shard",
-                     w->topo->regions[lowest].name, (unsigned long long)h[HDR_EPOCH], (unsigned long long)h[HDR_BATCH]);
+                     w->topo->regions[far->region].name, (unsigned long long)far->hdr[HDR_EPOCH],
+                     (unsigned long long)far->hdr[HDR_BATCH]);
         return XDC_ERR_PROTO;
     }
     w->prog.step = (int64_t)h[HDR_STEP];

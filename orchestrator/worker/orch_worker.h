@@ -190,9 +190,11 @@ typedef struct orch_elastic {
     char rate[XDC_TOPO_MAX_REGIONS];
     int rate_age[XDC_TOPO_MAX_REGIONS];
     char routes[ORCH_ROUTES_VALUE_MAX];
-    /* (n_regions) each member region's weight in the next outer round's mean (DiLoCo's nobody waits: the tokens
-     * it processed, orch_mode_diloco.c); NULL: 1 each. Regions out of the round weigh 0 whatever it says. */
+    /* (n_regions) each member region's weight in the next outer round's mean (DiLoCo's nobody waits and train
+     * while waiting: the tokens it processed, orch_mode_diloco.c); NULL: 1 each. Regions out of the round weigh 0
+     * whatever it says. Set by weigh(w), when the mode has one, once the round's decision is read. */
     const float *weight;
+    void (*weigh)(orch_worker *w);
 } orch_elastic;
 
 /* A training mode (orch_mode_sync.c, orch_mode_diloco.c, orch_mode_streaming.c): the syncs and buffers it

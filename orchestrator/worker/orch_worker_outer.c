@@ -44,6 +44,7 @@ xdc_err_t orch_elastic_quorum(orch_worker *w, xdc_sync *sync, int64_t step, xdc_
         XDC_CHECK(orch_elastic_report_links(w, (long long)step, diag));
         XDC_CHECK(orch_elastic_agree(w, (long long)step, diag));
     }
+    if (w->elastic.weigh) w->elastic.weigh(w); /* the decision's counts: nobody waits, train while waiting */
     tell_out(w);
     /* The regions this round takes back connect now and take part in its exchange: their peers replace the dead
      * processes' before the sync is given its members (orch_rejoin_give; one that never came is left out). */

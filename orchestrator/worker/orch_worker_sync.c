@@ -185,6 +185,7 @@ void orch_elastic_setup(orch_worker *w)
     orch_elastic_member_init(&w->elastic.m, orch_member_rdzv(w->member), w->topo, w->id->region_idx, w->id->lrank,
                              w->cfg->elastic.grace_ms, w->cfg->timeouts.operation_ms);
     w->elastic.m.joins_in_round = w->elastic.on && orch_quorum_joins_in_round(w->cfg);
+    w->elastic.m.ran = w->elastic.on && w->cfg->diloco.train_while_waiting;
 }
 
 /* A look's spacing past STOP_TIMES its usual one, and at least STOP_MIN_S, says the worker was stopped. */

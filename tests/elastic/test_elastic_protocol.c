@@ -475,7 +475,7 @@ static int join_posted(fixture *f, void *arg)
     char val[128], nonce[RDZV_NONCE_MAX];
     long long round;
     return rdzv_server_get(f->srv, rdzv_key_outer(2, 0).s, val, sizeof val) == 0 &&
-           rdzv_val_outer_parse(val, &round, nonce, NULL) == XDC_OK && nonce[0];
+           rdzv_val_outer_parse(val, &round, nonce, NULL, NULL) == XDC_OK && nonce[0];
 }
 
 XDC_TEST_T(elastic_protocol_a_region_rejoins, 30)

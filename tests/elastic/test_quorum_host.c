@@ -12,7 +12,9 @@
  * - elastic.grace_min (orch_quorum_spread): a late region dropped at the rounds' arrival spread once 2 rounds
  *   formed it, the longer window in a first round back kept, and the window's clock not started by a region
  *   catching up (it arrives at once, a round before the members);
- * - a late region whose worker answers on the store waited on past the window, a silent one not. */
+ * - a late region whose worker answers on the store waited on past the window, a silent one not;
+ * - DiLoCo's train_while_waiting (orch_quorum's ran): the inner steps each member region's arrival says it ran
+ *   while the round waited, published as ran/<step> before the decision, 0 for a region out of the round. */
 #include "tests/test_wan_util.h"
 #include "tests/xdc_test.h"
 
@@ -108,6 +110,33 @@ XDC_TEST_T(quorum_pace_counts_each_rounds_inner_steps, 30)
     XDC_ASSERT_MSG(strcmp(val, "110") == 0, "got '%s', expected 110", val);
     XDC_ASSERT_EQ(rdzv_server_get(srv, rdzv_key_steps(10).s, val, sizeof val), 0);
     XDC_ASSERT_MSG(strcmp(val, "10,3,0") == 0, "got '%s', expected 10,3,0", val);
+    host3_close(&host);
+}
+
+XDC_TEST_T(quorum_counts_the_steps_members_ran_while_the_round_waited, 30)
+{
+    host3 host;
+    host3_open(&host);
+    rdzv_server *srv = host.srv;
+    orch_quorum q;
+    orch_quorum_init(&q, host.t, srv, 2, 1, 0, 600000); /* a 1 ms grace window: a region not there is dropped */
+    q.ran = 1;
+    char val[RDZV_VALUE_MAX] = "";
+    /* us-east arrived first and ran 7 inner steps since, ap-south 2; eu-west arrived last, plainly */
+    rdzv_server_set(srv, rdzv_key_outer(0, 0).s, rdzv_val_arrival_ran(6, 7).s);
+    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_arrival_ran(6, 2).s);
+    rdzv_server_set(srv, rdzv_key_outer(1, 0).s, rdzv_val_arrival_ran(6, 0).s);
+    XDC_ASSERT(decided(&q, srv, 6, 5000, val));
+    XDC_ASSERT_MSG(strcmp(val, "111") == 0, "got '%s', expected 111", val);
+    XDC_ASSERT_EQ(rdzv_server_get(srv, rdzv_key_ran(6).s, val, sizeof val), 0);
+    XDC_ASSERT_MSG(strcmp(val, "7,0,2") == 0, "ran/6 is '%s', expected 7,0,2", val);
+    /* At the next round ap-south never comes: out of the round, it counts 0 whatever it posted last. */
+    rdzv_server_set(srv, rdzv_key_outer(0, 0).s, rdzv_val_arrival_ran(12, 1).s);
+    rdzv_server_set(srv, rdzv_key_outer(1, 0).s, rdzv_val_arrival_ran(12, 4).s);
+    XDC_ASSERT(decided(&q, srv, 12, 5000, val));
+    XDC_ASSERT_MSG(strcmp(val, "110") == 0, "got '%s', expected 110", val);
+    XDC_ASSERT_EQ(rdzv_server_get(srv, rdzv_key_ran(12).s, val, sizeof val), 0);
+    XDC_ASSERT_MSG(strcmp(val, "1,4,0") == 0, "ran/12 is '%s', expected 1,4,0", val);
     host3_close(&host);
 }
 

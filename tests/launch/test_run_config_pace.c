@@ -2,8 +2,8 @@
  * diloco.slowdown load (slowdown in any mode), the slowdown list is matched against the topology's regions, and
  * each misuse is named (a factor out of range with its line and column, the wrong mode); the `elastic:` key that
  * makes sync mode go by quorum; microbatches_per_replica, per region or for all, and its misuse;
- * emulate_layer_ms, one value for every region or one per region; and diloco.overlap (eager or delayed), which
- * needs overlapped rounds. */
+ * emulate_layer_ms, one value for every region or one per region; diloco.overlap (eager or delayed), which
+ * needs overlapped rounds; and diloco.train_while_waiting, which needs DiLoCo's rounds at once. */
 #include "tests/xdc_test.h"
 
 #include "orchestrator/runcfg/orch_run_config.h"
@@ -61,6 +61,27 @@ XDC_TEST(run_config_nobody_waits_and_slowdown_load_and_name_misuse)
     names(&errs, "diloco.nobody_waits needs mode diloco (this run's mode is sync)");
     /* plan: auto keeps nobody waits to the planner's period (a re-plan keeps the period: xdc_plan_replan_wan) */
     XDC_ASSERT_OK(load("auto", "mode: diloco\nplan: auto\ndiloco: {nobody_waits: true}\n", &c, &errs));
+}
+
+XDC_TEST(run_config_train_while_waiting_needs_diloco_rounds_at_once)
+{
+    static orch_run_config c;
+    xdc_cfg_errors errs;
+    XDC_ASSERT_OK(load("tww", "mode: diloco\ndiloco: {train_while_waiting: true, nobody_waits: true}\n", &c, &errs));
+    XDC_ASSERT(c.diloco.train_while_waiting);
+    XDC_ASSERT_OK(load("tww-off", "mode: diloco\n", &c, &errs));
+    XDC_ASSERT(!c.diloco.train_while_waiting);
+    XDC_ASSERT_ERR(load("tww-stream", "mode: streaming\ndiloco: {train_while_waiting: true}\n", &c, &errs),
+                   XDC_ERR_CONFIG);
+    names(&errs, "diloco.train_while_waiting needs mode diloco with its rounds at once");
+    names(&errs, "(this run: mode streaming, overlap_steps 0)");
+    XDC_ASSERT_ERR(
+        load("tww-overlap", "mode: diloco\ndiloco: {train_while_waiting: true, overlap_steps: 1}\n", &c, &errs),
+        XDC_ERR_CONFIG);
+    names(&errs, "(this run: mode diloco, overlap_steps 1)");
+    XDC_ASSERT_ERR(load("tww-auto", "mode: diloco\nplan: auto\ndiloco: {train_while_waiting: true}\n", &c, &errs),
+                   XDC_ERR_CONFIG);
+    names(&errs, "plan: auto)");
 }
 
 /* `elastic:` in a sync-mode run file, any settings, makes its steps rounds of the elastic protocol across

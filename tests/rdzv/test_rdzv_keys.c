@@ -33,6 +33,7 @@ static rdzv_key final_of(const rdzv_key_parts *p) { return rdzv_key_final(p->num
 static rdzv_key lost_of(const rdzv_key_parts *p) { return rdzv_key_lost(p->num); }
 static rdzv_key left_of(const rdzv_key_parts *p) { return rdzv_key_left(p->region_idx); }
 static rdzv_key rejoin_of(const rdzv_key_parts *p) { return rdzv_key_rejoin(p->name); }
+static rdzv_key ran_of(const rdzv_key_parts *p) { return rdzv_key_ran(p->num); }
 
 XDC_TEST(rdzv_keys_parse_back_to_what_was_built)
 {
@@ -42,6 +43,7 @@ XDC_TEST(rdzv_keys_parse_back_to_what_was_built)
     round_trip(rdzv_key_xchg(10, 3), RDZV_KIND_XCHG, xchg_of);
     round_trip(rdzv_key_links(2, 0), RDZV_KIND_LINKS, links_of);
     round_trip(rdzv_key_routes(90), RDZV_KIND_ROUTES, routes_of);
+    round_trip(rdzv_key_ran(60), RDZV_KIND_RAN, ran_of);
     round_trip(rdzv_key_metrics("eu-west", 3), RDZV_KIND_METRICS, metrics_of);
     round_trip(rdzv_key_failed("eu-west/west-node1:0"), RDZV_KIND_FAILED, failed_of);
     round_trip(rdzv_key_intra("us-east"), RDZV_KIND_INTRA, intra_of);
@@ -125,24 +127,31 @@ XDC_TEST(rdzv_keys_elastic_values_round_trip_and_refuse_malformed_text)
     char nonce[RDZV_NONCE_MAX], set[8];
     XDC_ASSERT(strcmp(rdzv_val_round(12).s, "12") == 0);
     XDC_ASSERT(strcmp(rdzv_val_round(RDZV_ROUND_END).s, "end") == 0);
-    XDC_ASSERT_OK(rdzv_val_outer_parse("12", &round, nonce, NULL));
+    XDC_ASSERT_OK(rdzv_val_outer_parse("12", &round, nonce, NULL, NULL));
     XDC_ASSERT(round == 12 && !nonce[0]);
-    XDC_ASSERT_OK(rdzv_val_outer_parse("end", &round, nonce, NULL));
+    XDC_ASSERT_OK(rdzv_val_outer_parse("end", &round, nonce, NULL, NULL));
     XDC_ASSERT(round == RDZV_ROUND_END);
-    XDC_ASSERT_OK(rdzv_val_outer_parse(rdzv_val_join("77-123").s, &round, nonce, NULL));
+    XDC_ASSERT_OK(rdzv_val_outer_parse(rdzv_val_join("77-123").s, &round, nonce, NULL, NULL));
     XDC_ASSERT(round == -1 && strcmp(nonce, "77-123") == 0);
     rdzv_arrive_kind kind;
     XDC_ASSERT(strcmp(rdzv_val_arrival(24, RDZV_ARRIVE_TAKING).s, "taking:24") == 0);
-    XDC_ASSERT_OK(rdzv_val_outer_parse("taking:24", &round, nonce, &kind));
+    XDC_ASSERT_OK(rdzv_val_outer_parse("taking:24", &round, nonce, &kind, NULL));
     XDC_ASSERT(round == 24 && !nonce[0] && kind == RDZV_ARRIVE_TAKING);
-    XDC_ASSERT_OK(rdzv_val_outer_parse(rdzv_val_arrival(RDZV_ROUND_END, RDZV_ARRIVE_TOOK).s, &round, nonce, &kind));
+    XDC_ASSERT_OK(
+        rdzv_val_outer_parse(rdzv_val_arrival(RDZV_ROUND_END, RDZV_ARRIVE_TOOK).s, &round, nonce, &kind, NULL));
     XDC_ASSERT(round == RDZV_ROUND_END && kind == RDZV_ARRIVE_TOOK);
-    XDC_ASSERT_OK(rdzv_val_outer_parse("24", &round, nonce, &kind));
-    XDC_ASSERT(round == 24 && kind == RDZV_ARRIVE);
-    static const char *const bad_outer[] = {
-        "", "-3", "012", "12 ", "join:", "join:a b", "join:a/b", "END", "taking:", "took:012"};
+    int extra = -1;
+    XDC_ASSERT_OK(rdzv_val_outer_parse("24", &round, nonce, &kind, &extra));
+    XDC_ASSERT(round == 24 && kind == RDZV_ARRIVE && extra == 0);
+    /* a member training while it waits for the round's decision (train_while_waiting) */
+    XDC_ASSERT(strcmp(rdzv_val_arrival_ran(30, 7).s, "30+7") == 0 && strcmp(rdzv_val_arrival_ran(30, 0).s, "30") == 0);
+    XDC_ASSERT_OK(rdzv_val_outer_parse("30+7", &round, nonce, &kind, &extra));
+    XDC_ASSERT(round == 30 && kind == RDZV_ARRIVE && extra == 7 && !nonce[0]);
+    static const char *const bad_outer[] = {"",         "-3",    "012",     "12 ",      "join:", "join:a b",
+                                            "join:a/b", "END",   "taking:", "took:012", "30+",   "30+0",
+                                            "30+07",    "30+-1", "end+2",   "30+2+1"};
     for (size_t i = 0; i < sizeof bad_outer / sizeof bad_outer[0]; i++)
-        XDC_ASSERT_MSG(rdzv_val_outer_parse(bad_outer[i], &round, nonce, NULL) == XDC_ERR_PROTO, "'%s' parsed",
+        XDC_ASSERT_MSG(rdzv_val_outer_parse(bad_outer[i], &round, nonce, NULL, NULL) == XDC_ERR_PROTO, "'%s' parsed",
                        bad_outer[i]);
     uint8_t got[3] = {1, 0, 1};
     XDC_ASSERT(strcmp(rdzv_val_xchg(8, got, 3).s, "8:101") == 0);

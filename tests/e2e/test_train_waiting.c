@@ -1,0 +1,63 @@
+/* test_train_waiting.c — DiLoCo's train_while_waiting under `xdc launch` (demo-3region: three regions of one worker
+ * each, ap-south made 4x slower by diloco.slowdown): while each round waits for ap-south, us-east and eu-west run
+ * inner steps, the decider counts them (ran/<step>) and every region weighs the round's pseudo-gradients by those
+ * counts, so all three end on one model. The compute utilisation is printed, not asserted: it is a timing. And a
+ * topology whose regions hold two workers each is refused, naming why. */
+#include "tests/xdc_test.h"
+#include "tests/e2e/test_orch_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOPO3 "examples/topology/demo-3region.yaml"
+
+/* The inner steps region `region` ran in the run's steps and while its rounds waited, from its log in `dir`. */
+static void counted(const char *dir, const char *region, long long *steps, long long *waiting)
+{
+    char *log = e2e_region_log(dir, region);
+    const char *p = log ? strstr(log, " inner steps (and ") : NULL, *at = p;
+    while (at && at > log && at[-1] != ' ') at--; /* back to the count before " inner steps" */
+    XDC_ASSERT_MSG(p && at, "%s: no counts of region %s in its log", dir, region);
+    *steps = atoll(at);
+    *waiting = atoll(p + strlen(" inner steps (and "));
+    free(log);
+}
+
+XDC_TEST_T(diloco_train_while_waiting_fast_regions_train_on_and_end_on_one_model, 180)
+{
+    e2e_need_corpus();
+    static char out[65536];
+    const char *run = e2e_write_run_p("train-waiting", "diloco", 12, "int8", 1,
+                                      "diloco: {inner_steps: 6, train_while_waiting: true, slowdown: [1, 1, 4]}\n");
+    char dir[600], cmd[2048], h[8][17], util[32], util_min[32];
+    snprintf(dir, sizeof dir, "%s/train-waiting", xdc_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "timeout 150 %s launch -t %s -c %s --run-dir %s", xdc_test_bin(), TOPO3, run, dir);
+    int rc = xdc_test_run(cmd, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
+    int n = e2e_final_hashes(dir, h, 8);
+    XDC_ASSERT_MSG(n == 3 && strcmp(h[0], h[1]) == 0 && strcmp(h[0], h[2]) == 0,
+                   "the regions end on %s, %s and %s: their rounds were weighed alike or not", h[0], n > 1 ? h[1] : "-",
+                   n > 2 ? h[2] : "-");
+    static const char *const region[3] = {"us-east", "eu-west", "ap-south"};
+    long long steps[3], waiting[3];
+    for (int r = 0; r < 3; r++) {
+        counted(dir, region[r], &steps[r], &waiting[r]);
+        XDC_ASSERT_MSG(steps[r] == 12, "region %s ran %lld inner steps of the run's 12", region[r], steps[r]);
+    }
+    /* Two rounds of 6 steps: each fast region waits about 18 of its steps for ap-south at each; it trains on after 2. */
+    XDC_ASSERT_MSG(waiting[0] > 0 && waiting[1] > 0, "us-east and eu-west ran %lld and %lld inner steps while rounds waited",
+                   waiting[0], waiting[1]);
+    e2e_final_field(out, "compute_util=", util, sizeof util);
+    e2e_final_field(out, "compute_util_min=", util_min, sizeof util_min);
+    printf("train while waiting, ap-south x4 slower: inner steps while rounds waited us-east %lld, eu-west %lld, "
+           "ap-south %lld; compute_util %s (min %s)\n",
+           waiting[0], waiting[1], waiting[2], util, util_min);
+    /* Two workers in a region (demo-2region's replicas): they step together, and no decision fixes their count. */
+    const char *two = e2e_write_run_p("train-waiting-2", "diloco", 4, "int8", 1,
+                                      "diloco: {inner_steps: 2, train_while_waiting: true}\n");
+    snprintf(dir, sizeof dir, "%s/train-waiting-2", xdc_test_tmpdir());
+    rc = e2e_launch(two, dir, NULL, out, sizeof out);
+    XDC_ASSERT_MSG(rc == 78, "a region of two workers: exit %d, not 78 (EX_CONFIG):\n%s", rc, out);
+    XDC_ASSERT_STR_CONTAINS(out, "diloco.train_while_waiting needs one worker per region, but region us-east has 2");
+}
