@@ -21,9 +21,8 @@
 #             heartbeats: 10-step resolution) loses b - (a rounded down to its outer round); every region-step
 #             carries the same tokens, so goodput = (1 - lost / (3 x steps)) x reference wall / chaos wall; training
 #             while waiting (diloco), the inner steps the regions ran while rounds waited count too, in the chaos run
-#             and in the reference (waiting_steps=chaos/reference, from each region's last process's log: a process
-#             that died took its count with it, so the chaos run's is a lower bound): goodput = (3 x steps - lost +
-#             chaos's) / (3 x steps + reference's) x reference wall / chaos wall
+#             and in the reference (waiting_steps=chaos/reference, as the decider counted them for the rounds'
+#             weights): goodput = (3 x steps - lost + chaos's) / (3 x steps + reference's) x reference wall / chaos wall
 #   loss_gap  final validation loss minus the reference's
 #   faults, max_recovery_s, rejoin_s_p50   from the story lines (recovery_s: from the end of a fault's cause, a
 #             kill's moment, a stall's SIGCONT, a link's restore, to the run whole again; rejoin_s)
@@ -145,8 +144,8 @@ launch() {
 
 wall_of() { sed -n 's/.* finished in \([0-9.]*\) s.*/\1/p' "$work/$1.out" | tail -1; }
 loss_of() { sed -n 's/.*final val_loss=\([0-9.]*\) .*/\1/p' "$work/$1.out" | tail -1; }
-# The inner steps run <name>'s regions ran while rounds waited (train_while_waiting), from each worker's last line.
-waited_of() { cat "$work/$1"/logs/*.log 2> /dev/null | sed -n 's/.* (and \([0-9]*\) while rounds waited.*/\1/p' | awk '{ s += $1 } END { print s + 0 }'; }
+# The inner steps run <name>'s regions ran while rounds waited (train_while_waiting), as the decider counted them.
+waited_of() { sed -n 's/.*inner steps run while it waited: //p' "$work/$1.out" | tr ',' '\n' | awk '{ s += $NF } END { print s + 0 }'; }
 
 # mode, extra flags (the store): probe, reference, chaos run; prints its row and leaves row_<mode> set.
 bench_mode() {

@@ -255,7 +255,13 @@ static void publish_ran(const orch_quorum *q, long long step, const char *mask)
     }
     rdzv_val_steps(e, q->t->n_regions, val, sizeof val);
     rdzv_server_set(q->rdzv, rdzv_key_ran(step).s, val);
-    XDC_DEBUG(XDC_SUB_ORCH, "the round at step %lld: inner steps run while it waited %s", step, val);
+    char who[512] = "";
+    size_t len = 0;
+    for (int r = 0; r < q->t->n_regions && len < sizeof who; r++)
+        if (e[r])
+            len += (size_t)snprintf(who + len, sizeof who - len, "%s%s %d", len ? ", " : "", q->t->regions[r].name,
+                                    e[r]);
+    if (len) XDC_INFO(XDC_SUB_ORCH, "the outer round at step %lld: inner steps run while it waited: %s", step, who);
 }
 
 /* routes/<step>: the links the round at `step` goes around (orch_routes.h), from what rank 0 of each region reported
