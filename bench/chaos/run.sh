@@ -21,8 +21,11 @@
 #             heartbeats: 10-step resolution) loses b - (a rounded down to its outer round); every region-step
 #             carries the same tokens, so goodput = (1 - lost / (3 x steps)) x reference wall / chaos wall; training
 #             while waiting (diloco), the inner steps the regions ran while rounds waited count too, in the chaos run
-#             and in the reference (waiting_steps=chaos/reference, as the decider counted them for the rounds'
-#             weights): goodput = (3 x steps - lost + chaos's) / (3 x steps + reference's) x reference wall / chaos wall
+#             and in the reference (waiting_steps=chaos/reference), each round's at most what its wait holds at the
+#             reference's pace (its wall per step): on these 2 shared cores a region steps faster while another is
+#             stopped or gone, which a region on its own hardware would not (waiting_steps_raw: as the decider
+#             counted them for the rounds' weights): goodput = (3 x steps - lost + chaos's) / (3 x steps +
+#             reference's) x reference wall / chaos wall
 #   loss_gap  final validation loss minus the reference's
 #   faults, max_recovery_s, rejoin_s_p50   from the story lines (recovery_s: from the end of a fault's cause, a
 #             kill's moment, a stall's SIGCONT, a link's restore, to the run whole again; rejoin_s)
@@ -144,8 +147,12 @@ launch() {
 
 wall_of() { sed -n 's/.* finished in \([0-9.]*\) s.*/\1/p' "$work/$1.out" | tail -1; }
 loss_of() { sed -n 's/.*final val_loss=\([0-9.]*\) .*/\1/p' "$work/$1.out" | tail -1; }
-# The inner steps run <name>'s regions ran while rounds waited (train_while_waiting), as the decider counted them.
-waited_of() { sed -n 's/.*inner steps run while it waited: //p' "$work/$1.out" | tr ',' '\n' | awk '{ s += $NF } END { print s + 0 }'; }
+# The inner steps run <name>'s regions ran while rounds waited (train_while_waiting), as the decider counted them
+# ("raw"), or each region's in a round at most the round's wait over `per` seconds a step (the reference's pace).
+waited_of() { # name per|raw
+  sed -n 's/.* waited \([0-9.]*\) s: inner steps run while it waited: /\1 /p' "$work/$1.out" | tr -d ',' |
+    awk -v per="$2" '{ for (i = 3; i <= NF; i += 2) s += per == "raw" ? $i : ($i < $1 / per ? $i : int($1 / per)) } END { print s + 0 }'
+}
 
 # mode, extra flags (the store): probe, reference, chaos run; prints its row and leaves row_<mode> set.
 bench_mode() {
@@ -181,9 +188,10 @@ bench_mode() {
     echo "bench-chaos: $mode chaos run failed (exit $rc):" >&2
     grep -E 'run failed' "$work/$mode-chaos.out" | tail -3 >&2
   fi
-  local wall=$(wall_of "$mode-chaos") loss=$(loss_of "$mode-chaos")
+  local wall=$(wall_of "$mode-chaos") loss=$(loss_of "$mode-chaos") per=$(awk -v w="$ref_wall" -v s="$steps" 'BEGIN { print w / s }')
   awk -v S="$steps" -v H="$H" -v rw="$ref_wall" -v w="${wall:-0}" -v rl="$ref_loss" -v l="${loss:-0}" -v hang="$hang" \
-      -v failed="$failed" -v mode="$mode" -v rate="$rate" -v xc="$(waited_of "$mode-chaos")" -v xr="$(waited_of "$mode-ref")" '
+      -v failed="$failed" -v mode="$mode" -v rate="$rate" -v xc="$(waited_of "$mode-chaos" "$per")" \
+      -v xr="$(waited_of "$mode-ref" "$per")" -v rc="$(waited_of "$mode-chaos" raw)" -v rr="$(waited_of "$mode-ref" raw)" '
     / chaos: fault / { faults++ }
     / chaos: not recovered / { unrec++ }
     /steps_out=/ { # each region out: steps_out=REGION:FROM-TO (TO "end": never back)
@@ -203,8 +211,8 @@ bench_mode() {
       p50 = nr ? (nr % 2 ? rj[(nr + 1) / 2] : (rj[nr / 2] + rj[nr / 2 + 1]) / 2) : 0
       good = hang || failed || w <= 0 ? 0 : (3 * S - lost + xc) / (3 * S + xr) * rw / w
       gap = hang || failed ? "na" : sprintf("%.4f", l - rl) # no final model to compare
-      printf "%-10s steps=%d rate=%s ref_wall_s=%.1f wall_s=%.1f lost_region_steps=%d waiting_steps=%d/%d goodput=%.3f loss_gap=%s faults=%d unrecovered=%d max_recovery_s=%.1f max_outage_s=%.1f rejoin_s_p50=%.1f rejoins=%d hangs=%d failed=%d\n",
-        mode, S, rate, rw, w, lost, xc, xr, good, gap, faults, unrec, maxrec, maxout, p50, nr, hang, failed
+      printf "%-10s steps=%d rate=%s ref_wall_s=%.1f wall_s=%.1f lost_region_steps=%d waiting_steps=%d/%d waiting_steps_raw=%d/%d goodput=%.3f loss_gap=%s faults=%d unrecovered=%d max_recovery_s=%.1f max_outage_s=%.1f rejoin_s_p50=%.1f rejoins=%d hangs=%d failed=%d\n",
+        mode, S, rate, rw, w, lost, xc, xr, rc, rr, good, gap, faults, unrec, maxrec, maxout, p50, nr, hang, failed
       for (i = 1; i <= nr; i++) printf "%s ", rj[i] > "/dev/stderr"
     }' "$work/$mode-chaos.out" 2> "$work/$mode.rejoins" | tee -a "$work/rows"
   plot "$mode"

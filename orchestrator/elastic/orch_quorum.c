@@ -240,8 +240,9 @@ static void publish_steps(const orch_quorum *q, long long step, const char *mask
 }
 
 /* ran/<step> (train_while_waiting): the inner steps each member region ('1' in mask) ran while it waited for the
- * decision of the round at `step`, as its arrivals say now (the fewest of its workers'); 0 for the others. */
-static void publish_ran(const orch_quorum *q, long long step, const char *mask)
+ * decision of the round at `step`, as its arrivals say now (the fewest of its workers'); 0 for the others. Logged
+ * with how long the round waited from its first member's arrival (`waited`, ns): no region trained longer. */
+static void publish_ran(const orch_quorum *q, long long step, const char *mask, uint64_t waited)
 {
     if (!q->ran) return;
     int e[XDC_TOPO_MAX_REGIONS];
@@ -261,7 +262,9 @@ static void publish_ran(const orch_quorum *q, long long step, const char *mask)
         if (e[r])
             len += (size_t)snprintf(who + len, sizeof who - len, "%s%s %d", len ? ", " : "", q->t->regions[r].name,
                                     e[r]);
-    if (len) XDC_INFO(XDC_SUB_ORCH, "the outer round at step %lld: inner steps run while it waited: %s", step, who);
+    if (len)
+        XDC_INFO(XDC_SUB_ORCH, "the outer round at step %lld waited %.2f s: inner steps run while it waited: %s", step,
+                 (double)waited / 1e9, who);
 }
 
 /* routes/<step>: the links the round at `step` goes around (orch_routes.h), from what rank 0 of each region reported
@@ -444,7 +447,7 @@ xdc_err_t orch_quorum_tick(orch_quorum *q, char *why, size_t cap)
     admit_joiners(q, step, mask);
     if (step != LLONG_MAX) publish_steps(q, step, mask); /* before the decision its members wait for */
     if (step != LLONG_MAX) publish_routes(q, step, mask);
-    if (step != LLONG_MAX) publish_ran(q, step, mask);
+    if (step != LLONG_MAX) publish_ran(q, step, mask, waited);
     q->decided = step; /* before the write, which carries the state to a next decider (orch_decider.h) */
     q->pending = -1;
     if (step != LLONG_MAX) { /* its exchange is under way: its final set comes after it */
