@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # bench/chaos — goodput under a seeded random fault schedule (`xdc launch --chaos`, docs/runtime.md "Chaos").
 # Two runs of bench/e2e/gpt1m.yaml over bench/e2e/three-region.yaml's emulated WAN (3 regions, 10 and 5 Mbit/s
-# links), elastic (min_regions 1, grace 20 s: a region behind a cut link is waited for, not dropped; grace_min
+# links), elastic (min_regions 1, grace 20 s: a region behind a cut link is waited for, not dropped; 30 s in the
+# DiLoCo run, whose members train while they wait: a window longer than the longest stall (2-30 s) costs them
+# nothing, a drop costs the stalled region its round, its restart and its return; grace_min
 # CHAOS_GRACE_MIN, unset: a stopped worker is waited for up to the grace; e.g. 3s: dropped at 4x the rounds'
 # arrival spread and rejoins, which costs it more than the wait saves at this pace; --max-restarts 1000), int8
 # pseudo-gradients:
@@ -126,7 +128,7 @@ bucket_mb: 0.25
 threads: 1
 diloco: {inner_steps: $H$([ "$2" = diloco ] && [ "$train_waiting" != 0 ] && echo ", train_while_waiting: true")}
 streaming: {fragments: 4}
-elastic: {min_regions: 1, grace: 20s${grace_min:+, grace_min: $grace_min}}
+elastic: {min_regions: 1, grace: $([ "$2" = diloco ] && [ "$train_waiting" != 0 ] && echo 30s || echo 20s)${grace_min:+, grace_min: $grace_min}}
 EOT
 }
 
