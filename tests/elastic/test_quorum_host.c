@@ -55,6 +55,13 @@ static void host3_close(host3 *h)
     xdc_topology_destroy(h->t);
 }
 
+/* host3_open, and a quorum over its regions that drops a region not there within a 1 ms grace window. */
+static void host3_quorum(host3 *h, orch_quorum *q)
+{
+    host3_open(h);
+    orch_quorum_init(q, h->t, h->srv, 2, 1, 0, 600000);
+}
+
 /* Tick the host until quorum/<step> is published or `ms` passed; 1 with its value in val[RDZV_VALUE_MAX]. */
 static int decided(orch_quorum *q, rdzv_server *srv, long long step, int ms, char *val)
 {
@@ -82,10 +89,9 @@ static void regions_arrive(rdzv_server *srv, int n, long long prev, long long st
 XDC_TEST_T(quorum_pace_counts_each_rounds_inner_steps, 30)
 {
     host3 host;
-    host3_open(&host);
-    rdzv_server *srv = host.srv;
     orch_quorum q;
-    orch_quorum_init(&q, host.t, srv, 2, 1, 0, 600000); /* a 1 ms grace window: a region not there is dropped */
+    host3_quorum(&host, &q);
+    rdzv_server *srv = host.srv;
     /* A budget of 10 inner steps: a region 3x slower runs 3, one 2.5x slower 4. */
     const double slowdown[3] = {1.0, 3.0, 2.5};
     orch_quorum_pace(&q, 10, slowdown);
@@ -113,30 +119,32 @@ XDC_TEST_T(quorum_pace_counts_each_rounds_inner_steps, 30)
     host3_close(&host);
 }
 
+/* The round at `step` is decided as `quorum` and ran/<step> says `ran`. */
+static void decided_with_ran(orch_quorum *q, rdzv_server *srv, long long step, const char *quorum, const char *ran)
+{
+    char val[RDZV_VALUE_MAX] = "";
+    XDC_ASSERT(decided(q, srv, step, 5000, val));
+    XDC_ASSERT_MSG(strcmp(val, quorum) == 0, "round %lld: got '%s', expected %s", step, val, quorum);
+    XDC_ASSERT_EQ(rdzv_server_get(srv, rdzv_key_ran(step).s, val, sizeof val), 0);
+    XDC_ASSERT_MSG(strcmp(val, ran) == 0, "ran/%lld is '%s', expected %s", step, val, ran);
+}
+
 XDC_TEST_T(quorum_counts_the_steps_members_ran_while_the_round_waited, 30)
 {
     host3 host;
-    host3_open(&host);
-    rdzv_server *srv = host.srv;
     orch_quorum q;
-    orch_quorum_init(&q, host.t, srv, 2, 1, 0, 600000); /* a 1 ms grace window: a region not there is dropped */
+    host3_quorum(&host, &q);
+    rdzv_server *srv = host.srv;
     q.ran = 1;
-    char val[RDZV_VALUE_MAX] = "";
     /* us-east arrived first and ran 7 inner steps since, ap-south 2; eu-west arrived last, plainly */
     rdzv_server_set(srv, rdzv_key_outer(0, 0).s, rdzv_val_arrival_ran(6, 7).s);
     rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_arrival_ran(6, 2).s);
     rdzv_server_set(srv, rdzv_key_outer(1, 0).s, rdzv_val_arrival_ran(6, 0).s);
-    XDC_ASSERT(decided(&q, srv, 6, 5000, val));
-    XDC_ASSERT_MSG(strcmp(val, "111") == 0, "got '%s', expected 111", val);
-    XDC_ASSERT_EQ(rdzv_server_get(srv, rdzv_key_ran(6).s, val, sizeof val), 0);
-    XDC_ASSERT_MSG(strcmp(val, "7,0,2") == 0, "ran/6 is '%s', expected 7,0,2", val);
+    decided_with_ran(&q, srv, 6, "111", "7,0,2");
     /* At the next round ap-south never comes: out of the round, it counts 0 whatever it posted last. */
     rdzv_server_set(srv, rdzv_key_outer(0, 0).s, rdzv_val_arrival_ran(12, 1).s);
     rdzv_server_set(srv, rdzv_key_outer(1, 0).s, rdzv_val_arrival_ran(12, 4).s);
-    XDC_ASSERT(decided(&q, srv, 12, 5000, val));
-    XDC_ASSERT_MSG(strcmp(val, "110") == 0, "got '%s', expected 110", val);
-    XDC_ASSERT_EQ(rdzv_server_get(srv, rdzv_key_ran(12).s, val, sizeof val), 0);
-    XDC_ASSERT_MSG(strcmp(val, "1,4,0") == 0, "ran/12 is '%s', expected 1,4,0", val);
+    decided_with_ran(&q, srv, 12, "110", "1,4,0");
     host3_close(&host);
 }
 
