@@ -628,7 +628,7 @@ static xdc_err_t check_header(orch_worker *w, const donor_in *dn, const donor_in
         return XDC_ERR_PROTO;
     }
     /* Training while rounds wait, each region ran its own count of inner steps: the joiner takes the furthest data
-     * position of its donors (orch_rejoin_take) and the first's AdamW step count. */
+     * position of its donors (orch_rejoin_take) and the AdamW step count of the slice it takes last. */
     if (!w->elastic.m.ran && (h[HDR_EPOCH] != first->hdr[HDR_EPOCH] || h[HDR_BATCH] != first->hdr[HDR_BATCH] ||
                               h[HDR_ADAM_T] != first->hdr[HDR_ADAM_T])) {
         xdc_diag_set(diag,
