@@ -1,7 +1,8 @@
 /* test_wan_emu.c — the userspace WAN emulator: a relayed link is never faster than the configured
  * rate nor quicker than its RTT, and an outage cut through the relay's API breaks every stream of a transfer,
  * which still delivers every message exactly once after restore; the routes of one relay share its rate; an idle
- * rate-limited link does not poll; an in-flight outage waits for a transfer and cuts it on its way. */
+ * rate-limited link does not poll; an in-flight outage waits for a transfer and cuts it on its way; the bytes a side
+ * sent before it reset the connection still arrive, then the reset. */
 #include "tests/test_wan_util.h"
 #include "tests/xdc_test.h"
 
@@ -14,6 +15,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -243,4 +245,28 @@ XDC_TEST(wan_emu_in_flight_outage_waits_for_a_transfer)
         close(again);
         relayed_close(&c);
     }
+}
+
+XDC_TEST(wan_emu_bytes_sent_before_a_reset_arrive_before_it)
+{
+    /* A side writes its last bytes and resets the connection (a close with unread input does so: a WAN peer's BYE,
+     * then its close while the other's BYE is on its way): on a link with a 100 ms one-way delay the bytes are still
+     * in the relay's delay line when the reset reaches it. They arrive, as they would over a real link; then the
+     * reset. Dropped with the connection, the other side saw a reset and never the last frame. */
+    relayed c;
+    relayed_open(&c, &(xdc_wan_link_model){.rtt_ms = 200, .seed = 9});
+    char buf[8] = "bye!";
+    XDC_ASSERT_EQ(send(c.fd, buf, 4, 0), (ssize_t)4);
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    close(c.fd);                            /* the reset */
+    c.fd = socket(AF_INET, SOCK_STREAM, 0); /* relayed_close's */
+    struct timeval tv = {.tv_sec = 20};
+    setsockopt(c.peer, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    memset(buf, 0, sizeof buf);
+    ssize_t got = recv(c.peer, buf, 4, MSG_WAITALL);
+    XDC_ASSERT_MSG(got == 4 && memcmp(buf, "bye!", 4) == 0, "the bytes before the reset: %zd arrived ('%.4s')", got,
+                   buf);
+    XDC_ASSERT(recv(c.peer, buf, sizeof buf, 0) <= 0); /* then the connection ends */
+    relayed_close(&c);
 }

@@ -50,7 +50,10 @@ typedef struct emu_dir {
     uint32_t n_slots, head, count;
     uint64_t queued; /* bytes read and not yet written on */
     uint64_t last_release_ns;
-    int eof; /* the reader saw EOF: shut down the writer's side after the queue drains */
+    /* The reader saw EOF (eof), or a reset (eof and reset): once the queue drained, shut down the writer's side, or
+     * end the connection with a reset. So the bytes on their way when a side closes or resets still arrive, as on a
+     * real link: a peer's last frames (the WAN protocol's BYE) are not lost to the reset that follows them. */
+    int eof, reset;
     int shut;
 } emu_dir;
 
@@ -178,8 +181,17 @@ static void refill(xdc_wan_relay *r, uint64_t now)
     r->refill_ns = now;
 }
 
-/* Read what the token bucket and the queue allow from c->fd[d] into direction d. -1: connection over. */
-static int dir_read(xdc_wan_relay *r, emu_conn *c, int d, uint64_t now)
+/* The side direction d writes to is gone (reset): what is on its way there has nowhere to go, and nothing more is
+ * read for it. */
+static void dir_drop(emu_dir *q)
+{
+    q->count = 0;
+    q->queued = 0;
+    q->eof = 1;
+}
+
+/* Read what the token bucket and the queue allow from c->fd[d] into direction d. */
+static void dir_read(xdc_wan_relay *r, emu_conn *c, int d, uint64_t now)
 {
     emu_dir *q = &c->dir[d];
     double *tokens = &r->tokens[d];
@@ -188,7 +200,7 @@ static int dir_read(xdc_wan_relay *r, emu_conn *c, int d, uint64_t now)
         if (r->m.rate_mbps > 0) {
             if (*tokens < 1) {
                 r->backlog[d] = 1;
-                return 0;
+                return;
             }
             if (*tokens < want) want = (size_t)*tokens;
         }
@@ -196,12 +208,12 @@ static int dir_read(xdc_wan_relay *r, emu_conn *c, int d, uint64_t now)
         ssize_t n = recv(c->fd[d], ch->data, want, 0);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             r->backlog[d] = 0; /* this sender is drained: the link is not saturated by it */
-            return 0;
+            return;
         }
-        if (n < 0) return -1;
-        if (n == 0) {
+        if (n <= 0) {
             q->eof = 1;
-            return 0;
+            q->reset = n < 0;
+            return;
         }
         if (r->m.rate_mbps > 0) *tokens -= (double)n;
         uint64_t rel = now + one_way_ns(r);
@@ -218,25 +230,32 @@ static int dir_read(xdc_wan_relay *r, emu_conn *c, int d, uint64_t now)
         q->queued += (uint64_t)n;
         r->bytes += (uint64_t)n;
     }
-    return 0;
 }
 
-/* Write released chunks of direction d to the other side. -1: connection over. */
+/* Write released chunks of direction d to the other side. -1: connection over (a side reset and the bytes it sent
+ * before are delivered: conn_free passes the reset on). */
 static int dir_write(emu_conn *c, int d, uint64_t now)
 {
     emu_dir *q = &c->dir[d];
     int out = c->fd[1 - d];
+    if (c->dir[1 - d].reset) dir_drop(q);
     while (q->count) {
         emu_chunk *ch = &q->ring[q->head];
         if (ch->release_ns > now) break;
         ssize_t n = send(out, ch->data + ch->off, ch->len - ch->off, MSG_NOSIGNAL);
-        if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        if (n < 0) { /* that side reset: what it sent is still delivered to this one */
+            c->dir[1 - d].eof = c->dir[1 - d].reset = 1;
+            dir_drop(q);
+            return 0;
+        }
         ch->off += (uint32_t)n;
         q->queued -= (uint64_t)n;
         if (ch->off < ch->len) return 0;
         q->head = (q->head + 1) % q->n_slots;
         q->count--;
     }
+    if (q->eof && !q->count && q->reset) return -1;
     if (q->eof && !q->count && !q->shut) {
         shutdown(out, SHUT_WR);
         q->shut = 1;
@@ -306,7 +325,8 @@ static void *relay_main(void *arg)
                         timeout = rel - now;
                     }
                 }
-                pfd[n++] = (struct pollfd){.fd = c->fd[s], .events = ev};
+                /* a side that reset is not polled: its socket would report the error on every turn */
+                pfd[n++] = (struct pollfd){.fd = in->reset ? -1 : c->fd[s], .events = ev};
             }
         }
         /* An empty bucket refills continuously: come back at 1 ms granularity while a direction waits on one. A
@@ -347,8 +367,10 @@ static void *relay_main(void *arg)
                     else c->connected = 1;
                 }
             }
-            for (int d = 0; d < 2 && !bad && c->connected; d++)
-                bad = dir_read(r, c, d, now) < 0 || dir_write(c, d, now) < 0;
+            for (int d = 0; d < 2 && !bad && c->connected; d++) {
+                dir_read(r, c, d, now);
+                bad = dir_write(c, d, now) < 0;
+            }
             if (!bad && c->dir[0].shut && c->dir[1].shut) bad = 1;
             if (bad) {
                 conn_free(c);
