@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # bench/chaos — goodput under a seeded random fault schedule (`xdc launch --chaos`, docs/runtime.md "Chaos").
 # Two runs of bench/e2e/gpt1m.yaml over bench/e2e/three-region.yaml's emulated WAN (3 regions, 10 and 5 Mbit/s
-# links), elastic (min_regions 1, grace 20 s: a region behind a cut link is waited for, not dropped; 30 s in the
-# DiLoCo run, whose members train while they wait: a window longer than the longest stall (2-30 s) costs them
-# nothing, a drop costs the stalled region its round, its restart and its return; grace_min
+# links), elastic (min_regions 1, grace 30 s: a region behind a cut link is waited for, not dropped, and the members
+# train while they wait: a window longer than the longest stall (2-30 s) costs them nothing, a drop costs the
+# stalled region its round, its restart and its return; 20 s with CHAOS_TRAIN_WAITING=0; grace_min
 # CHAOS_GRACE_MIN, unset: a stopped worker is waited for up to the grace; e.g. 3s: dropped at 4x the rounds'
 # arrival spread and rejoins, which costs it more than the wait saves at this pace; --max-restarts 1000), int8
 # pseudo-gradients:
-#   diloco     DiLoCo, H = CHAOS_H, the built-in store; train_while_waiting (CHAOS_TRAIN_WAITING=0: off): a member
-#              whose round waits for a late region (stopped, restarting) runs inner steps meanwhile
+#   diloco     DiLoCo, H = CHAOS_H, the built-in store
 #   streaming  streaming DiLoCo, 4 fragments, with --rdzv etcd:// on a 3-member etcd cluster started here
 #              (each member under a loop that starts it again when it dies; the run talks to member 0, the
 #              faults may kill member 1 or 2); its chaos run has a standby `xdc coordinator --standby` beside it
 #              (under such a loop too, leases of CHAOS_DECIDER_TTL s): kill-decider takes out whichever decides
+#   Both train while they wait (diloco.train_while_waiting; CHAOS_TRAIN_WAITING=0: off): a member whose round waits
+#   for a late region (stopped, restarting) runs inner steps meanwhile.
 # Each runs first without faults (its reference: a short probe times a step, then CHAOS_MINUTES of steps),
 # then with --chaos CHAOS_SEED:RATE[:CHAOS_KINDS], RATE set so each region gets one fault per
 # CHAOS_FAULT_EVERY_S seconds of the reference's pace. A chaos run not finished within 2x its reference's wall time is a hang.
@@ -22,7 +23,7 @@
 #             final model. A region out of the run from step a to step b (the story's steps_out, read from
 #             heartbeats: 10-step resolution) loses b - (a rounded down to its outer round); every region-step
 #             carries the same tokens, so goodput = (1 - lost / (3 x steps)) x reference wall / chaos wall; training
-#             while waiting (diloco), the inner steps the regions ran while rounds waited count too, in the chaos run
+#             while waiting, the inner steps the regions ran while rounds waited count too, in the chaos run
 #             and in the reference (waiting_steps=chaos/reference), each round's at most what its wait holds at the
 #             reference's pace (its wall per step): on these 2 shared cores a region steps faster while another is
 #             stopped or gone, which a region on its own hardware would not (waiting_steps_raw: as the decider
@@ -126,9 +127,9 @@ eval_interval: 10
 codec: int8
 bucket_mb: 0.25
 threads: 1
-diloco: {inner_steps: $H$([ "$2" = diloco ] && [ "$train_waiting" != 0 ] && echo ", train_while_waiting: true")}
+diloco: {inner_steps: $H$([ "$train_waiting" != 0 ] && echo ", train_while_waiting: true")}
 streaming: {fragments: 4}
-elastic: {min_regions: 1, grace: $([ "$2" = diloco ] && [ "$train_waiting" != 0 ] && echo 30s || echo 20s)${grace_min:+, grace_min: $grace_min}}
+elastic: {min_regions: 1, grace: $([ "$train_waiting" != 0 ] && echo 30s || echo 20s)${grace_min:+, grace_min: $grace_min}}
 EOT
 }
 
@@ -151,8 +152,9 @@ wall_of() { sed -n 's/.* finished in \([0-9.]*\) s.*/\1/p' "$work/$1.out" | tail
 loss_of() { sed -n 's/.*final val_loss=\([0-9.]*\) .*/\1/p' "$work/$1.out" | tail -1; }
 # The inner steps run <name>'s regions ran while rounds waited (train_while_waiting), as the decider counted them
 # ("raw"), or each region's in a round at most the round's wait over `per` seconds a step (the reference's pace).
+# The decider is the launch, or under etcd the standby coordinator while it holds the role (its own log).
 waited_of() { # name per|raw
-  sed -n 's/.* waited \([0-9.]*\) s: inner steps run while it waited: /\1 /p' "$work/$1.out" | tr -d ',' |
+  cat "$work/$1.out" "$work/$1-standby.log" 2> /dev/null | sed -n 's/.* waited \([0-9.]*\) s: inner steps run while it waited: /\1 /p' | tr -d ',' |
     awk -v per="$2" '{ for (i = 3; i <= NF; i += 2) s += per == "raw" ? $i : ($i < $1 / per ? $i : int($1 / per)) } END { print s + 0 }'
 }
 

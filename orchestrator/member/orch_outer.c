@@ -153,8 +153,10 @@ xdc_err_t orch_outer_begin(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, 
     size_t n = hi - lo, bytes = n * sizeof(float);
     if (how != ORCH_OUTER_AT_ONCE && !o->snapshot)
         XDC_CHECK(dev->mem_alloc((void **)&o->snapshot, o->n * sizeof(float)));
-    if (how == ORCH_OUTER_DELAYED) XDC_CHECK(dev->copy_d2d(o->snapshot + lo, o->local + lo, bytes, o->stream));
+    /* The snapshot after the quorum: inner steps a member ran while the round waited for its decision (train while
+     * waiting) are in this round's pseudo-gradient, not in the progress apply keeps on top of global′ as well. */
     if (o->hooks.quorum) XDC_CHECK(o->hooks.quorum(o->hooks.ctx, sync, step, diag));
+    if (how == ORCH_OUTER_DELAYED) XDC_CHECK(dev->copy_d2d(o->snapshot + lo, o->local + lo, bytes, o->stream));
     xdc_stream *prev = NULL;
     XDC_CHECK(enter(o, &prev));
     o->be->model->sub(o->pseudo + lo, o->global + lo, o->local + lo, n); /* after the snapshot: one stream */

@@ -299,11 +299,13 @@ xdc_err_t orch_run_config_check(const orch_run_config *c, bool planned, xdc_cfg_
         return XDC_ERR_CONFIG;
     }
     /* Its steps run in the wait for a round's decision, before the round's pseudo-gradient is taken: DiLoCo's
-     * rounds at once (the planner does not choose it) */
-    if (c->diloco.train_while_waiting && (c->mode != ORCH_MODE_DILOCO || c->diloco.overlap_steps || c->plan_auto)) {
+     * rounds at once or streaming's fragments (the planner does not choose it) */
+    if (c->diloco.train_while_waiting &&
+        ((c->mode != ORCH_MODE_DILOCO && c->mode != ORCH_MODE_STREAMING) || c->diloco.overlap_steps || c->plan_auto)) {
         xdc_cfg_error_add(errs, 0, 0,
                           "diloco.train_while_waiting needs mode diloco with its rounds at once (no "
-                          "diloco.overlap_steps) and no plan: auto (this run: mode %s, overlap_steps %d%s)",
+                          "diloco.overlap_steps) or streaming, and no plan: auto (this run: mode %s, overlap_steps "
+                          "%d%s)",
                           mode_words[c->mode], c->diloco.overlap_steps, c->plan_auto ? ", plan: auto" : "");
         return XDC_ERR_CONFIG;
     }

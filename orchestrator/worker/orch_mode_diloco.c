@@ -42,10 +42,6 @@ typedef struct {
      * rounds' boundaries (arrival, decision and exchange of the outer rounds) */
     long long inner_run, rounds;
     double inner_s, boundary_s;
-    /* Train while waiting: inner steps run while rounds waited for their decision, and their wall seconds (in
-     * boundary_s too) */
-    long long extra_run;
-    double extra_s;
 } diloco_state;
 
 #define STEPS_FILE "diloco-round-steps.ckpt" /* (n_regions) int32: the round's inner steps, nobody waits */
@@ -76,21 +72,6 @@ static void weigh_round(orch_worker *w)
 
 static int nobody_waits(const orch_worker *w) { return w->cfg->diloco.nobody_waits && w->elastic.on; }
 
-/* Train while waiting: one inner step while the round's decision is not in (orch_elastic_member's busy; ctx: the
- * worker). The run's step stays the round's: the step's learning rate is its last inner step's. */
-static xdc_err_t train_waiting(void *ctx, xdc_diag *diag)
-{
-    orch_worker *w = ctx;
-    diloco_state *st = w->mode_state;
-    double t0 = (double)xdc_now_ns() / 1e9;
-    float loss;
-    XDC_CHECK(orch_train_pass(w, st->grad, &loss, diag));
-    XDC_CHECK(orch_train_update(w, &loss, w->prog.step - 1, diag));
-    st->extra_run++;
-    st->extra_s += (double)xdc_now_ns() / 1e9 - t0;
-    return orch_elastic_look(w, &w->elastic.inner_end_ns, &w->elastic.inner_gap_s, diag); /* stopped meanwhile? */
-}
-
 static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
 {
     diloco_state *st = xdc_calloc(1, sizeof *st);
@@ -110,8 +91,8 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
     st->outer.keep_unsent = w->cfg->diloco.keep_unsent;
     XDC_CHECK(orch_outer_setup(w, &st->outer, sc.dp, diag));
     for (int r = 0; r < w->id->n_regions; r++) st->steps[r] = w->cfg->diloco.inner_steps;
-    if (nobody_waits(w) || w->elastic.m.ran) w->elastic.weigh = weigh_round;            /* in the round's quorum hook */
-    if (w->elastic.m.ran) w->elastic.m.busy = train_waiting, w->elastic.m.busy_ctx = w; /* one worker a region */
+    if (nobody_waits(w) || w->elastic.m.ran) w->elastic.weigh = weigh_round; /* in the round's quorum hook */
+    orch_train_while_waiting(w, st->grad);
     /* A resumed run takes the round's counts from its checkpoint instead; steps/0 is there either way. */
     return nobody_waits(w) ? orch_elastic_steps(&w->elastic.m, 0, st->steps, diag) : XDC_OK;
 }
@@ -153,13 +134,11 @@ static xdc_err_t inner_step(orch_worker *w, diloco_state *st, float *loss, xdc_d
     return XDC_OK;
 }
 
-/* The outer round at w->prog.step, timed as the wait at the round's boundary. Training while waiting, a member
- * trains on once its decision took twice its usual inner step (at least TRAIN_WAITING_AFTER_S). */
-#define TRAIN_WAITING_AFTER_S 0.2
+/* The outer round at w->prog.step, timed as the wait at the round's boundary (and the inner steps run in it while it
+ * waited for its decision, train while waiting). */
 static xdc_err_t outer_round(orch_worker *w, diloco_state *st, int last, xdc_diag *diag)
 {
-    double t0 = (double)xdc_now_ns() / 1e9, per_step = st->inner_run ? st->inner_s / (double)st->inner_run : 0;
-    w->elastic.m.busy_after_s = 2 * per_step > TRAIN_WAITING_AFTER_S ? 2 * per_step : TRAIN_WAITING_AFTER_S;
+    double t0 = (double)xdc_now_ns() / 1e9;
     xdc_err_t rc = last ? last_round(w, st, diag) : orch_worker_outer_round(w, &st->outer, diag);
     st->boundary_s += (double)xdc_now_ns() / 1e9 - t0;
     st->rounds++;
@@ -208,12 +187,13 @@ static xdc_err_t diloco_finish(orch_worker *w, void *state, xdc_diag *diag)
     double per_step = st->inner_run ? st->inner_s / (double)st->inner_run : 0;
     char waiting[96] = "";
     if (w->elastic.m.ran)
-        snprintf(waiting, sizeof waiting, " (and %lld while rounds waited for their decision)", st->extra_run);
+        snprintf(waiting, sizeof waiting, " (and %lld while rounds waited for their decision)", w->elastic.waiting_run);
     XDC_INFO(XDC_SUB_ORCH,
              "region %s ran %lld inner steps%s in %lld steps of the run (%lld outer rounds); waited %.2f inner steps "
              "per round at the boundaries",
              w->id->region, st->inner_run, waiting, (long long)w->prog.step, st->rounds,
-             per_step > 0 && st->rounds ? (st->boundary_s - st->extra_s) / (double)st->rounds / per_step : 0.0);
+             per_step > 0 && st->rounds ? (st->boundary_s - w->elastic.waiting_s) / (double)st->rounds / per_step
+                                        : 0.0);
     return XDC_OK;
 }
 

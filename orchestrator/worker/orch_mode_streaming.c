@@ -9,10 +9,18 @@
  * between steps: a checkpoint holds the outer state and nothing on the wire. For the same reason a region
  * that rejoins (orch_rejoin.c) is handed the outer state once the fragment of the round that took it back
  * landed, at the end of that step: global parameters and momentum are then all there is, the same on every
- * member. Streaming is not re-planned. */
+ * member. Streaming is not re-planned.
+ *
+ * Train while waiting (diloco.train_while_waiting; docs/runtime.md) as in DiLoCo: a member whose fragment's round is
+ * not decided after two of its inner steps' time runs inner steps until the decision comes, before the fragment's
+ * snapshot and pseudo-gradient are taken (orch_outer_begin), so those steps are in the fragment's pseudo-gradient
+ * (and in the other fragments' next ones) once. The fragments' mean stays the plain one: a fragment's pseudo-gradient
+ * holds the steps run in the waits of every fragment's round since its own last one, which no one round's counts
+ * say. */
 #include "orchestrator/worker/orch_worker.h"
 
 #include "common/xdc_alloc.h"
+#include "common/xdc_log.h"
 
 typedef struct {
     xdc_sync *grad;   /* replicas only */
@@ -47,6 +55,7 @@ static xdc_err_t streaming_setup(orch_worker *w, void **state, xdc_diag *diag)
         dp = w->comm.dp_wan;
     }
     XDC_CHECK(orch_outer_setup(w, &st->outer, dp, diag));
+    orch_train_while_waiting(w, st->grad);
     int F = w->cfg->streaming.fragments;
     if ((size_t)F > w->model.n_params) {
         xdc_diag_set(diag, "streaming.fragments (%d) exceeds this stage's %zu parameters", F, w->model.n_params);
@@ -113,7 +122,14 @@ static xdc_err_t streaming_step(orch_worker *w, void *state, float *loss, xdc_di
  * round's step stays one round's, so an elastic run's quorum and final set at that step are this round's. */
 static xdc_err_t streaming_finish(orch_worker *w, void *state, xdc_diag *diag)
 {
-    return orch_worker_outer_round(w, &((streaming_state *)state)->outer, diag);
+    XDC_CHECK(orch_worker_outer_round(w, &((streaming_state *)state)->outer, diag));
+    if (w->elastic.m.ran) /* DiLoCo's words (diloco_finish) */
+        XDC_INFO(XDC_SUB_ORCH,
+                 "region %s ran %lld inner steps (and %lld while rounds waited for their decision, %.1f s) in %lld "
+                 "steps of the run",
+                 w->id->region, (long long)w->prog.step, w->elastic.waiting_run, w->elastic.waiting_s,
+                 (long long)w->prog.step);
+    return XDC_OK;
 }
 
 /* The state is handed over a step after the round that takes the joiner back (streaming_step). */

@@ -195,6 +195,11 @@ typedef struct orch_elastic {
      * whatever it says. Set by weigh(w), when the mode has one, once the round's decision is read. */
     const float *weight;
     void (*weigh)(orch_worker *w);
+    /* Train while waiting (diloco.train_while_waiting, DiLoCo and streaming; orch_train_while_waiting): the region's
+     * replicas' sync the steps run in a round's wait use, how many ran and their wall seconds */
+    xdc_sync *waiting_grad;
+    long long waiting_run;
+    double waiting_s;
 } orch_elastic;
 
 /* A training mode (orch_mode_sync.c, orch_mode_diloco.c, orch_mode_streaming.c): the syncs and buffers it
@@ -321,6 +326,10 @@ xdc_err_t orch_elastic_look(orch_worker *w, uint64_t *last_ns, double *usual_s, 
  * every orch_elastic_wait tells it the member regions the store's host names lost during it (docs/runtime.md,
  * "Leaving during a round"). The outer rounds' hooks, and each step of elastic sync mode. */
 xdc_err_t orch_elastic_quorum(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag);
+/* Train while waiting (diloco.train_while_waiting; docs/runtime.md): at a mode's setup, an elastic member that waits
+ * for a round's decision past twice its usual inner step runs inner steps on `grad` (the region's replicas' sync)
+ * until it comes, each announced to the decider first (orch_elastic_arrive). Nothing without the setting. */
+void orch_train_while_waiting(orch_worker *w, xdc_sync *grad);
 void orch_elastic_open(orch_worker *w, xdc_sync *sync, int64_t step);
 /* End the exchange of `sync`'s round at `step` (its time counted as exposed WAN). Elastic rounds:
  * orch_elastic_wait, then the round ends on its final set; otherwise xdc_sync_end. */

@@ -3,7 +3,7 @@
  * each misuse is named (a factor out of range with its line and column, the wrong mode); the `elastic:` key that
  * makes sync mode go by quorum; microbatches_per_replica, per region or for all, and its misuse;
  * emulate_layer_ms, one value for every region or one per region; diloco.overlap (eager or delayed), which
- * needs overlapped rounds; and diloco.train_while_waiting, which needs DiLoCo's rounds at once. */
+ * needs overlapped rounds; and diloco.train_while_waiting, which needs DiLoCo's rounds at once or streaming. */
 #include "tests/xdc_test.h"
 
 #include "orchestrator/runcfg/orch_run_config.h"
@@ -63,7 +63,7 @@ XDC_TEST(run_config_nobody_waits_and_slowdown_load_and_name_misuse)
     XDC_ASSERT_OK(load("auto", "mode: diloco\nplan: auto\ndiloco: {nobody_waits: true}\n", &c, &errs));
 }
 
-XDC_TEST(run_config_train_while_waiting_needs_diloco_rounds_at_once)
+XDC_TEST(run_config_train_while_waiting_needs_diloco_rounds_at_once_or_streaming)
 {
     static orch_run_config c;
     xdc_cfg_errors errs;
@@ -71,10 +71,12 @@ XDC_TEST(run_config_train_while_waiting_needs_diloco_rounds_at_once)
     XDC_ASSERT(c.diloco.train_while_waiting);
     XDC_ASSERT_OK(load("tww-off", "mode: diloco\n", &c, &errs));
     XDC_ASSERT(!c.diloco.train_while_waiting);
-    XDC_ASSERT_ERR(load("tww-stream", "mode: streaming\ndiloco: {train_while_waiting: true}\n", &c, &errs),
-                   XDC_ERR_CONFIG);
-    names(&errs, "diloco.train_while_waiting needs mode diloco with its rounds at once");
-    names(&errs, "(this run: mode streaming, overlap_steps 0)");
+    XDC_ASSERT_OK(load("tww-stream", "mode: streaming\ndiloco: {train_while_waiting: true}\n", &c, &errs));
+    XDC_ASSERT(c.diloco.train_while_waiting);
+    XDC_ASSERT_ERR(load("tww-sync", "mode: sync\ndiloco: {train_while_waiting: true}\n", &c, &errs), XDC_ERR_CONFIG);
+    names(&errs, "diloco.train_while_waiting needs mode diloco with its rounds at once (no diloco.overlap_steps) or "
+                 "streaming");
+    names(&errs, "(this run: mode sync, overlap_steps 0)");
     XDC_ASSERT_ERR(
         load("tww-overlap", "mode: diloco\ndiloco: {train_while_waiting: true, overlap_steps: 1}\n", &c, &errs),
         XDC_ERR_CONFIG);

@@ -8,7 +8,9 @@
  * after the inner steps that ran while the round was on the wire and s where they began: local at begin
  * (delayed), or the eager estimate, which begin writes into local: the round with this region's contribution the
  * only one in the mean, ĉ (its Δ = global − local through the codec, decoded, with no residual) times its share
- * w_k / Σw (xdc_sync_share): the outer step of global − (Δ − ĉ) (keep_unsent) and momentum with that mean. */
+ * w_k / Σw (xdc_sync_share): the outer step of global − (Δ − ĉ) (keep_unsent) and momentum with that mean.
+ * Regions 0 and 1 run O_WAIT inner steps in each round's quorum hook (train while waiting: the round waits for
+ * region 2): those are in the round's Δ once, and s is local after them (counted twice, L − s would hold them too). */
 #include "tests/xdc_test.h"
 #include "tests/test_sync_util.h"
 
@@ -28,6 +30,7 @@
 #define O_ROUNDS  3
 #define O_INNER   3 /* inner steps before each round */
 #define O_D       2 /* inner steps while it is on the wire */
+#define O_WAIT    2 /* inner steps regions 0 and 1 run in the round's quorum hook, waiting for region 2 */
 #define O_LR      1.5f
 #define O_MU      0.5f
 #define O_CODEC   "sparse:0.05:2"
@@ -36,6 +39,26 @@
 static void inner_step(float *x, int r, int step)
 {
     for (int i = 0; i < O_ELEMS; i++) x[i] -= 0.01f * sinf((float)(i * (r + 1) + 7 * step));
+}
+
+/* Train while waiting: the inner steps region r runs while the round at `round` waits for its decision. */
+static void waiting_steps(float *x, int r, long long round)
+{
+    for (int j = 0; r < 2 && j < O_WAIT; j++) inner_step(x, r, 1000 + 10 * (int)round + j);
+}
+
+typedef struct {
+    float *local;
+    int r;
+} waiting_ctx;
+
+/* The quorum hook (orch_outer_hooks; ctx: a waiting_ctx): the round's decision comes after waiting_steps. */
+static xdc_err_t wait_for_decision(void *ctx, xdc_sync *sync, int64_t step, xdc_diag *diag)
+{
+    (void)sync, (void)diag;
+    const waiting_ctx *c = ctx;
+    waiting_steps(c->local, c->r, step);
+    return XDC_OK;
 }
 
 /* Region r's outer state over `local` with net's sync (which it then owns). */
@@ -83,6 +106,7 @@ static void overlapped_rounds_equal_the_serial_reference(orch_outer_overlap how)
     size_t bytes = O_ELEMS * sizeof(float);
     orch_outer t[O_REGIONS], f[O_REGIONS];
     float *tl[O_REGIONS], *fl[O_REGIONS];
+    waiting_ctx tw[O_REGIONS], fw[O_REGIONS];
     float *s = malloc(bytes), *m = malloc(bytes), *d = malloc(bytes), *r = malloc(bytes), *want = malloc(bytes);
     float *zero = calloc(O_ELEMS, sizeof(float));
     for (int k = 0; k < O_REGIONS; k++) {
@@ -92,6 +116,9 @@ static void overlapped_rounds_equal_the_serial_reference(orch_outer_overlap how)
         memcpy(fl[k], tl[k], bytes);
         outer_open(&t[k], &tn, k, tl[k], true);
         outer_open(&f[k], &fn, k, fl[k], false);
+        tw[k] = (waiting_ctx){tl[k], k}, fw[k] = (waiting_ctx){fl[k], k};
+        t[k].hooks = (orch_outer_hooks){.ctx = &tw[k], .quorum = wait_for_decision};
+        f[k].hooks = (orch_outer_hooks){.ctx = &fw[k], .quorum = wait_for_decision};
         XDC_ASSERT_OK(xdc_sync_set_weights(t[k].sync, weight, NULL));
         XDC_ASSERT_OK(xdc_sync_set_weights(f[k].sync, weight, NULL));
     }
@@ -107,6 +134,7 @@ static void overlapped_rounds_equal_the_serial_reference(orch_outer_overlap how)
             begin_local[k] = malloc(bytes);
             start[k] = malloc(bytes);
             memcpy(begin_local[k], tl[k], bytes);
+            waiting_steps(begin_local[k], k, round); /* what the quorum hook runs */
             XDC_ASSERT_OK(orch_outer_begin(&t[k], t[k].sync, 0, O_ELEMS, round, how, NULL));
             XDC_ASSERT_OK(orch_outer_begin(&f[k], f[k].sync, 0, O_ELEMS, round, ORCH_OUTER_AT_ONCE, NULL));
             memcpy(start[k], begin_local[k], bytes);
