@@ -117,8 +117,21 @@ static void follow(orch_decider *d)
     snprintf(d->loaded, sizeof d->loaded, "%s", state);
 }
 
+/* How often a process that does not decide asks the store for the role. Each try is an etcd transaction, which the
+ * cluster's members agree on; a standby's every launch tick (20 ms) made that 50 a second. The lease is seconds long:
+ * a quarter second more to take the role over. */
+#define DECIDER_TRY_MS 250
+
 xdc_err_t orch_decider_tick(orch_decider *d, int *held, xdc_diag *diag)
 {
+    if (!d->held) {
+        *held = 0;
+        if (xdc_now_ns() < d->next_try) {
+            follow(d);
+            return XDC_OK;
+        }
+        d->next_try = xdc_now_ns() + (uint64_t)DECIDER_TRY_MS * XDC_NS_PER_MS;
+    }
     if (d->lapsed) { /* as a dead holder: nothing until another process holds the role */
         char now[RDZV_VALUE_MAX];
         *held = 0;

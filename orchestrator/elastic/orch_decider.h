@@ -33,6 +33,7 @@ typedef struct orch_decider {
     int held;                     /* this process decides now */
     int lapsed;                   /* orch_decider_lapse: not standing for the role until another process holds it */
     uint64_t next_load;           /* not held: when to read the holder's state again (xdc_now_ns) */
+    uint64_t next_try;            /* not held: when to stand for the role again (xdc_now_ns) */
     char loaded[RDZV_VALUE_MAX];  /* not held: the holder's state read last */
 } orch_decider;
 

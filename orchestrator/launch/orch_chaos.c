@@ -254,18 +254,19 @@ static int link_index(const orch_chaos *c, int a, int b)
     return idx + b - a - 1;
 }
 
-/* The furthest step in the members' heartbeats ("NAME (last heard 1.2 s ago: step 20)"), of the run and of
- * each region (members in the store's order: region by region, rank by rank). */
+/* The furthest step in the members' heartbeats ("step 20"), of the run and of each region (members in the store's
+ * order: region by region, rank by rank). One read a member (rdzv_server_status): with etcd, the four requests a
+ * member of rdzv_server_member's took four times a second cost the run ~5 % of its pace on 2 shared cores (a
+ * streaming run of 150 steps without faults: 0.94 of its reference's pace, 0.99 with the poll ten times rarer). */
 static void poll_step(orch_chaos *c)
 {
     for (int r = 0, i = 0; r < c->w.t->n_regions; r++) {
         c->region_step[r] = 0;
         for (int k = 0; k < xdc_topology_region_workers(c->w.t, r); k++, i++) {
-            rdzv_member_state st;
-            const char *p;
+            char status[RDZV_STATUS_MAX];
             long long s;
-            if (rdzv_server_member(c->w.rdzv, i, &st) == 0 && (p = strstr(st.detail, ": step ")) &&
-                sscanf(p + 7, "%lld", &s) == 1 && s > c->region_step[r])
+            if (rdzv_server_status(c->w.rdzv, i, status, sizeof status) == 0 && sscanf(status, "step %lld", &s) == 1 &&
+                s > c->region_step[r])
                 c->region_step[r] = s;
         }
         if (c->region_step[r] > c->step) c->step = c->region_step[r];

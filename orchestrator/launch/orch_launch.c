@@ -33,11 +33,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define LAUNCH_MAX_AGENTS ORCH_PROCS_MAX
-#define LAUNCH_MAX_RELAYS 1024
-#define LAUNCH_TICK_MS    20    /* rendezvous checks and relay routes between child events */
-#define LAUNCH_NAG_MS     10000 /* log who is missing this often */
-#define LAUNCH_LEAVE_MS   10000 /* coordinator: how long members may take to leave after "finished" */
+#define LAUNCH_MAX_AGENTS  ORCH_PROCS_MAX
+#define LAUNCH_MAX_RELAYS  1024
+#define LAUNCH_TICK_MS     20    /* rendezvous checks and relay routes between child events */
+#define LAUNCH_NAG_MS      10000 /* log who is missing this often */
+#define LAUNCH_LEAVE_MS    10000 /* coordinator: how long members may take to leave after "finished" */
+#define LAUNCH_FINISHED_MS 250   /* coordinator: how often it asks the store whether the run finished (etcd reads) */
 
 typedef struct {
     orch_launch_opts o; /* run_dir and run_id point into the fields below */
@@ -58,6 +59,7 @@ typedef struct {
     char relay_back_to[LAUNCH_MAX_RELAYS][64];
     int n_relays;
     uint64_t finish_at;     /* coordinator: when to stop waiting for members to leave */
+    uint64_t next_finished; /* coordinator: when to ask the store whether the run finished again (xdc_now_ns) */
     uint64_t join_deadline; /* members that have not joined by then fail the run */
     uint64_t next_nag;
     int joined;
@@ -562,9 +564,12 @@ static xdc_err_t launch_tick(void *ctx, int *done)
             fprintf(stderr, "xdc coordinator: run failed: %s\n", why);
             return err != XDC_OK ? err : XDC_ERR_UNAVAILABLE;
         }
-        if (run_finished(L)) {
-            *done = 1;
-            return XDC_OK;
+        if (xdc_now_ns() >= L->next_finished) {
+            L->next_finished = xdc_now_ns() + (uint64_t)LAUNCH_FINISHED_MS * XDC_NS_PER_MS;
+            if (run_finished(L)) {
+                *done = 1;
+                return XDC_OK;
+            }
         }
     }
     if (xdc_now_ns() > L->next_nag) {

@@ -903,6 +903,18 @@ static int bs_member(rdzv_server *base, int i, rdzv_member_state *out)
     return 0;
 }
 
+static int bs_status(rdzv_server *base, int i, char *out, size_t cap)
+{
+    bserver *s = (bserver *)base;
+    if (i < 0 || i >= s->n_expected) return -1;
+    pthread_mutex_lock(&s->mu);
+    const member *m = &s->members[i];
+    int rc = m->joined && m->status[0] ? 0 : -1;
+    if (rc == 0) snprintf(out, cap, "%s", m->status);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
 static void bs_destroy(rdzv_server *base)
 {
     bserver *s = (bserver *)base;
@@ -946,6 +958,7 @@ static const rdzv_server_ops builtin_server_ops = {.port = bs_port,
                                                    .slots = bs_slots,
                                                    .missing = bs_missing,
                                                    .member = bs_member,
+                                                   .status = bs_status,
                                                    .destroy = bs_destroy};
 
 /* ---- client ------------------------------------------------------------------------------------- */

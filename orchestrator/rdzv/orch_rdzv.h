@@ -165,6 +165,11 @@ typedef struct rdzv_member_state {
 } rdzv_member_state;
 /* 0 and *out, or -1 when i is out of range. */
 int rdzv_server_member(rdzv_server *s, int i, rdzv_member_state *out);
+/* Member i's status as the store holds it into out[cap]: its last heartbeat's ("step 20"; "joined" before one), what
+ * rdzv_server_member's detail quotes, at one read of the store (etcd: rdzv_server_member takes four requests, its
+ * lease's age among them): for a poll several times a second. 0, or -1 when i is out of range or the store holds
+ * none (never joined; etcd: gone; built-in: a gone member's is "connection lost: ..."). */
+int rdzv_server_status(rdzv_server *s, int i, char *out, size_t cap);
 /* A role one process of the run holds at a time (the round decider, orch_decider.h), with etcd taken and
  * moved under a lease: `key` is created under a lease of ttl_s that this view keeps alive, with the value
  * `holder`, when no one holds it; *held says whether this view holds it now. While it does, every

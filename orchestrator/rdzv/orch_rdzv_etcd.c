@@ -978,6 +978,15 @@ static int es_member(rdzv_server *base, int i, rdzv_member_state *out)
     return 0;
 }
 
+static int es_status(rdzv_server *base, int i, char *out, size_t cap)
+{
+    eserver *s = (eserver *)base;
+    if (i < 0 || i >= s->n) return -1;
+    char key[RDZV_KEY_MAX];
+    snprintf(key, sizeof key, ETCD_INTERNAL "alive/%s", s->names[i]);
+    return host_first(s, key, 0, NULL, 0, out, cap) == 0 && out[0] ? 0 : -1;
+}
+
 /* Take the role when it is free: create its key under a lease of our own (granted once per try to hold it). */
 static xdc_err_t es_role(rdzv_server *base, const char *key, const char *holder, int ttl_s, const char *state_key,
                          rdzv_role_state_fn state, void *ctx, int *held, xdc_diag *diag)
@@ -1030,6 +1039,7 @@ static const rdzv_server_ops etcd_server_ops = {.port = es_port,
                                                 .slots = es_connections,
                                                 .missing = es_missing,
                                                 .member = es_member,
+                                                .status = es_status,
                                                 .role = es_role,
                                                 .role_lapse = es_role_lapse,
                                                 .destroy = es_destroy};

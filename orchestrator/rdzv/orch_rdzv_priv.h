@@ -34,6 +34,7 @@ typedef struct rdzv_server_ops {
     int (*slots)(rdzv_server *s);
     int (*missing)(rdzv_server *s, int64_t silent_ms, char *out, size_t cap);
     int (*member)(rdzv_server *s, int i, rdzv_member_state *out);
+    int (*status)(rdzv_server *s, int i, char *out, size_t cap);
     /* NULL: the host is the only process that can hold a role */
     xdc_err_t (*role)(rdzv_server *s, const char *key, const char *holder, int ttl_s, const char *state_key,
                       rdzv_role_state_fn state, void *ctx, int *held, xdc_diag *diag);

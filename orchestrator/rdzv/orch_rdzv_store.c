@@ -186,6 +186,8 @@ int rdzv_server_missing(rdzv_server *s, int64_t silent_ms, char *out, size_t cap
 
 int rdzv_server_member(rdzv_server *s, int i, rdzv_member_state *out) { return s->ops->member(s, i, out); }
 
+int rdzv_server_status(rdzv_server *s, int i, char *out, size_t cap) { return s->ops->status(s, i, out, cap); }
+
 xdc_err_t rdzv_server_role(rdzv_server *s, const char *key, const char *holder, int ttl_s, const char *state_key,
                            rdzv_role_state_fn state, void *ctx, int *held, xdc_diag *diag)
 {

@@ -236,6 +236,9 @@ XDC_TEST_SERIAL(rdzv_etcd_store_ops, 60)
     rdzv_member_state st;
     XDC_ASSERT(rdzv_server_member(host, 0, &st) == 0 && st.joined && st.connected);
     XDC_ASSERT_STR_CONTAINS(st.detail, "step 12");
+    XDC_ASSERT(rdzv_server_status(host, 0, val, sizeof val) == 0 && strcmp(val, "step 12") == 0); /* one read */
+    XDC_ASSERT_EQ(rdzv_server_status(host, 1, val, sizeof val), -1);                              /* never joined */
+    XDC_ASSERT_EQ(rdzv_server_status(host, 2, val, sizeof val), -1);                              /* no such member */
     /* compare-and-set join: a second process cannot join as a member that is alive ... */
     XDC_ASSERT_ERR(rdzv_client_open(&t, NULL, "r/h:0", 300, &again, &d), XDC_ERR_UNAVAILABLE);
     XDC_ASSERT_STR_CONTAINS(d.msg, "holds member r/h:0 alive");

@@ -11,6 +11,7 @@
 #include "orchestrator/launch/orch_proc.h"
 #include "orchestrator/rdzv/orch_rdzv.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -95,6 +96,14 @@ XDC_TEST_T(rdzv_members_get_set_and_reuse_a_barrier, 120)
     XDC_ASSERT_ERR(rdzv_barrier(c, "lonely", MEMBERS, 300, &d), XDC_ERR_UNAVAILABLE);
     XDC_ASSERT_STR_CONTAINS(d.msg, "missing: us/node:0");
     XDC_ASSERT_ERR(rdzv_try_get(c, "absent", val, sizeof val, &d), XDC_ERR_AGAIN);
+    /* Its heartbeat's status, as the host reads it at once (rdzv_server_status): the host takes it from the
+     * connection's thread, so it is looked for a bounded while. Member 2, gone, sent no step. */
+    XDC_ASSERT_OK(rdzv_heartbeat(c, "step 7", &d));
+    for (int i = 0; i < 500 && rdzv_server_status(srv, 1, val, sizeof val) != 0; i++) poll(NULL, 0, 10);
+    XDC_ASSERT_MSG(rdzv_server_status(srv, 1, val, sizeof val) == 0 && strcmp(val, "step 7") == 0,
+                   "member 1's status: '%s'", val);
+    XDC_ASSERT(rdzv_server_status(srv, 2, val, sizeof val) != 0 || strncmp(val, "step", 4) != 0);
+    XDC_ASSERT_EQ(rdzv_server_status(srv, MEMBERS, val, sizeof val), -1);
     rdzv_client_destroy(c);
     rdzv_server_destroy(srv);
     for (int i = 0; i < MEMBERS; i++) xdc_wan_engine_destroy(m[i].eng);
