@@ -369,13 +369,42 @@ xdc_err_t orch_train_update(orch_worker *w, float *loss, int64_t lr_step, xdc_di
     return XDC_OK;
 }
 
+/* Train while waiting: a round whose regions arrive together is decided within a tick of the host's, so a member
+ * trains while it waits once the decision took twice its usual inner step, and not before TRAIN_WAITING_AFTER_S. */
+#define TRAIN_WAITING_AFTER_S 0.2
+
 xdc_err_t orch_train_inner_step(orch_worker *w, xdc_sync *grad_sync, float *loss, xdc_diag *diag)
 {
     if (w->elastic.take) return orch_rejoin_pass(w, loss); /* a joiner whose state is on its way */
     XDC_CHECK(orch_train_pass(w, grad_sync, loss, diag));
     XDC_CHECK(orch_train_update(w, loss, w->prog.step, diag));
     w->prog.step++;
+    XDC_CHECK(orch_elastic_look(w, &w->elastic.inner_end_ns, &w->elastic.inner_gap_s, diag)); /* stopped meanwhile? */
+    w->elastic.m.busy_after_s = fmax(TRAIN_WAITING_AFTER_S, 2 * w->elastic.inner_gap_s);
+    return XDC_OK;
+}
+
+/* One inner step while the round's decision is not in (orch_elastic_member's busy; ctx: the worker). The run's step
+ * stays the round's: the step's learning rate is its last inner step's. */
+static xdc_err_t train_waiting(void *ctx, xdc_diag *diag)
+{
+    orch_worker *w = ctx;
+    double t0 = now_s();
+    float loss;
+    XDC_CHECK(orch_train_pass(w, w->elastic.waiting_grad, &loss, diag));
+    XDC_CHECK(orch_train_update(w, &loss, w->prog.step - 1, diag));
+    w->elastic.waiting_run++;
+    w->elastic.waiting_s += now_s() - t0;
     return orch_elastic_look(w, &w->elastic.inner_end_ns, &w->elastic.inner_gap_s, diag); /* stopped meanwhile? */
+}
+
+void orch_train_while_waiting(orch_worker *w, xdc_sync *grad)
+{
+    if (!w->elastic.m.ran) return;
+    w->elastic.waiting_grad = grad;
+    w->elastic.m.busy = train_waiting; /* one worker a region (xdc launch refuses more) */
+    w->elastic.m.busy_ctx = w;
+    w->elastic.m.busy_after_s = TRAIN_WAITING_AFTER_S; /* until its first inner step says its pace */
 }
 
 xdc_err_t orch_train_eval(orch_worker *w, double *loss, xdc_diag *diag)

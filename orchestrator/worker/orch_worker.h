@@ -264,6 +264,10 @@ xdc_err_t orch_train_run(orch_worker *w, xdc_diag *diag);
  * the microbatches, summed over the stages. In an elastic run, a worker that finds it was stopped since its last
  * inner step and its region dropped meanwhile fails with XDC_ERR_UNAVAILABLE after it (orch_elastic_woke). */
 xdc_err_t orch_train_inner_step(orch_worker *w, xdc_sync *grad_sync, float *loss, xdc_diag *diag);
+/* Train while waiting (diloco.train_while_waiting; docs/runtime.md): at a mode's setup, an elastic member that waits
+ * for a round's decision past twice its usual inner step runs inner steps on `grad` (the region's replicas' sync)
+ * until it comes, each announced to the decider first (orch_elastic_arrive). Nothing without the setting. */
+void orch_train_while_waiting(orch_worker *w, xdc_sync *grad);
 /* The two halves of it. The pipeline pass into the stage's current gradient arena, with the round of
  * `grad_sync` begun during the last microbatch's backward and waited for at the end (NULL: no sync; the
  * arena holds this replica's own gradients); *loss: this stage's mean microbatch loss. */
@@ -326,10 +330,6 @@ xdc_err_t orch_elastic_look(orch_worker *w, uint64_t *last_ns, double *usual_s, 
  * every orch_elastic_wait tells it the member regions the store's host names lost during it (docs/runtime.md,
  * "Leaving during a round"). The outer rounds' hooks, and each step of elastic sync mode. */
 xdc_err_t orch_elastic_quorum(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag);
-/* Train while waiting (diloco.train_while_waiting; docs/runtime.md): at a mode's setup, an elastic member that waits
- * for a round's decision past twice its usual inner step runs inner steps on `grad` (the region's replicas' sync)
- * until it comes, each announced to the decider first (orch_elastic_arrive). Nothing without the setting. */
-void orch_train_while_waiting(orch_worker *w, xdc_sync *grad);
 void orch_elastic_open(orch_worker *w, xdc_sync *sync, int64_t step);
 /* End the exchange of `sync`'s round at `step` (its time counted as exposed WAN). Elastic rounds:
  * orch_elastic_wait, then the round ends on its final set; otherwise xdc_sync_end. */

@@ -10,7 +10,6 @@
 #include "model/xdc_ckpt.h"
 #include "orchestrator/rdzv/orch_rdzv_keys.h"
 
-#include <math.h>
 
 static double now_s(void) { return (double)xdc_now_ns() / 1e9; }
 
@@ -36,37 +35,10 @@ static void tell_out(orch_worker *w)
         for (int i = 0; i < n && (!m->live[r] || m->joining[r]); i++) xdc_sync_lose(syncs[i], r);
 }
 
-/* One inner step while the round's decision is not in (orch_elastic_member's busy; ctx: the worker). The run's step
- * stays the round's: the step's learning rate is its last inner step's. */
-static xdc_err_t train_waiting(void *ctx, xdc_diag *diag)
-{
-    orch_worker *w = ctx;
-    double t0 = now_s();
-    float loss;
-    XDC_CHECK(orch_train_pass(w, w->elastic.waiting_grad, &loss, diag));
-    XDC_CHECK(orch_train_update(w, &loss, w->prog.step - 1, diag));
-    w->elastic.waiting_run++;
-    w->elastic.waiting_s += now_s() - t0;
-    return orch_elastic_look(w, &w->elastic.inner_end_ns, &w->elastic.inner_gap_s, diag); /* stopped meanwhile? */
-}
-
-void orch_train_while_waiting(orch_worker *w, xdc_sync *grad)
-{
-    if (!w->elastic.m.ran) return;
-    w->elastic.waiting_grad = grad;
-    w->elastic.m.busy = train_waiting; /* one worker a region (xdc launch refuses more) */
-    w->elastic.m.busy_ctx = w;
-}
-
-/* A round whose regions arrive together is decided within a tick of the host's: a member trains while it waits
- * once the decision took twice its usual inner step, and not before TRAIN_WAITING_AFTER_S. */
-#define TRAIN_WAITING_AFTER_S 0.2
-
 xdc_err_t orch_elastic_quorum(orch_worker *w, xdc_sync *sync, int64_t step, xdc_diag *diag)
 {
     if (!w->elastic.on) return XDC_OK;
     const orch_elastic_member *m = &w->elastic.m;
-    w->elastic.m.busy_after_s = fmax(TRAIN_WAITING_AFTER_S, 2 * w->elastic.inner_gap_s);
     /* A joiner in the exchange of the round that took it back read that round's decision when it asked. */
     if (!(m->joins_in_round && w->elastic.take && w->elastic.rejoin_round == step)) {
         XDC_CHECK(orch_rejoin_arrive(w, diag)); /* a joiner still catching up says so in its arrival */
