@@ -380,7 +380,7 @@ xdc_err_t orch_train_inner_step(orch_worker *w, xdc_sync *grad_sync, float *loss
     XDC_CHECK(orch_train_update(w, loss, w->prog.step, diag));
     w->prog.step++;
     XDC_CHECK(orch_elastic_look(w, &w->elastic.inner_end_ns, &w->elastic.inner_gap_s, diag)); /* stopped meanwhile? */
-    w->elastic.m.busy_after_s = fmax(TRAIN_WAITING_AFTER_S, 2 * w->elastic.inner_gap_s);
+    if (w->elastic.m.busy) w->elastic.m.busy_after_s = fmax(TRAIN_WAITING_AFTER_S, 2 * w->elastic.inner_gap_s);
     return XDC_OK;
 }
 

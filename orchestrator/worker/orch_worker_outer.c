@@ -10,7 +10,6 @@
 #include "model/xdc_ckpt.h"
 #include "orchestrator/rdzv/orch_rdzv_keys.h"
 
-
 static double now_s(void) { return (double)xdc_now_ns() / 1e9; }
 
 void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc)
