@@ -23,7 +23,8 @@
 #             final model. A region out of the run from step a to step b (the story's steps_out, read from
 #             heartbeats: 10-step resolution) loses b - (a rounded down to its outer round); every region-step
 #             carries the same tokens, so goodput = (1 - lost / (3 x steps)) x reference wall / chaos wall; training
-#             while waiting, the inner steps the regions ran while rounds waited count too, in the chaos run
+#             while waiting, the inner steps the regions ran while rounds (or, in streaming, a fragment's exchange
+#             held up by a stopped member) waited count too, in the chaos run
 #             and in the reference (waiting_steps=chaos/reference), each round's at most what its wait holds at the
 #             reference's pace (its wall per step): on these 2 shared cores a region steps faster while another is
 #             stopped or gone, which a region on its own hardware would not (waiting_steps_raw: as the decider
@@ -152,9 +153,10 @@ wall_of() { sed -n 's/.* finished in \([0-9.]*\) s.*/\1/p' "$work/$1.out" | tail
 loss_of() { sed -n 's/.*final val_loss=\([0-9.]*\) .*/\1/p' "$work/$1.out" | tail -1; }
 # The inner steps run <name>'s regions ran while rounds waited (train_while_waiting), as the decider counted them
 # ("raw"), or each region's in a round at most the round's wait over `per` seconds a step (the reference's pace).
-# The decider is the launch, or under etcd the standby coordinator while it holds the role (its own log).
+# The decider is the launch, or under etcd the standby coordinator while it holds the role (its own log); the steps
+# run while an exchange waited for a member (streaming) each member logs itself (the workers' logs).
 waited_of() { # name per|raw
-  cat "$work/$1.out" "$work/$1-standby.log" 2> /dev/null | sed -n 's/.* waited \([0-9.]*\) s: inner steps run while it waited: /\1 /p' | tr -d ',' |
+  cat "$work/$1.out" "$work/$1-standby.log" "$work/$1"/logs/*.log 2> /dev/null | sed -n 's/.* waited \([0-9.]*\) s: inner steps run while it waited: /\1 /p' | tr -d ',' |
     awk -v per="$2" '{ for (i = 3; i <= NF; i += 2) s += per == "raw" ? $i : ($i < $1 / per ? $i : int($1 / per)) } END { print s + 0 }'
 }
 

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define QUORUM_SILENT_LOOK_MS 250 /* how often an open exchange's members are looked at (drop_silent) */
+
 void orch_quorum_init(orch_quorum *q, const xdc_topology *t, rdzv_server *rdzv, int min_regions, int64_t grace_ms,
                       int64_t back_ms, int64_t silent_ms)
 {
@@ -170,23 +172,52 @@ static void drop(orch_quorum *q, int r, const char *reason)
     }
 }
 
-/* While an exchange is open: a member region one of whose workers went silent on the store (or whose
- * connection ended) leaves the run. */
+/* While an exchange is open: a member region one of whose workers is known gone (the built-in store saw its
+ * connection close) leaves the run at once, and one of whose workers has been quiet (silent past awake_s, or under
+ * etcd its lease gone) for silent_ms leaves then. When the region's quiet began is kept across the looks (a lease
+ * that ran out says nothing of how long ago), and forgotten once all its workers answer again or the round ends.
+ * One look every QUORUM_SILENT_LOOK_MS: under etcd a member's view is four requests. */
 static void drop_silent(orch_quorum *q)
 {
     if (q->open < 0 || q->silent_ms <= 0) return;
-    for (int r = 0, i = 0; r < q->t->n_regions; r++)
-        for (int k = 0; k < xdc_topology_region_workers(q->t, r); k++, i++) {
+    uint64_t now = xdc_now_ns();
+    if (q->quiet_round != q->open)
+        memset(q->quiet_from, 0, sizeof q->quiet_from), memset(q->quiet_named, 0, sizeof q->quiet_named),
+            q->quiet_round = q->open;
+    if (now < q->silent_next) return;
+    q->silent_next = now + (uint64_t)QUORUM_SILENT_LOOK_MS * XDC_NS_PER_MS;
+    for (int r = 0, i = 0; r < q->t->n_regions; r++) {
+        int workers = xdc_topology_region_workers(q->t, r), quiet = 0;
+        const char *ended = NULL;
+        double silent_s = 0;
+        char name[RDZV_MEMBER_MAX];
+        for (int k = 0; k < workers; k++, i++) {
             rdzv_member_state st;
-            if (q->open_set[r] != '1' || !q->live[r] || rdzv_server_member(q->rdzv, i, &st) != 0 || !st.joined ||
-                (st.connected && st.silent_s * 1000.0 < (double)q->silent_ms))
+            if (q->open_set[r] != '1' || !q->live[r] || rdzv_server_member(q->rdzv, i, &st) != 0 || !st.joined)
                 continue;
-            char reason[RDZV_MEMBER_MAX + 96];
-            if (st.connected)
-                snprintf(reason, sizeof reason, "%s silent for %.1f s during its exchange", st.name, st.silent_s);
-            else snprintf(reason, sizeof reason, "%s's connection ended during its exchange", st.name);
-            drop(q, r, reason);
+            if (st.ended && !ended) snprintf(name, sizeof name, "%s", st.name), ended = name;
+            if (!ended && (!st.connected || st.silent_s >= st.awake_s) && !quiet++) {
+                snprintf(name, sizeof name, "%s", st.name);
+                silent_s = st.connected ? st.silent_s : 0;
+            }
         }
+        if (!quiet || ended) q->quiet_from[r] = 0;
+        if (!ended && !quiet) continue;
+        if (!ended && !q->quiet_from[r]) q->quiet_from[r] = now - (uint64_t)(silent_s * 1e9);
+        double quiet_s = ended ? 0 : (double)(now - q->quiet_from[r]) / 1e9;
+        if (!ended && !q->quiet_named[r] && quiet_s * 2000.0 >= (double)q->silent_ms) { /* once, half way */
+            XDC_INFO(XDC_SUB_ORCH,
+                     "the outer round at step %lld: waiting on %s, quiet for %.1f s during its exchange; "
+                     "dropped at %.1f s",
+                     q->open, name, quiet_s, (double)q->silent_ms / 1000.0);
+            q->quiet_named[r] = 1;
+        }
+        if (!ended && quiet_s * 1000.0 < (double)q->silent_ms) continue;
+        char reason[RDZV_MEMBER_MAX + 96];
+        if (ended) snprintf(reason, sizeof reason, "%s's connection ended during its exchange", name);
+        else snprintf(reason, sizeof reason, "%s silent for %.1f s during its exchange", name, quiet_s);
+        drop(q, r, reason);
+    }
 }
 
 /* The open round's final set, once every worker of each of its member regions still in the run posted

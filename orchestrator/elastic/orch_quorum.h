@@ -73,12 +73,16 @@ typedef struct orch_quorum {
     long long pending; /* step of the round being waited for; -1: none */
     uint64_t first_at; /* xdc_now_ns() when the first member arrived at `pending`; 0: none yet */
     int named; /* the regions late for `pending` were logged: 1 half way through the window, 2 waited on past it */
-    char dropped[1024];                      /* "eu-west (its agent exited with status 69), ..." for the summary */
-    int left[XDC_TOPO_MAX_REGIONS];          /* times each region left the run, published as left/<region index> */
-    int64_t silent_ms;                       /* a member silent this long during an exchange is lost */
-    long long open;                          /* the round whose final set is not published yet; -1: none */
-    char open_set[XDC_TOPO_MAX_REGIONS + 1]; /* its members ('1') */
-    char lost_set[XDC_TOPO_MAX_REGIONS + 1]; /* those that left during its exchange ('1'), lost/<open> */
+    char dropped[1024];             /* "eu-west (its agent exited with status 69), ..." for the summary */
+    int left[XDC_TOPO_MAX_REGIONS]; /* times each region left the run, published as left/<region index> */
+    int64_t silent_ms;     /* a member quiet this long during an exchange is lost (orch_quorum_exchange_silent_ms) */
+    uint64_t silent_next;  /* xdc_now_ns() of the next look at the open exchange's members */
+    long long quiet_round; /* the round quiet_from is of */
+    uint64_t quiet_from[XDC_TOPO_MAX_REGIONS]; /* since when a worker of each region is quiet in it (0: none is) */
+    uint8_t quiet_named[XDC_TOPO_MAX_REGIONS]; /* that quiet was logged half way to its drop */
+    long long open;                            /* the round whose final set is not published yet; -1: none */
+    char open_set[XDC_TOPO_MAX_REGIONS + 1];   /* its members ('1') */
+    char lost_set[XDC_TOPO_MAX_REGIONS + 1];   /* those that left during its exchange ('1'), lost/<open> */
     /* DiLoCo's "nobody waits" (orch_quorum_pace): a round's time budget in inner steps of the fastest region
      * (0: off, every region runs the period), and each region's cost of one inner step relative to that */
     int pace_steps;

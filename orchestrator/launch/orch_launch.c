@@ -210,7 +210,7 @@ static xdc_err_t start_rendezvous(launch *L, xdc_diag *diag)
     snprintf(L->coordinator, sizeof L->coordinator, "%s:%d", me, rdzv_server_port(L->rdzv));
     if (L->elastic) {
         orch_quorum_init(&L->quorum, L->t, L->rdzv, orch_quorum_min(&L->cfg, L->t->n_regions), L->cfg.elastic.grace_ms,
-                         L->cfg.timeouts.operation_ms, L->cfg.timeouts.heartbeat_ms);
+                         L->cfg.timeouts.operation_ms, orch_quorum_exchange_silent_ms(&L->cfg));
         orch_quorum_spread(&L->quorum, L->cfg.elastic.grace_min_ms);
         L->quorum.last_round = orch_quorum_last_round(&L->cfg);
         L->quorum.joins_in_round = orch_quorum_joins_in_round(&L->cfg);

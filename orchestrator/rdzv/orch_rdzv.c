@@ -896,6 +896,7 @@ static int bs_member(rdzv_server *base, int i, rdzv_member_state *out)
     snprintf(out->name, sizeof out->name, "%s", m->name);
     out->joined = m->joined;
     out->connected = m->conn != NULL;
+    out->ended = m->joined && !m->conn;
     out->silent_s = conn_silence(m);
     out->awake_s = RDZV_SILENT_S;
     describe_member(s, m, xdc_now_ns(), out->detail, sizeof out->detail);

@@ -154,6 +154,10 @@ typedef struct rdzv_member_state {
     char name[RDZV_MEMBER_MAX];
     int joined;    /* it joined at some time */
     int connected; /* its connection is up now */
+    /* its process is known to be gone: the built-in store saw its connection close. etcd cannot tell a lease that
+     * ran out from a process that ended (a stopped process's lease runs out too, and it renews it as it wakes),
+     * so under etcd never: not connected there is a silence of at least the lease's TTL */
+    int ended;
     /* connected: seconds since its connection last carried anything. The member's WAN engine answers
      * keepalives whatever its training thread does, so a member blocked in a long wait stays near the
      * ping interval; a stopped or hung process grows without bound. */

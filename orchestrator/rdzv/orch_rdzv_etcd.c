@@ -336,17 +336,73 @@ static xdc_err_t kv_create(etcd_conn *c, const char *key, const char *value, con
 
 /* A lease and the thread that keeps it alive every third of its TTL on a connection of its own, so its
  * owner (a member, or the decider's holder) stays alive however long it computes, and is gone TTL after it
- * stops (killed, or stopped with SIGSTOP: the thread stops with it). */
-typedef struct {
+ * stops (killed, or stopped with SIGSTOP: the thread stops with it).
+ * A member's lease is renewed when it ran out while its process was stopped longer than the TTL and then
+ * continued: the thread, first to run again, finds it gone, grants a new one and calls renew(renew_ctx, conn,
+ * id) to hold the member's name under it again (0: held; else the new lease is revoked and nothing more is
+ * tried: a later process of the member holds the name). Without it the process ran on with its liveness
+ * gone for good, and the round decider dropped its region at its next exchange ("connection ended"). */
+typedef struct etcd_lease {
     etcd_conn conn;
-    char id[32]; /* lease ID, decimal as etcd writes it; "" before the grant */
+    char id[32]; /* lease ID, decimal as etcd writes it; "" before the grant; under mu once started */
     int ttl_s;
     const char *owner; /* who holds it, for messages */
     pthread_t th;
     int started, stop; /* stop under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    xdc_err_t (*renew)(void *ctx, etcd_conn *conn, const char *id, xdc_diag *diag); /* under mu; NULL: never */
+    void *renew_ctx;
 } etcd_lease;
+
+/* The lease's ID now (it changes when a member's lease is renewed) into out[sizeof l->id]. */
+static void lease_id(etcd_lease *l, char *out)
+{
+    pthread_mutex_lock(&l->mu);
+    memcpy(out, l->id, sizeof l->id);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* Grant a lease of l->ttl_s on l's connection: its ID into id[sizeof l->id]. */
+static xdc_err_t lease_grant(etcd_lease *l, uint64_t deadline, char *id, xdc_diag *diag)
+{
+    json_t *rep = NULL;
+    id[0] = '\0';
+    XDC_CHECK(conn_post(&l->conn, "/v3/lease/grant", json_pack("{s:i}", "TTL", l->ttl_s), deadline, "lease grant", &rep,
+                        diag));
+    const char *got = json_string_value(json_object_get(rep, "ID"));
+    if (got) snprintf(id, sizeof l->id, "%s", got);
+    json_decref(rep);
+    if (id[0]) return XDC_OK;
+    xdc_diag_set(diag, "%s: lease grant: no lease ID in the reply", l->conn.where);
+    return XDC_ERR_PROTO;
+}
+
+/* The member's lease ran out (the keep-alive thread, its owner continued after a stop longer than the TTL): a new
+ * one, under which renew holds the name again. */
+static void lease_renew(etcd_lease *l)
+{
+    char id[sizeof l->id], old[sizeof l->id];
+    xdc_diag d = {{0}};
+    uint64_t deadline = xdc_deadline_ms((int64_t)l->ttl_s * 1000 / 3);
+    xdc_err_t rc = lease_grant(l, deadline, id, &d);
+    pthread_mutex_lock(&l->mu);
+    if (rc == XDC_OK) rc = l->renew(l->renew_ctx, &l->conn, id, &d);
+    memcpy(old, l->id, sizeof old);
+    if (rc == XDC_OK) memcpy(l->id, id, sizeof l->id);
+    else l->renew = NULL;
+    pthread_mutex_unlock(&l->mu);
+    if (rc == XDC_OK) {
+        XDC_WARN(XDC_SUB_ORCH,
+                 "rendezvous: %s's lease %s ran out while it was stopped or cut off; it holds its name again under "
+                 "lease %s",
+                 l->owner, old, id);
+        return;
+    }
+    XDC_WARN(XDC_SUB_ORCH, "rendezvous: %s's lease %s ran out and was not renewed: %s", l->owner, old, d.msg);
+    if (id[0])
+        conn_post(&l->conn, "/v3/lease/revoke", json_pack("{s:s}", "ID", id), deadline, "lease revoke", NULL, &d);
+}
 
 static void *keepalive_main(void *arg)
 {
@@ -364,14 +420,25 @@ static void *keepalive_main(void *arg)
         pthread_mutex_unlock(&l->mu);
         xdc_diag d = {{0}};
         json_t *rep = NULL;
-        xdc_err_t rc = conn_post(&l->conn, "/v3/lease/keepalive", json_pack("{s:s}", "ID", l->id),
+        char id[sizeof l->id];
+        lease_id(l, id);
+        xdc_err_t rc = conn_post(&l->conn, "/v3/lease/keepalive", json_pack("{s:s}", "ID", id),
                                  xdc_deadline_ms((int64_t)l->ttl_s * 1000 / 3), "lease keep-alive", &rep, &d);
         const char *ttl = json_string_value(json_object_get(json_object_get(rep, "result"), "TTL"));
-        if (rc == XDC_OK && (!ttl || atoi(ttl) <= 0)) {
-            rc = XDC_ERR_UNAVAILABLE;
-            xdc_diag_set(&d, "%s: lease %s of %s expired", l->conn.where, l->id, l->owner);
-        }
+        int expired = rc == XDC_OK && (!ttl || atoi(ttl) <= 0);
         json_decref(rep);
+        pthread_mutex_lock(&l->mu);
+        int renew = expired && l->renew; /* set once the member joined (rdzv_etcd_client_create) */
+        pthread_mutex_unlock(&l->mu);
+        if (renew) {
+            lease_renew(l);
+            pthread_mutex_lock(&l->mu);
+            continue;
+        }
+        if (expired) {
+            rc = XDC_ERR_UNAVAILABLE;
+            xdc_diag_set(&d, "%s: lease %s of %s expired", l->conn.where, id, l->owner);
+        }
         if (rc != XDC_OK && !failing) XDC_WARN(XDC_SUB_ORCH, "rendezvous: %s", d.msg);
         else if (rc == XDC_OK && failing) XDC_INFO(XDC_SUB_ORCH, "rendezvous: %s answers again", l->conn.where);
         failing = rc != XDC_OK;
@@ -390,17 +457,8 @@ static xdc_err_t lease_start(etcd_lease *l, const rdzv_target *t, int ttl_s, con
     pthread_cond_init(&l->cv, NULL);
     l->ttl_s = ttl_s;
     l->owner = owner;
-    json_t *rep = NULL;
     XDC_CHECK(conn_open(&l->conn, t, diag));
-    XDC_CHECK(
-        conn_post(&l->conn, "/v3/lease/grant", json_pack("{s:i}", "TTL", ttl_s), deadline, "lease grant", &rep, diag));
-    const char *id = json_string_value(json_object_get(rep, "ID"));
-    if (id) snprintf(l->id, sizeof l->id, "%s", id);
-    json_decref(rep);
-    if (!l->id[0]) {
-        xdc_diag_set(diag, "%s: lease grant: no lease ID in the reply", l->conn.where);
-        return XDC_ERR_PROTO;
-    }
+    XDC_CHECK(lease_grant(l, deadline, l->id, diag));
     if (pthread_create(&l->th, NULL, keepalive_main, l) != 0) return XDC_ERR_NOMEM;
     l->started = 1;
     return XDC_OK;
@@ -449,8 +507,9 @@ typedef struct eclient {
     etcd_conn conn;   /* the member's requests, one at a time (op_mu), as the built-in client's */
     pthread_mutex_t op_mu;
     char member[RDZV_MEMBER_MAX];
-    etcd_lease lease; /* the member's liveness */
-    int64_t op_ms;    /* deadline of set, heartbeat and one-look get */
+    etcd_lease lease;   /* the member's liveness */
+    rdzv_holder holder; /* its claim to the name (joined/<member>), its lease's ID as renewed */
+    int64_t op_ms;      /* deadline of set, heartbeat and one-look get */
     barrier_gen gens[ETCD_BARRIERS];
     int n_gens;
     /* No store host sees an etcd member's writes: its own client holds it to its quota (orch_rdzv_quota.h).
@@ -550,7 +609,9 @@ static xdc_err_t heartbeat_unlocked(rdzv_client *base, const char *status, xdc_d
     eclient *c = (eclient *)base;
     char key[RDZV_KEY_MAX];
     snprintf(key, sizeof key, ETCD_INTERNAL "alive/%s", c->member);
-    return kv_put(&c->conn, key, status, c->lease.id, xdc_deadline_ms(c->op_ms), "heartbeat", diag);
+    char id[sizeof c->lease.id];
+    lease_id(&c->lease, id);
+    return kv_put(&c->conn, key, status, id, xdc_deadline_ms(c->op_ms), "heartbeat", diag);
 }
 
 /* This member's next generation of barrier `name`; -1 when ETCD_BARRIERS names are in use. */
@@ -576,7 +637,9 @@ static xdc_err_t barrier_unlocked(rdzv_client *base, const char *name, int count
     snprintf(key, sizeof key, "%sm/%s", dir, c->member);
     snprintf(what, sizeof what, "barrier '%s'", name);
     uint64_t deadline = xdc_deadline_ms(timeout_ms);
-    XDC_CHECK(kv_put(&c->conn, key, "1", c->lease.id, deadline, what, diag));
+    char id[sizeof c->lease.id];
+    lease_id(&c->lease, id);
+    XDC_CHECK(kv_put(&c->conn, key, "1", id, deadline, what, diag));
     int here = 0;
     char arrived[1024] = "";
     for (int64_t backoff = 10;; backoff = backoff * 2 > 250 ? 250 : backoff * 2) {
@@ -716,6 +779,26 @@ static xdc_err_t take_over(eclient *c, const rdzv_holder *me, uint64_t deadline,
     return XDC_OK;
 }
 
+/* The member's lease ran out while its process was stopped, and `id` is a new one (etcd_lease's renew, on the lease's
+ * thread and connection): the name is ours again when no other process took it meanwhile (a later generation of
+ * the member, restarted while this one was stopped, created alive/<member> under its own lease). */
+static xdc_err_t member_renew(void *ctx, etcd_conn *conn, const char *id, xdc_diag *diag)
+{
+    eclient *c = ctx;
+    char key[RDZV_KEY_MAX];
+    int done = 0;
+    uint64_t deadline = xdc_deadline_ms((int64_t)c->lease.ttl_s * 1000 / 3);
+    snprintf(key, sizeof key, ETCD_INTERNAL "alive/%s", c->member);
+    XDC_CHECK(kv_create(conn, key, "renewed", id, deadline, "renewing the lease", &done, diag));
+    if (!done) {
+        xdc_diag_set(diag, "another process holds member %s alive now", c->member);
+        return XDC_ERR_UNAVAILABLE;
+    }
+    snprintf(c->holder.lease, sizeof c->holder.lease, "%s", id);
+    snprintf(key, sizeof key, ETCD_INTERNAL "joined/%s", c->member);
+    return kv_put(conn, key, rdzv_val_holder(&c->holder).s, NULL, deadline, "renewing the lease", diag);
+}
+
 xdc_err_t rdzv_etcd_client_create(const rdzv_target *t, const char *member, int64_t timeout_ms, rdzv_client **out,
                                   xdc_diag *diag)
 {
@@ -764,6 +847,10 @@ xdc_err_t rdzv_etcd_client_create(const rdzv_target *t, const char *member, int6
         ec_destroy(&c->base);
         return rc;
     }
+    c->holder = me;
+    pthread_mutex_lock(&c->lease.mu);
+    c->lease.renew = member_renew, c->lease.renew_ctx = c;
+    pthread_mutex_unlock(&c->lease.mu);
     *out = &c->base;
     return XDC_OK;
 }

@@ -211,6 +211,17 @@ bool orch_quorum_joins_in_round(const orch_run_config *c)
     return c->mode == ORCH_MODE_DILOCO && !c->diloco.overlap_steps && !c->diloco.nobody_waits;
 }
 
+bool orch_quorum_trains_in_exchange(const orch_run_config *c)
+{
+    return c->mode == ORCH_MODE_STREAMING && c->diloco.train_while_waiting;
+}
+
+int64_t orch_quorum_exchange_silent_ms(const orch_run_config *c)
+{
+    int64_t hb = c->timeouts.heartbeat_ms;
+    return orch_quorum_trains_in_exchange(c) && c->elastic.grace_ms > hb ? c->elastic.grace_ms : hb;
+}
+
 void orch_run_config_rdzv_shape(const orch_run_config *c, int n_regions, rdzv_run_shape *out)
 {
     long steps = c->train.steps > 0 ? c->train.steps : 0;

@@ -241,6 +241,15 @@ long long orch_quorum_last_round(const orch_run_config *c);
  * members accept its connections and hand it over before that round's exchange, and the decider counts it in
  * the round's final set; else (streaming, overlapped or nobody-waits DiLoCo, sync mode) it comes in after it. */
 bool orch_quorum_joins_in_round(const orch_run_config *c);
+/* Whether the members of an exchange a region holds up train while they wait for it (docs/runtime.md, "Training
+ * while a round waits"): streaming with diloco.train_while_waiting, whose fragments land a step after they leave and
+ * keep the local progress made meanwhile (steps run in the wait are more of it). DiLoCo's rounds at once set local =
+ * global' after the exchange: steps run in it would be lost. */
+bool orch_quorum_trains_in_exchange(const orch_run_config *c);
+/* How long a member region quiet on the store during its exchange is waited for before it leaves the run
+ * (orch_quorum_init's silent_ms): elastic.grace where the members train while they wait
+ * (orch_quorum_trains_in_exchange), as at a round's arrival; else timeouts.heartbeat, since they sit idle. */
+int64_t orch_quorum_exchange_silent_ms(const orch_run_config *c);
 /* orch_plan.c: the activation codec of the pipeline cut between regions a and b (either order): the topology link's
  * activation_codec (a -> b's, else b -> a's; both set and different is a config error), else the plan's for the
  * cut (act_cut), else the run file's activation_codec. Sender and receiver of a cut both derive it here from the

@@ -32,7 +32,7 @@
 #include "orchestrator/rdzv/orch_rdzv_keys.h"
 
 typedef struct {
-    xdc_sync *grad; /* replicas only */
+    xdc_sync *grad; /* replicas only; NULL with one replica */
     orch_outer outer;
     /* Nobody waits: (n_regions) the inner steps each region runs in the round under way (0: not in it), and
      * each one's weight in the round's outer mean (tokens processed over the fewest any member processed) */
@@ -80,7 +80,9 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
     xdc_sync_cfg sc;
     orch_worker_sync_cfg(w, 0, &sc); /* inner steps: the region's replicas, no WAN */
     orch_sync_device_cfg(w, &sc);
-    XDC_CHECK(xdc_sync_create(orch_member_sync_engine(w->member), &sc, &st->grad, diag));
+    /* One replica: nothing to average, and a round of it on the comm thread would queue behind an outer round's
+     * exchange in flight (a streaming fragment's), holding the inner step's end until that exchange ended. */
+    if (sc.dp) XDC_CHECK(xdc_sync_create(orch_member_sync_engine(w->member), &sc, &st->grad, diag));
     if (w->cfg->diloco.keep_unsent && sc.dp) {
         xdc_diag_set(diag,
                      "diloco.keep_unsent needs one replica per stage in each region (this region has %d): a "

@@ -56,7 +56,9 @@
  * slice), hold (a member of <region> sends its header at once but holds its slice until it finished two more
  * DiLoCo periods, 2·H steps: the joiner takes part with weight 0 meanwhile), freeze (a member of <region> that is
  * not a restarted process stops itself, SIGSTOP, before it takes the joiner's connections: the test continues it
- * once the run dropped it); and of the warm rejoin
+ * once the run dropped it), stall (a worker of <region> that is not a restarted process stops itself, SIGSTOP, once
+ * the exchange of its first outer round at or after step 20 is posted: orch_worker_outer.c; the test continues it);
+ * and of the warm rejoin
  * (orch_snapshot.c): die (a worker of <region> that is not a restarted process dies, SIGKILL, right after
  * writing its snapshot of the first round at or after step 20), nosnap (the joiner of <region> ignores its
  * snapshot), stale (the joiner of <region> changes one global parameter of its snapshot and hashes it again: a

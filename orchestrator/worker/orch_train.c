@@ -653,30 +653,35 @@ static xdc_err_t post_result(orch_worker *w, uint64_t hash, double wall, xdc_dia
 }
 
 /* This worker's stats/<region>/<rank> value: WAN bytes sent and their fp32 size, cumulative step,
- * compute, intra and exposed WAN seconds, steps done. Written as the run goes (pace) and at its end
- * (the launcher's summary reads the last one). */
+ * compute, intra and exposed WAN seconds, steps done, wall seconds, and the seconds of inner steps run while
+ * rounds or exchanges waited (train while waiting: in the compute, but no step of the run). Written as the run
+ * goes (pace) and at its end (the launcher's summary reads the last one). */
 static void stats_value(orch_worker *w, double wall, char *val, size_t cap)
 {
     uint64_t tx, raw;
     wan_totals(w, &tx, &raw, NULL);
-    snprintf(val, cap, "%llu %llu %.6f %.6f %.6f %.6f %lld %.6f", (unsigned long long)tx, (unsigned long long)raw,
-             w->prog.t_step, w->prog.t_compute, w->prog.t_intra, w->prog.t_wan_exposed, (long long)w->prog.step, wall);
+    snprintf(val, cap, "%llu %llu %.6f %.6f %.6f %.6f %lld %.6f %.6f", (unsigned long long)tx, (unsigned long long)raw,
+             w->prog.t_step, w->prog.t_compute, w->prog.t_intra, w->prog.t_wan_exposed, (long long)w->prog.step, wall,
+             w->elastic.waiting_s + w->elastic.exchange_s);
 }
 
-/* Region r's (the same rank's) cumulative compute seconds and steps: 1, or 0 when it posted none yet. */
+/* Region r's (the same rank's) cumulative compute seconds of its run's steps (not those of steps run while rounds
+ * waited, which are no step of the run) and steps: 1, or 0 when it posted none yet. */
 static int region_times(orch_worker *w, int r, double *comp, int64_t *step, xdc_diag *diag)
 {
     char val[512];
     if (r == w->id->region_idx) {
-        *comp = w->prog.t_compute, *step = w->prog.step;
+        *comp = w->prog.t_compute - w->elastic.waiting_s - w->elastic.exchange_s, *step = w->prog.step;
         return 1;
     }
     unsigned long long tx, raw;
-    double t_step, t_intra, t_wan;
+    double t_step, t_intra, t_wan, waiting;
     long long st;
     if (rdzv_try_get(orch_member_rdzv(w->member), rdzv_key_stats(r, w->id->lrank).s, val, sizeof val, diag) != XDC_OK ||
-        sscanf(val, "%llu %llu %lf %lf %lf %lf %lld", &tx, &raw, &t_step, comp, &t_intra, &t_wan, &st) != 7)
+        sscanf(val, "%llu %llu %lf %lf %lf %lf %lld %*f %lf", &tx, &raw, &t_step, comp, &t_intra, &t_wan, &st,
+               &waiting) != 8)
         return 0;
+    *comp -= waiting;
     *step = st;
     return 1;
 }

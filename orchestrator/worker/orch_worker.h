@@ -200,6 +200,9 @@ typedef struct orch_elastic {
     xdc_sync *waiting_grad;
     long long waiting_run;
     double waiting_s;
+    /* and those run while an exchange waited for a member (orch_quorum_trains_in_exchange: a streaming fragment's) */
+    long long exchange_run;
+    double exchange_s;
 } orch_elastic;
 
 /* A training mode (orch_mode_sync.c, orch_mode_diloco.c, orch_mode_streaming.c): the syncs and buffers it
@@ -337,8 +340,10 @@ xdc_err_t orch_elastic_end(orch_worker *w, xdc_sync *sync, int64_t step, xdc_dia
 /* End `sync`'s round (as xdc_sync_end) while a round's exchange is open: looking every 200 ms whether a member
  * region left during it, and telling the open round's sync (xdc_sync_lose), which may be what `sync` waits
  * behind on the comm thread; and whether the link to a member region is down (its WAN peer has no stream up).
- * Without an open exchange, xdc_sync_end. */
-xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag);
+ * With `train` (the open exchange's own wait, where the members train while they wait:
+ * orch_quorum_trains_in_exchange) and a member that trains while it waits (m.busy), inner steps run between the
+ * looks once it took m.busy_after_s. Without an open exchange, xdc_sync_end. */
+xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, int train, xdc_diag *diag);
 /* After the exchange of the round at `step`: each link orch_elastic_wait saw down during it, logged with how
  * long the exchange waited on it (it holds until the link is back: no relay around a down link yet); not the
  * link to a region named lost during the round (its process died: the round went on without it). */

@@ -10,6 +10,8 @@
 #include "model/xdc_ckpt.h"
 #include "orchestrator/rdzv/orch_rdzv_keys.h"
 
+#include <signal.h>
+
 static double now_s(void) { return (double)xdc_now_ns() / 1e9; }
 
 void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc)
@@ -69,16 +71,33 @@ void orch_elastic_open(orch_worker *w, xdc_sync *sync, int64_t step)
     if (!w->elastic.on) return;
     w->elastic.open = sync;
     orch_elastic_opened(&w->elastic.m, (long long)step);
+    /* test hook (orch_rejoin.c's list): a region stopped inside an exchange its members cannot end without it */
+    if (step >= 20 && !w->elastic.rejoin && orch_rejoin_test_fault(w, "stall")) raise(SIGSTOP);
 }
 
-/* The exchange of an elastic round, open on `sync` since orch_elastic_open: wait for it as orch_elastic_wait does;
- * after it, settle the round on its final set, summing again over it unless it is the set the round began
- * with (then every bucket of every member used it). */
+/* The exchange of an elastic round, open on `sync` since orch_elastic_open: wait for it as orch_elastic_wait does
+ * (training meanwhile where the round keeps the progress made while it was on the wire: a streaming fragment's,
+ * orch_quorum_trains_in_exchange; a round at once sets local = global' after it); after it, settle the round on
+ * its final set, summing again over it unless it is the set the round began with (then every bucket of every
+ * member used it). */
 static xdc_err_t elastic_exchange(orch_worker *w, xdc_sync *sync, long long step, xdc_diag *diag)
 {
     uint8_t got[XDC_TOPO_MAX_REGIONS], final[XDC_TOPO_MAX_REGIONS];
     int resum;
-    xdc_err_t rc = orch_elastic_wait(w, sync, diag);
+    int train = orch_quorum_trains_in_exchange(w->cfg) && w->elastic.outer &&
+                w->elastic.outer->overlap == ORCH_OUTER_DELAYED;
+    long long ran0 = w->elastic.waiting_run;
+    double t0 = now_s(), s0 = w->elastic.waiting_s;
+    xdc_err_t rc = orch_elastic_wait(w, sync, train, diag);
+    if (w->elastic.waiting_run > ran0) { /* counted apart from the rounds' decisions' waits, which the decider counts */
+        long long ran = w->elastic.waiting_run - ran0;
+        w->elastic.exchange_run += ran, w->elastic.waiting_run = ran0;
+        w->elastic.exchange_s += w->elastic.waiting_s - s0, w->elastic.waiting_s = s0;
+        /* bench/chaos reads the steps run in a round's waits from this line as from the decider's */
+        XDC_INFO(XDC_SUB_ORCH,
+                 "the outer round at step %lld: its exchange waited %.2f s: inner steps run while it waited: %s %lld",
+                 step, now_s() - t0, w->id->region, ran);
+    }
     w->elastic.open = NULL;
     orch_elastic_links(w, step);
     XDC_CHECK(rc);

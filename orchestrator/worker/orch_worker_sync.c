@@ -204,16 +204,24 @@ xdc_err_t orch_elastic_look(orch_worker *w, uint64_t *last_ns, double *usual_s, 
     return gap > limit ? orch_elastic_woke(&w->elastic.m, w->elastic.left, gap, diag) : XDC_OK;
 }
 
-xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
+xdc_err_t orch_elastic_wait(orch_worker *w, xdc_sync *sync, int train, xdc_diag *diag)
 {
     if (!w->elastic.open) return xdc_sync_end(sync, diag);
     xdc_err_t rc;
-    uint64_t look = xdc_now_ns();
+    orch_elastic_member *m = &w->elastic.m;
+    uint64_t look = xdc_now_ns(), busy_at = look + (uint64_t)(m->busy_after_s * 1e9);
     double usual = ORCH_LOST_POLL_MS / 1000.0;
-    while ((rc = xdc_sync_wait(sync, ORCH_LOST_POLL_MS, diag)) == XDC_ERR_AGAIN) {
+    train = train && m->busy;
+    /* Once the exchange took twice the usual inner step (as a round's decision, orch_elastic_arrive), a member that
+     * trains while it waits runs inner steps, looking at the exchange between them. */
+    while ((rc = xdc_sync_wait(sync, train && xdc_now_ns() >= busy_at ? 0 : ORCH_LOST_POLL_MS, diag)) ==
+           XDC_ERR_AGAIN) {
         watch_links(w, look);
         XDC_CHECK(orch_elastic_look(w, &look, &usual, diag)); /* stopped in the wait, its region dropped: it leaves */
         XDC_CHECK(poll_lost(w, diag));
+        if (!train || xdc_now_ns() < busy_at) continue;
+        XDC_CHECK(m->busy(m->busy_ctx, diag));
+        look = xdc_now_ns(); /* the step is no stop */
     }
     return rc;
 }
@@ -223,7 +231,7 @@ xdc_err_t orch_train_wait_sync(orch_worker *w, xdc_sync *sync, xdc_diag *diag)
 {
     double t0 = now_s();
     uint64_t u0 = orch_trace_now_us(w->tele.trace);
-    xdc_err_t rc = orch_elastic_wait(w, sync, diag); /* a streaming fragment's exchange may be open */
+    xdc_err_t rc = orch_elastic_wait(w, sync, 0, diag); /* a streaming fragment's exchange may be open */
     w->prog.t_wan_exposed += now_s() - t0;
     orch_trace_complete(w->tele.trace, ORCH_LANE_WAN_RX, "wait for gradient sync", "wan", u0,
                         orch_trace_now_us(w->tele.trace) - u0, NULL, 0);

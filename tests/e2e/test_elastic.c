@@ -258,14 +258,20 @@ static const char *write_run_timeouts(const char *name, const char *mode, int st
     char cwd[400], text[1024];
     if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
     snprintf(path, sizeof path, "%s/%s.yaml", xdc_test_tmpdir(), name);
-    /* DiLoCo with diloco.overlap_steps 2; -nw: and nobody waits, ap-south 2x slower (2 inner steps of 4) */
-    int overlap = strncmp(mode, "diloco-overlap", 14) == 0, nw = strcmp(mode, "diloco-overlap-nw") == 0;
+    /* DiLoCo with diloco.overlap_steps 2; -nw: and nobody waits, ap-south 2x slower (2 inner steps of 4);
+     * streaming-tww: streaming that trains while it waits */
+    int overlap = strncmp(mode, "diloco-overlap", 14) == 0, nw = strcmp(mode, "diloco-overlap-nw") == 0,
+        tww = strcmp(mode, "streaming-tww") == 0;
     snprintf(text, sizeof text,
-             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: %s\ndiloco: {inner_steps: 4%s%s}\n"
+             "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: %s\ndiloco: {inner_steps: 4%s%s%s}\n"
              "streaming: {fragments: 2}\npipeline_stages: 1\nmicrobatches: 1\nsteps: %d\ncodec: none\nthreads: 1\n"
              "elastic: %s\ntimeouts: {rendezvous: 30s, operation: 30s%s%s}\n",
-             cwd, DATA, overlap ? "diloco" : mode, overlap ? ", overlap_steps: 2" : "",
-             nw ? ", nobody_waits: true, slowdown: [1, 1, 2]" : "", steps, elastic,
+             cwd, DATA,
+             overlap ? "diloco"
+             : tww   ? "streaming"
+                     : mode,
+             overlap ? ", overlap_steps: 2" : "", nw ? ", nobody_waits: true, slowdown: [1, 1, 2]" : "",
+             tww ? ", train_while_waiting: true" : "", steps, elastic,
              strstr(timeouts, "heartbeat:") ? "" : ", heartbeat: 30s", timeouts);
     xdc_test_write_file(path, text);
     return path;
@@ -905,6 +911,39 @@ static pid_t launch_to_step_20_timeouts(const char *name, const char *mode, cons
     if (key) unsetenv(key);
     XDC_ASSERT_MSG(wait_for_text(log, "step    20/"), "the run never reached step 20");
     return p;
+}
+
+/* Streaming that trains while it waits (diloco.train_while_waiting): ap-south's worker stops itself (SIGSTOP, the
+ * test hook `stall`) once the exchange of its first fragment round at or after step 20 is posted, which the others
+ * cannot end without it. It is not dropped at timeouts.heartbeat (2 s here) but waited for up to the grace window
+ * (8 s), the others training while their exchange waits; the test continues it once the decider logs that it was
+ * quiet half the window. The run ends with all three regions on one model, none dropped, and the others logged the
+ * inner steps they ran while their exchange waited. */
+XDC_TEST_T(elastic_streaming_waits_for_a_region_stopped_in_its_exchange_and_trains_meanwhile, 180)
+{
+    char dir[600], log[700];
+    pid_t p = launch_to_step_20_timeouts("sxwait", "streaming-tww", "{min_regions: 2, grace: 8s}", ", heartbeat: 2s",
+                                         "XDC_TEST_REJOIN", "stall@ap-south", NULL, dir, log);
+    XDC_ASSERT_MSG(wait_for_text(log, "waiting on ap-south/south-node1:0, quiet for "),
+                   "the decider never said it waited on ap-south's silent exchange");
+    signal_worker(dir, "ap-south", SIGCONT);
+    char *out = launch_succeeded(p, dir, log);
+    XDC_ASSERT_MSG(!strstr(out, "dropped from the run"), "a region was dropped:\n%s", out);
+    XDC_ASSERT_STR_CONTAINS(out, "steps=128");
+    char h[8][17];
+    int n = e2e_final_hashes(dir, h, 8);
+    XDC_ASSERT_MSG(n == 3 && strcmp(h[0], h[1]) == 0 && strcmp(h[0], h[2]) == 0, "the regions end on %s, %s and %s",
+                   h[0], n > 1 ? h[1] : "-", n > 2 ? h[2] : "-");
+    free(out);
+    char *wlog = e2e_region_log(dir, "ap-south");
+    XDC_ASSERT_STR_CONTAINS(wlog, "test hook XDC_TEST_REJOIN=stall@ap-south fires");
+    free(wlog);
+    wlog = e2e_region_log(dir, "us-east");
+    const char *at = strstr(wlog, "inner steps run while it waited: us-east ");
+    XDC_ASSERT_MSG(at && atoll(at + strlen("inner steps run while it waited: us-east ")) > 0,
+                   "us-east ran no inner step while its exchange waited:\n%s", wlog);
+    printf("us-east, while ap-south's exchange was stopped: %.60s\n", at);
+    free(wlog);
 }
 
 /* The same with a 5 s WAN handshake. */

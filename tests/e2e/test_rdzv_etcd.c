@@ -402,6 +402,83 @@ XDC_TEST_SERIAL(rdzv_etcd_barrier_dead_member_expires, 90)
     etcd_stop(&e, SIGTERM);
 }
 
+/* A member process (its own, forked) that joins as `name` with generation `gen`, heartbeats once and waits to be
+ * killed, its log into `log`. */
+static pid_t member_process(const rdzv_target *t, const char *name, const char *gen, const char *log)
+{
+    pid_t p = fork();
+    XDC_ASSERT(p >= 0);
+    if (p == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        FILE *f = freopen(log, "w", stderr);
+        if (f) setvbuf(f, NULL, _IONBF, 0);
+        if (gen) setenv("XDC_RDZV_GENERATION", gen, 1);
+        rdzv_client *c;
+        xdc_diag d = {{0}};
+        if (rdzv_client_open(t, NULL, name, 5000, &c, &d) != XDC_OK || rdzv_heartbeat(c, "step 5", &d) != XDC_OK)
+            _exit(1);
+        for (;;) pause();
+    }
+    return p;
+}
+
+/* Member i as the host sees it, polled (50 ms, at most `tries`) until connected is `want`; the last state. */
+static rdzv_member_state member_until(rdzv_server *host, int i, int want, int tries)
+{
+    rdzv_member_state st = {0};
+    for (int k = 0; k < tries && rdzv_server_member(host, i, &st) == 0 && st.connected != want; k++) poll(NULL, 0, 50);
+    return st;
+}
+
+/* A member stopped (SIGSTOP) past its lease's TTL (2 s) and continued: its lease ran out while it was stopped, and it
+ * holds its name again under a new one at once (its keep-alive thread, first to run, renews it), so the host sees it
+ * alive again; before, it ran on with its liveness gone for good and a decider dropped it at its next exchange. One
+ * whose name a later generation took while it was stopped does not take it back. */
+XDC_TEST_SERIAL(rdzv_etcd_member_stopped_past_its_lease_renews_it, 90)
+{
+    etcd_proc e = {0};
+    etcd_start(&e, "renew", NULL);
+    rdzv_target t = target(&e, "renew");
+    rdzv_server *host;
+    xdc_diag d = {{0}};
+    char log[600], log2[600];
+    snprintf(log, sizeof log, "%s/renew-member.log", xdc_test_tmpdir());
+    snprintf(log2, sizeof log2, "%s/renew-member2.log", xdc_test_tmpdir());
+    XDC_ASSERT_OK(rdzv_server_open(&t, NULL, names, 3, 5000, &host, &d));
+    pid_t m = member_process(&t, names[2], NULL, log);
+    XDC_ASSERT_MSG(member_until(host, 2, 1, 200).connected, "member 2 never joined");
+    kill(m, SIGSTOP);
+    rdzv_member_state st = member_until(host, 2, 0, 300);
+    XDC_ASSERT_MSG(!st.connected && st.joined, "member 2's lease never ran out while it was stopped: %s", st.detail);
+    kill(m, SIGCONT);
+    st = member_until(host, 2, 1, 200);
+    XDC_ASSERT_MSG(st.connected, "member 2 did not hold its name again after it was continued: %s", st.detail);
+    char *text = xdc_test_read_file(log, NULL);
+    XDC_ASSERT_STR_CONTAINS(text, "r/h:2's lease ");
+    XDC_ASSERT_STR_CONTAINS(text, " ran out while it was stopped or cut off; it holds its name again under lease ");
+    free(text);
+    /* Stopped again past its lease; meanwhile a restarted process of the member (generation 1) takes the name. */
+    kill(m, SIGSTOP);
+    XDC_ASSERT_MSG(!member_until(host, 2, 0, 300).connected, "member 2's lease never ran out the second time");
+    pid_t later = member_process(&t, names[2], "1", log2);
+    XDC_ASSERT_MSG(member_until(host, 2, 1, 200).connected, "the later process never joined");
+    kill(m, SIGCONT);
+    int said = 0;
+    for (int k = 0; k < 200 && !said; k++, poll(NULL, 0, 50)) {
+        text = xdc_test_read_file(log, NULL);
+        said = text && strstr(text, "ran out and was not renewed: another process holds member r/h:2 alive now");
+        free(text);
+    }
+    XDC_ASSERT_MSG(said, "the continued process did not say it left the name to the later one");
+    XDC_ASSERT(rdzv_server_status(host, 2, d.msg, sizeof d.msg) == 0 && strcmp(d.msg, "step 5") == 0);
+    kill(m, SIGKILL);
+    kill(later, SIGKILL);
+    waitpid(m, NULL, 0);
+    waitpid(later, NULL, 0);
+    rdzv_server_destroy(host);
+    etcd_stop(&e, SIGTERM);
+}
+
 XDC_TEST_SERIAL(rdzv_etcd_prefixes_do_not_see_each_other, 60)
 {
     etcd_proc e = {0};
