@@ -84,8 +84,9 @@ static xdc_err_t elastic_exchange(orch_worker *w, xdc_sync *sync, long long step
 {
     uint8_t got[XDC_TOPO_MAX_REGIONS], final[XDC_TOPO_MAX_REGIONS];
     int resum;
+    /* not a joiner whose state is still on its way: it runs no inner step until it took it (orch_rejoin.c) */
     int train = orch_quorum_trains_in_exchange(w->cfg) && w->elastic.outer &&
-                w->elastic.outer->overlap == ORCH_OUTER_DELAYED;
+                w->elastic.outer->overlap == ORCH_OUTER_DELAYED && !w->elastic.take;
     long long ran0 = w->elastic.waiting_run;
     double t0 = now_s(), s0 = w->elastic.waiting_s;
     xdc_err_t rc = orch_elastic_wait(w, sync, train, diag);
