@@ -187,35 +187,39 @@ static void drop_silent(orch_quorum *q)
     if (now < q->silent_next) return;
     q->silent_next = now + (uint64_t)QUORUM_SILENT_LOOK_MS * XDC_NS_PER_MS;
     for (int r = 0, i = 0; r < q->t->n_regions; r++) {
-        int workers = xdc_topology_region_workers(q->t, r), quiet = 0;
-        const char *ended = NULL;
+        int workers = xdc_topology_region_workers(q->t, r), ended = 0, quiet = 0;
         double silent_s = 0;
-        char name[RDZV_MEMBER_MAX];
+        char name[RDZV_MEMBER_MAX], reason[RDZV_MEMBER_MAX + 96];
         for (int k = 0; k < workers; k++, i++) {
             rdzv_member_state st;
-            if (q->open_set[r] != '1' || !q->live[r] || rdzv_server_member(q->rdzv, i, &st) != 0 || !st.joined)
+            if (ended || q->open_set[r] != '1' || !q->live[r] || rdzv_server_member(q->rdzv, i, &st) != 0 || !st.joined)
                 continue;
-            if (st.ended && !ended) snprintf(name, sizeof name, "%s", st.name), ended = name;
-            if (!ended && (!st.connected || st.silent_s >= st.awake_s) && !quiet++) {
+            ended = st.ended;
+            if (ended || ((!st.connected || st.silent_s >= st.awake_s) && !quiet++)) {
                 snprintf(name, sizeof name, "%s", st.name);
                 silent_s = st.connected ? st.silent_s : 0;
             }
         }
-        if (!quiet || ended) q->quiet_from[r] = 0;
-        if (!ended && !quiet) continue;
-        if (!ended && !q->quiet_from[r]) q->quiet_from[r] = now - (uint64_t)(silent_s * 1e9);
-        double quiet_s = ended ? 0 : (double)(now - q->quiet_from[r]) / 1e9;
-        if (!ended && !q->quiet_named[r] && quiet_s * 2000.0 >= (double)q->silent_ms) { /* once, half way */
+        if (ended) {
+            snprintf(reason, sizeof reason, "%s's connection ended during its exchange", name);
+            drop(q, r, reason);
+            continue;
+        }
+        if (!quiet) {
+            q->quiet_from[r] = 0;
+            continue;
+        }
+        if (!q->quiet_from[r]) q->quiet_from[r] = now - (uint64_t)(silent_s * 1e9);
+        double quiet_s = (double)(now - q->quiet_from[r]) / 1e9;
+        if (!q->quiet_named[r] && quiet_s * 2000.0 >= (double)q->silent_ms) { /* once, half way */
             XDC_INFO(XDC_SUB_ORCH,
                      "the outer round at step %lld: waiting on %s, quiet for %.1f s during its exchange; "
                      "dropped at %.1f s",
                      q->open, name, quiet_s, (double)q->silent_ms / 1000.0);
             q->quiet_named[r] = 1;
         }
-        if (!ended && quiet_s * 1000.0 < (double)q->silent_ms) continue;
-        char reason[RDZV_MEMBER_MAX + 96];
-        if (ended) snprintf(reason, sizeof reason, "%s's connection ended during its exchange", name);
-        else snprintf(reason, sizeof reason, "%s silent for %.1f s during its exchange", name, quiet_s);
+        if (quiet_s * 1000.0 < (double)q->silent_ms) continue;
+        snprintf(reason, sizeof reason, "%s silent for %.1f s during its exchange", name, quiet_s);
         drop(q, r, reason);
     }
 }

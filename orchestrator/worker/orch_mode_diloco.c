@@ -78,11 +78,7 @@ static xdc_err_t diloco_setup(orch_worker *w, void **state, xdc_diag *diag)
     if (!st) return XDC_ERR_NOMEM;
     *state = st;
     xdc_sync_cfg sc;
-    orch_worker_sync_cfg(w, 0, &sc); /* inner steps: the region's replicas, no WAN */
-    orch_sync_device_cfg(w, &sc);
-    /* One replica: nothing to average, and a round of it on the comm thread would queue behind an outer round's
-     * exchange in flight (a streaming fragment's), holding the inner step's end until that exchange ended. */
-    if (sc.dp) XDC_CHECK(xdc_sync_create(orch_member_sync_engine(w->member), &sc, &st->grad, diag));
+    XDC_CHECK(orch_replicas_sync(w, &sc, &st->grad, diag)); /* inner steps: the region's replicas, no WAN */
     if (w->cfg->diloco.keep_unsent && sc.dp) {
         xdc_diag_set(diag,
                      "diloco.keep_unsent needs one replica per stage in each region (this region has %d): a "

@@ -44,11 +44,7 @@ static xdc_err_t streaming_setup(orch_worker *w, void **state, xdc_diag *diag)
     *state = st;
     st->inflight = -1;
     xdc_sync_cfg sc;
-    orch_worker_sync_cfg(w, 0, &sc); /* inner steps: the region's replicas, no WAN */
-    orch_sync_device_cfg(w, &sc);
-    /* One replica: nothing to average, and a round of it on the comm thread would queue behind an outer round's
-     * exchange in flight (a streaming fragment's), holding the inner step's end until that exchange ended. */
-    if (sc.dp) XDC_CHECK(xdc_sync_create(orch_member_sync_engine(w->member), &sc, &st->grad, diag));
+    XDC_CHECK(orch_replicas_sync(w, &sc, &st->grad, diag)); /* inner steps: the region's replicas, no WAN */
     xdc_intra_comm *dp = sc.dp;
     if (dp) {
         /* The fragment syncs get a replicas' communicator of their own, so their collectives never share
@@ -129,8 +125,9 @@ static xdc_err_t streaming_finish(orch_worker *w, void *state, xdc_diag *diag)
         XDC_INFO(XDC_SUB_ORCH,
                  "region %s ran %lld inner steps (and %lld while rounds waited for their decision, %.1f s, and %lld "
                  "while exchanges waited for a member, %.1f s) in %lld steps of the run",
-                 w->id->region, (long long)w->prog.step, w->elastic.waiting_run, w->elastic.waiting_s,
-                 w->elastic.exchange_run, w->elastic.exchange_s, (long long)w->prog.step);
+                 w->id->region, (long long)w->prog.step, w->elastic.waiting_run - w->elastic.exchange_run,
+                 w->elastic.waiting_s - w->elastic.exchange_s, w->elastic.exchange_run, w->elastic.exchange_s,
+                 (long long)w->prog.step);
     return XDC_OK;
 }
 

@@ -662,7 +662,7 @@ static void stats_value(orch_worker *w, double wall, char *val, size_t cap)
     wan_totals(w, &tx, &raw, NULL);
     snprintf(val, cap, "%llu %llu %.6f %.6f %.6f %.6f %lld %.6f %.6f", (unsigned long long)tx, (unsigned long long)raw,
              w->prog.t_step, w->prog.t_compute, w->prog.t_intra, w->prog.t_wan_exposed, (long long)w->prog.step, wall,
-             w->elastic.waiting_s + w->elastic.exchange_s);
+             w->elastic.waiting_s);
 }
 
 /* Region r's (the same rank's) cumulative compute seconds of its run's steps (not those of steps run while rounds
@@ -671,7 +671,7 @@ static int region_times(orch_worker *w, int r, double *comp, int64_t *step, xdc_
 {
     char val[512];
     if (r == w->id->region_idx) {
-        *comp = w->prog.t_compute - w->elastic.waiting_s - w->elastic.exchange_s, *step = w->prog.step;
+        *comp = w->prog.t_compute - w->elastic.waiting_s, *step = w->prog.step;
         return 1;
     }
     unsigned long long tx, raw;

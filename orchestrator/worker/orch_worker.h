@@ -196,13 +196,12 @@ typedef struct orch_elastic {
     const float *weight;
     void (*weigh)(orch_worker *w);
     /* Train while waiting (diloco.train_while_waiting, DiLoCo and streaming; orch_train_while_waiting): the region's
-     * replicas' sync the steps run in a round's wait use, how many ran and their wall seconds */
+     * replicas' sync the steps run in a round's wait use, how many ran and their wall seconds (all of them), and of
+     * those the ones run while an exchange waited for a member (orch_quorum_trains_in_exchange: a streaming
+     * fragment's; the rest waited for a round's decision, which the decider counts) */
     xdc_sync *waiting_grad;
-    long long waiting_run;
-    double waiting_s;
-    /* and those run while an exchange waited for a member (orch_quorum_trains_in_exchange: a streaming fragment's) */
-    long long exchange_run;
-    double exchange_s;
+    long long waiting_run, exchange_run;
+    double waiting_s, exchange_s;
 } orch_elastic;
 
 /* A training mode (orch_mode_sync.c, orch_mode_diloco.c, orch_mode_streaming.c): the syncs and buffers it
@@ -313,6 +312,11 @@ xdc_err_t orch_outer_checkpoint_io(orch_outer *o, const char *dir, int save, xdc
 xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag);
 /* The device and compute stream of the worker's stage in `sc` (every sync of the modes). */
 void orch_sync_device_cfg(orch_worker *w, xdc_sync_cfg *sc);
+/* DiLoCo's and streaming's inner-step sync over the region's replicas (no WAN), its configuration into *sc
+ * (sc->dp: the replicas' communicator, NULL with one replica); *out NULL with one replica: nothing to average, and a
+ * round of it on the comm thread would queue behind an outer round's exchange in flight (a streaming fragment's),
+ * holding the inner step's end until that exchange ended. */
+xdc_err_t orch_replicas_sync(orch_worker *w, xdc_sync_cfg *sc, xdc_sync **out, xdc_diag *diag);
 /* orch_outer_apply of the round in flight, then the rejoin's part (orch_rejoin_member, orch_rejoin_give). */
 xdc_err_t orch_worker_outer_apply(orch_worker *w, orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, xdc_diag *diag);
 /* A whole-stage round at the step now, at once (orch_outer_round with the rejoin's part). */

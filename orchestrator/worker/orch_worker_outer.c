@@ -90,10 +90,10 @@ static xdc_err_t elastic_exchange(orch_worker *w, xdc_sync *sync, long long step
     long long ran0 = w->elastic.waiting_run;
     double t0 = now_s(), s0 = w->elastic.waiting_s;
     xdc_err_t rc = orch_elastic_wait(w, sync, train, diag);
-    if (w->elastic.waiting_run > ran0) { /* counted apart from the rounds' decisions' waits, which the decider counts */
+    if (w->elastic.waiting_run > ran0) {
         long long ran = w->elastic.waiting_run - ran0;
-        w->elastic.exchange_run += ran, w->elastic.waiting_run = ran0;
-        w->elastic.exchange_s += w->elastic.waiting_s - s0, w->elastic.waiting_s = s0;
+        w->elastic.exchange_run += ran;
+        w->elastic.exchange_s += w->elastic.waiting_s - s0;
         /* bench/chaos reads the steps run in a round's waits from this line as from the decider's */
         XDC_INFO(XDC_SUB_ORCH,
                  "the outer round at step %lld: its exchange waited %.2f s: inner steps run while it waited: %s %lld",
@@ -124,6 +124,14 @@ static void hook_opened(void *ctx, xdc_sync *sync, int64_t step) { orch_elastic_
 static xdc_err_t hook_end(void *ctx, xdc_sync *sync, int64_t step, xdc_diag *diag)
 {
     return orch_elastic_end(ctx, sync, step, diag);
+}
+
+xdc_err_t orch_replicas_sync(orch_worker *w, xdc_sync_cfg *sc, xdc_sync **out, xdc_diag *diag)
+{
+    *out = NULL;
+    orch_worker_sync_cfg(w, 0, sc);
+    orch_sync_device_cfg(w, sc);
+    return sc->dp ? xdc_sync_create(orch_member_sync_engine(w->member), sc, out, diag) : XDC_OK;
 }
 
 xdc_err_t orch_outer_setup(orch_worker *w, orch_outer *o, xdc_intra_comm *dp, xdc_diag *diag)
