@@ -21,7 +21,8 @@
 # Per run and as one summary line (the worse of the two runs; faults summed; rejoin_s over both):
 #   goodput   useful tokens per second over the reference's. Useful: the region-steps whose work reached the
 #             final model. A region out of the run from step a to step b (the story's steps_out, read from
-#             heartbeats: 10-step resolution) loses b - (a rounded down to its outer round); every region-step
+#             heartbeats: 10-step resolution; b already less the steps a DiLoCo joiner ran from its snapshot that
+#             the round taking it back counted, "early=") loses b - (a rounded down to its outer round); every region-step
 #             carries the same tokens, so goodput = (1 - lost / (3 x steps)) x reference wall / chaos wall; training
 #             while waiting, the inner steps the regions ran while rounds (or, in streaming, a fragment's exchange
 #             held up by a stopped member) waited count too, in the chaos run

@@ -54,6 +54,11 @@ static long long left_count(orch_elastic_member *m, int r)
                : -1;
 }
 
+int orch_elastic_took_early(const orch_elastic_member *m, int r)
+{
+    return m->ran && m->joins_in_round && m->quorum[r] == 'j' && m->extra[r] > 0;
+}
+
 int orch_elastic_left_again(orch_elastic_member *m, int r)
 {
     return m->left_at[r] != LLONG_MAX && left_count(m, r) > m->left_at[r];
@@ -323,31 +328,43 @@ xdc_err_t orch_elastic_rejoin_detect(rdzv_client *rdzv, const char *region, int 
     return XDC_OK;
 }
 
-xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, int64_t timeout_ms, long long *round,
-                                  uint8_t in_round[XDC_TOPO_MAX_REGIONS], int *from, xdc_diag *diag)
+xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, int64_t timeout_ms,
+                                  orch_elastic_early *early, long long *round, uint8_t in_round[XDC_TOPO_MAX_REGIONS],
+                                  int *from, xdc_diag *diag)
 {
     char nonce[RDZV_NONCE_MAX], val[RDZV_VALUE_MAX], mask[XDC_TOPO_MAX_REGIONS + 1];
-    int n = m->t->n_regions;
+    int n = m->t->n_regions, trains = early && early->most > 0;
     const char *us = region_name(m, m->region_idx);
+    rdzv_key outer = rdzv_key_outer(m->region_idx, m->rank);
     snprintf(nonce, sizeof nonce, "%d-%llu", (int)getpid(), (unsigned long long)xdc_wall_ns());
     /* A report of the earlier process would make a coordinator drop the region again. */
     XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_failed(member).s, "", diag));
-    XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_outer(m->region_idx, m->rank).s, rdzv_val_join(nonce).s, diag));
+    /* A joiner that trains says so with its request: its first step begins right after it */
+    XDC_CHECK(rdzv_set(m->rdzv, outer.s, rdzv_val_join(nonce, trains).s, diag));
     /* The next round decided takes us: within the others' inner steps of a period plus the grace window; unless
-     * it is the run's last, whose end we then read between slices of the wait. */
+     * it is the run's last, whose end we then read between slices of the wait. A joiner that trains looks between
+     * its steps, each posted before it begins (the host counts at most what was posted). */
     rdzv_key key = rdzv_key_rejoin(nonce), end = rdzv_key_quorum(RDZV_ROUND_END);
     uint64_t deadline = xdc_deadline_ms(timeout_ms);
     xdc_err_t rc;
-    while ((rc = rdzv_get(m->rdzv, key.s, REJOIN_ASK_MS, val, sizeof val, diag)) == XDC_ERR_TIMEOUT &&
-           !xdc_deadline_passed(deadline)) {
+    for (;;) {
+        int step = early && early->ran < early->most;
+        rc = step ? rdzv_try_get(m->rdzv, key.s, val, sizeof val, diag)
+                  : rdzv_get(m->rdzv, key.s, REJOIN_ASK_MS, val, sizeof val, diag);
+        if (rc == XDC_ERR_AGAIN) rc = XDC_ERR_TIMEOUT;
+        if (rc != XDC_ERR_TIMEOUT || xdc_deadline_passed(deadline)) break;
         xdc_diag d = {{0}};
-        if (rdzv_try_get(m->rdzv, end.s, mask, sizeof mask, &d) != XDC_OK) continue;
-        XDC_WARN(XDC_SUB_ORCH,
-                 "region %s asked to rejoin, but the run's end was decided first (%s = %s): it is not needed and "
-                 "leaves",
-                 us, end.s, mask);
-        *round = RDZV_ROUND_END;
-        return XDC_OK;
+        if (rdzv_try_get(m->rdzv, end.s, mask, sizeof mask, &d) == XDC_OK) {
+            XDC_WARN(XDC_SUB_ORCH,
+                     "region %s asked to rejoin, but the run's end was decided first (%s = %s): it is not needed "
+                     "and leaves",
+                     us, end.s, mask);
+            *round = RDZV_ROUND_END;
+            return XDC_OK;
+        }
+        if (!step) continue;
+        if (early->ran++ > 0) XDC_CHECK(rdzv_set(m->rdzv, outer.s, rdzv_val_join(nonce, early->ran).s, diag));
+        XDC_CHECK(early->step(early->ctx, diag));
     }
     if (rc == XDC_ERR_TIMEOUT)
         xdc_diag_set(diag, "region %s asked to rejoin (%s): no round took it within %.1f s", us, key.s,

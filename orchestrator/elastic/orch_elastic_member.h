@@ -121,16 +121,32 @@ xdc_err_t orch_elastic_settle(orch_elastic_member *m, long long step, const uint
  * how many times the region left (its new intra bootstrap is named with it). A fresh start: *rejoin = 0. */
 xdc_err_t orch_elastic_rejoin_detect(rdzv_client *rdzv, const char *region, int region_idx, int rank,
                                      int64_t timeout_ms, int *rejoin, int *left, xdc_diag *diag);
+/* A joiner of elastic DiLoCo that trains from its snapshot while it asks (orch_rejoin.c): step(ctx) runs one
+ * inner step, at most `most` of them (the steps from its snapshot's round to the next); `ran`: how many began. */
+typedef struct orch_elastic_early {
+    xdc_err_t (*step)(void *ctx, xdc_diag *diag);
+    void *ctx;
+    int most, ran;
+} orch_elastic_early;
+
 /* A restarted worker (member: its name "region/host:rank") asks to rejoin: its earlier process's failure
  * report is withdrawn, the request posted, and it waits up to timeout_ms for the round that takes it back,
- * *round. m->live then holds the regions of the run from the next round on (us and any joining with us),
+ * *round; with `early` (NULL: none) it runs early->step meanwhile, posting join:<nonce>+<n> before its n-th (the
+ * host counts them in the round that takes it back when its snapshot is of the round before: ran/<round>).
+ * m->live then holds the regions of the run from the next round on (us and any joining with us),
  * in_round[r] = 1 for the round's members, whom the worker dials and who each hand over a slice of the
- * state, *from the lowest of them, and m->quorum the round's decision. *round = RDZV_ROUND_END when the run's
+ * state, *from the lowest of them, and m->quorum the round's decision (with m->ran, m->extra its ran/<round>).
+ * *round = RDZV_ROUND_END when the run's
  * end was decided first (no round takes a region back at the run's last round, orch_quorum.h): the run has no
  * use for us, and nothing else is set. XDC_ERR_PROTO when the decision does not name us joining or names no
  * member. */
-xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, int64_t timeout_ms, long long *round,
-                                  uint8_t in_round[XDC_TOPO_MAX_REGIONS], int *from, xdc_diag *diag);
+xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, int64_t timeout_ms,
+                                  orch_elastic_early *early, long long *round, uint8_t in_round[XDC_TOPO_MAX_REGIONS],
+                                  int *from, xdc_diag *diag);
+/* Did the last round decided take region r back ('j', joins_in_round) counting the inner steps it ran from its
+ * snapshot while it asked (m->extra[r] > 0)? Then it takes part in that round's exchange with their weight, its
+ * pseudo-gradient from its snapshot's global parameters, instead of weight 0. */
+int orch_elastic_took_early(const orch_elastic_member *m, int r);
 
 /* Who hands a joiner which part of the state: the round's donors are its member regions ('1' in its quorum
  * `mask`), in region order, and `region` hands over parameters [*lo, *hi) of n_params, a share proportional to

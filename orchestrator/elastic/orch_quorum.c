@@ -274,8 +274,30 @@ static void publish_steps(const orch_quorum *q, long long step, const char *mask
     XDC_DEBUG(XDC_SUB_ORCH, "the round after step %lld: inner steps %s", step, val);
 }
 
+/* The inner steps region r, taken back at the round being decided, ran from its workers' snapshots while they
+ * asked (join:<nonce>+<n>, the fewest of its workers'), when those snapshots are of the round decided last: the
+ * state the round's members began it from, so those steps are the round's like theirs. 0 otherwise (a snapshot of
+ * an earlier round: the joiner takes the state, with weight 0 in the round, as any joiner). */
+static int ran_early(const orch_quorum *q, int r)
+{
+    int fewest = 0;
+    for (int k = 0; k < xdc_topology_region_workers(q->t, r); k++) {
+        char val[128], nonce[RDZV_NONCE_MAX];
+        long long at, snap;
+        int n = 0;
+        if (rdzv_server_get(q->rdzv, rdzv_key_outer(r, k).s, val, sizeof val) != 0 ||
+            rdzv_val_outer_parse(val, &at, nonce, NULL, &n) != XDC_OK || !nonce[0] || n <= 0 ||
+            rdzv_server_get(q->rdzv, rdzv_key_warm(r, k).s, val, sizeof val) != 0 || sscanf(val, "%lld ", &snap) != 1 ||
+            snap != q->decided)
+            return 0;
+        if (k == 0 || n < fewest) fewest = n;
+    }
+    return fewest;
+}
+
 /* ran/<step> (train_while_waiting): the inner steps each member region ('1' in mask) ran while it waited for the
- * decision of the round at `step`, as its arrivals say now (the fewest of its workers'); 0 for the others. Logged
+ * decision of the round at `step`, as its arrivals say now (the fewest of its workers'), and in elastic DiLoCo those
+ * each region it takes back ('j') ran from its snapshot of the round before (ran_early); 0 for the others. Logged
  * with how long the round waited from its first member's arrival (`waited`, ns): no region trained longer. */
 static void publish_ran(const orch_quorum *q, long long step, const char *mask, uint64_t waited)
 {
@@ -283,18 +305,23 @@ static void publish_ran(const orch_quorum *q, long long step, const char *mask, 
     int e[XDC_TOPO_MAX_REGIONS];
     char val[RDZV_VALUE_MAX];
     for (int r = 0; r < q->t->n_regions; r++) {
-        e[r] = 0;
+        e[r] = mask[r] == 'j' && q->joins_in_round ? ran_early(q, r) : 0;
         for (int k = 0; mask[r] == '1' && k < xdc_topology_region_workers(q->t, r); k++) {
             int n = 0;
             if (arrival(q, r, k, NULL, &n) == step && (k == 0 || n < e[r])) e[r] = n;
         }
+        if (mask[r] == 'j' && e[r])
+            XDC_INFO(XDC_SUB_ORCH,
+                     "the outer round at step %lld takes region %s back with the %d inner steps it ran from its "
+                     "snapshot of round %lld while it asked",
+                     step, q->t->regions[r].name, e[r], q->decided);
     }
     rdzv_val_steps(e, q->t->n_regions, val, sizeof val);
     rdzv_server_set(q->rdzv, rdzv_key_ran(step).s, val);
     char who[512] = "";
     size_t len = 0;
     for (int r = 0; r < q->t->n_regions && len < sizeof who; r++)
-        if (e[r])
+        if (e[r] && mask[r] == '1')
             len += (size_t)snprintf(who + len, sizeof who - len, "%s%s %d", len ? ", " : "", q->t->regions[r].name,
                                     e[r]);
     if (len)

@@ -39,7 +39,9 @@
  * n each member region posted when the host decided (its workers' fewest), 0 for the others. Every member weighs
  * the round's pseudo-gradients with those counts, so all weigh alike. A member may have begun one step more than
  * the host read (it posted, the host had read, the decision was not out yet): that step is in its
- * pseudo-gradient and not in its weight. */
+ * pseudo-gradient and not in its weight. In elastic DiLoCo a region taken back ('j') whose workers trained from
+ * their snapshots while they asked (join:<nonce>+<n>), snapshots of the round decided last, has those steps
+ * counted in ran/<S> too: the round weighs its pseudo-gradient by them instead of 0. */
 #ifndef ORCH_QUORUM_H
 #define ORCH_QUORUM_H
 

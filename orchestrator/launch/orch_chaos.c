@@ -171,6 +171,11 @@ typedef struct {
                                    * it took part in with weight 0 while its state arrived; the end of steps_out
                                    * (bench-chaos's lost steps) */
     long long left0[2];           /* times each had left the run when the fault fired (left/<region>) */
+    long long taken_at[2];        /* the round that took each back (back/<region>/<n>) */
+    double back_s[2];             /* when that was seen */
+    double train_s[2];            /* when each was first seen training from its snapshot while it asked (its
+                                   * request join:<nonce>+<n>; 0: not seen): elastic DiLoCo's joiner, whose steps the
+                                   * round that takes it back counts when its snapshot is of the round before */
     uint8_t back[2];              /* each region's recovery was logged */
     uint8_t catching_up[2];       /* taken back, not training yet by the last decision read (decided_as) */
     int undone;                   /* the stall continued, the link restored */
@@ -533,17 +538,20 @@ static void undo(orch_chaos *c, fault *x)
 
 /* " steps_out=eu-west:40-60" (or "40-end" while not back, or still with weight 0 at the end): the steps region i of fault x was out, from the
  * run's step when it was seen leaving (the heartbeats' step) to the round that took it back (not the
- * heartbeats' step then, which lags it by up to their 10-step resolution: the steps missed were undercounted);
+ * heartbeats' step then, which lags it by up to their 10-step resolution: the steps missed were undercounted),
+ * less the `early` inner steps it ran from its snapshot that round counted (" steps_out=eu-west:40-57 early=3");
  * "" when it never left. */
-static void steps_out(const orch_chaos *c, const fault *x, int i, char *buf, size_t cap)
+static void steps_out(const orch_chaos *c, const fault *x, int i, int early, char *buf, size_t cap)
 {
     buf[0] = '\0';
     if (!x->out_s[i]) return;
     int n = snprintf(buf, cap, " steps_out=%s:%lld-", region_name(c, x->regions[i]), (long long)x->out_step[i]);
     if (n < 0 || (size_t)n >= cap) return;
     if (x->back_step[i] >= 0 && x->back_round[i] != RDZV_ROUND_END) /* else still catching up at the end */
-        snprintf(buf + n, cap - (size_t)n, "%lld", (long long)x->back_round[i]);
+        snprintf(buf + n, cap - (size_t)n, "%lld", (long long)x->back_round[i] - early);
     else snprintf(buf + n, cap - (size_t)n, "end");
+    n = (int)strlen(buf);
+    if (early && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, " early=%d", early);
 }
 
 /* Region r's character in the last round decided: 'j' taken back, 't'/'c' in with weight 0 while its state
@@ -575,6 +583,32 @@ static int trains_from(const orch_chaos *c, int r, long long round)
     return 1;
 }
 
+/* Every worker of region r asks to rejoin having begun inner steps from its snapshot (join:<nonce>+<n>). */
+static int trains_early(const orch_chaos *c, int r)
+{
+    for (int k = 0; k < xdc_topology_region_workers(c->w.t, r); k++) {
+        char val[128], nonce[RDZV_NONCE_MAX];
+        long long at;
+        int n = 0;
+        if (rdzv_server_get(c->w.rdzv, rdzv_key_outer(r, k).s, val, sizeof val) != 0 ||
+            rdzv_val_outer_parse(val, &at, nonce, NULL, &n) != XDC_OK || !nonce[0] || n <= 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* The inner steps region r ran from its snapshot that the round at `round`, which took it back, counted (ran/<round>);
+ * 0 when none (or no such key: the run does not train while rounds wait). */
+static int counted_early(const orch_chaos *c, int r, long long round)
+{
+    char val[RDZV_VALUE_MAX];
+    int h[XDC_TOPO_MAX_REGIONS];
+    if (round < 0 || rdzv_server_get(c->w.rdzv, rdzv_key_ran(round).s, val, sizeof val) != 0 ||
+        rdzv_val_steps_parse(val, c->w.t->n_regions, h) != XDC_OK)
+        return 0;
+    return h[r];
+}
+
 /* Has fault x recovered? Logs the recovery line when it has. */
 static void watch(orch_chaos *c, fault *x)
 {
@@ -584,8 +618,10 @@ static void watch(orch_chaos *c, fault *x)
         long long round;
         if (!x->out_s[i] && (!live(c, r) || (c->polled && times_left(c, r) > x->left0[i])))
             x->out_s[i] = now, x->out_step[i] = c->step;
+        if (x->out_s[i] && x->back_step[i] < 0 && c->polled && !x->train_s[i] && trains_early(c, r))
+            x->train_s[i] = now;
         if (x->out_s[i] && x->back_step[i] < 0 && c->polled && (round = taken_back(c, x, i)) >= 0)
-            x->back_step[i] = c->step, x->back_round[i] = round;
+            x->back_step[i] = c->step, x->back_round[i] = x->taken_at[i] = round, x->back_s[i] = now;
     }
     if (x->ends_s && now >= x->ends_s) undo(c, x);
     if (x->ends_s && !x->undone) return;
@@ -651,10 +687,14 @@ static void watch(orch_chaos *c, fault *x)
             continue;
         }
         x->back[i] = 1;
-        double back = now - x->fired_s, rec = now - end_s, detect = x->out_s[i] ? x->out_s[i] - x->fired_s : 0;
-        char out[128];
+        /* A joiner whose steps from its snapshot the round counted was back from its first one (seen by the poll; or,
+         * missed there, by the time its return was seen: it trained before) */
+        int early = x->out_s[i] ? counted_early(c, r, x->taken_at[i]) : 0;
+        double at = !early ? now : x->train_s[i] ? x->train_s[i] : x->back_s[i];
+        double back = at - x->fired_s, rec = at - end_s, detect = x->out_s[i] ? x->out_s[i] - x->fired_s : 0;
+        char out[160];
         if (rec > x->recovery_s) x->recovery_s = rec;
-        steps_out(c, x, i, out, sizeof out);
+        steps_out(c, x, i, early, out, sizeof out);
         if (!x->out_s[i])
             story(c, x, "recovered",
                   "worker %s/%d continued (SIGCONT) after %.1f s, its region never left (fault_s=%.1f "
@@ -770,7 +810,7 @@ void orch_chaos_finish(orch_chaos *c)
         if (x->state == F_ACTIVE) watch(c, x);
         if (x->state == F_ACTIVE) undo(c, x);
         for (int k = 0, n = 0; k < x->n_regions && n < (int)sizeof out; k++) /* the regions not back */
-            if (!x->back[k]) steps_out(c, x, k, out + n, sizeof out - (size_t)n), n = (int)strlen(out);
+            if (!x->back[k]) steps_out(c, x, k, 0, out + n, sizeof out - (size_t)n), n = (int)strlen(out);
         if (x->state == F_PENDING) story(c, x, "not injected", "%s: the run ended first", d);
         if (x->state == F_ACTIVE) story(c, x, "not recovered", "%s: the run ended first%s", d, out);
         fired += x->state == F_ACTIVE || x->state == F_DONE;

@@ -244,10 +244,11 @@ xdc_err_t rdzv_val_round_parse(const char *text, long long *round)
     return rest && !*rest ? XDC_OK : XDC_ERR_PROTO;
 }
 
-rdzv_val rdzv_val_join(const char *nonce)
+rdzv_val rdzv_val_join(const char *nonce, int ran)
 {
     rdzv_val v;
-    snprintf(v.s, sizeof v.s, RDZV_VAL_JOIN "%s", nonce);
+    if (ran > 0) snprintf(v.s, sizeof v.s, RDZV_VAL_JOIN "%s+%d", nonce, ran);
+    else snprintf(v.s, sizeof v.s, RDZV_VAL_JOIN "%s", nonce);
     return v;
 }
 
@@ -281,17 +282,22 @@ xdc_err_t rdzv_val_outer_parse(const char *val, long long *round, char *nonce, r
         if (kind) *kind = (rdzv_arrive_kind)k;
         return rdzv_val_round_parse(at, round);
     }
-    const char *plus = r ? NULL : take_num(val, STEP_DIGITS, round);
-    if (plus && *plus == '+') { /* "<step>+<extra>": a positive count, in canonical form */
+    /* "<step>+<extra>", "join:<nonce>+<extra>": a positive count, in canonical form (a nonce has no '+') */
+    const char *plus = r ? strchr(r, '+') : take_num(val, STEP_DIGITS, round);
+    if (plus && *plus == '+') {
         int e = 0;
         const char *end = take_int(plus + 1, &e);
         if (!end || *end || e == 0) return XDC_ERR_PROTO;
         if (extra) *extra = e;
-        return XDC_OK;
     }
-    if (!r) return rdzv_val_round_parse(val, round);
-    if (!valid_nonce(r)) return XDC_ERR_PROTO;
-    snprintf(nonce, RDZV_NONCE_MAX, "%s", r);
+    if (!r) return plus && *plus == '+' ? XDC_OK : rdzv_val_round_parse(val, round);
+    size_t len = plus ? (size_t)(plus - r) : strlen(r);
+    char own[RDZV_NONCE_MAX];
+    if (len >= sizeof own) return XDC_ERR_PROTO;
+    memcpy(own, r, len);
+    own[len] = '\0';
+    if (!valid_nonce(own)) return XDC_ERR_PROTO;
+    memcpy(nonce, own, len + 1);
     *round = -1;
     return XDC_OK;
 }

@@ -9,7 +9,8 @@
  *   relay/<from>/<to>/<rank>             the emulated WAN's relay address            the host
  *   outer/<region index>/<rank>          its arrival at an outer round: <step>, "end", "join:<nonce>",
  *                                        "taking:<step>", "took:<step>" or "<step>+<n>" (n inner steps run
- *                                        since, DiLoCo's train_while_waiting)
+ *                                        since, DiLoCo's train_while_waiting; "join:<nonce>+<n>": run from its
+ *                                        snapshot while it asks)
  *   xchg/<region index>/<rank>           what its round's exchange summed: "<step>:<one 0/1 per region>"
  *   links/<region index>/<rank>          its WAN links as it arrives at a round: "<step>:<one char per region>"
  *                                        (orchestrator/elastic/orch_routes.h)
@@ -155,8 +156,9 @@ typedef struct rdzv_val {
 rdzv_val rdzv_val_round(long long round);
 /* A step or "end" into *round; XDC_ERR_PROTO for anything else. */
 xdc_err_t rdzv_val_round_parse(const char *text, long long *round);
-/* A restarted worker's request to rejoin: "join:<nonce>". */
-rdzv_val rdzv_val_join(const char *nonce);
+/* A restarted worker's request to rejoin: "join:<nonce>", or "join:<nonce>+<ran>" once it began its ran-th inner
+ * step from its snapshot while it asks (elastic DiLoCo with train_while_waiting, docs/runtime.md "Rejoining"). */
+rdzv_val rdzv_val_join(const char *nonce, int ran);
 /* A worker's arrival at a round: plain (the round's name), or that of a rejoined worker whose state is still
  * arriving ("taking:<round>") or came since its last round ("took:<round>"): either is in the round with weight
  * 0 (quorum 't', 'c': orch_quorum.h; docs/runtime.md "Rejoining"). */
@@ -167,7 +169,8 @@ rdzv_val rdzv_val_arrival(long long round, rdzv_arrive_kind kind);
 rdzv_val rdzv_val_arrival_ran(long long step, int extra);
 /* The value of outer/<region index>/<rank>: an arrival (*round, nonce "", *kind: how; kind may be NULL; *extra:
  * its inner steps run since, 0 but for "<step>+<extra>"; extra may be NULL) or a rejoin request (*round -1, its
- * nonce into nonce[RDZV_NONCE_MAX]); XDC_ERR_PROTO for anything else. */
+ * nonce into nonce[RDZV_NONCE_MAX], *extra the steps of "join:<nonce>+<extra>"); XDC_ERR_PROTO for anything
+ * else. */
 xdc_err_t rdzv_val_outer_parse(const char *val, long long *round, char *nonce, rdzv_arrive_kind *kind, int *extra);
 /* What a member summed in the exchange of the round at `step`: "<step>:<set>", set[r] ('1' or '0') for
  * each of the n regions (got[r] != 0). */

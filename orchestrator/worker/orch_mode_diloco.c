@@ -48,8 +48,8 @@ typedef struct {
 
 /* Once the decision of the outer round that ends the round under way at w->prog.step is read (w->elastic.weigh):
  * each region's weight, the tokens it processed (its inner steps in the round, cut at the run's end, plus those it
- * ran while the round waited, times the tokens of its inner step: its replicas' microbatches, more in a region of
- * more replicas) over the fewest tokens of any region the decider gave steps, so equal work weighs 1 and the mean
+ * ran while the round waited, or a region taken back those it ran from its snapshot alone, times the tokens of its
+ * inner step: its replicas' microbatches, more in a region of more replicas) over the fewest tokens of any region the decider gave steps, so equal work weighs 1 and the mean
  * is the plain one bit for bit. Every member computes it from the same decision, so all hold the same weights;
  * the quorum then gives the regions out of the round 0. */
 static void weigh_round(orch_worker *w)
@@ -63,6 +63,7 @@ static void weigh_round(orch_worker *w)
     for (int r = 0; r < w->id->n_regions; r++) {
         long long h = st->steps[r] < slots ? st->steps[r] : slots;
         if (h < 1) h = 1;
+        if (orch_elastic_took_early(m, r)) h = 0; /* taken back: its steps from its snapshot, all in extra[r] */
         tokens[r] = (double)(h + (m->ran ? m->extra[r] : 0)) * tokens_per_mb * w->model.region_mb[r];
         if (st->steps[r] > 0 && (fewest == 0 || tokens[r] < fewest)) fewest = tokens[r]; /* the round's regions */
     }

@@ -44,7 +44,9 @@
  * takes the global parameters and momentum alone from that donor and keeps its snapshot's AdamW moments (8 bytes
  * a parameter, fewer coded, instead of 12). Each joiner of a round is served on its own. In
  * elastic DiLoCo a joiner whose snapshot is of the round just before the one that took it back gets 0 rounds'
- * means (no bytes): its slices are in at once, and it trains from that round on.
+ * means (no bytes): its slices are in at once, and it trains from that round on. With train_while_waiting it
+ * trains from that snapshot while it asks (early_start); when the round counts those steps (ran/<round>) its
+ * pseudo-gradient is in the round's mean with their weight, and it keeps its AdamW moments and data position.
  * The store's side of the handshake (the request, the round that takes it, who to dial) is the round
  * protocol's member half, orchestrator/elastic/orch_elastic_member.c; this file moves the model state.
  *
@@ -204,6 +206,9 @@ struct orch_rejoin_in {
     xdc_err_t failed; /* a slice that will not come (slices_in), and why */
     xdc_diag why;
     int64_t passed; /* inner steps let pass since the state's step (orch_rejoin_pass): the members ran them */
+    /* the inner steps it ran from its snapshot while it asked (early_start), and 1 when the round that took it back
+     * counts them (orch_elastic_took_early): it keeps its AdamW moments and data position, trained on from there */
+    int early, trained;
 };
 
 xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag)
@@ -672,6 +677,7 @@ static xdc_err_t from_snapshot(orch_worker *w, orch_outer *o, const donor_in *dn
     xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
     if (params) XDC_CHECK(d->copy_h2d(o->global + lo, part[ORCH_SNAP_GLOBAL] + lo, bytes, s));
     if (params) XDC_CHECK(d->copy_h2d(o->mom + lo, part[ORCH_SNAP_MOM] + lo, bytes, s));
+    if (w->elastic.take->trained) return XDC_OK; /* its moments went on from the snapshot's with its inner steps */
     return xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, part[ORCH_SNAP_M] + lo, part[ORCH_SNAP_V] + lo,
                                      (int64_t)h[HDR_ADAM_T] + passed);
 }
@@ -973,15 +979,23 @@ static xdc_err_t take_state(orch_worker *w, orch_outer *o, struct orch_rejoin_in
     XDC_CHECK(rc);
     XDC_CHECK(rs);
     const uint64_t *h = in->dn[0].hdr;
-    char how[320];
+    char how[320], where[160];
     took_how(w, in, how, sizeof how);
+    if (in->trained)
+        snprintf(where, sizeof where,
+                 "step %lld, its own AdamW moments and data position after %d inner steps from "
+                 "its snapshot",
+                 in->want, in->early);
+    else
+        snprintf(where, sizeof where, "step %lld, data epoch %llu batch %llu, %llu AdamW steps", in->want,
+                 (unsigned long long)h[HDR_EPOCH], (unsigned long long)h[HDR_BATCH], (unsigned long long)h[HDR_ADAM_T]);
     XDC_WARN(XDC_SUB_ORCH,
-             "region %s took the state of round %lld (step %lld, data epoch %llu batch %llu, %llu AdamW steps) from "
-             "the round's %d member regions, %s, hashes checked) %.2f s after its rejoin request; %d rounds with "
-             "weight 0 %s, their outer steps replayed; it trains from step %lld, a member from the next round",
-             w->id->region, in->at, in->want, (unsigned long long)h[HDR_EPOCH], (unsigned long long)h[HDR_BATCH],
-             (unsigned long long)h[HDR_ADAM_T], in->k, how, (double)(xdc_now_ns() - w->elastic.rejoin_t0) / 1e9,
-             in->n_kept, w->elastic.m.joins_in_round ? "from that round on" : "meanwhile", (long long)w->prog.step);
+             "region %s took the state of round %lld (%s) from the round's %d member regions, %s, hashes checked) "
+             "%.2f s after its rejoin request; %d rounds %s %s, their outer steps replayed; it trains from step %lld, "
+             "a member from the next round",
+             w->id->region, in->at, where, in->k, how, (double)(xdc_now_ns() - w->elastic.rejoin_t0) / 1e9, in->n_kept,
+             in->trained ? "with its steps' weight" : "with weight 0",
+             w->elastic.m.joins_in_round ? "from that round on" : "meanwhile", (long long)w->prog.step);
     return XDC_OK;
 }
 
@@ -1010,6 +1024,37 @@ static xdc_err_t dial_members(orch_worker *w, struct orch_rejoin_in *in, xdc_dia
     return XDC_OK;
 }
 
+/* orch_elastic_early's step (ctx: the worker): one inner step from the snapshot, the run's step on from its. */
+static xdc_err_t early_step(void *ctx, xdc_diag *diag)
+{
+    orch_worker *w = ctx;
+    float loss;
+    return orch_train_inner_step(w, w->elastic.waiting_grad, &loss, diag);
+}
+
+/* Elastic DiLoCo that trains while rounds wait (m.ran), its rounds at once (lag 0) of H steps each (not nobody
+ * waits): a joiner with a valid snapshot trains from it while it asks. When that snapshot is of the round decided
+ * last, the round that takes it back is the next one, which its members began from the same global parameters:
+ * its inner steps are that round's like theirs, and the round counts them (orch_quorum.c's ran_early) and weighs its
+ * pseudo-gradient by them. Otherwise they are dropped (the state it takes replaces them). early->most: the steps
+ * to that round (0: it does not train). */
+static xdc_err_t early_start(orch_worker *w, orch_outer *o, int lag, orch_elastic_early *early)
+{
+    long long round;
+    int H = w->cfg->diloco.inner_steps;
+    if (w->cfg->mode != ORCH_MODE_DILOCO || !w->elastic.m.ran || !w->elastic.m.joins_in_round || lag ||
+        w->cfg->diloco.nobody_waits || orch_warm_start(w, o, &round) != XDC_OK)
+        return XDC_OK;
+    early->most = (int)(round + H - w->prog.step);
+    if (round + H >= w->cfg->train.steps) early->most = 0; /* the run's last round takes no region back */
+    if (early->most > 0)
+        XDC_WARN(XDC_SUB_ORCH,
+                 "region %s trains from its snapshot of round %lld while it asks to rejoin (up to %d inner steps: the "
+                 "round after it counts them if it takes the region back)",
+                 w->id->region, round, early->most);
+    return XDC_OK;
+}
+
 xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *diag)
 {
     uint8_t in_round[XDC_TOPO_MAX_REGIONS];
@@ -1017,9 +1062,11 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
     long long at;
     w->elastic.rejoin_t0 = xdc_now_ns();
     XDC_CHECK(orch_warm_ask(w, diag)); /* before the request: the round's donors read it */
+    orch_elastic_early early = {.step = early_step, .ctx = w};
+    XDC_CHECK(early_start(w, o, lag, &early));
     XDC_CHECK(orch_elastic_rejoin_ask(&w->elastic.m, w->id->member,
-                                      w->cfg->timeouts.rendezvous_ms + w->cfg->timeouts.operation_ms, &at, in_round,
-                                      &lowest, diag));
+                                      w->cfg->timeouts.rendezvous_ms + w->cfg->timeouts.operation_ms,
+                                      early.most > 0 ? &early : NULL, &at, in_round, &lowest, diag));
     w->elastic.rejoin_round = at;
     if (at == RDZV_ROUND_END) return XDC_OK; /* the run ended first: nothing to take */
     if (orch_rejoin_test_fault(w, "absent")) {
@@ -1032,6 +1079,8 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
     w->elastic.take = in; /* released by orch_rejoin_drain, whatever happens */
     in->at = at;
     in->want = at + lag; /* no round takes a region back at the run's last round (orch_quorum.h) */
+    in->early = early.ran;
+    in->trained = orch_elastic_took_early(&w->elastic.m, w->id->region_idx);
     memcpy(in->mask, w->elastic.m.quorum, sizeof in->mask);
     XDC_CHECK(dial_members(w, in, diag));
     XDC_CHECK(link_joiners(w, in->mask, diag));
@@ -1044,8 +1093,9 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
         if (in->dn[i].hdr[HDR_EPOCH] > far->hdr[HDR_EPOCH] ||
             (in->dn[i].hdr[HDR_EPOCH] == far->hdr[HDR_EPOCH] && in->dn[i].hdr[HDR_BATCH] > far->hdr[HDR_BATCH]))
             far = &in->dn[i];
-    if (w->model.data && xdc_data_set_pos(w->model.data, (xdc_data_pos){.epoch = far->hdr[HDR_EPOCH],
-                                                                        .batch = far->hdr[HDR_BATCH]}) != XDC_OK) {
+    if (w->model.data && !in->trained &&
+        xdc_data_set_pos(w->model.data, (xdc_data_pos){.epoch = far->hdr[HDR_EPOCH], .batch = far->hdr[HDR_BATCH]}) !=
+            XDC_OK) {
         xdc_diag_set(diag, "rejoin: %s's data position (epoch %llu, batch %llu) is not one of our shard",
                      w->topo->regions[far->region].name, (unsigned long long)far->hdr[HDR_EPOCH],
                      (unsigned long long)far->hdr[HDR_BATCH]);
@@ -1057,11 +1107,23 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *dia
         w->elastic.m.state_in = state_in, w->elastic.m.state_ctx = w;
         size_t bytes = 0;
         for (int i = 0; i < in->k; i++) bytes += donor_bytes(&in->dn[i]);
-        XDC_WARN(XDC_SUB_ORCH,
-                 "region %s rejoins at round %lld: it takes part with weight 0 from %s until its state came (%.1f MB "
-                 "from %d member regions)",
-                 w->id->region, at, w->elastic.m.joins_in_round ? "this round's exchange" : "the next round",
-                 (double)bytes / 1e6, in->k);
+        if (in->trained)
+            XDC_WARN(XDC_SUB_ORCH,
+                     "region %s rejoins at round %lld with the %d inner steps it ran from its snapshot (%d counted): "
+                     "its pseudo-gradient is in this round's mean with their weight (%.1f MB from %d member regions)",
+                     w->id->region, at, in->early, w->elastic.m.extra[w->id->region_idx], (double)bytes / 1e6, in->k);
+        else if (in->early)
+            XDC_WARN(XDC_SUB_ORCH,
+                     "region %s: the round that took it back (%lld) does not count the %d inner steps it ran from its "
+                     "snapshot (not of the round before it): it takes the state as any joiner",
+                     w->id->region, at, in->early);
+        if (!in->trained)
+            XDC_WARN(
+                XDC_SUB_ORCH,
+                "region %s rejoins at round %lld: it takes part with weight 0 from %s until its state came (%.1f MB "
+                "from %d member regions)",
+                w->id->region, at, w->elastic.m.joins_in_round ? "this round's exchange" : "the next round",
+                (double)bytes / 1e6, in->k);
         return XDC_OK;
     }
     XDC_CHECK(wait_part(w, in, 1, diag));

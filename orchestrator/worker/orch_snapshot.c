@@ -376,6 +376,26 @@ xdc_err_t orch_warm_replay(orch_worker *w, orch_outer *o, const uint8_t *buf, si
     return XDC_ERR_PROTO;
 }
 
+xdc_err_t orch_warm_start(orch_worker *w, orch_outer *o, long long *round)
+{
+    const struct orch_warm *k = w->elastic.warm;
+    if (!k || !k->have) return XDC_ERR_UNAVAILABLE;
+    const xdc_device_ops *d = w->model.be->device;
+    size_t n = o->n, bytes = n * sizeof(float);
+    orch_snapshot_meta *m;
+    float *part[ORCH_SNAP_PARTS];
+    orch_snapshot_parts(k->buf, n, &m, part);
+    XDC_CHECK(d->copy_h2d(o->global, part[ORCH_SNAP_GLOBAL], bytes, o->stream));
+    XDC_CHECK(d->copy_h2d(o->mom, part[ORCH_SNAP_MOM], bytes, o->stream));
+    XDC_CHECK(d->copy_d2d(o->local, o->global, bytes, o->stream));
+    XDC_CHECK(xdc_gpt_stage_moments_set(w->model.st, 0, n, part[ORCH_SNAP_M], part[ORCH_SNAP_V], m->adam_t));
+    XDC_CHECK(d->stream_sync(o->stream));
+    if (w->model.data) XDC_CHECK(xdc_data_set_pos(w->model.data, (xdc_data_pos){.epoch = m->epoch, .batch = m->batch}));
+    w->prog.step = m->step;
+    *round = m->round;
+    return XDC_OK;
+}
+
 const void *orch_warm_snapshot(const orch_worker *w)
 {
     const struct orch_warm *k = w->elastic.warm;

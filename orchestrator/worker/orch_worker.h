@@ -444,6 +444,10 @@ xdc_err_t orch_warm_stage(orch_worker *w, int rounds, size_t lo, size_t hi, uint
  * on o, each on its range, through dev (device, hi - lo fp32); XDC_ERR_PROTO when buf is not such records. */
 xdc_err_t orch_warm_replay(orch_worker *w, orch_outer *o, const uint8_t *buf, size_t bytes, int rounds, size_t lo,
                            size_t hi, uint64_t means, float *dev, xdc_diag *diag);
+/* A joiner that trains from its snapshot while it asks (elastic DiLoCo, orch_rejoin_take): the snapshot's global
+ * parameters and outer momentum into o, local = global, its AdamW moments and step count into the stage, its data
+ * position and step into the worker; *round: its round. XDC_ERR_UNAVAILABLE when it holds none. */
+xdc_err_t orch_warm_start(orch_worker *w, orch_outer *o, long long *round);
 /* A joiner's snapshot buffer (orch_snapshot.h), NULL when it has none. */
 const void *orch_warm_snapshot(const orch_worker *w);
 /* At teardown: the snapshots' cost logged, the buffers freed. */

@@ -259,17 +259,17 @@ static const char *write_run_timeouts(const char *name, const char *mode, int st
     if (!getcwd(cwd, sizeof cwd)) XDC_FAIL("getcwd");
     snprintf(path, sizeof path, "%s/%s.yaml", xdc_test_tmpdir(), name);
     /* DiLoCo with diloco.overlap_steps 2; -nw: and nobody waits, ap-south 2x slower (2 inner steps of 4);
-     * streaming-tww: streaming that trains while it waits */
+     * streaming-tww, diloco-tww: streaming or DiLoCo that trains while it waits */
     int overlap = strncmp(mode, "diloco-overlap", 14) == 0, nw = strcmp(mode, "diloco-overlap-nw") == 0,
-        tww = strcmp(mode, "streaming-tww") == 0;
+        tww = strcmp(mode, "streaming-tww") == 0 || strcmp(mode, "diloco-tww") == 0;
     snprintf(text, sizeof text,
              "model: %s/examples/models/tiny.yaml\ndata: %s\nmode: %s\ndiloco: {inner_steps: 4%s%s%s}\n"
              "streaming: {fragments: 2}\npipeline_stages: 1\nmicrobatches: 1\nsteps: %d\ncodec: none\nthreads: 1\n"
              "elastic: %s\ntimeouts: {rendezvous: 30s, operation: 30s%s%s}\n",
              cwd, DATA,
-             overlap ? "diloco"
-             : tww   ? "streaming"
-                     : mode,
+             overlap || strcmp(mode, "diloco-tww") == 0 ? "diloco"
+             : tww                                      ? "streaming"
+                                                        : mode,
              overlap ? ", overlap_steps: 2" : "", nw ? ", nobody_waits: true, slowdown: [1, 1, 2]" : "",
              tww ? ", train_while_waiting: true" : "", steps, elastic,
              strstr(timeouts, "heartbeat:") ? "" : ", heartbeat: 30s", timeouts);
@@ -1201,6 +1201,53 @@ XDC_TEST_T(elastic_launch_region_back_at_the_round_after_its_snapshot_trains_fro
                                   "from step 24, a member from the next round");
     XDC_ASSERT_STR_CONTAINS(wlog, "region ap-south rejoined at round 28 (");
     free(wlog);
+}
+
+/* With train_while_waiting (DiLoCo): ap-south's restarted worker trains from its snapshot of round 20 while it asks;
+ * taken back at round 24 (XDC_TEST_REJOIN_AT), the round after its snapshot, which its members began from the same
+ * global parameters, the decider counts the steps it posted (at least the first: the request says it begins it)
+ * and every member weighs its pseudo-gradient by them instead of 0; it keeps its own AdamW moments and data
+ * position, trains from step 24, and all three regions end on one model. */
+XDC_TEST_T(elastic_launch_diloco_region_back_trains_from_its_snapshot_while_it_asks, 180)
+{
+    need_corpus();
+    const char *run = write_run_timeouts("learly", "diloco-tww", 64, "{min_regions: 2, grace: 5s}", ", handshake: 5s");
+    char dir[600], log[700];
+    snprintf(dir, sizeof dir, "%s/learly", xdc_test_tmpdir());
+    snprintf(log, sizeof log, "%s/learly.log", xdc_test_tmpdir());
+    setenv("XDC_TEST_REJOIN", "die@ap-south", 1);
+    setenv("XDC_TEST_REJOIN_AT", "24", 1);
+    pid_t p = start_launch(run, NULL, dir, log, "1");
+    unsetenv("XDC_TEST_REJOIN");
+    unsetenv("XDC_TEST_REJOIN_AT");
+    char *out = launch_succeeded(p, dir, log);
+    XDC_ASSERT_STR_CONTAINS(out, "region ap-south rejoins the run at the outer round at step 24");
+    static const char counted[] = "the outer round at step 24 takes region ap-south back with the ";
+    const char *at = strstr(out, counted);
+    int n = 0, ran = 0, seen = 0;
+    XDC_ASSERT_MSG(at && sscanf(at + strlen(counted), "%d inner steps it ran from its snapshot of round 20", &n) == 1,
+                   "the decider did not count ap-south's steps:\n%s", out);
+    XDC_ASSERT_STR_CONTAINS(out, " regions=us-east,eu-west,ap-south\n");
+    expect_one_model(dir, out, 3);
+    free(out);
+    char *wlog = e2e_region_log(dir, "ap-south");
+    XDC_ASSERT_STR_CONTAINS(wlog, "region ap-south trains from its snapshot of round 20 while it asks to rejoin");
+    static const char back[] = "region ap-south rejoins at round 24 with the ";
+    at = strstr(wlog, back);
+    XDC_ASSERT_MSG(
+        at && sscanf(at + strlen(back), "%d inner steps it ran from its snapshot (%d counted)", &ran, &seen) == 2,
+        "ap-south did not rejoin with its steps:\n%s", wlog);
+    printf("ap-south ran %d inner steps from its snapshot while it asked; round 24 counted %d\n", ran, n);
+    XDC_ASSERT(n >= 1 && seen == n && ran >= n && ran <= 4); /* at most what it posted, at most the period */
+    const char *took = strstr(wlog, "region ap-south took the state of round 24");
+    XDC_ASSERT_MSG(took, "ap-south took no state:\n%s", wlog);
+    XDC_ASSERT_STR_CONTAINS(took, "warm: 2 of them the means of the 0 rounds since its snapshot");
+    XDC_ASSERT_STR_CONTAINS(took, "its own AdamW moments and data position");
+    free(wlog);
+    char *east = e2e_region_log(dir, "us-east");
+    XDC_ASSERT_STR_CONTAINS(east, "round 24: ap-south taken back at this round, in its exchange with the inner steps "
+                                  "it ran from its snapshot");
+    free(east);
 }
 
 /* The same in streaming: the snapshot is of fragment 0's round 20, taken once it landed (step 21); taken back at

@@ -50,6 +50,9 @@ typedef struct {
     int resum, lost_again, joined_at; /* settle's resum; lost regions on a second look; rejoin round */
     uint8_t in_round[XDC_TOPO_MAX_REGIONS];
     int from, rejoin, left;
+    /* a joiner that trains from its snapshot while it asks: the steps it began; and, as each member read the round
+     * that took ap-south back, whether that round counts them and how many (ran/<round>) */
+    int early_ran, took_early, counted;
 } member;
 
 struct fixture {
@@ -459,7 +462,7 @@ static void rejoin_joiner(void *self)
                "detect"))
         return;
     long long round = -1;
-    if (failed(m, orch_elastic_rejoin_ask(&m->m, member_names[2], WAIT_MS, &round, m->in_round, &m->from, &d), &d,
+    if (failed(m, orch_elastic_rejoin_ask(&m->m, member_names[2], WAIT_MS, NULL, &round, m->in_round, &m->from, &d), &d,
                "ask"))
         return;
     m->joined_at = (int)round;
@@ -513,6 +516,97 @@ XDC_TEST_T(elastic_protocol_a_region_rejoins, 30)
         XDC_ASSERT_EQ(f.mem[r].m.n_live, 3);
     }
     fixture_close(&f);
+}
+
+/* ---- a joiner that trains from its snapshot while it asks ------------------------------------------ */
+
+static xdc_err_t early_step(void *ctx, xdc_diag *diag)
+{
+    (void)ctx, (void)diag;
+    return XDC_OK; /* the worker's inner step; here only its count matters */
+}
+
+/* Round 8 takes ap-south back; what its decision says of ap-south's steps. */
+static void early_member(void *self)
+{
+    member *m = self;
+    if (!await_phase(m, 1) || !arrive(m, 8)) return;
+    m->took_early = orch_elastic_took_early(&m->m, 2);
+    m->counted = m->m.extra[2];
+}
+
+static void early_joiner(void *self)
+{
+    member *m = self;
+    xdc_diag d = {{0}};
+    if (failed(m, orch_elastic_rejoin_detect(m->rdzv, "ap-south", 2, 0, MEMBER_OPS, &m->rejoin, &m->left, &d), &d,
+               "detect"))
+        return;
+    long long round = -1;
+    orch_elastic_early early = {.step = early_step, .ctx = m, .most = 50};
+    if (failed(m, orch_elastic_rejoin_ask(&m->m, member_names[2], WAIT_MS, &early, &round, m->in_round, &m->from, &d),
+               &d, "ask"))
+        return;
+    m->joined_at = (int)round;
+    m->early_ran = early.ran;
+    m->took_early = orch_elastic_took_early(&m->m, 2);
+    m->counted = m->m.extra[2];
+}
+
+/* ap-south's request says it began at least 3 inner steps (outer/2/0 = join:<nonce>+<n>, n >= 3). */
+static int trained_3(fixture *f, void *arg)
+{
+    (void)arg;
+    char val[128], nonce[RDZV_NONCE_MAX];
+    long long round;
+    int n = 0;
+    return rdzv_server_get(f->srv, rdzv_key_outer(2, 0).s, val, sizeof val) == 0 &&
+           rdzv_val_outer_parse(val, &round, nonce, NULL, &n) == XDC_OK && nonce[0] && n >= 3;
+}
+
+/* ap-south rejoins at round 8 (round 4 decided last, elastic DiLoCo with train_while_waiting) having trained from its
+ * snapshot while it asked: of round 4 (warm/2/0), the round counts the steps it posted (ran/8), every member reads
+ * the same count and weighs ap-south by it; of round 0, it counts none and ap-south is a joiner with weight 0. */
+static void early_rejoin(const char *warm, int counts)
+{
+    fixture f;
+    fixture_open(&f, 2, 600000);
+    f.q.ran = f.q.joins_in_round = 1;
+    f.q.decided = 4; /* as if the run were past round 4 */
+    for (int r = 0; r < N_REGIONS; r++) f.mem[r].m.ran = f.mem[r].m.joins_in_round = 1;
+    char why[512] = "";
+    rdzv_server_set(f.srv, rdzv_key_wan(2, 0).s, "127.0.0.1:9");
+    rdzv_server_set(f.srv, rdzv_key_warm(2, 0).s, warm);
+    XDC_ASSERT_OK(orch_quorum_lose(&f.q, 2, "its agent exited with status 137", why, sizeof why));
+    start(&f, 0, early_member);
+    start(&f, 1, early_member);
+    start(&f, 2, early_joiner);
+    XDC_ASSERT_MSG(host_until(&f, trained_3, NULL, why, sizeof why) == XDC_OK, "%s", why);
+    set_phase(&f, 1); /* the members arrive at round 8 only now: it takes the joiner */
+    finish(&f);
+    for (int r = 0; r < N_REGIONS; r++) ASSERT_MEMBER_OK(&f, r);
+    XDC_ASSERT(strcmp(key_value(&f, "quorum/8"), "11j") == 0);
+    member *j = &f.mem[2];
+    XDC_ASSERT_EQ(j->joined_at, 8);
+    printf("ap-south began %d inner steps from its snapshot (%s); round 8 counts %d\n", j->early_ran, warm, j->counted);
+    XDC_ASSERT(j->early_ran >= 3 && j->early_ran <= 50);
+    if (counts) XDC_ASSERT(j->counted >= 3 && j->counted <= j->early_ran); /* at most what was posted */
+    else XDC_ASSERT_EQ(j->counted, 0);
+    for (int r = 0; r < N_REGIONS; r++) { /* every member reads the same count */
+        XDC_ASSERT_EQ(f.mem[r].counted, j->counted);
+        XDC_ASSERT_EQ(f.mem[r].took_early, counts);
+    }
+    fixture_close(&f);
+}
+
+XDC_TEST_T(elastic_protocol_a_joiner_trains_from_its_snapshot_and_the_next_round_counts_it, 30)
+{
+    early_rejoin("4 00000000000000ab", 1);
+}
+
+XDC_TEST_T(elastic_protocol_a_joiner_trained_from_an_older_snapshot_is_not_counted, 30)
+{
+    early_rejoin("0 00000000000000ab", 0);
 }
 
 /* A restarted worker whose region was taken back since its last departure (left/2 = 1 and back/2/1 set: that

@@ -158,7 +158,7 @@ XDC_TEST_T(quorum_waits_longer_for_a_region_in_its_first_round_back, 30)
     char why[512] = "", val[RDZV_VALUE_MAX];
     XDC_ASSERT_OK(orch_quorum_lose(&q, 2, "its agent exited", why, sizeof why));
     /* ap-south's restarted worker asks to rejoin; the round at step 10 takes it back. */
-    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_join("n1").s);
+    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_join("n1", 0).s);
     regions_arrive(srv, 2, -1, 10);
     XDC_ASSERT(decided(&q, srv, 10, 5000, val));
     XDC_ASSERT_MSG(strcmp(val, "11j") == 0, "round 10: got '%s', expected 11j", val);
@@ -182,7 +182,7 @@ XDC_TEST_T(quorum_waits_longer_for_a_region_in_its_first_round_back, 30)
     XDC_ASSERT_MSG(strcmp(val, "110") == 0, "round 30: got '%s', expected 110", val);
     /* Taken back at round 40 again, and one of the regions that sent it the state (eu-west) leaves: it would
      * wait for that slice until the WAN deadline, so its first round has the grace window alone. */
-    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_join("n2").s);
+    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_join("n2", 0).s);
     regions_arrive(srv, 2, 30, 40);
     XDC_ASSERT(decided(&q, srv, 40, 5000, val));
     XDC_ASSERT_MSG(strcmp(val, "11j") == 0, "round 40: got '%s', expected 11j", val);
@@ -196,7 +196,7 @@ XDC_TEST_T(quorum_waits_longer_for_a_region_in_its_first_round_back, 30)
      * the end would wait for its state), nor at the end; its request stays unanswered, and the end's decision
      * tells its worker it is not needed. */
     q.last_round = 60;
-    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_join("n3").s);
+    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_join("n3", 0).s);
     rdzv_server_set(srv, rdzv_key_xchg(0, 0).s, rdzv_val_xchg(50, (const uint8_t[3]){1, 0, 0}, 3).s);
     rdzv_server_set(srv, rdzv_key_outer(0, 0).s, rdzv_val_round(60).s);
     XDC_ASSERT(decided(&q, srv, 60, 5000, val));
@@ -245,7 +245,7 @@ XDC_TEST_T(quorum_drops_a_late_region_at_the_rounds_arrival_spread, 60)
     XDC_ASSERT_MSG(strcmp(val, "110") == 0, "round %lld: got '%s', expected 110 (ap-south dropped)", step, val);
     /* It asks back and is taken at the next round; in its first round back it is waited for (the state's
      * transfer), not dropped at the spread's window; it arrives and is in it. */
-    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_join("n1").s);
+    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_join("n1", 0).s);
     regions_arrive(srv, 2, step, step + 10);
     step += 10;
     XDC_ASSERT(decided(&q, srv, step, 5000, val));

@@ -131,8 +131,16 @@ XDC_TEST(rdzv_keys_elastic_values_round_trip_and_refuse_malformed_text)
     XDC_ASSERT(round == 12 && !nonce[0]);
     XDC_ASSERT_OK(rdzv_val_outer_parse("end", &round, nonce, NULL, NULL));
     XDC_ASSERT(round == RDZV_ROUND_END);
-    XDC_ASSERT_OK(rdzv_val_outer_parse(rdzv_val_join("77-123").s, &round, nonce, NULL, NULL));
+    XDC_ASSERT_OK(rdzv_val_outer_parse(rdzv_val_join("77-123", 0).s, &round, nonce, NULL, NULL));
     XDC_ASSERT(round == -1 && strcmp(nonce, "77-123") == 0);
+    int ran = -1;
+    XDC_ASSERT(strcmp(rdzv_val_join("77-123", 5).s, "join:77-123+5") == 0);
+    XDC_ASSERT_OK(rdzv_val_outer_parse("join:77-123+5", &round, nonce, NULL, &ran));
+    XDC_ASSERT(round == -1 && strcmp(nonce, "77-123") == 0 && ran == 5);
+    XDC_ASSERT(rdzv_val_outer_parse("join:77-123+", &round, nonce, NULL, &ran) == XDC_ERR_PROTO);
+    XDC_ASSERT(rdzv_val_outer_parse("join:77-123+0", &round, nonce, NULL, &ran) == XDC_ERR_PROTO);
+    XDC_ASSERT(rdzv_val_outer_parse("join:+3", &round, nonce, NULL, &ran) == XDC_ERR_PROTO);
+    XDC_ASSERT(rdzv_val_outer_parse("join:7+3+3", &round, nonce, NULL, &ran) == XDC_ERR_PROTO);
     rdzv_arrive_kind kind;
     XDC_ASSERT(strcmp(rdzv_val_arrival(24, RDZV_ARRIVE_TAKING).s, "taking:24") == 0);
     XDC_ASSERT_OK(rdzv_val_outer_parse("taking:24", &round, nonce, &kind, NULL));
