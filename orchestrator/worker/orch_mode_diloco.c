@@ -205,11 +205,19 @@ static void diloco_destroy(void *state)
     xdc_free(st);
 }
 
+/* A joiner's inner step from its snapshot while it asks (orch_rejoin_take; ctx: the worker). */
+static xdc_err_t early_step(void *ctx, xdc_diag *diag)
+{
+    orch_worker *w = ctx;
+    float loss;
+    return inner_step(w, w->mode_state, &loss, diag);
+}
+
 static xdc_err_t diloco_rejoin(orch_worker *w, void *state, xdc_diag *diag)
 {
     diloco_state *st = state;
     /* handed over once the round is applied: at once, or diloco.overlap_steps later */
-    XDC_CHECK(orch_rejoin_take(w, &st->outer, w->cfg->diloco.overlap_steps, diag));
+    XDC_CHECK(orch_rejoin_take(w, &st->outer, w->cfg->diloco.overlap_steps, early_step, diag));
     int needed = w->elastic.rejoin_round != RDZV_ROUND_END; /* else the run ended first: no round to run */
     /* The round that took it back is the joiner's first (weight 0: a zero pseudo-gradient, global = local): its
      * mean lands here as on every member, and with its state in it trains from this round on. */

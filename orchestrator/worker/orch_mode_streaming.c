@@ -134,7 +134,7 @@ static xdc_err_t streaming_finish(orch_worker *w, void *state, xdc_diag *diag)
 /* The state is handed over a step after the round that takes the joiner back (streaming_step). */
 static xdc_err_t streaming_rejoin(orch_worker *w, void *state, xdc_diag *diag)
 {
-    return orch_rejoin_take(w, &((streaming_state *)state)->outer, 1, diag);
+    return orch_rejoin_take(w, &((streaming_state *)state)->outer, 1, NULL, diag);
 }
 
 static void streaming_destroy(void *state)

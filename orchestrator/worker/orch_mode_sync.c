@@ -116,7 +116,7 @@ static xdc_err_t sync_rejoin(orch_worker *w, void *state, xdc_diag *diag)
 {
     sync_state *st = state;
     XDC_CHECK(rejoin_view(w, st));
-    return orch_rejoin_take(w, &st->view, 1, diag);
+    return orch_rejoin_take(w, &st->view, 1, NULL, diag);
 }
 
 static xdc_err_t sync_step(orch_worker *w, void *state, float *loss, xdc_diag *diag)

@@ -1024,16 +1024,8 @@ static xdc_err_t dial_members(orch_worker *w, struct orch_rejoin_in *in, xdc_dia
     return XDC_OK;
 }
 
-/* orch_elastic_early's step (ctx: the worker): one inner step from the snapshot, the run's step on from its. */
-static xdc_err_t early_step(void *ctx, xdc_diag *diag)
-{
-    orch_worker *w = ctx;
-    float loss;
-    return orch_train_inner_step(w, w->elastic.waiting_grad, &loss, diag);
-}
-
-/* Elastic DiLoCo that trains while rounds wait (m.ran), its rounds at once (lag 0) of H steps each (not nobody
- * waits): a joiner with a valid snapshot trains from it while it asks. When that snapshot is of the round decided
+/* Elastic DiLoCo (the mode gives its inner step) that trains while rounds wait (m.ran), its rounds at once (lag 0)
+ * of H steps each (not nobody waits): a joiner with a valid snapshot trains from it while it asks. When that snapshot is of the round decided
  * last, the round that takes it back is the next one, which its members began from the same global parameters:
  * its inner steps are that round's like theirs, and the round counts them (orch_quorum.c's ran_early) and weighs its
  * pseudo-gradient by them. Otherwise they are dropped (the state it takes replaces them). early->most: the steps
@@ -1042,8 +1034,8 @@ static xdc_err_t early_start(orch_worker *w, orch_outer *o, int lag, orch_elasti
 {
     long long round;
     int H = w->cfg->diloco.inner_steps;
-    if (w->cfg->mode != ORCH_MODE_DILOCO || !w->elastic.m.ran || !w->elastic.m.joins_in_round || lag ||
-        w->cfg->diloco.nobody_waits || orch_warm_start(w, o, &round) != XDC_OK)
+    if (!early->step || !w->elastic.m.ran || !w->elastic.m.joins_in_round || lag || w->cfg->diloco.nobody_waits ||
+        orch_warm_start(w, o, &round) != XDC_OK)
         return XDC_OK;
     early->most = (int)(round + H - w->prog.step);
     if (round + H >= w->cfg->train.steps) early->most = 0; /* the run's last round takes no region back */
@@ -1055,14 +1047,15 @@ static xdc_err_t early_start(orch_worker *w, orch_outer *o, int lag, orch_elasti
     return XDC_OK;
 }
 
-xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *diag)
+xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_err_t (*step)(void *ctx, xdc_diag *diag),
+                           xdc_diag *diag)
 {
     uint8_t in_round[XDC_TOPO_MAX_REGIONS];
     int lowest;
     long long at;
     w->elastic.rejoin_t0 = xdc_now_ns();
     XDC_CHECK(orch_warm_ask(w, diag)); /* before the request: the round's donors read it */
-    orch_elastic_early early = {.step = early_step, .ctx = w};
+    orch_elastic_early early = {.step = step, .ctx = w};
     XDC_CHECK(early_start(w, o, lag, &early));
     XDC_CHECK(orch_elastic_rejoin_ask(&w->elastic.m, w->id->member,
                                       w->cfg->timeouts.rendezvous_ms + w->cfg->timeouts.operation_ms,

@@ -378,8 +378,10 @@ xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag);
  * orch_rejoin_arrive, orch_rejoin_catch_up); in sync mode it waits for them here and local = global, the AdamW
  * step count the members'. `lag`: how many steps after a round the members hand its state over (DiLoCo 0;
  * streaming 1, once the round's fragment landed). When the run's end was decided first, w->elastic.rejoin_round =
- * RDZV_ROUND_END and nothing is taken: the run has no use for this worker. */
-xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_diag *diag);
+ * RDZV_ROUND_END and nothing is taken: the run has no use for this worker. `step` (ctx: the worker; NULL: none):
+ * the mode's inner step, which elastic DiLoCo's joiner runs from its snapshot while it asks (orch_rejoin.c). */
+xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_err_t (*step)(void *ctx, xdc_diag *diag),
+                           xdc_diag *diag);
 /* A joiner's inner step while its state is on its way: the step's batches are drawn and nothing is computed
  * (its data position stays a member's), counted so that its AdamW step count becomes the members' when it takes
  * the state. */
