@@ -1238,7 +1238,8 @@ XDC_TEST_T(elastic_launch_diloco_region_back_trains_from_its_snapshot_while_it_a
         at && sscanf(at + strlen(back), "%d inner steps it ran from its snapshot (%d counted)", &ran, &seen) == 2,
         "ap-south did not rejoin with its steps:\n%s", wlog);
     printf("ap-south ran %d inner steps from its snapshot while it asked; round 24 counted %d\n", ran, n);
-    XDC_ASSERT(n >= 1 && seen == n && ran >= n && ran <= 4); /* at most what it posted, at most the period */
+    XDC_ASSERT_MSG(n >= 1 && seen == n && ran >= n && ran <= 4, /* at most what it posted, at most the period */
+                   "the decider counted %d, ap-south read %d and ran %d", n, seen, ran);
     const char *took = strstr(wlog, "region ap-south took the state of round 24");
     XDC_ASSERT_MSG(took, "ap-south took no state:\n%s", wlog);
     XDC_ASSERT_STR_CONTAINS(took, "warm: 2 of them the means of the 0 rounds since its snapshot");
