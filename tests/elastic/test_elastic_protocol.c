@@ -453,20 +453,27 @@ static void rejoin_member(void *self)
     exchange(m, 12, "111");
 }
 
+/* ap-south's restarted worker finds the run under way and asks (training meanwhile as `early` says; NULL: not); the
+ * round that takes it back into m->joined_at. 0 on a failure (recorded). */
+static int ask_back(member *m, orch_elastic_early *early)
+{
+    xdc_diag d = {{0}};
+    if (failed(m, orch_elastic_rejoin_detect(m->rdzv, "ap-south", 2, 0, MEMBER_OPS, &m->rejoin, &m->left, &d), &d,
+               "detect"))
+        return 0;
+    long long round = -1;
+    if (failed(m, orch_elastic_rejoin_ask(&m->m, member_names[2], WAIT_MS, early, &round, m->in_round, &m->from, &d),
+               &d, "ask"))
+        return 0;
+    m->joined_at = (int)round;
+    return 1;
+}
+
 /* ap-south's restarted worker: it finds the run under way, asks, is taken at round 8, a member at 12. */
 static void rejoin_joiner(void *self)
 {
     member *m = self;
-    xdc_diag d = {{0}};
-    if (failed(m, orch_elastic_rejoin_detect(m->rdzv, "ap-south", 2, 0, MEMBER_OPS, &m->rejoin, &m->left, &d), &d,
-               "detect"))
-        return;
-    long long round = -1;
-    if (failed(m, orch_elastic_rejoin_ask(&m->m, member_names[2], WAIT_MS, NULL, &round, m->in_round, &m->from, &d), &d,
-               "ask"))
-        return;
-    m->joined_at = (int)round;
-    if (!arrive(m, 12)) return;
+    if (!ask_back(m, NULL) || !arrive(m, 12)) return;
     orch_elastic_opened(&m->m, 12);
     exchange(m, 12, "111");
 }
@@ -481,22 +488,28 @@ static int join_posted(fixture *f, void *arg)
            rdzv_val_outer_parse(val, &round, nonce, NULL, NULL) == XDC_OK && nonce[0];
 }
 
+/* ap-south's earlier process published its address, then its agent failed; the members run `member`, its restarted
+ * worker `joiner`. Once `asked` holds, the members arrive at round 8 (phase 1), which takes ap-south back. */
+static void rejoin_at_8(fixture *f, void (*member)(void *self), void (*joiner)(void *self), host_pred asked)
+{
+    char why[512] = "";
+    rdzv_server_set(f->srv, rdzv_key_wan(2, 0).s, "127.0.0.1:9");
+    XDC_ASSERT_OK(orch_quorum_lose(&f->q, 2, "its agent exited with status 137", why, sizeof why));
+    start(f, 0, member);
+    start(f, 1, member);
+    start(f, 2, joiner);
+    XDC_ASSERT_MSG(host_until(f, asked, NULL, why, sizeof why) == XDC_OK, "%s", why);
+    set_phase(f, 1);
+    finish(f);
+    for (int r = 0; r < N_REGIONS; r++) ASSERT_MEMBER_OK(f, r);
+    XDC_ASSERT(strcmp(key_value(f, "quorum/8"), "11j") == 0);
+}
+
 XDC_TEST_T(elastic_protocol_a_region_rejoins, 30)
 {
     fixture f;
     fixture_open(&f, 2, 600000);
-    char why[512] = "";
-    /* ap-south's earlier process published its address, then its agent failed. */
-    rdzv_server_set(f.srv, rdzv_key_wan(2, 0).s, "127.0.0.1:9");
-    XDC_ASSERT_OK(orch_quorum_lose(&f.q, 2, "its agent exited with status 137", why, sizeof why));
-    start(&f, 0, rejoin_member);
-    start(&f, 1, rejoin_member);
-    start(&f, 2, rejoin_joiner);
-    XDC_ASSERT_MSG(host_until(&f, join_posted, NULL, why, sizeof why) == XDC_OK, "%s", why);
-    set_phase(&f, 1); /* the members arrive at round 8 only now: it takes the joiner */
-    finish(&f);
-    for (int r = 0; r < N_REGIONS; r++) ASSERT_MEMBER_OK(&f, r);
-    XDC_ASSERT(strcmp(key_value(&f, "quorum/8"), "11j") == 0);
+    rejoin_at_8(&f, rejoin_member, rejoin_joiner, join_posted);
     XDC_ASSERT(strcmp(key_value(&f, "final/8"), "110") == 0);
     for (int r = 0; r < 2; r++) XDC_ASSERT_EQ(f.mem[r].joined_at, 1); /* they saw ap-south joining at 8 */
     member *j = &f.mem[2];
@@ -538,16 +551,8 @@ static void early_member(void *self)
 static void early_joiner(void *self)
 {
     member *m = self;
-    xdc_diag d = {{0}};
-    if (failed(m, orch_elastic_rejoin_detect(m->rdzv, "ap-south", 2, 0, MEMBER_OPS, &m->rejoin, &m->left, &d), &d,
-               "detect"))
-        return;
-    long long round = -1;
     orch_elastic_early early = {.step = early_step, .ctx = m, .most = 50};
-    if (failed(m, orch_elastic_rejoin_ask(&m->m, member_names[2], WAIT_MS, &early, &round, m->in_round, &m->from, &d),
-               &d, "ask"))
-        return;
-    m->joined_at = (int)round;
+    if (!ask_back(m, &early)) return;
     m->early_ran = early.ran;
     m->took_early = orch_elastic_took_early(&m->m, 2);
     m->counted = m->m.extra[2];
@@ -574,18 +579,8 @@ static void early_rejoin(const char *warm, int counts)
     f.q.ran = f.q.joins_in_round = 1;
     f.q.decided = 4; /* as if the run were past round 4 */
     for (int r = 0; r < N_REGIONS; r++) f.mem[r].m.ran = f.mem[r].m.joins_in_round = 1;
-    char why[512] = "";
-    rdzv_server_set(f.srv, rdzv_key_wan(2, 0).s, "127.0.0.1:9");
     rdzv_server_set(f.srv, rdzv_key_warm(2, 0).s, warm);
-    XDC_ASSERT_OK(orch_quorum_lose(&f.q, 2, "its agent exited with status 137", why, sizeof why));
-    start(&f, 0, early_member);
-    start(&f, 1, early_member);
-    start(&f, 2, early_joiner);
-    XDC_ASSERT_MSG(host_until(&f, trained_3, NULL, why, sizeof why) == XDC_OK, "%s", why);
-    set_phase(&f, 1); /* the members arrive at round 8 only now: it takes the joiner */
-    finish(&f);
-    for (int r = 0; r < N_REGIONS; r++) ASSERT_MEMBER_OK(&f, r);
-    XDC_ASSERT(strcmp(key_value(&f, "quorum/8"), "11j") == 0);
+    rejoin_at_8(&f, early_member, early_joiner, trained_3);
     member *j = &f.mem[2];
     XDC_ASSERT_EQ(j->joined_at, 8);
     printf("ap-south began %d inner steps from its snapshot (%s); round 8 counts %d\n", j->early_ran, warm, j->counted);
