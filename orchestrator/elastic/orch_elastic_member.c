@@ -54,9 +54,16 @@ static long long left_count(orch_elastic_member *m, int r)
                : -1;
 }
 
+/* Region r's character c in a decision whose ran/<round> is in m->extra: in the round with weight 0 ('t', 'c', or a
+ * 'j' that takes part in its exchange unless the round counted the steps it ran from its snapshot). */
+static uint8_t weightless(const orch_elastic_member *m, char c, int r)
+{
+    return c == 't' || c == 'c' || (c == 'j' && m->joins_in_round && !(m->ran && m->extra[r] > 0));
+}
+
 int orch_elastic_took_early(const orch_elastic_member *m, int r)
 {
-    return m->ran && m->joins_in_round && m->quorum[r] == 'j' && m->extra[r] > 0;
+    return m->quorum[r] == 'j' && m->joins_in_round && !weightless(m, 'j', r);
 }
 
 int orch_elastic_left_again(orch_elastic_member *m, int r)
@@ -158,13 +165,13 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
     }
     int live = 0;
     for (int r = 0; r < n; r++) {
-        uint8_t joins = val[r] == 'j' && m->joins_in_round; /* in this round's exchange, weight 0 */
+        uint8_t joins = val[r] == 'j' && m->joins_in_round; /* in this round's exchange */
         uint8_t in = val[r] == '1' || val[r] == 't' || val[r] == 'c' || joins;
         if (m->live[r] && !in)
             XDC_WARN(XDC_SUB_ORCH, "round %s: region %s dropped from the quorum", name.s, region_name(m, r));
         m->live[r] = in;
         m->joining[r] = val[r] == 'j';
-        m->catching_up[r] = val[r] == 't' || val[r] == 'c' || joins;
+        m->catching_up[r] = weightless(m, val[r], r);
         live += in;
         if (m->joining[r]) m->left_at[r] = left_count(m, r); /* a joiner keeps its donors' across its rounds */
     }
@@ -387,7 +394,7 @@ xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, in
     *from = -1;
     for (int r = 0; r < n; r++) {
         m->live[r] = mask[r] != '0'; /* from the next round on, us and the others joining with us */
-        m->catching_up[r] = mask[r] == 't' || mask[r] == 'c' || (mask[r] == 'j' && m->joins_in_round);
+        m->catching_up[r] = weightless(m, mask[r], r);
         m->n_live += m->live[r];
         in_round[r] = mask[r] == '1';
         m->left_at[r] = in_round[r] ? left_count(m, r) : LLONG_MAX;

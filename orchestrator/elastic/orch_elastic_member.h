@@ -31,7 +31,8 @@ typedef struct orch_elastic_member {
     uint8_t live[XDC_TOPO_MAX_REGIONS];    /* 1: in the last round decided (all before the first) */
     uint8_t joining[XDC_TOPO_MAX_REGIONS]; /* 1: rejoins at the last round (it gets the round's outer state) */
     /* 1: in the last round with weight 0, a region that rejoined and is still catching up ('t' or 'c'), or one
-     * taken back at it that takes part in its exchange ('j' with joins_in_round) */
+     * taken back at it that takes part in its exchange ('j' with joins_in_round) unless the round counted the inner
+     * steps it ran from its snapshot (orch_elastic_took_early: then it weighs as a member) */
     uint8_t catching_up[XDC_TOPO_MAX_REGIONS];
     /* 1: a region taken back at a round ('j') takes part in that round's exchange with weight 0 (elastic DiLoCo,
      * orch_quorum_joins_in_round): it is in m->live and m->catching_up for it; 0: it comes in at the next round */

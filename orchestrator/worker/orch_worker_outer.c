@@ -54,10 +54,10 @@ xdc_err_t orch_elastic_quorum(orch_worker *w, xdc_sync *sync, int64_t step, xdc_
     float weight[XDC_TOPO_MAX_REGIONS];
     for (int r = 0; r < w->id->n_regions; r++) {
         int early = orch_elastic_took_early(m, r); /* its inner steps from its snapshot are the round's */
-        weight[r] = !m->live[r] || (m->catching_up[r] && !early) ? 0.0f
-                    : w->elastic.weight                          ? w->elastic.weight[r]
-                                                                 : orch_region_weight(w, r);
-        if (m->catching_up[r] && w->id->lrank == 0)
+        weight[r] = !m->live[r] || m->catching_up[r] ? 0.0f
+                    : w->elastic.weight              ? w->elastic.weight[r]
+                                                     : orch_region_weight(w, r);
+        if ((m->catching_up[r] || early) && w->id->lrank == 0)
             XDC_INFO(XDC_SUB_ORCH, "round %lld: %s %s", (long long)step, w->topo->regions[r].name,
                      early                 ? "taken back at this round, in its exchange with the inner steps it ran "
                                              "from its snapshot"
