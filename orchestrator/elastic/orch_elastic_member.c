@@ -346,8 +346,13 @@ xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, in
     snprintf(nonce, sizeof nonce, "%d-%llu", (int)getpid(), (unsigned long long)xdc_wall_ns());
     /* A report of the earlier process would make a coordinator drop the region again. */
     XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_failed(member).s, "", diag));
-    /* A joiner that trains says so with its request: its first step begins right after it */
+    /* A joiner that trains says so with its request, and runs that first step before it looks: the decider may
+     * count it as soon as it reads the request, and a step counted must have been run. */
     XDC_CHECK(rdzv_set(m->rdzv, outer.s, rdzv_val_join(nonce, trains).s, diag));
+    if (trains) {
+        early->ran = 1;
+        XDC_CHECK(early->step(early->ctx, diag));
+    }
     /* The next round decided takes us: within the others' inner steps of a period plus the grace window; unless
      * it is the run's last, whose end we then read between slices of the wait. A joiner that trains looks between
      * its steps, each posted before it begins (the host counts at most what was posted). */
@@ -370,7 +375,7 @@ xdc_err_t orch_elastic_rejoin_ask(orch_elastic_member *m, const char *member, in
             return XDC_OK;
         }
         if (!step) continue;
-        if (early->ran++ > 0) XDC_CHECK(rdzv_set(m->rdzv, outer.s, rdzv_val_join(nonce, early->ran).s, diag));
+        XDC_CHECK(rdzv_set(m->rdzv, outer.s, rdzv_val_join(nonce, ++early->ran).s, diag));
         XDC_CHECK(early->step(early->ctx, diag));
     }
     if (rc == XDC_ERR_TIMEOUT)

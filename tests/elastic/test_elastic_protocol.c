@@ -548,15 +548,27 @@ static void early_member(void *self)
     m->counted = m->m.extra[2];
 }
 
-static void early_joiner(void *self)
+static void ask_back_early(member *m, xdc_err_t (*step)(void *ctx, xdc_diag *diag))
 {
-    member *m = self;
-    orch_elastic_early early = {.step = early_step, .ctx = m, .most = 50};
+    orch_elastic_early early = {.step = step, .ctx = m, .most = 50};
     if (!ask_back(m, &early)) return;
     m->early_ran = early.ran;
     m->took_early = orch_elastic_took_early(&m->m, 2);
     m->counted = m->m.extra[2];
 }
+
+static void early_joiner(void *self) { ask_back_early(self, early_step); }
+
+/* An inner step that lasts until round 8 is decided: the decision comes while the joiner runs the step its request
+ * announced, so its first look finds it. */
+static xdc_err_t step_until_decided(void *ctx, xdc_diag *diag)
+{
+    member *m = ctx;
+    char val[64];
+    return rdzv_get(m->m.rdzv, rdzv_key_quorum(8).s, WAIT_MS, val, sizeof val, diag);
+}
+
+static void decided_at_once_joiner(void *self) { ask_back_early(self, step_until_decided); }
 
 /* ap-south's request says it began at least 3 inner steps (outer/2/0 = join:<nonce>+<n>, n >= 3). */
 static int trained_3(fixture *f, void *arg)
@@ -572,15 +584,20 @@ static int trained_3(fixture *f, void *arg)
 /* ap-south rejoins at round 8 (round 4 decided last, elastic DiLoCo with train_while_waiting) having trained from its
  * snapshot while it asked: of round 4 (warm/2/0), the round counts the steps it posted (ran/8), every member reads
  * the same count and weighs ap-south by it; of round 0, it counts none and ap-south is a joiner with weight 0. */
+static void early_scene(fixture *f, const char *warm, void (*joiner)(void *self), host_pred asked)
+{
+    fixture_open(f, 2, 600000);
+    f->q.ran = f->q.joins_in_round = 1;
+    f->q.decided = 4; /* as if the run were past round 4 */
+    for (int r = 0; r < N_REGIONS; r++) f->mem[r].m.ran = f->mem[r].m.joins_in_round = 1;
+    rdzv_server_set(f->srv, rdzv_key_warm(2, 0).s, warm);
+    rejoin_at_8(f, early_member, joiner, asked);
+}
+
 static void early_rejoin(const char *warm, int counts)
 {
     fixture f;
-    fixture_open(&f, 2, 600000);
-    f.q.ran = f.q.joins_in_round = 1;
-    f.q.decided = 4; /* as if the run were past round 4 */
-    for (int r = 0; r < N_REGIONS; r++) f.mem[r].m.ran = f.mem[r].m.joins_in_round = 1;
-    rdzv_server_set(f.srv, rdzv_key_warm(2, 0).s, warm);
-    rejoin_at_8(&f, early_member, early_joiner, trained_3);
+    early_scene(&f, warm, early_joiner, trained_3);
     member *j = &f.mem[2];
     XDC_ASSERT_EQ(j->joined_at, 8);
     printf("ap-south began %d inner steps from its snapshot (%s); round 8 counts %d\n", j->early_ran, warm, j->counted);
@@ -602,6 +619,22 @@ XDC_TEST_T(elastic_protocol_a_joiner_trains_from_its_snapshot_and_the_next_round
 XDC_TEST_T(elastic_protocol_a_joiner_trained_from_an_older_snapshot_is_not_counted, 30)
 {
     early_rejoin("0 00000000000000ab", 0);
+}
+
+/* Decided as soon as its request is posted (join:<nonce>+1: its first step begins right after it), the round counts
+ * that step; the joiner runs it, and no other. CI once saw a decision already there at the joiner's first look
+ * (counted 1, run 0): the joiner now runs the announced step before it looks. This test pins the count, not that
+ * order (the request and the first look are one call apart: it cannot put the decision between them). */
+XDC_TEST_T(elastic_protocol_a_joiner_taken_at_its_request_runs_the_step_it_announced, 30)
+{
+    fixture f;
+    early_scene(&f, "4 00000000000000ab", decided_at_once_joiner, join_posted);
+    member *j = &f.mem[2];
+    printf("decided at its request: ap-south ran %d inner steps, round 8 counts %d\n", j->early_ran, j->counted);
+    XDC_ASSERT_EQ(j->counted, 1);
+    XDC_ASSERT_EQ(j->early_ran, 1);
+    for (int r = 0; r < N_REGIONS; r++) XDC_ASSERT_EQ(f.mem[r].counted, 1);
+    fixture_close(&f);
 }
 
 /* A restarted worker whose region was taken back since its last departure (left/2 = 1 and back/2/1 set: that
