@@ -829,12 +829,18 @@ static xdc_err_t launch_load(launch *L, xdc_diag *diag)
                      "--resume continues it)",
                      L->o.max_restarts, run);
     }
-    if (!L->cfg.plan_auto) return XDC_OK;
-    orch_planned plan;
-    XDC_CHECK(orch_plan_apply(&L->cfg, L->t, &plan, diag));
-    char line[768];
-    orch_plan_describe(&L->cfg, L->t, &plan.plan, line, sizeof line);
-    printf("%s\n", line);
+    if (L->cfg.plan_auto) {
+        orch_planned plan;
+        XDC_CHECK(orch_plan_apply(&L->cfg, L->t, &plan, diag));
+        char line[768];
+        orch_plan_describe(&L->cfg, L->t, &plan.plan, line, sizeof line);
+        printf("%s\n", line);
+    }
+    /* Refused here, named, rather than by every worker at once, whichever of them the launch hears from first */
+    if (orch_run_config_check_layout(&L->cfg, L->t, diag) != XDC_OK) {
+        xdc_diag_prefix(diag, "%s on %s", L->o.config, L->o.topology);
+        return XDC_ERR_CONFIG;
+    }
     return XDC_OK;
 }
 

@@ -126,14 +126,13 @@ xdc_err_t orch_member_place(orch_member *m, xdc_diag *diag)
     }
     int workers = xdc_topology_region_workers(t, r);
     m->id.n_stages = m->cfg.pipeline_stages;
+    XDC_CHECK(orch_run_config_check_layout(&m->cfg, t, diag));
     if (m->cfg.span_regions) {
         /* One pipeline through every worker of every region, in region order: stage = global rank. */
         m->id.span = 1;
-        if (m->id.n_stages != m->id.gsize || m->id.gsize > m->cfg.train.model.n_layer) {
-            xdc_diag_set(diag,
-                         "span_regions: pipeline_stages (%d) must equal the workers of all regions (%d) and not "
-                         "exceed the model's %d layers",
-                         m->id.n_stages, m->id.gsize, m->cfg.train.model.n_layer);
+        if (m->id.gsize != xdc_topology_total_workers(t)) {
+            xdc_diag_set(diag, "span_regions: XDC_GLOBAL_WORLD_SIZE=%d but topology %s has %d workers", m->id.gsize,
+                         t->path, xdc_topology_total_workers(t));
             return XDC_ERR_CONFIG;
         }
         m->id.stage = m->id.grank;
@@ -142,19 +141,10 @@ xdc_err_t orch_member_place(orch_member *m, xdc_diag *diag)
         stage_layers(m);
         return XDC_OK;
     }
-    /* Every region runs the same stages; their replica counts may differ (xdc_sync_cfg.lanes). Checked for every
-     * region first, so that every worker names the region that cannot. */
+    /* Every region runs the same stages (checked above); their replica counts may differ (xdc_sync_cfg.lanes). */
     m->id.lanes = m->id.rep_first = m->id.replicas_all = 0;
     for (int o = 0; o < t->n_regions; o++) {
-        int w = xdc_topology_region_workers(t, o);
-        if (w % m->id.n_stages != 0 || w == 0) {
-            xdc_diag_set(diag,
-                         "region %s has %d workers, which the %d pipeline stages must divide: every region runs the "
-                         "same stages (a different stage count per region cannot run)",
-                         t->regions[o].name, w, m->id.n_stages);
-            return XDC_ERR_CONFIG;
-        }
-        m->id.replicas[o] = w / m->id.n_stages;
+        m->id.replicas[o] = xdc_topology_region_workers(t, o) / m->id.n_stages;
         if (!m->id.lanes || m->id.replicas[o] < m->id.lanes) m->id.lanes = m->id.replicas[o];
         if (o < r) m->id.rep_first += m->id.replicas[o];
         m->id.replicas_all += m->id.replicas[o];

@@ -288,6 +288,29 @@ static xdc_err_t check_chunks(const orch_run_config *c, xdc_cfg_errors *errs)
     return XDC_OK;
 }
 
+xdc_err_t orch_run_config_check_layout(const orch_run_config *c, const xdc_topology *t, xdc_diag *diag)
+{
+    int stages = c->pipeline_stages, total = xdc_topology_total_workers(t);
+    if (c->span_regions) {
+        if (stages == total && total <= c->train.model.n_layer) return XDC_OK;
+        xdc_diag_set(diag,
+                     "span_regions: pipeline_stages (%d) must equal the workers of all regions (%d) and not exceed the "
+                     "model's %d layers",
+                     stages, total, c->train.model.n_layer);
+        return XDC_ERR_CONFIG;
+    }
+    for (int r = 0; r < t->n_regions; r++) {
+        int w = xdc_topology_region_workers(t, r);
+        if (w > 0 && w % stages == 0) continue;
+        xdc_diag_set(diag,
+                     "region %s has %d workers, which the %d pipeline stages must divide: every region runs the same "
+                     "stages (a different stage count per region cannot run)",
+                     t->regions[r].name, w, stages);
+        return XDC_ERR_CONFIG;
+    }
+    return XDC_OK;
+}
+
 xdc_err_t orch_run_config_check(const orch_run_config *c, bool planned, xdc_cfg_errors *errs)
 {
     if (c->mode == ORCH_MODE_STREAMING && c->streaming.fragments > c->diloco.inner_steps) {

@@ -202,6 +202,13 @@ typedef struct orch_planned {
  * (planned true), so a plan the run takes is one a run file could say. */
 xdc_err_t orch_run_config_check(const orch_run_config *c, bool planned, xdc_cfg_errors *errs);
 
+/* The stages the run's regions can hold: with span_regions one pipeline through every worker of topology t
+ * (pipeline_stages equal to its workers, at most the model's layers); otherwise every region runs the same stages,
+ * so each region's workers are a multiple of pipeline_stages (their replica counts may differ). XDC_ERR_CONFIG,
+ * naming the region, in diag. `xdc launch` checks it before it starts anything, each worker again
+ * (orch_member_place). */
+xdc_err_t orch_run_config_check_layout(const orch_run_config *c, const xdc_topology *t, xdc_diag *diag);
+
 /* The environment variable that carries a probe's figure, "FLOPS CORES" (xdc_plan_calib.probe_flops, probe_cores), from
  * the process that measured it (`xdc launch`, `xdc plan -c`) to every process that plans the run: the launcher's
  * agents and workers inherit it, so all of them choose the same plan. Set by hand it stands for a measurement. */

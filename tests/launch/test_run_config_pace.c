@@ -3,10 +3,12 @@
  * each misuse is named (a factor out of range with its line and column, the wrong mode); the `elastic:` key that
  * makes sync mode go by quorum; microbatches_per_replica, per region or for all, and its misuse;
  * emulate_layer_ms, one value for every region or one per region; diloco.overlap (eager or delayed), which
- * needs overlapped rounds; and diloco.train_while_waiting, which needs DiLoCo's rounds at once or streaming. */
+ * needs overlapped rounds; diloco.train_while_waiting, which needs DiLoCo's rounds at once or streaming; and the
+ * stages a topology's regions can hold (pipeline_stages, span_regions). */
 #include "tests/xdc_test.h"
 
 #include "orchestrator/runcfg/orch_run_config.h"
+#include "topology/xdc_topology.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -165,4 +167,36 @@ XDC_TEST(run_config_emulate_layer_ms_for_all_or_per_region)
     XDC_ASSERT_STR_CONTAINS(d.msg, "has 2 entries; the topology has 3 regions");
     XDC_ASSERT_ERR(load("lmsn", "emulate_layer_ms: [10, -1]\n", &c, &errs), XDC_ERR_CONFIG);
     names(&errs, "emulate_layer_ms[1]: a number in [0, 60000] expected");
+}
+
+/* Regions of 2 and 1 workers: one stage fits both, two do not fit eu-west (named); span_regions needs one stage per
+ * worker of the topology (3), not 2. */
+XDC_TEST(run_config_layout_names_the_region_that_cannot_hold_the_stages)
+{
+    static orch_run_config c;
+    xdc_cfg_errors errs;
+    xdc_diag d = {{0}};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/het21.yaml", xdc_test_tmpdir());
+    static const char region[] = "gpus_per_node: 0, gpu: {model: cpu, bf16_tflops: 0.05, memory_gib: 4}, "
+                                 "intra: {bandwidth_gbps: 40, latency_us: 10}";
+    char text[1024];
+    snprintf(text, sizeof text,
+             "name: het21\nregions:\n  - {name: us-east, nodes: e1, workers_per_node: 2, %s}\n"
+             "  - {name: eu-west, nodes: w1, workers_per_node: 1, %s}\n"
+             "links:\n  - {from: us-east, to: eu-west, bandwidth_gbps: 1, rtt_ms: 2, cost_usd_per_gb: 0.02}\n",
+             region, region);
+    xdc_test_write_file(path, text);
+    xdc_topology *t = NULL;
+    XDC_ASSERT_OK(xdc_topology_load(path, &t, &errs));
+    XDC_ASSERT_OK(load("one-stage", "pipeline_stages: 1\n", &c, &errs));
+    XDC_ASSERT_OK(orch_run_config_check_layout(&c, t, &d));
+    XDC_ASSERT_OK(load("two-stages", "pipeline_stages: 2\n", &c, &errs));
+    XDC_ASSERT_ERR(orch_run_config_check_layout(&c, t, &d), XDC_ERR_CONFIG);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "region eu-west has 1 workers, which the 2 pipeline stages must divide");
+    XDC_ASSERT_OK(load("span", "pipeline_stages: 2\nspan_regions: true\n", &c, &errs));
+    XDC_ASSERT_ERR(orch_run_config_check_layout(&c, t, &d), XDC_ERR_CONFIG);
+    XDC_ASSERT_STR_CONTAINS(d.msg, "pipeline_stages (2) must equal the workers of all regions (3) and not exceed the "
+                                   "model's 2 layers");
+    xdc_topology_destroy(t);
 }
