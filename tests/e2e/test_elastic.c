@@ -283,39 +283,6 @@ static const char *write_run(const char *name, const char *mode, int steps, cons
     return write_run_timeouts(name, mode, steps, elastic, "");
 }
 
-/* Print the lines of `path` that say what went wrong or who left and came back (kept in the test's output
- * when it fails: the run folder is removed). */
-static void print_story(const char *path)
-{
-    char *text = xdc_test_read_file(path, NULL);
-    static const char *const words[] = {"error",   "failed", "dropped",     "rejoin", "took the state",
-                                        "did not", "exited", "waiting for", "warn",   "quorum"};
-    printf("---- %s\n", path);
-    for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n"))
-        for (size_t k = 0; k < sizeof words / sizeof words[0]; k++)
-            if (strstr(line, words[k])) {
-                printf("%s\n", line);
-                break;
-            }
-    free(text);
-    fflush(stdout); /* a failed assertion ends the test process without flushing */
-}
-
-/* print_story of the host's log, the agents' logs (`agents` and `again` may be NULL) and every worker log of run
- * folder `dir`. */
-static void print_stories(const char *dir, const char *host_log, const char *agents, const char *again)
-{
-    print_story(host_log);
-    if (agents) print_story(agents);
-    if (again) print_story(again);
-    char pattern[800];
-    glob_t g;
-    snprintf(pattern, sizeof pattern, "%s/logs/*.log", dir);
-    if (glob(pattern, 0, NULL, &g) == 0)
-        for (size_t i = 0; i < g.gl_pathc; i++) print_story(g.gl_pathv[i]);
-    globfree(&g);
-}
-
 /* `xdc launch` on the three regions of topology `topo` (NULL: TOPO3) in the background, its output into `log`;
  * `restarts`: its --max-restarts (NULL: none). */
 static pid_t start_launch(const char *run, const char *topo, const char *dir, const char *log, const char *restarts)
@@ -560,7 +527,7 @@ XDC_TEST_T(elastic_diloco_below_min_regions_is_a_named_error, 180)
 static char *launch_succeeded(pid_t p, const char *dir, const char *log)
 {
     int rc = launch_exit(p);
-    print_stories(dir, log, NULL, NULL);
+    e2e_print_stories(dir, log, NULL, NULL);
     XDC_ASSERT_MSG(rc == 0, "launch exited %d", rc);
     char *out = xdc_test_read_file(log, NULL);
     XDC_ASSERT(out != NULL);
@@ -757,7 +724,7 @@ XDC_TEST_T(elastic_coordinator_drops_a_region_that_misses_the_window, 180)
     kill(stop_outside_a_round(dir, "us-east", log, agents), SIGKILL);
     int failed = launch_exit(sh);
     int rc = launch_exit(coord);
-    print_stories(dir, log, agents, NULL);
+    e2e_print_stories(dir, log, agents, NULL);
     XDC_ASSERT_MSG(failed == 1, "%d agents failed, expected us-east's alone", failed);
     char *out = xdc_test_read_file(log, NULL);
     XDC_ASSERT_MSG(rc == 0, "the coordinator exited %d:\n%s", rc, out ? out : "");
@@ -868,7 +835,7 @@ static void take_a_region_back(const char *name, const char *mode, const char *h
     }
     pid_t back = start_agents(run, dir, where, run_id, "ap-south", again);
     int failed = launch_exit(sh), failed_again = launch_exit(back);
-    print_stories(dir, log, agents, again);
+    e2e_print_stories(dir, log, agents, again);
     char *alog = xdc_test_read_file(agents, NULL), *blog = xdc_test_read_file(again, NULL);
     XDC_ASSERT_MSG(failed == 1, "%d agents failed, expected ap-south's first alone:\n%s", failed, alog ? alog : "");
     XDC_ASSERT_MSG(failed_again == 0, "ap-south's last agent failed:\n%s", blog ? blog : "");

@@ -143,6 +143,37 @@ char *e2e_start_coordinator(const char *run, const char *dir, const char *log, c
     return coord;
 }
 
+/* Print the lines of `path` that say what went wrong or who left and came back (kept in the test's output
+ * when it fails: the run folder is removed). */
+static void print_story(const char *path)
+{
+    char *text = xdc_test_read_file(path, NULL);
+    static const char *const words[] = {"error",   "failed", "dropped",     "rejoin", "took the state",
+                                        "did not", "exited", "waiting for", "warn",   "quorum"};
+    printf("---- %s\n", path);
+    for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n"))
+        for (size_t k = 0; k < sizeof words / sizeof words[0]; k++)
+            if (strstr(line, words[k])) {
+                printf("%s\n", line);
+                break;
+            }
+    free(text);
+    fflush(stdout); /* a failed assertion ends the test process without flushing */
+}
+
+void e2e_print_stories(const char *dir, const char *host_log, const char *agents, const char *again)
+{
+    if (host_log) print_story(host_log);
+    if (agents) print_story(agents);
+    if (again) print_story(again);
+    char pattern[800];
+    glob_t g;
+    snprintf(pattern, sizeof pattern, "%s/logs/*.log", dir);
+    if (glob(pattern, 0, NULL, &g) == 0)
+        for (size_t i = 0; i < g.gl_pathc; i++) print_story(g.gl_pathv[i]);
+    globfree(&g);
+}
+
 char *e2e_region_log(const char *dir, const char *region)
 {
     char pattern[800];

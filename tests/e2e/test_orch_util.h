@@ -41,6 +41,10 @@ const char *e2e_write_tiny(int layers, int batch);
 /* The log of region `region`'s rank 0 worker in the run folder `dir` (logs/<region>-<host>-0.log: the host is the
  * node's name, or this machine's when an agent started by hand was not told one; a restarted worker appends to
  * it), malloc'd. */
+/* Print the lines that say what went wrong or who left and came back (errors, warnings, exits, rejoins, quorums)
+ * of the host's log, the agents' logs (each may be NULL) and every worker log of run folder `dir`:
+ * kept in a test's output when it fails (the run folder is removed). */
+void e2e_print_stories(const char *dir, const char *host_log, const char *agents, const char *again);
 char *e2e_region_log(const char *dir, const char *region);
 /* The final parameter hashes the workers of a run logged, one per region; returns how many. */
 int e2e_final_hashes(const char *dir, char hash[][17], int cap);
