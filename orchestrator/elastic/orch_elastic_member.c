@@ -116,11 +116,17 @@ static xdc_err_t train_while_waiting(orch_elastic_member *m, long long round, ui
     if (rdzv_get(m->rdzv, quorum.s, first_ms, val, sizeof val, &quiet) == XDC_OK) return XDC_OK;
     while (!xdc_deadline_passed(deadline) && rdzv_try_get(m->rdzv, quorum.s, val, sizeof val, diag) == XDC_ERR_AGAIN) {
         XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_outer(m->region_idx, m->rank).s,
-                           rdzv_val_arrival_ran(round, m->ran_self + 1).s, diag));
+                           rdzv_val_arrival(round, RDZV_ARRIVE, m->ran_self + 1).s, diag));
         m->ran_self++;
         XDC_CHECK(m->busy(m->busy_ctx, diag));
     }
     return XDC_OK;
+}
+
+/* This worker's arrival at `round`, as m->arrive says (with a joiner's inner steps from its snapshot). */
+static rdzv_val arrival(const orch_elastic_member *m, long long round)
+{
+    return rdzv_val_arrival(round, m->arrive, m->arrive != RDZV_ARRIVE && round != RDZV_ROUND_END ? m->taking_ran : 0);
 }
 
 xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag *diag)
@@ -129,7 +135,7 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
     int n = m->t->n_regions;
     rdzv_val name = rdzv_val_round(round);
     rdzv_key outer = rdzv_key_outer(m->region_idx, m->rank), quorum = rdzv_key_quorum(round);
-    XDC_CHECK(rdzv_set(m->rdzv, outer.s, rdzv_val_arrival(round, m->arrive).s, diag));
+    XDC_CHECK(rdzv_set(m->rdzv, outer.s, arrival(m, round).s, diag));
     /* The decision comes at most the grace window after the first region arrived, an operation's deadline
      * later when a region is in its first round back (orch_quorum_init's back_ms); our own region's other
      * workers may take up to an operation's deadline to get here. */
@@ -140,7 +146,7 @@ xdc_err_t orch_elastic_arrive(orch_elastic_member *m, long long round, xdc_diag 
            rdzv_try_get(m->rdzv, quorum.s, val, sizeof val, diag) == XDC_ERR_AGAIN) {
         if (m->state_in(m->state_ctx)) {
             m->arrive = RDZV_ARRIVE_TOOK;
-            XDC_CHECK(rdzv_set(m->rdzv, outer.s, rdzv_val_arrival(round, m->arrive).s, diag));
+            XDC_CHECK(rdzv_set(m->rdzv, outer.s, arrival(m, round).s, diag));
             break;
         }
         xdc_sleep_s(STATE_POLL_S);
@@ -184,7 +190,8 @@ xdc_err_t orch_elastic_region_took(orch_elastic_member *m, long long round, int 
 {
     char val[RDZV_VALUE_MAX], nonce[RDZV_NONCE_MAX];
     rdzv_arrive_kind kind = took ? RDZV_ARRIVE_TOOK : RDZV_ARRIVE_TAKING;
-    XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_outer(m->region_idx, m->rank).s, rdzv_val_arrival(round, kind).s, diag));
+    XDC_CHECK(rdzv_set(m->rdzv, rdzv_key_outer(m->region_idx, m->rank).s,
+                       rdzv_val_arrival(round, kind, m->taking_ran).s, diag));
     uint64_t deadline = xdc_deadline_ms(m->operation_ms);
     *all = took;
     for (int k = 0; *all && k < xdc_topology_region_workers(m->t, m->region_idx); k++) {

@@ -43,6 +43,10 @@ typedef struct orch_elastic_member {
      * yet (NULL: never asked) */
     int (*state_in)(void *state_ctx);
     void *state_ctx;
+    /* inner steps such a worker ran from its snapshot while its state came (a streaming joiner that trains while it
+     * takes it, orch_rejoin.c), in its "taking"/"took" arrivals as "+<n>": the round gives it weight 0 all the same;
+     * bench-chaos's story reads when it trained again and how many steps its region lost */
+    int taking_ran;
     /* DiLoCo's train_while_waiting (orch_quorum.h), `ran`: each decision comes with ran/<round>, read into extra[r]:
      * the inner steps region r ran while that round waited, which weigh its pseudo-gradient. A member that arrives
      * plainly and is still undecided after busy_after_s runs busy(busy_ctx) (one inner step) until the decision

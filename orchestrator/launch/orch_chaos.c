@@ -175,7 +175,10 @@ typedef struct {
     double back_s[2];             /* when that was seen */
     double train_s[2];            /* when each was first seen training from its snapshot while it asked (its
                                    * request join:<nonce>+<n>; 0: not seen): elastic DiLoCo's joiner, whose steps the
-                                   * round that takes it back counts when its snapshot is of the round before */
+                                   * round that takes it back counts when its snapshot is of the round before; or
+                                   * while its state came (taking:<round>+<n>): a streaming joiner, whose progress
+                                   * is carried onto the state it takes */
+    int taking_ran[2];            /* the inner steps each ran while its state came, as its arrivals last said */
     uint8_t back[2];              /* each region's recovery was logged */
     uint8_t catching_up[2];       /* taken back, not training yet by the last decision read (decided_as) */
     int undone;                   /* the stall continued, the link restored */
@@ -597,6 +600,24 @@ static int trains_early(const orch_chaos *c, int r)
     return 1;
 }
 
+/* The inner steps every worker of region r ran from its snapshot while its state came, as their arrivals say
+ * (taking:<round>+<n>, took:<round>+<n>: the fewest); 0 when any posted none. */
+static int trains_taking(const orch_chaos *c, int r)
+{
+    int fewest = 0;
+    for (int k = 0; k < xdc_topology_region_workers(c->w.t, r); k++) {
+        char val[64], nonce[RDZV_NONCE_MAX];
+        long long at;
+        rdzv_arrive_kind kind;
+        int n = 0;
+        if (rdzv_server_get(c->w.rdzv, rdzv_key_outer(r, k).s, val, sizeof val) != 0 ||
+            rdzv_val_outer_parse(val, &at, nonce, &kind, &n) != XDC_OK || kind == RDZV_ARRIVE || n <= 0)
+            return 0;
+        if (k == 0 || n < fewest) fewest = n;
+    }
+    return fewest;
+}
+
 /* The inner steps region r ran from its snapshot that the round at `round`, which took it back, counted (ran/<round>);
  * 0 when none (or no such key: the run does not train while rounds wait). */
 static int counted_early(const orch_chaos *c, int r, long long round)
@@ -622,6 +643,11 @@ static void watch(orch_chaos *c, fault *x)
             x->train_s[i] = now;
         if (x->out_s[i] && x->back_step[i] < 0 && c->polled && (round = taken_back(c, x, i)) >= 0)
             x->back_step[i] = c->step, x->back_round[i] = x->taken_at[i] = round, x->back_s[i] = now;
+        int n;
+        if (x->out_s[i] && x->back_step[i] >= 0 && !x->back[i] && c->polled && (n = trains_taking(c, r)) > 0) {
+            if (!x->train_s[i]) x->train_s[i] = now;
+            x->taking_ran[i] = n;
+        }
     }
     if (x->ends_s && now >= x->ends_s) undo(c, x);
     if (x->ends_s && !x->undone) return;
@@ -688,8 +714,10 @@ static void watch(orch_chaos *c, fault *x)
         }
         x->back[i] = 1;
         /* A joiner whose steps from its snapshot the round counted was back from its first one (seen by the poll; or,
-         * missed there, by the time its return was seen: it trained before) */
+         * missed there, by the time its return was seen: it trained before), as was one whose steps while its state
+         * came are carried onto it (seen at its first arrival after its first such step: up to a round late) */
         int early = x->out_s[i] ? counted_early(c, r, x->taken_at[i]) : 0;
+        if (x->out_s[i] && !early) early = x->taking_ran[i];
         double at = !early ? now : x->train_s[i] ? x->train_s[i] : x->back_s[i];
         double back = at - x->fired_s, rec = at - end_s, detect = x->out_s[i] ? x->out_s[i] - x->fired_s : 0;
         char out[160];

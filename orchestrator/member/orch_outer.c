@@ -159,7 +159,8 @@ xdc_err_t orch_outer_begin(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, 
     if (how == ORCH_OUTER_DELAYED) XDC_CHECK(dev->copy_d2d(o->snapshot + lo, o->local + lo, bytes, o->stream));
     xdc_stream *prev = NULL;
     XDC_CHECK(enter(o, &prev));
-    o->be->model->sub(o->pseudo + lo, o->global + lo, o->local + lo, n); /* after the snapshot: one stream */
+    if (o->bystander) o->be->model->zero(o->pseudo + lo, bytes); /* in the exchange, contributing nothing */
+    else o->be->model->sub(o->pseudo + lo, o->global + lo, o->local + lo, n); /* after the snapshot: one stream */
     XDC_CHECK(leave(o, prev));
     if (how == ORCH_OUTER_EAGER) XDC_CHECK(eager(o, xdc_sync_share(sync), diag)); /* after the quorum's weights */
     XDC_CHECK(xdc_sync_begin(sync, o->pseudo + lo));
@@ -180,6 +181,17 @@ xdc_err_t orch_outer_step(orch_outer *o, const float *d, size_t lo, size_t hi, b
     return nesterov(o, o->global, o->mom, d, lo, hi, mean);
 }
 
+xdc_err_t orch_outer_rebase(orch_outer *o, const float *base)
+{
+    XDC_CHECK(dev_of(o)->copy_h2d(o->pseudo, base, o->n * sizeof(float), o->stream));
+    xdc_stream *prev = NULL;
+    XDC_CHECK(enter(o, &prev));
+    o->be->model->sub(o->pseudo, o->local, o->pseudo, o->n);
+    o->be->model->residual_forward(o->local, o->global, o->pseudo, o->n);
+    XDC_CHECK(leave(o, prev));
+    return dev_of(o)->stream_sync(o->stream);
+}
+
 xdc_err_t orch_outer_apply(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, xdc_diag *diag)
 {
     if (o->begun_at < 0) {
@@ -189,6 +201,7 @@ xdc_err_t orch_outer_apply(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, 
     int64_t step = o->begun_at;
     o->begun_at = -1;
     XDC_CHECK(o->hooks.end ? o->hooks.end(o->hooks.ctx, sync, step, diag) : xdc_sync_end(sync, diag));
+    if (o->bystander) return XDC_OK; /* the mean is in o->pseudo: the caller keeps it */
     const xdc_model_ops *ops = o->be->model;
     size_t n = hi - lo;
     XDC_CHECK(orch_outer_step(o, o->pseudo + lo, lo, hi, o->mean));

@@ -67,9 +67,13 @@ typedef struct orch_outer {
     xdc_codec *own_codec;
     uint8_t *own_bytes;
     size_t own_cap;
-    float *host;                /* pinned host (n): staging of global and momentum (checkpoints, rejoin) */
-    float lr, momentum;         /* outer Nesterov η, μ (the run file's diloco section) */
-    bool mean;                  /* the next outer step is the plain mean (η = 1, μ = 0): keep_unsent's last round */
+    float *host;        /* pinned host (n): staging of global and momentum (checkpoints, rejoin) */
+    float lr, momentum; /* outer Nesterov η, μ (the run file's diloco section) */
+    bool mean;          /* the next outer step is the plain mean (η = 1, μ = 0): keep_unsent's last round */
+    /* The rounds leave this member's parameters alone: it sends a zero pseudo-gradient and a round's mean is only
+     * received (in o->pseudo), its outer step not taken: a streaming joiner that trains from its snapshot while its
+     * state comes (orchestrator/worker/orch_rejoin.c), whose global parameters are not the run's yet */
+    bool bystander;
     orch_outer_overlap overlap; /* how the round in flight began */
     int64_t begun_at;           /* the step of the round in flight, or -1 */
     uint64_t steps_in_flight;   /* inner steps counted (orch_outer_stepped) while a round was in flight, in total */
@@ -104,6 +108,9 @@ xdc_err_t orch_outer_apply(orch_outer *o, xdc_sync *sync, size_t lo, size_t hi, 
  * mean's step, η = 1, μ = 0), on o->stream: what orch_outer_apply takes, and what a rejoining region replays
  * for the rounds it took part in while its state was on its way (orchestrator/worker/orch_rejoin.c). */
 xdc_err_t orch_outer_step(orch_outer *o, const float *d, size_t lo, size_t hi, bool mean);
+/* local = global + (local − base): the progress the inner steps made from `base` (host, o->n fp32: the global
+ * parameters they began from) carried onto the global parameters; o->pseudo is its scratch. */
+xdc_err_t orch_outer_rebase(orch_outer *o, const float *base);
 /* An inner step was taken: counted in steps_in_flight while a round is in flight (the proof that the loop
  * kept stepping while a round was on the wire). */
 void orch_outer_stepped(orch_outer *o);

@@ -255,18 +255,11 @@ rdzv_val rdzv_val_join(const char *nonce, int ran)
 /* The prefixes of a rejoined worker's arrivals, by rdzv_arrive_kind. */
 static const char *const arrive_prefix[] = {"", "taking:", "took:"};
 
-rdzv_val rdzv_val_arrival(long long round, rdzv_arrive_kind kind)
+rdzv_val rdzv_val_arrival(long long round, rdzv_arrive_kind kind, int ran)
 {
     rdzv_val v;
-    snprintf(v.s, sizeof v.s, "%s%s", arrive_prefix[kind], rdzv_val_round(round).s);
-    return v;
-}
-
-rdzv_val rdzv_val_arrival_ran(long long step, int extra)
-{
-    rdzv_val v;
-    if (extra > 0) snprintf(v.s, sizeof v.s, "%lld+%d", step, extra);
-    else snprintf(v.s, sizeof v.s, "%lld", step);
+    if (ran > 0) snprintf(v.s, sizeof v.s, "%s%s+%d", arrive_prefix[kind], rdzv_val_round(round).s, ran);
+    else snprintf(v.s, sizeof v.s, "%s%s", arrive_prefix[kind], rdzv_val_round(round).s);
     return v;
 }
 
@@ -280,9 +273,10 @@ xdc_err_t rdzv_val_outer_parse(const char *val, long long *round, char *nonce, r
         const char *at = after(val, arrive_prefix[k]);
         if (!at) continue;
         if (kind) *kind = (rdzv_arrive_kind)k;
-        return rdzv_val_round_parse(at, round);
+        val = at;
+        break;
     }
-    /* "<step>+<extra>", "join:<nonce>+<extra>": a positive count, in canonical form (a nonce has no '+') */
+    /* "<round>+<extra>", "join:<nonce>+<extra>": a positive count, in canonical form (a nonce has no '+') */
     const char *plus = r ? strchr(r, '+') : take_num(val, STEP_DIGITS, round);
     if (plus && *plus == '+') {
         int e = 0;

@@ -161,14 +161,14 @@ xdc_err_t rdzv_val_round_parse(const char *text, long long *round);
 rdzv_val rdzv_val_join(const char *nonce, int ran);
 /* A worker's arrival at a round: plain (the round's name), or that of a rejoined worker whose state is still
  * arriving ("taking:<round>") or came since its last round ("took:<round>"): either is in the round with weight
- * 0 (quorum 't', 'c': orch_quorum.h; docs/runtime.md "Rejoining"). */
+ * 0 (quorum 't', 'c': orch_quorum.h; docs/runtime.md "Rejoining"). `ran` > 0 appends "+<ran>": a member's inner
+ * steps run since it arrived, while it waits for the round's decision (train_while_waiting; the round counts them,
+ * ran/<step>), or a streaming joiner's inner steps run from its snapshot while its state comes (the round leaves
+ * them out: weight 0; the chaos story reads them). */
 typedef enum { RDZV_ARRIVE = 0, RDZV_ARRIVE_TAKING, RDZV_ARRIVE_TOOK } rdzv_arrive_kind;
-rdzv_val rdzv_val_arrival(long long round, rdzv_arrive_kind kind);
-/* A member's plain arrival at the round at `step` that has run `extra` inner steps since, while it waits for
- * the round's decision (DiLoCo's train_while_waiting, docs/runtime.md): "<step>+<extra>"; extra 0: "<step>". */
-rdzv_val rdzv_val_arrival_ran(long long step, int extra);
+rdzv_val rdzv_val_arrival(long long round, rdzv_arrive_kind kind, int ran);
 /* The value of outer/<region index>/<rank>: an arrival (*round, nonce "", *kind: how; kind may be NULL; *extra:
- * its inner steps run since, 0 but for "<step>+<extra>"; extra may be NULL) or a rejoin request (*round -1, its
+ * its "+<ran>", else 0; extra may be NULL) or a rejoin request (*round -1, its
  * nonce into nonce[RDZV_NONCE_MAX], *extra the steps of "join:<nonce>+<extra>"); XDC_ERR_PROTO for anything
  * else. */
 xdc_err_t rdzv_val_outer_parse(const char *val, long long *round, char *nonce, rdzv_arrive_kind *kind, int *extra);

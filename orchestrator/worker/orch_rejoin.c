@@ -33,7 +33,10 @@
  * that took it back when all its region's workers have theirs by then (orch_elastic_region_took), it checks each
  * hash, takes the state, replays the outer steps of the rounds it kept (the same operations on the same bytes as
  * the members', so its global parameters end bit-equal to theirs), sets local = global and trains from there, a
- * member from the next round on. At the run's last round it waits for the state instead. Sync mode (every region applies the same AdamW
+ * member from the next round on. A streaming joiner that trains while rounds wait and whose donors complete its own
+ * snapshot trains from that snapshot meanwhile instead (trains_while_taking), its rounds leaving its parameters
+ * alone (o->bystander), and carries its progress onto the state it takes (local = global + local − the snapshot's
+ * global). At the run's last round it waits for the state instead. Sync mode (every region applies the same AdamW
  * step from the same moments each step: no round to keep) and a return at the last round take it at once.
  * Warm (DiLoCo and streaming): a joiner that posted a valid snapshot of its own gets, from each donor whose kept
  * rounds lead from that snapshot's hash to its global parameters, the means of the rounds it missed over the
@@ -209,6 +212,9 @@ struct orch_rejoin_in {
     /* the inner steps it ran from its snapshot while it asked (early_start), and 1 when the round that took it back
      * counts them (orch_elastic_took_early): it keeps its AdamW moments and data position, trained on from there */
     int early, trained;
+    /* 1: it trains from its snapshot while the slices come (trains_while_taking; o->bystander): it keeps its AdamW
+     * moments and data position, and its progress from the snapshot is carried onto the state it takes */
+    int trains;
 };
 
 xdc_err_t orch_rejoin_detect(orch_worker *w, xdc_diag *diag)
@@ -677,7 +683,8 @@ static xdc_err_t from_snapshot(orch_worker *w, orch_outer *o, const donor_in *dn
     xdc_stream *s = xdc_gpt_stage_stream(w->model.st);
     if (params) XDC_CHECK(d->copy_h2d(o->global + lo, part[ORCH_SNAP_GLOBAL] + lo, bytes, s));
     if (params) XDC_CHECK(d->copy_h2d(o->mom + lo, part[ORCH_SNAP_MOM] + lo, bytes, s));
-    if (w->elastic.take->trained) return XDC_OK; /* its moments went on from the snapshot's with its inner steps */
+    if (w->elastic.take->trained || w->elastic.take->trains)
+        return XDC_OK; /* its moments went on from the snapshot's with its inner steps */
     return xdc_gpt_stage_moments_set(w->model.st, lo, lo + len, part[ORCH_SNAP_M] + lo, part[ORCH_SNAP_V] + lo,
                                      (int64_t)h[HDR_ADAM_T] + passed);
 }
@@ -973,7 +980,17 @@ static xdc_err_t take_state(orch_worker *w, orch_outer *o, struct orch_rejoin_in
     }
     for (int i = 0; i < in->n_kept && rc == XDC_OK; i++)
         rc = orch_outer_step(o, in->kept[i].d, in->kept[i].lo, in->kept[i].hi, in->kept[i].mean);
-    if (rc == XDC_OK) rc = d->copy_d2d(o->local, o->global, o->n * sizeof(float), s);
+    /* A joiner that trained meanwhile carries its progress onto the global parameters: its next pseudo-gradients
+     * hold it, so the rounds average it in as any member's; at the run's last round it ends on the members' model. */
+    int carried = in->trains && w->prog.step < w->cfg->train.steps;
+    o->bystander = false;
+    if (rc == XDC_OK) {
+        orch_snapshot_meta *m;
+        float *part[ORCH_SNAP_PARTS];
+        if (carried) orch_snapshot_parts((void *)orch_warm_snapshot(w), o->n, &m, part);
+        rc = carried ? orch_outer_rebase(o, part[ORCH_SNAP_GLOBAL])
+                     : d->copy_d2d(o->local, o->global, o->n * sizeof(float), s);
+    }
     xdc_err_t rs = d->stream_sync(s);
     d->mem_free(dev);
     XDC_CHECK(rc);
@@ -981,11 +998,12 @@ static xdc_err_t take_state(orch_worker *w, orch_outer *o, struct orch_rejoin_in
     const uint64_t *h = in->dn[0].hdr;
     char how[320], where[160];
     took_how(w, in, how, sizeof how);
-    if (in->trained)
+    if (in->trained || in->trains)
         snprintf(where, sizeof where,
                  "step %lld, its own AdamW moments and data position after %d inner steps from "
-                 "its snapshot",
-                 in->want, in->early);
+                 "its snapshot%s",
+                 in->want, in->trained ? in->early : w->elastic.m.taking_ran,
+                 carried ? ", their progress carried onto the state" : "");
     else
         snprintf(where, sizeof where, "step %lld, data epoch %llu batch %llu, %llu AdamW steps", in->want,
                  (unsigned long long)h[HDR_EPOCH], (unsigned long long)h[HDR_BATCH], (unsigned long long)h[HDR_ADAM_T]);
@@ -1023,6 +1041,31 @@ static xdc_err_t dial_members(orch_worker *w, struct orch_rejoin_in *in, xdc_dia
     }
     return XDC_OK;
 }
+
+/* Streaming that trains while rounds wait (m.ran: one worker a region), its headers read: when every donor sends
+ * what completes the snapshot this worker posted (its means since, or the global parameters alone), that snapshot is
+ * of this run's model and its state will be the members' replayed from it, so it trains from the snapshot while the
+ * slices come instead of letting the steps pass: the snapshot's parameters, AdamW moments and data position
+ * (orch_warm_start), the rounds leaving them alone (o->bystander) until take_state carries its progress onto the
+ * state. Its step is the run's from the header on (the learning rate's). Elsewhere the state replaces what it
+ * trained: DiLoCo counts a joiner's steps only where the round that takes it back begins from its snapshot
+ * (early_start), and a state not built on the snapshot gives its progress no base. */
+static xdc_err_t trains_while_taking(orch_worker *w, orch_outer *o, struct orch_rejoin_in *in)
+{
+    long long round;
+    if (w->cfg->mode != ORCH_MODE_STREAMING || !w->elastic.m.ran || in->want >= w->cfg->train.steps) return XDC_OK;
+    for (int i = 0; i < in->k; i++)
+        if (!in->dn[i].hdr[HDR_WARM] && !in->dn[i].hdr[HDR_OWN]) return XDC_OK;
+    xdc_err_t rc = orch_warm_start(w, o, &round);
+    if (rc == XDC_ERR_UNAVAILABLE) return XDC_OK; /* no snapshot: the donors' headers said otherwise */
+    XDC_CHECK(rc);
+    in->trains = 1;
+    o->bystander = true;
+    w->elastic.m.taking_ran = 0;
+    return XDC_OK;
+}
+
+bool orch_rejoin_trains(const orch_worker *w) { return w->elastic.take && w->elastic.take->trains; }
 
 /* Elastic DiLoCo (the mode gives its inner step) that trains while rounds wait (m.ran), its rounds at once (lag 0)
  * of H steps each (not nobody waits): a joiner with a valid snapshot trains from it while it asks. When that snapshot is of the round decided
@@ -1086,7 +1129,8 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_err_t (*s
         if (in->dn[i].hdr[HDR_EPOCH] > far->hdr[HDR_EPOCH] ||
             (in->dn[i].hdr[HDR_EPOCH] == far->hdr[HDR_EPOCH] && in->dn[i].hdr[HDR_BATCH] > far->hdr[HDR_BATCH]))
             far = &in->dn[i];
-    if (w->model.data && !in->trained &&
+    XDC_CHECK(trains_while_taking(w, o, in));
+    if (w->model.data && !in->trained && !in->trains &&
         xdc_data_set_pos(w->model.data, (xdc_data_pos){.epoch = far->hdr[HDR_EPOCH], .batch = far->hdr[HDR_BATCH]}) !=
             XDC_OK) {
         xdc_diag_set(diag, "rejoin: %s's data position (epoch %llu, batch %llu) is not one of our shard",
@@ -1114,9 +1158,10 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_err_t (*s
             XDC_WARN(
                 XDC_SUB_ORCH,
                 "region %s rejoins at round %lld: it takes part with weight 0 from %s until its state came (%.1f MB "
-                "from %d member regions)",
+                "from %d member regions)%s",
                 w->id->region, at, w->elastic.m.joins_in_round ? "this round's exchange" : "the next round",
-                (double)bytes / 1e6, in->k);
+                (double)bytes / 1e6, in->k,
+                in->trains ? "; it trains from its snapshot meanwhile, its progress carried onto the state" : "");
         return XDC_OK;
     }
     XDC_CHECK(wait_part(w, in, 1, diag));

@@ -375,10 +375,11 @@ xdc_err_t orch_train_update(orch_worker *w, float *loss, int64_t lr_step, xdc_di
 
 xdc_err_t orch_train_inner_step(orch_worker *w, xdc_sync *grad_sync, float *loss, xdc_diag *diag)
 {
-    if (w->elastic.take) return orch_rejoin_pass(w, loss); /* a joiner whose state is on its way */
+    if (w->elastic.take && !orch_rejoin_trains(w)) return orch_rejoin_pass(w, loss); /* its state on its way */
     XDC_CHECK(orch_train_pass(w, grad_sync, loss, diag));
     XDC_CHECK(orch_train_update(w, loss, w->prog.step, diag));
     w->prog.step++;
+    if (w->elastic.take) w->elastic.m.taking_ran++; /* from its snapshot, said in its arrivals */
     XDC_CHECK(orch_elastic_look(w, &w->elastic.inner_end_ns, &w->elastic.inner_gap_s, diag)); /* stopped meanwhile? */
     if (w->elastic.m.busy) w->elastic.m.busy_after_s = fmax(TRAIN_WAITING_AFTER_S, 2 * w->elastic.inner_gap_s);
     return XDC_OK;

@@ -386,6 +386,9 @@ xdc_err_t orch_rejoin_take(orch_worker *w, orch_outer *o, int lag, xdc_err_t (*s
  * (its data position stays a member's), counted so that its AdamW step count becomes the members' when it takes
  * the state. */
 xdc_err_t orch_rejoin_pass(orch_worker *w, float *loss);
+/* Does the joiner whose state is on its way train from its snapshot meanwhile (streaming with train_while_waiting,
+ * orch_rejoin.c)? Then its inner steps are real ones instead of orch_rejoin_pass. */
+bool orch_rejoin_trains(const orch_worker *w);
 /* Before a joiner's arrival at a round while its state is on its way: "took" when every slice is in, else
  * "taking" (w->elastic.m.arrive); XDC_ERR_UNAVAILABLE when a donor left the run before its slice came. */
 xdc_err_t orch_rejoin_arrive(orch_worker *w, xdc_diag *diag);

@@ -1077,6 +1077,33 @@ XDC_TEST_T(elastic_launch_streaming_does_not_wait_for_a_joiner_whose_state_is_he
     joiner_not_waited_for("lshold", "streaming");
 }
 
+/* A streaming joiner trains from its snapshot while its state comes (docs/runtime.md "Rejoining"): as above, in
+ * streaming that trains while it waits, with ap-south's own snapshot: us-east holds its slice (the means of the
+ * rounds since that snapshot) for two more periods, and ap-south trains from the snapshot meanwhile instead of
+ * letting the steps pass, its arrivals saying how many steps it ran. Its state lands, the rounds it kept are replayed
+ * from the snapshot, its progress is carried onto the state (local = global + its progress from the snapshot), the
+ * rounds after it average that progress in, and all three regions end on one model. */
+XDC_TEST_T(elastic_launch_streaming_joiner_trains_from_its_snapshot_while_its_state_is_held, 180)
+{
+    char dir[600];
+    free(
+        ap_south_killed_then_back("lstrain", "streaming-tww", "{min_regions: 2, grace: 5s}", "hold@us-east", "1", dir));
+    char *wlog = e2e_region_log(dir, "ap-south");
+    XDC_ASSERT_STR_CONTAINS(wlog, "it trains from its snapshot meanwhile, its progress carried onto the state");
+    const char *took = strstr(wlog, "region ap-south took the state of round ");
+    XDC_ASSERT_MSG(took != NULL, "ap-south took no state:\n%s", wlog);
+    int ran = 0, kept = 0;
+    const char *after = strstr(took, "AdamW moments and data position after ");
+    XDC_ASSERT_MSG(after && sscanf(after, "AdamW moments and data position after %d inner steps", &ran) == 1 &&
+                       ran >= 2,
+                   "ap-south ran %d inner steps from its snapshot while its state came:\n%s", ran, took);
+    XDC_ASSERT_STR_CONTAINS(took, "inner steps from its snapshot, their progress carried onto the state");
+    const char *meanwhile = strstr(took, "hashes checked) ");
+    XDC_ASSERT_MSG(meanwhile && sscanf(strchr(meanwhile, ';') + 2, "%d rounds with weight 0", &kept) == 1 && kept >= 2,
+                   "ap-south replayed %d rounds:\n%s", kept, took);
+    free(wlog);
+}
+
 /* The warm rejoin (docs/runtime.md "Rejoining") in `mode`: ap-south's worker dies right after writing its snapshot
  * of round 20 (XDC_TEST_REJOIN=die@ap-south: the run's own event) and `xdc launch --max-restarts 1` starts it
  * again; the host takes it back at round `at` (XDC_TEST_REJOIN_AT): 28 is two DiLoCo rounds (24, 28) or four

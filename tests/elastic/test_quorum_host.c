@@ -137,13 +137,13 @@ XDC_TEST_T(quorum_counts_the_steps_members_ran_while_the_round_waited, 30)
     rdzv_server *srv = host.srv;
     q.ran = 1;
     /* us-east arrived first and ran 7 inner steps since, ap-south 2; eu-west arrived last, plainly */
-    rdzv_server_set(srv, rdzv_key_outer(0, 0).s, rdzv_val_arrival_ran(6, 7).s);
-    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_arrival_ran(6, 2).s);
-    rdzv_server_set(srv, rdzv_key_outer(1, 0).s, rdzv_val_arrival_ran(6, 0).s);
+    rdzv_server_set(srv, rdzv_key_outer(0, 0).s, rdzv_val_arrival(6, RDZV_ARRIVE, 7).s);
+    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_arrival(6, RDZV_ARRIVE, 2).s);
+    rdzv_server_set(srv, rdzv_key_outer(1, 0).s, rdzv_val_arrival(6, RDZV_ARRIVE, 0).s);
     decided_with_ran(&q, srv, 6, "111", "7,0,2");
     /* At the next round ap-south never comes: out of the round, it counts 0 whatever it posted last. */
-    rdzv_server_set(srv, rdzv_key_outer(0, 0).s, rdzv_val_arrival_ran(12, 1).s);
-    rdzv_server_set(srv, rdzv_key_outer(1, 0).s, rdzv_val_arrival_ran(12, 4).s);
+    rdzv_server_set(srv, rdzv_key_outer(0, 0).s, rdzv_val_arrival(12, RDZV_ARRIVE, 1).s);
+    rdzv_server_set(srv, rdzv_key_outer(1, 0).s, rdzv_val_arrival(12, RDZV_ARRIVE, 4).s);
     decided_with_ran(&q, srv, 12, "110", "1,4,0");
     host3_close(&host);
 }
@@ -261,7 +261,7 @@ XDC_TEST_T(quorum_drops_a_late_region_at_the_rounds_arrival_spread, 60)
      * before the members. The window runs from the first member's arrival: 200 ms (200 windows) on, no member
      * was dropped; they arrive and the round has all three, ap-south with weight 0. */
     rdzv_server_set(srv, rdzv_key_xchg(2, 0).s, rdzv_val_xchg(step, (const uint8_t[3]){1, 1, 1}, 3).s);
-    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_arrival(step + 10, RDZV_ARRIVE_TAKING).s);
+    rdzv_server_set(srv, rdzv_key_outer(2, 0).s, rdzv_val_arrival(step + 10, RDZV_ARRIVE_TAKING, 0).s);
     XDC_ASSERT_MSG(!decided(&q, srv, step + 10, 200, val), "round %lld decided with no member there: '%s'", step + 10,
                    val);
     regions_arrive(srv, 2, step, step + 10);

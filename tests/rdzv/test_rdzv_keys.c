@@ -142,22 +142,27 @@ XDC_TEST(rdzv_keys_elastic_values_round_trip_and_refuse_malformed_text)
     XDC_ASSERT(rdzv_val_outer_parse("join:+3", &round, nonce, NULL, &ran) == XDC_ERR_PROTO);
     XDC_ASSERT(rdzv_val_outer_parse("join:7+3+3", &round, nonce, NULL, &ran) == XDC_ERR_PROTO);
     rdzv_arrive_kind kind;
-    XDC_ASSERT(strcmp(rdzv_val_arrival(24, RDZV_ARRIVE_TAKING).s, "taking:24") == 0);
+    XDC_ASSERT(strcmp(rdzv_val_arrival(24, RDZV_ARRIVE_TAKING, 0).s, "taking:24") == 0);
     XDC_ASSERT_OK(rdzv_val_outer_parse("taking:24", &round, nonce, &kind, NULL));
     XDC_ASSERT(round == 24 && !nonce[0] && kind == RDZV_ARRIVE_TAKING);
     XDC_ASSERT_OK(
-        rdzv_val_outer_parse(rdzv_val_arrival(RDZV_ROUND_END, RDZV_ARRIVE_TOOK).s, &round, nonce, &kind, NULL));
+        rdzv_val_outer_parse(rdzv_val_arrival(RDZV_ROUND_END, RDZV_ARRIVE_TOOK, 0).s, &round, nonce, &kind, NULL));
     XDC_ASSERT(round == RDZV_ROUND_END && kind == RDZV_ARRIVE_TOOK);
     int extra = -1;
     XDC_ASSERT_OK(rdzv_val_outer_parse("24", &round, nonce, &kind, &extra));
     XDC_ASSERT(round == 24 && kind == RDZV_ARRIVE && extra == 0);
     /* a member training while it waits for the round's decision (train_while_waiting) */
-    XDC_ASSERT(strcmp(rdzv_val_arrival_ran(30, 7).s, "30+7") == 0 && strcmp(rdzv_val_arrival_ran(30, 0).s, "30") == 0);
+    XDC_ASSERT(strcmp(rdzv_val_arrival(30, RDZV_ARRIVE, 7).s, "30+7") == 0 &&
+               strcmp(rdzv_val_arrival(30, RDZV_ARRIVE, 0).s, "30") == 0);
     XDC_ASSERT_OK(rdzv_val_outer_parse("30+7", &round, nonce, &kind, &extra));
     XDC_ASSERT(round == 30 && kind == RDZV_ARRIVE && extra == 7 && !nonce[0]);
-    static const char *const bad_outer[] = {"",         "-3",    "012",     "12 ",      "join:", "join:a b",
-                                            "join:a/b", "END",   "taking:", "took:012", "30+",   "30+0",
-                                            "30+07",    "30+-1", "end+2",   "30+2+1"};
+    /* a streaming joiner training from its snapshot while its state comes */
+    XDC_ASSERT(strcmp(rdzv_val_arrival(40, RDZV_ARRIVE_TAKING, 9).s, "taking:40+9") == 0);
+    XDC_ASSERT_OK(rdzv_val_outer_parse("took:40+9", &round, nonce, &kind, &extra));
+    XDC_ASSERT(round == 40 && kind == RDZV_ARRIVE_TOOK && extra == 9 && !nonce[0]);
+    static const char *const bad_outer[] = {
+        "",    "-3",   "012",   "12 ",   "join:", "join:a b", "join:a/b",    "END",        "taking:",  "took:012",
+        "30+", "30+0", "30+07", "30+-1", "end+2", "30+2+1",   "taking:40+0", "took:end+1", "taking:+3"};
     for (size_t i = 0; i < sizeof bad_outer / sizeof bad_outer[0]; i++)
         XDC_ASSERT_MSG(rdzv_val_outer_parse(bad_outer[i], &round, nonce, NULL, NULL) == XDC_ERR_PROTO, "'%s' parsed",
                        bad_outer[i]);

@@ -10,7 +10,10 @@
  * only one in the mean, ĉ (its Δ = global − local through the codec, decoded, with no residual) times its share
  * w_k / Σw (xdc_sync_share): the outer step of global − (Δ − ĉ) (keep_unsent) and momentum with that mean.
  * Regions 0 and 1 run O_WAIT inner steps in each round's quorum hook (train while waiting: the round waits for
- * region 2): those are in the round's Δ once, and s is local after them (counted twice, L − s would hold them too). */
+ * region 2): those are in the round's Δ once, and s is local after them (counted twice, L − s would hold them too).
+ * A bystander (a streaming joiner training from its snapshot while its state comes, orch_rejoin.c) takes part with
+ * weight 0: its rounds leave its parameters alone and give it the members' mean, and orch_outer_rebase carries its
+ * progress onto the global parameters. */
 #include "tests/xdc_test.h"
 #include "tests/test_sync_util.h"
 
@@ -206,4 +209,74 @@ XDC_TEST_T(orch_outer_delayed_rounds_equal_the_serial_reference, 60)
 XDC_TEST_T(orch_outer_eager_rounds_equal_the_serial_reference, 60)
 {
     overlapped_rounds_equal_the_serial_reference(ORCH_OUTER_EAGER);
+}
+
+/* Regions 0 and 1 run delayed rounds; region 2 is a bystander (weight 0, o->bystander) that trains on meanwhile:
+ * after every round its local is what it trained (the round left it alone: no outer step, no progress re-based),
+ * its o->pseudo holds the round's mean, bit for bit region 0's, and the members' global parameters are the serial
+ * rounds' of regions 0 and 1 alone (its own pseudo-gradient, nonzero, went as zero). Then orch_outer_rebase over the
+ * members' global gives local = global + (L − base), base where its training began. */
+XDC_TEST_T(orch_outer_bystander_rounds_leave_its_parameters_and_rebase_carries_its_progress, 60)
+{
+    const xdc_model_ops *ops = &xdc_model_cpu_ops;
+    sync_net tn, fn;
+    sync_net_open(&tn, O_REGIONS, 0, O_ELEMS, O_BUCKET, "none", NULL, "bystander");
+    sync_net_open(&fn, O_REGIONS - 1, 0, O_ELEMS, O_BUCKET, "none", NULL, "members");
+    size_t bytes = O_ELEMS * sizeof(float);
+    const uint8_t member[O_REGIONS] = {1, 1, 1};
+    const float weight[O_REGIONS] = {1.0f, 1.0f, 0.0f};
+    orch_outer t[O_REGIONS], f[O_REGIONS - 1];
+    float *tl[O_REGIONS], *fl[O_REGIONS - 1], *base = malloc(bytes), *want = malloc(bytes), *d = malloc(bytes);
+    for (int k = 0; k < O_REGIONS; k++) {
+        tl[k] = malloc(bytes);
+        for (int i = 0; i < O_ELEMS; i++) tl[k][i] = 0.02f * cosf((float)i) + (k == 2 ? 0.01f : 0.0f);
+        outer_open(&t[k], &tn, k, tl[k], false);
+        t[k].codec = (xdc_codec_cfg)XDC_CODEC_CFG_INIT;
+        XDC_ASSERT_OK(xdc_sync_set_members(t[k].sync, member, weight, NULL));
+        if (k == O_REGIONS - 1) continue;
+        fl[k] = malloc(bytes);
+        memcpy(fl[k], tl[k], bytes);
+        outer_open(&f[k], &fn, k, fl[k], false);
+    }
+    t[2].bystander = true;
+    memcpy(base, tl[2], bytes); /* its snapshot's global parameters, where it trains from */
+    int step = 0;
+    for (int round = 0; round < O_ROUNDS; round++, step += O_INNER + O_D) {
+        for (int k = 0; k < O_REGIONS; k++)
+            for (int j = 0; j < O_INNER; j++) inner_step(tl[k], k, step + j);
+        for (int k = 0; k < O_REGIONS - 1; k++) memcpy(fl[k], tl[k], bytes);
+        for (int k = 0; k < O_REGIONS; k++) {
+            XDC_ASSERT_OK(orch_outer_begin(&t[k], t[k].sync, 0, O_ELEMS, round, ORCH_OUTER_DELAYED, NULL));
+            if (k < O_REGIONS - 1)
+                XDC_ASSERT_OK(orch_outer_begin(&f[k], f[k].sync, 0, O_ELEMS, round, ORCH_OUTER_AT_ONCE, NULL));
+        }
+        for (int k = 0; k < O_REGIONS; k++)
+            for (int j = 0; j < O_D; j++) inner_step(tl[k], k, step + O_INNER + j);
+        memcpy(want, tl[2], bytes);
+        for (int k = 0; k < O_REGIONS; k++) {
+            XDC_ASSERT_OK(orch_outer_apply(&t[k], t[k].sync, 0, O_ELEMS, NULL));
+            if (k < O_REGIONS - 1) XDC_ASSERT_OK(orch_outer_apply(&f[k], f[k].sync, 0, O_ELEMS, NULL));
+        }
+        for (int k = 0; k < O_REGIONS - 1; k++) same("global", round, k, t[k].global, f[k].global);
+        same("bystander's local", round, 2, tl[2], want);
+        same("bystander's mean", round, 2, t[2].pseudo, t[0].pseudo);
+        XDC_ASSERT_MSG(memcmp(tl[2], base, bytes) != 0, "round %d: the bystander did not train", round);
+    }
+    memcpy(t[2].global, t[0].global, bytes); /* the state it takes: the members' global parameters */
+    XDC_ASSERT_OK(orch_outer_rebase(&t[2], base));
+    ops->sub(d, want, base, O_ELEMS);
+    ops->residual_forward(want, t[0].global, d, O_ELEMS);
+    same("re-based local", O_ROUNDS, 2, tl[2], want);
+    for (int k = 0; k < O_REGIONS; k++) {
+        orch_outer_destroy(&t[k]);
+        free(tl[k]);
+        if (k == O_REGIONS - 1) continue;
+        orch_outer_destroy(&f[k]);
+        free(fl[k]);
+    }
+    sync_net_close(&tn);
+    sync_net_close(&fn);
+    free(base);
+    free(want);
+    free(d);
 }
