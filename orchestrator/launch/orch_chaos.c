@@ -586,32 +586,20 @@ static int trains_from(const orch_chaos *c, int r, long long round)
     return 1;
 }
 
-/* Every worker of region r asks to rejoin having begun inner steps from its snapshot (join:<nonce>+<n>). */
-static int trains_early(const orch_chaos *c, int r)
-{
-    for (int k = 0; k < xdc_topology_region_workers(c->w.t, r); k++) {
-        char val[128], nonce[RDZV_NONCE_MAX];
-        long long at;
-        int n = 0;
-        if (rdzv_server_get(c->w.rdzv, rdzv_key_outer(r, k).s, val, sizeof val) != 0 ||
-            rdzv_val_outer_parse(val, &at, nonce, NULL, &n) != XDC_OK || !nonce[0] || n <= 0)
-            return 0;
-    }
-    return 1;
-}
-
-/* The inner steps every worker of region r ran from its snapshot while its state came, as their arrivals say
- * (taking:<round>+<n>, took:<round>+<n>: the fewest); 0 when any posted none. */
-static int trains_taking(const orch_chaos *c, int r)
+/* The inner steps every worker of region r ran from its snapshot, the fewest, as its outer/<r>/<k> says: while it
+ * asks to rejoin (`joining`: join:<nonce>+<n>, elastic DiLoCo's early start) or while its state came
+ * (taking:<round>+<n>, took:<round>+<n>: a streaming joiner); 0 when any worker posted no such count. */
+static int trained_from_snapshot(const orch_chaos *c, int r, int joining)
 {
     int fewest = 0;
     for (int k = 0; k < xdc_topology_region_workers(c->w.t, r); k++) {
-        char val[64], nonce[RDZV_NONCE_MAX];
+        char val[128], nonce[RDZV_NONCE_MAX];
         long long at;
         rdzv_arrive_kind kind;
         int n = 0;
         if (rdzv_server_get(c->w.rdzv, rdzv_key_outer(r, k).s, val, sizeof val) != 0 ||
-            rdzv_val_outer_parse(val, &at, nonce, &kind, &n) != XDC_OK || kind == RDZV_ARRIVE || n <= 0)
+            rdzv_val_outer_parse(val, &at, nonce, &kind, &n) != XDC_OK || n <= 0 ||
+            (joining ? !nonce[0] : kind == RDZV_ARRIVE))
             return 0;
         if (k == 0 || n < fewest) fewest = n;
     }
@@ -639,12 +627,13 @@ static void watch(orch_chaos *c, fault *x)
         long long round;
         if (!x->out_s[i] && (!live(c, r) || (c->polled && times_left(c, r) > x->left0[i])))
             x->out_s[i] = now, x->out_step[i] = c->step;
-        if (x->out_s[i] && x->back_step[i] < 0 && c->polled && !x->train_s[i] && trains_early(c, r))
+        if (x->out_s[i] && x->back_step[i] < 0 && c->polled && !x->train_s[i] && trained_from_snapshot(c, r, 1))
             x->train_s[i] = now;
         if (x->out_s[i] && x->back_step[i] < 0 && c->polled && (round = taken_back(c, x, i)) >= 0)
             x->back_step[i] = c->step, x->back_round[i] = x->taken_at[i] = round, x->back_s[i] = now;
         int n;
-        if (x->out_s[i] && x->back_step[i] >= 0 && !x->back[i] && c->polled && (n = trains_taking(c, r)) > 0) {
+        if (x->out_s[i] && x->back_step[i] >= 0 && !x->back[i] && c->polled &&
+            (n = trained_from_snapshot(c, r, 0)) > 0) {
             if (!x->train_s[i]) x->train_s[i] = now;
             x->taking_ran[i] = n;
         }
