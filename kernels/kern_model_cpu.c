@@ -8,9 +8,12 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void openblas_set_num_threads(int num_threads); /* libopenblas; not in every cblas.h variant */
+char *openblas_get_corename(void);
 
 #define LN_EPS 1e-5f
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
@@ -59,6 +62,20 @@ static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static xdc_err_t cpu_sync(void) { return XDC_OK; }
 static void cpu_set_threads(int n) { openblas_set_num_threads(n > 0 ? n : 1); }
+
+void xdc_model_cpu_fit_blas(char **argv)
+{
+    if (getenv("OPENBLAS_CORETYPE") || strcmp(openblas_get_corename(), "Prescott") != 0) return;
+    __builtin_cpu_init();
+    const char *core = NULL;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl"))
+        core = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) core = "Haswell";
+    if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    unsetenv("OPENBLAS_CORETYPE"); /* not started again: the variable would describe another library's choice */
+}
 
 static void cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B, int T,
                                 int C)

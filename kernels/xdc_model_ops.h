@@ -92,6 +92,16 @@ struct xdc_model_ops {
 };
 
 extern const struct xdc_model_ops xdc_model_cpu_ops;
+
+/* OpenBLAS picks its sgemm kernels from the CPU's model number and falls back to its generic SSE3 core
+ * ("Prescott") on a model it does not know, which a hypervisor that masks the model gets: 3.3x slower on the
+ * AVX-512 VMs this project is built on (the probe's forward + backward of gpt1m, 0.197 s against 0.061 s).
+ * The choice is made as the library loads, before main, and read only from OPENBLAS_CORETYPE; so when it
+ * fell back on a CPU with AVX2 and the variable is unset, this sets it from the CPU's features (SkylakeX
+ * with AVX-512, else Haswell) and executes the program again with the same argv. Call it first in main,
+ * before any thread; it returns where there is nothing to do or the exec fails. A process that cannot start
+ * again (a library's host: Python) sets the variable itself. */
+void xdc_model_cpu_fit_blas(char **argv);
 extern const struct xdc_model_ops xdc_model_strict_ops;
 extern const struct xdc_model_ops xdc_model_cuda_ops; /* CUDA builds only */
 

@@ -11,6 +11,7 @@
  * usage: xdc_tests [-v] [-l] [-j N] [--e2e-jobs M] [--tier unit|e2e] [substring...]
  *        (XDC_TEST_FILTER also selects by substring) */
 #include "tests/xdc_test.h"
+#include "kernels/xdc_model_ops.h"
 
 #include "common/xdc_time.h"
 
@@ -377,6 +378,7 @@ static int next_startable(const int *queue, const char *started, int nq, int fro
 
 int main(int argc, char **argv)
 {
+    xdc_model_cpu_fit_blas(argv); /* first: it may start the program again */
     int jobs = 1, e2e_jobs = 0, list = 0, first = 1;
     while (first < argc && argv[first][0] == '-') {
         const char *a = argv[first];

@@ -129,6 +129,7 @@ static int bench_config(const char *path, int steps, result *res)
 
 int main(int argc, char **argv)
 {
+    xdc_model_cpu_fit_blas(argv); /* first: it may start the program again */
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), steps = 10, i = 1;
     for (; i + 1 < argc && strncmp(argv[i], "--", 2) == 0; i += 2) {
         if (strcmp(argv[i], "--threads") == 0) threads = atoi(argv[i + 1]);

@@ -3,6 +3,7 @@
 #include "orchestrator/cli/xdc_cli.h"
 
 #include "common/xdc_log.h"
+#include "kernels/xdc_model_ops.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -35,6 +36,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    xdc_model_cpu_fit_blas(argv); /* first: it may start the program again */
     xdc_log_init_from_env();
     /* A peer that vanishes mid-write must cost a socket an EPIPE, never the process its life (every
      * command: the rendezvous, the WAN engine and the metrics server all write to sockets). */

@@ -9,7 +9,10 @@
 #include "kernels/xdc_device.h"
 #include "kernels/xdc_model_ops.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 
 extern const xdc_model_ops xdc_model_cpu_ops;
 static const xdc_model_ops *cpu = &xdc_model_cpu_ops;
@@ -474,4 +477,20 @@ XDC_TEST(kern_strict_stage_create_survives_every_allocation_failure)
         XDC_ASSERT_EQ(rc, XDC_ERR_NOMEM);
     }
     XDC_FAIL("create never succeeded within 256 allocations");
+}
+
+char *openblas_get_corename(void);
+
+/* A CPU with AVX2 runs OpenBLAS's kernels for it, not the generic SSE3 fallback ("Prescott") that a model
+ * number OpenBLAS does not know gets (xdc_model_cpu_fit_blas, called first in the test binary's main as in
+ * xdc's): unless OPENBLAS_CORETYPE asks for that fallback. */
+XDC_TEST(model_cpu_blas_runs_the_cpus_kernels_not_the_generic_fallback)
+{
+    __builtin_cpu_init();
+    const char *core = openblas_get_corename(), *asked = getenv("OPENBLAS_CORETYPE");
+    printf("  OpenBLAS core %s (OPENBLAS_CORETYPE %s)\n", core, asked ? asked : "unset");
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+        xdc_test_skip("no AVX2: the fallback is right");
+    if (asked && strcasecmp(asked, "Prescott") == 0) xdc_test_skip("OPENBLAS_CORETYPE=Prescott asks for the fallback");
+    XDC_ASSERT_MSG(strcmp(core, "Prescott") != 0, "OpenBLAS runs its generic core on a CPU with AVX2");
 }
