@@ -10,7 +10,7 @@
  * taken, and the round's step follows from the step count, so a resumed run begins it again alike.
  *
  * Nobody waits (diloco.nobody_waits; docs/runtime.md): a round is still H steps of the run, but region r runs
- * an inner step only in the first h_r of them, h_r as the round's decider counted it (steps/<step>, published
+ * an inner step only in h_r of them, spread over the round (ran_in), h_r as the round's decider counted it (steps/<step>, published
  * with the quorum decision that opened the round; the first round's at the launch; kept in checkpoints); the
  * other steps of the round are slots it lets pass without computing, the time its slower steps took. The outer
  * mean weighs each region's pseudo-gradient by the tokens it processed in the round (xdc_sync_set_weights).
@@ -46,6 +46,15 @@ typedef struct {
 
 #define STEPS_FILE "diloco-round-steps.ckpt" /* (n_regions) int32: the round's inner steps, nobody waits */
 
+/* Nobody waits: of a round's first p steps of the run (p <= H), the ones in which a region counted h of H runs an
+ * inner step, ⌈p·h/H⌉: its k-th (from 0) at the round's step ⌊k·H/h⌋, where the fast regions are when a region
+ * that takes H/h times as long per step begins it. Spread so, a slow region is as far into the round, in wall
+ * time, as the others at every step of it: an overlapped round is applied d steps after it began at about the
+ * same time in every region (front-loaded, the slow region applied it after d of its own steps, every region's
+ * apply waiting for it there: bench-e2e's auto row with d = 4 exposed 0.6 s of a 1.5 s round); at once, the
+ * round's end is unchanged (after its h_r steps). */
+static long long ran_in(int h, int H, long long p) { return (p * h + H - 1) / H; }
+
 /* Once the decision of the outer round that ends the round under way at w->prog.step is read (w->elastic.weigh):
  * each region's weight, the tokens it processed (its inner steps in the round, cut at the run's end, plus those it
  * ran while the round waited, or a region taken back those it ran from its snapshot alone, times the tokens of its
@@ -61,7 +70,7 @@ static void weigh_round(orch_worker *w)
     double tokens_per_mb = (double)w->model.B * w->model.T, fewest = 0;
     double tokens[XDC_TOPO_MAX_REGIONS];
     for (int r = 0; r < w->id->n_regions; r++) {
-        long long h = st->steps[r] < slots ? st->steps[r] : slots;
+        long long h = ran_in(st->steps[r], period, slots);
         if (h < 1) h = 1;
         if (orch_elastic_took_early(m, r)) h = 0; /* taken back: its steps from its snapshot, all in extra[r] */
         tokens[r] = (double)(h + (m->ran ? m->extra[r] : 0)) * tokens_per_mb * w->model.region_mb[r];
@@ -157,8 +166,9 @@ static xdc_err_t diloco_step(orch_worker *w, void *state, float *loss, xdc_diag 
         st->boundary_s += (double)xdc_now_ns() / 1e9 - t0;
         st->rounds++;
     }
-    /* Nobody waits: past its count of the round, the region lets the step pass (its loss stays the last). */
-    if (w->prog.step % H < st->steps[w->id->region_idx]) {
+    /* Nobody waits: a step of the round not among its count's, the region lets pass (its loss stays the last). */
+    int h = st->steps[w->id->region_idx], p = (int)(w->prog.step % H);
+    if (ran_in(h, H, p + 1) > ran_in(h, H, p)) {
         XDC_CHECK(inner_step(w, st, loss, diag));
     } else {
         *loss = (float)w->prog.last_loss;

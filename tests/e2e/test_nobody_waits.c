@@ -1,6 +1,6 @@
 /* test_nobody_waits.c — DiLoCo's "nobody waits" under `xdc launch` (2 emulated regions, eu-west made 3x slower
  * by diloco.slowdown): the fast region runs the whole period of inner steps, the slow one what the budget buys
- * (the decider's counts), both end every round on one model, and a resume from a checkpoint taken while the slow
+ * (the decider's counts) spread over the round, both end every round on one model, and a resume from a checkpoint taken while the slow
  * region was half way through its count ends on the uninterrupted run's parameters, as does the run on
  * cpu-strict. The waits at the rounds'
  * boundaries (in inner steps) are printed beside those of the same run where everybody waits, not asserted:
@@ -68,6 +68,12 @@ XDC_TEST_T(diloco_nobody_waits_slow_region_holds_no_one, 240)
     long long fast = 12, slow = 4;
     double fast_wait, slow_wait;
     launch_counted(run, "nobody-waits", fast, slow, out, sizeof out, dir, hash, &fast_wait, &slow_wait);
+    /* eu-west's 2 steps of each round are spread over it (the k-th at the round's step k·6/2), not its first 2: it
+     * is as far into the round, in wall time, as us-east at every step, where an overlapped round is applied. */
+    char cmd[1024], at[128];
+    snprintf(cmd, sizeof cmd, "awk 'NR > 1 && $4 > 0 { printf \"%%s \", $1 }' %s/steps/eu-west-0.tsv", dir);
+    xdc_test_run(cmd, at, sizeof at);
+    XDC_ASSERT_MSG(strcmp(at, "1 4 7 10 ") == 0, "eu-west computed at steps '%s', want '1 4 7 10 '", at);
     char util[32];
     e2e_final_field(out, "compute_util_min=", util, sizeof util);
     /* Resumed from the checkpoint of step 7 (eu-west had run 1 of its 2 steps of that round): the same model. */
