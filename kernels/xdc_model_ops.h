@@ -92,6 +92,8 @@ struct xdc_model_ops {
 };
 
 extern const struct xdc_model_ops xdc_model_cpu_ops;
+extern const struct xdc_model_ops xdc_model_strict_ops;
+extern const struct xdc_model_ops xdc_model_cuda_ops; /* CUDA builds only */
 
 /* OpenBLAS picks its sgemm kernels from the CPU's model number and falls back to its generic SSE3 core
  * ("Prescott") on a model it does not know, which a hypervisor that masks the model gets: 3.3x slower on the
@@ -102,8 +104,6 @@ extern const struct xdc_model_ops xdc_model_cpu_ops;
  * before any thread; it returns where there is nothing to do or the exec fails. A process that cannot start
  * again (a library's host: Python) sets the variable itself. */
 void xdc_model_cpu_fit_blas(char **argv);
-extern const struct xdc_model_ops xdc_model_strict_ops;
-extern const struct xdc_model_ops xdc_model_cuda_ops; /* CUDA builds only */
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,8 @@
 /* test_nobody_waits.c — DiLoCo's "nobody waits" under `xdc launch` (2 emulated regions, eu-west made 3x slower
  * by diloco.slowdown): the fast region runs the whole period of inner steps, the slow one what the budget buys
- * (the decider's counts) spread over the round, both end every round on one model, and a resume from a checkpoint taken while the slow
- * region was half way through its count ends on the uninterrupted run's parameters, as does the run on
- * cpu-strict. The waits at the rounds'
+ * (the decider's counts) spread over the round, both end every round on one model, and a resume from a
+ * checkpoint taken while the slow region was half way through its count ends on the uninterrupted run's
+ * parameters, as does the run on cpu-strict. The waits at the rounds'
  * boundaries (in inner steps) are printed beside those of the same run where everybody waits, not asserted:
  * they are timings. The same with the round overlapped with the next inner step. And `plan: auto` on the slowed
  * pair chooses nobody waits, which the run takes. */
