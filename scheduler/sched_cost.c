@@ -195,6 +195,13 @@ int xdc_plan_round_steps(int budget, double pace)
     return n < 1 ? 1 : n;
 }
 
+long long xdc_plan_round_ran(int steps, int budget, long long p) { return (p * steps + budget - 1) / budget; }
+
+bool xdc_plan_round_runs(int steps, int budget, int p)
+{
+    return xdc_plan_round_ran(steps, budget, p + 1) > xdc_plan_round_ran(steps, budget, p);
+}
+
 double topo_region_half_tokens(const xdc_topology *t, int r)
 {
     return t->regions[r].gpus_per_node > 0 ? TOPO_PLAN_GPU_HALF_TOKENS : TOPO_PLAN_CPU_HALF_TOKENS;

@@ -542,11 +542,12 @@ xdc_err_t xdc_sim_run(const xdc_topology *t, const xdc_model_shape *m, const xdc
     for (int i = 0; i < steps && rc == XDC_OK; i++) {
         s.now = t0;
         s.pipe_end = t0;
-        /* Nobody waits: region r runs the first round_steps[r] inner steps of each round, from its own clock. */
+        /* Nobody waits: region r runs round_steps[r] inner steps of each round, spread over it as the runtime
+         * does (xdc_plan_round_runs), from its own clock. */
         for (int r = 0; r < R; r++) {
             if (!p->nobody_waits) s.reg_t0[r] = t0;
             s.reg_pipe[r] = s.reg_end[r] = s.reg_t0[r];
-            s.computes[r] = !p->nobody_waits || i % H < p->round_steps[r];
+            s.computes[r] = !p->nobody_waits || xdc_plan_round_runs(p->round_steps[r], H, i % H);
         }
         for (int k = 0; k < s.n_inst; k++) {
             inst *x = &s.in[k];

@@ -21,6 +21,7 @@
 #include "model/xdc_model_shape.h"
 #include "topology/xdc_topology.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define XDC_PLAN_MAX_STAGES 128 /* stages per replica */
@@ -215,6 +216,18 @@ void xdc_plan_region_pace(const xdc_topology *t, const xdc_plan_calib *c, const 
 /* The inner steps a region of `pace` runs in a round whose time budget is `budget` steps of the fastest
  * region: max(1, floor(budget / pace)). */
 int xdc_plan_round_steps(int budget, double pace);
+/* Where in its round a region runs its `steps` of `budget` (nobody waits): of the round's first p steps
+ * (p <= budget) it ran ⌈p·steps/budget⌉, its k-th (from 0) at the round's step ⌊k·budget/steps⌋, where a
+ * region that runs every step is when one that takes budget/steps times as long per step begins it. Spread so,
+ * a slow region is about as far into the round, in wall time, as the others at every step of it, so an
+ * overlapped round, applied d steps after it began, is applied at about the same time everywhere (with its
+ * steps first in the round, the slow region applied it after d of its own steps and every region's apply
+ * waited for it there: docs/benchmarks.md, "Nobody waits with the round overlapped"); a round at once ends
+ * after its steps either way. The runtime (orch_mode_diloco.c) and the simulator place a slow region's steps
+ * with these. */
+long long xdc_plan_round_ran(int steps, int budget, long long p);
+/* Whether the region runs an inner step at step p (0 <= p < budget) of its round. */
+bool xdc_plan_round_runs(int steps, int budget, int p);
 /* The WAN lanes of data-parallel plan p: the fewest replicas of any region that takes part, over which every
  * region's buckets cross (xdc_sync_cfg.lanes; docs/runtime.md, "Regions of different sizes"). */
 int xdc_plan_lanes(const xdc_topology *t, const xdc_plan *p);

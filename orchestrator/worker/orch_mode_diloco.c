@@ -10,13 +10,14 @@
  * taken, and the round's step follows from the step count, so a resumed run begins it again alike.
  *
  * Nobody waits (diloco.nobody_waits; docs/runtime.md): a round is still H steps of the run, but region r runs
- * an inner step only in h_r of them, spread over the round (ran_in), h_r as the round's decider counted it
- * (steps/<step>, published with the quorum decision that opened the round; the first round's at the launch;
- * kept in checkpoints); the other steps of the round are slots it lets pass without computing, the time its
- * slower steps took. The outer mean weighs each region's pseudo-gradient by the tokens it processed in the
- * round (xdc_sync_set_weights). Overlapped, a round is weighed by the counts of the round it closes when it
- * begins, and its decision brings the next round's counts, which its first inner steps (on the wire with it)
- * already follow.
+ * an inner step only in h_r of them, spread over the round (xdc_plan_round_runs: a slow region is about as far
+ * into the round as the others at every step, so an overlapped round is applied at about the same time
+ * everywhere), h_r as the round's decider counted it (steps/<step>, published with the quorum decision that
+ * opened the round; the first round's at the launch; kept in checkpoints); the other steps of the round are
+ * slots it lets pass without computing, the time its slower steps took. The outer mean weighs each region's
+ * pseudo-gradient by the tokens it processed in the round (xdc_sync_set_weights). Overlapped, a round is
+ * weighed by the counts of the round it closes when it begins, and its decision brings the next round's
+ * counts, which its first inner steps (on the wire with it) already follow.
  *
  * Train while waiting (diloco.train_while_waiting; docs/runtime.md): a member whose round is not decided after two
  * of its inner steps' time (a region late: slower, stopped, restarting) runs inner steps until the decision comes
@@ -31,6 +32,7 @@
 #include "common/xdc_time.h"
 #include "model/xdc_ckpt.h"
 #include "orchestrator/rdzv/orch_rdzv_keys.h"
+#include "scheduler/xdc_plan.h"
 
 typedef struct {
     xdc_sync *grad; /* replicas only; NULL with one replica */
@@ -47,22 +49,13 @@ typedef struct {
 
 #define STEPS_FILE "diloco-round-steps.ckpt" /* (n_regions) int32: the round's inner steps, nobody waits */
 
-/* Nobody waits: of a round's first p steps of the run (p <= H), the ones in which a region counted h of H
- * runs an inner step, ⌈p·h/H⌉: its k-th (from 0) at the round's step ⌊k·H/h⌋, where the fast regions are when
- * a region that takes H/h times as long per step begins it. Spread so, a slow region is as far into the round,
- * in wall time, as the others at every step of it: an overlapped round is applied d steps after it began at
- * about the same time in every region (front-loaded, the slow region applied it after d of its own steps,
- * every region's apply waiting for it there: bench-e2e's auto row with d = 4 exposed 0.6 s of a 1.5 s round);
- * at once, the round's end is unchanged (after its h_r steps). */
-static long long ran_in(int h, int H, long long p) { return (p * h + H - 1) / H; }
-
 /* Once the decision of the outer round that ends the round under way at w->prog.step is read (w->elastic.weigh):
- * each region's weight, the tokens it processed (its inner steps in the round, those of its count the run's end
- * left it (ran_in), plus those it ran while the round waited, or a region taken back those it ran from its
- * snapshot alone, times the tokens of its inner step: its replicas' microbatches, more in a region of more
- * replicas) over the fewest tokens of any region the decider gave steps, so equal work weighs 1 and the mean is
- * the plain one bit for bit. Every member computes it from the same decision, so all hold the same weights; the
- * quorum then gives the regions out of the round 0. */
+ * each region's weight, the tokens it processed (its inner steps in the round, those of its count the run's
+ * end left it (xdc_plan_round_ran), plus those it ran while the round waited, or a region taken back those it
+ * ran from its snapshot alone, times the tokens of its inner step: its replicas' microbatches, more in a region
+ * of more replicas) over the fewest tokens of any region the decider gave steps, so equal work weighs 1 and the
+ * mean is the plain one bit for bit. Every member computes it from the same decision, so all hold the same
+ * weights; the quorum then gives the regions out of the round 0. */
 static void weigh_round(orch_worker *w)
 {
     diloco_state *st = w->mode_state;
@@ -72,7 +65,7 @@ static void weigh_round(orch_worker *w)
     double tokens_per_mb = (double)w->model.B * w->model.T, fewest = 0;
     double tokens[XDC_TOPO_MAX_REGIONS];
     for (int r = 0; r < w->id->n_regions; r++) {
-        long long h = ran_in(st->steps[r], period, slots);
+        long long h = xdc_plan_round_ran(st->steps[r], period, slots);
         if (h < 1) h = 1;
         if (orch_elastic_took_early(m, r)) h = 0; /* taken back: its steps from its snapshot, all in extra[r] */
         tokens[r] = (double)(h + (m->ran ? m->extra[r] : 0)) * tokens_per_mb * w->model.region_mb[r];
@@ -169,8 +162,7 @@ static xdc_err_t diloco_step(orch_worker *w, void *state, float *loss, xdc_diag 
         st->rounds++;
     }
     /* Nobody waits: a step of the round not among its count's, the region lets pass (its loss stays the last). */
-    int h = st->steps[w->id->region_idx], p = (int)(w->prog.step % H);
-    if (ran_in(h, H, p + 1) > ran_in(h, H, p)) {
+    if (xdc_plan_round_runs(st->steps[w->id->region_idx], H, (int)(w->prog.step % H))) {
         XDC_CHECK(inner_step(w, st, loss, diag));
     } else {
         *loss = (float)w->prog.last_loss;

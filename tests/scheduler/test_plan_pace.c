@@ -151,3 +151,26 @@ XDC_TEST(plan_auto_takes_nobody_waits_and_overlap_the_runtime_accepts)
                    c.diloco.overlap_steps, c.diloco.inner_steps);
     xdc_topology_destroy(t);
 }
+
+/* A region counted h of a round's H steps runs them spread over the round (xdc_plan_round_runs, the runtime's
+ * and the simulator's placement): its k-th at step ⌊k·H/h⌋, so bench-e2e's north (4 of 10) at steps 0, 2, 5, 7,
+ * not 0-3; of a round cut at p steps it ran ⌈p·h/H⌉ (the outer mean's weight); every step at h = H, none at 0. */
+XDC_TEST(plan_round_spreads_a_slow_regions_steps_over_the_round)
+{
+    struct {
+        int h, H;
+        const char *at;
+    } cases[] = {{4, 10, "0 2 5 7 "}, {2, 6, "0 3 "},  {1, 10, "0 "}, {10, 10, "0 1 2 3 4 5 6 7 8 9 "},
+                 {0, 10, ""},         {3, 8, "0 2 5 "}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char at[64] = "";
+        for (int p = 0; p < cases[c].H; p++)
+            if (xdc_plan_round_runs(cases[c].h, cases[c].H, p))
+                snprintf(at + strlen(at), sizeof at - strlen(at), "%d ", p);
+        XDC_ASSERT_MSG(strcmp(at, cases[c].at) == 0, "%d of %d: runs at '%s', want '%s'", cases[c].h, cases[c].H, at,
+                       cases[c].at);
+        XDC_ASSERT(xdc_plan_round_ran(cases[c].h, cases[c].H, cases[c].H) == cases[c].h);
+    }
+    XDC_ASSERT(xdc_plan_round_ran(4, 10, 3) == 2 && xdc_plan_round_ran(4, 10, 5) == 2 &&
+               xdc_plan_round_ran(4, 10, 6) == 3);
+}
