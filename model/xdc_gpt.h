@@ -166,9 +166,10 @@ xdc_err_t xdc_gpt_stage_hash_update(xdc_gpt_stage *s, xdc_hash_state *h);
 /* params_xxh64 over stages[0..n) in order. */
 xdc_err_t xdc_gpt_params_xxh64(xdc_gpt_stage *const *stages, int n, uint64_t *out);
 
-/* The compute probe: the median of `passes` (1..16) timings of one forward + backward of the whole model `cfg` on a
- * microbatch of batch x seq_len random tokens, on the backend whose model table is `ops` (its current thread
- * count), after one untimed pass; *seconds per pass. The planner turns it into FLOP/s (xdc_plan_probe_flops). */
+/* The compute probe: the median of `passes` (1..16) timings of one training step of the whole model `cfg` (forward +
+ * backward on a microbatch of batch x seq_len random tokens, the gradient norm and the AdamW step) on the backend
+ * whose model table is `ops` (its current thread count), after one untimed step; *seconds per step. The planner
+ * turns it into FLOP/s of the passes (xdc_plan_probe_flops), so the optimizer's time is priced with them. */
 xdc_err_t xdc_gpt_probe(const xdc_model_ops *ops, const xdc_gpt_config *cfg, int batch, int seq_len, int passes,
                         double *seconds, xdc_diag *diag);
 

@@ -232,10 +232,10 @@ bool xdc_plan_round_runs(int steps, int budget, int p);
  * region's buckets cross (xdc_sync_cfg.lanes; docs/runtime.md, "Regions of different sizes"). */
 int xdc_plan_lanes(const xdc_topology *t, const xdc_plan *p);
 
-/* The FLOP/s of one worker that a probe measured: `seconds` for one forward + backward of the whole model m on a
- * microbatch of `tokens` tokens (sequences of seq_len) on the device of region 0 of t, with the per-microbatch
- * efficiency of that device taken out, so that the planner's compute time of that microbatch is `seconds`
- * (xdc_plan_calib.probe_flops). 0 when seconds is not positive. */
+/* The FLOP/s of one worker that a probe measured: `seconds` for one training step (forward + backward, the AdamW
+ * step priced with them) of the whole model m on a microbatch of `tokens` tokens (sequences of seq_len) on the
+ * device of region 0 of t, with the per-microbatch efficiency of that device taken out, so that the planner's
+ * compute time of that microbatch is `seconds` (xdc_plan_calib.probe_flops). 0 when seconds is not positive. */
 double xdc_plan_probe_flops(const xdc_topology *t, const xdc_model_shape *m, double tokens, int seq_len,
                             double seconds);
 /* The fraction of a core a worker of region r gets while it computes, its host's c->probe_cores shared by every

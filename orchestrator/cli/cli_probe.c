@@ -1,7 +1,7 @@
 /* cli_probe.c — the compute probe a run's plan is calibrated with (docs/planner.md, "Compute speed"): before
  * `plan: auto` plans under `xdc launch`, and before `xdc plan -c` / `xdc simulate -c` plan a run file, time one
- * forward + backward of the run's model on the run's device with its threads (xdc_gpt_probe), turn it into FLOP/s
- * (xdc_plan_probe_flops) and put that in ORCH_PLAN_PROBE_ENV with this host's cores, which the launcher's agents and
+ * training step of the run's model (forward, backward, AdamW) on the run's device with its threads (xdc_gpt_probe),
+ * turn it into FLOP/s (xdc_plan_probe_flops) and put that in ORCH_PLAN_PROBE_ENV with this host's cores, which the launcher's agents and
  * workers inherit: every process of the run plans with the one figure (orch_plan_apply reads it). */
 #include "orchestrator/cli/xdc_cli.h"
 
@@ -68,7 +68,8 @@ int xdc_cli_plan_probe(const char *cmd, const orch_run_config *c, const xdc_topo
     snprintf(figure, sizeof figure, "%.17g %ld", flops, cores > 0 ? cores : 0);
     setenv(ORCH_PLAN_PROBE_ENV, figure, 1);
     fprintf(stderr,
-            "xdc %s: compute probe: forward + backward of %dx%d tokens in %.4f s (median of %d) on %s, %d thread%s: "
+            "xdc %s: compute probe: a training step of %dx%d tokens (forward, backward, AdamW) in %.4f s (median of "
+            "%d) on %s, %d thread%s: "
             "%.3g GFLOP/s a worker alone; %ld cores shared by the run's workers (%s=\"%s\")\n",
             cmd, c->train.batch_size, c->train.seq_len, s, PROBE_PASSES, orch_device_name(dev), c->threads,
             c->threads == 1 ? "" : "s", flops / 1e9, cores > 0 ? cores : 0, ORCH_PLAN_PROBE_ENV, figure);

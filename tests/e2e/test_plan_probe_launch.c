@@ -23,7 +23,8 @@ XDC_TEST_T(plan_auto_launch_calibrates_with_its_probe, 120)
     snprintf(dir, sizeof dir, "%s/run", xdc_test_tmpdir());
     int rc = e2e_launch(run, dir, NULL, out, sizeof out);
     XDC_ASSERT_MSG(rc == 0, "launch exited %d:\n%s", rc, out);
-    XDC_ASSERT_STR_CONTAINS(out, "xdc launch: compute probe: forward + backward of 16x64 tokens in ");
+    XDC_ASSERT_STR_CONTAINS(
+        out, "xdc launch: compute probe: a training step of 16x64 tokens (forward, backward, AdamW) in ");
     XDC_ASSERT_STR_CONTAINS(out, "compute calibrated on this machine: ");
     XDC_ASSERT_STR_CONTAINS(out, "4 workers share ");
     /* The figure every process planned with, as the launcher set it, is the run folder's. */
@@ -40,5 +41,5 @@ XDC_TEST_T(plan_auto_launch_calibrates_with_its_probe, 120)
     XDC_ASSERT_MSG(rc == 0, "resume exited %d:\n%s", rc, out);
     snprintf(want, sizeof want, "compute probe: the run's own figure from %s (%s)", path, figure);
     XDC_ASSERT_STR_CONTAINS(out, want);
-    XDC_ASSERT_MSG(strstr(out, "forward + backward of") == NULL, "a resumed run measured again:\n%s", out);
+    XDC_ASSERT_MSG(strstr(out, "compute probe: a training step") == NULL, "a resumed run measured again:\n%s", out);
 }

@@ -335,8 +335,8 @@ XDC_TEST(kern_lr_schedule_warms_up_then_decays_by_cosine)
 }
 
 /* ---- a device backend vs CPU: a whole stage (every layer op) plus one AdamW step. CUDA within the TF32
- * tolerances of docs/device.md ("Precision"); cpu-strict (the CPU ops queued on a stream thread, on memory the host cannot touch) bit for
- * bit. */
+ * tolerances of docs/device.md ("Precision"); cpu-strict (the CPU ops queued on a stream thread, on memory the
+ * host cannot touch) bit for bit. */
 static void stage_matches_cpu(const xdc_kern_backend *gpu)
 {
     bool exact = gpu->kind == XDC_BACKEND_CPU_STRICT;

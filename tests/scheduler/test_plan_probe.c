@@ -39,7 +39,7 @@ XDC_TEST(plan_probe_speed_sets_the_predicted_compute)
     xdc_model_shape m;
     xdc_batch_shape b;
     gpt1m(&m, &b);
-    /* A probe that took 0.1 s for one forward + backward of 16 x 64 tokens: the plan's compute per step (one
+    /* A probe that took 0.1 s for one training step of 16 x 64 tokens: the plan's compute per step (one
      * microbatch) is those 0.1 s, the per-microbatch efficiency taken out and put back. */
     double f = xdc_plan_probe_flops(t, &m, 16 * 64, 64, 0.1);
     XDC_ASSERT(f > 0);
