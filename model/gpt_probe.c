@@ -45,7 +45,7 @@ xdc_err_t xdc_gpt_probe(const xdc_model_ops *ops, const xdc_gpt_config *cfg, int
         tgt[i] = (int32_t)xdc_rng_below(&r, (uint64_t)cfg->vocab_size);
     }
     double t[PROBE_MAX_PASSES]; /* (passes) seconds */
-    /* One pass first, untimed: it touches the arenas and the kernels' scratch for the first time. */
+    /* One step first, untimed: it touches the arenas and the kernels' scratch for the first time. */
     for (int i = -1; rc == XDC_OK && i < passes; i++) {
         float loss;
         uint64_t t0 = xdc_now_ns();
@@ -57,7 +57,7 @@ xdc_err_t xdc_gpt_probe(const xdc_model_ops *ops, const xdc_gpt_config *cfg, int
         if (rc == XDC_OK) rc = xdc_gpt_stage_optimizer_step(s, PROBE_LR, xdc_gpt_clip_scale(sumsq, 1.0f));
         if (i >= 0) t[i] = (double)(xdc_now_ns() - t0) / 1e9;
     }
-    if (rc == XDC_OK) { /* the median: a pass that lost its core to another process does not set it */
+    if (rc == XDC_OK) { /* the median: a step that lost its core to another process does not set it */
         qsort(t, (size_t)passes, sizeof t[0], cmp_double);
         *seconds = passes % 2 ? t[passes / 2] : (t[passes / 2 - 1] + t[passes / 2]) / 2;
     } else if (diag && !diag->msg[0]) {

@@ -1,8 +1,9 @@
 /* cli_probe.c — the compute probe a run's plan is calibrated with (docs/planner.md, "Compute speed"): before
  * `plan: auto` plans under `xdc launch`, and before `xdc plan -c` / `xdc simulate -c` plan a run file, time one
  * training step of the run's model (forward, backward, AdamW) on the run's device with its threads (xdc_gpt_probe),
- * turn it into FLOP/s (xdc_plan_probe_flops) and put that in ORCH_PLAN_PROBE_ENV with this host's cores, which the launcher's agents and
- * workers inherit: every process of the run plans with the one figure (orch_plan_apply reads it). */
+ * turn it into FLOP/s (xdc_plan_probe_flops) and put that in ORCH_PLAN_PROBE_ENV with this host's cores, which the
+ * launcher's agents and workers inherit: every process of the run plans with the one figure (orch_plan_apply reads
+ * it). */
 #include "orchestrator/cli/xdc_cli.h"
 
 #include "kernels/xdc_kernels.h"
