@@ -63,9 +63,11 @@ static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static xdc_err_t cpu_sync(void) { return XDC_OK; }
 static void cpu_set_threads(int n) { openblas_set_num_threads(n > 0 ? n : 1); }
 
+const char *xdc_model_cpu_blas_core(void) { return openblas_get_corename(); }
+
 void xdc_model_cpu_fit_blas(char **argv)
 {
-    if (getenv("OPENBLAS_CORETYPE") || strcmp(openblas_get_corename(), "Prescott") != 0) return;
+    if (getenv("OPENBLAS_CORETYPE") || strcmp(xdc_model_cpu_blas_core(), "Prescott") != 0) return;
     __builtin_cpu_init();
     const char *core = NULL;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&

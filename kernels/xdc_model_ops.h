@@ -104,6 +104,8 @@ extern const struct xdc_model_ops xdc_model_cuda_ops; /* CUDA builds only */
  * before any thread; it returns where there is nothing to do or the exec fails. A process that cannot start
  * again (a library's host: Python) sets the variable itself. */
 void xdc_model_cpu_fit_blas(char **argv);
+/* The name of the core OpenBLAS runs its kernels for ("SkylakeX", "Haswell", "Prescott", ...). */
+const char *xdc_model_cpu_blas_core(void);
 
 #ifdef __cplusplus
 }

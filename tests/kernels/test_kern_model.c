@@ -479,15 +479,13 @@ XDC_TEST(kern_strict_stage_create_survives_every_allocation_failure)
     XDC_FAIL("create never succeeded within 256 allocations");
 }
 
-char *openblas_get_corename(void);
-
 /* A CPU with AVX2 runs OpenBLAS's kernels for it, not the generic SSE3 fallback ("Prescott") that a model
  * number OpenBLAS does not know gets (xdc_model_cpu_fit_blas, called first in the test binary's main as in
  * xdc's): unless OPENBLAS_CORETYPE asks for that fallback. */
 XDC_TEST(model_cpu_blas_runs_the_cpus_kernels_not_the_generic_fallback)
 {
     __builtin_cpu_init();
-    const char *core = openblas_get_corename(), *asked = getenv("OPENBLAS_CORETYPE");
+    const char *core = xdc_model_cpu_blas_core(), *asked = getenv("OPENBLAS_CORETYPE");
     printf("  OpenBLAS core %s (OPENBLAS_CORETYPE %s)\n", core, asked ? asked : "unset");
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
         xdc_test_skip("no AVX2: the fallback is right");
